@@ -1,0 +1,46 @@
+# PCP: the two commands a user needs are `make run` and `make test`.
+# Each one installs what is missing (tools/setup/setup.sh), builds, and runs.
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+PRESET ?= release
+JOBS ?= $(shell nproc)
+
+.PHONY: setup configure build run test test-unit test-asan bench lint clean
+
+setup:
+	@tools/setup/setup.sh
+
+# Configure once per build tree; cmake re-runs itself when CMakeLists change.
+build/build.ninja:
+	@cmake --preset release >/dev/null
+
+build-asan/build.ninja:
+	@cmake --preset asan >/dev/null
+
+configure: setup build/build.ninja
+
+build: setup build/build.ninja
+	@cmake --build --preset release -j $(JOBS)
+
+run: build
+	@tools/quickstart.sh
+
+test: build
+	@ctest --preset release --output-on-failure
+	@$(MAKE) --no-print-directory test-asan
+
+# The same suite under AddressSanitizer + UBSan (CI runs it on every change).
+test-asan: setup build-asan/build.ninja
+	@cmake --build --preset asan -j $(JOBS)
+	@ctest --preset asan --output-on-failure -LE noasan
+
+# make bench              every benchmark
+# make bench BENCH=name   one benchmark (build/bench/name)
+bench: build
+	@tools/bench.sh $(BENCH)
+
+lint:
+	@tools/lint/check_includes.py
+
+clean:
+	rm -rf build build-debug build-asan

@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "base/base.h"
+
+static void status_ok_is_null(void** state) {
+  (void)state;
+  pcp_status_t ok = pcp_ok_status();
+  assert_null(ok);
+  assert_int_equal(pcp_status_code(ok), PCP_STATUS_OK);
+}
+
+static pcp_status_t fails_inner(void) {
+  return pcp_make_status(PCP_STATUS_NOT_FOUND, "job %s", "j-1");
+}
+
+static pcp_status_t fails_outer(void) {
+  PCP_RETURN_IF_ERROR(fails_inner(), "looking up job %d", 7);
+  return pcp_ok_status();
+}
+
+static void status_carries_code_message_annotations(void** state) {
+  (void)state;
+  pcp_status_t s = fails_outer();
+  assert_int_equal(pcp_status_code(s), PCP_STATUS_NOT_FOUND);
+  assert_string_equal(pcp_status_message(s), "job j-1");
+  char text[256];
+  pcp_status_format(s, text, sizeof(text));
+  assert_non_null(strstr(text, "NOT_FOUND: job j-1; looking up job 7"));
+  assert_non_null(strstr(text, "base_test.c:"));
+  // Truncated formatting still terminates and reports the full length.
+  char small[8];
+  size_t need = pcp_status_format(s, small, sizeof(small));
+  assert_int_equal(need, strlen(text));
+  assert_int_equal(strlen(small), 7);
+  pcp_status_t copy = pcp_status_clone(s);
+  char copy_text[256];
+  pcp_status_format(copy, copy_text, sizeof(copy_text));
+  assert_string_equal(text, copy_text);
+  assert_int_equal(pcp_status_consume_code(copy), PCP_STATUS_NOT_FOUND);
+  pcp_status_ignore(s);
+}
+
+static void status_join_keeps_first(void** state) {
+  (void)state;
+  pcp_status_t a = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "first");
+  pcp_status_t b = pcp_make_status(PCP_STATUS_INTERNAL, "second");
+  pcp_status_t joined = pcp_status_join(a, b);
+  assert_int_equal(pcp_status_code(joined), PCP_STATUS_INVALID_ARGUMENT);
+  char* text = pcp_status_to_string(joined);
+  assert_non_null(strstr(text, "also: INTERNAL: second"));
+  free(text);
+  pcp_status_ignore(joined);
+  assert_null(pcp_status_join(NULL, NULL));
+}
+
+static void status_code_names_round_trip(void** state) {
+  (void)state;
+  for (int i = 0; i < PCP_STATUS_CODE_COUNT_; ++i) {
+    pcp_status_code_t code;
+    assert_true(pcp_status_code_from_string(
+        pcp_status_code_string((pcp_status_code_t)i), &code));
+    assert_int_equal(code, i);
+  }
+  pcp_status_code_t code;
+  assert_false(pcp_status_code_from_string("NOPE", &code));
+}
+
+static void status_from_errno_maps_codes(void** state) {
+  (void)state;
+  pcp_status_t s = pcp_status_from_errno(2 /*ENOENT*/, "opening %s", "x");
+  assert_int_equal(pcp_status_code(s), PCP_STATUS_NOT_FOUND);
+  assert_non_null(strstr(pcp_status_message(s), "opening x: "));
+  pcp_status_ignore(s);
+}
+
+static void counting_allocator_tracks_live_and_peak(void** state) {
+  (void)state;
+  pcp_allocator_counting_t counter;
+  pcp_allocator_counting_initialize(pcp_allocator_system(), &counter);
+  pcp_allocator_t a = pcp_allocator_counting(&counter);
+  void* p = NULL;
+  assert_null(pcp_allocator_malloc(a, 100, &p));
+  assert_null(pcp_allocator_realloc(a, 300, &p));
+  assert_int_equal(counter.live_bytes, 300);
+  pcp_allocator_free(a, p);
+  assert_int_equal(counter.live_bytes, 0);
+  assert_int_equal(counter.peak_bytes, 300);
+}
+
+static void failing_allocator_fails_nth(void** state) {
+  (void)state;
+  pcp_allocator_failing_t failing;
+  pcp_allocator_failing_initialize(pcp_allocator_system(), 1, false, &failing);
+  pcp_allocator_t a = pcp_allocator_failing(&failing);
+  void* p0 = NULL;
+  void* p1 = NULL;
+  void* p2 = NULL;
+  assert_null(pcp_allocator_malloc(a, 8, &p0));
+  pcp_status_t s = pcp_allocator_malloc(a, 8, &p1);
+  assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_RESOURCE_EXHAUSTED);
+  assert_null(p1);
+  assert_null(pcp_allocator_malloc(a, 8, &p2));
+  pcp_allocator_free(a, p0);
+  pcp_allocator_free(a, p2);
+  assert_int_equal(failing.failure_count, 1);
+}
+
+static int g_cleanups;
+static void count_cleanup(void* user_data) {
+  (void)user_data;
+  g_cleanups++;
+}
+
+static void arena_reuses_blocks_and_runs_cleanups(void** state) {
+  (void)state;
+  pcp_arena_block_pool_t* pool = NULL;
+  assert_null(pcp_arena_block_pool_create(1024, pcp_allocator_system(), &pool));
+  pcp_arena_t arena;
+  pcp_arena_initialize(pool, &arena);
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 100; ++i) {
+      void* p = NULL;
+      assert_null(pcp_arena_allocate(&arena, 24, &p));
+      assert_int_equal((uintptr_t)p % 16, 0);
+      memset(p, 0xAB, 24);
+    }
+    void* big = NULL;
+    assert_null(pcp_arena_allocate(&arena, 100000, &big));
+    memset(big, 1, 100000);
+    assert_null(pcp_arena_cleanup_add(&arena, count_cleanup, NULL));
+    pcp_arena_reset(&arena);
+  }
+  assert_int_equal(g_cleanups, 3);
+  // 100 * 32 bytes in 1 KiB blocks: 4 blocks, recycled each round.
+  assert_int_equal(pcp_arena_block_pool_free_count(pool), 4);
+  pcp_arena_deinitialize(&arena);
+  pcp_arena_block_pool_release(pool);
+}
+
+static void strings_parse_strictly(void** state) {
+  (void)state;
+  int64_t i;
+  uint64_t u;
+  double d;
+  assert_true(pcp_string_view_parse_int64(pcp_make_cstring_view("-42"), &i));
+  assert_int_equal(i, -42);
+  assert_false(pcp_string_view_parse_int64(pcp_make_cstring_view("42x"), &i));
+  assert_false(pcp_string_view_parse_int64(pcp_make_cstring_view(""), &i));
+  assert_false(pcp_string_view_parse_int64(
+      pcp_make_cstring_view("99999999999999999999"), &i));
+  assert_false(pcp_string_view_parse_uint64(pcp_make_cstring_view("-1"), &u));
+  assert_true(pcp_string_view_parse_double(pcp_make_cstring_view("1e-3"), &d));
+  assert_true(d == 1e-3);
+  pcp_string_view_t head, tail;
+  assert_true(pcp_string_view_split(pcp_make_cstring_view("host:80"), ':', &head,
+                                    &tail));
+  assert_true(pcp_string_view_equal(head, pcp_make_cstring_view("host")));
+  assert_true(pcp_string_view_equal(tail, pcp_make_cstring_view("80")));
+}
+
+static void string_builder_respects_cap(void** state) {
+  (void)state;
+  pcp_string_builder_t b;
+  pcp_string_builder_initialize(pcp_allocator_system(), 10, &b);
+  assert_null(pcp_string_builder_append_f(&b, "%d-%s", 12, "ab"));
+  assert_string_equal(pcp_string_builder_cstring(&b), "12-ab");
+  pcp_status_t s = pcp_string_builder_append_cstring(&b, "123456");
+  assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_RESOURCE_EXHAUSTED);
+  assert_string_equal(pcp_string_builder_cstring(&b), "12-ab");
+  pcp_string_builder_deinitialize(&b);
+}
+
+static void rng_is_reproducible_and_uniform(void** state) {
+  (void)state;
+  pcp_rng_t a, b;
+  pcp_rng_initialize(1234, &a);
+  pcp_rng_initialize(1234, &b);
+  for (int i = 0; i < 100; ++i) {
+    assert_int_equal(pcp_rng_next_u64(&a), pcp_rng_next_u64(&b));
+  }
+  int counts[10] = {0};
+  for (int i = 0; i < 100000; ++i) counts[pcp_rng_next_below(&a, 10)]++;
+  for (int i = 0; i < 10; ++i) {
+    assert_in_range(counts[i], 9500, 10500);
+  }
+  double sum = 0;
+  for (int i = 0; i < 100000; ++i) sum += pcp_rng_next_normal(&a);
+  assert_true(sum / 100000 > -0.02 && sum / 100000 < 0.02);
+}
+
+static void sha256_matches_known_vector(void** state) {
+  (void)state;
+  pcp_sha256_t d;
+  char hex[65];
+  pcp_sha256_compute("abc", 3, &d);
+  pcp_sha256_to_hex(&d, hex);
+  assert_string_equal(
+      hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  pcp_sha256_stream_t* stream = NULL;
+  assert_null(pcp_sha256_stream_create(&stream));
+  pcp_sha256_stream_update(stream, "a", 1);
+  pcp_sha256_stream_update(stream, "bc", 2);
+  pcp_sha256_t d2;
+  pcp_sha256_stream_finish(stream, &d2);
+  assert_memory_equal(d.bytes, d2.bytes, 32);
+}
+
+static void manual_clock_moves_only_when_told(void** state) {
+  (void)state;
+  pcp_clock_manual_t m = {.now_ns = 5, .wall_ns = 100};
+  pcp_clock_t c = pcp_clock_manual(&m);
+  assert_int_equal(pcp_clock_now_ns(c), 5);
+  pcp_clock_manual_advance(&m, 10);
+  assert_int_equal(pcp_clock_now_ns(c), 15);
+  assert_int_equal(pcp_clock_wall_ns(c), 110);
+  pcp_clock_t s = pcp_clock_system();
+  int64_t t0 = pcp_clock_now_ns(s);
+  assert_true(pcp_clock_now_ns(s) >= t0);
+}
+
+static void log_lines_are_key_value(void** state) {
+  (void)state;
+  char* buffer = NULL;
+  size_t size = 0;
+  FILE* sink = open_memstream(&buffer, &size);
+  pcp_log_set_sink(sink);
+  pcp_log_set_level(PCP_LOG_INFO);
+  pcp_log_context_t ctx = {.role = "worker", .node_id = "n1"};
+  PCP_LOG(PCP_LOG_DEBUG, &ctx, "hidden");
+  PCP_LOG(PCP_LOG_INFO, &ctx, "joined %s", "gateway \"a\"");
+  pcp_log_set_sink(NULL);
+  fclose(sink);
+  assert_non_null(strstr(buffer, " level=info role=worker node=n1 "
+                                 "msg=\"joined gateway \\\"a\\\"\"\n"));
+  assert_null(strstr(buffer, "hidden"));
+  assert_non_null(strstr(buffer, "ts="));
+  free(buffer);
+}
+
+static void file_write_atomic_and_bounded_read(void** state) {
+  (void)state;
+  char path[] = "/tmp/pcp_base_test_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_null(pcp_file_write_atomic(path, "hello", 5));
+  void* data = NULL;
+  size_t n = 0;
+  assert_null(pcp_file_read_all(path, 100, &data, &n));
+  assert_int_equal(n, 5);
+  assert_string_equal(data, "hello");
+  assert_int_equal((uintptr_t)data % 64, 0);
+  free(data);
+  pcp_status_t s = pcp_file_read_all(path, 4, &data, &n);
+  assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_RESOURCE_EXHAUSTED);
+  unlink(path);
+  s = pcp_file_read_all(path, 100, &data, &n);
+  assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_NOT_FOUND);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(status_ok_is_null),
+      cmocka_unit_test(status_carries_code_message_annotations),
+      cmocka_unit_test(status_join_keeps_first),
+      cmocka_unit_test(status_code_names_round_trip),
+      cmocka_unit_test(status_from_errno_maps_codes),
+      cmocka_unit_test(counting_allocator_tracks_live_and_peak),
+      cmocka_unit_test(failing_allocator_fails_nth),
+      cmocka_unit_test(arena_reuses_blocks_and_runs_cleanups),
+      cmocka_unit_test(strings_parse_strictly),
+      cmocka_unit_test(string_builder_respects_cap),
+      cmocka_unit_test(rng_is_reproducible_and_uniform),
+      cmocka_unit_test(sha256_matches_known_vector),
+      cmocka_unit_test(manual_clock_moves_only_when_told),
+      cmocka_unit_test(log_lines_are_key_value),
+      cmocka_unit_test(file_write_atomic_and_bounded_read),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+// Bounded whole-file reads and crash-safe writes (temp + fsync + rename).
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base.h"
+
+pcp_status_t pcp_file_read_all(const char* path, size_t max_byte_length,
+                               void** out_data,
+                               size_t* out_byte_length) {
+  *out_data = NULL;
+  *out_byte_length = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return pcp_status_from_errno(errno, "opening '%s'", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return pcp_status_from_errno(err, "stat '%s'", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "'%s' is not a regular file",
+                           path);
+  }
+  if ((uint64_t)st.st_size > max_byte_length) {
+    close(fd);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "'%s' is %lld bytes; the limit is %zu", path,
+                           (long long)st.st_size, max_byte_length);
+  }
+  size_t size = (size_t)st.st_size;
+  // 64-byte alignment: IREE loads VMFBs from memory only when aligned.
+  void* raw = NULL;
+  if (posix_memalign(&raw, 64, size + 1) != 0 || !raw) {
+    close(fd);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "out of memory reading '%s' (%zu bytes)", path, size);
+  }
+  uint8_t* aligned = raw;
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = read(fd, aligned + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : EIO;
+      close(fd);
+      free(aligned);
+      return pcp_status_from_errno(err, "reading '%s'", path);
+    }
+    done += (size_t)n;
+  }
+  close(fd);
+  aligned[size] = 0;
+  *out_data = aligned;
+  *out_byte_length = size;
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_file_write_atomic(const char* path, const void* data,
+                                   size_t byte_length) {
+  char temp[PATH_MAX];
+  int n = snprintf(temp, sizeof(temp), "%s.tmp.%ld", path, (long)getpid());
+  if (n < 0 || (size_t)n >= sizeof(temp)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "path too long: '%s'", path);
+  }
+  int fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return pcp_status_from_errno(errno, "creating '%s'", temp);
+  const uint8_t* bytes = data;
+  size_t done = 0;
+  while (done < byte_length) {
+    ssize_t w = write(fd, bytes + done, byte_length - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      int err = errno;
+      close(fd);
+      unlink(temp);
+      return pcp_status_from_errno(err, "writing '%s'", temp);
+    }
+    done += (size_t)w;
+  }
+  if (fsync(fd) != 0) {
+    int err = errno;
+    close(fd);
+    unlink(temp);
+    return pcp_status_from_errno(err, "fsync '%s'", temp);
+  }
+  close(fd);
+  if (rename(temp, path) != 0) {
+    int err = errno;
+    unlink(temp);
+    return pcp_status_from_errno(err, "renaming '%s' to '%s'", temp, path);
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_file_make_directories(const char* path) {
+  char buffer[PATH_MAX];
+  size_t len = strlen(path);
+  if (len == 0 || len >= sizeof(buffer)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad directory path '%s'",
+                           path);
+  }
+  memcpy(buffer, path, len + 1);
+  for (size_t i = 1; i <= len; ++i) {
+    if (buffer[i] == '/' || buffer[i] == 0) {
+      char saved = buffer[i];
+      buffer[i] = 0;
+      if (mkdir(buffer, 0755) != 0 && errno != EEXIST) {
+        return pcp_status_from_errno(errno, "creating directory '%s'", buffer);
+      }
+      buffer[i] = saved;
+    }
+  }
+  return pcp_ok_status();
+}
+
+bool pcp_file_exists(const char* path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
