@@ -1,3 +1,49 @@
 // SPDX-License-Identifier: Apache-2.0
+//
+// pcp: one binary. The first argument picks a tool subcommand
+// (`pcp compile ...`) or, when it is a flag, a process role (`pcp --worker
+// ...`, upstream style). This file only dispatches; every command lives in
+// its module and has the signature `int main(int argc, char** argv)` with
+// argv[0] = the command name.
+
+#include <stdio.h>
+#include <string.h>
+
 #include "base/base.h"
-int main(void) { return 0; }
+
+typedef int (*command_main_fn_t)(int argc, char** argv);
+
+typedef struct command_t {
+  const char* name;
+  command_main_fn_t main;
+  const char* summary;
+} command_t;
+
+// Tool subcommands, one line each. Keep sorted by name.
+static const command_t kCommands[] = {
+    {NULL, NULL, NULL},
+};
+
+static void print_usage(FILE* out) {
+  fprintf(out,
+          "usage: pcp <command> [args]      run a tool\n"
+          "       pcp --gateway | --federation-hub | --worker | --node-manager "
+          "[flags]\n"
+          "       pcp --version | --help\n\ncommands:\n");
+  for (const command_t* c = kCommands; c->name; ++c) {
+    fprintf(out, "  %-10s %s\n", c->name, c->summary);
+  }
+  fprintf(out, "\n'pcp <command> --help' and 'pcp --<role> --help' list flags.\n");
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const command_t* c = kCommands; c->name; ++c) {
+    if (strcmp(argv[1], c->name) == 0) return c->main(argc - 1, argv + 1);
+  }
+  fprintf(stderr, "pcp: unknown command '%s'\nTry 'pcp --help'.\n", argv[1]);
+  return 2;
+}

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// config: one table per config struct drives CLI parsing, JSON parsing,
+// defaults, bounds, validation, --help and --dump-config (Redis's
+// static_configs[] shape; no constructor-time registration).
+//
+// A table lists fields of a plain C struct by offset. The same field is
+// `--device-id 3` / `--device-id=3` on the command line and `"device_id": 3`
+// in JSON (dashes and underscores are interchangeable in names). Defaults are
+// written as text and parsed exactly like user input, so --help shows what
+// the parser will accept.
+//
+// Limits: JSON config files are capped at 1 MiB (as upstream), JSON nesting
+// at 64 levels, a string value at 64 KiB, a string list at 4096 items.
+// Unknown JSON keys are ignored (upstream semantics) but reported through
+// |out_unknown_keys| so a caller can warn; unknown CLI flags are an error.
+//
+// Ownership: STRING and STRING_LIST fields are heap-owned by the struct once
+// parsed; release them with pcp_config_deinitialize. Thread-compatible.
+
+#ifndef PCP_CONFIG_CONFIG_H_
+#define PCP_CONFIG_CONFIG_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PCP_CONFIG_MAX_FILE_BYTES (1u << 20)
+#define PCP_CONFIG_MAX_JSON_DEPTH 64
+#define PCP_CONFIG_MAX_STRING_BYTES (64u << 10)
+#define PCP_CONFIG_MAX_LIST_ITEMS 4096
+
+typedef enum pcp_config_type_e {
+  PCP_CONFIG_TYPE_BOOL = 0,    // bool; a bare --flag means true
+  PCP_CONFIG_TYPE_INT64 = 1,   // int64_t, bounded by [min, max]
+  PCP_CONFIG_TYPE_DOUBLE = 2,  // double, bounded by [min, max]
+  PCP_CONFIG_TYPE_STRING = 3,  // char* (owned), NULL when unset
+  PCP_CONFIG_TYPE_ENUM = 4,    // int32_t index into |enum_values|
+  PCP_CONFIG_TYPE_STRING_LIST = 5,  // pcp_string_list_t; each flag appends
+} pcp_config_type_t;
+
+// Repeated flags (`--input a --input b`) collect here, in order.
+typedef struct pcp_string_list_t {
+  char** items;  // owned
+  size_t count;
+} pcp_string_list_t;
+
+typedef uint32_t pcp_config_flags_t;
+enum pcp_config_flag_bits_e {
+  PCP_CONFIG_FLAG_NONE = 0,
+  // Must be given (on the CLI or in JSON); validation names it otherwise.
+  PCP_CONFIG_FLAG_REQUIRED = 1u << 0,
+  // Only on the command line (mode switches, --help-like flags).
+  PCP_CONFIG_FLAG_CLI_ONLY = 1u << 1,
+  // Only in JSON files.
+  PCP_CONFIG_FLAG_JSON_ONLY = 1u << 2,
+  // The value names an environment variable holding a secret; --dump-config
+  // prints the variable name, never its contents.
+  PCP_CONFIG_FLAG_ENV_NAME = 1u << 3,
+  // Hidden from --help (internal flags such as --supervisor-id).
+  PCP_CONFIG_FLAG_HIDDEN = 1u << 4,
+};
+
+struct pcp_config_field_t;
+typedef pcp_status_t (*pcp_config_field_validate_fn_t)(
+    const void* config, const struct pcp_config_field_t* field);
+
+typedef struct pcp_config_field_t {
+  const char* name;           // "device-id" (CLI --device-id, JSON device_id)
+  pcp_config_type_t type;
+  size_t offset;              // offsetof(struct, member)
+  const char* default_value;  // text, parsed like input; NULL: zero/unset
+  double min;                 // numeric bounds; ignored when min >= max
+  double max;
+  const char* const* enum_values;  // NULL-terminated names for ENUM
+  pcp_config_flags_t flags;
+  const char* value_name;     // "PATH", "N" for --help; NULL: from the type
+  const char* help;           // one line
+  pcp_config_field_validate_fn_t validate;  // optional extra check
+} pcp_config_field_t;
+
+typedef struct pcp_config_table_t {
+  const char* name;  // "worker", "gateway config"; used in messages
+  const pcp_config_field_t* fields;
+  size_t field_count;
+  // Optional whole-struct check after fields are set (cross-field rules).
+  pcp_status_t (*validate)(const void* config);
+} pcp_config_table_t;
+
+// Sets every field to its default (parsed from text). |config| is zeroed
+// first. Fails only when a default does not parse (a bug in the table).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_config_initialize(const pcp_config_table_t* table, void* config);
+
+// Frees owned strings and lists; the struct may be initialized again.
+void pcp_config_deinitialize(const pcp_config_table_t* table, void* config);
+
+// Sets one field from text as if given on the CLI (`name` without dashes).
+// INVALID_ARGUMENT names the field and the problem; NOT_FOUND when |name| is
+// not in the table.
+PCP_MUST_USE_RESULT pcp_status_t pcp_config_set(const pcp_config_table_t* table,
+                                                void* config, const char* name,
+                                                const char* value);
+
+// Parses argv[0..argc) (argv[0] is NOT the program name: pass what follows
+// the subcommand). Accepts `--name value`, `--name=value`, bare `--flag` for
+// BOOL, and `--` (everything after it is positional). Non-flag arguments are
+// appended to |out_positionals| (may be NULL: positionals are then an error).
+// Unknown flags and missing values are INVALID_ARGUMENT with a one-line
+// message ("unknown flag '--foo'").
+PCP_MUST_USE_RESULT pcp_status_t pcp_config_parse_argv(
+    const pcp_config_table_t* table, int argc, char** argv, void* config,
+    pcp_string_list_t* out_positionals);
+
+// Applies a JSON object (text of |byte_length| bytes) on top of |config|.
+// Keys not in the table are ignored and, when |out_unknown_keys| is not NULL,
+// appended to it. Wrong types and out-of-range values are INVALID_ARGUMENT
+// naming the key ("gateway config: key 'api_port': expected an integer").
+PCP_MUST_USE_RESULT pcp_status_t pcp_config_parse_json(
+    const pcp_config_table_t* table, const char* text, size_t byte_length,
+    void* config, pcp_string_list_t* out_unknown_keys);
+
+// Reads |path| (capped at PCP_CONFIG_MAX_FILE_BYTES) and parses it as above.
+PCP_MUST_USE_RESULT pcp_status_t pcp_config_load_json_file(
+    const pcp_config_table_t* table, const char* path, void* config,
+    pcp_string_list_t* out_unknown_keys);
+
+// Checks REQUIRED fields, per-field validate hooks, then table->validate.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_config_validate(const pcp_config_table_t* table, const void* config);
+
+// Prints "  --name VALUE   help (default: x)" for every visible field.
+void pcp_config_print_help(const pcp_config_table_t* table, FILE* out);
+
+// Prints the effective config as a JSON object (keys with underscores).
+void pcp_config_dump_json(const pcp_config_table_t* table, const void* config,
+                          FILE* out);
+
+// String lists.
+PCP_MUST_USE_RESULT pcp_status_t pcp_string_list_append(pcp_string_list_t* list,
+                                                        const char* value);
+void pcp_string_list_deinitialize(pcp_string_list_t* list);
+
+// CLI helper: prints "pcp <command>: <message>" and "Try 'pcp <command>
+// --help'." to stderr, consumes |status|, and returns exit code 2 (usage or
+// input error).
+int pcp_config_cli_usage_error(const char* command, pcp_status_t status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // PCP_CONFIG_CONFIG_H_
