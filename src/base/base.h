@@ -422,6 +422,55 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_file_make_directories(const char* path);
 bool pcp_file_exists(const char* path);
 
 //===----------------------------------------------------------------------===//
+// Element types
+//===----------------------------------------------------------------------===//
+
+// Tensor element types shared by MLIR introspection, compute backends and the
+// wire. The numbers travel in files and frames: never renumber.
+typedef enum pcp_element_type_e {
+  PCP_ELEMENT_TYPE_UNKNOWN = 0,
+  PCP_ELEMENT_TYPE_F32 = 1,
+  PCP_ELEMENT_TYPE_F16 = 2,
+  PCP_ELEMENT_TYPE_BF16 = 3,
+  PCP_ELEMENT_TYPE_F64 = 4,
+  PCP_ELEMENT_TYPE_I1 = 5,   // bool, one byte per element in memory
+  PCP_ELEMENT_TYPE_I8 = 6,
+  PCP_ELEMENT_TYPE_I16 = 7,
+  PCP_ELEMENT_TYPE_I32 = 8,
+  PCP_ELEMENT_TYPE_I64 = 9,
+  PCP_ELEMENT_TYPE_U8 = 10,
+  PCP_ELEMENT_TYPE_U16 = 11,
+  PCP_ELEMENT_TYPE_U32 = 12,
+  PCP_ELEMENT_TYPE_U64 = 13,
+  PCP_ELEMENT_TYPE_COUNT_ = 14,
+} pcp_element_type_t;
+
+// MLIR spelling: "f32", "bf16", "i1", "ui8" ... ("unknown" for UNKNOWN).
+const char* pcp_element_type_name(pcp_element_type_t type);
+// Parses MLIR spellings (also "u8"..."u64" and "bool"). False if unknown.
+bool pcp_element_type_parse(pcp_string_view_t name,
+                            pcp_element_type_t* out_type);
+// Bytes per element in host memory (i1 is 1); 0 for UNKNOWN.
+size_t pcp_element_type_byte_size(pcp_element_type_t type);
+
+// Maximum tensor rank accepted anywhere (inputs, files, frames).
+#define PCP_MAX_TENSOR_RANK 16
+
+//===----------------------------------------------------------------------===//
+// The project's Python environment
+//===----------------------------------------------------------------------===//
+
+// Directory of the virtual environment holding the pinned IREE wheels:
+// $PCP_VENV if set, else the path configured at build time (<source>/.venv).
+// Borrowed static string. Thread-safe.
+const char* pcp_venv_directory(void);
+
+// Writes "<venv>/lib/python3.11/site-packages" into |buffer|. Returns
+// NOT_FOUND naming the path (and how to fix it) when it does not exist.
+PCP_MUST_USE_RESULT pcp_status_t pcp_venv_site_packages(char* buffer,
+                                                        size_t capacity);
+
+//===----------------------------------------------------------------------===//
 // Time
 //===----------------------------------------------------------------------===//
 
