@@ -43,6 +43,11 @@ typedef enum pcp_config_type_e {
   PCP_CONFIG_TYPE_STRING = 3,  // char* (owned), NULL when unset
   PCP_CONFIG_TYPE_ENUM = 4,    // int32_t index into |enum_values|
   PCP_CONFIG_TYPE_STRING_LIST = 5,  // pcp_string_list_t; each flag appends
+  // A nested JSON object (JSON only) described by |object_table|; |offset|
+  // is the nested struct, whose first member must be `bool present` (set
+  // when the key holds an object, cleared by null). Nested REQUIRED fields
+  // and validate hooks apply only while it is present.
+  PCP_CONFIG_TYPE_OBJECT = 6,
 } pcp_config_type_t;
 
 // Repeated flags (`--input a --input b`) collect here, in order.
@@ -68,6 +73,8 @@ enum pcp_config_flag_bits_e {
 };
 
 struct pcp_config_field_t;
+// |config| is the struct that holds the field (the nested struct for fields
+// of an OBJECT). Returns INVALID_ARGUMENT naming the field on failure.
 typedef pcp_status_t (*pcp_config_field_validate_fn_t)(
     const void* config, const struct pcp_config_field_t* field);
 
@@ -83,6 +90,8 @@ typedef struct pcp_config_field_t {
   const char* value_name;     // "PATH", "N" for --help; NULL: from the type
   const char* help;           // one line
   pcp_config_field_validate_fn_t validate;  // optional extra check
+  // OBJECT only: the table of the nested struct (offsets relative to it).
+  const struct pcp_config_table_t* object_table;
 } pcp_config_field_t;
 
 typedef struct pcp_config_table_t {

@@ -1,0 +1,895 @@
+// SPDX-License-Identifier: Apache-2.0
+// Table-driven config: one code path turns text (CLI, defaults) or JSON
+// values into struct fields, so bounds, enums and messages are identical
+// whichever way a value arrives.
+
+#include "config/config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+//===----------------------------------------------------------------------===//
+// Small helpers
+//===----------------------------------------------------------------------===//
+
+static void* field_ptr(void* config, const pcp_config_field_t* field) {
+  return (char*)config + field->offset;
+}
+
+static const void* field_cptr(const void* config,
+                              const pcp_config_field_t* field) {
+  return (const char*)config + field->offset;
+}
+
+// Dashes and underscores are the same character in names, so `--device_id`,
+// `--device-id` and JSON `device_id` all reach one field.
+static bool name_char_equal(char a, char b) {
+  if (a == '_') a = '-';
+  if (b == '_') b = '-';
+  return a == b;
+}
+
+static bool name_equal(const char* field_name, const char* name,
+                       size_t name_length) {
+  size_t i = 0;
+  for (; i < name_length; ++i) {
+    if (field_name[i] == 0 || !name_char_equal(field_name[i], name[i])) {
+      return false;
+    }
+  }
+  return field_name[i] == 0;
+}
+
+typedef enum lookup_mode_e {
+  LOOKUP_CLI = 0,
+  LOOKUP_JSON = 1,
+  LOOKUP_ANY = 2,
+} lookup_mode_t;
+
+static const pcp_config_field_t* find_field(const pcp_config_table_t* table,
+                                            const char* name,
+                                            size_t name_length,
+                                            lookup_mode_t mode) {
+  for (size_t i = 0; i < table->field_count; ++i) {
+    const pcp_config_field_t* field = &table->fields[i];
+    if (!name_equal(field->name, name, name_length)) continue;
+    if (mode == LOOKUP_CLI && ((field->flags & PCP_CONFIG_FLAG_JSON_ONLY) ||
+                               field->type == PCP_CONFIG_TYPE_OBJECT)) {
+      continue;
+    }
+    if (mode == LOOKUP_JSON && (field->flags & PCP_CONFIG_FLAG_CLI_ONLY)) {
+      continue;
+    }
+    return field;
+  }
+  return NULL;
+}
+
+// JSON spelling of a field name: dashes become underscores.
+static void json_key_of(const char* name, char* buffer, size_t capacity) {
+  size_t i = 0;
+  for (; name[i] && i + 1 < capacity; ++i) {
+    buffer[i] = name[i] == '-' ? '_' : name[i];
+  }
+  buffer[i] = 0;
+}
+
+// Prints a bound as an integer when it is one, so messages read
+// "[1, 65535]" rather than "[1.000000, 65535.000000]".
+static void format_number(double value, char* buffer, size_t capacity) {
+  if (value == floor(value) && fabs(value) < 9e15) {
+    snprintf(buffer, capacity, "%lld", (long long)value);
+  } else {
+    snprintf(buffer, capacity, "%g", value);
+  }
+}
+
+static bool has_bounds(const pcp_config_field_t* field) {
+  return field->min < field->max;
+}
+
+static pcp_status_t check_bounds(const pcp_config_field_t* field, double value,
+                                 const char* text, const char* what) {
+  if (!has_bounds(field)) return pcp_ok_status();
+  if (value >= field->min && value <= field->max) return pcp_ok_status();
+  char lo[32], hi[32];
+  format_number(field->min, lo, sizeof(lo));
+  format_number(field->max, hi, sizeof(hi));
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                         "%s: %s is out of range [%s, %s]", what, text, lo, hi);
+}
+
+// "a, b, c" for messages; "a|b|c" for --help value names.
+static void join_enum_values(const pcp_config_field_t* field,
+                             const char* separator, char* buffer,
+                             size_t capacity) {
+  size_t at = 0;
+  buffer[0] = 0;
+  if (!field->enum_values) return;
+  for (size_t i = 0; field->enum_values[i]; ++i) {
+    int n = snprintf(buffer + at, capacity - at, "%s%s", i ? separator : "",
+                     field->enum_values[i]);
+    if (n < 0 || (size_t)n >= capacity - at) break;
+    at += (size_t)n;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// String lists
+//===----------------------------------------------------------------------===//
+
+pcp_status_t pcp_string_list_append(pcp_string_list_t* list,
+                                    const char* value) {
+  if (list->count >= PCP_CONFIG_MAX_LIST_ITEMS) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "list holds more than %u items",
+                           (unsigned)PCP_CONFIG_MAX_LIST_ITEMS);
+  }
+  char* copy = strdup(value);
+  if (!copy) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  char** items = realloc(list->items, (list->count + 1) * sizeof(char*));
+  if (!items) {
+    free(copy);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  items[list->count++] = copy;
+  list->items = items;
+  return pcp_ok_status();
+}
+
+void pcp_string_list_deinitialize(pcp_string_list_t* list) {
+  for (size_t i = 0; i < list->count; ++i) free(list->items[i]);
+  free(list->items);
+  list->items = NULL;
+  list->count = 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Setting values
+//===----------------------------------------------------------------------===//
+
+static pcp_status_t set_string(void* slot, const char* value,
+                               const char* what) {
+  if (strlen(value) > PCP_CONFIG_MAX_STRING_BYTES) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "%s: value is longer than %u bytes", what,
+                           (unsigned)PCP_CONFIG_MAX_STRING_BYTES);
+  }
+  char* copy = strdup(value);
+  if (!copy) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  char** target = (char**)slot;
+  free(*target);
+  *target = copy;
+  return pcp_ok_status();
+}
+
+static pcp_status_t list_append(pcp_string_list_t* list, const char* value,
+                                const char* what) {
+  if (strlen(value) > PCP_CONFIG_MAX_STRING_BYTES) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "%s: value is longer than %u bytes", what,
+                           (unsigned)PCP_CONFIG_MAX_STRING_BYTES);
+  }
+  PCP_RETURN_IF_ERROR(pcp_string_list_append(list, value), "%s", what);
+  return pcp_ok_status();
+}
+
+static pcp_status_t set_enum(const pcp_config_field_t* field, void* slot,
+                             const char* value, const char* what) {
+  for (int32_t i = 0; field->enum_values && field->enum_values[i]; ++i) {
+    if (strcmp(field->enum_values[i], value) == 0) {
+      *(int32_t*)slot = i;
+      return pcp_ok_status();
+    }
+  }
+  char allowed[512];
+  join_enum_values(field, ", ", allowed, sizeof(allowed));
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                         "%s: invalid value '%s' (allowed: %s)", what, value,
+                         allowed);
+}
+
+static bool parse_bool_text(const char* text, bool* out_value) {
+  static const char* const kTrue[] = {"true", "1", "yes", "on"};
+  static const char* const kFalse[] = {"false", "0", "no", "off"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kTrue); ++i) {
+    if (strcasecmp(text, kTrue[i]) == 0) {
+      *out_value = true;
+      return true;
+    }
+    if (strcasecmp(text, kFalse[i]) == 0) {
+      *out_value = false;
+      return true;
+    }
+  }
+  return false;
+}
+
+// strtoll and strtod skip leading blanks and accept '+'; a config value with
+// either is more likely a quoting mistake than intent, so refuse both.
+static bool number_text_ok(const char* text) {
+  return text[0] == '-' || text[0] == '.' || (text[0] >= '0' && text[0] <= '9');
+}
+
+// Parses |text| into the field as the CLI, defaults and pcp_config_set do.
+// STRING_LIST appends one item.
+static pcp_status_t set_from_text(const pcp_config_field_t* field, void* config,
+                                  const char* text, const char* what) {
+  void* slot = field_ptr(config, field);
+  switch (field->type) {
+    case PCP_CONFIG_TYPE_BOOL: {
+      bool value = false;
+      if (!parse_bool_text(text, &value)) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "%s: expected true or false, got '%s'", what,
+                               text);
+      }
+      *(bool*)slot = value;
+      return pcp_ok_status();
+    }
+    case PCP_CONFIG_TYPE_INT64: {
+      int64_t value = 0;
+      if (!number_text_ok(text) ||
+          !pcp_string_view_parse_int64(pcp_make_cstring_view(text), &value)) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "%s: expected an integer, got '%s'", what, text);
+      }
+      PCP_RETURN_IF_ERROR_BARE(check_bounds(field, (double)value, text, what));
+      *(int64_t*)slot = value;
+      return pcp_ok_status();
+    }
+    case PCP_CONFIG_TYPE_DOUBLE: {
+      double value = 0;
+      if (!number_text_ok(text) ||
+          !pcp_string_view_parse_double(pcp_make_cstring_view(text), &value) ||
+          !isfinite(value)) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "%s: expected a number, got '%s'", what, text);
+      }
+      PCP_RETURN_IF_ERROR_BARE(check_bounds(field, value, text, what));
+      *(double*)slot = value;
+      return pcp_ok_status();
+    }
+    case PCP_CONFIG_TYPE_STRING:
+      return set_string(slot, text, what);
+    case PCP_CONFIG_TYPE_ENUM:
+      return set_enum(field, slot, text, what);
+    case PCP_CONFIG_TYPE_STRING_LIST:
+      return list_append((pcp_string_list_t*)slot, text, what);
+    case PCP_CONFIG_TYPE_OBJECT:
+      break;
+  }
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                         "%s: cannot be set from text", what);
+}
+
+//===----------------------------------------------------------------------===//
+// Initialize / deinitialize
+//===----------------------------------------------------------------------===//
+
+static void clear_field(const pcp_config_field_t* field, void* config) {
+  void* slot = field_ptr(config, field);
+  switch (field->type) {
+    case PCP_CONFIG_TYPE_BOOL:
+      *(bool*)slot = false;
+      break;
+    case PCP_CONFIG_TYPE_INT64:
+      *(int64_t*)slot = 0;
+      break;
+    case PCP_CONFIG_TYPE_DOUBLE:
+      *(double*)slot = 0;
+      break;
+    case PCP_CONFIG_TYPE_STRING:
+      *(char**)slot = NULL;
+      break;
+    case PCP_CONFIG_TYPE_ENUM:
+      *(int32_t*)slot = 0;
+      break;
+    case PCP_CONFIG_TYPE_STRING_LIST:
+      memset(slot, 0, sizeof(pcp_string_list_t));
+      break;
+    case PCP_CONFIG_TYPE_OBJECT:
+      *(bool*)slot = false;
+      break;
+  }
+}
+
+// Sets one field to its default. The struct's size is unknown here, so
+// "zeroed first" means every field the table describes.
+static pcp_status_t initialize_field(const pcp_config_table_t* table,
+                                     const pcp_config_field_t* field,
+                                     void* config) {
+  clear_field(field, config);
+  if (field->type == PCP_CONFIG_TYPE_OBJECT) {
+    PCP_ASSERT(field->object_table != NULL);
+    return pcp_config_initialize(field->object_table, field_ptr(config, field));
+  }
+  if (!field->default_value) return pcp_ok_status();
+  char what[160];
+  snprintf(what, sizeof(what), "%s: default of '%s'", table->name,
+           field->name);
+  if (field->type != PCP_CONFIG_TYPE_STRING_LIST) {
+    return set_from_text(field, config, field->default_value, what);
+  }
+  // List defaults are comma-separated ("" is the empty list).
+  const char* start = field->default_value;
+  while (*start) {
+    const char* comma = strchr(start, ',');
+    size_t length = comma ? (size_t)(comma - start) : strlen(start);
+    char* item = strndup(start, length);
+    if (!item) return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+    pcp_status_t status = set_from_text(field, config, item, what);
+    free(item);
+    PCP_RETURN_IF_ERROR_BARE(status);
+    if (!comma) break;
+    start = comma + 1;
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_config_initialize(const pcp_config_table_t* table,
+                                   void* config) {
+  for (size_t i = 0; i < table->field_count; ++i) {
+    clear_field(&table->fields[i], config);
+  }
+  for (size_t i = 0; i < table->field_count; ++i) {
+    PCP_RETURN_IF_ERROR_BARE(
+        initialize_field(table, &table->fields[i], config));
+  }
+  return pcp_ok_status();
+}
+
+static void deinitialize_field(const pcp_config_field_t* field, void* config) {
+  void* slot = field_ptr(config, field);
+  switch (field->type) {
+    case PCP_CONFIG_TYPE_STRING:
+      free(*(char**)slot);
+      *(char**)slot = NULL;
+      break;
+    case PCP_CONFIG_TYPE_STRING_LIST:
+      pcp_string_list_deinitialize((pcp_string_list_t*)slot);
+      break;
+    case PCP_CONFIG_TYPE_OBJECT:
+      pcp_config_deinitialize(field->object_table, slot);
+      *(bool*)slot = false;
+      break;
+    default:
+      break;
+  }
+}
+
+void pcp_config_deinitialize(const pcp_config_table_t* table, void* config) {
+  for (size_t i = 0; i < table->field_count; ++i) {
+    deinitialize_field(&table->fields[i], config);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// CLI
+//===----------------------------------------------------------------------===//
+
+pcp_status_t pcp_config_set(const pcp_config_table_t* table, void* config,
+                            const char* name, const char* value) {
+  const pcp_config_field_t* field =
+      find_field(table, name, strlen(name), LOOKUP_ANY);
+  if (!field || field->type == PCP_CONFIG_TYPE_OBJECT) {
+    return pcp_make_status(PCP_STATUS_NOT_FOUND, "%s: no field '%s'",
+                           table->name, name);
+  }
+  char what[160];
+  snprintf(what, sizeof(what), "flag '--%s'", field->name);
+  return set_from_text(field, config, value, what);
+}
+
+static pcp_status_t parse_argv_impl(const pcp_config_table_t* table, int argc,
+                                    char** argv, void* config,
+                                    pcp_string_list_t* out_positionals,
+                                    bool* list_seen) {
+  bool flags_done = false;
+  for (int i = 0; i < argc; ++i) {
+    const char* arg = argv[i];
+    if (flags_done || arg[0] != '-' || strcmp(arg, "-") == 0) {
+      if (!out_positionals) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "unexpected argument '%s'", arg);
+      }
+      PCP_RETURN_IF_ERROR_BARE(pcp_string_list_append(out_positionals, arg));
+      continue;
+    }
+    if (strcmp(arg, "--") == 0) {
+      flags_done = true;
+      continue;
+    }
+    if (arg[1] != '-') {
+      // No short options: `-p 80` would be a second spelling to document.
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "unknown flag '%s'", arg);
+    }
+    const char* name = arg + 2;
+    const char* equals = strchr(name, '=');
+    size_t name_length = equals ? (size_t)(equals - name) : strlen(name);
+    const pcp_config_field_t* field =
+        find_field(table, name, name_length, LOOKUP_CLI);
+    if (!field) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "unknown flag '--%.*s'", (int)name_length, name);
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "flag '--%s'", field->name);
+    const char* value = NULL;
+    if (equals) {
+      value = equals + 1;
+    } else if (field->type == PCP_CONFIG_TYPE_BOOL) {
+      value = "true";
+    } else {
+      // A following flag is not taken as the value: `--port --host x` is
+      // far more often a forgotten value than a port named "--host".
+      if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "flag '--%s' needs a value", field->name);
+      }
+      value = argv[++i];
+    }
+    if (field->type == PCP_CONFIG_TYPE_STRING_LIST) {
+      // The command line replaces a default or JSON list; repeats append.
+      size_t index = (size_t)(field - table->fields);
+      if (!list_seen[index]) {
+        pcp_string_list_deinitialize(
+            (pcp_string_list_t*)field_ptr(config, field));
+        list_seen[index] = true;
+      }
+    }
+    PCP_RETURN_IF_ERROR_BARE(set_from_text(field, config, value, what));
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_config_parse_argv(const pcp_config_table_t* table, int argc,
+                                   char** argv, void* config,
+                                   pcp_string_list_t* out_positionals) {
+  bool* list_seen = calloc(table->field_count + 1, sizeof(bool));
+  if (!list_seen) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  pcp_status_t status = parse_argv_impl(table, argc, argv, config,
+                                        out_positionals, list_seen);
+  free(list_seen);
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// JSON
+//===----------------------------------------------------------------------===//
+
+// Returns the nesting depth of |value| (scalars 0, {} 1), stopping early
+// once |limit| is passed so a hostile file costs no more than the limit.
+static size_t json_depth(json_t* value, size_t limit) {
+  if (!json_is_object(value) && !json_is_array(value)) return 0;
+  if (limit == 0) return 1;
+  size_t deepest = 0;
+  if (json_is_object(value)) {
+    const char* key;
+    json_t* child;
+    json_object_foreach(value, key, child) {
+      size_t d = json_depth(child, limit - 1);
+      if (d > deepest) deepest = d;
+      if (deepest >= limit) break;
+    }
+  } else {
+    size_t index;
+    json_t* child;
+    json_array_foreach(value, index, child) {
+      size_t d = json_depth(child, limit - 1);
+      if (d > deepest) deepest = d;
+      if (deepest >= limit) break;
+    }
+  }
+  return deepest + 1;
+}
+
+static const char* json_type_name(json_t* value) {
+  switch (json_typeof(value)) {
+    case JSON_OBJECT:
+      return "an object";
+    case JSON_ARRAY:
+      return "an array";
+    case JSON_STRING:
+      return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL:
+      return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+      return "a boolean";
+    case JSON_NULL:
+      return "null";
+  }
+  return "a value";
+}
+
+static pcp_status_t apply_json_object(const pcp_config_table_t* table,
+                                      const char* table_name, json_t* object,
+                                      void* config, const char* prefix,
+                                      pcp_string_list_t* out_unknown_keys);
+
+static pcp_status_t expected(const char* what, const char* type,
+                             json_t* value) {
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: expected %s, got %s",
+                         what, type, json_type_name(value));
+}
+
+static pcp_status_t apply_json_value(const pcp_config_table_t* table,
+                                     const char* table_name,
+                                     const pcp_config_field_t* field,
+                                     json_t* value, void* config,
+                                     const char* path,
+                                     pcp_string_list_t* out_unknown_keys) {
+  char what[384];
+  snprintf(what, sizeof(what), "%s: key '%s'", table_name, path);
+  void* slot = field_ptr(config, field);
+  // null means "not given": the field returns to its default (upstream's
+  // optional fields are written as null in real configs).
+  if (json_is_null(value)) {
+    deinitialize_field(field, config);
+    return initialize_field(table, field, config);
+  }
+  switch (field->type) {
+    case PCP_CONFIG_TYPE_BOOL:
+      if (!json_is_boolean(value)) return expected(what, "true or false", value);
+      *(bool*)slot = json_is_true(value);
+      return pcp_ok_status();
+    case PCP_CONFIG_TYPE_INT64: {
+      if (!json_is_integer(value)) return expected(what, "an integer", value);
+      json_int_t v = json_integer_value(value);
+      char text[32];
+      snprintf(text, sizeof(text), "%lld", (long long)v);
+      PCP_RETURN_IF_ERROR_BARE(check_bounds(field, (double)v, text, what));
+      *(int64_t*)slot = (int64_t)v;
+      return pcp_ok_status();
+    }
+    case PCP_CONFIG_TYPE_DOUBLE: {
+      if (!json_is_number(value)) return expected(what, "a number", value);
+      double v = json_number_value(value);
+      char text[32];
+      format_number(v, text, sizeof(text));
+      PCP_RETURN_IF_ERROR_BARE(check_bounds(field, v, text, what));
+      *(double*)slot = v;
+      return pcp_ok_status();
+    }
+    case PCP_CONFIG_TYPE_STRING:
+      if (!json_is_string(value)) return expected(what, "a string", value);
+      return set_string(slot, json_string_value(value), what);
+    case PCP_CONFIG_TYPE_ENUM:
+      if (!json_is_string(value)) return expected(what, "a string", value);
+      return set_enum(field, slot, json_string_value(value), what);
+    case PCP_CONFIG_TYPE_STRING_LIST: {
+      if (!json_is_array(value)) {
+        return expected(what, "an array of strings", value);
+      }
+      pcp_string_list_t* list = (pcp_string_list_t*)slot;
+      pcp_string_list_deinitialize(list);
+      size_t index;
+      json_t* item;
+      json_array_foreach(value, index, item) {
+        if (!json_is_string(item)) {
+          return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "%s[%zu]: expected a string, got %s", what,
+                                 index, json_type_name(item));
+        }
+        PCP_RETURN_IF_ERROR_BARE(
+            list_append(list, json_string_value(item), what));
+      }
+      return pcp_ok_status();
+    }
+    case PCP_CONFIG_TYPE_OBJECT:
+      if (!json_is_object(value)) return expected(what, "an object", value);
+      *(bool*)slot = true;
+      return apply_json_object(field->object_table, table_name, value, slot,
+                               path, out_unknown_keys);
+  }
+  return pcp_make_status(PCP_STATUS_INTERNAL, "%s: bad field type", what);
+}
+
+static pcp_status_t apply_json_object(const pcp_config_table_t* table,
+                                      const char* table_name, json_t* object,
+                                      void* config, const char* prefix,
+                                      pcp_string_list_t* out_unknown_keys) {
+  const char* key;
+  json_t* value;
+  json_object_foreach(object, key, value) {
+    char path[256];
+    if (prefix && prefix[0]) {
+      snprintf(path, sizeof(path), "%s.%s", prefix, key);
+    } else {
+      snprintf(path, sizeof(path), "%s", key);
+    }
+    const pcp_config_field_t* field =
+        find_field(table, key, strlen(key), LOOKUP_JSON);
+    if (!field) {
+      if (out_unknown_keys) {
+        PCP_RETURN_IF_ERROR_BARE(pcp_string_list_append(out_unknown_keys, path));
+      }
+      continue;
+    }
+    PCP_RETURN_IF_ERROR_BARE(apply_json_value(table, table_name, field, value,
+                                              config, path, out_unknown_keys));
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_config_parse_json(const pcp_config_table_t* table,
+                                   const char* text, size_t byte_length,
+                                   void* config,
+                                   pcp_string_list_t* out_unknown_keys) {
+  if (byte_length > PCP_CONFIG_MAX_FILE_BYTES) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "%s: JSON is %zu bytes; the limit is %u",
+                           table->name, byte_length,
+                           (unsigned)PCP_CONFIG_MAX_FILE_BYTES);
+  }
+  json_error_t error;
+  // Duplicate keys are refused: with two values for one key, which one wins
+  // is a silent surprise.
+  json_t* root = json_loadb(text, byte_length, JSON_REJECT_DUPLICATES, &error);
+  if (!root) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "%s: invalid JSON at line %d column %d: %s",
+                           table->name, error.line, error.column, error.text);
+  }
+  pcp_status_t status = pcp_ok_status();
+  if (!json_is_object(root)) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "%s: expected a JSON object at the top level, "
+                             "got %s",
+                             table->name, json_type_name(root));
+  } else if (json_depth(root, PCP_CONFIG_MAX_JSON_DEPTH) >
+             PCP_CONFIG_MAX_JSON_DEPTH) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "%s: JSON nests deeper than %d levels",
+                             table->name, PCP_CONFIG_MAX_JSON_DEPTH);
+  } else {
+    status = apply_json_object(table, table->name, root, config, "",
+                               out_unknown_keys);
+  }
+  json_decref(root);
+  return status;
+}
+
+pcp_status_t pcp_config_load_json_file(const pcp_config_table_t* table,
+                                       const char* path, void* config,
+                                       pcp_string_list_t* out_unknown_keys) {
+  void* data = NULL;
+  size_t byte_length = 0;
+  PCP_RETURN_IF_ERROR(
+      pcp_file_read_all(path, PCP_CONFIG_MAX_FILE_BYTES, &data, &byte_length),
+      "loading %s", table->name);
+  pcp_status_t status = pcp_config_parse_json(table, (const char*)data,
+                                              byte_length, config,
+                                              out_unknown_keys);
+  free(data);
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Validation
+//===----------------------------------------------------------------------===//
+
+static pcp_status_t validate_impl(const pcp_config_table_t* table,
+                                  const char* table_name, const void* config,
+                                  const char* prefix) {
+  for (size_t i = 0; i < table->field_count; ++i) {
+    const pcp_config_field_t* field = &table->fields[i];
+    const void* slot = field_cptr(config, field);
+    char key[128];
+    json_key_of(field->name, key, sizeof(key));
+    char path[256];
+    snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", key);
+    if (field->flags & PCP_CONFIG_FLAG_REQUIRED) {
+      bool missing = false;
+      switch (field->type) {
+        case PCP_CONFIG_TYPE_STRING:
+          missing = *(char* const*)slot == NULL || (*(char* const*)slot)[0] == 0;
+          break;
+        case PCP_CONFIG_TYPE_STRING_LIST:
+          missing = ((const pcp_string_list_t*)slot)->count == 0;
+          break;
+        case PCP_CONFIG_TYPE_OBJECT:
+          missing = !*(const bool*)slot;
+          break;
+        default:
+          // Numbers, bools and enums always hold a value (their default).
+          break;
+      }
+      if (missing) {
+        if ((field->flags & PCP_CONFIG_FLAG_JSON_ONLY) ||
+            field->type == PCP_CONFIG_TYPE_OBJECT || prefix[0]) {
+          return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "%s: missing required key '%s'", table_name,
+                                 path);
+        }
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "%s: missing required flag '--%s'", table_name,
+                               field->name);
+      }
+    }
+    if (field->type == PCP_CONFIG_TYPE_OBJECT && *(const bool*)slot) {
+      PCP_RETURN_IF_ERROR_BARE(
+          validate_impl(field->object_table, table_name, slot, path));
+    }
+    if (field->validate) {
+      PCP_RETURN_IF_ERROR_BARE(field->validate(config, field));
+    }
+  }
+  if (table->validate) {
+    PCP_RETURN_IF_ERROR_BARE(table->validate(config));
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_config_validate(const pcp_config_table_t* table,
+                                 const void* config) {
+  return validate_impl(table, table->name, config, "");
+}
+
+//===----------------------------------------------------------------------===//
+// Help and dump
+//===----------------------------------------------------------------------===//
+
+static const char* value_name_of(const pcp_config_field_t* field,
+                                 char* buffer, size_t capacity) {
+  if (field->value_name) return field->value_name;
+  switch (field->type) {
+    case PCP_CONFIG_TYPE_BOOL:
+      return "";
+    case PCP_CONFIG_TYPE_INT64:
+      return "N";
+    case PCP_CONFIG_TYPE_DOUBLE:
+      return "X";
+    case PCP_CONFIG_TYPE_ENUM:
+      join_enum_values(field, "|", buffer, capacity);
+      return buffer;
+    case PCP_CONFIG_TYPE_STRING:
+    case PCP_CONFIG_TYPE_STRING_LIST:
+      return (field->flags & PCP_CONFIG_FLAG_ENV_NAME) ? "ENV" : "VALUE";
+    case PCP_CONFIG_TYPE_OBJECT:
+      return "{...}";
+  }
+  return "VALUE";
+}
+
+static const char* default_text_of(const pcp_config_field_t* field) {
+  if (field->default_value) {
+    if (field->default_value[0] == 0 &&
+        (field->type == PCP_CONFIG_TYPE_STRING ||
+         field->type == PCP_CONFIG_TYPE_STRING_LIST)) {
+      return "\"\"";
+    }
+    return field->default_value;
+  }
+  switch (field->type) {
+    case PCP_CONFIG_TYPE_BOOL:
+      return "false";
+    case PCP_CONFIG_TYPE_INT64:
+    case PCP_CONFIG_TYPE_DOUBLE:
+      return "0";
+    case PCP_CONFIG_TYPE_ENUM:
+      return field->enum_values && field->enum_values[0]
+                 ? field->enum_values[0]
+                 : "none";
+    default:
+      return "none";
+  }
+}
+
+void pcp_config_print_help(const pcp_config_table_t* table, FILE* out) {
+  enum { kColumn = 30 };
+  for (size_t i = 0; i < table->field_count; ++i) {
+    const pcp_config_field_t* field = &table->fields[i];
+    if (field->flags & (PCP_CONFIG_FLAG_HIDDEN | PCP_CONFIG_FLAG_JSON_ONLY)) {
+      continue;
+    }
+    if (field->type == PCP_CONFIG_TYPE_OBJECT) continue;
+    char buffer[256];
+    const char* value_name = value_name_of(field, buffer, sizeof(buffer));
+    char left[320];
+    int n = snprintf(left, sizeof(left), "  --%s%s%s", field->name,
+                     value_name[0] ? " " : "", value_name);
+    if (n < 0) continue;
+    fputs(left, out);
+    if (n < kColumn) {
+      fprintf(out, "%*s", kColumn - n, "");
+    } else {
+      fprintf(out, "\n%*s", kColumn, "");
+    }
+    fprintf(out, "%s", field->help ? field->help : "");
+    if (field->flags & PCP_CONFIG_FLAG_REQUIRED) {
+      fprintf(out, " (required)\n");
+    } else {
+      fprintf(out, " (default: %s)\n", default_text_of(field));
+    }
+  }
+}
+
+static json_t* dump_object(const pcp_config_table_t* table,
+                           const void* config);
+
+static json_t* dump_field(const pcp_config_field_t* field, const void* config) {
+  const void* slot = field_cptr(config, field);
+  switch (field->type) {
+    case PCP_CONFIG_TYPE_BOOL:
+      return json_boolean(*(const bool*)slot);
+    case PCP_CONFIG_TYPE_INT64:
+      return json_integer((json_int_t)*(const int64_t*)slot);
+    case PCP_CONFIG_TYPE_DOUBLE:
+      return json_real(*(const double*)slot);
+    case PCP_CONFIG_TYPE_STRING: {
+      // ENV_NAME fields hold the variable's name, so printing the field
+      // never reveals the secret itself.
+      const char* value = *(char* const*)slot;
+      return value ? json_string(value) : json_null();
+    }
+    case PCP_CONFIG_TYPE_ENUM: {
+      int32_t index = *(const int32_t*)slot;
+      if (!field->enum_values || index < 0) return json_null();
+      for (int32_t i = 0; field->enum_values[i]; ++i) {
+        if (i == index) return json_string(field->enum_values[i]);
+      }
+      return json_null();
+    }
+    case PCP_CONFIG_TYPE_STRING_LIST: {
+      const pcp_string_list_t* list = (const pcp_string_list_t*)slot;
+      json_t* array = json_array();
+      for (size_t i = 0; array && i < list->count; ++i) {
+        json_array_append_new(array, json_string(list->items[i]));
+      }
+      return array;
+    }
+    case PCP_CONFIG_TYPE_OBJECT:
+      if (!*(const bool*)slot) return json_null();
+      return dump_object(field->object_table, slot);
+  }
+  return json_null();
+}
+
+static json_t* dump_object(const pcp_config_table_t* table,
+                           const void* config) {
+  json_t* object = json_object();
+  if (!object) return NULL;
+  for (size_t i = 0; i < table->field_count; ++i) {
+    const pcp_config_field_t* field = &table->fields[i];
+    char key[128];
+    json_key_of(field->name, key, sizeof(key));
+    json_object_set_new(object, key, dump_field(field, config));
+  }
+  return object;
+}
+
+void pcp_config_dump_json(const pcp_config_table_t* table, const void* config,
+                          FILE* out) {
+  json_t* object = dump_object(table, config);
+  if (!object) return;
+  json_dumpf(object, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  fputc('\n', out);
+  json_decref(object);
+}
+
+//===----------------------------------------------------------------------===//
+// CLI errors
+//===----------------------------------------------------------------------===//
+
+int pcp_config_cli_usage_error(const char* command, pcp_status_t status) {
+  const char* message = pcp_status_message(status);
+  fprintf(stderr, "pcp %s: %s\nTry 'pcp %s --help'.\n", command,
+          message[0] ? message : pcp_status_code_string(pcp_status_code(status)),
+          command);
+  pcp_status_ignore(status);
+  return 2;
+}
