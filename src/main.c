@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "compile/compile.h"
 
 typedef int (*command_main_fn_t)(int argc, char** argv);
 
@@ -21,6 +22,7 @@ typedef struct command_t {
 
 // Tool subcommands, one line each. Keep sorted by name.
 static const command_t kCommands[] = {
+    {"compile", pcp_compile_cli_main, "compile StableHLO MLIR to an IREE VMFB"},
     {NULL, NULL, NULL},
 };
 

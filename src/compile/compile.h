@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// compile: StableHLO MLIR -> IREE VMFB.
+//
+// The compiler always runs in a child process (the wheel's `iree-compile`):
+// it maps a ~320 MB library and can crash on bad input, and neither may take
+// down a gateway or worker. Each (backend, target) has one row in a flag
+// table (reference/iree.md s.5). Artifacts are cached on disk under a key
+// made of the SHA-256 of the MLIR text, the backend, the target, the
+// effective flags and the compiler's version line, so a cache hit never runs
+// the compiler and a compiler upgrade never serves a stale artifact.
+//
+// Later issues add the program builders (autodiff, optimizers, generation)
+// to this module; the driver below is what they all end in.
+//
+// Thread-safety: all functions are thread-safe (the version probe runs once;
+// cache writes are atomic renames, so two processes compiling the same key
+// both succeed and one file wins).
+
+#ifndef PCP_COMPILE_COMPILE_H_
+#define PCP_COMPILE_COMPILE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//===----------------------------------------------------------------------===//
+// Backends and targets
+//===----------------------------------------------------------------------===//
+
+// Device kinds a program can be compiled for. Numbers are stable (they
+// appear in cache metadata and, later, on the wire).
+typedef enum pcp_compile_backend_e {
+  PCP_COMPILE_BACKEND_CPU = 0,
+  PCP_COMPILE_BACKEND_CUDA = 1,
+  PCP_COMPILE_BACKEND_ROCM = 2,
+  PCP_COMPILE_BACKEND_VULKAN = 3,
+  PCP_COMPILE_BACKEND_METAL = 4,
+  PCP_COMPILE_BACKEND_COUNT_ = 5,
+} pcp_compile_backend_t;
+
+// "cpu", "cuda", "rocm", "vulkan", "metal".
+const char* pcp_compile_backend_name(pcp_compile_backend_t backend);
+// INVALID_ARGUMENT listing the valid names when |name| is not one.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_compile_backend_parse(const char* name, pcp_compile_backend_t* out_backend);
+
+// The default target of |backend| ("host", "sm_80", "gfx942", "" for
+// vulkan's IREE default, "macos" for metal).
+const char* pcp_compile_backend_default_target(pcp_compile_backend_t backend);
+
+// The resolved flags for one (backend, target).
+#define PCP_COMPILE_MAX_FLAGS 16
+#define PCP_COMPILE_MAX_FLAG_LENGTH 128
+typedef struct pcp_compile_flags_t {
+  pcp_compile_backend_t backend;
+  char requested_target[64];  // as asked ("" = default)
+  char effective_target[64];  // what the compiler is told
+  // Set when the target was substituted (e.g. sm_90a -> sm_80 PTX); a
+  // human-readable reason for logs and `pcp compile --print-flags`.
+  char note[192];
+  int count;
+  char flags[PCP_COMPILE_MAX_FLAGS][PCP_COMPILE_MAX_FLAG_LENGTH];
+} pcp_compile_flags_t;
+
+// Resolves |target| (NULL or "" = the backend default) into compiler flags.
+// Unknown CUDA and ROCm targets are INVALID_ARGUMENT listing the known ones;
+// CPU and Vulkan targets are checked for a sane spelling and otherwise passed
+// through (LLVM and IREE know more names than we could list).
+PCP_MUST_USE_RESULT pcp_status_t pcp_compile_flags_resolve(
+    pcp_compile_backend_t backend, const char* target,
+    pcp_compile_flags_t* out_flags);
+
+//===----------------------------------------------------------------------===//
+// The compiler
+//===----------------------------------------------------------------------===//
+
+// Path of the wheel's iree-compile: $PCP_IREE_COMPILE, else
+// <venv>/lib/python3.11/site-packages/iree/compiler/_mlir_libs/iree-compile.
+// NOT_FOUND (naming the path and `make setup`) when it is absent.
+PCP_MUST_USE_RESULT pcp_status_t pcp_compile_compiler_path(char* buffer,
+                                                           size_t capacity);
+
+// The compiler's version line, e.g. "3.13.0rc20261016 @ 89ece87b...". Probed
+// once per process by running `iree-compile --version`. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_compile_compiler_version(char* buffer,
+                                                              size_t capacity);
+
+// Upper bound on MLIR input (RESOURCE_EXHAUSTED beyond it).
+#define PCP_COMPILE_MAX_MLIR_BYTES ((size_t)512 << 20)
+// Compiler diagnostics kept for the error message (the tail is dropped).
+#define PCP_COMPILE_MAX_DIAGNOSTIC_BYTES ((size_t)16 << 10)
+
+typedef struct pcp_compile_request_t {
+  const char* mlir_text;     // borrowed
+  size_t mlir_byte_length;
+  const char* source_name;   // for messages ("model.mlir"); may be NULL
+  pcp_compile_backend_t backend;
+  const char* target;        // NULL or "" = backend default
+  // Cache directory: NULL = default ($PCP_CACHE_DIR, else
+  // $XDG_CACHE_HOME/pcp/artifacts, else ~/.cache/pcp/artifacts).
+  const char* cache_dir;
+  bool disable_cache;        // always compile, never read or write the cache
+  int64_t timeout_ms;        // 0 = 30 minutes
+} pcp_compile_request_t;
+
+typedef struct pcp_compile_result_t {
+  uint8_t* vmfb;             // owned, 64-byte aligned; free() it
+  size_t vmfb_byte_length;
+  bool cache_hit;
+  char cache_key[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_compile_flags_t flags;
+  double compile_seconds;    // 0 on a cache hit
+} pcp_compile_result_t;
+
+// Compiles (or fetches from the cache) one module. Errors:
+//   INVALID_ARGUMENT  the compiler rejected the module; the message carries
+//                     its diagnostics (file:line:col: error: ...)
+//   INTERNAL          the compiler crashed (signal named) or wrote no output
+//   DEADLINE_EXCEEDED the compiler ran past |timeout_ms| and was killed
+//   NOT_FOUND         no compiler (venv missing)
+//   RESOURCE_EXHAUSTED the input is over PCP_COMPILE_MAX_MLIR_BYTES
+PCP_MUST_USE_RESULT pcp_status_t pcp_compile_module(
+    const pcp_compile_request_t* request, pcp_compile_result_t* out_result);
+
+void pcp_compile_result_deinitialize(pcp_compile_result_t* result);
+
+// The default cache directory as described above (borrowed static buffer
+// filled once). Thread-safe.
+const char* pcp_compile_default_cache_dir(void);
+
+//===----------------------------------------------------------------------===//
+// CLI
+//===----------------------------------------------------------------------===//
+
+// `pcp compile model.mlir --backend B [--target T] -o out.vmfb`.
+int pcp_compile_cli_main(int argc, char** argv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // PCP_COMPILE_COMPILE_H_

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// `pcp compile`: the iree-compile driver on the command line.
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile/compile.h"
+#include "config/config.h"
+
+typedef struct compile_cli_options_t {
+  char* backend;
+  char* target;
+  char* output;
+  char* cache_dir;
+  bool no_cache;
+  bool print_flags;
+  int64_t timeout_s;
+  bool help;
+} compile_cli_options_t;
+
+static pcp_status_t validate_backend(const void* config,
+                                     const pcp_config_field_t* field) {
+  (void)field;
+  const compile_cli_options_t* o = config;
+  pcp_compile_backend_t backend;
+  return pcp_compile_backend_parse(o->backend, &backend);
+}
+
+#define OFFSET(member) offsetof(compile_cli_options_t, member)
+
+static const pcp_config_field_t kFields[] = {
+    {.name = "backend", .type = PCP_CONFIG_TYPE_STRING, .offset = OFFSET(backend),
+     .default_value = "cpu", .value_name = "NAME",
+     .help = "device kind: cpu, cuda, rocm, vulkan or metal",
+     .validate = validate_backend},
+    {.name = "target", .type = PCP_CONFIG_TYPE_STRING, .offset = OFFSET(target),
+     .value_name = "NAME",
+     .help = "device target: host or x86-64-v3 (cpu), sm_80 (cuda), gfx942 "
+             "(rocm), ... (empty: the backend default)"},
+    {.name = "output", .type = PCP_CONFIG_TYPE_STRING, .offset = OFFSET(output),
+     .value_name = "PATH", .help = "where to write the VMFB (also -o)"},
+    {.name = "cache-dir", .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(cache_dir), .value_name = "DIR",
+     .help = "artifact cache (default: $PCP_CACHE_DIR or ~/.cache/pcp/artifacts)"},
+    {.name = "no-cache", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(no_cache),
+     .default_value = "false",
+     .help = "always run the compiler; neither read nor write the cache"},
+    {.name = "print-flags", .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(print_flags), .default_value = "false",
+     .help = "print the compiler flags for this backend/target and exit"},
+    {.name = "timeout-s", .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(timeout_s), .default_value = "1800", .min = 1,
+     .max = 86400, .value_name = "SECONDS",
+     .help = "kill the compiler after this long"},
+    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(help),
+     .default_value = "false", .help = "show this help"},
+};
+
+static const pcp_config_table_t kTable = {
+    .name = "compile",
+    .fields = kFields,
+    .field_count = PCP_ARRAYSIZE(kFields),
+};
+
+static void print_help(void) {
+  printf(
+      "usage: pcp compile MODEL.mlir [--backend B] [--target T] -o OUT.vmfb\n\n"
+      "Compiles a StableHLO module to an IREE VMFB with the wheel's iree-compile "
+      "(in a child\nprocess), reusing the artifact cache when the same module "
+      "was compiled before.\n\nflags:\n");
+  pcp_config_print_help(&kTable, stdout);
+}
+
+int pcp_compile_cli_main(int argc, char** argv) {
+  // -o is the one short flag, kept for iree-compile muscle memory.
+  char** args = calloc((size_t)argc + 1, sizeof(char*));
+  if (!args) return 1;
+  for (int i = 1; i < argc; ++i) {
+    args[i - 1] = strcmp(argv[i], "-o") == 0 ? "--output" : argv[i];
+  }
+  compile_cli_options_t options;
+  pcp_string_list_t positionals = {0};
+  pcp_status_t status = pcp_config_initialize(&kTable, &options);
+  if (!status) {
+    status = pcp_config_parse_argv(&kTable, argc - 1, args, &options, &positionals);
+  }
+  free(args);
+  if (!status && options.help) {
+    print_help();
+    pcp_config_deinitialize(&kTable, &options);
+    pcp_string_list_deinitialize(&positionals);
+    return 0;
+  }
+  if (!status) status = pcp_config_validate(&kTable, &options);
+  if (!status && !options.print_flags && positionals.count != 1) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             positionals.count ? "expected one MLIR file, got %zu"
+                                               : "missing the MLIR file to compile",
+                             positionals.count);
+  }
+  if (!status && !options.print_flags && !options.output) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "missing -o OUT.vmfb (where to write the program)");
+  }
+  pcp_compile_backend_t backend = PCP_COMPILE_BACKEND_CPU;
+  if (!status) status = pcp_compile_backend_parse(options.backend, &backend);
+  if (status) {
+    pcp_config_deinitialize(&kTable, &options);
+    pcp_string_list_deinitialize(&positionals);
+    return pcp_config_cli_usage_error("compile", status);
+  }
+
+  int exit_code = 0;
+  if (options.print_flags) {
+    pcp_compile_flags_t flags;
+    status = pcp_compile_flags_resolve(backend, options.target, &flags);
+    if (!status) {
+      for (int i = 0; i < flags.count; ++i) printf("%s\n", flags.flags[i]);
+      if (flags.note[0]) fprintf(stderr, "note: %s\n", flags.note);
+    }
+  } else {
+    const char* path = positionals.items[0];
+    void* text = NULL;
+    size_t length = 0;
+    status = pcp_file_read_all(path, PCP_COMPILE_MAX_MLIR_BYTES, &text, &length);
+    if (!status) {
+      pcp_compile_request_t request = {
+          .mlir_text = text,
+          .mlir_byte_length = length,
+          .source_name = path,
+          .backend = backend,
+          .target = options.target,
+          .cache_dir = options.cache_dir,
+          .disable_cache = options.no_cache,
+          .timeout_ms = options.timeout_s * 1000,
+      };
+      pcp_compile_result_t result;
+      fprintf(stderr, "pcp compile: %s for %s/%s ...\n", path,
+              pcp_compile_backend_name(backend),
+              options.target ? options.target
+                             : pcp_compile_backend_default_target(backend));
+      status = pcp_compile_module(&request, &result);
+      if (!status) {
+        if (result.flags.note[0]) fprintf(stderr, "note: %s\n", result.flags.note);
+        status = pcp_file_write_atomic(options.output, result.vmfb,
+                                       result.vmfb_byte_length);
+        if (!status) {
+          fprintf(stderr, "pcp compile: wrote %s (%zu bytes, %s, key %.12s)\n",
+                  options.output, result.vmfb_byte_length,
+                  result.cache_hit ? "cache hit" : "compiled", result.cache_key);
+          if (!result.cache_hit) {
+            fprintf(stderr, "pcp compile: compiled in %.2f s\n",
+                    result.compile_seconds);
+          }
+        }
+        pcp_compile_result_deinitialize(&result);
+      }
+      free(text);
+    }
+  }
+  if (status) {
+    char* message = pcp_status_to_string(status);
+    fprintf(stderr, "pcp compile: %s\n", message ? message : "error");
+    free(message);
+    // Bad input (the module, the target) is the user's to fix: exit 1;
+    // usage errors exit 2 above.
+    exit_code = 1;
+    pcp_status_ignore(status);
+  }
+  pcp_config_deinitialize(&kTable, &options);
+  pcp_string_list_deinitialize(&positionals);
+  return exit_code;
+}

@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0
+// The compile driver against the real iree-compile from the .venv.
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "compile/compile.h"
+
+static const char kAddModule[] =
+    "func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {\n"
+    "  %0 = stablehlo.add %a, %b : tensor<4xf32>\n"
+    "  return %0 : tensor<4xf32>\n"
+    "}\n";
+
+static char g_dir[64];
+
+static int setup(void** state) {
+  (void)state;
+  snprintf(g_dir, sizeof(g_dir), "/tmp/pcp-compile-test-XXXXXX");
+  if (!mkdtemp(g_dir)) return -1;
+  unsetenv("PCP_IREE_COMPILE");
+  return 0;
+}
+
+static int teardown(void** state) {
+  (void)state;
+  char command[256];
+  snprintf(command, sizeof(command), "rm -rf %s", g_dir);
+  return system(command) == 0 ? 0 : -1;
+}
+
+static pcp_compile_request_t request_for(const char* text, const char* cache) {
+  pcp_compile_request_t r = {
+      .mlir_text = text,
+      .mlir_byte_length = strlen(text),
+      .source_name = "add.mlir",
+      .backend = PCP_COMPILE_BACKEND_CPU,
+      .cache_dir = cache,
+  };
+  return r;
+}
+
+static bool has_flag(const pcp_compile_flags_t* f, const char* flag) {
+  for (int i = 0; i < f->count; ++i) {
+    if (strcmp(f->flags[i], flag) == 0) return true;
+  }
+  return false;
+}
+
+static void flag_table_rows(void** state) {
+  (void)state;
+  pcp_compile_flags_t f;
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CPU, NULL, &f));
+  assert_true(has_flag(&f, "--iree-hal-target-device=local"));
+  assert_true(has_flag(&f, "--iree-llvmcpu-target-cpu=host"));
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CUDA, "sm_86", &f));
+  assert_true(has_flag(&f, "--iree-cuda-target=sm_86"));
+  assert_string_equal(f.note, "");
+  // The sm_90a caveat: IREE has no Hopper target, so sm_80 PTX is used.
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CUDA, "sm_90a", &f));
+  assert_true(has_flag(&f, "--iree-cuda-target=sm_80"));
+  assert_string_equal(f.requested_target, "sm_90a");
+  assert_non_null(strstr(f.note, "sm_80 PTX"));
+  // The renamed ROCm flag.
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_ROCM, "gfx1101", &f));
+  assert_true(has_flag(&f, "--iree-rocm-target=gfx1101"));
+  assert_true(has_flag(&f, "--iree-hal-target-device=hip"));
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_METAL, NULL, &f));
+  assert_true(has_flag(&f, "--iree-metal-compile-to-metallib=false"));
+}
+
+static void unknown_backend_and_target_are_clear_errors(void** state) {
+  (void)state;
+  pcp_compile_backend_t b;
+  pcp_status_t s = pcp_compile_backend_parse("tpu", &b);
+  assert_int_equal(pcp_status_code(s), PCP_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(pcp_status_message(s), "unknown backend 'tpu'"));
+  pcp_status_ignore(s);
+  pcp_compile_flags_t f;
+  s = pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CUDA, "sm_99", &f);
+  assert_int_equal(pcp_status_code(s), PCP_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(pcp_status_message(s), "unknown cuda target 'sm_99'"));
+  assert_non_null(strstr(pcp_status_message(s), "sm_80"));
+  pcp_status_ignore(s);
+  s = pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_ROCM, "gfx9999", &f);
+  assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_INVALID_ARGUMENT);
+  s = pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CPU, "host --evil", &f);
+  assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_INVALID_ARGUMENT);
+}
+
+static void compiles_cpu_and_serves_repeat_from_cache(void** state) {
+  (void)state;
+  // A wrapper compiler that records every run proves a hit runs nothing.
+  char real[4096];
+  assert_null(pcp_compile_compiler_path(real, sizeof(real)));
+  char wrapper[128], log_path[128], cache[128];
+  snprintf(wrapper, sizeof(wrapper), "%s/wrapper.sh", g_dir);
+  snprintf(log_path, sizeof(log_path), "%s/runs.log", g_dir);
+  snprintf(cache, sizeof(cache), "%s/cache", g_dir);
+  FILE* f = fopen(wrapper, "w");
+  fprintf(f, "#!/bin/sh\necho run >> %s\nexec %s \"$@\"\n", log_path, real);
+  fclose(f);
+  chmod(wrapper, 0755);
+  setenv("PCP_IREE_COMPILE", wrapper, 1);
+
+  pcp_compile_request_t request = request_for(kAddModule, cache);
+  pcp_compile_result_t first, second;
+  assert_null(pcp_compile_module(&request, &first));
+  assert_false(first.cache_hit);
+  assert_true(first.vmfb_byte_length > 100);
+  assert_memory_equal(first.vmfb, "PK\3\4", 4);  // polyglot zip VMFB
+  assert_int_equal((uintptr_t)first.vmfb % 64, 0);
+  assert_null(pcp_compile_module(&request, &second));
+  assert_true(second.cache_hit);
+  assert_string_equal(first.cache_key, second.cache_key);
+  assert_int_equal(first.vmfb_byte_length, second.vmfb_byte_length);
+  assert_memory_equal(first.vmfb, second.vmfb, first.vmfb_byte_length);
+  // --version probe + one compile; the hit ran nothing.
+  char runs[256] = {0};
+  FILE* log = fopen(log_path, "r");
+  size_t n = fread(runs, 1, sizeof(runs) - 1, log);
+  fclose(log);
+  runs[n] = 0;
+  assert_string_equal(runs, "run\nrun\n");
+
+  // A different target is a different key.
+  pcp_compile_result_t other;
+  request.target = "x86-64-v2";
+  assert_null(pcp_compile_module(&request, &other));
+  assert_false(other.cache_hit);
+  assert_string_not_equal(other.cache_key, first.cache_key);
+
+  // A corrupted artifact is recompiled, never served.
+  char artifact[256];
+  snprintf(artifact, sizeof(artifact), "%s/%s.vmfb", cache, first.cache_key);
+  FILE* corrupt = fopen(artifact, "r+b");
+  fputc('X', corrupt);
+  fclose(corrupt);
+  pcp_compile_result_t third;
+  request.target = NULL;
+  assert_null(pcp_compile_module(&request, &third));
+  assert_false(third.cache_hit);
+  assert_memory_equal(third.vmfb, first.vmfb, first.vmfb_byte_length);
+
+  pcp_compile_result_deinitialize(&first);
+  pcp_compile_result_deinitialize(&second);
+  pcp_compile_result_deinitialize(&other);
+  pcp_compile_result_deinitialize(&third);
+  unsetenv("PCP_IREE_COMPILE");
+}
+
+static void cross_compiles_for_absent_devices(void** state) {
+  (void)state;
+  const struct {
+    pcp_compile_backend_t backend;
+    const char* target;
+  } cases[] = {{PCP_COMPILE_BACKEND_CUDA, "sm_80"},
+               {PCP_COMPILE_BACKEND_ROCM, "gfx942"},
+               {PCP_COMPILE_BACKEND_VULKAN, NULL}};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(cases); ++i) {
+    pcp_compile_request_t request = request_for(kAddModule, NULL);
+    request.backend = cases[i].backend;
+    request.target = cases[i].target;
+    request.disable_cache = true;
+    pcp_compile_result_t result;
+    pcp_status_t s = pcp_compile_module(&request, &result);
+    if (s) {
+      char text[2048];
+      pcp_status_format(s, text, sizeof(text));
+      fail_msg("%s: %s", pcp_compile_backend_name(cases[i].backend), text);
+    }
+    assert_true(result.vmfb_byte_length > 100);
+    assert_memory_equal(result.vmfb, "PK\3\4", 4);
+    pcp_compile_result_deinitialize(&result);
+  }
+}
+
+static void malformed_mlir_returns_diagnostics(void** state) {
+  (void)state;
+  const char* bad =
+      "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+      "  %0 = stablehlo.add %a, %nope : tensor<4xf32>\n"
+      "  return %0 : tensor<4xf32>\n}\n";
+  pcp_compile_request_t request = request_for(bad, NULL);
+  request.disable_cache = true;
+  pcp_compile_result_t result;
+  pcp_status_t s = pcp_compile_module(&request, &result);
+  assert_int_equal(pcp_status_code(s), PCP_STATUS_INVALID_ARGUMENT);
+  const char* message = pcp_status_message(s);
+  assert_non_null(strstr(message, "iree-compile rejected add.mlir"));
+  assert_non_null(strstr(message, ":2:"));  // line of the bad operand
+  assert_non_null(strstr(message, "error:"));
+  assert_non_null(strstr(message, "%nope"));
+  pcp_status_ignore(s);
+  assert_null(result.vmfb);
+}
+
+static void write_script(const char* path, const char* body) {
+  FILE* f = fopen(path, "w");
+  fprintf(f, "#!/bin/sh\n%s\n", body);
+  fclose(f);
+  chmod(path, 0755);
+}
+
+static void compiler_crash_and_hang_are_reported(void** state) {
+  (void)state;
+  char script[128];
+  snprintf(script, sizeof(script), "%s/crash.sh", g_dir);
+  // Answers --version like the real compiler, crashes on a compile.
+  write_script(script,
+               "if [ \"$1\" = --version ]; then echo 'IREE compiler version "
+               "fake-crash'; exit 0; fi\necho 'about to crash' >&2\nkill -SEGV $$");
+  setenv("PCP_IREE_COMPILE", script, 1);
+  pcp_compile_request_t request = request_for(kAddModule, NULL);
+  request.disable_cache = true;
+  pcp_compile_result_t result;
+  pcp_status_t s = pcp_compile_module(&request, &result);
+  assert_int_equal(pcp_status_code(s), PCP_STATUS_INTERNAL);
+  assert_non_null(strstr(pcp_status_message(s), "crashed (signal 11)"));
+  assert_non_null(strstr(pcp_status_message(s), "about to crash"));
+  pcp_status_ignore(s);
+
+  snprintf(script, sizeof(script), "%s/hang.sh", g_dir);
+  write_script(script,
+               "if [ \"$1\" = --version ]; then echo 'IREE compiler version "
+               "fake-hang'; exit 0; fi\nexec sleep 30");
+  setenv("PCP_IREE_COMPILE", script, 1);
+  request.timeout_ms = 300;
+  s = pcp_compile_module(&request, &result);
+  assert_int_equal(pcp_status_code(s), PCP_STATUS_DEADLINE_EXCEEDED);
+  pcp_status_ignore(s);
+  unsetenv("PCP_IREE_COMPILE");
+}
+
+static void missing_venv_is_a_clear_error(void** state) {
+  (void)state;
+  const char* saved = getenv("PCP_VENV");
+  char* copy = saved ? strdup(saved) : NULL;
+  setenv("PCP_VENV", "/nonexistent/venv", 1);
+  pcp_compile_request_t request = request_for(kAddModule, NULL);
+  pcp_compile_result_t result;
+  pcp_status_t s = pcp_compile_module(&request, &result);
+  assert_int_equal(pcp_status_code(s), PCP_STATUS_NOT_FOUND);
+  assert_non_null(strstr(pcp_status_message(s), "make setup"));
+  pcp_status_ignore(s);
+  if (copy) {
+    setenv("PCP_VENV", copy, 1);
+    free(copy);
+  } else {
+    unsetenv("PCP_VENV");
+  }
+}
+
+static void oversized_and_empty_inputs_are_refused(void** state) {
+  (void)state;
+  pcp_compile_request_t request = request_for(kAddModule, NULL);
+  request.mlir_byte_length = PCP_COMPILE_MAX_MLIR_BYTES + 1;
+  pcp_compile_result_t result;
+  assert_int_equal(pcp_status_consume_code(pcp_compile_module(&request, &result)),
+                   PCP_STATUS_RESOURCE_EXHAUSTED);
+  request.mlir_byte_length = 0;
+  assert_int_equal(pcp_status_consume_code(pcp_compile_module(&request, &result)),
+                   PCP_STATUS_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(flag_table_rows),
+      cmocka_unit_test(unknown_backend_and_target_are_clear_errors),
+      cmocka_unit_test(compiles_cpu_and_serves_repeat_from_cache),
+      cmocka_unit_test(cross_compiles_for_absent_devices),
+      cmocka_unit_test(malformed_mlir_returns_diagnostics),
+      cmocka_unit_test(compiler_crash_and_hang_are_reported),
+      cmocka_unit_test(missing_venv_is_a_clear_error),
+      cmocka_unit_test(oversized_and_empty_inputs_are_refused),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
