@@ -1,0 +1,842 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Contexts, modules, diagnostics and function signatures over the MLIR C API
+// resolved by loader.c.
+
+#include "mlir/mlir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mlir/loader_impl.h"
+
+// Diagnostics kept per parse or verify. A broken module can produce one
+// error per op; the first ones are what a person reads.
+#define MAX_DIAGNOSTIC_BYTES ((size_t)64 << 10)
+// How deep location unwrapping goes (NameLoc(CallSiteLoc(FusedLoc(...)))).
+#define MAX_LOCATION_DEPTH 8
+// Fused locations with more parts than this are printed whole.
+#define MAX_FUSED_LOCATIONS 16
+
+struct pcp_mlir_context_t {
+  pcp_allocator_t allocator;
+  const pcp_mlir_api_t* api;
+  MlirContext context;
+  pcp_mlir_context_options_t options;
+  // Diagnostics of the parse or verify in progress.
+  pcp_string_builder_t diagnostics;
+  bool diagnostics_truncated;
+  // Name substituted for the file name "-" that mlirModuleCreateParse gives
+  // every location in the text (it takes no buffer name; the alternative,
+  // mlirOperationCreateParse, takes one but rejects texts without a single
+  // top-level op). Borrowed during the call.
+  const char* buffer_name;
+  size_t live_module_count;
+};
+
+typedef struct function_entry_t {
+  char* name;
+  bool is_public;
+  MlirOperation op;
+  MlirType function_type;
+  size_t argument_count;
+  size_t result_count;
+} function_entry_t;
+
+struct pcp_mlir_module_t {
+  pcp_mlir_context_t* context;
+  MlirModule module;
+  char* buffer_name;
+  char* name;
+  size_t function_count;
+  function_entry_t* functions;
+};
+
+//===----------------------------------------------------------------------===//
+// Printing into string builders
+//===----------------------------------------------------------------------===//
+
+// MlirStringCallback user data: the first append failure is kept and every
+// later chunk dropped, so a capped builder holds a clean prefix.
+typedef struct sink_t {
+  pcp_string_builder_t* builder;
+  pcp_status_t status;
+} sink_t;
+
+static void sink_append(MlirStringRef chunk, void* user_data) {
+  sink_t* sink = (sink_t*)user_data;
+  if (sink->status) return;
+  sink->status = pcp_string_builder_append(
+      sink->builder, pcp_make_string_view(chunk.data, chunk.length));
+}
+
+static pcp_status_t append_type_spelling(const pcp_mlir_api_t* api,
+                                         MlirType type,
+                                         pcp_string_builder_t* builder) {
+  sink_t sink = {builder, pcp_ok_status()};
+  api->mlirTypePrint(type, sink_append, &sink);
+  return sink.status;
+}
+
+static MlirStringRef string_ref(const char* value) {
+  return mlirStringRefCreate(value, strlen(value));
+}
+
+static bool string_ref_equals(MlirStringRef a, const char* b) {
+  size_t length = strlen(b);
+  return a.length == length && memcmp(a.data, b, length) == 0;
+}
+
+static char* string_ref_dup(pcp_allocator_t allocator, MlirStringRef value) {
+  char* copy = NULL;
+  pcp_status_t status =
+      pcp_allocator_malloc(allocator, value.length + 1, (void**)&copy);
+  if (status) {
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  if (value.length) memcpy(copy, value.data, value.length);
+  copy[value.length] = 0;
+  return copy;
+}
+
+//===----------------------------------------------------------------------===//
+// Diagnostics
+//===----------------------------------------------------------------------===//
+
+static void diagnostics_append_f(pcp_mlir_context_t* context, const char* fmt,
+                                 ...) PCP_PRINTF_ATTR(2, 3);
+static void diagnostics_append_f(pcp_mlir_context_t* context, const char* fmt,
+                                 ...) {
+  if (context->diagnostics_truncated) return;
+  char line[1024];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(line, sizeof(line), fmt, args);
+  va_end(args);
+  pcp_status_t status =
+      pcp_string_builder_append_cstring(&context->diagnostics, line);
+  if (status) {
+    pcp_status_ignore(status);
+    context->diagnostics_truncated = true;
+  }
+}
+
+// Finds the innermost file:line:col inside |location|: JAX and torch-mlir
+// wrap them in name, call-site and fused locations.
+static bool find_file_location(const pcp_mlir_api_t* api, MlirLocation location,
+                               int depth, MlirLocation* out_location) {
+  if (mlirLocationIsNull(location) || depth > MAX_LOCATION_DEPTH) return false;
+  if (api->mlirLocationIsAFileLineColRange(location)) {
+    *out_location = location;
+    return true;
+  }
+  if (api->mlirLocationIsAName(location)) {
+    return find_file_location(api, api->mlirLocationNameGetChildLoc(location),
+                              depth + 1, out_location);
+  }
+  if (api->mlirLocationIsACallSite(location)) {
+    return find_file_location(api, api->mlirLocationCallSiteGetCallee(location),
+                              depth + 1, out_location);
+  }
+  if (api->mlirLocationIsAFused(location)) {
+    intptr_t count = api->mlirLocationFusedGetNumLocations(location);
+    if (count <= 0 || count > MAX_FUSED_LOCATIONS) return false;
+    MlirLocation parts[MAX_FUSED_LOCATIONS];
+    api->mlirLocationFusedGetLocations(location, parts);
+    for (intptr_t i = 0; i < count; ++i) {
+      if (find_file_location(api, parts[i], depth + 1, out_location)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+static void diagnostics_append_location(pcp_mlir_context_t* context,
+                                        MlirLocation location) {
+  const pcp_mlir_api_t* api = context->api;
+  MlirLocation file_location;
+  if (find_file_location(api, location, 0, &file_location)) {
+    MlirStringRef file = api->mlirIdentifierStr(
+        api->mlirLocationFileLineColRangeGetFilename(file_location));
+    int line = api->mlirLocationFileLineColRangeGetStartLine(file_location);
+    int column = api->mlirLocationFileLineColRangeGetStartColumn(file_location);
+    if (file.length == 0 || string_ref_equals(file, "-")) {
+      diagnostics_append_f(context, "%s:%d:%d", context->buffer_name, line,
+                           column);
+    } else {
+      diagnostics_append_f(context, "%.*s:%d:%d", (int)file.length, file.data,
+                           line, column);
+    }
+    return;
+  }
+  // No file position at all (loc(unknown), a bare name): print it as MLIR
+  // does, prefixed by the buffer so the reader knows which input it was.
+  diagnostics_append_f(context, "%s: ", context->buffer_name);
+  if (context->diagnostics_truncated) return;
+  sink_t sink = {&context->diagnostics, pcp_ok_status()};
+  api->mlirLocationPrint(location, sink_append, &sink);
+  if (sink.status) {
+    pcp_status_ignore(sink.status);
+    context->diagnostics_truncated = true;
+  }
+}
+
+static const char* severity_name(MlirDiagnosticSeverity severity) {
+  switch (severity) {
+    case MlirDiagnosticError:
+      return "error";
+    case MlirDiagnosticWarning:
+      return "warning";
+    case MlirDiagnosticNote:
+      return "note";
+    case MlirDiagnosticRemark:
+      return "remark";
+  }
+  return "diagnostic";
+}
+
+static void diagnostics_append(pcp_mlir_context_t* context,
+                               MlirDiagnostic diagnostic, int depth) {
+  const pcp_mlir_api_t* api = context->api;
+  if (context->diagnostics.size > 0) diagnostics_append_f(context, "\n");
+  diagnostics_append_location(context,
+                              api->mlirDiagnosticGetLocation(diagnostic));
+  diagnostics_append_f(
+      context, ": %s: ",
+      severity_name(api->mlirDiagnosticGetSeverity(diagnostic)));
+  if (!context->diagnostics_truncated) {
+    sink_t sink = {&context->diagnostics, pcp_ok_status()};
+    api->mlirDiagnosticPrint(diagnostic, sink_append, &sink);
+    if (sink.status) {
+      pcp_status_ignore(sink.status);
+      context->diagnostics_truncated = true;
+    }
+  }
+  if (depth >= MAX_LOCATION_DEPTH) return;
+  intptr_t note_count = api->mlirDiagnosticGetNumNotes(diagnostic);
+  for (intptr_t i = 0; i < note_count; ++i) {
+    diagnostics_append(context, api->mlirDiagnosticGetNote(diagnostic, i),
+                       depth + 1);
+  }
+}
+
+static MlirLogicalResult handle_diagnostic(MlirDiagnostic diagnostic,
+                                           void* user_data) {
+  diagnostics_append((pcp_mlir_context_t*)user_data, diagnostic, 0);
+  // Handled: nothing else (MLIR's default stderr printer) sees it.
+  return mlirLogicalResultSuccess();
+}
+
+static void diagnostics_begin(pcp_mlir_context_t* context,
+                              const char* buffer_name) {
+  pcp_string_builder_reset(&context->diagnostics);
+  context->diagnostics_truncated = false;
+  context->buffer_name = buffer_name;
+}
+
+// Returns INVALID_ARGUMENT "<what>: <diagnostics>" and clears them.
+static pcp_status_t diagnostics_status(pcp_mlir_context_t* context,
+                                       const char* what) {
+  const char* text = context->diagnostics.size
+                         ? pcp_string_builder_cstring(&context->diagnostics)
+                         : "(MLIR reported no diagnostic)";
+  pcp_status_t status = pcp_make_status(
+      PCP_STATUS_INVALID_ARGUMENT, "%s: %s%s", what, text,
+      context->diagnostics_truncated ? "\n(more diagnostics omitted)" : "");
+  diagnostics_begin(context, NULL);
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// pcp_mlir_context_t
+//===----------------------------------------------------------------------===//
+
+void pcp_mlir_context_options_initialize(
+    pcp_mlir_context_options_t* out_options) {
+  memset(out_options, 0, sizeof(*out_options));
+  out_options->max_module_byte_length = PCP_MLIR_MAX_MODULE_BYTES;
+}
+
+pcp_status_t pcp_mlir_context_create(const pcp_mlir_context_options_t* options,
+                                     pcp_allocator_t allocator,
+                                     pcp_mlir_context_t** out_context) {
+  *out_context = NULL;
+  const pcp_mlir_api_t* api = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_mlir_api_get(&api));
+  pcp_mlir_context_t* context = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_calloc(allocator, sizeof(*context), (void**)&context));
+  context->allocator = allocator;
+  context->api = api;
+  if (options) {
+    context->options = *options;
+  } else {
+    pcp_mlir_context_options_initialize(&context->options);
+  }
+  if (context->options.max_module_byte_length == 0) {
+    context->options.max_module_byte_length = PCP_MLIR_MAX_MODULE_BYTES;
+  }
+  pcp_string_builder_initialize(allocator, MAX_DIAGNOSTIC_BYTES,
+                                &context->diagnostics);
+
+  // The registry holds every dialect IREE knows, including the default
+  // plugins' (StableHLO, CHLO). Dialects are loaded lazily by the parser as
+  // the text names them: loading all of them up front costs start-up time
+  // for dialects a StableHLO module never uses.
+  MlirDialectRegistry registry = api->mlirDialectRegistryCreate();
+  api->ireeCompilerRegisterDialects(registry);
+  context->context = api->mlirContextCreateWithRegistry(
+      registry, context->options.enable_multithreading);
+  api->mlirDialectRegistryDestroy(registry);
+  if (mlirContextIsNull(context->context)) {
+    pcp_string_builder_deinitialize(&context->diagnostics);
+    pcp_allocator_free(allocator, context);
+    return pcp_make_status(PCP_STATUS_INTERNAL,
+                           "mlirContextCreateWithRegistry failed");
+  }
+  // Stays attached for the context's lifetime; the context is the user data
+  // and outlives it, so no delete callback.
+  api->mlirContextAttachDiagnosticHandler(context->context, handle_diagnostic,
+                                          context, NULL);
+  *out_context = context;
+  return pcp_ok_status();
+}
+
+void pcp_mlir_context_release(pcp_mlir_context_t* context) {
+  if (!context) return;
+  PCP_ASSERT(context->live_module_count == 0);
+  context->api->mlirContextDestroy(context->context);
+  pcp_string_builder_deinitialize(&context->diagnostics);
+  pcp_allocator_free(context->allocator, context);
+}
+
+//===----------------------------------------------------------------------===//
+// pcp_mlir_module_t
+//===----------------------------------------------------------------------===//
+
+// Reads a string attribute named |name| off |op|; empty when absent.
+static MlirStringRef op_string_attribute(const pcp_mlir_api_t* api,
+                                         MlirOperation op, const char* name) {
+  MlirAttribute attribute =
+      api->mlirOperationGetInherentAttributeByName(op, string_ref(name));
+  if (mlirAttributeIsNull(attribute) || !api->mlirAttributeIsAString(attribute)) {
+    return mlirStringRefCreate(NULL, 0);
+  }
+  return api->mlirStringAttrGetValue(attribute);
+}
+
+static void module_free(pcp_mlir_module_t* module) {
+  pcp_allocator_t allocator = module->context->allocator;
+  for (size_t i = 0; i < module->function_count; ++i) {
+    pcp_allocator_free(allocator, module->functions[i].name);
+  }
+  pcp_allocator_free(allocator, module->functions);
+  pcp_allocator_free(allocator, module->buffer_name);
+  pcp_allocator_free(allocator, module->name);
+  if (!mlirModuleIsNull(module->module)) {
+    module->context->api->mlirModuleDestroy(module->module);
+  }
+  pcp_allocator_free(allocator, module);
+}
+
+// Records every top-level func.func. Nested modules are not searched: a
+// StableHLO program's entry points are at the top level.
+static pcp_status_t module_collect_functions(pcp_mlir_module_t* module) {
+  const pcp_mlir_api_t* api = module->context->api;
+  pcp_allocator_t allocator = module->context->allocator;
+  MlirBlock body = api->mlirModuleGetBody(module->module);
+  size_t capacity = 0;
+  for (MlirOperation op = api->mlirBlockGetFirstOperation(body);
+       !mlirOperationIsNull(op); op = api->mlirOperationGetNextInBlock(op)) {
+    if (!string_ref_equals(api->mlirIdentifierStr(api->mlirOperationGetName(op)),
+                           "func.func")) {
+      continue;
+    }
+    MlirAttribute type_attribute = api->mlirOperationGetInherentAttributeByName(
+        op, string_ref("function_type"));
+    if (mlirAttributeIsNull(type_attribute) ||
+        !api->mlirAttributeIsAType(type_attribute)) {
+      continue;  // the verifier rejects this; be defensive anyway
+    }
+    MlirType function_type = api->mlirTypeAttrGetValue(type_attribute);
+    if (!api->mlirTypeIsAFunction(function_type)) continue;
+    if (module->function_count == capacity) {
+      capacity = capacity ? capacity * 2 : 8;
+      void* functions = module->functions;
+      PCP_RETURN_IF_ERROR_BARE(pcp_allocator_realloc(
+          allocator, capacity * sizeof(function_entry_t), &functions));
+      module->functions = (function_entry_t*)functions;
+    }
+    function_entry_t* entry = &module->functions[module->function_count];
+    memset(entry, 0, sizeof(*entry));
+    entry->name = string_ref_dup(allocator, op_string_attribute(api, op, "sym_name"));
+    if (!entry->name) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "out of memory reading function names");
+    }
+    ++module->function_count;
+    MlirStringRef visibility = op_string_attribute(api, op, "sym_visibility");
+    entry->is_public =
+        visibility.length == 0 || string_ref_equals(visibility, "public");
+    entry->op = op;
+    entry->function_type = function_type;
+    entry->argument_count =
+        (size_t)api->mlirFunctionTypeGetNumInputs(function_type);
+    entry->result_count =
+        (size_t)api->mlirFunctionTypeGetNumResults(function_type);
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_mlir_module_parse(pcp_mlir_context_t* context,
+                                   const char* text, size_t byte_length,
+                                   const char* buffer_name,
+                                   pcp_mlir_module_t** out_module) {
+  *out_module = NULL;
+  if (!buffer_name || !buffer_name[0]) buffer_name = "<input>";
+  if (byte_length > context->options.max_module_byte_length) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "MLIR module '%s' is %zu bytes; the limit is %zu",
+                           buffer_name, byte_length,
+                           context->options.max_module_byte_length);
+  }
+  if (!text && byte_length) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "MLIR module '%s': NULL text", buffer_name);
+  }
+  const pcp_mlir_api_t* api = context->api;
+  pcp_allocator_t allocator = context->allocator;
+
+  // MLIR's lexer finds the end of its buffer by the NUL after it, while
+  // parseSourceString wraps the caller's bytes without requiring one. A
+  // private NUL-terminated copy keeps the parser inside the input whatever
+  // the caller passed; parsing costs far more than the copy.
+  char* copy = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_malloc(allocator, byte_length + 1, (void**)&copy));
+  if (byte_length) memcpy(copy, text, byte_length);
+  copy[byte_length] = 0;
+
+  diagnostics_begin(context, buffer_name);
+  MlirModule parsed = api->mlirModuleCreateParse(
+      context->context, mlirStringRefCreate(copy, byte_length));
+  pcp_allocator_free(allocator, copy);
+  if (mlirModuleIsNull(parsed)) {
+    char what[512];
+    snprintf(what, sizeof(what), "cannot parse MLIR module '%s'", buffer_name);
+    return diagnostics_status(context, what);
+  }
+  diagnostics_begin(context, NULL);
+
+  pcp_mlir_module_t* module = NULL;
+  pcp_status_t status =
+      pcp_allocator_calloc(allocator, sizeof(*module), (void**)&module);
+  if (status) {
+    api->mlirModuleDestroy(parsed);
+    return status;
+  }
+  module->context = context;
+  module->module = parsed;
+  ++context->live_module_count;
+  module->buffer_name = string_ref_dup(allocator, string_ref(buffer_name));
+  module->name = string_ref_dup(
+      allocator, op_string_attribute(api, api->mlirModuleGetOperation(parsed),
+                                     "sym_name"));
+  if (!module->buffer_name || !module->name) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "out of memory reading module '%s'", buffer_name);
+  }
+  if (!status) status = module_collect_functions(module);
+  if (status) {
+    pcp_mlir_module_release(module);
+    return status;
+  }
+  *out_module = module;
+  return pcp_ok_status();
+}
+
+void pcp_mlir_module_release(pcp_mlir_module_t* module) {
+  if (!module) return;
+  --module->context->live_module_count;
+  module_free(module);
+}
+
+pcp_status_t pcp_mlir_module_verify(pcp_mlir_module_t* module) {
+  pcp_mlir_context_t* context = module->context;
+  diagnostics_begin(context, module->buffer_name);
+  bool valid = context->api->mlirOperationVerify(
+      context->api->mlirModuleGetOperation(module->module));
+  if (!valid) {
+    char what[512];
+    snprintf(what, sizeof(what), "MLIR module '%s' failed verification",
+             module->buffer_name);
+    return diagnostics_status(context, what);
+  }
+  diagnostics_begin(context, NULL);
+  return pcp_ok_status();
+}
+
+const char* pcp_mlir_module_name(const pcp_mlir_module_t* module) {
+  return module->name;
+}
+
+const char* pcp_mlir_module_buffer_name(const pcp_mlir_module_t* module) {
+  return module->buffer_name;
+}
+
+pcp_status_t pcp_mlir_module_print(pcp_mlir_module_t* module,
+                                   pcp_mlir_print_flags_t flags,
+                                   pcp_string_builder_t* builder) {
+  const pcp_mlir_api_t* api = module->context->api;
+  MlirOpPrintingFlags printing_flags = api->mlirOpPrintingFlagsCreate();
+  if (flags & PCP_MLIR_PRINT_FLAG_GENERIC) {
+    api->mlirOpPrintingFlagsPrintGenericOpForm(printing_flags);
+  }
+  sink_t sink = {builder, pcp_ok_status()};
+  api->mlirOperationPrintWithFlags(api->mlirModuleGetOperation(module->module),
+                                   printing_flags, sink_append, &sink);
+  api->mlirOpPrintingFlagsDestroy(printing_flags);
+  return sink.status;
+}
+
+//===----------------------------------------------------------------------===//
+// Functions and signatures
+//===----------------------------------------------------------------------===//
+
+size_t pcp_mlir_module_function_count(const pcp_mlir_module_t* module) {
+  return module->function_count;
+}
+
+void pcp_mlir_module_function_at(const pcp_mlir_module_t* module, size_t index,
+                                 pcp_mlir_function_info_t* out_info) {
+  PCP_ASSERT(index < module->function_count);
+  const function_entry_t* entry = &module->functions[index];
+  out_info->name = entry->name;
+  out_info->is_public = entry->is_public;
+  out_info->argument_count = entry->argument_count;
+  out_info->result_count = entry->result_count;
+}
+
+static pcp_status_t function_not_found(const pcp_mlir_module_t* module,
+                                       const char* name) {
+  pcp_string_builder_t list;
+  pcp_string_builder_initialize(pcp_allocator_system(), 4096, &list);
+  pcp_status_t status = pcp_ok_status();
+  for (size_t i = 0; i < module->function_count && !status; ++i) {
+    status = pcp_string_builder_append_f(
+        &list, "%s@%s%s", i ? ", " : "", module->functions[i].name,
+        module->functions[i].is_public ? "" : " (private)");
+  }
+  if (status) {
+    // The list is only a hint; a long one is cut, not an error of its own.
+    pcp_status_ignore(status);
+    pcp_status_ignore(pcp_string_builder_append_cstring(&list, ", ..."));
+  }
+  pcp_status_t result;
+  if (module->function_count == 0) {
+    result = pcp_make_status(PCP_STATUS_NOT_FOUND,
+                             "function @%s not found in MLIR module '%s': it "
+                             "has no func.func functions",
+                             name, module->buffer_name);
+  } else {
+    result = pcp_make_status(
+        PCP_STATUS_NOT_FOUND,
+        "function @%s not found in MLIR module '%s'; available: %s", name,
+        module->buffer_name, pcp_string_builder_cstring(&list));
+  }
+  pcp_string_builder_deinitialize(&list);
+  return result;
+}
+
+// Maps an MLIR element spelling to PCP's numbering. Signed integers
+// ("si32") share the signless numbers: PCP's wire types carry no
+// signedness distinction between the two.
+static pcp_element_type_t element_type_from_spelling(const char* spelling) {
+  if (spelling[0] == 's' && spelling[1] == 'i') ++spelling;
+  pcp_element_type_t type = PCP_ELEMENT_TYPE_UNKNOWN;
+  if (!pcp_element_type_parse(pcp_make_cstring_view(spelling), &type)) {
+    return PCP_ELEMENT_TYPE_UNKNOWN;
+  }
+  return type;
+}
+
+// Describes |type| into |out_type|; spellings are appended to |strings|
+// (NUL-separated) and their offsets parked in the pointer fields until the
+// block's final address is known.
+static pcp_status_t describe_type(const pcp_mlir_api_t* api, MlirType type,
+                                  const char* what, pcp_string_builder_t* strings,
+                                  pcp_mlir_type_t* out_type) {
+  memset(out_type, 0, sizeof(*out_type));
+  out_type->kind = PCP_MLIR_TYPE_KIND_OTHER;
+  out_type->rank = -1;
+  size_t spelling_offset = strings->size;
+  PCP_RETURN_IF_ERROR_BARE(append_type_spelling(api, type, strings));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append(strings, pcp_make_string_view("", 1)));
+  size_t element_offset = strings->size;
+
+  MlirType element = {NULL};
+  if (api->mlirTypeIsARankedTensor(type)) {
+    int64_t rank = api->mlirShapedTypeGetRank(type);
+    if (rank > PCP_MAX_TENSOR_RANK) {
+      return pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
+                             "%s has rank %lld; the maximum is %d", what,
+                             (long long)rank, PCP_MAX_TENSOR_RANK);
+    }
+    out_type->kind = PCP_MLIR_TYPE_KIND_RANKED_TENSOR;
+    out_type->rank = (int32_t)rank;
+    for (intptr_t d = 0; d < (intptr_t)rank; ++d) {
+      out_type->dims[d] = api->mlirShapedTypeIsDynamicDim(type, d)
+                              ? PCP_MLIR_DYNAMIC_DIM
+                              : api->mlirShapedTypeGetDimSize(type, d);
+    }
+    element = api->mlirShapedTypeGetElementType(type);
+  } else if (api->mlirTypeIsAUnrankedTensor(type)) {
+    out_type->kind = PCP_MLIR_TYPE_KIND_UNRANKED_TENSOR;
+    element = api->mlirShapedTypeGetElementType(type);
+  } else if (api->mlirTypeIsAInteger(type) || api->mlirTypeIsAFloat(type) ||
+             api->mlirTypeIsAIndex(type)) {
+    out_type->kind = PCP_MLIR_TYPE_KIND_SCALAR;
+    out_type->rank = 0;
+    element = type;
+  }
+  if (!mlirTypeIsNull(element)) {
+    PCP_RETURN_IF_ERROR_BARE(append_type_spelling(api, element, strings));
+  }
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append(strings, pcp_make_string_view("", 1)));
+  out_type->element_type =
+      element_type_from_spelling(strings->data + element_offset);
+  out_type->spelling = (const char*)(uintptr_t)spelling_offset;
+  out_type->element_spelling = (const char*)(uintptr_t)element_offset;
+  return pcp_ok_status();
+}
+
+static void fix_up_strings(pcp_mlir_type_t* types, size_t count,
+                           const char* base) {
+  for (size_t i = 0; i < count; ++i) {
+    types[i].spelling = base + (uintptr_t)types[i].spelling;
+    types[i].element_spelling = base + (uintptr_t)types[i].element_spelling;
+  }
+}
+
+static pcp_status_t fill_signature(const pcp_mlir_api_t* api,
+                                   const function_entry_t* entry,
+                                   pcp_mlir_function_signature_t* signature) {
+  pcp_allocator_t allocator = signature->allocator;
+  signature->function_name = string_ref_dup(allocator, string_ref(entry->name));
+  if (!signature->function_name) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "out of memory copying a function name");
+  }
+  signature->is_public = entry->is_public;
+  if (entry->argument_count) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+        allocator, entry->argument_count * sizeof(pcp_mlir_type_t),
+        (void**)&signature->arguments));
+  }
+  if (entry->result_count) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+        allocator, entry->result_count * sizeof(pcp_mlir_type_t),
+        (void**)&signature->results));
+  }
+  pcp_string_builder_t strings;
+  pcp_string_builder_initialize(allocator, 0, &strings);
+  pcp_status_t status = pcp_ok_status();
+  char what[128];
+  for (size_t i = 0; i < entry->argument_count && !status; ++i) {
+    snprintf(what, sizeof(what), "@%.64s argument %zu", entry->name, i);
+    status = describe_type(
+        api, api->mlirFunctionTypeGetInput(entry->function_type, (intptr_t)i),
+        what, &strings, &signature->arguments[i]);
+    ++signature->argument_count;
+  }
+  for (size_t i = 0; i < entry->result_count && !status; ++i) {
+    snprintf(what, sizeof(what), "@%.64s result %zu", entry->name, i);
+    status = describe_type(
+        api, api->mlirFunctionTypeGetResult(entry->function_type, (intptr_t)i),
+        what, &strings, &signature->results[i]);
+    ++signature->result_count;
+  }
+  if (!status) status = pcp_string_builder_take(&strings, &signature->strings_);
+  pcp_string_builder_deinitialize(&strings);
+  if (status) {
+    // Offsets are not pointers yet: keep deinitialize from following them.
+    signature->argument_count = signature->result_count = 0;
+    return status;
+  }
+  fix_up_strings(signature->arguments, signature->argument_count,
+                 signature->strings_);
+  fix_up_strings(signature->results, signature->result_count,
+                 signature->strings_);
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_mlir_module_function_signature(
+    pcp_mlir_module_t* module, const char* function_name,
+    pcp_allocator_t allocator, pcp_mlir_function_signature_t* out_signature) {
+  memset(out_signature, 0, sizeof(*out_signature));
+  out_signature->allocator = allocator;
+  if (!function_name || !function_name[0]) {
+    function_name = PCP_MLIR_DEFAULT_FUNCTION;
+  }
+  if (function_name[0] == '@') ++function_name;
+  const function_entry_t* entry = NULL;
+  for (size_t i = 0; i < module->function_count; ++i) {
+    if (strcmp(module->functions[i].name, function_name) == 0) {
+      entry = &module->functions[i];
+      break;
+    }
+  }
+  if (!entry) return function_not_found(module, function_name);
+  pcp_status_t status = fill_signature(module->context->api, entry, out_signature);
+  if (status) pcp_mlir_function_signature_deinitialize(out_signature);
+  return status;
+}
+
+void pcp_mlir_function_signature_deinitialize(
+    pcp_mlir_function_signature_t* signature) {
+  pcp_allocator_t allocator = signature->allocator;
+  pcp_allocator_free(allocator, signature->function_name);
+  pcp_allocator_free(allocator, signature->arguments);
+  pcp_allocator_free(allocator, signature->results);
+  pcp_allocator_free(allocator, signature->strings_);
+  memset(signature, 0, sizeof(*signature));
+  signature->allocator = allocator;
+}
+
+pcp_status_t pcp_mlir_text_function_signature(
+    const char* text, size_t byte_length, const char* buffer_name,
+    const char* function_name, pcp_allocator_t allocator,
+    pcp_mlir_function_signature_t* out_signature) {
+  memset(out_signature, 0, sizeof(*out_signature));
+  out_signature->allocator = allocator;
+  pcp_mlir_context_t* context = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_mlir_context_create(NULL, allocator, &context));
+  pcp_mlir_module_t* module = NULL;
+  pcp_status_t status =
+      pcp_mlir_module_parse(context, text, byte_length, buffer_name, &module);
+  if (!status) {
+    status = pcp_mlir_module_function_signature(module, function_name,
+                                                allocator, out_signature);
+  }
+  pcp_mlir_module_release(module);
+  pcp_mlir_context_release(context);
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Formatting and checking
+//===----------------------------------------------------------------------===//
+
+pcp_status_t pcp_mlir_type_format(const pcp_mlir_type_t* type,
+                                  pcp_string_builder_t* builder) {
+  switch (type->kind) {
+    case PCP_MLIR_TYPE_KIND_RANKED_TENSOR:
+      if (type->rank == 0) {
+        return pcp_string_builder_append_f(builder, "tensor<%s>",
+                                           type->element_spelling);
+      }
+      for (int32_t d = 0; d < type->rank; ++d) {
+        if (type->dims[d] == PCP_MLIR_DYNAMIC_DIM) {
+          PCP_RETURN_IF_ERROR_BARE(
+              pcp_string_builder_append_cstring(builder, "?x"));
+        } else {
+          PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+              builder, "%lldx", (long long)type->dims[d]));
+        }
+      }
+      return pcp_string_builder_append_cstring(builder,
+                                               type->element_spelling);
+    case PCP_MLIR_TYPE_KIND_UNRANKED_TENSOR:
+      return pcp_string_builder_append_f(builder, "*x%s",
+                                         type->element_spelling);
+    case PCP_MLIR_TYPE_KIND_SCALAR:
+      return pcp_string_builder_append_cstring(builder,
+                                               type->element_spelling);
+    case PCP_MLIR_TYPE_KIND_OTHER:
+    default:
+      return pcp_string_builder_append_cstring(builder,
+                                               type->spelling ? type->spelling
+                                                              : "?");
+  }
+}
+
+pcp_status_t pcp_mlir_function_signature_format(
+    const pcp_mlir_function_signature_t* signature,
+    pcp_string_builder_t* builder) {
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append_f(builder, "@%s(", signature->function_name));
+  for (size_t i = 0; i < signature->argument_count; ++i) {
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_f(builder, "%sarg%zu: ", i ? ", " : "", i));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_mlir_type_format(&signature->arguments[i], builder));
+  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(builder, ") -> ("));
+  for (size_t i = 0; i < signature->result_count; ++i) {
+    if (i) {
+      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(builder, ", "));
+    }
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_mlir_type_format(&signature->results[i], builder));
+  }
+  return pcp_string_builder_append_cstring(builder, ")");
+}
+
+static pcp_status_t tensor_mismatch(const pcp_mlir_type_t* expected,
+                                    pcp_element_type_t element_type,
+                                    int32_t rank, const int64_t* dims,
+                                    const char* what) {
+  char expected_text[256];
+  char actual_text[256];
+  pcp_string_builder_t builder;
+  pcp_string_builder_initialize(pcp_allocator_system(), 200, &builder);
+  pcp_status_ignore(pcp_mlir_type_format(expected, &builder));
+  snprintf(expected_text, sizeof(expected_text), "%s",
+           pcp_string_builder_cstring(&builder));
+  pcp_string_builder_reset(&builder);
+  pcp_mlir_type_t actual;
+  memset(&actual, 0, sizeof(actual));
+  actual.kind = PCP_MLIR_TYPE_KIND_RANKED_TENSOR;
+  actual.rank = rank < 0 ? 0 : (rank > PCP_MAX_TENSOR_RANK ? 0 : rank);
+  if (dims) memcpy(actual.dims, dims, (size_t)actual.rank * sizeof(int64_t));
+  actual.element_spelling = pcp_element_type_name(element_type);
+  if (rank < 0 || rank > PCP_MAX_TENSOR_RANK) {
+    pcp_status_ignore(pcp_string_builder_append_f(
+        &builder, "a rank-%d tensor of %s", (int)rank,
+        actual.element_spelling));
+  } else {
+    pcp_status_ignore(pcp_mlir_type_format(&actual, &builder));
+  }
+  snprintf(actual_text, sizeof(actual_text), "%s",
+           pcp_string_builder_cstring(&builder));
+  pcp_string_builder_deinitialize(&builder);
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                         "%s: expected %s, got %s", what ? what : "value",
+                         expected_text, actual_text);
+}
+
+pcp_status_t pcp_mlir_type_check_tensor(const pcp_mlir_type_t* expected,
+                                        pcp_element_type_t element_type,
+                                        int32_t rank, const int64_t* dims,
+                                        const char* what) {
+  bool matches = false;
+  if (expected->kind == PCP_MLIR_TYPE_KIND_UNRANKED_TENSOR) {
+    matches = expected->element_type != PCP_ELEMENT_TYPE_UNKNOWN &&
+              expected->element_type == element_type && rank >= 0 &&
+              rank <= PCP_MAX_TENSOR_RANK;
+  } else if (expected->kind == PCP_MLIR_TYPE_KIND_RANKED_TENSOR) {
+    matches = expected->element_type != PCP_ELEMENT_TYPE_UNKNOWN &&
+              expected->element_type == element_type &&
+              expected->rank == rank && (rank == 0 || dims);
+    for (int32_t d = 0; matches && d < rank; ++d) {
+      matches = expected->dims[d] == PCP_MLIR_DYNAMIC_DIM ||
+                expected->dims[d] == dims[d];
+    }
+  }
+  if (matches) return pcp_ok_status();
+  return tensor_mismatch(expected, element_type, rank, dims, what);
+}
