@@ -11,6 +11,7 @@
 
 #include "base/base.h"
 #include "compile/compile.h"
+#include "mlir/mlir.h"
 
 typedef int (*command_main_fn_t)(int argc, char** argv);
 
@@ -23,6 +24,7 @@ typedef struct command_t {
 // Tool subcommands, one line each. Keep sorted by name.
 static const command_t kCommands[] = {
     {"compile", pcp_compile_cli_main, "compile StableHLO MLIR to an IREE VMFB"},
+    {"inspect", pcp_mlir_inspect_main, "show a StableHLO module's functions and signatures"},
     {NULL, NULL, NULL},
 };
 
