@@ -118,6 +118,21 @@ static void join_enum_values(const pcp_config_field_t* field,
   }
 }
 
+// Returns the field an ALIAS writes to (the first non-alias field at the
+// same offset), or |field| itself.
+static const pcp_config_field_t* alias_target(const pcp_config_table_t* table,
+                                              const pcp_config_field_t* field) {
+  if (!(field->flags & PCP_CONFIG_FLAG_ALIAS)) return field;
+  for (size_t i = 0; i < table->field_count; ++i) {
+    const pcp_config_field_t* other = &table->fields[i];
+    if (other->offset == field->offset &&
+        !(other->flags & PCP_CONFIG_FLAG_ALIAS)) {
+      return other;
+    }
+  }
+  return field;
+}
+
 //===----------------------------------------------------------------------===//
 // String lists
 //===----------------------------------------------------------------------===//
@@ -307,6 +322,7 @@ static void clear_field(const pcp_config_field_t* field, void* config) {
 static pcp_status_t initialize_field(const pcp_config_table_t* table,
                                      const pcp_config_field_t* field,
                                      void* config) {
+  if (field->flags & PCP_CONFIG_FLAG_ALIAS) return pcp_ok_status();
   clear_field(field, config);
   if (field->type == PCP_CONFIG_TYPE_OBJECT) {
     PCP_ASSERT(field->object_table != NULL);
@@ -338,6 +354,7 @@ static pcp_status_t initialize_field(const pcp_config_table_t* table,
 pcp_status_t pcp_config_initialize(const pcp_config_table_t* table,
                                    void* config) {
   for (size_t i = 0; i < table->field_count; ++i) {
+    if (table->fields[i].flags & PCP_CONFIG_FLAG_ALIAS) continue;
     clear_field(&table->fields[i], config);
   }
   for (size_t i = 0; i < table->field_count; ++i) {
@@ -348,6 +365,8 @@ pcp_status_t pcp_config_initialize(const pcp_config_table_t* table,
 }
 
 static void deinitialize_field(const pcp_config_field_t* field, void* config) {
+  // The aliased field owns the member; freeing it twice would be a bug.
+  if (field->flags & PCP_CONFIG_FLAG_ALIAS) return;
   void* slot = field_ptr(config, field);
   switch (field->type) {
     case PCP_CONFIG_TYPE_STRING:
@@ -538,8 +557,9 @@ static pcp_status_t apply_json_value(const pcp_config_table_t* table,
   // null means "not given": the field returns to its default (upstream's
   // optional fields are written as null in real configs).
   if (json_is_null(value)) {
-    deinitialize_field(field, config);
-    return initialize_field(table, field, config);
+    const pcp_config_field_t* target = alias_target(table, field);
+    deinitialize_field(target, config);
+    return initialize_field(table, target, config);
   }
   switch (field->type) {
     case PCP_CONFIG_TYPE_BOOL:
@@ -687,6 +707,7 @@ static pcp_status_t validate_impl(const pcp_config_table_t* table,
                                   const char* prefix) {
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* field = &table->fields[i];
+    if (field->flags & PCP_CONFIG_FLAG_ALIAS) continue;
     const void* slot = field_cptr(config, field);
     char key[128];
     json_key_of(field->name, key, sizeof(key));
@@ -810,7 +831,9 @@ void pcp_config_print_help(const pcp_config_table_t* table, FILE* out) {
       fprintf(out, "\n%*s", kColumn, "");
     }
     fprintf(out, "%s", field->help ? field->help : "");
-    if (field->flags & PCP_CONFIG_FLAG_REQUIRED) {
+    if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
+      fprintf(out, " (alias of --%s)\n", alias_target(table, field)->name);
+    } else if (field->flags & PCP_CONFIG_FLAG_REQUIRED) {
       fprintf(out, " (required)\n");
     } else {
       fprintf(out, " (default: %s)\n", default_text_of(field));
@@ -865,11 +888,25 @@ static json_t* dump_object(const pcp_config_table_t* table,
   if (!object) return NULL;
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* field = &table->fields[i];
+    if (field->flags & PCP_CONFIG_FLAG_ALIAS) continue;
     char key[128];
     json_key_of(field->name, key, sizeof(key));
     json_object_set_new(object, key, dump_field(field, config));
   }
   return object;
+}
+
+void pcp_config_dump_json_sections(const pcp_config_section_t* sections,
+                                   size_t section_count, FILE* out) {
+  json_t* root = json_object();
+  if (!root) return;
+  for (size_t i = 0; i < section_count; ++i) {
+    json_t* part = dump_object(sections[i].table, sections[i].config);
+    json_object_set_new(root, sections[i].name, part ? part : json_null());
+  }
+  json_dumpf(root, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  fputc('\n', out);
+  json_decref(root);
 }
 
 void pcp_config_dump_json(const pcp_config_table_t* table, const void* config,

@@ -70,6 +70,12 @@ enum pcp_config_flag_bits_e {
   PCP_CONFIG_FLAG_ENV_NAME = 1u << 3,
   // Hidden from --help (internal flags such as --supervisor-id).
   PCP_CONFIG_FLAG_HIDDEN = 1u << 4,
+  // A second name for the field declared earlier in the table at the same
+  // |offset| (upstream's --gateway-port for --api-port): it writes that
+  // member, last one given wins. Aliases have no default of their own, are
+  // skipped by initialize, deinitialize and dump, and --help shows
+  // "alias of --<name>".
+  PCP_CONFIG_FLAG_ALIAS = 1u << 5,
 };
 
 struct pcp_config_field_t;
@@ -150,6 +156,18 @@ void pcp_config_print_help(const pcp_config_table_t* table, FILE* out);
 // Prints the effective config as a JSON object (keys with underscores).
 void pcp_config_dump_json(const pcp_config_table_t* table, const void* config,
                           FILE* out);
+
+// One named part of a combined dump.
+typedef struct pcp_config_section_t {
+  const char* name;  // JSON key of this part
+  const pcp_config_table_t* table;
+  const void* config;
+} pcp_config_section_t;
+
+// Prints {"<name>": {...}, ...}: several tables as one JSON object (a role's
+// CLI flags next to the config file it loaded).
+void pcp_config_dump_json_sections(const pcp_config_section_t* sections,
+                                   size_t section_count, FILE* out);
 
 // String lists.
 PCP_MUST_USE_RESULT pcp_status_t pcp_string_list_append(pcp_string_list_t* list,

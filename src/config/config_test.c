@@ -65,6 +65,9 @@ static const pcp_config_field_t kSampleFields[] = {
     {.name = "port", .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(sample_t, port), .default_value = "8080", .min = 1,
      .max = 65535, .value_name = "PORT", .help = "TCP port"},
+    {.name = "listen-port", .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(sample_t, port), .min = 1, .max = 65535,
+     .flags = PCP_CONFIG_FLAG_ALIAS, .help = "old name"},
     {.name = "ratio", .type = PCP_CONFIG_TYPE_DOUBLE,
      .offset = offsetof(sample_t, ratio), .default_value = "0.5", .min = 0,
      .max = 1, .help = "a fraction"},
@@ -554,6 +557,50 @@ static void dump_prints_effective_config(void** state) {
   unsetenv("PCP_SECRET_TOKEN");
 }
 
+static void aliases_write_the_same_member(void** state) {
+  sample_t* s = *state;
+  assert_int_equal(s->port, 8080);  // the alias has no default of its own
+  assert_null(parse(s, NULL, 4, "--port", "1000", "--listen-port", "2000"));
+  assert_int_equal(s->port, 2000);
+  assert_null(parse(s, NULL, 4, "--listen-port", "2000", "--port", "1000"));
+  assert_int_equal(s->port, 1000);
+  assert_message(parse(s, NULL, 2, "--listen-port", "0"),
+                 PCP_STATUS_INVALID_ARGUMENT,
+                 "flag '--listen-port': 0 is out of range");
+  assert_null(parse_json(s, "{\"listen_port\": 7}", NULL));
+  assert_int_equal(s->port, 7);
+  assert_null(parse_json(s, "{\"listen_port\": null}", NULL));
+  assert_int_equal(s->port, 8080);
+  char* text = capture_help();
+  assert_non_null(strstr(text, "old name (alias of --port)"));
+  free(text);
+  text = NULL;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  pcp_config_dump_json(&kSampleTable, s, out);
+  fclose(out);
+  assert_null(strstr(text, "listen_port"));
+  free(text);
+}
+
+static void sections_dump_as_one_object(void** state) {
+  sample_t* s = *state;
+  assert_null(parse_json(s, "{\"limits\": {\"name\": \"n\"}}", NULL));
+  pcp_config_section_t sections[] = {
+      {"flags", &kSampleTable, s},
+      {"limits", &kLimitsTable, &s->limits},
+  };
+  char* text = NULL;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  pcp_config_dump_json_sections(sections, 2, out);
+  fclose(out);
+  assert_non_null(strstr(text, "{\n  \"flags\": {\n    \"verbose\": false,"));
+  assert_non_null(strstr(text, "\n  \"limits\": {\n    \"name\": \"n\",\n"
+                               "    \"count\": 4\n  }\n}\n"));
+  free(text);
+}
+
 static void usage_error_returns_two(void** state) {
   (void)state;
   int saved = dup(STDERR_FILENO);
@@ -609,6 +656,8 @@ int main(void) {
       T(json_string_limits),
       cmocka_unit_test(help_lists_visible_fields),
       T(dump_prints_effective_config),
+      T(aliases_write_the_same_member),
+      T(sections_dump_as_one_object),
       cmocka_unit_test(usage_error_returns_two),
       cmocka_unit_test(string_list_caps_items),
   };
