@@ -11,6 +11,7 @@
 
 #include "base/base.h"
 #include "compile/compile.h"
+#include "compute/compute.h"
 #include "mlir/mlir.h"
 
 typedef int (*command_main_fn_t)(int argc, char** argv);
@@ -25,6 +26,7 @@ typedef struct command_t {
 static const command_t kCommands[] = {
     {"compile", pcp_compile_cli_main, "compile StableHLO MLIR to an IREE VMFB"},
     {"inspect", pcp_mlir_inspect_main, "show a StableHLO module's functions and signatures"},
+    {"run", pcp_compute_run_cli_main, "invoke a function of a VMFB (or .mlir) through IREE"},
     {NULL, NULL, NULL},
 };
 
