@@ -233,7 +233,9 @@ static void diagnostics_begin(pcp_mlir_context_t* context,
                               const char* buffer_name) {
   pcp_string_builder_reset(&context->diagnostics);
   context->diagnostics_truncated = false;
-  context->buffer_name = buffer_name;
+  // A diagnostic can also arrive outside a parse or verify (printing an
+  // invalid op, for one); it still needs a name to print.
+  context->buffer_name = buffer_name ? buffer_name : "<input>";
 }
 
 // Returns INVALID_ARGUMENT "<what>: <diagnostics>" and clears them.

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "mlir/mlir.h"
 
 static pcp_mlir_context_t* g_context;
+static pcp_mlir_context_t* shared_context(void);
 
 //===----------------------------------------------------------------------===//
 // Helpers
@@ -69,7 +71,7 @@ static char* read_fixture(const char* name, size_t* out_length) {
 static pcp_mlir_module_t* parse_text(const char* text, size_t length,
                                      const char* name) {
   pcp_mlir_module_t* module = NULL;
-  expect_ok(pcp_mlir_module_parse(g_context, text, length, name, &module));
+  expect_ok(pcp_mlir_module_parse(shared_context(), text, length, name, &module));
   assert_non_null(module);
   expect_ok(pcp_mlir_module_verify(module));
   return module;
@@ -119,16 +121,17 @@ static void expect_tensor(const pcp_mlir_type_t* type, pcp_element_type_t elemen
 
 static int setup_context(void** state) {
   PCP_UNUSED(state);
-  pcp_status_t status =
-      pcp_mlir_context_create(NULL, pcp_allocator_system(), &g_context);
-  if (status) {
-    char* text = pcp_status_to_string(status);
-    fprintf(stderr, "cannot create an MLIR context: %s\n", text);
-    free(text);
-    pcp_status_ignore(status);
-    return -1;
-  }
+  // Nothing is loaded yet: test_concurrent_first_use runs first and loads
+  // the library from several threads at once.
   return 0;
+}
+
+// The shared context for the single-threaded tests, created on first use.
+static pcp_mlir_context_t* shared_context(void) {
+  if (!g_context) {
+    expect_ok(pcp_mlir_context_create(NULL, pcp_allocator_system(), &g_context));
+  }
+  return g_context;
 }
 
 static int teardown_context(void** state) {
@@ -141,6 +144,41 @@ static int teardown_context(void** state) {
 //===----------------------------------------------------------------------===//
 // Tests
 //===----------------------------------------------------------------------===//
+
+#define THREAD_COUNT 4
+
+static void* parse_on_own_context(void* arg) {
+  const char* text = (const char*)arg;
+  pcp_mlir_function_signature_t signature;
+  pcp_status_t status = pcp_mlir_text_function_signature(
+      text, strlen(text), "threaded.mlir", NULL, pcp_allocator_system(),
+      &signature);
+  bool ok = status == NULL && signature.argument_count == 4;
+  pcp_status_ignore(status);
+  pcp_mlir_function_signature_deinitialize(&signature);
+  return ok ? arg : NULL;
+}
+
+// First use from several threads at once (the pthread_once load), then one
+// context per thread in parallel.
+static void test_concurrent_first_use(void** state) {
+  PCP_UNUSED(state);
+  size_t length = 0;
+  char* text = read_fixture("mlp_pretty.mlir", &length);
+  for (int round = 0; round < 2; ++round) {
+    pthread_t threads[THREAD_COUNT];
+    for (int i = 0; i < THREAD_COUNT; ++i) {
+      assert_int_equal(
+          pthread_create(&threads[i], NULL, parse_on_own_context, text), 0);
+    }
+    for (int i = 0; i < THREAD_COUNT; ++i) {
+      void* result = NULL;
+      assert_int_equal(pthread_join(threads[i], &result), 0);
+      assert_ptr_equal(result, text);
+    }
+  }
+  free(text);
+}
 
 static void test_library_loaded(void** state) {
   PCP_UNUSED(state);
@@ -371,7 +409,7 @@ static void test_malformed_module(void** state) {
   char* text = read_fixture("malformed.mlir", &length);
   pcp_mlir_module_t* module = NULL;
   expect_error(
-      pcp_mlir_module_parse(g_context, text, length, "malformed.mlir", &module),
+      pcp_mlir_module_parse(shared_context(), text, length, "malformed.mlir", &module),
       PCP_STATUS_INVALID_ARGUMENT, "malformed.mlir:3:31: error: ",
       "undeclared SSA value");
   assert_null(module);
@@ -379,7 +417,7 @@ static void test_malformed_module(void** state) {
 
   // A syntax error on line 2.
   const char* broken = "func.func @main() {\n  %0 = stablehlo.add %x,\n}\n";
-  expect_error(pcp_mlir_module_parse(g_context, broken, strlen(broken),
+  expect_error(pcp_mlir_module_parse(shared_context(), broken, strlen(broken),
                                      "broken.mlir", &module),
                PCP_STATUS_INVALID_ARGUMENT, "broken.mlir:", "error:");
   // An unknown op from a registered dialect.
@@ -387,7 +425,7 @@ static void test_malformed_module(void** state) {
       "func.func @main(%x: tensor<f32>) -> tensor<f32> {\n"
       "  %y = stablehlo.frobnicate %x : tensor<f32>\n"
       "  return %y : tensor<f32>\n}\n";
-  expect_error(pcp_mlir_module_parse(g_context, unknown_op, strlen(unknown_op),
+  expect_error(pcp_mlir_module_parse(shared_context(), unknown_op, strlen(unknown_op),
                                      "unknown_op.mlir", &module),
                PCP_STATUS_INVALID_ARGUMENT, "unknown_op.mlir:2:",
                "stablehlo.frobnicate");
@@ -402,7 +440,7 @@ static void test_invalid_module(void** state) {
   pcp_mlir_module_t* module = NULL;
   // Parsing runs the verifier: the return type does not match.
   expect_error(
-      pcp_mlir_module_parse(g_context, text, length, "invalid.mlir", &module),
+      pcp_mlir_module_parse(shared_context(), text, length, "invalid.mlir", &module),
       PCP_STATUS_INVALID_ARGUMENT, "invalid.mlir:3:3: error: ", "return");
   assert_null(module);
   free(text);
@@ -416,10 +454,34 @@ static void test_invalid_module(void** state) {
       "  return %x : tensor<2xf32>\n}\n"
       "#loc1 = loc(\"/tmp/model.py\":12:4)\n"
       "#loc2 = loc(\"jit(f)/add\"(#loc1))\n";
-  expect_error(pcp_mlir_module_parse(g_context, located, strlen(located),
+  expect_error(pcp_mlir_module_parse(shared_context(), located, strlen(located),
                                      "located.mlir", &module),
                PCP_STATUS_INVALID_ARGUMENT, "/tmp/model.py:12:4: error: ",
                NULL);
+
+  // Call-site and fused locations are unwrapped the same way; a location
+  // without any file position is printed as MLIR spells it.
+  static const struct {
+    const char* location;
+    const char* expected;
+  } kCases[] = {
+      {"loc(callsite(\"/tmp/a.py\":3:1 at \"/tmp/b.py\":9:2))",
+       "/tmp/a.py:3:1: error: "},
+      {"loc(fused[\"f\", \"/tmp/c.py\":7:5])", "/tmp/c.py:7:5: error: "},
+      {"loc(\"only_a_name\")", "named.mlir: loc(\"only_a_name\"): error: "},
+  };
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kCases); ++i) {
+    char source[1024];
+    snprintf(source, sizeof(source),
+             "func.func @main(%%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+             "  %%y = stablehlo.add %%x, %%x : (tensor<2xf32>, tensor<2xf32>) "
+             "-> tensor<3xf32> %s\n"
+             "  return %%x : tensor<2xf32>\n}\n",
+             kCases[i].location);
+    expect_error(pcp_mlir_module_parse(shared_context(), source, strlen(source),
+                                       "named.mlir", &module),
+                 PCP_STATUS_INVALID_ARGUMENT, kCases[i].expected, NULL);
+  }
 }
 
 static void test_unknown_function(void** state) {
@@ -451,7 +513,7 @@ static void test_oversized_input(void** state) {
   assert_non_null(huge);
   pcp_mlir_module_t* module = NULL;
   expect_error(
-      pcp_mlir_module_parse(g_context, huge, too_big, "huge.mlir", &module),
+      pcp_mlir_module_parse(shared_context(), huge, too_big, "huge.mlir", &module),
       PCP_STATUS_RESOURCE_EXHAUSTED, "huge.mlir", "limit");
   assert_null(module);
   free(huge);
@@ -573,7 +635,7 @@ static void test_many_diagnostics_are_capped(void** state) {
   }
   pcp_mlir_module_t* module = NULL;
   pcp_status_t status =
-      pcp_mlir_module_parse(g_context, pcp_string_builder_cstring(&builder),
+      pcp_mlir_module_parse(shared_context(), pcp_string_builder_cstring(&builder),
                             builder.size, "many.mlir", &module);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   assert_true(strlen(pcp_status_message(status)) < (80u << 10));
@@ -583,6 +645,7 @@ static void test_many_diagnostics_are_capped(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_concurrent_first_use),
       cmocka_unit_test(test_library_loaded),
       cmocka_unit_test(test_pretty_module),
       cmocka_unit_test(test_generic_roundtrip),
