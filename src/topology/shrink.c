@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "topology/protocol_impl.h"
+#include "topology/topology.h"
 
 pcp_status_t pcp_topology_events_shrink(
     pcp_allocator_t allocator, uint64_t seed,

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "topology/protocol_impl.h"
+#include "topology/topology.h"
 
 // murmur3 fmix64: the avalanche step used by the simulator checksum, the
 // per-trace seed mixer and the stable hasher below.
