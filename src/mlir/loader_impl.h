@@ -109,6 +109,7 @@ typedef struct pcp_mlir_api_t {
 
 // Loads the library (pcp_mlir_library_load) and returns the table through
 // |out_api|. The table is immutable after loading and lives for the process.
-PCP_MUST_USE_RESULT pcp_status_t pcp_mlir_api_get(const pcp_mlir_api_t** out_api);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_mlir_api_get(const pcp_mlir_api_t** out_api);
 
 #endif  // PCP_MLIR_LOADER_IMPL_H_

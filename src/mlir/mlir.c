@@ -65,7 +65,8 @@ typedef struct sink_t {
 
 static void sink_append(MlirStringRef chunk, void* user_data) {
   sink_t* sink = (sink_t*)user_data;
-  if (sink->status) return;
+  if (sink->status)
+    return;
   sink->status = pcp_string_builder_append(
       sink->builder, pcp_make_string_view(chunk.data, chunk.length));
 }
@@ -95,7 +96,8 @@ static char* string_ref_dup(pcp_allocator_t allocator, MlirStringRef value) {
     pcp_status_ignore(status);
     return NULL;
   }
-  if (value.length) memcpy(copy, value.data, value.length);
+  if (value.length)
+    memcpy(copy, value.data, value.length);
   copy[value.length] = 0;
   return copy;
 }
@@ -108,7 +110,8 @@ static void diagnostics_append_f(pcp_mlir_context_t* context, const char* fmt,
                                  ...) PCP_PRINTF_ATTR(2, 3);
 static void diagnostics_append_f(pcp_mlir_context_t* context, const char* fmt,
                                  ...) {
-  if (context->diagnostics_truncated) return;
+  if (context->diagnostics_truncated)
+    return;
   char line[1024];
   va_list args;
   va_start(args, fmt);
@@ -126,7 +129,8 @@ static void diagnostics_append_f(pcp_mlir_context_t* context, const char* fmt,
 // wrap them in name, call-site and fused locations.
 static bool find_file_location(const pcp_mlir_api_t* api, MlirLocation location,
                                int depth, MlirLocation* out_location) {
-  if (mlirLocationIsNull(location) || depth > MAX_LOCATION_DEPTH) return false;
+  if (mlirLocationIsNull(location) || depth > MAX_LOCATION_DEPTH)
+    return false;
   if (api->mlirLocationIsAFileLineColRange(location)) {
     *out_location = location;
     return true;
@@ -141,7 +145,8 @@ static bool find_file_location(const pcp_mlir_api_t* api, MlirLocation location,
   }
   if (api->mlirLocationIsAFused(location)) {
     intptr_t count = api->mlirLocationFusedGetNumLocations(location);
-    if (count <= 0 || count > MAX_FUSED_LOCATIONS) return false;
+    if (count <= 0 || count > MAX_FUSED_LOCATIONS)
+      return false;
     MlirLocation parts[MAX_FUSED_LOCATIONS];
     api->mlirLocationFusedGetLocations(location, parts);
     for (intptr_t i = 0; i < count; ++i) {
@@ -174,7 +179,8 @@ static void diagnostics_append_location(pcp_mlir_context_t* context,
   // No file position at all (loc(unknown), a bare name): print it as MLIR
   // does, prefixed by the buffer so the reader knows which input it was.
   diagnostics_append_f(context, "%s: ", context->buffer_name);
-  if (context->diagnostics_truncated) return;
+  if (context->diagnostics_truncated)
+    return;
   sink_t sink = {&context->diagnostics, pcp_ok_status()};
   api->mlirLocationPrint(location, sink_append, &sink);
   if (sink.status) {
@@ -200,12 +206,13 @@ static const char* severity_name(MlirDiagnosticSeverity severity) {
 static void diagnostics_append(pcp_mlir_context_t* context,
                                MlirDiagnostic diagnostic, int depth) {
   const pcp_mlir_api_t* api = context->api;
-  if (context->diagnostics.size > 0) diagnostics_append_f(context, "\n");
+  if (context->diagnostics.size > 0)
+    diagnostics_append_f(context, "\n");
   diagnostics_append_location(context,
                               api->mlirDiagnosticGetLocation(diagnostic));
   diagnostics_append_f(
-      context, ": %s: ",
-      severity_name(api->mlirDiagnosticGetSeverity(diagnostic)));
+      context,
+      ": %s: ", severity_name(api->mlirDiagnosticGetSeverity(diagnostic)));
   if (!context->diagnostics_truncated) {
     sink_t sink = {&context->diagnostics, pcp_ok_status()};
     api->mlirDiagnosticPrint(diagnostic, sink_append, &sink);
@@ -214,7 +221,8 @@ static void diagnostics_append(pcp_mlir_context_t* context,
       context->diagnostics_truncated = true;
     }
   }
-  if (depth >= MAX_LOCATION_DEPTH) return;
+  if (depth >= MAX_LOCATION_DEPTH)
+    return;
   intptr_t note_count = api->mlirDiagnosticGetNumNotes(diagnostic);
   for (intptr_t i = 0; i < note_count; ++i) {
     diagnostics_append(context, api->mlirDiagnosticGetNote(diagnostic, i),
@@ -307,7 +315,8 @@ pcp_status_t pcp_mlir_context_create(const pcp_mlir_context_options_t* options,
 }
 
 void pcp_mlir_context_release(pcp_mlir_context_t* context) {
-  if (!context) return;
+  if (!context)
+    return;
   PCP_ASSERT(context->live_module_count == 0);
   context->api->mlirContextDestroy(context->context);
   pcp_string_builder_deinitialize(&context->diagnostics);
@@ -323,7 +332,8 @@ static MlirStringRef op_string_attribute(const pcp_mlir_api_t* api,
                                          MlirOperation op, const char* name) {
   MlirAttribute attribute =
       api->mlirOperationGetInherentAttributeByName(op, string_ref(name));
-  if (mlirAttributeIsNull(attribute) || !api->mlirAttributeIsAString(attribute)) {
+  if (mlirAttributeIsNull(attribute) ||
+      !api->mlirAttributeIsAString(attribute)) {
     return mlirStringRefCreate(NULL, 0);
   }
   return api->mlirStringAttrGetValue(attribute);
@@ -352,8 +362,9 @@ static pcp_status_t module_collect_functions(pcp_mlir_module_t* module) {
   size_t capacity = 0;
   for (MlirOperation op = api->mlirBlockGetFirstOperation(body);
        !mlirOperationIsNull(op); op = api->mlirOperationGetNextInBlock(op)) {
-    if (!string_ref_equals(api->mlirIdentifierStr(api->mlirOperationGetName(op)),
-                           "func.func")) {
+    if (!string_ref_equals(
+            api->mlirIdentifierStr(api->mlirOperationGetName(op)),
+            "func.func")) {
       continue;
     }
     MlirAttribute type_attribute = api->mlirOperationGetInherentAttributeByName(
@@ -363,7 +374,8 @@ static pcp_status_t module_collect_functions(pcp_mlir_module_t* module) {
       continue;  // the verifier rejects this; be defensive anyway
     }
     MlirType function_type = api->mlirTypeAttrGetValue(type_attribute);
-    if (!api->mlirTypeIsAFunction(function_type)) continue;
+    if (!api->mlirTypeIsAFunction(function_type))
+      continue;
     if (module->function_count == capacity) {
       capacity = capacity ? capacity * 2 : 8;
       void* functions = module->functions;
@@ -373,7 +385,8 @@ static pcp_status_t module_collect_functions(pcp_mlir_module_t* module) {
     }
     function_entry_t* entry = &module->functions[module->function_count];
     memset(entry, 0, sizeof(*entry));
-    entry->name = string_ref_dup(allocator, op_string_attribute(api, op, "sym_name"));
+    entry->name =
+        string_ref_dup(allocator, op_string_attribute(api, op, "sym_name"));
     if (!entry->name) {
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                              "out of memory reading function names");
@@ -397,7 +410,8 @@ pcp_status_t pcp_mlir_module_parse(pcp_mlir_context_t* context,
                                    const char* buffer_name,
                                    pcp_mlir_module_t** out_module) {
   *out_module = NULL;
-  if (!buffer_name || !buffer_name[0]) buffer_name = "<input>";
+  if (!buffer_name || !buffer_name[0])
+    buffer_name = "<input>";
   if (byte_length > context->options.max_module_byte_length) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "MLIR module '%s' is %zu bytes; the limit is %zu",
@@ -418,7 +432,8 @@ pcp_status_t pcp_mlir_module_parse(pcp_mlir_context_t* context,
   char* copy = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_malloc(allocator, byte_length + 1, (void**)&copy));
-  if (byte_length) memcpy(copy, text, byte_length);
+  if (byte_length)
+    memcpy(copy, text, byte_length);
   copy[byte_length] = 0;
 
   diagnostics_begin(context, buffer_name);
@@ -450,7 +465,8 @@ pcp_status_t pcp_mlir_module_parse(pcp_mlir_context_t* context,
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                              "out of memory reading module '%s'", buffer_name);
   }
-  if (!status) status = module_collect_functions(module);
+  if (!status)
+    status = module_collect_functions(module);
   if (status) {
     pcp_mlir_module_release(module);
     return status;
@@ -460,7 +476,8 @@ pcp_status_t pcp_mlir_module_parse(pcp_mlir_context_t* context,
 }
 
 void pcp_mlir_module_release(pcp_mlir_module_t* module) {
-  if (!module) return;
+  if (!module)
+    return;
   --module->context->live_module_count;
   module_free(module);
 }
@@ -556,7 +573,8 @@ static pcp_status_t function_not_found(const pcp_mlir_module_t* module,
 // ("si32") share the signless numbers: PCP's wire types carry no
 // signedness distinction between the two.
 static pcp_element_type_t element_type_from_spelling(const char* spelling) {
-  if (spelling[0] == 's' && spelling[1] == 'i') ++spelling;
+  if (spelling[0] == 's' && spelling[1] == 'i')
+    ++spelling;
   pcp_element_type_t type = PCP_ELEMENT_TYPE_UNKNOWN;
   if (!pcp_element_type_parse(pcp_make_cstring_view(spelling), &type)) {
     return PCP_ELEMENT_TYPE_UNKNOWN;
@@ -568,7 +586,8 @@ static pcp_element_type_t element_type_from_spelling(const char* spelling) {
 // (NUL-separated) and their offsets parked in the pointer fields until the
 // block's final address is known.
 static pcp_status_t describe_type(const pcp_mlir_api_t* api, MlirType type,
-                                  const char* what, pcp_string_builder_t* strings,
+                                  const char* what,
+                                  pcp_string_builder_t* strings,
                                   pcp_mlir_type_t* out_type) {
   memset(out_type, 0, sizeof(*out_type));
   out_type->kind = PCP_MLIR_TYPE_KIND_OTHER;
@@ -662,7 +681,8 @@ static pcp_status_t fill_signature(const pcp_mlir_api_t* api,
         what, &strings, &signature->results[i]);
     ++signature->result_count;
   }
-  if (!status) status = pcp_string_builder_take(&strings, &signature->strings_);
+  if (!status)
+    status = pcp_string_builder_take(&strings, &signature->strings_);
   pcp_string_builder_deinitialize(&strings);
   if (status) {
     // Offsets are not pointers yet: keep deinitialize from following them.
@@ -684,7 +704,8 @@ pcp_status_t pcp_mlir_module_function_signature(
   if (!function_name || !function_name[0]) {
     function_name = PCP_MLIR_DEFAULT_FUNCTION;
   }
-  if (function_name[0] == '@') ++function_name;
+  if (function_name[0] == '@')
+    ++function_name;
   const function_entry_t* entry = NULL;
   for (size_t i = 0; i < module->function_count; ++i) {
     if (strcmp(module->functions[i].name, function_name) == 0) {
@@ -692,9 +713,12 @@ pcp_status_t pcp_mlir_module_function_signature(
       break;
     }
   }
-  if (!entry) return function_not_found(module, function_name);
-  pcp_status_t status = fill_signature(module->context->api, entry, out_signature);
-  if (status) pcp_mlir_function_signature_deinitialize(out_signature);
+  if (!entry)
+    return function_not_found(module, function_name);
+  pcp_status_t status =
+      fill_signature(module->context->api, entry, out_signature);
+  if (status)
+    pcp_mlir_function_signature_deinitialize(out_signature);
   return status;
 }
 
@@ -750,19 +774,16 @@ pcp_status_t pcp_mlir_type_format(const pcp_mlir_type_t* type,
               builder, "%lldx", (long long)type->dims[d]));
         }
       }
-      return pcp_string_builder_append_cstring(builder,
-                                               type->element_spelling);
+      return pcp_string_builder_append_cstring(builder, type->element_spelling);
     case PCP_MLIR_TYPE_KIND_UNRANKED_TENSOR:
       return pcp_string_builder_append_f(builder, "*x%s",
                                          type->element_spelling);
     case PCP_MLIR_TYPE_KIND_SCALAR:
-      return pcp_string_builder_append_cstring(builder,
-                                               type->element_spelling);
+      return pcp_string_builder_append_cstring(builder, type->element_spelling);
     case PCP_MLIR_TYPE_KIND_OTHER:
     default:
-      return pcp_string_builder_append_cstring(builder,
-                                               type->spelling ? type->spelling
-                                                              : "?");
+      return pcp_string_builder_append_cstring(
+          builder, type->spelling ? type->spelling : "?");
   }
 }
 
@@ -777,10 +798,12 @@ pcp_status_t pcp_mlir_function_signature_format(
     PCP_RETURN_IF_ERROR_BARE(
         pcp_mlir_type_format(&signature->arguments[i], builder));
   }
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(builder, ") -> ("));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append_cstring(builder, ") -> ("));
   for (size_t i = 0; i < signature->result_count; ++i) {
     if (i) {
-      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(builder, ", "));
+      PCP_RETURN_IF_ERROR_BARE(
+          pcp_string_builder_append_cstring(builder, ", "));
     }
     PCP_RETURN_IF_ERROR_BARE(
         pcp_mlir_type_format(&signature->results[i], builder));
@@ -804,21 +827,21 @@ static pcp_status_t tensor_mismatch(const pcp_mlir_type_t* expected,
   memset(&actual, 0, sizeof(actual));
   actual.kind = PCP_MLIR_TYPE_KIND_RANKED_TENSOR;
   actual.rank = rank < 0 ? 0 : (rank > PCP_MAX_TENSOR_RANK ? 0 : rank);
-  if (dims) memcpy(actual.dims, dims, (size_t)actual.rank * sizeof(int64_t));
+  if (dims)
+    memcpy(actual.dims, dims, (size_t)actual.rank * sizeof(int64_t));
   actual.element_spelling = pcp_element_type_name(element_type);
   if (rank < 0 || rank > PCP_MAX_TENSOR_RANK) {
-    pcp_status_ignore(pcp_string_builder_append_f(
-        &builder, "a rank-%d tensor of %s", (int)rank,
-        actual.element_spelling));
+    pcp_status_ignore(
+        pcp_string_builder_append_f(&builder, "a rank-%d tensor of %s",
+                                    (int)rank, actual.element_spelling));
   } else {
     pcp_status_ignore(pcp_mlir_type_format(&actual, &builder));
   }
   snprintf(actual_text, sizeof(actual_text), "%s",
            pcp_string_builder_cstring(&builder));
   pcp_string_builder_deinitialize(&builder);
-  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                         "%s: expected %s, got %s", what ? what : "value",
-                         expected_text, actual_text);
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: expected %s, got %s",
+                         what ? what : "value", expected_text, actual_text);
 }
 
 pcp_status_t pcp_mlir_type_check_tensor(const pcp_mlir_type_t* expected,
@@ -839,6 +862,7 @@ pcp_status_t pcp_mlir_type_check_tensor(const pcp_mlir_type_t* expected,
                 expected->dims[d] == dims[d];
     }
   }
-  if (matches) return pcp_ok_status();
+  if (matches)
+    return pcp_ok_status();
   return tensor_mismatch(expected, element_type, rank, dims, what);
 }

@@ -153,9 +153,9 @@ enum pcp_mlir_print_flag_bits_e {
 // Appends the module's text (pretty, or generic with
 // PCP_MLIR_PRINT_FLAG_GENERIC) to |builder|. RESOURCE_EXHAUSTED when the
 // builder's cap is reached (the builder then holds a prefix).
-PCP_MUST_USE_RESULT pcp_status_t pcp_mlir_module_print(
-    pcp_mlir_module_t* module, pcp_mlir_print_flags_t flags,
-    pcp_string_builder_t* builder);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_mlir_module_print(pcp_mlir_module_t* module, pcp_mlir_print_flags_t flags,
+                      pcp_string_builder_t* builder);
 
 //===----------------------------------------------------------------------===//
 // Functions and signatures
@@ -242,8 +242,8 @@ void pcp_mlir_function_signature_deinitialize(
 
 // Appends the compact spelling of |type|: "2x3xf32", "?x4xbf16", "*xf32",
 // "tensor<f32>" (rank 0), "i64" (scalar), the MLIR spelling otherwise.
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_mlir_type_format(const pcp_mlir_type_t* type, pcp_string_builder_t* builder);
+PCP_MUST_USE_RESULT pcp_status_t pcp_mlir_type_format(
+    const pcp_mlir_type_t* type, pcp_string_builder_t* builder);
 
 // Appends "@main(arg0: 2x3xf32, arg1: 3xf32) -> (2x3xf32)".
 PCP_MUST_USE_RESULT pcp_status_t pcp_mlir_function_signature_format(

@@ -2,11 +2,12 @@
 //
 // `pcp inspect`: a StableHLO module's functions and signatures.
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "config/config.h"
 #include "mlir/mlir.h"
@@ -22,21 +23,32 @@ typedef struct inspect_options_t {
 #define OFFSET(member) offsetof(inspect_options_t, member)
 
 static const pcp_config_field_t kFields[] = {
-    {.name = "function", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = OFFSET(function), .value_name = "NAME",
+    {.name = "function",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(function),
+     .value_name = "NAME",
      .help = "the function to describe (default: @main, or the only public "
              "function)"},
-    {.name = "print", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(print),
+    {.name = "print",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(print),
      .default_value = "false",
      .help = "print the module back instead of the summary"},
-    {.name = "generic", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(generic),
+    {.name = "generic",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(generic),
      .default_value = "false",
      .help = "print in MLIR's generic form (implies --print)"},
-    {.name = "json", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(json),
+    {.name = "json",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(json),
      .default_value = "false",
      .help = "print the summary as JSON (with --print: the text in \"text\")"},
-    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(help),
-     .default_value = "false", .help = "show this help"},
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(help),
+     .default_value = "false",
+     .help = "show this help"},
 };
 
 static const pcp_config_table_t kTable = {
@@ -62,7 +74,8 @@ static void print_help(void) {
 // function (torch-mlir names its entry point @forward).
 static const char* pick_function(const pcp_mlir_module_t* module,
                                  const char* requested) {
-  if (requested && requested[0]) return requested;
+  if (requested && requested[0])
+    return requested;
   size_t count = pcp_mlir_module_function_count(module);
   const char* only_public = NULL;
   size_t public_count = 0;
@@ -98,22 +111,25 @@ static const char* kind_name(pcp_mlir_type_kind_t kind) {
 // Text output
 //===----------------------------------------------------------------------===//
 
-static void print_function_list(const pcp_mlir_module_t* module,
-                                bool is_public, FILE* out) {
+static void print_function_list(const pcp_mlir_module_t* module, bool is_public,
+                                FILE* out) {
   size_t count = pcp_mlir_module_function_count(module);
   size_t printed = 0;
   for (size_t i = 0; i < count; ++i) {
     pcp_mlir_function_info_t info;
     pcp_mlir_module_function_at(module, i, &info);
-    if (info.is_public != is_public) continue;
+    if (info.is_public != is_public)
+      continue;
     if (printed == 0) {
       fputs(is_public ? "public functions:" : "private functions:", out);
     }
     fprintf(out, "%s @%s", printed ? "," : "", info.name);
     ++printed;
   }
-  if (printed) fputc('\n', out);
-  if (is_public && !printed) fputs("public functions: (none)\n", out);
+  if (printed)
+    fputc('\n', out);
+  if (is_public && !printed)
+    fputs("public functions: (none)\n", out);
 }
 
 static pcp_status_t print_text_summary(
@@ -141,7 +157,8 @@ static pcp_status_t print_text_summary(
 
 static json_t* type_to_json(const pcp_mlir_type_t* type) {
   json_t* object = json_object();
-  if (!object) return NULL;
+  if (!object)
+    return NULL;
   json_object_set_new(object, "type", json_string(type->spelling));
   json_object_set_new(object, "kind", json_string(kind_name(type->kind)));
   if (type->element_spelling[0]) {
@@ -174,17 +191,18 @@ static pcp_status_t print_json_summary(
   const char* name = pcp_mlir_module_name(module);
   json_object_set_new(root, "file",
                       json_string(pcp_mlir_module_buffer_name(module)));
-  json_object_set_new(root, "module", name[0] ? json_string(name) : json_null());
+  json_object_set_new(root, "module",
+                      name[0] ? json_string(name) : json_null());
   json_t* functions = json_array();
   size_t count = pcp_mlir_module_function_count(module);
   for (size_t i = 0; i < count; ++i) {
     pcp_mlir_function_info_t info;
     pcp_mlir_module_function_at(module, i, &info);
     json_array_append_new(
-        functions, json_pack("{s:s, s:b, s:I, s:I}", "name", info.name,
-                             "public", info.is_public, "arguments",
-                             (json_int_t)info.argument_count, "results",
-                             (json_int_t)info.result_count));
+        functions,
+        json_pack("{s:s, s:b, s:I, s:I}", "name", info.name, "public",
+                  info.is_public, "arguments", (json_int_t)info.argument_count,
+                  "results", (json_int_t)info.result_count));
   }
   json_object_set_new(root, "functions", functions);
 
@@ -196,14 +214,16 @@ static pcp_status_t print_json_summary(
   json_object_set_new(function, "public", json_boolean(signature->is_public));
   json_object_set_new(function, "signature",
                       json_string(pcp_string_builder_cstring(&builder)));
-  json_object_set_new(function, "arguments",
-                      types_to_json(signature->arguments,
-                                    signature->argument_count));
-  json_object_set_new(function, "results",
-                      types_to_json(signature->results, signature->result_count));
+  json_object_set_new(
+      function, "arguments",
+      types_to_json(signature->arguments, signature->argument_count));
+  json_object_set_new(
+      function, "results",
+      types_to_json(signature->results, signature->result_count));
   json_object_set_new(root, "function", function);
   pcp_string_builder_deinitialize(&builder);
-  if (text) json_object_set_new(root, "text", json_string(text));
+  if (text)
+    json_object_set_new(root, "text", json_string(text));
 
   if (!status) {
     char* dumped = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -223,7 +243,8 @@ static pcp_status_t print_json_summary(
 // Main
 //===----------------------------------------------------------------------===//
 
-static pcp_status_t inspect(const char* path, const inspect_options_t* options) {
+static pcp_status_t inspect(const char* path,
+                            const inspect_options_t* options) {
   void* data = NULL;
   size_t length = 0;
   PCP_RETURN_IF_ERROR_BARE(
@@ -245,11 +266,13 @@ static pcp_status_t inspect(const char* path, const inspect_options_t* options) 
   if (!status && print) {
     pcp_string_builder_t builder;
     pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
-    status = pcp_mlir_module_print(
-        module,
-        options->generic ? PCP_MLIR_PRINT_FLAG_GENERIC : PCP_MLIR_PRINT_FLAG_NONE,
-        &builder);
-    if (!status) status = pcp_string_builder_take(&builder, &text);
+    status =
+        pcp_mlir_module_print(module,
+                              options->generic ? PCP_MLIR_PRINT_FLAG_GENERIC
+                                               : PCP_MLIR_PRINT_FLAG_NONE,
+                              &builder);
+    if (!status)
+      status = pcp_string_builder_take(&builder, &text);
     pcp_string_builder_deinitialize(&builder);
   }
   if (!status && print && !options->json) {
@@ -286,13 +309,14 @@ int pcp_mlir_inspect_main(int argc, char** argv) {
     pcp_string_list_deinitialize(&positionals);
     return 0;
   }
-  if (!status) status = pcp_config_validate(&kTable, &options);
+  if (!status)
+    status = pcp_config_validate(&kTable, &options);
   if (!status && positionals.count != 1) {
-    status = pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT,
-        positionals.count ? "expected one MLIR file, got %zu"
-                          : "missing the MLIR file to inspect",
-        positionals.count);
+    status =
+        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                        positionals.count ? "expected one MLIR file, got %zu"
+                                          : "missing the MLIR file to inspect",
+                        positionals.count);
   }
   if (status) {
     pcp_config_deinitialize(&kTable, &options);

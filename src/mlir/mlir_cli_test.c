@@ -10,12 +10,13 @@
 #include <cmocka.h>
 // clang-format on
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "base/base.h"
 
@@ -74,13 +75,15 @@ static void run_result_free(run_result_t* result) {
 }
 
 static void expect_contains(const char* haystack, const char* needle) {
-  if (!strstr(haystack, needle)) fail_msg("'%s' not in:\n%s", needle, haystack);
+  if (!strstr(haystack, needle))
+    fail_msg("'%s' not in:\n%s", needle, haystack);
 }
 
 static int setup(void** state) {
   PCP_UNUSED(state);
   const char* source_dir = getenv("PCP_SOURCE_DIR");
-  if (!source_dir) return -1;
+  if (!source_dir)
+    return -1;
   snprintf(g_fixtures, sizeof(g_fixtures), "%s/tests/fixtures/mlir",
            source_dir);
   snprintf(g_scratch, sizeof(g_scratch), "/tmp/pcp_mlir_cli_test.XXXXXX");
@@ -142,13 +145,14 @@ static void test_json(void** state) {
   assert_int_equal(r.exit_code, 0);
   json_error_t error;
   json_t* root = json_loads(r.out, 0, &error);
-  if (!root) fail_msg("not JSON (%s):\n%s", error.text, r.out);
+  if (!root)
+    fail_msg("not JSON (%s):\n%s", error.text, r.out);
   assert_true(json_is_null(json_object_get(root, "module")));
   json_t* functions = json_object_get(root, "functions");
   assert_int_equal(json_array_size(functions), 1);
   json_t* function = json_object_get(root, "function");
-  assert_string_equal(
-      json_string_value(json_object_get(function, "name")), "main");
+  assert_string_equal(json_string_value(json_object_get(function, "name")),
+                      "main");
   json_t* arguments = json_object_get(function, "arguments");
   assert_int_equal(json_array_size(arguments), 11);
   json_t* a0 = json_array_get(arguments, 0);

@@ -11,12 +11,12 @@
 #include <cmocka.h>
 // clang-format on
 
+#include "mlir/mlir.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "mlir/mlir.h"
 
 static pcp_mlir_context_t* g_context;
 static pcp_mlir_context_t* shared_context(void);
@@ -71,7 +71,8 @@ static char* read_fixture(const char* name, size_t* out_length) {
 static pcp_mlir_module_t* parse_text(const char* text, size_t length,
                                      const char* name) {
   pcp_mlir_module_t* module = NULL;
-  expect_ok(pcp_mlir_module_parse(shared_context(), text, length, name, &module));
+  expect_ok(
+      pcp_mlir_module_parse(shared_context(), text, length, name, &module));
   assert_non_null(module);
   expect_ok(pcp_mlir_module_verify(module));
   return module;
@@ -111,8 +112,9 @@ static char* print_module(pcp_mlir_module_t* module,
   return text;
 }
 
-static void expect_tensor(const pcp_mlir_type_t* type, pcp_element_type_t element,
-                          int32_t rank, const int64_t* dims) {
+static void expect_tensor(const pcp_mlir_type_t* type,
+                          pcp_element_type_t element, int32_t rank,
+                          const int64_t* dims) {
   assert_int_equal(type->kind, PCP_MLIR_TYPE_KIND_RANKED_TENSOR);
   assert_int_equal(type->element_type, element);
   assert_int_equal(type->rank, rank);
@@ -129,7 +131,8 @@ static int setup_context(void** state) {
 // The shared context for the single-threaded tests, created on first use.
 static pcp_mlir_context_t* shared_context(void) {
   if (!g_context) {
-    expect_ok(pcp_mlir_context_create(NULL, pcp_allocator_system(), &g_context));
+    expect_ok(
+        pcp_mlir_context_create(NULL, pcp_allocator_system(), &g_context));
   }
   return g_context;
 }
@@ -299,10 +302,12 @@ static void test_jax_module(void** state) {
   char chunk[4096];
   size_t n;
   while ((n = fread(chunk, 1, sizeof(chunk), pipe)) > 0) {
-    expect_ok(pcp_string_builder_append(&builder, pcp_make_string_view(chunk, n)));
+    expect_ok(
+        pcp_string_builder_append(&builder, pcp_make_string_view(chunk, n)));
   }
   int exit_status = pclose(pipe);
-  if (exit_status != 0) fail_msg("'%s' failed (%d)", command, exit_status);
+  if (exit_status != 0)
+    fail_msg("'%s' failed (%d)", command, exit_status);
   const char* text = pcp_string_builder_cstring(&builder);
   assert_non_null(strstr(text, "stablehlo.dot_general"));
   assert_non_null(strstr(text, "stablehlo.reduce"));
@@ -372,8 +377,9 @@ static void test_signature_types(void** state) {
   const pcp_mlir_type_t* args = signature.arguments;
   expect_tensor(&args[0], PCP_ELEMENT_TYPE_BF16, 2,
                 (const int64_t[]){4, PCP_MLIR_DYNAMIC_DIM});
-  expect_tensor(&args[1], PCP_ELEMENT_TYPE_I1, 3,
-                (const int64_t[]){PCP_MLIR_DYNAMIC_DIM, PCP_MLIR_DYNAMIC_DIM, 8});
+  expect_tensor(
+      &args[1], PCP_ELEMENT_TYPE_I1, 3,
+      (const int64_t[]){PCP_MLIR_DYNAMIC_DIM, PCP_MLIR_DYNAMIC_DIM, 8});
   expect_tensor(&args[2], PCP_ELEMENT_TYPE_I64, 0, NULL);
   assert_int_equal(args[3].kind, PCP_MLIR_TYPE_KIND_UNRANKED_TENSOR);
   assert_int_equal(args[3].element_type, PCP_ELEMENT_TYPE_F16);
@@ -397,8 +403,9 @@ static void test_signature_types(void** state) {
   assert_string_equal(args[9].element_spelling, "si32");
   expect_tensor(&args[10], PCP_ELEMENT_TYPE_UNKNOWN, 1, (const int64_t[]){3});
   assert_string_equal(args[10].element_spelling, "f8E4M3FN");
-  expect_tensor(&signature.results[1], PCP_ELEMENT_TYPE_I1, 3,
-                (const int64_t[]){PCP_MLIR_DYNAMIC_DIM, PCP_MLIR_DYNAMIC_DIM, 8});
+  expect_tensor(
+      &signature.results[1], PCP_ELEMENT_TYPE_I1, 3,
+      (const int64_t[]){PCP_MLIR_DYNAMIC_DIM, PCP_MLIR_DYNAMIC_DIM, 8});
   pcp_mlir_function_signature_deinitialize(&signature);
   pcp_mlir_module_release(module);
 }
@@ -408,10 +415,10 @@ static void test_malformed_module(void** state) {
   size_t length = 0;
   char* text = read_fixture("malformed.mlir", &length);
   pcp_mlir_module_t* module = NULL;
-  expect_error(
-      pcp_mlir_module_parse(shared_context(), text, length, "malformed.mlir", &module),
-      PCP_STATUS_INVALID_ARGUMENT, "malformed.mlir:3:31: error: ",
-      "undeclared SSA value");
+  expect_error(pcp_mlir_module_parse(shared_context(), text, length,
+                                     "malformed.mlir", &module),
+               PCP_STATUS_INVALID_ARGUMENT,
+               "malformed.mlir:3:31: error: ", "undeclared SSA value");
   assert_null(module);
   free(text);
 
@@ -425,10 +432,11 @@ static void test_malformed_module(void** state) {
       "func.func @main(%x: tensor<f32>) -> tensor<f32> {\n"
       "  %y = stablehlo.frobnicate %x : tensor<f32>\n"
       "  return %y : tensor<f32>\n}\n";
-  expect_error(pcp_mlir_module_parse(shared_context(), unknown_op, strlen(unknown_op),
-                                     "unknown_op.mlir", &module),
-               PCP_STATUS_INVALID_ARGUMENT, "unknown_op.mlir:2:",
-               "stablehlo.frobnicate");
+  expect_error(
+      pcp_mlir_module_parse(shared_context(), unknown_op, strlen(unknown_op),
+                            "unknown_op.mlir", &module),
+      PCP_STATUS_INVALID_ARGUMENT,
+      "unknown_op.mlir:2:", "stablehlo.frobnicate");
   // The context stays usable after errors.
   pcp_mlir_module_release(parse_fixture("mlp_pretty.mlir"));
 }
@@ -439,9 +447,10 @@ static void test_invalid_module(void** state) {
   char* text = read_fixture("invalid.mlir", &length);
   pcp_mlir_module_t* module = NULL;
   // Parsing runs the verifier: the return type does not match.
-  expect_error(
-      pcp_mlir_module_parse(shared_context(), text, length, "invalid.mlir", &module),
-      PCP_STATUS_INVALID_ARGUMENT, "invalid.mlir:3:3: error: ", "return");
+  expect_error(pcp_mlir_module_parse(shared_context(), text, length,
+                                     "invalid.mlir", &module),
+               PCP_STATUS_INVALID_ARGUMENT,
+               "invalid.mlir:3:3: error: ", "return");
   assert_null(module);
   free(text);
 
@@ -456,8 +465,8 @@ static void test_invalid_module(void** state) {
       "#loc2 = loc(\"jit(f)/add\"(#loc1))\n";
   expect_error(pcp_mlir_module_parse(shared_context(), located, strlen(located),
                                      "located.mlir", &module),
-               PCP_STATUS_INVALID_ARGUMENT, "/tmp/model.py:12:4: error: ",
-               NULL);
+               PCP_STATUS_INVALID_ARGUMENT,
+               "/tmp/model.py:12:4: error: ", NULL);
 
   // Call-site and fused locations are unwrapped the same way; a location
   // without any file position is printed as MLIR spells it.
@@ -512,9 +521,9 @@ static void test_oversized_input(void** state) {
   char* huge = malloc(too_big);
   assert_non_null(huge);
   pcp_mlir_module_t* module = NULL;
-  expect_error(
-      pcp_mlir_module_parse(shared_context(), huge, too_big, "huge.mlir", &module),
-      PCP_STATUS_RESOURCE_EXHAUSTED, "huge.mlir", "limit");
+  expect_error(pcp_mlir_module_parse(shared_context(), huge, too_big,
+                                     "huge.mlir", &module),
+               PCP_STATUS_RESOURCE_EXHAUSTED, "huge.mlir", "limit");
   assert_null(module);
   free(huge);
 
@@ -523,13 +532,14 @@ static void test_oversized_input(void** state) {
   pcp_mlir_context_options_initialize(&options);
   options.max_module_byte_length = 64;
   pcp_mlir_context_t* context = NULL;
-  expect_ok(pcp_mlir_context_create(&options, pcp_allocator_system(), &context));
+  expect_ok(
+      pcp_mlir_context_create(&options, pcp_allocator_system(), &context));
   const char* text =
       "func.func @main(%x: tensor<f32>) -> tensor<f32> {\n"
       "  return %x : tensor<f32>\n}\n";
-  expect_error(pcp_mlir_module_parse(context, text, strlen(text), "small.mlir",
-                                     &module),
-               PCP_STATUS_RESOURCE_EXHAUSTED, "the limit is 64", NULL);
+  expect_error(
+      pcp_mlir_module_parse(context, text, strlen(text), "small.mlir", &module),
+      PCP_STATUS_RESOURCE_EXHAUSTED, "the limit is 64", NULL);
   pcp_mlir_context_release(context);
 }
 
@@ -559,14 +569,15 @@ static void test_text_function_signature(void** state) {
   const pcp_mlir_type_t* w1 = &signature.arguments[0];
   expect_ok(pcp_mlir_type_check_tensor(w1, PCP_ELEMENT_TYPE_F32, 2,
                                        (const int64_t[]){3, 4}, "argument 0"));
-  expect_error(pcp_mlir_type_check_tensor(w1, PCP_ELEMENT_TYPE_F32, 2,
-                                          (const int64_t[]){3, 5}, "argument 0"),
-               PCP_STATUS_INVALID_ARGUMENT,
-               "argument 0: expected 3x4xf32, got 3x5xf32", NULL);
+  expect_error(
+      pcp_mlir_type_check_tensor(w1, PCP_ELEMENT_TYPE_F32, 2,
+                                 (const int64_t[]){3, 5}, "argument 0"),
+      PCP_STATUS_INVALID_ARGUMENT, "argument 0: expected 3x4xf32, got 3x5xf32",
+      NULL);
   expect_error(pcp_mlir_type_check_tensor(w1, PCP_ELEMENT_TYPE_BF16, 2,
                                           (const int64_t[]){3, 4}, "w1"),
-               PCP_STATUS_INVALID_ARGUMENT, "w1: expected 3x4xf32, got 3x4xbf16",
-               NULL);
+               PCP_STATUS_INVALID_ARGUMENT,
+               "w1: expected 3x4xf32, got 3x4xbf16", NULL);
   expect_error(pcp_mlir_type_check_tensor(w1, PCP_ELEMENT_TYPE_F32, 1,
                                           (const int64_t[]){12}, "w1"),
                PCP_STATUS_INVALID_ARGUMENT, "got 12xf32", NULL);
@@ -582,11 +593,10 @@ static void test_text_function_signature(void** state) {
   expect_ok(pcp_mlir_type_check_tensor(&signature.arguments[0],
                                        PCP_ELEMENT_TYPE_BF16, 2,
                                        (const int64_t[]){4, 77}, "a"));
-  expect_error(pcp_mlir_type_check_tensor(&signature.arguments[0],
-                                          PCP_ELEMENT_TYPE_BF16, 2,
-                                          (const int64_t[]){5, 77}, "a"),
-               PCP_STATUS_INVALID_ARGUMENT, "expected 4x?xbf16, got 5x77xbf16",
-               NULL);
+  expect_error(
+      pcp_mlir_type_check_tensor(&signature.arguments[0], PCP_ELEMENT_TYPE_BF16,
+                                 2, (const int64_t[]){5, 77}, "a"),
+      PCP_STATUS_INVALID_ARGUMENT, "expected 4x?xbf16, got 5x77xbf16", NULL);
   expect_ok(pcp_mlir_type_check_tensor(&signature.arguments[3],
                                        PCP_ELEMENT_TYPE_F16, 3,
                                        (const int64_t[]){1, 2, 3}, "d"));
@@ -597,10 +607,10 @@ static void test_text_function_signature(void** state) {
   pcp_mlir_function_signature_deinitialize(&signature);
 
   // Errors come through the convenience unchanged.
-  expect_error(pcp_mlir_text_function_signature(
-                   text, length, "types.mlir", "nope", pcp_allocator_system(),
-                   &signature),
-               PCP_STATUS_NOT_FOUND, "@nope", NULL);
+  expect_error(
+      pcp_mlir_text_function_signature(text, length, "types.mlir", "nope",
+                                       pcp_allocator_system(), &signature),
+      PCP_STATUS_NOT_FOUND, "@nope", NULL);
   const char* broken = "func.func @main( {";
   expect_error(pcp_mlir_text_function_signature(
                    broken, strlen(broken), "broken.mlir", NULL,
@@ -614,8 +624,9 @@ static void test_print_respects_builder_cap(void** state) {
   pcp_mlir_module_t* module = parse_fixture("mlp_pretty.mlir");
   pcp_string_builder_t builder;
   pcp_string_builder_initialize(pcp_allocator_system(), 100, &builder);
-  expect_error(pcp_mlir_module_print(module, PCP_MLIR_PRINT_FLAG_NONE, &builder),
-               PCP_STATUS_RESOURCE_EXHAUSTED, NULL, NULL);
+  expect_error(
+      pcp_mlir_module_print(module, PCP_MLIR_PRINT_FLAG_NONE, &builder),
+      PCP_STATUS_RESOURCE_EXHAUSTED, NULL, NULL);
   assert_true(builder.size <= 100);
   pcp_string_builder_deinitialize(&builder);
   pcp_mlir_module_release(module);
@@ -634,9 +645,9 @@ static void test_many_diagnostics_are_capped(void** state) {
         i));
   }
   pcp_mlir_module_t* module = NULL;
-  pcp_status_t status =
-      pcp_mlir_module_parse(shared_context(), pcp_string_builder_cstring(&builder),
-                            builder.size, "many.mlir", &module);
+  pcp_status_t status = pcp_mlir_module_parse(
+      shared_context(), pcp_string_builder_cstring(&builder), builder.size,
+      "many.mlir", &module);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   assert_true(strlen(pcp_status_message(status)) < (80u << 10));
   pcp_status_ignore(status);
