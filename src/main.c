@@ -42,7 +42,31 @@ static void print_usage(FILE* out) {
   fprintf(out, "\n'pcp <command> --help' and 'pcp --<role> --help' list flags.\n");
 }
 
+// `pcp --version`: pcp's own version and the pinned IREE compiler and
+// runtime it will use (a missing .venv is reported, not fatal).
+static int print_version(void) {
+  printf("pcp %s\n", PCP_VERSION_STRING);
+  char version[256];
+  pcp_status_t status = pcp_compile_compiler_version(version, sizeof(version));
+  if (status) {
+    printf("iree-compiler: unavailable (%s)\n", pcp_status_message(status));
+    pcp_status_ignore(status);
+  } else {
+    printf("iree-compiler: %s\n", version);
+  }
+  status = pcp_compute_runtime_version(version, sizeof(version));
+  if (status) {
+    printf("iree-runtime: unavailable (%s)\n", pcp_status_message(status));
+    pcp_status_ignore(status);
+  } else {
+    printf("iree-runtime: %s\n", version);
+  }
+  printf("venv: %s\n", pcp_venv_directory());
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && strcmp(argv[1], "--version") == 0) return print_version();
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

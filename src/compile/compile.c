@@ -586,7 +586,18 @@ static pcp_status_t invoke_compiler(const pcp_compile_request_t* request,
                                   &wait_status);
   const char* source = request->source_name ? request->source_name : "<input>";
   // Diagnostics name the input "<stdin>"; the user knows it by its file name.
-  const char* diagnostics = pcp_string_builder_cstring(&output.err);
+  pcp_string_builder_t renamed;
+  pcp_string_builder_initialize(pcp_allocator_system(),
+                                2 * PCP_COMPILE_MAX_DIAGNOSTIC_BYTES, &renamed);
+  for (const char* p = pcp_string_builder_cstring(&output.err); *p;) {
+    const char* hit = strstr(p, "<stdin>");
+    size_t n = hit ? (size_t)(hit - p) : strlen(p);
+    pcp_status_ignore(pcp_string_builder_append(&renamed, pcp_make_string_view(p, n)));
+    if (!hit) break;
+    pcp_status_ignore(pcp_string_builder_append_cstring(&renamed, source));
+    p = hit + strlen("<stdin>");
+  }
+  const char* diagnostics = pcp_string_builder_cstring(&renamed);
   if (status) {
     status = pcp_status_annotate_f(status, "compiling %s", source);
   } else if (WIFSIGNALED(wait_status)) {
@@ -604,6 +615,7 @@ static pcp_status_t invoke_compiler(const pcp_compile_request_t* request,
                              flags->effective_target, diagnostics,
                              output.err_truncated ? "\n(diagnostics truncated)" : "");
   }
+  pcp_string_builder_deinitialize(&renamed);
   pcp_string_builder_deinitialize(&output.out);
   pcp_string_builder_deinitialize(&output.err);
   return status;
