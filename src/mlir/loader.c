@@ -45,7 +45,7 @@ static pcp_status_t resolve_path(void) {
                              "%s is longer than %zu bytes",
                              PCP_MLIR_COMPILER_LIB_ENV, sizeof(g_path) - 1);
     }
-    strcpy(g_path, env);
+    memcpy(g_path, env, strlen(env) + 1);
     return pcp_ok_status();
   }
   char site_packages[4096];

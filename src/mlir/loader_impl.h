@@ -31,6 +31,7 @@
 #define PCP_MLIR_IREE_API_MAJOR 1
 #define PCP_MLIR_IREE_API_MINOR_MIN 1
 
+// NOLINTBEGIN(readability-identifier-naming): IREE's names, not ours.
 int ireeCompilerGetAPIVersion(void);
 void ireeCompilerGlobalInitialize(void);
 // API >= 1.1. The string is owned by the library.
@@ -38,6 +39,7 @@ const char* ireeCompilerGetRevision(void);
 // Appends every dialect the compiler and its default plugins register
 // (StableHLO and CHLO come from the input plugin) to |registry|.
 void ireeCompilerRegisterDialects(MlirDialectRegistry registry);
+// NOLINTEND(readability-identifier-naming)
 
 // X(name) for every symbol the module uses; all are required.
 #define PCP_MLIR_API_SYMBOLS(X)                 \
@@ -102,6 +104,8 @@ void ireeCompilerRegisterDialects(MlirDialectRegistry registry);
   X(mlirTypePrint)
 
 typedef struct pcp_mlir_api_t {
+// A declarator name cannot be parenthesized.
+// NOLINTNEXTLINE(bugprone-macro-parentheses)
 #define PCP_MLIR_API_FIELD_(name) __typeof__(name)* name;
   PCP_MLIR_API_SYMBOLS(PCP_MLIR_API_FIELD_)
 #undef PCP_MLIR_API_FIELD_

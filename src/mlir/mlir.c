@@ -65,8 +65,9 @@ typedef struct sink_t {
 
 static void sink_append(MlirStringRef chunk, void* user_data) {
   sink_t* sink = (sink_t*)user_data;
-  if (sink->status)
+  if (sink->status) {
     return;
+  }
   sink->status = pcp_string_builder_append(
       sink->builder, pcp_make_string_view(chunk.data, chunk.length));
 }
@@ -96,8 +97,9 @@ static char* string_ref_dup(pcp_allocator_t allocator, MlirStringRef value) {
     pcp_status_ignore(status);
     return NULL;
   }
-  if (value.length)
+  if (value.length) {
     memcpy(copy, value.data, value.length);
+  }
   copy[value.length] = 0;
   return copy;
 }
@@ -110,8 +112,9 @@ static void diagnostics_append_f(pcp_mlir_context_t* context, const char* fmt,
                                  ...) PCP_PRINTF_ATTR(2, 3);
 static void diagnostics_append_f(pcp_mlir_context_t* context, const char* fmt,
                                  ...) {
-  if (context->diagnostics_truncated)
+  if (context->diagnostics_truncated) {
     return;
+  }
   char line[1024];
   va_list args;
   va_start(args, fmt);
@@ -129,8 +132,9 @@ static void diagnostics_append_f(pcp_mlir_context_t* context, const char* fmt,
 // wrap them in name, call-site and fused locations.
 static bool find_file_location(const pcp_mlir_api_t* api, MlirLocation location,
                                int depth, MlirLocation* out_location) {
-  if (mlirLocationIsNull(location) || depth > MAX_LOCATION_DEPTH)
+  if (mlirLocationIsNull(location) || depth > MAX_LOCATION_DEPTH) {
     return false;
+  }
   if (api->mlirLocationIsAFileLineColRange(location)) {
     *out_location = location;
     return true;
@@ -145,8 +149,9 @@ static bool find_file_location(const pcp_mlir_api_t* api, MlirLocation location,
   }
   if (api->mlirLocationIsAFused(location)) {
     intptr_t count = api->mlirLocationFusedGetNumLocations(location);
-    if (count <= 0 || count > MAX_FUSED_LOCATIONS)
+    if (count <= 0 || count > MAX_FUSED_LOCATIONS) {
       return false;
+    }
     MlirLocation parts[MAX_FUSED_LOCATIONS];
     api->mlirLocationFusedGetLocations(location, parts);
     for (intptr_t i = 0; i < count; ++i) {
@@ -179,8 +184,9 @@ static void diagnostics_append_location(pcp_mlir_context_t* context,
   // No file position at all (loc(unknown), a bare name): print it as MLIR
   // does, prefixed by the buffer so the reader knows which input it was.
   diagnostics_append_f(context, "%s: ", context->buffer_name);
-  if (context->diagnostics_truncated)
+  if (context->diagnostics_truncated) {
     return;
+  }
   sink_t sink = {&context->diagnostics, pcp_ok_status()};
   api->mlirLocationPrint(location, sink_append, &sink);
   if (sink.status) {
@@ -206,8 +212,9 @@ static const char* severity_name(MlirDiagnosticSeverity severity) {
 static void diagnostics_append(pcp_mlir_context_t* context,
                                MlirDiagnostic diagnostic, int depth) {
   const pcp_mlir_api_t* api = context->api;
-  if (context->diagnostics.size > 0)
+  if (context->diagnostics.size > 0) {
     diagnostics_append_f(context, "\n");
+  }
   diagnostics_append_location(context,
                               api->mlirDiagnosticGetLocation(diagnostic));
   diagnostics_append_f(
@@ -221,8 +228,9 @@ static void diagnostics_append(pcp_mlir_context_t* context,
       context->diagnostics_truncated = true;
     }
   }
-  if (depth >= MAX_LOCATION_DEPTH)
+  if (depth >= MAX_LOCATION_DEPTH) {
     return;
+  }
   intptr_t note_count = api->mlirDiagnosticGetNumNotes(diagnostic);
   for (intptr_t i = 0; i < note_count; ++i) {
     diagnostics_append(context, api->mlirDiagnosticGetNote(diagnostic, i),
@@ -315,8 +323,9 @@ pcp_status_t pcp_mlir_context_create(const pcp_mlir_context_options_t* options,
 }
 
 void pcp_mlir_context_release(pcp_mlir_context_t* context) {
-  if (!context)
+  if (!context) {
     return;
+  }
   PCP_ASSERT(context->live_module_count == 0);
   context->api->mlirContextDestroy(context->context);
   pcp_string_builder_deinitialize(&context->diagnostics);
@@ -374,8 +383,9 @@ static pcp_status_t module_collect_functions(pcp_mlir_module_t* module) {
       continue;  // the verifier rejects this; be defensive anyway
     }
     MlirType function_type = api->mlirTypeAttrGetValue(type_attribute);
-    if (!api->mlirTypeIsAFunction(function_type))
+    if (!api->mlirTypeIsAFunction(function_type)) {
       continue;
+    }
     if (module->function_count == capacity) {
       capacity = capacity ? capacity * 2 : 8;
       void* functions = module->functions;
@@ -410,8 +420,9 @@ pcp_status_t pcp_mlir_module_parse(pcp_mlir_context_t* context,
                                    const char* buffer_name,
                                    pcp_mlir_module_t** out_module) {
   *out_module = NULL;
-  if (!buffer_name || !buffer_name[0])
+  if (!buffer_name || !buffer_name[0]) {
     buffer_name = "<input>";
+  }
   if (byte_length > context->options.max_module_byte_length) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "MLIR module '%s' is %zu bytes; the limit is %zu",
@@ -432,8 +443,9 @@ pcp_status_t pcp_mlir_module_parse(pcp_mlir_context_t* context,
   char* copy = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_malloc(allocator, byte_length + 1, (void**)&copy));
-  if (byte_length)
+  if (byte_length) {
     memcpy(copy, text, byte_length);
+  }
   copy[byte_length] = 0;
 
   diagnostics_begin(context, buffer_name);
@@ -465,8 +477,9 @@ pcp_status_t pcp_mlir_module_parse(pcp_mlir_context_t* context,
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                              "out of memory reading module '%s'", buffer_name);
   }
-  if (!status)
+  if (!status) {
     status = module_collect_functions(module);
+  }
   if (status) {
     pcp_mlir_module_release(module);
     return status;
@@ -476,8 +489,9 @@ pcp_status_t pcp_mlir_module_parse(pcp_mlir_context_t* context,
 }
 
 void pcp_mlir_module_release(pcp_mlir_module_t* module) {
-  if (!module)
+  if (!module) {
     return;
+  }
   --module->context->live_module_count;
   module_free(module);
 }
@@ -543,16 +557,19 @@ static pcp_status_t function_not_found(const pcp_mlir_module_t* module,
   pcp_string_builder_t list;
   pcp_string_builder_initialize(pcp_allocator_system(), 4096, &list);
   pcp_status_t status = pcp_ok_status();
+  // The list is a hint: a long one is cut (names are bounded by the 64-char
+  // precision, so an entry always fits below the builder's cap).
   for (size_t i = 0; i < module->function_count && !status; ++i) {
+    if (list.size > 3000) {
+      status = pcp_string_builder_append_f(&list, ", ... (%zu more)",
+                                           module->function_count - i);
+      break;
+    }
     status = pcp_string_builder_append_f(
-        &list, "%s@%s%s", i ? ", " : "", module->functions[i].name,
+        &list, "%s@%.64s%s", i ? ", " : "", module->functions[i].name,
         module->functions[i].is_public ? "" : " (private)");
   }
-  if (status) {
-    // The list is only a hint; a long one is cut, not an error of its own.
-    pcp_status_ignore(status);
-    pcp_status_ignore(pcp_string_builder_append_cstring(&list, ", ..."));
-  }
+  pcp_status_ignore(status);
   pcp_status_t result;
   if (module->function_count == 0) {
     result = pcp_make_status(PCP_STATUS_NOT_FOUND,
@@ -573,8 +590,9 @@ static pcp_status_t function_not_found(const pcp_mlir_module_t* module,
 // ("si32") share the signless numbers: PCP's wire types carry no
 // signedness distinction between the two.
 static pcp_element_type_t element_type_from_spelling(const char* spelling) {
-  if (spelling[0] == 's' && spelling[1] == 'i')
+  if (spelling[0] == 's' && spelling[1] == 'i') {
     ++spelling;
+  }
   pcp_element_type_t type = PCP_ELEMENT_TYPE_UNKNOWN;
   if (!pcp_element_type_parse(pcp_make_cstring_view(spelling), &type)) {
     return PCP_ELEMENT_TYPE_UNKNOWN;
@@ -582,13 +600,14 @@ static pcp_element_type_t element_type_from_spelling(const char* spelling) {
   return type;
 }
 
-// Describes |type| into |out_type|; spellings are appended to |strings|
-// (NUL-separated) and their offsets parked in the pointer fields until the
-// block's final address is known.
+// Describes |type| into |out_type|. Its two spellings are appended to
+// |strings| (NUL-separated) and their offsets stored in |out_offsets|; the
+// pointers are set once the block stops moving.
 static pcp_status_t describe_type(const pcp_mlir_api_t* api, MlirType type,
                                   const char* what,
                                   pcp_string_builder_t* strings,
-                                  pcp_mlir_type_t* out_type) {
+                                  pcp_mlir_type_t* out_type,
+                                  size_t out_offsets[2]) {
   memset(out_type, 0, sizeof(*out_type));
   out_type->kind = PCP_MLIR_TYPE_KIND_OTHER;
   out_type->rank = -1;
@@ -630,16 +649,16 @@ static pcp_status_t describe_type(const pcp_mlir_api_t* api, MlirType type,
       pcp_string_builder_append(strings, pcp_make_string_view("", 1)));
   out_type->element_type =
       element_type_from_spelling(strings->data + element_offset);
-  out_type->spelling = (const char*)(uintptr_t)spelling_offset;
-  out_type->element_spelling = (const char*)(uintptr_t)element_offset;
+  out_offsets[0] = spelling_offset;
+  out_offsets[1] = element_offset;
   return pcp_ok_status();
 }
 
-static void fix_up_strings(pcp_mlir_type_t* types, size_t count,
-                           const char* base) {
+static void set_spellings(pcp_mlir_type_t* types, size_t count,
+                          const size_t* offsets, const char* base) {
   for (size_t i = 0; i < count; ++i) {
-    types[i].spelling = base + (uintptr_t)types[i].spelling;
-    types[i].element_spelling = base + (uintptr_t)types[i].element_spelling;
+    types[i].spelling = base + offsets[2 * i];
+    types[i].element_spelling = base + offsets[2 * i + 1];
   }
 }
 
@@ -663,6 +682,14 @@ static pcp_status_t fill_signature(const pcp_mlir_api_t* api,
         allocator, entry->result_count * sizeof(pcp_mlir_type_t),
         (void**)&signature->results));
   }
+  size_t type_count = entry->argument_count + entry->result_count;
+  size_t* offsets = NULL;
+  if (type_count) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
+        allocator, 2 * type_count * sizeof(size_t), (void**)&offsets));
+  }
+  size_t* argument_offsets = offsets;
+  size_t* result_offsets = offsets + 2 * entry->argument_count;
   pcp_string_builder_t strings;
   pcp_string_builder_initialize(allocator, 0, &strings);
   pcp_status_t status = pcp_ok_status();
@@ -671,29 +698,28 @@ static pcp_status_t fill_signature(const pcp_mlir_api_t* api,
     snprintf(what, sizeof(what), "@%.64s argument %zu", entry->name, i);
     status = describe_type(
         api, api->mlirFunctionTypeGetInput(entry->function_type, (intptr_t)i),
-        what, &strings, &signature->arguments[i]);
-    ++signature->argument_count;
+        what, &strings, &signature->arguments[i], &argument_offsets[2 * i]);
   }
   for (size_t i = 0; i < entry->result_count && !status; ++i) {
     snprintf(what, sizeof(what), "@%.64s result %zu", entry->name, i);
     status = describe_type(
         api, api->mlirFunctionTypeGetResult(entry->function_type, (intptr_t)i),
-        what, &strings, &signature->results[i]);
-    ++signature->result_count;
+        what, &strings, &signature->results[i], &result_offsets[2 * i]);
   }
-  if (!status)
+  if (!status) {
     status = pcp_string_builder_take(&strings, &signature->strings_);
-  pcp_string_builder_deinitialize(&strings);
-  if (status) {
-    // Offsets are not pointers yet: keep deinitialize from following them.
-    signature->argument_count = signature->result_count = 0;
-    return status;
   }
-  fix_up_strings(signature->arguments, signature->argument_count,
-                 signature->strings_);
-  fix_up_strings(signature->results, signature->result_count,
-                 signature->strings_);
-  return pcp_ok_status();
+  pcp_string_builder_deinitialize(&strings);
+  if (!status) {
+    signature->argument_count = entry->argument_count;
+    signature->result_count = entry->result_count;
+    set_spellings(signature->arguments, signature->argument_count,
+                  argument_offsets, signature->strings_);
+    set_spellings(signature->results, signature->result_count, result_offsets,
+                  signature->strings_);
+  }
+  pcp_allocator_free(allocator, offsets);
+  return status;
 }
 
 pcp_status_t pcp_mlir_module_function_signature(
@@ -704,8 +730,9 @@ pcp_status_t pcp_mlir_module_function_signature(
   if (!function_name || !function_name[0]) {
     function_name = PCP_MLIR_DEFAULT_FUNCTION;
   }
-  if (function_name[0] == '@')
+  if (function_name[0] == '@') {
     ++function_name;
+  }
   const function_entry_t* entry = NULL;
   for (size_t i = 0; i < module->function_count; ++i) {
     if (strcmp(module->functions[i].name, function_name) == 0) {
@@ -713,12 +740,14 @@ pcp_status_t pcp_mlir_module_function_signature(
       break;
     }
   }
-  if (!entry)
+  if (!entry) {
     return function_not_found(module, function_name);
+  }
   pcp_status_t status =
       fill_signature(module->context->api, entry, out_signature);
-  if (status)
+  if (status) {
     pcp_mlir_function_signature_deinitialize(out_signature);
+  }
   return status;
 }
 
@@ -827,8 +856,9 @@ static pcp_status_t tensor_mismatch(const pcp_mlir_type_t* expected,
   memset(&actual, 0, sizeof(actual));
   actual.kind = PCP_MLIR_TYPE_KIND_RANKED_TENSOR;
   actual.rank = rank < 0 ? 0 : (rank > PCP_MAX_TENSOR_RANK ? 0 : rank);
-  if (dims)
+  if (dims) {
     memcpy(actual.dims, dims, (size_t)actual.rank * sizeof(int64_t));
+  }
   actual.element_spelling = pcp_element_type_name(element_type);
   if (rank < 0 || rank > PCP_MAX_TENSOR_RANK) {
     pcp_status_ignore(
@@ -862,7 +892,8 @@ pcp_status_t pcp_mlir_type_check_tensor(const pcp_mlir_type_t* expected,
                 expected->dims[d] == dims[d];
     }
   }
-  if (matches)
+  if (matches) {
     return pcp_ok_status();
+  }
   return tensor_mismatch(expected, element_type, rank, dims, what);
 }

@@ -74,8 +74,9 @@ static void print_help(void) {
 // function (torch-mlir names its entry point @forward).
 static const char* pick_function(const pcp_mlir_module_t* module,
                                  const char* requested) {
-  if (requested && requested[0])
+  if (requested && requested[0]) {
     return requested;
+  }
   size_t count = pcp_mlir_module_function_count(module);
   const char* only_public = NULL;
   size_t public_count = 0;
@@ -118,18 +119,21 @@ static void print_function_list(const pcp_mlir_module_t* module, bool is_public,
   for (size_t i = 0; i < count; ++i) {
     pcp_mlir_function_info_t info;
     pcp_mlir_module_function_at(module, i, &info);
-    if (info.is_public != is_public)
+    if (info.is_public != is_public) {
       continue;
+    }
     if (printed == 0) {
       fputs(is_public ? "public functions:" : "private functions:", out);
     }
     fprintf(out, "%s @%s", printed ? "," : "", info.name);
     ++printed;
   }
-  if (printed)
+  if (printed) {
     fputc('\n', out);
-  if (is_public && !printed)
+  }
+  if (is_public && !printed) {
     fputs("public functions: (none)\n", out);
+  }
 }
 
 static pcp_status_t print_text_summary(
@@ -157,8 +161,9 @@ static pcp_status_t print_text_summary(
 
 static json_t* type_to_json(const pcp_mlir_type_t* type) {
   json_t* object = json_object();
-  if (!object)
+  if (!object) {
     return NULL;
+  }
   json_object_set_new(object, "type", json_string(type->spelling));
   json_object_set_new(object, "kind", json_string(kind_name(type->kind)));
   if (type->element_spelling[0]) {
@@ -222,8 +227,9 @@ static pcp_status_t print_json_summary(
       types_to_json(signature->results, signature->result_count));
   json_object_set_new(root, "function", function);
   pcp_string_builder_deinitialize(&builder);
-  if (text)
+  if (text) {
     json_object_set_new(root, "text", json_string(text));
+  }
 
   if (!status) {
     char* dumped = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -271,8 +277,9 @@ static pcp_status_t inspect(const char* path,
                               options->generic ? PCP_MLIR_PRINT_FLAG_GENERIC
                                                : PCP_MLIR_PRINT_FLAG_NONE,
                               &builder);
-    if (!status)
+    if (!status) {
       status = pcp_string_builder_take(&builder, &text);
+    }
     pcp_string_builder_deinitialize(&builder);
   }
   if (!status && print && !options->json) {
@@ -309,8 +316,9 @@ int pcp_mlir_inspect_main(int argc, char** argv) {
     pcp_string_list_deinitialize(&positionals);
     return 0;
   }
-  if (!status)
+  if (!status) {
     status = pcp_config_validate(&kTable, &options);
+  }
   if (!status && positionals.count != 1) {
     status =
         pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,

@@ -75,15 +75,17 @@ static void run_result_free(run_result_t* result) {
 }
 
 static void expect_contains(const char* haystack, const char* needle) {
-  if (!strstr(haystack, needle))
+  if (!strstr(haystack, needle)) {
     fail_msg("'%s' not in:\n%s", needle, haystack);
+  }
 }
 
 static int setup(void** state) {
   PCP_UNUSED(state);
   const char* source_dir = getenv("PCP_SOURCE_DIR");
-  if (!source_dir)
+  if (!source_dir) {
     return -1;
+  }
   snprintf(g_fixtures, sizeof(g_fixtures), "%s/tests/fixtures/mlir",
            source_dir);
   snprintf(g_scratch, sizeof(g_scratch), "/tmp/pcp_mlir_cli_test.XXXXXX");
@@ -145,8 +147,9 @@ static void test_json(void** state) {
   assert_int_equal(r.exit_code, 0);
   json_error_t error;
   json_t* root = json_loads(r.out, 0, &error);
-  if (!root)
+  if (!root) {
     fail_msg("not JSON (%s):\n%s", error.text, r.out);
+  }
   assert_true(json_is_null(json_object_get(root, "module")));
   json_t* functions = json_object_get(root, "functions");
   assert_int_equal(json_array_size(functions), 1);

@@ -32,8 +32,9 @@ static void expect_load_error(pcp_status_t status) {
     fail_msg("expected %s, got: %s", expected_name, text);
   }
   // The message says which file and how to point PCP elsewhere.
-  if (!strstr(text, path))
+  if (!strstr(text, path)) {
     fail_msg("'%s' not in: %s", path, text);
+  }
   if (!strstr(text, PCP_MLIR_COMPILER_LIB_ENV)) {
     fail_msg("'%s' not in: %s", PCP_MLIR_COMPILER_LIB_ENV, text);
   }

@@ -118,7 +118,9 @@ static void expect_tensor(const pcp_mlir_type_t* type,
   assert_int_equal(type->kind, PCP_MLIR_TYPE_KIND_RANKED_TENSOR);
   assert_int_equal(type->element_type, element);
   assert_int_equal(type->rank, rank);
-  for (int32_t d = 0; d < rank; ++d) assert_int_equal(type->dims[d], dims[d]);
+  for (int32_t d = 0; d < rank; ++d) {
+    assert_int_equal(type->dims[d], dims[d]);
+  }
 }
 
 static int setup_context(void** state) {
@@ -306,8 +308,9 @@ static void test_jax_module(void** state) {
         pcp_string_builder_append(&builder, pcp_make_string_view(chunk, n)));
   }
   int exit_status = pclose(pipe);
-  if (exit_status != 0)
+  if (exit_status != 0) {
     fail_msg("'%s' failed (%d)", command, exit_status);
+  }
   const char* text = pcp_string_builder_cstring(&builder);
   assert_non_null(strstr(text, "stablehlo.dot_general"));
   assert_non_null(strstr(text, "stablehlo.reduce"));
@@ -511,6 +514,23 @@ static void test_unknown_function(void** state) {
                    module, NULL, pcp_allocator_system(), &signature),
                PCP_STATUS_NOT_FOUND, "@main", "no func.func");
   pcp_mlir_module_release(module);
+
+  // A long list of candidates is cut, with a count of the rest.
+  pcp_string_builder_t builder;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+  for (int i = 0; i < 1000; ++i) {
+    expect_ok(pcp_string_builder_append_f(
+        &builder, "func.func @function_number_%d() {\n  return\n}\n", i));
+  }
+  module = parse_text(pcp_string_builder_cstring(&builder), builder.size,
+                      "thousand.mlir");
+  assert_int_equal(pcp_mlir_module_function_count(module), 1000);
+  expect_error(pcp_mlir_module_function_signature(
+                   module, NULL, pcp_allocator_system(), &signature),
+               PCP_STATUS_NOT_FOUND, "available: @function_number_0, ",
+               " more)");
+  pcp_mlir_module_release(module);
+  pcp_string_builder_deinitialize(&builder);
 }
 
 static void test_oversized_input(void** state) {
