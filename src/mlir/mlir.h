@@ -250,7 +250,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_mlir_function_signature_format(
     const pcp_mlir_function_signature_t* signature,
     pcp_string_builder_t* builder);
 
-// Checks a tensor described by (|element_type|, |rank|, |dims|) against
+// Checks a tensor described by (|element_type|, |rank|, |dims|; |dims| holds
+// |rank| sizes and may be NULL only when |rank| is 0) against
 // |expected|: a ranked tensor must match element type, rank and every static
 // dimension (dynamic ones match any size); an unranked tensor matches any
 // shape with its element type. |what| names the value in the message
