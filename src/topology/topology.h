@@ -1075,6 +1075,11 @@ const char* pcp_topology_failure_name(pcp_topology_failure_t failure);
 bool pcp_topology_failure_parse(pcp_string_view_t name,
                                 pcp_topology_failure_t* out_failure);
 
+// True for the 16 tags the protocol models use (all but noop and
+// health_update): the milestone execution vocabulary.
+bool pcp_topology_event_tag_is_execution_vocabulary(
+    pcp_topology_event_tag_t tag);
+
 // FNV-style hash over the four whole field values (tag, actor, peer,
 // message id). Stable across builds: it feeds checksums in fixtures.
 uint64_t pcp_topology_event_hash(pcp_topology_event_t event);
@@ -1459,6 +1464,114 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_solver_parse_model(
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_solver_parse_core(
     pcp_string_view_t answer, uint32_t* out_ids, size_t capacity,
     size_t* out_count);
+
+//===----------------------------------------------------------------------===//
+// Solving and protocols: protocol-complex generation
+//===----------------------------------------------------------------------===//
+
+#define PCP_TOPOLOGY_MAX_PROCESSES 64u
+#define PCP_TOPOLOGY_MAX_GENERATION_DEPTH 10u
+
+// A simulated process: the node id used in events and its colour.
+typedef struct pcp_topology_process_t {
+  uint16_t id;
+  pcp_topology_color_t color;
+} pcp_topology_process_t;
+
+// At most PCP_TOPOLOGY_MAX_PROCESSES, unique ids (INVALID_ARGUMENT), unique
+// colours (DuplicateColor).
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_process_set_validate(
+    const pcp_topology_process_t* processes, size_t count);
+// Every actor and peer of |events| is a process (INVALID_ARGUMENT).
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_event_alphabet_validate(
+    const pcp_topology_process_t* processes, size_t process_count,
+    const pcp_topology_event_t* events, size_t event_count);
+
+// Per-trace seed of random generation: seed, face ordinal and trace ordinal
+// through a splitmix/murmur finaliser.
+uint64_t pcp_topology_mix_seed(uint64_t seed, uint64_t face, uint64_t k);
+
+// The model under test: runs |events| from |seed| on the processes of
+// |input_face| and appends the local-view simplex they end with to
+// |out_view| (one vertex per process, chromatic) and a hash of the final
+// state to |out_state_hash|. Must be deterministic.
+typedef pcp_status_t (*pcp_topology_view_fn_t)(
+    void* user_data, pcp_topology_simplex_t input_face, uint64_t seed,
+    const pcp_topology_event_t* events, size_t event_count,
+    pcp_topology_vertex_list_t* out_view, uint64_t* out_state_hash);
+
+typedef struct pcp_topology_generation_options_t {
+  uint64_t seed;
+  uint32_t depth;                // events per schedule, <= 10 (DepthTooLarge)
+  bool partial_order_reduction;  // exhaustive mode (default true)
+  bool require_nonempty_inputs;  // EmptyExecutionCarrier (default true)
+  uint32_t traces_per_face;      // random mode (default 1)
+} pcp_topology_generation_options_t;
+
+pcp_topology_generation_options_t pcp_topology_generation_options_default(
+    void);
+
+// One recorded schedule: which input face (index into |input_faces|) reached
+// which protocol simplex (index into |protocol|), through which trace.
+typedef struct pcp_topology_generation_witness_t {
+  uint32_t input_index;
+  uint32_t protocol_index;
+  uint32_t trace_index;
+  uint32_t event_count;
+  uint64_t state_hash;
+} pcp_topology_generation_witness_t;
+
+// Generated P, Xi: I -> P and the witnesses. Caller-embedded; owns
+// everything (Xi borrows the input complex passed to the generator, which
+// must outlive the result).
+typedef struct pcp_topology_protocol_complex_t {
+  pcp_allocator_t allocator;
+  pcp_topology_complex_t* input_faces;  // faces of I in faces() order
+  pcp_topology_complex_t* protocol;     // views, first-seen order
+  pcp_topology_carrier_map_t* execution;
+  pcp_topology_trace_t* traces;  // snapshot: steps = events, checksum = state
+  pcp_topology_generation_witness_t* witnesses;  // one per trace
+  size_t trace_count;
+  size_t trace_capacity;
+} pcp_topology_protocol_complex_t;
+
+void pcp_topology_protocol_complex_initialize(
+    pcp_allocator_t allocator, pcp_topology_protocol_complex_t* out_result);
+void pcp_topology_protocol_complex_deinitialize(
+    pcp_topology_protocol_complex_t* result);
+
+// For each face F of |input| (faces order) runs every schedule of exactly
+// options.depth events drawn from the alphabet events whose actor (and
+// peer) colours lie in F, pruned by partial-order reduction; depth 0 runs
+// the empty schedule once. Xi(F) = the views recorded for F; Xi is validated
+// as monotone. RESOURCE_EXHAUSTED past 2^20 schedules.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_protocol_complex_generate_exhaustive(
+    const pcp_topology_complex_t* input,
+    const pcp_topology_process_t* processes, size_t process_count,
+    const pcp_topology_event_t* alphabet, size_t alphabet_count,
+    pcp_topology_generation_options_t options, pcp_topology_view_fn_t view_fn,
+    void* user_data, pcp_topology_protocol_complex_t* inout_result);
+
+// The same with options.traces_per_face schedules per face drawn from one
+// pcp_rng_t seeded by options.seed; trace k of face f gets the seed
+// pcp_topology_mix_seed(seed, f, k). A sample need not be monotone, so Xi is
+// not validated here.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_protocol_complex_generate_random(
+    const pcp_topology_complex_t* input,
+    const pcp_topology_process_t* processes, size_t process_count,
+    const pcp_topology_event_t* alphabet, size_t alphabet_count,
+    pcp_topology_generation_options_t options, pcp_topology_view_fn_t view_fn,
+    void* user_data, pcp_topology_protocol_complex_t* inout_result);
+
+// Shrinks a schedule while replaying it still ends at |target|
+// (FAILED_PRECONDITION "PredicateDoesNotHold" when it does not to begin
+// with). Release |out_result| with pcp_topology_shrink_result_deinitialize.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_trace_shrink_to_protocol_simplex(
+    pcp_topology_view_fn_t view_fn, void* user_data,
+    pcp_topology_simplex_t input_face, pcp_topology_simplex_t target,
+    uint64_t seed, const pcp_topology_event_t* events, size_t event_count,
+    pcp_allocator_t allocator, pcp_topology_shrink_result_t* out_result);
 
 #ifdef __cplusplus
 }

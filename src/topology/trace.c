@@ -58,6 +58,15 @@ bool pcp_topology_failure_parse(pcp_string_view_t name,
   return false;
 }
 
+bool pcp_topology_event_tag_is_execution_vocabulary(
+    pcp_topology_event_tag_t tag) {
+  // noop carries no behaviour and health_update is a monitoring signal that
+  // no coordination rule reads; every other tag drives some protocol model.
+  return (unsigned)tag < PCP_TOPOLOGY_EVENT_TAG_COUNT_ &&
+         tag != PCP_TOPOLOGY_EVENT_NOOP &&
+         tag != PCP_TOPOLOGY_EVENT_HEALTH_UPDATE;
+}
+
 uint64_t pcp_topology_event_hash(pcp_topology_event_t event) {
   // Whole field values, not bytes: this is the upstream definition, and it
   // keeps the hash independent of struct padding.
