@@ -136,7 +136,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_status_allocate_v(pcp_status_code_t code,
                                                        const char* file,
                                                        int line,
                                                        const char* fmt,
-                                                       va_list args);
+                                                       va_list args)
+    PCP_PRINTF_ATTR(4, 0);
 
 #define pcp_make_status(code, ...) \
   pcp_status_allocate_f((code), __FILE__, __LINE__, __VA_ARGS__)

@@ -176,6 +176,14 @@ static void string_builder_respects_cap(void** state) {
   assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_RESOURCE_EXHAUSTED);
   assert_string_equal(pcp_string_builder_cstring(&b), "12-ab");
   pcp_string_builder_deinitialize(&b);
+  // Taking from an untouched builder yields "" (regression: it returned an
+  // unterminated buffer).
+  pcp_string_builder_t empty;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &empty);
+  char* taken = NULL;
+  assert_null(pcp_string_builder_take(&empty, &taken));
+  assert_string_equal(taken, "");
+  free(taken);
 }
 
 static void rng_is_reproducible_and_uniform(void** state) {

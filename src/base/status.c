@@ -63,6 +63,7 @@ static pcp_status_t bare_status(pcp_status_code_t code) {
   return (pcp_status_t)(uintptr_t)(code & PCP_STATUS_CODE_MASK);
 }
 
+PCP_PRINTF_ATTR(1, 0)
 static char* vformat_alloc(const char* fmt, va_list args) {
   va_list copy;
   va_copy(copy, args);

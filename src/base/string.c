@@ -130,6 +130,7 @@ static pcp_status_t builder_reserve(pcp_string_builder_t* builder,
       pcp_allocator_realloc(builder->allocator, capacity, &data));
   builder->data = data;
   builder->capacity = capacity;
+  builder->data[builder->size] = 0;  // a fresh buffer reads as "" at once
   return pcp_ok_status();
 }
 

@@ -39,6 +39,20 @@ expect "compile ok" 0 "wrote" -- "$PCP" compile "$tmp/add.mlir" -o "$tmp/add.vmf
 expect "compile cache hit" 0 "cache hit" -- "$PCP" compile "$tmp/add.mlir" -o "$tmp/add.vmfb"
 expect "run prints like iree-run-module" 0 "^4xf32=2 3 4 5$" -- \
   "$PCP" run "$tmp/add.vmfb" --input 4xf32=1,2,3,4 --input 4xf32=1
+# Same program, same inputs: pcp run prints exactly what iree-run-module prints.
+site=$("${PCP_VENV:?}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+root=$(cd "$(dirname "$0")/../.." && pwd)
+"$PCP" compile "$root/examples/quickstart.mlir" -o "$tmp/q.vmfb" >/dev/null 2>&1
+qin=(2x4xf32=1,2,3,4,-1,0.5,0,2 4x8xf32=0.1,-0.2,0.3,0.05,0.2,-0.1,0.4,0,0.3,0.1,-0.3,0.2,0,0.25,-0.05,0.1,-0.1,0.2,0.1,0.3,-0.2,0,0.15,0.05,0.2,0,0.05,-0.1,0.3,0.1,0,0.2 8xf32=0.01 8x3xf32=0.5,-0.2,0.1,0,0.3,-0.1,0.2,0.2,0.2,-0.3,0.1,0.4,0.1,0,-0.2,0.25,-0.25,0,0.05,0.1,0.3,-0.1,0.2,0)
+ours=$("$PCP" run "$tmp/q.vmfb" "${qin[@]/#/--input=}" 2>&1)
+theirs=$("$site/iree/_runtime_libs/iree-run-module" --device=local-task --module="$tmp/q.vmfb" \
+  --function=main "${qin[@]/#/--input=}" 2>&1)
+if [[ -n "$ours" && "$ours" == "$theirs" ]]; then
+  pass=$((pass + 1)); echo "ok   output identical to iree-run-module"
+else
+  fail=$((fail + 1)); echo "FAIL output differs from iree-run-module:"; diff <(echo "$ours") <(echo "$theirs")
+fi
+
 expect "malformed MLIR has the diagnostic" 1 "bad.mlir:2:.*error" -- \
   "$PCP" compile "$tmp/bad.mlir" -o "$tmp/bad.vmfb"
 expect "unknown backend" 2 "unknown backend 'tpu'" -- \
