@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Subdivision tests of reference s.6 (subdivision.zig), same names and
+// expected numbers.
+
+// clang-format off
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+// clang-format on
+
+#include "topology/topology.h"
+
+#define ALLOC pcp_allocator_system()
+
+static pcp_topology_vertex_t P(uint32_t process) {
+  return pcp_topology_make_vertex(
+      pcp_topology_make_color(PCP_TOPOLOGY_COLOR_PROCESS, process),
+      pcp_topology_make_label(PCP_TOPOLOGY_LABEL_INPUT, (int64_t)process));
+}
+
+// The standard simplex on processes 0..dim.
+static pcp_topology_complex_t* standard_simplex(uint32_t dim) {
+  pcp_topology_complex_t* complex = NULL;
+  PCP_CHECK_OK(pcp_topology_complex_create(ALLOC, &complex));
+  pcp_topology_vertex_t vs[8];
+  for (uint32_t i = 0; i <= dim; ++i) vs[i] = P(i);
+  PCP_CHECK_OK(pcp_topology_complex_add(
+      complex, pcp_topology_make_simplex(vs, dim + 1), NULL));
+  return complex;
+}
+
+static pcp_topology_subdivision_t* subdivide(
+    const pcp_topology_complex_t* input, pcp_topology_subdivision_kind_t kind,
+    uint32_t rounds) {
+  pcp_topology_subdivision_t* sub = NULL;
+  PCP_CHECK_OK(pcp_topology_subdivision_create(input, kind, rounds, ALLOC, &sub));
+  return sub;
+}
+
+static void expect_counts(const pcp_topology_subdivision_t* sub,
+                          size_t vertices, size_t facets) {
+  size_t v = 0, f = 0;
+  pcp_topology_subdivision_counts(sub, &v, &f);
+  assert_int_equal(v, vertices);
+  assert_int_equal(f, facets);
+}
+
+static void test_barycentric_subdivision_of_an_edge_has_two_subdivided_edges(
+    void** state) {
+  (void)state;
+  pcp_topology_complex_t* edge = standard_simplex(1);
+  pcp_topology_subdivision_t* sub =
+      subdivide(edge, PCP_TOPOLOGY_SUBDIVISION_BARYCENTRIC, 1);
+  expect_counts(sub, 3, 2);
+  pcp_topology_carrier_checks_t checks = {true, true, true, false};
+  PCP_CHECK_OK(pcp_topology_carrier_map_validate(
+      pcp_topology_subdivision_carrier(sub), checks));
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(edge);
+}
+
+static void test_standard_chromatic_subdivision_of_an_edge_matches_the_book(
+    void** state) {
+  (void)state;
+  pcp_topology_complex_t* edge = standard_simplex(1);
+  pcp_topology_subdivision_t* sub =
+      subdivide(edge, PCP_TOPOLOGY_SUBDIVISION_CHROMATIC, 1);
+  expect_counts(sub, 4, 3);
+  pcp_topology_carrier_checks_t checks = {true, true, true, true};
+  PCP_CHECK_OK(pcp_topology_carrier_map_validate(
+      pcp_topology_subdivision_carrier(sub), checks));
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(edge);
+}
+
+static void test_standard_chromatic_subdivision_of_a_triangle_has_12_13(
+    void** state) {
+  (void)state;
+  pcp_topology_complex_t* triangle = standard_simplex(2);
+  pcp_topology_subdivision_t* sub =
+      subdivide(triangle, PCP_TOPOLOGY_SUBDIVISION_CHROMATIC, 1);
+  expect_counts(sub, 12, 13);
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(triangle);
+}
+
+static void test_iterated_barycentric_subdivision_composes_carriers(
+    void** state) {
+  (void)state;
+  pcp_topology_complex_t* edge = standard_simplex(1);
+  pcp_topology_subdivision_t* sub =
+      subdivide(edge, PCP_TOPOLOGY_SUBDIVISION_BARYCENTRIC, 2);
+  expect_counts(sub, 5, 4);
+  pcp_topology_carrier_checks_t checks = {true, false, true, false};
+  PCP_CHECK_OK(pcp_topology_carrier_map_validate(
+      pcp_topology_subdivision_carrier(sub), checks));
+  pcp_topology_subdivision_vertex_info_t info;
+  pcp_topology_subdivision_metadata(sub, 0, &info);
+  assert_int_equal(info.round, 2);
+  assert_int_equal(info.kind, PCP_TOPOLOGY_SUBDIVISION_BARYCENTRIC);
+  // The carrier of the whole edge is all four small edges.
+  pcp_topology_simplex_t whole =
+      pcp_topology_complex_simplex(edge, 0);
+  const pcp_topology_complex_t* image = pcp_topology_carrier_map_lookup(
+      pcp_topology_subdivision_carrier(sub), whole);
+  assert_non_null(image);
+  size_t edges = 0;
+  for (size_t i = 0; i < pcp_topology_complex_count(image); ++i) {
+    if (pcp_topology_complex_simplex(image, i).count == 2) ++edges;
+  }
+  assert_int_equal(edges, 4);
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(edge);
+}
+
+static void test_subdivision_metadata_explains_chromatic_views(void** state) {
+  (void)state;
+  pcp_topology_complex_t* edge = standard_simplex(1);
+  pcp_topology_subdivision_t* sub =
+      subdivide(edge, PCP_TOPOLOGY_SUBDIVISION_CHROMATIC, 1);
+  bool found = false;
+  for (size_t i = 0; i < pcp_topology_subdivision_metadata_count(sub); ++i) {
+    pcp_topology_subdivision_vertex_info_t info;
+    pcp_topology_subdivision_metadata(sub, i, &info);
+    assert_int_equal(info.ordinal, i);
+    assert_true(info.has_source);
+    assert_true(
+        pcp_topology_color_equal(info.vertex.color, info.source.color));
+    if (info.carrier.count == 2 &&
+        pcp_topology_simplex_contains_vertex(info.carrier, &info.source)) {
+      found = true;
+    }
+  }
+  assert_true(found);
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(edge);
+}
+
+static void test_protocol_power_validator_accepts_chromatic_subdivisions(
+    void** state) {
+  (void)state;
+  const size_t expected[3][2] = {{4, 3}, {12, 13}, {32, 75}};
+  for (uint32_t dim = 1; dim <= 3; ++dim) {
+    pcp_topology_complex_t* input = standard_simplex(dim);
+    pcp_topology_subdivision_t* sub =
+        subdivide(input, PCP_TOPOLOGY_SUBDIVISION_CHROMATIC, 1);
+    pcp_topology_subdivision_options_t options =
+        pcp_topology_subdivision_options_default();
+    options.chromatic = true;
+    options.check_kind = true;
+    options.expected_kind = PCP_TOPOLOGY_SUBDIVISION_CHROMATIC;
+    options.check_round = true;
+    options.expected_round = 1;
+    pcp_topology_subdivision_report_t report;
+    PCP_CHECK_OK(pcp_topology_subdivision_validate(sub, options, &report));
+    assert_int_equal(report.vertex_count, expected[dim - 1][0]);
+    assert_int_equal(report.top_facet_count, expected[dim - 1][1]);
+    assert_int_equal(report.metadata_count, report.vertex_count);
+    assert_true(report.face_restriction_checks > 0);
+    assert_true(report.boundary_checks > 0);
+    assert_true(report.link_checks > 0);
+    pcp_topology_subdivision_release(sub);
+    pcp_topology_complex_release(input);
+  }
+}
+
+static void test_protocol_power_validator_checks_barycentric_tetrahedron(
+    void** state) {
+  (void)state;
+  pcp_topology_complex_t* input = standard_simplex(3);
+  pcp_topology_subdivision_t* sub =
+      subdivide(input, PCP_TOPOLOGY_SUBDIVISION_BARYCENTRIC, 1);
+  pcp_topology_subdivision_report_t report;
+  PCP_CHECK_OK(pcp_topology_subdivision_validate(
+      sub, pcp_topology_subdivision_options_default(), &report));
+  assert_int_equal(report.vertex_count, 15);
+  assert_int_equal(report.top_facet_count, 24);
+  assert_true(report.boundary_checks >= 11);
+  assert_true(report.link_checks > 0);
+  // A wrong expectation is reported, not ignored.
+  pcp_topology_subdivision_options_t options =
+      pcp_topology_subdivision_options_default();
+  options.check_kind = true;
+  options.expected_kind = PCP_TOPOLOGY_SUBDIVISION_CHROMATIC;
+  pcp_status_t status = pcp_topology_subdivision_validate(sub, options, &report);
+  assert_int_equal(pcp_topology_status_error(status),
+                   PCP_TOPOLOGY_ERROR_SUBDIVISION_METADATA_MISMATCH);
+  pcp_status_ignore(status);
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(input);
+}
+
+static void test_protocol_power_validator_accepts_mixed_complex_subdivisions(
+    void** state) {
+  (void)state;
+  pcp_topology_complex_t* input = NULL;
+  PCP_CHECK_OK(pcp_topology_complex_create(ALLOC, &input));
+  pcp_topology_vertex_t abc[] = {P(0), P(1), P(2)};
+  pcp_topology_vertex_t cd[] = {P(2), P(3)};
+  PCP_CHECK_OK(pcp_topology_complex_add(
+      input, pcp_topology_make_simplex(abc, 3), NULL));
+  PCP_CHECK_OK(
+      pcp_topology_complex_add(input, pcp_topology_make_simplex(cd, 2), NULL));
+  pcp_topology_subdivision_t* sub =
+      subdivide(input, PCP_TOPOLOGY_SUBDIVISION_CHROMATIC, 1);
+  pcp_topology_subdivision_report_t report;
+  PCP_CHECK_OK(pcp_topology_subdivision_validate(
+      sub, pcp_topology_subdivision_options_default(), &report));
+  assert_true(report.vertex_count > 12);
+  assert_true(report.top_facet_count >= 13);
+  assert_true(report.boundary_checks > 0);
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(input);
+}
+
+static void test_iterated_subdivision_equivalence_checks_bounded_rounds(
+    void** state) {
+  (void)state;
+  pcp_topology_complex_t* triangle = standard_simplex(2);
+  PCP_CHECK_OK(pcp_topology_subdivision_validate_iterated(
+      triangle, PCP_TOPOLOGY_SUBDIVISION_BARYCENTRIC, 2, ALLOC));
+  PCP_CHECK_OK(pcp_topology_subdivision_validate_iterated(
+      triangle, PCP_TOPOLOGY_SUBDIVISION_CHROMATIC, 2, ALLOC));
+  pcp_topology_subdivision_t* sub =
+      subdivide(triangle, PCP_TOPOLOGY_SUBDIVISION_CHROMATIC, 2);
+  expect_counts(sub, 99, 169);
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(triangle);
+}
+
+static void test_identity_subdivision_keeps_the_input(void** state) {
+  (void)state;
+  pcp_topology_complex_t* triangle = standard_simplex(2);
+  pcp_topology_subdivision_t* sub =
+      subdivide(triangle, PCP_TOPOLOGY_SUBDIVISION_CHROMATIC, 0);
+  assert_int_equal(pcp_topology_subdivision_kind(sub),
+                   PCP_TOPOLOGY_SUBDIVISION_IDENTITY);
+  expect_counts(sub, 3, 1);
+  pcp_topology_subdivision_report_t report;
+  pcp_topology_subdivision_options_t options =
+      pcp_topology_subdivision_options_default();
+  options.chromatic = true;
+  PCP_CHECK_OK(pcp_topology_subdivision_validate(sub, options, &report));
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(triangle);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(
+          test_barycentric_subdivision_of_an_edge_has_two_subdivided_edges),
+      cmocka_unit_test(
+          test_standard_chromatic_subdivision_of_an_edge_matches_the_book),
+      cmocka_unit_test(
+          test_standard_chromatic_subdivision_of_a_triangle_has_12_13),
+      cmocka_unit_test(test_iterated_barycentric_subdivision_composes_carriers),
+      cmocka_unit_test(test_subdivision_metadata_explains_chromatic_views),
+      cmocka_unit_test(
+          test_protocol_power_validator_accepts_chromatic_subdivisions),
+      cmocka_unit_test(
+          test_protocol_power_validator_checks_barycentric_tetrahedron),
+      cmocka_unit_test(
+          test_protocol_power_validator_accepts_mixed_complex_subdivisions),
+      cmocka_unit_test(
+          test_iterated_subdivision_equivalence_checks_bounded_rounds),
+      cmocka_unit_test(test_identity_subdivision_keeps_the_input),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
