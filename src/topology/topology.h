@@ -142,7 +142,45 @@ extern "C" {
     INVALID_ARGUMENT)                                                      \
   X(NO_PATH, NoPath, NOT_FOUND)                                            \
   X(COMPLEX_DIMENSION_TOO_HIGH, ComplexDimensionTooHigh, INVALID_ARGUMENT) \
-  /* Solving and protocols: append below this line. */
+  /* Solving and protocols: append below this line. */                   \
+  X(UNCOVERED_TASK_FACE, UncoveredTaskFace, INVALID_ARGUMENT)              \
+  X(OUTPUT_FACET_MISSING_COLOR, OutputFacetMissingColor, INVALID_ARGUMENT) \
+  X(TASK_OUTPUT_PROJECTION_OUTSIDE_OUTPUT_COMPLEX,                         \
+    TaskOutputProjectionOutsideOutputComplex, INVALID_ARGUMENT)            \
+  X(UNCOVERED_EXTRACTED_INPUT_FACE, UncoveredExtractedInputFace,           \
+    INVALID_ARGUMENT)                                                      \
+  X(PROTOCOL_FACET_MISSING_COLOR, ProtocolFacetMissingColor,               \
+    INVALID_ARGUMENT)                                                      \
+  X(MISSING_DECISION_TARGET, MissingDecisionTarget, INVALID_ARGUMENT)      \
+  X(PROTOCOL_SIMPLEX_MISSING_TRACE_WITNESS,                                \
+    ProtocolSimplexMissingTraceWitness, INVALID_ARGUMENT)                  \
+  X(EXTRACTION_EVENT_BOUND_EXCEEDED, ExtractionEventBoundExceeded,         \
+    RESOURCE_EXHAUSTED)                                                    \
+  X(EXTRACTION_EVIDENCE_MISMATCH, ExtractionEvidenceMismatch,              \
+    INVALID_ARGUMENT)                                                      \
+  X(VERTEX_REF_NOT_FOUND, VertexRefNotFound, NOT_FOUND)                    \
+  X(EMPTY_COMPOSITION, EmptyComposition, INVALID_ARGUMENT)                 \
+  X(REFINEMENT_DOMAIN_MISMATCH, RefinementDomainMismatch, INVALID_ARGUMENT) \
+  X(REFINEMENT_CODOMAIN_MISMATCH, RefinementCodomainMismatch,              \
+    INVALID_ARGUMENT)                                                      \
+  X(DETAILED_CARRIER_ESCAPES_ABSTRACT_TASK,                                \
+    DetailedCarrierEscapesAbstractTask, INVALID_ARGUMENT)                  \
+  X(UNCOVERED_ABSTRACT_WORKFLOW_FACE, UncoveredAbstractWorkflowFace,       \
+    INVALID_ARGUMENT)                                                      \
+  X(MISSING_TASK_COVERAGE_PATHS, MissingTaskCoveragePaths,                 \
+    INVALID_ARGUMENT)                                                      \
+  X(UNEXPECTED_DESIGN_ONLY_TASK, UnexpectedDesignOnlyTask,                 \
+    INVALID_ARGUMENT)                                                      \
+  X(STALE_TASK_COVERAGE_PATH, StaleTaskCoveragePath, INVALID_ARGUMENT)     \
+  X(TASK_COVERAGE_PATH_UNMAPPED, TaskCoveragePathUnmapped,                 \
+    INVALID_ARGUMENT)                                                      \
+  X(TASK_COVERAGE_PATH_MISMATCH, TaskCoveragePathMismatch,                 \
+    INVALID_ARGUMENT)                                                      \
+  X(TASK_COVERAGE_DESIGN_ONLY_MISMATCH, TaskCoverageDesignOnlyMismatch,    \
+    INVALID_ARGUMENT)                                                      \
+  X(DUPLICATE_COVERAGE_PATH, DuplicateCoveragePath, INVALID_ARGUMENT)      \
+  X(UNCOVERED_IMPLEMENTED_PRODUCTION_PATH,                                 \
+    UncoveredImplementedProductionPath, INVALID_ARGUMENT)
 
 typedef enum pcp_topology_error_e {
   PCP_TOPOLOGY_ERROR_NONE = 0,
@@ -1572,6 +1610,102 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_trace_shrink_to_protocol_simplex(
     pcp_topology_simplex_t input_face, pcp_topology_simplex_t target,
     uint64_t seed, const pcp_topology_event_t* events, size_t event_count,
     pcp_allocator_t allocator, pcp_topology_shrink_result_t* out_result);
+
+//===----------------------------------------------------------------------===//
+// Solving and protocols: the task catalogue
+//===----------------------------------------------------------------------===//
+
+// The PCP coordination tasks (reference s.3.1). Numbers are stable: they
+// index coverage tables.
+typedef enum pcp_topology_task_kind_e {
+  PCP_TOPOLOGY_TASK_MESSAGE_DISPATCH = 0,
+  PCP_TOPOLOGY_TASK_WORKLOAD_NORMALIZATION = 1,
+  PCP_TOPOLOGY_TASK_GATEWAY_LEASE_SCHEDULING = 2,
+  PCP_TOPOLOGY_TASK_RESERVATION_LIFECYCLE = 3,
+  PCP_TOPOLOGY_TASK_FEDERATION_PLACEMENT = 4,
+  PCP_TOPOLOGY_TASK_DECOUPLED_FRAGMENT = 5,
+  PCP_TOPOLOGY_TASK_RDA_MERGE = 6,
+  PCP_TOPOLOGY_TASK_MULTI_GATEWAY_GLOBAL_JOB = 7,
+  PCP_TOPOLOGY_TASK_KIND_COUNT_ = 8,
+} pcp_topology_task_kind_t;
+
+// How strongly a task's carrier is tied to the implementation, weakest
+// first. Printed as "symbolic_carrier", ..., "generated_Xi", ....
+typedef enum pcp_topology_evidence_e {
+  PCP_TOPOLOGY_EVIDENCE_SYMBOLIC_CARRIER = 0,
+  PCP_TOPOLOGY_EVIDENCE_PRODUCTION_FIXTURE = 1,
+  PCP_TOPOLOGY_EVIDENCE_BOUNDED_MODEL = 2,
+  PCP_TOPOLOGY_EVIDENCE_GENERATED_XI = 3,
+  PCP_TOPOLOGY_EVIDENCE_SOLVER_CHECKED = 4,
+  PCP_TOPOLOGY_EVIDENCE_SMOKE_REPLAY = 5,
+} pcp_topology_evidence_t;
+
+const char* pcp_topology_evidence_name(pcp_topology_evidence_t evidence);
+
+#define PCP_TOPOLOGY_TASK_MAX_COLORS 4u
+#define PCP_TOPOLOGY_TASK_MAX_OUTPUTS 2u
+
+// One case of a task: the processes' local inputs (one symbol per colour,
+// in |colors| order) and up to two allowed output facets. Static data.
+typedef struct pcp_topology_task_case_t {
+  uint32_t color_count;
+  pcp_topology_color_t colors[PCP_TOPOLOGY_TASK_MAX_COLORS];
+  const char* input[PCP_TOPOLOGY_TASK_MAX_COLORS];
+  uint32_t output_count;
+  const char* outputs[PCP_TOPOLOGY_TASK_MAX_OUTPUTS]
+                     [PCP_TOPOLOGY_TASK_MAX_COLORS];
+} pcp_topology_task_case_t;
+
+typedef struct pcp_topology_task_definition_t {
+  pcp_topology_task_kind_t kind;
+  const char* name;                // "message_dispatch"
+  const char* title;               // "message dispatch"
+  const char* production_surface;  // what the carrier stands for
+  pcp_topology_evidence_t evidence;
+  bool design_only;  // no implementation yet (the global job)
+  const pcp_topology_task_case_t* cases;
+  size_t case_count;
+} pcp_topology_task_definition_t;
+
+// The eight tasks (static, thread-safe).
+const pcp_topology_task_definition_t* pcp_topology_task_catalog(
+    size_t* out_count);
+const pcp_topology_task_definition_t* pcp_topology_task_definition(
+    pcp_topology_task_kind_t kind);
+// By name; NULL when unknown.
+const pcp_topology_task_definition_t* pcp_topology_task_find(
+    pcp_string_view_t name);
+
+// Writes the vertices of a case's input (|output| < 0) or of output facet
+// |output| into |out| (color_count entries; symbols borrowed from the case).
+void pcp_topology_task_case_vertices(const pcp_topology_task_case_t* task_case,
+                                     int output, pcp_topology_vertex_t* out);
+// Restricts |simplex| to the colours of |colors| (in |colors| order);
+// |out_complete| false when |simplex| lacks one of them.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_project_to_colors(
+    pcp_topology_simplex_t simplex, pcp_topology_simplex_t colors,
+    pcp_topology_vertex_t* out_vertices, bool* out_complete);
+
+// A built task: I, O and Delta. Owns all three (Delta borrows I and O).
+typedef struct pcp_topology_task_t {
+  const pcp_topology_task_definition_t* definition;  // NULL for ad-hoc cases
+  pcp_topology_complex_t* input;
+  pcp_topology_complex_t* output;
+  pcp_topology_carrier_map_t* carrier;
+} pcp_topology_task_t;
+
+// I = the case inputs, O = every case output, Delta(empty) = {empty} and
+// Delta(F) = each output of the unique case containing F projected onto F's
+// colours (UncoveredTaskFace when no or several cases contain F,
+// OutputFacetMissingColor, TaskOutputProjectionOutsideOutputComplex).
+// Delta is validated monotone and chromatic.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_task_build_from_cases(
+    const pcp_topology_task_case_t* cases, size_t case_count,
+    pcp_allocator_t allocator, pcp_topology_task_t* out_task);
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_task_build(
+    pcp_topology_task_kind_t kind, pcp_allocator_t allocator,
+    pcp_topology_task_t* out_task);
+void pcp_topology_task_deinitialize(pcp_topology_task_t* task);
 
 #ifdef __cplusplus
 }
