@@ -79,7 +79,26 @@ static void compile_case(bench_case_t* c, const char* dir) {
   pcp_compile_result_deinitialize(&result);
 }
 
-// Median of five timed batches, each at least min_seconds/5 long.
+#define ROUNDS 5
+
+static double median(double* values, int n) {
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 1; j < n; ++j) {
+      if (values[j] < values[i]) {
+        double t = values[i];
+        values[i] = values[j];
+        values[j] = t;
+      }
+    }
+  }
+  return values[n / 2];
+}
+
+static void measure_iree_once(bench_case_t* c, double* out_us);
+
+// ROUNDS rounds, each one timed pcp batch then one iree-benchmark-module run
+// of the same length, so load changes on the machine hit both sides alike;
+// the medians are compared.
 static void measure_pcp(bench_case_t* c, pcp_backend_t* backend) {
   void* vmfb = NULL;
   size_t length = 0;
@@ -98,11 +117,11 @@ static void measure_pcp(bench_case_t* c, pcp_backend_t* backend) {
     check(pcp_program_invoke(program, "main", inputs, 2, &result, 1, &count), "invoke");
     pcp_tensor_release(result);
   }
-  double batches[5];
-  for (int b = 0; b < 5; ++b) {
+  double batches[ROUNDS], iree[ROUNDS];
+  for (int b = 0; b < ROUNDS; ++b) {
     long iterations = 0;
     double start = now_seconds(), elapsed = 0;
-    while (elapsed < c->min_seconds / 5) {
+    while (elapsed < c->min_seconds / ROUNDS) {
       for (int i = 0; i < 10; ++i) {
         check(pcp_program_invoke(program, "main", inputs, 2, &result, 1, &count),
               "invoke");
@@ -112,17 +131,10 @@ static void measure_pcp(bench_case_t* c, pcp_backend_t* backend) {
       elapsed = now_seconds() - start;
     }
     batches[b] = elapsed / (double)iterations * 1e6;
+    measure_iree_once(c, &iree[b]);
   }
-  for (int i = 0; i < 5; ++i) {
-    for (int j = i + 1; j < 5; ++j) {
-      if (batches[j] < batches[i]) {
-        double t = batches[i];
-        batches[i] = batches[j];
-        batches[j] = t;
-      }
-    }
-  }
-  c->pcp_us = batches[2];
+  c->pcp_us = median(batches, ROUNDS);
+  c->iree_us = median(iree, ROUNDS);
   pcp_tensor_release(input);
   pcp_host_tensor_deinitialize(&host);
   pcp_program_release(program);
@@ -167,40 +179,40 @@ static void tool_path(const char* name, char* out, size_t capacity) {
   snprintf(out, capacity, "%s/iree/_runtime_libs/%s", site, name);
 }
 
-static void measure_iree(bench_case_t* c) {
+static void measure_iree_once(bench_case_t* c, double* out_us) {
   char tool[PATH_MAX], module[PATH_MAX + 16], input[256], min_time[64];
   tool_path("iree-benchmark-module", tool, sizeof(tool));
   snprintf(module, sizeof(module), "--module=%s", c->vmfb_path);
   snprintf(input, sizeof(input), "--input=%s", c->input_text);
-  snprintf(min_time, sizeof(min_time), "--benchmark_min_time=%.2fs", c->min_seconds / 5);
+  snprintf(min_time, sizeof(min_time), "--benchmark_min_time=%.2fs",
+           c->min_seconds / ROUNDS);
   char* argv[] = {tool, "--device=local-task", module, "--function=main", input, input,
-                  min_time, "--benchmark_repetitions=5", "--benchmark_format=json",
-                  NULL};
+                  min_time, "--benchmark_format=json", NULL};
   char* out = NULL;
   run_tool(argv, &out);
   json_error_t error;
   json_t* root = json_loads(out, 0, &error);
   free(out);
   json_t* list = json_object_get(root, "benchmarks");
-  double median = -1;
+  double measured = -1;
   size_t i;
   json_t* entry;
   json_array_foreach(list, i, entry) {
-    const char* aggregate = json_string_value(json_object_get(entry, "aggregate_name"));
-    if (aggregate && strcmp(aggregate, "median") == 0) {
+    const char* run_type = json_string_value(json_object_get(entry, "run_type"));
+    if (run_type && strcmp(run_type, "iteration") == 0) {
       double t = json_number_value(json_object_get(entry, "real_time"));
       const char* unit = json_string_value(json_object_get(entry, "time_unit"));
       double scale = !unit ? 1 : !strcmp(unit, "ns") ? 1e-3 : !strcmp(unit, "ms") ? 1e3
                                                                                 : 1;
-      median = t * scale;
+      measured = t * scale;
     }
   }
   json_decref(root);
-  if (median <= 0) {
-    fprintf(stderr, "invoke_overhead: could not read iree-benchmark-module's median\n");
+  if (measured <= 0) {
+    fprintf(stderr, "invoke_overhead: could not read iree-benchmark-module's time\n");
     exit(1);
   }
-  c->iree_us = median;
+  *out_us = measured;
 }
 
 int main(int argc, char** argv) {
@@ -238,7 +250,6 @@ int main(int argc, char** argv) {
   check(pcp_backend_create(&options, &backend), "backend");
   for (int i = 0; i < 2; ++i) {
     measure_pcp(&cases[i], backend);
-    measure_iree(&cases[i]);
     printf("%-7s pcp_backend %10.2f us/call  iree-benchmark-module %10.2f us/call  "
            "ratio=%.3f\n",
            cases[i].name, cases[i].pcp_us, cases[i].iree_us,

@@ -160,7 +160,7 @@ static void python_initialize(void) {
     PyEval_SaveThread();
     return;
   }
-  PyObject* binding = PyImport_ImportModule("iree.runtime._binding");
+  PyObject* binding = PyImport_ImportModule("iree._runtime_libs._runtime");
   bool ok = binding && cache_attr(binding, "VmVariantList", &g_vm_variant_list) &&
             cache_attr(binding, "HalBufferView", &g_hal_buffer_view);
   Py_XDECREF(binding);
