@@ -261,8 +261,7 @@ pcp_status_t pcp_program_invoke(pcp_program_t* program, const char* function,
     }
   }
   PCP_RETURN_IF_ERROR(program->backend->vtable->invoke(
-                          program, resolved->handle, inputs, input_count,
-                          out_results, (size_t)signature->result_count),
+                          program, resolved, inputs, input_count, out_results),
                       "invoking '%s'", function);
   *out_result_count = (size_t)signature->result_count;
   return pcp_ok_status();

@@ -7,6 +7,13 @@
 
 #include "compute/compute.h"
 
+// A looked-up function, cached on the program by name.
+typedef struct pcp_program_function_t {
+  char* name;
+  void* handle;
+  pcp_function_signature_t signature;
+} pcp_program_function_t;
+
 typedef struct pcp_backend_vtable_t {
   void (*destroy)(pcp_backend_t* backend);
   pcp_status_t (*program_load)(pcp_backend_t* backend, const void* vmfb,
@@ -23,11 +30,12 @@ typedef struct pcp_backend_vtable_t {
   pcp_status_t (*tensor_download)(pcp_tensor_t* tensor, void* buffer,
                                   size_t byte_length);
   void (*tensor_destroy)(pcp_tensor_t* tensor);
-  // Inputs are already checked against the signature. Writes exactly
-  // |result_count| results.
-  pcp_status_t (*invoke)(pcp_program_t* program, void* function_handle,
+  // Inputs are already checked against |function|'s signature. Writes
+  // exactly signature.result_count results.
+  pcp_status_t (*invoke)(pcp_program_t* program,
+                         const pcp_program_function_t* function,
                          const pcp_value_t* inputs, size_t input_count,
-                         pcp_tensor_t** out_results, size_t result_count);
+                         pcp_tensor_t** out_results);
 } pcp_backend_vtable_t;
 
 struct pcp_backend_t {
@@ -35,12 +43,6 @@ struct pcp_backend_t {
   pcp_backend_info_t info;
 };
 
-// A looked-up function, cached on the program by name.
-typedef struct pcp_program_function_t {
-  char* name;
-  void* handle;
-  pcp_function_signature_t signature;
-} pcp_program_function_t;
 
 struct pcp_program_t {
   pcp_backend_t* backend;

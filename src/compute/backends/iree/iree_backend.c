@@ -437,9 +437,12 @@ static void tensor_destroy(pcp_tensor_t* base) {
   free(tensor);
 }
 
-static pcp_status_t invoke(pcp_program_t* base, void* function_handle,
+static pcp_status_t invoke(pcp_program_t* base,
+                           const pcp_program_function_t* function,
                            const pcp_value_t* inputs, size_t input_count,
-                           pcp_tensor_t** out_results, size_t result_count) {
+                           pcp_tensor_t** out_results) {
+  const pcp_function_signature_t* signature = &function->signature;
+  size_t result_count = (size_t)signature->result_count;
   iree_program_t* program = (iree_program_t*)base;
   iree_backend_t* backend = (iree_backend_t*)base->backend;
   pcp_status_t status = pcp_ok_status();
@@ -469,18 +472,11 @@ static pcp_status_t invoke(pcp_program_t* base, void* function_handle,
     Py_XDECREF(n);
     PyObject* done =
         results ? PyObject_CallMethodObjArgs(program->vm_context, g_name_invoke,
-                                             (PyObject*)function_handle, args,
+                                             (PyObject*)function->handle, args,
                                              results, NULL)
                 : NULL;
     if (!done) status = status_from_python("running the function");
     Py_XDECREF(done);
-  }
-  // The declared result types let static results skip the read-back.
-  const pcp_function_signature_t* signature = NULL;
-  for (size_t f = 0; f < base->resolved_count; ++f) {
-    if (base->resolved[f].handle == function_handle) {
-      signature = &base->resolved[f].signature;
-    }
   }
   for (size_t i = 0; !status && i < result_count; ++i) {
     PyObject* index = PyLong_FromSize_t(i);
@@ -494,8 +490,9 @@ static pcp_status_t invoke(pcp_program_t* base, void* function_handle,
     }
     pcp_tensor_shape_t shape;
     size_t byte_length = 0;
+    // Declared, fully static result types skip the read-back.
     const pcp_tensor_shape_t* declared =
-        signature && i < PCP_SIGNATURE_MAX_TYPES ? &signature->results[i] : NULL;
+        i < PCP_SIGNATURE_MAX_TYPES ? &signature->results[i] : NULL;
     bool is_static = declared && declared->rank >= 0 &&
                      declared->element_type != PCP_ELEMENT_TYPE_UNKNOWN;
     for (int32_t d = 0; is_static && d < declared->rank; ++d) {
