@@ -13,6 +13,7 @@
 #include "compile/compile.h"
 #include "compute/compute.h"
 #include "mlir/mlir.h"
+#include "topology/topology.h"
 
 typedef int (*command_main_fn_t)(int argc, char** argv);
 
@@ -27,6 +28,7 @@ static const command_t kCommands[] = {
     {"compile", pcp_compile_cli_main, "compile StableHLO MLIR to an IREE VMFB"},
     {"inspect", pcp_mlir_inspect_main, "show a StableHLO module's functions and signatures"},
     {"run", pcp_compute_run_cli_main, "invoke a function of a VMFB (or .mlir) through IREE"},
+    {"topo", pcp_topology_cli_main, "topology simulator: homology, subdivisions, protocol checks"},
     {NULL, NULL, NULL},
 };
 
