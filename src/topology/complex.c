@@ -572,9 +572,16 @@ struct pcp_topology_complex_t {
   size_t incidence_items_capacity;
 };
 
+// Vertices of listed simplex |index|. The pool is NULL while only empty
+// simplices are listed; never offset a NULL pointer (UB even by zero).
+static const pcp_topology_vertex_t* listed_vertices(
+    const pcp_topology_complex_t* complex, size_t index) {
+  return complex->pool ? complex->pool + complex->offsets[index] : NULL;
+}
+
 static pcp_topology_simplex_t listed(const pcp_topology_complex_t* complex,
                                      size_t index) {
-  return pcp_topology_make_simplex(complex->pool + complex->offsets[index],
+  return pcp_topology_make_simplex(listed_vertices(complex, index),
                                    complex->counts[index]);
 }
 
@@ -658,7 +665,7 @@ static bool exact_eq(const void* context, uint32_t value, const void* key) {
   if (complex->counts[value] != k->simplex.count) return false;
   // Both sorted: the element-wise comparison decides. Otherwise sets.
   if (k->sorted && complex->sorted[value]) {
-    return vertices_equal_in_order(complex->pool + complex->offsets[value],
+    return vertices_equal_in_order(listed_vertices(complex, value),
                                    k->simplex.vertices, k->simplex.count);
   }
   return pcp_topology_simplex_equal(listed(complex, value), k->simplex);
@@ -860,7 +867,7 @@ static bool incidence_build(pcp_topology_complex_t* complex) {
   // Two passes: count per vertex, then fill (listed order, so each list is
   // increasing and "first listed superset" stays cheap).
   for (size_t s = 0; s < complex->count; ++s) {
-    const pcp_topology_vertex_t* v = complex->pool + complex->offsets[s];
+    const pcp_topology_vertex_t* v = listed_vertices(complex, s);
     for (uint32_t i = 0; i < complex->counts[s]; ++i) {
       uint32_t id = 0;
       PCP_ASSERT(pcp_topology_vertex_index_find(index, &v[i], &id));
@@ -869,7 +876,7 @@ static bool incidence_build(pcp_topology_complex_t* complex) {
   }
   for (size_t i = 2; i < n + 2; ++i) offsets[i] += offsets[i - 1];
   for (size_t s = 0; s < complex->count; ++s) {
-    const pcp_topology_vertex_t* v = complex->pool + complex->offsets[s];
+    const pcp_topology_vertex_t* v = listed_vertices(complex, s);
     for (uint32_t i = 0; i < complex->counts[s]; ++i) {
       uint32_t id = 0;
       pcp_topology_vertex_index_find(index, &v[i], &id);
@@ -1250,7 +1257,7 @@ static bool keep_link(const void* context, pcp_topology_simplex_t face) {
   pcp_topology_vertex_t joined[2 * (PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES +
                                     1)];
   if (face.count + c->center.count > PCP_ARRAYSIZE(joined)) return false;
-  memcpy(joined, face.vertices, face.count * sizeof(*joined));
+  if (face.count) memcpy(joined, face.vertices, face.count * sizeof(*joined));
   if (c->center.count) {
     memcpy(joined + face.count, c->center.vertices,
            c->center.count * sizeof(*joined));

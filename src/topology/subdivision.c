@@ -1058,7 +1058,9 @@ static pcp_status_t check_links(power_context_t* c) {
             pcp_topology_vertex_cstr(&vertices.items[v], text, sizeof(text)));
         break;
       }
-      memcpy(joined, face.vertices, face.count * sizeof(*joined));
+      if (face.count) {
+        memcpy(joined, face.vertices, face.count * sizeof(*joined));
+      }
       joined[face.count] = vertices.items[v];
       if (!pcp_topology_complex_contains(
               c->sigma_image,
