@@ -13,6 +13,7 @@
 #include "compile/compile.h"
 #include "compute/compute.h"
 #include "mlir/mlir.h"
+#include "roles/roles.h"
 #include "topology/topology.h"
 
 typedef int (*command_main_fn_t)(int argc, char** argv);
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  // A flag first selects a process role (upstream style: `pcp --worker`).
+  if (strncmp(argv[1], "--", 2) == 0) return pcp_roles_main(argc - 1, argv + 1);
   for (const command_t* c = kCommands; c->name; ++c) {
     if (strcmp(argv[1], c->name) == 0) return c->main(argc - 1, argv + 1);
   }

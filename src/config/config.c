@@ -736,9 +736,10 @@ static pcp_status_t validate_impl(const pcp_config_table_t* table,
                                  "%s: missing required key '%s'", table_name,
                                  path);
         }
+        // The flag names itself; a table prefix would only repeat the
+        // command ("pcp --gateway: gateway: ...").
         return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "%s: missing required flag '--%s'", table_name,
-                               field->name);
+                               "missing required flag '--%s'", field->name);
       }
     }
     if (field->type == PCP_CONFIG_TYPE_OBJECT && *(const bool*)slot) {

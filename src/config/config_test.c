@@ -304,7 +304,7 @@ static void required_and_validate_hooks(void** state) {
   sample_t* s = *state;
   assert_message(pcp_config_validate(&kSampleTable, s),
                  PCP_STATUS_INVALID_ARGUMENT,
-                 "sample: missing required flag '--needed'");
+                 "missing required flag '--needed'");
   assert_null(parse(s, NULL, 2, "--needed", "yes"));
   assert_null(pcp_config_validate(&kSampleTable, s));
   assert_null(parse(s, NULL, 4, "--backend", "cuda", "--port", "1"));

@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Private to src/roles: the per-role config structs and tables, and the
+// pieces every role shares (the started/stopping lines, the signal wait).
+
+#ifndef PCP_ROLES_ROLES_IMPL_H_
+#define PCP_ROLES_ROLES_IMPL_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "roles/roles.h"
+
+// Fields every role table starts with (offset 0 in every role struct, so
+// the shared driver reads them without knowing the role).
+typedef struct pcp_roles_common_t {
+  bool mode;         // the role's own mode flag (--worker, ...)
+  bool help;         // --help / -h
+  bool dump_config;  // --dump-config
+} pcp_roles_common_t;
+
+// Upstream's backend names; "auto" is resolved by pcp_roles_backend_name.
+extern const char* const pcp_roles_backend_values[];
+// Returns the backend a role runs with: "auto" is "cpu" on Linux and "metal"
+// on Apple platforms, as upstream's selectDefault().
+const char* pcp_roles_backend_name(int32_t backend_index);
+
+//===----------------------------------------------------------------------===//
+// One role
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_roles_def_t {
+  pcp_roles_role_t role;
+  const char* flag;  // "--worker": names the role in messages and usage
+  const char* usage; // "pcp --worker [flags]"
+  const pcp_config_table_t* table;
+  size_t config_size;
+  // After CLI parsing and table validation: resolves aliases and derived
+  // values, loads files, checks cross-field rules. INVALID_ARGUMENT etc.
+  // are usage errors (exit 2). May be NULL.
+  pcp_status_t (*prepare)(void* config);
+  // Prints the effective config for --dump-config. NULL: the table dump.
+  void (*dump)(const void* config, FILE* out);
+  // Runs the role; returns the exit code.
+  int (*run)(void* config);
+  // Frees what prepare allocated beyond the table. May be NULL.
+  void (*cleanup)(void* config);
+} pcp_roles_def_t;
+
+extern const pcp_roles_def_t pcp_roles_gateway_def;
+extern const pcp_roles_def_t pcp_roles_hub_def;
+extern const pcp_roles_def_t pcp_roles_worker_def;
+extern const pcp_roles_def_t pcp_roles_nodemgr_def;
+extern const pcp_roles_def_t pcp_roles_supervise_def;
+
+// The three fields of pcp_roles_common_t as table rows, for a role struct
+// |role_struct| whose mode flag is |mode_name|.
+#define PCP_ROLES_COMMON_FIELDS(role_struct, mode_name, mode_help)                \
+  {.name = (mode_name), .type = PCP_CONFIG_TYPE_BOOL,                      \
+   .offset = offsetof(role_struct, common.mode), .flags = PCP_CONFIG_FLAG_CLI_ONLY, \
+   .help = (mode_help)},                                                   \
+  {.name = "help", .type = PCP_CONFIG_TYPE_BOOL,                           \
+   .offset = offsetof(role_struct, common.help), .flags = PCP_CONFIG_FLAG_CLI_ONLY, \
+   .help = "print these flags and exit (also -h)"},                        \
+  {.name = "dump-config", .type = PCP_CONFIG_TYPE_BOOL,                    \
+   .offset = offsetof(role_struct, common.dump_config),                           \
+   .flags = PCP_CONFIG_FLAG_CLI_ONLY,                                      \
+   .help = "print the effective config as JSON and exit"}
+
+//===----------------------------------------------------------------------===//
+// Role configs (exposed for the unit tests)
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_roles_worker_config_t {
+  pcp_roles_common_t common;
+  char* connect;
+  char* host;
+  int64_t port;
+  int32_t backend;
+  char* target;
+  int64_t device_id;
+  int64_t supervisor_id;  // -1: none
+  // Derived by prepare: the stable worker id.
+  char* worker_id;
+} pcp_roles_worker_config_t;
+extern const pcp_config_table_t pcp_roles_worker_table;
+
+// Parses --connect: "host:port", "[v6addr]:port", or "host" alone (the
+// port is then left as it is). Replaces |*inout_host| (owned, malloc'd).
+// INVALID_ARGUMENT for an empty host or a port outside [1, 65535].
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_connect_parse(const char* value,
+                                                         char** inout_host,
+                                                         int64_t* inout_port);
+
+typedef struct pcp_roles_hub_config_t {
+  pcp_roles_common_t common;
+  char* api_host;
+  int64_t api_port;
+  char* api_token_env;
+} pcp_roles_hub_config_t;
+extern const pcp_config_table_t pcp_roles_hub_table;
+
+typedef struct pcp_roles_nodemgr_config_t {
+  pcp_roles_common_t common;
+  char* host;
+  int64_t port;
+  char* api_host;
+  int64_t api_port;
+  int64_t scale;
+  int32_t backend;
+  char* target;
+} pcp_roles_nodemgr_config_t;
+extern const pcp_config_table_t pcp_roles_nodemgr_table;
+
+typedef struct pcp_roles_supervise_config_t {
+  pcp_roles_common_t common;
+  char* host;
+  int64_t port;
+  int64_t supervisor_id;  // -1: none
+  // Everything after --supervise (a leading `--` dropped): the child's argv
+  // without the program name. Filled by the driver; a (JSON-only, hidden)
+  // table field so that dump and deinitialize cover it.
+  pcp_string_list_t child_args;
+} pcp_roles_supervise_config_t;
+extern const pcp_config_table_t pcp_roles_supervise_table;
+
+// Checks supervisor child args: they must select the worker role (upstream
+// SupervisorRequiresWorkerChild), hold no legacy flag and parse as worker
+// flags.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_supervise_child_check(const pcp_string_list_t* child_args);
+
+//===----------------------------------------------------------------------===//
+// Gateway config (--gateway-config JSON, upstream s.2)
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_roles_endpoint_config_t {
+  bool present;
+  char* host;
+  int64_t port;  // 0: not set
+} pcp_roles_endpoint_config_t;
+
+typedef struct pcp_roles_neo4j_config_t {
+  bool present;
+  char* uri;
+  char* http_uri;
+  char* user;
+  char* password_env;
+  char* database;
+  int64_t query_timeout_ms;
+  bool bootstrap_on_connect;
+} pcp_roles_neo4j_config_t;
+
+typedef struct pcp_roles_api_config_t {
+  bool present;
+  char* host;
+  int64_t port;
+  char* token_env;
+  char* internal_token_env;
+} pcp_roles_api_config_t;
+
+typedef struct pcp_roles_federation_config_t {
+  bool present;
+  bool enabled;
+  char* upstream;
+  char* token_env;
+  int64_t heartbeat_interval_ms;
+} pcp_roles_federation_config_t;
+
+typedef struct pcp_roles_sharing_config_t {
+  bool present;
+  int32_t default_visibility;  // local | shared | global
+} pcp_roles_sharing_config_t;
+
+// One embedded controller block; the three kinds share the struct, each
+// has its own table (keys and defaults differ).
+typedef struct pcp_roles_controller_config_t {
+  bool present;
+  bool enabled;
+  char* config_path;
+  char* service_id;
+  pcp_roles_endpoint_config_t api;
+  int64_t workers;           // 0: the gateway's --workers
+  bool should_resume;        // training
+  char* backend;             // rl
+  char* worker_class;        // NULL: the kind's default
+  char* target_arch;
+  int64_t reserved_workers;
+  int64_t max_workers;       // -1: unlimited
+} pcp_roles_controller_config_t;
+
+// An object whose keys are not interpreted (controllers.extensions).
+typedef struct pcp_roles_opaque_config_t {
+  bool present;
+} pcp_roles_opaque_config_t;
+
+typedef struct pcp_roles_controllers_config_t {
+  bool present;
+  pcp_roles_controller_config_t inference;
+  pcp_roles_controller_config_t training;
+  pcp_roles_controller_config_t rl;
+  pcp_roles_opaque_config_t extensions;  // private slot: keys ignored
+} pcp_roles_controllers_config_t;
+
+typedef struct pcp_roles_gateway_file_config_t {
+  char* gateway_id;
+  char* lab_id;
+  int32_t graph_backend;  // memory | neo4j
+  char* policy_store_path;
+  pcp_roles_neo4j_config_t neo4j;
+  pcp_roles_api_config_t api;
+  char* api_token_env;
+  char* internal_api_token_env;
+  pcp_roles_federation_config_t federation;
+  char* federation_hub_endpoint;
+  pcp_roles_endpoint_config_t worker_fabric;
+  pcp_roles_sharing_config_t sharing_defaults;
+  pcp_roles_controllers_config_t controllers;
+} pcp_roles_gateway_file_config_t;
+extern const pcp_config_table_t pcp_roles_gateway_file_table;
+
+// What the gateway runs with after flags and file are combined.
+typedef struct pcp_roles_gateway_effective_t {
+  char* api_host;
+  int64_t api_port;
+  char* api_token_env;
+  char* internal_api_token_env;
+  char* federation_upstream;
+  char* federation_token_env;
+  int64_t federation_heartbeat_interval_ms;
+  char* worker_fabric_host;
+  int64_t worker_fabric_port;
+  pcp_string_list_t controllers;  // "training@127.0.0.1:8001"
+} pcp_roles_gateway_effective_t;
+extern const pcp_config_table_t pcp_roles_gateway_effective_table;
+
+typedef struct pcp_roles_gateway_config_t {
+  pcp_roles_common_t common;
+  char* gateway_config;
+  char* api_host;
+  int64_t api_port;
+  char* control_host;
+  int64_t control_port;
+  char* api_token_env;
+  int64_t workers;
+  // Loaded and derived by prepare.
+  bool file_loaded;
+  pcp_roles_gateway_file_config_t file;
+  pcp_roles_gateway_effective_t effective;
+} pcp_roles_gateway_config_t;
+extern const pcp_config_table_t pcp_roles_gateway_table;
+
+// Loads |path| into |config->file|, validates it, and derives the effective
+// settings (with the flags already in |config|). Unknown keys are logged as
+// warnings. INVALID_ARGUMENT names the key.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_prepare_config(pcp_roles_gateway_config_t* config);
+
+//===----------------------------------------------------------------------===//
+// Shared run-time pieces
+//===----------------------------------------------------------------------===//
+
+// Installs SIGTERM/SIGINT handlers. Call before logging "started" so a
+// signal sent right after that line is never fatal.
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_signals_install(void);
+
+// Blocks (no polling) until SIGTERM or SIGINT; returns its number.
+int pcp_roles_signals_wait(void);
+
+// Writes `ts=... level=info role=<role> msg="<msg>" k1=v1 k2=v2 ...` to
+// stderr in one write. |pairs| holds |pair_count| key/value pairs (values
+// may be NULL: the pair is skipped).
+void pcp_roles_log_event(const char* role, const char* msg,
+                         const char* const* pairs, size_t pair_count);
+
+// Installs the handlers, logs "started" with |pairs|, waits for a signal,
+// logs "stopping" and returns 0. The thin body of every role for now.
+int pcp_roles_run_until_signal(const char* role, const char* const* pairs,
+                               size_t pair_count);
+
+#endif  // PCP_ROLES_ROLES_IMPL_H_
