@@ -1707,6 +1707,707 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_task_build(
     pcp_topology_task_t* out_task);
 void pcp_topology_task_deinitialize(pcp_topology_task_t* task);
 
+//===----------------------------------------------------------------------===//
+// Solving and protocols: protocol stubs (protocol_stubs.c)
+//===----------------------------------------------------------------------===//
+//
+// STUBS of the production definitions the models check: the upstream
+// message catalogue, scheduler, federation registry, decoupled window and
+// RDA merge, restated in protocol_stubs.c until src/proto and src/sched
+// exist (see the note at the top of that file). All plain data and pure
+// functions; thread-compatible.
+
+typedef enum pcp_topology_message_family_e {
+  PCP_TOPOLOGY_FAMILY_WORKER_CONTROL = 0,
+  PCP_TOPOLOGY_FAMILY_ARTIFACT_TRANSFER = 1,
+  PCP_TOPOLOGY_FAMILY_REGULAR_TRAINING = 2,
+  PCP_TOPOLOGY_FAMILY_STREAMING_DILOCO = 3,
+  PCP_TOPOLOGY_FAMILY_DECOUPLED_TRAINING = 4,
+  PCP_TOPOLOGY_FAMILY_INFERENCE = 5,
+  PCP_TOPOLOGY_FAMILY_RL = 6,
+  PCP_TOPOLOGY_FAMILY_COUNT_ = 7,
+} pcp_topology_message_family_t;
+
+typedef enum pcp_topology_message_direction_e {
+  PCP_TOPOLOGY_MESSAGE_WORKER_TO_CONTROLLER = 0,
+  PCP_TOPOLOGY_MESSAGE_CONTROLLER_TO_WORKER = 1,
+  PCP_TOPOLOGY_MESSAGE_SUPERVISOR_TO_CONTROLLER = 2,
+  PCP_TOPOLOGY_MESSAGE_CONTROLLER_TO_SUPERVISOR = 3,
+} pcp_topology_message_direction_t;
+
+typedef enum pcp_topology_worker_handler_e {
+  PCP_TOPOLOGY_HANDLER_NONE = 0,
+  PCP_TOPOLOGY_HANDLER_GRAPH = 1,
+  PCP_TOPOLOGY_HANDLER_TRANSFER = 2,
+  PCP_TOPOLOGY_HANDLER_REGULAR_TRAINING = 3,
+  PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING = 4,
+  PCP_TOPOLOGY_HANDLER_STREAMING_DILOCO = 5,
+  PCP_TOPOLOGY_HANDLER_RL = 6,
+  PCP_TOPOLOGY_HANDLER_INFERENCE = 7,
+  PCP_TOPOLOGY_HANDLER_LIFECYCLE = 8,
+  PCP_TOPOLOGY_HANDLER_COUNT_ = 9,
+} pcp_topology_worker_handler_t;
+
+typedef struct pcp_topology_message_entry_t {
+  const char* name;  // the wire message type, "StartGeneration"
+  pcp_topology_message_family_t family;
+  pcp_topology_message_direction_t direction;
+  bool queued;  // W->C messages the gateway puts in its result queue
+  pcp_topology_worker_handler_t handler;  // NONE: no worker-side handler
+} pcp_topology_message_entry_t;
+
+// The 32 public message types (static).
+const pcp_topology_message_entry_t* pcp_topology_message_catalog(
+    size_t* out_count);
+const char* pcp_topology_message_family_name(
+    pcp_topology_message_family_t family);
+const char* pcp_topology_worker_handler_name(
+    pcp_topology_worker_handler_t handler);
+// Entry named |name| in |catalog| (a copy may carry injected bugs); NULL.
+const pcp_topology_message_entry_t* pcp_topology_message_lookup(
+    const pcp_topology_message_entry_t* catalog, size_t count,
+    const char* name);
+
+typedef enum pcp_topology_dispatch_e {
+  PCP_TOPOLOGY_DISPATCH_CONTROLLER_TO_WORKER = 0,
+  PCP_TOPOLOGY_DISPATCH_GATEWAY_QUEUE_ONLY = 1,
+  PCP_TOPOLOGY_DISPATCH_GATEWAY_HANDLED = 2,
+  PCP_TOPOLOGY_DISPATCH_FAIL_CLOSED = 3,
+} pcp_topology_dispatch_t;
+
+// The gateway's routing rule: C->W messages go to a worker, queued W->C
+// results stay in the gateway queue, unknown messages fail closed.
+pcp_topology_dispatch_t pcp_topology_message_dispatch(
+    const pcp_topology_message_entry_t* catalog, size_t count,
+    const char* name);
+
+typedef enum pcp_topology_handler_verdict_e {
+  PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED = 0,
+  PCP_TOPOLOGY_HANDLER_VERDICT_WRONG_WORKER_HANDLER = 1,
+  PCP_TOPOLOGY_HANDLER_VERDICT_NO_WORKER_HANDLER = 2,
+  PCP_TOPOLOGY_HANDLER_VERDICT_UNKNOWN_MESSAGE = 3,
+} pcp_topology_handler_verdict_t;
+
+// Worker-side acceptance of |name| claimed by handler |claimed|.
+pcp_topology_handler_verdict_t pcp_topology_worker_handler_check(
+    const pcp_topology_message_entry_t* catalog, size_t count,
+    const char* name, pcp_topology_worker_handler_t claimed);
+
+typedef enum pcp_topology_training_kind_e {
+  PCP_TOPOLOGY_TRAINING_REGULAR = 0,
+  PCP_TOPOLOGY_TRAINING_DECOUPLED = 1,
+  PCP_TOPOLOGY_TRAINING_STREAMING = 2,
+  PCP_TOPOLOGY_TRAINING_INVALID = 3,
+} pcp_topology_training_kind_t;
+
+// "{}" and bodies without "training_kind" are regular.
+pcp_topology_training_kind_t pcp_topology_training_kind_from_request_body(
+    const char* body);
+// Regular training with a known session is routed to the regular training
+// service; anything else is rejected.
+bool pcp_topology_workload_route_regular(const char* body,
+                                         const char* session_id);
+
+// Scheduler. Owners: inference 0, training 1, rl 2.
+#define PCP_TOPOLOGY_SCHED_MAX_WORKERS 8u
+#define PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS 8u
+#define PCP_TOPOLOGY_SCHED_MAX_QUEUE 8u
+#define PCP_TOPOLOGY_SCHED_OWNER_COUNT 3u
+#define PCP_TOPOLOGY_SCHED_OWNER_INFERENCE 0u
+#define PCP_TOPOLOGY_SCHED_OWNER_TRAINING 1u
+#define PCP_TOPOLOGY_SCHED_OWNER_RL 2u
+
+typedef enum pcp_topology_worker_class_e {
+  PCP_TOPOLOGY_WORKER_CLASS_ANY = 0,
+  PCP_TOPOLOGY_WORKER_CLASS_CPU = 1,
+  PCP_TOPOLOGY_WORKER_CLASS_CUDA = 2,
+  PCP_TOPOLOGY_WORKER_CLASS_ROCM = 3,
+  PCP_TOPOLOGY_WORKER_CLASS_METAL = 4,
+  PCP_TOPOLOGY_WORKER_CLASS_VULKAN = 5,
+} pcp_topology_worker_class_t;
+
+// "any", "cpu", "cuda", "rocm" (alias "hip"), "metal", "vulkan".
+bool pcp_topology_worker_class_parse(const char* name,
+                                     pcp_topology_worker_class_t* out_class);
+
+typedef struct pcp_topology_sched_policy_t {
+  pcp_topology_worker_class_t worker_class;
+  const char* target_arch;    // NULL: any arch
+  uint32_t reserved_workers;  // kept free for this owner
+  uint32_t max_workers;       // 0: unlimited
+} pcp_topology_sched_policy_t;
+
+// Class any or equal, and the exact arch when the policy names one.
+bool pcp_topology_sched_policy_allows(const pcp_topology_sched_policy_t* policy,
+                                      pcp_topology_worker_class_t worker_class,
+                                      const char* arch);
+
+typedef enum pcp_topology_worker_state_e {
+  PCP_TOPOLOGY_WORKER_OFFLINE = 0,
+  PCP_TOPOLOGY_WORKER_IDLE = 1,
+  PCP_TOPOLOGY_WORKER_RESERVED = 2,
+  PCP_TOPOLOGY_WORKER_ASSIGNED = 3,
+} pcp_topology_worker_state_t;
+
+typedef enum pcp_topology_sched_decision_e {
+  PCP_TOPOLOGY_SCHED_IDLE = 0,
+  PCP_TOPOLOGY_SCHED_RESERVED = 1,
+  PCP_TOPOLOGY_SCHED_COMMITTED = 2,
+  PCP_TOPOLOGY_SCHED_QUEUED = 3,
+  PCP_TOPOLOGY_SCHED_STARTED = 4,
+  PCP_TOPOLOGY_SCHED_COMPLETED = 5,
+  PCP_TOPOLOGY_SCHED_RELEASED = 6,
+  PCP_TOPOLOGY_SCHED_EXPIRED = 7,
+  PCP_TOPOLOGY_SCHED_CANCELED = 8,
+  PCP_TOPOLOGY_SCHED_REJECTED = 9,
+} pcp_topology_sched_decision_t;
+
+typedef enum pcp_topology_sched_violation_e {
+  PCP_TOPOLOGY_SCHED_VIOLATION_NONE = 0,
+  PCP_TOPOLOGY_SCHED_VIOLATION_INVALID_WORKER = 1,
+  PCP_TOPOLOGY_SCHED_VIOLATION_INVALID_REQUEST = 2,
+  PCP_TOPOLOGY_SCHED_VIOLATION_DUPLICATE_JOB_RESERVATION = 3,
+  PCP_TOPOLOGY_SCHED_VIOLATION_DUPLICATE_WORKER_RESERVATION = 4,
+  PCP_TOPOLOGY_SCHED_VIOLATION_DUPLICATE_QUEUED_JOB = 5,
+  PCP_TOPOLOGY_SCHED_VIOLATION_RESERVATION_NOT_FOUND = 6,
+  PCP_TOPOLOGY_SCHED_VIOLATION_RESERVATION_UNAVAILABLE = 7,
+  PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS = 8,
+  PCP_TOPOLOGY_SCHED_VIOLATION_WORKER_ALREADY_BUSY = 9,
+  PCP_TOPOLOGY_SCHED_VIOLATION_QUEUE_FULL = 10,
+  PCP_TOPOLOGY_SCHED_VIOLATION_QUEUED_JOB_NOT_FOUND = 11,
+  PCP_TOPOLOGY_SCHED_VIOLATION_ACTIVE_JOB_NOT_FOUND = 12,
+} pcp_topology_sched_violation_t;
+
+// Why the last reservation found too few workers.
+typedef enum pcp_topology_sched_block_e {
+  PCP_TOPOLOGY_SCHED_BLOCK_NONE = 0,
+  PCP_TOPOLOGY_SCHED_BLOCK_BUSY = 1,
+  PCP_TOPOLOGY_SCHED_BLOCK_POLICY = 2,
+  PCP_TOPOLOGY_SCHED_BLOCK_MAX_WORKERS = 3,
+  PCP_TOPOLOGY_SCHED_BLOCK_RESERVED_CAPACITY = 4,
+} pcp_topology_sched_block_t;
+
+typedef struct pcp_topology_sched_worker_t {
+  uint32_t id;
+  pcp_topology_worker_class_t worker_class;
+  const char* arch;  // borrowed
+  pcp_topology_worker_state_t state;
+  int32_t owner;        // -1: unowned
+  int32_t reservation;  // -1: none
+  uint32_t job;
+} pcp_topology_sched_worker_t;
+
+typedef struct pcp_topology_sched_reservation_t {
+  bool active;
+  uint32_t job;
+  uint32_t owner;
+  uint32_t workers_required;
+} pcp_topology_sched_reservation_t;
+
+typedef struct pcp_topology_sched_queued_t {
+  uint32_t job;
+  uint32_t owner;
+  uint32_t workers;
+  int32_t reservation;  // >= 0 for committed reservations (queue head)
+} pcp_topology_sched_queued_t;
+
+typedef struct pcp_topology_sched_active_t {
+  bool in_use;
+  uint32_t job;
+  uint32_t owner;
+  uint32_t workers;
+} pcp_topology_sched_active_t;
+
+typedef struct pcp_topology_sched_t {
+  pcp_topology_sched_worker_t workers[PCP_TOPOLOGY_SCHED_MAX_WORKERS];
+  uint32_t worker_count;
+  pcp_topology_sched_policy_t policies[PCP_TOPOLOGY_SCHED_OWNER_COUNT];
+  pcp_topology_sched_reservation_t
+      reservations[PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS];
+  pcp_topology_sched_queued_t queue[PCP_TOPOLOGY_SCHED_MAX_QUEUE];
+  uint32_t queue_count;
+  pcp_topology_sched_active_t active[PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS];
+  pcp_topology_sched_decision_t decision;
+  pcp_topology_sched_violation_t violation;  // last rejection
+  pcp_topology_sched_block_t block;
+  // Injected bugs for the regression models.
+  bool bug_ignore_reserved_capacity;
+  bool bug_leak_on_cancel;
+} pcp_topology_sched_t;
+
+void pcp_topology_sched_initialize(pcp_topology_sched_t* out_sched);
+// RESOURCE_EXHAUSTED past PCP_TOPOLOGY_SCHED_MAX_WORKERS.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_sched_add_worker(
+    pcp_topology_sched_t* sched, uint32_t id,
+    pcp_topology_worker_class_t worker_class, const char* arch);
+// Leases |workers_required| idle workers first-fit for |owner| (all or
+// nothing). Returns the reservation slot or -1 with |violation| set.
+int32_t pcp_topology_sched_reserve(pcp_topology_sched_t* sched, uint32_t job,
+                                   uint32_t owner, uint32_t workers_required);
+void pcp_topology_sched_commit(pcp_topology_sched_t* sched, uint32_t job);
+void pcp_topology_sched_commit_to_queue(pcp_topology_sched_t* sched,
+                                        uint32_t job);
+void pcp_topology_sched_enqueue(pcp_topology_sched_t* sched, uint32_t job,
+                                uint32_t owner, uint32_t workers);
+// Starts the queue head; returns its job id (0 when nothing started).
+uint32_t pcp_topology_sched_start_next(pcp_topology_sched_t* sched);
+void pcp_topology_sched_complete(pcp_topology_sched_t* sched, uint32_t job);
+void pcp_topology_sched_cancel_queued(pcp_topology_sched_t* sched,
+                                      uint32_t job);
+void pcp_topology_sched_cancel_active(pcp_topology_sched_t* sched,
+                                      uint32_t job);
+void pcp_topology_sched_release(pcp_topology_sched_t* sched, uint32_t job);
+void pcp_topology_sched_expire(pcp_topology_sched_t* sched, uint32_t job);
+void pcp_topology_sched_lose_worker(pcp_topology_sched_t* sched, uint32_t id);
+void pcp_topology_sched_restore_worker(pcp_topology_sched_t* sched,
+                                       uint32_t id);
+uint32_t pcp_topology_sched_owner_leases(const pcp_topology_sched_t* sched,
+                                         uint32_t owner);
+// Non-offline workers the owner's policy admits, unowned or its own.
+uint32_t pcp_topology_sched_owner_capacity(const pcp_topology_sched_t* sched,
+                                           uint32_t owner);
+// Workers the owner could still lease (greedy, hypothetical).
+uint32_t pcp_topology_sched_owner_available(const pcp_topology_sched_t* sched,
+                                            uint32_t owner);
+uint32_t pcp_topology_sched_count_state(const pcp_topology_sched_t* sched,
+                                        pcp_topology_worker_state_t state);
+uint32_t pcp_topology_sched_active_reservations(
+    const pcp_topology_sched_t* sched);
+
+// Federation hub.
+#define PCP_TOPOLOGY_FEDERATION_MAX_GATEWAYS 6u
+#define PCP_TOPOLOGY_FEDERATION_MAX_SERVICES 8u
+#define PCP_TOPOLOGY_FEDERATION_MAX_CAPABILITIES 4u
+
+typedef struct pcp_topology_federation_service_t {
+  const char* service_type;
+  const char* capabilities[PCP_TOPOLOGY_FEDERATION_MAX_CAPABILITIES];
+  uint32_t workers_available;
+  uint32_t workers_ready;
+  bool health_ok;
+  uint64_t updated_at;
+} pcp_topology_federation_service_t;
+
+typedef struct pcp_topology_federation_gateway_t {
+  const char* name;
+  bool connected;
+  uint32_t generation;  // bumped by register, mark_stale and lose
+  pcp_topology_federation_service_t
+      services[PCP_TOPOLOGY_FEDERATION_MAX_SERVICES];
+  uint32_t service_count;
+} pcp_topology_federation_gateway_t;
+
+typedef struct pcp_topology_federation_t {
+  pcp_topology_federation_gateway_t
+      gateways[PCP_TOPOLOGY_FEDERATION_MAX_GATEWAYS];
+  uint32_t gateway_count;
+  bool bug_accept_stale;  // injected bug: place on disconnected gateways
+} pcp_topology_federation_t;
+
+typedef struct pcp_topology_federation_selector_t {
+  const char* gateway;       // NULL: any gateway
+  const char* service_type;  // required
+  uint32_t workers_required;
+} pcp_topology_federation_selector_t;
+
+typedef enum pcp_topology_federation_violation_e {
+  PCP_TOPOLOGY_FEDERATION_VIOLATION_NONE = 0,
+  PCP_TOPOLOGY_FEDERATION_VIOLATION_INVALID_REQUEST = 1,
+  PCP_TOPOLOGY_FEDERATION_VIOLATION_UNKNOWN_GATEWAY = 2,
+  PCP_TOPOLOGY_FEDERATION_VIOLATION_STALE_GATEWAY = 3,
+  PCP_TOPOLOGY_FEDERATION_VIOLATION_INCOMPATIBLE_GATEWAY = 4,
+  PCP_TOPOLOGY_FEDERATION_VIOLATION_FAILED_AFTER_PLACEMENT_LOSS = 5,
+} pcp_topology_federation_violation_t;
+
+typedef struct pcp_topology_federation_placement_t {
+  bool placed;
+  int32_t gateway;
+  int32_t service;
+  uint32_t generation;
+  pcp_topology_federation_violation_t violation;
+} pcp_topology_federation_placement_t;
+
+void pcp_topology_federation_initialize(pcp_topology_federation_t* out);
+// Registers (or re-registers, bumping the generation) a gateway; -1 when
+// full.
+int32_t pcp_topology_federation_register(pcp_topology_federation_t* f,
+                                         const char* name);
+bool pcp_topology_federation_add_service(
+    pcp_topology_federation_t* f, int32_t gateway,
+    const pcp_topology_federation_service_t* service);
+void pcp_topology_federation_mark_stale(pcp_topology_federation_t* f,
+                                        int32_t gateway);
+void pcp_topology_federation_lose_gateway(pcp_topology_federation_t* f,
+                                          int32_t gateway);
+// Selects the best matching service of a connected gateway (production
+// ranking: healthy, enough workers, more available, more ready, newer).
+pcp_topology_federation_placement_t pcp_topology_federation_place(
+    const pcp_topology_federation_t* f,
+    const pcp_topology_federation_selector_t* selector);
+// FAILED_AFTER_PLACEMENT_LOSS when the gateway went away or re-registered
+// since the placement.
+pcp_topology_federation_violation_t pcp_topology_federation_complete_routed(
+    const pcp_topology_federation_t* f,
+    const pcp_topology_federation_placement_t* placement);
+
+// Decoupled DiLoCo fragment window.
+#define PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS 4u
+
+typedef enum pcp_topology_decoupled_action_kind_e {
+  PCP_TOPOLOGY_DECOUPLED_ASSIGN = 0,
+  PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP_COMPLETE = 1,
+  PCP_TOPOLOGY_DECOUPLED_SUBMIT = 2,
+  PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW = 3,
+  PCP_TOPOLOGY_DECOUPLED_CANCEL_SESSION = 4,
+  PCP_TOPOLOGY_DECOUPLED_CRASH = 5,
+  PCP_TOPOLOGY_DECOUPLED_RESTART = 6,
+  PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT = 7,
+} pcp_topology_decoupled_action_kind_t;
+
+typedef struct pcp_topology_decoupled_action_t {
+  pcp_topology_decoupled_action_kind_t kind;
+  uint32_t worker;
+  uint32_t session;   // submit: the envelope's request id
+  uint32_t fragment;  // submit
+  uint32_t step;      // submit: syncer step the update is for
+  uint64_t clock;     // submit: the worker's vector-clock counter
+  bool payload_mismatch;  // submit: envelope and payload disagree
+} pcp_topology_decoupled_action_t;
+
+typedef enum pcp_topology_decoupled_decision_e {
+  PCP_TOPOLOGY_DECOUPLED_IDLE = 0,
+  PCP_TOPOLOGY_DECOUPLED_ASSIGNED = 1,
+  PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP = 2,
+  PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED = 3,
+  PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED = 4,
+  PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED = 5,
+  PCP_TOPOLOGY_DECOUPLED_MERGE_DEFERRED = 6,
+  PCP_TOPOLOGY_DECOUPLED_CANCELED = 7,
+  PCP_TOPOLOGY_DECOUPLED_WORKER_LOST = 8,
+  PCP_TOPOLOGY_DECOUPLED_RESUMABLE = 9,
+} pcp_topology_decoupled_decision_t;
+
+typedef enum pcp_topology_decoupled_violation_e {
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE = 0,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_POST_CANCEL_UPDATE = 1,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_WORKER = 2,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNAVAILABLE_WORKER = 3,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNASSIGNED_WORKER = 4,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_SESSION = 5,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_CONTEXT_PAYLOAD_MISMATCH = 6,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_UPDATE = 7,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_VECTOR_CLOCK = 8,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_DUPLICATE_UPDATE = 9,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_BELOW_QUORUM_COMMIT = 10,
+} pcp_topology_decoupled_violation_t;
+
+typedef struct pcp_topology_decoupled_t {
+  uint32_t session;
+  uint32_t worker_count;
+  uint32_t quorum;
+  uint32_t fragment_count;
+  uint32_t fragment;
+  uint32_t step;
+  uint64_t syncer_clock;
+  uint32_t tape_entries;  // fragment-sync entries appended to the tape
+  bool canceled;
+  bool assigned[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
+  bool online[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
+  uint64_t clock[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
+  uint64_t known_clock[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
+  uint64_t tokens[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
+  uint64_t accepted_mask;  // senders accepted in this window (once each)
+  uint32_t extra_accepted;
+  pcp_topology_decoupled_decision_t decision;
+  pcp_topology_decoupled_violation_t violation;  // of the last action
+  bool bug_count_duplicates;  // injected bug: duplicates count to quorum
+} pcp_topology_decoupled_t;
+
+void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
+                                       uint32_t quorum, uint32_t fragments,
+                                       pcp_topology_decoupled_t* out);
+// Applies one action (checks in the upstream order: post-cancel, worker,
+// availability, assignment, session, payload, stale fragment/step, stale
+// clock, duplicate). A window timeout commits at quorum, else defers.
+void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* model,
+                                  const pcp_topology_decoupled_action_t* action);
+
+// RDA merge: weight w = tokens^2 / max(steps, 1) (0 without tokens, capped
+// at FLT_MAX); out = (sum w|v| / sum w) * u / |u| with u = sum over v != 0
+// of w v / |v|; zero when the weights are unusable or |u| = 0.
+#define PCP_TOPOLOGY_RDA_MAX_DIMENSION 8u
+
+typedef struct pcp_topology_rda_update_t {
+  const double* values;
+  uint64_t tokens;
+  uint64_t steps;
+} pcp_topology_rda_update_t;
+
+double pcp_topology_token_step_weight(uint64_t tokens, uint64_t steps);
+// False when |dimension| exceeds PCP_TOPOLOGY_RDA_MAX_DIMENSION.
+bool pcp_topology_rda_merge(const pcp_topology_rda_update_t* updates,
+                            size_t update_count, size_t dimension,
+                            double* out);
+// The plain coordinate-wise average (what RDA replaces).
+void pcp_topology_direct_average(const pcp_topology_rda_update_t* updates,
+                                 size_t update_count, size_t dimension,
+                                 double* out);
+
+//===----------------------------------------------------------------------===//
+// Solving and protocols: the obstruction catalogue
+//===----------------------------------------------------------------------===//
+
+typedef enum pcp_topology_obstruction_kind_e {
+  PCP_TOPOLOGY_OBSTRUCTION_CARRIER_NONEXISTENCE = 0,
+  PCP_TOPOLOGY_OBSTRUCTION_DISCONNECTED_TASK_OUTPUT = 1,
+  PCP_TOPOLOGY_OBSTRUCTION_HOLE_PRESERVATION_FAILURE = 2,
+  PCP_TOPOLOGY_OBSTRUCTION_HOLE_CREATION_FAILURE = 3,
+  PCP_TOPOLOGY_OBSTRUCTION_INCOMPATIBLE_LOCAL_VIEW_IDENTIFICATION = 4,
+  PCP_TOPOLOGY_OBSTRUCTION_SOLVER_UNSAT = 5,
+  PCP_TOPOLOGY_OBSTRUCTION_UNSUPPORTED_DIMENSION = 6,
+} pcp_topology_obstruction_kind_t;
+
+typedef enum pcp_topology_failed_invariant_e {
+  PCP_TOPOLOGY_INVARIANT_CANDIDATE_CARRIER = 0,
+  PCP_TOPOLOGY_INVARIANT_CONNECTIVITY = 1,
+  PCP_TOPOLOGY_INVARIANT_BETTI_NUMBER = 2,
+  PCP_TOPOLOGY_INVARIANT_INDUCED_HOMOLOGY = 3,
+  PCP_TOPOLOGY_INVARIANT_LOCAL_VIEW_COMPATIBILITY = 4,
+  PCP_TOPOLOGY_INVARIANT_DECISION_SEARCH = 5,
+  PCP_TOPOLOGY_INVARIANT_UNSUPPORTED_DIMENSION = 6,
+} pcp_topology_failed_invariant_t;
+
+// The PCP name of a failure. A label the caller supplies (the model knows
+// which protocol property it encodes); never inferred from the topology.
+typedef enum pcp_topology_pcp_witness_e {
+  PCP_TOPOLOGY_PCP_WITNESS_GENERIC = 0,
+  PCP_TOPOLOGY_PCP_WITNESS_PARTITION = 1,
+  PCP_TOPOLOGY_PCP_WITNESS_STALE_GATEWAY = 2,
+  PCP_TOPOLOGY_PCP_WITNESS_DUPLICATE_QUORUM = 3,
+  PCP_TOPOLOGY_PCP_WITNESS_CANCELLATION_HOLE = 4,
+  PCP_TOPOLOGY_PCP_WITNESS_GLOBAL_ROLLBACK_GAP = 5,
+  PCP_TOPOLOGY_PCP_WITNESS_LEASE_OWNER_CONFLICT = 6,
+} pcp_topology_pcp_witness_t;
+
+const char* pcp_topology_obstruction_kind_name(
+    pcp_topology_obstruction_kind_t kind);
+const char* pcp_topology_failed_invariant_name(
+    pcp_topology_failed_invariant_t invariant);
+const char* pcp_topology_pcp_witness_name(pcp_topology_pcp_witness_t witness);
+bool pcp_topology_pcp_witness_parse(pcp_string_view_t name,
+                                    pcp_topology_pcp_witness_t* out_witness);
+
+typedef struct pcp_topology_obstruction_options_t {
+  uint32_t max_homology_dimension;  // 2; above it: unsupported_dimension
+  uint32_t prime;                   // 2
+  uint64_t max_assignments;         // 100000
+  uint32_t max_unsat_core_vertices;  // 10
+} pcp_topology_obstruction_options_t;
+
+pcp_topology_obstruction_options_t pcp_topology_obstruction_options_default(
+    void);
+
+// Why no carried decision map exists. Initialize / deinitialize; owns its
+// lists, complexes and witness.
+typedef struct pcp_topology_obstruction_report_t {
+  pcp_allocator_t allocator;
+  pcp_topology_obstruction_kind_t kind;
+  pcp_topology_pcp_witness_t pcp_witness;
+  pcp_topology_failed_invariant_t failed_invariant;
+  pcp_topology_vertex_list_t input_face;    // canonical order
+  pcp_topology_complex_t* protocol_image;   // closed Xi(face) (or the domain)
+  pcp_topology_complex_t* output_image;     // closed Delta(face) (or image)
+  uint32_t prime;
+  pcp_topology_betti_t protocol_betti;      // >= max dimension + 1 entries
+  pcp_topology_betti_t output_betti;
+  uint32_t induced_rank_count;              // map-induced reports only
+  uint64_t induced_ranks[PCP_TOPOLOGY_MAX_HOMOLOGY_DIMENSION + 1];
+  bool has_unsat_reason;
+  pcp_topology_unsat_reason_t unsat_reason;
+  bool has_unsupported_dimension;
+  int32_t unsupported_dimension;
+  pcp_topology_homology_witness_t homology_witness;  // kind NONE if absent
+  pcp_topology_vertex_list_t unsat_core_vertices;
+} pcp_topology_obstruction_report_t;
+
+void pcp_topology_obstruction_report_initialize(
+    pcp_allocator_t allocator, pcp_topology_obstruction_report_t* out_report);
+void pcp_topology_obstruction_report_deinitialize(
+    pcp_topology_obstruction_report_t* report);
+
+// Diagnoses a decision problem (reference s.4). |out_found| false when a
+// carried map exists. Otherwise, in order: an empty candidate set
+// (carrier_nonexistence), Xi(F) connected but Delta(F) not
+// (disconnected_task_output), a face beyond max_homology_dimension
+// (unsupported_dimension), beta_k(Xi(F)) > beta_k(Delta(F))
+// (hole_preservation_failure) or < (hole_creation_failure), a local unsat
+// core (incompatible_local_view_identification), else solver_unsat.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_obstruction_diagnose(
+    const pcp_topology_decision_problem_t* problem,
+    pcp_topology_pcp_witness_t witness,
+    pcp_topology_obstruction_options_t options,
+    pcp_topology_obstruction_report_t* inout_report, bool* out_found);
+
+// Map-induced diagnosis: |out_found| false when |map| preserves homology
+// onto its image; else hole_preservation_failure (a source cycle lost, the
+// default) or hole_creation_failure (an image cycle created), failed
+// invariant induced_homology, with the induced ranks and the cycle witness.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_obstruction_diagnose_map(
+    pcp_topology_simplex_t input_face, const pcp_topology_vertex_map_t* map,
+    pcp_topology_pcp_witness_t witness,
+    pcp_topology_obstruction_options_t options,
+    pcp_topology_obstruction_report_t* inout_report, bool* out_found);
+
+// Human form, titled "bounded topology obstruction" (reference s.4), with
+// excerpts "protocol_carrier_image" and "output_carrier_image".
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_obstruction_report_format(
+    const pcp_topology_obstruction_report_t* report,
+    pcp_string_builder_t* builder);
+// Compact JSON, schema "pcp.topology.obstruction.v1".
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_obstruction_report_format_json(
+    const pcp_topology_obstruction_report_t* report,
+    pcp_string_builder_t* builder);
+
+//===----------------------------------------------------------------------===//
+// Solving and protocols: protocol models and the check
+//===----------------------------------------------------------------------===//
+
+typedef enum pcp_topology_verdict_e {
+  PCP_TOPOLOGY_VERDICT_SOLVABLE = 0,         // a carried map exists and the
+                                             // model's own delta is one
+  PCP_TOPOLOGY_VERDICT_DECISION_ESCAPE = 1,  // solvable, but the model's
+                                             // decisions leave Delta
+  PCP_TOPOLOGY_VERDICT_OBSTRUCTION = 2,      // no carried map exists
+  PCP_TOPOLOGY_VERDICT_UNKNOWN = 3,          // search limit / solver unknown
+} pcp_topology_verdict_t;
+
+const char* pcp_topology_verdict_name(pcp_topology_verdict_t verdict);
+
+// A named protocol model (static table). Task models run the protocol stubs
+// on every case of |task|; regression models do the same with one upstream
+// bug injected; two toys build their complexes directly.
+typedef struct pcp_topology_model_t {
+  const char* name;
+  pcp_topology_task_kind_t task;  // KIND_COUNT_ for the partition toy
+  bool inject_bug;
+  pcp_topology_pcp_witness_t pcp_witness;  // label for obstruction reports
+  pcp_topology_verdict_t expected;         // what the model is known to give
+  uint32_t max_homology_dimension;         // for the diagnosis
+  const char* violated_rule;  // regression models: the rule the bug breaks
+  const char* description;
+} pcp_topology_model_t;
+
+const pcp_topology_model_t* pcp_topology_model_catalog(size_t* out_count);
+const pcp_topology_model_t* pcp_topology_model_find(pcp_string_view_t name);
+
+// A built model: I, O, Delta (the task), P, Xi, the implementation's delta
+// (NULL with |decision_error| set when its views decide inconsistently or
+// outside O) and one replay trace per generated case (seed = case ordinal,
+// snapshot checksum = model state hash). Owns everything.
+#define PCP_TOPOLOGY_MODEL_MAX_RUNS 8u
+
+typedef struct pcp_topology_model_instance_t {
+  pcp_allocator_t allocator;
+  pcp_topology_task_t task;
+  pcp_topology_complex_t* protocol;
+  pcp_topology_carrier_map_t* execution;
+  pcp_topology_vertex_map_t* decision;
+  char decision_error[256];
+  pcp_topology_trace_t* traces;
+  size_t trace_count;
+  uint32_t trace_task_case[PCP_TOPOLOGY_MODEL_MAX_RUNS];  // case of each trace
+} pcp_topology_model_instance_t;
+
+void pcp_topology_model_instance_initialize(
+    pcp_allocator_t allocator, pcp_topology_model_instance_t* out_instance);
+void pcp_topology_model_instance_deinitialize(
+    pcp_topology_model_instance_t* instance);
+// Runs the model. Xi is validated monotone and chromatic
+// (UncoveredExtractedInputFace, ProtocolFacetMissingColor,
+// ProtocolSimplexMissingTraceWitness).
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_model_build(
+    const pcp_topology_model_t* model,
+    pcp_topology_model_instance_t* inout_instance);
+
+// The first input face F (faces order) and the first face of delta(Xi(F))
+// outside Delta(F). Caller-embedded; owns its lists and complexes.
+typedef struct pcp_topology_carrier_escape_t {
+  bool found;
+  pcp_topology_vertex_list_t input;             // canonical
+  pcp_topology_vertex_list_t offending_output;  // canonical
+  pcp_topology_complex_t* decided_image;        // delta(Xi(F)), closed
+  pcp_topology_complex_t* allowed_image;        // Delta(F), closed
+} pcp_topology_carrier_escape_t;
+
+void pcp_topology_carrier_escape_initialize(
+    pcp_allocator_t allocator, pcp_topology_carrier_escape_t* out_escape);
+void pcp_topology_carrier_escape_deinitialize(
+    pcp_topology_carrier_escape_t* escape);
+// |found| false when delta o Xi lies in Delta. Works on maps that fail
+// validation too (an unmapped view is skipped), which is the point: it
+// names where an implementation's decisions leave the task.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_carrier_escape_find(
+    const pcp_topology_carrier_map_t* execution,
+    const pcp_topology_carrier_map_t* task,
+    const pcp_topology_vertex_map_t* decision,
+    pcp_topology_carrier_escape_t* inout_escape);
+
+typedef enum pcp_topology_solver_kind_e {
+  PCP_TOPOLOGY_SOLVER_NATIVE = 0,
+  PCP_TOPOLOGY_SOLVER_Z3 = 1,
+} pcp_topology_solver_kind_t;
+
+typedef struct pcp_topology_check_options_t {
+  pcp_topology_solver_kind_t solver;
+  pcp_topology_solver_options_t z3;  // when solver is Z3
+} pcp_topology_check_options_t;
+
+pcp_topology_check_options_t pcp_topology_check_options_default(void);
+
+// The outcome of checking one model. Initialize / deinitialize.
+typedef struct pcp_topology_check_report_t {
+  pcp_allocator_t allocator;
+  const pcp_topology_model_t* model;
+  pcp_topology_verdict_t verdict;
+  pcp_topology_solver_kind_t solver;
+  pcp_topology_search_status_t search_status;
+  uint64_t explored;
+  size_t z3_core_size;  // named assertions in Z3's core (unsat, Z3 only)
+  size_t input_simplexes;     // face counts, empty face included
+  size_t protocol_simplexes;
+  size_t output_simplexes;
+  size_t trace_count;
+  bool decision_checked;  // the model has its own delta
+  char decision_error[256];  // why the model's delta is not carried
+  bool has_obstruction;
+  pcp_topology_obstruction_report_t obstruction;
+  pcp_topology_carrier_escape_t escape;
+  // Replay of the generated case the escape was found on.
+  bool has_replay;
+  pcp_topology_trace_t replay;
+} pcp_topology_check_report_t;
+
+void pcp_topology_check_report_initialize(
+    pcp_allocator_t allocator, pcp_topology_check_report_t* out_report);
+void pcp_topology_check_report_deinitialize(
+    pcp_topology_check_report_t* report);
+
+// Builds the model, searches for a carried decision map with the chosen
+// solver, checks the model's own delta and, when no map exists, diagnoses
+// the obstruction (native, with the model's homology bound). Errors only on
+// malformed models, allocation failure or a misbehaving solver; a negative
+// verdict is not an error.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_model_check(
+    const pcp_topology_model_t* model, pcp_topology_check_options_t options,
+    pcp_topology_check_report_t* inout_report);
+
+// Human form (the obstruction report or the counterexample follows the
+// summary lines) and compact JSON (schema "pcp.topology.check.v1").
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_check_report_format(
+    const pcp_topology_check_report_t* report, pcp_string_builder_t* builder);
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_check_report_format_json(
+    const pcp_topology_check_report_t* report, pcp_string_builder_t* builder);
+
 #ifdef __cplusplus
 }
 #endif

@@ -82,4 +82,15 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_json_append_events(
     pcp_string_builder_t* builder, const pcp_topology_event_t* events,
     size_t event_count);
 
+// Complex excerpts in reports: "<name>: simplexes=<faces incl. empty>
+// dimension=<d>", then up to PCP_TOPOLOGY_EXCERPT_LINES listed simplices
+// "  i: {..}" and "  ... K more".
+#define PCP_TOPOLOGY_EXCERPT_LINES 8u
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_format_excerpt(
+    const char* name, const pcp_topology_complex_t* complex,
+    pcp_string_builder_t* builder);
+// "{v, w}" in canonical (sorted) vertex order.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_simplex_format_canonical(
+    pcp_topology_simplex_t simplex, pcp_string_builder_t* builder);
+
 #endif  // PCP_TOPOLOGY_TRACE_IMPL_H_

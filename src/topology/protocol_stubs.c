@@ -1,0 +1,1003 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// STUBS of the production protocol definitions the topology models check.
+//
+// The fabric's message catalogue (src/proto) and the scheduler's lease rules
+// (src/sched) do not exist in this tree yet, so this file restates the
+// upstream definitions (reference/upstream-control-plane.md s.4.4 and s.5,
+// upstream-topology.md s.3.3 and s.7.3) in the smallest executable form the
+// models need:
+//   - the worker-fabric message catalogue (32 messages: family, direction,
+//     result queue, worker handler) and the gateway dispatch rule;
+//   - the lease/reservation scheduler (owner policies, max_workers,
+//     reserved_workers, reservations, the embedded job queue);
+//   - the federation hub's gateway registry and placement ranking;
+//   - the decoupled DiLoCo fragment window (quorum, duplicates, vector
+//     clocks, cancellation) and the RDA weighted outer-gradient merge.
+// Everything here is deliberately self-contained and lives in this one file
+// so that, when src/proto and src/sched land, each block can be replaced by
+// a call into the real module and the models then check the real protocol.
+// Until then a change to the protocol must be mirrored here by hand.
+
+#include <math.h>
+#include <string.h>
+
+#include "topology/topology.h"
+
+//===----------------------------------------------------------------------===//
+// Message catalogue
+//===----------------------------------------------------------------------===//
+
+#define C2W PCP_TOPOLOGY_MESSAGE_CONTROLLER_TO_WORKER
+#define W2C PCP_TOPOLOGY_MESSAGE_WORKER_TO_CONTROLLER
+#define S2C PCP_TOPOLOGY_MESSAGE_SUPERVISOR_TO_CONTROLLER
+#define C2S PCP_TOPOLOGY_MESSAGE_CONTROLLER_TO_SUPERVISOR
+
+static const pcp_topology_message_entry_t kMessages[] = {
+    {"JoinRequest", PCP_TOPOLOGY_FAMILY_WORKER_CONTROL, W2C, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"JoinAccept", PCP_TOPOLOGY_FAMILY_WORKER_CONTROL, C2W, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"InitializeGraph", PCP_TOPOLOGY_FAMILY_WORKER_CONTROL, C2W, false,
+     PCP_TOPOLOGY_HANDLER_GRAPH},
+    {"InitializeGraphComplete", PCP_TOPOLOGY_FAMILY_WORKER_CONTROL, W2C, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"Shutdown", PCP_TOPOLOGY_FAMILY_WORKER_CONTROL, C2W, false,
+     PCP_TOPOLOGY_HANDLER_LIFECYCLE},
+    {"Heartbeat", PCP_TOPOLOGY_FAMILY_WORKER_CONTROL, W2C, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"SupervisorHandshake", PCP_TOPOLOGY_FAMILY_WORKER_CONTROL, S2C, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"RestartWorker", PCP_TOPOLOGY_FAMILY_WORKER_CONTROL, C2S, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"WeightChunk", PCP_TOPOLOGY_FAMILY_ARTIFACT_TRANSFER, C2W, false,
+     PCP_TOPOLOGY_HANDLER_TRANSFER},
+    {"UpdateChunk", PCP_TOPOLOGY_FAMILY_ARTIFACT_TRANSFER, W2C, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"StartInnerLoop", PCP_TOPOLOGY_FAMILY_REGULAR_TRAINING, C2W, false,
+     PCP_TOPOLOGY_HANDLER_REGULAR_TRAINING},
+    {"InnerLoopComplete", PCP_TOPOLOGY_FAMILY_REGULAR_TRAINING, W2C, true,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"StartStreamingLoop", PCP_TOPOLOGY_FAMILY_STREAMING_DILOCO, C2W, false,
+     PCP_TOPOLOGY_HANDLER_STREAMING_DILOCO},
+    {"FragmentUpdate", PCP_TOPOLOGY_FAMILY_STREAMING_DILOCO, W2C, true,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"FragmentReady", PCP_TOPOLOGY_FAMILY_STREAMING_DILOCO, C2W, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"StartDecoupledDilocoLoop", PCP_TOPOLOGY_FAMILY_DECOUPLED_TRAINING, C2W,
+     false, PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING},
+    {"DecoupledLearnerMetadata", PCP_TOPOLOGY_FAMILY_DECOUPLED_TRAINING, W2C,
+     true, PCP_TOPOLOGY_HANDLER_NONE},
+    {"DecoupledFragmentPull", PCP_TOPOLOGY_FAMILY_DECOUPLED_TRAINING, C2W,
+     false, PCP_TOPOLOGY_HANDLER_NONE},
+    {"DecoupledFragmentUpdate", PCP_TOPOLOGY_FAMILY_DECOUPLED_TRAINING, W2C,
+     true, PCP_TOPOLOGY_HANDLER_NONE},
+    {"DecoupledFragmentReady", PCP_TOPOLOGY_FAMILY_DECOUPLED_TRAINING, C2W,
+     false, PCP_TOPOLOGY_HANDLER_NONE},
+    {"StopDecoupledDilocoLoop", PCP_TOPOLOGY_FAMILY_DECOUPLED_TRAINING, C2W,
+     false, PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING},
+    {"LoadModel", PCP_TOPOLOGY_FAMILY_INFERENCE, C2W, false,
+     PCP_TOPOLOGY_HANDLER_INFERENCE},
+    {"ModelReady", PCP_TOPOLOGY_FAMILY_INFERENCE, W2C, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"StartGeneration", PCP_TOPOLOGY_FAMILY_INFERENCE, C2W, false,
+     PCP_TOPOLOGY_HANDLER_INFERENCE},
+    {"GenerationChunk", PCP_TOPOLOGY_FAMILY_INFERENCE, W2C, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"GenerationComplete", PCP_TOPOLOGY_FAMILY_INFERENCE, W2C, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"GenerationError", PCP_TOPOLOGY_FAMILY_INFERENCE, W2C, false,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"CancelGeneration", PCP_TOPOLOGY_FAMILY_INFERENCE, C2W, false,
+     PCP_TOPOLOGY_HANDLER_INFERENCE},
+    {"FlushSession", PCP_TOPOLOGY_FAMILY_INFERENCE, C2W, false,
+     PCP_TOPOLOGY_HANDLER_INFERENCE},
+    {"StartRollout", PCP_TOPOLOGY_FAMILY_RL, C2W, false,
+     PCP_TOPOLOGY_HANDLER_RL},
+    {"RolloutComplete", PCP_TOPOLOGY_FAMILY_RL, W2C, true,
+     PCP_TOPOLOGY_HANDLER_NONE},
+    {"UpdateWeights", PCP_TOPOLOGY_FAMILY_RL, C2W, false,
+     PCP_TOPOLOGY_HANDLER_RL},
+};
+
+static const char* const kFamilyNames[PCP_TOPOLOGY_FAMILY_COUNT_] = {
+    "worker_control", "artifact_transfer", "regular_training",
+    "streaming_diloco", "decoupled_training", "inference", "rl",
+};
+
+static const char* const kHandlerNames[PCP_TOPOLOGY_HANDLER_COUNT_] = {
+    "none",      "graph",  "transfer",  "regular_training",
+    "decoupled_training", "streaming_diloco", "rl", "inference", "lifecycle",
+};
+
+const pcp_topology_message_entry_t* pcp_topology_message_catalog(
+    size_t* out_count) {
+  *out_count = PCP_ARRAYSIZE(kMessages);
+  return kMessages;
+}
+
+const char* pcp_topology_message_family_name(
+    pcp_topology_message_family_t family) {
+  if ((unsigned)family >= PCP_TOPOLOGY_FAMILY_COUNT_) return "?";
+  return kFamilyNames[family];
+}
+
+const char* pcp_topology_worker_handler_name(
+    pcp_topology_worker_handler_t handler) {
+  if ((unsigned)handler >= PCP_TOPOLOGY_HANDLER_COUNT_) return "?";
+  return kHandlerNames[handler];
+}
+
+const pcp_topology_message_entry_t* pcp_topology_message_lookup(
+    const pcp_topology_message_entry_t* catalog, size_t count,
+    const char* name) {
+  for (size_t i = 0; i < count; ++i) {
+    if (strcmp(catalog[i].name, name) == 0) return &catalog[i];
+  }
+  return NULL;
+}
+
+pcp_topology_dispatch_t pcp_topology_message_dispatch(
+    const pcp_topology_message_entry_t* catalog, size_t count,
+    const char* name) {
+  const pcp_topology_message_entry_t* entry =
+      pcp_topology_message_lookup(catalog, count, name);
+  // Unknown messages fail closed: the gateway neither forwards nor queues.
+  if (!entry) return PCP_TOPOLOGY_DISPATCH_FAIL_CLOSED;
+  if (entry->direction == C2W) {
+    return PCP_TOPOLOGY_DISPATCH_CONTROLLER_TO_WORKER;
+  }
+  if (entry->direction == W2C && entry->queued) {
+    return PCP_TOPOLOGY_DISPATCH_GATEWAY_QUEUE_ONLY;
+  }
+  return PCP_TOPOLOGY_DISPATCH_GATEWAY_HANDLED;
+}
+
+pcp_topology_handler_verdict_t pcp_topology_worker_handler_check(
+    const pcp_topology_message_entry_t* catalog, size_t count,
+    const char* name, pcp_topology_worker_handler_t claimed) {
+  const pcp_topology_message_entry_t* entry =
+      pcp_topology_message_lookup(catalog, count, name);
+  if (!entry) return PCP_TOPOLOGY_HANDLER_VERDICT_UNKNOWN_MESSAGE;
+  if (entry->handler == PCP_TOPOLOGY_HANDLER_NONE) {
+    return PCP_TOPOLOGY_HANDLER_VERDICT_NO_WORKER_HANDLER;
+  }
+  if (entry->handler != claimed) {
+    return PCP_TOPOLOGY_HANDLER_VERDICT_WRONG_WORKER_HANDLER;
+  }
+  return PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED;
+}
+
+//===----------------------------------------------------------------------===//
+// Workload request normalization
+//===----------------------------------------------------------------------===//
+
+pcp_topology_training_kind_t pcp_topology_training_kind_from_request_body(
+    const char* body) {
+  // The upstream parser defaults to regular training; a body naming another
+  // kind selects it. A missing or empty body is regular.
+  if (!body || !strstr(body, "\"training_kind\"")) {
+    return PCP_TOPOLOGY_TRAINING_REGULAR;
+  }
+  if (strstr(body, "\"decoupled\"")) return PCP_TOPOLOGY_TRAINING_DECOUPLED;
+  if (strstr(body, "\"streaming\"")) return PCP_TOPOLOGY_TRAINING_STREAMING;
+  if (strstr(body, "\"regular\"")) return PCP_TOPOLOGY_TRAINING_REGULAR;
+  return PCP_TOPOLOGY_TRAINING_INVALID;
+}
+
+bool pcp_topology_workload_route_regular(const char* body,
+                                         const char* session_id) {
+  // Regular training is routed to the regular training service; anything
+  // else, or a session id the workload does not know, is rejected.
+  if (pcp_topology_training_kind_from_request_body(body) !=
+      PCP_TOPOLOGY_TRAINING_REGULAR) {
+    return false;
+  }
+  return session_id && strncmp(session_id, "invalid", 7) != 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Scheduler: policies, leases, reservations, the embedded job queue
+//===----------------------------------------------------------------------===//
+
+bool pcp_topology_worker_class_parse(const char* name,
+                                     pcp_topology_worker_class_t* out_class) {
+  static const char* const kNames[] = {"any", "cpu", "cuda", "rocm", "metal",
+                                       "vulkan"};
+  if (strcmp(name, "hip") == 0) {
+    *out_class = PCP_TOPOLOGY_WORKER_CLASS_ROCM;
+    return true;
+  }
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kNames); ++i) {
+    if (strcmp(name, kNames[i]) == 0) {
+      *out_class = (pcp_topology_worker_class_t)i;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool pcp_topology_sched_policy_allows(const pcp_topology_sched_policy_t* policy,
+                                      pcp_topology_worker_class_t worker_class,
+                                      const char* arch) {
+  if (policy->worker_class != PCP_TOPOLOGY_WORKER_CLASS_ANY &&
+      policy->worker_class != worker_class) {
+    return false;
+  }
+  if (policy->target_arch) {
+    return arch && strcmp(policy->target_arch, arch) == 0;
+  }
+  return true;
+}
+
+void pcp_topology_sched_initialize(pcp_topology_sched_t* out_sched) {
+  memset(out_sched, 0, sizeof(*out_sched));
+  for (size_t i = 0; i < PCP_TOPOLOGY_SCHED_OWNER_COUNT; ++i) {
+    out_sched->policies[i].worker_class = PCP_TOPOLOGY_WORKER_CLASS_ANY;
+  }
+}
+
+pcp_status_t pcp_topology_sched_add_worker(
+    pcp_topology_sched_t* sched, uint32_t id,
+    pcp_topology_worker_class_t worker_class, const char* arch) {
+  if (sched->worker_count >= PCP_TOPOLOGY_SCHED_MAX_WORKERS) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "scheduler model holds at most %u workers",
+                           PCP_TOPOLOGY_SCHED_MAX_WORKERS);
+  }
+  pcp_topology_sched_worker_t* w = &sched->workers[sched->worker_count++];
+  memset(w, 0, sizeof(*w));
+  w->id = id;
+  w->worker_class = worker_class;
+  w->arch = arch;
+  w->state = PCP_TOPOLOGY_WORKER_IDLE;
+  w->owner = -1;
+  w->reservation = -1;
+  return pcp_ok_status();
+}
+
+static void sched_reject(pcp_topology_sched_t* s,
+                         pcp_topology_sched_violation_t violation) {
+  s->violation = violation;
+  s->decision = PCP_TOPOLOGY_SCHED_REJECTED;
+}
+
+static pcp_topology_sched_worker_t* sched_worker(pcp_topology_sched_t* s,
+                                                 uint32_t id) {
+  for (uint32_t i = 0; i < s->worker_count; ++i) {
+    if (s->workers[i].id == id) return &s->workers[i];
+  }
+  return NULL;
+}
+
+uint32_t pcp_topology_sched_owner_leases(const pcp_topology_sched_t* s,
+                                         uint32_t owner) {
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < s->worker_count; ++i) {
+    count += s->workers[i].owner == (int32_t)owner;
+  }
+  return count;
+}
+
+uint32_t pcp_topology_sched_owner_capacity(const pcp_topology_sched_t* s,
+                                           uint32_t owner) {
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < s->worker_count; ++i) {
+    const pcp_topology_sched_worker_t* w = &s->workers[i];
+    if (w->state == PCP_TOPOLOGY_WORKER_OFFLINE) continue;
+    if (w->owner >= 0 && w->owner != (int32_t)owner) continue;
+    count += pcp_topology_sched_policy_allows(&s->policies[owner],
+                                              w->worker_class, w->arch);
+  }
+  return count;
+}
+
+// Why |worker| cannot be leased to |owner| now (NONE when it can).
+static pcp_topology_sched_block_t sched_can_lease(
+    const pcp_topology_sched_t* s, const pcp_topology_sched_worker_t* w,
+    uint32_t owner) {
+  if (w->state != PCP_TOPOLOGY_WORKER_IDLE || w->owner >= 0) {
+    return PCP_TOPOLOGY_SCHED_BLOCK_BUSY;
+  }
+  const pcp_topology_sched_policy_t* policy = &s->policies[owner];
+  if (!pcp_topology_sched_policy_allows(policy, w->worker_class, w->arch)) {
+    return PCP_TOPOLOGY_SCHED_BLOCK_POLICY;
+  }
+  if (policy->max_workers &&
+      pcp_topology_sched_owner_leases(s, owner) >= policy->max_workers) {
+    return PCP_TOPOLOGY_SCHED_BLOCK_MAX_WORKERS;
+  }
+  if (s->bug_ignore_reserved_capacity) return PCP_TOPOLOGY_SCHED_BLOCK_NONE;
+  for (uint32_t other = 0; other < PCP_TOPOLOGY_SCHED_OWNER_COUNT; ++other) {
+    if (other == owner || s->policies[other].reserved_workers == 0) continue;
+    uint32_t capacity = pcp_topology_sched_owner_capacity(s, other);
+    bool counted = pcp_topology_sched_policy_allows(&s->policies[other],
+                                                    w->worker_class, w->arch);
+    if (capacity - (counted ? 1u : 0u) < s->policies[other].reserved_workers) {
+      return PCP_TOPOLOGY_SCHED_BLOCK_RESERVED_CAPACITY;
+    }
+  }
+  return PCP_TOPOLOGY_SCHED_BLOCK_NONE;
+}
+
+uint32_t pcp_topology_sched_owner_available(const pcp_topology_sched_t* s,
+                                            uint32_t owner) {
+  // Greedy and hypothetical: lease one, re-check the reservation rules.
+  pcp_topology_sched_t copy = *s;
+  uint32_t available = 0;
+  for (uint32_t i = 0; i < copy.worker_count; ++i) {
+    if (sched_can_lease(&copy, &copy.workers[i], owner) ==
+        PCP_TOPOLOGY_SCHED_BLOCK_NONE) {
+      copy.workers[i].owner = (int32_t)owner;
+      copy.workers[i].state = PCP_TOPOLOGY_WORKER_RESERVED;
+      available++;
+    }
+  }
+  return available;
+}
+
+static int32_t sched_find_reservation(const pcp_topology_sched_t* s,
+                                      uint32_t job) {
+  for (uint32_t i = 0; i < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++i) {
+    if (s->reservations[i].active && s->reservations[i].job == job) {
+      return (int32_t)i;
+    }
+  }
+  return -1;
+}
+
+static bool sched_job_known(const pcp_topology_sched_t* s, uint32_t job) {
+  for (uint32_t i = 0; i < s->queue_count; ++i) {
+    if (s->queue[i].job == job) return true;
+  }
+  for (uint32_t i = 0; i < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++i) {
+    if (s->active[i].in_use && s->active[i].job == job) return true;
+  }
+  return false;
+}
+
+static void sched_free_workers(pcp_topology_sched_t* s, int32_t reservation,
+                               uint32_t owner, uint32_t job) {
+  for (uint32_t i = 0; i < s->worker_count; ++i) {
+    pcp_topology_sched_worker_t* w = &s->workers[i];
+    bool mine = reservation >= 0 ? w->reservation == reservation
+                                 : (w->owner == (int32_t)owner &&
+                                    w->job == job &&
+                                    w->state == PCP_TOPOLOGY_WORKER_ASSIGNED);
+    if (!mine) continue;
+    if (w->state != PCP_TOPOLOGY_WORKER_OFFLINE) {
+      w->state = PCP_TOPOLOGY_WORKER_IDLE;
+    }
+    w->owner = -1;
+    w->reservation = -1;
+    w->job = 0;
+  }
+}
+
+int32_t pcp_topology_sched_reserve(pcp_topology_sched_t* s, uint32_t job,
+                                   uint32_t owner, uint32_t workers_required) {
+  s->block = PCP_TOPOLOGY_SCHED_BLOCK_NONE;
+  if (owner >= PCP_TOPOLOGY_SCHED_OWNER_COUNT || workers_required == 0 ||
+      workers_required > PCP_TOPOLOGY_SCHED_MAX_WORKERS) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_INVALID_REQUEST);
+    return -1;
+  }
+  if (sched_find_reservation(s, job) >= 0) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_DUPLICATE_JOB_RESERVATION);
+    return -1;
+  }
+  if (sched_job_known(s, job)) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_DUPLICATE_QUEUED_JOB);
+    return -1;
+  }
+  int32_t slot = -1;
+  for (uint32_t i = 0; i < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++i) {
+    if (!s->reservations[i].active) {
+      slot = (int32_t)i;
+      break;
+    }
+  }
+  if (slot < 0) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_RESERVATION_UNAVAILABLE);
+    return -1;
+  }
+  uint32_t selected = 0;
+  pcp_topology_sched_block_t first_block = PCP_TOPOLOGY_SCHED_BLOCK_NONE;
+  // First fit in insertion order; selected workers are taken immediately so
+  // later checks see them leased (and the reservation rule stays exact).
+  for (uint32_t i = 0; i < s->worker_count && selected < workers_required;
+       ++i) {
+    pcp_topology_sched_worker_t* w = &s->workers[i];
+    pcp_topology_sched_block_t block = sched_can_lease(s, w, owner);
+    if (block != PCP_TOPOLOGY_SCHED_BLOCK_NONE) {
+      if (first_block == PCP_TOPOLOGY_SCHED_BLOCK_NONE ||
+          (first_block == PCP_TOPOLOGY_SCHED_BLOCK_BUSY &&
+           block != PCP_TOPOLOGY_SCHED_BLOCK_BUSY)) {
+        first_block = block;
+      }
+      continue;
+    }
+    w->state = PCP_TOPOLOGY_WORKER_RESERVED;
+    w->owner = (int32_t)owner;
+    w->reservation = slot;
+    w->job = job;
+    selected++;
+  }
+  if (selected < workers_required) {
+    sched_free_workers(s, slot, owner, job);
+    s->block = first_block == PCP_TOPOLOGY_SCHED_BLOCK_NONE
+                   ? PCP_TOPOLOGY_SCHED_BLOCK_BUSY
+                   : first_block;
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_RESERVATION_UNAVAILABLE);
+    return -1;
+  }
+  pcp_topology_sched_reservation_t* r = &s->reservations[slot];
+  r->active = true;
+  r->job = job;
+  r->owner = owner;
+  r->workers_required = workers_required;
+  s->decision = PCP_TOPOLOGY_SCHED_RESERVED;
+  return slot;
+}
+
+static bool sched_reservation_intact(const pcp_topology_sched_t* s,
+                                     int32_t slot) {
+  const pcp_topology_sched_reservation_t* r = &s->reservations[slot];
+  uint32_t held = 0;
+  for (uint32_t i = 0; i < s->worker_count; ++i) {
+    const pcp_topology_sched_worker_t* w = &s->workers[i];
+    if (w->reservation != slot) continue;
+    if (w->state != PCP_TOPOLOGY_WORKER_RESERVED ||
+        w->owner != (int32_t)r->owner) {
+      return false;
+    }
+    held++;
+  }
+  return held == r->workers_required;
+}
+
+static bool sched_lookup(pcp_topology_sched_t* s, uint32_t job,
+                         int32_t* out_slot) {
+  *out_slot = sched_find_reservation(s, job);
+  if (*out_slot < 0) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_RESERVATION_NOT_FOUND);
+    return false;
+  }
+  return true;
+}
+
+static bool sched_activate(pcp_topology_sched_t* s, uint32_t job,
+                           uint32_t owner, uint32_t workers) {
+  for (uint32_t i = 0; i < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++i) {
+    if (!s->active[i].in_use) {
+      s->active[i].in_use = true;
+      s->active[i].job = job;
+      s->active[i].owner = owner;
+      s->active[i].workers = workers;
+      return true;
+    }
+  }
+  return false;
+}
+
+void pcp_topology_sched_commit(pcp_topology_sched_t* s, uint32_t job) {
+  int32_t slot;
+  if (!sched_lookup(s, job, &slot)) return;
+  if (!sched_reservation_intact(s, slot)) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS);
+    return;
+  }
+  pcp_topology_sched_reservation_t* r = &s->reservations[slot];
+  for (uint32_t i = 0; i < s->worker_count; ++i) {
+    pcp_topology_sched_worker_t* w = &s->workers[i];
+    if (w->reservation == slot) {
+      w->state = PCP_TOPOLOGY_WORKER_ASSIGNED;
+      w->reservation = -1;
+    }
+  }
+  sched_activate(s, job, r->owner, r->workers_required);
+  r->active = false;
+  s->decision = PCP_TOPOLOGY_SCHED_COMMITTED;
+}
+
+void pcp_topology_sched_commit_to_queue(pcp_topology_sched_t* s,
+                                        uint32_t job) {
+  int32_t slot;
+  if (!sched_lookup(s, job, &slot)) return;
+  if (s->queue_count >= PCP_TOPOLOGY_SCHED_MAX_QUEUE) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_QUEUE_FULL);
+    return;
+  }
+  // Committed reservations jump the queue: their workers are already held.
+  memmove(&s->queue[1], &s->queue[0], s->queue_count * sizeof(s->queue[0]));
+  s->queue[0].job = job;
+  s->queue[0].owner = s->reservations[slot].owner;
+  s->queue[0].workers = s->reservations[slot].workers_required;
+  s->queue[0].reservation = slot;
+  s->queue_count++;
+  s->decision = PCP_TOPOLOGY_SCHED_QUEUED;
+}
+
+void pcp_topology_sched_enqueue(pcp_topology_sched_t* s, uint32_t job,
+                                uint32_t owner, uint32_t workers) {
+  if (sched_job_known(s, job) || sched_find_reservation(s, job) >= 0) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_DUPLICATE_QUEUED_JOB);
+    return;
+  }
+  if (s->queue_count >= PCP_TOPOLOGY_SCHED_MAX_QUEUE) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_QUEUE_FULL);
+    return;
+  }
+  pcp_topology_sched_queued_t* q = &s->queue[s->queue_count++];
+  q->job = job;
+  q->owner = owner;
+  q->workers = workers;
+  q->reservation = -1;
+  s->decision = PCP_TOPOLOGY_SCHED_QUEUED;
+}
+
+uint32_t pcp_topology_sched_start_next(pcp_topology_sched_t* s) {
+  if (s->queue_count == 0) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_QUEUED_JOB_NOT_FOUND);
+    return 0;
+  }
+  pcp_topology_sched_queued_t q = s->queue[0];
+  if (q.reservation >= 0) {
+    if (!sched_reservation_intact(s, q.reservation)) {
+      sched_reject(s,
+                   PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS);
+      return 0;
+    }
+    for (uint32_t i = 0; i < s->worker_count; ++i) {
+      if (s->workers[i].reservation == q.reservation) {
+        s->workers[i].state = PCP_TOPOLOGY_WORKER_ASSIGNED;
+        s->workers[i].reservation = -1;
+      }
+    }
+    s->reservations[q.reservation].active = false;
+  } else {
+    int32_t slot = pcp_topology_sched_reserve(s, q.job, q.owner, q.workers);
+    if (slot < 0) return 0;
+    for (uint32_t i = 0; i < s->worker_count; ++i) {
+      if (s->workers[i].reservation == slot) {
+        s->workers[i].state = PCP_TOPOLOGY_WORKER_ASSIGNED;
+        s->workers[i].reservation = -1;
+      }
+    }
+    s->reservations[slot].active = false;
+  }
+  memmove(&s->queue[0], &s->queue[1],
+          (s->queue_count - 1) * sizeof(s->queue[0]));
+  s->queue_count--;
+  sched_activate(s, q.job, q.owner, q.workers);
+  s->decision = PCP_TOPOLOGY_SCHED_STARTED;
+  return q.job;
+}
+
+static int32_t sched_find_active(const pcp_topology_sched_t* s, uint32_t job) {
+  for (uint32_t i = 0; i < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++i) {
+    if (s->active[i].in_use && s->active[i].job == job) return (int32_t)i;
+  }
+  return -1;
+}
+
+static void sched_end_active(pcp_topology_sched_t* s, uint32_t job,
+                             pcp_topology_sched_decision_t decision) {
+  int32_t slot = sched_find_active(s, job);
+  if (slot < 0) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_ACTIVE_JOB_NOT_FOUND);
+    return;
+  }
+  sched_free_workers(s, -1, s->active[slot].owner, job);
+  s->active[slot].in_use = false;
+  s->decision = decision;
+}
+
+void pcp_topology_sched_complete(pcp_topology_sched_t* s, uint32_t job) {
+  sched_end_active(s, job, PCP_TOPOLOGY_SCHED_COMPLETED);
+}
+
+void pcp_topology_sched_cancel_active(pcp_topology_sched_t* s, uint32_t job) {
+  sched_end_active(s, job, PCP_TOPOLOGY_SCHED_CANCELED);
+}
+
+void pcp_topology_sched_cancel_queued(pcp_topology_sched_t* s, uint32_t job) {
+  for (uint32_t i = 0; i < s->queue_count; ++i) {
+    if (s->queue[i].job != job) continue;
+    int32_t reservation = s->queue[i].reservation;
+    // The cleanup-leak bug forgets the workers a reserved job holds.
+    if (reservation >= 0 && !s->bug_leak_on_cancel) {
+      sched_free_workers(s, reservation, s->queue[i].owner, job);
+      s->reservations[reservation].active = false;
+    }
+    memmove(&s->queue[i], &s->queue[i + 1],
+            (s->queue_count - i - 1) * sizeof(s->queue[0]));
+    s->queue_count--;
+    s->decision = PCP_TOPOLOGY_SCHED_CANCELED;
+    return;
+  }
+  sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_QUEUED_JOB_NOT_FOUND);
+}
+
+static void sched_drop_reservation(pcp_topology_sched_t* s, uint32_t job,
+                                   pcp_topology_sched_decision_t decision) {
+  int32_t slot;
+  if (!sched_lookup(s, job, &slot)) return;
+  sched_free_workers(s, slot, s->reservations[slot].owner, job);
+  s->reservations[slot].active = false;
+  s->decision = decision;
+}
+
+void pcp_topology_sched_release(pcp_topology_sched_t* s, uint32_t job) {
+  sched_drop_reservation(s, job, PCP_TOPOLOGY_SCHED_RELEASED);
+}
+
+void pcp_topology_sched_expire(pcp_topology_sched_t* s, uint32_t job) {
+  sched_drop_reservation(s, job, PCP_TOPOLOGY_SCHED_EXPIRED);
+}
+
+void pcp_topology_sched_lose_worker(pcp_topology_sched_t* s, uint32_t id) {
+  pcp_topology_sched_worker_t* w = sched_worker(s, id);
+  if (!w) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_INVALID_WORKER);
+    return;
+  }
+  // The lease fields stay: a later commit must notice the loss.
+  w->state = PCP_TOPOLOGY_WORKER_OFFLINE;
+}
+
+void pcp_topology_sched_restore_worker(pcp_topology_sched_t* s, uint32_t id) {
+  pcp_topology_sched_worker_t* w = sched_worker(s, id);
+  if (!w) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_INVALID_WORKER);
+    return;
+  }
+  w->state = PCP_TOPOLOGY_WORKER_IDLE;
+  w->owner = -1;
+  w->reservation = -1;
+  w->job = 0;
+}
+
+uint32_t pcp_topology_sched_count_state(const pcp_topology_sched_t* s,
+                                        pcp_topology_worker_state_t state) {
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < s->worker_count; ++i) {
+    count += s->workers[i].state == state;
+  }
+  return count;
+}
+
+uint32_t pcp_topology_sched_active_reservations(const pcp_topology_sched_t* s) {
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++i) {
+    count += s->reservations[i].active;
+  }
+  return count;
+}
+
+//===----------------------------------------------------------------------===//
+// Federation hub: gateway registry and placement
+//===----------------------------------------------------------------------===//
+
+void pcp_topology_federation_initialize(pcp_topology_federation_t* out) {
+  memset(out, 0, sizeof(*out));
+}
+
+int32_t pcp_topology_federation_register(pcp_topology_federation_t* f,
+                                         const char* name) {
+  for (uint32_t i = 0; i < f->gateway_count; ++i) {
+    if (strcmp(f->gateways[i].name, name) == 0) {
+      f->gateways[i].connected = true;
+      f->gateways[i].generation++;
+      return (int32_t)i;
+    }
+  }
+  if (f->gateway_count >= PCP_TOPOLOGY_FEDERATION_MAX_GATEWAYS) return -1;
+  pcp_topology_federation_gateway_t* g = &f->gateways[f->gateway_count];
+  memset(g, 0, sizeof(*g));
+  g->name = name;
+  g->connected = true;
+  g->generation = 1;
+  return (int32_t)f->gateway_count++;
+}
+
+bool pcp_topology_federation_add_service(
+    pcp_topology_federation_t* f, int32_t gateway,
+    const pcp_topology_federation_service_t* service) {
+  if (gateway < 0 || (uint32_t)gateway >= f->gateway_count) return false;
+  pcp_topology_federation_gateway_t* g = &f->gateways[gateway];
+  if (g->service_count >= PCP_TOPOLOGY_FEDERATION_MAX_SERVICES) return false;
+  g->services[g->service_count++] = *service;
+  return true;
+}
+
+void pcp_topology_federation_mark_stale(pcp_topology_federation_t* f,
+                                        int32_t gateway) {
+  if (gateway < 0 || (uint32_t)gateway >= f->gateway_count) return;
+  f->gateways[gateway].connected = false;
+  f->gateways[gateway].generation++;
+}
+
+void pcp_topology_federation_lose_gateway(pcp_topology_federation_t* f,
+                                          int32_t gateway) {
+  pcp_topology_federation_mark_stale(f, gateway);
+}
+
+static bool service_matches(const pcp_topology_federation_service_t* s,
+                            const pcp_topology_federation_selector_t* sel) {
+  if (strcmp(s->service_type, sel->service_type) == 0) return true;
+  for (size_t i = 0; i < PCP_TOPOLOGY_FEDERATION_MAX_CAPABILITIES; ++i) {
+    if (s->capabilities[i] && strcmp(s->capabilities[i], sel->service_type) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Production ranking: healthy first; then, when workers are required,
+// enough of them; then more available, more ready, newer. Ties keep the
+// first candidate.
+static bool service_better(const pcp_topology_federation_service_t* a,
+                           const pcp_topology_federation_service_t* b,
+                           uint32_t workers_required) {
+  if (a->health_ok != b->health_ok) return a->health_ok;
+  if (workers_required) {
+    bool a_enough = a->workers_available >= workers_required;
+    bool b_enough = b->workers_available >= workers_required;
+    if (a_enough != b_enough) return a_enough;
+  }
+  if (a->workers_available != b->workers_available) {
+    return a->workers_available > b->workers_available;
+  }
+  if (a->workers_ready != b->workers_ready) {
+    return a->workers_ready > b->workers_ready;
+  }
+  return a->updated_at > b->updated_at;
+}
+
+pcp_topology_federation_placement_t pcp_topology_federation_place(
+    const pcp_topology_federation_t* f,
+    const pcp_topology_federation_selector_t* selector) {
+  pcp_topology_federation_placement_t p;
+  memset(&p, 0, sizeof(p));
+  p.gateway = -1;
+  p.service = -1;
+  if (!selector || !selector->service_type || !*selector->service_type) {
+    p.violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_INVALID_REQUEST;
+    return p;
+  }
+  if (selector->gateway) {
+    int32_t named = -1;
+    for (uint32_t i = 0; i < f->gateway_count; ++i) {
+      if (strcmp(f->gateways[i].name, selector->gateway) == 0) named = (int32_t)i;
+    }
+    if (named < 0) {
+      p.violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_UNKNOWN_GATEWAY;
+      return p;
+    }
+    if (!f->gateways[named].connected && !f->bug_accept_stale) {
+      p.violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_STALE_GATEWAY;
+      return p;
+    }
+  }
+  for (uint32_t g = 0; g < f->gateway_count; ++g) {
+    const pcp_topology_federation_gateway_t* gateway = &f->gateways[g];
+    if (!gateway->connected && !f->bug_accept_stale) continue;
+    if (selector->gateway && strcmp(gateway->name, selector->gateway) != 0) {
+      continue;
+    }
+    for (uint32_t s = 0; s < gateway->service_count; ++s) {
+      const pcp_topology_federation_service_t* service = &gateway->services[s];
+      if (!service_matches(service, selector)) continue;
+      if (p.gateway < 0 ||
+          service_better(service, &f->gateways[p.gateway].services[p.service],
+                         selector->workers_required)) {
+        p.gateway = (int32_t)g;
+        p.service = (int32_t)s;
+      }
+    }
+  }
+  if (p.gateway < 0) {
+    p.violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_INCOMPATIBLE_GATEWAY;
+    return p;
+  }
+  p.placed = true;
+  p.generation = f->gateways[p.gateway].generation;
+  return p;
+}
+
+pcp_topology_federation_violation_t pcp_topology_federation_complete_routed(
+    const pcp_topology_federation_t* f,
+    const pcp_topology_federation_placement_t* placement) {
+  if (!placement->placed) return placement->violation;
+  const pcp_topology_federation_gateway_t* g = &f->gateways[placement->gateway];
+  if (!g->connected || g->generation != placement->generation) {
+    return PCP_TOPOLOGY_FEDERATION_VIOLATION_FAILED_AFTER_PLACEMENT_LOSS;
+  }
+  return PCP_TOPOLOGY_FEDERATION_VIOLATION_NONE;
+}
+
+//===----------------------------------------------------------------------===//
+// Decoupled DiLoCo fragment window
+//===----------------------------------------------------------------------===//
+
+void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
+                                       uint32_t quorum, uint32_t fragments,
+                                       pcp_topology_decoupled_t* out) {
+  memset(out, 0, sizeof(*out));
+  out->session = session;
+  out->worker_count = worker_count > PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS
+                          ? PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS
+                          : worker_count;
+  out->quorum = quorum;
+  out->fragment_count = fragments ? fragments : 1;
+  for (uint32_t i = 0; i < out->worker_count; ++i) out->online[i] = true;
+}
+
+static void decoupled_commit(pcp_topology_decoupled_t* d) {
+  d->syncer_clock++;
+  d->tape_entries++;
+  d->accepted_mask = 0;
+  d->step++;
+  d->fragment = (d->fragment + 1) % d->fragment_count;
+  d->decision = PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED;
+}
+
+static uint32_t popcount64(uint64_t x) {
+  uint32_t count = 0;
+  while (x) {
+    x &= x - 1;
+    count++;
+  }
+  return count;
+}
+
+void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
+                                  const pcp_topology_decoupled_action_t* a) {
+  d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE;
+  uint32_t w = a->worker;
+  bool valid_worker = w < d->worker_count;
+  switch (a->kind) {
+    case PCP_TOPOLOGY_DECOUPLED_ASSIGN:
+      if (!valid_worker) break;
+      d->assigned[w] = true;
+      d->decision = PCP_TOPOLOGY_DECOUPLED_ASSIGNED;
+      return;
+    case PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP_COMPLETE:
+      if (!valid_worker || !d->assigned[w] || !d->online[w]) break;
+      d->clock[w]++;
+      d->tokens[w] += 8;
+      d->decision = PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP;
+      return;
+    case PCP_TOPOLOGY_DECOUPLED_SUBMIT: {
+      pcp_topology_decoupled_violation_t v =
+          PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE;
+      if (d->canceled) {
+        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_POST_CANCEL_UPDATE;
+      } else if (!valid_worker) {
+        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_WORKER;
+      } else if (!d->online[w]) {
+        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNAVAILABLE_WORKER;
+      } else if (!d->assigned[w]) {
+        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNASSIGNED_WORKER;
+      } else if (a->session != d->session) {
+        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_SESSION;
+      } else if (a->payload_mismatch) {
+        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_CONTEXT_PAYLOAD_MISMATCH;
+      } else if (a->fragment != d->fragment || a->step != d->step) {
+        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_UPDATE;
+      } else if (a->clock < d->known_clock[w]) {
+        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_VECTOR_CLOCK;
+      } else if ((d->accepted_mask >> w) & 1u) {
+        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_DUPLICATE_UPDATE;
+      }
+      if (v == PCP_TOPOLOGY_DECOUPLED_VIOLATION_DUPLICATE_UPDATE &&
+          d->bug_count_duplicates) {
+        // The duplicate-quorum bug: a repeated sender counts again.
+        d->extra_accepted++;
+        d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED;
+        return;
+      }
+      if (v != PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE) {
+        d->violation = v;
+        d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED;
+        return;
+      }
+      d->accepted_mask |= 1ull << w;
+      d->known_clock[w] = a->clock;
+      d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED;
+      return;
+    }
+    case PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW: {
+      if (d->canceled) {
+        d->decision = PCP_TOPOLOGY_DECOUPLED_CANCELED;
+        return;
+      }
+      uint32_t accepted = popcount64(d->accepted_mask) + d->extra_accepted;
+      d->extra_accepted = 0;
+      if (accepted < d->quorum) {
+        d->decision = PCP_TOPOLOGY_DECOUPLED_MERGE_DEFERRED;
+        return;
+      }
+      decoupled_commit(d);
+      return;
+    }
+    case PCP_TOPOLOGY_DECOUPLED_CANCEL_SESSION:
+      d->canceled = true;
+      d->decision = PCP_TOPOLOGY_DECOUPLED_CANCELED;
+      return;
+    case PCP_TOPOLOGY_DECOUPLED_CRASH:
+      if (!valid_worker) break;
+      d->online[w] = false;
+      d->decision = PCP_TOPOLOGY_DECOUPLED_WORKER_LOST;
+      return;
+    case PCP_TOPOLOGY_DECOUPLED_RESTART:
+      if (!valid_worker) break;
+      d->online[w] = true;
+      d->decision = PCP_TOPOLOGY_DECOUPLED_RESUMABLE;
+      return;
+    case PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT:
+      if (popcount64(d->accepted_mask) < d->quorum) {
+        d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_BELOW_QUORUM_COMMIT;
+      }
+      decoupled_commit(d);
+      return;
+  }
+  d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_WORKER;
+  d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED;
+}
+
+//===----------------------------------------------------------------------===//
+// RDA merge
+//===----------------------------------------------------------------------===//
+
+double pcp_topology_token_step_weight(uint64_t tokens, uint64_t steps) {
+  if (tokens == 0) return 0.0;
+  double t = (double)tokens;
+  double w = t * t / (double)(steps ? steps : 1);
+  return w > 3.4028234663852886e38 ? 3.4028234663852886e38 : w;
+}
+
+static double norm(const double* v, size_t dimension) {
+  double sum = 0.0;
+  for (size_t i = 0; i < dimension; ++i) sum += v[i] * v[i];
+  return sqrt(sum);
+}
+
+bool pcp_topology_rda_merge(const pcp_topology_rda_update_t* updates,
+                            size_t update_count, size_t dimension,
+                            double* out) {
+  double weight_sum = 0.0, norm_sum = 0.0;
+  double u[PCP_TOPOLOGY_RDA_MAX_DIMENSION] = {0};
+  if (dimension > PCP_TOPOLOGY_RDA_MAX_DIMENSION) return false;
+  for (size_t i = 0; i < dimension; ++i) out[i] = 0.0;
+  for (size_t k = 0; k < update_count; ++k) {
+    double w = pcp_topology_token_step_weight(updates[k].tokens,
+                                              updates[k].steps);
+    double n = norm(updates[k].values, dimension);
+    weight_sum += w;
+    norm_sum += w * n;
+    if (n == 0.0) continue;
+    for (size_t i = 0; i < dimension; ++i) {
+      u[i] += w * updates[k].values[i] / n;
+    }
+  }
+  double u_norm = norm(u, dimension);
+  // Unusable weights or a cancelling direction: the merge is zero.
+  if (!(weight_sum > 0.0) || !isfinite(weight_sum) || u_norm == 0.0) {
+    return true;
+  }
+  double scale = (norm_sum / weight_sum) / u_norm;
+  for (size_t i = 0; i < dimension; ++i) out[i] = scale * u[i];
+  return true;
+}
+
+void pcp_topology_direct_average(const pcp_topology_rda_update_t* updates,
+                                 size_t update_count, size_t dimension,
+                                 double* out) {
+  for (size_t i = 0; i < dimension; ++i) {
+    out[i] = 0.0;
+    for (size_t k = 0; k < update_count; ++k) out[i] += updates[k].values[i];
+    if (update_count) out[i] /= (double)update_count;
+  }
+}
