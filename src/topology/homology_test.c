@@ -13,6 +13,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "topology/topology.h"
@@ -506,6 +507,183 @@ static void test_betti_numbers_of_iterated_subdivisions(void** state) {
   pcp_topology_complex_release(triangle);
 }
 
+//===----------------------------------------------------------------------===//
+// Seeded random complexes against a dense reference
+//===----------------------------------------------------------------------===//
+
+// Rank of a dense rows x cols matrix over GF(p) (row echelon). Destroys it.
+static uint64_t dense_rank(uint32_t* m, size_t rows, size_t cols, uint32_t p) {
+  uint64_t rank = 0;
+  for (size_t c = 0; c < cols && rank < rows; ++c) {
+    size_t pivot = rows;
+    for (size_t r = rank; r < rows && pivot == rows; ++r) {
+      if (m[r * cols + c]) pivot = r;
+    }
+    if (pivot == rows) continue;
+    for (size_t k = 0; k < cols; ++k) {
+      uint32_t t = m[pivot * cols + k];
+      m[pivot * cols + k] = m[rank * cols + k];
+      m[rank * cols + k] = t;
+    }
+    // Normalise by brute-force inverse, as upstream does.
+    uint32_t a = m[rank * cols + c], inverse = 1;
+    while ((uint64_t)a * inverse % p != 1) ++inverse;
+    for (size_t k = 0; k < cols; ++k) {
+      m[rank * cols + k] = (uint32_t)((uint64_t)m[rank * cols + k] * inverse % p);
+    }
+    for (size_t r = rank + 1; r < rows; ++r) {
+      uint32_t f = m[r * cols + c];
+      if (!f) continue;
+      for (size_t k = 0; k < cols; ++k) {
+        m[r * cols + k] = (uint32_t)((m[r * cols + k] +
+                                      (uint64_t)(p - f) * m[rank * cols + k]) %
+                                     p);
+      }
+    }
+    ++rank;
+  }
+  return rank;
+}
+
+// Betti numbers from the faces with dense signed boundary matrices.
+static void dense_betti(const pcp_topology_complex_t* complex, uint32_t p,
+                        pcp_topology_betti_t* out) {
+  pcp_topology_complex_t* faces = make_complex();
+  PCP_CHECK_OK(pcp_topology_complex_faces(complex, faces));
+  size_t n = pcp_topology_complex_count(faces);
+  size_t counts[16] = {0};
+  size_t* index = calloc(n + 1, sizeof(size_t));
+  assert_non_null(index);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t c = pcp_topology_complex_simplex(faces, i).count;
+    if (c) index[i] = counts[c - 1]++;
+  }
+  int32_t top = pcp_topology_complex_dimension(complex);
+  uint64_t ranks[17] = {0};
+  for (int32_t k = 1; k <= top; ++k) {
+    size_t rows = counts[k - 1], cols = counts[k];
+    uint32_t* m = calloc(rows * cols + 1, sizeof(uint32_t));
+    assert_non_null(m);
+    for (size_t i = 0; i < n; ++i) {
+      pcp_topology_simplex_t s = pcp_topology_complex_simplex(faces, i);
+      if (s.count != (uint32_t)k + 1) continue;
+      for (uint32_t omit = 0; omit < s.count; ++omit) {
+        pcp_topology_vertex_t face[16];
+        uint32_t c = 0;
+        for (uint32_t v = 0; v < s.count; ++v) {
+          if (v != omit) face[c++] = s.vertices[v];
+        }
+        size_t found = 0;
+        assert_true(pcp_topology_complex_find(
+            faces, pcp_topology_make_simplex(face, c), &found));
+        m[index[found] * cols + index[i]] = omit % 2 ? p - 1 : 1;
+      }
+    }
+    ranks[k] = dense_rank(m, rows, cols, p);
+    free(m);
+  }
+  memset(out, 0, sizeof(*out));
+  out->count = top < 0 ? 0 : (uint32_t)top + 1;
+  for (int32_t k = 0; k <= top; ++k) {
+    out->values[k] = counts[k] - ranks[k] - (k < top ? ranks[k + 1] : 0);
+  }
+  free(index);
+  pcp_topology_complex_release(faces);
+}
+
+// A random complex on up to 8 vertices: 1-7 facets of 1-|max_size|
+// vertices.
+static pcp_topology_complex_t* random_complex(pcp_rng_t* rng,
+                                              uint32_t max_size) {
+  pcp_topology_complex_t* complex = make_complex();
+  uint32_t vertex_count = 3 + (uint32_t)pcp_rng_next_below(rng, 6);
+  uint32_t facets = 1 + (uint32_t)pcp_rng_next_below(rng, 7);
+  for (uint32_t f = 0; f < facets; ++f) {
+    uint32_t ids[8];
+    uint32_t size = 1 + (uint32_t)pcp_rng_next_below(rng, max_size);
+    uint32_t n = 0;
+    for (uint32_t v = 0; v < vertex_count && n < size; ++v) {
+      if (pcp_rng_next_below(rng, vertex_count) < size) ids[n++] = v;
+    }
+    if (n == 0) ids[n++] = (uint32_t)pcp_rng_next_below(rng, vertex_count);
+    add_ids(complex, ids, n);
+  }
+  return complex;
+}
+
+static void expect_same_betti(const pcp_topology_betti_t* a,
+                              const pcp_topology_betti_t* b, uint64_t seed,
+                              uint32_t p) {
+  bool same = a->count == b->count;
+  for (uint32_t k = 0; same && k < a->count; ++k) {
+    same = a->values[k] == b->values[k];
+  }
+  if (!same) print_error("seed %llu p=%u: Betti vectors differ\n",
+                         (unsigned long long)seed, p);
+  assert_true(same);
+}
+
+static void test_betti_matches_a_dense_reference_on_random_complexes(
+    void** state) {
+  (void)state;
+  const uint32_t primes[] = {2, 3, 5, 7};
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    pcp_rng_t rng;
+    pcp_rng_initialize(seed, &rng);
+    pcp_topology_complex_t* complex = random_complex(&rng, 5);
+    for (size_t i = 0; i < PCP_ARRAYSIZE(primes); ++i) {
+      pcp_topology_betti_t sparse, dense;
+      PCP_CHECK_OK(pcp_topology_complex_betti(complex, primes[i], &sparse));
+      dense_betti(complex, primes[i], &dense);
+      expect_same_betti(&sparse, &dense, seed, primes[i]);
+      // Euler-Poincare: the alternating sums agree over every field.
+      pcp_topology_complex_t* faces = make_complex();
+      PCP_CHECK_OK(pcp_topology_complex_faces(complex, faces));
+      int64_t chi_faces = 0, chi_betti = 0;
+      for (size_t f = 0; f < pcp_topology_complex_count(faces); ++f) {
+        uint32_t c = pcp_topology_complex_simplex(faces, f).count;
+        if (c) chi_faces += (c % 2) ? 1 : -1;
+      }
+      for (uint32_t k = 0; k < sparse.count; ++k) {
+        chi_betti += (k % 2 ? -1 : 1) * (int64_t)sparse.values[k];
+      }
+      assert_int_equal(chi_faces, chi_betti);
+      pcp_topology_complex_release(faces);
+    }
+    pcp_topology_complex_release(complex);
+  }
+}
+
+static void test_subdivisions_preserve_betti_numbers_of_random_complexes(
+    void** state) {
+  (void)state;
+  // Subdivision does not change the space, so it cannot change homology.
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    pcp_rng_t rng;
+    pcp_rng_initialize(seed * 7919, &rng);
+    // Facets of at most 4 vertices keep the validator's cost (links and
+    // face restrictions of every carrier image) under a second.
+    pcp_topology_complex_t* complex = random_complex(&rng, 4);
+    pcp_topology_subdivision_kind_t kind =
+        seed % 2 ? PCP_TOPOLOGY_SUBDIVISION_CHROMATIC
+                 : PCP_TOPOLOGY_SUBDIVISION_BARYCENTRIC;
+    pcp_topology_subdivision_t* sub = NULL;
+    PCP_CHECK_OK(pcp_topology_subdivision_create(complex, kind, 1, ALLOC, &sub));
+    for (uint32_t p = 2; p <= 3; ++p) {
+      pcp_topology_betti_t before, after;
+      PCP_CHECK_OK(pcp_topology_complex_betti(complex, p, &before));
+      PCP_CHECK_OK(pcp_topology_complex_betti(
+          pcp_topology_subdivision_complex(sub), p, &after));
+      expect_same_betti(&before, &after, seed, p);
+    }
+    pcp_topology_subdivision_report_t report;
+    PCP_CHECK_OK(pcp_topology_subdivision_validate(
+        sub, pcp_topology_subdivision_options_default(), &report));
+    pcp_topology_subdivision_release(sub);
+    pcp_topology_complex_release(complex);
+  }
+}
+
 static void test_dot_export_renders_the_one_skeleton(void** state) {
   (void)state;
   pcp_topology_complex_t* interval = make_complex();
@@ -550,6 +728,10 @@ int main(void) {
       cmocka_unit_test(
           test_betti_numbers_of_the_projective_plane_depend_on_the_field),
       cmocka_unit_test(test_betti_numbers_of_iterated_subdivisions),
+      cmocka_unit_test(
+          test_betti_matches_a_dense_reference_on_random_complexes),
+      cmocka_unit_test(
+          test_subdivisions_preserve_betti_numbers_of_random_complexes),
       cmocka_unit_test(test_dot_export_renders_the_one_skeleton),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
