@@ -254,8 +254,8 @@ static pcp_status_t run_check(const pcp_topology_model_t* model,
         m->execution, m->task.carrier, m->decision);
     decision_ok = carried == NULL;
     if (carried) {
-      pcp_status_format(carried, r->decision_error,
-                        sizeof(r->decision_error));
+      snprintf(r->decision_error, sizeof(r->decision_error), "%s",
+               pcp_status_message(carried));
       pcp_status_ignore(carried);
       PCP_RETURN_IF_ERROR_BARE(pcp_topology_carrier_escape_find(
           m->execution, m->task.carrier, m->decision, &r->escape));

@@ -2408,6 +2408,17 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_check_report_format(
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_check_report_format_json(
     const pcp_topology_check_report_t* report, pcp_string_builder_t* builder);
 
+//===----------------------------------------------------------------------===//
+// Solving and protocols: CLI (topology_cli_solving.c)
+//===----------------------------------------------------------------------===//
+
+// `pcp topo check --model NAME [--solver native|z3] [--z3-backend
+// library|binary] [--json]` (argv[0] = "check"): exit 0 solvable, 1
+// obstruction / decision escape / unknown, 2 usage, input or solver error.
+int pcp_topology_cli_check_main(int argc, char** argv);
+// `pcp topo models [--json]`: the model list.
+int pcp_topology_cli_models_main(int argc, char** argv);
+
 #ifdef __cplusplus
 }
 #endif

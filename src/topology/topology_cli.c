@@ -43,6 +43,9 @@ static int subdivide_main(int argc, char** argv);
 // One line per subcommand, sorted by name.
 static const topo_subcommand_t kSubcommands[] = {
     {"betti", betti_main, "Betti numbers over GF(p) of a complex in a JSON file"},
+    {"check", pcp_topology_cli_check_main,
+     "decide a protocol model (native or Z3) and explain obstructions"},
+    {"models", pcp_topology_cli_models_main, "list the protocol models"},
     {"subdivide", subdivide_main,
      "iterated barycentric or chromatic subdivision of a simplex"},
     {NULL, NULL, NULL},
