@@ -5,12 +5,13 @@
 
 #include "config/config.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include <jansson.h>
 
 //===----------------------------------------------------------------------===//
 // Small helpers
@@ -28,8 +29,12 @@ static const void* field_cptr(const void* config,
 // Dashes and underscores are the same character in names, so `--device_id`,
 // `--device-id` and JSON `device_id` all reach one field.
 static bool name_char_equal(char a, char b) {
-  if (a == '_') a = '-';
-  if (b == '_') b = '-';
+  if (a == '_') {
+    a = '-';
+  }
+  if (b == '_') {
+    b = '-';
+  }
   return a == b;
 }
 
@@ -56,7 +61,9 @@ static const pcp_config_field_t* find_field(const pcp_config_table_t* table,
                                             lookup_mode_t mode) {
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* field = &table->fields[i];
-    if (!name_equal(field->name, name, name_length)) continue;
+    if (!name_equal(field->name, name, name_length)) {
+      continue;
+    }
     if (mode == LOOKUP_CLI && ((field->flags & PCP_CONFIG_FLAG_JSON_ONLY) ||
                                field->type == PCP_CONFIG_TYPE_OBJECT)) {
       continue;
@@ -73,7 +80,11 @@ static const pcp_config_field_t* find_field(const pcp_config_table_t* table,
 static void json_key_of(const char* name, char* buffer, size_t capacity) {
   size_t i = 0;
   for (; name[i] && i + 1 < capacity; ++i) {
-    buffer[i] = name[i] == '-' ? '_' : name[i];
+    char c = name[i];
+    if (c == '-') {
+      c = '_';
+    }
+    buffer[i] = c;
   }
   buffer[i] = 0;
 }
@@ -94,8 +105,12 @@ static bool has_bounds(const pcp_config_field_t* field) {
 
 static pcp_status_t check_bounds(const pcp_config_field_t* field, double value,
                                  const char* text, const char* what) {
-  if (!has_bounds(field)) return pcp_ok_status();
-  if (value >= field->min && value <= field->max) return pcp_ok_status();
+  if (!has_bounds(field)) {
+    return pcp_ok_status();
+  }
+  if (value >= field->min && value <= field->max) {
+    return pcp_ok_status();
+  }
   char lo[32], hi[32];
   format_number(field->min, lo, sizeof(lo));
   format_number(field->max, hi, sizeof(hi));
@@ -109,11 +124,15 @@ static void join_enum_values(const pcp_config_field_t* field,
                              size_t capacity) {
   size_t at = 0;
   buffer[0] = 0;
-  if (!field->enum_values) return;
+  if (!field->enum_values) {
+    return;
+  }
   for (size_t i = 0; field->enum_values[i]; ++i) {
     int n = snprintf(buffer + at, capacity - at, "%s%s", i ? separator : "",
                      field->enum_values[i]);
-    if (n < 0 || (size_t)n >= capacity - at) break;
+    if (n < 0 || (size_t)n >= capacity - at) {
+      break;
+    }
     at += (size_t)n;
   }
 }
@@ -122,7 +141,9 @@ static void join_enum_values(const pcp_config_field_t* field,
 // same offset), or |field| itself.
 static const pcp_config_field_t* alias_target(const pcp_config_table_t* table,
                                               const pcp_config_field_t* field) {
-  if (!(field->flags & PCP_CONFIG_FLAG_ALIAS)) return field;
+  if (!(field->flags & PCP_CONFIG_FLAG_ALIAS)) {
+    return field;
+  }
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* other = &table->fields[i];
     if (other->offset == field->offset &&
@@ -159,7 +180,9 @@ pcp_status_t pcp_string_list_append(pcp_string_list_t* list,
 }
 
 void pcp_string_list_deinitialize(pcp_string_list_t* list) {
-  for (size_t i = 0; i < list->count; ++i) free(list->items[i]);
+  for (size_t i = 0; i < list->count; ++i) {
+    free(list->items[i]);
+  }
   free(list->items);
   list->items = NULL;
   list->count = 0;
@@ -322,16 +345,19 @@ static void clear_field(const pcp_config_field_t* field, void* config) {
 static pcp_status_t initialize_field(const pcp_config_table_t* table,
                                      const pcp_config_field_t* field,
                                      void* config) {
-  if (field->flags & PCP_CONFIG_FLAG_ALIAS) return pcp_ok_status();
+  if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
+    return pcp_ok_status();
+  }
   clear_field(field, config);
   if (field->type == PCP_CONFIG_TYPE_OBJECT) {
     PCP_ASSERT(field->object_table != NULL);
     return pcp_config_initialize(field->object_table, field_ptr(config, field));
   }
-  if (!field->default_value) return pcp_ok_status();
+  if (!field->default_value) {
+    return pcp_ok_status();
+  }
   char what[160];
-  snprintf(what, sizeof(what), "%s: default of '%s'", table->name,
-           field->name);
+  snprintf(what, sizeof(what), "%s: default of '%s'", table->name, field->name);
   if (field->type != PCP_CONFIG_TYPE_STRING_LIST) {
     return set_from_text(field, config, field->default_value, what);
   }
@@ -341,11 +367,15 @@ static pcp_status_t initialize_field(const pcp_config_table_t* table,
     const char* comma = strchr(start, ',');
     size_t length = comma ? (size_t)(comma - start) : strlen(start);
     char* item = strndup(start, length);
-    if (!item) return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+    if (!item) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+    }
     pcp_status_t status = set_from_text(field, config, item, what);
     free(item);
     PCP_RETURN_IF_ERROR_BARE(status);
-    if (!comma) break;
+    if (!comma) {
+      break;
+    }
     start = comma + 1;
   }
   return pcp_ok_status();
@@ -354,7 +384,9 @@ static pcp_status_t initialize_field(const pcp_config_table_t* table,
 pcp_status_t pcp_config_initialize(const pcp_config_table_t* table,
                                    void* config) {
   for (size_t i = 0; i < table->field_count; ++i) {
-    if (table->fields[i].flags & PCP_CONFIG_FLAG_ALIAS) continue;
+    if (table->fields[i].flags & PCP_CONFIG_FLAG_ALIAS) {
+      continue;
+    }
     clear_field(&table->fields[i], config);
   }
   for (size_t i = 0; i < table->field_count; ++i) {
@@ -366,7 +398,9 @@ pcp_status_t pcp_config_initialize(const pcp_config_table_t* table,
 
 static void deinitialize_field(const pcp_config_field_t* field, void* config) {
   // The aliased field owns the member; freeing it twice would be a bug.
-  if (field->flags & PCP_CONFIG_FLAG_ALIAS) return;
+  if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
+    return;
+  }
   void* slot = field_ptr(config, field);
   switch (field->type) {
     case PCP_CONFIG_TYPE_STRING:
@@ -429,8 +463,8 @@ static pcp_status_t parse_argv_impl(const pcp_config_table_t* table, int argc,
     }
     if (arg[1] != '-') {
       // No short options: `-p 80` would be a second spelling to document.
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "unknown flag '%s'", arg);
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "unknown flag '%s'",
+                             arg);
     }
     const char* name = arg + 2;
     const char* equals = strchr(name, '=');
@@ -478,8 +512,8 @@ pcp_status_t pcp_config_parse_argv(const pcp_config_table_t* table, int argc,
   if (!list_seen) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
   }
-  pcp_status_t status = parse_argv_impl(table, argc, argv, config,
-                                        out_positionals, list_seen);
+  pcp_status_t status =
+      parse_argv_impl(table, argc, argv, config, out_positionals, list_seen);
   free(list_seen);
   return status;
 }
@@ -491,24 +525,36 @@ pcp_status_t pcp_config_parse_argv(const pcp_config_table_t* table, int argc,
 // Returns the nesting depth of |value| (scalars 0, {} 1), stopping early
 // once |limit| is passed so a hostile file costs no more than the limit.
 static size_t json_depth(json_t* value, size_t limit) {
-  if (!json_is_object(value) && !json_is_array(value)) return 0;
-  if (limit == 0) return 1;
+  if (!json_is_object(value) && !json_is_array(value)) {
+    return 0;
+  }
+  if (limit == 0) {
+    return 1;
+  }
   size_t deepest = 0;
   if (json_is_object(value)) {
     const char* key;
     json_t* child;
     json_object_foreach(value, key, child) {
       size_t d = json_depth(child, limit - 1);
-      if (d > deepest) deepest = d;
-      if (deepest >= limit) break;
+      if (d > deepest) {
+        deepest = d;
+      }
+      if (deepest >= limit) {
+        break;
+      }
     }
   } else {
     size_t index;
     json_t* child;
     json_array_foreach(value, index, child) {
       size_t d = json_depth(child, limit - 1);
-      if (d > deepest) deepest = d;
-      if (deepest >= limit) break;
+      if (d > deepest) {
+        deepest = d;
+      }
+      if (deepest >= limit) {
+        break;
+      }
     }
   }
   return deepest + 1;
@@ -563,11 +609,15 @@ static pcp_status_t apply_json_value(const pcp_config_table_t* table,
   }
   switch (field->type) {
     case PCP_CONFIG_TYPE_BOOL:
-      if (!json_is_boolean(value)) return expected(what, "true or false", value);
+      if (!json_is_boolean(value)) {
+        return expected(what, "true or false", value);
+      }
       *(bool*)slot = json_is_true(value);
       return pcp_ok_status();
     case PCP_CONFIG_TYPE_INT64: {
-      if (!json_is_integer(value)) return expected(what, "an integer", value);
+      if (!json_is_integer(value)) {
+        return expected(what, "an integer", value);
+      }
       json_int_t v = json_integer_value(value);
       char text[32];
       snprintf(text, sizeof(text), "%lld", (long long)v);
@@ -576,7 +626,9 @@ static pcp_status_t apply_json_value(const pcp_config_table_t* table,
       return pcp_ok_status();
     }
     case PCP_CONFIG_TYPE_DOUBLE: {
-      if (!json_is_number(value)) return expected(what, "a number", value);
+      if (!json_is_number(value)) {
+        return expected(what, "a number", value);
+      }
       double v = json_number_value(value);
       char text[32];
       format_number(v, text, sizeof(text));
@@ -585,10 +637,14 @@ static pcp_status_t apply_json_value(const pcp_config_table_t* table,
       return pcp_ok_status();
     }
     case PCP_CONFIG_TYPE_STRING:
-      if (!json_is_string(value)) return expected(what, "a string", value);
+      if (!json_is_string(value)) {
+        return expected(what, "a string", value);
+      }
       return set_string(slot, json_string_value(value), what);
     case PCP_CONFIG_TYPE_ENUM:
-      if (!json_is_string(value)) return expected(what, "a string", value);
+      if (!json_is_string(value)) {
+        return expected(what, "a string", value);
+      }
       return set_enum(field, slot, json_string_value(value), what);
     case PCP_CONFIG_TYPE_STRING_LIST: {
       if (!json_is_array(value)) {
@@ -610,7 +666,9 @@ static pcp_status_t apply_json_value(const pcp_config_table_t* table,
       return pcp_ok_status();
     }
     case PCP_CONFIG_TYPE_OBJECT:
-      if (!json_is_object(value)) return expected(what, "an object", value);
+      if (!json_is_object(value)) {
+        return expected(what, "an object", value);
+      }
       *(bool*)slot = true;
       return apply_json_object(field->object_table, table_name, value, slot,
                                path, out_unknown_keys);
@@ -635,7 +693,8 @@ static pcp_status_t apply_json_object(const pcp_config_table_t* table,
         find_field(table, key, strlen(key), LOOKUP_JSON);
     if (!field) {
       if (out_unknown_keys) {
-        PCP_RETURN_IF_ERROR_BARE(pcp_string_list_append(out_unknown_keys, path));
+        PCP_RETURN_IF_ERROR_BARE(
+            pcp_string_list_append(out_unknown_keys, path));
       }
       continue;
     }
@@ -650,10 +709,9 @@ pcp_status_t pcp_config_parse_json(const pcp_config_table_t* table,
                                    void* config,
                                    pcp_string_list_t* out_unknown_keys) {
   if (byte_length > PCP_CONFIG_MAX_FILE_BYTES) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                           "%s: JSON is %zu bytes; the limit is %u",
-                           table->name, byte_length,
-                           (unsigned)PCP_CONFIG_MAX_FILE_BYTES);
+    return pcp_make_status(
+        PCP_STATUS_RESOURCE_EXHAUSTED, "%s: JSON is %zu bytes; the limit is %u",
+        table->name, byte_length, (unsigned)PCP_CONFIG_MAX_FILE_BYTES);
   }
   json_error_t error;
   // Duplicate keys are refused: with two values for one key, which one wins
@@ -691,9 +749,8 @@ pcp_status_t pcp_config_load_json_file(const pcp_config_table_t* table,
   PCP_RETURN_IF_ERROR(
       pcp_file_read_all(path, PCP_CONFIG_MAX_FILE_BYTES, &data, &byte_length),
       "loading %s", table->name);
-  pcp_status_t status = pcp_config_parse_json(table, (const char*)data,
-                                              byte_length, config,
-                                              out_unknown_keys);
+  pcp_status_t status = pcp_config_parse_json(
+      table, (const char*)data, byte_length, config, out_unknown_keys);
   free(data);
   return status;
 }
@@ -707,7 +764,9 @@ static pcp_status_t validate_impl(const pcp_config_table_t* table,
                                   const char* prefix) {
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* field = &table->fields[i];
-    if (field->flags & PCP_CONFIG_FLAG_ALIAS) continue;
+    if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
+      continue;
+    }
     const void* slot = field_cptr(config, field);
     char key[128];
     json_key_of(field->name, key, sizeof(key));
@@ -717,7 +776,8 @@ static pcp_status_t validate_impl(const pcp_config_table_t* table,
       bool missing = false;
       switch (field->type) {
         case PCP_CONFIG_TYPE_STRING:
-          missing = *(char* const*)slot == NULL || (*(char* const*)slot)[0] == 0;
+          missing =
+              *(char* const*)slot == NULL || (*(char* const*)slot)[0] == 0;
           break;
         case PCP_CONFIG_TYPE_STRING_LIST:
           missing = ((const pcp_string_list_t*)slot)->count == 0;
@@ -765,9 +825,11 @@ pcp_status_t pcp_config_validate(const pcp_config_table_t* table,
 // Help and dump
 //===----------------------------------------------------------------------===//
 
-static const char* value_name_of(const pcp_config_field_t* field,
-                                 char* buffer, size_t capacity) {
-  if (field->value_name) return field->value_name;
+static const char* value_name_of(const pcp_config_field_t* field, char* buffer,
+                                 size_t capacity) {
+  if (field->value_name) {
+    return field->value_name;
+  }
   switch (field->type) {
     case PCP_CONFIG_TYPE_BOOL:
       return "";
@@ -803,33 +865,36 @@ static const char* default_text_of(const pcp_config_field_t* field) {
     case PCP_CONFIG_TYPE_DOUBLE:
       return "0";
     case PCP_CONFIG_TYPE_ENUM:
-      return field->enum_values && field->enum_values[0]
-                 ? field->enum_values[0]
-                 : "none";
+      return field->enum_values && field->enum_values[0] ? field->enum_values[0]
+                                                         : "none";
     default:
       return "none";
   }
 }
 
 void pcp_config_print_help(const pcp_config_table_t* table, FILE* out) {
-  enum { kColumn = 30 };
+  enum { HELP_COLUMN = 30 };
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* field = &table->fields[i];
     if (field->flags & (PCP_CONFIG_FLAG_HIDDEN | PCP_CONFIG_FLAG_JSON_ONLY)) {
       continue;
     }
-    if (field->type == PCP_CONFIG_TYPE_OBJECT) continue;
+    if (field->type == PCP_CONFIG_TYPE_OBJECT) {
+      continue;
+    }
     char buffer[256];
     const char* value_name = value_name_of(field, buffer, sizeof(buffer));
     char left[320];
     int n = snprintf(left, sizeof(left), "  --%s%s%s", field->name,
                      value_name[0] ? " " : "", value_name);
-    if (n < 0) continue;
+    if (n < 0) {
+      continue;
+    }
     fputs(left, out);
-    if (n < kColumn) {
-      fprintf(out, "%*s", kColumn - n, "");
+    if (n < HELP_COLUMN) {
+      fprintf(out, "%*s", HELP_COLUMN - n, "");
     } else {
-      fprintf(out, "\n%*s", kColumn, "");
+      fprintf(out, "\n%*s", HELP_COLUMN, "");
     }
     fprintf(out, "%s", field->help ? field->help : "");
     if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
@@ -842,8 +907,7 @@ void pcp_config_print_help(const pcp_config_table_t* table, FILE* out) {
   }
 }
 
-static json_t* dump_object(const pcp_config_table_t* table,
-                           const void* config);
+static json_t* dump_object(const pcp_config_table_t* table, const void* config);
 
 static json_t* dump_field(const pcp_config_field_t* field, const void* config) {
   const void* slot = field_cptr(config, field);
@@ -851,7 +915,7 @@ static json_t* dump_field(const pcp_config_field_t* field, const void* config) {
     case PCP_CONFIG_TYPE_BOOL:
       return json_boolean(*(const bool*)slot);
     case PCP_CONFIG_TYPE_INT64:
-      return json_integer((json_int_t)*(const int64_t*)slot);
+      return json_integer((json_int_t) * (const int64_t*)slot);
     case PCP_CONFIG_TYPE_DOUBLE:
       return json_real(*(const double*)slot);
     case PCP_CONFIG_TYPE_STRING: {
@@ -862,9 +926,13 @@ static json_t* dump_field(const pcp_config_field_t* field, const void* config) {
     }
     case PCP_CONFIG_TYPE_ENUM: {
       int32_t index = *(const int32_t*)slot;
-      if (!field->enum_values || index < 0) return json_null();
+      if (!field->enum_values || index < 0) {
+        return json_null();
+      }
       for (int32_t i = 0; field->enum_values[i]; ++i) {
-        if (i == index) return json_string(field->enum_values[i]);
+        if (i == index) {
+          return json_string(field->enum_values[i]);
+        }
       }
       return json_null();
     }
@@ -877,7 +945,9 @@ static json_t* dump_field(const pcp_config_field_t* field, const void* config) {
       return array;
     }
     case PCP_CONFIG_TYPE_OBJECT:
-      if (!*(const bool*)slot) return json_null();
+      if (!*(const bool*)slot) {
+        return json_null();
+      }
       return dump_object(field->object_table, slot);
   }
   return json_null();
@@ -886,10 +956,14 @@ static json_t* dump_field(const pcp_config_field_t* field, const void* config) {
 static json_t* dump_object(const pcp_config_table_t* table,
                            const void* config) {
   json_t* object = json_object();
-  if (!object) return NULL;
+  if (!object) {
+    return NULL;
+  }
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* field = &table->fields[i];
-    if (field->flags & PCP_CONFIG_FLAG_ALIAS) continue;
+    if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
+      continue;
+    }
     char key[128];
     json_key_of(field->name, key, sizeof(key));
     json_object_set_new(object, key, dump_field(field, config));
@@ -900,7 +974,9 @@ static json_t* dump_object(const pcp_config_table_t* table,
 void pcp_config_dump_json_sections(const pcp_config_section_t* sections,
                                    size_t section_count, FILE* out) {
   json_t* root = json_object();
-  if (!root) return;
+  if (!root) {
+    return;
+  }
   for (size_t i = 0; i < section_count; ++i) {
     json_t* part = dump_object(sections[i].table, sections[i].config);
     json_object_set_new(root, sections[i].name, part ? part : json_null());
@@ -913,7 +989,9 @@ void pcp_config_dump_json_sections(const pcp_config_section_t* sections,
 void pcp_config_dump_json(const pcp_config_table_t* table, const void* config,
                           FILE* out) {
   json_t* object = dump_object(table, config);
-  if (!object) return;
+  if (!object) {
+    return;
+  }
   json_dumpf(object, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   fputc('\n', out);
   json_decref(object);
@@ -925,9 +1003,10 @@ void pcp_config_dump_json(const pcp_config_table_t* table, const void* config,
 
 int pcp_config_cli_usage_error(const char* command, pcp_status_t status) {
   const char* message = pcp_status_message(status);
-  fprintf(stderr, "pcp %s: %s\nTry 'pcp %s --help'.\n", command,
-          message[0] ? message : pcp_status_code_string(pcp_status_code(status)),
-          command);
+  fprintf(
+      stderr, "pcp %s: %s\nTry 'pcp %s --help'.\n", command,
+      message[0] ? message : pcp_status_code_string(pcp_status_code(status)),
+      command);
   pcp_status_ignore(status);
   return 2;
 }

@@ -37,11 +37,11 @@ extern "C" {
 #define PCP_CONFIG_MAX_LIST_ITEMS 4096
 
 typedef enum pcp_config_type_e {
-  PCP_CONFIG_TYPE_BOOL = 0,    // bool; a bare --flag means true
-  PCP_CONFIG_TYPE_INT64 = 1,   // int64_t, bounded by [min, max]
-  PCP_CONFIG_TYPE_DOUBLE = 2,  // double, bounded by [min, max]
-  PCP_CONFIG_TYPE_STRING = 3,  // char* (owned), NULL when unset
-  PCP_CONFIG_TYPE_ENUM = 4,    // int32_t index into |enum_values|
+  PCP_CONFIG_TYPE_BOOL = 0,         // bool; a bare --flag means true
+  PCP_CONFIG_TYPE_INT64 = 1,        // int64_t, bounded by [min, max]
+  PCP_CONFIG_TYPE_DOUBLE = 2,       // double, bounded by [min, max]
+  PCP_CONFIG_TYPE_STRING = 3,       // char* (owned), NULL when unset
+  PCP_CONFIG_TYPE_ENUM = 4,         // int32_t index into |enum_values|
   PCP_CONFIG_TYPE_STRING_LIST = 5,  // pcp_string_list_t; each flag appends
   // A nested JSON object (JSON only) described by |object_table|; |offset|
   // is the nested struct, whose first member must be `bool present` (set
@@ -85,7 +85,7 @@ typedef pcp_status_t (*pcp_config_field_validate_fn_t)(
     const void* config, const struct pcp_config_field_t* field);
 
 typedef struct pcp_config_field_t {
-  const char* name;           // "device-id" (CLI --device-id, JSON device_id)
+  const char* name;  // "device-id" (CLI --device-id, JSON device_id)
   pcp_config_type_t type;
   size_t offset;              // offsetof(struct, member)
   const char* default_value;  // text, parsed like input; NULL: zero/unset
@@ -93,8 +93,8 @@ typedef struct pcp_config_field_t {
   double max;
   const char* const* enum_values;  // NULL-terminated names for ENUM
   pcp_config_flags_t flags;
-  const char* value_name;     // "PATH", "N" for --help; NULL: from the type
-  const char* help;           // one line
+  const char* value_name;  // "PATH", "N" for --help; NULL: from the type
+  const char* help;        // one line
   pcp_config_field_validate_fn_t validate;  // optional extra check
   // OBJECT only: the table of the nested struct (offsets relative to it).
   const struct pcp_config_table_t* object_table;
@@ -129,9 +129,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_config_set(const pcp_config_table_t* table,
 // appended to |out_positionals| (may be NULL: positionals are then an error).
 // Unknown flags and missing values are INVALID_ARGUMENT with a one-line
 // message ("unknown flag '--foo'").
-PCP_MUST_USE_RESULT pcp_status_t pcp_config_parse_argv(
-    const pcp_config_table_t* table, int argc, char** argv, void* config,
-    pcp_string_list_t* out_positionals);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_config_parse_argv(const pcp_config_table_t* table, int argc, char** argv,
+                      void* config, pcp_string_list_t* out_positionals);
 
 // Applies a JSON object (text of |byte_length| bytes) on top of |config|.
 // Keys not in the table are ignored and, when |out_unknown_keys| is not NULL,
@@ -142,9 +142,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_config_parse_json(
     void* config, pcp_string_list_t* out_unknown_keys);
 
 // Reads |path| (capped at PCP_CONFIG_MAX_FILE_BYTES) and parses it as above.
-PCP_MUST_USE_RESULT pcp_status_t pcp_config_load_json_file(
-    const pcp_config_table_t* table, const char* path, void* config,
-    pcp_string_list_t* out_unknown_keys);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_config_load_json_file(const pcp_config_table_t* table, const char* path,
+                          void* config, pcp_string_list_t* out_unknown_keys);
 
 // Checks REQUIRED fields, per-field validate hooks, then table->validate.
 PCP_MUST_USE_RESULT pcp_status_t

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "config/config.h"
+
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cmocka.h>
-
-#include "config/config.h"
 
 //===----------------------------------------------------------------------===//
 // A table with every type
@@ -49,54 +49,95 @@ static pcp_status_t validate_count(const void* config,
 }
 
 static const pcp_config_field_t kLimitsFields[] = {
-    {.name = "name", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(limits_t, name), .flags = PCP_CONFIG_FLAG_REQUIRED,
+    {.name = "name",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(limits_t, name),
+     .flags = PCP_CONFIG_FLAG_REQUIRED,
      .help = "limit name"},
-    {.name = "count", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(limits_t, count), .default_value = "4", .min = 0,
-     .max = 100, .help = "count", .validate = validate_count},
+    {.name = "count",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(limits_t, count),
+     .default_value = "4",
+     .min = 0,
+     .max = 100,
+     .help = "count",
+     .validate = validate_count},
 };
 static const pcp_config_table_t kLimitsTable = {
     "limits", kLimitsFields, PCP_ARRAYSIZE(kLimitsFields), NULL};
 
 static const pcp_config_field_t kSampleFields[] = {
-    {.name = "verbose", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = offsetof(sample_t, verbose), .help = "talk more"},
-    {.name = "port", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(sample_t, port), .default_value = "8080", .min = 1,
-     .max = 65535, .value_name = "PORT", .help = "TCP port"},
-    {.name = "listen-port", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(sample_t, port), .min = 1, .max = 65535,
-     .flags = PCP_CONFIG_FLAG_ALIAS, .help = "old name"},
-    {.name = "ratio", .type = PCP_CONFIG_TYPE_DOUBLE,
-     .offset = offsetof(sample_t, ratio), .default_value = "0.5", .min = 0,
-     .max = 1, .help = "a fraction"},
-    {.name = "host", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(sample_t, host), .default_value = "127.0.0.1",
+    {.name = "verbose",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = offsetof(sample_t, verbose),
+     .help = "talk more"},
+    {.name = "port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(sample_t, port),
+     .default_value = "8080",
+     .min = 1,
+     .max = 65535,
+     .value_name = "PORT",
+     .help = "TCP port"},
+    {.name = "listen-port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(sample_t, port),
+     .min = 1,
+     .max = 65535,
+     .flags = PCP_CONFIG_FLAG_ALIAS,
+     .help = "old name"},
+    {.name = "ratio",
+     .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = offsetof(sample_t, ratio),
+     .default_value = "0.5",
+     .min = 0,
+     .max = 1,
+     .help = "a fraction"},
+    {.name = "host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(sample_t, host),
+     .default_value = "127.0.0.1",
      .help = "host name"},
-    {.name = "backend", .type = PCP_CONFIG_TYPE_ENUM,
-     .offset = offsetof(sample_t, backend), .default_value = "cpu",
-     .enum_values = kBackends, .help = "device kind"},
-    {.name = "input", .type = PCP_CONFIG_TYPE_STRING_LIST,
-     .offset = offsetof(sample_t, inputs), .default_value = "a,b",
+    {.name = "backend",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = offsetof(sample_t, backend),
+     .default_value = "cpu",
+     .enum_values = kBackends,
+     .help = "device kind"},
+    {.name = "input",
+     .type = PCP_CONFIG_TYPE_STRING_LIST,
+     .offset = offsetof(sample_t, inputs),
+     .default_value = "a,b",
      .help = "input files"},
-    {.name = "api-token-env", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "api-token-env",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(sample_t, token_env),
-     .flags = PCP_CONFIG_FLAG_ENV_NAME, .help = "env var with the token"},
-    {.name = "secret-internal", .type = PCP_CONFIG_TYPE_STRING,
+     .flags = PCP_CONFIG_FLAG_ENV_NAME,
+     .help = "env var with the token"},
+    {.name = "secret-internal",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(sample_t, secret_internal),
-     .flags = PCP_CONFIG_FLAG_HIDDEN, .help = "internal"},
-    {.name = "needed", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(sample_t, needed), .flags = PCP_CONFIG_FLAG_REQUIRED,
+     .flags = PCP_CONFIG_FLAG_HIDDEN,
+     .help = "internal"},
+    {.name = "needed",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(sample_t, needed),
+     .flags = PCP_CONFIG_FLAG_REQUIRED,
      .help = "must be given"},
-    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = offsetof(sample_t, help), .flags = PCP_CONFIG_FLAG_CLI_ONLY,
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = offsetof(sample_t, help),
+     .flags = PCP_CONFIG_FLAG_CLI_ONLY,
      .help = "print help"},
-    {.name = "file-only", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "file-only",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(sample_t, file_only),
-     .flags = PCP_CONFIG_FLAG_JSON_ONLY, .help = "json only"},
-    {.name = "limits", .type = PCP_CONFIG_TYPE_OBJECT,
-     .offset = offsetof(sample_t, limits), .object_table = &kLimitsTable,
+     .flags = PCP_CONFIG_FLAG_JSON_ONLY,
+     .help = "json only"},
+    {.name = "limits",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(sample_t, limits),
+     .object_table = &kLimitsTable,
      .help = "nested"},
 };
 
@@ -149,7 +190,9 @@ static pcp_status_t parse(sample_t* sample, pcp_string_list_t* positionals,
   char* argv[32];
   va_list args;
   va_start(args, argc);
-  for (int i = 0; i < argc; ++i) argv[i] = va_arg(args, char*);
+  for (int i = 0; i < argc; ++i) {
+    argv[i] = va_arg(args, char*);
+  }
   va_end(args);
   return pcp_config_parse_argv(&kSampleTable, argc, argv, sample, positionals);
 }
@@ -182,8 +225,11 @@ static void defaults_are_applied(void** state) {
 static void bad_default_fails_initialize(void** state) {
   (void)state;
   static const pcp_config_field_t kBad[] = {
-      {.name = "port", .type = PCP_CONFIG_TYPE_INT64,
-       .offset = offsetof(sample_t, port), .default_value = "99999", .min = 1,
+      {.name = "port",
+       .type = PCP_CONFIG_TYPE_INT64,
+       .offset = offsetof(sample_t, port),
+       .default_value = "99999",
+       .min = 1,
        .max = 65535},
   };
   static const pcp_config_table_t kBadTable = {"bad", kBad, 1, NULL};
@@ -239,14 +285,14 @@ static void numbers_are_checked(void** state) {
   assert_message(parse(s, NULL, 2, "--port", "70000"),
                  PCP_STATUS_INVALID_ARGUMENT,
                  "flag '--port': 70000 is out of range [1, 65535]");
-  assert_message(parse(s, NULL, 2, "--port", "0"),
-                 PCP_STATUS_INVALID_ARGUMENT, "out of range [1, 65535]");
-  assert_message(parse(s, NULL, 1, "--ratio=1.5"),
-                 PCP_STATUS_INVALID_ARGUMENT, "out of range [0, 1]");
-  assert_message(parse(s, NULL, 1, "--ratio=nan"),
-                 PCP_STATUS_INVALID_ARGUMENT, "expected a number");
-  assert_message(parse(s, NULL, 1, "--ratio=inf"),
-                 PCP_STATUS_INVALID_ARGUMENT, "expected a number");
+  assert_message(parse(s, NULL, 2, "--port", "0"), PCP_STATUS_INVALID_ARGUMENT,
+                 "out of range [1, 65535]");
+  assert_message(parse(s, NULL, 1, "--ratio=1.5"), PCP_STATUS_INVALID_ARGUMENT,
+                 "out of range [0, 1]");
+  assert_message(parse(s, NULL, 1, "--ratio=nan"), PCP_STATUS_INVALID_ARGUMENT,
+                 "expected a number");
+  assert_message(parse(s, NULL, 1, "--ratio=inf"), PCP_STATUS_INVALID_ARGUMENT,
+                 "expected a number");
   assert_null(parse(s, NULL, 1, "--port=1"));
   assert_null(parse(s, NULL, 1, "--port=65535"));
   assert_int_equal(s->port, 65535);
@@ -371,9 +417,11 @@ static void json_wrong_types_name_the_key(void** state) {
   assert_message(parse_json(s, "{\"input\": \"x\"}", NULL),
                  PCP_STATUS_INVALID_ARGUMENT, "expected an array of strings");
   assert_message(parse_json(s, "{\"input\": [\"x\", 2]}", NULL),
-                 PCP_STATUS_INVALID_ARGUMENT, "key 'input'[1]: expected a string");
+                 PCP_STATUS_INVALID_ARGUMENT,
+                 "key 'input'[1]: expected a string");
   assert_message(parse_json(s, "{\"limits\": []}", NULL),
-                 PCP_STATUS_INVALID_ARGUMENT, "key 'limits': expected an object");
+                 PCP_STATUS_INVALID_ARGUMENT,
+                 "key 'limits': expected an object");
   assert_message(parse_json(s, "{\"limits\": {\"count\": 101}}", NULL),
                  PCP_STATUS_INVALID_ARGUMENT, "key 'limits.count': 101 is out");
   assert_message(parse_json(s, "[1]", NULL), PCP_STATUS_INVALID_ARGUMENT,
@@ -408,8 +456,8 @@ static void json_nested_required_and_hooks(void** state) {
   assert_message(pcp_config_validate(&kSampleTable, s),
                  PCP_STATUS_INVALID_ARGUMENT,
                  "sample: missing required key 'limits.name'");
-  assert_null(parse_json(s, "{\"limits\": {\"name\": \"a\", \"count\": 3}}",
-                         NULL));
+  assert_null(
+      parse_json(s, "{\"limits\": {\"name\": \"a\", \"count\": 3}}", NULL));
   assert_message(pcp_config_validate(&kSampleTable, s),
                  PCP_STATUS_INVALID_ARGUMENT, "count must be even");
 }
@@ -417,9 +465,13 @@ static void json_nested_required_and_hooks(void** state) {
 static char* nested_json(size_t depth) {
   char* text = malloc(depth * 8 + 32);
   size_t at = 0;
-  for (size_t i = 0; i < depth; ++i) at += (size_t)sprintf(text + at, "{\"a\":");
+  for (size_t i = 0; i < depth; ++i) {
+    at += (size_t)sprintf(text + at, "{\"a\":");
+  }
   at += (size_t)sprintf(text + at, "1");
-  for (size_t i = 0; i < depth; ++i) text[at++] = '}';
+  for (size_t i = 0; i < depth; ++i) {
+    text[at++] = '}';
+  }
   text[at] = 0;
   return text;
 }
@@ -436,8 +488,12 @@ static void json_depth_is_capped(void** state) {
   // Arrays count as levels too.
   char text[512];
   size_t at = (size_t)sprintf(text, "{\"x\":");
-  for (int i = 0; i < 70; ++i) text[at++] = '[';
-  for (int i = 0; i < 70; ++i) text[at++] = ']';
+  for (int i = 0; i < 70; ++i) {
+    text[at++] = '[';
+  }
+  for (int i = 0; i < 70; ++i) {
+    text[at++] = ']';
+  }
   text[at++] = '}';
   text[at] = 0;
   assert_message(parse_json(s, text, NULL), PCP_STATUS_INVALID_ARGUMENT,
@@ -452,9 +508,8 @@ static void json_size_is_capped(void** state) {
   text[0] = '{';
   text[size - 1] = '}';
   text[size] = 0;
-  assert_message(
-      pcp_config_parse_json(&kSampleTable, text, size, s, NULL),
-      PCP_STATUS_RESOURCE_EXHAUSTED, "the limit is 1048576");
+  assert_message(pcp_config_parse_json(&kSampleTable, text, size, s, NULL),
+                 PCP_STATUS_RESOURCE_EXHAUSTED, "the limit is 1048576");
   // The same bytes as a file are refused before they are read.
   char path[] = "/tmp/pcp_config_test_XXXXXX";
   int fd = mkstemp(path);
@@ -530,8 +585,8 @@ static void help_lists_visible_fields(void** state) {
 
 static void dump_prints_effective_config(void** state) {
   sample_t* s = *state;
-  assert_null(parse(s, NULL, 4, "--api-token-env", "PCP_SECRET_TOKEN",
-                    "--port", "9"));
+  assert_null(
+      parse(s, NULL, 4, "--api-token-env", "PCP_SECRET_TOKEN", "--port", "9"));
   setenv("PCP_SECRET_TOKEN", "hunter2", 1);
   char* text = NULL;
   size_t size = 0;
@@ -596,8 +651,9 @@ static void sections_dump_as_one_object(void** state) {
   pcp_config_dump_json_sections(sections, 2, out);
   fclose(out);
   assert_non_null(strstr(text, "{\n  \"flags\": {\n    \"verbose\": false,"));
-  assert_non_null(strstr(text, "\n  \"limits\": {\n    \"name\": \"n\",\n"
-                               "    \"count\": 4\n  }\n}\n"));
+  assert_non_null(strstr(text,
+                         "\n  \"limits\": {\n    \"name\": \"n\",\n"
+                         "    \"count\": 4\n  }\n}\n"));
   free(text);
 }
 
@@ -608,8 +664,8 @@ static void usage_error_returns_two(void** state) {
   int fd = mkstemp(path);
   dup2(fd, STDERR_FILENO);
   int rc = pcp_config_cli_usage_error(
-      "--worker", pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                                  "unknown flag '--foo'"));
+      "--worker",
+      pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "unknown flag '--foo'"));
   fflush(stderr);
   dup2(saved, STDERR_FILENO);
   close(saved);
@@ -636,7 +692,8 @@ static void string_list_caps_items(void** state) {
 }
 
 int main(void) {
-#define T(name) cmocka_unit_test_setup_teardown(name, setup_sample, teardown_sample)
+#define T(name) \
+  cmocka_unit_test_setup_teardown(name, setup_sample, teardown_sample)
   const struct CMUnitTest tests[] = {
       T(defaults_are_applied),
       cmocka_unit_test(bad_default_fails_initialize),

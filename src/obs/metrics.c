@@ -20,10 +20,10 @@ struct pcp_obs_series_t {
   pcp_obs_series_t* next;
   bool is_sink;
   uint64_t hash;
-  char** label_values;               // label_count owned strings
-  _Atomic uint64_t value_bits;       // counter / gauge
-  _Atomic uint64_t sum_bits;         // histogram
-  _Atomic uint64_t* bucket_counts;   // histogram: bucket_count + 1 (+Inf)
+  char** label_values;              // label_count owned strings
+  _Atomic uint64_t value_bits;      // counter / gauge
+  _Atomic uint64_t sum_bits;        // histogram
+  _Atomic uint64_t* bucket_counts;  // histogram: bucket_count + 1 (+Inf)
 };
 
 struct pcp_obs_family_t {
@@ -59,8 +59,9 @@ static const char* const kDroppedLabels[] = {"metric", NULL};
 static const pcp_obs_metric_def_t kDroppedDef = {
     .name = PCP_OBS_DROPPED_METRIC_NAME,
     .type = PCP_OBS_METRIC_TYPE_COUNTER,
-    .help = "Metric updates dropped because the family reached its series "
-            "cap.",
+    .help =
+        "Metric updates dropped because the family reached its series "
+        "cap.",
     .label_names = kDroppedLabels,
     .max_series = 4096,
 };
@@ -97,24 +98,36 @@ static void atomic_double_add(_Atomic uint64_t* slot, double delta) {
 // Validation
 //===----------------------------------------------------------------------===//
 
-static bool is_alpha_(char c) {
+static bool is_name_start_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 static bool metric_name_valid(const char* name) {
-  if (!name || !(is_alpha_(name[0]) || name[0] == ':')) return false;
+  if (!name || !(is_name_start_char(name[0]) || name[0] == ':')) {
+    return false;
+  }
   for (const char* p = name + 1; *p; ++p) {
-    if (!(is_alpha_(*p) || is_digit(*p) || *p == ':')) return false;
+    if (!(is_name_start_char(*p) || is_digit(*p) || *p == ':')) {
+      return false;
+    }
   }
   return true;
 }
 
 static bool label_name_valid(const char* name) {
-  if (!name || !is_alpha_(name[0])) return false;
-  if (name[0] == '_' && name[1] == '_') return false;  // reserved
+  if (!name || !is_name_start_char(name[0])) {
+    return false;
+  }
+  if (name[0] == '_' && name[1] == '_') {
+    return false;  // reserved
+  }
   for (const char* p = name + 1; *p; ++p) {
-    if (!(is_alpha_(*p) || is_digit(*p))) return false;
+    if (!(is_name_start_char(*p) || is_digit(*p))) {
+      return false;
+    }
   }
   return true;
 }
@@ -161,7 +174,8 @@ static pcp_status_t validate_def(const pcp_obs_metric_def_t* def) {
                              "metric '%s': label name '%s' is invalid",
                              def->name, label);
     }
-    if (def->type == PCP_OBS_METRIC_TYPE_HISTOGRAM && strcmp(label, "le") == 0) {
+    if (def->type == PCP_OBS_METRIC_TYPE_HISTOGRAM &&
+        strcmp(label, "le") == 0) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "metric '%s': label 'le' is reserved", def->name);
     }
@@ -249,8 +263,8 @@ static pcp_status_t family_create(pcp_obs_registry_t* registry,
   family->buckets = def->buckets ? def->buckets : kDefaultBuckets;
   family->bucket_count =
       def->buckets ? def->bucket_count : PCP_ARRAYSIZE(kDefaultBuckets);
-  family->max_series = def->max_series ? def->max_series
-                                       : PCP_OBS_DEFAULT_MAX_SERIES;
+  family->max_series =
+      def->max_series ? def->max_series : PCP_OBS_DEFAULT_MAX_SERIES;
   pthread_mutex_init(&family->mutex, NULL);
   family->sink.family = family;
   family->sink.is_sink = true;
@@ -286,7 +300,9 @@ pcp_status_t pcp_obs_registry_create(pcp_allocator_t allocator,
 }
 
 void pcp_obs_registry_release(pcp_obs_registry_t* registry) {
-  if (!registry) return;
+  if (!registry) {
+    return;
+  }
   pcp_obs_family_t* family = registry->head;
   while (family) {
     pcp_obs_family_t* next = family->next;
@@ -299,10 +315,16 @@ void pcp_obs_registry_release(pcp_obs_registry_t* registry) {
 
 // True when a sample name of |def| equals |name| (histograms render three).
 static bool def_claims_name(const pcp_obs_metric_def_t* def, const char* name) {
-  if (strcmp(def->name, name) == 0) return true;
-  if (def->type != PCP_OBS_METRIC_TYPE_HISTOGRAM) return false;
+  if (strcmp(def->name, name) == 0) {
+    return true;
+  }
+  if (def->type != PCP_OBS_METRIC_TYPE_HISTOGRAM) {
+    return false;
+  }
   size_t n = strlen(def->name);
-  if (strncmp(def->name, name, n) != 0) return false;
+  if (strncmp(def->name, name, n) != 0) {
+    return false;
+  }
   const char* suffix = name + n;
   return strcmp(suffix, "_bucket") == 0 || strcmp(suffix, "_sum") == 0 ||
          strcmp(suffix, "_count") == 0;
@@ -310,7 +332,9 @@ static bool def_claims_name(const pcp_obs_metric_def_t* def, const char* name) {
 
 static bool defs_collide(const pcp_obs_metric_def_t* a,
                          const pcp_obs_metric_def_t* b) {
-  if (def_claims_name(a, b->name) || def_claims_name(b, a->name)) return true;
+  if (def_claims_name(a, b->name) || def_claims_name(b, a->name)) {
+    return true;
+  }
   if (a->type == PCP_OBS_METRIC_TYPE_HISTOGRAM &&
       b->type == PCP_OBS_METRIC_TYPE_HISTOGRAM) {
     return strcmp(a->name, b->name) == 0;
@@ -335,7 +359,7 @@ pcp_status_t pcp_obs_registry_register(pcp_obs_registry_t* registry,
   // so a failure leaves the registry unchanged.
   pcp_obs_family_t** created = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
-      registry->allocator, (def_count + 1) * sizeof(*created),
+      registry->allocator, (def_count + 1) * sizeof(pcp_obs_family_t*),
       (void**)&created));
   pcp_status_t status = pcp_ok_status();
   for (size_t i = 0; i < def_count && !status; ++i) {
@@ -345,9 +369,9 @@ pcp_status_t pcp_obs_registry_register(pcp_obs_registry_t* registry,
   for (size_t i = 0; i < def_count && !status; ++i) {
     for (pcp_obs_family_t* f = registry->head; f; f = f->next) {
       if (defs_collide(f->def, &defs[i])) {
-        status = pcp_make_status(PCP_STATUS_ALREADY_EXISTS,
-                                 "metric '%s' is already registered",
-                                 defs[i].name);
+        status =
+            pcp_make_status(PCP_STATUS_ALREADY_EXISTS,
+                            "metric '%s' is already registered", defs[i].name);
         break;
       }
     }
@@ -360,13 +384,17 @@ pcp_status_t pcp_obs_registry_register(pcp_obs_registry_t* registry,
         registry->head = created[i];
       }
       registry->tail = created[i];
-      if (out_families) out_families[i] = created[i];
+      if (out_families) {
+        out_families[i] = created[i];
+      }
     }
   }
   pthread_mutex_unlock(&registry->mutex);
   if (status) {
     for (size_t i = 0; i < def_count; ++i) {
-      if (created[i]) family_free(registry->allocator, created[i]);
+      if (created[i]) {
+        family_free(registry->allocator, created[i]);
+      }
     }
   }
   pcp_allocator_free(registry->allocator, created);
@@ -405,13 +433,16 @@ static uint64_t hash_labels(const char* const* values, size_t count) {
 static bool labels_equal(const pcp_obs_series_t* series,
                          const char* const* values, size_t count) {
   for (size_t i = 0; i < count; ++i) {
-    if (strcmp(series->label_values[i], values[i]) != 0) return false;
+    if (strcmp(series->label_values[i], values[i]) != 0) {
+      return false;
+    }
   }
   return true;
 }
 
 static pcp_status_t series_create(pcp_obs_family_t* family,
-                                  const char* const* values, uint64_t hash,
+                                  const char* const* values, size_t label_count,
+                                  uint64_t hash,
                                   pcp_obs_series_t** out_series) {
   pcp_allocator_t allocator = family->registry->allocator;
   pcp_obs_series_t* series = NULL;
@@ -420,18 +451,21 @@ static pcp_status_t series_create(pcp_obs_family_t* family,
   series->family = family;
   series->hash = hash;
   pcp_status_t status = pcp_ok_status();
-  if (family->label_count) {
-    status = pcp_allocator_calloc(allocator,
-                                  family->label_count * sizeof(char*),
+  if (label_count) {
+    status = pcp_allocator_calloc(allocator, label_count * sizeof(char*),
                                   (void**)&series->label_values);
   }
-  for (size_t i = 0; i < family->label_count && !status; ++i) {
+  for (size_t i = 0; i < label_count && !status; ++i) {
     size_t length = strlen(values[i]);
     status = pcp_allocator_malloc(allocator, length + 1,
                                   (void**)&series->label_values[i]);
-    if (!status) memcpy(series->label_values[i], values[i], length + 1);
+    if (!status) {
+      memcpy(series->label_values[i], values[i], length + 1);
+    }
   }
-  if (!status) status = bucket_counts_allocate(allocator, family, series);
+  if (!status) {
+    status = bucket_counts_allocate(allocator, family, series);
+  }
   if (status) {
     series_free(allocator, family, series);
     pcp_allocator_free(allocator, series);
@@ -445,12 +479,15 @@ pcp_status_t pcp_obs_family_series_get(pcp_obs_family_t* family,
                                        const char* const* label_values,
                                        pcp_obs_series_t** out_series) {
   *out_series = NULL;
-  if (family->label_count && !label_values) {
+  // Immutable after registration; a local keeps that visible across the
+  // lock below.
+  const size_t label_count = family->label_count;
+  if (label_count && !label_values) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "metric '%s': %zu label values needed",
-                           family->def->name, family->label_count);
+                           family->def->name, label_count);
   }
-  for (size_t i = 0; i < family->label_count; ++i) {
+  for (size_t i = 0; i < label_count; ++i) {
     if (!label_values[i]) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "metric '%s': value of label '%s' is missing",
@@ -464,12 +501,12 @@ pcp_status_t pcp_obs_family_series_get(pcp_obs_family_t* family,
                              PCP_OBS_MAX_LABEL_VALUE_BYTES);
     }
   }
-  uint64_t hash = hash_labels(label_values, family->label_count);
+  uint64_t hash = hash_labels(label_values, label_count);
   pcp_status_t status = pcp_ok_status();
   pthread_mutex_lock(&family->mutex);
   pcp_obs_series_t* found = NULL;
   for (pcp_obs_series_t* s = family->head; s; s = s->next) {
-    if (s->hash == hash && labels_equal(s, label_values, family->label_count)) {
+    if (s->hash == hash && labels_equal(s, label_values, label_count)) {
       found = s;
       break;
     }
@@ -478,7 +515,7 @@ pcp_status_t pcp_obs_family_series_get(pcp_obs_family_t* family,
     found = &family->sink;
   }
   if (!found) {
-    status = series_create(family, label_values, hash, &found);
+    status = series_create(family, label_values, label_count, hash, &found);
     if (!status) {
       if (family->tail) {
         family->tail->next = found;
@@ -513,17 +550,24 @@ static void count_drop(pcp_obs_family_t* family) {
   atomic_fetch_add(&family->dropped, 1);
   // The dropped family itself only has one series per family, so it cannot
   // overflow in practice; if it did, counting into itself would recurse.
-  if (family->is_dropped_family) return;
+  if (family->is_dropped_family) {
+    return;
+  }
   pcp_obs_family_t* dropped = family->registry->dropped_family;
-  if (!dropped) return;
-  const char* values[] = {family->def->name};
+  if (!dropped) {
+    return;
+  }
+  // Sized for any family so no reader can run past the array.
+  const char* values[PCP_OBS_MAX_LABELS] = {family->def->name};
   pcp_obs_series_t* series = NULL;
   pcp_status_t status = pcp_obs_family_series_get(dropped, values, &series);
   if (status) {
     pcp_status_ignore(status);
     return;
   }
-  if (!series->is_sink) atomic_double_add(&series->value_bits, 1.0);
+  if (series && !series->is_sink) {
+    atomic_double_add(&series->value_bits, 1.0);
+  }
 }
 
 // Sinks swallow updates (counted); everything else must match the type.
@@ -538,8 +582,12 @@ static bool accept_update(pcp_obs_series_t* series,
 }
 
 void pcp_obs_counter_add(pcp_obs_series_t* series, double delta) {
-  if (!accept_update(series, PCP_OBS_METRIC_TYPE_COUNTER)) return;
-  if (!(delta >= 0)) return;  // negative or NaN
+  if (!accept_update(series, PCP_OBS_METRIC_TYPE_COUNTER)) {
+    return;
+  }
+  if (!(delta >= 0)) {
+    return;  // negative or NaN
+  }
   atomic_double_add(&series->value_bits, delta);
 }
 
@@ -548,19 +596,27 @@ void pcp_obs_counter_increment(pcp_obs_series_t* series) {
 }
 
 void pcp_obs_gauge_set(pcp_obs_series_t* series, double value) {
-  if (!accept_update(series, PCP_OBS_METRIC_TYPE_GAUGE)) return;
+  if (!accept_update(series, PCP_OBS_METRIC_TYPE_GAUGE)) {
+    return;
+  }
   atomic_store_explicit(&series->value_bits, double_bits(value),
                         memory_order_relaxed);
 }
 
 void pcp_obs_gauge_add(pcp_obs_series_t* series, double delta) {
-  if (!accept_update(series, PCP_OBS_METRIC_TYPE_GAUGE)) return;
+  if (!accept_update(series, PCP_OBS_METRIC_TYPE_GAUGE)) {
+    return;
+  }
   atomic_double_add(&series->value_bits, delta);
 }
 
 void pcp_obs_histogram_observe(pcp_obs_series_t* series, double value) {
-  if (!accept_update(series, PCP_OBS_METRIC_TYPE_HISTOGRAM)) return;
-  if (isnan(value)) return;
+  if (!accept_update(series, PCP_OBS_METRIC_TYPE_HISTOGRAM)) {
+    return;
+  }
+  if (isnan(value)) {
+    return;
+  }
   const pcp_obs_family_t* family = series->family;
   // Buckets are stored non-cumulative (one increment per observation) and
   // summed when rendering; _count is derived from them, so _count and the
@@ -595,7 +651,9 @@ static pcp_obs_series_t* lookup_or_drop(pcp_obs_family_t* family,
 void pcp_obs_family_add(pcp_obs_family_t* family,
                         const char* const* label_values, double delta) {
   pcp_obs_series_t* series = lookup_or_drop(family, label_values);
-  if (!series) return;
+  if (!series) {
+    return;
+  }
   if (family->def->type == PCP_OBS_METRIC_TYPE_COUNTER) {
     pcp_obs_counter_add(series, delta);
   } else {
@@ -606,13 +664,17 @@ void pcp_obs_family_add(pcp_obs_family_t* family,
 void pcp_obs_family_set(pcp_obs_family_t* family,
                         const char* const* label_values, double value) {
   pcp_obs_series_t* series = lookup_or_drop(family, label_values);
-  if (series) pcp_obs_gauge_set(series, value);
+  if (series) {
+    pcp_obs_gauge_set(series, value);
+  }
 }
 
 void pcp_obs_family_observe(pcp_obs_family_t* family,
                             const char* const* label_values, double value) {
   pcp_obs_series_t* series = lookup_or_drop(family, label_values);
-  if (series) pcp_obs_histogram_observe(series, value);
+  if (series) {
+    pcp_obs_histogram_observe(series, value);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -632,7 +694,9 @@ static void format_value(double value, char* buffer, size_t capacity) {
   } else {
     for (int precision = 6; precision <= 17; ++precision) {
       snprintf(buffer, capacity, "%.*g", precision, value);
-      if (strtod(buffer, NULL) == value) break;
+      if (strtod(buffer, NULL) == value) {
+        break;
+      }
     }
   }
 }
@@ -652,7 +716,9 @@ static pcp_status_t append_escaped(pcp_string_builder_t* builder,
     if (replacement || *p == 0) {
       PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append(
           builder, pcp_make_string_view(run, (size_t)(p - run))));
-      if (*p == 0) break;
+      if (*p == 0) {
+        break;
+      }
       PCP_RETURN_IF_ERROR_BARE(
           pcp_string_builder_append_cstring(builder, replacement));
       run = p + 1;
@@ -667,10 +733,12 @@ static pcp_status_t append_sample(pcp_string_builder_t* builder,
                                   const pcp_obs_series_t* series,
                                   const char* suffix, const char* le,
                                   double value) {
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-      builder, "%s%s", family->def->name, suffix));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append_f(builder, "%s%s", family->def->name, suffix));
   bool any = family->label_count > 0 || le;
-  if (any) PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(builder, "{"));
+  if (any) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(builder, "{"));
+  }
   for (size_t i = 0; i < family->label_count; ++i) {
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
         builder, "%s%s=\"", i ? "," : "", family->def->label_names[i]));
@@ -682,7 +750,9 @@ static pcp_status_t append_sample(pcp_string_builder_t* builder,
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
         builder, "%sle=\"%s\"", family->label_count ? "," : "", le));
   }
-  if (any) PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(builder, "}"));
+  if (any) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(builder, "}"));
+  }
   char text[64];
   format_value(value, text, sizeof(text));
   return pcp_string_builder_append_f(builder, " %s\n", text);
@@ -697,8 +767,8 @@ static pcp_status_t render_series(pcp_string_builder_t* builder,
   }
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= family->bucket_count; ++i) {
-    cumulative += atomic_load_explicit(&series->bucket_counts[i],
-                                       memory_order_relaxed);
+    cumulative +=
+        atomic_load_explicit(&series->bucket_counts[i], memory_order_relaxed);
     char le[64];
     if (i < family->bucket_count) {
       format_value(family->buckets[i], le, sizeof(le));
@@ -747,7 +817,9 @@ static pcp_status_t render_family(pcp_string_builder_t* builder,
   pcp_obs_series_t* series = head;
   for (size_t i = 0; i < count; ++i) {
     PCP_RETURN_IF_ERROR_BARE(render_series(builder, family, series));
-    if (i + 1 < count) series = series->next;
+    if (i + 1 < count) {
+      series = series->next;
+    }
   }
   return pcp_ok_status();
 }

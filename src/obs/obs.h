@@ -69,10 +69,10 @@ typedef enum pcp_obs_metric_type_e {
 } pcp_obs_metric_type_t;
 
 typedef struct pcp_obs_metric_def_t {
-  const char* name;                 // "pcp_gateway_api_requests_total"
+  const char* name;  // "pcp_gateway_api_requests_total"
   pcp_obs_metric_type_t type;
-  const char* help;                 // one line; escaped when rendered
-  const char* const* label_names;   // NULL-terminated; NULL: no labels
+  const char* help;                // one line; escaped when rendered
+  const char* const* label_names;  // NULL-terminated; NULL: no labels
   // HISTOGRAM: finite, strictly increasing upper bounds without +Inf
   // (added when rendering). NULL: the default seconds buckets
   // (5 ms ... 10 s).
@@ -177,11 +177,11 @@ typedef enum pcp_progress_mode_e {
 } pcp_progress_mode_t;
 
 typedef struct pcp_progress_options_t {
-  const char* task;    // "compile", "train", "download"; borrowed
-  const char* units;   // "steps", "bytes", "files"; borrowed
-  int64_t total;       // 0 or less: unknown (no percentage, no ETA)
-  pcp_clock_t clock;   // injected; {0}: the system clock
-  FILE* out;           // NULL: stderr
+  const char* task;   // "compile", "train", "download"; borrowed
+  const char* units;  // "steps", "bytes", "files"; borrowed
+  int64_t total;      // 0 or less: unknown (no percentage, no ETA)
+  pcp_clock_t clock;  // injected; {0}: the system clock
+  FILE* out;          // NULL: stderr
   pcp_progress_mode_t mode;
   int64_t log_interval_ms;  // LOG mode: at most one line per interval
                             // (0: 10 s)
@@ -194,8 +194,8 @@ typedef struct pcp_progress_t {
   bool finished;
   int64_t done;
   int64_t start_ns;
-  int64_t last_report_ns;  // -1: nothing reported yet
-  size_t last_line_length; // TTY: characters to blank on redraw
+  int64_t last_report_ns;   // -1: nothing reported yet
+  size_t last_line_length;  // TTY: characters to blank on redraw
 } pcp_progress_t;
 
 // Starts reporting. Nothing is printed until the first update.

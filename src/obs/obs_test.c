@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "obs/obs.h"
+
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,8 +11,6 @@
 #include <unistd.h>
 
 #include <cmocka.h>
-
-#include "obs/obs.h"
 
 static void assert_status(pcp_status_t status, pcp_status_code_t code,
                           const char* substring) {
@@ -33,7 +33,9 @@ static char* render(pcp_obs_registry_t* registry) {
 }
 
 static void assert_contains(const char* text, const char* needle) {
-  if (!strstr(text, needle)) fail_msg("'%s' not in:\n%s", needle, text);
+  if (!strstr(text, needle)) {
+    fail_msg("'%s' not in:\n%s", needle, text);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -85,8 +87,8 @@ typedef struct fixture_t {
 static int setup(void** state) {
   fixture_t* f = calloc(1, sizeof(*f));
   PCP_CHECK_OK(pcp_obs_registry_create(pcp_allocator_system(), &f->registry));
-  PCP_CHECK_OK(pcp_obs_registry_register(f->registry, kDefs, kMetricCount,
-                                         f->families));
+  PCP_CHECK_OK(
+      pcp_obs_registry_register(f->registry, kDefs, kMetricCount, f->families));
   *state = f;
   return 0;
 }
@@ -104,9 +106,8 @@ static int teardown(void** state) {
 
 static void registration_validates_names(void** state) {
   fixture_t* f = *state;
-  pcp_obs_metric_def_t def = {.name = "9bad_total",
-                              .type = PCP_OBS_METRIC_TYPE_COUNTER,
-                              .help = "h"};
+  pcp_obs_metric_def_t def = {
+      .name = "9bad_total", .type = PCP_OBS_METRIC_TYPE_COUNTER, .help = "h"};
   assert_status(pcp_obs_registry_register(f->registry, &def, 1, NULL),
                 PCP_STATUS_INVALID_ARGUMENT, "does not match");
   def.name = "has-dash_total";
@@ -174,18 +175,17 @@ static void counters_and_gauges(void** state) {
   fixture_t* f = *state;
   const char* get_200[] = {"GET", "200"};
   pcp_obs_series_t* series = NULL;
-  assert_null(pcp_obs_family_series_get(f->families[kRequests], get_200,
-                                        &series));
+  assert_null(
+      pcp_obs_family_series_get(f->families[kRequests], get_200, &series));
   pcp_obs_counter_increment(series);
   pcp_obs_counter_add(series, 2.5);
   pcp_obs_counter_add(series, -1);  // ignored
   assert_true(pcp_obs_series_value(series) == 3.5);
   pcp_obs_series_t* again = NULL;
-  assert_null(pcp_obs_family_series_get(f->families[kRequests], get_200,
-                                        &again));
+  assert_null(
+      pcp_obs_family_series_get(f->families[kRequests], get_200, &again));
   assert_ptr_equal(series, again);
-  pcp_obs_family_add(f->families[kRequests],
-                     (const char* []){"POST", "500"}, 1);
+  pcp_obs_family_add(f->families[kRequests], (const char*[]){"POST", "500"}, 1);
   assert_int_equal(pcp_obs_family_series_count(f->families[kRequests]), 2);
 
   pcp_obs_series_t* gauge = NULL;
@@ -209,8 +209,8 @@ static void counters_and_gauges(void** state) {
 
 static void label_values_are_escaped_and_checked(void** state) {
   fixture_t* f = *state;
-  pcp_obs_family_add(f->families[kRequests],
-                     (const char* []){"a\"b\\c\nd", ""}, 1);
+  pcp_obs_family_add(f->families[kRequests], (const char*[]){"a\"b\\c\nd", ""},
+                     1);
   char* text = render(f->registry);
   assert_contains(text,
                   "pcp_test_requests_total{method=\"a\\\"b\\\\c\\nd\","
@@ -218,8 +218,7 @@ static void label_values_are_escaped_and_checked(void** state) {
   free(text);
   pcp_obs_series_t* series = NULL;
   assert_status(pcp_obs_family_series_get(f->families[kRequests],
-                                          (const char* []){"x", NULL},
-                                          &series),
+                                          (const char*[]){"x", NULL}, &series),
                 PCP_STATUS_INVALID_ARGUMENT, "label 'code' is missing");
   assert_status(
       pcp_obs_family_series_get(f->families[kRequests], NULL, &series),
@@ -227,10 +226,10 @@ static void label_values_are_escaped_and_checked(void** state) {
   char* long_value = malloc(PCP_OBS_MAX_LABEL_VALUE_BYTES + 2);
   memset(long_value, 'v', PCP_OBS_MAX_LABEL_VALUE_BYTES + 1);
   long_value[PCP_OBS_MAX_LABEL_VALUE_BYTES + 1] = 0;
-  assert_status(pcp_obs_family_series_get(f->families[kRequests],
-                                          (const char* []){long_value, "1"},
-                                          &series),
-                PCP_STATUS_INVALID_ARGUMENT, "longer than 1024 bytes");
+  assert_status(
+      pcp_obs_family_series_get(f->families[kRequests],
+                                (const char*[]){long_value, "1"}, &series),
+      PCP_STATUS_INVALID_ARGUMENT, "longer than 1024 bytes");
   free(long_value);
 }
 
@@ -238,7 +237,7 @@ static void histograms_are_cumulative(void** state) {
   fixture_t* f = *state;
   pcp_obs_series_t* series = NULL;
   assert_null(pcp_obs_family_series_get(f->families[kLatency],
-                                        (const char* []){"/v1/jobs"}, &series));
+                                        (const char*[]){"/v1/jobs"}, &series));
   pcp_obs_histogram_observe(series, 0.05);
   pcp_obs_histogram_observe(series, 0.1);  // le is inclusive
   pcp_obs_histogram_observe(series, 0.7);
@@ -265,16 +264,16 @@ static void histograms_are_cumulative(void** state) {
 static void series_cap_counts_drops(void** state) {
   fixture_t* f = *state;
   pcp_obs_family_t* hits = f->families[kPathHits];
-  pcp_obs_family_add(hits, (const char* []){"/a"}, 1);
-  pcp_obs_family_add(hits, (const char* []){"/b"}, 1);
-  pcp_obs_family_add(hits, (const char* []){"/c"}, 1);
-  pcp_obs_family_add(hits, (const char* []){"/d"}, 1);
-  pcp_obs_family_add(hits, (const char* []){"/a"}, 1);  // existing: kept
+  pcp_obs_family_add(hits, (const char*[]){"/a"}, 1);
+  pcp_obs_family_add(hits, (const char*[]){"/b"}, 1);
+  pcp_obs_family_add(hits, (const char*[]){"/c"}, 1);
+  pcp_obs_family_add(hits, (const char*[]){"/d"}, 1);
+  pcp_obs_family_add(hits, (const char*[]){"/a"}, 1);  // existing: kept
   assert_int_equal(pcp_obs_family_series_count(hits), 2);
   assert_int_equal(pcp_obs_family_dropped_count(hits), 2);
   // A handle to the sink keeps counting drops per update.
   pcp_obs_series_t* sink = NULL;
-  assert_null(pcp_obs_family_series_get(hits, (const char* []){"/e"}, &sink));
+  assert_null(pcp_obs_family_series_get(hits, (const char*[]){"/e"}, &sink));
   pcp_obs_counter_increment(sink);
   assert_int_equal(pcp_obs_family_dropped_count(hits), 3);
   char* text = render(f->registry);
@@ -304,12 +303,11 @@ typedef struct worker_args_t {
 static void* update_thread(void* arg) {
   worker_args_t* args = arg;
   pcp_obs_series_t* series = NULL;
-  PCP_CHECK_OK(pcp_obs_family_series_get(args->counter,
-                                         (const char* []){"GET", "200"},
-                                         &series));
+  PCP_CHECK_OK(pcp_obs_family_series_get(
+      args->counter, (const char*[]){"GET", "200"}, &series));
   for (int i = 0; i < 10000; ++i) {
     pcp_obs_counter_increment(series);
-    pcp_obs_family_observe(args->histogram, (const char* []){"/t"}, 0.25);
+    pcp_obs_family_observe(args->histogram, (const char*[]){"/t"}, 0.25);
   }
   return NULL;
 }
@@ -323,8 +321,12 @@ static void concurrent_updates_are_not_lost(void** state) {
                      0);
   }
   // Render while the threads run: must not crash or tear.
-  for (int i = 0; i < 5; ++i) free(render(f->registry));
-  for (int i = 0; i < 4; ++i) pthread_join(threads[i], NULL);
+  for (int i = 0; i < 5; ++i) {
+    free(render(f->registry));
+  }
+  for (int i = 0; i < 4; ++i) {
+    pthread_join(threads[i], NULL);
+  }
   char* text = render(f->registry);
   assert_contains(text,
                   "pcp_test_requests_total{method=\"GET\",code=\"200\"} "
@@ -337,14 +339,14 @@ static void concurrent_updates_are_not_lost(void** state) {
 static void promtool_accepts_rendering(void** state) {
   fixture_t* f = *state;
   pcp_obs_family_add(f->families[kRequests],
-                     (const char* []){"GET", "a\"b\\c\nd"}, 3);
+                     (const char*[]){"GET", "a\"b\\c\nd"}, 3);
   pcp_obs_family_set(f->families[kInflight], NULL, -2.75);
-  pcp_obs_family_observe(f->families[kLatency], (const char* []){"/x"}, 0.3);
+  pcp_obs_family_observe(f->families[kLatency], (const char*[]){"/x"}, 0.3);
   pcp_obs_family_observe(f->families[kDefaultHistogram], NULL, 12);
   for (int i = 0; i < 4; ++i) {
     char path[8];
     snprintf(path, sizeof(path), "/%d", i);
-    pcp_obs_family_add(f->families[kPathHits], (const char* []){path}, 1);
+    pcp_obs_family_add(f->families[kPathHits], (const char*[]){path}, 1);
   }
   char* text = render(f->registry);
   char path[] = "/tmp/pcp_obs_metrics_XXXXXX";
@@ -357,14 +359,17 @@ static void promtool_accepts_rendering(void** state) {
   int found = system("command -v promtool >/dev/null 2>&1");
   if (found != 0) {
     unlink(path);
-    fail_msg("promtool not found: run tools/setup/setup.sh "
-             "(apt package 'prometheus')");
+    fail_msg(
+        "promtool not found: run tools/setup/setup.sh "
+        "(apt package 'prometheus')");
   }
   char command[256];
   snprintf(command, sizeof(command), "promtool check metrics < %s", path);
   int rc = system(command);
   unlink(path);
-  if (rc != 0) fail_msg("promtool check metrics failed on:\n%s", text);
+  if (rc != 0) {
+    fail_msg("promtool check metrics failed on:\n%s", text);
+  }
   free(text);
 }
 
@@ -376,8 +381,7 @@ static char* run_progress(pcp_progress_mode_t mode, int64_t total) {
   char* text = NULL;
   size_t size = 0;
   FILE* out = open_memstream(&text, &size);
-  pcp_clock_manual_t manual = {.now_ns = 0,
-                               .wall_ns = 1764666000000000000LL};
+  pcp_clock_manual_t manual = {.now_ns = 0, .wall_ns = 1764666000000000000LL};
   pcp_log_context_t context = {.role = "gateway", .job_id = "j-1"};
   pcp_progress_options_t options = {
       .task = "compile",
@@ -403,7 +407,9 @@ static char* run_progress(pcp_progress_mode_t mode, int64_t total) {
 
 static size_t count_of(const char* text, const char* needle) {
   size_t n = 0;
-  for (const char* p = text; (p = strstr(p, needle)); p += strlen(needle)) ++n;
+  for (const char* p = text; (p = strstr(p, needle)); p += strlen(needle)) {
+    ++n;
+  }
   return n;
 }
 
@@ -415,11 +421,13 @@ static void progress_log_mode_is_rate_limited(void** state) {
   assert_int_equal(count_of(text, "msg=progress"), 4);
   assert_int_equal(count_of(text, "msg=done"), 1);
   assert_int_equal(count_of(text, "\n"), 5);
-  assert_contains(text, "level=info role=gateway job=j-1 msg=progress "
-                        "task=compile done=5 total=100 pct=5.0 units=steps "
-                        "rate=5 eta_s=19\n");
-  assert_contains(text, "msg=done task=compile done=100 total=100 pct=100.0 "
-                        "units=steps rate=5 elapsed_s=20.000\n");
+  assert_contains(text,
+                  "level=info role=gateway job=j-1 msg=progress "
+                  "task=compile done=5 total=100 pct=5.0 units=steps "
+                  "rate=5 eta_s=19\n");
+  assert_contains(text,
+                  "msg=done task=compile done=100 total=100 pct=100.0 "
+                  "units=steps rate=5 elapsed_s=20.000\n");
   assert_contains(text, "ts=2025-12-02T");
   free(text);
 }
@@ -430,8 +438,9 @@ static void progress_tty_mode_redraws_one_line(void** state) {
   assert_int_equal(count_of(text, "\n"), 1);
   assert_int_equal(count_of(text, "\r"), 21);
   assert_contains(text, "\rcompile 50.0% 50/100 steps 5.0 steps/s ETA 10s");
-  assert_contains(text, "\rcompile 100.0% 100/100 steps 5.0 steps/s done in "
-                        "20s");
+  assert_contains(text,
+                  "\rcompile 100.0% 100/100 steps 5.0 steps/s done in "
+                  "20s");
   free(text);
   // Unknown total: no percentage, no ETA.
   text = run_progress(PCP_PROGRESS_MODE_TTY, 0);

@@ -19,11 +19,21 @@ void pcp_progress_initialize(const pcp_progress_options_t* options,
   memset(out_progress, 0, sizeof(*out_progress));
   out_progress->options = *options;
   pcp_progress_options_t* o = &out_progress->options;
-  if (!o->clock.now_ns) o->clock = pcp_clock_system();
-  if (!o->out) o->out = stderr;
-  if (!o->task) o->task = "work";
-  if (!o->units) o->units = "items";
-  if (o->log_interval_ms <= 0) o->log_interval_ms = DEFAULT_LOG_INTERVAL_MS;
+  if (!o->clock.now_ns) {
+    o->clock = pcp_clock_system();
+  }
+  if (!o->out) {
+    o->out = stderr;
+  }
+  if (!o->task) {
+    o->task = "work";
+  }
+  if (!o->units) {
+    o->units = "items";
+  }
+  if (o->log_interval_ms <= 0) {
+    o->log_interval_ms = DEFAULT_LOG_INTERVAL_MS;
+  }
   switch (o->mode) {
     case PCP_PROGRESS_MODE_TTY:
       out_progress->is_tty = true;
@@ -53,7 +63,9 @@ static double rate_of(const pcp_progress_t* progress, int64_t now_ns) {
 // Returns seconds left, or -1 when unknown.
 static double eta_of(const pcp_progress_t* progress, int64_t now_ns) {
   double rate = rate_of(progress, now_ns);
-  if (progress->options.total <= 0 || rate <= 0) return -1;
+  if (progress->options.total <= 0 || rate <= 0) {
+    return -1;
+  }
   double left = (double)(progress->options.total - progress->done);
   return left > 0 ? left / rate : 0;
 }
@@ -74,11 +86,12 @@ static void format_at(const pcp_progress_t* progress, int64_t now_ns,
   const pcp_progress_options_t* o = &progress->options;
   size_t at = 0;
   int n;
-#define APPEND(...)                                                 \
-  do {                                                              \
-    n = snprintf(buffer + at, at < capacity ? capacity - at : 0,    \
-                 __VA_ARGS__);                                      \
-    if (n > 0) at += (size_t)n;                                     \
+#define APPEND(...)                                                            \
+  do {                                                                         \
+    n = snprintf(buffer + at, at < capacity ? capacity - at : 0, __VA_ARGS__); \
+    if (n > 0) {                                                               \
+      at += (size_t)n;                                                         \
+    }                                                                          \
   } while (0)
   APPEND("%s", o->task);
   if (o->total > 0) {
@@ -89,7 +102,9 @@ static void format_at(const pcp_progress_t* progress, int64_t now_ns,
     APPEND(" %lld %s", (long long)progress->done, o->units);
   }
   double rate = rate_of(progress, now_ns);
-  if (rate > 0) APPEND(" %.1f %s/s", rate, o->units);
+  if (rate > 0) {
+    APPEND(" %.1f %s/s", rate, o->units);
+  }
   double eta = eta_of(progress, now_ns);
   if (eta >= 0 && !progress->finished) {
     char text[32];
@@ -126,18 +141,32 @@ static void draw_tty(pcp_progress_t* progress, int64_t now_ns) {
 }
 
 // Appends ` key=value`, quoting values with blanks, quotes or '='.
-static size_t append_kv(char* line, size_t at, size_t capacity,
-                        const char* key, const char* value) {
-  if (!value || at >= capacity) return at;
+static size_t append_kv(char* line, size_t at, size_t capacity, const char* key,
+                        const char* value) {
+  if (!value || at >= capacity) {
+    return at;
+  }
   bool quote = value[0] == 0 || strpbrk(value, " \"=\t\n") != NULL;
   int n = snprintf(line + at, capacity - at, " %s=%s", key, quote ? "\"" : "");
-  if (n > 0) at += (size_t)n;
-  for (const char* p = value; *p && at + 3 < capacity; ++p) {
-    if (*p == '"' || *p == '\\') line[at++] = '\\';
-    line[at++] = *p == '\n' ? ' ' : *p;
+  if (n > 0) {
+    at += (size_t)n;
   }
-  if (quote && at + 1 < capacity) line[at++] = '"';
-  if (at >= capacity) at = capacity - 1;
+  for (const char* p = value; *p && at + 3 < capacity; ++p) {
+    if (*p == '"' || *p == '\\') {
+      line[at++] = '\\';
+    }
+    char c = *p;
+    if (c == '\n') {
+      c = ' ';
+    }
+    line[at++] = c;
+  }
+  if (quote && at + 1 < capacity) {
+    line[at++] = '"';
+  }
+  if (at >= capacity) {
+    at = capacity - 1;
+  }
   line[at] = 0;
   return at;
 }
@@ -152,8 +181,7 @@ static void write_log_line(pcp_progress_t* progress, int64_t now_ns) {
   int n = snprintf(line, sizeof(line),
                    "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ level=info",
                    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                   tm.tm_min, tm.tm_sec,
-                   (int)((wall_ns / 1000000LL) % 1000));
+                   tm.tm_min, tm.tm_sec, (int)((wall_ns / 1000000LL) % 1000));
   size_t at = n > 0 ? (size_t)n : 0;
   const size_t cap = sizeof(line) - 1;
   if (o->log_context) {
@@ -162,7 +190,8 @@ static void write_log_line(pcp_progress_t* progress, int64_t now_ns) {
     at = append_kv(line, at, cap, "conn", o->log_context->connection_id);
     at = append_kv(line, at, cap, "job", o->log_context->job_id);
   }
-  at = append_kv(line, at, cap, "msg", progress->finished ? "done" : "progress");
+  at =
+      append_kv(line, at, cap, "msg", progress->finished ? "done" : "progress");
   at = append_kv(line, at, cap, "task", o->task);
   char number[64];
   snprintf(number, sizeof(number), "%lld", (long long)progress->done);
@@ -178,8 +207,7 @@ static void write_log_line(pcp_progress_t* progress, int64_t now_ns) {
   snprintf(number, sizeof(number), "%.3g", rate_of(progress, now_ns));
   at = append_kv(line, at, cap, "rate", number);
   if (progress->finished) {
-    snprintf(number, sizeof(number), "%.3f",
-             elapsed_seconds(progress, now_ns));
+    snprintf(number, sizeof(number), "%.3f", elapsed_seconds(progress, now_ns));
     at = append_kv(line, at, cap, "elapsed_s", number);
   } else {
     double eta = eta_of(progress, now_ns);
@@ -211,7 +239,9 @@ static void report(pcp_progress_t* progress, bool force) {
 }
 
 void pcp_progress_update(pcp_progress_t* progress, int64_t done) {
-  if (progress->finished) return;
+  if (progress->finished) {
+    return;
+  }
   progress->done = done;
   report(progress, false);
 }
@@ -221,7 +251,9 @@ void pcp_progress_advance(pcp_progress_t* progress, int64_t delta) {
 }
 
 void pcp_progress_finish(pcp_progress_t* progress) {
-  if (progress->finished) return;
+  if (progress->finished) {
+    return;
+  }
   progress->finished = true;
   report(progress, true);
 }

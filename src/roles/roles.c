@@ -17,9 +17,8 @@
 // Names
 //===----------------------------------------------------------------------===//
 
-const char* const pcp_roles_backend_values[] = {"auto",   "cpu",  "cuda",
-                                                "metal",  "vulkan", "rocm",
-                                                NULL};
+const char* const pcp_roles_backend_values[] = {
+    "auto", "cpu", "cuda", "metal", "vulkan", "rocm", NULL};
 
 const char* pcp_roles_backend_name(int32_t backend_index) {
   if (backend_index <= 0 || backend_index >= 6) {
@@ -80,9 +79,13 @@ pcp_status_t pcp_roles_role_select(int argc, char* const* argv,
   const char* chosen_flag = NULL;
   bool connect = false;
   for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; ++i) {
-    if (arg_is_flag(argv[i], "--connect")) connect = true;
+    if (arg_is_flag(argv[i], "--connect")) {
+      connect = true;
+    }
     for (size_t m = 0; m < PCP_ARRAYSIZE(kModeFlags); ++m) {
-      if (!arg_is_flag(argv[i], kModeFlags[m].flag)) continue;
+      if (!arg_is_flag(argv[i], kModeFlags[m].flag)) {
+        continue;
+      }
       // Upstream let the last mode flag win; two different ones are far
       // more likely a broken script than a choice.
       if (chosen_flag && strcmp(chosen_flag, kModeFlags[m].flag) != 0) {
@@ -94,7 +97,9 @@ pcp_status_t pcp_roles_role_select(int argc, char* const* argv,
       *out_role = kModeFlags[m].role;
     }
   }
-  if (!chosen_flag && connect) *out_role = PCP_ROLES_ROLE_WORKER;
+  if (!chosen_flag && connect) {
+    *out_role = PCP_ROLES_ROLE_WORKER;
+  }
   return pcp_ok_status();
 }
 
@@ -150,9 +155,11 @@ pcp_status_t pcp_roles_legacy_flags_check(int argc, char* const* argv) {
 
 static size_t append_value(char* line, size_t at, size_t capacity,
                            const char* value, bool force_quote) {
-  bool quote = force_quote || value[0] == 0 ||
-               strpbrk(value, " \"=\t\n\\") != NULL;
-  if (quote && at < capacity) line[at++] = '"';
+  bool quote =
+      force_quote || value[0] == 0 || strpbrk(value, " \"=\t\n\\") != NULL;
+  if (quote && at < capacity) {
+    line[at++] = '"';
+  }
   for (const char* p = value; *p && at + 3 < capacity; ++p) {
     if (*p == '"' || *p == '\\') {
       line[at++] = '\\';
@@ -164,32 +171,42 @@ static size_t append_value(char* line, size_t at, size_t capacity,
       line[at++] = *p;
     }
   }
-  if (quote && at < capacity) line[at++] = '"';
+  if (quote && at < capacity) {
+    line[at++] = '"';
+  }
   return at;
 }
 
 void pcp_roles_log_event(const char* role, const char* msg,
                          const char* const* pairs, size_t pair_count) {
-  if (pcp_log_level() > PCP_LOG_INFO) return;
+  if (pcp_log_level() > PCP_LOG_INFO) {
+    return;
+  }
   char line[4096];
   const size_t capacity = sizeof(line) - 1;  // room for the newline
   int64_t wall_ns = pcp_clock_wall_ns(pcp_clock_system());
   time_t seconds = (time_t)(wall_ns / 1000000000LL);
   struct tm tm;
   gmtime_r(&seconds, &tm);
-  int n = snprintf(line, capacity,
-                   "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ level=info role=%s "
-                   "msg=",
-                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                   tm.tm_min, tm.tm_sec, (int)((wall_ns / 1000000LL) % 1000),
-                   role);
+  int n =
+      snprintf(line, capacity,
+               "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ level=info role=%s "
+               "msg=",
+               tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+               tm.tm_min, tm.tm_sec, (int)((wall_ns / 1000000LL) % 1000), role);
   size_t at = n > 0 ? (size_t)n : 0;
-  if (at > capacity) at = capacity;
+  if (at > capacity) {
+    at = capacity;
+  }
   at = append_value(line, at, capacity, msg, true);
   for (size_t i = 0; i + 1 < pair_count * 2; i += 2) {
-    if (!pairs[i + 1]) continue;
+    if (!pairs[i + 1]) {
+      continue;
+    }
     n = snprintf(line + at, capacity - at, " %s=", pairs[i]);
-    if (n > 0) at += (size_t)n;
+    if (n > 0) {
+      at += (size_t)n;
+    }
     if (at >= capacity) {
       at = capacity;
       break;
@@ -241,8 +258,12 @@ int pcp_roles_signals_wait(void) {
   for (;;) {
     unsigned char byte = 0;
     ssize_t n = read(g_signal_pipe[0], &byte, 1);
-    if (n == 1) return byte;
-    if (n < 0 && errno == EINTR) continue;
+    if (n == 1) {
+      return byte;
+    }
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
     return SIGTERM;  // the pipe broke: treat it as a stop request
   }
 }
@@ -258,8 +279,8 @@ int pcp_roles_run_until_signal(const char* role, const char* const* pairs,
   }
   pcp_roles_log_event(role, "started", pairs, pair_count);
   int signal_number = pcp_roles_signals_wait();
-  const char* stop_pairs[] = {
-      "signal", signal_number == SIGINT ? "SIGINT" : "SIGTERM"};
+  const char* stop_pairs[] = {"signal",
+                              signal_number == SIGINT ? "SIGINT" : "SIGTERM"};
   pcp_roles_log_event(role, "stopping", stop_pairs, 1);
   return 0;
 }
@@ -298,8 +319,8 @@ static void print_role_help(const pcp_roles_def_t* def) {
   pcp_config_print_help(def->table, stdout);
 }
 
-static int run_role(const pcp_roles_def_t* def, int role_argc,
-                    char** role_argv, int child_argc, char** child_argv) {
+static int run_role(const pcp_roles_def_t* def, int role_argc, char** role_argv,
+                    int child_argc, char** child_argv) {
   void* config = calloc(1, def->config_size);
   if (!config) {
     fprintf(stderr, "pcp %s: out of memory\n", def->flag);
@@ -308,8 +329,8 @@ static int run_role(const pcp_roles_def_t* def, int role_argc,
   int exit_code = 2;
   pcp_status_t status = pcp_config_initialize(def->table, config);
   if (!status) {
-    status = pcp_config_parse_argv(def->table, role_argc, role_argv, config,
-                                   NULL);
+    status =
+        pcp_config_parse_argv(def->table, role_argc, role_argv, config, NULL);
   }
   if (!status && def->role == PCP_ROLES_ROLE_SUPERVISE) {
     pcp_roles_supervise_config_t* supervise = config;
@@ -317,8 +338,12 @@ static int run_role(const pcp_roles_def_t* def, int role_argc,
       status = pcp_string_list_append(&supervise->child_args, child_argv[i]);
     }
   }
-  if (!status) status = pcp_config_validate(def->table, config);
-  if (!status && def->prepare) status = def->prepare(config);
+  if (!status) {
+    status = pcp_config_validate(def->table, config);
+  }
+  if (!status && def->prepare) {
+    status = def->prepare(config);
+  }
   if (status) {
     exit_code = pcp_config_cli_usage_error(def->flag, status);
   } else if (((pcp_roles_common_t*)config)->dump_config) {
@@ -332,7 +357,9 @@ static int run_role(const pcp_roles_def_t* def, int role_argc,
   } else {
     exit_code = def->run(config);
   }
-  if (def->cleanup) def->cleanup(config);
+  if (def->cleanup) {
+    def->cleanup(config);
+  }
   pcp_config_deinitialize(def->table, config);
   free(config);
   return exit_code;
@@ -373,7 +400,9 @@ int pcp_roles_main(int argc, char** argv) {
     }
   }
   status = legacy_check_range(role_argc, argv);
-  if (status) return pcp_config_cli_usage_error(def->flag, status);
+  if (status) {
+    return pcp_config_cli_usage_error(def->flag, status);
+  }
   if (wants_help(role_argc, argv)) {
     print_role_help(def);
     return 0;

@@ -62,15 +62,15 @@ const char* pcp_roles_role_name(pcp_roles_role_t role);
 // Picks the role from |argv| (flags before a bare `--`): --supervise first,
 // then the one mode flag given, then --connect (worker), else the gateway.
 // Two different mode flags are INVALID_ARGUMENT naming both.
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_role_select(
-    int argc, char* const* argv, pcp_roles_role_t* out_role);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_role_select(int argc, char* const* argv, pcp_roles_role_t* out_role);
 
 // Returns INVALID_ARGUMENT with a hint when |argv| (before a bare `--`)
 // holds a flag of upstream's removed standalone modes (--shepherd,
 // --inference, --config, --inference-config, --model, --resume, --rl,
 // --no-dashboard, --terminate, --streaming).
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_legacy_flags_check(
-    int argc, char* const* argv);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_legacy_flags_check(int argc, char* const* argv);
 
 //===----------------------------------------------------------------------===//
 // Stable worker id (upstream s.1.4)
@@ -78,8 +78,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_roles_legacy_flags_check(
 
 // Reads one environment variable; NULL when unset. Lets tests run without
 // touching the process environment.
-typedef const char* (*pcp_roles_getenv_fn_t)(void* user_data,
-                                             const char* name);
+typedef const char* (*pcp_roles_getenv_fn_t)(void* user_data, const char* name);
 
 // getenv(3) as a pcp_roles_getenv_fn_t (|user_data| unused).
 const char* pcp_roles_getenv_process(void* user_data, const char* name);

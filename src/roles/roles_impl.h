@@ -34,8 +34,8 @@ const char* pcp_roles_backend_name(int32_t backend_index);
 
 typedef struct pcp_roles_def_t {
   pcp_roles_role_t role;
-  const char* flag;  // "--worker": names the role in messages and usage
-  const char* usage; // "pcp --worker [flags]"
+  const char* flag;   // "--worker": names the role in messages and usage
+  const char* usage;  // "pcp --worker [flags]"
   const pcp_config_table_t* table;
   size_t config_size;
   // After CLI parsing and table validation: resolves aliases and derived
@@ -58,17 +58,23 @@ extern const pcp_roles_def_t pcp_roles_supervise_def;
 
 // The three fields of pcp_roles_common_t as table rows, for a role struct
 // |role_struct| whose mode flag is |mode_name|.
-#define PCP_ROLES_COMMON_FIELDS(role_struct, mode_name, mode_help)                \
-  {.name = (mode_name), .type = PCP_CONFIG_TYPE_BOOL,                      \
-   .offset = offsetof(role_struct, common.mode), .flags = PCP_CONFIG_FLAG_CLI_ONLY, \
-   .help = (mode_help)},                                                   \
-  {.name = "help", .type = PCP_CONFIG_TYPE_BOOL,                           \
-   .offset = offsetof(role_struct, common.help), .flags = PCP_CONFIG_FLAG_CLI_ONLY, \
-   .help = "print these flags and exit (also -h)"},                        \
-  {.name = "dump-config", .type = PCP_CONFIG_TYPE_BOOL,                    \
-   .offset = offsetof(role_struct, common.dump_config),                           \
-   .flags = PCP_CONFIG_FLAG_CLI_ONLY,                                      \
-   .help = "print the effective config as JSON and exit"}
+#define PCP_ROLES_COMMON_FIELDS(role_struct, mode_name, mode_help) \
+  {.name = (mode_name),                                            \
+   .type = PCP_CONFIG_TYPE_BOOL,                                   \
+   .offset = offsetof(role_struct, common.mode),                   \
+   .flags = PCP_CONFIG_FLAG_CLI_ONLY,                              \
+   .help = (mode_help)},                                           \
+      {.name = "help",                                             \
+       .type = PCP_CONFIG_TYPE_BOOL,                               \
+       .offset = offsetof(role_struct, common.help),               \
+       .flags = PCP_CONFIG_FLAG_CLI_ONLY,                          \
+       .help = "print these flags and exit (also -h)"},            \
+  {                                                                \
+    .name = "dump-config", .type = PCP_CONFIG_TYPE_BOOL,           \
+    .offset = offsetof(role_struct, common.dump_config),           \
+    .flags = PCP_CONFIG_FLAG_CLI_ONLY,                             \
+    .help = "print the effective config as JSON and exit"          \
+  }
 
 //===----------------------------------------------------------------------===//
 // Role configs (exposed for the unit tests)
@@ -183,13 +189,13 @@ typedef struct pcp_roles_controller_config_t {
   char* config_path;
   char* service_id;
   pcp_roles_endpoint_config_t api;
-  int64_t workers;           // 0: the gateway's --workers
-  bool should_resume;        // training
-  char* backend;             // rl
-  char* worker_class;        // NULL: the kind's default
+  int64_t workers;     // 0: the gateway's --workers
+  bool should_resume;  // training
+  char* backend;       // rl
+  char* worker_class;  // NULL: the kind's default
   char* target_arch;
   int64_t reserved_workers;
-  int64_t max_workers;       // -1: unlimited
+  int64_t max_workers;  // -1: unlimited
 } pcp_roles_controller_config_t;
 
 // An object whose keys are not interpreted (controllers.extensions).

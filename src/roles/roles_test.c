@@ -31,23 +31,25 @@ typedef struct fake_env_t {
 static const char* fake_getenv(void* user_data, const char* name) {
   fake_env_t* env = user_data;
   for (size_t i = 0; env->pairs[i]; i += 2) {
-    if (strcmp(env->pairs[i], name) == 0) return env->pairs[i + 1];
+    if (strcmp(env->pairs[i], name) == 0) {
+      return env->pairs[i + 1];
+    }
   }
   return NULL;
 }
 
-static char* worker_id(const char* backend, const char* target,
-                       int64_t device, fake_env_t* env) {
+static char* worker_id(const char* backend, const char* target, int64_t device,
+                       fake_env_t* env) {
   char* id = NULL;
-  PCP_CHECK_OK(pcp_roles_worker_id_build(backend, target, device,
-                                         fake_getenv, env, &id));
+  PCP_CHECK_OK(pcp_roles_worker_id_build(backend, target, device, fake_getenv,
+                                         env, &id));
   return id;
 }
 
 #define ASSERT_WORKER_ID(expected, backend, target, device, ...) \
   do {                                                           \
     fake_env_t env_ = {{__VA_ARGS__}};                           \
-    char* id_ = worker_id((backend), (target), (device), &env_);  \
+    char* id_ = worker_id((backend), (target), (device), &env_); \
     assert_string_equal(id_, (expected));                        \
     free(id_);                                                   \
   } while (0)
@@ -58,19 +60,22 @@ static char* worker_id(const char* backend, const char* target,
 
 static void worker_id_defaults(void** state) {
   (void)state;
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-cpu-default-device-0",
-                   "cpu", NULL, 0, NULL);
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-cpu-default-device-3",
-                   "cpu", NULL, 3, NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-cpu-default-device-0", "cpu",
+      NULL, 0, NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-cpu-default-device-3", "cpu",
+      NULL, 3, NULL);
 }
 
 static void worker_id_upstream_example(void** state) {
   (void)state;
-  ASSERT_WORKER_ID("site-a-pcp-system-gpu-node-1-pcp-worker-0-cuda-sm_80-device-"
-                   "GPU-123",
-                   "cuda", "sm_80", 0, "PCP_SITE_ID", "site-a", "POD_NAMESPACE",
-                   "pcp-system", "NODE_NAME", "gpu-node-1", "POD_NAME",
-                   "pcp-worker-0", "CUDA_VISIBLE_DEVICES", "GPU-123", NULL);
+  ASSERT_WORKER_ID(
+      "site-a-pcp-system-gpu-node-1-pcp-worker-0-cuda-sm_80-device-"
+      "GPU-123",
+      "cuda", "sm_80", 0, "PCP_SITE_ID", "site-a", "POD_NAMESPACE",
+      "pcp-system", "NODE_NAME", "gpu-node-1", "POD_NAME", "pcp-worker-0",
+      "CUDA_VISIBLE_DEVICES", "GPU-123", NULL);
 }
 
 static void worker_id_override_is_sanitized(void** state) {
@@ -91,39 +96,45 @@ static void worker_id_components_are_sanitized(void** state) {
   ASSERT_WORKER_ID("site-1-unknown-node-x-y-pod-rocm-gfx942-device-7", "rocm",
                    "gfx942", 7, "PCP_SITE_ID", " site 1 ", "POD_NAMESPACE", "",
                    "NODE_NAME", "node", "POD_NAME", "x/y:pod", NULL);
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-cuda-sm-90a-device-0",
-                   "cuda", "sm 90a", 0, NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-cuda-sm-90a-device-0", "cuda",
+      "sm 90a", 0, NULL);
 }
 
 static void worker_id_visible_devices(void** state) {
   (void)state;
   // Empty entries and -1 are skipped; the index counts what remains.
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-cuda-default-device-5",
-                   "cuda", NULL, 1, "CUDA_VISIBLE_DEVICES", " 2, ,-1, 5 ,7",
-                   NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-cuda-default-device-5", "cuda",
+      NULL, 1, "CUDA_VISIBLE_DEVICES", " 2, ,-1, 5 ,7", NULL);
   // No such entry: the decimal device id.
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-cuda-default-device-4",
-                   "cuda", NULL, 4, "CUDA_VISIBLE_DEVICES", "0,1", NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-cuda-default-device-4", "cuda",
+      NULL, 4, "CUDA_VISIBLE_DEVICES", "0,1", NULL);
   // cpu ignores CUDA_VISIBLE_DEVICES.
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-cpu-default-device-0",
-                   "cpu", NULL, 0, "CUDA_VISIBLE_DEVICES", "GPU-9", NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-cpu-default-device-0", "cpu",
+      NULL, 0, "CUDA_VISIBLE_DEVICES", "GPU-9", NULL);
   // rocm: HIP, then ROCR, then GPU_DEVICE_ORDINAL; the first set one wins,
   // even when it is empty.
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-rocm-default-device-h1",
-                   "rocm", NULL, 0, "HIP_VISIBLE_DEVICES", "h1",
-                   "ROCR_VISIBLE_DEVICES", "r1", NULL);
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-rocm-default-device-r2",
-                   "rocm", NULL, 1, "ROCR_VISIBLE_DEVICES", "r1,r2",
-                   "GPU_DEVICE_ORDINAL", "g1,g2", NULL);
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-rocm-default-device-g1",
-                   "rocm", NULL, 0, "GPU_DEVICE_ORDINAL", "g1", NULL);
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-rocm-default-device-0",
-                   "rocm", NULL, 0, "HIP_VISIBLE_DEVICES", "",
-                   "ROCR_VISIBLE_DEVICES", "r1", NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-rocm-default-device-h1", "rocm",
+      NULL, 0, "HIP_VISIBLE_DEVICES", "h1", "ROCR_VISIBLE_DEVICES", "r1", NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-rocm-default-device-r2", "rocm",
+      NULL, 1, "ROCR_VISIBLE_DEVICES", "r1,r2", "GPU_DEVICE_ORDINAL", "g1,g2",
+      NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-rocm-default-device-g1", "rocm",
+      NULL, 0, "GPU_DEVICE_ORDINAL", "g1", NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-rocm-default-device-0", "rocm",
+      NULL, 0, "HIP_VISIBLE_DEVICES", "", "ROCR_VISIBLE_DEVICES", "r1", NULL);
   // Visible-device tokens are sanitized too.
-  ASSERT_WORKER_ID("local-default-unknown-node-unknown-pod-cuda-default-device-"
-                   "MIG-a-b",
-                   "cuda", NULL, 0, "CUDA_VISIBLE_DEVICES", "MIG-a/b", NULL);
+  ASSERT_WORKER_ID(
+      "local-default-unknown-node-unknown-pod-cuda-default-device-"
+      "MIG-a-b",
+      "cuda", NULL, 0, "CUDA_VISIBLE_DEVICES", "MIG-a/b", NULL);
 }
 
 static void worker_id_is_bounded(void** state) {
@@ -133,9 +144,9 @@ static void worker_id_is_bounded(void** state) {
   huge[8191] = 0;
   fake_env_t env = {{"PCP_WORKER_ID", huge, NULL}};
   char* id = NULL;
-  assert_status(pcp_roles_worker_id_build("cpu", NULL, 0, fake_getenv, &env,
-                                          &id),
-                PCP_STATUS_RESOURCE_EXHAUSTED, "");
+  assert_status(
+      pcp_roles_worker_id_build("cpu", NULL, 0, fake_getenv, &env, &id),
+      PCP_STATUS_RESOURCE_EXHAUSTED, "");
   assert_null(id);
   free(huge);
 }
@@ -148,7 +159,9 @@ static pcp_status_t select_role(pcp_roles_role_t* role, int argc, ...) {
   char* argv[16];
   va_list args;
   va_start(args, argc);
-  for (int i = 0; i < argc; ++i) argv[i] = va_arg(args, char*);
+  for (int i = 0; i < argc; ++i) {
+    argv[i] = va_arg(args, char*);
+  }
   va_end(args);
   return pcp_roles_role_select(argc, argv, role);
 }
@@ -174,8 +187,8 @@ static void role_selection(void** state) {
   assert_null(select_role(&role, 2, "--worker", "--worker"));
   assert_int_equal(role, PCP_ROLES_ROLE_WORKER);
   // --supervise wins over any mode flag, before or after it.
-  assert_null(select_role(&role, 4, "--node-manager", "--supervise", "--",
-                          "--worker"));
+  assert_null(
+      select_role(&role, 4, "--node-manager", "--supervise", "--", "--worker"));
   assert_int_equal(role, PCP_ROLES_ROLE_SUPERVISE);
   // Nothing after a bare `--` selects anything.
   assert_null(select_role(&role, 2, "--", "--worker"));
@@ -190,8 +203,8 @@ static void role_selection(void** state) {
 static void legacy_flags_fail_with_hints(void** state) {
   (void)state;
   static const char* const kLegacy[] = {
-      "--shepherd", "--inference", "--config",       "--inference-config",
-      "--model",    "--resume",    "--rl",           "--no-dashboard",
+      "--shepherd",  "--inference", "--config", "--inference-config",
+      "--model",     "--resume",    "--rl",     "--no-dashboard",
       "--terminate", "--streaming"};
   for (size_t i = 0; i < PCP_ARRAYSIZE(kLegacy); ++i) {
     char* argv[] = {"--worker", (char*)kLegacy[i]};
@@ -203,7 +216,8 @@ static void legacy_flags_fail_with_hints(void** state) {
   }
   char* with_value[] = {"--config=x.json"};
   assert_status(pcp_roles_legacy_flags_check(1, with_value),
-                PCP_STATUS_INVALID_ARGUMENT, "controllers.training.config_path");
+                PCP_STATUS_INVALID_ARGUMENT,
+                "controllers.training.config_path");
   // Prefixes of other flags are not legacy flags.
   char* fine[] = {"--rl-thing", "--configure", "--", "--rl"};
   assert_null(pcp_roles_legacy_flags_check(4, fine));
@@ -218,11 +232,15 @@ static pcp_status_t parse_table(const pcp_config_table_t* table, void* config,
   char* argv[16];
   va_list args;
   va_start(args, argc);
-  for (int i = 0; i < argc; ++i) argv[i] = va_arg(args, char*);
+  for (int i = 0; i < argc; ++i) {
+    argv[i] = va_arg(args, char*);
+  }
   va_end(args);
   PCP_CHECK_OK(pcp_config_initialize(table, config));
   pcp_status_t status = pcp_config_parse_argv(table, argc, argv, config, NULL);
-  if (!status) status = pcp_config_validate(table, config);
+  if (!status) {
+    status = pcp_config_validate(table, config);
+  }
   return status;
 }
 
@@ -239,9 +257,9 @@ static void worker_flags(void** state) {
   assert_null(w.target);
   pcp_config_deinitialize(&pcp_roles_worker_table, &w);
 
-  assert_null(parse_table(&pcp_roles_worker_table, &w, 11, "--worker",
-                          "--host", "10.0.0.2", "--port=9000", "--backend",
-                          "cuda", "--target", "sm_80", "--device-id", "3",
+  assert_null(parse_table(&pcp_roles_worker_table, &w, 11, "--worker", "--host",
+                          "10.0.0.2", "--port=9000", "--backend", "cuda",
+                          "--target", "sm_80", "--device-id", "3",
                           "--supervisor-id=4"));
   assert_string_equal(w.host, "10.0.0.2");
   assert_int_equal(w.port, 9000);
@@ -315,9 +333,9 @@ static void hub_and_nodemgr_flags(void** state) {
   assert_int_equal(hub.api_port, 19010);
   assert_string_equal(hub.api_host, "0.0.0.0");
   pcp_config_deinitialize(&pcp_roles_hub_table, &hub);
-  assert_status(parse_table(&pcp_roles_hub_table, &hub, 2, "--gateway-port",
-                            "x"),
-                PCP_STATUS_INVALID_ARGUMENT, "flag '--gateway-port'");
+  assert_status(
+      parse_table(&pcp_roles_hub_table, &hub, 2, "--gateway-port", "x"),
+      PCP_STATUS_INVALID_ARGUMENT, "flag '--gateway-port'");
   pcp_config_deinitialize(&pcp_roles_hub_table, &hub);
 
   pcp_roles_nodemgr_config_t nm;
@@ -373,7 +391,9 @@ static pcp_status_t gateway_load(pcp_roles_gateway_config_t* config,
   char* argv[16];
   va_list args;
   va_start(args, argc);
-  for (int i = 0; i < argc; ++i) argv[i] = va_arg(args, char*);
+  for (int i = 0; i < argc; ++i) {
+    argv[i] = va_arg(args, char*);
+  }
   va_end(args);
   char path[] = "/tmp/pcp_gateway_config_XXXXXX";
   int fd = mkstemp(path);
@@ -382,14 +402,18 @@ static pcp_status_t gateway_load(pcp_roles_gateway_config_t* config,
   close(fd);
   memset(config, 0, sizeof(*config));
   PCP_CHECK_OK(pcp_config_initialize(&pcp_roles_gateway_table, config));
-  pcp_status_t status = pcp_config_parse_argv(&pcp_roles_gateway_table, argc,
-                                              argv, config, NULL);
-  if (!status) status = pcp_config_set(&pcp_roles_gateway_table, config,
-                                       "gateway-config", path);
+  pcp_status_t status =
+      pcp_config_parse_argv(&pcp_roles_gateway_table, argc, argv, config, NULL);
+  if (!status) {
+    status = pcp_config_set(&pcp_roles_gateway_table, config, "gateway-config",
+                            path);
+  }
   if (!status) {
     status = pcp_config_validate(&pcp_roles_gateway_table, config);
   }
-  if (!status) status = pcp_roles_gateway_prepare_config(config);
+  if (!status) {
+    status = pcp_roles_gateway_prepare_config(config);
+  }
   unlink(path);
   return status;
 }
@@ -451,8 +475,7 @@ static void gateway_full_example_loads(void** state) {
   assert_string_equal(c.effective.api_token_env, "PCP_GATEWAY_API_TOKEN");
   assert_string_equal(c.effective.internal_api_token_env,
                       "PCP_GATEWAY_INTERNAL_TOKEN");
-  assert_string_equal(c.effective.federation_upstream,
-                      "http://10.0.0.5:19010");
+  assert_string_equal(c.effective.federation_upstream, "http://10.0.0.5:19010");
   assert_string_equal(c.effective.worker_fabric_host, "0.0.0.0");
   assert_int_equal(c.effective.worker_fabric_port, 18080);
   assert_int_equal(c.effective.controllers.count, 2);
@@ -575,7 +598,9 @@ static void gateway_config_errors_name_the_key(void** state) {
   for (size_t i = 0; i < PCP_ARRAYSIZE(kCases); ++i) {
     pcp_roles_gateway_config_t c;
     pcp_status_t status = gateway_load(&c, kCases[i].json, 0);
-    if (!status) fail_msg("case %zu loaded: %s", i, kCases[i].json);
+    if (!status) {
+      fail_msg("case %zu loaded: %s", i, kCases[i].json);
+    }
     if (!strstr(pcp_status_message(status), kCases[i].message)) {
       fail_msg("case %zu: '%s' lacks '%s'", i, pcp_status_message(status),
                kCases[i].message);

@@ -22,8 +22,12 @@ static bool is_blank(char c) {
 
 static pcp_string_view_t trim_blanks(pcp_string_view_t value) {
   size_t begin = 0, end = value.size;
-  while (begin < end && is_blank(value.data[begin])) ++begin;
-  while (end > begin && is_blank(value.data[end - 1])) --end;
+  while (begin < end && is_blank(value.data[begin])) {
+    ++begin;
+  }
+  while (end > begin && is_blank(value.data[end - 1])) {
+    --end;
+  }
   return pcp_make_string_view(value.data + begin, end - begin);
 }
 
@@ -32,12 +36,17 @@ static bool is_id_char(char c) {
          (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
 }
 
-pcp_status_t pcp_roles_worker_id_append_sanitized(
-    pcp_string_builder_t* builder, pcp_string_view_t value) {
+pcp_status_t pcp_roles_worker_id_append_sanitized(pcp_string_builder_t* builder,
+                                                  pcp_string_view_t value) {
   pcp_string_view_t trimmed = trim_blanks(value);
-  if (trimmed.size == 0) trimmed = pcp_make_cstring_view("unknown");
+  if (trimmed.size == 0) {
+    trimmed = pcp_make_cstring_view("unknown");
+  }
   for (size_t i = 0; i < trimmed.size; ++i) {
-    char c = is_id_char(trimmed.data[i]) ? trimmed.data[i] : '-';
+    char c = trimmed.data[i];
+    if (!is_id_char(c)) {
+      c = '-';
+    }
     PCP_RETURN_IF_ERROR_BARE(
         pcp_string_builder_append(builder, pcp_make_string_view(&c, 1)));
   }
@@ -52,12 +61,13 @@ static const char* visible_devices_env(const char* backend,
   }
   if (strcmp(backend, "rocm") == 0) {
     // The first variable that is set wins, even when it is empty.
-    static const char* const kRocm[] = {"HIP_VISIBLE_DEVICES",
-                                        "ROCR_VISIBLE_DEVICES",
-                                        "GPU_DEVICE_ORDINAL"};
+    static const char* const kRocm[] = {
+        "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"};
     for (size_t i = 0; i < PCP_ARRAYSIZE(kRocm); ++i) {
       const char* value = getenv_fn(user_data, kRocm[i]);
-      if (value) return value;
+      if (value) {
+        return value;
+      }
     }
   }
   return NULL;
@@ -69,7 +79,9 @@ bool pcp_roles_worker_id_visible_device(const char* backend, int64_t device_id,
                                         pcp_string_view_t* out_token) {
   *out_token = pcp_make_string_view("", 0);
   const char* raw = visible_devices_env(backend, getenv_fn, user_data);
-  if (!raw || device_id < 0) return false;
+  if (!raw || device_id < 0) {
+    return false;
+  }
   int64_t seen = 0;
   pcp_string_view_t rest = pcp_make_cstring_view(raw);
   for (;;) {
@@ -85,7 +97,9 @@ bool pcp_roles_worker_id_visible_device(const char* backend, int64_t device_id,
       }
       ++seen;
     }
-    if (!more) return false;
+    if (!more) {
+      return false;
+    }
     rest = tail;
   }
 }
@@ -117,7 +131,8 @@ static pcp_status_t build(pcp_string_builder_t* builder, const char* backend,
   }
   // The backend name comes from our own table; upstream does not sanitize
   // it either.
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(builder, "%s-", backend));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append_f(builder, "%s-", backend));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_worker_id_append_sanitized(
       builder, pcp_make_cstring_view(target_arch ? target_arch : "default")));
   PCP_RETURN_IF_ERROR_BARE(
@@ -144,7 +159,9 @@ pcp_status_t pcp_roles_worker_id_build(const char* backend,
                                 &builder);
   pcp_status_t status =
       build(&builder, backend, target_arch, device_id, getenv_fn, user_data);
-  if (!status) status = pcp_string_builder_take(&builder, out_id);
+  if (!status) {
+    status = pcp_string_builder_take(&builder, out_id);
+  }
   pcp_string_builder_deinitialize(&builder);
   if (status) {
     return pcp_status_annotate_f(status, "building the worker id");

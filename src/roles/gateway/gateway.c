@@ -15,40 +15,68 @@
 #define T pcp_roles_gateway_config_t
 
 static const pcp_config_field_t kFlagFields[] = {
-    PCP_ROLES_COMMON_FIELDS(T, "gateway",
-                            "run the gateway (the default role)"),
-    {.name = "gateway-config", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(T, gateway_config), .flags = PCP_CONFIG_FLAG_REQUIRED,
-     .value_name = "PATH", .help = "gateway config JSON file"},
-    {.name = "api-host", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(T, api_host), .default_value = "127.0.0.1",
-     .value_name = "HOST", .help = "gateway API bind host"},
-    {.name = "api-port", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(T, api_port), .default_value = "8000", .min = 1,
-     .max = 65535, .value_name = "PORT", .help = "gateway API bind port"},
-    {.name = "gateway-host", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(T, api_host), .value_name = "HOST",
-     .flags = PCP_CONFIG_FLAG_ALIAS, .help = "legacy name"},
-    {.name = "gateway-port", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(T, api_port), .min = 1, .max = 65535,
-     .value_name = "PORT", .flags = PCP_CONFIG_FLAG_ALIAS,
+    PCP_ROLES_COMMON_FIELDS(T, "gateway", "run the gateway (the default role)"),
+    {.name = "gateway-config",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, gateway_config),
+     .flags = PCP_CONFIG_FLAG_REQUIRED,
+     .value_name = "PATH",
+     .help = "gateway config JSON file"},
+    {.name = "api-host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, api_host),
+     .default_value = "127.0.0.1",
+     .value_name = "HOST",
+     .help = "gateway API bind host"},
+    {.name = "api-port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, api_port),
+     .default_value = "8000",
+     .min = 1,
+     .max = 65535,
+     .value_name = "PORT",
+     .help = "gateway API bind port"},
+    {.name = "gateway-host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, api_host),
+     .value_name = "HOST",
+     .flags = PCP_CONFIG_FLAG_ALIAS,
      .help = "legacy name"},
-    {.name = "control-host", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(T, control_host), .default_value = "127.0.0.1",
+    {.name = "gateway-port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, api_port),
+     .min = 1,
+     .max = 65535,
+     .value_name = "PORT",
+     .flags = PCP_CONFIG_FLAG_ALIAS,
+     .help = "legacy name"},
+    {.name = "control-host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, control_host),
+     .default_value = "127.0.0.1",
      .value_name = "HOST",
      .help = "worker fabric bind host when the config has no "
              "worker_fabric.host"},
-    {.name = "control-port", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(T, control_port), .default_value = "8080", .min = 1,
-     .max = 65535, .value_name = "PORT",
+    {.name = "control-port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, control_port),
+     .default_value = "8080",
+     .min = 1,
+     .max = 65535,
+     .value_name = "PORT",
      .help = "worker fabric bind port when the config has no "
              "worker_fabric.port"},
-    {.name = "api-token-env", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(T, api_token_env), .flags = PCP_CONFIG_FLAG_ENV_NAME,
+    {.name = "api-token-env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, api_token_env),
+     .flags = PCP_CONFIG_FLAG_ENV_NAME,
      .help = "environment variable holding the API token (overrides the "
              "config)"},
-    {.name = "workers", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(T, workers), .default_value = "2", .min = 1,
+    {.name = "workers",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, workers),
+     .default_value = "2",
+     .min = 1,
      .max = 100000,
      .help = "workers an embedded training/RL controller needs when its "
              "block has no 'workers'"},
@@ -68,11 +96,16 @@ const pcp_config_table_t pcp_roles_gateway_table = {
 #define J PCP_CONFIG_FLAG_JSON_ONLY
 
 static const pcp_config_field_t kEndpointFields[] = {
-    {.name = "host", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(pcp_roles_endpoint_config_t, host), .flags = J},
-    {.name = "port", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(pcp_roles_endpoint_config_t, port), .min = 1,
-     .max = 65535, .flags = J},
+    {.name = "host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(pcp_roles_endpoint_config_t, host),
+     .flags = J},
+    {.name = "port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(pcp_roles_endpoint_config_t, port),
+     .min = 1,
+     .max = 65535,
+     .flags = J},
 };
 static const pcp_config_table_t kEndpointTable = {
     "gateway config", kEndpointFields, PCP_ARRAYSIZE(kEndpointFields), NULL};
@@ -82,22 +115,37 @@ static const pcp_config_table_t kOpaqueTable = {"gateway config", NULL, 0,
 
 #define N pcp_roles_neo4j_config_t
 static const pcp_config_field_t kNeo4jFields[] = {
-    {.name = "uri", .type = PCP_CONFIG_TYPE_STRING, .offset = offsetof(N, uri),
+    {.name = "uri",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(N, uri),
      .flags = J | PCP_CONFIG_FLAG_REQUIRED},
-    {.name = "http_uri", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(N, http_uri), .flags = J},
-    {.name = "user", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(N, user), .flags = J | PCP_CONFIG_FLAG_REQUIRED},
-    {.name = "password_env", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "http_uri",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(N, http_uri),
+     .flags = J},
+    {.name = "user",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(N, user),
+     .flags = J | PCP_CONFIG_FLAG_REQUIRED},
+    {.name = "password_env",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(N, password_env),
      .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "database", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(N, database), .flags = J},
-    {.name = "query_timeout_ms", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(N, query_timeout_ms), .default_value = "5000",
-     .min = 0, .max = 4294967295.0, .flags = J},
-    {.name = "bootstrap_on_connect", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = offsetof(N, bootstrap_on_connect), .default_value = "true",
+    {.name = "database",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(N, database),
+     .flags = J},
+    {.name = "query_timeout_ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(N, query_timeout_ms),
+     .default_value = "5000",
+     .min = 0,
+     .max = 4294967295.0,
+     .flags = J},
+    {.name = "bootstrap_on_connect",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = offsetof(N, bootstrap_on_connect),
+     .default_value = "true",
      .flags = J},
 };
 #undef N
@@ -106,43 +154,64 @@ static const pcp_config_table_t kNeo4jTable = {
 
 #define A pcp_roles_api_config_t
 static const pcp_config_field_t kApiFields[] = {
-    {.name = "host", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(A, host), .flags = J},
-    {.name = "port", .type = PCP_CONFIG_TYPE_INT64, .offset = offsetof(A, port),
-     .min = 1, .max = 65535, .flags = J},
-    {.name = "token_env", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(A, token_env), .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "internal_token_env", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(A, host),
+     .flags = J},
+    {.name = "port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(A, port),
+     .min = 1,
+     .max = 65535,
+     .flags = J},
+    {.name = "token_env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(A, token_env),
+     .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
+    {.name = "internal_token_env",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(A, internal_token_env),
      .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
 };
 #undef A
-static const pcp_config_table_t kApiTable = {
-    "gateway config", kApiFields, PCP_ARRAYSIZE(kApiFields), NULL};
+static const pcp_config_table_t kApiTable = {"gateway config", kApiFields,
+                                             PCP_ARRAYSIZE(kApiFields), NULL};
 
 #define F pcp_roles_federation_config_t
 static const pcp_config_field_t kFederationFields[] = {
-    {.name = "enabled", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = offsetof(F, enabled), .flags = J},
-    {.name = "upstream", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(F, upstream), .flags = J},
-    {.name = "token_env", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(F, token_env), .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "heartbeat_interval_ms", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(F, heartbeat_interval_ms), .default_value = "5000",
-     .min = 1, .max = 86400000, .flags = J},
+    {.name = "enabled",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = offsetof(F, enabled),
+     .flags = J},
+    {.name = "upstream",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(F, upstream),
+     .flags = J},
+    {.name = "token_env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(F, token_env),
+     .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
+    {.name = "heartbeat_interval_ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(F, heartbeat_interval_ms),
+     .default_value = "5000",
+     .min = 1,
+     .max = 86400000,
+     .flags = J},
 };
 #undef F
 static const pcp_config_table_t kFederationTable = {
     "gateway config", kFederationFields, PCP_ARRAYSIZE(kFederationFields),
     NULL};
 
-static const char* const kVisibilities[] = {"local", "shared", "global",
-                                            NULL};
+static const char* const kVisibilities[] = {"local", "shared", "global", NULL};
 static const pcp_config_field_t kSharingFields[] = {
-    {.name = "default_visibility", .type = PCP_CONFIG_TYPE_ENUM,
+    {.name = "default_visibility",
+     .type = PCP_CONFIG_TYPE_ENUM,
      .offset = offsetof(pcp_roles_sharing_config_t, default_visibility),
-     .default_value = "local", .enum_values = kVisibilities, .flags = J},
+     .default_value = "local",
+     .enum_values = kVisibilities,
+     .flags = J},
 };
 static const pcp_config_table_t kSharingTable = {
     "gateway config", kSharingFields, PCP_ARRAYSIZE(kSharingFields), NULL};
@@ -151,13 +220,15 @@ static const pcp_config_table_t kSharingTable = {
 // Controller blocks
 //===----------------------------------------------------------------------===//
 
-static const char* const kWorkerClasses[] = {
-    "any", "cpu", "cuda", "rocm", "hip", "metal", "vulkan", NULL};
+static const char* const kWorkerClasses[] = {"any", "cpu",   "cuda",   "rocm",
+                                             "hip", "metal", "vulkan", NULL};
 
 static pcp_status_t validate_controller(const pcp_roles_controller_config_t* c,
                                         const char* path) {
   // A disabled block is ignored entirely, as upstream.
-  if (!c->enabled) return pcp_ok_status();
+  if (!c->enabled) {
+    return pcp_ok_status();
+  }
   if (!c->config_path || !c->config_path[0]) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "gateway config: key '%s.config_path' is required "
@@ -187,8 +258,7 @@ static pcp_status_t validate_controller(const pcp_roles_controller_config_t* c,
         PCP_STATUS_INVALID_ARGUMENT,
         "gateway config: key '%s.reserved_workers' (%lld) exceeds "
         "'%s.max_workers' (%lld)",
-        path, (long long)c->reserved_workers, path,
-        (long long)c->max_workers);
+        path, (long long)c->reserved_workers, path, (long long)c->max_workers);
   }
   return pcp_ok_status();
 }
@@ -205,30 +275,51 @@ static pcp_status_t validate_rl(const void* config) {
 
 #define C pcp_roles_controller_config_t
 // Rows every kind has; |service| is the default service_id.
-#define CONTROLLER_COMMON_FIELDS(service)                                    \
-  {.name = "enabled", .type = PCP_CONFIG_TYPE_BOOL,                          \
-   .offset = offsetof(C, enabled), .flags = J},                              \
-  {.name = "config_path", .type = PCP_CONFIG_TYPE_STRING,                    \
-   .offset = offsetof(C, config_path), .flags = J},                          \
-  {.name = "service_id", .type = PCP_CONFIG_TYPE_STRING,                     \
-   .offset = offsetof(C, service_id), .default_value = (service),            \
-   .flags = J},                                                              \
-  {.name = "api", .type = PCP_CONFIG_TYPE_OBJECT, .offset = offsetof(C, api), \
-   .flags = J, .object_table = &kEndpointTable},                             \
-  {.name = "worker_class", .type = PCP_CONFIG_TYPE_STRING,                   \
-   .offset = offsetof(C, worker_class), .flags = J},                         \
-  {.name = "target_arch", .type = PCP_CONFIG_TYPE_STRING,                    \
-   .offset = offsetof(C, target_arch), .flags = J},                          \
-  {.name = "reserved_workers", .type = PCP_CONFIG_TYPE_INT64,                \
-   .offset = offsetof(C, reserved_workers), .default_value = "0", .min = 0,  \
-   .max = 100000, .flags = J},                                               \
-  {.name = "max_workers", .type = PCP_CONFIG_TYPE_INT64,                     \
-   .offset = offsetof(C, max_workers), .default_value = "-1", .min = -1,     \
-   .max = 100000, .flags = J}
+#define CONTROLLER_COMMON_FIELDS(service)                                 \
+  {.name = "enabled",                                                     \
+   .type = PCP_CONFIG_TYPE_BOOL,                                          \
+   .offset = offsetof(C, enabled),                                        \
+   .flags = J},                                                           \
+      {.name = "config_path",                                             \
+       .type = PCP_CONFIG_TYPE_STRING,                                    \
+       .offset = offsetof(C, config_path),                                \
+       .flags = J},                                                       \
+      {.name = "service_id",                                              \
+       .type = PCP_CONFIG_TYPE_STRING,                                    \
+       .offset = offsetof(C, service_id),                                 \
+       .default_value = (service),                                        \
+       .flags = J},                                                       \
+      {.name = "api",                                                     \
+       .type = PCP_CONFIG_TYPE_OBJECT,                                    \
+       .offset = offsetof(C, api),                                        \
+       .flags = J,                                                        \
+       .object_table = &kEndpointTable},                                  \
+      {.name = "worker_class",                                            \
+       .type = PCP_CONFIG_TYPE_STRING,                                    \
+       .offset = offsetof(C, worker_class),                               \
+       .flags = J},                                                       \
+      {.name = "target_arch",                                             \
+       .type = PCP_CONFIG_TYPE_STRING,                                    \
+       .offset = offsetof(C, target_arch),                                \
+       .flags = J},                                                       \
+      {.name = "reserved_workers",                                        \
+       .type = PCP_CONFIG_TYPE_INT64,                                     \
+       .offset = offsetof(C, reserved_workers),                           \
+       .default_value = "0",                                              \
+       .min = 0,                                                          \
+       .max = 100000,                                                     \
+       .flags = J},                                                       \
+  {                                                                       \
+    .name = "max_workers", .type = PCP_CONFIG_TYPE_INT64,                 \
+    .offset = offsetof(C, max_workers), .default_value = "-1", .min = -1, \
+    .max = 100000, .flags = J                                             \
+  }
 
-#define CONTROLLER_WORKERS_FIELD                                    \
-  {.name = "workers", .type = PCP_CONFIG_TYPE_INT64,                \
-   .offset = offsetof(C, workers), .min = 1, .max = 100000, .flags = J}
+#define CONTROLLER_WORKERS_FIELD                                        \
+  {                                                                     \
+    .name = "workers", .type = PCP_CONFIG_TYPE_INT64,                   \
+    .offset = offsetof(C, workers), .min = 1, .max = 100000, .flags = J \
+  }
 
 static const pcp_config_field_t kInferenceFields[] = {
     CONTROLLER_COMMON_FIELDS("inference-main"),
@@ -236,14 +327,19 @@ static const pcp_config_field_t kInferenceFields[] = {
 static const pcp_config_field_t kTrainingFields[] = {
     CONTROLLER_COMMON_FIELDS("training-main"),
     CONTROLLER_WORKERS_FIELD,
-    {.name = "should_resume", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = offsetof(C, should_resume), .flags = J},
+    {.name = "should_resume",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = offsetof(C, should_resume),
+     .flags = J},
 };
 static const pcp_config_field_t kRlFields[] = {
     CONTROLLER_COMMON_FIELDS("rl-main"),
     CONTROLLER_WORKERS_FIELD,
-    {.name = "backend", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(C, backend), .default_value = "cpu", .flags = J},
+    {.name = "backend",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(C, backend),
+     .default_value = "cpu",
+     .flags = J},
 };
 #undef C
 
@@ -258,16 +354,25 @@ static const pcp_config_table_t kRlTable = {
 
 #define CS pcp_roles_controllers_config_t
 static const pcp_config_field_t kControllersFields[] = {
-    {.name = "inference", .type = PCP_CONFIG_TYPE_OBJECT,
-     .offset = offsetof(CS, inference), .flags = J,
+    {.name = "inference",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(CS, inference),
+     .flags = J,
      .object_table = &kInferenceTable},
-    {.name = "training", .type = PCP_CONFIG_TYPE_OBJECT,
-     .offset = offsetof(CS, training), .flags = J,
+    {.name = "training",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(CS, training),
+     .flags = J,
      .object_table = &kTrainingTable},
-    {.name = "rl", .type = PCP_CONFIG_TYPE_OBJECT, .offset = offsetof(CS, rl),
-     .flags = J, .object_table = &kRlTable},
-    {.name = "extensions", .type = PCP_CONFIG_TYPE_OBJECT,
-     .offset = offsetof(CS, extensions), .flags = J,
+    {.name = "rl",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(CS, rl),
+     .flags = J,
+     .object_table = &kRlTable},
+    {.name = "extensions",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(CS, extensions),
+     .flags = J,
      .object_table = &kOpaqueTable},
 };
 #undef CS
@@ -300,38 +405,65 @@ static pcp_status_t validate_file(const void* opaque) {
 
 #define G pcp_roles_gateway_file_config_t
 static const pcp_config_field_t kFileFields[] = {
-    {.name = "gateway_id", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(G, gateway_id), .flags = J | PCP_CONFIG_FLAG_REQUIRED},
-    {.name = "lab_id", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(G, lab_id), .flags = J | PCP_CONFIG_FLAG_REQUIRED},
-    {.name = "graph_backend", .type = PCP_CONFIG_TYPE_ENUM,
-     .offset = offsetof(G, graph_backend), .default_value = "memory",
-     .enum_values = kGraphBackends, .flags = J},
-    {.name = "policy_store_path", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(G, policy_store_path), .flags = J},
-    {.name = "neo4j", .type = PCP_CONFIG_TYPE_OBJECT,
-     .offset = offsetof(G, neo4j), .flags = J, .object_table = &kNeo4jTable},
-    {.name = "api", .type = PCP_CONFIG_TYPE_OBJECT, .offset = offsetof(G, api),
-     .flags = J, .object_table = &kApiTable},
-    {.name = "api_token_env", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "gateway_id",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(G, gateway_id),
+     .flags = J | PCP_CONFIG_FLAG_REQUIRED},
+    {.name = "lab_id",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(G, lab_id),
+     .flags = J | PCP_CONFIG_FLAG_REQUIRED},
+    {.name = "graph_backend",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = offsetof(G, graph_backend),
+     .default_value = "memory",
+     .enum_values = kGraphBackends,
+     .flags = J},
+    {.name = "policy_store_path",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(G, policy_store_path),
+     .flags = J},
+    {.name = "neo4j",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(G, neo4j),
+     .flags = J,
+     .object_table = &kNeo4jTable},
+    {.name = "api",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(G, api),
+     .flags = J,
+     .object_table = &kApiTable},
+    {.name = "api_token_env",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(G, api_token_env),
      .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "internal_api_token_env", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "internal_api_token_env",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(G, internal_api_token_env),
      .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "federation", .type = PCP_CONFIG_TYPE_OBJECT,
-     .offset = offsetof(G, federation), .flags = J,
+    {.name = "federation",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(G, federation),
+     .flags = J,
      .object_table = &kFederationTable},
-    {.name = "federation_hub_endpoint", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(G, federation_hub_endpoint), .flags = J},
-    {.name = "worker_fabric", .type = PCP_CONFIG_TYPE_OBJECT,
-     .offset = offsetof(G, worker_fabric), .flags = J,
+    {.name = "federation_hub_endpoint",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(G, federation_hub_endpoint),
+     .flags = J},
+    {.name = "worker_fabric",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(G, worker_fabric),
+     .flags = J,
      .object_table = &kEndpointTable},
-    {.name = "sharing_defaults", .type = PCP_CONFIG_TYPE_OBJECT,
-     .offset = offsetof(G, sharing_defaults), .flags = J,
+    {.name = "sharing_defaults",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(G, sharing_defaults),
+     .flags = J,
      .object_table = &kSharingTable},
-    {.name = "controllers", .type = PCP_CONFIG_TYPE_OBJECT,
-     .offset = offsetof(G, controllers), .flags = J,
+    {.name = "controllers",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(G, controllers),
+     .flags = J,
      .object_table = &kControllersTable},
 };
 #undef G
@@ -341,27 +473,38 @@ const pcp_config_table_t pcp_roles_gateway_file_table = {
 
 #define E pcp_roles_gateway_effective_t
 static const pcp_config_field_t kEffectiveFields[] = {
-    {.name = "api_host", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "api_host",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(E, api_host)},
-    {.name = "api_port", .type = PCP_CONFIG_TYPE_INT64,
+    {.name = "api_port",
+     .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(E, api_port)},
-    {.name = "api_token_env", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(E, api_token_env), .flags = PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "internal_api_token_env", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "api_token_env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(E, api_token_env),
+     .flags = PCP_CONFIG_FLAG_ENV_NAME},
+    {.name = "internal_api_token_env",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(E, internal_api_token_env),
      .flags = PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "federation_upstream", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "federation_upstream",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(E, federation_upstream)},
-    {.name = "federation_token_env", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "federation_token_env",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(E, federation_token_env),
      .flags = PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "federation_heartbeat_interval_ms", .type = PCP_CONFIG_TYPE_INT64,
+    {.name = "federation_heartbeat_interval_ms",
+     .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(E, federation_heartbeat_interval_ms)},
-    {.name = "worker_fabric_host", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "worker_fabric_host",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(E, worker_fabric_host)},
-    {.name = "worker_fabric_port", .type = PCP_CONFIG_TYPE_INT64,
+    {.name = "worker_fabric_port",
+     .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(E, worker_fabric_port)},
-    {.name = "controllers", .type = PCP_CONFIG_TYPE_STRING_LIST,
+    {.name = "controllers",
+     .type = PCP_CONFIG_TYPE_STRING_LIST,
      .offset = offsetof(E, controllers)},
 };
 #undef E
@@ -379,9 +522,13 @@ const pcp_config_table_t pcp_roles_gateway_effective_table = {
 static pcp_status_t set_copy(char** slot, const char* value) {
   free(*slot);
   *slot = NULL;
-  if (!value) return pcp_ok_status();
+  if (!value) {
+    return pcp_ok_status();
+  }
   *slot = strdup(value);
-  if (!*slot) return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+  if (!*slot) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+  }
   return pcp_ok_status();
 }
 
@@ -398,29 +545,35 @@ static pcp_status_t derive_effective(pcp_roles_gateway_config_t* config) {
   // Token env precedence (upstream): --api-token-env, then api.token_env,
   // then the top-level api_token_env.
   const char* token_env = config->api_token_env;
-  if (!token_env && file->api.present) token_env = file->api.token_env;
-  if (!token_env) token_env = file->api_token_env;
+  if (!token_env && file->api.present) {
+    token_env = file->api.token_env;
+  }
+  if (!token_env) {
+    token_env = file->api_token_env;
+  }
   PCP_RETURN_IF_ERROR_BARE(set_copy(&e->api_token_env, token_env));
   const char* internal_env =
       file->api.present ? file->api.internal_token_env : NULL;
-  if (!internal_env) internal_env = file->internal_api_token_env;
+  if (!internal_env) {
+    internal_env = file->internal_api_token_env;
+  }
   PCP_RETURN_IF_ERROR_BARE(set_copy(&e->internal_api_token_env, internal_env));
   const char* upstream =
       file->federation.present ? file->federation.upstream : NULL;
-  if (!upstream) upstream = file->federation_hub_endpoint;
+  if (!upstream) {
+    upstream = file->federation_hub_endpoint;
+  }
   PCP_RETURN_IF_ERROR_BARE(set_copy(&e->federation_upstream, upstream));
-  PCP_RETURN_IF_ERROR_BARE(set_copy(
-      &e->federation_token_env,
-      file->federation.present ? file->federation.token_env : NULL));
+  PCP_RETURN_IF_ERROR_BARE(
+      set_copy(&e->federation_token_env,
+               file->federation.present ? file->federation.token_env : NULL));
   e->federation_heartbeat_interval_ms = file->federation.heartbeat_interval_ms;
   const pcp_roles_endpoint_config_t* fabric = &file->worker_fabric;
   PCP_RETURN_IF_ERROR_BARE(set_copy(
-      &e->worker_fabric_host, fabric->present && fabric->host
-                                  ? fabric->host
-                                  : config->control_host));
-  e->worker_fabric_port = fabric->present && fabric->port
-                              ? fabric->port
-                              : config->control_port;
+      &e->worker_fabric_host,
+      fabric->present && fabric->host ? fabric->host : config->control_host));
+  e->worker_fabric_port =
+      fabric->present && fabric->port ? fabric->port : config->control_port;
 
   // Controllers listen on api.port, else api_port + 1 (upstream). Upstream
   // let two enabled controllers collide on that default; here every
@@ -447,9 +600,13 @@ static pcp_status_t derive_effective(pcp_roles_gateway_config_t* config) {
   pcp_string_list_deinitialize(&e->controllers);
   for (size_t i = 0; i < PCP_ARRAYSIZE(kinds); ++i) {
     const pcp_roles_controller_config_t* c = kinds[i].block;
-    if (!file->controllers.present || !c->present || !c->enabled) continue;
+    if (!file->controllers.present || !c->present || !c->enabled) {
+      continue;
+    }
     int64_t workers = c->workers ? c->workers : config->workers;
-    if (strcmp(kinds[i].name, "inference") == 0) workers = 1;
+    if (strcmp(kinds[i].name, "inference") == 0) {
+      workers = 1;
+    }
     if (c->max_workers >= 0 && workers > c->max_workers) {
       return pcp_make_status(
           PCP_STATUS_INVALID_ARGUMENT,
@@ -460,8 +617,8 @@ static pcp_status_t derive_effective(pcp_roles_gateway_config_t* config) {
     }
     const char* host =
         c->api.present && c->api.host ? c->api.host : "127.0.0.1";
-    int64_t port = c->api.present && c->api.port ? c->api.port
-                                                 : e->api_port + 1;
+    int64_t port =
+        c->api.present && c->api.port ? c->api.port : e->api_port + 1;
     if (port > 65535) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "gateway config: set 'controllers.%s.api.port' "
@@ -496,16 +653,16 @@ pcp_status_t pcp_roles_gateway_prepare_config(
       &pcp_roles_gateway_effective_table, &config->effective));
   config->file_loaded = true;
   pcp_string_list_t unknown = {0};
-  pcp_status_t status = pcp_config_load_json_file(
-      &pcp_roles_gateway_file_table, config->gateway_config, &config->file,
-      &unknown);
+  pcp_status_t status = pcp_config_load_json_file(&pcp_roles_gateway_file_table,
+                                                  config->gateway_config,
+                                                  &config->file, &unknown);
   if (status) {
     pcp_string_list_deinitialize(&unknown);
     // One line that names the flag and the file; the loader's message
     // already carries the path or the key.
-    pcp_status_t wrapped = pcp_make_status(
-        pcp_status_code(status), "flag '--gateway-config': %s",
-        pcp_status_message(status));
+    pcp_status_t wrapped =
+        pcp_make_status(pcp_status_code(status), "flag '--gateway-config': %s",
+                        pcp_status_message(status));
     pcp_status_ignore(status);
     return wrapped;
   }
@@ -542,7 +699,9 @@ static void dump(const void* opaque, FILE* out) {
 
 static void cleanup(void* opaque) {
   pcp_roles_gateway_config_t* config = opaque;
-  if (!config->file_loaded) return;
+  if (!config->file_loaded) {
+    return;
+  }
   pcp_config_deinitialize(&pcp_roles_gateway_file_table, &config->file);
   pcp_config_deinitialize(&pcp_roles_gateway_effective_table,
                           &config->effective);
@@ -560,7 +719,9 @@ static int run(void* opaque) {
   for (size_t i = 0, at = 0; i < e->controllers.count; ++i) {
     int n = snprintf(controllers + at, sizeof(controllers) - at, "%s%s",
                      i ? "," : "", e->controllers.items[i]);
-    if (n < 0 || (size_t)n >= sizeof(controllers) - at) break;
+    if (n < 0 || (size_t)n >= sizeof(controllers) - at) {
+      break;
+    }
     at += (size_t)n;
   }
   const char* pairs[] = {
@@ -571,15 +732,15 @@ static int run(void* opaque) {
       "federation",  e->federation_upstream ? e->federation_upstream : "none",
       "controllers", controllers,
   };
-  return pcp_roles_run_until_signal("gateway", pairs,
-                                    PCP_ARRAYSIZE(pairs) / 2);
+  return pcp_roles_run_until_signal("gateway", pairs, PCP_ARRAYSIZE(pairs) / 2);
 }
 
 const pcp_roles_def_t pcp_roles_gateway_def = {
     .role = PCP_ROLES_ROLE_GATEWAY,
     .flag = "--gateway",
-    .usage = "pcp [--gateway] --gateway-config PATH [flags]\n\n"
-             "Runs the site gateway: API, embedded services, worker fabric.",
+    .usage =
+        "pcp [--gateway] --gateway-config PATH [flags]\n\n"
+        "Runs the site gateway: API, embedded services, worker fabric.",
     .table = &pcp_roles_gateway_table,
     .config_size = sizeof(pcp_roles_gateway_config_t),
     .prepare = prepare,

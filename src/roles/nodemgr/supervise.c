@@ -13,19 +13,32 @@ static const pcp_config_field_t kFields[] = {
     PCP_ROLES_COMMON_FIELDS(T, "supervise",
                             "supervise one worker child; every argument "
                             "after it (a leading -- dropped) is the child's"),
-    {.name = "host", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(T, host), .default_value = "127.0.0.1",
-     .value_name = "HOST", .help = "gateway worker fabric host"},
-    {.name = "port", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(T, port), .default_value = "8080", .min = 1,
-     .max = 65535, .value_name = "PORT", .help = "gateway worker fabric port"},
-    {.name = "supervisor-id", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(T, supervisor_id), .default_value = "-1", .min = -1,
-     .max = 9007199254740991.0, .flags = PCP_CONFIG_FLAG_HIDDEN,
+    {.name = "host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, host),
+     .default_value = "127.0.0.1",
+     .value_name = "HOST",
+     .help = "gateway worker fabric host"},
+    {.name = "port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, port),
+     .default_value = "8080",
+     .min = 1,
+     .max = 65535,
+     .value_name = "PORT",
+     .help = "gateway worker fabric port"},
+    {.name = "supervisor-id",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, supervisor_id),
+     .default_value = "-1",
+     .min = -1,
+     .max = 9007199254740991.0,
+     .flags = PCP_CONFIG_FLAG_HIDDEN,
      .help = "slot number given by the node manager; -1: none"},
     // Not a flag: filled from the arguments after --supervise, listed here
     // so --dump-config shows it and deinitialize frees it.
-    {.name = "child-args", .type = PCP_CONFIG_TYPE_STRING_LIST,
+    {.name = "child-args",
+     .type = PCP_CONFIG_TYPE_STRING_LIST,
      .offset = offsetof(T, child_args),
      .flags = PCP_CONFIG_FLAG_JSON_ONLY | PCP_CONFIG_FLAG_HIDDEN,
      .help = "the child's arguments"},
@@ -59,17 +72,19 @@ pcp_status_t pcp_roles_supervise_child_check(
     status = pcp_config_parse_argv(&pcp_roles_worker_table, argc,
                                    child_args->items, &worker, NULL);
   }
-  if (!status) status = pcp_config_validate(&pcp_roles_worker_table, &worker);
+  if (!status) {
+    status = pcp_config_validate(&pcp_roles_worker_table, &worker);
+  }
   if (!status && worker.connect) {
-    status = pcp_roles_connect_parse(worker.connect, &worker.host,
-                                     &worker.port);
+    status =
+        pcp_roles_connect_parse(worker.connect, &worker.host, &worker.port);
   }
   pcp_config_deinitialize(&pcp_roles_worker_table, &worker);
   if (status) {
     // Keep the message one line: prefix it rather than annotate.
-    pcp_status_t wrapped = pcp_make_status(
-        pcp_status_code(status), "supervisor child: %s",
-        pcp_status_message(status));
+    pcp_status_t wrapped =
+        pcp_make_status(pcp_status_code(status), "supervisor child: %s",
+                        pcp_status_message(status));
     pcp_status_ignore(status);
     return wrapped;
   }
@@ -87,34 +102,37 @@ static int run(void* opaque) {
   snprintf(port, sizeof(port), "%lld", (long long)config->port);
   snprintf(id, sizeof(id), "%lld", (long long)config->supervisor_id);
   // One field with the child's command line, for the log reader.
-  size_t length = 1;
-  for (size_t i = 0; i < config->child_args.count; ++i) {
-    length += strlen(config->child_args.items[i]) + 1;
+  pcp_string_builder_t builder;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+  pcp_status_t status = pcp_ok_status();
+  for (size_t i = 0; i < config->child_args.count && !status; ++i) {
+    status = pcp_string_builder_append_f(&builder, "%s%s", i ? " " : "",
+                                         config->child_args.items[i]);
   }
-  char* child = calloc(1, length);
-  if (!child) return 1;
-  for (size_t i = 0; i < config->child_args.count; ++i) {
-    if (i) strcat(child, " ");
-    strcat(child, config->child_args.items[i]);
+  if (status) {
+    pcp_status_ignore(status);
+    pcp_string_builder_deinitialize(&builder);
+    return 1;
   }
+  const char* child = pcp_string_builder_cstring(&builder);
   const char* pairs[] = {
-      "host",          config->host,
-      "port",          port,
-      "supervisor_id", config->supervisor_id >= 0 ? id : NULL,
-      "child",         child,
+      "host",  config->host,    "port",
+      port,    "supervisor_id", config->supervisor_id >= 0 ? id : NULL,
+      "child", child,
   };
-  int rc = pcp_roles_run_until_signal("supervise", pairs,
-                                      PCP_ARRAYSIZE(pairs) / 2);
-  free(child);
+  int rc =
+      pcp_roles_run_until_signal("supervise", pairs, PCP_ARRAYSIZE(pairs) / 2);
+  pcp_string_builder_deinitialize(&builder);
   return rc;
 }
 
 const pcp_roles_def_t pcp_roles_supervise_def = {
     .role = PCP_ROLES_ROLE_SUPERVISE,
     .flag = "--supervise",
-    .usage = "pcp [--host H] [--port P] --supervise -- --worker [worker "
-             "flags]\n\n"
-             "Supervises one worker child (started by the node manager).",
+    .usage =
+        "pcp [--host H] [--port P] --supervise -- --worker [worker "
+        "flags]\n\n"
+        "Supervises one worker child (started by the node manager).",
     .table = &pcp_roles_supervise_table,
     .config_size = sizeof(T),
     .prepare = prepare,

@@ -12,28 +12,50 @@
 static const pcp_config_field_t kFields[] = {
     PCP_ROLES_COMMON_FIELDS(T, "worker",
                             "run as a device worker (implied by --connect)"),
-    {.name = "connect", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(T, connect), .value_name = "HOST:PORT",
+    {.name = "connect",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, connect),
+     .value_name = "HOST:PORT",
      .help = "gateway worker fabric address; sets --host and --port"},
-    {.name = "host", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(T, host), .default_value = "127.0.0.1",
-     .value_name = "HOST", .help = "gateway worker fabric host"},
-    {.name = "port", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(T, port), .default_value = "8080", .min = 1,
-     .max = 65535, .value_name = "PORT", .help = "gateway worker fabric port"},
-    {.name = "backend", .type = PCP_CONFIG_TYPE_ENUM,
-     .offset = offsetof(T, backend), .default_value = "auto",
+    {.name = "host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, host),
+     .default_value = "127.0.0.1",
+     .value_name = "HOST",
+     .help = "gateway worker fabric host"},
+    {.name = "port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, port),
+     .default_value = "8080",
+     .min = 1,
+     .max = 65535,
+     .value_name = "PORT",
+     .help = "gateway worker fabric port"},
+    {.name = "backend",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = offsetof(T, backend),
+     .default_value = "auto",
      .enum_values = pcp_roles_backend_values,
      .help = "device backend; auto is cpu on Linux"},
-    {.name = "target", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(T, target), .value_name = "ARCH",
+    {.name = "target",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, target),
+     .value_name = "ARCH",
      .help = "GPU target architecture (sm_80, gfx942)"},
-    {.name = "device-id", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(T, device_id), .default_value = "0", .min = 0,
-     .max = 1 << 20, .help = "device ordinal; also part of the worker id"},
-    {.name = "supervisor-id", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(T, supervisor_id), .default_value = "-1", .min = -1,
-     .max = 9007199254740991.0, .flags = PCP_CONFIG_FLAG_HIDDEN,
+    {.name = "device-id",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, device_id),
+     .default_value = "0",
+     .min = 0,
+     .max = 1 << 20,
+     .help = "device ordinal; also part of the worker id"},
+    {.name = "supervisor-id",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, supervisor_id),
+     .default_value = "-1",
+     .min = -1,
+     .max = 9007199254740991.0,
+     .flags = PCP_CONFIG_FLAG_HIDDEN,
      .help = "set by the supervisor on its child; -1: none"},
 };
 
@@ -77,8 +99,7 @@ pcp_status_t pcp_roles_connect_parse(const char* value, char** inout_host,
     // Upstream fell back to 8080 on a bad port; a typo should not send a
     // worker to a different gateway port.
     if (!(port_text[0] >= '0' && port_text[0] <= '9') ||
-        !pcp_string_view_parse_int64(pcp_make_cstring_view(port_text),
-                                     &port) ||
+        !pcp_string_view_parse_int64(pcp_make_cstring_view(port_text), &port) ||
         port < 1 || port > 65535) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "flag '--connect': port '%s' is not in "
@@ -87,7 +108,9 @@ pcp_status_t pcp_roles_connect_parse(const char* value, char** inout_host,
     }
   }
   char* copy = strndup(host, host_length);
-  if (!copy) return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+  if (!copy) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+  }
   free(*inout_host);
   *inout_host = copy;
   *inout_port = port;
@@ -99,8 +122,8 @@ static pcp_status_t prepare(void* opaque) {
   if (config->connect) {
     // --connect wins over --host/--port wherever it appears: it is the
     // one-flag form, and its order relative to them carries no intent.
-    PCP_RETURN_IF_ERROR_BARE(pcp_roles_connect_parse(
-        config->connect, &config->host, &config->port));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_roles_connect_parse(config->connect, &config->host, &config->port));
   }
   if (config->target && !config->target[0]) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -119,13 +142,17 @@ typedef struct effective_t {
 } effective_t;
 
 static const pcp_config_field_t kEffectiveFields[] = {
-    {.name = "worker-id", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "worker-id",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(effective_t, worker_id)},
-    {.name = "backend", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "backend",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(effective_t, backend)},
-    {.name = "host", .type = PCP_CONFIG_TYPE_STRING,
+    {.name = "host",
+     .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(effective_t, host)},
-    {.name = "port", .type = PCP_CONFIG_TYPE_INT64,
+    {.name = "port",
+     .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(effective_t, port)},
 };
 static const pcp_config_table_t kEffectiveTable = {
@@ -172,8 +199,9 @@ static void cleanup(void* opaque) {
 const pcp_roles_def_t pcp_roles_worker_def = {
     .role = PCP_ROLES_ROLE_WORKER,
     .flag = "--worker",
-    .usage = "pcp --worker [--connect HOST:PORT] [flags]\n\n"
-             "Runs one device worker that joins a gateway's worker fabric.",
+    .usage =
+        "pcp --worker [--connect HOST:PORT] [flags]\n\n"
+        "Runs one device worker that joins a gateway's worker fabric.",
     .table = &pcp_roles_worker_table,
     .config_size = sizeof(T),
     .prepare = prepare,
