@@ -163,10 +163,12 @@ static uint64_t hash_bytes(uint64_t seed, const void* data, size_t length) {
   return pcp_topology_core_mix(h);
 }
 
+// Integer words are mixed directly (two fmix64 rounds) rather than fed
+// byte by byte: vertex hashing is the inner loop of every index lookup.
 static uint64_t hash_u64(uint64_t seed, uint64_t value) {
-  uint8_t bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = (uint8_t)(value >> (8 * i));
-  return hash_bytes(seed, bytes, sizeof(bytes));
+  return pcp_topology_core_mix(seed ^
+                               pcp_topology_core_mix(value +
+                                                     0x9e3779b97f4a7c15ull));
 }
 
 // ASCII "color", "label", "vertex", "simplex" as little-endian integers.
@@ -176,12 +178,7 @@ static uint64_t hash_u64(uint64_t seed, uint64_t value) {
 #define SEED_SIMPLEX 0x78656c706d6973ull
 
 uint64_t pcp_topology_color_hash(pcp_topology_color_t color) {
-  uint8_t bytes[9];
-  bytes[0] = (uint8_t)color.kind;
-  for (int i = 0; i < 8; ++i) {
-    bytes[1 + i] = (uint8_t)((uint64_t)color.number >> (8 * i));
-  }
-  return hash_bytes(SEED_COLOR, bytes, sizeof(bytes));
+  return hash_u64(SEED_COLOR, ((uint64_t)color.kind << 32) | color.number);
 }
 
 uint64_t pcp_topology_label_hash(const pcp_topology_label_t* label) {
@@ -563,6 +560,11 @@ struct pcp_topology_complex_t {
   size_t capacity;
   // Exact index: canonical hash -> first listed index with that set.
   pcp_topology_index_table_t exact;
+  // The list is exactly faces() of something, in faces order. faces() is
+  // idempotent in content and order (a face's subfaces have smaller masks,
+  // so they are listed before it), so faces() and filters of such a complex
+  // can walk the list instead of re-enumerating 2^n subsets per simplex.
+  bool faces_closed;
   // Lazy inverted index for closure membership, rebuilt after changes:
   // vertex id -> listed simplices containing it (CSR).
   bool incidence_valid;
@@ -631,6 +633,7 @@ pcp_allocator_t pcp_topology_complex_allocator(
 void pcp_topology_complex_clear(pcp_topology_complex_t* complex) {
   complex->pool_count = 0;
   complex->count = 0;
+  complex->faces_closed = false;
   pcp_topology_index_table_clear(&complex->exact);
   incidence_drop(complex);
 }
@@ -734,6 +737,7 @@ static pcp_status_t append_raw(pcp_topology_complex_t* complex,
   complex->sorted[index] = sorted ? 1 : 0;
   complex->pool_count += count;
   complex->count = index + 1;
+  complex->faces_closed = false;
   if (complex->incidence_valid) incidence_drop(complex);
   if (index_it) {
     PCP_RETURN_IF_ERROR_BARE(
@@ -804,6 +808,7 @@ pcp_status_t pcp_topology_complex_copy(const pcp_topology_complex_t* source,
     PCP_RETURN_IF_ERROR_BARE(
         pcp_topology_complex_append(out_complex, listed(source, i)));
   }
+  out_complex->faces_closed = source->faces_closed;
   return pcp_ok_status();
 }
 
@@ -1099,9 +1104,16 @@ pcp_status_t pcp_topology_complex_faces(const pcp_topology_complex_t* complex,
   PCP_ASSERT(complex != out_complex);
   pcp_topology_complex_clear(out_complex);
   for (size_t i = 0; i < complex->count; ++i) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_topology_simplex_for_each_face(
-        listed(complex, i), insert_face, out_complex));
+    if (complex->faces_closed) {
+      pcp_topology_simplex_t face = listed(complex, i);
+      PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_insert_sorted(
+          out_complex, face.vertices, face.count, NULL));
+    } else {
+      PCP_RETURN_IF_ERROR_BARE(pcp_topology_simplex_for_each_face(
+          listed(complex, i), insert_face, out_complex));
+    }
   }
+  out_complex->faces_closed = true;
   return pcp_ok_status();
 }
 
@@ -1115,11 +1127,16 @@ static pcp_status_t filter_faces(const pcp_topology_complex_t* complex,
   PCP_ASSERT(complex != out_complex);
   pcp_topology_complex_clear(out_complex);
   pcp_topology_complex_t* faces = NULL;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_topology_complex_create(complex->allocator, &faces));
-  pcp_status_t status = pcp_topology_complex_faces(complex, faces);
-  for (size_t i = 0; !status && i < faces->count; ++i) {
-    pcp_topology_simplex_t face = listed(faces, i);
+  const pcp_topology_complex_t* source = complex;
+  pcp_status_t status = pcp_ok_status();
+  if (!complex->faces_closed) {
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_topology_complex_create(complex->allocator, &faces));
+    status = pcp_topology_complex_faces(complex, faces);
+    source = faces;
+  }
+  for (size_t i = 0; !status && i < source->count; ++i) {
+    pcp_topology_simplex_t face = listed(source, i);
     if (keep(context, face)) {
       status = pcp_topology_complex_insert_sorted(out_complex, face.vertices,
                                                   face.count, NULL);
