@@ -2419,6 +2419,54 @@ int pcp_topology_cli_check_main(int argc, char** argv);
 // `pcp topo models [--json]`: the model list.
 int pcp_topology_cli_models_main(int argc, char** argv);
 
+//===----------------------------------------------------------------------===//
+// Solving and protocols: review artifacts (report.c)
+//===----------------------------------------------------------------------===//
+
+// Stable signatures for CI diffs (never change between builds). A carrier:
+// validated, then for every domain face (faces order) the face and every
+// face of its image, each as a vertex count and per canonical vertex the
+// colour and label hashes. A map: per sorted domain vertex, the source and
+// target vertex hashes (MissingVertexMapEntry when one is unmapped).
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_carrier_signature(
+    const pcp_topology_carrier_map_t* carrier, uint64_t* out_signature);
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_map_signature(
+    const pcp_topology_vertex_map_t* map, uint64_t* out_signature);
+
+// Known-invalid protocol designs; each has a regression model of the same
+// name in pcp_topology_model_catalog (static table).
+typedef struct pcp_topology_regression_entry_t {
+  const char* name;
+  const char* task;
+  const char* violated_rule;
+  const char* description;
+} pcp_topology_regression_entry_t;
+
+const pcp_topology_regression_entry_t* pcp_topology_regression_corpus(
+    size_t* out_count);
+
+// A counterexample next to the objects it refutes. All borrowed; |decision|,
+// |escape| and |replay| may be NULL.
+typedef struct pcp_topology_analysis_report_t {
+  const char* violated_rule;
+  const pcp_topology_carrier_map_t* execution;  // Xi (its domain is I)
+  const pcp_topology_carrier_map_t* task;       // Delta
+  const pcp_topology_vertex_map_t* decision;    // delta
+  const pcp_topology_carrier_escape_t* escape;
+  const pcp_topology_trace_t* replay;
+} pcp_topology_analysis_report_t;
+
+// Human form titled "pcp topology counterexample": violated_rule, seed,
+// events, excerpts of I, P, O (face counts, at most 8 listed simplices), Xi
+// and Delta (carrier_entries), delta (vertex_map_entries), the minimal
+// offending simplex and the replay events.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_analysis_report_format(
+    const pcp_topology_analysis_report_t* report, pcp_string_builder_t* builder);
+// Compact JSON, schema "pcp.topology.analysis.v1", with face counts of I, P
+// and O, the witness and the events.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_analysis_report_format_json(
+    const pcp_topology_analysis_report_t* report, pcp_string_builder_t* builder);
+
 #ifdef __cplusplus
 }
 #endif
