@@ -373,6 +373,62 @@ static void promtool_accepts_rendering(void** state) {
   free(text);
 }
 
+// Creates, registers, updates and renders through |allocator|.
+static pcp_status_t exercise_registry(pcp_allocator_t allocator) {
+  pcp_obs_registry_t* registry = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_obs_registry_create(allocator, &registry));
+  pcp_obs_family_t* families[kMetricCount];
+  pcp_status_t status =
+      pcp_obs_registry_register(registry, kDefs, kMetricCount, families);
+  pcp_obs_series_t* series = NULL;
+  if (!status) {
+    status = pcp_obs_family_series_get(families[kRequests],
+                                       (const char*[]){"GET", "200"}, &series);
+  }
+  if (!status) {
+    pcp_obs_counter_increment(series);
+    status = pcp_obs_family_series_get(families[kLatency],
+                                       (const char*[]){"/p"}, &series);
+  }
+  if (!status) {
+    pcp_obs_histogram_observe(series, 0.3);
+    // Cold-path helpers swallow allocation failures as drops.
+    pcp_obs_family_add(families[kPathHits], (const char*[]){"/x"}, 1);
+    pcp_string_builder_t builder;
+    pcp_string_builder_initialize(allocator, 0, &builder);
+    status = pcp_obs_registry_render(registry, &builder);
+    pcp_string_builder_deinitialize(&builder);
+  }
+  pcp_obs_registry_release(registry);
+  return status;
+}
+
+// SQLite-style sweep: fail the Nth allocation for every N until the whole
+// sequence succeeds; every failure must be a clean RESOURCE_EXHAUSTED and
+// leave no memory behind.
+static void registry_survives_every_allocation_failure(void** state) {
+  (void)state;
+  int64_t index = 0;
+  for (;; ++index) {
+    assert_true(index < 10000);
+    pcp_allocator_failing_t failing;
+    pcp_allocator_failing_initialize(pcp_allocator_system(), index, true,
+                                     &failing);
+    pcp_allocator_counting_t counting;
+    pcp_allocator_counting_initialize(pcp_allocator_failing(&failing),
+                                      &counting);
+    pcp_status_t status = exercise_registry(pcp_allocator_counting(&counting));
+    assert_int_equal(counting.live_bytes, 0);
+    if (!status) {
+      assert_int_equal(failing.failure_count, 0);
+      break;
+    }
+    assert_int_equal(pcp_status_consume_code(status),
+                     PCP_STATUS_RESOURCE_EXHAUSTED);
+  }
+  assert_true(index > 10);  // the sweep really covered the allocations
+}
+
 //===----------------------------------------------------------------------===//
 // Progress
 //===----------------------------------------------------------------------===//
@@ -483,6 +539,7 @@ int main(void) {
       T(render_respects_builder_cap),
       T(concurrent_updates_are_not_lost),
       T(promtool_accepts_rendering),
+      cmocka_unit_test(registry_survives_every_allocation_failure),
       cmocka_unit_test(progress_log_mode_is_rate_limited),
       cmocka_unit_test(progress_tty_mode_redraws_one_line),
       cmocka_unit_test(progress_format_durations),
