@@ -1,0 +1,509 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// sched: the gateway's worker registry, capability matching, leases per
+// owner, two-phase reservations and reassignment when a worker dies.
+//
+// This module is pure bookkeeping: no I/O, no threads, no clock reads. Every
+// call that depends on time takes |now_ns| (monotonic nanoseconds from the
+// caller's pcp_clock_t), so the same sequence of calls always produces the
+// same state, the same orderings and the same events; the deterministic
+// simulator and the tests rely on that. The fabric endpoint tells the
+// scheduler what it sees (joins, heartbeats, disconnects) and acts on what the
+// scheduler returns (events, lease ids).
+//
+// Model (upstream reference s.5, with the differences listed in
+// docs/decisions.md "sched:"):
+//   - A worker is one device, keyed by its stable id (upstream s.1.4). Its
+//     worker class is derived from its backend (upstream s.5.2).
+//   - A worker is held by at most one thing at a time: one lease or one
+//     reservation slot. A lease belongs to exactly one owner (inference,
+//     training, rl, jobs) and has a scheduler-wide unique id that is never
+//     reused, plus an opaque caller |tag| (job or task id).
+//   - Each owner has a policy: class/target filter, |max_workers| (everything
+//     it holds: leases, detached leases and reservation slots) and
+//     |reserved_workers| (capacity other owners may not take; rule below).
+//   - A reservation holds workers for an owner until |deadline_ns|; commit
+//     turns its workers into leases, release frees them, and a tick after the
+//     deadline expires it (upstream has no expiry).
+//   - When a worker is lost, its lease moves to a free eligible worker if one
+//     exists (REASSIGNED: re-run the work there); otherwise the lease is
+//     DETACHED: it keeps its id, owner and tag but has no worker. A detached
+//     lease comes back to the same worker if that worker rejoins and becomes
+//     ready before the lease's grace deadline with capabilities that still
+//     match (RESUMED); a tick may move it to any other free eligible worker
+//     (REASSIGNED); a tick past the deadline ends it (EXPIRED).
+//
+// Reservation protection rule (upstream s.5.3 rule 4, narrowed): for an owner
+// R with reserved_workers > 0, secured(R) = workers R holds (leased or in a
+// reservation) + READY unheld workers matching R's policy. A lease or
+// reservation by another owner may take a worker w only if w does not match
+// R's policy, or secured(R) stays >= reserved(R) after taking it. Upstream
+// evaluates the whole inequality even when w is irrelevant to R, which blocks
+// every owner as soon as the fleet shrinks below a reservation; we only refuse
+// workers that R could actually use.
+//
+// Threading: a pcp_sched_t is thread-compatible (one owner at a time; the
+// gateway calls it from its loop thread). Ownership: strings passed in are
+// copied; results are written into caller storage; nothing returned borrows
+// from the scheduler.
+
+#ifndef PCP_SCHED_SCHED_H_
+#define PCP_SCHED_SCHED_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//===----------------------------------------------------------------------===//
+// Limits
+//===----------------------------------------------------------------------===//
+
+// Longest worker id and node manager id, in bytes (the sanitized form of
+// upstream s.1.4: [A-Za-z0-9._-] only).
+#define PCP_SCHED_WORKER_ID_MAX_LENGTH 127
+// Longest target name ("sm_80", "gfx942", "host").
+#define PCP_SCHED_TARGET_MAX_LENGTH 31
+// Most workers one acquire or reservation may ask for (upstream
+// worker_count_max, s.5.8).
+#define PCP_SCHED_REQUEST_WORKER_COUNT_MAX 1024u
+// Hard ceiling on pcp_sched_options_t.max_workers.
+#define PCP_SCHED_REGISTRY_WORKER_COUNT_MAX 65536u
+// pcp_sched_owner_policy_t.max_workers meaning "no limit" (upstream default).
+#define PCP_SCHED_UNLIMITED UINT32_MAX
+
+//===----------------------------------------------------------------------===//
+// Vocabulary
+//===----------------------------------------------------------------------===//
+
+typedef enum pcp_sched_backend_e {
+  PCP_SCHED_BACKEND_CPU = 0,
+  PCP_SCHED_BACKEND_CUDA = 1,
+  PCP_SCHED_BACKEND_ROCM = 2,
+  PCP_SCHED_BACKEND_VULKAN = 3,
+  PCP_SCHED_BACKEND_METAL = 4,
+  PCP_SCHED_BACKEND_COUNT_ = 5,
+} pcp_sched_backend_t;
+
+// Upstream's worker class: ANY in a policy or constraint, otherwise the class
+// of a worker is its backend (s.5.2). Kept as its own enum so that ANY cannot
+// be reported by a worker.
+typedef enum pcp_sched_worker_class_e {
+  PCP_SCHED_WORKER_CLASS_ANY = 0,
+  PCP_SCHED_WORKER_CLASS_CPU = 1,
+  PCP_SCHED_WORKER_CLASS_CUDA = 2,
+  PCP_SCHED_WORKER_CLASS_ROCM = 3,
+  PCP_SCHED_WORKER_CLASS_VULKAN = 4,
+  PCP_SCHED_WORKER_CLASS_METAL = 5,
+  PCP_SCHED_WORKER_CLASS_COUNT_ = 6,
+} pcp_sched_worker_class_t;
+
+// JOINING: registered, not schedulable yet (handshake, program set-up).
+// READY: schedulable and holds nothing. BUSY: holds a lease or a reservation
+// slot. DRAINING: keeps what it holds, gets nothing new. LOST: silent or
+// disconnected; holds nothing; keeps its identity until removed.
+typedef enum pcp_sched_worker_state_e {
+  PCP_SCHED_WORKER_STATE_JOINING = 0,
+  PCP_SCHED_WORKER_STATE_READY = 1,
+  PCP_SCHED_WORKER_STATE_BUSY = 2,
+  PCP_SCHED_WORKER_STATE_DRAINING = 3,
+  PCP_SCHED_WORKER_STATE_LOST = 4,
+  PCP_SCHED_WORKER_STATE_COUNT_ = 5,
+} pcp_sched_worker_state_t;
+
+// Upstream's fixed owners (inference 0, training 1, rl 2) plus generic jobs.
+typedef enum pcp_sched_owner_e {
+  PCP_SCHED_OWNER_INFERENCE = 0,
+  PCP_SCHED_OWNER_TRAINING = 1,
+  PCP_SCHED_OWNER_RL = 2,
+  PCP_SCHED_OWNER_JOBS = 3,
+  PCP_SCHED_OWNER_COUNT_ = 4,
+} pcp_sched_owner_t;
+
+// Lower-case names ("cuda", "ready", "training"); "unknown" out of range.
+const char* pcp_sched_backend_name(pcp_sched_backend_t backend);
+const char* pcp_sched_worker_class_name(pcp_sched_worker_class_t worker_class);
+const char* pcp_sched_worker_state_name(pcp_sched_worker_state_t state);
+const char* pcp_sched_owner_name(pcp_sched_owner_t owner);
+// Parse the names above. False when unknown.
+bool pcp_sched_backend_parse(pcp_string_view_t name,
+                             pcp_sched_backend_t* out_backend);
+bool pcp_sched_worker_class_parse(pcp_string_view_t name,
+                                  pcp_sched_worker_class_t* out_class);
+bool pcp_sched_owner_parse(pcp_string_view_t name,
+                           pcp_sched_owner_t* out_owner);
+// The class a worker with |backend| reports (never ANY).
+pcp_sched_worker_class_t pcp_sched_worker_class_from_backend(
+    pcp_sched_backend_t backend);
+
+// A worker id held by value, so that results never borrow scheduler memory.
+typedef struct pcp_sched_worker_id_t {
+  char value[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+} pcp_sched_worker_id_t;
+
+//===----------------------------------------------------------------------===//
+// Scheduler lifetime
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_sched_options_t {
+  // Registry size (1..PCP_SCHED_REGISTRY_WORKER_COUNT_MAX). LOST workers
+  // count until removed; a join into a full registry evicts the worker lost
+  // longest ago, and fails with RESOURCE_EXHAUSTED only if none is lost.
+  uint32_t max_workers;
+  // Live leases, attached or detached (>= 1).
+  uint32_t max_leases;
+  // Open reservations (>= 1).
+  uint32_t max_reservations;
+  // A worker whose last heartbeat is this old is marked lost by the next
+  // tick. 0 disables the sweep (the caller marks workers lost itself).
+  int64_t heartbeat_timeout_ns;
+  // How long a detached lease waits for a worker (its own, rejoining, or any
+  // other that fits) before a tick ends it. >= 0.
+  int64_t lease_rejoin_grace_ns;
+} pcp_sched_options_t;
+
+// Defaults: 1024 workers, 2048 leases, 64 reservations, 10 s heartbeat
+// timeout, 30 s rejoin grace.
+void pcp_sched_options_initialize(pcp_sched_options_t* out_options);
+
+typedef struct pcp_sched_t pcp_sched_t;
+
+// Creates an empty scheduler; every owner starts with the policy {ANY, no
+// target, reserved 0, max unlimited}. All memory is allocated here, up front,
+// from |allocator|; no later call allocates. Returns INVALID_ARGUMENT for
+// options out of range, RESOURCE_EXHAUSTED when allocation fails.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_create(const pcp_sched_options_t* options, pcp_allocator_t allocator,
+                 pcp_sched_t** out_sched);
+
+// Frees |sched| (NULL is a no-op).
+void pcp_sched_release(pcp_sched_t* sched);
+
+//===----------------------------------------------------------------------===//
+// Owner policies
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_sched_owner_policy_t {
+  pcp_sched_worker_class_t worker_class;  // ANY or one class
+  // Required target, NULL or "" for any. A worker with no target never
+  // matches a policy that names one (upstream s.5.2). Copied.
+  const char* target;
+  uint32_t reserved_workers;  // <= max_workers
+  uint32_t max_workers;       // PCP_SCHED_UNLIMITED for no limit
+} pcp_sched_owner_policy_t;
+
+// Replaces |owner|'s policy. INVALID_ARGUMENT for a bad owner, class, target
+// or reserved > max; FAILED_PRECONDITION when |max_workers| is below what the
+// owner already holds or a held worker would no longer match (release first).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_owner_policy_set(pcp_sched_t* sched, pcp_sched_owner_t owner,
+                           const pcp_sched_owner_policy_t* policy);
+
+typedef struct pcp_sched_owner_stats_t {
+  uint32_t leased_workers;    // leases with a worker
+  uint32_t detached_leases;   // leases waiting for a worker
+  uint32_t reserved_slots;    // workers held by the owner's reservations
+  uint32_t reserved_workers;  // policy
+  uint32_t max_workers;       // policy
+  // Workers the owner could additionally lease right now under its policy
+  // alone (upstream "available", computed greedily with the protection rule).
+  uint32_t available_workers;
+} pcp_sched_owner_stats_t;
+
+// INVALID_ARGUMENT for a bad owner.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_owner_stats_query(const pcp_sched_t* sched, pcp_sched_owner_t owner,
+                            pcp_sched_owner_stats_t* out_stats);
+
+// Writes |owner|'s live lease ids (attached and detached) in ascending order.
+// |out_count| receives the total; RESOURCE_EXHAUSTED (nothing written past
+// |capacity|) when it exceeds |capacity|.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_owner_leases_list(
+    const pcp_sched_t* sched, pcp_sched_owner_t owner, uint64_t* out_lease_ids,
+    size_t capacity, size_t* out_count);
+
+//===----------------------------------------------------------------------===//
+// Events
+//===----------------------------------------------------------------------===//
+
+typedef enum pcp_sched_event_kind_e {
+  PCP_SCHED_EVENT_NONE = 0,
+  // A silent worker was marked lost by a tick; it held nothing.
+  PCP_SCHED_EVENT_WORKER_LOST = 1,
+  // The lease moved from |worker_id| (lost, or absent for a detached lease)
+  // to |new_worker_id|: re-run the lease's work there.
+  PCP_SCHED_EVENT_LEASE_REASSIGNED = 2,
+  // |worker_id| was lost and no worker was free: the lease waits.
+  PCP_SCHED_EVENT_LEASE_DETACHED = 3,
+  // The lease's own worker came back in time and holds it again.
+  PCP_SCHED_EVENT_LEASE_RESUMED = 4,
+  // A detached lease passed its grace deadline and no longer exists.
+  PCP_SCHED_EVENT_LEASE_EXPIRED = 5,
+  // A reservation passed its deadline uncommitted; its workers are free.
+  PCP_SCHED_EVENT_RESERVATION_EXPIRED = 6,
+  // A reserved worker was lost with no replacement free: the whole
+  // reservation is gone and its other workers are free.
+  PCP_SCHED_EVENT_RESERVATION_BROKEN = 7,
+} pcp_sched_event_kind_t;
+
+typedef struct pcp_sched_event_t {
+  pcp_sched_event_kind_t kind;
+  pcp_sched_owner_t owner;          // LEASE_* and RESERVATION_*
+  uint64_t lease_id;                // LEASE_*; 0 otherwise
+  uint64_t reservation_id;          // RESERVATION_*; 0 otherwise
+  uint64_t tag;                     // the lease's or reservation's caller tag
+  bool worker_lost;                 // the event comes from |worker_id|'s loss
+  pcp_sched_worker_id_t worker_id;  // the worker the event is about
+  pcp_sched_worker_id_t new_worker_id;  // REASSIGNED, RESUMED: new holder
+} pcp_sched_event_t;
+
+const char* pcp_sched_event_kind_name(pcp_sched_event_kind_t kind);
+
+// Advances time to |now_ns|: marks silent workers lost, expires reservations
+// and detached leases past their deadlines, then moves detached leases onto
+// free eligible workers, in that order and each in ascending id order. Writes
+// one event per change into |out_events|; when |capacity| fills up it stops
+// before the next change, so a caller that sees *out_count == capacity calls
+// again with the same |now_ns| to continue. INVALID_ARGUMENT only for a NULL
+// |out_events| or a zero |capacity| (which could never make progress).
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_tick(pcp_sched_t* sched,
+                                                int64_t now_ns,
+                                                pcp_sched_event_t* out_events,
+                                                size_t capacity,
+                                                size_t* out_count);
+
+//===----------------------------------------------------------------------===//
+// Worker registry
+//===----------------------------------------------------------------------===//
+
+// What a worker reports when it joins (fabric JOIN). Strings are copied.
+typedef struct pcp_sched_worker_info_t {
+  const char* id;  // stable id, [A-Za-z0-9._-], 1..127 bytes
+  pcp_sched_backend_t backend;
+  const char* target;  // NULL or "" when the worker has none
+  int32_t device_id;   // >= 0
+  uint64_t device_memory_bytes;
+  const char* node_manager_id;  // NULL or "" when unmanaged
+} pcp_sched_worker_info_t;
+
+// Registers a worker in JOINING with its heartbeat at |now_ns|. A known id in
+// state LOST rejoins: same identity and history, capabilities replaced by
+// |info|. INVALID_ARGUMENT for a malformed |info|; ALREADY_EXISTS for a known
+// id that is not LOST (mark it lost first); RESOURCE_EXHAUSTED when the
+// registry is full and no LOST worker can be evicted.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_worker_join(
+    pcp_sched_t* sched, const pcp_sched_worker_info_t* info, int64_t now_ns);
+
+// JOINING -> READY (DRAINING -> READY/BUSY undoes a drain). If a detached
+// lease last held by this worker is still inside its grace deadline and the
+// worker still matches the lease's constraint and owner policy, the lowest
+// such lease id is attached again and |out_event| (optional) gets
+// LEASE_RESUMED; otherwise its kind is NONE. NOT_FOUND for an unknown id;
+// FAILED_PRECONDITION from READY, BUSY or LOST.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_worker_ready(pcp_sched_t* sched, const char* worker_id,
+                       int64_t now_ns, pcp_sched_event_t* out_event);
+
+// Replaces the capabilities of a worker that holds nothing (the id in |info|
+// names it). NOT_FOUND; INVALID_ARGUMENT for a malformed |info|;
+// FAILED_PRECONDITION while it holds a lease or reservation slot, or is LOST.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_worker_update(
+    pcp_sched_t* sched, const pcp_sched_worker_info_t* info);
+
+// Records a heartbeat at |now_ns| with the worker's load in permille (0..1000,
+// used to order candidates). NOT_FOUND; FAILED_PRECONDITION when LOST (a lost
+// worker must rejoin); INVALID_ARGUMENT for load > 1000.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_worker_heartbeat(pcp_sched_t* sched, const char* worker_id,
+                           int64_t now_ns, uint32_t load_permille);
+
+// READY/BUSY -> DRAINING: keeps what it holds, never gets anything new.
+// NOT_FOUND; FAILED_PRECONDITION from JOINING or LOST. Draining twice is OK.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_worker_drain(pcp_sched_t* sched,
+                                                        const char* worker_id);
+
+// Marks a worker LOST (connection closed, or the caller's own timeout). What
+// it held is handled as described at the top and reported in |out_event|
+// (optional): LEASE_REASSIGNED or LEASE_DETACHED for a lease, nothing or
+// RESERVATION_BROKEN for a reservation slot (a free worker silently takes
+// the slot), NONE when it held nothing. A worker holds at most one thing, so
+// one event is the whole list. NOT_FOUND; FAILED_PRECONDITION if already
+// LOST.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_worker_mark_lost(pcp_sched_t* sched, const char* worker_id,
+                           int64_t now_ns, pcp_sched_event_t* out_event);
+
+// Forgets a worker. One that is not LOST is marked lost first (|out_event| as
+// for mark_lost). Detached leases it last held can no longer resume on it but
+// may still be reassigned by a tick. NOT_FOUND.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_worker_remove(pcp_sched_t* sched, const char* worker_id,
+                        int64_t now_ns, pcp_sched_event_t* out_event);
+
+typedef struct pcp_sched_worker_status_t {
+  pcp_sched_worker_id_t id;
+  pcp_sched_backend_t backend;
+  pcp_sched_worker_class_t worker_class;
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];  // "" when none
+  int32_t device_id;
+  uint64_t device_memory_bytes;
+  pcp_sched_worker_id_t node_manager_id;  // "" when none
+  pcp_sched_worker_state_t state;
+  int64_t last_heartbeat_ns;
+  int64_t lost_at_ns;  // when last marked lost; 0 if never
+  uint32_t load_permille;
+  uint64_t lease_id;        // 0 when not leased
+  pcp_sched_owner_t owner;  // meaningful when lease_id or reservation_id != 0
+  uint64_t reservation_id;  // 0 when not in a reservation
+  uint64_t lease_grant_count;  // leases ever attached to this worker
+} pcp_sched_worker_status_t;
+
+// NOT_FOUND for an unknown id.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_worker_query(const pcp_sched_t* sched, const char* worker_id,
+                       pcp_sched_worker_status_t* out_status);
+
+// Registered workers in |state|, or all of them for
+// PCP_SCHED_WORKER_STATE_COUNT_.
+uint32_t pcp_sched_worker_count(const pcp_sched_t* sched,
+                                pcp_sched_worker_state_t state);
+
+//===----------------------------------------------------------------------===//
+// Capability matching
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_sched_constraint_t {
+  pcp_sched_worker_class_t worker_class;  // ANY or one class
+  const char* target;                     // NULL or "" for any
+  uint64_t min_device_memory_bytes;
+  uint32_t worker_count;  // workers wanted (acquire, reserve); 1..1024
+} pcp_sched_constraint_t;
+
+// Writes the ids of READY workers that hold nothing and satisfy |constraint|
+// (its worker_count is ignored), ordered by reported load, then device memory
+// (smallest that fits first, keeping large devices for large requests), then
+// id. Owner policies are not applied here; acquire applies them.
+// |out_count| receives the total; RESOURCE_EXHAUSTED when it exceeds
+// |capacity| (the first |capacity| are written). INVALID_ARGUMENT for a bad
+// constraint.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_match(
+    const pcp_sched_t* sched, const pcp_sched_constraint_t* constraint,
+    pcp_sched_worker_id_t* out_worker_ids, size_t capacity, size_t* out_count);
+
+//===----------------------------------------------------------------------===//
+// Leases
+//===----------------------------------------------------------------------===//
+
+// Leases constraint->worker_count workers to |owner|, all or nothing. A
+// candidate must match |constraint| and the owner's policy and pass the
+// protection rule; candidates that no other owner's reservation needs are
+// taken first, then in pcp_sched_match order. Lease ids are written to
+// |out_lease_ids| (capacity >= worker_count) in ascending order.
+// INVALID_ARGUMENT: bad owner or constraint, worker_count 0 or > 1024, small
+// |capacity|. RESOURCE_EXHAUSTED: the owner's max_workers or the lease table
+// would overflow. UNAVAILABLE: not enough eligible workers (nothing leased).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_lease_acquire(pcp_sched_t* sched, pcp_sched_owner_t owner,
+                        const pcp_sched_constraint_t* constraint, uint64_t tag,
+                        uint64_t* out_lease_ids, size_t capacity);
+
+// Ends a lease; its worker (if any) becomes READY (or stays DRAINING).
+// NOT_FOUND for an id that is not live (never issued, released, expired);
+// ids are never reused, so a double release is always NOT_FOUND.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_lease_release(pcp_sched_t* sched,
+                                                         uint64_t lease_id);
+
+// Moves a live lease to |new_owner| (same id, worker and tag). NOT_FOUND;
+// INVALID_ARGUMENT for a bad owner; RESOURCE_EXHAUSTED past the new owner's
+// max_workers; FAILED_PRECONDITION when the worker does not match the new
+// owner's policy. Transferring to the current owner is a no-op.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_lease_transfer(
+    pcp_sched_t* sched, uint64_t lease_id, pcp_sched_owner_t new_owner);
+
+typedef struct pcp_sched_lease_status_t {
+  uint64_t lease_id;
+  pcp_sched_owner_t owner;
+  uint64_t tag;
+  bool detached;                    // no worker right now
+  pcp_sched_worker_id_t worker_id;  // holder, or the last holder if detached
+  int64_t detached_deadline_ns;     // when detached: expiry at this time
+} pcp_sched_lease_status_t;
+
+// NOT_FOUND for an id that is not live.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_lease_query(const pcp_sched_t* sched, uint64_t lease_id,
+                      pcp_sched_lease_status_t* out_status);
+
+//===----------------------------------------------------------------------===//
+// Reservations (two-phase placement, upstream s.5.5)
+//===----------------------------------------------------------------------===//
+
+// Holds constraint->worker_count workers for |owner| until |deadline_ns|
+// (> now_ns), chosen as acquire chooses. Reserved workers count against the
+// owner's max_workers and are BUSY. INVALID_ARGUMENT as for acquire and for a
+// deadline not after |now_ns|; RESOURCE_EXHAUSTED past max_workers or the
+// reservation table; UNAVAILABLE when not enough workers are eligible.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_reservation_reserve(
+    pcp_sched_t* sched, pcp_sched_owner_t owner,
+    const pcp_sched_constraint_t* constraint, uint64_t tag, int64_t now_ns,
+    int64_t deadline_ns, uint64_t* out_reservation_id);
+
+// Turns the reservation into one lease per worker (ids ascending in
+// |out_lease_ids|, capacity >= its worker count) carrying the reservation's
+// tag. NOT_FOUND for an unknown, released, expired or broken reservation;
+// DEADLINE_EXCEEDED when |now_ns| >= its deadline (the reservation is released
+// then, not left for the tick); INVALID_ARGUMENT for a small |capacity|;
+// RESOURCE_EXHAUSTED when the lease table cannot take them (the reservation
+// stays open).
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_reservation_commit(
+    pcp_sched_t* sched, uint64_t reservation_id, int64_t now_ns,
+    uint64_t* out_lease_ids, size_t capacity);
+
+// Frees the reservation's workers. NOT_FOUND as for commit.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_reservation_release(pcp_sched_t* sched, uint64_t reservation_id);
+
+typedef struct pcp_sched_reservation_status_t {
+  uint64_t reservation_id;
+  pcp_sched_owner_t owner;
+  uint64_t tag;
+  uint32_t worker_count;
+  int64_t deadline_ns;
+} pcp_sched_reservation_status_t;
+
+// NOT_FOUND for a reservation that is not open.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_reservation_query(const pcp_sched_t* sched, uint64_t reservation_id,
+                            pcp_sched_reservation_status_t* out_status);
+
+//===----------------------------------------------------------------------===//
+// Debug checking
+//===----------------------------------------------------------------------===//
+
+// Recomputes every invariant from scratch (O(workers + leases +
+// reservations)) and returns INTERNAL naming the first one broken, or OK:
+//   - ids unique and well-formed; registry, lease and reservation counts
+//     within their bounds;
+//   - every worker holds at most one lease or one reservation slot, and the
+//     links are mutual (a worker is leased to at most one owner, a lease is on
+//     at most one worker);
+//   - state agrees with holdings (READY and JOINING and LOST hold nothing,
+//     BUSY holds something);
+//   - a leased or reserved worker matches its lease's or reservation's
+//     constraint; each reservation holds exactly its worker count;
+//   - every owner holds at most its max_workers; cached counters equal a
+//     recount; lease ids are below the next id to issue.
+// For tests and the simulator, after every step (TigerBeetle's checkers).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sched_check_invariants(const pcp_sched_t* sched);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // PCP_SCHED_SCHED_H_
