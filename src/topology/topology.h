@@ -2467,6 +2467,84 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_analysis_report_format(
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_analysis_report_format_json(
     const pcp_topology_analysis_report_t* report, pcp_string_builder_t* builder);
 
+//===----------------------------------------------------------------------===//
+// Solving and protocols: coverage metadata (coverage.c)
+//===----------------------------------------------------------------------===//
+
+// One protocol surface and the task whose carrier covers it (-1: none).
+typedef struct pcp_topology_coverage_path_t {
+  const char* id;      // "scheduling.decision.admission"
+  int32_t task;        // pcp_topology_task_kind_t or -1
+  const char* source;  // the definition it stands for
+  bool design_only;    // not implemented yet (the global job)
+} pcp_topology_coverage_path_t;
+
+// The 31 default paths (static).
+const pcp_topology_coverage_path_t* pcp_topology_coverage_default_paths(
+    size_t* out_count);
+// The path ids a task claims.
+size_t pcp_topology_task_coverage_paths(pcp_topology_task_kind_t kind,
+                                        const char* const** out_ids);
+
+typedef struct pcp_topology_coverage_summary_t {
+  size_t total;
+  size_t implemented;  // not design-only
+  size_t covered;      // implemented with a task
+  size_t design_only;
+  size_t uncovered;    // implemented without a task
+} pcp_topology_coverage_summary_t;
+
+void pcp_topology_coverage_summarize(const pcp_topology_coverage_path_t* paths,
+                                     size_t count,
+                                     pcp_topology_coverage_summary_t* out);
+// Task metadata (MissingTaskCoveragePaths, UnexpectedDesignOnlyTask,
+// StaleTaskCoveragePath, TaskCoveragePathUnmapped, TaskCoveragePathMismatch,
+// TaskCoverageDesignOnlyMismatch), the path list (empty fields,
+// DuplicateCoveragePath) and, when |strict|, every implemented path covered
+// (UncoveredImplementedProductionPath).
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_coverage_validate(
+    const pcp_topology_coverage_path_t* paths, size_t count, bool strict);
+// The CI text: "pcp topology coverage summary: total=.. implemented=..
+// covered=.. design_only=.. uncovered=..", one line per task
+// "- <task>: paths=N evidence=<e>[ design_only=true]", then
+// "- uncovered: <id> source=<src>" per uncovered implemented path.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_coverage_summary_format(
+    const pcp_topology_coverage_path_t* paths, size_t count,
+    pcp_string_builder_t* builder);
+
+typedef enum pcp_topology_message_aspect_e {
+  PCP_TOPOLOGY_MESSAGE_ASPECT_ENTRY = 0,
+  PCP_TOPOLOGY_MESSAGE_ASPECT_FAMILY = 1,
+  PCP_TOPOLOGY_MESSAGE_ASPECT_HANDLER = 2,
+} pcp_topology_message_aspect_t;
+
+typedef enum pcp_topology_global_job_state_e {
+  PCP_TOPOLOGY_GLOBAL_JOB_SUBMITTED = 0,
+  PCP_TOPOLOGY_GLOBAL_JOB_ROUTED = 1,
+  PCP_TOPOLOGY_GLOBAL_JOB_PARTIALLY_COMMITTED = 2,
+  PCP_TOPOLOGY_GLOBAL_JOB_ROLLED_BACK = 3,
+  PCP_TOPOLOGY_GLOBAL_JOB_STATUS_POLLED = 4,
+  PCP_TOPOLOGY_GLOBAL_JOB_CANCELED = 5,
+} pcp_topology_global_job_state_t;
+
+// Coverage path of a protocol value; NULL when it maps nowhere (unknown
+// messages, a message without worker handler for HANDLER, unknown
+// federation operations).
+const char* pcp_topology_coverage_path_for_message(
+    const pcp_topology_message_entry_t* entry,
+    pcp_topology_message_aspect_t aspect);
+const char* pcp_topology_coverage_path_for_federation_operation(
+    const char* name);
+const char* pcp_topology_coverage_path_for_sched_decision(
+    pcp_topology_sched_decision_t decision);
+const char* pcp_topology_coverage_path_for_sched_violation(
+    pcp_topology_sched_violation_t violation);
+const char* pcp_topology_coverage_path_for_decoupled_action(
+    pcp_topology_decoupled_action_kind_t action);
+const char* pcp_topology_coverage_path_for_rda_violation(const char* name);
+const char* pcp_topology_coverage_path_for_global_job_state(
+    pcp_topology_global_job_state_t state);
+
 #ifdef __cplusplus
 }
 #endif
