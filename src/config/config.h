@@ -60,6 +60,8 @@ typedef uint32_t pcp_config_flags_t;
 enum pcp_config_flag_bits_e {
   PCP_CONFIG_FLAG_NONE = 0,
   // Must be given (on the CLI or in JSON); validation names it otherwise.
+  // Checked for STRING (NULL or ""), STRING_LIST (empty) and OBJECT (absent);
+  // numbers, bools and enums always hold a value, so give them a default.
   PCP_CONFIG_FLAG_REQUIRED = 1u << 0,
   // Only on the command line (mode switches, --help-like flags).
   PCP_CONFIG_FLAG_CLI_ONLY = 1u << 1,
@@ -108,8 +110,10 @@ typedef struct pcp_config_table_t {
   pcp_status_t (*validate)(const void* config);
 } pcp_config_table_t;
 
-// Sets every field to its default (parsed from text). |config| is zeroed
-// first. Fails only when a default does not parse (a bug in the table).
+// Sets every field to its default (parsed from text). Every field the table
+// describes is zeroed first (the table does not know the struct's size, so
+// members outside it are left alone; callers zero the struct when it holds
+// any). Fails only when a default does not parse (a bug in the table).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_config_initialize(const pcp_config_table_t* table, void* config);
 
@@ -135,8 +139,10 @@ pcp_config_parse_argv(const pcp_config_table_t* table, int argc, char** argv,
 
 // Applies a JSON object (text of |byte_length| bytes) on top of |config|.
 // Keys not in the table are ignored and, when |out_unknown_keys| is not NULL,
-// appended to it. Wrong types and out-of-range values are INVALID_ARGUMENT
-// naming the key ("gateway config: key 'api_port': expected an integer").
+// appended to it (nested ones as "parent.key"). `null` returns a field to its
+// default; duplicate keys are INVALID_ARGUMENT. Wrong types and out-of-range
+// values are INVALID_ARGUMENT naming the key ("gateway config: key 'api_port':
+// expected an integer").
 PCP_MUST_USE_RESULT pcp_status_t pcp_config_parse_json(
     const pcp_config_table_t* table, const char* text, size_t byte_length,
     void* config, pcp_string_list_t* out_unknown_keys);
@@ -146,7 +152,8 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_config_load_json_file(const pcp_config_table_t* table, const char* path,
                           void* config, pcp_string_list_t* out_unknown_keys);
 
-// Checks REQUIRED fields, per-field validate hooks, then table->validate.
+// Checks REQUIRED fields, per-field validate hooks, then table->validate,
+// recursing into present OBJECT fields. Returns the first failure.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_config_validate(const pcp_config_table_t* table, const void* config);
 
