@@ -475,6 +475,78 @@ static pcp_status_t series_create(pcp_obs_family_t* family,
   return pcp_ok_status();
 }
 
+// Length of the valid UTF-8 sequence at |p| (1-4), or 0 when the bytes
+// there are not one (overlong forms, surrogates and values past U+10FFFF
+// included).
+static size_t utf8_sequence_length(const unsigned char* p) {
+  unsigned char c = p[0];
+  if (c < 0x80) {
+    return 1;
+  }
+  size_t length = 0;
+  uint32_t code_point = 0;
+  if ((c & 0xE0) == 0xC0) {
+    length = 2;
+    code_point = c & 0x1Fu;
+  } else if ((c & 0xF0) == 0xE0) {
+    length = 3;
+    code_point = c & 0x0Fu;
+  } else if ((c & 0xF8) == 0xF0) {
+    length = 4;
+    code_point = c & 0x07u;
+  } else {
+    return 0;
+  }
+  for (size_t i = 1; i < length; ++i) {
+    if ((p[i] & 0xC0) != 0x80) {
+      return 0;  // also stops at the NUL terminator
+    }
+    code_point = (code_point << 6) | (p[i] & 0x3Fu);
+  }
+  static const uint32_t kMinimum[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (code_point < kMinimum[length] || code_point > 0x10FFFF ||
+      (code_point >= 0xD800 && code_point <= 0xDFFF)) {
+    return 0;
+  }
+  return length;
+}
+
+static bool utf8_valid(const char* value) {
+  const unsigned char* p = (const unsigned char*)value;
+  while (*p) {
+    size_t n = utf8_sequence_length(p);
+    if (n == 0) {
+      return false;
+    }
+    p += n;
+  }
+  return true;
+}
+
+// Writes |value| with every byte that does not start a valid sequence
+// replaced by U+FFFD. |out| holds at least 3 * strlen(value) + 1 bytes.
+static void utf8_sanitize(const char* value, char* out) {
+  const unsigned char* p = (const unsigned char*)value;
+  while (*p) {
+    size_t n = utf8_sequence_length(p);
+    if (n == 0) {
+      memcpy(out, "\xEF\xBF\xBD", 3);
+      out += 3;
+      ++p;
+    } else {
+      memcpy(out, p, n);
+      out += n;
+      p += n;
+    }
+  }
+  *out = 0;
+}
+
+static pcp_status_t series_find_or_create(pcp_obs_family_t* family,
+                                          const char* const* label_values,
+                                          size_t label_count,
+                                          pcp_obs_series_t** out_series);
+
 pcp_status_t pcp_obs_family_series_get(pcp_obs_family_t* family,
                                        const char* const* label_values,
                                        pcp_obs_series_t** out_series) {
@@ -487,20 +559,51 @@ pcp_status_t pcp_obs_family_series_get(pcp_obs_family_t* family,
                            "metric '%s': %zu label values needed",
                            family->def->name, label_count);
   }
+  bool all_valid = true;
+  size_t sanitized_bytes = 0;
   for (size_t i = 0; i < label_count; ++i) {
     if (!label_values[i]) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "metric '%s': value of label '%s' is missing",
                              family->def->name, family->def->label_names[i]);
     }
-    if (strlen(label_values[i]) > PCP_OBS_MAX_LABEL_VALUE_BYTES) {
+    size_t length = strlen(label_values[i]);
+    if (length > PCP_OBS_MAX_LABEL_VALUE_BYTES) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "metric '%s': value of label '%s' is longer "
                              "than %d bytes",
                              family->def->name, family->def->label_names[i],
                              PCP_OBS_MAX_LABEL_VALUE_BYTES);
     }
+    all_valid = all_valid && utf8_valid(label_values[i]);
+    sanitized_bytes += 3 * length + 1;
   }
+  if (all_valid) {
+    return series_find_or_create(family, label_values, label_count, out_series);
+  }
+  // The exposition format is UTF-8 and one bad byte makes scrapers reject
+  // the whole page, so values from peers are repaired (U+FFFD) here, once,
+  // before the lookup: the same bad input always maps to the same series.
+  char* scratch = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
+      family->registry->allocator, sanitized_bytes, (void**)&scratch));
+  const char* fixed[PCP_OBS_MAX_LABELS];
+  char* at = scratch;
+  for (size_t i = 0; i < label_count; ++i) {
+    utf8_sanitize(label_values[i], at);
+    fixed[i] = at;
+    at += strlen(at) + 1;
+  }
+  pcp_status_t status =
+      series_find_or_create(family, fixed, label_count, out_series);
+  pcp_allocator_free(family->registry->allocator, scratch);
+  return status;
+}
+
+static pcp_status_t series_find_or_create(pcp_obs_family_t* family,
+                                          const char* const* label_values,
+                                          size_t label_count,
+                                          pcp_obs_series_t** out_series) {
   uint64_t hash = hash_labels(label_values, label_count);
   pcp_status_t status = pcp_ok_status();
   pthread_mutex_lock(&family->mutex);

@@ -233,6 +233,41 @@ static void label_values_are_escaped_and_checked(void** state) {
   free(long_value);
 }
 
+static void invalid_utf8_label_values_are_repaired(void** state) {
+  fixture_t* f = *state;
+  pcp_obs_series_t* a = NULL;
+  pcp_obs_series_t* b = NULL;
+  // A stray byte, a truncated sequence, an overlong '/', a surrogate.
+  const char* bad[] = {"x\xffy", "\xe2\x82", "\xc0\xaf", "\xed\xa0\x80"};
+  const char* expected[] = {"x\xEF\xBF\xBDy", "\xEF\xBF\xBD\xEF\xBF\xBD",
+                            "\xEF\xBF\xBD\xEF\xBF\xBD",
+                            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(bad); ++i) {
+    assert_null(pcp_obs_family_series_get(f->families[kPathHits],
+                                          (const char*[]){bad[i]}, &a));
+    assert_null(pcp_obs_family_series_get(f->families[kLatency],
+                                          (const char*[]){bad[i]}, &b));
+    pcp_obs_series_t* again = NULL;
+    assert_null(pcp_obs_family_series_get(f->families[kLatency],
+                                          (const char*[]){bad[i]}, &again));
+    assert_ptr_equal(b, again);  // same bad input, same series
+    pcp_obs_histogram_observe(b, 1);
+    char* text = render(f->registry);
+    char needle[64];
+    snprintf(needle, sizeof(needle), "{path=\"%s\"}", expected[i]);
+    assert_contains(text, needle);
+    free(text);
+  }
+  // Valid multi-byte text is kept as is.
+  assert_null(pcp_obs_family_series_get(
+      f->families[kLatency], (const char*[]){"caf\xc3\xa9 \xf0\x9f\x9a\x80"},
+      &b));
+  pcp_obs_histogram_observe(b, 1);
+  char* text = render(f->registry);
+  assert_contains(text, "{path=\"caf\xc3\xa9 \xf0\x9f\x9a\x80\"}");
+  free(text);
+}
+
 static void histograms_are_cumulative(void** state) {
   fixture_t* f = *state;
   pcp_obs_series_t* series = NULL;
@@ -340,6 +375,8 @@ static void promtool_accepts_rendering(void** state) {
   fixture_t* f = *state;
   pcp_obs_family_add(f->families[kRequests],
                      (const char*[]){"GET", "a\"b\\c\nd"}, 3);
+  pcp_obs_family_add(f->families[kRequests],
+                     (const char*[]){"GET", "bad\xff\xfeutf8"}, 1);
   pcp_obs_family_set(f->families[kInflight], NULL, -2.75);
   pcp_obs_family_observe(f->families[kLatency], (const char*[]){"/x"}, 0.3);
   pcp_obs_family_observe(f->families[kDefaultHistogram], NULL, 12);
@@ -534,6 +571,7 @@ int main(void) {
       T(registration_validates_names),
       T(counters_and_gauges),
       T(label_values_are_escaped_and_checked),
+      T(invalid_utf8_label_values_are_repaired),
       T(histograms_are_cumulative),
       T(series_cap_counts_drops),
       T(render_respects_builder_cap),

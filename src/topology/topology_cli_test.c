@@ -189,7 +189,9 @@ static void test_subdivide_rejects_bad_usage(void** state) {
          "allowed: barycentric, chromatic");
   expect("topo subdivide --kind chromatic --dim 9", 2, "--dim");
   expect("topo subdivide --kind chromatic --dim 6 --rounds 5", 2,
-         "facets (the limit)");
+         "simplices (the limit)");
+  expect("topo subdivide --kind barycentric --dim 5 --rounds 2", 2,
+         "simplices (the limit)");
   expect("topo subdivide --kind chromatic --dim 2 stray", 2, "stray");
 }
 
