@@ -531,6 +531,155 @@ static void test_simplicial_carrier_maps_validate_strict_rigid_chromatic(
   pcp_topology_complex_release(input);
 }
 
+static void test_carrier_map_validation_names_each_broken_rule(void** state) {
+  (void)state;
+  pcp_topology_complex_t* input = make_complex();
+  ADD(input, P(0, 0), P(1, 0));
+  pcp_topology_complex_t* protocol = make_complex();
+  ADD(protocol, Q(0, 1), Q(1, 1));
+  ADD(protocol, Q(0, 2), Q(1, 2));
+  pcp_topology_carrier_checks_t all = {true, true, true, true};
+  pcp_topology_complex_t* image = make_complex();
+  pcp_topology_vertex_t empty_face[1];
+  pcp_topology_simplex_t empty = pcp_topology_make_simplex(empty_face, 0);
+  pcp_topology_vertex_t a[] = {P(0, 0)}, b[] = {P(1, 0)};
+  pcp_topology_vertex_t ab[] = {P(0, 0), P(1, 0)};
+  pcp_topology_vertex_t stray[] = {P(5, 0)};
+
+  // A simplex outside the domain, and a duplicate entry.
+  pcp_topology_carrier_map_t* carrier = edge_carrier(input, protocol, Q, 1);
+  ADD(image, Q(0, 1));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(stray), image));
+  expect_error(pcp_topology_carrier_map_validate(carrier, all),
+               PCP_TOPOLOGY_ERROR_CARRIER_SIMPLEX_OUTSIDE_DOMAIN);
+  pcp_topology_carrier_map_release(carrier);
+  carrier = edge_carrier(input, protocol, Q, 1);
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(a), image));
+  expect_error(pcp_topology_carrier_map_validate(carrier, all),
+               PCP_TOPOLOGY_ERROR_DUPLICATE_CARRIER_SIMPLEX);
+  pcp_topology_carrier_map_release(carrier);
+
+  // An image outside the codomain.
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_create(input, protocol, ALLOC, &carrier));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(0, 9));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(a), image));
+  expect_error(pcp_topology_carrier_map_validate(carrier, all),
+               PCP_TOPOLOGY_ERROR_COMPLEX_MISMATCH);
+  pcp_topology_carrier_map_release(carrier);
+
+  // {a} -> two points (q0:1, q0:2), {b} -> q1:1, {a,b} -> both edges:
+  // monotone, and rigid (each image is pure of the simplex's dimension).
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_create(input, protocol, ALLOC, &carrier));
+  pcp_topology_complex_clear(image);
+  PCP_CHECK_OK(pcp_topology_complex_add(image, empty, NULL));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, empty, image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(0, 1));
+  ADD(image, Q(0, 2));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(a), image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(1, 1));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(b), image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(0, 1), Q(1, 1));
+  ADD(image, Q(0, 2), Q(1, 2));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(ab), image));
+  pcp_topology_carrier_checks_t monotone = {true, false, false, false};
+  PCP_CHECK_OK(pcp_topology_carrier_map_validate(carrier, monotone));
+  pcp_topology_carrier_checks_t rigid = {true, false, true, false};
+  PCP_CHECK_OK(pcp_topology_carrier_map_validate(carrier, rigid));
+  pcp_topology_carrier_map_release(carrier);
+
+  // Not monotone: {a} reaches q0:2, which {a,b}'s image lacks.
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_create(input, protocol, ALLOC, &carrier));
+  pcp_topology_complex_clear(image);
+  PCP_CHECK_OK(pcp_topology_complex_add(image, empty, NULL));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, empty, image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(0, 2));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(a), image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(1, 1));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(b), image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(0, 1), Q(1, 1));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(ab), image));
+  expect_error(pcp_topology_carrier_map_validate(carrier, monotone),
+               PCP_TOPOLOGY_ERROR_NON_MONOTONIC_CARRIER);
+  pcp_topology_carrier_map_release(carrier);
+
+  // Not rigid: the edge maps to a single point. Not chromatic (though
+  // rigid): {b} maps to a point of a's colour.
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_create(input, protocol, ALLOC, &carrier));
+  pcp_topology_complex_clear(image);
+  PCP_CHECK_OK(pcp_topology_complex_add(image, empty, NULL));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, empty, image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(0, 1));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(a), image));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(b), image));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(ab), image));
+  expect_error(pcp_topology_carrier_map_validate(carrier, rigid),
+               PCP_TOPOLOGY_ERROR_NON_RIGID_CARRIER);
+  pcp_topology_carrier_map_release(carrier);
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_create(input, protocol, ALLOC, &carrier));
+  pcp_topology_complex_clear(image);
+  PCP_CHECK_OK(pcp_topology_complex_add(image, empty, NULL));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, empty, image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(0, 1));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(a), image));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(b), image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(0, 1), Q(1, 1));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(ab), image));
+  PCP_CHECK_OK(pcp_topology_carrier_map_validate(carrier, rigid));
+  pcp_topology_carrier_checks_t chromatic = {true, false, false, true};
+  expect_error(pcp_topology_carrier_map_validate(carrier, chromatic),
+               PCP_TOPOLOGY_ERROR_NON_CHROMATIC_CARRIER);
+  pcp_topology_carrier_map_release(carrier);
+
+  // Not strict: img(a) and img(b) share q0:1 but img(empty) is {empty}.
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_create(input, protocol, ALLOC, &carrier));
+  pcp_topology_complex_clear(image);
+  PCP_CHECK_OK(pcp_topology_complex_add(image, empty, NULL));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, empty, image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(0, 1));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(a), image));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(b), image));
+  pcp_topology_complex_clear(image);
+  ADD(image, Q(0, 1), Q(1, 1));
+  PCP_CHECK_OK(pcp_topology_carrier_map_set(carrier, SIMPLEX(ab), image));
+  pcp_topology_carrier_checks_t strict = {true, true, false, false};
+  expect_error(pcp_topology_carrier_map_validate(carrier, strict),
+               PCP_TOPOLOGY_ERROR_NON_STRICT_CARRIER);
+  pcp_topology_carrier_map_release(carrier);
+
+  // Composition needs an entry for every face of the first image.
+  carrier = edge_carrier(input, protocol, Q, 1);
+  pcp_topology_carrier_map_t* partial = NULL;
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_create(protocol, protocol, ALLOC, &partial));
+  pcp_topology_carrier_map_t* composed = NULL;
+  expect_error(pcp_topology_carrier_map_compose_with_carrier(carrier, partial,
+                                                             ALLOC, &composed),
+               PCP_TOPOLOGY_ERROR_MISSING_CARRIER_SIMPLEX);
+  assert_null(composed);
+  pcp_topology_carrier_map_release(partial);
+  pcp_topology_carrier_map_release(carrier);
+  pcp_topology_complex_release(image);
+  pcp_topology_complex_release(protocol);
+  pcp_topology_complex_release(input);
+}
+
 static void test_carrier_calculus_composes_carrier_maps_and_decision_maps(
     void** state) {
   (void)state;
@@ -907,6 +1056,7 @@ int main(void) {
           test_vertex_maps_reject_non_simplicial_images_and_rigid_collapses),
       cmocka_unit_test(
           test_simplicial_carrier_maps_validate_strict_rigid_chromatic),
+      cmocka_unit_test(test_carrier_map_validation_names_each_broken_rule),
       cmocka_unit_test(
           test_carrier_calculus_composes_carrier_maps_and_decision_maps),
       cmocka_unit_test(test_carried_decision_maps_reject_task_carrier_escapes),
