@@ -2545,6 +2545,73 @@ const char* pcp_topology_coverage_path_for_rda_violation(const char* name);
 const char* pcp_topology_coverage_path_for_global_job_state(
     pcp_topology_global_job_state_t state);
 
+//===----------------------------------------------------------------------===//
+// Solving and protocols: composition (composition.c)
+//===----------------------------------------------------------------------===//
+
+// One projection entry: output vertex (colour, symbol) of one task -> input
+// vertex of the next. Static data.
+typedef struct pcp_topology_projection_pair_t {
+  pcp_topology_color_t from_color;
+  const char* from;
+  pcp_topology_color_t to_color;
+  const char* to;
+} pcp_topology_projection_pair_t;
+
+// Builds the vertex map |from_output| -> |to_input| (VertexRefNotFound for a
+// reference that is not a vertex) and validates it as simplicial; it need
+// not preserve colours.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_projection_create(
+    const pcp_topology_complex_t* from_output,
+    const pcp_topology_complex_t* to_input,
+    const pcp_topology_projection_pair_t* pairs, size_t pair_count,
+    pcp_allocator_t allocator, pcp_topology_vertex_map_t** out_map);
+
+typedef struct pcp_topology_composition_link_t {
+  const pcp_topology_vertex_map_t* projection;  // O_k -> I_k+1
+  const pcp_topology_carrier_map_t* next;       // Delta_k+1
+} pcp_topology_composition_link_t;
+
+// current := (current o projection) then composed with next, for each link
+// (EmptyComposition without links). The result borrows the complexes of
+// |start| and the last link.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_carriers_compose_projected(
+    const pcp_topology_carrier_map_t* start,
+    const pcp_topology_composition_link_t* links, size_t link_count,
+    pcp_allocator_t allocator, pcp_topology_carrier_map_t** out_carrier);
+
+// |detailed| o |projection| refines |abstract|: same inputs
+// (RefinementDomainMismatch) and outputs (RefinementCodomainMismatch) by
+// closure, and every image inside the abstract one
+// (DetailedCarrierEscapesAbstractTask).
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_projected_refinement_validate(
+    const pcp_topology_carrier_map_t* detailed,
+    const pcp_topology_vertex_map_t* projection,
+    const pcp_topology_carrier_map_t* abstract, pcp_allocator_t allocator);
+
+#define PCP_TOPOLOGY_PIPELINE_STAGES 6u
+
+// The global training pipeline: workload -> federation -> scheduling ->
+// reservation -> fragment -> RDA, the five projections between them plus
+// RDA -> global outputs (projections[5]), the composed detailed carrier
+// (workload inputs -> RDA outputs) and the abstract global contract
+// (regular request: committed or deferred; invalid request: deferred).
+typedef struct pcp_topology_global_composition_t {
+  pcp_allocator_t allocator;
+  pcp_topology_task_t stages[PCP_TOPOLOGY_PIPELINE_STAGES];
+  pcp_topology_task_t global;
+  pcp_topology_vertex_map_t* projections[PCP_TOPOLOGY_PIPELINE_STAGES];
+  pcp_topology_carrier_map_t* detailed;
+  pcp_topology_carrier_map_t* abstract;
+} pcp_topology_global_composition_t;
+
+void pcp_topology_global_composition_initialize(
+    pcp_allocator_t allocator, pcp_topology_global_composition_t* out);
+void pcp_topology_global_composition_deinitialize(
+    pcp_topology_global_composition_t* composition);
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_global_composition_build(
+    pcp_topology_global_composition_t* inout_composition);
+
 #ifdef __cplusplus
 }
 #endif
