@@ -85,7 +85,8 @@ run worker_help 0 --worker --help
 for row in "--connect HOST:PORT" "--host HOST" "(default: 127.0.0.1)" \
            "--port PORT" "(default: 8080)" "--backend auto|cpu" \
            "(default: auto)" "--target ARCH" "--device-id N" "(default: 0)" \
-           "--dump-config" "--worker" "--help"; do
+           "--dump-config" "--worker" "--help" "--supervisor-id ID" \
+           "(default: -1)"; do
   expect_in worker_help "$WORK/worker_help.out" "$row"
 done
 run worker_help_short 0 --worker -h

@@ -33,8 +33,8 @@ static const pcp_config_field_t kFields[] = {
      .default_value = "-1",
      .min = -1,
      .max = 9007199254740991.0,
-     .flags = PCP_CONFIG_FLAG_HIDDEN,
-     .help = "slot number given by the node manager; -1: none"},
+     .value_name = "ID",
+     .help = "internal: slot number given by the node manager; -1: none"},
     // Not a flag: filled from the arguments after --supervise, listed here
     // so --dump-config shows it and deinitialize frees it.
     {.name = "child-args",

@@ -55,8 +55,8 @@ static const pcp_config_field_t kFields[] = {
      .default_value = "-1",
      .min = -1,
      .max = 9007199254740991.0,
-     .flags = PCP_CONFIG_FLAG_HIDDEN,
-     .help = "set by the supervisor on its child; -1: none"},
+     .value_name = "ID",
+     .help = "internal: set by the supervisor on its child; -1: none"},
 };
 
 const pcp_config_table_t pcp_roles_worker_table = {
