@@ -1,0 +1,498 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The protocol stubs the models run (reference s.6 models/ and oracles/:
+// gateway scheduling, federation placement, decoupled window, message
+// registry, RDA merge), with the upstream expected values.
+
+// clang-format off
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+// clang-format on
+
+#include <math.h>
+#include <string.h>
+
+#include "topology/topology.h"
+
+#define TRAINING PCP_TOPOLOGY_SCHED_OWNER_TRAINING
+#define INFERENCE PCP_TOPOLOGY_SCHED_OWNER_INFERENCE
+
+static void sched_with(pcp_topology_sched_t* s, uint32_t cuda_workers) {
+  pcp_topology_sched_initialize(s);
+  for (uint32_t i = 0; i < cuda_workers; ++i) {
+    PCP_CHECK_OK(pcp_topology_sched_add_worker(
+        s, i + 1, PCP_TOPOLOGY_WORKER_CLASS_CUDA, "sm_80"));
+  }
+  for (uint32_t o = 0; o < PCP_TOPOLOGY_SCHED_OWNER_COUNT; ++o) {
+    s->policies[o].worker_class = PCP_TOPOLOGY_WORKER_CLASS_CUDA;
+  }
+}
+
+// reserves first matching idle workers deterministically
+static void test_sched_reserves_first_matching(void** state) {
+  (void)state;
+  pcp_topology_sched_t s;
+  pcp_topology_sched_initialize(&s);
+  PCP_CHECK_OK(pcp_topology_sched_add_worker(&s, 7, PCP_TOPOLOGY_WORKER_CLASS_CPU,
+                                             NULL));
+  PCP_CHECK_OK(pcp_topology_sched_add_worker(
+      &s, 8, PCP_TOPOLOGY_WORKER_CLASS_CUDA, "sm_80"));
+  PCP_CHECK_OK(pcp_topology_sched_add_worker(
+      &s, 9, PCP_TOPOLOGY_WORKER_CLASS_CUDA, "sm_80"));
+  s.policies[TRAINING].worker_class = PCP_TOPOLOGY_WORKER_CLASS_CUDA;
+  assert_true(pcp_topology_sched_reserve(&s, 1, TRAINING, 2) >= 0);
+  assert_int_equal(s.workers[0].state, PCP_TOPOLOGY_WORKER_IDLE);
+  assert_int_equal(s.workers[1].state, PCP_TOPOLOGY_WORKER_RESERVED);
+  assert_int_equal(s.workers[2].state, PCP_TOPOLOGY_WORKER_RESERVED);
+  assert_int_equal(s.workers[1].id, 8);
+  assert_int_equal(s.workers[2].id, 9);
+}
+
+// rejects duplicate active reservation for one job; catches release
+// without reservation
+static void test_sched_rejects_duplicates_and_unknown(void** state) {
+  (void)state;
+  pcp_topology_sched_t s;
+  sched_with(&s, 2);
+  assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 1) >= 0);
+  assert_int_equal(pcp_topology_sched_reserve(&s, 5, TRAINING, 1), -1);
+  assert_int_equal(s.violation,
+                   PCP_TOPOLOGY_SCHED_VIOLATION_DUPLICATE_JOB_RESERVATION);
+  pcp_topology_sched_release(&s, 77);
+  assert_int_equal(s.violation,
+                   PCP_TOPOLOGY_SCHED_VIOLATION_RESERVATION_NOT_FOUND);
+  assert_int_equal(pcp_topology_sched_reserve(&s, 6, TRAINING, 0), -1);
+  assert_int_equal(s.violation, PCP_TOPOLOGY_SCHED_VIOLATION_INVALID_REQUEST);
+}
+
+// catches assignment after worker loss
+static void test_sched_assignment_after_worker_loss(void** state) {
+  (void)state;
+  pcp_topology_sched_t s;
+  sched_with(&s, 1);
+  assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 1) >= 0);
+  pcp_topology_sched_lose_worker(&s, 1);
+  pcp_topology_sched_commit(&s, 5);
+  assert_int_equal(s.violation,
+                   PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS);
+}
+
+// reservation expiry releases workers
+static void test_sched_expiry_releases(void** state) {
+  (void)state;
+  pcp_topology_sched_t s;
+  sched_with(&s, 2);
+  assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 2) >= 0);
+  pcp_topology_sched_expire(&s, 5);
+  assert_int_equal(s.decision, PCP_TOPOLOGY_SCHED_EXPIRED);
+  assert_int_equal(
+      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE), 2);
+  assert_int_equal(pcp_topology_sched_active_reservations(&s), 0);
+}
+
+// owner max workers caps additional leases
+static void test_sched_owner_max_workers(void** state) {
+  (void)state;
+  pcp_topology_sched_t s;
+  sched_with(&s, 2);
+  s.policies[TRAINING].max_workers = 1;
+  assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 1) >= 0);
+  assert_int_equal(pcp_topology_sched_owner_leases(&s, TRAINING), 1);
+  assert_int_equal(pcp_topology_sched_owner_available(&s, TRAINING), 0);
+  assert_int_equal(pcp_topology_sched_reserve(&s, 6, TRAINING, 1), -1);
+  assert_int_equal(s.block, PCP_TOPOLOGY_SCHED_BLOCK_MAX_WORKERS);
+}
+
+// cross owner reserved capacity is preserved
+static void test_sched_cross_owner_capacity(void** state) {
+  (void)state;
+  pcp_topology_sched_t s;
+  sched_with(&s, 2);
+  s.policies[INFERENCE].reserved_workers = 1;
+  assert_int_equal(pcp_topology_sched_reserve(&s, 5, TRAINING, 2), -1);
+  assert_int_equal(s.block, PCP_TOPOLOGY_SCHED_BLOCK_RESERVED_CAPACITY);
+  assert_int_equal(
+      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE), 2);
+  assert_int_equal(pcp_topology_sched_owner_leases(&s, TRAINING), 0);
+  assert_int_equal(pcp_topology_sched_owner_available(&s, TRAINING), 1);
+  assert_int_equal(pcp_topology_sched_owner_capacity(&s, INFERENCE), 2);
+}
+
+// reserved job commit is queued ahead of normal jobs
+static void test_sched_reserved_commit_jumps_queue(void** state) {
+  (void)state;
+  pcp_topology_sched_t s;
+  sched_with(&s, 2);
+  pcp_topology_sched_enqueue(&s, 30, TRAINING, 1);
+  assert_true(pcp_topology_sched_reserve(&s, 31, TRAINING, 1) >= 0);
+  pcp_topology_sched_commit_to_queue(&s, 31);
+  assert_int_equal(s.queue[0].job, 31);
+  assert_int_equal(s.queue_count, 2);
+  assert_int_equal(pcp_topology_sched_start_next(&s), 31);
+  assert_int_equal(
+      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_ASSIGNED), 1);
+}
+
+// canceling queued reserved job releases leased workers; canceling active
+// queued job releases assigned workers
+static void test_sched_cancel_releases(void** state) {
+  (void)state;
+  pcp_topology_sched_t s;
+  sched_with(&s, 1);
+  assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 1) >= 0);
+  pcp_topology_sched_commit_to_queue(&s, 5);
+  pcp_topology_sched_cancel_queued(&s, 5);
+  assert_int_equal(
+      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE), 1);
+  assert_int_equal(pcp_topology_sched_active_reservations(&s), 0);
+  assert_true(pcp_topology_sched_reserve(&s, 6, TRAINING, 1) >= 0);
+  pcp_topology_sched_commit_to_queue(&s, 6);
+  assert_int_equal(pcp_topology_sched_start_next(&s), 6);
+  pcp_topology_sched_cancel_active(&s, 6);
+  assert_int_equal(s.decision, PCP_TOPOLOGY_SCHED_CANCELED);
+  assert_int_equal(
+      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE), 1);
+  // The injected cleanup leak keeps the worker.
+  s.bug_leak_on_cancel = true;
+  assert_true(pcp_topology_sched_reserve(&s, 7, TRAINING, 1) >= 0);
+  pcp_topology_sched_commit_to_queue(&s, 7);
+  pcp_topology_sched_cancel_queued(&s, 7);
+  assert_int_equal(
+      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE), 0);
+}
+
+// model policy behavior matches gateway scheduling worker class helpers
+static void test_sched_policy_helpers(void** state) {
+  (void)state;
+  pcp_topology_worker_class_t c;
+  assert_true(pcp_topology_worker_class_parse("hip", &c));
+  assert_int_equal(c, PCP_TOPOLOGY_WORKER_CLASS_ROCM);
+  assert_false(pcp_topology_worker_class_parse("tpu", &c));
+  pcp_topology_sched_policy_t policy = {PCP_TOPOLOGY_WORKER_CLASS_CUDA,
+                                        "sm_80", 0, 0};
+  assert_true(pcp_topology_sched_policy_allows(
+      &policy, PCP_TOPOLOGY_WORKER_CLASS_CUDA, "sm_80"));
+  assert_false(pcp_topology_sched_policy_allows(
+      &policy, PCP_TOPOLOGY_WORKER_CLASS_CUDA, "sm_90"));
+  assert_false(pcp_topology_sched_policy_allows(
+      &policy, PCP_TOPOLOGY_WORKER_CLASS_CUDA, NULL));
+  policy.worker_class = PCP_TOPOLOGY_WORKER_CLASS_ANY;
+  policy.target_arch = NULL;
+  assert_true(pcp_topology_sched_policy_allows(
+      &policy, PCP_TOPOLOGY_WORKER_CLASS_METAL, NULL));
+}
+
+static int32_t add_gateway(pcp_topology_federation_t* f, const char* name,
+                           const char* type, uint32_t available,
+                           uint32_t ready) {
+  int32_t g = pcp_topology_federation_register(f, name);
+  pcp_topology_federation_service_t service;
+  memset(&service, 0, sizeof(service));
+  service.service_type = type;
+  service.workers_available = available;
+  service.workers_ready = ready;
+  service.health_ok = true;
+  assert_true(pcp_topology_federation_add_service(f, g, &service));
+  return g;
+}
+
+// places deterministically; the production ranking is mirrored when
+// workers_required is unmet
+static void test_federation_places_deterministically(void** state) {
+  (void)state;
+  pcp_topology_federation_t f;
+  pcp_topology_federation_initialize(&f);
+  add_gateway(&f, "gateway-a", "training", 1, 1);
+  add_gateway(&f, "gateway-b", "training", 4, 1);
+  pcp_topology_federation_selector_t selector = {NULL, "training", 2};
+  pcp_topology_federation_placement_t p =
+      pcp_topology_federation_place(&f, &selector);
+  assert_true(p.placed);
+  assert_string_equal(f.gateways[p.gateway].name, "gateway-b");
+  // Neither has 8 workers: more available still wins.
+  selector.workers_required = 8;
+  p = pcp_topology_federation_place(&f, &selector);
+  assert_string_equal(f.gateways[p.gateway].name, "gateway-b");
+}
+
+// rejects unknown, stale and incompatible gateways
+static void test_federation_rejections(void** state) {
+  (void)state;
+  pcp_topology_federation_t f;
+  pcp_topology_federation_initialize(&f);
+  int32_t a = add_gateway(&f, "gateway-a", "training", 2, 2);
+  pcp_topology_federation_selector_t selector = {"gateway-z", "training", 1};
+  assert_int_equal(pcp_topology_federation_place(&f, &selector).violation,
+                   PCP_TOPOLOGY_FEDERATION_VIOLATION_UNKNOWN_GATEWAY);
+  selector.gateway = "gateway-a";
+  selector.service_type = "inference";
+  assert_int_equal(pcp_topology_federation_place(&f, &selector).violation,
+                   PCP_TOPOLOGY_FEDERATION_VIOLATION_INCOMPATIBLE_GATEWAY);
+  selector.service_type = "";
+  assert_int_equal(pcp_topology_federation_place(&f, &selector).violation,
+                   PCP_TOPOLOGY_FEDERATION_VIOLATION_INVALID_REQUEST);
+  selector.service_type = "training";
+  pcp_topology_federation_mark_stale(&f, a);
+  assert_int_equal(pcp_topology_federation_place(&f, &selector).violation,
+                   PCP_TOPOLOGY_FEDERATION_VIOLATION_STALE_GATEWAY);
+}
+
+// loss and re-registration invalidate old placements
+static void test_federation_loss_invalidates(void** state) {
+  (void)state;
+  pcp_topology_federation_t f;
+  pcp_topology_federation_initialize(&f);
+  int32_t a = add_gateway(&f, "gateway-a", "training", 2, 2);
+  pcp_topology_federation_selector_t selector = {NULL, "training", 1};
+  pcp_topology_federation_placement_t p =
+      pcp_topology_federation_place(&f, &selector);
+  assert_int_equal(pcp_topology_federation_complete_routed(&f, &p),
+                   PCP_TOPOLOGY_FEDERATION_VIOLATION_NONE);
+  (void)pcp_topology_federation_register(&f, "gateway-a");
+  assert_int_equal(pcp_topology_federation_complete_routed(&f, &p),
+                   PCP_TOPOLOGY_FEDERATION_VIOLATION_FAILED_AFTER_PLACEMENT_LOSS);
+  p = pcp_topology_federation_place(&f, &selector);
+  pcp_topology_federation_lose_gateway(&f, a);
+  assert_int_equal(pcp_topology_federation_complete_routed(&f, &p),
+                   PCP_TOPOLOGY_FEDERATION_VIOLATION_FAILED_AFTER_PLACEMENT_LOSS);
+}
+
+static pcp_topology_decoupled_action_t act(pcp_topology_decoupled_t* d,
+                                           pcp_topology_decoupled_action_kind_t k,
+                                           uint32_t worker, uint64_t clock) {
+  pcp_topology_decoupled_action_t a;
+  memset(&a, 0, sizeof(a));
+  a.kind = k;
+  a.worker = worker;
+  a.session = d->session;
+  a.fragment = d->fragment;
+  a.step = d->step;
+  a.clock = clock;
+  return a;
+}
+
+static void apply(pcp_topology_decoupled_t* d,
+                  pcp_topology_decoupled_action_kind_t k, uint32_t worker,
+                  uint64_t clock) {
+  pcp_topology_decoupled_action_t a = act(d, k, worker, clock);
+  pcp_topology_decoupled_apply(d, &a);
+}
+
+// commits a quorum fragment and replays the tape
+static void test_decoupled_quorum_commit(void** state) {
+  (void)state;
+  pcp_topology_decoupled_t d;
+  pcp_topology_decoupled_initialize(7, 2, 2, 2, &d);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_ASSIGN, 0, 0);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_ASSIGN, 1, 0);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 0, 1);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 1, 1);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW, 0, 0);
+  assert_int_equal(d.decision, PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED);
+  assert_int_equal(d.known_clock[0], 1);
+  assert_int_equal(d.known_clock[1], 1);
+  assert_int_equal(d.syncer_clock, 1);
+  assert_int_equal(d.tape_entries, 1);
+  assert_int_equal(d.fragment, 1);
+  // An update for the old step is stale now.
+  pcp_topology_decoupled_action_t old = act(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT,
+                                            0, 2);
+  old.step = 0;
+  old.fragment = 0;
+  pcp_topology_decoupled_apply(&d, &old);
+  assert_int_equal(d.violation, PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_UPDATE);
+}
+
+static void test_decoupled_rejections(void** state) {
+  (void)state;
+  pcp_topology_decoupled_t d;
+  pcp_topology_decoupled_initialize(7, 2, 2, 1, &d);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 1, 1);
+  assert_int_equal(d.violation,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNASSIGNED_WORKER);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_ASSIGN, 0, 0);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 0, 3);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 0, 3);
+  assert_int_equal(d.violation,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_DUPLICATE_UPDATE);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 0, 2);
+  assert_int_equal(d.violation,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_VECTOR_CLOCK);
+  pcp_topology_decoupled_action_t mismatch =
+      act(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 0, 4);
+  mismatch.payload_mismatch = true;
+  pcp_topology_decoupled_apply(&d, &mismatch);
+  assert_int_equal(d.violation,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_CONTEXT_PAYLOAD_MISMATCH);
+  // Below quorum (one of two): the window defers; forcing it is the bug.
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW, 0, 0);
+  assert_int_equal(d.decision, PCP_TOPOLOGY_DECOUPLED_MERGE_DEFERRED);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT, 0, 0);
+  assert_int_equal(d.violation,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_BELOW_QUORUM_COMMIT);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_CANCEL_SESSION, 0, 0);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 0, 9);
+  assert_int_equal(d.violation,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_POST_CANCEL_UPDATE);
+}
+
+static const pcp_topology_decoupled_action_kind_t kAlphabet[7] = {
+    PCP_TOPOLOGY_DECOUPLED_ASSIGN,          PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP_COMPLETE,
+    PCP_TOPOLOGY_DECOUPLED_SUBMIT,          PCP_TOPOLOGY_DECOUPLED_SUBMIT,
+    PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW,  PCP_TOPOLOGY_DECOUPLED_CANCEL_SESSION,
+    PCP_TOPOLOGY_DECOUPLED_CRASH,
+};
+static const uint32_t kAlphabetWorker[7] = {0, 0, 0, 1, 0, 0, 0};
+
+static uint64_t decoupled_state(const pcp_topology_decoupled_t* d) {
+  return ((uint64_t)d->decision << 48) ^ ((uint64_t)d->step << 32) ^
+         (d->accepted_mask << 16) ^ (uint64_t)d->canceled ^
+         ((uint64_t)d->tape_entries << 8);
+}
+
+// exhaustive depth 3: checked 343 with some violation
+static void test_decoupled_exhaustive_depth_three(void** state) {
+  (void)state;
+  uint64_t checked = 0, violations = 0;
+  for (int a = 0; a < 7; ++a) {
+    for (int b = 0; b < 7; ++b) {
+      for (int c = 0; c < 7; ++c) {
+        pcp_topology_decoupled_t d;
+        pcp_topology_decoupled_initialize(7, 2, 2, 1, &d);
+        int seq[3] = {a, b, c};
+        bool violated = false;
+        for (int i = 0; i < 3; ++i) {
+          apply(&d, kAlphabet[seq[i]], kAlphabetWorker[seq[i]], 1);
+          violated |= d.violation != PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE;
+        }
+        checked++;
+        violations += violated;
+      }
+    }
+  }
+  assert_int_equal(checked, 343);
+  assert_true(violations > 0);
+}
+
+// random seed 42 x 18 actions is deterministic
+static void test_decoupled_random_is_deterministic(void** state) {
+  (void)state;
+  uint64_t finals[2];
+  for (int run = 0; run < 2; ++run) {
+    pcp_rng_t rng;
+    pcp_rng_initialize(42, &rng);
+    pcp_topology_decoupled_t d;
+    pcp_topology_decoupled_initialize(7, 2, 2, 1, &d);
+    uint64_t h = 0;
+    for (int i = 0; i < 18; ++i) {
+      uint64_t k = pcp_rng_next_below(&rng, 7);
+      apply(&d, kAlphabet[k], kAlphabetWorker[k], 1 + (uint64_t)i);
+      h = h * 31 + decoupled_state(&d);
+    }
+    finals[run] = h;
+  }
+  assert_int_equal(finals[0], finals[1]);
+}
+
+// message oracle: handler acceptance and the registry itself
+static void test_message_registry_oracle(void** state) {
+  (void)state;
+  size_t count = 0;
+  const pcp_topology_message_entry_t* catalog =
+      pcp_topology_message_catalog(&count);
+  assert_int_equal(count, 32);
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t j = i + 1; j < count; ++j) {
+      assert_int_not_equal(strcmp(catalog[i].name, catalog[j].name), 0);
+    }
+    assert_int_not_equal(strcmp(pcp_topology_message_family_name(
+                                    catalog[i].family),
+                                "?"),
+                         0);
+  }
+  assert_int_equal(pcp_topology_worker_handler_check(
+                       catalog, count, "StartGeneration",
+                       PCP_TOPOLOGY_HANDLER_INFERENCE),
+                   PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED);
+  assert_int_equal(pcp_topology_worker_handler_check(
+                       catalog, count, "StartGeneration",
+                       PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING),
+                   PCP_TOPOLOGY_HANDLER_VERDICT_WRONG_WORKER_HANDLER);
+  assert_int_equal(pcp_topology_worker_handler_check(
+                       catalog, count, "pcp.unknown", PCP_TOPOLOGY_HANDLER_NONE),
+                   PCP_TOPOLOGY_HANDLER_VERDICT_UNKNOWN_MESSAGE);
+  assert_int_equal(pcp_topology_worker_handler_check(
+                       catalog, count, "DecoupledFragmentUpdate",
+                       PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING),
+                   PCP_TOPOLOGY_HANDLER_VERDICT_NO_WORKER_HANDLER);
+  assert_int_equal(
+      pcp_topology_message_dispatch(catalog, count, "DecoupledFragmentUpdate"),
+      PCP_TOPOLOGY_DISPATCH_GATEWAY_QUEUE_ONLY);
+  assert_int_equal(pcp_topology_message_dispatch(catalog, count, "nope"),
+                   PCP_TOPOLOGY_DISPATCH_FAIL_CLOSED);
+  // trainingKindFromRequestBody("{}") is regular.
+  assert_int_equal(pcp_topology_training_kind_from_request_body("{}"),
+                   PCP_TOPOLOGY_TRAINING_REGULAR);
+  assert_int_equal(pcp_topology_training_kind_from_request_body(
+                       "{\"training_kind\":\"decoupled\"}"),
+                   PCP_TOPOLOGY_TRAINING_DECOUPLED);
+}
+
+// merge oracle: direct average, RDA envelope, token weights, degenerate
+static void test_rda_merge_oracle(void** state) {
+  (void)state;
+  double a[2] = {0, 10}, b[2] = {10, 20}, out[2];
+  pcp_topology_rda_update_t updates[2] = {{a, 10, 1}, {b, 10, 1}};
+  pcp_topology_direct_average(updates, 2, 2, out);
+  assert_true(out[0] == 5.0 && out[1] == 15.0);
+
+  double u1[2] = {1, 1}, u2[2] = {1, -1};
+  pcp_topology_rda_update_t rda[2] = {{u1, 10, 1}, {u2, 10, 1}};
+  assert_true(pcp_topology_rda_merge(rda, 2, 2, out));
+  // Leaves the coordinate envelope: x = sqrt(2) > max(1, 1).
+  assert_true(fabs(out[0] - sqrt(2.0)) < 1e-12);
+  assert_true(fabs(out[1]) < 1e-12);
+
+  double w1[2] = {2, 0}, w2[2] = {0, 2};
+  pcp_topology_rda_update_t weighted[2] = {{w1, 10, 1}, {w2, 10, 2}};
+  assert_true(pcp_topology_token_step_weight(10, 1) +
+                  pcp_topology_token_step_weight(10, 2) ==
+              150.0);
+  assert_true(pcp_topology_rda_merge(weighted, 2, 2, out));
+  assert_true(fabs(out[0] - 1.78885436) < 1e-7);
+  assert_true(fabs(out[1] - 0.89442718) < 1e-7);
+  assert_true(fabs(sqrt(out[0] * out[0] + out[1] * out[1]) - 2.0) < 1e-12);
+
+  double d1[2] = {1, 0}, d2[2] = {-1, 0};
+  pcp_topology_rda_update_t degenerate[2] = {{d1, 10, 1}, {d2, 10, 1}};
+  assert_true(pcp_topology_rda_merge(degenerate, 2, 2, out));
+  assert_true(out[0] == 0.0 && out[1] == 0.0);
+  assert_true(pcp_topology_token_step_weight(0, 5) == 0.0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sched_reserves_first_matching),
+      cmocka_unit_test(test_sched_rejects_duplicates_and_unknown),
+      cmocka_unit_test(test_sched_assignment_after_worker_loss),
+      cmocka_unit_test(test_sched_expiry_releases),
+      cmocka_unit_test(test_sched_owner_max_workers),
+      cmocka_unit_test(test_sched_cross_owner_capacity),
+      cmocka_unit_test(test_sched_reserved_commit_jumps_queue),
+      cmocka_unit_test(test_sched_cancel_releases),
+      cmocka_unit_test(test_sched_policy_helpers),
+      cmocka_unit_test(test_federation_places_deterministically),
+      cmocka_unit_test(test_federation_rejections),
+      cmocka_unit_test(test_federation_loss_invalidates),
+      cmocka_unit_test(test_decoupled_quorum_commit),
+      cmocka_unit_test(test_decoupled_rejections),
+      cmocka_unit_test(test_decoupled_exhaustive_depth_three),
+      cmocka_unit_test(test_decoupled_random_is_deterministic),
+      cmocka_unit_test(test_message_registry_oracle),
+      cmocka_unit_test(test_rda_merge_oracle),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
