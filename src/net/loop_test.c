@@ -544,6 +544,75 @@ static void test_spawn_cancelled_by_release(void** state) {
   assert_int_equal(waitpid(pid, &wstatus, 0), pid);
 }
 
+// With every allocation after the loop's own failing, each submit fails at
+// the call and its callback never runs; posting allocates nothing and still
+// works.
+static void on_never(void* user_data, pcp_loop_timer_t* timer,
+                     pcp_status_code_t code) {
+  PCP_UNUSED(timer);
+  PCP_UNUSED(code);
+  ++*(int*)user_data;
+}
+
+static void on_never_signal(void* user_data, int signum) {
+  PCP_UNUSED(signum);
+  ++*(int*)user_data;
+}
+
+static void on_never_exit(void* user_data, pcp_loop_process_t* process,
+                          pcp_status_code_t code, int64_t exit_status,
+                          int term_signal) {
+  PCP_UNUSED(process);
+  PCP_UNUSED(code);
+  PCP_UNUSED(exit_status);
+  PCP_UNUSED(term_signal);
+  ++*(int*)user_data;
+}
+
+static void on_counted_post(void* user_data, pcp_status_code_t code) {
+  PCP_UNUSED(code);
+  ++*(int*)user_data;
+}
+
+static void test_out_of_memory_submits(void** state) {
+  PCP_UNUSED(state);
+  pcp_allocator_failing_t failing;
+  pcp_allocator_failing_initialize(pcp_allocator_system(), -1, true, &failing);
+  pcp_loop_options_t options = pcp_loop_options_default();
+  options.allocator = pcp_allocator_failing(&failing);
+  pcp_loop_t* loop = NULL;
+  PCP_CHECK_OK(pcp_loop_create(&options, &loop));
+  failing.fail_at_index = failing.request_count;
+  int calls = 0;
+  pcp_loop_timer_t* timer = NULL;
+  pcp_status_t status =
+      pcp_loop_timer_start(loop, 1, 0, on_never, &calls, &timer);
+  assert_int_equal(pcp_status_consume_code(status),
+                   PCP_STATUS_RESOURCE_EXHAUSTED);
+  assert_null(timer);
+  pcp_loop_signal_t* watch = NULL;
+  status =
+      pcp_loop_signal_watch(loop, SIGUSR1, on_never_signal, &calls, &watch);
+  assert_int_equal(pcp_status_consume_code(status),
+                   PCP_STATUS_RESOURCE_EXHAUSTED);
+  const char* const args[] = {"sh", "-c", "exit 0", NULL};
+  pcp_loop_process_options_t spawn = {
+      .file = "/bin/sh",
+      .args = args,
+      .exit_fn = on_never_exit,
+      .user_data = &calls,
+  };
+  pcp_loop_process_t* process = NULL;
+  status = pcp_loop_process_spawn(loop, &spawn, &process);
+  assert_int_equal(pcp_status_consume_code(status),
+                   PCP_STATUS_RESOURCE_EXHAUSTED);
+  int posts = 0;
+  PCP_CHECK_OK(pcp_loop_post(loop, on_counted_post, &posts));
+  pcp_loop_release(loop);
+  assert_int_equal(calls, 0);
+  assert_int_equal(posts, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_post_from_four_threads),
@@ -557,6 +626,7 @@ int main(void) {
       cmocka_unit_test(test_spawn_pipes_env_and_output_before_exit),
       cmocka_unit_test(test_spawn_failures),
       cmocka_unit_test(test_spawn_cancelled_by_release),
+      cmocka_unit_test(test_out_of_memory_submits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

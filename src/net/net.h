@@ -382,7 +382,9 @@ typedef void (*pcp_tcp_write_fn_t)(void* user_data, pcp_tcp_conn_t* conn,
 
 // Listens on |address| (IP literal or "localhost"; port 0 picks an ephemeral
 // port, see pcp_tcp_listener_port). |backlog| 0 means 511. Each accepted
-// connection is handed to |accept_fn| with TCP_NODELAY on. Returns
+// connection is handed to |accept_fn| with TCP_NODELAY on; a connection
+// that arrives when its handle cannot be allocated is closed at once and
+// logged (the listener keeps serving). Returns
 // ALREADY_EXISTS (address in use), INVALID_ARGUMENT (not a literal),
 // PERMISSION_DENIED, RESOURCE_EXHAUSTED. Loop thread only.
 PCP_MUST_USE_RESULT pcp_status_t

@@ -636,11 +636,24 @@ struct pcp_tcp_listener_t {
   uint16_t port;
   pcp_tcp_accept_fn_t accept_fn;
   void* user_data;
+  int pending;  // open handles: |uv| and, while busy, |reject|
+  // Out of memory at accept: the peer is accepted into this embedded handle
+  // and closed at once, so the listener keeps going (libuv stops polling a
+  // listener until its pending connection is accepted). Rejected: leaving
+  // it pending, which stalls the listener for every later peer.
+  uv_tcp_t reject;
+  bool reject_busy;
+  bool accept_waiting;  // a connection arrived while |reject| was closing
 };
 
+static void listener_release_pending(pcp_tcp_listener_t* listener) {
+  if (--listener->pending == 0) {
+    pcp_net_free(listener->loop, listener);
+  }
+}
+
 static void on_listener_closed(uv_handle_t* handle) {
-  pcp_tcp_listener_t* listener = (pcp_tcp_listener_t*)handle->data;
-  pcp_net_free(listener->loop, listener);
+  listener_release_pending((pcp_tcp_listener_t*)handle->data);
 }
 
 void pcp_tcp_listener_close(pcp_tcp_listener_t* listener) {
@@ -652,6 +665,33 @@ void pcp_tcp_listener_close(pcp_tcp_listener_t* listener) {
 
 static void abort_listener(pcp_net_object_t* object) {
   pcp_tcp_listener_close((pcp_tcp_listener_t*)object);
+}
+
+static void on_connection(uv_stream_t* server, int uv_status);
+
+static void on_reject_closed(uv_handle_t* handle) {
+  pcp_tcp_listener_t* listener = (pcp_tcp_listener_t*)handle->data;
+  listener->reject_busy = false;
+  bool retry =
+      listener->accept_waiting && !uv_is_closing((uv_handle_t*)&listener->uv);
+  listener->accept_waiting = false;
+  if (retry) {
+    on_connection((uv_stream_t*)&listener->uv, 0);
+  }
+  listener_release_pending(listener);
+}
+
+static void reject_connection(pcp_tcp_listener_t* listener) {
+  if (listener->reject_busy) {
+    listener->accept_waiting = true;
+    return;
+  }
+  PCP_ASSERT(uv_tcp_init(&listener->loop->uv, &listener->reject) == 0);
+  listener->reject.data = listener;
+  listener->reject_busy = true;
+  ++listener->pending;
+  (void)uv_accept((uv_stream_t*)&listener->uv, (uv_stream_t*)&listener->reject);
+  uv_close((uv_handle_t*)&listener->reject, on_reject_closed);
 }
 
 static void on_connection(uv_stream_t* server, int uv_status) {
@@ -667,11 +707,10 @@ static void on_connection(uv_stream_t* server, int uv_status) {
   }
   pcp_tcp_conn_t* conn = conn_allocate(loop);
   if (!conn) {
-    // Out of memory. libuv holds the accepted socket and stops polling
-    // the listener until uv_accept is called; this listener stays stalled
-    // (logged) rather than dropping the peer silently.
-    // TODO(net): retry the accept from a timer.
-    PCP_LOG(PCP_LOG_ERROR, NULL, "tcp accept: out of memory");
+    PCP_LOG(PCP_LOG_WARN, NULL,
+            "tcp accept on port %u: out of memory, connection dropped",
+            (unsigned)listener->port);
+    reject_connection(listener);
     return;
   }
   conn->connect_reported = true;
@@ -712,6 +751,7 @@ pcp_status_t pcp_tcp_listen(pcp_loop_t* loop, const pcp_net_address_t* address,
   listener->user_data = user_data;
   PCP_ASSERT(uv_tcp_init(&loop->uv, &listener->uv) == 0);
   listener->uv.data = listener;
+  listener->pending = 1;
   // libuv may report EADDRINUSE from bind or defer it to listen.
   int err = uv_tcp_bind(&listener->uv, (const struct sockaddr*)&storage, 0);
   if (err == 0) {
