@@ -342,6 +342,7 @@ static pcp_status_t reservation_not_found(uint64_t id) {
 static pcp_status_t filter_from_constraint(const pcp_sched_constraint_t* c,
                                            bool need_count,
                                            filter_t* out_filter) {
+  memset(out_filter, 0, sizeof(*out_filter));
   if (!c) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "constraint is NULL");
   }
@@ -365,7 +366,6 @@ static pcp_status_t filter_from_constraint(const pcp_sched_constraint_t* c,
                            "worker_count %u exceeds the limit of %u",
                            c->worker_count, PCP_SCHED_REQUEST_WORKER_COUNT_MAX);
   }
-  memset(out_filter, 0, sizeof(*out_filter));
   out_filter->worker_class = c->worker_class;
   copy_name(out_filter->target, sizeof(out_filter->target), c->target);
   out_filter->min_device_memory_bytes = c->min_device_memory_bytes;
@@ -1209,10 +1209,10 @@ uint32_t pcp_sched_worker_count(const pcp_sched_t* sched,
 // Matching and leases
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_sched_match(const pcp_sched_t* sched,
-                             const pcp_sched_constraint_t* constraint,
-                             pcp_sched_worker_id_t* out_worker_ids,
-                             size_t capacity, size_t* out_count) {
+pcp_status_t pcp_sched_worker_match(const pcp_sched_t* sched,
+                                    const pcp_sched_constraint_t* constraint,
+                                    pcp_sched_worker_id_t* out_worker_ids,
+                                    size_t capacity, size_t* out_count) {
   if (!out_count || (capacity > 0 && !out_worker_ids)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "NULL output");
   }
@@ -1239,6 +1239,7 @@ pcp_status_t pcp_sched_match(const pcp_sched_t* sched,
 static pcp_status_t check_request(const pcp_sched_t* s, pcp_sched_owner_t owner,
                                   const pcp_sched_constraint_t* constraint,
                                   filter_t* out_filter) {
+  memset(out_filter, 0, sizeof(*out_filter));
   if (!owner_is_valid(owner)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "owner %d is out of range", (int)owner);

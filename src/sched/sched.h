@@ -391,7 +391,7 @@ typedef struct pcp_sched_constraint_t {
 // |out_count| receives the total; RESOURCE_EXHAUSTED when it exceeds
 // |capacity| (the first |capacity| are written). INVALID_ARGUMENT for a bad
 // constraint.
-PCP_MUST_USE_RESULT pcp_status_t pcp_sched_match(
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_worker_match(
     const pcp_sched_t* sched, const pcp_sched_constraint_t* constraint,
     pcp_sched_worker_id_t* out_worker_ids, size_t capacity, size_t* out_count);
 
@@ -402,7 +402,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_sched_match(
 // Leases constraint->worker_count workers to |owner|, all or nothing. A
 // candidate must match |constraint| and the owner's policy and pass the
 // protection rule; candidates that no other owner's reservation needs are
-// taken first, then in pcp_sched_match order. Lease ids are written to
+// taken first, then in pcp_sched_worker_match order. Lease ids are written to
 // |out_lease_ids| (capacity >= worker_count) in ascending order.
 // INVALID_ARGUMENT: bad owner or constraint, worker_count 0 or > 1024, small
 // |capacity|. RESOURCE_EXHAUSTED: the owner's max_workers or the lease table

@@ -330,20 +330,20 @@ static void match_filters_and_orders(void** state) {
   size_t count = 0;
 
   pcp_sched_constraint_t c = want(PCP_SCHED_WORKER_CLASS_CUDA, "sm_80", 1);
-  EXPECT_OK(pcp_sched_match(s, &c, ids, 16, &count));
+  EXPECT_OK(pcp_sched_worker_match(s, &c, ids, 16, &count));
   // JOINING is not eligible; smallest memory that fits first.
   assert_int_equal(count, 2);
   assert_string_equal(ids[0].value, "cuda-small");
   assert_string_equal(ids[1].value, "cuda-big");
   c.min_device_memory_bytes = 50;
-  EXPECT_OK(pcp_sched_match(s, &c, ids, 16, &count));
+  EXPECT_OK(pcp_sched_worker_match(s, &c, ids, 16, &count));
   assert_int_equal(count, 1);
   assert_string_equal(ids[0].value, "cuda-big");
 
   // Any class, any target: load first, then memory, then id.
   EXPECT_OK(pcp_sched_worker_heartbeat(s, "cuda-small", 1, 900));
   c = want(PCP_SCHED_WORKER_CLASS_ANY, NULL, 1);
-  EXPECT_OK(pcp_sched_match(s, &c, ids, 16, &count));
+  EXPECT_OK(pcp_sched_worker_match(s, &c, ids, 16, &count));
   assert_int_equal(count, 6);
   assert_string_equal(ids[0].value, "cpu-a");
   assert_string_equal(ids[1].value, "cpu-b");
@@ -354,22 +354,22 @@ static void match_filters_and_orders(void** state) {
 
   // A worker without a target never matches a named target.
   c = want(PCP_SCHED_WORKER_CLASS_ROCM, "gfx942", 1);
-  EXPECT_OK(pcp_sched_match(s, &c, ids, 16, &count));
+  EXPECT_OK(pcp_sched_worker_match(s, &c, ids, 16, &count));
   assert_int_equal(count, 0);
   c.target = "";
-  EXPECT_OK(pcp_sched_match(s, &c, ids, 16, &count));
+  EXPECT_OK(pcp_sched_worker_match(s, &c, ids, 16, &count));
   assert_int_equal(count, 1);
 
   // Capacity too small: the count and the first ids are still reported.
   c = want(PCP_SCHED_WORKER_CLASS_ANY, NULL, 1);
-  EXPECT_CODE(pcp_sched_match(s, &c, ids, 2, &count),
+  EXPECT_CODE(pcp_sched_worker_match(s, &c, ids, 2, &count),
               PCP_STATUS_RESOURCE_EXHAUSTED);
   assert_int_equal(count, 6);
   assert_string_equal(ids[0].value, "cpu-a");
   c.worker_class = (pcp_sched_worker_class_t)42;
-  EXPECT_CODE(pcp_sched_match(s, &c, ids, 16, &count),
+  EXPECT_CODE(pcp_sched_worker_match(s, &c, ids, 16, &count),
               PCP_STATUS_INVALID_ARGUMENT);
-  EXPECT_CODE(pcp_sched_match(s, NULL, ids, 16, &count),
+  EXPECT_CODE(pcp_sched_worker_match(s, NULL, ids, 16, &count),
               PCP_STATUS_INVALID_ARGUMENT);
   check(s);
   pcp_sched_release(s);
