@@ -88,6 +88,11 @@ static void ignore_sigpipe(void) {
 
 static void on_async(uv_async_t* async);
 
+// The loop the calling thread is running (NULL outside pcp_loop_run). A
+// thread-local rather than a pthread_t in the loop: other threads asking
+// pcp_loop_is_loop_thread would race with the write of that field.
+static _Thread_local pcp_loop_t* current_loop;
+
 pcp_loop_options_t pcp_loop_options_default(void) {
   pcp_loop_options_t options = {
       .allocator = pcp_allocator_system(),
@@ -157,7 +162,8 @@ pcp_status_t pcp_loop_run(pcp_loop_t* loop) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "pcp_loop_run: the loop is already running");
   }
-  loop->run_thread = pthread_self();
+  pcp_loop_t* outer = current_loop;
+  current_loop = loop;
   // A stop that arrived while nobody ran the loop still counts: one
   // non-blocking pass, then return.
   if (atomic_exchange(&loop->stop_requested, false)) {
@@ -165,6 +171,7 @@ pcp_status_t pcp_loop_run(pcp_loop_t* loop) {
   } else {
     (void)uv_run(&loop->uv, UV_RUN_DEFAULT);
   }
+  current_loop = outer;
   atomic_store(&loop->running, false);
   return pcp_ok_status();
 }
@@ -176,8 +183,7 @@ void pcp_loop_stop(pcp_loop_t* loop) {
 }
 
 bool pcp_loop_is_loop_thread(pcp_loop_t* loop) {
-  return atomic_load(&loop->running) &&
-         pthread_equal(loop->run_thread, pthread_self());
+  return current_loop == loop;
 }
 
 uint64_t pcp_loop_now_ms(pcp_loop_t* loop) {

@@ -48,7 +48,6 @@ struct pcp_loop_t {
 
   atomic_bool stop_requested;
   atomic_bool running;
-  pthread_t run_thread;  // valid while |running|
 
   // Reads of every connection land here; read handlers consume the bytes
   // before returning, so one buffer serves all connections of the loop.

@@ -406,6 +406,8 @@ static void test_echo_one_mebibyte(void** state) {
 static void test_echo_64_mebibytes_bounded_memory(void** state) {
   PCP_UNUSED(state);
   int64_t peak = echo_round_trip("127.0.0.1:0", (size_t)64 << 20);
+  print_message("64 MiB echo: loop allocator peak %lld bytes\n",
+                (long long)peak);
   if (peak > (int64_t)(4 << 20)) {
     fail_msg("loop allocator peaked at %lld bytes for a 64 MiB echo",
              (long long)peak);
@@ -1099,12 +1101,148 @@ static void test_oom_sweep(void** state) {
   assert_int_equal(completed_runs, 1);
 }
 
+//===----------------------------------------------------------------------===//
+// 256 MiB one way, zero copy: the sender's buffer goes to the kernel as is
+// and the receiver checksums the bytes where they land, so the loop's
+// allocator stays far below the tensor size.
+//===----------------------------------------------------------------------===//
+
+typedef struct fletcher_t {
+  uint64_t sum;
+  uint64_t weighted;
+} fletcher_t;
+
+static void fletcher_update(fletcher_t* f, const uint8_t* data, size_t n) {
+  uint64_t sum = f->sum;
+  uint64_t weighted = f->weighted;
+  for (size_t i = 0; i < n; ++i) {
+    sum += data[i];
+    weighted += sum;
+  }
+  f->sum = sum;
+  f->weighted = weighted;
+}
+
+typedef struct bulk_t {
+  pcp_loop_t* loop;
+  const uint8_t* payload;
+  size_t length;
+  fletcher_t received;
+  uint64_t server_bytes;
+  int write_calls;
+  pcp_status_code_t write_code;
+  int closes;
+} bulk_t;
+
+static void on_bulk_server_read(void* user_data, pcp_tcp_conn_t* conn,
+                                const void* data, size_t byte_length) {
+  bulk_t* b = (bulk_t*)user_data;
+  if (byte_length == 0) {
+    pcp_tcp_conn_stats_t stats;
+    pcp_tcp_conn_stats(conn, &stats);
+    b->server_bytes = stats.bytes_in;
+    pcp_tcp_conn_close(conn);
+    return;
+  }
+  fletcher_update(&b->received, data, byte_length);
+}
+
+static void on_bulk_close(void* user_data, pcp_tcp_conn_t* conn,
+                          pcp_status_t status) {
+  PCP_UNUSED(conn);
+  bulk_t* b = (bulk_t*)user_data;
+  PCP_CHECK_OK(status);
+  if (++b->closes == 2) {
+    pcp_loop_stop(b->loop);
+  }
+}
+
+static void on_bulk_accept(void* user_data, pcp_tcp_listener_t* listener,
+                           pcp_tcp_conn_t* conn) {
+  PCP_UNUSED(listener);
+  pcp_tcp_conn_handlers_t handlers = {
+      .read = on_bulk_server_read,
+      .close = on_bulk_close,
+      .user_data = user_data,
+  };
+  PCP_CHECK_OK(pcp_tcp_conn_start(conn, &handlers));
+}
+
+static void on_bulk_client_read(void* user_data, pcp_tcp_conn_t* conn,
+                                const void* data, size_t byte_length) {
+  PCP_UNUSED(user_data);
+  PCP_UNUSED(data);
+  if (byte_length == 0) {
+    pcp_tcp_conn_close(conn);
+  }
+}
+
+static void on_bulk_written(void* user_data, pcp_tcp_conn_t* conn,
+                            pcp_status_t status) {
+  bulk_t* b = (bulk_t*)user_data;
+  ++b->write_calls;
+  b->write_code = pcp_status_code(status);
+  pcp_status_ignore(status);
+  PCP_CHECK_OK(pcp_tcp_conn_shutdown(conn, NULL, NULL));
+}
+
+static void on_bulk_connect(void* user_data, pcp_tcp_conn_t* conn,
+                            pcp_status_t status) {
+  bulk_t* b = (bulk_t*)user_data;
+  PCP_CHECK_OK(status);
+  pcp_tcp_conn_handlers_t handlers = {
+      .read = on_bulk_client_read,
+      .close = on_bulk_close,
+      .user_data = b,
+  };
+  PCP_CHECK_OK(pcp_tcp_conn_start(conn, &handlers));
+  // One write of the whole tensor: larger than the 16 MiB mark, accepted
+  // because the queue is empty.
+  pcp_tcp_buffer_t buffer = {b->payload, b->length};
+  PCP_CHECK_OK(pcp_tcp_conn_write(conn, &buffer, 1, on_bulk_written, b));
+  assert_int_equal(pcp_tcp_conn_send_queue_byte_length(conn), b->length);
+}
+
+static void test_zero_copy_256_mebibytes(void** state) {
+  PCP_UNUSED(state);
+  test_loop_t t;
+  test_loop_initialize(&t);
+  bulk_t b = {.loop = t.loop, .length = (size_t)256 << 20};
+  uint8_t* payload = malloc(b.length);
+  for (size_t i = 0; i < b.length; ++i) {
+    payload[i] = (uint8_t)(i * 2654435761u >> 13);
+  }
+  b.payload = payload;
+  fletcher_t expected = {0, 0};
+  fletcher_update(&expected, payload, b.length);
+  pcp_net_address_t address = address_of("127.0.0.1:0");
+  pcp_tcp_listener_t* listener = NULL;
+  PCP_CHECK_OK(
+      pcp_tcp_listen(t.loop, &address, 0, on_bulk_accept, &b, &listener));
+  address.port = pcp_tcp_listener_port(listener);
+  PCP_CHECK_OK(pcp_tcp_connect(t.loop, &address, 5000, on_bulk_connect, &b));
+  run_bounded(t.loop, 60000);
+  assert_int_equal(b.write_calls, 1);
+  assert_int_equal(b.write_code, PCP_STATUS_OK);
+  assert_int_equal(b.server_bytes, b.length);
+  assert_true(b.received.sum == expected.sum);
+  assert_true(b.received.weighted == expected.weighted);
+  int64_t peak = atomic_load(&t.counter.peak_bytes);
+  print_message("256 MiB zero-copy: loop allocator peak %lld bytes\n",
+                (long long)peak);
+  assert_true(peak < (int64_t)(1 << 20));
+  pcp_tcp_listener_close(listener);
+  test_loop_release(&t);
+  free(payload);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_echo_one_byte),
       cmocka_unit_test(test_echo_one_mebibyte),
       cmocka_unit_test(test_echo_64_mebibytes_bounded_memory),
       cmocka_unit_test(test_echo_ipv6),
+      cmocka_unit_test(test_zero_copy_256_mebibytes),
       cmocka_unit_test(test_many_connections),
       cmocka_unit_test(test_peer_closes_mid_write),
       cmocka_unit_test(test_connect_refused),
