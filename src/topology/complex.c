@@ -726,11 +726,17 @@ static pcp_status_t append_raw(pcp_topology_complex_t* complex,
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(
       a, sizeof(*complex->pool), complex->pool_count + count,
       (void**)&complex->pool, &complex->pool_capacity));
+  size_t index = complex->count;
+  // The last step that can fail: nothing is committed before it, so a
+  // failed append leaves the complex exactly as it was.
+  if (index_it) {
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_topology_index_table_insert(&complex->exact, hash, (uint32_t)index));
+  }
   if (count) {
     memcpy(complex->pool + complex->pool_count, vertices,
            count * sizeof(*vertices));
   }
-  size_t index = complex->count;
   complex->offsets[index] = complex->pool_count;
   complex->counts[index] = count;
   complex->hashes[index] = hash;
@@ -739,10 +745,6 @@ static pcp_status_t append_raw(pcp_topology_complex_t* complex,
   complex->count = index + 1;
   complex->faces_closed = false;
   if (complex->incidence_valid) incidence_drop(complex);
-  if (index_it) {
-    PCP_RETURN_IF_ERROR_BARE(
-        pcp_topology_index_table_insert(&complex->exact, hash, (uint32_t)index));
-  }
   return pcp_ok_status();
 }
 
@@ -836,39 +838,37 @@ bool pcp_topology_complex_find_containing(
 static bool incidence_build(pcp_topology_complex_t* complex) {
   if (complex->incidence_valid) return true;
   incidence_drop(complex);
+  pcp_allocator_t allocator = complex->allocator;
   pcp_topology_vertex_index_t* index = NULL;
-  if (pcp_allocator_calloc(complex->allocator, sizeof(*index),
-                           (void**)&index)) {
-    return false;
-  }
   pcp_status_t status =
-      pcp_topology_vertex_index_initialize(complex, complex->allocator, index);
-  if (status) {
-    pcp_status_ignore(status);
-    pcp_allocator_free(complex->allocator, index);
-    return false;
+      pcp_allocator_calloc(allocator, sizeof(*index), (void**)&index);
+  if (!status) {
+    status = pcp_topology_vertex_index_initialize(complex, allocator, index);
+    if (status) {
+      pcp_allocator_free(allocator, index);
+      index = NULL;
+    }
   }
   complex->incidence_vertices = index;
-  size_t n = index->vertices.count;
+  size_t n = index ? index->vertices.count : 0;
   uint32_t* offsets = NULL;
   uint32_t* items = NULL;
-  if (pcp_status_is_ok(pcp_allocator_calloc(complex->allocator,
-                                            (n + 2) * sizeof(*offsets),
-                                            (void**)&offsets))) {
-    complex->incidence_offsets = offsets;
-  } else {
-    incidence_drop(complex);
-    return false;
+  if (!status) {
+    status = pcp_allocator_calloc(allocator, (n + 2) * sizeof(*offsets),
+                                  (void**)&offsets);
   }
-  if (complex->pool_count &&
-      !pcp_status_is_ok(pcp_allocator_malloc(complex->allocator,
-                                             complex->pool_count *
-                                                 sizeof(*items),
-                                             (void**)&items))) {
-    incidence_drop(complex);
-    return false;
+  complex->incidence_offsets = offsets;
+  if (!status && complex->pool_count) {
+    status = pcp_allocator_malloc(
+        allocator, complex->pool_count * sizeof(*items), (void**)&items);
   }
   complex->incidence_items = items;
+  if (status) {
+    // Callers fall back to a linear scan; the failure is not theirs to see.
+    pcp_status_ignore(status);
+    incidence_drop(complex);
+    return false;
+  }
   // Two passes: count per vertex, then fill (listed order, so each list is
   // increasing and "first listed superset" stays cheap).
   for (size_t s = 0; s < complex->count; ++s) {

@@ -805,7 +805,10 @@ static pcp_status_t cycle_basis(const chain_complex_t* cc, int32_t k,
       if (status) break;
       memset(&basis[count], 0, sizeof(basis[count]));
       status = vec_reserve(allocator, &basis[count], 1);
-      if (status) break;
+      if (status) {
+        vec_free(allocator, &basis[count]);
+        break;
+      }
       basis[count].index[0] = (uint32_t)j;
       basis[count].value[0] = 1;
       basis[count].count = 1;
@@ -833,7 +836,11 @@ static pcp_status_t cycle_basis(const chain_complex_t* cc, int32_t k,
       if (status) break;
       memset(&basis[count], 0, sizeof(basis[count]));
       status = vec_copy(allocator, &track, &basis[count]);
-      if (!status) ++count;
+      if (status) {
+        vec_free(allocator, &basis[count]);
+      } else {
+        ++count;
+      }
     }
     vec_free(allocator, &column);
     vec_free(allocator, &track);

@@ -837,10 +837,10 @@ static pcp_status_t validate_metadata(const pcp_topology_subdivision_t* sub,
   const round_t* round = &sub->last;
   pcp_topology_vertex_list_t vertices;
   pcp_topology_vertex_list_initialize(sub->allocator, &vertices);
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_topology_complex_vertices(round->complex, &vertices));
+  pcp_status_t status = pcp_topology_complex_vertices(round->complex, &vertices);
   size_t vertex_count = vertices.count;
   pcp_topology_vertex_list_deinitialize(&vertices);
+  PCP_RETURN_IF_ERROR_BARE(status);
   *out_vertex_count = vertex_count;
   if (round->meta_count != vertex_count) {
     return META_ERROR("%zu metadata entries for %zu vertices",

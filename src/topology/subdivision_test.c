@@ -248,6 +248,142 @@ static void test_identity_subdivision_keeps_the_input(void** state) {
   pcp_topology_complex_release(triangle);
 }
 
+// Runs the whole core pipeline on an edge with |allocator|: subdivision
+// (carrier, metadata), validation, Betti numbers, a vertex map check.
+static pcp_status_t pipeline(pcp_allocator_t allocator) {
+  pcp_topology_complex_t* edge = NULL;
+  pcp_topology_subdivision_t* sub = NULL;
+  pcp_topology_vertex_map_t* map = NULL;
+  pcp_status_t status = pcp_topology_complex_create(allocator, &edge);
+  if (!status) {
+    pcp_topology_vertex_t vs[] = {P(0), P(1), P(2)};
+    status = pcp_topology_complex_add(edge, pcp_topology_make_simplex(vs, 3),
+                                      NULL);
+  }
+  if (!status) {
+    status = pcp_topology_subdivision_create(
+        edge, PCP_TOPOLOGY_SUBDIVISION_CHROMATIC, 1, allocator, &sub);
+  }
+  pcp_topology_subdivision_report_t report;
+  if (!status) {
+    status = pcp_topology_subdivision_validate(
+        sub, pcp_topology_subdivision_options_default(), &report);
+  }
+  pcp_topology_betti_t betti;
+  if (!status) {
+    status = pcp_topology_complex_betti(pcp_topology_subdivision_complex(sub),
+                                        3, &betti);
+  }
+  if (!status) {
+    // The carrier map (vertex -> its first metadata source) as a vertex map.
+    status = pcp_topology_vertex_map_create(
+        pcp_topology_subdivision_complex(sub), edge, allocator, &map);
+  }
+  for (size_t i = 0;
+       !status && i < pcp_topology_subdivision_metadata_count(sub); ++i) {
+    pcp_topology_subdivision_vertex_info_t info;
+    pcp_topology_subdivision_metadata(sub, i, &info);
+    status = pcp_topology_vertex_map_set(map, &info.vertex, &info.source);
+  }
+  if (!status) {
+    pcp_topology_vertex_map_checks_t checks = {true, false};
+    status = pcp_topology_vertex_map_validate(map, checks);
+  }
+  // Homology of the collapse onto the input, with its witness.
+  pcp_topology_homology_map_report_t homology;
+  if (!status) status = pcp_topology_homology_map_check(map, 2, &homology);
+  pcp_topology_homology_witness_t witness;
+  pcp_topology_homology_witness_initialize(allocator, &witness);
+  if (!status) status = pcp_topology_homology_map_witness_find(map, 2, &witness);
+  pcp_topology_homology_witness_deinitialize(&witness);
+  // delta o Xi subset Delta with Xi = Delta = the subdivision carrier and
+  // delta the identity on the subdivided complex.
+  pcp_topology_vertex_map_t* identity = NULL;
+  const pcp_topology_complex_t* complex =
+      sub ? pcp_topology_subdivision_complex(sub) : NULL;
+  if (!status) {
+    status = pcp_topology_vertex_map_create(complex, complex, allocator,
+                                            &identity);
+  }
+  for (size_t i = 0;
+       !status && i < pcp_topology_subdivision_metadata_count(sub); ++i) {
+    pcp_topology_subdivision_vertex_info_t info;
+    pcp_topology_subdivision_metadata(sub, i, &info);
+    status = pcp_topology_vertex_map_set(identity, &info.vertex, &info.vertex);
+  }
+  if (!status) {
+    status = pcp_topology_carried_decision_map_validate(
+        pcp_topology_subdivision_carrier(sub),
+        pcp_topology_subdivision_carrier(sub), identity);
+  }
+  // Paths, the edge-path group, DOT, boundary, link, join.
+  pcp_topology_vertex_list_t path;
+  pcp_topology_vertex_list_initialize(allocator, &path);
+  if (!status) {
+    pcp_topology_subdivision_vertex_info_t first, last;
+    pcp_topology_subdivision_metadata(sub, 0, &first);
+    pcp_topology_subdivision_metadata(
+        sub, pcp_topology_subdivision_metadata_count(sub) - 1, &last);
+    status = pcp_topology_complex_path(complex, &first.vertex, &last.vertex,
+                                       &path);
+  }
+  pcp_topology_vertex_list_deinitialize(&path);
+  pcp_topology_fundamental_group_t group;
+  pcp_topology_fundamental_group_initialize(allocator, &group);
+  if (!status) status = pcp_topology_fundamental_group_compute(complex, &group);
+  pcp_topology_fundamental_group_deinitialize(&group);
+  pcp_string_builder_t builder;
+  pcp_string_builder_initialize(allocator, 0, &builder);
+  if (!status) status = pcp_topology_complex_format_dot(complex, "x", &builder);
+  pcp_string_builder_deinitialize(&builder);
+  pcp_topology_complex_t* out = NULL;
+  if (!status) status = pcp_topology_complex_create(allocator, &out);
+  if (!status) status = pcp_topology_complex_boundary(complex, out);
+  if (!status) {
+    pcp_topology_subdivision_vertex_info_t first;
+    pcp_topology_subdivision_metadata(sub, 0, &first);
+    status = pcp_topology_complex_link(
+        complex, pcp_topology_make_simplex(&first.vertex, 1), out);
+  }
+  pcp_topology_complex_t* point = NULL;
+  if (!status) status = pcp_topology_complex_create(allocator, &point);
+  if (!status) {
+    pcp_topology_vertex_t far = P(7);
+    status = pcp_topology_complex_add(point, pcp_topology_make_simplex(&far, 1),
+                                      NULL);
+  }
+  if (!status) status = pcp_topology_complex_join(edge, point, out);
+  pcp_topology_complex_release(point);
+  pcp_topology_complex_release(out);
+  pcp_topology_vertex_map_release(identity);
+  pcp_topology_vertex_map_release(map);
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(edge);
+  return status;
+}
+
+static void test_allocation_failures_anywhere_in_the_pipeline(void** state) {
+  (void)state;
+  pcp_allocator_counting_t counter;
+  pcp_allocator_counting_initialize(pcp_allocator_system(), &counter);
+  PCP_CHECK_OK(pipeline(pcp_allocator_counting(&counter)));
+  int64_t total = counter.allocation_count;
+  assert_int_equal(counter.live_bytes, 0);
+  // Fail every allocation index in turn (SQLite-style OOM sweep): each run
+  // must end in a status, never a crash, and leave nothing allocated.
+  for (int64_t n = 0; n < total; ++n) {
+    pcp_allocator_failing_t failing;
+    pcp_allocator_failing_initialize(pcp_allocator_system(), n, true,
+                                     &failing);
+    pcp_allocator_counting_t live;
+    pcp_allocator_counting_initialize(pcp_allocator_failing(&failing), &live);
+    pcp_status_t status = pipeline(pcp_allocator_counting(&live));
+    assert_true(status != NULL);
+    pcp_status_ignore(status);
+    assert_int_equal(live.live_bytes, 0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(
@@ -267,6 +403,7 @@ int main(void) {
       cmocka_unit_test(
           test_iterated_subdivision_equivalence_checks_bounded_rounds),
       cmocka_unit_test(test_identity_subdivision_keeps_the_input),
+      cmocka_unit_test(test_allocation_failures_anywhere_in_the_pipeline),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
