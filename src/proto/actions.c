@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Actions and the queue the state machines emit them through.
+
+#include <string.h>
+
+#include "proto/proto_impl.h"
+
+void pcp_proto_action_deinitialize(pcp_proto_action_t* action) {
+  if (!action) return;
+  pcp_proto_encoded_frame_deinitialize(&action->frame);
+  pcp_proto_frame_deinitialize(&action->received);
+  pcp_status_ignore(action->status);
+  if (action->blob) pcp_proto_blob_free(action->allocator, action->blob);
+  memset(action, 0, sizeof(*action));
+}
+
+void proto_action_queue_initialize(pcp_allocator_t allocator,
+                                   proto_action_queue_t* out_queue) {
+  memset(out_queue, 0, sizeof(*out_queue));
+  out_queue->allocator = allocator;
+}
+
+void proto_action_queue_deinitialize(proto_action_queue_t* queue) {
+  pcp_proto_action_t action;
+  while (proto_action_queue_pop(queue, &action)) {
+    pcp_proto_action_deinitialize(&action);
+  }
+  pcp_allocator_free(queue->allocator, queue->items);
+  memset(queue, 0, sizeof(*queue));
+}
+
+pcp_status_t proto_action_queue_push(proto_action_queue_t* queue,
+                                     pcp_proto_action_t* action) {
+  if (queue->count == queue->capacity) {
+    size_t capacity = queue->capacity ? queue->capacity * 2 : 16;
+    void* items = NULL;
+    pcp_status_t status = pcp_allocator_malloc(
+        queue->allocator, capacity * sizeof(pcp_proto_action_t), &items);
+    if (status) {
+      pcp_proto_action_deinitialize(action);
+      return status;
+    }
+    // Unroll the ring into the new array.
+    pcp_proto_action_t* dst = items;
+    for (size_t i = 0; i < queue->count; ++i) {
+      dst[i] = queue->items[(queue->head + i) % queue->capacity];
+    }
+    pcp_allocator_free(queue->allocator, queue->items);
+    queue->items = dst;
+    queue->capacity = capacity;
+    queue->head = 0;
+  }
+  queue->items[(queue->head + queue->count) % queue->capacity] = *action;
+  queue->count++;
+  memset(action, 0, sizeof(*action));
+  return pcp_ok_status();
+}
+
+bool proto_action_queue_pop(proto_action_queue_t* queue,
+                            pcp_proto_action_t* out_action) {
+  if (queue->count == 0) {
+    memset(out_action, 0, sizeof(*out_action));
+    return false;
+  }
+  *out_action = queue->items[queue->head];
+  queue->head = (queue->head + 1) % queue->capacity;
+  queue->count--;
+  return true;
+}

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Private helpers shared by the files of src/proto. Never included outside
+// this folder.
+
+#ifndef PCP_PROTO_PROTO_IMPL_H_
+#define PCP_PROTO_PROTO_IMPL_H_
+
+#include <jansson.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "proto/proto.h"
+
+// Little-endian stores and loads, byte by byte: the wire never depends on
+// the host's layout or alignment.
+static inline void store_le16(uint8_t* p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static inline void store_le32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void store_le64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t load_le16(const uint8_t* p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t load_le32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+static inline uint64_t load_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+static inline uint64_t align64_u64(uint64_t v) {
+  return (v + (PCP_PROTO_SECTION_ALIGNMENT - 1)) &
+         ~(uint64_t)(PCP_PROTO_SECTION_ALIGNMENT - 1);
+}
+
+// 64-byte aligned allocations through a pcp_allocator_t: the distance to the
+// real block is stored in the byte before the aligned pointer.
+PCP_MUST_USE_RESULT pcp_status_t proto_aligned_allocate(
+    pcp_allocator_t allocator, size_t byte_length, uint8_t** out_ptr);
+void proto_aligned_free(pcp_allocator_t allocator, uint8_t* ptr);
+
+// JSON field readers: INVALID_ARGUMENT naming |key| when missing or of the
+// wrong type/range. "opt" variants leave the output alone when absent.
+PCP_MUST_USE_RESULT pcp_status_t proto_json_u64(const json_t* object,
+                                                const char* key, uint64_t max,
+                                                uint64_t* out_value);
+PCP_MUST_USE_RESULT pcp_status_t proto_json_opt_u64(const json_t* object,
+                                                    const char* key,
+                                                    uint64_t max,
+                                                    uint64_t* out_value,
+                                                    bool* out_present);
+PCP_MUST_USE_RESULT pcp_status_t proto_json_i64(const json_t* object,
+                                                const char* key, int64_t min,
+                                                int64_t max,
+                                                int64_t* out_value);
+PCP_MUST_USE_RESULT pcp_status_t proto_json_string(const json_t* object,
+                                                   const char* key,
+                                                   size_t min_length,
+                                                   size_t max_length,
+                                                   const char** out_value);
+PCP_MUST_USE_RESULT pcp_status_t proto_json_opt_string(const json_t* object,
+                                                       const char* key,
+                                                       size_t max_length,
+                                                       const char** out_value);
+PCP_MUST_USE_RESULT pcp_status_t proto_json_hex(const json_t* object,
+                                                const char* key,
+                                                size_t byte_length,
+                                                uint8_t* out_bytes);
+PCP_MUST_USE_RESULT pcp_status_t proto_json_bool(const json_t* object,
+                                                 const char* key,
+                                                 bool default_value,
+                                                 bool* out_value);
+
+// Shape array -> rank/dims (each >= 0, rank <= max_rank).
+PCP_MUST_USE_RESULT pcp_status_t proto_json_shape(const json_t* value,
+                                                  const char* what,
+                                                  uint32_t max_rank,
+                                                  uint32_t* out_rank,
+                                                  int64_t* out_shape);
+
+// Byte length of a dense tensor; false on overflow or a bad dtype.
+bool proto_tensor_byte_length(pcp_element_type_t type, uint32_t rank,
+                              const int64_t* shape, uint64_t* out_length);
+
+// json_object_set_new that turns a failed allocation into a status.
+PCP_MUST_USE_RESULT pcp_status_t proto_json_set(json_t* object,
+                                                const char* key,
+                                                json_t* value);
+PCP_MUST_USE_RESULT pcp_status_t proto_json_set_hex(json_t* object,
+                                                    const char* key,
+                                                    const uint8_t* bytes,
+                                                    size_t byte_length);
+// Strings longer than |max_length| are INVALID_ARGUMENT (senders fail first).
+PCP_MUST_USE_RESULT pcp_status_t proto_json_set_string(json_t* object,
+                                                       const char* key,
+                                                       const char* value,
+                                                       size_t max_length);
+
+// The scratch block of a frame's last parse (freed with the frame).
+PCP_MUST_USE_RESULT pcp_status_t proto_frame_scratch(pcp_proto_frame_t* frame,
+                                                     size_t byte_length,
+                                                     void** out_ptr);
+
+// A small growable queue of actions (the state machines' output).
+typedef struct proto_action_queue_t {
+  pcp_allocator_t allocator;
+  pcp_proto_action_t* items;
+  size_t head;
+  size_t count;
+  size_t capacity;
+} proto_action_queue_t;
+
+void proto_action_queue_initialize(pcp_allocator_t allocator,
+                                   proto_action_queue_t* out_queue);
+void proto_action_queue_deinitialize(proto_action_queue_t* queue);
+// Takes ownership of |action| (also on failure: it is deinitialized).
+PCP_MUST_USE_RESULT pcp_status_t proto_action_queue_push(
+    proto_action_queue_t* queue, pcp_proto_action_t* action);
+bool proto_action_queue_pop(proto_action_queue_t* queue,
+                            pcp_proto_action_t* out_action);
+
+#endif  // PCP_PROTO_PROTO_IMPL_H_
