@@ -367,6 +367,19 @@ void pcp_loop_timer_cancel(pcp_loop_timer_t* timer) {
   uv_close((uv_handle_t*)&timer->uv, on_timer_closed);
 }
 
+pcp_status_t pcp_loop_timer_restart(pcp_loop_timer_t* timer,
+                                    uint64_t timeout_ms) {
+  if (timer->state != TIMER_ARMED) {
+    return pcp_make_status(
+        PCP_STATUS_FAILED_PRECONDITION, "timer restart: the timer %s",
+        timer->state == TIMER_EXPIRED ? "already expired" : "was cancelled");
+  }
+  // uv_timer_start on an active timer re-arms it.
+  PCP_ASSERT(uv_timer_start(&timer->uv, on_timer, timeout_ms,
+                            uv_timer_get_repeat(&timer->uv)) == 0);
+  return pcp_ok_status();
+}
+
 static void abort_timer(pcp_net_object_t* object) {
   pcp_loop_timer_cancel((pcp_loop_timer_t*)object);
 }

@@ -321,6 +321,68 @@ static void test_timer_zero_timeout(void** state) {
   assert_int_equal(f.calls, 3);
 }
 
+// The heartbeat pattern: a silence deadline pushed back by each heartbeat
+// never fires while heartbeats come, and fires once after they stop.
+typedef struct restart_fixture_t {
+  pcp_loop_t* loop;
+  pcp_loop_timer_t* deadline;
+  int beats;
+  int deadline_ok;
+  int deadline_cancelled;
+  int beat_cancelled;
+  uint64_t last_beat_ms;
+  uint64_t fired_ms;
+  pcp_status_code_t restart_after_expiry;
+} restart_fixture_t;
+
+static void on_silence(void* user_data, pcp_loop_timer_t* timer,
+                       pcp_status_code_t code) {
+  restart_fixture_t* f = (restart_fixture_t*)user_data;
+  if (code != PCP_STATUS_OK) {
+    ++f->deadline_cancelled;
+    return;
+  }
+  ++f->deadline_ok;
+  f->fired_ms = pcp_loop_now_ms(f->loop);
+  // Expired one-shot: no longer restartable.
+  f->restart_after_expiry =
+      pcp_status_consume_code(pcp_loop_timer_restart(timer, 10));
+  pcp_loop_stop(f->loop);
+}
+
+static void on_beat(void* user_data, pcp_loop_timer_t* timer,
+                    pcp_status_code_t code) {
+  restart_fixture_t* f = (restart_fixture_t*)user_data;
+  if (code != PCP_STATUS_OK) {
+    ++f->beat_cancelled;
+    return;
+  }
+  f->last_beat_ms = pcp_loop_now_ms(f->loop);
+  PCP_CHECK_OK(pcp_loop_timer_restart(f->deadline, 60));
+  if (++f->beats == 10) {
+    pcp_loop_timer_cancel(timer);
+  }
+}
+
+static void test_timer_restart_as_heartbeat_deadline(void** state) {
+  PCP_UNUSED(state);
+  restart_fixture_t f = {.loop = make_loop(0)};
+  uint64_t start = pcp_loop_now_ms(f.loop);
+  PCP_CHECK_OK(
+      pcp_loop_timer_start(f.loop, 60, 0, on_silence, &f, &f.deadline));
+  PCP_CHECK_OK(pcp_loop_timer_start(f.loop, 20, 20, on_beat, &f, NULL));
+  run_bounded(f.loop, 5000);
+  assert_int_equal(f.beats, 10);
+  assert_int_equal(f.beat_cancelled, 1);
+  assert_int_equal(f.deadline_ok, 1);
+  assert_true(f.fired_ms - start >= 200);
+  assert_true(f.fired_ms - f.last_beat_ms >= 60);
+  assert_int_equal(f.restart_after_expiry, PCP_STATUS_FAILED_PRECONDITION);
+  pcp_loop_release(f.loop);
+  assert_int_equal(f.deadline_ok, 1);
+  assert_int_equal(f.deadline_cancelled, 0);
+}
+
 //===----------------------------------------------------------------------===//
 // Signals
 //===----------------------------------------------------------------------===//
@@ -478,6 +540,45 @@ static void test_spawn_kill(void** state) {
   pcp_loop_release(f.loop);
 }
 
+// A supervisor kills a child's whole group: the grandchild (a sleep holding
+// the stdout pipe) dies too, so the exit callback, which waits for EOF,
+// comes at once instead of after 30 s.
+static void on_group_output(void* user_data, pcp_loop_process_t* process,
+                            int stream_fd, const void* data,
+                            size_t byte_length) {
+  child_fixture_t* f = (child_fixture_t*)user_data;
+  on_child_output(user_data, process, stream_fd, data, byte_length);
+  if (byte_length > 0 && strstr(f->out, "started") && f->pid == 0) {
+    f->pid = pcp_loop_process_pid(process);
+    PCP_CHECK_OK(pcp_loop_process_kill(process, SIGTERM));
+  }
+}
+
+static void test_spawn_kill_process_group(void** state) {
+  PCP_UNUSED(state);
+  child_fixture_t f = {0};
+  f.loop = make_loop(0);
+  const char* const args[] = {"sh", "-c", "sleep 30 & echo started; wait",
+                              NULL};
+  pcp_loop_process_options_t options = sh_options(&f, args);
+  options.stdout_mode = PCP_LOOP_STDIO_PIPE;
+  options.output_fn = on_group_output;
+  options.new_process_group = true;
+  pcp_loop_process_t* process = NULL;
+  uint64_t start = pcp_loop_now_ms(f.loop);
+  PCP_CHECK_OK(pcp_loop_process_spawn(f.loop, &options, &process));
+  run_bounded(f.loop, 10000);
+  assert_int_equal(f.exits, 1);
+  assert_int_equal(f.code, PCP_STATUS_OK);
+  assert_int_equal(f.term_signal, SIGTERM);
+  assert_int_equal(f.eofs_at_exit, 1);
+  // The sleep held the pipe: the EOF (and so the exit callback, well
+  // within the bound) proves the grandchild died with the group. kill(2)
+  // cannot check it: an orphaned zombie answers until init reaps it.
+  assert_true(pcp_loop_now_ms(f.loop) - start < 10000);
+  pcp_loop_release(f.loop);
+}
+
 static void test_spawn_pipes_env_and_output_before_exit(void** state) {
   PCP_UNUSED(state);
   child_fixture_t f = {0};
@@ -620,9 +721,11 @@ int main(void) {
       cmocka_unit_test(test_stop_before_run),
       cmocka_unit_test(test_timers_order_and_cancel),
       cmocka_unit_test(test_timer_zero_timeout),
+      cmocka_unit_test(test_timer_restart_as_heartbeat_deadline),
       cmocka_unit_test(test_signal_sigterm),
       cmocka_unit_test(test_spawn_exit_status),
       cmocka_unit_test(test_spawn_kill),
+      cmocka_unit_test(test_spawn_kill_process_group),
       cmocka_unit_test(test_spawn_pipes_env_and_output_before_exit),
       cmocka_unit_test(test_spawn_failures),
       cmocka_unit_test(test_spawn_cancelled_by_release),

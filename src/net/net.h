@@ -233,6 +233,15 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_loop_timer_start(
 // fine. Loop thread only.
 void pcp_loop_timer_cancel(pcp_loop_timer_t* timer);
 
+// Re-arms |timer| to expire |timeout_ms| from now, keeping its repeat
+// period: a peer's silence deadline pushed back on every heartbeat, with no
+// completion per push (the start's single final callback is still owed).
+// Fine from the timer's own callback when repeating. Returns
+// FAILED_PRECONDITION once the timer was cancelled or a one-shot timer
+// expired. Loop thread only.
+PCP_MUST_USE_RESULT pcp_status_t pcp_loop_timer_restart(pcp_loop_timer_t* timer,
+                                                        uint64_t timeout_ms);
+
 //===----------------------------------------------------------------------===//
 // Signals
 //===----------------------------------------------------------------------===//
@@ -295,6 +304,10 @@ typedef struct pcp_loop_process_options_t {
   // stdin is always /dev/null: children of the node manager are daemons.
   pcp_loop_stdio_t stdout_mode;
   pcp_loop_stdio_t stderr_mode;
+  // The child leads its own session and process group (setsid): a
+  // terminal's Ctrl-C reaches only the supervisor, which decides, and
+  // pcp_loop_process_kill signals the whole group, grandchildren included.
+  bool new_process_group;
   pcp_loop_process_output_fn_t output_fn;  // required if any stream is PIPE
   pcp_loop_process_exit_fn_t exit_fn;      // required
   void* user_data;
@@ -314,9 +327,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_loop_process_spawn(
 // The child's pid. Loop thread only.
 int64_t pcp_loop_process_pid(pcp_loop_process_t* process);
 
-// Sends |signum| to the child. Returns FAILED_PRECONDITION once the child
-// has exited (the pid may already belong to someone else), or the kill(2)
-// error. Loop thread only.
+// Sends |signum| to the child, or to its whole process group when spawned
+// with |new_process_group|. Returns FAILED_PRECONDITION once the child has
+// exited (the pid may already belong to someone else); a group can still be
+// signalled until exit_fn has run (a group id is not reused while the group
+// has members: the way to end a grandchild that holds a pipe open). Other
+// errors are kill(2)'s (NOT_FOUND: no such group). Loop thread only.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_loop_process_kill(pcp_loop_process_t* process, int signum);
 

@@ -3,6 +3,7 @@
 // Child processes (uv_spawn) with exit callbacks, for the node manager.
 
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "net/net_impl.h"
@@ -19,6 +20,7 @@ struct pcp_loop_process_t {
   int64_t exit_status;
   int term_signal;
   bool reported;  // exit_fn has run, or must never run (spawn failed)
+  bool group;     // leads its own process group
   bool cancelled;
   pcp_loop_process_output_fn_t output_fn;
   pcp_loop_process_exit_fn_t exit_fn;
@@ -181,6 +183,12 @@ pcp_status_t pcp_loop_process_spawn(pcp_loop_t* loop,
   uv_options.cwd = options->cwd;
   uv_options.stdio_count = 3;
   uv_options.stdio = stdio;
+  if (options->new_process_group) {
+    // libuv's "detached" is setsid() in the child; the exit is still
+    // watched while the loop runs.
+    uv_options.flags |= UV_PROCESS_DETACHED;
+    process->group = true;
+  }
   process->uv.data = process;
   int err = uv_spawn(&loop->uv, &process->uv, &uv_options);
   ++process->open_handles;  // libuv initialized the process handle either way
@@ -213,13 +221,17 @@ int64_t pcp_loop_process_pid(pcp_loop_process_t* process) {
 }
 
 pcp_status_t pcp_loop_process_kill(pcp_loop_process_t* process, int signum) {
-  if (process->exited || process->reported) {
+  if (process->reported || (process->exited && !process->group)) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "process %d has already exited", process->uv.pid);
   }
-  int err = uv_process_kill(&process->uv, signum);
+  int err = process->group ? uv_kill(-process->uv.pid, signum)
+                           : uv_process_kill(&process->uv, signum);
   if (err != 0) {
-    return pcp_net_status_from_uv(err, "kill");
+    char what[64];
+    snprintf(what, sizeof(what), "kill %s%d", process->group ? "group " : "",
+             process->uv.pid);
+    return pcp_net_status_from_uv(err, what);
   }
   return pcp_ok_status();
 }
