@@ -203,10 +203,12 @@ struct pcp_sched_t {
 //===----------------------------------------------------------------------===//
 
 static int64_t add_saturating(int64_t a, int64_t b) {
-  if (b > 0 && a > INT64_MAX - b)
+  if (b > 0 && a > INT64_MAX - b) {
     return INT64_MAX;
-  if (b < 0 && a < INT64_MIN - b)
+  }
+  if (b < 0 && a < INT64_MIN - b) {
     return INT64_MIN;
+  }
   return a + b;
 }
 
@@ -214,27 +216,32 @@ static int64_t add_saturating(int64_t a, int64_t b) {
 // sanitized alphabet of upstream s.1.4 is accepted.
 static bool name_is_valid(const char* value, size_t max_length,
                           bool allow_empty) {
-  if (!value)
+  if (!value) {
     return allow_empty;
+  }
   size_t length = strnlen(value, max_length + 1);
-  if (length > max_length)
+  if (length > max_length) {
     return false;
-  if (length == 0)
+  }
+  if (length == 0) {
     return allow_empty;
+  }
   for (size_t i = 0; i < length; ++i) {
     char c = value[i];
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
               (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
-    if (!ok)
+    if (!ok) {
       return false;
+    }
   }
   return true;
 }
 
 static void copy_name(char* dst, size_t capacity, const char* src) {
   size_t length = src ? strnlen(src, capacity - 1) : 0;
-  if (length)
+  if (length) {
     memcpy(dst, src, length);
+  }
   dst[length] = 0;
 }
 
@@ -283,8 +290,9 @@ static bool owner_is_valid(pcp_sched_owner_t owner) {
 }
 
 static int32_t find_worker(const pcp_sched_t* s, const char* id) {
-  if (!id)
+  if (!id) {
     return -1;
+  }
   for (uint32_t i = 0; i < s->options.max_workers; ++i) {
     if (s->workers[i].in_use && strcmp(s->workers[i].id, id) == 0) {
       return (int32_t)i;
@@ -294,28 +302,33 @@ static int32_t find_worker(const pcp_sched_t* s, const char* id) {
 }
 
 static int32_t find_lease(const pcp_sched_t* s, uint64_t id) {
-  if (id == 0)
+  if (id == 0) {
     return -1;
+  }
   for (uint32_t i = 0; i < s->options.max_leases; ++i) {
-    if (s->leases[i].id == id)
+    if (s->leases[i].id == id) {
       return (int32_t)i;
+    }
   }
   return -1;
 }
 
 static int32_t find_reservation(const pcp_sched_t* s, uint64_t id) {
-  if (id == 0)
+  if (id == 0) {
     return -1;
+  }
   for (uint32_t i = 0; i < s->options.max_reservations; ++i) {
-    if (s->reservations[i].id == id)
+    if (s->reservations[i].id == id) {
       return (int32_t)i;
+    }
   }
   return -1;
 }
 
 static pcp_status_t worker_not_found(const char* id) {
-  if (!id)
+  if (!id) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "worker id is NULL");
+  }
   return pcp_make_status(PCP_STATUS_NOT_FOUND,
                          "worker '%.*s' is not registered",
                          PCP_SCHED_WORKER_ID_MAX_LENGTH, id);
@@ -435,8 +448,9 @@ static void compute_secured(const pcp_sched_t* s,
   }
   for (uint32_t i = 0; i < s->options.max_workers; ++i) {
     const worker_t* w = &s->workers[i];
-    if (!worker_is_free(w))
+    if (!worker_is_free(w)) {
       continue;
+    }
     for (int r = 0; r < PCP_SCHED_OWNER_COUNT_; ++r) {
       if (s->policies[r].reserved_workers > 0 &&
           worker_matches_policy(w, &s->policies[r])) {
@@ -457,8 +471,9 @@ static bool heartbeat_expired(const worker_t* w, int64_t now_ns,
 static int candidate_compare(const void* a_ptr, const void* b_ptr) {
   const candidate_t* a = (const candidate_t*)a_ptr;
   const candidate_t* b = (const candidate_t*)b_ptr;
-  if (a->protect != b->protect)
+  if (a->protect != b->protect) {
     return a->protect < b->protect ? -1 : 1;
+  }
   if (a->load_permille != b->load_permille) {
     return a->load_permille < b->load_permille ? -1 : 1;
   }
@@ -481,18 +496,21 @@ static uint32_t select_workers(pcp_sched_t* s, pcp_sched_owner_t owner,
   uint32_t candidate_count = 0;
   for (uint32_t i = 0; i < s->options.max_workers; ++i) {
     const worker_t* w = &s->workers[i];
-    if (!worker_is_free(w))
+    if (!worker_is_free(w)) {
       continue;
-    if (filter && !worker_matches_filter(w, filter))
+    }
+    if (filter && !worker_matches_filter(w, filter)) {
       continue;
+    }
     if (s->sweeping && heartbeat_expired(w, s->sweep_now_ns,
                                          s->options.heartbeat_timeout_ns)) {
       continue;
     }
     uint32_t protect = 0;
     if (apply_owner_rules) {
-      if (!worker_matches_policy(w, &s->policies[owner]))
+      if (!worker_matches_policy(w, &s->policies[owner])) {
         continue;
+      }
       for (int r = 0; r < PCP_SCHED_OWNER_COUNT_; ++r) {
         if (r != (int)owner && s->policies[r].reserved_workers > 0 &&
             worker_matches_policy(w, &s->policies[r])) {
@@ -523,8 +541,9 @@ static uint32_t select_workers(pcp_sched_t* s, pcp_sched_owner_t owner,
           allowed = false;
         }
       }
-      if (!allowed)
+      if (!allowed) {
         continue;
+      }
       for (int r = 0; r < PCP_SCHED_OWNER_COUNT_; ++r) {
         if (r != (int)owner && s->policies[r].reserved_workers > 0 &&
             worker_matches_policy(w, &s->policies[r])) {
@@ -639,8 +658,9 @@ pcp_status_t pcp_sched_create(const pcp_sched_options_t* options,
 }
 
 void pcp_sched_release(pcp_sched_t* sched) {
-  if (!sched)
+  if (!sched) {
     return;
+  }
   pcp_allocator_t allocator = sched->allocator;
   pcp_allocator_free(allocator, sched->workers);
   pcp_allocator_free(allocator, sched->leases);
@@ -699,8 +719,9 @@ pcp_status_t pcp_sched_owner_policy_set(
   next.max_workers = policy->max_workers;
   for (uint32_t i = 0; i < sched->options.max_workers; ++i) {
     const worker_t* w = &sched->workers[i];
-    if (!w->in_use)
+    if (!w->in_use) {
       continue;
+    }
     bool held_by_owner =
         (w->lease_index >= 0 && sched->leases[w->lease_index].owner == owner) ||
         (w->reservation_index >= 0 &&
@@ -753,8 +774,9 @@ pcp_status_t pcp_sched_owner_leases_list(const pcp_sched_t* sched,
   size_t count = 0;
   for (uint32_t i = 0; i < sched->options.max_leases; ++i) {
     const lease_t* l = &sched->leases[i];
-    if (l->id == 0 || l->owner != owner)
+    if (l->id == 0 || l->owner != owner) {
       continue;
+    }
     if (count < capacity) {
       size_t k = count;
       while (k > 0 && out_lease_ids[k - 1] > l->id) {
@@ -810,8 +832,9 @@ static int32_t lease_allocate(pcp_sched_t* s, pcp_sched_owner_t owner,
                               uint64_t tag, const filter_t* filter) {
   for (uint32_t i = 0; i < s->options.max_leases; ++i) {
     lease_t* l = &s->leases[i];
-    if (l->id != 0)
+    if (l->id != 0) {
       continue;
+    }
     memset(l, 0, sizeof(*l));
     l->id = s->next_lease_id++;
     l->owner = owner;
@@ -971,8 +994,9 @@ pcp_status_t pcp_sched_worker_join(pcp_sched_t* sched,
     int32_t victim = -1;
     for (uint32_t i = 0; i < sched->options.max_workers; ++i) {
       const worker_t* w = &sched->workers[i];
-      if (!w->in_use || w->state != PCP_SCHED_WORKER_STATE_LOST)
+      if (!w->in_use || w->state != PCP_SCHED_WORKER_STATE_LOST) {
         continue;
+      }
       if (victim < 0) {
         victim = (int32_t)i;
         continue;
@@ -993,8 +1017,9 @@ pcp_status_t pcp_sched_worker_join(pcp_sched_t* sched,
   }
   for (uint32_t i = 0; i < sched->options.max_workers; ++i) {
     worker_t* w = &sched->workers[i];
-    if (w->in_use)
+    if (w->in_use) {
       continue;
+    }
     memset(w, 0, sizeof(*w));
     w->in_use = true;
     apply_info(w, info);
@@ -1017,21 +1042,26 @@ static void try_resume(pcp_sched_t* s, int32_t worker_index, int64_t now_ns,
   int32_t best = -1;
   for (uint32_t i = 0; i < s->options.max_leases; ++i) {
     const lease_t* l = &s->leases[i];
-    if (l->id == 0 || l->worker_index >= 0 || !l->home_valid)
+    if (l->id == 0 || l->worker_index >= 0 || !l->home_valid) {
       continue;
-    if (strcmp(l->home_id, w->id) != 0)
+    }
+    if (strcmp(l->home_id, w->id) != 0) {
       continue;
-    if (now_ns >= l->detached_deadline_ns)
+    }
+    if (now_ns >= l->detached_deadline_ns) {
       continue;
+    }
     if (!worker_matches_filter(w, &l->filter) ||
         !worker_matches_policy(w, &s->policies[l->owner])) {
       continue;
     }
-    if (best < 0 || l->id < s->leases[best].id)
+    if (best < 0 || l->id < s->leases[best].id) {
       best = (int32_t)i;
+    }
   }
-  if (best < 0)
+  if (best < 0) {
     return;
+  }
   lease_t* l = &s->leases[best];
   s->detached[l->owner]--;
   lease_attach(s, best, worker_index);
@@ -1050,8 +1080,9 @@ pcp_status_t pcp_sched_worker_ready(pcp_sched_t* sched, const char* worker_id,
   pcp_sched_event_t* event = out_event ? out_event : &ignored;
   event_clear(event);
   int32_t index = find_worker(sched, worker_id);
-  if (index < 0)
+  if (index < 0) {
     return worker_not_found(worker_id);
+  }
   worker_t* w = &sched->workers[index];
   if (w->state != PCP_SCHED_WORKER_STATE_JOINING &&
       w->state != PCP_SCHED_WORKER_STATE_DRAINING) {
@@ -1072,8 +1103,9 @@ pcp_status_t pcp_sched_worker_update(pcp_sched_t* sched,
                                      const pcp_sched_worker_info_t* info) {
   PCP_RETURN_IF_ERROR_BARE(validate_info(info));
   int32_t index = find_worker(sched, info->id);
-  if (index < 0)
+  if (index < 0) {
     return worker_not_found(info->id);
+  }
   worker_t* w = &sched->workers[index];
   if (worker_holds(w) || w->state == PCP_SCHED_WORKER_STATE_LOST) {
     // A held worker was matched against its lease's constraint; changing
@@ -1092,8 +1124,9 @@ pcp_status_t pcp_sched_worker_heartbeat(pcp_sched_t* sched,
                                         const char* worker_id, int64_t now_ns,
                                         uint32_t load_permille) {
   int32_t index = find_worker(sched, worker_id);
-  if (index < 0)
+  if (index < 0) {
     return worker_not_found(worker_id);
+  }
   worker_t* w = &sched->workers[index];
   if (load_permille > 1000) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -1105,16 +1138,18 @@ pcp_status_t pcp_sched_worker_heartbeat(pcp_sched_t* sched,
                            "worker '%s' is lost; it must rejoin", w->id);
   }
   // A late, reordered heartbeat must not move liveness backwards.
-  if (now_ns > w->last_heartbeat_ns)
+  if (now_ns > w->last_heartbeat_ns) {
     w->last_heartbeat_ns = now_ns;
+  }
   w->load_permille = load_permille;
   return pcp_ok_status();
 }
 
 pcp_status_t pcp_sched_worker_drain(pcp_sched_t* sched, const char* worker_id) {
   int32_t index = find_worker(sched, worker_id);
-  if (index < 0)
+  if (index < 0) {
     return worker_not_found(worker_id);
+  }
   worker_t* w = &sched->workers[index];
   if (w->state == PCP_SCHED_WORKER_STATE_JOINING ||
       w->state == PCP_SCHED_WORKER_STATE_LOST) {
@@ -1133,8 +1168,9 @@ pcp_status_t pcp_sched_worker_mark_lost(pcp_sched_t* sched,
   pcp_sched_event_t* event = out_event ? out_event : &ignored;
   event_clear(event);
   int32_t index = find_worker(sched, worker_id);
-  if (index < 0)
+  if (index < 0) {
     return worker_not_found(worker_id);
+  }
   if (sched->workers[index].state == PCP_SCHED_WORKER_STATE_LOST) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "worker '%s' is already lost", worker_id);
@@ -1150,8 +1186,9 @@ pcp_status_t pcp_sched_worker_remove(pcp_sched_t* sched, const char* worker_id,
   pcp_sched_event_t* event = out_event ? out_event : &ignored;
   event_clear(event);
   int32_t index = find_worker(sched, worker_id);
-  if (index < 0)
+  if (index < 0) {
     return worker_not_found(worker_id);
+  }
   if (sched->workers[index].state != PCP_SCHED_WORKER_STATE_LOST) {
     worker_lose(sched, index, now_ns, event);
   }
@@ -1167,8 +1204,9 @@ pcp_status_t pcp_sched_worker_query(const pcp_sched_t* sched,
   }
   memset(out_status, 0, sizeof(*out_status));
   int32_t index = find_worker(sched, worker_id);
-  if (index < 0)
+  if (index < 0) {
     return worker_not_found(worker_id);
+  }
   const worker_t* w = &sched->workers[index];
   set_worker_id(&out_status->id, w->id);
   out_status->backend = w->backend;
@@ -1195,12 +1233,14 @@ pcp_status_t pcp_sched_worker_query(const pcp_sched_t* sched,
 
 uint32_t pcp_sched_worker_count(const pcp_sched_t* sched,
                                 pcp_sched_worker_state_t state) {
-  if (state == PCP_SCHED_WORKER_STATE_COUNT_)
+  if (state == PCP_SCHED_WORKER_STATE_COUNT_) {
     return sched->worker_count;
+  }
   uint32_t count = 0;
   for (uint32_t i = 0; i < sched->options.max_workers; ++i) {
-    if (sched->workers[i].in_use && sched->workers[i].state == state)
+    if (sched->workers[i].in_use && sched->workers[i].state == state) {
       ++count;
+    }
   }
   return count;
 }
@@ -1305,8 +1345,9 @@ pcp_status_t pcp_sched_lease_acquire(pcp_sched_t* sched,
 
 pcp_status_t pcp_sched_lease_release(pcp_sched_t* sched, uint64_t lease_id) {
   int32_t index = find_lease(sched, lease_id);
-  if (index < 0)
+  if (index < 0) {
     return lease_not_found(sched, lease_id);
+  }
   lease_free(sched, index);
   return pcp_ok_status();
 }
@@ -1318,11 +1359,13 @@ pcp_status_t pcp_sched_lease_transfer(pcp_sched_t* sched, uint64_t lease_id,
                            "owner %d is out of range", (int)new_owner);
   }
   int32_t index = find_lease(sched, lease_id);
-  if (index < 0)
+  if (index < 0) {
     return lease_not_found(sched, lease_id);
+  }
   lease_t* l = &sched->leases[index];
-  if (l->owner == new_owner)
+  if (l->owner == new_owner) {
     return pcp_ok_status();
+  }
   const policy_t* p = &sched->policies[new_owner];
   if (owner_held(sched, new_owner) >= p->max_workers) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
@@ -1356,8 +1399,9 @@ pcp_status_t pcp_sched_lease_query(const pcp_sched_t* sched, uint64_t lease_id,
   }
   memset(out_status, 0, sizeof(*out_status));
   int32_t index = find_lease(sched, lease_id);
-  if (index < 0)
+  if (index < 0) {
     return lease_not_found(sched, lease_id);
+  }
   const lease_t* l = &sched->leases[index];
   out_status->lease_id = l->id;
   out_status->owner = l->owner;
@@ -1428,8 +1472,9 @@ pcp_status_t pcp_sched_reservation_commit(pcp_sched_t* sched,
                                           uint64_t* out_lease_ids,
                                           size_t capacity) {
   int32_t index = find_reservation(sched, reservation_id);
-  if (index < 0)
+  if (index < 0) {
     return reservation_not_found(reservation_id);
+  }
   reservation_t* r = &sched->reservations[index];
   if (!out_lease_ids || capacity < r->worker_count) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -1483,8 +1528,9 @@ pcp_status_t pcp_sched_reservation_commit(pcp_sched_t* sched,
 pcp_status_t pcp_sched_reservation_release(pcp_sched_t* sched,
                                            uint64_t reservation_id) {
   int32_t index = find_reservation(sched, reservation_id);
-  if (index < 0)
+  if (index < 0) {
     return reservation_not_found(reservation_id);
+  }
   reservation_free(sched, index);
   return pcp_ok_status();
 }
@@ -1497,8 +1543,9 @@ pcp_status_t pcp_sched_reservation_query(
   }
   memset(out_status, 0, sizeof(*out_status));
   int32_t index = find_reservation(sched, reservation_id);
-  if (index < 0)
+  if (index < 0) {
     return reservation_not_found(reservation_id);
+  }
   const reservation_t* r = &sched->reservations[index];
   out_status->reservation_id = r->id;
   out_status->owner = r->owner;
@@ -1569,10 +1616,12 @@ pcp_status_t pcp_sched_tick(pcp_sched_t* sched, int64_t now_ns,
         oldest = (int32_t)i;
       }
     }
-    if (oldest < 0)
+    if (oldest < 0) {
       break;
-    if (count == capacity)
+    }
+    if (count == capacity) {
       goto done;
+    }
     pcp_sched_event_t* event = &out_events[count++];
     worker_lose(sched, oldest, now_ns, event);
     if (event->kind == PCP_SCHED_EVENT_NONE) {
@@ -1584,10 +1633,12 @@ pcp_status_t pcp_sched_tick(pcp_sched_t* sched, int64_t now_ns,
     uint32_t n = reservations_in_order(sched);
     for (uint32_t k = 0; k < n; ++k) {
       reservation_t* r = &sched->reservations[sched->id_order[k].index];
-      if (now_ns < r->deadline_ns)
+      if (now_ns < r->deadline_ns) {
         continue;
-      if (count == capacity)
+      }
+      if (count == capacity) {
         goto done;
+      }
       pcp_sched_event_t* event = &out_events[count++];
       event_clear(event);
       event->kind = PCP_SCHED_EVENT_RESERVATION_EXPIRED;
@@ -1602,10 +1653,12 @@ pcp_status_t pcp_sched_tick(pcp_sched_t* sched, int64_t now_ns,
     uint32_t n = detached_in_order(sched);
     for (uint32_t k = 0; k < n; ++k) {
       lease_t* l = &sched->leases[sched->id_order[k].index];
-      if (now_ns < l->detached_deadline_ns)
+      if (now_ns < l->detached_deadline_ns) {
         continue;
-      if (count == capacity)
+      }
+      if (count == capacity) {
         goto done;
+      }
       pcp_sched_event_t* event = &out_events[count++];
       event_clear(event);
       event->kind = PCP_SCHED_EVENT_LEASE_EXPIRED;
@@ -1622,10 +1675,12 @@ pcp_status_t pcp_sched_tick(pcp_sched_t* sched, int64_t now_ns,
     for (uint32_t k = 0; k < n; ++k) {
       int32_t lease_index = sched->id_order[k].index;
       lease_t* l = &sched->leases[lease_index];
-      if (select_workers(sched, l->owner, &l->filter, true, 1) != 1)
+      if (select_workers(sched, l->owner, &l->filter, true, 1) != 1) {
         continue;
-      if (count == capacity)
+      }
+      if (count == capacity) {
         goto done;
+      }
       pcp_sched_event_t* event = &out_events[count++];
       event_clear(event);
       event->kind = PCP_SCHED_EVENT_LEASE_REASSIGNED;
@@ -1721,8 +1776,9 @@ pcp_status_t pcp_sched_check_invariants(const pcp_sched_t* s) {
   uint32_t leases = 0;
   for (uint32_t i = 0; i < o->max_leases; ++i) {
     const lease_t* l = &s->leases[i];
-    if (l->id == 0)
+    if (l->id == 0) {
       continue;
+    }
     ++leases;
     CHECK(l->id < s->next_lease_id, "lease %llu was not issued yet",
           (unsigned long long)l->id);
@@ -1749,8 +1805,9 @@ pcp_status_t pcp_sched_check_invariants(const pcp_sched_t* s) {
   uint32_t reservations = 0;
   for (uint32_t i = 0; i < o->max_reservations; ++i) {
     const reservation_t* r = &s->reservations[i];
-    if (r->id == 0)
+    if (r->id == 0) {
       continue;
+    }
     ++reservations;
     CHECK(r->id < s->next_reservation_id && owner_is_valid(r->owner),
           "reservation %llu is malformed", (unsigned long long)r->id);

@@ -43,9 +43,11 @@
 // workers that R could actually use.
 //
 // Threading: a pcp_sched_t is thread-compatible (one owner at a time; the
-// gateway calls it from its loop thread). Ownership: strings passed in are
-// copied; results are written into caller storage; nothing returned borrows
-// from the scheduler.
+// gateway calls it from its loop thread). That includes the const queries:
+// pcp_sched_worker_match and pcp_sched_owner_stats_query sort in scratch
+// tables inside the scheduler, so two threads may not query concurrently.
+// Ownership: strings passed in are copied; results are written into caller
+// storage; nothing returned borrows from the scheduler.
 
 #ifndef PCP_SCHED_SCHED_H_
 #define PCP_SCHED_SCHED_H_

@@ -43,6 +43,8 @@ typedef struct sim_t {
   // capabilities) and whether it has gone silent (no heartbeats).
   pcp_sched_worker_info_t devices[POOL_SIZE];
   bool silent[POOL_SIZE];
+  // The policies in force (last successful policy_set per owner).
+  pcp_sched_owner_policy_t policies[PCP_SCHED_OWNER_COUNT_];
   // Stats, to see that the workload reaches every path.
   int ok_count[16];
   int events_seen[8];
@@ -120,8 +122,9 @@ static void model_add_lease(sim_t* sim, uint64_t id, pcp_sched_owner_t owner) {
   SIM_CHECK(sim, sim->lease_owner[id] < 0, "lease id %llu issued twice",
             (unsigned long long)id);
   sim->lease_owner[id] = (int8_t)owner;
-  if (id > sim->max_lease_id)
+  if (id > sim->max_lease_id) {
     sim->max_lease_id = id;
+  }
 }
 
 static void model_require_lease(sim_t* sim, uint64_t id, const char* why) {
@@ -148,8 +151,9 @@ static void apply_event(sim_t* sim, const pcp_sched_event_t* e,
   hash_mix(sim, e->reservation_id);
   hash_string(sim, e->worker_id.value);
   hash_string(sim, e->new_worker_id.value);
-  if ((unsigned)e->kind < 8)
+  if ((unsigned)e->kind < 8) {
     sim->events_seen[e->kind]++;
+  }
   pcp_sched_lease_status_t ls;
   switch (e->kind) {
     case PCP_SCHED_EVENT_NONE:
@@ -211,8 +215,9 @@ static void compare_model(sim_t* sim) {
     SIM_CHECK(sim, status == NULL, "leases_list failed");
     size_t model_count = 0;
     for (uint64_t id = 1; id <= sim->max_lease_id; ++id) {
-      if (sim->lease_owner[id] == o)
+      if (sim->lease_owner[id] == o) {
         ++model_count;
+      }
     }
     SIM_CHECK(sim, count == model_count, "owner %s: %zu leases, model %zu",
               pcp_sched_owner_name((pcp_sched_owner_t)o), count, model_count);
@@ -294,26 +299,87 @@ static pcp_sched_owner_t random_owner(sim_t* sim) {
 }
 
 static uint64_t random_live_lease(sim_t* sim) {
-  if (sim->max_lease_id == 0)
+  if (sim->max_lease_id == 0) {
     return 0;
+  }
   // Mostly live ones, sometimes stale or never issued.
   for (int tries = 0; tries < 8; ++tries) {
     uint64_t id = 1 + below(sim, sim->max_lease_id);
-    if (sim->lease_owner[id] >= 0)
+    if (sim->lease_owner[id] >= 0) {
       return id;
+    }
   }
   return 1 + below(sim, sim->max_lease_id + 3);
 }
 
 static uint64_t random_reservation(sim_t* sim) {
-  if (sim->max_reservation_id == 0)
+  if (sim->max_reservation_id == 0) {
     return 1;
+  }
   for (int tries = 0; tries < 4; ++tries) {
     uint64_t id = 1 + below(sim, sim->max_reservation_id);
-    if (sim->reservation_owner[id] >= 0)
+    if (sim->reservation_owner[id] >= 0) {
       return id;
+    }
   }
   return 1 + below(sim, sim->max_reservation_id + 1);
+}
+
+static bool policy_admits(const pcp_sched_owner_policy_t* p,
+                          const pcp_sched_worker_status_t* ws) {
+  bool class_ok = p->worker_class == PCP_SCHED_WORKER_CLASS_ANY ||
+                  p->worker_class == ws->worker_class;
+  bool target_ok =
+      !p->target || !p->target[0] || strcmp(p->target, ws->target) == 0;
+  return class_ok && target_ok;
+}
+
+// The protection rule as a property, recomputed from public queries only:
+// after |owner| took workers, every other owner R with a reservation that
+// could have used one of them still has secured(R) >= reserved(R).
+static void check_protection(sim_t* sim, pcp_sched_owner_t owner,
+                             const bool taken[POOL_SIZE]) {
+  for (int r = 0; r < PCP_SCHED_OWNER_COUNT_; ++r) {
+    const pcp_sched_owner_policy_t* p = &sim->policies[r];
+    if (r == (int)owner || p->reserved_workers == 0) {
+      continue;
+    }
+    bool touched = false;
+    uint32_t secured = 0;
+    for (int i = 0; i < POOL_SIZE; ++i) {
+      pcp_sched_worker_status_t ws;
+      pcp_status_t status = pcp_sched_worker_query(sim->sched, g_ids[i], &ws);
+      if (status) {
+        pcp_status_ignore(status);
+        continue;
+      }
+      bool held = ws.lease_id != 0 || ws.reservation_id != 0;
+      if (held && (int)ws.owner == r) {
+        ++secured;
+      } else if (!held && ws.state == PCP_SCHED_WORKER_STATE_READY &&
+                 policy_admits(p, &ws)) {
+        ++secured;
+      }
+      if (taken[i] && policy_admits(p, &ws)) {
+        touched = true;
+      }
+    }
+    SIM_CHECK(sim, !touched || secured >= p->reserved_workers,
+              "owner %s took a worker owner %s needs: secured %u < reserved "
+              "%u",
+              pcp_sched_owner_name(owner),
+              pcp_sched_owner_name((pcp_sched_owner_t)r), secured,
+              p->reserved_workers);
+  }
+}
+
+static int pool_index(const char* id) {
+  for (int i = 0; i < POOL_SIZE; ++i) {
+    if (strcmp(g_ids[i], id) == 0) {
+      return i;
+    }
+  }
+  return -1;
 }
 
 static void do_tick(sim_t* sim) {
@@ -326,8 +392,9 @@ static void do_tick(sim_t* sim) {
         "tick", CODE(PCP_STATUS_OK));
     for (size_t k = 0; k < count; ++k) apply_event(sim, &events[k], false);
     check_invariants(sim);
-    if (count < capacity)
+    if (count < capacity) {
       break;
+    }
     SIM_CHECK(sim, rounds < 1000, "tick never settles");
   }
 }
@@ -341,8 +408,9 @@ static void step_once(sim_t* sim) {
     int index = (int)below(sim, POOL_SIZE);
     const char* id = g_ids[index];
     // Mostly the same device coming back; sometimes it changed.
-    if (chance(sim, 0.2))
+    if (chance(sim, 0.2)) {
       sim->devices[index] = random_info(sim, id);
+    }
     pcp_sched_worker_info_t info = sim->devices[index];
     sim->silent[index] = false;
     pcp_status_code_t code =
@@ -386,8 +454,9 @@ static void step_once(sim_t* sim) {
     for (int i = 0; i < POOL_SIZE; ++i) {
       // A worker goes quiet now and then (a hung process, a partition) and
       // stays quiet until it rejoins, so that ticks evict it.
-      if (chance(sim, 0.01))
+      if (chance(sim, 0.01)) {
         sim->silent[i] = true;
+      }
       if (!sim->silent[i] && chance(sim, 0.85)) {
         expect_one_of(sim,
                       pcp_sched_worker_heartbeat(s, g_ids[i], sim->now_ns,
@@ -452,6 +521,7 @@ static void step_once(sim_t* sim) {
               "worker_count %u accepted", c.worker_count);
     if (code == PCP_STATUS_OK) {
       sim->ok_count[5]++;
+      bool taken[POOL_SIZE] = {false};
       for (uint32_t k = 0; k < c.worker_count; ++k) {
         model_add_lease(sim, ids[k], owner);
         pcp_sched_lease_status_t ls;
@@ -471,7 +541,12 @@ static void step_once(sim_t* sim) {
                   "class mismatch");
         SIM_CHECK(sim, ws.device_memory_bytes >= c.min_device_memory_bytes,
                   "memory mismatch");
+        int index = pool_index(ws.id.value);
+        SIM_CHECK(sim, index >= 0 && !taken[index],
+                  "worker '%s' got two leases in one acquire", ws.id.value);
+        taken[index] = true;
       }
+      check_protection(sim, owner, taken);
     }
   } else if (op < 66) {  // release (live, double, or never issued)
     uint64_t id = random_live_lease(sim);
@@ -522,8 +597,27 @@ static void step_once(sim_t* sim) {
           "bad reservation id %llu", (unsigned long long)rid);
       sim->reservation_owner[rid] = (int8_t)owner;
       sim->reservation_size[rid] = c.worker_count;
-      if (rid > sim->max_reservation_id)
+      bool taken[POOL_SIZE] = {false};
+      uint32_t held = 0;
+      for (int i = 0; i < POOL_SIZE; ++i) {
+        pcp_sched_worker_status_t ws;
+        pcp_status_t status = pcp_sched_worker_query(s, g_ids[i], &ws);
+        if (status) {
+          pcp_status_ignore(status);
+          continue;
+        }
+        if (ws.reservation_id == rid) {
+          taken[i] = true;
+          ++held;
+        }
+      }
+      SIM_CHECK(sim, held == c.worker_count,
+                "reservation %llu holds %u workers, asked %u",
+                (unsigned long long)rid, held, c.worker_count);
+      check_protection(sim, owner, taken);
+      if (rid > sim->max_reservation_id) {
         sim->max_reservation_id = rid;
+      }
     }
   } else if (op < 81) {  // commit
     uint64_t rid = random_reservation(sim);
@@ -556,8 +650,9 @@ static void step_once(sim_t* sim) {
         CODE(PCP_STATUS_OK) | CODE(PCP_STATUS_NOT_FOUND));
     SIM_CHECK(sim, (code == PCP_STATUS_OK) == open,
               "reservation release disagrees with the model");
-    if (open)
+    if (open) {
       sim->reservation_owner[rid] = -1;
+    }
   } else if (op < 86) {  // policy change
     pcp_sched_owner_policy_t p;
     memset(&p, 0, sizeof(p));
@@ -569,10 +664,14 @@ static void step_once(sim_t* sim) {
     p.max_workers =
         chance(sim, 0.3) ? PCP_SCHED_UNLIMITED : (uint32_t)below(sim, 12);
     p.reserved_workers = (uint32_t)below(sim, 4);
-    expect_one_of(sim, pcp_sched_owner_policy_set(s, random_owner(sim), &p),
-                  "policy_set",
-                  CODE(PCP_STATUS_OK) | CODE(PCP_STATUS_INVALID_ARGUMENT) |
-                      CODE(PCP_STATUS_FAILED_PRECONDITION));
+    pcp_sched_owner_t owner = random_owner(sim);
+    pcp_status_code_t code = expect_one_of(
+        sim, pcp_sched_owner_policy_set(s, owner, &p), "policy_set",
+        CODE(PCP_STATUS_OK) | CODE(PCP_STATUS_INVALID_ARGUMENT) |
+            CODE(PCP_STATUS_FAILED_PRECONDITION));
+    if (code == PCP_STATUS_OK) {
+      sim->policies[owner] = p;
+    }
   } else if (op < 94) {  // time passes
     sim->now_ns += (int64_t)below(sim, 250);
   } else {  // tick
@@ -613,6 +712,13 @@ static uint64_t run_seed(uint64_t seed, int steps, bool print_stats) {
                                          &training));
   assert_null(pcp_sched_owner_policy_set(sim.sched, PCP_SCHED_OWNER_INFERENCE,
                                          &inference));
+  for (int o = 0; o < PCP_SCHED_OWNER_COUNT_; ++o) {
+    pcp_sched_owner_policy_t any = {PCP_SCHED_WORKER_CLASS_ANY, NULL, 0,
+                                    PCP_SCHED_UNLIMITED};
+    sim.policies[o] = any;
+  }
+  sim.policies[PCP_SCHED_OWNER_TRAINING] = training;
+  sim.policies[PCP_SCHED_OWNER_INFERENCE] = inference;
 
   for (int i = 0; i < POOL_SIZE; ++i) {
     sim.devices[i] = random_info(&sim, g_ids[i]);

@@ -375,6 +375,57 @@ static void match_filters_and_orders(void** state) {
   pcp_sched_release(s);
 }
 
+// The same workers joined in another order (so in other slots) give the
+// same match order and the same lease placement.
+static void results_do_not_depend_on_join_order(void** state) {
+  (void)state;
+  static const char* const kIds[] = {"n3", "n1", "n4", "n0", "n2"};
+  static const uint64_t kMemory[] = {40, 80, 40, 80, 40};
+  pcp_sched_t* forward = make_sched(8);
+  pcp_sched_t* backward = make_sched(8);
+  for (int i = 0; i < 5; ++i) {
+    add(forward, kIds[i], PCP_SCHED_BACKEND_CUDA, "sm_80", kMemory[i]);
+    add(backward, kIds[4 - i], PCP_SCHED_BACKEND_CUDA, "sm_80", kMemory[4 - i]);
+  }
+  // A hole in the slot table of one of them.
+  EXPECT_OK(pcp_sched_worker_remove(forward, "n4", 0, NULL));
+  EXPECT_OK(pcp_sched_worker_remove(backward, "n4", 0, NULL));
+  add(forward, "n5", PCP_SCHED_BACKEND_CUDA, "sm_80", 40);
+  add(backward, "n5", PCP_SCHED_BACKEND_CUDA, "sm_80", 40);
+  pcp_sched_worker_id_t a[8];
+  pcp_sched_worker_id_t b[8];
+  size_t count_a = 0;
+  size_t count_b = 0;
+  pcp_sched_constraint_t c = want(PCP_SCHED_WORKER_CLASS_ANY, NULL, 1);
+  EXPECT_OK(pcp_sched_worker_match(forward, &c, a, 8, &count_a));
+  EXPECT_OK(pcp_sched_worker_match(backward, &c, b, 8, &count_b));
+  assert_int_equal(count_a, 5);
+  assert_int_equal(count_b, 5);
+  for (size_t i = 0; i < count_a; ++i) {
+    assert_string_equal(a[i].value, b[i].value);
+  }
+  assert_string_equal(a[0].value, "n2");  // 40 bytes, smallest id
+  assert_string_equal(a[4].value, "n1");
+  uint64_t ids_a[3];
+  uint64_t ids_b[3];
+  c.worker_count = 3;
+  EXPECT_OK(
+      pcp_sched_lease_acquire(forward, PCP_SCHED_OWNER_RL, &c, 0, ids_a, 3));
+  EXPECT_OK(
+      pcp_sched_lease_acquire(backward, PCP_SCHED_OWNER_RL, &c, 0, ids_b, 3));
+  for (int i = 0; i < 3; ++i) {
+    pcp_sched_lease_status_t la;
+    pcp_sched_lease_status_t lb;
+    EXPECT_OK(pcp_sched_lease_query(forward, ids_a[i], &la));
+    EXPECT_OK(pcp_sched_lease_query(backward, ids_b[i], &lb));
+    assert_string_equal(la.worker_id.value, lb.worker_id.value);
+  }
+  check(forward);
+  check(backward);
+  pcp_sched_release(forward);
+  pcp_sched_release(backward);
+}
+
 //===----------------------------------------------------------------------===//
 // Leases
 //===----------------------------------------------------------------------===//
@@ -1045,6 +1096,7 @@ int main(void) {
       cmocka_unit_test(registry_is_bounded_and_evicts_oldest_lost),
       cmocka_unit_test(worker_state_transitions),
       cmocka_unit_test(match_filters_and_orders),
+      cmocka_unit_test(results_do_not_depend_on_join_order),
       cmocka_unit_test(acquire_is_all_or_nothing),
       cmocka_unit_test(release_twice_is_not_found),
       cmocka_unit_test(owner_max_and_lease_table_bound),
