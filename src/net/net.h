@@ -20,9 +20,14 @@
 //     never from inside the submit call. Cancellation (an explicit cancel,
 //     closing the handle, releasing the loop) is a completion like any other:
 //     the callback runs with CANCELLED.
-//   - Handles (timers, signal watchers, listeners, connections, processes)
-//     stay valid until their final callback has returned (named on each
-//     type); after that the pointer must not be used.
+//   - Handles stay valid until their final callback has returned (timers,
+//     connections, processes: named on each type) or until their release
+//     call (signal watchers, listeners); after that the pointer must not be
+//     used.
+//   - Every submit and handle-creating call returns FAILED_PRECONDITION
+//     once pcp_loop_release has begun (a close callback that tries to
+//     reconnect during shutdown gets an error, not a half-made handle), and
+//     INVALID_ARGUMENT for a missing callback.
 //
 // Ownership: a loop owns every handle made on it. pcp_loop_release cancels
 // whatever is still live (each pending callback runs once with CANCELLED)
@@ -104,7 +109,7 @@ typedef struct pcp_backoff_options_t {
   double multiplier;  // >= 1.0 and finite
 } pcp_backoff_options_t;
 
-// 100 ms doubling up to 30 s.
+// 100 ms doubling up to 30 s. Thread-safe.
 pcp_backoff_options_t pcp_backoff_options_default(void);
 
 // Plain value, thread-compatible.
@@ -115,17 +120,17 @@ typedef struct pcp_backoff_t {
 } pcp_backoff_t;
 
 // Returns INVALID_ARGUMENT (naming the field) for options out of range;
-// |out_backoff| is cleared first.
+// |out_backoff| is cleared first. Thread-compatible.
 PCP_MUST_USE_RESULT pcp_status_t pcp_backoff_initialize(
     const pcp_backoff_options_t* options, pcp_backoff_t* out_backoff);
 
 // Returns the next delay in ms and advances the attempt count. Draws one
 // number from |rng| (the caller's seeded generator, so that a simulated run
-// replays exactly).
+// replays exactly). Thread-compatible.
 int64_t pcp_backoff_next_ms(pcp_backoff_t* backoff, pcp_rng_t* rng);
 
 // Call on success (connected, child stayed up): the next delay starts again
-// from min_ms.
+// from min_ms. Thread-compatible.
 void pcp_backoff_reset(pcp_backoff_t* backoff);
 
 //===----------------------------------------------------------------------===//
@@ -145,13 +150,13 @@ typedef struct pcp_loop_options_t {
   size_t post_queue_capacity;
 } pcp_loop_options_t;
 
-// System allocator, default capacity.
+// System allocator, default capacity. Thread-safe.
 pcp_loop_options_t pcp_loop_options_default(void);
 
 // Creates a loop. Also sets SIGPIPE to ignored for the process if it is at
 // its default (a write to a closed socket must be an EPIPE status, not the
-// death of the process). Returns RESOURCE_EXHAUSTED or INTERNAL (libuv).
-// Thread-safe.
+// death of the process). Returns INVALID_ARGUMENT (capacity over 2^24),
+// RESOURCE_EXHAUSTED, or the libuv initialization error. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_loop_create(const pcp_loop_options_t* options, pcp_loop_t** out_loop);
 
@@ -317,9 +322,9 @@ typedef struct pcp_loop_process_options_t {
 // not as an exit). Returns NOT_FOUND / PERMISSION_DENIED when the file
 // cannot be executed, INVALID_ARGUMENT for missing fields,
 // RESOURCE_EXHAUSTED; on error exit_fn never runs. |*out_process| is valid
-// until exit_fn has returned. The strings in |options| are copied by the
-// time this returns. Loop thread only (the node manager spawns only from its
-// loop thread: libuv's rule).
+// until exit_fn has returned. Nothing in |options| is used after this
+// returns (the exec has happened by then). Loop thread only (the node manager
+// spawns only from its loop thread: libuv's rule).
 PCP_MUST_USE_RESULT pcp_status_t pcp_loop_process_spawn(
     pcp_loop_t* loop, const pcp_loop_process_options_t* options,
     pcp_loop_process_t** out_process);
@@ -361,11 +366,11 @@ typedef void (*pcp_tcp_read_fn_t)(void* user_data, pcp_tcp_conn_t* conn,
 // The send queue, after having reached the high-water mark (or refused a
 // write), drained to half of it.
 typedef void (*pcp_tcp_writable_fn_t)(void* user_data, pcp_tcp_conn_t* conn);
-// The final callback of a connection, exactly once per accepted or
-// connected connection. |status| (owned by the callee) is OK after
-// pcp_tcp_conn_close, the I/O error that closed the connection
-// (UNAVAILABLE for a reset or broken pipe), or CANCELLED when the loop was
-// released.
+// The final callback of a connection, exactly once per started connection
+// (a connection closed before pcp_tcp_conn_start has no handler). |status|
+// (owned by the callee) is OK after pcp_tcp_conn_close, the I/O error that
+// closed the connection (UNAVAILABLE for a reset or broken pipe), or CANCELLED
+// when the loop was released.
 typedef void (*pcp_tcp_close_fn_t)(void* user_data, pcp_tcp_conn_t* conn,
                                    pcp_status_t status);
 
