@@ -362,26 +362,94 @@ static pcp_status_t pipeline(pcp_allocator_t allocator) {
   return status;
 }
 
-static void test_allocation_failures_anywhere_in_the_pipeline(void** state) {
-  (void)state;
+// Iterated barycentric rounds, their equivalence check, carrier calculus and
+// the subcomplex operations.
+static pcp_status_t pipeline_iterated(pcp_allocator_t allocator) {
+  pcp_topology_complex_t* edge = NULL;
+  pcp_topology_subdivision_t* sub = NULL;
+  pcp_topology_carrier_map_t* restricted = NULL;
+  pcp_topology_complex_t* a = NULL;
+  pcp_topology_complex_t* b = NULL;
+  pcp_topology_complex_t* out = NULL;
+  pcp_status_t status = pcp_topology_complex_create(allocator, &edge);
+  if (!status) status = pcp_topology_complex_create(allocator, &a);
+  if (!status) status = pcp_topology_complex_create(allocator, &b);
+  if (!status) status = pcp_topology_complex_create(allocator, &out);
+  pcp_topology_vertex_t vs[] = {P(0), P(1), P(2)};
+  if (!status) {
+    status = pcp_topology_complex_add(edge, pcp_topology_make_simplex(vs, 3),
+                                      NULL);
+  }
+  if (!status) {
+    status = pcp_topology_subdivision_create(
+        edge, PCP_TOPOLOGY_SUBDIVISION_BARYCENTRIC, 2, allocator, &sub);
+  }
+  if (!status) {
+    status = pcp_topology_subdivision_validate_iterated(
+        edge, PCP_TOPOLOGY_SUBDIVISION_CHROMATIC, 2, allocator);
+  }
+  pcp_topology_connectivity_obstruction_t obstruction;
+  if (!status) {
+    status = pcp_topology_connectivity_obstruction_find(
+        pcp_topology_subdivision_carrier(sub),
+        pcp_topology_subdivision_carrier(sub), &obstruction, NULL);
+  }
+  if (!status) {
+    status = pcp_topology_complex_add(a, pcp_topology_make_simplex(vs, 2),
+                                      NULL);
+  }
+  if (!status) {
+    status = pcp_topology_complex_add(b, pcp_topology_make_simplex(vs + 1, 2),
+                                      NULL);
+  }
+  if (!status) {
+    status = pcp_topology_carrier_map_restrict(
+        pcp_topology_subdivision_carrier(sub), a, allocator, &restricted);
+  }
+  if (!status) status = pcp_topology_carrier_map_image(restricted, out);
+  if (!status) status = pcp_topology_subcomplex_union(a, b, out);
+  if (!status) status = pcp_topology_subcomplex_intersection(a, b, out);
+  if (!status) status = pcp_topology_subcomplex_difference(a, b, out);
+  if (!status) {
+    status = pcp_topology_complex_closed_star(
+        edge, pcp_topology_make_simplex(vs, 1), out);
+  }
+  pcp_topology_carrier_map_release(restricted);
+  pcp_topology_subdivision_release(sub);
+  pcp_topology_complex_release(out);
+  pcp_topology_complex_release(b);
+  pcp_topology_complex_release(a);
+  pcp_topology_complex_release(edge);
+  return status;
+}
+
+typedef pcp_status_t (*pipeline_fn_t)(pcp_allocator_t allocator);
+
+// Fails every allocation index of |fn| in turn (SQLite-style OOM sweep):
+// each run must end in a status, never a crash, and leave nothing allocated.
+static void sweep(pipeline_fn_t fn) {
   pcp_allocator_counting_t counter;
   pcp_allocator_counting_initialize(pcp_allocator_system(), &counter);
-  PCP_CHECK_OK(pipeline(pcp_allocator_counting(&counter)));
+  PCP_CHECK_OK(fn(pcp_allocator_counting(&counter)));
   int64_t total = counter.allocation_count;
   assert_int_equal(counter.live_bytes, 0);
-  // Fail every allocation index in turn (SQLite-style OOM sweep): each run
-  // must end in a status, never a crash, and leave nothing allocated.
   for (int64_t n = 0; n < total; ++n) {
     pcp_allocator_failing_t failing;
     pcp_allocator_failing_initialize(pcp_allocator_system(), n, true,
                                      &failing);
     pcp_allocator_counting_t live;
     pcp_allocator_counting_initialize(pcp_allocator_failing(&failing), &live);
-    pcp_status_t status = pipeline(pcp_allocator_counting(&live));
+    pcp_status_t status = fn(pcp_allocator_counting(&live));
     assert_true(status != NULL);
     pcp_status_ignore(status);
     assert_int_equal(live.live_bytes, 0);
   }
+}
+
+static void test_allocation_failures_anywhere_in_the_pipeline(void** state) {
+  (void)state;
+  sweep(pipeline);
+  sweep(pipeline_iterated);
 }
 
 int main(void) {
