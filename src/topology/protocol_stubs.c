@@ -556,7 +556,15 @@ uint32_t pcp_topology_sched_start_next(pcp_topology_sched_t* s) {
     }
     s->reservations[q.reservation].active = false;
   } else {
+    // The job leaves the queue while it leases, so the duplicate-job check
+    // inside reserve does not see it; it goes back to the head on failure.
+    memmove(&s->queue[0], &s->queue[1],
+            (s->queue_count - 1) * sizeof(s->queue[0]));
+    s->queue_count--;
     int32_t slot = pcp_topology_sched_reserve(s, q.job, q.owner, q.workers);
+    memmove(&s->queue[1], &s->queue[0], s->queue_count * sizeof(s->queue[0]));
+    s->queue[0] = q;
+    s->queue_count++;
     if (slot < 0) return 0;
     for (uint32_t i = 0; i < s->worker_count; ++i) {
       if (s->workers[i].reservation == slot) {

@@ -134,6 +134,13 @@ static void test_sched_reserved_commit_jumps_queue(void** state) {
   assert_int_equal(pcp_topology_sched_start_next(&s), 31);
   assert_int_equal(
       pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_ASSIGNED), 1);
+  // Regression: a normal queued job must not trip the duplicate-job check
+  // on its own queue entry when it leases its workers.
+  assert_int_equal(pcp_topology_sched_start_next(&s), 30);
+  assert_int_equal(s.decision, PCP_TOPOLOGY_SCHED_STARTED);
+  assert_int_equal(
+      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_ASSIGNED), 2);
+  assert_int_equal(s.queue_count, 0);
 }
 
 // canceling queued reserved job releases leased workers; canceling active

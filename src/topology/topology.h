@@ -2612,6 +2612,45 @@ void pcp_topology_global_composition_deinitialize(
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_global_composition_build(
     pcp_topology_global_composition_t* inout_composition);
 
+//===----------------------------------------------------------------------===//
+// Solving and protocols: state-space exploration (explore.c)
+//===----------------------------------------------------------------------===//
+
+#define PCP_TOPOLOGY_SCHED_SCENARIOS 11u
+#define PCP_TOPOLOGY_DECOUPLED_ACTIONS 11u
+#define PCP_TOPOLOGY_DECOUPLED_MAX_EXPLORE_DEPTH 5u
+
+// What an exploration reached: bit d of |decisions_seen| for decision d,
+// bit v of |violations_seen| for violation v (the model's own enums).
+typedef struct pcp_topology_exploration_stats_t {
+  uint64_t seed;        // seeded runs: the seed to replay them with
+  uint64_t checked;     // schedules run
+  uint64_t failed;      // schedules that hit a violation
+  uint64_t decisions_seen;
+  uint64_t violations_seen;
+  uint64_t fingerprint;  // hash of every step's outcome (determinism)
+} pcp_topology_exploration_stats_t;
+
+// Every ordered pair of the 11 scheduler scenarios (reserve+commit,
+// reserve+queue, enqueue+start, run to completion, release, expire, cancel
+// queued, cancel active, worker loss before commit, oversized request,
+// restore and reserve) from two idle cuda sm_80 workers: 121 records.
+void pcp_topology_sched_explore_exhaustive(
+    pcp_topology_exploration_stats_t* out_stats);
+// |trace_count| runs of |depth| scenarios drawn from a pcp_rng_t seeded by
+// |seed|.
+void pcp_topology_sched_explore_seeded(
+    uint64_t seed, uint32_t trace_count, uint32_t depth,
+    pcp_topology_exploration_stats_t* out_stats);
+// Every schedule of |depth| (<= 5) actions over the 11-action decoupled
+// alphabet (assign w0/w1, step, submit w0/w1, timeout, cancel, crash and
+// restart w1, forced commit, resubmission) on a 2-worker quorum-2 session.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_explore_exhaustive(
+    uint32_t depth, pcp_topology_exploration_stats_t* out_stats);
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_explore_seeded(
+    uint64_t seed, uint32_t trace_count, uint32_t depth,
+    pcp_topology_exploration_stats_t* out_stats);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// State-space exploration of the protocol stubs (reference s.6, extract/
+// scheduling and decoupled exploration tests, same counts).
+
+// clang-format off
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+// clang-format on
+
+#include "topology/topology.h"
+
+#define SEEN(mask, bit) (((mask) >> (bit)) & 1u)
+
+// scheduling exploration: exhaustive pairs and seeded runs
+static void test_sched_exploration(void** state) {
+  (void)state;
+  pcp_topology_exploration_stats_t stats;
+  pcp_topology_sched_explore_exhaustive(&stats);
+  assert_int_equal(stats.checked, 121);
+  assert_true(SEEN(stats.decisions_seen, PCP_TOPOLOGY_SCHED_RESERVED));
+  assert_true(SEEN(stats.decisions_seen, PCP_TOPOLOGY_SCHED_QUEUED));
+  assert_true(SEEN(stats.decisions_seen, PCP_TOPOLOGY_SCHED_STARTED));
+  assert_true(SEEN(stats.decisions_seen, PCP_TOPOLOGY_SCHED_COMPLETED));
+  assert_true(SEEN(stats.decisions_seen, PCP_TOPOLOGY_SCHED_CANCELED));
+  assert_true(SEEN(stats.decisions_seen, PCP_TOPOLOGY_SCHED_REJECTED));
+  assert_true(SEEN(stats.violations_seen,
+                   PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS));
+
+  pcp_topology_exploration_stats_t a, b;
+  pcp_topology_sched_explore_seeded(0x5151, 64, 4, &a);
+  pcp_topology_sched_explore_seeded(0x5151, 64, 4, &b);
+  assert_int_equal(a.checked, 64);
+  assert_int_equal(a.fingerprint, b.fingerprint);
+  assert_int_equal(a.failed, b.failed);
+  assert_true(a.failed > 0);
+  assert_int_equal(a.seed, 0x5151);
+}
+
+// decoupled exploration: exhaustive depth 3 and seeded runs
+static void test_decoupled_exploration(void** state) {
+  (void)state;
+  pcp_topology_exploration_stats_t stats;
+  PCP_CHECK_OK(pcp_topology_decoupled_explore_exhaustive(3, &stats));
+  assert_int_equal(stats.checked, 1331);
+  assert_true(SEEN(stats.decisions_seen, PCP_TOPOLOGY_DECOUPLED_ASSIGNED));
+  assert_true(
+      SEEN(stats.decisions_seen, PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED));
+  assert_true(
+      SEEN(stats.decisions_seen, PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED));
+  assert_true(SEEN(stats.decisions_seen, PCP_TOPOLOGY_DECOUPLED_CANCELED));
+  assert_true(SEEN(stats.decisions_seen, PCP_TOPOLOGY_DECOUPLED_RESUMABLE));
+  assert_true(SEEN(stats.violations_seen,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNASSIGNED_WORKER));
+  assert_true(SEEN(stats.violations_seen,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_POST_CANCEL_UPDATE));
+  assert_int_equal(pcp_status_consume_code(
+                       pcp_topology_decoupled_explore_exhaustive(6, &stats)),
+                   PCP_STATUS_INVALID_ARGUMENT);
+
+  pcp_topology_exploration_stats_t a, b;
+  PCP_CHECK_OK(pcp_topology_decoupled_explore_seeded(0xdec0, 64, 18, &a));
+  PCP_CHECK_OK(pcp_topology_decoupled_explore_seeded(0xdec0, 64, 18, &b));
+  assert_int_equal(a.checked, 64);
+  assert_int_equal(a.fingerprint, b.fingerprint);
+  assert_true(a.failed > 0);
+  assert_true(SEEN(a.violations_seen,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNASSIGNED_WORKER));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sched_exploration),
+      cmocka_unit_test(test_decoupled_exploration),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
