@@ -46,7 +46,7 @@ typedef struct sim_t {
   // The policies in force (last successful policy_set per owner).
   pcp_sched_owner_policy_t policies[PCP_SCHED_OWNER_COUNT_];
   // Stats, to see that the workload reaches every path.
-  int ok_count[16];
+  int ok_count[16];  // 10: stats probes that acquired
   int events_seen[8];
 } sim_t;
 
@@ -382,6 +382,64 @@ static int pool_index(const char* id) {
   return -1;
 }
 
+static uint32_t model_live_leases(const sim_t* sim) {
+  uint32_t count = 0;
+  for (uint64_t id = 1; id <= sim->max_lease_id; ++id) {
+    if (sim->lease_owner[id] >= 0) {
+      ++count;
+    }
+  }
+  return count;
+}
+
+// available_workers is computed by the same greedy walk as acquire, so for a
+// constraint equal to the owner's policy, acquiring exactly that many must
+// succeed and one more must fail with the right status.
+static void probe_available(sim_t* sim, pcp_sched_owner_t owner) {
+  pcp_sched_owner_stats_t stats;
+  pcp_status_t status = pcp_sched_owner_stats_query(sim->sched, owner, &stats);
+  SIM_CHECK(sim, status == NULL, "stats query failed");
+  uint32_t held =
+      stats.leased_workers + stats.detached_leases + stats.reserved_slots;
+  uint32_t room = stats.max_workers - held;
+  uint32_t table_room = MAX_LEASES - model_live_leases(sim);
+  const pcp_sched_owner_policy_t* p = &sim->policies[owner];
+  pcp_sched_constraint_t c = {p->worker_class, p->target, 0,
+                              stats.available_workers + 1};
+  uint64_t ids[32];
+  if (c.worker_count <= 32) {
+    pcp_status_code_t code = expect_one_of(
+        sim, pcp_sched_lease_acquire(sim->sched, owner, &c, 0, ids, 32),
+        "acquire(available + 1)",
+        CODE(PCP_STATUS_UNAVAILABLE) | CODE(PCP_STATUS_RESOURCE_EXHAUSTED));
+    bool exhausted = c.worker_count > room || c.worker_count > table_room;
+    SIM_CHECK(sim, (code == PCP_STATUS_RESOURCE_EXHAUSTED) == exhausted,
+              "acquire(available + 1 = %u) for %s: %s (room %u, table %u)",
+              c.worker_count, pcp_sched_owner_name(owner),
+              pcp_status_code_string(code), room, table_room);
+  }
+  c.worker_count = stats.available_workers;
+  if (c.worker_count == 0 || c.worker_count > 32) {
+    return;
+  }
+  pcp_status_code_t code = expect_one_of(
+      sim, pcp_sched_lease_acquire(sim->sched, owner, &c, 0, ids, 32),
+      "acquire(available)",
+      CODE(PCP_STATUS_OK) | CODE(PCP_STATUS_RESOURCE_EXHAUSTED));
+  SIM_CHECK(sim, (code == PCP_STATUS_OK) == (c.worker_count <= table_room),
+            "acquire(available = %u) for %s: %s (table room %u)",
+            c.worker_count, pcp_sched_owner_name(owner),
+            pcp_status_code_string(code), table_room);
+  if (code != PCP_STATUS_OK) {
+    return;
+  }
+  sim->ok_count[10]++;
+  for (uint32_t k = 0; k < c.worker_count; ++k) {
+    expect_one_of(sim, pcp_sched_lease_release(sim->sched, ids[k]),
+                  "release after probe", CODE(PCP_STATUS_OK));
+  }
+}
+
 static void do_tick(sim_t* sim) {
   pcp_sched_event_t events[4];
   size_t capacity = 1 + below(sim, 4);
@@ -672,6 +730,8 @@ static void step_once(sim_t* sim) {
     if (code == PCP_STATUS_OK) {
       sim->policies[owner] = p;
     }
+  } else if (op < 89) {  // stats agree with what acquire can do
+    probe_available(sim, random_owner(sim));
   } else if (op < 94) {  // time passes
     sim->now_ns += (int64_t)below(sim, 250);
   } else {  // tick
@@ -743,7 +803,7 @@ static uint64_t run_seed(uint64_t seed, int steps, bool print_stats) {
     }
     printf("\n");
     // The workload must reach every rule, or the run proves little.
-    for (int k = 0; k < 10; ++k) {
+    for (int k = 0; k < 11; ++k) {
       SIM_CHECK(&sim, sim.ok_count[k] > 0, "operation %d never succeeded", k);
     }
     if (steps >= DEFAULT_STEPS) {
