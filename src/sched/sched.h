@@ -155,7 +155,8 @@ typedef struct pcp_sched_worker_id_t {
 typedef struct pcp_sched_options_t {
   // Registry size (1..PCP_SCHED_REGISTRY_WORKER_COUNT_MAX). LOST workers
   // count until removed; a join into a full registry evicts the worker lost
-  // longest ago, and fails with RESOURCE_EXHAUSTED only if none is lost.
+  // longest ago (as pcp_sched_worker_remove would), and fails with
+  // RESOURCE_EXHAUSTED only if none is lost.
   uint32_t max_workers;
   // Live leases, attached or detached (>= 1).
   uint32_t max_leases;
@@ -237,8 +238,9 @@ typedef enum pcp_sched_event_kind_e {
   PCP_SCHED_EVENT_NONE = 0,
   // A silent worker was marked lost by a tick; it held nothing.
   PCP_SCHED_EVENT_WORKER_LOST = 1,
-  // The lease moved from |worker_id| (lost, or absent for a detached lease)
-  // to |new_worker_id|: re-run the lease's work there.
+  // The lease moved from |worker_id| (the worker that last held it, now
+  // lost; |worker_lost| is false when a tick moves an already detached
+  // lease) to |new_worker_id|: re-run the lease's work there.
   PCP_SCHED_EVENT_LEASE_REASSIGNED = 2,
   // |worker_id| was lost and no worker was free: the lease waits.
   PCP_SCHED_EVENT_LEASE_DETACHED = 3,
