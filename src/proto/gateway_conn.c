@@ -85,10 +85,12 @@ static pcp_status_t send_error(pcp_proto_gateway_conn_t* c,
                                uint64_t request_id, pcp_status_t status,
                                uint64_t task_id) {
   pcp_proto_encoded_frame_t f;
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_error_encode(send_version(c), request_id,
+  pcp_status_t encoded = pcp_proto_error_encode(send_version(c), request_id,
                                                   status, task_id,
                                                   &c->config.limits,
-                                                  c->allocator, &f));
+                                                  c->allocator, &f);
+  pcp_status_ignore(status);  // consumed: the peer gets a copy
+  PCP_RETURN_IF_ERROR_BARE(encoded);
   return push_send(c, &f);
 }
 
@@ -136,7 +138,7 @@ static pcp_status_t fail_peer(pcp_proto_gateway_conn_t* c, uint64_t request_id,
   if (c->state < PCP_PROTO_GATEWAY_ACCEPTED && reject_reason) {
     status = send_reject(c, reject_reason, pcp_status_message(why));
   } else {
-    status = send_error(c, request_id, why, 0);
+    status = send_error(c, request_id, pcp_status_clone(why), 0);
   }
   return pcp_status_join(status, close_conn(c, why, true));
 }

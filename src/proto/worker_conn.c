@@ -94,10 +94,12 @@ static uint16_t send_version(const pcp_proto_worker_t* w) {
 static pcp_status_t send_error(pcp_proto_worker_t* w, uint64_t request_id,
                                pcp_status_t status, uint64_t task_id) {
   pcp_proto_encoded_frame_t f;
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_error_encode(send_version(w), request_id,
+  pcp_status_t encoded = pcp_proto_error_encode(send_version(w), request_id,
                                                   status, task_id,
                                                   &w->config.limits,
-                                                  w->allocator, &f));
+                                                  w->allocator, &f);
+  pcp_status_ignore(status);  // consumed: the peer gets a copy
+  PCP_RETURN_IF_ERROR_BARE(encoded);
   return push_send(w, &f);
 }
 
@@ -160,7 +162,7 @@ static pcp_status_t enter_backoff(pcp_proto_worker_t* w, int64_t now_ns,
 
 static pcp_status_t fail_peer(pcp_proto_worker_t* w, int64_t now_ns,
                               uint64_t request_id, pcp_status_t why) {
-  pcp_status_t status = send_error(w, request_id, why, 0);
+  pcp_status_t status = send_error(w, request_id, pcp_status_clone(why), 0);
   return pcp_status_join(status, enter_backoff(w, now_ns, why, true));
 }
 
@@ -790,9 +792,7 @@ pcp_status_t pcp_proto_worker_program_stored(pcp_proto_worker_t* w,
   memcpy(program, f->program, sizeof(program));
   remove_fetch(w, f);
   if (store_status) {
-    status = send_error(w, request_id, store_status, 0);
-    pcp_status_ignore(store_status);
-    return status;
+    return send_error(w, request_id, store_status, 0);
   }
   pcp_proto_program_ack_t ack = {.status = PCP_PROTO_PROGRAM_STORED};
   memcpy(ack.program, program, sizeof(program));
@@ -852,7 +852,7 @@ pcp_status_t pcp_proto_worker_task_fail(pcp_proto_worker_t* w,
   }
   uint64_t request_id = slot->request_id;
   *slot = w->tasks[--w->task_count];
-  return send_error(w, request_id, status, task_id);
+  return send_error(w, request_id, pcp_status_clone(status), task_id);
 }
 
 pcp_status_t pcp_proto_worker_drain(pcp_proto_worker_t* w,
