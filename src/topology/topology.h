@@ -476,7 +476,9 @@ bool pcp_topology_complex_is_pure(const pcp_topology_complex_t* complex);
 // Every face of every listed simplex, in the upstream order: listed simplices
 // in order, bitmasks 0..2^n-1 over the stored vertex order (empty face
 // first), first occurrence kept. SimplexTooLargeForFaceEnumeration at
-// n > PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES.
+// n > PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES (as upstream), and
+// ComplexTooLarge above 24 vertices (2^24 faces from one simplex is past
+// the complex cap anyway).
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_faces(
     const pcp_topology_complex_t* complex, pcp_topology_complex_t* out_complex);
 // Deduplicated, sorted vertices (cleared first).
