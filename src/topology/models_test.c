@@ -151,12 +151,125 @@ static void test_regression_models_name_their_failure(void** state) {
   pcp_topology_check_report_deinitialize(&report);
 }
 
+static pcp_topology_vertex_t sym(pcp_topology_color_kind_t kind, uint32_t n,
+                                 const char* label) {
+  return pcp_topology_make_vertex(pcp_topology_make_color(kind, n),
+                                  pcp_topology_make_symbol(label));
+}
+
+static pcp_topology_complex_t* listed(const pcp_topology_vertex_t* facets,
+                                      size_t facet_count, size_t width) {
+  pcp_topology_complex_t* c = NULL;
+  PCP_CHECK_OK(pcp_topology_complex_create(pcp_allocator_system(), &c));
+  for (size_t i = 0; i < facet_count; ++i) {
+    PCP_CHECK_OK(pcp_topology_complex_append(
+        c, pcp_topology_make_simplex(facets + i * width, width)));
+  }
+  return c;
+}
+
+// models/workload_contract: the default index decisions validate (the
+// index API over listed simplices, reference s.3.3).
+static void test_workload_contract_index_model(void** state) {
+  (void)state;
+  const pcp_topology_color_kind_t API = PCP_TOPOLOGY_COLOR_API_CALLER;
+  const pcp_topology_color_kind_t GW = PCP_TOPOLOGY_COLOR_GATEWAY;
+  const pcp_topology_color_kind_t SES = PCP_TOPOLOGY_COLOR_SESSION;
+  pcp_topology_vertex_t in[4] = {
+      sym(API, 0, "request.regular"), sym(GW, 0, "gateway.training"),
+      sym(API, 0, "request.invalid"), sym(GW, 0, "gateway.training")};
+  pcp_topology_vertex_t pr[4] = {
+      sym(GW, 0, "normalized.regular"), sym(SES, 0, "session.accepted"),
+      sym(GW, 0, "normalized.rejected"), sym(SES, 0, "session.rejected")};
+  pcp_topology_vertex_t out[4] = {
+      sym(GW, 0, "route.regular_training"), sym(SES, 0, "status.accepted"),
+      sym(GW, 0, "route.rejected"), sym(SES, 0, "status.rejected")};
+  pcp_topology_complex_t* input = listed(in, 2, 2);
+  pcp_topology_complex_t* protocol = listed(pr, 2, 2);
+  pcp_topology_complex_t* output = listed(out, 2, 2);
+  static const uint32_t kZero[1] = {0}, kOne[1] = {1};
+  pcp_topology_index_edge_t edges[2] = {{0, kZero, 1}, {1, kOne, 1}};
+  pcp_topology_index_carrier_t carrier = {input, output, edges, 2};
+  pcp_topology_decision_edge_t decisions[2] = {{0, 0, 0}, {1, 1, 1}};
+  PCP_CHECK_OK(pcp_topology_index_carrier_validate(&carrier));
+  PCP_CHECK_OK(
+      pcp_topology_decision_map_validate(protocol, &carrier, decisions, 2));
+  // The route rule the model encodes.
+  assert_true(pcp_topology_workload_route_regular("{}", "run-shared"));
+  assert_false(pcp_topology_workload_route_regular("{}", "invalid-session"));
+  assert_false(pcp_topology_workload_route_regular(
+      "{\"training_kind\":\"streaming\"}", "run-shared"));
+  // Deciding "accepted" for the invalid request leaves the carrier.
+  decisions[1].output_index = 0;
+  pcp_status_t status =
+      pcp_topology_decision_map_validate(protocol, &carrier, decisions, 2);
+  assert_int_equal(pcp_topology_status_error(status),
+                   PCP_TOPOLOGY_ERROR_DECISION_OUTSIDE_CARRIER);
+  pcp_status_ignore(status);
+  pcp_topology_complex_release(input);
+  pcp_topology_complex_release(protocol);
+  pcp_topology_complex_release(output);
+}
+
+// models/federation_placement: the default index decisions validate;
+// oracles/federation: stale -> placed gives DecisionOutsideCarrier.
+static void test_federation_index_model(void** state) {
+  (void)state;
+  const pcp_topology_color_kind_t HUB = PCP_TOPOLOGY_COLOR_HUB;
+  const pcp_topology_color_kind_t GW = PCP_TOPOLOGY_COLOR_GATEWAY;
+  const pcp_topology_color_kind_t JOB = PCP_TOPOLOGY_COLOR_JOB;
+  pcp_topology_vertex_t in[9] = {
+      sym(HUB, 0, "hub.registry"), sym(GW, 1, "connected.compatible"),
+      sym(JOB, 1, "job.requires.training"),
+      sym(HUB, 0, "hub.registry"), sym(GW, 1, "stale.compatible"),
+      sym(JOB, 1, "job.requires.training"),
+      sym(HUB, 0, "hub.registry"), sym(GW, 1, "connected.incompatible"),
+      sym(JOB, 1, "job.requires.training")};
+  pcp_topology_vertex_t pr[6] = {
+      sym(HUB, 0, "placement.selected"), sym(JOB, 1, "route.forwarded"),
+      sym(HUB, 0, "placement.rejected"), sym(JOB, 1, "job.not_forwarded"),
+      sym(HUB, 0, "placement.lost"), sym(JOB, 1, "gateway.lost_after_route")};
+  pcp_topology_vertex_t out[6] = {
+      sym(HUB, 0, "output.placed"), sym(GW, 1, "gateway.compatible"),
+      sym(HUB, 0, "output.rejected"), sym(JOB, 1, "job.no_compatible_gateway"),
+      sym(HUB, 0, "output.failed_after_loss"),
+      sym(GW, 1, "gateway.unavailable")};
+  pcp_topology_complex_t* input = listed(in, 3, 3);
+  pcp_topology_complex_t* protocol = listed(pr, 3, 2);
+  pcp_topology_complex_t* output = listed(out, 3, 2);
+  static const uint32_t kPlacedOrLost[2] = {0, 2}, kRejected[1] = {1};
+  pcp_topology_index_edge_t edges[3] = {
+      {0, kPlacedOrLost, 2}, {1, kRejected, 1}, {2, kRejected, 1}};
+  pcp_topology_index_carrier_t carrier = {input, output, edges, 3};
+  pcp_topology_index_carrier_t execution = {input, protocol, edges, 3};
+  PCP_CHECK_OK(pcp_topology_index_carrier_validate(&carrier));
+  PCP_CHECK_OK(pcp_topology_execution_carrier_validate(&execution));
+  pcp_topology_protocol_decision_t decisions[3] = {{0, 0}, {1, 1}, {2, 2}};
+  PCP_CHECK_OK(pcp_topology_execution_decision_map_validate(
+      &execution, &carrier, decisions, 3));
+  // A stale gateway (input 1) reaches view 1; deciding "placed" there
+  // escapes its carrier.
+  decisions[1].output_index = 0;
+  pcp_status_t status = pcp_topology_execution_decision_map_validate(
+      &execution, &carrier, decisions, 3);
+  assert_true(pcp_topology_status_error(status) ==
+                  PCP_TOPOLOGY_ERROR_DECISION_OUTSIDE_CARRIER ||
+              pcp_topology_status_error(status) ==
+                  PCP_TOPOLOGY_ERROR_INCOMPATIBLE_DECISION_ON_SHARED_VIEW);
+  pcp_status_ignore(status);
+  pcp_topology_complex_release(input);
+  pcp_topology_complex_release(protocol);
+  pcp_topology_complex_release(output);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_model_gives_its_verdict),
       cmocka_unit_test(test_extracted_carriers_validate),
       cmocka_unit_test(test_federation_execution_carrier),
       cmocka_unit_test(test_regression_models_name_their_failure),
+      cmocka_unit_test(test_workload_contract_index_model),
+      cmocka_unit_test(test_federation_index_model),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
