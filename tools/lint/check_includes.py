@@ -15,7 +15,7 @@ import sys
 
 ORDER = ["base", "config", "obs", "net", "http", "proto", "store", "mlir",
          "compile", "compute", "models", "data", "tokenizer", "sched",
-         "workloads", "roles", "topology"]
+         "fabric", "workloads", "roles", "topology"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 
