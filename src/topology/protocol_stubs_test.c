@@ -13,6 +13,7 @@
 // clang-format on
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "topology/topology.h"
@@ -480,6 +481,117 @@ static void test_rda_merge_oracle(void** state) {
   assert_true(pcp_topology_token_step_weight(0, 5) == 0.0);
 }
 
+// Scheduler actions for shrinking: each index is one operation.
+typedef enum sched_op_e {
+  OP_ENQUEUE_OTHER,
+  OP_RESERVE,
+  OP_LOSE_FIRST,
+  OP_RESTORE_SECOND,
+  OP_COMMIT,
+  OP_QUEUE,
+  OP_CANCEL_QUEUED,
+  OP_RESERVE_OTHER,
+} sched_op_t;
+
+typedef struct sched_script_t {
+  const sched_op_t* ops;
+  bool leak_on_cancel;
+  pcp_topology_sched_violation_t wanted;  // or NONE: check the leak oracle
+} sched_script_t;
+
+static void run_op(pcp_topology_sched_t* s, sched_op_t op) {
+  switch (op) {
+    case OP_ENQUEUE_OTHER:
+      pcp_topology_sched_enqueue(s, 90, TRAINING, 1);
+      break;
+    case OP_RESERVE:
+      (void)pcp_topology_sched_reserve(s, 5, TRAINING, 1);
+      break;
+    case OP_LOSE_FIRST:
+      pcp_topology_sched_lose_worker(s, 1);
+      break;
+    case OP_RESTORE_SECOND:
+      pcp_topology_sched_restore_worker(s, 2);
+      break;
+    case OP_COMMIT:
+      pcp_topology_sched_commit(s, 5);
+      break;
+    case OP_QUEUE:
+      pcp_topology_sched_commit_to_queue(s, 5);
+      break;
+    case OP_CANCEL_QUEUED:
+      pcp_topology_sched_cancel_queued(s, 5);
+      break;
+    case OP_RESERVE_OTHER:
+      (void)pcp_topology_sched_reserve(s, 6, INFERENCE, 1);
+      break;
+  }
+}
+
+// The scheduling oracle: the wanted violation happened, or (leak check) a
+// worker is still held for job 5 after its cancellation.
+static bool script_fails(void* user_data, const uint32_t* retained,
+                         size_t count) {
+  const sched_script_t* script = (const sched_script_t*)user_data;
+  pcp_topology_sched_t s;
+  sched_with(&s, 2);
+  s.bug_leak_on_cancel = script->leak_on_cancel;
+  bool violated = false, canceled = false;
+  for (size_t i = 0; i < count; ++i) {
+    s.violation = PCP_TOPOLOGY_SCHED_VIOLATION_NONE;
+    run_op(&s, script->ops[retained[i]]);
+    violated |= script->wanted != PCP_TOPOLOGY_SCHED_VIOLATION_NONE &&
+                s.violation == script->wanted;
+    canceled |= script->ops[retained[i]] == OP_CANCEL_QUEUED &&
+                s.decision == PCP_TOPOLOGY_SCHED_CANCELED;
+  }
+  if (script->wanted != PCP_TOPOLOGY_SCHED_VIOLATION_NONE) return violated;
+  if (!canceled) return false;
+  for (uint32_t i = 0; i < s.worker_count; ++i) {
+    if (s.workers[i].job == 5 && s.workers[i].owner >= 0) return true;
+  }
+  return false;
+}
+
+// injected bugs shrink to minimal schedules: assignment after worker loss
+// (3 operations) and the cancellation cleanup leak (3 operations)
+static void test_sched_injected_bugs_shrink(void** state) {
+  (void)state;
+  static const sched_op_t kLoss[] = {
+      OP_ENQUEUE_OTHER, OP_RESERVE_OTHER, OP_RESERVE, OP_RESTORE_SECOND,
+      OP_LOSE_FIRST,    OP_ENQUEUE_OTHER, OP_COMMIT};
+  sched_script_t loss = {kLoss, false,
+                         PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS};
+  uint32_t* retained = NULL;
+  size_t count = 0;
+  PCP_CHECK_OK(pcp_topology_indices_shrink(pcp_allocator_system(),
+                                           PCP_ARRAYSIZE(kLoss), script_fails,
+                                           &loss, &retained, &count));
+  assert_int_equal(count, 3);
+  assert_int_equal(kLoss[retained[0]], OP_RESERVE);
+  assert_int_equal(kLoss[retained[1]], OP_LOSE_FIRST);
+  assert_int_equal(kLoss[retained[2]], OP_COMMIT);
+  free(retained);
+
+  static const sched_op_t kLeak[] = {OP_ENQUEUE_OTHER, OP_RESERVE_OTHER,
+                                     OP_RESERVE,       OP_LOSE_FIRST,
+                                     OP_QUEUE,         OP_CANCEL_QUEUED};
+  sched_script_t leak = {kLeak, true, PCP_TOPOLOGY_SCHED_VIOLATION_NONE};
+  PCP_CHECK_OK(pcp_topology_indices_shrink(pcp_allocator_system(),
+                                           PCP_ARRAYSIZE(kLeak), script_fails,
+                                           &leak, &retained, &count));
+  assert_int_equal(count, 3);
+  assert_int_equal(kLeak[retained[0]], OP_RESERVE);
+  free(retained);
+  // Without the injected bug the same schedule is clean.
+  leak.leak_on_cancel = false;
+  assert_int_equal(
+      pcp_status_consume_code(pcp_topology_indices_shrink(
+          pcp_allocator_system(), PCP_ARRAYSIZE(kLeak), script_fails, &leak,
+          &retained, &count)),
+      PCP_STATUS_FAILED_PRECONDITION);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sched_reserves_first_matching),
@@ -491,6 +603,7 @@ int main(void) {
       cmocka_unit_test(test_sched_reserved_commit_jumps_queue),
       cmocka_unit_test(test_sched_cancel_releases),
       cmocka_unit_test(test_sched_policy_helpers),
+      cmocka_unit_test(test_sched_injected_bugs_shrink),
       cmocka_unit_test(test_federation_places_deterministically),
       cmocka_unit_test(test_federation_rejections),
       cmocka_unit_test(test_federation_loss_invalidates),
