@@ -191,9 +191,21 @@ uint64_t pcp_topology_label_hash(const pcp_topology_label_t* label) {
   return hash_u64(h, (uint64_t)label->value);
 }
 
+// Two mixing rounds over (colour, label kind, label payload): this is the
+// innermost hash of every simplex lookup, so it avoids composing the
+// separate colour and label hashes (six rounds).
 uint64_t pcp_topology_vertex_hash(const pcp_topology_vertex_t* vertex) {
-  uint64_t h = hash_u64(SEED_VERTEX, pcp_topology_color_hash(vertex->color));
-  return hash_u64(h, pcp_topology_label_hash(&vertex->label));
+  uint64_t payload = 0;
+  if (vertex->label.kind == PCP_TOPOLOGY_LABEL_SYMBOL) {
+    const char* text = vertex->label.symbol ? vertex->label.symbol : "";
+    payload = hash_bytes(SEED_LABEL, text, strlen(text));
+  } else if (vertex->label.kind != PCP_TOPOLOGY_LABEL_EMPTY) {
+    payload = (uint64_t)vertex->label.value;
+  }
+  uint64_t color = ((uint64_t)vertex->color.kind << 32) | vertex->color.number;
+  uint64_t h = pcp_topology_core_mix(SEED_VERTEX ^ color ^
+                                     ((uint64_t)vertex->label.kind << 61));
+  return pcp_topology_core_mix(h ^ (payload + 0x9e3779b97f4a7c15ull));
 }
 
 pcp_status_t pcp_topology_color_format(pcp_topology_color_t color,
