@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// A small libcurl client: one easy handle per client so consecutive requests
+// reuse the connection. Used by tests now and by the hub and services later.
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <curl/curl.h>
+
+#include "http/http_impl.h"
+
+#define PCP_HTTP_CLIENT_DEFAULT_TIMEOUT_MS 30000
+#define PCP_HTTP_CLIENT_DEFAULT_MAX_RESPONSE_BYTES (64u << 20)
+#define PCP_HTTP_CLIENT_MAX_HEADER_BYTES (64u << 10)
+
+struct pcp_http_client_t {
+  pcp_allocator_t allocator;
+  CURL* curl;
+  char* ca_path;
+  int64_t timeout_ms;
+  size_t max_response_bytes;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_result = CURLE_OK;
+
+static void curl_init_once(void) {
+  // curl_global_init is not thread-safe in every libcurl build; run it once.
+  curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+pcp_status_t pcp_http_client_create(const pcp_http_client_options_t* options,
+                                    pcp_allocator_t allocator,
+                                    pcp_http_client_t** out_client) {
+  *out_client = NULL;
+  pthread_once(&curl_once, curl_init_once);
+  if (curl_init_result != CURLE_OK) {
+    return pcp_make_status(PCP_STATUS_INTERNAL, "curl_global_init: %s",
+                           curl_easy_strerror(curl_init_result));
+  }
+  pcp_http_client_t* client = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_calloc(allocator, sizeof(*client), (void**)&client));
+  client->allocator = allocator;
+  client->timeout_ms = options && options->timeout_ms
+                           ? options->timeout_ms
+                           : PCP_HTTP_CLIENT_DEFAULT_TIMEOUT_MS;
+  client->max_response_bytes = options && options->max_response_bytes
+                                   ? options->max_response_bytes
+                                   : PCP_HTTP_CLIENT_DEFAULT_MAX_RESPONSE_BYTES;
+  if (options && options->ca_path) {
+    client->ca_path = strdup(options->ca_path);
+  }
+  client->curl = curl_easy_init();
+  if (!client->curl || (options && options->ca_path && !client->ca_path)) {
+    pcp_http_client_release(client);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "out of memory creating an HTTP client");
+  }
+  *out_client = client;
+  return pcp_ok_status();
+}
+
+void pcp_http_client_release(pcp_http_client_t* client) {
+  if (!client) {
+    return;
+  }
+  if (client->curl) {
+    curl_easy_cleanup(client->curl);
+  }
+  free(client->ca_path);
+  pcp_allocator_free(client->allocator, client);
+}
+
+typedef struct transfer_t {
+  pcp_string_builder_t body;
+  pcp_string_builder_t headers;
+  bool too_large;
+  const char* upload;
+  size_t upload_length;
+  size_t upload_offset;
+} transfer_t;
+
+static size_t on_write(char* data, size_t size, size_t count, void* cls) {
+  transfer_t* transfer = cls;
+  size_t length = size * count;
+  pcp_status_t status = pcp_string_builder_append(
+      &transfer->body, pcp_make_string_view(data, length));
+  if (status) {
+    pcp_status_ignore(status);
+    transfer->too_large = true;
+    return 0;  // makes libcurl stop with CURLE_WRITE_ERROR
+  }
+  return length;
+}
+
+static size_t on_header(char* data, size_t size, size_t count, void* cls) {
+  transfer_t* transfer = cls;
+  size_t length = size * count;
+  // A new status line starts a new header block (after 100 Continue or a
+  // redirect): keep only the final response's headers.
+  if (length >= 5 && memcmp(data, "HTTP/", 5) == 0) {
+    pcp_string_builder_reset(&transfer->headers);
+  }
+  pcp_status_t status = pcp_string_builder_append(
+      &transfer->headers, pcp_make_string_view(data, length));
+  if (status) {
+    pcp_status_ignore(status);
+    return 0;
+  }
+  return length;
+}
+
+static size_t on_read(char* buffer, size_t size, size_t count, void* cls) {
+  transfer_t* transfer = cls;
+  size_t capacity = size * count;
+  size_t left = transfer->upload_length - transfer->upload_offset;
+  // Small pieces, so a chunked upload really arrives in several chunks.
+  size_t length = left < capacity ? left : capacity;
+  if (length > 16384) {
+    length = 16384;
+  }
+  memcpy(buffer, transfer->upload + transfer->upload_offset, length);
+  transfer->upload_offset += length;
+  return length;
+}
+
+pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
+                                  const pcp_http_client_request_t* request,
+                                  pcp_http_client_response_t* out_response) {
+  memset(out_response, 0, sizeof(*out_response));
+  CURL* curl = client->curl;
+  // Options reset per request; the connection cache survives the reset.
+  curl_easy_reset(curl);
+  transfer_t transfer;
+  memset(&transfer, 0, sizeof(transfer));
+  pcp_string_builder_initialize(pcp_allocator_system(),
+                                client->max_response_bytes, &transfer.body);
+  pcp_string_builder_initialize(pcp_allocator_system(),
+                                PCP_HTTP_CLIENT_MAX_HEADER_BYTES,
+                                &transfer.headers);
+  struct curl_slist* headers = NULL;
+  bool ok = true;
+  for (const char* const* h = request->headers; h && *h; ++h) {
+    struct curl_slist* next = curl_slist_append(headers, *h);
+    ok = ok && next;
+    headers = next ? next : headers;
+  }
+  char authorization[1024];
+  if (request->bearer_token) {
+    snprintf(authorization, sizeof(authorization), "Authorization: Bearer %s",
+             request->bearer_token);
+    struct curl_slist* next = curl_slist_append(headers, authorization);
+    ok = ok && next;
+    headers = next ? next : headers;
+  }
+  // libcurl adds "Expect: 100-continue" to large uploads; the server answers
+  // early errors without it, so it only costs a round trip.
+  struct curl_slist* next = curl_slist_append(headers, "Expect:");
+  ok = ok && next;
+  headers = next ? next : headers;
+  const char* method = request->method ? request->method : "GET";
+  curl_easy_setopt(curl, CURLOPT_URL, request->url);
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)client->timeout_ms);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_write);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
+  if (client->ca_path) {
+    curl_easy_setopt(curl, CURLOPT_CAINFO, client->ca_path);
+  }
+  if (request->chunked) {
+    transfer.upload = request->body;
+    transfer.upload_length = request->body_length;
+    next = curl_slist_append(headers, "Transfer-Encoding: chunked");
+    ok = ok && next;
+    headers = next ? next : headers;
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(curl, CURLOPT_READDATA, &transfer);
+  } else if (request->body) {
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request->body);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
+                     (curl_off_t)request->body_length);
+  }
+  // CUSTOMREQUEST keeps the method after UPLOAD/POSTFIELDS set theirs.
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+  if (strcmp(method, "HEAD") == 0) {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  }
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  pcp_status_t status = pcp_ok_status();
+  if (!ok) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "out of memory building request headers");
+  }
+  CURLcode result = CURLE_OK;
+  if (!status) {
+    result = curl_easy_perform(curl);
+  }
+  if (!status && result != CURLE_OK) {
+    pcp_status_code_t code = PCP_STATUS_UNAVAILABLE;
+    if (result == CURLE_OPERATION_TIMEDOUT) {
+      code = PCP_STATUS_DEADLINE_EXCEEDED;
+    } else if (transfer.too_large) {
+      code = PCP_STATUS_RESOURCE_EXHAUSTED;
+    }
+    status = pcp_make_status(code, "%s %s: %s", method, request->url,
+                             curl_easy_strerror(result));
+  }
+  if (!status) {
+    long http_status = 0;
+    long connects = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
+    curl_easy_getinfo(curl, CURLINFO_NUM_CONNECTS, &connects);
+    out_response->http_status = (int)http_status;
+    out_response->new_connection_count = connects;
+    out_response->body_length = transfer.body.size;
+    status = pcp_string_builder_take(&transfer.body, &out_response->body);
+    if (!status) {
+      status =
+          pcp_string_builder_take(&transfer.headers, &out_response->headers);
+    }
+  }
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, NULL);
+  curl_slist_free_all(headers);
+  pcp_string_builder_deinitialize(&transfer.body);
+  pcp_string_builder_deinitialize(&transfer.headers);
+  if (status) {
+    pcp_http_client_response_deinitialize(out_response);
+  }
+  return status;
+}
+
+bool pcp_http_client_response_header(const pcp_http_client_response_t* response,
+                                     const char* name, char* buffer,
+                                     size_t capacity) {
+  if (!response->headers) {
+    return false;
+  }
+  size_t name_length = strlen(name);
+  for (const char* line = response->headers; *line;) {
+    const char* end = strstr(line, "\r\n");
+    size_t length = end ? (size_t)(end - line) : strlen(line);
+    if (length > name_length && line[name_length] == ':' &&
+        strncasecmp(line, name, name_length) == 0) {
+      const char* value = line + name_length + 1;
+      while (*value == ' ') {
+        ++value;
+      }
+      size_t value_length = (size_t)(line + length - value);
+      if (capacity > 0) {
+        size_t n = value_length < capacity - 1 ? value_length : capacity - 1;
+        memcpy(buffer, value, n);
+        buffer[n] = '\0';
+      }
+      return true;
+    }
+    line = end ? end + 2 : line + length;
+  }
+  return false;
+}
+
+void pcp_http_client_response_deinitialize(
+    pcp_http_client_response_t* response) {
+  free(response->body);
+  free(response->headers);
+  memset(response, 0, sizeof(*response));
+}

@@ -1,0 +1,403 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// http: the HTTP server every PCP role exposes (gateway API, federation hub,
+// node-manager probes) and a small libcurl client.
+//
+// Server. libmicrohttpd runs its own polling threads (epoll, a fixed pool of
+// |thread_count| threads, each with its own epoll set); handlers run on those
+// threads, so a handler may block only briefly (long work belongs on a worker
+// pool). Connections are HTTP/1.1 keep-alive. The router is built before
+// pcp_http_server_start and is immutable afterwards, so matching takes no
+// lock. For every request the server, in this order:
+//   1. checks the URL length (414) and the total header bytes (431);
+//   2. matches the path against the routes (404 when no pattern matches,
+//      405 with an Allow header when a pattern matches but no route has the
+//      method);
+//   3. checks the route's scope: the Authorization header must carry a bearer
+//      token of that scope (401 with WWW-Authenticate: Bearer when missing or
+//      unknown, 403 when the token belongs to another scope);
+//   4. checks Content-Length against the route's body cap before reading the
+//      body, and the running total while a chunked body streams in (413);
+//   5. calls the handler with the request view and a response builder.
+// Every failure anywhere, the handler's included, is answered with the one
+// JSON error schema {"error":{"code":"<CODE>","message":"..."}} and the
+// status from pcp_http_status_from_code; a client never sees a closed socket
+// in place of an answer (upstream's silent 500s and closes,
+// reference/upstream-control-plane.md s.3.0).
+//
+// Auth. Tokens live in environment variables whose *names* are given in the
+// options (never in config files); they are read once at create. Comparison
+// is constant time: both sides are hashed with SHA-256 and the digests
+// compared with CRYPTO_memcmp, so neither the content nor the length of a
+// token leaks through timing. A scope whose variable is unset or empty
+// rejects every request (fail closed) and is logged at create.
+//
+// Metrics (when a registry is given), labelled by server name, route pattern
+// (never the raw path, so label cardinality stays bounded), method and
+// status class:
+//   pcp_http_requests_total, pcp_http_request_duration_seconds (histogram),
+//   pcp_http_request_body_bytes_total, pcp_http_response_body_bytes_total,
+//   pcp_http_connections (gauge of open connections).
+//
+// Ownership: options, routes and tables are copied at create/add, except
+// each route's |user_data| and the registry, which are borrowed and must
+// outlive the server. Request views and response builders are valid only
+// during the handler call.
+//
+// Thread-safety: pcp_http_server_* lifecycle calls are thread-compatible
+// (one controlling thread); handlers run concurrently on the server's
+// threads and must be thread-safe among themselves. Request and response
+// objects are confined to the handler call. pcp_http_client_t is
+// thread-compatible (one thread at a time); distinct clients are
+// independent. Free functions (mapping, token compare, JSON checks) are
+// thread-safe.
+
+#ifndef PCP_HTTP_HTTP_H_
+#define PCP_HTTP_HTTP_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "base/base.h"
+#include "obs/obs.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//===----------------------------------------------------------------------===//
+// Limits and defaults
+//===----------------------------------------------------------------------===//
+
+#define PCP_HTTP_DEFAULT_MAX_BODY_BYTES (1u << 20)     // 1 MiB, as upstream
+#define PCP_HTTP_DEFAULT_MAX_HEADER_BYTES (64u << 10)  // 64 KiB, as upstream
+#define PCP_HTTP_DEFAULT_MAX_URL_BYTES (8u << 10)
+#define PCP_HTTP_DEFAULT_MAX_JSON_DEPTH 64
+#define PCP_HTTP_DEFAULT_MAX_CONNECTIONS 1024
+#define PCP_HTTP_DEFAULT_CONNECTION_TIMEOUT_S 60
+#define PCP_HTTP_DEFAULT_THREAD_COUNT 4
+// Path parameters per route pattern and path segments per pattern.
+#define PCP_HTTP_MAX_PATH_PARAMS 8
+#define PCP_HTTP_MAX_PATH_SEGMENTS 32
+// Token scopes per server and headers per response.
+#define PCP_HTTP_MAX_SCOPES 8
+#define PCP_HTTP_MAX_RESPONSE_HEADERS 16
+
+//===----------------------------------------------------------------------===//
+// Status mapping and errors
+//===----------------------------------------------------------------------===//
+
+// The one table from canonical codes to HTTP statuses:
+// INVALID_ARGUMENT, OUT_OF_RANGE -> 400; UNAUTHENTICATED -> 401;
+// PERMISSION_DENIED -> 403; NOT_FOUND -> 404; ALREADY_EXISTS, ABORTED,
+// FAILED_PRECONDITION -> 409; RESOURCE_EXHAUSTED -> 429; UNIMPLEMENTED ->
+// 501; UNAVAILABLE -> 503; DEADLINE_EXCEEDED -> 504; OK -> 200; anything else
+// -> 500. (413 for bodies is chosen by the server, not by this table.)
+// Thread-safe.
+int pcp_http_status_from_code(pcp_status_code_t code);
+
+// Reason phrase for |http_status| ("Not Found"); "Unknown" when not known.
+// Thread-safe.
+const char* pcp_http_status_reason(int http_status);
+
+// Writes {"error":{"code":"<code>","message":"<message>"}} into |builder|
+// (message JSON-escaped). Thread-safe (on distinct builders).
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_error_json_format(
+    const char* code, const char* message, pcp_string_builder_t* builder);
+
+//===----------------------------------------------------------------------===//
+// Token comparison
+//===----------------------------------------------------------------------===//
+
+// Constant-time equality of two byte strings of any lengths: compares the
+// SHA-256 digests with CRYPTO_memcmp, so the time depends on neither the
+// position of the first difference nor on whether the lengths differ (only
+// on the lengths themselves, through hashing). Thread-safe.
+bool pcp_http_token_equal(const void* a, size_t a_length, const void* b,
+                          size_t b_length);
+
+//===----------------------------------------------------------------------===//
+// JSON input checks
+//===----------------------------------------------------------------------===//
+
+// Returns INVALID_ARGUMENT when |text| nests arrays/objects deeper than
+// |max_depth| (0: PCP_HTTP_DEFAULT_MAX_JSON_DEPTH). Strings are skipped, so
+// brackets inside them do not count. Runs before any parser allocates, so a
+// body of a million '[' costs one linear scan. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_json_depth_check(const char* text,
+                                                           size_t length,
+                                                           size_t max_depth);
+
+//===----------------------------------------------------------------------===//
+// Requests (views, valid during the handler call only)
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_http_request_t pcp_http_request_t;
+
+// "GET", "POST", ... Borrowed.
+const char* pcp_http_request_method(const pcp_http_request_t* request);
+// Percent-decoded path without the query string. Borrowed.
+const char* pcp_http_request_path(const pcp_http_request_t* request);
+// The matched route pattern ("/v1/jobs/{id}"). Borrowed.
+const char* pcp_http_request_route(const pcp_http_request_t* request);
+// Value of path parameter |name| ("id" for "{id}"; "*" for the rest of a
+// prefix route), or NULL. Borrowed.
+const char* pcp_http_request_param(const pcp_http_request_t* request,
+                                   const char* name);
+// Value of query parameter |name| (decoded; the first occurrence), or NULL.
+// A parameter given without '=' yields "". Borrowed.
+const char* pcp_http_request_query(const pcp_http_request_t* request,
+                                   const char* name);
+// Value of header |name| (case-insensitive), or NULL. Borrowed.
+const char* pcp_http_request_header(const pcp_http_request_t* request,
+                                    const char* name);
+// The body (possibly empty; data is NUL-terminated after |size|). Borrowed.
+pcp_string_view_t pcp_http_request_body(const pcp_http_request_t* request);
+// "127.0.0.1:54321" or "[::1]:54321". Borrowed.
+const char* pcp_http_request_remote_address(const pcp_http_request_t* request);
+// The scope the request was authenticated for (the route's), or NULL for an
+// open route. Borrowed.
+const char* pcp_http_request_scope(const pcp_http_request_t* request);
+
+// Parses the body as JSON after the depth check (the route's or server's
+// limit). Missing body, malformed JSON and too-deep JSON are
+// INVALID_ARGUMENT (400 when returned from a handler) with line and column.
+// The caller owns |*out_value| (json_decref).
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_request_json_parse(
+    const pcp_http_request_t* request, json_t** out_value);
+
+//===----------------------------------------------------------------------===//
+// Responses (builders, valid during the handler call only)
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_http_response_t pcp_http_response_t;
+
+// Adds a response header (copied). Content-Type and Content-Length are set
+// by the body setters and the server; adding them here is INVALID_ARGUMENT.
+// RESOURCE_EXHAUSTED past PCP_HTTP_MAX_RESPONSE_HEADERS.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_header_add(
+    pcp_http_response_t* response, const char* name, const char* value);
+
+// Sets status, content type and body (copied; |content_type| NULL means no
+// body type, e.g. for 204). Replaces any previous body.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_body_set(
+    pcp_http_response_t* response, int http_status, const char* content_type,
+    const void* data, size_t byte_length);
+
+// Same, taking ownership of |data| (allocated with malloc) instead of
+// copying; freed by the server even on error.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_body_take(
+    pcp_http_response_t* response, int http_status, const char* content_type,
+    char* data, size_t byte_length);
+
+// Serializes |value| (borrowed) compactly as application/json.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_json_set(
+    pcp_http_response_t* response, int http_status, const json_t* value);
+
+// Sets the error schema body with an explicit HTTP status and code string
+// (for statuses outside the mapping table, such as 405 or 413).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_http_response_error_set(pcp_http_response_t* response, int http_status,
+                            const char* code, const char* message);
+
+// Sets the error schema body from |status| (borrowed, not consumed):
+// pcp_http_status_from_code, the code name and the status message.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_status_set(
+    pcp_http_response_t* response, pcp_status_t status);
+
+//===----------------------------------------------------------------------===//
+// Routes
+//===----------------------------------------------------------------------===//
+
+// A handler answers through |response| and returns OK, or returns an error
+// status that the server turns into the JSON error (anything it put in
+// |response| is then discarded). Returning OK without setting a body is a
+// bug answered with a JSON 500. Called on a server thread.
+typedef pcp_status_t (*pcp_http_handler_fn_t)(void* user_data,
+                                              const pcp_http_request_t* request,
+                                              pcp_http_response_t* response);
+
+// Pattern grammar: '/'-separated segments; "{name}" matches one non-empty
+// segment and binds it; a final "*" matches the rest of the path (possibly
+// empty) and binds it to "*" (a prefix route). Everything else matches
+// literally. When several patterns match, the one with more literal
+// segments before the first difference wins, then the non-prefix one, then
+// the first added.
+typedef struct pcp_http_route_t {
+  const char* method;   // "GET", "POST", ...; "*": any method
+  const char* pattern;  // "/v1/jobs/{id}"
+  // Token scope required ("api", "internal", ...); NULL: open (probes).
+  const char* scope;
+  pcp_http_handler_fn_t handler;
+  void* user_data;        // borrowed; outlives the server
+  size_t max_body_bytes;  // 0: the server's default
+  size_t max_json_depth;  // 0: the server's default
+} pcp_http_route_t;
+
+//===----------------------------------------------------------------------===//
+// Server
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_http_scope_t {
+  const char* name;     // "api", "internal", "federation"
+  const char* env_var;  // name of the variable holding the token
+} pcp_http_scope_t;
+
+typedef struct pcp_http_server_options_t {
+  const char* name;  // metrics label "server" and log role; NULL: "http"
+  const char* host;  // numeric address to bind; NULL: "127.0.0.1"
+  uint16_t port;     // 0: ephemeral (read it with pcp_http_server_port)
+  // TLS: both paths or neither (PEM files, read at start).
+  const char* tls_cert_path;
+  const char* tls_key_path;
+  const pcp_http_scope_t* scopes;  // copied at create
+  size_t scope_count;
+  size_t max_body_bytes;          // 0: PCP_HTTP_DEFAULT_MAX_BODY_BYTES
+  size_t max_header_bytes;        // 0: PCP_HTTP_DEFAULT_MAX_HEADER_BYTES
+  size_t max_url_bytes;           // 0: PCP_HTTP_DEFAULT_MAX_URL_BYTES
+  size_t max_json_depth;          // 0: PCP_HTTP_DEFAULT_MAX_JSON_DEPTH
+  uint32_t max_connections;       // 0: PCP_HTTP_DEFAULT_MAX_CONNECTIONS
+  uint32_t connection_timeout_s;  // idle timeout; 0: default (60)
+  uint32_t thread_count;          // 0: PCP_HTTP_DEFAULT_THREAD_COUNT
+  pcp_obs_registry_t* registry;   // borrowed; NULL: no metrics
+  pcp_clock_t clock;              // {0}: the system clock
+} pcp_http_server_options_t;
+
+typedef struct pcp_http_server_t pcp_http_server_t;
+
+// Validates |options|, reads the scope tokens from the environment and
+// registers the metrics (reusing the families when another server already
+// registered them in the same registry). Nothing is bound yet.
+// INVALID_ARGUMENT for bad options (one TLS path without the other, too many
+// scopes, a duplicate scope name); errors from the registry.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_server_create(
+    const pcp_http_server_options_t* options, pcp_allocator_t allocator,
+    pcp_http_server_t** out_server);
+
+// Adds routes (copied; user_data borrowed). Only before start.
+// INVALID_ARGUMENT for a malformed pattern, an unknown scope or a duplicate
+// (method, pattern); FAILED_PRECONDITION after start.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_http_server_routes_add(pcp_http_server_t* server,
+                           const pcp_http_route_t* routes, size_t route_count);
+
+// Binds and starts the threads. UNAVAILABLE when the address cannot be
+// bound; INVALID_ARGUMENT for a bad host; NOT_FOUND / RESOURCE_EXHAUSTED for
+// unreadable TLS files; UNIMPLEMENTED when libmicrohttpd lacks TLS.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_http_server_start(pcp_http_server_t* server);
+
+// The bound port (the ephemeral one when options.port was 0); 0 before
+// start.
+uint16_t pcp_http_server_port(const pcp_http_server_t* server);
+
+// Requests currently being handled (accepted, not yet answered and
+// completed). Thread-safe.
+int64_t pcp_http_server_inflight_count(const pcp_http_server_t* server);
+
+// Graceful stop: stops accepting, lets requests in flight finish (their
+// responses carry Connection: close) for up to |deadline_ms|, then closes
+// every connection (idle keep-alive ones included) and joins the threads.
+// Returns DEADLINE_EXCEEDED when requests were still in flight at the
+// deadline (they are cut off), OK otherwise. Idempotent.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_server_stop(pcp_http_server_t* server,
+                                                      int64_t deadline_ms);
+
+// Stops (deadline 0) if running and frees. NULL is a no-op.
+void pcp_http_server_release(pcp_http_server_t* server);
+
+//===----------------------------------------------------------------------===//
+// Ready-made probe handlers
+//===----------------------------------------------------------------------===//
+
+// GET /healthz: 200 {"status":"ok"}. user_data unused.
+pcp_status_t pcp_http_healthz_handler(void* user_data,
+                                      const pcp_http_request_t* request,
+                                      pcp_http_response_t* response);
+
+// GET /metrics: renders the pcp_obs_registry_t* passed as user_data as
+// Prometheus text (text/plain; version=0.0.4).
+pcp_status_t pcp_http_metrics_handler(void* user_data,
+                                      const pcp_http_request_t* request,
+                                      pcp_http_response_t* response);
+
+// Decides readiness. Fills |details| (an empty object it does not own) with
+// what is ready and what is missing, and returns true when ready. Called on
+// a server thread: must be thread-safe.
+typedef bool (*pcp_http_ready_fn_t)(void* user_data, json_t* details);
+
+typedef struct pcp_http_readyz_t {
+  pcp_http_ready_fn_t ready;
+  void* user_data;
+} pcp_http_readyz_t;
+
+// GET /readyz: user_data is a pcp_http_readyz_t* (borrowed). Answers
+// {"ready":true|false, ...details} with 200 when ready, 503 otherwise.
+pcp_status_t pcp_http_readyz_handler(void* user_data,
+                                     const pcp_http_request_t* request,
+                                     pcp_http_response_t* response);
+
+//===----------------------------------------------------------------------===//
+// Client (libcurl)
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_http_client_options_t {
+  const char* ca_path;        // PEM CA bundle for https; NULL: system CAs
+  int64_t timeout_ms;         // whole request; 0: 30 s
+  size_t max_response_bytes;  // 0: 64 MiB
+} pcp_http_client_options_t;
+
+typedef struct pcp_http_client_request_t {
+  const char* method;  // NULL: GET
+  const char* url;
+  const char* const* headers;  // "Name: value" strings; NULL-terminated
+  const char* bearer_token;    // adds Authorization: Bearer <token>
+  const void* body;
+  size_t body_length;
+  // Sends the body with Transfer-Encoding: chunked (no Content-Length).
+  bool chunked;
+} pcp_http_client_request_t;
+
+typedef struct pcp_http_client_response_t {
+  int http_status;
+  char* body;  // NUL-terminated; owned
+  size_t body_length;
+  char* headers;  // raw header block of the final response; owned
+  // Connections libcurl opened for this request (0 when one was reused).
+  int64_t new_connection_count;
+} pcp_http_client_response_t;
+
+typedef struct pcp_http_client_t pcp_http_client_t;
+
+// One client holds one libcurl easy handle, so consecutive requests to the
+// same host reuse the connection (keep-alive).
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_client_create(
+    const pcp_http_client_options_t* options, pcp_allocator_t allocator,
+    pcp_http_client_t** out_client);
+void pcp_http_client_release(pcp_http_client_t* client);
+
+// Performs |request|. Any HTTP status is OK (read it from the response);
+// UNAVAILABLE for connection failures, DEADLINE_EXCEEDED on timeout,
+// RESOURCE_EXHAUSTED past max_response_bytes. |out_response| is cleared
+// first; release it with pcp_http_client_response_deinitialize.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_client_send(
+    pcp_http_client_t* client, const pcp_http_client_request_t* request,
+    pcp_http_client_response_t* out_response);
+
+// Value of response header |name| (case-insensitive, first occurrence)
+// copied into |buffer|; false when absent.
+bool pcp_http_client_response_header(const pcp_http_client_response_t* response,
+                                     const char* name, char* buffer,
+                                     size_t capacity);
+
+void pcp_http_client_response_deinitialize(
+    pcp_http_client_response_t* response);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // PCP_HTTP_HTTP_H_

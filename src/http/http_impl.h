@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Internals shared by the files of src/http; never included elsewhere.
+
+#ifndef PCP_HTTP_HTTP_IMPL_H_
+#define PCP_HTTP_HTTP_IMPL_H_
+
+#include <stdatomic.h>
+
+#include <microhttpd.h>
+
+#include "http/http.h"
+
+//===----------------------------------------------------------------------===//
+// Router
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_http_route_entry_t {
+  char* method;     // owned; "*" for any
+  char* pattern;    // owned
+  char* scope;      // owned; NULL: open
+  int scope_index;  // into the server's scopes; -1: open
+  pcp_http_handler_fn_t handler;
+  void* user_data;
+  size_t max_body_bytes;
+  size_t max_json_depth;
+  // Compiled pattern: segment i is a literal, or a parameter when
+  // |segment_is_param[i]|; |prefix| when the pattern ends in "*".
+  size_t segment_count;
+  char* segments[PCP_HTTP_MAX_PATH_SEGMENTS];  // owned (param: its name)
+  bool segment_is_param[PCP_HTTP_MAX_PATH_SEGMENTS];
+  bool prefix;
+} pcp_http_route_entry_t;
+
+typedef struct pcp_http_router_t {
+  pcp_allocator_t allocator;
+  pcp_http_route_entry_t* entries;
+  size_t count;
+  size_t capacity;
+} pcp_http_router_t;
+
+// Result of matching a path.
+typedef struct pcp_http_route_match_t {
+  const pcp_http_route_entry_t* route;  // NULL: no route for the method
+  // Some pattern matched the path (so a missing route means 405, not 404).
+  bool path_matched;
+  // "GET, POST" for the Allow header when path_matched && !route.
+  char allow[128];
+  size_t param_count;
+  const char* param_names[PCP_HTTP_MAX_PATH_PARAMS];
+  // Offsets of each value in the path: [begin, end).
+  size_t param_begin[PCP_HTTP_MAX_PATH_PARAMS];
+  size_t param_end[PCP_HTTP_MAX_PATH_PARAMS];
+} pcp_http_route_match_t;
+
+void pcp_http_router_initialize(pcp_allocator_t allocator,
+                                pcp_http_router_t* out_router);
+void pcp_http_router_deinitialize(pcp_http_router_t* router);
+// Copies |route|; |scope_index| resolved by the caller.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_router_add(
+    pcp_http_router_t* router, const pcp_http_route_t* route, int scope_index);
+void pcp_http_router_match(const pcp_http_router_t* router, const char* method,
+                           const char* path, pcp_http_route_match_t* out_match);
+
+//===----------------------------------------------------------------------===//
+// Requests and responses
+//===----------------------------------------------------------------------===//
+
+struct pcp_http_response_t {
+  int http_status;  // 0: nothing set yet
+  char* content_type;
+  char* body;  // malloc'd (handed to libmicrohttpd with MUST_FREE)
+  size_t body_length;
+  size_t header_count;
+  char* header_names[PCP_HTTP_MAX_RESPONSE_HEADERS];
+  char* header_values[PCP_HTTP_MAX_RESPONSE_HEADERS];
+};
+
+void pcp_http_response_initialize(pcp_http_response_t* out_response);
+void pcp_http_response_deinitialize(pcp_http_response_t* response);
+
+struct pcp_http_request_t {
+  struct pcp_http_server_t* server;
+  struct MHD_Connection* connection;
+  const pcp_http_route_entry_t* route;  // NULL: unmatched
+  const char* method;                   // libmicrohttpd's, request lifetime
+  const char* method_label;             // bounded set for metrics
+  char* path;                           // owned copy
+  size_t param_count;
+  const char* param_names[PCP_HTTP_MAX_PATH_PARAMS];
+  char* param_values[PCP_HTTP_MAX_PATH_PARAMS];  // owned
+  char* body;                                    // owned; NUL-terminated
+  size_t body_length;
+  size_t body_capacity;
+  size_t body_limit;
+  bool body_too_large;
+  bool responded;  // a response was queued
+  // An error found from the headers, answered at the final call (see
+  // early_error in server.c); 0: none.
+  int deferred_status;
+  const char* deferred_code;         // static string
+  const char* deferred_header_name;  // static string or NULL
+  char deferred_message[256];
+  char deferred_header_value[160];
+  int http_status;
+  uint64_t request_bytes;
+  uint64_t response_bytes;
+  int64_t start_ns;
+  char remote_address[64];
+};
+
+// The server's JSON depth limit (options, defaulted).
+size_t pcp_http_server_json_depth_limit(const struct pcp_http_server_t* server);
+
+#endif  // PCP_HTTP_HTTP_IMPL_H_

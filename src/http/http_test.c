@@ -1,0 +1,1044 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Real HTTP on 127.0.0.1 (ephemeral ports) with libcurl as the client.
+
+#include "http/http.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define API_TOKEN_ENV "PCP_HTTP_TEST_API_TOKEN"
+#define INTERNAL_TOKEN_ENV "PCP_HTTP_TEST_INTERNAL_TOKEN"
+#define FEDERATION_TOKEN_ENV "PCP_HTTP_TEST_FEDERATION_TOKEN"
+#define API_TOKEN "api-secret-1"
+#define INTERNAL_TOKEN "internal-secret-2"
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static void assert_contains(const char* text, const char* needle) {
+  if (!text || !strstr(text, needle)) {
+    fail_msg("'%s' not in:\n%s", needle, text ? text : "(null)");
+  }
+}
+
+static void assert_status(pcp_status_t status, pcp_status_code_t code,
+                          const char* substring) {
+  assert_non_null(status);
+  assert_int_equal(pcp_status_code(status), code);
+  assert_contains(pcp_status_message(status), substring);
+  pcp_status_ignore(status);
+}
+
+// Checks the one error schema and returns nothing; fails the test otherwise.
+static void assert_error_body(const pcp_http_client_response_t* response,
+                              int http_status, const char* code) {
+  if (response->http_status != http_status) {
+    fail_msg("status %d, expected %d; body %s", response->http_status,
+             http_status, response->body);
+  }
+  char content_type[128];
+  assert_true(pcp_http_client_response_header(
+      response, "Content-Type", content_type, sizeof(content_type)));
+  assert_string_equal(content_type, "application/json");
+  json_error_t error;
+  json_t* root = json_loads(response->body, 0, &error);
+  if (!root) {
+    fail_msg("error body is not JSON: %s", response->body);
+  }
+  json_t* inner = json_object_get(root, "error");
+  assert_true(json_is_object(inner));
+  assert_int_equal(json_object_size(root), 1);
+  assert_string_equal(json_string_value(json_object_get(inner, "code")), code);
+  assert_true(json_is_string(json_object_get(inner, "message")));
+  json_decref(root);
+}
+
+//===----------------------------------------------------------------------===//
+// Handlers
+//===----------------------------------------------------------------------===//
+
+// Echoes what the server saw, as JSON.
+static pcp_status_t echo_handler(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  PCP_UNUSED(user_data);
+  const char* id = pcp_http_request_param(request, "id");
+  const char* rest = pcp_http_request_param(request, "*");
+  const char* limit = pcp_http_request_query(request, "limit");
+  const char* flag = pcp_http_request_query(request, "flag");
+  const char* header = pcp_http_request_header(request, "x-test");
+  json_t* body = json_pack(
+      "{s:s,s:s,s:s,s:s?,s:s?,s:s?,s:s?,s:s?,s:I,s:s?}", "method",
+      pcp_http_request_method(request), "path", pcp_http_request_path(request),
+      "route", pcp_http_request_route(request), "id", id, "rest", rest, "limit",
+      limit, "flag", flag, "header", header, "body_length",
+      (json_int_t)pcp_http_request_body(request).size, "remote",
+      pcp_http_request_remote_address(request));
+  pcp_status_t status = pcp_http_response_json_set(response, 200, body);
+  json_decref(body);
+  return status;
+}
+
+// Returns the status named by the {code} parameter ("NOT_FOUND").
+static pcp_status_t status_handler(void* user_data,
+                                   const pcp_http_request_t* request,
+                                   pcp_http_response_t* response) {
+  PCP_UNUSED(user_data);
+  // A response set before failing is discarded: the status is the answer.
+  PCP_CHECK_OK(pcp_http_response_body_set(response, 200, "text/plain", "x", 1));
+  pcp_status_code_t code = PCP_STATUS_OK;
+  if (!pcp_status_code_from_string(pcp_http_request_param(request, "code"),
+                                   &code) ||
+      code == PCP_STATUS_OK) {
+    return pcp_ok_status();
+  }
+  return pcp_make_status(code, "asked for %s", pcp_status_code_string(code));
+}
+
+static pcp_status_t silent_handler(void* user_data,
+                                   const pcp_http_request_t* request,
+                                   pcp_http_response_t* response) {
+  PCP_UNUSED(user_data);
+  PCP_UNUSED(request);
+  PCP_UNUSED(response);
+  return pcp_ok_status();  // forgot to answer
+}
+
+static pcp_status_t json_handler(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  PCP_UNUSED(user_data);
+  json_t* value = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &value));
+  json_t* body = json_pack("{s:o}", "got", value);
+  pcp_status_t status = pcp_http_response_json_set(response, 201, body);
+  json_decref(body);
+  return status;
+}
+
+typedef struct slow_state_t {
+  int64_t delay_ms;
+  _Atomic int entered;  // handler calls started
+} slow_state_t;
+
+static pcp_status_t slow_handler(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  PCP_UNUSED(request);
+  slow_state_t* slow = user_data;
+  atomic_fetch_add(&slow->entered, 1);
+  pcp_sleep_ms(slow->delay_ms);
+  return pcp_http_response_body_set(response, 200, "text/plain", "done", 4);
+}
+
+typedef struct ready_state_t {
+  _Atomic bool ready;
+} ready_state_t;
+
+static bool ready_check(void* user_data, json_t* details) {
+  ready_state_t* state = user_data;
+  bool ready = atomic_load(&state->ready);
+  json_object_set_new(
+      details, "missing",
+      ready ? json_array() : json_pack("[s]", "fabric listener"));
+  return ready;
+}
+
+//===----------------------------------------------------------------------===//
+// Fixture
+//===----------------------------------------------------------------------===//
+
+typedef struct fixture_t {
+  pcp_obs_registry_t* registry;
+  pcp_http_server_t* server;
+  pcp_http_client_t* client;
+  ready_state_t ready_state;
+  pcp_http_readyz_t readyz;
+  slow_state_t slow;
+  char base_url[64];
+  char tls_dir[64];
+} fixture_t;
+
+static const pcp_http_scope_t kScopes[] = {
+    {"api", API_TOKEN_ENV},
+    {"internal", INTERNAL_TOKEN_ENV},
+    {"federation", FEDERATION_TOKEN_ENV},
+};
+
+static void add_routes(fixture_t* f) {
+  const pcp_http_route_t routes[] = {
+      {"GET", "/healthz", NULL, pcp_http_healthz_handler, NULL, 0, 0},
+      {"GET", "/readyz", NULL, pcp_http_readyz_handler, &f->readyz, 0, 0},
+      {"GET", "/metrics", NULL, pcp_http_metrics_handler, f->registry, 0, 0},
+      {"GET", "/v1/jobs", NULL, echo_handler, NULL, 0, 0},
+      {"POST", "/v1/jobs", NULL, echo_handler, NULL, 1024, 0},
+      {"GET", "/v1/jobs/{id}", NULL, echo_handler, NULL, 0, 0},
+      {"DELETE", "/v1/jobs/{id}", NULL, echo_handler, NULL, 0, 0},
+      {"GET", "/v1/jobs/special", NULL, echo_handler, NULL, 0, 0},
+      {"POST", "/v1/jobs/{id}/cancel", NULL, echo_handler, NULL, 0, 0},
+      {"GET", "/static/*", NULL, echo_handler, NULL, 0, 0},
+      {"GET", "/status/{code}", NULL, status_handler, NULL, 0, 0},
+      {"GET", "/silent", NULL, silent_handler, NULL, 0, 0},
+      {"POST", "/json", NULL, json_handler, NULL, 0, 0},
+      {"POST", "/json/shallow", NULL, json_handler, NULL, 0, 4},
+      {"GET", "/slow", NULL, slow_handler, &f->slow, 0, 0},
+      {"GET", "/v1/secure", "api", echo_handler, NULL, 0, 0},
+      {"GET", "/v1/internal/x", "internal", echo_handler, NULL, 0, 0},
+      {"GET", "/v1/federation/x", "federation", echo_handler, NULL, 0, 0},
+  };
+  PCP_CHECK_OK(
+      pcp_http_server_routes_add(f->server, routes, PCP_ARRAYSIZE(routes)));
+}
+
+static int start_server(fixture_t* f, const char* cert, const char* key) {
+  setenv(API_TOKEN_ENV, API_TOKEN, 1);
+  setenv(INTERNAL_TOKEN_ENV, INTERNAL_TOKEN, 1);
+  unsetenv(FEDERATION_TOKEN_ENV);
+  PCP_CHECK_OK(pcp_obs_registry_create(pcp_allocator_system(), &f->registry));
+  pcp_http_server_options_t options = {0};
+  options.name = "test";
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.scopes = kScopes;
+  options.scope_count = PCP_ARRAYSIZE(kScopes);
+  options.registry = f->registry;
+  options.tls_cert_path = cert;
+  options.tls_key_path = key;
+  PCP_CHECK_OK(
+      pcp_http_server_create(&options, pcp_allocator_system(), &f->server));
+  f->readyz.ready = ready_check;
+  f->readyz.user_data = &f->ready_state;
+  add_routes(f);
+  PCP_CHECK_OK(pcp_http_server_start(f->server));
+  snprintf(f->base_url, sizeof(f->base_url), "%s://127.0.0.1:%u",
+           cert ? "https" : "http", (unsigned)pcp_http_server_port(f->server));
+  pcp_http_client_options_t client_options = {0};
+  client_options.ca_path = cert;
+  client_options.timeout_ms = 10000;
+  PCP_CHECK_OK(pcp_http_client_create(&client_options, pcp_allocator_system(),
+                                      &f->client));
+  return 0;
+}
+
+static int setup(void** state) {
+  fixture_t* f = calloc(1, sizeof(*f));
+  f->slow.delay_ms = 300;
+  *state = f;
+  return start_server(f, NULL, NULL);
+}
+
+static int teardown(void** state) {
+  fixture_t* f = *state;
+  pcp_http_client_release(f->client);
+  pcp_http_server_release(f->server);
+  pcp_obs_registry_release(f->registry);
+  if (f->tls_dir[0]) {
+    char command[128];
+    snprintf(command, sizeof(command), "rm -rf %s", f->tls_dir);
+    assert_int_equal(system(command), 0);
+  }
+  free(f);
+  return 0;
+}
+
+// Sends |method| |path| (relative to the server) and returns the response.
+static pcp_http_client_response_t send_request(
+    fixture_t* f, const char* method, const char* path, const char* token,
+    const char* body, size_t body_length, bool chunked) {
+  char url[8192 + 128];
+  snprintf(url, sizeof(url), "%s%s", f->base_url, path);
+  pcp_http_client_request_t request = {0};
+  request.method = method;
+  request.url = url;
+  request.bearer_token = token;
+  request.body = body;
+  request.body_length = body_length;
+  request.chunked = chunked;
+  pcp_http_client_response_t response;
+  PCP_CHECK_OK(pcp_http_client_send(f->client, &request, &response));
+  return response;
+}
+
+static pcp_http_client_response_t get(fixture_t* f, const char* path) {
+  return send_request(f, "GET", path, NULL, NULL, 0, false);
+}
+
+static json_t* body_json(const pcp_http_client_response_t* response) {
+  json_error_t error;
+  json_t* value = json_loads(response->body, 0, &error);
+  if (!value) {
+    fail_msg("not JSON (%s): %s", error.text, response->body);
+  }
+  return value;
+}
+
+static const char* field(json_t* object, const char* key) {
+  return json_string_value(json_object_get(object, key));
+}
+
+//===----------------------------------------------------------------------===//
+// Pure functions
+//===----------------------------------------------------------------------===//
+
+static void status_mapping_table(void** state) {
+  PCP_UNUSED(state);
+  static const struct {
+    pcp_status_code_t code;
+    int http_status;
+  } kCases[] = {
+      {PCP_STATUS_OK, 200},
+      {PCP_STATUS_CANCELLED, 500},
+      {PCP_STATUS_UNKNOWN, 500},
+      {PCP_STATUS_INVALID_ARGUMENT, 400},
+      {PCP_STATUS_DEADLINE_EXCEEDED, 504},
+      {PCP_STATUS_NOT_FOUND, 404},
+      {PCP_STATUS_ALREADY_EXISTS, 409},
+      {PCP_STATUS_PERMISSION_DENIED, 403},
+      {PCP_STATUS_RESOURCE_EXHAUSTED, 429},
+      {PCP_STATUS_FAILED_PRECONDITION, 409},
+      {PCP_STATUS_ABORTED, 409},
+      {PCP_STATUS_OUT_OF_RANGE, 400},
+      {PCP_STATUS_UNIMPLEMENTED, 501},
+      {PCP_STATUS_INTERNAL, 500},
+      {PCP_STATUS_UNAVAILABLE, 503},
+      {PCP_STATUS_DATA_LOSS, 500},
+      {PCP_STATUS_UNAUTHENTICATED, 401},
+      {PCP_STATUS_DEFERRED, 500},
+      {PCP_STATUS_INCOMPATIBLE, 500},
+  };
+  assert_int_equal(PCP_ARRAYSIZE(kCases), PCP_STATUS_CODE_COUNT_);
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kCases); ++i) {
+    assert_int_equal(pcp_http_status_from_code(kCases[i].code),
+                     kCases[i].http_status);
+  }
+  assert_string_equal(pcp_http_status_reason(413), "Content Too Large");
+}
+
+static void error_json_escapes_message(void** state) {
+  PCP_UNUSED(state);
+  pcp_string_builder_t builder;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+  PCP_CHECK_OK(
+      pcp_http_error_json_format("NOT_FOUND", "job \"a\\b\"\n", &builder));
+  assert_string_equal(pcp_string_builder_cstring(&builder),
+                      "{\"error\":{\"code\":\"NOT_FOUND\",\"message\":\"job "
+                      "\\\"a\\\\b\\\"\\n\"}}");
+  pcp_string_builder_deinitialize(&builder);
+}
+
+static void token_equal_is_exact(void** state) {
+  PCP_UNUSED(state);
+  assert_true(pcp_http_token_equal("secret", 6, "secret", 6));
+  assert_false(pcp_http_token_equal("secret", 6, "secreT", 6));
+  assert_false(pcp_http_token_equal("secret", 6, "secret2", 7));
+  assert_false(pcp_http_token_equal("secret", 6, "", 0));
+  assert_true(pcp_http_token_equal("", 0, "", 0));
+  // Prefixes must not match (a memcmp over the shorter length would).
+  assert_false(pcp_http_token_equal("sec", 3, "secret", 6));
+}
+
+static void json_depth_check_counts_only_structure(void** state) {
+  PCP_UNUSED(state);
+  const char* ok = "{\"a\":[[\"[[[[[\",{\"b\":\"}}}]]\\\"[[[\"}]]}";
+  PCP_CHECK_OK(pcp_http_json_depth_check(ok, strlen(ok), 4));
+  assert_status(pcp_http_json_depth_check(ok, strlen(ok), 3),
+                PCP_STATUS_INVALID_ARGUMENT, "deeper than 3");
+  char deep[200];
+  memset(deep, '[', 64);
+  memset(deep + 64, ']', 64);
+  PCP_CHECK_OK(pcp_http_json_depth_check(deep, 128, 0));  // 64 levels
+  memset(deep, '[', 65);
+  memset(deep + 65, ']', 65);
+  assert_status(pcp_http_json_depth_check(deep, 130, 0),
+                PCP_STATUS_INVALID_ARGUMENT, "deeper than 64");
+}
+
+static void route_and_option_errors(void** state) {
+  fixture_t* f = *state;
+  pcp_http_server_t* server = NULL;
+  pcp_http_server_options_t options = {0};
+  options.tls_cert_path = "/nonexistent.pem";
+  assert_status(
+      pcp_http_server_create(&options, pcp_allocator_system(), &server),
+      PCP_STATUS_INVALID_ARGUMENT, "both");
+  options.tls_cert_path = NULL;
+  options.scopes = (const pcp_http_scope_t[]){{"api", "A"}, {"api", "B"}};
+  options.scope_count = 2;
+  assert_status(
+      pcp_http_server_create(&options, pcp_allocator_system(), &server),
+      PCP_STATUS_INVALID_ARGUMENT, "twice");
+  options.scope_count = 1;
+  PCP_CHECK_OK(
+      pcp_http_server_create(&options, pcp_allocator_system(), &server));
+  static const struct {
+    const char* pattern;
+    const char* scope;
+    const char* message;
+  } kBad[] = {
+      {"v1/jobs", NULL, "start with '/'"},
+      {"/v1/{}", NULL, "bad parameter name"},
+      {"/v1/*/x", NULL, "must be last"},
+      {"/v1/a{b}", NULL, "whole segments"},
+      {"/v1/x", "nope", "unknown token scope"},
+  };
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kBad); ++i) {
+    pcp_http_route_t route = {
+        "GET", kBad[i].pattern, kBad[i].scope, echo_handler, NULL, 0, 0};
+    assert_status(pcp_http_server_routes_add(server, &route, 1),
+                  PCP_STATUS_INVALID_ARGUMENT, kBad[i].message);
+  }
+  pcp_http_route_t route = {"GET", "/x", "api", echo_handler, NULL, 0, 0};
+  PCP_CHECK_OK(pcp_http_server_routes_add(server, &route, 1));
+  assert_status(pcp_http_server_routes_add(server, &route, 1),
+                PCP_STATUS_INVALID_ARGUMENT, "twice");
+  pcp_http_server_release(server);
+  // Routes are fixed once started.
+  assert_status(pcp_http_server_routes_add(f->server, &route, 1),
+                PCP_STATUS_FAILED_PRECONDITION, "fixed");
+  // A port already bound is UNAVAILABLE.
+  options.scope_count = 0;
+  options.port = pcp_http_server_port(f->server);
+  PCP_CHECK_OK(
+      pcp_http_server_create(&options, pcp_allocator_system(), &server));
+  assert_status(pcp_http_server_start(server), PCP_STATUS_UNAVAILABLE,
+                "cannot listen");
+  pcp_http_server_release(server);
+}
+
+//===----------------------------------------------------------------------===//
+// Routing
+//===----------------------------------------------------------------------===//
+
+static void routing_with_params_and_query(void** state) {
+  fixture_t* f = *state;
+  pcp_http_client_response_t response = get(f, "/v1/jobs/job-42?limit=10&flag");
+  assert_int_equal(response.http_status, 200);
+  json_t* body = body_json(&response);
+  assert_string_equal(field(body, "route"), "/v1/jobs/{id}");
+  assert_string_equal(field(body, "id"), "job-42");
+  assert_string_equal(field(body, "limit"), "10");
+  assert_string_equal(field(body, "flag"), "");
+  assert_string_equal(field(body, "path"), "/v1/jobs/job-42");
+  assert_string_equal(field(body, "method"), "GET");
+  assert_contains(field(body, "remote"), "127.0.0.1:");
+  json_decref(body);
+  pcp_http_client_response_deinitialize(&response);
+
+  // A literal segment beats a parameter in the same position.
+  response = get(f, "/v1/jobs/special");
+  body = body_json(&response);
+  assert_string_equal(field(body, "route"), "/v1/jobs/special");
+  json_decref(body);
+  pcp_http_client_response_deinitialize(&response);
+
+  // Exact route without parameters.
+  response = get(f, "/v1/jobs");
+  body = body_json(&response);
+  assert_string_equal(field(body, "route"), "/v1/jobs");
+  assert_true(json_is_null(json_object_get(body, "id")));
+  json_decref(body);
+  pcp_http_client_response_deinitialize(&response);
+
+  // Nested parameter route, POST.
+  response =
+      send_request(f, "POST", "/v1/jobs/abc/cancel", NULL, NULL, 0, false);
+  body = body_json(&response);
+  assert_string_equal(field(body, "route"), "/v1/jobs/{id}/cancel");
+  assert_string_equal(field(body, "id"), "abc");
+  json_decref(body);
+  pcp_http_client_response_deinitialize(&response);
+
+  // Prefix route binds the rest of the path.
+  response = get(f, "/static/css/site.css");
+  body = body_json(&response);
+  assert_string_equal(field(body, "route"), "/static/*");
+  assert_string_equal(field(body, "rest"), "css/site.css");
+  json_decref(body);
+  pcp_http_client_response_deinitialize(&response);
+  response = get(f, "/static");
+  body = body_json(&response);
+  assert_string_equal(field(body, "rest"), "");
+  json_decref(body);
+  pcp_http_client_response_deinitialize(&response);
+
+  // Percent-encoded query values arrive decoded.
+  response = get(f, "/v1/jobs?limit=a%20b");
+  body = body_json(&response);
+  assert_string_equal(field(body, "limit"), "a b");
+  json_decref(body);
+  pcp_http_client_response_deinitialize(&response);
+}
+
+static void not_found_and_method_not_allowed(void** state) {
+  fixture_t* f = *state;
+  const char* paths[] = {"/nope", "/v1/jobs/a/b/c", "/v1/jobs/", "/"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(paths); ++i) {
+    pcp_http_client_response_t response = get(f, paths[i]);
+    assert_error_body(&response, 404, "NOT_FOUND");
+    pcp_http_client_response_deinitialize(&response);
+  }
+  pcp_http_client_response_t response =
+      send_request(f, "PUT", "/v1/jobs/7", NULL, NULL, 0, false);
+  assert_error_body(&response, 405, "METHOD_NOT_ALLOWED");
+  char allow[128];
+  assert_true(pcp_http_client_response_header(&response, "Allow", allow,
+                                              sizeof(allow)));
+  assert_string_equal(allow, "GET, DELETE");
+  pcp_http_client_response_deinitialize(&response);
+  response = send_request(f, "DELETE", "/healthz", NULL, NULL, 0, false);
+  assert_error_body(&response, 405, "METHOD_NOT_ALLOWED");
+  assert_true(pcp_http_client_response_header(&response, "Allow", allow,
+                                              sizeof(allow)));
+  assert_string_equal(allow, "GET");
+  pcp_http_client_response_deinitialize(&response);
+}
+
+//===----------------------------------------------------------------------===//
+// Errors
+//===----------------------------------------------------------------------===//
+
+static void every_status_code_maps_to_json_error(void** state) {
+  fixture_t* f = *state;
+  for (int code = 1; code < PCP_STATUS_CODE_COUNT_; ++code) {
+    const char* name = pcp_status_code_string((pcp_status_code_t)code);
+    char path[64];
+    snprintf(path, sizeof(path), "/status/%s", name);
+    pcp_http_client_response_t response = get(f, path);
+    assert_error_body(&response,
+                      pcp_http_status_from_code((pcp_status_code_t)code), name);
+    assert_contains(response.body, "asked for");
+    if (code == PCP_STATUS_UNAUTHENTICATED) {
+      char challenge[128];
+      assert_true(pcp_http_client_response_header(
+          &response, "WWW-Authenticate", challenge, sizeof(challenge)));
+      assert_contains(challenge, "Bearer");
+    }
+    pcp_http_client_response_deinitialize(&response);
+  }
+  // OK from the same handler keeps its response.
+  pcp_http_client_response_t response = get(f, "/status/OK");
+  assert_int_equal(response.http_status, 200);
+  assert_string_equal(response.body, "x");
+  pcp_http_client_response_deinitialize(&response);
+}
+
+static void handler_without_response_gets_json_500(void** state) {
+  fixture_t* f = *state;
+  pcp_http_client_response_t response = get(f, "/silent");
+  assert_error_body(&response, 500, "INTERNAL");
+  assert_contains(response.body, "set no response");
+  pcp_http_client_response_deinitialize(&response);
+  // The connection is still good afterwards.
+  response = get(f, "/healthz");
+  assert_int_equal(response.http_status, 200);
+  assert_int_equal(response.new_connection_count, 0);
+  pcp_http_client_response_deinitialize(&response);
+}
+
+//===----------------------------------------------------------------------===//
+// Limits
+//===----------------------------------------------------------------------===//
+
+static void body_limit_with_content_length(void** state) {
+  fixture_t* f = *state;
+  char body[2048];
+  memset(body, 'x', sizeof(body));
+  pcp_http_client_response_t response =
+      send_request(f, "POST", "/v1/jobs", NULL, body, 1024, false);
+  assert_int_equal(response.http_status, 200);
+  json_t* json = body_json(&response);
+  assert_int_equal(json_integer_value(json_object_get(json, "body_length")),
+                   1024);
+  json_decref(json);
+  pcp_http_client_response_deinitialize(&response);
+  response = send_request(f, "POST", "/v1/jobs", NULL, body, 1025, false);
+  assert_error_body(&response, 413, "RESOURCE_EXHAUSTED");
+  assert_contains(response.body, "1025 bytes exceeds the limit of 1024");
+  pcp_http_client_response_deinitialize(&response);
+  // The server default (1 MiB) on a route without its own cap.
+  size_t big_length = (1u << 20) + 1;
+  char* big = calloc(1, big_length);
+  memset(big, ' ', big_length);
+  response = send_request(f, "POST", "/json", NULL, big, big_length, false);
+  assert_error_body(&response, 413, "RESOURCE_EXHAUSTED");
+  pcp_http_client_response_deinitialize(&response);
+  free(big);
+}
+
+static void body_limit_with_chunked_upload(void** state) {
+  fixture_t* f = *state;
+  char body[64 << 10];
+  memset(body, 'y', sizeof(body));
+  pcp_http_client_response_t response =
+      send_request(f, "POST", "/v1/jobs", NULL, body, 1000, true);
+  assert_int_equal(response.http_status, 200);
+  json_t* json = body_json(&response);
+  assert_int_equal(json_integer_value(json_object_get(json, "body_length")),
+                   1000);
+  json_decref(json);
+  pcp_http_client_response_deinitialize(&response);
+  response =
+      send_request(f, "POST", "/v1/jobs", NULL, body, sizeof(body), true);
+  assert_error_body(&response, 413, "RESOURCE_EXHAUSTED");
+  assert_contains(response.body, "exceeds the limit of 1024");
+  pcp_http_client_response_deinitialize(&response);
+  // Still serving afterwards.
+  response = get(f, "/healthz");
+  assert_int_equal(response.http_status, 200);
+  pcp_http_client_response_deinitialize(&response);
+}
+
+static void bad_and_deep_json_get_400(void** state) {
+  fixture_t* f = *state;
+  const char* good = "{\"a\":[1,2,{\"b\":null}]}";
+  pcp_http_client_response_t response =
+      send_request(f, "POST", "/json", NULL, good, strlen(good), false);
+  assert_int_equal(response.http_status, 201);
+  assert_string_equal(response.body, "{\"got\":{\"a\":[1,2,{\"b\":null}]}}");
+  pcp_http_client_response_deinitialize(&response);
+
+  const char* bad[] = {"{\"a\":", "not json", "{\"a\":1,\"a\":2}"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(bad); ++i) {
+    response =
+        send_request(f, "POST", "/json", NULL, bad[i], strlen(bad[i]), false);
+    assert_error_body(&response, 400, "INVALID_ARGUMENT");
+    assert_contains(response.body, "invalid JSON");
+    pcp_http_client_response_deinitialize(&response);
+  }
+  response = send_request(f, "POST", "/json", NULL, NULL, 0, false);
+  assert_error_body(&response, 400, "INVALID_ARGUMENT");
+  assert_contains(response.body, "empty");
+  pcp_http_client_response_deinitialize(&response);
+
+  // 64 levels pass, 65 do not (server default); 5 fail on a route capped
+  // at 4.
+  char deep[256];
+  for (int levels = 64; levels <= 65; ++levels) {
+    memset(deep, '[', (size_t)levels);
+    memset(deep + levels, ']', (size_t)levels);
+    response =
+        send_request(f, "POST", "/json", NULL, deep, (size_t)levels * 2, false);
+    if (levels == 64) {
+      assert_int_equal(response.http_status, 201);
+    } else {
+      assert_error_body(&response, 400, "INVALID_ARGUMENT");
+      assert_contains(response.body, "deeper than 64");
+    }
+    pcp_http_client_response_deinitialize(&response);
+  }
+  const char* five = "[[[[[1]]]]]";
+  response =
+      send_request(f, "POST", "/json/shallow", NULL, five, strlen(five), false);
+  assert_error_body(&response, 400, "INVALID_ARGUMENT");
+  assert_contains(response.body, "deeper than 4");
+  pcp_http_client_response_deinitialize(&response);
+}
+
+static void url_and_header_limits(void** state) {
+  fixture_t* f = *state;
+  char path[8192 + 64];
+  int n = snprintf(path, sizeof(path), "/v1/jobs?limit=");
+  memset(path + n, 'a', PCP_HTTP_DEFAULT_MAX_URL_BYTES);
+  path[n + PCP_HTTP_DEFAULT_MAX_URL_BYTES] = '\0';
+  pcp_http_client_response_t response = get(f, path);
+  assert_error_body(&response, 414, "RESOURCE_EXHAUSTED");
+  pcp_http_client_response_deinitialize(&response);
+
+  // Eight 9 KiB headers: 72 KiB in all, over the 64 KiB cap.
+  enum { kHeaderCount = 8, kValueLength = 9 * 1024 };
+  char* headers[kHeaderCount + 1];
+  for (int i = 0; i < kHeaderCount; ++i) {
+    headers[i] = malloc(kValueLength + 32);
+    int prefix = snprintf(headers[i], 32, "X-Big-%d: ", i);
+    memset(headers[i] + prefix, 'h', kValueLength);
+    headers[i][prefix + kValueLength] = '\0';
+  }
+  headers[kHeaderCount] = NULL;
+  char url[128];
+  snprintf(url, sizeof(url), "%s/healthz", f->base_url);
+  pcp_http_client_request_t request = {0};
+  request.url = url;
+  request.headers = (const char* const*)headers;
+  PCP_CHECK_OK(pcp_http_client_send(f->client, &request, &response));
+  assert_error_body(&response, 431, "RESOURCE_EXHAUSTED");
+  pcp_http_client_response_deinitialize(&response);
+  for (int i = 0; i < kHeaderCount; ++i) {
+    free(headers[i]);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Auth
+//===----------------------------------------------------------------------===//
+
+static void bearer_tokens_per_scope(void** state) {
+  fixture_t* f = *state;
+  char challenge[128];
+  // Missing token.
+  pcp_http_client_response_t response = get(f, "/v1/secure");
+  assert_error_body(&response, 401, "UNAUTHENTICATED");
+  assert_true(pcp_http_client_response_header(&response, "WWW-Authenticate",
+                                              challenge, sizeof(challenge)));
+  assert_contains(challenge, "Bearer");
+  pcp_http_client_response_deinitialize(&response);
+  // Wrong token.
+  response =
+      send_request(f, "GET", "/v1/secure", "api-secret-x", NULL, 0, false);
+  assert_error_body(&response, 401, "UNAUTHENTICATED");
+  assert_true(pcp_http_client_response_header(&response, "WWW-Authenticate",
+                                              challenge, sizeof(challenge)));
+  assert_contains(challenge, "invalid_token");
+  pcp_http_client_response_deinitialize(&response);
+  // A prefix of the right token is wrong too.
+  response = send_request(f, "GET", "/v1/secure", "api-secret", NULL, 0, false);
+  assert_error_body(&response, 401, "UNAUTHENTICATED");
+  pcp_http_client_response_deinitialize(&response);
+  // Token of another scope: 403.
+  response =
+      send_request(f, "GET", "/v1/secure", INTERNAL_TOKEN, NULL, 0, false);
+  assert_error_body(&response, 403, "PERMISSION_DENIED");
+  pcp_http_client_response_deinitialize(&response);
+  // Right token, and the scheme is case-insensitive.
+  response = send_request(f, "GET", "/v1/secure", API_TOKEN, NULL, 0, false);
+  assert_int_equal(response.http_status, 200);
+  pcp_http_client_response_deinitialize(&response);
+  char url[128];
+  snprintf(url, sizeof(url), "%s/v1/internal/x", f->base_url);
+  const char* headers[] = {"Authorization: bearer " INTERNAL_TOKEN, NULL};
+  pcp_http_client_request_t request = {0};
+  request.url = url;
+  request.headers = headers;
+  PCP_CHECK_OK(pcp_http_client_send(f->client, &request, &response));
+  assert_int_equal(response.http_status, 200);
+  pcp_http_client_response_deinitialize(&response);
+  // Another scheme is a missing bearer token.
+  const char* basic[] = {"Authorization: Basic " API_TOKEN, NULL};
+  snprintf(url, sizeof(url), "%s/v1/secure", f->base_url);
+  request.headers = basic;
+  PCP_CHECK_OK(pcp_http_client_send(f->client, &request, &response));
+  assert_error_body(&response, 401, "UNAUTHENTICATED");
+  assert_contains(response.body, "missing");
+  pcp_http_client_response_deinitialize(&response);
+  // A scope whose variable is unset fails closed, whatever the token.
+  response = send_request(f, "GET", "/v1/federation/x", "", NULL, 0, false);
+  assert_error_body(&response, 401, "UNAUTHENTICATED");
+  pcp_http_client_response_deinitialize(&response);
+  response =
+      send_request(f, "GET", "/v1/federation/x", API_TOKEN, NULL, 0, false);
+  assert_error_body(&response, 403, "PERMISSION_DENIED");
+  pcp_http_client_response_deinitialize(&response);
+  // Probes are open.
+  response = get(f, "/healthz");
+  assert_int_equal(response.http_status, 200);
+  pcp_http_client_response_deinitialize(&response);
+}
+
+//===----------------------------------------------------------------------===//
+// Connections
+//===----------------------------------------------------------------------===//
+
+static void keep_alive_reuses_one_connection(void** state) {
+  fixture_t* f = *state;
+  for (int i = 0; i < 5; ++i) {
+    pcp_http_client_response_t response = get(f, "/v1/jobs/k");
+    assert_int_equal(response.http_status, 200);
+    assert_int_equal(response.new_connection_count, i == 0 ? 1 : 0);
+    pcp_http_client_response_deinitialize(&response);
+  }
+  // Errors keep the connection too (no silent close).
+  pcp_http_client_response_t response = get(f, "/nope");
+  assert_int_equal(response.http_status, 404);
+  pcp_http_client_response_deinitialize(&response);
+  response = get(f, "/v1/jobs/k");
+  assert_int_equal(response.new_connection_count, 0);
+  pcp_http_client_response_deinitialize(&response);
+}
+
+typedef struct slow_call_t {
+  fixture_t* fixture;
+  pcp_http_client_t* client;
+  int http_status;
+  char body[32];
+} slow_call_t;
+
+static void* slow_call_main(void* arg) {
+  slow_call_t* call = arg;
+  char url[128];
+  snprintf(url, sizeof(url), "%s/slow", call->fixture->base_url);
+  pcp_http_client_request_t request = {0};
+  request.url = url;
+  pcp_http_client_response_t response;
+  pcp_status_t status = pcp_http_client_send(call->client, &request, &response);
+  if (status) {
+    call->http_status = -1;
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  call->http_status = response.http_status;
+  snprintf(call->body, sizeof(call->body), "%s", response.body);
+  pcp_http_client_response_deinitialize(&response);
+  return NULL;
+}
+
+// Waits until the slow handler is running (the in-flight count alone could
+// still include an earlier request whose completion is being reported).
+static void wait_for_slow_handler(fixture_t* f) {
+  for (int i = 0; i < 1000 && atomic_load(&f->slow.entered) == 0; ++i) {
+    pcp_sleep_ms(2);
+  }
+  assert_int_equal(atomic_load(&f->slow.entered), 1);
+  assert_true(pcp_http_server_inflight_count(f->server) > 0);
+}
+
+static void graceful_stop_finishes_inflight_requests(void** state) {
+  fixture_t* f = *state;
+  // An idle keep-alive connection must not hold the stop up.
+  pcp_http_client_response_t response = get(f, "/healthz");
+  assert_int_equal(response.http_status, 200);
+  pcp_http_client_response_deinitialize(&response);
+
+  slow_call_t call = {.fixture = f};
+  PCP_CHECK_OK(
+      pcp_http_client_create(NULL, pcp_allocator_system(), &call.client));
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, slow_call_main, &call), 0);
+  wait_for_slow_handler(f);
+  PCP_CHECK_OK(pcp_http_server_stop(f->server, 5000));
+  pthread_join(thread, NULL);
+  assert_int_equal(call.http_status, 200);
+  assert_string_equal(call.body, "done");
+  assert_int_equal(pcp_http_server_port(f->server), 0);
+  // Nothing listens any more.
+  char url[128];
+  snprintf(url, sizeof(url), "%s/healthz", f->base_url);
+  pcp_http_client_request_t request = {0};
+  request.url = url;
+  assert_status(pcp_http_client_send(call.client, &request, &response),
+                PCP_STATUS_UNAVAILABLE, "");
+  pcp_http_client_release(call.client);
+  PCP_CHECK_OK(pcp_http_server_stop(f->server, 0));  // idempotent
+}
+
+static void stop_deadline_cuts_off_slow_requests(void** state) {
+  fixture_t* f = *state;
+  f->slow.delay_ms = 1500;
+  slow_call_t call = {.fixture = f};
+  PCP_CHECK_OK(
+      pcp_http_client_create(NULL, pcp_allocator_system(), &call.client));
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, slow_call_main, &call), 0);
+  wait_for_slow_handler(f);
+  assert_status(pcp_http_server_stop(f->server, 100),
+                PCP_STATUS_DEADLINE_EXCEEDED, "in flight");
+  pthread_join(thread, NULL);
+  pcp_http_client_release(call.client);
+}
+
+//===----------------------------------------------------------------------===//
+// Probes and metrics
+//===----------------------------------------------------------------------===//
+
+static void healthz_and_readyz(void** state) {
+  fixture_t* f = *state;
+  pcp_http_client_response_t response = get(f, "/healthz");
+  assert_int_equal(response.http_status, 200);
+  assert_string_equal(response.body, "{\"status\":\"ok\"}");
+  pcp_http_client_response_deinitialize(&response);
+
+  response = get(f, "/readyz");
+  assert_int_equal(response.http_status, 503);
+  assert_string_equal(response.body,
+                      "{\"ready\":false,\"missing\":[\"fabric listener\"]}");
+  pcp_http_client_response_deinitialize(&response);
+  atomic_store(&f->ready_state.ready, true);
+  response = get(f, "/readyz");
+  assert_int_equal(response.http_status, 200);
+  assert_string_equal(response.body, "{\"ready\":true,\"missing\":[]}");
+  pcp_http_client_response_deinitialize(&response);
+}
+
+static void metrics_render_and_pass_promtool(void** state) {
+  fixture_t* f = *state;
+  pcp_http_client_response_t response = get(f, "/v1/jobs/m1");
+  pcp_http_client_response_deinitialize(&response);
+  response = get(f, "/v1/jobs/m2");
+  pcp_http_client_response_deinitialize(&response);
+  response = get(f, "/nope/at/all");
+  pcp_http_client_response_deinitialize(&response);
+  response = get(f, "/status/INTERNAL");
+  pcp_http_client_response_deinitialize(&response);
+  response = send_request(f, "BREW", "/v1/jobs", NULL, NULL, 0, false);
+  pcp_http_client_response_deinitialize(&response);
+
+  response = get(f, "/metrics");
+  assert_int_equal(response.http_status, 200);
+  char content_type[128];
+  assert_true(pcp_http_client_response_header(
+      &response, "Content-Type", content_type, sizeof(content_type)));
+  assert_contains(content_type, "text/plain; version=0.0.4");
+  const char* text = response.body;
+  assert_contains(text,
+                  "pcp_http_requests_total{server=\"test\",route=\"/v1/jobs/"
+                  "{id}\",method=\"GET\",status_class=\"2xx\"} 2");
+  assert_contains(text,
+                  "pcp_http_requests_total{server=\"test\",route=\"unmatched\","
+                  "method=\"GET\",status_class=\"4xx\"} 1");
+  assert_contains(text,
+                  "pcp_http_requests_total{server=\"test\",route=\"/status/"
+                  "{code}\",method=\"GET\",status_class=\"5xx\"} 1");
+  assert_contains(text, "method=\"OTHER\",status_class=\"4xx\"");
+  assert_contains(text,
+                  "pcp_http_request_duration_seconds_bucket{server="
+                  "\"test\",route=\"/v1/jobs/{id}\"");
+  assert_contains(text, "pcp_http_response_body_bytes_total{server=\"test\"");
+  assert_contains(text, "pcp_http_connections{server=\"test\"} 1");
+  // The raw paths never become label values.
+  assert_null(strstr(text, "m1"));
+  assert_null(strstr(text, "/nope"));
+
+  int found = system("command -v promtool >/dev/null 2>&1");
+  if (found != 0) {
+    fail_msg(
+        "promtool not found: run tools/setup/setup.sh (package "
+        "'prometheus')");
+  }
+  char path[] = "/tmp/pcp_http_metrics_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, text, response.body_length),
+                   (ssize_t)response.body_length);
+  close(fd);
+  char command[256];
+  snprintf(command, sizeof(command), "promtool check metrics < %s", path);
+  int rc = system(command);
+  unlink(path);
+  if (rc != 0) {
+    fail_msg("promtool check metrics failed on:\n%s", text);
+  }
+  pcp_http_client_response_deinitialize(&response);
+}
+
+static void two_servers_share_one_registry(void** state) {
+  fixture_t* f = *state;
+  pcp_http_server_options_t options = {0};
+  options.name = "second";
+  options.registry = f->registry;
+  pcp_http_server_t* server = NULL;
+  PCP_CHECK_OK(
+      pcp_http_server_create(&options, pcp_allocator_system(), &server));
+  pcp_http_route_t route = {"GET", "/healthz", NULL, pcp_http_healthz_handler,
+                            NULL,  0,          0};
+  PCP_CHECK_OK(pcp_http_server_routes_add(server, &route, 1));
+  PCP_CHECK_OK(pcp_http_server_start(server));
+  char url[128];
+  snprintf(url, sizeof(url), "http://127.0.0.1:%u/healthz",
+           (unsigned)pcp_http_server_port(server));
+  pcp_http_client_request_t request = {0};
+  request.url = url;
+  pcp_http_client_response_t response;
+  PCP_CHECK_OK(pcp_http_client_send(f->client, &request, &response));
+  assert_int_equal(response.http_status, 200);
+  pcp_http_client_response_deinitialize(&response);
+  PCP_CHECK_OK(pcp_http_server_stop(server, 1000));
+  pcp_http_server_release(server);
+  response = get(f, "/metrics");
+  assert_contains(response.body,
+                  "pcp_http_requests_total{server=\"second\",route="
+                  "\"/healthz\",method=\"GET\",status_class=\"2xx\"} 1");
+  pcp_http_client_response_deinitialize(&response);
+}
+
+//===----------------------------------------------------------------------===//
+// TLS
+//===----------------------------------------------------------------------===//
+
+static int setup_tls(void** state) {
+  fixture_t* f = calloc(1, sizeof(*f));
+  f->slow.delay_ms = 300;
+  *state = f;
+  snprintf(f->tls_dir, sizeof(f->tls_dir), "/tmp/pcp_http_tls_XXXXXX");
+  if (!mkdtemp(f->tls_dir)) {
+    return -1;
+  }
+  char command[1024];
+  snprintf(command, sizeof(command),
+           "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+           "-nodes -days 1 -subj /CN=localhost "
+           "-addext subjectAltName=IP:127.0.0.1,DNS:localhost "
+           "-keyout %s/key.pem -out %s/cert.pem >/dev/null 2>&1",
+           f->tls_dir, f->tls_dir);
+  if (system(command) != 0) {
+    fprintf(stderr, "openssl req failed (package openssl)\n");
+    return -1;
+  }
+  char cert[128];
+  char key[128];
+  snprintf(cert, sizeof(cert), "%s/cert.pem", f->tls_dir);
+  snprintf(key, sizeof(key), "%s/key.pem", f->tls_dir);
+  return start_server(f, cert, key);
+}
+
+static void tls_round_trip(void** state) {
+  fixture_t* f = *state;
+  assert_contains(f->base_url, "https://");
+  for (int i = 0; i < 3; ++i) {
+    pcp_http_client_response_t response = get(f, "/healthz");
+    assert_int_equal(response.http_status, 200);
+    assert_string_equal(response.body, "{\"status\":\"ok\"}");
+    assert_int_equal(response.new_connection_count, i == 0 ? 1 : 0);
+    pcp_http_client_response_deinitialize(&response);
+  }
+  pcp_http_client_response_t response =
+      send_request(f, "GET", "/v1/secure", API_TOKEN, NULL, 0, false);
+  assert_int_equal(response.http_status, 200);
+  pcp_http_client_response_deinitialize(&response);
+  // A client that does not trust the certificate fails the handshake.
+  pcp_http_client_t* untrusting = NULL;
+  PCP_CHECK_OK(
+      pcp_http_client_create(NULL, pcp_allocator_system(), &untrusting));
+  char url[128];
+  snprintf(url, sizeof(url), "%s/healthz", f->base_url);
+  pcp_http_client_request_t request = {0};
+  request.url = url;
+  assert_status(pcp_http_client_send(untrusting, &request, &response),
+                PCP_STATUS_UNAVAILABLE, "");
+  pcp_http_client_release(untrusting);
+}
+
+int main(void) {
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(status_mapping_table),
+      cmocka_unit_test(error_json_escapes_message),
+      cmocka_unit_test(token_equal_is_exact),
+      cmocka_unit_test(json_depth_check_counts_only_structure),
+      T(route_and_option_errors),
+      T(routing_with_params_and_query),
+      T(not_found_and_method_not_allowed),
+      T(every_status_code_maps_to_json_error),
+      T(handler_without_response_gets_json_500),
+      T(body_limit_with_content_length),
+      T(body_limit_with_chunked_upload),
+      T(bad_and_deep_json_get_400),
+      T(url_and_header_limits),
+      T(bearer_tokens_per_scope),
+      T(keep_alive_reuses_one_connection),
+      T(graceful_stop_finishes_inflight_requests),
+      T(stop_deadline_cuts_off_slow_requests),
+      T(healthz_and_readyz),
+      T(metrics_render_and_pass_promtool),
+      T(two_servers_share_one_registry),
+      cmocka_unit_test_setup_teardown(tls_round_trip, setup_tls, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The response builder handed to handlers, and the request accessors.
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http/http_impl.h"
+
+void pcp_http_response_initialize(pcp_http_response_t* out_response) {
+  memset(out_response, 0, sizeof(*out_response));
+}
+
+static void response_body_clear(pcp_http_response_t* response) {
+  free(response->body);
+  free(response->content_type);
+  response->body = NULL;
+  response->content_type = NULL;
+  response->body_length = 0;
+}
+
+void pcp_http_response_deinitialize(pcp_http_response_t* response) {
+  response_body_clear(response);
+  for (size_t i = 0; i < response->header_count; ++i) {
+    free(response->header_names[i]);
+    free(response->header_values[i]);
+  }
+  memset(response, 0, sizeof(*response));
+}
+
+static bool header_value_is_safe(const char* value) {
+  // A CR or LF in a value would let a handler (or the user data it echoes)
+  // inject headers; refuse it.
+  return strpbrk(value, "\r\n") == NULL;
+}
+
+pcp_status_t pcp_http_response_header_add(pcp_http_response_t* response,
+                                          const char* name, const char* value) {
+  if (!name || !value || !name[0] || !header_value_is_safe(name) ||
+      !header_value_is_safe(value) || strchr(name, ':')) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad response header");
+  }
+  if (strcasecmp(name, "Content-Type") == 0 ||
+      strcasecmp(name, "Content-Length") == 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "header %s is set by the server", name);
+  }
+  if (response->header_count == PCP_HTTP_MAX_RESPONSE_HEADERS) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "more than %d response headers",
+                           PCP_HTTP_MAX_RESPONSE_HEADERS);
+  }
+  char* name_copy = strdup(name);
+  char* value_copy = strdup(value);
+  if (!name_copy || !value_copy) {
+    free(name_copy);
+    free(value_copy);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "out of memory adding a header");
+  }
+  response->header_names[response->header_count] = name_copy;
+  response->header_values[response->header_count] = value_copy;
+  ++response->header_count;
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_http_response_body_take(pcp_http_response_t* response,
+                                         int http_status,
+                                         const char* content_type, char* data,
+                                         size_t byte_length) {
+  if (http_status < 100 || http_status > 599) {
+    free(data);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "HTTP status %d out of range", http_status);
+  }
+  char* type_copy = NULL;
+  if (content_type) {
+    if (!header_value_is_safe(content_type) ||
+        !(type_copy = strdup(content_type))) {
+      free(data);
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad content type");
+    }
+  }
+  response_body_clear(response);
+  response->http_status = http_status;
+  response->content_type = type_copy;
+  response->body = data;
+  response->body_length = data ? byte_length : 0;
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_http_response_body_set(pcp_http_response_t* response,
+                                        int http_status,
+                                        const char* content_type,
+                                        const void* data, size_t byte_length) {
+  char* copy = NULL;
+  if (byte_length > 0) {
+    copy = malloc(byte_length);
+    if (!copy) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "out of memory copying a %zu-byte body",
+                             byte_length);
+    }
+    memcpy(copy, data, byte_length);
+  }
+  return pcp_http_response_body_take(response, http_status, content_type, copy,
+                                     byte_length);
+}
+
+pcp_status_t pcp_http_response_json_set(pcp_http_response_t* response,
+                                        int http_status, const json_t* value) {
+  char* text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!text) {
+    return pcp_make_status(PCP_STATUS_INTERNAL,
+                           "JSON value could not be serialized");
+  }
+  return pcp_http_response_body_take(response, http_status, "application/json",
+                                     text, strlen(text));
+}
+
+pcp_status_t pcp_http_response_error_set(pcp_http_response_t* response,
+                                         int http_status, const char* code,
+                                         const char* message) {
+  pcp_string_builder_t builder;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+  pcp_status_t status = pcp_http_error_json_format(code, message, &builder);
+  char* text = NULL;
+  if (!status) {
+    status = pcp_string_builder_take(&builder, &text);
+  }
+  pcp_string_builder_deinitialize(&builder);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  return pcp_http_response_body_take(response, http_status, "application/json",
+                                     text, strlen(text));
+}
+
+pcp_status_t pcp_http_response_status_set(pcp_http_response_t* response,
+                                          pcp_status_t status) {
+  pcp_status_code_t code = pcp_status_code(status);
+  if (code == PCP_STATUS_OK) {
+    code = PCP_STATUS_INTERNAL;  // an error body for OK is a caller bug
+  }
+  return pcp_http_response_error_set(response, pcp_http_status_from_code(code),
+                                     pcp_status_code_string(code),
+                                     pcp_status_message(status));
+}
+
+//===----------------------------------------------------------------------===//
+// Request accessors
+//===----------------------------------------------------------------------===//
+
+const char* pcp_http_request_method(const pcp_http_request_t* request) {
+  return request->method;
+}
+
+const char* pcp_http_request_path(const pcp_http_request_t* request) {
+  return request->path;
+}
+
+const char* pcp_http_request_route(const pcp_http_request_t* request) {
+  return request->route ? request->route->pattern : NULL;
+}
+
+const char* pcp_http_request_param(const pcp_http_request_t* request,
+                                   const char* name) {
+  for (size_t i = 0; i < request->param_count; ++i) {
+    if (strcmp(request->param_names[i], name) == 0) {
+      return request->param_values[i];
+    }
+  }
+  return NULL;
+}
+
+const char* pcp_http_request_query(const pcp_http_request_t* request,
+                                   const char* name) {
+  const char* value = NULL;
+  if (MHD_lookup_connection_value_n(request->connection, MHD_GET_ARGUMENT_KIND,
+                                    name, strlen(name), &value,
+                                    NULL) != MHD_YES) {
+    return NULL;
+  }
+  return value ? value : "";  // "?flag" without '=' has a NULL value
+}
+
+const char* pcp_http_request_header(const pcp_http_request_t* request,
+                                    const char* name) {
+  return MHD_lookup_connection_value(request->connection, MHD_HEADER_KIND,
+                                     name);
+}
+
+pcp_string_view_t pcp_http_request_body(const pcp_http_request_t* request) {
+  return pcp_make_string_view(request->body ? request->body : "",
+                              request->body_length);
+}
+
+const char* pcp_http_request_remote_address(const pcp_http_request_t* request) {
+  return request->remote_address;
+}
+
+const char* pcp_http_request_scope(const pcp_http_request_t* request) {
+  return request->route ? request->route->scope : NULL;
+}
+
+pcp_status_t pcp_http_request_json_parse(const pcp_http_request_t* request,
+                                         json_t** out_value) {
+  *out_value = NULL;
+  if (request->body_length == 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "request body is empty; expected JSON");
+  }
+  size_t max_depth = request->route && request->route->max_json_depth
+                         ? request->route->max_json_depth
+                         : 0;
+  if (max_depth == 0) {
+    max_depth = pcp_http_server_json_depth_limit(request->server);
+  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_http_json_depth_check(
+      request->body, request->body_length, max_depth));
+  json_error_t error;
+  json_t* value = json_loadb(request->body, request->body_length,
+                             JSON_REJECT_DUPLICATES, &error);
+  if (!value) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "invalid JSON at line %d column %d: %s", error.line,
+                           error.column, error.text);
+  }
+  *out_value = value;
+  return pcp_ok_status();
+}
