@@ -1,0 +1,299 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Wire golden vectors (tests/conformance/fabric/*.hex): the encoder must
+// produce exactly these bytes and the decoder must parse them. A change
+// that breaks this test changes the wire: it needs a new protocol version,
+// never an edit of the vectors.
+//
+// PCP_FABRIC_GOLDEN_WRITE=1 rewrites the vectors and the fuzz seeds
+// (tests/fuzz/corpus/frame_decoder/) from the encoder: only for a new
+// message, reviewed by hand.
+
+#include <stdio.h>
+
+#include "proto/proto_test_impl.h"
+
+#ifndef PCP_FABRIC_GOLDEN_DIR
+#error "PCP_FABRIC_GOLDEN_DIR must name tests/conformance/fabric"
+#endif
+#ifndef PCP_FABRIC_CORPUS_DIR
+#error "PCP_FABRIC_CORPUS_DIR must name tests/fuzz/corpus/frame_decoder"
+#endif
+
+typedef struct vector_t {
+  const char* name;
+  const char* description;
+  void (*encode)(pcp_proto_encoded_frame_t* out);
+  void (*check)(pcp_proto_frame_t* frame);
+} vector_t;
+
+static pcp_proto_limits_t limits(void) { return pcp_proto_limits_default(); }
+
+//===----------------------------------------------------------------------===//
+// The messages (fixed inputs: never change them)
+//===----------------------------------------------------------------------===//
+
+static void encode_hello(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_hello_t m = {.min_version = 1, .max_version = 1,
+                         .role = "worker", .software = "pcp 0.1.0"};
+  ASSERT_OK(pcp_proto_hello_encode(1, 0, &m, &l, pcp_allocator_system(), out));
+}
+static void check_hello(pcp_proto_frame_t* f) {
+  pcp_proto_hello_t m;
+  ASSERT_OK(pcp_proto_hello_parse(f, &m));
+  assert_int_equal(m.min_version, 1);
+  assert_int_equal(m.max_version, 1);
+  assert_string_equal(m.role, "worker");
+  assert_false(m.has_selected_version);
+}
+
+static void encode_join(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_join_t m = {
+      .worker_id = "site-a-pcp-system-node-1-pcp-worker-0-cpu-default-device-0",
+      .backend = "cpu",
+      .target = "",
+      .device_id = 0,
+      .device_memory_bytes = 8589934592ull,
+      .drivers = {"local-task"},
+      .driver_count = 1,
+      .runtime_version = "3.13.0",
+      .compiler_version = "3.13.0",
+      .node_manager_id = "nm-node-1",
+      .supervisor_id = 0,
+      .worker_class = "",
+  };
+  ASSERT_OK(pcp_proto_join_encode(1, 1, &m, &l, pcp_allocator_system(), out));
+}
+static void check_join(pcp_proto_frame_t* f) {
+  pcp_proto_join_t m;
+  ASSERT_OK(pcp_proto_join_parse(f, &m));
+  assert_string_equal(m.worker_id,
+                      "site-a-pcp-system-node-1-pcp-worker-0-cpu-default-"
+                      "device-0");
+  assert_int_equal(m.device_memory_bytes, 8589934592ull);
+  assert_string_equal(m.drivers[0], "local-task");
+  assert_false(m.has_resume);
+  assert_int_equal(f->header.request_id, 1);
+}
+
+static void encode_heartbeat(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_heartbeat_t m = {.seq = 7, .ack = 6};
+  ASSERT_OK(pcp_proto_heartbeat_encode(1, 0, &m, &l, pcp_allocator_system(),
+                                       out));
+}
+static void check_heartbeat(pcp_proto_frame_t* f) {
+  pcp_proto_heartbeat_t m;
+  ASSERT_OK(pcp_proto_heartbeat_parse(f, &m));
+  assert_int_equal(m.seq, 7);
+  assert_int_equal(m.ack, 6);
+}
+
+static void encode_error(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_status_t s = pcp_make_status(PCP_STATUS_NOT_FOUND,
+                                   "resident tensor 'w' not in session 's1'");
+  ASSERT_OK(pcp_proto_error_encode(1, 3, s, 42, &l, pcp_allocator_system(),
+                                   out));
+  pcp_status_ignore(s);
+}
+static void check_error(pcp_proto_frame_t* f) {
+  pcp_status_t peer = NULL;
+  uint64_t task_id = 0;
+  ASSERT_OK(pcp_proto_error_parse(f, &peer, &task_id));
+  assert_int_equal(pcp_status_code(peer), PCP_STATUS_NOT_FOUND);
+  assert_string_equal(pcp_status_message(peer),
+                      "resident tensor 'w' not in session 's1'");
+  assert_int_equal(task_id, 42);
+  pcp_status_ignore(peer);
+}
+
+static const float kTaskInput[6] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 2.5f};
+
+static void encode_task_assign(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_section_t s = {.name = "x",
+                           .element_type = PCP_ELEMENT_TYPE_F32,
+                           .rank = 2,
+                           .shape = {2, 3},
+                           .data = kTaskInput};
+  pcp_proto_tensor_ref_t inputs[2] = {
+      {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 0},
+      {.kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = "w"},
+  };
+  pcp_proto_keep_resident_t keep = {.output = 1, .as = "w"};
+  pcp_proto_task_assign_t m = {.task_id = 42,
+                               .session_id = "s1",
+                               .function = "main",
+                               .inputs = inputs,
+                               .input_count = 2,
+                               .keep_resident = &keep,
+                               .keep_resident_count = 1};
+  // The program id is the SHA-256 of the bytes "program".
+  pcp_sha256_t h;
+  pcp_sha256_compute("program", 7, &h);
+  memcpy(m.program, h.bytes, 32);
+  ASSERT_OK(pcp_proto_task_assign_encode(1, 3, &m, &s, 1, &l,
+                                         pcp_allocator_system(), out));
+  // The encoded frame borrows kTaskInput (static): safe to flatten later.
+}
+static void check_task_assign(pcp_proto_frame_t* f) {
+  pcp_proto_task_assign_t m;
+  ASSERT_OK(pcp_proto_task_assign_parse(f, &m));
+  assert_int_equal(m.task_id, 42);
+  assert_int_equal(m.input_count, 2);
+  assert_int_equal(f->section_count, 1);
+  assert_int_equal(f->sections[0].element_type, PCP_ELEMENT_TYPE_F32);
+  assert_int_equal(f->sections[0].rank, 2);
+  assert_memory_equal(f->sections[0].data, kTaskInput, sizeof(kTaskInput));
+  assert_int_equal(f->sections[0].offset, 0);
+  // The section starts on a 64-byte boundary of the payload.
+  uint64_t json_length = f->payload[0] | (f->payload[1] << 8);
+  assert_int_equal((uint8_t*)f->sections[0].data - f->payload,
+                   (8 + json_length + 63) / 64 * 64);
+}
+
+static const vector_t kVectors[] = {
+    {"hello", "HELLO worker -> gateway, versions 1..1 (frozen layout)",
+     encode_hello, check_hello},
+    {"join", "JOIN request 1, cpu worker, no resume block", encode_join,
+     check_join},
+    {"heartbeat", "HEARTBEAT seq 7 ack 6", encode_heartbeat, check_heartbeat},
+    {"error", "ERROR request 3, NOT_FOUND (5) for task 42", encode_error,
+     check_error},
+    {"task_assign",
+     "TASK_ASSIGN request 3, task 42, one f32[2,3] section, one resident "
+     "input",
+     encode_task_assign, check_task_assign},
+};
+
+//===----------------------------------------------------------------------===//
+// Files
+//===----------------------------------------------------------------------===//
+
+static uint8_t* read_hex(const char* path, size_t* out_length) {
+  FILE* f = fopen(path, "r");
+  if (!f) fail_msg("cannot open %s", path);
+  size_t capacity = 4096, n = 0;
+  uint8_t* bytes = malloc(capacity);
+  char line[1024];
+  while (fgets(line, sizeof(line), f)) {
+    if (line[0] == '#') continue;
+    int high = -1;
+    for (char* p = line; *p; ++p) {
+      int v;
+      if (*p >= '0' && *p <= '9') {
+        v = *p - '0';
+      } else if (*p >= 'a' && *p <= 'f') {
+        v = *p - 'a' + 10;
+      } else {
+        continue;
+      }
+      if (high < 0) {
+        high = v;
+      } else {
+        if (n == capacity) bytes = realloc(bytes, capacity *= 2);
+        bytes[n++] = (uint8_t)((high << 4) | v);
+        high = -1;
+      }
+    }
+  }
+  fclose(f);
+  *out_length = n;
+  return bytes;
+}
+
+static void write_vector(const vector_t* v, const uint8_t* bytes, size_t n) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/%s.hex", PCP_FABRIC_GOLDEN_DIR, v->name);
+  FILE* f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "# %s\n", v->description);
+  fprintf(f, "# %zu bytes; docs/protocol.md; 32 bytes per line\n", n);
+  for (size_t i = 0; i < n; ++i) {
+    fprintf(f, "%02x%s", bytes[i], (i % 32 == 31 || i + 1 == n) ? "\n" : "");
+  }
+  fclose(f);
+  snprintf(path, sizeof(path), "%s/%s.bin", PCP_FABRIC_CORPUS_DIR, v->name);
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  fwrite(bytes, 1, n, f);
+  fclose(f);
+}
+
+static void golden_vectors_match(void** state) {
+  (void)state;
+  const char* write = getenv("PCP_FABRIC_GOLDEN_WRITE");
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kVectors); ++i) {
+    const vector_t* v = &kVectors[i];
+    pcp_proto_encoded_frame_t e;
+    v->encode(&e);
+    size_t n;
+    uint8_t* encoded = test_flatten(&e, &n);
+    if (write && strcmp(write, "1") == 0) write_vector(v, encoded, n);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s.hex", PCP_FABRIC_GOLDEN_DIR, v->name);
+    size_t golden_length;
+    uint8_t* golden = read_hex(path, &golden_length);
+    if (golden_length != n || memcmp(golden, encoded, n) != 0) {
+      fail_msg("%s: the encoder no longer produces the golden bytes "
+               "(%zu vs %zu bytes): the wire changed",
+               v->name, n, golden_length);
+    }
+    // Decode the golden bytes at once and one byte at a time.
+    pcp_proto_limits_t l = limits();
+    pcp_proto_frame_t f;
+    ASSERT_OK(pcp_proto_frame_decode(golden, golden_length, &l,
+                                     v->name[0] == 'h' ? 0 : 1,
+                                     pcp_allocator_system(), &f));
+    v->check(&f);
+    pcp_proto_frame_deinitialize(&f);
+    pcp_proto_frame_decoder_t d;
+    pcp_proto_frame_decoder_initialize(&l, pcp_allocator_system(), &d);
+    pcp_proto_parse_result_t r = PCP_PROTO_PARSE_NEED_MORE;
+    for (size_t k = 0; k < golden_length; ++k) {
+      size_t consumed;
+      ASSERT_OK(pcp_proto_frame_decoder_feed(&d, golden + k, 1, &consumed, &r));
+      assert_int_equal(r == PCP_PROTO_PARSE_FRAME_READY, k + 1 == golden_length);
+    }
+    pcp_proto_frame_decoder_take(&d, &f);
+    v->check(&f);
+    pcp_proto_frame_deinitialize(&f);
+    pcp_proto_frame_decoder_deinitialize(&d);
+    free(golden);
+    free(encoded);
+  }
+}
+
+// The frozen part of HELLO, byte by byte (s.2): magic, type 1 at offset 6,
+// flags 0, request id 0, and the payload prefix.
+static void hello_bytes_are_frozen(void** state) {
+  (void)state;
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/hello.hex", PCP_FABRIC_GOLDEN_DIR);
+  size_t n;
+  uint8_t* b = read_hex(path, &n);
+  assert_true(n > 40);
+  assert_memory_equal(b, "PCPF", 4);
+  assert_int_equal(b[6] | (b[7] << 8), PCP_PROTO_MESSAGE_HELLO);
+  for (int i = 8; i < 12; ++i) assert_int_equal(b[i], 0);
+  for (int i = 16; i < 24; ++i) assert_int_equal(b[i], 0);
+  uint64_t payload = 0;
+  for (int i = 7; i >= 0; --i) payload = (payload << 8) | b[24 + i];
+  assert_int_equal(payload + 32, n);
+  uint32_t json_length = b[32] | (b[33] << 8) | (b[34] << 16) |
+                         ((uint32_t)b[35] << 24);
+  assert_int_equal(json_length + 8, payload);
+  assert_int_equal(b[40], '{');
+  free(b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(golden_vectors_match),
+      cmocka_unit_test(hello_bytes_are_frozen),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
