@@ -7,11 +7,13 @@
 #include "proto/proto_impl.h"
 
 void pcp_proto_action_deinitialize(pcp_proto_action_t* action) {
-  if (!action) return;
+  if (!action)
+    return;
   pcp_proto_encoded_frame_deinitialize(&action->frame);
   pcp_proto_frame_deinitialize(&action->received);
   pcp_status_ignore(action->status);
-  if (action->blob) pcp_proto_blob_free(action->allocator, action->blob);
+  if (action->blob)
+    pcp_proto_blob_free(action->allocator, action->blob);
   memset(action, 0, sizeof(*action));
 }
 

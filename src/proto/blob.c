@@ -67,11 +67,10 @@ pcp_status_t pcp_proto_blob_assembly_initialize(
   }
   // A peer cannot make us allocate for chunks it will never send: the
   // count must be consistent with the total and the chunk limit.
-  uint64_t min_count =
-      chunk->total == 0
-          ? 1
-          : (chunk->total + limits->max_chunk_bytes - 1) /
-                limits->max_chunk_bytes;
+  uint64_t min_count = chunk->total == 0
+                           ? 1
+                           : (chunk->total + limits->max_chunk_bytes - 1) /
+                                 limits->max_chunk_bytes;
   if (chunk->count < min_count || chunk->count > chunk->total + 1) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "blob '%s': %llu chunks cannot carry %llu bytes",
@@ -90,14 +89,16 @@ pcp_status_t pcp_proto_blob_assembly_initialize(
   pcp_status_t status = proto_aligned_allocate(
       allocator, (size_t)(chunk->total ? chunk->total : 1),
       &out_assembly->data);
-  if (!status) status = pcp_sha256_stream_create(&out_assembly->hash);
+  if (!status)
+    status = pcp_sha256_stream_create(&out_assembly->hash);
   if (status) {
     pcp_proto_blob_assembly_deinitialize(out_assembly);
     return status;
   }
   bool complete = false;
   status = pcp_proto_blob_assembly_add(out_assembly, chunk, &complete);
-  if (status) pcp_proto_blob_assembly_deinitialize(out_assembly);
+  if (status)
+    pcp_proto_blob_assembly_deinitialize(out_assembly);
   return status;
 }
 
@@ -141,7 +142,8 @@ pcp_status_t pcp_proto_blob_assembly_add(pcp_proto_blob_assembly_t* a,
   }
   a->received += chunk->data_length;
   a->next_index++;
-  if (!last) return pcp_ok_status();
+  if (!last)
+    return pcp_ok_status();
   if (a->received != a->total) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "blob '%s': last chunk leaves %llu bytes missing",
@@ -157,8 +159,8 @@ pcp_status_t pcp_proto_blob_assembly_add(pcp_proto_blob_assembly_t* a,
   pcp_sha256_stream_finish(a->hash, &digest);
   a->hash = NULL;
   if (memcmp(digest.bytes, chunk->sha256, sizeof(digest.bytes)) != 0) {
-    return pcp_make_status(PCP_STATUS_DATA_LOSS,
-                           "blob '%s': SHA-256 mismatch", a->blob_id);
+    return pcp_make_status(PCP_STATUS_DATA_LOSS, "blob '%s': SHA-256 mismatch",
+                           a->blob_id);
   }
   *out_complete = true;
   return pcp_ok_status();

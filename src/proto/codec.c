@@ -33,8 +33,8 @@ static_assert(HEADER_END == PCP_PROTO_HEADER_BYTE_LENGTH,
 static_assert(HEADER_OFFSET_VERSION == 4 && HEADER_OFFSET_TYPE == 6,
               "HELLO is frozen: magic, version and type never move");
 static_assert(PCP_PROTO_MESSAGE_HELLO == 1, "HELLO is type 1 forever");
-static_assert(PCP_PROTO_MAGIC == ('P' | ('C' << 8) | ('P' << 16) |
-                                  ((uint32_t)'F' << 24)),
+static_assert(PCP_PROTO_MAGIC ==
+                  ('P' | ('C' << 8) | ('P' << 16) | ((uint32_t)'F' << 24)),
               "magic is the bytes PCPF");
 static_assert(PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH == 8,
               "payload prefix: u32 json_length, u32 json_crc32c");
@@ -99,8 +99,7 @@ static const uint32_t kCrc32cTable[256] = {
     0x88d28022, 0x7ab90321, 0xae7367ca, 0x5c18e4c9, 0x4f48173d, 0xbd23943e,
     0xf36e6f75, 0x0105ec76, 0x12551f82, 0xe03e9c81, 0x34f4f86a, 0xc69f7b69,
     0xd5cf889d, 0x27a40b9e, 0x79b737ba, 0x8bdcb4b9, 0x988c474d, 0x6ae7c44e,
-    0xbe2da0a5, 0x4c4623a6, 0x5f16d052, 0xad7d5351
-};
+    0xbe2da0a5, 0x4c4623a6, 0x5f16d052, 0xad7d5351};
 
 static uint32_t crc32c_software(uint32_t crc, const uint8_t* p, size_t n) {
   for (size_t i = 0; i < n; ++i) {
@@ -112,8 +111,9 @@ static uint32_t crc32c_software(uint32_t crc, const uint8_t* p, size_t n) {
 #if defined(__x86_64__)
 // The SSE 4.2 instruction computes exactly this CRC; ~20x the table
 // version, which matters for a 256 MiB tensor.
-__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(
-    uint32_t crc, const uint8_t* p, size_t n) {
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc,
+                                                               const uint8_t* p,
+                                                               size_t n) {
   uint64_t c = crc;
   while (n > 0 && ((uintptr_t)p & 7u) != 0) {
     c = _mm_crc32_u8((uint32_t)c, *p++);
@@ -138,7 +138,8 @@ uint32_t pcp_proto_crc32c_extend(uint32_t crc, const void* data,
                                  size_t byte_length) {
   const uint8_t* p = (const uint8_t*)data;
   uint32_t state = ~crc;
-  if (byte_length == 0) return crc;
+  if (byte_length == 0)
+    return crc;
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("sse4.2")) {
     return ~crc32c_sse42(state, p, byte_length);
@@ -162,19 +163,24 @@ void pcp_proto_hex_encode(const uint8_t* bytes, size_t byte_length,
 }
 
 static int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
   return -1;
 }
 
 bool pcp_proto_hex_decode(const char* hex, size_t byte_length,
                           uint8_t* out_bytes) {
-  if (!hex || strlen(hex) != 2 * byte_length) return false;
+  if (!hex || strlen(hex) != 2 * byte_length)
+    return false;
   for (size_t i = 0; i < byte_length; ++i) {
     int hi = hex_value(hex[2 * i]);
     int lo = hex_value(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
+    if (hi < 0 || lo < 0)
+      return false;
     out_bytes[i] = (uint8_t)((hi << 4) | lo);
   }
   return true;
@@ -186,39 +192,66 @@ bool pcp_proto_hex_decode(const char* hex, size_t byte_length,
 
 const char* pcp_proto_message_type_name(uint16_t type) {
   switch ((pcp_proto_message_type_t)type) {
-    case PCP_PROTO_MESSAGE_HELLO: return "HELLO";
-    case PCP_PROTO_MESSAGE_JOIN: return "JOIN";
-    case PCP_PROTO_MESSAGE_CHALLENGE: return "CHALLENGE";
-    case PCP_PROTO_MESSAGE_JOIN_PROOF: return "JOIN_PROOF";
-    case PCP_PROTO_MESSAGE_ACCEPT: return "ACCEPT";
-    case PCP_PROTO_MESSAGE_REJECT: return "REJECT";
-    case PCP_PROTO_MESSAGE_HEARTBEAT: return "HEARTBEAT";
-    case PCP_PROTO_MESSAGE_ERROR: return "ERROR";
-    case PCP_PROTO_MESSAGE_DRAIN: return "DRAIN";
-    case PCP_PROTO_MESSAGE_SHUTDOWN: return "SHUTDOWN";
-    case PCP_PROTO_MESSAGE_PROGRAM_OFFER: return "PROGRAM_OFFER";
-    case PCP_PROTO_MESSAGE_PROGRAM_FETCH: return "PROGRAM_FETCH";
-    case PCP_PROTO_MESSAGE_BLOB_CHUNK: return "BLOB_CHUNK";
-    case PCP_PROTO_MESSAGE_PROGRAM_ACK: return "PROGRAM_ACK";
-    case PCP_PROTO_MESSAGE_TASK_ASSIGN: return "TASK_ASSIGN";
-    case PCP_PROTO_MESSAGE_TASK_PROGRESS: return "TASK_PROGRESS";
-    case PCP_PROTO_MESSAGE_TASK_RESULT: return "TASK_RESULT";
-    case PCP_PROTO_MESSAGE_TASK_CANCEL: return "TASK_CANCEL";
+    case PCP_PROTO_MESSAGE_HELLO:
+      return "HELLO";
+    case PCP_PROTO_MESSAGE_JOIN:
+      return "JOIN";
+    case PCP_PROTO_MESSAGE_CHALLENGE:
+      return "CHALLENGE";
+    case PCP_PROTO_MESSAGE_JOIN_PROOF:
+      return "JOIN_PROOF";
+    case PCP_PROTO_MESSAGE_ACCEPT:
+      return "ACCEPT";
+    case PCP_PROTO_MESSAGE_REJECT:
+      return "REJECT";
+    case PCP_PROTO_MESSAGE_HEARTBEAT:
+      return "HEARTBEAT";
+    case PCP_PROTO_MESSAGE_ERROR:
+      return "ERROR";
+    case PCP_PROTO_MESSAGE_DRAIN:
+      return "DRAIN";
+    case PCP_PROTO_MESSAGE_SHUTDOWN:
+      return "SHUTDOWN";
+    case PCP_PROTO_MESSAGE_PROGRAM_OFFER:
+      return "PROGRAM_OFFER";
+    case PCP_PROTO_MESSAGE_PROGRAM_FETCH:
+      return "PROGRAM_FETCH";
+    case PCP_PROTO_MESSAGE_BLOB_CHUNK:
+      return "BLOB_CHUNK";
+    case PCP_PROTO_MESSAGE_PROGRAM_ACK:
+      return "PROGRAM_ACK";
+    case PCP_PROTO_MESSAGE_TASK_ASSIGN:
+      return "TASK_ASSIGN";
+    case PCP_PROTO_MESSAGE_TASK_PROGRESS:
+      return "TASK_PROGRESS";
+    case PCP_PROTO_MESSAGE_TASK_RESULT:
+      return "TASK_RESULT";
+    case PCP_PROTO_MESSAGE_TASK_CANCEL:
+      return "TASK_CANCEL";
   }
   return NULL;
 }
 
 const char* pcp_proto_reject_reason_name(uint32_t reason) {
   switch (reason) {
-    case PCP_PROTO_REJECT_AUTH_FAILED: return "AUTH_FAILED";
-    case PCP_PROTO_REJECT_VERSION_UNSUPPORTED: return "VERSION_UNSUPPORTED";
-    case PCP_PROTO_REJECT_DUPLICATE_WORKER: return "DUPLICATE_WORKER";
-    case PCP_PROTO_REJECT_DRAINING: return "DRAINING";
-    case PCP_PROTO_REJECT_PROTOCOL_VIOLATION: return "PROTOCOL_VIOLATION";
-    case PCP_PROTO_REJECT_CAPACITY: return "CAPACITY";
-    case PCP_PROTO_REJECT_HANDSHAKE_TIMEOUT: return "HANDSHAKE_TIMEOUT";
-    case PCP_PROTO_REJECT_BAD_JOIN: return "BAD_JOIN";
-    default: return "UNKNOWN";
+    case PCP_PROTO_REJECT_AUTH_FAILED:
+      return "AUTH_FAILED";
+    case PCP_PROTO_REJECT_VERSION_UNSUPPORTED:
+      return "VERSION_UNSUPPORTED";
+    case PCP_PROTO_REJECT_DUPLICATE_WORKER:
+      return "DUPLICATE_WORKER";
+    case PCP_PROTO_REJECT_DRAINING:
+      return "DRAINING";
+    case PCP_PROTO_REJECT_PROTOCOL_VIOLATION:
+      return "PROTOCOL_VIOLATION";
+    case PCP_PROTO_REJECT_CAPACITY:
+      return "CAPACITY";
+    case PCP_PROTO_REJECT_HANDSHAKE_TIMEOUT:
+      return "HANDSHAKE_TIMEOUT";
+    case PCP_PROTO_REJECT_BAD_JOIN:
+      return "BAD_JOIN";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -238,14 +271,14 @@ pcp_proto_limits_t pcp_proto_limits_default(void) {
   return limits;
 }
 
-#define CHECK_LIMIT_(field, ceiling)                                      \
-  do {                                                                    \
-    if (limits->field == 0 || (uint64_t)limits->field > (ceiling)) {      \
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,                 \
+#define CHECK_LIMIT_(field, ceiling)                                       \
+  do {                                                                     \
+    if (limits->field == 0 || (uint64_t)limits->field > (ceiling)) {       \
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,                  \
                              "fabric limit %s=%llu: must be in [1, %llu]", \
-                             #field, (unsigned long long)limits->field,   \
-                             (unsigned long long)(ceiling));              \
-    }                                                                     \
+                             #field, (unsigned long long)limits->field,    \
+                             (unsigned long long)(ceiling));               \
+    }                                                                      \
   } while (0)
 
 pcp_status_t pcp_proto_limits_validate(const pcp_proto_limits_t* limits) {
@@ -309,10 +342,10 @@ pcp_status_t proto_aligned_allocate(pcp_allocator_t allocator,
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "size overflow");
   }
   void* raw = NULL;
-  PCP_RETURN_IF_ERROR(pcp_allocator_malloc(
-                          allocator, byte_length + PCP_PROTO_SECTION_ALIGNMENT,
-                          &raw),
-                      "allocating %zu bytes", byte_length);
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_malloc(allocator, byte_length + PCP_PROTO_SECTION_ALIGNMENT,
+                           &raw),
+      "allocating %zu bytes", byte_length);
   uintptr_t base = (uintptr_t)raw;
   uintptr_t aligned = (base + PCP_PROTO_SECTION_ALIGNMENT) &
                       ~(uintptr_t)(PCP_PROTO_SECTION_ALIGNMENT - 1);
@@ -323,7 +356,8 @@ pcp_status_t proto_aligned_allocate(pcp_allocator_t allocator,
 }
 
 void proto_aligned_free(pcp_allocator_t allocator, uint8_t* ptr) {
-  if (!ptr) return;
+  if (!ptr)
+    return;
   pcp_allocator_free(allocator, ptr - ptr[-1]);
 }
 
@@ -386,17 +420,16 @@ pcp_status_t pcp_proto_header_decode(
   if (h.type != PCP_PROTO_MESSAGE_HELLO) {
     // HELLO may carry any version (s.2 rule 1); everything else must match
     // the negotiated one, or be one we speak before negotiation.
-    bool ok = negotiated_version
-                  ? h.version == negotiated_version
-                  : (h.version >= PCP_PROTO_VERSION_MIN &&
-                     h.version <= PCP_PROTO_VERSION_MAX);
+    bool ok = negotiated_version ? h.version == negotiated_version
+                                 : (h.version >= PCP_PROTO_VERSION_MIN &&
+                                    h.version <= PCP_PROTO_VERSION_MAX);
     if (!ok) {
-      return pcp_make_status(PCP_STATUS_INCOMPATIBLE,
-                             "fabric frame: version %u (type %u), expected "
-                             "%u",
-                             h.version, h.type,
-                             negotiated_version ? negotiated_version
-                                                : PCP_PROTO_VERSION_MAX);
+      return pcp_make_status(
+          PCP_STATUS_INCOMPATIBLE,
+          "fabric frame: version %u (type %u), expected "
+          "%u",
+          h.version, h.type,
+          negotiated_version ? negotiated_version : PCP_PROTO_VERSION_MAX);
     }
   }
   if (h.flags != 0) {
@@ -447,7 +480,8 @@ static bool json_depth_within(const uint8_t* text, size_t n,
     if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
+      if (++depth > max_depth)
+        return false;
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
@@ -471,9 +505,12 @@ pcp_status_t proto_json_u64(const json_t* object, const char* key, uint64_t max,
 pcp_status_t proto_json_opt_u64(const json_t* object, const char* key,
                                 uint64_t max, uint64_t* out_value,
                                 bool* out_present) {
-  if (out_present) *out_present = false;
-  if (!json_object_get(object, key)) return pcp_ok_status();
-  if (out_present) *out_present = true;
+  if (out_present)
+    *out_present = false;
+  if (!json_object_get(object, key))
+    return pcp_ok_status();
+  if (out_present)
+    *out_present = true;
   return proto_json_u64(object, key, max, out_value);
 }
 
@@ -483,8 +520,8 @@ pcp_status_t proto_json_i64(const json_t* object, const char* key, int64_t min,
   if (!json_is_integer(v) || json_integer_value(v) < min ||
       json_integer_value(v) > max) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "key '%s': expected an integer in [%lld, %lld]",
-                           key, (long long)min, (long long)max);
+                           "key '%s': expected an integer in [%lld, %lld]", key,
+                           (long long)min, (long long)max);
   }
   *out_value = (int64_t)json_integer_value(v);
   return pcp_ok_status();
@@ -511,7 +548,8 @@ pcp_status_t proto_json_string(const json_t* object, const char* key,
 pcp_status_t proto_json_opt_string(const json_t* object, const char* key,
                                    size_t max_length, const char** out_value) {
   *out_value = "";
-  if (!json_object_get(object, key)) return pcp_ok_status();
+  if (!json_object_get(object, key))
+    return pcp_ok_status();
   return proto_json_string(object, key, 0, max_length, out_value);
 }
 
@@ -571,8 +609,10 @@ bool proto_tensor_byte_length(pcp_element_type_t type, uint32_t rank,
   }
   uint64_t n = pcp_element_type_byte_size(type);
   for (uint32_t i = 0; i < rank; ++i) {
-    if (shape[i] < 0) return false;
-    if (__builtin_mul_overflow(n, (uint64_t)shape[i], &n)) return false;
+    if (shape[i] < 0)
+      return false;
+    if (__builtin_mul_overflow(n, (uint64_t)shape[i], &n))
+      return false;
   }
   *out_length = n;
   return true;
@@ -596,7 +636,8 @@ pcp_status_t proto_json_set_hex(json_t* object, const char* key,
 
 pcp_status_t proto_json_set_string(json_t* object, const char* key,
                                    const char* value, size_t max_length) {
-  if (!value) value = "";
+  if (!value)
+    value = "";
   size_t n = strlen(value);
   if (n > max_length) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -616,11 +657,16 @@ pcp_status_t proto_json_set_string(json_t* object, const char* key,
 //===----------------------------------------------------------------------===//
 
 void pcp_proto_frame_deinitialize(pcp_proto_frame_t* frame) {
-  if (!frame) return;
-  if (frame->control) json_decref(frame->control);
-  if (frame->sections) pcp_allocator_free(frame->allocator, frame->sections);
-  if (frame->payload) proto_aligned_free(frame->allocator, frame->payload);
-  if (frame->parsed) pcp_allocator_free(frame->allocator, frame->parsed);
+  if (!frame)
+    return;
+  if (frame->control)
+    json_decref(frame->control);
+  if (frame->sections)
+    pcp_allocator_free(frame->allocator, frame->sections);
+  if (frame->payload)
+    proto_aligned_free(frame->allocator, frame->payload);
+  if (frame->parsed)
+    pcp_allocator_free(frame->allocator, frame->parsed);
   memset(frame, 0, sizeof(*frame));
 }
 
@@ -631,9 +677,12 @@ void pcp_proto_frame_move(pcp_proto_frame_t* frame,
 }
 
 void pcp_proto_encoded_frame_deinitialize(pcp_proto_encoded_frame_t* frame) {
-  if (!frame) return;
-  if (frame->head) pcp_allocator_free(frame->allocator, frame->head);
-  if (frame->segments) pcp_allocator_free(frame->allocator, frame->segments);
+  if (!frame)
+    return;
+  if (frame->head)
+    pcp_allocator_free(frame->allocator, frame->head);
+  if (frame->segments)
+    pcp_allocator_free(frame->allocator, frame->segments);
   memset(frame, 0, sizeof(*frame));
 }
 
@@ -733,7 +782,8 @@ static pcp_status_t build_sections_json(const pcp_proto_section_t* sections,
       }
     }
     uint32_t crc = pcp_proto_crc32c(s->data, (size_t)length);
-    if (!status) status = proto_json_set_string(entry, "name", s->name, 256);
+    if (!status)
+      status = proto_json_set_string(entry, "name", s->name, 256);
     if (!status) {
       status = proto_json_set(entry, "dtype", json_integer(s->element_type));
     }
@@ -743,12 +793,15 @@ static pcp_status_t build_sections_json(const pcp_proto_section_t* sections,
       json_decref(shape);
     }
     if (!status) {
-      status = proto_json_set(entry, "offset", json_integer((json_int_t)offset));
+      status =
+          proto_json_set(entry, "offset", json_integer((json_int_t)offset));
     }
     if (!status) {
-      status = proto_json_set(entry, "length", json_integer((json_int_t)length));
+      status =
+          proto_json_set(entry, "length", json_integer((json_int_t)length));
     }
-    if (!status) status = proto_json_set(entry, "crc32c", json_integer(crc));
+    if (!status)
+      status = proto_json_set(entry, "crc32c", json_integer(crc));
     if (!status && json_array_append_new(array, entry) != 0) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     } else if (status) {
@@ -874,7 +927,8 @@ pcp_status_t pcp_proto_frame_encode(uint16_t version, uint16_t type,
     }
     if (i + 1 < section_count) {
       uint64_t gap = offsets[i + 1] - (offsets[i] + lengths[i]);
-      if (gap) iov[n++] = (pcp_proto_iovec_t){kZeroPadding, (size_t)gap};
+      if (gap)
+        iov[n++] = (pcp_proto_iovec_t){kZeroPadding, (size_t)gap};
     }
   }
   out_frame->head = head;
@@ -893,7 +947,8 @@ pcp_status_t pcp_proto_frame_encode(uint16_t version, uint16_t type,
 
 static bool all_zero(const uint8_t* p, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) {
-    if (p[i]) return false;
+    if (p[i])
+      return false;
   }
   return true;
 }
@@ -912,20 +967,20 @@ static pcp_status_t parse_section(const json_t* entry, size_t index,
                                         PCP_PROTO_MAX_STRING_BYTES, &out->name),
                       "%s", what);
   PCP_RETURN_IF_ERROR(
-      proto_json_u64(entry, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype),
-      "%s", what);
+      proto_json_u64(entry, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype), "%s",
+      what);
   if (dtype == PCP_ELEMENT_TYPE_UNKNOWN) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "%s: dtype 0 (unknown) is not allowed", what);
   }
   out->element_type = (pcp_element_type_t)dtype;
   PCP_RETURN_IF_ERROR_BARE(proto_json_shape(json_object_get(entry, "shape"),
-                                            what, limits->max_rank,
-                                            &out->rank, out->shape));
-  PCP_RETURN_IF_ERROR(proto_json_u64(entry, "offset", INT64_MAX, &offset),
-                      "%s", what);
-  PCP_RETURN_IF_ERROR(proto_json_u64(entry, "length", INT64_MAX, &length),
-                      "%s", what);
+                                            what, limits->max_rank, &out->rank,
+                                            out->shape));
+  PCP_RETURN_IF_ERROR(proto_json_u64(entry, "offset", INT64_MAX, &offset), "%s",
+                      what);
+  PCP_RETURN_IF_ERROR(proto_json_u64(entry, "length", INT64_MAX, &length), "%s",
+                      what);
   PCP_RETURN_IF_ERROR(proto_json_u64(entry, "crc32c", UINT32_MAX, &crc), "%s",
                       what);
   uint64_t expected = 0;
@@ -1005,12 +1060,11 @@ static pcp_status_t finish_frame(pcp_proto_frame_decoder_t* d) {
   }
   if (count == 0) {
     if (payload_length != prefix_and_json) {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "fabric frame: %llu bytes after a JSON part of "
-                             "%u bytes and no sections",
-                             (unsigned long long)(payload_length -
-                                                  prefix_and_json),
-                             json_length);
+      return pcp_make_status(
+          PCP_STATUS_INVALID_ARGUMENT,
+          "fabric frame: %llu bytes after a JSON part of "
+          "%u bytes and no sections",
+          (unsigned long long)(payload_length - prefix_and_json), json_length);
     }
   } else {
     uint64_t data_area = align64_u64(prefix_and_json);
@@ -1075,9 +1129,9 @@ static pcp_status_t finish_frame(pcp_proto_frame_decoder_t* d) {
 // Incremental decoder
 //===----------------------------------------------------------------------===//
 
-void pcp_proto_frame_decoder_initialize(const pcp_proto_limits_t* limits,
-                                        pcp_allocator_t allocator,
-                                        pcp_proto_frame_decoder_t* out_decoder) {
+void pcp_proto_frame_decoder_initialize(
+    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
+    pcp_proto_frame_decoder_t* out_decoder) {
   memset(out_decoder, 0, sizeof(*out_decoder));
   out_decoder->limits = *limits;
   out_decoder->allocator = allocator;
@@ -1131,9 +1185,9 @@ pcp_status_t pcp_proto_frame_decoder_window(pcp_proto_frame_decoder_t* decoder,
   }
 }
 
-pcp_status_t pcp_proto_frame_decoder_commit(pcp_proto_frame_decoder_t* d,
-                                            size_t byte_length,
-                                            pcp_proto_parse_result_t* out_result) {
+pcp_status_t pcp_proto_frame_decoder_commit(
+    pcp_proto_frame_decoder_t* d, size_t byte_length,
+    pcp_proto_parse_result_t* out_result) {
   *out_result = PCP_PROTO_PARSE_NEED_MORE;
   if (d->stage == PCP_PROTO_DECODER_HEADER) {
     PCP_ASSERT(byte_length <= PCP_PROTO_HEADER_BYTE_LENGTH - d->header_filled);
@@ -1143,13 +1197,14 @@ pcp_status_t pcp_proto_frame_decoder_commit(pcp_proto_frame_decoder_t* d,
     }
     pcp_status_t status = pcp_proto_header_decode(
         d->header_bytes, &d->limits, d->negotiated_version, &d->header);
-    if (status) return decoder_fail(d, status);
+    if (status)
+      return decoder_fail(d, status);
     // The length was checked against the frame limit by header_decode:
     // this is the only allocation a peer can cause before the JSON arrives.
-    status = proto_aligned_allocate(d->allocator,
-                                    (size_t)d->header.payload_length,
-                                    &d->payload);
-    if (status) return decoder_fail(d, status);
+    status = proto_aligned_allocate(
+        d->allocator, (size_t)d->header.payload_length, &d->payload);
+    if (status)
+      return decoder_fail(d, status);
     d->payload_filled = 0;
     d->stage = PCP_PROTO_DECODER_PAYLOAD;
     return pcp_ok_status();
@@ -1181,18 +1236,19 @@ pcp_status_t pcp_proto_frame_decoder_commit(pcp_proto_frame_decoder_t* d,
                              (unsigned long long)d->header.payload_length));
     }
   }
-  if (d->payload_filled < d->header.payload_length) return pcp_ok_status();
+  if (d->payload_filled < d->header.payload_length)
+    return pcp_ok_status();
   pcp_status_t status = finish_frame(d);
-  if (status) return decoder_fail(d, status);
+  if (status)
+    return decoder_fail(d, status);
   d->stage = PCP_PROTO_DECODER_READY;
   *out_result = PCP_PROTO_PARSE_FRAME_READY;
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_proto_frame_decoder_feed(pcp_proto_frame_decoder_t* decoder,
-                                          const void* data, size_t byte_length,
-                                          size_t* out_consumed,
-                                          pcp_proto_parse_result_t* out_result) {
+pcp_status_t pcp_proto_frame_decoder_feed(
+    pcp_proto_frame_decoder_t* decoder, const void* data, size_t byte_length,
+    size_t* out_consumed, pcp_proto_parse_result_t* out_result) {
   *out_consumed = 0;
   *out_result = PCP_PROTO_PARSE_NEED_MORE;
   const uint8_t* p = data;
@@ -1202,12 +1258,14 @@ pcp_status_t pcp_proto_frame_decoder_feed(pcp_proto_frame_decoder_t* decoder,
     PCP_RETURN_IF_ERROR_BARE(
         pcp_proto_frame_decoder_window(decoder, &window, &capacity));
     size_t n = byte_length - *out_consumed;
-    if (n > capacity) n = capacity;
+    if (n > capacity)
+      n = capacity;
     memcpy(window, p + *out_consumed, n);
     *out_consumed += n;
     PCP_RETURN_IF_ERROR_BARE(
         pcp_proto_frame_decoder_commit(decoder, n, out_result));
-    if (*out_result == PCP_PROTO_PARSE_FRAME_READY) break;
+    if (*out_result == PCP_PROTO_PARSE_FRAME_READY)
+      break;
   }
   return pcp_ok_status();
 }
@@ -1235,16 +1293,17 @@ pcp_status_t pcp_proto_frame_decode(const void* bytes, size_t byte_length,
   pcp_status_t status = pcp_proto_frame_decoder_feed(
       &decoder, bytes, byte_length, &consumed, &result);
   if (!status && result != PCP_PROTO_PARSE_FRAME_READY) {
-    status = pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
-                             "fabric frame: truncated after %zu bytes",
-                             byte_length);
+    status =
+        pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
+                        "fabric frame: truncated after %zu bytes", byte_length);
   }
   if (!status && consumed != byte_length) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "fabric frame: %zu trailing bytes",
                              byte_length - consumed);
   }
-  if (!status) pcp_proto_frame_decoder_take(&decoder, out_frame);
+  if (!status)
+    pcp_proto_frame_decoder_take(&decoder, out_frame);
   pcp_proto_frame_decoder_deinitialize(&decoder);
   return status;
 }

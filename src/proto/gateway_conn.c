@@ -81,14 +81,12 @@ static pcp_status_t push_send(pcp_proto_gateway_conn_t* c,
   return push(c, &a);
 }
 
-static pcp_status_t send_error(pcp_proto_gateway_conn_t* c,
-                               uint64_t request_id, pcp_status_t status,
-                               uint64_t task_id) {
+static pcp_status_t send_error(pcp_proto_gateway_conn_t* c, uint64_t request_id,
+                               pcp_status_t status, uint64_t task_id) {
   pcp_proto_encoded_frame_t f;
-  pcp_status_t encoded = pcp_proto_error_encode(send_version(c), request_id,
-                                                  status, task_id,
-                                                  &c->config.limits,
-                                                  c->allocator, &f);
+  pcp_status_t encoded =
+      pcp_proto_error_encode(send_version(c), request_id, status, task_id,
+                             &c->config.limits, c->allocator, &f);
   pcp_status_ignore(status);  // consumed: the peer gets a copy
   PCP_RETURN_IF_ERROR_BARE(encoded);
   return push_send(c, &f);
@@ -99,9 +97,9 @@ static pcp_status_t send_reject(pcp_proto_gateway_conn_t* c,
                                 const char* message) {
   pcp_proto_reject_t r = {.reason = reason, .message = message};
   pcp_proto_encoded_frame_t f;
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_reject_encode(
-      send_version(c), c->join_request_id, &r, &c->config.limits,
-      c->allocator, &f));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_proto_reject_encode(send_version(c), c->join_request_id, &r,
+                              &c->config.limits, c->allocator, &f));
   return push_send(c, &f);
 }
 
@@ -145,7 +143,8 @@ static pcp_status_t fail_peer(pcp_proto_gateway_conn_t* c, uint64_t request_id,
 
 static task_slot_t* find_task(pcp_proto_gateway_conn_t* c, uint64_t task_id) {
   for (size_t i = 0; i < c->task_count; ++i) {
-    if (c->tasks[i].task_id == task_id) return &c->tasks[i];
+    if (c->tasks[i].task_id == task_id)
+      return &c->tasks[i];
   }
   return NULL;
 }
@@ -156,7 +155,8 @@ static void remove_task(pcp_proto_gateway_conn_t* c, task_slot_t* slot) {
 
 static offer_t* find_offer(pcp_proto_gateway_conn_t* c, uint64_t request_id) {
   for (size_t i = 0; i < c->offer_count; ++i) {
-    if (c->offers[i].request_id == request_id) return &c->offers[i];
+    if (c->offers[i].request_id == request_id)
+      return &c->offers[i];
   }
   return NULL;
 }
@@ -188,9 +188,8 @@ static pcp_status_t on_hello(pcp_proto_gateway_conn_t* c,
       .software = c->config.software ? c->config.software : "pcp",
   };
   pcp_proto_encoded_frame_t f;
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_hello_encode(0, 0, &reply,
-                                                  &c->config.limits,
-                                                  c->allocator, &f));
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_hello_encode(
+      0, 0, &reply, &c->config.limits, c->allocator, &f));
   PCP_RETURN_IF_ERROR_BARE(push_send(c, &f));
   if (selected == 0) {
     return fail_peer(
@@ -218,7 +217,8 @@ static pcp_status_t on_join(pcp_proto_gateway_conn_t* c,
   c->join_request_id = frame->header.request_id;
   pcp_proto_frame_move(frame, &c->join_frame);
   pcp_status_t status = pcp_proto_join_parse(&c->join_frame, &c->join);
-  if (status) return fail_peer(c, 0, status, PCP_PROTO_REJECT_BAD_JOIN);
+  if (status)
+    return fail_peer(c, 0, status, PCP_PROTO_REJECT_BAD_JOIN);
   c->has_join = true;
   c->state = PCP_PROTO_GATEWAY_AWAIT_PROOF;
   return pcp_ok_status();
@@ -228,12 +228,12 @@ static pcp_status_t on_join_proof(pcp_proto_gateway_conn_t* c,
                                   pcp_proto_frame_t* frame) {
   pcp_proto_join_proof_t proof;
   pcp_status_t status = pcp_proto_join_proof_parse(frame, &proof);
-  if (status) return fail_peer(c, 0, status, PCP_PROTO_REJECT_BAD_JOIN);
+  if (status)
+    return fail_peer(c, 0, status, PCP_PROTO_REJECT_BAD_JOIN);
   bool ok = strcmp(proof.worker_id, c->join.worker_id) == 0 &&
-            pcp_proto_join_mac_verify(c->config.join_token,
-                                      c->config.join_token_length,
-                                      c->config.nonce, proof.worker_id,
-                                      proof.mac);
+            pcp_proto_join_mac_verify(
+                c->config.join_token, c->config.join_token_length,
+                c->config.nonce, proof.worker_id, proof.mac);
   if (!ok) {
     return fail_peer(c, 0,
                      pcp_make_status(PCP_STATUS_UNAUTHENTICATED,
@@ -252,7 +252,8 @@ static pcp_status_t on_error_frame(pcp_proto_gateway_conn_t* c,
   pcp_status_t peer = pcp_ok_status();
   uint64_t task_id = 0;
   pcp_status_t status = pcp_proto_error_parse(frame, &peer, &task_id);
-  if (status) return fail_peer(c, frame->header.request_id, status, 0);
+  if (status)
+    return fail_peer(c, frame->header.request_id, status, 0);
   task_slot_t* slot = task_id ? find_task(c, task_id) : NULL;
   if (slot) {
     uint64_t request_id = slot->request_id;
@@ -287,7 +288,8 @@ static pcp_status_t on_accepted_frame(pcp_proto_gateway_conn_t* c,
     case PCP_PROTO_MESSAGE_HEARTBEAT: {
       pcp_proto_heartbeat_t hb;
       status = pcp_proto_heartbeat_parse(frame, &hb);
-      if (status) break;
+      if (status)
+        break;
       if (hb.seq <= c->heartbeat_seq_rx) {
         c->dropped++;  // duplicate or reordered: still proof of life
       } else {
@@ -298,7 +300,8 @@ static pcp_status_t on_accepted_frame(pcp_proto_gateway_conn_t* c,
     case PCP_PROTO_MESSAGE_PROGRAM_FETCH: {
       pcp_proto_program_fetch_t fetch;
       status = pcp_proto_program_fetch_parse(frame, &fetch);
-      if (status) break;
+      if (status)
+        break;
       offer_t* offer = find_offer(c, request_id);
       if (!offer || memcmp(offer->program, fetch.program, 32) != 0) {
         return send_error(c, request_id,
@@ -316,7 +319,8 @@ static pcp_status_t on_accepted_frame(pcp_proto_gateway_conn_t* c,
     case PCP_PROTO_MESSAGE_PROGRAM_ACK: {
       pcp_proto_program_ack_t ack;
       status = pcp_proto_program_ack_parse(frame, &ack);
-      if (status) break;
+      if (status)
+        break;
       offer_t* offer = find_offer(c, request_id);
       if (!offer || memcmp(offer->program, ack.program, 32) != 0) {
         c->dropped++;
@@ -342,14 +346,16 @@ static pcp_status_t on_accepted_frame(pcp_proto_gateway_conn_t* c,
         status = pcp_proto_task_progress_parse(frame, &p);
         task_id = p.task_id;
       }
-      if (status) break;
+      if (status)
+        break;
       task_slot_t* slot = find_task(c, task_id);
       if (!slot || slot->request_id != request_id) {
         // Already answered, cancelled or reassigned: never double-complete.
         c->dropped++;
         return pcp_ok_status();
       }
-      if (result) remove_task(c, slot);
+      if (result)
+        remove_task(c, slot);
       pcp_proto_action_t a = {0};
       a.type = result ? PCP_PROTO_ACTION_TASK_RESULT
                       : PCP_PROTO_ACTION_TASK_PROGRESS;
@@ -363,7 +369,8 @@ static pcp_status_t on_accepted_frame(pcp_proto_gateway_conn_t* c,
     case PCP_PROTO_MESSAGE_DRAIN: {
       pcp_proto_drain_t d;
       status = pcp_proto_drain_parse(frame, &d);
-      if (status) break;
+      if (status)
+        break;
       c->state = PCP_PROTO_GATEWAY_DRAINING;
       return push_simple(c, PCP_PROTO_ACTION_PEER_DRAINING, 0, 0,
                          pcp_ok_status());
@@ -371,19 +378,19 @@ static pcp_status_t on_accepted_frame(pcp_proto_gateway_conn_t* c,
     default:
       if (!pcp_proto_message_type_name(frame->header.type)) {
         // Well-formed but unknown: say so and carry on (s.3).
-        return send_error(c, request_id,
-                          pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
-                                          "message type %u",
-                                          frame->header.type),
-                          0);
+        return send_error(
+            c, request_id,
+            pcp_make_status(PCP_STATUS_UNIMPLEMENTED, "message type %u",
+                            frame->header.type),
+            0);
       }
-      return fail_peer(c, request_id,
-                       pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
-                                       "%s is not valid from a worker after "
-                                       "ACCEPT",
-                                       pcp_proto_message_type_name(
-                                           frame->header.type)),
-                       0);
+      return fail_peer(
+          c, request_id,
+          pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                          "%s is not valid from a worker after "
+                          "ACCEPT",
+                          pcp_proto_message_type_name(frame->header.type)),
+          0);
   }
   // A frame of a known type whose JSON is wrong.
   return fail_peer(c, request_id, status, 0);
@@ -394,16 +401,20 @@ static pcp_status_t handle_frame(pcp_proto_gateway_conn_t* c,
   uint16_t type = frame->header.type;
   switch (c->state) {
     case PCP_PROTO_GATEWAY_AWAIT_HELLO:
-      if (type == PCP_PROTO_MESSAGE_HELLO) return on_hello(c, frame);
+      if (type == PCP_PROTO_MESSAGE_HELLO)
+        return on_hello(c, frame);
       break;
     case PCP_PROTO_GATEWAY_AWAIT_JOIN:
-      if (type == PCP_PROTO_MESSAGE_JOIN) return on_join(c, frame);
+      if (type == PCP_PROTO_MESSAGE_JOIN)
+        return on_join(c, frame);
       break;
     case PCP_PROTO_GATEWAY_AWAIT_PROOF:
-      if (type == PCP_PROTO_MESSAGE_JOIN_PROOF) return on_join_proof(c, frame);
+      if (type == PCP_PROTO_MESSAGE_JOIN_PROOF)
+        return on_join_proof(c, frame);
       break;
     case PCP_PROTO_GATEWAY_VERIFIED:
-      if (type == PCP_PROTO_MESSAGE_HEARTBEAT) return pcp_ok_status();
+      if (type == PCP_PROTO_MESSAGE_HEARTBEAT)
+        return pcp_ok_status();
       break;
     case PCP_PROTO_GATEWAY_ACCEPTED:
     case PCP_PROTO_GATEWAY_DRAINING:
@@ -411,7 +422,8 @@ static pcp_status_t handle_frame(pcp_proto_gateway_conn_t* c,
     case PCP_PROTO_GATEWAY_CLOSED:
       return pcp_ok_status();
   }
-  if (type == PCP_PROTO_MESSAGE_ERROR) return on_error_frame(c, frame);
+  if (type == PCP_PROTO_MESSAGE_ERROR)
+    return on_error_frame(c, frame);
   const char* name = pcp_proto_message_type_name(type);
   return fail_peer(c, frame->header.request_id,
                    pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
@@ -448,7 +460,8 @@ pcp_status_t pcp_proto_gateway_conn_create(
   c->tasks = memory;
   c->allocator = allocator;
   c->config = *config;
-  c->timeouts = pcp_proto_timeouts_from_heartbeat(config->heartbeat_interval_ms);
+  c->timeouts =
+      pcp_proto_timeouts_from_heartbeat(config->heartbeat_interval_ms);
   c->config.heartbeat_interval_ms =
       (uint32_t)(c->timeouts.heartbeat_interval_ns / 1000000);
   pcp_proto_frame_decoder_initialize(&config->limits, allocator, &c->decoder);
@@ -462,7 +475,8 @@ pcp_status_t pcp_proto_gateway_conn_create(
 }
 
 void pcp_proto_gateway_conn_release(pcp_proto_gateway_conn_t* c) {
-  if (!c) return;
+  if (!c)
+    return;
   pcp_proto_frame_decoder_deinitialize(&c->decoder);
   proto_action_queue_deinitialize(&c->actions);
   pcp_proto_frame_deinitialize(&c->join_frame);
@@ -485,7 +499,8 @@ pcp_status_t pcp_proto_gateway_conn_on_bytes(pcp_proto_gateway_conn_t* c,
     }
     p += consumed;
     byte_length -= consumed;
-    if (result != PCP_PROTO_PARSE_FRAME_READY) break;
+    if (result != PCP_PROTO_PARSE_FRAME_READY)
+      break;
     pcp_proto_frame_t frame;
     pcp_proto_frame_decoder_take(&c->decoder, &frame);
     // Any valid frame proves the peer alive (s.3.5).
@@ -507,14 +522,14 @@ pcp_status_t pcp_proto_gateway_conn_on_tick(pcp_proto_gateway_conn_t* c,
     case PCP_PROTO_GATEWAY_AWAIT_PROOF:
     case PCP_PROTO_GATEWAY_VERIFIED:
       if (now_ns - c->created_ns >= c->timeouts.handshake_timeout_ns) {
-        return fail_peer(c, 0,
-                         pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED,
-                                         "handshake not finished within "
-                                         "%lld ms",
-                                         (long long)(c->timeouts
-                                                         .handshake_timeout_ns /
-                                                     1000000)),
-                         PCP_PROTO_REJECT_HANDSHAKE_TIMEOUT);
+        return fail_peer(
+            c, 0,
+            pcp_make_status(
+                PCP_STATUS_DEADLINE_EXCEEDED,
+                "handshake not finished within "
+                "%lld ms",
+                (long long)(c->timeouts.handshake_timeout_ns / 1000000)),
+            PCP_PROTO_REJECT_HANDSHAKE_TIMEOUT);
       }
       return pcp_ok_status();
     case PCP_PROTO_GATEWAY_ACCEPTED:
@@ -522,8 +537,8 @@ pcp_status_t pcp_proto_gateway_conn_on_tick(pcp_proto_gateway_conn_t* c,
       break;
   }
   if (now_ns - c->last_rx_ns >= c->timeouts.silence_timeout_ns) {
-    PCP_RETURN_IF_ERROR_BARE(push_simple(c, PCP_PROTO_ACTION_EVICT, 0, 0,
-                                         pcp_ok_status()));
+    PCP_RETURN_IF_ERROR_BARE(
+        push_simple(c, PCP_PROTO_ACTION_EVICT, 0, 0, pcp_ok_status()));
     return close_conn(
         c,
         pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED,
@@ -558,8 +573,8 @@ pcp_status_t pcp_proto_gateway_conn_on_closed(pcp_proto_gateway_conn_t* c,
                     false);
 }
 
-static pcp_status_t require_state(const pcp_proto_gateway_conn_t* c,
-                                  bool ok, const char* what) {
+static pcp_status_t require_state(const pcp_proto_gateway_conn_t* c, bool ok,
+                                  const char* what) {
   if (!ok) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "%s in fabric connection state %d", what,
@@ -585,9 +600,9 @@ pcp_status_t pcp_proto_gateway_conn_accept(
   memcpy(accept.resume_token, params->resume_token,
          sizeof(accept.resume_token));
   pcp_proto_encoded_frame_t f;
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_accept_encode(
-      c->version, c->join_request_id, &accept, &c->config.limits,
-      c->allocator, &f));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_proto_accept_encode(c->version, c->join_request_id, &accept,
+                              &c->config.limits, c->allocator, &f));
   PCP_RETURN_IF_ERROR_BARE(push_send(c, &f));
   c->state = PCP_PROTO_GATEWAY_ACCEPTED;
   c->last_rx_ns = now_ns;
@@ -600,17 +615,18 @@ pcp_status_t pcp_proto_gateway_conn_reject(pcp_proto_gateway_conn_t* c,
                                            const char* message,
                                            int64_t now_ns) {
   (void)now_ns;
-  PCP_RETURN_IF_ERROR_BARE(require_state(
-      c, c->state != PCP_PROTO_GATEWAY_CLOSED &&
-             c->state < PCP_PROTO_GATEWAY_ACCEPTED,
-      "reject"));
+  PCP_RETURN_IF_ERROR_BARE(
+      require_state(c,
+                    c->state != PCP_PROTO_GATEWAY_CLOSED &&
+                        c->state < PCP_PROTO_GATEWAY_ACCEPTED,
+                    "reject"));
   PCP_RETURN_IF_ERROR_BARE(send_reject(c, reason, message));
-  return close_conn(c,
-                    pcp_make_status(PCP_STATUS_PERMISSION_DENIED,
-                                    "rejected: %s: %s",
-                                    pcp_proto_reject_reason_name(reason),
-                                    message ? message : ""),
-                    true);
+  return close_conn(
+      c,
+      pcp_make_status(PCP_STATUS_PERMISSION_DENIED, "rejected: %s: %s",
+                      pcp_proto_reject_reason_name(reason),
+                      message ? message : ""),
+      true);
 }
 
 static bool accepted(const pcp_proto_gateway_conn_t* c) {
@@ -650,9 +666,9 @@ pcp_status_t pcp_proto_gateway_conn_send_program(pcp_proto_gateway_conn_t* c,
                                                  uint64_t byte_length,
                                                  int64_t now_ns) {
   (void)now_ns;
-  PCP_RETURN_IF_ERROR_BARE(require_state(
-      c, accepted(c) || c->state == PCP_PROTO_GATEWAY_DRAINING,
-      "send_program"));
+  PCP_RETURN_IF_ERROR_BARE(
+      require_state(c, accepted(c) || c->state == PCP_PROTO_GATEWAY_DRAINING,
+                    "send_program"));
   offer_t* offer = find_offer(c, request_id);
   if (!offer) {
     return pcp_make_status(PCP_STATUS_NOT_FOUND,
@@ -661,10 +677,9 @@ pcp_status_t pcp_proto_gateway_conn_send_program(pcp_proto_gateway_conn_t* c,
   }
   char hex[PCP_SHA256_HEX_LENGTH + 1];
   pcp_proto_hex_encode(offer->program, sizeof(offer->program), hex);
-  return pcp_proto_blob_encode_chunks(c->version, request_id, hex,
-                                      PCP_PROTO_BLOB_PROGRAM, data,
-                                      byte_length, &c->config.limits,
-                                      c->allocator, emit_chunk, c);
+  return pcp_proto_blob_encode_chunks(
+      c->version, request_id, hex, PCP_PROTO_BLOB_PROGRAM, data, byte_length,
+      &c->config.limits, c->allocator, emit_chunk, c);
 }
 
 pcp_status_t pcp_proto_gateway_conn_assign_task(
@@ -687,8 +702,8 @@ pcp_status_t pcp_proto_gateway_conn_assign_task(
   uint64_t request_id = c->next_request_id++;
   pcp_proto_encoded_frame_t f;
   PCP_RETURN_IF_ERROR_BARE(pcp_proto_task_assign_encode(
-      c->version, request_id, task, sections, section_count,
-      &c->config.limits, c->allocator, &f));
+      c->version, request_id, task, sections, section_count, &c->config.limits,
+      c->allocator, &f));
   PCP_RETURN_IF_ERROR_BARE(push_send(c, &f));
   c->tasks[c->task_count++] =
       (task_slot_t){.task_id = task->task_id, .request_id = request_id};
@@ -708,9 +723,9 @@ pcp_status_t pcp_proto_gateway_conn_cancel_task(pcp_proto_gateway_conn_t* c,
   }
   pcp_proto_task_cancel_t cancel = {.task_id = task_id, .reason = reason};
   pcp_proto_encoded_frame_t f;
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_task_cancel_encode(
-      c->version, slot->request_id, &cancel, &c->config.limits, c->allocator,
-      &f));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_proto_task_cancel_encode(c->version, slot->request_id, &cancel,
+                                   &c->config.limits, c->allocator, &f));
   // The slot stays until the worker answers (ERROR CANCELLED or RESULT).
   return push_send(c, &f);
 }
@@ -749,7 +764,8 @@ pcp_status_t pcp_proto_gateway_conn_shutdown(pcp_proto_gateway_conn_t* c,
 pcp_status_t pcp_proto_gateway_conn_fail(pcp_proto_gateway_conn_t* c,
                                          pcp_status_t status, int64_t now_ns) {
   (void)now_ns;
-  if (c->state == PCP_PROTO_GATEWAY_CLOSED) return pcp_ok_status();
+  if (c->state == PCP_PROTO_GATEWAY_CLOSED)
+    return pcp_ok_status();
   return fail_peer(c, 0, pcp_status_clone(status), 0);
 }
 

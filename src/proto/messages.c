@@ -3,19 +3,21 @@
 // Typed messages of docs/protocol.md s.3: one encoder and one parser each,
 // the ERROR frame <-> pcp_status_t mapping and the HMAC join proof.
 
+#include <stdlib.h>
+#include <string.h>
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "proto/proto_impl.h"
 
 // Chains a status-returning step: later steps run only while all is well.
-#define TRY_(expr)           \
-  do {                       \
-    if (!status) status = (expr); \
+#define TRY_(expr)     \
+  do {                 \
+    if (!status)       \
+      status = (expr); \
   } while (0)
 
 #define STR_MAX_ PCP_PROTO_MAX_STRING_BYTES
@@ -41,18 +43,15 @@ static pcp_status_t new_object(json_t** out_object) {
 }
 
 // Encodes |object| (consumed) into a frame once all fields were set.
-static pcp_status_t finish_encode(pcp_status_t status, uint16_t version,
-                                  uint16_t type, uint64_t request_id,
-                                  json_t* object,
-                                  const pcp_proto_section_t* sections,
-                                  size_t section_count,
-                                  const pcp_proto_limits_t* limits,
-                                  pcp_allocator_t allocator,
-                                  pcp_proto_encoded_frame_t* out_frame) {
+static pcp_status_t finish_encode(
+    pcp_status_t status, uint16_t version, uint16_t type, uint64_t request_id,
+    json_t* object, const pcp_proto_section_t* sections, size_t section_count,
+    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
+    pcp_proto_encoded_frame_t* out_frame) {
   if (!status) {
-    status = pcp_proto_frame_encode(version, type, request_id, object,
-                                    sections, section_count, limits,
-                                    allocator, out_frame);
+    status =
+        pcp_proto_frame_encode(version, type, request_id, object, sections,
+                               section_count, limits, allocator, out_frame);
   }
   json_decref(object);
   if (status) {
@@ -88,8 +87,10 @@ pcp_status_t pcp_proto_hello_encode(uint16_t version, uint64_t request_id,
   (void)request_id;
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
-  if (message->min_version == 0 || message->min_version > message->max_version) {
+  if (status)
+    return status;
+  if (message->min_version == 0 ||
+      message->min_version > message->max_version) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "HELLO: bad version range %u..%u",
                              message->min_version, message->max_version);
@@ -104,8 +105,8 @@ pcp_status_t pcp_proto_hello_encode(uint16_t version, uint64_t request_id,
                         json_integer(message->selected_version)));
   }
   // HELLO's header carries the sender's max version and request id 0.
-  return finish_encode(status, message->max_version, PCP_PROTO_MESSAGE_HELLO,
-                       0, o, NULL, 0, limits, allocator, out_frame);
+  return finish_encode(status, message->max_version, PCP_PROTO_MESSAGE_HELLO, 0,
+                       o, NULL, 0, limits, allocator, out_frame);
 }
 
 pcp_status_t pcp_proto_hello_parse(pcp_proto_frame_t* frame,
@@ -122,10 +123,9 @@ pcp_status_t pcp_proto_hello_parse(pcp_proto_frame_t* frame,
   TRY_(proto_json_opt_u64(o, "selected_version", UINT16_MAX, &selected,
                           &out_message->has_selected_version));
   if (!status && (min_v == 0 || min_v > max_v)) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "bad version range %llu..%llu",
-                             (unsigned long long)min_v,
-                             (unsigned long long)max_v);
+    status = pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT, "bad version range %llu..%llu",
+        (unsigned long long)min_v, (unsigned long long)max_v);
   }
   PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_HELLO));
   out_message->min_version = (uint16_t)min_v;
@@ -139,14 +139,17 @@ pcp_status_t pcp_proto_hello_parse(pcp_proto_frame_t* frame,
 //===----------------------------------------------------------------------===//
 
 bool pcp_proto_worker_id_is_valid(const char* worker_id) {
-  if (!worker_id) return false;
+  if (!worker_id)
+    return false;
   size_t n = strlen(worker_id);
-  if (n == 0 || n > PCP_PROTO_MAX_STRING_BYTES) return false;
+  if (n == 0 || n > PCP_PROTO_MAX_STRING_BYTES)
+    return false;
   for (size_t i = 0; i < n; ++i) {
     char c = worker_id[i];
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
               (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
-    if (!ok) return false;
+    if (!ok)
+      return false;
   }
   return true;
 }
@@ -168,7 +171,8 @@ pcp_status_t pcp_proto_join_encode(uint16_t version, uint64_t request_id,
                                    pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   json_t* drivers = json_array();
   TRY_(check_worker_id(m->worker_id));
   if (!status && m->driver_count > PCP_PROTO_MAX_LIST_ITEMS) {
@@ -184,7 +188,8 @@ pcp_status_t pcp_proto_join_encode(uint16_t version, uint64_t request_id,
                       json_u64(m->device_memory_bytes)));
   for (uint32_t i = 0; i < m->driver_count && !status && drivers; ++i) {
     const char* d = m->drivers[i] ? m->drivers[i] : "";
-    if (strlen(d) > STR_MAX_ || json_array_append_new(drivers, json_string(d))) {
+    if (strlen(d) > STR_MAX_ ||
+        json_array_append_new(drivers, json_string(d))) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "key 'drivers': bad item %u", i);
     }
@@ -261,8 +266,8 @@ pcp_status_t pcp_proto_join_parse(pcp_proto_frame_t* frame,
                              &m->node_manager_id));
   m->supervisor_id = -1;
   if (!status && json_object_get(o, "supervisor_id")) {
-    status = proto_json_i64(o, "supervisor_id", -1, INT64_MAX,
-                            &m->supervisor_id);
+    status =
+        proto_json_i64(o, "supervisor_id", -1, INT64_MAX, &m->supervisor_id);
   }
   TRY_(proto_json_opt_string(o, "worker_class", STR_MAX_, &m->worker_class));
   json_t* resume = json_object_get(o, "resume");
@@ -292,11 +297,12 @@ pcp_status_t pcp_proto_challenge_encode(uint16_t version, uint64_t request_id,
                                         pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set_hex(o, "nonce", m->nonce, sizeof(m->nonce)));
   TRY_(proto_json_set(o, "algorithm", json_string("hmac-sha256")));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_CHALLENGE,
-                       request_id, o, NULL, 0, limits, allocator, out_frame);
+  return finish_encode(status, version, PCP_PROTO_MESSAGE_CHALLENGE, request_id,
+                       o, NULL, 0, limits, allocator, out_frame);
 }
 
 pcp_status_t pcp_proto_challenge_parse(pcp_proto_frame_t* frame,
@@ -322,7 +328,8 @@ pcp_status_t pcp_proto_join_proof_encode(uint16_t version, uint64_t request_id,
                                          pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(check_worker_id(m->worker_id));
   TRY_(proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
   TRY_(proto_json_set_hex(o, "mac", m->mac, sizeof(m->mac)));
@@ -349,7 +356,8 @@ pcp_status_t pcp_proto_accept_encode(uint16_t version, uint64_t request_id,
                                      pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
   TRY_(proto_json_set(o, "lease_epoch", json_u64(m->lease_epoch)));
   TRY_(proto_json_set_hex(o, "resume_token", m->resume_token,
@@ -360,8 +368,8 @@ pcp_status_t pcp_proto_accept_encode(uint16_t version, uint64_t request_id,
   TRY_(proto_json_set(o, "max_frame_bytes", json_u64(m->max_frame_bytes)));
   TRY_(proto_json_set(o, "max_chunk_bytes", json_u64(m->max_chunk_bytes)));
   TRY_(proto_json_set(o, "max_in_flight", json_integer(m->max_in_flight)));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_ACCEPT, request_id,
-                       o, NULL, 0, limits, allocator, out_frame);
+  return finish_encode(status, version, PCP_PROTO_MESSAGE_ACCEPT, request_id, o,
+                       NULL, 0, limits, allocator, out_frame);
 }
 
 pcp_status_t pcp_proto_accept_parse(pcp_proto_frame_t* frame,
@@ -402,12 +410,13 @@ pcp_status_t pcp_proto_reject_encode(uint16_t version, uint64_t request_id,
                                      pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set(o, "reason", json_integer(m->reason)));
   TRY_(proto_json_set_string(o, "message", m->message,
                              PCP_PROTO_MAX_MESSAGE_BYTES));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_REJECT, request_id,
-                       o, NULL, 0, limits, allocator, out_frame);
+  return finish_encode(status, version, PCP_PROTO_MESSAGE_REJECT, request_id, o,
+                       NULL, 0, limits, allocator, out_frame);
 }
 
 pcp_status_t pcp_proto_reject_parse(pcp_proto_frame_t* frame,
@@ -436,11 +445,12 @@ pcp_status_t pcp_proto_heartbeat_encode(uint16_t version, uint64_t request_id,
                                         pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set(o, "seq", json_u64(m->seq)));
   TRY_(proto_json_set(o, "ack", json_u64(m->ack)));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_HEARTBEAT,
-                       request_id, o, NULL, 0, limits, allocator, out_frame);
+  return finish_encode(status, version, PCP_PROTO_MESSAGE_HEARTBEAT, request_id,
+                       o, NULL, 0, limits, allocator, out_frame);
 }
 
 pcp_status_t pcp_proto_heartbeat_parse(pcp_proto_frame_t* frame,
@@ -461,7 +471,8 @@ pcp_status_t pcp_proto_drain_encode(uint16_t version, uint64_t request_id,
                                     pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set(o, "deadline_ms", json_u64(m->deadline_ms)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_DRAIN, request_id, o,
                        NULL, 0, limits, allocator, out_frame);
@@ -471,9 +482,9 @@ pcp_status_t pcp_proto_drain_parse(pcp_proto_frame_t* frame,
                                    pcp_proto_drain_t* m) {
   memset(m, 0, sizeof(*m));
   PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_DRAIN));
-  PCP_RETURN_IF_ERROR(proto_json_u64(frame->control, "deadline_ms", INT64_MAX,
-                                     &m->deadline_ms),
-                      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_DRAIN));
+  PCP_RETURN_IF_ERROR(
+      proto_json_u64(frame->control, "deadline_ms", INT64_MAX, &m->deadline_ms),
+      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_DRAIN));
   return pcp_ok_status();
 }
 
@@ -484,7 +495,8 @@ pcp_status_t pcp_proto_shutdown_encode(uint16_t version, uint64_t request_id,
                                        pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set_string(o, "reason", m->reason, STR_MAX_));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_SHUTDOWN, request_id,
                        o, NULL, 0, limits, allocator, out_frame);
@@ -510,7 +522,8 @@ pcp_status_t pcp_proto_program_offer_encode(
     pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
   TRY_(proto_json_set(o, "byte_length", json_u64(m->byte_length)));
   TRY_(proto_json_set_string(o, "backend", m->backend, STR_MAX_));
@@ -522,8 +535,7 @@ pcp_status_t pcp_proto_program_offer_encode(
 pcp_status_t pcp_proto_program_offer_parse(pcp_proto_frame_t* frame,
                                            pcp_proto_program_offer_t* m) {
   memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(
-      expect_type(frame, PCP_PROTO_MESSAGE_PROGRAM_OFFER));
+  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_PROGRAM_OFFER));
   const json_t* o = frame->control;
   pcp_status_t status = pcp_ok_status();
   TRY_(proto_json_hex(o, "program", sizeof(m->program), m->program));
@@ -540,7 +552,8 @@ pcp_status_t pcp_proto_program_fetch_encode(
     pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_PROGRAM_FETCH,
                        request_id, o, NULL, 0, limits, allocator, out_frame);
@@ -549,22 +562,21 @@ pcp_status_t pcp_proto_program_fetch_encode(
 pcp_status_t pcp_proto_program_fetch_parse(pcp_proto_frame_t* frame,
                                            pcp_proto_program_fetch_t* m) {
   memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(
-      expect_type(frame, PCP_PROTO_MESSAGE_PROGRAM_FETCH));
-  PCP_RETURN_IF_ERROR(proto_json_hex(frame->control, "program",
-                                     sizeof(m->program), m->program),
-                      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_PROGRAM_FETCH));
+  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_PROGRAM_FETCH));
+  PCP_RETURN_IF_ERROR(
+      proto_json_hex(frame->control, "program", sizeof(m->program), m->program),
+      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_PROGRAM_FETCH));
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_proto_program_ack_encode(uint16_t version, uint64_t request_id,
-                                          const pcp_proto_program_ack_t* m,
-                                          const pcp_proto_limits_t* limits,
-                                          pcp_allocator_t allocator,
-                                          pcp_proto_encoded_frame_t* out_frame) {
+pcp_status_t pcp_proto_program_ack_encode(
+    uint16_t version, uint64_t request_id, const pcp_proto_program_ack_t* m,
+    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
+    pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   const char* text = m->status == PCP_PROTO_PROGRAM_CACHED   ? "cached"
                      : m->status == PCP_PROTO_PROGRAM_STORED ? "stored"
                                                              : NULL;
@@ -612,7 +624,8 @@ pcp_status_t pcp_proto_blob_chunk_encode(uint16_t version, uint64_t request_id,
                                          pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   if (m->kind != PCP_PROTO_BLOB_PROGRAM && m->kind != PCP_PROTO_BLOB_TENSOR) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad blob kind");
   }
@@ -624,9 +637,9 @@ pcp_status_t pcp_proto_blob_chunk_encode(uint16_t version, uint64_t request_id,
                              (unsigned long long)limits->max_chunk_bytes);
   }
   TRY_(proto_json_set_string(o, "blob", m->blob_id, STR_MAX_));
-  TRY_(proto_json_set(o, "kind", json_string(m->kind == PCP_PROTO_BLOB_PROGRAM
-                                                 ? "program"
-                                                 : "tensor")));
+  TRY_(proto_json_set(
+      o, "kind",
+      json_string(m->kind == PCP_PROTO_BLOB_PROGRAM ? "program" : "tensor")));
   TRY_(proto_json_set(o, "index", json_u64(m->index)));
   TRY_(proto_json_set(o, "count", json_u64(m->count)));
   TRY_(proto_json_set(o, "offset", json_u64(m->offset)));
@@ -669,13 +682,12 @@ pcp_status_t pcp_proto_blob_chunk_parse(pcp_proto_frame_t* frame,
     } else if (strcmp(kind, "tensor") == 0) {
       m->kind = PCP_PROTO_BLOB_TENSOR;
     } else {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "key 'kind': '%s'", kind);
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "key 'kind': '%s'",
+                               kind);
     }
   }
   if (!status && (m->count == 0 || m->index >= m->count)) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "chunk %llu of %llu",
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "chunk %llu of %llu",
                              (unsigned long long)m->index,
                              (unsigned long long)m->count);
   }
@@ -691,8 +703,8 @@ pcp_status_t pcp_proto_blob_chunk_parse(pcp_proto_frame_t* frame,
       m->data_length = s->byte_length;
     }
   }
-  if (!status && (m->offset > m->total ||
-                  m->data_length > m->total - m->offset)) {
+  if (!status &&
+      (m->offset > m->total || m->data_length > m->total - m->offset)) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "chunk at %llu+%llu overruns the blob of %llu",
                              (unsigned long long)m->offset,
@@ -787,38 +799,34 @@ static pcp_status_t refs_from_json(const pcp_proto_frame_t* frame,
           proto_json_u64(e, "section", PCP_PROTO_CEILING_SECTIONS, &section),
           "%s", what);
       if (section >= frame->section_count) {
-        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "%s: section %llu, the frame has %zu", what,
-                               (unsigned long long)section,
-                               frame->section_count);
+        return pcp_make_status(
+            PCP_STATUS_INVALID_ARGUMENT, "%s: section %llu, the frame has %zu",
+            what, (unsigned long long)section, frame->section_count);
       }
       r->kind = PCP_PROTO_TENSOR_REF_SECTION;
       r->section = (uint32_t)section;
     } else if (json_object_get(e, "resident")) {
       r->kind = PCP_PROTO_TENSOR_REF_RESIDENT;
-      PCP_RETURN_IF_ERROR(proto_json_string(e, "resident", 1, STR_MAX_,
-                                            &r->name),
-                          "%s", what);
+      PCP_RETURN_IF_ERROR(
+          proto_json_string(e, "resident", 1, STR_MAX_, &r->name), "%s", what);
     } else if (json_object_get(e, "blob")) {
       uint64_t dtype = 0;
       r->kind = PCP_PROTO_TENSOR_REF_BLOB;
       PCP_RETURN_IF_ERROR(proto_json_string(e, "blob", 1, STR_MAX_, &r->name),
                           "%s", what);
       PCP_RETURN_IF_ERROR(
-          proto_json_u64(e, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype),
-          "%s", what);
+          proto_json_u64(e, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype), "%s",
+          what);
       if (dtype == 0) {
         return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: dtype 0",
                                what);
       }
       r->element_type = (pcp_element_type_t)dtype;
-      PCP_RETURN_IF_ERROR_BARE(proto_json_shape(json_object_get(e, "shape"),
-                                                what, max_rank, &r->rank,
-                                                r->shape));
+      PCP_RETURN_IF_ERROR_BARE(proto_json_shape(
+          json_object_get(e, "shape"), what, max_rank, &r->rank, r->shape));
     } else {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "%s: needs 'section', 'resident' or 'blob'",
-                             what);
+                             "%s: needs 'section', 'resident' or 'blob'", what);
     }
   }
   return pcp_ok_status();
@@ -828,7 +836,8 @@ static pcp_status_t array_count(const json_t* object, const char* key,
                                 bool required, uint32_t* out_count) {
   json_t* array = json_object_get(object, key);
   *out_count = 0;
-  if (!array && !required) return pcp_ok_status();
+  if (!array && !required)
+    return pcp_ok_status();
   if (!json_is_array(array) ||
       json_array_size(array) > PCP_PROTO_MAX_TASK_TENSORS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -846,7 +855,8 @@ pcp_status_t pcp_proto_task_assign_encode(
     pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set(o, "task_id", json_u64(m->task_id)));
   TRY_(proto_json_set_string(o, "session_id", m->session_id, STR_MAX_));
   TRY_(proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
@@ -900,11 +910,10 @@ pcp_status_t pcp_proto_task_assign_parse(pcp_proto_frame_t* frame,
   TRY_(proto_json_bool(o, "return_resident", false, &m->return_resident));
   void* scratch = NULL;
   // Counts were bounded above, before this allocation.
-  TRY_(proto_frame_scratch(
-      frame,
-      input_count * sizeof(pcp_proto_tensor_ref_t) +
-          keep_count * sizeof(pcp_proto_keep_resident_t),
-      &scratch));
+  TRY_(proto_frame_scratch(frame,
+                           input_count * sizeof(pcp_proto_tensor_ref_t) +
+                               keep_count * sizeof(pcp_proto_keep_resident_t),
+                           &scratch));
   pcp_proto_tensor_ref_t* inputs = scratch;
   pcp_proto_keep_resident_t* keep =
       scratch ? (pcp_proto_keep_resident_t*)(inputs + input_count) : NULL;
@@ -936,12 +945,12 @@ pcp_status_t pcp_proto_task_progress_encode(
     pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set(o, "task_id", json_u64(m->task_id)));
-  TRY_(proto_json_set(o, "state",
-                      json_string(m->state == PCP_PROTO_TASK_QUEUED
-                                      ? "queued"
-                                      : "running")));
+  TRY_(proto_json_set(
+      o, "state",
+      json_string(m->state == PCP_PROTO_TASK_QUEUED ? "queued" : "running")));
   if (m->has_fraction) {
     if (!(m->fraction >= 0.0 && m->fraction <= 1.0)) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -956,8 +965,7 @@ pcp_status_t pcp_proto_task_progress_encode(
 pcp_status_t pcp_proto_task_progress_parse(pcp_proto_frame_t* frame,
                                            pcp_proto_task_progress_t* m) {
   memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(
-      expect_type(frame, PCP_PROTO_MESSAGE_TASK_PROGRESS));
+  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_TASK_PROGRESS));
   const json_t* o = frame->control;
   const char* state = NULL;
   pcp_status_t status = pcp_ok_status();
@@ -969,8 +977,8 @@ pcp_status_t pcp_proto_task_progress_parse(pcp_proto_frame_t* frame,
     } else if (strcmp(state, "running") == 0) {
       m->state = PCP_PROTO_TASK_RUNNING;
     } else {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "key 'state': '%s'", state);
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "key 'state': '%s'",
+                               state);
     }
   }
   json_t* fraction = json_object_get(o, "fraction");
@@ -995,7 +1003,8 @@ pcp_status_t pcp_proto_task_result_encode(
     pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set(o, "task_id", json_u64(m->task_id)));
   TRY_(refs_to_json("outputs", m->outputs, m->output_count, section_count, o));
   TRY_(proto_json_set(o, "elapsed_us", json_u64(m->elapsed_us)));
@@ -1013,8 +1022,8 @@ pcp_status_t pcp_proto_task_result_parse(pcp_proto_frame_t* frame,
   bool present = false;
   pcp_status_t status = pcp_ok_status();
   TRY_(proto_json_u64(o, "task_id", INT64_MAX, &m->task_id));
-  TRY_(proto_json_opt_u64(o, "elapsed_us", INT64_MAX, &m->elapsed_us,
-                          &present));
+  TRY_(
+      proto_json_opt_u64(o, "elapsed_us", INT64_MAX, &m->elapsed_us, &present));
   TRY_(array_count(o, "outputs", true, &count));
   void* scratch = NULL;
   TRY_(proto_frame_scratch(frame, count * sizeof(pcp_proto_tensor_ref_t),
@@ -1026,14 +1035,14 @@ pcp_status_t pcp_proto_task_result_parse(pcp_proto_frame_t* frame,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_proto_task_cancel_encode(uint16_t version, uint64_t request_id,
-                                          const pcp_proto_task_cancel_t* m,
-                                          const pcp_proto_limits_t* limits,
-                                          pcp_allocator_t allocator,
-                                          pcp_proto_encoded_frame_t* out_frame) {
+pcp_status_t pcp_proto_task_cancel_encode(
+    uint16_t version, uint64_t request_id, const pcp_proto_task_cancel_t* m,
+    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
+    pcp_proto_encoded_frame_t* out_frame) {
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set(o, "task_id", json_u64(m->task_id)));
   TRY_(proto_json_set_string(o, "reason", m->reason, STR_MAX_));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_TASK_CANCEL,
@@ -1076,7 +1085,8 @@ static void status_wire_message(pcp_status_t status, char* out, size_t cap) {
       n = (size_t)(open - 1 - start);
     }
   }
-  if (n >= cap) n = cap - 1;
+  if (n >= cap)
+    n = cap - 1;
   // Cut on a UTF-8 boundary: never leave half a character.
   while (n > 0 && n < strlen(start) && ((uint8_t)start[n] & 0xC0) == 0x80) {
     --n;
@@ -1088,7 +1098,8 @@ static void status_wire_message(pcp_status_t status, char* out, size_t cap) {
   json_t* probe = json_stringn(out, n);
   if (!probe) {
     for (size_t i = 0; i < n; ++i) {
-      if ((uint8_t)out[i] >= 0x80) out[i] = '?';
+      if ((uint8_t)out[i] >= 0x80)
+        out[i] = '?';
     }
   }
   json_decref(probe);
@@ -1107,11 +1118,13 @@ pcp_status_t pcp_proto_error_encode(uint16_t version, uint64_t request_id,
   status_wire_message(peer_status, message, sizeof(message));
   json_t* o = NULL;
   pcp_status_t status = new_object(&o);
-  if (status) return status;
+  if (status)
+    return status;
   TRY_(proto_json_set(o, "code", json_integer(pcp_status_code(peer_status))));
   TRY_(proto_json_set_string(o, "message", message,
                              PCP_PROTO_MAX_MESSAGE_BYTES));
-  if (task_id) TRY_(proto_json_set(o, "task_id", json_u64(task_id)));
+  if (task_id)
+    TRY_(proto_json_set(o, "task_id", json_u64(task_id)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_ERROR, request_id, o,
                        NULL, 0, limits, allocator, out_frame);
 }
@@ -1159,8 +1172,7 @@ pcp_status_t pcp_proto_join_mac_compute(
     uint8_t out_mac[PCP_PROTO_MAC_BYTE_LENGTH]) {
   memset(out_mac, 0, PCP_PROTO_MAC_BYTE_LENGTH);
   if (!token || token_length == 0 || token_length > INT32_MAX) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "join token is empty");
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "join token is empty");
   }
   size_t id_length = worker_id ? strlen(worker_id) : 0;
   if (id_length > PCP_PROTO_MAX_STRING_BYTES) {
@@ -1174,7 +1186,8 @@ pcp_status_t pcp_proto_join_mac_compute(
   n += sizeof(kJoinDomain);
   memcpy(message + n, nonce, PCP_PROTO_NONCE_BYTE_LENGTH);
   n += PCP_PROTO_NONCE_BYTE_LENGTH;
-  if (id_length) memcpy(message + n, worker_id, id_length);
+  if (id_length)
+    memcpy(message + n, worker_id, id_length);
   n += id_length;
   unsigned int mac_length = 0;
   if (!HMAC(EVP_sha256(), token, (int)token_length, message, n, out_mac,
@@ -1190,9 +1203,8 @@ bool pcp_proto_join_mac_verify(const uint8_t* token, size_t token_length,
                                const char* worker_id,
                                const uint8_t mac[PCP_PROTO_MAC_BYTE_LENGTH]) {
   uint8_t expected[PCP_PROTO_MAC_BYTE_LENGTH];
-  pcp_status_t status =
-      pcp_proto_join_mac_compute(token, token_length, nonce, worker_id,
-                                 expected);
+  pcp_status_t status = pcp_proto_join_mac_compute(token, token_length, nonce,
+                                                   worker_id, expected);
   if (status) {
     pcp_status_ignore(status);
     return false;
@@ -1210,7 +1222,8 @@ pcp_status_t pcp_proto_random_bytes(uint8_t* out_bytes, size_t byte_length) {
 bool pcp_proto_join_resume_matches(
     const pcp_proto_join_t* join, uint64_t lease_epoch,
     const uint8_t resume_token[PCP_PROTO_RESUME_TOKEN_BYTE_LENGTH]) {
-  if (!join->has_resume) return false;
+  if (!join->has_resume)
+    return false;
   bool token_ok = CRYPTO_memcmp(join->resume_token, resume_token,
                                 PCP_PROTO_RESUME_TOKEN_BYTE_LENGTH) == 0;
   return token_ok && join->lease_epoch == lease_epoch;

@@ -35,10 +35,11 @@
 #ifndef PCP_PROTO_PROTO_H_
 #define PCP_PROTO_PROTO_H_
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 
 #include "base/base.h"
 
@@ -128,7 +129,7 @@ const char* pcp_proto_reject_reason_name(uint32_t reason);
 #define PCP_PROTO_MAX_TASK_TENSORS 1024u
 
 typedef struct pcp_proto_limits_t {
-  uint64_t max_frame_bytes;      // header + payload
+  uint64_t max_frame_bytes;  // header + payload
   uint32_t max_json_bytes;
   uint32_t max_json_depth;
   uint32_t max_sections;         // per frame
@@ -232,21 +233,21 @@ typedef struct pcp_proto_section_t {
   pcp_element_type_t element_type;
   uint32_t rank;
   int64_t shape[PCP_MAX_TENSOR_RANK];
-  uint64_t offset;       // data-area offset (decoded)
+  uint64_t offset;  // data-area offset (decoded)
   uint64_t byte_length;
-  uint32_t crc32c;       // verified (decoded)
+  uint32_t crc32c;  // verified (decoded)
   const void* data;
 } pcp_proto_section_t;
 
 // A decoded frame. Owns everything it points to.
 typedef struct pcp_proto_frame_t {
   pcp_proto_header_t header;
-  json_t* control;                 // the JSON object (one reference)
-  pcp_proto_section_t* sections;   // |section_count| entries
+  json_t* control;                // the JSON object (one reference)
+  pcp_proto_section_t* sections;  // |section_count| entries
   size_t section_count;
-  uint8_t* payload;                // 64-byte aligned
+  uint8_t* payload;  // 64-byte aligned
   pcp_allocator_t allocator;
-  void* parsed;                    // storage of the last message parse
+  void* parsed;  // storage of the last message parse
 } pcp_proto_frame_t;
 
 // Frees everything the frame owns and zeroes it. Safe on a zeroed frame.
@@ -267,11 +268,11 @@ typedef struct pcp_proto_iovec_t {
 // prefix, JSON, padding to the data area); then each section's bytes
 // (borrowed from the encode call) and zero padding between sections.
 typedef struct pcp_proto_encoded_frame_t {
-  uint8_t* head;                   // owned
+  uint8_t* head;  // owned
   size_t head_length;
-  pcp_proto_iovec_t* segments;     // owned array; data borrowed
+  pcp_proto_iovec_t* segments;  // owned array; data borrowed
   size_t segment_count;
-  uint64_t total_length;           // header + payload
+  uint64_t total_length;  // header + payload
   uint16_t type;
   pcp_allocator_t allocator;
 } pcp_proto_encoded_frame_t;
@@ -350,8 +351,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_proto_frame_decoder_feed(
 // remainder; the payload buffer is the frame's own aligned buffer, so a
 // large tensor is read from the socket straight into place).
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_frame_decoder_window(
-    pcp_proto_frame_decoder_t* decoder, void** out_data,
-    size_t* out_capacity);
+    pcp_proto_frame_decoder_t* decoder, void** out_data, size_t* out_capacity);
 // Records that |byte_length| bytes were written into the window.
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_frame_decoder_commit(
     pcp_proto_frame_decoder_t* decoder, size_t byte_length,
@@ -500,8 +500,8 @@ typedef enum pcp_proto_tensor_ref_kind_e {
 
 typedef struct pcp_proto_tensor_ref_t {
   pcp_proto_tensor_ref_kind_t kind;
-  uint32_t section;        // SECTION
-  const char* name;        // RESIDENT name or BLOB id
+  uint32_t section;                 // SECTION
+  const char* name;                 // RESIDENT name or BLOB id
   pcp_element_type_t element_type;  // BLOB
   uint32_t rank;                    // BLOB
   int64_t shape[PCP_MAX_TENSOR_RANK];
@@ -550,12 +550,12 @@ typedef struct pcp_proto_task_cancel_t {
 
 // Encoders. |version| is the negotiated version (HELLO ignores it and uses
 // its max_version, rule 1 of s.2).
-#define PCP_PROTO_DECLARE_MESSAGE_(name, type_t)                             \
-  PCP_MUST_USE_RESULT pcp_status_t pcp_proto_##name##_encode(                \
-      uint16_t version, uint64_t request_id, const type_t* message,          \
-      const pcp_proto_limits_t* limits, pcp_allocator_t allocator,           \
-      pcp_proto_encoded_frame_t* out_frame);                                 \
-  PCP_MUST_USE_RESULT pcp_status_t pcp_proto_##name##_parse(                 \
+#define PCP_PROTO_DECLARE_MESSAGE_(name, type_t)                    \
+  PCP_MUST_USE_RESULT pcp_status_t pcp_proto_##name##_encode(       \
+      uint16_t version, uint64_t request_id, const type_t* message, \
+      const pcp_proto_limits_t* limits, pcp_allocator_t allocator,  \
+      pcp_proto_encoded_frame_t* out_frame);                        \
+  PCP_MUST_USE_RESULT pcp_status_t pcp_proto_##name##_parse(        \
       pcp_proto_frame_t* frame, type_t* out_message);
 
 PCP_PROTO_DECLARE_MESSAGE_(hello, pcp_proto_hello_t)
@@ -579,18 +579,16 @@ PCP_PROTO_DECLARE_MESSAGE_(task_cancel, pcp_proto_task_cancel_t)
 // SECTION reference against the frame's sections.
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_task_assign_encode(
     uint16_t version, uint64_t request_id,
-    const pcp_proto_task_assign_t* message,
-    const pcp_proto_section_t* sections, size_t section_count,
-    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
-    pcp_proto_encoded_frame_t* out_frame);
+    const pcp_proto_task_assign_t* message, const pcp_proto_section_t* sections,
+    size_t section_count, const pcp_proto_limits_t* limits,
+    pcp_allocator_t allocator, pcp_proto_encoded_frame_t* out_frame);
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_task_assign_parse(
     pcp_proto_frame_t* frame, pcp_proto_task_assign_t* out_message);
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_task_result_encode(
     uint16_t version, uint64_t request_id,
-    const pcp_proto_task_result_t* message,
-    const pcp_proto_section_t* sections, size_t section_count,
-    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
-    pcp_proto_encoded_frame_t* out_frame);
+    const pcp_proto_task_result_t* message, const pcp_proto_section_t* sections,
+    size_t section_count, const pcp_proto_limits_t* limits,
+    pcp_allocator_t allocator, pcp_proto_encoded_frame_t* out_frame);
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_task_result_parse(
     pcp_proto_frame_t* frame, pcp_proto_task_result_t* out_message);
 
@@ -605,9 +603,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_proto_error_encode(
 // same code, the peer's message, annotated "from peer". A code outside
 // 1..18 becomes UNKNOWN with the number in the message; code 0 or a missing
 // field is INVALID_ARGUMENT (returned; |out_peer_status| stays OK).
-PCP_MUST_USE_RESULT pcp_status_t pcp_proto_error_parse(
-    pcp_proto_frame_t* frame, pcp_status_t* out_peer_status,
-    uint64_t* out_task_id);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_error_parse(pcp_proto_frame_t* frame, pcp_status_t* out_peer_status,
+                      uint64_t* out_task_id);
 
 //===----------------------------------------------------------------------===//
 // Join proof (HMAC-SHA256, s.3.3)
@@ -884,7 +882,7 @@ typedef struct pcp_proto_worker_config_t {
   pcp_proto_join_t join;
   const uint8_t* join_token;  // borrowed
   size_t join_token_length;
-  const char* software;       // borrowed; NULL: "pcp"
+  const char* software;  // borrowed; NULL: "pcp"
 } pcp_proto_worker_config_t;
 
 typedef struct pcp_proto_worker_t pcp_proto_worker_t;
@@ -897,30 +895,30 @@ void pcp_proto_worker_release(pcp_proto_worker_t* worker);
 
 // Events.
 // IDLE -> CONNECTING: queues CONNECT.
-PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_start(
-    pcp_proto_worker_t* worker, int64_t now_ns);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_worker_start(pcp_proto_worker_t* worker, int64_t now_ns);
 // The TCP connection is up: sends HELLO.
-PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_on_connected(
-    pcp_proto_worker_t* worker, int64_t now_ns);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_worker_on_connected(pcp_proto_worker_t* worker, int64_t now_ns);
 // Connecting failed, or the connection closed: cancels in-flight tasks and
 // schedules the next CONNECT with backoff (none after SHUTDOWN).
-PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_on_closed(
-    pcp_proto_worker_t* worker, int64_t now_ns);
-PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_on_bytes(
-    pcp_proto_worker_t* worker, const void* data, size_t byte_length,
-    int64_t now_ns);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_worker_on_closed(pcp_proto_worker_t* worker, int64_t now_ns);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_worker_on_bytes(pcp_proto_worker_t* worker, const void* data,
+                          size_t byte_length, int64_t now_ns);
 // Heartbeats, silence deadline, reconnect timer.
-PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_on_tick(
-    pcp_proto_worker_t* worker, int64_t now_ns);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_worker_on_tick(pcp_proto_worker_t* worker, int64_t now_ns);
 
 // Answers to actions.
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_program_lookup_done(
     pcp_proto_worker_t* worker, uint64_t request_id, bool found,
     int64_t now_ns);
 // |store_status| is consumed: OK sends ACK stored, an error sends ERROR.
-PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_program_stored(
-    pcp_proto_worker_t* worker, uint64_t request_id,
-    pcp_status_t store_status, int64_t now_ns);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_worker_program_stored(pcp_proto_worker_t* worker, uint64_t request_id,
+                                pcp_status_t store_status, int64_t now_ns);
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_task_progress(
     pcp_proto_worker_t* worker, const pcp_proto_task_progress_t* progress,
     int64_t now_ns);
@@ -928,12 +926,11 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_task_progress(
 // a reconnect): the result is not sent.
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_task_complete(
     pcp_proto_worker_t* worker, const pcp_proto_task_result_t* result,
-    const pcp_proto_section_t* sections, size_t section_count,
-    int64_t now_ns);
+    const pcp_proto_section_t* sections, size_t section_count, int64_t now_ns);
 // Sends ERROR(|status|, borrowed) for the task.
-PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_task_fail(
-    pcp_proto_worker_t* worker, uint64_t task_id, pcp_status_t status,
-    int64_t now_ns);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_worker_task_fail(pcp_proto_worker_t* worker, uint64_t task_id,
+                           pcp_status_t status, int64_t now_ns);
 // The worker is stopping: DRAIN to the gateway.
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_drain(
     pcp_proto_worker_t* worker, uint64_t deadline_ms, int64_t now_ns);

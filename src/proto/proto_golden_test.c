@@ -27,7 +27,9 @@ typedef struct vector_t {
   void (*check)(pcp_proto_frame_t* frame);
 } vector_t;
 
-static pcp_proto_limits_t limits(void) { return pcp_proto_limits_default(); }
+static pcp_proto_limits_t limits(void) {
+  return pcp_proto_limits_default();
+}
 
 //===----------------------------------------------------------------------===//
 // The messages (fixed inputs: never change them)
@@ -35,8 +37,10 @@ static pcp_proto_limits_t limits(void) { return pcp_proto_limits_default(); }
 
 static void encode_hello(pcp_proto_encoded_frame_t* out) {
   pcp_proto_limits_t l = limits();
-  pcp_proto_hello_t m = {.min_version = 1, .max_version = 1,
-                         .role = "worker", .software = "pcp 0.1.0"};
+  pcp_proto_hello_t m = {.min_version = 1,
+                         .max_version = 1,
+                         .role = "worker",
+                         .software = "pcp 0.1.0"};
   ASSERT_OK(pcp_proto_hello_encode(1, 0, &m, &l, pcp_allocator_system(), out));
 }
 static void check_hello(pcp_proto_frame_t* f) {
@@ -81,8 +85,8 @@ static void check_join(pcp_proto_frame_t* f) {
 static void encode_heartbeat(pcp_proto_encoded_frame_t* out) {
   pcp_proto_limits_t l = limits();
   pcp_proto_heartbeat_t m = {.seq = 7, .ack = 6};
-  ASSERT_OK(pcp_proto_heartbeat_encode(1, 0, &m, &l, pcp_allocator_system(),
-                                       out));
+  ASSERT_OK(
+      pcp_proto_heartbeat_encode(1, 0, &m, &l, pcp_allocator_system(), out));
 }
 static void check_heartbeat(pcp_proto_frame_t* f) {
   pcp_proto_heartbeat_t m;
@@ -95,8 +99,8 @@ static void encode_error(pcp_proto_encoded_frame_t* out) {
   pcp_proto_limits_t l = limits();
   pcp_status_t s = pcp_make_status(PCP_STATUS_NOT_FOUND,
                                    "resident tensor 'w' not in session 's1'");
-  ASSERT_OK(pcp_proto_error_encode(1, 3, s, 42, &l, pcp_allocator_system(),
-                                   out));
+  ASSERT_OK(
+      pcp_proto_error_encode(1, 3, s, 42, &l, pcp_allocator_system(), out));
   pcp_status_ignore(s);
 }
 static void check_error(pcp_proto_frame_t* f) {
@@ -175,12 +179,14 @@ static const vector_t kVectors[] = {
 
 static uint8_t* read_hex(const char* path, size_t* out_length) {
   FILE* f = fopen(path, "r");
-  if (!f) fail_msg("cannot open %s", path);
+  if (!f)
+    fail_msg("cannot open %s", path);
   size_t capacity = 4096, n = 0;
   uint8_t* bytes = malloc(capacity);
   char line[1024];
   while (fgets(line, sizeof(line), f)) {
-    if (line[0] == '#') continue;
+    if (line[0] == '#')
+      continue;
     int high = -1;
     for (char* p = line; *p; ++p) {
       int v;
@@ -194,7 +200,8 @@ static uint8_t* read_hex(const char* path, size_t* out_length) {
       if (high < 0) {
         high = v;
       } else {
-        if (n == capacity) bytes = realloc(bytes, capacity *= 2);
+        if (n == capacity)
+          bytes = realloc(bytes, capacity *= 2);
         bytes[n++] = (uint8_t)((high << 4) | v);
         high = -1;
       }
@@ -232,15 +239,17 @@ static void golden_vectors_match(void** state) {
     v->encode(&e);
     size_t n;
     uint8_t* encoded = test_flatten(&e, &n);
-    if (write && strcmp(write, "1") == 0) write_vector(v, encoded, n);
+    if (write && strcmp(write, "1") == 0)
+      write_vector(v, encoded, n);
     char path[1024];
     snprintf(path, sizeof(path), "%s/%s.hex", PCP_FABRIC_GOLDEN_DIR, v->name);
     size_t golden_length;
     uint8_t* golden = read_hex(path, &golden_length);
     if (golden_length != n || memcmp(golden, encoded, n) != 0) {
-      fail_msg("%s: the encoder no longer produces the golden bytes "
-               "(%zu vs %zu bytes): the wire changed",
-               v->name, n, golden_length);
+      fail_msg(
+          "%s: the encoder no longer produces the golden bytes "
+          "(%zu vs %zu bytes): the wire changed",
+          v->name, n, golden_length);
     }
     // Decode the golden bytes at once and one byte at a time.
     pcp_proto_limits_t l = limits();
@@ -256,7 +265,8 @@ static void golden_vectors_match(void** state) {
     for (size_t k = 0; k < golden_length; ++k) {
       size_t consumed;
       ASSERT_OK(pcp_proto_frame_decoder_feed(&d, golden + k, 1, &consumed, &r));
-      assert_int_equal(r == PCP_PROTO_PARSE_FRAME_READY, k + 1 == golden_length);
+      assert_int_equal(r == PCP_PROTO_PARSE_FRAME_READY,
+                       k + 1 == golden_length);
     }
     pcp_proto_frame_decoder_take(&d, &f);
     v->check(&f);
@@ -283,8 +293,8 @@ static void hello_bytes_are_frozen(void** state) {
   uint64_t payload = 0;
   for (int i = 7; i >= 0; --i) payload = (payload << 8) | b[24 + i];
   assert_int_equal(payload + 32, n);
-  uint32_t json_length = b[32] | (b[33] << 8) | (b[34] << 16) |
-                         ((uint32_t)b[35] << 24);
+  uint32_t json_length =
+      b[32] | (b[33] << 8) | (b[34] << 16) | ((uint32_t)b[35] << 24);
   assert_int_equal(json_length + 8, payload);
   assert_int_equal(b[40], '{');
   free(b);

@@ -6,9 +6,10 @@
 #ifndef PCP_PROTO_PROTO_IMPL_H_
 #define PCP_PROTO_PROTO_IMPL_H_
 
-#include <jansson.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "base/base.h"
 #include "proto/proto.h"
@@ -94,8 +95,7 @@ bool proto_tensor_byte_length(pcp_element_type_t type, uint32_t rank,
                               const int64_t* shape, uint64_t* out_length);
 
 // json_object_set_new that turns a failed allocation into a status.
-PCP_MUST_USE_RESULT pcp_status_t proto_json_set(json_t* object,
-                                                const char* key,
+PCP_MUST_USE_RESULT pcp_status_t proto_json_set(json_t* object, const char* key,
                                                 json_t* value);
 PCP_MUST_USE_RESULT pcp_status_t proto_json_set_hex(json_t* object,
                                                     const char* key,

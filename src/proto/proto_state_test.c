@@ -29,7 +29,8 @@ static size_t recorded_count(const recorded_t* r, pcp_proto_action_type_t t) {
 static pcp_proto_action_t* recorded_find(recorded_t* r,
                                          pcp_proto_action_type_t t) {
   for (size_t i = 0; i < r->count; ++i) {
-    if (r->items[i].type == t) return &r->items[i];
+    if (r->items[i].type == t)
+      return &r->items[i];
   }
   return NULL;
 }
@@ -38,8 +39,8 @@ typedef struct harness_t {
   pcp_proto_gateway_conn_t* gateway;
   pcp_proto_worker_t* worker;
   pcp_rng_t rng;
-  recorded_t gw;       // gateway's non-SEND actions
-  recorded_t wk;       // worker's non-SEND actions
+  recorded_t gw;         // gateway's non-SEND actions
+  recorded_t wk;         // worker's non-SEND actions
   uint64_t gw_sent[64];  // types of frames the gateway sent, in order
   size_t gw_sent_count;
   uint64_t wk_sent[64];
@@ -77,7 +78,8 @@ static void new_gateway(harness_t* h, const uint8_t* token, size_t length) {
   c.join_token = token;
   c.join_token_length = length;
   memset(c.nonce, h->nonce_seed++, sizeof(c.nonce));
-  if (h->gateway) pcp_proto_gateway_conn_release(h->gateway);
+  if (h->gateway)
+    pcp_proto_gateway_conn_release(h->gateway);
   ASSERT_OK(pcp_proto_gateway_conn_create(&c, h->now, pcp_allocator_system(),
                                           &h->gateway));
 }
@@ -88,8 +90,8 @@ static void harness_init(harness_t* h, const pcp_proto_limits_t* limits) {
   h->now = 1000 * MS;
   pcp_rng_initialize(42, &h->rng);
   pcp_proto_worker_config_t c = worker_config(&h->limits);
-  ASSERT_OK(pcp_proto_worker_create(&c, &h->rng, pcp_allocator_system(),
-                                    &h->worker));
+  ASSERT_OK(
+      pcp_proto_worker_create(&c, &h->rng, pcp_allocator_system(), &h->worker));
 }
 
 static void harness_free(harness_t* h) {
@@ -125,7 +127,8 @@ static void pump(harness_t* h) {
       progress = true;
       if (a.type == PCP_PROTO_ACTION_SEND) {
         h->gw_sent[h->gw_sent_count++ % 64] = a.frame.type;
-        if (h->link_up) send_bytes(h, false, &a.frame);
+        if (h->link_up)
+          send_bytes(h, false, &a.frame);
         pcp_proto_action_deinitialize(&a);
         continue;
       }
@@ -139,7 +142,8 @@ static void pump(harness_t* h) {
       progress = true;
       if (a.type == PCP_PROTO_ACTION_SEND) {
         h->wk_sent[h->wk_sent_count++ % 64] = a.frame.type;
-        if (h->link_up) send_bytes(h, true, &a.frame);
+        if (h->link_up)
+          send_bytes(h, true, &a.frame);
         pcp_proto_action_deinitialize(&a);
         continue;
       }
@@ -159,7 +163,8 @@ static void pump(harness_t* h) {
 
 static void tick(harness_t* h, int64_t advance_ns) {
   h->now += advance_ns;
-  if (h->gateway) ASSERT_OK(pcp_proto_gateway_conn_on_tick(h->gateway, h->now));
+  if (h->gateway)
+    ASSERT_OK(pcp_proto_gateway_conn_on_tick(h->gateway, h->now));
   ASSERT_OK(pcp_proto_worker_on_tick(h->worker, h->now));
   pump(h);
 }
@@ -172,8 +177,7 @@ static void join(harness_t* h, const pcp_proto_gateway_accept_params_t* p) {
   assert_non_null(recorded_find(&h->gw, PCP_PROTO_ACTION_JOIN_VERIFIED));
   ASSERT_OK(pcp_proto_gateway_conn_accept(h->gateway, p, h->now));
   pump(h);
-  assert_int_equal(pcp_proto_worker_state(h->worker),
-                   PCP_PROTO_WORKER_READY);
+  assert_int_equal(pcp_proto_worker_state(h->worker), PCP_PROTO_WORKER_READY);
 }
 
 static pcp_proto_gateway_accept_params_t lease(uint64_t epoch, uint8_t fill) {
@@ -204,7 +208,8 @@ static void handshake_and_heartbeats(void** state) {
   assert_string_equal(j->backend, "cpu");
   assert_string_equal(j->drivers[0], "local-task");
   assert_false(j->has_resume);
-  pcp_proto_action_t* accepted = recorded_find(&h.wk, PCP_PROTO_ACTION_ACCEPTED);
+  pcp_proto_action_t* accepted =
+      recorded_find(&h.wk, PCP_PROTO_ACTION_ACCEPTED);
   assert_non_null(accepted);
   assert_false(accepted->resumed);
   assert_int_equal(accepted->lease_epoch, 1);
@@ -256,11 +261,11 @@ static void silent_worker_is_evicted(void** state) {
   join(&h, &p);
   pcp_proto_tensor_ref_t in = {.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
                                .name = "x"};
-  pcp_proto_task_assign_t task = {.task_id = 77, .function = "main",
-                                  .inputs = &in, .input_count = 1};
+  pcp_proto_task_assign_t task = {
+      .task_id = 77, .function = "main", .inputs = &in, .input_count = 1};
   uint64_t request_id = 0;
-  ASSERT_OK(pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0,
-                                               h.now, &request_id));
+  ASSERT_OK(pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0, h.now,
+                                               &request_id));
   pump(&h);
   assert_non_null(recorded_find(&h.wk, PCP_PROTO_ACTION_RUN_TASK));
   // SIGSTOP the worker: its bytes stop reaching the gateway. Half the
@@ -436,11 +441,14 @@ static void duplicate_and_out_of_order_frames(void** state) {
 
   // Assign a task; the worker gets it once even if the frame is repeated.
   float x[2] = {1.5f, 2.5f};
-  pcp_proto_section_t s = {.name = "x", .element_type = PCP_ELEMENT_TYPE_F32,
-                           .rank = 1, .shape = {2}, .data = x};
+  pcp_proto_section_t s = {.name = "x",
+                           .element_type = PCP_ELEMENT_TYPE_F32,
+                           .rank = 1,
+                           .shape = {2},
+                           .data = x};
   pcp_proto_tensor_ref_t in = {.kind = PCP_PROTO_TENSOR_REF_SECTION};
-  pcp_proto_task_assign_t task = {.task_id = 5, .function = "main",
-                                  .inputs = &in, .input_count = 1};
+  pcp_proto_task_assign_t task = {
+      .task_id = 5, .function = "main", .inputs = &in, .input_count = 1};
   memset(task.program, 0x99, 32);
   uint64_t request_id = 0;
   // Capture the assign frame to replay it.
@@ -463,11 +471,14 @@ static void duplicate_and_out_of_order_frames(void** state) {
 
   // The worker answers; a replayed result is dropped by the gateway.
   float y[2] = {3.0f, 5.0f};
-  pcp_proto_section_t ys = {.name = "y", .element_type = PCP_ELEMENT_TYPE_F32,
-                            .rank = 1, .shape = {2}, .data = y};
+  pcp_proto_section_t ys = {.name = "y",
+                            .element_type = PCP_ELEMENT_TYPE_F32,
+                            .rank = 1,
+                            .shape = {2},
+                            .data = y};
   pcp_proto_tensor_ref_t out = {.kind = PCP_PROTO_TENSOR_REF_SECTION};
-  pcp_proto_task_result_t result = {.task_id = 5, .outputs = &out,
-                                    .output_count = 1};
+  pcp_proto_task_result_t result = {
+      .task_id = 5, .outputs = &out, .output_count = 1};
   ASSERT_OK(pcp_proto_worker_task_complete(h.worker, &result, &ys, 1, h.now));
   assert_true(pcp_proto_worker_next_action(h.worker, &send));
   bytes = test_flatten(&send.frame, &n);
@@ -488,8 +499,8 @@ static void duplicate_and_out_of_order_frames(void** state) {
               PCP_STATUS_NOT_FOUND);
 
   // A known message in the wrong direction/state closes with an ERROR.
-  pcp_proto_hello_t hello = {.min_version = 1, .max_version = 1,
-                             .role = "worker"};
+  pcp_proto_hello_t hello = {
+      .min_version = 1, .max_version = 1, .role = "worker"};
   ASSERT_OK(pcp_proto_hello_encode(1, 0, &hello, &l, alloc, &e));
   bytes = test_flatten(&e, &n);
   recorded_clear(&h.gw);
@@ -539,8 +550,8 @@ static void handshake_out_of_order_and_garbage(void** state) {
 
   // A worker that only speaks versions 2..3: HELLO(selected 0), REJECT 2.
   new_gateway(&h, kToken, sizeof(kToken) - 1);
-  pcp_proto_hello_t future = {.min_version = 2, .max_version = 3,
-                              .role = "worker"};
+  pcp_proto_hello_t future = {
+      .min_version = 2, .max_version = 3, .role = "worker"};
   ASSERT_OK(pcp_proto_hello_encode(3, 0, &future, &l, alloc, &e));
   bytes = test_flatten(&e, &n);
   size_t sent_before = h.gw_sent_count;
@@ -581,14 +592,14 @@ static void program_offer_cached_and_fetched(void** state) {
   for (size_t i = 0; i < size; ++i) program[i] = (uint8_t)(i ^ (i >> 3));
   pcp_sha256_t hash;
   pcp_sha256_compute(program, size, &hash);
-  pcp_proto_program_offer_t offer = {.byte_length = size, .backend = "cpu",
-                                     .target = "host"};
+  pcp_proto_program_offer_t offer = {
+      .byte_length = size, .backend = "cpu", .target = "host"};
   memcpy(offer.program, hash.bytes, 32);
 
   // 1. Cached on the worker: ACK cached, no transfer.
   uint64_t r1 = 0;
-  ASSERT_OK(pcp_proto_gateway_conn_offer_program(h.gateway, &offer, h.now,
-                                                 &r1));
+  ASSERT_OK(
+      pcp_proto_gateway_conn_offer_program(h.gateway, &offer, h.now, &r1));
   pump(&h);
   pcp_proto_action_t* lookup =
       recorded_find(&h.wk, PCP_PROTO_ACTION_PROGRAM_LOOKUP);
@@ -604,8 +615,8 @@ static void program_offer_cached_and_fetched(void** state) {
 
   // 2. Not cached: FETCH, chunks, STORE with the exact bytes, ACK stored.
   uint64_t r2 = 0;
-  ASSERT_OK(pcp_proto_gateway_conn_offer_program(h.gateway, &offer, h.now,
-                                                 &r2));
+  ASSERT_OK(
+      pcp_proto_gateway_conn_offer_program(h.gateway, &offer, h.now, &r2));
   pump(&h);
   lookup = recorded_find(&h.wk, PCP_PROTO_ACTION_PROGRAM_LOOKUP);
   ASSERT_OK(pcp_proto_worker_program_lookup_done(h.worker, lookup->request_id,
@@ -615,8 +626,8 @@ static void program_offer_cached_and_fetched(void** state) {
       recorded_find(&h.gw, PCP_PROTO_ACTION_PROGRAM_FETCH);
   assert_non_null(fetch);
   assert_int_equal(fetch->request_id, r2);
-  ASSERT_OK(pcp_proto_gateway_conn_send_program(h.gateway, r2, program, size,
-                                                h.now));
+  ASSERT_OK(
+      pcp_proto_gateway_conn_send_program(h.gateway, r2, program, size, h.now));
   pump(&h);
   pcp_proto_action_t* store =
       recorded_find(&h.wk, PCP_PROTO_ACTION_PROGRAM_STORE);
@@ -636,15 +647,15 @@ static void program_offer_cached_and_fetched(void** state) {
   // 3. Bytes that do not hash to the offered id: DATA_LOSS, no store.
   program[10] ^= 1;
   uint64_t r3 = 0;
-  ASSERT_OK(pcp_proto_gateway_conn_offer_program(h.gateway, &offer, h.now,
-                                                 &r3));
+  ASSERT_OK(
+      pcp_proto_gateway_conn_offer_program(h.gateway, &offer, h.now, &r3));
   pump(&h);
   lookup = recorded_find(&h.wk, PCP_PROTO_ACTION_PROGRAM_LOOKUP);
   ASSERT_OK(pcp_proto_worker_program_lookup_done(h.worker, lookup->request_id,
                                                  false, h.now));
   pump(&h);
-  ASSERT_OK(pcp_proto_gateway_conn_send_program(h.gateway, r3, program, size,
-                                                h.now));
+  ASSERT_OK(
+      pcp_proto_gateway_conn_send_program(h.gateway, r3, program, size, h.now));
   pump(&h);
   assert_null(recorded_find(&h.wk, PCP_PROTO_ACTION_PROGRAM_STORE));
   pcp_proto_action_t* failed =
@@ -670,22 +681,22 @@ static void in_flight_limit_cancel_and_task_errors(void** state) {
   join(&h, &p);
   pcp_proto_tensor_ref_t in = {.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
                                .name = "x"};
-  pcp_proto_task_assign_t task = {.function = "main", .inputs = &in,
-                                  .input_count = 1};
+  pcp_proto_task_assign_t task = {
+      .function = "main", .inputs = &in, .input_count = 1};
   uint64_t r;
   task.task_id = 1;
-  ASSERT_OK(pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0,
-                                               h.now, &r));
-  ASSERT_CODE(pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0,
-                                                 h.now, &r),
-              PCP_STATUS_ALREADY_EXISTS);
+  ASSERT_OK(
+      pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0, h.now, &r));
+  ASSERT_CODE(
+      pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0, h.now, &r),
+      PCP_STATUS_ALREADY_EXISTS);
   task.task_id = 2;
-  ASSERT_OK(pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0,
-                                               h.now, &r));
+  ASSERT_OK(
+      pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0, h.now, &r));
   task.task_id = 3;
-  ASSERT_CODE(pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0,
-                                                 h.now, &r),
-              PCP_STATUS_RESOURCE_EXHAUSTED);
+  ASSERT_CODE(
+      pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0, h.now, &r),
+      PCP_STATUS_RESOURCE_EXHAUSTED);
   pump(&h);
   assert_int_equal(recorded_count(&h.wk, PCP_PROTO_ACTION_RUN_TASK), 2);
   // Cancel task 1: the worker is asked, answers CANCELLED for it.
@@ -699,7 +710,8 @@ static void in_flight_limit_cancel_and_task_errors(void** state) {
   ASSERT_OK(pcp_proto_worker_task_fail(h.worker, 1, cancelled, h.now));
   pcp_status_ignore(cancelled);
   pump(&h);
-  pcp_proto_action_t* failed = recorded_find(&h.gw, PCP_PROTO_ACTION_TASK_FAILED);
+  pcp_proto_action_t* failed =
+      recorded_find(&h.gw, PCP_PROTO_ACTION_TASK_FAILED);
   assert_non_null(failed);
   assert_int_equal(failed->task_id, 1);
   assert_int_equal(pcp_status_code(failed->status), PCP_STATUS_CANCELLED);
@@ -714,14 +726,12 @@ static void in_flight_limit_cancel_and_task_errors(void** state) {
   ASSERT_OK(pcp_proto_gateway_conn_drain(h.gateway, 1000, h.now));
   pump(&h);
   assert_non_null(recorded_find(&h.wk, PCP_PROTO_ACTION_DRAIN));
-  assert_int_equal(pcp_proto_worker_state(h.worker),
-                   PCP_PROTO_WORKER_DRAINING);
+  assert_int_equal(pcp_proto_worker_state(h.worker), PCP_PROTO_WORKER_DRAINING);
   // Shutdown: the worker stops for good, no reconnect.
   ASSERT_OK(pcp_proto_gateway_conn_shutdown(h.gateway, "done", h.now));
   pump(&h);
   assert_non_null(recorded_find(&h.wk, PCP_PROTO_ACTION_SHUTDOWN));
-  assert_int_equal(pcp_proto_worker_state(h.worker),
-                   PCP_PROTO_WORKER_SHUTDOWN);
+  assert_int_equal(pcp_proto_worker_state(h.worker), PCP_PROTO_WORKER_SHUTDOWN);
   recorded_clear(&h.wk);
   for (int i = 0; i < 100; ++i) tick(&h, 250 * MS);
   assert_null(recorded_find(&h.wk, PCP_PROTO_ACTION_CONNECT));

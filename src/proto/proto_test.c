@@ -8,7 +8,9 @@
 
 #include "proto/proto_test_impl.h"
 
-static pcp_proto_limits_t limits(void) { return pcp_proto_limits_default(); }
+static pcp_proto_limits_t limits(void) {
+  return pcp_proto_limits_default();
+}
 
 // Decodes one flat frame with default limits (asserting success).
 static void decode_ok(const uint8_t* bytes, size_t n, uint16_t version,
@@ -34,8 +36,7 @@ static uint8_t* build_raw(raw_opts_t o, const char* json, const void* data,
                           size_t data_length, size_t* out_length) {
   size_t json_length = strlen(json);
   size_t prefix_json = 8 + json_length;
-  size_t data_area =
-      data ? (prefix_json + 63) / 64 * 64 : prefix_json;
+  size_t data_area = data ? (prefix_json + 63) / 64 * 64 : prefix_json;
   size_t payload = data_area + data_length;
   uint8_t* b = calloc(1, 32 + payload);
   pcp_proto_header_t h = {.version = o.version ? o.version : 1,
@@ -51,17 +52,21 @@ static uint8_t* build_raw(raw_opts_t o, const char* json, const void* data,
     uint32_t crc = pcp_proto_crc32c(b, 32);
     for (int i = 0; i < 4; ++i) b[12 + i] = (uint8_t)(crc >> (8 * i));
   }
-  if (o.bad_header_crc) b[12] ^= 0xFF;
+  if (o.bad_header_crc)
+    b[12] ^= 0xFF;
   uint8_t* p = b + 32;
   uint32_t crc = pcp_proto_crc32c(json, json_length);
-  if (o.bad_json_crc) crc ^= 1;
+  if (o.bad_json_crc)
+    crc ^= 1;
   for (int i = 0; i < 4; ++i) {
     p[i] = (uint8_t)(json_length >> (8 * i));
     p[4 + i] = (uint8_t)(crc >> (8 * i));
   }
   memcpy(p + 8, json, json_length);
-  if (o.pad_garbage && data_area > prefix_json) p[prefix_json] = 0x5A;
-  if (data) memcpy(p + data_area, data, data_length);
+  if (o.pad_garbage && data_area > prefix_json)
+    p[prefix_json] = 0x5A;
+  if (data)
+    memcpy(p + data_area, data, data_length);
   *out_length = 32 + payload;
   return b;
 }
@@ -69,8 +74,8 @@ static uint8_t* build_raw(raw_opts_t o, const char* json, const void* data,
 static pcp_status_t decode_raw(const uint8_t* b, size_t n, uint16_t version) {
   pcp_proto_limits_t l = limits();
   pcp_proto_frame_t f;
-  pcp_status_t s = pcp_proto_frame_decode(b, n, &l, version,
-                                          pcp_allocator_system(), &f);
+  pcp_status_t s =
+      pcp_proto_frame_decode(b, n, &l, version, pcp_allocator_system(), &f);
   pcp_proto_frame_deinitialize(&f);
   return s;
 }
@@ -294,9 +299,8 @@ static void control_messages_round_trip(void** state) {
   pcp_proto_frame_deinitialize(&f);
   free(b);
 
-  pcp_proto_program_offer_t po = {.byte_length = 1234,
-                                  .backend = "cpu",
-                                  .target = "host"};
+  pcp_proto_program_offer_t po = {
+      .byte_length = 1234, .backend = "cpu", .target = "host"};
   memset(po.program, 0x42, 32);
   ASSERT_OK(pcp_proto_program_offer_encode(1, 3, &po, &l, a, &e));
   b = test_flatten(&e, &n);
@@ -366,16 +370,25 @@ static void task_assign_and_result_round_trip(void** state) {
   float x[6] = {0, 1, 2, 3, 4, 5};
   int32_t y[3] = {7, 8, 9};
   pcp_proto_section_t sections[2] = {
-      {.name = "x", .element_type = PCP_ELEMENT_TYPE_F32, .rank = 2,
-       .shape = {2, 3}, .data = x},
-      {.name = "y", .element_type = PCP_ELEMENT_TYPE_I32, .rank = 1,
-       .shape = {3}, .data = y},
+      {.name = "x",
+       .element_type = PCP_ELEMENT_TYPE_F32,
+       .rank = 2,
+       .shape = {2, 3},
+       .data = x},
+      {.name = "y",
+       .element_type = PCP_ELEMENT_TYPE_I32,
+       .rank = 1,
+       .shape = {3},
+       .data = y},
   };
   pcp_proto_tensor_ref_t inputs[3] = {
       {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 0},
       {.kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = "w"},
-      {.kind = PCP_PROTO_TENSOR_REF_BLOB, .name = "t:1:big",
-       .element_type = PCP_ELEMENT_TYPE_BF16, .rank = 2, .shape = {4, 5}},
+      {.kind = PCP_PROTO_TENSOR_REF_BLOB,
+       .name = "t:1:big",
+       .element_type = PCP_ELEMENT_TYPE_BF16,
+       .rank = 2,
+       .shape = {4, 5}},
   };
   pcp_proto_keep_resident_t keep[1] = {{.output = 1, .as = "w"}};
   pcp_proto_task_assign_t in = {.task_id = 42,
@@ -424,10 +437,8 @@ static void task_assign_and_result_round_trip(void** state) {
 
   pcp_proto_tensor_ref_t outputs[1] = {
       {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 0}};
-  pcp_proto_task_result_t r = {.task_id = 42,
-                               .outputs = outputs,
-                               .output_count = 1,
-                               .elapsed_us = 1500};
+  pcp_proto_task_result_t r = {
+      .task_id = 42, .outputs = outputs, .output_count = 1, .elapsed_us = 1500};
   ASSERT_OK(pcp_proto_task_result_encode(1, 3, &r, sections, 1, &l, a, &e));
   b = test_flatten(&e, &n);
   decode_ok(b, n, 1, &f);
@@ -478,8 +489,8 @@ static void error_frame_maps_status(void** state) {
   // Every canonical code survives the trip.
   for (int code = 1; code < PCP_STATUS_CODE_COUNT_; ++code) {
     pcp_status_t s = pcp_make_status((pcp_status_code_t)code, "c%d", code);
-    ASSERT_OK(pcp_proto_error_encode(1, 0, s, 0, &l, pcp_allocator_system(),
-                                     &e));
+    ASSERT_OK(
+        pcp_proto_error_encode(1, 0, s, 0, &l, pcp_allocator_system(), &e));
     pcp_status_ignore(s);
     b = test_flatten(&e, &n);
     decode_ok(b, n, 1, &f);
@@ -540,11 +551,14 @@ static void byte_at_a_time_stream(void** state) {
   ASSERT_OK(pcp_proto_heartbeat_encode(1, 0, &hb, &l, a, &e));
   parts[0] = test_flatten(&e, &lengths[0]);
   double d[5] = {1, 2, 3, 4, 5};
-  pcp_proto_section_t s = {.name = "d", .element_type = PCP_ELEMENT_TYPE_F64,
-                           .rank = 1, .shape = {5}, .data = d};
+  pcp_proto_section_t s = {.name = "d",
+                           .element_type = PCP_ELEMENT_TYPE_F64,
+                           .rank = 1,
+                           .shape = {5},
+                           .data = d};
   pcp_proto_tensor_ref_t in = {.kind = PCP_PROTO_TENSOR_REF_SECTION};
-  pcp_proto_task_assign_t t = {.task_id = 1, .function = "f", .inputs = &in,
-                               .input_count = 1};
+  pcp_proto_task_assign_t t = {
+      .task_id = 1, .function = "f", .inputs = &in, .input_count = 1};
   ASSERT_OK(pcp_proto_task_assign_encode(1, 2, &t, &s, 1, &l, a, &e));
   parts[1] = test_flatten(&e, &lengths[1]);
   pcp_proto_hello_t h = {.min_version = 1, .max_version = 1, .role = "worker"};
@@ -564,8 +578,8 @@ static void byte_at_a_time_stream(void** state) {
   for (size_t i = 0; i < total; ++i) {
     size_t consumed = 0;
     pcp_proto_parse_result_t r;
-    ASSERT_OK(pcp_proto_frame_decoder_feed(&decoder, stream + i, 1, &consumed,
-                                           &r));
+    ASSERT_OK(
+        pcp_proto_frame_decoder_feed(&decoder, stream + i, 1, &consumed, &r));
     assert_int_equal(consumed, 1);
     if (r == PCP_PROTO_PARSE_FRAME_READY) {
       pcp_proto_frame_t f;
@@ -685,8 +699,8 @@ static void limit_json_depth(void** state) {
   ASSERT_CODE(decode_raw(b, len, 1), PCP_STATUS_INVALID_ARGUMENT);
   free(b);
   // Brackets inside strings do not count.
-  b = build_raw(o, "{\"a\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}",
-                NULL, 0, &len);
+  b = build_raw(o, "{\"a\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}", NULL,
+                0, &len);
   ASSERT_OK(decode_raw(b, len, 1));
   free(b);
 }
@@ -706,9 +720,9 @@ static void limit_sections_and_rank(void** state) {
   }
   json_t* o = json_object();
   pcp_proto_encoded_frame_t e;
-  ASSERT_CODE(pcp_proto_frame_encode(1, 34, 0, o, s, 3, &l,
-                                     pcp_allocator_system(), &e),
-              PCP_STATUS_RESOURCE_EXHAUSTED);
+  ASSERT_CODE(
+      pcp_proto_frame_encode(1, 34, 0, o, s, 3, &l, pcp_allocator_system(), &e),
+      PCP_STATUS_RESOURCE_EXHAUSTED);
   // Encode with a generous limit, decode with the strict one.
   pcp_proto_limits_t wide = limits();
   ASSERT_OK(pcp_proto_frame_encode(1, 34, 0, o, s, 3, &wide,
@@ -720,8 +734,11 @@ static void limit_sections_and_rank(void** state) {
               PCP_STATUS_RESOURCE_EXHAUSTED);
   free(b);
   // Rank over the limit, on both sides.
-  pcp_proto_section_t r = {.name = "r", .element_type = PCP_ELEMENT_TYPE_U8,
-                           .rank = 5, .shape = {1, 1, 1, 1, 1}, .data = &byte};
+  pcp_proto_section_t r = {.name = "r",
+                           .element_type = PCP_ELEMENT_TYPE_U8,
+                           .rank = 5,
+                           .shape = {1, 1, 1, 1, 1},
+                           .data = &byte};
   ASSERT_OK(pcp_proto_frame_encode(1, 34, 0, o, &r, 1, &wide,
                                    pcp_allocator_system(), &e));
   b = test_flatten(&e, &n);
@@ -855,9 +872,8 @@ static void checksums_magic_flags_versions(void** state) {
   pcp_proto_hello_t hello;
   ASSERT_OK(pcp_proto_hello_parse(&f, &hello));
   assert_int_equal(hello.max_version, 7);
-  assert_int_equal(pcp_proto_version_select(1, 1, hello.min_version,
-                                            hello.max_version),
-                   0);
+  assert_int_equal(
+      pcp_proto_version_select(1, 1, hello.min_version, hello.max_version), 0);
   pcp_proto_frame_deinitialize(&f);
   free(b);
   // ... also after negotiation ...
@@ -929,10 +945,9 @@ static void blob_chunks_assemble_and_verify(void** state) {
   uint8_t* blob = malloc(total);
   for (size_t i = 0; i < total; ++i) blob[i] = (uint8_t)(i * 31 + 7);
   chunk_sink_t sink = {0};
-  ASSERT_OK(pcp_proto_blob_encode_chunks(1, 8, "blob-1", PCP_PROTO_BLOB_TENSOR,
-                                         blob, total, &l,
-                                         pcp_allocator_system(), sink_chunk,
-                                         &sink));
+  ASSERT_OK(pcp_proto_blob_encode_chunks(
+      1, 8, "blob-1", PCP_PROTO_BLOB_TENSOR, blob, total, &l,
+      pcp_allocator_system(), sink_chunk, &sink));
   assert_int_equal(sink.count, 5);
   pcp_proto_blob_assembly_t assembly;
   for (size_t i = 0; i < sink.count; ++i) {
@@ -967,37 +982,32 @@ static void blob_chunks_assemble_and_verify(void** state) {
   pcp_proto_blob_chunk_t c0, c2;
   ASSERT_OK(pcp_proto_blob_chunk_parse(&f0, &c0));
   ASSERT_OK(pcp_proto_blob_chunk_parse(&f2, &c2));
-  ASSERT_OK(pcp_proto_blob_assembly_initialize(8, &c0, &l,
-                                               pcp_allocator_system(),
-                                               &assembly));
+  ASSERT_OK(pcp_proto_blob_assembly_initialize(
+      8, &c0, &l, pcp_allocator_system(), &assembly));
   bool complete;
   ASSERT_CODE(pcp_proto_blob_assembly_add(&assembly, &c2, &complete),
               PCP_STATUS_INVALID_ARGUMENT);
   pcp_proto_blob_assembly_deinitialize(&assembly);
   // Starting anywhere but chunk 0.
-  ASSERT_CODE(pcp_proto_blob_assembly_initialize(8, &c2, &l,
-                                                 pcp_allocator_system(),
-                                                 &assembly),
+  ASSERT_CODE(pcp_proto_blob_assembly_initialize(
+                  8, &c2, &l, pcp_allocator_system(), &assembly),
               PCP_STATUS_INVALID_ARGUMENT);
   // A total over the blob limit, refused before allocating it.
   pcp_proto_limits_t small = l;
   small.max_blob_bytes = 4000;
-  ASSERT_CODE(pcp_proto_blob_assembly_initialize(8, &c0, &small,
-                                                 pcp_allocator_system(),
-                                                 &assembly),
+  ASSERT_CODE(pcp_proto_blob_assembly_initialize(
+                  8, &c0, &small, pcp_allocator_system(), &assembly),
               PCP_STATUS_RESOURCE_EXHAUSTED);
   // A chunk count that cannot carry the total at max_chunk_bytes.
   small = l;
   small.max_chunk_bytes = 500;
-  ASSERT_CODE(pcp_proto_blob_assembly_initialize(8, &c0, &small,
-                                                 pcp_allocator_system(),
-                                                 &assembly),
+  ASSERT_CODE(pcp_proto_blob_assembly_initialize(
+                  8, &c0, &small, pcp_allocator_system(), &assembly),
               PCP_STATUS_INVALID_ARGUMENT);
 
   // A wrong SHA-256 on the last chunk: DATA_LOSS.
-  ASSERT_OK(pcp_proto_blob_assembly_initialize(8, &c0, &l,
-                                               pcp_allocator_system(),
-                                               &assembly));
+  ASSERT_OK(pcp_proto_blob_assembly_initialize(
+      8, &c0, &l, pcp_allocator_system(), &assembly));
   for (size_t i = 1; i < sink.count; ++i) {
     pcp_proto_frame_t f;
     decode_ok(sink.frames[i], sink.lengths[i], 1, &f);
@@ -1025,8 +1035,8 @@ static void join_mac_verify(void** state) {
   uint8_t nonce[32];
   for (int i = 0; i < 32; ++i) nonce[i] = (uint8_t)(255 - i);
   uint8_t mac[32];
-  ASSERT_OK(pcp_proto_join_mac_compute(token, sizeof(token) - 1, nonce, "w-1",
-                                       mac));
+  ASSERT_OK(
+      pcp_proto_join_mac_compute(token, sizeof(token) - 1, nonce, "w-1", mac));
   // Independent computation of the documented construction.
   uint8_t message[12 + 32 + 3];
   memcpy(message, "pcp-join-v1", 12);  // with its NUL
@@ -1037,15 +1047,15 @@ static void join_mac_verify(void** state) {
   HMAC(EVP_sha256(), token, (int)sizeof(token) - 1, message, sizeof(message),
        expected, &len);
   assert_memory_equal(mac, expected, 32);
-  assert_true(pcp_proto_join_mac_verify(token, sizeof(token) - 1, nonce, "w-1",
-                                        mac));
-  assert_false(pcp_proto_join_mac_verify(token, sizeof(token) - 2, nonce,
-                                         "w-1", mac));
-  assert_false(pcp_proto_join_mac_verify(token, sizeof(token) - 1, nonce,
-                                         "w-2", mac));
+  assert_true(
+      pcp_proto_join_mac_verify(token, sizeof(token) - 1, nonce, "w-1", mac));
+  assert_false(
+      pcp_proto_join_mac_verify(token, sizeof(token) - 2, nonce, "w-1", mac));
+  assert_false(
+      pcp_proto_join_mac_verify(token, sizeof(token) - 1, nonce, "w-2", mac));
   nonce[0] ^= 1;
-  assert_false(pcp_proto_join_mac_verify(token, sizeof(token) - 1, nonce,
-                                         "w-1", mac));
+  assert_false(
+      pcp_proto_join_mac_verify(token, sizeof(token) - 1, nonce, "w-1", mac));
   assert_false(pcp_proto_join_mac_verify(token, 0, nonce, "w-1", mac));
   uint8_t r1[32], r2[32];
   ASSERT_OK(pcp_proto_random_bytes(r1, 32));
@@ -1060,11 +1070,14 @@ static void oom_sweep_task_assign(void** state) {
   (void)state;
   pcp_proto_limits_t l = limits();
   float x[4] = {1, 2, 3, 4};
-  pcp_proto_section_t s = {.name = "x", .element_type = PCP_ELEMENT_TYPE_F32,
-                           .rank = 1, .shape = {4}, .data = x};
+  pcp_proto_section_t s = {.name = "x",
+                           .element_type = PCP_ELEMENT_TYPE_F32,
+                           .rank = 1,
+                           .shape = {4},
+                           .data = x};
   pcp_proto_tensor_ref_t in = {.kind = PCP_PROTO_TENSOR_REF_SECTION};
-  pcp_proto_task_assign_t t = {.task_id = 1, .function = "f", .inputs = &in,
-                               .input_count = 1};
+  pcp_proto_task_assign_t t = {
+      .task_id = 1, .function = "f", .inputs = &in, .input_count = 1};
   bool succeeded = false;
   for (int64_t fail_at = 0; fail_at < 100 && !succeeded; ++fail_at) {
     pcp_allocator_counting_t counter;
@@ -1082,9 +1095,11 @@ static void oom_sweep_task_assign(void** state) {
       pcp_proto_encoded_frame_deinitialize(&e);
     }
     pcp_proto_frame_t f = {0};
-    if (!st) st = pcp_proto_frame_decode(bytes, n, &l, 1, a, &f);
+    if (!st)
+      st = pcp_proto_frame_decode(bytes, n, &l, 1, a, &f);
     pcp_proto_task_assign_t out;
-    if (!st) st = pcp_proto_task_assign_parse(&f, &out);
+    if (!st)
+      st = pcp_proto_task_assign_parse(&f, &out);
     if (!st) {
       succeeded = true;
       assert_int_equal(out.input_count, 1);

@@ -17,27 +17,28 @@
 #include "base/base.h"
 #include "proto/proto.h"
 
-#define ASSERT_OK(expr)                                        \
-  do {                                                         \
-    pcp_status_t s_ = (expr);                                  \
-    if (s_) {                                                  \
-      char b_[1024];                                           \
-      pcp_status_format(s_, b_, sizeof(b_));                   \
-      pcp_status_ignore(s_);                                   \
-      fail_msg("%s failed: %s", #expr, b_);                    \
-    }                                                          \
+#define ASSERT_OK(expr)                      \
+  do {                                       \
+    pcp_status_t s_ = (expr);                \
+    if (s_) {                                \
+      char b_[1024];                         \
+      pcp_status_format(s_, b_, sizeof(b_)); \
+      pcp_status_ignore(s_);                 \
+      fail_msg("%s failed: %s", #expr, b_);  \
+    }                                        \
   } while (0)
 
-#define ASSERT_CODE(expr, code)                                        \
-  do {                                                                 \
-    pcp_status_t s_ = (expr);                                          \
-    char b_[1024] = "OK";                                              \
-    if (s_) pcp_status_format(s_, b_, sizeof(b_));                     \
-    pcp_status_code_t c_ = pcp_status_consume_code(s_);                \
-    if (c_ != (code)) {                                                \
-      fail_msg("%s: expected %s, got %s", #expr,                       \
-               pcp_status_code_string(code), b_);                      \
-    }                                                                  \
+#define ASSERT_CODE(expr, code)                                                \
+  do {                                                                         \
+    pcp_status_t s_ = (expr);                                                  \
+    char b_[1024] = "OK";                                                      \
+    if (s_)                                                                    \
+      pcp_status_format(s_, b_, sizeof(b_));                                   \
+    pcp_status_code_t c_ = pcp_status_consume_code(s_);                        \
+    if (c_ != (code)) {                                                        \
+      fail_msg("%s: expected %s, got %s", #expr, pcp_status_code_string(code), \
+               b_);                                                            \
+    }                                                                          \
   } while (0)
 
 // Flattens and frees an encoded frame; caller frees the bytes with free().

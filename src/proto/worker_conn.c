@@ -14,9 +14,9 @@ typedef struct task_slot_t {
 } task_slot_t;
 
 typedef enum fetch_stage_e {
-  FETCH_LOOKUP = 0,    // asked the owner whether the program is cached
-  FETCH_RECEIVING = 1, // sent PROGRAM_FETCH, chunks arriving
-  FETCH_STORING = 2,   // handed the bytes to the owner
+  FETCH_LOOKUP = 0,     // asked the owner whether the program is cached
+  FETCH_RECEIVING = 1,  // sent PROGRAM_FETCH, chunks arriving
+  FETCH_STORING = 2,    // handed the bytes to the owner
 } fetch_stage_t;
 
 typedef struct fetch_t {
@@ -94,10 +94,9 @@ static uint16_t send_version(const pcp_proto_worker_t* w) {
 static pcp_status_t send_error(pcp_proto_worker_t* w, uint64_t request_id,
                                pcp_status_t status, uint64_t task_id) {
   pcp_proto_encoded_frame_t f;
-  pcp_status_t encoded = pcp_proto_error_encode(send_version(w), request_id,
-                                                  status, task_id,
-                                                  &w->config.limits,
-                                                  w->allocator, &f);
+  pcp_status_t encoded =
+      pcp_proto_error_encode(send_version(w), request_id, status, task_id,
+                             &w->config.limits, w->allocator, &f);
   pcp_status_ignore(status);  // consumed: the peer gets a copy
   PCP_RETURN_IF_ERROR_BARE(encoded);
   return push_send(w, &f);
@@ -130,8 +129,10 @@ static int64_t next_backoff_ns(pcp_proto_worker_t* w) {
   for (uint32_t i = 1; i < w->attempts && d < w->timeouts.backoff_max_ns; ++i) {
     d *= 2;
   }
-  if (d > w->timeouts.backoff_max_ns) d = w->timeouts.backoff_max_ns;
-  if (d < 2) d = 2;
+  if (d > w->timeouts.backoff_max_ns)
+    d = w->timeouts.backoff_max_ns;
+  if (d < 2)
+    d = 2;
   int64_t half = d / 2;
   return half + (int64_t)pcp_rng_next_below(w->rng, (uint64_t)(d - half) + 1);
 }
@@ -147,13 +148,14 @@ static pcp_status_t enter_backoff(pcp_proto_worker_t* w, int64_t now_ns,
     pcp_status_ignore(why);
   }
   for (size_t i = 0; i < w->task_count && !status; ++i) {
-    status = push_simple(w, PCP_PROTO_ACTION_CANCEL_TASK,
-                         w->tasks[i].request_id, w->tasks[i].task_id,
-                         pcp_ok_status());
+    status =
+        push_simple(w, PCP_PROTO_ACTION_CANCEL_TASK, w->tasks[i].request_id,
+                    w->tasks[i].task_id, pcp_ok_status());
   }
   w->task_count = 0;
   reset_connection(w);
-  if (w->state == PCP_PROTO_WORKER_SHUTDOWN) return status;
+  if (w->state == PCP_PROTO_WORKER_SHUTDOWN)
+    return status;
   w->attempts++;
   w->state = PCP_PROTO_WORKER_BACKOFF;
   w->reconnect_at_ns = now_ns + next_backoff_ns(w);
@@ -168,20 +170,23 @@ static pcp_status_t fail_peer(pcp_proto_worker_t* w, int64_t now_ns,
 
 static task_slot_t* find_task(pcp_proto_worker_t* w, uint64_t task_id) {
   for (size_t i = 0; i < w->task_count; ++i) {
-    if (w->tasks[i].task_id == task_id) return &w->tasks[i];
+    if (w->tasks[i].task_id == task_id)
+      return &w->tasks[i];
   }
   return NULL;
 }
 
 static fetch_t* find_fetch(pcp_proto_worker_t* w, uint64_t request_id) {
   for (size_t i = 0; i < w->fetch_count; ++i) {
-    if (w->fetches[i].request_id == request_id) return &w->fetches[i];
+    if (w->fetches[i].request_id == request_id)
+      return &w->fetches[i];
   }
   return NULL;
 }
 
 static void remove_fetch(pcp_proto_worker_t* w, fetch_t* fetch) {
-  if (fetch->assembling) pcp_proto_blob_assembly_deinitialize(&fetch->assembly);
+  if (fetch->assembling)
+    pcp_proto_blob_assembly_deinitialize(&fetch->assembly);
   *fetch = w->fetches[--w->fetch_count];
 }
 
@@ -193,7 +198,8 @@ static pcp_status_t on_hello(pcp_proto_worker_t* w, pcp_proto_frame_t* frame,
                              int64_t now_ns) {
   pcp_proto_hello_t hello;
   pcp_status_t status = pcp_proto_hello_parse(frame, &hello);
-  if (status) return fail_peer(w, now_ns, 0, status);
+  if (status)
+    return fail_peer(w, now_ns, 0, status);
   uint16_t v = hello.selected_version;
   if (!hello.has_selected_version || v < PCP_PROTO_VERSION_MIN ||
       v > PCP_PROTO_VERSION_MAX) {
@@ -217,25 +223,25 @@ static pcp_status_t on_challenge(pcp_proto_worker_t* w,
                                  pcp_proto_frame_t* frame, int64_t now_ns) {
   pcp_proto_challenge_t challenge;
   pcp_status_t status = pcp_proto_challenge_parse(frame, &challenge);
-  if (status) return fail_peer(w, now_ns, 0, status);
+  if (status)
+    return fail_peer(w, now_ns, 0, status);
   pcp_proto_join_t join = w->config.join;
   join.has_resume = w->has_lease;
   join.lease_epoch = w->lease_epoch;
   memcpy(join.resume_token, w->resume_token, sizeof(join.resume_token));
   w->join_request_id = w->next_request_id++;
   pcp_proto_encoded_frame_t f;
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_join_encode(w->version,
-                                                 w->join_request_id, &join,
-                                                 &w->config.limits,
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_join_encode(w->version, w->join_request_id,
+                                                 &join, &w->config.limits,
                                                  w->allocator, &f));
   PCP_RETURN_IF_ERROR_BARE(push_send(w, &f));
   pcp_proto_join_proof_t proof = {.worker_id = join.worker_id};
   PCP_RETURN_IF_ERROR_BARE(pcp_proto_join_mac_compute(
       w->config.join_token, w->config.join_token_length, challenge.nonce,
       join.worker_id, proof.mac));
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_join_proof_encode(
-      w->version, w->join_request_id, &proof, &w->config.limits, w->allocator,
-      &f));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_proto_join_proof_encode(w->version, w->join_request_id, &proof,
+                                  &w->config.limits, w->allocator, &f));
   PCP_RETURN_IF_ERROR_BARE(push_send(w, &f));
   w->state = PCP_PROTO_WORKER_AWAIT_ACCEPT;
   return pcp_ok_status();
@@ -245,13 +251,14 @@ static pcp_status_t on_accept(pcp_proto_worker_t* w, pcp_proto_frame_t* frame,
                               int64_t now_ns) {
   pcp_proto_accept_t accept;
   pcp_status_t status = pcp_proto_accept_parse(frame, &accept);
-  if (status) return fail_peer(w, now_ns, frame->header.request_id, status);
+  if (status)
+    return fail_peer(w, now_ns, frame->header.request_id, status);
   if (strcmp(accept.worker_id, w->config.join.worker_id) != 0) {
-    return fail_peer(w, now_ns, frame->header.request_id,
-                     pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
-                                     "ACCEPT for worker '%s', I am '%s'",
-                                     accept.worker_id,
-                                     w->config.join.worker_id));
+    return fail_peer(
+        w, now_ns, frame->header.request_id,
+        pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                        "ACCEPT for worker '%s', I am '%s'", accept.worker_id,
+                        w->config.join.worker_id));
   }
   bool had_lease = w->has_lease;
   w->has_lease = true;
@@ -264,8 +271,8 @@ static pcp_status_t on_accept(pcp_proto_worker_t* w, pcp_proto_frame_t* frame,
   w->attempts = 0;
   w->next_heartbeat_ns = now_ns + w->timeouts.heartbeat_interval_ns;
   if (had_lease && !accept.resumed) {
-    PCP_RETURN_IF_ERROR_BARE(push_simple(w, PCP_PROTO_ACTION_DROP_SESSIONS, 0,
-                                         0, pcp_ok_status()));
+    PCP_RETURN_IF_ERROR_BARE(
+        push_simple(w, PCP_PROTO_ACTION_DROP_SESSIONS, 0, 0, pcp_ok_status()));
   }
   pcp_proto_action_t a = {0};
   a.type = PCP_PROTO_ACTION_ACCEPTED;
@@ -278,23 +285,23 @@ static pcp_status_t on_reject(pcp_proto_worker_t* w, pcp_proto_frame_t* frame,
                               int64_t now_ns) {
   pcp_proto_reject_t reject;
   pcp_status_t status = pcp_proto_reject_parse(frame, &reject);
-  if (status) return fail_peer(w, now_ns, 0, status);
+  if (status)
+    return fail_peer(w, now_ns, 0, status);
   pcp_proto_action_t a = {0};
   a.type = PCP_PROTO_ACTION_REJECTED;
   a.reject_reason = reject.reason;
-  a.status = pcp_make_status(
-      reject.reason == PCP_PROTO_REJECT_AUTH_FAILED
-          ? PCP_STATUS_UNAUTHENTICATED
-          : PCP_STATUS_PERMISSION_DENIED,
-      "gateway rejected the join: %s: %s",
-      pcp_proto_reject_reason_name(reject.reason), reject.message);
+  a.status = pcp_make_status(reject.reason == PCP_PROTO_REJECT_AUTH_FAILED
+                                 ? PCP_STATUS_UNAUTHENTICATED
+                                 : PCP_STATUS_PERMISSION_DENIED,
+                             "gateway rejected the join: %s: %s",
+                             pcp_proto_reject_reason_name(reject.reason),
+                             reject.message);
   PCP_RETURN_IF_ERROR_BARE(push(w, &a));
-  return enter_backoff(w, now_ns,
-                       pcp_make_status(PCP_STATUS_PERMISSION_DENIED,
-                                       "rejected: %s",
-                                       pcp_proto_reject_reason_name(
-                                           reject.reason)),
-                       true);
+  return enter_backoff(
+      w, now_ns,
+      pcp_make_status(PCP_STATUS_PERMISSION_DENIED, "rejected: %s",
+                      pcp_proto_reject_reason_name(reject.reason)),
+      true);
 }
 
 static pcp_status_t on_program_offer(pcp_proto_worker_t* w,
@@ -307,20 +314,20 @@ static pcp_status_t on_program_offer(pcp_proto_worker_t* w,
     return pcp_ok_status();
   }
   if (w->fetch_count == w->config.limits.max_blob_assemblies) {
-    return send_error(w, request_id,
-                      pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                                      "%zu program transfers in progress",
-                                      w->fetch_count),
-                      0);
+    return send_error(
+        w, request_id,
+        pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                        "%zu program transfers in progress", w->fetch_count),
+        0);
   }
   if (offer.byte_length > w->config.limits.max_blob_bytes) {
-    return send_error(w, request_id,
-                      pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                                      "program of %llu bytes exceeds %llu",
-                                      (unsigned long long)offer.byte_length,
-                                      (unsigned long long)
-                                          w->config.limits.max_blob_bytes),
-                      0);
+    return send_error(
+        w, request_id,
+        pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                        "program of %llu bytes exceeds %llu",
+                        (unsigned long long)offer.byte_length,
+                        (unsigned long long)w->config.limits.max_blob_bytes),
+        0);
   }
   fetch_t* f = &w->fetches[w->fetch_count++];
   memset(f, 0, sizeof(*f));
@@ -359,8 +366,7 @@ static pcp_status_t on_blob_chunk(pcp_proto_worker_t* w,
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "program blob '%s' of %llu bytes does not "
                                "match the offer",
-                               chunk.blob_id,
-                               (unsigned long long)chunk.total);
+                               chunk.blob_id, (unsigned long long)chunk.total);
     }
     if (!status) {
       status = pcp_proto_blob_assembly_initialize(
@@ -381,7 +387,8 @@ static pcp_status_t on_blob_chunk(pcp_proto_worker_t* w,
     remove_fetch(w, f);
     return send_error(w, request_id, status, 0);
   }
-  if (!complete) return pcp_ok_status();
+  if (!complete)
+    return pcp_ok_status();
   pcp_proto_action_t a = {0};
   a.type = PCP_PROTO_ACTION_PROGRAM_STORE;
   a.request_id = request_id;
@@ -452,7 +459,8 @@ static pcp_status_t on_ready_frame(pcp_proto_worker_t* w,
     case PCP_PROTO_MESSAGE_TASK_CANCEL: {
       pcp_proto_task_cancel_t cancel;
       status = pcp_proto_task_cancel_parse(frame, &cancel);
-      if (status) break;
+      if (status)
+        break;
       task_slot_t* slot = find_task(w, cancel.task_id);
       if (!slot) {
         w->dropped++;  // finished already, or never here
@@ -464,17 +472,18 @@ static pcp_status_t on_ready_frame(pcp_proto_worker_t* w,
     case PCP_PROTO_MESSAGE_DRAIN: {
       pcp_proto_drain_t d;
       status = pcp_proto_drain_parse(frame, &d);
-      if (status) break;
+      if (status)
+        break;
       w->state = PCP_PROTO_WORKER_DRAINING;
       return push_simple(w, PCP_PROTO_ACTION_DRAIN, 0, 0, pcp_ok_status());
     }
     case PCP_PROTO_MESSAGE_SHUTDOWN: {
       pcp_proto_shutdown_t s;
       status = pcp_proto_shutdown_parse(frame, &s);
-      if (status) break;
-      pcp_status_t why = pcp_make_status(PCP_STATUS_CANCELLED,
-                                         "gateway shut this worker down: %s",
-                                         s.reason);
+      if (status)
+        break;
+      pcp_status_t why = pcp_make_status(
+          PCP_STATUS_CANCELLED, "gateway shut this worker down: %s", s.reason);
       PCP_RETURN_IF_ERROR_BARE(push_simple(w, PCP_PROTO_ACTION_SHUTDOWN, 0, 0,
                                            pcp_status_clone(why)));
       w->state = PCP_PROTO_WORKER_SHUTDOWN;
@@ -484,33 +493,36 @@ static pcp_status_t on_ready_frame(pcp_proto_worker_t* w,
       pcp_status_t peer = pcp_ok_status();
       uint64_t task_id = 0;
       status = pcp_proto_error_parse(frame, &peer, &task_id);
-      if (status) break;
+      if (status)
+        break;
       if (request_id == 0 && task_id == 0) {
         return enter_backoff(w, now_ns, peer, true);
       }
       // About one request (an offer we fetched badly, say): drop it.
       fetch_t* f = find_fetch(w, request_id);
-      if (f) remove_fetch(w, f);
+      if (f)
+        remove_fetch(w, f);
       pcp_status_ignore(peer);
       w->dropped++;
       return pcp_ok_status();
     }
     default:
       if (!pcp_proto_message_type_name(frame->header.type)) {
-        return send_error(w, request_id,
-                          pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
-                                          "message type %u",
-                                          frame->header.type),
-                          0);
+        return send_error(
+            w, request_id,
+            pcp_make_status(PCP_STATUS_UNIMPLEMENTED, "message type %u",
+                            frame->header.type),
+            0);
       }
-      return fail_peer(w, now_ns, request_id,
-                       pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
-                                       "%s is not valid from a gateway after "
-                                       "ACCEPT",
-                                       pcp_proto_message_type_name(
-                                           frame->header.type)));
+      return fail_peer(
+          w, now_ns, request_id,
+          pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                          "%s is not valid from a gateway after "
+                          "ACCEPT",
+                          pcp_proto_message_type_name(frame->header.type)));
   }
-  if (status) return fail_peer(w, now_ns, request_id, status);
+  if (status)
+    return fail_peer(w, now_ns, request_id, status);
   return pcp_ok_status();
 }
 
@@ -519,17 +531,21 @@ static pcp_status_t handle_frame(pcp_proto_worker_t* w,
   uint16_t type = frame->header.type;
   switch (w->state) {
     case PCP_PROTO_WORKER_AWAIT_HELLO:
-      if (type == PCP_PROTO_MESSAGE_HELLO) return on_hello(w, frame, now_ns);
+      if (type == PCP_PROTO_MESSAGE_HELLO)
+        return on_hello(w, frame, now_ns);
       break;
     case PCP_PROTO_WORKER_AWAIT_CHALLENGE:
       if (type == PCP_PROTO_MESSAGE_CHALLENGE) {
         return on_challenge(w, frame, now_ns);
       }
-      if (type == PCP_PROTO_MESSAGE_REJECT) return on_reject(w, frame, now_ns);
+      if (type == PCP_PROTO_MESSAGE_REJECT)
+        return on_reject(w, frame, now_ns);
       break;
     case PCP_PROTO_WORKER_AWAIT_ACCEPT:
-      if (type == PCP_PROTO_MESSAGE_ACCEPT) return on_accept(w, frame, now_ns);
-      if (type == PCP_PROTO_MESSAGE_REJECT) return on_reject(w, frame, now_ns);
+      if (type == PCP_PROTO_MESSAGE_ACCEPT)
+        return on_accept(w, frame, now_ns);
+      if (type == PCP_PROTO_MESSAGE_REJECT)
+        return on_reject(w, frame, now_ns);
       break;
     case PCP_PROTO_WORKER_READY:
     case PCP_PROTO_WORKER_DRAINING:
@@ -537,7 +553,8 @@ static pcp_status_t handle_frame(pcp_proto_worker_t* w,
     default:
       return pcp_ok_status();  // not connected: stale bytes
   }
-  if (type == PCP_PROTO_MESSAGE_REJECT) return on_reject(w, frame, now_ns);
+  if (type == PCP_PROTO_MESSAGE_REJECT)
+    return on_reject(w, frame, now_ns);
   if (type == PCP_PROTO_MESSAGE_ERROR) {
     pcp_status_t peer = pcp_ok_status();
     uint64_t task_id = 0;
@@ -566,8 +583,7 @@ pcp_status_t pcp_proto_worker_create(const pcp_proto_worker_config_t* config,
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "worker id '%s' must be 1..%u bytes of "
                            "[A-Za-z0-9._-]",
-                           config->join.worker_id ? config->join.worker_id
-                                                  : "",
+                           config->join.worker_id ? config->join.worker_id : "",
                            PCP_PROTO_MAX_STRING_BYTES);
   }
   if (!config->join_token || config->join_token_length == 0 || !rng) {
@@ -597,7 +613,8 @@ pcp_status_t pcp_proto_worker_create(const pcp_proto_worker_config_t* config,
   w->config = *config;
   w->config.join.has_resume = false;
   w->rng = rng;
-  w->timeouts = pcp_proto_timeouts_from_heartbeat(config->heartbeat_interval_ms);
+  w->timeouts =
+      pcp_proto_timeouts_from_heartbeat(config->heartbeat_interval_ms);
   pcp_proto_frame_decoder_initialize(&config->limits, allocator, &w->decoder);
   proto_action_queue_initialize(allocator, &w->actions);
   w->state = PCP_PROTO_WORKER_IDLE;
@@ -607,7 +624,8 @@ pcp_status_t pcp_proto_worker_create(const pcp_proto_worker_config_t* config,
 }
 
 void pcp_proto_worker_release(pcp_proto_worker_t* w) {
-  if (!w) return;
+  if (!w)
+    return;
   reset_connection(w);
   pcp_proto_frame_decoder_deinitialize(&w->decoder);
   proto_action_queue_deinitialize(&w->actions);
@@ -653,30 +671,30 @@ pcp_status_t pcp_proto_worker_on_connected(pcp_proto_worker_t* w,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_proto_worker_on_closed(pcp_proto_worker_t* w,
-                                        int64_t now_ns) {
+pcp_status_t pcp_proto_worker_on_closed(pcp_proto_worker_t* w, int64_t now_ns) {
   if (w->state != PCP_PROTO_WORKER_CONNECTING && !connected(w)) {
     return pcp_ok_status();  // we closed it ourselves, or idle
   }
-  return enter_backoff(w, now_ns,
-                       pcp_make_status(PCP_STATUS_UNAVAILABLE,
-                                       "fabric connection closed"),
-                       false);
+  return enter_backoff(
+      w, now_ns,
+      pcp_make_status(PCP_STATUS_UNAVAILABLE, "fabric connection closed"),
+      false);
 }
 
-pcp_status_t pcp_proto_worker_on_bytes(pcp_proto_worker_t* w,
-                                       const void* data, size_t byte_length,
-                                       int64_t now_ns) {
+pcp_status_t pcp_proto_worker_on_bytes(pcp_proto_worker_t* w, const void* data,
+                                       size_t byte_length, int64_t now_ns) {
   const uint8_t* p = data;
   while (byte_length > 0 && connected(w)) {
     size_t consumed = 0;
     pcp_proto_parse_result_t result = PCP_PROTO_PARSE_NEED_MORE;
     pcp_status_t status = pcp_proto_frame_decoder_feed(
         &w->decoder, p, byte_length, &consumed, &result);
-    if (status) return fail_peer(w, now_ns, 0, status);
+    if (status)
+      return fail_peer(w, now_ns, 0, status);
     p += consumed;
     byte_length -= consumed;
-    if (result != PCP_PROTO_PARSE_FRAME_READY) break;
+    if (result != PCP_PROTO_PARSE_FRAME_READY)
+      break;
     pcp_proto_frame_t frame;
     pcp_proto_frame_decoder_take(&w->decoder, &frame);
     w->last_rx_ns = now_ns;
@@ -693,7 +711,8 @@ pcp_status_t pcp_proto_worker_on_tick(pcp_proto_worker_t* w, int64_t now_ns) {
     case PCP_PROTO_WORKER_SHUTDOWN:
       return pcp_ok_status();
     case PCP_PROTO_WORKER_BACKOFF:
-      if (now_ns >= w->reconnect_at_ns) return begin_connect(w, now_ns);
+      if (now_ns >= w->reconnect_at_ns)
+        return begin_connect(w, now_ns);
       return pcp_ok_status();
     case PCP_PROTO_WORKER_CONNECTING:
     case PCP_PROTO_WORKER_AWAIT_HELLO:
@@ -760,16 +779,14 @@ pcp_status_t pcp_proto_worker_program_lookup_done(pcp_proto_worker_t* w,
     memcpy(ack.program, f->program, sizeof(ack.program));
     remove_fetch(w, f);
     PCP_RETURN_IF_ERROR_BARE(pcp_proto_program_ack_encode(
-        w->version, request_id, &ack, &w->config.limits, w->allocator,
-        &frame));
+        w->version, request_id, &ack, &w->config.limits, w->allocator, &frame));
     return push_send(w, &frame);
   }
   pcp_proto_program_fetch_t fetch;
   memcpy(fetch.program, f->program, sizeof(fetch.program));
   f->stage = FETCH_RECEIVING;
   PCP_RETURN_IF_ERROR_BARE(pcp_proto_program_fetch_encode(
-      w->version, request_id, &fetch, &w->config.limits, w->allocator,
-      &frame));
+      w->version, request_id, &fetch, &w->config.limits, w->allocator, &frame));
   return push_send(w, &frame);
 }
 
@@ -813,16 +830,15 @@ pcp_status_t pcp_proto_worker_task_progress(
                            (unsigned long long)progress->task_id);
   }
   pcp_proto_encoded_frame_t frame;
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_task_progress_encode(
-      w->version, slot->request_id, progress, &w->config.limits, w->allocator,
-      &frame));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_proto_task_progress_encode(w->version, slot->request_id, progress,
+                                     &w->config.limits, w->allocator, &frame));
   return push_send(w, &frame);
 }
 
 pcp_status_t pcp_proto_worker_task_complete(
     pcp_proto_worker_t* w, const pcp_proto_task_result_t* result,
-    const pcp_proto_section_t* sections, size_t section_count,
-    int64_t now_ns) {
+    const pcp_proto_section_t* sections, size_t section_count, int64_t now_ns) {
   (void)now_ns;
   PCP_RETURN_IF_ERROR_BARE(require_ready(w, "task_complete"));
   task_slot_t* slot = find_task(w, result->task_id);
@@ -840,9 +856,8 @@ pcp_status_t pcp_proto_worker_task_complete(
   return push_send(w, &frame);
 }
 
-pcp_status_t pcp_proto_worker_task_fail(pcp_proto_worker_t* w,
-                                        uint64_t task_id, pcp_status_t status,
-                                        int64_t now_ns) {
+pcp_status_t pcp_proto_worker_task_fail(pcp_proto_worker_t* w, uint64_t task_id,
+                                        pcp_status_t status, int64_t now_ns) {
   (void)now_ns;
   PCP_RETURN_IF_ERROR_BARE(require_ready(w, "task_fail"));
   task_slot_t* slot = find_task(w, task_id);
@@ -855,8 +870,8 @@ pcp_status_t pcp_proto_worker_task_fail(pcp_proto_worker_t* w,
   return send_error(w, request_id, pcp_status_clone(status), task_id);
 }
 
-pcp_status_t pcp_proto_worker_drain(pcp_proto_worker_t* w,
-                                    uint64_t deadline_ms, int64_t now_ns) {
+pcp_status_t pcp_proto_worker_drain(pcp_proto_worker_t* w, uint64_t deadline_ms,
+                                    int64_t now_ns) {
   (void)now_ns;
   PCP_RETURN_IF_ERROR_BARE(require_ready(w, "drain"));
   pcp_proto_drain_t d = {.deadline_ms = deadline_ms};

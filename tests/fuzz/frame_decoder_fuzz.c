@@ -106,7 +106,8 @@ static void parse_every_way(pcp_proto_frame_t* f) {
         pcp_proto_blob_assembly_t a;
         s = pcp_proto_blob_assembly_initialize(1, &m, &l,
                                                pcp_allocator_system(), &a);
-        if (!s) pcp_proto_blob_assembly_deinitialize(&a);
+        if (!s)
+          pcp_proto_blob_assembly_deinitialize(&a);
       }
       break;
     }
@@ -164,15 +165,15 @@ static void drain_actions_worker(pcp_proto_worker_t* w) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size == 0) return 0;
+  if (size == 0)
+    return 0;
   pcp_proto_limits_t limits = fuzz_limits();
   size_t slice = (size_t)(data[0] % 29) + 1;
   uint16_t version = (data[0] & 0x80) ? 1 : 0;
 
   // 1. The decoder, fed in slices, then every parser on each frame.
   pcp_proto_frame_decoder_t decoder;
-  pcp_proto_frame_decoder_initialize(&limits, pcp_allocator_system(),
-                                     &decoder);
+  pcp_proto_frame_decoder_initialize(&limits, pcp_allocator_system(), &decoder);
   pcp_proto_frame_decoder_set_version(&decoder, version);
   size_t offset = 0;
   while (offset < size) {
