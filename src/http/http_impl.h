@@ -11,6 +11,10 @@
 
 #include "http/http.h"
 
+// Body bytes read and dropped after a chunked body passed its limit before
+// the connection is closed instead of answered (see on_access).
+#define PCP_HTTP_MAX_DISCARD_BYTES (16u << 20)
+
 //===----------------------------------------------------------------------===//
 // Router
 //===----------------------------------------------------------------------===//
@@ -94,7 +98,8 @@ struct pcp_http_request_t {
   size_t body_capacity;
   size_t body_limit;
   bool body_too_large;
-  bool responded;  // a response was queued
+  size_t discarded_bytes;  // body bytes dropped after body_too_large
+  bool responded;          // a response was queued
   // An error found from the headers, answered at the final call (see
   // early_error in server.c); 0: none.
   int deferred_status;

@@ -31,12 +31,12 @@ typedef struct scope_entry_t {
 } scope_entry_t;
 
 enum {
-  kFamilyRequests = 0,
-  kFamilyDuration,
-  kFamilyRequestBytes,
-  kFamilyResponseBytes,
-  kFamilyConnections,
-  kFamilyCount,
+  FAMILY_REQUESTS = 0,
+  FAMILY_DURATION,
+  FAMILY_REQUEST_BYTES,
+  FAMILY_RESPONSE_BYTES,
+  FAMILY_CONNECTIONS,
+  FAMILY_COUNT,
 };
 
 struct pcp_http_server_t {
@@ -60,7 +60,7 @@ struct pcp_http_server_t {
   pcp_clock_t clock;
   pcp_log_context_t log_context;
   pcp_http_router_t router;
-  pcp_obs_family_t* families[kFamilyCount];  // all NULL without a registry
+  pcp_obs_family_t* families[FAMILY_COUNT];  // all NULL without a registry
   pcp_obs_series_t* connections_series;
   struct MHD_Daemon* daemon;
   bool started;
@@ -89,7 +89,7 @@ static const double kDurationBuckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
                                           0.025,  0.05,  0.1,    0.25,  0.5,
                                           1,      2.5,   5,      10};
 
-static const pcp_obs_metric_def_t kMetricDefs[kFamilyCount] = {
+static const pcp_obs_metric_def_t kMetricDefs[FAMILY_COUNT] = {
     {"pcp_http_requests_total", PCP_OBS_METRIC_TYPE_COUNTER,
      "HTTP requests answered, by server, route pattern, method and status "
      "class.",
@@ -114,7 +114,7 @@ static pcp_status_t metrics_register(pcp_http_server_t* server,
   // families and tell their series apart by the "server" label.
   if (!pcp_obs_registry_find(registry, kMetricDefs[0].name)) {
     pcp_status_t status = pcp_obs_registry_register(
-        registry, kMetricDefs, kFamilyCount, server->families);
+        registry, kMetricDefs, FAMILY_COUNT, server->families);
     if (!status) {
       goto registered;
     }
@@ -123,7 +123,7 @@ static pcp_status_t metrics_register(pcp_http_server_t* server,
     }
     pcp_status_ignore(status);  // lost a race with another server
   }
-  for (size_t i = 0; i < kFamilyCount; ++i) {
+  for (size_t i = 0; i < FAMILY_COUNT; ++i) {
     server->families[i] = pcp_obs_registry_find(registry, kMetricDefs[i].name);
     if (!server->families[i]) {
       return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
@@ -132,7 +132,7 @@ static pcp_status_t metrics_register(pcp_http_server_t* server,
     }
   }
 registered:
-  return pcp_obs_family_series_get(server->families[kFamilyConnections],
+  return pcp_obs_family_series_get(server->families[FAMILY_CONNECTIONS],
                                    (const char*[]){server->name},
                                    &server->connections_series);
 }
@@ -150,7 +150,7 @@ static const char* status_class(int http_status) {
 // duration is therefore the time to produce the answer.
 static void metrics_record(pcp_http_server_t* server,
                            const pcp_http_request_t* request) {
-  if (!server->families[kFamilyRequests]) {
+  if (!server->families[FAMILY_REQUESTS]) {
     return;
   }
   // The pattern, never the raw path: label values must stay a bounded set.
@@ -159,13 +159,13 @@ static void metrics_record(pcp_http_server_t* server,
                           status_class(request->http_status)};
   double seconds =
       (double)(pcp_clock_now_ns(server->clock) - request->start_ns) / 1e9;
-  pcp_obs_family_add(server->families[kFamilyRequests], labels, 1);
-  pcp_obs_family_observe(server->families[kFamilyDuration], labels,
+  pcp_obs_family_add(server->families[FAMILY_REQUESTS], labels, 1);
+  pcp_obs_family_observe(server->families[FAMILY_DURATION], labels,
                          seconds < 0 ? 0 : seconds);
   const char* byte_labels[] = {server->name, route};
-  pcp_obs_family_add(server->families[kFamilyRequestBytes], byte_labels,
+  pcp_obs_family_add(server->families[FAMILY_REQUEST_BYTES], byte_labels,
                      (double)request->request_bytes);
-  pcp_obs_family_add(server->families[kFamilyResponseBytes], byte_labels,
+  pcp_obs_family_add(server->families[FAMILY_RESPONSE_BYTES], byte_labels,
                      (double)request->response_bytes);
 }
 
@@ -652,7 +652,21 @@ static enum MHD_Result on_access(void* cls, struct MHD_Connection* connection,
     return MHD_YES;
   }
   if (*upload_data_size > 0) {
-    if (!request->body_too_large) {
+    if (request->body_too_large) {
+      // libmicrohttpd will not take a response while a body streams in, so
+      // the rest of an oversized chunked body is read and dropped until the
+      // 413 can go out. A sender that keeps going past the discard cap is
+      // cut off: reading without end is worse than a closed socket.
+      request->discarded_bytes += *upload_data_size;
+      if (request->discarded_bytes > PCP_HTTP_MAX_DISCARD_BYTES) {
+        PCP_LOG(PCP_LOG_WARN, &server->log_context,
+                "closing %s: body kept coming %zu bytes past the limit of "
+                "%zu",
+                request->remote_address, request->discarded_bytes,
+                request->body_limit);
+        return MHD_NO;
+      }
+    } else {
       bool oom = false;
       if (!body_append(server, request, upload_data, *upload_data_size, &oom)) {
         if (oom) {
