@@ -2420,6 +2420,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_check_report_format_json(
 int pcp_topology_cli_check_main(int argc, char** argv);
 // `pcp topo models [--json]`: the model list.
 int pcp_topology_cli_models_main(int argc, char** argv);
+// `pcp topo sim [--seed N] [--events K] [--invalid] [--exhaustive --depth D]
+// [--replay FILE] [--shrink]`: the two-node simulator and its replay.
+int pcp_topology_cli_sim_main(int argc, char** argv);
 
 //===----------------------------------------------------------------------===//
 // Solving and protocols: review artifacts (report.c)

@@ -48,6 +48,8 @@ static const topo_subcommand_t kSubcommands[] = {
     {"check", pcp_topology_cli_check_main,
      "decide a protocol model (native or Z3) and explain obstructions"},
     {"models", pcp_topology_cli_models_main, "list the protocol models"},
+    {"sim", pcp_topology_cli_sim_main,
+     "two-node trace simulator: seeded, exhaustive, replay, shrink"},
     {"subdivide", subdivide_main,
      "iterated barycentric or chromatic subdivision of a simplex"},
     {NULL, NULL, NULL},

@@ -8,8 +8,13 @@
 //     exit 0: solvable; 1: obstruction, decision escape or unknown;
 //     2: usage, input or solver error.
 //   pcp topo models [--json]
+//   pcp topo sim [--seed N] [--events K] [--invalid] [--exhaustive --depth D]
+//                [--replay FILE] [--shrink]
+//     exit 0: no failure (or the replay matches); 1: the schedule fails (or
+//     the replay differs); 2: usage or input error.
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/config.h"
@@ -224,4 +229,197 @@ int pcp_topology_cli_models_main(int argc, char** argv) {
   fputs(pcp_string_builder_cstring(&text), stdout);
   pcp_string_builder_deinitialize(&text);
   return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// pcp topo sim
+//===----------------------------------------------------------------------===//
+
+// Trace files are small text; 1 MiB is thousands of events past the trace
+// cap, so the cap is the real limit.
+#define SIM_MAX_FILE_BYTES (1u << 20)
+
+typedef struct sim_options_t {
+  int64_t seed;
+  int64_t events;
+  int64_t depth;
+  bool invalid;
+  bool exhaustive;
+  bool shrink;
+  char* replay;
+  bool help;
+} sim_options_t;
+
+#define SIM_OFFSET(member) offsetof(sim_options_t, member)
+
+static const pcp_config_field_t kSimFields[] = {
+    {.name = "seed", .type = PCP_CONFIG_TYPE_INT64, .offset = SIM_OFFSET(seed),
+     .default_value = "1", .min = 0, .max = 9007199254740991.0,
+     .help = "seed of the schedule (printed in the trace header)"},
+    {.name = "events", .type = PCP_CONFIG_TYPE_INT64,
+     .offset = SIM_OFFSET(events), .default_value = "8", .min = 0,
+     .max = PCP_TOPOLOGY_TRACE_MAX_EVENTS,
+     .help = "events in a seeded random schedule"},
+    {.name = "depth", .type = PCP_CONFIG_TYPE_INT64, .offset = SIM_OFFSET(depth),
+     .default_value = "2", .min = 0, .max = PCP_TOPOLOGY_SIM_MAX_DEPTH,
+     .help = "schedule length for --exhaustive"},
+    {.name = "invalid", .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = SIM_OFFSET(invalid), .default_value = "false",
+     .help = "use the send/deliver alphabet that can fail"},
+    {.name = "exhaustive", .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = SIM_OFFSET(exhaustive), .default_value = "false",
+     .help = "run every schedule of --depth events"},
+    {.name = "shrink", .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = SIM_OFFSET(shrink), .default_value = "false",
+     .help = "shrink a failing schedule before printing it"},
+    {.name = "replay", .type = PCP_CONFIG_TYPE_STRING,
+     .offset = SIM_OFFSET(replay), .value_name = "FILE",
+     .help = "replay a trace file and compare its final snapshot"},
+    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = SIM_OFFSET(help),
+     .default_value = "false", .help = "show this help"},
+};
+
+static const pcp_config_table_t kSimTable = {
+    .name = "topo sim",
+    .fields = kSimFields,
+    .field_count = PCP_ARRAYSIZE(kSimFields),
+};
+
+static bool sim_fails(void* user_data, uint64_t seed,
+                      const pcp_topology_event_t* events, size_t count) {
+  (void)user_data;
+  pcp_topology_sim_t sim;
+  pcp_topology_sim_initialize(seed, &sim);
+  for (size_t i = 0; i < count; ++i) {
+    if (!pcp_topology_sim_step(&sim, events[i])) return true;
+  }
+  return false;
+}
+
+// Prints |trace| (shrunk first when asked and failing); returns 1 when it
+// fails, 0 otherwise, 2 on error.
+static int sim_print(const pcp_topology_trace_t* trace, bool shrink) {
+  pcp_topology_trace_t shrunk;
+  const pcp_topology_trace_t* shown = trace;
+  bool failing = trace->final_snapshot.failure != PCP_TOPOLOGY_FAILURE_NONE;
+  pcp_status_t status = pcp_ok_status();
+  if (shrink && failing) {
+    pcp_topology_shrink_result_t result;
+    status = pcp_topology_events_shrink(pcp_allocator_system(), trace->seed,
+                                        trace->events, trace->event_count,
+                                        sim_fails, NULL, &result);
+    if (!status) {
+      status = pcp_topology_sim_run(result.seed, result.events,
+                                    result.event_count, pcp_allocator_system(),
+                                    &shrunk);
+      if (!status) {
+        printf("shrunk: deleted=%zu seed=%llu\n", result.deleted,
+               (unsigned long long)result.seed);
+        shown = &shrunk;
+      }
+      pcp_topology_shrink_result_deinitialize(pcp_allocator_system(), &result);
+    }
+  }
+  pcp_string_builder_t text;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
+  if (!status) status = pcp_topology_trace_format(shown, &text);
+  if (!status) fputs(pcp_string_builder_cstring(&text), stdout);
+  pcp_string_builder_deinitialize(&text);
+  if (shown == &shrunk) pcp_topology_trace_deinitialize(&shrunk);
+  if (status) {
+    fprintf(stderr, "pcp topo sim: %s\n", pcp_status_message(status));
+    pcp_status_ignore(status);
+    return 2;
+  }
+  return failing ? 1 : 0;
+}
+
+static int sim_replay(const char* path, bool shrink) {
+  void* data = NULL;
+  size_t length = 0;
+  pcp_status_t status =
+      pcp_file_read_all(path, SIM_MAX_FILE_BYTES, &data, &length);
+  pcp_topology_trace_t recorded, replayed;
+  if (!status) {
+    status = pcp_topology_trace_parse(pcp_make_string_view(data, length),
+                                      pcp_allocator_system(), &recorded);
+  }
+  free(data);
+  if (status) {
+    fprintf(stderr, "pcp topo sim: %s: %s\n", path, pcp_status_message(status));
+    pcp_status_ignore(status);
+    return 2;
+  }
+  status = pcp_topology_sim_run(recorded.seed, recorded.events,
+                                recorded.event_count, pcp_allocator_system(),
+                                &replayed);
+  if (status) {
+    pcp_topology_trace_deinitialize(&recorded);
+    return check_fail(status);
+  }
+  int exit_code = sim_print(&replayed, shrink);
+  bool match = pcp_topology_snapshot_hash(&recorded.final_snapshot) ==
+               pcp_topology_snapshot_hash(&replayed.final_snapshot);
+  printf("replay: %s\n", match ? "match" : "MISMATCH (the recorded final "
+                                           "snapshot differs)");
+  pcp_topology_trace_deinitialize(&recorded);
+  pcp_topology_trace_deinitialize(&replayed);
+  if (exit_code == 2) return 2;
+  return match ? 0 : 1;
+}
+
+int pcp_topology_cli_sim_main(int argc, char** argv) {
+  sim_options_t options;
+  pcp_status_t status = pcp_config_initialize(&kSimTable, &options);
+  if (!status) {
+    status =
+        pcp_config_parse_argv(&kSimTable, argc - 1, argv + 1, &options, NULL);
+  }
+  if (!status) status = pcp_config_validate(&kSimTable, &options);
+  if (status) {
+    pcp_config_deinitialize(&kSimTable, &options);
+    return pcp_config_cli_usage_error("topo sim", status);
+  }
+  if (options.help) {
+    printf("usage: pcp topo sim [--seed N] [--events K] [--invalid] "
+           "[--exhaustive --depth D] [--replay FILE] [--shrink]\n\n"
+           "The two-node trace simulator (gateway 0, worker 1). Prints the\n"
+           "trace in its replay format; exit 1 when the schedule fails (or a\n"
+           "replay differs from the recorded snapshot).\n\nflags:\n");
+    pcp_config_print_help(&kSimTable, stdout);
+    pcp_config_deinitialize(&kSimTable, &options);
+    return 0;
+  }
+  int exit_code = 0;
+  if (options.replay) {
+    exit_code = sim_replay(options.replay, options.shrink);
+  } else if (options.exhaustive) {
+    pcp_topology_sim_exploration_t result;
+    status = pcp_topology_sim_explore_exhaustive(
+        (uint64_t)options.seed, (uint32_t)options.depth, options.invalid,
+        pcp_allocator_system(), &result);
+    if (status) {
+      exit_code = check_fail(status);
+    } else {
+      printf("checked=%llu failed=%llu\n", (unsigned long long)result.checked,
+             (unsigned long long)result.failed);
+      exit_code = result.has_failure
+                      ? sim_print(&result.first_failure, options.shrink)
+                      : 0;
+      pcp_topology_sim_exploration_deinitialize(&result);
+    }
+  } else {
+    pcp_topology_trace_t trace;
+    status = pcp_topology_sim_random_trace(
+        (uint64_t)options.seed, (size_t)options.events, options.invalid,
+        pcp_allocator_system(), &trace);
+    if (status) {
+      exit_code = check_fail(status);
+    } else {
+      exit_code = sim_print(&trace, options.shrink);
+      pcp_topology_trace_deinitialize(&trace);
+    }
+  }
+  pcp_config_deinitialize(&kSimTable, &options);
+  return exit_code;
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// `pcp topo check|models` through the real binary ($PCP_BINARY, set by
+// `pcp topo check|models|sim` through the real binary ($PCP_BINARY, set by
 // ctest): exit codes 0/1/2, the reports, and JSON that parses.
 
 // clang-format off
@@ -129,12 +129,59 @@ static void test_check_usage_errors_exit_two(void** state) {
   expect("topo check --help", 0, "usage: pcp topo check");
 }
 
+static void write_text(const char* path, const char* text) {
+  FILE* f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void test_sim_runs_replays_and_shrinks(void** state) {
+  (void)state;
+  expect("topo sim --seed 777 --events 5", 0,
+         "topology-simulator-trace v1 seed=777 events=5");
+  expect("topo sim --exhaustive --depth 3", 0, "checked=27 failed=0");
+  expect("topo sim --invalid --exhaustive --depth 2 --seed 2026", 1,
+         "checked=9");
+  expect("topo sim --invalid --exhaustive --depth 2 --seed 2026 --shrink", 1,
+         "shrunk: deleted=0 seed=0");
+  // Record a failing trace, then replay it from the file.
+  char dir[] = "/tmp/pcp-topo-sim-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[256], args[512];
+  snprintf(path, sizeof(path), "%s/trace.txt", dir);
+  run_result_t* result = malloc(sizeof(*result));
+  assert_non_null(result);
+  run("topo sim --invalid --seed 5 --events 6", false, result);
+  assert_int_equal(result->exit_code, 1);
+  write_text(path, result->output);
+  snprintf(args, sizeof(args), "topo sim --replay %s", path);
+  expect(args, 0, "replay: match");
+  // A tampered snapshot no longer matches.
+  char* delivered = strstr(result->output, "delivered=0");
+  assert_non_null(delivered);
+  delivered[10] = '7';
+  write_text(path, result->output);
+  expect(args, 1, "replay: MISMATCH");
+  write_text(path, "topology-simulator-trace v1 seed=1 events=2\n");
+  expect(args, 2, "no 'final ...' line");
+  write_text(path, "garbage\n");
+  expect(args, 2, "header");
+  free(result);
+  snprintf(args, sizeof(args), "rm -rf '%s'", dir);
+  assert_int_equal(system(args), 0);
+  expect("topo sim --replay /nonexistent/trace.txt", 2, "trace.txt");
+  expect("topo sim --exhaustive --depth 9", 2, "depth");
+  expect("topo sim --events -1", 2, "events");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_models_lists_every_model),
       cmocka_unit_test(test_check_solvable_models_exit_zero),
       cmocka_unit_test(test_check_obstructions_exit_one),
       cmocka_unit_test(test_check_usage_errors_exit_two),
+      cmocka_unit_test(test_sim_runs_replays_and_shrinks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
