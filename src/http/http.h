@@ -9,7 +9,9 @@
 // pool). Connections are HTTP/1.1 keep-alive. The router is built before
 // pcp_http_server_start and is immutable afterwards, so matching takes no
 // lock. For every request the server, in this order:
-//   1. checks the URL length (414) and the total header bytes (431);
+//   1. checks the connection count (503 with Connection: close past
+//      |max_connections|), the URL length (414) and the total header bytes
+//      (431);
 //   2. matches the path against the routes (404 when no pattern matches,
 //      405 with an Allow header when a pattern matches but no route has the
 //      method);
@@ -255,10 +257,12 @@ typedef struct pcp_http_server_options_t {
   const char* tls_key_path;
   const pcp_http_scope_t* scopes;  // copied at create
   size_t scope_count;
-  size_t max_body_bytes;          // 0: PCP_HTTP_DEFAULT_MAX_BODY_BYTES
-  size_t max_header_bytes;        // 0: PCP_HTTP_DEFAULT_MAX_HEADER_BYTES
-  size_t max_url_bytes;           // 0: PCP_HTTP_DEFAULT_MAX_URL_BYTES
-  size_t max_json_depth;          // 0: PCP_HTTP_DEFAULT_MAX_JSON_DEPTH
+  size_t max_body_bytes;    // 0: PCP_HTTP_DEFAULT_MAX_BODY_BYTES
+  size_t max_header_bytes;  // 0: PCP_HTTP_DEFAULT_MAX_HEADER_BYTES
+  size_t max_url_bytes;     // 0: PCP_HTTP_DEFAULT_MAX_URL_BYTES
+  size_t max_json_depth;    // 0: PCP_HTTP_DEFAULT_MAX_JSON_DEPTH
+  // Open connections; past it requests get 503 and a close (up to 64 more
+  // are accepted to say so; beyond that libmicrohttpd refuses silently).
   uint32_t max_connections;       // 0: PCP_HTTP_DEFAULT_MAX_CONNECTIONS
   uint32_t connection_timeout_s;  // idle timeout; 0: default (60)
   uint32_t thread_count;          // 0: PCP_HTTP_DEFAULT_THREAD_COUNT
@@ -313,6 +317,15 @@ void pcp_http_server_release(pcp_http_server_t* server);
 // Ready-made probe handlers
 //===----------------------------------------------------------------------===//
 
+typedef struct pcp_http_readyz_t pcp_http_readyz_t;
+
+// Adds the open probe routes: GET /healthz always, GET /readyz when
+// |readyz| is not NULL, GET /metrics when |registry| is not NULL (both
+// borrowed; they must outlive the server). Errors as routes_add.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_server_probes_add(
+    pcp_http_server_t* server, pcp_obs_registry_t* registry,
+    pcp_http_readyz_t* readyz);
+
 // GET /healthz: 200 {"status":"ok"}. user_data unused.
 pcp_status_t pcp_http_healthz_handler(void* user_data,
                                       const pcp_http_request_t* request,
@@ -329,10 +342,10 @@ pcp_status_t pcp_http_metrics_handler(void* user_data,
 // a server thread: must be thread-safe.
 typedef bool (*pcp_http_ready_fn_t)(void* user_data, json_t* details);
 
-typedef struct pcp_http_readyz_t {
+struct pcp_http_readyz_t {
   pcp_http_ready_fn_t ready;
   void* user_data;
-} pcp_http_readyz_t;
+};
 
 // GET /readyz: user_data is a pcp_http_readyz_t* (borrowed). Answers
 // {"ready":true|false, ...details} with 200 when ready, 503 otherwise.

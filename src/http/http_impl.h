@@ -34,6 +34,14 @@ typedef struct pcp_http_route_entry_t {
   char* segments[PCP_HTTP_MAX_PATH_SEGMENTS];  // owned (param: its name)
   bool segment_is_param[PCP_HTTP_MAX_PATH_SEGMENTS];
   bool prefix;
+  // Metric series looked up once and kept (the families' lookups take a
+  // mutex): requests and duration per status class (index http_status /
+  // 100; 0: aborted), bytes per route. Only for routes with a fixed method,
+  // whose method label is then fixed too.
+  _Atomic(pcp_obs_series_t*) requests_series[6];
+  _Atomic(pcp_obs_series_t*) duration_series[6];
+  _Atomic(pcp_obs_series_t*) request_bytes_series;
+  _Atomic(pcp_obs_series_t*) response_bytes_series;
 } pcp_http_route_entry_t;
 
 typedef struct pcp_http_router_t {
@@ -100,6 +108,7 @@ struct pcp_http_request_t {
   bool body_too_large;
   size_t discarded_bytes;  // body bytes dropped after body_too_large
   bool responded;          // a response was queued
+  bool close_connection;   // answer with Connection: close
   // An error found from the headers, answered at the final call (see
   // early_error in server.c); 0: none.
   int deferred_status;

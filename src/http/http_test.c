@@ -177,10 +177,8 @@ static const pcp_http_scope_t kScopes[] = {
 
 static void add_routes(fixture_t* f) {
   const pcp_http_route_t routes[] = {
-      {"GET", "/healthz", NULL, pcp_http_healthz_handler, NULL, 0, 0},
-      {"GET", "/readyz", NULL, pcp_http_readyz_handler, &f->readyz, 0, 0},
-      {"GET", "/metrics", NULL, pcp_http_metrics_handler, f->registry, 0, 0},
       {"GET", "/v1/jobs", NULL, echo_handler, NULL, 0, 0},
+      {"*", "/any", NULL, echo_handler, NULL, 0, 0},
       {"POST", "/v1/jobs", NULL, echo_handler, NULL, 1024, 0},
       {"GET", "/v1/jobs/{id}", NULL, echo_handler, NULL, 0, 0},
       {"DELETE", "/v1/jobs/{id}", NULL, echo_handler, NULL, 0, 0},
@@ -196,6 +194,7 @@ static void add_routes(fixture_t* f) {
       {"GET", "/v1/internal/x", "internal", echo_handler, NULL, 0, 0},
       {"GET", "/v1/federation/x", "federation", echo_handler, NULL, 0, 0},
   };
+  PCP_CHECK_OK(pcp_http_server_probes_add(f->server, f->registry, &f->readyz));
   PCP_CHECK_OK(
       pcp_http_server_routes_add(f->server, routes, PCP_ARRAYSIZE(routes)));
 }
@@ -789,6 +788,92 @@ static void keep_alive_reuses_one_connection(void** state) {
   pcp_http_client_response_deinitialize(&response);
 }
 
+// Starts a server with |options| (name "limits") and the probe routes.
+static pcp_http_server_t* start_limits_server(
+    fixture_t* f, pcp_http_server_options_t* options, char* base_url,
+    size_t capacity) {
+  options->name = "limits";
+  options->registry = f->registry;
+  pcp_http_server_t* server = NULL;
+  PCP_CHECK_OK(
+      pcp_http_server_create(options, pcp_allocator_system(), &server));
+  PCP_CHECK_OK(pcp_http_server_probes_add(server, NULL, NULL));
+  PCP_CHECK_OK(pcp_http_server_start(server));
+  snprintf(base_url, capacity, "http://127.0.0.1:%u/healthz",
+           (unsigned)pcp_http_server_port(server));
+  return server;
+}
+
+static int get_url(pcp_http_client_t* client, const char* url,
+                   pcp_http_client_response_t* out_response) {
+  pcp_http_client_request_t request = {0};
+  request.url = url;
+  PCP_CHECK_OK(pcp_http_client_send(client, &request, out_response));
+  return out_response->http_status;
+}
+
+static void connection_limit_answers_503(void** state) {
+  fixture_t* f = *state;
+  pcp_http_server_options_t options = {0};
+  options.max_connections = 2;
+  char url[128];
+  pcp_http_server_t* server =
+      start_limits_server(f, &options, url, sizeof(url));
+  pcp_http_client_t* clients[3];
+  for (int i = 0; i < 3; ++i) {
+    PCP_CHECK_OK(
+        pcp_http_client_create(NULL, pcp_allocator_system(), &clients[i]));
+  }
+  pcp_http_client_response_t response;
+  // Two keep-alive connections stay open...
+  assert_int_equal(get_url(clients[0], url, &response), 200);
+  pcp_http_client_response_deinitialize(&response);
+  assert_int_equal(get_url(clients[1], url, &response), 200);
+  pcp_http_client_response_deinitialize(&response);
+  // ...so a third gets a JSON 503, not a silent close.
+  get_url(clients[2], url, &response);
+  assert_error_body(&response, 503, "UNAVAILABLE");
+  char retry[16];
+  assert_true(pcp_http_client_response_header(&response, "Retry-After", retry,
+                                              sizeof(retry)));
+  pcp_http_client_response_deinitialize(&response);
+  // Once one closes, the third is served.
+  pcp_http_client_release(clients[0]);
+  int http_status = 0;
+  for (int i = 0; i < 100 && http_status != 200; ++i) {
+    pcp_sleep_ms(10);
+    http_status = get_url(clients[2], url, &response);
+    pcp_http_client_response_deinitialize(&response);
+  }
+  assert_int_equal(http_status, 200);
+  pcp_http_client_release(clients[1]);
+  pcp_http_client_release(clients[2]);
+  PCP_CHECK_OK(pcp_http_server_stop(server, 1000));
+  pcp_http_server_release(server);
+}
+
+static void idle_connections_time_out(void** state) {
+  fixture_t* f = *state;
+  pcp_http_server_options_t options = {0};
+  options.connection_timeout_s = 1;
+  char url[128];
+  pcp_http_server_t* server =
+      start_limits_server(f, &options, url, sizeof(url));
+  pcp_http_client_response_t response;
+  assert_int_equal(get_url(f->client, url, &response), 200);
+  assert_int_equal(response.new_connection_count, 1);
+  pcp_http_client_response_deinitialize(&response);
+  assert_int_equal(get_url(f->client, url, &response), 200);
+  assert_int_equal(response.new_connection_count, 0);
+  pcp_http_client_response_deinitialize(&response);
+  pcp_sleep_ms(2200);  // past the 1 s idle timeout, with slack
+  assert_int_equal(get_url(f->client, url, &response), 200);
+  assert_int_equal(response.new_connection_count, 1);
+  pcp_http_client_response_deinitialize(&response);
+  PCP_CHECK_OK(pcp_http_server_stop(server, 1000));
+  pcp_http_server_release(server);
+}
+
 typedef struct slow_call_t {
   fixture_t* fixture;
   pcp_http_client_t* client;
@@ -904,6 +989,9 @@ static void metrics_render_and_pass_promtool(void** state) {
   pcp_http_client_response_deinitialize(&response);
   response = send_request(f, "BREW", "/v1/jobs", NULL, NULL, 0, false);
   pcp_http_client_response_deinitialize(&response);
+  response = send_request(f, "PATCH", "/any", NULL, NULL, 0, false);
+  assert_int_equal(response.http_status, 200);
+  pcp_http_client_response_deinitialize(&response);
 
   response = get(f, "/metrics");
   assert_int_equal(response.http_status, 200);
@@ -922,6 +1010,9 @@ static void metrics_render_and_pass_promtool(void** state) {
                   "pcp_http_requests_total{server=\"test\",route=\"/status/"
                   "{code}\",method=\"GET\",status_class=\"5xx\"} 1");
   assert_contains(text, "method=\"OTHER\",status_class=\"4xx\"");
+  assert_contains(text,
+                  "pcp_http_requests_total{server=\"test\",route=\"/any\","
+                  "method=\"PATCH\",status_class=\"2xx\"} 1");
   assert_contains(text,
                   "pcp_http_request_duration_seconds_bucket{server="
                   "\"test\",route=\"/v1/jobs/{id}\"");
@@ -1058,6 +1149,8 @@ int main(void) {
       T(url_and_header_limits),
       T(bearer_tokens_per_scope),
       T(keep_alive_reuses_one_connection),
+      T(connection_limit_answers_503),
+      T(idle_connections_time_out),
       T(graceful_stop_finishes_inflight_requests),
       T(stop_deadline_cuts_off_slow_requests),
       T(healthz_and_readyz),

@@ -69,3 +69,21 @@ pcp_status_t pcp_http_readyz_handler(void* user_data,
   json_decref(body);
   return status;
 }
+
+pcp_status_t pcp_http_server_probes_add(pcp_http_server_t* server,
+                                        pcp_obs_registry_t* registry,
+                                        pcp_http_readyz_t* readyz) {
+  const pcp_http_route_t routes[] = {
+      {"GET", "/healthz", NULL, pcp_http_healthz_handler, NULL, 0, 0},
+      {"GET", "/readyz", NULL, pcp_http_readyz_handler, readyz, 0, 0},
+      {"GET", "/metrics", NULL, pcp_http_metrics_handler, registry, 0, 0},
+  };
+  PCP_RETURN_IF_ERROR_BARE(pcp_http_server_routes_add(server, &routes[0], 1));
+  if (readyz) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_http_server_routes_add(server, &routes[1], 1));
+  }
+  if (registry) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_http_server_routes_add(server, &routes[2], 1));
+  }
+  return pcp_ok_status();
+}

@@ -181,7 +181,8 @@ pcp_status_t pcp_http_router_add(pcp_http_router_t* router,
     entry_deinitialize(router->allocator, &entry);
     return status;
   }
-  router->entries[router->count++] = entry;
+  // memcpy rather than assignment: the entry holds atomics (all NULL).
+  memcpy(&router->entries[router->count++], &entry, sizeof(entry));
   return pcp_ok_status();
 }
 

@@ -66,8 +66,13 @@ struct pcp_http_server_t {
   bool started;
   uint16_t bound_port;
   _Atomic int64_t inflight;
+  _Atomic int64_t open_connections;
   _Atomic bool draining;
 };
+
+// Connections libmicrohttpd accepts above max_connections, so that the
+// excess gets a 503 with a JSON body rather than a silent close.
+#define PCP_HTTP_CONNECTION_SLACK 64
 
 // The body sent when even building an error fails (out of memory): static,
 // so it needs no allocation.
@@ -137,12 +142,36 @@ registered:
                                    &server->connections_series);
 }
 
-static const char* status_class(int http_status) {
-  static const char* const kClasses[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
+static size_t status_class_index(int http_status) {
   if (http_status < 100 || http_status > 599) {
-    return "aborted";  // the client left before an answer was queued
+    return 0;  // the client left before an answer was queued
   }
-  return kClasses[http_status / 100 - 1];
+  return (size_t)(http_status / 100);
+}
+
+static const char* status_class(int http_status) {
+  static const char* const kClasses[] = {"aborted", "1xx", "2xx",
+                                         "3xx",     "4xx", "5xx"};
+  return kClasses[status_class_index(http_status)];
+}
+
+// Returns the series in |slot|, looking it up on first use. NULL when the
+// lookup fails (the caller then takes the uncached path).
+static pcp_obs_series_t* cached_series(_Atomic(pcp_obs_series_t*)* slot,
+                                       pcp_obs_family_t* family,
+                                       const char* const* labels) {
+  pcp_obs_series_t* series = atomic_load_explicit(slot, memory_order_acquire);
+  if (series) {
+    return series;
+  }
+  pcp_status_t status = pcp_obs_family_series_get(family, labels, &series);
+  if (status) {
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  // Two threads may race here; both find the same series.
+  atomic_store_explicit(slot, series, memory_order_release);
+  return series;
 }
 
 // Recorded when the response is queued, not when it is fully sent, so that
@@ -157,12 +186,38 @@ static void metrics_record(pcp_http_server_t* server,
   const char* route = request->route ? request->route->pattern : "unmatched";
   const char* labels[] = {server->name, route, request->method_label,
                           status_class(request->http_status)};
+  const char* byte_labels[] = {server->name, route};
   double seconds =
       (double)(pcp_clock_now_ns(server->clock) - request->start_ns) / 1e9;
+  seconds = seconds < 0 ? 0 : seconds;
+  // Routes are immutable after start except for these caches.
+  pcp_http_route_entry_t* entry = (pcp_http_route_entry_t*)request->route;
+  pcp_obs_series_t* requests = NULL;
+  pcp_obs_series_t* duration = NULL;
+  pcp_obs_series_t* request_bytes = NULL;
+  pcp_obs_series_t* response_bytes = NULL;
+  if (entry && strcmp(entry->method, "*") != 0) {
+    size_t index = status_class_index(request->http_status);
+    requests = cached_series(&entry->requests_series[index],
+                             server->families[FAMILY_REQUESTS], labels);
+    duration = cached_series(&entry->duration_series[index],
+                             server->families[FAMILY_DURATION], labels);
+    request_bytes =
+        cached_series(&entry->request_bytes_series,
+                      server->families[FAMILY_REQUEST_BYTES], byte_labels);
+    response_bytes =
+        cached_series(&entry->response_bytes_series,
+                      server->families[FAMILY_RESPONSE_BYTES], byte_labels);
+  }
+  if (requests && duration && request_bytes && response_bytes) {
+    pcp_obs_counter_increment(requests);
+    pcp_obs_histogram_observe(duration, seconds);
+    pcp_obs_counter_add(request_bytes, (double)request->request_bytes);
+    pcp_obs_counter_add(response_bytes, (double)request->response_bytes);
+    return;
+  }
   pcp_obs_family_add(server->families[FAMILY_REQUESTS], labels, 1);
-  pcp_obs_family_observe(server->families[FAMILY_DURATION], labels,
-                         seconds < 0 ? 0 : seconds);
-  const char* byte_labels[] = {server->name, route};
+  pcp_obs_family_observe(server->families[FAMILY_DURATION], labels, seconds);
   pcp_obs_family_add(server->families[FAMILY_REQUEST_BYTES], byte_labels,
                      (double)request->request_bytes);
   pcp_obs_family_add(server->families[FAMILY_RESPONSE_BYTES], byte_labels,
@@ -238,7 +293,7 @@ static enum MHD_Result queue_built(pcp_http_server_t* server,
     ok = ok && MHD_add_response_header(response, built->header_names[i],
                                        built->header_values[i]) == MHD_YES;
   }
-  if (atomic_load(&server->draining)) {
+  if (atomic_load(&server->draining) || request->close_connection) {
     // Tells keep-alive clients to go elsewhere while we stop.
     ok = ok && MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION,
                                        "close") == MHD_YES;
@@ -461,6 +516,19 @@ static enum MHD_Result on_headers(pcp_http_server_t* server,
                                   pcp_http_request_t* request) {
   struct MHD_Connection* connection = request->connection;
   char message[256];
+
+  if (atomic_load(&server->open_connections) >
+      (int64_t)server->max_connections) {
+    // Over our limit but inside libmicrohttpd's (which has slack above
+    // ours): answer 503 and close, instead of the silent close that
+    // libmicrohttpd's own limit gives.
+    request->close_connection = true;
+    snprintf(message, sizeof(message),
+             "server is at its limit of %u connections",
+             (unsigned)server->max_connections);
+    return early_error(server, request, 503, "UNAVAILABLE", message,
+                       "Retry-After", "1");
+  }
 
   byte_count_t url_bytes = {strlen(request->path)};
   MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, count_pair_bytes,
@@ -721,11 +789,11 @@ static void on_connection(void* cls, struct MHD_Connection* connection,
   PCP_UNUSED(connection);
   PCP_UNUSED(socket_context);
   pcp_http_server_t* server = cls;
-  if (!server->connections_series) {
-    return;
+  int64_t delta = code == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
+  atomic_fetch_add(&server->open_connections, delta);
+  if (server->connections_series) {
+    pcp_obs_gauge_add(server->connections_series, (double)delta);
   }
-  pcp_obs_gauge_add(server->connections_series,
-                    code == MHD_CONNECTION_NOTIFY_STARTED ? 1.0 : -1.0);
 }
 
 #pragma GCC diagnostic push
@@ -844,6 +912,7 @@ pcp_status_t pcp_http_server_create(const pcp_http_server_options_t* options,
   server->clock = options->clock.now_ns ? options->clock : pcp_clock_system();
   server->log_context.role = server->name;
   atomic_init(&server->inflight, 0);
+  atomic_init(&server->open_connections, 0);
   atomic_init(&server->draining, false);
   pcp_http_router_initialize(allocator, &server->router);
 
@@ -961,7 +1030,8 @@ pcp_status_t pcp_http_server_start(pcp_http_server_t* server) {
       // The logger must come first to catch messages about later options.
       MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, server, MHD_OPTION_SOCK_ADDR,
       address, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)server->thread_count,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned int)server->max_connections,
+      MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned int)(server->max_connections + PCP_HTTP_CONNECTION_SLACK),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)server->connection_timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, server,
