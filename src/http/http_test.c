@@ -404,6 +404,17 @@ static void route_and_option_errors(void** state) {
   // Routes are fixed once started.
   assert_status(pcp_http_server_routes_add(f->server, &route, 1),
                 PCP_STATUS_FAILED_PRECONDITION, "fixed");
+  // Unreadable TLS material fails start, naming the file.
+  options.scope_count = 0;
+  options.tls_cert_path = "/nonexistent/cert.pem";
+  options.tls_key_path = "/nonexistent/key.pem";
+  PCP_CHECK_OK(
+      pcp_http_server_create(&options, pcp_allocator_system(), &server));
+  assert_status(pcp_http_server_start(server), PCP_STATUS_NOT_FOUND,
+                "/nonexistent/cert.pem");
+  pcp_http_server_release(server);
+  options.tls_cert_path = NULL;
+  options.tls_key_path = NULL;
   // A port already bound is UNAVAILABLE.
   options.scope_count = 0;
   options.port = pcp_http_server_port(f->server);
