@@ -17,23 +17,23 @@ void pcp_proto_action_deinitialize(pcp_proto_action_t* action) {
   memset(action, 0, sizeof(*action));
 }
 
-void proto_action_queue_initialize(pcp_allocator_t allocator,
-                                   proto_action_queue_t* out_queue) {
+void pcp_proto_action_queue_initialize(pcp_allocator_t allocator,
+                                       pcp_proto_action_queue_t* out_queue) {
   memset(out_queue, 0, sizeof(*out_queue));
   out_queue->allocator = allocator;
 }
 
-void proto_action_queue_deinitialize(proto_action_queue_t* queue) {
+void pcp_proto_action_queue_deinitialize(pcp_proto_action_queue_t* queue) {
   pcp_proto_action_t action;
-  while (proto_action_queue_pop(queue, &action)) {
+  while (pcp_proto_action_queue_pop(queue, &action)) {
     pcp_proto_action_deinitialize(&action);
   }
   pcp_allocator_free(queue->allocator, queue->items);
   memset(queue, 0, sizeof(*queue));
 }
 
-pcp_status_t proto_action_queue_push(proto_action_queue_t* queue,
-                                     pcp_proto_action_t* action) {
+pcp_status_t pcp_proto_action_queue_push(pcp_proto_action_queue_t* queue,
+                                         pcp_proto_action_t* action) {
   if (queue->count == queue->capacity) {
     size_t capacity = queue->capacity ? queue->capacity * 2 : 16;
     void* items = NULL;
@@ -59,8 +59,8 @@ pcp_status_t proto_action_queue_push(proto_action_queue_t* queue,
   return pcp_ok_status();
 }
 
-bool proto_action_queue_pop(proto_action_queue_t* queue,
-                            pcp_proto_action_t* out_action) {
+bool pcp_proto_action_queue_pop(pcp_proto_action_queue_t* queue,
+                                pcp_proto_action_t* out_action) {
   if (queue->count == 0) {
     memset(out_action, 0, sizeof(*out_action));
     return false;

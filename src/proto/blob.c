@@ -86,7 +86,7 @@ pcp_status_t pcp_proto_blob_assembly_initialize(
   out_assembly->request_id = request_id;
   out_assembly->total = chunk->total;
   out_assembly->count = chunk->count;
-  pcp_status_t status = proto_aligned_allocate(
+  pcp_status_t status = pcp_proto_aligned_allocate(
       allocator, (size_t)(chunk->total ? chunk->total : 1),
       &out_assembly->data);
   if (!status)
@@ -181,10 +181,10 @@ void pcp_proto_blob_assembly_deinitialize(pcp_proto_blob_assembly_t* assembly) {
     pcp_sha256_t ignored;
     pcp_sha256_stream_finish(assembly->hash, &ignored);
   }
-  proto_aligned_free(assembly->allocator, assembly->data);
+  pcp_proto_aligned_free(assembly->allocator, assembly->data);
   memset(assembly, 0, sizeof(*assembly));
 }
 
 void pcp_proto_blob_free(pcp_allocator_t allocator, uint8_t* data) {
-  proto_aligned_free(allocator, data);
+  pcp_proto_aligned_free(allocator, data);
 }

@@ -335,8 +335,8 @@ pcp_proto_timeouts_t pcp_proto_timeouts_from_heartbeat(
 // Aligned memory, scratch
 //===----------------------------------------------------------------------===//
 
-pcp_status_t proto_aligned_allocate(pcp_allocator_t allocator,
-                                    size_t byte_length, uint8_t** out_ptr) {
+pcp_status_t pcp_proto_aligned_allocate(pcp_allocator_t allocator,
+                                        size_t byte_length, uint8_t** out_ptr) {
   *out_ptr = NULL;
   if (byte_length > SIZE_MAX - PCP_PROTO_SECTION_ALIGNMENT) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "size overflow");
@@ -355,14 +355,14 @@ pcp_status_t proto_aligned_allocate(pcp_allocator_t allocator,
   return pcp_ok_status();
 }
 
-void proto_aligned_free(pcp_allocator_t allocator, uint8_t* ptr) {
+void pcp_proto_aligned_free(pcp_allocator_t allocator, uint8_t* ptr) {
   if (!ptr)
     return;
   pcp_allocator_free(allocator, ptr - ptr[-1]);
 }
 
-pcp_status_t proto_frame_scratch(pcp_proto_frame_t* frame, size_t byte_length,
-                                 void** out_ptr) {
+pcp_status_t pcp_proto_frame_scratch(pcp_proto_frame_t* frame,
+                                     size_t byte_length, void** out_ptr) {
   pcp_allocator_free(frame->allocator, frame->parsed);
   frame->parsed = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
@@ -489,8 +489,8 @@ static bool json_depth_within(const uint8_t* text, size_t n,
   return true;
 }
 
-pcp_status_t proto_json_u64(const json_t* object, const char* key, uint64_t max,
-                            uint64_t* out_value) {
+pcp_status_t pcp_proto_json_u64(const json_t* object, const char* key,
+                                uint64_t max, uint64_t* out_value) {
   json_t* v = json_object_get(object, key);
   if (!json_is_integer(v) || json_integer_value(v) < 0 ||
       (uint64_t)json_integer_value(v) > max) {
@@ -502,20 +502,20 @@ pcp_status_t proto_json_u64(const json_t* object, const char* key, uint64_t max,
   return pcp_ok_status();
 }
 
-pcp_status_t proto_json_opt_u64(const json_t* object, const char* key,
-                                uint64_t max, uint64_t* out_value,
-                                bool* out_present) {
+pcp_status_t pcp_proto_json_opt_u64(const json_t* object, const char* key,
+                                    uint64_t max, uint64_t* out_value,
+                                    bool* out_present) {
   if (out_present)
     *out_present = false;
   if (!json_object_get(object, key))
     return pcp_ok_status();
   if (out_present)
     *out_present = true;
-  return proto_json_u64(object, key, max, out_value);
+  return pcp_proto_json_u64(object, key, max, out_value);
 }
 
-pcp_status_t proto_json_i64(const json_t* object, const char* key, int64_t min,
-                            int64_t max, int64_t* out_value) {
+pcp_status_t pcp_proto_json_i64(const json_t* object, const char* key,
+                                int64_t min, int64_t max, int64_t* out_value) {
   json_t* v = json_object_get(object, key);
   if (!json_is_integer(v) || json_integer_value(v) < min ||
       json_integer_value(v) > max) {
@@ -527,9 +527,9 @@ pcp_status_t proto_json_i64(const json_t* object, const char* key, int64_t min,
   return pcp_ok_status();
 }
 
-pcp_status_t proto_json_string(const json_t* object, const char* key,
-                               size_t min_length, size_t max_length,
-                               const char** out_value) {
+pcp_status_t pcp_proto_json_string(const json_t* object, const char* key,
+                                   size_t min_length, size_t max_length,
+                                   const char** out_value) {
   json_t* v = json_object_get(object, key);
   if (!json_is_string(v)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -545,16 +545,17 @@ pcp_status_t proto_json_string(const json_t* object, const char* key,
   return pcp_ok_status();
 }
 
-pcp_status_t proto_json_opt_string(const json_t* object, const char* key,
-                                   size_t max_length, const char** out_value) {
+pcp_status_t pcp_proto_json_opt_string(const json_t* object, const char* key,
+                                       size_t max_length,
+                                       const char** out_value) {
   *out_value = "";
   if (!json_object_get(object, key))
     return pcp_ok_status();
-  return proto_json_string(object, key, 0, max_length, out_value);
+  return pcp_proto_json_string(object, key, 0, max_length, out_value);
 }
 
-pcp_status_t proto_json_hex(const json_t* object, const char* key,
-                            size_t byte_length, uint8_t* out_bytes) {
+pcp_status_t pcp_proto_json_hex(const json_t* object, const char* key,
+                                size_t byte_length, uint8_t* out_bytes) {
   json_t* v = json_object_get(object, key);
   if (!json_is_string(v) ||
       !pcp_proto_hex_decode(json_string_value(v), byte_length, out_bytes)) {
@@ -565,8 +566,8 @@ pcp_status_t proto_json_hex(const json_t* object, const char* key,
   return pcp_ok_status();
 }
 
-pcp_status_t proto_json_bool(const json_t* object, const char* key,
-                             bool default_value, bool* out_value) {
+pcp_status_t pcp_proto_json_bool(const json_t* object, const char* key,
+                                 bool default_value, bool* out_value) {
   json_t* v = json_object_get(object, key);
   if (!v) {
     *out_value = default_value;
@@ -580,9 +581,9 @@ pcp_status_t proto_json_bool(const json_t* object, const char* key,
   return pcp_ok_status();
 }
 
-pcp_status_t proto_json_shape(const json_t* value, const char* what,
-                              uint32_t max_rank, uint32_t* out_rank,
-                              int64_t* out_shape) {
+pcp_status_t pcp_proto_json_shape(const json_t* value, const char* what,
+                                  uint32_t max_rank, uint32_t* out_rank,
+                                  int64_t* out_shape) {
   if (!json_is_array(value) || json_array_size(value) > max_rank) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "%s: 'shape' must be an array of at most %u dims",
@@ -602,8 +603,8 @@ pcp_status_t proto_json_shape(const json_t* value, const char* what,
   return pcp_ok_status();
 }
 
-bool proto_tensor_byte_length(pcp_element_type_t type, uint32_t rank,
-                              const int64_t* shape, uint64_t* out_length) {
+bool pcp_proto_tensor_byte_length(pcp_element_type_t type, uint32_t rank,
+                                  const int64_t* shape, uint64_t* out_length) {
   if (type <= PCP_ELEMENT_TYPE_UNKNOWN || type >= PCP_ELEMENT_TYPE_COUNT_) {
     return false;
   }
@@ -618,7 +619,8 @@ bool proto_tensor_byte_length(pcp_element_type_t type, uint32_t rank,
   return true;
 }
 
-pcp_status_t proto_json_set(json_t* object, const char* key, json_t* value) {
+pcp_status_t pcp_proto_json_set(json_t* object, const char* key,
+                                json_t* value) {
   if (!value || json_object_set_new(object, key, value) != 0) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "out of memory building key '%s'", key);
@@ -626,16 +628,16 @@ pcp_status_t proto_json_set(json_t* object, const char* key, json_t* value) {
   return pcp_ok_status();
 }
 
-pcp_status_t proto_json_set_hex(json_t* object, const char* key,
-                                const uint8_t* bytes, size_t byte_length) {
+pcp_status_t pcp_proto_json_set_hex(json_t* object, const char* key,
+                                    const uint8_t* bytes, size_t byte_length) {
   char hex[2 * 64 + 1];
   PCP_ASSERT(byte_length <= 64);
   pcp_proto_hex_encode(bytes, byte_length, hex);
-  return proto_json_set(object, key, json_string(hex));
+  return pcp_proto_json_set(object, key, json_string(hex));
 }
 
-pcp_status_t proto_json_set_string(json_t* object, const char* key,
-                                   const char* value, size_t max_length) {
+pcp_status_t pcp_proto_json_set_string(json_t* object, const char* key,
+                                       const char* value, size_t max_length) {
   if (!value)
     value = "";
   size_t n = strlen(value);
@@ -649,7 +651,7 @@ pcp_status_t proto_json_set_string(json_t* object, const char* key,
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key '%s': not valid UTF-8", key);
   }
-  return proto_json_set(object, key, s);
+  return pcp_proto_json_set(object, key, s);
 }
 
 //===----------------------------------------------------------------------===//
@@ -664,7 +666,7 @@ void pcp_proto_frame_deinitialize(pcp_proto_frame_t* frame) {
   if (frame->sections)
     pcp_allocator_free(frame->allocator, frame->sections);
   if (frame->payload)
-    proto_aligned_free(frame->allocator, frame->payload);
+    pcp_proto_aligned_free(frame->allocator, frame->payload);
   if (frame->parsed)
     pcp_allocator_free(frame->allocator, frame->parsed);
   memset(frame, 0, sizeof(*frame));
@@ -742,8 +744,8 @@ static pcp_status_t build_sections_json(const pcp_proto_section_t* sections,
                                s->rank, limits->max_rank);
       break;
     }
-    if (!proto_tensor_byte_length(s->element_type, s->rank, s->shape,
-                                  &length)) {
+    if (!pcp_proto_tensor_byte_length(s->element_type, s->rank, s->shape,
+                                      &length)) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "section '%s': bad dtype %d or shape", s->name,
                                (int)s->element_type);
@@ -783,25 +785,26 @@ static pcp_status_t build_sections_json(const pcp_proto_section_t* sections,
     }
     uint32_t crc = pcp_proto_crc32c(s->data, (size_t)length);
     if (!status)
-      status = proto_json_set_string(entry, "name", s->name, 256);
+      status = pcp_proto_json_set_string(entry, "name", s->name, 256);
     if (!status) {
-      status = proto_json_set(entry, "dtype", json_integer(s->element_type));
+      status =
+          pcp_proto_json_set(entry, "dtype", json_integer(s->element_type));
     }
     if (!status) {
-      status = proto_json_set(entry, "shape", shape);
+      status = pcp_proto_json_set(entry, "shape", shape);
     } else {
       json_decref(shape);
     }
     if (!status) {
       status =
-          proto_json_set(entry, "offset", json_integer((json_int_t)offset));
+          pcp_proto_json_set(entry, "offset", json_integer((json_int_t)offset));
     }
     if (!status) {
       status =
-          proto_json_set(entry, "length", json_integer((json_int_t)length));
+          pcp_proto_json_set(entry, "length", json_integer((json_int_t)length));
     }
     if (!status)
-      status = proto_json_set(entry, "crc32c", json_integer(crc));
+      status = pcp_proto_json_set(entry, "crc32c", json_integer(crc));
     if (!status && json_array_append_new(array, entry) != 0) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     } else if (status) {
@@ -915,6 +918,8 @@ pcp_status_t pcp_proto_frame_encode(uint16_t version, uint16_t type,
   uint8_t* payload = h + PCP_PROTO_HEADER_BYTE_LENGTH;
   store_le32(payload, (uint32_t)json_length);
   store_le32(payload + 4, pcp_proto_crc32c(text, json_length));
+  // The JSON part is length-prefixed, never NUL-terminated on the wire.
+  // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
   memcpy(payload + PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH, text, json_length);
   free(text);
 
@@ -963,29 +968,30 @@ static pcp_status_t parse_section(const json_t* entry, size_t index,
                            what);
   }
   uint64_t dtype = 0, offset = 0, length = 0, crc = 0;
-  PCP_RETURN_IF_ERROR(proto_json_string(entry, "name", 1,
-                                        PCP_PROTO_MAX_STRING_BYTES, &out->name),
-                      "%s", what);
   PCP_RETURN_IF_ERROR(
-      proto_json_u64(entry, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype), "%s",
-      what);
+      pcp_proto_json_string(entry, "name", 1, PCP_PROTO_MAX_STRING_BYTES,
+                            &out->name),
+      "%s", what);
+  PCP_RETURN_IF_ERROR(
+      pcp_proto_json_u64(entry, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype),
+      "%s", what);
   if (dtype == PCP_ELEMENT_TYPE_UNKNOWN) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "%s: dtype 0 (unknown) is not allowed", what);
   }
   out->element_type = (pcp_element_type_t)dtype;
-  PCP_RETURN_IF_ERROR_BARE(proto_json_shape(json_object_get(entry, "shape"),
-                                            what, limits->max_rank, &out->rank,
-                                            out->shape));
-  PCP_RETURN_IF_ERROR(proto_json_u64(entry, "offset", INT64_MAX, &offset), "%s",
-                      what);
-  PCP_RETURN_IF_ERROR(proto_json_u64(entry, "length", INT64_MAX, &length), "%s",
-                      what);
-  PCP_RETURN_IF_ERROR(proto_json_u64(entry, "crc32c", UINT32_MAX, &crc), "%s",
-                      what);
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_json_shape(json_object_get(entry, "shape"),
+                                                what, limits->max_rank,
+                                                &out->rank, out->shape));
+  PCP_RETURN_IF_ERROR(pcp_proto_json_u64(entry, "offset", INT64_MAX, &offset),
+                      "%s", what);
+  PCP_RETURN_IF_ERROR(pcp_proto_json_u64(entry, "length", INT64_MAX, &length),
+                      "%s", what);
+  PCP_RETURN_IF_ERROR(pcp_proto_json_u64(entry, "crc32c", UINT32_MAX, &crc),
+                      "%s", what);
   uint64_t expected = 0;
-  if (!proto_tensor_byte_length(out->element_type, out->rank, out->shape,
-                                &expected) ||
+  if (!pcp_proto_tensor_byte_length(out->element_type, out->rank, out->shape,
+                                    &expected) ||
       expected != length) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "%s ('%s'): length %llu does not match its dtype "
@@ -1139,7 +1145,7 @@ void pcp_proto_frame_decoder_initialize(
 }
 
 void pcp_proto_frame_decoder_deinitialize(pcp_proto_frame_decoder_t* decoder) {
-  proto_aligned_free(decoder->allocator, decoder->payload);
+  pcp_proto_aligned_free(decoder->allocator, decoder->payload);
   decoder->payload = NULL;
   pcp_proto_frame_deinitialize(&decoder->ready);
   decoder->stage = PCP_PROTO_DECODER_FAILED;
@@ -1153,7 +1159,7 @@ void pcp_proto_frame_decoder_set_version(pcp_proto_frame_decoder_t* decoder,
 static pcp_status_t decoder_fail(pcp_proto_frame_decoder_t* d,
                                  pcp_status_t status) {
   d->stage = PCP_PROTO_DECODER_FAILED;
-  proto_aligned_free(d->allocator, d->payload);
+  pcp_proto_aligned_free(d->allocator, d->payload);
   d->payload = NULL;
   pcp_proto_frame_deinitialize(&d->ready);
   return status;
@@ -1201,7 +1207,7 @@ pcp_status_t pcp_proto_frame_decoder_commit(
       return decoder_fail(d, status);
     // The length was checked against the frame limit by header_decode:
     // this is the only allocation a peer can cause before the JSON arrives.
-    status = proto_aligned_allocate(
+    status = pcp_proto_aligned_allocate(
         d->allocator, (size_t)d->header.payload_length, &d->payload);
     if (status)
       return decoder_fail(d, status);
@@ -1257,6 +1263,9 @@ pcp_status_t pcp_proto_frame_decoder_feed(
     size_t capacity = 0;
     PCP_RETURN_IF_ERROR_BARE(
         pcp_proto_frame_decoder_window(decoder, &window, &capacity));
+    if (!window || capacity == 0) {
+      return pcp_make_status(PCP_STATUS_INTERNAL, "fabric decoder: no window");
+    }
     size_t n = byte_length - *out_consumed;
     if (n > capacity)
       n = capacity;

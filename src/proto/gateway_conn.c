@@ -26,7 +26,7 @@ struct pcp_proto_gateway_conn_t {
   pcp_proto_gateway_config_t config;
   pcp_proto_timeouts_t timeouts;
   pcp_proto_frame_decoder_t decoder;
-  proto_action_queue_t actions;
+  pcp_proto_action_queue_t actions;
   pcp_proto_gateway_state_t state;
   uint16_t version;
   int64_t created_ns;
@@ -57,7 +57,7 @@ static uint16_t send_version(const pcp_proto_gateway_conn_t* c) {
 static pcp_status_t push(pcp_proto_gateway_conn_t* c,
                          pcp_proto_action_t* action) {
   action->allocator = c->allocator;
-  return proto_action_queue_push(&c->actions, action);
+  return pcp_proto_action_queue_push(&c->actions, action);
 }
 
 static pcp_status_t push_simple(pcp_proto_gateway_conn_t* c,
@@ -465,7 +465,7 @@ pcp_status_t pcp_proto_gateway_conn_create(
   c->config.heartbeat_interval_ms =
       (uint32_t)(c->timeouts.heartbeat_interval_ns / 1000000);
   pcp_proto_frame_decoder_initialize(&config->limits, allocator, &c->decoder);
-  proto_action_queue_initialize(allocator, &c->actions);
+  pcp_proto_action_queue_initialize(allocator, &c->actions);
   c->state = PCP_PROTO_GATEWAY_AWAIT_HELLO;
   c->created_ns = now_ns;
   c->last_rx_ns = now_ns;
@@ -478,7 +478,7 @@ void pcp_proto_gateway_conn_release(pcp_proto_gateway_conn_t* c) {
   if (!c)
     return;
   pcp_proto_frame_decoder_deinitialize(&c->decoder);
-  proto_action_queue_deinitialize(&c->actions);
+  pcp_proto_action_queue_deinitialize(&c->actions);
   pcp_proto_frame_deinitialize(&c->join_frame);
   pcp_allocator_free(c->allocator, c->tasks);
   pcp_allocator_free(c->allocator, c);
@@ -616,10 +616,7 @@ pcp_status_t pcp_proto_gateway_conn_reject(pcp_proto_gateway_conn_t* c,
                                            int64_t now_ns) {
   (void)now_ns;
   PCP_RETURN_IF_ERROR_BARE(
-      require_state(c,
-                    c->state != PCP_PROTO_GATEWAY_CLOSED &&
-                        c->state < PCP_PROTO_GATEWAY_ACCEPTED,
-                    "reject"));
+      require_state(c, c->state < PCP_PROTO_GATEWAY_ACCEPTED, "reject"));
   PCP_RETURN_IF_ERROR_BARE(send_reject(c, reason, message));
   return close_conn(
       c,
@@ -771,7 +768,7 @@ pcp_status_t pcp_proto_gateway_conn_fail(pcp_proto_gateway_conn_t* c,
 
 bool pcp_proto_gateway_conn_next_action(pcp_proto_gateway_conn_t* c,
                                         pcp_proto_action_t* out_action) {
-  return proto_action_queue_pop(&c->actions, out_action);
+  return pcp_proto_action_queue_pop(&c->actions, out_action);
 }
 
 pcp_proto_gateway_state_t pcp_proto_gateway_conn_state(

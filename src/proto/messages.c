@@ -96,13 +96,15 @@ pcp_status_t pcp_proto_hello_encode(uint16_t version, uint64_t request_id,
                              message->min_version, message->max_version);
   }
   // Frozen key set (s.2): never rename these.
-  TRY_(proto_json_set(o, "min_version", json_integer(message->min_version)));
-  TRY_(proto_json_set(o, "max_version", json_integer(message->max_version)));
-  TRY_(proto_json_set_string(o, "role", message->role, 32));
-  TRY_(proto_json_set_string(o, "software", message->software, STR_MAX_));
+  TRY_(
+      pcp_proto_json_set(o, "min_version", json_integer(message->min_version)));
+  TRY_(
+      pcp_proto_json_set(o, "max_version", json_integer(message->max_version)));
+  TRY_(pcp_proto_json_set_string(o, "role", message->role, 32));
+  TRY_(pcp_proto_json_set_string(o, "software", message->software, STR_MAX_));
   if (message->has_selected_version) {
-    TRY_(proto_json_set(o, "selected_version",
-                        json_integer(message->selected_version)));
+    TRY_(pcp_proto_json_set(o, "selected_version",
+                            json_integer(message->selected_version)));
   }
   // HELLO's header carries the sender's max version and request id 0.
   return finish_encode(status, message->max_version, PCP_PROTO_MESSAGE_HELLO, 0,
@@ -116,12 +118,13 @@ pcp_status_t pcp_proto_hello_parse(pcp_proto_frame_t* frame,
   const json_t* o = frame->control;
   uint64_t min_v = 0, max_v = 0, selected = 0;
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_u64(o, "min_version", UINT16_MAX, &min_v));
-  TRY_(proto_json_u64(o, "max_version", UINT16_MAX, &max_v));
-  TRY_(proto_json_string(o, "role", 1, 32, &out_message->role));
-  TRY_(proto_json_opt_string(o, "software", STR_MAX_, &out_message->software));
-  TRY_(proto_json_opt_u64(o, "selected_version", UINT16_MAX, &selected,
-                          &out_message->has_selected_version));
+  TRY_(pcp_proto_json_u64(o, "min_version", UINT16_MAX, &min_v));
+  TRY_(pcp_proto_json_u64(o, "max_version", UINT16_MAX, &max_v));
+  TRY_(pcp_proto_json_string(o, "role", 1, 32, &out_message->role));
+  TRY_(pcp_proto_json_opt_string(o, "software", STR_MAX_,
+                                 &out_message->software));
+  TRY_(pcp_proto_json_opt_u64(o, "selected_version", UINT16_MAX, &selected,
+                              &out_message->has_selected_version));
   if (!status && (min_v == 0 || min_v > max_v)) {
     status = pcp_make_status(
         PCP_STATUS_INVALID_ARGUMENT, "bad version range %llu..%llu",
@@ -180,12 +183,12 @@ pcp_status_t pcp_proto_join_encode(uint16_t version, uint64_t request_id,
                              "key 'drivers': at most %u items",
                              PCP_PROTO_MAX_LIST_ITEMS);
   }
-  TRY_(proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
-  TRY_(proto_json_set_string(o, "backend", m->backend, STR_MAX_));
-  TRY_(proto_json_set_string(o, "target", m->target, STR_MAX_));
-  TRY_(proto_json_set(o, "device_id", json_integer(m->device_id)));
-  TRY_(proto_json_set(o, "device_memory_bytes",
-                      json_u64(m->device_memory_bytes)));
+  TRY_(pcp_proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
+  TRY_(pcp_proto_json_set_string(o, "backend", m->backend, STR_MAX_));
+  TRY_(pcp_proto_json_set_string(o, "target", m->target, STR_MAX_));
+  TRY_(pcp_proto_json_set(o, "device_id", json_integer(m->device_id)));
+  TRY_(pcp_proto_json_set(o, "device_memory_bytes",
+                          json_u64(m->device_memory_bytes)));
   for (uint32_t i = 0; i < m->driver_count && !status && drivers; ++i) {
     const char* d = m->drivers[i] ? m->drivers[i] : "";
     if (strlen(d) > STR_MAX_ ||
@@ -195,27 +198,27 @@ pcp_status_t pcp_proto_join_encode(uint16_t version, uint64_t request_id,
     }
   }
   if (!status) {
-    status = proto_json_set(o, "drivers", drivers);
+    status = pcp_proto_json_set(o, "drivers", drivers);
   } else {
     json_decref(drivers);
   }
-  TRY_(proto_json_set_string(o, "runtime_version", m->runtime_version,
-                             STR_MAX_));
-  TRY_(proto_json_set_string(o, "compiler_version", m->compiler_version,
-                             STR_MAX_));
-  TRY_(proto_json_set_string(o, "node_manager_id", m->node_manager_id,
-                             STR_MAX_));
-  TRY_(proto_json_set(o, "supervisor_id", json_integer(m->supervisor_id)));
-  TRY_(proto_json_set_string(o, "worker_class", m->worker_class, STR_MAX_));
+  TRY_(pcp_proto_json_set_string(o, "runtime_version", m->runtime_version,
+                                 STR_MAX_));
+  TRY_(pcp_proto_json_set_string(o, "compiler_version", m->compiler_version,
+                                 STR_MAX_));
+  TRY_(pcp_proto_json_set_string(o, "node_manager_id", m->node_manager_id,
+                                 STR_MAX_));
+  TRY_(pcp_proto_json_set(o, "supervisor_id", json_integer(m->supervisor_id)));
+  TRY_(pcp_proto_json_set_string(o, "worker_class", m->worker_class, STR_MAX_));
   if (m->has_resume && !status) {
     json_t* r = json_object();
     status = r ? pcp_ok_status()
                : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-    TRY_(proto_json_set(r, "lease_epoch", json_u64(m->lease_epoch)));
-    TRY_(proto_json_set_hex(r, "resume_token", m->resume_token,
-                            sizeof(m->resume_token)));
+    TRY_(pcp_proto_json_set(r, "lease_epoch", json_u64(m->lease_epoch)));
+    TRY_(pcp_proto_json_set_hex(r, "resume_token", m->resume_token,
+                                sizeof(m->resume_token)));
     if (!status) {
-      status = proto_json_set(o, "resume", r);
+      status = pcp_proto_json_set(o, "resume", r);
     } else {
       json_decref(r);
     }
@@ -231,13 +234,13 @@ pcp_status_t pcp_proto_join_parse(pcp_proto_frame_t* frame,
   const json_t* o = frame->control;
   pcp_status_t status = pcp_ok_status();
   int64_t device_id = 0;
-  TRY_(proto_json_string(o, "worker_id", 1, STR_MAX_, &m->worker_id));
+  TRY_(pcp_proto_json_string(o, "worker_id", 1, STR_MAX_, &m->worker_id));
   TRY_(check_worker_id(m->worker_id));
-  TRY_(proto_json_string(o, "backend", 1, STR_MAX_, &m->backend));
-  TRY_(proto_json_opt_string(o, "target", STR_MAX_, &m->target));
-  TRY_(proto_json_i64(o, "device_id", 0, INT32_MAX, &device_id));
-  TRY_(proto_json_u64(o, "device_memory_bytes", INT64_MAX,
-                      &m->device_memory_bytes));
+  TRY_(pcp_proto_json_string(o, "backend", 1, STR_MAX_, &m->backend));
+  TRY_(pcp_proto_json_opt_string(o, "target", STR_MAX_, &m->target));
+  TRY_(pcp_proto_json_i64(o, "device_id", 0, INT32_MAX, &device_id));
+  TRY_(pcp_proto_json_u64(o, "device_memory_bytes", INT64_MAX,
+                          &m->device_memory_bytes));
   json_t* drivers = json_object_get(o, "drivers");
   if (!status && drivers) {
     if (!json_is_array(drivers) ||
@@ -258,27 +261,28 @@ pcp_status_t pcp_proto_join_parse(pcp_proto_frame_t* frame,
       }
     }
   }
-  TRY_(proto_json_opt_string(o, "runtime_version", STR_MAX_,
-                             &m->runtime_version));
-  TRY_(proto_json_opt_string(o, "compiler_version", STR_MAX_,
-                             &m->compiler_version));
-  TRY_(proto_json_opt_string(o, "node_manager_id", STR_MAX_,
-                             &m->node_manager_id));
+  TRY_(pcp_proto_json_opt_string(o, "runtime_version", STR_MAX_,
+                                 &m->runtime_version));
+  TRY_(pcp_proto_json_opt_string(o, "compiler_version", STR_MAX_,
+                                 &m->compiler_version));
+  TRY_(pcp_proto_json_opt_string(o, "node_manager_id", STR_MAX_,
+                                 &m->node_manager_id));
   m->supervisor_id = -1;
   if (!status && json_object_get(o, "supervisor_id")) {
-    status =
-        proto_json_i64(o, "supervisor_id", -1, INT64_MAX, &m->supervisor_id);
+    status = pcp_proto_json_i64(o, "supervisor_id", -1, INT64_MAX,
+                                &m->supervisor_id);
   }
-  TRY_(proto_json_opt_string(o, "worker_class", STR_MAX_, &m->worker_class));
+  TRY_(
+      pcp_proto_json_opt_string(o, "worker_class", STR_MAX_, &m->worker_class));
   json_t* resume = json_object_get(o, "resume");
   if (!status && resume) {
     if (!json_is_object(resume)) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "key 'resume': expected an object");
     }
-    TRY_(proto_json_u64(resume, "lease_epoch", INT64_MAX, &m->lease_epoch));
-    TRY_(proto_json_hex(resume, "resume_token", sizeof(m->resume_token),
-                        m->resume_token));
+    TRY_(pcp_proto_json_u64(resume, "lease_epoch", INT64_MAX, &m->lease_epoch));
+    TRY_(pcp_proto_json_hex(resume, "resume_token", sizeof(m->resume_token),
+                            m->resume_token));
     m->has_resume = !status;
   }
   m->device_id = (int32_t)device_id;
@@ -299,8 +303,8 @@ pcp_status_t pcp_proto_challenge_encode(uint16_t version, uint64_t request_id,
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set_hex(o, "nonce", m->nonce, sizeof(m->nonce)));
-  TRY_(proto_json_set(o, "algorithm", json_string("hmac-sha256")));
+  TRY_(pcp_proto_json_set_hex(o, "nonce", m->nonce, sizeof(m->nonce)));
+  TRY_(pcp_proto_json_set(o, "algorithm", json_string("hmac-sha256")));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_CHALLENGE, request_id,
                        o, NULL, 0, limits, allocator, out_frame);
 }
@@ -311,8 +315,8 @@ pcp_status_t pcp_proto_challenge_parse(pcp_proto_frame_t* frame,
   PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_CHALLENGE));
   const char* algorithm = NULL;
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_hex(frame->control, "nonce", sizeof(m->nonce), m->nonce));
-  TRY_(proto_json_string(frame->control, "algorithm", 1, 32, &algorithm));
+  TRY_(pcp_proto_json_hex(frame->control, "nonce", sizeof(m->nonce), m->nonce));
+  TRY_(pcp_proto_json_string(frame->control, "algorithm", 1, 32, &algorithm));
   if (!status && strcmp(algorithm, "hmac-sha256") != 0) {
     status = pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
                              "challenge algorithm '%s'", algorithm);
@@ -331,8 +335,8 @@ pcp_status_t pcp_proto_join_proof_encode(uint16_t version, uint64_t request_id,
   if (status)
     return status;
   TRY_(check_worker_id(m->worker_id));
-  TRY_(proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
-  TRY_(proto_json_set_hex(o, "mac", m->mac, sizeof(m->mac)));
+  TRY_(pcp_proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
+  TRY_(pcp_proto_json_set_hex(o, "mac", m->mac, sizeof(m->mac)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_JOIN_PROOF,
                        request_id, o, NULL, 0, limits, allocator, out_frame);
 }
@@ -342,9 +346,9 @@ pcp_status_t pcp_proto_join_proof_parse(pcp_proto_frame_t* frame,
   memset(m, 0, sizeof(*m));
   PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_JOIN_PROOF));
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_string(frame->control, "worker_id", 1, STR_MAX_,
-                         &m->worker_id));
-  TRY_(proto_json_hex(frame->control, "mac", sizeof(m->mac), m->mac));
+  TRY_(pcp_proto_json_string(frame->control, "worker_id", 1, STR_MAX_,
+                             &m->worker_id));
+  TRY_(pcp_proto_json_hex(frame->control, "mac", sizeof(m->mac), m->mac));
   PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_JOIN_PROOF));
   return pcp_ok_status();
 }
@@ -358,16 +362,16 @@ pcp_status_t pcp_proto_accept_encode(uint16_t version, uint64_t request_id,
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
-  TRY_(proto_json_set(o, "lease_epoch", json_u64(m->lease_epoch)));
-  TRY_(proto_json_set_hex(o, "resume_token", m->resume_token,
-                          sizeof(m->resume_token)));
-  TRY_(proto_json_set(o, "resumed", json_boolean(m->resumed)));
-  TRY_(proto_json_set(o, "heartbeat_interval_ms",
-                      json_integer(m->heartbeat_interval_ms)));
-  TRY_(proto_json_set(o, "max_frame_bytes", json_u64(m->max_frame_bytes)));
-  TRY_(proto_json_set(o, "max_chunk_bytes", json_u64(m->max_chunk_bytes)));
-  TRY_(proto_json_set(o, "max_in_flight", json_integer(m->max_in_flight)));
+  TRY_(pcp_proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
+  TRY_(pcp_proto_json_set(o, "lease_epoch", json_u64(m->lease_epoch)));
+  TRY_(pcp_proto_json_set_hex(o, "resume_token", m->resume_token,
+                              sizeof(m->resume_token)));
+  TRY_(pcp_proto_json_set(o, "resumed", json_boolean(m->resumed)));
+  TRY_(pcp_proto_json_set(o, "heartbeat_interval_ms",
+                          json_integer(m->heartbeat_interval_ms)));
+  TRY_(pcp_proto_json_set(o, "max_frame_bytes", json_u64(m->max_frame_bytes)));
+  TRY_(pcp_proto_json_set(o, "max_chunk_bytes", json_u64(m->max_chunk_bytes)));
+  TRY_(pcp_proto_json_set(o, "max_in_flight", json_integer(m->max_in_flight)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_ACCEPT, request_id, o,
                        NULL, 0, limits, allocator, out_frame);
 }
@@ -379,19 +383,19 @@ pcp_status_t pcp_proto_accept_parse(pcp_proto_frame_t* frame,
   const json_t* o = frame->control;
   uint64_t hb = 0, in_flight = 0;
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_string(o, "worker_id", 1, STR_MAX_, &m->worker_id));
-  TRY_(proto_json_u64(o, "lease_epoch", INT64_MAX, &m->lease_epoch));
-  TRY_(proto_json_hex(o, "resume_token", sizeof(m->resume_token),
-                      m->resume_token));
-  TRY_(proto_json_bool(o, "resumed", false, &m->resumed));
-  TRY_(proto_json_u64(o, "heartbeat_interval_ms", PCP_PROTO_HEARTBEAT_MAX_MS,
-                      &hb));
-  TRY_(proto_json_u64(o, "max_frame_bytes", PCP_PROTO_CEILING_FRAME_BYTES,
-                      &m->max_frame_bytes));
-  TRY_(proto_json_u64(o, "max_chunk_bytes", PCP_PROTO_CEILING_CHUNK_BYTES,
-                      &m->max_chunk_bytes));
-  TRY_(proto_json_u64(o, "max_in_flight", PCP_PROTO_CEILING_IN_FLIGHT,
-                      &in_flight));
+  TRY_(pcp_proto_json_string(o, "worker_id", 1, STR_MAX_, &m->worker_id));
+  TRY_(pcp_proto_json_u64(o, "lease_epoch", INT64_MAX, &m->lease_epoch));
+  TRY_(pcp_proto_json_hex(o, "resume_token", sizeof(m->resume_token),
+                          m->resume_token));
+  TRY_(pcp_proto_json_bool(o, "resumed", false, &m->resumed));
+  TRY_(pcp_proto_json_u64(o, "heartbeat_interval_ms",
+                          PCP_PROTO_HEARTBEAT_MAX_MS, &hb));
+  TRY_(pcp_proto_json_u64(o, "max_frame_bytes", PCP_PROTO_CEILING_FRAME_BYTES,
+                          &m->max_frame_bytes));
+  TRY_(pcp_proto_json_u64(o, "max_chunk_bytes", PCP_PROTO_CEILING_CHUNK_BYTES,
+                          &m->max_chunk_bytes));
+  TRY_(pcp_proto_json_u64(o, "max_in_flight", PCP_PROTO_CEILING_IN_FLIGHT,
+                          &in_flight));
   if (!status && hb < PCP_PROTO_HEARTBEAT_MIN_MS) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "key 'heartbeat_interval_ms': below %u",
@@ -412,9 +416,9 @@ pcp_status_t pcp_proto_reject_encode(uint16_t version, uint64_t request_id,
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set(o, "reason", json_integer(m->reason)));
-  TRY_(proto_json_set_string(o, "message", m->message,
-                             PCP_PROTO_MAX_MESSAGE_BYTES));
+  TRY_(pcp_proto_json_set(o, "reason", json_integer(m->reason)));
+  TRY_(pcp_proto_json_set_string(o, "message", m->message,
+                                 PCP_PROTO_MAX_MESSAGE_BYTES));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_REJECT, request_id, o,
                        NULL, 0, limits, allocator, out_frame);
 }
@@ -426,9 +430,9 @@ pcp_status_t pcp_proto_reject_parse(pcp_proto_frame_t* frame,
   uint64_t reason = 0;
   pcp_status_t status = pcp_ok_status();
   // Unknown reasons (a newer gateway) are kept as numbers, not refused.
-  TRY_(proto_json_u64(frame->control, "reason", 255, &reason));
-  TRY_(proto_json_opt_string(frame->control, "message",
-                             PCP_PROTO_MAX_MESSAGE_BYTES, &m->message));
+  TRY_(pcp_proto_json_u64(frame->control, "reason", 255, &reason));
+  TRY_(pcp_proto_json_opt_string(frame->control, "message",
+                                 PCP_PROTO_MAX_MESSAGE_BYTES, &m->message));
   PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_REJECT));
   m->reason = (uint32_t)reason;
   return pcp_ok_status();
@@ -447,8 +451,8 @@ pcp_status_t pcp_proto_heartbeat_encode(uint16_t version, uint64_t request_id,
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set(o, "seq", json_u64(m->seq)));
-  TRY_(proto_json_set(o, "ack", json_u64(m->ack)));
+  TRY_(pcp_proto_json_set(o, "seq", json_u64(m->seq)));
+  TRY_(pcp_proto_json_set(o, "ack", json_u64(m->ack)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_HEARTBEAT, request_id,
                        o, NULL, 0, limits, allocator, out_frame);
 }
@@ -458,8 +462,8 @@ pcp_status_t pcp_proto_heartbeat_parse(pcp_proto_frame_t* frame,
   memset(m, 0, sizeof(*m));
   PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_HEARTBEAT));
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_u64(frame->control, "seq", INT64_MAX, &m->seq));
-  TRY_(proto_json_u64(frame->control, "ack", INT64_MAX, &m->ack));
+  TRY_(pcp_proto_json_u64(frame->control, "seq", INT64_MAX, &m->seq));
+  TRY_(pcp_proto_json_u64(frame->control, "ack", INT64_MAX, &m->ack));
   PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_HEARTBEAT));
   return pcp_ok_status();
 }
@@ -473,7 +477,7 @@ pcp_status_t pcp_proto_drain_encode(uint16_t version, uint64_t request_id,
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set(o, "deadline_ms", json_u64(m->deadline_ms)));
+  TRY_(pcp_proto_json_set(o, "deadline_ms", json_u64(m->deadline_ms)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_DRAIN, request_id, o,
                        NULL, 0, limits, allocator, out_frame);
 }
@@ -482,9 +486,9 @@ pcp_status_t pcp_proto_drain_parse(pcp_proto_frame_t* frame,
                                    pcp_proto_drain_t* m) {
   memset(m, 0, sizeof(*m));
   PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_DRAIN));
-  PCP_RETURN_IF_ERROR(
-      proto_json_u64(frame->control, "deadline_ms", INT64_MAX, &m->deadline_ms),
-      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_DRAIN));
+  PCP_RETURN_IF_ERROR(pcp_proto_json_u64(frame->control, "deadline_ms",
+                                         INT64_MAX, &m->deadline_ms),
+                      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_DRAIN));
   return pcp_ok_status();
 }
 
@@ -497,7 +501,7 @@ pcp_status_t pcp_proto_shutdown_encode(uint16_t version, uint64_t request_id,
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set_string(o, "reason", m->reason, STR_MAX_));
+  TRY_(pcp_proto_json_set_string(o, "reason", m->reason, STR_MAX_));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_SHUTDOWN, request_id,
                        o, NULL, 0, limits, allocator, out_frame);
 }
@@ -507,7 +511,7 @@ pcp_status_t pcp_proto_shutdown_parse(pcp_proto_frame_t* frame,
   memset(m, 0, sizeof(*m));
   PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_SHUTDOWN));
   PCP_RETURN_IF_ERROR(
-      proto_json_opt_string(frame->control, "reason", STR_MAX_, &m->reason),
+      pcp_proto_json_opt_string(frame->control, "reason", STR_MAX_, &m->reason),
       PARSE_CONTEXT_(PCP_PROTO_MESSAGE_SHUTDOWN));
   return pcp_ok_status();
 }
@@ -524,10 +528,10 @@ pcp_status_t pcp_proto_program_offer_encode(
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
-  TRY_(proto_json_set(o, "byte_length", json_u64(m->byte_length)));
-  TRY_(proto_json_set_string(o, "backend", m->backend, STR_MAX_));
-  TRY_(proto_json_set_string(o, "target", m->target, STR_MAX_));
+  TRY_(pcp_proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
+  TRY_(pcp_proto_json_set(o, "byte_length", json_u64(m->byte_length)));
+  TRY_(pcp_proto_json_set_string(o, "backend", m->backend, STR_MAX_));
+  TRY_(pcp_proto_json_set_string(o, "target", m->target, STR_MAX_));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_PROGRAM_OFFER,
                        request_id, o, NULL, 0, limits, allocator, out_frame);
 }
@@ -538,10 +542,10 @@ pcp_status_t pcp_proto_program_offer_parse(pcp_proto_frame_t* frame,
   PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_PROGRAM_OFFER));
   const json_t* o = frame->control;
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_hex(o, "program", sizeof(m->program), m->program));
-  TRY_(proto_json_u64(o, "byte_length", INT64_MAX, &m->byte_length));
-  TRY_(proto_json_string(o, "backend", 1, STR_MAX_, &m->backend));
-  TRY_(proto_json_opt_string(o, "target", STR_MAX_, &m->target));
+  TRY_(pcp_proto_json_hex(o, "program", sizeof(m->program), m->program));
+  TRY_(pcp_proto_json_u64(o, "byte_length", INT64_MAX, &m->byte_length));
+  TRY_(pcp_proto_json_string(o, "backend", 1, STR_MAX_, &m->backend));
+  TRY_(pcp_proto_json_opt_string(o, "target", STR_MAX_, &m->target));
   PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_PROGRAM_OFFER));
   return pcp_ok_status();
 }
@@ -554,7 +558,7 @@ pcp_status_t pcp_proto_program_fetch_encode(
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
+  TRY_(pcp_proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_PROGRAM_FETCH,
                        request_id, o, NULL, 0, limits, allocator, out_frame);
 }
@@ -563,9 +567,9 @@ pcp_status_t pcp_proto_program_fetch_parse(pcp_proto_frame_t* frame,
                                            pcp_proto_program_fetch_t* m) {
   memset(m, 0, sizeof(*m));
   PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_PROGRAM_FETCH));
-  PCP_RETURN_IF_ERROR(
-      proto_json_hex(frame->control, "program", sizeof(m->program), m->program),
-      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_PROGRAM_FETCH));
+  PCP_RETURN_IF_ERROR(pcp_proto_json_hex(frame->control, "program",
+                                         sizeof(m->program), m->program),
+                      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_PROGRAM_FETCH));
   return pcp_ok_status();
 }
 
@@ -584,8 +588,8 @@ pcp_status_t pcp_proto_program_ack_encode(
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "PROGRAM_ACK: bad status %d", (int)m->status);
   }
-  TRY_(proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
-  TRY_(proto_json_set(o, "status", json_string(text ? text : "")));
+  TRY_(pcp_proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
+  TRY_(pcp_proto_json_set(o, "status", json_string(text ? text : "")));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_PROGRAM_ACK,
                        request_id, o, NULL, 0, limits, allocator, out_frame);
 }
@@ -596,9 +600,9 @@ pcp_status_t pcp_proto_program_ack_parse(pcp_proto_frame_t* frame,
   PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_PROGRAM_ACK));
   const char* text = NULL;
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_hex(frame->control, "program", sizeof(m->program),
-                      m->program));
-  TRY_(proto_json_string(frame->control, "status", 1, 32, &text));
+  TRY_(pcp_proto_json_hex(frame->control, "program", sizeof(m->program),
+                          m->program));
+  TRY_(pcp_proto_json_string(frame->control, "status", 1, 32, &text));
   if (!status) {
     if (strcmp(text, "cached") == 0) {
       m->status = PCP_PROTO_PROGRAM_CACHED;
@@ -636,16 +640,16 @@ pcp_status_t pcp_proto_blob_chunk_encode(uint16_t version, uint64_t request_id,
                              (unsigned long long)m->data_length,
                              (unsigned long long)limits->max_chunk_bytes);
   }
-  TRY_(proto_json_set_string(o, "blob", m->blob_id, STR_MAX_));
-  TRY_(proto_json_set(
+  TRY_(pcp_proto_json_set_string(o, "blob", m->blob_id, STR_MAX_));
+  TRY_(pcp_proto_json_set(
       o, "kind",
       json_string(m->kind == PCP_PROTO_BLOB_PROGRAM ? "program" : "tensor")));
-  TRY_(proto_json_set(o, "index", json_u64(m->index)));
-  TRY_(proto_json_set(o, "count", json_u64(m->count)));
-  TRY_(proto_json_set(o, "offset", json_u64(m->offset)));
-  TRY_(proto_json_set(o, "total", json_u64(m->total)));
+  TRY_(pcp_proto_json_set(o, "index", json_u64(m->index)));
+  TRY_(pcp_proto_json_set(o, "count", json_u64(m->count)));
+  TRY_(pcp_proto_json_set(o, "offset", json_u64(m->offset)));
+  TRY_(pcp_proto_json_set(o, "total", json_u64(m->total)));
   if (m->has_sha256) {
-    TRY_(proto_json_set_hex(o, "sha256", m->sha256, sizeof(m->sha256)));
+    TRY_(pcp_proto_json_set_hex(o, "sha256", m->sha256, sizeof(m->sha256)));
   }
   pcp_proto_section_t section = {
       .name = "data",
@@ -666,14 +670,14 @@ pcp_status_t pcp_proto_blob_chunk_parse(pcp_proto_frame_t* frame,
   const json_t* o = frame->control;
   const char* kind = NULL;
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_string(o, "blob", 1, STR_MAX_, &m->blob_id));
-  TRY_(proto_json_string(o, "kind", 1, 32, &kind));
-  TRY_(proto_json_u64(o, "index", INT64_MAX, &m->index));
-  TRY_(proto_json_u64(o, "count", INT64_MAX, &m->count));
-  TRY_(proto_json_u64(o, "offset", INT64_MAX, &m->offset));
-  TRY_(proto_json_u64(o, "total", INT64_MAX, &m->total));
+  TRY_(pcp_proto_json_string(o, "blob", 1, STR_MAX_, &m->blob_id));
+  TRY_(pcp_proto_json_string(o, "kind", 1, 32, &kind));
+  TRY_(pcp_proto_json_u64(o, "index", INT64_MAX, &m->index));
+  TRY_(pcp_proto_json_u64(o, "count", INT64_MAX, &m->count));
+  TRY_(pcp_proto_json_u64(o, "offset", INT64_MAX, &m->offset));
+  TRY_(pcp_proto_json_u64(o, "total", INT64_MAX, &m->total));
   if (!status && json_object_get(o, "sha256")) {
-    status = proto_json_hex(o, "sha256", sizeof(m->sha256), m->sha256);
+    status = pcp_proto_json_hex(o, "sha256", sizeof(m->sha256), m->sha256);
     m->has_sha256 = !status;
   }
   if (!status) {
@@ -746,20 +750,20 @@ static pcp_status_t refs_to_json(const char* key,
                                    "key '%s'[%u]: section %u of %zu", key, i,
                                    r->section, section_count);
         }
-        TRY_(proto_json_set(e, "section", json_integer(r->section)));
+        TRY_(pcp_proto_json_set(e, "section", json_integer(r->section)));
         break;
       case PCP_PROTO_TENSOR_REF_RESIDENT:
-        TRY_(proto_json_set_string(e, "resident", r->name, STR_MAX_));
+        TRY_(pcp_proto_json_set_string(e, "resident", r->name, STR_MAX_));
         break;
       case PCP_PROTO_TENSOR_REF_BLOB: {
-        TRY_(proto_json_set_string(e, "blob", r->name, STR_MAX_));
-        TRY_(proto_json_set(e, "dtype", json_integer(r->element_type)));
+        TRY_(pcp_proto_json_set_string(e, "blob", r->name, STR_MAX_));
+        TRY_(pcp_proto_json_set(e, "dtype", json_integer(r->element_type)));
         json_t* shape = json_array();
         for (uint32_t d = 0; shape && d < r->rank && d < PCP_MAX_TENSOR_RANK;
              ++d) {
           json_array_append_new(shape, json_integer(r->shape[d]));
         }
-        TRY_(proto_json_set(e, "shape", shape));
+        TRY_(pcp_proto_json_set(e, "shape", shape));
         break;
       }
       default:
@@ -776,7 +780,7 @@ static pcp_status_t refs_to_json(const char* key,
     json_decref(array);
     return status;
   }
-  return proto_json_set(object, key, array);
+  return pcp_proto_json_set(object, key, array);
 }
 
 static pcp_status_t refs_from_json(const pcp_proto_frame_t* frame,
@@ -796,7 +800,8 @@ static pcp_status_t refs_from_json(const pcp_proto_frame_t* frame,
     if (json_object_get(e, "section")) {
       uint64_t section = 0;
       PCP_RETURN_IF_ERROR(
-          proto_json_u64(e, "section", PCP_PROTO_CEILING_SECTIONS, &section),
+          pcp_proto_json_u64(e, "section", PCP_PROTO_CEILING_SECTIONS,
+                             &section),
           "%s", what);
       if (section >= frame->section_count) {
         return pcp_make_status(
@@ -808,21 +813,22 @@ static pcp_status_t refs_from_json(const pcp_proto_frame_t* frame,
     } else if (json_object_get(e, "resident")) {
       r->kind = PCP_PROTO_TENSOR_REF_RESIDENT;
       PCP_RETURN_IF_ERROR(
-          proto_json_string(e, "resident", 1, STR_MAX_, &r->name), "%s", what);
+          pcp_proto_json_string(e, "resident", 1, STR_MAX_, &r->name), "%s",
+          what);
     } else if (json_object_get(e, "blob")) {
       uint64_t dtype = 0;
       r->kind = PCP_PROTO_TENSOR_REF_BLOB;
-      PCP_RETURN_IF_ERROR(proto_json_string(e, "blob", 1, STR_MAX_, &r->name),
-                          "%s", what);
       PCP_RETURN_IF_ERROR(
-          proto_json_u64(e, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype), "%s",
-          what);
+          pcp_proto_json_string(e, "blob", 1, STR_MAX_, &r->name), "%s", what);
+      PCP_RETURN_IF_ERROR(
+          pcp_proto_json_u64(e, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype),
+          "%s", what);
       if (dtype == 0) {
         return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: dtype 0",
                                what);
       }
       r->element_type = (pcp_element_type_t)dtype;
-      PCP_RETURN_IF_ERROR_BARE(proto_json_shape(
+      PCP_RETURN_IF_ERROR_BARE(pcp_proto_json_shape(
           json_object_get(e, "shape"), what, max_rank, &r->rank, r->shape));
     } else {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -857,10 +863,10 @@ pcp_status_t pcp_proto_task_assign_encode(
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set(o, "task_id", json_u64(m->task_id)));
-  TRY_(proto_json_set_string(o, "session_id", m->session_id, STR_MAX_));
-  TRY_(proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
-  TRY_(proto_json_set_string(o, "function", m->function, STR_MAX_));
+  TRY_(pcp_proto_json_set(o, "task_id", json_u64(m->task_id)));
+  TRY_(pcp_proto_json_set_string(o, "session_id", m->session_id, STR_MAX_));
+  TRY_(pcp_proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
+  TRY_(pcp_proto_json_set_string(o, "function", m->function, STR_MAX_));
   TRY_(refs_to_json("inputs", m->inputs, m->input_count, section_count, o));
   if (!status && m->keep_resident_count > PCP_PROTO_MAX_TASK_TENSORS) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -873,8 +879,9 @@ pcp_status_t pcp_proto_task_assign_encode(
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
       break;
     }
-    TRY_(proto_json_set(e, "output", json_integer(m->keep_resident[i].output)));
-    TRY_(proto_json_set_string(e, "as", m->keep_resident[i].as, STR_MAX_));
+    TRY_(pcp_proto_json_set(e, "output",
+                            json_integer(m->keep_resident[i].output)));
+    TRY_(pcp_proto_json_set_string(e, "as", m->keep_resident[i].as, STR_MAX_));
     if (!status) {
       json_array_append_new(keep, e);
     } else {
@@ -883,12 +890,13 @@ pcp_status_t pcp_proto_task_assign_encode(
   }
   if (keep) {
     if (!status) {
-      status = proto_json_set(o, "keep_resident", keep);
+      status = pcp_proto_json_set(o, "keep_resident", keep);
     } else {
       json_decref(keep);
     }
   }
-  TRY_(proto_json_set(o, "return_resident", json_boolean(m->return_resident)));
+  TRY_(pcp_proto_json_set(o, "return_resident",
+                          json_boolean(m->return_resident)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_TASK_ASSIGN,
                        request_id, o, sections, section_count, limits,
                        allocator, out_frame);
@@ -901,19 +909,20 @@ pcp_status_t pcp_proto_task_assign_parse(pcp_proto_frame_t* frame,
   const json_t* o = frame->control;
   uint32_t input_count = 0, keep_count = 0;
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_u64(o, "task_id", INT64_MAX, &m->task_id));
-  TRY_(proto_json_opt_string(o, "session_id", STR_MAX_, &m->session_id));
-  TRY_(proto_json_hex(o, "program", sizeof(m->program), m->program));
-  TRY_(proto_json_string(o, "function", 1, STR_MAX_, &m->function));
+  TRY_(pcp_proto_json_u64(o, "task_id", INT64_MAX, &m->task_id));
+  TRY_(pcp_proto_json_opt_string(o, "session_id", STR_MAX_, &m->session_id));
+  TRY_(pcp_proto_json_hex(o, "program", sizeof(m->program), m->program));
+  TRY_(pcp_proto_json_string(o, "function", 1, STR_MAX_, &m->function));
   TRY_(array_count(o, "inputs", true, &input_count));
   TRY_(array_count(o, "keep_resident", false, &keep_count));
-  TRY_(proto_json_bool(o, "return_resident", false, &m->return_resident));
+  TRY_(pcp_proto_json_bool(o, "return_resident", false, &m->return_resident));
   void* scratch = NULL;
   // Counts were bounded above, before this allocation.
-  TRY_(proto_frame_scratch(frame,
-                           input_count * sizeof(pcp_proto_tensor_ref_t) +
-                               keep_count * sizeof(pcp_proto_keep_resident_t),
-                           &scratch));
+  TRY_(pcp_proto_frame_scratch(
+      frame,
+      input_count * sizeof(pcp_proto_tensor_ref_t) +
+          keep_count * sizeof(pcp_proto_keep_resident_t),
+      &scratch));
   pcp_proto_tensor_ref_t* inputs = scratch;
   pcp_proto_keep_resident_t* keep =
       scratch ? (pcp_proto_keep_resident_t*)(inputs + input_count) : NULL;
@@ -927,9 +936,11 @@ pcp_status_t pcp_proto_task_assign_parse(pcp_proto_frame_t* frame,
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "key 'keep_resident'[%u]: not an object", i);
     }
-    TRY_(proto_json_u64(e, "output", PCP_PROTO_MAX_TASK_TENSORS, &output));
-    TRY_(proto_json_string(e, "as", 1, STR_MAX_, &keep[i].as));
-    keep[i].output = (uint32_t)output;
+    TRY_(pcp_proto_json_u64(e, "output", PCP_PROTO_MAX_TASK_TENSORS, &output));
+    if (!status && keep) {
+      status = pcp_proto_json_string(e, "as", 1, STR_MAX_, &keep[i].as);
+      keep[i].output = (uint32_t)output;
+    }
   }
   PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_TASK_ASSIGN));
   m->inputs = inputs;
@@ -947,8 +958,8 @@ pcp_status_t pcp_proto_task_progress_encode(
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set(o, "task_id", json_u64(m->task_id)));
-  TRY_(proto_json_set(
+  TRY_(pcp_proto_json_set(o, "task_id", json_u64(m->task_id)));
+  TRY_(pcp_proto_json_set(
       o, "state",
       json_string(m->state == PCP_PROTO_TASK_QUEUED ? "queued" : "running")));
   if (m->has_fraction) {
@@ -956,7 +967,7 @@ pcp_status_t pcp_proto_task_progress_encode(
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "fraction must be in [0, 1]");
     }
-    TRY_(proto_json_set(o, "fraction", json_real(m->fraction)));
+    TRY_(pcp_proto_json_set(o, "fraction", json_real(m->fraction)));
   }
   return finish_encode(status, version, PCP_PROTO_MESSAGE_TASK_PROGRESS,
                        request_id, o, NULL, 0, limits, allocator, out_frame);
@@ -969,8 +980,8 @@ pcp_status_t pcp_proto_task_progress_parse(pcp_proto_frame_t* frame,
   const json_t* o = frame->control;
   const char* state = NULL;
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_u64(o, "task_id", INT64_MAX, &m->task_id));
-  TRY_(proto_json_string(o, "state", 1, 32, &state));
+  TRY_(pcp_proto_json_u64(o, "task_id", INT64_MAX, &m->task_id));
+  TRY_(pcp_proto_json_string(o, "state", 1, 32, &state));
   if (!status) {
     if (strcmp(state, "queued") == 0) {
       m->state = PCP_PROTO_TASK_QUEUED;
@@ -1005,9 +1016,9 @@ pcp_status_t pcp_proto_task_result_encode(
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set(o, "task_id", json_u64(m->task_id)));
+  TRY_(pcp_proto_json_set(o, "task_id", json_u64(m->task_id)));
   TRY_(refs_to_json("outputs", m->outputs, m->output_count, section_count, o));
-  TRY_(proto_json_set(o, "elapsed_us", json_u64(m->elapsed_us)));
+  TRY_(pcp_proto_json_set(o, "elapsed_us", json_u64(m->elapsed_us)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_TASK_RESULT,
                        request_id, o, sections, section_count, limits,
                        allocator, out_frame);
@@ -1021,13 +1032,13 @@ pcp_status_t pcp_proto_task_result_parse(pcp_proto_frame_t* frame,
   uint32_t count = 0;
   bool present = false;
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_u64(o, "task_id", INT64_MAX, &m->task_id));
-  TRY_(
-      proto_json_opt_u64(o, "elapsed_us", INT64_MAX, &m->elapsed_us, &present));
+  TRY_(pcp_proto_json_u64(o, "task_id", INT64_MAX, &m->task_id));
+  TRY_(pcp_proto_json_opt_u64(o, "elapsed_us", INT64_MAX, &m->elapsed_us,
+                              &present));
   TRY_(array_count(o, "outputs", true, &count));
   void* scratch = NULL;
-  TRY_(proto_frame_scratch(frame, count * sizeof(pcp_proto_tensor_ref_t),
-                           &scratch));
+  TRY_(pcp_proto_frame_scratch(frame, count * sizeof(pcp_proto_tensor_ref_t),
+                               &scratch));
   TRY_(refs_from_json(frame, "outputs", PCP_MAX_TENSOR_RANK, scratch, count));
   PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_TASK_RESULT));
   m->outputs = scratch;
@@ -1043,8 +1054,8 @@ pcp_status_t pcp_proto_task_cancel_encode(
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set(o, "task_id", json_u64(m->task_id)));
-  TRY_(proto_json_set_string(o, "reason", m->reason, STR_MAX_));
+  TRY_(pcp_proto_json_set(o, "task_id", json_u64(m->task_id)));
+  TRY_(pcp_proto_json_set_string(o, "reason", m->reason, STR_MAX_));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_TASK_CANCEL,
                        request_id, o, NULL, 0, limits, allocator, out_frame);
 }
@@ -1054,8 +1065,9 @@ pcp_status_t pcp_proto_task_cancel_parse(pcp_proto_frame_t* frame,
   memset(m, 0, sizeof(*m));
   PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_TASK_CANCEL));
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_u64(frame->control, "task_id", INT64_MAX, &m->task_id));
-  TRY_(proto_json_opt_string(frame->control, "reason", STR_MAX_, &m->reason));
+  TRY_(pcp_proto_json_u64(frame->control, "task_id", INT64_MAX, &m->task_id));
+  TRY_(pcp_proto_json_opt_string(frame->control, "reason", STR_MAX_,
+                                 &m->reason));
   PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_TASK_CANCEL));
   return pcp_ok_status();
 }
@@ -1120,11 +1132,12 @@ pcp_status_t pcp_proto_error_encode(uint16_t version, uint64_t request_id,
   pcp_status_t status = new_object(&o);
   if (status)
     return status;
-  TRY_(proto_json_set(o, "code", json_integer(pcp_status_code(peer_status))));
-  TRY_(proto_json_set_string(o, "message", message,
-                             PCP_PROTO_MAX_MESSAGE_BYTES));
+  TRY_(pcp_proto_json_set(o, "code",
+                          json_integer(pcp_status_code(peer_status))));
+  TRY_(pcp_proto_json_set_string(o, "message", message,
+                                 PCP_PROTO_MAX_MESSAGE_BYTES));
   if (task_id)
-    TRY_(proto_json_set(o, "task_id", json_u64(task_id)));
+    TRY_(pcp_proto_json_set(o, "task_id", json_u64(task_id)));
   return finish_encode(status, version, PCP_PROTO_MESSAGE_ERROR, request_id, o,
                        NULL, 0, limits, allocator, out_frame);
 }
@@ -1138,12 +1151,12 @@ pcp_status_t pcp_proto_error_parse(pcp_proto_frame_t* frame,
   uint64_t code = 0;
   const char* message = NULL;
   pcp_status_t status = pcp_ok_status();
-  TRY_(proto_json_u64(frame->control, "code", 255, &code));
-  TRY_(proto_json_opt_string(frame->control, "message",
-                             PCP_PROTO_MAX_MESSAGE_BYTES, &message));
+  TRY_(pcp_proto_json_u64(frame->control, "code", 255, &code));
+  TRY_(pcp_proto_json_opt_string(frame->control, "message",
+                                 PCP_PROTO_MAX_MESSAGE_BYTES, &message));
   bool present = false;
-  TRY_(proto_json_opt_u64(frame->control, "task_id", INT64_MAX, out_task_id,
-                          &present));
+  TRY_(pcp_proto_json_opt_u64(frame->control, "task_id", INT64_MAX, out_task_id,
+                              &present));
   if (!status && code == 0) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "key 'code': 0 (OK) is not an error");
@@ -1186,8 +1199,11 @@ pcp_status_t pcp_proto_join_mac_compute(
   n += sizeof(kJoinDomain);
   memcpy(message + n, nonce, PCP_PROTO_NONCE_BYTE_LENGTH);
   n += PCP_PROTO_NONCE_BYTE_LENGTH;
-  if (id_length)
+  if (id_length) {
+    // The MAC input is a byte string, not a C string.
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
     memcpy(message + n, worker_id, id_length);
+  }
   n += id_length;
   unsigned int mac_length = 0;
   if (!HMAC(EVP_sha256(), token, (int)token_length, message, n, out_mac,

@@ -550,6 +550,7 @@ typedef struct pcp_proto_task_cancel_t {
 
 // Encoders. |version| is the negotiated version (HELLO ignores it and uses
 // its max_version, rule 1 of s.2).
+// NOLINTBEGIN(bugprone-macro-parentheses): |type_t| is a type name.
 #define PCP_PROTO_DECLARE_MESSAGE_(name, type_t)                    \
   PCP_MUST_USE_RESULT pcp_status_t pcp_proto_##name##_encode(       \
       uint16_t version, uint64_t request_id, const type_t* message, \
@@ -573,6 +574,7 @@ PCP_PROTO_DECLARE_MESSAGE_(program_ack, pcp_proto_program_ack_t)
 PCP_PROTO_DECLARE_MESSAGE_(blob_chunk, pcp_proto_blob_chunk_t)
 PCP_PROTO_DECLARE_MESSAGE_(task_progress, pcp_proto_task_progress_t)
 PCP_PROTO_DECLARE_MESSAGE_(task_cancel, pcp_proto_task_cancel_t)
+// NOLINTEND(bugprone-macro-parentheses)
 
 // TASK_ASSIGN and TASK_RESULT carry tensor sections: the encoder takes them
 // (data borrowed until the frame is written); the parser checks every

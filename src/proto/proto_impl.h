@@ -47,87 +47,87 @@ static inline uint64_t align64_u64(uint64_t v) {
 
 // 64-byte aligned allocations through a pcp_allocator_t: the distance to the
 // real block is stored in the byte before the aligned pointer.
-PCP_MUST_USE_RESULT pcp_status_t proto_aligned_allocate(
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_aligned_allocate(
     pcp_allocator_t allocator, size_t byte_length, uint8_t** out_ptr);
-void proto_aligned_free(pcp_allocator_t allocator, uint8_t* ptr);
+void pcp_proto_aligned_free(pcp_allocator_t allocator, uint8_t* ptr);
 
 // JSON field readers: INVALID_ARGUMENT naming |key| when missing or of the
 // wrong type/range. "opt" variants leave the output alone when absent.
-PCP_MUST_USE_RESULT pcp_status_t proto_json_u64(const json_t* object,
-                                                const char* key, uint64_t max,
-                                                uint64_t* out_value);
-PCP_MUST_USE_RESULT pcp_status_t proto_json_opt_u64(const json_t* object,
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_u64(const json_t* object,
                                                     const char* key,
                                                     uint64_t max,
-                                                    uint64_t* out_value,
-                                                    bool* out_present);
-PCP_MUST_USE_RESULT pcp_status_t proto_json_i64(const json_t* object,
-                                                const char* key, int64_t min,
-                                                int64_t max,
-                                                int64_t* out_value);
-PCP_MUST_USE_RESULT pcp_status_t proto_json_string(const json_t* object,
-                                                   const char* key,
-                                                   size_t min_length,
-                                                   size_t max_length,
-                                                   const char** out_value);
-PCP_MUST_USE_RESULT pcp_status_t proto_json_opt_string(const json_t* object,
+                                                    uint64_t* out_value);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_opt_u64(const json_t* object,
+                                                        const char* key,
+                                                        uint64_t max,
+                                                        uint64_t* out_value,
+                                                        bool* out_present);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_i64(const json_t* object,
+                                                    const char* key,
+                                                    int64_t min, int64_t max,
+                                                    int64_t* out_value);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_string(const json_t* object,
                                                        const char* key,
+                                                       size_t min_length,
                                                        size_t max_length,
                                                        const char** out_value);
-PCP_MUST_USE_RESULT pcp_status_t proto_json_hex(const json_t* object,
-                                                const char* key,
-                                                size_t byte_length,
-                                                uint8_t* out_bytes);
-PCP_MUST_USE_RESULT pcp_status_t proto_json_bool(const json_t* object,
-                                                 const char* key,
-                                                 bool default_value,
-                                                 bool* out_value);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_json_opt_string(const json_t* object, const char* key,
+                          size_t max_length, const char** out_value);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_hex(const json_t* object,
+                                                    const char* key,
+                                                    size_t byte_length,
+                                                    uint8_t* out_bytes);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_bool(const json_t* object,
+                                                     const char* key,
+                                                     bool default_value,
+                                                     bool* out_value);
 
 // Shape array -> rank/dims (each >= 0, rank <= max_rank).
-PCP_MUST_USE_RESULT pcp_status_t proto_json_shape(const json_t* value,
-                                                  const char* what,
-                                                  uint32_t max_rank,
-                                                  uint32_t* out_rank,
-                                                  int64_t* out_shape);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_shape(const json_t* value,
+                                                      const char* what,
+                                                      uint32_t max_rank,
+                                                      uint32_t* out_rank,
+                                                      int64_t* out_shape);
 
 // Byte length of a dense tensor; false on overflow or a bad dtype.
-bool proto_tensor_byte_length(pcp_element_type_t type, uint32_t rank,
-                              const int64_t* shape, uint64_t* out_length);
+bool pcp_proto_tensor_byte_length(pcp_element_type_t type, uint32_t rank,
+                                  const int64_t* shape, uint64_t* out_length);
 
 // json_object_set_new that turns a failed allocation into a status.
-PCP_MUST_USE_RESULT pcp_status_t proto_json_set(json_t* object, const char* key,
-                                                json_t* value);
-PCP_MUST_USE_RESULT pcp_status_t proto_json_set_hex(json_t* object,
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_set(json_t* object,
                                                     const char* key,
-                                                    const uint8_t* bytes,
-                                                    size_t byte_length);
+                                                    json_t* value);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_set_hex(json_t* object,
+                                                        const char* key,
+                                                        const uint8_t* bytes,
+                                                        size_t byte_length);
 // Strings longer than |max_length| are INVALID_ARGUMENT (senders fail first).
-PCP_MUST_USE_RESULT pcp_status_t proto_json_set_string(json_t* object,
-                                                       const char* key,
-                                                       const char* value,
-                                                       size_t max_length);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_set_string(json_t* object,
+                                                           const char* key,
+                                                           const char* value,
+                                                           size_t max_length);
 
 // The scratch block of a frame's last parse (freed with the frame).
-PCP_MUST_USE_RESULT pcp_status_t proto_frame_scratch(pcp_proto_frame_t* frame,
-                                                     size_t byte_length,
-                                                     void** out_ptr);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_frame_scratch(
+    pcp_proto_frame_t* frame, size_t byte_length, void** out_ptr);
 
 // A small growable queue of actions (the state machines' output).
-typedef struct proto_action_queue_t {
+typedef struct pcp_proto_action_queue_t {
   pcp_allocator_t allocator;
   pcp_proto_action_t* items;
   size_t head;
   size_t count;
   size_t capacity;
-} proto_action_queue_t;
+} pcp_proto_action_queue_t;
 
-void proto_action_queue_initialize(pcp_allocator_t allocator,
-                                   proto_action_queue_t* out_queue);
-void proto_action_queue_deinitialize(proto_action_queue_t* queue);
+void pcp_proto_action_queue_initialize(pcp_allocator_t allocator,
+                                       pcp_proto_action_queue_t* out_queue);
+void pcp_proto_action_queue_deinitialize(pcp_proto_action_queue_t* queue);
 // Takes ownership of |action| (also on failure: it is deinitialized).
-PCP_MUST_USE_RESULT pcp_status_t proto_action_queue_push(
-    proto_action_queue_t* queue, pcp_proto_action_t* action);
-bool proto_action_queue_pop(proto_action_queue_t* queue,
-                            pcp_proto_action_t* out_action);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_action_queue_push(
+    pcp_proto_action_queue_t* queue, pcp_proto_action_t* action);
+bool pcp_proto_action_queue_pop(pcp_proto_action_queue_t* queue,
+                                pcp_proto_action_t* out_action);
 
 #endif  // PCP_PROTO_PROTO_IMPL_H_

@@ -34,7 +34,7 @@ struct pcp_proto_worker_t {
   pcp_rng_t* rng;
   pcp_proto_timeouts_t timeouts;
   pcp_proto_frame_decoder_t decoder;
-  proto_action_queue_t actions;
+  pcp_proto_action_queue_t actions;
   pcp_proto_worker_state_t state;
   uint16_t version;
   int64_t attempt_started_ns;
@@ -63,7 +63,7 @@ struct pcp_proto_worker_t {
 
 static pcp_status_t push(pcp_proto_worker_t* w, pcp_proto_action_t* action) {
   action->allocator = w->allocator;
-  return proto_action_queue_push(&w->actions, action);
+  return pcp_proto_action_queue_push(&w->actions, action);
 }
 
 static pcp_status_t push_simple(pcp_proto_worker_t* w,
@@ -616,7 +616,7 @@ pcp_status_t pcp_proto_worker_create(const pcp_proto_worker_config_t* config,
   w->timeouts =
       pcp_proto_timeouts_from_heartbeat(config->heartbeat_interval_ms);
   pcp_proto_frame_decoder_initialize(&config->limits, allocator, &w->decoder);
-  proto_action_queue_initialize(allocator, &w->actions);
+  pcp_proto_action_queue_initialize(allocator, &w->actions);
   w->state = PCP_PROTO_WORKER_IDLE;
   w->next_request_id = 1;
   *out_worker = w;
@@ -628,7 +628,7 @@ void pcp_proto_worker_release(pcp_proto_worker_t* w) {
     return;
   reset_connection(w);
   pcp_proto_frame_decoder_deinitialize(&w->decoder);
-  proto_action_queue_deinitialize(&w->actions);
+  pcp_proto_action_queue_deinitialize(&w->actions);
   pcp_allocator_free(w->allocator, w->fetches);
   pcp_allocator_free(w->allocator, w->tasks);
   pcp_allocator_free(w->allocator, w);
@@ -796,14 +796,15 @@ pcp_status_t pcp_proto_worker_program_stored(pcp_proto_worker_t* w,
                                              int64_t now_ns) {
   (void)now_ns;
   pcp_status_t status = require_ready(w, "program_stored");
-  fetch_t* f = status ? NULL : find_fetch(w, request_id);
-  if (!status && (!f || f->stage != FETCH_STORING)) {
-    status = pcp_make_status(PCP_STATUS_NOT_FOUND, "no program store %llu",
-                             (unsigned long long)request_id);
-  }
   if (status) {
     pcp_status_ignore(store_status);
     return status;
+  }
+  fetch_t* f = find_fetch(w, request_id);
+  if (!f || f->stage != FETCH_STORING) {
+    pcp_status_ignore(store_status);
+    return pcp_make_status(PCP_STATUS_NOT_FOUND, "no program store %llu",
+                           (unsigned long long)request_id);
   }
   uint8_t program[PCP_SHA256_BYTE_LENGTH];
   memcpy(program, f->program, sizeof(program));
@@ -884,7 +885,7 @@ pcp_status_t pcp_proto_worker_drain(pcp_proto_worker_t* w, uint64_t deadline_ms,
 
 bool pcp_proto_worker_next_action(pcp_proto_worker_t* w,
                                   pcp_proto_action_t* out_action) {
-  return proto_action_queue_pop(&w->actions, out_action);
+  return pcp_proto_action_queue_pop(&w->actions, out_action);
 }
 
 pcp_proto_worker_state_t pcp_proto_worker_state(const pcp_proto_worker_t* w) {
