@@ -109,6 +109,20 @@ typedef struct pcp_roles_hub_config_t {
 } pcp_roles_hub_config_t;
 extern const pcp_config_table_t pcp_roles_hub_table;
 
+// Supervision policy flags shared by --node-manager and --supervise (the
+// policy is src/roles/nodemgr/supervision_impl.h; defaults and reasons in
+// docs/decisions.md, "Node manager and supervisor").
+typedef struct pcp_roles_policy_flags_t {
+  int64_t running_after_ms;
+  int64_t restart_min_ms;
+  int64_t restart_max_ms;
+  int64_t restart_reset_after_ms;
+  int64_t crash_loop_restarts;
+  int64_t crash_loop_window_ms;
+  int64_t stop_grace_ms;
+  char* worker_exe;  // NULL: this pcp binary
+} pcp_roles_policy_flags_t;
+
 typedef struct pcp_roles_nodemgr_config_t {
   pcp_roles_common_t common;
   char* host;
@@ -118,6 +132,8 @@ typedef struct pcp_roles_nodemgr_config_t {
   int64_t scale;
   int32_t backend;
   char* target;
+  int64_t start_stagger_ms;
+  pcp_roles_policy_flags_t policy;
 } pcp_roles_nodemgr_config_t;
 extern const pcp_config_table_t pcp_roles_nodemgr_table;
 
@@ -126,6 +142,7 @@ typedef struct pcp_roles_supervise_config_t {
   char* host;
   int64_t port;
   int64_t supervisor_id;  // -1: none
+  pcp_roles_policy_flags_t policy;
   // Everything after --supervise (a leading `--` dropped): the child's argv
   // without the program name. Filled by the driver; a (JSON-only, hidden)
   // table field so that dump and deinitialize cover it.

@@ -188,7 +188,10 @@ start_and_stop() {
   rc=$?
   [ "$rc" -eq 0 ] || fail "$name: exit $rc after SIG$sig, expected 0"
   expect_in "$name" "$WORK/$name.err" 'msg="stopping"'
-  [ "$(grep -c 'msg="started"' "$WORK/$name.err")" -eq 1 ] ||
+  # Supervised workers share stderr: count the role's own started line.
+  local started
+  started=$(grep -m1 -o 'role=[a-z-]* msg="started"' "$WORK/$name.err")
+  [ "$(grep -c -- "$started" "$WORK/$name.err")" -eq 1 ] ||
     fail "$name: expected exactly one started line"
 }
 
@@ -201,7 +204,7 @@ expect_in worker_int "$WORK/worker_int.err" 'signal=SIGINT'
 start_and_stop gateway_term TERM --gateway --gateway-config "$WORK/gw.json"
 expect_in gateway_term "$WORK/gateway_term.err" 'gateway_id=site-a-gw'
 start_and_stop hub_term TERM --federation-hub --api-port 19010
-start_and_stop nodemgr_term TERM --node-manager --scale 2
+start_and_stop nodemgr_term TERM --node-manager --scale 2 --api-port 0
 start_and_stop supervise_term TERM --port 18080 --supervise -- --worker
 
 if [ "$failures" -ne 0 ]; then

@@ -3,8 +3,10 @@
 
 #include "roles/nodemgr/supervision_impl.h"
 
+#include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 struct pcp_roles_supervision_t {
   pcp_allocator_t allocator;
@@ -371,4 +373,47 @@ bool pcp_roles_supervision_is_stopped(
          pcp_roles_supervision_count_in_state(
              supervision, PCP_ROLES_SLOT_STATE_STOPPED) ==
              supervision->slot_count;
+}
+
+pcp_status_t pcp_roles_policy_flags_to_options(
+    const pcp_roles_policy_flags_t* flags, uint32_t slot_count,
+    int64_t stagger_ms, pcp_roles_supervision_options_t* out_options) {
+  pcp_roles_supervision_options_t options =
+      pcp_roles_supervision_options_default();
+  options.slot_count = slot_count;
+  options.stagger_ms = stagger_ms;
+  options.running_after_ms = flags->running_after_ms;
+  options.restart_min_ms = flags->restart_min_ms;
+  options.restart_max_ms = flags->restart_max_ms;
+  options.reset_after_ms = flags->restart_reset_after_ms;
+  options.crash_loop_restarts = (uint32_t)flags->crash_loop_restarts;
+  options.crash_loop_window_ms = flags->crash_loop_window_ms;
+  options.stop_grace_ms = flags->stop_grace_ms;
+  if (options.restart_max_ms < options.restart_min_ms) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "flag '--restart-max-ms': %lld is below "
+                           "--restart-min-ms %lld",
+                           (long long)options.restart_max_ms,
+                           (long long)options.restart_min_ms);
+  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_supervision_options_check(&options));
+  *out_options = options;
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_roles_self_exe(char* buffer, size_t capacity) {
+  // /proc/self/exe rather than argv[0]: the worker must be this very
+  // binary even when we were started through a relative path or PATH and
+  // the working directory or PATH changed since.
+  ssize_t n = readlink("/proc/self/exe", buffer, capacity);
+  if (n < 0) {
+    return pcp_status_from_errno(errno, "readlink /proc/self/exe");
+  }
+  if ((size_t)n >= capacity) {
+    return pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
+                           "path of this executable is longer than %zu bytes",
+                           capacity - 1);
+  }
+  buffer[n] = 0;
+  return pcp_ok_status();
 }

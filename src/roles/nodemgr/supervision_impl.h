@@ -41,6 +41,7 @@
 
 #include "base/base.h"
 #include "net/net.h"
+#include "roles/roles_impl.h"
 
 //===----------------------------------------------------------------------===//
 // Options
@@ -216,5 +217,138 @@ bool pcp_roles_supervision_is_stopping(
 // True once a stop began and every slot is STOPPED (no child left).
 bool pcp_roles_supervision_is_stopped(
     const pcp_roles_supervision_t* supervision);
+
+//===----------------------------------------------------------------------===//
+// Flags (pcp_roles_policy_flags_t rows of the role tables)
+//===----------------------------------------------------------------------===//
+
+// The policy flags as config table rows, for a role struct |T| with a
+// `policy` member. Defaults are pcp_roles_supervision_options_default's.
+#define PCP_ROLES_POLICY_FIELDS(T)                                          \
+  {.name = "running-after-ms",                                              \
+   .type = PCP_CONFIG_TYPE_INT64,                                           \
+   .offset = offsetof(T, policy.running_after_ms),                          \
+   .default_value = "1000",                                                 \
+   .min = 0,                                                                \
+   .max = 86400000,                                                         \
+   .value_name = "MS",                                                      \
+   .help = "a child up this long counts as running (readiness)"},           \
+      {.name = "restart-min-ms",                                            \
+       .type = PCP_CONFIG_TYPE_INT64,                                       \
+       .offset = offsetof(T, policy.restart_min_ms),                        \
+       .default_value = "1000",                                             \
+       .min = 0,                                                            \
+       .max = 86400000,                                                     \
+       .value_name = "MS",                                                  \
+       .help = "first restart delay after a child exits"},                  \
+      {.name = "restart-max-ms",                                            \
+       .type = PCP_CONFIG_TYPE_INT64,                                       \
+       .offset = offsetof(T, policy.restart_max_ms),                        \
+       .default_value = "30000",                                            \
+       .min = 0,                                                            \
+       .max = 86400000,                                                     \
+       .value_name = "MS",                                                  \
+       .help = "restart delay ceiling (doubles per restart, full jitter)"}, \
+      {.name = "restart-reset-after-ms",                                    \
+       .type = PCP_CONFIG_TYPE_INT64,                                       \
+       .offset = offsetof(T, policy.restart_reset_after_ms),                \
+       .default_value = "60000",                                            \
+       .min = 0,                                                            \
+       .max = 86400000,                                                     \
+       .value_name = "MS",                                                  \
+       .help = "a run this long resets the restart delay"},                 \
+      {.name = "crash-loop-restarts",                                       \
+       .type = PCP_CONFIG_TYPE_INT64,                                       \
+       .offset = offsetof(T, policy.crash_loop_restarts),                   \
+       .default_value = "5",                                                \
+       .min = 0,                                                            \
+       .max = PCP_ROLES_SUPERVISION_MAX_CRASH_LOOP_RESTARTS,                \
+       .value_name = "N",                                                   \
+       .help = "restarts allowed within the window; one more exit marks "   \
+               "the slot failed"},                                          \
+      {.name = "crash-loop-window-ms",                                      \
+       .type = PCP_CONFIG_TYPE_INT64,                                       \
+       .offset = offsetof(T, policy.crash_loop_window_ms),                  \
+       .default_value = "60000",                                            \
+       .min = 1,                                                            \
+       .max = 86400000,                                                     \
+       .value_name = "MS",                                                  \
+       .help = "window of the crash-loop cap"},                             \
+      {.name = "stop-grace-ms",                                             \
+       .type = PCP_CONFIG_TYPE_INT64,                                       \
+       .offset = offsetof(T, policy.stop_grace_ms),                         \
+       .default_value = "10000",                                            \
+       .min = 0,                                                            \
+       .max = 86400000,                                                     \
+       .value_name = "MS",                                                  \
+       .help = "SIGTERM to SIGKILL on stop"},                               \
+  {                                                                         \
+    .name = "worker-exe", .type = PCP_CONFIG_TYPE_STRING,                   \
+    .offset = offsetof(T, policy.worker_exe), .value_name = "PATH",         \
+    .help = "program run as each worker instead of this pcp binary (same "  \
+            "arguments; wrappers, tests)"                                   \
+  }
+
+// Options from the flags, for |slot_count| slots and |stagger_ms|.
+// INVALID_ARGUMENT (restart-max-ms below restart-min-ms, ...).
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_policy_flags_to_options(
+    const pcp_roles_policy_flags_t* flags, uint32_t slot_count,
+    int64_t stagger_ms, pcp_roles_supervision_options_t* out_options);
+
+// The path of this executable (/proc/self/exe), for spawning workers.
+// |buffer| receives it NUL-terminated. NOT_FOUND / OUT_OF_RANGE.
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_self_exe(char* buffer,
+                                                    size_t capacity);
+
+//===----------------------------------------------------------------------===//
+// Runner: the policy on a pcp_loop with real processes (runner.c)
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_roles_runner_t pcp_roles_runner_t;
+
+// Called on the loop thread after every change of a slot (state, pid,
+// counters), to publish a snapshot for the probe threads.
+typedef void (*pcp_roles_runner_publish_fn_t)(void* user_data,
+                                              const pcp_roles_runner_t* runner);
+
+typedef struct pcp_roles_runner_options_t {
+  const char* role;  // log role ("node-manager", "supervise")
+  pcp_roles_supervision_options_t policy;
+  uint64_t seed;  // restart jitter
+  // Child command line of each slot: policy.slot_count NULL-terminated
+  // arrays, args[0] the executable (a path, or a name looked up in PATH).
+  // Borrowed for the duration of pcp_roles_runner_run.
+  const char* const* const* slot_args;
+  // Return ABORTED once every slot is FAILED (after stopping nothing: no
+  // child is left). For --supervise, whose one child is its only purpose:
+  // its own parent then sees the failure. The node manager keeps running
+  // (and serving /readyz 503) instead.
+  bool exit_when_all_failed;
+  pcp_roles_runner_publish_fn_t publish;  // optional
+  void* user_data;
+  // Logged once the signal watchers are installed and before the first
+  // spawn (the "started" line), so a SIGTERM sent after it is never fatal.
+  const char* const* started_pairs;
+  size_t started_pair_count;
+} pcp_roles_runner_options_t;
+
+// Runs the policy until SIGTERM or SIGINT has stopped every child: creates a
+// loop, watches SIGTERM/SIGINT (stop: SIGTERM to each child's process group,
+// SIGKILL after the grace period) and SIGHUP (revive FAILED slots), spawns
+// and restarts the children (each in its own process group, stdin
+// /dev/null, stdout and stderr inherited), and returns OK once all have
+// exited. Errors are those of the loop set-up (RESOURCE_EXHAUSTED,
+// INTERNAL) and ABORTED (exit_when_all_failed); spawn failures are handled
+// by the policy, not returned.
+// Blocks the calling thread, which becomes the loop thread.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_runner_run(const pcp_roles_runner_options_t* options);
+
+// For publish callbacks (loop thread): the machine and the pid of each
+// slot's child (-1 when it has none).
+const pcp_roles_supervision_t* pcp_roles_runner_supervision(
+    const pcp_roles_runner_t* runner);
+int64_t pcp_roles_runner_slot_pid(const pcp_roles_runner_t* runner,
+                                  uint32_t slot);
 
 #endif  // PCP_ROLES_NODEMGR_SUPERVISION_IMPL_H_
