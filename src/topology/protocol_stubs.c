@@ -955,6 +955,56 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
   d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED;
 }
 
+void pcp_topology_decoupled_resume(pcp_topology_decoupled_t* d,
+                                   uint32_t worker, uint32_t session) {
+  d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE;
+  if (worker >= d->worker_count) {
+    d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_WORKER;
+    return;
+  }
+  if (session != d->session) {
+    // A restarted worker that comes back with another session's state must
+    // not rejoin this window.
+    d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INCOMPATIBLE_RESUME;
+    d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED;
+    return;
+  }
+  d->online[worker] = true;
+  d->decision = PCP_TOPOLOGY_DECOUPLED_RESUMABLE;
+}
+
+void pcp_topology_decoupled_collect(
+    const pcp_topology_decoupled_t* d, bool fragments,
+    const pcp_topology_decoupled_response_t* responses, size_t count,
+    pcp_topology_decoupled_collection_t* out) {
+  memset(out, 0, sizeof(*out));
+  uint64_t seen = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const pcp_topology_decoupled_response_t* r = &responses[i];
+    bool match = r->request_id == d->session;
+    if (fragments) {
+      match = match && r->round == d->step && r->task == d->fragment + 1;
+    }
+    if (!match || r->sender >= 64) {
+      out->ignored++;
+      continue;
+    }
+    out->matched++;
+    if (fragments && !r->payload_consistent) {
+      out->violation =
+          PCP_TOPOLOGY_DECOUPLED_VIOLATION_CONTEXT_PAYLOAD_MISMATCH;
+      continue;
+    }
+    if ((seen >> r->sender) & 1u) {
+      out->duplicates++;
+      continue;
+    }
+    seen |= 1ull << r->sender;
+    out->accepted++;
+    out->unique++;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // RDA merge
 //===----------------------------------------------------------------------===//

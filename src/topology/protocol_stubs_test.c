@@ -592,6 +592,77 @@ static void test_sched_injected_bugs_shrink(void** state) {
       PCP_STATUS_FAILED_PRECONDITION);
 }
 
+// metadata collection; duplicate queued responses; envelope and payload
+// mismatches; resume with another session
+static void test_decoupled_collectors_and_resume(void** state) {
+  (void)state;
+  pcp_topology_decoupled_t d;
+  pcp_topology_decoupled_initialize(12, 2, 2, 1, &d);
+  pcp_topology_decoupled_response_t metadata[4] = {
+      {0, 12, 0, 0, true}, {1, 12, 0, 0, true}, {0, 12, 0, 0, true},
+      {1, 13, 0, 0, true}};
+  pcp_topology_decoupled_collection_t c;
+  pcp_topology_decoupled_collect(&d, false, metadata, 4, &c);
+  assert_int_equal(c.matched, 3);
+  assert_int_equal(c.accepted, 2);
+  assert_int_equal(c.unique, 2);
+  assert_int_equal(c.duplicates, 1);
+  assert_int_equal(c.ignored, 1);
+  // Duplicate fragment responses: one accepted, so the window defers.
+  pcp_topology_decoupled_response_t twice[2] = {{0, 12, 0, 1, true},
+                                                {0, 12, 0, 1, true}};
+  pcp_topology_decoupled_collect(&d, true, twice, 2, &c);
+  assert_int_equal(c.accepted, 1);
+  assert_int_equal(c.duplicates, 1);
+  assert_true(c.accepted < d.quorum);
+  // A wrong envelope (task 2 for fragment 0) is ignored; a payload that
+  // disagrees with its envelope is a context mismatch.
+  pcp_topology_decoupled_response_t envelope[1] = {{0, 12, 0, 2, true}};
+  pcp_topology_decoupled_collect(&d, true, envelope, 1, &c);
+  assert_int_equal(c.ignored, 1);
+  assert_int_equal(c.violation, PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE);
+  pcp_topology_decoupled_response_t payload[1] = {{0, 12, 0, 1, false}};
+  pcp_topology_decoupled_collect(&d, true, payload, 1, &c);
+  assert_int_equal(c.violation,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_CONTEXT_PAYLOAD_MISMATCH);
+  // Crash, then resume: session 99 is rejected, 12 is accepted.
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_CRASH, 1, 0);
+  pcp_topology_decoupled_resume(&d, 1, 99);
+  assert_int_equal(d.violation,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_INCOMPATIBLE_RESUME);
+  assert_false(d.online[1]);
+  pcp_topology_decoupled_resume(&d, 1, 12);
+  assert_int_equal(d.violation, PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE);
+  assert_int_equal(d.decision, PCP_TOPOLOGY_DECOUPLED_RESUMABLE);
+  assert_true(d.online[1]);
+}
+
+// recovery: commit, crash, restart, resume, commit again: the tape holds
+// both fragment syncs
+static void test_decoupled_recovery_tape(void** state) {
+  (void)state;
+  pcp_topology_decoupled_t d;
+  pcp_topology_decoupled_initialize(46, 2, 2, 2, &d);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_ASSIGN, 0, 0);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_ASSIGN, 1, 0);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 0, 1);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 1, 1);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW, 0, 0);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_CRASH, 1, 0);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 1, 2);
+  assert_int_equal(d.violation,
+                   PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNAVAILABLE_WORKER);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_RESTART, 1, 0);
+  pcp_topology_decoupled_resume(&d, 1, 46);
+  assert_int_equal(d.violation, PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 0, 2);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 1, 2);
+  apply(&d, PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW, 0, 0);
+  assert_int_equal(d.decision, PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED);
+  assert_true(d.tape_entries >= 2);
+  assert_int_equal(d.step, 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sched_reserves_first_matching),
@@ -609,6 +680,8 @@ int main(void) {
       cmocka_unit_test(test_federation_loss_invalidates),
       cmocka_unit_test(test_decoupled_quorum_commit),
       cmocka_unit_test(test_decoupled_rejections),
+      cmocka_unit_test(test_decoupled_collectors_and_resume),
+      cmocka_unit_test(test_decoupled_recovery_tape),
       cmocka_unit_test(test_decoupled_exhaustive_depth_three),
       cmocka_unit_test(test_decoupled_random_is_deterministic),
       cmocka_unit_test(test_message_registry_oracle),

@@ -2101,6 +2101,7 @@ typedef enum pcp_topology_decoupled_violation_e {
   PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_VECTOR_CLOCK = 8,
   PCP_TOPOLOGY_DECOUPLED_VIOLATION_DUPLICATE_UPDATE = 9,
   PCP_TOPOLOGY_DECOUPLED_VIOLATION_BELOW_QUORUM_COMMIT = 10,
+  PCP_TOPOLOGY_DECOUPLED_VIOLATION_INCOMPATIBLE_RESUME = 11,
 } pcp_topology_decoupled_violation_t;
 
 typedef struct pcp_topology_decoupled_t {
@@ -2133,6 +2134,40 @@ void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
 // clock, duplicate). A window timeout commits at quorum, else defers.
 void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* model,
                                   const pcp_topology_decoupled_action_t* action);
+
+// Resuming a worker after a restart: the session must be the one the
+// window runs (else INCOMPATIBLE_RESUME); the worker comes back online.
+void pcp_topology_decoupled_resume(pcp_topology_decoupled_t* model,
+                                   uint32_t worker, uint32_t session);
+
+// One queued response as the gateway's collectors see it: the envelope
+// (request id, round, task) and, for fragment updates, whether the payload
+// agrees with the envelope.
+typedef struct pcp_topology_decoupled_response_t {
+  uint32_t sender;
+  uint32_t request_id;
+  uint32_t round;
+  uint32_t task;
+  bool payload_consistent;
+} pcp_topology_decoupled_response_t;
+
+typedef struct pcp_topology_decoupled_collection_t {
+  uint32_t matched;     // envelope matches the window
+  uint32_t accepted;    // first response of each sender
+  uint32_t unique;      // distinct senders accepted
+  uint32_t duplicates;  // repeated senders (counted once)
+  uint32_t ignored;     // envelope for another request / round / task
+  pcp_topology_decoupled_violation_t violation;  // payload mismatch
+} pcp_topology_decoupled_collection_t;
+
+// Metadata collection: matches on request id = session only. Fragment
+// collection: request = session, round = step, task = fragment + 1, and a
+// consistent payload (else CONTEXT_PAYLOAD_MISMATCH). Each sender counts
+// once (a 64-bit mask, so senders must be < 64; others are ignored).
+void pcp_topology_decoupled_collect(
+    const pcp_topology_decoupled_t* model, bool fragments,
+    const pcp_topology_decoupled_response_t* responses, size_t count,
+    pcp_topology_decoupled_collection_t* out);
 
 // RDA merge: weight w = tokens^2 / max(steps, 1) (0 without tokens, capped
 // at FLT_MAX); out = (sum w|v| / sum w) * u / |u| with u = sum over v != 0
