@@ -1159,3 +1159,41 @@ pcp_status_t pcp_topology_model_build(const pcp_topology_model_t* model,
   }
   return pcp_ok_status();
 }
+
+pcp_status_t pcp_topology_model_instance_check_bound(
+    const pcp_topology_model_instance_t* m,
+    pcp_topology_extraction_bound_t bound, pcp_topology_evidence_t expected) {
+  if (bound.max_cases == 0 || bound.max_traces == 0 || bound.max_events == 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "extraction bounds must be positive");
+  }
+  const pcp_topology_task_definition_t* def = m->task.definition;
+  if (!def) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "the model has no task definition");
+  }
+  if (def->evidence != expected) {
+    return pcp_topology_make_status(
+        PCP_TOPOLOGY_ERROR_EXTRACTION_EVIDENCE_MISMATCH,
+        "task %s has evidence %s, expected %s", def->name,
+        pcp_topology_evidence_name(def->evidence),
+        pcp_topology_evidence_name(expected));
+  }
+  if (def->case_count > bound.max_cases || m->trace_count > bound.max_traces) {
+    return pcp_topology_make_status(
+        PCP_TOPOLOGY_ERROR_EXTRACTION_EVENT_BOUND_EXCEEDED,
+        "%zu cases / %zu traces exceed the bound %u / %u", def->case_count,
+        m->trace_count, bound.max_cases, bound.max_traces);
+  }
+  for (size_t t = 0; t < m->trace_count; ++t) {
+    size_t events = m->traces[t].event_count;
+    if (events > bound.max_events ||
+        (bound.max_depth && events > bound.max_depth)) {
+      return pcp_topology_make_status(
+          PCP_TOPOLOGY_ERROR_EXTRACTION_EVENT_BOUND_EXCEEDED,
+          "trace %zu has %zu events; the bound is %u (depth %u)", t, events,
+          bound.max_events, bound.max_depth);
+    }
+  }
+  return pcp_ok_status();
+}

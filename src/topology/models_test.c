@@ -262,6 +262,47 @@ static void test_federation_index_model(void** state) {
   pcp_topology_complex_release(output);
 }
 
+// milestone4: every extractor within its bound and with its evidence
+static void test_extractions_within_bounds(void** state) {
+  (void)state;
+  static const struct {
+    const char* model;
+    pcp_topology_extraction_bound_t bound;
+    pcp_topology_evidence_t evidence;
+  } kBounds[] = {
+      {"workload_contract", {2, 2, 3, 3}, PCP_TOPOLOGY_EVIDENCE_PRODUCTION_FIXTURE},
+      {"message_dispatch", {4, 4, 2, 2}, PCP_TOPOLOGY_EVIDENCE_PRODUCTION_FIXTURE},
+      {"gateway_lease_scheduling", {3, 3, 2, 2},
+       PCP_TOPOLOGY_EVIDENCE_GENERATED_XI},
+      {"reservation_lifecycle", {4, 4, 3, 3}, PCP_TOPOLOGY_EVIDENCE_GENERATED_XI},
+      {"federation_placement", {4, 4, 4, 4}, PCP_TOPOLOGY_EVIDENCE_BOUNDED_MODEL},
+      {"decoupled_fragment", {6, 6, 7, 7}, PCP_TOPOLOGY_EVIDENCE_GENERATED_XI},
+      {"rda_merge", {3, 3, 3, 3}, PCP_TOPOLOGY_EVIDENCE_PRODUCTION_FIXTURE},
+  };
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kBounds); ++i) {
+    pcp_topology_model_instance_t m;
+    pcp_topology_model_instance_initialize(pcp_allocator_system(), &m);
+    PCP_CHECK_OK(pcp_topology_model_build(model(kBounds[i].model), &m));
+    PCP_CHECK_OK(pcp_topology_model_instance_check_bound(
+        &m, kBounds[i].bound, kBounds[i].evidence));
+    // One event fewer than the longest trace is an overflow.
+    pcp_topology_extraction_bound_t tight = kBounds[i].bound;
+    tight.max_events = 1;
+    tight.max_depth = 1;
+    pcp_status_t status =
+        pcp_topology_model_instance_check_bound(&m, tight, kBounds[i].evidence);
+    assert_int_equal(pcp_topology_status_error(status),
+                     PCP_TOPOLOGY_ERROR_EXTRACTION_EVENT_BOUND_EXCEEDED);
+    pcp_status_ignore(status);
+    status = pcp_topology_model_instance_check_bound(
+        &m, kBounds[i].bound, PCP_TOPOLOGY_EVIDENCE_SMOKE_REPLAY);
+    assert_int_equal(pcp_topology_status_error(status),
+                     PCP_TOPOLOGY_ERROR_EXTRACTION_EVIDENCE_MISMATCH);
+    pcp_status_ignore(status);
+    pcp_topology_model_instance_deinitialize(&m);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_model_gives_its_verdict),
@@ -270,6 +311,7 @@ int main(void) {
       cmocka_unit_test(test_regression_models_name_their_failure),
       cmocka_unit_test(test_workload_contract_index_model),
       cmocka_unit_test(test_federation_index_model),
+      cmocka_unit_test(test_extractions_within_bounds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

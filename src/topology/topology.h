@@ -2366,6 +2366,24 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_model_build(
     const pcp_topology_model_t* model,
     pcp_topology_model_instance_t* inout_instance);
 
+// Bounds an extraction must respect (reference s.3.2 ExtractionBound):
+// cases, traces, events per trace and schedule depth. Zero is rejected for
+// the first three.
+typedef struct pcp_topology_extraction_bound_t {
+  uint32_t max_cases;
+  uint32_t max_traces;
+  uint32_t max_events;
+  uint32_t max_depth;
+} pcp_topology_extraction_bound_t;
+
+// INVALID_ARGUMENT for a zero bound; RESOURCE_EXHAUSTED
+// (ExtractionEventBoundExceeded) when cases, traces, events or depth pass
+// the bound; ExtractionEvidenceMismatch when the task's evidence is not
+// |expected|.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_model_instance_check_bound(
+    const pcp_topology_model_instance_t* instance,
+    pcp_topology_extraction_bound_t bound, pcp_topology_evidence_t expected);
+
 // The first input face F (faces order) and the first face of delta(Xi(F))
 // outside Delta(F). Caller-embedded; owns its lists and complexes.
 typedef struct pcp_topology_carrier_escape_t {
