@@ -2709,6 +2709,79 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_explore_seeded(
     uint64_t seed, uint32_t trace_count, uint32_t depth,
     pcp_topology_exploration_stats_t* out_stats);
 
+//===----------------------------------------------------------------------===//
+// Solving and protocols: the merge oracle (oracles.c)
+//===----------------------------------------------------------------------===//
+
+#define PCP_TOPOLOGY_MERGE_MAX_UPDATES 8u
+
+typedef enum pcp_topology_merge_kind_e {
+  PCP_TOPOLOGY_MERGE_DIRECT_AVERAGE = 0,
+  PCP_TOPOLOGY_MERGE_TOKEN_WEIGHTED = 1,
+  PCP_TOPOLOGY_MERGE_RDA = 2,
+} pcp_topology_merge_kind_t;
+
+typedef enum pcp_topology_merge_violation_e {
+  PCP_TOPOLOGY_MERGE_VIOLATION_NONE = 0,
+  PCP_TOPOLOGY_MERGE_VIOLATION_BELOW_QUORUM = 1,
+  PCP_TOPOLOGY_MERGE_VIOLATION_DUPLICATE_UPDATE = 2,
+  PCP_TOPOLOGY_MERGE_VIOLATION_OUTSIDE_ENVELOPE = 3,
+  PCP_TOPOLOGY_MERGE_VIOLATION_AVERAGE_MISMATCH = 4,
+  PCP_TOPOLOGY_MERGE_VIOLATION_RDA_NORM_MISMATCH = 5,
+  PCP_TOPOLOGY_MERGE_VIOLATION_RDA_DIRECTION_MISMATCH = 6,
+  PCP_TOPOLOGY_MERGE_VIOLATION_INCOMPATIBLE_LOCAL_VIEWS = 7,
+} pcp_topology_merge_violation_t;
+
+const char* pcp_topology_merge_violation_name(
+    pcp_topology_merge_violation_t violation);
+
+// One learner's fragment update as the window saw it. |values| borrowed.
+typedef struct pcp_topology_merge_update_t {
+  uint32_t learner;
+  uint32_t step;  // syncer step it was computed for
+  bool late;      // arrived after the grace window
+  const double* values;
+  uint64_t tokens;
+  uint64_t steps;
+  uint32_t view;      // local-view id (for the compatibility check)
+  uint32_t decision;  // the learner's merge decision (same)
+} pcp_topology_merge_update_t;
+
+typedef struct pcp_topology_merge_result_t {
+  pcp_topology_merge_violation_t violation;  // below quorum, duplicate
+  size_t dimension;
+  size_t participants;
+  size_t non_participants;  // late or for another step
+  uint32_t participant_learners[PCP_TOPOLOGY_MERGE_MAX_UPDATES];
+  double total_weight;      // sum of token-step weights
+  double direction_weight;  // weight of non-zero updates
+  double mean_norm;         // weighted mean norm
+  double output[PCP_TOPOLOGY_RDA_MAX_DIMENSION];
+  double output_norm;
+  double envelope_min[PCP_TOPOLOGY_RDA_MAX_DIMENSION];
+  double envelope_max[PCP_TOPOLOGY_RDA_MAX_DIMENSION];
+} pcp_topology_merge_result_t;
+
+// Filters the participants (on time, this step, each learner once: a
+// repeated learner is DUPLICATE_UPDATE), checks the quorum and computes the
+// merge of |kind|. INVALID_ARGUMENT beyond 8 dimensions or 8 updates.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_merge_oracle_run(
+    pcp_topology_merge_kind_t kind, uint32_t window_step, uint32_t quorum,
+    const pcp_topology_merge_update_t* updates, size_t count, size_t dimension,
+    pcp_topology_merge_result_t* out);
+// Is |claimed| an acceptable output? Averages must stay in the coordinate
+// envelope (OUTSIDE_ENVELOPE) and equal the average (AVERAGE_MISMATCH); RDA
+// must carry the weighted mean norm (RDA_NORM_MISMATCH) along the merged
+// direction (RDA_DIRECTION_MISMATCH; any non-zero claim when the direction
+// cancels).
+pcp_topology_merge_violation_t pcp_topology_merge_oracle_check_claim(
+    pcp_topology_merge_kind_t kind, const pcp_topology_merge_result_t* merge,
+    const double* claimed);
+// Learners with the same local view must decide the same
+// (INCOMPATIBLE_LOCAL_VIEWS).
+pcp_topology_merge_violation_t pcp_topology_merge_local_views_check(
+    const pcp_topology_merge_update_t* updates, size_t count);
+
 #ifdef __cplusplus
 }
 #endif
