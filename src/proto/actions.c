@@ -14,6 +14,10 @@ void pcp_proto_action_deinitialize(pcp_proto_action_t* action) {
   pcp_status_ignore(action->status);
   if (action->blob)
     pcp_proto_blob_free(action->allocator, action->blob);
+  for (size_t i = 0; i < action->tensor_blob_count; ++i) {
+    pcp_proto_blob_free(action->allocator, action->tensor_blobs[i].data);
+  }
+  pcp_allocator_free(action->allocator, action->tensor_blobs);
   memset(action, 0, sizeof(*action));
 }
 
@@ -69,4 +73,14 @@ bool pcp_proto_action_queue_pop(pcp_proto_action_queue_t* queue,
   queue->head = (queue->head + 1) % queue->capacity;
   queue->count--;
   return true;
+}
+
+const pcp_proto_tensor_blob_t* pcp_proto_action_tensor_blob(
+    const pcp_proto_action_t* action, const char* blob_id) {
+  for (size_t i = 0; i < action->tensor_blob_count; ++i) {
+    if (strcmp(action->tensor_blobs[i].id, blob_id) == 0) {
+      return &action->tensor_blobs[i];
+    }
+  }
+  return NULL;
 }

@@ -43,6 +43,7 @@ struct pcp_proto_gateway_conn_t {
   size_t offer_count;
   task_slot_t* tasks;
   size_t task_count;
+  pcp_proto_blob_table_t blobs;  // result tensors arriving as chunks
   uint64_t dropped;
 };
 
@@ -124,6 +125,7 @@ static pcp_status_t close_conn(pcp_proto_gateway_conn_t* c, pcp_status_t why,
   }
   c->task_count = 0;
   c->offer_count = 0;
+  pcp_proto_blob_table_clear(&c->blobs);
   return status;
 }
 
@@ -144,6 +146,15 @@ static pcp_status_t fail_peer(pcp_proto_gateway_conn_t* c, uint64_t request_id,
 static task_slot_t* find_task(pcp_proto_gateway_conn_t* c, uint64_t task_id) {
   for (size_t i = 0; i < c->task_count; ++i) {
     if (c->tasks[i].task_id == task_id)
+      return &c->tasks[i];
+  }
+  return NULL;
+}
+
+static task_slot_t* find_task_by_request(pcp_proto_gateway_conn_t* c,
+                                         uint64_t request_id) {
+  for (size_t i = 0; i < c->task_count; ++i) {
+    if (c->tasks[i].request_id == request_id)
       return &c->tasks[i];
   }
   return NULL;
@@ -361,8 +372,42 @@ static pcp_status_t on_accepted_frame(pcp_proto_gateway_conn_t* c,
                       : PCP_PROTO_ACTION_TASK_PROGRESS;
       a.request_id = request_id;
       a.task_id = task_id;
+      a.allocator = c->allocator;
+      if (result) {
+        pcp_proto_task_result_t r;
+        status = pcp_proto_task_result_parse(frame, &r);
+        if (!status) {
+          status = pcp_proto_blob_table_attach(&c->blobs, request_id, r.outputs,
+                                               r.output_count, &a);
+        }
+        if (status) {
+          // The result cannot be used: the task failed.
+          pcp_proto_action_deinitialize(&a);
+          return push_simple(
+              c, PCP_PROTO_ACTION_TASK_FAILED, request_id, task_id,
+              pcp_status_annotate_f(status, "task %llu result",
+                                    (unsigned long long)task_id));
+        }
+      }
       pcp_proto_frame_move(frame, &a.received);
       return push(c, &a);
+    }
+    case PCP_PROTO_MESSAGE_BLOB_CHUNK: {
+      pcp_proto_blob_chunk_t chunk;
+      status = pcp_proto_blob_chunk_parse(frame, &chunk);
+      if (status)
+        break;
+      if (chunk.kind != PCP_PROTO_BLOB_TENSOR ||
+          !find_task_by_request(c, request_id)) {
+        c->dropped++;  // a result blob for a task no longer in flight
+        return pcp_ok_status();
+      }
+      pcp_status_t added = pcp_proto_blob_table_add(&c->blobs, request_id,
+                                                    &chunk, &c->config.limits);
+      // A bad chunk fails its task when the result arrives without it.
+      if (added)
+        return send_error(c, request_id, added, 0);
+      return pcp_ok_status();
     }
     case PCP_PROTO_MESSAGE_ERROR:
       return on_error_frame(c, frame);
@@ -466,6 +511,12 @@ pcp_status_t pcp_proto_gateway_conn_create(
       (uint32_t)(c->timeouts.heartbeat_interval_ns / 1000000);
   pcp_proto_frame_decoder_initialize(&config->limits, allocator, &c->decoder);
   pcp_proto_action_queue_initialize(allocator, &c->actions);
+  status = pcp_proto_blob_table_initialize(config->limits.max_blob_assemblies,
+                                           allocator, &c->blobs);
+  if (status) {
+    pcp_proto_gateway_conn_release(c);
+    return status;
+  }
   c->state = PCP_PROTO_GATEWAY_AWAIT_HELLO;
   c->created_ns = now_ns;
   c->last_rx_ns = now_ns;
@@ -480,6 +531,7 @@ void pcp_proto_gateway_conn_release(pcp_proto_gateway_conn_t* c) {
   pcp_proto_frame_decoder_deinitialize(&c->decoder);
   pcp_proto_action_queue_deinitialize(&c->actions);
   pcp_proto_frame_deinitialize(&c->join_frame);
+  pcp_proto_blob_table_deinitialize(&c->blobs);
   pcp_allocator_free(c->allocator, c->tasks);
   pcp_allocator_free(c->allocator, c);
 }
@@ -697,10 +749,20 @@ pcp_status_t pcp_proto_gateway_conn_assign_task(
                            c->config.limits.max_in_flight);
   }
   uint64_t request_id = c->next_request_id++;
+  // Large inputs go first, as tensor blobs with the same request id.
+  pcp_proto_outgoing_tensors_t out;
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_outgoing_tensors_prepare(
+      c->version, request_id, task->task_id, task->inputs, task->input_count,
+      sections, section_count, &c->config.limits, c->allocator, emit_chunk, c,
+      &out));
+  pcp_proto_task_assign_t rewritten = *task;
+  rewritten.inputs = out.refs;
   pcp_proto_encoded_frame_t f;
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_task_assign_encode(
-      c->version, request_id, task, sections, section_count, &c->config.limits,
-      c->allocator, &f));
+  pcp_status_t status = pcp_proto_task_assign_encode(
+      c->version, request_id, &rewritten, out.sections, out.section_count,
+      &c->config.limits, c->allocator, &f);
+  pcp_proto_outgoing_tensors_deinitialize(&out);
+  PCP_RETURN_IF_ERROR_BARE(status);
   PCP_RETURN_IF_ERROR_BARE(push_send(c, &f));
   c->tasks[c->task_count++] =
       (task_slot_t){.task_id = task->task_id, .request_id = request_id};

@@ -653,6 +653,15 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_encode_chunks(
     const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
     pcp_proto_chunk_emit_fn_t emit, void* user_data);
 
+// A tensor that travelled as a chunked blob (s.1.4): |data| is 64-byte
+// aligned and |byte_length| matches the dtype and shape of the reference
+// that names it (checked by the state machines).
+typedef struct pcp_proto_tensor_blob_t {
+  char id[PCP_PROTO_MAX_STRING_BYTES + 1];
+  uint8_t* data;  // owned; pcp_proto_blob_free
+  uint64_t byte_length;
+} pcp_proto_tensor_blob_t;
+
 // Reassembles one blob. Embed it; fields private to proto/.
 typedef struct pcp_proto_blob_assembly_t {
   pcp_allocator_t allocator;
@@ -738,7 +747,15 @@ typedef struct pcp_proto_action_t {
   bool resumed;
   uint64_t lease_epoch;
   uint32_t reject_reason;
+  // RUN_TASK, TASK_RESULT: tensors that arrived as chunked blobs before the
+  // frame, named by the BLOB references in it. Owned.
+  pcp_proto_tensor_blob_t* tensor_blobs;
+  size_t tensor_blob_count;
 } pcp_proto_action_t;
+
+// Finds the blob a BLOB reference names in |action| (NULL when absent).
+const pcp_proto_tensor_blob_t* pcp_proto_action_tensor_blob(
+    const pcp_proto_action_t* action, const char* blob_id);
 
 // Releases what the action owns. Safe on a zeroed action.
 void pcp_proto_action_deinitialize(pcp_proto_action_t* action);

@@ -130,4 +130,62 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_proto_action_queue_push(
 bool pcp_proto_action_queue_pop(pcp_proto_action_queue_t* queue,
                                 pcp_proto_action_t* out_action);
 
+//===----------------------------------------------------------------------===//
+// Tensors as chunked blobs (tensor_blobs.c)
+//===----------------------------------------------------------------------===//
+
+// Sender side: the sections of a TASK_ASSIGN or TASK_RESULT that do not fit
+// inline (running inline total over limits->chunk_bytes) are sent first as
+// BLOB_CHUNK frames through |emit|, and the references to them become BLOB
+// references. |out| holds the rewritten refs and the inline sections.
+typedef struct pcp_proto_outgoing_tensors_t {
+  pcp_proto_tensor_ref_t* refs;
+  pcp_proto_section_t* sections;
+  size_t section_count;
+  char* ids;  // blob ids, 32 bytes each
+  pcp_allocator_t allocator;
+} pcp_proto_outgoing_tensors_t;
+
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_outgoing_tensors_prepare(
+    uint16_t version, uint64_t request_id, uint64_t task_id,
+    const pcp_proto_tensor_ref_t* refs, uint32_t ref_count,
+    const pcp_proto_section_t* sections, size_t section_count,
+    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
+    pcp_proto_chunk_emit_fn_t emit, void* user_data,
+    pcp_proto_outgoing_tensors_t* out);
+void pcp_proto_outgoing_tensors_deinitialize(pcp_proto_outgoing_tensors_t* out);
+
+// Receiver side: tensor blobs being assembled or waiting for the frame that
+// references them, keyed by request id; at most |max| at once.
+typedef struct pcp_proto_blob_slot_t {
+  uint64_t request_id;
+  bool complete;
+  pcp_proto_blob_assembly_t assembly;
+  pcp_proto_tensor_blob_t blob;
+} pcp_proto_blob_slot_t;
+
+typedef struct pcp_proto_blob_table_t {
+  pcp_allocator_t allocator;
+  pcp_proto_blob_slot_t* slots;
+  size_t count;
+  size_t max;
+} pcp_proto_blob_table_t;
+
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_table_initialize(
+    size_t max, pcp_allocator_t allocator, pcp_proto_blob_table_t* out_table);
+void pcp_proto_blob_table_deinitialize(pcp_proto_blob_table_t* table);
+// Drops everything (a reconnect).
+void pcp_proto_blob_table_clear(pcp_proto_blob_table_t* table);
+// Adds a tensor chunk (starting or continuing its blob).
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_table_add(
+    pcp_proto_blob_table_t* table, uint64_t request_id,
+    const pcp_proto_blob_chunk_t* chunk, const pcp_proto_limits_t* limits);
+// Moves every complete blob of |request_id| into |action| after checking
+// that each BLOB reference in |refs| has one with the right byte length.
+// Blobs of that request are dropped either way.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_blob_table_attach(pcp_proto_blob_table_t* table, uint64_t request_id,
+                            const pcp_proto_tensor_ref_t* refs,
+                            uint32_t ref_count, pcp_proto_action_t* action);
+
 #endif  // PCP_PROTO_PROTO_IMPL_H_

@@ -738,6 +738,106 @@ static void in_flight_limit_cancel_and_task_errors(void** state) {
   harness_free(&h);
 }
 
+static void large_tensors_travel_as_blobs(void** state) {
+  (void)state;
+  pcp_proto_limits_t l = pcp_proto_limits_default();
+  l.chunk_bytes = 1024;  // anything over 1 KiB inline goes chunked
+  harness_t h;
+  harness_init(&h, &l);
+  new_gateway(&h, kToken, sizeof(kToken) - 1);
+  ASSERT_OK(pcp_proto_worker_start(h.worker, h.now));
+  pcp_proto_gateway_accept_params_t p = lease(1, 1);
+  join(&h, &p);
+  // Inputs: a small inline tensor, a 10 000-byte one (chunked), a resident.
+  float small[4] = {1, 2, 3, 4};
+  size_t big_count = 2500;
+  float* big = malloc(big_count * sizeof(float));
+  for (size_t i = 0; i < big_count; ++i) big[i] = (float)i * 0.25f;
+  pcp_proto_section_t sections[2] = {
+      {.name = "small",
+       .element_type = PCP_ELEMENT_TYPE_F32,
+       .rank = 1,
+       .shape = {4},
+       .data = small},
+      {.name = "big",
+       .element_type = PCP_ELEMENT_TYPE_F32,
+       .rank = 2,
+       .shape = {50, 50},
+       .data = big},
+  };
+  pcp_proto_tensor_ref_t inputs[3] = {
+      {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 1},
+      {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 0},
+      {.kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = "w"},
+  };
+  pcp_proto_task_assign_t task = {
+      .task_id = 11, .function = "main", .inputs = inputs, .input_count = 3};
+  uint64_t r = 0;
+  size_t sent_before = h.gw_sent_count;
+  ASSERT_OK(pcp_proto_gateway_conn_assign_task(h.gateway, &task, sections, 2,
+                                               h.now, &r));
+  pump(&h);
+  // 10 chunks of at most 1 KiB, then the TASK_ASSIGN.
+  assert_int_equal(h.gw_sent_count - sent_before, 11);
+  assert_int_equal(h.gw_sent[sent_before], PCP_PROTO_MESSAGE_BLOB_CHUNK);
+  assert_int_equal(h.gw_sent[sent_before + 10], PCP_PROTO_MESSAGE_TASK_ASSIGN);
+  pcp_proto_action_t* run = recorded_find(&h.wk, PCP_PROTO_ACTION_RUN_TASK);
+  assert_non_null(run);
+  pcp_proto_task_assign_t parsed;
+  ASSERT_OK(pcp_proto_task_assign_parse(&run->received, &parsed));
+  assert_int_equal(parsed.input_count, 3);
+  assert_int_equal(parsed.inputs[0].kind, PCP_PROTO_TENSOR_REF_BLOB);
+  assert_int_equal(parsed.inputs[0].shape[0], 50);
+  const pcp_proto_tensor_blob_t* blob =
+      pcp_proto_action_tensor_blob(run, parsed.inputs[0].name);
+  assert_non_null(blob);
+  assert_int_equal(blob->byte_length, big_count * sizeof(float));
+  assert_memory_equal(blob->data, big, big_count * sizeof(float));
+  assert_int_equal((uintptr_t)blob->data % 64, 0);
+  assert_int_equal(parsed.inputs[1].kind, PCP_PROTO_TENSOR_REF_SECTION);
+  assert_memory_equal(run->received.sections[parsed.inputs[1].section].data,
+                      small, sizeof(small));
+  // The worker answers with a big output: chunked back to the gateway.
+  pcp_proto_tensor_ref_t out = {.kind = PCP_PROTO_TENSOR_REF_SECTION,
+                                .section = 0};
+  pcp_proto_task_result_t result = {
+      .task_id = 11, .outputs = &out, .output_count = 1};
+  ASSERT_OK(pcp_proto_worker_task_complete(h.worker, &result, &sections[1], 1,
+                                           h.now));
+  pump(&h);
+  pcp_proto_action_t* res = recorded_find(&h.gw, PCP_PROTO_ACTION_TASK_RESULT);
+  assert_non_null(res);
+  pcp_proto_task_result_t parsed_result;
+  ASSERT_OK(pcp_proto_task_result_parse(&res->received, &parsed_result));
+  assert_int_equal(parsed_result.outputs[0].kind, PCP_PROTO_TENSOR_REF_BLOB);
+  blob = pcp_proto_action_tensor_blob(res, parsed_result.outputs[0].name);
+  assert_non_null(blob);
+  assert_memory_equal(blob->data, big, big_count * sizeof(float));
+  assert_int_equal(pcp_proto_gateway_conn_in_flight_count(h.gateway), 0);
+
+  // A TASK_ASSIGN naming a blob that never arrived: ERROR for the task.
+  pcp_proto_tensor_ref_t missing = {.kind = PCP_PROTO_TENSOR_REF_BLOB,
+                                    .name = "nope",
+                                    .element_type = PCP_ELEMENT_TYPE_U8,
+                                    .rank = 1,
+                                    .shape = {3}};
+  task.task_id = 12;
+  task.inputs = &missing;
+  task.input_count = 1;
+  recorded_clear(&h.gw);
+  ASSERT_OK(
+      pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0, h.now, &r));
+  pump(&h);
+  pcp_proto_action_t* failed =
+      recorded_find(&h.gw, PCP_PROTO_ACTION_TASK_FAILED);
+  assert_non_null(failed);
+  assert_int_equal(failed->task_id, 12);
+  assert_int_equal(pcp_status_code(failed->status),
+                   PCP_STATUS_INVALID_ARGUMENT);
+  free(big);
+  harness_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(handshake_and_heartbeats),
@@ -750,6 +850,7 @@ int main(void) {
       cmocka_unit_test(handshake_out_of_order_and_garbage),
       cmocka_unit_test(program_offer_cached_and_fetched),
       cmocka_unit_test(in_flight_limit_cancel_and_task_errors),
+      cmocka_unit_test(large_tensors_travel_as_blobs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,7 +52,8 @@ struct pcp_proto_worker_t {
   uint32_t gateway_max_in_flight;
   task_slot_t* tasks;
   size_t task_count;
-  fetch_t* fetches;  // max_blob_assemblies entries
+  fetch_t* fetches;              // max_blob_assemblies entries
+  pcp_proto_blob_table_t blobs;  // task input tensors arriving as chunks
   size_t fetch_count;
   uint64_t dropped;
 };
@@ -120,6 +121,7 @@ static void reset_connection(pcp_proto_worker_t* w) {
     }
   }
   w->fetch_count = 0;
+  pcp_proto_blob_table_clear(&w->blobs);
 }
 
 // Exponential backoff with "equal jitter": a delay uniform in [d/2, d], so
@@ -166,6 +168,11 @@ static pcp_status_t fail_peer(pcp_proto_worker_t* w, int64_t now_ns,
                               uint64_t request_id, pcp_status_t why) {
   pcp_status_t status = send_error(w, request_id, pcp_status_clone(why), 0);
   return pcp_status_join(status, enter_backoff(w, now_ns, why, true));
+}
+
+static pcp_status_t emit_chunk(void* user_data,
+                               pcp_proto_encoded_frame_t* frame) {
+  return push_send((pcp_proto_worker_t*)user_data, frame);
 }
 
 static task_slot_t* find_task(pcp_proto_worker_t* w, uint64_t task_id) {
@@ -347,6 +354,12 @@ static pcp_status_t on_blob_chunk(pcp_proto_worker_t* w,
   pcp_proto_blob_chunk_t chunk;
   PCP_RETURN_IF_ERROR_BARE(pcp_proto_blob_chunk_parse(frame, &chunk));
   uint64_t request_id = frame->header.request_id;
+  if (chunk.kind == PCP_PROTO_BLOB_TENSOR) {
+    // An input of the TASK_ASSIGN that will follow with this request id.
+    pcp_status_t added = pcp_proto_blob_table_add(&w->blobs, request_id, &chunk,
+                                                  &w->config.limits);
+    return added ? send_error(w, request_id, added, 0) : pcp_ok_status();
+  }
   fetch_t* f = find_fetch(w, request_id);
   if (!f || f->stage != FETCH_RECEIVING ||
       chunk.kind != PCP_PROTO_BLOB_PROGRAM) {
@@ -420,12 +433,19 @@ static pcp_status_t on_task_assign(pcp_proto_worker_t* w,
                                       (unsigned long long)assign.task_id),
                       assign.task_id);
   }
-  w->tasks[w->task_count++] = (task_slot_t){
-      .task_id = assign.task_id, .request_id = frame->header.request_id};
   pcp_proto_action_t a = {0};
   a.type = PCP_PROTO_ACTION_RUN_TASK;
   a.request_id = frame->header.request_id;
   a.task_id = assign.task_id;
+  a.allocator = w->allocator;
+  pcp_status_t status = pcp_proto_blob_table_attach(
+      &w->blobs, a.request_id, assign.inputs, assign.input_count, &a);
+  if (status) {
+    pcp_proto_action_deinitialize(&a);
+    return send_error(w, frame->header.request_id, status, assign.task_id);
+  }
+  w->tasks[w->task_count++] = (task_slot_t){
+      .task_id = assign.task_id, .request_id = frame->header.request_id};
   pcp_proto_frame_move(frame, &a.received);
   return push(w, &a);
 }
@@ -617,6 +637,12 @@ pcp_status_t pcp_proto_worker_create(const pcp_proto_worker_config_t* config,
       pcp_proto_timeouts_from_heartbeat(config->heartbeat_interval_ms);
   pcp_proto_frame_decoder_initialize(&config->limits, allocator, &w->decoder);
   pcp_proto_action_queue_initialize(allocator, &w->actions);
+  status = pcp_proto_blob_table_initialize(config->limits.max_blob_assemblies,
+                                           allocator, &w->blobs);
+  if (status) {
+    pcp_proto_worker_release(w);
+    return status;
+  }
   w->state = PCP_PROTO_WORKER_IDLE;
   w->next_request_id = 1;
   *out_worker = w;
@@ -629,6 +655,7 @@ void pcp_proto_worker_release(pcp_proto_worker_t* w) {
   reset_connection(w);
   pcp_proto_frame_decoder_deinitialize(&w->decoder);
   pcp_proto_action_queue_deinitialize(&w->actions);
+  pcp_proto_blob_table_deinitialize(&w->blobs);
   pcp_allocator_free(w->allocator, w->fetches);
   pcp_allocator_free(w->allocator, w->tasks);
   pcp_allocator_free(w->allocator, w);
@@ -849,10 +876,20 @@ pcp_status_t pcp_proto_worker_task_complete(
                            "a reconnect)",
                            (unsigned long long)result->task_id);
   }
+  // Large outputs go first, as tensor blobs with the same request id.
+  pcp_proto_outgoing_tensors_t out;
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_outgoing_tensors_prepare(
+      w->version, slot->request_id, result->task_id, result->outputs,
+      result->output_count, sections, section_count, &w->config.limits,
+      w->allocator, emit_chunk, w, &out));
+  pcp_proto_task_result_t rewritten = *result;
+  rewritten.outputs = out.refs;
   pcp_proto_encoded_frame_t frame;
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_task_result_encode(
-      w->version, slot->request_id, result, sections, section_count,
-      &w->config.limits, w->allocator, &frame));
+  pcp_status_t status = pcp_proto_task_result_encode(
+      w->version, slot->request_id, &rewritten, out.sections, out.section_count,
+      &w->config.limits, w->allocator, &frame);
+  pcp_proto_outgoing_tensors_deinitialize(&out);
+  PCP_RETURN_IF_ERROR_BARE(status);
   *slot = w->tasks[--w->task_count];
   return push_send(w, &frame);
 }
