@@ -838,6 +838,158 @@ static void large_tensors_travel_as_blobs(void** state) {
   harness_free(&h);
 }
 
+// One scripted session (handshake, heartbeats, a task with an inline and a
+// chunked input, its result) driven with a shared allocator; returns the
+// first failure. Used by the OOM sweep below.
+static pcp_status_t pump_lean(pcp_proto_gateway_conn_t* g,
+                              pcp_proto_worker_t* w, int64_t now,
+                              size_t* out_results) {
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    pcp_proto_action_t a;
+    while (pcp_proto_gateway_conn_next_action(g, &a)) {
+      progress = true;
+      pcp_status_t s = pcp_ok_status();
+      if (a.type == PCP_PROTO_ACTION_SEND) {
+        for (size_t i = 0; i < a.frame.segment_count && !s; ++i) {
+          s = pcp_proto_worker_on_bytes(w, a.frame.segments[i].data,
+                                        a.frame.segments[i].byte_length, now);
+        }
+      } else if (a.type == PCP_PROTO_ACTION_JOIN_VERIFIED) {
+        pcp_proto_gateway_accept_params_t p = {.lease_epoch = 1};
+        s = pcp_proto_gateway_conn_accept(g, &p, now);
+      } else if (a.type == PCP_PROTO_ACTION_TASK_RESULT) {
+        ++*out_results;
+      } else if (a.type == PCP_PROTO_ACTION_CLOSE) {
+        s = pcp_status_clone(a.status);
+      }
+      pcp_proto_action_deinitialize(&a);
+      if (s)
+        return s;
+    }
+    while (pcp_proto_worker_next_action(w, &a)) {
+      progress = true;
+      pcp_status_t s = pcp_ok_status();
+      if (a.type == PCP_PROTO_ACTION_SEND) {
+        for (size_t i = 0; i < a.frame.segment_count && !s; ++i) {
+          s = pcp_proto_gateway_conn_on_bytes(g, a.frame.segments[i].data,
+                                              a.frame.segments[i].byte_length,
+                                              now);
+        }
+      } else if (a.type == PCP_PROTO_ACTION_CONNECT) {
+        s = pcp_proto_worker_on_connected(w, now);
+      } else if (a.type == PCP_PROTO_ACTION_RUN_TASK) {
+        static const float y[3] = {1, 2, 3};
+        pcp_proto_section_t out = {.name = "y",
+                                   .element_type = PCP_ELEMENT_TYPE_F32,
+                                   .rank = 1,
+                                   .shape = {3},
+                                   .data = y};
+        pcp_proto_tensor_ref_t ref = {.kind = PCP_PROTO_TENSOR_REF_SECTION};
+        pcp_proto_task_result_t r = {
+            .task_id = a.task_id, .outputs = &ref, .output_count = 1};
+        s = pcp_proto_worker_task_complete(w, &r, &out, 1, now);
+      } else if (a.type == PCP_PROTO_ACTION_CLOSE) {
+        s = pcp_status_clone(a.status);
+      }
+      pcp_proto_action_deinitialize(&a);
+      if (s)
+        return s;
+    }
+  }
+  return pcp_ok_status();
+}
+
+static pcp_status_t scripted_session(pcp_allocator_t allocator,
+                                     size_t* out_results) {
+  pcp_proto_limits_t l = pcp_proto_limits_default();
+  l.chunk_bytes = 256;
+  pcp_proto_gateway_config_t gc = {.limits = l,
+                                   .heartbeat_interval_ms = 1000,
+                                   .join_token = kToken,
+                                   .join_token_length = sizeof(kToken) - 1};
+  pcp_rng_t rng;
+  pcp_rng_initialize(1, &rng);
+  pcp_proto_worker_config_t wc = worker_config(&l);
+  pcp_proto_gateway_conn_t* g = NULL;
+  pcp_proto_worker_t* w = NULL;
+  int64_t now = 1000 * MS;
+  pcp_status_t s = pcp_proto_gateway_conn_create(&gc, now, allocator, &g);
+  if (!s)
+    s = pcp_proto_worker_create(&wc, &rng, allocator, &w);
+  if (!s)
+    s = pcp_proto_worker_start(w, now);
+  if (!s)
+    s = pump_lean(g, w, now, out_results);
+  float small[2] = {1, 2};
+  float big[200];
+  for (int i = 0; i < 200; ++i) big[i] = (float)i;
+  pcp_proto_section_t sections[2] = {
+      {.name = "a",
+       .element_type = PCP_ELEMENT_TYPE_F32,
+       .rank = 1,
+       .shape = {2},
+       .data = small},
+      {.name = "b",
+       .element_type = PCP_ELEMENT_TYPE_F32,
+       .rank = 1,
+       .shape = {200},
+       .data = big},
+  };
+  pcp_proto_tensor_ref_t inputs[2] = {
+      {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 0},
+      {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 1},
+  };
+  pcp_proto_task_assign_t task = {
+      .task_id = 1, .function = "main", .inputs = inputs, .input_count = 2};
+  uint64_t request_id = 0;
+  if (!s) {
+    s = pcp_proto_gateway_conn_assign_task(g, &task, sections, 2, now,
+                                           &request_id);
+  }
+  if (!s)
+    s = pump_lean(g, w, now, out_results);
+  for (int i = 0; i < 8 && !s; ++i) {
+    now += 250 * MS;
+    s = pcp_proto_gateway_conn_on_tick(g, now);
+    if (!s)
+      s = pcp_proto_worker_on_tick(w, now);
+    if (!s)
+      s = pump_lean(g, w, now, out_results);
+  }
+  pcp_proto_gateway_conn_release(g);
+  pcp_proto_worker_release(w);
+  return s;
+}
+
+// SQLite-style OOM sweep over a whole session: fail the Nth allocation for
+// every N until the session completes. Every failure surfaces as a status
+// from some call (never a crash), and nothing leaks.
+static void oom_sweep_whole_session(void** state) {
+  (void)state;
+  bool completed = false;
+  int64_t fail_at = 0;
+  for (; fail_at < 5000 && !completed; ++fail_at) {
+    pcp_allocator_counting_t counter;
+    pcp_allocator_counting_initialize(pcp_allocator_system(), &counter);
+    pcp_allocator_failing_t failing;
+    pcp_allocator_failing_initialize(pcp_allocator_counting(&counter), fail_at,
+                                     false, &failing);
+    size_t results = 0;
+    pcp_status_t s =
+        scripted_session(pcp_allocator_failing(&failing), &results);
+    if (!s && failing.failure_count == 0) {
+      completed = true;
+      assert_int_equal(results, 1);
+    }
+    pcp_status_ignore(s);
+    assert_int_equal(counter.live_bytes, 0);
+  }
+  assert_true(completed);
+  assert_true(fail_at > 50);  // the sweep really went through the session
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(handshake_and_heartbeats),
@@ -851,6 +1003,7 @@ int main(void) {
       cmocka_unit_test(program_offer_cached_and_fetched),
       cmocka_unit_test(in_flight_limit_cancel_and_task_errors),
       cmocka_unit_test(large_tensors_travel_as_blobs),
+      cmocka_unit_test(oom_sweep_whole_session),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
