@@ -211,6 +211,55 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_status_set(
     pcp_http_response_t* response, pcp_status_t status);
 
 //===----------------------------------------------------------------------===//
+// Server-sent events
+//===----------------------------------------------------------------------===//
+
+// An open text/event-stream response. The handler starts it and returns;
+// the connection stays open and any thread queues events into it. While the
+// queue is empty the connection is suspended (no thread polls it), so a
+// suspended stream does not notice a client that left until something is
+// written: send a comment now and then (a heartbeat) to find out.
+// Reference counted: the caller's reference from sse_start must be
+// released; the server holds its own until the connection ends. All
+// pcp_http_sse_stream_* functions are thread-safe.
+typedef struct pcp_http_sse_stream_t pcp_http_sse_stream_t;
+
+#define PCP_HTTP_SSE_DEFAULT_MAX_QUEUED_BYTES (1u << 20)
+
+// Makes |response| a 200 text/event-stream (Cache-Control: no-cache) and
+// returns a retained stream. |max_queued_bytes| bounds the bytes waiting for
+// a slow client (0: 1 MiB). Setting another body afterwards, or failing the
+// handler, ends the stream before it starts.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_sse_start(
+    pcp_http_response_t* response, size_t max_queued_bytes,
+    pcp_http_sse_stream_t** out_stream);
+
+// Queues one event: "id: |id|", "event: |event|" (each optional: NULL
+// omits it), one "data:" line per line of |data|, a blank line.
+// INVALID_ARGUMENT for a newline in |id| or |event|; RESOURCE_EXHAUSTED when
+// the queue is full (the client is not reading: drop the event or close);
+// UNAVAILABLE once the stream is closed or the client has gone.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_http_sse_stream_send(pcp_http_sse_stream_t* stream, const char* id,
+                         const char* event, const char* data);
+
+// Queues a comment line (": |text|"), which clients ignore: a heartbeat.
+// Errors as send.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_http_sse_stream_comment(pcp_http_sse_stream_t* stream, const char* text);
+
+// Ends the stream once the queued events are sent. Idempotent. The server
+// closes every stream when it stops.
+void pcp_http_sse_stream_close(pcp_http_sse_stream_t* stream);
+
+// False once closed or once the client is known to have gone.
+bool pcp_http_sse_stream_is_open(pcp_http_sse_stream_t* stream);
+
+void pcp_http_sse_stream_retain(pcp_http_sse_stream_t* stream);
+// Frees the stream with its last reference. NULL is a no-op.
+void pcp_http_sse_stream_release(pcp_http_sse_stream_t* stream);
+
+//===----------------------------------------------------------------------===//
 // Routes
 //===----------------------------------------------------------------------===//
 
@@ -299,11 +348,12 @@ pcp_http_server_start(pcp_http_server_t* server);
 uint16_t pcp_http_server_port(const pcp_http_server_t* server);
 
 // Requests currently being handled (accepted, not yet answered and
-// completed). Thread-safe.
+// completed; open event streams included). Thread-safe.
 int64_t pcp_http_server_inflight_count(const pcp_http_server_t* server);
 
-// Graceful stop: stops accepting, lets requests in flight finish (their
-// responses carry Connection: close) for up to |deadline_ms|, then closes
+// Graceful stop: stops accepting, ends every event stream (after its queued
+// events), lets requests in flight finish (their responses carry
+// Connection: close) for up to |deadline_ms|, then closes
 // every connection (idle keep-alive ones included) and joins the threads.
 // Returns DEADLINE_EXCEEDED when requests were still in flight at the
 // deadline (they are cut off), OK otherwise. Idempotent.

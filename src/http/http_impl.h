@@ -5,6 +5,7 @@
 #ifndef PCP_HTTP_HTTP_IMPL_H_
 #define PCP_HTTP_HTTP_IMPL_H_
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include <microhttpd.h>
@@ -80,6 +81,8 @@ void pcp_http_router_match(const pcp_http_router_t* router, const char* method,
 
 struct pcp_http_response_t {
   int http_status;  // 0: nothing set yet
+  // Set by pcp_http_response_sse_start; holds the response's reference.
+  pcp_http_sse_stream_t* sse;
   char* content_type;
   char* body;  // malloc'd (handed to libmicrohttpd with MUST_FREE)
   size_t body_length;
@@ -122,6 +125,32 @@ struct pcp_http_request_t {
   int64_t start_ns;
   char remote_address[64];
 };
+
+//===----------------------------------------------------------------------===//
+// Event streams (sse.c)
+//===----------------------------------------------------------------------===//
+
+// The live streams of one server, so that stop can end them (libmicrohttpd
+// must not be stopped with suspended connections).
+typedef struct pcp_http_sse_registry_t {
+  pthread_mutex_t mutex;
+  pcp_http_sse_stream_t* head;
+  bool closing;  // set by close_all: streams attached later start closed
+} pcp_http_sse_registry_t;
+
+void pcp_http_sse_registry_initialize(pcp_http_sse_registry_t* out_registry);
+void pcp_http_sse_registry_deinitialize(pcp_http_sse_registry_t* registry);
+// Closes every stream (each ends once its queue drains) and makes streams
+// attached from now on start closed.
+void pcp_http_sse_registry_close_all(pcp_http_sse_registry_t* registry);
+// Creates the streaming response for |stream| (taking the response's
+// reference) and lists it in |registry|. NULL when out of memory.
+struct MHD_Response* pcp_http_sse_response_create(
+    pcp_http_sse_stream_t* stream, pcp_http_sse_registry_t* registry,
+    struct MHD_Connection* connection);
+// Drops the response's reference of a stream that never reached
+// libmicrohttpd (the handler failed or replaced the body).
+void pcp_http_sse_stream_abandon(pcp_http_sse_stream_t* stream);
 
 // The server's JSON depth limit (options, defaulted).
 size_t pcp_http_server_json_depth_limit(const struct pcp_http_server_t* server);

@@ -141,6 +141,42 @@ static pcp_status_t slow_handler(void* user_data,
   return pcp_http_response_body_set(response, 200, "text/plain", "done", 4);
 }
 
+typedef struct sse_state_t {
+  _Atomic(pcp_http_sse_stream_t*) stream;  // handed to the test
+  size_t max_queued_bytes;
+  _Atomic int fill_result;  // status code of the send that filled the queue
+} sse_state_t;
+
+// Starts an event stream. It greets with the Last-Event-ID it was given;
+// with ?fill it first checks that a client that does not read is bounded.
+static pcp_status_t events_handler(void* user_data,
+                                   const pcp_http_request_t* request,
+                                   pcp_http_response_t* response) {
+  sse_state_t* state = user_data;
+  pcp_http_sse_stream_t* stream = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_http_response_sse_start(response, state->max_queued_bytes, &stream));
+  if (pcp_http_request_query(request, "fill")) {
+    pcp_status_t status = pcp_ok_status();
+    for (int i = 0; i < 1000 && !status; ++i) {
+      status = pcp_http_sse_stream_send(stream, NULL, NULL, "0123456789");
+    }
+    atomic_store(&state->fill_result, (int)pcp_status_consume_code(status));
+    pcp_http_sse_stream_close(stream);
+    pcp_http_sse_stream_release(stream);
+    return pcp_ok_status();
+  }
+  const char* last = pcp_http_request_header(request, "Last-Event-ID");
+  pcp_status_t status =
+      pcp_http_sse_stream_send(stream, "0", "hello", last ? last : "start");
+  if (status) {
+    pcp_http_sse_stream_release(stream);
+    return status;
+  }
+  atomic_store(&state->stream, stream);  // the test owns this reference
+  return pcp_ok_status();
+}
+
 typedef struct ready_state_t {
   _Atomic bool ready;
 } ready_state_t;
@@ -165,6 +201,7 @@ typedef struct fixture_t {
   ready_state_t ready_state;
   pcp_http_readyz_t readyz;
   slow_state_t slow;
+  sse_state_t sse;
   char base_url[64];
   char tls_dir[64];
 } fixture_t;
@@ -179,6 +216,7 @@ static void add_routes(fixture_t* f) {
   const pcp_http_route_t routes[] = {
       {"GET", "/v1/jobs", NULL, echo_handler, NULL, 0, 0},
       {"*", "/any", NULL, echo_handler, NULL, 0, 0},
+      {"GET", "/events", NULL, events_handler, &f->sse, 0, 0},
       {"POST", "/v1/jobs", NULL, echo_handler, NULL, 1024, 0},
       {"GET", "/v1/jobs/{id}", NULL, echo_handler, NULL, 0, 0},
       {"DELETE", "/v1/jobs/{id}", NULL, echo_handler, NULL, 0, 0},
@@ -966,6 +1004,149 @@ static void stop_deadline_cuts_off_slow_requests(void** state) {
 }
 
 //===----------------------------------------------------------------------===//
+// Server-sent events
+//===----------------------------------------------------------------------===//
+
+typedef struct stream_call_t {
+  const char* url;
+  const char* last_event_id;  // NULL: none
+  int64_t timeout_ms;
+  pcp_status_code_t code;
+  pcp_http_client_response_t response;
+} stream_call_t;
+
+static void* stream_call_main(void* arg) {
+  stream_call_t* call = arg;
+  pcp_http_client_options_t options = {0};
+  options.timeout_ms = call->timeout_ms;
+  pcp_http_client_t* client = NULL;
+  PCP_CHECK_OK(
+      pcp_http_client_create(&options, pcp_allocator_system(), &client));
+  char header[64];
+  snprintf(header, sizeof(header), "Last-Event-ID: %s",
+           call->last_event_id ? call->last_event_id : "");
+  const char* headers[] = {header, NULL};
+  pcp_http_client_request_t request = {0};
+  request.url = call->url;
+  request.headers = call->last_event_id ? headers : NULL;
+  call->code = pcp_status_consume_code(
+      pcp_http_client_send(client, &request, &call->response));
+  pcp_http_client_release(client);
+  return NULL;
+}
+
+// Waits for the events handler to hand over its stream; takes it.
+static pcp_http_sse_stream_t* take_stream(fixture_t* f) {
+  pcp_http_sse_stream_t* stream = NULL;
+  for (int i = 0; i < 1000 && !stream; ++i) {
+    stream = atomic_exchange(&f->sse.stream, NULL);
+    if (!stream) {
+      pcp_sleep_ms(2);
+    }
+  }
+  assert_non_null(stream);
+  return stream;
+}
+
+static void sse_stream_delivers_events(void** state) {
+  fixture_t* f = *state;
+  char url[128];
+  snprintf(url, sizeof(url), "%s/events", f->base_url);
+  stream_call_t call = {.url = url, .last_event_id = "7", .timeout_ms = 10000};
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, stream_call_main, &call), 0);
+  pcp_http_sse_stream_t* stream = take_stream(f);
+  pcp_sleep_ms(50);  // let the connection go idle (suspended) first
+  PCP_CHECK_OK(pcp_http_sse_stream_send(stream, "8", "job", "line1\nline2"));
+  PCP_CHECK_OK(pcp_http_sse_stream_comment(stream, "heartbeat"));
+  PCP_CHECK_OK(pcp_http_sse_stream_send(stream, "9", NULL, "x"));
+  assert_status(pcp_http_sse_stream_send(stream, "1\n2", NULL, "x"),
+                PCP_STATUS_INVALID_ARGUMENT, "one line");
+  assert_true(pcp_http_sse_stream_is_open(stream));
+  pcp_http_sse_stream_close(stream);
+  assert_false(pcp_http_sse_stream_is_open(stream));
+  assert_status(pcp_http_sse_stream_send(stream, NULL, NULL, "late"),
+                PCP_STATUS_UNAVAILABLE, "closed");
+  pthread_join(thread, NULL);
+  pcp_http_sse_stream_release(stream);
+  assert_int_equal(call.code, PCP_STATUS_OK);
+  assert_int_equal(call.response.http_status, 200);
+  char content_type[64];
+  assert_true(pcp_http_client_response_header(
+      &call.response, "Content-Type", content_type, sizeof(content_type)));
+  assert_string_equal(content_type, "text/event-stream");
+  assert_string_equal(call.response.body,
+                      "id: 0\nevent: hello\ndata: 7\n\n"
+                      "id: 8\nevent: job\ndata: line1\ndata: line2\n\n"
+                      ": heartbeat\n\n"
+                      "id: 9\ndata: x\n\n");
+  pcp_http_client_response_deinitialize(&call.response);
+  // The server still answers plain requests afterwards.
+  pcp_http_client_response_t response = get(f, "/healthz");
+  assert_int_equal(response.http_status, 200);
+  pcp_http_client_response_deinitialize(&response);
+}
+
+static void sse_queue_is_bounded(void** state) {
+  fixture_t* f = *state;
+  f->sse.max_queued_bytes = 100;
+  pcp_http_client_response_t response = get(f, "/events?fill");
+  assert_int_equal(atomic_load(&f->sse.fill_result),
+                   PCP_STATUS_RESOURCE_EXHAUSTED);
+  // What fit in the queue was still delivered: 100 bytes of 18-byte events.
+  assert_int_equal(response.http_status, 200);
+  assert_int_equal(response.body_length, 5 * strlen("data: 0123456789\n\n"));
+  pcp_http_client_response_deinitialize(&response);
+}
+
+static void sse_notices_a_client_that_left(void** state) {
+  fixture_t* f = *state;
+  char url[128];
+  snprintf(url, sizeof(url), "%s/events", f->base_url);
+  stream_call_t call = {.url = url, .timeout_ms = 300};
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, stream_call_main, &call), 0);
+  pcp_http_sse_stream_t* stream = take_stream(f);
+  pthread_join(thread, NULL);  // the client gives up after 300 ms
+  assert_int_equal(call.code, PCP_STATUS_DEADLINE_EXCEEDED);
+  // Heartbeats find out: a write to the closed socket fails and the
+  // server drops the stream.
+  pcp_status_code_t code = PCP_STATUS_OK;
+  for (int i = 0; i < 200 && code == PCP_STATUS_OK; ++i) {
+    code = pcp_status_consume_code(
+        pcp_http_sse_stream_comment(stream, "heartbeat"));
+    pcp_sleep_ms(10);
+  }
+  assert_int_equal(code, PCP_STATUS_UNAVAILABLE);
+  assert_false(pcp_http_sse_stream_is_open(stream));
+  pcp_http_sse_stream_release(stream);
+}
+
+static void stop_ends_open_streams(void** state) {
+  fixture_t* f = *state;
+  char url[128];
+  snprintf(url, sizeof(url), "%s/events", f->base_url);
+  stream_call_t call = {.url = url, .timeout_ms = 10000};
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, stream_call_main, &call), 0);
+  pcp_http_sse_stream_t* stream = take_stream(f);
+  PCP_CHECK_OK(pcp_http_sse_stream_send(stream, "1", NULL, "before stop"));
+  pcp_sleep_ms(50);
+  int64_t start_ns = pcp_clock_now_ns(pcp_clock_system());
+  PCP_CHECK_OK(pcp_http_server_stop(f->server, 5000));
+  int64_t stop_ms = (pcp_clock_now_ns(pcp_clock_system()) - start_ns) / 1000000;
+  assert_true(stop_ms < 2000);  // the stream ended; no wait for the deadline
+  pthread_join(thread, NULL);
+  assert_int_equal(call.code, PCP_STATUS_OK);
+  assert_string_equal(call.response.body,
+                      "id: 0\nevent: hello\ndata: start\n\n"
+                      "id: 1\ndata: before stop\n\n");
+  pcp_http_client_response_deinitialize(&call.response);
+  assert_false(pcp_http_sse_stream_is_open(stream));
+  pcp_http_sse_stream_release(stream);
+}
+
+//===----------------------------------------------------------------------===//
 // Probes and metrics
 //===----------------------------------------------------------------------===//
 
@@ -1164,6 +1345,10 @@ int main(void) {
       T(idle_connections_time_out),
       T(graceful_stop_finishes_inflight_requests),
       T(stop_deadline_cuts_off_slow_requests),
+      T(sse_stream_delivers_events),
+      T(sse_queue_is_bounded),
+      T(sse_notices_a_client_that_left),
+      T(stop_ends_open_streams),
       T(healthz_and_readyz),
       T(metrics_render_and_pass_promtool),
       T(two_servers_share_one_registry),

@@ -13,6 +13,10 @@ void pcp_http_response_initialize(pcp_http_response_t* out_response) {
 }
 
 static void response_body_clear(pcp_http_response_t* response) {
+  if (response->sse) {
+    pcp_http_sse_stream_abandon(response->sse);
+    response->sse = NULL;
+  }
   free(response->body);
   free(response->content_type);
   response->body = NULL;

@@ -68,6 +68,7 @@ struct pcp_http_server_t {
   _Atomic int64_t inflight;
   _Atomic int64_t open_connections;
   _Atomic bool draining;
+  pcp_http_sse_registry_t sse_registry;
 };
 
 // Connections libmicrohttpd accepts above max_connections, so that the
@@ -270,7 +271,11 @@ static enum MHD_Result queue_built(pcp_http_server_t* server,
                                    pcp_http_response_t* built) {
   struct MHD_Response* response = NULL;
   size_t body_length = built->body_length;
-  if (built->body) {
+  if (built->sse) {
+    response = pcp_http_sse_response_create(built->sse, &server->sse_registry,
+                                            request->connection);
+    built->sse = NULL;  // the response (or its failure) took the reference
+  } else if (built->body) {
     response = MHD_create_response_from_buffer(body_length, built->body,
                                                MHD_RESPMEM_MUST_FREE);
     if (response) {
@@ -914,6 +919,7 @@ pcp_status_t pcp_http_server_create(const pcp_http_server_options_t* options,
   atomic_init(&server->inflight, 0);
   atomic_init(&server->open_connections, 0);
   atomic_init(&server->draining, false);
+  pcp_http_sse_registry_initialize(&server->sse_registry);
   pcp_http_router_initialize(allocator, &server->router);
 
   pcp_status_t status =
@@ -989,8 +995,10 @@ pcp_status_t pcp_http_server_start(pcp_http_server_t* server) {
   memset(&in4, 0, sizeof(in4));
   memset(&in6, 0, sizeof(in6));
   const struct sockaddr* address = NULL;
-  unsigned int flags =
-      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+  // Suspend/resume parks idle event streams (sse.c); it implies ITC, which
+  // MHD_quiesce_daemon also needs with a thread pool.
+  unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC |
+                       MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   const char* host =
       strcmp(server->host, "localhost") == 0 ? "127.0.0.1" : server->host;
   if (inet_pton(AF_INET, host, &in4.sin_addr) == 1) {
@@ -1071,6 +1079,9 @@ pcp_status_t pcp_http_server_stop(pcp_http_server_t* server,
   // Quiesce closes nothing: it stops accept() on every thread. The socket
   // stays ours to close, after the threads are gone.
   MHD_socket listen_fd = MHD_quiesce_daemon(server->daemon);
+  // Event streams never finish on their own: end them (each drains its
+  // queue first) so that they leave the in-flight count.
+  pcp_http_sse_registry_close_all(&server->sse_registry);
   // Real time on purpose: a drain waits for real sockets even when the
   // server's clock is simulated.
   pcp_clock_t real_clock = pcp_clock_system();
@@ -1102,6 +1113,7 @@ void pcp_http_server_release(pcp_http_server_t* server) {
   }
   pcp_status_ignore(pcp_http_server_stop(server, 0));
   pcp_http_router_deinitialize(&server->router);
+  pcp_http_sse_registry_deinitialize(&server->sse_registry);
   for (size_t i = 0; i < server->scope_count; ++i) {
     free(server->scopes[i].name);
     free(server->scopes[i].env_var);
