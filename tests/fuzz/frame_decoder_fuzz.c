@@ -164,6 +164,90 @@ static void drain_actions_worker(pcp_proto_worker_t* w) {
   while (pcp_proto_worker_next_action(w, &a)) pcp_proto_action_deinitialize(&a);
 }
 
+// Answers the owner's side of the actions so that fuzzed frames reach the
+// follow-up paths (program store, task results) too.
+static void serve_gateway(pcp_proto_gateway_conn_t* g, pcp_proto_worker_t* w) {
+  pcp_proto_action_t a;
+  while (pcp_proto_gateway_conn_next_action(g, &a)) {
+    if (a.type == PCP_PROTO_ACTION_SEND && w) {
+      for (size_t i = 0; i < a.frame.segment_count; ++i) {
+        pcp_status_ignore(pcp_proto_worker_on_bytes(
+            w, a.frame.segments[i].data, a.frame.segments[i].byte_length, 2));
+      }
+    } else if (a.type == PCP_PROTO_ACTION_JOIN_VERIFIED) {
+      pcp_proto_gateway_accept_params_t p = {.lease_epoch = 1};
+      pcp_status_ignore(pcp_proto_gateway_conn_accept(g, &p, 2));
+    } else if (a.type == PCP_PROTO_ACTION_PROGRAM_FETCH) {
+      static const uint8_t kProgram[100] = {1};
+      pcp_status_ignore(pcp_proto_gateway_conn_send_program(
+          g, a.request_id, kProgram, sizeof(kProgram), 2));
+    }
+    pcp_proto_action_deinitialize(&a);
+  }
+}
+
+static void serve_worker(pcp_proto_worker_t* w, pcp_proto_gateway_conn_t* g) {
+  pcp_proto_action_t a;
+  while (pcp_proto_worker_next_action(w, &a)) {
+    if (a.type == PCP_PROTO_ACTION_SEND && g) {
+      for (size_t i = 0; i < a.frame.segment_count; ++i) {
+        pcp_status_ignore(pcp_proto_gateway_conn_on_bytes(
+            g, a.frame.segments[i].data, a.frame.segments[i].byte_length, 2));
+      }
+    } else if (a.type == PCP_PROTO_ACTION_CONNECT) {
+      pcp_status_ignore(pcp_proto_worker_on_connected(w, 2));
+    } else if (a.type == PCP_PROTO_ACTION_PROGRAM_LOOKUP) {
+      pcp_status_ignore(pcp_proto_worker_program_lookup_done(
+          w, a.request_id, (a.program[0] & 1) != 0, 2));
+    } else if (a.type == PCP_PROTO_ACTION_PROGRAM_STORE) {
+      pcp_status_ignore(
+          pcp_proto_worker_program_stored(w, a.request_id, pcp_ok_status(), 2));
+    } else if (a.type == PCP_PROTO_ACTION_RUN_TASK) {
+      pcp_proto_task_assign_t t;
+      if (!pcp_status_consume_code(
+              pcp_proto_task_assign_parse(&a.received, &t))) {
+        pcp_proto_task_result_t r = {.task_id = t.task_id};
+        pcp_status_ignore(pcp_proto_worker_task_complete(w, &r, NULL, 0, 2));
+      }
+    }
+    pcp_proto_action_deinitialize(&a);
+  }
+}
+
+// A gateway connection and a worker that completed the real handshake
+// (HMAC included), so fuzzed frames reach the post-ACCEPT logic.
+static bool joined_pair(const pcp_proto_limits_t* limits, pcp_rng_t* rng,
+                        const uint8_t* token, size_t token_length,
+                        pcp_proto_gateway_conn_t** out_g,
+                        pcp_proto_worker_t** out_w) {
+  pcp_proto_gateway_config_t gc = {.limits = *limits,
+                                   .heartbeat_interval_ms = 1000,
+                                   .join_token = token,
+                                   .join_token_length = token_length};
+  pcp_proto_worker_config_t wc = {.limits = *limits,
+                                  .heartbeat_interval_ms = 1000,
+                                  .join_token = token,
+                                  .join_token_length = token_length};
+  wc.join.worker_id = "fuzz-worker";
+  wc.join.backend = "cpu";
+  *out_g = NULL;
+  *out_w = NULL;
+  if (pcp_status_consume_code(pcp_proto_gateway_conn_create(
+          &gc, 0, pcp_allocator_system(), out_g)) ||
+      pcp_status_consume_code(
+          pcp_proto_worker_create(&wc, rng, pcp_allocator_system(), out_w)) ||
+      pcp_status_consume_code(pcp_proto_worker_start(*out_w, 1))) {
+    pcp_proto_gateway_conn_release(*out_g);
+    pcp_proto_worker_release(*out_w);
+    return false;
+  }
+  for (int round = 0; round < 8; ++round) {
+    serve_worker(*out_w, *out_g);
+    serve_gateway(*out_g, *out_w);
+  }
+  return pcp_proto_worker_state(*out_w) == PCP_PROTO_WORKER_READY;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0)
     return 0;
@@ -233,6 +317,23 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     drain_actions_worker(worker);
     pcp_proto_worker_release(worker);
   }
+
+  // 4. A joined pair: the bytes arrive at the accepted gateway as if from
+  // the worker, then at the ready worker as if from the gateway.
+  pcp_rng_t pair_rng;
+  pcp_rng_initialize(7, &pair_rng);
+  pcp_proto_gateway_conn_t* g = NULL;
+  pcp_proto_worker_t* w = NULL;
+  if (joined_pair(&limits, &pair_rng, kToken, sizeof(kToken) - 1, &g, &w)) {
+    pcp_status_ignore(pcp_proto_gateway_conn_on_bytes(g, data, size, 3));
+    serve_gateway(g, NULL);
+    pcp_status_ignore(pcp_proto_worker_on_bytes(w, data, size, 3));
+    serve_worker(w, NULL);
+    pcp_status_ignore(pcp_proto_gateway_conn_on_tick(g, 10000000000LL));
+    serve_gateway(g, NULL);
+  }
+  pcp_proto_gateway_conn_release(g);
+  pcp_proto_worker_release(w);
   return 0;
 }
 
