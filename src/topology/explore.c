@@ -110,6 +110,8 @@ static void sched_step(pcp_topology_sched_t* s, uint32_t scenario,
   s->violation = PCP_TOPOLOGY_SCHED_VIOLATION_NONE;
   s->decision = PCP_TOPOLOGY_SCHED_IDLE;
   sched_scenario(s, scenario, salt);
+  stats->invariant_failures +=
+      pcp_topology_sched_check_invariants(s) != PCP_TOPOLOGY_SCHED_INVARIANT_OK;
   stats->decisions_seen |= 1ull << s->decision;
   if (s->violation != PCP_TOPOLOGY_SCHED_VIOLATION_NONE) {
     stats->violations_seen |= 1ull << s->violation;

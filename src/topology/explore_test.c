@@ -29,6 +29,8 @@ static void test_sched_exploration(void** state) {
   assert_true(SEEN(stats.decisions_seen, PCP_TOPOLOGY_SCHED_REJECTED));
   assert_true(SEEN(stats.violations_seen,
                    PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS));
+  // The scheduling oracle holds after every explored step.
+  assert_int_equal(stats.invariant_failures, 0);
 
   pcp_topology_exploration_stats_t a, b;
   pcp_topology_sched_explore_seeded(0x5151, 64, 4, &a);
@@ -38,6 +40,7 @@ static void test_sched_exploration(void** state) {
   assert_int_equal(a.failed, b.failed);
   assert_true(a.failed > 0);
   assert_int_equal(a.seed, 0x5151);
+  assert_int_equal(a.invariant_failures, 0);
 }
 
 // decoupled exploration: exhaustive depth 3 and seeded runs

@@ -613,9 +613,12 @@ void pcp_topology_sched_cancel_queued(pcp_topology_sched_t* s, uint32_t job) {
   for (uint32_t i = 0; i < s->queue_count; ++i) {
     if (s->queue[i].job != job) continue;
     int32_t reservation = s->queue[i].reservation;
-    // The cleanup-leak bug forgets the workers a reserved job holds.
-    if (reservation >= 0 && !s->bug_leak_on_cancel) {
-      sched_free_workers(s, reservation, s->queue[i].owner, job);
+    // The cleanup-leak bug drops the reservation but forgets the workers it
+    // holds.
+    if (reservation >= 0) {
+      if (!s->bug_leak_on_cancel) {
+        sched_free_workers(s, reservation, s->queue[i].owner, job);
+      }
       s->reservations[reservation].active = false;
     }
     memmove(&s->queue[i], &s->queue[i + 1],
@@ -681,6 +684,83 @@ uint32_t pcp_topology_sched_active_reservations(const pcp_topology_sched_t* s) {
     count += s->reservations[i].active;
   }
   return count;
+}
+
+static const char* const kSchedInvariantNames[] = {
+    "ok",
+    "orphan_reserved_worker",
+    "reservation_overfull",
+    "orphan_assigned_worker",
+    "max_workers_exceeded",
+    "reserved_capacity_starved",
+    "queued_reservation_missing",
+    "idle_worker_owned",
+};
+
+const char* pcp_topology_sched_invariant_name(
+    pcp_topology_sched_invariant_t invariant) {
+  if ((unsigned)invariant >= PCP_ARRAYSIZE(kSchedInvariantNames)) return "?";
+  return kSchedInvariantNames[invariant];
+}
+
+pcp_topology_sched_invariant_t pcp_topology_sched_check_invariants(
+    const pcp_topology_sched_t* s) {
+  for (uint32_t i = 0; i < s->worker_count; ++i) {
+    const pcp_topology_sched_worker_t* w = &s->workers[i];
+    if (w->state == PCP_TOPOLOGY_WORKER_IDLE &&
+        (w->owner >= 0 || w->reservation >= 0)) {
+      return PCP_TOPOLOGY_SCHED_INVARIANT_IDLE_WORKER_OWNED;
+    }
+    if (w->state == PCP_TOPOLOGY_WORKER_RESERVED &&
+        (w->reservation < 0 || !s->reservations[w->reservation].active)) {
+      return PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_RESERVED_WORKER;
+    }
+    if (w->state == PCP_TOPOLOGY_WORKER_ASSIGNED) {
+      bool found = false;
+      for (uint32_t k = 0; k < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++k) {
+        found |= s->active[k].in_use && s->active[k].job == w->job &&
+                 (int32_t)s->active[k].owner == w->owner;
+      }
+      if (!found) return PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_ASSIGNED_WORKER;
+    }
+  }
+  for (uint32_t r = 0; r < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++r) {
+    if (!s->reservations[r].active) continue;
+    uint32_t held = 0;
+    for (uint32_t i = 0; i < s->worker_count; ++i) {
+      held += s->workers[i].reservation == (int32_t)r;
+    }
+    if (held > s->reservations[r].workers_required) {
+      return PCP_TOPOLOGY_SCHED_INVARIANT_RESERVATION_OVERFULL;
+    }
+  }
+  for (uint32_t o = 0; o < PCP_TOPOLOGY_SCHED_OWNER_COUNT; ++o) {
+    const pcp_topology_sched_policy_t* p = &s->policies[o];
+    if (p->max_workers && pcp_topology_sched_owner_leases(s, o) > p->max_workers) {
+      return PCP_TOPOLOGY_SCHED_INVARIANT_MAX_WORKERS_EXCEEDED;
+    }
+    if (p->reserved_workers &&
+        pcp_topology_sched_owner_capacity(s, o) < p->reserved_workers) {
+      // Only a violation when the pool could have kept it: count the
+      // non-offline workers the policy admits at all.
+      uint32_t admissible = 0;
+      for (uint32_t i = 0; i < s->worker_count; ++i) {
+        admissible += s->workers[i].state != PCP_TOPOLOGY_WORKER_OFFLINE &&
+                      pcp_topology_sched_policy_allows(
+                          p, s->workers[i].worker_class, s->workers[i].arch);
+      }
+      if (admissible >= p->reserved_workers) {
+        return PCP_TOPOLOGY_SCHED_INVARIANT_RESERVED_CAPACITY_STARVED;
+      }
+    }
+  }
+  for (uint32_t q = 0; q < s->queue_count; ++q) {
+    int32_t r = s->queue[q].reservation;
+    if (r >= 0 && !s->reservations[r].active) {
+      return PCP_TOPOLOGY_SCHED_INVARIANT_QUEUED_RESERVATION_MISSING;
+    }
+  }
+  return PCP_TOPOLOGY_SCHED_INVARIANT_OK;
 }
 
 //===----------------------------------------------------------------------===//

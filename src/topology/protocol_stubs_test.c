@@ -663,6 +663,41 @@ static void test_decoupled_recovery_tape(void** state) {
   assert_int_equal(d.step, 2);
 }
 
+// The scheduling oracle: the invariants hold on correct runs and catch the
+// injected bugs.
+static void test_sched_invariants(void** state) {
+  (void)state;
+  pcp_topology_sched_t s;
+  sched_with(&s, 2);
+  s.policies[INFERENCE].reserved_workers = 1;
+  assert_int_equal(pcp_topology_sched_check_invariants(&s),
+                   PCP_TOPOLOGY_SCHED_INVARIANT_OK);
+  assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 1) >= 0);
+  pcp_topology_sched_commit_to_queue(&s, 5);
+  assert_int_equal(pcp_topology_sched_check_invariants(&s),
+                   PCP_TOPOLOGY_SCHED_INVARIANT_OK);
+  pcp_topology_sched_cancel_queued(&s, 5);
+  assert_int_equal(pcp_topology_sched_check_invariants(&s),
+                   PCP_TOPOLOGY_SCHED_INVARIANT_OK);
+  // Cleanup leak.
+  s.bug_leak_on_cancel = true;
+  assert_true(pcp_topology_sched_reserve(&s, 6, TRAINING, 1) >= 0);
+  pcp_topology_sched_commit_to_queue(&s, 6);
+  pcp_topology_sched_cancel_queued(&s, 6);
+  assert_int_equal(pcp_topology_sched_check_invariants(&s),
+                   PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_RESERVED_WORKER);
+  assert_string_equal(pcp_topology_sched_invariant_name(
+                          PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_RESERVED_WORKER),
+                      "orphan_reserved_worker");
+  // Reserved capacity ignored.
+  sched_with(&s, 2);
+  s.policies[INFERENCE].reserved_workers = 1;
+  s.bug_ignore_reserved_capacity = true;
+  assert_true(pcp_topology_sched_reserve(&s, 7, TRAINING, 2) >= 0);
+  assert_int_equal(pcp_topology_sched_check_invariants(&s),
+                   PCP_TOPOLOGY_SCHED_INVARIANT_RESERVED_CAPACITY_STARVED);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sched_reserves_first_matching),
@@ -675,6 +710,7 @@ int main(void) {
       cmocka_unit_test(test_sched_cancel_releases),
       cmocka_unit_test(test_sched_policy_helpers),
       cmocka_unit_test(test_sched_injected_bugs_shrink),
+      cmocka_unit_test(test_sched_invariants),
       cmocka_unit_test(test_federation_places_deterministically),
       cmocka_unit_test(test_federation_rejections),
       cmocka_unit_test(test_federation_loss_invalidates),

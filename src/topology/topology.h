@@ -1976,6 +1976,33 @@ uint32_t pcp_topology_sched_count_state(const pcp_topology_sched_t* sched,
 uint32_t pcp_topology_sched_active_reservations(
     const pcp_topology_sched_t* sched);
 
+// Invariants of the scheduler state (the scheduling oracle, run after every
+// explored step, TigerBeetle-checker style). Returns the first broken one.
+typedef enum pcp_topology_sched_invariant_e {
+  PCP_TOPOLOGY_SCHED_INVARIANT_OK = 0,
+  // A reserved worker whose reservation is gone (a cleanup leak).
+  PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_RESERVED_WORKER = 1,
+  // An active reservation holding more workers than it was granted (a
+  // worker leased twice). Fewer is legal: a lost and restored worker leaves
+  // its reservation short, and the commit reports the loss.
+  PCP_TOPOLOGY_SCHED_INVARIANT_RESERVATION_OVERFULL = 2,
+  // An assigned worker with no active job of its owner.
+  PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_ASSIGNED_WORKER = 3,
+  // An owner above its max_workers.
+  PCP_TOPOLOGY_SCHED_INVARIANT_MAX_WORKERS_EXCEEDED = 4,
+  // An owner's reserved_workers no longer available to it.
+  PCP_TOPOLOGY_SCHED_INVARIANT_RESERVED_CAPACITY_STARVED = 5,
+  // A queued reserved job whose reservation is gone.
+  PCP_TOPOLOGY_SCHED_INVARIANT_QUEUED_RESERVATION_MISSING = 6,
+  // An idle worker that still has an owner or a job.
+  PCP_TOPOLOGY_SCHED_INVARIANT_IDLE_WORKER_OWNED = 7,
+} pcp_topology_sched_invariant_t;
+
+const char* pcp_topology_sched_invariant_name(
+    pcp_topology_sched_invariant_t invariant);
+pcp_topology_sched_invariant_t pcp_topology_sched_check_invariants(
+    const pcp_topology_sched_t* sched);
+
 // Federation hub.
 #define PCP_TOPOLOGY_FEDERATION_MAX_GATEWAYS 6u
 #define PCP_TOPOLOGY_FEDERATION_MAX_SERVICES 8u
@@ -2681,6 +2708,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_global_composition_build(
 // What an exploration reached: bit d of |decisions_seen| for decision d,
 // bit v of |violations_seen| for violation v (the model's own enums).
 typedef struct pcp_topology_exploration_stats_t {
+  uint64_t invariant_failures;  // steps after which an invariant broke
   uint64_t seed;        // seeded runs: the seed to replay them with
   uint64_t checked;     // schedules run
   uint64_t failed;      // schedules that hit a violation
