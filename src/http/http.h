@@ -199,6 +199,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_body_take(
 PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_json_set(
     pcp_http_response_t* response, int http_status, const json_t* value);
 
+// Same, taking the caller's reference to |value| (json_decref'd here, on
+// error too), so `json_pack(...)` can be passed directly. A NULL |value|
+// (a failed json_pack) is RESOURCE_EXHAUSTED.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_json_take(
+    pcp_http_response_t* response, int http_status, json_t* value);
+
 // Sets the error schema body with an explicit HTTP status and code string
 // (for statuses outside the mapping table, such as 405 or 413).
 PCP_MUST_USE_RESULT pcp_status_t
@@ -273,7 +279,8 @@ typedef pcp_status_t (*pcp_http_handler_fn_t)(void* user_data,
 
 // Pattern grammar: '/'-separated segments; "{name}" matches one non-empty
 // segment and binds it; a final "*" matches the rest of the path (possibly
-// empty) and binds it to "*" (a prefix route). Everything else matches
+// empty) and binds it to "*" (a prefix route). HEAD requests are also
+// matched by GET routes. Everything else matches
 // literally. When several patterns match, the one with more literal
 // segments before the first difference wins, then the non-prefix one, then
 // the first added.

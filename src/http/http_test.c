@@ -120,10 +120,8 @@ static pcp_status_t json_handler(void* user_data,
   PCP_UNUSED(user_data);
   json_t* value = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &value));
-  json_t* body = json_pack("{s:o}", "got", value);
-  pcp_status_t status = pcp_http_response_json_set(response, 201, body);
-  json_decref(body);
-  return status;
+  return pcp_http_response_json_take(response, 201,
+                                     json_pack("{s:o}", "got", value));
 }
 
 typedef struct slow_state_t {
@@ -463,6 +461,58 @@ static void route_and_option_errors(void** state) {
   pcp_http_server_release(server);
 }
 
+// Creates a server, adds routes and releases it through |allocator|.
+static pcp_status_t exercise_create(pcp_allocator_t allocator) {
+  pcp_http_server_options_t options = {0};
+  options.scopes = kScopes;
+  options.scope_count = PCP_ARRAYSIZE(kScopes);
+  pcp_http_server_t* server = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_http_server_create(&options, allocator, &server));
+  const pcp_http_route_t routes[] = {
+      {"GET", "/v1/jobs/{id}/results/{name}", "api", echo_handler, NULL, 0, 0},
+      {"POST", "/v1/jobs", "api", echo_handler, NULL, 0, 0},
+      {"GET", "/static/*", NULL, echo_handler, NULL, 0, 0},
+  };
+  pcp_status_t status = pcp_http_server_probes_add(server, NULL, NULL);
+  for (size_t i = 0; i < 20 && !status; ++i) {
+    // Enough routes to grow the table past its first allocation.
+    char pattern[32];
+    snprintf(pattern, sizeof(pattern), "/r%zu/{x}", i);
+    pcp_http_route_t route = {"GET", pattern, NULL, echo_handler, NULL, 0, 0};
+    status = pcp_http_server_routes_add(server, &route, 1);
+  }
+  if (!status) {
+    status = pcp_http_server_routes_add(server, routes, PCP_ARRAYSIZE(routes));
+  }
+  pcp_http_server_release(server);
+  return status;
+}
+
+static void create_survives_every_allocation_failure(void** state) {
+  PCP_UNUSED(state);
+  setenv(API_TOKEN_ENV, API_TOKEN, 1);
+  int64_t index = 0;
+  for (;; ++index) {
+    assert_true(index < 10000);
+    pcp_allocator_failing_t failing;
+    pcp_allocator_failing_initialize(pcp_allocator_system(), index, true,
+                                     &failing);
+    pcp_allocator_counting_t counting;
+    pcp_allocator_counting_initialize(pcp_allocator_failing(&failing),
+                                      &counting);
+    pcp_status_t status = exercise_create(pcp_allocator_counting(&counting));
+    assert_int_equal(counting.live_bytes, 0);
+    if (!status) {
+      assert_int_equal(failing.failure_count, 0);
+      break;
+    }
+    assert_int_equal(pcp_status_consume_code(status),
+                     PCP_STATUS_RESOURCE_EXHAUSTED);
+  }
+  assert_true(index > 20);  // the sweep really covered the allocations
+}
+
 //===----------------------------------------------------------------------===//
 // Routing
 //===----------------------------------------------------------------------===//
@@ -524,6 +574,22 @@ static void routing_with_params_and_query(void** state) {
   body = body_json(&response);
   assert_string_equal(field(body, "limit"), "a b");
   json_decref(body);
+  pcp_http_client_response_deinitialize(&response);
+}
+
+static void head_is_served_by_get_routes(void** state) {
+  fixture_t* f = *state;
+  pcp_http_client_response_t response =
+      send_request(f, "HEAD", "/healthz", NULL, NULL, 0, false);
+  assert_int_equal(response.http_status, 200);
+  assert_int_equal(response.body_length, 0);
+  char length[32];
+  assert_true(pcp_http_client_response_header(&response, "Content-Length",
+                                              length, sizeof(length)));
+  assert_string_equal(length, "15");  // {"status":"ok"}
+  pcp_http_client_response_deinitialize(&response);
+  response = send_request(f, "HEAD", "/json", NULL, NULL, 0, false);
+  assert_int_equal(response.http_status, 405);
   pcp_http_client_response_deinitialize(&response);
 }
 
@@ -1330,9 +1396,11 @@ int main(void) {
       cmocka_unit_test(error_json_escapes_message),
       cmocka_unit_test(token_equal_is_exact),
       cmocka_unit_test(json_depth_check_counts_only_structure),
+      cmocka_unit_test(create_survives_every_allocation_failure),
       T(route_and_option_errors),
       T(routing_with_params_and_query),
       T(not_found_and_method_not_allowed),
+      T(head_is_served_by_get_routes),
       T(every_status_code_maps_to_json_error),
       T(handler_without_response_gets_json_500),
       T(body_limit_with_content_length),

@@ -123,6 +123,18 @@ pcp_status_t pcp_http_response_json_set(pcp_http_response_t* response,
                                      text, strlen(text));
 }
 
+pcp_status_t pcp_http_response_json_take(pcp_http_response_t* response,
+                                         int http_status, json_t* value) {
+  if (!value) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "JSON response value missing (json_pack failed?)");
+  }
+  pcp_status_t status =
+      pcp_http_response_json_set(response, http_status, value);
+  json_decref(value);
+  return status;
+}
+
 pcp_status_t pcp_http_response_error_set(pcp_http_response_t* response,
                                          int http_status, const char* code,
                                          const char* message) {

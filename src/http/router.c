@@ -262,8 +262,11 @@ void pcp_http_router_match(const pcp_http_router_t* router, const char* method,
       continue;
     }
     out_match->path_matched = true;
+    // HEAD is answered by GET routes (libmicrohttpd drops the body), as
+    // RFC 9110 expects of a server that supports GET.
     bool method_ok =
-        strcmp(entry->method, "*") == 0 || strcmp(entry->method, method) == 0;
+        strcmp(entry->method, "*") == 0 || strcmp(entry->method, method) == 0 ||
+        (strcmp(method, "HEAD") == 0 && strcmp(entry->method, "GET") == 0);
     if (!method_ok) {
       // Collect the Allow list (distinct methods, in route order).
       size_t method_length = strlen(entry->method);
