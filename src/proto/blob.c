@@ -86,6 +86,7 @@ pcp_status_t pcp_proto_blob_assembly_initialize(
   out_assembly->request_id = request_id;
   out_assembly->total = chunk->total;
   out_assembly->count = chunk->count;
+  out_assembly->max_chunk_bytes = limits->max_chunk_bytes;
   pcp_status_t status = pcp_proto_aligned_allocate(
       allocator, (size_t)(chunk->total ? chunk->total : 1),
       &out_assembly->data);
@@ -124,6 +125,14 @@ pcp_status_t pcp_proto_blob_assembly_add(pcp_proto_blob_assembly_t* a,
                            (unsigned long long)chunk->offset,
                            (unsigned long long)a->next_index,
                            (unsigned long long)a->received);
+  }
+  if (chunk->data_length > a->max_chunk_bytes) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "blob '%s': chunk %llu of %llu bytes exceeds the "
+                           "chunk limit %llu",
+                           a->blob_id, (unsigned long long)chunk->index,
+                           (unsigned long long)chunk->data_length,
+                           (unsigned long long)a->max_chunk_bytes);
   }
   if (chunk->data_length > a->total - a->received) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,

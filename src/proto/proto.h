@@ -672,6 +672,7 @@ typedef struct pcp_proto_blob_assembly_t {
   uint64_t count;
   uint64_t next_index;
   uint64_t received;
+  uint64_t max_chunk_bytes;
   uint8_t* data;  // 64-byte aligned, |total| bytes
   pcp_sha256_stream_t* hash;
 } pcp_proto_blob_assembly_t;
@@ -686,7 +687,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_assembly_initialize(
 // Adds the next chunk (chunk 0 is added by initialize). |out_complete| turns
 // true after the last chunk, whose SHA-256 has then been verified
 // (DATA_LOSS on mismatch; INVALID_ARGUMENT for an out-of-order or
-// inconsistent chunk).
+// inconsistent chunk; RESOURCE_EXHAUSTED for a chunk over
+// limits->max_chunk_bytes).
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_assembly_add(
     pcp_proto_blob_assembly_t* assembly, const pcp_proto_blob_chunk_t* chunk,
     bool* out_complete);

@@ -998,6 +998,16 @@ static void blob_chunks_assemble_and_verify(void** state) {
   ASSERT_CODE(pcp_proto_blob_assembly_initialize(
                   8, &c0, &small, pcp_allocator_system(), &assembly),
               PCP_STATUS_RESOURCE_EXHAUSTED);
+  // A chunk bigger than the receiver's chunk limit.
+  small = l;
+  small.max_chunk_bytes = 999;
+  {
+    pcp_proto_blob_chunk_t single = c0;
+    single.count = 5;
+    ASSERT_CODE(pcp_proto_blob_assembly_initialize(
+                    8, &single, &small, pcp_allocator_system(), &assembly),
+                PCP_STATUS_RESOURCE_EXHAUSTED);
+  }
   // A chunk count that cannot carry the total at max_chunk_bytes.
   small = l;
   small.max_chunk_bytes = 500;
@@ -1114,6 +1124,48 @@ static void oom_sweep_task_assign(void** state) {
   assert_true(succeeded);
 }
 
+static void limit_tensors_per_task(void** state) {
+  (void)state;
+  // 1025 resident inputs: one over PCP_PROTO_MAX_TASK_TENSORS.
+  size_t n_inputs = PCP_PROTO_MAX_TASK_TENSORS + 1;
+  size_t cap = 64 + n_inputs * 20;
+  char* json = malloc(cap);
+  size_t n = (size_t)snprintf(json, cap,
+                              "{\"task_id\":1,\"program\":\"%064d\","
+                              "\"function\":\"f\",\"inputs\":[",
+                              0);
+  for (size_t i = 0; i < n_inputs; ++i) {
+    n += (size_t)snprintf(json + n, cap - n, "%s{\"resident\":\"r\"}",
+                          i ? "," : "");
+  }
+  snprintf(json + n, cap - n, "]}");
+  raw_opts_t o = {.type = PCP_PROTO_MESSAGE_TASK_ASSIGN};
+  size_t len;
+  uint8_t* b = build_raw(o, json, NULL, 0, &len);
+  pcp_proto_frame_t f;
+  decode_ok(b, len, 1, &f);
+  pcp_proto_task_assign_t m;
+  ASSERT_CODE(pcp_proto_task_assign_parse(&f, &m), PCP_STATUS_INVALID_ARGUMENT);
+  pcp_proto_frame_deinitialize(&f);
+  free(b);
+  // Strings over their cap are refused by name.
+  b = build_raw(
+      (raw_opts_t){.type = PCP_PROTO_MESSAGE_SHUTDOWN},
+      "{\"reason\":\""
+      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+      "x\"}",
+      NULL, 0, &len);
+  decode_ok(b, len, 1, &f);
+  pcp_proto_shutdown_t sd;
+  ASSERT_CODE(pcp_proto_shutdown_parse(&f, &sd), PCP_STATUS_INVALID_ARGUMENT);
+  pcp_proto_frame_deinitialize(&f);
+  free(b);
+  free(json);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(crc32c_known_answer),
@@ -1128,6 +1180,7 @@ int main(void) {
       cmocka_unit_test(limit_json_length_checked_from_prefix),
       cmocka_unit_test(limit_json_depth),
       cmocka_unit_test(limit_sections_and_rank),
+      cmocka_unit_test(limit_tensors_per_task),
       cmocka_unit_test(bad_sections_are_refused),
       cmocka_unit_test(checksums_magic_flags_versions),
       cmocka_unit_test(limits_validate),
