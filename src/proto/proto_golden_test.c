@@ -159,6 +159,230 @@ static void check_task_assign(pcp_proto_frame_t* f) {
                    (8 + json_length + 63) / 64 * 64);
 }
 
+// The remaining messages, one vector each (STYLE.md s.3.11: every wire
+// message has a golden vector and a fuzz seed).
+static void fill(uint8_t* bytes, size_t n, uint8_t start) {
+  for (size_t i = 0; i < n; ++i) bytes[i] = (uint8_t)(start + i);
+}
+
+static void encode_challenge(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_challenge_t m;
+  fill(m.nonce, sizeof(m.nonce), 0x10);
+  ASSERT_OK(
+      pcp_proto_challenge_encode(1, 0, &m, &l, pcp_allocator_system(), out));
+}
+static void check_challenge(pcp_proto_frame_t* f) {
+  pcp_proto_challenge_t m;
+  ASSERT_OK(pcp_proto_challenge_parse(f, &m));
+  assert_int_equal(m.nonce[31], 0x10 + 31);
+}
+
+static const uint8_t kGoldenToken[] = "golden-join-token";
+
+static void encode_join_proof(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  uint8_t nonce[32];
+  fill(nonce, sizeof(nonce), 0x10);
+  pcp_proto_join_proof_t m = {.worker_id = "w-0"};
+  ASSERT_OK(pcp_proto_join_mac_compute(kGoldenToken, sizeof(kGoldenToken) - 1,
+                                       nonce, "w-0", m.mac));
+  ASSERT_OK(
+      pcp_proto_join_proof_encode(1, 1, &m, &l, pcp_allocator_system(), out));
+}
+static void check_join_proof(pcp_proto_frame_t* f) {
+  pcp_proto_join_proof_t m;
+  ASSERT_OK(pcp_proto_join_proof_parse(f, &m));
+  uint8_t nonce[32];
+  fill(nonce, sizeof(nonce), 0x10);
+  assert_true(pcp_proto_join_mac_verify(kGoldenToken, sizeof(kGoldenToken) - 1,
+                                        nonce, m.worker_id, m.mac));
+}
+
+static void encode_accept(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_accept_t m = {.worker_id = "w-0",
+                          .lease_epoch = 2,
+                          .resumed = true,
+                          .heartbeat_interval_ms = 1000,
+                          .max_frame_bytes = l.max_frame_bytes,
+                          .max_chunk_bytes = l.max_chunk_bytes,
+                          .max_in_flight = l.max_in_flight};
+  fill(m.resume_token, sizeof(m.resume_token), 0x80);
+  ASSERT_OK(pcp_proto_accept_encode(1, 1, &m, &l, pcp_allocator_system(), out));
+}
+static void check_accept(pcp_proto_frame_t* f) {
+  pcp_proto_accept_t m;
+  ASSERT_OK(pcp_proto_accept_parse(f, &m));
+  assert_int_equal(m.lease_epoch, 2);
+  assert_true(m.resumed);
+  assert_int_equal(m.heartbeat_interval_ms, 1000);
+}
+
+static void encode_reject(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_reject_t m = {.reason = PCP_PROTO_REJECT_AUTH_FAILED,
+                          .message = "join proof does not match"};
+  ASSERT_OK(pcp_proto_reject_encode(1, 1, &m, &l, pcp_allocator_system(), out));
+}
+static void check_reject(pcp_proto_frame_t* f) {
+  pcp_proto_reject_t m;
+  ASSERT_OK(pcp_proto_reject_parse(f, &m));
+  assert_int_equal(m.reason, 1);
+}
+
+static void encode_drain(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_drain_t m = {.deadline_ms = 30000};
+  ASSERT_OK(pcp_proto_drain_encode(1, 0, &m, &l, pcp_allocator_system(), out));
+}
+static void check_drain(pcp_proto_frame_t* f) {
+  pcp_proto_drain_t m;
+  ASSERT_OK(pcp_proto_drain_parse(f, &m));
+  assert_int_equal(m.deadline_ms, 30000);
+}
+
+static void encode_shutdown(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_shutdown_t m = {.reason = "gateway stopping"};
+  ASSERT_OK(
+      pcp_proto_shutdown_encode(1, 0, &m, &l, pcp_allocator_system(), out));
+}
+static void check_shutdown(pcp_proto_frame_t* f) {
+  pcp_proto_shutdown_t m;
+  ASSERT_OK(pcp_proto_shutdown_parse(f, &m));
+  assert_string_equal(m.reason, "gateway stopping");
+}
+
+static const char kProgramBytes[] = "program";
+
+static void program_hash(uint8_t out[32]) {
+  pcp_sha256_t h;
+  pcp_sha256_compute(kProgramBytes, 7, &h);
+  memcpy(out, h.bytes, 32);
+}
+
+static void encode_program_offer(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_program_offer_t m = {
+      .byte_length = 7, .backend = "cpu", .target = "host"};
+  program_hash(m.program);
+  ASSERT_OK(pcp_proto_program_offer_encode(1, 2, &m, &l, pcp_allocator_system(),
+                                           out));
+}
+static void check_program_offer(pcp_proto_frame_t* f) {
+  pcp_proto_program_offer_t m;
+  ASSERT_OK(pcp_proto_program_offer_parse(f, &m));
+  assert_int_equal(m.byte_length, 7);
+}
+
+static void encode_program_fetch(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_program_fetch_t m;
+  program_hash(m.program);
+  ASSERT_OK(pcp_proto_program_fetch_encode(1, 2, &m, &l, pcp_allocator_system(),
+                                           out));
+}
+static void check_program_fetch(pcp_proto_frame_t* f) {
+  pcp_proto_program_fetch_t m;
+  ASSERT_OK(pcp_proto_program_fetch_parse(f, &m));
+  uint8_t h[32];
+  program_hash(h);
+  assert_memory_equal(m.program, h, 32);
+}
+
+static void encode_blob_chunk(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  char id[65];
+  uint8_t h[32];
+  program_hash(h);
+  pcp_proto_hex_encode(h, 32, id);
+  pcp_proto_blob_chunk_t m = {.blob_id = id,
+                              .kind = PCP_PROTO_BLOB_PROGRAM,
+                              .index = 0,
+                              .count = 1,
+                              .offset = 0,
+                              .total = 7,
+                              .has_sha256 = true,
+                              .data = kProgramBytes,
+                              .data_length = 7};
+  memcpy(m.sha256, h, 32);
+  ASSERT_OK(
+      pcp_proto_blob_chunk_encode(1, 2, &m, &l, pcp_allocator_system(), out));
+}
+static void check_blob_chunk(pcp_proto_frame_t* f) {
+  pcp_proto_blob_chunk_t m;
+  ASSERT_OK(pcp_proto_blob_chunk_parse(f, &m));
+  assert_int_equal(m.data_length, 7);
+  assert_memory_equal(m.data, kProgramBytes, 7);
+  assert_true(m.has_sha256);
+}
+
+static void encode_program_ack(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_program_ack_t m = {.status = PCP_PROTO_PROGRAM_STORED};
+  program_hash(m.program);
+  ASSERT_OK(
+      pcp_proto_program_ack_encode(1, 2, &m, &l, pcp_allocator_system(), out));
+}
+static void check_program_ack(pcp_proto_frame_t* f) {
+  pcp_proto_program_ack_t m;
+  ASSERT_OK(pcp_proto_program_ack_parse(f, &m));
+  assert_int_equal(m.status, PCP_PROTO_PROGRAM_STORED);
+}
+
+static void encode_task_progress(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_task_progress_t m = {.task_id = 42,
+                                 .state = PCP_PROTO_TASK_RUNNING,
+                                 .has_fraction = true,
+                                 .fraction = 0.25};
+  ASSERT_OK(pcp_proto_task_progress_encode(1, 3, &m, &l, pcp_allocator_system(),
+                                           out));
+}
+static void check_task_progress(pcp_proto_frame_t* f) {
+  pcp_proto_task_progress_t m;
+  ASSERT_OK(pcp_proto_task_progress_parse(f, &m));
+  assert_true(m.fraction == 0.25);
+}
+
+static const int32_t kTaskOutput[4] = {1, -2, 3, -4};
+
+static void encode_task_result(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_section_t s = {.name = "y",
+                           .element_type = PCP_ELEMENT_TYPE_I32,
+                           .rank = 1,
+                           .shape = {4},
+                           .data = kTaskOutput};
+  pcp_proto_tensor_ref_t outputs[2] = {
+      {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 0},
+      {.kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = "w"},
+  };
+  pcp_proto_task_result_t m = {
+      .task_id = 42, .outputs = outputs, .output_count = 2, .elapsed_us = 1234};
+  ASSERT_OK(pcp_proto_task_result_encode(1, 3, &m, &s, 1, &l,
+                                         pcp_allocator_system(), out));
+}
+static void check_task_result(pcp_proto_frame_t* f) {
+  pcp_proto_task_result_t m;
+  ASSERT_OK(pcp_proto_task_result_parse(f, &m));
+  assert_int_equal(m.output_count, 2);
+  assert_memory_equal(f->sections[0].data, kTaskOutput, sizeof(kTaskOutput));
+}
+
+static void encode_task_cancel(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_task_cancel_t m = {.task_id = 42, .reason = "job cancelled"};
+  ASSERT_OK(
+      pcp_proto_task_cancel_encode(1, 3, &m, &l, pcp_allocator_system(), out));
+}
+static void check_task_cancel(pcp_proto_frame_t* f) {
+  pcp_proto_task_cancel_t m;
+  ASSERT_OK(pcp_proto_task_cancel_parse(f, &m));
+  assert_int_equal(m.task_id, 42);
+}
+
 static const vector_t kVectors[] = {
     {"hello", "HELLO worker -> gateway, versions 1..1 (frozen layout)",
      encode_hello, check_hello},
@@ -171,6 +395,32 @@ static const vector_t kVectors[] = {
      "TASK_ASSIGN request 3, task 42, one f32[2,3] section, one resident "
      "input",
      encode_task_assign, check_task_assign},
+    {"challenge", "CHALLENGE nonce 10 11 .. 2f", encode_challenge,
+     check_challenge},
+    {"join_proof",
+     "JOIN_PROOF for w-0 over the challenge vector's nonce, token "
+     "'golden-join-token'",
+     encode_join_proof, check_join_proof},
+    {"accept", "ACCEPT w-0, lease epoch 2, resumed", encode_accept,
+     check_accept},
+    {"reject", "REJECT AUTH_FAILED (1)", encode_reject, check_reject},
+    {"drain", "DRAIN deadline 30 s", encode_drain, check_drain},
+    {"shutdown", "SHUTDOWN", encode_shutdown, check_shutdown},
+    {"program_offer", "PROGRAM_OFFER sha256('program'), 7 bytes, cpu/host",
+     encode_program_offer, check_program_offer},
+    {"program_fetch", "PROGRAM_FETCH sha256('program')", encode_program_fetch,
+     check_program_fetch},
+    {"blob_chunk", "BLOB_CHUNK the whole 7-byte program in one chunk",
+     encode_blob_chunk, check_blob_chunk},
+    {"program_ack", "PROGRAM_ACK stored", encode_program_ack,
+     check_program_ack},
+    {"task_progress", "TASK_PROGRESS task 42 running 0.25",
+     encode_task_progress, check_task_progress},
+    {"task_result",
+     "TASK_RESULT task 42, one i32[4] section and one resident output",
+     encode_task_result, check_task_result},
+    {"task_cancel", "TASK_CANCEL task 42", encode_task_cancel,
+     check_task_cancel},
 };
 
 //===----------------------------------------------------------------------===//
