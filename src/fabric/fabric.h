@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// fabric: the gateway's worker-fabric endpoint (docs/protocol.md).
+//
+// One endpoint listens on host:port, runs src/proto's gateway state machine
+// per TCP connection on its own pcp_loop thread, authenticates workers with
+// the HMAC challenge over a join token read from an environment variable
+// whose NAME is configured, keeps them in the src/sched registry (stable id,
+// capabilities) plus its own table of everything JOIN carries, exchanges
+// heartbeats with one configured interval H from which every timeout
+// derives (silence 3H, tick H/4, handshake 5H, resume window 10H), evicts a
+// silent worker within two intervals of the timeout, and re-runs the work of
+// a lost worker on another eligible worker (or on the same one when it
+// rejoins in time, per the sched rules), at most N times.
+//
+// Programs are registered once (VMFB bytes, copied into the endpoint) and
+// offered by SHA-256 to each worker that is about to run them; the worker
+// fetches only what its disk cache lacks; chunks are written straight from
+// the endpoint's copy (no per-send copy).
+//
+// Tasks (program hash, function, input tensors as host buffers, placement)
+// are submitted from any thread; each yields a refcounted handle that can be
+// waited on, and an optional callback that runs on the loop thread for
+// progress and for the final outcome. Input tensor data is borrowed until the
+// final outcome and written to the socket without a copy (it may be written
+// more than once when the task is re-run). Results come back as tensor
+// sections that point into the received frame, owned by the task handle.
+//
+// Threading: every function here is thread-safe unless it says otherwise.
+// The loop thread holds the endpoint's lock while it handles an event and
+// releases it before it runs a task callback, so callbacks may call back into
+// this API (submit, cancel, query) but must not block for long (they delay
+// every worker on the endpoint).
+//
+// Ownership: options and parameters are copied or borrowed as stated per
+// field; handles are released by their *_release call.
+
+#ifndef PCP_FABRIC_FABRIC_H_
+#define PCP_FABRIC_FABRIC_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "config/config.h"
+#include "net/net.h"
+#include "obs/obs.h"
+#include "proto/proto.h"
+#include "sched/sched.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//===----------------------------------------------------------------------===//
+// Configuration
+//===----------------------------------------------------------------------===//
+
+// The part of the endpoint's settings that comes from flags or the gateway's
+// JSON config (config.h table below). Strings are owned by the struct once
+// parsed (pcp_config_deinitialize).
+typedef struct pcp_fabric_config_t {
+  char* listen;                   // "host:port"; port 0 = ephemeral
+  int64_t heartbeat_interval_ms;  // H: the one setting every timeout uses
+  char* join_token_env;           // NAME of the variable holding the token
+  int64_t max_task_attempts;      // runs of one task, first one included
+} pcp_fabric_config_t;
+
+// Table for pcp_config_* (fabric-listen, fabric-heartbeat-interval-ms,
+// fabric-join-token-env, fabric-max-task-attempts). Static; thread-safe.
+const pcp_config_table_t* pcp_fabric_config_table(void);
+
+#define PCP_FABRIC_DEFAULT_MAX_TASK_ATTEMPTS 3u
+#define PCP_FABRIC_MAX_TASK_ATTEMPTS 100u
+
+typedef struct pcp_fabric_options_t {
+  pcp_net_address_t listen_address;  // IP literal; port 0 = ephemeral
+  // H in ms, clamped to [PCP_PROTO_HEARTBEAT_MIN_MS, MAX] as proto does.
+  uint32_t heartbeat_interval_ms;
+  // Name of the environment variable holding the join token (borrowed for
+  // the create call; the token is read once, at create, and kept).
+  const char* join_token_env;
+  // Frame and blob limits (validated). Raise max_frame_bytes (up to the
+  // 1 GiB ceiling) to send tensors above the default 80 MiB frame.
+  pcp_proto_limits_t limits;
+  // Runs of one task before it fails with ABORTED (1..100).
+  uint32_t max_task_attempts;
+  // Registry size (sched max_workers) and open connections (handshakes
+  // included); a connection past the cap is closed at accept.
+  uint32_t max_workers;
+  uint32_t max_connections;
+  // Metrics go here when set (borrowed; must outlive the endpoint);
+  // otherwise the endpoint makes its own (pcp_fabric_endpoint_metrics).
+  pcp_obs_registry_t* metrics;
+  pcp_clock_t clock;         // {0}: the system clock
+  const char* software;      // HELLO text; borrowed; NULL: "pcp"
+  pcp_log_context_t log;     // role/node fields for log lines; borrowed
+} pcp_fabric_options_t;
+
+// 127.0.0.1:0, H = 1000 ms, token env PCP_WORKER_JOIN_TOKEN, proto default
+// limits, 3 attempts, 1024 workers, 4096 connections.
+void pcp_fabric_options_initialize(pcp_fabric_options_t* out_options);
+
+// Applies a parsed config onto |options| (listen parsed as an address).
+// INVALID_ARGUMENT naming the field. Strings in |options| borrow from
+// |config|. Thread-compatible.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_options_apply_config(
+    const pcp_fabric_config_t* config, pcp_fabric_options_t* options);
+
+//===----------------------------------------------------------------------===//
+// Endpoint
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_fabric_endpoint_t pcp_fabric_endpoint_t;
+
+// Reads the join token from getenv(options->join_token_env), listens, and
+// starts the loop thread. Errors: INVALID_ARGUMENT (options; an unset or
+// empty token variable, named in the message), ALREADY_EXISTS (address in
+// use), RESOURCE_EXHAUSTED, UNAVAILABLE (thread). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_endpoint_create(
+    const pcp_fabric_options_t* options, pcp_allocator_t allocator,
+    pcp_fabric_endpoint_t** out_endpoint);
+
+// Stops the loop thread, closes every connection and fails every unfinished
+// task with CANCELLED (callbacks run, on the calling thread), then frees the
+// endpoint. Task handles still held stay valid until released. Must not be
+// called from a task callback. NULL is a no-op.
+void pcp_fabric_endpoint_release(pcp_fabric_endpoint_t* endpoint);
+
+// The bound port (the ephemeral one when listening on port 0).
+uint16_t pcp_fabric_endpoint_port(const pcp_fabric_endpoint_t* endpoint);
+
+// The registry the metrics live in (the one from the options, or the
+// endpoint's own). Borrowed.
+pcp_obs_registry_t* pcp_fabric_endpoint_metrics(
+    pcp_fabric_endpoint_t* endpoint);
+
+// The derived timeouts (H, 3H, ...).
+pcp_proto_timeouts_t pcp_fabric_endpoint_timeouts(
+    const pcp_fabric_endpoint_t* endpoint);
+
+typedef struct pcp_fabric_endpoint_stats_t {
+  uint32_t connections;       // open TCP connections
+  uint32_t workers_connected;  // accepted and not closed
+  uint64_t bytes_in;
+  uint64_t bytes_out;
+  uint64_t frames_in;
+  uint64_t frames_out;
+  uint64_t evictions;
+  uint64_t rejected_joins;
+  uint64_t protocol_errors;   // connections closed for a peer error
+  uint64_t events_handled;    // read events handled on the loop thread
+  // Loop-thread time spent handling one read event (decode, state machine,
+  // actions): percentiles in ns from a log-linear histogram (upper bounds,
+  // within 1/16 of the true value).
+  int64_t handling_p50_ns;
+  int64_t handling_p99_ns;
+  int64_t handling_max_ns;
+} pcp_fabric_endpoint_stats_t;
+
+void pcp_fabric_endpoint_stats_query(pcp_fabric_endpoint_t* endpoint,
+                                     pcp_fabric_endpoint_stats_t* out_stats);
+
+//===----------------------------------------------------------------------===//
+// Workers
+//===----------------------------------------------------------------------===//
+
+typedef enum pcp_fabric_worker_state_e {
+  PCP_FABRIC_WORKER_CONNECTED = 0,  // accepted, connection open
+  PCP_FABRIC_WORKER_DRAINING = 1,   // the worker asked to drain
+  PCP_FABRIC_WORKER_LOST = 2,       // closed or evicted; identity kept
+  PCP_FABRIC_WORKER_STATE_COUNT_ = 3,
+} pcp_fabric_worker_state_t;
+
+const char* pcp_fabric_worker_state_name(pcp_fabric_worker_state_t state);
+
+// Everything a JOIN carried, plus what the endpoint knows. Plain value.
+typedef struct pcp_fabric_worker_info_t {
+  char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  char backend[16];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
+  int32_t device_id;
+  uint64_t device_memory_bytes;
+  char drivers[PCP_PROTO_MAX_LIST_ITEMS][64];
+  uint32_t driver_count;
+  char runtime_version[PCP_PROTO_MAX_STRING_BYTES + 1];
+  char compiler_version[PCP_PROTO_MAX_STRING_BYTES + 1];
+  char node_manager_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  int64_t supervisor_id;
+  char worker_class[64];
+  pcp_fabric_worker_state_t state;
+  pcp_sched_worker_state_t sched_state;
+  uint64_t lease_epoch;
+  uint32_t join_count;        // accepted joins under this id
+  uint32_t resumed_count;     // joins that resumed the lease
+  uint64_t eviction_count;    // silences that ended a connection
+  int64_t heartbeat_age_ns;   // since the last frame (connected only)
+  uint32_t in_flight;         // tasks assigned and unanswered
+  uint32_t program_count;     // programs the worker acknowledged
+} pcp_fabric_worker_info_t;
+
+// NOT_FOUND for an id never accepted.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_worker_query(
+    pcp_fabric_endpoint_t* endpoint, const char* worker_id,
+    pcp_fabric_worker_info_t* out_info);
+
+// Workers in |state|, or all known for PCP_FABRIC_WORKER_STATE_COUNT_.
+uint32_t pcp_fabric_worker_count(pcp_fabric_endpoint_t* endpoint,
+                                 pcp_fabric_worker_state_t state);
+
+// Asks a connected worker to drain (DRAIN frame; no new tasks). NOT_FOUND,
+// FAILED_PRECONDITION when not connected.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_worker_drain(
+    pcp_fabric_endpoint_t* endpoint, const char* worker_id,
+    uint64_t deadline_ms);
+
+//===----------------------------------------------------------------------===//
+// Programs
+//===----------------------------------------------------------------------===//
+
+// Registers a program (its bytes are copied into a 64-byte aligned buffer
+// owned by the endpoint until release) and returns its SHA-256, the id tasks
+// name. Registering the same bytes again is a no-op. INVALID_ARGUMENT for an
+// empty program or backend; RESOURCE_EXHAUSTED above limits.max_blob_bytes.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_program_register(
+    pcp_fabric_endpoint_t* endpoint, const void* data, size_t byte_length,
+    const char* backend, const char* target,
+    uint8_t out_program[PCP_SHA256_BYTE_LENGTH]);
+
+//===----------------------------------------------------------------------===//
+// Tasks
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_fabric_task_t pcp_fabric_task_t;
+
+typedef enum pcp_fabric_task_event_e {
+  PCP_FABRIC_TASK_EVENT_PROGRESS = 0,  // the worker reported progress
+  PCP_FABRIC_TASK_EVENT_DONE = 1,      // final: result or error (once)
+} pcp_fabric_task_event_t;
+
+// Runs on the loop thread (or on the releasing thread at endpoint release),
+// without the endpoint's lock. |task| is borrowed for the call (retain it to
+// keep it).
+typedef void (*pcp_fabric_task_fn_t)(void* user_data, pcp_fabric_task_t* task,
+                                     pcp_fabric_task_event_t event);
+
+typedef struct pcp_fabric_task_params_t {
+  uint8_t program[PCP_SHA256_BYTE_LENGTH];  // a registered program
+  const char* function;                     // copied
+  // Input tensors (struct array copied; |name| and |data| borrowed until the
+  // DONE event). With |input_refs| NULL the task's arguments are the
+  // sections in order; otherwise |input_refs| (copied, names copied) lists
+  // the arguments (SECTION refs index |inputs|, RESIDENT refs name session
+  // tensors).
+  const pcp_proto_section_t* inputs;
+  uint32_t input_count;
+  const pcp_proto_tensor_ref_t* input_refs;
+  uint32_t input_ref_count;
+  // Outputs to keep in the session on the worker (copied).
+  const pcp_proto_keep_resident_t* keep_resident;
+  uint32_t keep_resident_count;
+  bool return_resident;
+  // Placement: class (ANY or a backend), target ("" any), minimum device
+  // memory; or one named worker (|worker_id|, then the rest is ignored).
+  pcp_sched_worker_class_t worker_class;
+  const char* target;
+  uint64_t min_device_memory_bytes;
+  const char* worker_id;
+  // Session on the worker ("" or NULL: none). The first task of a session is
+  // placed by the constraint; later ones go to the same worker.
+  const char* session_id;
+  uint32_t max_attempts;  // 0: the endpoint's default
+  pcp_fabric_task_fn_t callback;  // optional
+  void* user_data;
+} pcp_fabric_task_params_t;
+
+// Queues a task. |out_task| (optional) receives a retained handle. Errors:
+// INVALID_ARGUMENT (bad params), NOT_FOUND (program not registered),
+// FAILED_PRECONDITION (endpoint shutting down). On error no callback runs.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_submit(
+    pcp_fabric_endpoint_t* endpoint, const pcp_fabric_task_params_t* params,
+    pcp_fabric_task_t** out_task);
+
+void pcp_fabric_task_retain(pcp_fabric_task_t* task);
+void pcp_fabric_task_release(pcp_fabric_task_t* task);
+
+// Asks for cancellation: a queued task ends CANCELLED at once; a running one
+// gets TASK_CANCEL on its worker and ends with the worker's answer (CANCELLED
+// or its result). No-op once done.
+void pcp_fabric_task_cancel(pcp_fabric_task_t* task);
+
+// Waits until the task is done or |timeout_ms| passes (-1: forever).
+// Returns true when done. Not from a task callback of the same endpoint.
+bool pcp_fabric_task_wait(pcp_fabric_task_t* task, int64_t timeout_ms);
+
+uint64_t pcp_fabric_task_id(const pcp_fabric_task_t* task);
+bool pcp_fabric_task_is_done(pcp_fabric_task_t* task);
+
+// The final status once done (borrowed; OK for a result), else OK.
+pcp_status_t pcp_fabric_task_status(pcp_fabric_task_t* task);
+
+// Outputs once done with a result: one section per output in order, |data|
+// pointing into the received frame (64-byte aligned) and valid while the
+// handle lives; a RESIDENT output has |name| = the session name and no data.
+// FAILED_PRECONDITION before the result.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_outputs(
+    pcp_fabric_task_t* task, const pcp_proto_section_t** out_outputs,
+    size_t* out_count);
+
+typedef struct pcp_fabric_task_info_t {
+  uint64_t task_id;
+  uint32_t attempts;   // assignments sent so far
+  bool done;
+  pcp_sched_worker_id_t worker_id;  // last worker it ran on ("" if none)
+  // Last progress report.
+  pcp_proto_task_state_t progress_state;  // 0 before any
+  double progress_fraction;
+  uint64_t elapsed_us;  // from the result
+} pcp_fabric_task_info_t;
+
+void pcp_fabric_task_info_query(pcp_fabric_task_t* task,
+                                pcp_fabric_task_info_t* out_info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // PCP_FABRIC_FABRIC_H_

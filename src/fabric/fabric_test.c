@@ -1,0 +1,707 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// fabric endpoint tests: a real endpoint on 127.0.0.1 driven by scripted fake
+// workers (fabric_test_impl.h) over real TCP sockets. H = 100 ms, so every
+// timeout is short: silence 300 ms, tick 25 ms, resume window 1 s.
+
+// clang-format off
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+// clang-format on
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric/fabric.h"
+#include "fabric/fabric_test_impl.h"
+
+#define TOKEN_ENV "PCP_FABRIC_TEST_TOKEN"
+#define TOKEN "correct horse battery staple"
+#define H_MS 100
+
+typedef struct fixture_t {
+  pcp_fabric_endpoint_t* endpoint;
+  pcp_fabric_options_t options;
+  uint16_t port;
+  uint8_t program[PCP_SHA256_BYTE_LENGTH];
+  uint8_t program_bytes[100000];
+} fixture_t;
+
+static fixture_t* fixture_start(uint64_t chunk_bytes) {
+  fixture_t* f = calloc(1, sizeof(fixture_t));
+  PCP_ASSERT(f);
+  setenv(TOKEN_ENV, TOKEN, 1);
+  pcp_fabric_options_initialize(&f->options);
+  f->options.heartbeat_interval_ms = H_MS;
+  f->options.join_token_env = TOKEN_ENV;
+  if (chunk_bytes) f->options.limits.chunk_bytes = chunk_bytes;
+  PCP_CHECK_OK(pcp_fabric_endpoint_create(&f->options, pcp_allocator_system(),
+                                          &f->endpoint));
+  f->port = pcp_fabric_endpoint_port(f->endpoint);
+  for (size_t i = 0; i < sizeof(f->program_bytes); ++i) {
+    f->program_bytes[i] = (uint8_t)(i * 131 + 7);
+  }
+  PCP_CHECK_OK(pcp_fabric_program_register(f->endpoint, f->program_bytes,
+                                           sizeof(f->program_bytes), "cpu",
+                                           "host", f->program));
+  return f;
+}
+
+static void fixture_stop(fixture_t* f) {
+  pcp_fabric_endpoint_release(f->endpoint);
+  free(f);
+}
+
+static fake_worker_t* join_worker(fixture_t* f, const char* id,
+                                  const char* token) {
+  fake_worker_t* fw = malloc(sizeof(fake_worker_t));
+  PCP_ASSERT(fw);
+  assert_true(fake_worker_connect(f->port, &f->options.limits, fw));
+  pcp_proto_join_t join;
+  fake_default_join(id, &join);
+  bool accepted = fake_handshake(fw, &join, token);
+  if (strcmp(token, TOKEN) == 0) assert_true(accepted);
+  return fw;
+}
+
+static void drop_worker(fake_worker_t* fw) {
+  fake_worker_close(fw);
+  free(fw);
+}
+
+// Waits (up to |timeout_ms|) until |id| is in |state|.
+static bool wait_worker_state(fixture_t* f, const char* id,
+                              pcp_fabric_worker_state_t state,
+                              int64_t timeout_ms, fake_worker_t* keep_alive) {
+  int64_t deadline = fake_now_ns() + timeout_ms * 1000000;
+  while (fake_now_ns() < deadline) {
+    pcp_fabric_worker_info_t info;
+    pcp_status_t status = pcp_fabric_worker_query(f->endpoint, id, &info);
+    if (!status && info.state == state) return true;
+    pcp_status_ignore(status);
+    if (keep_alive) {
+      pcp_proto_frame_t frame;
+      if (fake_recv_frame(keep_alive, 5, true, &frame)) {
+        pcp_proto_frame_deinitialize(&frame);
+      }
+    } else {
+      pcp_sleep_ms(5);
+    }
+  }
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// Joins
+//===----------------------------------------------------------------------===//
+
+static void test_join_registers_every_field(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* fw = join_worker(f, "site-a-node-1-cpu-host-device-3", TOKEN);
+  assert_int_equal(fw->lease_epoch, 1);
+  assert_false(fw->resumed);
+  assert_int_equal(fw->heartbeat_interval_ns, (int64_t)H_MS * 1000000);
+  pcp_fabric_worker_info_t info;
+  PCP_CHECK_OK(pcp_fabric_worker_query(
+      f->endpoint, "site-a-node-1-cpu-host-device-3", &info));
+  assert_string_equal(info.worker_id, "site-a-node-1-cpu-host-device-3");
+  assert_string_equal(info.backend, "cpu");
+  assert_string_equal(info.target, "host");
+  assert_int_equal(info.device_id, 3);
+  assert_int_equal(info.device_memory_bytes, UINT64_C(8) << 30);
+  assert_int_equal(info.driver_count, 2);
+  assert_string_equal(info.drivers[0], "local-task");
+  assert_string_equal(info.drivers[1], "local-sync");
+  assert_string_equal(info.runtime_version, "iree-rt 3.13");
+  assert_string_equal(info.compiler_version, "iree-compile 3.13");
+  assert_string_equal(info.node_manager_id, "nm-1");
+  assert_int_equal(info.supervisor_id, 7);
+  assert_string_equal(info.worker_class, "batch");
+  assert_int_equal(info.state, PCP_FABRIC_WORKER_CONNECTED);
+  assert_int_equal(info.sched_state, PCP_SCHED_WORKER_STATE_READY);
+  assert_int_equal(info.lease_epoch, 1);
+  assert_int_equal(info.join_count, 1);
+  assert_int_equal(pcp_fabric_worker_count(f->endpoint,
+                                           PCP_FABRIC_WORKER_CONNECTED),
+                   1);
+  // Metrics: the workers gauge carries state, backend and target.
+  pcp_sleep_ms(2 * H_MS);
+  pcp_string_builder_t text;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
+  PCP_CHECK_OK(pcp_obs_registry_render(
+      pcp_fabric_endpoint_metrics(f->endpoint), &text));
+  const char* rendered = pcp_string_builder_cstring(&text);
+  assert_non_null(strstr(
+      rendered,
+      "pcp_fabric_workers{state=\"connected\",backend=\"cpu\",target=\"host\"}"
+      " 1"));
+  assert_non_null(
+      strstr(rendered, "pcp_fabric_frames_total{direction=\"in\",type=\"JOIN\"} 1"));
+  pcp_string_builder_deinitialize(&text);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
+static void test_wrong_token_rejected_others_unaffected(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  char log_path[] = "/tmp/pcp-fabric-test-log-XXXXXX";
+  int log_fd = mkstemp(log_path);
+  assert_true(log_fd >= 0);
+  FILE* log = fdopen(log_fd, "w+");
+  pcp_log_set_sink(log);
+  fake_worker_t* good = join_worker(f, "good-1", TOKEN);
+  fake_worker_t* bad = join_worker(f, "intruder", "not the token");
+  assert_int_equal(bad->reject_reason, PCP_PROTO_REJECT_AUTH_FAILED);
+  assert_true(fake_expect_eof(bad, 2000));
+  drop_worker(bad);
+  // The intruder is not registered; the good worker is still connected and
+  // a later worker joins normally.
+  pcp_fabric_worker_info_t info;
+  pcp_status_t status = pcp_fabric_worker_query(f->endpoint, "intruder", &info);
+  assert_int_equal(pcp_status_consume_code(status), PCP_STATUS_NOT_FOUND);
+  fake_worker_t* later = join_worker(f, "good-2", TOKEN);
+  assert_true(wait_worker_state(f, "good-1", PCP_FABRIC_WORKER_CONNECTED, 10,
+                                good));
+  pcp_fabric_endpoint_stats_t stats;
+  pcp_fabric_endpoint_stats_query(f->endpoint, &stats);
+  assert_int_equal(stats.rejected_joins, 1);
+  assert_int_equal(stats.workers_connected, 2);
+  pcp_log_set_sink(NULL);
+  fflush(log);
+  rewind(log);
+  char line[4096];
+  bool found = false;
+  while (fgets(line, sizeof(line), log)) {
+    if (strstr(line, "level=warn") && strstr(line, "code=UNAUTHENTICATED") &&
+        strstr(line, "fabric connection closed")) {
+      found = true;
+    }
+  }
+  fclose(log);
+  unlink(log_path);
+  assert_true(found);
+  drop_worker(good);
+  drop_worker(later);
+  fixture_stop(f);
+}
+
+//===----------------------------------------------------------------------===//
+// Bad input
+//===----------------------------------------------------------------------===//
+
+// Sends |bytes| on a connection (after a full handshake when |accepted|) and
+// expects a frame of |reply_type| carrying |code| (ERROR) or a REJECT, then
+// EOF.
+static void expect_bad_input_closes(fixture_t* f, bool accepted,
+                                    const void* bytes, size_t length,
+                                    uint16_t reply_type,
+                                    pcp_status_code_t code) {
+  fake_worker_t* fw = malloc(sizeof(fake_worker_t));
+  PCP_ASSERT(fw);
+  assert_true(fake_worker_connect(f->port, &f->options.limits, fw));
+  if (accepted) {
+    pcp_proto_join_t join;
+    fake_default_join("bad-input-worker", &join);
+    assert_true(fake_handshake(fw, &join, TOKEN));
+  }
+  assert_true(fake_send_all(fw->fd, bytes, length));
+  pcp_proto_frame_t frame;
+  assert_true(fake_expect(fw, reply_type, 2000, &frame));
+  if (reply_type == PCP_PROTO_MESSAGE_ERROR) {
+    pcp_status_t peer = pcp_ok_status();
+    uint64_t task_id = 0;
+    PCP_CHECK_OK(pcp_proto_error_parse(&frame, &peer, &task_id));
+    assert_int_equal(pcp_status_consume_code(peer), code);
+  } else {
+    pcp_proto_reject_t reject;
+    PCP_CHECK_OK(pcp_proto_reject_parse(&frame, &reject));
+    assert_int_equal(reject.reason, PCP_PROTO_REJECT_PROTOCOL_VIOLATION);
+  }
+  pcp_proto_frame_deinitialize(&frame);
+  assert_true(fake_expect_eof(fw, 2000));
+  drop_worker(fw);
+  if (accepted) {
+    assert_true(wait_worker_state(f, "bad-input-worker",
+                                  PCP_FABRIC_WORKER_LOST, 2000, NULL));
+  }
+}
+
+static void test_malformed_frames_close_only_that_connection(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* good = join_worker(f, "steady", TOKEN);
+
+  uint8_t garbage[64];
+  memset(garbage, 0xAB, sizeof(garbage));
+  // Garbage before the handshake: the handshake's error frame is REJECT.
+  expect_bad_input_closes(f, false, garbage, sizeof(garbage),
+                          PCP_PROTO_MESSAGE_REJECT, PCP_STATUS_OK);
+  // Garbage after ACCEPT: ERROR INVALID_ARGUMENT (bad magic).
+  expect_bad_input_closes(f, true, garbage, sizeof(garbage),
+                          PCP_PROTO_MESSAGE_ERROR,
+                          PCP_STATUS_INVALID_ARGUMENT);
+  // A valid header announcing more than the frame limit: RESOURCE_EXHAUSTED
+  // before any payload is read or allocated.
+  uint8_t header[PCP_PROTO_HEADER_BYTE_LENGTH];
+  pcp_proto_header_t h = {.version = 1,
+                          .type = PCP_PROTO_MESSAGE_HEARTBEAT,
+                          .payload_length = f->options.limits.max_frame_bytes};
+  pcp_proto_header_encode(&h, header);
+  expect_bad_input_closes(f, true, header, sizeof(header),
+                          PCP_PROTO_MESSAGE_ERROR,
+                          PCP_STATUS_RESOURCE_EXHAUSTED);
+  // A heartbeat whose header checksum is wrong: DATA_LOSS.
+  pcp_proto_heartbeat_t hb = {.seq = 1};
+  pcp_proto_encoded_frame_t enc;
+  PCP_CHECK_OK(pcp_proto_heartbeat_encode(1, 0, &hb, &f->options.limits,
+                                          pcp_allocator_system(), &enc));
+  uint8_t* flat = NULL;
+  size_t flat_length = 0;
+  PCP_CHECK_OK(pcp_proto_encoded_frame_flatten(&enc, pcp_allocator_system(),
+                                               &flat, &flat_length));
+  pcp_proto_encoded_frame_deinitialize(&enc);
+  flat[16] ^= 0x5A;  // request id byte: covered by the header CRC
+  expect_bad_input_closes(f, true, flat, flat_length, PCP_PROTO_MESSAGE_ERROR,
+                          PCP_STATUS_DATA_LOSS);
+  // A well-formed heartbeat before authentication (right after HELLO would
+  // need the nonce; before HELLO it is out of order): REJECT + close.
+  flat[16] ^= 0x5A;
+  expect_bad_input_closes(f, false, flat, flat_length,
+                          PCP_PROTO_MESSAGE_REJECT, PCP_STATUS_OK);
+  pcp_allocator_free(pcp_allocator_system(), flat);
+
+  // The endpoint kept serving: the steady worker is connected and a new one
+  // joins.
+  assert_true(wait_worker_state(f, "steady", PCP_FABRIC_WORKER_CONNECTED, 10,
+                                good));
+  fake_worker_t* later = join_worker(f, "after-the-storm", TOKEN);
+  pcp_fabric_endpoint_stats_t stats;
+  pcp_fabric_endpoint_stats_query(f->endpoint, &stats);
+  assert_true(stats.protocol_errors >= 5);
+  drop_worker(later);
+  drop_worker(good);
+  fixture_stop(f);
+}
+
+//===----------------------------------------------------------------------===//
+// Liveness, eviction, reassignment, identity
+//===----------------------------------------------------------------------===//
+
+static void test_heartbeats_keep_worker_alive(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* fw = join_worker(f, "beating", TOKEN);
+  int64_t end = fake_now_ns() + 4 * H_MS * 1000000;  // > 3x the interval
+  while (fake_now_ns() < end) {
+    pcp_proto_frame_t frame;
+    if (fake_recv_frame(fw, 10, true, &frame)) {
+      if (frame.header.type == PCP_PROTO_MESSAGE_HEARTBEAT) {
+        fw->heartbeats_received++;
+      }
+      pcp_proto_frame_deinitialize(&frame);
+    }
+  }
+  pcp_fabric_worker_info_t info;
+  PCP_CHECK_OK(pcp_fabric_worker_query(f->endpoint, "beating", &info));
+  assert_int_equal(info.state, PCP_FABRIC_WORKER_CONNECTED);
+  assert_int_equal(info.eviction_count, 0);
+  assert_true(info.heartbeat_age_ns < 2 * H_MS * 1000000);
+  // Both ways: the gateway sent one about every H.
+  assert_true(fw->heartbeats_received >= 3);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
+typedef struct recorder_t {
+  int progress;
+  int done;
+} recorder_t;
+
+static void record_event(void* user_data, pcp_fabric_task_t* task,
+                         pcp_fabric_task_event_t event) {
+  (void)task;
+  recorder_t* r = user_data;
+  if (event == PCP_FABRIC_TASK_EVENT_PROGRESS) {
+    r->progress++;
+  } else {
+    r->done++;
+  }
+}
+
+// Answers a PROGRAM_OFFER with "cached" and waits for the TASK_ASSIGN.
+static void accept_offer_and_assign(fake_worker_t* fw,
+                                    pcp_proto_frame_t* out_assign) {
+  pcp_proto_frame_t frame;
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_PROGRAM_OFFER, 3000, &frame));
+  pcp_proto_program_offer_t offer;
+  PCP_CHECK_OK(pcp_proto_program_offer_parse(&frame, &offer));
+  pcp_proto_program_ack_t ack = {.status = PCP_PROTO_PROGRAM_CACHED};
+  memcpy(ack.program, offer.program, sizeof(ack.program));
+  pcp_proto_encoded_frame_t enc;
+  PCP_CHECK_OK(pcp_proto_program_ack_encode(1, frame.header.request_id, &ack,
+                                            &fw->limits,
+                                            pcp_allocator_system(), &enc));
+  pcp_proto_frame_deinitialize(&frame);
+  assert_true(fake_send_frame(fw, &enc));
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_TASK_ASSIGN, 3000, out_assign));
+}
+
+static void send_result(fake_worker_t* fw, uint64_t request_id,
+                        uint64_t task_id, const float* values, size_t count) {
+  pcp_proto_section_t out = {.name = "y",
+                             .element_type = PCP_ELEMENT_TYPE_F32,
+                             .rank = 1,
+                             .shape = {(int64_t)count},
+                             .data = values};
+  pcp_proto_tensor_ref_t ref = {.kind = PCP_PROTO_TENSOR_REF_SECTION,
+                                .section = 0};
+  pcp_proto_task_result_t result = {.task_id = task_id,
+                                    .outputs = &ref,
+                                    .output_count = 1,
+                                    .elapsed_us = 42};
+  pcp_proto_encoded_frame_t enc;
+  PCP_CHECK_OK(pcp_proto_task_result_encode(1, request_id, &result, &out, 1,
+                                            &fw->limits,
+                                            pcp_allocator_system(), &enc));
+  assert_true(fake_send_frame(fw, &enc));
+}
+
+static void test_silent_worker_evicted_task_requeued(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* a = join_worker(f, "silent-a", TOKEN);
+  float x[4] = {1, 2, 3, 4};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_F32,
+                               .rank = 1,
+                               .shape = {4},
+                               .data = x};
+  recorder_t rec = {0};
+  pcp_fabric_task_params_t params = {.function = "main",
+                                     .inputs = &input,
+                                     .input_count = 1,
+                                     .worker_class = PCP_SCHED_WORKER_CLASS_CPU,
+                                     .callback = record_event,
+                                     .user_data = &rec};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t assign;
+  accept_offer_and_assign(a, &assign);
+  pcp_proto_frame_deinitialize(&assign);
+  // A goes silent now (its last frame was the ACK just sent).
+  int64_t silent_since = fake_now_ns();
+  fake_worker_t* b = join_worker(f, "standby-b", TOKEN);
+  // B gets the task once A is evicted: within the 3H timeout plus two
+  // heartbeat intervals.
+  accept_offer_and_assign(b, &assign);
+  int64_t moved_after = fake_now_ns() - silent_since;
+  assert_true(moved_after >= 3 * H_MS * 1000000 - 5000000);
+  assert_true(moved_after <= 5 * H_MS * 1000000);
+  pcp_proto_task_assign_t parsed;
+  PCP_CHECK_OK(pcp_proto_task_assign_parse(&assign, &parsed));
+  assert_int_equal(parsed.task_id, pcp_fabric_task_id(task));
+  float y[4] = {2, 4, 6, 8};
+  send_result(b, assign.header.request_id, parsed.task_id, y, 4);
+  pcp_proto_frame_deinitialize(&assign);
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  assert_null(pcp_fabric_task_status(task));
+  pcp_fabric_task_info_t info;
+  pcp_fabric_task_info_query(task, &info);
+  assert_int_equal(info.attempts, 2);
+  assert_string_equal(info.worker_id.value, "standby-b");
+  pcp_fabric_worker_info_t wa;
+  PCP_CHECK_OK(pcp_fabric_worker_query(f->endpoint, "silent-a", &wa));
+  assert_int_equal(wa.state, PCP_FABRIC_WORKER_LOST);
+  assert_int_equal(wa.eviction_count, 1);
+  assert_int_equal(rec.done, 1);
+  pcp_fabric_task_release(task);
+  drop_worker(a);
+  drop_worker(b);
+  fixture_stop(f);
+}
+
+static void test_reconnect_keeps_identity(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* fw = join_worker(f, "phoenix", TOKEN);
+  uint64_t epoch = fw->lease_epoch;
+  uint8_t token[PCP_PROTO_RESUME_TOKEN_BYTE_LENGTH];
+  memcpy(token, fw->resume_token, sizeof(token));
+  drop_worker(fw);
+  assert_true(wait_worker_state(f, "phoenix", PCP_FABRIC_WORKER_LOST, 2000,
+                                NULL));
+  // Same process: resumes the lease (same epoch).
+  fw = malloc(sizeof(fake_worker_t));
+  PCP_ASSERT(fw);
+  assert_true(fake_worker_connect(f->port, &f->options.limits, fw));
+  pcp_proto_join_t join;
+  fake_default_join("phoenix", &join);
+  join.has_resume = true;
+  join.lease_epoch = epoch;
+  memcpy(join.resume_token, token, sizeof(token));
+  assert_true(fake_handshake(fw, &join, TOKEN));
+  assert_true(fw->resumed);
+  assert_int_equal(fw->lease_epoch, epoch);
+  // A second connection under the same live id is refused.
+  fake_worker_t twin;
+  assert_true(fake_worker_connect(f->port, &f->options.limits, &twin));
+  pcp_proto_join_t twin_join;
+  fake_default_join("phoenix", &twin_join);
+  assert_false(fake_handshake(&twin, &twin_join, TOKEN));
+  assert_int_equal(twin.reject_reason, PCP_PROTO_REJECT_DUPLICATE_WORKER);
+  fake_worker_close(&twin);
+  drop_worker(fw);
+  assert_true(wait_worker_state(f, "phoenix", PCP_FABRIC_WORKER_LOST, 2000,
+                                NULL));
+  // A new process (no resume block): same identity, fresh lease.
+  fw = join_worker(f, "phoenix", TOKEN);
+  assert_false(fw->resumed);
+  assert_int_equal(fw->lease_epoch, epoch + 1);
+  pcp_fabric_worker_info_t info;
+  PCP_CHECK_OK(pcp_fabric_worker_query(f->endpoint, "phoenix", &info));
+  assert_int_equal(info.join_count, 3);
+  assert_int_equal(info.resumed_count, 1);
+  assert_int_equal(pcp_fabric_worker_count(f->endpoint,
+                                           PCP_FABRIC_WORKER_STATE_COUNT_),
+                   1);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
+//===----------------------------------------------------------------------===//
+// Programs and tasks
+//===----------------------------------------------------------------------===//
+
+static void test_program_offer_fetch_chunks_verified(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(16 << 10);  // 16 KiB chunks: 7 of them
+  fake_worker_t* fw = join_worker(f, "fetcher", TOKEN);
+  float x[2] = {1, 2};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_F32,
+                               .rank = 1,
+                               .shape = {2},
+                               .data = x};
+  pcp_fabric_task_params_t params = {.function = "main",
+                                     .inputs = &input,
+                                     .input_count = 1};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t frame;
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_PROGRAM_OFFER, 3000, &frame));
+  pcp_proto_program_offer_t offer;
+  PCP_CHECK_OK(pcp_proto_program_offer_parse(&frame, &offer));
+  assert_memory_equal(offer.program, f->program, PCP_SHA256_BYTE_LENGTH);
+  assert_int_equal(offer.byte_length, sizeof(f->program_bytes));
+  assert_string_equal(offer.backend, "cpu");
+  assert_string_equal(offer.target, "host");
+  uint64_t offer_request = frame.header.request_id;
+  pcp_proto_frame_deinitialize(&frame);
+  // Not in our (empty) cache: fetch.
+  pcp_proto_program_fetch_t fetch;
+  memcpy(fetch.program, f->program, sizeof(fetch.program));
+  pcp_proto_encoded_frame_t enc;
+  PCP_CHECK_OK(pcp_proto_program_fetch_encode(
+      1, offer_request, &fetch, &fw->limits, pcp_allocator_system(), &enc));
+  assert_true(fake_send_frame(fw, &enc));
+  pcp_proto_blob_assembly_t assembly;
+  memset(&assembly, 0, sizeof(assembly));
+  bool complete = false;
+  int chunks = 0;
+  while (!complete) {
+    assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_BLOB_CHUNK, 3000, &frame));
+    assert_int_equal(frame.header.request_id, offer_request);
+    pcp_proto_blob_chunk_t chunk;
+    PCP_CHECK_OK(pcp_proto_blob_chunk_parse(&frame, &chunk));
+    if (chunks == 0) {
+      PCP_CHECK_OK(pcp_proto_blob_assembly_initialize(
+          offer_request, &chunk, &fw->limits, pcp_allocator_system(),
+          &assembly));
+      complete = chunk.count == 1;
+    } else {
+      PCP_CHECK_OK(pcp_proto_blob_assembly_add(&assembly, &chunk, &complete));
+    }
+    ++chunks;
+    pcp_proto_frame_deinitialize(&frame);
+  }
+  assert_int_equal(chunks, 7);
+  uint8_t* data = NULL;
+  uint64_t length = 0;
+  pcp_proto_blob_assembly_take(&assembly, &data, &length);
+  assert_int_equal(length, sizeof(f->program_bytes));
+  pcp_sha256_t digest;
+  pcp_sha256_compute(data, length, &digest);
+  assert_memory_equal(digest.bytes, f->program, PCP_SHA256_BYTE_LENGTH);
+  assert_memory_equal(data, f->program_bytes, length);
+  pcp_proto_blob_free(pcp_allocator_system(), data);
+  pcp_proto_program_ack_t ack = {.status = PCP_PROTO_PROGRAM_STORED};
+  memcpy(ack.program, f->program, sizeof(ack.program));
+  PCP_CHECK_OK(pcp_proto_program_ack_encode(1, offer_request, &ack,
+                                            &fw->limits,
+                                            pcp_allocator_system(), &enc));
+  assert_true(fake_send_frame(fw, &enc));
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_TASK_ASSIGN, 3000, &frame));
+  pcp_proto_frame_deinitialize(&frame);
+  pcp_fabric_worker_info_t info;
+  PCP_CHECK_OK(pcp_fabric_worker_query(f->endpoint, "fetcher", &info));
+  assert_int_equal(info.program_count, 1);
+  pcp_fabric_task_release(task);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
+static void test_task_result_and_cancel(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* fw = join_worker(f, "runner", TOKEN);
+  float x[4] = {1.5f, -2, 3, 4};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_F32,
+                               .rank = 2,
+                               .shape = {2, 2},
+                               .data = x};
+  recorder_t rec = {0};
+  pcp_fabric_task_params_t params = {.function = "double",
+                                     .inputs = &input,
+                                     .input_count = 1,
+                                     .worker_id = "runner",
+                                     .session_id = "s1",
+                                     .callback = record_event,
+                                     .user_data = &rec};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t assign;
+  accept_offer_and_assign(fw, &assign);
+  pcp_proto_task_assign_t parsed;
+  PCP_CHECK_OK(pcp_proto_task_assign_parse(&assign, &parsed));
+  assert_string_equal(parsed.function, "double");
+  assert_string_equal(parsed.session_id, "s1");
+  assert_int_equal(parsed.input_count, 1);
+  assert_int_equal(parsed.inputs[0].kind, PCP_PROTO_TENSOR_REF_SECTION);
+  const pcp_proto_section_t* in = &assign.sections[parsed.inputs[0].section];
+  assert_int_equal(in->rank, 2);
+  assert_int_equal(in->byte_length, sizeof(x));
+  assert_memory_equal(in->data, x, sizeof(x));
+  // Progress, then the result.
+  pcp_proto_task_progress_t progress = {.task_id = parsed.task_id,
+                                        .state = PCP_PROTO_TASK_RUNNING,
+                                        .has_fraction = true,
+                                        .fraction = 0.5};
+  pcp_proto_encoded_frame_t enc;
+  PCP_CHECK_OK(pcp_proto_task_progress_encode(1, assign.header.request_id,
+                                              &progress, &fw->limits,
+                                              pcp_allocator_system(), &enc));
+  assert_true(fake_send_frame(fw, &enc));
+  float y[4];
+  for (int i = 0; i < 4; ++i) y[i] = 2 * x[i];
+  send_result(fw, assign.header.request_id, parsed.task_id, y, 4);
+  pcp_proto_frame_deinitialize(&assign);
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  assert_null(pcp_fabric_task_status(task));
+  const pcp_proto_section_t* outputs = NULL;
+  size_t output_count = 0;
+  PCP_CHECK_OK(pcp_fabric_task_outputs(task, &outputs, &output_count));
+  assert_int_equal(output_count, 1);
+  assert_int_equal(outputs[0].element_type, PCP_ELEMENT_TYPE_F32);
+  assert_int_equal(outputs[0].byte_length, sizeof(y));
+  assert_memory_equal(outputs[0].data, y, sizeof(y));
+  assert_int_equal((uintptr_t)outputs[0].data % 64, 0);
+  pcp_fabric_task_info_t info;
+  pcp_fabric_task_info_query(task, &info);
+  assert_int_equal(info.elapsed_us, 42);
+  assert_true(info.progress_fraction > 0.49 && info.progress_fraction < 0.51);
+  // Callbacks run on the loop thread after the lock is dropped; give the
+  // DONE callback a moment after wait() woke.
+  for (int i = 0; i < 100 && rec.done == 0; ++i) pcp_sleep_ms(5);
+  assert_int_equal(rec.progress, 1);
+  assert_int_equal(rec.done, 1);
+  pcp_fabric_task_release(task);
+
+  // Cancel: the second task of the session goes to the same worker (the
+  // program is known now: no offer) and the cancel reaches it.
+  params.worker_id = NULL;
+  params.callback = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_TASK_ASSIGN, 3000, &assign));
+  PCP_CHECK_OK(pcp_proto_task_assign_parse(&assign, &parsed));
+  pcp_fabric_task_cancel(task);
+  pcp_proto_frame_t cancel_frame;
+  assert_true(
+      fake_expect(fw, PCP_PROTO_MESSAGE_TASK_CANCEL, 3000, &cancel_frame));
+  pcp_proto_task_cancel_t cancel;
+  PCP_CHECK_OK(pcp_proto_task_cancel_parse(&cancel_frame, &cancel));
+  assert_int_equal(cancel.task_id, parsed.task_id);
+  assert_int_equal(cancel_frame.header.request_id, assign.header.request_id);
+  pcp_proto_frame_deinitialize(&cancel_frame);
+  pcp_status_t cancelled =
+      pcp_make_status(PCP_STATUS_CANCELLED, "cancelled on request");
+  PCP_CHECK_OK(pcp_proto_error_encode(1, assign.header.request_id, cancelled,
+                                      parsed.task_id, &fw->limits,
+                                      pcp_allocator_system(), &enc));
+  pcp_status_ignore(cancelled);
+  assert_true(fake_send_frame(fw, &enc));
+  pcp_proto_frame_deinitialize(&assign);
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  assert_int_equal(pcp_status_code(pcp_fabric_task_status(task)),
+                   PCP_STATUS_CANCELLED);
+  pcp_fabric_task_release(task);
+
+  // A queued task (no worker matches) is cancelled locally at once.
+  params.session_id = NULL;
+  params.worker_class = PCP_SCHED_WORKER_CLASS_CUDA;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_fabric_task_cancel(task);
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  assert_int_equal(pcp_status_code(pcp_fabric_task_status(task)),
+                   PCP_STATUS_CANCELLED);
+  pcp_fabric_task_release(task);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
+static void test_config_table_and_bad_options(void** state) {
+  (void)state;
+  pcp_fabric_config_t config;
+  memset(&config, 0, sizeof(config));
+  PCP_CHECK_OK(pcp_config_initialize(pcp_fabric_config_table(), &config));
+  pcp_fabric_options_t options;
+  pcp_fabric_options_initialize(&options);
+  PCP_CHECK_OK(pcp_fabric_options_apply_config(&config, &options));
+  assert_int_equal(options.heartbeat_interval_ms, 1000);
+  assert_string_equal(options.join_token_env, "PCP_WORKER_JOIN_TOKEN");
+  assert_int_equal(options.max_task_attempts, 3);
+  pcp_config_deinitialize(pcp_fabric_config_table(), &config);
+  // An unset token variable is refused at create, naming the variable.
+  unsetenv("PCP_FABRIC_TEST_UNSET");
+  options.join_token_env = "PCP_FABRIC_TEST_UNSET";
+  pcp_fabric_endpoint_t* endpoint = NULL;
+  pcp_status_t status =
+      pcp_fabric_endpoint_create(&options, pcp_allocator_system(), &endpoint);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(pcp_status_message(status), "PCP_FABRIC_TEST_UNSET"));
+  pcp_status_ignore(status);
+  assert_null(endpoint);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_config_table_and_bad_options),
+      cmocka_unit_test(test_join_registers_every_field),
+      cmocka_unit_test(test_wrong_token_rejected_others_unaffected),
+      cmocka_unit_test(test_malformed_frames_close_only_that_connection),
+      cmocka_unit_test(test_heartbeats_keep_worker_alive),
+      cmocka_unit_test(test_silent_worker_evicted_task_requeued),
+      cmocka_unit_test(test_reconnect_keeps_identity),
+      cmocka_unit_test(test_program_offer_fetch_chunks_verified),
+      cmocka_unit_test(test_task_result_and_cancel),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
