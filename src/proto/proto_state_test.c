@@ -990,6 +990,223 @@ static void oom_sweep_whole_session(void** state) {
   assert_true(fail_at > 50);  // the sweep really went through the session
 }
 
+// Seeded random run (the simulator's shape, in miniature): one worker and a
+// gateway connection per link, random task assignment, completion, ticks,
+// link drops and reconnects. Invariants checked at the end of each seed:
+// every assigned task is answered exactly once on the gateway side (result,
+// failure or loss), the worker never reports a task it does not hold, and
+// every join carries the same worker id.
+typedef struct sim_t {
+  pcp_rng_t rng;
+  pcp_proto_gateway_conn_t* gateway;
+  pcp_proto_worker_t* worker;
+  bool link_up;
+  int64_t now;
+  uint8_t answered[400];  // per task id: times the gateway heard an answer
+  uint8_t assigned[400];
+  uint64_t pending[64];  // tasks the worker is running
+  size_t pending_count;
+  uint64_t joins;
+  uint64_t next_epoch;
+  uint64_t lost;
+  uint64_t results;
+} sim_t;
+
+static void sim_new_gateway(sim_t* s) {
+  pcp_proto_gateway_conn_release(s->gateway);
+  pcp_proto_gateway_config_t c = {.limits = pcp_proto_limits_default(),
+                                  .heartbeat_interval_ms = 1000,
+                                  .join_token = kToken,
+                                  .join_token_length = sizeof(kToken) - 1};
+  c.limits.max_in_flight = 8;
+  for (int i = 0; i < 32; ++i) {
+    c.nonce[i] = (uint8_t)pcp_rng_next_u64(&s->rng);
+  }
+  ASSERT_OK(pcp_proto_gateway_conn_create(&c, s->now, pcp_allocator_system(),
+                                          &s->gateway));
+}
+
+static void sim_drop_link(sim_t* s) {
+  if (!s->link_up)
+    return;
+  s->link_up = false;
+  ASSERT_OK(pcp_proto_gateway_conn_on_closed(s->gateway, s->now));
+  ASSERT_OK(pcp_proto_worker_on_closed(s->worker, s->now));
+}
+
+static void sim_pump(sim_t* s) {
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    pcp_proto_action_t a;
+    while (s->gateway && pcp_proto_gateway_conn_next_action(s->gateway, &a)) {
+      progress = true;
+      switch (a.type) {
+        case PCP_PROTO_ACTION_SEND:
+          if (s->link_up) {
+            size_t n;
+            uint8_t* b = test_flatten(&a.frame, &n);
+            ASSERT_OK(pcp_proto_worker_on_bytes(s->worker, b, n, s->now));
+            free(b);
+          }
+          break;
+        case PCP_PROTO_ACTION_JOIN_VERIFIED: {
+          const pcp_proto_join_t* j = pcp_proto_gateway_conn_join(s->gateway);
+          assert_string_equal(j->worker_id,
+                              "site-a-ns-node-pod-cpu-default-device-0");
+          s->joins++;
+          pcp_proto_gateway_accept_params_t p = {.lease_epoch =
+                                                     ++s->next_epoch};
+          ASSERT_OK(pcp_proto_gateway_conn_accept(s->gateway, &p, s->now));
+          break;
+        }
+        case PCP_PROTO_ACTION_TASK_RESULT:
+        case PCP_PROTO_ACTION_TASK_FAILED:
+        case PCP_PROTO_ACTION_TASK_LOST:
+          assert_true(a.task_id < 400);
+          s->answered[a.task_id]++;
+          s->lost += a.type == PCP_PROTO_ACTION_TASK_LOST;
+          s->results += a.type == PCP_PROTO_ACTION_TASK_RESULT;
+          break;
+        case PCP_PROTO_ACTION_CLOSE:
+        case PCP_PROTO_ACTION_EVICT:
+          if (s->link_up)
+            sim_drop_link(s);
+          break;
+        default:
+          break;
+      }
+      pcp_proto_action_deinitialize(&a);
+    }
+    while (pcp_proto_worker_next_action(s->worker, &a)) {
+      progress = true;
+      switch (a.type) {
+        case PCP_PROTO_ACTION_SEND:
+          if (s->link_up) {
+            size_t n;
+            uint8_t* b = test_flatten(&a.frame, &n);
+            ASSERT_OK(
+                pcp_proto_gateway_conn_on_bytes(s->gateway, b, n, s->now));
+            free(b);
+          }
+          break;
+        case PCP_PROTO_ACTION_CONNECT:
+          sim_new_gateway(s);
+          s->link_up = true;
+          ASSERT_OK(pcp_proto_worker_on_connected(s->worker, s->now));
+          break;
+        case PCP_PROTO_ACTION_RUN_TASK:
+          s->pending[s->pending_count++] = a.task_id;
+          break;
+        case PCP_PROTO_ACTION_CANCEL_TASK:
+          for (size_t i = 0; i < s->pending_count; ++i) {
+            if (s->pending[i] == a.task_id) {
+              s->pending[i] = s->pending[--s->pending_count];
+              break;
+            }
+          }
+          break;
+        case PCP_PROTO_ACTION_CLOSE:
+          if (s->link_up)
+            sim_drop_link(s);
+          break;
+        default:
+          break;
+      }
+      pcp_proto_action_deinitialize(&a);
+    }
+  }
+}
+
+static void seeded_random_sessions(void** state) {
+  (void)state;
+  uint64_t total_joins = 0, total_lost = 0, total_results = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    sim_t s;
+    memset(&s, 0, sizeof(s));
+    pcp_rng_initialize(seed, &s.rng);
+    s.now = 1000 * MS;
+    pcp_rng_t worker_rng;
+    pcp_rng_initialize(seed * 7919, &worker_rng);
+    pcp_proto_limits_t l = pcp_proto_limits_default();
+    l.max_in_flight = 8;
+    pcp_proto_worker_config_t wc = worker_config(&l);
+    ASSERT_OK(pcp_proto_worker_create(&wc, &worker_rng, pcp_allocator_system(),
+                                      &s.worker));
+    ASSERT_OK(pcp_proto_worker_start(s.worker, s.now));
+    sim_pump(&s);
+    uint64_t next_task = 1;
+    for (int step = 0; step < 400; ++step) {
+      uint64_t dice = pcp_rng_next_below(&s.rng, 100);
+      if (dice < 30 && next_task < 400 &&
+          pcp_proto_gateway_conn_state(s.gateway) ==
+              PCP_PROTO_GATEWAY_ACCEPTED) {
+        pcp_proto_tensor_ref_t in = {.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+                                     .name = "x"};
+        pcp_proto_task_assign_t t = {.task_id = next_task,
+                                     .function = "f",
+                                     .inputs = &in,
+                                     .input_count = 1};
+        uint64_t r;
+        pcp_status_t st = pcp_proto_gateway_conn_assign_task(
+            s.gateway, &t, NULL, 0, s.now, &r);
+        if (!st) {
+          s.assigned[next_task] = 1;
+          next_task++;
+        } else {
+          assert_int_equal(pcp_status_consume_code(st),
+                           PCP_STATUS_RESOURCE_EXHAUSTED);
+        }
+      } else if (dice < 60 && s.pending_count > 0) {
+        size_t i = (size_t)pcp_rng_next_below(&s.rng, s.pending_count);
+        uint64_t task_id = s.pending[i];
+        s.pending[i] = s.pending[--s.pending_count];
+        pcp_proto_task_result_t r = {.task_id = task_id};
+        if (pcp_rng_next_below(&s.rng, 4) == 0) {
+          pcp_status_t why = pcp_make_status(PCP_STATUS_INTERNAL, "boom");
+          ASSERT_OK(pcp_proto_worker_task_fail(s.worker, task_id, why, s.now));
+          pcp_status_ignore(why);
+        } else {
+          ASSERT_OK(
+              pcp_proto_worker_task_complete(s.worker, &r, NULL, 0, s.now));
+        }
+      } else if (dice < 63) {
+        sim_drop_link(&s);
+      } else {
+        s.now += (int64_t)pcp_rng_next_below(&s.rng, 400) * MS;
+        ASSERT_OK(pcp_proto_gateway_conn_on_tick(s.gateway, s.now));
+        ASSERT_OK(pcp_proto_worker_on_tick(s.worker, s.now));
+      }
+      sim_pump(&s);
+    }
+    // Quiesce: finish what the worker holds, then close.
+    while (s.pending_count > 0) {
+      pcp_proto_task_result_t r = {.task_id = s.pending[--s.pending_count]};
+      ASSERT_OK(pcp_proto_worker_task_complete(s.worker, &r, NULL, 0, s.now));
+      sim_pump(&s);
+    }
+    sim_drop_link(&s);
+    sim_pump(&s);
+    for (uint64_t t = 1; t < next_task; ++t) {
+      if (s.answered[t] != 1) {
+        fail_msg("seed %llu: task %llu answered %u times",
+                 (unsigned long long)seed, (unsigned long long)t,
+                 s.answered[t]);
+      }
+    }
+    assert_true(s.joins >= 1);
+    total_joins += s.joins;
+    total_lost += s.lost;
+    total_results += s.results;
+    pcp_proto_gateway_conn_release(s.gateway);
+    pcp_proto_worker_release(s.worker);
+  }
+  // The runs really reconnected, lost tasks and completed others.
+  assert_true(total_joins > 40);
+  assert_true(total_lost > 10);
+  assert_true(total_results > 100);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(handshake_and_heartbeats),
@@ -1004,6 +1221,7 @@ int main(void) {
       cmocka_unit_test(in_flight_limit_cancel_and_task_errors),
       cmocka_unit_test(large_tensors_travel_as_blobs),
       cmocka_unit_test(oom_sweep_whole_session),
+      cmocka_unit_test(seeded_random_sessions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
