@@ -89,6 +89,16 @@ typedef struct pcp_roles_worker_config_t {
   char* target;
   int64_t device_id;
   int64_t supervisor_id;  // -1: none
+  // Runtime settings (src/roles/worker).
+  char* join_token_env;          // names the env var holding the join token
+  char* cache_dir;               // program cache; NULL: derived default
+  int64_t device_memory_bytes;   // 0: query the device
+  int64_t resident_memory_bytes; // session tensor limit; 0: unlimited
+  char* node_manager_id;
+  char* worker_class;
+  int64_t drain_timeout_ms;
+  int64_t cpu_threads;
+  int64_t test_task_delay_ms;    // hidden: tests of cancel and drain
   // Derived by prepare: the stable worker id.
   char* worker_id;
 } pcp_roles_worker_config_t;

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // --worker: one device worker connecting to the gateway's worker fabric.
-// Wiring only: flags, the stable worker id, and (for now) a thin run.
+// Flags and the stable worker id; the runtime is in runtime.c.
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "roles/roles_impl.h"
+#include "roles/worker/worker_impl.h"
 
 #define T pcp_roles_worker_config_t
 
@@ -57,6 +57,71 @@ static const pcp_config_field_t kFields[] = {
      .max = 9007199254740991.0,
      .value_name = "ID",
      .help = "internal: set by the supervisor on its child; -1: none"},
+    {.name = "join-token-env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, join_token_env),
+     .default_value = "PCP_WORKER_JOIN_TOKEN",
+     .flags = PCP_CONFIG_FLAG_ENV_NAME,
+     .value_name = "ENV",
+     .help = "environment variable holding the fabric join token (HMAC key)"},
+    {.name = "cache-dir",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, cache_dir),
+     .value_name = "DIR",
+     .help = "program cache (default: <artifact cache>/worker-programs)"},
+    {.name = "device-memory-bytes",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, device_memory_bytes),
+     .default_value = "0",
+     .min = 0,
+     .max = 9007199254740991.0,
+     .value_name = "N",
+     .help = "device memory reported at join; 0: query (host RAM for cpu)"},
+    {.name = "resident-memory-bytes",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, resident_memory_bytes),
+     .default_value = "0",
+     .min = 0,
+     .max = 9007199254740991.0,
+     .value_name = "N",
+     .help = "cap on resident session tensors (LRU sessions evicted); "
+             "0: unlimited"},
+    {.name = "node-manager-id",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, node_manager_id),
+     .flags = PCP_CONFIG_FLAG_HIDDEN,
+     .value_name = "ID",
+     .help = "internal: the node manager that started this worker"},
+    {.name = "worker-class",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, worker_class),
+     .value_name = "CLASS",
+     .help = "scheduling class reported at join"},
+    {.name = "drain-timeout-ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, drain_timeout_ms),
+     .default_value = "30000",
+     .min = 0,
+     .max = 86400000,
+     .value_name = "MS",
+     .help = "on SIGTERM, how long in-flight tasks may finish"},
+    {.name = "cpu-threads",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, cpu_threads),
+     .default_value = "0",
+     .min = 0,
+     .max = 4096,
+     .value_name = "N",
+     .help = "cpu backend worker threads; 0: one per core"},
+    {.name = "test-task-delay-ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, test_task_delay_ms),
+     .default_value = "0",
+     .min = 0,
+     .max = 600000,
+     .flags = PCP_CONFIG_FLAG_HIDDEN,
+     .value_name = "MS",
+     .help = "test only: sleep before each task"},
 };
 
 const pcp_config_table_t pcp_roles_worker_table = {
@@ -172,22 +237,7 @@ static void dump(const void* opaque, FILE* out) {
 }
 
 static int run(void* opaque) {
-  T* config = opaque;
-  char port[16], device[32], supervisor[32];
-  snprintf(port, sizeof(port), "%lld", (long long)config->port);
-  snprintf(device, sizeof(device), "%lld", (long long)config->device_id);
-  snprintf(supervisor, sizeof(supervisor), "%lld",
-           (long long)config->supervisor_id);
-  const char* pairs[] = {
-      "worker_id",     config->worker_id,
-      "host",          config->host,
-      "port",          port,
-      "backend",       pcp_roles_backend_name(config->backend),
-      "target",        config->target,
-      "device_id",     device,
-      "supervisor_id", config->supervisor_id >= 0 ? supervisor : NULL,
-  };
-  return pcp_roles_run_until_signal("worker", pairs, PCP_ARRAYSIZE(pairs) / 2);
+  return pcp_roles_worker_runtime_run(opaque);
 }
 
 static void cleanup(void* opaque) {
