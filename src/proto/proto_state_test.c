@@ -1207,6 +1207,51 @@ static void seeded_random_sessions(void** state) {
   assert_true(total_results > 100);
 }
 
+static pcp_status_t deliver_to_worker(void* user_data,
+                                      pcp_proto_encoded_frame_t* frame) {
+  harness_t* h = user_data;
+  send_bytes(h, false, frame);
+  return pcp_ok_status();
+}
+
+static void orphan_tensor_blobs_do_not_block(void** state) {
+  (void)state;
+  pcp_proto_limits_t l = pcp_proto_limits_default();
+  l.chunk_bytes = 1024;
+  l.max_blob_assemblies = 1;
+  harness_t h;
+  harness_init(&h, &l);
+  new_gateway(&h, kToken, sizeof(kToken) - 1);
+  ASSERT_OK(pcp_proto_worker_start(h.worker, h.now));
+  pcp_proto_gateway_accept_params_t p = lease(1, 1);
+  join(&h, &p);
+  // A complete tensor blob whose TASK_ASSIGN never comes.
+  uint8_t junk[100] = {7};
+  ASSERT_OK(pcp_proto_blob_encode_chunks(
+      1, 999, "t9.s0", PCP_PROTO_BLOB_TENSOR, junk, sizeof(junk), &l,
+      pcp_allocator_system(), deliver_to_worker, &h));
+  // A real chunked task still gets through with room for one blob.
+  uint8_t big[3000];
+  for (size_t i = 0; i < sizeof(big); ++i) big[i] = (uint8_t)i;
+  pcp_proto_section_t sec = {.name = "b",
+                             .element_type = PCP_ELEMENT_TYPE_U8,
+                             .rank = 1,
+                             .shape = {3000},
+                             .data = big};
+  pcp_proto_tensor_ref_t in = {.kind = PCP_PROTO_TENSOR_REF_SECTION};
+  pcp_proto_task_assign_t task = {
+      .task_id = 1, .function = "f", .inputs = &in, .input_count = 1};
+  uint64_t r;
+  ASSERT_OK(
+      pcp_proto_gateway_conn_assign_task(h.gateway, &task, &sec, 1, h.now, &r));
+  pump(&h);
+  pcp_proto_action_t* run = recorded_find(&h.wk, PCP_PROTO_ACTION_RUN_TASK);
+  assert_non_null(run);
+  assert_int_equal(run->tensor_blob_count, 1);
+  assert_memory_equal(run->tensor_blobs[0].data, big, sizeof(big));
+  harness_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(handshake_and_heartbeats),
@@ -1222,6 +1267,7 @@ int main(void) {
       cmocka_unit_test(large_tensors_travel_as_blobs),
       cmocka_unit_test(oom_sweep_whole_session),
       cmocka_unit_test(seeded_random_sessions),
+      cmocka_unit_test(orphan_tensor_blobs_do_not_block),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

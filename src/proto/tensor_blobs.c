@@ -170,6 +170,17 @@ pcp_status_t pcp_proto_blob_table_add(pcp_proto_blob_table_t* t,
     }
     return pcp_ok_status();
   }
+  // A connection streams one request's blobs at a time (the sender queues
+  // a request's chunks and then its frame, in order), so blobs left by any
+  // other request are orphans, e.g. of a frame the sender failed to encode
+  // after its chunks went out: drop them rather than let them fill the table.
+  for (size_t i = 0; i < t->count;) {
+    if (t->slots[i].request_id != request_id) {
+      slot_free(t, &t->slots[i]);
+    } else {
+      ++i;
+    }
+  }
   if (t->count == t->max) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "%zu tensor blobs already pending", t->count);
