@@ -21,6 +21,8 @@
 //   4. checks Content-Length against the route's body cap before reading the
 //      body, and the running total while a chunked body streams in (413);
 //   5. calls the handler with the request view and a response builder.
+// Every response carries X-Request-Id (the client's, when safe, or ours),
+// and every request is logged at debug level with it.
 // Every failure anywhere, the handler's included, is answered with the one
 // JSON error schema {"error":{"code":"<CODE>","message":"..."}} and the
 // status from pcp_http_status_from_code; a client never sees a closed socket
@@ -84,6 +86,8 @@ extern "C" {
 // Path parameters per route pattern and path segments per pattern.
 #define PCP_HTTP_MAX_PATH_PARAMS 8
 #define PCP_HTTP_MAX_PATH_SEGMENTS 32
+// Longest client X-Request-Id echoed (longer ones are replaced).
+#define PCP_HTTP_MAX_REQUEST_ID_BYTES 64
 // Token scopes per server and headers per response.
 #define PCP_HTTP_MAX_SCOPES 8
 #define PCP_HTTP_MAX_RESPONSE_HEADERS 16
@@ -160,6 +164,11 @@ const char* pcp_http_request_header(const pcp_http_request_t* request,
 pcp_string_view_t pcp_http_request_body(const pcp_http_request_t* request);
 // "127.0.0.1:54321" or "[::1]:54321". Borrowed.
 const char* pcp_http_request_remote_address(const pcp_http_request_t* request);
+// The request id: the client's X-Request-Id when it is 1..64 characters of
+// [A-Za-z0-9._-], else one made by the server. Echoed as X-Request-Id on
+// every response. Borrowed.
+const char* pcp_http_request_id(const pcp_http_request_t* request);
+
 // The scope the request was authenticated for (the route's), or NULL for an
 // open route. Borrowed.
 const char* pcp_http_request_scope(const pcp_http_request_t* request);

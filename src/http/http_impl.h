@@ -124,6 +124,9 @@ struct pcp_http_request_t {
   uint64_t response_bytes;
   int64_t start_ns;
   char remote_address[64];
+  // The client's X-Request-Id when it is safe to echo, else one of ours;
+  // sent back on every response and put in log lines.
+  char request_id[PCP_HTTP_MAX_REQUEST_ID_BYTES + 1];
 };
 
 //===----------------------------------------------------------------------===//

@@ -593,6 +593,38 @@ static void head_is_served_by_get_routes(void** state) {
   pcp_http_client_response_deinitialize(&response);
 }
 
+static void request_ids_are_echoed_or_made(void** state) {
+  fixture_t* f = *state;
+  char url[128];
+  snprintf(url, sizeof(url), "%s/nope", f->base_url);
+  const char* headers[] = {"X-Request-Id: client-id_1.2", NULL};
+  pcp_http_client_request_t request = {0};
+  request.url = url;
+  request.headers = headers;
+  pcp_http_client_response_t response;
+  PCP_CHECK_OK(pcp_http_client_send(f->client, &request, &response));
+  char id[128];
+  assert_true(pcp_http_client_response_header(&response, "X-Request-Id", id,
+                                              sizeof(id)));
+  assert_string_equal(id, "client-id_1.2");
+  pcp_http_client_response_deinitialize(&response);
+  // An unsafe id is replaced by one of ours; ours differ per request.
+  const char* unsafe[] = {"X-Request-Id: a b\"c", NULL};
+  request.headers = unsafe;
+  char first[128];
+  PCP_CHECK_OK(pcp_http_client_send(f->client, &request, &response));
+  assert_true(pcp_http_client_response_header(&response, "X-Request-Id", first,
+                                              sizeof(first)));
+  assert_null(strchr(first, '"'));
+  assert_non_null(strchr(first, '-'));
+  pcp_http_client_response_deinitialize(&response);
+  response = get(f, "/healthz");
+  assert_true(pcp_http_client_response_header(&response, "X-Request-Id", id,
+                                              sizeof(id)));
+  assert_string_not_equal(id, first);
+  pcp_http_client_response_deinitialize(&response);
+}
+
 static void not_found_and_method_not_allowed(void** state) {
   fixture_t* f = *state;
   const char* paths[] = {"/nope", "/v1/jobs/a/b/c", "/v1/jobs/", "/"};
@@ -1401,6 +1433,7 @@ int main(void) {
       T(routing_with_params_and_query),
       T(not_found_and_method_not_allowed),
       T(head_is_served_by_get_routes),
+      T(request_ids_are_echoed_or_made),
       T(every_status_code_maps_to_json_error),
       T(handler_without_response_gets_json_500),
       T(body_limit_with_content_length),

@@ -214,6 +214,10 @@ const char* pcp_http_request_remote_address(const pcp_http_request_t* request) {
   return request->remote_address;
 }
 
+const char* pcp_http_request_id(const pcp_http_request_t* request) {
+  return request->request_id;
+}
+
 const char* pcp_http_request_scope(const pcp_http_request_t* request) {
   return request->route ? request->route->scope : NULL;
 }

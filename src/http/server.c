@@ -69,6 +69,10 @@ struct pcp_http_server_t {
   _Atomic int64_t open_connections;
   _Atomic bool draining;
   pcp_http_sse_registry_t sse_registry;
+  // Request ids made here: "<seed>-<counter>" in hex; the seed (wall clock
+  // at create) keeps ids apart across restarts.
+  uint64_t request_id_seed;
+  _Atomic uint64_t request_id_counter;
 };
 
 // Connections libmicrohttpd accepts above max_connections, so that the
@@ -180,6 +184,15 @@ static pcp_obs_series_t* cached_series(_Atomic(pcp_obs_series_t*)* slot,
 // duration is therefore the time to produce the answer.
 static void metrics_record(pcp_http_server_t* server,
                            const pcp_http_request_t* request) {
+  // The access log: one line per request, debug level.
+  PCP_LOG(PCP_LOG_DEBUG, &server->log_context,
+          "http request=%s method=%s route=%s status=%d remote=%s "
+          "duration_us=%lld",
+          request->request_id, request->method_label,
+          request->route ? request->route->pattern : "unmatched",
+          request->http_status, request->remote_address,
+          (long long)((pcp_clock_now_ns(server->clock) - request->start_ns) /
+                      1000));
   if (!server->families[FAMILY_REQUESTS]) {
     return;
   }
@@ -298,6 +311,8 @@ static enum MHD_Result queue_built(pcp_http_server_t* server,
     ok = ok && MHD_add_response_header(response, built->header_names[i],
                                        built->header_values[i]) == MHD_YES;
   }
+  ok = ok && MHD_add_response_header(response, "X-Request-Id",
+                                     request->request_id) == MHD_YES;
   if (atomic_load(&server->draining) || request->close_connection) {
     // Tells keep-alive clients to go elsewhere while we stop.
     ok = ok && MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION,
@@ -453,6 +468,38 @@ static int authenticate(const pcp_http_server_t* server,
   return 401;
 }
 
+static bool request_id_is_safe(const char* value) {
+  size_t length = strlen(value);
+  if (length == 0 || length > PCP_HTTP_MAX_REQUEST_ID_BYTES) {
+    return false;
+  }
+  // Only characters that are harmless in headers, logs and JSON.
+  for (size_t i = 0; i < length; ++i) {
+    char c = value[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static void request_id_assign(pcp_http_server_t* server,
+                              struct MHD_Connection* connection,
+                              pcp_http_request_t* request) {
+  const char* given =
+      MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "X-Request-Id");
+  if (given && request_id_is_safe(given)) {
+    snprintf(request->request_id, sizeof(request->request_id), "%s", given);
+    return;
+  }
+  uint64_t counter = atomic_fetch_add(&server->request_id_counter, 1);
+  snprintf(request->request_id, sizeof(request->request_id), "%llx-%llx",
+           (unsigned long long)server->request_id_seed,
+           (unsigned long long)counter);
+}
+
 static pcp_status_t request_create(pcp_http_server_t* server,
                                    struct MHD_Connection* connection,
                                    const char* url, const char* method,
@@ -467,6 +514,7 @@ static pcp_status_t request_create(pcp_http_server_t* server,
   request->start_ns = pcp_clock_now_ns(server->clock);
   format_remote_address(connection, request->remote_address,
                         sizeof(request->remote_address));
+  request_id_assign(server, connection, request);
   size_t length = strlen(url);
   pcp_status_t status = pcp_allocator_malloc(server->allocator, length + 1,
                                              (void**)&request->path);
@@ -920,6 +968,9 @@ pcp_status_t pcp_http_server_create(const pcp_http_server_options_t* options,
   atomic_init(&server->open_connections, 0);
   atomic_init(&server->draining, false);
   pcp_http_sse_registry_initialize(&server->sse_registry);
+  server->request_id_seed =
+      (uint64_t)pcp_clock_wall_ns(server->clock) / 1000000;  // ms
+  atomic_init(&server->request_id_counter, 1);
   pcp_http_router_initialize(allocator, &server->router);
 
   pcp_status_t status =
