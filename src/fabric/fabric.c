@@ -2126,6 +2126,11 @@ void pcp_fabric_endpoint_stats_query(pcp_fabric_endpoint_t* ep,
   out_stats->handling_max_ns = atomic_load(&ep->hist_max_ns);
 }
 
+void pcp_fabric_endpoint_stats_reset_latency(pcp_fabric_endpoint_t* ep) {
+  for (size_t i = 0; i < HIST_BUCKETS; ++i) atomic_store(&ep->hist[i], 0);
+  atomic_store(&ep->hist_max_ns, 0);
+}
+
 //===----------------------------------------------------------------------===//
 // Workers (public)
 //===----------------------------------------------------------------------===//

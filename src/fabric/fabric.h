@@ -24,7 +24,8 @@
 // progress and for the final outcome. Input tensor data is borrowed until the
 // final outcome and written to the socket without a copy (it may be written
 // more than once when the task is re-run). Results come back as tensor
-// sections that point into the received frame, owned by the task handle.
+// sections that point into the received frame (or, for tensors that came as
+// chunked blobs, into the reassembled blob), owned by the task handle.
 //
 // Threading: every function here is thread-safe unless it says otherwise.
 // The loop thread holds the endpoint's lock while it handles an event and
@@ -161,6 +162,10 @@ typedef struct pcp_fabric_endpoint_stats_t {
 
 void pcp_fabric_endpoint_stats_query(pcp_fabric_endpoint_t* endpoint,
                                      pcp_fabric_endpoint_stats_t* out_stats);
+
+// Clears the handling-latency histogram (and its max), so that a benchmark
+// or an operator can measure one window.
+void pcp_fabric_endpoint_stats_reset_latency(pcp_fabric_endpoint_t* endpoint);
 
 //===----------------------------------------------------------------------===//
 // Workers

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,9 +319,15 @@ static void test_heartbeats_keep_worker_alive(void** state) {
 }
 
 typedef struct recorder_t {
-  int progress;
-  int done;
+  _Atomic int progress;
+  _Atomic int done;
 } recorder_t;
+
+// wait() wakes when the outcome is set; the DONE callback runs right after,
+// on the loop thread, once the lock is dropped: give it a moment.
+static void wait_done_callback(recorder_t* r) {
+  for (int i = 0; i < 400 && r->done == 0; ++i) pcp_sleep_ms(5);
+}
 
 static void record_event(void* user_data, pcp_fabric_task_t* task,
                          pcp_fabric_task_event_t event) {
@@ -419,6 +426,7 @@ static void test_silent_worker_evicted_task_requeued(void** state) {
   PCP_CHECK_OK(pcp_fabric_worker_query(f->endpoint, "silent-a", &wa));
   assert_int_equal(wa.state, PCP_FABRIC_WORKER_LOST);
   assert_int_equal(wa.eviction_count, 1);
+  wait_done_callback(&rec);
   assert_int_equal(rec.done, 1);
   pcp_fabric_task_release(task);
   drop_worker(a);
@@ -618,9 +626,7 @@ static void test_task_result_and_cancel(void** state) {
   pcp_fabric_task_info_query(task, &info);
   assert_int_equal(info.elapsed_us, 42);
   assert_true(info.progress_fraction > 0.49 && info.progress_fraction < 0.51);
-  // Callbacks run on the loop thread after the lock is dropped; give the
-  // DONE callback a moment after wait() woke.
-  for (int i = 0; i < 100 && rec.done == 0; ++i) pcp_sleep_ms(5);
+  wait_done_callback(&rec);
   assert_int_equal(rec.progress, 1);
   assert_int_equal(rec.done, 1);
   pcp_fabric_task_release(task);
