@@ -1166,6 +1166,59 @@ static void limit_tensors_per_task(void** state) {
   free(json);
 }
 
+// The reader-facing zero-copy path: bytes are written straight into the
+// decoder's window (the frame's own aligned payload buffer for the body).
+static void decoder_window_commit(void** state) {
+  (void)state;
+  pcp_proto_limits_t l = limits();
+  static float x[1000];
+  for (int i = 0; i < 1000; ++i) x[i] = (float)i;
+  pcp_proto_section_t s = {.name = "x",
+                           .element_type = PCP_ELEMENT_TYPE_F32,
+                           .rank = 1,
+                           .shape = {1000},
+                           .data = x};
+  json_t* o = json_object();
+  pcp_proto_encoded_frame_t e;
+  ASSERT_OK(pcp_proto_frame_encode(1, PCP_PROTO_MESSAGE_TASK_RESULT, 4, o, &s,
+                                   1, &l, pcp_allocator_system(), &e));
+  json_decref(o);
+  size_t n;
+  uint8_t* bytes = test_flatten(&e, &n);
+  pcp_proto_frame_decoder_t d;
+  pcp_proto_frame_decoder_initialize(&l, pcp_allocator_system(), &d);
+  size_t offset = 0;
+  pcp_proto_parse_result_t r = PCP_PROTO_PARSE_NEED_MORE;
+  int windows = 0;
+  while (r != PCP_PROTO_PARSE_FRAME_READY) {
+    void* window = NULL;
+    size_t capacity = 0;
+    ASSERT_OK(pcp_proto_frame_decoder_window(&d, &window, &capacity));
+    assert_true(capacity > 0);
+    // A "socket read" of at most 700 bytes into the window.
+    size_t k = capacity < 700 ? capacity : 700;
+    if (k > n - offset)
+      k = n - offset;
+    memcpy(window, bytes + offset, k);
+    offset += k;
+    ASSERT_OK(pcp_proto_frame_decoder_commit(&d, k, &r));
+    windows++;
+  }
+  assert_int_equal(offset, n);
+  assert_true(windows > 5);
+  // A ready frame must be taken before the next window.
+  void* window;
+  size_t capacity;
+  ASSERT_CODE(pcp_proto_frame_decoder_window(&d, &window, &capacity),
+              PCP_STATUS_FAILED_PRECONDITION);
+  pcp_proto_frame_t f;
+  pcp_proto_frame_decoder_take(&d, &f);
+  assert_memory_equal(f.sections[0].data, x, sizeof(x));
+  pcp_proto_frame_deinitialize(&f);
+  pcp_proto_frame_decoder_deinitialize(&d);
+  free(bytes);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(crc32c_known_answer),
@@ -1176,6 +1229,7 @@ int main(void) {
       cmocka_unit_test(task_assign_and_result_round_trip),
       cmocka_unit_test(error_frame_maps_status),
       cmocka_unit_test(byte_at_a_time_stream),
+      cmocka_unit_test(decoder_window_commit),
       cmocka_unit_test(limit_frame_size_checked_before_allocation),
       cmocka_unit_test(limit_json_length_checked_from_prefix),
       cmocka_unit_test(limit_json_depth),
