@@ -63,6 +63,8 @@ typedef struct job_t {
   uint64_t blob_length;
   pcp_allocator_t blob_allocator;
   pcp_proto_frame_t frame;  // TASK: the TASK_ASSIGN
+  // TASK: only its tensor blobs (inputs that came as chunked blobs).
+  pcp_proto_action_t blobs;
   atomic_bool cancelled;
   // Written by the compute thread before it posts the job back.
   pcp_status_t status;
@@ -84,6 +86,7 @@ static void job_free(job_t* job) {
     pcp_proto_blob_free(job->blob_allocator, job->blob);
   }
   pcp_proto_frame_deinitialize(&job->frame);
+  pcp_proto_action_deinitialize(&job->blobs);
   pcp_status_ignore(job->status);
   for (uint32_t i = 0; job->outputs && i < job->output_count; ++i) {
     pcp_host_tensor_deinitialize(&job->outputs[i]);
@@ -598,6 +601,11 @@ static void handle_action(worker_t* w, pcp_proto_action_t* a) {
         job->request_id = a->request_id;
         job->task_id = a->task_id;
         pcp_proto_frame_move(&a->received, &job->frame);
+        job->blobs.allocator = a->allocator;
+        job->blobs.tensor_blobs = a->tensor_blobs;
+        job->blobs.tensor_blob_count = a->tensor_blob_count;
+        a->tensor_blobs = NULL;
+        a->tensor_blob_count = 0;
         status = submit(w, job);
       }
       if (status) {
@@ -876,12 +884,30 @@ static pcp_status_t input_value(worker_t* w, job_t* job,
       *out = pcp_value_resident(t);
       return pcp_ok_status();
     }
-    case PCP_PROTO_TENSOR_REF_BLOB:
-      break;
+    case PCP_PROTO_TENSOR_REF_BLOB: {
+      // The state machine checked the blob's length against this dtype
+      // and shape when it attached it to the task.
+      const pcp_proto_tensor_blob_t* blob =
+          pcp_proto_action_tensor_blob(&job->blobs, ref->name);
+      if (!blob) {
+        return pcp_make_status(PCP_STATUS_NOT_FOUND,
+                               "tensor blob '%s' did not arrive with the "
+                               "task",
+                               ref->name);
+      }
+      pcp_tensor_shape_t shape = {.element_type = ref->element_type,
+                                  .rank = (int32_t)ref->rank};
+      for (uint32_t d = 0; d < ref->rank; ++d) {
+        shape.dims[d] = ref->shape[d];
+      }
+      PCP_RETURN_IF_ERROR_BARE(pcp_host_tensor_wrap(
+          &shape, blob->data, (size_t)blob->byte_length, host));
+      *out = pcp_value_host(host);
+      return pcp_ok_status();
+    }
   }
-  return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
-                         "chunked tensor inputs are not supported by this "
-                         "worker yet");
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                         "unknown tensor reference kind %d", (int)ref->kind);
 }
 
 static pcp_status_t run_task(worker_t* w, job_t* job) {
