@@ -122,35 +122,43 @@ enum {
   METRIC_READY,
   METRIC_SLOTS,
   METRIC_RESTARTS,
-  METRIC_COUNT_,
+  METRIC_COUNT,
 };
 
-static const pcp_obs_metric_def_t kMetrics[METRIC_COUNT_] = {
-    [METRIC_INFO] = {"pcp_node_manager_info", PCP_OBS_METRIC_TYPE_GAUGE,
-                     "Node manager present (always 1), with its backend and "
-                     "target architecture",
-                     kLabels},
-    [METRIC_EXPECTED] = {"pcp_node_manager_expected_supervisors",
-                         PCP_OBS_METRIC_TYPE_GAUGE,
-                         "Worker slots configured (--scale)", kLabels},
-    [METRIC_LAUNCHED] = {"pcp_node_manager_launched_supervisors",
-                         PCP_OBS_METRIC_TYPE_GAUGE,
-                         "Slots whose worker has been started at least once",
-                         kLabels},
-    [METRIC_RUNNING] = {"pcp_node_manager_running_supervisors",
-                        PCP_OBS_METRIC_TYPE_GAUGE,
-                        "Slots whose worker has been up for at least "
-                        "--running-after-ms",
-                        kLabels},
-    [METRIC_READY] = {"pcp_node_manager_ready", PCP_OBS_METRIC_TYPE_GAUGE,
-                      "1 when every slot is running and no stop has begun",
-                      kLabels},
-    [METRIC_SLOTS] = {"pcp_node_manager_slots", PCP_OBS_METRIC_TYPE_GAUGE,
-                      "Slots per supervision state", kStateLabels},
-    [METRIC_RESTARTS] = {"pcp_node_manager_supervisor_restarts_total",
-                         PCP_OBS_METRIC_TYPE_COUNTER,
-                         "Worker restarts per slot", kSlotLabels, NULL, 0,
-                         PCP_ROLES_SUPERVISION_MAX_SLOTS + 1},
+static const pcp_obs_metric_def_t kMetrics[METRIC_COUNT] = {
+    [METRIC_INFO] = {.name = "pcp_node_manager_info",
+                     .type = PCP_OBS_METRIC_TYPE_GAUGE,
+                     .help = "Node manager present (always 1), with its "
+                             "backend and target architecture",
+                     .label_names = kLabels},
+    [METRIC_EXPECTED] = {.name = "pcp_node_manager_expected_supervisors",
+                         .type = PCP_OBS_METRIC_TYPE_GAUGE,
+                         .help = "Worker slots configured (--scale)",
+                         .label_names = kLabels},
+    [METRIC_LAUNCHED] = {.name = "pcp_node_manager_launched_supervisors",
+                         .type = PCP_OBS_METRIC_TYPE_GAUGE,
+                         .help = "Slots whose worker has been started at "
+                                 "least once",
+                         .label_names = kLabels},
+    [METRIC_RUNNING] = {.name = "pcp_node_manager_running_supervisors",
+                        .type = PCP_OBS_METRIC_TYPE_GAUGE,
+                        .help = "Slots whose worker has been up for at least "
+                                "--running-after-ms",
+                        .label_names = kLabels},
+    [METRIC_READY] = {.name = "pcp_node_manager_ready",
+                      .type = PCP_OBS_METRIC_TYPE_GAUGE,
+                      .help = "1 when every slot is running and no stop has "
+                              "begun",
+                      .label_names = kLabels},
+    [METRIC_SLOTS] = {.name = "pcp_node_manager_slots",
+                      .type = PCP_OBS_METRIC_TYPE_GAUGE,
+                      .help = "Slots per supervision state",
+                      .label_names = kStateLabels},
+    [METRIC_RESTARTS] = {.name = "pcp_node_manager_supervisor_restarts_total",
+                         .type = PCP_OBS_METRIC_TYPE_COUNTER,
+                         .help = "Worker restarts per slot",
+                         .label_names = kSlotLabels,
+                         .max_series = PCP_ROLES_SUPERVISION_MAX_SLOTS + 1},
 };
 
 //===----------------------------------------------------------------------===//
@@ -181,7 +189,7 @@ typedef struct nodemgr_t {
   bool stopping;
   slot_snapshot_t* slots;
   pcp_obs_registry_t* registry;
-  pcp_obs_family_t* families[METRIC_COUNT_];
+  pcp_obs_family_t* families[METRIC_COUNT];
   pcp_obs_series_t** restart_series;  // one per slot
   uint64_t* restarts_published;       // loop thread only
 } nodemgr_t;
@@ -292,7 +300,7 @@ static bool ready_fn(void* user_data, json_t* details) {
     json_t* entry = json_pack(
         "{s:I, s:I, s:I, s:s, s:I, s:I}", "slot", (json_int_t)i, "device_id",
         (json_int_t)i, "supervisor_id",
-        (json_int_t)(nm->supervisor_id_base + i), "state",
+        (json_int_t)nm->supervisor_id_base + (json_int_t)i, "state",
         pcp_roles_slot_state_name(snap->state), "restarts",
         (json_int_t)snap->restart_count, "exits",
         (json_int_t)snap->exit_count);
@@ -328,7 +336,7 @@ static pcp_status_t metrics_register(nodemgr_t* nm) {
   PCP_RETURN_IF_ERROR_BARE(
       pcp_obs_registry_create(pcp_allocator_system(), &nm->registry));
   PCP_RETURN_IF_ERROR_BARE(pcp_obs_registry_register(
-      nm->registry, kMetrics, METRIC_COUNT_, nm->families));
+      nm->registry, kMetrics, METRIC_COUNT, nm->families));
   const char* labels[] = {nm->backend, nm->target_arch};
   pcp_obs_family_set(nm->families[METRIC_INFO], labels, 1);
   pcp_obs_family_set(nm->families[METRIC_EXPECTED], labels, nm->slot_count);
@@ -364,7 +372,7 @@ static void slot_args_deinitialize(slot_args_t* sa, uint32_t slot_count) {
   pcp_string_list_deinitialize(&sa->strings);
 }
 
-enum { kMaxWorkerArgs = 16 };
+enum { MAX_WORKER_ARGS = 16 };
 
 // `EXE --worker --connect H:P --backend B --device-id I [--target T]
 //  --supervisor-id ID`, as upstream's node manager builds for its
@@ -389,7 +397,7 @@ static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
     char device[24], id[24];
     snprintf(device, sizeof(device), "%" PRIu32, i);
     snprintf(id, sizeof(id), "%" PRId64, nm->supervisor_id_base + i);
-    const char* argv[kMaxWorkerArgs];
+    const char* argv[MAX_WORKER_ARGS];
     size_t n = 0;
     argv[n++] = exe;
     argv[n++] = "--worker";
@@ -560,7 +568,7 @@ static int run(void* opaque) {
       (int64_t)pcp_rng_next_below(&rng, UINT64_C(1) << 43) << 10;
   pthread_mutex_init(&nm.mutex, NULL);
   nm.slots = calloc(nm.slot_count, sizeof(*nm.slots));
-  nm.restart_series = calloc(nm.slot_count, sizeof(*nm.restart_series));
+  nm.restart_series = calloc(nm.slot_count, sizeof(pcp_obs_series_t*));
   nm.restarts_published =
       calloc(nm.slot_count, sizeof(*nm.restarts_published));
   int exit_code = 1;

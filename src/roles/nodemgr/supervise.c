@@ -156,7 +156,7 @@ static int run(void* opaque) {
   if (!status && !args) {
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
   }
-  if (!status) {
+  if (!status && args) {
     args[0] = exe;
     for (size_t i = 0; i < argc; ++i) {
       args[1 + i] = config->child_args.items[i];
