@@ -1197,3 +1197,45 @@ pcp_status_t pcp_topology_model_instance_check_bound(
   }
   return pcp_ok_status();
 }
+
+pcp_status_t pcp_topology_rda_bridge_find(
+    const pcp_topology_model_instance_t* m,
+    pcp_topology_rda_bridge_t* out_bridge) {
+  memset(out_bridge, 0, sizeof(*out_bridge));
+  const pcp_topology_task_definition_t* def = m->task.definition;
+  if (!def || def->kind != PCP_TOPOLOGY_TASK_DECOUPLED_FRAGMENT ||
+      !m->decision) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "the RDA bridge needs a decoupled_fragment model "
+                           "with its decision map");
+  }
+  // A run committed when its gateway view decides merge.committed.
+  pcp_topology_vertex_t committed = pcp_topology_make_vertex(
+      pcp_topology_make_color(PCP_TOPOLOGY_COLOR_GATEWAY, 0),
+      pcp_topology_make_symbol("merge.committed"));
+  for (size_t p = 0; p < pcp_topology_complex_count(m->protocol); ++p) {
+    pcp_topology_simplex_t facet = pcp_topology_complex_simplex(m->protocol, p);
+    for (uint32_t v = 0; v < facet.count; ++v) {
+      pcp_topology_vertex_t target;
+      if (!pcp_topology_vertex_map_lookup(m->decision, &facet.vertices[v],
+                                          &target) ||
+          !pcp_topology_vertex_equal(&target, &committed)) {
+        continue;
+      }
+      for (size_t t = 0; t < m->trace_count; ++t) {
+        const pcp_topology_task_case_t* c = &def->cases[m->trace_task_case[t]];
+        // The run of this facet is the one whose case colours it carries.
+        if (pcp_topology_simplex_vertex_with_color(facet, c->colors[1]) < 0) {
+          continue;
+        }
+        out_bridge->decoupled_case = m->trace_task_case[t];
+        out_bridge->protocol_index = p;
+        out_bridge->rda_input_index = 0;  // RDA case 0: direction, quorum
+        out_bridge->state_hash = m->traces[t].final_snapshot.checksum;
+        return pcp_ok_status();
+      }
+    }
+  }
+  return pcp_make_status(PCP_STATUS_NOT_FOUND,
+                         "no generated decoupled run committed its window");
+}

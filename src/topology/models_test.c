@@ -303,6 +303,26 @@ static void test_extractions_within_bounds(void** state) {
   }
 }
 
+// extract/decoupled: the RDA bridge
+static void test_rda_bridge(void** state) {
+  (void)state;
+  pcp_topology_model_instance_t m;
+  pcp_topology_model_instance_initialize(pcp_allocator_system(), &m);
+  PCP_CHECK_OK(pcp_topology_model_build(model("decoupled_fragment"), &m));
+  pcp_topology_rda_bridge_t bridge;
+  PCP_CHECK_OK(pcp_topology_rda_bridge_find(&m, &bridge));
+  assert_int_equal(bridge.decoupled_case, 0);  // the quorum commit case
+  assert_int_equal(bridge.protocol_index, 0);
+  assert_int_equal(bridge.rda_input_index, 0);
+  assert_int_not_equal(bridge.state_hash, 0);
+  pcp_topology_model_instance_deinitialize(&m);
+  PCP_CHECK_OK(pcp_topology_model_build(model("rda_merge"), &m));
+  assert_int_equal(pcp_status_consume_code(
+                       pcp_topology_rda_bridge_find(&m, &bridge)),
+                   PCP_STATUS_INVALID_ARGUMENT);
+  pcp_topology_model_instance_deinitialize(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_model_gives_its_verdict),
@@ -312,6 +332,7 @@ int main(void) {
       cmocka_unit_test(test_workload_contract_index_model),
       cmocka_unit_test(test_federation_index_model),
       cmocka_unit_test(test_extractions_within_bounds),
+      cmocka_unit_test(test_rda_bridge),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2411,6 +2411,22 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_model_instance_check_bound(
     const pcp_topology_model_instance_t* instance,
     pcp_topology_extraction_bound_t bound, pcp_topology_evidence_t expected);
 
+// The bridge from the decoupled window to the RDA merge: the generated case
+// that committed a quorum window, its protocol facet, the RDA input it
+// feeds (the direction case) and the replay state hash that ties the two.
+typedef struct pcp_topology_rda_bridge_t {
+  uint32_t decoupled_case;   // task case of the committing run
+  size_t protocol_index;     // its facet in the decoupled P
+  uint32_t rda_input_index;  // the RDA task case it becomes
+  uint64_t state_hash;       // the committing run's snapshot checksum
+} pcp_topology_rda_bridge_t;
+
+// NOT_FOUND when no generated run of |decoupled| (a decoupled_fragment
+// model instance) committed its window.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_rda_bridge_find(
+    const pcp_topology_model_instance_t* decoupled,
+    pcp_topology_rda_bridge_t* out_bridge);
+
 // The first input face F (faces order) and the first face of delta(Xi(F))
 // outside Delta(F). Caller-embedded; owns its lists and complexes.
 typedef struct pcp_topology_carrier_escape_t {
