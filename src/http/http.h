@@ -204,6 +204,15 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_body_take(
     pcp_http_response_t* response, int http_status, const char* content_type,
     char* data, size_t byte_length);
 
+// Sends the file at |path| as the body (libmicrohttpd reads it, with
+// sendfile where it can, so large results and checkpoints are never held in
+// memory). The file is opened now; its size is fixed at this call.
+// NOT_FOUND / PERMISSION_DENIED from open, INVALID_ARGUMENT when it is not
+// a regular file.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_http_response_file_set(pcp_http_response_t* response, int http_status,
+                           const char* content_type, const char* path);
+
 // Serializes |value| (borrowed) compactly as application/json.
 PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_json_set(
     pcp_http_response_t* response, int http_status, const json_t* value);

@@ -83,6 +83,10 @@ struct pcp_http_response_t {
   int http_status;  // 0: nothing set yet
   // Set by pcp_http_response_sse_start; holds the response's reference.
   pcp_http_sse_stream_t* sse;
+  // Set by pcp_http_response_file_set: an open fd (-1: none) whose first
+  // |file_byte_length| bytes are the body; handed to libmicrohttpd.
+  int file_fd;
+  uint64_t file_byte_length;
   char* content_type;
   char* body;  // malloc'd (handed to libmicrohttpd with MUST_FREE)
   size_t body_length;

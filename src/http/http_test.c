@@ -593,6 +593,65 @@ static void head_is_served_by_get_routes(void** state) {
   pcp_http_client_response_deinitialize(&response);
 }
 
+static int get_url(pcp_http_client_t* client, const char* url,
+                   pcp_http_client_response_t* out_response);
+
+static pcp_status_t file_handler(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  PCP_UNUSED(request);
+  return pcp_http_response_file_set(response, 200, "application/octet-stream",
+                                    (const char*)user_data);
+}
+
+static void files_are_streamed(void** state) {
+  fixture_t* f = *state;
+  char path[] = "/tmp/pcp_http_file_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  size_t length = 300 * 1024 + 7;
+  char* data = malloc(length);
+  for (size_t i = 0; i < length; ++i) {
+    data[i] = (char)(i * 131 % 251);
+  }
+  assert_int_equal(write(fd, data, length), (ssize_t)length);
+  close(fd);
+  pcp_http_server_options_t options = {0};
+  options.name = "files";
+  pcp_http_server_t* server = NULL;
+  PCP_CHECK_OK(
+      pcp_http_server_create(&options, pcp_allocator_system(), &server));
+  const pcp_http_route_t routes[] = {
+      {"GET", "/file", NULL, file_handler, path, 0, 0},
+      {"GET", "/missing", NULL, file_handler, "/nonexistent/file", 0, 0},
+      {"GET", "/dir", NULL, file_handler, "/tmp", 0, 0},
+  };
+  PCP_CHECK_OK(pcp_http_server_routes_add(server, routes, 3));
+  PCP_CHECK_OK(pcp_http_server_start(server));
+  char url[128];
+  snprintf(url, sizeof(url), "http://127.0.0.1:%u/file",
+           (unsigned)pcp_http_server_port(server));
+  pcp_http_client_response_t response;
+  assert_int_equal(get_url(f->client, url, &response), 200);
+  assert_int_equal(response.body_length, length);
+  assert_memory_equal(response.body, data, length);
+  pcp_http_client_response_deinitialize(&response);
+  snprintf(url, sizeof(url), "http://127.0.0.1:%u/missing",
+           (unsigned)pcp_http_server_port(server));
+  get_url(f->client, url, &response);
+  assert_error_body(&response, 404, "NOT_FOUND");
+  pcp_http_client_response_deinitialize(&response);
+  snprintf(url, sizeof(url), "http://127.0.0.1:%u/dir",
+           (unsigned)pcp_http_server_port(server));
+  get_url(f->client, url, &response);
+  assert_error_body(&response, 400, "INVALID_ARGUMENT");
+  pcp_http_client_response_deinitialize(&response);
+  PCP_CHECK_OK(pcp_http_server_stop(server, 1000));
+  pcp_http_server_release(server);
+  unlink(path);
+  free(data);
+}
+
 static void request_ids_are_echoed_or_made(void** state) {
   fixture_t* f = *state;
   char url[128];
@@ -1434,6 +1493,7 @@ int main(void) {
       T(not_found_and_method_not_allowed),
       T(head_is_served_by_get_routes),
       T(request_ids_are_echoed_or_made),
+      T(files_are_streamed),
       T(every_status_code_maps_to_json_error),
       T(handler_without_response_gets_json_500),
       T(body_limit_with_content_length),

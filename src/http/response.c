@@ -2,17 +2,27 @@
 //
 // The response builder handed to handlers, and the request accessors.
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "http/http_impl.h"
 
 void pcp_http_response_initialize(pcp_http_response_t* out_response) {
   memset(out_response, 0, sizeof(*out_response));
+  out_response->file_fd = -1;
 }
 
 static void response_body_clear(pcp_http_response_t* response) {
+  if (response->file_fd >= 0) {
+    close(response->file_fd);
+    response->file_fd = -1;
+    response->file_byte_length = 0;
+  }
   if (response->sse) {
     pcp_http_sse_stream_abandon(response->sse);
     response->sse = NULL;
@@ -31,6 +41,7 @@ void pcp_http_response_deinitialize(pcp_http_response_t* response) {
     free(response->header_values[i]);
   }
   memset(response, 0, sizeof(*response));
+  response->file_fd = -1;
 }
 
 static bool header_value_is_safe(const char* value) {
@@ -110,6 +121,32 @@ pcp_status_t pcp_http_response_body_set(pcp_http_response_t* response,
   }
   return pcp_http_response_body_take(response, http_status, content_type, copy,
                                      byte_length);
+}
+
+pcp_status_t pcp_http_response_file_set(pcp_http_response_t* response,
+                                        int http_status,
+                                        const char* content_type,
+                                        const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return pcp_status_from_errno(errno, "opening '%s'", path);
+  }
+  struct stat info;
+  if (fstat(fd, &info) != 0) {
+    int error_number = errno;
+    close(fd);
+    return pcp_status_from_errno(error_number, "stat '%s'", path);
+  }
+  if (!S_ISREG(info.st_mode)) {
+    close(fd);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "'%s' is not a regular file", path);
+  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_http_response_body_take(response, http_status,
+                                                       content_type, NULL, 0));
+  response->file_fd = fd;
+  response->file_byte_length = (uint64_t)info.st_size;
+  return pcp_ok_status();
 }
 
 pcp_status_t pcp_http_response_json_set(pcp_http_response_t* response,

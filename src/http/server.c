@@ -284,7 +284,14 @@ static enum MHD_Result queue_built(pcp_http_server_t* server,
                                    pcp_http_response_t* built) {
   struct MHD_Response* response = NULL;
   size_t body_length = built->body_length;
-  if (built->sse) {
+  if (built->file_fd >= 0) {
+    body_length = (size_t)built->file_byte_length;
+    response =
+        MHD_create_response_from_fd64(built->file_byte_length, built->file_fd);
+    if (response) {
+      built->file_fd = -1;  // libmicrohttpd closes it with the response
+    }
+  } else if (built->sse) {
     response = pcp_http_sse_response_create(built->sse, &server->sse_registry,
                                             request->connection);
     built->sse = NULL;  // the response (or its failure) took the reference
