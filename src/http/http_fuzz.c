@@ -14,7 +14,9 @@
 
 #include "http/http_impl.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+// libFuzzer fixes this name.
+int LLVMFuzzerTestOneInput(  // NOLINT(readability-identifier-naming)
+    const uint8_t* data, size_t size);
 
 static pcp_status_t fuzz_handler(void* user_data,
                                  const pcp_http_request_t* request,
@@ -96,7 +98,8 @@ static void fuzz_error_schema(const char* message) {
   pcp_string_builder_deinitialize(&builder);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int LLVMFuzzerTestOneInput(  // NOLINT(readability-identifier-naming)
+    const uint8_t* data, size_t size) {
   if (size == 0) {
     return 0;
   }

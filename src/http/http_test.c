@@ -803,7 +803,7 @@ static void body_limit_with_chunked_upload(void** state) {
   pcp_http_client_response_deinitialize(&response);
   // A sender that keeps streaming far past the limit is cut off (the one
   // place the server closes instead of answering); others are unaffected.
-  size_t huge_length = PCP_HTTP_DEFAULT_MAX_BODY_BYTES * 20;
+  size_t huge_length = (size_t)PCP_HTTP_DEFAULT_MAX_BODY_BYTES * 20;
   char* huge = calloc(1, huge_length);
   char url[128];
   snprintf(url, sizeof(url), "%s/v1/jobs", f->base_url);

@@ -94,8 +94,9 @@ pcp_status_t pcp_http_response_sse_start(pcp_http_response_t* response,
         pcp_http_response_header_add(response, "Cache-Control", "no-cache");
   }
   if (status) {
-    pcp_http_sse_stream_release(stream);
-    pcp_http_sse_stream_release(stream);
+    // Nobody else has seen the stream yet: free it outright.
+    pthread_mutex_destroy(&stream->mutex);
+    free(stream);
     return status;
   }
   response->sse = stream;
@@ -181,9 +182,9 @@ struct MHD_Response* pcp_http_sse_response_create(
   registry->head = stream;
   pthread_mutex_unlock(&registry->mutex);
   // From here on sse_free owns the response's reference, even when
-  // creation fails (it is called right away then).
+  // creation fails (libmicrohttpd does not call it then; we do).
   struct MHD_Response* response = MHD_create_response_from_callback(
-      MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, stream, sse_free);
+      MHD_SIZE_UNKNOWN, (size_t)16 * 1024, sse_read, stream, sse_free);
   if (!response) {
     sse_free(stream);
   }
