@@ -2513,6 +2513,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_check_report_format_json(
 // `pcp topo check --model NAME [--solver native|z3] [--z3-backend
 // library|binary] [--json]` (argv[0] = "check"): exit 0 solvable, 1
 // obstruction / decision escape / unknown, 2 usage, input or solver error.
+// `--all` instead of `--model` checks every model against its expected
+// verdict (exit 0 when all match).
 int pcp_topology_cli_check_main(int argc, char** argv);
 // `pcp topo models [--json]`: the model list.
 int pcp_topology_cli_models_main(int argc, char** argv);

@@ -7,6 +7,8 @@
 //                  [--z3-backend library|binary] [--json]
 //     exit 0: solvable; 1: obstruction, decision escape or unknown;
 //     2: usage, input or solver error.
+//   pcp topo check --all [...]: every model against its expected verdict;
+//     exit 0 when all match, 1 otherwise.
 //   pcp topo models [--json]
 //   pcp topo sim [--seed N] [--events K] [--invalid] [--exhaustive --depth D]
 //                [--replay FILE] [--shrink]
@@ -23,6 +25,7 @@
 
 typedef struct check_options_t {
   char* model;
+  bool all;
   int32_t solver;   // index into kSolverNames
   int32_t backend;  // index into kBackendNames
   bool json;
@@ -36,8 +39,11 @@ static const char* const kBackendNames[] = {"library", "binary", NULL};
 
 static const pcp_config_field_t kCheckFields[] = {
     {.name = "model", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = CHECK_OFFSET(model), .flags = PCP_CONFIG_FLAG_REQUIRED,
-     .value_name = "NAME", .help = "model to check ('pcp topo models' lists them)"},
+     .offset = CHECK_OFFSET(model), .value_name = "NAME",
+     .help = "model to check ('pcp topo models' lists them)"},
+    {.name = "all", .type = PCP_CONFIG_TYPE_BOOL, .offset = CHECK_OFFSET(all),
+     .default_value = "false",
+     .help = "check every model against its expected verdict (for CI)"},
     {.name = "solver", .type = PCP_CONFIG_TYPE_ENUM,
      .offset = CHECK_OFFSET(solver), .default_value = "native",
      .enum_values = kSolverNames,
@@ -74,6 +80,52 @@ static int check_fail(pcp_status_t status) {
   return 2;
 }
 
+// Every model against its expected verdict: one line each (or one JSON
+// object), exit 0 when all match, 1 when any differs.
+static int check_all(pcp_topology_check_options_t check, bool json) {
+  size_t count = 0;
+  const pcp_topology_model_t* models = pcp_topology_model_catalog(&count);
+  size_t mismatches = 0;
+  if (json) printf("{\"schema\":\"pcp.topology.check_all.v1\",\"models\":[");
+  for (size_t i = 0; i < count; ++i) {
+    pcp_topology_check_report_t report;
+    pcp_topology_check_report_initialize(pcp_allocator_system(), &report);
+    pcp_status_t status = pcp_topology_model_check(&models[i], check, &report);
+    if (status) {
+      pcp_topology_check_report_deinitialize(&report);
+      if (json) printf("]}\n");
+      return check_fail(status);
+    }
+    bool ok = report.verdict == models[i].expected;
+    mismatches += !ok;
+    const char* witness =
+        report.has_obstruction
+            ? pcp_topology_obstruction_kind_name(report.obstruction.kind)
+            : "-";
+    if (json) {
+      printf("%s{\"model\":\"%s\",\"verdict\":\"%s\",\"expected\":\"%s\","
+             "\"obstruction\":\"%s\",\"ok\":%s}",
+             i ? "," : "", models[i].name,
+             pcp_topology_verdict_name(report.verdict),
+             pcp_topology_verdict_name(models[i].expected), witness,
+             ok ? "true" : "false");
+    } else {
+      printf("%-38s %-15s expected=%-15s %-40s %s\n", models[i].name,
+             pcp_topology_verdict_name(report.verdict),
+             pcp_topology_verdict_name(models[i].expected), witness,
+             ok ? "ok" : "UNEXPECTED");
+    }
+    pcp_topology_check_report_deinitialize(&report);
+  }
+  if (json) {
+    printf("],\"mismatches\":%zu}\n", mismatches);
+  } else {
+    printf("pcp topology check: %zu model(s), %zu unexpected\n", count,
+           mismatches);
+  }
+  return mismatches ? 1 : 0;
+}
+
 int pcp_topology_cli_check_main(int argc, char** argv) {
   check_options_t options;
   pcp_status_t status = pcp_config_initialize(&kCheckTable, &options);
@@ -82,7 +134,7 @@ int pcp_topology_cli_check_main(int argc, char** argv) {
                                    NULL);
   }
   if (!status && options.help) {
-    printf("usage: pcp topo check --model NAME [--solver native|z3] "
+    printf("usage: pcp topo check --model NAME|--all [--solver native|z3] "
            "[--z3-backend library|binary] [--json]\n\n"
            "Searches for a decision map that solves the model's task and\n"
            "holds the model's own decisions to it. Exit 0 when solvable, 1\n"
@@ -94,8 +146,12 @@ int pcp_topology_cli_check_main(int argc, char** argv) {
     return 0;
   }
   if (!status) status = pcp_config_validate(&kCheckTable, &options);
+  if (!status && !options.model == !options.all) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "give exactly one of --model NAME and --all");
+  }
   const pcp_topology_model_t* model = NULL;
-  if (!status) {
+  if (!status && options.model) {
     model = pcp_topology_model_find(pcp_make_cstring_view(options.model));
     if (!model) {
       status = pcp_make_status(PCP_STATUS_NOT_FOUND,
@@ -114,6 +170,7 @@ int pcp_topology_cli_check_main(int argc, char** argv) {
                          ? PCP_TOPOLOGY_SOLVER_BACKEND_Z3_BINARY
                          : PCP_TOPOLOGY_SOLVER_BACKEND_Z3_LIBRARY;
   bool json = options.json;
+  bool all = options.all;
   pcp_config_deinitialize(&kCheckTable, &options);
   if (check.solver == PCP_TOPOLOGY_SOLVER_Z3 &&
       !pcp_topology_solver_available(check.z3.backend)) {
@@ -122,6 +179,7 @@ int pcp_topology_cli_check_main(int argc, char** argv) {
         check.z3.backend == PCP_TOPOLOGY_SOLVER_BACKEND_Z3_BINARY ? "binary"
                                                                   : "library"));
   }
+  if (all) return check_all(check, json);
   pcp_topology_check_report_t report;
   pcp_topology_check_report_initialize(pcp_allocator_system(), &report);
   status = pcp_topology_model_check(model, check, &report);

@@ -121,7 +121,8 @@ static void test_check_obstructions_exit_one(void** state) {
 
 static void test_check_usage_errors_exit_two(void** state) {
   (void)state;
-  expect("topo check", 2, "model");
+  expect("topo check", 2, "--model NAME and --all");
+  expect("topo check --all --model rda_merge", 2, "exactly one");
   expect("topo check --model", 2, "model");
   expect("topo check --model no.such.model", 2, "unknown model");
   expect("topo check --model rda_merge --solver cvc5", 2, "solver");
@@ -175,12 +176,23 @@ static void test_sim_runs_replays_and_shrinks(void** state) {
   expect("topo sim --events -1", 2, "events");
 }
 
+static void test_check_all_models_match_expectations(void** state) {
+  (void)state;
+  expect("topo check --all", 0, "15 model(s), 0 unexpected");
+  expect("topo check --all --solver z3", 0, "0 unexpected");
+  json_t* root = run_json("topo check --all --json", 0);
+  assert_int_equal(json_integer_value(json_object_get(root, "mismatches")), 0);
+  assert_int_equal(json_array_size(json_object_get(root, "models")), 15);
+  json_decref(root);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_models_lists_every_model),
       cmocka_unit_test(test_check_solvable_models_exit_zero),
       cmocka_unit_test(test_check_obstructions_exit_one),
       cmocka_unit_test(test_check_usage_errors_exit_two),
+      cmocka_unit_test(test_check_all_models_match_expectations),
       cmocka_unit_test(test_sim_runs_replays_and_shrinks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
