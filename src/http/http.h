@@ -48,6 +48,30 @@
 // outlive the server. Request views and response builders are valid only
 // during the handler call.
 //
+// Typical wiring (a role's main thread):
+//   pcp_http_scope_t scopes[] = {{"api", "PCP_API_TOKEN"}};
+//   pcp_http_server_options_t options = {.name = "gateway", .port = 8080,
+//       .scopes = scopes, .scope_count = 1, .registry = registry};
+//   PCP_RETURN_IF_ERROR(pcp_http_server_create(&options, allocator, &srv));
+//   PCP_RETURN_IF_ERROR(pcp_http_server_probes_add(srv, registry, &readyz));
+//   pcp_http_route_t routes[] = {
+//       {"GET", "/v1/jobs/{id}", "api", job_get, state, 0, 0},
+//       {"POST", "/v1/jobs", "api", job_submit, state, 64u << 20, 0}};
+//   PCP_RETURN_IF_ERROR(pcp_http_server_routes_add(srv, routes, 2));
+//   PCP_RETURN_IF_ERROR(pcp_http_server_start(srv));
+//   ...
+//   pcp_status_ignore(pcp_http_server_stop(srv, 10000));  // drain 10 s
+//   pcp_http_server_release(srv);
+// and a handler:
+//   static pcp_status_t job_get(void* state, const pcp_http_request_t* req,
+//                               pcp_http_response_t* resp) {
+//     const char* id = pcp_http_request_param(req, "id");
+//     if (!known(state, id)) {
+//       return pcp_make_status(PCP_STATUS_NOT_FOUND, "job %s", id);  // 404
+//     }
+//     return pcp_http_response_json_take(resp, 200, job_json(state, id));
+//   }
+//
 // Thread-safety: pcp_http_server_* lifecycle calls are thread-compatible
 // (one controlling thread); handlers run concurrently on the server's
 // threads and must be thread-safe among themselves. Request and response
@@ -362,7 +386,7 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_http_server_routes_add(pcp_http_server_t* server,
                            const pcp_http_route_t* routes, size_t route_count);
 
-// Binds and starts the threads. UNAVAILABLE when the address cannot be
+// Binds and starts the threads. A server starts once (stop is final). UNAVAILABLE when the address cannot be
 // bound; INVALID_ARGUMENT for a bad host; NOT_FOUND / RESOURCE_EXHAUSTED for
 // unreadable TLS files; UNIMPLEMENTED when libmicrohttpd lacks TLS.
 PCP_MUST_USE_RESULT pcp_status_t
