@@ -974,7 +974,7 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
         v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_CONTEXT_PAYLOAD_MISMATCH;
       } else if (a->fragment != d->fragment || a->step != d->step) {
         v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_UPDATE;
-      } else if (a->clock < d->known_clock[w]) {
+      } else if (a->clock < d->known_clock[w] && !d->bug_accept_stale_clock) {
         v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_VECTOR_CLOCK;
       } else if ((d->accepted_mask >> w) & 1u) {
         v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_DUPLICATE_UPDATE;

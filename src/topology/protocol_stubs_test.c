@@ -698,6 +698,91 @@ static void test_sched_invariants(void** state) {
                    PCP_TOPOLOGY_SCHED_INVARIANT_RESERVED_CAPACITY_STARVED);
 }
 
+// Decoupled schedules for shrinking: (action, worker, clock) triples.
+typedef struct decoupled_step_t {
+  pcp_topology_decoupled_action_kind_t kind;
+  uint32_t worker;
+  uint64_t clock;
+} decoupled_step_t;
+
+typedef struct decoupled_script_t {
+  const decoupled_step_t* steps;
+  uint32_t quorum;
+  bool accept_stale_clock;
+} decoupled_script_t;
+
+// The oracle: a commit with fewer than quorum accepted senders, or an
+// accepted update whose clock went backwards.
+static bool decoupled_script_fails(void* user_data, const uint32_t* retained,
+                                   size_t count) {
+  const decoupled_script_t* script = (const decoupled_script_t*)user_data;
+  pcp_topology_decoupled_t d;
+  pcp_topology_decoupled_initialize(7, 2, script->quorum, 1, &d);
+  d.bug_accept_stale_clock = script->accept_stale_clock;
+  uint64_t highest[2] = {0, 0};
+  for (size_t i = 0; i < count; ++i) {
+    const decoupled_step_t* s = &script->steps[retained[i]];
+    pcp_topology_decoupled_action_t a = act(&d, s->kind, s->worker, s->clock);
+    uint32_t accepted_before = 0;
+    for (uint32_t w = 0; w < 2; ++w) accepted_before += (d.accepted_mask >> w) & 1u;
+    pcp_topology_decoupled_apply(&d, &a);
+    if (s->kind == PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT &&
+        accepted_before < script->quorum) {
+      return true;
+    }
+    if (s->kind == PCP_TOPOLOGY_DECOUPLED_SUBMIT &&
+        d.decision == PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED && s->worker < 2) {
+      if (s->clock < highest[s->worker]) return true;
+      highest[s->worker] = s->clock;
+    }
+  }
+  return false;
+}
+
+// injected bugs: a forced below-quorum commit and accepted stale vector
+// clocks shrink to at most 4 actions
+static void test_decoupled_injected_bugs_shrink(void** state) {
+  (void)state;
+  const pcp_topology_decoupled_action_kind_t A = PCP_TOPOLOGY_DECOUPLED_ASSIGN;
+  const pcp_topology_decoupled_action_kind_t L =
+      PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP_COMPLETE;
+  const pcp_topology_decoupled_action_kind_t S = PCP_TOPOLOGY_DECOUPLED_SUBMIT;
+  const pcp_topology_decoupled_action_kind_t T =
+      PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW;
+  const pcp_topology_decoupled_action_kind_t F =
+      PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT;
+  const decoupled_step_t below[] = {{A, 0, 0}, {A, 1, 0}, {L, 0, 0},
+                                    {S, 0, 1}, {L, 1, 0}, {F, 0, 0}};
+  decoupled_script_t script = {below, 2, false};
+  uint32_t* retained = NULL;
+  size_t count = 0;
+  PCP_CHECK_OK(pcp_topology_indices_shrink(pcp_allocator_system(),
+                                           PCP_ARRAYSIZE(below),
+                                           decoupled_script_fails, &script,
+                                           &retained, &count));
+  assert_true(count <= 4);
+  assert_int_equal(below[retained[count - 1]].kind, F);
+  free(retained);
+
+  const decoupled_step_t stale[] = {{A, 0, 0}, {A, 1, 0}, {L, 0, 0},
+                                    {S, 0, 5}, {S, 1, 5}, {T, 0, 0},
+                                    {L, 1, 0}, {S, 0, 3}};
+  script = (decoupled_script_t){stale, 1, true};
+  PCP_CHECK_OK(pcp_topology_indices_shrink(pcp_allocator_system(),
+                                           PCP_ARRAYSIZE(stale),
+                                           decoupled_script_fails, &script,
+                                           &retained, &count));
+  assert_true(count <= 4);
+  free(retained);
+  // The correct model rejects the stale clock: nothing to shrink.
+  script.accept_stale_clock = false;
+  assert_int_equal(
+      pcp_status_consume_code(pcp_topology_indices_shrink(
+          pcp_allocator_system(), PCP_ARRAYSIZE(stale), decoupled_script_fails,
+          &script, &retained, &count)),
+      PCP_STATUS_FAILED_PRECONDITION);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sched_reserves_first_matching),
@@ -718,6 +803,7 @@ int main(void) {
       cmocka_unit_test(test_decoupled_rejections),
       cmocka_unit_test(test_decoupled_collectors_and_resume),
       cmocka_unit_test(test_decoupled_recovery_tape),
+      cmocka_unit_test(test_decoupled_injected_bugs_shrink),
       cmocka_unit_test(test_decoupled_exhaustive_depth_three),
       cmocka_unit_test(test_decoupled_random_is_deterministic),
       cmocka_unit_test(test_message_registry_oracle),

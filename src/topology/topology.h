@@ -2151,6 +2151,7 @@ typedef struct pcp_topology_decoupled_t {
   pcp_topology_decoupled_decision_t decision;
   pcp_topology_decoupled_violation_t violation;  // of the last action
   bool bug_count_duplicates;  // injected bug: duplicates count to quorum
+  bool bug_accept_stale_clock;  // injected bug: no vector-clock check
 } pcp_topology_decoupled_t;
 
 void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
