@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric.h"
-#include "fabric/fabric_test_impl.h"
+#include "fabric/fake_worker.h"
 
 #define TOKEN_ENV "PCP_BENCH_FABRIC_TOKEN"
 #define TOKEN "bench-token"

@@ -671,6 +671,14 @@ static void session_bind(pcp_fabric_endpoint_t* ep, const char* id,
     s->worker = worker;
     return;
   }
+  if (ep->session_count == PCP_FABRIC_MAX_SESSIONS) {
+    // Bounded: the oldest binding goes (its next task is placed by its
+    // constraint, and the worker reports missing resident tensors).
+    pcp_allocator_free(ep->allocator, ep->sessions[0].id);
+    memmove(&ep->sessions[0], &ep->sessions[1],
+            (ep->session_count - 1) * sizeof(session_t));
+    ep->session_count--;
+  }
   if (ep->session_count == ep->session_capacity) {
     uint32_t capacity = ep->session_capacity ? ep->session_capacity * 2 : 16;
     void* p = ep->sessions;
@@ -692,6 +700,47 @@ static void session_bind(pcp_fabric_endpoint_t* ep, const char* id,
     return;
   }
   ep->sessions[ep->session_count++] = (session_t){.id = copy, .worker = worker};
+}
+
+static void session_forget(pcp_fabric_endpoint_t* ep, uint32_t index) {
+  pcp_allocator_free(ep->allocator, ep->sessions[index].id);
+  ep->sessions[index] = ep->sessions[--ep->session_count];
+}
+
+// Frees the registry slot of the worker lost longest ago, once its resume
+// window has passed, so that a fleet whose ids churn (pods with new names)
+// does not fill the registry. False when none can go.
+static bool worker_recycle_one(pcp_fabric_endpoint_t* ep, int64_t now) {
+  uint32_t victim = UINT32_MAX;
+  for (uint32_t i = 0; i < ep->worker_count; ++i) {
+    fabric_worker_t* w = ep->workers[i];
+    if (w->conn || now - w->lost_at_ns <= ep->timeouts.resume_window_ns) {
+      continue;
+    }
+    if (victim == UINT32_MAX ||
+        w->lost_at_ns < ep->workers[victim]->lost_at_ns) {
+      victim = i;
+    }
+  }
+  if (victim == UINT32_MAX) return false;
+  fabric_worker_t* w = ep->workers[victim];
+  for (uint32_t i = 0; i < ep->session_count;) {
+    if (ep->sessions[i].worker == w) {
+      session_forget(ep, i);
+    } else {
+      ++i;
+    }
+  }
+  for (pcp_fabric_task_t* t = ep->tasks_head; t; t = t->next) {
+    if (t->worker == w) t->worker = NULL;
+  }
+  pcp_status_ignore(
+      pcp_sched_worker_remove(ep->sched, w->info.worker_id, now, NULL));
+  pcp_allocator_free(ep->allocator, w->acked.items);
+  pcp_allocator_free(ep->allocator, w->offered.items);
+  pcp_allocator_free(ep->allocator, w);
+  ep->workers[victim] = ep->workers[--ep->worker_count];
+  return true;
 }
 
 static bool worker_connected(const fabric_worker_t* w) {
@@ -858,6 +907,18 @@ static void task_assign(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* task) {
   pcp_status_t status = pcp_proto_gateway_conn_assign_task(
       w->conn->proto, &assign, task->inputs, task->input_count, now_ns(ep),
       &request_id);
+  if (pcp_status_code(status) == PCP_STATUS_RESOURCE_EXHAUSTED) {
+    // The connection's in-flight limit: wait for a slot (a pinned task stays
+    // pinned; a leased one gives its lease back and is placed again).
+    pcp_status_ignore(status);
+    task->state = TASK_PENDING;
+    if (task->lease_id) {
+      pcp_status_ignore(pcp_sched_lease_release(ep->sched, task->lease_id));
+      task->lease_id = 0;
+      task->worker = NULL;
+    }
+    return;
+  }
   if (status) {
     task_finish(ep, task, pcp_status_annotate_f(status, "task %llu on '%s'",
                                                 (unsigned long long)task->id,
@@ -944,10 +1005,14 @@ static void task_place(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* task) {
     fabric_worker_t* w = worker_find(ep, pin);
     if (w && worker_connected(w) &&
         w->info.state == PCP_FABRIC_WORKER_CONNECTED) {
+      task->pin_deadline_ns = 0;
       task_dispatch(ep, task, w);
       return;
     }
-    if (now >= task->pin_deadline_ns) {
+    // The worker is away: wait for it for one resume window.
+    if (task->pin_deadline_ns == 0) {
+      task->pin_deadline_ns = now + ep->timeouts.resume_window_ns;
+    } else if (now >= task->pin_deadline_ns) {
       task_finish(ep, task,
                   pcp_make_status(PCP_STATUS_UNAVAILABLE,
                                   "task %llu: worker '%s' not connected "
@@ -1135,7 +1200,8 @@ static void on_join_verified(fabric_conn_t* conn) {
     process_actions(old);
   }
   if (!w) {
-    if (ep->worker_count >= ep->options.max_workers) {
+    if (ep->worker_count >= ep->options.max_workers &&
+        !worker_recycle_one(ep, now)) {
       reject(conn, PCP_PROTO_REJECT_CAPACITY, "worker registry full");
       return;
     }
@@ -1278,7 +1344,7 @@ static void conn_ended(fabric_conn_t* conn) {
       t->state = TASK_DETACHED;  // sched's event below decides
     } else {
       t->state = TASK_PENDING;  // pinned: wait for this worker
-      t->pin_deadline_ns = now + ep->timeouts.resume_window_ns;
+      t->pin_deadline_ns = 0;
     }
   }
   pcp_sched_event_t event = {0};
@@ -2436,7 +2502,6 @@ pcp_status_t pcp_fabric_task_submit(pcp_fabric_endpoint_t* ep,
   }
   task->id = ep->next_task_id++;
   task->state = TASK_PENDING;
-  task->pin_deadline_ns = now_ns(ep) + ep->timeouts.resume_window_ns;
   task->prev = ep->tasks_tail;
   if (ep->tasks_tail) {
     ep->tasks_tail->next = task;

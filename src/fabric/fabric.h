@@ -73,6 +73,8 @@ typedef struct pcp_fabric_config_t {
 const pcp_config_table_t* pcp_fabric_config_table(void);
 
 #define PCP_FABRIC_DEFAULT_MAX_TASK_ATTEMPTS 3u
+// Session -> worker bindings kept; past it the oldest binding is dropped.
+#define PCP_FABRIC_MAX_SESSIONS 4096u
 #define PCP_FABRIC_MAX_TASK_ATTEMPTS 100u
 
 typedef struct pcp_fabric_options_t {

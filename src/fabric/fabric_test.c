@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // fabric endpoint tests: a real endpoint on 127.0.0.1 driven by scripted fake
-// workers (fabric_test_impl.h) over real TCP sockets. H = 100 ms, so every
+// workers (tests/fabric/fake_worker.h) over real TCP sockets. H = 100 ms, so every
 // timeout is short: silence 300 ms, tick 25 ms, resume window 1 s.
 
 // clang-format off
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "fabric/fabric.h"
-#include "fabric/fabric_test_impl.h"
+#include "fabric/fake_worker.h"
 
 #define TOKEN_ENV "PCP_FABRIC_TEST_TOKEN"
 #define TOKEN "correct horse battery staple"
@@ -673,6 +673,200 @@ static void test_task_result_and_cancel(void** state) {
   fixture_stop(f);
 }
 
+
+static pcp_status_t emit_to_fake(void* user_data,
+                                 pcp_proto_encoded_frame_t* frame) {
+  fake_worker_t* fw = user_data;
+  if (!fake_send_frame(fw, frame)) {
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "send failed");
+  }
+  return pcp_ok_status();
+}
+
+// Tensors larger than the chunk size cross as tensor blobs both ways; the
+// result comes back in the task's outputs with the right bytes.
+static void test_large_tensors_travel_as_blobs(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(16 << 10);
+  fake_worker_t* fw = join_worker(f, "big", TOKEN);
+  enum { kCount = 20000 };  // 80000 bytes: 5 chunks of 16 KiB
+  float* x = malloc(kCount * sizeof(float));
+  for (int i = 0; i < kCount; ++i) x[i] = (float)i * 0.25f;
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_F32,
+                               .rank = 1,
+                               .shape = {kCount},
+                               .data = x};
+  pcp_fabric_task_params_t params = {.function = "negate",
+                                     .inputs = &input,
+                                     .input_count = 1};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t frame;
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_PROGRAM_OFFER, 3000, &frame));
+  pcp_proto_program_ack_t ack = {.status = PCP_PROTO_PROGRAM_CACHED};
+  memcpy(ack.program, f->program, sizeof(ack.program));
+  pcp_proto_encoded_frame_t enc;
+  PCP_CHECK_OK(pcp_proto_program_ack_encode(1, frame.header.request_id, &ack,
+                                            &fw->limits,
+                                            pcp_allocator_system(), &enc));
+  pcp_proto_frame_deinitialize(&frame);
+  assert_true(fake_send_frame(fw, &enc));
+  // Input chunks, then the assign that names the blob.
+  pcp_proto_blob_assembly_t assembly;
+  memset(&assembly, 0, sizeof(assembly));
+  bool complete = false;
+  int chunks = 0;
+  while (!complete) {
+    assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_BLOB_CHUNK, 3000, &frame));
+    pcp_proto_blob_chunk_t chunk;
+    PCP_CHECK_OK(pcp_proto_blob_chunk_parse(&frame, &chunk));
+    assert_int_equal(chunk.kind, PCP_PROTO_BLOB_TENSOR);
+    if (chunks++ == 0) {
+      PCP_CHECK_OK(pcp_proto_blob_assembly_initialize(
+          frame.header.request_id, &chunk, &fw->limits,
+          pcp_allocator_system(), &assembly));
+      complete = chunk.count == 1;
+    } else {
+      PCP_CHECK_OK(pcp_proto_blob_assembly_add(&assembly, &chunk, &complete));
+    }
+    pcp_proto_frame_deinitialize(&frame);
+  }
+  assert_int_equal(chunks, 5);
+  uint8_t* blob = NULL;
+  uint64_t blob_length = 0;
+  pcp_proto_blob_assembly_take(&assembly, &blob, &blob_length);
+  assert_int_equal(blob_length, kCount * sizeof(float));
+  assert_memory_equal(blob, x, blob_length);
+  pcp_proto_frame_t assign;
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_TASK_ASSIGN, 3000, &assign));
+  pcp_proto_task_assign_t parsed;
+  PCP_CHECK_OK(pcp_proto_task_assign_parse(&assign, &parsed));
+  assert_int_equal(parsed.inputs[0].kind, PCP_PROTO_TENSOR_REF_BLOB);
+  // The result: negated, sent as a blob, then referenced by the RESULT.
+  float* y = (float*)blob;
+  for (int i = 0; i < kCount; ++i) y[i] = -y[i];
+  char blob_id[64];
+  snprintf(blob_id, sizeof(blob_id), "t%llu.s0",
+           (unsigned long long)parsed.task_id);
+  PCP_CHECK_OK(pcp_proto_blob_encode_chunks(
+      1, assign.header.request_id, blob_id, PCP_PROTO_BLOB_TENSOR, y,
+      blob_length, &fw->limits, pcp_allocator_system(), emit_to_fake, fw));
+  pcp_proto_tensor_ref_t ref = {.kind = PCP_PROTO_TENSOR_REF_BLOB,
+                                .name = blob_id,
+                                .element_type = PCP_ELEMENT_TYPE_F32,
+                                .rank = 1,
+                                .shape = {kCount}};
+  pcp_proto_task_result_t result = {.task_id = parsed.task_id,
+                                    .outputs = &ref,
+                                    .output_count = 1};
+  PCP_CHECK_OK(pcp_proto_task_result_encode(1, assign.header.request_id,
+                                            &result, NULL, 0, &fw->limits,
+                                            pcp_allocator_system(), &enc));
+  assert_true(fake_send_frame(fw, &enc));
+  pcp_proto_frame_deinitialize(&assign);
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  assert_null(pcp_fabric_task_status(task));
+  const pcp_proto_section_t* outputs = NULL;
+  size_t count = 0;
+  PCP_CHECK_OK(pcp_fabric_task_outputs(task, &outputs, &count));
+  assert_int_equal(count, 1);
+  assert_int_equal(outputs[0].byte_length, blob_length);
+  assert_int_equal(outputs[0].element_type, PCP_ELEMENT_TYPE_F32);
+  assert_int_equal(outputs[0].shape[0], kCount);
+  assert_memory_equal(outputs[0].data, y, blob_length);
+  pcp_proto_blob_free(pcp_allocator_system(), blob);
+  free(x);
+  pcp_fabric_task_release(task);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
+static void test_rerun_on_rejoin_at_most_n_times(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* fw = join_worker(f, "flaky", TOKEN);
+  uint8_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_U8,
+                               .rank = 1,
+                               .shape = {8},
+                               .data = x};
+  pcp_fabric_task_params_t params = {.function = "main",
+                                     .inputs = &input,
+                                     .input_count = 1,
+                                     .max_attempts = 2};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  for (uint32_t attempt = 1; attempt <= 2; ++attempt) {
+    pcp_proto_frame_t assign;
+    accept_offer_and_assign(fw, &assign);
+    pcp_proto_frame_deinitialize(&assign);
+    pcp_fabric_task_info_t info;
+    pcp_fabric_task_info_query(task, &info);
+    assert_int_equal(info.attempts, attempt);
+    // The worker process dies; a new one with the same id comes back and
+    // gets the same task again (sched: the detached lease resumes on it).
+    drop_worker(fw);
+    assert_true(wait_worker_state(f, "flaky", PCP_FABRIC_WORKER_LOST, 2000,
+                                  NULL));
+    fw = join_worker(f, "flaky", TOKEN);
+  }
+  // Two runs were the limit: the task fails instead of a third run.
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  assert_int_equal(pcp_status_code(pcp_fabric_task_status(task)),
+                   PCP_STATUS_ABORTED);
+  pcp_fabric_task_release(task);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
+static void test_registry_recycles_long_lost_workers(void** state) {
+  (void)state;
+  setenv(TOKEN_ENV, TOKEN, 1);
+  fixture_t* f = calloc(1, sizeof(fixture_t));
+  PCP_ASSERT(f);
+  pcp_fabric_options_initialize(&f->options);
+  f->options.heartbeat_interval_ms = H_MS;
+  f->options.join_token_env = TOKEN_ENV;
+  f->options.max_workers = 2;
+  PCP_CHECK_OK(pcp_fabric_endpoint_create(&f->options, pcp_allocator_system(),
+                                          &f->endpoint));
+  f->port = pcp_fabric_endpoint_port(f->endpoint);
+  fake_worker_t* a = join_worker(f, "pod-a", TOKEN);
+  fake_worker_t* b = join_worker(f, "pod-b", TOKEN);
+  // Full, nobody lost: refused.
+  fake_worker_t c;
+  assert_true(fake_worker_connect(f->port, &f->options.limits, &c));
+  pcp_proto_join_t join;
+  fake_default_join("pod-c", &join);
+  assert_false(fake_handshake(&c, &join, TOKEN));
+  assert_int_equal(c.reject_reason, PCP_PROTO_REJECT_CAPACITY);
+  fake_worker_close(&c);
+  // pod-a goes away for longer than the resume window: its slot is reused.
+  drop_worker(a);
+  assert_true(wait_worker_state(f, "pod-a", PCP_FABRIC_WORKER_LOST, 2000, b));
+  int64_t until = fake_now_ns() + 11 * H_MS * 1000000;
+  while (fake_now_ns() < until) {
+    pcp_proto_frame_t frame;
+    if (fake_recv_frame(b, 10, true, &frame)) {
+      pcp_proto_frame_deinitialize(&frame);
+    }
+  }
+  fake_worker_t* d = join_worker(f, "pod-c", TOKEN);
+  pcp_fabric_worker_info_t info;
+  pcp_status_t status = pcp_fabric_worker_query(f->endpoint, "pod-a", &info);
+  assert_int_equal(pcp_status_consume_code(status), PCP_STATUS_NOT_FOUND);
+  assert_int_equal(pcp_fabric_worker_count(f->endpoint,
+                                           PCP_FABRIC_WORKER_CONNECTED),
+                   2);
+  drop_worker(d);
+  drop_worker(b);
+  fixture_stop(f);
+}
+
 static void test_config_table_and_bad_options(void** state) {
   (void)state;
   pcp_fabric_config_t config;
@@ -708,6 +902,9 @@ int main(void) {
       cmocka_unit_test(test_reconnect_keeps_identity),
       cmocka_unit_test(test_program_offer_fetch_chunks_verified),
       cmocka_unit_test(test_task_result_and_cancel),
+      cmocka_unit_test(test_large_tensors_travel_as_blobs),
+      cmocka_unit_test(test_rerun_on_rejoin_at_most_n_times),
+      cmocka_unit_test(test_registry_recycles_long_lost_workers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

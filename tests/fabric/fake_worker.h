@@ -4,10 +4,10 @@
 // sockets on 127.0.0.1 and proto's codec, nothing from the real worker
 // (src/roles/worker), so the endpoint is tested against exactly the bytes a
 // test chooses to send. Header-only so that bench/ can share it; never
-// included outside tests and benchmarks.
+// included by production code.
 
-#ifndef PCP_FABRIC_FABRIC_TEST_IMPL_H_
-#define PCP_FABRIC_FABRIC_TEST_IMPL_H_
+#ifndef PCP_TESTS_FABRIC_FAKE_WORKER_H_
+#define PCP_TESTS_FABRIC_FAKE_WORKER_H_
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -319,4 +319,4 @@ static inline bool fake_expect_eof(fake_worker_t* fw, int64_t timeout_ms) {
   return true;
 }
 
-#endif  // PCP_FABRIC_FABRIC_TEST_IMPL_H_
+#endif  // PCP_TESTS_FABRIC_FAKE_WORKER_H_
