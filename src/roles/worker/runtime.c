@@ -911,6 +911,17 @@ static pcp_status_t input_value(worker_t* w, job_t* job,
 }
 
 static pcp_status_t run_task(worker_t* w, job_t* job) {
+  if (job_cancelled(job)) {
+    return cancelled_status(job);
+  }
+  // "running" as soon as the compute thread takes the task: from here a
+  // cancel no longer skips it outright.
+  progress_t* progress = malloc(sizeof(*progress));
+  if (progress) {
+    progress->worker = w;
+    progress->task_id = job->task_id;
+    post_to_loop(w, on_progress, progress);
+  }
   if (w->config->test_task_delay_ms > 0) {
     pcp_sleep_ms(w->config->test_task_delay_ms);
   }
@@ -920,12 +931,6 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
   pcp_proto_task_assign_t assign;
   PCP_RETURN_IF_ERROR(pcp_proto_task_assign_parse(&job->frame, &assign),
                       "TASK_ASSIGN");
-  progress_t* progress = malloc(sizeof(*progress));
-  if (progress) {
-    progress->worker = w;
-    progress->task_id = job->task_id;
-    post_to_loop(w, on_progress, progress);
-  }
   pcp_program_t* program = NULL;
   PCP_RETURN_IF_ERROR_BARE(get_program(w, assign.program, &program));
 
