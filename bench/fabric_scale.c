@@ -145,6 +145,8 @@ static int load_generator_main(uint16_t port, int workers, int seconds,
   }
   w = write(ready_fd, &sent, sizeof(sent));
   (void)w;
+  // Stay connected until the gateway has taken its closing figures.
+  r = read(go_fd, &byte, 1);
   for (int i = 0; i < workers; ++i) close(clients[i].fd);
   free(clients);
   free(fds);
@@ -222,12 +224,9 @@ int main(int argc, char** argv) {
   pcp_fabric_endpoint_stats_t after;
   pcp_fabric_endpoint_stats_query(endpoint, &after);
   uint32_t still_connected = after.workers_connected;
+  PCP_ASSERT(write(go_pipe[1], &byte, 1) == 1);
   waitpid(child, NULL, 0);
 
-  pcp_obs_family_t* frames =
-      pcp_obs_registry_find(pcp_fabric_endpoint_metrics(endpoint),
-                            "pcp_fabric_frames_total");
-  (void)frames;
   uint64_t frames_in = after.frames_in - before.frames_in;
   double per_worker_alloc =
       (double)(joined_live - idle_live) / (connected ? connected : 1);
