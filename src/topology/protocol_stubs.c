@@ -13,7 +13,9 @@
 //     reserved_workers, reservations, the embedded job queue);
 //   - the federation hub's gateway registry and placement ranking;
 //   - the decoupled DiLoCo fragment window (quorum, duplicates, vector
-//     clocks, cancellation) and the RDA weighted outer-gradient merge.
+//     clocks, cancellation), its vector clock and event tape, and the RDA
+//     weighted outer-gradient merge;
+//   - the training request kind parser (trainingKindFromRequestBody).
 // Everything here is deliberately self-contained and lives in this one file
 // so that, when src/proto and src/sched land, each block can be replaced by
 // a call into the real module and the models then check the real protocol.
@@ -909,6 +911,49 @@ pcp_topology_federation_violation_t pcp_topology_federation_complete_routed(
 // Decoupled DiLoCo fragment window
 //===----------------------------------------------------------------------===//
 
+void pcp_topology_vector_clock_tick(pcp_topology_vector_clock_t* clock,
+                                    uint32_t node) {
+  if (node < PCP_TOPOLOGY_VECTOR_CLOCK_NODES) clock->counters[node]++;
+}
+
+void pcp_topology_vector_clock_observe(
+    pcp_topology_vector_clock_t* clock,
+    const pcp_topology_vector_clock_t* other) {
+  for (uint32_t i = 0; i < PCP_TOPOLOGY_VECTOR_CLOCK_NODES; ++i) {
+    if (other->counters[i] > clock->counters[i]) {
+      clock->counters[i] = other->counters[i];
+    }
+  }
+}
+
+uint64_t pcp_topology_vector_clock_counter(
+    const pcp_topology_vector_clock_t* clock, uint32_t node) {
+  return node < PCP_TOPOLOGY_VECTOR_CLOCK_NODES ? clock->counters[node] : 0;
+}
+
+pcp_status_t pcp_topology_event_tape_append(
+    pcp_topology_event_tape_t* tape, const pcp_topology_tape_entry_t* entry) {
+  if (tape->count >= PCP_TOPOLOGY_TAPE_MAX_ENTRIES) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "event tape holds at most %u entries",
+                           PCP_TOPOLOGY_TAPE_MAX_ENTRIES);
+  }
+  tape->entries[tape->count++] = *entry;
+  return pcp_ok_status();
+}
+
+const pcp_topology_tape_entry_t* pcp_topology_event_tape_replay_fragment_sync(
+    const pcp_topology_event_tape_t* tape, uint32_t step, uint32_t fragment) {
+  for (uint32_t i = 0; i < tape->count; ++i) {
+    const pcp_topology_tape_entry_t* e = &tape->entries[i];
+    if (e->kind == PCP_TOPOLOGY_TAPE_FRAGMENT_SYNC && e->step == step &&
+        e->fragment == fragment) {
+      return e;
+    }
+  }
+  return NULL;
+}
+
 void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
                                        uint32_t quorum, uint32_t fragments,
                                        pcp_topology_decoupled_t* out) {
@@ -922,15 +967,6 @@ void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
   for (uint32_t i = 0; i < out->worker_count; ++i) out->online[i] = true;
 }
 
-static void decoupled_commit(pcp_topology_decoupled_t* d) {
-  d->syncer_clock++;
-  d->tape_entries++;
-  d->accepted_mask = 0;
-  d->step++;
-  d->fragment = (d->fragment + 1) % d->fragment_count;
-  d->decision = PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED;
-}
-
 static uint32_t popcount64(uint64_t x) {
   uint32_t count = 0;
   while (x) {
@@ -939,6 +975,32 @@ static uint32_t popcount64(uint64_t x) {
   }
   return count;
 }
+
+static void decoupled_commit(pcp_topology_decoupled_t* d) {
+  // The sync goes on the tape with the merge weight of what was accepted;
+  // a full tape (a bounded model) only stops recording, never the merge.
+  uint64_t tokens = 0;
+  for (uint32_t w = 0; w < d->worker_count; ++w) {
+    if ((d->accepted_mask >> w) & 1u) tokens += d->tokens[w];
+  }
+  pcp_topology_tape_entry_t entry;
+  memset(&entry, 0, sizeof(entry));
+  entry.kind = PCP_TOPOLOGY_TAPE_FRAGMENT_SYNC;
+  entry.step = d->step;
+  entry.fragment = d->fragment;
+  entry.merge_weight = tokens ? tokens : 1;
+  entry.participants = popcount64(d->accepted_mask) + d->extra_accepted;
+  pcp_status_ignore(pcp_topology_event_tape_append(&d->tape, &entry));
+  pcp_topology_vector_clock_tick(&d->vector_clock,
+                                 PCP_TOPOLOGY_VECTOR_CLOCK_SYNCER);
+  d->syncer_clock++;
+  d->tape_entries++;
+  d->accepted_mask = 0;
+  d->step++;
+  d->fragment = (d->fragment + 1) % d->fragment_count;
+  d->decision = PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED;
+}
+
 
 void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
                                   const pcp_topology_decoupled_action_t* a) {
@@ -993,6 +1055,11 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
       }
       d->accepted_mask |= 1ull << w;
       d->known_clock[w] = a->clock;
+      // The syncer observes the learner's clock with its update.
+      if (w < PCP_TOPOLOGY_VECTOR_CLOCK_SYNCER &&
+          a->clock > d->vector_clock.counters[w]) {
+        d->vector_clock.counters[w] = a->clock;
+      }
       d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED;
       return;
     }

@@ -304,6 +304,24 @@ static void test_decoupled_quorum_commit(void** state) {
   assert_int_equal(d.known_clock[1], 1);
   assert_int_equal(d.syncer_clock, 1);
   assert_int_equal(d.tape_entries, 1);
+  // Clocks w0 = w1 = syncer = 1, and the tape replays the sync with both
+  // participants.
+  assert_int_equal(pcp_topology_vector_clock_counter(&d.vector_clock, 0), 1);
+  assert_int_equal(pcp_topology_vector_clock_counter(&d.vector_clock, 1), 1);
+  assert_int_equal(pcp_topology_vector_clock_counter(
+                       &d.vector_clock, PCP_TOPOLOGY_VECTOR_CLOCK_SYNCER),
+                   1);
+  const pcp_topology_tape_entry_t* sync =
+      pcp_topology_event_tape_replay_fragment_sync(&d.tape, 0, 0);
+  assert_non_null(sync);
+  assert_int_equal(sync->participants, 2);
+  assert_int_equal(sync->merge_weight, 1);
+  assert_null(pcp_topology_event_tape_replay_fragment_sync(&d.tape, 0, 1));
+  pcp_topology_vector_clock_t other = {{0}};
+  other.counters[0] = 9;
+  pcp_topology_vector_clock_observe(&d.vector_clock, &other);
+  assert_int_equal(pcp_topology_vector_clock_counter(&d.vector_clock, 0), 9);
+  assert_int_equal(pcp_topology_vector_clock_counter(&d.vector_clock, 1), 1);
   assert_int_equal(d.fragment, 1);
   // An update for the old step is stale now.
   pcp_topology_decoupled_action_t old = act(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT,

@@ -2079,6 +2079,57 @@ pcp_topology_federation_violation_t pcp_topology_federation_complete_routed(
     const pcp_topology_federation_t* f,
     const pcp_topology_federation_placement_t* placement);
 
+// Vector clock over the window's nodes: workers 0..n-1 and the syncer at
+// index PCP_TOPOLOGY_VECTOR_CLOCK_SYNCER.
+#define PCP_TOPOLOGY_VECTOR_CLOCK_NODES 8u
+#define PCP_TOPOLOGY_VECTOR_CLOCK_SYNCER (PCP_TOPOLOGY_VECTOR_CLOCK_NODES - 1u)
+
+typedef struct pcp_topology_vector_clock_t {
+  uint64_t counters[PCP_TOPOLOGY_VECTOR_CLOCK_NODES];
+} pcp_topology_vector_clock_t;
+
+// Advances |node|'s own counter.
+void pcp_topology_vector_clock_tick(pcp_topology_vector_clock_t* clock,
+                                    uint32_t node);
+// Merges |other| in (component-wise maximum).
+void pcp_topology_vector_clock_observe(pcp_topology_vector_clock_t* clock,
+                                       const pcp_topology_vector_clock_t* other);
+uint64_t pcp_topology_vector_clock_counter(
+    const pcp_topology_vector_clock_t* clock, uint32_t node);
+
+// The decoupled event tape: what the syncer applied, in order, so that a
+// restarted gateway can replay its fragment syncs.
+typedef enum pcp_topology_tape_kind_e {
+  PCP_TOPOLOGY_TAPE_LEARNER_APPLY = 0,
+  PCP_TOPOLOGY_TAPE_IN_FLIGHT = 1,
+  PCP_TOPOLOGY_TAPE_FRAGMENT_SYNC = 2,
+  PCP_TOPOLOGY_TAPE_FAILURE = 3,
+  PCP_TOPOLOGY_TAPE_RECOVERY = 4,
+} pcp_topology_tape_kind_t;
+
+#define PCP_TOPOLOGY_TAPE_MAX_ENTRIES 64u
+
+typedef struct pcp_topology_tape_entry_t {
+  pcp_topology_tape_kind_t kind;
+  uint32_t step;
+  uint32_t fragment;
+  uint32_t learner;        // LEARNER_APPLY / FAILURE / RECOVERY
+  uint64_t merge_weight;   // FRAGMENT_SYNC: max(tokens, 1)
+  uint32_t participants;   // FRAGMENT_SYNC
+} pcp_topology_tape_entry_t;
+
+typedef struct pcp_topology_event_tape_t {
+  pcp_topology_tape_entry_t entries[PCP_TOPOLOGY_TAPE_MAX_ENTRIES];
+  uint32_t count;
+} pcp_topology_event_tape_t;
+
+// RESOURCE_EXHAUSTED when full.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_event_tape_append(
+    pcp_topology_event_tape_t* tape, const pcp_topology_tape_entry_t* entry);
+// The fragment-sync entry of (|step|, |fragment|), or NULL.
+const pcp_topology_tape_entry_t* pcp_topology_event_tape_replay_fragment_sync(
+    const pcp_topology_event_tape_t* tape, uint32_t step, uint32_t fragment);
+
 // Decoupled DiLoCo fragment window.
 #define PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS 4u
 
@@ -2140,6 +2191,8 @@ typedef struct pcp_topology_decoupled_t {
   uint32_t step;
   uint64_t syncer_clock;
   uint32_t tape_entries;  // fragment-sync entries appended to the tape
+  pcp_topology_vector_clock_t vector_clock;  // the syncer's view
+  pcp_topology_event_tape_t tape;
   bool canceled;
   bool assigned[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
   bool online[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
