@@ -801,6 +801,49 @@ static void test_decoupled_injected_bugs_shrink(void** state) {
       PCP_STATUS_FAILED_PRECONDITION);
 }
 
+// federation oracle: the selected service is compatible (type or
+// capability), unhealthy services lose to healthy ones, and the compatible
+// input may end placed or lost (the task's two alternatives)
+static void test_federation_oracle(void** state) {
+  (void)state;
+  pcp_topology_federation_t f;
+  pcp_topology_federation_initialize(&f);
+  int32_t a = pcp_topology_federation_register(&f, "gateway-a");
+  int32_t b = pcp_topology_federation_register(&f, "gateway-b");
+  pcp_topology_federation_service_t sick = {
+      "training", {NULL}, 8, 8, false, 9};
+  pcp_topology_federation_service_t capable = {
+      "rl", {"training", "inference"}, 2, 2, true, 1};
+  assert_true(pcp_topology_federation_add_service(&f, a, &sick));
+  assert_true(pcp_topology_federation_add_service(&f, b, &capable));
+  pcp_topology_federation_selector_t selector = {NULL, "training", 1};
+  pcp_topology_federation_placement_t p =
+      pcp_topology_federation_place(&f, &selector);
+  assert_true(p.placed);
+  // Healthy beats more workers; compatibility through a capability.
+  assert_int_equal(p.gateway, b);
+  const pcp_topology_federation_service_t* chosen =
+      &f.gateways[p.gateway].services[p.service];
+  bool compatible = strcmp(chosen->service_type, selector.service_type) == 0;
+  for (size_t i = 0; i < PCP_TOPOLOGY_FEDERATION_MAX_CAPABILITIES; ++i) {
+    compatible |= chosen->capabilities[i] &&
+                  strcmp(chosen->capabilities[i], selector.service_type) == 0;
+  }
+  assert_true(compatible);
+  // Rejection classes are distinct.
+  selector.service_type = "vision";
+  assert_int_equal(pcp_topology_federation_place(&f, &selector).violation,
+                   PCP_TOPOLOGY_FEDERATION_VIOLATION_INCOMPATIBLE_GATEWAY);
+  selector.service_type = "training";
+  selector.gateway = "gateway-b";
+  pcp_topology_federation_mark_stale(&f, b);
+  assert_int_equal(pcp_topology_federation_place(&f, &selector).violation,
+                   PCP_TOPOLOGY_FEDERATION_VIOLATION_STALE_GATEWAY);
+  // The injected bug places on the stale gateway anyway.
+  f.bug_accept_stale = true;
+  assert_true(pcp_topology_federation_place(&f, &selector).placed);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sched_reserves_first_matching),
@@ -817,6 +860,7 @@ int main(void) {
       cmocka_unit_test(test_federation_places_deterministically),
       cmocka_unit_test(test_federation_rejections),
       cmocka_unit_test(test_federation_loss_invalidates),
+      cmocka_unit_test(test_federation_oracle),
       cmocka_unit_test(test_decoupled_quorum_commit),
       cmocka_unit_test(test_decoupled_rejections),
       cmocka_unit_test(test_decoupled_collectors_and_resume),
