@@ -783,6 +783,57 @@ static void test_large_tensors_travel_as_blobs(void** state) {
   fixture_stop(f);
 }
 
+static void test_drained_worker_gets_no_new_task(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* a = join_worker(f, "leaving", TOKEN);
+  fake_worker_t* b = join_worker(f, "staying", TOKEN);
+  PCP_CHECK_OK(pcp_fabric_worker_drain(f->endpoint, "leaving", 5000));
+  pcp_proto_frame_t frame;
+  assert_true(fake_expect(a, PCP_PROTO_MESSAGE_DRAIN, 3000, &frame));
+  pcp_proto_drain_t drain;
+  PCP_CHECK_OK(pcp_proto_drain_parse(&frame, &drain));
+  assert_int_equal(drain.deadline_ms, 5000);
+  pcp_proto_frame_deinitialize(&frame);
+  assert_true(
+      wait_worker_state(f, "leaving", PCP_FABRIC_WORKER_DRAINING, 2000, a));
+  uint8_t x[4] = {9, 8, 7, 6};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_U8,
+                               .rank = 1,
+                               .shape = {4},
+                               .data = x};
+  pcp_fabric_task_params_t params = {.function = "main",
+                                     .inputs = &input,
+                                     .input_count = 1};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t assign;
+  accept_offer_and_assign(b, &assign);
+  pcp_proto_task_assign_t parsed;
+  PCP_CHECK_OK(pcp_proto_task_assign_parse(&assign, &parsed));
+  float y[1] = {1};
+  send_result(b, assign.header.request_id, parsed.task_id, y, 1);
+  pcp_proto_frame_deinitialize(&assign);
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  pcp_fabric_task_info_t info;
+  pcp_fabric_task_info_query(task, &info);
+  assert_string_equal(info.worker_id.value, "staying");
+  pcp_fabric_task_release(task);
+  // The metrics count the outcome.
+  pcp_string_builder_t text;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
+  PCP_CHECK_OK(pcp_obs_registry_render(
+      pcp_fabric_endpoint_metrics(f->endpoint), &text));
+  assert_non_null(strstr(pcp_string_builder_cstring(&text),
+                         "pcp_fabric_tasks_total{outcome=\"succeeded\"} 1"));
+  pcp_string_builder_deinitialize(&text);
+  drop_worker(a);
+  drop_worker(b);
+  fixture_stop(f);
+}
+
 static void test_rerun_on_rejoin_at_most_n_times(void** state) {
   (void)state;
   fixture_t* f = fixture_start(0);
@@ -903,6 +954,7 @@ int main(void) {
       cmocka_unit_test(test_program_offer_fetch_chunks_verified),
       cmocka_unit_test(test_task_result_and_cancel),
       cmocka_unit_test(test_large_tensors_travel_as_blobs),
+      cmocka_unit_test(test_drained_worker_gets_no_new_task),
       cmocka_unit_test(test_rerun_on_rejoin_at_most_n_times),
       cmocka_unit_test(test_registry_recycles_long_lost_workers),
   };
