@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "roles/nodemgr/supervision_impl.h"
 #include "roles/roles_impl.h"
 
 //===----------------------------------------------------------------------===//
@@ -366,8 +367,16 @@ static int run_role(const pcp_roles_def_t* def, int role_argc, char** role_argv,
 }
 
 int pcp_roles_main(int argc, char** argv) {
+  // First, while single-threaded (it edits the environment): a child of a
+  // node manager or supervisor must not outlive it.
+  pcp_status_t status = pcp_roles_supervisor_death_watch();
+  if (status) {
+    fprintf(stderr, "pcp: %s\n", pcp_status_message(status));
+    pcp_status_ignore(status);
+    return 1;
+  }
   pcp_roles_role_t role = PCP_ROLES_ROLE_GATEWAY;
-  pcp_status_t status = pcp_roles_role_select(argc, argv, &role);
+  status = pcp_roles_role_select(argc, argv, &role);
   if (status) {
     fprintf(stderr, "pcp: %s\nTry 'pcp --help'.\n", pcp_status_message(status));
     pcp_status_ignore(status);

@@ -8,7 +8,8 @@
 #      failed, /readyz 503 naming it, the node manager keeps serving;
 #      SIGHUP gives it another round;
 #   5. SIGTERM stops every child (no orphans: kill -0 on every pid ever
-#      started) and the node manager exits 0;
+#      started) and the node manager exits 0; after a SIGKILL of the node
+#      manager its worker ends too;
 #   6. --supervise: restart after SIGKILL, SIGKILL after the grace period for
 #      a child that ignores SIGTERM, exit 1 after the crash-loop cap.
 # Every wait is bounded.
@@ -104,7 +105,7 @@ POLICY=(--start-stagger-ms 100 --running-after-ms 300 --restart-min-ms 200
 "$PCP" --node-manager --scale 2 --host 127.0.0.1 --port "$FABRIC_PORT" \
   --backend cpu --api-port 0 "${POLICY[@]}" >"$WORK/nm.out" 2>"$WORK/nm.err" &
 NM_PID=$!
-wait_for 10 grep -q 'role=node-manager msg="started"' "$WORK/nm.err" ||
+wait_for 10 grep -qs 'role=node-manager msg="started"' "$WORK/nm.err" ||
   fail "node manager: no started line"
 API_PORT=$(api_port_of "$WORK/nm.err")
 [ -n "$API_PORT" ] || { fail "no api_port in the started line"; exit 1; }
@@ -168,6 +169,21 @@ grep -q 'role=node-manager msg="stopping" signal=SIGTERM children=2' \
 [ "$(grep -c 'msg="child exited" .*next=stopped' "$WORK/nm.err")" = 2 ] ||
   fail "expected 2 children stopped"
 
+# 5b. SIGKILL of the node manager: its workers still end (PR_SET_PDEATHSIG
+#     through PCP_SUPERVISOR_PID), none is left orphaned.
+"$PCP" --node-manager --scale 1 --port "$FABRIC_PORT" --backend cpu \
+  --api-port 0 "${POLICY[@]}" >"$WORK/kill9.out" 2>"$WORK/kill9.err" &
+NM_PID=$!
+wait_for 10 grep -qs 'role=node-manager msg="started"' "$WORK/kill9.err" ||
+  fail "kill -9 node manager: no started line"
+API_PORT=$(api_port_of "$WORK/kill9.err")
+wait_for 10 readyz_is 200 || fail "kill -9 node manager: not ready"
+KPID=$(json_get 'j["slots"][0]["pid"]')
+{ kill -KILL "$NM_PID"; wait "$NM_PID"; } 2>/dev/null
+NM_PID=
+wait_for 15 bash -c "! kill -0 $KPID 2>/dev/null" ||
+  fail "worker $KPID outlived a SIGKILLed node manager"
+
 #---------------------------------------------------------------------------
 # 4. Crash loop: slot 1's worker always exits at once.
 "$PCP" --node-manager --scale 2 --port "$FABRIC_PORT" --backend cpu \
@@ -175,7 +191,7 @@ grep -q 'role=node-manager msg="stopping" signal=SIGTERM children=2' \
   --restart-min-ms 50 --restart-max-ms 100 \
   >"$WORK/loop.out" 2>"$WORK/loop.err" &
 NM_PID=$!
-wait_for 10 grep -q 'role=node-manager msg="started"' "$WORK/loop.err" ||
+wait_for 10 grep -qs 'role=node-manager msg="started"' "$WORK/loop.err" ||
   fail "crash-loop node manager: no started line"
 API_PORT=$(api_port_of "$WORK/loop.err")
 slot1_failed() {
@@ -202,7 +218,7 @@ sleep 0.5
   fail "a failed slot was restarted"
 # SIGHUP revives it for another round, which fails again.
 kill -HUP "$NM_PID"
-wait_for 10 grep -q 'msg="slot revived (SIGHUP)" slot=1' "$WORK/loop.err" ||
+wait_for 10 grep -qs 'msg="slot revived (SIGHUP)" slot=1' "$WORK/loop.err" ||
   fail "SIGHUP did not revive slot 1"
 wait_for 15 bash -c "[ \$(grep -c 'msg=\"slot failed\" slot=1' '$WORK/loop.err') = 2 ]" ||
   fail "revived slot 1 did not fail again"
@@ -223,7 +239,7 @@ done
   --running-after-ms 100 --supervise -- --worker --device-id 3 \
   >"$WORK/sup.out" 2>"$WORK/sup.err" &
 NM_PID=$!
-wait_for 10 grep -q 'role=worker msg="started"' "$WORK/sup.err" ||
+wait_for 10 grep -qs 'role=worker msg="started"' "$WORK/sup.err" ||
   fail "supervise: worker did not start"
 grep -q 'role=worker msg="started" .*device_id=3 supervisor_id=' "$WORK/sup.err" ||
   fail "supervise: child lacks --supervisor-id"
@@ -253,7 +269,7 @@ chmod +x "$WORK/stubborn.sh"
 "$PCP" --stop-grace-ms 300 --worker-exe "$WORK/stubborn.sh" --supervise -- \
   --worker >"$WORK/stub.out" 2>"$WORK/stub.err" &
 NM_PID=$!
-wait_for 10 grep -q 'stubborn up' "$WORK/stub.err" ||
+wait_for 10 grep -qs 'stubborn up' "$WORK/stub.err" ||
   fail "stubborn child did not start"
 kill -TERM "$NM_PID"
 wait_for 10 bash -c "! kill -0 $NM_PID 2>/dev/null" ||

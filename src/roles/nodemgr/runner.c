@@ -8,9 +8,12 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "roles/nodemgr/supervision_impl.h"
 #include "roles/roles_impl.h"
+
+extern char** environ;
 
 typedef struct runner_slot_t {
   pcp_roles_runner_t* runner;
@@ -30,6 +33,10 @@ struct pcp_roles_runner_t {
   pcp_loop_signal_t* signals[3];
   runner_slot_t* slots;
   pcp_roles_supervision_action_t* actions;
+  // Our environment plus PCP_SUPERVISOR_PID=<our pid> (parent_death.c);
+  // entries borrowed from environ except |supervisor_pid_entry|.
+  const char** child_env;
+  char supervisor_pid_entry[64];
   bool loop_stopped;
   bool all_failed;  // stopped because every slot failed
 };
@@ -191,6 +198,7 @@ static void spawn(pcp_roles_runner_t* runner, runner_slot_t* slot) {
       // the children in order), and our SIGTERM/SIGKILL reaches the
       // child's own children too.
       .new_process_group = true,
+      .env = runner->child_env,
       .exit_fn = on_exit,
       .user_data = slot,
   };
@@ -337,6 +345,24 @@ static pcp_status_t runner_setup(pcp_roles_runner_t* runner) {
     runner->slots[i] =
         (runner_slot_t){.runner = runner, .index = i, .pid = -1};
   }
+  size_t env_count = 0;
+  while (environ[env_count]) {
+    ++env_count;
+  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+      runner->allocator, (env_count + 2) * sizeof(*runner->child_env),
+      (void**)&runner->child_env));
+  static const char kPrefix[] = PCP_ROLES_SUPERVISOR_PID_ENV "=";
+  size_t used = 0;
+  for (size_t i = 0; i < env_count; ++i) {
+    if (strncmp(environ[i], kPrefix, sizeof(kPrefix) - 1) != 0) {
+      runner->child_env[used++] = environ[i];
+    }
+  }
+  snprintf(runner->supervisor_pid_entry, sizeof(runner->supervisor_pid_entry),
+           "%s%lld", kPrefix, (long long)getpid());
+  runner->child_env[used++] = runner->supervisor_pid_entry;
+  runner->child_env[used] = NULL;
   const int signums[3] = {SIGTERM, SIGINT, SIGHUP};
   for (int i = 0; i < 3; ++i) {
     PCP_RETURN_IF_ERROR(
@@ -364,6 +390,7 @@ static void runner_teardown(pcp_roles_runner_t* runner) {
   pcp_roles_supervision_release(runner->supervision);
   pcp_allocator_free(runner->allocator, runner->slots);
   pcp_allocator_free(runner->allocator, runner->actions);
+  pcp_allocator_free(runner->allocator, (void*)runner->child_env);
 }
 
 pcp_status_t pcp_roles_runner_run(const pcp_roles_runner_options_t* options) {

@@ -301,6 +301,22 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_roles_self_exe(char* buffer,
                                                     size_t capacity);
 
 //===----------------------------------------------------------------------===//
+// Children end with their supervisor (parent_death.c)
+//===----------------------------------------------------------------------===//
+
+// Set by the runner in every child's environment: the supervisor's pid.
+#define PCP_ROLES_SUPERVISOR_PID_ENV "PCP_SUPERVISOR_PID"
+
+// Called first thing in main (pcp_roles_main). When PCP_SUPERVISOR_PID names
+// our parent, asks for SIGTERM on its death (PR_SET_PDEATHSIG), so a worker
+// never outlives a node manager that was SIGKILLed. Removes the variable
+// from the environment. UNAVAILABLE when the supervisor is already gone
+// (exit: nobody wants this worker); OK when the variable is absent, is not a
+// pid, or names a live process other than our parent (a wrapper that did
+// not exec).
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_supervisor_death_watch(void);
+
+//===----------------------------------------------------------------------===//
 // Runner: the policy on a pcp_loop with real processes (runner.c)
 //===----------------------------------------------------------------------===//
 
