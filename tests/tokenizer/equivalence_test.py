@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""PCP's tokenizer against the `tokenizers` package.
+
+Trains byte-level BPE tokenizers here (no download) on a mixed-language
+corpus this script writes, saves their tokenizer.json, and checks that
+tokenizer_tool (src/tokenizer) gives exactly the ids `tokenizers` gives, for
+every line and for the whole corpus; that decode (with and without
+skip_special_tokens) gives the same text; and that decode(encode(x)) == x.
+
+Variants: GPT-2 style (ByteLevel with its own regex), GPT-2 with
+add_prefix_space, Qwen2 style (NFC + Split with the Qwen2 regex + ByteLevel
+without regex), and the Qwen2 style saved with merges as "a b" strings.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers  # noqa: E402
+from tokenizers import Regex, trainers  # noqa: E402
+
+# The split pattern of Qwen2's tokenizer.json (GPT-4 style): contractions,
+# letters with one leading non-letter, single digits, punctuation runs,
+# newlines, whitespace.
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+BASE_LINES = [
+    "The quick brown fox jumps over the lazy dog. It's 2026, isn't it? We'll see; they'd've known.",
+    "Der schnelle braune Fuchs springt über den faulen Hund. Größe, Straße, Äpfel und Öl.",
+    "Le cœur a ses raisons que la raison ne connaît point. Où est l'hôtel ? Ça va très bien.",
+    "敏捷的棕色狐狸跳过了懒狗。我们今天去北京，明天去上海。中文分词测试：人工智能。",
+    "素早い茶色の狐が怠け者の犬を飛び越えた。東京は日本の首都です。カタカナとひらがな。",
+    "Съешь же ещё этих мягких французских булок, да выпей чаю. Москва — столица России.",
+    "نص عربي للاختبار: مرحبا بالعالم. اللغة العربية جميلة جدا.",
+    "Emoji: 😀😃😄 👍🏽 👨‍👩‍👧‍👦 🇩🇪 🇯🇵 ❤️ 🚀✨ and text 🙂.",
+    "def encode(self, text: str) -> list[int]:\n    return [self.vocab[t] for t in text.split()]",
+    "for (int i = 0; i < n; ++i) { sum += a[i] * b[i]; }  // dot product",
+    "Numbers: 0 1 12 123 1234 12345 3.14159 -42 1e-9 0x1F 1,000,000 2026-12-02T10:24:43Z",
+    "Whitespace:   three spaces,\ttab,\t\ttwo tabs,    four,\u00a0nbsp,\u3000ideographic.",
+    "  leading spaces and trailing spaces   ",
+    "Mixed: naïve café résumé coöperate; Ελληνικά κείμενα; 한국어 텍스트; हिन्दी पाठ.",
+    "Decomposed: e\u0301 a\u0308 o\u0302 n\u0303 \u1100\u1161\u11a8 A\u030a \u212b \u2126 \ufb01",
+    "Special inside: <|im_start|>user\nHello there!<|im_end|>\n<|im_start|>assistant\n",
+    "<|endoftext|>After the end of text<|endoftext|><|endoftext|>again",
+    "URLs: https://example.com/path?q=1&r=two#frag and emails a.b@c.de, paths /usr/lib/x86_64",
+    "MiXeD CaSe WORDS and ALLCAPS, contractions: I'M, YOU'RE, WE'VE, SHE'LL, HE'D, IT'S.",
+    "Punctuation!!! ??? ... --- ___ *** ### @@@ $$$ %%% ^^^ &&& ((( ))) [[[ ]]] {{{ }}}",
+]
+
+
+def corpus_lines():
+    lines = []
+    for i in range(40):
+        for j, base in enumerate(BASE_LINES):
+            if (i + j) % 3 == 0:
+                lines.append(base)
+            elif (i + j) % 3 == 1:
+                lines.append("%d: %s" % (i * 7 + j, base))
+            else:
+                words = base.split(" ")
+                lines.append(" ".join(words[(i % len(words)):] + words[:(i % len(words))]))
+    # Whitespace runs, empty lines and long repeats.
+    lines += ["", " ", "    ", "\t\t\t", " " * 50 + "x", "a" * 300, "ab" * 100,
+              "1234567890" * 10, "😀" * 20, "\r\n", "end\r", "x  \n".strip("\n")]
+    # One entry per file line (tokenizer_tool splits at '\n').
+    return "\n".join(lines).split("\n")
+
+
+def train(kind, corpus_path, out_path, string_merges=False):
+    tok = Tokenizer(models.BPE())
+    if kind == "qwen2":
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=(kind == "gpt2_prefix"))
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=4000, min_frequency=1, special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train([corpus_path], trainer)
+    tok.add_tokens(["<think>", "</think>"])  # added, not special
+    tok.save(out_path)
+    if string_merges:
+        with open(out_path, encoding="utf-8") as f:
+            data = json.load(f)
+        data["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m
+                                   for m in data["model"]["merges"]]
+        with open(out_path, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+    return Tokenizer.from_file(out_path)
+
+
+def run_tool(tool, tokenizer_json, mode, path):
+    out = subprocess.run([tool, tokenizer_json, mode, path], capture_output=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr.decode("utf-8", "replace"))
+        raise SystemExit("tokenizer_tool %s failed" % mode)
+    return out.stdout.decode("ascii")
+
+
+def check_variant(args, name, kind, corpus_path, lines, string_merges=False):
+    tj = os.path.join(args.work_dir, "%s.json" % name)
+    tok = train(kind, corpus_path, tj, string_merges)
+    failures = 0
+    # Per line.
+    ours = run_tool(args.tool, tj, "lines", corpus_path).split("\n")
+    for i, line in enumerate(lines):
+        want = tok.encode(line, add_special_tokens=False).ids
+        got = [int(x) for x in ours[i].split()]
+        if got != want:
+            failures += 1
+            if failures <= 5:
+                print("[%s] line %d differs:\n  text %r\n  want %s\n  got  %s"
+                      % (name, i, line, want[:40], got[:40]))
+    # Whole corpus.
+    with open(corpus_path, encoding="utf-8", newline="") as f:
+        whole = f.read()
+    want_all = tok.encode(whole, add_special_tokens=False).ids
+    got_all = [int(x) for x in run_tool(args.tool, tj, "encode", corpus_path).split()]
+    if got_all != want_all:
+        failures += 1
+        print("[%s] whole corpus differs (%d vs %d ids)" % (name, len(got_all), len(want_all)))
+    # Decode, with and without special tokens.
+    ids_path = os.path.join(args.work_dir, "%s.ids" % name)
+    sample = [tok.encode(l, add_special_tokens=False).ids for l in lines[:200]]
+    with open(ids_path, "w") as f:
+        f.write("\n".join(" ".join(map(str, s)) for s in sample) + "\n")
+    for mode, skip in (("decode", False), ("decode-skip", True)):
+        got = run_tool(args.tool, tj, mode, ids_path).split("\n")
+        for i, s in enumerate(sample):
+            want = tok.decode(s, skip_special_tokens=skip).encode("utf-8").hex()
+            if got[i] != want:
+                failures += 1
+                if failures <= 8:
+                    print("[%s] %s of line %d differs: want %r got %r" % (
+                        name, mode, i, bytes.fromhex(want)[:80], bytes.fromhex(got[i])[:80]))
+    # Round trip (NFC and the prefix space change the text: only where the
+    # pipeline is the identity).
+    if kind == "gpt2":
+        rt = run_tool(args.tool, tj, "roundtrip", corpus_path)
+        if "roundtrip ok" not in rt:
+            failures += 1
+            print("[%s] roundtrip failed" % name)
+    print("[%s] %d lines, %d ids in the whole corpus, vocab %d: %s" % (
+        name, len(lines), len(want_all), tok.get_vocab_size(), "FAIL" if failures else "ok"))
+    return failures
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--work-dir", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.work_dir, exist_ok=True)
+    lines = corpus_lines()
+    corpus_path = os.path.join(args.work_dir, "corpus.txt")
+    with open(corpus_path, "w", encoding="utf-8", newline="") as f:
+        f.write("\n".join(lines))
+    failures = 0
+    failures += check_variant(args, "gpt2", "gpt2", corpus_path, lines)
+    failures += check_variant(args, "gpt2_prefix", "gpt2_prefix", corpus_path, lines)
+    failures += check_variant(args, "qwen2", "qwen2", corpus_path, lines)
+    failures += check_variant(args, "qwen2_string_merges", "qwen2", corpus_path, lines,
+                              string_merges=True)
+    print("tokenizer equivalence: %s" % ("FAILED" if failures else "passed"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
