@@ -734,6 +734,9 @@ static bool worker_recycle_one(pcp_fabric_endpoint_t* ep, int64_t now) {
   for (pcp_fabric_task_t* t = ep->tasks_head; t; t = t->next) {
     if (t->worker == w) t->worker = NULL;
   }
+  for (fabric_conn_t* c = ep->conns; c; c = c->next) {
+    if (c->worker == w) c->worker = NULL;  // a close still flushing
+  }
   pcp_status_ignore(
       pcp_sched_worker_remove(ep->sched, w->info.worker_id, now, NULL));
   pcp_allocator_free(ep->allocator, w->acked.items);
@@ -974,6 +977,11 @@ static void task_dispatch(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* task,
   task->state = TASK_AWAIT_PROGRAM;
   if (hash_set_contains(&w->offered, task->program)) return;
   program_t* p = program_find(ep, task->program);
+  if (!p) {  // programs are never removed; submit checked it
+    task_finish(ep, task, pcp_make_status(PCP_STATUS_INTERNAL,
+                                          "program vanished"));
+    return;
+  }
   pcp_proto_program_offer_t offer = {
       .byte_length = p->byte_length,
       .backend = p->backend,
