@@ -222,6 +222,13 @@ wait_for 10 grep -qs 'msg="slot revived (SIGHUP)" slot=1' "$WORK/loop.err" ||
   fail "SIGHUP did not revive slot 1"
 wait_for 15 bash -c "[ \$(grep -c 'msg=\"slot failed\" slot=1' '$WORK/loop.err') = 2 ]" ||
   fail "revived slot 1 did not fail again"
+# A probe port in use: exit 1 before any worker is started.
+"$PCP" --node-manager --port "$FABRIC_PORT" --api-port "$API_PORT" \
+  >/dev/null 2>"$WORK/busy.err"
+rc=$?
+[ "$rc" -eq 1 ] || fail "node manager on a busy probe port: exit $rc, expected 1"
+grep -q 'child started' "$WORK/busy.err" &&
+  fail "node manager on a busy probe port started a worker"
 kill -TERM "$NM_PID"
 wait_for 10 bash -c "! kill -0 $NM_PID 2>/dev/null" ||
   fail "crash-loop node manager still running after SIGTERM"
@@ -278,10 +285,29 @@ wait "$NM_PID"
 rc=$?
 NM_PID=
 [ "$rc" -eq 0 ] || fail "supervise (stubborn child) exit $rc, expected 0"
-grep -q 'msg="child killed after the stop grace period"' "$WORK/stub.err" ||
+grep -q 'msg="child killed (SIGKILL)"' "$WORK/stub.err" ||
   fail "no SIGKILL line for the stubborn child"
 grep -q 'msg="child exited" .*signal=SIGKILL next=stopped' "$WORK/stub.err" ||
   fail "stubborn child not reported killed"
+
+# A second SIGTERM does not wait for the grace period (60 s here).
+"$PCP" --stop-grace-ms 60000 --worker-exe "$WORK/stubborn.sh" --supervise -- \
+  --worker >"$WORK/stub2.out" 2>"$WORK/stub2.err" &
+NM_PID=$!
+wait_for 10 grep -qs 'stubborn up' "$WORK/stub2.err" ||
+  fail "stubborn child (2) did not start"
+kill -TERM "$NM_PID"
+wait_for 10 grep -qs 'msg="stopping"' "$WORK/stub2.err" ||
+  fail "supervise did not start stopping"
+kill -TERM "$NM_PID"
+wait_for 10 bash -c "! kill -0 $NM_PID 2>/dev/null" ||
+  fail "a second SIGTERM did not end the stop at once"
+wait "$NM_PID"
+rc=$?
+NM_PID=
+[ "$rc" -eq 0 ] || fail "supervise (second SIGTERM) exit $rc, expected 0"
+grep -q 'msg="stopping now (SIGKILL to the children left)"' \
+  "$WORK/stub2.err" || fail "no stopping-now line"
 
 # The crash-loop cap ends --supervise with exit 1.
 "$PCP" --restart-min-ms 20 --restart-max-ms 40 --crash-loop-restarts 2 \

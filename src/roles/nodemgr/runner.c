@@ -235,8 +235,7 @@ static void signal_child(pcp_roles_runner_t* runner, runner_slot_t* slot,
     char pid_text[24];
     snprintf(pid_text, sizeof(pid_text), "%" PRId64, slot->pid);
     const char* pairs[] = {"pid", pid_text};
-    log_slot(runner, "child killed after the stop grace period", slot->index,
-             pairs, 1);
+    log_slot(runner, "child killed (SIGKILL)", slot->index, pairs, 1);
   }
   // FAILED_PRECONDITION: it exited already and its exit callback is on the
   // way, which is all a stop waits for.
@@ -311,7 +310,15 @@ static void on_signal(void* user_data, int signum) {
     pump(runner);
     return;
   }
-  if (!pcp_roles_supervision_is_stopping(runner->supervision)) {
+  const char* signal_text = signum == SIGINT ? "SIGINT" : "SIGTERM";
+  if (pcp_roles_supervision_is_stopping(runner->supervision)) {
+    // A second request: the operator will not wait for the grace period.
+    const char* pairs[] = {"signal", signal_text};
+    pcp_roles_log_event(runner->options->role,
+                        "stopping now (SIGKILL to the children left)", pairs,
+                        1);
+    pcp_roles_supervision_stop_now(runner->supervision, now_ms(runner));
+  } else {
     uint32_t children = 0;
     uint32_t count = pcp_roles_supervision_slot_count(runner->supervision);
     for (uint32_t i = 0; i < count; ++i) {
@@ -319,11 +326,10 @@ static void on_signal(void* user_data, int signum) {
     }
     char children_text[16];
     snprintf(children_text, sizeof(children_text), "%" PRIu32, children);
-    const char* pairs[] = {"signal", signum == SIGINT ? "SIGINT" : "SIGTERM",
-                           "children", children_text};
+    const char* pairs[] = {"signal", signal_text, "children", children_text};
     pcp_roles_log_event(runner->options->role, "stopping", pairs, 2);
+    pcp_roles_supervision_stop(runner->supervision, now_ms(runner));
   }
-  pcp_roles_supervision_stop(runner->supervision, now_ms(runner));
   pump(runner);
 }
 

@@ -316,6 +316,21 @@ void pcp_roles_supervision_stop(pcp_roles_supervision_t* supervision,
   }
 }
 
+void pcp_roles_supervision_stop_now(pcp_roles_supervision_t* supervision,
+                                    int64_t now_ms) {
+  if (!supervision->stopping) {
+    return;
+  }
+  for (uint32_t i = 0; i < supervision->slot_count; ++i) {
+    pcp_roles_slot_t* slot = &supervision->slots[i];
+    // INT64_MAX: the SIGKILL was handed out already.
+    if (slot->state == PCP_ROLES_SLOT_STATE_STOPPING &&
+        slot->deadline_ms != INT64_MAX && slot->deadline_ms > now_ms) {
+      slot->deadline_ms = now_ms;
+    }
+  }
+}
+
 pcp_status_t pcp_roles_supervision_slot_revive(
     pcp_roles_supervision_t* supervision, uint32_t slot_index, int64_t now_ms) {
   pcp_roles_slot_t* slot = slot_at(supervision, slot_index);

@@ -190,6 +190,12 @@ pcp_roles_slot_state_t pcp_roles_supervision_spawn_failed(
 void pcp_roles_supervision_stop(pcp_roles_supervision_t* supervision,
                                 int64_t now_ms);
 
+// Hurries a stop already begun: children not yet SIGKILLed get it at the
+// next poll instead of after the grace period (a second SIGTERM/SIGINT, as
+// an operator who will not wait). No-op before a stop.
+void pcp_roles_supervision_stop_now(pcp_roles_supervision_t* supervision,
+                                    int64_t now_ms);
+
 // Gives a FAILED slot a fresh start (crash-loop history and delay cleared,
 // spawn due at the next poll). FAILED_PRECONDITION when the slot is not
 // FAILED or a stop has begun.
@@ -350,7 +356,8 @@ typedef struct pcp_roles_runner_options_t {
 
 // Runs the policy until SIGTERM or SIGINT has stopped every child: creates a
 // loop, watches SIGTERM/SIGINT (stop: SIGTERM to each child's process group,
-// SIGKILL after the grace period) and SIGHUP (revive FAILED slots), spawns
+// SIGKILL after the grace period, or at once on a second SIGTERM/SIGINT)
+// and SIGHUP (revive FAILED slots), spawns
 // and restarts the children (each in its own process group, stdin
 // /dev/null, stdout and stderr inherited), and returns OK once all have
 // exited. Errors are those of the loop set-up (RESOURCE_EXHAUSTED,

@@ -501,6 +501,33 @@ static void stop_cancels_pending_restart(void** state) {
   harness_deinitialize(&h);
 }
 
+// A second stop request SIGKILLs at once instead of after the grace period;
+// before any stop it does nothing.
+static void stop_now_skips_the_grace_period(void** state) {
+  (void)state;
+  pcp_roles_supervision_options_t options = test_options(2);
+  harness_t h;
+  harness_initialize(&h, &options, 5);
+  poll_at(&h, 1000);
+  poll_at(&h, 1200);
+  pcp_roles_supervision_stop_now(h.sup, 1200);
+  assert_false(pcp_roles_supervision_is_stopping(h.sup));
+  assert_int_equal(poll_at(&h, 1300), 0);
+  pcp_roles_supervision_stop(h.sup, 1300);
+  assert_int_equal(poll_at(&h, 1300), 2);
+  expect_action(&h, 0, TERMINATE, 0);
+  // Slot 0 exits in time, slot 1 does not; the operator will not wait.
+  pcp_roles_supervision_child_exited(h.sup, 0, 1400, 0, 0);
+  pcp_roles_supervision_stop_now(h.sup, 1500);
+  assert_int_equal(pcp_roles_supervision_next_deadline_ms(h.sup), 1500);
+  assert_int_equal(poll_at(&h, 1500), 1);
+  expect_action(&h, 0, KILL, 1);
+  // SIGKILL once, even when asked again.
+  pcp_roles_supervision_stop_now(h.sup, 1600);
+  assert_int_equal(poll_at(&h, 1600), 0);
+  harness_deinitialize(&h);
+}
+
 // Grace 0: SIGTERM and SIGKILL on consecutive polls at the same time.
 static void zero_grace_kills_next_poll(void** state) {
   (void)state;
@@ -618,6 +645,7 @@ int main(void) {
       cmocka_unit_test(zero_restarts_fail_at_first_exit),
       cmocka_unit_test(stop_terminates_then_kills),
       cmocka_unit_test(stop_cancels_pending_restart),
+      cmocka_unit_test(stop_now_skips_the_grace_period),
       cmocka_unit_test(zero_grace_kills_next_poll),
       cmocka_unit_test(random_script_keeps_invariants),
       cmocka_unit_test(state_names),
