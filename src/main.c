@@ -13,6 +13,7 @@
 #include "compile/compile.h"
 #include "compute/compute.h"
 #include "mlir/mlir.h"
+#include "models/models.h"
 #include "roles/roles.h"
 #include "topology/topology.h"
 
@@ -28,6 +29,7 @@ typedef struct command_t {
 static const command_t kCommands[] = {
     {"compile", pcp_compile_cli_main, "compile StableHLO MLIR to an IREE VMFB"},
     {"inspect", pcp_mlir_inspect_main, "show a StableHLO module's functions and signatures"},
+    {"model", pcp_models_cli_main, "emit a built-in model (gpt, nanochat, qwen3) as StableHLO"},
     {"run", pcp_compute_run_cli_main, "invoke a function of a VMFB (or .mlir) through IREE"},
     {"topo", pcp_topology_cli_main, "topology simulator: homology, subdivisions, protocol checks"},
     {NULL, NULL, NULL},
