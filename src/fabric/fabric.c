@@ -178,6 +178,8 @@ struct pcp_fabric_endpoint_t {
   pthread_cond_t cv;
   bool stopping;
   atomic_bool kick_pending;
+  int64_t last_tick_ns;
+  bool tick_skipped;
   bool schedule_wanted;
 
   pcp_sched_t* sched;
@@ -1827,7 +1829,17 @@ static void on_tick(void* user_data, pcp_loop_timer_t* timer,
   pcp_fabric_endpoint_t* ep = user_data;
   pthread_mutex_lock(&ep->mu);
   int64_t now = now_ns(ep);
-  fabric_conn_t* conn = ep->conns;
+  // After a stall of the loop thread (a long task callback, a large tensor
+  // hashed by proto on this thread, the process descheduled) every peer's
+  // frames wait unread in the kernel, and libuv runs timers before I/O:
+  // judging silence now would evict workers that did talk. Skip the
+  // connection ticks once so the I/O phase reads first; never twice in a
+  // row, so a loop that is merely slow still ticks.
+  bool stalled = !ep->tick_skipped &&
+                 now - ep->last_tick_ns > 2 * ep->timeouts.tick_interval_ns;
+  ep->tick_skipped = stalled;
+  ep->last_tick_ns = now;
+  fabric_conn_t* conn = stalled ? NULL : ep->conns;
   while (conn) {
     fabric_conn_t* next = conn->next;
     pcp_status_t status = pcp_proto_gateway_conn_on_tick(conn->proto, now);
@@ -2119,6 +2131,7 @@ pcp_status_t pcp_fabric_endpoint_create(const pcp_fabric_options_t* options,
                                   &ep->tick_timer);
   }
   if (!status) {
+    ep->last_tick_ns = now_ns(ep);
     int err = pthread_create(&ep->thread, NULL, loop_thread_main, ep);
     if (err) {
       status = pcp_status_from_errno(err, "fabric loop thread");

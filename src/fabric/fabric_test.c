@@ -834,6 +834,68 @@ static void test_drained_worker_gets_no_new_task(void** state) {
   fixture_stop(f);
 }
 
+typedef struct stall_t {
+  _Atomic int done;
+  int64_t stall_ms;
+} stall_t;
+
+static void stall_in_callback(void* user_data, pcp_fabric_task_t* task,
+                              pcp_fabric_task_event_t event) {
+  (void)task;
+  stall_t* stall = user_data;
+  if (event != PCP_FABRIC_TASK_EVENT_DONE) return;
+  pcp_sleep_ms(stall->stall_ms);  // the loop thread is stuck here
+  stall->done = 1;
+}
+
+// A loop stall longer than the silence timeout must not evict workers whose
+// heartbeats were sent on time and sit unread in the kernel.
+static void test_loop_stall_does_not_evict_talking_workers(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* a = join_worker(f, "talker", TOKEN);
+  fake_worker_t* b = join_worker(f, "runner-b", TOKEN);
+  uint8_t x[4] = {1, 2, 3, 4};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_U8,
+                               .rank = 1,
+                               .shape = {4},
+                               .data = x};
+  stall_t stall = {.stall_ms = 5 * H_MS};
+  pcp_fabric_task_params_t params = {.function = "main",
+                                     .inputs = &input,
+                                     .input_count = 1,
+                                     .worker_id = "runner-b",
+                                     .callback = stall_in_callback,
+                                     .user_data = &stall};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t assign;
+  accept_offer_and_assign(b, &assign);
+  pcp_proto_task_assign_t parsed;
+  PCP_CHECK_OK(pcp_proto_task_assign_parse(&assign, &parsed));
+  float y[1] = {1};
+  send_result(b, assign.header.request_id, parsed.task_id, y, 1);
+  pcp_proto_frame_deinitialize(&assign);
+  // Both workers keep heartbeating through the stall and a while after it.
+  int64_t end = fake_now_ns() + 8 * H_MS * 1000000;
+  while (fake_now_ns() < end) {
+    pcp_proto_frame_t frame;
+    if (fake_recv_frame(a, 5, true, &frame)) pcp_proto_frame_deinitialize(&frame);
+    if (fake_recv_frame(b, 5, true, &frame)) pcp_proto_frame_deinitialize(&frame);
+  }
+  assert_int_equal(stall.done, 1);
+  pcp_fabric_endpoint_stats_t stats;
+  pcp_fabric_endpoint_stats_query(f->endpoint, &stats);
+  assert_int_equal(stats.evictions, 0);
+  assert_int_equal(stats.workers_connected, 2);
+  pcp_fabric_task_release(task);
+  drop_worker(a);
+  drop_worker(b);
+  fixture_stop(f);
+}
+
 static void test_rerun_on_rejoin_at_most_n_times(void** state) {
   (void)state;
   fixture_t* f = fixture_start(0);
@@ -955,6 +1017,7 @@ int main(void) {
       cmocka_unit_test(test_task_result_and_cancel),
       cmocka_unit_test(test_large_tensors_travel_as_blobs),
       cmocka_unit_test(test_drained_worker_gets_no_new_task),
+      cmocka_unit_test(test_loop_stall_does_not_evict_talking_workers),
       cmocka_unit_test(test_rerun_on_rejoin_at_most_n_times),
       cmocka_unit_test(test_registry_recycles_long_lost_workers),
   };
