@@ -69,19 +69,20 @@ static int64_t now_ms(void) {
 
 static void print_log(void) {
   FILE* f = fopen(g.log_path, "r");
-  if (!f) return;
+  if (!f)
+    return;
   char line[4096];
   fprintf(stderr, "---- node manager + workers log ----\n");
   while (fgets(line, sizeof(line), f)) fputs(line, stderr);
   fclose(f);
 }
 
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      print_log();                                                     \
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      print_log();                                                    \
       fail_msg("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
-    }                                                                  \
+    }                                                                 \
   } while (0)
 
 static void check_ok(pcp_status_t status) {
@@ -99,9 +100,11 @@ static pid_t worker_pid(int device) {
   char path[128];
   snprintf(path, sizeof(path), "%s/pid-%d", g.dir, device);
   FILE* f = fopen(path, "r");
-  if (!f) return 0;
+  if (!f)
+    return 0;
   long pid = 0;
-  if (fscanf(f, "%ld", &pid) != 1) pid = 0;
+  if (fscanf(f, "%ld", &pid) != 1)
+    pid = 0;
   fclose(f);
   return (pid_t)pid;
 }
@@ -193,7 +196,8 @@ static void check_result(pcp_fabric_task_t* task) {
 static bool wait_until(bool (*cond)(int), int device, int timeout_ms) {
   int64_t deadline = now_ms() + timeout_ms;
   while (now_ms() < deadline) {
-    if (cond(device)) return true;
+    if (cond(device))
+      return true;
     pcp_sleep_ms(20);
   }
   return cond(device);
@@ -204,7 +208,8 @@ static bool task_running(pcp_fabric_task_t* task, int timeout_ms) {
   while (now_ms() < deadline) {
     pcp_fabric_task_info_t info;
     pcp_fabric_task_info_query(task, &info);
-    if (info.progress_state == PCP_PROTO_TASK_RUNNING) return true;
+    if (info.progress_state == PCP_PROTO_TASK_RUNNING)
+      return true;
     pcp_sleep_ms(10);
   }
   return false;
@@ -212,7 +217,8 @@ static bool task_running(pcp_fabric_task_t* task, int timeout_ms) {
 
 static int device_of(const char* worker_id) {
   for (int d = 0; d < 2; ++d) {
-    if (strcmp(worker_id, g.worker_ids[d]) == 0) return d;
+    if (strcmp(worker_id, g.worker_ids[d]) == 0)
+      return d;
   }
   return -1;
 }
@@ -224,7 +230,8 @@ static int device_of(const char* worker_id) {
 static int setup(void** state) {
   (void)state;
   snprintf(g.dir, sizeof(g.dir), "/tmp/pcp-fabric-e2e-XXXXXX");
-  if (!mkdtemp(g.dir)) return -1;
+  if (!mkdtemp(g.dir))
+    return -1;
   snprintf(g.log_path, sizeof(g.log_path), "%s/node-manager.log", g.dir);
   setenv("PCP_WORKER_JOIN_TOKEN", TOKEN, 1);
   unsetenv("PCP_WORKER_ID");
@@ -247,26 +254,27 @@ static int setup(void** state) {
   pcp_fabric_options_initialize(&options);
   options.heartbeat_interval_ms = HEARTBEAT_MS;
   options.join_token_env = "PCP_WORKER_JOIN_TOKEN";
-  PCP_CHECK_OK(
-      pcp_fabric_endpoint_create(&options, pcp_allocator_system(), &g.endpoint));
-  PCP_CHECK_OK(pcp_fabric_program_register(
-      g.endpoint, compiled.vmfb, compiled.vmfb_byte_length, "cpu", "",
-      g.program));
+  PCP_CHECK_OK(pcp_fabric_endpoint_create(&options, pcp_allocator_system(),
+                                          &g.endpoint));
+  PCP_CHECK_OK(pcp_fabric_program_register(g.endpoint, compiled.vmfb,
+                                           compiled.vmfb_byte_length, "cpu", "",
+                                           g.program));
   pcp_compile_result_deinitialize(&compiled);
 
   for (int d = 0; d < 2; ++d) {
-    PCP_CHECK_OK(pcp_roles_worker_id_build("cpu", NULL, d,
-                                           pcp_roles_getenv_process, NULL,
-                                           &g.worker_ids[d]));
+    PCP_CHECK_OK(pcp_roles_worker_id_build(
+        "cpu", NULL, d, pcp_roles_getenv_process, NULL, &g.worker_ids[d]));
   }
 
   // The wrapper: records the pid (exec keeps it) and adds the test flags.
   const char* pcp = getenv("PCP_BINARY");
-  if (!pcp) return -1;
+  if (!pcp)
+    return -1;
   char wrapper[128];
   snprintf(wrapper, sizeof(wrapper), "%s/worker.sh", g.dir);
   FILE* f = fopen(wrapper, "w");
-  if (!f) return -1;
+  if (!f)
+    return -1;
   fprintf(f,
           "#!/bin/sh\n"
           "dev=x; prev=\n"
@@ -284,16 +292,36 @@ static int setup(void** state) {
   char port[16];
   snprintf(port, sizeof(port), "%u", pcp_fabric_endpoint_port(g.endpoint));
   g.node_manager = fork();
-  if (g.node_manager < 0) return -1;
+  if (g.node_manager < 0)
+    return -1;
   if (g.node_manager == 0) {
     FILE* log = freopen(g.log_path, "w", stderr);
     (void)log;
-    const char* args[] = {pcp, "--node-manager", "--scale", "2", "--host",
-                          "127.0.0.1", "--port", port, "--backend", "cpu",
-                          "--api-port", "0", "--worker-exe", wrapper,
-                          "--start-stagger-ms", "50", "--running-after-ms",
-                          "200", "--restart-min-ms", "100", "--restart-max-ms",
-                          "200", "--stop-grace-ms", "5000", NULL};
+    const char* args[] = {pcp,
+                          "--node-manager",
+                          "--scale",
+                          "2",
+                          "--host",
+                          "127.0.0.1",
+                          "--port",
+                          port,
+                          "--backend",
+                          "cpu",
+                          "--api-port",
+                          "0",
+                          "--worker-exe",
+                          wrapper,
+                          "--start-stagger-ms",
+                          "50",
+                          "--running-after-ms",
+                          "200",
+                          "--restart-min-ms",
+                          "100",
+                          "--restart-max-ms",
+                          "200",
+                          "--stop-grace-ms",
+                          "5000",
+                          NULL};
     execv(pcp, (char* const*)args);
     _exit(127);
   }
@@ -450,7 +478,8 @@ static void node_manager_stops_its_workers(void** state) {
   CHECK(kill(g.node_manager, SIGTERM) == 0);
   int status = -1;
   for (int i = 0; i < 300; ++i) {
-    if (waitpid(g.node_manager, &status, WNOHANG) == g.node_manager) break;
+    if (waitpid(g.node_manager, &status, WNOHANG) == g.node_manager)
+      break;
     status = -1;
     pcp_sleep_ms(50);
   }

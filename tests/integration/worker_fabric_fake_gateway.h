@@ -53,7 +53,8 @@ static inline bool fake_gateway_listen(fake_gateway_t* gw) {
   gw->limits = pcp_proto_limits_default();
   gw->next_request_id = 1;
   gw->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (gw->listen_fd < 0) return false;
+  if (gw->listen_fd < 0)
+    return false;
   int one = 1;
   setsockopt(gw->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   struct sockaddr_in addr;
@@ -88,9 +89,11 @@ static inline void fake_gateway_disconnect(fake_gateway_t* gw) {
 
 static inline bool fake_gateway_accept(fake_gateway_t* gw, int timeout_ms) {
   fake_gateway_disconnect(gw);
-  if (!fake_gateway_pending(gw, timeout_ms)) return false;
+  if (!fake_gateway_pending(gw, timeout_ms))
+    return false;
   gw->fd = accept(gw->listen_fd, NULL, NULL);
-  if (gw->fd < 0) return false;
+  if (gw->fd < 0)
+    return false;
   pcp_proto_frame_decoder_initialize(&gw->limits, pcp_allocator_system(),
                                      &gw->decoder);
   gw->version = 0;
@@ -103,15 +106,18 @@ static inline bool fake_gateway_accept(fake_gateway_t* gw, int timeout_ms) {
 
 static inline void fake_gateway_release(fake_gateway_t* gw) {
   fake_gateway_disconnect(gw);
-  if (gw->listen_fd >= 0) close(gw->listen_fd);
+  if (gw->listen_fd >= 0)
+    close(gw->listen_fd);
   gw->listen_fd = -1;
 }
 
 static inline bool write_all(int fd, const uint8_t* data, size_t length) {
   while (length > 0) {
     ssize_t n = write(fd, data, length);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
     data += n;
     length -= (size_t)n;
   }
@@ -120,7 +126,7 @@ static inline bool write_all(int fd, const uint8_t* data, size_t length) {
 
 // Sends and deinitializes |frame|. A failed encode (|status|) aborts.
 static inline bool fake_gateway_send(fake_gateway_t* gw, pcp_status_t status,
-                              pcp_proto_encoded_frame_t* frame) {
+                                     pcp_proto_encoded_frame_t* frame) {
   PCP_CHECK_OK(status);
   uint8_t* bytes = NULL;
   size_t length = 0;
@@ -133,15 +139,17 @@ static inline bool fake_gateway_send(fake_gateway_t* gw, pcp_status_t status,
 }
 
 static inline void fake_gateway_heartbeat_if_due(fake_gateway_t* gw) {
-  if (!gw->heartbeat_ms || gw->fd < 0) return;
+  if (!gw->heartbeat_ms || gw->fd < 0)
+    return;
   int64_t now = fake_gateway_now_ns();
-  if (now < gw->next_heartbeat_ns) return;
+  if (now < gw->next_heartbeat_ns)
+    return;
   pcp_proto_heartbeat_t hb = {.seq = ++gw->heartbeat_seq,
                               .ack = gw->worker_heartbeats};
   pcp_proto_encoded_frame_t f;
-  fake_gateway_send(gw, pcp_proto_heartbeat_encode(gw->version, 0, &hb,
-                                                   &gw->limits,
-                                                   pcp_allocator_system(), &f),
+  fake_gateway_send(gw,
+                    pcp_proto_heartbeat_encode(gw->version, 0, &hb, &gw->limits,
+                                               pcp_allocator_system(), &f),
                     &f);
   gw->next_heartbeat_ns = now + (int64_t)gw->heartbeat_ms * 1000000;
 }
@@ -149,7 +157,7 @@ static inline void fake_gateway_heartbeat_if_due(fake_gateway_t* gw) {
 // Waits up to |timeout_ms| for the next frame that is not a heartbeat
 // (heartbeats are counted). False on timeout or EOF (gw->eof set).
 static inline bool fake_gateway_recv(fake_gateway_t* gw, int timeout_ms,
-                              pcp_proto_frame_t* out_frame) {
+                                     pcp_proto_frame_t* out_frame) {
   memset(out_frame, 0, sizeof(*out_frame));
   int64_t deadline = fake_gateway_now_ns() + (int64_t)timeout_ms * 1000000;
   for (;;) {
@@ -160,7 +168,8 @@ static inline bool fake_gateway_recv(fake_gateway_t* gw, int timeout_ms,
           &gw->decoder, gw->buffer + gw->buffer_offset,
           gw->buffer_length - gw->buffer_offset, &consumed, &result));
       gw->buffer_offset += consumed;
-      if (result != PCP_PROTO_PARSE_FRAME_READY) break;
+      if (result != PCP_PROTO_PARSE_FRAME_READY)
+        break;
       pcp_proto_frame_decoder_take(&gw->decoder, out_frame);
       if (out_frame->header.type == PCP_PROTO_MESSAGE_HEARTBEAT) {
         gw->worker_heartbeats++;
@@ -172,18 +181,23 @@ static inline bool fake_gateway_recv(fake_gateway_t* gw, int timeout_ms,
     gw->buffer_offset = gw->buffer_length = 0;
     fake_gateway_heartbeat_if_due(gw);
     int64_t now = fake_gateway_now_ns();
-    if (now >= deadline || gw->fd < 0) return false;
+    if (now >= deadline || gw->fd < 0)
+      return false;
     int64_t wait_ns = deadline - now;
     if (gw->heartbeat_ms) {
       int64_t until_heartbeat = gw->next_heartbeat_ns - now;
-      if (until_heartbeat < wait_ns) wait_ns = until_heartbeat;
+      if (until_heartbeat < wait_ns)
+        wait_ns = until_heartbeat;
     }
-    if (wait_ns < 0) wait_ns = 0;
+    if (wait_ns < 0)
+      wait_ns = 0;
     struct pollfd p = {.fd = gw->fd, .events = POLLIN};
     int ready = poll(&p, 1, (int)(wait_ns / 1000000) + 1);
-    if (ready <= 0) continue;
+    if (ready <= 0)
+      continue;
     ssize_t n = read(gw->fd, gw->buffer, sizeof(gw->buffer));
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR)
+      continue;
     if (n <= 0) {
       gw->eof = true;
       return false;
@@ -199,7 +213,8 @@ static inline int fake_gateway_idle(fake_gateway_t* gw, int ms) {
   int frames = 0;
   for (;;) {
     int64_t left = (deadline - fake_gateway_now_ns()) / 1000000;
-    if (left <= 0) return frames;
+    if (left <= 0)
+      return frames;
     pcp_proto_frame_t frame;
     if (fake_gateway_recv(gw, (int)left, &frame)) {
       pcp_proto_frame_deinitialize(&frame);
@@ -238,11 +253,12 @@ static inline void copy_string(char* out, size_t capacity, const char* value) {
 // The gateway side of the handshake. |accept| (may be NULL: the fake then
 // stops after the proof) is sent as is, with the worker id filled in.
 static inline bool fake_gateway_handshake(fake_gateway_t* gw, const char* token,
-                                   pcp_proto_accept_t* accept,
-                                   fake_join_t* out_join) {
+                                          pcp_proto_accept_t* accept,
+                                          fake_join_t* out_join) {
   memset(out_join, 0, sizeof(*out_join));
   pcp_proto_frame_t frame;
-  if (!fake_gateway_recv(gw, 10000, &frame)) return false;
+  if (!fake_gateway_recv(gw, 10000, &frame))
+    return false;
   pcp_proto_hello_t hello;
   if (frame.header.type != PCP_PROTO_MESSAGE_HELLO ||
       pcp_proto_hello_parse(&frame, &hello) != NULL ||
@@ -250,9 +266,9 @@ static inline bool fake_gateway_handshake(fake_gateway_t* gw, const char* token,
     pcp_proto_frame_deinitialize(&frame);
     return false;
   }
-  uint16_t v = pcp_proto_version_select(PCP_PROTO_VERSION_MIN,
-                                        PCP_PROTO_VERSION_MAX,
-                                        hello.min_version, hello.max_version);
+  uint16_t v =
+      pcp_proto_version_select(PCP_PROTO_VERSION_MIN, PCP_PROTO_VERSION_MAX,
+                               hello.min_version, hello.max_version);
   pcp_proto_frame_deinitialize(&frame);
   pcp_proto_hello_t reply = {.min_version = PCP_PROTO_VERSION_MIN,
                              .max_version = PCP_PROTO_VERSION_MAX,
@@ -261,20 +277,22 @@ static inline bool fake_gateway_handshake(fake_gateway_t* gw, const char* token,
                              .role = "gateway",
                              .software = "fake gateway"};
   pcp_proto_encoded_frame_t f;
-  fake_gateway_send(gw, pcp_proto_hello_encode(0, 0, &reply, &gw->limits,
-                                               pcp_allocator_system(), &f),
+  fake_gateway_send(gw,
+                    pcp_proto_hello_encode(0, 0, &reply, &gw->limits,
+                                           pcp_allocator_system(), &f),
                     &f);
   gw->version = v;
   pcp_proto_frame_decoder_set_version(&gw->decoder, v);
   pcp_proto_challenge_t challenge;
-  PCP_CHECK_OK(pcp_proto_random_bytes(challenge.nonce,
-                                      sizeof(challenge.nonce)));
-  fake_gateway_send(gw, pcp_proto_challenge_encode(v, 0, &challenge,
-                                                   &gw->limits,
-                                                   pcp_allocator_system(), &f),
+  PCP_CHECK_OK(
+      pcp_proto_random_bytes(challenge.nonce, sizeof(challenge.nonce)));
+  fake_gateway_send(gw,
+                    pcp_proto_challenge_encode(v, 0, &challenge, &gw->limits,
+                                               pcp_allocator_system(), &f),
                     &f);
 
-  if (!fake_gateway_recv(gw, 10000, &frame)) return false;
+  if (!fake_gateway_recv(gw, 10000, &frame))
+    return false;
   pcp_proto_join_t join;
   if (frame.header.type != PCP_PROTO_MESSAGE_JOIN ||
       pcp_proto_join_parse(&frame, &join) != NULL) {
@@ -282,8 +300,7 @@ static inline bool fake_gateway_handshake(fake_gateway_t* gw, const char* token,
     return false;
   }
   uint64_t join_request_id = frame.header.request_id;
-  copy_string(out_join->worker_id, sizeof(out_join->worker_id),
-              join.worker_id);
+  copy_string(out_join->worker_id, sizeof(out_join->worker_id), join.worker_id);
   copy_string(out_join->backend, sizeof(out_join->backend), join.backend);
   copy_string(out_join->target, sizeof(out_join->target), join.target);
   out_join->device_id = join.device_id;
@@ -308,29 +325,31 @@ static inline bool fake_gateway_handshake(fake_gateway_t* gw, const char* token,
          sizeof(out_join->resume_token));
   pcp_proto_frame_deinitialize(&frame);
 
-  if (!fake_gateway_recv(gw, 10000, &frame)) return false;
+  if (!fake_gateway_recv(gw, 10000, &frame))
+    return false;
   pcp_proto_join_proof_t proof;
   if (frame.header.type != PCP_PROTO_MESSAGE_JOIN_PROOF ||
       pcp_proto_join_proof_parse(&frame, &proof) != NULL) {
     pcp_proto_frame_deinitialize(&frame);
     return false;
   }
-  out_join->proof_valid =
-      strcmp(proof.worker_id, out_join->worker_id) == 0 &&
-      pcp_proto_join_mac_verify((const uint8_t*)token, strlen(token),
-                                challenge.nonce, out_join->worker_id,
-                                proof.mac);
+  out_join->proof_valid = strcmp(proof.worker_id, out_join->worker_id) == 0 &&
+                          pcp_proto_join_mac_verify(
+                              (const uint8_t*)token, strlen(token),
+                              challenge.nonce, out_join->worker_id, proof.mac);
   static const char kWrong[] = "not-the-token";
   out_join->proof_valid_with_wrong_token = pcp_proto_join_mac_verify(
       (const uint8_t*)kWrong, strlen(kWrong), challenge.nonce,
       out_join->worker_id, proof.mac);
   pcp_proto_frame_deinitialize(&frame);
-  if (!accept) return true;
+  if (!accept)
+    return true;
   accept->worker_id = out_join->worker_id;
-  fake_gateway_send(gw, pcp_proto_accept_encode(v, join_request_id, accept,
-                                                &gw->limits,
-                                                pcp_allocator_system(), &f),
-                    &f);
+  fake_gateway_send(
+      gw,
+      pcp_proto_accept_encode(v, join_request_id, accept, &gw->limits,
+                              pcp_allocator_system(), &f),
+      &f);
   gw->heartbeat_ms = accept->heartbeat_interval_ms;
   gw->next_heartbeat_ns =
       fake_gateway_now_ns() + (int64_t)gw->heartbeat_ms * 1000000;
@@ -342,8 +361,8 @@ typedef struct chunk_sender_t {
   int chunks;
 } chunk_sender_t;
 
-static inline pcp_status_t fake_gateway_emit_chunk(void* user_data,
-                                            pcp_proto_encoded_frame_t* frame) {
+static inline pcp_status_t fake_gateway_emit_chunk(
+    void* user_data, pcp_proto_encoded_frame_t* frame) {
   chunk_sender_t* sender = user_data;
   sender->chunks++;
   if (!fake_gateway_send(sender->gw, pcp_ok_status(), frame)) {

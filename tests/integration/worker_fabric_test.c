@@ -84,7 +84,8 @@ static void expected_main(float out[4]) {
 
 static void print_worker_log(void) {
   FILE* f = fopen(g.log_path, "r");
-  if (!f) return;
+  if (!f)
+    return;
   char line[4096];
   fprintf(stderr, "---- worker log %s ----\n", g.log_path);
   while (fgets(line, sizeof(line), f)) fputs(line, stderr);
@@ -93,7 +94,8 @@ static void print_worker_log(void) {
 
 static int count_in_log(const char* needle) {
   FILE* f = fopen(g.log_path, "r");
-  if (!f) return 0;
+  if (!f)
+    return 0;
   char line[4096];
   int n = 0;
   while (fgets(line, sizeof(line), f)) n += strstr(line, needle) != NULL;
@@ -101,12 +103,12 @@ static int count_in_log(const char* needle) {
   return n;
 }
 
-#define CHECK(cond)                                            \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      print_worker_log();                                      \
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      print_worker_log();                                             \
       fail_msg("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
-    }                                                          \
+    }                                                                 \
   } while (0)
 
 static pid_t spawn_worker(const char* log_name) {
@@ -122,31 +124,15 @@ static pid_t spawn_worker(const char* log_name) {
     setenv("PCP_WORKER_ID", WORKER_ID, 1);
     FILE* log = freopen(g.log_path, "w", stderr);
     (void)log;
-    const char* args[] = {pcp,
-                          "--worker",
-                          "--connect",
-                          connect,
-                          "--backend",
-                          "cpu",
-                          "--device-id",
-                          "0",
-                          "--cache-dir",
-                          g.cache_dir,
-                          "--join-token-env",
-                          "PCP_TEST_JOIN_TOKEN",
-                          "--node-manager-id",
-                          "nm-test",
-                          "--supervisor-id",
-                          "7",
-                          "--worker-class",
-                          "test-class",
-                          "--cpu-threads",
+    const char* args[] = {pcp, "--worker", "--connect", connect, "--backend",
+                          "cpu", "--device-id", "0", "--cache-dir", g.cache_dir,
+                          "--join-token-env", "PCP_TEST_JOIN_TOKEN",
+                          "--node-manager-id", "nm-test", "--supervisor-id",
+                          "7", "--worker-class", "test-class", "--cpu-threads",
                           "2",
                           // Long enough that a task queued behind another
                           // is still waiting when its cancel arrives.
-                          "--test-task-delay-ms",
-                          "150",
-                          NULL};
+                          "--test-task-delay-ms", "150", NULL};
     execv(pcp, (char* const*)args);
     _exit(127);
   }
@@ -159,8 +145,10 @@ static int wait_exit(pid_t pid, int timeout_ms) {
   for (;;) {
     int status = 0;
     pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return status;
-    if (fake_gateway_now_ns() > deadline) return -1;
+    if (r == pid)
+      return status;
+    if (fake_gateway_now_ns() > deadline)
+      return -1;
     // Keep the connection alive while the worker drains.
     if (g.gw.fd >= 0) {
       fake_gateway_idle(&g.gw, 20);
@@ -186,11 +174,14 @@ static void accept_params(pcp_proto_accept_t* accept, uint64_t epoch,
 // Next frame that is not TASK_PROGRESS (counted in |progress|).
 static bool recv_skipping_progress(pcp_proto_frame_t* frame, int* progress) {
   for (;;) {
-    if (!fake_gateway_recv(&g.gw, 20000, frame)) return false;
-    if (frame->header.type != PCP_PROTO_MESSAGE_TASK_PROGRESS) return true;
+    if (!fake_gateway_recv(&g.gw, 20000, frame))
+      return false;
+    if (frame->header.type != PCP_PROTO_MESSAGE_TASK_PROGRESS)
+      return true;
     pcp_proto_task_progress_t p;
     PCP_CHECK_OK(pcp_proto_task_progress_parse(frame, &p));
-    if (p.state == PCP_PROTO_TASK_RUNNING && progress) (*progress)++;
+    if (p.state == PCP_PROTO_TASK_RUNNING && progress)
+      (*progress)++;
     pcp_proto_frame_deinitialize(frame);
   }
 }
@@ -198,17 +189,16 @@ static bool recv_skipping_progress(pcp_proto_frame_t* frame, int* progress) {
 // Offers the program; true when the worker fetched it (then it is sent and
 // the stored ACK checked), false when it answered "cached".
 static bool offer_program(void) {
-  pcp_proto_program_offer_t offer = {.byte_length = g.vmfb_length,
-                                     .backend = "cpu",
-                                     .target = "host"};
+  pcp_proto_program_offer_t offer = {
+      .byte_length = g.vmfb_length, .backend = "cpu", .target = "host"};
   memcpy(offer.program, g.program.bytes, sizeof(offer.program));
   uint64_t request_id = g.gw.next_request_id++;
   pcp_proto_encoded_frame_t f;
-  fake_gateway_send(&g.gw,
-                    pcp_proto_program_offer_encode(
-                        g.gw.version, request_id, &offer, &g.gw.limits,
-                        pcp_allocator_system(), &f),
-                    &f);
+  fake_gateway_send(
+      &g.gw,
+      pcp_proto_program_offer_encode(g.gw.version, request_id, &offer,
+                                     &g.gw.limits, pcp_allocator_system(), &f),
+      &f);
   pcp_proto_frame_t frame;
   CHECK(fake_gateway_recv(&g.gw, 20000, &frame));
   CHECK(frame.header.request_id == request_id);
@@ -226,8 +216,8 @@ static bool offer_program(void) {
     chunk_sender_t sender = {.gw = &g.gw};
     PCP_CHECK_OK(pcp_proto_blob_encode_chunks(
         g.gw.version, request_id, hex, PCP_PROTO_BLOB_PROGRAM, g.vmfb,
-        g.vmfb_length, &limits, pcp_allocator_system(),
-        fake_gateway_emit_chunk, &sender));
+        g.vmfb_length, &limits, pcp_allocator_system(), fake_gateway_emit_chunk,
+        &sender));
     CHECK(sender.chunks > 1);
     CHECK(fake_gateway_recv(&g.gw, 20000, &frame));
     CHECK(frame.header.request_id == request_id);
@@ -236,8 +226,8 @@ static bool offer_program(void) {
   pcp_proto_program_ack_t ack;
   PCP_CHECK_OK(pcp_proto_program_ack_parse(&frame, &ack));
   CHECK(memcmp(ack.program, g.program.bytes, 32) == 0);
-  CHECK(ack.status == (fetched ? PCP_PROTO_PROGRAM_STORED
-                               : PCP_PROTO_PROGRAM_CACHED));
+  CHECK(ack.status ==
+        (fetched ? PCP_PROTO_PROGRAM_STORED : PCP_PROTO_PROGRAM_CACHED));
   pcp_proto_frame_deinitialize(&frame);
   return fetched;
 }
@@ -281,8 +271,8 @@ static void assign_main(uint64_t task_id, const char* session,
   pcp_proto_encoded_frame_t f;
   fake_gateway_send(&g.gw,
                     pcp_proto_task_assign_encode(
-                        g.gw.version, g.gw.next_request_id++, &assign,
-                        sections, 3, &g.gw.limits, pcp_allocator_system(), &f),
+                        g.gw.version, g.gw.next_request_id++, &assign, sections,
+                        3, &g.gw.limits, pcp_allocator_system(), &f),
                     &f);
 }
 
@@ -308,8 +298,8 @@ static void assign_accumulate(uint64_t task_id, const char* session,
   pcp_proto_encoded_frame_t f;
   fake_gateway_send(&g.gw,
                     pcp_proto_task_assign_encode(
-                        g.gw.version, g.gw.next_request_id++, &assign,
-                        sections, 1, &g.gw.limits, pcp_allocator_system(), &f),
+                        g.gw.version, g.gw.next_request_id++, &assign, sections,
+                        1, &g.gw.limits, pcp_allocator_system(), &f),
                     &f);
 }
 
@@ -384,7 +374,8 @@ static void expect_task_error(uint64_t task_id, pcp_status_code_t code) {
 static int setup(void** state) {
   (void)state;
   snprintf(g.dir, sizeof(g.dir), "/tmp/pcp-worker-fabric-XXXXXX");
-  if (!mkdtemp(g.dir)) return -1;
+  if (!mkdtemp(g.dir))
+    return -1;
   snprintf(g.cache_dir, sizeof(g.cache_dir), "%s/programs", g.dir);
   pcp_compile_request_t request = {.mlir_text = kProgramMlir,
                                    .mlir_byte_length = strlen(kProgramMlir),
@@ -404,7 +395,8 @@ static int setup(void** state) {
   compiled.vmfb = NULL;
   pcp_compile_result_deinitialize(&compiled);
   pcp_sha256_compute(g.vmfb, g.vmfb_length, &g.program);
-  if (!fake_gateway_listen(&g.gw)) return -1;
+  if (!fake_gateway_listen(&g.gw))
+    return -1;
   g.worker = -1;
   return 0;
 }
@@ -558,8 +550,7 @@ static void reconnects_with_the_same_id(void** state) {
   CHECK(strcmp(join.worker_id, WORKER_ID) == 0);
   CHECK(join.has_resume);
   CHECK(join.lease_epoch == g.lease_epoch);
-  CHECK(memcmp(join.resume_token, g.resume_token, sizeof(g.resume_token)) ==
-        0);
+  CHECK(memcmp(join.resume_token, g.resume_token, sizeof(g.resume_token)) == 0);
   memcpy(g.resume_token, accept.resume_token, sizeof(g.resume_token));
   CHECK(count_in_log("msg=\"connecting\"") == 2);
   CHECK(count_in_log("attempt=1") >= 2);
@@ -627,11 +618,11 @@ static void restarted_worker_uses_its_cache(void** state) {
   // A gateway SHUTDOWN stops it for good, exit 0, no reconnect.
   pcp_proto_shutdown_t shutdown = {.reason = "test over"};
   pcp_proto_encoded_frame_t f;
-  fake_gateway_send(&g.gw,
-                    pcp_proto_shutdown_encode(g.gw.version, 0, &shutdown,
-                                              &g.gw.limits,
-                                              pcp_allocator_system(), &f),
-                    &f);
+  fake_gateway_send(
+      &g.gw,
+      pcp_proto_shutdown_encode(g.gw.version, 0, &shutdown, &g.gw.limits,
+                                pcp_allocator_system(), &f),
+      &f);
   int status = wait_exit(g.worker, 10000);
   CHECK(status != -1);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);

@@ -40,8 +40,8 @@ pcp_status_t pcp_roles_worker_job_queue_push(
   pthread_mutex_lock(&queue->mutex);
   pcp_status_t status = pcp_ok_status();
   if (queue->closed) {
-    status = pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
-                             "job queue is closed");
+    status =
+        pcp_make_status(PCP_STATUS_FAILED_PRECONDITION, "job queue is closed");
   } else if (queue->count == queue->capacity) {
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                              "job queue is full (%zu jobs)", queue->capacity);

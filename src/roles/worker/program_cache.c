@@ -73,10 +73,9 @@ pcp_status_t pcp_roles_worker_program_cache_load(
     // A torn or corrupted copy: removing it turns the next offer into a
     // fetch instead of a load that fails the same way forever.
     int removed = unlink(path) == 0 ? 0 : errno;
-    return pcp_make_status(PCP_STATUS_DATA_LOSS,
-                           "cached program '%s' does not match its hash%s",
-                           path, removed ? " (and could not be removed)"
-                                         : "; removed");
+    return pcp_make_status(
+        PCP_STATUS_DATA_LOSS, "cached program '%s' does not match its hash%s",
+        path, removed ? " (and could not be removed)" : "; removed");
   }
   *out_data = data;
   *out_byte_length = length;

@@ -121,7 +121,7 @@ struct conn_state_t {
   pcp_tcp_conn_t* tcp;
   pending_write_t* head;  // not yet fully handed to the socket
   pending_write_t* tail;
-  bool closing;        // CLOSE seen: shut down once the queue is flushed
+  bool closing;  // CLOSE seen: shut down once the queue is flushed
   bool shutdown_sent;
 };
 
@@ -149,7 +149,7 @@ struct worker_t {
   pcp_loop_signal_t* sigint;
   bool draining;
   int64_t drain_deadline_ns;
-  bool finishing;      // no reconnects, waiting for compute and sockets
+  bool finishing;  // no reconnects, waiting for compute and sockets
   bool compute_exited;
   bool stopped;
   uint32_t attempt;
@@ -178,7 +178,9 @@ struct worker_t {
   pcp_roles_worker_session_store_t sessions;
 };
 
-static int64_t now_ns(worker_t* w) { return pcp_clock_now_ns(w->clock); }
+static int64_t now_ns(worker_t* w) {
+  return pcp_clock_now_ns(w->clock);
+}
 
 static void log_event(worker_t* w, const char* msg, const char* const* pairs,
                       size_t pair_count) {
@@ -234,7 +236,8 @@ static void flush(conn_state_t* cs) {
       size_t n = 0;
       while (n < PCP_TCP_MAX_WRITE_BUFFERS &&
              pw->next_segment + n < pw->frame.segment_count) {
-        const pcp_proto_iovec_t* seg = &pw->frame.segments[pw->next_segment + n];
+        const pcp_proto_iovec_t* seg =
+            &pw->frame.segments[pw->next_segment + n];
         buffers[n].data = seg->data;
         buffers[n].byte_length = seg->byte_length;
         n++;
@@ -369,9 +372,10 @@ static void on_connected(void* user_data, pcp_tcp_conn_t* conn,
     char retry[32];
     int64_t wait_ms =
         (pcp_proto_worker_reconnect_at_ns(w->proto) - now_ns(w)) / 1000000;
-    snprintf(retry, sizeof(retry), "%lld", (long long)(wait_ms > 0 ? wait_ms : 0));
-    const char* pairs[] = {"attempt", attempt, "address", w->address_text,
-                           "error", text, "retry_in_ms", retry};
+    snprintf(retry, sizeof(retry), "%lld",
+             (long long)(wait_ms > 0 ? wait_ms : 0));
+    const char* pairs[] = {"attempt", attempt, "address",     w->address_text,
+                           "error",   text,    "retry_in_ms", retry};
     log_event(w, "connect failed", pairs, 4);
     pump(w);
     return;
@@ -537,9 +541,11 @@ static void handle_action(worker_t* w, pcp_proto_action_t* a) {
       return;
     case PCP_PROTO_ACTION_ACCEPTED: {
       char epoch[32];
-      snprintf(epoch, sizeof(epoch), "%llu", (unsigned long long)a->lease_epoch);
-      const char* pairs[] = {"address", w->address_text, "lease_epoch", epoch,
-                             "resumed", a->resumed ? "true" : "false"};
+      snprintf(epoch, sizeof(epoch), "%llu",
+               (unsigned long long)a->lease_epoch);
+      const char* pairs[] = {"address",     w->address_text,
+                             "lease_epoch", epoch,
+                             "resumed",     a->resumed ? "true" : "false"};
       log_event(w, "joined", pairs, 3);
       w->attempt = 0;
       return;
@@ -549,9 +555,10 @@ static void handle_action(worker_t* w, pcp_proto_action_t* a) {
       pcp_status_format(a->status, text, sizeof(text));
       char reason[16];
       snprintf(reason, sizeof(reason), "%u", a->reject_reason);
-      const char* pairs[] = {"reason", pcp_proto_reject_reason_name(
-                                           a->reject_reason),
-                             "code", reason, "message", text};
+      const char* pairs[] = {
+          "reason",  pcp_proto_reject_reason_name(a->reject_reason),
+          "code",    reason,
+          "message", text};
       log_event(w, "join rejected", pairs, 3);
       return;
     }
@@ -709,8 +716,7 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
         pcp_proto_hex_encode(job->program, sizeof(job->program), hex);
         const char* pairs[] = {"program", hex, "cached",
                                job->found ? "true" : "false"};
-        log_event(w, job->found ? "program cached" : "program fetch", pairs,
-                  2);
+        log_event(w, job->found ? "program cached" : "program fetch", pairs, 2);
       }
       break;
     case JOB_STORE: {
@@ -733,8 +739,8 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
         pcp_status_format(job->status, text, sizeof(text));
         const char* pairs[] = {"task_id", task, "error", text};
         log_event(w, "task failed", pairs, 2);
-        status = pcp_proto_worker_task_fail(w->proto, job->task_id,
-                                            job->status, now);
+        status = pcp_proto_worker_task_fail(w->proto, job->task_id, job->status,
+                                            now);
       } else {
         char elapsed[32];
         snprintf(elapsed, sizeof(elapsed), "%llu",
@@ -800,7 +806,9 @@ static void post_to_loop(worker_t* w, pcp_loop_post_fn_t fn, void* user_data) {
 // Compute thread
 //===----------------------------------------------------------------------===//
 
-static void release_tensor(void* value) { pcp_tensor_release(value); }
+static void release_tensor(void* value) {
+  pcp_tensor_release(value);
+}
 
 static bool job_cancelled(job_t* job) {
   return atomic_load(&job->cancelled) || atomic_load(&job->worker->abandon);
@@ -944,8 +952,8 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task inputs");
   }
   for (size_t i = 0; i < n && !status; ++i) {
-    status = input_value(w, job, &assign, &assign.inputs[i], &hosts[i],
-                         &values[i]);
+    status =
+        input_value(w, job, &assign, &assign.inputs[i], &hosts[i], &values[i]);
     if (status) {
       status = pcp_status_annotate_f(status, "input %zu", i);
     }
@@ -976,9 +984,9 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     } else {
       pcp_tensor_t* t = results[keep->output];
       pcp_tensor_retain(t);
-      status = pcp_roles_worker_session_store_put(
-          &w->sessions, assign.session_id, keep->as, t,
-          pcp_tensor_byte_length(t));
+      status = pcp_roles_worker_session_store_put(&w->sessions,
+                                                  assign.session_id, keep->as,
+                                                  t, pcp_tensor_byte_length(t));
       if (status) {
         pcp_tensor_release(t);
       }
@@ -994,16 +1002,15 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     }
   }
   if (!status) {
-    job->outputs = calloc(result_count ? result_count : 1,
-                          sizeof(pcp_host_tensor_t));
-    job->refs = calloc(result_count ? result_count : 1,
-                       sizeof(pcp_proto_tensor_ref_t));
-    job->sections = calloc(result_count ? result_count : 1,
-                           sizeof(pcp_proto_section_t));
-    job->section_names = calloc(result_count ? result_count : 1,
-                                sizeof(*job->section_names));
-    if (!job->outputs || !job->refs || !job->sections ||
-        !job->section_names) {
+    job->outputs =
+        calloc(result_count ? result_count : 1, sizeof(pcp_host_tensor_t));
+    job->refs =
+        calloc(result_count ? result_count : 1, sizeof(pcp_proto_tensor_ref_t));
+    job->sections =
+        calloc(result_count ? result_count : 1, sizeof(pcp_proto_section_t));
+    job->section_names =
+        calloc(result_count ? result_count : 1, sizeof(*job->section_names));
+    if (!job->outputs || !job->refs || !job->sections || !job->section_names) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task results");
     }
   }
@@ -1197,8 +1204,8 @@ static void on_signal(void* user_data, int signum) {
     return;
   }
   log_event(w, "stopping", pairs, 1);
-  pcp_proto_worker_state_t state = w->proto ? pcp_proto_worker_state(w->proto)
-                                            : PCP_PROTO_WORKER_IDLE;
+  pcp_proto_worker_state_t state =
+      w->proto ? pcp_proto_worker_state(w->proto) : PCP_PROTO_WORKER_IDLE;
   if (state == PCP_PROTO_WORKER_READY) {
     // Tell the gateway first, so it assigns nothing new, then let the
     // in-flight tasks finish and report.
@@ -1322,8 +1329,8 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
     goto cleanup_early;
   }
   {
-    pcp_status_t v = pcp_compute_runtime_version(runtime_version,
-                                                 sizeof(runtime_version));
+    pcp_status_t v =
+        pcp_compute_runtime_version(runtime_version, sizeof(runtime_version));
     pcp_status_ignore(v);
     v = pcp_compile_compiler_version(compiler_version,
                                      sizeof(compiler_version));
@@ -1376,7 +1383,7 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
     pc.join.device_memory_bytes =
         config->device_memory_bytes > 0 ? (uint64_t)config->device_memory_bytes
         : strcmp(pc.join.backend, "cpu") == 0 ? host_memory_bytes()
-                                               : 0;
+                                              : 0;
     pc.join.drivers[0] = w->backend_info.driver;
     pc.join.driver_count = 1;
     pc.join.runtime_version = runtime_version;
@@ -1398,8 +1405,8 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
     status = pcp_loop_signal_watch(w->loop, SIGINT, on_signal, w, &w->sigint);
   }
   if (!status) {
-    status = pcp_loop_timer_start(w->loop, TICK_MS, TICK_MS, on_tick, w,
-                                  &w->tick);
+    status =
+        pcp_loop_timer_start(w->loop, TICK_MS, TICK_MS, on_tick, w, &w->tick);
   }
   if (!status && w->proto) {
     status = pcp_proto_worker_start(w->proto, now_ns(w));

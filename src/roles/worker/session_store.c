@@ -60,8 +60,8 @@ static pcp_status_t grow(void** items, size_t* capacity, size_t count,
     return pcp_ok_status();
   }
   if (count >= maximum) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                           "more than %zu %s", maximum, what);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "more than %zu %s",
+                           maximum, what);
   }
   size_t next = *capacity ? *capacity * 2 : 4;
   if (next > maximum) {
@@ -114,19 +114,17 @@ pcp_status_t pcp_roles_worker_session_store_put(
     }
   }
   void* items = session->entries;
-  PCP_RETURN_IF_ERROR_BARE(grow(&items, &session->entry_capacity,
-                                session->entry_count,
-                                sizeof(pcp_roles_worker_session_entry_t),
-                                PCP_ROLES_WORKER_MAX_SESSION_ENTRIES,
-                                "resident tensors in one session"));
+  PCP_RETURN_IF_ERROR_BARE(grow(
+      &items, &session->entry_capacity, session->entry_count,
+      sizeof(pcp_roles_worker_session_entry_t),
+      PCP_ROLES_WORKER_MAX_SESSION_ENTRIES, "resident tensors in one session"));
   session->entries = items;
   char* copy = strdup(name);
   if (!copy) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "tensor name");
   }
-  session->entries[session->entry_count++] =
-      (pcp_roles_worker_session_entry_t){
-          .name = copy, .value = value, .byte_length = byte_length};
+  session->entries[session->entry_count++] = (pcp_roles_worker_session_entry_t){
+      .name = copy, .value = value, .byte_length = byte_length};
   session->byte_length += byte_length;
   store->byte_length += byte_length;
   return pcp_ok_status();

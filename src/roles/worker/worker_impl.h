@@ -44,6 +44,7 @@ typedef struct pcp_roles_worker_program_cache_t {
 // Creates |directory| (and parents) if needed. Thread-compatible.
 PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_program_cache_initialize(
     const char* directory, pcp_roles_worker_program_cache_t* out_cache);
+// Thread-compatible (no call may be in progress).
 void pcp_roles_worker_program_cache_deinitialize(
     pcp_roles_worker_program_cache_t* cache);
 
@@ -114,6 +115,8 @@ typedef struct pcp_roles_worker_session_store_t {
 #define PCP_ROLES_WORKER_MAX_SESSIONS 4096
 #define PCP_ROLES_WORKER_MAX_SESSION_ENTRIES 4096
 
+// Every session-store function is thread-compatible: one owner at a time
+// (the compute thread in the runtime).
 void pcp_roles_worker_session_store_initialize(
     size_t limit_byte_length, pcp_roles_worker_value_release_fn_t release,
     pcp_roles_worker_session_store_t* out_store);
@@ -166,19 +169,24 @@ typedef struct pcp_roles_worker_job_queue_t {
 } pcp_roles_worker_job_queue_t;
 
 // RESOURCE_EXHAUSTED when the ring cannot be allocated; INVALID_ARGUMENT
-// for capacity 0.
+// for capacity 0. Thread-compatible.
 PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_job_queue_initialize(
     size_t capacity, pcp_roles_worker_job_queue_t* out_queue);
 // The queue must be empty or its jobs owned elsewhere; no thread may wait.
+// Thread-compatible.
 void pcp_roles_worker_job_queue_deinitialize(
     pcp_roles_worker_job_queue_t* queue);
-// RESOURCE_EXHAUSTED when full, FAILED_PRECONDITION after close.
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_job_queue_push(
-    pcp_roles_worker_job_queue_t* queue, void* job);
+// RESOURCE_EXHAUSTED when full, FAILED_PRECONDITION after close. Never
+// blocks. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_worker_job_queue_push(pcp_roles_worker_job_queue_t* queue, void* job);
 // Blocks for the next job; NULL once the queue is closed and empty.
+// Thread-safe.
 void* pcp_roles_worker_job_queue_pop(pcp_roles_worker_job_queue_t* queue);
 // Wakes every waiter; later pushes fail; queued jobs can still be popped.
+// Thread-safe.
 void pcp_roles_worker_job_queue_close(pcp_roles_worker_job_queue_t* queue);
+// Jobs queued now (a snapshot). Thread-safe.
 size_t pcp_roles_worker_job_queue_count(pcp_roles_worker_job_queue_t* queue);
 
 //===----------------------------------------------------------------------===//

@@ -64,16 +64,16 @@ static void program_cache_miss_store_hit(void** state) {
   assert_false(found);
   void* data = NULL;
   size_t length = 0;
-  expect_code(pcp_roles_worker_program_cache_load(&cache, hash.bytes, &data,
-                                                  &length),
-              PCP_STATUS_NOT_FOUND);
+  expect_code(
+      pcp_roles_worker_program_cache_load(&cache, hash.bytes, &data, &length),
+      PCP_STATUS_NOT_FOUND);
 
   expect_ok(pcp_roles_worker_program_cache_store(&cache, hash.bytes, kProgram,
                                                  sizeof(kProgram)));
   expect_ok(pcp_roles_worker_program_cache_lookup(&cache, hash.bytes, &found));
   assert_true(found);
-  expect_ok(pcp_roles_worker_program_cache_load(&cache, hash.bytes, &data,
-                                                &length));
+  expect_ok(
+      pcp_roles_worker_program_cache_load(&cache, hash.bytes, &data, &length));
   assert_int_equal(length, sizeof(kProgram));
   assert_memory_equal(data, kProgram, length);
   assert_int_equal((uintptr_t)data % 64, 0);
@@ -122,9 +122,9 @@ static void program_cache_corrupt_file_is_a_miss(void** state) {
 
   void* data = NULL;
   size_t length = 0;
-  expect_code(pcp_roles_worker_program_cache_load(&cache, hash.bytes, &data,
-                                                  &length),
-              PCP_STATUS_DATA_LOSS);
+  expect_code(
+      pcp_roles_worker_program_cache_load(&cache, hash.bytes, &data, &length),
+      PCP_STATUS_DATA_LOSS);
   assert_null(data);
   // The corrupt copy is gone, so the next offer fetches it again.
   assert_false(pcp_file_exists(path));
@@ -175,7 +175,9 @@ typedef struct fake_value_t {
   int releases;
 } fake_value_t;
 
-static void release_fake(void* value) { ((fake_value_t*)value)->releases++; }
+static void release_fake(void* value) {
+  ((fake_value_t*)value)->releases++;
+}
 
 static void session_store_put_get_replace_drop(void** state) {
   (void)state;
@@ -217,14 +219,14 @@ static void session_store_evicts_least_recently_used(void** state) {
   expect_ok(pcp_roles_worker_session_store_put(&store, "old", "x", &v[0], 100));
   expect_ok(pcp_roles_worker_session_store_put(&store, "mid", "x", &v[1], 100));
   size_t evicted = 99;
-  expect_ok(pcp_roles_worker_session_store_enforce_limit(&store, "mid",
-                                                         &evicted));
+  expect_ok(
+      pcp_roles_worker_session_store_enforce_limit(&store, "mid", &evicted));
   assert_int_equal(evicted, 0);
   // Touch "old": "mid" becomes the least recently used.
   assert_non_null(pcp_roles_worker_session_store_get(&store, "old", "x"));
   expect_ok(pcp_roles_worker_session_store_put(&store, "new", "x", &v[2], 100));
-  expect_ok(pcp_roles_worker_session_store_enforce_limit(&store, "new",
-                                                         &evicted));
+  expect_ok(
+      pcp_roles_worker_session_store_enforce_limit(&store, "new", &evicted));
   assert_int_equal(evicted, 1);
   assert_int_equal(v[1].releases, 1);
   assert_int_equal(v[0].releases, 0);
@@ -233,11 +235,11 @@ static void session_store_evicts_least_recently_used(void** state) {
 
   // A session that alone is over the limit cannot be kept: the others go
   // first, then the caller hears RESOURCE_EXHAUSTED.
-  expect_ok(pcp_roles_worker_session_store_put(&store, "huge", "x", &v[3],
-                                               300));
-  expect_code(pcp_roles_worker_session_store_enforce_limit(&store, "huge",
-                                                           &evicted),
-              PCP_STATUS_RESOURCE_EXHAUSTED);
+  expect_ok(
+      pcp_roles_worker_session_store_put(&store, "huge", "x", &v[3], 300));
+  expect_code(
+      pcp_roles_worker_session_store_enforce_limit(&store, "huge", &evicted),
+      PCP_STATUS_RESOURCE_EXHAUSTED);
   assert_int_equal(v[0].releases, 1);
   assert_int_equal(v[2].releases, 1);
   assert_int_equal(v[3].releases, 0);
@@ -261,8 +263,8 @@ static void session_store_unlimited_never_evicts(void** state) {
                                                  (size_t)1 << 40));
   }
   size_t evicted = 9;
-  expect_ok(pcp_roles_worker_session_store_enforce_limit(&store, NULL,
-                                                         &evicted));
+  expect_ok(
+      pcp_roles_worker_session_store_enforce_limit(&store, NULL, &evicted));
   assert_int_equal(evicted, 0);
   pcp_roles_worker_session_store_deinitialize(&store);
   for (int i = 0; i < 8; ++i) {
@@ -334,8 +336,7 @@ static void job_queue_cross_thread(void** state) {
   assert_int_equal(pthread_create(&thread, NULL, consume, &c), 0);
   // A blocked consumer wakes for each push; a full queue pushes back.
   for (intptr_t i = 1; i <= 1000;) {
-    pcp_status_t status =
-        pcp_roles_worker_job_queue_push(&queue, (void*)i);
+    pcp_status_t status = pcp_roles_worker_job_queue_push(&queue, (void*)i);
     if (status) {
       assert_int_equal(pcp_status_consume_code(status),
                        PCP_STATUS_RESOURCE_EXHAUSTED);
