@@ -222,6 +222,14 @@ typedef struct pcp_tokenizer_chat_options_t {
   pcp_string_view_t default_system_prompt;
   // Ends with "<|im_start|>assistant\n" so the model writes the reply.
   bool add_generation_prompt;
+  // Qwen3's reasoning rules: an assistant message keeps only the text after
+  // its last "</think>" (leading newlines dropped); one after the last user
+  // message that is the final message, or that had reasoning, is written
+  // "<think>\nREASONING\n</think>\n\n" + content.
+  bool qwen3_reasoning;
+  // Qwen3's enable_thinking=False: "<think>\n\n</think>\n\n" after the
+  // generation prompt.
+  bool disable_thinking;
 } pcp_tokenizer_chat_options_t;
 
 // Parses "system" | "user" | "assistant". Returns false otherwise.
@@ -231,7 +239,10 @@ bool pcp_tokenizer_chat_role_parse(pcp_string_view_t name,
 // Appends the Qwen ChatML rendering of |messages| to |out_text|:
 // "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per message (after the default
 // system prompt when set and the first message is not a system one), then
-// "<|im_start|>assistant\n" when asked. Content is copied verbatim; special
+// "<|im_start|>assistant\n" when asked. The same text as the official Jinja
+// templates of Qwen2.5 (default system prompt set) and Qwen3
+// (qwen3_reasoning) for text-only system/user/assistant conversations
+// (tests/tokenizer/equivalence_test.py renders both with jinja2). Content is copied verbatim; special
 // token text inside content is matched as special tokens when encoded (as
 // `apply_chat_template` + encode does). INVALID_ARGUMENT for an unknown role;
 // RESOURCE_EXHAUSTED when the builder is full. Thread-safe.

@@ -9,7 +9,12 @@
 //   tokenizer_tool TOKENIZER_JSON decode-skip FILE  the text of each in hex
 //   tokenizer_tool TOKENIZER_JSON roundtrip FILE  decode(encode(x)) == x for
 //                                                 each line and the file
+//   tokenizer_tool TOKENIZER_JSON chat FILE       FILE: one JSON object per
+//       line {"messages": [{"role", "content"}], "add_generation_prompt",
+//       "default_system_prompt", "qwen3_reasoning", "disable_thinking"};
+//       prints the rendered text in hex, then its ids, per object
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +52,62 @@ static bool roundtrip_one(const pcp_tokenizer_t* t,
   pcp_string_builder_deinitialize(&out);
   pcp_tokenizer_id_list_deinitialize(&ids);
   return ok;
+}
+
+static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line) {
+  json_error_t error;
+  json_t* root = json_loads(json_line, 0, &error);
+  if (!root) {
+    fprintf(stderr, "tokenizer_tool: chat JSON: %s\n", error.text);
+    return 1;
+  }
+  const json_t* list = json_object_get(root, "messages");
+  size_t count = json_array_size(list);
+  pcp_tokenizer_chat_message_t* messages =
+      calloc(count ? count : 1, sizeof(*messages));
+  for (size_t i = 0; i < count; ++i) {
+    const json_t* m = json_array_get(list, i);
+    const json_t* content = json_object_get(m, "content");
+    if (!pcp_tokenizer_chat_role_parse(
+            pcp_make_cstring_view(
+                json_string_value(json_object_get(m, "role"))),
+            &messages[i].role)) {
+      fprintf(stderr, "tokenizer_tool: chat: bad role in message %zu\n", i);
+      return 1;
+    }
+    messages[i].content = pcp_make_string_view(json_string_value(content),
+                                               json_string_length(content));
+  }
+  pcp_tokenizer_chat_options_t options = {
+      .add_generation_prompt =
+          json_is_true(json_object_get(root, "add_generation_prompt")),
+      .qwen3_reasoning = json_is_true(json_object_get(root, "qwen3_reasoning")),
+      .disable_thinking =
+          json_is_true(json_object_get(root, "disable_thinking")),
+  };
+  const json_t* system = json_object_get(root, "default_system_prompt");
+  if (json_is_string(system)) {
+    options.default_system_prompt = pcp_make_string_view(
+        json_string_value(system), json_string_length(system));
+  }
+  pcp_string_builder_t text;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
+  PCP_CHECK_OK(pcp_tokenizer_chat_render(messages, count, &options, &text));
+  for (size_t i = 0; i < text.size; ++i) {
+    printf("%02x", (unsigned char)text.data[i]);
+  }
+  putchar('\n');
+  pcp_tokenizer_id_list_t ids;
+  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  pcp_status_t status =
+      pcp_tokenizer_chat_encode(e, messages, count, &options, &ids);
+  if (status) return fail(status, "chat encode");
+  print_ids(&ids);
+  pcp_tokenizer_id_list_deinitialize(&ids);
+  pcp_string_builder_deinitialize(&text);
+  free(messages);
+  json_decref(root);
+  return 0;
 }
 
 int main(int argc, char** argv) {
@@ -125,6 +186,15 @@ int main(int argc, char** argv) {
       }
       putchar('\n');
       pcp_string_builder_deinitialize(&out);
+      if (!line_end) break;
+      cursor = line_end + 1;
+    }
+  } else if (strcmp(mode, "chat") == 0) {
+    char* cursor = data;
+    while (*cursor && rc == 0) {
+      char* line_end = strchr(cursor, '\n');
+      if (line_end) *line_end = '\0';
+      if (*cursor) rc = chat_one(e, cursor);
       if (!line_end) break;
       cursor = line_end + 1;
     }

