@@ -19,8 +19,11 @@
 
 // Append-only: a released migration never changes (databases in the field
 // already ran it); a schema change is a new entry. Tables are STRICT so a
-// column never silently holds the wrong type, and JSON columns are checked
-// with json_valid so a bug cannot store text the readers would choke on.
+// column never silently holds the wrong type. JSON columns carry no
+// CHECK (json_valid(...)): every one is written from a jansson dump, and
+// SQLite 3.40's json_valid() answers false when it runs out of memory, which
+// turned an allocation failure into a spurious constraint error (OOM sweep).
+// Readers treat unparsable JSON as DATA_LOSS.
 static const char* const kMigrations[] = {
     // 1: jobs, their events and results.
     "CREATE TABLE jobs ("
@@ -29,8 +32,8 @@ static const char* const kMigrations[] = {
     "  kind TEXT NOT NULL,"
     "  state TEXT NOT NULL CHECK (state IN ('queued','placing','compiling',"
     "    'running','succeeded','failed','cancelling','cancelled')),"
-    "  spec TEXT NOT NULL CHECK (json_valid(spec)),"
-    "  placement TEXT CHECK (placement IS NULL OR json_valid(placement)),"
+    "  spec TEXT NOT NULL,"
+    "  placement TEXT,"
     "  created_at_ns INTEGER NOT NULL,"
     "  updated_at_ns INTEGER NOT NULL,"
     "  attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),"
@@ -45,7 +48,7 @@ static const char* const kMigrations[] = {
     "  type TEXT NOT NULL,"
     "  from_state TEXT,"
     "  to_state TEXT,"
-    "  payload TEXT NOT NULL CHECK (json_valid(payload)),"
+    "  payload TEXT NOT NULL,"
     "  created_at_ns INTEGER NOT NULL"
     ") STRICT;"
     "CREATE INDEX job_events_by_job ON job_events(job_id, event_id);"
@@ -57,7 +60,7 @@ static const char* const kMigrations[] = {
     "  job_id TEXT NOT NULL REFERENCES jobs(id),"
     "  name TEXT NOT NULL,"
     "  dtype TEXT NOT NULL,"
-    "  shape TEXT NOT NULL CHECK (json_valid(shape)),"
+    "  shape TEXT NOT NULL,"
     "  byte_length INTEGER NOT NULL CHECK (byte_length >= 0),"
     "  sha256 TEXT NOT NULL CHECK (length(sha256) = 64),"
     "  path TEXT NOT NULL,"
@@ -71,7 +74,7 @@ static const char* const kMigrations[] = {
     "  service_id TEXT NOT NULL,"
     "  service_type TEXT NOT NULL,"
     "  base_url TEXT NOT NULL,"
-    "  attributes TEXT NOT NULL CHECK (json_valid(attributes)),"
+    "  attributes TEXT NOT NULL,"
     "  ttl_ns INTEGER NOT NULL CHECK (ttl_ns > 0),"
     "  registered_at_ns INTEGER NOT NULL,"
     "  updated_at_ns INTEGER NOT NULL,"
@@ -115,8 +118,8 @@ static const char* const kMigrations[] = {
     "  display_name TEXT NOT NULL,"
     "  visibility TEXT NOT NULL CHECK (visibility IN"
     "    ('local','shared','global')),"
-    "  properties TEXT NOT NULL CHECK (json_valid(properties)),"
-    "  provenance TEXT NOT NULL CHECK (json_valid(provenance)),"
+    "  properties TEXT NOT NULL,"
+    "  provenance TEXT NOT NULL,"
     "  created_at_ns INTEGER NOT NULL,"
     "  updated_at_ns INTEGER NOT NULL"
     ") STRICT;"
@@ -129,8 +132,8 @@ static const char* const kMigrations[] = {
     "  to_entity_id TEXT NOT NULL,"
     "  visibility TEXT NOT NULL CHECK (visibility IN"
     "    ('local','shared','global')),"
-    "  properties TEXT NOT NULL CHECK (json_valid(properties)),"
-    "  provenance TEXT NOT NULL CHECK (json_valid(provenance)),"
+    "  properties TEXT NOT NULL,"
+    "  provenance TEXT NOT NULL,"
     "  created_at_ns INTEGER NOT NULL,"
     "  updated_at_ns INTEGER NOT NULL"
     ") STRICT;"
@@ -144,8 +147,8 @@ static const char* const kMigrations[] = {
     "  observation_type TEXT NOT NULL,"
     "  visibility TEXT NOT NULL CHECK (visibility IN"
     "    ('local','shared','global')),"
-    "  payload TEXT NOT NULL CHECK (json_valid(payload)),"
-    "  provenance TEXT NOT NULL CHECK (json_valid(provenance)),"
+    "  payload TEXT NOT NULL,"
+    "  provenance TEXT NOT NULL,"
     "  created_at_ns INTEGER NOT NULL"
     ") STRICT;"
     "CREATE INDEX graph_observations_by_subject"
@@ -156,10 +159,10 @@ static const char* const kMigrations[] = {
     "  namespace_id TEXT NOT NULL,"
     "  mutation_type TEXT NOT NULL,"
     "  target_id TEXT NOT NULL,"
-    "  payload TEXT NOT NULL CHECK (json_valid(payload)),"
+    "  payload TEXT NOT NULL,"
     "  visibility TEXT NOT NULL CHECK (visibility IN"
     "    ('local','shared','global')),"
-    "  provenance TEXT NOT NULL CHECK (json_valid(provenance)),"
+    "  provenance TEXT NOT NULL,"
     "  timestamp_ns INTEGER NOT NULL"
     ") STRICT;"
     // The only update allowed names an unnamed record (mut_{seq}) in the
@@ -299,7 +302,17 @@ pcp_status_t pcp_store_bind_check(pcp_store_t* store, int bind_result) {
   if (bind_result == SQLITE_OK) {
     return pcp_ok_status();
   }
-  return pcp_store_db_status(store, sqlite3_errcode(store->db), "bind");
+  // Call sites OR several bind results together, so |bind_result| is only
+  // "not OK". The connection's error code names the failure, except after an
+  // out-of-memory bind, which SQLite does not always leave there (the OOM
+  // sweep found a NOMEM bind reported as OK and a NULL bound instead).
+  int code = sqlite3_errcode(store->db);
+  if (code == SQLITE_OK || code == SQLITE_ROW || code == SQLITE_DONE) {
+    code = bind_result == SQLITE_TOOBIG ? SQLITE_TOOBIG : SQLITE_NOMEM;
+    return pcp_store_status_from_sqlite(code, "binding a parameter failed",
+                                        "bind");
+  }
+  return pcp_store_db_status(store, code, "bind");
 }
 
 pcp_status_t pcp_store_tx_begin(pcp_store_t* store) {
@@ -441,24 +454,39 @@ pcp_status_t pcp_store_json_encode(const char* field, const json_t* value,
                            "%s is nested deeper than %d levels", field,
                            PCP_STORE_JSON_MAX_DEPTH);
   }
-  // json_dumpb with a NULL buffer measures without allocating, so an
+  // json_dumpb with a NULL buffer measures without building the text, so an
   // oversized value is refused before any copy is made.
   size_t size = json_dumpb(value, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
   if (size == 0) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "%s cannot be serialized (NaN or invalid UTF-8?)",
-                           field);
+    // jansson refuses NaN and invalid UTF-8 when values are built and the
+    // depth (so cycles too) is bounded above, so a failed dump is an
+    // allocation failure (found by the OOM sweep; it was INVALID_ARGUMENT).
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "%s: out of memory serializing JSON", field);
   }
   if (size > PCP_STORE_JSON_MAX_BYTE_LENGTH) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "%s is %zu bytes of JSON, over the %u byte limit",
                            field, size, PCP_STORE_JSON_MAX_BYTE_LENGTH);
   }
-  char* text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  // Dumped into a buffer of the measured size rather than with json_dumps:
+  // jansson 2.14 ignores a failed append of an object key inside json_dumps
+  // and returns text with the key missing (`{"from":null,":"queued"}`), which
+  // the OOM sweep caught being stored. Dumping into a fixed buffer needs no
+  // growth, so that append cannot fail, and the length is checked anyway.
+  char* text = malloc(size + 1);
   if (!text) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "%s: out of memory serializing JSON", field);
   }
+  size_t written =
+      json_dumpb(value, text, size, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (written != size) {
+    free(text);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "%s: out of memory serializing JSON", field);
+  }
+  text[size] = '\0';
   *out_text = text;
   return pcp_ok_status();
 }
@@ -475,13 +503,35 @@ pcp_status_t pcp_store_json_column(sqlite3_stmt* stmt, int column,
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "out of memory reading a JSON column");
   }
+  // Zeroed first: on some allocation failures jansson returns NULL without
+  // touching |error| (the OOM sweep saw stack garbage as the error code).
   json_error_t error;
+  memset(&error, 0, sizeof(error));
   json_t* value = json_loadb(text, (size_t)size, JSON_DECODE_ANY, &error);
   if (!value) {
-    // The CHECK (json_valid) constraint makes this a damaged file.
+    // jansson's lexer reports some allocation failures as syntax errors
+    // ("string or '}' expected", OOM sweep). Stored JSON was produced by
+    // jansson, so one retry tells a transient allocation failure from bytes
+    // that are really bad; under lasting memory pressure the message below
+    // says both are possible.
+    memset(&error, 0, sizeof(error));
+    value = json_loadb(text, (size_t)size, JSON_DECODE_ANY, &error);
+  }
+  if (!value) {
+    // jansson leaves some allocation failures unlabelled (code unknown,
+    // empty text; seen in the OOM sweep): only a labelled syntax problem
+    // means the stored bytes are bad.
+    enum json_error_code code = json_error_code(&error);
+    if (code == json_error_out_of_memory || code == json_error_unknown) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "out of memory decoding a JSON column");
+    }
+    // Every JSON column is written from a jansson dump: a damaged file.
     return pcp_make_status(PCP_STATUS_DATA_LOSS,
-                           "stored JSON in column %d does not parse: %s",
-                           column, error.text);
+                           "stored JSON in column %d does not parse: %s "
+                           "(jansson error %d; a damaged file, or memory ran "
+                           "out twice)",
+                           column, error.text, (int)code);
   }
   *out_value = value;
   return pcp_ok_status();
@@ -704,8 +754,6 @@ static pcp_status_t open_database(pcp_store_t* store,
   // no-op inside a transaction, so it runs before any.
   PCP_RETURN_IF_ERROR(exec_sql(store, "PRAGMA foreign_keys=ON", "foreign_keys"),
                       "opening %s", path);
-  // trusted_schema stays at its default (ON): SQLite 3.40 does not mark
-  // json_valid() innocuous, and the CHECK constraints below use it.
   int32_t target = options->schema_version_limit > 0
                        ? options->schema_version_limit
                        : PCP_STORE_SCHEMA_VERSION;

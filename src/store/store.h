@@ -117,6 +117,7 @@ typedef struct pcp_store_options_t {
 } pcp_store_options_t;
 
 // Defaults: system clock, FULL, 5000 ms busy timeout, latest schema.
+// Thread-safe (writes only |out_options|).
 void pcp_store_options_initialize(pcp_store_options_t* out_options);
 
 // Opens (creating when needed) the database under |options->state_dir|,
@@ -209,6 +210,8 @@ typedef struct pcp_store_job_list_t {
   pcp_store_job_t* items;
   size_t count;
 } pcp_store_job_list_t;
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_job_list_deinitialize(pcp_store_job_list_t* list);
 
 // Inserts job |id| of |kind| with |spec| (any JSON object, bounded) in state
@@ -296,6 +299,8 @@ typedef struct pcp_store_job_event_list_t {
   pcp_store_job_event_t* items;
   size_t count;
 } pcp_store_job_event_list_t;
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_job_event_list_deinitialize(pcp_store_job_event_list_t* list);
 
 // Appends a custom event (progress, logs) of |type| to job |id|. The types
@@ -336,6 +341,8 @@ typedef struct pcp_store_job_result_list_t {
   pcp_store_job_result_t* items;
   size_t count;
 } pcp_store_job_result_list_t;
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_job_result_list_deinitialize(pcp_store_job_result_list_t* list);
 
 // Records a result of |result->job_id|. NOT_FOUND for an unknown job (the
@@ -376,6 +383,8 @@ typedef struct pcp_store_service_t {
   bool expired;           // expires_at_ns <= now at the time of the read
 } pcp_store_service_t;
 
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_service_deinitialize(pcp_store_service_t* service);
 
 typedef struct pcp_store_service_list_t {
@@ -383,6 +392,8 @@ typedef struct pcp_store_service_list_t {
   pcp_store_service_t* items;
   size_t count;
 } pcp_store_service_list_t;
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_service_list_deinitialize(pcp_store_service_list_t* list);
 
 // Upserts by executor_id (every field replaced, registered_at kept) and
@@ -442,6 +453,8 @@ typedef struct pcp_store_lease_list_t {
   pcp_store_lease_t* items;
   size_t count;
 } pcp_store_lease_list_t;
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_lease_list_deinitialize(pcp_store_lease_list_t* list);
 
 // Inserts or replaces lease |lease->lease_id|. Thread-safe.
@@ -483,6 +496,8 @@ typedef struct pcp_store_reservation_list_t {
   pcp_store_reservation_t* items;
   size_t count;
 } pcp_store_reservation_list_t;
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_reservation_list_deinitialize(
     pcp_store_reservation_list_t* list);
 
@@ -509,6 +524,8 @@ typedef enum pcp_store_visibility_e {
   PCP_STORE_VISIBILITY_GLOBAL = 2,
   PCP_STORE_VISIBILITY_COUNT_ = 3,
 } pcp_store_visibility_t;
+// "local", "shared", "global" ("unknown" out of range); parse is false for
+// anything else. Thread-safe.
 const char* pcp_store_visibility_name(pcp_store_visibility_t visibility);
 bool pcp_store_visibility_parse(pcp_string_view_t name,
                                 pcp_store_visibility_t* out_visibility);
@@ -551,6 +568,8 @@ typedef struct pcp_store_graph_observation_t {
   int64_t created_at_ns;
 } pcp_store_graph_observation_t;
 
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_graph_entity_deinitialize(pcp_store_graph_entity_t* entity);
 
 // The three arrays a graph query returns.
@@ -563,6 +582,8 @@ typedef struct pcp_store_graph_result_t {
   pcp_store_graph_observation_t* observations;
   size_t observation_count;
 } pcp_store_graph_result_t;
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_graph_result_deinitialize(pcp_store_graph_result_t* result);
 
 // Entities, relations and observations are keyed by their own id. Relations
@@ -571,7 +592,8 @@ void pcp_store_graph_result_deinitialize(pcp_store_graph_result_t* result);
 // Deleting an entity deletes its relations (either end) and observations in
 // the same transaction, as upstream's memory store does.
 
-// Upserts (created_at kept). Thread-safe.
+// Upserts by entity_id (created_at kept). INVALID_ARGUMENT for bad ids or
+// non-object properties/provenance. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_store_graph_entity_upsert(
     pcp_store_t* store, const pcp_store_graph_entity_t* entity);
 // NOT_FOUND. Thread-safe.
@@ -581,6 +603,7 @@ pcp_store_graph_entity_get(pcp_store_t* store, const char* entity_id,
 // NOT_FOUND. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_store_graph_entity_delete(pcp_store_t* store, const char* entity_id);
+// Upserts by relation_id (created_at kept). Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_store_graph_relation_upsert(
     pcp_store_t* store, const pcp_store_graph_relation_t* relation);
 // NOT_FOUND. Thread-safe.
@@ -590,13 +613,20 @@ pcp_store_graph_relation_delete(pcp_store_t* store, const char* relation_id);
 PCP_MUST_USE_RESULT pcp_status_t pcp_store_graph_observation_append(
     pcp_store_t* store, const pcp_store_graph_observation_t* observation);
 
-// A local query. Every filter is optional (NULL) and they combine with AND:
-//   - |entity_id|: that entity, the relations touching it, its observations;
-//   - |namespace_id|, |entity_type|, |relation_type|: equality;
-//   - |text|: substring of ids, types, names, properties (upstream s.6.6).
-// |relation_type| alone returns the relations of that type and no entities.
-// Each array is ordered by updated/created time, newest first, and holds at
-// most |limit| items (0: upstream's 20; capped at the list max).
+// A local query. Every filter is optional (NULL) and they combine with AND;
+// each array applies the filters that name its own fields:
+//   - entities: |entity_id|, |namespace_id|, |entity_type|, |text|;
+//   - relations: |entity_id| (either end), |namespace_id|, |relation_type|,
+//     |text|;
+//   - observations: |entity_id| (subject), |namespace_id|, |text|.
+// A query by |relation_type| is about edges and returns no entities or
+// observations; a query by |entity_type| returns no relations or
+// observations. So {entity_id} alone gives the entity, the relations touching
+// it and its observations. |text| is a literal, case-sensitive substring of
+// ids, types, names, properties, payloads and provenance (upstream s.6.6).
+// Each array is ordered newest first (updated_at, created_at for
+// observations) and holds at most |limit| items (0: upstream's 20; capped
+// at the list max). The three arrays come from one read snapshot.
 typedef struct pcp_store_graph_query_t {
   const char* entity_id;
   const char* namespace_id;
@@ -640,7 +670,8 @@ typedef enum pcp_store_mutation_type_e {
   PCP_STORE_MUTATION_POLICY_UPDATE = 5,
   PCP_STORE_MUTATION_TYPE_COUNT_ = 6,
 } pcp_store_mutation_type_t;
-// Upstream spellings ("upsert_entity" ...). Thread-safe.
+// Upstream spellings ("upsert_entity" ...); parse is false for anything
+// else. Thread-safe.
 const char* pcp_store_mutation_type_name(pcp_store_mutation_type_t type);
 bool pcp_store_mutation_type_parse(pcp_string_view_t name,
                                    pcp_store_mutation_type_t* out_type);
@@ -663,6 +694,8 @@ typedef struct pcp_store_mutation_list_t {
   pcp_store_mutation_t* items;
   size_t count;
 } pcp_store_mutation_list_t;
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_mutation_list_deinitialize(pcp_store_mutation_list_t* list);
 
 // Appends |mutation| to the log only (records replicated from elsewhere that
@@ -723,6 +756,8 @@ typedef struct pcp_store_checkpoint_list_t {
   pcp_store_checkpoint_t* items;
   size_t count;
 } pcp_store_checkpoint_list_t;
+// Releases what the record/list owns and clears it (NULL-safe fields).
+// Thread-compatible: one owner at a time.
 void pcp_store_checkpoint_list_deinitialize(pcp_store_checkpoint_list_t* list);
 
 // Writes |data| as the checkpoint of |job_id| at |step|:
