@@ -126,6 +126,10 @@ grep -q 'role=worker msg="started" .*port=1 .*supervisor_id=' "$WORK/nm.err" ||
   fail "worker not given --connect host:port and --supervisor-id"
 PID0=$(json_get 'j["slots"][0]["pid"]')
 PID1=$(json_get 'j["slots"][1]["pid"]')
+# The full worker command line (grace 3000 ms -> drain 2400 ms).
+tr '\0' ' ' </proc/"$PID1"/cmdline >"$WORK/cmdline1"
+grep -q -- "--worker --connect 127.0.0.1:$FABRIC_PORT --backend cpu --device-id 1 --supervisor-id [0-9]* --drain-timeout-ms 2400" \
+  "$WORK/cmdline1" || fail "worker 1 command line: $(cat "$WORK/cmdline1")"
 restarts_are 0 0 || fail "restarts of slot 0 not 0 at start"
 [ "$(metric 'pcp_node_manager_running_supervisors{backend="cpu",target_arch="default"}')" = 2 ] ||
   fail "running_supervisors metric not 2"

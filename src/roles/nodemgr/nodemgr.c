@@ -375,8 +375,9 @@ static void slot_args_deinitialize(slot_args_t* sa, uint32_t slot_count) {
 enum { MAX_WORKER_ARGS = 16 };
 
 // `EXE --worker --connect H:P --backend B --device-id I [--target T]
-//  --supervisor-id ID`, as upstream's node manager builds for its
-// supervisors' children.
+//  --supervisor-id ID --drain-timeout-ms D`, as upstream's node manager
+// builds for its supervisors' children, plus a drain that ends within our
+// stop grace period.
 static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
                                     slot_args_t* sa) {
   const T* config = nm->config;
@@ -394,8 +395,10 @@ static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
   // so the pointers are taken after.
   size_t per_slot = 0;
   for (uint32_t i = 0; i < nm->slot_count; ++i) {
-    char device[24], id[24];
+    char device[24], id[24], drain[24];
     snprintf(device, sizeof(device), "%" PRIu32, i);
+    snprintf(drain, sizeof(drain), "%" PRId64,
+             pcp_roles_worker_drain_timeout_ms(config->policy.stop_grace_ms));
     snprintf(id, sizeof(id), "%" PRId64, nm->supervisor_id_base + i);
     const char* argv[MAX_WORKER_ARGS];
     size_t n = 0;
@@ -413,6 +416,8 @@ static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
     }
     argv[n++] = "--supervisor-id";
     argv[n++] = id;
+    argv[n++] = "--drain-timeout-ms";
+    argv[n++] = drain;
     per_slot = n;
     for (size_t k = 0; k < n; ++k) {
       PCP_RETURN_IF_ERROR_BARE(pcp_string_list_append(&sa->strings, argv[k]));

@@ -146,11 +146,26 @@ static int run(void* opaque) {
     status = pcp_roles_self_exe(self_exe, sizeof(self_exe));
     exe = self_exe;
   }
-  // Child argv: EXE <child args...> --supervisor-id ID (upstream's order).
+  // Child argv: EXE <child args...> --supervisor-id ID (upstream's order)
+  // [--drain-timeout-ms D].
   char id[24];
   snprintf(id, sizeof(id), "%" PRId64, supervisor_id);
   size_t argc = config->child_args.count;
-  const char** args = calloc(argc + 4, sizeof(char*));
+  // A drain that ends within our grace period, unless the child args set
+  // one (theirs wins: they know the work).
+  bool has_drain = false;
+  for (size_t i = 0; i < argc; ++i) {
+    const char* arg = config->child_args.items[i];
+    if (strcmp(arg, "--") == 0) {
+      break;
+    }
+    has_drain |= strncmp(arg, "--drain-timeout-ms", 18) == 0 &&
+                 (arg[18] == 0 || arg[18] == '=');
+  }
+  char drain[24];
+  snprintf(drain, sizeof(drain), "%" PRId64,
+           pcp_roles_worker_drain_timeout_ms(config->policy.stop_grace_ms));
+  const char** args = calloc(argc + 6, sizeof(char*));
   pcp_string_builder_t builder;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
   if (!status && !args) {
@@ -161,10 +176,15 @@ static int run(void* opaque) {
     for (size_t i = 0; i < argc; ++i) {
       args[1 + i] = config->child_args.items[i];
     }
-    args[1 + argc] = "--supervisor-id";
-    args[2 + argc] = id;
+    size_t n = 1 + argc;
+    args[n++] = "--supervisor-id";
+    args[n++] = id;
+    if (!has_drain) {
+      args[n++] = "--drain-timeout-ms";
+      args[n++] = drain;
+    }
     // One field with the child's command line, for the log reader.
-    for (size_t i = 1; i < argc + 3 && !status; ++i) {
+    for (size_t i = 1; i < n && !status; ++i) {
       status = pcp_string_builder_append_f(&builder, "%s%s", i > 1 ? " " : "",
                                            args[i]);
     }

@@ -416,6 +416,14 @@ pcp_status_t pcp_roles_policy_flags_to_options(
   return pcp_ok_status();
 }
 
+int64_t pcp_roles_worker_drain_timeout_ms(int64_t stop_grace_ms) {
+  int64_t margin_ms = stop_grace_ms / 5;
+  if (margin_ms > 2000) {
+    margin_ms = 2000;
+  }
+  return stop_grace_ms - margin_ms;
+}
+
 pcp_status_t pcp_roles_self_exe(char* buffer, size_t capacity) {
   // /proc/self/exe rather than argv[0]: the worker must be this very
   // binary even when we were started through a relative path or PATH and

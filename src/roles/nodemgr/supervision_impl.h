@@ -301,6 +301,11 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_roles_policy_flags_to_options(
     const pcp_roles_policy_flags_t* flags, uint32_t slot_count,
     int64_t stagger_ms, pcp_roles_supervision_options_t* out_options);
 
+// The --drain-timeout-ms given to each worker: the stop grace period less
+// a fifth of it (at most 2 s), so a draining worker exits on its own before
+// the SIGKILL that ends the grace period.
+int64_t pcp_roles_worker_drain_timeout_ms(int64_t stop_grace_ms);
+
 // The path of this executable (/proc/self/exe), for spawning workers.
 // |buffer| receives it NUL-terminated. NOT_FOUND / OUT_OF_RANGE.
 PCP_MUST_USE_RESULT pcp_status_t pcp_roles_self_exe(char* buffer,

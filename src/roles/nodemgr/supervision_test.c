@@ -618,6 +618,16 @@ static void random_script_keeps_invariants(void** state) {
   }
 }
 
+// The worker's drain ends before our SIGKILL: a fifth of the grace, at
+// most 2 s, is left for the exit itself.
+static void drain_fits_the_grace_period(void** state) {
+  (void)state;
+  assert_int_equal(pcp_roles_worker_drain_timeout_ms(10000), 8000);
+  assert_int_equal(pcp_roles_worker_drain_timeout_ms(60000), 58000);
+  assert_int_equal(pcp_roles_worker_drain_timeout_ms(3000), 2400);
+  assert_int_equal(pcp_roles_worker_drain_timeout_ms(0), 0);
+}
+
 static void state_names(void** state) {
   (void)state;
   assert_string_equal(
@@ -648,6 +658,7 @@ int main(void) {
       cmocka_unit_test(stop_now_skips_the_grace_period),
       cmocka_unit_test(zero_grace_kills_next_poll),
       cmocka_unit_test(random_script_keeps_invariants),
+      cmocka_unit_test(drain_fits_the_grace_period),
       cmocka_unit_test(state_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
