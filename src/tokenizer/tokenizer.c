@@ -1126,7 +1126,7 @@ static inline uint32_t pair_rank(const pcp_tokenizer_t* t, int32_t a,
 // `tokenizers` priority queue produces. O(n^2) but n is small.
 static size_t bpe_merge_linear(const pcp_tokenizer_t* t, int32_t* ids,
                                uint32_t* ranks, size_t n) {
-  int32_t merged_ids[64];
+  int32_t merged_ids[16];
   for (size_t i = 0; i + 1 < n; ++i) {
     ranks[i] = pair_rank(t, ids[i], ids[i + 1], &merged_ids[i]);
   }
@@ -1280,7 +1280,7 @@ static pcp_status_t bpe_word(pcp_tokenizer_encoder_t* e, const uint8_t* w,
     if (id >= 0) ids[count++] = id;
   }
   if (count > 1) {
-    count = count <= 64 ? bpe_merge_linear(t, ids, e->ranks, count)
+    count = count <= 16 ? bpe_merge_linear(t, ids, e->ranks, count)
                         : bpe_merge_heap(e, ids, count);
   }
   if (slot && count <= CACHE_ID_MAX) {

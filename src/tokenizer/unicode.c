@@ -190,13 +190,24 @@ static bool nfc_maybe(uint32_t cp) {
   return false;
 }
 
+// Length of the code point at |data| if it is valid and below U+0300 (the
+// common case, decided without a table), else 0.
+static inline size_t below_u0300_length(const uint8_t* data, size_t n) {
+  if (data[0] < 0x80) return 1;
+  if (data[0] >= 0xC2 && data[0] < 0xCC && n > 1 && (data[1] & 0xC0) == 0x80) {
+    return 2;
+  }
+  return 0;
+}
+
 bool pcp_tokenizer_nfc_maybe_changes(pcp_string_view_t text) {
   const uint8_t* data = (const uint8_t*)text.data;
   size_t i = 0;
   while (i < text.size) {
     // Everything below U+0300 is quick-check Yes with class 0.
-    if (data[i] < 0xCC) {
-      i += data[i] < 0x80 ? 1 : 2;
+    size_t skip = below_u0300_length(data + i, text.size - i);
+    if (skip) {
+      i += skip;
       continue;
     }
     size_t length = 1;
@@ -267,24 +278,27 @@ static uint32_t nfc_compose(uint32_t first, uint32_t second) {
   return 0;
 }
 
-pcp_status_t pcp_tokenizer_nfc_append(pcp_string_view_t text,
-                                      pcp_string_builder_t* out_text) {
-  if (!pcp_tokenizer_nfc_maybe_changes(text)) {
-    return pcp_string_builder_append(out_text, text);
+// Normalizes one region that starts at a safe boundary (see below).
+static pcp_status_t nfc_region(const uint8_t* data, size_t size,
+                               pcp_string_builder_t* out_text) {
+  // A full canonical decomposition is at most 4 code points per input byte
+  // (in practice far fewer); small regions use the stack.
+  uint32_t stack_buffer[256];
+  uint32_t* cps = stack_buffer;
+  if (size * 4 > PCP_ARRAYSIZE(stack_buffer)) {
+    if (size > SIZE_MAX / (4 * sizeof(uint32_t))) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "NFC input too long");
+    }
+    cps = malloc(size * 4 * sizeof(uint32_t));
+    if (!cps) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "NFC buffer for %zu bytes", size);
+    }
   }
-  // A full decomposition is at most 4 code points per input byte... far
-  // less in practice; 4x the byte count bounds it (Hangul: 3 bytes -> 3).
-  if (text.size > SIZE_MAX / (4 * sizeof(uint32_t))) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "NFC input too long");
-  }
-  uint32_t* cps = malloc(text.size * 4 * sizeof(uint32_t) + sizeof(uint32_t));
-  if (!cps) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                           "NFC buffer for %zu bytes", text.size);
-  }
+  pcp_string_view_t text = pcp_make_string_view((const char*)data, size);
   // 1. Decompose.
   size_t n = 0;
-  const uint8_t* data = (const uint8_t*)text.data;
   for (size_t i = 0; i < text.size;) {
     size_t length = 1;
     int32_t cp = pcp_tokenizer_utf8_decode(data + i, text.size - i, &length);
@@ -362,6 +376,45 @@ pcp_status_t pcp_tokenizer_nfc_append(pcp_string_view_t text,
     status =
         pcp_string_builder_append(out_text, pcp_make_string_view(buffer, used));
   }
-  free(cps);
+  if (cps != stack_buffer) free(cps);
   return status;
+}
+
+// Only the regions around code points that can change are normalized; the
+// rest is copied. A code point outside kNfcMaybe has class 0 and never
+// composes with what precedes it, so nothing before it can be affected by
+// what follows: each region starts at the last such code point before a
+// "maybe" run and ends at the first one after it.
+pcp_status_t pcp_tokenizer_nfc_append(pcp_string_view_t text,
+                                      pcp_string_builder_t* out_text) {
+  const uint8_t* data = (const uint8_t*)text.data;
+  size_t n = text.size, copied = 0, safe = 0, i = 0;
+  while (i < n) {
+    size_t skip = below_u0300_length(data + i, n - i);
+    if (skip) {  // below U+0300: never changes
+      safe = i;
+      i += skip;
+      continue;
+    }
+    size_t length = 1;
+    int32_t cp = pcp_tokenizer_utf8_decode(data + i, n - i, &length);
+    if (cp < 0 || !nfc_maybe((uint32_t)cp)) {
+      safe = i;
+      i += length;
+      continue;
+    }
+    size_t j = i + length;
+    while (j < n) {
+      int32_t next = pcp_tokenizer_utf8_decode(data + j, n - j, &length);
+      if (next < 0x300 || !nfc_maybe((uint32_t)next)) break;
+      j += length;
+    }
+    if (safe < copied) safe = copied;
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append(
+        out_text, pcp_make_string_view(text.data + copied, safe - copied)));
+    PCP_RETURN_IF_ERROR_BARE(nfc_region(data + safe, j - safe, out_text));
+    copied = safe = i = j;
+  }
+  return pcp_string_builder_append(
+      out_text, pcp_make_string_view(text.data + copied, n - copied));
 }
