@@ -381,17 +381,17 @@ pcp_status_t pcp_store_checkpoint_verify(
   pcp_status_t status = pcp_sha256_stream_create(&stream);
   uint64_t total = 0;
   // Streamed in 1 MiB pieces: checkpoints can be far larger than memory.
-  enum { kChunkByteLength = 1 << 20 };
+  enum { CHUNK_BYTE_LENGTH = 1 << 20 };
   uint8_t* buffer = NULL;
   if (pcp_status_is_ok(status)) {
-    buffer = malloc(kChunkByteLength);
+    buffer = malloc(CHUNK_BYTE_LENGTH);
     if (!buffer) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                                "out of memory verifying a checkpoint");
     }
   }
   while (pcp_status_is_ok(status)) {
-    ssize_t n = read(fd, buffer, kChunkByteLength);
+    ssize_t n = read(fd, buffer, CHUNK_BYTE_LENGTH);
     if (n < 0) {
       if (errno == EINTR) {
         continue;

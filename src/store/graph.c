@@ -947,7 +947,7 @@ static pcp_status_t payload_string(const json_t* payload, const char* key,
 
 static pcp_status_t copy_field(const char* field, const char* value,
                                char* buffer, size_t capacity) {
-  if (strlen(value) >= capacity) {
+  if (!value || strlen(value) >= capacity) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "mutation %s is longer than %zu bytes", field,
                            capacity - 1);

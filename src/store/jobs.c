@@ -149,6 +149,7 @@ static pcp_status_t job_from_row(sqlite3_stmt* stmt, pcp_store_job_t* job) {
 
 static pcp_status_t job_get_locked(pcp_store_t* store, const char* id,
                                    pcp_store_job_t* out_job) {
+  memset(out_job, 0, sizeof(*out_job));
   sqlite3_stmt* stmt = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_store_stmt_acquire(
       store, PCP_STORE_STMT_JOB_GET,

@@ -74,7 +74,7 @@ extern "C" {
 // A job's error text (longer input is INVALID_ARGUMENT, never truncated).
 #define PCP_STORE_ERROR_MAX_LENGTH 1023
 // Any JSON value stored: serialized size and nesting depth.
-#define PCP_STORE_JSON_MAX_BYTE_LENGTH (1024u * 1024u)
+#define PCP_STORE_JSON_MAX_BYTE_LENGTH (1u << 20)
 #define PCP_STORE_JSON_MAX_DEPTH 32
 // List calls: limit 0 means the default; larger limits are capped at the max.
 #define PCP_STORE_LIST_LIMIT_DEFAULT 100u
