@@ -57,6 +57,8 @@ struct pcp_fabric_task_t {
   uint64_t min_device_memory_bytes;
   char* pin_worker_id;  // named worker; NULL for constraint placement
   char* session_id;     // NULL: none
+  uint64_t group_id;    // gang-submitted copies share it; 0: none
+  bool group_unplaced;  // the gang has not been placed yet
   uint32_t max_attempts;
   pcp_fabric_task_fn_t callback;
   void* user_data;
@@ -1078,8 +1080,16 @@ static void handle_sched_event(pcp_fabric_endpoint_t* ep,
       event->owner != PCP_SCHED_OWNER_JOBS) {
     return;
   }
-  pcp_fabric_task_t* task = task_find(ep, event->tag);
-  if (!task || task->lease_id != event->lease_id) {
+  // By lease id, not tag: the leases of a gang share one tag.
+  pcp_fabric_task_t* task = NULL;
+  for (pcp_fabric_task_t* t = ep->tasks_head; t && event->lease_id;
+       t = t->next) {
+    if (t->lease_id == event->lease_id) {
+      task = t;
+      break;
+    }
+  }
+  if (!task) {
     if (event->kind != PCP_SCHED_EVENT_LEASE_EXPIRED && event->lease_id) {
       pcp_status_ignore(pcp_sched_lease_release(ep->sched, event->lease_id));
     }
@@ -1120,11 +1130,76 @@ static void handle_sched_event(pcp_fabric_endpoint_t* ep,
   }
 }
 
+// Places the copies of a gang all at once on distinct workers (sched's
+// all-or-nothing acquire), or leaves them all queued.
+static void group_place(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* first) {
+  // The whole gang, wherever the pass met it first.
+  uint32_t count = 0;
+  for (pcp_fabric_task_t* t = ep->tasks_head; t; t = t->next) {
+    if (t->group_id == first->group_id && t->group_unplaced) ++count;
+  }
+  void* p = NULL;
+  pcp_status_t status = pcp_allocator_calloc(
+      ep->allocator, count * (sizeof(uint64_t) + sizeof(void*)), &p);
+  if (status) {
+    pcp_status_ignore(status);  // retried on the next pass
+    return;
+  }
+  uint64_t* lease_ids = p;
+  pcp_fabric_task_t** members = (pcp_fabric_task_t**)(lease_ids + count);
+  uint32_t n = 0;
+  for (pcp_fabric_task_t* t = ep->tasks_head; t && n < count; t = t->next) {
+    if (t->group_id == first->group_id && t->group_unplaced) members[n++] = t;
+  }
+  pcp_sched_constraint_t constraint = {
+      .worker_class = first->worker_class,
+      .target = first->target,
+      .min_device_memory_bytes = first->min_device_memory_bytes,
+      .worker_count = count,
+  };
+  status = pcp_sched_lease_acquire(ep->sched, PCP_SCHED_OWNER_JOBS,
+                                   &constraint, first->group_id, lease_ids,
+                                   count);
+  pcp_status_code_t code = pcp_status_code(status);
+  if (code == PCP_STATUS_UNAVAILABLE || code == PCP_STATUS_RESOURCE_EXHAUSTED) {
+    pcp_status_ignore(status);  // not enough free workers yet
+  } else if (status) {
+    for (uint32_t i = 0; i < n; ++i) {
+      members[i]->group_unplaced = false;
+      task_finish(ep, members[i], pcp_status_clone(status));
+    }
+    pcp_status_ignore(status);
+  } else {
+    for (uint32_t i = 0; i < n; ++i) {
+      members[i]->group_unplaced = false;
+      members[i]->lease_id = lease_ids[i];
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      pcp_fabric_task_t* task = members[i];
+      if (task->state != TASK_PENDING) continue;  // finished meanwhile
+      pcp_sched_lease_status_t lease;
+      fabric_worker_t* w = NULL;
+      pcp_status_t query = pcp_sched_lease_query(ep->sched, task->lease_id,
+                                                 &lease);
+      if (!query) w = worker_find(ep, lease.worker_id.value);
+      pcp_status_ignore(query);
+      if (!w) {
+        task_finish(ep, task, pcp_make_status(PCP_STATUS_INTERNAL,
+                                              "gang lease without worker"));
+        continue;
+      }
+      task_dispatch(ep, task, w);
+    }
+  }
+  pcp_allocator_free(ep->allocator, p);
+}
+
 static void schedule_pass(pcp_fabric_endpoint_t* ep) {
   // Placement can finish any task (a failed program offer ends every task
   // waiting for it), so hold a reference on the successor while working.
   pcp_fabric_task_t* task = ep->tasks_head;
   if (task) pcp_fabric_task_retain(task);
+  uint64_t group_tried = 0;  // a gang is tried once per pass, as a whole
   while (task) {
     pcp_fabric_task_t* next = task->next;
     if (next) pcp_fabric_task_retain(next);
@@ -1147,7 +1222,14 @@ static void schedule_pass(pcp_fabric_endpoint_t* ep) {
                                     (unsigned long long)task->id));
       }
     } else if (task->state == TASK_PENDING) {
-      task_place(ep, task);
+      if (task->group_unplaced) {
+        if (task->group_id != group_tried) {
+          group_tried = task->group_id;
+          group_place(ep, task);
+        }
+      } else {
+        task_place(ep, task);
+      }
     }
     pcp_fabric_task_release(task);
     if (next && next->state == TASK_DONE) {
@@ -2460,10 +2542,8 @@ static pcp_status_t task_copy_params(pcp_fabric_task_t* task,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_fabric_task_submit(pcp_fabric_endpoint_t* ep,
-                                    const pcp_fabric_task_params_t* params,
-                                    pcp_fabric_task_t** out_task) {
-  if (out_task) *out_task = NULL;
+static pcp_status_t task_params_validate(
+    const pcp_fabric_task_params_t* params) {
   if (!params->function || !params->function[0] ||
       strlen(params->function) > PCP_PROTO_MAX_STRING_BYTES ||
       (params->input_count && !params->inputs) ||
@@ -2492,6 +2572,13 @@ pcp_status_t pcp_fabric_task_submit(pcp_fabric_endpoint_t* ep,
                              i);
     }
   }
+  return pcp_ok_status();
+}
+
+static pcp_status_t task_create(pcp_fabric_endpoint_t* ep,
+                                const pcp_fabric_task_params_t* params,
+                                pcp_fabric_task_t** out_task) {
+  *out_task = NULL;
   void* p = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_calloc(ep->allocator, sizeof(pcp_fabric_task_t), &p));
@@ -2506,23 +2593,30 @@ pcp_status_t pcp_fabric_task_submit(pcp_fabric_endpoint_t* ep,
   }
   task->max_attempts =
       params->max_attempts ? params->max_attempts : ep->options.max_task_attempts;
-  pthread_mutex_lock(&ep->mu);
-  if (ep->stopping) {
-    status = pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
-                             "fabric endpoint is shutting down");
-  } else if (!program_find(ep, params->program)) {
-    char hex[PCP_SHA256_HEX_LENGTH + 1];
-    pcp_proto_hex_encode(params->program, PCP_SHA256_BYTE_LENGTH, hex);
-    status = pcp_make_status(PCP_STATUS_NOT_FOUND,
-                             "fabric task: program %s is not registered", hex);
-  }
-  if (status) {
-    pthread_mutex_unlock(&ep->mu);
-    task_free(task);
-    return status;
-  }
-  task->id = ep->next_task_id++;
   task->state = TASK_PENDING;
+  *out_task = task;
+  return pcp_ok_status();
+}
+
+// Checks the endpoint and the program under the lock. Caller holds it.
+static pcp_status_t submit_check_locked(pcp_fabric_endpoint_t* ep,
+                                        const uint8_t* program) {
+  if (ep->stopping) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "fabric endpoint is shutting down");
+  }
+  if (!program_find(ep, program)) {
+    char hex[PCP_SHA256_HEX_LENGTH + 1];
+    pcp_proto_hex_encode(program, PCP_SHA256_BYTE_LENGTH, hex);
+    return pcp_make_status(PCP_STATUS_NOT_FOUND,
+                           "fabric task: program %s is not registered", hex);
+  }
+  return pcp_ok_status();
+}
+
+static void task_link_locked(pcp_fabric_endpoint_t* ep,
+                             pcp_fabric_task_t* task) {
+  task->id = ep->next_task_id++;
   task->prev = ep->tasks_tail;
   if (ep->tasks_tail) {
     ep->tasks_tail->next = task;
@@ -2530,11 +2624,70 @@ pcp_status_t pcp_fabric_task_submit(pcp_fabric_endpoint_t* ep,
     ep->tasks_head = task;
   }
   ep->tasks_tail = task;
+}
+
+pcp_status_t pcp_fabric_task_submit(pcp_fabric_endpoint_t* ep,
+                                    const pcp_fabric_task_params_t* params,
+                                    pcp_fabric_task_t** out_task) {
+  if (out_task) *out_task = NULL;
+  PCP_RETURN_IF_ERROR_BARE(task_params_validate(params));
+  pcp_fabric_task_t* task = NULL;
+  PCP_RETURN_IF_ERROR_BARE(task_create(ep, params, &task));
+  pthread_mutex_lock(&ep->mu);
+  pcp_status_t status = submit_check_locked(ep, params->program);
+  if (status) {
+    pthread_mutex_unlock(&ep->mu);
+    task_free(task);
+    return status;
+  }
+  task_link_locked(ep, task);
   if (out_task) {
     pcp_fabric_task_retain(task);
     *out_task = task;
   }
   pthread_mutex_unlock(&ep->mu);
+  kick(ep);
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_fabric_task_submit_group(
+    pcp_fabric_endpoint_t* ep, const pcp_fabric_task_params_t* params,
+    uint32_t worker_count, pcp_fabric_task_t** out_tasks) {
+  if (worker_count == 0 || worker_count > PCP_SCHED_REQUEST_WORKER_COUNT_MAX ||
+      (params->worker_id && params->worker_id[0]) ||
+      (params->session_id && params->session_id[0]) || !out_tasks) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "fabric task group: 1..%u copies, no named worker "
+                           "or session, and an output array",
+                           PCP_SCHED_REQUEST_WORKER_COUNT_MAX);
+  }
+  memset(out_tasks, 0, worker_count * sizeof(*out_tasks));
+  PCP_RETURN_IF_ERROR_BARE(task_params_validate(params));
+  pcp_status_t status = pcp_ok_status();
+  for (uint32_t i = 0; i < worker_count && !status; ++i) {
+    status = task_create(ep, params, &out_tasks[i]);
+  }
+  if (!status) {
+    pthread_mutex_lock(&ep->mu);
+    status = submit_check_locked(ep, params->program);
+    if (!status) {
+      uint64_t group_id = ep->next_task_id;
+      for (uint32_t i = 0; i < worker_count; ++i) {
+        task_link_locked(ep, out_tasks[i]);
+        out_tasks[i]->group_id = group_id;
+        out_tasks[i]->group_unplaced = true;
+        pcp_fabric_task_retain(out_tasks[i]);
+      }
+    }
+    pthread_mutex_unlock(&ep->mu);
+  }
+  if (status) {
+    for (uint32_t i = 0; i < worker_count; ++i) {
+      if (out_tasks[i]) task_free(out_tasks[i]);
+      out_tasks[i] = NULL;
+    }
+    return status;
+  }
   kick(ep);
   return pcp_ok_status();
 }

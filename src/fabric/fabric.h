@@ -270,6 +270,7 @@ typedef struct pcp_fabric_task_params_t {
   bool return_resident;
   // Placement: class (ANY or a backend), target ("" any), minimum device
   // memory; or one named worker (|worker_id|, then the rest is ignored).
+  // A worker count is pcp_fabric_task_submit_group (one copy per worker).
   pcp_sched_worker_class_t worker_class;
   const char* target;
   uint64_t min_device_memory_bytes;
@@ -288,6 +289,17 @@ typedef struct pcp_fabric_task_params_t {
 PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_submit(
     pcp_fabric_endpoint_t* endpoint, const pcp_fabric_task_params_t* params,
     pcp_fabric_task_t** out_task);
+
+// Submits |worker_count| copies of one task as a gang: they are placed all
+// at once on |worker_count| distinct eligible workers (sched's all-or-nothing
+// acquire), or all stay queued until that many are free. After placement
+// each copy is a task of its own (result, re-runs, cancel). |out_tasks|
+// (|worker_count| entries) receives retained handles. INVALID_ARGUMENT also
+// for a named worker or a session (a gang spans workers), or a count outside
+// 1..PCP_SCHED_REQUEST_WORKER_COUNT_MAX; otherwise as pcp_fabric_task_submit.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_submit_group(
+    pcp_fabric_endpoint_t* endpoint, const pcp_fabric_task_params_t* params,
+    uint32_t worker_count, pcp_fabric_task_t** out_tasks);
 
 void pcp_fabric_task_retain(pcp_fabric_task_t* task);
 void pcp_fabric_task_release(pcp_fabric_task_t* task);

@@ -896,6 +896,93 @@ static void test_loop_stall_does_not_evict_talking_workers(void** state) {
   fixture_stop(f);
 }
 
+// Pumps |workers| until |results| TASK_RESULTs were sent: answers offers with
+// "cached" and every assign with a one-float result. Records which worker
+// ran each assign.
+static int pump_assigns(fake_worker_t** workers, int worker_count,
+                        int results, int64_t timeout_ms, int* out_runs) {
+  int sent = 0;
+  int64_t deadline = fake_now_ns() + timeout_ms * 1000000;
+  while (sent < results && fake_now_ns() < deadline) {
+    for (int i = 0; i < worker_count; ++i) {
+      pcp_proto_frame_t frame;
+      if (!fake_recv_frame(workers[i], 2, true, &frame)) continue;
+      if (frame.header.type == PCP_PROTO_MESSAGE_PROGRAM_OFFER) {
+        pcp_proto_program_offer_t offer;
+        PCP_CHECK_OK(pcp_proto_program_offer_parse(&frame, &offer));
+        pcp_proto_program_ack_t ack = {.status = PCP_PROTO_PROGRAM_CACHED};
+        memcpy(ack.program, offer.program, sizeof(ack.program));
+        pcp_proto_encoded_frame_t enc;
+        PCP_CHECK_OK(pcp_proto_program_ack_encode(
+            1, frame.header.request_id, &ack, &workers[i]->limits,
+            pcp_allocator_system(), &enc));
+        assert_true(fake_send_frame(workers[i], &enc));
+      } else if (frame.header.type == PCP_PROTO_MESSAGE_TASK_ASSIGN) {
+        pcp_proto_task_assign_t parsed;
+        PCP_CHECK_OK(pcp_proto_task_assign_parse(&frame, &parsed));
+        float y[1] = {(float)i};
+        send_result(workers[i], frame.header.request_id, parsed.task_id, y, 1);
+        out_runs[i]++;
+        sent++;
+      }
+      pcp_proto_frame_deinitialize(&frame);
+    }
+  }
+  return sent;
+}
+
+static void test_group_is_placed_all_at_once_on_distinct_workers(
+    void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* workers[4] = {
+      join_worker(f, "gang-0", TOKEN), join_worker(f, "gang-1", TOKEN),
+      join_worker(f, "gang-2", TOKEN), NULL};
+  uint8_t x[4] = {1, 2, 3, 4};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_U8,
+                               .rank = 1,
+                               .shape = {4},
+                               .data = x};
+  pcp_fabric_task_params_t params = {.function = "shard",
+                                     .inputs = &input,
+                                     .input_count = 1};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* tasks[4] = {0};
+  PCP_CHECK_OK(pcp_fabric_task_submit_group(f->endpoint, &params, 2, tasks));
+  int runs[4] = {0};
+  assert_int_equal(pump_assigns(workers, 3, 2, 3000, runs), 2);
+  for (int i = 0; i < 2; ++i) {
+    assert_true(pcp_fabric_task_wait(tasks[i], 3000));
+    assert_null(pcp_fabric_task_status(tasks[i]));
+  }
+  pcp_fabric_task_info_t a, b;
+  pcp_fabric_task_info_query(tasks[0], &a);
+  pcp_fabric_task_info_query(tasks[1], &b);
+  assert_string_not_equal(a.worker_id.value, b.worker_id.value);
+  for (int i = 0; i < 2; ++i) pcp_fabric_task_release(tasks[i]);
+
+  // A gang of 4 with 3 workers waits whole; a fourth worker places it.
+  PCP_CHECK_OK(pcp_fabric_task_submit_group(f->endpoint, &params, 4, tasks));
+  memset(runs, 0, sizeof(runs));
+  assert_int_equal(pump_assigns(workers, 3, 1, 4 * H_MS, runs), 0);
+  workers[3] = join_worker(f, "gang-3", TOKEN);
+  assert_int_equal(pump_assigns(workers, 4, 4, 3000, runs), 4);
+  for (int i = 0; i < 4; ++i) {
+    assert_int_equal(runs[i], 1);
+    assert_true(pcp_fabric_task_wait(tasks[i], 3000));
+    pcp_fabric_task_release(tasks[i]);
+  }
+  // Invalid: a gang cannot name a worker.
+  params.worker_id = "gang-0";
+  pcp_status_t status =
+      pcp_fabric_task_submit_group(f->endpoint, &params, 2, tasks);
+  assert_int_equal(pcp_status_consume_code(status),
+                   PCP_STATUS_INVALID_ARGUMENT);
+  for (int i = 0; i < 4; ++i) drop_worker(workers[i]);
+  fixture_stop(f);
+}
+
 static void test_rerun_on_rejoin_at_most_n_times(void** state) {
   (void)state;
   fixture_t* f = fixture_start(0);
@@ -1018,6 +1105,7 @@ int main(void) {
       cmocka_unit_test(test_large_tensors_travel_as_blobs),
       cmocka_unit_test(test_drained_worker_gets_no_new_task),
       cmocka_unit_test(test_loop_stall_does_not_evict_talking_workers),
+      cmocka_unit_test(test_group_is_placed_all_at_once_on_distinct_workers),
       cmocka_unit_test(test_rerun_on_rejoin_at_most_n_times),
       cmocka_unit_test(test_registry_recycles_long_lost_workers),
   };
