@@ -1292,6 +1292,80 @@ static void test_threads_share_one_store(void** state) {
   assert_int_equal(last, 500);  // 100 jobs x (queued + 4 transitions)
 }
 
+static void test_busy_database_is_unavailable(void** state) {
+  fixture_t* f = *state;
+  create_job(f->store, "b1", "generic");
+  pcp_store_release(f->store);
+  pcp_store_options_t options;
+  pcp_store_options_initialize(&options);
+  options.state_dir = f->dir;
+  options.clock = pcp_clock_manual(&f->clock);
+  options.busy_timeout_ms = 20;
+  EXPECT_OK(pcp_store_create(&options, pcp_allocator_system(), &f->store));
+  // Another connection holds the write lock.
+  char path[512];
+  snprintf(path, sizeof(path), "%s/pcp.db", f->dir);
+  sqlite3* other = NULL;
+  assert_int_equal(sqlite3_open(path, &other), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL),
+                   SQLITE_OK);
+  pcp_status_t status = pcp_store_job_transition(
+      f->store, "b1", PCP_STORE_JOB_STATE_PLACING, NULL, NULL);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_UNAVAILABLE);
+  assert_non_null(strstr(pcp_status_message(status), "locked"));
+  pcp_status_ignore(status);
+  // Reads still work in WAL mode while another connection writes.
+  assert_int_equal(job_state(f->store, "b1"), PCP_STORE_JOB_STATE_QUEUED);
+  assert_int_equal(sqlite3_exec(other, "ROLLBACK", NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(other);
+  move(f->store, "b1", PCP_STORE_JOB_STATE_PLACING);
+}
+
+static void test_corrupt_pages_are_data_loss(void** state) {
+  fixture_t* f = *state;
+  for (int i = 0; i < 200; ++i) {
+    char id[32];
+    snprintf(id, sizeof(id), "c%03d", i);
+    create_job(f->store, id, "generic");
+  }
+  // Closing the last connection checkpoints the WAL into pcp.db.
+  pcp_store_release(f->store);
+  f->store = NULL;
+  char path[512];
+  snprintf(path, sizeof(path), "%s/pcp.db", f->dir);
+  FILE* file = fopen(path, "r+b");
+  assert_non_null(file);
+  fseek(file, 0, SEEK_END);
+  long length = ftell(file);
+  assert_true(length > 16 * 4096);
+  // Garbage over the pages in the second half of the file (table and index
+  // b-tree pages), leaving the header page alone so the file still opens.
+  for (long offset = length / 2; offset < length; offset += 4096) {
+    fseek(file, offset + 100, SEEK_SET);
+    for (int b = 0; b < 64; ++b) {
+      fputc(0xA5, file);
+    }
+  }
+  fclose(file);
+  pcp_store_options_t options;
+  pcp_store_options_initialize(&options);
+  options.state_dir = f->dir;
+  pcp_store_t* store = NULL;
+  pcp_status_t status =
+      pcp_store_create(&options, pcp_allocator_system(), &store);
+  if (pcp_status_is_ok(status)) {
+    EXPECT_CODE(pcp_store_integrity_check(store), PCP_STATUS_DATA_LOSS);
+    pcp_store_release(store);
+  } else {
+    EXPECT_CODE(status, PCP_STATUS_DATA_LOSS);
+  }
+  char command[1024];
+  snprintf(command, sizeof(command), "rm -f '%s'/pcp.db*", f->dir);
+  assert_int_equal(system(command), 0);
+  f->store = open_store_at(f, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_open_creates_wal_database, setup,
@@ -1306,6 +1380,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_not_a_database_is_data_loss, setup,
                                       teardown),
       cmocka_unit_test(test_sqlite_error_mapping),
+      cmocka_unit_test_setup_teardown(test_busy_database_is_unavailable, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_corrupt_pages_are_data_loss, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_transition_table_every_pair, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_job_lifecycle_fields, setup,
