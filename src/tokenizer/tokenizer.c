@@ -382,8 +382,9 @@ static pcp_status_t compile_regex(const char* pattern, size_t length,
   PCRE2_SIZE error_offset = 0;
   // UTF + UCP: \s, \p{L}, \w are Unicode-aware, as in `tokenizers` (Oniguruma).
   // MATCH_INVALID_UTF: invalid bytes never match instead of failing the call.
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
-  if (literal) options |= PCRE2_LITERAL;
+  // PCRE2_LITERAL (a {"String": s} pattern) refuses UCP; it has no classes.
+  uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF |
+                     (literal ? PCRE2_LITERAL : PCRE2_UCP);
   stage->code = pcre2_compile((PCRE2_SPTR)pattern, length, options,
                               &error_code, &error_offset, NULL);
   if (!stage->code) {
