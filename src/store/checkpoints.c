@@ -2,6 +2,7 @@
 // store: checkpoint files (rename into place, fsync file and directory) and
 // their index.
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -201,7 +202,10 @@ pcp_status_t pcp_store_checkpoint_write(
            job_id);
   snprintf(final_path, sizeof(final_path), "%s/%s", store->state_dir,
            relative_path);
-  int n = snprintf(temp_path, sizeof(temp_path), "%s.tmp", final_path);
+  int n =
+      snprintf(temp_path, sizeof(temp_path), "%s.%ld-%llu.tmp", final_path,
+               (long)getpid(),
+               (unsigned long long)atomic_fetch_add(&store->temp_counter, 1));
   if (n < 0 || (size_t)n >= sizeof(temp_path)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "checkpoint path for job '%s' is too long", job_id);
@@ -223,9 +227,8 @@ pcp_status_t pcp_store_checkpoint_write(
   char hex[PCP_SHA256_HEX_LENGTH + 1];
   pcp_store_sha256_to_hex(&digest, hex);
 
-  // A concurrent writer of the same job and step would share the temp name;
-  // the lock below keeps the index right, and the loser's temp file is
-  // either renamed (same bytes expected) or removed.
+  // Concurrent writers of the same job and step have their own temp files;
+  // the lock below lets exactly one of them be renamed and indexed.
   PCP_RETURN_IF_ERROR_BARE(temp_file_write(temp_path, data, byte_length));
 
   pcp_store_lock(store);
@@ -437,4 +440,95 @@ pcp_status_t pcp_store_checkpoint_verify(
                            checkpoint->path, got, want);
   }
   return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// Crash leftovers
+//===----------------------------------------------------------------------===//
+
+static bool ends_with(const char* value, const char* suffix) {
+  size_t a = strlen(value);
+  size_t b = strlen(suffix);
+  return a >= b && memcmp(value + a - b, suffix, b) == 0;
+}
+
+// "step-<20 digits>.bin" -> step; false for any other name.
+static bool parse_step_file_name(const char* name, int64_t* out_step) {
+  static const char kPrefix[] = "step-";
+  if (strlen(name) != 5 + 20 + 4 || strncmp(name, kPrefix, 5) != 0 ||
+      strcmp(name + 25, ".bin") != 0) {
+    return false;
+  }
+  int64_t step = 0;
+  for (int i = 5; i < 25; ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) {
+      return false;
+    }
+    step = step * 10 + (name[i] - '0');
+  }
+  *out_step = step;
+  return true;
+}
+
+static pcp_status_t leftovers_in_job_dir(pcp_store_t* store, const char* job_id,
+                                         const char* dir_path) {
+  DIR* files = opendir(dir_path);
+  if (!files) {
+    return pcp_ok_status();  // not a directory
+  }
+  pcp_status_t status = pcp_ok_status();
+  struct dirent* file;
+  while (pcp_status_is_ok(status) && (file = readdir(files)) != NULL) {
+    int64_t step = 0;
+    bool remove = false;
+    if (ends_with(file->d_name, ".tmp")) {
+      remove = true;
+    } else if (parse_step_file_name(file->d_name, &step)) {
+      bool indexed = false;
+      status = checkpoint_exists_locked(store, job_id, step, &indexed);
+      remove = pcp_status_is_ok(status) && !indexed;
+    }
+    if (!remove) {
+      continue;
+    }
+    char file_path[PCP_STORE_PATH_MAX_LENGTH + 1];
+    int n =
+        snprintf(file_path, sizeof(file_path), "%s/%s", dir_path, file->d_name);
+    if (n < 0 || (size_t)n >= sizeof(file_path)) {
+      continue;
+    }
+    if (unlink(file_path) != 0 && errno != ENOENT) {
+      status = pcp_status_from_errno(errno, "removing %s", file_path);
+    }
+  }
+  closedir(files);
+  return status;
+}
+
+pcp_status_t pcp_store_checkpoint_leftovers_remove(pcp_store_t* store) {
+  char root[PCP_STORE_PATH_MAX_LENGTH + 1];
+  snprintf(root, sizeof(root), "%s/checkpoints", store->state_dir);
+  DIR* jobs = opendir(root);
+  if (!jobs) {
+    int error = errno;
+    if (error == ENOENT) {
+      return pcp_ok_status();
+    }
+    return pcp_status_from_errno(error, "opening %s", root);
+  }
+  pcp_status_t status = pcp_ok_status();
+  struct dirent* job;
+  while (pcp_status_is_ok(status) && (job = readdir(jobs)) != NULL) {
+    if (job->d_name[0] == '.') {
+      continue;
+    }
+    char dir_path[PCP_STORE_PATH_MAX_LENGTH + 1];
+    int n = snprintf(dir_path, sizeof(dir_path), "%s/%s", root, job->d_name);
+    if (n < 0 || (size_t)n >= sizeof(dir_path)) {
+      continue;
+    }
+    status = leftovers_in_job_dir(store, job->d_name, dir_path);
+  }
+  closedir(jobs);
+  return status;
 }

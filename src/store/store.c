@@ -2,7 +2,6 @@
 // store: opening, migrations, the statement cache, transactions, error
 // mapping and the input checks every table shares.
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -807,7 +806,7 @@ pcp_status_t pcp_store_create(const pcp_store_options_t* options,
   }
   pcp_status_t status = open_database(store, options);
   if (pcp_status_is_ok(status)) {
-    status = pcp_store_checkpoint_temp_files_remove(store);
+    status = pcp_store_checkpoint_leftovers_remove(store);
   }
   if (!pcp_status_is_ok(status)) {
     pcp_store_release(store);
@@ -887,63 +886,5 @@ pcp_status_t pcp_store_integrity_check(pcp_store_t* store) {
     }
   }
   pcp_store_unlock(store);
-  return status;
-}
-
-//===----------------------------------------------------------------------===//
-// Crash leftovers
-//===----------------------------------------------------------------------===//
-
-static bool ends_with(const char* value, const char* suffix) {
-  size_t a = strlen(value);
-  size_t b = strlen(suffix);
-  return a >= b && memcmp(value + a - b, suffix, b) == 0;
-}
-
-pcp_status_t pcp_store_checkpoint_temp_files_remove(pcp_store_t* store) {
-  char root[PCP_STORE_PATH_MAX_LENGTH + 1];
-  snprintf(root, sizeof(root), "%s/checkpoints", store->state_dir);
-  DIR* jobs = opendir(root);
-  if (!jobs) {
-    int error = errno;
-    if (error == ENOENT) {
-      return pcp_ok_status();
-    }
-    return pcp_status_from_errno(error, "opening %s", root);
-  }
-  pcp_status_t status = pcp_ok_status();
-  struct dirent* job;
-  while (pcp_status_is_ok(status) && (job = readdir(jobs)) != NULL) {
-    if (job->d_name[0] == '.') {
-      continue;
-    }
-    char dir_path[PCP_STORE_PATH_MAX_LENGTH + 1];
-    int n = snprintf(dir_path, sizeof(dir_path), "%s/%s", root, job->d_name);
-    if (n < 0 || (size_t)n >= sizeof(dir_path)) {
-      continue;
-    }
-    DIR* files = opendir(dir_path);
-    if (!files) {
-      continue;  // not a directory
-    }
-    struct dirent* file;
-    while ((file = readdir(files)) != NULL) {
-      if (!ends_with(file->d_name, ".tmp")) {
-        continue;
-      }
-      char file_path[PCP_STORE_PATH_MAX_LENGTH + 1];
-      n = snprintf(file_path, sizeof(file_path), "%s/%s", dir_path,
-                   file->d_name);
-      if (n < 0 || (size_t)n >= sizeof(file_path)) {
-        continue;
-      }
-      if (unlink(file_path) != 0 && errno != ENOENT) {
-        status = pcp_status_from_errno(errno, "removing %s", file_path);
-        break;
-      }
-    }
-    closedir(files);
-  }
-  closedir(jobs);
   return status;
 }

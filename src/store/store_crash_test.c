@@ -14,7 +14,9 @@
 //     current state (every committed transition has its event, no event
 //     without its transition);
 //   - every indexed checkpoint file exists and matches its SHA-256 (no
-//     half-written checkpoint is indexed);
+//     half-written checkpoint is indexed), and no other file is left in the
+//     job's checkpoint directory (temp files and unindexed renames are
+//     removed at open);
 //   - event ids are strictly increasing and never below a reported one;
 //   - the resume list holds exactly the jobs left placing, compiling,
 //     running or cancelling, and each can be moved on.
@@ -22,6 +24,7 @@
 // recovered store is exercised too. Seeds alternate synchronous FULL and
 // NORMAL (SIGKILL alone must lose nothing committed under either).
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -330,6 +333,22 @@ static void verify(pcp_store_t* store, int round, const record_t* records,
       EXPECT_OK(pcp_store_checkpoint_verify(&checkpoints.items[i]));
       assert_true(checkpoints.items[i].step <= row.last_committed_step);
     }
+    // And the directory holds nothing else: temp files and files renamed in
+    // but never indexed were removed at open.
+    char dir_path[1024];
+    snprintf(dir_path, sizeof(dir_path), "%s/checkpoints/%s",
+             pcp_store_state_dir(store), id);
+    size_t files = 0;
+    DIR* dir = opendir(dir_path);
+    if (dir) {
+      struct dirent* entry;
+      while ((entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] != '.')
+          ++files;
+      }
+      closedir(dir);
+    }
+    assert_int_equal(files, checkpoints.count);
     pcp_store_checkpoint_list_deinitialize(&checkpoints);
     pcp_store_job_deinitialize(&row);
   }

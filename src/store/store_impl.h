@@ -8,6 +8,7 @@
 #define PCP_STORE_STORE_IMPL_H_
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include <sqlite3.h>
 
@@ -84,6 +85,9 @@ struct pcp_store_t {
   sqlite3* db;
   sqlite3_stmt* stmts[PCP_STORE_STMT_COUNT_];
   char state_dir[PCP_STORE_STATE_DIR_MAX_LENGTH + 1];
+  // Makes checkpoint temp names unique per write (two threads writing the
+  // same step never share a temp file).
+  _Atomic uint64_t temp_counter;
 };
 
 void pcp_store_lock(pcp_store_t* store);
@@ -170,6 +174,6 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_meta_get_locked(pcp_store_t* store,
 
 // Removes *.tmp files under <state_dir>/checkpoints/*/ (crash leftovers).
 PCP_MUST_USE_RESULT pcp_status_t
-pcp_store_checkpoint_temp_files_remove(pcp_store_t* store);
+pcp_store_checkpoint_leftovers_remove(pcp_store_t* store);
 
 #endif  // PCP_STORE_STORE_IMPL_H_

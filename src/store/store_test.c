@@ -1148,8 +1148,19 @@ static void test_checkpoint_write_index_verify(void** state) {
   assert_non_null(file);
   fputs("half", file);
   fclose(file);
+  // So is a whole file that was renamed into place but never indexed (the
+  // writer died before its commit); indexed files stay.
+  char orphan[1100];
+  snprintf(orphan, sizeof(orphan),
+           "%s/checkpoints/ck/step-00000000000000000099.bin", f->dir);
+  file = fopen(orphan, "wb");
+  assert_non_null(file);
+  fputs("whole but unindexed", file);
+  fclose(file);
   reopen(f);
   assert_int_not_equal(access(temp, F_OK), 0);
+  assert_int_not_equal(access(orphan, F_OK), 0);
+  assert_int_equal(access(latest.path, F_OK), 0);
   EXPECT_CODE(pcp_store_checkpoint_get(f->store, "ck", 99, &missing),
               PCP_STATUS_NOT_FOUND);
 }
