@@ -298,7 +298,11 @@ uint32_t pcp_topology_sched_owner_capacity(const pcp_topology_sched_t* s,
 static pcp_topology_sched_block_t sched_can_lease(
     const pcp_topology_sched_t* s, const pcp_topology_sched_worker_t* w,
     uint32_t owner) {
-  if (w->state != PCP_TOPOLOGY_WORKER_IDLE || w->owner >= 0) {
+  // The duplicate-reservation bug takes a worker that another reservation
+  // holds (reserved, not yet assigned) as if it were idle.
+  bool stealable = s->bug_duplicate_worker_reservation &&
+                   w->state == PCP_TOPOLOGY_WORKER_RESERVED;
+  if (!stealable && (w->state != PCP_TOPOLOGY_WORKER_IDLE || w->owner >= 0)) {
     return PCP_TOPOLOGY_SCHED_BLOCK_BUSY;
   }
   const pcp_topology_sched_policy_t* policy = &s->policies[owner];
@@ -404,6 +408,7 @@ int32_t pcp_topology_sched_reserve(pcp_topology_sched_t* s, uint32_t job,
     return -1;
   }
   uint32_t selected = 0;
+  uint32_t mask = 0;
   pcp_topology_sched_block_t first_block = PCP_TOPOLOGY_SCHED_BLOCK_NONE;
   // First fit in insertion order; selected workers are taken immediately so
   // later checks see them leased (and the reservation rule stays exact).
@@ -423,6 +428,7 @@ int32_t pcp_topology_sched_reserve(pcp_topology_sched_t* s, uint32_t job,
     w->owner = (int32_t)owner;
     w->reservation = slot;
     w->job = job;
+    mask |= 1u << i;
     selected++;
   }
   if (selected < workers_required) {
@@ -438,6 +444,7 @@ int32_t pcp_topology_sched_reserve(pcp_topology_sched_t* s, uint32_t job,
   r->job = job;
   r->owner = owner;
   r->workers_required = workers_required;
+  r->worker_mask = mask;
   s->decision = PCP_TOPOLOGY_SCHED_RESERVED;
   return slot;
 }
@@ -485,7 +492,7 @@ static bool sched_activate(pcp_topology_sched_t* s, uint32_t job,
 void pcp_topology_sched_commit(pcp_topology_sched_t* s, uint32_t job) {
   int32_t slot;
   if (!sched_lookup(s, job, &slot)) return;
-  if (!sched_reservation_intact(s, slot)) {
+  if (!s->bug_commit_after_loss && !sched_reservation_intact(s, slot)) {
     sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS);
     return;
   }
@@ -632,6 +639,30 @@ void pcp_topology_sched_cancel_queued(pcp_topology_sched_t* s, uint32_t job) {
   sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_QUEUED_JOB_NOT_FOUND);
 }
 
+void pcp_topology_sched_cancel(pcp_topology_sched_t* s, uint32_t job) {
+  for (uint32_t i = 0; i < s->queue_count; ++i) {
+    if (s->queue[i].job == job) {
+      pcp_topology_sched_cancel_queued(s, job);
+      return;
+    }
+  }
+  if (sched_find_active(s, job) >= 0) {
+    pcp_topology_sched_cancel_active(s, job);
+    return;
+  }
+  int32_t slot = sched_find_reservation(s, job);
+  if (slot < 0) {
+    sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_QUEUED_JOB_NOT_FOUND);
+    return;
+  }
+  // Same cleanup as a queued reserved job, and the same injected leak.
+  if (!s->bug_leak_on_cancel) {
+    sched_free_workers(s, slot, s->reservations[slot].owner, job);
+  }
+  s->reservations[slot].active = false;
+  s->decision = PCP_TOPOLOGY_SCHED_CANCELED;
+}
+
 static void sched_drop_reservation(pcp_topology_sched_t* s, uint32_t job,
                                    pcp_topology_sched_decision_t decision) {
   int32_t slot;
@@ -669,6 +700,12 @@ void pcp_topology_sched_restore_worker(pcp_topology_sched_t* s, uint32_t id) {
   w->owner = -1;
   w->reservation = -1;
   w->job = 0;
+  // Its reservation no longer holds it either (the commit will report the
+  // loss because the reservation is short).
+  uint32_t bit = 1u << (uint32_t)(w - s->workers);
+  for (uint32_t r = 0; r < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++r) {
+    s->reservations[r].worker_mask &= ~bit;
+  }
 }
 
 uint32_t pcp_topology_sched_count_state(const pcp_topology_sched_t* s,
@@ -697,6 +734,7 @@ static const char* const kSchedInvariantNames[] = {
     "reserved_capacity_starved",
     "queued_reservation_missing",
     "idle_worker_owned",
+    "duplicate_worker_reservation",
 };
 
 const char* pcp_topology_sched_invariant_name(
@@ -761,6 +799,14 @@ pcp_topology_sched_invariant_t pcp_topology_sched_check_invariants(
     if (r >= 0 && !s->reservations[r].active) {
       return PCP_TOPOLOGY_SCHED_INVARIANT_QUEUED_RESERVATION_MISSING;
     }
+  }
+  uint32_t held = 0;
+  for (uint32_t r = 0; r < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++r) {
+    if (!s->reservations[r].active) continue;
+    if (held & s->reservations[r].worker_mask) {
+      return PCP_TOPOLOGY_SCHED_INVARIANT_DUPLICATE_WORKER_RESERVATION;
+    }
+    held |= s->reservations[r].worker_mask;
   }
   return PCP_TOPOLOGY_SCHED_INVARIANT_OK;
 }
@@ -1017,6 +1063,14 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
       if (!valid_worker || !d->assigned[w] || !d->online[w]) break;
       d->clock[w]++;
       d->tokens[w] += 8;
+      // The learner reports each completed local step with its clock
+      // (DecoupledLearnerMetadata) and the syncer observes it, so an update
+      // that carries an older clock afterwards is stale.
+      if (d->clock[w] > d->known_clock[w]) d->known_clock[w] = d->clock[w];
+      if (w < PCP_TOPOLOGY_VECTOR_CLOCK_SYNCER &&
+          d->clock[w] > d->vector_clock.counters[w]) {
+        d->vector_clock.counters[w] = d->clock[w];
+      }
       d->decision = PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP;
       return;
     case PCP_TOPOLOGY_DECOUPLED_SUBMIT: {

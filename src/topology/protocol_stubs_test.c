@@ -499,115 +499,193 @@ static void test_rda_merge_oracle(void** state) {
   assert_true(pcp_topology_token_step_weight(0, 5) == 0.0);
 }
 
-// Scheduler actions for shrinking: each index is one operation.
-typedef enum sched_op_e {
-  OP_ENQUEUE_OTHER,
-  OP_RESERVE,
-  OP_LOSE_FIRST,
-  OP_RESTORE_SECOND,
-  OP_COMMIT,
-  OP_QUEUE,
-  OP_CANCEL_QUEUED,
-  OP_RESERVE_OTHER,
-} sched_op_t;
+// Scheduler actions for shrinking; parameters: job (or worker id), owner,
+// workers required.
+typedef enum sched_action_e {
+  SCHED_RESERVE,
+  SCHED_COMMIT,
+  SCHED_QUEUE,
+  SCHED_ENQUEUE,
+  SCHED_START_NEXT,
+  SCHED_COMPLETE,
+  SCHED_CANCEL,
+  SCHED_RELEASE,
+  SCHED_LOSE,
+  SCHED_RESTORE,
+} sched_action_t;
 
-typedef struct sched_script_t {
-  const sched_op_t* ops;
-  bool leak_on_cancel;
-  pcp_topology_sched_violation_t wanted;  // or NONE: check the leak oracle
-} sched_script_t;
+typedef enum sched_bug_e {
+  SCHED_BUG_DUPLICATE_WORKER_RESERVATION,
+  SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS,
+  SCHED_BUG_CANCELLATION_CLEANUP_LEAK,
+} sched_bug_t;
 
-static void run_op(pcp_topology_sched_t* s, sched_op_t op) {
-  switch (op) {
-    case OP_ENQUEUE_OTHER:
-      pcp_topology_sched_enqueue(s, 90, TRAINING, 1);
+static void sched_run_action(pcp_topology_sched_t* s,
+                             const pcp_topology_action_t* a) {
+  uint32_t job = (uint32_t)a->parameters[0];
+  switch ((sched_action_t)a->kind) {
+    case SCHED_RESERVE:
+      (void)pcp_topology_sched_reserve(s, job, (uint32_t)a->parameters[1],
+                                       (uint32_t)a->parameters[2]);
       break;
-    case OP_RESERVE:
-      (void)pcp_topology_sched_reserve(s, 5, TRAINING, 1);
+    case SCHED_COMMIT:
+      pcp_topology_sched_commit(s, job);
       break;
-    case OP_LOSE_FIRST:
-      pcp_topology_sched_lose_worker(s, 1);
+    case SCHED_QUEUE:
+      pcp_topology_sched_commit_to_queue(s, job);
       break;
-    case OP_RESTORE_SECOND:
-      pcp_topology_sched_restore_worker(s, 2);
+    case SCHED_ENQUEUE:
+      pcp_topology_sched_enqueue(s, job, (uint32_t)a->parameters[1],
+                                 (uint32_t)a->parameters[2]);
       break;
-    case OP_COMMIT:
-      pcp_topology_sched_commit(s, 5);
+    case SCHED_START_NEXT:
+      (void)pcp_topology_sched_start_next(s);
       break;
-    case OP_QUEUE:
-      pcp_topology_sched_commit_to_queue(s, 5);
+    case SCHED_COMPLETE:
+      pcp_topology_sched_complete(s, job);
       break;
-    case OP_CANCEL_QUEUED:
-      pcp_topology_sched_cancel_queued(s, 5);
+    case SCHED_CANCEL:
+      pcp_topology_sched_cancel(s, job);
       break;
-    case OP_RESERVE_OTHER:
-      (void)pcp_topology_sched_reserve(s, 6, INFERENCE, 1);
+    case SCHED_RELEASE:
+      pcp_topology_sched_release(s, job);
+      break;
+    case SCHED_LOSE:
+      pcp_topology_sched_lose_worker(s, job);
+      break;
+    case SCHED_RESTORE:
+      pcp_topology_sched_restore_worker(s, job);
       break;
   }
 }
 
-// The scheduling oracle: the wanted violation happened, or (leak check) a
-// worker is still held for job 5 after its cancellation.
-static bool script_fails(void* user_data, const uint32_t* retained,
-                         size_t count) {
-  const sched_script_t* script = (const sched_script_t*)user_data;
+typedef struct sched_bug_script_t {
+  sched_bug_t bug;
+  bool inject;  // false: the correct scheduler on the same schedule
+} sched_bug_script_t;
+
+// The scheduling oracle for the three upstream injected bugs: the eight
+// post-conditions after every action, plus the loss the commit must report.
+// Two cuda workers (ids 1, 2), cuda policies for every owner.
+static bool sched_bug_fails(void* user_data,
+                            const pcp_topology_action_t* actions,
+                            size_t count) {
+  const sched_bug_script_t* script = (const sched_bug_script_t*)user_data;
   pcp_topology_sched_t s;
   sched_with(&s, 2);
-  s.bug_leak_on_cancel = script->leak_on_cancel;
-  bool violated = false, canceled = false;
+  s.bug_duplicate_worker_reservation =
+      script->inject && script->bug == SCHED_BUG_DUPLICATE_WORKER_RESERVATION;
+  s.bug_leak_on_cancel =
+      script->inject && script->bug == SCHED_BUG_CANCELLATION_CLEANUP_LEAK;
+  s.bug_commit_after_loss =
+      script->inject && script->bug == SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS;
   for (size_t i = 0; i < count; ++i) {
+    // Whether the job's reservation lost a worker (offline, or restored and
+    // so no longer held) before this action.
+    bool lost = false;
+    for (uint32_t r = 0; r < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++r) {
+      const pcp_topology_sched_reservation_t* res = &s.reservations[r];
+      if (!res->active || res->job != (uint32_t)actions[i].parameters[0]) {
+        continue;
+      }
+      uint32_t held = 0;
+      for (uint32_t w = 0; w < s.worker_count; ++w) {
+        if (!((res->worker_mask >> w) & 1u)) continue;
+        held++;
+        lost |= s.workers[w].state == PCP_TOPOLOGY_WORKER_OFFLINE;
+      }
+      lost |= held < res->workers_required;
+    }
     s.violation = PCP_TOPOLOGY_SCHED_VIOLATION_NONE;
-    run_op(&s, script->ops[retained[i]]);
-    violated |= script->wanted != PCP_TOPOLOGY_SCHED_VIOLATION_NONE &&
-                s.violation == script->wanted;
-    canceled |= script->ops[retained[i]] == OP_CANCEL_QUEUED &&
-                s.decision == PCP_TOPOLOGY_SCHED_CANCELED;
-  }
-  if (script->wanted != PCP_TOPOLOGY_SCHED_VIOLATION_NONE) return violated;
-  if (!canceled) return false;
-  for (uint32_t i = 0; i < s.worker_count; ++i) {
-    if (s.workers[i].job == 5 && s.workers[i].owner >= 0) return true;
+    sched_run_action(&s, &actions[i]);
+    pcp_topology_sched_invariant_t broken =
+        pcp_topology_sched_check_invariants(&s);
+    switch (script->bug) {
+      case SCHED_BUG_DUPLICATE_WORKER_RESERVATION:
+        if (broken ==
+            PCP_TOPOLOGY_SCHED_INVARIANT_DUPLICATE_WORKER_RESERVATION) {
+          return true;
+        }
+        break;
+      case SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS:
+        // A commit that went through although its reservation had lost a
+        // worker (the correct scheduler refuses it with this violation).
+        if (actions[i].kind == SCHED_COMMIT && lost &&
+            s.decision == PCP_TOPOLOGY_SCHED_COMMITTED) {
+          return true;
+        }
+        break;
+      case SCHED_BUG_CANCELLATION_CLEANUP_LEAK:
+        if (broken == PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_RESERVED_WORKER) {
+          return true;
+        }
+        break;
+    }
   }
   return false;
 }
 
-// injected bugs shrink to minimal schedules: assignment after worker loss
-// (3 operations) and the cancellation cleanup leak (3 operations)
+static size_t sched_bug_shrink(sched_bug_t bug,
+                               const pcp_topology_action_t* actions,
+                               size_t count,
+                               pcp_topology_action_shrink_result_t* out) {
+  sched_bug_script_t script = {bug, false};
+  // The correct scheduler passes the same schedule.
+  assert_false(sched_bug_fails(&script, actions, count));
+  script.inject = true;
+  PCP_CHECK_OK(pcp_topology_actions_shrink(pcp_allocator_system(), actions,
+                                           count, sched_bug_fails, &script,
+                                           out));
+  return out->action_count;
+}
+
+// injected bugs (reference s.6 extract/scheduling): duplicate worker
+// reservation <= 2 actions, assignment after worker loss 3, cancellation
+// cleanup leak 2; each shrunk from a longer schedule
 static void test_sched_injected_bugs_shrink(void** state) {
   (void)state;
-  static const sched_op_t kLoss[] = {
-      OP_ENQUEUE_OTHER, OP_RESERVE_OTHER, OP_RESERVE, OP_RESTORE_SECOND,
-      OP_LOSE_FIRST,    OP_ENQUEUE_OTHER, OP_COMMIT};
-  sched_script_t loss = {kLoss, false,
-                         PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS};
-  uint32_t* retained = NULL;
-  size_t count = 0;
-  PCP_CHECK_OK(pcp_topology_indices_shrink(pcp_allocator_system(),
-                                           PCP_ARRAYSIZE(kLoss), script_fails,
-                                           &loss, &retained, &count));
-  assert_int_equal(count, 3);
-  assert_int_equal(kLoss[retained[0]], OP_RESERVE);
-  assert_int_equal(kLoss[retained[1]], OP_LOSE_FIRST);
-  assert_int_equal(kLoss[retained[2]], OP_COMMIT);
-  free(retained);
+  pcp_topology_action_shrink_result_t r;
+  // Two training jobs and an inference job around a queued one; the bug
+  // lets the inference reservation take a worker training still holds.
+  static const pcp_topology_action_t kDuplicate[] = {
+      {SCHED_ENQUEUE, {90, TRAINING, 1}}, {SCHED_RESERVE, {5, TRAINING, 1}},
+      {SCHED_QUEUE, {5, 0, 0}},           {SCHED_RESERVE, {6, TRAINING, 1}},
+      {SCHED_RELEASE, {6, 0, 0}},         {SCHED_RESERVE, {7, INFERENCE, 2}},
+      {SCHED_START_NEXT, {0, 0, 0}}};
+  assert_true(sched_bug_shrink(SCHED_BUG_DUPLICATE_WORKER_RESERVATION,
+                               kDuplicate, PCP_ARRAYSIZE(kDuplicate),
+                               &r) <= 2);
+  assert_int_equal(r.action_count, 2);
+  assert_int_equal(r.actions[0].kind, SCHED_RESERVE);
+  assert_int_equal(r.actions[1].kind, SCHED_RESERVE);
+  pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
 
-  static const sched_op_t kLeak[] = {OP_ENQUEUE_OTHER, OP_RESERVE_OTHER,
-                                     OP_RESERVE,       OP_LOSE_FIRST,
-                                     OP_QUEUE,         OP_CANCEL_QUEUED};
-  sched_script_t leak = {kLeak, true, PCP_TOPOLOGY_SCHED_VIOLATION_NONE};
-  PCP_CHECK_OK(pcp_topology_indices_shrink(pcp_allocator_system(),
-                                           PCP_ARRAYSIZE(kLeak), script_fails,
-                                           &leak, &retained, &count));
-  assert_int_equal(count, 3);
-  assert_int_equal(kLeak[retained[0]], OP_RESERVE);
-  free(retained);
-  // Without the injected bug the same schedule is clean.
-  leak.leak_on_cancel = false;
-  assert_int_equal(
-      pcp_status_consume_code(pcp_topology_indices_shrink(
-          pcp_allocator_system(), PCP_ARRAYSIZE(kLeak), script_fails, &leak,
-          &retained, &count)),
-      PCP_STATUS_FAILED_PRECONDITION);
+  static const pcp_topology_action_t kLoss[] = {
+      {SCHED_ENQUEUE, {90, TRAINING, 1}}, {SCHED_RESERVE, {6, INFERENCE, 1}},
+      {SCHED_RESERVE, {5, TRAINING, 1}},  {SCHED_RESTORE, {2, 0, 0}},
+      {SCHED_LOSE, {1, 0, 0}},            {SCHED_ENQUEUE, {91, TRAINING, 1}},
+      {SCHED_COMMIT, {5, 0, 0}}};
+  assert_int_equal(sched_bug_shrink(SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS,
+                                    kLoss, PCP_ARRAYSIZE(kLoss), &r),
+                   3);
+  assert_int_equal(r.actions[0].kind, SCHED_RESERVE);
+  assert_int_equal(r.actions[1].kind, SCHED_LOSE);
+  assert_int_equal(r.actions[2].kind, SCHED_COMMIT);
+  pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
+
+  // Reserve, queue, lose a worker, cancel: the leak needs neither the queue
+  // nor the loss, only a reservation and its cancellation.
+  static const pcp_topology_action_t kLeak[] = {
+      {SCHED_ENQUEUE, {90, TRAINING, 1}}, {SCHED_RESERVE, {6, INFERENCE, 1}},
+      {SCHED_RESERVE, {5, TRAINING, 1}},  {SCHED_LOSE, {1, 0, 0}},
+      {SCHED_QUEUE, {5, 0, 0}},           {SCHED_CANCEL, {5, 0, 0}}};
+  assert_int_equal(sched_bug_shrink(SCHED_BUG_CANCELLATION_CLEANUP_LEAK,
+                                    kLeak, PCP_ARRAYSIZE(kLeak), &r),
+                   2);
+  assert_int_equal(r.actions[0].kind, SCHED_RESERVE);
+  assert_int_equal(r.actions[1].kind, SCHED_CANCEL);
+  assert_true(r.rounds >= 1);
+  pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
 }
 
 // metadata collection; duplicate queued responses; envelope and payload
@@ -714,90 +792,157 @@ static void test_sched_invariants(void** state) {
   assert_true(pcp_topology_sched_reserve(&s, 7, TRAINING, 2) >= 0);
   assert_int_equal(pcp_topology_sched_check_invariants(&s),
                    PCP_TOPOLOGY_SCHED_INVARIANT_RESERVED_CAPACITY_STARVED);
+  // Duplicate worker reservation: the second reservation takes the worker
+  // the first one holds.
+  sched_with(&s, 1);
+  assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 1) >= 0);
+  assert_true(pcp_topology_sched_reserve(&s, 6, INFERENCE, 1) < 0);
+  s.bug_duplicate_worker_reservation = true;
+  assert_true(pcp_topology_sched_reserve(&s, 6, INFERENCE, 1) >= 0);
+  assert_int_equal(pcp_topology_sched_check_invariants(&s),
+                   PCP_TOPOLOGY_SCHED_INVARIANT_DUPLICATE_WORKER_RESERVATION);
+  assert_string_equal(
+      pcp_topology_sched_invariant_name(
+          PCP_TOPOLOGY_SCHED_INVARIANT_DUPLICATE_WORKER_RESERVATION),
+      "duplicate_worker_reservation");
+  // A lost and restored worker leaves its reservation (short, not
+  // duplicated) and may be reserved again.
+  sched_with(&s, 1);
+  assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 1) >= 0);
+  pcp_topology_sched_lose_worker(&s, 1);
+  pcp_topology_sched_restore_worker(&s, 1);
+  assert_true(pcp_topology_sched_reserve(&s, 6, TRAINING, 1) >= 0);
+  assert_int_equal(pcp_topology_sched_check_invariants(&s),
+                   PCP_TOPOLOGY_SCHED_INVARIANT_OK);
+  pcp_topology_sched_commit(&s, 5);
+  assert_int_equal(s.violation,
+                   PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS);
 }
 
-// Decoupled schedules for shrinking: (action, worker, clock) triples.
-typedef struct decoupled_step_t {
-  pcp_topology_decoupled_action_kind_t kind;
-  uint32_t worker;
-  uint64_t clock;
-} decoupled_step_t;
+// the gateway's cancel frees an open reservation, a queued reserved job and
+// an active job; an unknown job is not found
+static void test_sched_cancel_any_state(void** state) {
+  (void)state;
+  pcp_topology_sched_t s;
+  sched_with(&s, 2);
+  assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 1) >= 0);
+  pcp_topology_sched_cancel(&s, 5);
+  assert_int_equal(s.decision, PCP_TOPOLOGY_SCHED_CANCELED);
+  assert_int_equal(pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE),
+                   2);
+  assert_int_equal(pcp_topology_sched_active_reservations(&s), 0);
+  assert_true(pcp_topology_sched_reserve(&s, 6, TRAINING, 1) >= 0);
+  pcp_topology_sched_commit_to_queue(&s, 6);
+  pcp_topology_sched_cancel(&s, 6);
+  assert_int_equal(s.queue_count, 0);
+  assert_int_equal(pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE),
+                   2);
+  assert_true(pcp_topology_sched_reserve(&s, 7, TRAINING, 2) >= 0);
+  pcp_topology_sched_commit(&s, 7);
+  pcp_topology_sched_cancel(&s, 7);
+  assert_int_equal(pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE),
+                   2);
+  assert_int_equal(pcp_topology_sched_check_invariants(&s),
+                   PCP_TOPOLOGY_SCHED_INVARIANT_OK);
+  pcp_topology_sched_cancel(&s, 8);
+  assert_int_equal(s.violation,
+                   PCP_TOPOLOGY_SCHED_VIOLATION_QUEUED_JOB_NOT_FOUND);
+  // The cleanup leak on an open reservation: the worker stays reserved.
+  s.bug_leak_on_cancel = true;
+  assert_true(pcp_topology_sched_reserve(&s, 9, TRAINING, 1) >= 0);
+  pcp_topology_sched_cancel(&s, 9);
+  assert_int_equal(pcp_topology_sched_check_invariants(&s),
+                   PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_RESERVED_WORKER);
+}
 
 typedef struct decoupled_script_t {
-  const decoupled_step_t* steps;
   uint32_t quorum;
   bool accept_stale_clock;
 } decoupled_script_t;
 
-// The oracle: a commit with fewer than quorum accepted senders, or an
-// accepted update whose clock went backwards.
-static bool decoupled_script_fails(void* user_data, const uint32_t* retained,
+// The oracle over (kind, worker, clock) actions on session 7 with two
+// workers: a commit with fewer than quorum accepted senders, or an accepted
+// update whose clock is below the one the syncer already knew.
+static bool decoupled_script_fails(void* user_data,
+                                   const pcp_topology_action_t* actions,
                                    size_t count) {
   const decoupled_script_t* script = (const decoupled_script_t*)user_data;
   pcp_topology_decoupled_t d;
   pcp_topology_decoupled_initialize(7, 2, script->quorum, 1, &d);
   d.bug_accept_stale_clock = script->accept_stale_clock;
-  uint64_t highest[2] = {0, 0};
   for (size_t i = 0; i < count; ++i) {
-    const decoupled_step_t* s = &script->steps[retained[i]];
-    pcp_topology_decoupled_action_t a = act(&d, s->kind, s->worker, s->clock);
+    const pcp_topology_action_t* s = &actions[i];
+    uint32_t worker = (uint32_t)s->parameters[0];
+    pcp_topology_decoupled_action_t a =
+        act(&d, (pcp_topology_decoupled_action_kind_t)s->kind, worker,
+            s->parameters[1]);
     uint32_t accepted_before = 0;
-    for (uint32_t w = 0; w < 2; ++w) accepted_before += (d.accepted_mask >> w) & 1u;
+    for (uint32_t w = 0; w < 2; ++w) {
+      accepted_before += (d.accepted_mask >> w) & 1u;
+    }
+    uint64_t known = worker < 2 ? d.known_clock[worker] : 0;
     pcp_topology_decoupled_apply(&d, &a);
     if (s->kind == PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT &&
         accepted_before < script->quorum) {
       return true;
     }
     if (s->kind == PCP_TOPOLOGY_DECOUPLED_SUBMIT &&
-        d.decision == PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED && s->worker < 2) {
-      if (s->clock < highest[s->worker]) return true;
-      highest[s->worker] = s->clock;
+        d.decision == PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED && worker < 2 &&
+        s->parameters[1] < known) {
+      return true;
     }
   }
   return false;
 }
 
-// injected bugs: a forced below-quorum commit and accepted stale vector
-// clocks shrink to at most 4 actions
+// injected bugs (reference s.6 extract/decoupled): a forced below-quorum
+// commit shrinks to <= 4 actions, an accepted stale vector clock to <= 3
 static void test_decoupled_injected_bugs_shrink(void** state) {
   (void)state;
-  const pcp_topology_decoupled_action_kind_t A = PCP_TOPOLOGY_DECOUPLED_ASSIGN;
-  const pcp_topology_decoupled_action_kind_t L =
-      PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP_COMPLETE;
-  const pcp_topology_decoupled_action_kind_t S = PCP_TOPOLOGY_DECOUPLED_SUBMIT;
-  const pcp_topology_decoupled_action_kind_t T =
-      PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW;
-  const pcp_topology_decoupled_action_kind_t F =
-      PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT;
-  const decoupled_step_t below[] = {{A, 0, 0}, {A, 1, 0}, {L, 0, 0},
-                                    {S, 0, 1}, {L, 1, 0}, {F, 0, 0}};
-  decoupled_script_t script = {below, 2, false};
-  uint32_t* retained = NULL;
-  size_t count = 0;
-  PCP_CHECK_OK(pcp_topology_indices_shrink(pcp_allocator_system(),
+  const uint32_t A = PCP_TOPOLOGY_DECOUPLED_ASSIGN;
+  const uint32_t L = PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP_COMPLETE;
+  const uint32_t S = PCP_TOPOLOGY_DECOUPLED_SUBMIT;
+  const uint32_t T = PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW;
+  const uint32_t F = PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT;
+  const pcp_topology_action_t below[] = {
+      {A, {0, 0, 0}}, {A, {1, 0, 0}}, {L, {0, 0, 0}},
+      {S, {0, 1, 0}}, {L, {1, 0, 0}}, {F, {0, 0, 0}}};
+  decoupled_script_t script = {2, false};
+  pcp_topology_action_shrink_result_t r;
+  PCP_CHECK_OK(pcp_topology_actions_shrink(pcp_allocator_system(), below,
                                            PCP_ARRAYSIZE(below),
                                            decoupled_script_fails, &script,
-                                           &retained, &count));
-  assert_true(count <= 4);
-  assert_int_equal(below[retained[count - 1]].kind, F);
-  free(retained);
+                                           &r));
+  assert_true(r.action_count <= 4);
+  assert_int_equal(r.actions[r.action_count - 1].kind, F);
+  pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
 
-  const decoupled_step_t stale[] = {{A, 0, 0}, {A, 1, 0}, {L, 0, 0},
-                                    {S, 0, 5}, {S, 1, 5}, {T, 0, 0},
-                                    {L, 1, 0}, {S, 0, 3}};
-  script = (decoupled_script_t){stale, 1, true};
-  PCP_CHECK_OK(pcp_topology_indices_shrink(pcp_allocator_system(),
+  // Both learners step and sync; learner 0 steps twice more, then a
+  // retransmission of its first update (clock 1) arrives.
+  const pcp_topology_action_t stale[] = {
+      {A, {0, 0, 0}}, {A, {1, 0, 0}}, {L, {0, 0, 0}}, {L, {1, 0, 0}},
+      {S, {0, 1, 0}}, {S, {1, 1, 0}}, {T, {0, 0, 0}}, {L, {0, 0, 0}},
+      {L, {0, 0, 0}}, {S, {0, 1, 0}}};
+  script = (decoupled_script_t){2, true};
+  PCP_CHECK_OK(pcp_topology_actions_shrink(pcp_allocator_system(), stale,
                                            PCP_ARRAYSIZE(stale),
                                            decoupled_script_fails, &script,
-                                           &retained, &count));
-  assert_true(count <= 4);
-  free(retained);
+                                           &r));
+  assert_true(r.action_count <= 3);
+  // assign, one observed local step, an update with clock 0.
+  assert_int_equal(r.action_count, 3);
+  assert_int_equal(r.actions[0].kind, A);
+  assert_int_equal(r.actions[1].kind, L);
+  assert_int_equal(r.actions[2].kind, S);
+  assert_int_equal(r.actions[2].parameters[1], 0);
+  assert_true(r.parameters_reduced >= 1);
+  pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
   // The correct model rejects the stale clock: nothing to shrink.
   script.accept_stale_clock = false;
   assert_int_equal(
-      pcp_status_consume_code(pcp_topology_indices_shrink(
-          pcp_allocator_system(), PCP_ARRAYSIZE(stale), decoupled_script_fails,
-          &script, &retained, &count)),
+      pcp_status_consume_code(pcp_topology_actions_shrink(
+          pcp_allocator_system(), stale, PCP_ARRAYSIZE(stale),
+          decoupled_script_fails, &script, &r)),
       PCP_STATUS_FAILED_PRECONDITION);
 }
 
@@ -857,6 +1002,7 @@ int main(void) {
       cmocka_unit_test(test_sched_policy_helpers),
       cmocka_unit_test(test_sched_injected_bugs_shrink),
       cmocka_unit_test(test_sched_invariants),
+      cmocka_unit_test(test_sched_cancel_any_state),
       cmocka_unit_test(test_federation_places_deterministically),
       cmocka_unit_test(test_federation_rejections),
       cmocka_unit_test(test_federation_loss_invalidates),

@@ -1,11 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Counterexample shrinking: greedy one-at-a-time deletion (restart from the
-// front after every success) until no single deletion keeps the failure,
-// then seed minimisation. Greedy deletion is quadratic in the worst case,
-// which is fine for traces of tens of events; delta debugging would halve
-// the predicate calls on long traces but finds the same 1-minimal result
-// here and is harder to replay by hand.
+// Counterexample shrinking.
+//
+// Events and index lists (upstream shrinkEvents / shrinkIndices): greedy
+// one-at-a-time deletion (restart from the front after every success) until
+// no single deletion keeps the failure, then seed minimisation. Quadratic in
+// the worst case, fine for traces of tens of events, and it reproduces the
+// upstream results exactly (same deletion order).
+//
+// Model schedules (pcp_topology_actions_shrink): delta debugging over the
+// actions (chunks, then single actions) alternating with parameter
+// minimisation until neither changes anything. Deletion alone stops at a
+// local minimum whenever the failure needs a particular number: a stale
+// clock of 3 needs three observed steps before it, a clock of 0 only one.
+// Shrinking the number first lets the next deletion round drop the steps,
+// which is how the injected-bug schedules reach the upstream sizes.
 
 #include <string.h>
 
@@ -142,4 +151,137 @@ pcp_status_t pcp_topology_indices_shrink(
   *out_retained = current;
   *out_retained_count = retained;
   return pcp_ok_status();
+}
+
+// Tries |candidate| (|count| actions); on success it becomes the current
+// schedule (the buffers swap).
+static bool actions_try(pcp_topology_action_predicate_fn_t predicate,
+                        void* user_data, pcp_topology_action_t** current,
+                        pcp_topology_action_t** candidate, size_t count,
+                        size_t* inout_calls) {
+  ++*inout_calls;
+  if (!predicate(user_data, *candidate, count)) return false;
+  pcp_topology_action_t* swap = *current;
+  *current = *candidate;
+  *candidate = swap;
+  return true;
+}
+
+// Deletion phase: chunks of count/2, count/4, ..., then single actions
+// until a whole pass deletes nothing. Returns the number deleted.
+static size_t actions_delete(pcp_topology_action_predicate_fn_t predicate,
+                             void* user_data, pcp_topology_action_t** current,
+                             pcp_topology_action_t** candidate,
+                             size_t* inout_count, size_t* inout_calls) {
+  size_t deleted = 0;
+  size_t chunk = *inout_count / 2;
+  if (chunk == 0) chunk = 1;
+  for (;;) {
+    bool any = false;
+    size_t start = 0;
+    while (start < *inout_count) {
+      size_t count = *inout_count;
+      size_t length = chunk < count - start ? chunk : count - start;
+      memcpy(*candidate, *current, start * sizeof(**current));
+      memcpy(*candidate + start, *current + start + length,
+             (count - start - length) * sizeof(**current));
+      if (actions_try(predicate, user_data, current, candidate,
+                      count - length, inout_calls)) {
+        *inout_count = count - length;
+        deleted += length;
+        any = true;
+      } else {
+        start += length;
+      }
+    }
+    if (chunk > 1) {
+      chunk /= 2;
+    } else if (!any) {
+      return deleted;
+    }
+  }
+}
+
+// Parameter phase: each parameter at 0, else halved while the failure
+// stays (the seed rule of pcp_topology_events_shrink, per parameter).
+static size_t actions_reduce(pcp_topology_action_predicate_fn_t predicate,
+                             void* user_data, pcp_topology_action_t** current,
+                             pcp_topology_action_t** candidate, size_t count,
+                             size_t* inout_calls) {
+  size_t reduced = 0;
+  for (size_t i = 0; i < count; ++i) {
+    for (uint32_t p = 0; p < PCP_TOPOLOGY_ACTION_MAX_PARAMETERS; ++p) {
+      uint64_t value = (*current)[i].parameters[p];
+      if (value == 0) continue;
+      uint64_t next = 0;
+      for (;;) {
+        memcpy(*candidate, *current, count * sizeof(**current));
+        (*candidate)[i].parameters[p] = next;
+        if (actions_try(predicate, user_data, current, candidate, count,
+                        inout_calls)) {
+          ++reduced;
+          value = next;
+          if (next == 0) break;
+          next = value / 2;
+        } else {
+          // 0 failed: continue with halves of the current value.
+          next = next == 0 ? value / 2 : next / 2;
+          if (next == 0) break;
+        }
+      }
+    }
+  }
+  return reduced;
+}
+
+pcp_status_t pcp_topology_actions_shrink(
+    pcp_allocator_t allocator, const pcp_topology_action_t* actions,
+    size_t action_count, pcp_topology_action_predicate_fn_t predicate,
+    void* user_data, pcp_topology_action_shrink_result_t* out_result) {
+  memset(out_result, 0, sizeof(*out_result));
+  if (!predicate(user_data, actions, action_count)) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "shrink predicate does not hold on the input");
+  }
+  size_t calls = 1;
+  size_t bytes = (action_count ? action_count : 1) * sizeof(*actions);
+  pcp_topology_action_t* current = NULL;
+  pcp_topology_action_t* candidate = NULL;
+  PCP_RETURN_IF_ERROR(pcp_allocator_malloc(allocator, bytes, (void**)&current),
+                      "shrink actions");
+  pcp_status_t status =
+      pcp_allocator_malloc(allocator, bytes, (void**)&candidate);
+  if (status) {
+    pcp_allocator_free(allocator, current);
+    return status;
+  }
+  if (action_count) memcpy(current, actions, action_count * sizeof(*actions));
+  size_t count = action_count;
+  size_t reduced = 0;
+  size_t rounds = 0;
+  // Bounded so that a predicate that is not a function of its input (it
+  // should be) cannot loop forever.
+  while (rounds < 64) {
+    ++rounds;
+    size_t deleted = actions_delete(predicate, user_data, &current,
+                                    &candidate, &count, &calls);
+    size_t round_reduced = actions_reduce(predicate, user_data, &current,
+                                          &candidate, count, &calls);
+    reduced += round_reduced;
+    if (deleted == 0 && round_reduced == 0) break;
+  }
+  pcp_allocator_free(allocator, candidate);
+  out_result->actions = current;
+  out_result->action_count = count;
+  out_result->deleted = action_count - count;
+  out_result->parameters_reduced = reduced;
+  out_result->rounds = rounds;
+  out_result->predicate_calls = calls;
+  return pcp_ok_status();
+}
+
+void pcp_topology_action_shrink_result_deinitialize(
+    pcp_allocator_t allocator, pcp_topology_action_shrink_result_t* result) {
+  if (result->actions) pcp_allocator_free(allocator, result->actions);
+  memset(result, 0, sizeof(*result));
 }

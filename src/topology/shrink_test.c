@@ -269,12 +269,55 @@ static void test_artifact_summary_is_stable(void** state) {
   pcp_string_builder_deinitialize(&b);
 }
 
+// Holds when more "step" actions (kind 0) precede the first "check" action
+// (kind 1) than the check's parameter: a failure that needs a particular
+// number, like a stale clock.
+static bool steps_beat_check(void* user_data,
+                             const pcp_topology_action_t* actions,
+                             size_t count) {
+  (void)user_data;
+  uint64_t steps = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (actions[i].kind == 0) steps++;
+    if (actions[i].kind == 1) return steps > actions[i].parameters[0];
+  }
+  return false;
+}
+
+// action shrinking alternates deletion (chunks, then single actions) with
+// parameter minimisation to a fixed point: deletion alone stops at 4
+// actions here, the check's parameter going to 0 lets two steps go
+static void test_action_shrinking_reaches_fixed_point(void** state) {
+  (void)state;
+  static const pcp_topology_action_t kActions[] = {
+      {2, {9, 9, 9}}, {2, {1, 0, 0}}, {2, {0, 0, 0}}, {2, {4, 0, 0}},
+      {0, {0, 0, 0}}, {0, {0, 0, 0}}, {0, {0, 0, 0}}, {1, {2, 0, 0}}};
+  pcp_topology_action_shrink_result_t r;
+  PCP_CHECK_OK(pcp_topology_actions_shrink(
+      pcp_allocator_system(), kActions, PCP_ARRAYSIZE(kActions),
+      steps_beat_check, NULL, &r));
+  assert_int_equal(r.action_count, 2);
+  assert_int_equal(r.actions[0].kind, 0);
+  assert_int_equal(r.actions[1].kind, 1);
+  assert_int_equal(r.actions[1].parameters[0], 0);
+  assert_int_equal(r.deleted, 6);
+  assert_int_equal(r.parameters_reduced, 1);
+  assert_true(r.rounds >= 2);
+  pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
+  // The predicate must hold on the input.
+  assert_int_equal(pcp_status_consume_code(pcp_topology_actions_shrink(
+                       pcp_allocator_system(), kActions, 4, steps_beat_check,
+                       NULL, &r)),
+                   PCP_STATUS_FAILED_PRECONDITION);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_event_deletion_shrinking),
       cmocka_unit_test(test_participant_shrinking_below_quorum),
       cmocka_unit_test(test_participant_shrinking_duplicate_reservation),
       cmocka_unit_test(test_window_shrinking),
+      cmocka_unit_test(test_action_shrinking_reaches_fixed_point),
       cmocka_unit_test(test_counterexample_report_fields),
       cmocka_unit_test(test_smoke_replay_import),
       cmocka_unit_test(test_smoke_replay_rejects_bad_input),

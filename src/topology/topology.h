@@ -1293,6 +1293,46 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_indices_shrink(
     pcp_topology_index_predicate_fn_t predicate, void* user_data,
     uint32_t** out_retained, size_t* out_retained_count);
 
+// One step of a model schedule for shrinking: what the model does (|kind|,
+// the caller's own enum) and with which numbers (job, worker, clock...).
+// Parameters shrink towards 0, so a caller whose 0 is a valid but "simplest"
+// value gets the simplest counterexample.
+#define PCP_TOPOLOGY_ACTION_MAX_PARAMETERS 3u
+
+typedef struct pcp_topology_action_t {
+  uint32_t kind;
+  uint64_t parameters[PCP_TOPOLOGY_ACTION_MAX_PARAMETERS];
+} pcp_topology_action_t;
+
+// Holds for a failing schedule.
+typedef bool (*pcp_topology_action_predicate_fn_t)(
+    void* user_data, const pcp_topology_action_t* actions,
+    size_t action_count);
+
+typedef struct pcp_topology_action_shrink_result_t {
+  pcp_topology_action_t* actions;  // owned; free with the allocator passed in
+  size_t action_count;
+  size_t deleted;               // actions removed
+  size_t parameters_reduced;    // accepted parameter reductions
+  size_t rounds;                // deletion + parameter rounds until fixed
+  size_t predicate_calls;
+} pcp_topology_action_shrink_result_t;
+
+// Delta debugging over a model schedule, to a fixed point: (1) deletion of
+// chunks of half, a quarter, ... of the schedule, then single actions until
+// no single deletion keeps the failure (1-minimal); (2) each parameter is
+// tried at 0, then halved while that keeps the failure; repeat (1) and (2)
+// until a round changes nothing (at most 64 rounds). A smaller parameter can
+// make an action redundant that was needed before (a clock of 0 is stale
+// after one observed step), which is why the phases alternate. The predicate
+// must hold on the input (FAILED_PRECONDITION otherwise).
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_actions_shrink(
+    pcp_allocator_t allocator, const pcp_topology_action_t* actions,
+    size_t action_count, pcp_topology_action_predicate_fn_t predicate,
+    void* user_data, pcp_topology_action_shrink_result_t* out_result);
+void pcp_topology_action_shrink_result_deinitialize(
+    pcp_allocator_t allocator, pcp_topology_action_shrink_result_t* result);
+
 //===----------------------------------------------------------------------===//
 // Solving and protocols: replay fixtures and reports
 //===----------------------------------------------------------------------===//
@@ -1904,6 +1944,10 @@ typedef struct pcp_topology_sched_reservation_t {
   uint32_t job;
   uint32_t owner;
   uint32_t workers_required;
+  // The workers it was granted, by index into |workers|; a restored worker
+  // leaves it (its lease fields are cleared), so this is what the
+  // reservation still believes it holds.
+  uint32_t worker_mask;
 } pcp_topology_sched_reservation_t;
 
 typedef struct pcp_topology_sched_queued_t {
@@ -1935,6 +1979,12 @@ typedef struct pcp_topology_sched_t {
   // Injected bugs for the regression models.
   bool bug_ignore_reserved_capacity;
   bool bug_leak_on_cancel;
+  // Reserve treats a worker another reservation holds as free (upstream's
+  // injected duplicate_worker_reservation).
+  bool bug_duplicate_worker_reservation;
+  // Commit assigns a reservation without checking that its workers are
+  // still there (upstream's injected assignment_after_worker_loss).
+  bool bug_commit_after_loss;
 } pcp_topology_sched_t;
 
 void pcp_topology_sched_initialize(pcp_topology_sched_t* out_sched);
@@ -1958,6 +2008,12 @@ void pcp_topology_sched_cancel_queued(pcp_topology_sched_t* sched,
                                       uint32_t job);
 void pcp_topology_sched_cancel_active(pcp_topology_sched_t* sched,
                                       uint32_t job);
+// The gateway's job cancel, whatever the job's state: a queued job is
+// removed (cancel_queued), an active one ended (cancel_active), a job that
+// only holds an open reservation has it dropped and its workers freed. The
+// cleanup-leak bug forgets the workers on both reservation paths.
+// QUEUED_JOB_NOT_FOUND for a job the scheduler does not know.
+void pcp_topology_sched_cancel(pcp_topology_sched_t* sched, uint32_t job);
 void pcp_topology_sched_release(pcp_topology_sched_t* sched, uint32_t job);
 void pcp_topology_sched_expire(pcp_topology_sched_t* sched, uint32_t job);
 void pcp_topology_sched_lose_worker(pcp_topology_sched_t* sched, uint32_t id);
@@ -1996,6 +2052,10 @@ typedef enum pcp_topology_sched_invariant_e {
   PCP_TOPOLOGY_SCHED_INVARIANT_QUEUED_RESERVATION_MISSING = 6,
   // An idle worker that still has an owner or a job.
   PCP_TOPOLOGY_SCHED_INVARIANT_IDLE_WORKER_OWNED = 7,
+  // A worker that two active reservations both hold (upstream violation
+  // duplicate_worker_reservation; the real scheduler's "every worker holds
+  // at most one lease or one reservation slot").
+  PCP_TOPOLOGY_SCHED_INVARIANT_DUPLICATE_WORKER_RESERVATION = 8,
 } pcp_topology_sched_invariant_t;
 
 const char* pcp_topology_sched_invariant_name(
