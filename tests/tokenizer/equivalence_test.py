@@ -22,7 +22,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers  # noqa: E402
-from tokenizers import Regex, trainers  # noqa: E402
+from tokenizers import AddedToken, Regex, trainers  # noqa: E402
 
 # The split pattern of Qwen2's tokenizer.json (GPT-4 style): contractions,
 # letters with one leading non-letter, single digits, punctuation runs,
@@ -53,6 +53,8 @@ BASE_LINES = [
     "URLs: https://example.com/path?q=1&r=two#frag and emails a.b@c.de, paths /usr/lib/x86_64",
     "MiXeD CaSe WORDS and ALLCAPS, contractions: I'M, YOU'RE, WE'VE, SHE'LL, HE'D, IT'S.",
     "Punctuation!!! ??? ... --- ___ *** ### @@@ $$$ %%% ^^^ &&& ((( ))) [[[ ]]] {{{ }}}",
+    "Flags: a  [MASK]  b [MASK]c\t[MASK]\td <w> x<w>y <w>z _<w> <w>_ 1<w>2 é<w> <w>",
+    "<think>\nreasoning here\n</think>\n\nanswer <think></think>",
 ]
 
 
@@ -122,7 +124,10 @@ def train(kind, corpus_path, out_path, string_merges=False):
         vocab_size=4000, min_frequency=1, special_tokens=SPECIAL,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train([corpus_path], trainer)
-    tok.add_tokens(["<think>", "</think>"])  # added, not special
+    # Added, not special; with the strip and single-word flags.
+    tok.add_tokens(["<think>", "</think>",
+                    AddedToken("[MASK]", lstrip=True, rstrip=True),
+                    AddedToken("<w>", single_word=True)])
     tok.save(out_path)
     if string_merges:
         with open(out_path, encoding="utf-8") as f:
@@ -186,7 +191,11 @@ def check_variant(args, name, kind, corpus_path, lines, string_merges=False,
     # Round trip (NFC and the prefix space change the text: only where the
     # pipeline is the identity).
     if kind == "gpt2":
-        rt = run_tool(args.tool, tj, "roundtrip", corpus_path)
+        # Without the lines where lstrip/rstrip tokens eat whitespace.
+        rt_path = os.path.join(args.work_dir, "roundtrip.txt")
+        with open(rt_path, "w", encoding="utf-8", newline="") as f:
+            f.write("\n".join(l for l in lines if "[MASK]" not in l))
+        rt = run_tool(args.tool, tj, "roundtrip", rt_path)
         if "roundtrip ok" not in rt:
             failures += 1
             print("[%s] roundtrip failed" % name)
