@@ -708,8 +708,8 @@ pcp_status_t pcp_store_graph_query(pcp_store_t* store,
   }
   uint32_t limit = pcp_store_limit_normalize(query->limit, 20);
   pcp_store_lock(store);
-  pcp_status_t status = pcp_store_tx_begin(store);
   // One read transaction, so the three arrays come from the same snapshot.
+  pcp_status_t status = pcp_store_tx_begin_read(store);
   if (pcp_status_is_ok(status)) {
     status = query_locked(store, query, limit, out_result);
     status = pcp_store_tx_finish(store, status);
@@ -808,7 +808,7 @@ pcp_status_t pcp_store_graph_neighbors_list(
   }
   limit = pcp_store_limit_normalize(limit, 20);
   pcp_store_lock(store);
-  pcp_status_t status = pcp_store_tx_begin(store);
+  pcp_status_t status = pcp_store_tx_begin_read(store);
   if (pcp_status_is_ok(status)) {
     status = neighbors_locked(store, entity_id, relation_type, direction, limit,
                               out_result);

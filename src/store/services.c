@@ -724,12 +724,18 @@ pcp_status_t pcp_store_reservation_list(
   limit = pcp_store_limit_normalize(limit, PCP_STORE_LIST_LIMIT_DEFAULT);
   pcp_store_lock(store);
   sqlite3_stmt* stmt = NULL;
-  pcp_status_t status = pcp_store_stmt_acquire(
-      store, PCP_STORE_STMT_RESERVATION_LIST,
-      "SELECT reservation_id, owner, tag, deadline_ns, worker_count,"
-      " created_at_ns FROM reservations WHERE reservation_id > ?1"
-      " ORDER BY reservation_id LIMIT ?2",
-      &stmt);
+  // Headers and workers from one snapshot.
+  bool in_transaction = false;
+  pcp_status_t status = pcp_store_tx_begin_read(store);
+  if (pcp_status_is_ok(status)) {
+    in_transaction = true;
+    status = pcp_store_stmt_acquire(
+        store, PCP_STORE_STMT_RESERVATION_LIST,
+        "SELECT reservation_id, owner, tag, deadline_ns, worker_count,"
+        " created_at_ns FROM reservations WHERE reservation_id > ?1"
+        " ORDER BY reservation_id LIMIT ?2",
+        &stmt);
+  }
   if (pcp_status_is_ok(status)) {
     int brc = sqlite3_bind_int64(stmt, 1, (int64_t)after_reservation_id);
     brc |= sqlite3_bind_int64(stmt, 2, limit);
@@ -763,6 +769,9 @@ pcp_status_t pcp_store_reservation_list(
   for (size_t i = 0; pcp_status_is_ok(status) && i < out_list->count; ++i) {
     status = reservation_workers_read(store, out_list->allocator,
                                       &out_list->items[i]);
+  }
+  if (in_transaction) {
+    status = pcp_store_tx_finish(store, status);
   }
   pcp_store_unlock(store);
   if (!pcp_status_is_ok(status)) {

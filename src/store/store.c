@@ -321,6 +321,13 @@ pcp_status_t pcp_store_tx_begin(pcp_store_t* store) {
   return pcp_store_stmt_run(store, stmt, "begin");
 }
 
+pcp_status_t pcp_store_tx_begin_read(pcp_store_t* store) {
+  sqlite3_stmt* stmt = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_stmt_acquire(
+      store, PCP_STORE_STMT_BEGIN_READ, "BEGIN DEFERRED", &stmt));
+  return pcp_store_stmt_run(store, stmt, "begin");
+}
+
 static void tx_rollback(pcp_store_t* store) {
   // After some errors (SQLITE_FULL, IOERR) SQLite has already rolled back;
   // ROLLBACK then fails with "no transaction is active", which is fine.

@@ -18,6 +18,7 @@
 // SQLITE_PREPARE_PERSISTENT and kept until pcp_store_release.
 typedef enum pcp_store_stmt_id_e {
   PCP_STORE_STMT_BEGIN,
+  PCP_STORE_STMT_BEGIN_READ,
   PCP_STORE_STMT_COMMIT,
   PCP_STORE_STMT_ROLLBACK,
   PCP_STORE_STMT_JOB_INSERT,
@@ -119,6 +120,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_bind_check(pcp_store_t* store,
 // BEGIN IMMEDIATE: the write lock up front, so a transaction never fails
 // half way with a lock upgrade.
 PCP_MUST_USE_RESULT pcp_status_t pcp_store_tx_begin(pcp_store_t* store);
+// BEGIN DEFERRED: a read snapshot for queries that read several tables,
+// without taking the write lock.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_tx_begin_read(pcp_store_t* store);
 // COMMIT when |status| is OK (rolling back if the commit fails), else
 // ROLLBACK; returns the first error.
 PCP_MUST_USE_RESULT pcp_status_t pcp_store_tx_finish(pcp_store_t* store,

@@ -1327,6 +1327,13 @@ static void test_busy_database_is_unavailable(void** state) {
   pcp_status_ignore(status);
   // Reads still work in WAL mode while another connection writes.
   assert_int_equal(job_state(f->store, "b1"), PCP_STORE_JOB_STATE_QUEUED);
+  // Multi-table reads use a deferred (read) transaction, not the write lock.
+  pcp_store_graph_result_t result;
+  EXPECT_OK(pcp_store_graph_query(f->store, NULL, &result));
+  pcp_store_graph_result_deinitialize(&result);
+  pcp_store_reservation_list_t reservations;
+  EXPECT_OK(pcp_store_reservation_list(f->store, 0, 0, &reservations));
+  pcp_store_reservation_list_deinitialize(&reservations);
   assert_int_equal(sqlite3_exec(other, "ROLLBACK", NULL, NULL, NULL),
                    SQLITE_OK);
   sqlite3_close(other);
