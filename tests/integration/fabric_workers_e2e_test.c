@@ -5,7 +5,8 @@
 // `pcp --node-manager --scale 2` supervising two real CPU workers.
 //   1. both workers join (ids from upstream's stable-id rule, device 0, 1);
 //   2. each runs a task of a real VMFB (matmul + add, compiled here) and
-//      returns the values computed in C;
+//      returns the values computed in C; a 20 MiB input and output travel
+//      as chunked tensor blobs;
 //   3. SIGKILL of a worker in the middle of its task: the supervisor
 //      restarts it, it rejoins with the same id, and the task is re-run and
 //      completes;
@@ -50,6 +51,14 @@ static const char kProgramMlir[] =
     "  %1 = stablehlo.add %0, %b : tensor<2x2xf32>\n"
     "  return %1 : tensor<2x2xf32>\n}\n";
 
+// Over the 16 MiB chunk size both ways: the input reaches the worker as a
+// chunked tensor blob and the output comes back as one.
+#define LARGE_ELEMENTS (5 << 20)
+static const char kLargeMlir[] =
+    "func.func @twice(%x: tensor<5242880xf32>) -> tensor<5242880xf32> {\n"
+    "  %0 = stablehlo.add %x, %x : tensor<5242880xf32>\n"
+    "  return %0 : tensor<5242880xf32>\n}\n";
+
 static const float kX[6] = {1, 2, 3, 4, 5, 6};
 static const float kW[6] = {0.5f, -1, 2, 0.25f, -3, 1};
 static const float kB[4] = {10, 20, 30, 40};
@@ -59,6 +68,7 @@ static struct {
   char log_path[128];
   pcp_fabric_endpoint_t* endpoint;
   uint8_t program[PCP_SHA256_BYTE_LENGTH];
+  uint8_t large_program[PCP_SHA256_BYTE_LENGTH];
   pid_t node_manager;
   char* worker_ids[2];
 } g;
@@ -260,6 +270,13 @@ static int setup(void** state) {
                                            compiled.vmfb_byte_length, "cpu", "",
                                            g.program));
   pcp_compile_result_deinitialize(&compiled);
+  request.mlir_text = kLargeMlir;
+  request.mlir_byte_length = strlen(kLargeMlir);
+  PCP_CHECK_OK(pcp_compile_module(&request, &compiled));
+  PCP_CHECK_OK(pcp_fabric_program_register(g.endpoint, compiled.vmfb,
+                                           compiled.vmfb_byte_length, "cpu", "",
+                                           g.large_program));
+  pcp_compile_result_deinitialize(&compiled);
 
   for (int d = 0; d < 2; ++d) {
     PCP_CHECK_OK(pcp_roles_worker_id_build(
@@ -394,6 +411,43 @@ static void each_worker_runs_a_task(void** state) {
   }
 }
 
+static void large_tensors_travel_as_chunked_blobs(void** state) {
+  (void)state;
+  float* x = malloc((size_t)LARGE_ELEMENTS * sizeof(float));
+  CHECK(x != NULL);
+  for (int i = 0; i < LARGE_ELEMENTS; ++i) x[i] = (float)(i % 1000) - 500.0f;
+  pcp_proto_section_t input;
+  memset(&input, 0, sizeof(input));
+  input.name = "x";
+  input.element_type = PCP_ELEMENT_TYPE_F32;
+  input.rank = 1;
+  input.shape[0] = LARGE_ELEMENTS;
+  input.data = x;
+  pcp_fabric_task_params_t params;
+  memset(&params, 0, sizeof(params));
+  memcpy(params.program, g.large_program, sizeof(params.program));
+  params.function = "twice";
+  params.inputs = &input;
+  params.input_count = 1;
+  params.worker_id = g.worker_ids[1];
+  pcp_fabric_task_t* task = NULL;
+  check_ok(pcp_fabric_task_submit(g.endpoint, &params, &task));
+  CHECK(pcp_fabric_task_wait(task, 60000));
+  check_ok(pcp_status_clone(pcp_fabric_task_status(task)));
+  const pcp_proto_section_t* outputs = NULL;
+  size_t count = 0;
+  check_ok(pcp_fabric_task_outputs(task, &outputs, &count));
+  CHECK(count == 1);
+  CHECK(outputs[0].rank == 1 && outputs[0].shape[0] == LARGE_ELEMENTS);
+  CHECK(outputs[0].byte_length == (uint64_t)LARGE_ELEMENTS * sizeof(float));
+  const float* y = outputs[0].data;
+  int wrong = 0;
+  for (int i = 0; i < LARGE_ELEMENTS; ++i) wrong += y[i] != 2 * x[i];
+  CHECK(wrong == 0);
+  pcp_fabric_task_release(task);
+  free(x);
+}
+
 static void killed_worker_rejoins_and_its_task_reruns(void** state) {
   (void)state;
   pid_t old_pid = worker_pid(0);
@@ -495,6 +549,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(both_workers_join),
       cmocka_unit_test(each_worker_runs_a_task),
+      cmocka_unit_test(large_tensors_travel_as_chunked_blobs),
       cmocka_unit_test(killed_worker_rejoins_and_its_task_reruns),
       cmocka_unit_test(short_sigstop_is_not_an_eviction),
       cmocka_unit_test(long_sigstop_evicts_and_reassigns),

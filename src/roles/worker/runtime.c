@@ -55,6 +55,9 @@ typedef enum job_kind_e {
 typedef struct job_t {
   job_kind_t kind;
   worker_t* worker;
+  // Loop thread: the job itself plus each unwritten frame that borrows its
+  // buffers (a result and, for large outputs, the blob chunks before it).
+  int ref_count;
   struct job_t* next;  // loop thread: the in-flight task list
   uint64_t request_id;
   uint64_t task_id;
@@ -96,6 +99,14 @@ static void job_free(job_t* job) {
   free(job->sections);
   free(job->section_names);
   free(job);
+}
+
+// Drops one reference; the last one frees the job. Loop thread (or the
+// releasing thread once the loop is gone).
+static void job_unref(job_t* job) {
+  if (job && --job->ref_count <= 0) {
+    job_free(job);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -205,7 +216,7 @@ static void finish(worker_t* w);
 
 static void pending_write_free(pending_write_t* pw) {
   pcp_proto_encoded_frame_deinitialize(&pw->frame);
-  job_free(pw->owner);
+  job_unref(pw->owner);
   free(pw);
 }
 
@@ -457,6 +468,7 @@ static void in_flight_remove(worker_t* w, job_t* job) {
 static job_t* job_create(worker_t* w, job_kind_t kind) {
   job_t* job = calloc(1, sizeof(*job));
   if (job) {
+    job->ref_count = 1;
     job->kind = kind;
     job->worker = w;
     atomic_init(&job->cancelled, false);
@@ -480,14 +492,17 @@ static pcp_status_t submit(worker_t* w, job_t* job) {
 }
 
 static void handle_send(worker_t* w, pcp_proto_action_t* action) {
+  // Every frame of a task's answer borrows the job's output buffers, so
+  // each holds a reference until it is written.
   job_t* owner = w->pending_owner;
-  w->pending_owner = NULL;
   pending_write_t* pw = calloc(1, sizeof(*pw));
   if (!pw || !w->current) {
     free(pw);
     pcp_proto_encoded_frame_deinitialize(&action->frame);
-    job_free(owner);
     return;
+  }
+  if (owner) {
+    owner->ref_count++;
   }
   pw->frame = action->frame;
   memset(&action->frame, 0, sizeof(action->frame));
@@ -703,7 +718,6 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
   }
   int64_t now = now_ns(w);
   pcp_status_t status = pcp_ok_status();
-  bool keep = false;
   switch (job->kind) {
     case JOB_LOOKUP:
       if (job->status) {
@@ -755,9 +769,18 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
         status = pcp_proto_worker_task_complete(
             w->proto, &result, job->sections, job->section_count, now);
         pump(w);
-        // The result frame took the job with it (freed once written).
-        keep = w->pending_owner != job;
         w->pending_owner = NULL;
+        pcp_status_code_t result_code = pcp_status_code(status);
+        if (status && result_code != PCP_STATUS_NOT_FOUND &&
+            result_code != PCP_STATUS_FAILED_PRECONDITION) {
+          // The result could not be encoded (a limit): the gateway still
+          // gets an answer for the task.
+          log_status(w, PCP_LOG_WARN, status, "task result");
+          pcp_status_t failed =
+              pcp_proto_worker_task_fail(w->proto, job->task_id, status, now);
+          pcp_status_ignore(status);
+          status = failed;
+        }
       }
       break;
     }
@@ -771,9 +794,7 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
     log_status(w, PCP_LOG_DEBUG, status, "stale completion dropped");
     pcp_status_ignore(status);
   }
-  if (!keep) {
-    job_free(job);
-  }
+  job_unref(job);  // frames still being written hold their own references
   pump(w);
   maybe_stop(w);
 }
