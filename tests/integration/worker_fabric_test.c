@@ -603,7 +603,25 @@ static void restarted_worker_uses_its_cache(void** state) {
   (void)state;
   fake_gateway_disconnect(&g.gw);
   g.worker = spawn_worker("worker2.log");
+  // First the gateway refuses the join (say, a token being rotated): the
+  // worker backs off and tries again instead of exiting.
   CHECK(fake_gateway_accept(&g.gw, 20000));
+  fake_join_t rejected;
+  CHECK(fake_gateway_handshake(&g.gw, TOKEN, NULL, &rejected));
+  pcp_proto_reject_t reject = {.reason = PCP_PROTO_REJECT_AUTH_FAILED,
+                               .message = "token rotated"};
+  pcp_proto_encoded_frame_t rf;
+  fake_gateway_send(
+      &g.gw,
+      pcp_proto_reject_encode(g.gw.version, 1, &reject, &g.gw.limits,
+                              pcp_allocator_system(), &rf),
+      &rf);
+  pcp_proto_frame_t closed;
+  CHECK(!fake_gateway_recv(&g.gw, 5000, &closed));
+  CHECK(g.gw.eof);  // the worker closed after the REJECT
+  CHECK(fake_gateway_accept(&g.gw, 10000));
+  CHECK(count_in_log("msg=\"join rejected\" ") == 1);
+  CHECK(count_in_log("reason=AUTH_FAILED") == 1);
   pcp_proto_accept_t accept;
   accept_params(&accept, 3, false);
   fake_join_t join;
