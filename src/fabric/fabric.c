@@ -1692,8 +1692,11 @@ static void conn_local_failure(fabric_conn_t* conn, pcp_status_t status,
 // Loop-thread events
 //===----------------------------------------------------------------------===//
 
-static void scan_frames(fabric_conn_t* conn, const uint8_t* data,
-                        size_t length) {
+// Counts inbound frames by type from their headers and returns the largest
+// payload length announced by a header completed in |data|.
+static uint64_t scan_frames(fabric_conn_t* conn, const uint8_t* data,
+                            size_t length) {
+  uint64_t largest = 0;
   while (length > 0) {
     if (conn->scan_skip > 0) {
       size_t n = conn->scan_skip < length ? (size_t)conn->scan_skip : length;
@@ -1716,8 +1719,14 @@ static void scan_frames(fabric_conn_t* conn, const uint8_t* data,
       count_frame(conn->endpoint, 0, type);
       conn->scan_skip = payload;
       conn->scan_filled = 0;
+      // Only a real header counts (garbage is proto's to refuse, with its
+      // own error: bad magic, bad checksum).
+      uint32_t magic = (uint32_t)h[0] | (uint32_t)h[1] << 8 |
+                       (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+      if (magic == PCP_PROTO_MAGIC && payload > largest) largest = payload;
     }
   }
+  return largest;
 }
 
 static void on_read(void* user_data, pcp_tcp_conn_t* tcp, const void* data,
@@ -1738,12 +1747,28 @@ static void on_read(void* user_data, pcp_tcp_conn_t* tcp, const void* data,
     atomic_fetch_add_explicit(&ep->bytes_in, byte_length,
                               memory_order_relaxed);
     counter_add(ep->m_bytes_in, (double)byte_length);
-    if (pcp_proto_gateway_conn_state(conn->proto) !=
-        PCP_PROTO_GATEWAY_CLOSED) {
-      scan_frames(conn, data, byte_length);
+    pcp_proto_gateway_state_t state =
+        pcp_proto_gateway_conn_state(conn->proto);
+    uint64_t largest = 0;
+    if (state != PCP_PROTO_GATEWAY_CLOSED) {
+      largest = scan_frames(conn, data, byte_length);
     }
-    pcp_status_t status =
-        pcp_proto_gateway_conn_on_bytes(conn->proto, data, byte_length, start);
+    pcp_status_t status = pcp_ok_status();
+    if (state < PCP_PROTO_GATEWAY_ACCEPTED &&
+        largest > PCP_FABRIC_HANDSHAKE_MAX_PAYLOAD_BYTES) {
+      // Before ACCEPT a peer is nobody: it must not make the decoder
+      // allocate a payload of the full frame limit (80 MiB by default) per
+      // connection. Handshake frames are a few hundred bytes.
+      pcp_status_t why = pcp_make_status(
+          PCP_STATUS_RESOURCE_EXHAUSTED,
+          "a %llu-byte frame before the handshake finished (limit %u)",
+          (unsigned long long)largest, PCP_FABRIC_HANDSHAKE_MAX_PAYLOAD_BYTES);
+      status = pcp_proto_gateway_conn_fail(conn->proto, why, start);
+      pcp_status_ignore(why);
+    } else {
+      status = pcp_proto_gateway_conn_on_bytes(conn->proto, data, byte_length,
+                                               start);
+    }
     process_actions(conn);
     if (status) conn_local_failure(conn, status, "fabric: on_bytes");
   }

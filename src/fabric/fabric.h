@@ -73,6 +73,10 @@ typedef struct pcp_fabric_config_t {
 const pcp_config_table_t* pcp_fabric_config_table(void);
 
 #define PCP_FABRIC_DEFAULT_MAX_TASK_ATTEMPTS 3u
+// Largest frame payload accepted before ACCEPT (HELLO, JOIN, JOIN_PROOF are
+// far smaller): an unauthenticated peer gets ERROR RESOURCE_EXHAUSTED and
+// is closed before the decoder allocates anything for it.
+#define PCP_FABRIC_HANDSHAKE_MAX_PAYLOAD_BYTES (64u << 10)
 // Session -> worker bindings kept; past it the oldest binding is dropped.
 #define PCP_FABRIC_MAX_SESSIONS 4096u
 #define PCP_FABRIC_MAX_TASK_ATTEMPTS 100u

@@ -256,6 +256,13 @@ static void test_malformed_frames_close_only_that_connection(void** state) {
   expect_bad_input_closes(f, true, header, sizeof(header),
                           PCP_PROTO_MESSAGE_ERROR,
                           PCP_STATUS_RESOURCE_EXHAUSTED);
+  // Before authentication even a frame within the frame limit is refused
+  // when it is larger than any handshake frame: no allocation for nobody.
+  h.payload_length = 1 << 20;
+  pcp_proto_header_encode(&h, header);
+  expect_bad_input_closes(f, false, header, sizeof(header),
+                          PCP_PROTO_MESSAGE_ERROR,
+                          PCP_STATUS_RESOURCE_EXHAUSTED);
   // A heartbeat whose header checksum is wrong: DATA_LOSS.
   pcp_proto_heartbeat_t hb = {.seq = 1};
   pcp_proto_encoded_frame_t enc;
@@ -283,7 +290,7 @@ static void test_malformed_frames_close_only_that_connection(void** state) {
   fake_worker_t* later = join_worker(f, "after-the-storm", TOKEN);
   pcp_fabric_endpoint_stats_t stats;
   pcp_fabric_endpoint_stats_query(f->endpoint, &stats);
-  assert_true(stats.protocol_errors >= 5);
+  assert_true(stats.protocol_errors >= 6);
   drop_worker(later);
   drop_worker(good);
   fixture_stop(f);
