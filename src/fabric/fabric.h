@@ -88,8 +88,8 @@ typedef struct pcp_fabric_options_t {
   // Name of the environment variable holding the join token (borrowed for
   // the create call; the token is read once, at create, and kept).
   const char* join_token_env;
-  // Frame and blob limits (validated). Raise max_frame_bytes (up to the
-  // 1 GiB ceiling) to send tensors above the default 80 MiB frame.
+  // Frame and blob limits (validated). Tensors over limits.chunk_bytes
+  // travel as chunked blobs (proto), so no frame limit bounds a tensor.
   pcp_proto_limits_t limits;
   // Runs of one task before it fails with ABORTED (1..100).
   uint32_t max_task_attempts;
@@ -106,7 +106,8 @@ typedef struct pcp_fabric_options_t {
 } pcp_fabric_options_t;
 
 // 127.0.0.1:0, H = 1000 ms, token env PCP_WORKER_JOIN_TOKEN, proto default
-// limits, 3 attempts, 1024 workers, 4096 connections.
+// limits, 3 attempts, 1024 workers, 4096 connections. |out_options| is
+// overwritten. Thread-safe.
 void pcp_fabric_options_initialize(pcp_fabric_options_t* out_options);
 
 // Applies a parsed config onto |options| (listen parsed as an address).
@@ -132,18 +133,19 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_endpoint_create(
 // Stops the loop thread, closes every connection and fails every unfinished
 // task with CANCELLED (callbacks run, on the calling thread), then frees the
 // endpoint. Task handles still held stay valid until released. Must not be
-// called from a task callback. NULL is a no-op.
+// called from a task callback, nor concurrently with other calls on the
+// same endpoint (the one thread that owns it). NULL is a no-op.
 void pcp_fabric_endpoint_release(pcp_fabric_endpoint_t* endpoint);
 
-// The bound port (the ephemeral one when listening on port 0).
+// The bound port (the ephemeral one when listening on port 0). Thread-safe.
 uint16_t pcp_fabric_endpoint_port(const pcp_fabric_endpoint_t* endpoint);
 
 // The registry the metrics live in (the one from the options, or the
-// endpoint's own). Borrowed.
+// endpoint's own). Borrowed; valid until release. Thread-safe.
 pcp_obs_registry_t* pcp_fabric_endpoint_metrics(
     pcp_fabric_endpoint_t* endpoint);
 
-// The derived timeouts (H, 3H, ...).
+// The derived timeouts (H, 3H, ...). Thread-safe.
 pcp_proto_timeouts_t pcp_fabric_endpoint_timeouts(
     const pcp_fabric_endpoint_t* endpoint);
 
@@ -166,11 +168,13 @@ typedef struct pcp_fabric_endpoint_stats_t {
   int64_t handling_max_ns;
 } pcp_fabric_endpoint_stats_t;
 
+// A snapshot of the counters (|out_stats| overwritten). Thread-safe.
 void pcp_fabric_endpoint_stats_query(pcp_fabric_endpoint_t* endpoint,
                                      pcp_fabric_endpoint_stats_t* out_stats);
 
 // Clears the handling-latency histogram (and its max), so that a benchmark
-// or an operator can measure one window.
+// or an operator can measure one window. Thread-safe (events recorded while
+// it runs may survive it).
 void pcp_fabric_endpoint_stats_reset_latency(pcp_fabric_endpoint_t* endpoint);
 
 //===----------------------------------------------------------------------===//
@@ -184,6 +188,7 @@ typedef enum pcp_fabric_worker_state_e {
   PCP_FABRIC_WORKER_STATE_COUNT_ = 3,
 } pcp_fabric_worker_state_t;
 
+// "connected", "draining", "lost"; "unknown" otherwise. Static; thread-safe.
 const char* pcp_fabric_worker_state_name(pcp_fabric_worker_state_t state);
 
 // Everything a JOIN carried, plus what the endpoint knows. Plain value.
@@ -211,17 +216,23 @@ typedef struct pcp_fabric_worker_info_t {
   uint32_t program_count;     // programs the worker acknowledged
 } pcp_fabric_worker_info_t;
 
-// NOT_FOUND for an id never accepted.
+// Copies what the endpoint knows about |worker_id| into |out_info|
+// (overwritten). NOT_FOUND for an id never accepted (or whose registry slot
+// was recycled). Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_worker_query(
     pcp_fabric_endpoint_t* endpoint, const char* worker_id,
     pcp_fabric_worker_info_t* out_info);
 
 // Workers in |state|, or all known for PCP_FABRIC_WORKER_STATE_COUNT_.
+// Thread-safe.
 uint32_t pcp_fabric_worker_count(pcp_fabric_endpoint_t* endpoint,
                                  pcp_fabric_worker_state_t state);
 
-// Asks a connected worker to drain (DRAIN frame; no new tasks). NOT_FOUND,
-// FAILED_PRECONDITION when not connected.
+// Asks a connected worker to drain (DRAIN frame with |deadline_ms|; it gets
+// no new task, running ones finish). Queued to the loop thread: the frame
+// leaves shortly after the call. NOT_FOUND, FAILED_PRECONDITION when not
+// connected, RESOURCE_EXHAUSTED when the loop's post queue is full.
+// Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_worker_drain(
     pcp_fabric_endpoint_t* endpoint, const char* worker_id,
     uint64_t deadline_ms);
@@ -232,8 +243,10 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_worker_drain(
 
 // Registers a program (its bytes are copied into a 64-byte aligned buffer
 // owned by the endpoint until release) and returns its SHA-256, the id tasks
-// name. Registering the same bytes again is a no-op. INVALID_ARGUMENT for an
-// empty program or backend; RESOURCE_EXHAUSTED above limits.max_blob_bytes.
+// name. Registering the same bytes again is a no-op. |data| is borrowed for
+// the call. INVALID_ARGUMENT for an empty program or backend, or a backend
+// or target too long; RESOURCE_EXHAUSTED above limits.max_blob_bytes or out
+// of memory. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_program_register(
     pcp_fabric_endpoint_t* endpoint, const void* data, size_t byte_length,
     const char* backend, const char* target,
@@ -287,9 +300,12 @@ typedef struct pcp_fabric_task_params_t {
   void* user_data;
 } pcp_fabric_task_params_t;
 
-// Queues a task. |out_task| (optional) receives a retained handle. Errors:
+// Queues a task. |params| is copied except what its fields say is borrowed.
+// |out_task| (optional) receives a retained handle (release it). Errors:
 // INVALID_ARGUMENT (bad params), NOT_FOUND (program not registered),
-// FAILED_PRECONDITION (endpoint shutting down). On error no callback runs.
+// FAILED_PRECONDITION (endpoint shutting down), RESOURCE_EXHAUSTED. On
+// error no callback runs; otherwise DONE runs exactly once. Thread-safe
+// (also from a task callback).
 PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_submit(
     pcp_fabric_endpoint_t* endpoint, const pcp_fabric_task_params_t* params,
     pcp_fabric_task_t** out_task);
@@ -301,32 +317,40 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_submit(
 // (|worker_count| entries) receives retained handles. INVALID_ARGUMENT also
 // for a named worker or a session (a gang spans workers), or a count outside
 // 1..PCP_SCHED_REQUEST_WORKER_COUNT_MAX; otherwise as pcp_fabric_task_submit.
+// Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_submit_group(
     pcp_fabric_endpoint_t* endpoint, const pcp_fabric_task_params_t* params,
     uint32_t worker_count, pcp_fabric_task_t** out_tasks);
 
+// Reference counting; the last release frees the handle and its outputs.
+// NULL is a no-op. Thread-safe.
 void pcp_fabric_task_retain(pcp_fabric_task_t* task);
 void pcp_fabric_task_release(pcp_fabric_task_t* task);
 
 // Asks for cancellation: a queued task ends CANCELLED at once; a running one
 // gets TASK_CANCEL on its worker and ends with the worker's answer (CANCELLED
-// or its result). No-op once done.
+// or its result). No-op once done. Thread-safe (also from a callback).
 void pcp_fabric_task_cancel(pcp_fabric_task_t* task);
 
 // Waits until the task is done or |timeout_ms| passes (-1: forever).
-// Returns true when done. Not from a task callback of the same endpoint.
+// Returns true when done. Thread-safe, but not from a task callback of the
+// same endpoint (the loop thread would wait on itself).
 bool pcp_fabric_task_wait(pcp_fabric_task_t* task, int64_t timeout_ms);
 
+// The gateway-wide task id (also on the wire). Thread-safe.
 uint64_t pcp_fabric_task_id(const pcp_fabric_task_t* task);
+// True once the outcome is set. Thread-safe.
 bool pcp_fabric_task_is_done(pcp_fabric_task_t* task);
 
-// The final status once done (borrowed; OK for a result), else OK.
-pcp_status_t pcp_fabric_task_status(pcp_fabric_task_t* task);
+// The final status once done (borrowed from the handle: do not ignore or
+// join it; OK for a result), else OK. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_status(
+    pcp_fabric_task_t* task);
 
 // Outputs once done with a result: one section per output in order, |data|
 // pointing into the received frame (64-byte aligned) and valid while the
 // handle lives; a RESIDENT output has |name| = the session name and no data.
-// FAILED_PRECONDITION before the result.
+// FAILED_PRECONDITION before the result or after a failure. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_outputs(
     pcp_fabric_task_t* task, const pcp_proto_section_t** out_outputs,
     size_t* out_count);
@@ -342,6 +366,7 @@ typedef struct pcp_fabric_task_info_t {
   uint64_t elapsed_us;  // from the result
 } pcp_fabric_task_info_t;
 
+// A snapshot of the task's progress (|out_info| overwritten). Thread-safe.
 void pcp_fabric_task_info_query(pcp_fabric_task_t* task,
                                 pcp_fabric_task_info_t* out_info);
 
