@@ -24,6 +24,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "proto/proto.h"
 #include "topology/topology.h"
 
 //===----------------------------------------------------------------------===//
@@ -168,6 +169,94 @@ pcp_topology_handler_verdict_t pcp_topology_worker_handler_check(
     return PCP_TOPOLOGY_HANDLER_VERDICT_WRONG_WORKER_HANDLER;
   }
   return PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED;
+}
+
+//===----------------------------------------------------------------------===//
+// Fabric message catalogue (the real one, from src/proto)
+//===----------------------------------------------------------------------===//
+
+#define F_W2G PCP_TOPOLOGY_FABRIC_WORKER_TO_GATEWAY
+#define F_G2W PCP_TOPOLOGY_FABRIC_GATEWAY_TO_WORKER
+#define F_BOTH PCP_TOPOLOGY_FABRIC_BOTH
+
+// docs/protocol.md s.3, the "dir" column. BLOB_CHUNK goes both ways
+// (programs and inputs down, results up).
+static const struct {
+  pcp_proto_message_type_t type;
+  pcp_topology_fabric_direction_t direction;
+} kFabricDirections[] = {
+    {PCP_PROTO_MESSAGE_HELLO, F_BOTH},
+    {PCP_PROTO_MESSAGE_JOIN, F_W2G},
+    {PCP_PROTO_MESSAGE_CHALLENGE, F_G2W},
+    {PCP_PROTO_MESSAGE_JOIN_PROOF, F_W2G},
+    {PCP_PROTO_MESSAGE_ACCEPT, F_G2W},
+    {PCP_PROTO_MESSAGE_REJECT, F_G2W},
+    {PCP_PROTO_MESSAGE_HEARTBEAT, F_BOTH},
+    {PCP_PROTO_MESSAGE_ERROR, F_BOTH},
+    {PCP_PROTO_MESSAGE_DRAIN, F_BOTH},
+    {PCP_PROTO_MESSAGE_SHUTDOWN, F_G2W},
+    {PCP_PROTO_MESSAGE_PROGRAM_OFFER, F_G2W},
+    {PCP_PROTO_MESSAGE_PROGRAM_FETCH, F_W2G},
+    {PCP_PROTO_MESSAGE_BLOB_CHUNK, F_BOTH},
+    {PCP_PROTO_MESSAGE_PROGRAM_ACK, F_W2G},
+    {PCP_PROTO_MESSAGE_TASK_ASSIGN, F_G2W},
+    {PCP_PROTO_MESSAGE_TASK_PROGRESS, F_W2G},
+    {PCP_PROTO_MESSAGE_TASK_RESULT, F_W2G},
+    {PCP_PROTO_MESSAGE_TASK_CANCEL, F_G2W},
+};
+
+pcp_status_t pcp_topology_fabric_catalog(
+    pcp_topology_fabric_message_t* out_messages, size_t capacity,
+    size_t* out_count) {
+  *out_count = 0;
+  for (size_t d = 0; d < PCP_ARRAYSIZE(kFabricDirections); ++d) {
+    if (!pcp_proto_message_type_name((uint16_t)kFabricDirections[d].type)) {
+      return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                             "topology fabric catalogue: message type %u has "
+                             "a direction but proto does not name it",
+                             (unsigned)kFabricDirections[d].type);
+    }
+  }
+  // Every wire number, so that a type proto adds anywhere is seen.
+  for (uint32_t type = 0; type <= UINT16_MAX; ++type) {
+    const char* name = pcp_proto_message_type_name((uint16_t)type);
+    if (!name) continue;
+    pcp_topology_fabric_direction_t direction = 0;
+    for (size_t d = 0; d < PCP_ARRAYSIZE(kFabricDirections); ++d) {
+      if ((uint32_t)kFabricDirections[d].type == type) {
+        direction = kFabricDirections[d].direction;
+      }
+    }
+    if (!direction) {
+      return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                             "topology fabric catalogue: proto message %s "
+                             "(%u) has no direction in the topology model",
+                             name, type);
+    }
+    if (*out_count >= capacity) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "fabric catalogue holds more than %zu messages",
+                             capacity);
+    }
+    out_messages[*out_count].type = (uint16_t)type;
+    out_messages[*out_count].name = name;
+    out_messages[*out_count].direction = direction;
+    ++*out_count;
+  }
+  return pcp_ok_status();
+}
+
+const char* pcp_topology_fabric_direction_name(
+    pcp_topology_fabric_direction_t direction) {
+  switch (direction) {
+    case PCP_TOPOLOGY_FABRIC_WORKER_TO_GATEWAY:
+      return "W->G";
+    case PCP_TOPOLOGY_FABRIC_GATEWAY_TO_WORKER:
+      return "G->W";
+    case PCP_TOPOLOGY_FABRIC_BOTH:
+      return "both";
+  }
+  return "?";
 }
 
 //===----------------------------------------------------------------------===//
@@ -1011,6 +1100,36 @@ void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
   out->quorum = quorum;
   out->fragment_count = fragments ? fragments : 1;
   for (uint32_t i = 0; i < out->worker_count; ++i) out->online[i] = true;
+}
+
+pcp_status_t pcp_topology_decoupled_quorum_validate(uint32_t quorum,
+                                                    uint32_t worker_count) {
+  // The worker count is checked first: no quorum is meaningful without
+  // workers.
+  if (worker_count == 0) {
+    return pcp_topology_make_status(PCP_TOPOLOGY_ERROR_INVALID_WORKER_COUNT,
+                                    "a decoupled session needs a worker");
+  }
+  if (quorum == 0 || quorum > worker_count) {
+    return pcp_topology_make_status(PCP_TOPOLOGY_ERROR_INVALID_QUORUM,
+                                    "quorum %u outside 1..%u", quorum,
+                                    worker_count);
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_topology_decoupled_fragment_validate(
+    uint32_t fragment_index, uint32_t fragment_count) {
+  if (fragment_count == 0) {
+    return pcp_topology_make_status(PCP_TOPOLOGY_ERROR_INVALID_FRAGMENT_COUNT,
+                                    "a decoupled model needs a fragment");
+  }
+  if (fragment_index >= fragment_count) {
+    return pcp_topology_make_status(PCP_TOPOLOGY_ERROR_INVALID_FRAGMENT_INDEX,
+                                    "fragment %u of %u", fragment_index,
+                                    fragment_count);
+  }
+  return pcp_ok_status();
 }
 
 static uint32_t popcount64(uint64_t x) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/proto.h"
 #include "topology/topology.h"
 
 #define TRAINING PCP_TOPOLOGY_SCHED_OWNER_TRAINING
@@ -459,12 +460,126 @@ static void test_message_registry_oracle(void** state) {
       PCP_TOPOLOGY_DISPATCH_GATEWAY_QUEUE_ONLY);
   assert_int_equal(pcp_topology_message_dispatch(catalog, count, "nope"),
                    PCP_TOPOLOGY_DISPATCH_FAIL_CLOSED);
+  // The registry is in sync (upstream: the oracle's tables against the
+  // production registry). Stub side: every message with a worker handler
+  // is a command the gateway forwards and that handler alone accepts; every
+  // other message has no worker handler; queued messages are worker
+  // results; the handler registry of reference s.6 (message_registry.zig).
+  size_t handled[PCP_TOPOLOGY_HANDLER_COUNT_] = {0};
+  for (size_t i = 0; i < count; ++i) {
+    const pcp_topology_message_entry_t* e = &catalog[i];
+    handled[e->handler]++;
+    if (e->handler == PCP_TOPOLOGY_HANDLER_NONE) {
+      assert_int_equal(pcp_topology_worker_handler_check(
+                           catalog, count, e->name, PCP_TOPOLOGY_HANDLER_NONE),
+                       PCP_TOPOLOGY_HANDLER_VERDICT_NO_WORKER_HANDLER);
+      continue;
+    }
+    assert_int_equal(e->direction, PCP_TOPOLOGY_MESSAGE_CONTROLLER_TO_WORKER);
+    assert_int_equal(pcp_topology_message_dispatch(catalog, count, e->name),
+                     PCP_TOPOLOGY_DISPATCH_CONTROLLER_TO_WORKER);
+    for (int h = 1; h < PCP_TOPOLOGY_HANDLER_COUNT_; ++h) {
+      assert_int_equal(pcp_topology_worker_handler_check(
+                           catalog, count, e->name,
+                           (pcp_topology_worker_handler_t)h),
+                       h == (int)e->handler
+                           ? PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED
+                           : PCP_TOPOLOGY_HANDLER_VERDICT_WRONG_WORKER_HANDLER);
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (catalog[i].queued) {
+      assert_int_equal(catalog[i].direction,
+                       PCP_TOPOLOGY_MESSAGE_WORKER_TO_CONTROLLER);
+    }
+  }
+  for (int h = 1; h < PCP_TOPOLOGY_HANDLER_COUNT_; ++h) {
+    assert_true(handled[h] > 0);  // graph ... lifecycle all registered
+  }
+  assert_int_equal(handled[PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING], 2);
+  assert_int_equal(handled[PCP_TOPOLOGY_HANDLER_INFERENCE], 4);
+  assert_int_equal(handled[PCP_TOPOLOGY_HANDLER_LIFECYCLE], 1);
+  static const char* const kInference[] = {"LoadModel", "StartGeneration",
+                                           "CancelGeneration", "FlushSession"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kInference); ++i) {
+    assert_int_equal(
+        pcp_topology_message_lookup(catalog, count, kInference[i])->handler,
+        PCP_TOPOLOGY_HANDLER_INFERENCE);
+  }
+  assert_int_equal(
+      pcp_topology_message_lookup(catalog, count, "StopDecoupledDilocoLoop")
+          ->handler,
+      PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING);
+  assert_int_equal(
+      pcp_topology_message_lookup(catalog, count, "Shutdown")->handler,
+      PCP_TOPOLOGY_HANDLER_LIFECYCLE);
+  // Real side: the fabric catalogue is exactly proto's message-type table
+  // (every wire number proto names, same name, a direction for each).
+  pcp_topology_fabric_message_t fabric[PCP_TOPOLOGY_FABRIC_MAX_MESSAGES];
+  size_t fabric_count = 0;
+  PCP_CHECK_OK(pcp_topology_fabric_catalog(
+      fabric, PCP_ARRAYSIZE(fabric), &fabric_count));
+  size_t named = 0;
+  for (uint32_t type = 0; type <= UINT16_MAX; ++type) {
+    const char* name = pcp_proto_message_type_name((uint16_t)type);
+    if (!name) continue;
+    assert_true(named < fabric_count);
+    assert_int_equal(fabric[named].type, type);
+    assert_string_equal(fabric[named].name, name);
+    named++;
+  }
+  assert_int_equal(named, fabric_count);
+  assert_int_equal(fabric_count, 18);  // docs/protocol.md s.3
+  assert_int_equal(fabric[0].type, PCP_PROTO_MESSAGE_HELLO);
+  assert_int_equal(fabric[0].direction, PCP_TOPOLOGY_FABRIC_BOTH);
+  for (size_t i = 0; i < fabric_count; ++i) {
+    if (fabric[i].type == PCP_PROTO_MESSAGE_TASK_ASSIGN) {
+      assert_string_equal(
+          pcp_topology_fabric_direction_name(fabric[i].direction), "G->W");
+    }
+    if (fabric[i].type == PCP_PROTO_MESSAGE_TASK_RESULT) {
+      assert_int_equal(fabric[i].direction,
+                       PCP_TOPOLOGY_FABRIC_WORKER_TO_GATEWAY);
+    }
+  }
+  assert_int_equal(pcp_status_consume_code(pcp_topology_fabric_catalog(
+                       fabric, 4, &fabric_count)),
+                   PCP_STATUS_RESOURCE_EXHAUSTED);
   // trainingKindFromRequestBody("{}") is regular.
   assert_int_equal(pcp_topology_training_kind_from_request_body("{}"),
                    PCP_TOPOLOGY_TRAINING_REGULAR);
   assert_int_equal(pcp_topology_training_kind_from_request_body(
                        "{\"training_kind\":\"decoupled\"}"),
                    PCP_TOPOLOGY_TRAINING_DECOUPLED);
+}
+
+static pcp_topology_error_t status_error(pcp_status_t status) {
+  pcp_topology_error_t error = pcp_topology_status_error(status);
+  pcp_status_ignore(status);
+  return error;
+}
+
+// quorum validation and fragment validation (reference s.6,
+// src/protocol/invariants.zig): (1,1) and (2,3) pass; (1,0) is an invalid
+// worker count; (0,2) and (3,2) invalid quorums; fragment 8 of 8 an invalid
+// index; a count of 0 an invalid fragment count
+static void test_decoupled_configuration_invariants(void** state) {
+  (void)state;
+  PCP_CHECK_OK(pcp_topology_decoupled_quorum_validate(1, 1));
+  PCP_CHECK_OK(pcp_topology_decoupled_quorum_validate(2, 3));
+  assert_int_equal(status_error(pcp_topology_decoupled_quorum_validate(1, 0)),
+                   PCP_TOPOLOGY_ERROR_INVALID_WORKER_COUNT);
+  assert_int_equal(status_error(pcp_topology_decoupled_quorum_validate(0, 2)),
+                   PCP_TOPOLOGY_ERROR_INVALID_QUORUM);
+  assert_int_equal(status_error(pcp_topology_decoupled_quorum_validate(3, 2)),
+                   PCP_TOPOLOGY_ERROR_INVALID_QUORUM);
+  PCP_CHECK_OK(pcp_topology_decoupled_fragment_validate(7, 8));
+  assert_int_equal(
+      status_error(pcp_topology_decoupled_fragment_validate(8, 8)),
+      PCP_TOPOLOGY_ERROR_INVALID_FRAGMENT_INDEX);
+  assert_int_equal(
+      status_error(pcp_topology_decoupled_fragment_validate(0, 0)),
+      PCP_TOPOLOGY_ERROR_INVALID_FRAGMENT_COUNT);
 }
 
 // merge oracle: direct average, RDA envelope, token weights, degenerate
@@ -1016,6 +1131,7 @@ int main(void) {
       cmocka_unit_test(test_decoupled_random_is_deterministic),
       cmocka_unit_test(test_message_registry_oracle),
       cmocka_unit_test(test_rda_merge_oracle),
+      cmocka_unit_test(test_decoupled_configuration_invariants),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -180,7 +180,11 @@ extern "C" {
     INVALID_ARGUMENT)                                                      \
   X(DUPLICATE_COVERAGE_PATH, DuplicateCoveragePath, INVALID_ARGUMENT)      \
   X(UNCOVERED_IMPLEMENTED_PRODUCTION_PATH,                                 \
-    UncoveredImplementedProductionPath, INVALID_ARGUMENT)
+    UncoveredImplementedProductionPath, INVALID_ARGUMENT)                  \
+  X(INVALID_WORKER_COUNT, InvalidWorkerCount, INVALID_ARGUMENT)            \
+  X(INVALID_QUORUM, InvalidQuorum, INVALID_ARGUMENT)                       \
+  X(INVALID_FRAGMENT_INDEX, InvalidFragmentIndex, INVALID_ARGUMENT)        \
+  X(INVALID_FRAGMENT_COUNT, InvalidFragmentCount, INVALID_ARGUMENT)
 
 typedef enum pcp_topology_error_e {
   PCP_TOPOLOGY_ERROR_NONE = 0,
@@ -1835,6 +1839,36 @@ pcp_topology_handler_verdict_t pcp_topology_worker_handler_check(
     const pcp_topology_message_entry_t* catalog, size_t count,
     const char* name, pcp_topology_worker_handler_t claimed);
 
+// The fabric's own wire messages (src/proto, docs/protocol.md s.3), read
+// from proto's message-type table, so a type added to, renamed in or
+// removed from the real protocol changes this catalogue. proto exports no
+// direction table, so each type's direction is stated in protocol_stubs.c,
+// keyed by proto's enumerators: a removed type no longer compiles, and a
+// type proto knows without a direction here makes the catalogue fail.
+typedef enum pcp_topology_fabric_direction_e {
+  PCP_TOPOLOGY_FABRIC_WORKER_TO_GATEWAY = 1,
+  PCP_TOPOLOGY_FABRIC_GATEWAY_TO_WORKER = 2,
+  PCP_TOPOLOGY_FABRIC_BOTH = 3,
+} pcp_topology_fabric_direction_t;
+
+typedef struct pcp_topology_fabric_message_t {
+  uint16_t type;     // the wire number
+  const char* name;  // proto's name, "TASK_ASSIGN" (static)
+  pcp_topology_fabric_direction_t direction;
+} pcp_topology_fabric_message_t;
+
+#define PCP_TOPOLOGY_FABRIC_MAX_MESSAGES 64u
+
+// Every message type proto knows, ascending by number. FAILED_PRECONDITION
+// naming the first type proto knows that has no direction here (the
+// topology is out of sync with the protocol), or a direction for a type
+// proto no longer names; RESOURCE_EXHAUSTED past |capacity|.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_fabric_catalog(
+    pcp_topology_fabric_message_t* out_messages, size_t capacity,
+    size_t* out_count);
+const char* pcp_topology_fabric_direction_name(
+    pcp_topology_fabric_direction_t direction);
+
 typedef enum pcp_topology_training_kind_e {
   PCP_TOPOLOGY_TRAINING_REGULAR = 0,
   PCP_TOPOLOGY_TRAINING_DECOUPLED = 1,
@@ -2266,6 +2300,15 @@ typedef struct pcp_topology_decoupled_t {
   bool bug_count_duplicates;  // injected bug: duplicates count to quorum
   bool bug_accept_stale_clock;  // injected bug: no vector-clock check
 } pcp_topology_decoupled_t;
+
+// The decoupled protocol's configuration invariants (upstream
+// src/protocol/invariants.zig): at least one worker (InvalidWorkerCount) and
+// 1 <= quorum <= workers (InvalidQuorum); at least one fragment
+// (InvalidFragmentCount) and index < count (InvalidFragmentIndex).
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_quorum_validate(
+    uint32_t quorum, uint32_t worker_count);
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_fragment_validate(
+    uint32_t fragment_index, uint32_t fragment_count);
 
 void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
                                        uint32_t quorum, uint32_t fragments,
