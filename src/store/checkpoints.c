@@ -98,12 +98,10 @@ static pcp_status_t checkpoint_exists_locked(pcp_store_t* store,
   return status;
 }
 
-static pcp_status_t checkpoint_index_locked(pcp_store_t* store,
-                                            const char* job_id, int64_t step,
-                                            const char* relative_path,
-                                            const char* hex,
-                                            uint64_t byte_length,
-                                            int64_t now_ns) {
+static pcp_status_t checkpoint_index_locked(
+    pcp_store_t* store, const char* job_id, int64_t step,
+    const char* relative_path, const char* hex, uint64_t byte_length,
+    int64_t now_ns, int64_t* out_event_id) {
   sqlite3_stmt* stmt = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_store_stmt_acquire(
       store, PCP_STORE_STMT_CHECKPOINT_INSERT,
@@ -127,7 +125,7 @@ static pcp_status_t checkpoint_index_locked(pcp_store_t* store,
                            "out of memory building a checkpoint event");
   }
   pcp_status_t status = pcp_store_job_step_commit_locked(
-      store, job_id, step, "checkpoint", payload, NULL);
+      store, job_id, step, "checkpoint", payload, out_event_id);
   json_decref(payload);
   return status;
 }
@@ -138,7 +136,8 @@ static pcp_status_t checkpoint_index_locked(pcp_store_t* store,
 static pcp_status_t checkpoint_publish_locked(
     pcp_store_t* store, const char* job_id, int64_t step, const char* temp_path,
     const char* final_path, const char* dir_path, const char* relative_path,
-    const char* hex, uint64_t byte_length, int64_t now_ns) {
+    const char* hex, uint64_t byte_length, int64_t now_ns,
+    int64_t* out_event_id) {
   bool exists = false;
   PCP_RETURN_IF_ERROR_BARE(
       checkpoint_exists_locked(store, job_id, step, &exists));
@@ -156,7 +155,7 @@ static pcp_status_t checkpoint_publish_locked(
   PCP_RETURN_IF_ERROR_BARE(pcp_store_tx_begin(store));
   return pcp_store_tx_finish(
       store, checkpoint_index_locked(store, job_id, step, relative_path, hex,
-                                     byte_length, now_ns));
+                                     byte_length, now_ns, out_event_id));
 }
 
 pcp_status_t pcp_store_checkpoint_write(
@@ -233,10 +232,12 @@ pcp_status_t pcp_store_checkpoint_write(
 
   pcp_store_lock(store);
   int64_t now = pcp_store_now_ns(store);
+  int64_t event_id = 0;
   pcp_status_t status = checkpoint_publish_locked(
       store, job_id, step, temp_path, final_path, dir_path, relative_path, hex,
-      (uint64_t)byte_length, now);
+      (uint64_t)byte_length, now, &event_id);
   pcp_store_unlock(store);
+  status = pcp_store_event_committed(store, status, event_id, NULL);
   if (!pcp_status_is_ok(status)) {
     // The file may already be in place without its row; a retry renames
     // over it, and the temp name is gone either way.

@@ -217,6 +217,21 @@ static pcp_status_t event_insert_json(pcp_store_t* store, const char* job_id,
   return status;
 }
 
+pcp_status_t pcp_store_event_committed(pcp_store_t* store, pcp_status_t status,
+                                       int64_t event_id,
+                                       int64_t* out_event_id) {
+  if (!pcp_status_is_ok(status)) {
+    return status;
+  }
+  if (out_event_id) {
+    *out_event_id = event_id;
+  }
+  if (store->event_callback.fn && event_id > 0) {
+    store->event_callback.fn(store->event_callback.user_data, event_id);
+  }
+  return status;
+}
+
 //===----------------------------------------------------------------------===//
 // Jobs
 //===----------------------------------------------------------------------===//
@@ -260,15 +275,16 @@ pcp_status_t pcp_store_job_create(pcp_store_t* store, const char* id,
   char* spec_text = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_store_json_encode("job spec", spec, "{}", true, &spec_text));
+  int64_t event_id = 0;
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin(store);
   if (pcp_status_is_ok(status)) {
     status = pcp_store_tx_finish(
-        store, job_create_locked(store, id, kind, spec_text, out_event_id));
+        store, job_create_locked(store, id, kind, spec_text, &event_id));
   }
   pcp_store_unlock(store);
   free(spec_text);
-  return status;
+  return pcp_store_event_committed(store, status, event_id, out_event_id);
 }
 
 static pcp_status_t job_transition_locked(pcp_store_t* store, const char* id,
@@ -345,16 +361,17 @@ pcp_status_t pcp_store_job_transition(
     PCP_RETURN_IF_ERROR_BARE(pcp_store_json_encode(
         "job placement", params->placement, "{}", false, &placement_text));
   }
+  int64_t event_id = 0;
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin(store);
   if (pcp_status_is_ok(status)) {
     status = pcp_store_tx_finish(
-        store, job_transition_locked(store, id, to, placement_text, error,
-                                     out_event_id));
+        store,
+        job_transition_locked(store, id, to, placement_text, error, &event_id));
   }
   pcp_store_unlock(store);
   free(placement_text);
-  return status;
+  return pcp_store_event_committed(store, status, event_id, out_event_id);
 }
 
 pcp_status_t pcp_store_job_step_commit_locked(pcp_store_t* store,
@@ -408,15 +425,16 @@ pcp_status_t pcp_store_job_step_commit(pcp_store_t* store, const char* id,
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "step %lld is negative",
                            (long long)step);
   }
+  int64_t event_id = 0;
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin(store);
   if (pcp_status_is_ok(status)) {
     status = pcp_store_tx_finish(
         store, pcp_store_job_step_commit_locked(store, id, step, "step", NULL,
-                                                out_event_id));
+                                                &event_id));
   }
   pcp_store_unlock(store);
-  return status;
+  return pcp_store_event_committed(store, status, event_id, out_event_id);
 }
 
 pcp_status_t pcp_store_job_get(pcp_store_t* store, const char* id,
@@ -561,9 +579,10 @@ pcp_status_t pcp_store_job_event_append(pcp_store_t* store, const char* id,
   char* text = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_store_json_encode("event payload", payload, "{}", false, &text));
+  int64_t event_id = 0;
   pcp_store_lock(store);
   pcp_status_t status =
-      event_insert(store, id, type, NULL, NULL, text, out_event_id);
+      event_insert(store, id, type, NULL, NULL, text, &event_id);
   pcp_store_unlock(store);
   free(text);
   if (pcp_status_code(status) == PCP_STATUS_FAILED_PRECONDITION) {
@@ -571,7 +590,7 @@ pcp_status_t pcp_store_job_event_append(pcp_store_t* store, const char* id,
     pcp_status_ignore(status);
     return pcp_make_status(PCP_STATUS_NOT_FOUND, "job '%s'", id);
   }
-  return status;
+  return pcp_store_event_committed(store, status, event_id, out_event_id);
 }
 
 pcp_status_t pcp_store_job_event_list(pcp_store_t* store,

@@ -804,6 +804,7 @@ pcp_status_t pcp_store_create(const pcp_store_options_t* options,
       "allocating the store");
   store->allocator = allocator;
   store->clock = options->clock;
+  store->event_callback = options->event_callback;
   snprintf(store->state_dir, sizeof(store->state_dir), "%s",
            options->state_dir);
   if (pthread_mutex_init(&store->mutex, NULL) != 0) {

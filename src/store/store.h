@@ -101,6 +101,16 @@ typedef enum pcp_store_sync_mode_e {
   PCP_STORE_SYNC_NORMAL = 1,
 } pcp_store_sync_mode_t;
 
+// Told the id of every job event right after the transaction that wrote it
+// committed (the SSE stream wakes its waiting clients with it instead of
+// polling). Runs on the thread that made the store call, with no store lock
+// held, so it may call back into the store; it must be quick and must not
+// block. Event ids may reach it out of order when several threads write.
+typedef struct pcp_store_event_callback_t {
+  void (*fn)(void* user_data, int64_t event_id);
+  void* user_data;
+} pcp_store_event_callback_t;
+
 typedef struct pcp_store_options_t {
   // Directory holding pcp.db (+ -wal, -shm) and checkpoints/. Created with
   // its parents when missing. Required.
@@ -114,6 +124,8 @@ typedef struct pcp_store_options_t {
   int32_t busy_timeout_ms;
   // Tests only: migrate no further than this version (0: latest).
   int32_t schema_version_limit;
+  // Optional ({NULL, NULL}: none).
+  pcp_store_event_callback_t event_callback;
 } pcp_store_options_t;
 
 // Defaults: system clock, FULL, 5000 ms busy timeout, latest schema.

@@ -89,6 +89,7 @@ struct pcp_store_t {
   // Makes checkpoint temp names unique per write (two threads writing the
   // same step never share a temp file).
   _Atomic uint64_t temp_counter;
+  pcp_store_event_callback_t event_callback;
 };
 
 void pcp_store_lock(pcp_store_t* store);
@@ -176,7 +177,16 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_meta_get_locked(pcp_store_t* store,
                                                            const char* key,
                                                            int64_t* out_value);
 
-// Removes *.tmp files under <state_dir>/checkpoints/*/ (crash leftovers).
+// After a public call that appended a job event: on success stores
+// |event_id| in |out_event_id| (optional) and runs the event callback. Called
+// with the store lock released. Returns |status|.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_store_event_committed(pcp_store_t* store, pcp_status_t status,
+                          int64_t event_id, int64_t* out_event_id);
+
+// Removes crash leftovers under <state_dir>/checkpoints/<job>/: temp files,
+// and checkpoint files that no index row names (renamed into place by a
+// writer that died before its commit). Called at open, before any writer.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_store_checkpoint_leftovers_remove(pcp_store_t* store);
 

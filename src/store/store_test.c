@@ -1384,6 +1384,53 @@ static void test_corrupt_pages_are_data_loss(void** state) {
   f->store = open_store_at(f, 0);
 }
 
+typedef struct event_recorder_t {
+  int64_t ids[64];
+  int count;
+} event_recorder_t;
+
+static void record_event(void* user_data, int64_t event_id) {
+  event_recorder_t* recorder = user_data;
+  if (recorder->count < 64) {
+    recorder->ids[recorder->count++] = event_id;
+  }
+}
+
+static void test_event_callback_after_commit(void** state) {
+  fixture_t* f = *state;
+  pcp_store_release(f->store);
+  event_recorder_t recorder = {0};
+  pcp_store_options_t options;
+  pcp_store_options_initialize(&options);
+  options.state_dir = f->dir;
+  options.clock = pcp_clock_manual(&f->clock);
+  options.sync_mode = PCP_STORE_SYNC_NORMAL;
+  options.event_callback.fn = record_event;
+  options.event_callback.user_data = &recorder;
+  EXPECT_OK(pcp_store_create(&options, pcp_allocator_system(), &f->store));
+  create_job(f->store, "cb", "train");
+  move(f->store, "cb", PCP_STORE_JOB_STATE_PLACING);
+  move(f->store, "cb", PCP_STORE_JOB_STATE_COMPILING);
+  move(f->store, "cb", PCP_STORE_JOB_STATE_RUNNING);
+  EXPECT_OK(pcp_store_job_step_commit(f->store, "cb", 0, NULL));
+  EXPECT_OK(pcp_store_checkpoint_write(f->store, "cb", 1, "w", 1, NULL));
+  EXPECT_OK(pcp_store_job_event_append(f->store, "cb", "log", NULL, NULL));
+  // Failures tell nobody.
+  EXPECT_CODE(pcp_store_job_transition(
+                  f->store, "cb", PCP_STORE_JOB_STATE_CANCELLED, NULL, NULL),
+              PCP_STATUS_FAILED_PRECONDITION);
+  EXPECT_CODE(pcp_store_job_event_append(f->store, "nope", "log", NULL, NULL),
+              PCP_STATUS_NOT_FOUND);
+  pcp_store_job_event_list_t events;
+  EXPECT_OK(pcp_store_job_event_list(f->store, 0, "cb", 0, &events));
+  assert_int_equal(recorder.count, (int)events.count);
+  assert_int_equal(recorder.count, 7);
+  for (size_t i = 0; i < events.count; ++i) {
+    assert_int_equal(recorder.ids[i], events.items[i].event_id);
+  }
+  pcp_store_job_event_list_deinitialize(&events);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_open_creates_wal_database, setup,
@@ -1410,6 +1457,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_event_ids_monotonic_across_reopen,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_job_results, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_event_callback_after_commit, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_service_ttl_and_sweep, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_leases_and_reservations, setup,
