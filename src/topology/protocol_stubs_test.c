@@ -1061,6 +1061,116 @@ static void test_decoupled_injected_bugs_shrink(void** state) {
       PCP_STATUS_FAILED_PRECONDITION);
 }
 
+// STUB of the production hub registry's selectServiceByCapability
+// (reference upstream-control-plane.md s.6.2), restated here from that text
+// and not from the model: this project has no hub registry yet (the hub
+// role does not place jobs). Candidates: services of gateways whose status
+// is connected, of the named gateway if one is named, whose type equals the
+// request or whose capabilities contain it. Ranking, first candidate wins
+// ties: health ok, then (with workers_required) enough available workers,
+// then more available, more ready, newer updated_at. Returns false when
+// nothing matches.
+static bool production_registry_select(
+    const pcp_topology_federation_t* f,
+    const pcp_topology_federation_selector_t* selector, int32_t* out_gateway,
+    int32_t* out_service) {
+  const pcp_topology_federation_service_t* best = NULL;
+  for (uint32_t g = 0; g < f->gateway_count; ++g) {
+    const pcp_topology_federation_gateway_t* gateway = &f->gateways[g];
+    if (!gateway->connected) continue;
+    if (selector->gateway && strcmp(selector->gateway, gateway->name) != 0) {
+      continue;
+    }
+    for (uint32_t i = 0; i < gateway->service_count; ++i) {
+      const pcp_topology_federation_service_t* c = &gateway->services[i];
+      bool match = strcmp(c->service_type, selector->service_type) == 0;
+      for (size_t k = 0; k < PCP_TOPOLOGY_FEDERATION_MAX_CAPABILITIES; ++k) {
+        match |= c->capabilities[k] &&
+                 strcmp(c->capabilities[k], selector->service_type) == 0;
+      }
+      if (!match) continue;
+      bool wins = !best;
+      if (best && c->health_ok != best->health_ok) {
+        wins = c->health_ok;
+      } else if (best && selector->workers_required &&
+                 (c->workers_available >= selector->workers_required) !=
+                     (best->workers_available >= selector->workers_required)) {
+        wins = c->workers_available >= selector->workers_required;
+      } else if (best && c->workers_available != best->workers_available) {
+        wins = c->workers_available > best->workers_available;
+      } else if (best && c->workers_ready != best->workers_ready) {
+        wins = c->workers_ready > best->workers_ready;
+      } else if (best) {
+        wins = c->updated_at > best->updated_at;
+      }
+      if (wins) {
+        best = c;
+        *out_gateway = (int32_t)g;
+        *out_service = (int32_t)i;
+      }
+    }
+  }
+  return best != NULL;
+}
+
+// selection matches the production registry: the model's placement and the
+// registry stub choose the same (gateway, service) on 500 seeded random
+// registries (connected and stale gateways, types, capabilities, health,
+// counts, ties), with and without workers_required and a named gateway
+static void test_federation_selection_matches_registry(void** state) {
+  (void)state;
+  static const char* const kNames[] = {"gw-a", "gw-b", "gw-c", "gw-d"};
+  static const char* const kTypes[] = {"training", "rl", "inference"};
+  pcp_rng_t rng;
+  pcp_rng_initialize(0xfed, &rng);
+  uint32_t placed = 0, compared = 0;
+  for (uint32_t round = 0; round < 500; ++round) {
+    pcp_topology_federation_t f;
+    pcp_topology_federation_initialize(&f);
+    uint32_t gateways = 1 + (uint32_t)pcp_rng_next_below(&rng, 4);
+    for (uint32_t g = 0; g < gateways; ++g) {
+      int32_t id = pcp_topology_federation_register(&f, kNames[g]);
+      if (pcp_rng_next_below(&rng, 4) == 0) {
+        pcp_topology_federation_mark_stale(&f, id);
+      }
+      uint32_t services = (uint32_t)pcp_rng_next_below(&rng, 4);
+      for (uint32_t i = 0; i < services; ++i) {
+        pcp_topology_federation_service_t svc;
+        memset(&svc, 0, sizeof(svc));
+        svc.service_type = kTypes[pcp_rng_next_below(&rng, 3)];
+        if (pcp_rng_next_below(&rng, 2)) {
+          svc.capabilities[0] = kTypes[pcp_rng_next_below(&rng, 3)];
+        }
+        // Small ranges so that ties happen.
+        svc.workers_available = (uint32_t)pcp_rng_next_below(&rng, 4);
+        svc.workers_ready = (uint32_t)pcp_rng_next_below(&rng, 3);
+        svc.health_ok = pcp_rng_next_below(&rng, 3) != 0;
+        svc.updated_at = pcp_rng_next_below(&rng, 3);
+        assert_true(pcp_topology_federation_add_service(&f, id, &svc));
+      }
+    }
+    pcp_topology_federation_selector_t selector = {
+        NULL, kTypes[pcp_rng_next_below(&rng, 3)],
+        (uint32_t)pcp_rng_next_below(&rng, 4)};
+    if (pcp_rng_next_below(&rng, 4) == 0) {
+      selector.gateway = kNames[pcp_rng_next_below(&rng, gateways)];
+    }
+    int32_t gateway = -1, service = -1;
+    bool found = production_registry_select(&f, &selector, &gateway, &service);
+    pcp_topology_federation_placement_t p =
+        pcp_topology_federation_place(&f, &selector);
+    assert_int_equal(p.placed, found);
+    if (found) {
+      assert_int_equal(p.gateway, gateway);
+      assert_int_equal(p.service, service);
+      placed++;
+    }
+    compared++;
+  }
+  assert_int_equal(compared, 500);
+  assert_true(placed > 100);  // the comparison is not vacuous
+}
+
 // federation oracle: the selected service is compatible (type or
 // capability), unhealthy services lose to healthy ones, and the compatible
 // input may end placed or lost (the task's two alternatives)
@@ -1122,6 +1232,7 @@ int main(void) {
       cmocka_unit_test(test_federation_rejections),
       cmocka_unit_test(test_federation_loss_invalidates),
       cmocka_unit_test(test_federation_oracle),
+      cmocka_unit_test(test_federation_selection_matches_registry),
       cmocka_unit_test(test_decoupled_quorum_commit),
       cmocka_unit_test(test_decoupled_rejections),
       cmocka_unit_test(test_decoupled_collectors_and_resume),
