@@ -211,6 +211,110 @@ static void test_workload_contract_index_model(void** state) {
   pcp_topology_complex_release(output);
 }
 
+// What the gateway and the worker see for one message, from running the
+// catalogue's dispatch rule and the worker handler-acceptance oracle.
+static const char* dispatch_view(const char* message) {
+  size_t count = 0;
+  const pcp_topology_message_entry_t* catalog =
+      pcp_topology_message_catalog(&count);
+  switch (pcp_topology_message_dispatch(catalog, count, message)) {
+    case PCP_TOPOLOGY_DISPATCH_CONTROLLER_TO_WORKER:
+      return "view.dispatch.controller_to_worker";
+    case PCP_TOPOLOGY_DISPATCH_GATEWAY_QUEUE_ONLY:
+      return "view.dispatch.gateway_queue_only";
+    case PCP_TOPOLOGY_DISPATCH_GATEWAY_HANDLED:
+      return "view.dispatch.gateway_handled";
+    case PCP_TOPOLOGY_DISPATCH_FAIL_CLOSED:
+      return "view.dispatch.fail_closed";
+  }
+  return "?";
+}
+
+static const char* handler_view(const char* message,
+                                pcp_topology_worker_handler_t claimed) {
+  size_t count = 0;
+  const pcp_topology_message_entry_t* catalog =
+      pcp_topology_message_catalog(&count);
+  switch (pcp_topology_worker_handler_check(catalog, count, message,
+                                            claimed)) {
+    case PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED:
+      return claimed == PCP_TOPOLOGY_HANDLER_INFERENCE
+                 ? "view.handler.accepted.inference"
+                 : "view.handler.accepted.decoupled_training";
+    case PCP_TOPOLOGY_HANDLER_VERDICT_WRONG_WORKER_HANDLER:
+      return "view.handler.wrong_worker_handler";
+    case PCP_TOPOLOGY_HANDLER_VERDICT_NO_WORKER_HANDLER:
+      return "view.handler.no_worker_handler";
+    case PCP_TOPOLOGY_HANDLER_VERDICT_UNKNOWN_MESSAGE:
+      return "view.handler.unknown_message";
+  }
+  return "?";
+}
+
+// oracles/message: the index decisions validate (the two accepting cases
+// share the gateway view view.dispatch.controller_to_worker) and a decision
+// outside the carrier fails (accepting a worker result on the worker)
+static void test_message_index_model(void** state) {
+  (void)state;
+  const pcp_topology_color_kind_t GW = PCP_TOPOLOGY_COLOR_GATEWAY;
+  const pcp_topology_color_kind_t WK = PCP_TOPOLOGY_COLOR_WORKER;
+  static const struct {
+    const char* message;
+    pcp_topology_worker_handler_t claimed;
+  } kCases[4] = {
+      {"StartDecoupledDilocoLoop", PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING},
+      {"StartGeneration", PCP_TOPOLOGY_HANDLER_INFERENCE},
+      {"DecoupledFragmentUpdate", PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING},
+      {"pcp.unknown", PCP_TOPOLOGY_HANDLER_NONE},
+  };
+  pcp_topology_vertex_t in[8] = {
+      sym(GW, 0, "StartDecoupledDilocoLoop"),
+      sym(WK, 0, "handler.decoupled_training"),
+      sym(GW, 0, "StartGeneration"), sym(WK, 0, "handler.inference"),
+      sym(GW, 0, "queue.worker_result"), sym(WK, 0, "DecoupledFragmentUpdate"),
+      sym(GW, 0, "message.unknown"), sym(WK, 0, "handler.unknown")};
+  pcp_topology_vertex_t pr[8];
+  for (size_t c = 0; c < 4; ++c) {
+    pr[2 * c] = sym(GW, 0, dispatch_view(kCases[c].message));
+    pr[2 * c + 1] =
+        sym(WK, 0, handler_view(kCases[c].message, kCases[c].claimed));
+  }
+  assert_true(pcp_topology_vertex_equal(&pr[0], &pr[2]));
+  pcp_topology_vertex_t out[8] = {
+      sym(GW, 0, "dispatch.controller_to_worker"),
+      sym(WK, 0, "accepted.decoupled_training"),
+      sym(GW, 0, "dispatch.controller_to_worker"),
+      sym(WK, 0, "accepted.inference"),
+      sym(GW, 0, "dispatch.gateway_queue_only"),
+      sym(WK, 0, "rejected.worker_result_to_worker"),
+      sym(GW, 0, "dispatch.fail_closed"),
+      sym(WK, 0, "rejected.unknown_message")};
+  pcp_topology_complex_t* input = listed(in, 4, 2);
+  pcp_topology_complex_t* protocol = listed(pr, 4, 2);
+  pcp_topology_complex_t* output = listed(out, 4, 2);
+  static const uint32_t kOutputs[4][1] = {{0}, {1}, {2}, {3}};
+  pcp_topology_index_edge_t edges[4] = {{0, kOutputs[0], 1},
+                                        {1, kOutputs[1], 1},
+                                        {2, kOutputs[2], 1},
+                                        {3, kOutputs[3], 1}};
+  pcp_topology_index_carrier_t carrier = {input, output, edges, 4};
+  pcp_topology_decision_edge_t decisions[4] = {
+      {0, 0, 0}, {1, 1, 1}, {2, 2, 2}, {3, 3, 3}};
+  PCP_CHECK_OK(pcp_topology_index_carrier_validate(&carrier));
+  PCP_CHECK_OK(
+      pcp_topology_decision_map_validate(protocol, &carrier, decisions, 4));
+  // Deciding "accepted" for the worker result leaves its carrier.
+  decisions[2].output_index = 0;
+  pcp_status_t status =
+      pcp_topology_decision_map_validate(protocol, &carrier, decisions, 4);
+  assert_int_equal(pcp_topology_status_error(status),
+                   PCP_TOPOLOGY_ERROR_DECISION_OUTSIDE_CARRIER);
+  pcp_status_ignore(status);
+  pcp_topology_complex_release(input);
+  pcp_topology_complex_release(protocol);
+  pcp_topology_complex_release(output);
+}
+
 // models/federation_placement: the default index decisions validate;
 // oracles/federation: stale -> placed gives DecisionOutsideCarrier.
 static void test_federation_index_model(void** state) {
@@ -330,6 +434,7 @@ int main(void) {
       cmocka_unit_test(test_federation_execution_carrier),
       cmocka_unit_test(test_regression_models_name_their_failure),
       cmocka_unit_test(test_workload_contract_index_model),
+      cmocka_unit_test(test_message_index_model),
       cmocka_unit_test(test_federation_index_model),
       cmocka_unit_test(test_extractions_within_bounds),
       cmocka_unit_test(test_rda_bridge),
