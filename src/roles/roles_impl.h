@@ -238,6 +238,22 @@ typedef struct pcp_roles_controllers_config_t {
   pcp_roles_opaque_config_t extensions;  // private slot: keys ignored
 } pcp_roles_controllers_config_t;
 
+// The gateway's worker_fabric block: where workers connect and how.
+typedef struct pcp_roles_fabric_config_t {
+  bool present;
+  char* host;
+  int64_t port;            // 0: not set
+  char* join_token_env;    // NAME of the variable holding the join token
+  int64_t heartbeat_ms;    // H: every fabric timeout derives from it
+} pcp_roles_fabric_config_t;
+
+// TLS for the gateway API: both PEM paths or neither.
+typedef struct pcp_roles_tls_config_t {
+  bool present;
+  char* cert;
+  char* key;
+} pcp_roles_tls_config_t;
+
 typedef struct pcp_roles_gateway_file_config_t {
   char* gateway_id;
   char* lab_id;
@@ -249,9 +265,11 @@ typedef struct pcp_roles_gateway_file_config_t {
   char* internal_api_token_env;
   pcp_roles_federation_config_t federation;
   char* federation_hub_endpoint;
-  pcp_roles_endpoint_config_t worker_fabric;
+  pcp_roles_fabric_config_t worker_fabric;
   pcp_roles_sharing_config_t sharing_defaults;
   pcp_roles_controllers_config_t controllers;
+  char* state_dir;  // SQLite state, job files; required to serve
+  pcp_roles_tls_config_t tls;
 } pcp_roles_gateway_file_config_t;
 extern const pcp_config_table_t pcp_roles_gateway_file_table;
 
@@ -267,6 +285,8 @@ typedef struct pcp_roles_gateway_effective_t {
   char* worker_fabric_host;
   int64_t worker_fabric_port;
   pcp_string_list_t controllers;  // "training@127.0.0.1:8001"
+  char* worker_join_token_env;
+  int64_t worker_heartbeat_ms;
 } pcp_roles_gateway_effective_t;
 extern const pcp_config_table_t pcp_roles_gateway_effective_table;
 
@@ -291,6 +311,11 @@ extern const pcp_config_table_t pcp_roles_gateway_table;
 // warnings. INVALID_ARGUMENT names the key.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_prepare_config(pcp_roles_gateway_config_t* config);
+
+// Serves the gateway described by |config| (prepared) until SIGTERM/SIGINT:
+// opens the store, starts the fabric endpoint and the HTTP API, drains.
+// Returns the process exit code. Main thread only.
+int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config);
 
 //===----------------------------------------------------------------------===//
 // Shared run-time pieces

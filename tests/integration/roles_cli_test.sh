@@ -120,10 +120,12 @@ cat >"$WORK/gw.json" <<'JSON'
   "api": {"token_env": "PCP_TEST_API_TOKEN"},
   "federation": {"enabled": true, "upstream": "http://10.0.0.5:19010"},
   "worker_fabric": {"port": 18080},
+  "state_dir": "STATE_DIR",
   "controllers": {"training": {"enabled": true, "config_path": "t.json"}},
   "not_a_key": true
 }
 JSON
+sed -i "s|STATE_DIR|$WORK/state|" "$WORK/gw.json"
 PCP_TEST_API_TOKEN=s3cret-value run dump 0 --gateway --gateway-config \
   "$WORK/gw.json" --api-port 9000 --dump-config
 for text in '"flags": {' '"gateway_config": "' '"api_port": 9000' \
@@ -201,7 +203,7 @@ expect_in worker_term "$WORK/worker_term.err" 'port=18080'
 expect_in worker_term "$WORK/worker_term.err" 'signal=SIGTERM'
 start_and_stop worker_int INT --worker
 expect_in worker_int "$WORK/worker_int.err" 'signal=SIGINT'
-start_and_stop gateway_term TERM --gateway --gateway-config "$WORK/gw.json"
+PCP_WORKER_JOIN_TOKEN=join-token start_and_stop gateway_term TERM --gateway --gateway-config "$WORK/gw.json"
 expect_in gateway_term "$WORK/gateway_term.err" 'gateway_id=site-a-gw'
 start_and_stop hub_term TERM --federation-hub --api-port 19010
 start_and_stop nodemgr_term TERM --node-manager --scale 2 --api-port 0

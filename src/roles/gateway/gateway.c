@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// --gateway: the site control plane. Wiring only for now: its flags, its
-// JSON config (--gateway-config, upstream s.2) with one table per JSON
-// object, the derived effective settings, and a thin run.
+// --gateway: the site control plane. This file holds its flags, its JSON
+// config (--gateway-config, upstream s.2, plus state_dir, worker_fabric and
+// tls) with one table per JSON object and the derived effective settings;
+// server.c serves it.
 
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,60 @@ static const pcp_config_field_t kEndpointFields[] = {
 };
 static const pcp_config_table_t kEndpointTable = {
     "gateway config", kEndpointFields, PCP_ARRAYSIZE(kEndpointFields), NULL};
+
+#define WF pcp_roles_fabric_config_t
+static const pcp_config_field_t kFabricFields[] = {
+    {.name = "host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(WF, host),
+     .flags = J},
+    {.name = "port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(WF, port),
+     .min = 1,
+     .max = 65535,
+     .flags = J},
+    {.name = "join_token_env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(WF, join_token_env),
+     .default_value = "PCP_WORKER_JOIN_TOKEN",
+     .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
+    {.name = "heartbeat_ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(WF, heartbeat_ms),
+     .default_value = "1000",
+     .min = 50,
+     .max = 600000,
+     .flags = J},
+};
+#undef WF
+static const pcp_config_table_t kFabricTable = {
+    "gateway config", kFabricFields, PCP_ARRAYSIZE(kFabricFields), NULL};
+
+static pcp_status_t validate_tls(const void* opaque) {
+  const pcp_roles_tls_config_t* tls = opaque;
+  if ((tls->cert == NULL) != (tls->key == NULL)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "gateway config: key 'tls.%s' is required when "
+                           "'tls.%s' is set",
+                           tls->cert ? "key" : "cert",
+                           tls->cert ? "cert" : "key");
+  }
+  return pcp_ok_status();
+}
+
+static const pcp_config_field_t kTlsFields[] = {
+    {.name = "cert",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(pcp_roles_tls_config_t, cert),
+     .flags = J},
+    {.name = "key",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(pcp_roles_tls_config_t, key),
+     .flags = J},
+};
+static const pcp_config_table_t kTlsTable = {
+    "gateway config", kTlsFields, PCP_ARRAYSIZE(kTlsFields), validate_tls};
 
 static const pcp_config_table_t kOpaqueTable = {"gateway config", NULL, 0,
                                                 NULL};
@@ -454,7 +509,7 @@ static const pcp_config_field_t kFileFields[] = {
      .type = PCP_CONFIG_TYPE_OBJECT,
      .offset = offsetof(G, worker_fabric),
      .flags = J,
-     .object_table = &kEndpointTable},
+     .object_table = &kFabricTable},
     {.name = "sharing_defaults",
      .type = PCP_CONFIG_TYPE_OBJECT,
      .offset = offsetof(G, sharing_defaults),
@@ -465,6 +520,15 @@ static const pcp_config_field_t kFileFields[] = {
      .offset = offsetof(G, controllers),
      .flags = J,
      .object_table = &kControllersTable},
+    {.name = "state_dir",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(G, state_dir),
+     .flags = J},
+    {.name = "tls",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(G, tls),
+     .flags = J,
+     .object_table = &kTlsTable},
 };
 #undef G
 
@@ -506,6 +570,13 @@ static const pcp_config_field_t kEffectiveFields[] = {
     {.name = "controllers",
      .type = PCP_CONFIG_TYPE_STRING_LIST,
      .offset = offsetof(E, controllers)},
+    {.name = "worker_join_token_env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(E, worker_join_token_env),
+     .flags = PCP_CONFIG_FLAG_ENV_NAME},
+    {.name = "worker_heartbeat_ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(E, worker_heartbeat_ms)},
 };
 #undef E
 
@@ -568,12 +639,18 @@ static pcp_status_t derive_effective(pcp_roles_gateway_config_t* config) {
       set_copy(&e->federation_token_env,
                file->federation.present ? file->federation.token_env : NULL));
   e->federation_heartbeat_interval_ms = file->federation.heartbeat_interval_ms;
-  const pcp_roles_endpoint_config_t* fabric = &file->worker_fabric;
+  const pcp_roles_fabric_config_t* fabric = &file->worker_fabric;
   PCP_RETURN_IF_ERROR_BARE(set_copy(
       &e->worker_fabric_host,
       fabric->present && fabric->host ? fabric->host : config->control_host));
   e->worker_fabric_port =
       fabric->present && fabric->port ? fabric->port : config->control_port;
+  PCP_RETURN_IF_ERROR_BARE(set_copy(&e->worker_join_token_env,
+                                    fabric->present && fabric->join_token_env
+                                        ? fabric->join_token_env
+                                        : "PCP_WORKER_JOIN_TOKEN"));
+  e->worker_heartbeat_ms =
+      fabric->present && fabric->heartbeat_ms ? fabric->heartbeat_ms : 1000;
 
   // Controllers listen on api.port, else api_port + 1 (upstream). Upstream
   // let two enabled controllers collide on that default; here every
@@ -709,30 +786,7 @@ static void cleanup(void* opaque) {
 }
 
 static int run(void* opaque) {
-  pcp_roles_gateway_config_t* config = opaque;
-  const pcp_roles_gateway_effective_t* e = &config->effective;
-  char api[320], fabric[320];
-  snprintf(api, sizeof(api), "%s:%lld", e->api_host, (long long)e->api_port);
-  snprintf(fabric, sizeof(fabric), "%s:%lld", e->worker_fabric_host,
-           (long long)e->worker_fabric_port);
-  char controllers[1024] = "none";
-  for (size_t i = 0, at = 0; i < e->controllers.count; ++i) {
-    int n = snprintf(controllers + at, sizeof(controllers) - at, "%s%s",
-                     i ? "," : "", e->controllers.items[i]);
-    if (n < 0 || (size_t)n >= sizeof(controllers) - at) {
-      break;
-    }
-    at += (size_t)n;
-  }
-  const char* pairs[] = {
-      "gateway_id",  config->file.gateway_id,
-      "lab_id",      config->file.lab_id,
-      "api",         api,
-      "fabric",      fabric,
-      "federation",  e->federation_upstream ? e->federation_upstream : "none",
-      "controllers", controllers,
-  };
-  return pcp_roles_run_until_signal("gateway", pairs, PCP_ARRAYSIZE(pairs) / 2);
+  return pcp_roles_gateway_serve(opaque);
 }
 
 const pcp_roles_def_t pcp_roles_gateway_def = {

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+// GET /v1/events: a server-sent event stream of job events (from the store,
+// with the store's event ids, so a client resumes with Last-Event-ID and
+// misses nothing that was committed) and live worker events (not stored:
+// they carry no id and are not replayed).
+//
+// One pump thread feeds every stream from the store every 100 ms. Pulling
+// from the store instead of pushing from each writer keeps one source of
+// truth and one order (commit order), and a slow client never slows a
+// writer: when its queue is full the pump simply retries later from the
+// client's cursor.
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "roles/gateway/gateway_impl.h"
+
+#define PUMP_INTERVAL_MS 100
+#define PUMP_PAGE 200
+#define HEARTBEAT_INTERVAL_NS INT64_C(10000000000)
+
+pcp_status_t gateway_events_stream(void* user_data,
+                                   const pcp_http_request_t* request,
+                                   pcp_http_response_t* response) {
+  gateway_t* g = user_data;
+  const char* last = pcp_http_request_header(request, "Last-Event-ID");
+  if (!last) {
+    last = pcp_http_request_query(request, "after");
+  }
+  int64_t cursor = -1;
+  if (last && last[0]) {
+    char* end = NULL;
+    long long v = strtoll(last, &end, 10);
+    if (!end || *end || v < 0) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "Last-Event-ID (or query 'after') must be a "
+                             "non-negative event id");
+    }
+    cursor = v;
+  }
+  if (cursor < 0) {
+    // A new client starts at the present: history is at
+    // /v1/jobs/{id}/events, or ask for it with Last-Event-ID: 0.
+    PCP_RETURN_IF_ERROR_BARE(pcp_store_job_event_last_id(g->store, &cursor));
+  }
+  pthread_mutex_lock(&g->mu);
+  bool full = g->client_count >= GATEWAY_MAX_EVENT_STREAMS;
+  pthread_mutex_unlock(&g->mu);
+  if (full) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "too many open event streams (%d)",
+                           GATEWAY_MAX_EVENT_STREAMS);
+  }
+  pcp_http_sse_stream_t* stream = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_http_response_sse_start(response, 0, &stream));
+  pcp_status_ignore(pcp_http_sse_stream_comment(stream, "pcp gateway events"));
+  pthread_mutex_lock(&g->mu);
+  if (g->client_count < GATEWAY_MAX_EVENT_STREAMS) {
+    g->clients[g->client_count++] = (gateway_event_client_t){
+        .stream = stream,
+        .cursor = cursor,
+        .next_comment_ns = pcp_clock_now_ns(g->clock) + HEARTBEAT_INTERVAL_NS,
+    };
+    stream = NULL;
+  }
+  pthread_mutex_unlock(&g->mu);
+  if (stream) {
+    pcp_http_sse_stream_close(stream);
+    pcp_http_sse_stream_release(stream);
+  }
+  return pcp_ok_status();
+}
+
+void gateway_events_broadcast(gateway_t* g, const char* event,
+                              const char* data) {
+  pthread_mutex_lock(&g->mu);
+  for (uint32_t i = 0; i < g->client_count; ++i) {
+    pcp_status_ignore(
+        pcp_http_sse_stream_send(g->clients[i].stream, NULL, event, data));
+  }
+  pthread_mutex_unlock(&g->mu);
+}
+
+// Sends what |client| has not seen yet. Called with g->mu held.
+static void client_feed(gateway_t* g, gateway_event_client_t* client) {
+  for (int page = 0; page < 8; ++page) {
+    pcp_store_job_event_list_t list = {0};
+    pcp_status_t status = pcp_store_job_event_list(g->store, client->cursor,
+                                                   NULL, PUMP_PAGE, &list);
+    if (status) {
+      pcp_status_ignore(status);
+      return;
+    }
+    size_t count = list.count;
+    bool blocked = false;
+    for (size_t i = 0; i < count && !blocked; ++i) {
+      const pcp_store_job_event_t* e = &list.items[i];
+      json_t* data = json_pack(
+          "{s:I, s:s, s:s, s:s?, s:s?, s:O, s:I}", "event_id",
+          (json_int_t)e->event_id, "job_id", e->job_id, "type", e->type, "from",
+          e->has_from_state ? pcp_store_job_state_name(e->from_state) : NULL,
+          "to", e->has_states ? pcp_store_job_state_name(e->to_state) : NULL,
+          "payload", e->payload, "created_at_ms",
+          (json_int_t)(e->created_at_ns / 1000000));
+      char* text = data ? json_dumps(data, JSON_COMPACT) : NULL;
+      json_decref(data);
+      char id[32];
+      snprintf(id, sizeof(id), "%" PRId64, e->event_id);
+      status = text ? pcp_http_sse_stream_send(client->stream, id, "job", text)
+                    : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+      free(text);
+      if (status) {
+        // Full queue or gone: resume from the cursor next time.
+        pcp_status_ignore(status);
+        blocked = true;
+      } else {
+        client->cursor = e->event_id;
+      }
+    }
+    pcp_store_job_event_list_deinitialize(&list);
+    if (blocked || count < PUMP_PAGE) {
+      return;
+    }
+  }
+}
+
+void* gateway_events_pump_main(void* opaque) {
+  gateway_t* g = opaque;
+  while (!atomic_load(&g->stopping)) {
+    int64_t now = pcp_clock_now_ns(g->clock);
+    pthread_mutex_lock(&g->mu);
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < g->client_count; ++i) {
+      gateway_event_client_t* c = &g->clients[i];
+      if (now >= c->next_comment_ns) {
+        // Suspended streams learn that the client left only on a write.
+        pcp_status_ignore(pcp_http_sse_stream_comment(c->stream, "ping"));
+        c->next_comment_ns = now + HEARTBEAT_INTERVAL_NS;
+      }
+      if (!pcp_http_sse_stream_is_open(c->stream)) {
+        pcp_http_sse_stream_release(c->stream);
+        continue;
+      }
+      client_feed(g, c);
+      g->clients[kept++] = *c;
+    }
+    g->client_count = kept;
+    pthread_mutex_unlock(&g->mu);
+    pcp_sleep_ms(PUMP_INTERVAL_MS);
+  }
+  return NULL;
+}

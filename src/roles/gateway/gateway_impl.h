@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The gateway's private parts (never included outside src/roles/gateway/).
+//
+// One gateway_t per process, owned by pcp_roles_gateway_serve on the main
+// thread. Threads that touch it: libmicrohttpd's handler threads (routes.c,
+// jobs.c handlers), the job runner thread (jobs.c) and the event pump
+// thread (events.c). Everything shared is either thread-safe by itself (the
+// store, the fabric endpoint, the metrics registry) or guarded by |mu|.
+
+#ifndef PCP_ROLES_GATEWAY_GATEWAY_IMPL_H_
+#define PCP_ROLES_GATEWAY_GATEWAY_IMPL_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "fabric/fabric.h"
+#include "http/http.h"
+#include "obs/obs.h"
+#include "roles/roles_impl.h"
+#include "store/store.h"
+
+// Largest job submission body: programs and inputs travel in it.
+#define GATEWAY_JOB_MAX_BODY_BYTES ((size_t)64 << 20)
+// Inputs per job, workers per job, jobs running at once.
+#define GATEWAY_JOB_MAX_INPUTS 64
+#define GATEWAY_JOB_MAX_WORKERS 64
+#define GATEWAY_MAX_ACTIVE_JOBS 32
+// Open /v1/events streams.
+#define GATEWAY_MAX_EVENT_STREAMS 64
+
+typedef struct gateway_active_job_t gateway_active_job_t;
+
+typedef struct gateway_event_client_t {
+  pcp_http_sse_stream_t* stream;  // one reference
+  int64_t cursor;                 // last store event id sent
+  int64_t next_comment_ns;
+} gateway_event_client_t;
+
+typedef struct gateway_t {
+  const pcp_roles_gateway_config_t* config;
+  pcp_allocator_t allocator;
+  pcp_clock_t clock;
+  pcp_log_context_t log;
+  int64_t started_at_ns;  // wall
+  pcp_obs_registry_t* registry;
+  pcp_obs_family_t* jobs_family;      // pcp_gateway_jobs{state}
+  pcp_obs_family_t* job_runs_family;  // pcp_gateway_job_outcomes_total
+  pcp_store_t* store;
+  pcp_fabric_endpoint_t* fabric;
+  pcp_http_server_t* http;
+  pcp_http_readyz_t readyz;
+  atomic_bool draining;
+  atomic_bool stopping;
+  bool auth_enabled;
+  int lock_fd;  // flock on <state_dir>/gateway.lock; -1 when not held
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  // Guarded by |mu|.
+  gateway_active_job_t* active;  // linked list
+  uint32_t active_count;
+  gateway_event_client_t clients[GATEWAY_MAX_EVENT_STREAMS];
+  uint32_t client_count;
+  // Worker ids seen through task placements, for /v1/workers (the fabric
+  // has no enumeration call yet).
+  char known_workers[64][PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  uint32_t known_worker_count;
+  uint32_t last_worker_counts[PCP_FABRIC_WORKER_STATE_COUNT_];
+
+  pthread_t runner_thread;
+  pthread_t pump_thread;
+  bool runner_started;
+  bool pump_started;
+} gateway_t;
+
+// routes.c: every route of the API (user_data: the gateway).
+PCP_MUST_USE_RESULT pcp_status_t gateway_routes_add(gateway_t* gateway);
+
+// jobs.c
+PCP_MUST_USE_RESULT pcp_status_t gateway_jobs_recover(gateway_t* gateway);
+void* gateway_jobs_runner_main(void* opaque);
+// Frees the jobs the runner left active; only after the fabric endpoint is
+// released (its tasks borrow their input buffers until then).
+void gateway_jobs_active_free(gateway_t* gateway);
+pcp_status_t gateway_job_submit(void* user_data,
+                                const pcp_http_request_t* request,
+                                pcp_http_response_t* response);
+pcp_status_t gateway_job_list(void* user_data,
+                              const pcp_http_request_t* request,
+                              pcp_http_response_t* response);
+pcp_status_t gateway_job_get(void* user_data, const pcp_http_request_t* request,
+                             pcp_http_response_t* response);
+pcp_status_t gateway_job_cancel(void* user_data,
+                                const pcp_http_request_t* request,
+                                pcp_http_response_t* response);
+pcp_status_t gateway_job_events(void* user_data,
+                                const pcp_http_request_t* request,
+                                pcp_http_response_t* response);
+pcp_status_t gateway_job_results(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response);
+pcp_status_t gateway_job_result_get(void* user_data,
+                                    const pcp_http_request_t* request,
+                                    pcp_http_response_t* response);
+// Jobs by state into the metrics (runner thread).
+void gateway_jobs_metrics_update(gateway_t* gateway);
+// A job record as API JSON (new reference; NULL on OOM).
+json_t* gateway_job_json(const pcp_store_job_t* job);
+
+// events.c
+void* gateway_events_pump_main(void* opaque);
+pcp_status_t gateway_events_stream(void* user_data,
+                                   const pcp_http_request_t* request,
+                                   pcp_http_response_t* response);
+// Sends a live (not stored, so not resumable) worker event to every stream.
+void gateway_events_broadcast(gateway_t* gateway, const char* event,
+                              const char* data);
+
+// Records a worker id seen (placement results). Thread-safe.
+void gateway_worker_note(gateway_t* gateway, const char* worker_id);
+
+// Base64 (RFC 4648, padding optional on input). decode: INVALID_ARGUMENT for
+// a bad character; |*out_data| is malloc'd (caller frees).
+PCP_MUST_USE_RESULT pcp_status_t gateway_base64_decode(const char* text,
+                                                       size_t length,
+                                                       uint8_t** out_data,
+                                                       size_t* out_length);
+
+#endif  // PCP_ROLES_GATEWAY_GATEWAY_IMPL_H_

@@ -1,0 +1,960 @@
+// SPDX-License-Identifier: Apache-2.0
+// The gateway process: store, fabric endpoint, HTTP API, job runner, event
+// pump; drains on SIGTERM. Start order puts the store first (nothing can be
+// accepted that cannot be recorded) and the HTTP server last (no request
+// arrives before the state it needs exists); stop runs in reverse.
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "roles/gateway/gateway_impl.h"
+
+//===----------------------------------------------------------------------===//
+// Metrics
+//===----------------------------------------------------------------------===//
+
+static const char* const kStateLabels[] = {"state", NULL};
+static const char* const kOutcomeLabels[] = {"outcome", NULL};
+
+static const pcp_obs_metric_def_t kGatewayMetrics[] = {
+    {.name = "pcp_gateway_jobs",
+     .type = PCP_OBS_METRIC_TYPE_GAUGE,
+     .help = "Generic jobs in the store, by state",
+     .label_names = kStateLabels},
+    {.name = "pcp_gateway_job_outcomes_total",
+     .type = PCP_OBS_METRIC_TYPE_COUNTER,
+     .help = "Jobs finished by this process, by outcome",
+     .label_names = kOutcomeLabels},
+};
+
+//===----------------------------------------------------------------------===//
+// Readiness
+//===----------------------------------------------------------------------===//
+
+static bool ready(void* user_data, json_t* details) {
+  gateway_t* g = user_data;
+  bool draining = atomic_load(&g->draining);
+  json_t* missing = json_array();
+  if (draining) {
+    json_array_append_new(missing, json_string("draining"));
+  }
+  if (!g->store) {
+    json_array_append_new(missing, json_string("store"));
+  }
+  if (!g->fabric) {
+    json_array_append_new(missing, json_string("worker_fabric"));
+  }
+  uint32_t connected = g->fabric ? pcp_fabric_worker_count(
+                                       g->fabric, PCP_FABRIC_WORKER_CONNECTED)
+                                 : 0;
+  // Each enabled embedded service needs its workers connected (upstream
+  // s.3.1 requirements; here counted on the fabric, which is where the
+  // workers are).
+  json_t* requirements = json_array();
+  const pcp_roles_controllers_config_t* c = &g->config->file.controllers;
+  const struct {
+    const char* type;
+    const pcp_roles_controller_config_t* block;
+  } kinds[] = {
+      {"inference", &c->inference}, {"training", &c->training}, {"rl", &c->rl}};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kinds); ++i) {
+    const pcp_roles_controller_config_t* b = kinds[i].block;
+    if (!c->present || !b->present || !b->enabled) {
+      continue;
+    }
+    int64_t required = b->workers ? b->workers : g->config->workers;
+    if (strcmp(kinds[i].type, "inference") == 0) {
+      required = 1;
+    }
+    bool met = (int64_t)connected >= required;
+    json_array_append_new(
+        requirements,
+        json_pack("{s:s, s:s, s:I, s:I, s:b}", "service_type", kinds[i].type,
+                  "service_id", b->service_id ? b->service_id : "",
+                  "required_workers", (json_int_t)required, "workers_available",
+                  (json_int_t)connected, "ready", met));
+    if (!met) {
+      char text[96];
+      snprintf(text, sizeof(text), "workers for %s", kinds[i].type);
+      json_array_append_new(missing, json_string(text));
+    }
+  }
+  bool ok = json_array_size(missing) == 0;
+  json_object_set_new(details, "mode", json_string("gateway"));
+  json_object_set_new(details, "gateway_id",
+                      json_string(g->config->file.gateway_id));
+  json_object_set_new(details, "draining", json_boolean(draining));
+  json_object_set_new(details, "store_open", json_boolean(g->store != NULL));
+  json_object_set_new(details, "fabric_listening",
+                      json_boolean(g->fabric != NULL));
+  json_object_set_new(details, "workers_connected", json_integer(connected));
+  json_object_set_new(details, "requirements", requirements);
+  json_object_set_new(details, "missing", missing);
+  return ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Helpers shared by the handlers
+//===----------------------------------------------------------------------===//
+
+static const signed char kBase64Values[256] = {
+    ['A'] = 1,  ['B'] = 2,  ['C'] = 3,  ['D'] = 4,  ['E'] = 5,  ['F'] = 6,
+    ['G'] = 7,  ['H'] = 8,  ['I'] = 9,  ['J'] = 10, ['K'] = 11, ['L'] = 12,
+    ['M'] = 13, ['N'] = 14, ['O'] = 15, ['P'] = 16, ['Q'] = 17, ['R'] = 18,
+    ['S'] = 19, ['T'] = 20, ['U'] = 21, ['V'] = 22, ['W'] = 23, ['X'] = 24,
+    ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28, ['c'] = 29, ['d'] = 30,
+    ['e'] = 31, ['f'] = 32, ['g'] = 33, ['h'] = 34, ['i'] = 35, ['j'] = 36,
+    ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40, ['o'] = 41, ['p'] = 42,
+    ['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48,
+    ['w'] = 49, ['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54,
+    ['2'] = 55, ['3'] = 56, ['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60,
+    ['8'] = 61, ['9'] = 62, ['+'] = 63, ['/'] = 64,
+};
+
+pcp_status_t gateway_base64_decode(const char* text, size_t length,
+                                   uint8_t** out_data, size_t* out_length) {
+  *out_data = NULL;
+  *out_length = 0;
+  while (length > 0 && text[length - 1] == '=') {
+    --length;
+  }
+  if (length % 4 == 1) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "base64: truncated input");
+  }
+  uint8_t* data = malloc(length / 4 * 3 + 3);
+  if (!data) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "base64: oom");
+  }
+  size_t n = 0;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (size_t i = 0; i < length; ++i) {
+    int v = kBase64Values[(unsigned char)text[i]];
+    if (v == 0) {
+      free(data);
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "base64: invalid character at offset %zu", i);
+    }
+    acc = (acc << 6) | (uint32_t)(v - 1);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      data[n++] = (uint8_t)(acc >> bits);
+    }
+  }
+  *out_data = data;
+  *out_length = n;
+  return pcp_ok_status();
+}
+
+void gateway_worker_note(gateway_t* g, const char* worker_id) {
+  if (!worker_id || !worker_id[0]) {
+    return;
+  }
+  pthread_mutex_lock(&g->mu);
+  bool known = false;
+  for (uint32_t i = 0; i < g->known_worker_count && !known; ++i) {
+    known = strcmp(g->known_workers[i], worker_id) == 0;
+  }
+  if (!known && g->known_worker_count < PCP_ARRAYSIZE(g->known_workers)) {
+    snprintf(g->known_workers[g->known_worker_count++],
+             sizeof(g->known_workers[0]), "%s", worker_id);
+  }
+  pthread_mutex_unlock(&g->mu);
+}
+
+static json_t* service_json(const pcp_store_service_t* s) {
+  json_t* out = json_deep_copy(s->attributes);
+  if (!out || !json_is_object(out)) {
+    json_decref(out);
+    out = json_object();
+  }
+  json_object_set_new(out, "executor_id", json_string(s->executor_id));
+  json_object_set_new(out, "service_id", json_string(s->service_id));
+  json_object_set_new(out, "service_type", json_string(s->service_type));
+  json_object_set_new(out, "base_url", json_string(s->base_url));
+  json_object_set_new(out, "ttl_ms", json_integer(s->ttl_ns / 1000000));
+  json_object_set_new(out, "registered_at_ms",
+                      json_integer(s->registered_at_ns / 1000000));
+  json_object_set_new(out, "updated_at_ms",
+                      json_integer(s->updated_at_ns / 1000000));
+  json_object_set_new(out, "heartbeat_at_ms",
+                      json_integer(s->heartbeat_at_ns / 1000000));
+  json_object_set_new(out, "expires_at_ms",
+                      json_integer(s->expires_at_ns / 1000000));
+  json_object_set_new(out, "expired", json_boolean(s->expired));
+  return out;
+}
+
+static const char* string_field(json_t* object, const char* key) {
+  json_t* v = json_object_get(object, key);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+//===----------------------------------------------------------------------===//
+// /v1/controller, /v1/workers
+//===----------------------------------------------------------------------===//
+
+static pcp_status_t controller_get(void* user_data,
+                                   const pcp_http_request_t* request,
+                                   pcp_http_response_t* response) {
+  (void)request;
+  gateway_t* g = user_data;
+  const pcp_roles_gateway_config_t* c = g->config;
+  json_t* controllers = json_array();
+  for (size_t i = 0; i < c->effective.controllers.count; ++i) {
+    json_array_append_new(controllers,
+                          json_string(c->effective.controllers.items[i]));
+  }
+  char fabric[320];
+  snprintf(fabric, sizeof(fabric), "%s:%u", c->effective.worker_fabric_host,
+           (unsigned)pcp_fabric_endpoint_port(g->fabric));
+  return pcp_http_response_json_take(
+      response, 200,
+      json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:b, s:s, s:s?, s:o, s:b}",
+                "mode", "gateway", "status",
+                atomic_load(&g->draining) ? "draining" : "running",
+                "gateway_id", c->file.gateway_id, "lab_id", c->file.lab_id,
+                "graph_backend", "sqlite", "started_at_ms",
+                (json_int_t)(g->started_at_ns / 1000000), "auth_enabled",
+                g->auth_enabled, "worker_fabric", fabric,
+                "federation_hub_endpoint", c->effective.federation_upstream,
+                "controllers", controllers, "tls",
+                c->file.tls.present && c->file.tls.cert != NULL));
+}
+
+static json_t* worker_json(const pcp_fabric_worker_info_t* w) {
+  return json_pack(
+      "{s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:s, s:s, s:i, s:f, s:i, s:I}",
+      "worker_id", w->worker_id, "state",
+      pcp_fabric_worker_state_name(w->state), "backend", w->backend, "target",
+      w->target, "device_id", w->device_id, "device_memory_bytes",
+      (json_int_t)w->device_memory_bytes, "runtime_version", w->runtime_version,
+      "compiler_version", w->compiler_version, "node_manager_id",
+      w->node_manager_id, "in_flight", (int)w->in_flight,
+      "heartbeat_age_seconds", (double)w->heartbeat_age_ns / 1e9, "join_count",
+      (int)w->join_count, "eviction_count", (json_int_t)w->eviction_count);
+}
+
+static pcp_status_t workers_list(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  (void)request;
+  gateway_t* g = user_data;
+  json_t* counts = json_object();
+  for (int s = 0; s < PCP_FABRIC_WORKER_STATE_COUNT_; ++s) {
+    json_object_set_new(
+        counts, pcp_fabric_worker_state_name((pcp_fabric_worker_state_t)s),
+        json_integer(
+            pcp_fabric_worker_count(g->fabric, (pcp_fabric_worker_state_t)s)));
+  }
+  json_t* workers = json_array();
+  pthread_mutex_lock(&g->mu);
+  uint32_t count = g->known_worker_count;
+  char ids[64][PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  memcpy(ids, g->known_workers, sizeof(ids));
+  pthread_mutex_unlock(&g->mu);
+  for (uint32_t i = 0; i < count; ++i) {
+    pcp_fabric_worker_info_t info;
+    if (!pcp_fabric_worker_query(g->fabric, ids[i], &info)) {
+      json_array_append_new(workers, worker_json(&info));
+    }
+  }
+  return pcp_http_response_json_take(
+      response, 200,
+      json_pack("{s:o, s:o}", "counts", counts, "workers", workers));
+}
+
+static pcp_status_t worker_get(void* user_data,
+                               const pcp_http_request_t* request,
+                               pcp_http_response_t* response) {
+  gateway_t* g = user_data;
+  const char* id = pcp_http_request_param(request, "id");
+  pcp_fabric_worker_info_t info;
+  PCP_RETURN_IF_ERROR_BARE(pcp_fabric_worker_query(g->fabric, id, &info));
+  gateway_worker_note(g, id);
+  return pcp_http_response_json_take(response, 200, worker_json(&info));
+}
+
+//===----------------------------------------------------------------------===//
+// /v1/services
+//===----------------------------------------------------------------------===//
+
+#define SERVICE_DEFAULT_TTL_MS 30000
+// How long /readyz answers 503 before the listener closes on SIGTERM.
+#define GATEWAY_DRAIN_NOTICE_MS 1000
+#define SERVICE_MAX_TTL_MS 86400000
+
+static pcp_status_t service_register(void* user_data,
+                                     const pcp_http_request_t* request,
+                                     pcp_http_response_t* response) {
+  gateway_t* g = user_data;
+  json_t* body = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
+  pcp_status_t status = pcp_ok_status();
+  pcp_store_service_t s;
+  memset(&s, 0, sizeof(s));
+  const char* service_id = string_field(body, "service_id");
+  const char* service_type = string_field(body, "service_type");
+  const char* base_url = string_field(body, "base_url");
+  if (!base_url) {
+    base_url = string_field(body, "endpoint");
+  }
+  const char* executor_id = string_field(body, "executor_id");
+  json_t* ttl = json_object_get(body, "ttl_ms");
+  if (!json_is_object(body)) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "the body must be a JSON object");
+  } else if (!service_id || !service_id[0]) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'service_id' (string) is required");
+  } else if (!service_type || !service_type[0]) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'service_type' (string) is required");
+  } else if (!base_url || !base_url[0]) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'base_url' (or 'endpoint') is required");
+  } else if (ttl && (!json_is_integer(ttl) || json_integer_value(ttl) < 1000 ||
+                     json_integer_value(ttl) > SERVICE_MAX_TTL_MS)) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'ttl_ms' must be an integer in [1000, %d]",
+                             SERVICE_MAX_TTL_MS);
+  }
+  if (!status) {
+    int n =
+        executor_id
+            ? snprintf(s.executor_id, sizeof(s.executor_id), "%s", executor_id)
+            : snprintf(s.executor_id, sizeof(s.executor_id), "%s:%s:%s",
+                       g->config->file.gateway_id, service_type, service_id);
+    if (n < 0 || (size_t)n >= sizeof(s.executor_id) ||
+        strlen(service_id) >= sizeof(s.service_id) ||
+        strlen(service_type) >= sizeof(s.service_type) ||
+        strlen(base_url) >= sizeof(s.base_url)) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "an id, type or base_url is too long");
+    }
+  }
+  if (!status) {
+    snprintf(s.service_id, sizeof(s.service_id), "%s", service_id);
+    snprintf(s.service_type, sizeof(s.service_type), "%s", service_type);
+    snprintf(s.base_url, sizeof(s.base_url), "%s", base_url);
+    s.ttl_ns = (ttl ? json_integer_value(ttl) : SERVICE_DEFAULT_TTL_MS) *
+               INT64_C(1000000);
+    json_t* attributes = json_deep_copy(body);
+    const char* const kOwn[] = {"service_id", "service_type", "base_url",
+                                "endpoint",   "executor_id",  "ttl_ms"};
+    for (size_t i = 0; attributes && i < PCP_ARRAYSIZE(kOwn); ++i) {
+      json_object_del(attributes, kOwn[i]);
+    }
+    s.attributes = attributes;
+    status = pcp_store_service_register(g->store, &s);
+    json_decref(attributes);
+    s.attributes = NULL;
+  }
+  json_decref(body);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  pcp_store_service_t stored;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_service_get(g->store, s.executor_id, &stored));
+  json_t* out =
+      json_pack("{s:b, s:o}", "accepted", 1, "service", service_json(&stored));
+  pcp_store_service_deinitialize(&stored);
+  return pcp_http_response_json_take(response, 200, out);
+}
+
+static pcp_status_t service_heartbeat(void* user_data,
+                                      const pcp_http_request_t* request,
+                                      pcp_http_response_t* response) {
+  gateway_t* g = user_data;
+  const char* id = pcp_http_request_param(request, "id");
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_heartbeat(g->store, id));
+  pcp_store_service_t stored;
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_get(g->store, id, &stored));
+  json_t* out = service_json(&stored);
+  pcp_store_service_deinitialize(&stored);
+  return pcp_http_response_json_take(response, 200, out);
+}
+
+static pcp_status_t service_list(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  gateway_t* g = user_data;
+  const char* type = pcp_http_request_query(request, "service_type");
+  pcp_store_service_list_t list = {0};
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_list(
+      g->store, pcp_http_request_query(request, "after"), 0, &list));
+  json_t* services = json_array();
+  for (size_t i = 0; i < list.count; ++i) {
+    // Expired services are gone for clients even before the sweep runs.
+    if (list.items[i].expired ||
+        (type && strcmp(type, list.items[i].service_type) != 0)) {
+      continue;
+    }
+    json_array_append_new(services, service_json(&list.items[i]));
+  }
+  pcp_store_service_list_deinitialize(&list);
+  return pcp_http_response_json_take(response, 200,
+                                     json_pack("{s:o}", "services", services));
+}
+
+static pcp_status_t service_get(void* user_data,
+                                const pcp_http_request_t* request,
+                                pcp_http_response_t* response) {
+  gateway_t* g = user_data;
+  const char* id = pcp_http_request_param(request, "id");
+  pcp_store_service_t stored;
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_get(g->store, id, &stored));
+  bool expired = stored.expired;
+  json_t* out = service_json(&stored);
+  pcp_store_service_deinitialize(&stored);
+  if (expired) {
+    json_decref(out);
+    return pcp_make_status(PCP_STATUS_NOT_FOUND, "service %s expired", id);
+  }
+  return pcp_http_response_json_take(response, 200, out);
+}
+
+static pcp_status_t service_delete(void* user_data,
+                                   const pcp_http_request_t* request,
+                                   pcp_http_response_t* response) {
+  gateway_t* g = user_data;
+  const char* id = pcp_http_request_param(request, "id");
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_delete(g->store, id));
+  return pcp_http_response_json_take(
+      response, 200, json_pack("{s:b, s:s}", "deleted", 1, "executor_id", id));
+}
+
+//===----------------------------------------------------------------------===//
+// /v1/graph
+//===----------------------------------------------------------------------===//
+
+static json_t* graph_result_json(const pcp_store_graph_result_t* r) {
+  json_t* entities = json_array();
+  for (size_t i = 0; i < r->entity_count; ++i) {
+    const pcp_store_graph_entity_t* e = &r->entities[i];
+    json_array_append_new(
+        entities,
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:O, s:O, s:I, s:I}", "entity_id",
+                  e->entity_id, "namespace_id", e->namespace_id, "entity_type",
+                  e->entity_type, "display_name", e->display_name, "visibility",
+                  pcp_store_visibility_name(e->visibility), "properties",
+                  e->properties, "provenance", e->provenance, "created_at_ms",
+                  (json_int_t)(e->created_at_ns / 1000000), "updated_at_ms",
+                  (json_int_t)(e->updated_at_ns / 1000000)));
+  }
+  json_t* relations = json_array();
+  for (size_t i = 0; i < r->relation_count; ++i) {
+    const pcp_store_graph_relation_t* e = &r->relations[i];
+    json_array_append_new(
+        relations,
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:O, s:O}", "relation_id",
+                  e->relation_id, "namespace_id", e->namespace_id,
+                  "relation_type", e->relation_type, "from_entity_id",
+                  e->from_entity_id, "to_entity_id", e->to_entity_id,
+                  "visibility", pcp_store_visibility_name(e->visibility),
+                  "properties", e->properties, "provenance", e->provenance));
+  }
+  json_t* observations = json_array();
+  for (size_t i = 0; i < r->observation_count; ++i) {
+    const pcp_store_graph_observation_t* e = &r->observations[i];
+    json_array_append_new(
+        observations,
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:O, s:O}", "observation_id",
+                  e->observation_id, "namespace_id", e->namespace_id,
+                  "subject_entity_id", e->subject_entity_id, "observation_type",
+                  e->observation_type, "visibility",
+                  pcp_store_visibility_name(e->visibility), "payload",
+                  e->payload, "provenance", e->provenance));
+  }
+  return json_pack("{s:o, s:o, s:o}", "entities", entities, "relations",
+                   relations, "observations", observations);
+}
+
+// Copies |key| of |object| into |buffer| (capacity bytes); "" when absent.
+static pcp_status_t copy_field(json_t* object, const char* key, bool required,
+                               char* buffer, size_t capacity) {
+  buffer[0] = 0;
+  json_t* v = json_object_get(object, key);
+  if (!v) {
+    if (required) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field '%s' is required", key);
+    }
+    return pcp_ok_status();
+  }
+  if (!json_is_string(v)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field '%s' must be a string", key);
+  }
+  if (json_string_length(v) >= capacity) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field '%s' is longer than %zu bytes", key,
+                           capacity - 1);
+  }
+  memcpy(buffer, json_string_value(v), json_string_length(v) + 1);
+  return pcp_ok_status();
+}
+
+static pcp_status_t mutation_parse(gateway_t* g, json_t* m,
+                                   pcp_store_mutation_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (!json_is_object(m)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "each mutation must be an object");
+  }
+  char type[64];
+  PCP_RETURN_IF_ERROR_BARE(
+      copy_field(m, "mutation_type", true, type, sizeof(type)));
+  if (!pcp_store_mutation_type_parse(pcp_make_cstring_view(type),
+                                     &out->mutation_type)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field 'mutation_type': unknown value '%s'", type);
+  }
+  PCP_RETURN_IF_ERROR_BARE(copy_field(m, "mutation_id", false, out->mutation_id,
+                                      sizeof(out->mutation_id)));
+  PCP_RETURN_IF_ERROR_BARE(copy_field(
+      m, "namespace_id", false, out->namespace_id, sizeof(out->namespace_id)));
+  if (!out->namespace_id[0]) {
+    snprintf(out->namespace_id, sizeof(out->namespace_id), "%s",
+             g->config->file.lab_id);
+  }
+  PCP_RETURN_IF_ERROR_BARE(
+      copy_field(m, "target_id", true, out->target_id, sizeof(out->target_id)));
+  char visibility[32];
+  PCP_RETURN_IF_ERROR_BARE(
+      copy_field(m, "visibility", false, visibility, sizeof(visibility)));
+  if (visibility[0] &&
+      !pcp_store_visibility_parse(pcp_make_cstring_view(visibility),
+                                  &out->visibility)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field 'visibility': unknown value '%s'",
+                           visibility);
+  }
+  json_t* payload = json_object_get(m, "payload");
+  if (payload && !json_is_object(payload)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field 'payload' must be an object");
+  }
+  json_t* provenance = json_object_get(m, "provenance");
+  if (provenance && !json_is_object(provenance)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field 'provenance' must be an object");
+  }
+  out->payload = payload;
+  out->provenance = provenance;
+  return pcp_ok_status();
+}
+
+#define GRAPH_MAX_MUTATIONS_PER_REQUEST 1000
+
+static pcp_status_t graph_mutate(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  gateway_t* g = user_data;
+  json_t* body = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
+  json_t* mutations = json_object_get(body, "mutations");
+  pcp_status_t status = pcp_ok_status();
+  if (!json_is_array(mutations) || json_array_size(mutations) == 0) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'mutations' must be a non-empty array");
+  } else if (json_array_size(mutations) > GRAPH_MAX_MUTATIONS_PER_REQUEST) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "at most %d mutations per request",
+                             GRAPH_MAX_MUTATIONS_PER_REQUEST);
+  }
+  json_t* ids = json_array();
+  for (size_t i = 0; !status && i < json_array_size(mutations); ++i) {
+    pcp_store_mutation_t m;
+    status = mutation_parse(g, json_array_get(mutations, i), &m);
+    int64_t sequence = 0;
+    bool duplicate = false;
+    if (!status) {
+      status =
+          pcp_store_graph_mutation_apply(g->store, &m, &sequence, &duplicate);
+    }
+    if (status) {
+      pcp_status_t wrapped =
+          pcp_make_status(pcp_status_code(status), "mutations[%zu]: %s", i,
+                          pcp_status_message(status));
+      pcp_status_ignore(status);
+      status = wrapped;
+      break;
+    }
+    char id[PCP_STORE_ID_MAX_LENGTH + 1];
+    if (m.mutation_id[0]) {
+      snprintf(id, sizeof(id), "%s", m.mutation_id);
+    } else {
+      snprintf(id, sizeof(id), "mut_%lld", (long long)sequence);
+    }
+    json_array_append_new(ids, json_string(id));
+  }
+  json_decref(body);
+  if (status) {
+    json_decref(ids);
+    return status;
+  }
+  return pcp_http_response_json_take(
+      response, 200,
+      json_pack("{s:b, s:o}", "accepted", 1, "mutation_ids", ids));
+}
+
+static pcp_status_t graph_query(void* user_data,
+                                const pcp_http_request_t* request,
+                                pcp_http_response_t* response) {
+  gateway_t* g = user_data;
+  json_t* body = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
+  pcp_status_t status = pcp_ok_status();
+  const char* mode = string_field(body, "query_mode");
+  if (!json_is_object(body)) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "the body must be a JSON object");
+  } else if (mode && strcmp(mode, "local") != 0) {
+    // Global modes need the federation hub (a later issue).
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'query_mode': only 'local' is served "
+                             "without a federation hub");
+  }
+  pcp_store_graph_query_t q = {
+      .entity_id = string_field(body, "entity_id"),
+      .namespace_id = string_field(body, "namespace_id"),
+      .entity_type = string_field(body, "entity_type"),
+      .relation_type = string_field(body, "relation_type"),
+      .text = string_field(body, "text"),
+  };
+  json_t* limit = json_object_get(body, "limit");
+  if (!status && limit) {
+    if (!json_is_integer(limit) || json_integer_value(limit) < 1 ||
+        json_integer_value(limit) > PCP_STORE_LIST_LIMIT_MAX) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "field 'limit' must be an integer in [1, %u]",
+                               PCP_STORE_LIST_LIMIT_MAX);
+    } else {
+      q.limit = (uint32_t)json_integer_value(limit);
+    }
+  }
+  pcp_store_graph_result_t result = {0};
+  if (!status) {
+    status = pcp_store_graph_query(g->store, &q, &result);
+  }
+  json_decref(body);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  json_t* out = graph_result_json(&result);
+  pcp_store_graph_result_deinitialize(&result);
+  return pcp_http_response_json_take(response, 200, out);
+}
+
+static pcp_status_t graph_entity_get(void* user_data,
+                                     const pcp_http_request_t* request,
+                                     pcp_http_response_t* response) {
+  gateway_t* g = user_data;
+  pcp_store_graph_query_t q = {.entity_id =
+                                   pcp_http_request_param(request, "id")};
+  pcp_store_graph_entity_t e;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_graph_entity_get(g->store, q.entity_id, &e));
+  pcp_store_graph_entity_deinitialize(&e);
+  pcp_store_graph_result_t result = {0};
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_query(g->store, &q, &result));
+  json_t* out = graph_result_json(&result);
+  pcp_store_graph_result_deinitialize(&result);
+  return pcp_http_response_json_take(response, 200, out);
+}
+
+static pcp_status_t graph_status(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  (void)request;
+  gateway_t* g = user_data;
+  pcp_store_mutation_log_stats_t stats;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_mutation_log_stats_query(g->store, &stats));
+  return pcp_http_response_json_take(
+      response, 200,
+      json_pack("{s:s, s:I, s:I, s:I, s:b}", "backend", "sqlite",
+                "last_sequence", (json_int_t)stats.last_sequence_no,
+                "last_replicated_sequence",
+                (json_int_t)stats.last_replicated_sequence, "pending_mutations",
+                (json_int_t)stats.pending_count, "federation_enabled", 0));
+}
+
+//===----------------------------------------------------------------------===//
+// /openapi.json and the dashboard
+//===----------------------------------------------------------------------===//
+
+#include "gateway/dashboard_css.h"
+#include "gateway/dashboard_html.h"
+#include "gateway/dashboard_js.h"
+#include "gateway/openapi_json.h"
+
+static pcp_status_t static_get(void* user_data,
+                               const pcp_http_request_t* request,
+                               pcp_http_response_t* response) {
+  (void)user_data;
+  const char* path = pcp_http_request_path(request);
+  const char* type = "text/html; charset=utf-8";
+  const char* body = kDashboardHtml;
+  if (strcmp(path, "/openapi.json") == 0) {
+    type = "application/json";
+    body = kOpenapiJson;
+  } else if (strcmp(path, "/dashboard.css") == 0) {
+    type = "text/css; charset=utf-8";
+    body = kDashboardCss;
+  } else if (strcmp(path, "/dashboard.js") == 0) {
+    type = "text/javascript; charset=utf-8";
+    body = kDashboardJs;
+  }
+  // Static text: the builder copies; a few KiB per request.
+  return pcp_http_response_body_set(response, 200, type, body, strlen(body));
+}
+
+//===----------------------------------------------------------------------===//
+// Routes
+//===----------------------------------------------------------------------===//
+
+pcp_status_t gateway_routes_add(gateway_t* g) {
+  const pcp_http_route_t routes[] = {
+      {"GET", "/", NULL, static_get, g, 0, 0},
+      {"GET", "/dashboard.css", NULL, static_get, g, 0, 0},
+      {"GET", "/dashboard.js", NULL, static_get, g, 0, 0},
+      {"GET", "/openapi.json", NULL, static_get, g, 0, 0},
+      {"GET", "/v1/controller", "api", controller_get, g, 0, 0},
+      {"GET", "/v1/workers", "api", workers_list, g, 0, 0},
+      {"GET", "/v1/workers/{id}", "api", worker_get, g, 0, 0},
+      {"GET", "/v1/services", "api", service_list, g, 0, 0},
+      {"POST", "/v1/services/register", "api", service_register, g, 0, 0},
+      {"GET", "/v1/services/{id}", "api", service_get, g, 0, 0},
+      {"DELETE", "/v1/services/{id}", "api", service_delete, g, 0, 0},
+      {"POST", "/v1/services/{id}/heartbeat", "api", service_heartbeat, g, 0,
+       0},
+      {"POST", "/v1/jobs", "api", gateway_job_submit, g,
+       GATEWAY_JOB_MAX_BODY_BYTES, 0},
+      {"GET", "/v1/jobs", "api", gateway_job_list, g, 0, 0},
+      {"GET", "/v1/jobs/{id}", "api", gateway_job_get, g, 0, 0},
+      {"POST", "/v1/jobs/{id}/cancel", "api", gateway_job_cancel, g, 0, 0},
+      {"GET", "/v1/jobs/{id}/events", "api", gateway_job_events, g, 0, 0},
+      {"GET", "/v1/jobs/{id}/results", "api", gateway_job_results, g, 0, 0},
+      {"GET", "/v1/jobs/{id}/results/{name}", "api", gateway_job_result_get, g,
+       0, 0},
+      {"GET", "/v1/events", "api", gateway_events_stream, g, 0, 0},
+      {"GET", "/v1/graph/status", "api", graph_status, g, 0, 0},
+      {"POST", "/v1/graph/mutate", "api", graph_mutate, g, 0, 0},
+      {"POST", "/v1/graph/query", "api", graph_query, g, 0, 0},
+      {"GET", "/v1/graph/entities/{id}", "api", graph_entity_get, g, 0, 0},
+  };
+  pcp_http_route_t copy[PCP_ARRAYSIZE(routes)];
+  memcpy(copy, routes, sizeof(routes));
+  for (size_t i = 0; i < PCP_ARRAYSIZE(copy); ++i) {
+    // Without an API token the /v1 routes are open (upstream), so they name
+    // no scope the server does not have.
+    if (!g->auth_enabled && copy[i].scope) {
+      copy[i].scope = NULL;
+    }
+  }
+  return pcp_http_server_routes_add(g->http, copy, PCP_ARRAYSIZE(copy));
+}
+
+//===----------------------------------------------------------------------===//
+// Serve
+//===----------------------------------------------------------------------===//
+
+static pcp_status_t start(gateway_t* g) {
+  const pcp_roles_gateway_config_t* c = g->config;
+  if (!c->file.state_dir || !c->file.state_dir[0]) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "gateway config: key 'state_dir' is required to "
+                           "serve");
+  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_obs_registry_create(g->allocator, &g->registry));
+  pcp_obs_family_t* families[PCP_ARRAYSIZE(kGatewayMetrics)];
+  PCP_RETURN_IF_ERROR_BARE(pcp_obs_registry_register(
+      g->registry, kGatewayMetrics, PCP_ARRAYSIZE(kGatewayMetrics), families));
+  g->jobs_family = families[0];
+  g->job_runs_family = families[1];
+
+  // One gateway per state dir: a second one would re-queue the first one's
+  // running jobs at its start. An flock dies with the process (SIGKILL too).
+  if (mkdir(c->file.state_dir, 0755) != 0 && errno != EEXIST) {
+    return pcp_status_from_errno(errno, "gateway config key 'state_dir': %s",
+                                 c->file.state_dir);
+  }
+  char lock_path[4096];
+  snprintf(lock_path, sizeof(lock_path), "%s/gateway.lock", c->file.state_dir);
+  g->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (g->lock_fd < 0) {
+    return pcp_status_from_errno(errno, "opening %s", lock_path);
+  }
+  if (flock(g->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "another gateway uses state_dir %s",
+                           c->file.state_dir);
+  }
+  pcp_store_options_t store_options;
+  pcp_store_options_initialize(&store_options);
+  store_options.state_dir = c->file.state_dir;
+  store_options.clock = g->clock;
+  PCP_RETURN_IF_ERROR(pcp_store_create(&store_options, g->allocator, &g->store),
+                      "opening the state dir (gateway config key 'state_dir')");
+  PCP_RETURN_IF_ERROR_BARE(gateway_jobs_recover(g));
+
+  pcp_fabric_options_t fabric_options;
+  pcp_fabric_options_initialize(&fabric_options);
+  char listen[320];
+  snprintf(listen, sizeof(listen), "%s:%lld", c->effective.worker_fabric_host,
+           (long long)c->effective.worker_fabric_port);
+  PCP_RETURN_IF_ERROR(pcp_net_address_parse(pcp_make_cstring_view(listen),
+                                            &fabric_options.listen_address),
+                      "gateway config: key 'worker_fabric.host'");
+  fabric_options.heartbeat_interval_ms =
+      (uint32_t)c->effective.worker_heartbeat_ms;
+  fabric_options.join_token_env = c->effective.worker_join_token_env;
+  fabric_options.metrics = g->registry;
+  fabric_options.clock = g->clock;
+  fabric_options.log = g->log;
+  PCP_RETURN_IF_ERROR(
+      pcp_fabric_endpoint_create(&fabric_options, g->allocator, &g->fabric),
+      "starting the worker fabric (gateway config key 'worker_fabric')");
+
+  pcp_http_scope_t scopes[2];
+  size_t scope_count = 0;
+  if (c->effective.api_token_env) {
+    scopes[scope_count++] =
+        (pcp_http_scope_t){"api", c->effective.api_token_env};
+  }
+  if (c->effective.internal_api_token_env) {
+    scopes[scope_count++] =
+        (pcp_http_scope_t){"internal", c->effective.internal_api_token_env};
+  }
+  // Without a token the API stays open, as upstream, but loudly: a gateway
+  // reachable from a network should always have one.
+  g->auth_enabled = c->effective.api_token_env != NULL;
+  if (!g->auth_enabled) {
+    PCP_LOG(PCP_LOG_WARN, &g->log,
+            "no API token configured: /v1 routes are open");
+  }
+  pcp_http_server_options_t http_options = {
+      .name = "gateway",
+      .host = c->effective.api_host,
+      .port = (uint16_t)c->effective.api_port,
+      .tls_cert_path = c->file.tls.present ? c->file.tls.cert : NULL,
+      .tls_key_path = c->file.tls.present ? c->file.tls.key : NULL,
+      .scopes = scopes,
+      .scope_count = scope_count,
+      .registry = g->registry,
+      .clock = g->clock,
+  };
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_http_server_create(&http_options, g->allocator, &g->http));
+  g->readyz.ready = ready;
+  g->readyz.user_data = g;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_http_server_probes_add(g->http, g->registry, &g->readyz));
+  PCP_RETURN_IF_ERROR_BARE(gateway_routes_add(g));
+
+  if (pthread_create(&g->runner_thread, NULL, gateway_jobs_runner_main, g)) {
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "job runner thread");
+  }
+  g->runner_started = true;
+  if (pthread_create(&g->pump_thread, NULL, gateway_events_pump_main, g)) {
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "event pump thread");
+  }
+  g->pump_started = true;
+  PCP_RETURN_IF_ERROR(pcp_http_server_start(g->http),
+                      "the gateway API (--api-host/--api-port)");
+  return pcp_ok_status();
+}
+
+static void stop(gateway_t* g) {
+  atomic_store(&g->draining, true);
+  if (g->http) {
+    // Requests in flight finish; event streams end after what they queued.
+    pcp_status_ignore(pcp_http_server_stop(g->http, 10000));
+  }
+  atomic_store(&g->stopping, true);
+  pthread_mutex_lock(&g->mu);
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+  if (g->pump_started) {
+    pthread_join(g->pump_thread, NULL);
+  }
+  if (g->runner_started) {
+    // The runner leaves running jobs as they are in the store: the next
+    // start re-runs them (a drain does not wait for long jobs).
+    pthread_join(g->runner_thread, NULL);
+  }
+  for (uint32_t i = 0; i < g->client_count; ++i) {
+    pcp_http_sse_stream_release(g->clients[i].stream);
+  }
+  g->client_count = 0;
+  pcp_http_server_release(g->http);
+  pcp_fabric_endpoint_release(g->fabric);
+  gateway_jobs_active_free(g);
+  pcp_store_release(g->store);
+  pcp_obs_registry_release(g->registry);
+  if (g->lock_fd >= 0) {
+    close(g->lock_fd);
+  }
+}
+
+int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
+  gateway_t* g = calloc(1, sizeof(*g));
+  if (!g) {
+    return 1;
+  }
+  g->config = config;
+  g->lock_fd = -1;
+  g->allocator = pcp_allocator_system();
+  g->clock = pcp_clock_system();
+  g->log.role = "gateway";
+  g->log.node_id = config->file.gateway_id;
+  g->started_at_ns = pcp_clock_wall_ns(g->clock);
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
+  int exit_code = 0;
+  pcp_status_t status = pcp_roles_signals_install();
+  if (!status) {
+    status = start(g);
+  }
+  if (status) {
+    pcp_log_status(PCP_LOG_ERROR, &g->log, status, "start failed");
+    pcp_status_ignore(status);
+    exit_code = 1;
+  } else {
+    char api[320], fabric[320];
+    snprintf(api, sizeof(api), "%s:%u", config->effective.api_host,
+             (unsigned)pcp_http_server_port(g->http));
+    snprintf(fabric, sizeof(fabric), "%s:%u",
+             config->effective.worker_fabric_host,
+             (unsigned)pcp_fabric_endpoint_port(g->fabric));
+    const char* pairs[] = {
+        "gateway_id", config->file.gateway_id,
+        "lab_id",     config->file.lab_id,
+        "api",        api,
+        "fabric",     fabric,
+        "state_dir",  config->file.state_dir,
+    };
+    pcp_roles_log_event("gateway", "started", pairs, PCP_ARRAYSIZE(pairs) / 2);
+    int signal_number = pcp_roles_signals_wait();
+    const char* stop_pairs[] = {"signal",
+                                signal_number == SIGINT ? "SIGINT" : "SIGTERM"};
+    pcp_roles_log_event("gateway", "stopping", stop_pairs, 1);
+    // Drain: /readyz answers 503 for a moment before the listener closes,
+    // so a load balancer stops sending before connections are refused.
+    atomic_store(&g->draining, true);
+    pcp_sleep_ms(GATEWAY_DRAIN_NOTICE_MS);
+  }
+  stop(g);
+  pthread_cond_destroy(&g->cv);
+  pthread_mutex_destroy(&g->mu);
+  free(g);
+  return exit_code;
+}
