@@ -10,7 +10,8 @@
 //
 // Durability. The database runs in WAL mode with foreign keys on and
 // synchronous=FULL by default (docs/decisions.md "store:"): a call that
-// returned OK is on disk, even across a power loss. Every multi-row change is
+// returned OK is on disk, even across a power loss (with NORMAL: across the
+// death of the process, not of the machine). Every multi-row change is
 // one transaction: a job transition and its event, a checkpoint's index row
 // and its step, a graph mutation and its log record commit together or not
 // at all. Checkpoint files are written beside the database with
@@ -29,6 +30,7 @@
 // and one connection means no SQLITE_BUSY between our own threads.
 // A second process on the same state dir is not supported; SQLite's locks keep
 // it from corrupting the file, and its writes may fail with UNAVAILABLE.
+// The optional event callback runs after the commit, outside the mutex.
 //
 // Ownership. Strings and JSON passed in are borrowed for the call (copied into
 // the database). Records written into caller structs are owned by the caller:
