@@ -1,25 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// STUBS of the production protocol definitions the topology models check.
-//
-// The fabric's message catalogue (src/proto) and the scheduler's lease rules
-// (src/sched) do not exist in this tree yet, so this file restates the
-// upstream definitions (reference/upstream-control-plane.md s.4.4 and s.5,
-// upstream-topology.md s.3.3 and s.7.3) in the smallest executable form the
-// models need:
-//   - the worker-fabric message catalogue (32 messages: family, direction,
-//     result queue, worker handler) and the gateway dispatch rule;
-//   - the lease/reservation scheduler (owner policies, max_workers,
-//     reserved_workers, reservations, the embedded job queue);
-//   - the federation hub's gateway registry and placement ranking;
-//   - the decoupled DiLoCo fragment window (quorum, duplicates, vector
+// The protocol definitions the topology models run: read from the real
+// modules where they define the same thing, STUBS of the upstream
+// definitions (reference/upstream-control-plane.md s.4.4 and s.5,
+// upstream-topology.md s.3.3 and s.7.3) where they do not:
+//   - REAL: the fabric's wire messages, from proto's message-type table
+//     (pcp_topology_fabric_catalog); only their directions are stated here,
+//     because proto does not export them;
+//   - stub: upstream's workload message registry (32 messages: family,
+//     direction, result queue, worker handler) and the gateway dispatch rule;
+//     this project's fabric carries workloads inside TASK_ASSIGN and
+//     TASK_RESULT, so those message names have no real definition;
+//   - stub: the lease/reservation scheduler (owner policies, max_workers,
+//     reserved_workers, reservations, the embedded job queue). src/sched
+//     exists but deliberately differs (lease ids, re-placement on loss,
+//     a narrowed protection rule, deadlines, no job queue): the upstream
+//     model is the task reference s.6 pins;
+//   - stub: the federation hub's gateway registry and placement ranking (no
+//     hub registry in this tree yet);
+//   - stub: the decoupled DiLoCo fragment window (quorum, duplicates, vector
 //     clocks, cancellation), its vector clock and event tape, and the RDA
-//     weighted outer-gradient merge;
-//   - the training request kind parser (trainingKindFromRequestBody).
-// Everything here is deliberately self-contained and lives in this one file
-// so that, when src/proto and src/sched land, each block can be replaced by
-// a call into the real module and the models then check the real protocol.
-// Until then a change to the protocol must be mirrored here by hand.
+//     weighted outer-gradient merge; the training request kind parser.
+// The stubs stay in this one file so that each block can be replaced by a
+// call into its module when one exists; until then a change to the
+// protocol must be mirrored here by hand. docs/topology.md has the table.
 
 #include <math.h>
 #include <string.h>

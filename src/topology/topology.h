@@ -1757,10 +1757,11 @@ void pcp_topology_task_deinitialize(pcp_topology_task_t* task);
 // Solving and protocols: protocol stubs (protocol_stubs.c)
 //===----------------------------------------------------------------------===//
 //
-// STUBS of the production definitions the models check: the upstream
-// message catalogue, scheduler, federation registry, decoupled window and
-// RDA merge, restated in protocol_stubs.c until src/proto and src/sched
-// exist (see the note at the top of that file). All plain data and pure
+// The production definitions the models check (protocol_stubs.c): the
+// fabric's wire messages read from src/proto, and STUBS of the upstream
+// workload message registry, scheduler, federation registry, decoupled
+// window and RDA merge where this tree has no module with the same
+// semantics (see the note at the top of that file). All plain data and pure
 // functions; thread-compatible.
 
 typedef enum pcp_topology_message_family_e {
