@@ -31,6 +31,8 @@
 // A second process on the same state dir is not supported; SQLite's locks keep
 // it from corrupting the file, and its writes may fail with UNAVAILABLE.
 // The optional event callback runs after the commit, outside the mutex.
+// Not fork-safe (SQLite's rule): a forked child opens its own store and never
+// touches its parent's.
 //
 // Ownership. Strings and JSON passed in are borrowed for the call (copied into
 // the database). Records written into caller structs are owned by the caller:
