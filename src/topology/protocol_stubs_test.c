@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "proto/proto.h"
+#include "sched/sched.h"
 #include "topology/topology.h"
 
 #define TRAINING PCP_TOPOLOGY_SCHED_OWNER_TRAINING
@@ -1061,6 +1062,118 @@ static void test_decoupled_injected_bugs_shrink(void** state) {
       PCP_STATUS_FAILED_PRECONDITION);
 }
 
+// lease rules agree with src/sched where the semantics match: on 300
+// seeded pools (cpu/cuda/rocm workers with or without a target) and owner
+// policies (class, target, max_workers; reserved_workers 0, where the real
+// scheduler's narrowed protection rule and upstream's coincide), random
+// reserve/release sequences succeed or fail alike and take the same
+// workers (first fit in join order = the real matching order when load and
+// memory are equal)
+static void test_sched_lease_rules_match_real_scheduler(void** state) {
+  (void)state;
+  static const pcp_sched_backend_t kBackends[] = {
+      PCP_SCHED_BACKEND_CPU, PCP_SCHED_BACKEND_CUDA, PCP_SCHED_BACKEND_ROCM};
+  static const char* const kTargets[] = {NULL, "sm_80", "sm_90"};
+  static const char* const kIds[] = {"w0", "w1", "w2", "w3", "w4"};
+  static const pcp_topology_worker_class_t kClasses[] = {
+      PCP_TOPOLOGY_WORKER_CLASS_ANY, PCP_TOPOLOGY_WORKER_CLASS_CUDA,
+      PCP_TOPOLOGY_WORKER_CLASS_ROCM};
+  static const pcp_sched_worker_class_t kRealClasses[] = {
+      PCP_SCHED_WORKER_CLASS_ANY, PCP_SCHED_WORKER_CLASS_CUDA,
+      PCP_SCHED_WORKER_CLASS_ROCM};
+  pcp_rng_t rng;
+  pcp_rng_initialize(0x5c4ed, &rng);
+  uint32_t reserved = 0, refused = 0;
+  for (uint32_t round = 0; round < 300; ++round) {
+    pcp_sched_options_t options;
+    pcp_sched_options_initialize(&options);
+    options.max_workers = 8;
+    options.max_reservations = 8;
+    options.heartbeat_timeout_ns = 0;
+    pcp_sched_t* real = NULL;
+    PCP_CHECK_OK(pcp_sched_create(&options, pcp_allocator_system(), &real));
+    pcp_topology_sched_t model;
+    pcp_topology_sched_initialize(&model);
+    uint32_t workers = 1 + (uint32_t)pcp_rng_next_below(&rng, 5);
+    for (uint32_t w = 0; w < workers; ++w) {
+      size_t backend = (size_t)pcp_rng_next_below(&rng, 3);
+      const char* target = kTargets[pcp_rng_next_below(&rng, 3)];
+      pcp_sched_worker_info_t info = {kIds[w], kBackends[backend], target, 0,
+                                      1u << 30, NULL};
+      PCP_CHECK_OK(pcp_sched_worker_join(real, &info, 0));
+      PCP_CHECK_OK(pcp_sched_worker_ready(real, kIds[w], 0, NULL));
+      // Backend b is class b + 1 in both enums (cpu 1, cuda 2, rocm 3).
+      PCP_CHECK_OK(pcp_topology_sched_add_worker(
+          &model, w, (pcp_topology_worker_class_t)(backend + 1), target));
+    }
+    for (uint32_t o = 0; o < 2; ++o) {
+      size_t c = (size_t)pcp_rng_next_below(&rng, 3);
+      const char* target = pcp_rng_next_below(&rng, 3) == 0 ? "sm_80" : NULL;
+      uint32_t max = (uint32_t)pcp_rng_next_below(&rng, 4);  // 0: unlimited
+      pcp_sched_owner_policy_t policy = {
+          kRealClasses[c], target, 0, max ? max : PCP_SCHED_UNLIMITED};
+      PCP_CHECK_OK(
+          pcp_sched_owner_policy_set(real, (pcp_sched_owner_t)o, &policy));
+      model.policies[o].worker_class = kClasses[c];
+      model.policies[o].target_arch = target;
+      model.policies[o].max_workers = max;
+    }
+    uint64_t real_ids[8] = {0};
+    int32_t slots[8];
+    uint32_t live = 0;
+    uint32_t jobs[8];
+    for (uint32_t step = 0; step < 6; ++step) {
+      if (live > 0 && pcp_rng_next_below(&rng, 3) == 0) {
+        uint32_t k = (uint32_t)pcp_rng_next_below(&rng, live);
+        PCP_CHECK_OK(pcp_sched_reservation_release(real, real_ids[k]));
+        pcp_topology_sched_release(&model, jobs[k]);
+        assert_int_equal(model.decision, PCP_TOPOLOGY_SCHED_RELEASED);
+        real_ids[k] = real_ids[live - 1];
+        slots[k] = slots[live - 1];
+        jobs[k] = jobs[live - 1];
+        live--;
+        continue;
+      }
+      uint32_t owner = (uint32_t)pcp_rng_next_below(&rng, 2);
+      uint32_t count = 1 + (uint32_t)pcp_rng_next_below(&rng, 3);
+      uint32_t job = 100 + round * 10 + step;
+      pcp_sched_constraint_t constraint = {PCP_SCHED_WORKER_CLASS_ANY, NULL,
+                                           0, count};
+      uint64_t id = 0;
+      pcp_status_t status = pcp_sched_reservation_reserve(
+          real, (pcp_sched_owner_t)owner, &constraint, job, 0, INT64_MAX,
+          &id);
+      bool real_ok = status == NULL;
+      pcp_status_ignore(status);
+      int32_t slot = pcp_topology_sched_reserve(&model, job, owner, count);
+      assert_int_equal(real_ok, slot >= 0);
+      if (!real_ok) {
+        refused++;
+        continue;
+      }
+      reserved++;
+      real_ids[live] = id;
+      slots[live] = slot;
+      jobs[live] = job;
+      live++;
+      // The same workers, worker by worker.
+      for (uint32_t w = 0; w < workers; ++w) {
+        pcp_sched_worker_status_t st;
+        PCP_CHECK_OK(pcp_sched_worker_query(real, kIds[w], &st));
+        assert_int_equal(st.reservation_id == id,
+                         model.workers[w].reservation == slot);
+      }
+    }
+    PCP_CHECK_OK(pcp_sched_check_invariants(real));
+    assert_int_equal(pcp_topology_sched_check_invariants(&model),
+                     PCP_TOPOLOGY_SCHED_INVARIANT_OK);
+    pcp_sched_release(real);
+  }
+  // Both outcomes occur, so the comparison is not vacuous.
+  assert_true(reserved > 100);
+  assert_true(refused > 100);
+}
+
 // STUB of the production hub registry's selectServiceByCapability
 // (reference upstream-control-plane.md s.6.2), restated here from that text
 // and not from the model: this project has no hub registry yet (the hub
@@ -1227,6 +1340,7 @@ int main(void) {
       cmocka_unit_test(test_sched_policy_helpers),
       cmocka_unit_test(test_sched_injected_bugs_shrink),
       cmocka_unit_test(test_sched_invariants),
+      cmocka_unit_test(test_sched_lease_rules_match_real_scheduler),
       cmocka_unit_test(test_sched_cancel_any_state),
       cmocka_unit_test(test_federation_places_deterministically),
       cmocka_unit_test(test_federation_rejections),
