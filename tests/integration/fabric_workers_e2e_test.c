@@ -64,8 +64,8 @@ static const float kW[6] = {0.5f, -1, 2, 0.25f, -3, 1};
 static const float kB[4] = {10, 20, 30, 40};
 
 static struct {
-  char dir[64];
-  char log_path[128];
+  char dir[512];
+  char log_path[600];
   pcp_fabric_endpoint_t* endpoint;
   uint8_t program[PCP_SHA256_BYTE_LENGTH];
   uint8_t large_program[PCP_SHA256_BYTE_LENGTH];
@@ -107,7 +107,7 @@ static void check_ok(pcp_status_t status) {
 
 // The pid the wrapper recorded for |device| (0 when none yet).
 static pid_t worker_pid(int device) {
-  char path[128];
+  char path[640];
   snprintf(path, sizeof(path), "%s/pid-%d", g.dir, device);
   FILE* f = fopen(path, "r");
   if (!f)
@@ -237,11 +237,26 @@ static int device_of(const char* worker_id) {
 // Setup: compile, endpoint, node manager
 //===----------------------------------------------------------------------===//
 
+// Temporary directories live under the build tree ($PCP_CACHE_DIR, set by
+// ctest), not directly in /tmp, where other jobs clean up by pattern.
+static bool make_test_dir(const char* name, char* out, size_t capacity) {
+  const char* base = getenv("PCP_CACHE_DIR");
+  char parent[512];
+  snprintf(parent, sizeof(parent), "%s/tmp", base && base[0] ? base : "/tmp");
+  pcp_status_t status = pcp_file_make_directories(parent);
+  if (status) {
+    pcp_status_ignore(status);
+    return false;
+  }
+  int n = snprintf(out, capacity, "%s/%s-XXXXXX", parent, name);
+  return n > 0 && (size_t)n < capacity && mkdtemp(out) != NULL;
+}
+
 static int setup(void** state) {
   (void)state;
-  snprintf(g.dir, sizeof(g.dir), "/tmp/pcp-fabric-e2e-XXXXXX");
-  if (!mkdtemp(g.dir))
+  if (!make_test_dir("fabric-e2e", g.dir, sizeof(g.dir))) {
     return -1;
+  }
   snprintf(g.log_path, sizeof(g.log_path), "%s/node-manager.log", g.dir);
   setenv("PCP_WORKER_JOIN_TOKEN", TOKEN, 1);
   unsetenv("PCP_WORKER_ID");
@@ -287,7 +302,7 @@ static int setup(void** state) {
   const char* pcp = getenv("PCP_BINARY");
   if (!pcp)
     return -1;
-  char wrapper[128];
+  char wrapper[640];
   snprintf(wrapper, sizeof(wrapper), "%s/worker.sh", g.dir);
   FILE* f = fopen(wrapper, "w");
   if (!f)
@@ -371,7 +386,7 @@ static int teardown(void** state) {
   }
   pcp_fabric_endpoint_release(g.endpoint);
   for (int d = 0; d < 2; ++d) free(g.worker_ids[d]);
-  char command[256];
+  char command[700];
   snprintf(command, sizeof(command), "rm -rf '%s'", g.dir);
   int ignored = system(command);
   (void)ignored;

@@ -52,14 +52,14 @@ static const char kProgramMlir[] =
     "  return %0 : tensor<2x2xf32>\n}\n";
 
 static struct {
-  char dir[64];
-  char cache_dir[128];
+  char dir[512];
+  char cache_dir[600];
   uint8_t* vmfb;
   size_t vmfb_length;
   pcp_sha256_t program;
   fake_gateway_t gw;
   pid_t worker;
-  char log_path[160];
+  char log_path[600];
   uint64_t lease_epoch;
   uint8_t resume_token[PCP_PROTO_RESUME_TOKEN_BYTE_LENGTH];
   // RUNNING reports seen while waiting for another frame (a DRAIN).
@@ -371,11 +371,26 @@ static void expect_task_error(uint64_t task_id, pcp_status_code_t code) {
 // Setup
 //===----------------------------------------------------------------------===//
 
+// Temporary directories live under the build tree ($PCP_CACHE_DIR, set by
+// ctest), not directly in /tmp, where other jobs clean up by pattern.
+static bool make_test_dir(const char* name, char* out, size_t capacity) {
+  const char* base = getenv("PCP_CACHE_DIR");
+  char parent[512];
+  snprintf(parent, sizeof(parent), "%s/tmp", base && base[0] ? base : "/tmp");
+  pcp_status_t status = pcp_file_make_directories(parent);
+  if (status) {
+    pcp_status_ignore(status);
+    return false;
+  }
+  int n = snprintf(out, capacity, "%s/%s-XXXXXX", parent, name);
+  return n > 0 && (size_t)n < capacity && mkdtemp(out) != NULL;
+}
+
 static int setup(void** state) {
   (void)state;
-  snprintf(g.dir, sizeof(g.dir), "/tmp/pcp-worker-fabric-XXXXXX");
-  if (!mkdtemp(g.dir))
+  if (!make_test_dir("worker-fabric", g.dir, sizeof(g.dir))) {
     return -1;
+  }
   snprintf(g.cache_dir, sizeof(g.cache_dir), "%s/programs", g.dir);
   pcp_compile_request_t request = {.mlir_text = kProgramMlir,
                                    .mlir_byte_length = strlen(kProgramMlir),
@@ -409,7 +424,7 @@ static int teardown(void** state) {
   }
   fake_gateway_release(&g.gw);
   free(g.vmfb);
-  char command[256];
+  char command[600];
   snprintf(command, sizeof(command), "rm -rf '%s'", g.dir);
   int ignored = system(command);
   (void)ignored;
@@ -462,7 +477,7 @@ static void fetches_a_missing_program_once(void** state) {
   CHECK(!offer_program());  // now on disk: "cached"
   char hex[PCP_SHA256_HEX_LENGTH + 1];
   pcp_sha256_to_hex(&g.program, hex);
-  char path[512];
+  char path[800];
   snprintf(path, sizeof(path), "%s/%s.vmfb", g.cache_dir, hex);
   CHECK(pcp_file_exists(path));
 }

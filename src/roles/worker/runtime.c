@@ -150,30 +150,30 @@ struct worker_t {
 
   // Loop thread.
   conn_state_t* current;  // the connection the state machine believes in
-  int open_conns;         // started and not yet closed (current or closing)
-  bool connecting;
   pcp_loop_timer_t* tick;
   int64_t last_tick_ns;
   job_t* in_flight;      // tasks handed to the compute thread
-  job_t* pending_owner;  // attached to the next SEND (a task's result)
+  job_t* pending_owner;  // attached to each SEND of a task's answer
   pcp_loop_signal_t* sigterm;
   pcp_loop_signal_t* sigint;
-  bool draining;
   int64_t drain_deadline_ns;
+  int open_conns;  // started and not yet closed (current or closing)
+  uint32_t attempt;
+  bool connecting;
+  bool draining;
   bool finishing;  // no reconnects, waiting for compute and sockets
   bool compute_exited;
   bool stopped;
-  uint32_t attempt;
 
   // Shared.
   pcp_roles_worker_job_queue_t queue;
-  atomic_bool abandon;  // compute thread: skip queued jobs
   pthread_t compute_thread;
-  bool compute_started;
   pthread_mutex_t startup_mutex;
   pthread_cond_t startup_cond;
-  bool startup_done;
   pcp_status_t startup_status;
+  atomic_bool abandon;  // compute thread: skip queued jobs
+  bool compute_started;
+  bool startup_done;
 
   // Compute thread (after start-up).
   pcp_roles_worker_program_cache_t cache;
@@ -970,7 +970,10 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
   pcp_tensor_t** results = calloc(PCP_PROTO_MAX_TASK_TENSORS, sizeof(void*));
   size_t result_count = 0;
   if (!hosts || !values || !results) {
-    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task inputs");
+    free(results);
+    free(values);
+    free(hosts);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task inputs");
   }
   for (size_t i = 0; i < n && !status; ++i) {
     status =
@@ -1035,7 +1038,9 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task results");
     }
   }
-  for (size_t k = 0; k < result_count && !status; ++k) {
+  bool allocated =
+      job->outputs && job->refs && job->sections && job->section_names;
+  for (size_t k = 0; allocated && k < result_count && !status; ++k) {
     job->output_count = (uint32_t)(k + 1);
     const char* kept_as = NULL;
     for (uint32_t r = 0; r < assign.keep_resident_count; ++r) {
