@@ -66,7 +66,8 @@ void pcp_tokenizer_limits_initialize(pcp_tokenizer_limits_t* out_limits);
 // Token id lists
 //===----------------------------------------------------------------------===//
 
-// A growable list of token ids. Thread-compatible. The caller embeds it.
+// A growable list of token ids, embedded by the caller. The functions below
+// are thread-compatible: one thread per list.
 typedef struct pcp_tokenizer_id_list_t {
   pcp_allocator_t allocator;
   int32_t* values;
@@ -233,6 +234,7 @@ typedef struct pcp_tokenizer_chat_options_t {
 } pcp_tokenizer_chat_options_t;
 
 // Parses "system" | "user" | "assistant". Returns false otherwise.
+// Thread-safe.
 bool pcp_tokenizer_chat_role_parse(pcp_string_view_t name,
                                    pcp_tokenizer_chat_role_t* out_role);
 
@@ -259,6 +261,17 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_chat_encode(
     const pcp_tokenizer_chat_message_t* messages, size_t message_count,
     const pcp_tokenizer_chat_options_t* options,
     pcp_tokenizer_id_list_t* inout_ids);
+
+//===----------------------------------------------------------------------===//
+// Command line
+//===----------------------------------------------------------------------===//
+
+// `pcp tokenize --tokenizer tokenizer.json [--decode] [--skip-special]
+// TEXT|@FILE` (argv[0] = "tokenize"): prints the ids of TEXT on one line, or
+// with --decode the text of the ids in TEXT. Returns 0, 1 on a load, read,
+// encode or decode error (message on stderr), 2 on usage errors.
+// Thread-safe.
+int pcp_tokenizer_cli_main(int argc, char** argv);
 
 #ifdef __cplusplus
 }

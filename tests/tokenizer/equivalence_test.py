@@ -110,6 +110,16 @@ def corpus_lines():
 
 
 def train(kind, corpus_path, out_path, string_merges=False):
+    trained = os.path.join(os.path.dirname(out_path), "%s.json" % kind)
+    if string_merges and os.path.exists(trained):
+        # Same model as the plain variant, merges rewritten as "a b".
+        with open(trained, encoding="utf-8") as f:
+            data = json.load(f)
+        data["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m
+                                   for m in data["model"]["merges"]]
+        with open(out_path, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+        return Tokenizer.from_file(out_path)
     tok = Tokenizer(models.BPE())
     if kind == "qwen2":
         tok.normalizer = normalizers.NFC()
@@ -199,6 +209,25 @@ def check_variant(args, name, kind, corpus_path, lines, string_merges=False,
         if "roundtrip ok" not in rt:
             failures += 1
             print("[%s] roundtrip failed" % name)
+    # `pcp tokenize` (the same library behind the CLI) on a few lines.
+    binary = os.environ.get("PCP_BINARY")
+    if binary and os.path.exists(binary) and name == "gpt2":
+        for line in [l for l in lines if l.strip()][:: max(1, len(lines) // 5)]:
+            path = os.path.join(args.work_dir, "cli_line.txt")
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                f.write(line)
+            out = subprocess.run([binary, "tokenize", "--tokenizer", tj, "@" + path],
+                                 capture_output=True, text=True)
+            want = tok.encode(line, add_special_tokens=False).ids
+            if out.returncode != 0 or [int(x) for x in out.stdout.split()] != want:
+                failures += 1
+                print("[%s] pcp tokenize differs on %r: %s" % (name, line, out.stderr))
+                continue
+            back = subprocess.run([binary, "tokenize", "--tokenizer", tj, "--decode",
+                                   " ".join(map(str, want))], capture_output=True)
+            if back.stdout != (tok.decode(want, skip_special_tokens=False) + "\n").encode():
+                failures += 1
+                print("[%s] pcp tokenize --decode differs on %r" % (name, line))
     print("[%s] %d lines, %d ids in the whole corpus, vocab %d: %s" % (
         name, len(lines), len(want_all), tok.get_vocab_size(), "FAIL" if failures else "ok"))
     return failures
