@@ -113,6 +113,7 @@ struct fabric_worker_t {
   int64_t lost_at_ns;
   hash_set_t acked;    // programs the worker holds
   hash_set_t offered;  // offers awaiting an answer
+  uint32_t gauge_key;  // slot in the workers gauge (UINT32_MAX: none)
 };
 
 // One encoded frame being written (up to 16 buffers per write call).
@@ -182,6 +183,7 @@ struct pcp_fabric_endpoint_t {
   atomic_bool kick_pending;
   int64_t last_tick_ns;
   bool tick_skipped;
+  uint64_t tick_count;
   bool schedule_wanted;
 
   pcp_sched_t* sched;
@@ -1255,6 +1257,8 @@ static void reject(fabric_conn_t* conn, pcp_proto_reject_reason_t reason,
 }
 
 static void conn_ended(fabric_conn_t* conn);
+static uint32_t gauge_key_of(pcp_fabric_endpoint_t* ep,
+                             const fabric_worker_t* w);
 
 static void on_join_verified(fabric_conn_t* conn) {
   pcp_fabric_endpoint_t* ep = conn->endpoint;
@@ -1375,6 +1379,7 @@ static void on_join_verified(fabric_conn_t* conn) {
             join->node_manager_id);
   wi->supervisor_id = join->supervisor_id;
   copy_text(wi->worker_class, sizeof(wi->worker_class), join->worker_class);
+  w->gauge_key = gauge_key_of(ep, w);
   if (!resumed) {
     wi->lease_epoch++;
     memcpy(w->resume_token, token, sizeof(token));
@@ -1886,8 +1891,32 @@ static void on_accept(void* user_data, pcp_tcp_listener_t* listener,
   pthread_mutex_unlock(&ep->mu);
 }
 
+// The (backend, target) slot of the workers gauge for |w|, added on first
+// sight; UINT32_MAX past the 64 kept (those workers are not in the gauge).
+static uint32_t gauge_key_of(pcp_fabric_endpoint_t* ep,
+                             const fabric_worker_t* w) {
+  for (uint32_t k = 0; k < ep->gauge_key_count; ++k) {
+    if (strcmp(ep->gauge_keys[k].backend, w->info.backend) == 0 &&
+        strcmp(ep->gauge_keys[k].target, w->info.target) == 0) {
+      return k;
+    }
+  }
+  if (ep->gauge_key_count == PCP_ARRAYSIZE(ep->gauge_keys)) return UINT32_MAX;
+  uint32_t k = ep->gauge_key_count++;
+  copy_text(ep->gauge_keys[k].backend, sizeof(ep->gauge_keys[k].backend),
+            w->info.backend);
+  copy_text(ep->gauge_keys[k].target, sizeof(ep->gauge_keys[k].target),
+            w->info.target);
+  return k;
+}
+
+// One pass over the workers (the slot is cached on the worker at join), so
+// a large fleet costs one loop per refresh, not one per label set.
 static void refresh_worker_gauges(pcp_fabric_endpoint_t* ep, int64_t now) {
   int64_t oldest = 0;
+  uint32_t counts[PCP_ARRAYSIZE(ep->gauge_keys)]
+                 [PCP_FABRIC_WORKER_STATE_COUNT_];
+  memset(counts, 0, sizeof(counts));
   for (uint32_t i = 0; i < ep->worker_count; ++i) {
     fabric_worker_t* w = ep->workers[i];
     if (w->conn) {
@@ -1895,36 +1924,19 @@ static void refresh_worker_gauges(pcp_fabric_endpoint_t* ep, int64_t now) {
                      ep->timeouts.silence_timeout_ns;
       if (now - last > oldest) oldest = now - last;
     }
-    bool seen = false;
-    for (uint32_t k = 0; k < ep->gauge_key_count && !seen; ++k) {
-      seen = strcmp(ep->gauge_keys[k].backend, w->info.backend) == 0 &&
-             strcmp(ep->gauge_keys[k].target, w->info.target) == 0;
-    }
-    if (!seen && ep->gauge_key_count < PCP_ARRAYSIZE(ep->gauge_keys)) {
-      uint32_t k = ep->gauge_key_count++;
-      copy_text(ep->gauge_keys[k].backend, sizeof(ep->gauge_keys[k].backend),
-                w->info.backend);
-      copy_text(ep->gauge_keys[k].target, sizeof(ep->gauge_keys[k].target),
-                w->info.target);
+    if (w->gauge_key < ep->gauge_key_count) {
+      counts[w->gauge_key][w->info.state]++;
     }
   }
   if (ep->m_heartbeat_age) {
     pcp_obs_gauge_set(ep->m_heartbeat_age, (double)oldest / 1e9);
   }
   for (uint32_t k = 0; k < ep->gauge_key_count; ++k) {
-    uint32_t counts[PCP_FABRIC_WORKER_STATE_COUNT_] = {0};
-    for (uint32_t i = 0; i < ep->worker_count; ++i) {
-      fabric_worker_t* w = ep->workers[i];
-      if (strcmp(ep->gauge_keys[k].backend, w->info.backend) == 0 &&
-          strcmp(ep->gauge_keys[k].target, w->info.target) == 0) {
-        counts[w->info.state]++;
-      }
-    }
-    for (int s = 0; s < PCP_FABRIC_WORKER_STATE_COUNT_; ++s) {
+    for (int st = 0; st < PCP_FABRIC_WORKER_STATE_COUNT_; ++st) {
       const char* labels[] = {
-          pcp_fabric_worker_state_name((pcp_fabric_worker_state_t)s),
+          pcp_fabric_worker_state_name((pcp_fabric_worker_state_t)st),
           ep->gauge_keys[k].backend, ep->gauge_keys[k].target};
-      pcp_obs_family_set(ep->families[M_WORKERS], labels, counts[s]);
+      pcp_obs_family_set(ep->families[M_WORKERS], labels, counts[k][st]);
     }
   }
 }
@@ -1972,7 +1984,8 @@ static void on_tick(void* user_data, pcp_loop_timer_t* timer,
     for (size_t i = 0; i < count; ++i) handle_sched_event(ep, &events[i]);
     if (count < PCP_ARRAYSIZE(events)) break;
   }
-  refresh_worker_gauges(ep, now);
+  // Gauges once per H: they are read by scrapes, not by the loop.
+  if (++ep->tick_count % 4 == 0) refresh_worker_gauges(ep, now);
   ep->schedule_wanted = true;
   unlock_and_notify(ep);
 }
