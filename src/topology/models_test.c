@@ -235,8 +235,7 @@ static const char* handler_view(const char* message,
   size_t count = 0;
   const pcp_topology_message_entry_t* catalog =
       pcp_topology_message_catalog(&count);
-  switch (pcp_topology_worker_handler_check(catalog, count, message,
-                                            claimed)) {
+  switch (pcp_topology_worker_handler_check(catalog, count, message, claimed)) {
     case PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED:
       return claimed == PCP_TOPOLOGY_HANDLER_INFERENCE
                  ? "view.handler.accepted.inference"
@@ -267,12 +266,14 @@ static void test_message_index_model(void** state) {
       {"DecoupledFragmentUpdate", PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING},
       {"pcp.unknown", PCP_TOPOLOGY_HANDLER_NONE},
   };
-  pcp_topology_vertex_t in[8] = {
-      sym(GW, 0, "StartDecoupledDilocoLoop"),
-      sym(WK, 0, "handler.decoupled_training"),
-      sym(GW, 0, "StartGeneration"), sym(WK, 0, "handler.inference"),
-      sym(GW, 0, "queue.worker_result"), sym(WK, 0, "DecoupledFragmentUpdate"),
-      sym(GW, 0, "message.unknown"), sym(WK, 0, "handler.unknown")};
+  pcp_topology_vertex_t in[8] = {sym(GW, 0, "StartDecoupledDilocoLoop"),
+                                 sym(WK, 0, "handler.decoupled_training"),
+                                 sym(GW, 0, "StartGeneration"),
+                                 sym(WK, 0, "handler.inference"),
+                                 sym(GW, 0, "queue.worker_result"),
+                                 sym(WK, 0, "DecoupledFragmentUpdate"),
+                                 sym(GW, 0, "message.unknown"),
+                                 sym(WK, 0, "handler.unknown")};
   pcp_topology_vertex_t pr[8];
   for (size_t c = 0; c < 4; ++c) {
     pr[2 * c] = sym(GW, 0, dispatch_view(kCases[c].message));

@@ -224,7 +224,9 @@ pcp_status_t pcp_topology_fabric_catalog(
   // Every wire number, so that a type proto adds anywhere is seen.
   for (uint32_t type = 0; type <= UINT16_MAX; ++type) {
     const char* name = pcp_proto_message_type_name((uint16_t)type);
-    if (!name) continue;
+    if (!name) {
+      continue;
+    }
     pcp_topology_fabric_direction_t direction = 0;
     for (size_t d = 0; d < PCP_ARRAYSIZE(kFabricDirections); ++d) {
       if ((uint32_t)kFabricDirections[d].type == type) {
@@ -895,7 +897,9 @@ pcp_topology_sched_invariant_t pcp_topology_sched_check_invariants(
   }
   uint32_t held = 0;
   for (uint32_t r = 0; r < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++r) {
-    if (!s->reservations[r].active) continue;
+    if (!s->reservations[r].active) {
+      continue;
+    }
     if (held & s->reservations[r].worker_mask) {
       return PCP_TOPOLOGY_SCHED_INVARIANT_DUPLICATE_WORKER_RESERVATION;
     }
@@ -1122,8 +1126,8 @@ pcp_status_t pcp_topology_decoupled_quorum_validate(uint32_t quorum,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_topology_decoupled_fragment_validate(
-    uint32_t fragment_index, uint32_t fragment_count) {
+pcp_status_t pcp_topology_decoupled_fragment_validate(uint32_t fragment_index,
+                                                      uint32_t fragment_count) {
   if (fragment_count == 0) {
     return pcp_topology_make_status(PCP_TOPOLOGY_ERROR_INVALID_FRAGMENT_COUNT,
                                     "a decoupled model needs a fragment");
@@ -1189,7 +1193,9 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
       // The learner reports each completed local step with its clock
       // (DecoupledLearnerMetadata) and the syncer observes it, so an update
       // that carries an older clock afterwards is stale.
-      if (d->clock[w] > d->known_clock[w]) d->known_clock[w] = d->clock[w];
+      if (d->clock[w] > d->known_clock[w]) {
+        d->known_clock[w] = d->clock[w];
+      }
       if (w < PCP_TOPOLOGY_VECTOR_CLOCK_SYNCER &&
           d->clock[w] > d->vector_clock.counters[w]) {
         d->vector_clock.counters[w] = d->clock[w];

@@ -480,12 +480,12 @@ static void test_message_registry_oracle(void** state) {
     assert_int_equal(pcp_topology_message_dispatch(catalog, count, e->name),
                      PCP_TOPOLOGY_DISPATCH_CONTROLLER_TO_WORKER);
     for (int h = 1; h < PCP_TOPOLOGY_HANDLER_COUNT_; ++h) {
-      assert_int_equal(pcp_topology_worker_handler_check(
-                           catalog, count, e->name,
-                           (pcp_topology_worker_handler_t)h),
-                       h == (int)e->handler
-                           ? PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED
-                           : PCP_TOPOLOGY_HANDLER_VERDICT_WRONG_WORKER_HANDLER);
+      assert_int_equal(
+          pcp_topology_worker_handler_check(catalog, count, e->name,
+                                            (pcp_topology_worker_handler_t)h),
+          h == (int)e->handler
+              ? PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED
+              : PCP_TOPOLOGY_HANDLER_VERDICT_WRONG_WORKER_HANDLER);
     }
   }
   for (size_t i = 0; i < count; ++i) {
@@ -518,12 +518,14 @@ static void test_message_registry_oracle(void** state) {
   // (every wire number proto names, same name, a direction for each).
   pcp_topology_fabric_message_t fabric[PCP_TOPOLOGY_FABRIC_MAX_MESSAGES];
   size_t fabric_count = 0;
-  PCP_CHECK_OK(pcp_topology_fabric_catalog(
-      fabric, PCP_ARRAYSIZE(fabric), &fabric_count));
+  PCP_CHECK_OK(pcp_topology_fabric_catalog(fabric, PCP_ARRAYSIZE(fabric),
+                                           &fabric_count));
   size_t named = 0;
   for (uint32_t type = 0; type <= UINT16_MAX; ++type) {
     const char* name = pcp_proto_message_type_name((uint16_t)type);
-    if (!name) continue;
+    if (!name) {
+      continue;
+    }
     assert_true(named < fabric_count);
     assert_int_equal(fabric[named].type, type);
     assert_string_equal(fabric[named].name, name);
@@ -543,8 +545,8 @@ static void test_message_registry_oracle(void** state) {
                        PCP_TOPOLOGY_FABRIC_WORKER_TO_GATEWAY);
     }
   }
-  assert_int_equal(pcp_status_consume_code(pcp_topology_fabric_catalog(
-                       fabric, 4, &fabric_count)),
+  assert_int_equal(pcp_status_consume_code(
+                       pcp_topology_fabric_catalog(fabric, 4, &fabric_count)),
                    PCP_STATUS_RESOURCE_EXHAUSTED);
   // trainingKindFromRequestBody("{}") is regular.
   assert_int_equal(pcp_topology_training_kind_from_request_body("{}"),
@@ -575,12 +577,10 @@ static void test_decoupled_configuration_invariants(void** state) {
   assert_int_equal(status_error(pcp_topology_decoupled_quorum_validate(3, 2)),
                    PCP_TOPOLOGY_ERROR_INVALID_QUORUM);
   PCP_CHECK_OK(pcp_topology_decoupled_fragment_validate(7, 8));
-  assert_int_equal(
-      status_error(pcp_topology_decoupled_fragment_validate(8, 8)),
-      PCP_TOPOLOGY_ERROR_INVALID_FRAGMENT_INDEX);
-  assert_int_equal(
-      status_error(pcp_topology_decoupled_fragment_validate(0, 0)),
-      PCP_TOPOLOGY_ERROR_INVALID_FRAGMENT_COUNT);
+  assert_int_equal(status_error(pcp_topology_decoupled_fragment_validate(8, 8)),
+                   PCP_TOPOLOGY_ERROR_INVALID_FRAGMENT_INDEX);
+  assert_int_equal(status_error(pcp_topology_decoupled_fragment_validate(0, 0)),
+                   PCP_TOPOLOGY_ERROR_INVALID_FRAGMENT_COUNT);
 }
 
 // merge oracle: direct average, RDA envelope, token weights, degenerate
@@ -706,7 +706,9 @@ static bool sched_bug_fails(void* user_data,
       }
       uint32_t held = 0;
       for (uint32_t w = 0; w < s.worker_count; ++w) {
-        if (!((res->worker_mask >> w) & 1u)) continue;
+        if (!((res->worker_mask >> w) & 1u)) {
+          continue;
+        }
         held++;
         lost |= s.workers[w].state == PCP_TOPOLOGY_WORKER_OFFLINE;
       }
@@ -749,9 +751,8 @@ static size_t sched_bug_shrink(sched_bug_t bug,
   // The correct scheduler passes the same schedule.
   assert_false(sched_bug_fails(&script, actions, count));
   script.inject = true;
-  PCP_CHECK_OK(pcp_topology_actions_shrink(pcp_allocator_system(), actions,
-                                           count, sched_bug_fails, &script,
-                                           out));
+  PCP_CHECK_OK(pcp_topology_actions_shrink(
+      pcp_allocator_system(), actions, count, sched_bug_fails, &script, out));
   return out->action_count;
 }
 
@@ -769,17 +770,19 @@ static void test_sched_injected_bugs_shrink(void** state) {
       {SCHED_RELEASE, {6, 0, 0}},         {SCHED_RESERVE, {7, INFERENCE, 2}},
       {SCHED_START_NEXT, {0, 0, 0}}};
   assert_true(sched_bug_shrink(SCHED_BUG_DUPLICATE_WORKER_RESERVATION,
-                               kDuplicate, PCP_ARRAYSIZE(kDuplicate),
-                               &r) <= 2);
+                               kDuplicate, PCP_ARRAYSIZE(kDuplicate), &r) <= 2);
   assert_int_equal(r.action_count, 2);
   assert_int_equal(r.actions[0].kind, SCHED_RESERVE);
   assert_int_equal(r.actions[1].kind, SCHED_RESERVE);
   pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
 
   static const pcp_topology_action_t kLoss[] = {
-      {SCHED_ENQUEUE, {90, TRAINING, 1}}, {SCHED_RESERVE, {6, INFERENCE, 1}},
-      {SCHED_RESERVE, {5, TRAINING, 1}},  {SCHED_RESTORE, {2, 0, 0}},
-      {SCHED_LOSE, {1, 0, 0}},            {SCHED_ENQUEUE, {91, TRAINING, 1}},
+      {SCHED_ENQUEUE, {90, TRAINING, 1}},
+      {SCHED_RESERVE, {6, INFERENCE, 1}},
+      {SCHED_RESERVE, {5, TRAINING, 1}},
+      {SCHED_RESTORE, {2, 0, 0}},
+      {SCHED_LOSE, {1, 0, 0}},
+      {SCHED_ENQUEUE, {91, TRAINING, 1}},
       {SCHED_COMMIT, {5, 0, 0}}};
   assert_int_equal(sched_bug_shrink(SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS,
                                     kLoss, PCP_ARRAYSIZE(kLoss), &r),
@@ -795,8 +798,8 @@ static void test_sched_injected_bugs_shrink(void** state) {
       {SCHED_ENQUEUE, {90, TRAINING, 1}}, {SCHED_RESERVE, {6, INFERENCE, 1}},
       {SCHED_RESERVE, {5, TRAINING, 1}},  {SCHED_LOSE, {1, 0, 0}},
       {SCHED_QUEUE, {5, 0, 0}},           {SCHED_CANCEL, {5, 0, 0}}};
-  assert_int_equal(sched_bug_shrink(SCHED_BUG_CANCELLATION_CLEANUP_LEAK,
-                                    kLeak, PCP_ARRAYSIZE(kLeak), &r),
+  assert_int_equal(sched_bug_shrink(SCHED_BUG_CANCELLATION_CLEANUP_LEAK, kLeak,
+                                    PCP_ARRAYSIZE(kLeak), &r),
                    2);
   assert_int_equal(r.actions[0].kind, SCHED_RESERVE);
   assert_int_equal(r.actions[1].kind, SCHED_CANCEL);
@@ -1020,15 +1023,14 @@ static void test_decoupled_injected_bugs_shrink(void** state) {
   const uint32_t S = PCP_TOPOLOGY_DECOUPLED_SUBMIT;
   const uint32_t T = PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW;
   const uint32_t F = PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT;
-  const pcp_topology_action_t below[] = {
-      {A, {0, 0, 0}}, {A, {1, 0, 0}}, {L, {0, 0, 0}},
-      {S, {0, 1, 0}}, {L, {1, 0, 0}}, {F, {0, 0, 0}}};
+  const pcp_topology_action_t below[] = {{A, {0, 0, 0}}, {A, {1, 0, 0}},
+                                         {L, {0, 0, 0}}, {S, {0, 1, 0}},
+                                         {L, {1, 0, 0}}, {F, {0, 0, 0}}};
   decoupled_script_t script = {2, false};
   pcp_topology_action_shrink_result_t r;
-  PCP_CHECK_OK(pcp_topology_actions_shrink(pcp_allocator_system(), below,
-                                           PCP_ARRAYSIZE(below),
-                                           decoupled_script_fails, &script,
-                                           &r));
+  PCP_CHECK_OK(pcp_topology_actions_shrink(
+      pcp_allocator_system(), below, PCP_ARRAYSIZE(below),
+      decoupled_script_fails, &script, &r));
   assert_true(r.action_count <= 4);
   assert_int_equal(r.actions[r.action_count - 1].kind, F);
   pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
@@ -1040,10 +1042,9 @@ static void test_decoupled_injected_bugs_shrink(void** state) {
       {S, {0, 1, 0}}, {S, {1, 1, 0}}, {T, {0, 0, 0}}, {L, {0, 0, 0}},
       {L, {0, 0, 0}}, {S, {0, 1, 0}}};
   script = (decoupled_script_t){2, true};
-  PCP_CHECK_OK(pcp_topology_actions_shrink(pcp_allocator_system(), stale,
-                                           PCP_ARRAYSIZE(stale),
-                                           decoupled_script_fails, &script,
-                                           &r));
+  PCP_CHECK_OK(pcp_topology_actions_shrink(
+      pcp_allocator_system(), stale, PCP_ARRAYSIZE(stale),
+      decoupled_script_fails, &script, &r));
   assert_true(r.action_count <= 3);
   // assign, one observed local step, an update with clock 0.
   assert_int_equal(r.action_count, 3);
@@ -1055,11 +1056,10 @@ static void test_decoupled_injected_bugs_shrink(void** state) {
   pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
   // The correct model rejects the stale clock: nothing to shrink.
   script.accept_stale_clock = false;
-  assert_int_equal(
-      pcp_status_consume_code(pcp_topology_actions_shrink(
-          pcp_allocator_system(), stale, PCP_ARRAYSIZE(stale),
-          decoupled_script_fails, &script, &r)),
-      PCP_STATUS_FAILED_PRECONDITION);
+  assert_int_equal(pcp_status_consume_code(pcp_topology_actions_shrink(
+                       pcp_allocator_system(), stale, PCP_ARRAYSIZE(stale),
+                       decoupled_script_fails, &script, &r)),
+                   PCP_STATUS_FAILED_PRECONDITION);
 }
 
 // lease rules agree with src/sched where the semantics match: on 300
@@ -1098,8 +1098,8 @@ static void test_sched_lease_rules_match_real_scheduler(void** state) {
     for (uint32_t w = 0; w < workers; ++w) {
       size_t backend = (size_t)pcp_rng_next_below(&rng, 3);
       const char* target = kTargets[pcp_rng_next_below(&rng, 3)];
-      pcp_sched_worker_info_t info = {kIds[w], kBackends[backend], target, 0,
-                                      1u << 30, NULL};
+      pcp_sched_worker_info_t info = {kIds[w], kBackends[backend], target,
+                                      0,       1u << 30,           NULL};
       PCP_CHECK_OK(pcp_sched_worker_join(real, &info, 0));
       PCP_CHECK_OK(pcp_sched_worker_ready(real, kIds[w], 0, NULL));
       // Backend b is class b + 1 in both enums (cpu 1, cuda 2, rocm 3).
@@ -1110,8 +1110,8 @@ static void test_sched_lease_rules_match_real_scheduler(void** state) {
       size_t c = (size_t)pcp_rng_next_below(&rng, 3);
       const char* target = pcp_rng_next_below(&rng, 3) == 0 ? "sm_80" : NULL;
       uint32_t max = (uint32_t)pcp_rng_next_below(&rng, 4);  // 0: unlimited
-      pcp_sched_owner_policy_t policy = {
-          kRealClasses[c], target, 0, max ? max : PCP_SCHED_UNLIMITED};
+      pcp_sched_owner_policy_t policy = {kRealClasses[c], target, 0,
+                                         max ? max : PCP_SCHED_UNLIMITED};
       PCP_CHECK_OK(
           pcp_sched_owner_policy_set(real, (pcp_sched_owner_t)o, &policy));
       model.policies[o].worker_class = kClasses[c];
@@ -1137,12 +1137,11 @@ static void test_sched_lease_rules_match_real_scheduler(void** state) {
       uint32_t owner = (uint32_t)pcp_rng_next_below(&rng, 2);
       uint32_t count = 1 + (uint32_t)pcp_rng_next_below(&rng, 3);
       uint32_t job = 100 + round * 10 + step;
-      pcp_sched_constraint_t constraint = {PCP_SCHED_WORKER_CLASS_ANY, NULL,
-                                           0, count};
+      pcp_sched_constraint_t constraint = {PCP_SCHED_WORKER_CLASS_ANY, NULL, 0,
+                                           count};
       uint64_t id = 0;
       pcp_status_t status = pcp_sched_reservation_reserve(
-          real, (pcp_sched_owner_t)owner, &constraint, job, 0, INT64_MAX,
-          &id);
+          real, (pcp_sched_owner_t)owner, &constraint, job, 0, INT64_MAX, &id);
       bool real_ok = status == NULL;
       pcp_status_ignore(status);
       int32_t slot = pcp_topology_sched_reserve(&model, job, owner, count);
@@ -1190,7 +1189,9 @@ static bool production_registry_select(
   const pcp_topology_federation_service_t* best = NULL;
   for (uint32_t g = 0; g < f->gateway_count; ++g) {
     const pcp_topology_federation_gateway_t* gateway = &f->gateways[g];
-    if (!gateway->connected) continue;
+    if (!gateway->connected) {
+      continue;
+    }
     if (selector->gateway && strcmp(selector->gateway, gateway->name) != 0) {
       continue;
     }
@@ -1201,7 +1202,9 @@ static bool production_registry_select(
         match |= c->capabilities[k] &&
                  strcmp(c->capabilities[k], selector->service_type) == 0;
       }
-      if (!match) continue;
+      if (!match) {
+        continue;
+      }
       bool wins = !best;
       if (best && c->health_ok != best->health_ok) {
         wins = c->health_ok;

@@ -160,7 +160,9 @@ static bool actions_try(pcp_topology_action_predicate_fn_t predicate,
                         pcp_topology_action_t** candidate, size_t count,
                         size_t* inout_calls) {
   ++*inout_calls;
-  if (!predicate(user_data, *candidate, count)) return false;
+  if (!predicate(user_data, *candidate, count)) {
+    return false;
+  }
   pcp_topology_action_t* swap = *current;
   *current = *candidate;
   *candidate = swap;
@@ -175,7 +177,9 @@ static size_t actions_delete(pcp_topology_action_predicate_fn_t predicate,
                              size_t* inout_count, size_t* inout_calls) {
   size_t deleted = 0;
   size_t chunk = *inout_count / 2;
-  if (chunk == 0) chunk = 1;
+  if (chunk == 0) {
+    chunk = 1;
+  }
   for (;;) {
     bool any = false;
     size_t start = 0;
@@ -185,8 +189,8 @@ static size_t actions_delete(pcp_topology_action_predicate_fn_t predicate,
       memcpy(*candidate, *current, start * sizeof(**current));
       memcpy(*candidate + start, *current + start + length,
              (count - start - length) * sizeof(**current));
-      if (actions_try(predicate, user_data, current, candidate,
-                      count - length, inout_calls)) {
+      if (actions_try(predicate, user_data, current, candidate, count - length,
+                      inout_calls)) {
         *inout_count = count - length;
         deleted += length;
         any = true;
@@ -212,7 +216,9 @@ static size_t actions_reduce(pcp_topology_action_predicate_fn_t predicate,
   for (size_t i = 0; i < count; ++i) {
     for (uint32_t p = 0; p < PCP_TOPOLOGY_ACTION_MAX_PARAMETERS; ++p) {
       uint64_t value = (*current)[i].parameters[p];
-      if (value == 0) continue;
+      if (value == 0) {
+        continue;
+      }
       uint64_t next = 0;
       for (;;) {
         memcpy(*candidate, *current, count * sizeof(**current));
@@ -221,12 +227,16 @@ static size_t actions_reduce(pcp_topology_action_predicate_fn_t predicate,
                         inout_calls)) {
           ++reduced;
           value = next;
-          if (next == 0) break;
+          if (next == 0) {
+            break;
+          }
           next = value / 2;
         } else {
           // 0 failed: continue with halves of the current value.
           next = next == 0 ? value / 2 : next / 2;
-          if (next == 0) break;
+          if (next == 0) {
+            break;
+          }
         }
       }
     }
@@ -255,7 +265,9 @@ pcp_status_t pcp_topology_actions_shrink(
     pcp_allocator_free(allocator, current);
     return status;
   }
-  if (action_count) memcpy(current, actions, action_count * sizeof(*actions));
+  if (action_count) {
+    memcpy(current, actions, action_count * sizeof(*actions));
+  }
   size_t count = action_count;
   size_t reduced = 0;
   size_t rounds = 0;
@@ -263,12 +275,14 @@ pcp_status_t pcp_topology_actions_shrink(
   // should be) cannot loop forever.
   while (rounds < 64) {
     ++rounds;
-    size_t deleted = actions_delete(predicate, user_data, &current,
-                                    &candidate, &count, &calls);
+    size_t deleted = actions_delete(predicate, user_data, &current, &candidate,
+                                    &count, &calls);
     size_t round_reduced = actions_reduce(predicate, user_data, &current,
                                           &candidate, count, &calls);
     reduced += round_reduced;
-    if (deleted == 0 && round_reduced == 0) break;
+    if (deleted == 0 && round_reduced == 0) {
+      break;
+    }
   }
   pcp_allocator_free(allocator, candidate);
   out_result->actions = current;
@@ -282,6 +296,8 @@ pcp_status_t pcp_topology_actions_shrink(
 
 void pcp_topology_action_shrink_result_deinitialize(
     pcp_allocator_t allocator, pcp_topology_action_shrink_result_t* result) {
-  if (result->actions) pcp_allocator_free(allocator, result->actions);
+  if (result->actions) {
+    pcp_allocator_free(allocator, result->actions);
+  }
   memset(result, 0, sizeof(*result));
 }

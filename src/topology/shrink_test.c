@@ -278,8 +278,12 @@ static bool steps_beat_check(void* user_data,
   (void)user_data;
   uint64_t steps = 0;
   for (size_t i = 0; i < count; ++i) {
-    if (actions[i].kind == 0) steps++;
-    if (actions[i].kind == 1) return steps > actions[i].parameters[0];
+    if (actions[i].kind == 0) {
+      steps++;
+    }
+    if (actions[i].kind == 1) {
+      return steps > actions[i].parameters[0];
+    }
   }
   return false;
 }
@@ -293,9 +297,9 @@ static void test_action_shrinking_reaches_fixed_point(void** state) {
       {2, {9, 9, 9}}, {2, {1, 0, 0}}, {2, {0, 0, 0}}, {2, {4, 0, 0}},
       {0, {0, 0, 0}}, {0, {0, 0, 0}}, {0, {0, 0, 0}}, {1, {2, 0, 0}}};
   pcp_topology_action_shrink_result_t r;
-  PCP_CHECK_OK(pcp_topology_actions_shrink(
-      pcp_allocator_system(), kActions, PCP_ARRAYSIZE(kActions),
-      steps_beat_check, NULL, &r));
+  PCP_CHECK_OK(pcp_topology_actions_shrink(pcp_allocator_system(), kActions,
+                                           PCP_ARRAYSIZE(kActions),
+                                           steps_beat_check, NULL, &r));
   assert_int_equal(r.action_count, 2);
   assert_int_equal(r.actions[0].kind, 0);
   assert_int_equal(r.actions[1].kind, 1);
@@ -305,10 +309,10 @@ static void test_action_shrinking_reaches_fixed_point(void** state) {
   assert_true(r.rounds >= 2);
   pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
   // The predicate must hold on the input.
-  assert_int_equal(pcp_status_consume_code(pcp_topology_actions_shrink(
-                       pcp_allocator_system(), kActions, 4, steps_beat_check,
-                       NULL, &r)),
-                   PCP_STATUS_FAILED_PRECONDITION);
+  assert_int_equal(
+      pcp_status_consume_code(pcp_topology_actions_shrink(
+          pcp_allocator_system(), kActions, 4, steps_beat_check, NULL, &r)),
+      PCP_STATUS_FAILED_PRECONDITION);
 }
 
 int main(void) {
