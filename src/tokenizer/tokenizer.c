@@ -1426,8 +1426,31 @@ static pcp_status_t encode_ordinary(pcp_tokenizer_encoder_t* e,
   return process_piece(e, 0, p, n);
 }
 
-static inline bool is_space_byte(uint8_t c) {
-  return c == ' ' || (c >= '\t' && c <= '\r');
+// Unicode White_Space (Rust's char::is_whitespace, which `tokenizers` uses
+// for lstrip/rstrip).
+static bool is_unicode_space(int32_t cp) {
+  return cp == ' ' || (cp >= '\t' && cp <= '\r') || cp == 0x85 ||
+         cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+         cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+         cp == 0x3000;
+}
+
+// Length of the whitespace character ending at |end| (> |floor|), or 0.
+static size_t space_before(const uint8_t* p, size_t floor, size_t end) {
+  size_t start = end - 1;
+  while (start > floor && end - start < 4 && (p[start] & 0xC0) == 0x80) {
+    --start;
+  }
+  size_t length = 0;
+  int32_t cp = pcp_tokenizer_utf8_decode(p + start, end - start, &length);
+  return start + length == end && is_unicode_space(cp) ? length : 0;
+}
+
+// Length of the whitespace character starting at |start| (< |n|), or 0.
+static size_t space_after(const uint8_t* p, size_t start, size_t n) {
+  size_t length = 0;
+  int32_t cp = pcp_tokenizer_utf8_decode(p + start, n - start, &length);
+  return is_unicode_space(cp) ? length : 0;
 }
 
 static inline bool is_word_byte(uint8_t c) {
@@ -1473,11 +1496,13 @@ pcp_status_t pcp_tokenizer_encoder_encode(pcp_tokenizer_encoder_t* e,
       continue;
     }
     size_t start = pos, end = pos + hit->length;
-    if (hit->lstrip) {
-      while (start > segment_start && is_space_byte(p[start - 1])) --start;
+    size_t length;
+    while (hit->lstrip && start > segment_start &&
+           (length = space_before(p, segment_start, start)) > 0) {
+      start -= length;
     }
-    if (hit->rstrip) {
-      while (end < n && is_space_byte(p[end])) ++end;
+    while (hit->rstrip && end < n && (length = space_after(p, end, n)) > 0) {
+      end += length;
     }
     PCP_RETURN_IF_ERROR_BARE(
         encode_ordinary(e, p + segment_start, start - segment_start));

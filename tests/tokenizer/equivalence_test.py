@@ -54,6 +54,7 @@ BASE_LINES = [
     "MiXeD CaSe WORDS and ALLCAPS, contractions: I'M, YOU'RE, WE'VE, SHE'LL, HE'D, IT'S.",
     "Punctuation!!! ??? ... --- ___ *** ### @@@ $$$ %%% ^^^ &&& ((( ))) [[[ ]]] {{{ }}}",
     "Flags: a  [MASK]  b [MASK]c\t[MASK]\td <w> x<w>y <w>z _<w> <w>_ 1<w>2 é<w> <w>",
+    "Unicode spaces: x\u3000\u00a0[MASK]\u2003\u2009y [MASK]\u200bz",
     "<think>\nreasoning here\n</think>\n\nanswer <think></think>",
 ]
 
@@ -109,14 +110,18 @@ def corpus_lines():
     return "\n".join(lines).split("\n")
 
 
-def train(kind, corpus_path, out_path, string_merges=False):
+def train(kind, corpus_path, out_path, string_merges=False, ignore_merges=False):
     trained = os.path.join(os.path.dirname(out_path), "%s.json" % kind)
-    if string_merges and os.path.exists(trained):
-        # Same model as the plain variant, merges rewritten as "a b".
+    if (string_merges or ignore_merges) and os.path.exists(trained):
+        # Same model as the plain variant, merges rewritten as "a b" or
+        # ignore_merges set (Llama-3 style: a word in the vocab is one token).
         with open(trained, encoding="utf-8") as f:
             data = json.load(f)
-        data["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m
-                                   for m in data["model"]["merges"]]
+        if string_merges:
+            data["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m
+                                       for m in data["model"]["merges"]]
+        if ignore_merges:
+            data["model"]["ignore_merges"] = True
         with open(out_path, "w", encoding="utf-8") as f:
             json.dump(data, f, ensure_ascii=False)
         return Tokenizer.from_file(out_path)
@@ -158,13 +163,13 @@ def run_tool(tool, tokenizer_json, mode, path):
 
 
 def check_variant(args, name, kind, corpus_path, lines, string_merges=False,
-                  tokenizer_json=None):
+                  tokenizer_json=None, ignore_merges=False):
     if tokenizer_json:
         tj = tokenizer_json
         tok = Tokenizer.from_file(tj)
     else:
         tj = os.path.join(args.work_dir, "%s.json" % name)
-        tok = train(kind, corpus_path, tj, string_merges)
+        tok = train(kind, corpus_path, tj, string_merges, ignore_merges)
     failures = 0
     # Per line.
     ours = run_tool(args.tool, tj, "lines", corpus_path).split("\n")
@@ -320,6 +325,8 @@ def main():
     failures += check_variant(args, "qwen2", "qwen2", corpus_path, lines)
     failures += check_variant(args, "qwen2_string_merges", "qwen2", corpus_path, lines,
                               string_merges=True)
+    failures += check_variant(args, "qwen2_ignore_merges", "qwen2", corpus_path, lines,
+                              ignore_merges=True)
     qwen = qwen_tokenizer_dir()
     if qwen:
         tj = os.path.join(qwen, "tokenizer.json")
