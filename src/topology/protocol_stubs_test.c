@@ -938,6 +938,74 @@ static void test_sched_invariants(void** state) {
                    PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS);
 }
 
+// oracles/scheduling: the eight post-conditions, each broken on its own
+// from a valid state (two cuda workers, one training reservation of one
+// worker), and each named by the oracle
+static void test_sched_eight_post_conditions(void** state) {
+  (void)state;
+  static const pcp_topology_sched_invariant_t kAll[] = {
+      PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_RESERVED_WORKER,
+      PCP_TOPOLOGY_SCHED_INVARIANT_RESERVATION_OVERFULL,
+      PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_ASSIGNED_WORKER,
+      PCP_TOPOLOGY_SCHED_INVARIANT_MAX_WORKERS_EXCEEDED,
+      PCP_TOPOLOGY_SCHED_INVARIANT_RESERVED_CAPACITY_STARVED,
+      PCP_TOPOLOGY_SCHED_INVARIANT_QUEUED_RESERVATION_MISSING,
+      PCP_TOPOLOGY_SCHED_INVARIANT_IDLE_WORKER_OWNED,
+      PCP_TOPOLOGY_SCHED_INVARIANT_DUPLICATE_WORKER_RESERVATION,
+  };
+  for (size_t k = 0; k < PCP_ARRAYSIZE(kAll); ++k) {
+    pcp_topology_sched_t s;
+    sched_with(&s, 2);
+    int32_t slot = pcp_topology_sched_reserve(&s, 5, TRAINING, 1);
+    assert_int_equal(slot, 0);
+    assert_int_equal(pcp_topology_sched_check_invariants(&s),
+                     PCP_TOPOLOGY_SCHED_INVARIANT_OK);
+    pcp_topology_sched_worker_t* free_worker = &s.workers[1];
+    switch (kAll[k]) {
+      case PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_RESERVED_WORKER:
+        s.reservations[slot].active = false;  // gone, worker still held
+        break;
+      case PCP_TOPOLOGY_SCHED_INVARIANT_RESERVATION_OVERFULL:
+        free_worker->state = PCP_TOPOLOGY_WORKER_RESERVED;
+        free_worker->owner = TRAINING;
+        free_worker->reservation = slot;
+        free_worker->job = 5;
+        break;
+      case PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_ASSIGNED_WORKER:
+        free_worker->state = PCP_TOPOLOGY_WORKER_ASSIGNED;
+        free_worker->owner = TRAINING;
+        free_worker->job = 77;  // no such active job
+        break;
+      case PCP_TOPOLOGY_SCHED_INVARIANT_MAX_WORKERS_EXCEEDED:
+        assert_true(pcp_topology_sched_reserve(&s, 6, TRAINING, 1) >= 0);
+        s.policies[TRAINING].max_workers = 1;
+        break;
+      case PCP_TOPOLOGY_SCHED_INVARIANT_RESERVED_CAPACITY_STARVED:
+        assert_true(pcp_topology_sched_reserve(&s, 6, TRAINING, 1) >= 0);
+        s.policies[INFERENCE].reserved_workers = 1;
+        break;
+      case PCP_TOPOLOGY_SCHED_INVARIANT_QUEUED_RESERVATION_MISSING:
+        s.queue[0] = (pcp_topology_sched_queued_t){9, TRAINING, 1, 3};
+        s.queue_count = 1;
+        break;
+      case PCP_TOPOLOGY_SCHED_INVARIANT_IDLE_WORKER_OWNED:
+        free_worker->owner = INFERENCE;
+        break;
+      case PCP_TOPOLOGY_SCHED_INVARIANT_DUPLICATE_WORKER_RESERVATION:
+        assert_true(pcp_topology_sched_reserve(&s, 6, INFERENCE, 1) >= 0);
+        s.reservations[1].worker_mask |= 1u;  // also claims worker 0
+        break;
+      default:
+        fail();
+    }
+    assert_int_equal(pcp_topology_sched_check_invariants(&s), kAll[k]);
+    assert_string_not_equal(pcp_topology_sched_invariant_name(kAll[k]), "?");
+  }
+  assert_string_equal(pcp_topology_sched_invariant_name(
+                          PCP_TOPOLOGY_SCHED_INVARIANT_OK),
+                      "ok");
+}
+
 // the gateway's cancel frees an open reservation, a queued reserved job and
 // an active job; an unknown job is not found
 static void test_sched_cancel_any_state(void** state) {
@@ -1343,6 +1411,7 @@ int main(void) {
       cmocka_unit_test(test_sched_policy_helpers),
       cmocka_unit_test(test_sched_injected_bugs_shrink),
       cmocka_unit_test(test_sched_invariants),
+      cmocka_unit_test(test_sched_eight_post_conditions),
       cmocka_unit_test(test_sched_lease_rules_match_real_scheduler),
       cmocka_unit_test(test_sched_cancel_any_state),
       cmocka_unit_test(test_federation_places_deterministically),
