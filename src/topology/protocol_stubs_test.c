@@ -1001,9 +1001,8 @@ static void test_sched_eight_post_conditions(void** state) {
     assert_int_equal(pcp_topology_sched_check_invariants(&s), kAll[k]);
     assert_string_not_equal(pcp_topology_sched_invariant_name(kAll[k]), "?");
   }
-  assert_string_equal(pcp_topology_sched_invariant_name(
-                          PCP_TOPOLOGY_SCHED_INVARIANT_OK),
-                      "ok");
+  assert_string_equal(
+      pcp_topology_sched_invariant_name(PCP_TOPOLOGY_SCHED_INVARIANT_OK), "ok");
 }
 
 // the gateway's cancel frees an open reservation, a queued reserved job and
