@@ -5,6 +5,7 @@
 // limits, malformed tokenizer.json files, the chat template and an OOM sweep.
 // Equivalence with the `tokenizers` package is tests/tokenizer/.
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -669,6 +670,60 @@ static void test_oom_sweep(void** state) {
   free(json);
 }
 
+// One tokenizer, several threads, an encoder each: the tokenizer is
+// read-only, so every thread gets the ids a single thread gets.
+typedef struct thread_case_t {
+  const pcp_tokenizer_t* tokenizer;
+  const char* text;
+  const int32_t* expect;
+  size_t expect_count;
+  int mismatches;
+} thread_case_t;
+
+static void* encode_thread(void* arg) {
+  thread_case_t* c = arg;
+  pcp_tokenizer_encoder_t* e = NULL;
+  PCP_CHECK_OK(
+      pcp_tokenizer_encoder_create(c->tokenizer, pcp_allocator_system(), &e));
+  pcp_tokenizer_id_list_t ids;
+  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  for (int i = 0; i < 200; ++i) {
+    ids.count = 0;
+    PCP_CHECK_OK(pcp_tokenizer_encoder_encode(
+        e, pcp_make_cstring_view(c->text), &ids));
+    if (ids.count != c->expect_count ||
+        memcmp(ids.values, c->expect, ids.count * sizeof(int32_t)) != 0) {
+      ++c->mismatches;
+    }
+  }
+  pcp_tokenizer_id_list_deinitialize(&ids);
+  pcp_tokenizer_encoder_release(e);
+  return NULL;
+}
+
+static void test_threads(void** state) {
+  (void)state;
+  pcp_tokenizer_t* t = load_default(true);
+  const char* text =
+      "<|im_start|>user\nabc aaaaaaaaaaaaaaaaaaaaaaaaaaaaa abcabc \xe4\xb8\xad"
+      "\xe4\xb8\xad [R] the end<|im_end|>";
+  int32_t expect[256];
+  size_t count = encode(t, text, strlen(text), expect, 256);
+  thread_case_t cases[4];
+  pthread_t threads[4];
+  for (int i = 0; i < 4; ++i) {
+    cases[i] = (thread_case_t){t, text, expect, count, 0};
+    assert_int_equal(pthread_create(&threads[i], NULL, encode_thread,
+                                    &cases[i]),
+                     0);
+  }
+  for (int i = 0; i < 4; ++i) {
+    assert_int_equal(pthread_join(threads[i], NULL), 0);
+    assert_int_equal(cases[i].mismatches, 0);
+  }
+  pcp_tokenizer_release(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_byte_alphabet),
@@ -683,6 +738,7 @@ int main(void) {
       cmocka_unit_test(test_split_behaviors),
       cmocka_unit_test(test_chat_template),
       cmocka_unit_test(test_oom_sweep),
+      cmocka_unit_test(test_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
