@@ -167,6 +167,187 @@ void pcp_topology_sched_explore_seeded(
 }
 
 //===----------------------------------------------------------------------===//
+// Scheduler: injected bugs
+//===----------------------------------------------------------------------===//
+
+void pcp_topology_sched_action_apply(pcp_topology_sched_t* s,
+                                     const pcp_topology_action_t* a) {
+  uint32_t job = (uint32_t)a->parameters[0];
+  uint32_t owner = (uint32_t)a->parameters[1];
+  uint32_t workers = (uint32_t)a->parameters[2];
+  switch ((pcp_topology_sched_action_kind_t)a->kind) {
+    case PCP_TOPOLOGY_SCHED_ACTION_RESERVE:
+      (void)pcp_topology_sched_reserve(s, job, owner, workers);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_COMMIT:
+      pcp_topology_sched_commit(s, job);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_COMMIT_TO_QUEUE:
+      pcp_topology_sched_commit_to_queue(s, job);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_ENQUEUE:
+      pcp_topology_sched_enqueue(s, job, owner, workers);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_START_NEXT:
+      (void)pcp_topology_sched_start_next(s);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_COMPLETE:
+      pcp_topology_sched_complete(s, job);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_CANCEL:
+      pcp_topology_sched_cancel(s, job);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_RELEASE:
+      pcp_topology_sched_release(s, job);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_EXPIRE:
+      pcp_topology_sched_expire(s, job);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_LOSE_WORKER:
+      pcp_topology_sched_lose_worker(s, job);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_RESTORE_WORKER:
+      pcp_topology_sched_restore_worker(s, job);
+      return;
+    case PCP_TOPOLOGY_SCHED_ACTION_COUNT_:
+      break;
+  }
+  s->violation = PCP_TOPOLOGY_SCHED_VIOLATION_INVALID_REQUEST;
+  s->decision = PCP_TOPOLOGY_SCHED_REJECTED;
+}
+
+const char* pcp_topology_sched_bug_name(pcp_topology_sched_bug_t bug) {
+  switch (bug) {
+    case PCP_TOPOLOGY_SCHED_BUG_DUPLICATE_WORKER_RESERVATION:
+      return "duplicate_worker_reservation";
+    case PCP_TOPOLOGY_SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS:
+      return "assignment_after_worker_loss";
+    case PCP_TOPOLOGY_SCHED_BUG_CANCELLATION_CLEANUP_LEAK:
+      return "cancellation_cleanup_leak";
+    case PCP_TOPOLOGY_SCHED_BUG_COUNT_:
+      break;
+  }
+  return "?";
+}
+
+// Whether the active reservation of |job| has lost a worker: one it was
+// granted is offline, or was restored and so no longer held.
+static bool sched_reservation_lost(const pcp_topology_sched_t* s,
+                                   uint32_t job) {
+  for (uint32_t r = 0; r < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++r) {
+    const pcp_topology_sched_reservation_t* res = &s->reservations[r];
+    if (!res->active || res->job != job) {
+      continue;
+    }
+    uint32_t held = 0;
+    bool lost = false;
+    for (uint32_t w = 0; w < s->worker_count; ++w) {
+      if (!((res->worker_mask >> w) & 1u)) {
+        continue;
+      }
+      held++;
+      lost |= s->workers[w].state == PCP_TOPOLOGY_WORKER_OFFLINE;
+    }
+    return lost || held < res->workers_required;
+  }
+  return false;
+}
+
+bool pcp_topology_sched_bug_exposed(pcp_topology_sched_bug_t bug, bool inject,
+                                    const pcp_topology_action_t* actions,
+                                    size_t action_count) {
+  pcp_topology_sched_t s;
+  sched_fresh(&s);
+  s.bug_duplicate_worker_reservation =
+      inject && bug == PCP_TOPOLOGY_SCHED_BUG_DUPLICATE_WORKER_RESERVATION;
+  s.bug_commit_after_loss =
+      inject && bug == PCP_TOPOLOGY_SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS;
+  s.bug_leak_on_cancel =
+      inject && bug == PCP_TOPOLOGY_SCHED_BUG_CANCELLATION_CLEANUP_LEAK;
+  for (size_t i = 0; i < action_count; ++i) {
+    const pcp_topology_action_t* a = &actions[i];
+    bool lost = a->kind == PCP_TOPOLOGY_SCHED_ACTION_COMMIT &&
+                sched_reservation_lost(&s, (uint32_t)a->parameters[0]);
+    s.violation = PCP_TOPOLOGY_SCHED_VIOLATION_NONE;
+    pcp_topology_sched_action_apply(&s, a);
+    pcp_topology_sched_invariant_t broken =
+        pcp_topology_sched_check_invariants(&s);
+    switch (bug) {
+      case PCP_TOPOLOGY_SCHED_BUG_DUPLICATE_WORKER_RESERVATION:
+        if (broken ==
+            PCP_TOPOLOGY_SCHED_INVARIANT_DUPLICATE_WORKER_RESERVATION) {
+          return true;
+        }
+        break;
+      case PCP_TOPOLOGY_SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS:
+        // The correct scheduler refuses such a commit with the violation of
+        // the same name; the bug lets it through.
+        if (lost && s.decision == PCP_TOPOLOGY_SCHED_COMMITTED) {
+          return true;
+        }
+        break;
+      case PCP_TOPOLOGY_SCHED_BUG_CANCELLATION_CLEANUP_LEAK:
+        if (broken == PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_RESERVED_WORKER) {
+          return true;
+        }
+        break;
+      case PCP_TOPOLOGY_SCHED_BUG_COUNT_:
+        return false;
+    }
+  }
+  return false;
+}
+
+typedef struct sched_bug_context_t {
+  pcp_topology_sched_bug_t bug;
+} sched_bug_context_t;
+
+static bool sched_bug_predicate(void* user_data,
+                                const pcp_topology_action_t* actions,
+                                size_t action_count) {
+  const sched_bug_context_t* context = (const sched_bug_context_t*)user_data;
+  return pcp_topology_sched_bug_exposed(context->bug, true, actions,
+                                        action_count);
+}
+
+pcp_status_t pcp_topology_sched_injected_bug_find(
+    pcp_topology_sched_bug_t bug, uint64_t seed, uint32_t trace_count,
+    uint32_t depth, pcp_allocator_t allocator,
+    pcp_topology_action_shrink_result_t* out_result) {
+  memset(out_result, 0, sizeof(*out_result));
+  if ((unsigned)bug >= PCP_TOPOLOGY_SCHED_BUG_COUNT_ || depth > 64) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "injected scheduler bug %u at depth %u",
+                           (unsigned)bug, depth);
+  }
+  pcp_rng_t rng;
+  pcp_rng_initialize(seed, &rng);
+  pcp_topology_action_t actions[64];
+  for (uint32_t t = 0; t < trace_count; ++t) {
+    for (uint32_t i = 0; i < depth; ++i) {
+      pcp_topology_action_t* a = &actions[i];
+      a->kind =
+          (uint32_t)pcp_rng_next_below(&rng, PCP_TOPOLOGY_SCHED_ACTION_COUNT_);
+      bool on_worker = a->kind == PCP_TOPOLOGY_SCHED_ACTION_LOSE_WORKER ||
+                       a->kind == PCP_TOPOLOGY_SCHED_ACTION_RESTORE_WORKER;
+      a->parameters[0] = on_worker ? 1 + pcp_rng_next_below(&rng, 2)
+                                   : 5 + pcp_rng_next_below(&rng, 3);
+      a->parameters[1] = pcp_rng_next_below(&rng, 2);
+      a->parameters[2] = 1 + pcp_rng_next_below(&rng, 2);
+    }
+    if (!pcp_topology_sched_bug_exposed(bug, true, actions, depth)) {
+      continue;
+    }
+    sched_bug_context_t context = {bug};
+    return pcp_topology_actions_shrink(
+        allocator, actions, depth, sched_bug_predicate, &context, out_result);
+  }
+  return pcp_make_status(PCP_STATUS_NOT_FOUND,
+                         "no schedule of %u exposes %s in %u traces", depth,
+                         pcp_topology_sched_bug_name(bug), trace_count);
+}
+
+//===----------------------------------------------------------------------===//
 // Decoupled window
 //===----------------------------------------------------------------------===//
 

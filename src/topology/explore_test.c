@@ -74,10 +74,38 @@ static void test_decoupled_exploration(void** state) {
                    PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNASSIGNED_WORKER));
 }
 
+// extract/scheduling injected bugs: found by seeded exploration (0x5151,
+// schedules of 8 primitives) with the bug injected, then shrunk:
+// duplicate worker reservation <= 2 events, assignment after worker loss 3,
+// cancellation cleanup leak 2; the correct scheduler passes the shrunk
+// schedules
+static void test_sched_injected_bugs(void** state) {
+  (void)state;
+  static const size_t kExpected[PCP_TOPOLOGY_SCHED_BUG_COUNT_] = {2, 3, 2};
+  for (uint32_t b = 0; b < PCP_TOPOLOGY_SCHED_BUG_COUNT_; ++b) {
+    pcp_topology_sched_bug_t bug = (pcp_topology_sched_bug_t)b;
+    pcp_topology_action_shrink_result_t r;
+    PCP_CHECK_OK(pcp_topology_sched_injected_bug_find(
+        bug, 0x5151, 256, 8, pcp_allocator_system(), &r));
+    assert_true(r.action_count <= kExpected[b]);
+    assert_int_equal(r.action_count, kExpected[b]);
+    assert_true(
+        pcp_topology_sched_bug_exposed(bug, true, r.actions, r.action_count));
+    assert_false(
+        pcp_topology_sched_bug_exposed(bug, false, r.actions, r.action_count));
+    assert_int_equal(r.actions[0].kind, PCP_TOPOLOGY_SCHED_ACTION_RESERVE);
+    pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
+  }
+  assert_string_equal(pcp_topology_sched_bug_name(
+                          PCP_TOPOLOGY_SCHED_BUG_CANCELLATION_CLEANUP_LEAK),
+                      "cancellation_cleanup_leak");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sched_exploration),
       cmocka_unit_test(test_decoupled_exploration),
+      cmocka_unit_test(test_sched_injected_bugs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -244,6 +244,62 @@ static size_t actions_reduce(pcp_topology_action_predicate_fn_t predicate,
   return reduced;
 }
 
+// Joint phase, tried when deletion and parameters are stuck: delete action
+// |i| while lowering one parameter of another action (0, halves, one
+// less). It escapes minima where an action is only needed because another
+// action's number points past it (a worker that is lost first so that a
+// reservation takes the second one, whose loss is the failure). Quadratic
+// in the schedule, so only for short ones. Returns true after the first
+// success (the caller restarts its round).
+#define ACTIONS_JOINT_MAX_COUNT 16u
+
+static bool actions_delete_jointly(pcp_topology_action_predicate_fn_t predicate,
+                                   void* user_data,
+                                   pcp_topology_action_t** current,
+                                   pcp_topology_action_t** candidate,
+                                   size_t* inout_count, size_t* inout_calls) {
+  size_t count = *inout_count;
+  if (count < 2 || count > ACTIONS_JOINT_MAX_COUNT) {
+    return false;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t j = 0; j < count; ++j) {
+      if (j == i) {
+        continue;
+      }
+      size_t jj = j < i ? j : j - 1;  // index of j once i is gone
+      for (uint32_t p = 0; p < PCP_TOPOLOGY_ACTION_MAX_PARAMETERS; ++p) {
+        uint64_t value = (*current)[j].parameters[p];
+        if (value == 0) {
+          continue;
+        }
+        // 0, value/2, value/4, ..., 1, then value - 1.
+        uint64_t tries[66];
+        size_t try_count = 0;
+        tries[try_count++] = 0;
+        for (uint64_t half = value / 2; half > 0; half /= 2) {
+          tries[try_count++] = half;
+        }
+        if (value > 2) {
+          tries[try_count++] = value - 1;  // not a half for value > 2
+        }
+        for (size_t t = 0; t < try_count; ++t) {
+          memcpy(*candidate, *current, i * sizeof(**current));
+          memcpy(*candidate + i, *current + i + 1,
+                 (count - i - 1) * sizeof(**current));
+          (*candidate)[jj].parameters[p] = tries[t];
+          if (actions_try(predicate, user_data, current, candidate, count - 1,
+                          inout_calls)) {
+            *inout_count = count - 1;
+            return true;
+          }
+        }
+      }
+    }
+  }
+  return false;
+}
+
 pcp_status_t pcp_topology_actions_shrink(
     pcp_allocator_t allocator, const pcp_topology_action_t* actions,
     size_t action_count, pcp_topology_action_predicate_fn_t predicate,
@@ -281,7 +337,11 @@ pcp_status_t pcp_topology_actions_shrink(
                                           &candidate, count, &calls);
     reduced += round_reduced;
     if (deleted == 0 && round_reduced == 0) {
-      break;
+      if (!actions_delete_jointly(predicate, user_data, &current, &candidate,
+                                  &count, &calls)) {
+        break;
+      }
+      ++reduced;  // the lowered parameter
     }
   }
   pcp_allocator_free(allocator, candidate);

@@ -1328,7 +1328,9 @@ typedef struct pcp_topology_action_shrink_result_t {
 // tried at 0, then halved while that keeps the failure; repeat (1) and (2)
 // until a round changes nothing (at most 64 rounds). A smaller parameter can
 // make an action redundant that was needed before (a clock of 0 is stale
-// after one observed step), which is why the phases alternate. The predicate
+// after one observed step), which is why the phases alternate. When both
+// are stuck, (3) deletes one action while lowering one parameter of another
+// (schedules of at most 16 actions), then the round restarts. The predicate
 // must hold on the input (FAILED_PRECONDITION otherwise).
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_actions_shrink(
     pcp_allocator_t allocator, const pcp_topology_action_t* actions,
@@ -2904,6 +2906,56 @@ void pcp_topology_sched_explore_exhaustive(
 void pcp_topology_sched_explore_seeded(
     uint64_t seed, uint32_t trace_count, uint32_t depth,
     pcp_topology_exploration_stats_t* out_stats);
+
+// Scheduler primitives as shrinkable actions (pcp_topology_action_t.kind);
+// parameters[0] is the job (the worker id for LOSE/RESTORE), [1] the owner
+// and [2] the workers required (RESERVE, ENQUEUE).
+typedef enum pcp_topology_sched_action_kind_e {
+  PCP_TOPOLOGY_SCHED_ACTION_RESERVE = 0,
+  PCP_TOPOLOGY_SCHED_ACTION_COMMIT = 1,
+  PCP_TOPOLOGY_SCHED_ACTION_COMMIT_TO_QUEUE = 2,
+  PCP_TOPOLOGY_SCHED_ACTION_ENQUEUE = 3,
+  PCP_TOPOLOGY_SCHED_ACTION_START_NEXT = 4,
+  PCP_TOPOLOGY_SCHED_ACTION_COMPLETE = 5,
+  PCP_TOPOLOGY_SCHED_ACTION_CANCEL = 6,
+  PCP_TOPOLOGY_SCHED_ACTION_RELEASE = 7,
+  PCP_TOPOLOGY_SCHED_ACTION_EXPIRE = 8,
+  PCP_TOPOLOGY_SCHED_ACTION_LOSE_WORKER = 9,
+  PCP_TOPOLOGY_SCHED_ACTION_RESTORE_WORKER = 10,
+  PCP_TOPOLOGY_SCHED_ACTION_COUNT_ = 11,
+} pcp_topology_sched_action_kind_t;
+
+void pcp_topology_sched_action_apply(pcp_topology_sched_t* sched,
+                                     const pcp_topology_action_t* action);
+
+// The upstream injected scheduler bugs (reference s.3.2).
+typedef enum pcp_topology_sched_bug_e {
+  PCP_TOPOLOGY_SCHED_BUG_DUPLICATE_WORKER_RESERVATION = 0,
+  PCP_TOPOLOGY_SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS = 1,
+  PCP_TOPOLOGY_SCHED_BUG_CANCELLATION_CLEANUP_LEAK = 2,
+  PCP_TOPOLOGY_SCHED_BUG_COUNT_ = 3,
+} pcp_topology_sched_bug_t;
+
+const char* pcp_topology_sched_bug_name(pcp_topology_sched_bug_t bug);
+
+// The scheduling oracle for |bug| over |actions| on two cuda sm_80 workers
+// (ids 1 and 2, cuda policies for every owner), with the bug injected or
+// not: true when a step breaks the post-condition the bug breaks
+// (duplicate_worker_reservation, orphan_reserved_worker) or, for the loss,
+// a commit goes through although its reservation lost a worker.
+bool pcp_topology_sched_bug_exposed(pcp_topology_sched_bug_t bug, bool inject,
+                                    const pcp_topology_action_t* actions,
+                                    size_t action_count);
+
+// Seeded exploration with |bug| injected: up to |trace_count| random
+// schedules of |depth| primitives (jobs 5..7, both owners, 1..2 workers,
+// worker ids 1..2) until one exposes the bug, which is then shrunk with
+// pcp_topology_actions_shrink. NOT_FOUND when no schedule exposes it;
+// INVALID_ARGUMENT for a bad bug or a depth above 64.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_sched_injected_bug_find(
+    pcp_topology_sched_bug_t bug, uint64_t seed, uint32_t trace_count,
+    uint32_t depth, pcp_allocator_t allocator,
+    pcp_topology_action_shrink_result_t* out_result);
 // Every schedule of |depth| (<= 5) actions over the 11-action decoupled
 // alphabet (assign w0/w1, step, submit w0/w1, timeout, cancel, crash and
 // restart w1, forced commit, resubmission) on a 2-worker quorum-2 session.
