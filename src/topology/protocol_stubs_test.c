@@ -615,144 +615,33 @@ static void test_rda_merge_oracle(void** state) {
   assert_true(pcp_topology_token_step_weight(0, 5) == 0.0);
 }
 
-// Scheduler actions for shrinking; parameters: job (or worker id), owner,
-// workers required.
-typedef enum sched_action_e {
-  SCHED_RESERVE,
-  SCHED_COMMIT,
-  SCHED_QUEUE,
-  SCHED_ENQUEUE,
-  SCHED_START_NEXT,
-  SCHED_COMPLETE,
-  SCHED_CANCEL,
-  SCHED_RELEASE,
-  SCHED_LOSE,
-  SCHED_RESTORE,
-} sched_action_t;
+// Scheduler primitives for the hand-written schedules below.
+#define SCHED_RESERVE PCP_TOPOLOGY_SCHED_ACTION_RESERVE
+#define SCHED_COMMIT PCP_TOPOLOGY_SCHED_ACTION_COMMIT
+#define SCHED_QUEUE PCP_TOPOLOGY_SCHED_ACTION_COMMIT_TO_QUEUE
+#define SCHED_ENQUEUE PCP_TOPOLOGY_SCHED_ACTION_ENQUEUE
+#define SCHED_START_NEXT PCP_TOPOLOGY_SCHED_ACTION_START_NEXT
+#define SCHED_CANCEL PCP_TOPOLOGY_SCHED_ACTION_CANCEL
+#define SCHED_RELEASE PCP_TOPOLOGY_SCHED_ACTION_RELEASE
+#define SCHED_LOSE PCP_TOPOLOGY_SCHED_ACTION_LOSE_WORKER
+#define SCHED_RESTORE PCP_TOPOLOGY_SCHED_ACTION_RESTORE_WORKER
 
-typedef enum sched_bug_e {
-  SCHED_BUG_DUPLICATE_WORKER_RESERVATION,
-  SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS,
-  SCHED_BUG_CANCELLATION_CLEANUP_LEAK,
-} sched_bug_t;
-
-static void sched_run_action(pcp_topology_sched_t* s,
-                             const pcp_topology_action_t* a) {
-  uint32_t job = (uint32_t)a->parameters[0];
-  switch ((sched_action_t)a->kind) {
-    case SCHED_RESERVE:
-      (void)pcp_topology_sched_reserve(s, job, (uint32_t)a->parameters[1],
-                                       (uint32_t)a->parameters[2]);
-      break;
-    case SCHED_COMMIT:
-      pcp_topology_sched_commit(s, job);
-      break;
-    case SCHED_QUEUE:
-      pcp_topology_sched_commit_to_queue(s, job);
-      break;
-    case SCHED_ENQUEUE:
-      pcp_topology_sched_enqueue(s, job, (uint32_t)a->parameters[1],
-                                 (uint32_t)a->parameters[2]);
-      break;
-    case SCHED_START_NEXT:
-      (void)pcp_topology_sched_start_next(s);
-      break;
-    case SCHED_COMPLETE:
-      pcp_topology_sched_complete(s, job);
-      break;
-    case SCHED_CANCEL:
-      pcp_topology_sched_cancel(s, job);
-      break;
-    case SCHED_RELEASE:
-      pcp_topology_sched_release(s, job);
-      break;
-    case SCHED_LOSE:
-      pcp_topology_sched_lose_worker(s, job);
-      break;
-    case SCHED_RESTORE:
-      pcp_topology_sched_restore_worker(s, job);
-      break;
-  }
-}
-
-typedef struct sched_bug_script_t {
-  sched_bug_t bug;
-  bool inject;  // false: the correct scheduler on the same schedule
-} sched_bug_script_t;
-
-// The scheduling oracle for the three upstream injected bugs: the eight
-// post-conditions after every action, plus the loss the commit must report.
-// Two cuda workers (ids 1, 2), cuda policies for every owner.
 static bool sched_bug_fails(void* user_data,
                             const pcp_topology_action_t* actions,
                             size_t count) {
-  const sched_bug_script_t* script = (const sched_bug_script_t*)user_data;
-  pcp_topology_sched_t s;
-  sched_with(&s, 2);
-  s.bug_duplicate_worker_reservation =
-      script->inject && script->bug == SCHED_BUG_DUPLICATE_WORKER_RESERVATION;
-  s.bug_leak_on_cancel =
-      script->inject && script->bug == SCHED_BUG_CANCELLATION_CLEANUP_LEAK;
-  s.bug_commit_after_loss =
-      script->inject && script->bug == SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS;
-  for (size_t i = 0; i < count; ++i) {
-    // Whether the job's reservation lost a worker (offline, or restored and
-    // so no longer held) before this action.
-    bool lost = false;
-    for (uint32_t r = 0; r < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++r) {
-      const pcp_topology_sched_reservation_t* res = &s.reservations[r];
-      if (!res->active || res->job != (uint32_t)actions[i].parameters[0]) {
-        continue;
-      }
-      uint32_t held = 0;
-      for (uint32_t w = 0; w < s.worker_count; ++w) {
-        if (!((res->worker_mask >> w) & 1u)) {
-          continue;
-        }
-        held++;
-        lost |= s.workers[w].state == PCP_TOPOLOGY_WORKER_OFFLINE;
-      }
-      lost |= held < res->workers_required;
-    }
-    s.violation = PCP_TOPOLOGY_SCHED_VIOLATION_NONE;
-    sched_run_action(&s, &actions[i]);
-    pcp_topology_sched_invariant_t broken =
-        pcp_topology_sched_check_invariants(&s);
-    switch (script->bug) {
-      case SCHED_BUG_DUPLICATE_WORKER_RESERVATION:
-        if (broken ==
-            PCP_TOPOLOGY_SCHED_INVARIANT_DUPLICATE_WORKER_RESERVATION) {
-          return true;
-        }
-        break;
-      case SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS:
-        // A commit that went through although its reservation had lost a
-        // worker (the correct scheduler refuses it with this violation).
-        if (actions[i].kind == SCHED_COMMIT && lost &&
-            s.decision == PCP_TOPOLOGY_SCHED_COMMITTED) {
-          return true;
-        }
-        break;
-      case SCHED_BUG_CANCELLATION_CLEANUP_LEAK:
-        if (broken == PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_RESERVED_WORKER) {
-          return true;
-        }
-        break;
-    }
-  }
-  return false;
+  return pcp_topology_sched_bug_exposed(
+      *(const pcp_topology_sched_bug_t*)user_data, true, actions, count);
 }
 
-static size_t sched_bug_shrink(sched_bug_t bug,
+// The correct scheduler passes |actions|; with the bug injected the
+// scheduling oracle catches it, and the schedule shrinks.
+static size_t sched_bug_shrink(pcp_topology_sched_bug_t bug,
                                const pcp_topology_action_t* actions,
                                size_t count,
                                pcp_topology_action_shrink_result_t* out) {
-  sched_bug_script_t script = {bug, false};
-  // The correct scheduler passes the same schedule.
-  assert_false(sched_bug_fails(&script, actions, count));
-  script.inject = true;
-  PCP_CHECK_OK(pcp_topology_actions_shrink(
-      pcp_allocator_system(), actions, count, sched_bug_fails, &script, out));
+  assert_false(pcp_topology_sched_bug_exposed(bug, false, actions, count));
+  PCP_CHECK_OK(pcp_topology_actions_shrink(pcp_allocator_system(), actions,
+                                           count, sched_bug_fails, &bug, out));
   return out->action_count;
 }
 
@@ -769,8 +658,9 @@ static void test_sched_injected_bugs_shrink(void** state) {
       {SCHED_QUEUE, {5, 0, 0}},           {SCHED_RESERVE, {6, TRAINING, 1}},
       {SCHED_RELEASE, {6, 0, 0}},         {SCHED_RESERVE, {7, INFERENCE, 2}},
       {SCHED_START_NEXT, {0, 0, 0}}};
-  assert_true(sched_bug_shrink(SCHED_BUG_DUPLICATE_WORKER_RESERVATION,
-                               kDuplicate, PCP_ARRAYSIZE(kDuplicate), &r) <= 2);
+  assert_true(
+      sched_bug_shrink(PCP_TOPOLOGY_SCHED_BUG_DUPLICATE_WORKER_RESERVATION,
+                       kDuplicate, PCP_ARRAYSIZE(kDuplicate), &r) <= 2);
   assert_int_equal(r.action_count, 2);
   assert_int_equal(r.actions[0].kind, SCHED_RESERVE);
   assert_int_equal(r.actions[1].kind, SCHED_RESERVE);
@@ -784,9 +674,10 @@ static void test_sched_injected_bugs_shrink(void** state) {
       {SCHED_LOSE, {1, 0, 0}},
       {SCHED_ENQUEUE, {91, TRAINING, 1}},
       {SCHED_COMMIT, {5, 0, 0}}};
-  assert_int_equal(sched_bug_shrink(SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS,
-                                    kLoss, PCP_ARRAYSIZE(kLoss), &r),
-                   3);
+  assert_int_equal(
+      sched_bug_shrink(PCP_TOPOLOGY_SCHED_BUG_ASSIGNMENT_AFTER_WORKER_LOSS,
+                       kLoss, PCP_ARRAYSIZE(kLoss), &r),
+      3);
   assert_int_equal(r.actions[0].kind, SCHED_RESERVE);
   assert_int_equal(r.actions[1].kind, SCHED_LOSE);
   assert_int_equal(r.actions[2].kind, SCHED_COMMIT);
@@ -798,9 +689,10 @@ static void test_sched_injected_bugs_shrink(void** state) {
       {SCHED_ENQUEUE, {90, TRAINING, 1}}, {SCHED_RESERVE, {6, INFERENCE, 1}},
       {SCHED_RESERVE, {5, TRAINING, 1}},  {SCHED_LOSE, {1, 0, 0}},
       {SCHED_QUEUE, {5, 0, 0}},           {SCHED_CANCEL, {5, 0, 0}}};
-  assert_int_equal(sched_bug_shrink(SCHED_BUG_CANCELLATION_CLEANUP_LEAK, kLeak,
-                                    PCP_ARRAYSIZE(kLeak), &r),
-                   2);
+  assert_int_equal(
+      sched_bug_shrink(PCP_TOPOLOGY_SCHED_BUG_CANCELLATION_CLEANUP_LEAK, kLeak,
+                       PCP_ARRAYSIZE(kLeak), &r),
+      2);
   assert_int_equal(r.actions[0].kind, SCHED_RESERVE);
   assert_int_equal(r.actions[1].kind, SCHED_CANCEL);
   assert_true(r.rounds >= 1);
