@@ -49,8 +49,13 @@ static void raise_nofile(rlim_t wanted) {
 static int64_t rss_bytes(void) {
   FILE* f = fopen("/proc/self/statm", "r");
   if (!f) return 0;
-  long pages = 0, resident = 0;
-  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  char line[128] = {0};
+  long resident = 0;
+  if (fgets(line, sizeof(line), f)) {
+    char* end = NULL;
+    (void)strtol(line, &end, 10);  // total pages
+    resident = strtol(end, NULL, 10);
+  }
   fclose(f);
   return (int64_t)resident * sysconf(_SC_PAGESIZE);
 }
@@ -58,8 +63,8 @@ static int64_t rss_bytes(void) {
 static double cpu_seconds(void) {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
-  return (double)usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
-         (double)usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
+  return (double)usage.ru_utime.tv_sec + (double)usage.ru_utime.tv_usec / 1e6 +
+         (double)usage.ru_stime.tv_sec + (double)usage.ru_stime.tv_usec / 1e6;
 }
 
 //===----------------------------------------------------------------------===//
@@ -146,7 +151,7 @@ static int load_generator_main(uint16_t port, int workers, int seconds,
   w = write(ready_fd, &sent, sizeof(sent));
   (void)w;
   // Stay connected until the gateway has taken its closing figures.
-  r = read(go_fd, &byte, 1);
+  if (read(go_fd, &byte, 1) < 0) fprintf(stderr, "go pipe: %s\n", strerror(errno));
   for (int i = 0; i < workers; ++i) close(clients[i].fd);
   free(clients);
   free(fds);
@@ -158,8 +163,8 @@ static int load_generator_main(uint16_t port, int workers, int seconds,
 //===----------------------------------------------------------------------===//
 
 int main(int argc, char** argv) {
-  int workers = argc > 1 ? atoi(argv[1]) : 1000;
-  int seconds = argc > 2 ? atoi(argv[2]) : 10;
+  int workers = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 1000;
+  int seconds = argc > 2 ? (int)strtol(argv[2], NULL, 10) : 10;
   if (workers <= 0) workers = 1000;
   if (seconds <= 0) seconds = 10;
   raise_nofile((rlim_t)workers + 256);

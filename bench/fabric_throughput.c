@@ -495,12 +495,14 @@ int main(int argc, char** argv) {
   double fabric_rate = 2 * gib / best_fabric;
   printf("tensor: %zu MiB, round trip (best of %d)\n", mib, runs);
   printf("plain  : %.3f s  %.2f GiB/s  sender peak +%.2fx  echo peak +%.2fx\n",
-         best_plain, plain_rate, (double)plain_sender.peak_growth / length,
-         (double)plain_echo.peak_growth / length);
+         best_plain, plain_rate,
+         (double)plain_sender.peak_growth / (double)length,
+         (double)plain_echo.peak_growth / (double)length);
   printf("fabric : %.3f s  %.2f GiB/s  gateway peak +%.2fx  worker peak "
          "+%.2fx (of the tensor, above idle)\n",
-         best_fabric, fabric_rate, (double)fabric_gateway.peak_growth / length,
-         (double)fabric_worker.peak_growth / length);
+         best_fabric, fabric_rate,
+         (double)fabric_gateway.peak_growth / (double)length,
+         (double)fabric_worker.peak_growth / (double)length);
   // Where the fabric's extra time goes: the per-byte work the protocol
   // asks of each side (SHA-256 of every blob, CRC32C of every section, the
   // copy from the frame into the reassembled blob), measured here.

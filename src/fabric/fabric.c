@@ -2503,7 +2503,7 @@ pcp_status_t pcp_fabric_program_register(
   memset(prog, 0, sizeof(*prog));
   memcpy(prog->hash, digest.bytes, sizeof(prog->hash));
   prog->raw = raw;
-  prog->data = (uint8_t*)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+  prog->data = (uint8_t*)raw + ((64 - ((uintptr_t)raw & 63)) & 63);
   memcpy(prog->data, data, byte_length);
   prog->byte_length = byte_length;
   copy_text(prog->backend, sizeof(prog->backend), backend);
@@ -2699,7 +2699,7 @@ pcp_status_t pcp_fabric_task_submit_group(
                            "or session, and an output array",
                            PCP_SCHED_REQUEST_WORKER_COUNT_MAX);
   }
-  memset(out_tasks, 0, worker_count * sizeof(*out_tasks));
+  for (uint32_t i = 0; i < worker_count; ++i) out_tasks[i] = NULL;
   PCP_RETURN_IF_ERROR_BARE(task_params_validate(params));
   pcp_status_t status = pcp_ok_status();
   for (uint32_t i = 0; i < worker_count && !status; ++i) {

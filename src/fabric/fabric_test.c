@@ -21,7 +21,7 @@
 
 #define TOKEN_ENV "PCP_FABRIC_TEST_TOKEN"
 #define TOKEN "correct horse battery staple"
-#define H_MS 100
+#define H_MS INT64_C(100)
 
 typedef struct fixture_t {
   pcp_fabric_endpoint_t* endpoint;
@@ -36,7 +36,7 @@ static fixture_t* fixture_start(uint64_t chunk_bytes) {
   PCP_ASSERT(f);
   setenv(TOKEN_ENV, TOKEN, 1);
   pcp_fabric_options_initialize(&f->options);
-  f->options.heartbeat_interval_ms = H_MS;
+  f->options.heartbeat_interval_ms = (uint32_t)H_MS;
   f->options.join_token_env = TOKEN_ENV;
   if (chunk_bytes) f->options.limits.chunk_bytes = chunk_bytes;
   PCP_CHECK_OK(pcp_fabric_endpoint_create(&f->options, pcp_allocator_system(),
@@ -1036,7 +1036,7 @@ static void test_registry_recycles_long_lost_workers(void** state) {
   fixture_t* f = calloc(1, sizeof(fixture_t));
   PCP_ASSERT(f);
   pcp_fabric_options_initialize(&f->options);
-  f->options.heartbeat_interval_ms = H_MS;
+  f->options.heartbeat_interval_ms = (uint32_t)H_MS;
   f->options.join_token_env = TOKEN_ENV;
   f->options.max_workers = 2;
   PCP_CHECK_OK(pcp_fabric_endpoint_create(&f->options, pcp_allocator_system(),
