@@ -136,10 +136,72 @@ void pcp_compile_result_deinitialize(pcp_compile_result_t* result);
 const char* pcp_compile_default_cache_dir(void);
 
 //===----------------------------------------------------------------------===//
+// Training programs (autodiff and optimizer injection; docs/autodiff.md)
+//===----------------------------------------------------------------------===//
+
+// Which functions a derived training module holds besides the forward @main.
+typedef enum pcp_compile_program_e {
+  // @compute_gradients only.
+  PCP_COMPILE_PROGRAM_GRAD = 0,
+  // @compute_gradients, @apply_optimizer and (inner_steps > 0) @train_steps.
+  PCP_COMPILE_PROGRAM_TRAIN = 1,
+} pcp_compile_program_t;
+
+typedef struct pcp_compile_training_options_t {
+  pcp_compile_program_t program;
+  // The forward-loss function (NULL: "main").
+  const char* function_name;
+  // How many trailing arguments of the forward function are data (no
+  // gradient). -1: the trailing arguments whose element type is not a float
+  // (token ids, targets).
+  int32_t data_argument_count;
+  // @train_steps runs this many fused steps (0: no @train_steps). The steps
+  // are unrolled: k calls of @compute_gradients and @apply_optimizer.
+  int32_t inner_steps;
+  // AdamW: beta1, beta2, epsilon, decoupled weight decay (scaled by lr) and
+  // the global gradient norm above which gradients are scaled down (<= 0:
+  // no clipping). lr and the step number are run-time arguments.
+  double beta1;
+  double beta2;
+  double epsilon;
+  double weight_decay;
+  double max_grad_norm;
+} pcp_compile_training_options_t;
+
+// Defaults: GRAD, "main", data_argument_count -1, inner_steps 0, AdamW
+// 0.9 / 0.999 / 1e-8 / 0.01, max_grad_norm 1.0.
+void pcp_compile_training_options_initialize(
+    pcp_compile_training_options_t* out_options);
+
+// Derives a training module from a forward-loss module |mlir_text|
+// (`@main(params..., data...) -> loss`, loss a rank-0 float tensor) and
+// writes its StableHLO text (generic op form) to |out_text| (allocated with
+// |allocator|; NUL-terminated; |out_byte_length| excludes the NUL). The
+// module holds:
+//   @main(params..., data...) -> loss                        (the forward)
+//   @compute_gradients(params..., data...) -> (loss, dparams...)
+//   TRAIN: @apply_optimizer(params..., grads..., m..., v..., step: f32,
+//            lr: f32) -> (params'..., m'..., v'...)
+//   TRAIN, k > 0: @train_steps(params..., m..., v..., step: f32, lr: f32,
+//            data (each with a leading dimension k)...)
+//            -> (params'..., m'..., v'..., losses: k x loss type)
+// Reverse mode with one VJP rule per op. Errors: INVALID_ARGUMENT for a
+// module that does not parse or a function that is not a forward loss;
+// UNIMPLEMENTED naming the op and its location when gradient flows through
+// an op without a rule (never silently dropped); NOT_FOUND for a missing
+// function. Thread-safe (one MLIR context per call).
+PCP_MUST_USE_RESULT pcp_status_t pcp_compile_training_module_build(
+    const char* mlir_text, size_t mlir_byte_length, const char* source_name,
+    const pcp_compile_training_options_t* options, pcp_allocator_t allocator,
+    char** out_text, size_t* out_byte_length);
+
+//===----------------------------------------------------------------------===//
 // CLI
 //===----------------------------------------------------------------------===//
 
-// `pcp compile model.mlir --backend B [--target T] -o out.vmfb`.
+// `pcp compile model.mlir --backend B [--target T] -o out.vmfb`;
+// `--program grad|train [--inner-steps K] [--emit-mlir out.mlir]` derives a
+// training module first (pcp_compile_training_module_build).
 int pcp_compile_cli_main(int argc, char** argv);
 
 #ifdef __cplusplus

@@ -18,6 +18,17 @@ typedef struct compile_cli_options_t {
   bool print_flags;
   int64_t timeout_s;
   bool help;
+  // Training programs (pcp_compile_training_module_build).
+  char* program;
+  int64_t inner_steps;
+  int64_t data_args;
+  char* function;
+  char* emit_mlir;
+  double beta1;
+  double beta2;
+  double epsilon;
+  double weight_decay;
+  double max_grad_norm;
 } compile_cli_options_t;
 
 static pcp_status_t validate_backend(const void* config,
@@ -54,6 +65,39 @@ static const pcp_config_field_t kFields[] = {
      .offset = OFFSET(timeout_s), .default_value = "1800", .min = 1,
      .max = 86400, .value_name = "SECONDS",
      .help = "kill the compiler after this long"},
+    {.name = "program", .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(program), .value_name = "grad|train",
+     .help = "derive a training program from a forward-loss @main first: grad "
+             "(@compute_gradients) or train (+ @apply_optimizer, "
+             "@train_steps)"},
+    {.name = "inner-steps", .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(inner_steps), .default_value = "0", .min = 0,
+     .max = 4096, .value_name = "K",
+     .help = "train: fuse K optimizer steps into @train_steps (0: none)"},
+    {.name = "data-args", .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(data_args), .default_value = "-1", .min = -1,
+     .max = 1024, .value_name = "N",
+     .help = "trailing arguments that are data, not parameters (-1: the "
+             "trailing non-float ones)"},
+    {.name = "function", .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(function), .value_name = "NAME",
+     .help = "the forward-loss function (default main)"},
+    {.name = "emit-mlir", .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(emit_mlir), .value_name = "PATH",
+     .help = "write the derived MLIR here (then -o is optional)"},
+    {.name = "beta1", .type = PCP_CONFIG_TYPE_DOUBLE, .offset = OFFSET(beta1),
+     .default_value = "0.9", .min = 0, .max = 1, .help = "AdamW beta1"},
+    {.name = "beta2", .type = PCP_CONFIG_TYPE_DOUBLE, .offset = OFFSET(beta2),
+     .default_value = "0.999", .min = 0, .max = 1, .help = "AdamW beta2"},
+    {.name = "epsilon", .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = OFFSET(epsilon), .default_value = "1e-8", .min = 0, .max = 1,
+     .help = "AdamW epsilon"},
+    {.name = "weight-decay", .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = OFFSET(weight_decay), .default_value = "0.01", .min = 0,
+     .max = 10, .help = "AdamW decoupled weight decay"},
+    {.name = "max-grad-norm", .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = OFFSET(max_grad_norm), .default_value = "1.0", .min = 0,
+     .max = 1e30, .help = "global gradient-norm clip (0: none)"},
     {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(help),
      .default_value = "false", .help = "show this help"},
 };
@@ -66,7 +110,9 @@ static const pcp_config_table_t kTable = {
 
 static void print_help(void) {
   printf(
-      "usage: pcp compile MODEL.mlir [--backend B] [--target T] -o OUT.vmfb\n\n"
+      "usage: pcp compile MODEL.mlir [--backend B] [--target T] -o OUT.vmfb\n"
+      "       pcp compile --program grad|train MODEL.mlir [--inner-steps K]\n"
+      "               [--emit-mlir OUT.mlir] [-o OUT.vmfb]\n\n"
       "Compiles a StableHLO module to an IREE VMFB with the wheel's iree-compile "
       "(in a child\nprocess), reusing the artifact cache when the same module "
       "was compiled before.\n\nflags:\n");
@@ -100,7 +146,23 @@ int pcp_compile_cli_main(int argc, char** argv) {
                                                : "missing the MLIR file to compile",
                              positionals.count);
   }
-  if (!status && !options.print_flags && !options.output) {
+  if (!status && options.program && strcmp(options.program, "grad") != 0 &&
+      strcmp(options.program, "train") != 0) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "--program must be grad or train, got '%s'",
+                             options.program);
+  }
+  if (!status && options.program && strcmp(options.program, "grad") == 0 &&
+      options.inner_steps > 0) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "--inner-steps needs --program train");
+  }
+  if (!status && options.emit_mlir && !options.program) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "--emit-mlir needs --program grad|train");
+  }
+  if (!status && !options.print_flags && !options.output &&
+      !options.emit_mlir) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "missing -o OUT.vmfb (where to write the program)");
   }
@@ -125,7 +187,39 @@ int pcp_compile_cli_main(int argc, char** argv) {
     void* text = NULL;
     size_t length = 0;
     status = pcp_file_read_all(path, PCP_COMPILE_MAX_MLIR_BYTES, &text, &length);
-    if (!status) {
+    if (!status && options.program) {
+      pcp_compile_training_options_t training;
+      pcp_compile_training_options_initialize(&training);
+      training.program = strcmp(options.program, "train") == 0
+                             ? PCP_COMPILE_PROGRAM_TRAIN
+                             : PCP_COMPILE_PROGRAM_GRAD;
+      training.function_name = options.function;
+      training.data_argument_count = (int32_t)options.data_args;
+      training.inner_steps = (int32_t)options.inner_steps;
+      training.beta1 = options.beta1;
+      training.beta2 = options.beta2;
+      training.epsilon = options.epsilon;
+      training.weight_decay = options.weight_decay;
+      training.max_grad_norm = options.max_grad_norm;
+      char* derived = NULL;
+      size_t derived_length = 0;
+      status = pcp_compile_training_module_build(
+          text, length, path, &training, pcp_allocator_system(), &derived,
+          &derived_length);
+      if (!status) {
+        free(text);
+        text = derived;
+        length = derived_length;
+        if (options.emit_mlir) {
+          status = pcp_file_write_atomic(options.emit_mlir, text, length);
+          if (!status) {
+            fprintf(stderr, "pcp compile: wrote %s (%zu bytes)\n",
+                    options.emit_mlir, length);
+          }
+        }
+      }
+    }
+    if (!status && options.output) {
       pcp_compile_request_t request = {
           .mlir_text = text,
           .mlir_byte_length = length,

@@ -897,3 +897,433 @@ pcp_status_t pcp_mlir_type_check_tensor(const pcp_mlir_type_t* expected,
   }
   return tensor_mismatch(expected, element_type, rank, dims, what);
 }
+
+//===----------------------------------------------------------------------===//
+// Function bodies
+//===----------------------------------------------------------------------===//
+
+// Value handles are {void* ptr}; operands are mapped back to ids through an
+// open-addressing table keyed by that pointer.
+typedef struct value_slot_t {
+  const void* key;
+  uint32_t id;
+} value_slot_t;
+
+typedef struct body_builder_t {
+  const pcp_mlir_api_t* api;
+  const char* buffer_name;
+  pcp_mlir_function_body_t* body;
+  size_t value_capacity, op_capacity, block_capacity, operand_capacity;
+  size_t* value_offsets;  // 2 per value: spelling, element spelling
+  size_t* op_offsets;     // 4 per op: name, location, properties, attributes
+  pcp_string_builder_t strings;
+  pcp_string_builder_t scratch;
+  value_slot_t* slots;
+  size_t slot_capacity;   // power of two, at least twice the value count
+} body_builder_t;
+
+static pcp_status_t grow_array(pcp_allocator_t allocator, void** items,
+                               size_t* capacity, size_t needed,
+                               size_t item_size) {
+  if (needed <= *capacity) {
+    return pcp_ok_status();
+  }
+  size_t new_capacity = *capacity ? *capacity : 64;
+  while (new_capacity < needed) {
+    new_capacity *= 2;
+  }
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_realloc(allocator, new_capacity * item_size, items));
+  *capacity = new_capacity;
+  return pcp_ok_status();
+}
+
+static size_t slot_hash(const void* key, size_t mask) {
+  uint64_t h = (uint64_t)(uintptr_t)key * 0x9E3779B97F4A7C15ull;
+  return (size_t)(h >> 17) & mask;
+}
+
+static void slot_insert(value_slot_t* slots, size_t capacity, const void* key,
+                        uint32_t id) {
+  size_t mask = capacity - 1;
+  size_t i = slot_hash(key, mask);
+  while (slots[i].key && slots[i].key != key) {
+    i = (i + 1) & mask;
+  }
+  slots[i].key = key;
+  slots[i].id = id;
+}
+
+static pcp_status_t body_add_value(body_builder_t* b, MlirValue value) {
+  pcp_mlir_function_body_t* body = b->body;
+  pcp_allocator_t allocator = body->allocator;
+  size_t id = body->value_count;
+  if (id >= UINT32_MAX) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "too many values");
+  }
+  size_t old_capacity = b->value_capacity;
+  PCP_RETURN_IF_ERROR_BARE(grow_array(allocator, (void**)&body->values,
+                                      &b->value_capacity, id + 1,
+                                      sizeof(pcp_mlir_type_t)));
+  if (b->value_capacity != old_capacity) {
+    size_t offsets_capacity = old_capacity;
+    PCP_RETURN_IF_ERROR_BARE(grow_array(allocator, (void**)&b->value_offsets,
+                                        &offsets_capacity, b->value_capacity,
+                                        2 * sizeof(size_t)));
+  }
+  if (2 * (id + 1) > b->slot_capacity) {
+    size_t capacity = b->slot_capacity ? b->slot_capacity * 2 : 256;
+    value_slot_t* slots = NULL;
+    PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+        allocator, capacity * sizeof(value_slot_t), (void**)&slots));
+    for (size_t i = 0; i < b->slot_capacity; ++i) {
+      if (b->slots[i].key) {
+        slot_insert(slots, capacity, b->slots[i].key, b->slots[i].id);
+      }
+    }
+    pcp_allocator_free(allocator, b->slots);
+    b->slots = slots;
+    b->slot_capacity = capacity;
+  }
+  PCP_RETURN_IF_ERROR_BARE(describe_type(
+      b->api, b->api->mlirValueGetType(value), "a value", &b->strings,
+      &body->values[id], &b->value_offsets[2 * id]));
+  slot_insert(b->slots, b->slot_capacity, value.ptr, (uint32_t)id);
+  body->value_count = id + 1;
+  return pcp_ok_status();
+}
+
+static bool body_find_value(const body_builder_t* b, MlirValue value,
+                            uint32_t* out_id) {
+  if (!b->slot_capacity) {
+    return false;
+  }
+  size_t mask = b->slot_capacity - 1;
+  size_t i = slot_hash(value.ptr, mask);
+  while (b->slots[i].key) {
+    if (b->slots[i].key == value.ptr) {
+      *out_id = b->slots[i].id;
+      return true;
+    }
+    i = (i + 1) & mask;
+  }
+  return false;
+}
+
+// Skips one bracketed group starting at text[i] ('(', '[' or '{'), string
+// literals included; returns the index just past its closing bracket.
+static size_t skip_group(const char* text, size_t length, size_t i) {
+  int depth = 0;
+  for (; i < length; ++i) {
+    char c = text[i];
+    if (c == '"') {
+      for (++i; i < length && text[i] != '"'; ++i) {
+        if (text[i] == '\\') {
+          ++i;
+        }
+      }
+    } else if (c == '(' || c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ')' || c == ']' || c == '}') {
+      if (--depth == 0) {
+        return i + 1;
+      }
+    }
+  }
+  return length;
+}
+
+static size_t skip_spaces(const char* text, size_t length, size_t i) {
+  while (i < length && (text[i] == ' ' || text[i] == '\n')) {
+    ++i;
+  }
+  return i;
+}
+
+// Finds the "<{...}>" properties and "{...}" attribute dictionary in the
+// generic print of one op: "%0 = "name"(operands) [succ] <{..}> (regions)
+// {..} : type".
+static void split_generic_op(const char* text, size_t length,
+                             pcp_string_view_t* out_properties,
+                             pcp_string_view_t* out_attributes) {
+  *out_properties = pcp_make_string_view("", 0);
+  *out_attributes = pcp_make_string_view("", 0);
+  const char* quote = memchr(text, '"', length);
+  if (!quote) {
+    return;
+  }
+  size_t i = (size_t)(quote - text) + 1;
+  while (i < length && text[i] != '"') {
+    ++i;
+  }
+  i = skip_spaces(text, length, i + 1);
+  if (i < length && text[i] == '(') {
+    i = skip_spaces(text, length, skip_group(text, length, i));
+  }
+  if (i < length && text[i] == '[') {
+    i = skip_spaces(text, length, skip_group(text, length, i));
+  }
+  if (i + 1 < length && text[i] == '<' && text[i + 1] == '{') {
+    size_t end = skip_group(text, length, i + 1);
+    if (end < length && text[end] == '>') {
+      ++end;
+    }
+    *out_properties = pcp_make_string_view(text + i, end - i);
+    i = skip_spaces(text, length, end);
+  }
+  if (i < length && text[i] == '(') {
+    i = skip_spaces(text, length, skip_group(text, length, i));
+  }
+  if (i < length && text[i] == '{') {
+    size_t end = skip_group(text, length, i);
+    *out_attributes = pcp_make_string_view(text + i, end - i);
+  }
+}
+
+static pcp_status_t append_string(pcp_string_builder_t* strings,
+                                  pcp_string_view_t value, size_t* out_offset) {
+  *out_offset = strings->size;
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append(strings, value));
+  return pcp_string_builder_append(strings, pcp_make_string_view("", 1));
+}
+
+static pcp_status_t body_append_location(body_builder_t* b,
+                                         MlirLocation location,
+                                         size_t* out_offset) {
+  const pcp_mlir_api_t* api = b->api;
+  *out_offset = b->strings.size;
+  MlirLocation file_location;
+  if (find_file_location(api, location, 0, &file_location)) {
+    MlirStringRef file = api->mlirIdentifierStr(
+        api->mlirLocationFileLineColRangeGetFilename(file_location));
+    int line = api->mlirLocationFileLineColRangeGetStartLine(file_location);
+    int column = api->mlirLocationFileLineColRangeGetStartColumn(file_location);
+    if (file.length == 0 || string_ref_equals(file, "-")) {
+      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+          &b->strings, "%s:%d:%d", b->buffer_name, line, column));
+    } else {
+      PCP_RETURN_IF_ERROR_BARE(
+          pcp_string_builder_append_f(&b->strings, "%.*s:%d:%d",
+                                      (int)file.length, file.data, line,
+                                      column));
+    }
+  } else {
+    sink_t sink = {&b->strings, pcp_ok_status()};
+    api->mlirLocationPrint(location, sink_append, &sink);
+    PCP_RETURN_IF_ERROR_BARE(sink.status);
+  }
+  return pcp_string_builder_append(&b->strings, pcp_make_string_view("", 1));
+}
+
+static pcp_status_t body_walk_block(body_builder_t* b, MlirBlock block,
+                                    size_t block_index);
+
+static pcp_status_t body_add_op(body_builder_t* b, MlirOperation op) {
+  const pcp_mlir_api_t* api = b->api;
+  pcp_mlir_function_body_t* body = b->body;
+  pcp_allocator_t allocator = body->allocator;
+  size_t index = body->op_count;
+  size_t old_capacity = b->op_capacity;
+  PCP_RETURN_IF_ERROR_BARE(grow_array(allocator, (void**)&body->ops,
+                                      &b->op_capacity, index + 1,
+                                      sizeof(pcp_mlir_op_t)));
+  if (b->op_capacity != old_capacity) {
+    size_t offsets_capacity = old_capacity;
+    PCP_RETURN_IF_ERROR_BARE(grow_array(allocator, (void**)&b->op_offsets,
+                                        &offsets_capacity, b->op_capacity,
+                                        4 * sizeof(size_t)));
+  }
+  pcp_mlir_op_t* out = &body->ops[index];
+  memset(out, 0, sizeof(*out));
+  size_t* offsets = &b->op_offsets[4 * index];
+  MlirStringRef name = api->mlirIdentifierStr(api->mlirOperationGetName(op));
+  PCP_RETURN_IF_ERROR_BARE(append_string(
+      &b->strings, pcp_make_string_view(name.data, name.length), &offsets[0]));
+  PCP_RETURN_IF_ERROR_BARE(
+      body_append_location(b, api->mlirOperationGetLocation(op), &offsets[1]));
+
+  // Attributes: print the op alone (local scope, so nothing outside it is
+  // numbered) in generic form and keep the two dictionaries verbatim. The
+  // C API's per-attribute accessors return MlirNamedAttribute by value,
+  // which decisions.md keeps out of the table.
+  pcp_string_builder_reset(&b->scratch);
+  MlirOpPrintingFlags flags = api->mlirOpPrintingFlagsCreate();
+  api->mlirOpPrintingFlagsPrintGenericOpForm(flags);
+  api->mlirOpPrintingFlagsUseLocalScope(flags);
+  sink_t sink = {&b->scratch, pcp_ok_status()};
+  api->mlirOperationPrintWithFlags(op, flags, sink_append, &sink);
+  api->mlirOpPrintingFlagsDestroy(flags);
+  PCP_RETURN_IF_ERROR_BARE(sink.status);
+  pcp_string_view_t properties, attributes;
+  split_generic_op(b->scratch.data ? b->scratch.data : "", b->scratch.size,
+                   &properties, &attributes);
+  PCP_RETURN_IF_ERROR_BARE(append_string(&b->strings, properties, &offsets[2]));
+  PCP_RETURN_IF_ERROR_BARE(append_string(&b->strings, attributes, &offsets[3]));
+
+  intptr_t operand_count = api->mlirOperationGetNumOperands(op);
+  out->operand_count = (uint32_t)operand_count;
+  out->first_operand = (uint32_t)body->operand_count;
+  PCP_RETURN_IF_ERROR_BARE(grow_array(
+      allocator, (void**)&body->operands, &b->operand_capacity,
+      body->operand_count + (size_t)operand_count, sizeof(uint32_t)));
+  for (intptr_t i = 0; i < operand_count; ++i) {
+    uint32_t id = 0;
+    if (!body_find_value(b, api->mlirOperationGetOperand(op, i), &id)) {
+      return pcp_make_status(PCP_STATUS_INTERNAL,
+                             "%.*s: operand %d is defined outside the function",
+                             (int)name.length, name.data, (int)i);
+    }
+    body->operands[body->operand_count++] = id;
+  }
+  ++body->op_count;
+  intptr_t result_count = api->mlirOperationGetNumResults(op);
+  body->ops[index].result_count = (uint32_t)result_count;
+  body->ops[index].first_result = (uint32_t)body->value_count;
+  for (intptr_t i = 0; i < result_count; ++i) {
+    PCP_RETURN_IF_ERROR_BARE(
+        body_add_value(b, api->mlirOperationGetResult(op, i)));
+  }
+  return pcp_ok_status();
+}
+
+static pcp_status_t body_walk_regions(body_builder_t* b, MlirOperation op,
+                                      size_t op_index) {
+  const pcp_mlir_api_t* api = b->api;
+  pcp_mlir_function_body_t* body = b->body;
+  intptr_t region_count = api->mlirOperationGetNumRegions(op);
+  if (region_count == 0) {
+    return pcp_ok_status();
+  }
+  size_t first_block = body->block_count;
+  PCP_RETURN_IF_ERROR_BARE(grow_array(
+      body->allocator, (void**)&body->blocks, &b->block_capacity,
+      first_block + (size_t)region_count, sizeof(pcp_mlir_block_t)));
+  body->block_count += (size_t)region_count;
+  body->ops[op_index].region_count = (uint32_t)region_count;
+  body->ops[op_index].first_block = (uint32_t)first_block;
+  for (intptr_t r = 0; r < region_count; ++r) {
+    MlirBlock block =
+        api->mlirRegionGetFirstBlock(api->mlirOperationGetRegion(op, r));
+    if (mlirBlockIsNull(block) ||
+        !mlirBlockIsNull(api->mlirBlockGetNextInRegion(block))) {
+      return pcp_make_status(
+          PCP_STATUS_UNIMPLEMENTED,
+          "%s at %s: region %d must have exactly one block",
+          b->strings.data + b->op_offsets[4 * op_index],
+          b->strings.data + b->op_offsets[4 * op_index + 1], (int)r);
+    }
+    PCP_RETURN_IF_ERROR_BARE(
+        body_walk_block(b, block, first_block + (size_t)r));
+  }
+  return pcp_ok_status();
+}
+
+// Ops of one block are appended contiguously (and their results numbered)
+// before any nested region is walked, so a block's op range is one slice.
+static pcp_status_t body_walk_block(body_builder_t* b, MlirBlock block,
+                                    size_t block_index) {
+  const pcp_mlir_api_t* api = b->api;
+  pcp_mlir_function_body_t* body = b->body;
+  pcp_mlir_block_t info = {0};
+  intptr_t argument_count = api->mlirBlockGetNumArguments(block);
+  info.argument_count = (uint32_t)argument_count;
+  info.first_argument = (uint32_t)body->value_count;
+  for (intptr_t i = 0; i < argument_count; ++i) {
+    PCP_RETURN_IF_ERROR_BARE(
+        body_add_value(b, api->mlirBlockGetArgument(block, i)));
+  }
+  info.first_op = (uint32_t)body->op_count;
+  for (MlirOperation op = api->mlirBlockGetFirstOperation(block);
+       !mlirOperationIsNull(op); op = api->mlirOperationGetNextInBlock(op)) {
+    PCP_RETURN_IF_ERROR_BARE(body_add_op(b, op));
+  }
+  info.op_count = (uint32_t)(body->op_count - info.first_op);
+  body->blocks[block_index] = info;
+  size_t op_index = info.first_op;
+  for (MlirOperation op = api->mlirBlockGetFirstOperation(block);
+       !mlirOperationIsNull(op);
+       op = api->mlirOperationGetNextInBlock(op), ++op_index) {
+    PCP_RETURN_IF_ERROR_BARE(body_walk_regions(b, op, op_index));
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_mlir_module_function_body(pcp_mlir_module_t* module,
+                                           const char* function_name,
+                                           pcp_allocator_t allocator,
+                                           pcp_mlir_function_body_t* out_body) {
+  memset(out_body, 0, sizeof(*out_body));
+  out_body->allocator = allocator;
+  if (!function_name || !function_name[0]) {
+    function_name = PCP_MLIR_DEFAULT_FUNCTION;
+  }
+  if (function_name[0] == '@') {
+    ++function_name;
+  }
+  const function_entry_t* entry = NULL;
+  for (size_t i = 0; i < module->function_count; ++i) {
+    if (strcmp(module->functions[i].name, function_name) == 0) {
+      entry = &module->functions[i];
+      break;
+    }
+  }
+  if (!entry) {
+    return function_not_found(module, function_name);
+  }
+  const pcp_mlir_api_t* api = module->context->api;
+  body_builder_t b = {.api = api,
+                      .buffer_name = module->buffer_name,
+                      .body = out_body};
+  pcp_string_builder_initialize(allocator, 0, &b.strings);
+  pcp_string_builder_initialize(allocator, 0, &b.scratch);
+  MlirBlock entry_block = api->mlirRegionGetFirstBlock(
+      api->mlirOperationGetRegion(entry->op, 0));
+  pcp_status_t status = pcp_ok_status();
+  if (mlirBlockIsNull(entry_block)) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "@%s has no body (a declaration)", entry->name);
+  }
+  if (!status) {
+    status = grow_array(allocator, (void**)&out_body->blocks,
+                        &b.block_capacity, 1, sizeof(pcp_mlir_block_t));
+  }
+  if (!status) {
+    out_body->block_count = 1;
+    status = body_walk_block(&b, entry_block, 0);
+  }
+  if (!status) {
+    status = pcp_string_builder_take(&b.strings, &out_body->strings_);
+  }
+  if (!status) {
+    const char* base = out_body->strings_;
+    set_spellings(out_body->values, out_body->value_count, b.value_offsets,
+                  base);
+    for (size_t i = 0; i < out_body->op_count; ++i) {
+      out_body->ops[i].name = base + b.op_offsets[4 * i];
+      out_body->ops[i].location = base + b.op_offsets[4 * i + 1];
+      out_body->ops[i].properties = base + b.op_offsets[4 * i + 2];
+      out_body->ops[i].attributes = base + b.op_offsets[4 * i + 3];
+    }
+  }
+  pcp_string_builder_deinitialize(&b.strings);
+  pcp_string_builder_deinitialize(&b.scratch);
+  pcp_allocator_free(allocator, b.value_offsets);
+  pcp_allocator_free(allocator, b.op_offsets);
+  pcp_allocator_free(allocator, b.slots);
+  if (status) {
+    pcp_mlir_function_body_deinitialize(out_body);
+    out_body->allocator = allocator;
+  }
+  return status;
+}
+
+void pcp_mlir_function_body_deinitialize(pcp_mlir_function_body_t* body) {
+  pcp_allocator_t allocator = body->allocator;
+  pcp_allocator_free(allocator, body->values);
+  pcp_allocator_free(allocator, body->ops);
+  pcp_allocator_free(allocator, body->blocks);
+  pcp_allocator_free(allocator, body->operands);
+  pcp_allocator_free(allocator, body->strings_);
+  memset(body, 0, sizeof(*body));
+  body->allocator = allocator;
+}

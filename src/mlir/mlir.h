@@ -262,6 +262,67 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_mlir_type_check_tensor(
     int32_t rank, const int64_t* dims, const char* what);
 
 //===----------------------------------------------------------------------===//
+// Function bodies (read-only IR walk)
+//===----------------------------------------------------------------------===//
+
+// One operation of a function body, as program builders (autodiff) need it.
+// Values are numbered 0..value_count-1 over the whole function: the entry
+// block's arguments first, then block arguments and results in the order the
+// walk meets them. Strings are owned by the body.
+typedef struct pcp_mlir_op_t {
+  const char* name;      // "stablehlo.add"
+  // Innermost "file:line:col" of the op's location (JAX and torch-mlir wrap
+  // them), or the printed location when it has none.
+  const char* location;
+  // The op's inherent attributes in generic syntax ("<{dimensions = ...}>")
+  // and its discardable ones ("{mhlo.sharding = ...}"); "" when absent. Both
+  // are printed by MLIR and can be pasted back into a generic op.
+  const char* properties;
+  const char* attributes;
+  uint32_t operand_count;
+  uint32_t first_operand;  // index into pcp_mlir_function_body_t.operands
+  uint32_t result_count;
+  uint32_t first_result;   // value id of result 0; the others follow
+  uint32_t region_count;   // one block per region
+  uint32_t first_block;    // index of region 0's block; the others follow
+} pcp_mlir_op_t;
+
+typedef struct pcp_mlir_block_t {
+  uint32_t argument_count;
+  uint32_t first_argument;  // value id of argument 0
+  uint32_t op_count;
+  uint32_t first_op;        // ops of one block are contiguous
+} pcp_mlir_block_t;
+
+// A function's body flattened. Block 0 is the entry block; its arguments are
+// the function's arguments (value ids 0..argument_count-1). Caller-embedded;
+// release with pcp_mlir_function_body_deinitialize.
+typedef struct pcp_mlir_function_body_t {
+  pcp_allocator_t allocator;
+  size_t value_count;
+  pcp_mlir_type_t* values;    // type of each value
+  size_t op_count;
+  pcp_mlir_op_t* ops;
+  size_t block_count;
+  pcp_mlir_block_t* blocks;
+  size_t operand_count;
+  uint32_t* operands;         // value ids
+  char* strings_;
+} pcp_mlir_function_body_t;
+
+// Walks @|function_name| (NULL: "main") of |module| into |out_body| (cleared
+// first). NOT_FOUND when there is no such function, UNIMPLEMENTED for a
+// region with more than one block (StableHLO functions have one),
+// OUT_OF_RANGE for a tensor of rank above PCP_MAX_TENSOR_RANK,
+// RESOURCE_EXHAUSTED when out of memory. Thread-compatible (the module).
+PCP_MUST_USE_RESULT pcp_status_t pcp_mlir_module_function_body(
+    pcp_mlir_module_t* module, const char* function_name,
+    pcp_allocator_t allocator, pcp_mlir_function_body_t* out_body);
+
+// Frees what the body owns.
+void pcp_mlir_function_body_deinitialize(pcp_mlir_function_body_t* body);
+
+//===----------------------------------------------------------------------===//
 // CLI
 //===----------------------------------------------------------------------===//
 

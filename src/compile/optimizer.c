@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// @apply_optimizer (AdamW with global-norm gradient clipping) and the fused
+// @train_steps, emitted as StableHLO text next to @compute_gradients.
+//
+// AdamW, per parameter p with gradient g, at step t (1-based):
+//   n   = sqrt(sum over every gradient of sum(g^2))      (global norm)
+//   g'  = g * c / max(n, c)            (c = max_grad_norm; skipped if c <= 0)
+//   m'  = b1 m + (1 - b1) g'
+//   v'  = b2 v + (1 - b2) g'^2
+//   p'  = p - lr (m'/(1 - b1^t) / (sqrt(v'/(1 - b2^t)) + eps) + wd p)
+// Upstream clipped each tensor by its own norm; the global norm is what
+// PyTorch's clip_grad_norm_ and optax do, and what the issue asks for.
+//
+// @train_steps is unrolled: k calls of @compute_gradients and
+// @apply_optimizer, step i reading slice i of each data argument. IREE
+// inlines the calls; parameters and moments stay device-resident across the
+// k steps and between calls (they are in/out arguments). A stablehlo.while
+// would keep compile time flat in k; unrolled code is simpler to get right and
+// k is small (tens) in DiLoCo inner loops (docs/autodiff.md).
+
+#include <stdio.h>
+#include <string.h>
+
+#include "compile/autodiff_impl.h"
+
+typedef pcp_autodiff_ref_t ref_t;
+typedef pcp_autodiff_type_t type_t;
+
+static ref_t named(const char* prefix, size_t index, const type_t* type) {
+  ref_t ref;
+  memset(&ref, 0, sizeof(ref));
+  snprintf(ref.name, sizeof(ref.name), "%%%s%zu", prefix, index);
+  ref.type = *type;
+  return ref;
+}
+
+static ref_t fill(pcp_autodiff_emitter_t* e, ref_t scalar,
+                  const type_t* type) {
+  if (type->rank == 0) {
+    return scalar;
+  }
+  return pcp_autodiff_broadcast(e, scalar, NULL, type);
+}
+
+static ref_t constant(pcp_autodiff_emitter_t* e, double value,
+                      const type_t* type) {
+  return pcp_autodiff_splat(e, value, type);
+}
+
+static ref_t bin(pcp_autodiff_emitter_t* e, const char* op, ref_t a, ref_t b) {
+  return pcp_autodiff_binary(e, op, a, b);
+}
+
+void pcp_autodiff_emit_optimizer(
+    pcp_autodiff_emitter_t* e,
+    const pcp_autodiff_training_signature_t* signature,
+    const pcp_compile_training_options_t* options) {
+  size_t n = signature->param_count;
+  const type_t* types = signature->arguments;
+  type_t f32 = pcp_autodiff_type_scalar("f32");
+  pcp_autodiff_emit_f(e, "  func.func @apply_optimizer(");
+  const char* groups[4] = {"p", "g", "m", "s"};
+  for (int k = 0; k < 4; ++k) {
+    for (size_t i = 0; i < n; ++i) {
+      pcp_autodiff_emit_f(e, "%%%s%zu: ", groups[k], i);
+      pcp_autodiff_type_append(e, &types[i]);
+      pcp_autodiff_emit_f(e, ", ");
+    }
+  }
+  pcp_autodiff_emit_f(e, "%%step: tensor<f32>, %%lr: tensor<f32>) -> (");
+  for (int k = 0; k < 3; ++k) {
+    for (size_t i = 0; i < n; ++i) {
+      pcp_autodiff_emit_f(e, "%s", k || i ? ", " : "");
+      pcp_autodiff_type_append(e, &types[i]);
+    }
+  }
+  pcp_autodiff_emit_f(e, ") {\n");
+  ref_t step = named("step", 0, &f32);
+  snprintf(step.name, sizeof(step.name), "%%step");
+  ref_t lr = step;
+  snprintf(lr.name, sizeof(lr.name), "%%lr");
+
+  // The global norm, accumulated in the first parameter's element type.
+  const char* norm_element = n ? types[0].element : "f32";
+  type_t norm_type = pcp_autodiff_type_scalar(norm_element);
+  ref_t scale = constant(e, 1.0, &norm_type);
+  if (options->max_grad_norm > 0 && n) {
+    ref_t total = constant(e, 0.0, &norm_type);
+    for (size_t i = 0; i < n; ++i) {
+      ref_t g = named("g", i, &types[i]);
+      ref_t squares = pcp_autodiff_sum_all(
+          e, bin(e, "stablehlo.multiply", g, g));
+      total = bin(e, "stablehlo.add", total,
+                  pcp_autodiff_convert(e, squares, norm_element));
+    }
+    ref_t norm = pcp_autodiff_unary(e, "stablehlo.sqrt", total);
+    ref_t max_norm = constant(e, options->max_grad_norm, &norm_type);
+    // c / max(n, c): 1 while the norm is within the bound.
+    scale = bin(e, "stablehlo.divide", max_norm,
+                bin(e, "stablehlo.maximum", norm, max_norm));
+  }
+
+  ref_t* results = NULL;
+  pcp_status_t status = pcp_allocator_calloc(
+      pcp_allocator_system(), (3 * n + 1) * sizeof(ref_t), (void**)&results);
+  if (status) {
+    if (!e->status) {
+      e->status = status;
+    } else {
+      pcp_status_ignore(status);
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const type_t* type = &types[i];
+    const char* element = type->element;
+    type_t scalar = pcp_autodiff_type_scalar(element);
+    ref_t p = named("p", i, type);
+    ref_t g = named("g", i, type);
+    ref_t m = named("m", i, type);
+    ref_t v = named("s", i, type);
+    ref_t t = pcp_autodiff_convert(e, step, element);
+    ref_t rate = pcp_autodiff_convert(e, lr, element);
+    ref_t clipped = bin(e, "stablehlo.multiply", g,
+                        fill(e, pcp_autodiff_convert(e, scale, element), type));
+    // m' = b1 m + (1 - b1) g'
+    ref_t m_next = bin(
+        e, "stablehlo.add",
+        bin(e, "stablehlo.multiply", constant(e, options->beta1, type), m),
+        bin(e, "stablehlo.multiply", constant(e, 1.0 - options->beta1, type),
+            clipped));
+    // v' = b2 v + (1 - b2) g'^2
+    ref_t v_next = bin(
+        e, "stablehlo.add",
+        bin(e, "stablehlo.multiply", constant(e, options->beta2, type), v),
+        bin(e, "stablehlo.multiply", constant(e, 1.0 - options->beta2, type),
+            bin(e, "stablehlo.multiply", clipped, clipped)));
+    // Bias corrections 1 - b^t (t is the 1-based step number).
+    ref_t one = constant(e, 1.0, &scalar);
+    ref_t correction1 = bin(
+        e, "stablehlo.subtract", one,
+        bin(e, "stablehlo.power", constant(e, options->beta1, &scalar), t));
+    ref_t correction2 = bin(
+        e, "stablehlo.subtract", one,
+        bin(e, "stablehlo.power", constant(e, options->beta2, &scalar), t));
+    ref_t m_hat = bin(e, "stablehlo.divide", m_next, fill(e, correction1, type));
+    ref_t v_hat = bin(e, "stablehlo.divide", v_next, fill(e, correction2, type));
+    ref_t denominator =
+        bin(e, "stablehlo.add", pcp_autodiff_unary(e, "stablehlo.sqrt", v_hat),
+            constant(e, options->epsilon, type));
+    ref_t update = bin(
+        e, "stablehlo.add", bin(e, "stablehlo.divide", m_hat, denominator),
+        bin(e, "stablehlo.multiply", constant(e, options->weight_decay, type),
+            p));
+    ref_t p_next = bin(e, "stablehlo.subtract", p,
+                       bin(e, "stablehlo.multiply", fill(e, rate, type),
+                           update));
+    results[i] = p_next;
+    results[n + i] = m_next;
+    results[2 * n + i] = v_next;
+  }
+  pcp_autodiff_emit_f(e, "    \"func.return\"(");
+  for (size_t i = 0; i < 3 * n; ++i) {
+    pcp_autodiff_emit_f(e, "%s%s", i ? ", " : "", results[i].name);
+  }
+  pcp_autodiff_emit_f(e, ") : (");
+  for (size_t i = 0; i < 3 * n; ++i) {
+    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
+    pcp_autodiff_type_append(e, &results[i].type);
+  }
+  pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
+  pcp_allocator_free(pcp_allocator_system(), results);
+}
+
+static void emit_call(pcp_autodiff_emitter_t* e, const char* result_name,
+                      const char* callee, const ref_t* operands,
+                      size_t operand_count, const type_t* const* results,
+                      size_t result_count) {
+  pcp_autodiff_emit_f(e, "    %s:%zu = \"func.call\"(", result_name,
+                      result_count);
+  for (size_t i = 0; i < operand_count; ++i) {
+    pcp_autodiff_emit_f(e, "%s%s", i ? ", " : "", operands[i].name);
+  }
+  pcp_autodiff_emit_f(e, ") {callee = @%s} : (", callee);
+  for (size_t i = 0; i < operand_count; ++i) {
+    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
+    pcp_autodiff_type_append(e, &operands[i].type);
+  }
+  pcp_autodiff_emit_f(e, ") -> (");
+  for (size_t i = 0; i < result_count; ++i) {
+    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
+    pcp_autodiff_type_append(e, results[i]);
+  }
+  pcp_autodiff_emit_f(e, ")\n");
+}
+
+static ref_t call_result(const char* call_name, size_t index,
+                         const type_t* type) {
+  ref_t ref;
+  memset(&ref, 0, sizeof(ref));
+  snprintf(ref.name, sizeof(ref.name), "%s#%zu", call_name, index);
+  ref.type = *type;
+  return ref;
+}
+
+void pcp_autodiff_emit_train_steps(
+    pcp_autodiff_emitter_t* e,
+    const pcp_autodiff_training_signature_t* signature,
+    const pcp_compile_training_options_t* options) {
+  size_t n = signature->param_count;
+  size_t data_count = signature->argument_count - n;
+  const type_t* types = signature->arguments;
+  int64_t k = options->inner_steps;
+  type_t f32 = pcp_autodiff_type_scalar("f32");
+  type_t losses_type = signature->loss;
+  losses_type.rank = 1;
+  losses_type.dims[0] = k;
+
+  pcp_autodiff_emit_f(e, "  func.func @train_steps(");
+  const char* groups[3] = {"p", "m", "s"};
+  for (int g = 0; g < 3; ++g) {
+    for (size_t i = 0; i < n; ++i) {
+      pcp_autodiff_emit_f(e, "%%%s%zu: ", groups[g], i);
+      pcp_autodiff_type_append(e, &types[i]);
+      pcp_autodiff_emit_f(e, ", ");
+    }
+  }
+  pcp_autodiff_emit_f(e, "%%step: tensor<f32>, %%lr: tensor<f32>");
+  for (size_t d = 0; d < data_count; ++d) {
+    type_t stacked = types[n + d];
+    memmove(&stacked.dims[1], &stacked.dims[0],
+            (size_t)stacked.rank * sizeof(int64_t));
+    stacked.dims[0] = k;
+    ++stacked.rank;
+    pcp_autodiff_emit_f(e, ", %%d%zu: ", d);
+    pcp_autodiff_type_append(e, &stacked);
+  }
+  pcp_autodiff_emit_f(e, ") -> (");
+  for (int g = 0; g < 3; ++g) {
+    for (size_t i = 0; i < n; ++i) {
+      pcp_autodiff_type_append(e, &types[i]);
+      pcp_autodiff_emit_f(e, ", ");
+    }
+  }
+  pcp_autodiff_type_append(e, &losses_type);
+  pcp_autodiff_emit_f(e, ") {\n");
+
+  size_t state_count = 3 * n;
+  size_t ref_count = state_count + signature->argument_count + 3 * n + 2 +
+                     (size_t)k;
+  ref_t* refs = NULL;
+  const type_t** result_types = NULL;
+  pcp_status_t status = pcp_allocator_calloc(
+      pcp_allocator_system(), ref_count * sizeof(ref_t), (void**)&refs);
+  if (!status) {
+    status = pcp_allocator_calloc(pcp_allocator_system(),
+                                  (3 * n + 1) * sizeof(type_t*),
+                                  (void**)&result_types);
+  }
+  if (status) {
+    if (!e->status) {
+      e->status = status;
+    } else {
+      pcp_status_ignore(status);
+    }
+    pcp_allocator_free(pcp_allocator_system(), refs);
+    return;
+  }
+  ref_t* state = refs;                        // p, m, v
+  ref_t* call_args = refs + state_count;      // scratch for call operands
+  ref_t* losses = call_args + signature->argument_count + 3 * n + 2;
+  for (int g = 0; g < 3; ++g) {
+    for (size_t i = 0; i < n; ++i) {
+      state[g * n + i] = named(groups[g], i, &types[i]);
+    }
+  }
+  ref_t step = named("step", 0, &f32);
+  snprintf(step.name, sizeof(step.name), "%%step");
+  ref_t lr = step;
+  snprintf(lr.name, sizeof(lr.name), "%%lr");
+
+  for (int64_t s = 0; s < k; ++s) {
+    // Step s's data: slice s of each stacked argument.
+    for (size_t i = 0; i < n; ++i) {
+      call_args[i] = state[i];
+    }
+    for (size_t d = 0; d < data_count; ++d) {
+      const type_t* type = &types[n + d];
+      type_t stacked = *type;
+      memmove(&stacked.dims[1], &stacked.dims[0],
+              (size_t)stacked.rank * sizeof(int64_t));
+      stacked.dims[0] = k;
+      ++stacked.rank;
+      ref_t data = named("d", d, &stacked);
+      int64_t start[PCP_MAX_TENSOR_RANK] = {0}, limit[PCP_MAX_TENSOR_RANK];
+      int64_t strides[PCP_MAX_TENSOR_RANK];
+      for (int32_t r = 0; r < stacked.rank; ++r) {
+        limit[r] = stacked.dims[r];
+        strides[r] = 1;
+      }
+      start[0] = s;
+      limit[0] = s + 1;
+      call_args[n + d] = pcp_autodiff_reshape(
+          e, pcp_autodiff_slice(e, data, start, limit, strides), type);
+    }
+    char grad_name[32];
+    snprintf(grad_name, sizeof(grad_name), "%%grad%lld", (long long)s);
+    result_types[0] = &signature->loss;
+    for (size_t i = 0; i < n; ++i) {
+      result_types[1 + i] = &types[i];
+    }
+    emit_call(e, grad_name, "compute_gradients", call_args,
+              signature->argument_count, result_types, n + 1);
+    type_t one_loss = signature->loss;
+    one_loss.rank = 1;
+    one_loss.dims[0] = 1;
+    losses[s] = pcp_autodiff_reshape(
+        e, call_result(grad_name, 0, &signature->loss), &one_loss);
+    // Optimizer call: p, g, m, v, step + s, lr.
+    for (size_t i = 0; i < n; ++i) {
+      call_args[i] = state[i];
+      call_args[n + i] = call_result(grad_name, 1 + i, &types[i]);
+      call_args[2 * n + i] = state[n + i];
+      call_args[3 * n + i] = state[2 * n + i];
+    }
+    call_args[4 * n] = bin(e, "stablehlo.add", step,
+                           constant(e, (double)s, &f32));
+    call_args[4 * n + 1] = lr;
+    char opt_name[32];
+    snprintf(opt_name, sizeof(opt_name), "%%opt%lld", (long long)s);
+    for (int g = 0; g < 3; ++g) {
+      for (size_t i = 0; i < n; ++i) {
+        result_types[g * n + i] = &types[i];
+      }
+    }
+    emit_call(e, opt_name, "apply_optimizer", call_args, 4 * n + 2,
+              result_types, 3 * n);
+    for (int g = 0; g < 3; ++g) {
+      for (size_t i = 0; i < n; ++i) {
+        state[g * n + i] = call_result(opt_name, g * n + i, &types[i]);
+      }
+    }
+  }
+  // Losses of the k steps, one tensor.
+  ref_t all_losses = losses[0];
+  if (k > 1) {
+    all_losses = pcp_autodiff_new_ref(e, &losses_type);
+    pcp_autodiff_emit_f(e, "    %s = \"stablehlo.concatenate\"(",
+                        all_losses.name);
+    for (int64_t s = 0; s < k; ++s) {
+      pcp_autodiff_emit_f(e, "%s%s", s ? ", " : "", losses[s].name);
+    }
+    pcp_autodiff_emit_f(e, ") {dimension = 0 : i64} : (");
+    for (int64_t s = 0; s < k; ++s) {
+      pcp_autodiff_emit_f(e, "%s", s ? ", " : "");
+      pcp_autodiff_type_append(e, &losses[s].type);
+    }
+    pcp_autodiff_emit_f(e, ") -> ");
+    pcp_autodiff_type_append(e, &losses_type);
+    pcp_autodiff_emit_f(e, "\n");
+  }
+  pcp_autodiff_emit_f(e, "    \"func.return\"(");
+  for (size_t i = 0; i < state_count; ++i) {
+    pcp_autodiff_emit_f(e, "%s, ", state[i].name);
+  }
+  pcp_autodiff_emit_f(e, "%s) : (", all_losses.name);
+  for (size_t i = 0; i < state_count; ++i) {
+    pcp_autodiff_type_append(e, &state[i].type);
+    pcp_autodiff_emit_f(e, ", ");
+  }
+  pcp_autodiff_type_append(e, &losses_type);
+  pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
+  pcp_allocator_free(pcp_allocator_system(), refs);
+  pcp_allocator_free(pcp_allocator_system(), result_types);
+}
