@@ -159,6 +159,9 @@ static inline void fake_gateway_heartbeat_if_due(fake_gateway_t* gw) {
 static inline bool fake_gateway_recv(fake_gateway_t* gw, int timeout_ms,
                                      pcp_proto_frame_t* out_frame) {
   memset(out_frame, 0, sizeof(*out_frame));
+  if (gw->eof) {
+    return false;  // the worker closed: nothing to read, nowhere to write
+  }
   int64_t deadline = fake_gateway_now_ns() + (int64_t)timeout_ms * 1000000;
   for (;;) {
     while (gw->buffer_offset < gw->buffer_length) {
