@@ -190,10 +190,12 @@ size_t pcp_tokenizer_utf8_complete_length(const char* data, size_t byte_length);
 // Normalization
 //===----------------------------------------------------------------------===//
 
-// Appends the Unicode NFC form of |text| to |out_text| (tables generated from
-// Python's unicodedata, Unicode 14; no ICU). Bytes that are not valid UTF-8
-// are copied unchanged and break composition. RESOURCE_EXHAUSTED when the
-// builder is full. Thread-safe.
+// Appends the Unicode NFC form of |text| to |out_text| (no ICU: tables
+// generated from Python's unicodedata restricted to the characters of Unicode
+// 9.0, the data `tokenizers` normalizes with, so that ids match; characters
+// assigned later pass through unchanged, as there). Bytes that are not valid
+// UTF-8 are copied unchanged and break composition. RESOURCE_EXHAUSTED when
+// the builder is full. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_nfc_append(
     pcp_string_view_t text, pcp_string_builder_t* out_text);
 

@@ -92,8 +92,40 @@ def generated_lines(count, seed=7):
     return lines
 
 
+# Blocks for random code point lines: controls, Latin and IPA, combining
+# marks, Greek, Cyrillic, Hebrew, Arabic, Devanagari, Thai, Hangul jamo,
+# spaces and punctuation, letterlike and enclosed forms, CJK, Hangul
+# syllables, compatibility ideographs and forms, variation selectors,
+# mathematical letters, emoji, tags, supplementary scripts with marks of
+# every Unicode version (NFC must use the `tokenizers` data version).
+RANDOM_RANGES = [
+    (0x20, 0x7E), (0x09, 0x0D), (0xA0, 0x2FF), (0x300, 0x36F), (0x370, 0x3FF),
+    (0x400, 0x4FF), (0x590, 0x6FF), (0x900, 0x97F), (0xE00, 0xE7F), (0x1100, 0x11FF),
+    (0x1680, 0x1680), (0x2000, 0x206F), (0x20A0, 0x20CF), (0x2100, 0x214F),
+    (0x2460, 0x24FF), (0x3000, 0x303F), (0x3040, 0x30FF), (0x4E00, 0x4E80),
+    (0xAC00, 0xAC80), (0xF900, 0xF9FF), (0xFB00, 0xFB4F), (0xFE00, 0xFE0F),
+    (0xFF00, 0xFFEF), (0x1D400, 0x1D4FF), (0x1F300, 0x1F6FF), (0x1F900, 0x1F9FF),
+    (0x1FA70, 0x1FAFF), (0x20000, 0x20010), (0xE0000, 0xE007F), (0x10000, 0x1007F),
+    (0x11000, 0x1107F), (0x11D00, 0x11D5F), (0x11900, 0x1195F), (0x1E900, 0x1E95F),
+]
+
+
+def random_unicode_lines(count, seed=5):
+    import random
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(count):
+        chars = []
+        for _ in range(rng.randint(1, 40)):
+            lo, hi = rng.choice(RANDOM_RANGES)
+            cp = rng.randint(lo, hi)
+            chars.append(chr(cp) if cp not in (0x0A, 0x0D) else " ")
+        lines.append("".join(chars))
+    return lines
+
+
 def corpus_lines():
-    lines = generated_lines(3000)
+    lines = generated_lines(3000) + random_unicode_lines(1000)
     for i in range(40):
         for j, base in enumerate(BASE_LINES):
             if (i + j) % 3 == 0:
