@@ -222,6 +222,50 @@ def sse_read(path, last_event_id=None, seconds=3.0, want=None):
     return buf.decode(errors="replace"), events
 
 
+def tls_check():
+    """A gateway with tls.cert/tls.key answers over HTTPS."""
+    import ssl
+    work = tempfile.mkdtemp(prefix="pcp-gw-tls-")
+    proc = None
+    try:
+        cert, key = os.path.join(work, "c.pem"), os.path.join(work, "k.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048",
+                        "-nodes", "-keyout", key, "-out", cert, "-days", "1",
+                        "-subj", "/CN=127.0.0.1"], check=True,
+                       capture_output=True)
+        api_port, fabric_port = free_port(), free_port()
+        config = os.path.join(work, "g.json")
+        with open(config, "w") as f:
+            json.dump({"gateway_id": "tls", "lab_id": "lab",
+                       "state_dir": os.path.join(work, "state"),
+                       "tls": {"cert": cert, "key": key},
+                       "worker_fabric": {"host": "127.0.0.1",
+                                         "port": fabric_port}}, f)
+        env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=JOIN)
+        proc = subprocess.Popen([PCP, "--gateway", "--gateway-config", config,
+                                 "--api-port", str(api_port)], env=env,
+                                stderr=subprocess.DEVNULL)
+        context = ssl.create_default_context(cafile=cert)
+        context.check_hostname = False
+        body = None
+        deadline = time.time() + 20
+        while time.time() < deadline and body is None:
+            try:
+                with urllib.request.urlopen(
+                        "https://127.0.0.1:%d/v1/controller" % api_port,
+                        context=context, timeout=5) as r:
+                    body = json.loads(r.read())
+            except (OSError, urllib.error.URLError):
+                time.sleep(0.1)
+        check(body is not None and body.get("tls") is True,
+              "HTTPS controller with tls configured: %s" % body)
+    finally:
+        if proc and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            check(proc.wait(timeout=20) == 0, "TLS gateway exit 0")
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     global BASE
     work = tempfile.mkdtemp(prefix="pcp-gw-")
@@ -331,6 +375,26 @@ def main():
                      "/v1/graph/mutate", "/v1/graph/entities/{id}",
                      "/v1/graph/status", "/", "/openapi.json"]:
             check(path in doc.get("paths", {}), "openapi names " + path)
+
+        # Limits: a body over the route's cap is 413 with the JSON error.
+        # (Only the headers are sent: the server answers from Content-Length
+        # before reading the body, and a client still sending would see
+        # its pipe break.)
+        with socket.create_connection(("127.0.0.1", api_port), 10) as sock:
+            sock.sendall(("POST /v1/services/register HTTP/1.1\r\nHost: x\r\n"
+                          "Authorization: Bearer %s\r\nContent-Type: "
+                          "application/json\r\nContent-Length: %d\r\n\r\n"
+                          % (TOKEN, 2 << 20)).encode())
+            answer = b""
+            while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(
+                    b"}"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        check(head.startswith(b"HTTP/1.1 413") and
+              b'"error"' in payload, "2 MiB body 413: %r" % answer[:200])
 
         # 5. Jobs: bad input first.
         for bad, what in [({}, "no program"),
@@ -482,6 +546,15 @@ def main():
         check(request("GET", "/v1/jobs/%s/results" % job3)[1]["results"] == [],
               "no results for a cancelled job")
 
+        # A raw body is the program; the query string carries the rest.
+        s, rawjob = request("POST", "/v1/jobs?function=main&backend=cpu",
+                            ADD_MLIR.encode(), content_type="text/plain")
+        check(s == 202 and rawjob["spec"]["program"]["format"] == "stablehlo",
+              "raw StableHLO body accepted: %s %s" % (s, rawjob))
+        check(is_error(request("POST", "/v1/jobs?backend=tpu", b"\0asm",
+                               content_type="application/octet-stream"), 400),
+              "raw body with a bad backend 400")
+
         # 9. SIGTERM drains: /readyz 503, then exit 0.
         gw.proc.send_signal(signal.SIGTERM)
         def readyz_draining():
@@ -509,6 +582,7 @@ def main():
                     print(open(os.path.join(work, name)).read()[-3000:],
                           file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
+    tls_check()
     if FAILURES:
         print("%d failure(s)" % len(FAILURES), file=sys.stderr)
         return 1

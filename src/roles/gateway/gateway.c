@@ -137,8 +137,28 @@ static const pcp_config_field_t kFabricFields[] = {
      .flags = J},
 };
 #undef WF
-static const pcp_config_table_t kFabricTable = {
-    "gateway config", kFabricFields, PCP_ARRAYSIZE(kFabricFields), NULL};
+static pcp_status_t validate_fabric(const void* opaque) {
+  const pcp_roles_fabric_config_t* fabric = opaque;
+  // The value names a variable; a typo with a space or '=' would otherwise
+  // surface only as "token unset" at start.
+  const char* name = fabric->join_token_env;
+  bool valid = name && name[0] && !(name[0] >= '0' && name[0] <= '9');
+  for (const char* p = name; valid && *p; ++p) {
+    valid = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+            (*p >= '0' && *p <= '9') || *p == '_';
+  }
+  if (!valid) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "gateway config: key 'worker_fabric.join_token_env'"
+                           ": '%s' is not an environment variable name",
+                           name ? name : "");
+  }
+  return pcp_ok_status();
+}
+
+static const pcp_config_table_t kFabricTable = {"gateway config", kFabricFields,
+                                                PCP_ARRAYSIZE(kFabricFields),
+                                                validate_fabric};
 
 static pcp_status_t validate_tls(const void* opaque) {
   const pcp_roles_tls_config_t* tls = opaque;
