@@ -454,3 +454,114 @@ pcp_status_t pcp_topology_decoupled_explore_seeded(
   out_stats->fingerprint = pcp_topology_hasher_finish(&hasher);
   return pcp_ok_status();
 }
+
+//===----------------------------------------------------------------------===//
+// Decoupled window: injected bugs
+//===----------------------------------------------------------------------===//
+
+const char* pcp_topology_decoupled_bug_name(pcp_topology_decoupled_bug_t bug) {
+  switch (bug) {
+    case PCP_TOPOLOGY_DECOUPLED_BUG_BELOW_QUORUM_COMMIT:
+      return "below_quorum_commit";
+    case PCP_TOPOLOGY_DECOUPLED_BUG_STALE_VECTOR_CLOCK_ACCEPTANCE:
+      return "stale_vector_clock_acceptance";
+    case PCP_TOPOLOGY_DECOUPLED_BUG_COUNT_:
+      break;
+  }
+  return "?";
+}
+
+bool pcp_topology_decoupled_bug_exposed(pcp_topology_decoupled_bug_t bug,
+                                        bool inject,
+                                        const pcp_topology_action_t* actions,
+                                        size_t action_count) {
+  pcp_topology_decoupled_t d;
+  pcp_topology_decoupled_initialize(7, 2, 2, 1, &d);
+  d.bug_accept_stale_clock =
+      inject && bug == PCP_TOPOLOGY_DECOUPLED_BUG_STALE_VECTOR_CLOCK_ACCEPTANCE;
+  for (size_t i = 0; i < action_count; ++i) {
+    pcp_topology_decoupled_action_t a;
+    memset(&a, 0, sizeof(a));
+    a.kind = (pcp_topology_decoupled_action_kind_t)actions[i].kind;
+    if (a.kind == PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT &&
+        !(inject && bug == PCP_TOPOLOGY_DECOUPLED_BUG_BELOW_QUORUM_COMMIT)) {
+      a.kind = PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW;
+    }
+    a.worker = (uint32_t)actions[i].parameters[0];
+    a.session = d.session;
+    a.fragment = d.fragment;
+    a.step = d.step;
+    a.clock = actions[i].parameters[1];
+    uint32_t accepted = 0;
+    for (uint32_t w = 0; w < d.worker_count; ++w) {
+      accepted += (d.accepted_mask >> w) & 1u;
+    }
+    uint64_t known = a.worker < d.worker_count ? d.known_clock[a.worker] : 0;
+    pcp_topology_decoupled_apply(&d, &a);
+    switch (bug) {
+      case PCP_TOPOLOGY_DECOUPLED_BUG_BELOW_QUORUM_COMMIT:
+        if (d.decision == PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED &&
+            accepted < d.quorum) {
+          return true;
+        }
+        break;
+      case PCP_TOPOLOGY_DECOUPLED_BUG_STALE_VECTOR_CLOCK_ACCEPTANCE:
+        if (a.kind == PCP_TOPOLOGY_DECOUPLED_SUBMIT &&
+            d.decision == PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED &&
+            a.clock < known) {
+          return true;
+        }
+        break;
+      case PCP_TOPOLOGY_DECOUPLED_BUG_COUNT_:
+        return false;
+    }
+  }
+  return false;
+}
+
+typedef struct decoupled_bug_context_t {
+  pcp_topology_decoupled_bug_t bug;
+} decoupled_bug_context_t;
+
+static bool decoupled_bug_predicate(void* user_data,
+                                    const pcp_topology_action_t* actions,
+                                    size_t action_count) {
+  const decoupled_bug_context_t* context =
+      (const decoupled_bug_context_t*)user_data;
+  return pcp_topology_decoupled_bug_exposed(context->bug, true, actions,
+                                            action_count);
+}
+
+pcp_status_t pcp_topology_decoupled_injected_bug_find(
+    pcp_topology_decoupled_bug_t bug, uint64_t seed, uint32_t trace_count,
+    uint32_t depth, pcp_allocator_t allocator,
+    pcp_topology_action_shrink_result_t* out_result) {
+  memset(out_result, 0, sizeof(*out_result));
+  if ((unsigned)bug >= PCP_TOPOLOGY_DECOUPLED_BUG_COUNT_ || depth > 64) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "injected decoupled bug %u at depth %u",
+                           (unsigned)bug, depth);
+  }
+  pcp_rng_t rng;
+  pcp_rng_initialize(seed, &rng);
+  pcp_topology_action_t actions[64];
+  for (uint32_t t = 0; t < trace_count; ++t) {
+    for (uint32_t i = 0; i < depth; ++i) {
+      actions[i].kind = (uint32_t)pcp_rng_next_below(
+          &rng, PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT + 1);
+      actions[i].parameters[0] = pcp_rng_next_below(&rng, 2);
+      actions[i].parameters[1] = pcp_rng_next_below(&rng, 4);
+      actions[i].parameters[2] = 0;
+    }
+    if (!pcp_topology_decoupled_bug_exposed(bug, true, actions, depth)) {
+      continue;
+    }
+    decoupled_bug_context_t context = {bug};
+    return pcp_topology_actions_shrink(allocator, actions, depth,
+                                       decoupled_bug_predicate, &context,
+                                       out_result);
+  }
+  return pcp_make_status(PCP_STATUS_NOT_FOUND,
+                         "no schedule of %u exposes %s in %u traces", depth,
+                         pcp_topology_decoupled_bug_name(bug), trace_count);
+}

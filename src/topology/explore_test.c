@@ -101,11 +101,37 @@ static void test_sched_injected_bugs(void** state) {
                       "cancellation_cleanup_leak");
 }
 
+// extract/decoupled injected bugs: found by seeded exploration (0xdec0,
+// 4096 schedules of 10 actions) with the bug injected, then shrunk: a
+// below-quorum commit to <= 4 events, a stale vector clock accepted to <= 3;
+// the correct window passes the shrunk schedules
+static void test_decoupled_injected_bugs(void** state) {
+  (void)state;
+  static const size_t kBound[PCP_TOPOLOGY_DECOUPLED_BUG_COUNT_] = {4, 3};
+  for (uint32_t b = 0; b < PCP_TOPOLOGY_DECOUPLED_BUG_COUNT_; ++b) {
+    pcp_topology_decoupled_bug_t bug = (pcp_topology_decoupled_bug_t)b;
+    pcp_topology_action_shrink_result_t r;
+    PCP_CHECK_OK(pcp_topology_decoupled_injected_bug_find(
+        bug, 0xdec0, 4096, 10, pcp_allocator_system(), &r));
+    assert_true(r.action_count <= kBound[b]);
+    assert_true(pcp_topology_decoupled_bug_exposed(bug, true, r.actions,
+                                                   r.action_count));
+    assert_false(pcp_topology_decoupled_bug_exposed(bug, false, r.actions,
+                                                    r.action_count));
+    pcp_topology_action_shrink_result_deinitialize(pcp_allocator_system(), &r);
+  }
+  assert_string_equal(
+      pcp_topology_decoupled_bug_name(
+          PCP_TOPOLOGY_DECOUPLED_BUG_STALE_VECTOR_CLOCK_ACCEPTANCE),
+      "stale_vector_clock_acceptance");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sched_exploration),
       cmocka_unit_test(test_decoupled_exploration),
       cmocka_unit_test(test_sched_injected_bugs),
+      cmocka_unit_test(test_decoupled_injected_bugs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2965,6 +2965,36 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_explore_seeded(
     uint64_t seed, uint32_t trace_count, uint32_t depth,
     pcp_topology_exploration_stats_t* out_stats);
 
+// The upstream injected decoupled bugs (reference s.3.2): a commit forced
+// below quorum, and an update accepted with a stale vector clock.
+typedef enum pcp_topology_decoupled_bug_e {
+  PCP_TOPOLOGY_DECOUPLED_BUG_BELOW_QUORUM_COMMIT = 0,
+  PCP_TOPOLOGY_DECOUPLED_BUG_STALE_VECTOR_CLOCK_ACCEPTANCE = 1,
+  PCP_TOPOLOGY_DECOUPLED_BUG_COUNT_ = 2,
+} pcp_topology_decoupled_bug_t;
+
+const char* pcp_topology_decoupled_bug_name(pcp_topology_decoupled_bug_t bug);
+
+// The oracle for |bug| over |actions| (kind: a decoupled action kind,
+// parameters[0] the worker, [1] the update's clock; envelopes match the
+// window) on session 7 with two workers, quorum 2 and one fragment: a
+// commit with fewer than quorum accepted senders, or an accepted update
+// whose clock is below the one the syncer already knew. Without |inject|
+// the window has no forced commit (FORCE_COMMIT times out like the window
+// does) and checks vector clocks.
+bool pcp_topology_decoupled_bug_exposed(pcp_topology_decoupled_bug_t bug,
+                                        bool inject,
+                                        const pcp_topology_action_t* actions,
+                                        size_t action_count);
+
+// Seeded exploration with |bug| injected (random actions over both workers,
+// clocks 0..3), the first exposing schedule shrunk. NOT_FOUND when none
+// does; INVALID_ARGUMENT for a bad bug or a depth above 64.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_injected_bug_find(
+    pcp_topology_decoupled_bug_t bug, uint64_t seed, uint32_t trace_count,
+    uint32_t depth, pcp_allocator_t allocator,
+    pcp_topology_action_shrink_result_t* out_result);
+
 //===----------------------------------------------------------------------===//
 // Solving and protocols: the merge oracle (oracles.c)
 //===----------------------------------------------------------------------===//
