@@ -161,9 +161,24 @@ static void test_seeded_random_generation_is_deterministic(void** state) {
       input, kProcesses, 2, alphabet, 3, options, toy_views, NULL, &a));
   PCP_CHECK_OK(pcp_topology_protocol_complex_generate_random(
       input, kProcesses, 2, alphabet, 3, options, toy_views, NULL, &b));
-  // Four traces on each of the three non-empty faces.
+  // Four traces on each of the three non-empty faces (upstream's "4
+  // traces": the per-trace seed mixes the face and k < 4).
   assert_int_equal(a.trace_count, 12);
   assert_int_equal(b.trace_count, 12);
+  size_t per_face[8] = {0};
+  for (size_t i = 0; i < a.trace_count; ++i) {
+    assert_true(a.witnesses[i].input_index < 8);
+    per_face[a.witnesses[i].input_index]++;
+  }
+  size_t faces_seen = 0;
+  for (size_t f = 0; f < 8; ++f) {
+    if (per_face[f] == 0) {
+      continue;
+    }
+    assert_int_equal(per_face[f], 4);
+    faces_seen++;
+  }
+  assert_int_equal(faces_seen, 3);
   for (size_t i = 0; i < a.trace_count; ++i) {
     assert_int_equal(a.traces[i].seed, b.traces[i].seed);
     assert_int_equal(a.witnesses[i].state_hash, b.witnesses[i].state_hash);
