@@ -16,7 +16,6 @@
 // constant, iota, compare.
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,8 +23,6 @@
 #include "models/models_impl.h"
 
 #define MAX_RANK 5
-// Longest emitted line: two long parameter names and three types fit.
-#define MAX_LINE 2048
 
 typedef struct val_t {
   char name[PCP_MODELS_MAX_NAME_LENGTH + 2];
@@ -52,17 +49,15 @@ typedef struct emitter_t {
 // Text helpers
 //===----------------------------------------------------------------------===//
 
-static void emit_line(emitter_t* e, const char* fmt, ...) PCP_PRINTF_ATTR(2, 3);
-static void emit_line(emitter_t* e, const char* fmt, ...) {
-  if (e->status) return;
-  char line[MAX_LINE];
-  va_list args;
-  va_start(args, fmt);
-  int n = vsnprintf(line, sizeof(line), fmt, args);
-  va_end(args);
-  PCP_ASSERT(n > 0 && n < (int)sizeof(line));
-  e->status = pcp_string_builder_append_f(e->builder, "    %s\n", line);
-}
+// Appends one indented line unless an earlier append failed. A macro rather
+// than a va_list helper: the builder formats straight into its buffer.
+#define EMIT_LINE(e, fmt, ...)                                                 \
+  do {                                                                         \
+    if (!(e)->status) {                                                        \
+      (e)->status = pcp_string_builder_append_f((e)->builder, "    " fmt "\n", \
+                                                __VA_ARGS__);                  \
+    }                                                                          \
+  } while (0)
 
 // "tensor<2x3xf32>", "tensor<f32>".
 static void type_of(const val_t* v, char out[128]) {
@@ -87,9 +82,13 @@ static val_t fresh(emitter_t* e, int rank, const int64_t* dims,
 }
 
 static bool same_shape(const val_t* a, const val_t* b) {
-  if (a->rank != b->rank) return false;
+  if (a->rank != b->rank) {
+    return false;
+  }
   for (int i = 0; i < a->rank; ++i) {
-    if (a->dims[i] != b->dims[i]) return false;
+    if (a->dims[i] != b->dims[i]) {
+      return false;
+    }
   }
   return true;
 }
@@ -108,7 +107,7 @@ static val_t op_unary(emitter_t* e, const char* op, val_t a) {
   val_t r = fresh(e, a.rank, a.dims, a.et);
   char ta[128];
   type_of(&a, ta);
-  emit_line(e, "%s = stablehlo.%s %s : %s", r.name, op, a.name, ta);
+  EMIT_LINE(e, "%s = stablehlo.%s %s : %s", r.name, op, a.name, ta);
   return r;
 }
 
@@ -117,8 +116,7 @@ static val_t op_binary(emitter_t* e, const char* op, val_t a, val_t b) {
   val_t r = fresh(e, a.rank, a.dims, a.et);
   char ta[128];
   type_of(&a, ta);
-  emit_line(e, "%s = stablehlo.%s %s, %s : %s", r.name, op, a.name, b.name,
-            ta);
+  EMIT_LINE(e, "%s = stablehlo.%s %s, %s : %s", r.name, op, a.name, b.name, ta);
   return r;
 }
 
@@ -133,12 +131,14 @@ static val_t mul(emitter_t* e, val_t a, val_t b) {
 }
 
 static val_t convert(emitter_t* e, val_t a, pcp_element_type_t et) {
-  if (a.et == et) return a;
+  if (a.et == et) {
+    return a;
+  }
   val_t r = fresh(e, a.rank, a.dims, et);
   char ta[128], tr[128];
   type_of(&a, ta);
   type_of(&r, tr);
-  emit_line(e, "%s = stablehlo.convert %s : (%s) -> %s", r.name, a.name, ta,
+  EMIT_LINE(e, "%s = stablehlo.convert %s : (%s) -> %s", r.name, a.name, ta,
             tr);
   return r;
 }
@@ -149,7 +149,7 @@ static val_t reshape(emitter_t* e, val_t a, int rank, const int64_t* dims) {
   char ta[128], tr[128];
   type_of(&a, ta);
   type_of(&r, tr);
-  emit_line(e, "%s = stablehlo.reshape %s : (%s) -> %s", r.name, a.name, ta,
+  EMIT_LINE(e, "%s = stablehlo.reshape %s : (%s) -> %s", r.name, a.name, ta,
             tr);
   return r;
 }
@@ -159,7 +159,7 @@ static void format_list(const int64_t* values, int count, char* out,
                         size_t capacity) {
   size_t used = 0;
   out[0] = 0;
-  for (int i = 0; i < count && used < capacity; ++i) {
+  for (int i = 0; values && i < count && used < capacity; ++i) {
     used += (size_t)snprintf(out + used, capacity - used, "%s%lld",
                              i ? ", " : "", (long long)values[i]);
   }
@@ -173,20 +173,23 @@ static val_t transpose(emitter_t* e, val_t a, const int64_t* perm) {
   type_of(&a, ta);
   type_of(&r, tr);
   format_list(perm, a.rank, p, sizeof(p));
-  emit_line(e, "%s = stablehlo.transpose %s, dims = [%s] : (%s) -> %s",
-            r.name, a.name, p, ta, tr);
+  EMIT_LINE(e, "%s = stablehlo.transpose %s, dims = [%s] : (%s) -> %s", r.name,
+            a.name, p, ta, tr);
   return r;
 }
 
 // broadcast_in_dim: operand dim i becomes result dim |mapping[i]|.
+// |mapping_count| must equal a.rank (it lets the compiler-side analysis see
+// the array bounds; the call sites pass PCP_ARRAYSIZE of a literal table).
 static val_t broadcast(emitter_t* e, val_t a, int rank, const int64_t* dims,
-                       const int64_t* mapping) {
+                       const int64_t* mapping, int mapping_count) {
+  PCP_ASSERT(mapping_count == a.rank);
   val_t r = fresh(e, rank, dims, a.et);
   char ta[128], tr[128], m[128];
   type_of(&a, ta);
   type_of(&r, tr);
-  format_list(mapping, a.rank, m, sizeof(m));
-  emit_line(e, "%s = stablehlo.broadcast_in_dim %s, dims = [%s] : (%s) -> %s",
+  format_list(mapping, mapping_count, m, sizeof(m));
+  EMIT_LINE(e, "%s = stablehlo.broadcast_in_dim %s, dims = [%s] : (%s) -> %s",
             r.name, a.name, m, ta, tr);
   return r;
 }
@@ -195,7 +198,7 @@ static val_t broadcast(emitter_t* e, val_t a, int rank, const int64_t* dims,
 static val_t broadcast_last(emitter_t* e, val_t a, const val_t* like) {
   static const int64_t kLeading[MAX_RANK] = {0, 1, 2, 3, 4};
   PCP_ASSERT(a.rank == like->rank - 1);
-  return broadcast(e, a, like->rank, like->dims, kLeading);
+  return broadcast(e, a, like->rank, like->dims, kLeading, like->rank - 1);
 }
 
 static val_t scalar(emitter_t* e, double value, pcp_element_type_t et) {
@@ -211,14 +214,14 @@ static val_t scalar(emitter_t* e, double value, pcp_element_type_t et) {
   } else {
     snprintf(text, sizeof(text), "%.9e", value);
   }
-  emit_line(e, "%s = stablehlo.constant dense<%s> : %s", r.name, text, tr);
+  EMIT_LINE(e, "%s = stablehlo.constant dense<%s> : %s", r.name, text, tr);
   return r;
 }
 
 static val_t splat(emitter_t* e, double value, pcp_element_type_t et,
                    const val_t* like) {
   val_t s = scalar(e, value, et);
-  return broadcast(e, s, like->rank, like->dims, NULL);
+  return broadcast(e, s, like->rank, like->dims, NULL, 0);
 }
 
 typedef enum reduce_kind_e { REDUCE_ADD = 0, REDUCE_MAX = 1 } reduce_kind_t;
@@ -229,14 +232,16 @@ static val_t reduce(emitter_t* e, val_t a, reduce_kind_t kind, int dim) {
   int64_t dims[MAX_RANK] = {0};
   int rank = 0;
   for (int i = 0; i < a.rank; ++i) {
-    if (i != dim) dims[rank++] = a.dims[i];
+    if (i != dim) {
+      dims[rank++] = a.dims[i];
+    }
   }
   val_t r = fresh(e, rank, dims, a.et);
   char ta[128], ti[128], tr[128];
   type_of(&a, ta);
   type_of(&init, ti);
   type_of(&r, tr);
-  emit_line(e,
+  EMIT_LINE(e,
             "%s = stablehlo.reduce(%s init: %s) applies stablehlo.%s across "
             "dimensions = [%d] : (%s, %s) -> %s",
             r.name, a.name, init.name, kind == REDUCE_ADD ? "add" : "maximum",
@@ -258,10 +263,14 @@ static val_t dot(emitter_t* e, val_t a, val_t b, int batch, int lhs_contract,
     dims[rank++] = a.dims[i];
   }
   for (int i = batch; i < a.rank; ++i) {
-    if (i != lhs_contract) dims[rank++] = a.dims[i];
+    if (i != lhs_contract) {
+      dims[rank++] = a.dims[i];
+    }
   }
   for (int i = batch; i < b.rank; ++i) {
-    if (i != rhs_contract) dims[rank++] = b.dims[i];
+    if (i != rhs_contract) {
+      dims[rank++] = b.dims[i];
+    }
   }
   val_t r = fresh(e, rank, dims, a.et);
   char ta[128], tb[128], tr[128], bl[128] = "";
@@ -274,11 +283,10 @@ static val_t dot(emitter_t* e, val_t a, val_t b, int batch, int lhs_contract,
     format_list(kBatch, batch, list, sizeof(list));
     snprintf(bl, sizeof(bl), "batching_dims = [%s] x [%s], ", list, list);
   }
-  emit_line(e,
+  EMIT_LINE(e,
             "%s = stablehlo.dot_general %s, %s, %scontracting_dims = [%d] x "
             "[%d] : (%s, %s) -> %s",
-            r.name, a.name, b.name, bl, lhs_contract, rhs_contract, ta, tb,
-            tr);
+            r.name, a.name, b.name, bl, lhs_contract, rhs_contract, ta, tb, tr);
   return r;
 }
 
@@ -287,7 +295,7 @@ static val_t iota(emitter_t* e, int rank, const int64_t* dims, int dim,
   val_t r = fresh(e, rank, dims, et);
   char tr[128];
   type_of(&r, tr);
-  emit_line(e, "%s = stablehlo.iota dim = %d : %s", r.name, dim, tr);
+  EMIT_LINE(e, "%s = stablehlo.iota dim = %d : %s", r.name, dim, tr);
   return r;
 }
 
@@ -297,18 +305,19 @@ static val_t compare(emitter_t* e, const char* direction, val_t a, val_t b) {
   char ta[128], tr[128];
   type_of(&a, ta);
   type_of(&r, tr);
-  emit_line(e, "%s = stablehlo.compare %s, %s, %s : (%s, %s) -> %s", r.name,
+  EMIT_LINE(e, "%s = stablehlo.compare %s, %s, %s : (%s, %s) -> %s", r.name,
             direction, a.name, b.name, ta, ta, tr);
   return r;
 }
 
-static val_t select_(emitter_t* e, val_t pred, val_t on_true, val_t on_false) {
+static val_t select_op(emitter_t* e, val_t pred, val_t on_true,
+                       val_t on_false) {
   PCP_ASSERT(same_shape(&pred, &on_true) && same_shape(&on_true, &on_false));
   val_t r = fresh(e, on_true.rank, on_true.dims, on_true.et);
   char tp[128], tr[128];
   type_of(&pred, tp);
   type_of(&r, tr);
-  emit_line(e, "%s = stablehlo.select %s, %s, %s : %s, %s", r.name, pred.name,
+  EMIT_LINE(e, "%s = stablehlo.select %s, %s, %s : %s, %s", r.name, pred.name,
             on_true.name, on_false.name, tp, tr);
   return r;
 }
@@ -335,7 +344,7 @@ static val_t slice(emitter_t* e, val_t a, int dim, int64_t start,
   format_list(strides, a.rank, st, sizeof(st));
   // Generic form: the pretty slice syntax changed between StableHLO
   // releases, the generic one did not.
-  emit_line(e,
+  EMIT_LINE(e,
             "%s = \"stablehlo.slice\"(%s) {start_indices = array<i64: %s>, "
             "limit_indices = array<i64: %s>, strides = array<i64: %s>} : "
             "(%s) -> %s",
@@ -344,7 +353,8 @@ static val_t slice(emitter_t* e, val_t a, int dim, int64_t start,
 }
 
 static val_t concat(emitter_t* e, val_t a, val_t b, int dim) {
-  int64_t dims[MAX_RANK];
+  PCP_ASSERT(dim >= 0 && dim < a.rank);
+  int64_t dims[MAX_RANK] = {0};
   for (int i = 0; i < a.rank; ++i) dims[i] = a.dims[i];
   dims[dim] += b.dims[dim];
   val_t r = fresh(e, a.rank, dims, a.et);
@@ -352,7 +362,7 @@ static val_t concat(emitter_t* e, val_t a, val_t b, int dim) {
   type_of(&a, ta);
   type_of(&b, tb);
   type_of(&r, tr);
-  emit_line(e, "%s = stablehlo.concatenate %s, %s, dim = %d : (%s, %s) -> %s",
+  EMIT_LINE(e, "%s = stablehlo.concatenate %s, %s, dim = %d : (%s, %s) -> %s",
             r.name, a.name, b.name, dim, ta, tb, tr);
   return r;
 }
@@ -366,7 +376,7 @@ static val_t gather_rows(emitter_t* e, val_t table, val_t indices) {
   type_of(&table, tt);
   type_of(&indices, ti);
   type_of(&r, tr);
-  emit_line(e,
+  EMIT_LINE(e,
             "%s = \"stablehlo.gather\"(%s, %s) {dimension_numbers = "
             "#stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], "
             "start_index_map = [0], index_vector_dim = 1>, slice_sizes = "
@@ -386,7 +396,8 @@ static val_t linear(emitter_t* e, val_t x, val_t weight, const val_t* bias) {
   val_t y = dot(e, x, weight, 0, 1, 1);
   if (bias) {
     static const int64_t kLast[1] = {1};
-    y = add(e, y, broadcast(e, *bias, y.rank, y.dims, kLast));
+    y = add(e, y,
+            broadcast(e, *bias, y.rank, y.dims, kLast, PCP_ARRAYSIZE(kLast)));
   }
   return y;
 }
@@ -403,7 +414,7 @@ static val_t mean_last(emitter_t* e, val_t x) {
 static val_t broadcast_weight(emitter_t* e, val_t weight, const val_t* like) {
   int64_t last[1] = {like->rank - 1};
   return broadcast(e, convert(e, weight, PCP_ELEMENT_TYPE_F32), like->rank,
-                   like->dims, last);
+                   like->dims, last, 1);
 }
 
 // RMSNorm over the last dim, computed in f32 (weight applied in f32 too),
@@ -413,7 +424,9 @@ static val_t rms_norm(emitter_t* e, val_t x, const val_t* weight, double eps) {
   val_t ms = mean_last(e, mul(e, xf, xf));
   val_t r = op_unary(e, "rsqrt", add(e, ms, splat(e, eps, ms.et, &ms)));
   val_t y = mul(e, xf, broadcast_last(e, r, &xf));
-  if (weight) y = mul(e, y, broadcast_weight(e, *weight, &y));
+  if (weight) {
+    y = mul(e, y, broadcast_weight(e, *weight, &y));
+  }
   return convert(e, y, x.et);
 }
 
@@ -437,7 +450,8 @@ static val_t gelu_tanh(emitter_t* e, val_t x) {
   val_t x3 = mul(e, mul(e, x, x), x);
   val_t inner = add(e, x, mul(e, splat(e, 0.044715, x.et, &x), x3));
   val_t t = op_unary(
-      e, "tanh", mul(e, splat(e, 0.7978845608028654 /* sqrt(2/pi) */, x.et, &x), inner));
+      e, "tanh",
+      mul(e, splat(e, 0.7978845608028654 /* sqrt(2/pi) */, x.et, &x), inner));
   val_t one_plus = add(e, splat(e, 1.0, x.et, &x), t);
   return mul(e, mul(e, splat(e, 0.5, x.et, &x), x), one_plus);
 }
@@ -462,11 +476,12 @@ static void build_rope_tables(emitter_t* e) {
                                             (double)(float)value);
   }
   if (!e->status) {
-    e->status = pcp_string_builder_append_f(
-        b, "]> : tensor<%lldxf32>\n", (long long)half);
+    e->status = pcp_string_builder_append_f(b, "]> : tensor<%lldxf32>\n",
+                                            (long long)half);
   }
   static const int64_t kCol[1] = {1};
-  val_t angle = mul(e, pos, broadcast(e, inv, 2, dims, kCol));
+  val_t angle =
+      mul(e, pos, broadcast(e, inv, 2, dims, kCol, PCP_ARRAYSIZE(kCol)));
   e->rope_cos = op_unary(e, "cosine", angle);
   e->rope_sin = op_unary(e, "sine", angle);
 }
@@ -481,8 +496,8 @@ static val_t rope(emitter_t* e, val_t x) {
   val_t x1 = slice(e, xf, 3, 0, half);
   val_t x2 = slice(e, xf, 3, half, e->hd);
   static const int64_t kTd[2] = {1, 3};
-  val_t c = broadcast(e, e->rope_cos, 4, x1.dims, kTd);
-  val_t s = broadcast(e, e->rope_sin, 4, x1.dims, kTd);
+  val_t c = broadcast(e, e->rope_cos, 4, x1.dims, kTd, PCP_ARRAYSIZE(kTd));
+  val_t s = broadcast(e, e->rope_sin, 4, x1.dims, kTd, PCP_ARRAYSIZE(kTd));
   val_t y1, y2;
   if (e->spec->architecture == PCP_MODELS_ARCHITECTURE_NANOCHAT) {
     y1 = add(e, mul(e, x1, c), mul(e, x2, s));
@@ -502,7 +517,8 @@ static void build_mask(emitter_t* e) {
   val_t allowed = compare(e, "GE", query, key);
   int64_t dims[4] = {e->b, e->h, e->t, e->t};
   static const int64_t kLast2[2] = {2, 3};
-  e->causal_mask = broadcast(e, allowed, 4, dims, kLast2);
+  e->causal_mask =
+      broadcast(e, allowed, 4, dims, kLast2, PCP_ARRAYSIZE(kLast2));
   val_t like = {.rank = 4, .et = PCP_ELEMENT_TYPE_F32};  // shape only
   memcpy(like.dims, dims, sizeof(dims));
   e->neg_inf = splat(e, -INFINITY, PCP_ELEMENT_TYPE_F32, &like);
@@ -536,8 +552,12 @@ static val_t attention(emitter_t* e, val_t q, val_t k, val_t v,
     // query heads (HF repeat_kv): [B,T,KV,hd] -> [B,T,KV,G,hd] -> [B,T,H,hd].
     int64_t gd[5] = {e->b, e->t, e->kv, e->h / e->kv, e->hd};
     static const int64_t kSkipGroup[4] = {0, 1, 2, 4};
-    k = reshape(e, broadcast(e, k, 5, gd, kSkipGroup), 4, qd);
-    v = reshape(e, broadcast(e, v, 5, gd, kSkipGroup), 4, qd);
+    k = reshape(e,
+                broadcast(e, k, 5, gd, kSkipGroup, PCP_ARRAYSIZE(kSkipGroup)),
+                4, qd);
+    v = reshape(e,
+                broadcast(e, v, 5, gd, kSkipGroup, PCP_ARRAYSIZE(kSkipGroup)),
+                4, qd);
   }
   static const int64_t kHeadsFirst[4] = {0, 2, 1, 3};
   q = transpose(e, q, kHeadsFirst);  // [B, H, T, hd]
@@ -547,7 +567,7 @@ static val_t attention(emitter_t* e, val_t q, val_t k, val_t v,
   // max, exponentiate, normalize.
   val_t s = convert(e, dot(e, q, k, 2, 3, 3), PCP_ELEMENT_TYPE_F32);
   s = mul(e, s, splat(e, 1.0 / sqrt((double)e->hd), s.et, &s));
-  s = select_(e, e->causal_mask, s, e->neg_inf);
+  s = select_op(e, e->causal_mask, s, e->neg_inf);
   val_t m = reduce(e, s, REDUCE_MAX, 3);
   val_t p = op_unary(e, "exponential", sub(e, s, broadcast_last(e, m, &s)));
   val_t z = reduce(e, p, REDUCE_ADD, 3);
@@ -573,7 +593,9 @@ static val_t forward_gpt(emitter_t* e, const val_t* p, val_t input_ids) {
   int64_t btd[3] = {e->b, e->t, e->d};
   static const int64_t kTd[2] = {1, 2};
   int64_t nd[2] = {e->n, e->d};
-  x = add(e, x, reshape(e, broadcast(e, p[1], 3, btd, kTd), 2, nd));
+  x = add(
+      e, x,
+      reshape(e, broadcast(e, p[1], 3, btd, kTd, PCP_ARRAYSIZE(kTd)), 2, nd));
   for (int64_t l = 0; l < e->spec->layers; ++l) {
     const val_t* w = &p[2 + 12 * l];
     val_t h = layer_norm(e, x, w[0], w[1], eps);
@@ -584,8 +606,8 @@ static val_t forward_gpt(emitter_t* e, const val_t* p, val_t input_ids) {
     attention_params_t none = {0};
     x = add(e, x, linear(e, attention(e, q, k, v, &none), w[4], &w[5]));
     h = layer_norm(e, x, w[6], w[7], eps);
-    x = add(e, x, linear(e, gelu_tanh(e, linear(e, h, w[8], &w[9])), w[10],
-                         &w[11]));
+    x = add(e, x,
+            linear(e, gelu_tanh(e, linear(e, h, w[8], &w[9])), w[10], &w[11]));
   }
   size_t last = 2 + 12 * (size_t)e->spec->layers;
   x = layer_norm(e, x, p[last], p[last + 1], eps);
@@ -610,8 +632,7 @@ static val_t forward_nanochat(emitter_t* e, const val_t* p, val_t input_ids) {
   }
   x = rms_norm(e, x, NULL, eps);
   size_t head = 1 + 6 * (size_t)e->spec->layers;
-  val_t logits =
-      convert(e, linear(e, x, p[head], NULL), PCP_ELEMENT_TYPE_F32);
+  val_t logits = convert(e, linear(e, x, p[head], NULL), PCP_ELEMENT_TYPE_F32);
   // nanochat soft-caps the logits: 15 tanh(logits / 15).
   val_t cap = splat(e, 15.0, logits.et, &logits);
   val_t inv = splat(e, 1.0 / 15.0, logits.et, &logits);
@@ -660,16 +681,16 @@ static val_t forward(emitter_t* e, const val_t* params, val_t input_ids) {
 static val_t cross_entropy(emitter_t* e, val_t logits, val_t targets) {
   val_t m = reduce(e, logits, REDUCE_MAX, 1);
   val_t z = sub(e, logits, broadcast_last(e, m, &logits));
-  val_t lse = op_unary(
-      e, "log", reduce(e, op_unary(e, "exponential", z), REDUCE_ADD, 1));
+  val_t lse = op_unary(e, "log",
+                       reduce(e, op_unary(e, "exponential", z), REDUCE_ADD, 1));
   int64_t n = e->n;
   val_t t = reshape(e, targets, 1, &n);
   static const int64_t kRow[1] = {0};
-  val_t tb = broadcast(e, t, 2, logits.dims, kRow);
+  val_t tb = broadcast(e, t, 2, logits.dims, kRow, PCP_ARRAYSIZE(kRow));
   val_t column = iota(e, 2, logits.dims, 1, PCP_ELEMENT_TYPE_I32);
   val_t one_hot = compare(e, "EQ", column, tb);
-  val_t picked = reduce(
-      e, select_(e, one_hot, z, splat(e, 0.0, z.et, &z)), REDUCE_ADD, 1);
+  val_t picked = reduce(e, select_op(e, one_hot, z, splat(e, 0.0, z.et, &z)),
+                        REDUCE_ADD, 1);
   val_t total = reduce(e, sub(e, lse, picked), REDUCE_ADD, 0);
   return mul(e, total, scalar(e, 1.0 / (double)n, total.et));
 }
@@ -718,7 +739,7 @@ static void emit_function(emitter_t* e,
     result = reshape(e, logits, 3, btv);
   }
   type_of(&result, type);
-  emit_line(e, "return %s : %s", result.name, type);
+  EMIT_LINE(e, "return %s : %s", result.name, type);
   if (!e->status) {
     e->status = pcp_string_builder_append_cstring(e->builder, "  }\n");
   }
@@ -774,7 +795,9 @@ pcp_status_t pcp_models_module_emit(const pcp_models_spec_t* spec,
       pcp_models_architecture_name(spec->architecture));
   emit_function(&e, &table, params, true);
   emit_function(&e, &table, params, false);
-  if (!e.status) e.status = pcp_string_builder_append_cstring(builder, "}\n");
+  if (!e.status) {
+    e.status = pcp_string_builder_append_cstring(builder, "}\n");
+  }
   pcp_allocator_free(pcp_allocator_system(), params);
   pcp_models_parameter_table_deinitialize(&table);
   return e.status;

@@ -1,23 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
 // Model specs, parameter tables and deterministic initial values.
 
+#include "models/models.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "models/models.h"
 #include "models/models_impl.h"
 
 static const char* const kArchitectureNames[PCP_MODELS_ARCHITECTURE_COUNT_] = {
     "gpt", "nanochat", "qwen3"};
 
 const char* pcp_models_architecture_name(pcp_models_architecture_t arch) {
-  if ((int)arch < 0 || arch >= PCP_MODELS_ARCHITECTURE_COUNT_) return "unknown";
+  if ((int)arch < 0 || arch >= PCP_MODELS_ARCHITECTURE_COUNT_) {
+    return "unknown";
+  }
   return kArchitectureNames[arch];
 }
 
-pcp_status_t pcp_models_architecture_parse(const char* name,
-                                           pcp_models_architecture_t* out_arch) {
+pcp_status_t pcp_models_architecture_parse(
+    const char* name, pcp_models_architecture_t* out_arch) {
   for (int i = 0; i < PCP_MODELS_ARCHITECTURE_COUNT_; ++i) {
     if (name && strcmp(name, kArchitectureNames[i]) == 0) {
       *out_arch = (pcp_models_architecture_t)i;
@@ -53,13 +56,17 @@ int64_t pcp_models_spec_head_dim(const pcp_models_spec_t* spec) {
 }
 
 int64_t pcp_models_spec_mlp_hidden(const pcp_models_spec_t* spec) {
-  if (spec->mlp_hidden) return spec->mlp_hidden;
+  if (spec->mlp_hidden) {
+    return spec->mlp_hidden;
+  }
   return spec->architecture == PCP_MODELS_ARCHITECTURE_QWEN3 ? 3 * spec->width
                                                              : 4 * spec->width;
 }
 
 double pcp_models_spec_rope_theta(const pcp_models_spec_t* spec) {
-  if (spec->rope_theta > 0) return spec->rope_theta;
+  if (spec->rope_theta > 0) {
+    return spec->rope_theta;
+  }
   return spec->architecture == PCP_MODELS_ARCHITECTURE_QWEN3 ? 1000000.0
                                                              : 10000.0;
 }
@@ -204,18 +211,13 @@ typedef struct table_writer_t {
   pcp_element_type_t dtype;
 } table_writer_t;
 
+// Appends "<prefix><suffix>" with its shape; |d1| is ignored for rank 1.
 static void add_param(table_writer_t* w, pcp_models_init_t init, int32_t rank,
-                      int64_t d0, int64_t d1, const char* fmt, ...)
-    PCP_PRINTF_ATTR(6, 7);
-
-static void add_param(table_writer_t* w, pcp_models_init_t init, int32_t rank,
-                      int64_t d0, int64_t d1, const char* fmt, ...) {
+                      int64_t d0, int64_t d1, const char* prefix,
+                      const char* suffix) {
   pcp_models_parameter_table_t* t = w->table;
   pcp_models_parameter_t* p = &t->parameters[t->count++];
-  va_list args;
-  va_start(args, fmt);
-  int n = vsnprintf(p->name, sizeof(p->name), fmt, args);
-  va_end(args);
+  int n = snprintf(p->name, sizeof(p->name), "%s%s", prefix, suffix);
   PCP_ASSERT(n > 0 && (size_t)n < sizeof(p->name));
   p->rank = rank;
   p->dims[0] = d0;
@@ -255,74 +257,69 @@ pcp_status_t pcp_models_parameter_table_initialize(
     case PCP_MODELS_ARCHITECTURE_GPT:
       // nanoGPT's GPT.named_parameters() order; lm_head.weight is the same
       // tensor as wte and is not listed (weight tying).
-      add_param(&w, kN, 2, v, d, "transformer.wte.weight");
-      add_param(&w, kN, 2, spec->block_size, d, "transformer.wpe.weight");
+      add_param(&w, kN, 2, v, d, "", "transformer.wte.weight");
+      add_param(&w, kN, 2, spec->block_size, d, "", "transformer.wpe.weight");
       for (int64_t i = 0; i < spec->layers; ++i) {
-        long long l = (long long)i;
-        add_param(&w, k1, 1, d, 0, "transformer.h.%lld.ln_1.weight", l);
-        add_param(&w, k0, 1, d, 0, "transformer.h.%lld.ln_1.bias", l);
-        add_param(&w, kN, 2, 3 * d, d, "transformer.h.%lld.attn.c_attn.weight",
-                  l);
-        add_param(&w, k0, 1, 3 * d, 0, "transformer.h.%lld.attn.c_attn.bias",
-                  l);
-        add_param(&w, kN, 2, d, d, "transformer.h.%lld.attn.c_proj.weight", l);
-        add_param(&w, k0, 1, d, 0, "transformer.h.%lld.attn.c_proj.bias", l);
-        add_param(&w, k1, 1, d, 0, "transformer.h.%lld.ln_2.weight", l);
-        add_param(&w, k0, 1, d, 0, "transformer.h.%lld.ln_2.bias", l);
-        add_param(&w, kN, 2, f, d, "transformer.h.%lld.mlp.c_fc.weight", l);
-        add_param(&w, k0, 1, f, 0, "transformer.h.%lld.mlp.c_fc.bias", l);
-        add_param(&w, kN, 2, d, f, "transformer.h.%lld.mlp.c_proj.weight", l);
-        add_param(&w, k0, 1, d, 0, "transformer.h.%lld.mlp.c_proj.bias", l);
+        char layer[48];
+        snprintf(layer, sizeof(layer), "%s.%lld.", "transformer.h",
+                 (long long)i);
+        add_param(&w, k1, 1, d, 0, layer, "ln_1.weight");
+        add_param(&w, k0, 1, d, 0, layer, "ln_1.bias");
+        add_param(&w, kN, 2, 3 * d, d, layer, "attn.c_attn.weight");
+        add_param(&w, k0, 1, 3 * d, 0, layer, "attn.c_attn.bias");
+        add_param(&w, kN, 2, d, d, layer, "attn.c_proj.weight");
+        add_param(&w, k0, 1, d, 0, layer, "attn.c_proj.bias");
+        add_param(&w, k1, 1, d, 0, layer, "ln_2.weight");
+        add_param(&w, k0, 1, d, 0, layer, "ln_2.bias");
+        add_param(&w, kN, 2, f, d, layer, "mlp.c_fc.weight");
+        add_param(&w, k0, 1, f, 0, layer, "mlp.c_fc.bias");
+        add_param(&w, kN, 2, d, f, layer, "mlp.c_proj.weight");
+        add_param(&w, k0, 1, d, 0, layer, "mlp.c_proj.bias");
       }
-      add_param(&w, k1, 1, d, 0, "transformer.ln_f.weight");
-      add_param(&w, k0, 1, d, 0, "transformer.ln_f.bias");
+      add_param(&w, k1, 1, d, 0, "", "transformer.ln_f.weight");
+      add_param(&w, k0, 1, d, 0, "", "transformer.ln_f.bias");
       break;
     case PCP_MODELS_ARCHITECTURE_NANOCHAT:
       // nanochat's order (upstream-workloads.md s.7): wte, six tensors per
       // layer, lm_head. Its norms carry no weights.
-      add_param(&w, kN, 2, v, d, "transformer.wte.weight");
+      add_param(&w, kN, 2, v, d, "", "transformer.wte.weight");
       for (int64_t i = 0; i < spec->layers; ++i) {
-        long long l = (long long)i;
-        add_param(&w, kN, 2, q_out, d, "transformer.h.%lld.attn.c_q.weight", l);
-        add_param(&w, kN, 2, kv_out, d, "transformer.h.%lld.attn.c_k.weight",
-                  l);
-        add_param(&w, kN, 2, kv_out, d, "transformer.h.%lld.attn.c_v.weight",
-                  l);
-        add_param(&w, kN, 2, d, q_out, "transformer.h.%lld.attn.c_proj.weight",
-                  l);
-        add_param(&w, kN, 2, f, d, "transformer.h.%lld.mlp.c_fc.weight", l);
-        add_param(&w, kN, 2, d, f, "transformer.h.%lld.mlp.c_proj.weight", l);
+        char layer[48];
+        snprintf(layer, sizeof(layer), "%s.%lld.", "transformer.h",
+                 (long long)i);
+        add_param(&w, kN, 2, q_out, d, layer, "attn.c_q.weight");
+        add_param(&w, kN, 2, kv_out, d, layer, "attn.c_k.weight");
+        add_param(&w, kN, 2, kv_out, d, layer, "attn.c_v.weight");
+        add_param(&w, kN, 2, d, q_out, layer, "attn.c_proj.weight");
+        add_param(&w, kN, 2, f, d, layer, "mlp.c_fc.weight");
+        add_param(&w, kN, 2, d, f, layer, "mlp.c_proj.weight");
       }
-      add_param(&w, kN, 2, v, d, "lm_head.weight");
+      add_param(&w, kN, 2, v, d, "", "lm_head.weight");
       break;
     case PCP_MODELS_ARCHITECTURE_QWEN3:
       // Qwen3ForCausalLM.named_parameters(): attention (q, k, v, o, q_norm,
       // k_norm), MLP (gate, up, down), then the two layer norms.
-      add_param(&w, kN, 2, v, d, "model.embed_tokens.weight");
+      add_param(&w, kN, 2, v, d, "", "model.embed_tokens.weight");
       for (int64_t i = 0; i < spec->layers; ++i) {
-        long long l = (long long)i;
-        add_param(&w, kN, 2, q_out, d, "model.layers.%lld.self_attn.q_proj.weight",
-                  l);
-        add_param(&w, kN, 2, kv_out, d,
-                  "model.layers.%lld.self_attn.k_proj.weight", l);
-        add_param(&w, kN, 2, kv_out, d,
-                  "model.layers.%lld.self_attn.v_proj.weight", l);
-        add_param(&w, kN, 2, d, q_out, "model.layers.%lld.self_attn.o_proj.weight",
-                  l);
-        add_param(&w, k1, 1, hd, 0, "model.layers.%lld.self_attn.q_norm.weight",
-                  l);
-        add_param(&w, k1, 1, hd, 0, "model.layers.%lld.self_attn.k_norm.weight",
-                  l);
-        add_param(&w, kN, 2, f, d, "model.layers.%lld.mlp.gate_proj.weight", l);
-        add_param(&w, kN, 2, f, d, "model.layers.%lld.mlp.up_proj.weight", l);
-        add_param(&w, kN, 2, d, f, "model.layers.%lld.mlp.down_proj.weight", l);
-        add_param(&w, k1, 1, d, 0, "model.layers.%lld.input_layernorm.weight",
-                  l);
-        add_param(&w, k1, 1, d, 0,
-                  "model.layers.%lld.post_attention_layernorm.weight", l);
+        char layer[48];
+        snprintf(layer, sizeof(layer), "%s.%lld.", "model.layers",
+                 (long long)i);
+        add_param(&w, kN, 2, q_out, d, layer, "self_attn.q_proj.weight");
+        add_param(&w, kN, 2, kv_out, d, layer, "self_attn.k_proj.weight");
+        add_param(&w, kN, 2, kv_out, d, layer, "self_attn.v_proj.weight");
+        add_param(&w, kN, 2, d, q_out, layer, "self_attn.o_proj.weight");
+        add_param(&w, k1, 1, hd, 0, layer, "self_attn.q_norm.weight");
+        add_param(&w, k1, 1, hd, 0, layer, "self_attn.k_norm.weight");
+        add_param(&w, kN, 2, f, d, layer, "mlp.gate_proj.weight");
+        add_param(&w, kN, 2, f, d, layer, "mlp.up_proj.weight");
+        add_param(&w, kN, 2, d, f, layer, "mlp.down_proj.weight");
+        add_param(&w, k1, 1, d, 0, layer, "input_layernorm.weight");
+        add_param(&w, k1, 1, d, 0, layer, "post_attention_layernorm.weight");
       }
-      add_param(&w, k1, 1, d, 0, "model.norm.weight");
-      if (!spec->tie_embeddings) add_param(&w, kN, 2, v, d, "lm_head.weight");
+      add_param(&w, k1, 1, d, 0, "", "model.norm.weight");
+      if (!spec->tie_embeddings) {
+        add_param(&w, kN, 2, v, d, "", "lm_head.weight");
+      }
       break;
     default:
       break;
@@ -342,7 +339,9 @@ void pcp_models_parameter_table_deinitialize(
 int64_t pcp_models_parameter_table_find(
     const pcp_models_parameter_table_t* table, const char* name) {
   for (size_t i = 0; i < table->count; ++i) {
-    if (strcmp(table->parameters[i].name, name) == 0) return (int64_t)i;
+    if (strcmp(table->parameters[i].name, name) == 0) {
+      return (int64_t)i;
+    }
   }
   return -1;
 }

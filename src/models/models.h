@@ -94,8 +94,8 @@ typedef struct pcp_models_spec_t {
   // the ratio of Qwen3-8B: 12288 / 4096).
   int64_t mlp_hidden;
   int64_t vocab;
-  int64_t block_size;  // T: sequence length of input_ids and targets
-  int64_t batch;       // B
+  int64_t block_size;        // T: sequence length of input_ids and targets
+  int64_t batch;             // B
   pcp_element_type_t dtype;  // F32 or BF16
   // QWEN3 only: logits = h @ embed_tokens^T, no lm_head.weight. GPT is
   // always tied and NANOCHAT never (as their references).

@@ -35,57 +35,115 @@ static const char* const kDtypes[] = {"f32", "bf16", NULL};
 // message is the one users see; cross-field rules come from
 // pcp_models_spec_validate.
 static const pcp_config_field_t kFields[] = {
-    {.name = "layers", .type = PCP_CONFIG_TYPE_INT64, .offset = OFFSET(layers),
-     .default_value = "2", .min = 1, .max = PCP_MODELS_MAX_LAYERS,
-     .value_name = "N", .help = "transformer blocks"},
-    {.name = "heads", .type = PCP_CONFIG_TYPE_INT64, .offset = OFFSET(heads),
-     .default_value = "4", .min = 1, .max = PCP_MODELS_MAX_HEADS,
-     .value_name = "N", .help = "attention (query) heads"},
-    {.name = "kv-heads", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = OFFSET(kv_heads), .default_value = "0", .min = 0,
-     .max = PCP_MODELS_MAX_HEADS, .value_name = "N",
+    {.name = "layers",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(layers),
+     .default_value = "2",
+     .min = 1,
+     .max = PCP_MODELS_MAX_LAYERS,
+     .value_name = "N",
+     .help = "transformer blocks"},
+    {.name = "heads",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(heads),
+     .default_value = "4",
+     .min = 1,
+     .max = PCP_MODELS_MAX_HEADS,
+     .value_name = "N",
+     .help = "attention (query) heads"},
+    {.name = "kv-heads",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(kv_heads),
+     .default_value = "0",
+     .min = 0,
+     .max = PCP_MODELS_MAX_HEADS,
+     .value_name = "N",
      .help = "key/value heads for grouped-query attention (nanochat, qwen3; "
              "0: = heads)"},
-    {.name = "width", .type = PCP_CONFIG_TYPE_INT64, .offset = OFFSET(width),
-     .default_value = "128", .min = 1, .max = PCP_MODELS_MAX_WIDTH,
-     .value_name = "N", .help = "model width d_model"},
-    {.name = "head-dim", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = OFFSET(head_dim), .default_value = "0", .min = 0,
-     .max = PCP_MODELS_MAX_HEAD_DIM, .value_name = "N",
+    {.name = "width",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(width),
+     .default_value = "128",
+     .min = 1,
+     .max = PCP_MODELS_MAX_WIDTH,
+     .value_name = "N",
+     .help = "model width d_model"},
+    {.name = "head-dim",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(head_dim),
+     .default_value = "0",
+     .min = 0,
+     .max = PCP_MODELS_MAX_HEAD_DIM,
+     .value_name = "N",
      .help = "per-head size (nanochat, qwen3; 0: width / heads)"},
-    {.name = "mlp-hidden", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = OFFSET(mlp_hidden), .default_value = "0", .min = 0,
-     .max = PCP_MODELS_MAX_MLP_HIDDEN, .value_name = "N",
+    {.name = "mlp-hidden",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(mlp_hidden),
+     .default_value = "0",
+     .min = 0,
+     .max = PCP_MODELS_MAX_MLP_HIDDEN,
+     .value_name = "N",
      .help = "MLP hidden size (0: 4 * width; qwen3: 3 * width)"},
-    {.name = "vocab", .type = PCP_CONFIG_TYPE_INT64, .offset = OFFSET(vocab),
-     .default_value = "65", .min = 1, .max = PCP_MODELS_MAX_VOCAB,
-     .value_name = "N", .help = "vocabulary size"},
-    {.name = "block-size", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = OFFSET(block_size), .default_value = "64", .min = 1,
-     .max = PCP_MODELS_MAX_BLOCK_SIZE, .value_name = "T",
+    {.name = "vocab",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(vocab),
+     .default_value = "65",
+     .min = 1,
+     .max = PCP_MODELS_MAX_VOCAB,
+     .value_name = "N",
+     .help = "vocabulary size"},
+    {.name = "block-size",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(block_size),
+     .default_value = "64",
+     .min = 1,
+     .max = PCP_MODELS_MAX_BLOCK_SIZE,
+     .value_name = "T",
      .help = "sequence length of input_ids and targets"},
-    {.name = "batch", .type = PCP_CONFIG_TYPE_INT64, .offset = OFFSET(batch),
-     .default_value = "8", .min = 1, .max = PCP_MODELS_MAX_BATCH,
-     .value_name = "B", .help = "batch size"},
-    {.name = "dtype", .type = PCP_CONFIG_TYPE_ENUM, .offset = OFFSET(dtype),
-     .default_value = "f32", .enum_values = kDtypes,
+    {.name = "batch",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(batch),
+     .default_value = "8",
+     .min = 1,
+     .max = PCP_MODELS_MAX_BATCH,
+     .value_name = "B",
+     .help = "batch size"},
+    {.name = "dtype",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = OFFSET(dtype),
+     .default_value = "f32",
+     .enum_values = kDtypes,
      .help = "parameter and activation type (bf16: norms, softmax and loss "
              "in f32)"},
-    {.name = "tie-embeddings", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = OFFSET(tie_embeddings), .default_value = "false",
+    {.name = "tie-embeddings",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(tie_embeddings),
+     .default_value = "false",
      .help = "qwen3: LM head shares model.embed_tokens.weight (gpt is always "
              "tied, nanochat never)"},
-    {.name = "rope-theta", .type = PCP_CONFIG_TYPE_DOUBLE,
-     .offset = OFFSET(rope_theta), .default_value = "0", .min = 0, .max = 1e12,
+    {.name = "rope-theta",
+     .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = OFFSET(rope_theta),
+     .default_value = "0",
+     .min = 0,
+     .max = 1e12,
      .value_name = "X",
      .help = "RoPE base (0: 10000 for nanochat, 1000000 for qwen3)"},
-    {.name = "output", .type = PCP_CONFIG_TYPE_STRING, .offset = OFFSET(output),
-     .value_name = "PATH", .help = "where to write the MLIR (also -o; - for stdout)"},
-    {.name = "params-json", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = OFFSET(params_json), .value_name = "PATH",
+    {.name = "output",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(output),
+     .value_name = "PATH",
+     .help = "where to write the MLIR (also -o; - for stdout)"},
+    {.name = "params-json",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(params_json),
+     .value_name = "PATH",
      .help = "also write the parameter table (names, shapes, dtypes) as JSON"},
-    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(help),
-     .default_value = "false", .help = "show this help"},
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(help),
+     .default_value = "false",
+     .help = "show this help"},
 };
 
 static const pcp_config_table_t kTable = {
@@ -119,6 +177,7 @@ static pcp_status_t write_text(const char* path, const char* text,
 
 static pcp_status_t run(const pcp_models_spec_t* spec,
                         const model_cli_options_t* options) {
+  PCP_ASSERT(options->output);  // checked by the caller
   pcp_models_parameter_table_t table;
   PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
       spec, pcp_allocator_system(), &table));
@@ -140,8 +199,8 @@ static pcp_status_t run(const pcp_models_spec_t* spec,
       status = write_text(options->params_json,
                           pcp_string_builder_cstring(&builder), builder.size);
       if (status) {
-        status = pcp_status_annotate_f(status, "writing %s",
-                                       options->params_json);
+        status =
+            pcp_status_annotate_f(status, "writing %s", options->params_json);
       }
     }
   }
@@ -165,7 +224,9 @@ static pcp_status_t run(const pcp_models_spec_t* spec,
 int pcp_models_cli_main(int argc, char** argv) {
   // -o is the one short flag, as in `pcp compile`.
   char** args = calloc((size_t)argc + 1, sizeof(char*));
-  if (!args) return 1;
+  if (!args) {
+    return 1;
+  }
   for (int i = 1; i < argc; ++i) {
     args[i - 1] = strcmp(argv[i], "-o") == 0 ? "--output" : argv[i];
   }
@@ -174,8 +235,8 @@ int pcp_models_cli_main(int argc, char** argv) {
   pcp_string_list_t positionals = {0};
   pcp_status_t status = pcp_config_initialize(&kTable, &options);
   if (!status) {
-    status = pcp_config_parse_argv(&kTable, argc - 1, args, &options,
-                                   &positionals);
+    status =
+        pcp_config_parse_argv(&kTable, argc - 1, args, &options, &positionals);
   }
   free(args);
   if (!status && options.help) {
@@ -184,7 +245,9 @@ int pcp_models_cli_main(int argc, char** argv) {
     pcp_string_list_deinitialize(&positionals);
     return 0;
   }
-  if (!status) status = pcp_config_validate(&kTable, &options);
+  if (!status) {
+    status = pcp_config_validate(&kTable, &options);
+  }
   pcp_models_spec_t spec;
   pcp_models_spec_initialize(PCP_MODELS_ARCHITECTURE_GPT, &spec);
   if (!status && positionals.count != 1) {
@@ -195,12 +258,13 @@ int pcp_models_cli_main(int argc, char** argv) {
         positionals.count);
   }
   if (!status) {
-    status = pcp_models_architecture_parse(positionals.items[0],
-                                           &spec.architecture);
+    status =
+        pcp_models_architecture_parse(positionals.items[0], &spec.architecture);
   }
   if (!status && !options.output) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "missing -o MODEL.mlir (where to write the module)");
+    status =
+        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                        "missing -o MODEL.mlir (where to write the module)");
   }
   if (!status) {
     spec.layers = options.layers;
@@ -212,8 +276,8 @@ int pcp_models_cli_main(int argc, char** argv) {
     spec.vocab = options.vocab;
     spec.block_size = options.block_size;
     spec.batch = options.batch;
-    spec.dtype = options.dtype == 1 ? PCP_ELEMENT_TYPE_BF16
-                                    : PCP_ELEMENT_TYPE_F32;
+    spec.dtype =
+        options.dtype == 1 ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32;
     spec.tie_embeddings = spec.architecture == PCP_MODELS_ARCHITECTURE_GPT ||
                           options.tie_embeddings;
     spec.rope_theta = options.rope_theta;
