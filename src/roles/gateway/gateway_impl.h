@@ -35,6 +35,16 @@
 
 typedef struct gateway_active_job_t gateway_active_job_t;
 
+// Serialized answers of GET /v1/jobs/{id}, valid while no job has been
+// written since (|generation|). Slots by hash of the id.
+#define GATEWAY_JOB_CACHE_SLOTS 256
+typedef struct gateway_job_cache_entry_t {
+  char id[64];
+  uint64_t generation;
+  char* json;  // malloc'd
+  size_t length;
+} gateway_job_cache_entry_t;
+
 typedef struct gateway_event_client_t {
   pcp_http_sse_stream_t* stream;  // one reference
   int64_t cursor;                 // last store event id sent
@@ -72,6 +82,13 @@ typedef struct gateway_t {
   uint32_t known_worker_count;
   uint32_t last_worker_counts[PCP_FABRIC_WORKER_STATE_COUNT_];
 
+  // Bumped after every write of a job row (create, transition): only this
+  // process writes the store (the state dir lock), so an unchanged value
+  // means every cached answer is current.
+  atomic_uint_fast64_t job_generation;
+  pthread_mutex_t cache_mu;
+  gateway_job_cache_entry_t job_cache[GATEWAY_JOB_CACHE_SLOTS];
+
   pthread_t runner_thread;
   pthread_t pump_thread;
   bool runner_started;
@@ -107,6 +124,8 @@ pcp_status_t gateway_job_results(void* user_data,
 pcp_status_t gateway_job_result_get(void* user_data,
                                     const pcp_http_request_t* request,
                                     pcp_http_response_t* response);
+// Frees the job cache (at stop, no handler running).
+void gateway_jobs_cache_free(gateway_t* gateway);
 // Jobs by state into the metrics (runner thread).
 void gateway_jobs_metrics_update(gateway_t* gateway);
 // A job record as API JSON (new reference; NULL on OOM).

@@ -565,6 +565,7 @@ pcp_status_t gateway_job_submit(void* user_data,
   int64_t event_id = 0;
   if (!status) {
     status = pcp_store_job_create(g->store, s.id, "generic", s.spec, &event_id);
+    atomic_fetch_add(&g->job_generation, 1);
   }
   if (status) {
     json_decref(s.spec);
@@ -635,15 +636,69 @@ pcp_status_t gateway_job_list(void* user_data,
                                      json_pack("{s:o}", "jobs", jobs));
 }
 
+static size_t cache_slot(const char* id) {
+  // FNV-1a: ids are short and this runs per request.
+  uint64_t h = UINT64_C(1469598103934665603);
+  for (const char* p = id; *p; ++p) {
+    h = (h ^ (uint8_t)*p) * UINT64_C(1099511628211);
+  }
+  return (size_t)(h % GATEWAY_JOB_CACHE_SLOTS);
+}
+
 pcp_status_t gateway_job_get(void* user_data, const pcp_http_request_t* request,
                              pcp_http_response_t* response) {
   gateway_t* g = user_data;
+  const char* id = pcp_http_request_param(request, "id");
+  // Job polling is the hot read: the answer is served from memory while no
+  // job was written since it was built (bench/http), else from the store.
+  bool cacheable = strlen(id) < sizeof(g->job_cache[0].id);
+  size_t slot = cacheable ? cache_slot(id) : 0;
+  uint64_t generation = atomic_load(&g->job_generation);
+  if (cacheable) {
+    pthread_mutex_lock(&g->cache_mu);
+    gateway_job_cache_entry_t* e = &g->job_cache[slot];
+    if (e->json && e->generation == generation && strcmp(e->id, id) == 0) {
+      pcp_status_t status = pcp_http_response_body_set(
+          response, 200, "application/json", e->json, e->length);
+      pthread_mutex_unlock(&g->cache_mu);
+      return status;
+    }
+    pthread_mutex_unlock(&g->cache_mu);
+  }
   pcp_store_job_t job;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_job_get(g->store, pcp_http_request_param(request, "id"), &job));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, id, &job));
   json_t* out = gateway_job_json(&job);
   pcp_store_job_deinitialize(&job);
-  return pcp_http_response_json_take(response, 200, out);
+  char* text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  json_decref(out);
+  if (!text) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+  }
+  size_t length = strlen(text);
+  pcp_status_t status = pcp_http_response_body_set(
+      response, 200, "application/json", text, length);
+  if (cacheable) {
+    // Tagged with the generation read BEFORE the store read: a write in
+    // between makes the entry stale at once, never wrongly fresh.
+    pthread_mutex_lock(&g->cache_mu);
+    gateway_job_cache_entry_t* e = &g->job_cache[slot];
+    free(e->json);
+    snprintf(e->id, sizeof(e->id), "%s", id);
+    e->generation = generation;
+    e->json = text;
+    e->length = length;
+    text = NULL;
+    pthread_mutex_unlock(&g->cache_mu);
+  }
+  free(text);
+  return status;
+}
+
+void gateway_jobs_cache_free(gateway_t* g) {
+  for (size_t i = 0; i < GATEWAY_JOB_CACHE_SLOTS; ++i) {
+    free(g->job_cache[i].json);
+    g->job_cache[i].json = NULL;
+  }
 }
 
 pcp_status_t gateway_job_cancel(void* user_data,
@@ -671,6 +726,7 @@ pcp_status_t gateway_job_cancel(void* user_data,
                                    : PCP_STORE_JOB_STATE_CANCELLING;
     pcp_status_t status =
         pcp_store_job_transition(g->store, id, to, NULL, NULL);
+    atomic_fetch_add(&g->job_generation, 1);
     if (!status) {
       pthread_mutex_lock(&g->mu);
       pthread_cond_broadcast(&g->cv);
@@ -794,7 +850,10 @@ static pcp_status_t transition(gateway_t* g, const char* id,
                                const json_t* placement) {
   pcp_store_job_transition_params_t params = {.placement = placement,
                                               .error = error};
-  return pcp_store_job_transition(g->store, id, to, &params, NULL);
+  pcp_status_t status =
+      pcp_store_job_transition(g->store, id, to, &params, NULL);
+  atomic_fetch_add(&g->job_generation, 1);
+  return status;
 }
 
 static void fail_job(gateway_t* g, const char* id, pcp_status_t cause) {
@@ -1218,6 +1277,35 @@ static void runner_tick(gateway_t* g) {
   pcp_store_job_list_deinitialize(&list);
 }
 
+// Deletes services whose TTL ran out (reads already hide them) and tells
+// event streams, so registrations do not pile up in the store.
+static void services_sweep(gateway_t* g) {
+  for (int round = 0; round < 16; ++round) {
+    pcp_store_service_list_t expired = {0};
+    pcp_status_t status = pcp_store_service_expired_sweep(g->store, &expired);
+    if (status) {
+      pcp_status_ignore(status);
+      return;
+    }
+    for (size_t i = 0; i < expired.count; ++i) {
+      json_t* data = json_pack(
+          "{s:s, s:s, s:s}", "executor_id", expired.items[i].executor_id,
+          "service_type", expired.items[i].service_type, "status", "expired");
+      char* text = data ? json_dumps(data, JSON_COMPACT) : NULL;
+      if (text) {
+        gateway_events_broadcast(g, "service", text);
+      }
+      free(text);
+      json_decref(data);
+    }
+    size_t count = expired.count;
+    pcp_store_service_list_deinitialize(&expired);
+    if (count < PCP_STORE_LIST_LIMIT_MAX) {
+      return;
+    }
+  }
+}
+
 void* gateway_jobs_runner_main(void* opaque) {
   gateway_t* g = opaque;
   int64_t next_metrics_ns = 0;
@@ -1227,6 +1315,7 @@ void* gateway_jobs_runner_main(void* opaque) {
     int64_t now = pcp_clock_now_ns(g->clock);
     if (now >= next_metrics_ns) {
       gateway_jobs_metrics_update(g);
+      services_sweep(g);
       next_metrics_ns = now + INT64_C(1000000000);
     }
     pthread_mutex_lock(&g->mu);

@@ -918,6 +918,7 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
   g->log.node_id = config->file.gateway_id;
   g->started_at_ns = pcp_clock_wall_ns(g->clock);
   pthread_mutex_init(&g->mu, NULL);
+  pthread_mutex_init(&g->cache_mu, NULL);
   pthread_cond_init(&g->cv, NULL);
   int exit_code = 0;
   pcp_status_t status = pcp_roles_signals_install();
@@ -953,7 +954,9 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
     pcp_sleep_ms(GATEWAY_DRAIN_NOTICE_MS);
   }
   stop(g);
+  gateway_jobs_cache_free(g);
   pthread_cond_destroy(&g->cv);
+  pthread_mutex_destroy(&g->cache_mu);
   pthread_mutex_destroy(&g->mu);
   free(g);
   return exit_code;
