@@ -16,9 +16,12 @@
 //      the same id and its resume token; a resumed lease keeps the resident
 //      tensors, a fresh one drops them;
 //   7. SIGTERM: DRAIN, close, exit 0.
-// Then a second worker on the same cache directory is offered the program
-// and acknowledges it as cached (no fetch), runs a task from the cached
-// file, and stops on a gateway SHUTDOWN with exit 0.
+// Then a second worker on the same cache directory is first rejected (it
+// retries), then offered the program and acknowledges it as cached (no
+// fetch), runs a task from the cached file, and stops on a gateway SHUTDOWN
+// with exit 0. A third finds the cached file corrupted and fetches it
+// again. A fourth, without a join token, idles with an error line and
+// stops on SIGTERM.
 
 // clang-format off
 #include <stdarg.h>
@@ -111,7 +114,14 @@ static int count_in_log(const char* needle) {
     }                                                                 \
   } while (0)
 
+// With |with_token| false the token variable is left unset.
+static pid_t spawn_worker_token(const char* log_name, bool with_token);
+
 static pid_t spawn_worker(const char* log_name) {
+  return spawn_worker_token(log_name, true);
+}
+
+static pid_t spawn_worker_token(const char* log_name, bool with_token) {
   snprintf(g.log_path, sizeof(g.log_path), "%s/%s", g.dir, log_name);
   const char* pcp = getenv("PCP_BINARY");
   CHECK(pcp != NULL);
@@ -120,7 +130,11 @@ static pid_t spawn_worker(const char* log_name) {
   pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
-    setenv("PCP_TEST_JOIN_TOKEN", TOKEN, 1);
+    if (with_token) {
+      setenv("PCP_TEST_JOIN_TOKEN", TOKEN, 1);
+    } else {
+      unsetenv("PCP_TEST_JOIN_TOKEN");
+    }
     setenv("PCP_WORKER_ID", WORKER_ID, 1);
     FILE* log = freopen(g.log_path, "w", stderr);
     (void)log;
@@ -668,6 +682,57 @@ static void restarted_worker_uses_its_cache(void** state) {
   CHECK(count_in_log("msg=\"program cached\"") == 1);
 }
 
+static void corrupt_cached_program_is_fetched_again(void** state) {
+  (void)state;
+  // Flip a byte of the cached file: the next worker must not trust it.
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&g.program, hex);
+  char path[800];
+  snprintf(path, sizeof(path), "%s/%s.vmfb", g.cache_dir, hex);
+  FILE* f = fopen(path, "r+b");
+  CHECK(f != NULL);
+  CHECK(fseek(f, 100, SEEK_SET) == 0);
+  int c = fgetc(f);
+  CHECK(fseek(f, 100, SEEK_SET) == 0);
+  fputc(c ^ 0xFF, f);
+  fclose(f);
+
+  fake_gateway_disconnect(&g.gw);
+  g.worker = spawn_worker("worker3.log");
+  CHECK(fake_gateway_accept(&g.gw, 20000));
+  pcp_proto_accept_t accept;
+  accept_params(&accept, 4, false);
+  fake_join_t join;
+  CHECK(fake_gateway_handshake(&g.gw, TOKEN, &accept, &join));
+  CHECK(offer_program());  // fetched again: the copy on disk was bad
+  float y[4];
+  expected_main(y);
+  assign_main(60, "", NULL, false);
+  expect_result(60, y, NULL);
+  CHECK(kill(g.worker, SIGTERM) == 0);
+  int status = wait_exit(g.worker, 10000);
+  CHECK(status != -1);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  g.worker = -1;
+  CHECK(count_in_log("does not match its hash") == 1);
+}
+
+static void without_a_token_idles_and_says_so(void** state) {
+  (void)state;
+  fake_gateway_disconnect(&g.gw);
+  g.worker = spawn_worker_token("worker4.log", false);
+  // It never connects (it could not prove anything), and it does not exit.
+  CHECK(!fake_gateway_pending(&g.gw, 1500));
+  CHECK(waitpid(g.worker, NULL, WNOHANG) == 0);
+  CHECK(count_in_log("no join token: environment variable "
+                     "PCP_TEST_JOIN_TOKEN is unset or empty") == 1);
+  CHECK(kill(g.worker, SIGTERM) == 0);
+  int status = wait_exit(g.worker, 10000);
+  CHECK(status != -1);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  g.worker = -1;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(joins_with_proof_and_every_field),
@@ -678,6 +743,8 @@ int main(void) {
       cmocka_unit_test(reconnects_with_the_same_id),
       cmocka_unit_test(drains_and_exits_on_sigterm),
       cmocka_unit_test(restarted_worker_uses_its_cache),
+      cmocka_unit_test(corrupt_cached_program_is_fetched_again),
+      cmocka_unit_test(without_a_token_idles_and_says_so),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
