@@ -14,9 +14,11 @@
 // upstream ignored them or fell back silently; `--dump-config` prints the
 // effective config and exits 0.
 //
-// This module is wiring only: the roles' work lives in the modules below
-// it. For now each role logs one `msg="started"` line with its key
-// settings, waits for SIGTERM or SIGINT, logs "stopping" and exits 0.
+// This module is mostly wiring: the roles' work lives in the modules below
+// it. Each role logs one `msg="started"` line with its key settings and
+// exits 0 after SIGTERM or SIGINT. The worker (src/roles/worker) runs the
+// fabric runtime: a loop thread owning the gateway connection, a compute
+// thread owning the IREE backend (docs/decisions.md, "worker").
 //
 // Thread-safety: pcp_roles_main is called once, from main(). The worker id
 // functions are thread-safe when |getenv_fn| is.
