@@ -2367,6 +2367,7 @@ pcp_status_t pcp_fabric_worker_query(pcp_fabric_endpoint_t* ep,
   }
   *out_info = w->info;
   out_info->program_count = w->acked.count;
+  out_info->lost_at_ns = w->lost_at_ns;
   if (w->conn) {
     int64_t last = pcp_proto_gateway_conn_deadline_ns(w->conn->proto) -
                    ep->timeouts.silence_timeout_ns;

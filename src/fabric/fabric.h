@@ -212,6 +212,7 @@ typedef struct pcp_fabric_worker_info_t {
   uint32_t resumed_count;     // joins that resumed the lease
   uint64_t eviction_count;    // silences that ended a connection
   int64_t heartbeat_age_ns;   // since the last frame (connected only)
+  int64_t lost_at_ns;         // when last lost (endpoint clock); 0: never
   uint32_t in_flight;         // tasks assigned and unanswered
   uint32_t program_count;     // programs the worker acknowledged
 } pcp_fabric_worker_info_t;
