@@ -1286,12 +1286,10 @@ static pcp_status_t resolve_cache_dir(const pcp_roles_worker_config_t* config,
   return pcp_ok_status();
 }
 
+// Logs why the worker cannot run (level=error) and returns exit code 1.
 static int fail_start(worker_t* w, pcp_status_t status, const char* what) {
-  char text[1024];
-  pcp_status_format(status, text, sizeof(text));
+  log_status(w, PCP_LOG_ERROR, status, what);
   pcp_status_ignore(status);
-  const char* pairs[] = {"error", text};
-  log_event(w, what, pairs, 1);
   return 1;
 }
 
