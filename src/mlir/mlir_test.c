@@ -652,6 +652,59 @@ static void test_print_respects_builder_cap(void** state) {
   pcp_mlir_module_release(module);
 }
 
+// The body walk: value numbering, operands, printed attributes, one-block
+// regions (reduce) and locations.
+static void test_function_body(void** state) {
+  (void)state;
+  static const char kText[] =
+      "func.func @main(%x: tensor<2x3xf32>, %i: tensor<2xi32>) -> tensor<2xf32> {\n"
+      "  %z = stablehlo.constant dense<0.0> : tensor<f32>\n"
+      "  %0 = stablehlo.reduce(%x init: %z) applies stablehlo.add across "
+      "dimensions = [1] : (tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32>\n"
+      "  return %0 : tensor<2xf32>\n"
+      "}\n";
+  pcp_mlir_module_t* module = parse_text(kText, sizeof(kText) - 1, "body.mlir");
+  pcp_mlir_function_body_t body;
+  expect_ok(pcp_mlir_module_function_body(module, NULL, pcp_allocator_system(),
+                                          &body));
+  // Entry block: 2 args, 3 ops (constant, reduce, return); the reduce's
+  // region is block 1 with 2 args and 2 ops (add, return).
+  assert_int_equal(body.block_count, 2);
+  assert_int_equal(body.blocks[0].argument_count, 2);
+  assert_int_equal(body.blocks[0].first_argument, 0);
+  assert_int_equal(body.blocks[0].op_count, 3);
+  const pcp_mlir_op_t* constant = &body.ops[body.blocks[0].first_op];
+  const pcp_mlir_op_t* reduce = constant + 1;
+  const pcp_mlir_op_t* ret = constant + 2;
+  assert_string_equal(constant->name, "stablehlo.constant");
+  assert_non_null(strstr(constant->properties, "dense<0.000000e+00>"));
+  assert_string_equal(reduce->name, "stablehlo.reduce");
+  assert_int_equal(strncmp(reduce->location, "body.mlir:3:", 12), 0);
+  assert_non_null(strstr(reduce->properties, "dimensions = array<i64: 1>"));
+  assert_string_equal(reduce->attributes, "");
+  assert_int_equal(reduce->operand_count, 2);
+  assert_int_equal(body.operands[reduce->first_operand], 0);
+  assert_int_equal(body.operands[reduce->first_operand + 1],
+                   constant->first_result);
+  assert_int_equal(reduce->region_count, 1);
+  const pcp_mlir_block_t* region = &body.blocks[reduce->first_block];
+  assert_int_equal(region->argument_count, 2);
+  assert_int_equal(region->op_count, 2);
+  assert_string_equal(body.ops[region->first_op].name, "stablehlo.add");
+  assert_string_equal(ret->name, "func.return");
+  assert_int_equal(body.operands[ret->first_operand], reduce->first_result);
+  static const int64_t kDims[] = {2};
+  expect_tensor(&body.values[reduce->first_result], PCP_ELEMENT_TYPE_F32, 1,
+                kDims);
+  assert_string_equal(body.values[1].spelling, "tensor<2xi32>");
+  pcp_mlir_function_body_deinitialize(&body);
+  expect_error(pcp_mlir_module_function_body(module, "nope",
+                                             pcp_allocator_system(), &body),
+               PCP_STATUS_NOT_FOUND, "nope", "main");
+  pcp_mlir_function_body_deinitialize(&body);
+  pcp_mlir_module_release(module);
+}
+
 static void test_many_diagnostics_are_capped(void** state) {
   PCP_UNUSED(state);
   // Thousands of verifier errors: the message stays bounded.
@@ -691,6 +744,7 @@ int main(void) {
       cmocka_unit_test(test_text_function_signature),
       cmocka_unit_test(test_print_respects_builder_cap),
       cmocka_unit_test(test_many_diagnostics_are_capped),
+      cmocka_unit_test(test_function_body),
   };
   return cmocka_run_group_tests(tests, setup_context, teardown_context);
 }
