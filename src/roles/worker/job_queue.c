@@ -7,17 +7,23 @@
 #include "roles/worker/worker_impl.h"
 
 pcp_status_t pcp_roles_worker_job_queue_initialize(
-    size_t capacity, pcp_roles_worker_job_queue_t* out_queue) {
+    size_t capacity, pcp_allocator_t allocator,
+    pcp_roles_worker_job_queue_t* out_queue) {
   memset(out_queue, 0, sizeof(*out_queue));
   if (capacity == 0) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "job queue capacity must be positive");
   }
-  out_queue->items = calloc(capacity, sizeof(void*));
-  if (!out_queue->items) {
+  if (capacity > SIZE_MAX / sizeof(void*)) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "job queue of %zu entries", capacity);
   }
+  void* items = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(allocator, capacity * sizeof(void*), &items),
+      "job queue of %zu entries", capacity);
+  out_queue->items = items;
+  out_queue->allocator = allocator;
   out_queue->capacity = capacity;
   pthread_mutex_init(&out_queue->mutex, NULL);
   pthread_cond_init(&out_queue->cond, NULL);
@@ -31,7 +37,7 @@ void pcp_roles_worker_job_queue_deinitialize(
   }
   pthread_cond_destroy(&queue->cond);
   pthread_mutex_destroy(&queue->mutex);
-  free(queue->items);
+  pcp_allocator_free(queue->allocator, queue->items);
   memset(queue, 0, sizeof(*queue));
 }
 

@@ -11,7 +11,8 @@
 #include "roles/worker/worker_impl.h"
 
 pcp_status_t pcp_roles_worker_program_cache_initialize(
-    const char* directory, pcp_roles_worker_program_cache_t* out_cache) {
+    const char* directory, pcp_allocator_t allocator,
+    pcp_roles_worker_program_cache_t* out_cache) {
   memset(out_cache, 0, sizeof(*out_cache));
   if (!directory || !directory[0]) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -19,16 +20,21 @@ pcp_status_t pcp_roles_worker_program_cache_initialize(
   }
   PCP_RETURN_IF_ERROR(pcp_file_make_directories(directory),
                       "program cache directory '%s'", directory);
-  out_cache->directory = strdup(directory);
-  if (!out_cache->directory) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "program cache");
-  }
+  size_t length = strlen(directory) + 1;
+  void* copy = NULL;
+  PCP_RETURN_IF_ERROR(pcp_allocator_malloc(allocator, length, &copy),
+                      "program cache");
+  memcpy(copy, directory, length);
+  out_cache->directory = copy;
+  out_cache->allocator = allocator;
   return pcp_ok_status();
 }
 
 void pcp_roles_worker_program_cache_deinitialize(
     pcp_roles_worker_program_cache_t* cache) {
-  free(cache->directory);
+  if (cache->directory) {
+    pcp_allocator_free(cache->allocator, cache->directory);
+  }
   cache->directory = NULL;
 }
 

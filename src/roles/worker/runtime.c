@@ -1337,16 +1337,19 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
     status = resolve_cache_dir(config, cache_dir, sizeof(cache_dir));
   }
   if (!status) {
-    status = pcp_roles_worker_program_cache_initialize(cache_dir, &w->cache);
+    status = pcp_roles_worker_program_cache_initialize(
+        cache_dir, pcp_allocator_system(), &w->cache);
   }
   if (!status) {
     pcp_roles_worker_session_store_initialize(
-        (size_t)config->resident_memory_bytes, release_tensor, &w->sessions);
+        (size_t)config->resident_memory_bytes, release_tensor,
+        pcp_allocator_system(), &w->sessions);
     // Room for every task the gateway may have in flight plus the program
     // transfers and a session drop: a well-behaved gateway never fills it.
     pcp_proto_limits_t limits = pcp_proto_limits_default();
     status = pcp_roles_worker_job_queue_initialize(
-        limits.max_in_flight + 2 * limits.max_blob_assemblies + 8, &w->queue);
+        limits.max_in_flight + 2 * limits.max_blob_assemblies + 8,
+        pcp_allocator_system(), &w->queue);
   }
   if (status) {
     exit_code = fail_start(w, status, "start failed");

@@ -11,20 +11,33 @@
 
 void pcp_roles_worker_session_store_initialize(
     size_t limit_byte_length, pcp_roles_worker_value_release_fn_t release,
-    pcp_roles_worker_session_store_t* out_store) {
+    pcp_allocator_t allocator, pcp_roles_worker_session_store_t* out_store) {
   memset(out_store, 0, sizeof(*out_store));
   out_store->limit_byte_length = limit_byte_length;
   out_store->release = release;
+  out_store->allocator = allocator;
+}
+
+static char* copy_string(pcp_allocator_t allocator, const char* value) {
+  size_t length = strlen(value) + 1;
+  void* copy = NULL;
+  pcp_status_t status = pcp_allocator_malloc(allocator, length, &copy);
+  if (status) {
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  memcpy(copy, value, length);
+  return copy;
 }
 
 static void session_clear(pcp_roles_worker_session_store_t* store,
                           pcp_roles_worker_session_t* session) {
   for (size_t i = 0; i < session->entry_count; ++i) {
     store->release(session->entries[i].value);
-    free(session->entries[i].name);
+    pcp_allocator_free(store->allocator, session->entries[i].name);
   }
-  free(session->entries);
-  free(session->id);
+  pcp_allocator_free(store->allocator, session->entries);
+  pcp_allocator_free(store->allocator, session->id);
   store->byte_length -= session->byte_length;
   memset(session, 0, sizeof(*session));
 }
@@ -40,8 +53,11 @@ void pcp_roles_worker_session_store_drop_all(
 void pcp_roles_worker_session_store_deinitialize(
     pcp_roles_worker_session_store_t* store) {
   pcp_roles_worker_session_store_drop_all(store);
-  free(store->sessions);
-  memset(store, 0, sizeof(*store));
+  if (store->sessions) {
+    pcp_allocator_free(store->allocator, store->sessions);
+  }
+  store->sessions = NULL;
+  store->session_capacity = 0;
 }
 
 static pcp_roles_worker_session_t* find_session(
@@ -54,8 +70,9 @@ static pcp_roles_worker_session_t* find_session(
   return NULL;
 }
 
-static pcp_status_t grow(void** items, size_t* capacity, size_t count,
-                         size_t item_size, size_t maximum, const char* what) {
+static pcp_status_t grow(pcp_allocator_t allocator, void** items,
+                         size_t* capacity, size_t count, size_t item_size,
+                         size_t maximum, const char* what) {
   if (count < *capacity) {
     return pcp_ok_status();
   }
@@ -67,11 +84,8 @@ static pcp_status_t grow(void** items, size_t* capacity, size_t count,
   if (next > maximum) {
     next = maximum;
   }
-  void* grown = realloc(*items, next * item_size);
-  if (!grown) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%s table", what);
-  }
-  *items = grown;
+  PCP_RETURN_IF_ERROR(pcp_allocator_realloc(allocator, next * item_size, items),
+                      "%s table", what);
   *capacity = next;
   return pcp_ok_status();
 }
@@ -86,12 +100,12 @@ pcp_status_t pcp_roles_worker_session_store_put(
   pcp_roles_worker_session_t* session = find_session(store, session_id);
   if (!session) {
     void* items = store->sessions;
-    PCP_RETURN_IF_ERROR_BARE(grow(&items, &store->session_capacity,
-                                  store->session_count,
-                                  sizeof(pcp_roles_worker_session_t),
-                                  PCP_ROLES_WORKER_MAX_SESSIONS, "sessions"));
+    PCP_RETURN_IF_ERROR_BARE(
+        grow(store->allocator, &items, &store->session_capacity,
+             store->session_count, sizeof(pcp_roles_worker_session_t),
+             PCP_ROLES_WORKER_MAX_SESSIONS, "sessions"));
     store->sessions = items;
-    char* id = strdup(session_id);
+    char* id = copy_string(store->allocator, session_id);
     if (!id) {
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "session id");
     }
@@ -115,11 +129,11 @@ pcp_status_t pcp_roles_worker_session_store_put(
   }
   void* items = session->entries;
   PCP_RETURN_IF_ERROR_BARE(grow(
-      &items, &session->entry_capacity, session->entry_count,
+      store->allocator, &items, &session->entry_capacity, session->entry_count,
       sizeof(pcp_roles_worker_session_entry_t),
       PCP_ROLES_WORKER_MAX_SESSION_ENTRIES, "resident tensors in one session"));
   session->entries = items;
-  char* copy = strdup(name);
+  char* copy = copy_string(store->allocator, name);
   if (!copy) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "tensor name");
   }

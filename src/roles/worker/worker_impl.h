@@ -35,15 +35,19 @@
 // hash, so two workers sharing a directory can only ever write the same
 // bytes to the same name.
 typedef struct pcp_roles_worker_program_cache_t {
-  char* directory;  // owned
+  char* directory;  // owned (|allocator|)
+  pcp_allocator_t allocator;
 } pcp_roles_worker_program_cache_t;
 
 // Largest program the cache reads back (the compute module's bound).
 #define PCP_ROLES_WORKER_MAX_PROGRAM_BYTES ((size_t)4 << 30)
 
 // Creates |directory| (and parents) if needed. Thread-compatible.
+// The directory string is copied with |allocator| (file contents read by
+// load are plain malloc: pcp_file_read_all's contract).
 PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_program_cache_initialize(
-    const char* directory, pcp_roles_worker_program_cache_t* out_cache);
+    const char* directory, pcp_allocator_t allocator,
+    pcp_roles_worker_program_cache_t* out_cache);
 // Thread-compatible (no call may be in progress).
 void pcp_roles_worker_program_cache_deinitialize(
     pcp_roles_worker_program_cache_t* cache);
@@ -108,6 +112,7 @@ typedef struct pcp_roles_worker_session_store_t {
   size_t limit_byte_length;  // 0: unlimited
   uint64_t tick;
   pcp_roles_worker_value_release_fn_t release;
+  pcp_allocator_t allocator;  // tables and names
 } pcp_roles_worker_session_store_t;
 
 // Most names per session and sessions per worker: a misbehaving gateway
@@ -119,7 +124,7 @@ typedef struct pcp_roles_worker_session_store_t {
 // (the compute thread in the runtime).
 void pcp_roles_worker_session_store_initialize(
     size_t limit_byte_length, pcp_roles_worker_value_release_fn_t release,
-    pcp_roles_worker_session_store_t* out_store);
+    pcp_allocator_t allocator, pcp_roles_worker_session_store_t* out_store);
 // Releases every value.
 void pcp_roles_worker_session_store_deinitialize(
     pcp_roles_worker_session_store_t* store);
@@ -166,12 +171,14 @@ typedef struct pcp_roles_worker_job_queue_t {
   size_t head;
   size_t count;
   bool closed;
+  pcp_allocator_t allocator;
 } pcp_roles_worker_job_queue_t;
 
 // RESOURCE_EXHAUSTED when the ring cannot be allocated; INVALID_ARGUMENT
 // for capacity 0. Thread-compatible.
 PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_job_queue_initialize(
-    size_t capacity, pcp_roles_worker_job_queue_t* out_queue);
+    size_t capacity, pcp_allocator_t allocator,
+    pcp_roles_worker_job_queue_t* out_queue);
 // The queue must be empty or its jobs owned elsewhere; no thread may wait.
 // Thread-compatible.
 void pcp_roles_worker_job_queue_deinitialize(

@@ -54,7 +54,8 @@ static void program_cache_miss_store_hit(void** state) {
   char sub[128];
   snprintf(sub, sizeof(sub), "%s/a/b", dir);
   pcp_roles_worker_program_cache_t cache;
-  expect_ok(pcp_roles_worker_program_cache_initialize(sub, &cache));
+  expect_ok(pcp_roles_worker_program_cache_initialize(
+      sub, pcp_allocator_system(), &cache));
 
   static const char kProgram[] = "not really a vmfb, but bytes all the same";
   pcp_sha256_t hash;
@@ -90,7 +91,8 @@ static void program_cache_miss_store_hit(void** state) {
 
   // A second cache over the same directory (a restarted worker) hits.
   pcp_roles_worker_program_cache_t again;
-  expect_ok(pcp_roles_worker_program_cache_initialize(sub, &again));
+  expect_ok(pcp_roles_worker_program_cache_initialize(
+      sub, pcp_allocator_system(), &again));
   expect_ok(pcp_roles_worker_program_cache_lookup(&again, hash.bytes, &found));
   assert_true(found);
   pcp_roles_worker_program_cache_deinitialize(&again);
@@ -104,7 +106,8 @@ static void program_cache_corrupt_file_is_a_miss(void** state) {
   char dir[64];
   make_temp_dir(dir, sizeof(dir));
   pcp_roles_worker_program_cache_t cache;
-  expect_ok(pcp_roles_worker_program_cache_initialize(dir, &cache));
+  expect_ok(pcp_roles_worker_program_cache_initialize(
+      dir, pcp_allocator_system(), &cache));
   static const char kProgram[] = "program bytes";
   pcp_sha256_t hash;
   pcp_sha256_compute(kProgram, sizeof(kProgram), &hash);
@@ -152,7 +155,8 @@ static void program_cache_refuses_bytes_that_do_not_match(void** state) {
   char dir[64];
   make_temp_dir(dir, sizeof(dir));
   pcp_roles_worker_program_cache_t cache;
-  expect_ok(pcp_roles_worker_program_cache_initialize(dir, &cache));
+  expect_ok(pcp_roles_worker_program_cache_initialize(
+      dir, pcp_allocator_system(), &cache));
   pcp_sha256_t hash;
   pcp_sha256_compute("the real program", 16, &hash);
   expect_code(pcp_roles_worker_program_cache_store(&cache, hash.bytes,
@@ -182,7 +186,8 @@ static void release_fake(void* value) {
 static void session_store_put_get_replace_drop(void** state) {
   (void)state;
   pcp_roles_worker_session_store_t store;
-  pcp_roles_worker_session_store_initialize(0, release_fake, &store);
+  pcp_roles_worker_session_store_initialize(0, release_fake,
+                                            pcp_allocator_system(), &store);
   fake_value_t a = {0}, b = {0}, c = {0};
   expect_ok(pcp_roles_worker_session_store_put(&store, "s1", "w", &a, 100));
   expect_ok(pcp_roles_worker_session_store_put(&store, "s1", "m", &b, 50));
@@ -214,7 +219,8 @@ static void session_store_put_get_replace_drop(void** state) {
 static void session_store_evicts_least_recently_used(void** state) {
   (void)state;
   pcp_roles_worker_session_store_t store;
-  pcp_roles_worker_session_store_initialize(250, release_fake, &store);
+  pcp_roles_worker_session_store_initialize(250, release_fake,
+                                            pcp_allocator_system(), &store);
   fake_value_t v[4] = {{0}};
   expect_ok(pcp_roles_worker_session_store_put(&store, "old", "x", &v[0], 100));
   expect_ok(pcp_roles_worker_session_store_put(&store, "mid", "x", &v[1], 100));
@@ -254,7 +260,8 @@ static void session_store_evicts_least_recently_used(void** state) {
 static void session_store_unlimited_never_evicts(void** state) {
   (void)state;
   pcp_roles_worker_session_store_t store;
-  pcp_roles_worker_session_store_initialize(0, release_fake, &store);
+  pcp_roles_worker_session_store_initialize(0, release_fake,
+                                            pcp_allocator_system(), &store);
   fake_value_t v[8] = {{0}};
   char id[16];
   for (int i = 0; i < 8; ++i) {
@@ -279,9 +286,11 @@ static void session_store_unlimited_never_evicts(void** state) {
 static void job_queue_bounds_and_order(void** state) {
   (void)state;
   pcp_roles_worker_job_queue_t queue;
-  expect_code(pcp_roles_worker_job_queue_initialize(0, &queue),
-              PCP_STATUS_INVALID_ARGUMENT);
-  expect_ok(pcp_roles_worker_job_queue_initialize(3, &queue));
+  expect_code(
+      pcp_roles_worker_job_queue_initialize(0, pcp_allocator_system(), &queue),
+      PCP_STATUS_INVALID_ARGUMENT);
+  expect_ok(
+      pcp_roles_worker_job_queue_initialize(3, pcp_allocator_system(), &queue));
   int items[5];
   for (int round = 0; round < 3; ++round) {  // wraps around the ring
     for (int i = 0; i < 3; ++i) {
@@ -330,7 +339,8 @@ static void* consume(void* opaque) {
 static void job_queue_cross_thread(void** state) {
   (void)state;
   pcp_roles_worker_job_queue_t queue;
-  expect_ok(pcp_roles_worker_job_queue_initialize(4, &queue));
+  expect_ok(
+      pcp_roles_worker_job_queue_initialize(4, pcp_allocator_system(), &queue));
   consumer_t c = {.queue = &queue, .last = 0, .in_order = true};
   pthread_t thread;
   assert_int_equal(pthread_create(&thread, NULL, consume, &c), 0);
@@ -352,6 +362,78 @@ static void job_queue_cross_thread(void** state) {
   pcp_roles_worker_job_queue_deinitialize(&queue);
 }
 
+//===----------------------------------------------------------------------===//
+// Out of memory (SQLite-style sweep: fail the Nth allocation, every N)
+//===----------------------------------------------------------------------===//
+
+// Fills a store through an allocator that fails from allocation |n| on:
+// every put either succeeds or returns RESOURCE_EXHAUSTED leaving the value
+// with the caller, each value is released exactly once in the end, and no
+// byte stays allocated. Returns true once no allocation failed (the sweep
+// is complete).
+static bool session_store_oom_round(int64_t n) {
+  pcp_allocator_failing_t failing;
+  pcp_allocator_failing_initialize(pcp_allocator_system(), n, true, &failing);
+  pcp_allocator_counting_t counting;
+  pcp_allocator_counting_initialize(pcp_allocator_failing(&failing), &counting);
+  pcp_roles_worker_session_store_t store;
+  pcp_roles_worker_session_store_initialize(
+      150, release_fake, pcp_allocator_counting(&counting), &store);
+  fake_value_t values[12] = {{0}};
+  bool stored[12] = {false};
+  char session[16], name[16];
+  for (int i = 0; i < 12; ++i) {
+    snprintf(session, sizeof(session), "s%d", i % 5);
+    snprintf(name, sizeof(name), "t%d", i % 4);
+    pcp_status_t status = pcp_roles_worker_session_store_put(
+        &store, session, name, &values[i], 10 + (size_t)i);
+    if (status) {
+      assert_int_equal(pcp_status_consume_code(status),
+                       PCP_STATUS_RESOURCE_EXHAUSTED);
+      release_fake(&values[i]);  // still ours
+    } else {
+      stored[i] = true;
+    }
+    size_t evicted = 0;
+    pcp_status_ignore(pcp_roles_worker_session_store_enforce_limit(
+        &store, session, &evicted));
+  }
+  pcp_roles_worker_session_store_deinitialize(&store);
+  for (int i = 0; i < 12; ++i) {
+    assert_int_equal(values[i].releases, 1);
+  }
+  (void)stored;
+  assert_int_equal(counting.live_bytes, 0);
+  return failing.failure_count == 0;
+}
+
+static void session_store_survives_every_allocation_failure(void** state) {
+  (void)state;
+  int64_t n = 0;
+  while (!session_store_oom_round(n)) {
+    ++n;
+    assert_true(n < 10000);
+  }
+  assert_true(n > 5);  // the sweep did reach the later allocations
+}
+
+static void job_queue_and_cache_report_allocation_failure(void** state) {
+  (void)state;
+  pcp_roles_worker_job_queue_t queue;
+  expect_code(
+      pcp_roles_worker_job_queue_initialize(4, pcp_allocator_null(), &queue),
+      PCP_STATUS_RESOURCE_EXHAUSTED);
+  pcp_roles_worker_job_queue_deinitialize(&queue);  // safe after failure
+  char dir[64];
+  make_temp_dir(dir, sizeof(dir));
+  pcp_roles_worker_program_cache_t cache;
+  expect_code(pcp_roles_worker_program_cache_initialize(
+                  dir, pcp_allocator_null(), &cache),
+              PCP_STATUS_RESOURCE_EXHAUSTED);
+  pcp_roles_worker_program_cache_deinitialize(&cache);  // safe too
+  remove_tree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(program_cache_miss_store_hit),
@@ -362,6 +444,8 @@ int main(void) {
       cmocka_unit_test(session_store_unlimited_never_evicts),
       cmocka_unit_test(job_queue_bounds_and_order),
       cmocka_unit_test(job_queue_cross_thread),
+      cmocka_unit_test(session_store_survives_every_allocation_failure),
+      cmocka_unit_test(job_queue_and_cache_report_allocation_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
