@@ -55,6 +55,7 @@ BASE_LINES = [
     "Punctuation!!! ??? ... --- ___ *** ### @@@ $$$ %%% ^^^ &&& ((( ))) [[[ ]]] {{{ }}}",
     "Flags: a  [MASK]  b [MASK]c\t[MASK]\td <w> x<w>y <w>z _<w> <w>_ 1<w>2 é<w> <w>",
     "Unicode spaces: x\u3000\u00a0[MASK]\u2003\u2009y [MASK]\u200bz",
+    "Added with spaces: a new token here, ĠX and über wörd! x ĠX newtoken",
     "<think>\nreasoning here\n</think>\n\nanswer <think></think>",
 ]
 
@@ -172,7 +173,9 @@ def train(kind, corpus_path, out_path, string_merges=False, ignore_merges=False)
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train([corpus_path], trainer)
     # Added, not special; with the strip and single-word flags.
-    tok.add_tokens(["<think>", "</think>",
+    # "new token" and "über wörd" have characters outside the byte-level
+    # alphabet (decoded as written); "ĠX" is spelled in it (decodes to " X").
+    tok.add_tokens(["<think>", "</think>", "new token", "über wörd", "ĠX",
                     AddedToken("[MASK]", lstrip=True, rstrip=True),
                     AddedToken("<w>", single_word=True)])
     tok.save(out_path)
@@ -238,10 +241,11 @@ def check_variant(args, name, kind, corpus_path, lines, string_merges=False,
     # Round trip (NFC and the prefix space change the text: only where the
     # pipeline is the identity).
     if kind == "gpt2":
-        # Without the lines where lstrip/rstrip tokens eat whitespace.
+        # Without the lines where lstrip/rstrip tokens eat whitespace or
+        # "ĠX" decodes to " X".
         rt_path = os.path.join(args.work_dir, "roundtrip.txt")
         with open(rt_path, "w", encoding="utf-8", newline="") as f:
-            f.write("\n".join(l for l in lines if "[MASK]" not in l))
+            f.write("\n".join(l for l in lines if "[MASK]" not in l and "ĠX" not in l))
         rt = run_tool(args.tool, tj, "roundtrip", rt_path)
         if "roundtrip ok" not in rt:
             failures += 1
