@@ -1562,6 +1562,54 @@ pcp_status_t pcp_tokenizer_decode(const pcp_tokenizer_t* t, const int32_t* ids,
   return status;
 }
 
+void pcp_tokenizer_decode_stream_initialize(
+    const pcp_tokenizer_t* tokenizer, pcp_tokenizer_decode_flags_t flags,
+    pcp_tokenizer_decode_stream_t* out_stream) {
+  memset(out_stream, 0, sizeof(*out_stream));
+  out_stream->tokenizer = tokenizer;
+  out_stream->flags = flags & ~(pcp_tokenizer_decode_flags_t)
+                                  PCP_TOKENIZER_DECODE_FLAG_RAW_BYTES;
+}
+
+pcp_status_t pcp_tokenizer_decode_stream_push(
+    pcp_tokenizer_decode_stream_t* stream, const int32_t* ids,
+    size_t id_count, pcp_string_builder_t* out_text) {
+  // The held-back bytes, then the new tokens' bytes; emit the complete
+  // prefix through the lossy pass. Splitting there cannot change the lossy
+  // result: the cut is never inside a sequence that is valid so far.
+  pcp_string_builder_t bytes;
+  pcp_string_builder_initialize(out_text->allocator, out_text->max_size,
+                                &bytes);
+  pcp_status_t status = pcp_string_builder_append(
+      &bytes, pcp_make_string_view((const char*)stream->pending,
+                                   stream->pending_size));
+  if (!status) {
+    status = pcp_tokenizer_decode(
+        stream->tokenizer, ids, id_count,
+        stream->flags | PCP_TOKENIZER_DECODE_FLAG_RAW_BYTES, &bytes);
+  }
+  if (!status) {
+    size_t complete =
+        pcp_tokenizer_utf8_complete_length(bytes.data, bytes.size);
+    status = pcp_tokenizer_utf8_append_lossy(
+        out_text, (const uint8_t*)bytes.data, complete);
+    if (!status) {
+      stream->pending_size = (uint32_t)(bytes.size - complete);
+      memcpy(stream->pending, bytes.data + complete, stream->pending_size);
+    }
+  }
+  pcp_string_builder_deinitialize(&bytes);
+  return status;
+}
+
+pcp_status_t pcp_tokenizer_decode_stream_finish(
+    pcp_tokenizer_decode_stream_t* stream, pcp_string_builder_t* out_text) {
+  pcp_status_t status = pcp_tokenizer_utf8_append_lossy(
+      out_text, stream->pending, stream->pending_size);
+  stream->pending_size = 0;
+  return status;
+}
+
 //===----------------------------------------------------------------------===//
 // Chat
 //===----------------------------------------------------------------------===//

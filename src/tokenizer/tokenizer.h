@@ -186,6 +186,35 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_decode(
 // emits that prefix and keeps the rest for the next token. Thread-safe.
 size_t pcp_tokenizer_utf8_complete_length(const char* data, size_t byte_length);
 
+// Incremental decoding for streamed generation: ids arrive a few at a time
+// and a character may span tokens. Each push appends only text that is
+// complete (holding back at most 3 bytes of a character still being built);
+// finish flushes what is left (U+FFFD for a truncated character). The
+// concatenated output equals pcp_tokenizer_decode of all the ids (without
+// RAW_BYTES). The caller embeds it; no heap state. Thread-compatible.
+typedef struct pcp_tokenizer_decode_stream_t {
+  const pcp_tokenizer_t* tokenizer;  // borrowed
+  pcp_tokenizer_decode_flags_t flags;
+  uint8_t pending[4];
+  uint32_t pending_size;
+} pcp_tokenizer_decode_stream_t;
+
+// |flags|: SKIP_SPECIAL is honoured; RAW_BYTES is ignored.
+void pcp_tokenizer_decode_stream_initialize(
+    const pcp_tokenizer_t* tokenizer, pcp_tokenizer_decode_flags_t flags,
+    pcp_tokenizer_decode_stream_t* out_stream);
+
+// Appends the complete text so far of |ids| to |out_text|. OUT_OF_RANGE for
+// an unknown id (nothing appended, the stream unchanged); RESOURCE_EXHAUSTED
+// when the builder is full.
+PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_decode_stream_push(
+    pcp_tokenizer_decode_stream_t* stream, const int32_t* ids,
+    size_t id_count, pcp_string_builder_t* out_text);
+
+// Appends what is still held back (as U+FFFD) and resets the stream.
+PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_decode_stream_finish(
+    pcp_tokenizer_decode_stream_t* stream, pcp_string_builder_t* out_text);
+
 //===----------------------------------------------------------------------===//
 // Normalization
 //===----------------------------------------------------------------------===//

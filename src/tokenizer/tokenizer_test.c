@@ -670,6 +670,66 @@ static void test_oom_sweep(void** state) {
   free(json);
 }
 
+// Streaming: any split of the ids gives the text of one decode.
+static void test_decode_stream(void** state) {
+  (void)state;
+  pcp_tokenizer_t* t = load_default(true);
+  // Bytes of "中" (one token and its two-byte prefix token), an emoji as
+  // four single-byte tokens, a truncated sequence before 'x', a special
+  // token, and a lone continuation byte.
+  const int32_t ids[] = {262, 'a', 261, 0xAD, 0xF0, 0x9F, 0x98, 0x80,
+                         0xE4, 'x', 263, 0x80, 'b', 0xF0, 0x9F};
+  const size_t n = PCP_ARRAYSIZE(ids);
+  for (int skip = 0; skip < 2; ++skip) {
+    pcp_tokenizer_decode_flags_t flags =
+        skip ? PCP_TOKENIZER_DECODE_FLAG_SKIP_SPECIAL
+             : PCP_TOKENIZER_DECODE_FLAG_NONE;
+    size_t size = 0;
+    char* whole = decode(t, ids, n, flags, &size);
+    // Every way to cut the list into pushes of 1..3 ids, by a fixed stride
+    // pattern per start offset.
+    for (size_t pattern = 0; pattern < 27; ++pattern) {
+      pcp_tokenizer_decode_stream_t stream;
+      pcp_tokenizer_decode_stream_initialize(t, flags, &stream);
+      pcp_string_builder_t out;
+      pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
+      size_t i = 0, p = pattern;
+      while (i < n) {
+        size_t step = 1 + p % 3;
+        p = p / 3 + 7 * (p % 3);
+        if (step > n - i) step = n - i;
+        PCP_CHECK_OK(
+            pcp_tokenizer_decode_stream_push(&stream, ids + i, step, &out));
+        // Nothing emitted so far ends inside a character.
+        assert_int_equal(
+            pcp_tokenizer_utf8_complete_length(out.data ? out.data : "",
+                                               out.size),
+            out.size);
+        i += step;
+      }
+      PCP_CHECK_OK(pcp_tokenizer_decode_stream_finish(&stream, &out));
+      assert_string_equal(pcp_string_builder_cstring(&out), whole);
+      pcp_string_builder_deinitialize(&out);
+    }
+    free(whole);
+  }
+  // An unknown id leaves the stream as it was.
+  pcp_tokenizer_decode_stream_t stream;
+  pcp_tokenizer_decode_stream_initialize(t, 0, &stream);
+  pcp_string_builder_t out;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
+  int32_t first = 0xE4, wrong = 9999, rest[2] = {0xB8, 0xAD};
+  PCP_CHECK_OK(pcp_tokenizer_decode_stream_push(&stream, &first, 1, &out));
+  assert_int_equal(out.size, 0);
+  assert_int_equal(pcp_status_consume_code(pcp_tokenizer_decode_stream_push(
+                       &stream, &wrong, 1, &out)),
+                   PCP_STATUS_OUT_OF_RANGE);
+  PCP_CHECK_OK(pcp_tokenizer_decode_stream_push(&stream, rest, 2, &out));
+  assert_string_equal(pcp_string_builder_cstring(&out), "\xe4\xb8\xad");
+  pcp_string_builder_deinitialize(&out);
+  pcp_tokenizer_release(t);
+}
+
 // One tokenizer, several threads, an encoder each: the tokenizer is
 // read-only, so every thread gets the ids a single thread gets.
 typedef struct thread_case_t {
@@ -739,6 +799,7 @@ int main(void) {
       cmocka_unit_test(test_chat_template),
       cmocka_unit_test(test_oom_sweep),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_decode_stream),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
