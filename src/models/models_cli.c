@@ -24,6 +24,8 @@ typedef struct model_cli_options_t {
   double rope_theta;
   char* output;
   char* params_json;
+  char* init_dir;
+  int64_t seed;
   bool help;
 } model_cli_options_t;
 
@@ -139,6 +141,21 @@ static const pcp_config_field_t kFields[] = {
      .offset = OFFSET(params_json),
      .value_name = "PATH",
      .help = "also write the parameter table (names, shapes, dtypes) as JSON"},
+    {.name = "init-dir",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(init_dir),
+     .value_name = "DIR",
+     .help = "also write seeded initial parameters, one file per tensor in "
+             "argument order (NNN.NAME.npy for f32, raw NNN.NAME.bin for "
+             "bf16)"},
+    {.name = "seed",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(seed),
+     .default_value = "0",
+     .min = 0,
+     .max = 9007199254740992.0,
+     .value_name = "N",
+     .help = "seed of the --init-dir values"},
     {.name = "help",
      .type = PCP_CONFIG_TYPE_BOOL,
      .offset = OFFSET(help),
@@ -156,7 +173,8 @@ static void print_help(void) {
       "                 [--width N] [--mlp-hidden N] [--vocab N] "
       "[--block-size T] [--batch B]\n"
       "                 [--dtype f32|bf16] -o MODEL.mlir [--params-json "
-      "P.json]\n\n"
+      "P.json]\n"
+      "                 [--init-dir DIR [--seed N]]\n\n"
       "Emits a built-in transformer as StableHLO: @main(params..., input_ids, "
       "targets)\n-> mean cross-entropy loss and @logits(params..., input_ids) "
       "-> BxTxV logits.\nParameters are named and ordered as in docs/models.md."
@@ -173,6 +191,82 @@ static pcp_status_t write_text(const char* path, const char* text,
     return pcp_ok_status();
   }
   return pcp_file_write_atomic(path, text, length);
+}
+
+// One .npy (v1.0) file: magic, header dict padded to 64 bytes, data.
+static pcp_status_t write_npy_f32(const char* path,
+                                  const pcp_models_parameter_t* p,
+                                  const void* data) {
+  char dict[128];
+  int n = p->rank == 2 ? snprintf(dict, sizeof(dict),
+                                  "{'descr': '<f4', 'fortran_order': False, "
+                                  "'shape': (%lld, %lld), }",
+                                  (long long)p->dims[0], (long long)p->dims[1])
+                       : snprintf(dict, sizeof(dict),
+                                  "{'descr': '<f4', 'fortran_order': False, "
+                                  "'shape': (%lld,), }",
+                                  (long long)p->dims[0]);
+  PCP_ASSERT(n > 0 && n < (int)sizeof(dict));
+  size_t header = 10 + (size_t)n + 1;  // magic+version+length, dict, '\n'
+  size_t padded = (header + 63) / 64 * 64;
+  size_t total = padded + p->byte_length;
+  uint8_t* buffer = malloc(total);
+  if (!buffer) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%zu bytes for %s",
+                           total, path);
+  }
+  static const uint8_t kMagic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  memcpy(buffer, kMagic, sizeof(kMagic));
+  size_t dict_length = padded - 10;
+  buffer[8] = (uint8_t)(dict_length & 0xFF);
+  buffer[9] = (uint8_t)(dict_length >> 8);
+  memcpy(buffer + 10, dict, (size_t)n);
+  memset(buffer + 10 + n, ' ', dict_length - (size_t)n - 1);
+  buffer[padded - 1] = '\n';
+  memcpy(buffer + padded, data, p->byte_length);
+  pcp_status_t status = pcp_file_write_atomic(path, buffer, total);
+  free(buffer);
+  return status;
+}
+
+// Writes the seeded initial values of every parameter under |dir|.
+static pcp_status_t write_initial_values(
+    const pcp_models_parameter_table_t* table, const char* dir, uint64_t seed) {
+  PCP_RETURN_IF_ERROR(pcp_file_make_directories(dir), "creating %s", dir);
+  void** buffers = calloc(table->count, sizeof(void*));
+  if (!buffers) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "buffer table");
+  }
+  pcp_status_t status = pcp_ok_status();
+  for (size_t i = 0; i < table->count && !status; ++i) {
+    buffers[i] = malloc(table->parameters[i].byte_length);
+    if (!buffers[i]) {
+      status = pcp_make_status(
+          PCP_STATUS_RESOURCE_EXHAUSTED, "%zu bytes for %s",
+          table->parameters[i].byte_length, table->parameters[i].name);
+    }
+  }
+  if (!status)
+    pcp_models_parameters_initialize(table, seed, buffers);
+  for (size_t i = 0; i < table->count && !status; ++i) {
+    const pcp_models_parameter_t* p = &table->parameters[i];
+    char path[4096];
+    bool bf16 = p->element_type == PCP_ELEMENT_TYPE_BF16;
+    int n = snprintf(path, sizeof(path), "%s/%03zu.%s.%s", dir, i, p->name,
+                     bf16 ? "bin" : "npy");
+    if (n < 0 || n >= (int)sizeof(path)) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "--init-dir path too long");
+    } else if (bf16) {
+      // NumPy has no bf16 type; `pcp run` takes SHAPExbf16=@file.bin.
+      status = pcp_file_write_atomic(path, buffers[i], p->byte_length);
+    } else {
+      status = write_npy_f32(path, p, buffers[i]);
+    }
+  }
+  for (size_t i = 0; i < table->count; ++i) free(buffers[i]);
+  free(buffers);
+  return status;
 }
 
 static pcp_status_t run(const pcp_models_spec_t* spec,
@@ -203,6 +297,10 @@ static pcp_status_t run(const pcp_models_spec_t* spec,
             pcp_status_annotate_f(status, "writing %s", options->params_json);
       }
     }
+  }
+  if (!status && options->init_dir) {
+    status = write_initial_values(&table, options->init_dir,
+                                  (uint64_t)options->seed);
   }
   if (!status) {
     // With -o - the MLIR owns stdout, so the summary goes to stderr.

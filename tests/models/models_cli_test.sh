@@ -46,6 +46,13 @@ expect "stdout output" 0 "module @pcp_qwen3" -- \
   --block-size 4 --batch 2 -o -
 expect "emitted module inspects" 0 "public functions: @main, @logits" -- \
   "$PCP" inspect "$tmp/q.mlir"
+expect "init dir" 0 "^14 files, 000.transformer.wte.weight.npy$" -- bash -c \
+  "'$PCP' model nanochat ${small[*]} -o '$tmp/n.mlir' --init-dir '$tmp/init' --seed 1 >/dev/null &&
+   echo \$(ls '$tmp/init' | wc -l) files, \$(ls '$tmp/init' | head -1)"
+expect "init dir bf16 raw" 0 "^13 files, 001.model.layers.0.self_attn.q_proj.weight.bin$" -- bash -c \
+  "'$PCP' model qwen3 --layers 1 --heads 4 --kv-heads 2 --width 32 --vocab 11 --block-size 4 \
+   --batch 2 --dtype bf16 --tie-embeddings -o '$tmp/q.mlir' --init-dir '$tmp/qinit' >/dev/null &&
+   echo \$(ls '$tmp/qinit' | wc -l) files, \$(ls '$tmp/qinit' | sed -n 2p)"
 expect "help" 0 "usage: pcp model gpt\|nanochat\|qwen3" -- "$PCP" model --help
 
 expect "no architecture" 2 "missing the architecture" -- "$PCP" model -o "$tmp/x.mlir"
@@ -71,6 +78,7 @@ expect "unknown flag" 2 "unknown flag '--depth'" -- "$PCP" model gpt --depth 3 -
 expect "huge activations" 2 "activation of" -- \
   "$PCP" model gpt --batch 65536 --block-size 131072 --vocab 1048576 --width 64 \
   -o "$tmp/x.mlir"
+expect "negative seed" 2 "seed" -- "$PCP" model gpt --seed -1 -o "$tmp/x.mlir"
 expect "unwritable output" 1 "writing /nonexistent" -- \
   "$PCP" model gpt -o /nonexistent/dir/m.mlir
 

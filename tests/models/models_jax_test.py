@@ -14,9 +14,11 @@ against) and requires every parameter's gradient to be finite and non-zero.
 
 Tolerances (docs/models.md): f32 logits within 1e-4 relative (max abs error
 over max |logit|) and loss within 1e-5 relative; bf16 (bf16 parameters and
-activations on both sides, f32 norms/softmax/loss) within 3e-2 relative for
-logits and 1e-2 for the loss, since bf16 rounding of matmul outputs differs
-between the two compilers.
+activations on both sides, f32 norms/softmax/loss) within 5e-2 relative for
+logits and 1e-2 for the loss: the two compilers round bf16 intermediates at
+different places (XLA may keep fused bf16 elementwise chains in f32), which
+is a few bf16 ulps (2^-8 each); measured up to 1.5e-2 and 9.4e-4. A wrong
+formula (RoPE direction, norm placement, GQA order) gives errors of order 1.
 
 Run by ctest with the project's .venv python; PCP_BINARY names the binary.
 Prints one line per case with the measured errors and closes with
@@ -129,7 +131,7 @@ def run_case(tmp, name, arch, flags, dtype, seed):
     logits_err = float(np.max(np.abs(got_logits.astype(np.float64) - ref_logits)) /
                        np.max(np.abs(ref_logits)))
     loss_err = abs(got_loss - ref_loss) / abs(ref_loss)
-    logits_tol, loss_tol = (1e-4, 1e-5) if dtype == "f32" else (3e-2, 1e-2)
+    logits_tol, loss_tol = (1e-4, 1e-5) if dtype == "f32" else (5e-2, 1e-2)
     detail = "logits rel err %.2e (tol %.0e), loss %.6f vs %.6f rel err %.2e (tol %.0e)" % (
         logits_err, logits_tol, got_loss, ref_loss, loss_err, loss_tol)
     if not (logits_err <= logits_tol and loss_err <= loss_tol):
@@ -144,6 +146,56 @@ def run_case(tmp, name, arch, flags, dtype, seed):
                 return "FAILED reference gradient of %s is %s" % (
                     e["name"], "zero" if np.all(np.isfinite(g)) else "not finite")
         detail += ", reference grads finite"
+    return "ok " + detail
+
+
+def run_init_case(tmp, name, arch, flags, dtype, seed):
+    """`pcp model --init-dir`: the seeded initial parameters (N(0, 0.02^2)
+    weights, unit norms, zero biases) load into `pcp run` and give a loss
+    near ln(V) (near-uniform logits), equal to the reference's."""
+    mlir = os.path.join(tmp, name + ".mlir")
+    pjson = os.path.join(tmp, name + ".json")
+    init = os.path.join(tmp, name + "_init")
+    run_pcp(["model", arch] + flags + ["--dtype", dtype, "-o", mlir,
+                                      "--params-json", pjson, "--init-dir", init,
+                                      "--seed", str(seed)])
+    with open(pjson) as f:
+        table = json.load(f)
+    spec = table["spec"]
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bf16" else np.float32
+    inputs, named = [], {}
+    for i, e in enumerate(table["parameters"]):
+        shape = tuple(e["shape"])
+        base = os.path.join(init, "%03d.%s" % (i, e["name"]))
+        if dtype == "bf16":
+            x = np.fromfile(base + ".bin", dtype=np_dtype).reshape(shape)
+            inputs += ["--input", "%sxbf16=@%s.bin" % ("x".join(map(str, shape)), base)]
+        else:
+            x = np.load(base + ".npy")
+            inputs += ["--input", "@%s.npy" % base]
+        if x.shape != shape or x.dtype != np_dtype:
+            return "FAILED %s: %s %s" % (base, x.shape, x.dtype)
+        named[e["name"]] = jnp.asarray(x)
+    rng = np.random.default_rng(seed)
+    b, t, v = spec["batch"], spec["block_size"], spec["vocab"]
+    ids = rng.integers(0, v, size=(b, t), dtype=np.int32)
+    targets = rng.integers(0, v, size=(b, t), dtype=np.int32)
+    ids_path = os.path.join(tmp, name + "_ids.npy")
+    tgt_path = os.path.join(tmp, name + "_targets.npy")
+    loss_path = os.path.join(tmp, name + "_loss.npy")
+    np.save(ids_path, ids)
+    np.save(tgt_path, targets)
+    run_pcp(["run", mlir, "--function", "main"] + inputs +
+            ["--input", "@" + ids_path, "--input", "@" + tgt_path,
+             "--output", "@" + loss_path])
+    got = float(np.load(loss_path))
+    want = float(ref.loss_fn(table)(named, jnp.asarray(ids), jnp.asarray(targets)))
+    tol = 1e-5 if dtype == "f32" else 1e-2
+    err = abs(got - want) / abs(want)
+    detail = "initial loss %.6f vs %.6f rel err %.2e (tol %.0e), ln(V) %.4f" % (
+        got, want, err, tol, np.log(v))
+    if err > tol or abs(got - np.log(v)) > 0.1:
+        return "FAILED " + detail
     return "ok " + detail
 
 
@@ -180,9 +232,15 @@ def main():
         for i, (arch, flags) in enumerate(EXTRA):
             jobs.append(("%s_extra%d_f32" % (arch, i), arch, flags, "f32"))
 
+        for arch, dtype in (("gpt", "f32"), ("nanochat", "f32"), ("qwen3", "bf16")):
+            flags = dict(CASES)[arch]
+            jobs.append(("%s_init_%s" % (arch, dtype), arch, flags, dtype))
+
         def guarded(seed, job):
             name, arch, flags, dtype = job
             try:
+                if "_init_" in name:
+                    return run_init_case(tmp, name, arch, flags, dtype, seed + 1)
                 return run_case(tmp, name, arch, flags, dtype, seed + 1)
             except Exception as e:  # a failed pcp call is a failed case
                 return "FAILED %s" % e
