@@ -374,7 +374,10 @@ pcp_status_t pcp_loop_timer_restart(pcp_loop_timer_t* timer,
         PCP_STATUS_FAILED_PRECONDITION, "timer restart: the timer %s",
         timer->state == TIMER_EXPIRED ? "already expired" : "was cancelled");
   }
-  // uv_timer_start on an active timer re-arms it.
+  // uv_timer_start on an active timer re-arms it. Timers count from the
+  // loop's cached "now", which is stale after a long callback; refresh it so
+  // the deadline is measured from this call, not from the last iteration.
+  uv_update_time(timer->uv.loop);
   PCP_ASSERT(uv_timer_start(&timer->uv, on_timer, timeout_ms,
                             uv_timer_get_repeat(&timer->uv)) == 0);
   return pcp_ok_status();
@@ -408,7 +411,10 @@ pcp_status_t pcp_loop_timer_start(pcp_loop_t* loop, uint64_t timeout_ms,
   timer->state = TIMER_ARMED;
   PCP_ASSERT(uv_timer_init(&loop->uv, &timer->uv) == 0);
   timer->uv.data = timer;
-  // uv_timer_start fails only for a closing handle or a NULL callback.
+  // uv_timer_start fails only for a closing handle or a NULL callback. The
+  // cached loop time may be stale (a long callback, or set-up before the
+  // loop runs): refresh it so the deadline counts from now.
+  uv_update_time(&loop->uv);
   PCP_ASSERT(uv_timer_start(&timer->uv, on_timer, timeout_ms, repeat_ms) == 0);
   if (out_timer) {
     *out_timer = timer;

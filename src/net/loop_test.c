@@ -328,6 +328,32 @@ static void test_timer_zero_timeout(void** state) {
   assert_int_equal(f.calls, 3);
 }
 
+// Regression: libuv timers count from the loop's cached time, which goes
+// stale during long work outside the loop. A timer started after such work
+// must still wait its whole timeout (it used to fire on the next iteration).
+static void on_stale_timer(void* user_data, pcp_loop_timer_t* timer,
+                           pcp_status_code_t code) {
+  PCP_UNUSED(timer);
+  zero_fixture_t* f = (zero_fixture_t*)user_data;
+  assert_int_equal(code, PCP_STATUS_OK);
+  f->calls++;
+  pcp_loop_stop(f->loop);
+}
+
+static void test_timer_counts_from_its_start_after_long_work(void** state) {
+  PCP_UNUSED(state);
+  zero_fixture_t f = {.loop = make_loop(0)};
+  pcp_sleep_ms(300);  // the loop's cached time is now 300 ms old
+  pcp_clock_t clock = pcp_clock_system();
+  int64_t start_ns = pcp_clock_now_ns(clock);
+  PCP_CHECK_OK(pcp_loop_timer_start(f.loop, 200, 0, on_stale_timer, &f, NULL));
+  run_bounded(f.loop, 5000);
+  int64_t waited_ms = (pcp_clock_now_ns(clock) - start_ns) / 1000000;
+  assert_int_equal(f.calls, 1);
+  assert_true(waited_ms >= 190);
+  pcp_loop_release(f.loop);
+}
+
 // The heartbeat pattern: a silence deadline pushed back by each heartbeat
 // never fires while heartbeats come, and fires once after they stop.
 typedef struct restart_fixture_t {
@@ -741,6 +767,7 @@ int main(void) {
       cmocka_unit_test(test_stop_before_run),
       cmocka_unit_test(test_timers_order_and_cancel),
       cmocka_unit_test(test_timer_zero_timeout),
+      cmocka_unit_test(test_timer_counts_from_its_start_after_long_work),
       cmocka_unit_test(test_timer_restart_as_heartbeat_deadline),
       cmocka_unit_test(test_signal_sigint_sigterm),
       cmocka_unit_test(test_spawn_exit_status),

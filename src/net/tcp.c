@@ -619,6 +619,10 @@ pcp_status_t pcp_tcp_connect(pcp_loop_t* loop, const pcp_net_address_t* address,
     conn->timer.data = conn;
     conn->timer_open = true;
     ++conn->pending;
+    // Count the timeout from now, not from the loop's cached time: that is
+    // stale when this is called after long work (regression: a connect made
+    // after filling a 256 MiB buffer under ASan timed out at once).
+    uv_update_time(&loop->uv);
     PCP_ASSERT(
         uv_timer_start(&conn->timer, on_connect_timeout, timeout_ms, 0) == 0);
   }
