@@ -1075,6 +1075,296 @@ static vjp_rule_t find_rule(const char* name) {
 }
 
 //===----------------------------------------------------------------------===//
+// Inlining func.call
+//===----------------------------------------------------------------------===//
+
+// JAX exports call private helpers (@_where, @_one_hot) and torch-mlir ones
+// may too. The autodiff works on one flat function, so calls are inlined
+// first: the callee's ops are copied in place with its arguments bound to the
+// call's operands and the call's results bound to what its func.return
+// returns. The flat body borrows every string from the walked bodies, which
+// stay alive in |callees|.
+
+#define MAX_INLINE_DEPTH 32
+
+typedef struct flat_t {
+  pcp_allocator_t allocator;
+  pcp_mlir_module_t* module;
+  pcp_mlir_function_body_t body;  // arrays owned here; strings borrowed
+  size_t value_capacity, op_capacity, block_capacity, operand_capacity;
+  pcp_mlir_function_body_t* callees;
+  char** callee_names;
+  size_t callee_count, callee_capacity;
+  uint32_t** maps;
+  size_t map_count, map_capacity;
+} flat_t;
+
+static pcp_status_t flat_grow(pcp_allocator_t allocator, void** items,
+                              size_t* capacity, size_t needed,
+                              size_t item_size) {
+  if (needed <= *capacity) {
+    return pcp_ok_status();
+  }
+  size_t new_capacity = *capacity ? *capacity * 2 : 64;
+  while (new_capacity < needed) {
+    new_capacity *= 2;
+  }
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_realloc(allocator, new_capacity * item_size, items));
+  *capacity = new_capacity;
+  return pcp_ok_status();
+}
+
+static pcp_status_t flat_new_map(flat_t* f, size_t count, uint32_t** out) {
+  PCP_RETURN_IF_ERROR_BARE(flat_grow(f->allocator, (void**)&f->maps,
+                                     &f->map_capacity, f->map_count + 1,
+                                     sizeof(uint32_t*)));
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+      f->allocator, (count ? count : 1) * sizeof(uint32_t), (void**)out));
+  f->maps[f->map_count++] = *out;
+  return pcp_ok_status();
+}
+
+static pcp_status_t flat_new_value(flat_t* f, const pcp_mlir_type_t* type,
+                                   uint32_t* out_id) {
+  PCP_RETURN_IF_ERROR_BARE(flat_grow(f->allocator, (void**)&f->body.values,
+                                     &f->value_capacity,
+                                     f->body.value_count + 1,
+                                     sizeof(pcp_mlir_type_t)));
+  *out_id = (uint32_t)f->body.value_count;
+  f->body.values[f->body.value_count++] = *type;
+  return pcp_ok_status();
+}
+
+static pcp_status_t flat_callee(flat_t* f, const char* name,
+                                const pcp_mlir_function_body_t** out) {
+  for (size_t i = 0; i < f->callee_count; ++i) {
+    if (strcmp(f->callee_names[i], name) == 0) {
+      *out = &f->callees[i];
+      return pcp_ok_status();
+    }
+  }
+  // Pending work points into callee bodies, so the array never moves: a
+  // fixed capacity instead of growth.
+  if (f->callee_count == f->callee_capacity) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "more than %zu distinct called functions",
+                           f->callee_capacity);
+  }
+  size_t length = strlen(name);
+  char* copy = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_malloc(f->allocator, length + 1, (void**)&copy));
+  memcpy(copy, name, length + 1);
+  pcp_status_t status = pcp_mlir_module_function_body(
+      f->module, name, f->allocator, &f->callees[f->callee_count]);
+  if (status) {
+    pcp_allocator_free(f->allocator, copy);
+    return status;
+  }
+  f->callee_names[f->callee_count] = copy;
+  *out = &f->callees[f->callee_count++];
+  return pcp_ok_status();
+}
+
+typedef struct pending_t {
+  size_t dst_op;
+  const pcp_mlir_function_body_t* src;
+  const pcp_mlir_op_t* op;
+  uint32_t* map;
+} pending_t;
+
+typedef struct pending_list_t {
+  pending_t* items;
+  size_t count, capacity;
+} pending_list_t;
+
+// Binds a callee's func.return to the call's results.
+typedef struct return_binding_t {
+  uint32_t* caller_map;
+  uint32_t first_result;
+  uint32_t result_count;
+} return_binding_t;
+
+static pcp_status_t flat_fill_block(flat_t* f,
+                                    const pcp_mlir_function_body_t* src,
+                                    const pcp_mlir_block_t* block,
+                                    uint32_t* map, size_t dst_block,
+                                    int depth);
+
+// Appends |block|'s ops (calls expanded) to the current dst block.
+static pcp_status_t flat_append_ops(flat_t* f,
+                                    const pcp_mlir_function_body_t* src,
+                                    const pcp_mlir_block_t* block,
+                                    uint32_t* map,
+                                    const return_binding_t* binding,
+                                    pending_list_t* pending, int depth) {
+  for (uint32_t k = 0; k < block->op_count; ++k) {
+    const pcp_mlir_op_t* op = &src->ops[block->first_op + k];
+    const uint32_t* operands = &src->operands[op->first_operand];
+    if (binding && strcmp(op->name, "func.return") == 0) {
+      for (uint32_t r = 0; r < op->operand_count && r < binding->result_count;
+           ++r) {
+        binding->caller_map[binding->first_result + r] = map[operands[r]];
+      }
+      continue;
+    }
+    if (strcmp(op->name, "func.call") == 0) {
+      const char* at = strstr(op->properties, "callee = @");
+      if (!at) {
+        at = strstr(op->attributes, "callee = @");
+      }
+      if (!at || depth >= MAX_INLINE_DEPTH) {
+        return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
+                               "func.call at %s: cannot inline (%s)",
+                               op->location,
+                               at ? "calls nested too deep" : "no callee");
+      }
+      at += strlen("callee = @");
+      char name[256];
+      size_t n = 0;
+      if (*at == '"') {
+        ++at;
+      }
+      while (at[n] && at[n] != '"' && at[n] != '}' && at[n] != ',' &&
+             at[n] != ' ' && at[n] != '>' && n + 1 < sizeof(name)) {
+        ++n;
+      }
+      memcpy(name, at, n);
+      name[n] = 0;
+      const pcp_mlir_function_body_t* callee = NULL;
+      PCP_RETURN_IF_ERROR(flat_callee(f, name, &callee), "inlining @%s at %s",
+                          name, op->location);
+      uint32_t* callee_map = NULL;
+      PCP_RETURN_IF_ERROR_BARE(
+          flat_new_map(f, callee->value_count, &callee_map));
+      const pcp_mlir_block_t* entry = &callee->blocks[0];
+      if (entry->argument_count != op->operand_count) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "func.call at %s: @%s takes %u arguments, "
+                               "given %u",
+                               op->location, name, entry->argument_count,
+                               op->operand_count);
+      }
+      for (uint32_t i = 0; i < entry->argument_count; ++i) {
+        callee_map[entry->first_argument + i] = map[operands[i]];
+      }
+      return_binding_t inner = {map, op->first_result, op->result_count};
+      PCP_RETURN_IF_ERROR_BARE(flat_append_ops(f, callee, entry, callee_map,
+                                               &inner, pending, depth + 1));
+      continue;
+    }
+    PCP_RETURN_IF_ERROR_BARE(flat_grow(f->allocator, (void**)&f->body.ops,
+                                       &f->op_capacity, f->body.op_count + 1,
+                                       sizeof(pcp_mlir_op_t)));
+    PCP_RETURN_IF_ERROR_BARE(flat_grow(
+        f->allocator, (void**)&f->body.operands, &f->operand_capacity,
+        f->body.operand_count + op->operand_count, sizeof(uint32_t)));
+    pcp_mlir_op_t copy = *op;
+    copy.first_operand = (uint32_t)f->body.operand_count;
+    for (uint32_t i = 0; i < op->operand_count; ++i) {
+      f->body.operands[f->body.operand_count++] = map[operands[i]];
+    }
+    copy.first_result = (uint32_t)f->body.value_count;
+    for (uint32_t r = 0; r < op->result_count; ++r) {
+      uint32_t id = 0;
+      PCP_RETURN_IF_ERROR_BARE(
+          flat_new_value(f, &src->values[op->first_result + r], &id));
+      map[op->first_result + r] = id;
+    }
+    copy.region_count = op->region_count;
+    copy.first_block = 0;
+    size_t dst_op = f->body.op_count;
+    f->body.ops[f->body.op_count++] = copy;
+    if (op->region_count) {
+      PCP_RETURN_IF_ERROR_BARE(flat_grow(f->allocator, (void**)&pending->items,
+                                         &pending->capacity,
+                                         pending->count + 1,
+                                         sizeof(pending_t)));
+      pending->items[pending->count++] = (pending_t){dst_op, src, op, map};
+    }
+  }
+  return pcp_ok_status();
+}
+
+static pcp_status_t flat_fill_block(flat_t* f,
+                                    const pcp_mlir_function_body_t* src,
+                                    const pcp_mlir_block_t* block,
+                                    uint32_t* map, size_t dst_block,
+                                    int depth) {
+  pcp_mlir_block_t info = {0};
+  info.argument_count = block->argument_count;
+  info.first_argument = (uint32_t)f->body.value_count;
+  for (uint32_t a = 0; a < block->argument_count; ++a) {
+    uint32_t id = 0;
+    PCP_RETURN_IF_ERROR_BARE(
+        flat_new_value(f, &src->values[block->first_argument + a], &id));
+    map[block->first_argument + a] = id;
+  }
+  info.first_op = (uint32_t)f->body.op_count;
+  pending_list_t pending = {0};
+  pcp_status_t status =
+      flat_append_ops(f, src, block, map, NULL, &pending, depth);
+  info.op_count = (uint32_t)(f->body.op_count - info.first_op);
+  f->body.blocks[dst_block] = info;
+  for (size_t p = 0; p < pending.count && !status; ++p) {
+    const pending_t* item = &pending.items[p];
+    size_t first = f->body.block_count;
+    status = flat_grow(f->allocator, (void**)&f->body.blocks,
+                       &f->block_capacity, first + item->op->region_count,
+                       sizeof(pcp_mlir_block_t));
+    if (status) {
+      break;
+    }
+    f->body.block_count += item->op->region_count;
+    f->body.ops[item->dst_op].first_block = (uint32_t)first;
+    for (uint32_t r = 0; r < item->op->region_count && !status; ++r) {
+      status = flat_fill_block(
+          f, item->src, &item->src->blocks[item->op->first_block + r],
+          item->map, first + r, depth);
+    }
+  }
+  pcp_allocator_free(f->allocator, pending.items);
+  return status;
+}
+
+static void flat_deinitialize(flat_t* f) {
+  pcp_allocator_free(f->allocator, f->body.values);
+  pcp_allocator_free(f->allocator, f->body.ops);
+  pcp_allocator_free(f->allocator, f->body.blocks);
+  pcp_allocator_free(f->allocator, f->body.operands);
+  for (size_t i = 0; i < f->callee_count; ++i) {
+    pcp_mlir_function_body_deinitialize(&f->callees[i]);
+    pcp_allocator_free(f->allocator, f->callee_names[i]);
+  }
+  pcp_allocator_free(f->allocator, f->callees);
+  pcp_allocator_free(f->allocator, f->callee_names);
+  for (size_t i = 0; i < f->map_count; ++i) {
+    pcp_allocator_free(f->allocator, f->maps[i]);
+  }
+  pcp_allocator_free(f->allocator, f->maps);
+}
+
+// Flattens |src| (the body of the forward function) into |f->body|.
+static pcp_status_t flat_build(flat_t* f, const pcp_mlir_function_body_t* src) {
+  f->callee_capacity = 256;
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+      f->allocator, f->callee_capacity * sizeof(pcp_mlir_function_body_t),
+      (void**)&f->callees));
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+      f->allocator, f->callee_capacity * sizeof(char*),
+      (void**)&f->callee_names));
+  uint32_t* map = NULL;
+  PCP_RETURN_IF_ERROR_BARE(flat_new_map(f, src->value_count, &map));
+  PCP_RETURN_IF_ERROR_BARE(flat_grow(f->allocator, (void**)&f->body.blocks,
+                                     &f->block_capacity, 1,
+                                     sizeof(pcp_mlir_block_t)));
+  f->body.block_count = 1;
+  f->body.allocator = f->allocator;
+  return flat_fill_block(f, src, &src->blocks[0], map, 0, 0);
+}
+
+//===----------------------------------------------------------------------===//
 // The gradient function
 //===----------------------------------------------------------------------===//
 
@@ -1317,15 +1607,23 @@ static pcp_status_t build_text(pcp_mlir_module_t* module,
       module, options->function_name, allocator, &signature));
   size_t argument_count = signature.argument_count;
   pcp_mlir_function_signature_deinitialize(&signature);
-  pcp_mlir_function_body_t body;
+  pcp_mlir_function_body_t walked;
   PCP_RETURN_IF_ERROR_BARE(pcp_mlir_module_function_body(
-      module, options->function_name, allocator, &body));
+      module, options->function_name, allocator, &walked));
+  flat_t flat;
+  memset(&flat, 0, sizeof(flat));
+  flat.allocator = allocator;
+  flat.module = module;
+  pcp_status_t status = flat_build(&flat, &walked);
+  const pcp_mlir_function_body_t* body = &flat.body;
   forward_info_t info = {0};
-  pcp_status_t status = check_forward(&body, argument_count,
-                                      options->data_argument_count, &info);
+  if (!status) {
+    status = check_forward(body, argument_count, options->data_argument_count,
+                           &info);
+  }
   ad_t ad;
   if (!status) {
-    status = ad_initialize(&ad, &body, allocator, out);
+    status = ad_initialize(&ad, body, allocator, out);
     if (!status) {
       propagate_activity(&ad, info.param_count);
       pcp_autodiff_emit_f(&ad.e, "module {\n");
@@ -1362,7 +1660,8 @@ static pcp_status_t build_text(pcp_mlir_module_t* module,
     }
     ad_deinitialize(&ad);
   }
-  pcp_mlir_function_body_deinitialize(&body);
+  flat_deinitialize(&flat);
+  pcp_mlir_function_body_deinitialize(&walked);
   return status;
 }
 

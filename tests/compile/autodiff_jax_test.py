@@ -4,7 +4,8 @@
 
 - A 2-layer MLP and a one-block causal transformer exported from JAX by
   tools/export_jax.py: @compute_gradients against jax.grad (f32, relative
-  error <= 1e-4 per parameter).
+  error <= 1e-4 per parameter). The transformer keeps JAX's func.call
+  helpers, which pcp's autodiff inlines.
 - @apply_optimizer (AdamW, bias correction, global-norm clipping) over
   several steps against a NumPy implementation.
 - @train_steps with k=4 against 4 separate @compute_gradients +
@@ -167,10 +168,13 @@ def main():
               worst <= 1e-5 and loss_err <= 1e-6,
               f"state max rel err {worst:.2e}, losses {fused[3 * n]}")
 
-        # Transformer: gradients only.
+        # Transformer: gradients only. Exported without inlining, so JAX's
+        # private helpers (@_where, @tril, @_one_hot) reach `pcp compile` as
+        # func.call and its own inliner handles them.
         loss_fn, params, data = export_jax.transformer_model(seed=2)
-        tr = build(tmp, "transformer", export_jax.export(loss_fn, params, data),
-                   "grad")
+        text = export_jax.export(loss_fn, params, data, inline=False)
+        assert "call @" in text
+        tr = build(tmp, "transformer", text, "grad")
         check_gradients("transformer", tr, loss_fn, params, data)
 
         # An op without a rule names itself and its location.
