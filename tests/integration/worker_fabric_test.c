@@ -524,6 +524,7 @@ static void honours_a_cancel(void** state) {
   float y[4];
   expected_main(y);
   assign_main(10, "", NULL, false);
+  uint64_t assign10 = g.gw.next_request_id - 1;
   assign_main(11, "", NULL, false);
   pcp_proto_task_cancel_t cancel = {.task_id = 11, .reason = "test"};
   pcp_proto_encoded_frame_t f;
@@ -535,13 +536,28 @@ static void honours_a_cancel(void** state) {
                     &f);
   expect_result(10, y, NULL);
   expect_task_error(11, PCP_STATUS_CANCELLED);
+  // A task that has started (RUNNING reported) but not yet reached its
+  // IREE call is stopped before the call.
+  assign_main(12, "", NULL, false);
+  uint64_t assign12 = g.gw.next_request_id - 1;
+  pcp_proto_frame_t frame;
+  CHECK(fake_gateway_recv(&g.gw, 20000, &frame));
+  CHECK(frame.header.type == PCP_PROTO_MESSAGE_TASK_PROGRESS);
+  pcp_proto_frame_deinitialize(&frame);
+  cancel.task_id = 12;
+  fake_gateway_send(
+      &g.gw,
+      pcp_proto_task_cancel_encode(g.gw.version, assign12, &cancel,
+                                   &g.gw.limits, pcp_allocator_system(), &f),
+      &f);
+  expect_task_error(12, PCP_STATUS_CANCELLED);
   // A cancel for a task that already finished changes nothing.
   cancel.task_id = 10;
-  fake_gateway_send(&g.gw,
-                    pcp_proto_task_cancel_encode(
-                        g.gw.version, g.gw.next_request_id - 2, &cancel,
-                        &g.gw.limits, pcp_allocator_system(), &f),
-                    &f);
+  fake_gateway_send(
+      &g.gw,
+      pcp_proto_task_cancel_encode(g.gw.version, assign10, &cancel,
+                                   &g.gw.limits, pcp_allocator_system(), &f),
+      &f);
   CHECK(fake_gateway_idle(&g.gw, 300) == 0);
 }
 
