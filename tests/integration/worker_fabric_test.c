@@ -10,7 +10,8 @@
 //      results equal to the values computed in C; resident session tensors
 //      are reused across tasks; a missing resident is NOT_FOUND;
 //   4. a queued task that is cancelled is answered with ERROR CANCELLED
-//      while the one before it completes;
+//      while the one before it completes; so is a started one, before its
+//      IREE call;
 //   5. SIGSTOP/SIGCONT for half the silence timeout: still connected;
 //   6. the gateway closes the socket: the worker reconnects with backoff,
 //      the same id and its resume token; a resumed lease keeps the resident
