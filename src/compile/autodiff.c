@@ -103,9 +103,8 @@ static void accumulate(ad_t* ad, const pcp_mlir_op_t* op, uint32_t i,
     return;
   }
   if (ad->has_adjoint[id]) {
-    ad->adjoints[id] =
-        pcp_autodiff_binary(&ad->e, "stablehlo.add", ad->adjoints[id],
-                            contribution);
+    ad->adjoints[id] = pcp_autodiff_binary(&ad->e, "stablehlo.add",
+                                           ad->adjoints[id], contribution);
   } else {
     ad->adjoints[id] = contribution;
     ad->has_adjoint[id] = true;
@@ -273,11 +272,20 @@ static void emit_block_ops(ad_t* ad, const pcp_mlir_block_t* block,
 // producers, and piecewise-constant functions (derivative 0 almost
 // everywhere).
 static const char* const kNonDifferentiableOps[] = {
-    "stablehlo.compare",   "stablehlo.iota",      "stablehlo.constant",
-    "stablehlo.sign",      "stablehlo.floor",     "stablehlo.ceil",
-    "stablehlo.round_nearest_even", "stablehlo.round_nearest_afz",
-    "stablehlo.not",       "stablehlo.and",       "stablehlo.or",
-    "stablehlo.xor",       "stablehlo.rng",       "stablehlo.rng_bit_generator",
+    "stablehlo.compare",
+    "stablehlo.iota",
+    "stablehlo.constant",
+    "stablehlo.sign",
+    "stablehlo.floor",
+    "stablehlo.ceil",
+    "stablehlo.round_nearest_even",
+    "stablehlo.round_nearest_afz",
+    "stablehlo.not",
+    "stablehlo.and",
+    "stablehlo.or",
+    "stablehlo.xor",
+    "stablehlo.rng",
+    "stablehlo.rng_bit_generator",
 };
 
 static bool is_non_differentiable(const char* name) {
@@ -289,8 +297,7 @@ static bool is_non_differentiable(const char* name) {
   return false;
 }
 
-typedef void (*vjp_rule_t)(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
-                           ref_t y);
+typedef void (*vjp_rule_t)(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y);
 
 static ref_t splat_like(ad_t* ad, double value, ref_t like) {
   return pcp_autodiff_splat(&ad->e, value, &like.type);
@@ -312,8 +319,7 @@ static void rule_add(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
 }
 
 // d(a-b) = (g, -g)
-static void rule_subtract(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
-                          ref_t y) {
+static void rule_subtract(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   (void)y;
   accumulate(ad, op, 0, g);
   if (operand_active(ad, op, 1)) {
@@ -322,8 +328,7 @@ static void rule_subtract(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
 }
 
 // d(a*b) = (g*b, g*a)
-static void rule_multiply(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
-                          ref_t y) {
+static void rule_multiply(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   (void)y;
   if (operand_active(ad, op, 0)) {
     accumulate(ad, op, 0, mul(ad, g, operand(ad, op, 1)));
@@ -339,9 +344,9 @@ static void rule_divide(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
       pcp_autodiff_binary(&ad->e, "stablehlo.divide", g, operand(ad, op, 1));
   accumulate(ad, op, 0, g_over_b);
   if (operand_active(ad, op, 1)) {
-    accumulate(ad, op, 1,
-               pcp_autodiff_unary(&ad->e, "stablehlo.negate",
-                                  mul(ad, g_over_b, y)));
+    accumulate(
+        ad, op, 1,
+        pcp_autodiff_unary(&ad->e, "stablehlo.negate", mul(ad, g_over_b, y)));
   }
 }
 
@@ -368,9 +373,9 @@ static void rule_expm1(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
 // d log(a) = g/a
 static void rule_log(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   (void)y;
-  accumulate(ad, op, 0,
-             pcp_autodiff_binary(&ad->e, "stablehlo.divide", g,
-                                 operand(ad, op, 0)));
+  accumulate(
+      ad, op, 0,
+      pcp_autodiff_binary(&ad->e, "stablehlo.divide", g, operand(ad, op, 0)));
 }
 
 // d log(1+a) = g/(1+a)
@@ -391,8 +396,7 @@ static void rule_tanh(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
 }
 
 // d sigmoid(a) = g*y*(1-y)
-static void rule_logistic(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
-                          ref_t y) {
+static void rule_logistic(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   ref_t one_minus = pcp_autodiff_binary(&ad->e, "stablehlo.subtract",
                                         splat_like(ad, 1.0, y), y);
   accumulate(ad, op, 0, mul(ad, g, mul(ad, y, one_minus)));
@@ -423,9 +427,9 @@ static void rule_power(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
     accumulate(ad, op, 0, mul(ad, g, mul(ad, b, power)));
   }
   if (operand_active(ad, op, 1)) {
-    accumulate(ad, op, 1,
-               mul(ad, g,
-                   mul(ad, y, pcp_autodiff_unary(&ad->e, "stablehlo.log", a))));
+    accumulate(
+        ad, op, 1,
+        mul(ad, g, mul(ad, y, pcp_autodiff_unary(&ad->e, "stablehlo.log", a))));
   }
 }
 
@@ -448,14 +452,12 @@ static void rule_max_min(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
   }
 }
 
-static void rule_maximum(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
-                         ref_t y) {
+static void rule_maximum(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   (void)y;
   rule_max_min(ad, op, g, true);
 }
 
-static void rule_minimum(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
-                         ref_t y) {
+static void rule_minimum(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   (void)y;
   rule_max_min(ad, op, g, false);
 }
@@ -463,19 +465,19 @@ static void rule_minimum(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
 // d |a| = g*sign(a)
 static void rule_abs(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   (void)y;
-  accumulate(ad, op, 0,
-             mul(ad, g,
-                 pcp_autodiff_unary(&ad->e, "stablehlo.sign",
-                                    operand(ad, op, 0))));
+  accumulate(
+      ad, op, 0,
+      mul(ad, g,
+          pcp_autodiff_unary(&ad->e, "stablehlo.sign", operand(ad, op, 0))));
 }
 
 // d sin(a) = g*cos(a)
 static void rule_sine(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   (void)y;
-  accumulate(ad, op, 0,
-             mul(ad, g,
-                 pcp_autodiff_unary(&ad->e, "stablehlo.cosine",
-                                    operand(ad, op, 0))));
+  accumulate(
+      ad, op, 0,
+      mul(ad, g,
+          pcp_autodiff_unary(&ad->e, "stablehlo.cosine", operand(ad, op, 0))));
 }
 
 // d cos(a) = -g*sin(a)
@@ -487,8 +489,7 @@ static void rule_cosine(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
 }
 
 // Identity-like ops (optimization_barrier with one operand): g.
-static void rule_identity(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
-                          ref_t y) {
+static void rule_identity(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   (void)y;
   accumulate(ad, op, 0, g);
 }
@@ -508,16 +509,14 @@ static void rule_transpose(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
 }
 
 // d reshape(a) = reshape(g, shape(a))
-static void rule_reshape(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
-                         ref_t y) {
+static void rule_reshape(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   (void)y;
   ref_t a = operand(ad, op, 0);
   accumulate(ad, op, 0, pcp_autodiff_reshape(&ad->e, g, &a.type));
 }
 
 // d convert(a) = convert(g, type(a))
-static void rule_convert(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
-                         ref_t y) {
+static void rule_convert(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   (void)y;
   ref_t a = operand(ad, op, 0);
   accumulate(ad, op, 0, pcp_autodiff_convert(&ad->e, g, a.type.element));
@@ -626,9 +625,9 @@ static void rule_reduce(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
                                    splat_like(ad, 0.0, a));
   ref_t count = pcp_autodiff_reduce_sum(&ad->e, mask, reduced, reduced_count);
   ref_t share = pcp_autodiff_binary(&ad->e, "stablehlo.divide", g, count);
-  accumulate(ad, op, 0,
-             mul(ad, mask,
-                 pcp_autodiff_broadcast(&ad->e, share, kept, &a.type)));
+  accumulate(
+      ad, op, 0,
+      mul(ad, mask, pcp_autodiff_broadcast(&ad->e, share, kept, &a.type)));
 }
 
 static bool contains(const int64_t* values, int32_t count, int64_t value) {
@@ -641,8 +640,7 @@ static bool contains(const int64_t* values, int32_t count, int64_t value) {
 }
 
 // Rank of |value| among |values| (how many are smaller).
-static int64_t rank_among(const int64_t* values, int32_t count,
-                          int64_t value) {
+static int64_t rank_among(const int64_t* values, int32_t count, int64_t value) {
   int64_t rank = 0;
   for (int32_t i = 0; i < count; ++i) {
     rank += values[i] < value;
@@ -651,12 +649,13 @@ static int64_t rank_among(const int64_t* values, int32_t count,
 }
 
 static ref_t emit_dot(ad_t* ad, ref_t lhs, ref_t rhs, const int64_t* lb,
-                     const int64_t* rb, int32_t nb, const int64_t* lc,
-                     const int64_t* rc, int32_t nc, const type_t* result) {
+                      const int64_t* rb, int32_t nb, const int64_t* lc,
+                      const int64_t* rc, int32_t nc, const type_t* result) {
   pcp_autodiff_emitter_t* e = &ad->e;
   ref_t out = pcp_autodiff_new_ref(e, result);
-  pcp_autodiff_emit_f(e, "    %s = \"stablehlo.dot_general\"(%s, %s) "
-                         "{dot_dimension_numbers = #stablehlo.dot<",
+  pcp_autodiff_emit_f(e,
+                      "    %s = \"stablehlo.dot_general\"(%s, %s) "
+                      "{dot_dimension_numbers = #stablehlo.dot<",
                       out.name, lhs.name, rhs.name);
   const char* sep = "";
   if (nb) {
@@ -695,11 +694,11 @@ static void rule_dot_general(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
   ref_t rhs = operand(ad, op, 1);
   int64_t lb[PCP_MAX_TENSOR_RANK], rb[PCP_MAX_TENSOR_RANK];
   int64_t lc[PCP_MAX_TENSOR_RANK], rc[PCP_MAX_TENSOR_RANK];
-  int32_t nb = attribute_ints(op, "lhs_batching_dimensions", lb,
-                              PCP_MAX_TENSOR_RANK);
+  int32_t nb =
+      attribute_ints(op, "lhs_batching_dimensions", lb, PCP_MAX_TENSOR_RANK);
   attribute_ints(op, "rhs_batching_dimensions", rb, PCP_MAX_TENSOR_RANK);
-  int32_t nc = attribute_ints(op, "lhs_contracting_dimensions", lc,
-                              PCP_MAX_TENSOR_RANK);
+  int32_t nc =
+      attribute_ints(op, "lhs_contracting_dimensions", lc, PCP_MAX_TENSOR_RANK);
   attribute_ints(op, "rhs_contracting_dimensions", rc, PCP_MAX_TENSOR_RANK);
   int64_t lf[PCP_MAX_TENSOR_RANK], rf[PCP_MAX_TENSOR_RANK];
   int32_t nlf = 0, nrf = 0;
@@ -804,8 +803,9 @@ static ref_t emit_pad(ad_t* ad, ref_t a, const int64_t* low,
   type_t scalar = pcp_autodiff_type_scalar(a.type.element);
   ref_t zero = pcp_autodiff_splat(e, 0.0, &scalar);
   ref_t out = pcp_autodiff_new_ref(e, type);
-  pcp_autodiff_emit_f(e, "    %s = \"stablehlo.pad\"(%s, %s) "
-                         "{edge_padding_low = array<i64: ",
+  pcp_autodiff_emit_f(e,
+                      "    %s = \"stablehlo.pad\"(%s, %s) "
+                      "{edge_padding_low = array<i64: ",
                       out.name, a.name, zero.name);
   pcp_autodiff_emit_i64_list(e, low, a.type.rank);
   pcp_autodiff_emit_f(e, ">, edge_padding_high = array<i64: ");
@@ -891,7 +891,8 @@ static void rule_concatenate(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
       }
       start[dimension] = offset;
       limit[dimension] = offset + a.type.dims[dimension];
-      accumulate(ad, op, i, pcp_autodiff_slice(&ad->e, g, start, limit, strides));
+      accumulate(ad, op, i,
+                 pcp_autodiff_slice(&ad->e, g, start, limit, strides));
     }
     offset += a.type.dims[dimension];
   }
@@ -918,8 +919,10 @@ static void rule_gather(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   int64_t operand_batching[PCP_MAX_TENSOR_RANK];
   int64_t indices_batching[PCP_MAX_TENSOR_RANK], start_map[PCP_MAX_TENSOR_RANK];
   int32_t n_offset = attribute_ints(op, "offset_dims", offset, 16);
-  int32_t n_collapsed = attribute_ints(op, "collapsed_slice_dims", collapsed, 16);
-  int32_t n_ob = attribute_ints(op, "operand_batching_dims", operand_batching, 16);
+  int32_t n_collapsed =
+      attribute_ints(op, "collapsed_slice_dims", collapsed, 16);
+  int32_t n_ob =
+      attribute_ints(op, "operand_batching_dims", operand_batching, 16);
   int32_t n_ib =
       attribute_ints(op, "start_indices_batching_dims", indices_batching, 16);
   int32_t n_map = attribute_ints(op, "start_index_map", start_map, 16);
@@ -943,8 +946,9 @@ static void rule_gather(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   pcp_autodiff_emit_f(e,
                       "      \"stablehlo.return\"(%s) : (tensor<%s>) -> ()\n",
                       sum.name, scalar.element);
-  pcp_autodiff_emit_f(e, "    }) {indices_are_sorted = false, "
-                         "scatter_dimension_numbers = #stablehlo.scatter<");
+  pcp_autodiff_emit_f(e,
+                      "    }) {indices_are_sorted = false, "
+                      "scatter_dimension_numbers = #stablehlo.scatter<");
   const char* separator = "";
   emit_dims_field(ad, "update_window_dims", offset, n_offset, &separator);
   emit_dims_field(ad, "inserted_window_dims", collapsed, n_collapsed,
@@ -980,10 +984,10 @@ static void rule_dynamic_slice(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
   for (uint32_t i = 1; i < op->operand_count && i <= PCP_MAX_TENSOR_RANK; ++i) {
     operands[i + 1] = operand(ad, op, i);
   }
-  accumulate(ad, op, 0,
-             pcp_autodiff_emit_op(&ad->e, "stablehlo.dynamic_update_slice",
-                                  operands, (int32_t)op->operand_count + 1, "",
-                                  &a.type));
+  accumulate(
+      ad, op, 0,
+      pcp_autodiff_emit_op(&ad->e, "stablehlo.dynamic_update_slice", operands,
+                           (int32_t)op->operand_count + 1, "", &a.type));
 }
 
 // d dynamic_update_slice(a, u, i...) = (DUS(g, zeros(u), i...),
@@ -1000,27 +1004,26 @@ static void rule_dynamic_update_slice(ad_t* ad, const pcp_mlir_op_t* op,
     operands[i] = operand(ad, op, i);
   }
   if (operand_active(ad, op, 0)) {
-    accumulate(ad, op, 0,
-               pcp_autodiff_emit_op(&ad->e, "stablehlo.dynamic_update_slice",
-                                    operands, (int32_t)op->operand_count, "",
-                                    &g.type));
+    accumulate(
+        ad, op, 0,
+        pcp_autodiff_emit_op(&ad->e, "stablehlo.dynamic_update_slice", operands,
+                             (int32_t)op->operand_count, "", &g.type));
   }
   if (operand_active(ad, op, 1)) {
     char attributes[512];
-    int used = snprintf(attributes, sizeof(attributes),
-                        "{slice_sizes = array<i64");
+    int used =
+        snprintf(attributes, sizeof(attributes), "{slice_sizes = array<i64");
     for (int32_t d = 0; d < update.type.rank; ++d) {
-      used += snprintf(attributes + used, sizeof(attributes) - (size_t)used,
-                       "%s%lld", d ? ", " : ": ",
-                       (long long)update.type.dims[d]);
+      used +=
+          snprintf(attributes + used, sizeof(attributes) - (size_t)used,
+                   "%s%lld", d ? ", " : ": ", (long long)update.type.dims[d]);
     }
     snprintf(attributes + used, sizeof(attributes) - (size_t)used, ">}");
     operands[1] = g;
     accumulate(ad, op, 1,
-               pcp_autodiff_emit_op(&ad->e, "stablehlo.dynamic_slice",
-                                    operands + 1,
-                                    (int32_t)op->operand_count - 1, attributes,
-                                    &update.type));
+               pcp_autodiff_emit_op(
+                   &ad->e, "stablehlo.dynamic_slice", operands + 1,
+                   (int32_t)op->operand_count - 1, attributes, &update.type));
   }
 }
 
@@ -1127,10 +1130,9 @@ static pcp_status_t flat_new_map(flat_t* f, size_t count, uint32_t** out) {
 
 static pcp_status_t flat_new_value(flat_t* f, const pcp_mlir_type_t* type,
                                    uint32_t* out_id) {
-  PCP_RETURN_IF_ERROR_BARE(flat_grow(f->allocator, (void**)&f->body.values,
-                                     &f->value_capacity,
-                                     f->body.value_count + 1,
-                                     sizeof(pcp_mlir_type_t)));
+  PCP_RETURN_IF_ERROR_BARE(
+      flat_grow(f->allocator, (void**)&f->body.values, &f->value_capacity,
+                f->body.value_count + 1, sizeof(pcp_mlir_type_t)));
   *out_id = (uint32_t)f->body.value_count;
   f->body.values[f->body.value_count++] = *type;
   return pcp_ok_status();
@@ -1189,8 +1191,7 @@ typedef struct return_binding_t {
 static pcp_status_t flat_fill_block(flat_t* f,
                                     const pcp_mlir_function_body_t* src,
                                     const pcp_mlir_block_t* block,
-                                    uint32_t* map, size_t dst_block,
-                                    int depth);
+                                    uint32_t* map, size_t dst_block, int depth);
 
 // Appends |block|'s ops (calls expanded) to the current dst block.
 static pcp_status_t flat_append_ops(flat_t* f,
@@ -1215,10 +1216,9 @@ static pcp_status_t flat_append_ops(flat_t* f,
         at = strstr(op->attributes, "callee = @");
       }
       if (!at || depth >= MAX_INLINE_DEPTH) {
-        return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
-                               "func.call at %s: cannot inline (%s)",
-                               op->location,
-                               at ? "calls nested too deep" : "no callee");
+        return pcp_make_status(
+            PCP_STATUS_UNIMPLEMENTED, "func.call at %s: cannot inline (%s)",
+            op->location, at ? "calls nested too deep" : "no callee");
       }
       at += strlen("callee = @");
       char name[256];
@@ -1257,9 +1257,9 @@ static pcp_status_t flat_append_ops(flat_t* f,
     PCP_RETURN_IF_ERROR_BARE(flat_grow(f->allocator, (void**)&f->body.ops,
                                        &f->op_capacity, f->body.op_count + 1,
                                        sizeof(pcp_mlir_op_t)));
-    PCP_RETURN_IF_ERROR_BARE(flat_grow(
-        f->allocator, (void**)&f->body.operands, &f->operand_capacity,
-        f->body.operand_count + op->operand_count, sizeof(uint32_t)));
+    PCP_RETURN_IF_ERROR_BARE(
+        flat_grow(f->allocator, (void**)&f->body.operands, &f->operand_capacity,
+                  f->body.operand_count + op->operand_count, sizeof(uint32_t)));
     pcp_mlir_op_t copy = *op;
     copy.first_operand = (uint32_t)f->body.operand_count;
     for (uint32_t i = 0; i < op->operand_count; ++i) {
@@ -1278,8 +1278,7 @@ static pcp_status_t flat_append_ops(flat_t* f,
     f->body.ops[f->body.op_count++] = copy;
     if (op->region_count) {
       PCP_RETURN_IF_ERROR_BARE(flat_grow(f->allocator, (void**)&pending->items,
-                                         &pending->capacity,
-                                         pending->count + 1,
+                                         &pending->capacity, pending->count + 1,
                                          sizeof(pending_t)));
       pending->items[pending->count++] = (pending_t){dst_op, src, op, map};
     }
@@ -1310,18 +1309,18 @@ static pcp_status_t flat_fill_block(flat_t* f,
   for (size_t p = 0; p < pending.count && !status; ++p) {
     const pending_t* item = &pending.items[p];
     size_t first = f->body.block_count;
-    status = flat_grow(f->allocator, (void**)&f->body.blocks,
-                       &f->block_capacity, first + item->op->region_count,
-                       sizeof(pcp_mlir_block_t));
+    status =
+        flat_grow(f->allocator, (void**)&f->body.blocks, &f->block_capacity,
+                  first + item->op->region_count, sizeof(pcp_mlir_block_t));
     if (status) {
       break;
     }
     f->body.block_count += item->op->region_count;
     f->body.ops[item->dst_op].first_block = (uint32_t)first;
     for (uint32_t r = 0; r < item->op->region_count && !status; ++r) {
-      status = flat_fill_block(
-          f, item->src, &item->src->blocks[item->op->first_block + r],
-          item->map, first + r, depth);
+      status = flat_fill_block(f, item->src,
+                               &item->src->blocks[item->op->first_block + r],
+                               item->map, first + r, depth);
     }
   }
   pcp_allocator_free(f->allocator, pending.items);
@@ -1351,9 +1350,9 @@ static pcp_status_t flat_build(flat_t* f, const pcp_mlir_function_body_t* src) {
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
       f->allocator, f->callee_capacity * sizeof(pcp_mlir_function_body_t),
       (void**)&f->callees));
-  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
-      f->allocator, f->callee_capacity * sizeof(char*),
-      (void**)&f->callee_names));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_calloc(f->allocator, f->callee_capacity * sizeof(char*),
+                           (void**)&f->callee_names));
   uint32_t* map = NULL;
   PCP_RETURN_IF_ERROR_BARE(flat_new_map(f, src->value_count, &map));
   PCP_RETURN_IF_ERROR_BARE(flat_grow(f->allocator, (void**)&f->body.blocks,
@@ -1450,10 +1449,9 @@ static pcp_status_t check_forward(const pcp_mlir_function_body_t* body,
                                   int32_t data_argument_count,
                                   forward_info_t* out_info) {
   const pcp_mlir_block_t* entry = &body->blocks[0];
-  const pcp_mlir_op_t* ret = entry->op_count
-                                 ? &body->ops[entry->first_op +
-                                              entry->op_count - 1]
-                                 : NULL;
+  const pcp_mlir_op_t* ret =
+      entry->op_count ? &body->ops[entry->first_op + entry->op_count - 1]
+                      : NULL;
   if (!ret || strcmp(ret->name, "func.return") != 0 ||
       ret->operand_count != 1) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -1507,7 +1505,8 @@ static pcp_status_t check_forward(const pcp_mlir_function_body_t* body,
   return pcp_ok_status();
 }
 
-static pcp_status_t ad_initialize(ad_t* ad, const pcp_mlir_function_body_t* body,
+static pcp_status_t ad_initialize(ad_t* ad,
+                                  const pcp_mlir_function_body_t* body,
                                   pcp_allocator_t allocator,
                                   pcp_string_builder_t* out) {
   memset(ad, 0, sizeof(*ad));
@@ -1515,15 +1514,14 @@ static pcp_status_t ad_initialize(ad_t* ad, const pcp_mlir_function_body_t* body
   ad->allocator = allocator;
   ad->e.out = out;
   size_t n = body->value_count ? body->value_count : 1;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_allocator_calloc(allocator, n * sizeof(ad->names[0]),
-                           (void**)&ad->names));
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+      allocator, n * sizeof(ad->names[0]), (void**)&ad->names));
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_calloc(allocator, n, (void**)&ad->active));
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_calloc(allocator, n, (void**)&ad->has_adjoint));
-  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
-      allocator, n * sizeof(ref_t), (void**)&ad->adjoints));
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(allocator, n * sizeof(ref_t),
+                                                (void**)&ad->adjoints));
   for (size_t i = 0; i < body->value_count; ++i) {
     snprintf(ad->names[i], sizeof(ad->names[i]), "%%v%zu", i);
   }
@@ -1575,7 +1573,8 @@ static void emit_gradient_function(ad_t* ad, const forward_info_t* info) {
       ad->has_adjoint[i] = true;
     }
   }
-  pcp_autodiff_emit_f(&ad->e, "    \"func.return\"(%s", ad->names[info->loss_id]);
+  pcp_autodiff_emit_f(&ad->e, "    \"func.return\"(%s",
+                      ad->names[info->loss_id]);
   for (size_t i = 0; i < info->param_count; ++i) {
     pcp_autodiff_emit_f(&ad->e, ", %s", ad->adjoints[i].name);
   }

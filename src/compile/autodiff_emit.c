@@ -146,8 +146,8 @@ pcp_autodiff_ref_t pcp_autodiff_splat(pcp_autodiff_emitter_t* e, double value,
   return ref;
 }
 
-pcp_autodiff_ref_t pcp_autodiff_unary(pcp_autodiff_emitter_t* e,
-                                      const char* op, pcp_autodiff_ref_t a) {
+pcp_autodiff_ref_t pcp_autodiff_unary(pcp_autodiff_emitter_t* e, const char* op,
+                                      pcp_autodiff_ref_t a) {
   return pcp_autodiff_emit_op(e, op, &a, 1, "", &a.type);
 }
 

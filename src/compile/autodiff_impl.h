@@ -73,8 +73,8 @@ pcp_autodiff_ref_t pcp_autodiff_emit_op(pcp_autodiff_emitter_t* e,
 // Elementwise and shape ops; operands of binary ops share one type.
 pcp_autodiff_ref_t pcp_autodiff_splat(pcp_autodiff_emitter_t* e, double value,
                                       const pcp_autodiff_type_t* type);
-pcp_autodiff_ref_t pcp_autodiff_unary(pcp_autodiff_emitter_t* e,
-                                      const char* op, pcp_autodiff_ref_t a);
+pcp_autodiff_ref_t pcp_autodiff_unary(pcp_autodiff_emitter_t* e, const char* op,
+                                      pcp_autodiff_ref_t a);
 pcp_autodiff_ref_t pcp_autodiff_binary(pcp_autodiff_emitter_t* e,
                                        const char* op, pcp_autodiff_ref_t a,
                                        pcp_autodiff_ref_t b);

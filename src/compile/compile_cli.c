@@ -251,8 +251,8 @@ int pcp_compile_cli_main(int argc, char** argv) {
         }
         pcp_compile_result_deinitialize(&result);
       }
-      free(text);
     }
+    free(text);
   }
   if (status) {
     char* message = pcp_status_to_string(status);

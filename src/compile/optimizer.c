@@ -35,8 +35,7 @@ static ref_t named(const char* prefix, size_t index, const type_t* type) {
   return ref;
 }
 
-static ref_t fill(pcp_autodiff_emitter_t* e, ref_t scalar,
-                  const type_t* type) {
+static ref_t fill(pcp_autodiff_emitter_t* e, ref_t scalar, const type_t* type) {
   if (type->rank == 0) {
     return scalar;
   }
@@ -89,8 +88,8 @@ void pcp_autodiff_emit_optimizer(
     ref_t total = constant(e, 0.0, &norm_type);
     for (size_t i = 0; i < n; ++i) {
       ref_t g = named("g", i, &types[i]);
-      ref_t squares = pcp_autodiff_sum_all(
-          e, bin(e, "stablehlo.multiply", g, g));
+      ref_t squares =
+          pcp_autodiff_sum_all(e, bin(e, "stablehlo.multiply", g, g));
       total = bin(e, "stablehlo.add", total,
                   pcp_autodiff_convert(e, squares, norm_element));
     }
@@ -125,11 +124,11 @@ void pcp_autodiff_emit_optimizer(
     ref_t clipped = bin(e, "stablehlo.multiply", g,
                         fill(e, pcp_autodiff_convert(e, scale, element), type));
     // m' = b1 m + (1 - b1) g'
-    ref_t m_next = bin(
-        e, "stablehlo.add",
-        bin(e, "stablehlo.multiply", constant(e, options->beta1, type), m),
-        bin(e, "stablehlo.multiply", constant(e, 1.0 - options->beta1, type),
-            clipped));
+    ref_t m_next =
+        bin(e, "stablehlo.add",
+            bin(e, "stablehlo.multiply", constant(e, options->beta1, type), m),
+            bin(e, "stablehlo.multiply",
+                constant(e, 1.0 - options->beta1, type), clipped));
     // v' = b2 v + (1 - b2) g'^2
     ref_t v_next = bin(
         e, "stablehlo.add",
@@ -138,24 +137,26 @@ void pcp_autodiff_emit_optimizer(
             bin(e, "stablehlo.multiply", clipped, clipped)));
     // Bias corrections 1 - b^t (t is the 1-based step number).
     ref_t one = constant(e, 1.0, &scalar);
-    ref_t correction1 = bin(
-        e, "stablehlo.subtract", one,
-        bin(e, "stablehlo.power", constant(e, options->beta1, &scalar), t));
-    ref_t correction2 = bin(
-        e, "stablehlo.subtract", one,
-        bin(e, "stablehlo.power", constant(e, options->beta2, &scalar), t));
-    ref_t m_hat = bin(e, "stablehlo.divide", m_next, fill(e, correction1, type));
-    ref_t v_hat = bin(e, "stablehlo.divide", v_next, fill(e, correction2, type));
+    ref_t correction1 =
+        bin(e, "stablehlo.subtract", one,
+            bin(e, "stablehlo.power", constant(e, options->beta1, &scalar), t));
+    ref_t correction2 =
+        bin(e, "stablehlo.subtract", one,
+            bin(e, "stablehlo.power", constant(e, options->beta2, &scalar), t));
+    ref_t m_hat =
+        bin(e, "stablehlo.divide", m_next, fill(e, correction1, type));
+    ref_t v_hat =
+        bin(e, "stablehlo.divide", v_next, fill(e, correction2, type));
     ref_t denominator =
         bin(e, "stablehlo.add", pcp_autodiff_unary(e, "stablehlo.sqrt", v_hat),
             constant(e, options->epsilon, type));
-    ref_t update = bin(
-        e, "stablehlo.add", bin(e, "stablehlo.divide", m_hat, denominator),
-        bin(e, "stablehlo.multiply", constant(e, options->weight_decay, type),
-            p));
-    ref_t p_next = bin(e, "stablehlo.subtract", p,
-                       bin(e, "stablehlo.multiply", fill(e, rate, type),
-                           update));
+    ref_t update =
+        bin(e, "stablehlo.add", bin(e, "stablehlo.divide", m_hat, denominator),
+            bin(e, "stablehlo.multiply",
+                constant(e, options->weight_decay, type), p));
+    ref_t p_next =
+        bin(e, "stablehlo.subtract", p,
+            bin(e, "stablehlo.multiply", fill(e, rate, type), update));
     results[i] = p_next;
     results[n + i] = m_next;
     results[2 * n + i] = v_next;
@@ -247,8 +248,8 @@ void pcp_autodiff_emit_train_steps(
   pcp_autodiff_emit_f(e, ") {\n");
 
   size_t state_count = 3 * n;
-  size_t ref_count = state_count + signature->argument_count + 3 * n + 2 +
-                     (size_t)k;
+  size_t ref_count =
+      state_count + signature->argument_count + 3 * n + 2 + (size_t)k;
   ref_t* refs = NULL;
   const type_t** result_types = NULL;
   pcp_status_t status = pcp_allocator_calloc(
@@ -267,8 +268,8 @@ void pcp_autodiff_emit_train_steps(
     pcp_allocator_free(pcp_allocator_system(), refs);
     return;
   }
-  ref_t* state = refs;                        // p, m, v
-  ref_t* call_args = refs + state_count;      // scratch for call operands
+  ref_t* state = refs;                    // p, m, v
+  ref_t* call_args = refs + state_count;  // scratch for call operands
   ref_t* losses = call_args + signature->argument_count + 3 * n + 2;
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
@@ -324,8 +325,8 @@ void pcp_autodiff_emit_train_steps(
       call_args[2 * n + i] = state[n + i];
       call_args[3 * n + i] = state[2 * n + i];
     }
-    call_args[4 * n] = bin(e, "stablehlo.add", step,
-                           constant(e, (double)s, &f32));
+    call_args[4 * n] =
+        bin(e, "stablehlo.add", step, constant(e, (double)s, &f32));
     call_args[4 * n + 1] = lr;
     char opt_name[32];
     snprintf(opt_name, sizeof(opt_name), "%%opt%lld", (long long)s);
