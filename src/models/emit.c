@@ -498,13 +498,20 @@ static val_t rope(emitter_t* e, val_t x) {
   static const int64_t kTd[2] = {1, 3};
   val_t c = broadcast(e, e->rope_cos, 4, x1.dims, kTd, PCP_ARRAYSIZE(kTd));
   val_t s = broadcast(e, e->rope_sin, 4, x1.dims, kTd, PCP_ARRAYSIZE(kTd));
+  // Products in a fixed order: C leaves the order of argument evaluation
+  // unspecified, and the text (an artifact cache key) must not depend on
+  // the compiler that built pcp.
+  val_t x1c = mul(e, x1, c);
+  val_t x2s = mul(e, x2, s);
+  val_t x2c = mul(e, x2, c);
+  val_t x1s = mul(e, x1, s);
   val_t y1, y2;
   if (e->spec->architecture == PCP_MODELS_ARCHITECTURE_NANOCHAT) {
-    y1 = add(e, mul(e, x1, c), mul(e, x2, s));
-    y2 = sub(e, mul(e, x2, c), mul(e, x1, s));
+    y1 = add(e, x1c, x2s);
+    y2 = sub(e, x2c, x1s);
   } else {
-    y1 = sub(e, mul(e, x1, c), mul(e, x2, s));
-    y2 = add(e, mul(e, x2, c), mul(e, x1, s));
+    y1 = sub(e, x1c, x2s);
+    y2 = add(e, x2c, x1s);
   }
   return convert(e, concat(e, y1, y2, 3), x.et);
 }
@@ -622,8 +629,10 @@ static val_t forward_nanochat(emitter_t* e, const val_t* p, val_t input_ids) {
     const val_t* w = &p[1 + 6 * l];
     val_t h = rms_norm(e, x, NULL, eps);
     attention_params_t none = {0};
-    val_t a = attention(e, linear(e, h, w[0], NULL), linear(e, h, w[1], NULL),
-                        linear(e, h, w[2], NULL), &none);
+    val_t q = linear(e, h, w[0], NULL);  // one statement each: a fixed order
+    val_t k = linear(e, h, w[1], NULL);
+    val_t v = linear(e, h, w[2], NULL);
+    val_t a = attention(e, q, k, v, &none);
     x = add(e, x, linear(e, a, w[3], NULL));
     h = rms_norm(e, x, NULL, eps);
     val_t u = linear(e, h, w[4], NULL);
@@ -646,8 +655,10 @@ static val_t forward_qwen3(emitter_t* e, const val_t* p, val_t input_ids) {
     const val_t* w = &p[1 + 11 * l];
     val_t h = rms_norm(e, x, &w[9], eps);
     attention_params_t norms = {.q_norm = &w[4], .k_norm = &w[5]};
-    val_t a = attention(e, linear(e, h, w[0], NULL), linear(e, h, w[1], NULL),
-                        linear(e, h, w[2], NULL), &norms);
+    val_t q = linear(e, h, w[0], NULL);  // one statement each: a fixed order
+    val_t k = linear(e, h, w[1], NULL);
+    val_t v = linear(e, h, w[2], NULL);
+    val_t a = attention(e, q, k, v, &norms);
     x = add(e, x, linear(e, a, w[3], NULL));
     h = rms_norm(e, x, &w[10], eps);
     val_t g = linear(e, h, w[6], NULL);

@@ -194,8 +194,9 @@ void pcp_models_parameters_initialize(const pcp_models_parameter_table_t* table,
 // Appends the MLIR text of the module for |spec| (validated first) to
 // |builder|: `module @pcp_<arch> { func.func @main ... func.func @logits }`.
 // The text is deterministic: the same spec gives the same bytes (artifact
-// cache keys depend on it). RESOURCE_EXHAUSTED when the builder's cap is
-// reached.
+// cache keys depend on it), whichever compiler built pcp (every op is
+// emitted in statement order, never from unordered argument evaluation).
+// RESOURCE_EXHAUSTED when the builder's cap is reached.
 PCP_MUST_USE_RESULT pcp_status_t pcp_models_module_emit(
     const pcp_models_spec_t* spec, pcp_string_builder_t* builder);
 
@@ -205,9 +206,11 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_models_module_emit(
 
 // `pcp model gpt|nanochat|qwen3 --layers N --heads N [--kv-heads N]
 //  --width N [--mlp-hidden N] --vocab N --block-size T --batch B
-//  [--dtype f32|bf16] -o m.mlir [--params-json p.json]` (argv[0] = "model").
-// Prints the parameter count. Returns 0, 1 when a file cannot be written,
-// 2 on usage errors (bounds, divisibility).
+//  [--dtype f32|bf16] -o m.mlir [--params-json p.json] [--init-dir DIR
+//  [--seed N]]` (argv[0] = "model"). Prints the parameter count; --init-dir
+// writes pcp_models_parameters_initialize's values, one file per tensor.
+// Returns 0, 1 when a file cannot be written, 2 on usage errors (bounds,
+// divisibility).
 int pcp_models_cli_main(int argc, char** argv);
 
 #ifdef __cplusplus
