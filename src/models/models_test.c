@@ -298,6 +298,21 @@ static void emit_is_deterministic_and_refuses_bad_specs(void** state) {
                          "tensor<37x32xbf16>"));
   free(a);
   free(b);
+  // Golden digest of the default Qwen3 bf16 module, the same under gcc and
+  // clang (checked when it was recorded): a build whose text differs would
+  // miss every cached artifact. Update it when the emitter changes on
+  // purpose.
+  pcp_models_spec_t golden;
+  pcp_models_spec_initialize(PCP_MODELS_ARCHITECTURE_QWEN3, &golden);
+  golden.dtype = PCP_ELEMENT_TYPE_BF16;
+  char* text = emit(&golden, &n1);
+  pcp_sha256_t digest;
+  pcp_sha256_compute(text, n1, &digest);
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, hex);
+  assert_string_equal(
+      hex, "fa12f13bdd494929146a24403828185e2e8f25f92ea84a0db1a7f09d41503b3b");
+  free(text);
   spec.width = 33;
   pcp_string_builder_t builder;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
