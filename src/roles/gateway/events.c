@@ -21,10 +21,10 @@
 #define PUMP_PAGE 200
 #define HEARTBEAT_INTERVAL_NS INT64_C(10000000000)
 
-pcp_status_t gateway_events_stream(void* user_data,
-                                   const pcp_http_request_t* request,
-                                   pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+pcp_status_t pcp_roles_gateway_events_stream(void* user_data,
+                                             const pcp_http_request_t* request,
+                                             pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
   const char* last = pcp_http_request_header(request, "Last-Event-ID");
   if (!last) {
     last = pcp_http_request_query(request, "after");
@@ -46,19 +46,19 @@ pcp_status_t gateway_events_stream(void* user_data,
     PCP_RETURN_IF_ERROR_BARE(pcp_store_job_event_last_id(g->store, &cursor));
   }
   pthread_mutex_lock(&g->mu);
-  bool full = g->client_count >= GATEWAY_MAX_EVENT_STREAMS;
+  bool full = g->client_count >= PCP_GATEWAY_MAX_EVENT_STREAMS;
   pthread_mutex_unlock(&g->mu);
   if (full) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "too many open event streams (%d)",
-                           GATEWAY_MAX_EVENT_STREAMS);
+                           PCP_GATEWAY_MAX_EVENT_STREAMS);
   }
   pcp_http_sse_stream_t* stream = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_response_sse_start(response, 0, &stream));
   pcp_status_ignore(pcp_http_sse_stream_comment(stream, "pcp gateway events"));
   pthread_mutex_lock(&g->mu);
-  if (g->client_count < GATEWAY_MAX_EVENT_STREAMS) {
-    g->clients[g->client_count++] = (gateway_event_client_t){
+  if (g->client_count < PCP_GATEWAY_MAX_EVENT_STREAMS) {
+    g->clients[g->client_count++] = (pcp_roles_gateway_event_client_t){
         .stream = stream,
         .cursor = cursor,
         .next_comment_ns = pcp_clock_now_ns(g->clock) + HEARTBEAT_INTERVAL_NS,
@@ -73,8 +73,8 @@ pcp_status_t gateway_events_stream(void* user_data,
   return pcp_ok_status();
 }
 
-void gateway_events_broadcast(gateway_t* g, const char* event,
-                              const char* data) {
+void pcp_roles_gateway_events_broadcast(pcp_roles_gateway_state_t* g,
+                                        const char* event, const char* data) {
   pthread_mutex_lock(&g->mu);
   for (uint32_t i = 0; i < g->client_count; ++i) {
     pcp_status_ignore(
@@ -84,7 +84,8 @@ void gateway_events_broadcast(gateway_t* g, const char* event,
 }
 
 // Sends what |client| has not seen yet. Called with g->mu held.
-static void client_feed(gateway_t* g, gateway_event_client_t* client) {
+static void client_feed(pcp_roles_gateway_state_t* g,
+                        pcp_roles_gateway_event_client_t* client) {
   for (int page = 0; page < 8; ++page) {
     pcp_store_job_event_list_t list = {0};
     pcp_status_t status = pcp_store_job_event_list(g->store, client->cursor,
@@ -126,14 +127,14 @@ static void client_feed(gateway_t* g, gateway_event_client_t* client) {
   }
 }
 
-void* gateway_events_pump_main(void* opaque) {
-  gateway_t* g = opaque;
+void* pcp_roles_gateway_events_pump_main(void* opaque) {
+  pcp_roles_gateway_state_t* g = opaque;
   while (!atomic_load(&g->stopping)) {
     int64_t now = pcp_clock_now_ns(g->clock);
     pthread_mutex_lock(&g->mu);
     uint32_t kept = 0;
     for (uint32_t i = 0; i < g->client_count; ++i) {
-      gateway_event_client_t* c = &g->clients[i];
+      pcp_roles_gateway_event_client_t* c = &g->clients[i];
       if (now >= c->next_comment_ns) {
         // Suspended streams learn that the client left only on a write.
         pcp_status_ignore(pcp_http_sse_stream_comment(c->stream, "ping"));

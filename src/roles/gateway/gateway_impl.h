@@ -2,11 +2,11 @@
 //
 // The gateway's private parts (never included outside src/roles/gateway/).
 //
-// One gateway_t per process, owned by pcp_roles_gateway_serve on the main
-// thread. Threads that touch it: libmicrohttpd's handler threads (routes.c,
-// jobs.c handlers), the job runner thread (jobs.c) and the event pump
-// thread (events.c). Everything shared is either thread-safe by itself (the
-// store, the fabric endpoint, the metrics registry) or guarded by |mu|.
+// One pcp_roles_gateway_state_t per process, owned by pcp_roles_gateway_serve
+// on the main thread. Threads that touch it: libmicrohttpd's handler threads
+// (routes.c, jobs.c handlers), the job runner thread (jobs.c) and the event
+// pump thread (events.c). Everything shared is either thread-safe by itself
+// (the store, the fabric endpoint, the metrics registry) or guarded by |mu|.
 
 #ifndef PCP_ROLES_GATEWAY_GATEWAY_IMPL_H_
 #define PCP_ROLES_GATEWAY_GATEWAY_IMPL_H_
@@ -25,33 +25,33 @@
 #include "store/store.h"
 
 // Largest job submission body: programs and inputs travel in it.
-#define GATEWAY_JOB_MAX_BODY_BYTES ((size_t)64 << 20)
+#define PCP_GATEWAY_JOB_MAX_BODY_BYTES ((size_t)64 << 20)
 // Inputs per job, workers per job, jobs running at once.
-#define GATEWAY_JOB_MAX_INPUTS 64
-#define GATEWAY_JOB_MAX_WORKERS 64
-#define GATEWAY_MAX_ACTIVE_JOBS 32
+#define PCP_GATEWAY_JOB_MAX_INPUTS 64
+#define PCP_GATEWAY_JOB_MAX_WORKERS 64
+#define PCP_GATEWAY_MAX_ACTIVE_JOBS 32
 // Open /v1/events streams.
-#define GATEWAY_MAX_EVENT_STREAMS 64
+#define PCP_GATEWAY_MAX_EVENT_STREAMS 64
 
-typedef struct gateway_active_job_t gateway_active_job_t;
+typedef struct pcp_roles_gateway_active_job_t pcp_roles_gateway_active_job_t;
 
 // Serialized answers of GET /v1/jobs/{id}, valid while no job has been
 // written since (|generation|). Slots by hash of the id.
-#define GATEWAY_JOB_CACHE_SLOTS 256
-typedef struct gateway_job_cache_entry_t {
+#define PCP_GATEWAY_JOB_CACHE_SLOTS 256
+typedef struct pcp_roles_gateway_job_cache_entry_t {
   char id[64];
   uint64_t generation;
   char* json;  // malloc'd
   size_t length;
-} gateway_job_cache_entry_t;
+} pcp_roles_gateway_job_cache_entry_t;
 
-typedef struct gateway_event_client_t {
+typedef struct pcp_roles_gateway_event_client_t {
   pcp_http_sse_stream_t* stream;  // one reference
   int64_t cursor;                 // last store event id sent
   int64_t next_comment_ns;
-} gateway_event_client_t;
+} pcp_roles_gateway_event_client_t;
 
-typedef struct gateway_t {
+typedef struct pcp_roles_gateway_state_t {
   const pcp_roles_gateway_config_t* config;
   pcp_allocator_t allocator;
   pcp_clock_t clock;
@@ -72,9 +72,9 @@ typedef struct gateway_t {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   // Guarded by |mu|.
-  gateway_active_job_t* active;  // linked list
+  pcp_roles_gateway_active_job_t* active;  // linked list
   uint32_t active_count;
-  gateway_event_client_t clients[GATEWAY_MAX_EVENT_STREAMS];
+  pcp_roles_gateway_event_client_t clients[PCP_GATEWAY_MAX_EVENT_STREAMS];
   uint32_t client_count;
   // Worker ids seen through task placements, for /v1/workers (the fabric
   // has no enumeration call yet).
@@ -87,67 +87,69 @@ typedef struct gateway_t {
   // means every cached answer is current.
   atomic_uint_fast64_t job_generation;
   pthread_mutex_t cache_mu;
-  gateway_job_cache_entry_t job_cache[GATEWAY_JOB_CACHE_SLOTS];
+  pcp_roles_gateway_job_cache_entry_t job_cache[PCP_GATEWAY_JOB_CACHE_SLOTS];
 
   pthread_t runner_thread;
   pthread_t pump_thread;
   bool runner_started;
   bool pump_started;
-} gateway_t;
+} pcp_roles_gateway_state_t;
 
 // routes.c: every route of the API (user_data: the gateway).
-PCP_MUST_USE_RESULT pcp_status_t gateway_routes_add(gateway_t* gateway);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* gateway);
 
 // jobs.c
-PCP_MUST_USE_RESULT pcp_status_t gateway_jobs_recover(gateway_t* gateway);
-void* gateway_jobs_runner_main(void* opaque);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* gateway);
+void* pcp_roles_gateway_jobs_runner_main(void* opaque);
 // Frees the jobs the runner left active; only after the fabric endpoint is
 // released (its tasks borrow their input buffers until then).
-void gateway_jobs_active_free(gateway_t* gateway);
-pcp_status_t gateway_job_submit(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response);
-pcp_status_t gateway_job_list(void* user_data,
-                              const pcp_http_request_t* request,
-                              pcp_http_response_t* response);
-pcp_status_t gateway_job_get(void* user_data, const pcp_http_request_t* request,
-                             pcp_http_response_t* response);
-pcp_status_t gateway_job_cancel(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response);
-pcp_status_t gateway_job_events(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response);
-pcp_status_t gateway_job_results(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response);
-pcp_status_t gateway_job_result_get(void* user_data,
-                                    const pcp_http_request_t* request,
-                                    pcp_http_response_t* response);
+void pcp_roles_gateway_jobs_active_free(pcp_roles_gateway_state_t* gateway);
+pcp_status_t pcp_roles_gateway_job_submit(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_job_list(void* user_data,
+                                        const pcp_http_request_t* request,
+                                        pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_job_get(void* user_data,
+                                       const pcp_http_request_t* request,
+                                       pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_job_cancel(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_job_events(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_job_results(void* user_data,
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_job_result_get(void* user_data,
+                                              const pcp_http_request_t* request,
+                                              pcp_http_response_t* response);
 // Frees the job cache (at stop, no handler running).
-void gateway_jobs_cache_free(gateway_t* gateway);
+void pcp_roles_gateway_jobs_cache_free(pcp_roles_gateway_state_t* gateway);
 // Jobs by state into the metrics (runner thread).
-void gateway_jobs_metrics_update(gateway_t* gateway);
+void pcp_roles_gateway_jobs_metrics_update(pcp_roles_gateway_state_t* gateway);
 // A job record as API JSON (new reference; NULL on OOM).
-json_t* gateway_job_json(const pcp_store_job_t* job);
+json_t* pcp_roles_gateway_job_json(const pcp_store_job_t* job);
 
 // events.c
-void* gateway_events_pump_main(void* opaque);
-pcp_status_t gateway_events_stream(void* user_data,
-                                   const pcp_http_request_t* request,
-                                   pcp_http_response_t* response);
+void* pcp_roles_gateway_events_pump_main(void* opaque);
+pcp_status_t pcp_roles_gateway_events_stream(void* user_data,
+                                             const pcp_http_request_t* request,
+                                             pcp_http_response_t* response);
 // Sends a live (not stored, so not resumable) worker event to every stream.
-void gateway_events_broadcast(gateway_t* gateway, const char* event,
-                              const char* data);
+void pcp_roles_gateway_events_broadcast(pcp_roles_gateway_state_t* gateway,
+                                        const char* event, const char* data);
 
 // Records a worker id seen (placement results). Thread-safe.
-void gateway_worker_note(gateway_t* gateway, const char* worker_id);
+void pcp_roles_gateway_worker_note(pcp_roles_gateway_state_t* gateway,
+                                   const char* worker_id);
 
 // Base64 (RFC 4648, padding optional on input). decode: INVALID_ARGUMENT for
 // a bad character; |*out_data| is malloc'd (caller frees).
-PCP_MUST_USE_RESULT pcp_status_t gateway_base64_decode(const char* text,
-                                                       size_t length,
-                                                       uint8_t** out_data,
-                                                       size_t* out_length);
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_base64_decode(
+    const char* text, size_t length, uint8_t** out_data, size_t* out_length);
 
 #endif  // PCP_ROLES_GATEWAY_GATEWAY_IMPL_H_

@@ -129,7 +129,7 @@ static void base64_vectors(void** state) {
   for (size_t i = 0; i < PCP_ARRAYSIZE(kVectors); ++i) {
     uint8_t* data = NULL;
     size_t length = 0;
-    assert_null(gateway_base64_decode(
+    assert_null(pcp_roles_gateway_base64_decode(
         kVectors[i].text, strlen(kVectors[i].text), &data, &length));
     assert_int_equal(length, strlen(kVectors[i].bytes));
     assert_memory_equal(data, kVectors[i].bytes, length);
@@ -140,7 +140,7 @@ static void base64_vectors(void** state) {
     uint8_t* data = NULL;
     size_t length = 0;
     pcp_status_t status =
-        gateway_base64_decode(bad[i], strlen(bad[i]), &data, &length);
+        pcp_roles_gateway_base64_decode(bad[i], strlen(bad[i]), &data, &length);
     assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
     assert_null(data);
     pcp_status_ignore(status);

@@ -17,7 +17,7 @@
 // compiler), so a program is compiled once per (backend, target). A
 // restarted gateway turns every job it finds placing/compiling/running back
 // to queued (re-run; generic jobs have no steps to resume from) and
-// finishes cancelling ones as cancelled (gateway_jobs_recover).
+// finishes cancelling ones as cancelled (pcp_roles_gateway_jobs_recover).
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,14 +32,14 @@
 #include "compute/compute.h"
 #include "roles/gateway/gateway_impl.h"
 
-struct gateway_active_job_t {
-  gateway_active_job_t* next;
+struct pcp_roles_gateway_active_job_t {
+  pcp_roles_gateway_active_job_t* next;
   char id[PCP_STORE_ID_MAX_LENGTH + 1];
   uint32_t task_count;
-  pcp_fabric_task_t* tasks[GATEWAY_JOB_MAX_WORKERS];
-  pcp_proto_section_t sections[GATEWAY_JOB_MAX_INPUTS];
-  void* input_data[GATEWAY_JOB_MAX_INPUTS];
-  char input_names[GATEWAY_JOB_MAX_INPUTS][32];
+  pcp_fabric_task_t* tasks[PCP_GATEWAY_JOB_MAX_WORKERS];
+  pcp_proto_section_t sections[PCP_GATEWAY_JOB_MAX_INPUTS];
+  void* input_data[PCP_GATEWAY_JOB_MAX_INPUTS];
+  char input_names[PCP_GATEWAY_JOB_MAX_INPUTS][32];
   uint32_t input_count;
   bool cancel_sent;
 };
@@ -134,8 +134,8 @@ static pcp_status_t file_read(const char* path, size_t max_length,
   return pcp_ok_status();
 }
 
-static void job_dir(const gateway_t* g, const char* id, char* buffer,
-                    size_t capacity) {
+static void job_dir(const pcp_roles_gateway_state_t* g, const char* id,
+                    char* buffer, size_t capacity) {
   snprintf(buffer, capacity, "%s/jobs/%s", g->config->file.state_dir, id);
 }
 
@@ -143,7 +143,7 @@ static void job_dir(const gateway_t* g, const char* id, char* buffer,
 // JSON
 //===----------------------------------------------------------------------===//
 
-json_t* gateway_job_json(const pcp_store_job_t* job) {
+json_t* pcp_roles_gateway_job_json(const pcp_store_job_t* job) {
   json_t* spec = json_deep_copy(job->spec);
   return json_pack(
       "{s:s, s:s, s:s, s:o, s:O?, s:I, s:I, s:i, s:s?}", "job_id", job->id,
@@ -211,7 +211,7 @@ static pcp_status_t shape_byte_length(const pcp_tensor_shape_t* shape,
   uint64_t n = pcp_element_type_byte_size(shape->element_type);
   for (int32_t d = 0; d < shape->rank; ++d) {
     uint64_t dim = (uint64_t)shape->dims[d];
-    if (dim && n > GATEWAY_JOB_MAX_BODY_BYTES / dim) {
+    if (dim && n > PCP_GATEWAY_JOB_MAX_BODY_BYTES / dim) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "inputs[%zu]: tensor larger than the body limit",
                              index);
@@ -223,7 +223,7 @@ static pcp_status_t shape_byte_length(const pcp_tensor_shape_t* shape,
 }
 
 typedef struct submission_t {
-  gateway_t* g;
+  pcp_roles_gateway_state_t* g;
   char id[64];
   char dir[PCP_STORE_PATH_MAX_LENGTH + 1];
   json_t* spec;
@@ -247,7 +247,7 @@ static pcp_status_t input_write(submission_t* s, json_t* input, size_t index,
   json_t* encoded = raw ? raw : npy;
   uint8_t* bytes = NULL;
   size_t length = 0;
-  pcp_status_t status = gateway_base64_decode(
+  pcp_status_t status = pcp_roles_gateway_base64_decode(
       json_string_value(encoded), json_string_length(encoded), &bytes, &length);
   if (status) {
     pcp_status_t wrapped = pcp_make_status(
@@ -343,7 +343,7 @@ static pcp_status_t submission_from_json(submission_t* s, json_t* body) {
   uint8_t* bytes = NULL;
   size_t length = 0;
   if (json_is_string(b64)) {
-    pcp_status_t status = gateway_base64_decode(
+    pcp_status_t status = pcp_roles_gateway_base64_decode(
         json_string_value(b64), json_string_length(b64), &bytes, &length);
     if (status) {
       pcp_status_t wrapped =
@@ -409,19 +409,19 @@ static pcp_status_t submission_from_json(submission_t* s, json_t* body) {
   json_t* workers = json_object_get(placement, "workers");
   if (workers &&
       (!json_is_integer(workers) || json_integer_value(workers) < 1 ||
-       json_integer_value(workers) > GATEWAY_JOB_MAX_WORKERS)) {
+       json_integer_value(workers) > PCP_GATEWAY_JOB_MAX_WORKERS)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "field 'placement.workers' must be an integer in "
                            "[1, %d]",
-                           GATEWAY_JOB_MAX_WORKERS);
+                           PCP_GATEWAY_JOB_MAX_WORKERS);
   }
   json_t* inputs = json_object_get(body, "inputs");
   if (inputs && (!json_is_array(inputs) ||
-                 json_array_size(inputs) > GATEWAY_JOB_MAX_INPUTS)) {
+                 json_array_size(inputs) > PCP_GATEWAY_JOB_MAX_INPUTS)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "field 'inputs' must be an array of at most %d "
                            "tensors",
-                           GATEWAY_JOB_MAX_INPUTS);
+                           PCP_GATEWAY_JOB_MAX_INPUTS);
   }
   json_t* input_specs = json_array();
   json_object_set_new(s->spec, "inputs", input_specs);
@@ -475,14 +475,22 @@ static pcp_status_t submission_from_raw(submission_t* s,
     size_t o = 0;
     for (size_t i = 0; i < body.size; i += 3) {
       uint32_t v = (uint32_t)in[i] << 16;
-      if (i + 1 < body.size)
+      if (i + 1 < body.size) {
         v |= (uint32_t)in[i + 1] << 8;
-      if (i + 2 < body.size)
+      }
+      if (i + 2 < body.size) {
         v |= in[i + 2];
-      text[o++] = kAlphabet[(v >> 18) & 63];
-      text[o++] = kAlphabet[(v >> 12) & 63];
-      text[o++] = i + 1 < body.size ? kAlphabet[(v >> 6) & 63] : '=';
-      text[o++] = i + 2 < body.size ? kAlphabet[v & 63] : '=';
+      }
+      char quad[4] = {kAlphabet[(v >> 18) & 63], kAlphabet[(v >> 12) & 63], '=',
+                      '='};
+      if (i + 1 < body.size) {
+        quad[2] = kAlphabet[(v >> 6) & 63];
+      }
+      if (i + 2 < body.size) {
+        quad[3] = kAlphabet[v & 63];
+      }
+      memcpy(text + o, quad, 4);
+      o += 4;
     }
     text[o] = 0;
     json_object_set_new(program, "base64", json_stringn(text, o));
@@ -521,17 +529,17 @@ static void remove_dir(const char* dir) {
     snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
     unlink(path);
   }
-  for (int i = 0; i < GATEWAY_JOB_MAX_INPUTS; ++i) {
+  for (int i = 0; i < PCP_GATEWAY_JOB_MAX_INPUTS; ++i) {
     snprintf(path, sizeof(path), "%s/input%d.bin", dir, i);
     unlink(path);
   }
   rmdir(dir);
 }
 
-pcp_status_t gateway_job_submit(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+pcp_status_t pcp_roles_gateway_job_submit(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
   if (atomic_load(&g->draining)) {
     return pcp_make_status(PCP_STATUS_UNAVAILABLE,
                            "the gateway is draining; submit elsewhere");
@@ -573,12 +581,14 @@ pcp_status_t gateway_job_submit(void* user_data,
     return status;
   }
   json_decref(s.spec);
+  pcp_store_job_t job;
+  pcp_status_t get_status = pcp_store_job_get(g->store, s.id, &job);
+  // Wake the runner only now, so the answer usually shows "queued".
   pthread_mutex_lock(&g->mu);
   pthread_cond_broadcast(&g->cv);
   pthread_mutex_unlock(&g->mu);
-  pcp_store_job_t job;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, s.id, &job));
-  json_t* out = gateway_job_json(&job);
+  PCP_RETURN_IF_ERROR_BARE(get_status);
+  json_t* out = pcp_roles_gateway_job_json(&job);
   pcp_store_job_deinitialize(&job);
   char location[128];
   snprintf(location, sizeof(location), "/v1/jobs/%s", s.id);
@@ -591,10 +601,10 @@ pcp_status_t gateway_job_submit(void* user_data,
 // Queries and cancel
 //===----------------------------------------------------------------------===//
 
-pcp_status_t gateway_job_list(void* user_data,
-                              const pcp_http_request_t* request,
-                              pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+pcp_status_t pcp_roles_gateway_job_list(void* user_data,
+                                        const pcp_http_request_t* request,
+                                        pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
   pcp_store_job_filter_t filter = {0};
   const char* states = pcp_http_request_query(request, "state");
   if (states) {
@@ -629,7 +639,7 @@ pcp_status_t gateway_job_list(void* user_data,
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_list(g->store, &filter, &list));
   json_t* jobs = json_array();
   for (size_t i = 0; i < list.count; ++i) {
-    json_array_append_new(jobs, gateway_job_json(&list.items[i]));
+    json_array_append_new(jobs, pcp_roles_gateway_job_json(&list.items[i]));
   }
   pcp_store_job_list_deinitialize(&list);
   return pcp_http_response_json_take(response, 200,
@@ -642,12 +652,13 @@ static size_t cache_slot(const char* id) {
   for (const char* p = id; *p; ++p) {
     h = (h ^ (uint8_t)*p) * UINT64_C(1099511628211);
   }
-  return (size_t)(h % GATEWAY_JOB_CACHE_SLOTS);
+  return (size_t)(h % PCP_GATEWAY_JOB_CACHE_SLOTS);
 }
 
-pcp_status_t gateway_job_get(void* user_data, const pcp_http_request_t* request,
-                             pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+pcp_status_t pcp_roles_gateway_job_get(void* user_data,
+                                       const pcp_http_request_t* request,
+                                       pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   // Job polling is the hot read: the answer is served from memory while no
   // job was written since it was built (bench/http), else from the store.
@@ -656,7 +667,7 @@ pcp_status_t gateway_job_get(void* user_data, const pcp_http_request_t* request,
   uint64_t generation = atomic_load(&g->job_generation);
   if (cacheable) {
     pthread_mutex_lock(&g->cache_mu);
-    gateway_job_cache_entry_t* e = &g->job_cache[slot];
+    pcp_roles_gateway_job_cache_entry_t* e = &g->job_cache[slot];
     if (e->json && e->generation == generation && strcmp(e->id, id) == 0) {
       pcp_status_t status = pcp_http_response_body_set(
           response, 200, "application/json", e->json, e->length);
@@ -667,7 +678,7 @@ pcp_status_t gateway_job_get(void* user_data, const pcp_http_request_t* request,
   }
   pcp_store_job_t job;
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, id, &job));
-  json_t* out = gateway_job_json(&job);
+  json_t* out = pcp_roles_gateway_job_json(&job);
   pcp_store_job_deinitialize(&job);
   char* text = out ? json_dumps(out, JSON_COMPACT) : NULL;
   json_decref(out);
@@ -681,7 +692,7 @@ pcp_status_t gateway_job_get(void* user_data, const pcp_http_request_t* request,
     // Tagged with the generation read BEFORE the store read: a write in
     // between makes the entry stale at once, never wrongly fresh.
     pthread_mutex_lock(&g->cache_mu);
-    gateway_job_cache_entry_t* e = &g->job_cache[slot];
+    pcp_roles_gateway_job_cache_entry_t* e = &g->job_cache[slot];
     free(e->json);
     snprintf(e->id, sizeof(e->id), "%s", id);
     e->generation = generation;
@@ -694,17 +705,17 @@ pcp_status_t gateway_job_get(void* user_data, const pcp_http_request_t* request,
   return status;
 }
 
-void gateway_jobs_cache_free(gateway_t* g) {
-  for (size_t i = 0; i < GATEWAY_JOB_CACHE_SLOTS; ++i) {
+void pcp_roles_gateway_jobs_cache_free(pcp_roles_gateway_state_t* g) {
+  for (size_t i = 0; i < PCP_GATEWAY_JOB_CACHE_SLOTS; ++i) {
     free(g->job_cache[i].json);
     g->job_cache[i].json = NULL;
   }
 }
 
-pcp_status_t gateway_job_cancel(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+pcp_status_t pcp_roles_gateway_job_cancel(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   // The store is the arbiter: racing the runner, exactly one transition
   // wins and the other side sees FAILED_PRECONDITION and re-reads.
@@ -744,10 +755,10 @@ pcp_status_t gateway_job_cancel(void* user_data,
   return pcp_make_status(PCP_STATUS_ABORTED, "job %s kept changing state", id);
 }
 
-pcp_status_t gateway_job_events(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+pcp_status_t pcp_roles_gateway_job_events(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   pcp_store_job_t job;
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, id, &job));
@@ -776,10 +787,10 @@ static json_t* result_json(const pcp_store_job_result_t* r) {
                    "byte_length", (json_int_t)r->byte_length, "sha256", hex);
 }
 
-pcp_status_t gateway_job_results(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+pcp_status_t pcp_roles_gateway_job_results(void* user_data,
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   pcp_store_job_t job;
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, id, &job));
@@ -795,10 +806,10 @@ pcp_status_t gateway_job_results(void* user_data,
                                      json_pack("{s:o}", "results", results));
 }
 
-pcp_status_t gateway_job_result_get(void* user_data,
-                                    const pcp_http_request_t* request,
-                                    pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+pcp_status_t pcp_roles_gateway_job_result_get(void* user_data,
+                                              const pcp_http_request_t* request,
+                                              pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   const char* name = pcp_http_request_param(request, "name");
   const char* format = pcp_http_request_query(request, "format");
@@ -845,7 +856,7 @@ pcp_status_t gateway_job_result_get(void* user_data,
 // Runner
 //===----------------------------------------------------------------------===//
 
-static pcp_status_t transition(gateway_t* g, const char* id,
+static pcp_status_t transition(pcp_roles_gateway_state_t* g, const char* id,
                                pcp_store_job_state_t to, const char* error,
                                const json_t* placement) {
   pcp_store_job_transition_params_t params = {.placement = placement,
@@ -856,7 +867,8 @@ static pcp_status_t transition(gateway_t* g, const char* id,
   return status;
 }
 
-static void fail_job(gateway_t* g, const char* id, pcp_status_t cause) {
+static void fail_job(pcp_roles_gateway_state_t* g, const char* id,
+                     pcp_status_t cause) {
   char message[PCP_STORE_ERROR_MAX_LENGTH + 1];
   snprintf(message, sizeof(message), "%s: %s",
            pcp_status_code_string(pcp_status_code(cause)),
@@ -876,7 +888,7 @@ static void fail_job(gateway_t* g, const char* id, pcp_status_t cause) {
   pcp_obs_family_add(g->job_runs_family, (const char*[]){"failed"}, 1);
 }
 
-static void active_free(gateway_active_job_t* a) {
+static void active_free(pcp_roles_gateway_active_job_t* a) {
   for (uint32_t i = 0; i < a->task_count; ++i) {
     pcp_fabric_task_release(a->tasks[i]);
   }
@@ -888,8 +900,9 @@ static void active_free(gateway_active_job_t* a) {
 
 // placing -> compiling -> running: the program for the placement's
 // (backend, target), registered with the fabric, then one task per worker.
-static pcp_status_t job_start(gateway_t* g, const pcp_store_job_t* job,
-                              gateway_active_job_t** out_active) {
+static pcp_status_t job_start(pcp_roles_gateway_state_t* g,
+                              const pcp_store_job_t* job,
+                              pcp_roles_gateway_active_job_t** out_active) {
   *out_active = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       transition(g, job->id, PCP_STORE_JOB_STATE_PLACING, NULL, NULL));
@@ -919,7 +932,7 @@ static pcp_status_t job_start(gateway_t* g, const pcp_store_job_t* job,
   uint8_t* bytes = NULL;
   size_t length = 0;
   PCP_RETURN_IF_ERROR_BARE(
-      file_read(path, GATEWAY_JOB_MAX_BODY_BYTES, &bytes, &length));
+      file_read(path, PCP_GATEWAY_JOB_MAX_BODY_BYTES, &bytes, &length));
   uint8_t program_hash[PCP_SHA256_BYTE_LENGTH];
   pcp_status_t status = pcp_ok_status();
   if (vmfb) {
@@ -959,7 +972,7 @@ static pcp_status_t job_start(gateway_t* g, const pcp_store_job_t* job,
   free(bytes);
   PCP_RETURN_IF_ERROR_BARE(status);
 
-  gateway_active_job_t* a = calloc(1, sizeof(*a));
+  pcp_roles_gateway_active_job_t* a = calloc(1, sizeof(*a));
   if (!a) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
   }
@@ -969,7 +982,7 @@ static pcp_status_t job_start(gateway_t* g, const pcp_store_job_t* job,
     json_t* in = json_array_get(inputs, i);
     snprintf(path, sizeof(path), "%s/input%zu.bin", dir, i);
     uint8_t* data = NULL;
-    status = file_read(path, GATEWAY_JOB_MAX_BODY_BYTES, &data, &length);
+    status = file_read(path, PCP_GATEWAY_JOB_MAX_BODY_BYTES, &data, &length);
     if (status) {
       break;
     }
@@ -1023,7 +1036,8 @@ static pcp_status_t job_start(gateway_t* g, const pcp_store_job_t* job,
 }
 
 // Stores every output of every task, then turns the job succeeded.
-static pcp_status_t job_results_store(gateway_t* g, gateway_active_job_t* a,
+static pcp_status_t job_results_store(pcp_roles_gateway_state_t* g,
+                                      pcp_roles_gateway_active_job_t* a,
                                       json_t* worker_ids) {
   char dir[PCP_STORE_PATH_MAX_LENGTH + 1];
   job_dir(g, a->id, dir, sizeof(dir));
@@ -1038,7 +1052,7 @@ static pcp_status_t job_results_store(gateway_t* g, gateway_active_job_t* a,
     pcp_fabric_task_info_t info;
     pcp_fabric_task_info_query(a->tasks[t], &info);
     json_array_append_new(worker_ids, json_string(info.worker_id.value));
-    gateway_worker_note(g, info.worker_id.value);
+    pcp_roles_gateway_worker_note(g, info.worker_id.value);
     for (size_t o = 0; o < count; ++o) {
       pcp_store_job_result_t r;
       memset(&r, 0, sizeof(r));
@@ -1074,7 +1088,8 @@ static pcp_status_t job_results_store(gateway_t* g, gateway_active_job_t* a,
   return pcp_ok_status();
 }
 
-static void job_finish(gateway_t* g, gateway_active_job_t* a) {
+static void job_finish(pcp_roles_gateway_state_t* g,
+                       pcp_roles_gateway_active_job_t* a) {
   pcp_store_job_t job;
   pcp_status_t status = pcp_store_job_get(g->store, a->id, &job);
   if (status) {
@@ -1114,7 +1129,7 @@ static void job_finish(gateway_t* g, gateway_active_job_t* a) {
   json_decref(record);
 }
 
-pcp_status_t gateway_jobs_recover(gateway_t* g) {
+pcp_status_t pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* g) {
   // Jobs caught mid-flight by a crash or a stop: re-run or finish cancel.
   const char* after = NULL;
   char after_buffer[PCP_STORE_ID_MAX_LENGTH + 1];
@@ -1152,7 +1167,7 @@ pcp_status_t gateway_jobs_recover(gateway_t* g) {
   }
 }
 
-void gateway_jobs_metrics_update(gateway_t* g) {
+void pcp_roles_gateway_jobs_metrics_update(pcp_roles_gateway_state_t* g) {
   int64_t counts[PCP_STORE_JOB_STATE_COUNT_] = {0};
   char after[PCP_STORE_ID_MAX_LENGTH + 1] = "";
   for (;;) {
@@ -1182,8 +1197,8 @@ void gateway_jobs_metrics_update(gateway_t* g) {
   }
 }
 
-static bool is_active(gateway_t* g, const char* id) {
-  for (gateway_active_job_t* a = g->active; a; a = a->next) {
+static bool is_active(pcp_roles_gateway_state_t* g, const char* id) {
+  for (pcp_roles_gateway_active_job_t* a = g->active; a; a = a->next) {
     if (strcmp(a->id, id) == 0) {
       return true;
     }
@@ -1191,7 +1206,7 @@ static bool is_active(gateway_t* g, const char* id) {
   return false;
 }
 
-static void worker_counts_watch(gateway_t* g) {
+static void worker_counts_watch(pcp_roles_gateway_state_t* g) {
   char data[256];
   uint32_t counts[PCP_FABRIC_WORKER_STATE_COUNT_];
   bool changed = false;
@@ -1206,15 +1221,15 @@ static void worker_counts_watch(gateway_t* g) {
         data, sizeof(data), "{\"connected\":%u,\"draining\":%u,\"lost\":%u}",
         counts[PCP_FABRIC_WORKER_CONNECTED], counts[PCP_FABRIC_WORKER_DRAINING],
         counts[PCP_FABRIC_WORKER_LOST]);
-    gateway_events_broadcast(g, "workers", data);
+    pcp_roles_gateway_events_broadcast(g, "workers", data);
   }
 }
 
-static void runner_tick(gateway_t* g) {
+static void runner_tick(pcp_roles_gateway_state_t* g) {
   // 1. Active jobs: cancel reaches the workers; finished ones are stored.
-  gateway_active_job_t** link = &g->active;
+  pcp_roles_gateway_active_job_t** link = &g->active;
   while (*link) {
-    gateway_active_job_t* a = *link;
+    pcp_roles_gateway_active_job_t* a = *link;
     pcp_store_job_t job;
     pcp_status_t status = pcp_store_job_get(g->store, a->id, &job);
     bool cancelling = !status && job.state == PCP_STORE_JOB_STATE_CANCELLING;
@@ -1255,19 +1270,22 @@ static void runner_tick(gateway_t* g) {
   }
   pcp_store_job_list_deinitialize(&list);
   // 3. Queued jobs, oldest first, while there is room.
-  if (g->active_count >= GATEWAY_MAX_ACTIVE_JOBS || atomic_load(&g->draining)) {
+  if (g->active_count >= PCP_GATEWAY_MAX_ACTIVE_JOBS ||
+      atomic_load(&g->draining)) {
     return;
   }
   filter.states = PCP_STORE_JOB_STATE_BIT(PCP_STORE_JOB_STATE_QUEUED);
-  filter.limit = GATEWAY_MAX_ACTIVE_JOBS - g->active_count;
+  filter.limit = PCP_GATEWAY_MAX_ACTIVE_JOBS - g->active_count;
   if (pcp_store_job_list(g->store, &filter, &list)) {
     return;
   }
   for (size_t i = 0; i < list.count && !atomic_load(&g->stopping); ++i) {
-    gateway_active_job_t* a = NULL;
+    pcp_roles_gateway_active_job_t* a = NULL;
     pcp_status_t status = job_start(g, &list.items[i], &a);
-    if (status) {
-      fail_job(g, list.items[i].id, status);
+    if (status || !a) {
+      fail_job(g, list.items[i].id,
+               status ? status
+                      : pcp_make_status(PCP_STATUS_INTERNAL, "no job started"));
       continue;
     }
     a->next = g->active;
@@ -1279,7 +1297,7 @@ static void runner_tick(gateway_t* g) {
 
 // Deletes services whose TTL ran out (reads already hide them) and tells
 // event streams, so registrations do not pile up in the store.
-static void services_sweep(gateway_t* g) {
+static void services_sweep(pcp_roles_gateway_state_t* g) {
   for (int round = 0; round < 16; ++round) {
     pcp_store_service_list_t expired = {0};
     pcp_status_t status = pcp_store_service_expired_sweep(g->store, &expired);
@@ -1293,7 +1311,7 @@ static void services_sweep(gateway_t* g) {
           "service_type", expired.items[i].service_type, "status", "expired");
       char* text = data ? json_dumps(data, JSON_COMPACT) : NULL;
       if (text) {
-        gateway_events_broadcast(g, "service", text);
+        pcp_roles_gateway_events_broadcast(g, "service", text);
       }
       free(text);
       json_decref(data);
@@ -1306,15 +1324,15 @@ static void services_sweep(gateway_t* g) {
   }
 }
 
-void* gateway_jobs_runner_main(void* opaque) {
-  gateway_t* g = opaque;
+void* pcp_roles_gateway_jobs_runner_main(void* opaque) {
+  pcp_roles_gateway_state_t* g = opaque;
   int64_t next_metrics_ns = 0;
   while (!atomic_load(&g->stopping)) {
     runner_tick(g);
     worker_counts_watch(g);
     int64_t now = pcp_clock_now_ns(g->clock);
     if (now >= next_metrics_ns) {
-      gateway_jobs_metrics_update(g);
+      pcp_roles_gateway_jobs_metrics_update(g);
       services_sweep(g);
       next_metrics_ns = now + INT64_C(1000000000);
     }
@@ -1322,7 +1340,7 @@ void* gateway_jobs_runner_main(void* opaque) {
     if (!atomic_load(&g->stopping)) {
       struct timespec deadline;
       clock_gettime(CLOCK_REALTIME, &deadline);
-      deadline.tv_nsec += 50 * 1000000;
+      deadline.tv_nsec += 50L * 1000000L;
       if (deadline.tv_nsec >= 1000000000) {
         deadline.tv_sec += 1;
         deadline.tv_nsec -= 1000000000;
@@ -1333,13 +1351,13 @@ void* gateway_jobs_runner_main(void* opaque) {
   }
   // Running jobs stay "running" in the store: the next start re-runs them.
   // Their tasks still borrow the input buffers, so g->active is freed only
-  // after the fabric endpoint is gone (gateway_jobs_active_free).
+  // after the fabric endpoint is gone (pcp_roles_gateway_jobs_active_free).
   return NULL;
 }
 
-void gateway_jobs_active_free(gateway_t* g) {
+void pcp_roles_gateway_jobs_active_free(pcp_roles_gateway_state_t* g) {
   while (g->active) {
-    gateway_active_job_t* a = g->active;
+    pcp_roles_gateway_active_job_t* a = g->active;
     g->active = a->next;
     active_free(a);
   }

@@ -39,7 +39,7 @@ static const pcp_obs_metric_def_t kGatewayMetrics[] = {
 //===----------------------------------------------------------------------===//
 
 static bool ready(void* user_data, json_t* details) {
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   bool draining = atomic_load(&g->draining);
   json_t* missing = json_array();
   if (draining) {
@@ -104,7 +104,8 @@ static bool ready(void* user_data, json_t* details) {
 // Helpers shared by the handlers
 //===----------------------------------------------------------------------===//
 
-static const signed char kBase64Values[256] = {
+// 0: not in the alphabet; else the 6-bit value + 1.
+static const uint8_t kBase64Values[256] = {
     ['A'] = 1,  ['B'] = 2,  ['C'] = 3,  ['D'] = 4,  ['E'] = 5,  ['F'] = 6,
     ['G'] = 7,  ['H'] = 8,  ['I'] = 9,  ['J'] = 10, ['K'] = 11, ['L'] = 12,
     ['M'] = 13, ['N'] = 14, ['O'] = 15, ['P'] = 16, ['Q'] = 17, ['R'] = 18,
@@ -118,8 +119,9 @@ static const signed char kBase64Values[256] = {
     ['8'] = 61, ['9'] = 62, ['+'] = 63, ['/'] = 64,
 };
 
-pcp_status_t gateway_base64_decode(const char* text, size_t length,
-                                   uint8_t** out_data, size_t* out_length) {
+pcp_status_t pcp_roles_gateway_base64_decode(const char* text, size_t length,
+                                             uint8_t** out_data,
+                                             size_t* out_length) {
   *out_data = NULL;
   *out_length = 0;
   while (length > 0 && text[length - 1] == '=') {
@@ -155,7 +157,8 @@ pcp_status_t gateway_base64_decode(const char* text, size_t length,
   return pcp_ok_status();
 }
 
-void gateway_worker_note(gateway_t* g, const char* worker_id) {
+void pcp_roles_gateway_worker_note(pcp_roles_gateway_state_t* g,
+                                   const char* worker_id) {
   if (!worker_id || !worker_id[0]) {
     return;
   }
@@ -207,7 +210,7 @@ static pcp_status_t controller_get(void* user_data,
                                    const pcp_http_request_t* request,
                                    pcp_http_response_t* response) {
   (void)request;
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   const pcp_roles_gateway_config_t* c = g->config;
   json_t* controllers = json_array();
   for (size_t i = 0; i < c->effective.controllers.count; ++i) {
@@ -248,7 +251,7 @@ static pcp_status_t workers_list(void* user_data,
                                  const pcp_http_request_t* request,
                                  pcp_http_response_t* response) {
   (void)request;
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   json_t* counts = json_object();
   for (int s = 0; s < PCP_FABRIC_WORKER_STATE_COUNT_; ++s) {
     json_object_set_new(
@@ -276,11 +279,11 @@ static pcp_status_t workers_list(void* user_data,
 static pcp_status_t worker_get(void* user_data,
                                const pcp_http_request_t* request,
                                pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   pcp_fabric_worker_info_t info;
   PCP_RETURN_IF_ERROR_BARE(pcp_fabric_worker_query(g->fabric, id, &info));
-  gateway_worker_note(g, id);
+  pcp_roles_gateway_worker_note(g, id);
   return pcp_http_response_json_take(response, 200, worker_json(&info));
 }
 
@@ -290,13 +293,13 @@ static pcp_status_t worker_get(void* user_data,
 
 #define SERVICE_DEFAULT_TTL_MS 30000
 // How long /readyz answers 503 before the listener closes on SIGTERM.
-#define GATEWAY_DRAIN_NOTICE_MS 1000
+#define PCP_GATEWAY_DRAIN_NOTICE_MS 1000
 #define SERVICE_MAX_TTL_MS 86400000
 
 static pcp_status_t service_register(void* user_data,
                                      const pcp_http_request_t* request,
                                      pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   pcp_status_t status = pcp_ok_status();
@@ -328,7 +331,7 @@ static pcp_status_t service_register(void* user_data,
                              "field 'ttl_ms' must be an integer in [1000, %d]",
                              SERVICE_MAX_TTL_MS);
   }
-  if (!status) {
+  if (!status && service_id && service_type && base_url) {
     int n =
         executor_id
             ? snprintf(s.executor_id, sizeof(s.executor_id), "%s", executor_id)
@@ -342,7 +345,7 @@ static pcp_status_t service_register(void* user_data,
                                "an id, type or base_url is too long");
     }
   }
-  if (!status) {
+  if (!status && service_id && service_type && base_url) {
     snprintf(s.service_id, sizeof(s.service_id), "%s", service_id);
     snprintf(s.service_type, sizeof(s.service_type), "%s", service_type);
     snprintf(s.base_url, sizeof(s.base_url), "%s", base_url);
@@ -373,7 +376,7 @@ static pcp_status_t service_register(void* user_data,
 static pcp_status_t service_heartbeat(void* user_data,
                                       const pcp_http_request_t* request,
                                       pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   PCP_RETURN_IF_ERROR_BARE(pcp_store_service_heartbeat(g->store, id));
   pcp_store_service_t stored;
@@ -386,7 +389,7 @@ static pcp_status_t service_heartbeat(void* user_data,
 static pcp_status_t service_list(void* user_data,
                                  const pcp_http_request_t* request,
                                  pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   const char* type = pcp_http_request_query(request, "service_type");
   pcp_store_service_list_t list = {0};
   PCP_RETURN_IF_ERROR_BARE(pcp_store_service_list(
@@ -408,7 +411,7 @@ static pcp_status_t service_list(void* user_data,
 static pcp_status_t service_get(void* user_data,
                                 const pcp_http_request_t* request,
                                 pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   pcp_store_service_t stored;
   PCP_RETURN_IF_ERROR_BARE(pcp_store_service_get(g->store, id, &stored));
@@ -425,7 +428,7 @@ static pcp_status_t service_get(void* user_data,
 static pcp_status_t service_delete(void* user_data,
                                    const pcp_http_request_t* request,
                                    pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   PCP_RETURN_IF_ERROR_BARE(pcp_store_service_delete(g->store, id));
   return pcp_http_response_json_take(
@@ -503,7 +506,7 @@ static pcp_status_t copy_field(json_t* object, const char* key, bool required,
   return pcp_ok_status();
 }
 
-static pcp_status_t mutation_parse(gateway_t* g, json_t* m,
+static pcp_status_t mutation_parse(pcp_roles_gateway_state_t* g, json_t* m,
                                    pcp_store_mutation_t* out) {
   memset(out, 0, sizeof(*out));
   if (!json_is_object(m)) {
@@ -558,7 +561,7 @@ static pcp_status_t mutation_parse(gateway_t* g, json_t* m,
 static pcp_status_t graph_mutate(void* user_data,
                                  const pcp_http_request_t* request,
                                  pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   json_t* mutations = json_object_get(body, "mutations");
@@ -610,7 +613,7 @@ static pcp_status_t graph_mutate(void* user_data,
 static pcp_status_t graph_query(void* user_data,
                                 const pcp_http_request_t* request,
                                 pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   pcp_status_t status = pcp_ok_status();
@@ -656,7 +659,7 @@ static pcp_status_t graph_query(void* user_data,
 static pcp_status_t graph_entity_get(void* user_data,
                                      const pcp_http_request_t* request,
                                      pcp_http_response_t* response) {
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   pcp_store_graph_query_t q = {.entity_id =
                                    pcp_http_request_param(request, "id")};
   pcp_store_graph_entity_t e;
@@ -674,7 +677,7 @@ static pcp_status_t graph_status(void* user_data,
                                  const pcp_http_request_t* request,
                                  pcp_http_response_t* response) {
   (void)request;
-  gateway_t* g = user_data;
+  pcp_roles_gateway_state_t* g = user_data;
   pcp_store_mutation_log_stats_t stats;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_store_mutation_log_stats_query(g->store, &stats));
@@ -721,7 +724,7 @@ static pcp_status_t static_get(void* user_data,
 // Routes
 //===----------------------------------------------------------------------===//
 
-pcp_status_t gateway_routes_add(gateway_t* g) {
+pcp_status_t pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* g) {
   const pcp_http_route_t routes[] = {
       {"GET", "/", NULL, static_get, g, 0, 0},
       {"GET", "/dashboard.css", NULL, static_get, g, 0, 0},
@@ -736,16 +739,19 @@ pcp_status_t gateway_routes_add(gateway_t* g) {
       {"DELETE", "/v1/services/{id}", "api", service_delete, g, 0, 0},
       {"POST", "/v1/services/{id}/heartbeat", "api", service_heartbeat, g, 0,
        0},
-      {"POST", "/v1/jobs", "api", gateway_job_submit, g,
-       GATEWAY_JOB_MAX_BODY_BYTES, 0},
-      {"GET", "/v1/jobs", "api", gateway_job_list, g, 0, 0},
-      {"GET", "/v1/jobs/{id}", "api", gateway_job_get, g, 0, 0},
-      {"POST", "/v1/jobs/{id}/cancel", "api", gateway_job_cancel, g, 0, 0},
-      {"GET", "/v1/jobs/{id}/events", "api", gateway_job_events, g, 0, 0},
-      {"GET", "/v1/jobs/{id}/results", "api", gateway_job_results, g, 0, 0},
-      {"GET", "/v1/jobs/{id}/results/{name}", "api", gateway_job_result_get, g,
+      {"POST", "/v1/jobs", "api", pcp_roles_gateway_job_submit, g,
+       PCP_GATEWAY_JOB_MAX_BODY_BYTES, 0},
+      {"GET", "/v1/jobs", "api", pcp_roles_gateway_job_list, g, 0, 0},
+      {"GET", "/v1/jobs/{id}", "api", pcp_roles_gateway_job_get, g, 0, 0},
+      {"POST", "/v1/jobs/{id}/cancel", "api", pcp_roles_gateway_job_cancel, g,
        0, 0},
-      {"GET", "/v1/events", "api", gateway_events_stream, g, 0, 0},
+      {"GET", "/v1/jobs/{id}/events", "api", pcp_roles_gateway_job_events, g, 0,
+       0},
+      {"GET", "/v1/jobs/{id}/results", "api", pcp_roles_gateway_job_results, g,
+       0, 0},
+      {"GET", "/v1/jobs/{id}/results/{name}", "api",
+       pcp_roles_gateway_job_result_get, g, 0, 0},
+      {"GET", "/v1/events", "api", pcp_roles_gateway_events_stream, g, 0, 0},
       {"GET", "/v1/graph/status", "api", graph_status, g, 0, 0},
       {"POST", "/v1/graph/mutate", "api", graph_mutate, g, 0, 0},
       {"POST", "/v1/graph/query", "api", graph_query, g, 0, 0},
@@ -767,7 +773,7 @@ pcp_status_t gateway_routes_add(gateway_t* g) {
 // Serve
 //===----------------------------------------------------------------------===//
 
-static pcp_status_t start(gateway_t* g) {
+static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   const pcp_roles_gateway_config_t* c = g->config;
   if (!c->file.state_dir || !c->file.state_dir[0]) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -804,7 +810,7 @@ static pcp_status_t start(gateway_t* g) {
   store_options.clock = g->clock;
   PCP_RETURN_IF_ERROR(pcp_store_create(&store_options, g->allocator, &g->store),
                       "opening the state dir (gateway config key 'state_dir')");
-  PCP_RETURN_IF_ERROR_BARE(gateway_jobs_recover(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_jobs_recover(g));
 
   pcp_fabric_options_t fabric_options;
   pcp_fabric_options_initialize(&fabric_options);
@@ -858,13 +864,15 @@ static pcp_status_t start(gateway_t* g) {
   g->readyz.user_data = g;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_server_probes_add(g->http, g->registry, &g->readyz));
-  PCP_RETURN_IF_ERROR_BARE(gateway_routes_add(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_routes_add(g));
 
-  if (pthread_create(&g->runner_thread, NULL, gateway_jobs_runner_main, g)) {
+  if (pthread_create(&g->runner_thread, NULL,
+                     pcp_roles_gateway_jobs_runner_main, g)) {
     return pcp_make_status(PCP_STATUS_UNAVAILABLE, "job runner thread");
   }
   g->runner_started = true;
-  if (pthread_create(&g->pump_thread, NULL, gateway_events_pump_main, g)) {
+  if (pthread_create(&g->pump_thread, NULL, pcp_roles_gateway_events_pump_main,
+                     g)) {
     return pcp_make_status(PCP_STATUS_UNAVAILABLE, "event pump thread");
   }
   g->pump_started = true;
@@ -873,7 +881,7 @@ static pcp_status_t start(gateway_t* g) {
   return pcp_ok_status();
 }
 
-static void stop(gateway_t* g) {
+static void stop(pcp_roles_gateway_state_t* g) {
   atomic_store(&g->draining, true);
   if (g->http) {
     // Requests in flight finish; event streams end after what they queued.
@@ -897,7 +905,7 @@ static void stop(gateway_t* g) {
   g->client_count = 0;
   pcp_http_server_release(g->http);
   pcp_fabric_endpoint_release(g->fabric);
-  gateway_jobs_active_free(g);
+  pcp_roles_gateway_jobs_active_free(g);
   pcp_store_release(g->store);
   pcp_obs_registry_release(g->registry);
   if (g->lock_fd >= 0) {
@@ -906,7 +914,7 @@ static void stop(gateway_t* g) {
 }
 
 int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
-  gateway_t* g = calloc(1, sizeof(*g));
+  pcp_roles_gateway_state_t* g = calloc(1, sizeof(*g));
   if (!g) {
     return 1;
   }
@@ -951,10 +959,10 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
     // Drain: /readyz answers 503 for a moment before the listener closes,
     // so a load balancer stops sending before connections are refused.
     atomic_store(&g->draining, true);
-    pcp_sleep_ms(GATEWAY_DRAIN_NOTICE_MS);
+    pcp_sleep_ms(PCP_GATEWAY_DRAIN_NOTICE_MS);
   }
   stop(g);
-  gateway_jobs_cache_free(g);
+  pcp_roles_gateway_jobs_cache_free(g);
   pthread_cond_destroy(&g->cv);
   pthread_mutex_destroy(&g->cache_mu);
   pthread_mutex_destroy(&g->mu);
