@@ -155,8 +155,8 @@ typedef struct pcp_compile_training_options_t {
   // gradient). -1: the trailing arguments whose element type is not a float
   // (token ids, targets).
   int32_t data_argument_count;
-  // @train_steps runs this many fused steps (0: no @train_steps). The steps
-  // are unrolled: k calls of @compute_gradients and @apply_optimizer.
+  // @train_steps runs this many fused steps (0: no @train_steps) in one
+  // stablehlo.while calling @compute_gradients and @apply_optimizer.
   int32_t inner_steps;
   // AdamW: beta1, beta2, epsilon, decoupled weight decay (scaled by lr) and
   // the global gradient norm above which gradients are scaled down (<= 0:

@@ -12,12 +12,13 @@
 // Upstream clipped each tensor by its own norm; the global norm is what
 // PyTorch's clip_grad_norm_ and optax do, and what the issue asks for.
 //
-// @train_steps is unrolled: k calls of @compute_gradients and
-// @apply_optimizer, step i reading slice i of each data argument. IREE
-// inlines the calls; parameters and moments stay device-resident across the
-// k steps and between calls (they are in/out arguments). A stablehlo.while
-// would keep compile time flat in k; unrolled code is simpler to get right and
-// k is small (tens) in DiLoCo inner loops (docs/autodiff.md).
+// @train_steps is one stablehlo.while over the K steps (step i reads slice i
+// of each data argument with dynamic_slice and calls @compute_gradients and
+// @apply_optimizer, which IREE inlines); parameters and moments are loop
+// carries and in/out arguments, so they stay device-resident across the K
+// steps and between calls. The unrolled form (K copies) compiled in time
+// linear in K (63 s for K=4 on a transformer block against 12 s for K=10
+// as a loop); it is kept for K=1.
 
 #include <stdio.h>
 #include <string.h>
@@ -205,7 +206,8 @@ static ref_t call_result(const char* call_name, size_t index,
   return ref;
 }
 
-void pcp_autodiff_emit_train_steps(
+// The unrolled form (kept for reference and small K experiments).
+static void emit_train_steps_unrolled(
     pcp_autodiff_emitter_t* e,
     const pcp_autodiff_training_signature_t* signature,
     const pcp_compile_training_options_t* options) {
@@ -371,6 +373,210 @@ void pcp_autodiff_emit_train_steps(
     pcp_autodiff_emit_f(e, ", ");
   }
   pcp_autodiff_type_append(e, &losses_type);
+  pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
+  pcp_allocator_free(pcp_allocator_system(), refs);
+  pcp_allocator_free(pcp_allocator_system(), result_types);
+}
+
+static void emit_args(pcp_autodiff_emitter_t* e, const ref_t* refs,
+                      size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    pcp_autodiff_emit_f(e, "%s%s: ", i ? ", " : "", refs[i].name);
+    pcp_autodiff_type_append(e, &refs[i].type);
+  }
+}
+
+static void emit_types(pcp_autodiff_emitter_t* e, const ref_t* refs,
+                       size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
+    pcp_autodiff_type_append(e, &refs[i].type);
+  }
+}
+
+static void set_error(pcp_autodiff_emitter_t* e, pcp_status_t status) {
+  if (!e->status) {
+    e->status = status;
+  } else {
+    pcp_status_ignore(status);
+  }
+}
+
+// @train_steps as one stablehlo.while over i in [0, K): the loop carries
+// (i, params, m, v, losses); the body takes slice i of each data argument
+// (dynamic_slice), calls @compute_gradients and @apply_optimizer with step
+// + i, and writes the loss into losses[i]. Compile time does not grow
+// with K, unlike the unrolled form.
+void pcp_autodiff_emit_train_steps(
+    pcp_autodiff_emitter_t* e,
+    const pcp_autodiff_training_signature_t* signature,
+    const pcp_compile_training_options_t* options) {
+  if (options->inner_steps == 1) {
+    emit_train_steps_unrolled(e, signature, options);
+    return;
+  }
+  size_t n = signature->param_count;
+  size_t data_count = signature->argument_count - n;
+  const type_t* types = signature->arguments;
+  int64_t k = options->inner_steps;
+  type_t f32 = pcp_autodiff_type_scalar("f32");
+  type_t i64 = pcp_autodiff_type_scalar("i64");
+  type_t losses_type = signature->loss;
+  losses_type.rank = 1;
+  losses_type.dims[0] = k;
+  size_t carried = 1 + 3 * n + 1;  // i, p, m, v, losses
+  ref_t* refs = NULL;
+  const type_t** result_types = NULL;
+  size_t ref_count = 4 * carried + data_count + 4 * n + 2;
+  pcp_status_t status = pcp_allocator_calloc(
+      pcp_allocator_system(), ref_count * sizeof(ref_t), (void**)&refs);
+  if (!status) {
+    status = pcp_allocator_calloc(pcp_allocator_system(),
+                                  (3 * n + 1) * sizeof(type_t*),
+                                  (void**)&result_types);
+  }
+  if (status) {
+    set_error(e, status);
+    pcp_allocator_free(pcp_allocator_system(), refs);
+    return;
+  }
+  ref_t* init = refs;                      // the loop's initial values
+  ref_t* cond_args = init + carried;       // cond region block arguments
+  ref_t* body_args = cond_args + carried;  // body region block arguments
+  ref_t* next = body_args + carried;       // body results
+  ref_t* data = next + carried;            // function data arguments
+  ref_t* call_args = data + data_count;    // scratch
+
+  const char* groups[3] = {"p", "m", "s"};
+  pcp_autodiff_emit_f(e, "  func.func @train_steps(");
+  for (int g = 0; g < 3; ++g) {
+    for (size_t i = 0; i < n; ++i) {
+      init[1 + g * n + i] = named(groups[g], i, &types[i]);
+    }
+  }
+  emit_args(e, init + 1, 3 * n);
+  pcp_autodiff_emit_f(e, ", %%step: tensor<f32>, %%lr: tensor<f32>");
+  for (size_t d = 0; d < data_count; ++d) {
+    type_t stacked = types[n + d];
+    memmove(&stacked.dims[1], &stacked.dims[0],
+            (size_t)stacked.rank * sizeof(int64_t));
+    stacked.dims[0] = k;
+    ++stacked.rank;
+    data[d] = named("d", d, &stacked);
+    pcp_autodiff_emit_f(e, ", ");
+    emit_args(e, &data[d], 1);
+  }
+  pcp_autodiff_emit_f(e, ") -> (");
+  emit_types(e, init + 1, 3 * n);
+  pcp_autodiff_emit_f(e, ", ");
+  pcp_autodiff_type_append(e, &losses_type);
+  pcp_autodiff_emit_f(e, ") {\n");
+  ref_t step = named("step", 0, &f32);
+  snprintf(step.name, sizeof(step.name), "%%step");
+  ref_t lr = step;
+  snprintf(lr.name, sizeof(lr.name), "%%lr");
+
+  init[0] = constant(e, 0.0, &i64);
+  init[carried - 1] = constant(e, 0.0, &losses_type);
+  ref_t count = constant(e, (double)k, &i64);
+  ref_t zero_index = constant(e, 0.0, &i64);
+  ref_t one_index = constant(e, 1.0, &i64);
+  for (size_t c = 0; c < carried; ++c) {
+    cond_args[c] = init[c];
+    snprintf(cond_args[c].name, sizeof(cond_args[c].name), "%%wc%zu", c);
+    body_args[c] = init[c];
+    snprintf(body_args[c].name, sizeof(body_args[c].name), "%%wb%zu", c);
+  }
+  pcp_autodiff_emit_f(e, "    %%loop:%zu = \"stablehlo.while\"(", carried);
+  for (size_t c = 0; c < carried; ++c) {
+    pcp_autodiff_emit_f(e, "%s%s", c ? ", " : "", init[c].name);
+  }
+  pcp_autodiff_emit_f(e, ") ({\n    ^bb0(");
+  emit_args(e, cond_args, carried);
+  pcp_autodiff_emit_f(e, "):\n");
+  ref_t more = pcp_autodiff_compare(e, "LT", cond_args[0], count);
+  pcp_autodiff_emit_f(e,
+                      "    \"stablehlo.return\"(%s) : (tensor<i1>) -> ()\n"
+                      "    }, {\n    ^bb0(",
+                      more.name);
+  emit_args(e, body_args, carried);
+  pcp_autodiff_emit_f(e, "):\n");
+  ref_t i = body_args[0];
+  // Slice i of each data argument.
+  for (size_t j = 0; j < n; ++j) {
+    call_args[j] = body_args[1 + j];
+  }
+  for (size_t d = 0; d < data_count; ++d) {
+    ref_t operands[PCP_MAX_TENSOR_RANK + 1];
+    operands[0] = data[d];
+    operands[1] = i;
+    for (int32_t r = 1; r < data[d].type.rank; ++r) {
+      operands[1 + r] = zero_index;
+    }
+    type_t one = data[d].type;
+    one.dims[0] = 1;
+    char attributes[512];
+    int used =
+        snprintf(attributes, sizeof(attributes), "{slice_sizes = array<i64");
+    for (int32_t r = 0; r < one.rank; ++r) {
+      used += snprintf(attributes + used, sizeof(attributes) - (size_t)used,
+                       "%s%lld", r ? ", " : ": ", (long long)one.dims[r]);
+    }
+    snprintf(attributes + used, sizeof(attributes) - (size_t)used, ">}");
+    ref_t slice = pcp_autodiff_emit_op(e, "stablehlo.dynamic_slice", operands,
+                                       1 + data[d].type.rank, attributes, &one);
+    call_args[n + d] = pcp_autodiff_reshape(e, slice, &types[n + d]);
+  }
+  result_types[0] = &signature->loss;
+  for (size_t j = 0; j < n; ++j) {
+    result_types[1 + j] = &types[j];
+  }
+  emit_call(e, "%grad", "compute_gradients", call_args,
+            signature->argument_count, result_types, n + 1);
+  for (size_t j = 0; j < n; ++j) {
+    call_args[j] = body_args[1 + j];
+    call_args[n + j] = call_result("%grad", 1 + j, &types[j]);
+    call_args[2 * n + j] = body_args[1 + n + j];
+    call_args[3 * n + j] = body_args[1 + 2 * n + j];
+  }
+  ref_t i_f32 = pcp_autodiff_convert(e, i, "f32");
+  call_args[4 * n] = bin(e, "stablehlo.add", step, i_f32);
+  call_args[4 * n + 1] = lr;
+  for (int g = 0; g < 3; ++g) {
+    for (size_t j = 0; j < n; ++j) {
+      result_types[g * n + j] = &types[j];
+    }
+  }
+  emit_call(e, "%opt", "apply_optimizer", call_args, 4 * n + 2, result_types,
+            3 * n);
+  next[0] = bin(e, "stablehlo.add", i, one_index);
+  for (size_t j = 0; j < 3 * n; ++j) {
+    next[1 + j] = call_result("%opt", j, &types[j % n]);
+  }
+  type_t one_loss = signature->loss;
+  one_loss.rank = 1;
+  one_loss.dims[0] = 1;
+  ref_t loss = pcp_autodiff_reshape(
+      e, call_result("%grad", 0, &signature->loss), &one_loss);
+  ref_t update[3] = {body_args[carried - 1], loss, i};
+  next[carried - 1] = pcp_autodiff_emit_op(e, "stablehlo.dynamic_update_slice",
+                                           update, 3, "", &losses_type);
+  pcp_autodiff_emit_f(e, "    \"stablehlo.return\"(");
+  for (size_t c = 0; c < carried; ++c) {
+    pcp_autodiff_emit_f(e, "%s%s", c ? ", " : "", next[c].name);
+  }
+  pcp_autodiff_emit_f(e, ") : (");
+  emit_types(e, next, carried);
+  pcp_autodiff_emit_f(e, ") -> ()\n    }) : (");
+  emit_types(e, init, carried);
+  pcp_autodiff_emit_f(e, ") -> (");
+  emit_types(e, init, carried);
+  pcp_autodiff_emit_f(e, ")\n    \"func.return\"(");
+  for (size_t c = 1; c < carried; ++c) {
+    pcp_autodiff_emit_f(e, "%s%%loop#%zu", c > 1 ? ", " : "", c);
+  }
+  pcp_autodiff_emit_f(e, ") : (");
+  emit_types(e, init + 1, carried - 1);
   pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
   pcp_allocator_free(pcp_allocator_system(), refs);
   pcp_allocator_free(pcp_allocator_system(), result_types);
