@@ -503,11 +503,78 @@ def main():
         else:
             print("NOTE: chromium not installed; dashboard DOM check skipped")
 
-        # 8. Restart: SIGKILL during a running job.
+        # Type confusion and junk on every body-taking route: 4xx JSON, and
+        # the gateway keeps serving.
+        common = [b"", b"null", b"[]", b"\"x\"", b"\xff\xfe{",
+                  b"{" * 70 + b"}" * 70, b"{\"a\": 1"]
+        per_route = {
+            "/v1/jobs": [
+                b"{\"program\": 5}",
+                b"{\"program\": {\"format\": \"vmfb\", \"base64\": 5}}",
+                b"{\"program\": {\"format\": \"stablehlo\", \"text\": \"\"}}",
+                json.dumps(job_body([1] * 6, [1] * 6, inputs=5)).encode(),
+                json.dumps(job_body([1] * 6, [1] * 6, inputs=[5])).encode(),
+                json.dumps(job_body([1] * 6, [1] * 6, inputs=[
+                    {"dtype": "f32", "shape": [-1],
+                     "data_base64": ""}])).encode(),
+                json.dumps(job_body([1] * 6, [1] * 6, inputs=[
+                    {"dtype": "f32", "shape": [1] * 17,
+                     "data_base64": "AAAAAA=="}])).encode(),
+                json.dumps(job_body([1] * 6, [1] * 6, inputs=[
+                    {"npy_base64": base64.b64encode(b"not npy").decode()}]
+                    )).encode(),
+                json.dumps(job_body([1] * 6, [1] * 6, function=7)).encode(),
+                json.dumps(job_body([1] * 6, [1] * 6,
+                                    placement={"workers": "2"})).encode()],
+            "/v1/services/register": [
+                b"{\"service_id\": 5, \"service_type\": \"t\", "
+                b"\"base_url\": \"u\"}",
+                b"{\"service_id\": \"s\", \"service_type\": \"t\", "
+                b"\"base_url\": \"u\", \"ttl_ms\": \"x\"}",
+                json.dumps({"service_id": "s" * 300, "service_type": "t",
+                            "base_url": "u"}).encode()],
+            "/v1/graph/mutate": [b"{\"mutations\": 5}",
+                                 b"{\"mutations\": [5]}",
+                                 b"{\"mutations\": [{\"mutation_type\": "
+                                 b"\"upsert_entity\"}]}"],
+            "/v1/graph/query": [b"{\"entity_id\": 5}", b"{\"limit\": \"x\"}",
+                                b"{\"text\": []}"],
+        }
+        for route, bodies in per_route.items():
+            for body in common + bodies:
+                s, answer = request("POST", route, body)
+                check(400 <= s < 500 and isinstance(answer, dict) and
+                      "error" in answer,
+                      "junk on %s -> %s %s (%r)" % (route, s, str(answer)[:200],
+                                                    body[:60]))
+        check(request("GET", "/healthz", token=None)[0] == 200,
+              "alive after junk")
+
+        # 8. Restart: SIGKILL during a running job. Worker events reach an
+        # open event stream as the workers come and go.
+        import threading
+        seen = {}
+
+        def watch():
+            seen["events"] = sse_read("/v1/events", seconds=6,
+                                      want=lambda e: any(
+                                          x.get("event") == "workers" and
+                                          x["data"]["connected"] >= 1 and
+                                          x["data"]["lost"] >= 1
+                                          for x in e))[1]
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        time.sleep(0.3)
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=20)
         slow = start_worker(work, fabric_port, ["--test-task-delay-ms", "3000"])
         procs.append(slow)
+        watcher.join()
+        worker_events = [e["data"] for e in seen.get("events", [])
+                         if e.get("event") == "workers"]
+        check(any(e["connected"] >= 1 for e in worker_events) and
+              any(e["lost"] >= 1 for e in worker_events),
+              "worker events on /v1/events: %s" % worker_events)
         s, long_job = request("POST", "/v1/jobs", job_body([2] * 6, [1] * 6))
         job2 = long_job["job_id"]
         wait_for(lambda: job_state(job2) == "running", 60, "job 2 running")

@@ -610,6 +610,21 @@ static pcp_status_t graph_mutate(void* user_data,
       json_pack("{s:b, s:o}", "accepted", 1, "mutation_ids", ids));
 }
 
+// Unknown keys are ignored (upstream); known ones must have their type, or
+// a typo'd value would silently widen the query to everything.
+static bool filters_are_strings(json_t* body) {
+  static const char* const kKeys[] = {"entity_id",   "namespace_id",
+                                      "entity_type", "relation_type",
+                                      "text",        "query_mode"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kKeys); ++i) {
+    json_t* v = json_object_get(body, kKeys[i]);
+    if (v && !json_is_string(v)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 static pcp_status_t graph_query(void* user_data,
                                 const pcp_http_request_t* request,
                                 pcp_http_response_t* response) {
@@ -621,6 +636,11 @@ static pcp_status_t graph_query(void* user_data,
   if (!json_is_object(body)) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "the body must be a JSON object");
+  } else if (!filters_are_strings(body)) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "query fields entity_id, namespace_id, "
+                             "entity_type, relation_type, text and query_mode "
+                             "must be strings");
   } else if (mode && strcmp(mode, "local") != 0) {
     // Global modes need the federation hub (a later issue).
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
