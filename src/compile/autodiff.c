@@ -1027,6 +1027,77 @@ static void rule_dynamic_update_slice(ad_t* ad, const pcp_mlir_op_t* op,
   }
 }
 
+// d atan2(a, b) = (g*b/(a^2+b^2), -g*a/(a^2+b^2))
+static void rule_atan2(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
+  (void)y;
+  ref_t a = operand(ad, op, 0);
+  ref_t b = operand(ad, op, 1);
+  ref_t g_over =
+      pcp_autodiff_binary(&ad->e, "stablehlo.divide", g,
+                          pcp_autodiff_binary(&ad->e, "stablehlo.add",
+                                              mul(ad, a, a), mul(ad, b, b)));
+  if (operand_active(ad, op, 0)) {
+    accumulate(ad, op, 0, mul(ad, g_over, b));
+  }
+  if (operand_active(ad, op, 1)) {
+    accumulate(
+        ad, op, 1,
+        pcp_autodiff_unary(&ad->e, "stablehlo.negate", mul(ad, g_over, a)));
+  }
+}
+
+// d tan(a) = g*(1+y^2)
+static void rule_tan(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
+  accumulate(ad, op, 0,
+             mul(ad, g,
+                 pcp_autodiff_binary(&ad->e, "stablehlo.add",
+                                     splat_like(ad, 1.0, y), mul(ad, y, y))));
+}
+
+// d erf(a) = g*(2/sqrt(pi))*exp(-a^2)
+static void rule_erf(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
+  (void)y;
+  ref_t a = operand(ad, op, 0);
+  ref_t bell = pcp_autodiff_unary(
+      &ad->e, "stablehlo.exponential",
+      pcp_autodiff_unary(&ad->e, "stablehlo.negate", mul(ad, a, a)));
+  accumulate(ad, op, 0, mul(ad, mul_scalar(ad, g, 1.1283791670955126), bell));
+}
+
+// clamp(lo, x, hi): g to x where lo <= x <= hi, to lo where x < lo, to hi
+// where x > hi (summed when lo or hi is a scalar).
+static void rule_clamp(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
+  (void)y;
+  ref_t x = operand(ad, op, 1);
+  ref_t bounds[2] = {operand(ad, op, 0), operand(ad, op, 2)};
+  ref_t full[2];
+  for (int i = 0; i < 2; ++i) {
+    full[i] = bounds[i].type.rank == x.type.rank
+                  ? bounds[i]
+                  : pcp_autodiff_broadcast(&ad->e, bounds[i], NULL, &x.type);
+  }
+  ref_t zero = splat_like(ad, 0.0, g);
+  ref_t below = pcp_autodiff_compare(&ad->e, "LT", x, full[0]);
+  ref_t above = pcp_autodiff_compare(&ad->e, "GT", x, full[1]);
+  if (operand_active(ad, op, 1)) {
+    accumulate(
+        ad, op, 1,
+        pcp_autodiff_select(&ad->e, below, zero,
+                            pcp_autodiff_select(&ad->e, above, zero, g)));
+  }
+  ref_t picked[2] = {below, above};
+  uint32_t index[2] = {0, 2};
+  for (int i = 0; i < 2; ++i) {
+    if (operand_active(ad, op, index[i])) {
+      ref_t part = pcp_autodiff_select(&ad->e, picked[i], g, zero);
+      if (bounds[i].type.rank != x.type.rank) {
+        part = pcp_autodiff_sum_all(&ad->e, part);
+      }
+      accumulate(ad, op, index[i], part);
+    }
+  }
+}
+
 typedef struct rule_entry_t {
   const char* name;
   vjp_rule_t rule;
@@ -1066,6 +1137,10 @@ static const rule_entry_t kRules[] = {
     {"stablehlo.dynamic_slice", rule_dynamic_slice},
     {"stablehlo.dynamic_update_slice", rule_dynamic_update_slice},
     {"stablehlo.optimization_barrier", rule_identity},
+    {"stablehlo.atan2", rule_atan2},
+    {"stablehlo.tan", rule_tan},
+    {"chlo.erf", rule_erf},
+    {"stablehlo.clamp", rule_clamp},
 };
 
 static vjp_rule_t find_rule(const char* name) {

@@ -52,12 +52,16 @@ def binary(op, shape=(2, 5)):
 
 
 for op in ["add", "subtract", "multiply", "divide", "power", "maximum",
-           "minimum"]:
+           "minimum", "atan2"]:
     binary(op)
 for op in ["negate", "exponential", "exponential_minus_one", "log",
            "log_plus_one", "tanh", "logistic", "rsqrt", "sqrt", "abs", "sine",
-           "cosine"]:
+           "cosine", "tan"]:
     unary(op)
+term("erf", [(3, 4)], (3, 4),
+     f'%r = "chlo.erf"(%a) : ({t((3,4))}) -> {t((3,4))}')
+term("clamp", [(3, 4), ()], (3, 4), f'''%k = "stablehlo.constant"() {{value = dense<0.5> : {t((3,4))}}} : () -> {t((3,4))}
+    %r = "stablehlo.clamp"(%b, %a, %k) : (tensor<f64>, {t((3,4))}, {t((3,4))}) -> {t((3,4))}''')
 term("transpose", [(2, 3, 4)], (4, 2, 3),
      f'%r = "stablehlo.transpose"(%a) {{permutation = array<i64: 2, 0, 1>}} : ({t((2,3,4))}) -> {t((4,2,3))}')
 term("reshape", [(2, 6)], (3, 4),
@@ -185,7 +189,11 @@ def main():
     module = compile_f64(derived_text)
     p_values = []
     for _, shape, name in params:
-        if name in ("log", "sqrt", "rsqrt", "power", "log_plus_one"):
+        if name == "clamp" and not shape:
+            p_values.append(np.array(-0.3))
+        elif name == "tan":
+            p_values.append(rng.uniform(-1, 1, shape))
+        elif name in ("log", "sqrt", "rsqrt", "power", "log_plus_one"):
             p_values.append(rng.uniform(0.5, 1.5, shape))
         elif name == "abs":
             p_values.append(rng.choice([-1, 1], shape) * rng.uniform(0.2, 1, shape))
