@@ -1,0 +1,25 @@
+# SPDX-License-Identifier: Apache-2.0
+# DiLoCo / streaming DiLoCo part of pcp_workloads, included by
+# src/workloads/CMakeLists.txt (paths relative to src/workloads).
+target_sources(pcp_workloads PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/diloco.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/diloco_config.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/diloco_checkpoint.c)
+target_link_libraries(pcp_workloads PUBLIC pcp_config pcp_store m)
+# The outer-step arithmetic is compared bit for bit with NumPy float32: no
+# FMA contraction in its loops.
+set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/train/diloco.c
+  PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
+pcp_cmocka_test(workloads_diloco_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train/diloco_test.c
+  DEPS pcp_workloads PkgConfig::JANSSON)
+# Writes library results as .npy for the NumPy comparison below.
+add_executable(diloco_npy_driver
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/diloco_npy_driver.c)
+target_link_libraries(diloco_npy_driver PRIVATE pcp_workloads pcp_compute)
+add_test(NAME workloads_diloco_numpy_test
+  COMMAND ${PCP_VENV}/bin/python
+          ${CMAKE_SOURCE_DIR}/tests/workloads/diloco_numpy_test.py
+          $<TARGET_FILE:diloco_npy_driver>)
+set_tests_properties(workloads_diloco_numpy_test PROPERTIES
+  TIMEOUT 120 ENVIRONMENT "${PCP_TEST_ENV}" LABELS "unit;python")
