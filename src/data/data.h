@@ -89,8 +89,8 @@ typedef struct pcp_data_dataset_options_t {
 } pcp_data_dataset_options_t;
 
 // Fills |out_options| with the defaults for |format|.
-void pcp_data_dataset_options_initialize(pcp_data_format_t format,
-                                         pcp_data_dataset_options_t* out_options);
+void pcp_data_dataset_options_initialize(
+    pcp_data_format_t format, pcp_data_dataset_options_t* out_options);
 
 // A byte range of a dataset file, both ends on token boundaries.
 typedef struct pcp_data_range_t {
@@ -134,9 +134,9 @@ uint64_t pcp_data_dataset_align_down(const pcp_data_dataset_t* dataset,
 
 // Number of tokens in |range|. INVALID_ARGUMENT if the range is outside the
 // file or its ends are not token boundaries.
-PCP_MUST_USE_RESULT pcp_status_t pcp_data_dataset_token_count(
-    const pcp_data_dataset_t* dataset, pcp_data_range_t range,
-    uint64_t* out_token_count);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_data_dataset_token_count(const pcp_data_dataset_t* dataset,
+                             pcp_data_range_t range, uint64_t* out_token_count);
 
 // Splits the file into train = [0, cut) and validation = [cut, end) with cut
 // = align_down(floor(length * (1 - |validation_fraction|))): nanoGPT's first
@@ -151,8 +151,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_data_dataset_split(
 // point outside the vocabulary, named), INVALID_ARGUMENT (invalid UTF-8),
 // FAILED_PRECONDITION (u16 has no text form).
 PCP_MUST_USE_RESULT pcp_status_t pcp_data_dataset_encode(
-    const pcp_data_dataset_t* dataset, pcp_string_view_t text,
-    int32_t* out_ids, size_t capacity, size_t* out_count);
+    const pcp_data_dataset_t* dataset, pcp_string_view_t text, int32_t* out_ids,
+    size_t capacity, size_t* out_count);
 
 // Ids -> text (UTF-8), NUL-terminated when it fits. |out_byte_length| gets the
 // length the text needs (RESOURCE_EXHAUSTED when it plus the NUL exceeds
@@ -197,14 +197,14 @@ typedef struct pcp_data_cursor_t {
 void pcp_data_cursor_format(const pcp_data_cursor_t* cursor, char* out_text,
                             size_t capacity);
 // INVALID_ARGUMENT naming the bad field.
-PCP_MUST_USE_RESULT pcp_status_t pcp_data_cursor_parse(
-    pcp_string_view_t text, pcp_data_cursor_t* out_cursor);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_data_cursor_parse(pcp_string_view_t text, pcp_data_cursor_t* out_cursor);
 
 typedef struct pcp_data_sampler_options_t {
   pcp_data_sampling_t sampling;
-  uint32_t batch_size;   // B >= 1
-  uint32_t block_size;   // T >= 1
-  uint64_t seed;         // seeds the rng (random sampling)
+  uint32_t batch_size;  // B >= 1
+  uint32_t block_size;  // T >= 1
+  uint64_t seed;        // seeds the rng (random sampling)
 } pcp_data_sampler_options_t;
 
 typedef struct pcp_data_sampler_t pcp_data_sampler_t;
@@ -247,14 +247,14 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_data_sampler_restore(
 // starts a sampler seeded with |seed|.
 typedef struct pcp_data_assignment_t {
   char path[PCP_DATA_MAX_PATH_LENGTH + 1];
-  pcp_data_format_t format;
   pcp_data_range_t range;
-  uint32_t shard_index;   // 0-based position among the sorted worker ids
-  uint32_t shard_count;
-  uint64_t step;          // outer step from which the assignment holds
+  uint64_t step;  // outer step from which the assignment holds
   uint64_t seed;
-  bool has_cursor;
   pcp_data_cursor_t cursor;
+  pcp_data_format_t format;
+  uint32_t shard_index;  // 0-based position among the sorted worker ids
+  uint32_t shard_count;
+  bool has_cursor;
 } pcp_data_assignment_t;
 
 // Splits |range| of |dataset| among |worker_count| workers: the ids are sorted
@@ -262,12 +262,12 @@ typedef struct pcp_data_assignment_t {
 // boundary-aligned pieces of near-equal token share; the pieces cover the
 // range exactly and do not overlap. |out_assignments[i]| is the assignment of
 // |worker_ids[i]| (any input order gives the same plan). seed =
-// first 8 bytes (LE) of SHA-256("pcp.data.seed|<base_seed>|<worker id>|<step>"),
-// so a plan is a deterministic function of (dataset, range, worker ids, step,
-// base seed): re-sharding when a worker joins at outer step s is calling this
-// again with the new id set and s, and every worker restarts its sampler with
-// its new seed. Errors: INVALID_ARGUMENT (no workers, more than
-// PCP_DATA_MAX_WORKERS, an empty, duplicate or too long id, block_size 0,
+// first 8 bytes (LE) of SHA-256("pcp.data.seed|<base_seed>|<worker
+// id>|<step>"), so a plan is a deterministic function of (dataset, range,
+// worker ids, step, base seed): re-sharding when a worker joins at outer step s
+// is calling this again with the new id set and s, and every worker restarts
+// its sampler with its new seed. Errors: INVALID_ARGUMENT (no workers, more
+// than PCP_DATA_MAX_WORKERS, an empty, duplicate or too long id, block_size 0,
 // a range off token boundaries),
 // OUT_OF_RANGE (a piece would hold fewer than block_size+1 tokens: the
 // message gives the counts), RESOURCE_EXHAUSTED.

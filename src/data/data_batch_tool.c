@@ -32,7 +32,8 @@ static int fail(pcp_status_t status) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 7 && argc != 8 && argc != 10) return usage();
+  if (argc != 7 && argc != 8 && argc != 10)
+    return usage();
   pcp_data_format_t format;
   pcp_data_sampling_t sampling;
   uint64_t batch = 0;
@@ -42,17 +43,18 @@ int main(int argc, char** argv) {
   if (!pcp_data_format_parse(pcp_make_cstring_view(argv[2]), &format) ||
       !pcp_data_sampling_parse(pcp_make_cstring_view(argv[3]), &sampling) ||
       !parse_u64(argv[4], &batch) || !parse_u64(argv[5], &block) ||
-      !parse_u64(argv[6], &seed) || batch == 0 || batch > 4096 ||
-      block == 0 || block > 65536 ||
+      !parse_u64(argv[6], &seed) || batch == 0 || batch > 4096 || block == 0 ||
+      block > 65536 ||
       (argc >= 8 && (!parse_u64(argv[7], &batches) || batches > 1024))) {
     return usage();
   }
   pcp_data_dataset_options_t options;
   pcp_data_dataset_options_initialize(format, &options);
   pcp_data_dataset_t* dataset = NULL;
-  pcp_status_t status =
-      pcp_data_dataset_open(argv[1], &options, pcp_allocator_system(), &dataset);
-  if (status) return fail(status);
+  pcp_status_t status = pcp_data_dataset_open(argv[1], &options,
+                                              pcp_allocator_system(), &dataset);
+  if (status)
+    return fail(status);
   pcp_data_range_t range = pcp_data_dataset_full_range(dataset);
   if (argc == 10 && (!parse_u64(argv[8], &range.byte_offset) ||
                      !parse_u64(argv[9], &range.byte_length))) {
@@ -85,8 +87,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < symbol_count; ++i) {
     printf("%s%u", i ? "," : "", symbols[i]);
   }
-  printf("],\"offset\":%" PRIu64 ",\"length\":%" PRIu64
-         ",\"tokens\":%" PRIu64 ",\"batches\":[",
+  printf("],\"offset\":%" PRIu64 ",\"length\":%" PRIu64 ",\"tokens\":%" PRIu64
+         ",\"batches\":[",
          range.byte_offset, range.byte_length,
          pcp_data_sampler_token_count(sampler));
   for (uint64_t k = 0; k < batches; ++k) {
@@ -103,8 +105,8 @@ int main(int argc, char** argv) {
   }
   pcp_data_cursor_t cursor;
   pcp_data_sampler_cursor(sampler, &cursor);
-  printf("],\"position\":%" PRIu64 ",\"epoch\":%" PRIu64 "}\n",
-         cursor.position, cursor.epoch);
+  printf("],\"position\":%" PRIu64 ",\"epoch\":%" PRIu64 "}\n", cursor.position,
+         cursor.epoch);
   free(inputs);
   free(targets);
   free(offsets);

@@ -9,10 +9,10 @@
 struct pcp_data_dataset_t {
   pcp_allocator_t allocator;
   pcp_data_format_t format;
-  const uint8_t* bytes;    // the read-only mapping
+  const uint8_t* bytes;  // the read-only mapping
   uint64_t byte_length;
   uint32_t vocab_size;
-  uint32_t* symbols;       // char: sorted code points (id -> code point)
+  uint32_t* symbols;  // char: sorted code points (id -> code point)
   size_t symbol_count;
   int32_t ascii_ids[128];  // char: code point -> id for ASCII, -1 if absent
   char path[PCP_DATA_MAX_PATH_LENGTH + 1];
@@ -27,8 +27,8 @@ int32_t pcp_data_char_id(const pcp_data_dataset_t* dataset,
 bool pcp_data_is_boundary(const pcp_data_dataset_t* dataset,
                           uint64_t byte_offset);
 // INVALID_ARGUMENT unless |range| lies in the file on token boundaries.
-PCP_MUST_USE_RESULT pcp_status_t pcp_data_check_range(
-    const pcp_data_dataset_t* dataset, pcp_data_range_t range);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_data_check_range(const pcp_data_dataset_t* dataset, pcp_data_range_t range);
 // Tokens in a checked byte range.
 uint64_t pcp_data_count_tokens(const pcp_data_dataset_t* dataset,
                                uint64_t byte_offset, uint64_t byte_length);

@@ -71,12 +71,15 @@ size_t pcp_data_utf8_decode(const uint8_t* p, uint64_t n,
   } else {
     return 0;
   }
-  if (n < length) return 0;
+  if (n < length)
+    return 0;
   for (size_t i = 1; i < length; ++i) {
-    if ((p[i] & 0xC0) != 0x80) return 0;
+    if ((p[i] & 0xC0) != 0x80)
+      return 0;
     cp = (cp << 6) | (p[i] & 0x3F);
   }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
   *out_code_point = cp;
   return length;
 }
@@ -105,7 +108,8 @@ static size_t utf8_encode(uint32_t cp, char out[4]) {
 }
 
 int32_t pcp_data_char_id(const pcp_data_dataset_t* dataset, uint32_t cp) {
-  if (cp < 128) return dataset->ascii_ids[cp];
+  if (cp < 128)
+    return dataset->ascii_ids[cp];
   // Binary search over the sorted symbols; non-ASCII is rare in the corpora
   // char-level models train on, so no larger table.
   size_t lo = 0;
@@ -168,7 +172,8 @@ static pcp_status_t build_char_vocab(pcp_data_dataset_t* dataset) {
         qsort(other, other_count, sizeof(uint32_t), compare_u32);
         size_t w = 1;
         for (size_t r = 1; r < other_count; ++r) {
-          if (other[r] != other[w - 1]) other[w++] = other[r];
+          if (other[r] != other[w - 1])
+            other[w++] = other[r];
         }
         other_count = w;
       }
@@ -177,7 +182,8 @@ static pcp_status_t build_char_vocab(pcp_data_dataset_t* dataset) {
         void* grown = other;
         status = pcp_allocator_realloc(dataset->allocator,
                                        capacity * sizeof(uint32_t), &grown);
-        if (status) break;
+        if (status)
+          break;
         other = grown;
         other_capacity = capacity;
       }
@@ -188,7 +194,8 @@ static pcp_status_t build_char_vocab(pcp_data_dataset_t* dataset) {
     qsort(other, other_count, sizeof(uint32_t), compare_u32);
     size_t w = 1;
     for (size_t r = 1; r < other_count; ++r) {
-      if (other[r] != other[w - 1]) other[w++] = other[r];
+      if (other[r] != other[w - 1])
+        other[w++] = other[r];
     }
     other_count = w;
   }
@@ -203,7 +210,8 @@ static pcp_status_t build_char_vocab(pcp_data_dataset_t* dataset) {
     size_t k = 0;
     for (int c = 0; c < 128; ++c) {
       dataset->ascii_ids[c] = seen_ascii[c] ? (int32_t)k : -1;
-      if (seen_ascii[c]) dataset->symbols[k++] = (uint32_t)c;
+      if (seen_ascii[c])
+        dataset->symbols[k++] = (uint32_t)c;
     }
     // Every non-ASCII code point is above 127, so appending keeps the order.
     for (size_t r = 0; r < other_count; ++r) dataset->symbols[k++] = other[r];
@@ -228,7 +236,8 @@ static pcp_status_t check_u16_vocab(pcp_data_dataset_t* dataset,
                              dataset->path, id, (unsigned long long)i,
                              vocab_size);
     }
-    if (id > max_id) max_id = id;
+    if (id > max_id)
+      max_id = id;
   }
   dataset->vocab_size = vocab_size != 0 ? vocab_size : max_id + 1;
   return pcp_ok_status();
@@ -249,8 +258,8 @@ pcp_status_t pcp_data_dataset_open(const char* path,
   size_t path_length = strlen(path);
   if (path_length > PCP_DATA_MAX_PATH_LENGTH) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "dataset path of %zu bytes exceeds %d",
-                           path_length, PCP_DATA_MAX_PATH_LENGTH);
+                           "dataset path of %zu bytes exceeds %d", path_length,
+                           PCP_DATA_MAX_PATH_LENGTH);
   }
   if (options->format != PCP_DATA_FORMAT_CHAR &&
       options->format != PCP_DATA_FORMAT_BYTE &&
@@ -278,8 +287,8 @@ pcp_status_t pcp_data_dataset_open(const char* path,
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "dataset %s is not a regular file", path);
   } else if (length == 0) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "dataset %s is empty", path);
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "dataset %s is empty",
+                             path);
   } else if (length > max_length) {
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                              "dataset %s is %llu bytes, over the limit of "
@@ -288,8 +297,7 @@ pcp_status_t pcp_data_dataset_open(const char* path,
                              (unsigned long long)max_length);
   } else if (length > SIZE_MAX) {
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                             "dataset %s does not fit the address space",
-                             path);
+                             "dataset %s does not fit the address space", path);
   } else if (options->format == PCP_DATA_FORMAT_U16 && (length & 1u)) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "u16 dataset %s has an odd length (%llu bytes): "
@@ -341,7 +349,8 @@ pcp_status_t pcp_data_dataset_open(const char* path,
 }
 
 void pcp_data_dataset_release(pcp_data_dataset_t* dataset) {
-  if (dataset == NULL) return;
+  if (dataset == NULL)
+    return;
   if (dataset->bytes) {
     munmap((void*)dataset->bytes, (size_t)dataset->byte_length);
   }
@@ -385,8 +394,10 @@ const uint32_t* pcp_data_dataset_symbols(const pcp_data_dataset_t* dataset,
 
 bool pcp_data_is_boundary(const pcp_data_dataset_t* dataset,
                           uint64_t byte_offset) {
-  if (byte_offset == 0 || byte_offset == dataset->byte_length) return true;
-  if (byte_offset > dataset->byte_length) return false;
+  if (byte_offset == 0 || byte_offset == dataset->byte_length)
+    return true;
+  if (byte_offset > dataset->byte_length)
+    return false;
   switch (dataset->format) {
     case PCP_DATA_FORMAT_U16:
       return (byte_offset & 1u) == 0;
@@ -402,7 +413,8 @@ bool pcp_data_is_boundary(const pcp_data_dataset_t* dataset,
 
 uint64_t pcp_data_dataset_align_down(const pcp_data_dataset_t* dataset,
                                      uint64_t byte_offset) {
-  if (byte_offset >= dataset->byte_length) return dataset->byte_length;
+  if (byte_offset >= dataset->byte_length)
+    return dataset->byte_length;
   while (!pcp_data_is_boundary(dataset, byte_offset)) --byte_offset;
   return byte_offset;
 }
@@ -471,9 +483,10 @@ pcp_status_t pcp_data_dataset_split(const pcp_data_dataset_t* dataset,
   }
   // floor() in double is exact for any file below 2^53 bytes; nanoGPT's
   // int(n * 0.9) is the same cut.
-  double cut_f = floor((double)dataset->byte_length * (1.0 - validation_fraction));
+  double cut_f =
+      floor((double)dataset->byte_length * (1.0 - validation_fraction));
   uint64_t cut = cut_f >= (double)dataset->byte_length ? dataset->byte_length
-                                                        : (uint64_t)cut_f;
+                                                       : (uint64_t)cut_f;
   cut = pcp_data_dataset_align_down(dataset, cut);
   *out_train = (pcp_data_range_t){0, cut};
   *out_validation = (pcp_data_range_t){cut, dataset->byte_length - cut};
@@ -497,7 +510,8 @@ pcp_status_t pcp_data_dataset_encode(const pcp_data_dataset_t* dataset,
                              "an external tokenizer)");
     case PCP_DATA_FORMAT_BYTE:
       for (size_t i = 0; i < text.size; ++i) {
-        if (count < capacity) out_ids[count] = p[i];
+        if (count < capacity)
+          out_ids[count] = p[i];
         ++count;
       }
       break;
@@ -516,7 +530,8 @@ pcp_status_t pcp_data_dataset_encode(const pcp_data_dataset_t* dataset,
                                  "vocabulary of %s",
                                  cp, i, dataset->path);
         }
-        if (count < capacity) out_ids[count] = id;
+        if (count < capacity)
+          out_ids[count] = id;
         ++count;
         i += length;
       }
@@ -558,13 +573,15 @@ pcp_status_t pcp_data_dataset_decode(const pcp_data_dataset_t* dataset,
       n = utf8_encode(dataset->symbols[id], buffer);
     }
     for (size_t k = 0; k < n; ++k) {
-      if (length + k < capacity) out_text[length + k] = buffer[k];
+      if (length + k < capacity)
+        out_text[length + k] = buffer[k];
     }
     length += n;
   }
   *out_byte_length = length;
   if (length + 1 > capacity) {
-    if (capacity > 0) out_text[capacity - 1] = '\0';
+    if (capacity > 0)
+      out_text[capacity - 1] = '\0';
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "text needs %zu bytes plus NUL, capacity is %zu",
                            length, capacity);

@@ -2,9 +2,10 @@
 // Batch sampling inside one range, and the cursor that resumes it.
 
 #include <inttypes.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "data/data_impl.h"
 
@@ -55,9 +56,9 @@ static bool parse_hex_u64(const char* text, uint64_t* out_value) {
     if (c >= '0' && c <= '9') {
       digit = (uint64_t)(c - '0');
     } else if (c >= 'a' && c <= 'f') {
-      digit = (uint64_t)(c - 'a' + 10);
+      digit = (uint64_t)(c - 'a') + 10;
     } else if (c >= 'A' && c <= 'F') {
-      digit = (uint64_t)(c - 'A' + 10);
+      digit = (uint64_t)(c - 'A') + 10;
     } else {
       return false;
     }
@@ -82,7 +83,7 @@ pcp_status_t pcp_data_cursor_from_json(const void* json_object,
   }
   const char* hex = json_string_value(rng);
   for (int i = 0; i < 4; ++i) {
-    if (!parse_hex_u64(hex + 16 * i, &out_cursor->rng_state[i])) {
+    if (!parse_hex_u64(hex + (size_t)16 * i, &out_cursor->rng_state[i])) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "cursor: \"rng\" must be a string of 64 hex "
                              "digits");
@@ -105,12 +106,13 @@ pcp_status_t pcp_data_cursor_from_json(const void* json_object,
 pcp_status_t pcp_data_cursor_parse(pcp_string_view_t text,
                                    pcp_data_cursor_t* out_cursor) {
   memset(out_cursor, 0, sizeof(*out_cursor));
-  if (text.size > 4 * PCP_DATA_MAX_CURSOR_JSON_LENGTH) {
+  if (text.size > (size_t)4 * PCP_DATA_MAX_CURSOR_JSON_LENGTH) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "cursor text of %zu bytes is too long", text.size);
   }
   json_error_t error;
-  json_t* root = json_loadb(text.data, text.size, JSON_REJECT_DUPLICATES, &error);
+  json_t* root =
+      json_loadb(text.data, text.size, JSON_REJECT_DUPLICATES, &error);
   if (root == NULL) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "cursor: %s",
                            error.text);
@@ -195,8 +197,8 @@ pcp_status_t pcp_data_sampler_create(const pcp_data_dataset_t* dataset,
   }
   if (options->sampling != PCP_DATA_SAMPLING_RANDOM &&
       options->sampling != PCP_DATA_SAMPLING_SEQUENTIAL) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "unknown sampling %d", (int)options->sampling);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "unknown sampling %d",
+                           (int)options->sampling);
   }
   PCP_RETURN_IF_ERROR_BARE(pcp_data_check_range(dataset, range));
   uint64_t tokens =
@@ -213,7 +215,8 @@ pcp_status_t pcp_data_sampler_create(const pcp_data_dataset_t* dataset,
                            (unsigned long long)tokens,
                            (unsigned long long)(block + 1));
   }
-  if (options->sampling == PCP_DATA_SAMPLING_SEQUENTIAL && tokens < window + 1) {
+  if (options->sampling == PCP_DATA_SAMPLING_SEQUENTIAL &&
+      tokens < window + 1) {
     return pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
                            "%s range [%llu, +%llu) holds %llu tokens, fewer "
                            "than batch_size * block_size + 1 = %llu needed "
@@ -244,7 +247,8 @@ pcp_status_t pcp_data_sampler_create(const pcp_data_dataset_t* dataset,
 }
 
 void pcp_data_sampler_release(pcp_data_sampler_t* sampler) {
-  if (sampler == NULL) return;
+  if (sampler == NULL)
+    return;
   pcp_allocator_free(sampler->allocator, sampler->decoded);
   pcp_allocator_free(sampler->allocator, sampler);
 }
@@ -281,7 +285,8 @@ void pcp_data_sampler_next(pcp_data_sampler_t* sampler, int32_t* out_input_ids,
     }
     for (uint32_t b = 0; b < batch; ++b) {
       uint64_t start = sampler->position + b * block;
-      if (out_row_offsets) out_row_offsets[b] = start;
+      if (out_row_offsets)
+        out_row_offsets[b] = start;
       fill_row(sampler, start, out_input_ids + b * block,
                out_targets + b * block);
     }
@@ -291,7 +296,8 @@ void pcp_data_sampler_next(pcp_data_sampler_t* sampler, int32_t* out_input_ids,
   for (uint32_t b = 0; b < batch; ++b) {
     // s in [0, n - T - 1]: torch.randint(len(data) - block_size) in nanoGPT.
     uint64_t start = pcp_rng_next_below(&sampler->rng, n - block);
-    if (out_row_offsets) out_row_offsets[b] = start;
+    if (out_row_offsets)
+      out_row_offsets[b] = start;
     fill_row(sampler, start, out_input_ids + b * block,
              out_targets + b * block);
   }

@@ -2,10 +2,11 @@
 // Sharding plans, the assignment's JSON form, effective batch sizes.
 
 #include <inttypes.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "data/data_impl.h"
 
@@ -29,8 +30,9 @@ static uint64_t derive_seed(uint64_t base_seed, const char* worker_id,
   // Hashing (not xor-ing) the inputs keeps neighbouring workers and steps
   // from getting correlated xoshiro streams.
   char text[PCP_DATA_MAX_WORKER_ID_LENGTH + 64];
-  int length = snprintf(text, sizeof(text), "pcp.data.seed|%" PRIu64 "|%s|%" PRIu64,
-                        base_seed, worker_id, step);
+  int length =
+      snprintf(text, sizeof(text), "pcp.data.seed|%" PRIu64 "|%s|%" PRIu64,
+               base_seed, worker_id, step);
   PCP_ASSERT(length > 0 && (size_t)length < sizeof(text));
   pcp_sha256_t digest;
   pcp_sha256_compute(text, (size_t)length, &digest);
@@ -90,15 +92,15 @@ pcp_status_t pcp_data_shard_plan(const pcp_data_dataset_t* dataset,
     uint64_t end = next == w ? range.byte_offset + length
                              : pcp_data_dataset_align_down(
                                    dataset, range.byte_offset + cut);
-    uint64_t tokens = pcp_data_count_tokens(dataset, previous_end,
-                                            end - previous_end);
+    uint64_t tokens =
+        pcp_data_count_tokens(dataset, previous_end, end - previous_end);
     if (tokens < (uint64_t)block_size + 1) {
       status = pcp_make_status(
           PCP_STATUS_OUT_OF_RANGE,
           "%s: %zu workers over a range of %llu bytes leave worker \"%s\" "
           "%llu tokens, fewer than block_size + 1 = %u",
-          dataset->path, worker_count, (unsigned long long)length,
-          sorted[k].id, (unsigned long long)tokens, block_size + 1);
+          dataset->path, worker_count, (unsigned long long)length, sorted[k].id,
+          (unsigned long long)tokens, block_size + 1);
       break;
     }
     pcp_data_assignment_t* a = &out_assignments[sorted[k].input_index];
@@ -122,7 +124,8 @@ pcp_status_t pcp_data_shard_plan(const pcp_data_dataset_t* dataset,
 
 pcp_status_t pcp_data_assignment_format(const pcp_data_assignment_t* assignment,
                                         char* out_text, size_t capacity) {
-  if (capacity > 0) out_text[0] = '\0';
+  if (capacity > 0)
+    out_text[0] = '\0';
   if (assignment->range.byte_offset > (uint64_t)INT64_MAX ||
       assignment->range.byte_length > (uint64_t)INT64_MAX ||
       assignment->step > (uint64_t)INT64_MAX) {
@@ -140,8 +143,8 @@ pcp_status_t pcp_data_assignment_format(const pcp_data_assignment_t* assignment,
       (json_int_t)assignment->range.byte_length, "chunk_id",
       (json_int_t)assignment->shard_index, "shard_index",
       (json_int_t)assignment->shard_index, "shard_count",
-      (json_int_t)assignment->shard_count, "step",
-      (json_int_t)assignment->step, "seed", seed_hex);
+      (json_int_t)assignment->shard_count, "step", (json_int_t)assignment->step,
+      "seed", seed_hex);
   if (root == NULL) {
     // json_pack fails on allocation or on a path that is not UTF-8.
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -214,8 +217,9 @@ static pcp_status_t parse_assignment(const json_t* root,
              strncmp(json_string_value(uri), "file://", 7) == 0) {
     path_text = json_string_value(uri) + 7;
   }
-  if (provider && !(json_is_string(provider) &&
-                    strcmp(json_string_value(provider), "local_path") == 0) &&
+  if (provider &&
+      !(json_is_string(provider) &&
+        strcmp(json_string_value(provider), "local_path") == 0) &&
       !(json_is_string(uri) && path_text != NULL)) {
     return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
                            "data_assignment: only provider \"local_path\" or "
@@ -235,8 +239,8 @@ static pcp_status_t parse_assignment(const json_t* root,
   memcpy(a->path, path_text, path_length + 1);
   const json_t* tokenizer = json_object_get(root, "tokenizer");
   if (!json_is_string(tokenizer) ||
-      !pcp_data_format_parse(pcp_make_cstring_view(json_string_value(tokenizer)),
-                             &a->format)) {
+      !pcp_data_format_parse(
+          pcp_make_cstring_view(json_string_value(tokenizer)), &a->format)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "data_assignment: \"tokenizer\" must be char, byte "
                            "or u16");
@@ -297,8 +301,8 @@ pcp_status_t pcp_data_assignment_parse(pcp_string_view_t text,
   memset(out_assignment, 0, sizeof(*out_assignment));
   if (text.size > PCP_DATA_MAX_ASSIGNMENT_JSON_LENGTH) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "data_assignment of %zu bytes exceeds %d",
-                           text.size, PCP_DATA_MAX_ASSIGNMENT_JSON_LENGTH);
+                           "data_assignment of %zu bytes exceeds %d", text.size,
+                           PCP_DATA_MAX_ASSIGNMENT_JSON_LENGTH);
   }
   json_error_t error;
   json_t* root =
@@ -310,7 +314,8 @@ pcp_status_t pcp_data_assignment_parse(pcp_string_view_t text,
   }
   pcp_status_t status = parse_assignment(root, out_assignment);
   json_decref(root);
-  if (status) memset(out_assignment, 0, sizeof(*out_assignment));
+  if (status)
+    memset(out_assignment, 0, sizeof(*out_assignment));
   return status;
 }
 
@@ -337,10 +342,9 @@ pcp_status_t pcp_data_effective_batch_size_compute(
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_data_accumulation_steps_resolve(uint64_t effective_batch_size,
-                                                 uint32_t micro_batch,
-                                                 uint32_t worker_count,
-                                                 uint32_t* out_accumulation_steps) {
+pcp_status_t pcp_data_accumulation_steps_resolve(
+    uint64_t effective_batch_size, uint32_t micro_batch, uint32_t worker_count,
+    uint32_t* out_accumulation_steps) {
   *out_accumulation_steps = 0;
   if (effective_batch_size == 0 || micro_batch == 0 || worker_count == 0) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
