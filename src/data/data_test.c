@@ -673,6 +673,59 @@ static void test_reshard_on_join(void** state) {
   PCP_CHECK_OK(
       pcp_data_shard_plan(dataset, range, 64, after, 3, 5, 42, again5));
   assert_memory_equal(plan5, again5, sizeof(plan5));
+
+  // The joiner's side: the assignment travels as JSON, the worker opens the
+  // file itself and samples the same batches the plan implies; after a few
+  // batches its cursor goes back in the assignment (a checkpoint) and a
+  // restarted worker continues with the same batches.
+  char text[PCP_DATA_MAX_ASSIGNMENT_JSON_LENGTH + 1];
+  PCP_CHECK_OK(pcp_data_assignment_format(&plan5[2], text, sizeof(text)));
+  pcp_data_assignment_t received;
+  PCP_CHECK_OK(
+      pcp_data_assignment_parse(pcp_make_cstring_view(text), &received));
+  pcp_data_dataset_t* worker_dataset =
+      open_dataset(received.path, received.format);
+  pcp_data_sampler_t* expected =
+      make_sampler(dataset, plan5[2].range, PCP_DATA_SAMPLING_RANDOM,
+                   TEST_BATCH, TEST_BLOCK, plan5[2].seed);
+  pcp_data_sampler_t* worker =
+      make_sampler(worker_dataset, received.range, PCP_DATA_SAMPLING_RANDOM,
+                   TEST_BATCH, TEST_BLOCK, received.seed);
+  int32_t x[TEST_BATCH * TEST_BLOCK], y[TEST_BATCH * TEST_BLOCK];
+  int32_t wx[TEST_BATCH * TEST_BLOCK], wy[TEST_BATCH * TEST_BLOCK];
+  for (int i = 0; i < 5; ++i) {
+    pcp_data_sampler_next(expected, x, y, NULL);
+    pcp_data_sampler_next(worker, wx, wy, NULL);
+    assert_memory_equal(x, wx, sizeof(x));
+    assert_memory_equal(y, wy, sizeof(y));
+  }
+  received.has_cursor = true;
+  pcp_data_sampler_cursor(worker, &received.cursor);
+  PCP_CHECK_OK(pcp_data_assignment_format(&received, text, sizeof(text)));
+  pcp_data_sampler_release(worker);
+  PCP_CHECK_OK(
+      pcp_data_assignment_parse(pcp_make_cstring_view(text), &received));
+  assert_true(received.has_cursor);
+  worker =
+      make_sampler(worker_dataset, received.range, PCP_DATA_SAMPLING_RANDOM,
+                   TEST_BATCH, TEST_BLOCK, received.seed);
+  PCP_CHECK_OK(pcp_data_sampler_restore(worker, &received.cursor));
+  for (int i = 0; i < 5; ++i) {
+    pcp_data_sampler_next(expected, x, y, NULL);
+    pcp_data_sampler_next(worker, wx, wy, NULL);
+    assert_memory_equal(x, wx, sizeof(x));
+  }
+  pcp_data_sampler_release(worker);
+  pcp_data_sampler_release(expected);
+  pcp_data_dataset_release(worker_dataset);
+
+  // A worker that leaves: the next plan spreads the range over the rest.
+  const char* remaining[] = {"worker-c", "worker-a"};
+  pcp_data_assignment_t plan9[2];
+  PCP_CHECK_OK(
+      pcp_data_shard_plan(dataset, range, 64, remaining, 2, 9, 42, plan9));
+  check_plan(dataset, range, 64, remaining, 2, plan9);
+  assert_int_equal(plan9[1].shard_index, 0);
   pcp_data_dataset_release(dataset);
 }
 
