@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Chunked blobs (docs/protocol.md s.1.4): splitting on the sender, in-order
-// reassembly with a running SHA-256 on the receiver.
+// reassembly on the receiver. Every chunk's bytes are checked by the
+// section CRC32C of their frame; a program blob is also checked whole
+// against its SHA-256 (its content address, which the worker's cache keys
+// on). A tensor blob is not hashed: see docs/decisions.md "Tensor blobs:
+// CRC32C per chunk, no SHA-256".
 
 #include <string.h>
 
@@ -20,8 +24,13 @@ pcp_status_t pcp_proto_blob_encode_chunks(
   }
   uint64_t chunk = limits->chunk_bytes;
   uint64_t count = byte_length == 0 ? 1 : (byte_length + chunk - 1) / chunk;
+  // Programs only: a tensor has no content address, and hashing 256 MiB
+  // on the loop thread cost more than sending it (docs/decisions.md).
+  bool hashed = kind == PCP_PROTO_BLOB_PROGRAM;
   pcp_sha256_t digest;
-  pcp_sha256_compute(data, (size_t)byte_length, &digest);
+  memset(&digest, 0, sizeof(digest));
+  if (hashed)
+    pcp_sha256_compute(data, (size_t)byte_length, &digest);
   const uint8_t* p = data;
   for (uint64_t i = 0; i < count; ++i) {
     uint64_t offset = i * chunk;
@@ -33,7 +42,7 @@ pcp_status_t pcp_proto_blob_encode_chunks(
         .count = count,
         .offset = offset,
         .total = byte_length,
-        .has_sha256 = i + 1 == count,
+        .has_sha256 = hashed && i + 1 == count,
         .data = p ? p + offset : NULL,
         .data_length = n,
     };
@@ -48,7 +57,7 @@ pcp_status_t pcp_proto_blob_encode_chunks(
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_proto_blob_assembly_initialize(
+pcp_status_t pcp_proto_blob_assembly_begin(
     uint64_t request_id, const pcp_proto_blob_chunk_t* chunk,
     const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
     pcp_proto_blob_assembly_t* out_assembly) {
@@ -87,15 +96,25 @@ pcp_status_t pcp_proto_blob_assembly_initialize(
   out_assembly->total = chunk->total;
   out_assembly->count = chunk->count;
   out_assembly->max_chunk_bytes = limits->max_chunk_bytes;
+  // Allocated once, with the announced size, after the checks above.
   pcp_status_t status = pcp_proto_aligned_allocate(
       allocator, (size_t)(chunk->total ? chunk->total : 1),
       &out_assembly->data);
-  if (!status)
+  if (!status && chunk->kind == PCP_PROTO_BLOB_PROGRAM)
     status = pcp_sha256_stream_create(&out_assembly->hash);
-  if (status) {
+  if (status)
     pcp_proto_blob_assembly_deinitialize(out_assembly);
+  return status;
+}
+
+pcp_status_t pcp_proto_blob_assembly_initialize(
+    uint64_t request_id, const pcp_proto_blob_chunk_t* chunk,
+    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
+    pcp_proto_blob_assembly_t* out_assembly) {
+  pcp_status_t status = pcp_proto_blob_assembly_begin(
+      request_id, chunk, limits, allocator, out_assembly);
+  if (status)
     return status;
-  }
   bool complete = false;
   status = pcp_proto_blob_assembly_add(out_assembly, chunk, &complete);
   if (status)
@@ -107,7 +126,7 @@ pcp_status_t pcp_proto_blob_assembly_add(pcp_proto_blob_assembly_t* a,
                                          const pcp_proto_blob_chunk_t* chunk,
                                          bool* out_complete) {
   *out_complete = false;
-  if (!a->data || !a->hash) {
+  if (!a->data || (a->kind == PCP_PROTO_BLOB_PROGRAM && !a->hash)) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "blob assembly not started");
   }
@@ -146,8 +165,13 @@ pcp_status_t pcp_proto_blob_assembly_add(pcp_proto_blob_assembly_t* a,
                            (unsigned long long)chunk->index);
   }
   if (chunk->data_length) {
-    memcpy(a->data + a->received, chunk->data, (size_t)chunk->data_length);
-    pcp_sha256_stream_update(a->hash, chunk->data, (size_t)chunk->data_length);
+    // A chunk that the decoder's data sink already read into place (zero
+    // copy on receive) needs no copy.
+    uint8_t* dest = a->data + a->received;
+    if (chunk->data != dest)
+      memcpy(dest, chunk->data, (size_t)chunk->data_length);
+    if (a->hash)
+      pcp_sha256_stream_update(a->hash, dest, (size_t)chunk->data_length);
   }
   a->received += chunk->data_length;
   a->next_index++;
@@ -158,6 +182,12 @@ pcp_status_t pcp_proto_blob_assembly_add(pcp_proto_blob_assembly_t* a,
                            "blob '%s': last chunk leaves %llu bytes missing",
                            a->blob_id,
                            (unsigned long long)(a->total - a->received));
+  }
+  if (a->kind == PCP_PROTO_BLOB_TENSOR) {
+    // Every chunk passed its CRC32C; a tensor's sha256, if a sender still
+    // sends one, is ignored (s.1.4).
+    *out_complete = true;
+    return pcp_ok_status();
   }
   if (!chunk->has_sha256) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -196,4 +226,19 @@ void pcp_proto_blob_assembly_deinitialize(pcp_proto_blob_assembly_t* assembly) {
 
 void pcp_proto_blob_free(pcp_allocator_t allocator, uint8_t* data) {
   pcp_proto_aligned_free(allocator, data);
+}
+
+uint8_t* pcp_proto_blob_assembly_next_dest(
+    const pcp_proto_blob_assembly_t* a, const pcp_proto_blob_chunk_t* chunk) {
+  // Only a chunk that assembly_add will accept may be written into place:
+  // anything else goes the normal way and gets the normal error.
+  if (!a->data || strcmp(chunk->blob_id, a->blob_id) != 0 ||
+      chunk->kind != a->kind || chunk->total != a->total ||
+      chunk->count != a->count || chunk->index != a->next_index ||
+      chunk->offset != a->received || chunk->data_length == 0 ||
+      chunk->data_length > a->max_chunk_bytes ||
+      chunk->data_length > a->total - a->received) {
+    return NULL;
+  }
+  return a->data + a->received;
 }

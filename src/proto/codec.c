@@ -1065,8 +1065,11 @@ static pcp_status_t parse_section(const json_t* entry, size_t index,
   return pcp_ok_status();
 }
 
-// Validates a complete payload and builds the frame.
-static pcp_status_t finish_frame(pcp_proto_frame_decoder_t* d) {
+// Parses the control part and the section table of a payload whose first
+// |head_length| bytes (prefix, JSON, padding to the data area) are in
+// d->payload, into d->ready. Checks everything that does not need the data
+// area's bytes: JSON checksum, depth and syntax, section rules and ranges.
+static pcp_status_t parse_head(pcp_proto_frame_decoder_t* d) {
   const pcp_proto_limits_t* limits = &d->limits;
   uint8_t* payload = d->payload;
   uint64_t payload_length = d->header.payload_length;
@@ -1104,6 +1107,7 @@ static pcp_status_t finish_frame(pcp_proto_frame_decoder_t* d) {
   frame->allocator = d->allocator;
   frame->header = d->header;
   frame->control = control;
+  d->head_parsed = true;
   uint64_t prefix_and_json =
       PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH + (uint64_t)json_length;
   json_t* array = json_object_get(control, "sections");
@@ -1128,62 +1132,98 @@ static pcp_status_t finish_frame(pcp_proto_frame_decoder_t* d) {
           "%u bytes and no sections",
           (unsigned long long)(payload_length - prefix_and_json), json_length);
     }
-  } else {
-    uint64_t data_area = align64_u64(prefix_and_json);
-    if (data_area > payload_length) {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "fabric frame: sections listed but no data area");
-    }
-    if (!all_zero(payload + prefix_and_json, data_area - prefix_and_json)) {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "fabric frame: non-zero padding after JSON");
-    }
-    uint64_t data_length = payload_length - data_area;
-    const uint8_t* data = payload + data_area;
-    void* table = NULL;
-    PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
-        d->allocator, count * sizeof(pcp_proto_section_t), &table));
-    frame->sections = table;
-    frame->section_count = count;
-    uint64_t end = 0;
-    for (size_t i = 0; i < count; ++i) {
-      pcp_proto_section_t* s = &frame->sections[i];
-      PCP_RETURN_IF_ERROR_BARE(
-          parse_section(json_array_get(array, i), i, limits, s));
-      if (s->offset < end || s->offset > data_length ||
-          s->byte_length > data_length - s->offset) {
-        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "fabric frame: section %zu ('%s') at %llu+%llu "
-                               "overlaps or leaves the data area of %llu",
-                               i, s->name, (unsigned long long)s->offset,
-                               (unsigned long long)s->byte_length,
-                               (unsigned long long)data_length);
-      }
-      if (!all_zero(data + end, s->offset - end)) {
-        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "fabric frame: non-zero padding before section "
-                               "%zu",
-                               i);
-      }
-      s->data = data + s->offset;
-      uint32_t section_crc = pcp_proto_crc32c(s->data, (size_t)s->byte_length);
-      if (section_crc != s->crc32c && !kFuzzIgnoresChecksums) {
-        return pcp_make_status(PCP_STATUS_DATA_LOSS,
-                               "fabric frame: section '%s' checksum 0x%08x, "
-                               "computed 0x%08x",
-                               s->name, s->crc32c, section_crc);
-      }
-      end = s->offset + s->byte_length;
-    }
-    if (end != data_length) {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "fabric frame: %llu trailing bytes after the "
-                             "last section",
-                             (unsigned long long)(data_length - end));
-    }
+    return pcp_ok_status();
   }
-  frame->payload = payload;
+  uint64_t data_area = align64_u64(prefix_and_json);
+  if (data_area > payload_length) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "fabric frame: sections listed but no data area");
+  }
+  if (!all_zero(payload + prefix_and_json, data_area - prefix_and_json)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "fabric frame: non-zero padding after JSON");
+  }
+  uint64_t data_length = payload_length - data_area;
+  void* table = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+      d->allocator, count * sizeof(pcp_proto_section_t), &table));
+  frame->sections = table;
+  frame->section_count = count;
+  uint64_t end = 0;
+  for (size_t i = 0; i < count; ++i) {
+    pcp_proto_section_t* s = &frame->sections[i];
+    PCP_RETURN_IF_ERROR_BARE(
+        parse_section(json_array_get(array, i), i, limits, s));
+    if (s->offset < end || s->offset > data_length ||
+        s->byte_length > data_length - s->offset) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "fabric frame: section %zu ('%s') at %llu+%llu "
+                             "overlaps or leaves the data area of %llu",
+                             i, s->name, (unsigned long long)s->offset,
+                             (unsigned long long)s->byte_length,
+                             (unsigned long long)data_length);
+    }
+    end = s->offset + s->byte_length;
+  }
+  if (end != data_length) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "fabric frame: %llu trailing bytes after the "
+                           "last section",
+                           (unsigned long long)(data_length - end));
+  }
+  return pcp_ok_status();
+}
+
+// Checks the data area (|data|: in the payload, or where the data sink put
+// it): zero padding and every section's CRC32C; points the sections at it.
+static pcp_status_t check_data(pcp_proto_frame_decoder_t* d,
+                               const uint8_t* data) {
+  pcp_proto_frame_t* frame = &d->ready;
+  uint64_t end = 0;
+  for (size_t i = 0; i < frame->section_count; ++i) {
+    pcp_proto_section_t* s = &frame->sections[i];
+    if (!all_zero(data + end, s->offset - end)) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "fabric frame: non-zero padding before section "
+                             "%zu",
+                             i);
+    }
+    s->data = data + s->offset;
+    // A sink frame whose one section is its whole data area was checksummed
+    // piece by piece as it arrived (commit).
+    bool running = d->data_dest && frame->section_count == 1 &&
+                   s->offset == 0 &&
+                   s->byte_length ==
+                       d->header.payload_length - d->head_length;
+    uint32_t section_crc =
+        running ? d->data_crc32c
+                : pcp_proto_crc32c(s->data, (size_t)s->byte_length);
+    if (section_crc != s->crc32c && !kFuzzIgnoresChecksums) {
+      return pcp_make_status(PCP_STATUS_DATA_LOSS,
+                             "fabric frame: section '%s' checksum 0x%08x, "
+                             "computed 0x%08x",
+                             s->name, s->crc32c, section_crc);
+    }
+    end = s->offset + s->byte_length;
+  }
+  return pcp_ok_status();
+}
+
+// Validates a complete payload and builds the frame.
+static pcp_status_t finish_frame(pcp_proto_frame_decoder_t* d) {
+  if (!d->head_parsed)
+    PCP_RETURN_IF_ERROR_BARE(parse_head(d));
+  const uint8_t* data = d->data_dest;
+  if (!data) {
+    uint64_t prefix_and_json = PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH +
+                               (uint64_t)load_le32(d->payload);
+    data = d->payload + align64_u64(prefix_and_json);
+  }
+  PCP_RETURN_IF_ERROR_BARE(check_data(d, data));
+  d->ready.payload = d->payload;
   d->payload = NULL;
+  d->data_dest = NULL;
+  d->head_parsed = false;
   return pcp_ok_status();
 }
 
@@ -1212,9 +1252,18 @@ void pcp_proto_frame_decoder_set_version(pcp_proto_frame_decoder_t* decoder,
   decoder->negotiated_version = version;
 }
 
+void pcp_proto_frame_decoder_set_data_sink(pcp_proto_frame_decoder_t* decoder,
+                                           pcp_proto_frame_data_sink_fn_t fn,
+                                           void* user_data) {
+  decoder->data_sink = fn;
+  decoder->data_sink_user_data = user_data;
+}
+
 static pcp_status_t decoder_fail(pcp_proto_frame_decoder_t* d,
                                  pcp_status_t status) {
   d->stage = PCP_PROTO_DECODER_FAILED;
+  d->data_dest = NULL;
+  d->head_parsed = false;
   pcp_proto_aligned_free(d->allocator, d->payload);
   d->payload = NULL;
   pcp_proto_frame_deinitialize(&d->ready);
@@ -1231,11 +1280,25 @@ pcp_status_t pcp_proto_frame_decoder_window(pcp_proto_frame_decoder_t* decoder,
       *out_data = decoder->header_bytes + decoder->header_filled;
       *out_capacity = PCP_PROTO_HEADER_BYTE_LENGTH - decoder->header_filled;
       return pcp_ok_status();
-    case PCP_PROTO_DECODER_PAYLOAD:
-      *out_data = decoder->payload + decoder->payload_filled;
-      *out_capacity =
-          (size_t)decoder->header.payload_length - decoder->payload_filled;
+    case PCP_PROTO_DECODER_PAYLOAD: {
+      size_t filled = decoder->payload_filled;
+      size_t end = (size_t)decoder->header.payload_length;
+      if (decoder->data_dest) {
+        // The data area goes straight into the sink's buffer.
+        *out_data = decoder->data_dest + (filled - decoder->head_length);
+        *out_capacity = end - filled;
+        return pcp_ok_status();
+      }
+      if (decoder->direct) {
+        // Only the head goes into the payload buffer: stop at the prefix
+        // until it tells the JSON length, then at the end of the head.
+        end = decoder->head_length ? decoder->head_length
+                                   : PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH;
+      }
+      *out_data = decoder->payload + filled;
+      *out_capacity = end - filled;
       return pcp_ok_status();
+    }
     case PCP_PROTO_DECODER_READY:
       return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                              "fabric decoder: take the ready frame first");
@@ -1245,6 +1308,29 @@ pcp_status_t pcp_proto_frame_decoder_window(pcp_proto_frame_decoder_t* decoder,
                              "fabric decoder: failed earlier; close the "
                              "connection");
   }
+}
+
+// The head of a sink frame has arrived: check it, then ask the sink for the
+// data area. When it declines, buffer the rest of the frame as usual.
+static pcp_status_t direct_begin(pcp_proto_frame_decoder_t* d) {
+  PCP_RETURN_IF_ERROR_BARE(parse_head(d));
+  uint64_t data_length = d->header.payload_length - d->head_length;
+  uint8_t* dest = NULL;
+  if (d->ready.section_count > 0)
+    dest = d->data_sink(d->data_sink_user_data, &d->ready, data_length);
+  if (dest) {
+    d->data_dest = dest;
+    d->data_crc32c = 0;
+    return pcp_ok_status();
+  }
+  uint8_t* full = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_aligned_allocate(
+      d->allocator, (size_t)d->header.payload_length, &full));
+  memcpy(full, d->payload, d->head_length);
+  pcp_proto_aligned_free(d->allocator, d->payload);
+  d->payload = full;
+  d->direct = false;
+  return pcp_ok_status();
 }
 
 pcp_status_t pcp_proto_frame_decoder_commit(
@@ -1263,8 +1349,20 @@ pcp_status_t pcp_proto_frame_decoder_commit(
       return decoder_fail(d, status);
     // The length was checked against the frame limit by header_decode:
     // this is the only allocation a peer can cause before the JSON arrives.
-    status = pcp_proto_aligned_allocate(
-        d->allocator, (size_t)d->header.payload_length, &d->payload);
+    // A chunk for the data sink gets a buffer for its head only (at most the
+    // prefix, the JSON limit and the padding); its data goes to the sink.
+    d->direct = d->data_sink &&
+                d->header.type == PCP_PROTO_MESSAGE_BLOB_CHUNK;
+    d->head_length = 0;
+    d->head_parsed = false;
+    d->data_dest = NULL;
+    uint64_t buffer_length = d->header.payload_length;
+    uint64_t head_max = align64_u64(PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH +
+                                    (uint64_t)d->limits.max_json_bytes);
+    if (d->direct && head_max < buffer_length)
+      buffer_length = head_max;
+    status = pcp_proto_aligned_allocate(d->allocator, (size_t)buffer_length,
+                                        &d->payload);
     if (status)
       return decoder_fail(d, status);
     d->payload_filled = 0;
@@ -1278,6 +1376,10 @@ pcp_status_t pcp_proto_frame_decoder_commit(
   size_t before = d->payload_filled;
   PCP_ASSERT(byte_length <= d->header.payload_length - before);
   d->payload_filled += byte_length;
+  if (d->data_dest) {
+    d->data_crc32c = pcp_proto_crc32c_extend(
+        d->data_crc32c, d->data_dest + (before - d->head_length), byte_length);
+  }
   if (before < PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH &&
       d->payload_filled >= PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH) {
     // Fail as soon as the JSON length is known, not after a big payload.
@@ -1297,6 +1399,21 @@ pcp_status_t pcp_proto_frame_decoder_commit(
                              json_length,
                              (unsigned long long)d->header.payload_length));
     }
+  }
+  if (d->direct && !d->head_length &&
+      d->payload_filled >= PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH) {
+    uint64_t head = align64_u64(PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH +
+                                (uint64_t)load_le32(d->payload));
+    d->head_length = (size_t)(head < d->header.payload_length
+                                  ? head
+                                  : d->header.payload_length);
+  }
+  if (d->direct && !d->data_dest && d->head_length &&
+      d->payload_filled == d->head_length &&
+      d->head_length < d->header.payload_length) {
+    pcp_status_t status = direct_begin(d);
+    if (status)
+      return decoder_fail(d, status);
   }
   if (d->payload_filled < d->header.payload_length)
     return pcp_ok_status();
@@ -1341,6 +1458,8 @@ void pcp_proto_frame_decoder_take(pcp_proto_frame_decoder_t* decoder,
   pcp_proto_frame_move(&decoder->ready, out_frame);
   decoder->header_filled = 0;
   decoder->payload_filled = 0;
+  decoder->direct = false;
+  decoder->head_length = 0;
   decoder->stage = PCP_PROTO_DECODER_HEADER;
 }
 

@@ -482,6 +482,27 @@ static pcp_status_t handle_frame(pcp_proto_gateway_conn_t* c,
 // Public API
 //===----------------------------------------------------------------------===//
 
+// Decoder data sink: a result tensor's chunk is read from the socket
+// straight into its blob buffer (zero copy on receive, docs/decisions.md).
+static uint8_t* blob_data_sink(void* user_data, pcp_proto_frame_t* head,
+                               uint64_t data_length) {
+  pcp_proto_gateway_conn_t* c = user_data;
+  uint64_t request_id = head->header.request_id;
+  if ((c->state != PCP_PROTO_GATEWAY_ACCEPTED &&
+       c->state != PCP_PROTO_GATEWAY_DRAINING) ||
+      !find_task_by_request(c, request_id)) {
+    return NULL;
+  }
+  pcp_proto_blob_chunk_t chunk;
+  pcp_status_t status = pcp_proto_blob_chunk_parse(head, &chunk);
+  if (status || chunk.data_length != data_length) {
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  return pcp_proto_blob_table_dest(&c->blobs, request_id, &chunk,
+                                   &c->config.limits);
+}
+
 pcp_status_t pcp_proto_gateway_conn_create(
     const pcp_proto_gateway_config_t* config, int64_t now_ns,
     pcp_allocator_t allocator, pcp_proto_gateway_conn_t** out_conn) {
@@ -510,6 +531,7 @@ pcp_status_t pcp_proto_gateway_conn_create(
   c->config.heartbeat_interval_ms =
       (uint32_t)(c->timeouts.heartbeat_interval_ns / 1000000);
   pcp_proto_frame_decoder_initialize(&config->limits, allocator, &c->decoder);
+  pcp_proto_frame_decoder_set_data_sink(&c->decoder, blob_data_sink, c);
   pcp_proto_action_queue_initialize(allocator, &c->actions);
   status = pcp_proto_blob_table_initialize(config->limits.max_blob_assemblies,
                                            allocator, &c->blobs);

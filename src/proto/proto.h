@@ -309,6 +309,18 @@ typedef enum pcp_proto_decoder_stage_e {
   PCP_PROTO_DECODER_FAILED = 3,
 } pcp_proto_decoder_stage_t;
 
+// Where the data area of a BLOB_CHUNK frame goes (zero copy on receive).
+// Called once per such frame as soon as its prefix, JSON and section table
+// have arrived and passed their checks, before any data byte: |head| has the
+// header, the control part and the sections (their |data| still NULL).
+// Returns |data_length| writable bytes for the data area (borrowed until the
+// frame is taken or the decoder fails; the decoder then checks padding and
+// every CRC32C in place), or NULL to have the decoder buffer the frame as
+// usual. It must not fail the decoder: a chunk it does not like is declined
+// and then refused on the normal path, with the normal error.
+typedef uint8_t* (*pcp_proto_frame_data_sink_fn_t)(
+    void* user_data, struct pcp_proto_frame_t* head, uint64_t data_length);
+
 // Incremental frame decoder for one byte stream. Embed it; the fields are
 // private to proto/.
 typedef struct pcp_proto_frame_decoder_t {
@@ -322,6 +334,18 @@ typedef struct pcp_proto_frame_decoder_t {
   uint8_t* payload;
   size_t payload_filled;
   pcp_proto_frame_t ready;
+  pcp_proto_frame_data_sink_fn_t data_sink;
+  void* data_sink_user_data;
+  // The current frame goes through the sink: its payload buffer holds only
+  // the head (prefix, JSON, padding), |head_length| bytes once the prefix
+  // has told the JSON length (0 before).
+  bool direct;
+  bool head_parsed;  // d->ready has the control part and section table
+  size_t head_length;
+  uint8_t* data_dest;  // the sink's buffer for the data area, borrowed
+  // CRC32C of the data area so far, taken as each piece is committed (while
+  // it is still in cache) rather than in a second pass over the chunk.
+  uint32_t data_crc32c;
 } pcp_proto_frame_decoder_t;
 
 // |limits| is copied (validate it first).
@@ -329,6 +353,12 @@ void pcp_proto_frame_decoder_initialize(const pcp_proto_limits_t* limits,
                                         pcp_allocator_t allocator,
                                         pcp_proto_frame_decoder_t* out_decoder);
 void pcp_proto_frame_decoder_deinitialize(pcp_proto_frame_decoder_t* decoder);
+
+// Sends the data area of every later BLOB_CHUNK frame through |fn| (NULL:
+// none). |user_data| is borrowed.
+void pcp_proto_frame_decoder_set_data_sink(pcp_proto_frame_decoder_t* decoder,
+                                           pcp_proto_frame_data_sink_fn_t fn,
+                                           void* user_data);
 
 // From now on every non-HELLO frame must carry |version|.
 void pcp_proto_frame_decoder_set_version(pcp_proto_frame_decoder_t* decoder,
@@ -684,7 +714,20 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_assembly_initialize(
     uint64_t request_id, const pcp_proto_blob_chunk_t* chunk,
     const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
     pcp_proto_blob_assembly_t* out_assembly);
-// Adds the next chunk (chunk 0 is added by initialize). |out_complete| turns
+// initialize without adding |chunk|: the same checks, then the buffer of
+// |chunk->total| bytes is allocated (once, with the announced size).
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_assembly_begin(
+    uint64_t request_id, const pcp_proto_blob_chunk_t* chunk,
+    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
+    pcp_proto_blob_assembly_t* out_assembly);
+// Where |chunk|'s bytes belong in the blob buffer when it is the next chunk
+// and assembly_add would accept it; NULL otherwise. For the decoder's data
+// sink (the bytes are then read from the socket into place and add copies
+// nothing).
+uint8_t* pcp_proto_blob_assembly_next_dest(
+    const pcp_proto_blob_assembly_t* assembly,
+    const pcp_proto_blob_chunk_t* chunk);
+// Adds the next chunk (chunk 0 is added by initialize; after begin, add it). |out_complete| turns
 // true after the last chunk, whose SHA-256 has then been verified
 // (DATA_LOSS on mismatch; INVALID_ARGUMENT for an out-of-order or
 // inconsistent chunk; RESOURCE_EXHAUSTED for a chunk over

@@ -180,6 +180,14 @@ void pcp_proto_blob_table_clear(pcp_proto_blob_table_t* table);
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_table_add(
     pcp_proto_blob_table_t* table, uint64_t request_id,
     const pcp_proto_blob_chunk_t* chunk, const pcp_proto_limits_t* limits);
+// Where |chunk| (parsed from a frame head: data still NULL, data_length
+// set) can be read straight into its blob's buffer, starting the blob when
+// it is chunk 0 (same checks as add, buffer allocated once with the
+// announced total); NULL when add would refuse it or it is not a tensor.
+uint8_t* pcp_proto_blob_table_dest(pcp_proto_blob_table_t* table,
+                                   uint64_t request_id,
+                                   const pcp_proto_blob_chunk_t* chunk,
+                                   const pcp_proto_limits_t* limits);
 // Moves every complete blob of |request_id| into |action| after checking
 // that each BLOB reference in |refs| has one with the right byte length.
 // Blobs of that request are dropped either way.

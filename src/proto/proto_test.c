@@ -4,6 +4,8 @@
 // decoding, every limit, checksums, versions, blobs, HMAC, error mapping,
 // OOM sweep.
 
+#include <stdatomic.h>
+
 #include <openssl/hmac.h>
 
 #include "proto/proto_test_impl.h"
@@ -978,8 +980,10 @@ static void blob_chunks_assemble_and_verify(void** state) {
   uint8_t* blob = malloc(total);
   for (size_t i = 0; i < total; ++i) blob[i] = (uint8_t)(i * 31 + 7);
   chunk_sink_t sink = {0};
+  // A program blob: the last chunk carries the whole blob's SHA-256 (its
+  // content address); tensor blobs carry none (tensor_blob_* below).
   ASSERT_OK(pcp_proto_blob_encode_chunks(
-      1, 8, "blob-1", PCP_PROTO_BLOB_TENSOR, blob, total, &l,
+      1, 8, "blob-1", PCP_PROTO_BLOB_PROGRAM, blob, total, &l,
       pcp_allocator_system(), sink_chunk, &sink));
   assert_int_equal(sink.count, 5);
   pcp_proto_blob_assembly_t assembly;
@@ -1070,6 +1074,167 @@ static void blob_chunks_assemble_and_verify(void** state) {
   pcp_proto_frame_deinitialize(&f2);
   for (size_t i = 0; i < sink.count; ++i) free(sink.frames[i]);
   free(blob);
+}
+
+// Where the test data sink puts a blob's data areas.
+typedef struct direct_sink_t {
+  uint8_t* buffer;
+  uint64_t filled;
+  uint64_t capacity;
+  size_t calls;
+} direct_sink_t;
+
+static uint8_t* direct_sink(void* user_data, pcp_proto_frame_t* head,
+                            uint64_t data_length) {
+  direct_sink_t* d = user_data;
+  pcp_proto_blob_chunk_t chunk;
+  pcp_status_t status = pcp_proto_blob_chunk_parse(head, &chunk);
+  if (status || chunk.offset != d->filled ||
+      data_length > d->capacity - d->filled) {
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  assert_null(chunk.data);  // nothing of the data area has arrived yet
+  d->calls++;
+  uint8_t* dest = d->buffer + d->filled;
+  d->filled += data_length;
+  return dest;
+}
+
+// Feeds |n| bytes in pieces of at most |piece| through the window API.
+static pcp_status_t feed_window(pcp_proto_frame_decoder_t* decoder,
+                                const uint8_t* bytes, size_t n, size_t piece,
+                                pcp_proto_parse_result_t* out_result) {
+  size_t at = 0;
+  *out_result = PCP_PROTO_PARSE_NEED_MORE;
+  while (at < n && *out_result == PCP_PROTO_PARSE_NEED_MORE) {
+    void* window = NULL;
+    size_t capacity = 0;
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_proto_frame_decoder_window(decoder, &window, &capacity));
+    size_t k = n - at < capacity ? n - at : capacity;
+    if (k > piece)
+      k = piece;
+    memcpy(window, bytes + at, k);
+    at += k;
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_proto_frame_decoder_commit(decoder, k, out_result));
+  }
+  return pcp_ok_status();
+}
+
+// Tensor blobs: no SHA-256 on the wire; each chunk's data area is read
+// straight into the destination through the decoder's data sink and checked
+// there by its CRC32C; a corrupted chunk is DATA_LOSS.
+static void tensor_blob_chunks_direct_and_crc(void** state) {
+  (void)state;
+  pcp_proto_limits_t l = limits();
+  l.chunk_bytes = 1000;
+  size_t total = 4500;
+  uint8_t* blob = malloc(total);
+  for (size_t i = 0; i < total; ++i) blob[i] = (uint8_t)(i * 13 + 5);
+  chunk_sink_t sink = {0};
+  ASSERT_OK(pcp_proto_blob_encode_chunks(
+      1, 8, "t1.s0", PCP_PROTO_BLOB_TENSOR, blob, total, &l,
+      pcp_allocator_system(), sink_chunk, &sink));
+  assert_int_equal(sink.count, 5);
+  uint8_t* into = malloc(total);
+  direct_sink_t d = {.buffer = into, .capacity = total};
+  pcp_proto_frame_decoder_t decoder;
+  pcp_proto_frame_decoder_initialize(&l, pcp_allocator_system(), &decoder);
+  pcp_proto_frame_decoder_set_version(&decoder, 1);
+  pcp_proto_frame_decoder_set_data_sink(&decoder, direct_sink, &d);
+  pcp_proto_blob_assembly_t assembly;
+  for (size_t i = 0; i < sink.count; ++i) {
+    pcp_proto_parse_result_t result;
+    // Odd pieces: the head boundary falls inside a piece's window.
+    ASSERT_OK(feed_window(&decoder, sink.frames[i], sink.lengths[i], 77,
+                          &result));
+    assert_int_equal(result, PCP_PROTO_PARSE_FRAME_READY);
+    pcp_proto_frame_t f = {0};
+    pcp_proto_frame_decoder_take(&decoder, &f);
+    pcp_proto_blob_chunk_t chunk;
+    ASSERT_OK(pcp_proto_blob_chunk_parse(&f, &chunk));
+    assert_false(chunk.has_sha256);
+    assert_ptr_equal(chunk.data, into + i * 1000);
+    bool complete = false;
+    if (i == 0) {
+      ASSERT_OK(pcp_proto_blob_assembly_initialize(
+          8, &chunk, &l, pcp_allocator_system(), &assembly));
+    } else {
+      ASSERT_OK(pcp_proto_blob_assembly_add(&assembly, &chunk, &complete));
+    }
+    assert_int_equal(complete, i == 4);
+    pcp_proto_frame_deinitialize(&f);
+  }
+  assert_int_equal(d.calls, 5);
+  assert_memory_equal(into, blob, total);
+  uint8_t* out = NULL;
+  uint64_t out_length = 0;
+  pcp_proto_blob_assembly_take(&assembly, &out, &out_length);
+  assert_memory_equal(out, blob, total);
+  pcp_proto_blob_free(pcp_allocator_system(), out);
+  pcp_proto_frame_decoder_deinitialize(&decoder);
+
+  // One flipped bit in chunk 2's data (its last byte): the CRC32C catches
+  // it in the destination buffer, on the direct path and the buffered one.
+  for (int direct = 0; direct < 2; ++direct) {
+    d.filled = 2000;
+    pcp_proto_frame_decoder_initialize(&l, pcp_allocator_system(), &decoder);
+    pcp_proto_frame_decoder_set_version(&decoder, 1);
+    if (direct)
+      pcp_proto_frame_decoder_set_data_sink(&decoder, direct_sink, &d);
+    sink.frames[2][sink.lengths[2] - 1] ^= 0x10;
+    pcp_proto_parse_result_t result;
+    ASSERT_CODE(feed_window(&decoder, sink.frames[2], sink.lengths[2], 4096,
+                            &result),
+                PCP_STATUS_DATA_LOSS);
+    sink.frames[2][sink.lengths[2] - 1] ^= 0x10;
+    pcp_proto_frame_decoder_deinitialize(&decoder);
+  }
+  free(into);
+  for (size_t i = 0; i < sink.count; ++i) free(sink.frames[i]);
+  free(blob);
+}
+
+// A tensor blob announcing more than the blob limit is refused at chunk 0
+// before its buffer exists: nothing of that size is ever allocated.
+static void tensor_blob_over_limit_refused_before_allocation(void** state) {
+  (void)state;
+  pcp_proto_limits_t l = limits();
+  l.max_blob_bytes = 1 << 20;
+  pcp_allocator_counting_t counter;
+  pcp_allocator_counting_initialize(pcp_allocator_system(), &counter);
+  pcp_proto_blob_chunk_t chunk = {
+      .blob_id = "t1.s0",
+      .kind = PCP_PROTO_BLOB_TENSOR,
+      .index = 0,
+      .count = 64,
+      .offset = 0,
+      .total = (uint64_t)64 << 30,  // 64 GiB announced
+      .data_length = 1024,
+  };
+  pcp_proto_blob_assembly_t assembly;
+  ASSERT_CODE(pcp_proto_blob_assembly_begin(
+                  1, &chunk, &l, pcp_allocator_counting(&counter), &assembly),
+              PCP_STATUS_RESOURCE_EXHAUSTED);
+  ASSERT_CODE(
+      pcp_proto_blob_assembly_initialize(
+          1, &chunk, &l, pcp_allocator_counting(&counter), &assembly),
+      PCP_STATUS_RESOURCE_EXHAUSTED);
+  assert_int_equal(atomic_load(&counter.peak_bytes), 0);
+  assert_int_equal(atomic_load(&counter.allocation_count), 0);
+  // Just within the limit: one buffer of exactly the announced size.
+  chunk.total = l.max_blob_bytes;
+  chunk.count = 1024;
+  ASSERT_OK(pcp_proto_blob_assembly_begin(
+      1, &chunk, &l, pcp_allocator_counting(&counter), &assembly));
+  assert_true(atomic_load(&counter.peak_bytes) >= (int64_t)l.max_blob_bytes);
+  assert_true(atomic_load(&counter.peak_bytes) <
+              (int64_t)l.max_blob_bytes + 256);
+  assert_null(assembly.hash);  // tensors are not hashed
+  pcp_proto_blob_assembly_deinitialize(&assembly);
+  assert_int_equal(atomic_load(&counter.live_bytes), 0);
 }
 
 static void join_mac_verify(void** state) {
@@ -1273,6 +1438,8 @@ int main(void) {
       cmocka_unit_test(checksums_magic_flags_versions),
       cmocka_unit_test(limits_validate),
       cmocka_unit_test(blob_chunks_assemble_and_verify),
+      cmocka_unit_test(tensor_blob_chunks_direct_and_crc),
+      cmocka_unit_test(tensor_blob_over_limit_refused_before_allocation),
       cmocka_unit_test(join_mac_verify),
       cmocka_unit_test(oom_sweep_task_assign),
   };

@@ -145,6 +145,57 @@ void pcp_proto_blob_table_deinitialize(pcp_proto_blob_table_t* t) {
   memset(t, 0, sizeof(*t));
 }
 
+// A connection streams one request's blobs at a time (the sender queues a
+// request's chunks and then its frame, in order), so blobs left by any other
+// request are orphans, e.g. of a frame the sender failed to encode after its
+// chunks went out: drop them rather than let them fill the table.
+static void drop_orphans(pcp_proto_blob_table_t* t, uint64_t request_id) {
+  for (size_t i = 0; i < t->count;) {
+    if (t->slots[i].request_id != request_id) {
+      slot_free(t, &t->slots[i]);
+    } else {
+      ++i;
+    }
+  }
+}
+
+uint8_t* pcp_proto_blob_table_dest(pcp_proto_blob_table_t* t,
+                                   uint64_t request_id,
+                                   const pcp_proto_blob_chunk_t* chunk,
+                                   const pcp_proto_limits_t* limits) {
+  if (chunk->kind != PCP_PROTO_BLOB_TENSOR)
+    return NULL;
+  for (size_t i = 0; i < t->count; ++i) {
+    pcp_proto_blob_slot_t* s = &t->slots[i];
+    if (s->request_id == request_id && !s->complete &&
+        strcmp(s->assembly.blob_id, chunk->blob_id) == 0) {
+      return pcp_proto_blob_assembly_next_dest(&s->assembly, chunk);
+    }
+  }
+  if (chunk->index != 0)
+    return NULL;
+  // What blob_table_add would do for chunk 0, minus adding it: the frame's
+  // checksums are verified in place before add sees it.
+  drop_orphans(t, request_id);
+  if (t->count == t->max)
+    return NULL;
+  pcp_proto_blob_slot_t* s = &t->slots[t->count];
+  memset(s, 0, sizeof(*s));
+  s->request_id = request_id;
+  pcp_status_t status = pcp_proto_blob_assembly_begin(
+      request_id, chunk, limits, t->allocator, &s->assembly);
+  if (status) {
+    // Declined: the normal path refuses the chunk with this same error.
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  t->count++;
+  uint8_t* dest = pcp_proto_blob_assembly_next_dest(&s->assembly, chunk);
+  if (!dest)
+    slot_free(t, s);
+  return dest;
+}
+
 pcp_status_t pcp_proto_blob_table_add(pcp_proto_blob_table_t* t,
                                       uint64_t request_id,
                                       const pcp_proto_blob_chunk_t* chunk,
@@ -170,17 +221,7 @@ pcp_status_t pcp_proto_blob_table_add(pcp_proto_blob_table_t* t,
     }
     return pcp_ok_status();
   }
-  // A connection streams one request's blobs at a time (the sender queues
-  // a request's chunks and then its frame, in order), so blobs left by any
-  // other request are orphans, e.g. of a frame the sender failed to encode
-  // after its chunks went out: drop them rather than let them fill the table.
-  for (size_t i = 0; i < t->count;) {
-    if (t->slots[i].request_id != request_id) {
-      slot_free(t, &t->slots[i]);
-    } else {
-      ++i;
-    }
-  }
+  drop_orphans(t, request_id);
   if (t->count == t->max) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "%zu tensor blobs already pending", t->count);

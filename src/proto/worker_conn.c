@@ -108,10 +108,30 @@ static bool connected(const pcp_proto_worker_t* w) {
          w->state <= PCP_PROTO_WORKER_DRAINING;
 }
 
+// Decoder data sink: a task input's chunk is read from the socket straight
+// into its blob buffer (zero copy on receive, docs/decisions.md).
+static uint8_t* blob_data_sink(void* user_data, pcp_proto_frame_t* head,
+                               uint64_t data_length) {
+  pcp_proto_worker_t* w = user_data;
+  if (w->state != PCP_PROTO_WORKER_READY &&
+      w->state != PCP_PROTO_WORKER_DRAINING) {
+    return NULL;
+  }
+  pcp_proto_blob_chunk_t chunk;
+  pcp_status_t status = pcp_proto_blob_chunk_parse(head, &chunk);
+  if (status || chunk.data_length != data_length) {
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  return pcp_proto_blob_table_dest(&w->blobs, head->header.request_id, &chunk,
+                                   &w->config.limits);
+}
+
 static void reset_connection(pcp_proto_worker_t* w) {
   pcp_proto_frame_decoder_deinitialize(&w->decoder);
   pcp_proto_frame_decoder_initialize(&w->config.limits, w->allocator,
                                      &w->decoder);
+  pcp_proto_frame_decoder_set_data_sink(&w->decoder, blob_data_sink, w);
   w->version = 0;
   w->heartbeat_seq_tx = 0;
   w->heartbeat_seq_rx = 0;
@@ -636,6 +656,7 @@ pcp_status_t pcp_proto_worker_create(const pcp_proto_worker_config_t* config,
   w->timeouts =
       pcp_proto_timeouts_from_heartbeat(config->heartbeat_interval_ms);
   pcp_proto_frame_decoder_initialize(&config->limits, allocator, &w->decoder);
+  pcp_proto_frame_decoder_set_data_sink(&w->decoder, blob_data_sink, w);
   pcp_proto_action_queue_initialize(allocator, &w->actions);
   status = pcp_proto_blob_table_initialize(config->limits.max_blob_assemblies,
                                            allocator, &w->blobs);
