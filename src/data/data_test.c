@@ -809,6 +809,68 @@ static void test_assignment_json_round_trip(void** state) {
       PCP_STATUS_RESOURCE_EXHAUSTED);
 }
 
+static void test_assignment_parse_mutations(void** state) {
+  (void)state;
+  // Assignments arrive from the network: every mutation of a valid text
+  // (byte flips, truncations, insertions) parses or fails with a status,
+  // never crashes (ASan build), and whatever parses formats again.
+  pcp_data_assignment_t a;
+  memset(&a, 0, sizeof(a));
+  snprintf(a.path, sizeof(a.path), "data/tiny_shakespeare.txt");
+  a.range = (pcp_data_range_t){1024, 4096};
+  a.shard_count = 2;
+  a.shard_index = 1;
+  a.seed = 99;
+  a.has_cursor = true;
+  a.cursor = (pcp_data_cursor_t){{1, 2, 3, 4}, 5, 6};
+  char original[PCP_DATA_MAX_ASSIGNMENT_JSON_LENGTH + 1];
+  PCP_CHECK_OK(pcp_data_assignment_format(&a, original, sizeof(original)));
+  size_t length = strlen(original);
+  static const char kAlphabet[] = "{}[]\":,0123456789-+.eE \\u\xff\x80tfn";
+  pcp_rng_t rng;
+  pcp_rng_initialize(2026, &rng);
+  char text[PCP_DATA_MAX_ASSIGNMENT_JSON_LENGTH + 1];
+  int parsed = 0;
+  for (int round = 0; round < 20000; ++round) {
+    memcpy(text, original, length + 1);
+    size_t n = length;
+    int edits = 1 + (int)pcp_rng_next_below(&rng, 4);
+    for (int e = 0; e < edits && n > 0; ++e) {
+      size_t at = (size_t)pcp_rng_next_below(&rng, n);
+      char c = kAlphabet[pcp_rng_next_below(&rng, sizeof(kAlphabet) - 1)];
+      switch (pcp_rng_next_below(&rng, 3)) {
+        case 0:
+          text[at] = c;
+          break;
+        case 1:
+          n = at;
+          break;
+        default:
+          if (n + 1 < sizeof(text)) {
+            memmove(text + at + 1, text + at, n - at);
+            text[at] = c;
+            ++n;
+          }
+          break;
+      }
+    }
+    pcp_data_assignment_t b;
+    pcp_status_t status =
+        pcp_data_assignment_parse(pcp_make_string_view(text, n), &b);
+    if (status) {
+      pcp_status_ignore(status);
+      continue;
+    }
+    ++parsed;
+    char again[PCP_DATA_MAX_ASSIGNMENT_JSON_LENGTH + 1];
+    pcp_status_ignore(pcp_data_assignment_format(&b, again, sizeof(again)));
+    pcp_data_cursor_t cursor;
+    pcp_status_ignore(
+        pcp_data_cursor_parse(pcp_make_string_view(text, n), &cursor));
+  }
+  print_message("  %d of 20000 mutations still parsed\n", parsed);
+}
+
 //===----------------------------------------------------------------------===//
 // Effective batch size
 //===----------------------------------------------------------------------===//
@@ -911,6 +973,7 @@ int main(void) {
       cmocka_unit_test(test_shards_cover_without_overlap),
       cmocka_unit_test(test_reshard_on_join),
       cmocka_unit_test(test_assignment_json_round_trip),
+      cmocka_unit_test(test_assignment_parse_mutations),
       cmocka_unit_test(test_effective_batch_size),
       cmocka_unit_test(test_allocation_failures),
   };
