@@ -201,6 +201,122 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_models_module_emit(
     const pcp_models_spec_t* spec, pcp_string_builder_t* builder);
 
 //===----------------------------------------------------------------------===//
+// safetensors
+//===----------------------------------------------------------------------===//
+//
+// The Hugging Face safetensors format: an 8-byte little-endian header length
+// N, N bytes of JSON ({"name": {"dtype", "shape", "data_offsets": [b, e]},
+// "__metadata__": {str: str}}, padded with spaces), then the data region.
+// Offsets are relative to the data region; the tensors must tile it exactly
+// (sorted by offset: no gap, no overlap, the last one ends at the file end),
+// as the reference reader requires. Files are memory-mapped read-only and
+// tensors are zero-copy views into the mapping.
+//
+// Threading: a file or checkpoint is immutable after open: its accessors are
+// thread-safe; open/release are thread-compatible.
+// Ownership: names, metadata and views are borrowed from the file and live
+// until it is released.
+
+// Header cap (the reference reader's limit is also 100 MB): checked against
+// the file size and this cap before anything is allocated.
+#define PCP_SAFETENSORS_MAX_HEADER_BYTES ((uint64_t)100 << 20)
+#define PCP_SAFETENSORS_MAX_SHARDS 4096
+
+typedef struct pcp_safetensors_tensor_t {
+  const char* name;  // NUL-terminated, borrowed
+  pcp_element_type_t element_type;
+  int32_t rank;
+  int64_t dims[PCP_MAX_TENSOR_RANK];
+  int64_t element_count;
+  // Zero-copy view into the mapping. Not aligned beyond what the file gives
+  // (offsets need not be multiples of the element size): copy with memcpy.
+  const void* data;
+  size_t byte_length;
+} pcp_safetensors_tensor_t;
+
+typedef struct pcp_safetensors_file_t pcp_safetensors_file_t;
+
+// Maps and validates |path|. INVALID_ARGUMENT naming the file and the
+// problem for any malformed header (truncated, length beyond the file, bad
+// JSON, bad dtype/shape/offsets, size mismatch, overlap or gap);
+// UNIMPLEMENTED for dtypes of the format we do not support (F8_*, ...);
+// RESOURCE_EXHAUSTED for a header over the cap; NOT_FOUND / errno statuses
+// when the file cannot be opened. Release with pcp_safetensors_file_release.
+PCP_MUST_USE_RESULT pcp_status_t pcp_safetensors_file_open(
+    const char* path, pcp_allocator_t allocator,
+    pcp_safetensors_file_t** out_file);
+// Same validation over bytes in memory (fuzzing, tests). |data| is borrowed
+// and must outlive the file.
+PCP_MUST_USE_RESULT pcp_status_t pcp_safetensors_file_parse(
+    const void* data, size_t byte_length, pcp_allocator_t allocator,
+    pcp_safetensors_file_t** out_file);
+void pcp_safetensors_file_release(pcp_safetensors_file_t* file);
+
+// Tensors in header order (the JSON object's key order).
+size_t pcp_safetensors_file_tensor_count(const pcp_safetensors_file_t* file);
+const pcp_safetensors_tensor_t* pcp_safetensors_file_tensor(
+    const pcp_safetensors_file_t* file, size_t index);
+// NULL when absent.
+const pcp_safetensors_tensor_t* pcp_safetensors_file_find(
+    const pcp_safetensors_file_t* file, const char* name);
+// Value of |key| in "__metadata__", or NULL.
+const char* pcp_safetensors_file_metadata(const pcp_safetensors_file_t* file,
+                                          const char* key);
+
+// One tensor to write: the view's bytes are copied to the file as they are.
+// Writes |path| atomically (temp file, fsync, rename): header JSON with
+// sorted keys padded with spaces to a multiple of 8 bytes (so the data
+// region is 8-byte aligned), then the tensors back to back in |tensors|
+// order. |metadata| holds |metadata_count| key/value pairs (2 * count
+// strings). INVALID_ARGUMENT for duplicate or empty names, a size that does
+// not match dtype x shape, or a dtype the format cannot express.
+PCP_MUST_USE_RESULT pcp_status_t pcp_safetensors_write(
+    const char* path, const pcp_safetensors_tensor_t* tensors,
+    size_t tensor_count, const char* const* metadata, size_t metadata_count);
+
+// A checkpoint: one .safetensors file, a sharded checkpoint's
+// model.safetensors.index.json ({"weight_map": {tensor: shard file}}, shard
+// paths relative to the index), or a directory holding either (the index
+// wins). Every weight_map entry must exist in its shard, and a tensor name
+// may appear in one shard only.
+typedef struct pcp_safetensors_checkpoint_t pcp_safetensors_checkpoint_t;
+
+PCP_MUST_USE_RESULT pcp_status_t pcp_safetensors_checkpoint_open(
+    const char* path, pcp_allocator_t allocator,
+    pcp_safetensors_checkpoint_t** out_checkpoint);
+void pcp_safetensors_checkpoint_release(
+    pcp_safetensors_checkpoint_t* checkpoint);
+// All tensors over all shards (shard order, then header order).
+size_t pcp_safetensors_checkpoint_tensor_count(
+    const pcp_safetensors_checkpoint_t* checkpoint);
+const pcp_safetensors_tensor_t* pcp_safetensors_checkpoint_tensor(
+    const pcp_safetensors_checkpoint_t* checkpoint, size_t index);
+const pcp_safetensors_tensor_t* pcp_safetensors_checkpoint_find(
+    const pcp_safetensors_checkpoint_t* checkpoint, const char* name);
+
+// Loads |checkpoint| into the parameters of |table| (names as the Hugging
+// Face checkpoints spell them, e.g. Qwen3's model.layers.N.mlp.up_proj.weight):
+// each |buffers[i]| receives |table->parameters[i].byte_length| bytes in the
+// parameter's dtype, converted from F32, BF16 or F16 (bf16 rounded to nearest
+// even). Errors name the tensor: NOT_FOUND when a parameter is missing,
+// INVALID_ARGUMENT for a wrong shape, an unconvertible dtype or an unexpected
+// tensor. Tied embeddings: a checkpoint's lm_head.weight is accepted (and
+// ignored) when the table has none, and when the table has lm_head.weight
+// and the checkpoint does not, |tie_word_embeddings| (config.json's flag)
+// fills it from model.embed_tokens.weight. Buffers of rotary_emb.inv_freq
+// (older exports) are ignored. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_models_safetensors_load(
+    const pcp_models_parameter_table_t* table,
+    const pcp_safetensors_checkpoint_t* checkpoint, bool tie_word_embeddings,
+    void* const* buffers);
+
+// Writes the parameters of |table| (|buffers[i]| in the parameter's dtype)
+// as one .safetensors file with the table's names.
+PCP_MUST_USE_RESULT pcp_status_t pcp_models_safetensors_save(
+    const pcp_models_parameter_table_t* table, const void* const* buffers,
+    const char* path);
+
+//===----------------------------------------------------------------------===//
 // CLI
 //===----------------------------------------------------------------------===//
 
@@ -212,6 +328,111 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_models_module_emit(
 // Returns 0, 1 when a file cannot be written, 2 on usage errors (bounds,
 // divisibility).
 int pcp_models_cli_main(int argc, char** argv);
+
+
+//===----------------------------------------------------------------------===//
+// Generation (KV-cache prefill and decode)
+//===----------------------------------------------------------------------===//
+//
+// A generation module holds two functions over the same parameters as @main
+// (the table of the spec; the spec's batch is ignored):
+//   @prefill(params..., %input_ids: tensor<SLOTSxPxi32>,
+//            %positions: tensor<SLOTSxi32>, %lengths: tensor<SLOTSxi32>,
+//            %k_cache, %v_cache) -> (tensor<SLOTSxVxf32>, k_cache', v_cache')
+//   @decode(params..., %input_ids: tensor<SLOTSx1xi32>,
+//           %positions: tensor<SLOTSxi32>, %k_cache, %v_cache)
+//       -> (tensor<SLOTSxVxf32>, k_cache', v_cache')
+// Caches are tensor<LAYERS x SLOTS x KV_HEADS x MAX_LENGTH x HEAD_DIM> in
+// the spec's dtype, one for keys and one for values; a session owns one slot
+// (the batch index). |positions[b]| is the number of tokens already in slot
+// b's cache: token s of this call sits at position positions[b] + s, is
+// written to cache row positions[b] + s and attends to rows <= that
+// position, so slots at different lengths run in one call. @prefill writes
+// only the first |lengths[b]| tokens of each row (0 leaves a slot's cache
+// untouched) and returns the logits of token lengths[b] - 1 (zeros for
+// length 0); @decode writes one token per slot and returns its logits. Rows
+// past a slot's position are masked, never read. Tokens beyond MAX_LENGTH
+// are the caller's error (they are not written and not seen).
+
+typedef struct pcp_models_generation_t {
+  int64_t slots;           // cache batch dimension (concurrent sessions)
+  int64_t max_length;      // cache rows per slot (prompt + generated)
+  int64_t prefill_length;  // P: tokens per @prefill call (<= max_length)
+} pcp_models_generation_t;
+
+// INVALID_ARGUMENT naming the field: bounds, prefill_length <= max_length,
+// GPT's max_length <= block_size (its learned position table).
+PCP_MUST_USE_RESULT pcp_status_t pcp_models_generation_validate(
+    const pcp_models_spec_t* spec, const pcp_models_generation_t* gen);
+
+// Bytes of one slot's k and v caches: 2 x layers x kv_heads x max_length x
+// head_dim x dtype size. Valid only after validation.
+uint64_t pcp_models_generation_cache_byte_length(
+    const pcp_models_spec_t* spec, const pcp_models_generation_t* gen);
+
+// Appends `module @pcp_<arch>_generate { @prefill @decode }` (deterministic
+// text, as pcp_models_module_emit). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_models_generation_module_emit(
+    const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,
+    pcp_string_builder_t* builder);
+
+//===----------------------------------------------------------------------===//
+// Generation driver (weights and KV caches resident on a pcp_backend_t)
+//===----------------------------------------------------------------------===//
+//
+// Runs a compiled generation module: parameters are uploaded once, the two
+// caches live on the device and are replaced by each call's results, slot
+// lengths are kept here. A session owns a slot: prefill appends its prompt
+// (in chunks of prefill_length), decode advances every active slot by one
+// token in one batched call.
+//
+// Threading: thread-compatible (the backend's rule: one thread at a time).
+// Ownership: |backend| and |program| are borrowed and must outlive the
+// generator; |parameters| are copied to the device during create.
+
+typedef struct pcp_backend_t pcp_backend_t;
+typedef struct pcp_program_t pcp_program_t;
+typedef struct pcp_models_generator_t pcp_models_generator_t;
+
+// |parameters[i]|: the bytes of table parameter i (the spec's dtype).
+// Caches start zeroed. Errors: validation (INVALID_ARGUMENT), uploads.
+PCP_MUST_USE_RESULT pcp_status_t pcp_models_generator_create(
+    pcp_backend_t* backend, pcp_program_t* program,
+    const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,
+    const void* const* parameters, pcp_allocator_t allocator,
+    pcp_models_generator_t** out_generator);
+void pcp_models_generator_release(pcp_models_generator_t* generator);
+
+// Tokens in |slot|'s cache; reset frees the slot for a new session (O(1):
+// stale rows are masked, then overwritten).
+int64_t pcp_models_generator_slot_length(
+    const pcp_models_generator_t* generator, int64_t slot);
+void pcp_models_generator_slot_reset(pcp_models_generator_t* generator,
+                                     int64_t slot);
+
+// Device bytes of the k and v caches divided by the slots: what one session
+// costs (compare pcp_models_generation_cache_byte_length).
+uint64_t pcp_models_generator_session_cache_byte_length(
+    const pcp_models_generator_t* generator);
+
+// Appends |count| tokens to |slot| and writes the logits of the last one to
+// |out_logits| [vocab]. |scratch_logits| holds slots x vocab floats. Other
+// slots' caches are untouched. OUT_OF_RANGE when the slot would pass
+// max_length; INVALID_ARGUMENT for a bad slot.
+PCP_MUST_USE_RESULT pcp_status_t pcp_models_generator_prefill(
+    pcp_models_generator_t* generator, int64_t slot, const int32_t* tokens,
+    int64_t count, float* out_logits, float* scratch_logits);
+
+// One decode step of all slots: slot b consumes |tokens[b]| when
+// |active[b]|; |out_logits| [slots x vocab] receives each slot's next-token
+// logits (rows of inactive slots are meaningless). OUT_OF_RANGE when an
+// active slot is full.
+PCP_MUST_USE_RESULT pcp_status_t pcp_models_generator_decode(
+    pcp_models_generator_t* generator, const int32_t* tokens,
+    const bool* active, float* out_logits);
+
+// Greedy selection: the first index of the largest logit. Thread-safe.
+int32_t pcp_models_logits_argmax(const float* logits, int64_t vocab);
 
 #ifdef __cplusplus
 }

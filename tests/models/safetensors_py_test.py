@@ -1,0 +1,148 @@
+# SPDX-License-Identifier: Apache-2.0
+"""safetensors interop against the `safetensors` PyPI package.
+
+1. Files written by the package (f32, bf16, f16, i64, bool, empty, scalar,
+   metadata; one file and a sharded checkpoint with an index) are read by
+   our reader bit-exactly: dtype, shape and the SHA-256 of every tensor's
+   bytes match.
+2. A file written by our writer is read by the package: the same values,
+   the metadata, and the 8-byte header padding the format asks for.
+
+Usage: safetensors_py_test.py DRIVER (the safetensors_driver binary).
+"""
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import ml_dtypes
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+DRIVER = sys.argv[1]
+NAMES = {
+    np.dtype(np.float32): "f32",
+    np.dtype(ml_dtypes.bfloat16): "bf16",
+    np.dtype(np.float16): "f16",
+    np.dtype(np.int64): "i64",
+    np.dtype(np.int32): "i32",
+    np.dtype(np.bool_): "i1",
+}
+
+
+def dump(path):
+    out = subprocess.run([DRIVER, "dump", path], check=True,
+                         capture_output=True, text=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        name, dtype, shape, digest = line.split(" ")
+        rows[name] = (dtype, shape, digest)
+    return rows
+
+
+def expect(tensors):
+    return {
+        name: (NAMES[a.dtype], "[" + ",".join(str(d) for d in a.shape) + "]",
+               hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest())
+        for name, a in tensors.items()
+    }
+
+
+def random_tensors(rng, prefix):
+    return {
+        prefix + "f32": rng.standard_normal((7, 5)).astype(np.float32),
+        prefix + "bf16": rng.standard_normal((3, 4, 2)).astype(
+            ml_dtypes.bfloat16),
+        prefix + "f16": rng.standard_normal((9,)).astype(np.float16),
+        prefix + "i64": rng.integers(-2**62, 2**62, size=(4, 3),
+                                     dtype=np.int64),
+        prefix + "i32": rng.integers(-2**31, 2**31, size=(5,),
+                                     dtype=np.int32),
+        prefix + "bool": rng.integers(0, 2, size=(6,)).astype(np.bool_),
+        prefix + "empty": np.zeros((0, 4), dtype=np.float32),
+        prefix + "scalar": np.array(3.5, dtype=np.float32),
+    }
+
+
+def main():
+    rng = np.random.default_rng(20261202)
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        # 1. One file written by the package.
+        tensors = random_tensors(rng, "")
+        path = os.path.join(tmp, "py.safetensors")
+        save_file(tensors, path, metadata={"format": "np"})
+        got, want = dump(path), expect(tensors)
+        if got != want:
+            print("FAIL single file:\n got ", got, "\n want", want)
+            failures += 1
+
+        # Sharded: two shards and an index, opened through the directory.
+        shard_dir = os.path.join(tmp, "sharded")
+        os.mkdir(shard_dir)
+        a = random_tensors(rng, "model.a.")
+        b = random_tensors(rng, "model.b.")
+        save_file(a, os.path.join(shard_dir, "model-00001-of-00002.safetensors"))
+        save_file(b, os.path.join(shard_dir, "model-00002-of-00002.safetensors"))
+        weight_map = {k: "model-00001-of-00002.safetensors" for k in a}
+        weight_map.update({k: "model-00002-of-00002.safetensors" for k in b})
+        with open(os.path.join(shard_dir, "model.safetensors.index.json"),
+                  "w") as f:
+            json.dump({"metadata": {"total_size": 0},
+                       "weight_map": weight_map}, f)
+        got, want = dump(shard_dir), expect({**a, **b})
+        if got != want:
+            print("FAIL sharded:\n got ", got, "\n want", want)
+            failures += 1
+
+        # 2. Our writer, read by the package.
+        ours = os.path.join(tmp, "ours.safetensors")
+        subprocess.run([DRIVER, "write", ours], check=True)
+        with open(ours, "rb") as f:
+            raw = f.read()
+        (header_length,) = struct.unpack("<Q", raw[:8])
+        if header_length % 8 != 0:
+            print("FAIL header length", header_length, "not a multiple of 8")
+            failures += 1
+        want = {
+            "f32": np.arange(6, dtype=np.float32).reshape(2, 3) * 0.25 - 1.0,
+            "bf16": (0x3F80 + np.arange(4, dtype=np.uint16)).view(
+                ml_dtypes.bfloat16),
+            "f16": (0x3C00 + 3 * np.arange(3, dtype=np.uint16)).view(
+                np.float16),
+            "i64": np.arange(5, dtype=np.int64) * 1000000007 - 5,
+            "flags": np.array([True, False, True]),
+            "empty": np.zeros((0, 3), dtype=np.float32),
+            "scalar": np.array(0.25, dtype=np.float32),
+        }
+        with safe_open(ours, framework="numpy") as f:
+            if f.metadata() != {"format": "pt", "producer": "pcp"}:
+                print("FAIL metadata", f.metadata())
+                failures += 1
+            if sorted(f.keys()) != sorted(want):
+                print("FAIL keys", sorted(f.keys()))
+                failures += 1
+            for name, expected in want.items():
+                value = f.get_tensor(name)
+                if (value.dtype != expected.dtype or
+                        value.shape != expected.shape or
+                        value.tobytes() != expected.astype(
+                            expected.dtype).tobytes()):
+                    print("FAIL", name, value.dtype, value.shape, value,
+                          "want", expected.dtype, expected.shape, expected)
+                    failures += 1
+    if failures:
+        print(f"safetensors_py_test: {failures} failure(s)")
+        return 1
+    print("safetensors_py_test: package files read bit-exactly (single and "
+          "sharded); our file read by the package")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
