@@ -115,7 +115,8 @@ pcp_status_t pcp_diloco_accumulator_add_bf16(
 pcp_status_t pcp_diloco_accumulator_average(
     const pcp_diloco_accumulator_t* accumulator, float* out_average,
     size_t* out_nonfinite_count) {
-  if (out_nonfinite_count != NULL) *out_nonfinite_count = 0;
+  if (out_nonfinite_count != NULL)
+    *out_nonfinite_count = 0;
   if (accumulator->contributor_count == 0) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "no worker reported this round");
@@ -132,7 +133,8 @@ pcp_status_t pcp_diloco_accumulator_average(
     }
     out_average[i] = v;
   }
-  if (out_nonfinite_count != NULL) *out_nonfinite_count = nonfinite;
+  if (out_nonfinite_count != NULL)
+    *out_nonfinite_count = nonfinite;
   return pcp_ok_status();
 }
 
@@ -140,10 +142,9 @@ pcp_status_t pcp_diloco_accumulator_average(
 // Nesterov
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_diloco_nesterov_initialize(pcp_allocator_t allocator,
-                                            size_t count, float learning_rate,
-                                            float momentum,
-                                            pcp_diloco_nesterov_t* out_nesterov) {
+pcp_status_t pcp_diloco_nesterov_initialize(
+    pcp_allocator_t allocator, size_t count, float learning_rate,
+    float momentum, pcp_diloco_nesterov_t* out_nesterov) {
   memset(out_nesterov, 0, sizeof(*out_nesterov));
   if (count > SIZE_MAX / sizeof(float) - 1) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
@@ -211,12 +212,16 @@ uint64_t pcp_streaming_diloco_max_steps(
 
 static bool fires_at(const pcp_streaming_diloco_schedule_t* schedule,
                      uint64_t offset, uint64_t step, uint32_t* out_round) {
-  if (step <= offset) return false;
+  if (step <= offset)
+    return false;
   uint64_t since = step - offset;
-  if (since % schedule->inner_steps != 0) return false;
+  if (since % schedule->inner_steps != 0)
+    return false;
   uint64_t round = since / schedule->inner_steps - 1;
-  if (round >= schedule->max_rounds) return false;
-  if (out_round != NULL) *out_round = (uint32_t)round;
+  if (round >= schedule->max_rounds)
+    return false;
+  if (out_round != NULL)
+    *out_round = (uint32_t)round;
   return true;
 }
 
@@ -230,10 +235,10 @@ bool pcp_streaming_diloco_sends_at(
 bool pcp_streaming_diloco_receives_at(
     const pcp_streaming_diloco_schedule_t* schedule, uint32_t fragment,
     uint64_t step, uint32_t* out_round) {
-  return fires_at(schedule,
-                  pcp_streaming_diloco_phase(schedule, fragment) +
-                      schedule->overlap_tau,
-                  step, out_round);
+  return fires_at(
+      schedule,
+      pcp_streaming_diloco_phase(schedule, fragment) + schedule->overlap_tau,
+      step, out_round);
 }
 
 void pcp_streaming_diloco_fragment_delta(float* inout_snapshot,
@@ -285,7 +290,8 @@ uint64_t pcp_streaming_diloco_fragment_wire_bytes(
 uint64_t pcp_diloco_ring_allreduce_wire_bytes(uint64_t parameter_count,
                                               uint32_t workers,
                                               uint64_t steps) {
-  if (workers <= 1) return 0;
+  if (workers <= 1)
+    return 0;
   // Each of W workers sends 2(W-1)/W of the f32 parameter bytes per step
   // (reduce-scatter + all-gather); summed over workers: 2(W-1) * bytes.
   return 2ull * (workers - 1) * parameter_count * 4ull * steps;

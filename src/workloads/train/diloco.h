@@ -145,8 +145,7 @@ void pcp_diloco_delta_compute(const float* theta_global,
 
 // bf16 wire format, round to nearest even (upstream truncates; see
 // docs/decisions.md). NaN stays NaN. |out| must not alias |values|.
-void pcp_diloco_bf16_quantize(const float* values, size_t count,
-                              uint16_t* out);
+void pcp_diloco_bf16_quantize(const float* values, size_t count, uint16_t* out);
 void pcp_diloco_bf16_dequantize(const uint16_t* values, size_t count,
                                 float* out);
 
@@ -160,11 +159,10 @@ typedef struct pcp_diloco_accumulator_t {
 } pcp_diloco_accumulator_t;
 
 // RESOURCE_EXHAUSTED when the allocation fails.
-PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_accumulator_initialize(
-    pcp_allocator_t allocator, size_t count,
-    pcp_diloco_accumulator_t* out_accumulator);
-void pcp_diloco_accumulator_deinitialize(
-    pcp_diloco_accumulator_t* accumulator);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_diloco_accumulator_initialize(pcp_allocator_t allocator, size_t count,
+                                  pcp_diloco_accumulator_t* out_accumulator);
+void pcp_diloco_accumulator_deinitialize(pcp_diloco_accumulator_t* accumulator);
 // Zeroes the sum and the contributor count (start of a round).
 void pcp_diloco_accumulator_reset(pcp_diloco_accumulator_t* accumulator);
 // Adds one worker's delta (f32, or bf16 widened exactly).
@@ -172,14 +170,13 @@ void pcp_diloco_accumulator_reset(pcp_diloco_accumulator_t* accumulator);
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_accumulator_add_f32(
     pcp_diloco_accumulator_t* accumulator, const float* delta, size_t count);
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_accumulator_add_bf16(
-    pcp_diloco_accumulator_t* accumulator, const uint16_t* delta,
-    size_t count);
+    pcp_diloco_accumulator_t* accumulator, const uint16_t* delta, size_t count);
 // out_average = sum / contributor_count; a NaN/Inf element becomes 0 (as
 // upstream) and is counted in |out_nonfinite_count| (optional).
 // FAILED_PRECONDITION when no worker reported (the caller skips the step).
-PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_accumulator_average(
-    const pcp_diloco_accumulator_t* accumulator, float* out_average,
-    size_t* out_nonfinite_count);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_diloco_accumulator_average(const pcp_diloco_accumulator_t* accumulator,
+                               float* out_average, size_t* out_nonfinite_count);
 
 // Host Nesterov outer optimizer (reference s.1.1), velocity starts at zero:
 //   v <- mu*v + g ;  theta <- theta - lr*(g + mu*v)
@@ -275,15 +272,15 @@ typedef struct pcp_diloco_checkpoint_t {
 
 // Serializes |checkpoint| into a malloc'd buffer (caller frees).
 // INVALID_ARGUMENT when the element counts do not sum to parameter_count.
-PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_checkpoint_serialize(
-    const pcp_diloco_checkpoint_t* checkpoint, void** out_data,
-    size_t* out_byte_length);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_diloco_checkpoint_serialize(const pcp_diloco_checkpoint_t* checkpoint,
+                                void** out_data, size_t* out_byte_length);
 // Parses and verifies (SHA-256 first, then magic, version, lengths).
 // DATA_LOSS on a corrupted or truncated image. |out_checkpoint| owns its
 // arrays; release with pcp_diloco_checkpoint_deinitialize.
-PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_checkpoint_deserialize(
-    const void* data, size_t byte_length,
-    pcp_diloco_checkpoint_t* out_checkpoint);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_diloco_checkpoint_deserialize(const void* data, size_t byte_length,
+                                  pcp_diloco_checkpoint_t* out_checkpoint);
 // Frees what deserialize/load allocated (not for borrowed views).
 void pcp_diloco_checkpoint_deinitialize(pcp_diloco_checkpoint_t* checkpoint);
 // Serialize + pcp_file_write_atomic (temp file, fsync, rename).
@@ -319,8 +316,7 @@ uint64_t pcp_streaming_diloco_fragment_wire_bytes(
 // 2(W-1)/W of the f32 parameter bytes per worker per step; the total over
 // the W workers, 2(W-1) * 4 * parameter_count * steps, is returned.
 uint64_t pcp_diloco_ring_allreduce_wire_bytes(uint64_t parameter_count,
-                                              uint32_t workers,
-                                              uint64_t steps);
+                                              uint32_t workers, uint64_t steps);
 
 #ifdef __cplusplus
 }

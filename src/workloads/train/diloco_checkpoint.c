@@ -49,10 +49,9 @@ pcp_status_t pcp_diloco_checkpoint_serialize(
   *out_data = NULL;
   *out_byte_length = 0;
   if (checkpoint->tensor_count > PCP_DILOCO_CHECKPOINT_MAX_TENSORS) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "checkpoint: %u tensors (max %u)",
-                           checkpoint->tensor_count,
-                           PCP_DILOCO_CHECKPOINT_MAX_TENSORS);
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT, "checkpoint: %u tensors (max %u)",
+        checkpoint->tensor_count, PCP_DILOCO_CHECKPOINT_MAX_TENSORS);
   }
   uint64_t total = 0;
   for (uint32_t i = 0; i < checkpoint->tensor_count; ++i) {
@@ -117,7 +116,8 @@ pcp_status_t pcp_diloco_checkpoint_deserialize(
   if (byte_length < HEADER_BYTES + PCP_SHA256_BYTE_LENGTH) {
     return corrupt("truncated header");
   }
-  if (memcmp(base, kMagic, 8) != 0) return corrupt("bad magic");
+  if (memcmp(base, kMagic, 8) != 0)
+    return corrupt("bad magic");
   // The digest is checked before any length is trusted.
   size_t body = byte_length - PCP_SHA256_BYTE_LENGTH;
   pcp_sha256_t digest;
@@ -139,7 +139,8 @@ pcp_status_t pcp_diloco_checkpoint_deserialize(
   uint64_t total = 0;
   for (uint32_t i = 0; i < tensors; ++i) {
     uint64_t e = get_u64(p + 8 * i);
-    if (e > body || total + e > body) return corrupt("tensor length");
+    if (e > body || total + e > body)
+      return corrupt("tensor length");
     total += e;
   }
   size_t rest = body - HEADER_BYTES - 8u * tensors;
@@ -170,7 +171,8 @@ pcp_status_t pcp_diloco_checkpoint_deserialize(
   p += 4 * c.parameter_count;
   get_f32s(p, c.velocity, c.parameter_count);
   p += 4 * c.parameter_count;
-  if (c.cursor_byte_length > 0) memcpy(c.cursor, p, c.cursor_byte_length);
+  if (c.cursor_byte_length > 0)
+    memcpy(c.cursor, p, c.cursor_byte_length);
   *out_checkpoint = c;
   return pcp_ok_status();
 }
@@ -199,9 +201,9 @@ pcp_status_t pcp_diloco_checkpoint_load(
   memset(out_checkpoint, 0, sizeof(*out_checkpoint));
   void* data = NULL;
   size_t length = 0;
-  PCP_RETURN_IF_ERROR(pcp_file_read_all(path, PCP_DILOCO_CHECKPOINT_MAX_BYTES,
-                                        &data, &length),
-                      "diloco checkpoint %s", path);
+  PCP_RETURN_IF_ERROR(
+      pcp_file_read_all(path, PCP_DILOCO_CHECKPOINT_MAX_BYTES, &data, &length),
+      "diloco checkpoint %s", path);
   pcp_status_t status =
       pcp_diloco_checkpoint_deserialize(data, length, out_checkpoint);
   free(data);

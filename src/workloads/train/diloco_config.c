@@ -16,10 +16,12 @@ static const char* const kModelKinds[] = {"none", "gpt", "nanochat", "qwen3",
                                           NULL};
 
 #define S pcp_diloco_model_spec_t
-#define DIM(field, def, text)                                       \
-  {.name = #field, .type = PCP_CONFIG_TYPE_INT64,                   \
-   .offset = offsetof(S, field), .default_value = def, .min = 1,    \
-   .max = 1 << 24, .help = text}
+#define DIM(field, def, text)                                     \
+  {                                                               \
+    .name = #field, .type = PCP_CONFIG_TYPE_INT64,                \
+    .offset = offsetof(S, field), .default_value = def, .min = 1, \
+    .max = 1 << 24, .help = text                                  \
+  }
 static const pcp_config_field_t kModelFields[] = {
     {.name = "kind",
      .type = PCP_CONFIG_TYPE_ENUM,
@@ -102,8 +104,7 @@ static pcp_status_t validate_streaming(const void* config) {
 }
 static const pcp_config_table_t kStreamingTable = {
     "diloco streaming", kStreamingFields,
-    sizeof(kStreamingFields) / sizeof(kStreamingFields[0]),
-    validate_streaming};
+    sizeof(kStreamingFields) / sizeof(kStreamingFields[0]), validate_streaming};
 
 static const pcp_config_field_t kFields[] = {
     {.name = "model_path",
@@ -246,9 +247,9 @@ static pcp_status_t validate_config(const void* config) {
   return pcp_ok_status();
 }
 
-static const pcp_config_table_t kTable = {
-    "diloco config", kFields, sizeof(kFields) / sizeof(kFields[0]),
-    validate_config};
+static const pcp_config_table_t kTable = {"diloco config", kFields,
+                                          sizeof(kFields) / sizeof(kFields[0]),
+                                          validate_config};
 
 const pcp_config_table_t* pcp_diloco_config_table(void) {
   return &kTable;
@@ -263,8 +264,10 @@ pcp_status_t pcp_diloco_config_parse_json(const char* text, size_t byte_length,
     status = pcp_config_parse_json(&kTable, text, byte_length, out_config,
                                    out_unknown_keys);
   }
-  if (pcp_status_is_ok(status)) status = pcp_config_validate(&kTable, out_config);
-  if (!pcp_status_is_ok(status)) pcp_diloco_config_deinitialize(out_config);
+  if (pcp_status_is_ok(status))
+    status = pcp_config_validate(&kTable, out_config);
+  if (!pcp_status_is_ok(status))
+    pcp_diloco_config_deinitialize(out_config);
   return status;
 }
 

@@ -13,16 +13,16 @@
 #include "compute/compute.h"
 #include "workloads/workloads.h"
 
-#define CHECK(expr)                                               \
-  do {                                                            \
-    pcp_status_t s_ = (expr);                                     \
-    if (s_ != NULL) {                                             \
-      char text_[512];                                            \
-      pcp_status_format(s_, text_, sizeof(text_));                \
+#define CHECK(expr)                                                         \
+  do {                                                                      \
+    pcp_status_t s_ = (expr);                                               \
+    if (s_ != NULL) {                                                       \
+      char text_[512];                                                      \
+      pcp_status_format(s_, text_, sizeof(text_));                          \
       fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, text_); \
-      pcp_status_ignore(s_);                                      \
-      exit(1);                                                    \
-    }                                                             \
+      pcp_status_ignore(s_);                                                \
+      exit(1);                                                              \
+    }                                                                       \
   } while (0)
 
 static const char* g_dir;
@@ -42,7 +42,8 @@ static void write_npy(const char* name, pcp_element_type_t type, int rank,
 
 static float* falloc(size_t n) {
   float* p = calloc(n + 1, sizeof(float));
-  if (p == NULL) exit(1);
+  if (p == NULL)
+    exit(1);
   return p;
 }
 
@@ -66,8 +67,8 @@ static void run_classic(pcp_rng_t* rng) {
   uint16_t* q = calloc(n, sizeof(uint16_t));
   int32_t reported[kK][kW] = {{1, 1, 1}, {1, 1, 0}, {1, 0, 0}, {1, 1, 1}};
   int32_t bf16_round[kK] = {0, 1, 0, 1};
-  for (size_t i = 0; i < n; ++i) theta0[i] = theta[i] =
-      (float)(0.02 * pcp_rng_next_normal(rng));
+  for (size_t i = 0; i < n; ++i)
+    theta0[i] = theta[i] = (float)(0.02 * pcp_rng_next_normal(rng));
   for (size_t i = 0; i < (size_t)kK * kW * n; ++i) {
     pert[i] = (float)(0.01 * pcp_rng_next_normal(rng));
   }
@@ -87,7 +88,8 @@ static void run_classic(pcp_rng_t* rng) {
       if (bf16_round[k]) {
         pcp_diloco_bf16_quantize(delta, n, q);
         pcp_diloco_bf16_dequantize(q, n, on_wire);
-        if (reported[k][w]) CHECK(pcp_diloco_accumulator_add_bf16(&acc, q, n));
+        if (reported[k][w])
+          CHECK(pcp_diloco_accumulator_add_bf16(&acc, q, n));
       } else {
         memcpy(on_wire, delta, n * sizeof(float));
         if (reported[k][w]) {
@@ -169,7 +171,8 @@ static void run_streaming(pcp_rng_t* rng) {
       uint32_t r = 0;
       bool in = pcp_streaming_diloco_receives_at(&sched, p, t, &r);
       recvs[(t - 1) * sched.fragments + p] = in ? (int32_t)r : -1;
-      if (!in) continue;
+      if (!in)
+        continue;
       for (int w = 0; w < kSW; ++w) {
         for (uint32_t i = 0; i < kST; ++i) {
           if (pcp_streaming_diloco_fragment_of(i, sched.fragments) != p) {
@@ -189,7 +192,8 @@ static void run_streaming(pcp_rng_t* rng) {
       uint32_t r = 0;
       bool out = pcp_streaming_diloco_sends_at(&sched, p, t, &r);
       sends[(t - 1) * sched.fragments + p] = out ? (int32_t)r : -1;
-      if (!out) continue;
+      if (!out)
+        continue;
       for (uint32_t i = 0; i < kST; ++i) {
         if (pcp_streaming_diloco_fragment_of(i, sched.fragments) != p) {
           continue;
@@ -198,8 +202,7 @@ static void run_streaming(pcp_rng_t* rng) {
         pcp_diloco_accumulator_reset(&acc[i]);
         for (int w = 0; w < kSW; ++w) {
           pcp_streaming_diloco_fragment_delta(snap + w * n + off[i],
-                                              local + w * n + off[i], m,
-                                              delta);
+                                              local + w * n + off[i], m, delta);
           CHECK(pcp_diloco_accumulator_add_f32(&acc[i], delta, m));
         }
         CHECK(pcp_diloco_accumulator_average(&acc[i], avg, NULL));

@@ -3,7 +3,6 @@
 // Nesterov by hand, streaming schedule, checkpoint round trip/corruption and
 // store indexing, wire accounting. NumPy comparisons: diloco_numpy_test.
 
-#include <jansson.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "workloads/workloads.h"
 
@@ -43,9 +43,10 @@ static void test_config_defaults_and_keys(void** state) {
   (void)state;
   pcp_diloco_config_t c;
   pcp_string_list_t unknown = {0};
-  EXPECT_OK(parse("{\"model_path\":\"m.mlir\",\"data_path\":\"d.txt\","
-                  "\"wandb_project\":\"x\",\"seed\":3}",
-                  &c, &unknown));
+  EXPECT_OK(
+      parse("{\"model_path\":\"m.mlir\",\"data_path\":\"d.txt\","
+            "\"wandb_project\":\"x\",\"seed\":3}",
+            &c, &unknown));
   assert_int_equal(c.tau, 10);
   assert_true(fabs(c.outer_learning_rate - 0.7) < 1e-12);
   assert_true(fabs(c.nesterov_momentum - 0.9) < 1e-12);
@@ -60,12 +61,13 @@ static void test_config_defaults_and_keys(void** state) {
   pcp_string_list_deinitialize(&unknown);
   pcp_diloco_config_deinitialize(&c);
 
-  EXPECT_OK(parse("{\"model\":{\"kind\":\"nanochat\",\"layers\":3,"
-                  "\"batch\":4},\"data_path\":\"d\",\"tokenizer\":\"u16\","
-                  "\"outer_learning_rate\":0.5,\"deltas_dtype\":\"bf16\","
-                  "\"effective_batch_size\":16,\"should_resume\":true,"
-                  "\"streaming\":{\"num_fragments\":3,\"inner_steps\":8}}",
-                  &c, NULL));
+  EXPECT_OK(
+      parse("{\"model\":{\"kind\":\"nanochat\",\"layers\":3,"
+            "\"batch\":4},\"data_path\":\"d\",\"tokenizer\":\"u16\","
+            "\"outer_learning_rate\":0.5,\"deltas_dtype\":\"bf16\","
+            "\"effective_batch_size\":16,\"should_resume\":true,"
+            "\"streaming\":{\"num_fragments\":3,\"inner_steps\":8}}",
+            &c, NULL));
   assert_true(c.model.present);
   assert_int_equal(c.model.kind, PCP_DILOCO_MODEL_NANOCHAT);
   assert_int_equal(c.model.layers, 3);
@@ -96,26 +98,32 @@ static void test_config_errors_name_the_key(void** state) {
   (void)state;
   expect_error_naming("{\"model_path\":\"m\",\"data_path\":\"d\",\"tau\":0}",
                       "tau");
-  expect_error_naming("{\"model_path\":\"m\",\"data_path\":\"d\","
-                      "\"tokenizer\":\"qwen\"}",
-                      "tokenizer");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\","
+      "\"tokenizer\":\"qwen\"}",
+      "tokenizer");
   expect_error_naming("{\"model_path\":\"m\"}", "data_path");
   expect_error_naming("{\"data_path\":\"d\"}", "model_path");
-  expect_error_naming("{\"model_path\":\"m\",\"data_path\":\"d\","
-                      "\"deltas_dtype\":\"int4\"}",
-                      "deltas_dtype");
-  expect_error_naming("{\"model_path\":\"m\",\"data_path\":\"d\","
-                      "\"streaming\":{\"alpha\":1.5}}",
-                      "alpha");
-  expect_error_naming("{\"model_path\":\"m\",\"data_path\":\"d\","
-                      "\"streaming\":{\"inner_steps\":2,\"overlap_tau\":2}}",
-                      "overlap_tau");
-  expect_error_naming("{\"model\":{\"kind\":\"gpt\",\"batch\":4},"
-                      "\"data_path\":\"d\",\"effective_batch_size\":6}",
-                      "effective_batch_size");
-  expect_error_naming("{\"model_path\":\"m\",\"data_path\":\"d\","
-                      "\"outer_learning_rate\":\"x\"}",
-                      "outer_learning_rate");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\","
+      "\"deltas_dtype\":\"int4\"}",
+      "deltas_dtype");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\","
+      "\"streaming\":{\"alpha\":1.5}}",
+      "alpha");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\","
+      "\"streaming\":{\"inner_steps\":2,\"overlap_tau\":2}}",
+      "overlap_tau");
+  expect_error_naming(
+      "{\"model\":{\"kind\":\"gpt\",\"batch\":4},"
+      "\"data_path\":\"d\",\"effective_batch_size\":6}",
+      "effective_batch_size");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\","
+      "\"outer_learning_rate\":\"x\"}",
+      "outer_learning_rate");
 }
 
 static float from_bits(uint32_t bits) {
@@ -352,15 +360,15 @@ static void test_checkpoint_store_index(void** state) {
 static void test_wire_accounting(void** state) {
   (void)state;
   // 1000 params, 4 workers: f32 up+down = 4*1000*8.
-  assert_int_equal(pcp_diloco_outer_step_wire_bytes(1000, 4, PCP_DILOCO_WIRE_F32,
-                                                    PCP_DILOCO_WIRE_F32),
+  assert_int_equal(pcp_diloco_outer_step_wire_bytes(
+                       1000, 4, PCP_DILOCO_WIRE_F32, PCP_DILOCO_WIRE_F32),
                    32000);
   assert_int_equal(pcp_diloco_outer_step_wire_bytes(
                        1000, 4, PCP_DILOCO_WIRE_BF16, PCP_DILOCO_WIRE_F32),
                    24000);
-  assert_int_equal(pcp_streaming_diloco_fragment_wire_bytes(
-                       250, 4, PCP_DILOCO_WIRE_F32),
-                   8000);
+  assert_int_equal(
+      pcp_streaming_diloco_fragment_wire_bytes(250, 4, PCP_DILOCO_WIRE_F32),
+      8000);
   // Ring: 2(W-1) * 4000 bytes per step * 10 steps.
   assert_int_equal(pcp_diloco_ring_allreduce_wire_bytes(1000, 4, 10),
                    2 * 3 * 4000 * 10);
