@@ -6,8 +6,9 @@
 //
 //   fabric: a gateway process (pcp_fabric endpoint, task API) and an echo
 //           worker process (proto's worker state machine over a blocking
-//           socket; the result sections point at the input tensor it
-//           received, so it echoes without a copy).
+//           socket, read through its zero-copy window; the result sections
+//           point at the input tensor it received, so it echoes without a
+//           copy).
 //   plain:  a sender process (send() the buffer, then recv() it back) and an
 //           echo process (recv() into a buffer, send() it back).
 //
@@ -233,7 +234,6 @@ static void fabric_worker_main(uint16_t port, int report_fd) {
   int fd = -1;
   bool done = false;
   bool marked = false;
-  static uint8_t buffer[1 << 20];
   pcp_proto_action_t task_action = {0};  // kept until its result is written
   while (!done) {
     pcp_proto_action_t a;
@@ -306,10 +306,15 @@ static void fabric_worker_main(uint16_t port, int report_fd) {
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     int ready = poll(&pfd, 1, 100);
     if (ready > 0) {
-      ssize_t got = recv(fd, buffer, sizeof(buffer), 0);
+      // Read straight into the decoder's window: a tensor chunk's bytes
+      // land in the blob buffer with no copy (proto's data sink).
+      void* window = NULL;
+      size_t capacity = 0;
+      PCP_CHECK_OK(pcp_proto_worker_read_window(worker, &window, &capacity));
+      ssize_t got = recv(fd, window, capacity, 0);
       if (got <= 0) break;
       PCP_CHECK_OK(
-          pcp_proto_worker_on_bytes(worker, buffer, (size_t)got, now_ns()));
+          pcp_proto_worker_read_commit(worker, (size_t)got, now_ns()));
     }
     PCP_CHECK_OK(pcp_proto_worker_on_tick(worker, now_ns()));
   }

@@ -971,6 +971,16 @@ pcp_proto_worker_on_closed(pcp_proto_worker_t* worker, int64_t now_ns);
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_proto_worker_on_bytes(pcp_proto_worker_t* worker, const void* data,
                           size_t byte_length, int64_t now_ns);
+// Zero-copy variant of on_bytes for an owner that reads the socket itself:
+// read_window says where the next bytes go and how many at most (the
+// decoder's window: a tensor chunk's data goes straight into its blob
+// buffer); read_commit hands over |byte_length| bytes written there and
+// handles a completed frame as on_bytes does. FAILED_PRECONDITION when not
+// connected.
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_read_window(
+    pcp_proto_worker_t* worker, void** out_data, size_t* out_capacity);
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_worker_read_commit(
+    pcp_proto_worker_t* worker, size_t byte_length, int64_t now_ns);
 // Heartbeats, silence deadline, reconnect timer.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_proto_worker_on_tick(pcp_proto_worker_t* worker, int64_t now_ns);

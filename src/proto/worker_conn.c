@@ -753,6 +753,39 @@ pcp_status_t pcp_proto_worker_on_bytes(pcp_proto_worker_t* w, const void* data,
   return pcp_ok_status();
 }
 
+pcp_status_t pcp_proto_worker_read_window(pcp_proto_worker_t* w,
+                                          void** out_data,
+                                          size_t* out_capacity) {
+  *out_data = NULL;
+  *out_capacity = 0;
+  if (!connected(w)) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "fabric worker: not connected");
+  }
+  return pcp_proto_frame_decoder_window(&w->decoder, out_data, out_capacity);
+}
+
+pcp_status_t pcp_proto_worker_read_commit(pcp_proto_worker_t* w,
+                                          size_t byte_length, int64_t now_ns) {
+  if (!connected(w)) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "fabric worker: not connected");
+  }
+  pcp_proto_parse_result_t result = PCP_PROTO_PARSE_NEED_MORE;
+  pcp_status_t status =
+      pcp_proto_frame_decoder_commit(&w->decoder, byte_length, &result);
+  if (status)
+    return fail_peer(w, now_ns, 0, status);
+  if (result != PCP_PROTO_PARSE_FRAME_READY)
+    return pcp_ok_status();
+  pcp_proto_frame_t frame;
+  pcp_proto_frame_decoder_take(&w->decoder, &frame);
+  w->last_rx_ns = now_ns;
+  status = handle_frame(w, &frame, now_ns);
+  pcp_proto_frame_deinitialize(&frame);
+  return status;
+}
+
 pcp_status_t pcp_proto_worker_on_tick(pcp_proto_worker_t* w, int64_t now_ns) {
   switch (w->state) {
     case PCP_PROTO_WORKER_IDLE:
