@@ -43,6 +43,19 @@ typedef struct emitter_t {
   val_t neg_inf;      // [B, H, T, T] f32
   val_t rope_cos;     // [T, hd/2] f32
   val_t rope_sin;
+  // Generation functions (@prefill / @decode): t is the chunk length S, the
+  // KV cache [layers, B, KV, L, hd] is read and written per layer, and
+  // positions are per slot instead of 0..T-1.
+  bool gen;
+  int64_t max_len;    // L
+  int64_t layer;      // next layer attention() handles
+  val_t gen_pos;      // [B, S] i32: absolute position of each query
+  val_t gen_onehot;   // [B, S, L] adt: query s writes cache row l
+  val_t gen_written;  // [B, KV, L, hd] i1: rows this call writes
+  val_t gen_allowed;  // [B, KV, G, S, L] i1: key l visible to query s
+  val_t gen_neg_inf;  // [B, KV, G, S, L] f32
+  val_t k_cache_in, v_cache_in;    // [layers, B, KV, L, hd]
+  val_t k_cache_out, v_cache_out;  // concatenation of the layers so far
 } emitter_t;
 
 //===----------------------------------------------------------------------===//
@@ -461,7 +474,17 @@ static val_t gelu_tanh(emitter_t* e, val_t x) {
 static void build_rope_tables(emitter_t* e) {
   int64_t half = e->hd / 2;
   int64_t dims[2] = {e->t, half};
-  val_t pos = iota(e, 2, dims, 0, PCP_ELEMENT_TYPE_F32);
+  int64_t gen_dims[3] = {e->b, e->t, half};
+  val_t pos;
+  if (e->gen) {
+    // Per-slot positions: angle(b, s, i) = pos[b, s] * inv[i], the same f32
+    // product as the table of the training functions.
+    static const int64_t kBs[2] = {0, 1};
+    pos = broadcast(e, convert(e, e->gen_pos, PCP_ELEMENT_TYPE_F32), 3,
+                    gen_dims, kBs, PCP_ARRAYSIZE(kBs));
+  } else {
+    pos = iota(e, 2, dims, 0, PCP_ELEMENT_TYPE_F32);
+  }
   // dense<[...]> of hd/2 (at most 512) values.
   val_t inv = fresh(e, 1, &half, PCP_ELEMENT_TYPE_F32);
   pcp_string_builder_t* b = e->builder;
@@ -480,8 +503,12 @@ static void build_rope_tables(emitter_t* e) {
                                             (long long)half);
   }
   static const int64_t kCol[1] = {1};
+  static const int64_t kGenCol[1] = {2};
   val_t angle =
-      mul(e, pos, broadcast(e, inv, 2, dims, kCol, PCP_ARRAYSIZE(kCol)));
+      e->gen
+          ? mul(e, pos,
+                broadcast(e, inv, 3, gen_dims, kGenCol, PCP_ARRAYSIZE(kGenCol)))
+          : mul(e, pos, broadcast(e, inv, 2, dims, kCol, PCP_ARRAYSIZE(kCol)));
   e->rope_cos = op_unary(e, "cosine", angle);
   e->rope_sin = op_unary(e, "sine", angle);
 }
@@ -496,8 +523,13 @@ static val_t rope(emitter_t* e, val_t x) {
   val_t x1 = slice(e, xf, 3, 0, half);
   val_t x2 = slice(e, xf, 3, half, e->hd);
   static const int64_t kTd[2] = {1, 3};
-  val_t c = broadcast(e, e->rope_cos, 4, x1.dims, kTd, PCP_ARRAYSIZE(kTd));
-  val_t s = broadcast(e, e->rope_sin, 4, x1.dims, kTd, PCP_ARRAYSIZE(kTd));
+  static const int64_t kBtd[3] = {0, 1, 3};
+  val_t c =
+      e->gen ? broadcast(e, e->rope_cos, 4, x1.dims, kBtd, PCP_ARRAYSIZE(kBtd))
+             : broadcast(e, e->rope_cos, 4, x1.dims, kTd, PCP_ARRAYSIZE(kTd));
+  val_t s =
+      e->gen ? broadcast(e, e->rope_sin, 4, x1.dims, kBtd, PCP_ARRAYSIZE(kBtd))
+             : broadcast(e, e->rope_sin, 4, x1.dims, kTd, PCP_ARRAYSIZE(kTd));
   // Products in a fixed order: C leaves the order of argument evaluation
   // unspecified, and the text (an artifact cache key) must not depend on
   // the compiler that built pcp.
@@ -531,6 +563,94 @@ static void build_mask(emitter_t* e) {
   e->neg_inf = splat(e, -INFINITY, PCP_ELEMENT_TYPE_F32, &like);
 }
 
+// Generation masks, built once per @prefill / @decode from the slot
+// positions [B] (tokens already in each slot's cache) and the chunk lengths
+// [B] (tokens of this call that are real; 0 leaves a slot untouched, which
+// lets one slot be prefilled while the others keep their caches).
+static void build_gen_masks(emitter_t* e, val_t positions, val_t lengths) {
+  int64_t bs[2] = {e->b, e->t};
+  int64_t bsl[3] = {e->b, e->t, e->max_len};
+  int64_t bl[2] = {e->b, e->max_len};
+  static const int64_t kB[1] = {0};
+  static const int64_t kBs[2] = {0, 1};
+  val_t start = broadcast(e, positions, 2, bs, kB, PCP_ARRAYSIZE(kB));
+  e->gen_pos = add(e, start, iota(e, 2, bs, 1, PCP_ELEMENT_TYPE_I32));
+  val_t key = iota(e, 3, bsl, 2, PCP_ELEMENT_TYPE_I32);
+  val_t query_pos = broadcast(e, e->gen_pos, 3, bsl, kBs, PCP_ARRAYSIZE(kBs));
+  // Query s writes row pos + s, only when s < length (padding never lands
+  // in the cache).
+  val_t hit = compare(e, "EQ", key, query_pos);
+  val_t real = compare(e, "LT", iota(e, 3, bsl, 1, PCP_ELEMENT_TYPE_I32),
+                       broadcast(e, lengths, 3, bsl, kB, PCP_ARRAYSIZE(kB)));
+  val_t writes = select_op(e, real, hit, real);  // logical and
+  val_t like = key;
+  like.et = e->adt;
+  e->gen_onehot = select_op(e, writes, splat(e, 1.0, e->adt, &like),
+                            splat(e, 0.0, e->adt, &like));
+  // Rows [pos, pos + length) of each slot are replaced.
+  val_t offset = sub(e, iota(e, 2, bl, 1, PCP_ELEMENT_TYPE_I32),
+                     broadcast(e, positions, 2, bl, kB, PCP_ARRAYSIZE(kB)));
+  val_t ge =
+      compare(e, "GE", offset, splat(e, 0.0, PCP_ELEMENT_TYPE_I32, &offset));
+  val_t lt = compare(e, "LT", offset,
+                     broadcast(e, lengths, 2, bl, kB, PCP_ARRAYSIZE(kB)));
+  val_t rows = select_op(e, ge, lt, ge);
+  int64_t cd[4] = {e->b, e->kv, e->max_len, e->hd};
+  static const int64_t kRows[2] = {0, 2};
+  e->gen_written = broadcast(e, rows, 4, cd, kRows, PCP_ARRAYSIZE(kRows));
+  // Causal by absolute position: key l is visible to the query at p when
+  // l <= p. Rows past a slot's position hold stale or padding values and
+  // are masked, so slots at different lengths share one batch.
+  val_t visible = compare(e, "LE", key, query_pos);
+  int64_t sd[5] = {e->b, e->kv, e->h / e->kv, e->t, e->max_len};
+  static const int64_t kVis[3] = {0, 3, 4};
+  e->gen_allowed = broadcast(e, visible, 5, sd, kVis, PCP_ARRAYSIZE(kVis));
+  val_t f32_like = {.rank = 5, .et = PCP_ELEMENT_TYPE_F32};
+  memcpy(f32_like.dims, sd, sizeof(sd));
+  e->gen_neg_inf = splat(e, -INFINITY, PCP_ELEMENT_TYPE_F32, &f32_like);
+}
+
+// Cached attention of one layer: k, v [B, S, KV, hd] (after norm and RoPE)
+// are written into the layer's cache rows, then q [B, S, H, hd] attends to
+// all L rows under gen_allowed. The cache is updated by select with a
+// one-hot matmul rather than a scatter: every op stays in the training op
+// set, and in f32 the one-hot product is exact. GQA needs no repeat: q is
+// viewed as [B, KV, G, S, hd] and KV is a batch dim of both dots.
+static val_t attend_cache(emitter_t* e, val_t q, val_t k, val_t v) {
+  int64_t layer = e->layer++;
+  int64_t cd[4] = {e->b, e->kv, e->max_len, e->hd};
+  int64_t c1[5] = {1, e->b, e->kv, e->max_len, e->hd};
+  static const int64_t kCacheOrder[4] = {0, 2, 1, 3};  // [B,L,KV,hd] ->
+  val_t news[2] = {k, v};
+  val_t* ins[2] = {&e->k_cache_in, &e->v_cache_in};
+  val_t* outs[2] = {&e->k_cache_out, &e->v_cache_out};
+  val_t caches[2];
+  for (int i = 0; i < 2; ++i) {
+    val_t c = reshape(e, slice(e, *ins[i], 0, layer, layer + 1), 4, cd);
+    val_t rows =
+        transpose(e, dot(e, e->gen_onehot, news[i], 1, 1, 1), kCacheOrder);
+    c = select_op(e, e->gen_written, rows, c);
+    val_t c5 = reshape(e, c, 5, c1);
+    *outs[i] = layer == 0 ? c5 : concat(e, *outs[i], c5, 0);
+    caches[i] = c;
+  }
+  int64_t qd[5] = {e->b, e->t, e->kv, e->h / e->kv, e->hd};
+  static const int64_t kGroupFirst[5] = {0, 2, 3, 1, 4};  // [B,KV,G,S,hd]
+  val_t q5 = transpose(e, reshape(e, q, 5, qd), kGroupFirst);
+  val_t s = convert(e, dot(e, q5, caches[0], 2, 4, 3), PCP_ELEMENT_TYPE_F32);
+  s = mul(e, s, splat(e, 1.0 / sqrt((double)e->hd), s.et, &s));
+  s = select_op(e, e->gen_allowed, s, e->gen_neg_inf);
+  val_t m = reduce(e, s, REDUCE_MAX, 4);
+  val_t p = op_unary(e, "exponential", sub(e, s, broadcast_last(e, m, &s)));
+  val_t z = reduce(e, p, REDUCE_ADD, 4);
+  p = op_binary(e, "divide", p, broadcast_last(e, z, &p));
+  val_t o = dot(e, convert(e, p, e->adt), caches[1], 2, 4, 2);
+  static const int64_t kBack[5] = {0, 3, 1, 2, 4};  // [B,S,KV,G,hd]
+  o = transpose(e, o, kBack);
+  int64_t od[2] = {e->n, e->h * e->hd};
+  return reshape(e, o, 2, od);
+}
+
 typedef struct attention_params_t {
   const val_t* q_norm;  // Qwen3 per-head RMSNorm weights [hd], or NULL
   const val_t* k_norm;
@@ -553,6 +673,9 @@ static val_t attention(emitter_t* e, val_t q, val_t k, val_t v,
     // nanochat: RoPE, then parameter-free RMSNorm of q and k ("QK norm").
     q = rms_norm(e, rope(e, q), NULL, 1.1920928955078125e-07);
     k = rms_norm(e, rope(e, k), NULL, 1.1920928955078125e-07);
+  }
+  if (e->gen) {
+    return attend_cache(e, q, k, v);
   }
   if (e->kv != e->h) {
     // Grouped-query attention: each kv head serves heads/kv consecutive
@@ -600,9 +723,14 @@ static val_t forward_gpt(emitter_t* e, const val_t* p, val_t input_ids) {
   int64_t btd[3] = {e->b, e->t, e->d};
   static const int64_t kTd[2] = {1, 2};
   int64_t nd[2] = {e->n, e->d};
-  x = add(
-      e, x,
-      reshape(e, broadcast(e, p[1], 3, btd, kTd, PCP_ARRAYSIZE(kTd)), 2, nd));
+  if (e->gen) {
+    // Rows of the position table at each query's absolute position.
+    x = add(e, x, embed(e, p[1], e->gen_pos));
+  } else {
+    x = add(
+        e, x,
+        reshape(e, broadcast(e, p[1], 3, btd, kTd, PCP_ARRAYSIZE(kTd)), 2, nd));
+  }
   for (int64_t l = 0; l < e->spec->layers; ++l) {
     const val_t* w = &p[2 + 12 * l];
     val_t h = layer_norm(e, x, w[0], w[1], eps);
@@ -676,7 +804,9 @@ static val_t forward(emitter_t* e, const val_t* params, val_t input_ids) {
   if (e->spec->architecture != PCP_MODELS_ARCHITECTURE_GPT) {
     build_rope_tables(e);
   }
-  build_mask(e);
+  if (!e->gen) {
+    build_mask(e);
+  }
   switch (e->spec->architecture) {
     case PCP_MODELS_ARCHITECTURE_GPT:
       return forward_gpt(e, params, input_ids);
@@ -806,6 +936,194 @@ pcp_status_t pcp_models_module_emit(const pcp_models_spec_t* spec,
       pcp_models_architecture_name(spec->architecture));
   emit_function(&e, &table, params, true);
   emit_function(&e, &table, params, false);
+  if (!e.status) {
+    e.status = pcp_string_builder_append_cstring(builder, "}\n");
+  }
+  pcp_allocator_free(pcp_allocator_system(), params);
+  pcp_models_parameter_table_deinitialize(&table);
+  return e.status;
+}
+
+//===----------------------------------------------------------------------===//
+// Generation module
+//===----------------------------------------------------------------------===//
+
+pcp_status_t pcp_models_generation_validate(
+    const pcp_models_spec_t* spec, const pcp_models_generation_t* gen) {
+  PCP_RETURN_IF_ERROR_BARE(pcp_models_spec_validate(spec));
+  if (gen->slots < 1 || gen->slots > PCP_MODELS_MAX_BATCH) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "slots %lld is outside [1, %d]",
+                           (long long)gen->slots, PCP_MODELS_MAX_BATCH);
+  }
+  if (gen->max_length < 1 || gen->max_length > PCP_MODELS_MAX_BLOCK_SIZE) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT, "max length %lld is outside [1, %d]",
+        (long long)gen->max_length, PCP_MODELS_MAX_BLOCK_SIZE);
+  }
+  if (gen->prefill_length < 1 || gen->prefill_length > gen->max_length) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "prefill length %lld is outside [1, max length "
+                           "%lld]",
+                           (long long)gen->prefill_length,
+                           (long long)gen->max_length);
+  }
+  if (spec->architecture == PCP_MODELS_ARCHITECTURE_GPT &&
+      gen->max_length > spec->block_size) {
+    // GPT's learned position table has block_size rows.
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "gpt max length %lld exceeds block size %lld (the "
+                           "position table)",
+                           (long long)gen->max_length,
+                           (long long)spec->block_size);
+  }
+  int64_t scores =
+      gen->slots * spec->heads * gen->prefill_length * gen->max_length;
+  if (scores > PCP_MODELS_MAX_TENSOR_ELEMENTS / 4) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "slots x heads x prefill x max length is too large");
+  }
+  return pcp_ok_status();
+}
+
+uint64_t pcp_models_generation_cache_byte_length(
+    const pcp_models_spec_t* spec, const pcp_models_generation_t* gen) {
+  // k and v: [layers, KV, L, hd] per slot.
+  return 2u * (uint64_t)spec->layers *
+         (uint64_t)pcp_models_spec_kv_heads(spec) * (uint64_t)gen->max_length *
+         (uint64_t)pcp_models_spec_head_dim(spec) *
+         (uint64_t)pcp_element_type_byte_size(spec->dtype);
+}
+
+// One of @prefill (S = prefill_length, with %lengths) and @decode (S = 1).
+static void emit_generation_function(emitter_t* e,
+                                     const pcp_models_parameter_table_t* table,
+                                     val_t* params, bool prefill) {
+  e->next_id = 0;
+  e->layer = 0;
+  e->t = prefill ? e->t : 1;
+  e->n = e->b * e->t;
+  char type[128], cache_type[128], vec_type[128];
+  int64_t bs[2] = {e->b, e->t};
+  val_t ids = {.name = "%input_ids", .rank = 2, .et = PCP_ELEMENT_TYPE_I32};
+  memcpy(ids.dims, bs, sizeof(bs));
+  val_t positions = {.name = "%positions",
+                     .rank = 1,
+                     .dims = {e->b},
+                     .et = PCP_ELEMENT_TYPE_I32};
+  val_t lengths = positions;
+  snprintf(lengths.name, sizeof(lengths.name), "%%lengths");
+  int64_t cd[5] = {e->spec->layers, e->b, e->kv, e->max_len, e->hd};
+  val_t kc = {.name = "%k_cache", .rank = 5, .et = e->adt};
+  memcpy(kc.dims, cd, sizeof(cd));
+  val_t vc = kc;
+  snprintf(vc.name, sizeof(vc.name), "%%v_cache");
+  e->k_cache_in = kc;
+  e->v_cache_in = vc;
+  if (!e->status) {
+    e->status = pcp_string_builder_append_f(e->builder, "  func.func @%s(",
+                                            prefill ? "prefill" : "decode");
+  }
+  for (size_t i = 0; i < table->count && !e->status; ++i) {
+    type_of(&params[i], type);
+    e->status = pcp_string_builder_append_f(e->builder, "%s: %s, ",
+                                            params[i].name, type);
+  }
+  type_of(&ids, type);
+  type_of(&kc, cache_type);
+  type_of(&positions, vec_type);
+  if (!e->status) {
+    e->status = pcp_string_builder_append_f(
+        e->builder,
+        "%%input_ids: %s, %%positions: %s, %s%s%s%%k_cache: %s, "
+        "%%v_cache: %s) -> (tensor<%lldx%lldxf32>, %s, %s) {\n",
+        type, vec_type, prefill ? "%lengths: " : "", prefill ? vec_type : "",
+        prefill ? ", " : "", cache_type, cache_type, (long long)e->b,
+        (long long)e->v, cache_type, cache_type);
+  }
+  if (!prefill) {
+    lengths = splat(e, 1.0, PCP_ELEMENT_TYPE_I32, &positions);
+  }
+  build_gen_masks(e, positions, lengths);
+  val_t logits = forward(e, params, ids);  // [B * S, V]
+  int64_t bv[2] = {e->b, e->v};
+  if (prefill) {
+    // The logits of each slot's last real token: a one-hot row over S
+    // (exact in f32), zeros for a slot with length 0.
+    int64_t bsv[3] = {e->b, e->t, e->v};
+    static const int64_t kB[1] = {0};
+    val_t last = sub(e, broadcast(e, lengths, 2, bs, kB, PCP_ARRAYSIZE(kB)),
+                     splat(e, 1.0, PCP_ELEMENT_TYPE_I32, &ids));
+    val_t pick =
+        compare(e, "EQ", iota(e, 2, bs, 1, PCP_ELEMENT_TYPE_I32), last);
+    val_t like = ids;
+    like.et = PCP_ELEMENT_TYPE_F32;
+    val_t onehot = select_op(e, pick, splat(e, 1.0, like.et, &like),
+                             splat(e, 0.0, like.et, &like));
+    logits = dot(e, onehot, reshape(e, logits, 3, bsv), 1, 1, 1);
+  } else {
+    logits = reshape(e, logits, 2, bv);
+  }
+  type_of(&logits, type);
+  EMIT_LINE(e, "return %s, %s, %s : %s, %s, %s", logits.name,
+            e->k_cache_out.name, e->v_cache_out.name, type, cache_type,
+            cache_type);
+  if (!e->status) {
+    e->status = pcp_string_builder_append_cstring(e->builder, "  }\n");
+  }
+}
+
+pcp_status_t pcp_models_generation_module_emit(
+    const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,
+    pcp_string_builder_t* builder) {
+  PCP_RETURN_IF_ERROR_BARE(pcp_models_generation_validate(spec, gen));
+  pcp_models_parameter_table_t table;
+  PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
+      spec, pcp_allocator_system(), &table));
+  val_t* params = NULL;
+  pcp_status_t status = pcp_allocator_calloc(
+      pcp_allocator_system(), table.count * sizeof(val_t), (void**)&params);
+  if (status) {
+    pcp_models_parameter_table_deinitialize(&table);
+    return status;
+  }
+  for (size_t i = 0; i < table.count; ++i) {
+    const pcp_models_parameter_t* p = &table.parameters[i];
+    snprintf(params[i].name, sizeof(params[i].name), "%%%s", p->name);
+    params[i].rank = p->rank;
+    params[i].dims[0] = p->dims[0];
+    params[i].dims[1] = p->dims[1];
+    params[i].et = p->element_type;
+  }
+  emitter_t e = {
+      .builder = builder,
+      .spec = spec,
+      .adt = spec->dtype,
+      .b = gen->slots,
+      .d = spec->width,
+      .h = spec->heads,
+      .kv = pcp_models_spec_kv_heads(spec),
+      .hd = pcp_models_spec_head_dim(spec),
+      .f = pcp_models_spec_mlp_hidden(spec),
+      .v = spec->vocab,
+      .gen = true,
+      .max_len = gen->max_length,
+  };
+  e.status = pcp_string_builder_append_f(
+      builder,
+      "// PCP built-in model, generation: %s, %lld layers, %lld heads (%lld "
+      "kv), width %lld, head_dim %lld, vocab %lld, %s; %lld slots, max "
+      "length %lld, prefill %lld.\n// KV cache [layers, slots, kv_heads, "
+      "max_length, head_dim]; see docs/models.md.\nmodule @pcp_%s_generate "
+      "{\n",
+      pcp_models_architecture_name(spec->architecture), (long long)spec->layers,
+      (long long)e.h, (long long)e.kv, (long long)e.d, (long long)e.hd,
+      (long long)e.v, pcp_element_type_name(spec->dtype), (long long)gen->slots,
+      (long long)gen->max_length, (long long)gen->prefill_length,
+      pcp_models_architecture_name(spec->architecture));
+  e.t = gen->prefill_length;
+  emit_generation_function(&e, &table, params, true);
+  emit_generation_function(&e, &table, params, false);
   if (!e.status) {
     e.status = pcp_string_builder_append_cstring(builder, "}\n");
   }

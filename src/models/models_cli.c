@@ -26,6 +26,9 @@ typedef struct model_cli_options_t {
   char* params_json;
   char* init_dir;
   int64_t seed;
+  bool generate;
+  int64_t max_length;
+  int64_t prefill_length;
   bool help;
 } model_cli_options_t;
 
@@ -156,6 +159,28 @@ static const pcp_config_field_t kFields[] = {
      .max = 9007199254740992.0,
      .value_name = "N",
      .help = "seed of the --init-dir values"},
+    {.name = "generate",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(generate),
+     .default_value = "false",
+     .help = "emit the generation module (@prefill, @decode with a KV cache "
+             "of --batch slots) instead of @main / @logits"},
+    {.name = "max-length",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(max_length),
+     .default_value = "0",
+     .min = 0,
+     .max = PCP_MODELS_MAX_BLOCK_SIZE,
+     .value_name = "L",
+     .help = "--generate: KV-cache rows per slot (0: --block-size)"},
+    {.name = "prefill-length",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(prefill_length),
+     .default_value = "0",
+     .min = 0,
+     .max = PCP_MODELS_MAX_BLOCK_SIZE,
+     .value_name = "P",
+     .help = "--generate: tokens per @prefill call (0: --max-length)"},
     {.name = "help",
      .type = PCP_CONFIG_TYPE_BOOL,
      .offset = OFFSET(help),
@@ -174,7 +199,8 @@ static void print_help(void) {
       "[--block-size T] [--batch B]\n"
       "                 [--dtype f32|bf16] -o MODEL.mlir [--params-json "
       "P.json]\n"
-      "                 [--init-dir DIR [--seed N]]\n\n"
+      "                 [--init-dir DIR [--seed N]]\n"
+      "                 [--generate [--max-length L] [--prefill-length P]]\n\n"
       "Emits a built-in transformer as StableHLO: @main(params..., input_ids, "
       "targets)\n-> mean cross-entropy loss and @logits(params..., input_ids) "
       "-> BxTxV logits.\nParameters are named and ordered as in docs/models.md."
@@ -277,7 +303,19 @@ static pcp_status_t run(const pcp_models_spec_t* spec,
       spec, pcp_allocator_system(), &table));
   pcp_string_builder_t builder;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
-  pcp_status_t status = pcp_models_module_emit(spec, &builder);
+  pcp_status_t status;
+  if (options->generate) {
+    pcp_models_generation_t gen = {
+        .slots = spec->batch,
+        .max_length =
+            options->max_length ? options->max_length : spec->block_size,
+    };
+    gen.prefill_length =
+        options->prefill_length ? options->prefill_length : gen.max_length;
+    status = pcp_models_generation_module_emit(spec, &gen, &builder);
+  } else {
+    status = pcp_models_module_emit(spec, &builder);
+  }
   if (!status) {
     status = write_text(options->output, pcp_string_builder_cstring(&builder),
                         builder.size);
