@@ -17,7 +17,8 @@
 // with its input tensor resident; growth above that is what the transfer
 // costs (goal <= 1.1x the tensor: the received copy and nothing else).
 //
-// Usage: fabric_throughput [MiB [chunk MiB]] (default 256, proto's 16).
+// Usage: fabric_throughput [MiB [chunk MiB [--check]]] (default 256,
+// proto's 16; chunk 0 keeps proto's).
 // Prints
 // `fabric_throughput ratio=<fabric throughput / plain throughput>` last.
 
@@ -468,7 +469,11 @@ int main(int argc, char** argv) {
   if (mib == 0) mib = 256;
   size_t length = mib << 20;
   if (argc > 2) g_chunk_bytes = (uint64_t)strtoull(argv[2], NULL, 10) << 20;
-  const int runs = 3;
+  // --check (third argument): one run as a test (ctest
+  // fabric_round_trip_256mib): fails unless the tensor comes back intact and
+  // both fabric sides stay within 1.1x of it above idle (no extra copies).
+  bool check = argc > 3 && strcmp(argv[3], "--check") == 0;
+  const int runs = check ? 1 : 3;
   double best_plain = 1e9;
   double best_fabric = 1e9;
   role_report_t plain_sender = {0}, plain_echo = {0};
@@ -530,5 +535,10 @@ int main(int argc, char** argv) {
   free(a);
   free(b);
   printf("fabric_throughput ratio=%.3f\n", fabric_rate / plain_rate);
+  if (check && (fabric_gateway.peak_growth * 10 > (int64_t)length * 11 ||
+                fabric_worker.peak_growth * 10 > (int64_t)length * 11)) {
+    fprintf(stderr, "fabric peak RSS above 1.1x the tensor\n");
+    return 1;
+  }
   return 0;
 }
