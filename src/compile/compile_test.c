@@ -271,6 +271,94 @@ static void oversized_and_empty_inputs_are_refused(void** state) {
                    PCP_STATUS_INVALID_ARGUMENT);
 }
 
+// Derives a training module from |text|; returns the status (and the text
+// through |out_text| when non-NULL).
+static pcp_status_t derive(const char* text, int32_t inner_steps,
+                           pcp_compile_program_t program, char** out_text) {
+  pcp_compile_training_options_t options;
+  pcp_compile_training_options_initialize(&options);
+  options.program = program;
+  options.inner_steps = inner_steps;
+  char* derived = NULL;
+  size_t length = 0;
+  pcp_status_t status = pcp_compile_training_module_build(
+      text, strlen(text), "t.mlir", &options, pcp_allocator_system(), &derived,
+      &length);
+  if (!status) {
+    assert_int_equal(strlen(derived), length);
+  }
+  if (out_text) {
+    *out_text = derived;
+  } else {
+    free(derived);
+  }
+  return status;
+}
+
+static void expect_code(pcp_status_t status, pcp_status_code_t code,
+                        const char* needle) {
+  assert_non_null(status);
+  char* message = pcp_status_to_string(status);
+  if (pcp_status_code(status) != code || !strstr(message, needle)) {
+    fail_msg("expected %s with '%s', got: %s", pcp_status_code_string(code),
+             needle, message);
+  }
+  free(message);
+  pcp_status_ignore(status);
+}
+
+// The C API end to end without running anything: the derived module holds
+// the four functions; bad forward functions and ops without a rule are
+// errors that say why.
+static void training_module_functions_and_errors(void** state) {
+  (void)state;
+  static const char kLoss[] =
+      "func.func @main(%w: tensor<3xf32>, %ids: tensor<3xi32>) -> tensor<f32> {\n"
+      "  %z = stablehlo.constant dense<0.0> : tensor<f32>\n"
+      "  %0 = stablehlo.multiply %w, %w : tensor<3xf32>\n"
+      "  %1 = stablehlo.reduce(%0 init: %z) applies stablehlo.add across "
+      "dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>\n"
+      "  return %1 : tensor<f32>\n}\n";
+  char* text = NULL;
+  pcp_status_t status = derive(kLoss, 3, PCP_COMPILE_PROGRAM_TRAIN, &text);
+  if (status) {
+    char* message = pcp_status_to_string(status);
+    fail_msg("%s", message);
+  }
+  assert_non_null(strstr(text, "func.func @main("));
+  assert_non_null(strstr(text, "func.func @compute_gradients("));
+  assert_non_null(strstr(text, "func.func @apply_optimizer("));
+  assert_non_null(strstr(text, "func.func @train_steps("));
+  assert_non_null(strstr(text, "\"stablehlo.while\""));
+  // The i32 ids are data: one gradient, for %w.
+  assert_non_null(strstr(text, "-> (tensor<f32>, tensor<3xf32>) {"));
+  free(text);
+  assert_null(derive(kLoss, 0, PCP_COMPILE_PROGRAM_GRAD, &text));
+  assert_null(strstr(text, "@apply_optimizer"));
+  free(text);
+
+  static const char kTwoResults[] =
+      "func.func @main(%w: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>) {\n"
+      "  return %w, %w : tensor<3xf32>, tensor<3xf32>\n}\n";
+  expect_code(derive(kTwoResults, 0, PCP_COMPILE_PROGRAM_GRAD, NULL),
+              PCP_STATUS_INVALID_ARGUMENT, "exactly one value");
+  static const char kNotScalar[] =
+      "func.func @main(%w: tensor<3xf32>) -> tensor<3xf32> {\n"
+      "  return %w : tensor<3xf32>\n}\n";
+  expect_code(derive(kNotScalar, 0, PCP_COMPILE_PROGRAM_GRAD, NULL),
+              PCP_STATUS_INVALID_ARGUMENT, "rank-0 float");
+  static const char kNoRule[] =
+      "func.func @main(%w: tensor<f32>) -> tensor<f32> {\n"
+      "  %0 = stablehlo.remainder %w, %w : tensor<f32>\n"
+      "  return %0 : tensor<f32>\n}\n";
+  expect_code(derive(kNoRule, 0, PCP_COMPILE_PROGRAM_GRAD, NULL),
+              PCP_STATUS_UNIMPLEMENTED, "stablehlo.remainder at t.mlir:2:");
+  expect_code(derive(kLoss, -1, PCP_COMPILE_PROGRAM_TRAIN, NULL),
+              PCP_STATUS_INVALID_ARGUMENT, "inner steps");
+  expect_code(derive("func.func @main(", 0, PCP_COMPILE_PROGRAM_GRAD, NULL),
+              PCP_STATUS_INVALID_ARGUMENT, "t.mlir:1:");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(flag_table_rows),
@@ -281,6 +369,7 @@ int main(void) {
       cmocka_unit_test(compiler_crash_and_hang_are_reported),
       cmocka_unit_test(missing_venv_is_a_clear_error),
       cmocka_unit_test(oversized_and_empty_inputs_are_refused),
+      cmocka_unit_test(training_module_functions_and_errors),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
