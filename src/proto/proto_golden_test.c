@@ -318,6 +318,37 @@ static void check_blob_chunk(pcp_proto_frame_t* f) {
   assert_true(m.has_sha256);
 }
 
+// The last of two chunks of a 200-byte tensor blob: no sha256 (tensor
+// blobs rely on the per-chunk CRC32C, docs/protocol.md s.1.4).
+static const uint8_t* tensor_chunk_bytes(void) {
+  static uint8_t bytes[72];
+  for (size_t i = 0; i < sizeof(bytes); ++i) bytes[i] = (uint8_t)(i * 7 + 1);
+  return bytes;
+}
+static void encode_blob_chunk_tensor(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_blob_chunk_t m = {.blob_id = "t42.s0",
+                              .kind = PCP_PROTO_BLOB_TENSOR,
+                              .index = 1,
+                              .count = 2,
+                              .offset = 128,
+                              .total = 200,
+                              .data = tensor_chunk_bytes(),
+                              .data_length = 72};
+  ASSERT_OK(
+      pcp_proto_blob_chunk_encode(1, 3, &m, &l, pcp_allocator_system(), out));
+}
+static void check_blob_chunk_tensor(pcp_proto_frame_t* f) {
+  pcp_proto_blob_chunk_t m;
+  ASSERT_OK(pcp_proto_blob_chunk_parse(f, &m));
+  assert_int_equal(m.kind, PCP_PROTO_BLOB_TENSOR);
+  assert_int_equal(m.index, 1);
+  assert_int_equal(m.offset, 128);
+  assert_int_equal(m.data_length, 72);
+  assert_memory_equal(m.data, tensor_chunk_bytes(), 72);
+  assert_false(m.has_sha256);
+}
+
 static void encode_program_ack(pcp_proto_encoded_frame_t* out) {
   pcp_proto_limits_t l = limits();
   pcp_proto_program_ack_t m = {.status = PCP_PROTO_PROGRAM_STORED};
@@ -412,6 +443,9 @@ static const vector_t kVectors[] = {
      check_program_fetch},
     {"blob_chunk", "BLOB_CHUNK the whole 7-byte program in one chunk",
      encode_blob_chunk, check_blob_chunk},
+    {"blob_chunk_tensor",
+     "BLOB_CHUNK last of 2 chunks of a 200-byte tensor blob, no sha256",
+     encode_blob_chunk_tensor, check_blob_chunk_tensor},
     {"program_ack", "PROGRAM_ACK stored", encode_program_ack,
      check_program_ack},
     {"task_progress", "TASK_PROGRESS task 42 running 0.25",

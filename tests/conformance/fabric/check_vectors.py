@@ -57,6 +57,18 @@ def check(frame):
         assert request_id == 0, "HELLO carries request id 0"
         for key in ("min_version", "max_version", "role"):
             assert key in control, "HELLO key " + key
+    if mtype == 18:
+        # BLOB_CHUNK (s.1.4, s.3.10): a program's last chunk carries the
+        # whole blob's SHA-256; tensor chunks carry none (per-chunk CRC32C).
+        assert control["kind"] in ("program", "tensor"), "kind"
+        assert 0 <= control["index"] < control["count"], "index"
+        last = control["index"] + 1 == control["count"]
+        if control["kind"] == "program" and last:
+            assert len(control["sha256"]) == 64, "program sha256"
+        if control["kind"] == "tensor":
+            assert "sha256" not in control, "tensor chunk with sha256"
+        names = [s["name"] for s in control.get("sections", [])]
+        assert names == ["data"], "one section named data"
     sections = control.get("sections", [])
     if not sections:
         assert payload_length == 8 + json_length, "bytes after the JSON"
