@@ -242,9 +242,9 @@ typedef struct pcp_safetensors_file_t pcp_safetensors_file_t;
 // UNIMPLEMENTED for dtypes of the format we do not support (F8_*, ...);
 // RESOURCE_EXHAUSTED for a header over the cap; NOT_FOUND / errno statuses
 // when the file cannot be opened. Release with pcp_safetensors_file_release.
-PCP_MUST_USE_RESULT pcp_status_t pcp_safetensors_file_open(
-    const char* path, pcp_allocator_t allocator,
-    pcp_safetensors_file_t** out_file);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_safetensors_file_open(const char* path, pcp_allocator_t allocator,
+                          pcp_safetensors_file_t** out_file);
 // Same validation over bytes in memory (fuzzing, tests). |data| is borrowed
 // and must outlive the file.
 PCP_MUST_USE_RESULT pcp_status_t pcp_safetensors_file_parse(
@@ -281,9 +281,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_safetensors_write(
 // may appear in one shard only.
 typedef struct pcp_safetensors_checkpoint_t pcp_safetensors_checkpoint_t;
 
-PCP_MUST_USE_RESULT pcp_status_t pcp_safetensors_checkpoint_open(
-    const char* path, pcp_allocator_t allocator,
-    pcp_safetensors_checkpoint_t** out_checkpoint);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_safetensors_checkpoint_open(const char* path, pcp_allocator_t allocator,
+                                pcp_safetensors_checkpoint_t** out_checkpoint);
 void pcp_safetensors_checkpoint_release(
     pcp_safetensors_checkpoint_t* checkpoint);
 // All tensors over all shards (shard order, then header order).
@@ -305,16 +305,16 @@ const pcp_safetensors_tensor_t* pcp_safetensors_checkpoint_find(
 // and the checkpoint does not, |tie_word_embeddings| (config.json's flag)
 // fills it from model.embed_tokens.weight. Buffers of rotary_emb.inv_freq
 // (older exports) are ignored. Thread-safe.
-PCP_MUST_USE_RESULT pcp_status_t pcp_models_safetensors_load(
-    const pcp_models_parameter_table_t* table,
-    const pcp_safetensors_checkpoint_t* checkpoint, bool tie_word_embeddings,
-    void* const* buffers);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_models_safetensors_load(const pcp_models_parameter_table_t* table,
+                            const pcp_safetensors_checkpoint_t* checkpoint,
+                            bool tie_word_embeddings, void* const* buffers);
 
 // Writes the parameters of |table| (|buffers[i]| in the parameter's dtype)
 // as one .safetensors file with the table's names.
-PCP_MUST_USE_RESULT pcp_status_t pcp_models_safetensors_save(
-    const pcp_models_parameter_table_t* table, const void* const* buffers,
-    const char* path);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_models_safetensors_save(const pcp_models_parameter_table_t* table,
+                            const void* const* buffers, const char* path);
 
 //===----------------------------------------------------------------------===//
 // CLI
@@ -328,7 +328,6 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_models_safetensors_save(
 // Returns 0, 1 when a file cannot be written, 2 on usage errors (bounds,
 // divisibility).
 int pcp_models_cli_main(int argc, char** argv);
-
 
 //===----------------------------------------------------------------------===//
 // Generation (KV-cache prefill and decode)

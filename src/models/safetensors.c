@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "models/models.h"
 
@@ -52,15 +53,16 @@ static pcp_status_t dtype_parse(const char* file, const char* tensor,
   }
   for (size_t i = 0; i < PCP_ARRAYSIZE(kUnsupportedDtypes); ++i) {
     if (strcmp(kUnsupportedDtypes[i], name) == 0) {
-      return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
-                             "%s: tensor '%s': dtype %s is not supported "
-                             "(supported: F32 F16 BF16 F64 BOOL I8..I64 U8..U64)",
-                             file, tensor, name);
+      return pcp_make_status(
+          PCP_STATUS_UNIMPLEMENTED,
+          "%s: tensor '%s': dtype %s is not supported "
+          "(supported: F32 F16 BF16 F64 BOOL I8..I64 U8..U64)",
+          file, tensor, name);
     }
   }
   return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                         "%s: tensor '%s': unknown dtype '%.32s'", file,
-                         tensor, name);
+                         "%s: tensor '%s': unknown dtype '%.32s'", file, tensor,
+                         name);
 }
 
 static const char* dtype_name(pcp_element_type_t type) {
@@ -208,12 +210,12 @@ static pcp_status_t parse_tensor(const char* file, const char* name,
   }
   uint64_t element_size = pcp_element_type_byte_size(out->element_type);
   if (count > data_length || count * element_size != end - begin) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "%s: tensor '%s': %llu bytes in data_offsets but "
-                           "dtype x shape needs %s",
-                           file, name, (unsigned long long)(end - begin),
-                           count > data_length ? "more than the file holds"
-                                               : "a different size");
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "%s: tensor '%s': %llu bytes in data_offsets but "
+        "dtype x shape needs %s",
+        file, name, (unsigned long long)(end - begin),
+        count > data_length ? "more than the file holds" : "a different size");
   }
   out->element_count = (int64_t)count;
   out->byte_length = (size_t)(end - begin);
@@ -238,10 +240,11 @@ static pcp_status_t parse_file(const char* label, const uint8_t* bytes,
   }
   // Both checks before any allocation: a hostile length costs nothing.
   if (header_length > PCP_SAFETENSORS_MAX_HEADER_BYTES) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                           "%s: header of %llu bytes exceeds the %llu byte cap",
-                           label, (unsigned long long)header_length,
-                           (unsigned long long)PCP_SAFETENSORS_MAX_HEADER_BYTES);
+    return pcp_make_status(
+        PCP_STATUS_RESOURCE_EXHAUSTED,
+        "%s: header of %llu bytes exceeds the %llu byte cap", label,
+        (unsigned long long)header_length,
+        (unsigned long long)PCP_SAFETENSORS_MAX_HEADER_BYTES);
   }
   if (header_length > byte_length - 8) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -397,8 +400,8 @@ pcp_status_t pcp_safetensors_file_open(const char* path,
   }
   close(fd);
   static const uint8_t kEmpty[1] = {0};
-  pcp_status_t status = parse_file(
-      path, mapping != NULL ? mapping : kEmpty, length, allocator, out_file);
+  pcp_status_t status = parse_file(path, mapping != NULL ? mapping : kEmpty,
+                                   length, allocator, out_file);
   if (status) {
     if (mapping != NULL) {
       munmap(mapping, length);
@@ -471,9 +474,9 @@ static pcp_status_t build_header(const pcp_safetensors_tensor_t* tensors,
     }
     if (object == NULL ||
         json_object_set_new(root, "__metadata__", object) != 0) {
-      status = pcp_status_join(status,
-                               pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                                               "safetensors metadata"));
+      status =
+          pcp_status_join(status, pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                                                  "safetensors metadata"));
     }
   }
   uint64_t offset = 0;
@@ -487,9 +490,9 @@ static pcp_status_t build_header(const pcp_safetensors_tensor_t* tensors,
       break;
     }
     if (json_object_get(root, t->name) != NULL) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "safetensors: tensor '%s' appears twice",
-                               t->name);
+      status =
+          pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                          "safetensors: tensor '%s' appears twice", t->name);
       break;
     }
     if (dtype == NULL || t->rank < 0 || t->rank > PCP_MAX_TENSOR_RANK) {
@@ -506,16 +509,15 @@ static pcp_status_t build_header(const pcp_safetensors_tensor_t* tensors,
       count *= (uint64_t)t->dims[d];
       json_array_append_new(shape, json_integer(t->dims[d]));
     }
-    if (count * pcp_element_type_byte_size(t->element_type) !=
-        t->byte_length) {
+    if (count * pcp_element_type_byte_size(t->element_type) != t->byte_length) {
       json_decref(shape);
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "safetensors: tensor '%s': %zu bytes given, "
-                               "dtype x shape is %llu",
-                               t->name, t->byte_length,
-                               (unsigned long long)(count *
-                                                    pcp_element_type_byte_size(
-                                                        t->element_type)));
+      status = pcp_make_status(
+          PCP_STATUS_INVALID_ARGUMENT,
+          "safetensors: tensor '%s': %zu bytes given, "
+          "dtype x shape is %llu",
+          t->name, t->byte_length,
+          (unsigned long long)(count *
+                               pcp_element_type_byte_size(t->element_type)));
       break;
     }
     json_t* entry = json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtype, "shape",
@@ -531,8 +533,8 @@ static pcp_status_t build_header(const pcp_safetensors_tensor_t* tensors,
   if (!status) {
     *out_text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
     if (*out_text == NULL) {
-      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                               "safetensors header");
+      status =
+          pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "safetensors header");
     }
   }
   json_decref(root);
@@ -553,8 +555,8 @@ pcp_status_t pcp_safetensors_write(const char* path,
   // 8-byte boundary (the reference writer does the same).
   size_t padded = (header_length + 7) & ~(size_t)7;
   char temp_path[PATH_MAX];
-  int n = snprintf(temp_path, sizeof(temp_path), "%s.tmp.%d", path,
-                   (int)getpid());
+  int n =
+      snprintf(temp_path, sizeof(temp_path), "%s.tmp.%d", path, (int)getpid());
   if (n < 0 || (size_t)n >= sizeof(temp_path)) {
     free(header);
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "path too long: %s",
@@ -579,8 +581,8 @@ pcp_status_t pcp_safetensors_write(const char* path,
   }
   free(header);
   for (size_t i = 0; i < tensor_count && !status; ++i) {
-    status = write_bytes(stream, temp_path, tensors[i].data,
-                         tensors[i].byte_length);
+    status =
+        write_bytes(stream, temp_path, tensors[i].data, tensors[i].byte_length);
   }
   if (!status && (fflush(stream) != 0 || fsync(fileno(stream)) != 0)) {
     status = pcp_status_from_errno(errno, "sync %s", temp_path);

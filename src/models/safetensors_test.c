@@ -56,8 +56,8 @@ static pcp_status_code_t parse_code(const char* header, size_t data_length,
   size_t length = 0;
   uint8_t* bytes = image(header, data_length, &length);
   pcp_safetensors_file_t* file = NULL;
-  pcp_status_t status = pcp_safetensors_file_parse(
-      bytes, length, pcp_allocator_system(), &file);
+  pcp_status_t status =
+      pcp_safetensors_file_parse(bytes, length, pcp_allocator_system(), &file);
   pcp_status_code_t code = pcp_status_code(status);
   if (status) {
     assert_null(file);
@@ -78,16 +78,36 @@ static void test_round_trip(void** state) {
   int64_t i64[2] = {INT64_MIN, INT64_MAX};
   uint8_t flags[1] = {1};
   pcp_safetensors_tensor_t tensors[] = {
-      {.name = "b", .element_type = PCP_ELEMENT_TYPE_BF16, .rank = 1,
-       .dims = {3}, .data = bf16, .byte_length = sizeof(bf16)},
-      {.name = "a", .element_type = PCP_ELEMENT_TYPE_F32, .rank = 2,
-       .dims = {2, 3}, .data = f32, .byte_length = sizeof(f32)},
-      {.name = "flag", .element_type = PCP_ELEMENT_TYPE_I1, .rank = 1,
-       .dims = {1}, .data = flags, .byte_length = 1},
-      {.name = "i", .element_type = PCP_ELEMENT_TYPE_I64, .rank = 1,
-       .dims = {2}, .data = i64, .byte_length = sizeof(i64)},
-      {.name = "none", .element_type = PCP_ELEMENT_TYPE_F32, .rank = 2,
-       .dims = {4, 0}, .data = NULL, .byte_length = 0},
+      {.name = "b",
+       .element_type = PCP_ELEMENT_TYPE_BF16,
+       .rank = 1,
+       .dims = {3},
+       .data = bf16,
+       .byte_length = sizeof(bf16)},
+      {.name = "a",
+       .element_type = PCP_ELEMENT_TYPE_F32,
+       .rank = 2,
+       .dims = {2, 3},
+       .data = f32,
+       .byte_length = sizeof(f32)},
+      {.name = "flag",
+       .element_type = PCP_ELEMENT_TYPE_I1,
+       .rank = 1,
+       .dims = {1},
+       .data = flags,
+       .byte_length = 1},
+      {.name = "i",
+       .element_type = PCP_ELEMENT_TYPE_I64,
+       .rank = 1,
+       .dims = {2},
+       .data = i64,
+       .byte_length = sizeof(i64)},
+      {.name = "none",
+       .element_type = PCP_ELEMENT_TYPE_F32,
+       .rank = 2,
+       .dims = {4, 0},
+       .data = NULL,
+       .byte_length = 0},
   };
   const char* metadata[] = {"format", "pt"};
   char path[512];
@@ -136,15 +156,15 @@ static void test_round_trip(void** state) {
 
 static void test_malformed_headers(void** state) {
   (void)state;
-  const char* ok = "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],"
-                   "\"data_offsets\":[0,8]}}";
+  const char* ok =
+      "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],"
+      "\"data_offsets\":[0,8]}}";
   assert_int_equal(parse_code(ok, 8, NULL), PCP_STATUS_OK);
   // Trailing spaces are the format's padding.
-  assert_int_equal(
-      parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],"
-                 "\"data_offsets\":[0,8]}}     ",
-                 8, NULL),
-      PCP_STATUS_OK);
+  assert_int_equal(parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],"
+                              "\"data_offsets\":[0,8]}}     ",
+                              8, NULL),
+                   PCP_STATUS_OK);
   // Metadata only, no tensors.
   assert_int_equal(parse_code("{\"__metadata__\":{\"a\":\"b\"}}", 0, NULL),
                    PCP_STATUS_OK);
@@ -160,15 +180,15 @@ static void test_malformed_headers(void** state) {
   size_t length = 0;
   uint8_t* bytes = image(ok, 8, &length);
   bytes[0] = 0xF0;
-  status = pcp_safetensors_file_parse(bytes, length, pcp_allocator_system(),
-                                      &file);
+  status =
+      pcp_safetensors_file_parse(bytes, length, pcp_allocator_system(), &file);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   assert_non_null(strstr(pcp_status_message(status), "past the end"));
   pcp_status_ignore(status);
   // A huge header length is refused before anything is allocated.
   memset(bytes, 0xFF, 8);
-  status = pcp_safetensors_file_parse(bytes, length, pcp_allocator_null(),
-                                      &file);
+  status =
+      pcp_safetensors_file_parse(bytes, length, pcp_allocator_null(), &file);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_RESOURCE_EXHAUSTED);
   pcp_status_ignore(status);
   bytes[7] = 0;
@@ -176,8 +196,8 @@ static void test_malformed_headers(void** state) {
   bytes[5] = 0;
   bytes[4] = 0;
   bytes[3] = 0x07;  // 0x07FFFFFF: 128 MiB - 1, over the cap
-  status = pcp_safetensors_file_parse(bytes, length, pcp_allocator_null(),
-                                      &file);
+  status =
+      pcp_safetensors_file_parse(bytes, length, pcp_allocator_null(), &file);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_RESOURCE_EXHAUSTED);
   pcp_status_ignore(status);
   free(bytes);
@@ -201,59 +221,50 @@ static void test_malformed_headers(void** state) {
                  12, "overlap"),
       PCP_STATUS_INVALID_ARGUMENT);
   // A gap, and bytes left over at the end.
-  assert_int_equal(
-      parse_code("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
-                 "\"data_offsets\":[4,8]}}",
-                 8, "gap"),
-      PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(parse_code("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
+                              "\"data_offsets\":[4,8]}}",
+                              8, "gap"),
+                   PCP_STATUS_INVALID_ARGUMENT);
   assert_int_equal(parse_code(ok, 12, "cover 8 of the 12"),
                    PCP_STATUS_INVALID_ARGUMENT);
   // Offsets beyond the data region.
   assert_int_equal(parse_code(ok, 4, "outside"), PCP_STATUS_INVALID_ARGUMENT);
   // Unknown and unsupported dtypes.
-  assert_int_equal(
-      parse_code("{\"t\":{\"dtype\":\"F33\",\"shape\":[2],"
-                 "\"data_offsets\":[0,8]}}",
-                 8, "unknown dtype 'F33'"),
-      PCP_STATUS_INVALID_ARGUMENT);
-  assert_int_equal(
-      parse_code("{\"t\":{\"dtype\":\"F8_E4M3\",\"shape\":[8],"
-                 "\"data_offsets\":[0,8]}}",
-                 8, "F8_E4M3"),
-      PCP_STATUS_UNIMPLEMENTED);
+  assert_int_equal(parse_code("{\"t\":{\"dtype\":\"F33\",\"shape\":[2],"
+                              "\"data_offsets\":[0,8]}}",
+                              8, "unknown dtype 'F33'"),
+                   PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(parse_code("{\"t\":{\"dtype\":\"F8_E4M3\",\"shape\":[8],"
+                              "\"data_offsets\":[0,8]}}",
+                              8, "F8_E4M3"),
+                   PCP_STATUS_UNIMPLEMENTED);
   // Shape and size disagree.
-  assert_int_equal(
-      parse_code("{\"t\":{\"dtype\":\"BF16\",\"shape\":[2,3],"
-                 "\"data_offsets\":[0,8]}}",
-                 8, "'t'"),
-      PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(parse_code("{\"t\":{\"dtype\":\"BF16\",\"shape\":[2,3],"
+                              "\"data_offsets\":[0,8]}}",
+                              8, "'t'"),
+                   PCP_STATUS_INVALID_ARGUMENT);
   // Shapes whose product overflows 64 bits.
-  assert_int_equal(
-      parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[4294967296,"
-                 "4294967296,16],\"data_offsets\":[0,8]}}",
-                 8, "more than the file"),
-      PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[4294967296,"
+                              "4294967296,16],\"data_offsets\":[0,8]}}",
+                              8, "more than the file"),
+                   PCP_STATUS_INVALID_ARGUMENT);
   // Negative and non-integer dims, bad offsets, extra fields, metadata.
-  assert_int_equal(
-      parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[-2],"
-                 "\"data_offsets\":[0,8]}}",
-                 8, "shape[0]"),
-      PCP_STATUS_INVALID_ARGUMENT);
-  assert_int_equal(
-      parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[2.5],"
-                 "\"data_offsets\":[0,8]}}",
-                 8, NULL),
-      PCP_STATUS_INVALID_ARGUMENT);
-  assert_int_equal(
-      parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],"
-                 "\"data_offsets\":[8,0]}}",
-                 8, NULL),
-      PCP_STATUS_INVALID_ARGUMENT);
-  assert_int_equal(
-      parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],"
-                 "\"data_offsets\":[0,8],\"x\":1}}",
-                 8, NULL),
-      PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[-2],"
+                              "\"data_offsets\":[0,8]}}",
+                              8, "shape[0]"),
+                   PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[2.5],"
+                              "\"data_offsets\":[0,8]}}",
+                              8, NULL),
+                   PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],"
+                              "\"data_offsets\":[8,0]}}",
+                              8, NULL),
+                   PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(parse_code("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],"
+                              "\"data_offsets\":[0,8],\"x\":1}}",
+                              8, NULL),
+                   PCP_STATUS_INVALID_ARGUMENT);
   assert_int_equal(parse_code("{\"__metadata__\":{\"a\":1}}", 0, "metadata"),
                    PCP_STATUS_INVALID_ARGUMENT);
   assert_int_equal(
@@ -352,8 +363,8 @@ typedef struct model_t {
   void** buffers;
 } model_t;
 
-static void model_initialize(pcp_element_type_t dtype, bool tied,
-                             uint64_t seed, model_t* out) {
+static void model_initialize(pcp_element_type_t dtype, bool tied, uint64_t seed,
+                             model_t* out) {
   pcp_models_spec_initialize(PCP_MODELS_ARCHITECTURE_QWEN3, &out->spec);
   out->spec.layers = 2;
   out->spec.width = 32;
@@ -459,8 +470,8 @@ static void test_qwen3_mapping(void** state) {
   assert_non_null(strstr(pcp_status_message(status), "'lm_head.weight'"));
   pcp_status_ignore(status);
   PCP_CHECK_OK(load_from(tied_path, &f32, true));
-  int64_t embed = pcp_models_parameter_table_find(&f32.table,
-                                                  "model.embed_tokens.weight");
+  int64_t embed =
+      pcp_models_parameter_table_find(&f32.table, "model.embed_tokens.weight");
   int64_t head = pcp_models_parameter_table_find(&f32.table, "lm_head.weight");
   assert_memory_equal(f32.buffers[embed], f32.buffers[head],
                       f32.table.parameters[head].byte_length);
@@ -482,8 +493,8 @@ static void test_qwen3_mapping(void** state) {
   }
   char other_path[512];
   path_in_dir("qwen3_other.safetensors", other_path, sizeof(other_path));
-  PCP_CHECK_OK(pcp_models_safetensors_save(
-      &other, (const void* const*)buffers, other_path));
+  PCP_CHECK_OK(pcp_models_safetensors_save(&other, (const void* const*)buffers,
+                                           other_path));
   for (size_t i = 0; i < other.count; ++i) {
     free(buffers[i]);
   }
@@ -498,8 +509,8 @@ static void test_qwen3_mapping(void** state) {
   pcp_status_ignore(status);
 
   // Unexpected tensor; ignored rotary buffers; wrong dtype.
-  const pcp_models_parameter_t* norm = &f32.table.parameters[f32.table.count -
-                                                             2];
+  const pcp_models_parameter_t* norm =
+      &f32.table.parameters[f32.table.count - 2];
   assert_string_equal(norm->name, "model.norm.weight");
   size_t n = f32.table.count;
   pcp_safetensors_tensor_t* tensors = calloc(n + 2, sizeof(*tensors));
@@ -520,13 +531,13 @@ static void test_qwen3_mapping(void** state) {
       .dims = {4},
       .data = inv_freq,
       .byte_length = sizeof(inv_freq)};
-  tensors[n + 1] = (pcp_safetensors_tensor_t){
-      .name = "model.layers.9.mlp.up_proj.weight",
-      .element_type = PCP_ELEMENT_TYPE_F32,
-      .rank = 1,
-      .dims = {4},
-      .data = inv_freq,
-      .byte_length = sizeof(inv_freq)};
+  tensors[n + 1] =
+      (pcp_safetensors_tensor_t){.name = "model.layers.9.mlp.up_proj.weight",
+                                 .element_type = PCP_ELEMENT_TYPE_F32,
+                                 .rank = 1,
+                                 .dims = {4},
+                                 .data = inv_freq,
+                                 .byte_length = sizeof(inv_freq)};
   char extra_path[512];
   path_in_dir("qwen3_extra.safetensors", extra_path, sizeof(extra_path));
   PCP_CHECK_OK(pcp_safetensors_write(extra_path, tensors, n + 1, NULL, 0));

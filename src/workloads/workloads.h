@@ -71,9 +71,9 @@ typedef struct pcp_sampler_t {
   pcp_sampling_params_t params;
   int64_t vocab;
   pcp_rng_t rng;
-  double* scratch;       // vocab entries
-  void* candidates;      // vocab entries (a private type)
-  uint32_t* counts;      // vocab entries (history counts for penalties)
+  double* scratch;   // vocab entries
+  void* candidates;  // vocab entries (a private type)
+  uint32_t* counts;  // vocab entries (history counts for penalties)
 } pcp_sampler_t;
 
 // Validates |params| and allocates scratch for |vocab| (> 0, < 2^31).
@@ -99,10 +99,10 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_sampler_sample(pcp_sampler_t* sampler,
 // above (|histories| may be NULL). Rows are independent: the result of a
 // row equals pcp_sampler_sample on it alone. Stops at the first error and
 // annotates it with the row.
-PCP_MUST_USE_RESULT pcp_status_t pcp_sampler_sample_batch(
-    pcp_sampler_t* samplers, size_t batch, const float* logits,
-    const int32_t* const* histories, const size_t* history_counts,
-    int32_t* out_tokens);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sampler_sample_batch(pcp_sampler_t* samplers, size_t batch,
+                         const float* logits, const int32_t* const* histories,
+                         const size_t* history_counts, int32_t* out_tokens);
 
 //===----------------------------------------------------------------------===//
 // Inference stop conditions
@@ -153,15 +153,15 @@ void pcp_stop_state_deinitialize(pcp_stop_state_t* state);
 // max_tokens tokens, "length" and all held text is released. Returns the
 // finish reason (NONE while generating). Pushing after a finish is
 // FAILED_PRECONDITION.
-PCP_MUST_USE_RESULT pcp_status_t pcp_stop_state_push(
-    pcp_stop_state_t* state, int32_t token, const char* text,
-    size_t text_length, pcp_string_builder_t* out_text,
-    pcp_finish_reason_t* out_reason);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_stop_state_push(pcp_stop_state_t* state, int32_t token, const char* text,
+                    size_t text_length, pcp_string_builder_t* out_text,
+                    pcp_finish_reason_t* out_reason);
 
 // The generation ended for another reason (cancel, context full): releases
 // the held text to |out_text|.
-PCP_MUST_USE_RESULT pcp_status_t pcp_stop_state_flush(
-    pcp_stop_state_t* state, pcp_string_builder_t* out_text);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_stop_state_flush(pcp_stop_state_t* state, pcp_string_builder_t* out_text);
 
 #ifdef __cplusplus
 }

@@ -36,8 +36,7 @@ pcp_status_t pcp_sampling_params_validate(const pcp_sampling_params_t* p) {
                            "repetition_penalty must be > 0, not %g",
                            p->repetition_penalty);
   }
-  if (!(fabs(p->presence_penalty) <= 2) ||
-      !(fabs(p->frequency_penalty) <= 2)) {
+  if (!(fabs(p->presence_penalty) <= 2) || !(fabs(p->frequency_penalty) <= 2)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "presence_penalty and frequency_penalty must be in "
                            "[-2, 2], not %g and %g",
@@ -102,6 +101,60 @@ static int candidate_compare(const void* a, const void* b) {
     return x->logit > y->logit ? -1 : 1;
   }
   return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+// The |k| best entries of |s| (descending logit, ascending id), unsorted,
+// through a min-heap of size k whose root is the worst kept candidate.
+// Returns how many were kept (fewer than k if fewer are above -inf).
+static bool worse(const candidate_t* a, const candidate_t* b) {
+  return candidate_compare(a, b) > 0;
+}
+
+static void sift_down(candidate_t* heap, size_t size, size_t at) {
+  for (;;) {
+    size_t left = 2 * at + 1;
+    size_t right = left + 1;
+    size_t worst = at;
+    if (left < size && worse(&heap[left], &heap[worst])) {
+      worst = left;
+    }
+    if (right < size && worse(&heap[right], &heap[worst])) {
+      worst = right;
+    }
+    if (worst == at) {
+      return;
+    }
+    candidate_t swap = heap[at];
+    heap[at] = heap[worst];
+    heap[worst] = swap;
+    at = worst;
+  }
+}
+
+static size_t select_top_k(const double* s, size_t n, size_t k,
+                           candidate_t* heap) {
+  size_t size = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!(s[i] > -INFINITY)) {
+      continue;
+    }
+    candidate_t c = {s[i], (int32_t)i};
+    if (size < k) {
+      // Sift up.
+      size_t at = size++;
+      heap[at] = c;
+      while (at > 0 && worse(&heap[at], &heap[(at - 1) / 2])) {
+        candidate_t swap = heap[at];
+        heap[at] = heap[(at - 1) / 2];
+        heap[(at - 1) / 2] = swap;
+        at = (at - 1) / 2;
+      }
+    } else if (worse(&heap[0], &c)) {
+      heap[0] = c;
+      sift_down(heap, size, 0);
+    }
+  }
+  return size;
 }
 
 static void apply_penalties(pcp_sampler_t* sampler, const int32_t* history,
@@ -194,22 +247,49 @@ pcp_status_t pcp_sampler_sample(pcp_sampler_t* sampler, const float* logits,
     *out_token = (int32_t)last_positive;
     return pcp_ok_status();
   }
-  // top-k / top-p: candidates sorted by probability. A full sort is
-  // O(V log V) per token (about 2 ms at V = 150k); a selection for small k
-  // is the obvious next step if decode profiles show it.
+  // top-k / top-p: the candidates that can be kept, sorted by probability.
+  // Sorting all V logits costs ~30 ms per token at V = 150k, so only a
+  // small set is sorted: the k best (a bounded heap) for top-k, and for
+  // top-p alone the tokens above a probability floor, when their mass
+  // already reaches top_p (then the kept prefix lies inside them, since
+  // every token below the floor is less likely than every token above it).
   candidate_t* order = sampler->candidates;
   size_t count = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (s[i] > -INFINITY) {
-      order[count].logit = s[i];
-      order[count].id = (int32_t)i;
-      ++count;
+  // Mass of the whole distribution the top-p threshold refers to, when the
+  // candidates are only part of it (negative: the candidates are all of it).
+  double full_total = -1;
+  if (p->top_k > 0 && (uint64_t)p->top_k < n) {
+    count = select_top_k(s, n, (size_t)p->top_k, order);
+  } else {
+    double floor_weight[] = {1e-4, 1e-7, 0.0};
+    size_t first_floor = p->top_p < 1.0 ? 0 : 2;
+    double total_weight = 0;
+    for (size_t i = 0; i < n; ++i) {
+      total_weight += exp((s[i] - max_logit) * inverse_t);
+    }
+    full_total = total_weight;
+    for (size_t f = first_floor; f < PCP_ARRAYSIZE(floor_weight); ++f) {
+      // Logit floor equivalent to weight >= floor * total.
+      double floor_logit =
+          floor_weight[f] > 0
+              ? max_logit + log(floor_weight[f] * total_weight) / inverse_t
+              : -INFINITY;
+      double mass = 0;
+      count = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (s[i] > -INFINITY && s[i] >= floor_logit) {
+          order[count].logit = s[i];
+          order[count].id = (int32_t)i;
+          mass += exp((s[i] - max_logit) * inverse_t);
+          ++count;
+        }
+      }
+      if (floor_weight[f] == 0 || mass >= p->top_p * total_weight) {
+        break;
+      }
     }
   }
   qsort(order, count, sizeof(candidate_t), candidate_compare);
-  if (p->top_k > 0 && (uint64_t)p->top_k < count) {
-    count = (size_t)p->top_k;
-  }
   double total = 0;
   for (size_t j = 0; j < count; ++j) {
     order[j].logit = exp((order[j].logit - max_logit) * inverse_t);
@@ -218,7 +298,7 @@ pcp_status_t pcp_sampler_sample(pcp_sampler_t* sampler, const float* logits,
   if (p->top_p < 1.0) {
     // Smallest prefix whose mass reaches top_p: a token is kept while the
     // mass before it is still below the threshold.
-    double threshold = p->top_p * total;
+    double threshold = p->top_p * (full_total >= 0 ? full_total : total);
     double kept_mass = 0;
     size_t kept = 0;
     while (kept < count && kept_mass < threshold) {
@@ -279,8 +359,7 @@ const char* pcp_finish_reason_name(pcp_finish_reason_t reason) {
 }
 
 pcp_status_t pcp_stop_state_initialize(int64_t max_tokens,
-                                       const int32_t* eos_ids,
-                                       size_t eos_count,
+                                       const int32_t* eos_ids, size_t eos_count,
                                        const char* const* sequences,
                                        size_t sequence_count,
                                        pcp_allocator_t allocator,
@@ -374,8 +453,8 @@ pcp_status_t pcp_stop_state_push(pcp_stop_state_t* state, int32_t token,
     }
   }
   pcp_string_builder_t* held = &state->held;
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append(
-      held, pcp_make_string_view(text, text_length)));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append(held, pcp_make_string_view(text, text_length)));
   // Earliest occurrence of any stop sequence in the held text.
   size_t stop_at = SIZE_MAX;
   for (size_t i = 0; i < state->sequence_count; ++i) {

@@ -11,6 +11,7 @@
 // clang-format on
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "workloads/workloads.h"
@@ -24,8 +25,8 @@ static pcp_sampler_t make_sampler(double temperature, int64_t top_k,
   params.top_p = top_p;
   params.seed = seed;
   pcp_sampler_t sampler;
-  PCP_CHECK_OK(pcp_sampler_initialize(&params, vocab, pcp_allocator_system(),
-                                      &sampler));
+  PCP_CHECK_OK(
+      pcp_sampler_initialize(&params, vocab, pcp_allocator_system(), &sampler));
   return sampler;
 }
 
@@ -73,17 +74,19 @@ static void test_params_validated(void** state) {
   pcp_status_ignore(status);
   pcp_sampling_params_initialize(&params);
   params.temperature = -1;
-  assert_int_equal(pcp_status_consume_code(pcp_sampling_params_validate(&params)),
-                   PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(
+      pcp_status_consume_code(pcp_sampling_params_validate(&params)),
+      PCP_STATUS_INVALID_ARGUMENT);
   pcp_sampling_params_initialize(&params);
   params.repetition_penalty = 0;
-  assert_int_equal(pcp_status_consume_code(pcp_sampling_params_validate(&params)),
-                   PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(
+      pcp_status_consume_code(pcp_sampling_params_validate(&params)),
+      PCP_STATUS_INVALID_ARGUMENT);
 }
 
 // Pearson chi-square of |draws| draws against |probs| over |n| cells.
-static double chi_square(const int64_t* observed, const double* probs,
-                         size_t n, int64_t draws) {
+static double chi_square(const int64_t* observed, const double* probs, size_t n,
+                         int64_t draws) {
   double chi = 0;
   for (size_t i = 0; i < n; ++i) {
     double expected = probs[i] * (double)draws;
@@ -157,8 +160,8 @@ static void test_top_p_cutoff_exact(void** state) {
   struct {
     double top_p;
     int kept;  // number of most likely tokens that may be drawn
-  } cases[] = {{0.3, 1}, {0.49, 1}, {0.51, 2}, {0.7, 2}, {0.8, 3}, {0.9, 4},
-               {1.0, 5}};
+  } cases[] = {{0.3, 1}, {0.49, 1}, {0.51, 2}, {0.7, 2},
+               {0.8, 3}, {0.9, 4},  {1.0, 5}};
   const int32_t by_rank[kVocab] = {1, 3, 0, 2, 4};
   for (size_t c = 0; c < PCP_ARRAYSIZE(cases); ++c) {
     pcp_sampler_t sampler = make_sampler(1.0, 0, cases[c].top_p, 9, kVocab);
@@ -182,6 +185,98 @@ static void test_top_p_cutoff_exact(void** state) {
     double share = (double)observed[by_rank[0]] / kDraws;
     assert_true(fabs(share - 0.5 / mass) < 0.02);
   }
+}
+
+// Reference: sort every token, cut at k, cut at top_p, inverse CDF with one
+// draw: the sampler (heap for top-k, probability floor for top-p) must pick
+// the same tokens from the same seed.
+typedef struct ref_entry_t {
+  double logit;
+  int32_t id;
+} ref_entry_t;
+
+static int ref_compare(const void* a, const void* b) {
+  const ref_entry_t* x = a;
+  const ref_entry_t* y = b;
+  if (x->logit != y->logit) {
+    return x->logit > y->logit ? -1 : 1;
+  }
+  return x->id - y->id;
+}
+
+static int32_t reference_sample(const float* logits, int64_t vocab,
+                                double temperature, int64_t top_k, double top_p,
+                                pcp_rng_t* rng) {
+  ref_entry_t* e = malloc((size_t)vocab * sizeof(*e));
+  double max = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) {
+    e[i].logit = logits[i];
+    e[i].id = (int32_t)i;
+    max = fmax(max, logits[i]);
+  }
+  qsort(e, (size_t)vocab, sizeof(*e), ref_compare);
+  size_t count = top_k > 0 && top_k < vocab ? (size_t)top_k : (size_t)vocab;
+  double total = 0;
+  for (size_t j = 0; j < count; ++j) {
+    e[j].logit = exp((e[j].logit - max) / temperature);
+    total += e[j].logit;
+  }
+  if (top_p < 1) {
+    double kept_mass = 0;
+    size_t kept = 0;
+    while (kept < count && kept_mass < top_p * total) {
+      kept_mass += e[kept++].logit;
+    }
+    count = kept;
+    total = kept_mass;
+  }
+  double u = pcp_rng_next_double(rng) * total;
+  double cumulative = 0;
+  int32_t token = e[count - 1].id;
+  for (size_t j = 0; j < count; ++j) {
+    cumulative += e[j].logit;
+    if (u < cumulative) {
+      token = e[j].id;
+      break;
+    }
+  }
+  free(e);
+  return token;
+}
+
+static void test_large_vocab_matches_full_sort(void** state) {
+  (void)state;
+  enum { kVocab = 20000, kSteps = 100 };
+  float* logits = malloc(kVocab * sizeof(float));
+  pcp_rng_t values;
+  pcp_rng_initialize(77, &values);
+  for (int i = 0; i < kVocab; ++i) {
+    // Quantized so that many logits tie exactly.
+    logits[i] = (float)floor(pcp_rng_next_normal(&values) * 8) / 4.0f;
+  }
+  struct {
+    double temperature;
+    int64_t top_k;
+    double top_p;
+  } cases[] = {{1.0, 40, 1.0},
+               {0.7, 0, 0.9},
+               {1.3, 0, 0.5},
+               {1.0, 0, 0.999},
+               {0.9, 300, 0.8}};
+  for (size_t c = 0; c < PCP_ARRAYSIZE(cases); ++c) {
+    pcp_sampler_t sampler = make_sampler(cases[c].temperature, cases[c].top_k,
+                                         cases[c].top_p, 31 + c, kVocab);
+    pcp_rng_t reference;
+    pcp_rng_initialize(31 + c, &reference);
+    for (int i = 0; i < kSteps; ++i) {
+      int32_t expected =
+          reference_sample(logits, kVocab, cases[c].temperature, cases[c].top_k,
+                           cases[c].top_p, &reference);
+      assert_int_equal(sample(&sampler, logits), expected);
+    }
+    pcp_sampler_deinitialize(&sampler);
+  }
+  free(logits);
 }
 
 static void test_determinism_per_seed(void** state) {
@@ -217,10 +312,10 @@ static void test_batch_rows_match_single(void** state) {
   pcp_sampler_t batch[kBatch];
   pcp_sampler_t single[kBatch];
   for (int b = 0; b < kBatch; ++b) {
-    batch[b] = make_sampler(b == 0 ? 0.0 : 1.0, b == 2 ? 4 : 0, 1, 100 + b,
-                            kVocab);
-    single[b] = make_sampler(b == 0 ? 0.0 : 1.0, b == 2 ? 4 : 0, 1, 100 + b,
-                             kVocab);
+    batch[b] =
+        make_sampler(b == 0 ? 0.0 : 1.0, b == 2 ? 4 : 0, 1, 100 + b, kVocab);
+    single[b] =
+        make_sampler(b == 0 ? 0.0 : 1.0, b == 2 ? 4 : 0, 1, 100 + b, kVocab);
   }
   const int32_t history0[] = {1, 2};
   const int32_t* histories[kBatch] = {history0, NULL, NULL};
@@ -414,6 +509,7 @@ int main(void) {
       cmocka_unit_test(test_temperature_distribution_matches_softmax),
       cmocka_unit_test(test_top_k_keeps_k_best),
       cmocka_unit_test(test_top_p_cutoff_exact),
+      cmocka_unit_test(test_large_vocab_matches_full_sort),
       cmocka_unit_test(test_determinism_per_seed),
       cmocka_unit_test(test_batch_rows_match_single),
       cmocka_unit_test(test_penalties),
