@@ -2355,6 +2355,33 @@ const char* pcp_fabric_worker_state_name(pcp_fabric_worker_state_t state) {
   }
 }
 
+// Fills |out_info| from |w|; the caller holds ep->mu.
+static void worker_info_fill(pcp_fabric_endpoint_t* ep, fabric_worker_t* w,
+                             pcp_fabric_worker_info_t* out_info) {
+  *out_info = w->info;
+  out_info->program_count = w->acked.count;
+  out_info->lost_at_ns = w->lost_at_ns;
+  out_info->heartbeat_age_ns = 0;
+  out_info->in_flight = 0;
+  out_info->lease_id = 0;
+  if (w->conn) {
+    int64_t last = pcp_proto_gateway_conn_deadline_ns(w->conn->proto) -
+                   ep->timeouts.silence_timeout_ns;
+    out_info->heartbeat_age_ns = now_ns(ep) - last;
+    out_info->in_flight =
+        (uint32_t)pcp_proto_gateway_conn_in_flight_count(w->conn->proto);
+  }
+  pcp_sched_worker_status_t status;
+  pcp_status_t s = pcp_sched_worker_query(ep->sched, w->info.worker_id, &status);
+  if (!s) {
+    out_info->sched_state = status.state;
+    out_info->lease_id = status.lease_id;
+  } else {
+    pcp_status_ignore(s);
+    out_info->sched_state = PCP_SCHED_WORKER_STATE_LOST;
+  }
+}
+
 pcp_status_t pcp_fabric_worker_query(pcp_fabric_endpoint_t* ep,
                                      const char* worker_id,
                                      pcp_fabric_worker_info_t* out_info) {
@@ -2365,26 +2392,34 @@ pcp_status_t pcp_fabric_worker_query(pcp_fabric_endpoint_t* ep,
     pthread_mutex_unlock(&ep->mu);
     return pcp_make_status(PCP_STATUS_NOT_FOUND, "worker '%s'", worker_id);
   }
-  *out_info = w->info;
-  out_info->program_count = w->acked.count;
-  out_info->lost_at_ns = w->lost_at_ns;
-  if (w->conn) {
-    int64_t last = pcp_proto_gateway_conn_deadline_ns(w->conn->proto) -
-                   ep->timeouts.silence_timeout_ns;
-    out_info->heartbeat_age_ns = now_ns(ep) - last;
-    out_info->in_flight =
-        (uint32_t)pcp_proto_gateway_conn_in_flight_count(w->conn->proto);
-  }
-  pcp_sched_worker_status_t status;
-  pcp_status_t s = pcp_sched_worker_query(ep->sched, worker_id, &status);
-  if (!s) {
-    out_info->sched_state = status.state;
-  } else {
-    pcp_status_ignore(s);
-    out_info->sched_state = PCP_SCHED_WORKER_STATE_LOST;
-  }
+  worker_info_fill(ep, w, out_info);
   pthread_mutex_unlock(&ep->mu);
   return pcp_ok_status();
+}
+
+uint32_t pcp_fabric_worker_list(pcp_fabric_endpoint_t* ep,
+                                pcp_fabric_worker_info_t* out_infos,
+                                uint32_t capacity, uint32_t* out_total) {
+  pthread_mutex_lock(&ep->mu);
+  uint32_t total = ep->worker_count;
+  uint32_t count = total < capacity ? total : capacity;
+  for (uint32_t i = 0; i < count; ++i) {
+    worker_info_fill(ep, ep->workers[i], &out_infos[i]);
+  }
+  pthread_mutex_unlock(&ep->mu);
+  if (out_total) *out_total = total;
+  // Registry order is not stable (removal swaps in the last slot), so the
+  // copy is sorted by id: a paging client sees one order.
+  for (uint32_t i = 1; i < count; ++i) {
+    pcp_fabric_worker_info_t item = out_infos[i];
+    uint32_t j = i;
+    while (j > 0 && strcmp(out_infos[j - 1].worker_id, item.worker_id) > 0) {
+      out_infos[j] = out_infos[j - 1];
+      --j;
+    }
+    out_infos[j] = item;
+  }
+  return count;
 }
 
 uint32_t pcp_fabric_worker_count(pcp_fabric_endpoint_t* ep,

@@ -214,6 +214,7 @@ typedef struct pcp_fabric_worker_info_t {
   int64_t heartbeat_age_ns;   // since the last frame (connected only)
   int64_t lost_at_ns;         // when last lost (endpoint clock); 0: never
   uint32_t in_flight;         // tasks assigned and unanswered
+  uint64_t lease_id;          // sched lease the worker holds; 0: none
   uint32_t program_count;     // programs the worker acknowledged
 } pcp_fabric_worker_info_t;
 
@@ -223,6 +224,18 @@ typedef struct pcp_fabric_worker_info_t {
 PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_worker_query(
     pcp_fabric_endpoint_t* endpoint, const char* worker_id,
     pcp_fabric_worker_info_t* out_info);
+
+// A snapshot of every known worker (connected, draining and lost ones whose
+// registry slot is kept), each as pcp_fabric_worker_query fills it, taken
+// under one hold of the endpoint's lock so the records are consistent with
+// each other. Copies at most |capacity| records into |out_infos| (caller
+// storage, |capacity| entries; nothing allocated), sorted by worker id, and
+// returns how many it copied; |out_total| (optional) receives how many the
+// endpoint knows, so a caller can tell that the copy was cut short (at most
+// options.max_workers). Thread-safe.
+uint32_t pcp_fabric_worker_list(pcp_fabric_endpoint_t* endpoint,
+                                pcp_fabric_worker_info_t* out_infos,
+                                uint32_t capacity, uint32_t* out_total);
 
 // Workers in |state|, or all known for PCP_FABRIC_WORKER_STATE_COUNT_.
 // Thread-safe.

@@ -1103,6 +1103,50 @@ static void test_config_table_and_bad_options(void** state) {
   assert_null(endpoint);
 }
 
+// pcp_fabric_worker_list: every known worker (lost ones included), full
+// records, sorted by id, bounded by the caller's capacity.
+static void test_worker_list_snapshot(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* c = join_worker(f, "list-c", TOKEN);
+  fake_worker_t* a = join_worker(f, "list-a", TOKEN);
+  fake_worker_t* b = join_worker(f, "list-b", TOKEN);
+  drop_worker(b);
+  assert_true(
+      wait_worker_state(f, "list-b", PCP_FABRIC_WORKER_LOST, 3000, NULL));
+  pcp_fabric_worker_info_t infos[8];
+  uint32_t total = 0;
+  assert_int_equal(pcp_fabric_worker_list(f->endpoint, infos, 8, &total), 3);
+  assert_int_equal(total, 3);
+  const char* ids[3] = {"list-a", "list-b", "list-c"};
+  for (int i = 0; i < 3; ++i) {
+    assert_string_equal(infos[i].worker_id, ids[i]);
+    // The whole JOIN record, as pcp_fabric_worker_query gives it.
+    assert_string_equal(infos[i].backend, "cpu");
+    assert_string_equal(infos[i].target, "host");
+    assert_int_equal(infos[i].device_id, 3);
+    assert_int_equal(infos[i].device_memory_bytes, UINT64_C(8) << 30);
+    assert_int_equal(infos[i].driver_count, 2);
+    assert_string_equal(infos[i].runtime_version, "iree-rt 3.13");
+    assert_string_equal(infos[i].node_manager_id, "nm-1");
+    assert_int_equal(infos[i].lease_id, 0);
+  }
+  assert_int_equal(infos[0].state, PCP_FABRIC_WORKER_CONNECTED);
+  assert_int_equal(infos[1].state, PCP_FABRIC_WORKER_LOST);
+  assert_true(infos[1].lost_at_ns > 0);
+  assert_int_equal(infos[2].state, PCP_FABRIC_WORKER_CONNECTED);
+  assert_true(infos[0].heartbeat_age_ns >= 0);
+  // Capacity bounds the copy; the total still says how many there are.
+  memset(infos, 0, sizeof(infos));
+  assert_int_equal(pcp_fabric_worker_list(f->endpoint, infos, 1, &total), 1);
+  assert_int_equal(total, 3);
+  assert_string_equal(infos[1].worker_id, "");
+  assert_int_equal(pcp_fabric_worker_list(f->endpoint, NULL, 0, NULL), 0);
+  drop_worker(a);
+  drop_worker(c);
+  fixture_stop(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_table_and_bad_options),
@@ -1120,6 +1164,7 @@ int main(void) {
       cmocka_unit_test(test_group_is_placed_all_at_once_on_distinct_workers),
       cmocka_unit_test(test_rerun_on_rejoin_at_most_n_times),
       cmocka_unit_test(test_registry_recycles_long_lost_workers),
+      cmocka_unit_test(test_worker_list_snapshot),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
