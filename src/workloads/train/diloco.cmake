@@ -23,3 +23,12 @@ add_test(NAME workloads_diloco_numpy_test
           $<TARGET_FILE:diloco_npy_driver>)
 set_tests_properties(workloads_diloco_numpy_test PROPERTIES
   TIMEOUT 120 ENVIRONMENT "${PCP_TEST_ENV}" LABELS "unit;python")
+# The compile module's in-graph AdamW (@apply_optimizer of a built-in GPT,
+# compiled by `pcp compile --program train`) run by `pcp run` against the
+# NumPy AdamW of the script (bias correction, weight decay, global clip).
+add_test(NAME workloads_adamw_numpy_test
+  COMMAND ${PCP_VENV}/bin/python
+          ${CMAKE_SOURCE_DIR}/tests/workloads/adamw_numpy_test.py
+          $<TARGET_FILE:pcp>)
+set_tests_properties(workloads_adamw_numpy_test PROPERTIES
+  TIMEOUT 300 ENVIRONMENT "${PCP_TEST_ENV}" LABELS "python;compute")
