@@ -14,7 +14,9 @@
 //     bytes (no copy of tensor data).
 //   - Typed messages: one struct, one encoder and one parser per message of
 //     the spec; the ERROR frame <-> pcp_status_t mapping; chunked blob
-//     assembly with SHA-256 verification; the HMAC join proof.
+//     assembly (per-chunk CRC32C; SHA-256 of the whole blob for programs
+//     only), chunks read into place through a decoder data sink; the HMAC
+//     join proof.
 //   - Sans-I/O state machines for one fabric connection, gateway side and
 //     worker side: bytes, ticks and commands in; actions out (send these
 //     bytes, close, run this task, reconnect now...). They read no clock and
@@ -515,7 +517,7 @@ typedef struct pcp_proto_blob_chunk_t {
   uint64_t count;
   uint64_t offset;
   uint64_t total;
-  bool has_sha256;  // last chunk only
+  bool has_sha256;  // last chunk of a program blob only
   uint8_t sha256[PCP_SHA256_BYTE_LENGTH];
   const void* data;  // the "data" section
   uint64_t data_length;
@@ -674,7 +676,9 @@ bool pcp_proto_join_resume_matches(
 
 // Splits |data| into BLOB_CHUNK frames of at most limits->chunk_bytes; calls
 // |emit| once per chunk with the encoded frame (the callee takes ownership
-// of it: deinitialize it when written). The frames borrow |data|.
+// of it: deinitialize it when written). The frames borrow |data| (zero copy
+// on send). Only a PROGRAM blob is hashed (its last chunk carries the
+// SHA-256); a TENSOR blob relies on each chunk's CRC32C.
 typedef pcp_status_t (*pcp_proto_chunk_emit_fn_t)(
     void* user_data, pcp_proto_encoded_frame_t* frame);
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_encode_chunks(
