@@ -5,8 +5,15 @@
 //                                   directory: name dtype shape sha256
 //   safetensors_driver write PATH   writes the fixed tensors below with our
 //                                   writer, for the package to read back
+//   safetensors_driver qwen3-params TIED
+//                                   name and shape of each parameter of the
+//                                   tiny Qwen3 below (TIED 0|1)
+//   safetensors_driver qwen3-load PATH f32|bf16 TIED TIE_WORD_EMBEDDINGS
+//                                   loads PATH into that table: one line per
+//                                   parameter, name and SHA-256 of its bytes
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "models/models.h"
@@ -114,13 +121,109 @@ static int write_fixed(const char* path) {
   return 0;
 }
 
+static void print_status(pcp_status_t status) {
+  char text[1024];
+  pcp_status_format(status, text, sizeof(text));
+  fprintf(stderr, "error: %s\n", text);
+  pcp_status_ignore(status);
+}
+
+// The tiny Qwen3 of the interop test: 2 layers, width 32, 4 heads, 2 kv
+// heads, vocab 50.
+static pcp_status_t qwen3_table(const char* dtype, bool tied,
+                                pcp_models_parameter_table_t* out_table) {
+  pcp_models_spec_t spec;
+  pcp_models_spec_initialize(PCP_MODELS_ARCHITECTURE_QWEN3, &spec);
+  spec.layers = 2;
+  spec.width = 32;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.vocab = 50;
+  spec.block_size = 8;
+  spec.batch = 1;
+  spec.dtype =
+      strcmp(dtype, "bf16") == 0 ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32;
+  spec.tie_embeddings = tied;
+  return pcp_models_parameter_table_initialize(&spec, pcp_allocator_system(),
+                                               out_table);
+}
+
+static int qwen3_params(bool tied) {
+  pcp_models_parameter_table_t table;
+  pcp_status_t status = qwen3_table("f32", tied, &table);
+  if (status) {
+    print_status(status);
+    return 1;
+  }
+  for (size_t i = 0; i < table.count; ++i) {
+    const pcp_models_parameter_t* p = &table.parameters[i];
+    printf("%s %lld", p->name, (long long)p->dims[0]);
+    if (p->rank == 2) {
+      printf(",%lld", (long long)p->dims[1]);
+    }
+    printf("\n");
+  }
+  pcp_models_parameter_table_deinitialize(&table);
+  return 0;
+}
+
+static int qwen3_load(const char* path, const char* dtype, bool tied,
+                      bool tie_word_embeddings) {
+  pcp_models_parameter_table_t table;
+  pcp_status_t status = qwen3_table(dtype, tied, &table);
+  if (status) {
+    print_status(status);
+    return 1;
+  }
+  void** buffers = calloc(table.count, sizeof(void*));
+  for (size_t i = 0; i < table.count; ++i) {
+    buffers[i] = calloc(1, table.parameters[i].byte_length);
+  }
+  pcp_safetensors_checkpoint_t* checkpoint = NULL;
+  status = pcp_safetensors_checkpoint_open(path, pcp_allocator_system(),
+                                           &checkpoint);
+  if (!status) {
+    status = pcp_models_safetensors_load(&table, checkpoint,
+                                         tie_word_embeddings, buffers);
+  }
+  pcp_safetensors_checkpoint_release(checkpoint);
+  int rc = 0;
+  if (status) {
+    print_status(status);
+    rc = 1;
+  } else {
+    for (size_t i = 0; i < table.count; ++i) {
+      pcp_sha256_t digest;
+      pcp_sha256_compute(buffers[i], table.parameters[i].byte_length, &digest);
+      char hex[PCP_SHA256_HEX_LENGTH + 1];
+      pcp_sha256_to_hex(&digest, hex);
+      printf("%s %s\n", table.parameters[i].name, hex);
+    }
+  }
+  for (size_t i = 0; i < table.count; ++i) {
+    free(buffers[i]);
+  }
+  free(buffers);
+  pcp_models_parameter_table_deinitialize(&table);
+  return rc;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "qwen3-params") == 0) {
+    return qwen3_params(strcmp(argv[2], "1") == 0);
+  }
+  if (argc == 6 && strcmp(argv[1], "qwen3-load") == 0) {
+    return qwen3_load(argv[2], argv[3], strcmp(argv[4], "1") == 0,
+                      strcmp(argv[5], "1") == 0);
+  }
   if (argc == 3 && strcmp(argv[1], "dump") == 0) {
     return dump(argv[2]);
   }
   if (argc == 3 && strcmp(argv[1], "write") == 0) {
     return write_fixed(argv[2]);
   }
-  fprintf(stderr, "usage: safetensors_driver dump|write PATH\n");
+  fprintf(stderr,
+          "usage: safetensors_driver dump|write PATH | qwen3-params "
+          "TIED | qwen3-load PATH f32|bf16 TIED TIE\n");
   return 2;
 }

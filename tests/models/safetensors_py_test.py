@@ -7,6 +7,12 @@
    bytes match.
 2. A file written by our writer is read by the package: the same values,
    the metadata, and the 8-byte header padding the format asks for.
+3. A tiny random Qwen3 checkpoint with the Hugging Face names, written by
+   the package in bf16 and in f32, loads into the built-in f32 and bf16
+   tables: bf16 -> f32 widens exactly, f32 -> bf16 rounds to nearest even
+   as ml_dtypes does; a tied checkpoint (no lm_head.weight) fills lm_head
+   from the embedding only with tie_word_embeddings; a missing or
+   mis-shaped tensor fails naming it.
 
 Usage: safetensors_py_test.py DRIVER (the safetensors_driver binary).
 """
@@ -67,6 +73,97 @@ def random_tensors(rng, prefix):
         prefix + "empty": np.zeros((0, 4), dtype=np.float32),
         prefix + "scalar": np.array(3.5, dtype=np.float32),
     }
+
+
+def sha(a):
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def qwen3_load(path, dtype, tied, tie):
+    return subprocess.run(
+        [DRIVER, "qwen3-load", path, dtype, "1" if tied else "0",
+         "1" if tie else "0"], capture_output=True, text=True)
+
+
+def qwen3_checks(rng, tmp):
+    failures = 0
+    out = subprocess.run([DRIVER, "qwen3-params", "0"], check=True,
+                         capture_output=True, text=True).stdout
+    params = []
+    for line in out.splitlines():
+        name, shape = line.split(" ")
+        params.append((name, tuple(int(d) for d in shape.split(","))))
+    names = [n for n, _ in params]
+    for expected in ("model.embed_tokens.weight",
+                     "model.layers.1.self_attn.k_norm.weight",
+                     "model.layers.0.mlp.down_proj.weight", "lm_head.weight"):
+        if expected not in names:
+            print("FAIL qwen3 table lacks", expected)
+            failures += 1
+    values = {n: rng.standard_normal(shape).astype(np.float32)
+              for n, shape in params}
+    bf16_path = os.path.join(tmp, "qwen3_bf16.safetensors")
+    save_file({n: v.astype(ml_dtypes.bfloat16) for n, v in values.items()},
+              bf16_path, metadata={"format": "pt"})
+    f32_path = os.path.join(tmp, "qwen3_f32.safetensors")
+    save_file(values, f32_path, metadata={"format": "pt"})
+    cases = [
+        (bf16_path, "f32", lambda v: v.astype(ml_dtypes.bfloat16).astype(
+            np.float32)),
+        (bf16_path, "bf16", lambda v: v.astype(ml_dtypes.bfloat16)),
+        (f32_path, "f32", lambda v: v),
+        (f32_path, "bf16", lambda v: v.astype(ml_dtypes.bfloat16)),
+    ]
+    for path, dtype, convert in cases:
+        result = qwen3_load(path, dtype, False, False)
+        got = dict(line.split(" ") for line in result.stdout.splitlines())
+        want = {n: sha(convert(v)) for n, v in values.items()}
+        if result.returncode != 0 or got != want:
+            print("FAIL qwen3", os.path.basename(path), "->", dtype,
+                  result.stderr)
+            failures += 1
+    # Tied checkpoint: no lm_head.weight.
+    tied_path = os.path.join(tmp, "qwen3_tied.safetensors")
+    tied = {n: v for n, v in values.items() if n != "lm_head.weight"}
+    save_file(tied, tied_path)
+    result = qwen3_load(tied_path, "f32", False, False)
+    if result.returncode == 0 or "'lm_head.weight'" not in result.stderr:
+        print("FAIL untied load of a tied checkpoint:", result.stderr)
+        failures += 1
+    result = qwen3_load(tied_path, "f32", False, True)
+    got = dict(line.split(" ") for line in result.stdout.splitlines())
+    if (result.returncode != 0 or
+            got.get("lm_head.weight") !=
+            sha(values["model.embed_tokens.weight"])):
+        print("FAIL tie_word_embeddings load:", result.stderr)
+        failures += 1
+    result = qwen3_load(tied_path, "f32", True, False)
+    if result.returncode != 0:
+        print("FAIL tied table:", result.stderr)
+        failures += 1
+    # Missing and mis-shaped tensors.
+    missing_path = os.path.join(tmp, "qwen3_missing.safetensors")
+    missing = dict(values)
+    del missing["model.layers.1.post_attention_layernorm.weight"]
+    save_file(missing, missing_path)
+    result = qwen3_load(missing_path, "f32", False, False)
+    if (result.returncode == 0 or
+            "'model.layers.1.post_attention_layernorm.weight'" not in
+            result.stderr or "missing" not in result.stderr):
+        print("FAIL missing tensor:", result.stderr)
+        failures += 1
+    wrong_path = os.path.join(tmp, "qwen3_wrong.safetensors")
+    wrong = dict(values)
+    wrong["model.layers.0.self_attn.q_proj.weight"] = np.zeros(
+        (8, 32), np.float32)
+    save_file(wrong, wrong_path)
+    result = qwen3_load(wrong_path, "f32", False, False)
+    if (result.returncode == 0 or
+            "'model.layers.0.self_attn.q_proj.weight'" not in result.stderr or
+            "[8, 32]" not in result.stderr):
+        print("FAIL wrong shape:", result.stderr)
+        failures += 1
+    return failures
 
 
 def main():
@@ -136,11 +233,13 @@ def main():
                     print("FAIL", name, value.dtype, value.shape, value,
                           "want", expected.dtype, expected.shape, expected)
                     failures += 1
+        failures += qwen3_checks(rng, tmp)
     if failures:
         print(f"safetensors_py_test: {failures} failure(s)")
         return 1
     print("safetensors_py_test: package files read bit-exactly (single and "
-          "sharded); our file read by the package")
+          "sharded); our file read by the package; Qwen3 checkpoints of "
+          "the package load into the f32 and bf16 tables")
     return 0
 
 
