@@ -333,6 +333,44 @@ def main():
         check(is_error(request("DELETE", "/v1/services/gw-test:inference:inf"),
                        404), "service delete twice 404")
 
+        # 2b. Training API (the front half of the training service): the
+        # experiment is validated through the workloads config table (400
+        # naming the key), recorded as a job of kind "training" with its
+        # progress at zero, and the generic runner leaves it queued.
+        exp = {"model": {"kind": "gpt", "layers": 1, "batch": 4},
+               "data_path": "data/tiny_shakespeare.txt", "tokenizer": "char",
+               "tau": 2, "outer_loop_steps": 3, "deltas_dtype": "bf16"}
+        for bad, key in [(dict(exp, tau=0), "tau"),
+                         (dict(exp, nesterov_momentum="x"),
+                          "nesterov_momentum"),
+                         ({"model_path": "m.mlir"}, "data_path")]:
+            r = request("POST", "/v1/training/jobs", bad)
+            check(is_error(r, 400, "INVALID_ARGUMENT") and
+                  key in r[1]["error"]["message"],
+                  "training: 400 naming %s: %s" % (key, r))
+        s, t = request("POST", "/v1/training/jobs", exp)
+        check(s == 202 and t["kind"] == "training" and
+              t["state"] == "queued" and
+              t["training"]["outer_loop_steps"] == 3 and
+              t["training"]["tau"] == 2 and
+              t["training"]["outer_step"] == 0 and
+              t["training"]["deltas_dtype"] == "bf16",
+              "training submit: %s" % t)
+        s, t2 = request("GET", "/v1/training/jobs/" + t["job_id"])
+        check(s == 200 and t2["training"] == t["training"] and
+              t2["spec"]["experiment"]["data_path"] == exp["data_path"],
+              "training get: %s" % t2)
+        s, ev = request("GET", "/v1/jobs/%s/events" % t["job_id"])
+        check(s == 200 and "training.accepted" in
+              [e["type"] for e in ev["events"]], "training events: %s" % ev)
+        time.sleep(0.3)
+        check(job_state(t["job_id"]) == "queued",
+              "the generic runner leaves a training job alone")
+        s, _ = request("POST", "/v1/jobs/%s/cancel" % t["job_id"])
+        check(s in (200, 202), "training job cancel")
+        wait_for(lambda: job_state(t["job_id"]) == "cancelled", 10,
+                 "training job cancelled")
+
         # 3. Graph.
         s, m = request("POST", "/v1/graph/mutate", {"mutations": [
             {"mutation_type": "upsert_entity", "target_id": "e1",
@@ -373,7 +411,8 @@ def main():
                      "/v1/jobs/{id}/results", "/v1/jobs/{id}/results/{name}",
                      "/v1/jobs/{id}/events", "/v1/events", "/v1/graph/query",
                      "/v1/graph/mutate", "/v1/graph/entities/{id}",
-                     "/v1/graph/status", "/", "/openapi.json"]:
+                     "/v1/graph/status", "/v1/training/jobs",
+                     "/v1/training/jobs/{id}", "/", "/openapi.json"]:
             check(path in doc.get("paths", {}), "openapi names " + path)
 
         # Limits: a body over the route's cap is 413 with the JSON error.
@@ -533,6 +572,10 @@ def main():
                 b"\"base_url\": \"u\", \"ttl_ms\": \"x\"}",
                 json.dumps({"service_id": "s" * 300, "service_type": "t",
                             "base_url": "u"}).encode()],
+            "/v1/training/jobs": [b"{\"model_path\": 5}",
+                                  b"{\"model\": [], \"data_path\": \"d\"}",
+                                  b"{\"model_path\": \"m\", \"data_path\": "
+                                  b"\"d\", \"tau\": 1e40}"],
             "/v1/graph/mutate": [b"{\"mutations\": 5}",
                                  b"{\"mutations\": [5]}",
                                  b"{\"mutations\": [{\"mutation_type\": "

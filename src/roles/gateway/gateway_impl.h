@@ -134,6 +134,20 @@ void pcp_roles_gateway_jobs_metrics_update(pcp_roles_gateway_state_t* gateway);
 // A job record as API JSON (new reference; NULL on OOM).
 json_t* pcp_roles_gateway_job_json(const pcp_store_job_t* job);
 
+// training.c: the DiLoCo training API (front half; see the file).
+// Builds the stored spec of a training job from experiment JSON |text|:
+// {"experiment", "unknown_keys", "training": progress}. INVALID_ARGUMENT
+// naming the key (config table), RESOURCE_EXHAUSTED over 1 MiB.
+// |*out_spec| is a new reference on success. Thread-safe (no shared state).
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_training_spec_build(
+    const char* text, size_t byte_length, json_t** out_spec);
+pcp_status_t pcp_roles_gateway_training_submit(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_training_get(void* user_data,
+                                            const pcp_http_request_t* request,
+                                            pcp_http_response_t* response);
+
 // events.c
 void* pcp_roles_gateway_events_pump_main(void* opaque);
 pcp_status_t pcp_roles_gateway_events_stream(void* user_data,

@@ -1276,6 +1276,8 @@ static void runner_tick(pcp_roles_gateway_state_t* g) {
   }
   filter.states = PCP_STORE_JOB_STATE_BIT(PCP_STORE_JOB_STATE_QUEUED);
   filter.limit = PCP_GATEWAY_MAX_ACTIVE_JOBS - g->active_count;
+  // Training jobs belong to the training service (training.c), not here.
+  filter.kind = "generic";
   if (pcp_store_job_list(g->store, &filter, &list)) {
     return;
   }

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The training API's spec builder: experiments validated through the
+// workloads config table, errors naming the key, progress starting at zero.
+
+// clang-format off
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+// clang-format on
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "roles/gateway/gateway_impl.h"
+
+static pcp_status_t build(const char* text, json_t** out_spec) {
+  return pcp_roles_gateway_training_spec_build(text, strlen(text), out_spec);
+}
+
+static void test_valid_experiment(void** state) {
+  (void)state;
+  json_t* spec = NULL;
+  pcp_status_t status = build(
+      "{\"model\":{\"kind\":\"gpt\",\"layers\":1,\"batch\":4},"
+      "\"data_path\":\"data/tiny_shakespeare.txt\",\"tokenizer\":"
+      "\"char\",\"tau\":3,\"outer_loop_steps\":5,"
+      "\"deltas_dtype\":\"bf16\",\"color\":\"blue\"}",
+      &spec);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_OK);
+  assert_non_null(spec);
+  json_t* training = json_object_get(spec, "training");
+  assert_int_equal(json_integer_value(json_object_get(training, "tau")), 3);
+  assert_int_equal(
+      json_integer_value(json_object_get(training, "outer_loop_steps")), 5);
+  assert_int_equal(json_integer_value(json_object_get(training, "outer_step")),
+                   0);
+  assert_true(json_is_null(json_object_get(training, "loss")));
+  assert_string_equal(
+      json_string_value(json_object_get(training, "deltas_dtype")), "bf16");
+  // The experiment is kept as sent (a resume re-reads it); unknown keys are
+  // reported, not fatal (upstream ignores them).
+  json_t* experiment = json_object_get(spec, "experiment");
+  assert_string_equal(
+      json_string_value(json_object_get(experiment, "data_path")),
+      "data/tiny_shakespeare.txt");
+  json_t* unknown = json_object_get(spec, "unknown_keys");
+  assert_int_equal(json_array_size(unknown), 1);
+  assert_string_equal(json_string_value(json_array_get(unknown, 0)), "color");
+  json_decref(spec);
+}
+
+static void expect_error_naming(const char* text, pcp_status_code_t code,
+                                const char* key) {
+  json_t* spec = (json_t*)(uintptr_t)1;  // must be cleared
+  pcp_status_t status = build(text, &spec);
+  assert_null(spec);
+  assert_int_equal(pcp_status_code(status), code);
+  char* message = pcp_status_to_string(status);
+  assert_non_null(message);
+  if (!strstr(message, key)) {
+    fail_msg("error \"%s\" does not name \"%s\"", message, key);
+  }
+  free(message);
+  pcp_status_ignore(status);
+}
+
+static void test_errors_name_the_key(void** state) {
+  (void)state;
+  expect_error_naming("{\"model_path\":\"m\",\"data_path\":\"d\",\"tau\":0}",
+                      PCP_STATUS_INVALID_ARGUMENT, "tau");
+  expect_error_naming("{\"model_path\":\"m\"}", PCP_STATUS_INVALID_ARGUMENT,
+                      "data_path");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\","
+      "\"nesterov_momentum\":\"high\"}",
+      PCP_STATUS_INVALID_ARGUMENT, "nesterov_momentum");
+  expect_error_naming("[1,2]", PCP_STATUS_INVALID_ARGUMENT, "object");
+}
+
+static void test_oversized_body(void** state) {
+  (void)state;
+  size_t length = ((size_t)1 << 20) + 1;
+  char* text = malloc(length + 1);
+  assert_non_null(text);
+  memset(text, ' ', length);
+  text[length] = '\0';
+  json_t* spec = NULL;
+  pcp_status_t status =
+      pcp_roles_gateway_training_spec_build(text, length, &spec);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_RESOURCE_EXHAUSTED);
+  assert_null(spec);
+  pcp_status_ignore(status);
+  free(text);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_valid_experiment),
+      cmocka_unit_test(test_errors_name_the_key),
+      cmocka_unit_test(test_oversized_body),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
