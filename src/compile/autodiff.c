@@ -121,7 +121,7 @@ static const char* attribute_find(const pcp_mlir_op_t* op, const char* key) {
   size_t key_length = strlen(key);
   for (int t = 0; t < 2; ++t) {
     for (const char* p = strstr(texts[t], key); p; p = strstr(p + 1, key)) {
-      char before = p == texts[t] ? ' ' : p[-1];
+      int before = p == texts[t] ? ' ' : (unsigned char)p[-1];
       bool word_start = !(before == '_' || (before >= 'a' && before <= 'z') ||
                           (before >= 'A' && before <= 'Z'));
       if (word_start && strncmp(p + key_length, " = ", 3) == 0) {
@@ -183,6 +183,25 @@ static int64_t attribute_int(const pcp_mlir_op_t* op, const char* key,
                              int64_t fallback) {
   int64_t value = fallback;
   return attribute_ints(op, key, &value, 1) ? value : fallback;
+}
+
+// Checks that |count| dims were read (|expected| of them unless negative)
+// and each is below |rank|; a mismatch means an attribute this file could
+// not read (a printer change), never a valid module, so it is an error
+// rather than a guess.
+static bool dims_valid(ad_t* ad, const pcp_mlir_op_t* op, const char* what,
+                       const int64_t* dims, int32_t count, int32_t expected,
+                       int32_t rank) {
+  bool ok = expected < 0 || count == expected;
+  for (int32_t i = 0; ok && i < count; ++i) {
+    ok = dims[i] >= 0 && dims[i] < rank;
+  }
+  if (!ok) {
+    fail(ad, pcp_make_status(
+                 PCP_STATUS_INTERNAL, "%s at %s: cannot read %s from '%s %s'",
+                 op->name, op->location, what, op->properties, op->attributes));
+  }
+  return ok;
 }
 
 //===----------------------------------------------------------------------===//
@@ -498,10 +517,14 @@ static void rule_identity(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
 static void rule_transpose(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
                            ref_t y) {
   (void)y;
-  int64_t permutation[PCP_MAX_TENSOR_RANK];
-  int64_t inverse[PCP_MAX_TENSOR_RANK];
+  int64_t permutation[PCP_MAX_TENSOR_RANK] = {0};
+  int64_t inverse[PCP_MAX_TENSOR_RANK] = {0};
   int32_t rank =
       attribute_ints(op, "permutation", permutation, PCP_MAX_TENSOR_RANK);
+  if (!dims_valid(ad, op, "permutation", permutation, rank, g.type.rank,
+                  g.type.rank)) {
+    return;
+  }
   for (int32_t i = 0; i < rank; ++i) {
     inverse[permutation[i]] = i;
   }
@@ -529,8 +552,13 @@ static void rule_broadcast_in_dim(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
                                   ref_t y) {
   (void)y;
   ref_t a = operand(ad, op, 0);
-  int64_t dims[PCP_MAX_TENSOR_RANK];
-  attribute_ints(op, "broadcast_dimensions", dims, PCP_MAX_TENSOR_RANK);
+  int64_t dims[PCP_MAX_TENSOR_RANK] = {0};
+  int32_t dim_count =
+      attribute_ints(op, "broadcast_dimensions", dims, PCP_MAX_TENSOR_RANK);
+  if (!dims_valid(ad, op, "broadcast_dimensions", dims, dim_count, a.type.rank,
+                  g.type.rank)) {
+    return;
+  }
   bool keep[PCP_MAX_TENSOR_RANK] = {false};
   int64_t kept_operand_dims[PCP_MAX_TENSOR_RANK];
   int32_t kept_count = 0;
@@ -550,7 +578,7 @@ static void rule_broadcast_in_dim(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
   ref_t sum = pcp_autodiff_reduce_sum(&ad->e, g, reduced, reduced_count);
   // sum's dims are the kept result dims in increasing order; operand order
   // may differ (broadcast_dimensions need not be sorted).
-  int64_t permutation[PCP_MAX_TENSOR_RANK];
+  int64_t permutation[PCP_MAX_TENSOR_RANK] = {0};
   for (int32_t j = 0; j < kept_count; ++j) {
     int64_t target = dims[kept_operand_dims[j]];
     int64_t position = 0;
@@ -692,15 +720,27 @@ static void rule_dot_general(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
   (void)y;
   ref_t lhs = operand(ad, op, 0);
   ref_t rhs = operand(ad, op, 1);
-  int64_t lb[PCP_MAX_TENSOR_RANK], rb[PCP_MAX_TENSOR_RANK];
-  int64_t lc[PCP_MAX_TENSOR_RANK], rc[PCP_MAX_TENSOR_RANK];
+  int64_t lb[PCP_MAX_TENSOR_RANK] = {0}, rb[PCP_MAX_TENSOR_RANK] = {0};
+  int64_t lc[PCP_MAX_TENSOR_RANK] = {0}, rc[PCP_MAX_TENSOR_RANK] = {0};
   int32_t nb =
       attribute_ints(op, "lhs_batching_dimensions", lb, PCP_MAX_TENSOR_RANK);
-  attribute_ints(op, "rhs_batching_dimensions", rb, PCP_MAX_TENSOR_RANK);
+  int32_t nrb =
+      attribute_ints(op, "rhs_batching_dimensions", rb, PCP_MAX_TENSOR_RANK);
   int32_t nc =
       attribute_ints(op, "lhs_contracting_dimensions", lc, PCP_MAX_TENSOR_RANK);
-  attribute_ints(op, "rhs_contracting_dimensions", rc, PCP_MAX_TENSOR_RANK);
-  int64_t lf[PCP_MAX_TENSOR_RANK], rf[PCP_MAX_TENSOR_RANK];
+  int32_t nrc =
+      attribute_ints(op, "rhs_contracting_dimensions", rc, PCP_MAX_TENSOR_RANK);
+  if (!dims_valid(ad, op, "lhs_batching_dimensions", lb, nb, -1,
+                  lhs.type.rank) ||
+      !dims_valid(ad, op, "rhs_batching_dimensions", rb, nrb, nb,
+                  rhs.type.rank) ||
+      !dims_valid(ad, op, "lhs_contracting_dimensions", lc, nc, -1,
+                  lhs.type.rank) ||
+      !dims_valid(ad, op, "rhs_contracting_dimensions", rc, nrc, nc,
+                  rhs.type.rank)) {
+    return;
+  }
+  int64_t lf[PCP_MAX_TENSOR_RANK] = {0}, rf[PCP_MAX_TENSOR_RANK] = {0};
   int32_t nlf = 0, nrf = 0;
   for (int32_t d = 0; d < lhs.type.rank; ++d) {
     if (!contains(lb, nb, d) && !contains(lc, nc, d)) {
@@ -732,7 +772,7 @@ static void rule_dot_general(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
     for (int32_t i = 0; i < nlf; ++i) {
       type.dims[type.rank++] = lhs.type.dims[lf[i]];
     }
-    int64_t rc_sorted[PCP_MAX_TENSOR_RANK];
+    int64_t rc_sorted[PCP_MAX_TENSOR_RANK] = {0};
     for (int32_t i = 0; i < nc; ++i) {
       rc_sorted[rank_among(rc, nc, rc[i])] = rc[i];
     }
@@ -740,7 +780,7 @@ static void rule_dot_general(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
       type.dims[type.rank++] = rhs.type.dims[rc_sorted[i]];
     }
     ref_t product = emit_dot(ad, g, rhs, g_batch, rb, nb, g_rf, rf, nrf, &type);
-    int64_t permutation[PCP_MAX_TENSOR_RANK];
+    int64_t permutation[PCP_MAX_TENSOR_RANK] = {0};
     for (int32_t i = 0; i < nb; ++i) {
       permutation[lb[i]] = i;
     }
@@ -761,7 +801,7 @@ static void rule_dot_general(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
     for (int32_t i = 0; i < nrf; ++i) {
       type.dims[type.rank++] = rhs.type.dims[rf[i]];
     }
-    int64_t lc_sorted[PCP_MAX_TENSOR_RANK];
+    int64_t lc_sorted[PCP_MAX_TENSOR_RANK] = {0};
     for (int32_t i = 0; i < nc; ++i) {
       lc_sorted[rank_among(lc, nc, lc[i])] = lc[i];
     }
@@ -769,7 +809,7 @@ static void rule_dot_general(ad_t* ad, const pcp_mlir_op_t* op, ref_t g,
       type.dims[type.rank++] = lhs.type.dims[lc_sorted[i]];
     }
     ref_t product = emit_dot(ad, g, lhs, g_batch, lb, nb, g_lf, lf, nlf, &type);
-    int64_t permutation[PCP_MAX_TENSOR_RANK];
+    int64_t permutation[PCP_MAX_TENSOR_RANK] = {0};
     for (int32_t i = 0; i < nb; ++i) {
       permutation[rb[i]] = i;
     }
