@@ -212,6 +212,10 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_models_module_emit(
 // as the reference reader requires. Files are memory-mapped read-only and
 // tensors are zero-copy views into the mapping.
 //
+// Files must not be truncated or rewritten in place while open (a mapped
+// page that no longer exists is SIGBUS); PCP's writer replaces files by
+// rename, which leaves an open mapping intact.
+//
 // Threading: a file or checkpoint is immutable after open: its accessors are
 // thread-safe; open/release are thread-compatible.
 // Ownership: names, metadata and views are borrowed from the file and live

@@ -387,25 +387,25 @@ pcp_status_t pcp_safetensors_file_open(const char* path,
                            "%s is not a regular file", path);
   }
   size_t length = (size_t)st.st_size;
-  void* mapping = NULL;
-  if (length > 0) {
-    // MAP_PRIVATE + PROT_READ: the views are read-only; pages load lazily,
-    // so opening a large checkpoint reads only its header.
-    mapping = mmap(NULL, length, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (mapping == MAP_FAILED) {
-      int err = errno;
-      close(fd);
-      return pcp_status_from_errno(err, "mmap %s", path);
-    }
+  if (length < 8) {
+    close(fd);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "%s: truncated: %zu bytes, the header length alone "
+                           "takes 8",
+                           path, length);
+  }
+  // MAP_PRIVATE + PROT_READ: the views are read-only; pages load lazily,
+  // so opening a large checkpoint reads only its header.
+  void* mapping = mmap(NULL, length, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (mapping == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    return pcp_status_from_errno(err, "mmap %s", path);
   }
   close(fd);
-  static const uint8_t kEmpty[1] = {0};
-  pcp_status_t status = parse_file(path, mapping != NULL ? mapping : kEmpty,
-                                   length, allocator, out_file);
+  pcp_status_t status = parse_file(path, mapping, length, allocator, out_file);
   if (status) {
-    if (mapping != NULL) {
-      munmap(mapping, length);
-    }
+    munmap(mapping, length);
     return status;
   }
   (*out_file)->mapping = mapping;
@@ -522,7 +522,7 @@ static pcp_status_t build_header(const pcp_safetensors_tensor_t* tensors,
     }
     json_t* entry = json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtype, "shape",
                               shape, "data_offsets", (json_int_t)offset,
-                              (json_int_t)(offset + t->byte_length));
+                              (json_int_t)offset + (json_int_t)t->byte_length);
     if (entry == NULL || json_object_set_new(root, t->name, entry) != 0) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "safetensors: tensor '%s' (name not UTF-8?)",
@@ -673,7 +673,7 @@ static pcp_status_t open_index(const char* path, pcp_allocator_t allocator,
                            "%s: no weight_map object", path);
   }
   // Distinct shard names, in order of first appearance.
-  const char* shard_names[PCP_SAFETENSORS_MAX_SHARDS];
+  const char* shard_names[PCP_SAFETENSORS_MAX_SHARDS] = {0};
   size_t shard_count = 0;
   const char* key;
   json_t* value;
