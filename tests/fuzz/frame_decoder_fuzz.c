@@ -248,6 +248,19 @@ static bool joined_pair(const pcp_proto_limits_t* limits, pcp_rng_t* rng,
   return pcp_proto_worker_state(*out_w) == PCP_PROTO_WORKER_READY;
 }
 
+// A data sink for BLOB_CHUNK data areas (the zero-copy receive path): a
+// fixed buffer when the area fits, else declined (the decoder then buffers
+// the frame itself). Both answers are reached.
+static uint8_t g_sink_buffer[64u << 10];
+static uint8_t* fuzz_data_sink(void* user_data, pcp_proto_frame_t* head,
+                               uint64_t data_length) {
+  (void)user_data;
+  pcp_proto_blob_chunk_t chunk;
+  pcp_status_t s = pcp_proto_blob_chunk_parse(head, &chunk);
+  pcp_status_ignore(s);
+  return data_length <= sizeof(g_sink_buffer) ? g_sink_buffer : NULL;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0)
     return 0;
@@ -255,30 +268,36 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t slice = (size_t)(data[0] % 29) + 1;
   uint16_t version = (data[0] & 0x80) ? 1 : 0;
 
-  // 1. The decoder, fed in slices, then every parser on each frame.
-  pcp_proto_frame_decoder_t decoder;
-  pcp_proto_frame_decoder_initialize(&limits, pcp_allocator_system(), &decoder);
-  pcp_proto_frame_decoder_set_version(&decoder, version);
-  size_t offset = 0;
-  while (offset < size) {
-    size_t n = size - offset < slice ? size - offset : slice;
-    size_t consumed = 0;
-    pcp_proto_parse_result_t result;
-    pcp_status_t s = pcp_proto_frame_decoder_feed(&decoder, data + offset, n,
-                                                  &consumed, &result);
-    if (s) {
-      pcp_status_ignore(s);
-      break;
+  // 1. The decoder, fed in slices, then every parser on each frame; once
+  // buffering every frame, once with a data sink for BLOB_CHUNK data areas.
+  for (int direct = 0; direct < 2; ++direct) {
+    pcp_proto_frame_decoder_t decoder;
+    pcp_proto_frame_decoder_initialize(&limits, pcp_allocator_system(),
+                                       &decoder);
+    pcp_proto_frame_decoder_set_version(&decoder, version);
+    if (direct)
+      pcp_proto_frame_decoder_set_data_sink(&decoder, fuzz_data_sink, NULL);
+    size_t offset = 0;
+    while (offset < size) {
+      size_t n = size - offset < slice ? size - offset : slice;
+      size_t consumed = 0;
+      pcp_proto_parse_result_t result;
+      pcp_status_t s = pcp_proto_frame_decoder_feed(&decoder, data + offset,
+                                                    n, &consumed, &result);
+      if (s) {
+        pcp_status_ignore(s);
+        break;
+      }
+      offset += consumed;
+      if (result == PCP_PROTO_PARSE_FRAME_READY) {
+        pcp_proto_frame_t f;
+        pcp_proto_frame_decoder_take(&decoder, &f);
+        parse_every_way(&f);
+        pcp_proto_frame_deinitialize(&f);
+      }
     }
-    offset += consumed;
-    if (result == PCP_PROTO_PARSE_FRAME_READY) {
-      pcp_proto_frame_t f;
-      pcp_proto_frame_decoder_take(&decoder, &f);
-      parse_every_way(&f);
-      pcp_proto_frame_deinitialize(&f);
-    }
+    pcp_proto_frame_decoder_deinitialize(&decoder);
   }
-  pcp_proto_frame_decoder_deinitialize(&decoder);
 
   // 2. The gateway machine receiving the bytes from a would-be worker.
   static const uint8_t kToken[] = "fuzz-token";
