@@ -561,12 +561,59 @@ static void test_qwen3_mapping(void** state) {
   model_deinitialize(&source);
 }
 
+// OOM sweep (SQLite style): fail the Nth allocation of a parse and of a
+// checkpoint open, for every N until one succeeds; each failure is
+// RESOURCE_EXHAUSTED and nothing is left allocated.
+static void test_oom_sweep(void** state) {
+  (void)state;
+  const char* header =
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+      "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[8,12]}}";
+  size_t length = 0;
+  uint8_t* bytes = image(header, 12, &length);
+  char path[512];
+  path_in_dir("oom.safetensors", path, sizeof(path));
+  PCP_CHECK_OK(pcp_file_write_atomic(path, bytes, length));
+  for (int which = 0; which < 2; ++which) {
+    bool succeeded = false;
+    for (int64_t n = 0; n < 64 && !succeeded; ++n) {
+      pcp_allocator_counting_t counting;
+      pcp_allocator_counting_initialize(pcp_allocator_system(), &counting);
+      pcp_allocator_failing_t failing;
+      pcp_allocator_failing_initialize(pcp_allocator_counting(&counting), n,
+                                       true, &failing);
+      pcp_allocator_t allocator = pcp_allocator_failing(&failing);
+      pcp_status_t status;
+      if (which == 0) {
+        pcp_safetensors_file_t* file = NULL;
+        status = pcp_safetensors_file_parse(bytes, length, allocator, &file);
+        pcp_safetensors_file_release(file);
+      } else {
+        pcp_safetensors_checkpoint_t* checkpoint = NULL;
+        status = pcp_safetensors_checkpoint_open(path, allocator, &checkpoint);
+        pcp_safetensors_checkpoint_release(checkpoint);
+      }
+      if (status) {
+        assert_int_equal(pcp_status_consume_code(status),
+                         PCP_STATUS_RESOURCE_EXHAUSTED);
+        assert_true(failing.failure_count > 0);
+      } else {
+        succeeded = true;
+      }
+      assert_int_equal(counting.live_bytes, 0);
+    }
+    assert_true(succeeded);
+  }
+  free(bytes);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_malformed_headers),
       cmocka_unit_test(test_sharded_checkpoint),
       cmocka_unit_test(test_qwen3_mapping),
+      cmocka_unit_test(test_oom_sweep),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

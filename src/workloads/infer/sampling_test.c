@@ -501,6 +501,49 @@ static void test_stop_state_validated(void** state) {
                    PCP_STATUS_INVALID_ARGUMENT);
 }
 
+// OOM sweep: sampler scratch and the stop state's held text; every failure
+// is RESOURCE_EXHAUSTED and leaves nothing allocated.
+static void test_oom_sweep(void** state) {
+  (void)state;
+  bool succeeded = false;
+  for (int64_t n = 0; n < 16 && !succeeded; ++n) {
+    pcp_allocator_counting_t counting;
+    pcp_allocator_counting_initialize(pcp_allocator_system(), &counting);
+    pcp_allocator_failing_t failing;
+    pcp_allocator_failing_initialize(pcp_allocator_counting(&counting), n, true,
+                                     &failing);
+    pcp_allocator_t allocator = pcp_allocator_failing(&failing);
+    pcp_sampling_params_t params;
+    pcp_sampling_params_initialize(&params);
+    pcp_sampler_t sampler;
+    pcp_status_t status =
+        pcp_sampler_initialize(&params, 1000, allocator, &sampler);
+    pcp_stop_state_t stop;
+    const char* stops[] = {"END"};
+    if (!status) {
+      pcp_sampler_deinitialize(&sampler);
+      status =
+          pcp_stop_state_initialize(5, NULL, 0, stops, 1, allocator, &stop);
+      if (!status) {
+        pcp_string_builder_t out;
+        pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
+        pcp_finish_reason_t reason;
+        status = pcp_stop_state_push(&stop, 1, "abcEN", 5, &out, &reason);
+        pcp_string_builder_deinitialize(&out);
+        pcp_stop_state_deinitialize(&stop);
+      }
+    }
+    if (status) {
+      assert_int_equal(pcp_status_consume_code(status),
+                       PCP_STATUS_RESOURCE_EXHAUSTED);
+    } else {
+      succeeded = true;
+    }
+    assert_int_equal(counting.live_bytes, 0);
+  }
+  assert_true(succeeded);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_greedy_is_argmax),
@@ -516,6 +559,7 @@ int main(void) {
       cmocka_unit_test(test_stop_sequence_across_tokens),
       cmocka_unit_test(test_eos_and_length),
       cmocka_unit_test(test_stop_state_validated),
+      cmocka_unit_test(test_oom_sweep),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
