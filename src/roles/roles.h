@@ -45,6 +45,13 @@ extern "C" {
 // when the role failed at run time.
 int pcp_roles_main(int argc, char** argv);
 
+// `pcp submit train EXP.json [--gateway URL] [--no-follow] ...`: posts a
+// DiLoCo experiment to POST /v1/training/jobs and follows the job with a
+// progress bar and a loss readout (src/roles/submit.c). Exit code 0 when the
+// job succeeded (or was submitted, with --no-follow), 1 when it failed, was
+// cancelled, the follow timed out or the gateway refused it, 2 for usage.
+int pcp_roles_submit_cli_main(int argc, char** argv);
+
 //===----------------------------------------------------------------------===//
 // Role selection
 //===----------------------------------------------------------------------===//

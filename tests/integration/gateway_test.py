@@ -370,6 +370,37 @@ def main():
         check(s in (200, 202), "training job cancel")
         wait_for(lambda: job_state(t["job_id"]) == "cancelled", 10,
                  "training job cancelled")
+        # `pcp submit train`: the client posts the file and follows the job
+        # to its end (here a cancel, so exit code 1 naming the state).
+        exp_path = os.path.join(work, "exp.json")
+        with open(exp_path, "w") as f:
+            json.dump(exp, f)
+        env = dict(os.environ, GW_TEST_TOKEN=TOKEN)
+        cli = [PCP, "submit", "train", exp_path, "--gateway", BASE,
+               "--token-env", "GW_TEST_TOKEN"]
+        r = subprocess.run(cli + ["--no-follow"], env=env, capture_output=True,
+                           text=True, timeout=30)
+        check(r.returncode == 0 and r.stdout.startswith("job train-"),
+              "submit --no-follow: %s %s" % (r.stdout, r.stderr))
+        with open(exp_path, "w") as f:
+            json.dump(dict(exp, tau=0), f)
+        r = subprocess.run(cli, env=env, capture_output=True, text=True,
+                           timeout=30)
+        check(r.returncode == 1 and "tau" in r.stderr and "400" in r.stderr,
+              "submit of a bad experiment: %s %s" % (r.stdout, r.stderr))
+        with open(exp_path, "w") as f:
+            json.dump(exp, f)
+        follower = subprocess.Popen(cli + ["--poll-ms", "50"], env=env,
+                                    stdout=subprocess.PIPE, text=True)
+        first = follower.stdout.readline()
+        check(first.startswith("job train-"), "submit follow: " + first)
+        followed = first.split()[1]
+        wait_for(lambda: job_state(followed) == "queued", 10, "followed job")
+        request("POST", "/v1/jobs/%s/cancel" % followed)
+        out, _ = follower.communicate(timeout=30)
+        check(follower.returncode == 1 and "step 0/3 loss -" in out and
+              ("job %s cancelled" % followed) in out,
+              "submit follow ends with the job: %s" % out)
 
         # 3. Graph.
         s, m = request("POST", "/v1/graph/mutate", {"mutations": [
