@@ -111,8 +111,8 @@ pcp_status_t pcp_proto_blob_assembly_initialize(
     uint64_t request_id, const pcp_proto_blob_chunk_t* chunk,
     const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
     pcp_proto_blob_assembly_t* out_assembly) {
-  pcp_status_t status = pcp_proto_blob_assembly_begin(
-      request_id, chunk, limits, allocator, out_assembly);
+  pcp_status_t status = pcp_proto_blob_assembly_begin(request_id, chunk, limits,
+                                                      allocator, out_assembly);
   if (status)
     return status;
   bool complete = false;

@@ -1193,8 +1193,7 @@ static pcp_status_t check_data(pcp_proto_frame_decoder_t* d,
     // piece by piece as it arrived (commit).
     bool running = d->data_dest && frame->section_count == 1 &&
                    s->offset == 0 &&
-                   s->byte_length ==
-                       d->header.payload_length - d->head_length;
+                   s->byte_length == d->header.payload_length - d->head_length;
     uint32_t section_crc =
         running ? d->data_crc32c
                 : pcp_proto_crc32c(s->data, (size_t)s->byte_length);
@@ -1215,8 +1214,8 @@ static pcp_status_t finish_frame(pcp_proto_frame_decoder_t* d) {
     PCP_RETURN_IF_ERROR_BARE(parse_head(d));
   const uint8_t* data = d->data_dest;
   if (!data) {
-    uint64_t prefix_and_json = PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH +
-                               (uint64_t)load_le32(d->payload);
+    uint64_t prefix_and_json =
+        PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH + (uint64_t)load_le32(d->payload);
     data = d->payload + align64_u64(prefix_and_json);
   }
   PCP_RETURN_IF_ERROR_BARE(check_data(d, data));
@@ -1351,8 +1350,7 @@ pcp_status_t pcp_proto_frame_decoder_commit(
     // this is the only allocation a peer can cause before the JSON arrives.
     // A chunk for the data sink gets a buffer for its head only (at most the
     // prefix, the JSON limit and the padding); its data goes to the sink.
-    d->direct = d->data_sink &&
-                d->header.type == PCP_PROTO_MESSAGE_BLOB_CHUNK;
+    d->direct = d->data_sink && d->header.type == PCP_PROTO_MESSAGE_BLOB_CHUNK;
     d->head_length = 0;
     d->head_parsed = false;
     d->data_dest = NULL;
@@ -1404,9 +1402,9 @@ pcp_status_t pcp_proto_frame_decoder_commit(
       d->payload_filled >= PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH) {
     uint64_t head = align64_u64(PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH +
                                 (uint64_t)load_le32(d->payload));
-    d->head_length = (size_t)(head < d->header.payload_length
-                                  ? head
-                                  : d->header.payload_length);
+    d->head_length =
+        (size_t)(head < d->header.payload_length ? head
+                                                 : d->header.payload_length);
   }
   if (d->direct && !d->data_dest && d->head_length &&
       d->payload_filled == d->head_length &&

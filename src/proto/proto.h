@@ -731,11 +731,14 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_assembly_begin(
 uint8_t* pcp_proto_blob_assembly_next_dest(
     const pcp_proto_blob_assembly_t* assembly,
     const pcp_proto_blob_chunk_t* chunk);
-// Adds the next chunk (chunk 0 is added by initialize; after begin, add it). |out_complete| turns
-// true after the last chunk, whose SHA-256 has then been verified
-// (DATA_LOSS on mismatch; INVALID_ARGUMENT for an out-of-order or
+// Adds the next chunk (chunk 0 is added by initialize; after begin, add
+// it). A chunk whose |data| already points at its place in the buffer (the
+// decoder's data sink) is not copied. |out_complete| turns true after the
+// last chunk; for a program blob the SHA-256 has then been verified
+// (DATA_LOSS on mismatch); a tensor blob has no whole-blob hash (each chunk
+// passed its CRC32C in the decoder). INVALID_ARGUMENT for an out-of-order or
 // inconsistent chunk; RESOURCE_EXHAUSTED for a chunk over
-// limits->max_chunk_bytes).
+// limits->max_chunk_bytes.
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_blob_assembly_add(
     pcp_proto_blob_assembly_t* assembly, const pcp_proto_blob_chunk_t* chunk,
     bool* out_complete);

@@ -282,8 +282,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       size_t n = size - offset < slice ? size - offset : slice;
       size_t consumed = 0;
       pcp_proto_parse_result_t result;
-      pcp_status_t s = pcp_proto_frame_decoder_feed(&decoder, data + offset,
-                                                    n, &consumed, &result);
+      pcp_status_t s = pcp_proto_frame_decoder_feed(&decoder, data + offset, n,
+                                                    &consumed, &result);
       if (s) {
         pcp_status_ignore(s);
         break;
