@@ -1148,8 +1148,8 @@ static void tensor_blob_chunks_direct_and_crc(void** state) {
   for (size_t i = 0; i < sink.count; ++i) {
     pcp_proto_parse_result_t result;
     // Odd pieces: the head boundary falls inside a piece's window.
-    ASSERT_OK(feed_window(&decoder, sink.frames[i], sink.lengths[i], 77,
-                          &result));
+    ASSERT_OK(
+        feed_window(&decoder, sink.frames[i], sink.lengths[i], 77, &result));
     assert_int_equal(result, PCP_PROTO_PARSE_FRAME_READY);
     pcp_proto_frame_t f = {0};
     pcp_proto_frame_decoder_take(&decoder, &f);
@@ -1186,9 +1186,9 @@ static void tensor_blob_chunks_direct_and_crc(void** state) {
       pcp_proto_frame_decoder_set_data_sink(&decoder, direct_sink, &d);
     sink.frames[2][sink.lengths[2] - 1] ^= 0x10;
     pcp_proto_parse_result_t result;
-    ASSERT_CODE(feed_window(&decoder, sink.frames[2], sink.lengths[2], 4096,
-                            &result),
-                PCP_STATUS_DATA_LOSS);
+    ASSERT_CODE(
+        feed_window(&decoder, sink.frames[2], sink.lengths[2], 4096, &result),
+        PCP_STATUS_DATA_LOSS);
     sink.frames[2][sink.lengths[2] - 1] ^= 0x10;
     pcp_proto_frame_decoder_deinitialize(&decoder);
   }
@@ -1218,10 +1218,9 @@ static void tensor_blob_over_limit_refused_before_allocation(void** state) {
   ASSERT_CODE(pcp_proto_blob_assembly_begin(
                   1, &chunk, &l, pcp_allocator_counting(&counter), &assembly),
               PCP_STATUS_RESOURCE_EXHAUSTED);
-  ASSERT_CODE(
-      pcp_proto_blob_assembly_initialize(
-          1, &chunk, &l, pcp_allocator_counting(&counter), &assembly),
-      PCP_STATUS_RESOURCE_EXHAUSTED);
+  ASSERT_CODE(pcp_proto_blob_assembly_initialize(
+                  1, &chunk, &l, pcp_allocator_counting(&counter), &assembly),
+              PCP_STATUS_RESOURCE_EXHAUSTED);
   assert_int_equal(atomic_load(&counter.peak_bytes), 0);
   assert_int_equal(atomic_load(&counter.allocation_count), 0);
   // Just within the limit: one buffer of exactly the announced size.
