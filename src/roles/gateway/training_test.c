@@ -53,6 +53,24 @@ static void test_valid_experiment(void** state) {
   json_decref(spec);
 }
 
+// The example of docs/api.md ("Training jobs"), kept valid here.
+static void test_documented_example(void** state) {
+  (void)state;
+  json_t* spec = NULL;
+  pcp_status_t status = build(
+      "{\"model\": {\"kind\": \"gpt\", \"layers\": 2, \"heads\": 4, "
+      "\"width\": 128, \"vocab\": 65, \"block_size\": 64, \"batch\": 8},"
+      " \"data_path\": \"data/tiny_shakespeare.txt\", \"tokenizer\": "
+      "\"char\", \"learning_rate\": 0.001, \"tau\": 10, "
+      "\"outer_loop_steps\": 20, \"outer_learning_rate\": 0.7, "
+      "\"nesterov_momentum\": 0.9, \"deltas_dtype\": \"bf16\", "
+      "\"checkpoint_dir\": \"ckpt\", \"checkpoint_every\": 5}",
+      &spec);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_OK);
+  assert_int_equal(json_array_size(json_object_get(spec, "unknown_keys")), 0);
+  json_decref(spec);
+}
+
 static void expect_error_naming(const char* text, pcp_status_code_t code,
                                 const char* key) {
   json_t* spec = (json_t*)(uintptr_t)1;  // must be cleared
@@ -100,6 +118,7 @@ static void test_oversized_body(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_experiment),
+      cmocka_unit_test(test_documented_example),
       cmocka_unit_test(test_errors_name_the_key),
       cmocka_unit_test(test_oversized_body),
   };
