@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Test driver for the generation driver (tests/models/generate_jax_test.py):
 //
-//   models_generate_tool VMFB ARCH LAYERS HEADS KV_HEADS WIDTH VOCAB BLOCK
+//   models_generate_tool VMFB ARCH[:bf16] LAYERS HEADS KV_HEADS WIDTH VOCAB
+//   BLOCK
 //       SLOTS MAX_LENGTH PREFILL_LENGTH PARAM_DIR OUT_DIR NEW_TOKENS
 //       PROMPT.npy...
 //
-// Parameters are PARAM_DIR/NNN.npy (f32, table order). Prompt i goes to
+// Parameters are PARAM_DIR/NNN.npy (f32, table order; rounded to bf16 for
+// ARCH:bf16). Prompt i goes to
 // slot i. Writes to OUT_DIR:
 //   prefill_logits.npy  [n, V]   logits after each prompt
 //   decode_logits.npy   [NEW-1, n, V] logits of each batched decode step
@@ -93,8 +95,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   pcp_models_spec_t spec;
-  pcp_status_t status =
-      pcp_models_architecture_parse(argv[2], &spec.architecture);
+  char arch[32];
+  snprintf(arch, sizeof(arch), "%s", argv[2]);
+  char* suffix = strchr(arch, ':');
+  bool bf16 = suffix && strcmp(suffix, ":bf16") == 0;
+  if (suffix)
+    *suffix = 0;
+  pcp_status_t status = pcp_models_architecture_parse(arch, &spec.architecture);
   if (status) {
     pcp_status_ignore(status);
     return 2;
@@ -107,6 +114,7 @@ int main(int argc, char** argv) {
   spec.vocab = atoll(argv[7]);
   spec.block_size = atoll(argv[8]);
   spec.tie_embeddings = spec.architecture == PCP_MODELS_ARCHITECTURE_GPT;
+  spec.dtype = bf16 ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32;
   pcp_models_generation_t g = {.slots = atoll(argv[9]),
                                .max_length = atoll(argv[10]),
                                .prefill_length = atoll(argv[11])};
@@ -122,6 +130,7 @@ int main(int argc, char** argv) {
   memset(params, 0, sizeof(params));
   memset(prompts, 0, sizeof(prompts));
   const void* param_data[1024];
+  uint16_t* bf16_data[1024] = {NULL};
   void* vmfb = NULL;
   size_t vmfb_length = 0;
   pcp_backend_t* backend = NULL;
@@ -136,6 +145,18 @@ int main(int argc, char** argv) {
     snprintf(path, sizeof(path), "%s/%03zu.npy", param_dir, i);
     status = pcp_host_tensor_read_npy(path, PCP_ELEMENT_TYPE_F32, &params[i]);
     param_data[i] = params[i].data;
+    if (!status && bf16) {
+      size_t count = params[i].byte_length / sizeof(float);
+      uint16_t* to = calloc(count ? count : 1, sizeof(uint16_t));
+      if (!to) {
+        status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "bf16");
+        break;
+      }
+      const float* from = params[i].data;
+      for (size_t k = 0; k < count; ++k) to[k] = pcp_f32_to_bf16(from[k]);
+      bf16_data[i] = to;
+      param_data[i] = to;
+    }
   }
   for (int i = 0; !status && i < r.n; ++i) {
     status = pcp_host_tensor_read_npy(argv[15 + i], PCP_ELEMENT_TYPE_I32,
@@ -214,6 +235,7 @@ int main(int argc, char** argv) {
   free(vmfb);
   for (size_t i = 0; i < table.count; ++i) {
     pcp_host_tensor_deinitialize(&params[i]);
+    free(bf16_data[i]);
   }
   for (int i = 0; i < r.n; ++i) pcp_host_tensor_deinitialize(&prompts[i]);
   pcp_models_parameter_table_deinitialize(&table);
