@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "models/models.h"
 #include "roles/gateway/gateway_impl.h"
 #include "workloads/workloads.h"
 
@@ -32,6 +33,57 @@ static atomic_uint_fast64_t g_training_counter;
 
 static const char* wire_dtype_name(int32_t dtype) {
   return dtype == PCP_DILOCO_WIRE_BF16 ? "bf16" : "f32";
+}
+
+// The built-in model of |config| as a models spec, validated by the models
+// module too (it knows rules the config table does not, e.g. GPT's fused qkv),
+// and its parameter count. *out_parameter_count is 0 for a model_path
+// experiment (its size is known only once the module is read).
+static pcp_status_t model_parameter_count(const pcp_diloco_config_t* config,
+                                          int64_t* out_parameter_count) {
+  *out_parameter_count = 0;
+  if (!config->model.present) {
+    return pcp_ok_status();
+  }
+  pcp_models_architecture_t arch = PCP_MODELS_ARCHITECTURE_GPT;
+  switch (config->model.kind) {
+    case PCP_DILOCO_MODEL_NANOCHAT:
+      arch = PCP_MODELS_ARCHITECTURE_NANOCHAT;
+      break;
+    case PCP_DILOCO_MODEL_QWEN3:
+      arch = PCP_MODELS_ARCHITECTURE_QWEN3;
+      break;
+    default:
+      break;
+  }
+  pcp_models_spec_t spec;
+  pcp_models_spec_initialize(arch, &spec);
+  spec.layers = config->model.layers;
+  spec.heads = config->model.heads;
+  // Only Qwen3 has grouped-query attention; the others take kv = heads (0).
+  spec.kv_heads =
+      arch == PCP_MODELS_ARCHITECTURE_QWEN3 ? config->model.kv_heads : 0;
+  spec.width = config->model.width;
+  spec.vocab = config->model.vocab;
+  spec.block_size = config->model.block_size;
+  spec.batch = config->model.batch;
+  spec.dtype = config->dtype == PCP_DILOCO_DTYPE_BF16 ? PCP_ELEMENT_TYPE_BF16
+                                                      : PCP_ELEMENT_TYPE_F32;
+  pcp_models_parameter_table_t table;
+  pcp_status_t status = pcp_models_parameter_table_initialize(
+      &spec, pcp_allocator_system(), &table);
+  if (status) {
+    // Same code (INVALID_ARGUMENT for a bad shape), with the key prefix the
+    // config table uses so the client sees where to look.
+    char message[512];
+    pcp_status_format(status, message, sizeof(message));
+    pcp_status_code_t code = pcp_status_code(status);
+    pcp_status_ignore(status);
+    return pcp_make_status(code, "key 'model': %s", message);
+  }
+  *out_parameter_count = table.total_elements;
+  pcp_models_parameter_table_deinitialize(&table);
+  return pcp_ok_status();
 }
 
 pcp_status_t pcp_roles_gateway_training_spec_build(const char* text,
@@ -49,6 +101,19 @@ pcp_status_t pcp_roles_gateway_training_spec_build(const char* text,
   // the HTTP layer maps INVALID_ARGUMENT to 400.
   PCP_RETURN_IF_ERROR_BARE(
       pcp_diloco_config_parse_json(text, byte_length, &config, &unknown));
+  int64_t parameter_count = 0;
+  pcp_status_t model_status = model_parameter_count(&config, &parameter_count);
+  if (model_status) {
+    pcp_string_list_deinitialize(&unknown);
+    pcp_diloco_config_deinitialize(&config);
+    return model_status;
+  }
+  // Analytic bytes one worker moves per outer step (its delta up in the
+  // wire dtype, the parameters down in f32): what the outer loop's measured
+  // wire_bytes must add up to.
+  uint64_t worker_step_bytes = pcp_diloco_outer_step_wire_bytes(
+      (uint64_t)parameter_count, 1,
+      (pcp_diloco_wire_dtype_t)config.deltas_dtype, PCP_DILOCO_WIRE_F32);
   json_error_t error;
   json_t* experiment =
       json_loadb(text, byte_length, JSON_REJECT_DUPLICATES, &error);
@@ -68,13 +133,15 @@ pcp_status_t pcp_roles_gateway_training_spec_build(const char* text,
     // "training" is the progress the outer loop updates; it starts at zero
     // so clients can render it before the first round.
     spec = json_pack(
-        "{s:O, s:o, s:{s:I, s:I, s:I, s:n, s:n, s:I, s:s, s:b}}", "experiment",
-        experiment, "unknown_keys", unknown_json ? unknown_json : json_array(),
-        "training", "outer_step", (json_int_t)0, "outer_loop_steps",
-        (json_int_t)config.outer_loop_steps, "tau", (json_int_t)config.tau,
-        "loss", "tokens_per_s", "wire_bytes", (json_int_t)0, "deltas_dtype",
-        wire_dtype_name(config.deltas_dtype), "streaming",
-        config.streaming.present);
+        "{s:O, s:o, s:{s:I, s:I, s:I, s:n, s:n, s:I, s:s, s:b, s:I, s:I}}",
+        "experiment", experiment, "unknown_keys",
+        unknown_json ? unknown_json : json_array(), "training", "outer_step",
+        (json_int_t)0, "outer_loop_steps", (json_int_t)config.outer_loop_steps,
+        "tau", (json_int_t)config.tau, "loss", "tokens_per_s", "wire_bytes",
+        (json_int_t)0, "deltas_dtype", wire_dtype_name(config.deltas_dtype),
+        "streaming", config.streaming.present, "parameter_count",
+        (json_int_t)parameter_count, "wire_bytes_per_worker_outer_step",
+        (json_int_t)worker_step_bytes);
     unknown_json = NULL;  // json_pack's "o" took it
     if (!spec) {
       status =

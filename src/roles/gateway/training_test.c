@@ -41,6 +41,14 @@ static void test_valid_experiment(void** state) {
   assert_true(json_is_null(json_object_get(training, "loss")));
   assert_string_equal(
       json_string_value(json_object_get(training, "deltas_dtype")), "bf16");
+  // Analytic wire bytes per worker and outer step: a bf16 delta up (2 B)
+  // and f32 parameters down (4 B) per parameter.
+  json_int_t parameters =
+      json_integer_value(json_object_get(training, "parameter_count"));
+  assert_true(parameters > 0);
+  assert_int_equal(json_integer_value(json_object_get(
+                       training, "wire_bytes_per_worker_outer_step")),
+                   parameters * 6);
   // The experiment is kept as sent (a resume re-reads it); unknown keys are
   // reported, not fatal (upstream ignores them).
   json_t* experiment = json_object_get(spec, "experiment");
@@ -68,6 +76,22 @@ static void test_documented_example(void** state) {
       &spec);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_OK);
   assert_int_equal(json_array_size(json_object_get(spec, "unknown_keys")), 0);
+  json_decref(spec);
+}
+
+// A model_path experiment: the size is unknown until the module is read.
+static void test_model_path_has_no_count_yet(void** state) {
+  (void)state;
+  json_t* spec = NULL;
+  pcp_status_t status =
+      build("{\"model_path\":\"m.mlir\",\"data_path\":\"d\"}", &spec);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_OK);
+  json_t* training = json_object_get(spec, "training");
+  assert_int_equal(
+      json_integer_value(json_object_get(training, "parameter_count")), 0);
+  assert_int_equal(json_integer_value(json_object_get(
+                       training, "wire_bytes_per_worker_outer_step")),
+                   0);
   json_decref(spec);
 }
 
@@ -119,6 +143,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_experiment),
       cmocka_unit_test(test_documented_example),
+      cmocka_unit_test(test_model_path_has_no_count_yet),
       cmocka_unit_test(test_errors_name_the_key),
       cmocka_unit_test(test_oversized_body),
   };
