@@ -104,7 +104,7 @@ static double driver_tokens_per_s(pcp_backend_t* backend, const built_t* b,
   int32_t tokens[8];
   bool active[8];
   int32_t prompt[PROMPT];
-  for (int i = 0; i < PROMPT; ++i) prompt[i] = (int32_t)(i * 7 % v);
+  for (int i = 0; i < PROMPT; ++i) prompt[i] = (int32_t)((int64_t)i * 7 % v);
   pcp_clock_t clock = pcp_clock_system();
   for (int64_t s = 0; s < slots; ++s) {
     pcp_models_generator_slot_reset(g, s);
@@ -207,8 +207,13 @@ static double python_tokens_per_s(const char* dir, const built_t* b,
             (long long)spec->vocab, STEPS, 1, PROMPT),
         "cmd");
   FILE* pipe = popen(pcp_string_builder_cstring(&cmd), "r");
+  char line[64] = "";
+  char* end = NULL;
   double rate = 0;
-  if (!pipe || fscanf(pipe, "%lf", &rate) != 1 || pclose(pipe) != 0) {
+  bool read = pipe && fgets(line, sizeof(line), pipe);
+  if (read)
+    rate = strtod(line, &end);
+  if (!pipe || !read || end == line || pclose(pipe) != 0) {
     fprintf(stderr, "decode: baseline failed: %s\n",
             pcp_string_builder_cstring(&cmd));
     exit(1);

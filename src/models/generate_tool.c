@@ -89,6 +89,17 @@ static pcp_status_t generate(run_t* r, int which, int32_t* tokens,
   return pcp_ok_status();
 }
 
+// A whole decimal argument, or exit 2 (a test driver: no status to return).
+static int64_t arg_int(const char* text) {
+  char* end = NULL;
+  long long value = strtoll(text, &end, 10);
+  if (!end || end == text || *end) {
+    fprintf(stderr, "models_generate_tool: '%s' is not an integer\n", text);
+    exit(2);
+  }
+  return (int64_t)value;
+}
+
 int main(int argc, char** argv) {
   if (argc < 16 || argc - 15 > MAX_PROMPTS) {
     fprintf(stderr, "usage: see the header of generate_tool.c\n");
@@ -107,23 +118,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   pcp_models_spec_initialize(spec.architecture, &spec);
-  spec.layers = atoll(argv[3]);
-  spec.heads = atoll(argv[4]);
-  spec.kv_heads = atoll(argv[5]);
-  spec.width = atoll(argv[6]);
-  spec.vocab = atoll(argv[7]);
-  spec.block_size = atoll(argv[8]);
+  spec.layers = arg_int(argv[3]);
+  spec.heads = arg_int(argv[4]);
+  spec.kv_heads = arg_int(argv[5]);
+  spec.width = arg_int(argv[6]);
+  spec.vocab = arg_int(argv[7]);
+  spec.block_size = arg_int(argv[8]);
   spec.tie_embeddings = spec.architecture == PCP_MODELS_ARCHITECTURE_GPT;
   spec.dtype = bf16 ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32;
-  pcp_models_generation_t g = {.slots = atoll(argv[9]),
-                               .max_length = atoll(argv[10]),
-                               .prefill_length = atoll(argv[11])};
+  pcp_models_generation_t g = {.slots = arg_int(argv[9]),
+                               .max_length = arg_int(argv[10]),
+                               .prefill_length = arg_int(argv[11])};
   const char* param_dir = argv[12];
   const char* out_dir = argv[13];
   run_t r = {.vocab = spec.vocab,
              .slots = g.slots,
              .n = argc - 15,
-             .new_tokens = atoll(argv[14])};
+             .new_tokens = arg_int(argv[14])};
   pcp_models_parameter_table_t table = {0};
   pcp_host_tensor_t params[1024];
   pcp_host_tensor_t prompts[MAX_PROMPTS];
