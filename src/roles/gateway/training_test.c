@@ -97,7 +97,8 @@ static void test_model_path_has_no_count_yet(void** state) {
 
 static void expect_error_naming(const char* text, pcp_status_code_t code,
                                 const char* key) {
-  json_t* spec = (json_t*)(uintptr_t)1;  // must be cleared
+  json_t sentinel;
+  json_t* spec = &sentinel;  // must be cleared on failure
   pcp_status_t status = build(text, &spec);
   assert_null(spec);
   assert_int_equal(pcp_status_code(status), code);
