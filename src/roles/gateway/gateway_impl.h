@@ -30,10 +30,38 @@
 #define PCP_GATEWAY_JOB_MAX_INPUTS 64
 #define PCP_GATEWAY_JOB_MAX_WORKERS 64
 #define PCP_GATEWAY_MAX_ACTIVE_JOBS 32
+// Workers one GET /v1/workers lists (the fabric's registry holds up to
+// options.max_workers, 1024 by default).
+#define PCP_GATEWAY_MAX_LISTED_WORKERS 1024u
 // Open /v1/events streams.
 #define PCP_GATEWAY_MAX_EVENT_STREAMS 64
 
 typedef struct pcp_roles_gateway_active_job_t pcp_roles_gateway_active_job_t;
+
+// Compile pool: a fixed number of threads take StableHLO programs from a
+// fixed number of slots, so a long compile holds one pool thread and one
+// slot, never the runner (which keeps placing jobs that are ready). A job
+// that finds every slot taken stays queued until one frees.
+#define PCP_GATEWAY_COMPILE_THREADS 2
+#define PCP_GATEWAY_COMPILE_SLOTS 16
+
+typedef enum pcp_roles_gateway_compile_slot_state_e {
+  PCP_GATEWAY_COMPILE_SLOT_FREE = 0,
+  PCP_GATEWAY_COMPILE_SLOT_QUEUED = 1,   // waiting for a pool thread
+  PCP_GATEWAY_COMPILE_SLOT_RUNNING = 2,  // a pool thread compiles it
+  PCP_GATEWAY_COMPILE_SLOT_DONE = 3,     // |status| / |program| set
+} pcp_roles_gateway_compile_slot_state_t;
+
+typedef struct pcp_roles_gateway_compile_slot_t {
+  pcp_roles_gateway_compile_slot_state_t state;
+  char job_id[PCP_STORE_ID_MAX_LENGTH + 1];
+  char backend[32];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
+  uint8_t* mlir;  // malloc'd; freed by the pool thread after the compile
+  size_t mlir_byte_length;
+  pcp_status_t status;  // owned by the slot until the runner takes it
+  uint8_t program[PCP_SHA256_BYTE_LENGTH];  // registered with the fabric
+} pcp_roles_gateway_compile_slot_t;
 
 // Serialized answers of GET /v1/jobs/{id}, valid while no job has been
 // written since (|generation|). Slots by hash of the id.
@@ -76,10 +104,6 @@ typedef struct pcp_roles_gateway_state_t {
   uint32_t active_count;
   pcp_roles_gateway_event_client_t clients[PCP_GATEWAY_MAX_EVENT_STREAMS];
   uint32_t client_count;
-  // Worker ids seen through task placements, for /v1/workers (the fabric
-  // has no enumeration call yet).
-  char known_workers[64][PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
-  uint32_t known_worker_count;
   uint32_t last_worker_counts[PCP_FABRIC_WORKER_STATE_COUNT_];
 
   // Bumped after every write of a job row (create, transition): only this
@@ -88,6 +112,17 @@ typedef struct pcp_roles_gateway_state_t {
   atomic_uint_fast64_t job_generation;
   pthread_mutex_t cache_mu;
   pcp_roles_gateway_job_cache_entry_t job_cache[PCP_GATEWAY_JOB_CACHE_SLOTS];
+
+  // Compile pool. Slots are guarded by |compile_mu|; pool threads wait on
+  // |compile_cv| and wake the runner through |cv| when a compile is done.
+  pthread_mutex_t compile_mu;
+  pthread_cond_t compile_cv;
+  pcp_roles_gateway_compile_slot_t compile_slots[PCP_GATEWAY_COMPILE_SLOTS];
+  pthread_t compile_threads[PCP_GATEWAY_COMPILE_THREADS];
+  uint32_t compile_thread_count;
+  // Test hook: programs whose text holds "pcp-test:slow-compile" wait this
+  // long before compiling (0: off; from PCP_GATEWAY_TEST_COMPILE_DELAY_MS).
+  int64_t test_compile_delay_ms;
 
   pthread_t runner_thread;
   pthread_t pump_thread;
@@ -103,6 +138,11 @@ pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* gateway);
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* gateway);
 void* pcp_roles_gateway_jobs_runner_main(void* opaque);
+// Starts the compile pool threads (before the runner) / stops and joins
+// them, waiting for compiles in progress (after the runner has stopped).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_compile_pool_start(pcp_roles_gateway_state_t* gateway);
+void pcp_roles_gateway_compile_pool_stop(pcp_roles_gateway_state_t* gateway);
 // Frees the jobs the runner left active; only after the fabric endpoint is
 // released (its tasks borrow their input buffers until then).
 void pcp_roles_gateway_jobs_active_free(pcp_roles_gateway_state_t* gateway);
@@ -156,10 +196,6 @@ pcp_status_t pcp_roles_gateway_events_stream(void* user_data,
 // Sends a live (not stored, so not resumable) worker event to every stream.
 void pcp_roles_gateway_events_broadcast(pcp_roles_gateway_state_t* gateway,
                                         const char* event, const char* data);
-
-// Records a worker id seen (placement results). Thread-safe.
-void pcp_roles_gateway_worker_note(pcp_roles_gateway_state_t* gateway,
-                                   const char* worker_id);
 
 // Base64 (RFC 4648, padding optional on input). decode: INVALID_ARGUMENT for
 // a bad character; |*out_data| is malloc'd (caller frees).

@@ -898,31 +898,193 @@ static void active_free(pcp_roles_gateway_active_job_t* a) {
   free(a);
 }
 
-// placing -> compiling -> running: the program for the placement's
-// (backend, target), registered with the fabric, then one task per worker.
+// Marker that makes the test hook delay a compile (see gateway_impl.h).
+#define TEST_SLOW_COMPILE_MARKER "pcp-test:slow-compile"
+
+// The placement's worker count and class, validated again: the spec comes
+// back from the store, written by an older gateway perhaps.
+static pcp_status_t job_placement(const pcp_store_job_t* job,
+                                  json_int_t* out_workers,
+                                  pcp_sched_worker_class_t* out_class) {
+  json_t* placement = json_object_get(job->spec, "placement");
+  const char* backend = placement_string(placement, "backend", "cpu");
+  json_int_t workers =
+      json_integer_value(json_object_get(placement, "workers"));
+  if (workers < 1) {
+    workers = 1;
+  }
+  if (workers > PCP_GATEWAY_JOB_MAX_WORKERS) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "placement.workers %lld is over %d",
+                           (long long)workers, PCP_GATEWAY_JOB_MAX_WORKERS);
+  }
+  if (!pcp_sched_worker_class_parse(pcp_make_cstring_view(backend),
+                                    out_class)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "placement.backend '%s' is not a worker class",
+                           backend);
+  }
+  *out_workers = workers;
+  return pcp_ok_status();
+}
+
+// Pool thread: one StableHLO program to a VMFB (artifact cache under
+// state_dir/artifacts), registered with the fabric.
+static pcp_status_t compile_slot_run(pcp_roles_gateway_state_t* g,
+                                     pcp_roles_gateway_compile_slot_t* slot) {
+  if (g->test_compile_delay_ms > 0) {
+    size_t n = strlen(TEST_SLOW_COMPILE_MARKER);
+    for (size_t i = 0; i + n <= slot->mlir_byte_length; ++i) {
+      if (memcmp(slot->mlir + i, TEST_SLOW_COMPILE_MARKER, n) == 0) {
+        pcp_sleep_ms(g->test_compile_delay_ms);
+        break;
+      }
+    }
+  }
+  pcp_compile_backend_t compile_backend = PCP_COMPILE_BACKEND_CPU;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_compile_backend_parse(slot->backend, &compile_backend));
+  char cache[PCP_STORE_PATH_MAX_LENGTH + 1];
+  snprintf(cache, sizeof(cache), "%s/artifacts", g->config->file.state_dir);
+  pcp_compile_request_t request = {
+      .mlir_text = (const char*)slot->mlir,
+      .mlir_byte_length = slot->mlir_byte_length,
+      .source_name = "program.mlir",
+      .backend = compile_backend,
+      .target = slot->target,
+      .cache_dir = cache,
+      .timeout_ms = 600000,
+  };
+  pcp_compile_result_t compiled = {0};
+  pcp_status_t status = pcp_compile_module(&request, &compiled);
+  if (!status) {
+    pcp_log_context_t log = g->log;
+    log.job_id = slot->job_id;
+    PCP_LOG(PCP_LOG_INFO, &log,
+            "program ready backend=%s target=%s cache_hit=%d seconds=%.3f",
+            slot->backend, compiled.flags.effective_target, compiled.cache_hit,
+            compiled.compile_seconds);
+    status = pcp_fabric_program_register(
+        g->fabric, compiled.vmfb, compiled.vmfb_byte_length, slot->backend,
+        slot->target, slot->program);
+  }
+  pcp_compile_result_deinitialize(&compiled);
+  return status;
+}
+
+static void* compile_thread_main(void* opaque) {
+  pcp_roles_gateway_state_t* g = opaque;
+  pthread_mutex_lock(&g->compile_mu);
+  // At stop, queued compiles are left (their jobs re-run at the next start)
+  // rather than run one after another while the process is exiting.
+  while (!atomic_load(&g->stopping)) {
+    pcp_roles_gateway_compile_slot_t* slot = NULL;
+    for (uint32_t i = 0; i < PCP_GATEWAY_COMPILE_SLOTS && !slot; ++i) {
+      if (g->compile_slots[i].state == PCP_GATEWAY_COMPILE_SLOT_QUEUED) {
+        slot = &g->compile_slots[i];
+      }
+    }
+    if (!slot) {
+      pthread_cond_wait(&g->compile_cv, &g->compile_mu);
+      continue;
+    }
+    slot->state = PCP_GATEWAY_COMPILE_SLOT_RUNNING;
+    pthread_mutex_unlock(&g->compile_mu);
+    // Only this thread touches a RUNNING slot, so no lock while compiling.
+    pcp_status_t status = compile_slot_run(g, slot);
+    free(slot->mlir);
+    slot->mlir = NULL;
+    pthread_mutex_lock(&g->compile_mu);
+    slot->status = status;
+    slot->state = PCP_GATEWAY_COMPILE_SLOT_DONE;
+    pthread_mutex_unlock(&g->compile_mu);
+    pthread_mutex_lock(&g->mu);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_mutex_lock(&g->compile_mu);
+  }
+  pthread_mutex_unlock(&g->compile_mu);
+  return NULL;
+}
+
+pcp_status_t pcp_roles_gateway_compile_pool_start(
+    pcp_roles_gateway_state_t* g) {
+  const char* delay = getenv("PCP_GATEWAY_TEST_COMPILE_DELAY_MS");
+  g->test_compile_delay_ms = delay ? strtoll(delay, NULL, 10) : 0;
+  for (uint32_t i = 0; i < PCP_GATEWAY_COMPILE_THREADS; ++i) {
+    if (pthread_create(&g->compile_threads[i], NULL, compile_thread_main, g)) {
+      return pcp_make_status(PCP_STATUS_UNAVAILABLE, "compile pool thread");
+    }
+    ++g->compile_thread_count;
+  }
+  return pcp_ok_status();
+}
+
+void pcp_roles_gateway_compile_pool_stop(pcp_roles_gateway_state_t* g) {
+  atomic_store(&g->stopping, true);
+  pthread_mutex_lock(&g->compile_mu);
+  pthread_cond_broadcast(&g->compile_cv);
+  pthread_mutex_unlock(&g->compile_mu);
+  for (uint32_t i = 0; i < g->compile_thread_count; ++i) {
+    pthread_join(g->compile_threads[i], NULL);
+  }
+  g->compile_thread_count = 0;
+  // Queued slots never ran (their jobs stay compiling and re-run at the
+  // next start); done ones were not taken.
+  for (uint32_t i = 0; i < PCP_GATEWAY_COMPILE_SLOTS; ++i) {
+    pcp_roles_gateway_compile_slot_t* slot = &g->compile_slots[i];
+    free(slot->mlir);
+    slot->mlir = NULL;
+    pcp_status_ignore(slot->status);
+    slot->status = pcp_ok_status();
+    slot->state = PCP_GATEWAY_COMPILE_SLOT_FREE;
+  }
+}
+
+static uint32_t compile_slots_in_use(pcp_roles_gateway_state_t* g) {
+  uint32_t used = 0;
+  pthread_mutex_lock(&g->compile_mu);
+  for (uint32_t i = 0; i < PCP_GATEWAY_COMPILE_SLOTS; ++i) {
+    used += g->compile_slots[i].state != PCP_GATEWAY_COMPILE_SLOT_FREE;
+  }
+  pthread_mutex_unlock(&g->compile_mu);
+  return used;
+}
+
+static bool is_compiling(pcp_roles_gateway_state_t* g, const char* id) {
+  bool found = false;
+  pthread_mutex_lock(&g->compile_mu);
+  for (uint32_t i = 0; i < PCP_GATEWAY_COMPILE_SLOTS && !found; ++i) {
+    found = g->compile_slots[i].state != PCP_GATEWAY_COMPILE_SLOT_FREE &&
+            strcmp(g->compile_slots[i].job_id, id) == 0;
+  }
+  pthread_mutex_unlock(&g->compile_mu);
+  return found;
+}
+
+static pcp_status_t job_launch(
+    pcp_roles_gateway_state_t* g, const pcp_store_job_t* job,
+    const uint8_t program_hash[PCP_SHA256_BYTE_LENGTH],
+    pcp_roles_gateway_active_job_t** out_active);
+
+// queued -> placing -> compiling; a VMFB goes on to running at once, a
+// StableHLO program into a free compile slot (the runner launches it when
+// the pool is done): OK with *out_active NULL then. RESOURCE_EXHAUSTED when
+// no slot is free (the caller checks first, so only a race gets it).
 static pcp_status_t job_start(pcp_roles_gateway_state_t* g,
                               const pcp_store_job_t* job,
                               pcp_roles_gateway_active_job_t** out_active) {
   *out_active = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       transition(g, job->id, PCP_STORE_JOB_STATE_PLACING, NULL, NULL));
+  json_int_t workers = 1;
+  pcp_sched_worker_class_t worker_class;
+  PCP_RETURN_IF_ERROR_BARE(job_placement(job, &workers, &worker_class));
+  PCP_RETURN_IF_ERROR_BARE(
+      transition(g, job->id, PCP_STORE_JOB_STATE_COMPILING, NULL, NULL));
   json_t* placement = json_object_get(job->spec, "placement");
   const char* backend = placement_string(placement, "backend", "cpu");
   const char* target = placement_string(placement, "target", "");
-  json_int_t workers =
-      json_integer_value(json_object_get(placement, "workers"));
-  if (workers < 1) {
-    workers = 1;
-  }
-  pcp_sched_worker_class_t worker_class;
-  if (!pcp_sched_worker_class_parse(pcp_make_cstring_view(backend),
-                                    &worker_class)) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "placement.backend '%s' is not a worker class",
-                           backend);
-  }
-  PCP_RETURN_IF_ERROR_BARE(
-      transition(g, job->id, PCP_STORE_JOB_STATE_COMPILING, NULL, NULL));
   char dir[PCP_STORE_PATH_MAX_LENGTH + 1];
   job_dir(g, job->id, dir, sizeof(dir));
   json_t* program = json_object_get(job->spec, "program");
@@ -933,45 +1095,62 @@ static pcp_status_t job_start(pcp_roles_gateway_state_t* g,
   size_t length = 0;
   PCP_RETURN_IF_ERROR_BARE(
       file_read(path, PCP_GATEWAY_JOB_MAX_BODY_BYTES, &bytes, &length));
-  uint8_t program_hash[PCP_SHA256_BYTE_LENGTH];
-  pcp_status_t status = pcp_ok_status();
   if (vmfb) {
-    status = pcp_fabric_program_register(g->fabric, bytes, length, backend,
-                                         target, program_hash);
-  } else {
-    pcp_compile_backend_t compile_backend = PCP_COMPILE_BACKEND_CPU;
-    status = pcp_compile_backend_parse(backend, &compile_backend);
-    char cache[PCP_STORE_PATH_MAX_LENGTH + 1];
-    snprintf(cache, sizeof(cache), "%s/artifacts", g->config->file.state_dir);
-    pcp_compile_request_t request = {
-        .mlir_text = (const char*)bytes,
-        .mlir_byte_length = length,
-        .source_name = "program.mlir",
-        .backend = compile_backend,
-        .target = target,
-        .cache_dir = cache,
-        .timeout_ms = 600000,
-    };
-    pcp_compile_result_t compiled = {0};
-    if (!status) {
-      status = pcp_compile_module(&request, &compiled);
-    }
-    if (!status) {
-      pcp_log_context_t log = g->log;
-      log.job_id = job->id;
-      PCP_LOG(PCP_LOG_INFO, &log,
-              "program ready backend=%s target=%s cache_hit=%d seconds=%.3f",
-              backend, compiled.flags.effective_target, compiled.cache_hit,
-              compiled.compile_seconds);
-      status = pcp_fabric_program_register(g->fabric, compiled.vmfb,
-                                           compiled.vmfb_byte_length, backend,
-                                           target, program_hash);
-    }
-    pcp_compile_result_deinitialize(&compiled);
+    uint8_t program_hash[PCP_SHA256_BYTE_LENGTH];
+    pcp_status_t status = pcp_fabric_program_register(
+        g->fabric, bytes, length, backend, target, program_hash);
+    free(bytes);
+    PCP_RETURN_IF_ERROR_BARE(status);
+    return job_launch(g, job, program_hash, out_active);
   }
-  free(bytes);
-  PCP_RETURN_IF_ERROR_BARE(status);
+  if (strlen(backend) >= sizeof(g->compile_slots[0].backend) ||
+      strlen(target) >= sizeof(g->compile_slots[0].target)) {
+    free(bytes);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "placement.backend or placement.target too long");
+  }
+  pcp_roles_gateway_compile_slot_t* slot = NULL;
+  pthread_mutex_lock(&g->compile_mu);
+  for (uint32_t i = 0; i < PCP_GATEWAY_COMPILE_SLOTS && !slot; ++i) {
+    if (g->compile_slots[i].state == PCP_GATEWAY_COMPILE_SLOT_FREE) {
+      slot = &g->compile_slots[i];
+    }
+  }
+  if (slot) {
+    snprintf(slot->job_id, sizeof(slot->job_id), "%s", job->id);
+    snprintf(slot->backend, sizeof(slot->backend), "%s", backend);
+    snprintf(slot->target, sizeof(slot->target), "%s", target);
+    slot->mlir = bytes;
+    slot->mlir_byte_length = length;
+    slot->status = pcp_ok_status();
+    slot->state = PCP_GATEWAY_COMPILE_SLOT_QUEUED;
+    pthread_cond_signal(&g->compile_cv);
+  }
+  pthread_mutex_unlock(&g->compile_mu);
+  if (!slot) {
+    free(bytes);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "no free compile slot");
+  }
+  return pcp_ok_status();
+}
 
+// compiling -> running: inputs read, one gang of tasks submitted.
+static pcp_status_t job_launch(
+    pcp_roles_gateway_state_t* g, const pcp_store_job_t* job,
+    const uint8_t program_hash[PCP_SHA256_BYTE_LENGTH],
+    pcp_roles_gateway_active_job_t** out_active) {
+  *out_active = NULL;
+  json_int_t workers = 1;
+  pcp_sched_worker_class_t worker_class;
+  PCP_RETURN_IF_ERROR_BARE(job_placement(job, &workers, &worker_class));
+  json_t* placement = json_object_get(job->spec, "placement");
+  const char* target = placement_string(placement, "target", "");
+  char dir[PCP_STORE_PATH_MAX_LENGTH + 1];
+  job_dir(g, job->id, dir, sizeof(dir));
+  char path[4096];
+  size_t length = 0;
+  pcp_status_t status = pcp_ok_status();
   pcp_roles_gateway_active_job_t* a = calloc(1, sizeof(*a));
   if (!a) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
@@ -1007,7 +1186,7 @@ static pcp_status_t job_start(pcp_roles_gateway_state_t* g,
     status = transition(g, job->id, PCP_STORE_JOB_STATE_RUNNING, NULL, NULL);
   }
   const char* function = placement_string(job->spec, "function", "main");
-  for (json_int_t w = 0; !status && w < workers; ++w) {
+  if (!status) {
     pcp_fabric_task_params_t params = {
         .function = function,
         .inputs = a->sections,
@@ -1015,11 +1194,15 @@ static pcp_status_t job_start(pcp_roles_gateway_state_t* g,
         .worker_class = worker_class,
         .target = target,
     };
-    memcpy(params.program, program_hash, sizeof(program_hash));
-    status =
-        pcp_fabric_task_submit(g->fabric, &params, &a->tasks[a->task_count]);
+    memcpy(params.program, program_hash, PCP_SHA256_BYTE_LENGTH);
+    // One gang, not |workers| separate tasks: separate tasks could all land
+    // on one worker one after another, and a partial placement could hold
+    // some workers while the rest wait. The group is placed all at once on
+    // distinct workers or waits whole.
+    status = pcp_fabric_task_submit_group(g->fabric, &params, (uint32_t)workers,
+                                          a->tasks);
     if (!status) {
-      ++a->task_count;
+      a->task_count = (uint32_t)workers;
     }
   }
   if (status) {
@@ -1052,7 +1235,6 @@ static pcp_status_t job_results_store(pcp_roles_gateway_state_t* g,
     pcp_fabric_task_info_t info;
     pcp_fabric_task_info_query(a->tasks[t], &info);
     json_array_append_new(worker_ids, json_string(info.worker_id.value));
-    pcp_roles_gateway_worker_note(g, info.worker_id.value);
     for (size_t o = 0; o < count; ++o) {
       pcp_store_job_result_t r;
       memset(&r, 0, sizeof(r));
@@ -1225,7 +1407,55 @@ static void worker_counts_watch(pcp_roles_gateway_state_t* g) {
   }
 }
 
+// Jobs whose compile is done: launched if still compiling in the store
+// (a cancel meanwhile made them cancelled; their program stays registered
+// and cached, which a later job may use).
+static void compiles_harvest(pcp_roles_gateway_state_t* g) {
+  for (uint32_t i = 0; i < PCP_GATEWAY_COMPILE_SLOTS; ++i) {
+    pcp_roles_gateway_compile_slot_t* slot = &g->compile_slots[i];
+    pthread_mutex_lock(&g->compile_mu);
+    bool done = slot->state == PCP_GATEWAY_COMPILE_SLOT_DONE;
+    pthread_mutex_unlock(&g->compile_mu);
+    if (!done) {
+      continue;
+    }
+    // A DONE slot belongs to the runner until it frees it.
+    pcp_status_t status = slot->status;
+    slot->status = pcp_ok_status();
+    pcp_store_job_t job;
+    pcp_status_t got = pcp_store_job_get(g->store, slot->job_id, &job);
+    if (got) {
+      pcp_status_ignore(got);
+      pcp_status_ignore(status);
+    } else if (job.state != PCP_STORE_JOB_STATE_COMPILING) {
+      pcp_status_ignore(status);
+    } else if (status) {
+      fail_job(g, job.id, status);
+    } else {
+      pcp_roles_gateway_active_job_t* a = NULL;
+      status = job_launch(g, &job, slot->program, &a);
+      if (status || !a) {
+        fail_job(g, job.id,
+                 status
+                     ? status
+                     : pcp_make_status(PCP_STATUS_INTERNAL, "no job started"));
+      } else {
+        a->next = g->active;
+        g->active = a;
+        ++g->active_count;
+      }
+    }
+    if (!got) {
+      pcp_store_job_deinitialize(&job);
+    }
+    pthread_mutex_lock(&g->compile_mu);
+    slot->state = PCP_GATEWAY_COMPILE_SLOT_FREE;
+    pthread_mutex_unlock(&g->compile_mu);
+  }
+}
+
 static void runner_tick(pcp_roles_gateway_state_t* g) {
+  compiles_harvest(g);
   // 1. Active jobs: cancel reaches the workers; finished ones are stored.
   pcp_roles_gateway_active_job_t** link = &g->active;
   while (*link) {
@@ -1262,20 +1492,27 @@ static void runner_tick(pcp_roles_gateway_state_t* g) {
   pcp_store_job_list_t list = {0};
   if (!pcp_store_job_list(g->store, &filter, &list)) {
     for (size_t i = 0; i < list.count; ++i) {
-      if (!is_active(g, list.items[i].id)) {
+      if (!is_active(g, list.items[i].id) &&
+          !is_compiling(g, list.items[i].id)) {
         pcp_status_ignore(transition(
             g, list.items[i].id, PCP_STORE_JOB_STATE_CANCELLED, NULL, NULL));
       }
     }
   }
   pcp_store_job_list_deinitialize(&list);
-  // 3. Queued jobs, oldest first, while there is room.
-  if (g->active_count >= PCP_GATEWAY_MAX_ACTIVE_JOBS ||
-      atomic_load(&g->draining)) {
+  // 3. Queued jobs, oldest first, while there is room. A job holds a
+  // compile slot (StableHLO) or an active entry; when every slot is taken
+  // the rest stay queued, so the slots bound the compile backlog.
+  uint32_t compiling = compile_slots_in_use(g);
+  if (g->active_count + compiling >= PCP_GATEWAY_MAX_ACTIVE_JOBS ||
+      compiling >= PCP_GATEWAY_COMPILE_SLOTS || atomic_load(&g->draining)) {
     return;
   }
   filter.states = PCP_STORE_JOB_STATE_BIT(PCP_STORE_JOB_STATE_QUEUED);
-  filter.limit = PCP_GATEWAY_MAX_ACTIVE_JOBS - g->active_count;
+  filter.limit = PCP_GATEWAY_MAX_ACTIVE_JOBS - g->active_count - compiling;
+  if (filter.limit > PCP_GATEWAY_COMPILE_SLOTS - compiling) {
+    filter.limit = PCP_GATEWAY_COMPILE_SLOTS - compiling;
+  }
   // Training jobs belong to the training service (training.c), not here.
   filter.kind = "generic";
   if (pcp_store_job_list(g->store, &filter, &list)) {
@@ -1284,11 +1521,12 @@ static void runner_tick(pcp_roles_gateway_state_t* g) {
   for (size_t i = 0; i < list.count && !atomic_load(&g->stopping); ++i) {
     pcp_roles_gateway_active_job_t* a = NULL;
     pcp_status_t status = job_start(g, &list.items[i], &a);
-    if (status || !a) {
-      fail_job(g, list.items[i].id,
-               status ? status
-                      : pcp_make_status(PCP_STATUS_INTERNAL, "no job started"));
+    if (status) {
+      fail_job(g, list.items[i].id, status);
       continue;
+    }
+    if (!a) {
+      continue;  // waiting for its compile
     }
     a->next = g->active;
     g->active = a;

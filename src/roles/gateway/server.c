@@ -157,23 +157,6 @@ pcp_status_t pcp_roles_gateway_base64_decode(const char* text, size_t length,
   return pcp_ok_status();
 }
 
-void pcp_roles_gateway_worker_note(pcp_roles_gateway_state_t* g,
-                                   const char* worker_id) {
-  if (!worker_id || !worker_id[0]) {
-    return;
-  }
-  pthread_mutex_lock(&g->mu);
-  bool known = false;
-  for (uint32_t i = 0; i < g->known_worker_count && !known; ++i) {
-    known = strcmp(g->known_workers[i], worker_id) == 0;
-  }
-  if (!known && g->known_worker_count < PCP_ARRAYSIZE(g->known_workers)) {
-    snprintf(g->known_workers[g->known_worker_count++],
-             sizeof(g->known_workers[0]), "%s", worker_id);
-  }
-  pthread_mutex_unlock(&g->mu);
-}
-
 static json_t* service_json(const pcp_store_service_t* s) {
   json_t* out = json_deep_copy(s->attributes);
   if (!out || !json_is_object(out)) {
@@ -234,17 +217,47 @@ static pcp_status_t controller_get(void* user_data,
                 c->file.tls.present && c->file.tls.cert != NULL));
 }
 
+// The full fabric record of one worker (everything its JOIN carried plus
+// what the endpoint knows now).
 static json_t* worker_json(const pcp_fabric_worker_info_t* w) {
-  return json_pack(
-      "{s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:s, s:s, s:i, s:f, s:i, s:I}",
+  json_t* drivers = json_array();
+  for (uint32_t i = 0; i < w->driver_count && i < PCP_ARRAYSIZE(w->drivers);
+       ++i) {
+    json_array_append_new(drivers, json_string(w->drivers[i]));
+  }
+  json_t* out = json_pack(
+      "{s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:o, s:s, s:s, s:s, s:I, s:s}",
       "worker_id", w->worker_id, "state",
-      pcp_fabric_worker_state_name(w->state), "backend", w->backend, "target",
-      w->target, "device_id", w->device_id, "device_memory_bytes",
-      (json_int_t)w->device_memory_bytes, "runtime_version", w->runtime_version,
-      "compiler_version", w->compiler_version, "node_manager_id",
-      w->node_manager_id, "in_flight", (int)w->in_flight,
-      "heartbeat_age_seconds", (double)w->heartbeat_age_ns / 1e9, "join_count",
-      (int)w->join_count, "eviction_count", (json_int_t)w->eviction_count);
+      pcp_fabric_worker_state_name(w->state), "sched_state",
+      pcp_sched_worker_state_name(w->sched_state), "backend", w->backend,
+      "target", w->target, "device_id", w->device_id, "device_memory_bytes",
+      (json_int_t)w->device_memory_bytes, "drivers", drivers, "runtime_version",
+      w->runtime_version, "compiler_version", w->compiler_version,
+      "node_manager_id", w->node_manager_id, "supervisor_id",
+      (json_int_t)w->supervisor_id, "worker_class", w->worker_class);
+  if (!out) {
+    return NULL;
+  }
+  // A lost worker has no heartbeat to age: null, not a stale number.
+  json_object_set_new(out, "heartbeat_age_seconds",
+                      w->state == PCP_FABRIC_WORKER_LOST
+                          ? json_null()
+                          : json_real((double)w->heartbeat_age_ns / 1e9));
+  json_object_set_new(
+      out, "lost_at_ms",
+      w->lost_at_ns ? json_integer(w->lost_at_ns / 1000000) : json_null());
+  json_object_set_new(out, "lease_epoch",
+                      json_integer((json_int_t)w->lease_epoch));
+  json_object_set_new(
+      out, "lease_id",
+      w->lease_id ? json_integer((json_int_t)w->lease_id) : json_null());
+  json_object_set_new(out, "in_flight", json_integer(w->in_flight));
+  json_object_set_new(out, "program_count", json_integer(w->program_count));
+  json_object_set_new(out, "join_count", json_integer(w->join_count));
+  json_object_set_new(out, "resumed_count", json_integer(w->resumed_count));
+  json_object_set_new(out, "eviction_count",
+                      json_integer((json_int_t)w->eviction_count));
+  return out;
 }
 
 static pcp_status_t workers_list(void* user_data,
@@ -259,21 +272,28 @@ static pcp_status_t workers_list(void* user_data,
         json_integer(
             pcp_fabric_worker_count(g->fabric, (pcp_fabric_worker_state_t)s)));
   }
-  json_t* workers = json_array();
-  pthread_mutex_lock(&g->mu);
-  uint32_t count = g->known_worker_count;
-  char ids[64][PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
-  memcpy(ids, g->known_workers, sizeof(ids));
-  pthread_mutex_unlock(&g->mu);
-  for (uint32_t i = 0; i < count; ++i) {
-    pcp_fabric_worker_info_t info;
-    if (!pcp_fabric_worker_query(g->fabric, ids[i], &info)) {
-      json_array_append_new(workers, worker_json(&info));
-    }
+  // One snapshot of the fabric's registry: every joined worker, lost ones
+  // included, in id order. The buffer is per request (a record is a few KiB)
+  // and capped, so a huge registry cannot make one request allocate without
+  // bound; |truncated| says when the cap cut the list.
+  pcp_fabric_worker_info_t* infos =
+      calloc(PCP_GATEWAY_MAX_LISTED_WORKERS, sizeof(*infos));
+  if (!infos) {
+    json_decref(counts);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "worker list");
   }
+  uint32_t total = 0;
+  uint32_t count = pcp_fabric_worker_list(
+      g->fabric, infos, PCP_GATEWAY_MAX_LISTED_WORKERS, &total);
+  json_t* workers = json_array();
+  for (uint32_t i = 0; i < count; ++i) {
+    json_array_append_new(workers, worker_json(&infos[i]));
+  }
+  free(infos);
   return pcp_http_response_json_take(
       response, 200,
-      json_pack("{s:o, s:o}", "counts", counts, "workers", workers));
+      json_pack("{s:o, s:o, s:i, s:b}", "counts", counts, "workers", workers,
+                "total", (int)total, "truncated", total > count));
 }
 
 static pcp_status_t worker_get(void* user_data,
@@ -282,8 +302,8 @@ static pcp_status_t worker_get(void* user_data,
   pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   pcp_fabric_worker_info_t info;
+  // NOT_FOUND maps to the 404 JSON error.
   PCP_RETURN_IF_ERROR_BARE(pcp_fabric_worker_query(g->fabric, id, &info));
-  pcp_roles_gateway_worker_note(g, id);
   return pcp_http_response_json_take(response, 200, worker_json(&info));
 }
 
@@ -295,6 +315,148 @@ static pcp_status_t worker_get(void* user_data,
 // How long /readyz answers 503 before the listener closes on SIGTERM.
 #define PCP_GATEWAY_DRAIN_NOTICE_MS 1000
 #define SERVICE_MAX_TTL_MS 86400000
+
+// Largest worker count a service may report: far above any real pool, low
+// enough that the sums and maxima below cannot overflow.
+#define SERVICE_MAX_WORKER_COUNT 1000000
+
+// An optional non-negative integer field: |*out_value| = the value, or -1
+// when absent. INVALID_ARGUMENT naming the field otherwise.
+static pcp_status_t count_field(json_t* body, const char* key,
+                                json_int_t* out_value) {
+  *out_value = -1;
+  json_t* v = json_object_get(body, key);
+  if (!v || json_is_null(v)) {
+    return pcp_ok_status();
+  }
+  if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+      json_integer_value(v) > SERVICE_MAX_WORKER_COUNT) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field '%s' must be an integer in [0, %d]", key,
+                           SERVICE_MAX_WORKER_COUNT);
+  }
+  *out_value = json_integer_value(v);
+  return pcp_ok_status();
+}
+
+// The first present value of |values| (-1 = absent), else |fallback|.
+static json_int_t first_present(const json_int_t* values, size_t count,
+                                json_int_t fallback) {
+  for (size_t i = 0; i < count; ++i) {
+    if (values[i] >= 0) {
+      return values[i];
+    }
+  }
+  return fallback;
+}
+
+// Checks the optional fields of a registration (reference s.3.1.1) and
+// writes their normalised form into |attributes|: defaults for auth_mode,
+// health_status and job_status, and the worker counts reduced to upstream's
+// (connected, ready, available) under every name a reader may look for, so
+// that a service reporting only `worker_count` and one reporting only
+// `workers_available` read the same way. Each error names its field.
+static pcp_status_t service_fields_normalize(json_t* body, json_t* attributes) {
+  const char* const kStrings[] = {
+      "auth_mode",   "health_status", "job_status", "worker_class",
+      "target_arch", "executor_id",   "base_url",   "endpoint"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kStrings); ++i) {
+    json_t* v = json_object_get(body, kStrings[i]);
+    if (v && !json_is_null(v) &&
+        (!json_is_string(v) || json_string_length(v) > 1024)) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field '%s' must be a string (at most 1024 "
+                             "bytes)",
+                             kStrings[i]);
+    }
+  }
+  json_t* capabilities = json_object_get(body, "capabilities");
+  if (capabilities && !json_is_null(capabilities)) {
+    if (!json_is_array(capabilities) || json_array_size(capabilities) > 256) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'capabilities' must be an array of at "
+                             "most 256 strings");
+    }
+    for (size_t i = 0; i < json_array_size(capabilities); ++i) {
+      if (!json_is_string(json_array_get(capabilities, i))) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "field 'capabilities[%zu]' must be a string", i);
+      }
+    }
+  } else {
+    json_object_set_new(attributes, "capabilities", json_array());
+  }
+  const char* const kDefaults[][2] = {{"auth_mode", "none"},
+                                      {"health_status", "ok"},
+                                      {"job_status", "running"}};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kDefaults); ++i) {
+    if (!json_is_string(json_object_get(body, kDefaults[i][0]))) {
+      json_object_set_new(attributes, kDefaults[i][0],
+                          json_string(kDefaults[i][1]));
+    }
+  }
+  enum {
+    WORKER_COUNT,
+    READY_WORKER_COUNT,
+    WORKERS_CONNECTED,
+    WORKERS_READY,
+    WORKERS_AVAILABLE,
+    WORKERS_DISPATCHABLE,
+    RESERVED_WORKERS,
+    MAX_WORKERS,
+    COUNT_FIELDS,
+  };
+  const char* const kCounts[COUNT_FIELDS] = {
+      "worker_count",     "ready_worker_count", "workers_connected",
+      "workers_ready",    "workers_available",  "workers_dispatchable",
+      "reserved_workers", "max_workers"};
+  json_int_t c[COUNT_FIELDS];
+  for (int i = 0; i < COUNT_FIELDS; ++i) {
+    PCP_RETURN_IF_ERROR_BARE(count_field(body, kCounts[i], &c[i]));
+  }
+  // Upstream's precedence, name by name (s.3.1.1).
+  json_int_t connected = first_present(
+      (json_int_t[]){c[WORKERS_CONNECTED], c[WORKER_COUNT]}, 2, 0);
+  json_int_t ready = first_present(
+      (json_int_t[]){c[WORKERS_READY], c[READY_WORKER_COUNT],
+                     c[WORKERS_AVAILABLE], c[WORKERS_DISPATCHABLE]},
+      4, connected);
+  json_int_t available = first_present(
+      (json_int_t[]){c[WORKERS_DISPATCHABLE], c[WORKERS_AVAILABLE],
+                     c[READY_WORKER_COUNT], c[WORKERS_READY]},
+      4, connected);
+  // Exactly upstream's two steps, in its order, so that a client sees the
+  // numbers it saw there (connected can end below available when only
+  // workers_ready < workers_available were reported; upstream keeps that).
+  connected = connected > ready ? connected : ready;
+  ready = ready > available ? ready : available;
+  json_object_set_new(attributes, "worker_count", json_integer(connected));
+  json_object_set_new(attributes, "workers_connected", json_integer(connected));
+  json_object_set_new(attributes, "workers_ready", json_integer(ready));
+  json_object_set_new(attributes, "ready_worker_count",
+                      json_integer(available));
+  json_object_set_new(attributes, "workers_available", json_integer(available));
+  json_object_set_new(attributes, "workers_dispatchable",
+                      json_integer(available));
+  return pcp_ok_status();
+}
+
+// service_type: 1..PCP_STORE_NAME_MAX_LENGTH of [A-Za-z0-9_.-] (upstream
+// allows 128; the store's name column holds 127).
+static bool service_type_valid(const char* type) {
+  size_t n = strlen(type);
+  if (n < 1 || n > PCP_STORE_NAME_MAX_LENGTH) {
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    char ch = type[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+          (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
 
 static pcp_status_t service_register(void* user_data,
                                      const pcp_http_request_t* request,
@@ -322,6 +484,15 @@ static pcp_status_t service_register(void* user_data,
   } else if (!service_type || !service_type[0]) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "field 'service_type' (string) is required");
+  } else if (!service_type_valid(service_type)) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'service_type' must be 1..%d characters "
+                             "of [A-Za-z0-9_.-]",
+                             PCP_STORE_NAME_MAX_LENGTH);
+  } else if (json_object_get(body, "base_url") &&
+             !json_is_string(json_object_get(body, "base_url"))) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'base_url' must be a string");
   } else if (!base_url || !base_url[0]) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "field 'base_url' (or 'endpoint') is required");
@@ -357,8 +528,13 @@ static pcp_status_t service_register(void* user_data,
     for (size_t i = 0; attributes && i < PCP_ARRAYSIZE(kOwn); ++i) {
       json_object_del(attributes, kOwn[i]);
     }
+    status = attributes ? service_fields_normalize(body, attributes)
+                        : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                                          "service attributes");
     s.attributes = attributes;
-    status = pcp_store_service_register(g->store, &s);
+    if (!status) {
+      status = pcp_store_service_register(g->store, &s);
+    }
     json_decref(attributes);
     s.attributes = NULL;
   }
@@ -771,8 +947,8 @@ pcp_status_t pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* g) {
        0, 0},
       {"GET", "/v1/jobs/{id}/results/{name}", "api",
        pcp_roles_gateway_job_result_get, g, 0, 0},
-      {"POST", "/v1/training/jobs", "api", pcp_roles_gateway_training_submit,
-       g, 0, 0},
+      {"POST", "/v1/training/jobs", "api", pcp_roles_gateway_training_submit, g,
+       0, 0},
       {"GET", "/v1/training/jobs/{id}", "api", pcp_roles_gateway_training_get,
        g, 0, 0},
       {"GET", "/v1/events", "api", pcp_roles_gateway_events_stream, g, 0, 0},
@@ -890,6 +1066,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
       pcp_http_server_probes_add(g->http, g->registry, &g->readyz));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_routes_add(g));
 
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
   if (pthread_create(&g->runner_thread, NULL,
                      pcp_roles_gateway_jobs_runner_main, g)) {
     return pcp_make_status(PCP_STATUS_UNAVAILABLE, "job runner thread");
@@ -923,6 +1100,9 @@ static void stop(pcp_roles_gateway_state_t* g) {
     // start re-runs them (a drain does not wait for long jobs).
     pthread_join(g->runner_thread, NULL);
   }
+  // A compile in progress finishes first (iree-compile is a child process
+  // with its own timeout); its job stays compiling and re-runs next start.
+  pcp_roles_gateway_compile_pool_stop(g);
   for (uint32_t i = 0; i < g->client_count; ++i) {
     pcp_http_sse_stream_release(g->clients[i].stream);
   }
@@ -952,6 +1132,8 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
   pthread_mutex_init(&g->mu, NULL);
   pthread_mutex_init(&g->cache_mu, NULL);
   pthread_cond_init(&g->cv, NULL);
+  pthread_mutex_init(&g->compile_mu, NULL);
+  pthread_cond_init(&g->compile_cv, NULL);
   int exit_code = 0;
   pcp_status_t status = pcp_roles_signals_install();
   if (!status) {
@@ -988,6 +1170,8 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
   stop(g);
   pcp_roles_gateway_jobs_cache_free(g);
   pthread_cond_destroy(&g->cv);
+  pthread_cond_destroy(&g->compile_cv);
+  pthread_mutex_destroy(&g->compile_mu);
   pthread_mutex_destroy(&g->cache_mu);
   pthread_mutex_destroy(&g->mu);
   free(g);
