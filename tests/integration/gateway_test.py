@@ -363,6 +363,16 @@ def main():
         s, ev = request("GET", "/v1/jobs/%s/events" % t["job_id"])
         check(s == 200 and "training.accepted" in
               [e["type"] for e in ev["events"]], "training events: %s" % ev)
+        # The training events reach /v1/events like any job event (replay
+        # from the start, so nothing races the submission).
+        _, sse = sse_read("/v1/events", last_event_id=0, seconds=5, want=(
+            lambda evs: any(e["data"].get("type") == "training.accepted" and
+                            e["data"].get("job_id") == t["job_id"]
+                            for e in evs)))
+        check(any(e["data"].get("type") == "training.accepted" and
+                  e["data"].get("job_id") == t["job_id"] and
+                  e["data"]["payload"]["tau"] == 2 for e in sse),
+              "training.accepted on /v1/events")
         time.sleep(0.3)
         check(job_state(t["job_id"]) == "queued",
               "the generic runner leaves a training job alone")
