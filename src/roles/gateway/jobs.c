@@ -876,6 +876,23 @@ static void fail_job(pcp_roles_gateway_state_t* g, const char* id,
   pcp_status_ignore(cause);
   pcp_log_context_t log = g->log;
   log.job_id = id;
+  // A cancel that raced the start (queued -> placing -> compiling) leaves
+  // the job cancelling and makes the next step fail: the user asked for a
+  // cancel, so it ends cancelled, not failed.
+  pcp_store_job_t current;
+  pcp_status_t got = pcp_store_job_get(g->store, id, &current);
+  bool cancelling = !got && current.state == PCP_STORE_JOB_STATE_CANCELLING;
+  if (!got) {
+    pcp_store_job_deinitialize(&current);
+  }
+  pcp_status_ignore(got);
+  if (cancelling) {
+    PCP_LOG(PCP_LOG_INFO, &log, "job cancelled while starting (%s)", message);
+    pcp_status_ignore(
+        transition(g, id, PCP_STORE_JOB_STATE_CANCELLED, NULL, NULL));
+    pcp_obs_family_add(g->job_runs_family, (const char*[]){"cancelled"}, 1);
+    return;
+  }
   PCP_LOG(PCP_LOG_WARN, &log, "job failed: %s", message);
   pcp_status_t status =
       transition(g, id, PCP_STORE_JOB_STATE_FAILED, message, NULL);
