@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "compute/compute.h"
 #include "models/models.h"
 
 //===----------------------------------------------------------------------===//
@@ -830,46 +831,6 @@ const pcp_safetensors_tensor_t* pcp_safetensors_checkpoint_find(
 // Parameter tables
 //===----------------------------------------------------------------------===//
 
-// Local conversions (models sits beside compute, not above it, in the link
-// order of its tests' binaries; these are the same round-to-nearest-even
-// rules as pcp_f32_to_bf16).
-static float bf16_to_f32(uint16_t value) {
-  uint32_t bits = (uint32_t)value << 16;
-  float out;
-  memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-
-static uint16_t f32_to_bf16(float value) {
-  uint32_t bits;
-  memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0) {
-    return (uint16_t)((bits >> 16) | 0x0040u);  // quiet NaN, sign kept
-  }
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  return (uint16_t)(bits >> 16);
-}
-
-static float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1Fu;
-  uint32_t mantissa = h & 0x3FFu;
-  uint32_t bits;
-  if (exponent == 0) {
-    // Zero or subnormal: value = mantissa * 2^-24.
-    float magnitude = (float)mantissa * 5.9604644775390625e-8f;
-    memcpy(&bits, &magnitude, sizeof(bits));
-    bits |= sign;
-  } else if (exponent == 31) {
-    bits = sign | 0x7F800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-  }
-  float out;
-  memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-
 static float load_element(const uint8_t* data, pcp_element_type_t type,
                           size_t i) {
   if (type == PCP_ELEMENT_TYPE_F32) {
@@ -879,7 +840,8 @@ static float load_element(const uint8_t* data, pcp_element_type_t type,
   }
   uint16_t half;
   memcpy(&half, data + 2 * i, 2);
-  return type == PCP_ELEMENT_TYPE_BF16 ? bf16_to_f32(half) : f16_to_f32(half);
+  return type == PCP_ELEMENT_TYPE_BF16 ? pcp_bf16_to_f32(half)
+                                     : pcp_f16_to_f32(half);
 }
 
 static void format_dims(int32_t rank, const int64_t* dims, char* buffer,
@@ -928,7 +890,7 @@ static pcp_status_t convert_into(const pcp_models_parameter_t* p,
   } else if (p->element_type == PCP_ELEMENT_TYPE_BF16) {
     uint16_t* dst = buffer;
     for (size_t i = 0; i < count; ++i) {
-      dst[i] = f32_to_bf16(load_element(src, t->element_type, i));
+      dst[i] = pcp_f32_to_bf16(load_element(src, t->element_type, i));
     }
   } else {
     return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
