@@ -956,6 +956,16 @@ static pcp_status_t copy_field(const char* field, const char* value,
   return pcp_ok_status();
 }
 
+// Reads string |key| of a mutation payload (or |fallback| when absent) into
+// a fixed-size field; both checks of payload_string and copy_field apply.
+static pcp_status_t payload_field(const json_t* payload, const char* key,
+                                  const char* fallback, char* buffer,
+                                  size_t capacity) {
+  const char* value = NULL;
+  PCP_RETURN_IF_ERROR_BARE(payload_string(payload, key, fallback, &value));
+  return copy_field(key, value, buffer, capacity);
+}
+
 static pcp_status_t mutation_apply_locked(pcp_store_t* store,
                                           const pcp_store_mutation_t* m,
                                           int64_t timestamp_ns) {
@@ -972,19 +982,11 @@ static pcp_status_t mutation_apply_locked(pcp_store_t* store,
       pcp_store_graph_entity_t e = {.visibility = m->visibility,
                                     .properties = (json_t*)properties,
                                     .provenance = m->provenance};
-      const char* type = NULL;
-      const char* name = NULL;
-      status = payload_string(payload, "entity_type", NULL, &type);
+      status = payload_field(payload, "entity_type", NULL, e.entity_type,
+                             sizeof(e.entity_type));
       if (pcp_status_is_ok(status)) {
-        status = payload_string(payload, "display_name", m->target_id, &name);
-      }
-      if (pcp_status_is_ok(status)) {
-        status = copy_field("entity_type", type, e.entity_type,
-                            sizeof(e.entity_type));
-      }
-      if (pcp_status_is_ok(status)) {
-        status = copy_field("display_name", name, e.display_name,
-                            sizeof(e.display_name));
+        status = payload_field(payload, "display_name", m->target_id,
+                               e.display_name, sizeof(e.display_name));
       }
       snprintf(e.entity_id, sizeof(e.entity_id), "%s", m->target_id);
       snprintf(e.namespace_id, sizeof(e.namespace_id), "%s", m->namespace_id);
@@ -1000,27 +1002,15 @@ static pcp_status_t mutation_apply_locked(pcp_store_t* store,
       pcp_store_graph_relation_t r = {.visibility = m->visibility,
                                       .properties = (json_t*)properties,
                                       .provenance = m->provenance};
-      const char* type = NULL;
-      const char* from = NULL;
-      const char* to = NULL;
-      status = payload_string(payload, "relation_type", NULL, &type);
+      status = payload_field(payload, "relation_type", NULL, r.relation_type,
+                             sizeof(r.relation_type));
       if (pcp_status_is_ok(status)) {
-        status = payload_string(payload, "from_entity_id", NULL, &from);
+        status = payload_field(payload, "from_entity_id", NULL,
+                               r.from_entity_id, sizeof(r.from_entity_id));
       }
       if (pcp_status_is_ok(status)) {
-        status = payload_string(payload, "to_entity_id", NULL, &to);
-      }
-      if (pcp_status_is_ok(status)) {
-        status = copy_field("relation_type", type, r.relation_type,
-                            sizeof(r.relation_type));
-      }
-      if (pcp_status_is_ok(status)) {
-        status = copy_field("from_entity_id", from, r.from_entity_id,
-                            sizeof(r.from_entity_id));
-      }
-      if (pcp_status_is_ok(status)) {
-        status = copy_field("to_entity_id", to, r.to_entity_id,
-                            sizeof(r.to_entity_id));
+        status = payload_field(payload, "to_entity_id", NULL, r.to_entity_id,
+                               sizeof(r.to_entity_id));
       }
       snprintf(r.relation_id, sizeof(r.relation_id), "%s", m->target_id);
       snprintf(r.namespace_id, sizeof(r.namespace_id), "%s", m->namespace_id);
@@ -1038,19 +1028,11 @@ static pcp_status_t mutation_apply_locked(pcp_store_t* store,
           .visibility = m->visibility,
           .payload = (json_t*)(inner ? inner : payload),
           .provenance = m->provenance};
-      const char* type = NULL;
-      const char* subject = NULL;
-      status = payload_string(payload, "observation_type", NULL, &type);
+      status = payload_field(payload, "observation_type", NULL,
+                             o.observation_type, sizeof(o.observation_type));
       if (pcp_status_is_ok(status)) {
-        status = payload_string(payload, "subject_entity_id", NULL, &subject);
-      }
-      if (pcp_status_is_ok(status)) {
-        status = copy_field("observation_type", type, o.observation_type,
-                            sizeof(o.observation_type));
-      }
-      if (pcp_status_is_ok(status)) {
-        status = copy_field("subject_entity_id", subject, o.subject_entity_id,
-                            sizeof(o.subject_entity_id));
+        status = payload_field(payload, "subject_entity_id", NULL,
+                               o.subject_entity_id, sizeof(o.subject_entity_id));
       }
       snprintf(o.observation_id, sizeof(o.observation_id), "%s", m->target_id);
       snprintf(o.namespace_id, sizeof(o.namespace_id), "%s", m->namespace_id);
