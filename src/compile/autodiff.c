@@ -1743,7 +1743,8 @@ static pcp_status_t build_text(pcp_mlir_module_t* module,
       pcp_autodiff_emit_f(&ad.e, "module {\n");
       emit_forward_function(&ad, &info);
       emit_gradient_function(&ad, &info);
-      if (options->program == PCP_COMPILE_PROGRAM_TRAIN) {
+      if (options->program == PCP_COMPILE_PROGRAM_TRAIN ||
+          options->program == PCP_COMPILE_PROGRAM_DILOCO) {
         pcp_autodiff_training_signature_t training = {
             .argument_count = info.argument_count,
             .param_count = info.param_count,
@@ -1764,6 +1765,9 @@ static pcp_status_t build_text(pcp_mlir_module_t* module,
           pcp_autodiff_emit_optimizer(&ad.e, &training, options);
           if (options->inner_steps > 0) {
             pcp_autodiff_emit_train_steps(&ad.e, &training, options);
+          }
+          if (options->program == PCP_COMPILE_PROGRAM_DILOCO) {
+            pcp_autodiff_emit_diloco_round(&ad.e, &training, options);
           }
         }
         pcp_allocator_free(allocator, arguments);
@@ -1794,6 +1798,20 @@ pcp_status_t pcp_compile_training_module_build(
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "inner steps must be within 0..4096, got %d",
                            options->inner_steps);
+  }
+  if (options->program == PCP_COMPILE_PROGRAM_DILOCO) {
+    if (options->inner_steps < 1) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "the diloco program needs inner steps >= 1");
+    }
+    if (options->delta_element && options->delta_element[0] &&
+        strcmp(options->delta_element, "f32") != 0 &&
+        strcmp(options->delta_element, "bf16") != 0) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "delta element type must be f32 or bf16, got "
+                             "'%s'",
+                             options->delta_element);
+    }
   }
   pcp_mlir_context_t* context = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_mlir_context_create(NULL, allocator, &context));

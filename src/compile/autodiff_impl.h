@@ -140,4 +140,11 @@ void pcp_autodiff_emit_train_steps(
     const pcp_autodiff_training_signature_t* signature,
     const pcp_compile_training_options_t* options);
 
+// Emits @diloco_round (diloco_program.c): zero moments, step 1, a call of
+// @train_steps, deltas = params_in - params_out in options->delta_element.
+void pcp_autodiff_emit_diloco_round(
+    pcp_autodiff_emitter_t* e,
+    const pcp_autodiff_training_signature_t* signature,
+    const pcp_compile_training_options_t* options);
+
 #endif  // PCP_COMPILE_AUTODIFF_IMPL_H_

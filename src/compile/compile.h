@@ -145,6 +145,11 @@ typedef enum pcp_compile_program_e {
   PCP_COMPILE_PROGRAM_GRAD = 0,
   // @compute_gradients, @apply_optimizer and (inner_steps > 0) @train_steps.
   PCP_COMPILE_PROGRAM_TRAIN = 1,
+  // TRAIN (inner_steps >= 1) plus @diloco_round: one stateless DiLoCo
+  // worker round, (params..., lr, data [K, ...]...) -> (deltas..., losses[K])
+  // with the moments at zero and the step at 1 inside (src/compile/
+  // diloco_program.c); deltas in |delta_element|.
+  PCP_COMPILE_PROGRAM_DILOCO = 2,
 } pcp_compile_program_t;
 
 typedef struct pcp_compile_training_options_t {
@@ -166,6 +171,9 @@ typedef struct pcp_compile_training_options_t {
   double epsilon;
   double weight_decay;
   double max_grad_norm;
+  // DILOCO: element type of the returned deltas, "f32" or "bf16" (NULL:
+  // f32).
+  const char* delta_element;
 } pcp_compile_training_options_t;
 
 // Defaults: GRAD, "main", data_argument_count -1, inner_steps 0, AdamW
@@ -185,6 +193,8 @@ void pcp_compile_training_options_initialize(
 //   TRAIN, k > 0: @train_steps(params..., m..., v..., step: f32, lr: f32,
 //            data (each with a leading dimension k)...)
 //            -> (params'..., m'..., v'..., losses: k x loss type)
+//   DILOCO: the TRAIN functions and @diloco_round(params..., lr: f32,
+//            data [k, ...]...) -> (deltas..., losses: k x loss type)
 // Reverse mode with one VJP rule per op. Errors: INVALID_ARGUMENT for a
 // module that does not parse or a function that is not a forward loss;
 // UNIMPLEMENTED naming the op and its location when gradient flows through

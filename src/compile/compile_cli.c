@@ -29,6 +29,7 @@ typedef struct compile_cli_options_t {
   double epsilon;
   double weight_decay;
   double max_grad_norm;
+  char* delta_dtype;
 } compile_cli_options_t;
 
 static pcp_status_t validate_backend(const void* config,
@@ -66,10 +67,14 @@ static const pcp_config_field_t kFields[] = {
      .max = 86400, .value_name = "SECONDS",
      .help = "kill the compiler after this long"},
     {.name = "program", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = OFFSET(program), .value_name = "grad|train",
+     .offset = OFFSET(program), .value_name = "grad|train|diloco",
      .help = "derive a training program from a forward-loss @main first: grad "
-             "(@compute_gradients) or train (+ @apply_optimizer, "
-             "@train_steps)"},
+             "(@compute_gradients), train (+ @apply_optimizer, "
+             "@train_steps) or diloco (+ @diloco_round)"},
+    {.name = "delta-dtype", .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(delta_dtype), .default_value = "f32",
+     .value_name = "f32|bf16",
+     .help = "diloco: element type of the deltas @diloco_round returns"},
     {.name = "inner-steps", .type = PCP_CONFIG_TYPE_INT64,
      .offset = OFFSET(inner_steps), .default_value = "0", .min = 0,
      .max = 4096, .value_name = "K",
@@ -111,7 +116,7 @@ static const pcp_config_table_t kTable = {
 static void print_help(void) {
   printf(
       "usage: pcp compile MODEL.mlir [--backend B] [--target T] -o OUT.vmfb\n"
-      "       pcp compile --program grad|train MODEL.mlir [--inner-steps K]\n"
+      "       pcp compile --program grad|train|diloco MODEL.mlir [--inner-steps K]\n"
       "               [--emit-mlir OUT.mlir] [-o OUT.vmfb]\n\n"
       "Compiles a StableHLO module to an IREE VMFB with the wheel's iree-compile "
       "(in a child\nprocess), reusing the artifact cache when the same module "
@@ -147,10 +152,23 @@ int pcp_compile_cli_main(int argc, char** argv) {
                              positionals.count);
   }
   if (!status && options.program && strcmp(options.program, "grad") != 0 &&
-      strcmp(options.program, "train") != 0) {
+      strcmp(options.program, "train") != 0 &&
+      strcmp(options.program, "diloco") != 0) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "--program must be grad or train, got '%s'",
+                             "--program must be grad, train or diloco, got "
+                             "'%s'",
                              options.program);
+  }
+  if (!status && options.program && strcmp(options.program, "diloco") == 0 &&
+      options.inner_steps < 1) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "--program diloco needs --inner-steps K >= 1");
+  }
+  if (!status && strcmp(options.delta_dtype, "f32") != 0 &&
+      strcmp(options.delta_dtype, "bf16") != 0) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "--delta-dtype must be f32 or bf16, got '%s'",
+                             options.delta_dtype);
   }
   if (!status && options.program && strcmp(options.program, "grad") == 0 &&
       options.inner_steps > 0) {
@@ -159,7 +177,7 @@ int pcp_compile_cli_main(int argc, char** argv) {
   }
   if (!status && options.emit_mlir && !options.program) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "--emit-mlir needs --program grad|train");
+                             "--emit-mlir needs --program grad|train|diloco");
   }
   if (!status && !options.print_flags && !options.output &&
       !options.emit_mlir) {
@@ -192,7 +210,10 @@ int pcp_compile_cli_main(int argc, char** argv) {
       pcp_compile_training_options_initialize(&training);
       training.program = strcmp(options.program, "train") == 0
                              ? PCP_COMPILE_PROGRAM_TRAIN
+                         : strcmp(options.program, "diloco") == 0
+                             ? PCP_COMPILE_PROGRAM_DILOCO
                              : PCP_COMPILE_PROGRAM_GRAD;
+      training.delta_element = options.delta_dtype;
       training.function_name = options.function;
       training.data_argument_count = (int32_t)options.data_args;
       training.inner_steps = (int32_t)options.inner_steps;
