@@ -27,6 +27,9 @@
 //===--- DiLoCo / streaming DiLoCo (src/workloads/train/) ---===//
 // Config, outer step, streaming schedule, checkpoints, wire accounting.
 #include "workloads/train/diloco.h"  // IWYU pragma: export
+//===--- DiLoCo training service (src/workloads/train/service.c) ---===//
+// The outer loop of a training job over the worker fabric.
+#include "workloads/train/service.h"  // IWYU pragma: export
 
 #ifdef __cplusplus
 extern "C" {

@@ -23,6 +23,7 @@
 #include "obs/obs.h"
 #include "roles/roles_impl.h"
 #include "store/store.h"
+#include "workloads/workloads.h"
 
 // Largest job submission body: programs and inputs travel in it.
 #define PCP_GATEWAY_JOB_MAX_BODY_BYTES ((size_t)64 << 20)
@@ -37,6 +38,10 @@
 #define PCP_GATEWAY_MAX_EVENT_STREAMS 64
 
 typedef struct pcp_roles_gateway_active_job_t pcp_roles_gateway_active_job_t;
+typedef struct pcp_roles_gateway_training_run_t
+    pcp_roles_gateway_training_run_t;
+// Training jobs running at once (one thread each).
+#define PCP_GATEWAY_MAX_TRAINING_JOBS 4
 
 // Compile pool: a fixed number of threads take StableHLO programs from a
 // fixed number of slots, so a long compile holds one pool thread and one
@@ -124,6 +129,14 @@ typedef struct pcp_roles_gateway_state_t {
   // long before compiling (0: off; from PCP_GATEWAY_TEST_COMPILE_DELAY_MS).
   int64_t test_compile_delay_ms;
 
+  // Training service (training.c). |training_mu| guards the run list (one
+  // entry per training job this process ran or runs, with its progress).
+  pcp_diloco_metrics_t training_metrics;
+  pthread_mutex_t training_mu;
+  pcp_roles_gateway_training_run_t* training_runs;
+  pthread_t training_thread;
+  bool training_started;
+
   pthread_t runner_thread;
   pthread_t pump_thread;
   bool runner_started;
@@ -187,6 +200,16 @@ pcp_status_t pcp_roles_gateway_training_submit(
 pcp_status_t pcp_roles_gateway_training_get(void* user_data,
                                             const pcp_http_request_t* request,
                                             pcp_http_response_t* response);
+// The training service's scheduler thread: starts a thread per queued
+// training job (up to PCP_GATEWAY_MAX_TRAINING_JOBS) running
+// pcp_diloco_job_run; returns at stop after joining them.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* gateway);
+void pcp_roles_gateway_training_stop(pcp_roles_gateway_state_t* gateway);
+// Replaces "training" (top level and in "spec") of a job's API JSON with
+// the live progress of a training job this process ran. Thread-safe.
+void pcp_roles_gateway_training_json_merge(pcp_roles_gateway_state_t* gateway,
+                                           json_t* job_json);
 
 // events.c
 void* pcp_roles_gateway_events_pump_main(void* opaque);

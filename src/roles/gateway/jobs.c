@@ -639,7 +639,11 @@ pcp_status_t pcp_roles_gateway_job_list(void* user_data,
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_list(g->store, &filter, &list));
   json_t* jobs = json_array();
   for (size_t i = 0; i < list.count; ++i) {
-    json_array_append_new(jobs, pcp_roles_gateway_job_json(&list.items[i]));
+    json_t* one = pcp_roles_gateway_job_json(&list.items[i]);
+    if (one) {
+      pcp_roles_gateway_training_json_merge(g, one);
+    }
+    json_array_append_new(jobs, one);
   }
   pcp_store_job_list_deinitialize(&list);
   return pcp_http_response_json_take(response, 200,
@@ -680,6 +684,9 @@ pcp_status_t pcp_roles_gateway_job_get(void* user_data,
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, id, &job));
   json_t* out = pcp_roles_gateway_job_json(&job);
   pcp_store_job_deinitialize(&job);
+  if (out) {
+    pcp_roles_gateway_training_json_merge(g, out);
+  }
   char* text = out ? json_dumps(out, JSON_COMPACT) : NULL;
   json_decref(out);
   if (!text) {
@@ -1504,8 +1511,10 @@ static void runner_tick(pcp_roles_gateway_state_t* g) {
     active_free(a);
   }
   // 2. Cancelling jobs nobody runs (cancelled between runner steps).
+  // Training jobs end their cancel in the training service (training.c).
   pcp_store_job_filter_t filter = {
-      .states = PCP_STORE_JOB_STATE_BIT(PCP_STORE_JOB_STATE_CANCELLING)};
+      .states = PCP_STORE_JOB_STATE_BIT(PCP_STORE_JOB_STATE_CANCELLING),
+      .kind = "generic"};
   pcp_store_job_list_t list = {0};
   if (!pcp_store_job_list(g->store, &filter, &list)) {
     for (size_t i = 0; i < list.count; ++i) {

@@ -1072,6 +1072,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
     return pcp_make_status(PCP_STATUS_UNAVAILABLE, "job runner thread");
   }
   g->runner_started = true;
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_training_start(g));
   if (pthread_create(&g->pump_thread, NULL, pcp_roles_gateway_events_pump_main,
                      g)) {
     return pcp_make_status(PCP_STATUS_UNAVAILABLE, "event pump thread");
@@ -1100,6 +1101,9 @@ static void stop(pcp_roles_gateway_state_t* g) {
     // start re-runs them (a drain does not wait for long jobs).
     pthread_join(g->runner_thread, NULL);
   }
+  // Training runs cancel their round's tasks and return; their jobs stay
+  // running in the store and resume from a checkpoint at the next start.
+  pcp_roles_gateway_training_stop(g);
   // A compile in progress finishes first (iree-compile is a child process
   // with its own timeout); its job stays compiling and re-runs next start.
   pcp_roles_gateway_compile_pool_stop(g);

@@ -5,18 +5,25 @@
 // records a job of kind "training" with its events; GET
 // /v1/training/jobs/{id} answers the job with its training progress.
 //
-// What is here is the front half of the embedded training service: the
-// outer loop that places the job on workers (broadcast, tau inner steps per
-// worker, delta average, host Nesterov, checkpoints) is not written yet, so a
-// training job stays queued; the generic job runner leaves kind "training"
-// alone (jobs.c filters on kind "generic").
+// The outer loop itself is src/workloads/train/service.c
+// (pcp_diloco_job_run); here is only its wiring: a scheduler thread starts
+// one thread per queued training job, moves the job through the store's
+// states (queued -> placing -> compiling -> running -> succeeded | failed,
+// cancelling -> cancelled), answers cancel and stop through the service's
+// should_stop hook, and keeps each job's live progress for the job JSON.
+// The generic job runner leaves kind "training" alone (jobs.c filters on
+// kind "generic"). A gateway stopped (or killed) mid-run leaves the job
+// running in the store; the restart re-queues it (jobs_recover) and the
+// service resumes it from its newest checkpoint.
 //
 // Thread-safety: the handlers run on libmicrohttpd's threads and touch only
-// the store (thread-safe) and the gateway's atomics.
+// the store (thread-safe), the gateway's atomics and the run list under
+// |training_mu|.
 
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -45,42 +52,11 @@ static pcp_status_t model_parameter_count(const pcp_diloco_config_t* config,
   if (!config->model.present) {
     return pcp_ok_status();
   }
-  pcp_models_architecture_t arch = PCP_MODELS_ARCHITECTURE_GPT;
-  switch (config->model.kind) {
-    case PCP_DILOCO_MODEL_NANOCHAT:
-      arch = PCP_MODELS_ARCHITECTURE_NANOCHAT;
-      break;
-    case PCP_DILOCO_MODEL_QWEN3:
-      arch = PCP_MODELS_ARCHITECTURE_QWEN3;
-      break;
-    default:
-      break;
-  }
   pcp_models_spec_t spec;
-  pcp_models_spec_initialize(arch, &spec);
-  spec.layers = config->model.layers;
-  spec.heads = config->model.heads;
-  // Only Qwen3 has grouped-query attention; the others take kv = heads (0).
-  spec.kv_heads =
-      arch == PCP_MODELS_ARCHITECTURE_QWEN3 ? config->model.kv_heads : 0;
-  spec.width = config->model.width;
-  spec.vocab = config->model.vocab;
-  spec.block_size = config->model.block_size;
-  spec.batch = config->model.batch;
-  spec.dtype = config->dtype == PCP_DILOCO_DTYPE_BF16 ? PCP_ELEMENT_TYPE_BF16
-                                                      : PCP_ELEMENT_TYPE_F32;
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_model_spec_resolve(config, &spec));
   pcp_models_parameter_table_t table;
-  pcp_status_t status = pcp_models_parameter_table_initialize(
-      &spec, pcp_allocator_system(), &table);
-  if (status) {
-    // Same code (INVALID_ARGUMENT for a bad shape), with the key prefix the
-    // config table uses so the client sees where to look.
-    char message[512];
-    pcp_status_format(status, message, sizeof(message));
-    pcp_status_code_t code = pcp_status_code(status);
-    pcp_status_ignore(status);
-    return pcp_make_status(code, "key 'model': %s", message);
-  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
+      &spec, pcp_allocator_system(), &table));
   *out_parameter_count = table.total_elements;
   pcp_models_parameter_table_deinitialize(&table);
   return pcp_ok_status();
@@ -172,6 +148,9 @@ static pcp_status_t training_job_answer(pcp_roles_gateway_state_t* g,
     json_object_set(out, "training", training);
   }
   pcp_store_job_deinitialize(&job);
+  if (out) {
+    pcp_roles_gateway_training_json_merge(g, out);
+  }
   if (!out) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "job JSON");
   }
@@ -221,4 +200,318 @@ pcp_status_t pcp_roles_gateway_training_get(void* user_data,
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "missing job id");
   }
   return training_job_answer(g, id, 200, response);
+}
+
+//===----------------------------------------------------------------------===//
+// The service's wiring
+//===----------------------------------------------------------------------===//
+
+struct pcp_roles_gateway_training_run_t {
+  pcp_roles_gateway_training_run_t* next;
+  pcp_roles_gateway_state_t* g;
+  char id[PCP_STORE_ID_MAX_LENGTH + 1];
+  json_t* progress;  // guarded by training_mu
+  bool running;      // guarded by training_mu
+  bool joined;       // the thread was joined (scheduler thread only)
+  pthread_t thread;
+};
+
+static pcp_status_t run_transition(pcp_roles_gateway_state_t* g,
+                                   const char* id, pcp_store_job_state_t to,
+                                   const char* error) {
+  pcp_store_job_transition_params_t params = {.error = error};
+  pcp_status_t status =
+      pcp_store_job_transition(g->store, id, to, &params, NULL);
+  atomic_fetch_add(&g->job_generation, 1);
+  return status;
+}
+
+static pcp_status_t run_phase(void* user_data, pcp_diloco_job_phase_t phase) {
+  pcp_roles_gateway_training_run_t* run = user_data;
+  if (phase != PCP_DILOCO_JOB_PHASE_RUNNING) {
+    return pcp_ok_status();
+  }
+  return run_transition(run->g, run->id, PCP_STORE_JOB_STATE_RUNNING, NULL);
+}
+
+static void run_progress(void* user_data, const json_t* progress) {
+  pcp_roles_gateway_training_run_t* run = user_data;
+  json_t* copy = json_deep_copy(progress);
+  pthread_mutex_lock(&run->g->training_mu);
+  json_decref(run->progress);
+  run->progress = copy;
+  pthread_mutex_unlock(&run->g->training_mu);
+  // Cached job answers are stale now.
+  atomic_fetch_add(&run->g->job_generation, 1);
+}
+
+static bool run_should_stop(void* user_data) {
+  pcp_roles_gateway_training_run_t* run = user_data;
+  if (atomic_load(&run->g->stopping)) {
+    return true;
+  }
+  pcp_store_job_t job;
+  if (pcp_store_job_get(run->g->store, run->id, &job)) {
+    return false;  // a store hiccup is not a cancel
+  }
+  bool stop = job.state == PCP_STORE_JOB_STATE_CANCELLING ||
+              pcp_store_job_state_is_terminal(job.state);
+  pcp_store_job_deinitialize(&job);
+  return stop;
+}
+
+static void* run_main(void* opaque) {
+  pcp_roles_gateway_training_run_t* run = opaque;
+  pcp_roles_gateway_state_t* g = run->g;
+  pcp_log_context_t log = g->log;
+  log.job_id = run->id;
+  pcp_store_job_t job;
+  pcp_status_t status = pcp_store_job_get(g->store, run->id, &job);
+  char* experiment = NULL;
+  if (!status) {
+    experiment = json_dumps(json_object_get(job.spec, "experiment"),
+                            JSON_COMPACT);
+    pcp_store_job_deinitialize(&job);
+    if (!experiment) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "the job has no experiment");
+    }
+  }
+  if (!status) {
+    status = run_transition(g, run->id, PCP_STORE_JOB_STATE_PLACING, NULL);
+  }
+  if (!status) {
+    status = run_transition(g, run->id, PCP_STORE_JOB_STATE_COMPILING, NULL);
+  }
+  if (!status) {
+    pcp_diloco_job_options_t options = {
+        .job_id = run->id,
+        .experiment_json = experiment,
+        .experiment_byte_length = strlen(experiment),
+        .fabric = g->fabric,
+        .store = g->store,
+        .state_dir = g->config->file.state_dir,
+        .pcp_path = "/proc/self/exe",
+        .metrics = &g->training_metrics,
+        .clock = g->clock,
+        .log = log,
+        .hooks = {.phase = run_phase,
+                  .progress = run_progress,
+                  .should_stop = run_should_stop,
+                  .user_data = run},
+    };
+    status = pcp_diloco_job_run(&options);
+  }
+  free(experiment);
+  pcp_store_job_t now;
+  pcp_status_t got = pcp_store_job_get(g->store, run->id, &now);
+  pcp_store_job_state_t state =
+      got ? PCP_STORE_JOB_STATE_FAILED : now.state;
+  if (!got) {
+    pcp_store_job_deinitialize(&now);
+  }
+  pcp_status_ignore(got);
+  if (!status) {
+    pcp_status_ignore(
+        run_transition(g, run->id, PCP_STORE_JOB_STATE_SUCCEEDED, ""));
+    pcp_obs_family_add(g->job_runs_family, (const char*[]){"succeeded"}, 1);
+    PCP_LOG(PCP_LOG_INFO, &log, "training job succeeded");
+  } else if (state == PCP_STORE_JOB_STATE_CANCELLING) {
+    pcp_status_ignore(status);
+    pcp_status_ignore(
+        run_transition(g, run->id, PCP_STORE_JOB_STATE_CANCELLED, NULL));
+    pcp_obs_family_add(g->job_runs_family, (const char*[]){"cancelled"}, 1);
+    PCP_LOG(PCP_LOG_INFO, &log, "training job cancelled");
+  } else if (atomic_load(&g->stopping) &&
+             pcp_status_code(status) == PCP_STATUS_CANCELLED) {
+    // Stopping: the job stays where it is; the next start resumes it.
+    pcp_status_ignore(status);
+  } else if (!pcp_store_job_state_is_terminal(state)) {
+    char message[PCP_STORE_ERROR_MAX_LENGTH + 1];
+    snprintf(message, sizeof(message), "%s: %s",
+             pcp_status_code_string(pcp_status_code(status)),
+             pcp_status_message(status));
+    pcp_status_ignore(status);
+    PCP_LOG(PCP_LOG_WARN, &log, "training job failed: %s", message);
+    pcp_status_ignore(
+        run_transition(g, run->id, PCP_STORE_JOB_STATE_FAILED, message));
+    pcp_obs_family_add(g->job_runs_family, (const char*[]){"failed"}, 1);
+  } else {
+    pcp_status_ignore(status);
+  }
+  pthread_mutex_lock(&g->training_mu);
+  run->running = false;
+  pthread_mutex_unlock(&g->training_mu);
+  pthread_mutex_lock(&g->mu);
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+  return NULL;
+}
+
+static pcp_roles_gateway_training_run_t* run_find_locked(
+    pcp_roles_gateway_state_t* g, const char* id) {
+  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r;
+       r = r->next) {
+    if (strcmp(r->id, id) == 0) {
+      return r;
+    }
+  }
+  return NULL;
+}
+
+static void training_tick(pcp_roles_gateway_state_t* g) {
+  // Join finished threads; count running ones.
+  uint32_t running = 0;
+  pthread_mutex_lock(&g->training_mu);
+  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r;
+       r = r->next) {
+    if (!r->running && !r->joined) {
+      pthread_mutex_unlock(&g->training_mu);
+      pthread_join(r->thread, NULL);
+      pthread_mutex_lock(&g->training_mu);
+      r->joined = true;
+    }
+    running += r->running;
+  }
+  pthread_mutex_unlock(&g->training_mu);
+  if (running >= PCP_GATEWAY_MAX_TRAINING_JOBS || atomic_load(&g->draining)) {
+    return;
+  }
+  pcp_store_job_filter_t filter = {
+      .states = PCP_STORE_JOB_STATE_BIT(PCP_STORE_JOB_STATE_QUEUED),
+      .kind = "training",
+      .limit = PCP_GATEWAY_MAX_TRAINING_JOBS - running,
+  };
+  pcp_store_job_list_t list = {0};
+  if (pcp_store_job_list(g->store, &filter, &list)) {
+    return;
+  }
+  for (size_t i = 0; i < list.count; ++i) {
+    pthread_mutex_lock(&g->training_mu);
+    pcp_roles_gateway_training_run_t* run =
+        run_find_locked(g, list.items[i].id);
+    bool busy = run && run->running;
+    pthread_mutex_unlock(&g->training_mu);
+    if (busy) {
+      continue;
+    }
+    if (!run) {
+      run = calloc(1, sizeof(*run));
+      if (!run) {
+        break;
+      }
+      run->g = g;
+      run->joined = true;
+      snprintf(run->id, sizeof(run->id), "%s", list.items[i].id);
+      pthread_mutex_lock(&g->training_mu);
+      run->next = g->training_runs;
+      g->training_runs = run;
+      pthread_mutex_unlock(&g->training_mu);
+    }
+    pthread_mutex_lock(&g->training_mu);
+    run->running = true;
+    run->joined = false;
+    pthread_mutex_unlock(&g->training_mu);
+    if (pthread_create(&run->thread, NULL, run_main, run) != 0) {
+      pthread_mutex_lock(&g->training_mu);
+      run->running = false;
+      run->joined = true;
+      pthread_mutex_unlock(&g->training_mu);
+      break;
+    }
+  }
+  pcp_store_job_list_deinitialize(&list);
+}
+
+static void* training_main(void* opaque) {
+  pcp_roles_gateway_state_t* g = opaque;
+  while (!atomic_load(&g->stopping)) {
+    training_tick(g);
+    pthread_mutex_lock(&g->mu);
+    if (!atomic_load(&g->stopping)) {
+      struct timespec deadline;
+      clock_gettime(CLOCK_REALTIME, &deadline);
+      deadline.tv_nsec += 200L * 1000000L;
+      if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec += 1;
+        deadline.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&g->cv, &g->mu, &deadline);
+    }
+    pthread_mutex_unlock(&g->mu);
+  }
+  // Stopping: every run sees should_stop and returns; join them all.
+  pthread_mutex_lock(&g->training_mu);
+  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r;
+       r = r->next) {
+    if (!r->joined) {
+      pthread_mutex_unlock(&g->training_mu);
+      pthread_join(r->thread, NULL);
+      pthread_mutex_lock(&g->training_mu);
+      r->joined = true;
+    }
+  }
+  pthread_mutex_unlock(&g->training_mu);
+  return NULL;
+}
+
+pcp_status_t pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* g) {
+  pthread_mutex_init(&g->training_mu, NULL);
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_diloco_metrics_register(g->registry, &g->training_metrics));
+  if (pthread_create(&g->training_thread, NULL, training_main, g) != 0) {
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "training thread");
+  }
+  g->training_started = true;
+  return pcp_ok_status();
+}
+
+void pcp_roles_gateway_training_stop(pcp_roles_gateway_state_t* g) {
+  if (g->training_started) {
+    // |stopping| is set by the caller; the thread joins every run.
+    pthread_join(g->training_thread, NULL);
+    g->training_started = false;
+  }
+  while (g->training_runs) {
+    pcp_roles_gateway_training_run_t* r = g->training_runs;
+    g->training_runs = r->next;
+    json_decref(r->progress);
+    free(r);
+  }
+}
+
+void pcp_roles_gateway_training_json_merge(pcp_roles_gateway_state_t* g,
+                                           json_t* job_json) {
+  json_t* id = json_object_get(job_json, "job_id");
+  json_t* kind = json_object_get(job_json, "kind");
+  if (!json_is_string(id) || !json_is_string(kind) ||
+      strcmp(json_string_value(kind), "training") != 0) {
+    return;
+  }
+  json_t* progress = NULL;
+  pthread_mutex_lock(&g->training_mu);
+  pcp_roles_gateway_training_run_t* run =
+      run_find_locked(g, json_string_value(id));
+  if (run && run->progress) {
+    progress = json_deep_copy(run->progress);
+  }
+  pthread_mutex_unlock(&g->training_mu);
+  if (!progress) {
+    return;
+  }
+  // Keep the submit-time fields (tau, parameter_count, ...) and overwrite
+  // the live ones.
+  json_t* spec = json_object_get(job_json, "spec");
+  json_t* stored = json_object_get(spec, "training");
+  json_t* merged = json_is_object(stored) ? json_deep_copy(stored)
+                                          : json_object();
+  if (merged) {
+    json_object_update(merged, progress);
+    json_object_set(job_json, "training", merged);
+    if (json_is_object(spec)) {
+      json_object_set(spec, "training", merged);
+    }
+    json_decref(merged);
+  }
+  json_decref(progress);
 }

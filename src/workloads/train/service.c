@@ -1,0 +1,1219 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The DiLoCo training service's outer loop (service.h). Stateless rounds:
+// a worker gets the global parameters and tau batches, runs @diloco_round
+// (fresh AdamW moments, src/compile/diloco_program.c) and returns its delta;
+// nothing lives on a worker between rounds. So everything a round needs is
+// here: the parameter vector, the outer momentum and the outer step, which
+// the checkpoint holds, and the batches are a pure function of (seed, outer
+// step, shard index). A resumed run repeats an uninterrupted one bit for bit
+// as long as the same number of workers report.
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "data/data.h"
+#include "workloads/workloads.h"
+
+extern char** environ;
+
+// Programs kept per job: one per (backend, target) seen.
+#define MAX_PROGRAMS 16
+// Workers one round uses at most.
+#define MAX_ROUND_WORKERS 64
+// Rounds in a row in which every task failed before the job fails.
+#define MAX_EMPTY_ROUNDS 5
+// Wait slice while polling tasks and the stop hook.
+#define WAIT_SLICE_MS 100
+
+//===----------------------------------------------------------------------===//
+// Metrics
+//===----------------------------------------------------------------------===//
+
+static const char* const kJobLabels[] = {"job", NULL};
+static const char* const kKindLabels[] = {"kind", NULL};
+static const double kStepBuckets[] = {0.1, 0.25, 0.5, 1,  2.5, 5,
+                                      10,  25,   60,  120, 300, 600};
+
+static const pcp_obs_metric_def_t kMetrics[] = {
+    {.name = "pcp_training_outer_step_seconds",
+     .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
+     .help = "Wall time of one DiLoCo outer step (broadcast, tau inner steps, "
+             "average, Nesterov)",
+     .buckets = kStepBuckets,
+     .bucket_count = sizeof(kStepBuckets) / sizeof(kStepBuckets[0])},
+    {.name = "pcp_training_loss",
+     .type = PCP_OBS_METRIC_TYPE_GAUGE,
+     .help = "Mean of the reporting workers' last inner-step train loss",
+     .label_names = kJobLabels},
+    {.name = "pcp_training_tokens_per_second",
+     .type = PCP_OBS_METRIC_TYPE_GAUGE,
+     .help = "Training tokens per second of the last outer step, all workers",
+     .label_names = kJobLabels},
+    {.name = "pcp_training_wire_bytes_total",
+     .type = PCP_OBS_METRIC_TYPE_COUNTER,
+     .help = "Tensor bytes on the fabric for DiLoCo: parameters down, deltas "
+             "up",
+     .label_names = kKindLabels},
+    {.name = "pcp_training_token_bytes_total",
+     .type = PCP_OBS_METRIC_TYPE_COUNTER,
+     .help = "Token batch bytes sent to workers (input ids and targets)"},
+    {.name = "pcp_training_outer_steps_total",
+     .type = PCP_OBS_METRIC_TYPE_COUNTER,
+     .help = "DiLoCo outer steps completed"},
+    {.name = "pcp_training_lost_tasks_total",
+     .type = PCP_OBS_METRIC_TYPE_COUNTER,
+     .help = "Worker rounds that failed and were dropped from the average"},
+};
+
+pcp_status_t pcp_diloco_metrics_register(pcp_obs_registry_t* registry,
+                                         pcp_diloco_metrics_t* out_metrics) {
+  memset(out_metrics, 0, sizeof(*out_metrics));
+  pcp_obs_family_t* families[sizeof(kMetrics) / sizeof(kMetrics[0])];
+  PCP_RETURN_IF_ERROR_BARE(pcp_obs_registry_register(
+      registry, kMetrics, sizeof(kMetrics) / sizeof(kMetrics[0]), families));
+  out_metrics->outer_step_seconds = families[0];
+  out_metrics->loss = families[1];
+  out_metrics->tokens_per_second = families[2];
+  out_metrics->wire_bytes = families[3];
+  out_metrics->token_bytes = families[4];
+  out_metrics->outer_steps = families[5];
+  out_metrics->lost_tasks = families[6];
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// Model spec
+//===----------------------------------------------------------------------===//
+
+pcp_status_t pcp_diloco_model_spec_resolve(const pcp_diloco_config_t* config,
+                                           pcp_models_spec_t* out_spec) {
+  if (!config->model.present) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "key 'model_path': the training service trains "
+                           "built-in models only for now; give 'model'");
+  }
+  pcp_models_architecture_t arch = PCP_MODELS_ARCHITECTURE_GPT;
+  if (config->model.kind == PCP_DILOCO_MODEL_NANOCHAT) {
+    arch = PCP_MODELS_ARCHITECTURE_NANOCHAT;
+  } else if (config->model.kind == PCP_DILOCO_MODEL_QWEN3) {
+    arch = PCP_MODELS_ARCHITECTURE_QWEN3;
+  }
+  pcp_models_spec_initialize(arch, out_spec);
+  out_spec->layers = config->model.layers;
+  out_spec->heads = config->model.heads;
+  // Only Qwen3 has grouped-query attention; the others take kv = heads (0).
+  out_spec->kv_heads =
+      arch == PCP_MODELS_ARCHITECTURE_QWEN3 ? config->model.kv_heads : 0;
+  out_spec->width = config->model.width;
+  out_spec->vocab = config->model.vocab;
+  out_spec->block_size = config->model.block_size;
+  out_spec->batch = config->model.batch;
+  out_spec->dtype = config->dtype == PCP_DILOCO_DTYPE_BF16
+                        ? PCP_ELEMENT_TYPE_BF16
+                        : PCP_ELEMENT_TYPE_F32;
+  pcp_status_t status = pcp_models_spec_validate(out_spec);
+  if (status) {
+    char message[512];
+    pcp_status_format(status, message, sizeof(message));
+    pcp_status_code_t code = pcp_status_code(status);
+    pcp_status_ignore(status);
+    return pcp_make_status(code, "key 'model': %s", message);
+  }
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// Job state
+//===----------------------------------------------------------------------===//
+
+typedef struct program_t {
+  char backend[16];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
+  bool ready;
+  uint8_t hash[PCP_SHA256_BYTE_LENGTH];
+} program_t;
+
+typedef struct job_t {
+  const pcp_diloco_job_options_t* options;
+  pcp_log_context_t log;
+  pcp_diloco_config_t config;
+  json_t* experiment;
+  char name[256];
+  uint64_t seed;
+  pcp_models_spec_t spec;
+  pcp_models_parameter_table_t table;
+  bool table_ready;
+  char dir[1024];  // <state_dir>/training/<job_id>
+  char* model_text;
+  size_t model_length;
+  char model_hash[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_data_dataset_t* dataset;
+  pcp_data_range_t train_range;
+  // The global state.
+  size_t parameter_count;
+  float* parameters;  // one buffer; every task's sections point into it
+  uint64_t* tensor_elements;
+  pcp_diloco_nesterov_t nesterov;
+  bool nesterov_ready;
+  pcp_diloco_accumulator_t accumulator;
+  bool accumulator_ready;
+  void* scratch;  // one worker's flat delta (f32 or bf16)
+  uint64_t outer_step;  // completed outer steps
+  pcp_rng_t rng;
+  // Totals (also in checkpoints' cursor JSON so a resume continues them).
+  uint64_t wire_bytes;
+  uint64_t token_bytes;
+  double last_loss;
+  double last_loss_mean;
+  program_t programs[MAX_PROGRAMS];
+  uint32_t program_count;
+  uint32_t compiled_count;  // programs registered, for the log
+} job_t;
+
+static pcp_status_t make_dirs(const char* path) {
+  return pcp_file_make_directories(path);
+}
+
+static void job_deinitialize(job_t* job) {
+  free(job->model_text);
+  free(job->parameters);
+  free(job->tensor_elements);
+  free(job->scratch);
+  if (job->nesterov_ready) {
+    pcp_diloco_nesterov_deinitialize(&job->nesterov);
+  }
+  if (job->accumulator_ready) {
+    pcp_diloco_accumulator_deinitialize(&job->accumulator);
+  }
+  pcp_data_dataset_release(job->dataset);
+  if (job->table_ready) {
+    pcp_models_parameter_table_deinitialize(&job->table);
+  }
+  json_decref(job->experiment);
+  pcp_diloco_config_deinitialize(&job->config);
+}
+
+// JSON has no NaN: a loss not known yet (or diverged) is null.
+static json_t* number_or_null(double value) {
+  return isfinite(value) ? json_real(value) : json_null();
+}
+
+static bool should_stop(job_t* job) {
+  const pcp_diloco_job_hooks_t* hooks = &job->options->hooks;
+  return hooks->should_stop && hooks->should_stop(hooks->user_data);
+}
+
+// Tensor |i|'s start in the parameter vector.
+static size_t tensor_offset(const job_t* job, size_t index) {
+  size_t offset = 0;
+  for (size_t i = 0; i < index; ++i) {
+    offset += (size_t)job->table.parameters[i].element_count;
+  }
+  return offset;
+}
+
+//===----------------------------------------------------------------------===//
+// Set-up
+//===----------------------------------------------------------------------===//
+
+static pcp_status_t job_setup(job_t* job) {
+  const pcp_diloco_job_options_t* o = job->options;
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_config_parse_json(
+      o->experiment_json, o->experiment_byte_length, &job->config, NULL));
+  json_error_t error;
+  job->experiment = json_loadb(o->experiment_json, o->experiment_byte_length,
+                               0, &error);
+  if (!json_is_object(job->experiment)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "experiment: %s",
+                           error.text);
+  }
+  // "name" and "seed" are keys of ours beside upstream's (unknown to the
+  // config table, which reports them as such without failing).
+  json_t* name = json_object_get(job->experiment, "name");
+  snprintf(job->name, sizeof(job->name), "%s",
+           json_is_string(name) ? json_string_value(name) : o->job_id);
+  json_t* seed = json_object_get(job->experiment, "seed");
+  job->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
+  if (job->config.streaming.present) {
+    return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
+                           "key 'streaming': streaming DiLoCo is not served "
+                           "by the training service yet");
+  }
+  if (job->config.dtype != PCP_DILOCO_DTYPE_F32) {
+    return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
+                           "key 'dtype': the training service trains f32 "
+                           "models for now");
+  }
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_diloco_model_spec_resolve(&job->config, &job->spec));
+  PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
+      &job->spec, pcp_allocator_system(), &job->table));
+  job->table_ready = true;
+
+  // The dataset: the tokenizer names its format; the model's vocabulary
+  // must hold every id.
+  pcp_data_format_t format = PCP_DATA_FORMAT_CHAR;
+  if (job->config.tokenizer == PCP_DILOCO_TOKENIZER_BYTE) {
+    format = PCP_DATA_FORMAT_BYTE;
+  } else if (job->config.tokenizer == PCP_DILOCO_TOKENIZER_U16) {
+    format = PCP_DATA_FORMAT_U16;
+  }
+  pcp_data_dataset_options_t data_options;
+  pcp_data_dataset_options_initialize(format, &data_options);
+  pcp_status_t status =
+      pcp_data_dataset_open(job->config.data_path, &data_options,
+                            pcp_allocator_system(), &job->dataset);
+  if (status) {
+    pcp_status_t wrapped =
+        pcp_make_status(pcp_status_code(status), "key 'data_path': %s",
+                        pcp_status_message(status));
+    pcp_status_ignore(status);
+    return wrapped;
+  }
+  uint32_t vocab = pcp_data_dataset_vocab_size(job->dataset);
+  if ((int64_t)vocab > job->spec.vocab) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'model.vocab': the dataset has %u symbols, "
+                           "more than the model's vocabulary of %lld",
+                           vocab, (long long)job->spec.vocab);
+  }
+  pcp_data_range_t validation;
+  PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_split(job->dataset, 0.1,
+                                                  &job->train_range,
+                                                  &validation));
+
+  // The module text (deterministic for a spec) and the job's directory.
+  snprintf(job->dir, sizeof(job->dir), "%s/training/%s", o->state_dir,
+           o->job_id);
+  PCP_RETURN_IF_ERROR_BARE(make_dirs(job->dir));
+  pcp_string_builder_t builder;
+  pcp_string_builder_initialize(pcp_allocator_system(), (size_t)64 << 20,
+                                &builder);
+  status = pcp_models_module_emit(&job->spec, &builder);
+  if (!status) {
+    job->model_length = builder.size;
+    status = pcp_string_builder_take(&builder, &job->model_text);
+  }
+  pcp_string_builder_deinitialize(&builder);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  char path[1200];
+  snprintf(path, sizeof(path), "%s/model.mlir", job->dir);
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_file_write_atomic(path, job->model_text, job->model_length));
+
+  // Global state: parameters (seeded init), velocity, accumulator.
+  size_t n = (size_t)job->table.total_elements;
+  job->parameter_count = n;
+  job->parameters = calloc(n ? n : 1, sizeof(float));
+  job->tensor_elements = calloc(job->table.count + 1, sizeof(uint64_t));
+  job->scratch = calloc(n ? n : 1, sizeof(float));
+  void** buffers = calloc(job->table.count + 1, sizeof(void*));
+  if (!job->parameters || !job->tensor_elements || !job->scratch ||
+      !buffers) {
+    free(buffers);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "%zu parameters", n);
+  }
+  for (size_t i = 0; i < job->table.count; ++i) {
+    buffers[i] = job->parameters + tensor_offset(job, i);
+    job->tensor_elements[i] = (uint64_t)job->table.parameters[i].element_count;
+  }
+  pcp_models_parameters_initialize(&job->table, job->seed, buffers);
+  free(buffers);
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_nesterov_initialize(
+      pcp_allocator_system(), n, (float)job->config.outer_learning_rate,
+      (float)job->config.nesterov_momentum, &job->nesterov));
+  job->nesterov_ready = true;
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_accumulator_initialize(
+      pcp_allocator_system(), n, &job->accumulator));
+  job->accumulator_ready = true;
+  pcp_rng_initialize(job->seed, &job->rng);
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// Checkpoints and the exported model
+//===----------------------------------------------------------------------===//
+
+// The checkpoint's opaque cursor: what a resume needs beyond params and
+// velocity. The batches depend only on (seed, outer step, shard), so the
+// cursor is the seed plus the running totals.
+static char* cursor_json(const job_t* job) {
+  json_t* cursor = json_pack(
+      "{s:s, s:I, s:I, s:I, s:o, s:o}", "kind", "pcp.diloco.stateless.v1",
+      "seed", (json_int_t)job->seed, "wire_bytes",
+      (json_int_t)job->wire_bytes, "token_bytes",
+      (json_int_t)job->token_bytes, "loss", number_or_null(job->last_loss),
+      "loss_mean", number_or_null(job->last_loss_mean));
+  char* text = cursor ? json_dumps(cursor, JSON_COMPACT) : NULL;
+  json_decref(cursor);
+  return text;
+}
+
+static pcp_status_t checkpoint_restore(job_t* job,
+                                       const pcp_diloco_checkpoint_t* c,
+                                       const char* from) {
+  if (c->parameter_count != job->parameter_count ||
+      c->tensor_count != job->table.count) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "checkpoint %s holds %zu parameters in %u "
+                           "tensors; the model has %zu in %zu",
+                           from, c->parameter_count, c->tensor_count,
+                           job->parameter_count, job->table.count);
+  }
+  memcpy(job->parameters, c->parameters, c->parameter_count * sizeof(float));
+  memcpy(job->nesterov.velocity, c->velocity,
+         c->parameter_count * sizeof(float));
+  job->outer_step = c->outer_step;
+  job->rng = c->rng;
+  json_t* cursor = c->cursor_byte_length
+                       ? json_loadb((const char*)c->cursor,
+                                    c->cursor_byte_length, 0, NULL)
+                       : NULL;
+  if (cursor) {
+    job->wire_bytes =
+        (uint64_t)json_integer_value(json_object_get(cursor, "wire_bytes"));
+    job->token_bytes =
+        (uint64_t)json_integer_value(json_object_get(cursor, "token_bytes"));
+    json_t* loss = json_object_get(cursor, "loss");
+    json_t* loss_mean = json_object_get(cursor, "loss_mean");
+    job->last_loss = json_is_number(loss) ? json_number_value(loss) : NAN;
+    job->last_loss_mean =
+        json_is_number(loss_mean) ? json_number_value(loss_mean) : NAN;
+  }
+  json_decref(cursor);
+  PCP_LOG(PCP_LOG_INFO, &job->log, "resumed from %s outer_step=%" PRIu64, from,
+          job->outer_step);
+  return pcp_ok_status();
+}
+
+static pcp_status_t checkpoint_file_restore(job_t* job, const char* path) {
+  pcp_diloco_checkpoint_t c;
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_checkpoint_load(path, &c));
+  pcp_status_t status = checkpoint_restore(job, &c, path);
+  pcp_diloco_checkpoint_deinitialize(&c);
+  return status;
+}
+
+// The job's own newest checkpoint (a restart), else with "resume" the one
+// under checkpoint_dir. NOT_FOUND-free: no checkpoint is a fresh start.
+static pcp_status_t job_resume(job_t* job) {
+  pcp_store_checkpoint_t row;
+  pcp_status_t status = pcp_store_checkpoint_get(
+      job->options->store, job->options->job_id, -1, &row);
+  if (!status) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_store_checkpoint_verify(&row));
+    return checkpoint_file_restore(job, row.path);
+  }
+  if (pcp_status_code(status) != PCP_STATUS_NOT_FOUND) {
+    return status;
+  }
+  pcp_status_ignore(status);
+  if (job->config.resume && job->config.checkpoint_dir) {
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/latest.ckpt", job->config.checkpoint_dir);
+    if (pcp_file_exists(path)) {
+      return checkpoint_file_restore(job, path);
+    }
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "resume asked but %s has no checkpoint: fresh start", path);
+  }
+  return pcp_ok_status();
+}
+
+// UTF-8 of one code point into |out| (4 bytes room); returns the length.
+static size_t utf8_encode(uint32_t cp, char* out) {
+  if (cp < 0x80) {
+    out[0] = (char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    out[0] = (char)(0xE0 | (cp >> 12));
+    out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  out[0] = (char)(0xF0 | (cp >> 18));
+  out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+  out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+  out[3] = (char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+// <state_dir>/models/<job_id>/model.safetensors then model.json (the
+// inference service's layout; model.json last so a reader never sees it
+// before its weights).
+static pcp_status_t model_export(job_t* job) {
+  const pcp_diloco_job_options_t* o = job->options;
+  char dir[1200];
+  snprintf(dir, sizeof(dir), "%s/models/%s", o->state_dir, o->job_id);
+  PCP_RETURN_IF_ERROR_BARE(make_dirs(dir));
+  const void** buffers = calloc(job->table.count + 1, sizeof(void*));
+  if (!buffers) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "export buffers");
+  }
+  for (size_t i = 0; i < job->table.count; ++i) {
+    buffers[i] = job->parameters + tensor_offset(job, i);
+  }
+  char path[1300];
+  snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+  pcp_status_t status = pcp_models_safetensors_save(
+      &job->table, (const void* const*)buffers, path);
+  free(buffers);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  json_t* tokenizer = NULL;
+  if (pcp_data_dataset_format(job->dataset) == PCP_DATA_FORMAT_CHAR) {
+    size_t count = 0;
+    const uint32_t* symbols = pcp_data_dataset_symbols(job->dataset, &count);
+    char* text = malloc(count * 4 + 1);
+    if (!text) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "vocab text");
+    }
+    size_t used = 0;
+    for (size_t i = 0; i < count; ++i) {
+      used += utf8_encode(symbols[i], text + used);
+    }
+    tokenizer =
+        json_pack("{s:s, s:s%}", "kind", "char", "vocab", text, used);
+    free(text);
+  } else if (pcp_data_dataset_format(job->dataset) == PCP_DATA_FORMAT_BYTE) {
+    tokenizer = json_pack("{s:s}", "kind", "byte");
+  } else {
+    tokenizer = json_pack("{s:s}", "kind", "u16");
+  }
+  json_t* model = json_pack(
+      "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o, s:s, s:I, "
+      "s:o}",
+      "name", job->name, "architecture",
+      pcp_models_architecture_name(job->spec.architecture), "layers",
+      (json_int_t)job->spec.layers, "heads", (json_int_t)job->spec.heads,
+      "kv_heads", (json_int_t)pcp_models_spec_kv_heads(&job->spec), "width",
+      (json_int_t)job->spec.width, "vocab", (json_int_t)job->spec.vocab,
+      "block_size", (json_int_t)job->spec.block_size, "dtype", "f32",
+      "weights", "model.safetensors", "tokenizer",
+      tokenizer ? tokenizer : json_object(), "job_id", o->job_id,
+      "outer_step", (json_int_t)job->outer_step, "loss",
+      number_or_null(job->last_loss));
+  char* text = model ? json_dumps(model, JSON_INDENT(2)) : NULL;
+  json_decref(model);
+  if (!text) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "model.json");
+  }
+  snprintf(path, sizeof(path), "%s/model.json", dir);
+  status = pcp_file_write_atomic(path, text, strlen(text));
+  free(text);
+  return status;
+}
+
+static pcp_status_t checkpoint_write(job_t* job) {
+  char* cursor = cursor_json(job);
+  if (!cursor) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "cursor");
+  }
+  pcp_diloco_checkpoint_t c = {
+      .outer_step = job->outer_step,
+      .rng = job->rng,
+      .tensor_count = (uint32_t)job->table.count,
+      .tensor_elements = job->tensor_elements,
+      .parameter_count = job->parameter_count,
+      .parameters = job->parameters,
+      .velocity = job->nesterov.velocity,
+      .cursor = (uint8_t*)cursor,
+      .cursor_byte_length = strlen(cursor),
+  };
+  pcp_store_checkpoint_t row;
+  pcp_status_t status = pcp_diloco_checkpoint_store_write(
+      &c, job->options->store, job->options->job_id, &row);
+  if (status && pcp_status_code(status) == PCP_STATUS_ALREADY_EXISTS) {
+    // The same step again (a round repeated after a restart): the state is
+    // the same by construction.
+    pcp_status_ignore(status);
+    status = pcp_ok_status();
+  }
+  if (!status && job->config.checkpoint_dir) {
+    char path[1200];
+    status = make_dirs(job->config.checkpoint_dir);
+    snprintf(path, sizeof(path), "%s/latest.ckpt", job->config.checkpoint_dir);
+    if (!status) {
+      status = pcp_diloco_checkpoint_save(&c, path);
+    }
+  }
+  free(cursor);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  PCP_LOG(PCP_LOG_INFO, &job->log, "checkpoint outer_step=%" PRIu64,
+          job->outer_step);
+  return model_export(job);
+}
+
+//===----------------------------------------------------------------------===//
+// Programs
+//===----------------------------------------------------------------------===//
+
+// Runs `pcp compile --program diloco ...` for (backend, target) in a child
+// process, its output in a file named by the content hash of everything
+// that shapes the program, so a restarted job (or the same experiment
+// again) reuses it without deriving anything.
+static pcp_status_t program_build(job_t* job, program_t* program) {
+  const pcp_diloco_job_options_t* o = job->options;
+  const char* delta = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16
+                          ? "bf16"
+                          : "f32";
+  char tau[32];
+  snprintf(tau, sizeof(tau), "%" PRId64, job->config.tau);
+  char key_text[512];
+  snprintf(key_text, sizeof(key_text),
+           "pcp.diloco.program.v1|%s|%s|%s|%s|%s", job->model_hash, tau, delta,
+           program->backend, program->target);
+  pcp_sha256_t digest;
+  pcp_sha256_compute(key_text, strlen(key_text), &digest);
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, hex);
+  char artifacts[1100];
+  snprintf(artifacts, sizeof(artifacts), "%s/artifacts", o->state_dir);
+  PCP_RETURN_IF_ERROR_BARE(make_dirs(artifacts));
+  char vmfb[1300];
+  snprintf(vmfb, sizeof(vmfb), "%s/diloco-%.32s.vmfb", artifacts, hex);
+  if (!pcp_file_exists(vmfb)) {
+    char model[1200], log_path[1300];
+    snprintf(model, sizeof(model), "%s/model.mlir", job->dir);
+    snprintf(log_path, sizeof(log_path), "%s/compile-%s.log", job->dir,
+             program->backend);
+    char* argv[20];
+    int argc = 0;
+    argv[argc++] = (char*)o->pcp_path;
+    argv[argc++] = "compile";
+    argv[argc++] = "--program";
+    argv[argc++] = "diloco";
+    argv[argc++] = "--inner-steps";
+    argv[argc++] = tau;
+    argv[argc++] = "--delta-dtype";
+    argv[argc++] = (char*)delta;
+    argv[argc++] = "--backend";
+    argv[argc++] = program->backend;
+    if (program->target[0]) {
+      argv[argc++] = "--target";
+      argv[argc++] = program->target;
+    }
+    argv[argc++] = "--cache-dir";
+    argv[argc++] = artifacts;
+    argv[argc++] = "-o";
+    argv[argc++] = vmfb;
+    argv[argc++] = model;
+    argv[argc] = NULL;
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return pcp_status_from_errno(errno, "open %s", log_path);
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fd, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, fd, STDERR_FILENO);
+    pid_t pid = 0;
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "compiling the round program backend=%s target=%s tau=%s",
+            program->backend, program->target[0] ? program->target : "default",
+            tau);
+    int64_t start = pcp_clock_now_ns(o->clock);
+    int rc = posix_spawn(&pid, o->pcp_path, &actions, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(fd);
+    if (rc != 0) {
+      return pcp_status_from_errno(rc, "starting %s compile", o->pcp_path);
+    }
+    int wait_status = 0;
+    while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
+      return pcp_make_status(
+          WIFEXITED(wait_status) ? PCP_STATUS_INVALID_ARGUMENT
+                                 : PCP_STATUS_INTERNAL,
+          "pcp compile --program diloco for %s/%s failed (%s %d); see %s",
+          program->backend, program->target,
+          WIFEXITED(wait_status) ? "exit" : "signal",
+          WIFEXITED(wait_status) ? WEXITSTATUS(wait_status)
+                                 : WTERMSIG(wait_status),
+          log_path);
+    }
+    PCP_LOG(PCP_LOG_INFO, &job->log, "round program compiled seconds=%.1f",
+            (double)(pcp_clock_now_ns(o->clock) - start) / 1e9);
+  }
+  void* bytes = NULL;
+  size_t length = 0;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_file_read_all(vmfb, (size_t)1 << 30, &bytes, &length));
+  pcp_status_t status = pcp_fabric_program_register(
+      o->fabric, bytes, length, program->backend, program->target,
+      program->hash);
+  free(bytes);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  program->ready = true;
+  ++job->compiled_count;
+  return pcp_ok_status();
+}
+
+static program_t* program_find(job_t* job, const char* backend,
+                               const char* target) {
+  for (uint32_t i = 0; i < job->program_count; ++i) {
+    if (strcmp(job->programs[i].backend, backend) == 0 &&
+        strcmp(job->programs[i].target, target) == 0) {
+      return &job->programs[i];
+    }
+  }
+  return NULL;
+}
+
+//===----------------------------------------------------------------------===//
+// One outer step
+//===----------------------------------------------------------------------===//
+
+typedef struct round_task_t {
+  char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  program_t* program;
+  int32_t* tokens;  // ids then targets, tau*B*T each
+  pcp_fabric_task_t* task;
+} round_task_t;
+
+typedef struct round_t {
+  round_task_t tasks[MAX_ROUND_WORKERS];
+  uint32_t count;
+  pcp_proto_section_t* sections;  // shared parameter sections + per-task
+  float lr;
+} round_t;
+
+static int compare_ids(const void* a, const void* b) {
+  return strcmp(((const round_task_t*)a)->worker_id,
+                ((const round_task_t*)b)->worker_id);
+}
+
+// Connected workers with a program, sorted by id; programs for new
+// (backend, target) kinds are compiled first (the kind joins this round).
+static pcp_status_t round_workers(job_t* job, round_t* round) {
+  pcp_fabric_worker_info_t* infos =
+      calloc(MAX_ROUND_WORKERS * 4, sizeof(*infos));
+  if (!infos) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "worker list");
+  }
+  uint32_t count = pcp_fabric_worker_list(job->options->fabric, infos,
+                                          MAX_ROUND_WORKERS * 4, NULL);
+  pcp_status_t status = pcp_ok_status();
+  round->count = 0;
+  for (uint32_t i = 0; i < count && !status; ++i) {
+    const pcp_fabric_worker_info_t* w = &infos[i];
+    if (w->state != PCP_FABRIC_WORKER_CONNECTED ||
+        round->count >= MAX_ROUND_WORKERS) {
+      continue;
+    }
+    program_t* program = program_find(job, w->backend, w->target);
+    if (!program) {
+      if (job->program_count >= MAX_PROGRAMS) {
+        continue;
+      }
+      program = &job->programs[job->program_count++];
+      memset(program, 0, sizeof(*program));
+      snprintf(program->backend, sizeof(program->backend), "%s", w->backend);
+      snprintf(program->target, sizeof(program->target), "%s", w->target);
+      status = program_build(job, program);
+      if (status) {
+        break;
+      }
+    }
+    if (!program->ready) {
+      continue;
+    }
+    round_task_t* t = &round->tasks[round->count++];
+    memset(t, 0, sizeof(*t));
+    snprintf(t->worker_id, sizeof(t->worker_id), "%s", w->worker_id);
+    t->program = program;
+  }
+  free(infos);
+  qsort(round->tasks, round->count, sizeof(round->tasks[0]), compare_ids);
+  return status;
+}
+
+static void round_release(round_t* round) {
+  for (uint32_t i = 0; i < round->count; ++i) {
+    pcp_fabric_task_release(round->tasks[i].task);
+    free(round->tasks[i].tokens);
+  }
+  free(round->sections);
+  memset(round, 0, sizeof(*round));
+}
+
+// Samples every worker's tau batches: shard k of the plan over the train
+// range among |count| shard names (not worker ids, so the batches do not
+// depend on which worker runs them), seeded from (seed, step, shard).
+static pcp_status_t round_sample(job_t* job, round_t* round) {
+  uint32_t w = round->count;
+  const char* names[MAX_ROUND_WORKERS];
+  char name_storage[MAX_ROUND_WORKERS][24];
+  for (uint32_t k = 0; k < w; ++k) {
+    snprintf(name_storage[k], sizeof(name_storage[k]), "shard-%04u", k);
+    names[k] = name_storage[k];
+  }
+  pcp_data_assignment_t* plan = calloc(w, sizeof(*plan));
+  if (!plan) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "shard plan");
+  }
+  uint32_t b = (uint32_t)job->spec.batch;
+  uint32_t t = (uint32_t)job->spec.block_size;
+  size_t per_step = (size_t)b * t;
+  size_t tau = (size_t)job->config.tau;
+  pcp_status_t status = pcp_data_shard_plan(
+      job->dataset, job->train_range, t, names, w, job->outer_step, job->seed,
+      plan);
+  for (uint32_t k = 0; k < w && !status; ++k) {
+    round_task_t* task = &round->tasks[k];
+    task->tokens = malloc(2 * tau * per_step * sizeof(int32_t));
+    if (!task->tokens) {
+      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "batches");
+      break;
+    }
+    pcp_data_sampler_options_t sampler_options = {
+        .sampling = job->config.sampling == PCP_DILOCO_SAMPLING_FIFO
+                        ? PCP_DATA_SAMPLING_SEQUENTIAL
+                        : PCP_DATA_SAMPLING_RANDOM,
+        .batch_size = b,
+        .block_size = t,
+        .seed = plan[k].seed,
+    };
+    pcp_data_sampler_t* sampler = NULL;
+    status = pcp_data_sampler_create(job->dataset, plan[k].range,
+                                     &sampler_options, pcp_allocator_system(),
+                                     &sampler);
+    if (status) {
+      break;
+    }
+    if (sampler_options.sampling == PCP_DATA_SAMPLING_SEQUENTIAL) {
+      // fifo without state on the workers: the window of outer step s is
+      // where s rounds of tau batches have taken a sequential reader.
+      pcp_data_cursor_t cursor;
+      pcp_data_sampler_cursor(sampler, &cursor);
+      uint64_t tokens = pcp_data_sampler_token_count(sampler);
+      uint64_t window = per_step;
+      uint64_t windows = tokens > window ? (tokens - 1) / window : 1;
+      uint64_t index = job->outer_step * tau % windows;
+      cursor.position = index * window;
+      cursor.epoch = job->outer_step * tau / windows;
+      pcp_status_ignore(pcp_data_sampler_restore(sampler, &cursor));
+    }
+    int32_t* ids = task->tokens;
+    int32_t* targets = task->tokens + tau * per_step;
+    for (size_t s = 0; s < tau; ++s) {
+      pcp_data_sampler_next(sampler, ids + s * per_step,
+                            targets + s * per_step, NULL);
+    }
+    pcp_data_sampler_release(sampler);
+  }
+  free(plan);
+  return status;
+}
+
+static pcp_status_t round_submit(job_t* job, round_t* round) {
+  size_t n = job->table.count;
+  // Sections: n parameters (shared), then per task lr + ids + targets.
+  round->sections =
+      calloc(n + 3 * (size_t)round->count + 1, sizeof(pcp_proto_section_t));
+  if (!round->sections) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "sections");
+  }
+  round->lr = (float)job->config.learning_rate;
+  for (size_t i = 0; i < n; ++i) {
+    const pcp_models_parameter_t* p = &job->table.parameters[i];
+    pcp_proto_section_t* s = &round->sections[i];
+    s->name = p->name;
+    s->element_type = PCP_ELEMENT_TYPE_F32;
+    s->rank = (uint32_t)p->rank;
+    for (int32_t d = 0; d < p->rank; ++d) {
+      s->shape[d] = p->dims[d];
+    }
+    s->byte_length = (uint64_t)p->element_count * sizeof(float);
+    s->data = job->parameters + tensor_offset(job, i);
+  }
+  size_t tau = (size_t)job->config.tau;
+  size_t per_step = (size_t)(job->spec.batch * job->spec.block_size);
+  for (uint32_t k = 0; k < round->count; ++k) {
+    round_task_t* t = &round->tasks[k];
+    pcp_proto_section_t* extra = &round->sections[n + 3 * (size_t)k];
+    extra[0] = (pcp_proto_section_t){.name = "lr",
+                                     .element_type = PCP_ELEMENT_TYPE_F32,
+                                     .rank = 0,
+                                     .byte_length = sizeof(float),
+                                     .data = &round->lr};
+    for (int j = 0; j < 2; ++j) {
+      pcp_proto_section_t* s = &extra[1 + j];
+      s->name = j ? "targets" : "input_ids";
+      s->element_type = PCP_ELEMENT_TYPE_I32;
+      s->rank = 3;
+      s->shape[0] = (int64_t)tau;
+      s->shape[1] = job->spec.batch;
+      s->shape[2] = job->spec.block_size;
+      s->byte_length = tau * per_step * sizeof(int32_t);
+      s->data = t->tokens + (size_t)j * tau * per_step;
+    }
+    // Argument order: parameters, lr, ids, targets.
+    pcp_proto_section_t* inputs = calloc(n + 3, sizeof(*inputs));
+    if (!inputs) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task inputs");
+    }
+    // The task params copy the section array (struct array copied, data
+    // borrowed), so the data of every task still points at the one
+    // parameter buffer.
+    memcpy(inputs, round->sections, n * sizeof(*inputs));
+    memcpy(inputs + n, extra, 3 * sizeof(*inputs));
+    pcp_fabric_task_params_t params;
+    memset(&params, 0, sizeof(params));
+    memcpy(params.program, t->program->hash, sizeof(params.program));
+    params.function = "diloco_round";
+    params.inputs = inputs;
+    params.input_count = (uint32_t)(n + 3);
+    params.worker_id = t->worker_id;
+    params.max_attempts = 1;
+    pcp_status_t status =
+        pcp_fabric_task_submit(job->options->fabric, &params, &t->task);
+    free(inputs);
+    if (status) {
+      // A worker gone between the list and the submit: not in this round.
+      PCP_LOG(PCP_LOG_WARN, &job->log, "round task for %s not submitted: %s",
+              t->worker_id, pcp_status_message(status));
+      pcp_status_ignore(status);
+      t->task = NULL;
+    }
+  }
+  return pcp_ok_status();
+}
+
+// Waits for every task; on stop cancels them and waits for them still (they
+// borrow the round's buffers). Returns true when stopped.
+static bool round_wait(job_t* job, round_t* round) {
+  bool stopped = false;
+  for (uint32_t k = 0; k < round->count; ++k) {
+    pcp_fabric_task_t* task = round->tasks[k].task;
+    while (task && !pcp_fabric_task_wait(task, WAIT_SLICE_MS)) {
+      if (!stopped && should_stop(job)) {
+        stopped = true;
+        for (uint32_t j = 0; j < round->count; ++j) {
+          if (round->tasks[j].task) {
+            pcp_fabric_task_cancel(round->tasks[j].task);
+          }
+        }
+      }
+    }
+  }
+  return stopped;
+}
+
+typedef struct round_outcome_t {
+  uint32_t reporters;
+  double loss_last;
+  double loss_mean;
+  uint64_t parameter_bytes;
+  uint64_t delta_bytes;
+  uint64_t token_bytes;
+  char last_error[256];
+} round_outcome_t;
+
+// Adds every successful task's delta to the accumulator (in worker-id
+// order, so the sum is the same in a replay).
+static pcp_status_t round_collect(job_t* job, round_t* round,
+                                  round_outcome_t* out) {
+  memset(out, 0, sizeof(*out));
+  pcp_diloco_accumulator_reset(&job->accumulator);
+  size_t n = job->table.count;
+  size_t tau = (size_t)job->config.tau;
+  bool bf16 = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16;
+  size_t element_size = bf16 ? 2 : 4;
+  for (uint32_t k = 0; k < round->count; ++k) {
+    round_task_t* t = &round->tasks[k];
+    if (!t->task) {
+      continue;
+    }
+    pcp_status_t task_status = pcp_fabric_task_status(t->task);
+    const pcp_proto_section_t* outputs = NULL;
+    size_t count = 0;
+    pcp_status_t status = pcp_ok_status();
+    if (task_status) {
+      snprintf(out->last_error, sizeof(out->last_error), "worker %s: %s",
+               t->worker_id, pcp_status_message(task_status));
+    } else {
+      status = pcp_fabric_task_outputs(t->task, &outputs, &count);
+    }
+    if (!task_status && !status && count != n + 1) {
+      status = pcp_make_status(PCP_STATUS_INTERNAL,
+                               "worker %s returned %zu outputs, expected %zu",
+                               t->worker_id, count, n + 1);
+    }
+    // Check every delta's size before copying any.
+    for (size_t i = 0; !task_status && !status && i < n; ++i) {
+      uint64_t want = (uint64_t)job->table.parameters[i].element_count *
+                      element_size;
+      if (outputs[i].byte_length != want) {
+        status = pcp_make_status(PCP_STATUS_INTERNAL,
+                                 "worker %s: delta %zu has %" PRIu64
+                                 " bytes, expected %" PRIu64,
+                                 t->worker_id, i, outputs[i].byte_length,
+                                 want);
+      }
+    }
+    if (!task_status && !status &&
+        outputs[n].byte_length != tau * sizeof(float)) {
+      status = pcp_make_status(PCP_STATUS_INTERNAL,
+                               "worker %s: losses of %" PRIu64 " bytes",
+                               t->worker_id, outputs[n].byte_length);
+    }
+    if (status) {
+      snprintf(out->last_error, sizeof(out->last_error), "%s",
+               pcp_status_message(status));
+      pcp_status_ignore(status);
+      continue;
+    }
+    if (task_status) {
+      if (job->options->metrics) {
+        pcp_obs_family_add(job->options->metrics->lost_tasks, NULL, 1);
+      }
+      PCP_LOG(PCP_LOG_WARN, &job->log,
+              "worker round lost outer_step=%" PRIu64 " %s",
+              job->outer_step + 1, out->last_error);
+      continue;
+    }
+    uint8_t* flat = job->scratch;
+    size_t offset = 0;
+    for (size_t i = 0; i < n; ++i) {
+      memcpy(flat + offset, outputs[i].data, (size_t)outputs[i].byte_length);
+      offset += (size_t)outputs[i].byte_length;
+      out->delta_bytes += outputs[i].byte_length;
+      out->parameter_bytes +=
+          (uint64_t)job->table.parameters[i].element_count * sizeof(float);
+    }
+    PCP_RETURN_IF_ERROR_BARE(
+        bf16 ? pcp_diloco_accumulator_add_bf16(&job->accumulator,
+                                               job->scratch,
+                                               job->parameter_count)
+             : pcp_diloco_accumulator_add_f32(&job->accumulator, job->scratch,
+                                              job->parameter_count));
+    float losses[4096];
+    memcpy(losses, outputs[n].data, tau * sizeof(float));
+    double sum = 0;
+    for (size_t s = 0; s < tau; ++s) {
+      sum += losses[s];
+    }
+    out->loss_last += losses[tau - 1];
+    out->loss_mean += sum / (double)tau;
+    out->token_bytes += 2 * tau * (size_t)job->spec.batch *
+                        (size_t)job->spec.block_size * sizeof(int32_t);
+    ++out->reporters;
+  }
+  if (out->reporters) {
+    out->loss_last /= out->reporters;
+    out->loss_mean /= out->reporters;
+  }
+  return pcp_ok_status();
+}
+
+static json_t* progress_json(const job_t* job, const round_outcome_t* outcome,
+                             double seconds, double tokens_per_second) {
+  return json_pack(
+      "{s:I, s:I, s:o, s:o, s:f, s:I, s:I, s:I, s:I, s:f, s:I, s:s}",
+      "outer_step", (json_int_t)job->outer_step, "outer_loop_steps",
+      (json_int_t)job->config.outer_loop_steps, "loss",
+      number_or_null(job->last_loss), "loss_mean",
+      number_or_null(job->last_loss_mean), "tokens_per_second",
+      tokens_per_second,
+      "wire_bytes", (json_int_t)job->wire_bytes, "step_wire_bytes",
+      (json_int_t)(outcome ? outcome->parameter_bytes + outcome->delta_bytes
+                           : 0),
+      "token_bytes", (json_int_t)job->token_bytes, "workers",
+      (json_int_t)(outcome ? outcome->reporters : 0), "seconds", seconds,
+      "parameter_count", (json_int_t)job->parameter_count, "deltas_dtype",
+      job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16 ? "bf16" : "f32");
+}
+
+static void progress_report(job_t* job, json_t* progress) {
+  const pcp_diloco_job_hooks_t* hooks = &job->options->hooks;
+  if (progress && hooks->progress) {
+    hooks->progress(hooks->user_data, progress);
+  }
+}
+
+// One outer step. *out_stopped when the stop hook fired; *out_advanced
+// when the step completed (somebody reported).
+static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
+                                   bool* out_advanced, char* last_error,
+                                   size_t last_error_capacity) {
+  *out_stopped = false;
+  *out_advanced = false;
+  const pcp_diloco_job_options_t* o = job->options;
+  int64_t start = pcp_clock_now_ns(o->clock);
+  round_t round;
+  memset(&round, 0, sizeof(round));
+  pcp_status_t status = round_workers(job, &round);
+  if (!status && round.count == 0) {
+    round_release(&round);
+    pcp_sleep_ms(200);  // nobody to train on yet
+    return pcp_ok_status();
+  }
+  if (!status) {
+    status = round_sample(job, &round);
+  }
+  if (!status) {
+    status = round_submit(job, &round);
+  }
+  if (status) {
+    // Tasks submitted before the failure still borrow the buffers.
+    round_wait(job, &round);
+    round_release(&round);
+    return status;
+  }
+  *out_stopped = round_wait(job, &round);
+  round_outcome_t outcome;
+  status = round_collect(job, &round, &outcome);
+  uint32_t submitted = round.count;
+  round_release(&round);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  if (*out_stopped) {
+    return pcp_ok_status();
+  }
+  snprintf(last_error, last_error_capacity, "%s", outcome.last_error);
+  if (outcome.reporters == 0) {
+    PCP_LOG(PCP_LOG_WARN, &job->log,
+            "no worker reported outer_step=%" PRIu64 "; repeating it",
+            job->outer_step + 1);
+    return pcp_ok_status();
+  }
+  size_t nonfinite = 0;
+  float* average = job->scratch;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_diloco_accumulator_average(&job->accumulator, average, &nonfinite));
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_nesterov_step(
+      &job->nesterov, 0, job->parameter_count, average, job->parameters));
+  ++job->outer_step;
+  *out_advanced = true;
+  job->last_loss = outcome.loss_last;
+  job->last_loss_mean = outcome.loss_mean;
+  job->wire_bytes += outcome.parameter_bytes + outcome.delta_bytes;
+  job->token_bytes += outcome.token_bytes;
+  double seconds = (double)(pcp_clock_now_ns(o->clock) - start) / 1e9;
+  double tokens = (double)outcome.reporters * (double)job->config.tau *
+                  (double)(job->spec.batch * job->spec.block_size);
+  double tokens_per_second = seconds > 0 ? tokens / seconds : 0;
+  if (o->metrics) {
+    const char* job_label[] = {o->job_id};
+    pcp_obs_family_observe(o->metrics->outer_step_seconds, NULL, seconds);
+    pcp_obs_family_set(o->metrics->loss, job_label, job->last_loss);
+    pcp_obs_family_set(o->metrics->tokens_per_second, job_label,
+                       tokens_per_second);
+    pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"parameters"},
+                       (double)outcome.parameter_bytes);
+    pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"deltas"},
+                       (double)outcome.delta_bytes);
+    pcp_obs_family_add(o->metrics->token_bytes, NULL,
+                       (double)outcome.token_bytes);
+    pcp_obs_family_add(o->metrics->outer_steps, NULL, 1);
+  }
+  PCP_LOG(PCP_LOG_INFO, &job->log,
+          "outer_step=%" PRIu64 "/%" PRId64
+          " loss=%.4f loss_mean=%.4f workers=%u/%u seconds=%.2f "
+          "tokens_per_s=%.0f wire_bytes=%" PRIu64 " nonfinite=%zu",
+          job->outer_step, job->config.outer_loop_steps, job->last_loss,
+          job->last_loss_mean, outcome.reporters, submitted, seconds,
+          tokens_per_second, outcome.parameter_bytes + outcome.delta_bytes,
+          nonfinite);
+  json_t* progress = progress_json(job, &outcome, seconds, tokens_per_second);
+  if (progress) {
+    json_object_set_new(progress, "workers_submitted",
+                        json_integer(submitted));
+    pcp_status_ignore(pcp_store_job_event_append(o->store, o->job_id,
+                                                 "training.step", progress,
+                                                 NULL));
+  }
+  progress_report(job, progress);
+  json_decref(progress);
+  bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps;
+  if (last || (job->config.checkpoint_every > 0 &&
+               job->outer_step % (uint64_t)job->config.checkpoint_every == 0)) {
+    PCP_RETURN_IF_ERROR_BARE(checkpoint_write(job));
+  }
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// The job
+//===----------------------------------------------------------------------===//
+
+pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
+  job_t job;
+  memset(&job, 0, sizeof(job));
+  job.options = options;
+  job.log = options->log;
+  job.log.job_id = options->job_id;
+  job.last_loss = NAN;
+  job.last_loss_mean = NAN;
+  pcp_status_t status = job_setup(&job);
+  if (!status) {
+    pcp_sha256_t digest;
+    pcp_sha256_compute(job.model_text, job.model_length, &digest);
+    pcp_sha256_to_hex(&digest, job.model_hash);
+    status = job_resume(&job);
+  }
+  const pcp_diloco_job_hooks_t* hooks = &options->hooks;
+  if (!status && hooks->phase) {
+    status = hooks->phase(hooks->user_data, PCP_DILOCO_JOB_PHASE_RUNNING);
+  }
+  if (!status) {
+    json_t* progress = progress_json(&job, NULL, 0, 0);
+    progress_report(&job, progress);
+    json_decref(progress);
+  }
+  uint32_t empty_rounds = 0;
+  char last_error[256] = "";
+  while (!status &&
+         (int64_t)job.outer_step < job.config.outer_loop_steps) {
+    if (should_stop(&job)) {
+      status = pcp_make_status(PCP_STATUS_CANCELLED, "training stopped at "
+                               "outer step %" PRIu64, job.outer_step);
+      break;
+    }
+    bool stopped = false, advanced = false;
+    uint64_t before = job.outer_step;
+    status = outer_step_run(&job, &stopped, &advanced, last_error,
+                            sizeof(last_error));
+    if (status) {
+      break;
+    }
+    if (stopped) {
+      status = pcp_make_status(PCP_STATUS_CANCELLED,
+                               "training stopped at outer step %" PRIu64,
+                               job.outer_step);
+      break;
+    }
+    if (advanced || job.outer_step != before) {
+      empty_rounds = 0;
+    } else if (last_error[0] && ++empty_rounds >= MAX_EMPTY_ROUNDS) {
+      status = pcp_make_status(PCP_STATUS_ABORTED,
+                               "%u rounds in a row without a delta; last "
+                               "error: %s",
+                               empty_rounds, last_error);
+    }
+    last_error[0] = 0;
+  }
+  if (!status && job.outer_step == 0) {
+    // outer_loop_steps reached with nothing run (0 steps): still export.
+    status = model_export(&job);
+  }
+  job_deinitialize(&job);
+  return status;
+}

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The DiLoCo training service: the outer loop of one training job, driven
+// over the worker fabric. Part of the workloads module's public surface:
+// include "workloads/workloads.h", which includes this file under its
+// training-service banner (like diloco.h).
+//
+// One call of pcp_diloco_job_run runs one job to its end on the calling
+// thread (the gateway gives each running training job a thread of its own):
+//   1. the built-in model of the experiment is emitted in-process, and its
+//      round program (`pcp compile --program diloco --inner-steps tau`) is
+//      derived and compiled in a CHILD process (never MLIR in the caller),
+//      once per (backend, target) of the connected workers, cached on disk
+//      by content hash, and registered with the fabric;
+//   2. per outer step: one task per connected worker with a program (named
+//      worker, one attempt, no session) running @diloco_round on the
+//      global parameters (f32 sections pointing into ONE host buffer shared
+//      by every task) and tau batches sampled on the gateway from that
+//      worker's byte-range shard, seeded from (seed, outer step, shard), so
+//      a round is a pure function of the checkpointed state; the deltas of
+//      the tasks that succeed are averaged (a lost worker only costs its
+//      delta; nobody reporting retries the round), then host Nesterov;
+//   3. a "training.step" event per outer step (outer_step, loss, loss_mean,
+//      tokens_per_second, wire_bytes, token_bytes, workers), metrics, and
+//      checkpoints every checkpoint_every steps and at the end, each with an
+//      export of the model for the inference service under
+//      <state_dir>/models/<job_id>/ (model.json + model.safetensors).
+// A job finds its own newest checkpoint in the store (a gateway restarted
+// after SIGKILL resumes the job there), or with "resume": true the newest
+// checkpoint under its checkpoint_dir.
+//
+// Thread-safety: pcp_diloco_job_run is thread-safe for distinct jobs (the
+// store, the fabric and the metrics are thread-safe); the hooks run on the
+// calling thread.
+
+#ifndef PCP_WORKLOADS_TRAIN_SERVICE_H_
+#define PCP_WORKLOADS_TRAIN_SERVICE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "base/base.h"
+#include "fabric/fabric.h"
+#include "models/models.h"
+#include "obs/obs.h"
+#include "store/store.h"
+#include "workloads/train/diloco.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//===----------------------------------------------------------------------===//
+// Metrics
+//===----------------------------------------------------------------------===//
+
+// The service's metric families (docs/api.md), registered once per process.
+typedef struct pcp_diloco_metrics_t {
+  pcp_obs_family_t* outer_step_seconds;  // histogram
+  pcp_obs_family_t* loss;                // gauge {job}
+  pcp_obs_family_t* tokens_per_second;   // gauge {job}
+  pcp_obs_family_t* wire_bytes;          // counter {kind=parameters|deltas}
+  pcp_obs_family_t* token_bytes;         // counter
+  pcp_obs_family_t* outer_steps;         // counter
+  pcp_obs_family_t* lost_tasks;          // counter
+} pcp_diloco_metrics_t;
+
+// Registers the families in |registry|. Errors as pcp_obs_registry_register
+// (ALREADY_EXISTS when registered twice). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_metrics_register(
+    pcp_obs_registry_t* registry, pcp_diloco_metrics_t* out_metrics);
+
+//===----------------------------------------------------------------------===//
+// Models
+//===----------------------------------------------------------------------===//
+
+// The built-in model of |config| as a models spec (kv_heads only for Qwen3,
+// the experiment's dtype). INVALID_ARGUMENT "key 'model': ..." when the
+// models module rejects it; FAILED_PRECONDITION for a model_path experiment
+// (not a built-in). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_model_spec_resolve(
+    const pcp_diloco_config_t* config, pcp_models_spec_t* out_spec);
+
+//===----------------------------------------------------------------------===//
+// Running a job
+//===----------------------------------------------------------------------===//
+
+typedef enum pcp_diloco_job_phase_e {
+  PCP_DILOCO_JOB_PHASE_COMPILING = 0,  // set-up done, programs next
+  PCP_DILOCO_JOB_PHASE_RUNNING = 1,    // first round about to start
+} pcp_diloco_job_phase_t;
+
+typedef struct pcp_diloco_job_hooks_t {
+  // The job entered |phase|. A non-OK status stops the run with it.
+  pcp_status_t (*phase)(void* user_data, pcp_diloco_job_phase_t phase);
+  // After each outer step (and once at start with the resumed state):
+  // |progress| is the job's progress object (borrowed for the call).
+  void (*progress)(void* user_data, const json_t* progress);
+  // Polled between waits: true stops the run (CANCELLED returned).
+  bool (*should_stop)(void* user_data);
+  void* user_data;
+} pcp_diloco_job_hooks_t;
+
+typedef struct pcp_diloco_job_options_t {
+  const char* job_id;
+  // The experiment JSON (the text POST /v1/training/jobs accepted).
+  const char* experiment_json;
+  size_t experiment_byte_length;
+  pcp_fabric_endpoint_t* fabric;
+  pcp_store_t* store;
+  const char* state_dir;
+  // The `pcp` binary that compiles programs in a child ("/proc/self/exe").
+  const char* pcp_path;
+  const pcp_diloco_metrics_t* metrics;  // optional
+  pcp_clock_t clock;
+  pcp_log_context_t log;
+  pcp_diloco_job_hooks_t hooks;
+} pcp_diloco_job_options_t;
+
+// Runs the job until it has made outer_loop_steps outer steps (OK), a hook
+// asks it to stop (CANCELLED; the job's last checkpoint stays), or it fails:
+// INVALID_ARGUMENT (experiment, dataset, vocabulary larger than the model's),
+// FAILED_PRECONDITION (model_path experiments: not supported yet), INTERNAL
+// / INVALID_ARGUMENT from the program compile (message with the compiler's
+// log path), ABORTED when every task of several consecutive rounds failed
+// (the last task error in the message). Thread-safe for distinct jobs.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_diloco_job_run(const pcp_diloco_job_options_t* options);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // PCP_WORKLOADS_TRAIN_SERVICE_H_
