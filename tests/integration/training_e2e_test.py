@@ -4,14 +4,15 @@
 `pcp --node-manager --scale 2` with two CPU workers, real IREE programs.
 
   1. bad experiments get a JSON 400 naming the key;
-  2. run A: a char GPT (~0.8M parameters) on data/tiny_shakespeare.txt,
-     20 outer steps of tau=10: the train loss falls from ~4.2 to below 2.5;
+  2. run A: a char GPT (0.91M parameters) on data/tiny_shakespeare.txt,
+     60 outer steps of tau=10: the train loss falls from ~4.2 to below 2.5;
      the parameter+delta bytes of every step equal the analytic
      parameter_count * reporters * (4 + 4) (f32 both ways); one worker is
      SIGKILLed mid-run: its round is dropped from the average, the run
      completes, and the node manager's restarted worker is used again;
      the model is exported for the inference service (model.json +
-     model.safetensors);
+     model.safetensors), and the dashboard (headless Chromium) draws its
+     loss curve;
   3. run B: the same experiment for 8 steps with checkpoints every 2; the
      gateway is SIGKILLed after step 3 and restarted: the job resumes from
      its last checkpoint and its loss per step equals run A's bit for bit
@@ -37,18 +38,25 @@ from gateway_test import check, is_error, request, wait_for  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DATA = os.path.join(ROOT, "data", "tiny_shakespeare.txt")
-STEPS = int(os.environ.get("PCP_TRAIN_E2E_STEPS", "20"))
-KILL_AFTER = 10  # SIGKILL a worker once this outer step is done
+STEPS = int(os.environ.get("PCP_TRAIN_E2E_STEPS", "60"))
+# SIGKILL a worker in the round after this outer step (not a checkpoint
+# step, and half a second in, so the round is in flight).
+KILL_AFTER = 12
 
 
 def experiment(**extra):
+    # Sized on this 2-core machine (docs/training.md "Measured"): 0.91M
+    # parameters, 2 layers of width 192 (a round of 4 layers of 128 costs
+    # twice as much for the same loss), batch 16 (batch 8 stalls at the
+    # bigram plateau, ~2.55, through 60 rounds), plain averaging of the
+    # deltas (Nesterov 0.9 / 0.7 was slower over so few rounds).
     e = {"name": "shakespeare-char",
-         "model": {"kind": "gpt", "layers": 4, "heads": 4, "width": 128,
-                   "vocab": 65, "block_size": 64, "batch": 8},
+         "model": {"kind": "gpt", "layers": 2, "heads": 4, "width": 192,
+                   "vocab": 65, "block_size": 64, "batch": 16},
          "data_path": DATA, "tokenizer": "char", "sampling": "random",
          "learning_rate": 0.003, "tau": 10, "outer_loop_steps": STEPS,
-         "nesterov_momentum": 0.9, "outer_learning_rate": 0.7,
-         "checkpoint_every": 5, "seed": 1}
+         "nesterov_momentum": 0.0, "outer_learning_rate": 1.0,
+         "checkpoint_every": 10, "seed": 1}
     # Exploration hook: PCP_TRAIN_E2E_EXTRA='{"learning_rate": 0.01}'.
     e.update(json.loads(os.environ.get("PCP_TRAIN_E2E_EXTRA", "{}")))
     e.update(extra)
@@ -154,6 +162,7 @@ def main():
             if st in ("succeeded", "failed", "cancelled"):
                 break
             if not killed and KILL_AFTER in steps_of(a):
+                time.sleep(0.5)
                 pid = worker_pids(nm_err).get(0)
                 check(pid is not None, "worker pid from the node manager")
                 if pid:
@@ -170,8 +179,10 @@ def main():
             n, wall, " ".join("%.3f" % x for x in losses)))
         check(sorted(steps) == list(range(1, STEPS + 1)),
               "every outer step reported: %s" % sorted(steps))
-        check(losses and losses[0] > 3.0 and losses[-1] < 2.5,
-              "loss falls below 2.5: %s" % losses)
+        # One batch's loss is noisy (+-0.05): the mean of the last three.
+        tail = sum(losses[-3:]) / 3 if len(losses) >= 3 else 9
+        check(losses and losses[0] > 3.0 and tail < 2.5,
+              "loss falls below 2.5 (last three %.3f): %s" % (tail, losses))
         bad = [(k, p["step_wire_bytes"], p["workers"]) for k, p in
                steps.items() if p["step_wire_bytes"] != n * p["workers"] * 8]
         check(not bad, "wire bytes == analytic per step: %s" % bad)
@@ -184,6 +195,9 @@ def main():
         check(1 in after and after[-1] == 2,
               "the lost worker's round was dropped, then it was used "
               "again: %s" % after)
+        mid = [k for k, p in steps.items()
+               if p["workers"] < p.get("workers_submitted", 0)]
+        print("rounds that lost a task in flight: %s" % mid)
         model_dir = os.path.join(work, "state", "models", a)
         with open(os.path.join(model_dir, "model.json")) as f:
             meta = json.load(f)
@@ -201,6 +215,22 @@ def main():
                      "pcp_training_tokens_per_second{"]:
             check(name in text, "metric %s exported" % name)
 
+        # The dashboard draws run A's loss curve from its events.
+        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        if chromium:
+            out = subprocess.run(
+                [chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                 "--virtual-time-budget=8000", "--dump-dom",
+                 gt.BASE + "/?token=" + gt.TOKEN],
+                capture_output=True, timeout=90)
+            dom = out.stdout.decode(errors="replace")
+            at = dom.find('id="curve-%s"' % a)
+            curve = dom[at:at + 4000] if at >= 0 else ""
+            check(at >= 0 and ("outer step %d" % STEPS) in curve and
+                  "<polyline" in curve and curve.count(",") >= STEPS,
+                  "dashboard shows run A's loss curve: %s" % curve[:300])
+        else:
+            print("NOTE: chromium not installed; dashboard check skipped")
         if os.environ.get("PCP_TRAIN_E2E_ONLY_A"):
             return 0
         # 3. Run B: 8 steps, gateway SIGKILLed after step 3, restarted.

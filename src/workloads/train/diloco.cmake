@@ -34,3 +34,10 @@ add_test(NAME workloads_adamw_numpy_test
           $<TARGET_FILE:pcp>)
 set_tests_properties(workloads_adamw_numpy_test PROPERTIES
   TIMEOUT 300 ENVIRONMENT "${PCP_TEST_ENV}" LABELS "python;compute")
+# The training service's control flow: a real store and fabric endpoint
+# that no worker joins (rounds with workers: integration_training_e2e).
+pcp_cmocka_test(workloads_training_service_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train/service_test.c
+  DEPS pcp_workloads PkgConfig::JANSSON)
+target_compile_definitions(workloads_training_service_test PRIVATE
+  PCP_TEST_DATA="${CMAKE_SOURCE_DIR}/data/tiny_shakespeare.txt")

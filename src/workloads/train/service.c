@@ -41,7 +41,7 @@ extern char** environ;
 
 static const char* const kJobLabels[] = {"job", NULL};
 static const char* const kKindLabels[] = {"kind", NULL};
-static const double kStepBuckets[] = {0.1, 0.25, 0.5, 1,  2.5, 5,
+static const double kStepBuckets[] = {0.1, 0.25, 0.5, 1,   2.5, 5,
                                       10,  25,   60,  120, 300, 600};
 
 static const pcp_obs_metric_def_t kMetrics[] = {
@@ -167,7 +167,7 @@ typedef struct job_t {
   bool nesterov_ready;
   pcp_diloco_accumulator_t accumulator;
   bool accumulator_ready;
-  void* scratch;  // one worker's flat delta (f32 or bf16)
+  void* scratch;        // one worker's flat delta (f32 or bf16)
   uint64_t outer_step;  // completed outer steps
   pcp_rng_t rng;
   // Totals (also in checkpoints' cursor JSON so a resume continues them).
@@ -231,8 +231,8 @@ static pcp_status_t job_setup(job_t* job) {
   PCP_RETURN_IF_ERROR_BARE(pcp_diloco_config_parse_json(
       o->experiment_json, o->experiment_byte_length, &job->config, NULL));
   json_error_t error;
-  job->experiment = json_loadb(o->experiment_json, o->experiment_byte_length,
-                               0, &error);
+  job->experiment =
+      json_loadb(o->experiment_json, o->experiment_byte_length, 0, &error);
   if (!json_is_object(job->experiment)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "experiment: %s",
                            error.text);
@@ -288,9 +288,8 @@ static pcp_status_t job_setup(job_t* job) {
                            vocab, (long long)job->spec.vocab);
   }
   pcp_data_range_t validation;
-  PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_split(job->dataset, 0.1,
-                                                  &job->train_range,
-                                                  &validation));
+  PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_split(
+      job->dataset, 0.1, &job->train_range, &validation));
 
   // The module text (deterministic for a spec) and the job's directory.
   snprintf(job->dir, sizeof(job->dir), "%s/training/%s", o->state_dir,
@@ -318,11 +317,9 @@ static pcp_status_t job_setup(job_t* job) {
   job->tensor_elements = calloc(job->table.count + 1, sizeof(uint64_t));
   job->scratch = calloc(n ? n : 1, sizeof(float));
   void** buffers = calloc(job->table.count + 1, sizeof(void*));
-  if (!job->parameters || !job->tensor_elements || !job->scratch ||
-      !buffers) {
+  if (!job->parameters || !job->tensor_elements || !job->scratch || !buffers) {
     free(buffers);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                           "%zu parameters", n);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%zu parameters", n);
   }
   for (size_t i = 0; i < job->table.count; ++i) {
     buffers[i] = job->parameters + tensor_offset(job, i);
@@ -351,10 +348,10 @@ static pcp_status_t job_setup(job_t* job) {
 static char* cursor_json(const job_t* job) {
   json_t* cursor = json_pack(
       "{s:s, s:I, s:I, s:I, s:o, s:o}", "kind", "pcp.diloco.stateless.v1",
-      "seed", (json_int_t)job->seed, "wire_bytes",
-      (json_int_t)job->wire_bytes, "token_bytes",
-      (json_int_t)job->token_bytes, "loss", number_or_null(job->last_loss),
-      "loss_mean", number_or_null(job->last_loss_mean));
+      "seed", (json_int_t)job->seed, "wire_bytes", (json_int_t)job->wire_bytes,
+      "token_bytes", (json_int_t)job->token_bytes, "loss",
+      number_or_null(job->last_loss), "loss_mean",
+      number_or_null(job->last_loss_mean));
   char* text = cursor ? json_dumps(cursor, JSON_COMPACT) : NULL;
   json_decref(cursor);
   return text;
@@ -376,10 +373,10 @@ static pcp_status_t checkpoint_restore(job_t* job,
          c->parameter_count * sizeof(float));
   job->outer_step = c->outer_step;
   job->rng = c->rng;
-  json_t* cursor = c->cursor_byte_length
-                       ? json_loadb((const char*)c->cursor,
-                                    c->cursor_byte_length, 0, NULL)
-                       : NULL;
+  json_t* cursor =
+      c->cursor_byte_length
+          ? json_loadb((const char*)c->cursor, c->cursor_byte_length, 0, NULL)
+          : NULL;
   if (cursor) {
     job->wire_bytes =
         (uint64_t)json_integer_value(json_object_get(cursor, "wire_bytes"));
@@ -488,8 +485,7 @@ static pcp_status_t model_export(job_t* job) {
     for (size_t i = 0; i < count; ++i) {
       used += utf8_encode(symbols[i], text + used);
     }
-    tokenizer =
-        json_pack("{s:s, s:s%}", "kind", "char", "vocab", text, used);
+    tokenizer = json_pack("{s:s, s:s%}", "kind", "char", "vocab", text, used);
     free(text);
   } else if (pcp_data_dataset_format(job->dataset) == PCP_DATA_FORMAT_BYTE) {
     tokenizer = json_pack("{s:s}", "kind", "byte");
@@ -504,10 +500,9 @@ static pcp_status_t model_export(job_t* job) {
       (json_int_t)job->spec.layers, "heads", (json_int_t)job->spec.heads,
       "kv_heads", (json_int_t)pcp_models_spec_kv_heads(&job->spec), "width",
       (json_int_t)job->spec.width, "vocab", (json_int_t)job->spec.vocab,
-      "block_size", (json_int_t)job->spec.block_size, "dtype", "f32",
-      "weights", "model.safetensors", "tokenizer",
-      tokenizer ? tokenizer : json_object(), "job_id", o->job_id,
-      "outer_step", (json_int_t)job->outer_step, "loss",
+      "block_size", (json_int_t)job->spec.block_size, "dtype", "f32", "weights",
+      "model.safetensors", "tokenizer", tokenizer ? tokenizer : json_object(),
+      "job_id", o->job_id, "outer_step", (json_int_t)job->outer_step, "loss",
       number_or_null(job->last_loss));
   char* text = model ? json_dumps(model, JSON_INDENT(2)) : NULL;
   json_decref(model);
@@ -570,15 +565,13 @@ static pcp_status_t checkpoint_write(job_t* job) {
 // again) reuses it without deriving anything.
 static pcp_status_t program_build(job_t* job, program_t* program) {
   const pcp_diloco_job_options_t* o = job->options;
-  const char* delta = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16
-                          ? "bf16"
-                          : "f32";
+  const char* delta =
+      job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16 ? "bf16" : "f32";
   char tau[32];
   snprintf(tau, sizeof(tau), "%" PRId64, job->config.tau);
   char key_text[512];
-  snprintf(key_text, sizeof(key_text),
-           "pcp.diloco.program.v1|%s|%s|%s|%s|%s", job->model_hash, tau, delta,
-           program->backend, program->target);
+  snprintf(key_text, sizeof(key_text), "pcp.diloco.program.v1|%s|%s|%s|%s|%s",
+           job->model_hash, tau, delta, program->backend, program->target);
   pcp_sha256_t digest;
   pcp_sha256_compute(key_text, strlen(key_text), &digest);
   char hex[PCP_SHA256_HEX_LENGTH + 1];
@@ -656,9 +649,9 @@ static pcp_status_t program_build(job_t* job, program_t* program) {
   size_t length = 0;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_file_read_all(vmfb, (size_t)1 << 30, &bytes, &length));
-  pcp_status_t status = pcp_fabric_program_register(
-      o->fabric, bytes, length, program->backend, program->target,
-      program->hash);
+  pcp_status_t status =
+      pcp_fabric_program_register(o->fabric, bytes, length, program->backend,
+                                  program->target, program->hash);
   free(bytes);
   PCP_RETURN_IF_ERROR_BARE(status);
   program->ready = true;
@@ -773,9 +766,9 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
   uint32_t t = (uint32_t)job->spec.block_size;
   size_t per_step = (size_t)b * t;
   size_t tau = (size_t)job->config.tau;
-  pcp_status_t status = pcp_data_shard_plan(
-      job->dataset, job->train_range, t, names, w, job->outer_step, job->seed,
-      plan);
+  pcp_status_t status =
+      pcp_data_shard_plan(job->dataset, job->train_range, t, names, w,
+                          job->outer_step, job->seed, plan);
   for (uint32_t k = 0; k < w && !status; ++k) {
     round_task_t* task = &round->tasks[k];
     task->tokens = malloc(2 * tau * per_step * sizeof(int32_t));
@@ -792,9 +785,9 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
         .seed = plan[k].seed,
     };
     pcp_data_sampler_t* sampler = NULL;
-    status = pcp_data_sampler_create(job->dataset, plan[k].range,
-                                     &sampler_options, pcp_allocator_system(),
-                                     &sampler);
+    status =
+        pcp_data_sampler_create(job->dataset, plan[k].range, &sampler_options,
+                                pcp_allocator_system(), &sampler);
     if (status) {
       break;
     }
@@ -814,8 +807,8 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
     int32_t* ids = task->tokens;
     int32_t* targets = task->tokens + tau * per_step;
     for (size_t s = 0; s < tau; ++s) {
-      pcp_data_sampler_next(sampler, ids + s * per_step,
-                            targets + s * per_step, NULL);
+      pcp_data_sampler_next(sampler, ids + s * per_step, targets + s * per_step,
+                            NULL);
     }
     pcp_data_sampler_release(sampler);
   }
@@ -959,14 +952,13 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
     }
     // Check every delta's size before copying any.
     for (size_t i = 0; !task_status && !status && i < n; ++i) {
-      uint64_t want = (uint64_t)job->table.parameters[i].element_count *
-                      element_size;
+      uint64_t want =
+          (uint64_t)job->table.parameters[i].element_count * element_size;
       if (outputs[i].byte_length != want) {
         status = pcp_make_status(PCP_STATUS_INTERNAL,
                                  "worker %s: delta %zu has %" PRIu64
                                  " bytes, expected %" PRIu64,
-                                 t->worker_id, i, outputs[i].byte_length,
-                                 want);
+                                 t->worker_id, i, outputs[i].byte_length, want);
       }
     }
     if (!task_status && !status &&
@@ -1000,8 +992,7 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
           (uint64_t)job->table.parameters[i].element_count * sizeof(float);
     }
     PCP_RETURN_IF_ERROR_BARE(
-        bf16 ? pcp_diloco_accumulator_add_bf16(&job->accumulator,
-                                               job->scratch,
+        bf16 ? pcp_diloco_accumulator_add_bf16(&job->accumulator, job->scratch,
                                                job->parameter_count)
              : pcp_diloco_accumulator_add_f32(&job->accumulator, job->scratch,
                                               job->parameter_count));
@@ -1026,20 +1017,26 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
 
 static json_t* progress_json(const job_t* job, const round_outcome_t* outcome,
                              double seconds, double tokens_per_second) {
-  return json_pack(
+  json_t* progress = json_pack(
       "{s:I, s:I, s:o, s:o, s:f, s:I, s:I, s:I, s:I, s:f, s:I, s:s}",
       "outer_step", (json_int_t)job->outer_step, "outer_loop_steps",
       (json_int_t)job->config.outer_loop_steps, "loss",
       number_or_null(job->last_loss), "loss_mean",
       number_or_null(job->last_loss_mean), "tokens_per_second",
-      tokens_per_second,
-      "wire_bytes", (json_int_t)job->wire_bytes, "step_wire_bytes",
+      tokens_per_second, "wire_bytes", (json_int_t)job->wire_bytes,
+      "step_wire_bytes",
       (json_int_t)(outcome ? outcome->parameter_bytes + outcome->delta_bytes
                            : 0),
       "token_bytes", (json_int_t)job->token_bytes, "workers",
       (json_int_t)(outcome ? outcome->reporters : 0), "seconds", seconds,
       "parameter_count", (json_int_t)job->parameter_count, "deltas_dtype",
       job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16 ? "bf16" : "f32");
+  if (progress) {
+    // The submit-time progress object (and `pcp submit train`) spell it
+    // tokens_per_s.
+    json_object_set_new(progress, "tokens_per_s", json_real(tokens_per_second));
+  }
+  return progress;
 }
 
 static void progress_report(job_t* job, json_t* progress) {
@@ -1134,11 +1131,9 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
           nonfinite);
   json_t* progress = progress_json(job, &outcome, seconds, tokens_per_second);
   if (progress) {
-    json_object_set_new(progress, "workers_submitted",
-                        json_integer(submitted));
-    pcp_status_ignore(pcp_store_job_event_append(o->store, o->job_id,
-                                                 "training.step", progress,
-                                                 NULL));
+    json_object_set_new(progress, "workers_submitted", json_integer(submitted));
+    pcp_status_ignore(pcp_store_job_event_append(
+        o->store, o->job_id, "training.step", progress, NULL));
   }
   progress_report(job, progress);
   json_decref(progress);
@@ -1180,11 +1175,12 @@ pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
   }
   uint32_t empty_rounds = 0;
   char last_error[256] = "";
-  while (!status &&
-         (int64_t)job.outer_step < job.config.outer_loop_steps) {
+  while (!status && (int64_t)job.outer_step < job.config.outer_loop_steps) {
     if (should_stop(&job)) {
-      status = pcp_make_status(PCP_STATUS_CANCELLED, "training stopped at "
-                               "outer step %" PRIu64, job.outer_step);
+      status = pcp_make_status(PCP_STATUS_CANCELLED,
+                               "training stopped at "
+                               "outer step %" PRIu64,
+                               job.outer_step);
       break;
     }
     bool stopped = false, advanced = false;

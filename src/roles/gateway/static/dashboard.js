@@ -44,9 +44,74 @@ async function refresh() {
       cell(tr, x.error);
       jb.appendChild(tr);
     }
+    await refreshTraining();
   } catch (e) {
     document.getElementById("status").textContent = "error: " + e.message;
   }
+}
+
+// Loss curves of training jobs, from their training.step events (the last
+// event per outer step wins: a resumed job repeats the steps after its
+// checkpoint).
+const SVG = "http://www.w3.org/2000/svg";
+
+function svgElement(name, attrs) {
+  const e = document.createElementNS(SVG, name);
+  for (const k in attrs) e.setAttribute(k, attrs[k]);
+  return e;
+}
+
+function lossCurve(job, steps) {
+  const div = document.createElement("div");
+  div.className = "curve";
+  div.id = "curve-" + job.job_id;
+  const xs = Object.keys(steps).map(Number).sort((a, b) => a - b);
+  const losses = xs.map((x) => steps[x]);
+  const last = xs.length ? xs[xs.length - 1] : 0;
+  const caption = document.createElement("p");
+  caption.className = "caption";
+  caption.textContent = job.job_id + " (" + job.state + "): outer step " +
+    last + (xs.length ? ", loss " + losses[losses.length - 1].toFixed(3) : "");
+  div.appendChild(caption);
+  const w = 480, h = 160, pad = 30;
+  const svg = svgElement("svg", { width: w, height: h, role: "img",
+    "aria-label": "loss curve of " + job.job_id });
+  if (xs.length) {
+    const lo = Math.min(...losses), hi = Math.max(...losses);
+    const span = hi > lo ? hi - lo : 1;
+    const maxX = Math.max(last, 1);
+    const points = xs.map((x, i) =>
+      (pad + (w - 2 * pad) * x / maxX).toFixed(1) + "," +
+      (h - pad - (h - 2 * pad) * (losses[i] - lo) / span).toFixed(1));
+    svg.appendChild(svgElement("polyline", { points: points.join(" ") }));
+    const top = svgElement("text", { x: 2, y: pad, class: "axis" });
+    top.textContent = hi.toFixed(2);
+    const bottom = svgElement("text", { x: 2, y: h - pad, class: "axis" });
+    bottom.textContent = lo.toFixed(2);
+    const right = svgElement("text", { x: w - pad, y: h - 8, class: "axis" });
+    right.textContent = String(last);
+    svg.append(top, bottom, right);
+  }
+  div.appendChild(svg);
+  return div;
+}
+
+async function refreshTraining() {
+  const j = await getJson("/v1/jobs?kind=training&limit=20");
+  const box = document.getElementById("training");
+  const curves = [];
+  for (const job of j.jobs) {
+    const e = await getJson("/v1/jobs/" + job.job_id + "/events");
+    const steps = {};
+    for (const ev of e.events) {
+      if (ev.type === "training.step" && ev.payload &&
+          typeof ev.payload.loss === "number") {
+        steps[ev.payload.outer_step] = ev.payload.loss;
+      }
+    }
+    curves.push(lossCurve(job, steps));
+  }
+  box.replaceChildren(...curves);
 }
 
 function addEvent(kind, text) {

@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: Apache-2.0
+// Control flow of the training service (service.c) with a real store and a
+// real fabric endpoint that no worker joins: the model spec mapping, the
+// metric families, set-up errors naming the key, the stop hook while no
+// worker is there, and the phase/progress hooks. Rounds with real workers:
+// tests/integration/training_e2e_test.py.
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "workloads/workloads.h"
+
+#ifndef PCP_TEST_DATA
+#define PCP_TEST_DATA "data/tiny_shakespeare.txt"
+#endif
+
+static void expect_code_at(pcp_status_t status, pcp_status_code_t code,
+                           const char* needle, const char* file, int line) {
+  pcp_status_code_t actual = pcp_status_code(status);
+  char text[1024] = "";
+  pcp_status_format(status, text, sizeof(text));
+  if (actual != code || (needle && !strstr(text, needle))) {
+    print_error("%s:%d: want %s naming '%s', got %s\n", file, line,
+                pcp_status_code_string(code), needle ? needle : "", text);
+    pcp_status_ignore(status);
+    fail();
+  }
+  pcp_status_ignore(status);
+}
+#define EXPECT_CODE(expr, code, needle) \
+  expect_code_at((expr), (code), (needle), __FILE__, __LINE__)
+
+static void spec_resolve(void** state) {
+  (void)state;
+  pcp_diloco_config_t config;
+  const char* text =
+      "{\"model\": {\"kind\": \"gpt\", \"layers\": 2, \"heads\": 4, "
+      "\"width\": 64, \"vocab\": 65, \"block_size\": 16, \"batch\": 2}, "
+      "\"data_path\": \"x\"}";
+  EXPECT_CODE(pcp_diloco_config_parse_json(text, strlen(text), &config, NULL),
+              PCP_STATUS_OK, NULL);
+  pcp_models_spec_t spec;
+  EXPECT_CODE(pcp_diloco_model_spec_resolve(&config, &spec), PCP_STATUS_OK,
+              NULL);
+  assert_int_equal(spec.architecture, PCP_MODELS_ARCHITECTURE_GPT);
+  assert_int_equal(spec.kv_heads, 0);  // GPT: kv = heads
+  assert_int_equal(spec.width, 64);
+  assert_int_equal(spec.batch, 2);
+  config.model.width = 66;  // not a multiple of heads: the models rule
+  EXPECT_CODE(pcp_diloco_model_spec_resolve(&config, &spec),
+              PCP_STATUS_INVALID_ARGUMENT, "key 'model'");
+  config.model.present = false;
+  EXPECT_CODE(pcp_diloco_model_spec_resolve(&config, &spec),
+              PCP_STATUS_FAILED_PRECONDITION, "model_path");
+  pcp_diloco_config_deinitialize(&config);
+}
+
+static void metrics_register(void** state) {
+  (void)state;
+  pcp_obs_registry_t* registry = NULL;
+  EXPECT_CODE(pcp_obs_registry_create(pcp_allocator_system(), &registry),
+              PCP_STATUS_OK, NULL);
+  pcp_diloco_metrics_t metrics;
+  EXPECT_CODE(pcp_diloco_metrics_register(registry, &metrics), PCP_STATUS_OK,
+              NULL);
+  assert_non_null(metrics.outer_step_seconds);
+  assert_non_null(metrics.lost_tasks);
+  EXPECT_CODE(pcp_diloco_metrics_register(registry, &metrics),
+              PCP_STATUS_ALREADY_EXISTS, NULL);
+  pcp_obs_registry_release(registry);
+}
+
+typedef struct harness_t {
+  char dir[256];
+  pcp_store_t* store;
+  pcp_fabric_endpoint_t* fabric;
+  int stop_after_polls;  // should_stop answers true from this poll on
+  int polls;
+  int phases;
+  int progress_reports;
+} harness_t;
+
+static pcp_status_t on_phase(void* user_data, pcp_diloco_job_phase_t phase) {
+  harness_t* h = user_data;
+  assert_int_equal(phase, PCP_DILOCO_JOB_PHASE_RUNNING);
+  ++h->phases;
+  return pcp_ok_status();
+}
+
+static void on_progress(void* user_data, const json_t* progress) {
+  harness_t* h = user_data;
+  assert_int_equal(json_integer_value(json_object_get(progress, "outer_step")),
+                   0);
+  assert_true(json_is_null(json_object_get(progress, "loss")));
+  ++h->progress_reports;
+}
+
+static bool on_should_stop(void* user_data) {
+  harness_t* h = user_data;
+  return ++h->polls >= h->stop_after_polls;
+}
+
+static int harness_setup(void** state) {
+  harness_t* h = calloc(1, sizeof(*h));
+  snprintf(h->dir, sizeof(h->dir), "/tmp/pcp-service-test-XXXXXX");
+  assert_non_null(mkdtemp(h->dir));
+  pcp_store_options_t store_options;
+  pcp_store_options_initialize(&store_options);
+  store_options.state_dir = h->dir;
+  EXPECT_CODE(
+      pcp_store_create(&store_options, pcp_allocator_system(), &h->store),
+      PCP_STATUS_OK, NULL);
+  setenv("PCP_SERVICE_TEST_JOIN", "token", 1);
+  pcp_fabric_options_t fabric_options;
+  pcp_fabric_options_initialize(&fabric_options);
+  fabric_options.join_token_env = "PCP_SERVICE_TEST_JOIN";
+  EXPECT_CODE(pcp_fabric_endpoint_create(&fabric_options,
+                                         pcp_allocator_system(), &h->fabric),
+              PCP_STATUS_OK, NULL);
+  *state = h;
+  return 0;
+}
+
+static int harness_teardown(void** state) {
+  harness_t* h = *state;
+  pcp_fabric_endpoint_release(h->fabric);
+  pcp_store_release(h->store);
+  char command[300];
+  snprintf(command, sizeof(command), "rm -rf %s", h->dir);
+  if (system(command) != 0) {
+    print_error("could not remove %s\n", h->dir);
+  }
+  free(h);
+  return 0;
+}
+
+static pcp_status_t run(harness_t* h, const char* job_id,
+                        const char* experiment) {
+  json_t* spec = json_object();
+  pcp_status_t status =
+      pcp_store_job_create(h->store, job_id, "training", spec, NULL);
+  json_decref(spec);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  pcp_diloco_job_options_t options = {
+      .job_id = job_id,
+      .experiment_json = experiment,
+      .experiment_byte_length = strlen(experiment),
+      .fabric = h->fabric,
+      .store = h->store,
+      .state_dir = h->dir,
+      .pcp_path = "/nonexistent/pcp",  // never reached: no worker joins
+      .clock = pcp_clock_system(),
+      .hooks = {.phase = on_phase,
+                .progress = on_progress,
+                .should_stop = on_should_stop,
+                .user_data = h},
+  };
+  return pcp_diloco_job_run(&options);
+}
+
+static char* experiment(const char* extra) {
+  static char text[2048];
+  snprintf(text, sizeof(text),
+           "{\"model\": {\"kind\": \"gpt\", \"layers\": 1, \"heads\": 2, "
+           "\"kv_heads\": 2, "
+           "\"width\": 32, \"vocab\": 65, \"block_size\": 16, \"batch\": 2}, "
+           "\"data_path\": \"%s\", \"tau\": 2, \"outer_loop_steps\": 3%s}",
+           PCP_TEST_DATA, extra);
+  return text;
+}
+
+static void setup_errors_name_the_key(void** state) {
+  harness_t* h = *state;
+  h->stop_after_polls = 1000000;
+  char bad_vocab[2048];
+  snprintf(bad_vocab, sizeof(bad_vocab), "%s", experiment(""));
+  char* v = strstr(bad_vocab, "\"vocab\": 65");
+  memcpy(v, "\"vocab\": 16", 11);
+  EXPECT_CODE(run(h, "job-vocab", bad_vocab), PCP_STATUS_INVALID_ARGUMENT,
+              "model.vocab");
+  char missing[2048];
+  snprintf(missing, sizeof(missing), "%s", experiment(""));
+  char* path = strstr(missing, PCP_TEST_DATA);
+  memcpy(path, "/nonexistent/", 13);
+  EXPECT_CODE(run(h, "job-data", missing), PCP_STATUS_NOT_FOUND, "data_path");
+  EXPECT_CODE(run(h, "job-stream",
+                  experiment(", \"streaming\": {\"num_fragments\": 2}")),
+              PCP_STATUS_UNIMPLEMENTED, "streaming");
+  EXPECT_CODE(run(h, "job-tau", experiment(", \"tau\": 0")),
+              PCP_STATUS_INVALID_ARGUMENT, "tau");
+  assert_int_equal(h->phases, 0);  // no job got as far as running
+}
+
+static void stop_while_no_worker(void** state) {
+  harness_t* h = *state;
+  // No worker joins: every round waits; the hook stops the run on its
+  // third poll, before any program is built.
+  h->stop_after_polls = 3;
+  EXPECT_CODE(run(h, "job-stop", experiment("")), PCP_STATUS_CANCELLED,
+              "outer step 0");
+  assert_int_equal(h->phases, 1);
+  assert_int_equal(h->progress_reports, 1);
+  assert_int_equal(h->polls, 3);
+  // The module was written for the compile child.
+  char path[512];
+  snprintf(path, sizeof(path), "%s/training/job-stop/model.mlir", h->dir);
+  assert_true(pcp_file_exists(path));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(spec_resolve),
+      cmocka_unit_test(metrics_register),
+      cmocka_unit_test_setup_teardown(setup_errors_name_the_key, harness_setup,
+                                      harness_teardown),
+      cmocka_unit_test_setup_teardown(stop_while_no_worker, harness_setup,
+                                      harness_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
