@@ -154,6 +154,9 @@ typedef struct job_t {
   pcp_models_parameter_table_t table;
   bool table_ready;
   char dir[1024];  // <state_dir>/training/<job_id>
+  // checkpoint_dir, a relative one taken under the state dir (the gateway's
+  // working directory is nobody's business).
+  char checkpoint_dir[1200];
   char* model_text;
   size_t model_length;
   char model_hash[PCP_SHA256_HEX_LENGTH + 1];
@@ -244,10 +247,12 @@ static pcp_status_t job_setup(job_t* job) {
            json_is_string(name) ? json_string_value(name) : o->job_id);
   json_t* seed = json_object_get(job->experiment, "seed");
   job->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
-  if (job->config.streaming.present) {
-    return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
-                           "key 'streaming': streaming DiLoCo is not served "
-                           "by the training service yet");
+  if (job->config.tau > 4096) {
+    // The fused inner loop's bound (pcp compile --inner-steps).
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'tau': %lld inner steps; the round program "
+                           "takes at most 4096",
+                           (long long)job->config.tau);
   }
   if (job->config.dtype != PCP_DILOCO_DTYPE_F32) {
     return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
@@ -260,6 +265,22 @@ static pcp_status_t job_setup(job_t* job) {
       &job->spec, pcp_allocator_system(), &job->table));
   job->table_ready = true;
 
+  // One task frame carries every parameter as a section (classic) or one
+  // fragment's (streaming), within the fabric's per-frame section limit.
+  uint32_t max_sections = pcp_proto_limits_default().max_sections;
+  size_t per_frame =
+      job->config.streaming.present
+          ? (job->table.count + (size_t)job->config.streaming.num_fragments -
+             1) / (size_t)job->config.streaming.num_fragments + 1
+          : job->table.count + 3;
+  if (per_frame > max_sections) {
+    return pcp_make_status(
+        PCP_STATUS_FAILED_PRECONDITION,
+        "key 'model': %zu tensors need %zu sections in one task frame; the "
+        "fabric carries at most %u (use fewer layers%s)",
+        job->table.count, per_frame, max_sections,
+        job->config.streaming.present ? " or more fragments" : "");
+  }
   // The dataset: the tokenizer names its format; the model's vocabulary
   // must hold every id.
   pcp_data_format_t format = PCP_DATA_FORMAT_CHAR;
@@ -291,6 +312,12 @@ static pcp_status_t job_setup(job_t* job) {
   PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_split(
       job->dataset, 0.1, &job->train_range, &validation));
 
+  const char* checkpoint_dir = job->config.checkpoint_dir;
+  if (checkpoint_dir && checkpoint_dir[0]) {
+    snprintf(job->checkpoint_dir, sizeof(job->checkpoint_dir), "%s%s%s",
+             checkpoint_dir[0] == '/' ? "" : o->state_dir,
+             checkpoint_dir[0] == '/' ? "" : "/", checkpoint_dir);
+  }
   // The module text (deterministic for a spec) and the job's directory.
   snprintf(job->dir, sizeof(job->dir), "%s/training/%s", o->state_dir,
            o->job_id);
@@ -416,9 +443,9 @@ static pcp_status_t job_resume(job_t* job) {
     return status;
   }
   pcp_status_ignore(status);
-  if (job->config.resume && job->config.checkpoint_dir) {
-    char path[1200];
-    snprintf(path, sizeof(path), "%s/latest.ckpt", job->config.checkpoint_dir);
+  if (job->config.resume && job->checkpoint_dir[0]) {
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/latest.ckpt", job->checkpoint_dir);
     if (pcp_file_exists(path)) {
       return checkpoint_file_restore(job, path);
     }
@@ -540,10 +567,10 @@ static pcp_status_t checkpoint_write(job_t* job) {
     pcp_status_ignore(status);
     status = pcp_ok_status();
   }
-  if (!status && job->config.checkpoint_dir) {
-    char path[1200];
-    status = make_dirs(job->config.checkpoint_dir);
-    snprintf(path, sizeof(path), "%s/latest.ckpt", job->config.checkpoint_dir);
+  if (!status && job->checkpoint_dir[0]) {
+    char path[1300];
+    status = make_dirs(job->checkpoint_dir);
+    snprintf(path, sizeof(path), "%s/latest.ckpt", job->checkpoint_dir);
     if (!status) {
       status = pcp_diloco_checkpoint_save(&c, path);
     }
@@ -559,19 +586,26 @@ static pcp_status_t checkpoint_write(job_t* job) {
 // Programs
 //===----------------------------------------------------------------------===//
 
-// Runs `pcp compile --program diloco ...` for (backend, target) in a child
-// process, its output in a file named by the content hash of everything
-// that shapes the program, so a restarted job (or the same experiment
-// again) reuses it without deriving anything.
-static pcp_status_t program_build(job_t* job, program_t* program) {
+// Runs `pcp compile [--program KIND --inner-steps K] MLIR` for (backend,
+// target) in a child process (no MLIR in the gateway), its output in a file
+// named by the content hash of everything that shapes the program, so a
+// restarted job (or the same experiment again) reuses it without deriving
+// anything; then registers it with the fabric. |kind| NULL compiles the
+// module as it is.
+static pcp_status_t child_compile(job_t* job, const char* mlir_path,
+                                  const char* content_hash, const char* kind,
+                                  int64_t inner_steps, const char* backend,
+                                  const char* target,
+                                  uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]) {
   const pcp_diloco_job_options_t* o = job->options;
   const char* delta =
       job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16 ? "bf16" : "f32";
-  char tau[32];
-  snprintf(tau, sizeof(tau), "%" PRId64, job->config.tau);
+  char steps[32];
+  snprintf(steps, sizeof(steps), "%" PRId64, inner_steps);
   char key_text[512];
-  snprintf(key_text, sizeof(key_text), "pcp.diloco.program.v1|%s|%s|%s|%s|%s",
-           job->model_hash, tau, delta, program->backend, program->target);
+  snprintf(key_text, sizeof(key_text),
+           "pcp.diloco.program.v2|%s|%s|%s|%s|%s|%s", content_hash,
+           kind ? kind : "-", steps, delta, backend, target);
   pcp_sha256_t digest;
   pcp_sha256_compute(key_text, strlen(key_text), &digest);
   char hex[PCP_SHA256_HEX_LENGTH + 1];
@@ -582,31 +616,32 @@ static pcp_status_t program_build(job_t* job, program_t* program) {
   char vmfb[1300];
   snprintf(vmfb, sizeof(vmfb), "%s/diloco-%.32s.vmfb", artifacts, hex);
   if (!pcp_file_exists(vmfb)) {
-    char model[1200], log_path[1300];
-    snprintf(model, sizeof(model), "%s/model.mlir", job->dir);
-    snprintf(log_path, sizeof(log_path), "%s/compile-%s.log", job->dir,
-             program->backend);
-    char* argv[20];
+    char log_path[1300];
+    snprintf(log_path, sizeof(log_path), "%s/compile-%.12s.log", job->dir,
+             hex);
+    char* argv[24];
     int argc = 0;
     argv[argc++] = (char*)o->pcp_path;
     argv[argc++] = "compile";
-    argv[argc++] = "--program";
-    argv[argc++] = "diloco";
-    argv[argc++] = "--inner-steps";
-    argv[argc++] = tau;
-    argv[argc++] = "--delta-dtype";
-    argv[argc++] = (char*)delta;
+    if (kind) {
+      argv[argc++] = "--program";
+      argv[argc++] = (char*)kind;
+      argv[argc++] = "--inner-steps";
+      argv[argc++] = steps;
+      argv[argc++] = "--delta-dtype";
+      argv[argc++] = (char*)delta;
+    }
     argv[argc++] = "--backend";
-    argv[argc++] = program->backend;
-    if (program->target[0]) {
+    argv[argc++] = (char*)backend;
+    if (target[0]) {
       argv[argc++] = "--target";
-      argv[argc++] = program->target;
+      argv[argc++] = (char*)target;
     }
     argv[argc++] = "--cache-dir";
     argv[argc++] = artifacts;
     argv[argc++] = "-o";
     argv[argc++] = vmfb;
-    argv[argc++] = model;
+    argv[argc++] = (char*)mlir_path;
     argv[argc] = NULL;
     int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -618,9 +653,9 @@ static pcp_status_t program_build(job_t* job, program_t* program) {
     posix_spawn_file_actions_adddup2(&actions, fd, STDERR_FILENO);
     pid_t pid = 0;
     PCP_LOG(PCP_LOG_INFO, &job->log,
-            "compiling the round program backend=%s target=%s tau=%s",
-            program->backend, program->target[0] ? program->target : "default",
-            tau);
+            "compiling program=%s inner_steps=%s backend=%s target=%s",
+            kind ? kind : "module", steps, backend,
+            target[0] ? target : "default");
     int64_t start = pcp_clock_now_ns(o->clock);
     int rc = posix_spawn(&pid, o->pcp_path, &actions, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&actions);
@@ -635,25 +670,32 @@ static pcp_status_t program_build(job_t* job, program_t* program) {
       return pcp_make_status(
           WIFEXITED(wait_status) ? PCP_STATUS_INVALID_ARGUMENT
                                  : PCP_STATUS_INTERNAL,
-          "pcp compile --program diloco for %s/%s failed (%s %d); see %s",
-          program->backend, program->target,
+          "pcp compile --program %s for %s/%s failed (%s %d); see %s",
+          kind ? kind : "-", backend, target,
           WIFEXITED(wait_status) ? "exit" : "signal",
           WIFEXITED(wait_status) ? WEXITSTATUS(wait_status)
                                  : WTERMSIG(wait_status),
           log_path);
     }
-    PCP_LOG(PCP_LOG_INFO, &job->log, "round program compiled seconds=%.1f",
+    PCP_LOG(PCP_LOG_INFO, &job->log, "program compiled seconds=%.1f",
             (double)(pcp_clock_now_ns(o->clock) - start) / 1e9);
   }
   void* bytes = NULL;
   size_t length = 0;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_file_read_all(vmfb, (size_t)1 << 30, &bytes, &length));
-  pcp_status_t status =
-      pcp_fabric_program_register(o->fabric, bytes, length, program->backend,
-                                  program->target, program->hash);
+  pcp_status_t status = pcp_fabric_program_register(
+      o->fabric, bytes, length, backend, target, out_hash);
   free(bytes);
-  PCP_RETURN_IF_ERROR_BARE(status);
+  return status;
+}
+
+static pcp_status_t program_build(job_t* job, program_t* program) {
+  char model[1200];
+  snprintf(model, sizeof(model), "%s/model.mlir", job->dir);
+  PCP_RETURN_IF_ERROR_BARE(child_compile(
+      job, model, job->model_hash, "diloco", job->config.tau,
+      program->backend, program->target, program->hash));
   program->ready = true;
   ++job->compiled_count;
   return pcp_ok_status();
@@ -996,8 +1038,8 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
                                                job->parameter_count)
              : pcp_diloco_accumulator_add_f32(&job->accumulator, job->scratch,
                                               job->parameter_count));
-    float losses[4096];
-    memcpy(losses, outputs[n].data, tau * sizeof(float));
+    // Sections are 64-byte aligned in the received frame.
+    const float* losses = outputs[n].data;
     double sum = 0;
     for (size_t s = 0; s < tau; ++s) {
       sum += losses[s];
@@ -1146,6 +1188,875 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
 }
 
 //===----------------------------------------------------------------------===//
+// Streaming DiLoCo (reference s.1.2)
+//===----------------------------------------------------------------------===//
+//
+// Worker-resident state in one fabric session per worker: the local
+// parameters "p<i>", AdamW moments "m<i>"/"v<i>" (kept across steps, as
+// upstream) and the fragment snapshots "s<i>". The gateway drives every
+// worker in lock step, one local step per task (@train_steps with K=1 of
+// `pcp compile --program train`, state in and out as resident refs, only the
+// batch and the loss on the wire), and per fragment two small element-wise
+// programs emitted here as StableHLO text:
+//   @delta(s..., c...) -> (s - c in the wire dtype..., c...)   send: the
+//       delta comes back, the current values stay as the new snapshot;
+//   @mix(alpha, g..., l...) -> (b..., b...)  receive: b = alpha*l +
+//       (1-alpha)*g becomes both the local values and the snapshot.
+// The master parameters and the outer Nesterov state stay on the gateway,
+// updated per fragment when its deltas are in. The schedule is diloco.h's.
+// A worker lost mid-run is dropped for the rest of the run (its state was on
+// it); streaming jobs checkpoint and export the masters at the end only.
+
+#define MAX_FRAGMENTS 64
+
+typedef struct stream_worker_t {
+  char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  char session[PCP_STORE_ID_MAX_LENGTH + 48];
+  bool alive;
+  pcp_data_sampler_t* sampler;
+  int32_t* tokens;  // ids then targets, B*T each
+  pcp_fabric_task_t* task;
+  float last_loss;
+} stream_worker_t;
+
+typedef struct stream_t {
+  job_t* job;
+  pcp_streaming_diloco_schedule_t schedule;
+  uint8_t train_hash[PCP_SHA256_BYTE_LENGTH];
+  uint8_t fragment_hash[MAX_FRAGMENTS][PCP_SHA256_BYTE_LENGTH];
+  stream_worker_t workers[MAX_ROUND_WORKERS];
+  uint32_t worker_count;
+  char (*names)[24];  // "p0", "m0", "v0", "s0" ... per tensor: 4 each
+  float* zeros;       // parameter_count zeros: the first moments
+  float alpha;
+  float lr;
+  float step_value;
+  uint64_t syncs;
+  uint64_t sync_total;
+  bool bf16;
+} stream_t;
+
+static const char* resident_name(stream_t* st, char kind, size_t tensor) {
+  size_t slot = kind == 'p' ? 0 : kind == 'm' ? 1 : kind == 'v' ? 2 : 3;
+  return st->names[4 * tensor + slot];
+}
+
+static void type_text(const pcp_models_parameter_t* p, const char* element,
+                      char* out, size_t capacity) {
+  int used = snprintf(out, capacity, "tensor<");
+  for (int32_t d = 0; d < p->rank; ++d) {
+    used += snprintf(out + used, capacity - (size_t)used, "%lldx",
+                     (long long)p->dims[d]);
+  }
+  snprintf(out + used, capacity - (size_t)used, "%s>", element);
+}
+
+// The @delta / @mix module of fragment |fragment|.
+static pcp_status_t fragment_module_emit(stream_t* st, uint32_t fragment,
+                                         pcp_string_builder_t* b) {
+  const pcp_models_parameter_table_t* table = &st->job->table;
+  uint32_t P = st->schedule.fragments;
+  const char* wire = st->bf16 ? "bf16" : "f32";
+  char t[128], w[128];
+  pcp_status_t status = pcp_string_builder_append_cstring(b, "module {\n");
+  // @delta
+  if (!status) status = pcp_string_builder_append_cstring(b, "  func.func @delta(");
+  bool first = true;
+  for (int pass = 0; pass < 2 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      type_text(&table->parameters[i], "f32", t, sizeof(t));
+      status = pcp_string_builder_append_f(b, "%s%%%c%zu: %s", first ? "" : ", ",
+                                           pass ? 'c' : 's', i, t);
+      first = false;
+    }
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, ") -> (");
+  first = true;
+  for (int pass = 0; pass < 2 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      type_text(&table->parameters[i], pass ? "f32" : wire, t, sizeof(t));
+      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
+      first = false;
+    }
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, ") {\n");
+  for (size_t i = fragment; i < table->count && !status; i += P) {
+    type_text(&table->parameters[i], "f32", t, sizeof(t));
+    type_text(&table->parameters[i], wire, w, sizeof(w));
+    status = pcp_string_builder_append_f(
+        b, "    %%d%zu = stablehlo.subtract %%s%zu, %%c%zu : %s\n", i, i, i, t);
+    if (!status && st->bf16) {
+      status = pcp_string_builder_append_f(
+          b, "    %%w%zu = stablehlo.convert %%d%zu : (%s) -> %s\n", i, i, t,
+          w);
+    }
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, "    return ");
+  first = true;
+  for (int pass = 0; pass < 2 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      status = pcp_string_builder_append_f(b, "%s%%%s%zu", first ? "" : ", ",
+                                           pass ? "c" : (st->bf16 ? "w" : "d"), i);
+      first = false;
+    }
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, " : ");
+  first = true;
+  for (int pass = 0; pass < 2 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      type_text(&table->parameters[i], pass ? "f32" : wire, t, sizeof(t));
+      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
+      first = false;
+    }
+  }
+  // @mix
+  if (!status) {
+    status = pcp_string_builder_append_cstring(
+        b, "\n  }\n  func.func @mix(%alpha: tensor<f32>");
+  }
+  for (int pass = 0; pass < 2 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      type_text(&table->parameters[i], "f32", t, sizeof(t));
+      status = pcp_string_builder_append_f(b, ", %%%c%zu: %s",
+                                           pass ? 'l' : 'g', i, t);
+    }
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, ") -> (");
+  first = true;
+  for (int pass = 0; pass < 2 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      type_text(&table->parameters[i], "f32", t, sizeof(t));
+      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
+      first = false;
+    }
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, ") {\n");
+  for (size_t i = fragment; i < table->count && !status; i += P) {
+    type_text(&table->parameters[i], "f32", t, sizeof(t));
+    status = pcp_string_builder_append_f(
+        b,
+        "    %%a%zu = stablehlo.broadcast_in_dim %%alpha, dims = [] : "
+        "(tensor<f32>) -> %s\n"
+        "    %%one%zu = stablehlo.constant dense<1.000000e+00> : %s\n"
+        "    %%r%zu = stablehlo.subtract %%one%zu, %%a%zu : %s\n"
+        "    %%x%zu = stablehlo.multiply %%a%zu, %%l%zu : %s\n"
+        "    %%y%zu = stablehlo.multiply %%r%zu, %%g%zu : %s\n"
+        "    %%b%zu = stablehlo.add %%x%zu, %%y%zu : %s\n",
+        i, t, i, t, i, i, i, t, i, i, i, t, i, i, i, t, i, i, i, t);
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, "    return ");
+  first = true;
+  for (int pass = 0; pass < 2 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      status = pcp_string_builder_append_f(b, "%s%%b%zu", first ? "" : ", ", i);
+      first = false;
+    }
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, " : ");
+  first = true;
+  for (int pass = 0; pass < 2 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      type_text(&table->parameters[i], "f32", t, sizeof(t));
+      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
+      first = false;
+    }
+  }
+  // @init(p...) -> (p..., 0..., 0..., p...): the local parameters, zero
+  // AdamW moments and the snapshot, made on the worker from the fragment's
+  // masters (the frame carries only this fragment's tensors).
+  if (!status) {
+    status =
+        pcp_string_builder_append_cstring(b, "\n  }\n  func.func @init(");
+  }
+  first = true;
+  for (size_t i = fragment; i < table->count && !status; i += P) {
+    type_text(&table->parameters[i], "f32", t, sizeof(t));
+    status = pcp_string_builder_append_f(b, "%s%%p%zu: %s", first ? "" : ", ",
+                                         i, t);
+    first = false;
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, ") -> (");
+  first = true;
+  for (int pass = 0; pass < 4 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      type_text(&table->parameters[i], "f32", t, sizeof(t));
+      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
+      first = false;
+    }
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, ") {\n");
+  for (size_t i = fragment; i < table->count && !status; i += P) {
+    type_text(&table->parameters[i], "f32", t, sizeof(t));
+    status = pcp_string_builder_append_f(
+        b, "    %%z%zu = stablehlo.constant dense<0.000000e+00> : %s\n", i, t);
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, "    return ");
+  first = true;
+  for (int pass = 0; pass < 4 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      status = pcp_string_builder_append_f(
+          b, "%s%%%c%zu", first ? "" : ", ",
+          (pass == 1 || pass == 2) ? 'z' : 'p', i);
+      first = false;
+    }
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, " : ");
+  first = true;
+  for (int pass = 0; pass < 4 && !status; ++pass) {
+    for (size_t i = fragment; i < table->count && !status; i += P) {
+      type_text(&table->parameters[i], "f32", t, sizeof(t));
+      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
+      first = false;
+    }
+  }
+  if (!status) status = pcp_string_builder_append_cstring(b, "\n  }\n}\n");
+  return status;
+}
+
+static pcp_status_t stream_programs(stream_t* st, const char* backend,
+                                    const char* target) {
+  job_t* job = st->job;
+  char model[1200];
+  snprintf(model, sizeof(model), "%s/model.mlir", job->dir);
+  PCP_RETURN_IF_ERROR_BARE(child_compile(job, model, job->model_hash, "train",
+                                         1, backend, target, st->train_hash));
+  for (uint32_t p = 0; p < st->schedule.fragments; ++p) {
+    pcp_string_builder_t b;
+    pcp_string_builder_initialize(pcp_allocator_system(), (size_t)16 << 20, &b);
+    pcp_status_t status = fragment_module_emit(st, p, &b);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/fragment-%u.mlir", job->dir, p);
+    char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
+    if (!status) {
+      pcp_sha256_t digest;
+      pcp_sha256_compute(b.data, b.size, &digest);
+      pcp_sha256_to_hex(&digest, hex);
+      status = pcp_file_write_atomic(path, b.data, b.size);
+    }
+    pcp_string_builder_deinitialize(&b);
+    PCP_RETURN_IF_ERROR_BARE(status);
+    PCP_RETURN_IF_ERROR_BARE(child_compile(job, path, hex, NULL, 0, backend,
+                                           target, st->fragment_hash[p]));
+  }
+  return pcp_ok_status();
+}
+
+// Waits for the current task of every live worker; a failed one marks its
+// worker lost. Returns true when the stop hook fired (tasks cancelled).
+static bool stream_wait(stream_t* st) {
+  bool stopped = false;
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    while (w->task && !pcp_fabric_task_wait(w->task, WAIT_SLICE_MS)) {
+      if (!stopped && should_stop(st->job)) {
+        stopped = true;
+        for (uint32_t j = 0; j < st->worker_count; ++j) {
+          if (st->workers[j].task) {
+            pcp_fabric_task_cancel(st->workers[j].task);
+          }
+        }
+      }
+    }
+    if (w->task && pcp_fabric_task_status(w->task)) {
+      PCP_LOG(PCP_LOG_WARN, &st->job->log,
+              "streaming worker %s lost: %s; dropped for the rest of the run",
+              w->worker_id, pcp_status_message(pcp_fabric_task_status(w->task)));
+      w->alive = false;
+      if (st->job->options->metrics) {
+        pcp_obs_family_add(st->job->options->metrics->lost_tasks, NULL, 1);
+      }
+    }
+  }
+  return stopped;
+}
+
+static void stream_tasks_release(stream_t* st) {
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    pcp_fabric_task_release(st->workers[k].task);
+    st->workers[k].task = NULL;
+  }
+}
+
+static void stream_submit(stream_t* st, stream_worker_t* w,
+                          const uint8_t program[PCP_SHA256_BYTE_LENGTH],
+                          const char* function,
+                          const pcp_proto_section_t* sections,
+                          uint32_t section_count,
+                          const pcp_proto_tensor_ref_t* refs,
+                          uint32_t ref_count,
+                          const pcp_proto_keep_resident_t* keep,
+                          uint32_t keep_count) {
+  pcp_fabric_task_params_t params;
+  memset(&params, 0, sizeof(params));
+  memcpy(params.program, program, sizeof(params.program));
+  params.function = function;
+  params.inputs = sections;
+  params.input_count = section_count;
+  params.input_refs = refs;
+  params.input_ref_count = ref_count;
+  params.keep_resident = keep;
+  params.keep_resident_count = keep_count;
+  params.worker_id = w->worker_id;
+  params.session_id = w->session;
+  params.max_attempts = 1;
+  pcp_status_t status =
+      pcp_fabric_task_submit(st->job->options->fabric, &params, &w->task);
+  if (status) {
+    PCP_LOG(PCP_LOG_WARN, &st->job->log, "streaming task for %s: %s",
+            w->worker_id, pcp_status_message(status));
+    pcp_status_ignore(status);
+    w->task = NULL;
+    w->alive = false;
+  }
+}
+
+static uint32_t stream_alive(const stream_t* st) {
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    n += st->workers[k].alive;
+  }
+  return n;
+}
+
+// One local step on every live worker, all state resident.
+static pcp_status_t stream_compute(stream_t* st, uint64_t step,
+                                   bool* out_stopped) {
+  job_t* job = st->job;
+  size_t n = job->table.count;
+  uint32_t B = (uint32_t)job->spec.batch, T = (uint32_t)job->spec.block_size;
+  pcp_proto_tensor_ref_t* refs = calloc(3 * n + 4, sizeof(*refs));
+  pcp_proto_section_t* sections = calloc(3 * n + 4, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep = calloc(3 * n, sizeof(*keep));
+  if (!refs || !sections || !keep) {
+    free(refs);
+    free(sections);
+    free(keep);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "step refs");
+  }
+  st->step_value = (float)step;
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    if (!w->alive) {
+      continue;
+    }
+    pcp_data_sampler_next(w->sampler, w->tokens, w->tokens + (size_t)B * T,
+                          NULL);
+    uint32_t section_count = 0;
+    for (int g = 0; g < 3; ++g) {
+      for (size_t i = 0; i < n; ++i) {
+        pcp_proto_tensor_ref_t* r = &refs[g * n + i];
+        memset(r, 0, sizeof(*r));
+        keep[g * n + i] = (pcp_proto_keep_resident_t){
+            .output = (uint32_t)(g * n + i),
+            .as = resident_name(st, "pmv"[g], i)};
+        r->kind = PCP_PROTO_TENSOR_REF_RESIDENT;
+        r->name = resident_name(st, "pmv"[g], i);
+      }
+    }
+    pcp_proto_section_t* extra = &sections[section_count];
+    extra[0] = (pcp_proto_section_t){.name = "step",
+                                     .element_type = PCP_ELEMENT_TYPE_F32,
+                                     .byte_length = sizeof(float),
+                                     .data = &st->step_value};
+    extra[1] = (pcp_proto_section_t){.name = "lr",
+                                     .element_type = PCP_ELEMENT_TYPE_F32,
+                                     .byte_length = sizeof(float),
+                                     .data = &st->lr};
+    for (int j = 0; j < 2; ++j) {
+      pcp_proto_section_t* s = &extra[2 + j];
+      *s = (pcp_proto_section_t){.name = j ? "targets" : "input_ids",
+                                 .element_type = PCP_ELEMENT_TYPE_I32,
+                                 .rank = 3,
+                                 .byte_length = (uint64_t)B * T * 4,
+                                 .data = w->tokens + (size_t)j * B * T};
+      s->shape[0] = 1;
+      s->shape[1] = B;
+      s->shape[2] = T;
+    }
+    for (int j = 0; j < 4; ++j) {
+      refs[3 * n + j] = (pcp_proto_tensor_ref_t){
+          .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count + j};
+    }
+    job->token_bytes += 2ull * B * T * 4;
+    stream_submit(st, w, st->train_hash, "train_steps", sections,
+                  section_count + 4, refs, (uint32_t)(3 * n + 4), keep,
+                  (uint32_t)(3 * n));
+    // The struct arrays were copied by the submit; the data (the shared
+    // parameters, zeros and scalars, this worker's tokens) stays borrowed
+    // until stream_wait below.
+  }
+  *out_stopped = stream_wait(st);
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    if (w->alive && w->task && !pcp_fabric_task_status(w->task)) {
+      const pcp_proto_section_t* outputs = NULL;
+      size_t count = 0;
+      pcp_status_t status = pcp_fabric_task_outputs(w->task, &outputs, &count);
+      if (!status && count >= 1 && outputs[count - 1].byte_length == 4) {
+        w->last_loss = *(const float*)outputs[count - 1].data;
+      }
+      pcp_status_ignore(status);
+    }
+  }
+  stream_tasks_release(st);
+  free(refs);
+  free(sections);
+  free(keep);
+  return pcp_ok_status();
+}
+
+// The workers' state at start: @init(masters of the fragment) kept as the
+// local parameters p<i>, zero moments m<i>/v<i> and the snapshot s<i>.
+static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
+                                     bool* out_stopped) {
+  job_t* job = st->job;
+  uint32_t P = st->schedule.fragments;
+  size_t count = 0;
+  for (size_t i = fragment; i < job->table.count; i += P) {
+    ++count;
+  }
+  pcp_proto_section_t* sections = calloc(count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep = calloc(4 * count + 1, sizeof(*keep));
+  if (!sections || !keep) {
+    free(sections);
+    free(keep);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "init refs");
+  }
+  size_t j = 0;
+  for (size_t i = fragment; i < job->table.count; i += P, ++j) {
+    const pcp_models_parameter_t* p = &job->table.parameters[i];
+    pcp_proto_section_t* s = &sections[j];
+    s->name = p->name;
+    s->element_type = PCP_ELEMENT_TYPE_F32;
+    s->rank = (uint32_t)p->rank;
+    for (int32_t d = 0; d < p->rank; ++d) {
+      s->shape[d] = p->dims[d];
+    }
+    s->byte_length = (uint64_t)p->element_count * sizeof(float);
+    s->data = job->parameters + tensor_offset(job, i);
+    for (int g = 0; g < 4; ++g) {
+      keep[g * count + j] = (pcp_proto_keep_resident_t){
+          .output = (uint32_t)(g * count + j),
+          .as = resident_name(st, "pmvs"[g], i)};
+    }
+  }
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    if (w->alive) {
+      stream_submit(st, w, st->fragment_hash[fragment], "init", sections,
+                    (uint32_t)count, NULL, 0, keep, (uint32_t)(4 * count));
+    }
+  }
+  *out_stopped = stream_wait(st);
+  stream_tasks_release(st);
+  free(sections);
+  free(keep);
+  return pcp_ok_status();
+}
+
+// A fragment's send (@delta) or receive (@mix) on every live worker.
+static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
+                                         bool mix, bool init,
+                                         bool* out_stopped,
+                                         uint64_t* out_bytes) {
+  job_t* job = st->job;
+  uint32_t P = st->schedule.fragments;
+  size_t count = 0;
+  for (size_t i = fragment; i < job->table.count; i += P) {
+    ++count;
+  }
+  pcp_proto_tensor_ref_t* refs = calloc(2 * count + 1, sizeof(*refs));
+  pcp_proto_section_t* sections = calloc(2 * count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep = calloc(2 * count, sizeof(*keep));
+  if (!refs || !sections || !keep) {
+    free(refs);
+    free(sections);
+    free(keep);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "fragment refs");
+  }
+  uint32_t section_count = 0;
+  uint32_t ref_count = 0;
+  uint32_t keep_count = 0;
+  uint64_t master_bytes = 0;
+  if (mix) {
+    sections[section_count] = (pcp_proto_section_t){
+        .name = "alpha", .element_type = PCP_ELEMENT_TYPE_F32,
+        .byte_length = sizeof(float), .data = &st->alpha};
+    refs[ref_count++] = (pcp_proto_tensor_ref_t){
+        .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
+  }
+  // First group: mix -> the masters (sections); delta -> s<i> (resident, or
+  // the params for the initial snapshot).
+  for (int pass = 0; pass < 2; ++pass) {
+    size_t j = 0;
+    for (size_t i = fragment; i < job->table.count; i += P, ++j) {
+      bool section = mix && pass == 0;
+      if (section) {
+        const pcp_models_parameter_t* p = &job->table.parameters[i];
+        pcp_proto_section_t* s = &sections[section_count];
+        memset(s, 0, sizeof(*s));
+        s->name = p->name;
+        s->element_type = PCP_ELEMENT_TYPE_F32;
+        s->rank = (uint32_t)p->rank;
+        for (int32_t d = 0; d < p->rank; ++d) {
+          s->shape[d] = p->dims[d];
+        }
+        s->byte_length = (uint64_t)p->element_count * sizeof(float);
+        s->data = job->parameters + tensor_offset(job, i);
+        if (mix) {
+          master_bytes += s->byte_length;
+        }
+        refs[ref_count++] = (pcp_proto_tensor_ref_t){
+            .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
+      } else {
+        refs[ref_count++] = (pcp_proto_tensor_ref_t){
+            .kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+            .name = resident_name(st, (mix || pass == 1) ? 'p' : 's', i)};
+      }
+      // Outputs: delta -> (deltas..., copies...): keep copies as s<i>;
+      // mix -> (b..., b...): keep as p<i> and s<i>.
+      if (pass == 0 && mix) {
+        keep[keep_count++] = (pcp_proto_keep_resident_t){
+            .output = (uint32_t)j, .as = resident_name(st, 'p', i)};
+      }
+      if (pass == 1) {
+        keep[keep_count++] = (pcp_proto_keep_resident_t){
+            .output = (uint32_t)(count + j), .as = resident_name(st, 's', i)};
+      }
+    }
+  }
+  uint64_t up_bytes = 0;
+  uint32_t reporters = 0;
+  for (uint32_t k = 0; k < st->worker_count && !*out_stopped; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    if (!w->alive) {
+      continue;
+    }
+    stream_submit(st, w, st->fragment_hash[fragment], mix ? "mix" : "delta",
+                  sections, section_count, refs, ref_count, keep, keep_count);
+  }
+  *out_stopped = stream_wait(st);
+  bool* stopped = out_stopped;
+  (void)stopped;
+  pcp_status_t status = pcp_ok_status();
+  if (!mix && !init && !*out_stopped) {
+    // Sum the deltas of the fragment's tensors over the reporters.
+    float* sum = job->accumulator.sum;
+    for (size_t i = fragment; i < job->table.count; i += P) {
+      memset(sum + tensor_offset(job, i), 0,
+             (size_t)job->table.parameters[i].element_count * sizeof(float));
+    }
+    for (uint32_t k = 0; k < st->worker_count && !status; ++k) {
+      stream_worker_t* w = &st->workers[k];
+      if (!w->alive || !w->task) {
+        continue;
+      }
+      const pcp_proto_section_t* outputs = NULL;
+      size_t n_out = 0;
+      status = pcp_fabric_task_outputs(w->task, &outputs, &n_out);
+      if (status) {
+        break;
+      }
+      size_t j = 0;
+      for (size_t i = fragment; i < job->table.count && j < n_out;
+           i += P, ++j) {
+        size_t elements = (size_t)job->table.parameters[i].element_count;
+        float* dst = sum + tensor_offset(job, i);
+        float* tmp = (float*)job->scratch;
+        size_t want = elements * (st->bf16 ? 2 : 4);
+        if (outputs[j].byte_length != want) {
+          status = pcp_make_status(PCP_STATUS_INTERNAL,
+                                   "fragment delta of %" PRIu64 " bytes",
+                                   outputs[j].byte_length);
+          break;
+        }
+        if (st->bf16) {
+          pcp_diloco_bf16_dequantize(outputs[j].data, elements, tmp);
+        } else {
+          memcpy(tmp, outputs[j].data, elements * sizeof(float));
+        }
+        for (size_t e = 0; e < elements; ++e) {
+          dst[e] += tmp[e];
+        }
+        up_bytes += outputs[j].byte_length;
+      }
+      ++reporters;
+    }
+    for (size_t i = fragment; i < job->table.count && !status && reporters;
+         i += P) {
+      size_t elements = (size_t)job->table.parameters[i].element_count;
+      float* g = job->accumulator.sum + tensor_offset(job, i);
+      for (size_t e = 0; e < elements; ++e) {
+        g[e] = isfinite(g[e]) ? g[e] / (float)reporters : 0.0f;
+      }
+      status = pcp_diloco_nesterov_step(&job->nesterov, tensor_offset(job, i),
+                                        elements, g,
+                                        job->parameters + tensor_offset(job, i));
+    }
+  }
+  if (mix && !*out_stopped) {
+    for (uint32_t k = 0; k < st->worker_count; ++k) {
+      if (st->workers[k].alive && st->workers[k].task) {
+        ++reporters;
+      }
+    }
+    up_bytes = master_bytes * reporters;
+  }
+  stream_tasks_release(st);
+  free(refs);
+  free(sections);
+  free(keep);
+  *out_bytes = init ? 0 : up_bytes;
+  return status;
+}
+
+static pcp_status_t stream_run(job_t* job) {
+  const pcp_diloco_job_options_t* o = job->options;
+  stream_t st;
+  memset(&st, 0, sizeof(st));
+  st.job = job;
+  st.schedule.fragments = (uint32_t)job->config.streaming.num_fragments;
+  st.schedule.inner_steps = (uint32_t)job->config.streaming.inner_steps;
+  st.schedule.overlap_tau = (uint32_t)job->config.streaming.overlap_tau;
+  st.schedule.max_rounds = (uint32_t)job->config.max_epochs;
+  st.alpha = (float)job->config.streaming.alpha;
+  st.lr = (float)job->config.learning_rate;
+  st.bf16 = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16;
+  if (st.schedule.fragments > MAX_FRAGMENTS ||
+      st.schedule.fragments > job->table.count) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'streaming.num_fragments': %u fragments for "
+                           "%zu tensors (at most %d, one tensor each)",
+                           st.schedule.fragments, job->table.count,
+                           MAX_FRAGMENTS);
+  }
+  if (st.schedule.overlap_tau < 1) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'streaming.overlap_tau': the service needs "
+                           "at least 1 (a receive after its send)");
+  }
+  st.sync_total = (uint64_t)st.schedule.fragments * st.schedule.max_rounds;
+  st.names = calloc(4 * job->table.count, sizeof(*st.names));
+  st.zeros = calloc(job->parameter_count + 1, sizeof(float));
+  if (!st.names || !st.zeros) {
+    free(st.names);
+    free(st.zeros);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "streaming state");
+  }
+  for (size_t i = 0; i < job->table.count; ++i) {
+    snprintf(st.names[4 * i + 0], 24, "p%u", (unsigned)i);
+    snprintf(st.names[4 * i + 1], 24, "m%u", (unsigned)i);
+    snprintf(st.names[4 * i + 2], 24, "v%u", (unsigned)i);
+    snprintf(st.names[4 * i + 3], 24, "s%u", (unsigned)i);
+  }
+  pcp_status_t status = pcp_ok_status();
+  // The workers: those connected at the start, of the first worker's kind
+  // (one program set); the run waits for one.
+  pcp_fabric_worker_info_t* infos = calloc(MAX_ROUND_WORKERS, sizeof(*infos));
+  char backend[16] = "", target[PCP_SCHED_TARGET_MAX_LENGTH + 1] = "";
+  while (!status && !st.worker_count) {
+    if (should_stop(job)) {
+      status = pcp_make_status(PCP_STATUS_CANCELLED,
+                               "training stopped at outer step 0");
+      break;
+    }
+    uint32_t count = infos ? pcp_fabric_worker_list(o->fabric, infos,
+                                                    MAX_ROUND_WORKERS, NULL)
+                           : 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED) {
+        continue;
+      }
+      if (!backend[0]) {
+        snprintf(backend, sizeof(backend), "%s", infos[i].backend);
+        snprintf(target, sizeof(target), "%s", infos[i].target);
+      }
+      if (strcmp(infos[i].backend, backend) || strcmp(infos[i].target, target)) {
+        continue;
+      }
+      stream_worker_t* w = &st.workers[st.worker_count++];
+      snprintf(w->worker_id, sizeof(w->worker_id), "%s", infos[i].worker_id);
+      snprintf(w->session, sizeof(w->session), "%s-stream-%u", o->job_id,
+               st.worker_count - 1);
+      w->alive = true;
+    }
+    if (!st.worker_count) {
+      pcp_sleep_ms(200);
+    }
+  }
+  free(infos);
+  if (!status) {
+    status = stream_programs(&st, backend, target);
+  }
+  // Samplers: shard k of the plan over the train split (step 0).
+  if (!status) {
+    const char* names[MAX_ROUND_WORKERS];
+    char storage[MAX_ROUND_WORKERS][24];
+    for (uint32_t k = 0; k < st.worker_count; ++k) {
+      snprintf(storage[k], sizeof(storage[k]), "shard-%04u", k);
+      names[k] = storage[k];
+    }
+    pcp_data_assignment_t* plan = calloc(st.worker_count, sizeof(*plan));
+    status = plan ? pcp_data_shard_plan(job->dataset, job->train_range,
+                                        (uint32_t)job->spec.block_size, names,
+                                        st.worker_count, 0, job->seed, plan)
+                  : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "plan");
+    for (uint32_t k = 0; k < st.worker_count && !status; ++k) {
+      pcp_data_sampler_options_t so = {
+          .sampling = job->config.sampling == PCP_DILOCO_SAMPLING_FIFO
+                          ? PCP_DATA_SAMPLING_SEQUENTIAL
+                          : PCP_DATA_SAMPLING_RANDOM,
+          .batch_size = (uint32_t)job->spec.batch,
+          .block_size = (uint32_t)job->spec.block_size,
+          .seed = plan[k].seed};
+      status = pcp_data_sampler_create(job->dataset, plan[k].range, &so,
+                                       pcp_allocator_system(),
+                                       &st.workers[k].sampler);
+      st.workers[k].tokens =
+          status ? NULL
+                 : malloc(2 * (size_t)(job->spec.batch * job->spec.block_size) *
+                          sizeof(int32_t));
+      if (!status && !st.workers[k].tokens) {
+        status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "tokens");
+      }
+    }
+    free(plan);
+  }
+  const pcp_diloco_job_hooks_t* hooks = &o->hooks;
+  if (!status && hooks->phase) {
+    status = hooks->phase(hooks->user_data, PCP_DILOCO_JOB_PHASE_RUNNING);
+  }
+  bool stopped = false;
+  for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped; ++p) {
+    status = stream_init_call(&st, p, &stopped);
+  }
+  uint64_t max_steps = pcp_streaming_diloco_max_steps(&st.schedule);
+  // Per fragment: the send of the round in flight (its deltas' bytes and
+  // senders), completed by its receive tau steps later, where the sync's
+  // event is written (deltas up + masters down of the same round).
+  uint64_t pending_up[MAX_FRAGMENTS] = {0};
+  uint32_t pending_senders[MAX_FRAGMENTS] = {0};
+  int64_t pending_start[MAX_FRAGMENTS] = {0};
+  // tokens_per_second: local steps and wall time since the previous event.
+  int64_t last_event_ns = pcp_clock_now_ns(o->clock);
+  uint64_t last_event_step = 0;
+  for (uint64_t t = 1; t <= max_steps && !status && !stopped; ++t) {
+    if (!stream_alive(&st)) {
+      status = pcp_make_status(PCP_STATUS_ABORTED,
+                               "every streaming worker was lost by step %" PRIu64,
+                               t);
+      break;
+    }
+    if (should_stop(job)) {
+      stopped = true;
+      break;
+    }
+    for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped; ++p) {
+      uint32_t round = 0;
+      if (!pcp_streaming_diloco_receives_at(&st.schedule, p, t, &round)) {
+        continue;
+      }
+      uint64_t down = 0;
+      status = stream_fragment_call(&st, p, true, false, &stopped, &down);
+      if (status || stopped) {
+        break;
+      }
+      if (o->metrics) {
+        pcp_obs_family_add(o->metrics->wire_bytes,
+                           (const char*[]){"parameters"}, (double)down);
+      }
+      uint64_t sync_bytes = pending_up[p] + down;
+      job->wire_bytes += sync_bytes;
+      ++st.syncs;
+      job->outer_step = st.syncs;
+      double loss = 0;
+      uint32_t alive = 0;
+      for (uint32_t k = 0; k < st.worker_count; ++k) {
+        if (st.workers[k].alive) {
+          loss += st.workers[k].last_loss;
+          ++alive;
+        }
+      }
+      job->last_loss = alive ? loss / alive : NAN;
+      job->last_loss_mean = job->last_loss;
+      double seconds =
+          (double)(pcp_clock_now_ns(o->clock) - pending_start[p]) / 1e9;
+      round_outcome_t outcome = {.reporters = pending_senders[p],
+                                 .parameter_bytes = sync_bytes};
+      int64_t now = pcp_clock_now_ns(o->clock);
+      double window = (double)(now - last_event_ns) / 1e9;
+      double tokens_per_second =
+          window > 0 ? (double)alive * (double)job->spec.batch *
+                           (double)job->spec.block_size *
+                           (double)(t - 1 - last_event_step) / window
+                     : 0;
+      last_event_ns = now;
+      last_event_step = t - 1;
+      json_t* progress =
+          progress_json(job, &outcome, seconds, tokens_per_second);
+      if (progress) {
+        json_object_set_new(progress, "outer_loop_steps",
+                            json_integer((json_int_t)st.sync_total));
+        json_object_set_new(progress, "fragment", json_integer(p));
+        json_object_set_new(progress, "fragment_round", json_integer(round));
+        json_object_set_new(progress, "local_step",
+                            json_integer((json_int_t)t));
+        json_object_set_new(progress, "workers_received", json_integer(alive));
+        json_object_set_new(progress, "streaming", json_true());
+        pcp_status_ignore(pcp_store_job_event_append(
+            o->store, o->job_id, "training.step", progress, NULL));
+      }
+      progress_report(job, progress);
+      json_decref(progress);
+      if (o->metrics) {
+        const char* job_label[] = {o->job_id};
+        pcp_obs_family_observe(o->metrics->outer_step_seconds, NULL, seconds);
+        pcp_obs_family_set(o->metrics->loss, job_label, job->last_loss);
+        pcp_obs_family_add(o->metrics->outer_steps, NULL, 1);
+      }
+      PCP_LOG(PCP_LOG_INFO, &job->log,
+              "streaming sync=%" PRIu64 "/%" PRIu64
+              " fragment=%u round=%u step=%" PRIu64
+              " loss=%.4f workers=%u wire_bytes=%" PRIu64,
+              st.syncs, st.sync_total, p, round, t, job->last_loss, alive,
+              sync_bytes);
+    }
+    if (!status && !stopped) {
+      status = stream_compute(&st, t, &stopped);
+    }
+    for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped; ++p) {
+      if (!pcp_streaming_diloco_sends_at(&st.schedule, p, t, NULL)) {
+        continue;
+      }
+      pending_senders[p] = stream_alive(&st);
+      pending_start[p] = pcp_clock_now_ns(o->clock);
+      uint64_t up = 0;
+      status = stream_fragment_call(&st, p, false, false, &stopped, &up);
+      pending_up[p] = up;
+      if (o->metrics) {
+        pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"deltas"},
+                           (double)up);
+      }
+    }
+  }
+  if (!status && stopped) {
+    status = pcp_make_status(PCP_STATUS_CANCELLED,
+                             "training stopped at sync %" PRIu64, st.syncs);
+  }
+  if (!status) {
+    status = checkpoint_write(job);
+  }
+  for (uint32_t k = 0; k < st.worker_count; ++k) {
+    pcp_fabric_task_release(st.workers[k].task);
+    pcp_data_sampler_release(st.workers[k].sampler);
+    free(st.workers[k].tokens);
+  }
+  free(st.names);
+  free(st.zeros);
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
 // The job
 //===----------------------------------------------------------------------===//
 
@@ -1163,6 +2074,11 @@ pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
     pcp_sha256_compute(job.model_text, job.model_length, &digest);
     pcp_sha256_to_hex(&digest, job.model_hash);
     status = job_resume(&job);
+  }
+  if (!status && job.config.streaming.present) {
+    status = stream_run(&job);
+    job_deinitialize(&job);
+    return status;
   }
   const pcp_diloco_job_hooks_t* hooks = &options->hooks;
   if (!status && hooks->phase) {
