@@ -34,6 +34,8 @@ extern char** environ;
 #define MAX_EMPTY_ROUNDS 5
 // Wait slice while polling tasks and the stop hook.
 #define WAIT_SLICE_MS 100
+// How long a round waits for the previous round's worker count.
+#define WORKER_GRACE_MS 15000
 
 //===----------------------------------------------------------------------===//
 // Metrics
@@ -178,6 +180,12 @@ typedef struct job_t {
   uint64_t token_bytes;
   double last_loss;
   double last_loss_mean;
+  // Workers whose delta the last outer step averaged (in the checkpoint's
+  // cursor): a round waits up to WORKER_GRACE_MS for that many to be
+  // connected, so a gateway restart does not run its first round on
+  // whichever worker reconnected first (the batches and the average depend
+  // on the worker count).
+  uint32_t expected_workers;
   program_t programs[MAX_PROGRAMS];
   uint32_t program_count;
   uint32_t compiled_count;  // programs registered, for the log
@@ -374,8 +382,9 @@ static pcp_status_t job_setup(job_t* job) {
 // cursor is the seed plus the running totals.
 static char* cursor_json(const job_t* job) {
   json_t* cursor = json_pack(
-      "{s:s, s:I, s:I, s:I, s:o, s:o}", "kind", "pcp.diloco.stateless.v1",
-      "seed", (json_int_t)job->seed, "wire_bytes", (json_int_t)job->wire_bytes,
+      "{s:s, s:I, s:I, s:I, s:I, s:o, s:o}", "kind",
+      "pcp.diloco.stateless.v1", "seed", (json_int_t)job->seed, "workers",
+      (json_int_t)job->expected_workers, "wire_bytes", (json_int_t)job->wire_bytes,
       "token_bytes", (json_int_t)job->token_bytes, "loss",
       number_or_null(job->last_loss), "loss_mean",
       number_or_null(job->last_loss_mean));
@@ -409,6 +418,8 @@ static pcp_status_t checkpoint_restore(job_t* job,
         (uint64_t)json_integer_value(json_object_get(cursor, "wire_bytes"));
     job->token_bytes =
         (uint64_t)json_integer_value(json_object_get(cursor, "token_bytes"));
+    job->expected_workers =
+        (uint32_t)json_integer_value(json_object_get(cursor, "workers"));
     json_t* loss = json_object_get(cursor, "loss");
     json_t* loss_mean = json_object_get(cursor, "loss_mean");
     job->last_loss = json_is_number(loss) ? json_number_value(loss) : NAN;
@@ -1097,6 +1108,14 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   *out_advanced = false;
   const pcp_diloco_job_options_t* o = job->options;
   int64_t start = pcp_clock_now_ns(o->clock);
+  // Wait (bounded) for as many workers as the last step averaged.
+  int64_t grace_end = start + (int64_t)WORKER_GRACE_MS * 1000000;
+  while (job->expected_workers > 1 &&
+         pcp_fabric_worker_count(o->fabric, PCP_FABRIC_WORKER_CONNECTED) <
+             job->expected_workers &&
+         pcp_clock_now_ns(o->clock) < grace_end && !should_stop(job)) {
+    pcp_sleep_ms(WAIT_SLICE_MS);
+  }
   round_t round;
   memset(&round, 0, sizeof(round));
   pcp_status_t status = round_workers(job, &round);
@@ -1141,6 +1160,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
       &job->nesterov, 0, job->parameter_count, average, job->parameters));
   ++job->outer_step;
   *out_advanced = true;
+  job->expected_workers = outcome.reporters;
   job->last_loss = outcome.loss_last;
   job->last_loss_mean = outcome.loss_mean;
   job->wire_bytes += outcome.parameter_bytes + outcome.delta_bytes;
