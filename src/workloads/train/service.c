@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -674,8 +675,22 @@ static pcp_status_t child_compile(job_t* job, const char* mlir_path,
     if (rc != 0) {
       return pcp_status_from_errno(rc, "starting %s compile", o->pcp_path);
     }
+    // Polled, so a cancel (or a stopping gateway) does not wait for a
+    // compile that may take minutes: the child is killed.
     int wait_status = 0;
-    while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+    for (;;) {
+      pid_t done = waitpid(pid, &wait_status, WNOHANG);
+      if (done == pid || (done < 0 && errno != EINTR)) {
+        break;
+      }
+      if (done == 0 && should_stop(job)) {
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+        }
+        return pcp_make_status(PCP_STATUS_CANCELLED,
+                               "training stopped while compiling");
+      }
+      pcp_sleep_ms(WAIT_SLICE_MS);
     }
     if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
       return pcp_make_status(
