@@ -28,6 +28,10 @@
 // A job finds its own newest checkpoint in the store (a gateway restarted
 // after SIGKILL resumes the job there), or with "resume": true the newest
 // checkpoint under its checkpoint_dir.
+// With a "streaming" object the job runs streaming DiLoCo instead: state
+// resident on the workers in fabric sessions, one local step per task, and
+// per-fragment @init/@delta/@mix programs (docs/training.md); checkpoint and
+// export at the end only, no resume.
 //
 // Thread-safety: pcp_diloco_job_run is thread-safe for distinct jobs (the
 // store, the fabric and the metrics are thread-safe); the hooks run on the
