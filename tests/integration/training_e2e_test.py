@@ -257,7 +257,7 @@ def main():
         else:
             print("NOTE: chromium not installed; dashboard check skipped")
         if os.environ.get("PCP_TRAIN_E2E_ONLY_A"):
-            return 0
+            return 1 if gt.FAILURES else 0
         # 3. Run B: 8 steps, gateway SIGKILLed after step 3, restarted.
         b_steps = 8
         b = submit(experiment(outer_loop_steps=b_steps, checkpoint_every=2,

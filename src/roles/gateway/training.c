@@ -75,8 +75,13 @@ pcp_status_t pcp_roles_gateway_training_spec_build(const char* text,
   pcp_string_list_t unknown = {0};
   // The config table is the one validator: its message names the key, and
   // the HTTP layer maps INVALID_ARGUMENT to 400.
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_diloco_config_parse_json(text, byte_length, &config, &unknown));
+  pcp_status_t parsed =
+      pcp_diloco_config_parse_json(text, byte_length, &config, &unknown);
+  if (parsed) {
+    // The unknown keys seen before the failing one are still in the list.
+    pcp_string_list_deinitialize(&unknown);
+    return parsed;
+  }
   int64_t parameter_count = 0;
   pcp_status_t model_status = model_parameter_count(&config, &parameter_count);
   if (model_status) {
