@@ -117,6 +117,18 @@ def worker_pids(nm_err):
     return pids
 
 
+def stop_all(nm, gw):
+    """Ends the node manager and the gateway (SIGTERM, then SIGKILL)."""
+    for proc in (nm, gw.proc):
+        if not proc:
+            continue
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def bad_experiments():
     for body, key in [
         (experiment(tau=0), "tau"),
@@ -298,18 +310,7 @@ def main():
         wait_done(d, 120)
         check(state_of(d) == "cancelled", "run D cancelled: %s" % state_of(d))
     finally:
-        if nm:
-            nm.terminate()
-            try:
-                nm.wait(30)
-            except subprocess.TimeoutExpired:
-                nm.kill()
-        if gw.proc:
-            gw.proc.terminate()
-            try:
-                gw.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                gw.proc.kill()
+        stop_all(nm, gw)
     if gt.FAILURES:
         print("training_e2e_test: %d failures (logs in %s)" % (
             len(gt.FAILURES), work))

@@ -89,18 +89,7 @@ def main():
         check(meta["outer_step"] == 2 * ROUNDS, "masters exported: %s" % {
             k: v for k, v in meta.items() if k != "tokenizer"})
     finally:
-        if nm:
-            nm.terminate()
-            try:
-                nm.wait(30)
-            except subprocess.TimeoutExpired:
-                nm.kill()
-        if gw.proc:
-            gw.proc.terminate()
-            try:
-                gw.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                gw.proc.kill()
+        te.stop_all(nm, gw)
     if gt.FAILURES:
         print("training_streaming_test: %d failures (logs in %s)" % (
             len(gt.FAILURES), work))

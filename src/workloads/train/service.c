@@ -467,30 +467,6 @@ static pcp_status_t job_resume(job_t* job) {
   return pcp_ok_status();
 }
 
-// UTF-8 of one code point into |out| (4 bytes room); returns the length.
-static size_t utf8_encode(uint32_t cp, char* out) {
-  if (cp < 0x80) {
-    out[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    out[0] = (char)(0xC0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    out[0] = (char)(0xE0 | (cp >> 12));
-    out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = (char)(0xF0 | (cp >> 18));
-  out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  out[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
-
 // <state_dir>/models/<job_id>/model.safetensors then model.json (the
 // inference service's layout; model.json last so a reader never sees it
 // before its weights).
@@ -514,17 +490,29 @@ static pcp_status_t model_export(job_t* job) {
   PCP_RETURN_IF_ERROR_BARE(status);
   json_t* tokenizer = NULL;
   if (pcp_data_dataset_format(job->dataset) == PCP_DATA_FORMAT_CHAR) {
+    // The vocabulary in id order is the decoding of ids 0..count-1.
     size_t count = 0;
-    const uint32_t* symbols = pcp_data_dataset_symbols(job->dataset, &count);
+    pcp_data_dataset_symbols(job->dataset, &count);
+    int32_t* ids = malloc((count + 1) * sizeof(int32_t));
     char* text = malloc(count * 4 + 1);
-    if (!text) {
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "vocab text");
-    }
     size_t used = 0;
-    for (size_t i = 0; i < count; ++i) {
-      used += utf8_encode(symbols[i], text + used);
+    pcp_status_t decoded =
+        ids && text ? pcp_ok_status()
+                    : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "vocab");
+    for (size_t i = 0; ids && i < count; ++i) {
+      ids[i] = (int32_t)i;
     }
-    tokenizer = json_pack("{s:s, s:s%}", "kind", "char", "vocab", text, used);
+    if (!decoded) {
+      decoded = pcp_data_dataset_decode(job->dataset, ids, count, text,
+                                        count * 4 + 1, &used);
+    }
+    free(ids);
+    if (decoded) {
+      free(text);
+      return decoded;
+    }
+    tokenizer =
+        json_pack("{s:s, s:s%}", "kind", "char", "vocab", text, used);
     free(text);
   } else if (pcp_data_dataset_format(job->dataset) == PCP_DATA_FORMAT_BYTE) {
     tokenizer = json_pack("{s:s}", "kind", "byte");
@@ -1286,89 +1274,118 @@ static void type_text(const pcp_models_parameter_t* p, const char* element,
   snprintf(out + used, capacity - (size_t)used, "%s>", element);
 }
 
-// The @delta / @mix module of fragment |fragment|.
+// What list_append writes per tensor of a fragment.
+typedef enum list_mode_e {
+  LIST_ARGS = 0,   // "%s3: tensor<...>"
+  LIST_NAMES = 1,  // "%s3"
+  LIST_TYPES = 2,  // "tensor<...>"
+} list_mode_t;
+
+// Appends, for each of |group_count| groups and each tensor of |fragment|,
+// one comma-separated item: group g's names use prefix[g] and its types
+// element[g]. |*first| says whether a separator is due.
+static pcp_status_t list_append(pcp_string_builder_t* b, const stream_t* st,
+                                uint32_t fragment, list_mode_t mode,
+                                const char* const* prefix,
+                                const char* const* element, int group_count,
+                                bool* first) {
+  const pcp_models_parameter_table_t* table = &st->job->table;
+  pcp_status_t status = pcp_ok_status();
+  char t[128];
+  for (int g = 0; g < group_count && !status; ++g) {
+    for (size_t i = fragment; i < table->count && !status;
+         i += st->schedule.fragments) {
+      type_text(&table->parameters[i], element[g], t, sizeof(t));
+      const char* sep = *first ? "" : ", ";
+      *first = false;
+      if (mode == LIST_ARGS) {
+        status = pcp_string_builder_append_f(b, "%s%%%s%zu: %s", sep,
+                                             prefix[g], i, t);
+      } else if (mode == LIST_NAMES) {
+        status =
+            pcp_string_builder_append_f(b, "%s%%%s%zu", sep, prefix[g], i);
+      } else {
+        status = pcp_string_builder_append_f(b, "%s%s", sep, t);
+      }
+    }
+  }
+  return status;
+}
+
+// "return NAMES : TYPES\n  }\n" of one function.
+static pcp_status_t return_append(pcp_string_builder_t* b, const stream_t* st,
+                                  uint32_t fragment, const char* const* prefix,
+                                  const char* const* element,
+                                  int group_count) {
+  bool first = true;
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "    return "));
+  PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_NAMES, prefix,
+                                       element, group_count, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, " : "));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_TYPES, prefix,
+                                       element, group_count, &first));
+  return pcp_string_builder_append_cstring(b, "\n  }\n");
+}
+
+// "  func.func @NAME(ARGS) -> (TYPES) {\n" of one function; |lead| is
+// pasted before the tensor arguments ("" or "%alpha: tensor<f32>").
+static pcp_status_t signature_append(
+    pcp_string_builder_t* b, const stream_t* st, uint32_t fragment,
+    const char* name, const char* lead, const char* const* arg_prefix,
+    const char* const* arg_element, int arg_groups,
+    const char* const* result_element, int result_groups) {
+  bool first = !lead[0];
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+      b, "  func.func @%s(%s", name, lead));
+  PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_ARGS, arg_prefix,
+                                       arg_element, arg_groups, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_TYPES,
+                                       arg_prefix, result_element,
+                                       result_groups, &first));
+  return pcp_string_builder_append_cstring(b, ") {\n");
+}
+
+// The @init / @delta / @mix module of fragment |fragment|.
 static pcp_status_t fragment_module_emit(stream_t* st, uint32_t fragment,
                                          pcp_string_builder_t* b) {
   const pcp_models_parameter_table_t* table = &st->job->table;
   uint32_t P = st->schedule.fragments;
   const char* wire = st->bf16 ? "bf16" : "f32";
+  const char* const f32x4[] = {"f32", "f32", "f32", "f32"};
   char t[128], w[128];
-  pcp_status_t status = pcp_string_builder_append_cstring(b, "module {\n");
-  // @delta
-  if (!status) status = pcp_string_builder_append_cstring(b, "  func.func @delta(");
-  bool first = true;
-  for (int pass = 0; pass < 2 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      type_text(&table->parameters[i], "f32", t, sizeof(t));
-      status = pcp_string_builder_append_f(b, "%s%%%c%zu: %s", first ? "" : ", ",
-                                           pass ? 'c' : 's', i, t);
-      first = false;
-    }
-  }
-  if (!status) status = pcp_string_builder_append_cstring(b, ") -> (");
-  first = true;
-  for (int pass = 0; pass < 2 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      type_text(&table->parameters[i], pass ? "f32" : wire, t, sizeof(t));
-      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
-      first = false;
-    }
-  }
-  if (!status) status = pcp_string_builder_append_cstring(b, ") {\n");
-  for (size_t i = fragment; i < table->count && !status; i += P) {
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "module {\n"));
+  // @delta(s..., c...) -> (s - c in the wire dtype..., c...)
+  const char* const delta_args[] = {"s", "c"};
+  const char* const delta_results[] = {wire, "f32"};
+  PCP_RETURN_IF_ERROR_BARE(signature_append(b, st, fragment, "delta", "",
+                                            delta_args, f32x4, 2,
+                                            delta_results, 2));
+  for (size_t i = fragment; i < table->count; i += P) {
     type_text(&table->parameters[i], "f32", t, sizeof(t));
     type_text(&table->parameters[i], wire, w, sizeof(w));
-    status = pcp_string_builder_append_f(
-        b, "    %%d%zu = stablehlo.subtract %%s%zu, %%c%zu : %s\n", i, i, i, t);
-    if (!status && st->bf16) {
-      status = pcp_string_builder_append_f(
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+        b, "    %%d%zu = stablehlo.subtract %%s%zu, %%c%zu : %s\n", i, i, i,
+        t));
+    if (st->bf16) {
+      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
           b, "    %%w%zu = stablehlo.convert %%d%zu : (%s) -> %s\n", i, i, t,
-          w);
+          w));
     }
   }
-  if (!status) status = pcp_string_builder_append_cstring(b, "    return ");
-  first = true;
-  for (int pass = 0; pass < 2 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      status = pcp_string_builder_append_f(b, "%s%%%s%zu", first ? "" : ", ",
-                                           pass ? "c" : (st->bf16 ? "w" : "d"), i);
-      first = false;
-    }
-  }
-  if (!status) status = pcp_string_builder_append_cstring(b, " : ");
-  first = true;
-  for (int pass = 0; pass < 2 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      type_text(&table->parameters[i], pass ? "f32" : wire, t, sizeof(t));
-      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
-      first = false;
-    }
-  }
-  // @mix
-  if (!status) {
-    status = pcp_string_builder_append_cstring(
-        b, "\n  }\n  func.func @mix(%alpha: tensor<f32>");
-  }
-  for (int pass = 0; pass < 2 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      type_text(&table->parameters[i], "f32", t, sizeof(t));
-      status = pcp_string_builder_append_f(b, ", %%%c%zu: %s",
-                                           pass ? 'l' : 'g', i, t);
-    }
-  }
-  if (!status) status = pcp_string_builder_append_cstring(b, ") -> (");
-  first = true;
-  for (int pass = 0; pass < 2 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      type_text(&table->parameters[i], "f32", t, sizeof(t));
-      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
-      first = false;
-    }
-  }
-  if (!status) status = pcp_string_builder_append_cstring(b, ") {\n");
-  for (size_t i = fragment; i < table->count && !status; i += P) {
+  const char* const delta_out[] = {st->bf16 ? "w" : "d", "c"};
+  PCP_RETURN_IF_ERROR_BARE(
+      return_append(b, st, fragment, delta_out, delta_results, 2));
+  // @mix(alpha, g..., l...) -> (b..., b...), b = alpha*l + (1-alpha)*g.
+  const char* const mix_args[] = {"g", "l"};
+  PCP_RETURN_IF_ERROR_BARE(signature_append(b, st, fragment, "mix",
+                                            "%alpha: tensor<f32>", mix_args,
+                                            f32x4, 2, f32x4, 2));
+  for (size_t i = fragment; i < table->count; i += P) {
     type_text(&table->parameters[i], "f32", t, sizeof(t));
-    status = pcp_string_builder_append_f(
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
         b,
         "    %%a%zu = stablehlo.broadcast_in_dim %%alpha, dims = [] : "
         "(tensor<f32>) -> %s\n"
@@ -1377,75 +1394,24 @@ static pcp_status_t fragment_module_emit(stream_t* st, uint32_t fragment,
         "    %%x%zu = stablehlo.multiply %%a%zu, %%l%zu : %s\n"
         "    %%y%zu = stablehlo.multiply %%r%zu, %%g%zu : %s\n"
         "    %%b%zu = stablehlo.add %%x%zu, %%y%zu : %s\n",
-        i, t, i, t, i, i, i, t, i, i, i, t, i, i, i, t, i, i, i, t);
+        i, t, i, t, i, i, i, t, i, i, i, t, i, i, i, t, i, i, i, t));
   }
-  if (!status) status = pcp_string_builder_append_cstring(b, "    return ");
-  first = true;
-  for (int pass = 0; pass < 2 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      status = pcp_string_builder_append_f(b, "%s%%b%zu", first ? "" : ", ", i);
-      first = false;
-    }
-  }
-  if (!status) status = pcp_string_builder_append_cstring(b, " : ");
-  first = true;
-  for (int pass = 0; pass < 2 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      type_text(&table->parameters[i], "f32", t, sizeof(t));
-      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
-      first = false;
-    }
-  }
+  const char* const mix_out[] = {"b", "b"};
+  PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, mix_out, f32x4, 2));
   // @init(p...) -> (p..., 0..., 0..., p...): the local parameters, zero
   // AdamW moments and the snapshot, made on the worker from the fragment's
   // masters (the frame carries only this fragment's tensors).
-  if (!status) {
-    status =
-        pcp_string_builder_append_cstring(b, "\n  }\n  func.func @init(");
-  }
-  first = true;
-  for (size_t i = fragment; i < table->count && !status; i += P) {
+  const char* const init_args[] = {"p"};
+  PCP_RETURN_IF_ERROR_BARE(signature_append(b, st, fragment, "init", "",
+                                            init_args, f32x4, 1, f32x4, 4));
+  for (size_t i = fragment; i < table->count; i += P) {
     type_text(&table->parameters[i], "f32", t, sizeof(t));
-    status = pcp_string_builder_append_f(b, "%s%%p%zu: %s", first ? "" : ", ",
-                                         i, t);
-    first = false;
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+        b, "    %%z%zu = stablehlo.constant dense<0.000000e+00> : %s\n", i, t));
   }
-  if (!status) status = pcp_string_builder_append_cstring(b, ") -> (");
-  first = true;
-  for (int pass = 0; pass < 4 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      type_text(&table->parameters[i], "f32", t, sizeof(t));
-      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
-      first = false;
-    }
-  }
-  if (!status) status = pcp_string_builder_append_cstring(b, ") {\n");
-  for (size_t i = fragment; i < table->count && !status; i += P) {
-    type_text(&table->parameters[i], "f32", t, sizeof(t));
-    status = pcp_string_builder_append_f(
-        b, "    %%z%zu = stablehlo.constant dense<0.000000e+00> : %s\n", i, t);
-  }
-  if (!status) status = pcp_string_builder_append_cstring(b, "    return ");
-  first = true;
-  for (int pass = 0; pass < 4 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      status = pcp_string_builder_append_f(
-          b, "%s%%%c%zu", first ? "" : ", ",
-          (pass == 1 || pass == 2) ? 'z' : 'p', i);
-      first = false;
-    }
-  }
-  if (!status) status = pcp_string_builder_append_cstring(b, " : ");
-  first = true;
-  for (int pass = 0; pass < 4 && !status; ++pass) {
-    for (size_t i = fragment; i < table->count && !status; i += P) {
-      type_text(&table->parameters[i], "f32", t, sizeof(t));
-      status = pcp_string_builder_append_f(b, "%s%s", first ? "" : ", ", t);
-      first = false;
-    }
-  }
-  if (!status) status = pcp_string_builder_append_cstring(b, "\n  }\n}\n");
-  return status;
+  const char* const init_out[] = {"p", "z", "z", "p"};
+  PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, init_out, f32x4, 4));
+  return pcp_string_builder_append_cstring(b, "}\n");
 }
 
 static pcp_status_t stream_programs(stream_t* st, const char* backend,
