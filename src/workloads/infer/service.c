@@ -326,6 +326,23 @@ static pcp_status_t token_text(req_t* r, int32_t id) {
   return pcp_ok_status();
 }
 
+// Appends what the decoder still holds (as U+FFFD) to the shown text.
+static pcp_status_t text_finish(req_t* r) {
+  pcp_string_builder_reset(&r->text);
+  pcp_status_t status = pcp_ok_status();
+  if (r->model->tokenizer_kind == PCP_INFER_TOKENIZER_BPE) {
+    status = pcp_tokenizer_decode_stream_finish(&r->decode, &r->text);
+  } else if (r->pending_size > 0) {
+    status = pcp_string_builder_append_cstring(&r->text, "\xEF\xBF\xBD");
+    r->pending_size = 0;
+  }
+  if (!status && r->text.size) {
+    status = pcp_string_builder_append(
+        &r->shown, pcp_make_string_view(r->text.data, r->text.size));
+  }
+  return status;
+}
+
 static bool show(req_t* r) {
   if (r->shown.size == 0) {
     return true;
@@ -370,6 +387,17 @@ static bool req_token(runner_t* runner, req_t* r, const float* logits) {
     // The context is full: nothing more can be fed.
     status = pcp_stop_state_flush(&r->stop, &r->shown);
     reason = PCP_FINISH_REASON_LENGTH;
+  }
+  bool eos = false;
+  for (size_t i = 0; i < r->stop.eos_count; ++i) {
+    eos = eos || r->stop.eos_ids[i] == token;
+  }
+  if (!status && (reason == PCP_FINISH_REASON_LENGTH ||
+                  (reason == PCP_FINISH_REASON_STOP && eos))) {
+    // The end: a character still incomplete is shown as U+FFFD, as a
+    // decode of all the ids shows it (not after a stop sequence, whose
+    // rest is cut anyway).
+    status = text_finish(r);
   }
   if (status) {
     req_finish(runner, r, status, PCP_FINISH_REASON_NONE);

@@ -1,0 +1,419 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The OpenAI-compatible inference API end to end: a real `pcp --gateway`
+serving two toy models (--model-dir) on a real `pcp --worker` (IREE on CPU),
+driven by the official `openai` Python client and by raw HTTP.
+
+  1. /readyz passes only after the one-token probe (gateway -> worker ->
+     prefill + decode) has passed; /v1/models lists both models.
+  2. chat and completions, streamed and not, equal the greedy reference
+     (tests/models/jax_reference.py, independent JAX); usage counts; the
+     streamed chunks (role first, finish_reason, usage chunk, [DONE]).
+  3. 32 concurrent streams all complete, each equal to its own greedy
+     reference (continuous batching over 4 slots: most of them queue).
+  4. a session (`user`) follow-up reuses the KV prefix (cached_tokens > 0)
+     and still equals the reference.
+  5. a client that disconnects mid-stream stops its generation within a
+     decode step (pcp_generation_tokens_total stops growing,
+     pcp_num_requests_running back to 0).
+  6. OpenAI error bodies: unknown model 404, malformed messages 400,
+     context length 400 context_length_exceeded, bad JSON 400, n=2 400.
+  7. /metrics passes promtool and has the inference families.
+  8. killing the only worker makes /readyz fail.
+
+usage: inference_test.py PCP
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import inference_models as im  # noqa: E402
+
+PCP = sys.argv[1] if len(sys.argv) > 1 else os.environ["PCP_BINARY"]
+JOIN = "inference-join"
+FAILURES = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILURES.append(what)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    def __init__(self, work, model_dirs):
+        self.work = work
+        self.api = free_port()
+        self.fabric = free_port()
+        self.base = "http://127.0.0.1:%d" % self.api
+        config = os.path.join(work, "gateway.json")
+        with open(config, "w") as f:
+            json.dump({"gateway_id": "gw-infer", "lab_id": "lab",
+                       "state_dir": os.path.join(work, "state"),
+                       "worker_fabric": {"host": "127.0.0.1",
+                                         "port": self.fabric,
+                                         "join_token_env": "INFER_JOIN",
+                                         "heartbeat_ms": 200}}, f)
+        env = dict(os.environ, INFER_JOIN=JOIN)
+        self.gw_err = open(os.path.join(work, "gateway.err"), "w")
+        self.gateway = subprocess.Popen(
+            [PCP, "--gateway", "--gateway-config", config, "--api-port",
+             str(self.api), "--model-dir", ",".join(model_dirs)],
+            env=env, stderr=self.gw_err)
+        self.worker = None
+        self.start_worker()
+
+    def start_worker(self):
+        env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=JOIN)
+        self.w_err = open(os.path.join(self.work, "worker.err"), "a")
+        self.worker = subprocess.Popen(
+            [PCP, "--worker", "--connect", "127.0.0.1:%d" % self.fabric,
+             "--cache-dir", os.path.join(self.work, "worker-cache")],
+            env=env, stderr=self.w_err)
+
+    def stop(self):
+        for p in (self.worker, self.gateway):
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in (self.worker, self.gateway):
+            if p:
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def get(base, path, timeout=10):
+    try:
+        with urllib.request.urlopen(base + path, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def post(base, path, body, raw=None):
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def wait_ready(base, timeout_s):
+    deadline = time.time() + timeout_s
+    status, body = 0, ""
+    while time.time() < deadline:
+        try:
+            status, body = get(base, "/readyz")
+            if status == 200:
+                return True, body
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return False, body
+
+
+def metric(base, name, labels=""):
+    _, text = get(base, "/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{" + labels) or line == name or \
+                line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def sse_events(base, body):
+    """Raw SSE: the list of data payloads (strings) of a streamed call."""
+    conn = http.client.HTTPConnection("127.0.0.1", int(base.rsplit(":", 1)[1]),
+                                      timeout=60)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    out = []
+    for line in resp.read().decode().splitlines():
+        if line.startswith("data: "):
+            out.append(line[6:])
+    conn.close()
+    return resp.status, resp.getheader("Content-Type"), out
+
+
+def main():
+    import openai
+    work = tempfile.mkdtemp(prefix="pcp-infer-")
+    models_root = os.path.join(work, "models")
+    tables = os.path.join(work, "tables")
+    os.makedirs(tables)
+    gpt = im.Model(PCP, tables, im.GPT, 11)
+    qwen = im.Model(PCP, tables, im.QWEN, 12)
+    stack = Stack(work, [gpt.dir, qwen.dir])
+    ok = False
+    try:
+        # 1. Not ready before the probe; ready after it.
+        time.sleep(0.5)
+        status, body = get(stack.base, "/readyz")
+        check(status == 503 and "inference probe" in body,
+              "readyz 503 before the inference probe: %s" % body[:200])
+        ready, body = wait_ready(stack.base, 600)
+        check(ready, "readyz 200 once the probe passed: %s" % body[:300])
+        if not ready:
+            return
+        client = openai.OpenAI(base_url=stack.base + "/v1", api_key="unused",
+                               max_retries=0, timeout=120)
+        ids = sorted(m.id for m in client.models.list().data)
+        check(ids == ["gpt-char", "qwen3-bpe"], "models listed: %s" % ids)
+
+        # 2. Chat and completions against the reference.
+        msgs = [{"role": "system", "content": "you are a lazy dog"},
+                {"role": "user", "content": "hello world how are you"}]
+        want_ids, want_finish = qwen.greedy(qwen.encode_chat(msgs), 24)
+        want = qwen.decode(want_ids)
+        r = client.chat.completions.create(model="qwen3-bpe", messages=msgs,
+                                           max_tokens=24, temperature=0)
+        check(r.choices[0].message.content == want and
+              r.choices[0].finish_reason == want_finish and
+              r.object == "chat.completion" and
+              r.usage.prompt_tokens == len(qwen.encode_chat(msgs)) and
+              r.usage.completion_tokens == len(want_ids) +
+              (want_finish == "stop"),
+              "chat (qwen3, bpe): %r == reference %r, usage %s" %
+              (r.choices[0].message.content, want, r.usage))
+        stream = client.chat.completions.create(
+            model="qwen3-bpe", messages=msgs, max_tokens=24, temperature=0,
+            stream=True, stream_options={"include_usage": True})
+        parts, finish, usage, first_role = [], None, None, None
+        for chunk in stream:
+            if chunk.choices:
+                if first_role is None:
+                    first_role = chunk.choices[0].delta.role
+                parts.append(chunk.choices[0].delta.content or "")
+                finish = chunk.choices[0].finish_reason or finish
+            if chunk.usage:
+                usage = chunk.usage
+        check("".join(parts) == want and finish == want_finish and
+              first_role == "assistant" and usage is not None and
+              usage.prompt_tokens == len(qwen.encode_chat(msgs)),
+              "chat streamed: text, role first, finish %s, usage %s" %
+              (finish, usage))
+        status, ctype, events = sse_events(stack.base, {
+            "model": "qwen3-bpe", "messages": msgs, "max_tokens": 5,
+            "temperature": 0, "stream": True})
+        chunks = [json.loads(e) for e in events[:-1]]
+        check(status == 200 and ctype.startswith("text/event-stream") and
+              events[-1] == "[DONE]" and
+              all(c["object"] == "chat.completion.chunk" for c in chunks) and
+              chunks[-1]["choices"][0]["finish_reason"] is not None and
+              all(c["choices"][0]["finish_reason"] is None
+                  for c in chunks[:-1]),
+              "raw SSE: chunks, one final chunk with finish_reason, [DONE]")
+
+        prompt = "the quick brown fox"
+        want_ids, _ = gpt.greedy(gpt.encode_prompt(prompt), 20)
+        want = gpt.decode(want_ids)
+        r = client.completions.create(model="gpt-char", prompt=prompt,
+                                      max_tokens=20, temperature=0)
+        check(r.choices[0].text == want and r.object == "text_completion" and
+              r.choices[0].finish_reason == "length" and
+              r.usage.prompt_tokens == len(prompt),
+              "completion (gpt, char): %r == reference %r" %
+              (r.choices[0].text, want))
+        text = "".join(c.choices[0].text for c in client.completions.create(
+            model="gpt-char", prompt=prompt, max_tokens=20, temperature=0,
+            stream=True))
+        check(text == want, "completion streamed: %r" % text)
+        cmsgs = [{"role": "user", "content": "hello"},
+                 {"role": "user", "content": "how are you"}]
+        want_ids, _ = gpt.greedy(gpt.encode_chat(cmsgs), 12)
+        r = client.chat.completions.create(model="gpt-char", messages=cmsgs,
+                                           max_tokens=12, temperature=0)
+        check(r.choices[0].message.content == gpt.decode(want_ids),
+              "chat on a char model ('plain': contents joined by newlines)")
+
+        # 3. 32 concurrent streams, each equal to its own reference (the
+        # Qwen3 toy: its greedy texts differ from prompt to prompt).
+        words = ("the quick brown fox jumps over a lazy dog while seven "
+                 "wizards hum songs about rivers and cities").split()
+        prompts = [" ".join(words[(i * 7 + k * 3) % len(words)]
+                            for k in range(1 + i % 4)) for i in range(32)]
+        refs = [qwen.decode(qwen.greedy(qwen.encode_prompt(p), 16)[0])
+                for p in prompts]
+        results = [None] * len(prompts)
+
+        def one(i):
+            try:
+                c = openai.OpenAI(base_url=stack.base + "/v1",
+                                  api_key="unused", max_retries=0,
+                                  timeout=300)
+                results[i] = "".join(
+                    ch.choices[0].text for ch in c.completions.create(
+                        model="qwen3-bpe", prompt=prompts[i], max_tokens=16,
+                        temperature=0, stream=True))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                results[i] = "error: %r" % e
+        threads = [threading.Thread(target=one, args=(i,))
+                   for i in range(len(prompts))]
+        started = time.time()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        bad = [(prompts[i], results[i], refs[i]) for i in range(len(prompts))
+               if results[i] != refs[i]]
+        check(not bad and len(set(refs)) >= 8,
+              "32 concurrent streams in %.1f s, each equal to its "
+              "single-stream reference (%d distinct texts; %d wrong: %s)" %
+              (time.time() - started, len(set(refs)), len(bad), bad[:3]))
+
+        # 4. Session prefix reuse.
+        turn = [{"role": "user", "content": "hello world"}]
+        r1 = client.chat.completions.create(model="qwen3-bpe", messages=turn,
+                                            max_tokens=6, temperature=0,
+                                            user="session-a")
+        turn2 = turn + [{"role": "assistant",
+                         "content": r1.choices[0].message.content},
+                        {"role": "user", "content": "and the dog"}]
+        want_ids, _ = qwen.greedy(qwen.encode_chat(turn2), 8)
+        r2 = client.chat.completions.create(model="qwen3-bpe", messages=turn2,
+                                            max_tokens=8, temperature=0,
+                                            user="session-a")
+        cached = r2.usage.prompt_tokens_details.cached_tokens
+        check(cached > 0 and r2.choices[0].message.content ==
+              qwen.decode(want_ids),
+              "session follow-up reuses %d cached prompt tokens and equals "
+              "the reference" % cached)
+
+        # 5. Disconnect mid-stream.
+        before = metric(stack.base, "pcp_generation_tokens_total")
+        conn = http.client.HTTPConnection("127.0.0.1", stack.api, timeout=60)
+        conn.request("POST", "/v1/completions", json.dumps({
+            "model": "gpt-char", "prompt": "hello", "max_tokens": 90,
+            "temperature": 0, "stream": True}),
+            {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        seen = 0
+        while seen < 3:
+            line = resp.fp.readline()
+            if line.startswith(b"data: "):
+                seen += 1
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        time.sleep(1.0)
+        after = metric(stack.base, "pcp_generation_tokens_total")
+        time.sleep(1.0)
+        later = metric(stack.base, "pcp_generation_tokens_total")
+        running = metric(stack.base, "pcp_num_requests_running")
+        check(later == after and running == 0 and after - before < 90,
+              "disconnect: generation stopped after %d of 90 tokens "
+              "(%d chunks read), running %d" %
+              (after - before, seen, running))
+
+        # 6. Error bodies.
+        try:
+            client.chat.completions.create(model="nope", messages=msgs)
+            check(False, "unknown model raises")
+        except openai.NotFoundError as e:
+            check(e.status_code == 404 and e.body.get("code") ==
+                  "model_not_found" and e.body.get("param") == "model",
+                  "unknown model: 404 model_not_found %s" % e.body)
+        for body, param in [
+                ({"model": "qwen3-bpe", "messages": [{"content": "x"}]},
+                 "messages[0].role"),
+                ({"model": "qwen3-bpe", "messages": [{"role": "user"}]},
+                 "messages[0].content"),
+                ({"model": "qwen3-bpe", "messages": "hi"}, "messages"),
+                ({"model": "qwen3-bpe", "messages": [{"role": "wizard",
+                                                      "content": "x"}]},
+                 "messages[0].role"),
+                ({"model": "qwen3-bpe", "messages": msgs, "n": 2}, "n"),
+                ({"model": "qwen3-bpe", "messages": msgs,
+                  "temperature": 5}, "temperature"),
+                ({"messages": msgs}, "model")]:
+            status, got = post(stack.base, "/v1/chat/completions", body)
+            e = got.get("error", {})
+            check(status == 400 and e.get("type") == "invalid_request_error"
+                  and e.get("param") == param and "message" in e and
+                  "code" in e,
+                  "400 for %s: %s" % (param, got))
+        status, got = post(stack.base, "/v1/chat/completions", None,
+                           raw=b"{not json")
+        check(status == 400 and got["error"]["type"] ==
+              "invalid_request_error", "malformed JSON: 400 %s" % got)
+        status, got = post(stack.base, "/v1/completions", {
+            "model": "gpt-char", "prompt": "a" * 200})
+        check(status == 400 and got["error"]["code"] ==
+              "context_length_exceeded",
+              "context length: 400 context_length_exceeded %s" % got)
+        status, got = post(stack.base, "/v1/completions", {
+            "model": "gpt-char", "prompt": "hello", "max_tokens": 95})
+        check(status == 400 and got["error"]["code"] ==
+              "context_length_exceeded",
+              "prompt + max_tokens over the context: 400")
+        status, got = post(stack.base, "/v1/completions", {
+            "model": "gpt-char", "prompt": "h\u00e9llo"})
+        check(status == 400 and got["error"]["param"] == "prompt",
+              "a character outside a char vocabulary: 400 %s" % got)
+
+        # 7. Metrics.
+        _, text = get(stack.base, "/metrics")
+        for name in ("pcp_time_to_first_token_seconds_bucket",
+                     "pcp_inter_token_latency_seconds_bucket",
+                     "pcp_e2e_request_latency_seconds_count",
+                     "pcp_request_queue_time_seconds_sum",
+                     "pcp_prompt_tokens_total", "pcp_generation_tokens_total",
+                     "pcp_num_requests_running", "pcp_num_requests_waiting"):
+            check(name in text, "metric %s" % name)
+        promtool = shutil.which("promtool")
+        if promtool:
+            p = subprocess.run([promtool, "check", "metrics"], input=text,
+                               capture_output=True, text=True, timeout=60)
+            check(p.returncode == 0, "promtool check metrics: %s%s" %
+                  (p.stdout[-300:], p.stderr[-300:]))
+
+        # 8. Readiness flips when the only worker dies.
+        stack.worker.kill()
+        stack.worker.wait()
+        deadline = time.time() + 10
+        status = 200
+        while time.time() < deadline and status == 200:
+            status, body = get(stack.base, "/readyz")
+            time.sleep(0.2)
+        check(status == 503, "readyz 503 after the worker was killed: %s" %
+              body[:200])
+        status, got = post(stack.base, "/v1/completions", {
+            "model": "gpt-char", "prompt": "hello", "max_tokens": 2})
+        check(status == 503, "completion without a worker: 503 %s" % got)
+        ok = True
+    finally:
+        stack.stop()
+        if ok and not FAILURES:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print("logs kept in", work)
+    if FAILURES or not ok:
+        print("%d failure(s)" % len(FAILURES))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
