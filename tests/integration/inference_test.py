@@ -10,16 +10,19 @@ driven by the official `openai` Python client and by raw HTTP.
      (tests/models/jax_reference.py, independent JAX); usage counts; the
      streamed chunks (role first, finish_reason, usage chunk, [DONE]).
   3. 32 concurrent streams all complete, each equal to its own greedy
-     reference (continuous batching over 4 slots: most of them queue).
-  4. a session (`user`) follow-up reuses the KV prefix (cached_tokens > 0)
-     and still equals the reference.
+     reference (continuous batching over 4 slots per worker, two workers:
+     the least loaded one takes each request, so both run some).
+  4. a session (`user`) follow-up goes to the worker holding the session
+     and reuses its KV prefix (cached_tokens > 0), still equal to the
+     reference; a seeded sampled request repeats exactly.
   5. a client that disconnects mid-stream stops its generation within a
      decode step (pcp_generation_tokens_total stops growing,
      pcp_num_requests_running back to 0).
   6. OpenAI error bodies: unknown model 404, malformed messages 400,
      context length 400 context_length_exceeded, bad JSON 400, n=2 400.
   7. /metrics passes promtool and has the inference families.
-  8. killing the only worker makes /readyz fail.
+  8. /readyz stays ready with one of the two workers killed and fails when
+     the last one is killed.
 
 usage: inference_test.py PCP
 """
@@ -78,22 +81,28 @@ class Stack:
             [PCP, "--gateway", "--gateway-config", config, "--api-port",
              str(self.api), "--model-dir", ",".join(model_dirs)],
             env=env, stderr=self.gw_err)
-        self.worker = None
-        self.start_worker()
+        # Two workers on one host differ by --device-id (their ids).
+        self.workers = [self.start_worker(d) for d in (0, 1)]
 
-    def start_worker(self):
+    def start_worker(self, device):
         env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=JOIN)
-        self.w_err = open(os.path.join(self.work, "worker.err"), "a")
-        self.worker = subprocess.Popen(
+        err = open(os.path.join(self.work, "worker%d.err" % device), "a")
+        return subprocess.Popen(
             [PCP, "--worker", "--connect", "127.0.0.1:%d" % self.fabric,
-             "--cache-dir", os.path.join(self.work, "worker-cache")],
-            env=env, stderr=self.w_err)
+             "--device-id", str(device),
+             "--cache-dir", os.path.join(self.work, "cache%d" % device)],
+            env=env, stderr=err)
+
+    def tasks_done(self, device):
+        with open(os.path.join(self.work, "worker%d.err" % device)) as f:
+            return f.read().count("task done")
 
     def stop(self):
-        for p in (self.worker, self.gateway):
+        procs = self.workers + [self.gateway]
+        for p in procs:
             if p and p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        for p in (self.worker, self.gateway):
+        for p in procs:
             if p:
                 try:
                     p.wait(timeout=20)
@@ -274,12 +283,15 @@ def main():
         threads = [threading.Thread(target=one, args=(i,))
                    for i in range(len(prompts))]
         started = time.time()
+        done_before = [stack.tasks_done(0), stack.tasks_done(1)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(300)
         bad = [(prompts[i], results[i], refs[i]) for i in range(len(prompts))
                if results[i] != refs[i]]
+        ran = [stack.tasks_done(d) - done_before[d] for d in (0, 1)]
+        check(min(ran) > 0, "both workers ran the streams (tasks %s)" % ran)
         check(not bad and len(set(refs)) >= 8,
               "32 concurrent streams in %.1f s, each equal to its "
               "single-stream reference (%d distinct texts; %d wrong: %s)" %
@@ -302,6 +314,12 @@ def main():
               qwen.decode(want_ids),
               "session follow-up reuses %d cached prompt tokens and equals "
               "the reference" % cached)
+        sampled = [client.completions.create(
+            model="qwen3-bpe", prompt="the lazy dog", max_tokens=12,
+            temperature=0.9, top_p=0.95, seed=1234).choices[0].text
+            for _ in range(2)]
+        check(sampled[0] == sampled[1], "seeded sampling repeats: %r" %
+              sampled)
 
         # 5. Disconnect mid-stream.
         before = metric(stack.base, "pcp_generation_tokens_total")
@@ -390,16 +408,25 @@ def main():
             check(p.returncode == 0, "promtool check metrics: %s%s" %
                   (p.stdout[-300:], p.stderr[-300:]))
 
-        # 8. Readiness flips when the only worker dies.
-        stack.worker.kill()
-        stack.worker.wait()
+        # 8. Readiness: one worker left still serves; none left does not.
+        stack.workers[0].kill()
+        stack.workers[0].wait()
+        time.sleep(3)
+        status, body = get(stack.base, "/readyz")
+        r = client.completions.create(model="gpt-char", prompt="hello",
+                                      max_tokens=4, temperature=0)
+        check(status == 200 and r.choices[0].text ==
+              gpt.decode(gpt.greedy(gpt.encode_prompt("hello"), 4)[0]),
+              "one worker killed: still ready and serving: %s" % body[:200])
+        stack.workers[1].kill()
+        stack.workers[1].wait()
         deadline = time.time() + 10
         status = 200
         while time.time() < deadline and status == 200:
             status, body = get(stack.base, "/readyz")
             time.sleep(0.2)
-        check(status == 503, "readyz 503 after the worker was killed: %s" %
-              body[:200])
+        check(status == 503, "readyz 503 after the last worker was killed: "
+              "%s" % body[:200])
         status, got = post(stack.base, "/v1/completions", {
             "model": "gpt-char", "prompt": "hello", "max_tokens": 2})
         check(status == 503, "completion without a worker: 503 %s" % got)
