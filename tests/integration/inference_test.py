@@ -21,7 +21,9 @@ driven by the official `openai` Python client and by raw HTTP.
   6. OpenAI error bodies: unknown model 404, malformed messages 400,
      context length 400 context_length_exceeded, bad JSON 400, n=2 400.
   7. /metrics passes promtool and has the inference families.
-  8. /readyz stays ready with one of the two workers killed and fails when
+  8. a model directory written under <state_dir>/models later is served
+     without a restart.
+  9. /readyz stays ready with one of the two workers killed and fails when
      the last one is killed.
 
 usage: inference_test.py PCP
@@ -408,7 +410,35 @@ def main():
             check(p.returncode == 0, "promtool check metrics: %s%s" %
                   (p.stdout[-300:], p.stderr[-300:]))
 
-        # 8. Readiness: one worker left still serves; none left does not.
+        # 8. A model directory that appears under <state_dir>/models (as a
+        # training job writes it) is served without a restart; model.json
+        # goes in last, by rename.
+        fresh = os.path.join(work, "state", "models", "job-1")
+        os.makedirs(fresh)
+        shutil.copy(os.path.join(gpt.dir, "model.safetensors"), fresh)
+        with open(os.path.join(gpt.dir, "model.json")) as f:
+            meta = json.load(f)
+        meta["name"] = "trained-job-1"
+        with open(os.path.join(fresh, "model.json.tmp"), "w") as f:
+            json.dump(meta, f)
+        os.rename(os.path.join(fresh, "model.json.tmp"),
+                  os.path.join(fresh, "model.json"))
+        deadline = time.time() + 120
+        served = None
+        while time.time() < deadline and served is None:
+            try:
+                served = client.completions.create(
+                    model="trained-job-1", prompt="hello", max_tokens=6,
+                    temperature=0)
+            except (openai.NotFoundError, openai.InternalServerError,
+                    openai.APIStatusError):
+                time.sleep(0.5)
+        check(served is not None and served.choices[0].text ==
+              gpt.decode(gpt.greedy(gpt.encode_prompt("hello"), 6)[0]),
+              "a model dir written under state/models is served without a "
+              "restart")
+
+        # 9. Readiness: one worker left still serves; none left does not.
         stack.workers[0].kill()
         stack.workers[0].wait()
         time.sleep(3)

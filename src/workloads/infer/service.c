@@ -894,6 +894,21 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir,
   }
   pcp_status_t status = pcp_infer_model_json_load(dir, m);
   for (size_t i = 0; !status && i < s->model_count; ++i) {
+    model_entry_t* old = &s->models[i];
+    if (old->state == MODEL_FAILED && strcmp(old->model->dir, dir) == 0) {
+      // A model that failed (e.g. weights still being written) is read
+      // again when its model.json changes. Nothing serves a failed model
+      // and no request holds its record (submit refuses it first).
+      PCP_LOG(PCP_LOG_INFO, &s->options.log, "model dir changed, reloading "
+              "name=%s dir=%s", m->name, dir);
+      pcp_infer_model_free(old->model);
+      memset(old, 0, sizeof(*old));
+      old->model = m;
+      old->state = MODEL_NEW;
+      old->pinned = pinned;
+      pthread_cond_broadcast(&s->cv);
+      return;
+    }
     if (strcmp(s->models[i].model->name, m->name) == 0) {
       // The first directory that names a model serves it.
       status = pcp_make_status(PCP_STATUS_ALREADY_EXISTS,
