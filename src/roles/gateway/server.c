@@ -1158,6 +1158,10 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
 
 static void stop(pcp_roles_gateway_state_t* g) {
   atomic_store(&g->draining, true);
+  // Generations in flight get 8 s to finish (new ones are refused), then
+  // end with an error: a completion that is not streamed holds a server
+  // thread, which the HTTP stop below must be able to join.
+  pcp_infer_service_shutdown(g->infer, 8000);
   if (g->http) {
     // Requests in flight finish; event streams end after what they queued.
     pcp_status_ignore(pcp_http_server_stop(g->http, 10000));

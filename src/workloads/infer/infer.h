@@ -88,8 +88,14 @@ typedef struct pcp_infer_service_t pcp_infer_service_t;
 PCP_MUST_USE_RESULT pcp_status_t pcp_infer_service_create(
     const pcp_infer_service_options_t* options, pcp_allocator_t allocator,
     pcp_infer_service_t** out_service);
-// Stops every thread; requests in flight end with CANCELLED (their done
-// callback runs). Before the fabric endpoint is released. NULL is a no-op.
+// Refuses new requests (UNAVAILABLE), lets the running and waiting ones
+// finish for up to |deadline_ms|, then stops every thread; requests still
+// in flight end with CANCELLED (their done callback runs). Idempotent.
+// Call it before stopping the HTTP server whose handlers wait on requests.
+void pcp_infer_service_shutdown(pcp_infer_service_t* service,
+                                int64_t deadline_ms);
+// Shuts down (deadline 0) if needed and frees. Before the fabric endpoint
+// is released. NULL is a no-op.
 void pcp_infer_service_release(pcp_infer_service_t* service);
 
 // Looks for model directories not seen yet (the root and the configured

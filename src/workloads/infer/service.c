@@ -141,7 +141,9 @@ struct pcp_infer_service_t {
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  bool refusing;  // shutdown started: no new requests
   bool stopping;
+  bool shut_down;
   model_entry_t models[PCP_INFER_MAX_MODELS];
   size_t model_count;
   // Directories already looked at (a model.json that failed is not re-read
@@ -1148,7 +1150,10 @@ pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
     e = model_find(s, params->model);
   }
   pcp_status_t status = pcp_ok_status();
-  if (!e) {
+  if (s->refusing) {
+    status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                             "the inference service is stopping");
+  } else if (!e) {
     status = pcp_make_status(PCP_STATUS_NOT_FOUND,
                              "The model `%s` does not exist.", params->model);
   } else if (e->state == MODEL_FAILED) {
@@ -1503,7 +1508,7 @@ static void* manager_main(void* opaque) {
     reap(s);
     pthread_mutex_lock(&s->mu);
     int64_t t = now_ns(s);
-    if (!s->probe_in_flight && t >= next_probe) {
+    if (!s->probe_in_flight && !s->refusing && t >= next_probe) {
       next_probe = t + s->options.probe_interval_ms * 1000000;
       probe_start(s);
     }
@@ -1612,9 +1617,25 @@ pcp_status_t pcp_infer_service_create(
   return pcp_ok_status();
 }
 
-void pcp_infer_service_release(pcp_infer_service_t* s) {
-  if (!s) {
+void pcp_infer_service_shutdown(pcp_infer_service_t* s, int64_t deadline_ms) {
+  if (!s || s->shut_down) {
     return;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->refusing = true;
+  pthread_mutex_unlock(&s->mu);
+  int64_t end = now_ns(s) + deadline_ms * 1000000;
+  for (;;) {
+    bool busy = false;
+    pthread_mutex_lock(&s->mu);
+    for (runner_t* r = s->runners; r && !busy; r = r->next) {
+      busy = r->waiting > 0 || r->active > 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!busy || now_ns(s) >= end) {
+      break;
+    }
+    pcp_sleep_ms(20);
   }
   pthread_mutex_lock(&s->mu);
   s->stopping = true;
@@ -1635,6 +1656,15 @@ void pcp_infer_service_release(pcp_infer_service_t* s) {
     runner_free(r);
     r = next;
   }
+  s->runners = NULL;
+  s->shut_down = true;
+}
+
+void pcp_infer_service_release(pcp_infer_service_t* s) {
+  if (!s) {
+    return;
+  }
+  pcp_infer_service_shutdown(s, 0);
   for (size_t i = 0; i < s->model_count; ++i) {
     pcp_infer_model_free(s->models[i].model);
   }
