@@ -18,7 +18,8 @@ driven by the official `openai` Python client and by raw HTTP.
   5. a client that disconnects mid-stream stops its generation within a
      decode step (pcp_generation_tokens_total stops growing,
      pcp_num_requests_running back to 0).
-  6. OpenAI error bodies: unknown model 404, malformed messages 400,
+  6. OpenAI error bodies: more than 24 requests without streaming at once
+     429 (the rest answered), unknown model 404, malformed messages 400,
      context length 400 context_length_exceeded, bad JSON 400, n=2 400.
   7. /metrics passes promtool and has the inference families.
   8. a model directory written under <state_dir>/models later is served
@@ -347,6 +348,32 @@ def main():
               "disconnect: generation stopped after %d of 90 tokens "
               "(%d chunks read), running %d" %
               (after - before, seen, running))
+
+        # 5b. At most 24 requests that are not streamed wait at once (each
+        # holds a server thread): 40 at once get some 429s with OpenAI's
+        # rate-limit body, and the rest their right answer.
+        want = gpt.decode(gpt.greedy(gpt.encode_prompt("hello"), 80)[0])
+        answers = [None] * 40
+
+        def blocking(i):
+            answers[i] = post(stack.base, "/v1/completions", {
+                "model": "gpt-char", "prompt": "hello", "max_tokens": 80,
+                "temperature": 0})
+        threads = [threading.Thread(target=blocking, args=(i,))
+                   for i in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        limited = [a for a in answers if a and a[0] == 429]
+        served = [a for a in answers if a and a[0] == 200]
+        check(limited and len(limited) + len(served) == 40 and
+              all(a[1]["error"]["type"] == "rate_limit_error" and
+                  a[1]["error"]["code"] == "rate_limit_exceeded"
+                  for a in limited) and
+              all(a[1]["choices"][0]["text"] == want for a in served),
+              "40 requests without streaming at once: %d answered, %d got "
+              "429 rate_limit_exceeded" % (len(served), len(limited)))
 
         # 6. Error bodies.
         try:
