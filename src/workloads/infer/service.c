@@ -105,6 +105,9 @@ struct runner_t {
   uint8_t program[PCP_SHA256_BYTE_LENGTH];
   pthread_t thread;
   bool thread_started;
+  // Signalled (with the service's |mu|) when work is queued or the runner
+  // must stop: one runner wakes per request, not every thread.
+  pthread_cond_t cv;
   // Guarded by the service's |mu|.
   _Atomic runner_state_t state;
   bool stop;
@@ -778,7 +781,7 @@ static void* runner_main(void* opaque) {
   for (;;) {
     pthread_mutex_lock(&s->mu);
     while (!runner->stop && !runner->waiting_head && runner->active == 0) {
-      pthread_cond_wait(&s->cv, &s->mu);
+      pthread_cond_wait(&runner->cv, &s->mu);
     }
     bool stop = runner->stop;
     pthread_mutex_unlock(&s->mu);
@@ -804,6 +807,9 @@ static void* runner_main(void* opaque) {
 }
 
 static void runner_free(runner_t* runner) {
+  if (runner->thread_started) {
+    pthread_cond_destroy(&runner->cv);
+  }
   if (runner->slots) {
     for (int64_t b = 0; b < runner->model->gen.slots; ++b) {
       free(runner->slots[b].tokens);
@@ -850,7 +856,9 @@ static pcp_status_t runner_start(pcp_infer_service_t* s, model_entry_t* e,
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "runner");
   }
   atomic_store(&runner->state, RUNNER_LOADING);
+  pthread_cond_init(&runner->cv, NULL);
   if (pthread_create(&runner->thread, NULL, runner_main, runner) != 0) {
+    pthread_cond_destroy(&runner->cv);
     runner_free(runner);
     return pcp_make_status(PCP_STATUS_UNAVAILABLE, "runner thread");
   }
@@ -1131,7 +1139,7 @@ static void enqueue(pcp_infer_service_t* s, runner_t* runner, req_t* r) {
     metric(s->waiting, r->model, 1, false);
   }
   runner->waiting++;
-  pthread_cond_broadcast(&s->cv);
+  pthread_cond_signal(&runner->cv);
 }
 
 pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
@@ -1457,12 +1465,12 @@ static void watch_workers(pcp_infer_service_t* s) {
     if (atomic_load(&r->state) == RUNNER_READY && !r->stop &&
         !worker_connected(r)) {
       r->stop = true;
+      pthread_cond_signal(&r->cv);
       PCP_LOG(PCP_LOG_WARN, &s->options.log,
               "inference worker lost model=%s worker=%s", r->model->name,
               r->worker_id);
     }
   }
-  pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   // Stopped runners end their thread; mark them dead for reap.
   pthread_mutex_lock(&s->mu);
@@ -1477,7 +1485,6 @@ static void watch_workers(pcp_infer_service_t* s) {
       link = &r->next;
     }
   }
-  pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   while (stopped) {
     runner_t* r = stopped;
@@ -1641,6 +1648,7 @@ void pcp_infer_service_shutdown(pcp_infer_service_t* s, int64_t deadline_ms) {
   s->stopping = true;
   for (runner_t* r = s->runners; r; r = r->next) {
     r->stop = true;
+    pthread_cond_signal(&r->cv);
   }
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
