@@ -475,8 +475,35 @@ def main():
         check(status == 200 and r.choices[0].text ==
               gpt.decode(gpt.greedy(gpt.encode_prompt("hello"), 4)[0]),
               "one worker killed: still ready and serving: %s" % body[:200])
+        # The last worker dies in the middle of a stream: the stream gets
+        # OpenAI's error event (the client raises it), not a silent end.
+        conn = http.client.HTTPConnection("127.0.0.1", stack.api, timeout=60)
+        conn.request("POST", "/v1/completions", json.dumps({
+            "model": "gpt-char", "prompt": "hello", "max_tokens": 90,
+            "temperature": 0, "stream": True}),
+            {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        while not resp.fp.readline().startswith(b"data: "):
+            pass
         stack.workers[1].kill()
         stack.workers[1].wait()
+        # Raw lines (chunk sizes and data), until [DONE], an error or EOF.
+        events = []
+        while True:
+            line = resp.fp.readline()
+            if not line:
+                break
+            if line.startswith(b"data: "):
+                events.append(line[6:].decode().strip())
+                if events[-1] == "[DONE]" or '"error"' in events[-1]:
+                    break
+        conn.close()
+        last = json.loads(events[-1]) if events and events[-1] != "[DONE]" \
+            else {}
+        check("error" in last and last["error"]["type"] ==
+              "service_unavailable_error" and len(events) < 90,
+              "worker killed mid-stream: an error event after %d chunks: %s" %
+              (len(events), events[-1:] if events else events))
         deadline = time.time() + 10
         status = 200
         while time.time() < deadline and status == 200:
