@@ -183,7 +183,13 @@ def main():
     ok = False
     try:
         # 1. Not ready before the probe; ready after it.
-        time.sleep(0.5)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if get(stack.base, "/healthz")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.05)
         status, body = get(stack.base, "/readyz")
         check(status == 503 and "inference probe" in body,
               "readyz 503 before the inference probe: %s" % body[:200])
@@ -339,7 +345,10 @@ def main():
                 seen += 1
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()
-        time.sleep(1.0)
+        deadline = time.time() + 20
+        while time.time() < deadline and \
+                metric(stack.base, "pcp_num_requests_running") > 0:
+            time.sleep(0.1)
         after = metric(stack.base, "pcp_generation_tokens_total")
         time.sleep(1.0)
         later = metric(stack.base, "pcp_generation_tokens_total")
@@ -354,8 +363,10 @@ def main():
         # rate-limit body, and the rest their right answer.
         want = gpt.decode(gpt.greedy(gpt.encode_prompt("hello"), 80)[0])
         answers = [None] * 40
+        barrier = threading.Barrier(40)
 
         def blocking(i):
+            barrier.wait(60)
             answers[i] = post(stack.base, "/v1/completions", {
                 "model": "gpt-char", "prompt": "hello", "max_tokens": 80,
                 "temperature": 0})
@@ -468,8 +479,13 @@ def main():
         # 9. Readiness: one worker left still serves; none left does not.
         stack.workers[0].kill()
         stack.workers[0].wait()
-        time.sleep(3)
-        status, body = get(stack.base, "/readyz")
+        # A probe in flight on the killed worker fails; the next one (on
+        # the other worker) passes.
+        deadline = time.time() + 20
+        status = 0
+        while time.time() < deadline and status != 200:
+            time.sleep(0.5)
+            status, body = get(stack.base, "/readyz")
         r = client.completions.create(model="gpt-char", prompt="hello",
                                       max_tokens=4, temperature=0)
         check(status == 200 and r.choices[0].text ==
