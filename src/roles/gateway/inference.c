@@ -24,6 +24,10 @@
 #define PCP_GATEWAY_INFER_MAX_BLOCKING 24
 
 static atomic_int g_blocking;
+// The cap in force: PCP_GATEWAY_INFER_MAX_BLOCKING, or lower from the test
+// hook PCP_GATEWAY_TEST_INFER_MAX_BLOCKING (read when the routes are added),
+// so a test can fill it without racing the generations.
+static int g_max_blocking = PCP_GATEWAY_INFER_MAX_BLOCKING;
 static atomic_uint_fast64_t g_sequence;
 
 //===----------------------------------------------------------------------===//
@@ -641,13 +645,13 @@ static pcp_status_t complete(pcp_roles_gateway_state_t* g,
     }
   }
   if (!status && !p.stream) {
-    if (atomic_fetch_add(&g_blocking, 1) >= PCP_GATEWAY_INFER_MAX_BLOCKING) {
+    if (atomic_fetch_add(&g_blocking, 1) >= g_max_blocking) {
       atomic_fetch_sub(&g_blocking, 1);
       status = pcp_make_status(
           PCP_STATUS_RESOURCE_EXHAUSTED,
           "too many requests without streaming at once (%d); retry later or "
           "stream",
-          PCP_GATEWAY_INFER_MAX_BLOCKING);
+          g_max_blocking);
       free(c);
       c = NULL;
     }
@@ -763,6 +767,13 @@ static pcp_status_t completions(void* user_data,
 
 pcp_status_t pcp_roles_gateway_inference_routes_add(
     pcp_roles_gateway_state_t* g) {
+  const char* cap = getenv("PCP_GATEWAY_TEST_INFER_MAX_BLOCKING");
+  if (cap) {
+    long value = strtol(cap, NULL, 10);
+    if (value >= 1 && value < PCP_GATEWAY_INFER_MAX_BLOCKING) {
+      g_max_blocking = (int)value;
+    }
+  }
   pcp_http_route_t routes[] = {
       {"GET", "/v1/models", "api", models_list, g, 0, 0},
       {"GET", "/v1/models/*", "api", model_get, g, 0, 0},
