@@ -94,18 +94,26 @@ int main(void) {
   spec.vocab = (int64_t)strlen(kVocab);
   spec.block_size = 96;
   spec.batch = 1;
-  pcp_models_generation_t gen = {.slots = 4, .max_length = 96,
-                                 .prefill_length = 32};
+  pcp_models_generation_t gen = {
+      .slots = 4, .max_length = 96, .prefill_length = 32};
   pcp_models_parameter_table_t table;
   pcp_status_t status = pcp_models_parameter_table_initialize(
       &spec, pcp_allocator_system(), &table);
-  if (status) return fail(status, "table");
+  if (status)
+    return fail(status, "table");
   void** params = calloc(table.count, sizeof(void*));
   pcp_proto_section_t* sections = calloc(table.count, sizeof(*sections));
   char(*names)[16] = calloc(table.count, sizeof(*names));
+  if (!params || !sections || !names) {
+    free(params);
+    free(sections);
+    free(names);
+    return 1;
+  }
   for (size_t i = 0; i < table.count; ++i) {
     if (posix_memalign(&params[i], 64, table.parameters[i].byte_length)) {
-      return 1;
+      fprintf(stderr, "gateway_overhead: out of memory\n");
+      exit(1);
     }
   }
   pcp_models_parameters_initialize(&table, 7, params);
@@ -113,8 +121,10 @@ int main(void) {
   snprintf(path, sizeof(path), "%s/model", dir);
   mkdir(path, 0755);
   snprintf(path, sizeof(path), "%s/model/model.safetensors", dir);
-  status = pcp_models_safetensors_save(&table, (const void* const*)params, path);
-  if (status) return fail(status, "weights");
+  status =
+      pcp_models_safetensors_save(&table, (const void* const*)params, path);
+  if (status)
+    return fail(status, "weights");
   snprintf(path, sizeof(path), "%s/model/model.json", dir);
   FILE* f = fopen(path, "w");
   fprintf(f,
@@ -136,15 +146,16 @@ int main(void) {
   pcp_fabric_options_initialize(&options);
   options.heartbeat_interval_ms = 200;
   pcp_fabric_endpoint_t* endpoint = NULL;
-  status = pcp_fabric_endpoint_create(&options, pcp_allocator_system(),
-                                      &endpoint);
-  if (status) return fail(status, "endpoint");
+  status =
+      pcp_fabric_endpoint_create(&options, pcp_allocator_system(), &endpoint);
+  if (status)
+    return fail(status, "endpoint");
   int fabric_port = pcp_fabric_endpoint_port(endpoint);
   char connect[64], cache[512];
   snprintf(connect, sizeof(connect), "127.0.0.1:%d", fabric_port);
   snprintf(cache, sizeof(cache), "%s/worker-cache", dir);
-  char* worker_argv[] = {(char*)pcp, "--worker", "--connect", connect,
-                         "--cache-dir", cache, NULL};
+  char* worker_argv[] = {(char*)pcp,    "--worker", "--connect", connect,
+                         "--cache-dir", cache,      NULL};
   pid_t worker = spawn(worker_argv);
   pcp_fabric_worker_info_t info;
   memset(&info, 0, sizeof(info));
@@ -163,7 +174,8 @@ int main(void) {
   pcp_string_builder_t text;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
   status = pcp_models_generation_module_emit(&spec, &gen, &text);
-  if (status) return fail(status, "emit");
+  if (status)
+    return fail(status, "emit");
   char artifacts[512];
   snprintf(artifacts, sizeof(artifacts), "%s/state", dir);
   mkdir(artifacts, 0755);
@@ -176,12 +188,14 @@ int main(void) {
                                    .cache_dir = artifacts};
   pcp_compile_result_t compiled = {0};
   status = pcp_compile_module(&request, &compiled);
-  if (status) return fail(status, "compile");
+  if (status)
+    return fail(status, "compile");
   uint8_t program[PCP_SHA256_BYTE_LENGTH];
   status = pcp_fabric_program_register(endpoint, compiled.vmfb,
                                        compiled.vmfb_byte_length, info.backend,
                                        info.target, program);
-  if (status) return fail(status, "register");
+  if (status)
+    return fail(status, "register");
   pcp_proto_keep_resident_t* keep = calloc(table.count + 2, sizeof(*keep));
   for (size_t i = 0; i < table.count; ++i) {
     const pcp_models_parameter_t* p = &table.parameters[i];
@@ -210,22 +224,36 @@ int main(void) {
   memcpy(load.program, program, sizeof(program));
   pcp_fabric_task_t* task = NULL;
   status = pcp_fabric_task_submit(endpoint, &load, &task);
-  if (status) return fail(status, "load");
+  if (status)
+    return fail(status, "load");
   pcp_fabric_task_wait(task, -1);
   status = pcp_fabric_task_status(task);
-  if (status) return fail(pcp_status_clone(status), "load");
+  if (status)
+    return fail(pcp_status_clone(status), "load");
   pcp_fabric_task_release(task);
 
   int32_t ids[4 * 32] = {0}, positions[4] = {0}, lengths[4] = {0};
   memcpy(ids, prompt, (size_t)n * sizeof(int32_t));
   lengths[0] = n;
   pcp_proto_section_t step[3] = {
-      {.name = "input_ids", .element_type = PCP_ELEMENT_TYPE_I32, .rank = 2,
-       .shape = {4, 32}, .byte_length = sizeof(ids), .data = ids},
-      {.name = "positions", .element_type = PCP_ELEMENT_TYPE_I32, .rank = 1,
-       .shape = {4}, .byte_length = sizeof(positions), .data = positions},
-      {.name = "lengths", .element_type = PCP_ELEMENT_TYPE_I32, .rank = 1,
-       .shape = {4}, .byte_length = sizeof(lengths), .data = lengths},
+      {.name = "input_ids",
+       .element_type = PCP_ELEMENT_TYPE_I32,
+       .rank = 2,
+       .shape = {4, 32},
+       .byte_length = sizeof(ids),
+       .data = ids},
+      {.name = "positions",
+       .element_type = PCP_ELEMENT_TYPE_I32,
+       .rank = 1,
+       .shape = {4},
+       .byte_length = sizeof(positions),
+       .data = positions},
+      {.name = "lengths",
+       .element_type = PCP_ELEMENT_TYPE_I32,
+       .rank = 1,
+       .shape = {4},
+       .byte_length = sizeof(lengths),
+       .data = lengths},
   };
   pcp_proto_tensor_ref_t refs[64];
   size_t r = 0;
@@ -260,15 +288,18 @@ int main(void) {
   for (int i = -WARMUP; i < SAMPLES; ++i) {
     double t0 = now_s();
     status = pcp_fabric_task_submit(endpoint, &prefill, &task);
-    if (status) return fail(status, "prefill");
+    if (status)
+      return fail(status, "prefill");
     pcp_fabric_task_wait(task, -1);
     const pcp_proto_section_t* outputs = NULL;
     size_t count = 0;
     status = pcp_fabric_task_outputs(task, &outputs, &count);
-    if (status) return fail(status, "prefill outputs");
+    if (status)
+      return fail(status, "prefill outputs");
     direct_token = pcp_models_logits_argmax(outputs[0].data, spec.vocab);
     pcp_fabric_task_release(task);
-    if (i >= 0) direct[i] = now_s() - t0;
+    if (i >= 0)
+      direct[i] = now_s() - t0;
   }
   pcp_fabric_endpoint_release(endpoint);
 
@@ -289,20 +320,22 @@ int main(void) {
   pcp_fabric_options_initialize(&probe);
   pcp_fabric_endpoint_t* pick = NULL;
   status = pcp_fabric_endpoint_create(&probe, pcp_allocator_system(), &pick);
-  if (status) return fail(status, "port");
+  if (status)
+    return fail(status, "port");
   int api_port = pcp_fabric_endpoint_port(pick);
   pcp_fabric_endpoint_release(pick);
   char api_text[16];
   snprintf(api_text, sizeof(api_text), "%d", api_port);
-  char* gateway_argv[] = {(char*)pcp, "--gateway", "--gateway-config", config,
-                          "--api-port", api_text, "--model-dir", model_dir,
-                          NULL};
+  char* gateway_argv[] = {(char*)pcp,    "--gateway",  "--gateway-config",
+                          config,        "--api-port", api_text,
+                          "--model-dir", model_dir,    NULL};
   pid_t gateway = spawn(gateway_argv);
   pcp_http_client_t* client = NULL;
   pcp_http_client_options_t client_options = {.timeout_ms = 60000};
-  status = pcp_http_client_create(&client_options, pcp_allocator_system(),
-                                  &client);
-  if (status) return fail(status, "client");
+  status =
+      pcp_http_client_create(&client_options, pcp_allocator_system(), &client);
+  if (status)
+    return fail(status, "client");
   char url[128];
   snprintf(url, sizeof(url), "http://127.0.0.1:%d/readyz", api_port);
   bool ready = false;
@@ -313,7 +346,8 @@ int main(void) {
     ready = !s && response.http_status == 200;
     pcp_status_ignore(s);
     pcp_http_client_response_deinitialize(&response);
-    if (!ready) pcp_sleep_ms(100000 / 1000);
+    if (!ready)
+      pcp_sleep_ms(100000 / 1000);
   }
   if (!ready) {
     fprintf(stderr, "gateway_overhead: the gateway did not become ready\n");
@@ -322,9 +356,8 @@ int main(void) {
     return 1;
   }
   snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/completions", api_port);
-  const char* body =
-      "{\"model\":\"bench\",\"prompt\":\"" PROMPT
-      "\",\"max_tokens\":1,\"temperature\":0}";
+  const char* body = "{\"model\":\"bench\",\"prompt\":\"" PROMPT
+                     "\",\"max_tokens\":1,\"temperature\":0}";
   const char* headers[] = {"Content-Type: application/json", NULL};
   double gateway_times[SAMPLES];
   char want[32];
@@ -352,7 +385,8 @@ int main(void) {
       ++wrong;
     }
     pcp_http_client_response_deinitialize(&response);
-    if (i >= 0) gateway_times[i] = t;
+    if (i >= 0)
+      gateway_times[i] = t;
   }
   pcp_http_client_release(client);
   stop(gateway);
@@ -362,9 +396,10 @@ int main(void) {
   double d99 = percentile(direct, SAMPLES, 0.99);
   double g50 = percentile(gateway_times, SAMPLES, 0.5);
   double g99 = percentile(gateway_times, SAMPLES, 0.99);
-  printf("prompt %d tokens, %d samples each, first token '%c' (%d gateway "
-         "answers differ)\n",
-         n, SAMPLES, kVocab[direct_token], wrong);
+  printf(
+      "prompt %d tokens, %d samples each, first token '%c' (%d gateway "
+      "answers differ)\n",
+      n, SAMPLES, kVocab[direct_token], wrong);
   printf("direct  (fabric task @prefill + argmax): p50 %.3f ms  p99 %.3f ms\n",
          d50 * 1e3, d99 * 1e3);
   printf("gateway (POST /v1/completions, 1 token): p50 %.3f ms  p99 %.3f ms\n",
@@ -374,5 +409,13 @@ int main(void) {
   printf("gateway_overhead ratio=%.3f\n", d50 / g50);
   pcp_compile_result_deinitialize(&compiled);
   pcp_string_builder_deinitialize(&text);
+  for (size_t i = 0; i < table.count; ++i) {
+    free(params[i]);
+  }
+  free(params);
+  free(sections);
+  free(names);
+  free(keep);
+  pcp_models_parameter_table_deinitialize(&table);
   return wrong ? 1 : 0;
 }

@@ -125,12 +125,11 @@ static pcp_status_t bad(const char* param, const char* rule) {
 
 static json_t* model_json(const pcp_infer_model_info_t* info) {
   static const char* const kStates[] = {"preparing", "ready", "failed"};
-  json_t* m = json_pack("{s:s, s:s, s:I, s:s, s:I, s:s, s:s}", "id",
-                        info->name, "object", "model", "created",
-                        (json_int_t)info->created_s, "owned_by", "pcp",
-                        "max_model_len", (json_int_t)info->max_length,
-                        "architecture", info->architecture, "status",
-                        kStates[info->state]);
+  json_t* m = json_pack(
+      "{s:s, s:s, s:I, s:s, s:I, s:s, s:s}", "id", info->name, "object",
+      "model", "created", (json_int_t)info->created_s, "owned_by", "pcp",
+      "max_model_len", (json_int_t)info->max_length, "architecture",
+      info->architecture, "status", kStates[info->state]);
   if (m && info->error[0]) {
     json_object_set_new(m, "error", json_string(info->error));
   }
@@ -272,8 +271,9 @@ static pcp_status_t content_parse(json_t* content, size_t index,
     const char* type = json_string_value(json_object_get(part, "type"));
     json_t* text = json_object_get(part, "text");
     if (!type || strcmp(type, "text") != 0 || !json_is_string(text)) {
-      return bad(param, "only parts {\"type\": \"text\", \"text\": ...} are "
-                        "supported");
+      return bad(param,
+                 "only parts {\"type\": \"text\", \"text\": ...} are "
+                 "supported");
     }
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append(
         joined, pcp_make_string_view(json_string_value(text),
@@ -293,10 +293,10 @@ static pcp_status_t parse(const pcp_http_request_t* request, bool chat,
                      (atomic_fetch_add(&g_sequence, 1) << 32);
   pcp_status_t status = pcp_http_request_json_parse(request, &p->body);
   if (status) {
-    pcp_status_t out = pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT,
-        "We could not parse the JSON body of your request: %s",
-        pcp_status_message(status));
+    pcp_status_t out =
+        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                        "We could not parse the JSON body of your request: %s",
+                        pcp_status_message(status));
     pcp_status_ignore(status);
     return out;
   }
@@ -317,8 +317,7 @@ static pcp_status_t parse(const pcp_http_request_t* request, bool chat,
   v = json_object_get(b, "stream_options");
   if (v && !json_is_null(v)) {
     if (!p->stream) {
-      return bad("stream_options",
-                 "only allowed when 'stream' is set to true");
+      return bad("stream_options", "only allowed when 'stream' is set to true");
     }
     json_t* u = json_object_get(v, "include_usage");
     if (!json_is_object(v) || (u && !json_is_boolean(u))) {
@@ -356,9 +355,8 @@ static pcp_status_t parse(const pcp_http_request_t* request, bool chat,
   PCP_RETURN_IF_ERROR_BARE(
       int_field(b, "max_tokens", 1, 131072, &p->max_tokens));
   if (chat) {
-    PCP_RETURN_IF_ERROR_BARE(int_field(b, "max_completion_tokens", 1,
-                                       131072,
-                                       &p->max_tokens));
+    PCP_RETURN_IF_ERROR_BARE(
+        int_field(b, "max_completion_tokens", 1, 131072, &p->max_tokens));
   }
   v = json_object_get(b, "stop");
   if (json_is_string(v)) {
@@ -385,14 +383,15 @@ static pcp_status_t parse(const pcp_http_request_t* request, bool chat,
   }
   v = json_object_get(b, "user");
   if (v && !json_is_null(v)) {
-    if (!json_is_string(v) || json_string_length(v) > PCP_INFER_MAX_MODEL_NAME) {
+    if (!json_is_string(v) ||
+        json_string_length(v) > PCP_INFER_MAX_MODEL_NAME) {
       return bad("user", "must be a string of at most 128 bytes");
     }
     p->user = json_string_value(v);
   }
-  for (const char* const* k = (const char* const[]){"logprobs", "echo",
-                                                    "suffix", "tools",
-                                                    "functions", NULL};
+  for (const char* const* k =
+           (const char* const[]){"logprobs", "echo", "suffix", "tools",
+                                 "functions", NULL};
        *k; ++k) {
     json_t* x = json_object_get(b, *k);
     if (x && !json_is_null(x) && !json_is_false(x) &&
@@ -411,7 +410,8 @@ static pcp_status_t parse(const pcp_http_request_t* request, bool chat,
     if (json_string_length(v) > PCP_INFER_MAX_PROMPT_BYTES) {
       return bad("prompt", "longer than 1 MiB");
     }
-    p->prompt = pcp_make_string_view(json_string_value(v), json_string_length(v));
+    p->prompt =
+        pcp_make_string_view(json_string_value(v), json_string_length(v));
     return pcp_ok_status();
   }
   v = json_object_get(b, "messages");
@@ -449,7 +449,8 @@ static pcp_status_t parse(const pcp_http_request_t* request, bool chat,
     if (strcmp(r, "developer") == 0) {
       r = "system";  // OpenAI's newer name for the system role
     }
-    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+    if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 &&
+        strcmp(r, "assistant") != 0) {
       return bad(param, "must be one of 'system', 'user', 'assistant'");
     }
     p->messages[i].role = pcp_make_cstring_view(r);
@@ -500,14 +501,14 @@ static void call_free(call_t* c) {
 }
 
 static json_t* usage_json(const call_t* c, const pcp_infer_result_t* r) {
-  json_t* u = json_pack("{s:I, s:I, s:I}", "prompt_tokens",
-                        (json_int_t)r->prompt_tokens, "completion_tokens",
-                        (json_int_t)r->completion_tokens, "total_tokens",
-                        (json_int_t)(r->prompt_tokens + r->completion_tokens));
+  json_t* u = json_pack(
+      "{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)r->prompt_tokens,
+      "completion_tokens", (json_int_t)r->completion_tokens, "total_tokens",
+      (json_int_t)r->prompt_tokens + (json_int_t)r->completion_tokens);
   if (u && c->chat) {
-    json_object_set_new(u, "prompt_tokens_details",
-                        json_pack("{s:I}", "cached_tokens",
-                                  (json_int_t)r->cached_tokens));
+    json_object_set_new(
+        u, "prompt_tokens_details",
+        json_pack("{s:I}", "cached_tokens", (json_int_t)r->cached_tokens));
   }
   return u;
 }
@@ -534,11 +535,11 @@ static json_t* chunk_json(const call_t* c, const char* text, size_t length,
                        "index", 0, "logprobs", "finish_reason",
                        finish ? json_string(finish) : json_null());
   }
-  json_t* chunk = json_pack(
-      "{s:s, s:s, s:I, s:s, s:n, s:[o]}", "id", c->id, "object",
-      c->chat ? "chat.completion.chunk" : "text_completion", "created",
-      (json_int_t)c->created, "model", c->model, "system_fingerprint",
-      "choices", choice);
+  json_t* chunk =
+      json_pack("{s:s, s:s, s:I, s:s, s:n, s:[o]}", "id", c->id, "object",
+                c->chat ? "chat.completion.chunk" : "text_completion",
+                "created", (json_int_t)c->created, "model", c->model,
+                "system_fingerprint", "choices", choice);
   if (chunk && c->include_usage) {
     json_object_set_new(chunk, "usage", json_null());
   }
@@ -575,8 +576,8 @@ static bool on_text(void* user_data, const char* text, size_t length) {
     }
     keep = !c->gone;
   } else {
-    pcp_status_t status = pcp_string_builder_append(
-        &c->text, pcp_make_string_view(text, length));
+    pcp_status_t status =
+        pcp_string_builder_append(&c->text, pcp_make_string_view(text, length));
     keep = status == 0;
     pcp_status_ignore(status);
   }
@@ -656,7 +657,7 @@ static pcp_status_t complete(pcp_roles_gateway_state_t* g,
       c = NULL;
     }
   }
-  if (status) {
+  if (status || !c) {
     parsed_deinitialize(&p);
     return status_error_set(response, status);
   }
@@ -723,8 +724,7 @@ static pcp_status_t complete(pcp_roles_gateway_state_t* g,
   pthread_mutex_unlock(&c->mu);
   atomic_fetch_sub(&g_blocking, 1);
   if (c->error_code) {
-    pcp_status_t error =
-        pcp_make_status(c->error_code, "%s", c->error_text);
+    pcp_status_t error = pcp_make_status(c->error_code, "%s", c->error_text);
     call_free(c);
     return status_error_set(response, error);
   }
@@ -732,19 +732,19 @@ static pcp_status_t complete(pcp_roles_gateway_state_t* g,
   json_t* choice;
   json_t* text = json_stringn(c->text.data ? c->text.data : "", c->text.size);
   if (chat) {
-    choice = json_pack("{s:i, s:{s:s, s:o, s:n}, s:n, s:s}", "index", 0,
-                       "message", "role", "assistant", "content", text,
-                       "refusal", "logprobs", "finish_reason",
-                       finish ? finish : "stop");
+    choice =
+        json_pack("{s:i, s:{s:s, s:o, s:n}, s:n, s:s}", "index", 0, "message",
+                  "role", "assistant", "content", text, "refusal", "logprobs",
+                  "finish_reason", finish ? finish : "stop");
   } else {
     choice = json_pack("{s:o, s:i, s:n, s:s}", "text", text, "index", 0,
                        "logprobs", "finish_reason", finish ? finish : "stop");
   }
-  json_t* body = json_pack(
-      "{s:s, s:s, s:I, s:s, s:n, s:[o], s:o}", "id", c->id, "object",
-      chat ? "chat.completion" : "text_completion", "created",
-      (json_int_t)c->created, "model", c->model, "system_fingerprint",
-      "choices", choice, "usage", usage_json(c, &c->result));
+  json_t* body =
+      json_pack("{s:s, s:s, s:I, s:s, s:n, s:[o], s:o}", "id", c->id, "object",
+                chat ? "chat.completion" : "text_completion", "created",
+                (json_int_t)c->created, "model", c->model, "system_fingerprint",
+                "choices", choice, "usage", usage_json(c, &c->result));
   call_free(c);
   return pcp_http_response_json_take(response, 200, body);
 }

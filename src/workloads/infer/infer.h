@@ -113,9 +113,9 @@ typedef struct pcp_infer_model_info_t {
   char architecture[16];
   pcp_infer_model_state_t state;
   char error[256];
-  int64_t created_s;    // model.json mtime (Unix seconds)
-  int64_t max_length;   // context: prompt + generated tokens
-  uint32_t workers;     // workers serving it now
+  int64_t created_s;   // model.json mtime (Unix seconds)
+  int64_t max_length;  // context: prompt + generated tokens
+  uint32_t workers;    // workers serving it now
 } pcp_infer_model_info_t;
 
 // Copies up to |capacity| models (sorted by name) and returns the count
@@ -128,9 +128,9 @@ size_t pcp_infer_service_model_list(pcp_infer_service_t* service,
 typedef struct pcp_infer_readiness_t {
   bool ready;
   uint32_t models_ready;
-  uint32_t schedulers;        // (model, worker) pairs serving
-  int64_t probe_age_ms;       // since the last passed probe; -1: never
-  char last_error[256];       // of the last failed probe ("" if none)
+  uint32_t schedulers;   // (model, worker) pairs serving
+  int64_t probe_age_ms;  // since the last passed probe; -1: never
+  char last_error[256];  // of the last failed probe ("" if none)
 } pcp_infer_readiness_t;
 void pcp_infer_service_readiness(pcp_infer_service_t* service,
                                  pcp_infer_readiness_t* out_readiness);

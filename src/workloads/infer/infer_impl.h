@@ -54,8 +54,8 @@ typedef struct pcp_infer_model_t {
 
 // Reads <dir>/model.json into |m| (zeroed by the caller): INVALID_ARGUMENT
 // naming the key. No weights yet.
-PCP_MUST_USE_RESULT pcp_status_t pcp_infer_model_json_load(
-    const char* dir, pcp_infer_model_t* m);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m);
 // Loads the tokenizer and the weights (host copies).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_infer_model_weights_load(pcp_infer_model_t* m);

@@ -30,7 +30,7 @@ static void write_json(const char* text) {
   fclose(f);
 }
 
-#define BASE                                                              \
+#define BASE                                                               \
   "\"name\": \"m\", \"architecture\": \"gpt\", \"layers\": 1, \"heads\": " \
   "2, \"width\": 16, \"vocab\": 8, \"block_size\": 2048"
 
@@ -80,7 +80,8 @@ static void expect_error(const char* body, const char* key) {
 
 static void test_errors_name_the_key(void** state) {
   (void)state;
-  const char* kChar = ", \"tokenizer\": {\"kind\": \"char\", \"vocab\": \"ab\"}";
+  const char* kChar =
+      ", \"tokenizer\": {\"kind\": \"char\", \"vocab\": \"ab\"}";
   char body[512];
   expect_error("\"architecture\": \"gpt\"", "'name'");
   snprintf(body, sizeof(body), "%s%s, \"name\": \"a b\"", BASE, kChar);
@@ -128,8 +129,9 @@ static void test_char_prompts_and_plain_chat(void** state) {
                     &m));
   pcp_tokenizer_id_list_t ids;
   pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
-  pcp_infer_request_params_t params = {
-      .prompt = pcp_make_cstring_view("ab\xc3\xa9" "c a")};
+  pcp_infer_request_params_t params = {.prompt =
+                                           pcp_make_cstring_view("ab\xc3\xa9"
+                                                                 "c a")};
   PCP_CHECK_OK(pcp_infer_model_encode(&m, &params, &ids));
   static const int32_t kWant[] = {1, 2, 3, 4, 5, 1};
   assert_int_equal(ids.count, PCP_ARRAYSIZE(kWant));
@@ -165,12 +167,13 @@ static void test_char_prompts_and_plain_chat(void** state) {
 static void test_byte_prompts(void** state) {
   (void)state;
   pcp_infer_model_t m;
-  PCP_CHECK_OK(load("\"name\": \"b\", \"architecture\": \"qwen3\", "
-                    "\"layers\": 1, \"heads\": 2, \"kv_heads\": 1, \"width\": "
-                    "16, \"vocab\": 260, \"block_size\": 64, \"tokenizer\": "
-                    "{\"kind\": \"byte\"}, \"eos_token_id\": [256, 257], "
-                    "\"stop\": [\"END\"]",
-                    &m));
+  PCP_CHECK_OK(
+      load("\"name\": \"b\", \"architecture\": \"qwen3\", "
+           "\"layers\": 1, \"heads\": 2, \"kv_heads\": 1, \"width\": "
+           "16, \"vocab\": 260, \"block_size\": 64, \"tokenizer\": "
+           "{\"kind\": \"byte\"}, \"eos_token_id\": [256, 257], "
+           "\"stop\": [\"END\"]",
+           &m));
   assert_int_equal(m.eos_count, 2);
   assert_int_equal(m.stop_count, 1);
   assert_int_equal(m.gen.max_length, 64);
@@ -221,9 +224,8 @@ static void test_service_refuses_a_bad_model_dir(void** state) {
   assert_false(pcp_infer_service_has_pinned_models(service));
   pcp_infer_model_info_t info;
   assert_int_equal(pcp_infer_service_model_list(service, &info, 1, NULL), 0);
-  pcp_infer_request_params_t params = {.model = "none",
-                                       .on_text = NULL,
-                                       .on_done = NULL};
+  pcp_infer_request_params_t params = {
+      .model = "none", .on_text = NULL, .on_done = NULL};
   status = pcp_infer_request_submit(service, &params, NULL);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   pcp_status_ignore(status);

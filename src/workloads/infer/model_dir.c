@@ -14,8 +14,8 @@
 
 static pcp_status_t field_error(const char* dir, const char* key,
                                 const char* rule) {
-  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s/model.json: key '%s' %s",
-                         dir, key, rule);
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                         "%s/model.json: key '%s' %s", dir, key, rule);
 }
 
 static pcp_status_t int_field(json_t* root, const char* dir, const char* key,
@@ -23,8 +23,7 @@ static pcp_status_t int_field(json_t* root, const char* dir, const char* key,
                               int64_t* out) {
   json_t* v = json_object_get(root, key);
   if (!v) {
-    return required ? field_error(dir, key, "is required")
-                    : pcp_ok_status();
+    return required ? field_error(dir, key, "is required") : pcp_ok_status();
   }
   if (!json_is_integer(v) || json_integer_value(v) < min ||
       json_integer_value(v) > max) {
@@ -84,8 +83,7 @@ static pcp_status_t char_vocab_parse(const char* dir, const char* text,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_infer_model_json_load(const char* dir,
-                                       pcp_infer_model_t* m) {
+pcp_status_t pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m) {
   char path[PCP_INFER_MAX_PATH];
   snprintf(path, sizeof(path), "%s/model.json", dir);
   struct stat st;
@@ -125,14 +123,30 @@ pcp_status_t pcp_infer_model_json_load(const char* dir,
     m->spec.batch = 1;
     m->spec.kv_heads = 0;
   }
-  if (!status) status = int_field(root, dir, "layers", true, 1, PCP_MODELS_MAX_LAYERS, &m->spec.layers);
-  if (!status) status = int_field(root, dir, "heads", true, 1, PCP_MODELS_MAX_HEADS, &m->spec.heads);
-  if (!status) status = int_field(root, dir, "kv_heads", false, 0, PCP_MODELS_MAX_HEADS, &m->spec.kv_heads);
-  if (!status) status = int_field(root, dir, "width", true, 1, PCP_MODELS_MAX_WIDTH, &m->spec.width);
-  if (!status) status = int_field(root, dir, "head_dim", false, 0, PCP_MODELS_MAX_HEAD_DIM, &m->spec.head_dim);
-  if (!status) status = int_field(root, dir, "mlp_hidden", false, 0, PCP_MODELS_MAX_MLP_HIDDEN, &m->spec.mlp_hidden);
-  if (!status) status = int_field(root, dir, "vocab", true, 1, PCP_MODELS_MAX_VOCAB, &m->spec.vocab);
-  if (!status) status = int_field(root, dir, "block_size", true, 1, PCP_MODELS_MAX_BLOCK_SIZE, &m->spec.block_size);
+  if (!status)
+    status = int_field(root, dir, "layers", true, 1, PCP_MODELS_MAX_LAYERS,
+                       &m->spec.layers);
+  if (!status)
+    status = int_field(root, dir, "heads", true, 1, PCP_MODELS_MAX_HEADS,
+                       &m->spec.heads);
+  if (!status)
+    status = int_field(root, dir, "kv_heads", false, 0, PCP_MODELS_MAX_HEADS,
+                       &m->spec.kv_heads);
+  if (!status)
+    status = int_field(root, dir, "width", true, 1, PCP_MODELS_MAX_WIDTH,
+                       &m->spec.width);
+  if (!status)
+    status = int_field(root, dir, "head_dim", false, 0, PCP_MODELS_MAX_HEAD_DIM,
+                       &m->spec.head_dim);
+  if (!status)
+    status = int_field(root, dir, "mlp_hidden", false, 0,
+                       PCP_MODELS_MAX_MLP_HIDDEN, &m->spec.mlp_hidden);
+  if (!status)
+    status = int_field(root, dir, "vocab", true, 1, PCP_MODELS_MAX_VOCAB,
+                       &m->spec.vocab);
+  if (!status)
+    status = int_field(root, dir, "block_size", true, 1,
+                       PCP_MODELS_MAX_BLOCK_SIZE, &m->spec.block_size);
   if (!status) {
     json_t* tie = json_object_get(root, "tie_embeddings");
     m->spec.tie_embeddings = json_is_true(tie);
@@ -159,19 +173,27 @@ pcp_status_t pcp_infer_model_json_load(const char* dir,
   int64_t slots = PCP_INFER_DEFAULT_SLOTS;
   int64_t max_length = m->spec.block_size < 1024 ? m->spec.block_size : 1024;
   int64_t prefill = 0;
-  if (!status) status = int_field(root, dir, "slots", false, 1, PCP_INFER_MAX_SLOTS, &slots);
-  if (!status) status = int_field(root, dir, "max_length", false, 2, m->spec.block_size, &max_length);
-  if (!status) status = int_field(root, dir, "prefill_length", false, 1, max_length, &prefill);
+  if (!status)
+    status =
+        int_field(root, dir, "slots", false, 1, PCP_INFER_MAX_SLOTS, &slots);
+  if (!status)
+    status = int_field(root, dir, "max_length", false, 2, m->spec.block_size,
+                       &max_length);
+  if (!status)
+    status =
+        int_field(root, dir, "prefill_length", false, 1, max_length, &prefill);
   if (!status) {
     m->gen.slots = slots;
     m->gen.max_length = max_length;
-    m->gen.prefill_length = prefill ? prefill : (max_length < 32 ? max_length : 32);
+    m->gen.prefill_length =
+        prefill ? prefill : (max_length < 32 ? max_length : 32);
     status = pcp_models_generation_validate(&m->spec, &m->gen);
   }
   const char* weights = json_string_value(json_object_get(root, "weights"));
   if (!status) {
     if (weights && (strchr(weights, '/') || strstr(weights, ".."))) {
-      status = field_error(dir, "weights", "must be a file name in the directory");
+      status =
+          field_error(dir, "weights", "must be a file name in the directory");
     } else {
       snprintf(m->weights_path, sizeof(m->weights_path), "%s/%s", dir,
                weights ? weights : "model.safetensors");
@@ -190,7 +212,8 @@ pcp_status_t pcp_infer_model_json_load(const char* dir,
     } else if (strcmp(kind, "byte") == 0) {
       m->tokenizer_kind = PCP_INFER_TOKENIZER_BYTE;
       if (m->spec.vocab < 256) {
-        status = field_error(dir, "vocab", "must be >= 256 for a byte tokenizer");
+        status =
+            field_error(dir, "vocab", "must be >= 256 for a byte tokenizer");
       }
     } else if (strcmp(kind, "bpe") == 0) {
       m->tokenizer_kind = PCP_INFER_TOKENIZER_BPE;
@@ -257,7 +280,8 @@ pcp_status_t pcp_infer_model_json_load(const char* dir,
       status = field_error(dir, "stop", "must be a list of at most 4 strings");
     }
     json_array_foreach(stop, i, v) {
-      if (status) break;
+      if (status)
+        break;
       const char* s = json_string_value(v);
       if (!s || !s[0] || strlen(s) > PCP_STOP_MAX_SEQUENCE_BYTES) {
         status = field_error(dir, "stop", "holds an empty or long string");
@@ -277,10 +301,10 @@ pcp_status_t pcp_infer_model_weights_load(pcp_infer_model_t* m) {
                                        pcp_allocator_system(), &m->bpe),
         "%s", m->tokenizer_path);
     if (pcp_tokenizer_vocab_size(m->bpe) > (uint32_t)m->spec.vocab) {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "%s: tokenizer has %u ids, the model %lld",
-                             m->tokenizer_path, pcp_tokenizer_vocab_size(m->bpe),
-                             (long long)m->spec.vocab);
+      return pcp_make_status(
+          PCP_STATUS_INVALID_ARGUMENT,
+          "%s: tokenizer has %u ids, the model %lld", m->tokenizer_path,
+          pcp_tokenizer_vocab_size(m->bpe), (long long)m->spec.vocab);
     }
     // Qwen's end-of-turn and end-of-text tokens stop a generation unless
     // model.json names its own.
@@ -313,7 +337,8 @@ pcp_status_t pcp_infer_model_weights_load(pcp_infer_model_t* m) {
                        p->byte_length ? p->byte_length : 1) != 0) {
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "weights");
     }
-    snprintf(m->param_names[i], sizeof(m->param_names[i]), "p%u", (unsigned)(i % 100000000u));
+    snprintf(m->param_names[i], sizeof(m->param_names[i]), "p%u",
+             (unsigned)(i % 100000000u));
   }
   pcp_safetensors_checkpoint_t* ckpt = NULL;
   PCP_RETURN_IF_ERROR(pcp_safetensors_checkpoint_open(
@@ -412,15 +437,15 @@ pcp_status_t pcp_infer_model_encode(const pcp_infer_model_t* m,
                                     pcp_tokenizer_id_list_t* ids) {
   pcp_tokenizer_encoder_t* encoder = NULL;
   if (m->tokenizer_kind == PCP_INFER_TOKENIZER_BPE) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_tokenizer_encoder_create(m->bpe, pcp_allocator_system(), &encoder));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_tokenizer_encoder_create(m->bpe, pcp_allocator_system(), &encoder));
   }
   pcp_status_t status = pcp_ok_status();
   if (!params->chat) {
     status = encode_text(m, encoder, params->prompt, "prompt", ids);
   } else if (m->chat_template == PCP_INFER_TEMPLATE_QWEN) {
-    pcp_tokenizer_chat_message_t* messages =
-        calloc(params->message_count ? params->message_count : 1,
-               sizeof(*messages));
+    pcp_tokenizer_chat_message_t* messages = calloc(
+        params->message_count ? params->message_count : 1, sizeof(*messages));
     if (!messages) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "messages");
     }
@@ -457,8 +482,8 @@ pcp_status_t pcp_infer_model_encode(const pcp_infer_model_t* m,
       if (!status) {
         char param[48];
         snprintf(param, sizeof(param), "messages[%zu].content", i);
-        status = encode_text(m, encoder, params->messages[i].content, param,
-                             ids);
+        status =
+            encode_text(m, encoder, params->messages[i].content, param, ids);
       }
     }
   }

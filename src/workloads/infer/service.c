@@ -175,9 +175,8 @@ static const char* const kModelLabel[] = {"model", NULL};
 static const double kLatencyBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
                                          0.05,  0.1,    0.25,  0.5,  1.0,
                                          2.5,   5.0,    10.0,  30.0, 60.0};
-static const double kTokenBuckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                       0.025,  0.05,  0.1,    0.25,  0.5,
-                                       1.0,    2.5};
+static const double kTokenBuckets[] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5};
 
 static const pcp_obs_metric_def_t kMetrics[] = {
     {.name = "pcp_time_to_first_token_seconds",
@@ -277,8 +276,7 @@ static void req_finish(runner_t* runner, req_t* r, pcp_status_t status,
     }
   }
   if (!r->probe) {
-    metric(s->e2e, r->model, (double)(now_ns(s) - r->submitted_ns) / 1e9,
-           true);
+    metric(s->e2e, r->model, (double)(now_ns(s) - r->submitted_ns) / 1e9, true);
   }
   pcp_infer_result_t result = {
       .finish_reason = status ? PCP_FINISH_REASON_NONE : reason,
@@ -362,8 +360,8 @@ static bool show(req_t* r) {
 static bool req_token(runner_t* runner, req_t* r, const float* logits) {
   pcp_infer_service_t* s = runner->service;
   int32_t token = -1;
-  pcp_status_t status = pcp_sampler_sample(&r->sampler, logits, r->ids,
-                                           (size_t)r->count, &token);
+  pcp_status_t status =
+      pcp_sampler_sample(&r->sampler, logits, r->ids, (size_t)r->count, &token);
   if (status) {
     req_finish(runner, r, status, PCP_FINISH_REASON_NONE);
     return false;
@@ -382,8 +380,9 @@ static bool req_token(runner_t* runner, req_t* r, const float* logits) {
   pcp_finish_reason_t reason = PCP_FINISH_REASON_NONE;
   status = token_text(r, token);
   if (!status) {
-    status = pcp_stop_state_push(&r->stop, token, r->text.data ? r->text.data : "",
-                                 r->text.size, &r->shown, &reason);
+    status =
+        pcp_stop_state_push(&r->stop, token, r->text.data ? r->text.data : "",
+                            r->text.size, &r->shown, &reason);
   }
   slot_t* slot = &runner->slots[r->slot];
   if (!status && reason == PCP_FINISH_REASON_NONE &&
@@ -429,8 +428,8 @@ static bool req_token(runner_t* runner, req_t* r, const float* logits) {
 
 static bool worker_connected(runner_t* runner) {
   pcp_fabric_worker_info_t info;
-  pcp_status_t status = pcp_fabric_worker_query(
-      runner->service->options.fabric, runner->worker_id, &info);
+  pcp_status_t status = pcp_fabric_worker_query(runner->service->options.fabric,
+                                                runner->worker_id, &info);
   if (status) {
     pcp_status_ignore(status);
     return false;
@@ -454,14 +453,13 @@ static pcp_status_t call(runner_t* runner, pcp_fabric_task_params_t* params,
   pcp_status_t status = pcp_ok_status();
   while (!pcp_fabric_task_wait(task, 100)) {
     if (!worker_connected(runner)) {
-      status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
-                               "inference worker %s was lost",
-                               runner->worker_id);
+      status =
+          pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                          "inference worker %s was lost", runner->worker_id);
     } else if (now_ns(s) > deadline) {
-      status = pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED,
-                               "worker %s did not answer in %lld ms",
-                               runner->worker_id,
-                               (long long)s->options.call_timeout_ms);
+      status = pcp_make_status(
+          PCP_STATUS_DEADLINE_EXCEEDED, "worker %s did not answer in %lld ms",
+          runner->worker_id, (long long)s->options.call_timeout_ms);
     }
     if (status) {
       pcp_fabric_task_cancel(task);
@@ -566,10 +564,9 @@ static pcp_status_t runner_step(runner_t* runner, bool prefill) {
   if (!status && (output_count < 1 || !outputs[0].data ||
                   outputs[0].element_type != PCP_ELEMENT_TYPE_F32 ||
                   outputs[0].byte_length != want)) {
-    status = pcp_make_status(PCP_STATUS_INTERNAL,
-                             "%s returned no [%lld, %lld] f32 logits",
-                             params.function, (long long)slots,
-                             (long long)m->spec.vocab);
+    status = pcp_make_status(
+        PCP_STATUS_INTERNAL, "%s returned no [%lld, %lld] f32 logits",
+        params.function, (long long)slots, (long long)m->spec.vocab);
   }
   if (!status) {
     memcpy(runner->logits, outputs[0].data, want);
@@ -619,7 +616,8 @@ static void admit(runner_t* runner) {
       int best = -1;
       for (int64_t c = 0; c < slots; ++c) {
         slot_t* sc = &runner->slots[c];
-        if (sc->req) continue;
+        if (sc->req)
+          continue;
         if (best < 0) {
           best = (int)c;
           continue;
@@ -824,9 +822,9 @@ static void runner_free(runner_t* runner) {
 }
 
 // Service |mu| held.
-static pcp_status_t runner_start(pcp_infer_service_t* s, model_entry_t* e,
-                                 const char* worker_id,
-                                 const uint8_t program[PCP_SHA256_BYTE_LENGTH]) {
+static pcp_status_t runner_start(
+    pcp_infer_service_t* s, model_entry_t* e, const char* worker_id,
+    const uint8_t program[PCP_SHA256_BYTE_LENGTH]) {
   const pcp_infer_model_t* m = e->model;
   runner_t* runner = calloc(1, sizeof(*runner));
   if (!runner) {
@@ -836,8 +834,7 @@ static pcp_status_t runner_start(pcp_infer_service_t* s, model_entry_t* e,
   runner->entry = e;
   runner->model = m;
   snprintf(runner->worker_id, sizeof(runner->worker_id), "%s", worker_id);
-  snprintf(runner->session_id, sizeof(runner->session_id), "infer:%s",
-           m->name);
+  snprintf(runner->session_id, sizeof(runner->session_id), "infer:%s", m->name);
   memcpy(runner->program, program, PCP_SHA256_BYTE_LENGTH);
   size_t slots = (size_t)m->gen.slots;
   runner->slots = calloc(slots, sizeof(slot_t));
@@ -848,7 +845,8 @@ static pcp_status_t runner_start(pcp_infer_service_t* s, model_entry_t* e,
   bool ok = runner->slots && runner->ids && runner->positions &&
             runner->lengths && runner->logits;
   for (size_t b = 0; ok && b < slots; ++b) {
-    runner->slots[b].tokens = calloc((size_t)m->gen.max_length, sizeof(int32_t));
+    runner->slots[b].tokens =
+        calloc((size_t)m->gen.max_length, sizeof(int32_t));
     ok = runner->slots[b].tokens != NULL;
   }
   if (!ok) {
@@ -873,8 +871,7 @@ static pcp_status_t runner_start(pcp_infer_service_t* s, model_entry_t* e,
 //===----------------------------------------------------------------------===//
 
 // Service |mu| held. Reads |dir|/model.json if it is new or changed.
-static void dir_consider(pcp_infer_service_t* s, const char* dir,
-                         bool pinned) {
+static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
   char path[PCP_INFER_MAX_PATH + 16];
   snprintf(path, sizeof(path), "%s/model.json", dir);
   struct stat st;
@@ -909,8 +906,10 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir,
       // A model that failed (e.g. weights still being written) is read
       // again when its model.json changes. Nothing serves a failed model
       // and no request holds its record (submit refuses it first).
-      PCP_LOG(PCP_LOG_INFO, &s->options.log, "model dir changed, reloading "
-              "name=%s dir=%s", m->name, dir);
+      PCP_LOG(PCP_LOG_INFO, &s->options.log,
+              "model dir changed, reloading "
+              "name=%s dir=%s",
+              m->name, dir);
       pcp_infer_model_free(old->model);
       memset(old, 0, sizeof(*old));
       old->model = m;
@@ -942,8 +941,8 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir,
   e->model = m;
   e->state = MODEL_NEW;
   e->pinned = pinned;
-  PCP_LOG(PCP_LOG_INFO, &s->options.log, "model found name=%s dir=%s",
-          m->name, dir);
+  PCP_LOG(PCP_LOG_INFO, &s->options.log, "model found name=%s dir=%s", m->name,
+          dir);
   pthread_cond_broadcast(&s->cv);
 }
 
@@ -987,9 +986,10 @@ static pcp_status_t model_compile(pcp_infer_service_t* s,
   pcp_compile_backend_t cb;
   PCP_RETURN_IF_ERROR_BARE(pcp_compile_backend_parse(backend, &cb));
   pcp_string_builder_t text;
-  pcp_string_builder_initialize(pcp_allocator_system(), PCP_COMPILE_MAX_MLIR_BYTES,
-                                &text);
-  pcp_status_t status = pcp_models_generation_module_emit(&m->spec, &m->gen, &text);
+  pcp_string_builder_initialize(pcp_allocator_system(),
+                                PCP_COMPILE_MAX_MLIR_BYTES, &text);
+  pcp_status_t status =
+      pcp_models_generation_module_emit(&m->spec, &m->gen, &text);
   pcp_compile_result_t compiled = {0};
   if (!status) {
     pcp_compile_request_t request = {
@@ -1107,9 +1107,9 @@ static pcp_status_t req_create(const pcp_infer_model_t* m,
   pcp_status_t status = pcp_sampler_initialize(
       &params->sampling, m->spec.vocab, pcp_allocator_system(), &r->sampler);
   if (!status) {
-    status = pcp_stop_state_initialize(max_tokens, m->eos_ids, m->eos_count,
-                                       stops, stop_count,
-                                       pcp_allocator_system(), &r->stop);
+    status =
+        pcp_stop_state_initialize(max_tokens, m->eos_ids, m->eos_count, stops,
+                                  stop_count, pcp_allocator_system(), &r->stop);
   }
   if (status) {
     req_free(r);
@@ -1165,9 +1165,9 @@ pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
     status = pcp_make_status(PCP_STATUS_NOT_FOUND,
                              "The model `%s` does not exist.", params->model);
   } else if (e->state == MODEL_FAILED) {
-    status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
-                             "model %s failed to load: %s", params->model,
-                             e->error);
+    status =
+        pcp_make_status(PCP_STATUS_UNAVAILABLE, "model %s failed to load: %s",
+                        params->model, e->error);
   } else if (e->state != MODEL_LOADED || runners_serving(s, e) == 0) {
     status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
                              "model %s is not being served by any worker yet",
@@ -1182,16 +1182,16 @@ pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
   pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
   status = pcp_infer_model_encode(m, params, &ids);
   if (!status && ids.count == 0) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "%s: the prompt is empty",
-                             params->chat ? "messages" : "prompt");
+    status =
+        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: the prompt is empty",
+                        params->chat ? "messages" : "prompt");
   }
   int64_t n = (int64_t)ids.count;
   if (out_prompt_tokens) {
     *out_prompt_tokens = n;
   }
-  if (!status && (n >= m->gen.max_length ||
-                  n + params->max_tokens > m->gen.max_length)) {
+  if (!status &&
+      (n >= m->gen.max_length || n + params->max_tokens > m->gen.max_length)) {
     status = pcp_make_status(
         PCP_STATUS_OUT_OF_RANGE,
         "This model's maximum context length is %lld tokens. However, you "
@@ -1252,8 +1252,7 @@ static void probe_done(void* user_data, const pcp_infer_result_t* result) {
   } else {
     s->probe_failed = true;
     if (result->status) {
-      pcp_status_format(result->status, s->probe_error,
-                        sizeof(s->probe_error));
+      pcp_status_format(result->status, s->probe_error, sizeof(s->probe_error));
     }
   }
   pthread_mutex_unlock(&s->mu);
@@ -1264,7 +1263,8 @@ static void probe_done(void* user_data, const pcp_infer_result_t* result) {
 static void probe_start(pcp_infer_service_t* s) {
   size_t count = 0;
   for (runner_t* r = s->runners; r; r = r->next) {
-    if (atomic_load(&r->state) == RUNNER_READY && !r->stop) ++count;
+    if (atomic_load(&r->state) == RUNNER_READY && !r->stop)
+      ++count;
   }
   if (count == 0) {
     return;
@@ -1315,8 +1315,8 @@ void pcp_infer_service_readiness(pcp_infer_service_t* s,
   int64_t t = now_ns(s);
   out->probe_age_ms = s->probe_ok_ns ? (t - s->probe_ok_ns) / 1000000 : -1;
   snprintf(out->last_error, sizeof(out->last_error), "%s", s->probe_error);
-  bool stuck = s->probe_in_flight &&
-               (t - s->probe_started_ns) / 1000000 > s->options.probe_max_age_ms;
+  bool stuck = s->probe_in_flight && (t - s->probe_started_ns) / 1000000 >
+                                         s->options.probe_max_age_ms;
   out->ready = out->schedulers > 0 && s->probe_ok_ns && !s->probe_failed &&
                !stuck && out->probe_age_ms <= s->options.probe_max_age_ms;
   pthread_mutex_unlock(&s->mu);
@@ -1332,7 +1332,8 @@ static void manage_models(pcp_infer_service_t* s) {
     pthread_mutex_lock(&s->mu);
     model_entry_t* e = NULL;
     for (size_t i = 0; i < s->model_count && !e; ++i) {
-      if (s->models[i].state == MODEL_NEW) e = &s->models[i];
+      if (s->models[i].state == MODEL_NEW)
+        e = &s->models[i];
     }
     pthread_mutex_unlock(&s->mu);
     if (!e) {
@@ -1543,8 +1544,7 @@ pcp_status_t pcp_infer_service_create(
     const pcp_infer_service_options_t* options, pcp_allocator_t allocator,
     pcp_infer_service_t** out_service) {
   *out_service = NULL;
-  if (!options->fabric ||
-      options->model_dir_count > PCP_INFER_MAX_MODEL_DIRS) {
+  if (!options->fabric || options->model_dir_count > PCP_INFER_MAX_MODEL_DIRS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "inference: a fabric endpoint and at most %d "
                            "model dirs",
@@ -1557,11 +1557,14 @@ pcp_status_t pcp_infer_service_create(
   s->allocator = allocator;
   s->options = *options;
   s->clock = pcp_clock_system();
-  if (!s->options.probe_interval_ms) s->options.probe_interval_ms = 1000;
+  if (!s->options.probe_interval_ms)
+    s->options.probe_interval_ms = 1000;
   if (!s->options.probe_max_age_ms)
     s->options.probe_max_age_ms = 10 * s->options.probe_interval_ms;
-  if (!s->options.max_waiting_per_worker) s->options.max_waiting_per_worker = 64;
-  if (!s->options.call_timeout_ms) s->options.call_timeout_ms = 60000;
+  if (!s->options.max_waiting_per_worker)
+    s->options.max_waiting_per_worker = 64;
+  if (!s->options.call_timeout_ms)
+    s->options.call_timeout_ms = 60000;
   snprintf(s->artifact_dir, sizeof(s->artifact_dir), "%s",
            options->artifact_dir ? options->artifact_dir : "");
   snprintf(s->models_root, sizeof(s->models_root), "%s",
