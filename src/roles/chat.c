@@ -91,7 +91,7 @@ static const pcp_config_field_t kFields[] = {
      .type = PCP_CONFIG_TYPE_STRING,
      .offset = OFFSET(model),
      .value_name = "ID",
-     .help = "model id (default: the first of GET /v1/models)"},
+     .help = "model id; none: the first of GET /v1/models"},
     {.name = "system",
      .type = PCP_CONFIG_TYPE_STRING,
      .offset = OFFSET(system),
@@ -139,8 +139,8 @@ static const pcp_config_field_t kFields[] = {
      .offset = OFFSET(api_key_env),
      .flags = PCP_CONFIG_FLAG_ENV_NAME,
      .value_name = "NAME",
-     .help = "environment variable holding the API bearer token (default: "
-             "PCP_API_TOKEN when set; unset: no token)"},
+     .help = "environment variable holding the API bearer token; none: "
+             "PCP_API_TOKEN when set, else no token"},
     {.name = "session",
      .type = PCP_CONFIG_TYPE_STRING,
      .offset = OFFSET(session),
