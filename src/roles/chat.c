@@ -473,14 +473,19 @@ static bool on_head(void* user_data, int http_status, const char* headers) {
 
 static bool on_body(void* user_data, const char* data, size_t length) {
   turn_t* turn = user_data;
-  if (turn->error_mode || !turn->streaming) {
+  if (turn->error_mode) {
+    // Enough of an error body to show; the rest is not read.
+    size_t room = CHAT_MAX_ERROR_BODY_BYTES - turn->body.size;
+    pcp_status_t status = pcp_string_builder_append(
+        &turn->body, pcp_make_string_view(data, length < room ? length : room));
+    pcp_status_ignore(status);
+    return length < room;
+  }
+  if (!turn->streaming) {
     pcp_status_t status =
         pcp_string_builder_append(&turn->body, pcp_make_string_view(data, length));
     if (status) {
       pcp_status_ignore(status);
-      if (turn->error_mode) {
-        return false;  // enough of an error body to show
-      }
       pcp_status_ignore(turn_fail(
           turn, pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                                 "the answer passed %zu KiB",
@@ -967,12 +972,14 @@ static int chat_interactive(chat_t* chat) {
     }
     if (status && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
       fprintf(stderr, "[interrupted]\n");
-      g_interrupted = 0;
     } else if (status) {
       status_print(status);
       exit_code = CHAT_EXIT_FAILED;
     }
     pcp_status_ignore(status);
+    // A Ctrl-C meant for this reply (even one that came as it ended) must
+    // not end the session at the next prompt.
+    g_interrupted = 0;
   }
   pcp_string_builder_deinitialize(&line);
   free(reader);
@@ -1061,6 +1068,13 @@ int pcp_roles_chat_cli_main(int argc, char** argv) {
   }
   if (!status) {
     status = prompt_join(&positionals, &prompt);
+  }
+  if (!status && positionals.count > 0 &&
+      pcp_string_view_trim(pcp_make_string_view(prompt.data, prompt.size))
+              .size == 0) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "the prompt is empty (leave it out for an "
+                             "interactive session)");
   }
   if (!status) {
     const char* env = options.api_key_env ? options.api_key_env

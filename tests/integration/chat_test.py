@@ -151,6 +151,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if script == "bad400":
             return self.error(400, "messages[0].role: unknown role 'robot'",
                               "invalid_request_error", None, "messages")
+        if script == "hugeError":
+            # A non-JSON error body far over the client's 64 KiB cap.
+            data = b"z" * (2 << 20)
+            self.send_response(500)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if not body.get("stream"):
             return self.send_json(200, {
                 "id": "chatcmpl-1", "object": "chat.completion", "created": 1,
@@ -285,6 +294,7 @@ def test_flags(srv):
                        (["--top-p", "0", "hi"], "top-p 0"),
                        (["--max-tokens", "x", "hi"], "max-tokens not int"),
                        (["--url", "ftp://x", "hi"], "url scheme"),
+                       (["--url", srv.url, " "], "empty prompt"),
                        (["--api-key-env", "PCP_CHAT_TEST_UNSET", "--url",
                          srv.url, "hi"], "unset key variable")):
         code, out, err = run(args)
@@ -355,6 +365,9 @@ def test_errors(srv):
         check(code == 1 and needle in err and err.startswith("pcp chat: "),
               "%s: exit 1 with the message: %d %r" % (what, code, err))
         check("Traceback" not in err and "Segmentation" not in err, what)
+    code, out, err = run(["--url", srv.url, "hugeError"])
+    check(code == 1 and "HTTP 500: zzzz" in err and len(err) < 1024,
+          "huge error body shown cut: %d %d" % (code, len(err)))
     code, out, err = run(["--url", srv.url, "midError"])
     check(out == "echo[1]: \n",
           "partial reply kept, line ended: %r" % out)
