@@ -520,8 +520,9 @@ typedef struct pcp_http_client_stream_t {
   bool (*on_head)(void* user_data, int http_status, const char* headers);
   // Body bytes as they arrive. Returns false to stop the transfer.
   bool (*on_body)(void* user_data, const char* data, size_t length);
-  // Polled while the transfer waits (at least every 100 ms, and as soon as a
-  // signal interrupts the wait); returns true to stop it. May be NULL.
+  // Polled while the transfer runs (libcurl: about once a second when idle,
+  // and as soon as a signal interrupts its wait); returns true to stop it.
+  // May be NULL.
   bool (*should_stop)(void* user_data);
   void* user_data;
   int64_t connect_timeout_ms;  // 0: the client's timeout_ms

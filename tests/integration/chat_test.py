@@ -199,6 +199,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 with self.state.lock:
                     self.state.disconnected_at = time.time()
             return
+        if script == "silent":
+            # A long prefill: nothing at all on the wire for a while.
+            self.event(self.chunk("wait"))
+            time.sleep(8)
+            return
         if script == "big":
             piece = "x" * 4096
             for _ in range(80):  # 320 KiB, over the 256 KiB reply cap
@@ -476,6 +481,22 @@ def test_interrupt(srv):
     check(srv.state.disconnected_at is not None and
           srv.state.disconnected_at - sent < 3,
           "the server saw the disconnect")
+    proc.stdout.close()
+    proc.stderr.close()
+    # A silent server (a long prefill): the signal itself wakes the wait.
+    proc = spawn(["--url", srv.url, "silent"], stdin=subprocess.DEVNULL)
+    seen = read_until(proc, "wait")
+    time.sleep(0.3)
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    check(code == 130 and time.time() - sent < 1.0,
+          "Ctrl-C with a silent server: %r after %.3f s" %
+          (code, time.time() - sent))
     proc.stdout.close()
     proc.stderr.close()
     # Interactive: Ctrl-C ends the reply, the session goes on, and the
