@@ -372,9 +372,8 @@ pcp_status_t pcp_http_client_stream(pcp_http_client_t* client,
       status = pcp_make_status(PCP_STATUS_CANCELLED, "%s %s: stopped", method,
                                request->url);
     } else {
-      status = pcp_make_status(code_of_curl_result(result), "%s %s: %s",
-                               method, request->url,
-                               curl_easy_strerror(result));
+      status = pcp_make_status(code_of_curl_result(result), "%s %s: %s", method,
+                               request->url, curl_easy_strerror(result));
     }
   }
   *out_http_status = transfer.http_status;

@@ -526,7 +526,7 @@ typedef struct pcp_http_client_stream_t {
   bool (*should_stop)(void* user_data);
   void* user_data;
   int64_t connect_timeout_ms;  // 0: the client's timeout_ms
-  int64_t idle_timeout_ms;     // no body byte this long (s granularity); 0: none
+  int64_t idle_timeout_ms;  // no body byte this long (s granularity); 0: none
 } pcp_http_client_stream_t;
 
 // Performs |request| and feeds the answer to |stream|'s callbacks.

@@ -103,8 +103,8 @@ static pcp_status_t process_line(pcp_http_sse_parser_t* parser,
   if (FIELD_IS("data")) {
     pcp_status_t status = pcp_string_builder_append(&parser->data, view);
     if (!status) {
-      status = pcp_string_builder_append(&parser->data,
-                                         pcp_make_cstring_view("\n"));
+      status =
+          pcp_string_builder_append(&parser->data, pcp_make_cstring_view("\n"));
     }
     if (status) {
       pcp_status_ignore(status);
@@ -189,9 +189,8 @@ pcp_status_t pcp_http_sse_parser_feed(pcp_http_sse_parser_t* parser,
     }
     parser->after_cr = data[end] == '\r';
     at = end + 1;
-    pcp_status_t status =
-        process_line(parser, parser->line.data ? parser->line.data : "",
-                     parser->line.size);
+    pcp_status_t status = process_line(
+        parser, parser->line.data ? parser->line.data : "", parser->line.size);
     pcp_string_builder_reset(&parser->line);
     if (status) {
       return status;

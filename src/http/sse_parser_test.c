@@ -116,7 +116,9 @@ static void a_false_bom_start_is_content(void** state) {
   (void)state;
   // 0xEF alone, then other bytes: the byte belongs to the first line (a
   // field named "\xEF" + "data", unknown, so nothing is dispatched).
-  const char text[] = "\xEF" "data: x\n\ndata: y\n\n";
+  const char text[] =
+      "\xEF"
+      "data: x\n\ndata: y\n\n";
   collector_t c = {0};
   assert_null(parse(text, sizeof(text) - 1, 1, 0, 0, &c, NULL));
   assert_int_equal(c.count, 1);

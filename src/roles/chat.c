@@ -243,7 +243,7 @@ typedef struct chat_t {
   char base_url[2048];
   char* model;  // owned
   bool tty_out;
-  json_t* messages;  // the conversation
+  json_t* messages;        // the conversation
   size_t first_droppable;  // 1 with a system message, else 0
 } chat_t;
 
@@ -268,13 +268,14 @@ static void usage_line_print(json_t* usage) {
     fprintf(stderr, "[usage] not reported by the server\n");
     return;
   }
-  fprintf(stderr,
-          "[usage] prompt_tokens=%lld completion_tokens=%lld "
-          "total_tokens=%lld\n",
-          (long long)json_integer_value(json_object_get(usage, "prompt_tokens")),
-          (long long)json_integer_value(
-              json_object_get(usage, "completion_tokens")),
-          (long long)json_integer_value(json_object_get(usage, "total_tokens")));
+  fprintf(
+      stderr,
+      "[usage] prompt_tokens=%lld completion_tokens=%lld "
+      "total_tokens=%lld\n",
+      (long long)json_integer_value(json_object_get(usage, "prompt_tokens")),
+      (long long)json_integer_value(
+          json_object_get(usage, "completion_tokens")),
+      (long long)json_integer_value(json_object_get(usage, "total_tokens")));
 }
 
 // The server's error text from an OpenAI-style body ({"error":{"message",
@@ -335,8 +336,8 @@ typedef struct turn_t {
   pcp_http_sse_parser_t parser;
   bool done;  // data: [DONE] seen
   char finish_reason[32];
-  json_t* usage;          // owned; NULL until reported
-  pcp_status_t failure;   // the first failure found inside a callback
+  json_t* usage;         // owned; NULL until reported
+  pcp_status_t failure;  // the first failure found inside a callback
 } turn_t;
 
 static void turn_initialize(chat_t* chat, bool streaming, turn_t* out_turn);
@@ -352,8 +353,8 @@ static pcp_status_t turn_fail(turn_t* turn, pcp_status_t status) {
 
 static pcp_status_t reply_append(turn_t* turn, const char* text,
                                  size_t length) {
-  pcp_status_t status =
-      pcp_string_builder_append(&turn->reply, pcp_make_string_view(text, length));
+  pcp_status_t status = pcp_string_builder_append(
+      &turn->reply, pcp_make_string_view(text, length));
   if (status) {
     pcp_status_ignore(status);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
@@ -399,18 +400,18 @@ static pcp_status_t on_event(void* user_data,
     return pcp_ok_status();
   }
   if (strcmp(event->type, "error") == 0) {
-    return turn_fail(turn, server_error("server error mid-stream",
-                                        event->data, event->data_length));
+    return turn_fail(turn, server_error("server error mid-stream", event->data,
+                                        event->data_length));
   }
   json_error_t json_error;
   json_t* chunk = json_loadb(event->data, event->data_length, 0, &json_error);
   if (!json_is_object(chunk)) {
     json_decref(chunk);
-    return turn_fail(turn, pcp_make_status(
-                               PCP_STATUS_DATA_LOSS,
-                               "malformed stream event (not a JSON object): "
-                               "%.80s",
-                               event->data));
+    return turn_fail(
+        turn, pcp_make_status(PCP_STATUS_DATA_LOSS,
+                              "malformed stream event (not a JSON object): "
+                              "%.80s",
+                              event->data));
   }
   pcp_status_t status = pcp_ok_status();
   json_t* choices = json_object_get(chunk, "choices");
@@ -422,8 +423,8 @@ static pcp_status_t on_event(void* user_data,
                              "malformed stream chunk: 'choices' is not a list");
   } else if (json_array_size(choices) > 0) {
     json_t* choice = json_array_get(choices, 0);
-    json_t* content = json_object_get(json_object_get(choice, "delta"),
-                                      "content");
+    json_t* content =
+        json_object_get(json_object_get(choice, "delta"), "content");
     if (content && !json_is_string(content) && !json_is_null(content)) {
       status = pcp_make_status(
           PCP_STATUS_DATA_LOSS,
@@ -482,14 +483,14 @@ static bool on_body(void* user_data, const char* data, size_t length) {
     return length < room;
   }
   if (!turn->streaming) {
-    pcp_status_t status =
-        pcp_string_builder_append(&turn->body, pcp_make_string_view(data, length));
+    pcp_status_t status = pcp_string_builder_append(
+        &turn->body, pcp_make_string_view(data, length));
     if (status) {
       pcp_status_ignore(status);
-      pcp_status_ignore(turn_fail(
-          turn, pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                                "the answer passed %zu KiB",
-                                CHAT_MAX_JSON_BYTES >> 10)));
+      pcp_status_ignore(
+          turn_fail(turn, pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                                          "the answer passed %zu KiB",
+                                          CHAT_MAX_JSON_BYTES >> 10)));
       return false;
     }
     return true;
@@ -541,8 +542,8 @@ static pcp_status_t answer_parse(turn_t* turn) {
       json_object_get(json_object_get(choice, "message"), "content");
   pcp_status_t status = pcp_ok_status();
   if (!answer) {
-    status = pcp_make_status(PCP_STATUS_DATA_LOSS,
-                             "the answer is not JSON: %s", json_error.text);
+    status = pcp_make_status(PCP_STATUS_DATA_LOSS, "the answer is not JSON: %s",
+                             json_error.text);
   } else if (json_object_get(answer, "error")) {
     status = server_error("server error", turn->body.data, turn->body.size);
   } else if (!json_is_string(content) && !json_is_null(content)) {
@@ -671,8 +672,8 @@ static pcp_status_t history_trim(chat_t* chat, size_t* out_dropped) {
 
 static pcp_status_t message_append(json_t* messages, const char* role,
                                    const char* content, size_t length) {
-  json_t* message = json_pack("{s:s, s:s%}", "role", role, "content", content,
-                              length);
+  json_t* message =
+      json_pack("{s:s, s:s%}", "role", role, "content", content, length);
   if (!message) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "the %s message is not valid UTF-8", role);
@@ -695,8 +696,7 @@ static char* request_body_build(const chat_t* chat) {
                         json_pack("{s:b}", "include_usage", 1));
   }
   if (options->max_tokens > 0) {
-    json_object_set_new(body, "max_tokens",
-                        json_integer(options->max_tokens));
+    json_object_set_new(body, "max_tokens", json_integer(options->max_tokens));
   }
   if (options->temperature >= 0) {
     json_object_set_new(body, "temperature", json_real(options->temperature));
@@ -726,9 +726,10 @@ static pcp_status_t chat_ask(chat_t* chat) {
     return status;
   }
   if (dropped) {
-    fprintf(stderr, "[history] dropped the %zu oldest message%s (over %zu "
-            "KiB)\n", dropped, dropped == 1 ? "" : "s",
-            CHAT_MAX_HISTORY_BYTES >> 10);
+    fprintf(stderr,
+            "[history] dropped the %zu oldest message%s (over %zu "
+            "KiB)\n",
+            dropped, dropped == 1 ? "" : "s", CHAT_MAX_HISTORY_BYTES >> 10);
   }
   char* body = request_body_build(chat);
   if (!body) {
@@ -750,9 +751,9 @@ static pcp_status_t chat_ask(chat_t* chat) {
   bool keep = !status || (pcp_status_code(status) == PCP_STATUS_CANCELLED &&
                           turn.reply.size > 0);
   if (keep) {
-    pcp_status_t append_status =
-        message_append(chat->messages, "assistant",
-                       pcp_string_builder_cstring(&turn.reply), turn.reply.size);
+    pcp_status_t append_status = message_append(
+        chat->messages, "assistant", pcp_string_builder_cstring(&turn.reply),
+        turn.reply.size);
     if (append_status) {
       // Text that is not UTF-8 cannot go back to the server: forget the turn.
       pcp_status_ignore(append_status);
@@ -778,11 +779,9 @@ static pcp_status_t chat_ask(chat_t* chat) {
 static pcp_status_t model_resolve(chat_t* chat) {
   char url[2100];
   snprintf(url, sizeof(url), "%s/v1/models", chat->base_url);
-  pcp_http_client_request_t request = {.url = url,
-                                       .bearer_token = chat->token};
+  pcp_http_client_request_t request = {.url = url, .bearer_token = chat->token};
   pcp_http_client_response_t response;
-  pcp_status_t status =
-      pcp_http_client_send(chat->client, &request, &response);
+  pcp_status_t status = pcp_http_client_send(chat->client, &request, &response);
   if (status) {
     char message[1024];
     snprintf(message, sizeof(message), "%s", pcp_status_message(status));
@@ -793,13 +792,12 @@ static pcp_status_t model_resolve(chat_t* chat) {
   if (response.http_status != 200) {
     char text[1024];
     error_text_format(response.body, response.body_length, text, sizeof(text));
-    status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
-                             "GET /v1/models: HTTP %d: %s%s",
-                             response.http_status, text,
-                             response.http_status == 401
-                                 ? " (name the token's variable with "
-                                   "--api-key-env)"
-                                 : "");
+    status = pcp_make_status(
+        PCP_STATUS_UNAVAILABLE, "GET /v1/models: HTTP %d: %s%s",
+        response.http_status, text,
+        response.http_status == 401 ? " (name the token's variable with "
+                                      "--api-key-env)"
+                                    : "");
     pcp_http_client_response_deinitialize(&response);
     return status;
   }
@@ -917,8 +915,10 @@ static int chat_interactive(chat_t* chat) {
   pcp_string_builder_initialize(pcp_allocator_system(), CHAT_MAX_LINE_BYTES,
                                 &line);
   if (tty_in) {
-    fprintf(stderr, "pcp chat: model %s at %s; /exit or Ctrl-D ends, /reset "
-            "forgets\n", chat->model, chat->base_url);
+    fprintf(stderr,
+            "pcp chat: model %s at %s; /exit or Ctrl-D ends, /reset "
+            "forgets\n",
+            chat->model, chat->base_url);
   }
   int exit_code = 0;
   for (;;) {
@@ -1077,8 +1077,8 @@ int pcp_roles_chat_cli_main(int argc, char** argv) {
                              "interactive session)");
   }
   if (!status) {
-    const char* env = options.api_key_env ? options.api_key_env
-                                          : CHAT_DEFAULT_TOKEN_ENV;
+    const char* env =
+        options.api_key_env ? options.api_key_env : CHAT_DEFAULT_TOKEN_ENV;
     chat.token = getenv(env);
     if (chat.token && !chat.token[0]) {
       chat.token = NULL;
@@ -1102,9 +1102,9 @@ int pcp_roles_chat_cli_main(int argc, char** argv) {
   }
   if (url_length >= sizeof(chat.base_url)) {
     exit_code = pcp_config_cli_usage_error(
-        "chat", pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                                "--url is over %zu bytes",
-                                sizeof(chat.base_url) - 1));
+        "chat",
+        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "--url is over %zu bytes",
+                        sizeof(chat.base_url) - 1));
     goto done;
   }
   memcpy(chat.base_url, options.url, url_length);
