@@ -283,7 +283,11 @@ static void usage_line_print(json_t* usage) {
 // body itself, cut and with control bytes dropped.
 static void error_text_format(const char* body, size_t length, char* out,
                               size_t capacity) {
-  json_t* json = json_loadb(body ? body : "", length, 0, NULL);
+  if (!body) {
+    body = "";
+    length = 0;
+  }
+  json_t* json = json_loadb(body, length, 0, NULL);
   json_t* error = json_object_get(json, "error");
   const char* message = json_string_value(json_object_get(error, "message"));
   if (!message) {
@@ -310,7 +314,7 @@ static void error_text_format(const char* body, size_t length, char* out,
     size_t n = 0;
     for (size_t i = 0; i < length && n + 1 < capacity && n < 200; ++i) {
       unsigned char c = (unsigned char)body[i];
-      out[n++] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+      out[n++] = c < 0x20 || c == 0x7f ? (char)0x20 : body[i];
     }
     if (capacity > 0) {
       out[n] = '\0';
