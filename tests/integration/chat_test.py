@@ -458,6 +458,23 @@ def spawn(args, **kwargs):
                             stderr=subprocess.PIPE, env=env, **kwargs)
 
 
+def finish(proc):
+    """The exit code, or None (and the process killed) after 5 s."""
+    try:
+        return proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+
+
+def interrupt(proc):
+    """Sends SIGINT; returns (finish(proc), when the signal was sent)."""
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    return finish(proc), sent
+
+
 def test_interrupt(srv):
     # One-shot: Ctrl-C mid-reply closes the stream (the server's write
     # fails) and exits 130.
@@ -465,13 +482,7 @@ def test_interrupt(srv):
     proc = spawn(["--url", srv.url, "slow"], stdin=subprocess.DEVNULL)
     seen = read_until(proc, "thinking")
     check("thinking" in seen, "slow reply started: %r" % seen)
-    sent = time.time()
-    proc.send_signal(signal.SIGINT)
-    try:
-        code = proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = None
+    code, sent = interrupt(proc)
     err = proc.stderr.read().decode()
     check(code == 130 and "[interrupted]" in err,
           "Ctrl-C one-shot exits 130: %r %r" % (code, err))
@@ -487,13 +498,7 @@ def test_interrupt(srv):
     proc = spawn(["--url", srv.url, "silent"], stdin=subprocess.DEVNULL)
     seen = read_until(proc, "wait")
     time.sleep(0.3)
-    sent = time.time()
-    proc.send_signal(signal.SIGINT)
-    try:
-        code = proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
+    code, sent = interrupt(proc)
     check(code == 130 and time.time() - sent < 1.0,
           "Ctrl-C with a silent server: %r after %.3f s" %
           (code, time.time() - sent))
@@ -512,11 +517,7 @@ def test_interrupt(srv):
     proc.stdin.write(b"after\n/exit\n")
     proc.stdin.flush()
     seen += read_until(proc, "after\n")
-    try:
-        code = proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = None
+    code = finish(proc)
     err = proc.stderr.read().decode()
     posts = srv.posts()[before:]
     check(code == 0 and "[interrupted]" in err,
@@ -531,12 +532,7 @@ def test_interrupt(srv):
     # Ctrl-C at the prompt ends the session (130).
     proc = spawn(["--url", srv.url], stdin=subprocess.PIPE)
     time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    try:
-        code = proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = None
+    code, _ = interrupt(proc)
     check(code == 130, "Ctrl-C at the prompt exits 130: %r" % code)
     for f in (proc.stdin, proc.stdout, proc.stderr):
         f.close()
