@@ -161,6 +161,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(data)
             return
         if not body.get("stream"):
+            if script == "plainText":
+                data = b"not json"
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                return self.wfile.write(data)
             return self.send_json(200, {
                 "id": "chatcmpl-1", "object": "chat.completion", "created": 1,
                 "model": body.get("model"),
@@ -199,6 +206,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 with self.state.lock:
                     self.state.disconnected_at = time.time()
             return
+        if script == "typedError":
+            self.raw("event: error\ndata: {\"error\": {\"message\": "
+                     "\"context length exceeded\", \"type\": "
+                     "\"invalid_request_error\"}}\n\n")
+            return self.end_stream()
         if script == "silent":
             # A long prefill: nothing at all on the wire for a while.
             self.event(self.chunk("wait"))
@@ -364,6 +376,10 @@ def test_errors(srv):
         (["malformed"], "malformed stream event", "malformed event"),
         (["notSse"], "expected a text/event-stream answer", "not SSE"),
         (["big"], "the reply passed 256 KiB", "reply cap"),
+        (["typedError"], "server error mid-stream: context length exceeded "
+         "(invalid_request_error)", "event: error"),
+        (["--no-stream", "plainText"], "the answer is not JSON",
+         "plain answer not JSON"),
     ]
     for args, needle, what in cases:
         code, out, err = run(["--url", srv.url] + args)
@@ -443,6 +459,23 @@ def test_interactive(srv):
     # /reset forgets the conversation.
     code, out, err = run(["--url", srv.url], stdin_text="a\n/reset\nb\n")
     check(code == 0 and out == "echo[1]: a\necho[1]: b\n", "/reset: %r" % out)
+    # Past 768 KiB of history the oldest turns go, in pairs, and the
+    # session goes on: 60 KiB lines echoed back add ~120 KiB a turn.
+    before = len(srv.posts())
+    lines = ["%d %s" % (i, "h" * (60 << 10)) for i in range(9)]
+    code, out, err = run(["--url", srv.url, "--system", "sys"],
+                         stdin_text="\n".join(lines) + "\n")
+    posts = srv.posts()[before:]
+    check(code == 0 and len(posts) == 9 and "[history] dropped" in err,
+          "history trimmed: %d %d %r" % (code, len(posts), err[:200]))
+    if posts:
+        last = posts[-1][2]["messages"]
+        size = len(json.dumps(last, separators=(",", ":")))
+        check(last[0] == {"role": "system", "content": "sys"} and
+              last[1]["role"] == "user" and last[-1]["content"] == lines[-1]
+              and size <= 768 << 10 and len(last) < 19,
+              "trimmed history: system kept, starts with a user turn, "
+              "%d bytes, %d messages" % (size, len(last)))
     # A stdin line over 64 KiB is refused; the session goes on.
     code, out, err = run(["--url", srv.url],
                          stdin_text="x" * (70 << 10) + "\nafter\n")
