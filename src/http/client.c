@@ -273,7 +273,10 @@ typedef struct stream_transfer_t {
   const pcp_http_client_stream_t* stream;
   int http_status;
   bool head_sent;
-  bool stopped;  // a callback stopped the transfer
+  bool stopped;    // a callback stopped the transfer
+  bool timed_out;  // idle for longer than the stream's idle_timeout_ms
+  pcp_clock_t clock;
+  int64_t last_byte_ns;  // the request's start, then the last body byte
 } stream_transfer_t;
 
 static bool stream_head(stream_transfer_t* transfer) {
@@ -298,6 +301,7 @@ static size_t on_stream_write(char* data, size_t size, size_t count,
                               void* cls) {
   stream_transfer_t* transfer = cls;
   size_t length = size * count;
+  transfer->last_byte_ns = pcp_clock_now_ns(transfer->clock);
   if (!stream_head(transfer)) {
     return 0;
   }
@@ -319,6 +323,12 @@ static int on_stream_progress(void* cls, curl_off_t dltotal, curl_off_t dlnow,
       transfer->stream->should_stop(transfer->stream->user_data)) {
     transfer->stopped = true;
     return 1;  // CURLE_ABORTED_BY_CALLBACK
+  }
+  int64_t idle_ns = pcp_clock_now_ns(transfer->clock) - transfer->last_byte_ns;
+  if (transfer->stream->idle_timeout_ms > 0 &&
+      idle_ns > transfer->stream->idle_timeout_ms * 1000000) {
+    transfer->timed_out = true;
+    return 1;
   }
   return 0;
 }
@@ -344,12 +354,11 @@ pcp_status_t pcp_http_client_stream(pcp_http_client_t* client,
                                    ? stream->connect_timeout_ms
                                    : client->timeout_ms;
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)connect_timeout_ms);
-  if (stream->idle_timeout_ms > 0) {
-    // Below 1 byte per second for the whole window: the server went quiet.
-    long seconds = (long)((stream->idle_timeout_ms + 999) / 1000);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, seconds);
-  }
+  // The idle timeout is checked in the progress callback, not with
+  // CURLOPT_LOW_SPEED_*: libcurl averages speed over about five seconds and
+  // counts the upload, so its window overshoots a short limit by seconds.
+  transfer.clock = pcp_clock_system();
+  transfer.last_byte_ns = pcp_clock_now_ns(transfer.clock);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_stream_write);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
@@ -371,6 +380,10 @@ pcp_status_t pcp_http_client_stream(pcp_http_client_t* client,
     if (transfer.stopped) {
       status = pcp_make_status(PCP_STATUS_CANCELLED, "%s %s: stopped", method,
                                request->url);
+    } else if (transfer.timed_out) {
+      status = pcp_make_status(
+          PCP_STATUS_DEADLINE_EXCEEDED, "%s %s: nothing received for %lld ms",
+          method, request->url, (long long)stream->idle_timeout_ms);
     } else {
       status = pcp_make_status(code_of_curl_result(result), "%s %s: %s", method,
                                request->url, curl_easy_strerror(result));
@@ -382,7 +395,7 @@ pcp_status_t pcp_http_client_stream(pcp_http_client_t* client,
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
     *out_http_status = (int)http_status;
   }
-  if (transfer.stopped) {
+  if (transfer.stopped || transfer.timed_out) {
     // The server must see the disconnect now (a generation stops with it),
     // not when the cached connection is next reused or evicted.
     // (request_prepare makes a new handle for the next request.)

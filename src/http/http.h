@@ -512,7 +512,8 @@ void pcp_http_client_response_deinitialize(
 // body bytes reach |on_body| as libcurl reads them, nothing is buffered and
 // there is no whole-request timeout (|idle_timeout_ms| bounds the silence
 // instead). The connection is closed, never returned to the client's cache,
-// when a callback stops the transfer, so the server sees the disconnect.
+// when a callback stops the transfer or the idle timeout ends it, so the
+// server sees the disconnect at once.
 typedef struct pcp_http_client_stream_t {
   // Called once, before the first body byte (or at the end when the body is
   // empty), with the final response's status and raw header block (borrowed
@@ -526,7 +527,9 @@ typedef struct pcp_http_client_stream_t {
   bool (*should_stop)(void* user_data);
   void* user_data;
   int64_t connect_timeout_ms;  // 0: the client's timeout_ms
-  int64_t idle_timeout_ms;  // no body byte this long (s granularity); 0: none
+  // No body byte for this long (checked about once a second): the transfer
+  // ends with DEADLINE_EXCEEDED. 0: no limit.
+  int64_t idle_timeout_ms;
 } pcp_http_client_stream_t;
 
 // Performs |request| and feeds the answer to |stream|'s callbacks.

@@ -344,8 +344,6 @@ typedef struct turn_t {
   pcp_status_t failure;  // the first failure found inside a callback
 } turn_t;
 
-static void turn_initialize(chat_t* chat, bool streaming, turn_t* out_turn);
-
 static pcp_status_t turn_fail(turn_t* turn, pcp_status_t status) {
   if (!turn->failure) {
     turn->failure = status;
@@ -622,6 +620,9 @@ static pcp_status_t turn_run(turn_t* turn, const char* body) {
     pcp_status_ignore(status);
     if (http_status >= 200 && http_status < 300) {
       return pcp_make_status(code, "the stream broke mid-reply: %s", message);
+    }
+    if (code == PCP_STATUS_DEADLINE_EXCEEDED) {
+      return pcp_make_status(code, "no answer within --timeout-s: %s", message);
     }
     return pcp_make_status(code, "cannot reach the server: %s", message);
   }
@@ -1014,11 +1015,15 @@ static int chat_run(chat_t* chat, const pcp_string_builder_t* prompt) {
   pcp_status_t status = pcp_ok_status();
   if (!chat->model) {
     status = model_resolve(chat);
-    if (status) {
-      status_print(status);
-      pcp_status_ignore(status);
-      return CHAT_EXIT_FAILED;
-    }
+  }
+  // Only now: until a reply can be stopped, Ctrl-C simply ends the process.
+  if (!status) {
+    status = sigint_install();
+  }
+  if (status) {
+    status_print(status);
+    pcp_status_ignore(status);
+    return CHAT_EXIT_FAILED;
   }
   if (prompt->size == 0) {
     return chat_interactive(chat);
@@ -1127,15 +1132,12 @@ int pcp_roles_chat_cli_main(int argc, char** argv) {
       goto done;
     }
   }
-  status = sigint_install();
-  if (!status) {
-    pcp_http_client_options_t client_options = {
-        .timeout_ms = options.timeout_s * 1000,
-        .max_response_bytes = CHAT_MAX_JSON_BYTES,
-    };
-    status = pcp_http_client_create(&client_options, pcp_allocator_system(),
-                                    &chat.client);
-  }
+  pcp_http_client_options_t client_options = {
+      .timeout_ms = options.timeout_s * 1000,
+      .max_response_bytes = CHAT_MAX_JSON_BYTES,
+  };
+  status = pcp_http_client_create(&client_options, pcp_allocator_system(),
+                                  &chat.client);
   if (status) {
     status_print(status);
     pcp_status_ignore(status);

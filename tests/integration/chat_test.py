@@ -148,6 +148,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         text = reply_text(messages)
         usage = {"prompt_tokens": 11, "completion_tokens": 7,
                  "total_tokens": 18}
+        if script == "mute":
+            time.sleep(8)  # no answer at all (a stuck server)
+            return self.error(503, "too late", "server_error")
         if script == "bad400":
             return self.error(400, "messages[0].role: unknown role 'robot'",
                               "invalid_request_error", None, "messages")
@@ -392,6 +395,14 @@ def test_errors(srv):
     code, out, err = run(["--url", srv.url, "midError"])
     check(out == "echo[1]: \n",
           "partial reply kept, line ended: %r" % out)
+    # --timeout-s: a server that never answers, and one that goes quiet.
+    for script, needle in (("mute", "no answer within --timeout-s"),
+                           ("silent", "the stream broke mid-reply")):
+        start = time.time()
+        code, out, err = run(["--url", srv.url, "--timeout-s", "1", script])
+        check(code == 1 and needle in err and time.time() - start < 5,
+              "%s with --timeout-s 1: %d %r after %.1f s" %
+              (script, code, err, time.time() - start))
     # Connection refused.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
