@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // http: the HTTP server every PCP role exposes (gateway API, federation hub,
-// node-manager probes) and a small libcurl client.
+// node-manager probes), a small libcurl client (answers collected, or
+// streamed to callbacks) and a sans-I/O parser for server-sent events.
 //
 // Server. libmicrohttpd runs its own polling threads (epoll, a fixed pool of
 // |thread_count| threads, each with its own epoll set); handlers run on those
