@@ -20,6 +20,7 @@ with the inference service). Every wait is bounded.
 """
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -162,6 +163,7 @@ def main():
         print("%d check(s) failed; logs in %s" % (len(FAILURES), work),
               file=sys.stderr)
         return 1
+    shutil.rmtree(work, ignore_errors=True)  # kept above when a check failed
     print("chat_gateway_test: all checks passed")
     return 0
 
