@@ -21,8 +21,12 @@
 // Each side is its own long-lived process (the pcp side is this binary
 // re-executed with --pcp-side), warmed up, then driven over a pipe: ROUNDS
 // rounds, each side running CALLS calls per round in turn (the order
-// rotating), so that load from other work on the machine hits all three
-// alike and no two sides ever compete. Medians over rounds are compared.
+// rotating), so that no two sides ever compete and the three runs of a
+// round, seconds apart, see the same load from other work on the machine.
+// A ratio is the median over rounds of that round's ratio (paired); the
+// tokens/s printed are medians over rounds. CPU seconds per call (all
+// threads) are printed too: on a loaded machine they show whether a side
+// did more work or only waited longer for a core.
 // All three start from the same parameters and data; their first-call
 // losses must agree (a check that the same computation is timed).
 //
@@ -35,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,8 +48,8 @@
 #include "models/models.h"
 
 #define K 10
-#define ROUNDS 7
-#define CALLS 3
+#define ROUNDS 11
+#define CALLS 2
 #define LR 1e-3
 #define SEED 1
 
@@ -80,6 +85,14 @@ static int64_t status_kib(const char* key) {
   if (f)
     fclose(f);
   return value;
+}
+
+// User + system CPU seconds of this process, all threads.
+static double cpu_seconds(void) {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return (double)usage.ru_utime.tv_sec + (double)usage.ru_stime.tv_sec +
+         1e-6 * (double)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 }
 
 //===----------------------------------------------------------------------===//
@@ -178,12 +191,14 @@ static int pcp_side(const char* dir) {
   while (fgets(line, sizeof(line), stdin)) {
     if (strncmp(line, "go ", 3) == 0) {
       int calls = atoi(line + 3);
+      double cpu = cpu_seconds();
       int64_t start = pcp_clock_now_ns(clock);
       for (int c = 0; c < calls; ++c) {
         CALL();
       }
       double seconds = (double)(pcp_clock_now_ns(clock) - start) * 1e-9;
-      printf("rate %.3f\n", calls * tokens / seconds);
+      printf("rate %.3f %.6f\n", calls * tokens / seconds,
+             (cpu_seconds() - cpu) / calls);
       fflush(stdout);
     } else if (strncmp(line, "quit", 4) == 0) {
       printf("rss %lld\n", (long long)status_kib("VmHWM:"));
@@ -218,6 +233,7 @@ typedef struct side_t {
   FILE* from;  // the child's stdout
   double first_loss, last_loss;
   double rates[ROUNDS];
+  double cpu_per_call[ROUNDS];  // CPU seconds per call, all threads
   double median;
   long long rss_kib;
 } side_t;
@@ -263,12 +279,16 @@ static void side_expect(side_t* side, const char* word, char* line,
   }
 }
 
-static double side_round(side_t* side) {
+static void side_round(side_t* side, int round) {
   char line[128] = "";
   fprintf(side->to, "go %d\n", CALLS);
   fflush(side->to);
   side_expect(side, "rate ", line, sizeof(line));
-  return strtod(line + 5, NULL);
+  if (sscanf(line + 5, "%lf %lf", &side->rates[round],
+             &side->cpu_per_call[round]) != 2) {
+    fprintf(stderr, "train_step: %s side: bad line '%s'\n", side->name, line);
+    exit(1);
+  }
 }
 
 static int compare_doubles(const void* a, const void* b) {
@@ -465,8 +485,7 @@ int main(int argc, char** argv) {
   }
   for (int r = 0; r < ROUNDS; ++r) {
     for (int j = 0; j < 3; ++j) {
-      side_t* side = &sides[(r + j) % 3];
-      side->rates[r] = side_round(side);
+      side_round(&sides[(r + j) % 3], r);
     }
   }
   for (int s = 0; s < 3; ++s) {
@@ -488,18 +507,29 @@ int main(int argc, char** argv) {
       high = fmax(high, sides[s].rates[r]);
     }
     printf("%-13s tokens/s: median %.0f over %d rounds of %d calls "
-           "(min %.0f, max %.0f)\n",
-           sides[s].name, sides[s].median, ROUNDS, CALLS, low, high);
+           "(min %.0f, max %.0f); CPU per call %.3f s (median)\n",
+           sides[s].name, sides[s].median, ROUNDS, CALLS, low, high,
+           median(sides[s].cpu_per_call, ROUNDS));
   }
-  double to_iree = sides[0].median / sides[1].median;
-  double to_jax = sides[0].median / sides[2].median;
+  double paired[ROUNDS];
+  for (int r = 0; r < ROUNDS; ++r) {
+    paired[r] = sides[0].rates[r] / sides[1].rates[r];
+  }
+  double to_iree = median(paired, ROUNDS);
+  for (int r = 0; r < ROUNDS; ++r) {
+    paired[r] = sides[0].rates[r] / sides[2].rates[r];
+  }
+  double to_jax = median(paired, ROUNDS);
   double rss = (double)sides[0].rss_kib / (double)sides[1].rss_kib;
-  printf("pcp vs iree.runtime loop: %.3f (goal >= 0.95)\n", to_iree);
+  printf("pcp vs iree.runtime loop: %.3f (median of per-round ratios; goal "
+         ">= 0.95)\n",
+         to_iree);
   printf("peak RSS: pcp side %.1f MB, iree.runtime loop %.1f MB, jax %.1f "
          "MB; pcp / iree.runtime %.3f (goal <= 1.2)\n",
          sides[0].rss_kib / 1024.0, sides[1].rss_kib / 1024.0,
          sides[2].rss_kib / 1024.0, rss);
-  printf("pcp vs jax.jit: %.3f (goal >= 1.0)\n", to_jax);
+  printf("pcp vs jax.jit: %.3f (median of per-round ratios; goal >= 1.0)\n",
+         to_jax);
   char cleanup[4200];
   snprintf(cleanup, sizeof(cleanup), "rm -rf %s", dir);
   if (system(cleanup) != 0) {

@@ -2,7 +2,8 @@
 """The two baselines of bench/train_step, each a long-lived child driven by
 the bench over stdin/stdout (one line each way):
 
-    bench -> child   "go N"   run N calls, answer "rate <tokens/s>"
+    bench -> child   "go N"   run N calls, answer "rate <tokens/s> <CPU
+                              seconds per call, all threads>"
                      "quit"   answer "rss <peak RSS in KiB>" and exit
     child -> bench   "ready <loss of step 1> <loss of step K>" once warm
 
@@ -130,11 +131,13 @@ def main():
         words = line.split()
         if words[0] == "go":
             calls = int(words[1])
+            cpu = time.process_time()
             start = time.perf_counter()
             for _ in range(calls):
                 call()
             rate = calls * tokens / (time.perf_counter() - start)
-            print("rate %.3f" % rate, flush=True)
+            print("rate %.3f %.6f" % (rate, (time.process_time() - cpu) / calls),
+                  flush=True)
         elif words[0] == "quit":
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             print("rss %d" % rss, flush=True)
