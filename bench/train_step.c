@@ -14,15 +14,22 @@
 //       fused with lax.scan, state donated; compiled and warmed up first
 //       (goal: pcp / jax >= 1.0)
 //   (b) the same VMFB in a tight `iree.runtime` Python loop (resident
-//       DeviceArrays fed back; goal: pcp / iree >= 0.95)
+//       DeviceArrays fed back) with the same CPU worker set-up as the pcp
+//       side (as many workers, unpinned; goal: pcp / iree >= 0.95); and,
+//       for reference, the same loop with IREE's default set-up (one worker
+//       pinned to each physical core)
 //   (c) peak RSS of the pcp side's process against the iree.runtime
 //       loop's (goal <= 1.2x)
 //
 // Each side is its own long-lived process (the pcp side is this binary
 // re-executed with --pcp-side), warmed up, then driven over a pipe: ROUNDS
-// rounds, each side running CALLS calls per round in turn (the order
-// rotating), so that no two sides ever compete and the three runs of a
-// round, seconds apart, see the same load from other work on the machine.
+// rounds, each side running CALLS calls per round in turn, so that no two
+// sides ever compete and the three runs of a round, seconds apart, see the
+// same load from other work on the machine. The order cycles through a
+// balanced Latin square (each side runs right after each other side equally
+// often), with a pause between sides: a runtime's worker threads spin for a
+// while after a call (XLA's pool does), and a fixed rotation made one side
+// always run right after JAX, costing it 5-10%.
 // A ratio is the median over rounds of that round's ratio (paired); the
 // tokens/s printed are medians over rounds. CPU seconds per call (all
 // threads) are printed too: on a loaded machine they show whether a side
@@ -34,6 +41,7 @@
 
 // fdopen, mkdtemp and getline are POSIX.1-2008.
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -41,6 +49,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "compile/compile.h"
@@ -48,7 +57,8 @@
 #include "models/models.h"
 
 #define K 10
-#define ROUNDS 11
+#define SIDES 4
+#define ROUNDS 8  // the 4 orders of a balanced Latin square, twice
 #define CALLS 2
 #define LR 1e-3
 #define SEED 1
@@ -304,6 +314,37 @@ static double median(const double* values, int count) {
                    : 0.5 * (sorted[count / 2 - 1] + sorted[count / 2]);
 }
 
+// Median over rounds of a's rate / b's rate in the same round.
+static double paired_ratio(const side_t* a, const side_t* b) {
+  double ratios[ROUNDS];
+  for (int r = 0; r < ROUNDS; ++r) ratios[r] = a->rates[r] / b->rates[r];
+  return median(ratios, ROUNDS);
+}
+
+// Threads of process |pid| named "iree-worker-N" (IREE's task workers).
+static int worker_thread_count(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+  DIR* dir = opendir(path);
+  int count = 0;
+  for (struct dirent* entry = dir ? readdir(dir) : NULL; entry;
+       entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    char comm_path[64 + sizeof(entry->d_name) + 8], comm[64] = "";
+    snprintf(comm_path, sizeof(comm_path), "%s/%s/comm", path, entry->d_name);
+    FILE* f = fopen(comm_path, "r");
+    if (f) {
+      if (fgets(comm, sizeof(comm), f) &&
+          strncmp(comm, "iree-worker-", 12) == 0) {
+        ++count;
+      }
+      fclose(f);
+    }
+  }
+  if (dir) closedir(dir);
+  return count > 0 ? count : 1;
+}
+
 static void write_npy(const char* dir, const char* name,
                       const pcp_tensor_shape_t* shape, void* data) {
   char path[4096];
@@ -450,14 +491,28 @@ int main(int argc, char** argv) {
   snprintf(k_text, sizeof(k_text), "%d", K);
   snprintf(lr_text, sizeof(lr_text), "%.9g", LR);
   char pcp_flag[] = "--pcp-side", iree_word[] = "iree", jax_word[] = "jax";
-  side_t sides[3] = {{.name = "pcp"}, {.name = "iree.runtime"},
-                     {.name = "jax.jit"}};
+  side_t sides[SIDES] = {{.name = "pcp"},
+                         {.name = "iree.runtime"},
+                         {.name = "iree default"},
+                         {.name = "jax.jit"}};
+  char workers_flag[64] = "";
   char* pcp_argv[] = {self, pcp_flag, dir, NULL};
-  char* iree_argv[] = {python, script, iree_word, dir, k_text, lr_text, NULL};
+  char* iree_argv[] = {python, script,  iree_word,    dir,
+                       k_text, lr_text, workers_flag, NULL};
+  char* iree_default_argv[] = {python,  script,  iree_word, dir,
+                               k_text, lr_text, NULL};
   char* jax_argv[] = {python, script, jax_word, dir, k_text, lr_text, NULL};
-  char** argvs[3] = {pcp_argv, iree_argv, jax_argv};
+  char** argvs[SIDES] = {pcp_argv, iree_argv, iree_default_argv, jax_argv};
   // One at a time, so that each warms up (and JAX compiles) alone.
-  for (int s = 0; s < 3; ++s) {
+  for (int s = 0; s < SIDES; ++s) {
+    if (s == 1) {
+      // The matched loop gets as many workers as the pcp side runs, and
+      // an explicit count, which leaves them unpinned as pcp's are.
+      int workers = worker_thread_count(sides[0].pid);
+      printf("pcp side: %d IREE worker threads, unpinned\n", workers);
+      snprintf(workers_flag, sizeof(workers_flag),
+               "--task_topology_group_count=%d", workers);
+    }
     side_start(&sides[s], argvs[s]);
     char line[128] = "";
     side_expect(&sides[s], "ready ", line, sizeof(line));
@@ -471,24 +526,27 @@ int main(int argc, char** argv) {
   // The same model, data and optimizer: step 1's loss (before any update)
   // and step K's (after K - 1 updates) must agree across the three.
   bool same = true;
-  for (int s = 1; s < 3; ++s) {
+  for (int s = 1; s < SIDES; ++s) {
     same = same && fabs(sides[s].first_loss - sides[0].first_loss) <= 1e-4 &&
            fabs(sides[s].last_loss - sides[0].last_loss) <= 1e-3;
   }
   printf("first call's loss, step 1 / step %d: pcp %.5f / %.5f, "
          "iree.runtime %.5f / %.5f, jax %.5f / %.5f%s\n",
          K, sides[0].first_loss, sides[0].last_loss, sides[1].first_loss,
-         sides[1].last_loss, sides[2].first_loss, sides[2].last_loss,
+         sides[1].last_loss, sides[3].first_loss, sides[3].last_loss,
          same ? "" : "  MISMATCH");
   if (!same) {
     return 1;
   }
+  static const int kOrders[4][SIDES] = {
+      {0, 1, 3, 2}, {1, 2, 0, 3}, {2, 3, 1, 0}, {3, 0, 2, 1}};
   for (int r = 0; r < ROUNDS; ++r) {
-    for (int j = 0; j < 3; ++j) {
-      side_round(&sides[(r + j) % 3], r);
+    for (int j = 0; j < SIDES; ++j) {
+      nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL);
+      side_round(&sides[kOrders[r % 4][j]], r);
     }
   }
-  for (int s = 0; s < 3; ++s) {
+  for (int s = 0; s < SIDES; ++s) {
     char line[128] = "";
     fprintf(sides[s].to, "quit\n");
     fflush(sides[s].to);
@@ -500,7 +558,7 @@ int main(int argc, char** argv) {
     waitpid(sides[s].pid, &wstatus, 0);
     sides[s].median = median(sides[s].rates, ROUNDS);
   }
-  for (int s = 0; s < 3; ++s) {
+  for (int s = 0; s < SIDES; ++s) {
     double low = sides[s].rates[0], high = sides[s].rates[0];
     for (int r = 1; r < ROUNDS; ++r) {
       low = fmin(low, sides[s].rates[r]);
@@ -511,23 +569,21 @@ int main(int argc, char** argv) {
            sides[s].name, sides[s].median, ROUNDS, CALLS, low, high,
            median(sides[s].cpu_per_call, ROUNDS));
   }
-  double paired[ROUNDS];
-  for (int r = 0; r < ROUNDS; ++r) {
-    paired[r] = sides[0].rates[r] / sides[1].rates[r];
-  }
-  double to_iree = median(paired, ROUNDS);
-  for (int r = 0; r < ROUNDS; ++r) {
-    paired[r] = sides[0].rates[r] / sides[2].rates[r];
-  }
-  double to_jax = median(paired, ROUNDS);
+  double to_iree = paired_ratio(&sides[0], &sides[1]);
+  double to_iree_default = paired_ratio(&sides[0], &sides[2]);
+  double to_jax = paired_ratio(&sides[0], &sides[3]);
   double rss = (double)sides[0].rss_kib / (double)sides[1].rss_kib;
   printf("pcp vs iree.runtime loop: %.3f (median of per-round ratios; goal "
          ">= 0.95)\n",
          to_iree);
-  printf("peak RSS: pcp side %.1f MB, iree.runtime loop %.1f MB, jax %.1f "
-         "MB; pcp / iree.runtime %.3f (goal <= 1.2)\n",
+  printf("pcp vs iree.runtime loop with IREE's default pinned workers: "
+         "%.3f\n",
+         to_iree_default);
+  printf("peak RSS: pcp side %.1f MB, iree.runtime loop %.1f MB (default "
+         "set-up %.1f MB), jax %.1f MB; pcp / iree.runtime %.3f (goal <= "
+         "1.2)\n",
          sides[0].rss_kib / 1024.0, sides[1].rss_kib / 1024.0,
-         sides[2].rss_kib / 1024.0, rss);
+         sides[2].rss_kib / 1024.0, sides[3].rss_kib / 1024.0, rss);
   printf("pcp vs jax.jit: %.3f (median of per-round ratios; goal >= 1.0)\n",
          to_jax);
   char cleanup[4200];

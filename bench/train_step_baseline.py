@@ -7,7 +7,7 @@ the bench over stdin/stdout (one line each way):
                      "quit"   answer "rss <peak RSS in KiB>" and exit
     child -> bench   "ready <loss of step 1> <loss of step K>" once warm
 
-usage: train_step_baseline.py iree|jax DIR K LR
+usage: train_step_baseline.py iree|jax DIR K LR [IREE_FLAG...]
 
 DIR holds what the bench wrote: train.vmfb (@train_steps of the model with
 K fused steps), params/NNN.npy (initial f32 parameters in argument order),
@@ -16,7 +16,9 @@ ids.npy and targets.npy ([K, B, T] int32) and table.json (`pcp model
 
 iree: the same VMFB in a tight `iree.runtime` loop (params, m and v as
       resident DeviceArrays fed back each call; ids and targets from NumPy;
-      losses to the host), as tight as the Python binding allows.
+      losses to the host), as tight as the Python binding allows. IREE_FLAGs
+      (runtime flags such as --task_topology_group_count=2) are parsed
+      before the device is created.
 jax:  the same model (tests/models/jax_reference.py, written independently
       of the emitter), loss + jax.grad + the same AdamW with global-norm
       clipping, K steps fused with lax.scan under one jax.jit, the state
@@ -44,8 +46,10 @@ def load(directory):
     return params, ids, targets
 
 
-def iree_side(directory, k, lr):
+def iree_side(directory, k, lr, flags):
     import iree.runtime as rt
+    if flags:
+        rt.flags.parse_flags(*flags)
     params, ids, targets = load(directory)
     config = rt.Config("local-task")
     ctx = rt.SystemContext(config=config)
@@ -71,7 +75,7 @@ def iree_side(directory, k, lr):
     return call
 
 
-def jax_side(directory, k, lr):
+def jax_side(directory, k, lr, flags):
     import jax
     import jax.numpy as jnp
     here = os.path.dirname(os.path.abspath(__file__))
@@ -122,7 +126,8 @@ def jax_side(directory, k, lr):
 def main():
     side, directory, k, lr = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
         float(sys.argv[4])
-    call = {"iree": iree_side, "jax": jax_side}[side](directory, k, lr)
+    call = {"iree": iree_side, "jax": jax_side}[side](directory, k, lr,
+                                                      sys.argv[5:])
     losses = call()  # warm-up (and JAX's compile)
     batch, block = np.load(os.path.join(directory, "ids.npy")).shape[1:]
     tokens = k * batch * block
