@@ -24,7 +24,7 @@
 // Each side is its own long-lived process (the pcp side is this binary
 // re-executed with --pcp-side), warmed up, then driven over a pipe: ROUNDS
 // rounds, each side running CALLS calls per round in turn, so that no two
-// sides ever compete and the three runs of a round, seconds apart, see the
+// sides ever compete and the four runs of a round, seconds apart, see the
 // same load from other work on the machine. The order cycles through a
 // balanced Latin square (each side runs right after each other side equally
 // often), with a pause between sides: a runtime's worker threads spin for a
@@ -34,7 +34,7 @@
 // tokens/s printed are medians over rounds. CPU seconds per call (all
 // threads) are printed too: on a loaded machine they show whether a side
 // did more work or only waited longer for a core.
-// All three start from the same parameters and data; their first-call
+// All four start from the same parameters and data; their first-call
 // losses must agree (a check that the same computation is timed).
 //
 // Last line: `train_step ratio=<x>`, x = pcp / jax tokens/s.
@@ -42,6 +42,7 @@
 // fdopen, mkdtemp and getline are POSIX.1-2008.
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -273,6 +274,10 @@ static void side_start(side_t* side, char* const argv[]) {
   }
   close(in[0]);
   close(out[1]);
+  // Later children must not inherit this side's pipe ends: a side sees EOF
+  // (and exits) when this process closes its stdin or dies.
+  fcntl(in[1], F_SETFD, FD_CLOEXEC);
+  fcntl(out[0], F_SETFD, FD_CLOEXEC);
   side->pid = pid;
   side->to = fdopen(in[1], "w");
   side->from = fdopen(out[0], "r");
@@ -524,7 +529,7 @@ int main(int argc, char** argv) {
     }
   }
   // The same model, data and optimizer: step 1's loss (before any update)
-  // and step K's (after K - 1 updates) must agree across the three.
+  // and step K's (after K - 1 updates) must agree across the sides.
   bool same = true;
   for (int s = 1; s < SIDES; ++s) {
     same = same && fabs(sides[s].first_loss - sides[0].first_loss) <= 1e-4 &&
