@@ -9,6 +9,7 @@ driven by the official `openai` Python client and by raw HTTP.
   2. chat and completions, streamed and not, equal the greedy reference
      (tests/models/jax_reference.py, independent JAX); usage counts; the
      streamed chunks (role first, finish_reason, usage chunk, [DONE]).
+     `pcp chat --url ... --model M "prompt"` prints the greedy reply.
   3. 32 concurrent streams all complete, each equal to its own greedy
      reference (continuous batching over 4 slots per worker, two workers:
      the least loaded one takes each request, so both run some).
@@ -270,6 +271,18 @@ def main():
                                            max_tokens=12, temperature=0)
         check(r.choices[0].message.content == gpt.decode(want_ids),
               "chat on a char model ('plain': contents joined by newlines)")
+
+        # 2b. The terminal client (`pcp chat`, one prompt) prints the greedy
+        # reply (the char model: its replies hold no control characters).
+        cmsg = [{"role": "user", "content": "how are you today"}]
+        want = gpt.decode(gpt.greedy(gpt.encode_chat(cmsg), 16)[0])
+        p = subprocess.run([PCP, "chat", "--url", stack.base, "--model",
+                            "gpt-char", "--temperature", "0",
+                            "--max-tokens", "16", "how are you today"],
+                           capture_output=True, timeout=120)
+        check(p.returncode == 0 and p.stdout.decode() == want + "\n",
+              "pcp chat prints the greedy reply: %r vs %r (%s)" %
+              (p.stdout[:120], want, p.stderr[-200:]))
 
         # 3. 32 concurrent streams, each equal to its own reference (the
         # Qwen3 toy: its greedy texts differ from prompt to prompt).
