@@ -54,6 +54,24 @@ static void test_defaults(void** state) {
                          "\"ab\\u00e9c\"}",
                     &m));
   assert_string_equal(m.name, "m");
+  model_deinit(&m);
+  // Spaces are fine in a name; no name at all: the directory's name.
+  PCP_CHECK_OK(load(BASE ", \"name\": \"my model\", \"tokenizer\": "
+                         "{\"kind\": \"byte\"}, \"vocab\": 256",
+                    &m));
+  assert_string_equal(m.name, "my model");
+  model_deinit(&m);
+  PCP_CHECK_OK(
+      load("\"architecture\": \"gpt\", \"layers\": 1, "
+           "\"heads\": 2, \"width\": 16, \"vocab\": 256, "
+           "\"block_size\": 64, \"tokenizer\": {\"kind\": "
+           "\"byte\"}",
+           &m));
+  assert_string_equal(m.name, strrchr(g_dir, '/') + 1);
+  model_deinit(&m);
+  PCP_CHECK_OK(load(BASE ", \"tokenizer\": {\"kind\": \"char\", "
+                         "\"vocab\": \"ab\\u00e9c\"}",
+                    &m));
   assert_int_equal(m.spec.architecture, PCP_MODELS_ARCHITECTURE_GPT);
   assert_int_equal(m.gen.slots, PCP_INFER_DEFAULT_SLOTS);
   assert_int_equal(m.gen.max_length, 1024);  // min(block_size, 1024)
@@ -83,8 +101,10 @@ static void test_errors_name_the_key(void** state) {
   const char* kChar =
       ", \"tokenizer\": {\"kind\": \"char\", \"vocab\": \"ab\"}";
   char body[512];
-  expect_error("\"architecture\": \"gpt\"", "'name'");
-  snprintf(body, sizeof(body), "%s%s, \"name\": \"a b\"", BASE, kChar);
+  expect_error("\"architecture\": \"gpt\"", "'layers'");
+  snprintf(body, sizeof(body), "%s%s, \"name\": \"a\\u0001b\"", BASE, kChar);
+  expect_error(body, "'name'");
+  snprintf(body, sizeof(body), "%s%s, \"name\": 5", BASE, kChar);
   expect_error(body, "'name'");
   expect_error("\"name\": \"m\", \"architecture\": \"rnn\"", "'architecture'");
   expect_error("\"name\": \"m\", \"architecture\": \"gpt\", \"layers\": 0",

@@ -36,16 +36,16 @@ static pcp_status_t int_field(json_t* root, const char* dir, const char* key,
   return pcp_ok_status();
 }
 
+// Model ids are what clients send as "model": 1..128 bytes without control
+// characters (a training job's name may hold spaces).
 static bool name_valid(const char* name) {
   size_t n = strlen(name);
   if (n == 0 || n > PCP_INFER_MAX_MODEL_NAME) {
     return false;
   }
   for (size_t i = 0; i < n; ++i) {
-    char c = name[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-          (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
-          c == ':' || c == '/')) {
+    unsigned char c = (unsigned char)name[i];
+    if (c < 0x20 || c == 0x7f) {
       return false;
     }
   }
@@ -106,11 +106,20 @@ pcp_status_t pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m) {
                            error.line, error.text);
   }
   pcp_status_t status = pcp_ok_status();
-  const char* name = json_string_value(json_object_get(root, "name"));
+  json_t* name_value = json_object_get(root, "name");
+  const char* name = json_string_value(name_value);
   const char* arch = json_string_value(json_object_get(root, "architecture"));
+  char fallback[PCP_INFER_MAX_MODEL_NAME + 1];
+  if (!name_value || (name && !name[0])) {
+    // No name: the directory's own name.
+    const char* base = strrchr(dir, '/');
+    snprintf(fallback, sizeof(fallback), "%s", base ? base + 1 : dir);
+    name = fallback;
+  }
   if (!name || !name_valid(name)) {
     status = field_error(dir, "name",
-                         "must be 1..128 characters of [A-Za-z0-9._:/-]");
+                         "must be a string of 1..128 bytes without control "
+                         "characters");
   } else {
     snprintf(m->name, sizeof(m->name), "%s", name);
   }
