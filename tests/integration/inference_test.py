@@ -183,7 +183,16 @@ def main():
     os.makedirs(tables)
     gpt = im.Model(PCP, tables, im.GPT, 11)
     qwen = im.Model(PCP, tables, im.QWEN, 12)
-    stack = Stack(work, [gpt.dir, qwen.dir])
+    # The GPT's weights served in bf16 (converted at load).
+    bf16_dir = os.path.join(tables, "gpt-bf16")
+    os.makedirs(bf16_dir)
+    shutil.copy(os.path.join(gpt.dir, "model.safetensors"), bf16_dir)
+    with open(os.path.join(gpt.dir, "model.json")) as f:
+        meta = json.load(f)
+    meta.update(name="gpt-bf16", dtype="bf16")
+    with open(os.path.join(bf16_dir, "model.json"), "w") as f:
+        json.dump(meta, f)
+    stack = Stack(work, [gpt.dir, qwen.dir, bf16_dir])
     ok = False
     try:
         # 1. Not ready before the probe; ready after it.
@@ -204,7 +213,14 @@ def main():
         client = openai.OpenAI(base_url=stack.base + "/v1", api_key="unused",
                                max_retries=0, timeout=120)
         ids = sorted(m.id for m in client.models.list().data)
-        check(ids == ["gpt-char", "qwen3-bpe"], "models listed: %s" % ids)
+        check(ids == ["gpt-bf16", "gpt-char", "qwen3-bpe"],
+              "models listed: %s" % ids)
+        r = client.completions.create(model="gpt-bf16", prompt="hello",
+                                      max_tokens=8, temperature=0)
+        want = gpt.decode(gpt.greedy(gpt.encode_prompt("hello"), 8)[0])
+        check(r.usage.completion_tokens == 8 and len(r.choices[0].text) == 8,
+              "bf16 model serves (%r; f32 reference %r)" %
+              (r.choices[0].text, want))
 
         # 2. Chat and completions against the reference.
         msgs = [{"role": "system", "content": "you are a lazy dog"},

@@ -124,7 +124,8 @@ size_t pcp_infer_service_model_list(pcp_infer_service_t* service,
                                     pcp_infer_model_info_t* out_infos,
                                     size_t capacity, size_t* out_total);
 
-// Readiness: a probe passed within probe_max_age_ms and none failed since.
+// Readiness: every model from |model_dirs| is served by a worker, a probe
+// passed within probe_max_age_ms and none failed since.
 typedef struct pcp_infer_readiness_t {
   bool ready;
   uint32_t models_ready;

@@ -1301,9 +1301,12 @@ void pcp_infer_service_readiness(pcp_infer_service_t* s,
                                  pcp_infer_readiness_t* out) {
   memset(out, 0, sizeof(*out));
   pthread_mutex_lock(&s->mu);
+  uint32_t pinned_waiting = 0;
   for (size_t i = 0; i < s->model_count; ++i) {
     if (runners_serving(s, &s->models[i]) > 0) {
       out->models_ready++;
+    } else if (s->models[i].pinned) {
+      pinned_waiting++;
     }
   }
   for (runner_t* r = s->runners; r; r = r->next) {
@@ -1317,7 +1320,9 @@ void pcp_infer_service_readiness(pcp_infer_service_t* s,
   snprintf(out->last_error, sizeof(out->last_error), "%s", s->probe_error);
   bool stuck = s->probe_in_flight && (t - s->probe_started_ns) / 1000000 >
                                          s->options.probe_max_age_ms;
-  out->ready = out->schedulers > 0 && s->probe_ok_ns && !s->probe_failed &&
+  // Every --model-dir model is served, and the probe passed recently.
+  out->ready = pinned_waiting == 0 && out->schedulers > 0 && s->probe_ok_ns &&
+               !s->probe_failed &&
                !stuck && out->probe_age_ms <= s->options.probe_max_age_ms;
   pthread_mutex_unlock(&s->mu);
 }
