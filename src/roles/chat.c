@@ -406,7 +406,8 @@ static pcp_status_t on_event(void* user_data,
                                         event->data_length));
   }
   json_error_t json_error;
-  json_t* chunk = json_loadb(event->data, event->data_length, 0, &json_error);
+  json_t* chunk =
+      json_loadb(event->data, event->data_length, JSON_ALLOW_NUL, &json_error);
   if (!json_is_object(chunk)) {
     json_decref(chunk);
     return turn_fail(
@@ -538,7 +539,7 @@ static void turn_deinitialize(turn_t* turn) {
 static pcp_status_t answer_parse(turn_t* turn) {
   json_error_t json_error;
   json_t* answer = json_loadb(pcp_string_builder_cstring(&turn->body),
-                              turn->body.size, 0, &json_error);
+                              turn->body.size, JSON_ALLOW_NUL, &json_error);
   json_t* choice = json_array_get(json_object_get(answer, "choices"), 0);
   json_t* content =
       json_object_get(json_object_get(choice, "message"), "content");

@@ -299,6 +299,17 @@ def main():
         check(p.returncode == 0 and p.stdout.decode() == want + "\n",
               "pcp chat prints the greedy reply: %r vs %r (%s)" %
               (p.stdout[:120], want, p.stderr[-200:]))
+        # The toy Qwen3's reply here holds a U+0000 ("\u0000" in the JSON
+        # chunks), which the client must take as text like any other.
+        want = qwen.decode(qwen.greedy(qwen.encode_chat(cmsg), 16)[0])
+        p = subprocess.run([PCP, "chat", "--url", stack.base, "--model",
+                            "qwen3-bpe", "--temperature", "0",
+                            "--max-tokens", "16", "how are you today"],
+                           capture_output=True, timeout=120)
+        check(p.returncode == 0 and "\x00" in want and
+              p.stdout.decode(errors="replace") == want + "\n",
+              "pcp chat with a NUL in the reply: %r vs %r (%s)" %
+              (p.stdout[:120], want, p.stderr[-200:]))
 
         # 3. 32 concurrent streams, each equal to its own reference (the
         # Qwen3 toy: its greedy texts differ from prompt to prompt).
