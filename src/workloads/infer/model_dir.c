@@ -333,6 +333,13 @@ pcp_status_t pcp_infer_model_weights_load(pcp_infer_model_t* m) {
       &m->spec, pcp_allocator_system(), &m->table));
   m->table_initialized = true;
   size_t n = m->table.count;
+  // A step names every parameter, ids, positions, lengths and both caches.
+  if (n + 5 > PCP_PROTO_MAX_TASK_TENSORS) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "%s/model.json: %zu parameters; a worker task "
+                           "takes at most %u tensors",
+                           m->dir, n, PCP_PROTO_MAX_TASK_TENSORS - 5);
+  }
   m->param_data = calloc(n, sizeof(void*));
   m->param_sections = calloc(n, sizeof(pcp_proto_section_t));
   m->param_names = calloc(n, sizeof(*m->param_names));
