@@ -28,6 +28,7 @@ typedef struct command_t {
 
 // Tool subcommands, one line each. Keep sorted by name.
 static const command_t kCommands[] = {
+    {"chat", pcp_roles_chat_cli_main, "chat with a served model (OpenAI-compatible API), streaming"},
     {"compile", pcp_compile_cli_main, "compile StableHLO MLIR to an IREE VMFB"},
     {"inspect", pcp_mlir_inspect_main, "show a StableHLO module's functions and signatures"},
     {"model", pcp_models_cli_main, "emit a built-in model (gpt, nanochat, qwen3) as StableHLO"},

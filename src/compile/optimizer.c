@@ -12,6 +12,14 @@
 // Upstream clipped each tensor by its own norm; the global norm is what
 // PyTorch's clip_grad_norm_ and optax do, and what the issue asks for.
 //
+// Master precision: the moments m and v are f32 (f64 for f64 parameters)
+// whatever the parameter's type, and all of the above runs in that type: a
+// bf16 parameter and its gradient are widened, updated in f32 and rounded
+// to bf16 once, at the end. bf16's 8-bit mantissa cannot hold v's (1 - b2)
+// g^2 increments nor small lr x update steps (they round to nothing), and
+// the scalar f32 -> bf16 conversions of step and lr are not even
+// compilable for IREE's host code. For f32 models nothing changes.
+//
 // @train_steps is one stablehlo.while over the K steps (step i reads slice i
 // of each data argument with dynamic_slice and calls @compute_gradients and
 // @apply_optimizer, which IREE inlines); parameters and moments are loop
@@ -27,6 +35,16 @@
 
 typedef pcp_autodiff_ref_t ref_t;
 typedef pcp_autodiff_type_t type_t;
+
+// The element type the optimizer keeps moments and does arithmetic in.
+static const char* master_element(const char* element) {
+  return strcmp(element, "f64") == 0 ? "f64" : "f32";
+}
+
+// The type of parameter |type|'s moments (its shape, master element).
+static type_t moment_type(const type_t* type) {
+  return pcp_autodiff_type_with_element(type, master_element(type->element));
+}
 
 static ref_t named(const char* prefix, size_t index, const type_t* type) {
   ref_t ref;
@@ -63,16 +81,18 @@ void pcp_autodiff_emit_optimizer(
   const char* groups[4] = {"p", "g", "m", "s"};
   for (int k = 0; k < 4; ++k) {
     for (size_t i = 0; i < n; ++i) {
+      type_t type = k < 2 ? types[i] : moment_type(&types[i]);
       pcp_autodiff_emit_f(e, "%%%s%zu: ", groups[k], i);
-      pcp_autodiff_type_append(e, &types[i]);
+      pcp_autodiff_type_append(e, &type);
       pcp_autodiff_emit_f(e, ", ");
     }
   }
   pcp_autodiff_emit_f(e, "%%step: tensor<f32>, %%lr: tensor<f32>) -> (");
   for (int k = 0; k < 3; ++k) {
     for (size_t i = 0; i < n; ++i) {
+      type_t type = k < 1 ? types[i] : moment_type(&types[i]);
       pcp_autodiff_emit_f(e, "%s", k || i ? ", " : "");
-      pcp_autodiff_type_append(e, &types[i]);
+      pcp_autodiff_type_append(e, &type);
     }
   }
   pcp_autodiff_emit_f(e, ") {\n");
@@ -81,14 +101,21 @@ void pcp_autodiff_emit_optimizer(
   ref_t lr = step;
   snprintf(lr.name, sizeof(lr.name), "%%lr");
 
-  // The global norm, accumulated in the first parameter's element type.
-  const char* norm_element = n ? types[0].element : "f32";
+  // The global norm, accumulated in the master type (f64 if any parameter
+  // is f64, else f32).
+  const char* norm_element = "f32";
+  for (size_t i = 0; i < n; ++i) {
+    if (strcmp(master_element(types[i].element), "f64") == 0) {
+      norm_element = "f64";
+    }
+  }
   type_t norm_type = pcp_autodiff_type_scalar(norm_element);
   ref_t scale = constant(e, 1.0, &norm_type);
   if (options->max_grad_norm > 0 && n) {
     ref_t total = constant(e, 0.0, &norm_type);
     for (size_t i = 0; i < n; ++i) {
-      ref_t g = named("g", i, &types[i]);
+      ref_t g = pcp_autodiff_convert(e, named("g", i, &types[i]),
+                                     master_element(types[i].element));
       ref_t squares =
           pcp_autodiff_sum_all(e, bin(e, "stablehlo.multiply", g, g));
       total = bin(e, "stablehlo.add", total,
@@ -113,11 +140,14 @@ void pcp_autodiff_emit_optimizer(
     return;
   }
   for (size_t i = 0; i < n; ++i) {
-    const type_t* type = &types[i];
+    // Everything below is in the master type; only p' goes back to the
+    // parameter's own type.
+    type_t master = moment_type(&types[i]);
+    const type_t* type = &master;
     const char* element = type->element;
     type_t scalar = pcp_autodiff_type_scalar(element);
-    ref_t p = named("p", i, type);
-    ref_t g = named("g", i, type);
+    ref_t p = pcp_autodiff_convert(e, named("p", i, &types[i]), element);
+    ref_t g = pcp_autodiff_convert(e, named("g", i, &types[i]), element);
     ref_t m = named("m", i, type);
     ref_t v = named("s", i, type);
     ref_t t = pcp_autodiff_convert(e, step, element);
@@ -158,7 +188,7 @@ void pcp_autodiff_emit_optimizer(
     ref_t p_next =
         bin(e, "stablehlo.subtract", p,
             bin(e, "stablehlo.multiply", fill(e, rate, type), update));
-    results[i] = p_next;
+    results[i] = pcp_autodiff_convert(e, p_next, types[i].element);
     results[n + i] = m_next;
     results[2 * n + i] = v_next;
   }
@@ -206,6 +236,29 @@ static ref_t call_result(const char* call_name, size_t index,
   return ref;
 }
 
+// The types of the 3n state tensors (params, m, v), in that order; NULL
+// (with e->status set) when out of memory. Free with the system allocator.
+static type_t* state_types_new(pcp_autodiff_emitter_t* e, const type_t* types,
+                               size_t n) {
+  type_t* state = NULL;
+  pcp_status_t status = pcp_allocator_calloc(
+      pcp_allocator_system(), (3 * n + 1) * sizeof(type_t), (void**)&state);
+  if (status) {
+    if (!e->status) {
+      e->status = status;
+    } else {
+      pcp_status_ignore(status);
+    }
+    return NULL;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    state[i] = types[i];
+    state[n + i] = moment_type(&types[i]);
+    state[2 * n + i] = state[n + i];
+  }
+  return state;
+}
+
 // The unrolled form (kept for reference and small K experiments).
 static void emit_train_steps_unrolled(
     pcp_autodiff_emitter_t* e,
@@ -219,13 +272,17 @@ static void emit_train_steps_unrolled(
   type_t losses_type = signature->loss;
   losses_type.rank = 1;
   losses_type.dims[0] = k;
+  type_t* st = state_types_new(e, types, n);
+  if (!st) {
+    return;
+  }
 
   pcp_autodiff_emit_f(e, "  func.func @train_steps(");
   const char* groups[3] = {"p", "m", "s"};
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
       pcp_autodiff_emit_f(e, "%%%s%zu: ", groups[g], i);
-      pcp_autodiff_type_append(e, &types[i]);
+      pcp_autodiff_type_append(e, &st[g * n + i]);
       pcp_autodiff_emit_f(e, ", ");
     }
   }
@@ -242,7 +299,7 @@ static void emit_train_steps_unrolled(
   pcp_autodiff_emit_f(e, ") -> (");
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
-      pcp_autodiff_type_append(e, &types[i]);
+      pcp_autodiff_type_append(e, &st[g * n + i]);
       pcp_autodiff_emit_f(e, ", ");
     }
   }
@@ -268,6 +325,7 @@ static void emit_train_steps_unrolled(
       pcp_status_ignore(status);
     }
     pcp_allocator_free(pcp_allocator_system(), refs);
+    pcp_allocator_free(pcp_allocator_system(), st);
     return;
   }
   ref_t* state = refs;                    // p, m, v
@@ -275,7 +333,7 @@ static void emit_train_steps_unrolled(
   ref_t* losses = call_args + signature->argument_count + 3 * n + 2;
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
-      state[g * n + i] = named(groups[g], i, &types[i]);
+      state[g * n + i] = named(groups[g], i, &st[g * n + i]);
     }
   }
   ref_t step = named("step", 0, &f32);
@@ -334,14 +392,14 @@ static void emit_train_steps_unrolled(
     snprintf(opt_name, sizeof(opt_name), "%%opt%lld", (long long)s);
     for (int g = 0; g < 3; ++g) {
       for (size_t i = 0; i < n; ++i) {
-        result_types[g * n + i] = &types[i];
+        result_types[g * n + i] = &st[g * n + i];
       }
     }
     emit_call(e, opt_name, "apply_optimizer", call_args, 4 * n + 2,
               result_types, 3 * n);
     for (int g = 0; g < 3; ++g) {
       for (size_t i = 0; i < n; ++i) {
-        state[g * n + i] = call_result(opt_name, g * n + i, &types[i]);
+        state[g * n + i] = call_result(opt_name, g * n + i, &st[g * n + i]);
       }
     }
   }
@@ -376,6 +434,7 @@ static void emit_train_steps_unrolled(
   pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
   pcp_allocator_free(pcp_allocator_system(), refs);
   pcp_allocator_free(pcp_allocator_system(), result_types);
+  pcp_allocator_free(pcp_allocator_system(), st);
 }
 
 static void emit_args(pcp_autodiff_emitter_t* e, const ref_t* refs,
@@ -428,6 +487,10 @@ void pcp_autodiff_emit_train_steps(
   ref_t* refs = NULL;
   const type_t** result_types = NULL;
   size_t ref_count = 4 * carried + data_count + 4 * n + 2;
+  type_t* st = state_types_new(e, types, n);
+  if (!st) {
+    return;
+  }
   pcp_status_t status = pcp_allocator_calloc(
       pcp_allocator_system(), ref_count * sizeof(ref_t), (void**)&refs);
   if (!status) {
@@ -438,6 +501,7 @@ void pcp_autodiff_emit_train_steps(
   if (status) {
     set_error(e, status);
     pcp_allocator_free(pcp_allocator_system(), refs);
+    pcp_allocator_free(pcp_allocator_system(), st);
     return;
   }
   ref_t* init = refs;                      // the loop's initial values
@@ -451,7 +515,7 @@ void pcp_autodiff_emit_train_steps(
   pcp_autodiff_emit_f(e, "  func.func @train_steps(");
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
-      init[1 + g * n + i] = named(groups[g], i, &types[i]);
+      init[1 + g * n + i] = named(groups[g], i, &st[g * n + i]);
     }
   }
   emit_args(e, init + 1, 3 * n);
@@ -544,14 +608,14 @@ void pcp_autodiff_emit_train_steps(
   call_args[4 * n + 1] = lr;
   for (int g = 0; g < 3; ++g) {
     for (size_t j = 0; j < n; ++j) {
-      result_types[g * n + j] = &types[j];
+      result_types[g * n + j] = &st[g * n + j];
     }
   }
   emit_call(e, "%opt", "apply_optimizer", call_args, 4 * n + 2, result_types,
             3 * n);
   next[0] = bin(e, "stablehlo.add", i, one_index);
   for (size_t j = 0; j < 3 * n; ++j) {
-    next[1 + j] = call_result("%opt", j, &types[j % n]);
+    next[1 + j] = call_result("%opt", j, &st[j]);
   }
   type_t one_loss = signature->loss;
   one_loss.rank = 1;
@@ -580,4 +644,5 @@ void pcp_autodiff_emit_train_steps(
   pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
   pcp_allocator_free(pcp_allocator_system(), refs);
   pcp_allocator_free(pcp_allocator_system(), result_types);
+  pcp_allocator_free(pcp_allocator_system(), st);
 }

@@ -133,7 +133,8 @@ typedef struct pcp_backend_options_t {
   // "vulkan", "metal"; NULL = "cpu".
   const char* driver;
   int32_t device_ordinal;
-  // CPU only: worker threads of local-task (0 = one per core).
+  // CPU only: worker threads of local-task (0 = one per physical core the
+  // process may run on). The workers are not pinned to cores.
   int32_t cpu_threads;
 } pcp_backend_options_t;
 

@@ -128,20 +128,25 @@ static size_t on_read(char* buffer, size_t size, size_t count, void* cls) {
   return length;
 }
 
-pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
-                                  const pcp_http_client_request_t* request,
-                                  pcp_http_client_response_t* out_response) {
-  memset(out_response, 0, sizeof(*out_response));
+// Sets the options |request| needs on the client's handle (after a reset:
+// the connection cache survives it) and builds its header list into
+// |*out_headers| (the caller frees it with curl_slist_free_all after the
+// transfer, even on failure). Body uploads read from |transfer|.
+static pcp_status_t request_prepare(pcp_http_client_t* client,
+                                    const pcp_http_client_request_t* request,
+                                    transfer_t* transfer,
+                                    struct curl_slist** out_headers) {
+  *out_headers = NULL;
+  if (!client->curl) {
+    // A stopped stream dropped the handle and could not make a new one.
+    client->curl = curl_easy_init();
+    if (!client->curl) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "out of memory creating an HTTP handle");
+    }
+  }
   CURL* curl = client->curl;
-  // Options reset per request; the connection cache survives the reset.
   curl_easy_reset(curl);
-  transfer_t transfer;
-  memset(&transfer, 0, sizeof(transfer));
-  pcp_string_builder_initialize(pcp_allocator_system(),
-                                client->max_response_bytes, &transfer.body);
-  pcp_string_builder_initialize(pcp_allocator_system(),
-                                PCP_HTTP_CLIENT_MAX_HEADER_BYTES,
-                                &transfer.headers);
   struct curl_slist* headers = NULL;
   bool ok = true;
   for (const char* const* h = request->headers; h && *h; ++h) {
@@ -149,8 +154,8 @@ pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
     ok = ok && next;
     headers = next ? next : headers;
   }
-  char authorization[1024];
   if (request->bearer_token) {
+    char authorization[1024];
     snprintf(authorization, sizeof(authorization), "Authorization: Bearer %s",
              request->bearer_token);
     struct curl_slist* next = curl_slist_append(headers, authorization);
@@ -165,24 +170,19 @@ pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
   const char* method = request->method ? request->method : "GET";
   curl_easy_setopt(curl, CURLOPT_URL, request->url);
   curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)client->timeout_ms);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_write);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
   if (client->ca_path) {
     curl_easy_setopt(curl, CURLOPT_CAINFO, client->ca_path);
   }
   if (request->chunked) {
-    transfer.upload = request->body;
-    transfer.upload_length = request->body_length;
+    transfer->upload = request->body;
+    transfer->upload_length = request->body_length;
     next = curl_slist_append(headers, "Transfer-Encoding: chunked");
     ok = ok && next;
     headers = next ? next : headers;
     curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(curl, CURLOPT_READFUNCTION, on_read);
-    curl_easy_setopt(curl, CURLOPT_READDATA, &transfer);
+    curl_easy_setopt(curl, CURLOPT_READDATA, transfer);
   } else if (request->body) {
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request->body);
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
@@ -194,20 +194,46 @@ pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
     curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
   }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  pcp_status_t status = pcp_ok_status();
+  *out_headers = headers;
   if (!ok) {
-    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                             "out of memory building request headers");
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "out of memory building request headers");
   }
+  return pcp_ok_status();
+}
+
+static pcp_status_code_t code_of_curl_result(CURLcode result) {
+  return result == CURLE_OPERATION_TIMEDOUT ? PCP_STATUS_DEADLINE_EXCEEDED
+                                            : PCP_STATUS_UNAVAILABLE;
+}
+
+pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
+                                  const pcp_http_client_request_t* request,
+                                  pcp_http_client_response_t* out_response) {
+  memset(out_response, 0, sizeof(*out_response));
+  transfer_t transfer;
+  memset(&transfer, 0, sizeof(transfer));
+  pcp_string_builder_initialize(pcp_allocator_system(),
+                                client->max_response_bytes, &transfer.body);
+  pcp_string_builder_initialize(pcp_allocator_system(),
+                                PCP_HTTP_CLIENT_MAX_HEADER_BYTES,
+                                &transfer.headers);
+  struct curl_slist* headers = NULL;
+  pcp_status_t status = request_prepare(client, request, &transfer, &headers);
+  CURL* curl = client->curl;
+  const char* method = request->method ? request->method : "GET";
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)client->timeout_ms);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_write);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
   CURLcode result = CURLE_OK;
   if (!status) {
     result = curl_easy_perform(curl);
   }
   if (!status && result != CURLE_OK) {
-    pcp_status_code_t code = PCP_STATUS_UNAVAILABLE;
-    if (result == CURLE_OPERATION_TIMEDOUT) {
-      code = PCP_STATUS_DEADLINE_EXCEEDED;
-    } else if (transfer.too_large) {
+    pcp_status_code_t code = code_of_curl_result(result);
+    if (transfer.too_large) {
       code = PCP_STATUS_RESOURCE_EXHAUSTED;
     }
     status = pcp_make_status(code, "%s %s: %s", method, request->url,
@@ -234,6 +260,152 @@ pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
   if (status) {
     pcp_http_client_response_deinitialize(out_response);
   }
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Streaming
+//===----------------------------------------------------------------------===//
+
+typedef struct stream_transfer_t {
+  transfer_t base;  // headers (and the upload); |body| unused
+  CURL* curl;
+  const pcp_http_client_stream_t* stream;
+  int http_status;
+  bool head_sent;
+  bool stopped;    // a callback stopped the transfer
+  bool timed_out;  // idle for longer than the stream's idle_timeout_ms
+  pcp_clock_t clock;
+  int64_t last_byte_ns;  // the request's start, then the last body byte
+} stream_transfer_t;
+
+static bool stream_head(stream_transfer_t* transfer) {
+  if (transfer->head_sent) {
+    return true;
+  }
+  transfer->head_sent = true;
+  long http_status = 0;
+  curl_easy_getinfo(transfer->curl, CURLINFO_RESPONSE_CODE, &http_status);
+  transfer->http_status = (int)http_status;
+  if (transfer->stream->on_head &&
+      !transfer->stream->on_head(
+          transfer->stream->user_data, transfer->http_status,
+          pcp_string_builder_cstring(&transfer->base.headers))) {
+    transfer->stopped = true;
+    return false;
+  }
+  return true;
+}
+
+static size_t on_stream_write(char* data, size_t size, size_t count,
+                              void* cls) {
+  stream_transfer_t* transfer = cls;
+  size_t length = size * count;
+  transfer->last_byte_ns = pcp_clock_now_ns(transfer->clock);
+  if (!stream_head(transfer)) {
+    return 0;
+  }
+  if (!transfer->stream->on_body(transfer->stream->user_data, data, length)) {
+    transfer->stopped = true;
+    return 0;  // CURLE_WRITE_ERROR
+  }
+  return length;
+}
+
+static int on_stream_progress(void* cls, curl_off_t dltotal, curl_off_t dlnow,
+                              curl_off_t ultotal, curl_off_t ulnow) {
+  (void)dltotal;
+  (void)dlnow;
+  (void)ultotal;
+  (void)ulnow;
+  stream_transfer_t* transfer = cls;
+  if (transfer->stream->should_stop &&
+      transfer->stream->should_stop(transfer->stream->user_data)) {
+    transfer->stopped = true;
+    return 1;  // CURLE_ABORTED_BY_CALLBACK
+  }
+  int64_t idle_ns = pcp_clock_now_ns(transfer->clock) - transfer->last_byte_ns;
+  if (transfer->stream->idle_timeout_ms > 0 &&
+      idle_ns > transfer->stream->idle_timeout_ms * 1000000) {
+    transfer->timed_out = true;
+    return 1;
+  }
+  return 0;
+}
+
+pcp_status_t pcp_http_client_stream(pcp_http_client_t* client,
+                                    const pcp_http_client_request_t* request,
+                                    const pcp_http_client_stream_t* stream,
+                                    int* out_http_status) {
+  *out_http_status = 0;
+  stream_transfer_t transfer;
+  memset(&transfer, 0, sizeof(transfer));
+  transfer.stream = stream;
+  pcp_string_builder_initialize(pcp_allocator_system(),
+                                PCP_HTTP_CLIENT_MAX_HEADER_BYTES,
+                                &transfer.base.headers);
+  struct curl_slist* headers = NULL;
+  pcp_status_t status =
+      request_prepare(client, request, &transfer.base, &headers);
+  CURL* curl = client->curl;
+  transfer.curl = curl;
+  const char* method = request->method ? request->method : "GET";
+  int64_t connect_timeout_ms = stream->connect_timeout_ms
+                                   ? stream->connect_timeout_ms
+                                   : client->timeout_ms;
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)connect_timeout_ms);
+  // The idle timeout is checked in the progress callback, not with
+  // CURLOPT_LOW_SPEED_*: libcurl averages speed over about five seconds and
+  // counts the upload, so its window overshoots a short limit by seconds.
+  transfer.clock = pcp_clock_system();
+  transfer.last_byte_ns = pcp_clock_now_ns(transfer.clock);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_stream_write);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer.base);
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_stream_progress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &transfer);
+  // Small receive buffer: an SSE chunk is handed on as soon as it arrives
+  // either way, this only bounds what one callback sees.
+  curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 16384L);
+  CURLcode result = CURLE_OK;
+  if (!status) {
+    result = curl_easy_perform(curl);
+  }
+  if (!status && result == CURLE_OK && !stream_head(&transfer)) {
+    result = CURLE_WRITE_ERROR;  // on_head refused an empty body
+  }
+  if (!status && result != CURLE_OK) {
+    if (transfer.stopped) {
+      status = pcp_make_status(PCP_STATUS_CANCELLED, "%s %s: stopped", method,
+                               request->url);
+    } else if (transfer.timed_out) {
+      status = pcp_make_status(
+          PCP_STATUS_DEADLINE_EXCEEDED, "%s %s: nothing received for %lld ms",
+          method, request->url, (long long)stream->idle_timeout_ms);
+    } else {
+      status = pcp_make_status(code_of_curl_result(result), "%s %s: %s", method,
+                               request->url, curl_easy_strerror(result));
+    }
+  }
+  *out_http_status = transfer.http_status;
+  if (!*out_http_status) {
+    long http_status = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
+    *out_http_status = (int)http_status;
+  }
+  if (transfer.stopped || transfer.timed_out) {
+    // The server must see the disconnect now (a generation stops with it),
+    // not when the cached connection is next reused or evicted.
+    // (request_prepare makes a new handle for the next request.)
+    curl_easy_cleanup(curl);
+    client->curl = NULL;
+  } else if (curl) {
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, NULL);
+  }
+  curl_slist_free_all(headers);
+  pcp_string_builder_deinitialize(&transfer.base.headers);
   return status;
 }
 

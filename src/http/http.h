@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // http: the HTTP server every PCP role exposes (gateway API, federation hub,
-// node-manager probes) and a small libcurl client.
+// node-manager probes), a small libcurl client (answers collected, or
+// streamed to callbacks) and a sans-I/O parser for server-sent events.
 //
 // Server. libmicrohttpd runs its own polling threads (epoll, a fixed pool of
 // |thread_count| threads, each with its own epoll set); handlers run on those
@@ -507,6 +508,96 @@ bool pcp_http_client_response_header(const pcp_http_client_response_t* response,
 
 void pcp_http_client_response_deinitialize(
     pcp_http_client_response_t* response);
+
+// Streams |request|'s answer instead of collecting it (SSE, long replies):
+// body bytes reach |on_body| as libcurl reads them, nothing is buffered and
+// there is no whole-request timeout (|idle_timeout_ms| bounds the silence
+// instead). The connection is closed, never returned to the client's cache,
+// when a callback stops the transfer or the idle timeout ends it, so the
+// server sees the disconnect at once.
+typedef struct pcp_http_client_stream_t {
+  // Called once, before the first body byte (or at the end when the body is
+  // empty), with the final response's status and raw header block (borrowed
+  // for the call). Returns false to stop the transfer.
+  bool (*on_head)(void* user_data, int http_status, const char* headers);
+  // Body bytes as they arrive. Returns false to stop the transfer.
+  bool (*on_body)(void* user_data, const char* data, size_t length);
+  // Polled while the transfer runs (libcurl: about once a second when idle,
+  // and as soon as a signal interrupts its wait); returns true to stop it.
+  // May be NULL.
+  bool (*should_stop)(void* user_data);
+  void* user_data;
+  int64_t connect_timeout_ms;  // 0: the client's timeout_ms
+  // No body byte for this long (checked about once a second): the transfer
+  // ends with DEADLINE_EXCEEDED. 0: no limit.
+  int64_t idle_timeout_ms;
+} pcp_http_client_stream_t;
+
+// Performs |request| and feeds the answer to |stream|'s callbacks.
+// CANCELLED when a callback stopped the transfer; UNAVAILABLE for connection
+// failures, including a server that closes before the body is complete;
+// DEADLINE_EXCEEDED on the idle or connect timeout. |out_http_status| is the
+// final status (0 when no response arrived).
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_client_stream(
+    pcp_http_client_t* client, const pcp_http_client_request_t* request,
+    const pcp_http_client_stream_t* stream, int* out_http_status);
+
+//===----------------------------------------------------------------------===//
+// Server-sent events, client side
+//===----------------------------------------------------------------------===//
+
+// An incremental parser for a text/event-stream body (the WHATWG "event
+// stream interpretation"): lines end in CRLF, LF or CR (split anywhere
+// across feeds); `data:` lines join with '\n'; a blank line dispatches;
+// `:` lines are comments; one space after the colon is dropped; a leading
+// UTF-8 BOM is skipped; unknown fields are ignored. Sans I/O: bytes in,
+// events out through |on_event|. A line over |max_line_bytes| or an event
+// whose data passes |max_event_bytes| is RESOURCE_EXHAUSTED, so a server
+// cannot make the client buffer without bound. Thread-compatible.
+
+typedef struct pcp_http_sse_event_t {
+  const char* type;  // the `event:` field; "" when none was given
+  const char* data;  // NUL-terminated, without the last '\n'
+  size_t data_length;
+  const char* last_event_id;  // the last `id:` seen on the stream; ""
+} pcp_http_sse_event_t;
+
+// Returns non-OK to stop parsing; pcp_http_sse_parser_feed returns it.
+// Event fields are borrowed for the call.
+typedef pcp_status_t (*pcp_http_sse_event_fn_t)(
+    void* user_data, const pcp_http_sse_event_t* event);
+
+typedef struct pcp_http_sse_parser_t {
+  pcp_http_sse_event_fn_t on_event;
+  void* user_data;
+  size_t max_line_bytes;
+  pcp_string_builder_t line;
+  pcp_string_builder_t data;
+  pcp_string_builder_t type;
+  pcp_string_builder_t id;
+  bool after_cr;     // the last byte fed was CR: a following LF is its pair
+  bool has_data;     // a data: field was seen since the last dispatch
+  bool at_start;     // nothing fed yet (BOM check)
+  uint8_t bom_seen;  // BOM bytes matched so far
+} pcp_http_sse_parser_t;
+
+// Caps of 0 mean 64 KiB (line) and 1 MiB (event data).
+void pcp_http_sse_parser_initialize(size_t max_line_bytes,
+                                    size_t max_event_bytes,
+                                    pcp_http_sse_event_fn_t on_event,
+                                    void* user_data,
+                                    pcp_http_sse_parser_t* out_parser);
+void pcp_http_sse_parser_deinitialize(pcp_http_sse_parser_t* parser);
+
+// Parses |length| more bytes, calling on_event for each complete event.
+// Returns the first failure (a cap, or on_event's status); the parser must
+// not be fed again after a failure.
+PCP_MUST_USE_RESULT pcp_status_t pcp_http_sse_parser_feed(
+    pcp_http_sse_parser_t* parser, const char* data, size_t length);
+
+// True when bytes of an unfinished line or event are pending: at the end of
+// the body, an event that was never dispatched (the spec drops it).
+bool pcp_http_sse_parser_has_partial(const pcp_http_sse_parser_t* parser);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the parts of src/http that read untrusted bytes without a
 // socket: route matching (paths), the JSON depth pre-check in front of
-// jansson (bodies), and the error schema (messages that echo input).
+// jansson (bodies), the error schema (messages that echo input), and the
+// client-side SSE parser (a server's stream, fed whole and in pieces: both
+// must give the same events).
 //
 // The first input byte picks the part; the rest is the input. Built two
 // ways, like config_fuzz: with -DPCP_FUZZ=ON under clang a libFuzzer binary
@@ -98,6 +100,53 @@ static void fuzz_error_schema(const char* message) {
   pcp_string_builder_deinitialize(&builder);
 }
 
+// Every event as "type\x1f" "data\x1f" "id\x1e", capped so that a long run
+// stays bounded (the comparison only needs a prefix to catch a divergence).
+static pcp_status_t sse_collect(void* user_data,
+                                const pcp_http_sse_event_t* event) {
+  pcp_string_builder_t* out = user_data;
+  if (out->size < (64u << 10)) {
+    pcp_status_ignore(pcp_string_builder_append_f(out, "%s\x1f%s\x1f%s\x1e",
+                                                  event->type, event->data,
+                                                  event->last_event_id));
+  }
+  return pcp_ok_status();
+}
+
+static bool sse_parse(const char* data, size_t size, size_t piece,
+                      pcp_string_builder_t* out) {
+  pcp_http_sse_parser_t parser;
+  // Small caps, so that inputs of fuzzer size reach them.
+  pcp_http_sse_parser_initialize(64, 256, sse_collect, out, &parser);
+  pcp_status_t status = pcp_ok_status();
+  for (size_t at = 0; at < size && !status;) {
+    size_t n = piece < size - at ? piece : size - at;
+    status = pcp_http_sse_parser_feed(&parser, data + at, n);
+    at += n;
+  }
+  bool failed = status != NULL;
+  pcp_status_ignore(status);
+  pcp_http_sse_parser_deinitialize(&parser);
+  return failed;
+}
+
+static void fuzz_sse(const char* data, size_t size) {
+  pcp_string_builder_t whole;
+  pcp_string_builder_t pieces;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &whole);
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &pieces);
+  bool whole_failed = sse_parse(data, size, size ? size : 1, &whole);
+  // A piece size from the data, so the fuzzer explores the splits too.
+  size_t piece = size ? 1 + (unsigned char)data[0] % 7 : 1;
+  bool pieces_failed = sse_parse(data, size, piece, &pieces);
+  PCP_ASSERT(whole_failed == pieces_failed);
+  PCP_ASSERT(whole.size == pieces.size);
+  PCP_ASSERT(whole.size == 0 ||
+             memcmp(whole.data, pieces.data, whole.size) == 0);
+  pcp_string_builder_deinitialize(&whole);
+  pcp_string_builder_deinitialize(&pieces);
+}
+
 int LLVMFuzzerTestOneInput(  // NOLINT(readability-identifier-naming)
     const uint8_t* data, size_t size) {
   if (size == 0) {
@@ -108,7 +157,10 @@ int LLVMFuzzerTestOneInput(  // NOLINT(readability-identifier-naming)
   PCP_ASSERT(text);
   memcpy(text, data + 1, size - 1);
   text[size - 1] = '\0';
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
+    case 3:
+      fuzz_sse((const char*)data + 1, size - 1);
+      break;
     case 0:
       fuzz_router(text, strlen(text));
       break;

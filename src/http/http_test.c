@@ -1303,6 +1303,109 @@ static void stop_ends_open_streams(void** state) {
   pcp_http_sse_stream_release(stream);
 }
 
+// pcp_http_client_stream + the SSE parser against the server's own writer:
+// events arrive while the stream is open (not at its end), and a stop from
+// the client drops the connection so the server notices at its next write.
+typedef struct live_call_t {
+  const char* url;
+  pcp_http_client_t* client;
+  _Atomic int events;
+  _Atomic bool stop;
+  pcp_http_sse_parser_t parser;
+  char last_data[64];
+  int http_status;
+  bool head_is_sse;
+  pcp_status_code_t code;
+} live_call_t;
+
+static pcp_status_t live_on_event(void* user_data,
+                                  const pcp_http_sse_event_t* event) {
+  live_call_t* call = user_data;
+  snprintf(call->last_data, sizeof(call->last_data), "%s:%s", event->type,
+           event->data);
+  atomic_fetch_add(&call->events, 1);
+  return pcp_ok_status();
+}
+
+static bool live_on_head(void* user_data, int http_status,
+                         const char* headers) {
+  live_call_t* call = user_data;
+  call->head_is_sse = strstr(headers, "text/event-stream") != NULL;
+  return http_status == 200;
+}
+
+static bool live_should_stop(void* user_data) {
+  live_call_t* call = user_data;
+  return atomic_load(&call->stop);
+}
+
+static bool live_on_body(void* user_data, const char* data, size_t length) {
+  live_call_t* call = user_data;
+  pcp_status_t status = pcp_http_sse_parser_feed(&call->parser, data, length);
+  bool ok = status == NULL;
+  pcp_status_ignore(status);
+  return ok;
+}
+
+static void* live_call_main(void* arg) {
+  live_call_t* call = arg;
+  pcp_http_client_request_t request = {0};
+  request.url = call->url;
+  pcp_http_client_stream_t stream = {
+      .on_head = live_on_head,
+      .on_body = live_on_body,
+      .should_stop = live_should_stop,
+      .user_data = call,
+      .idle_timeout_ms = 10000,
+  };
+  call->code = pcp_status_consume_code(pcp_http_client_stream(
+      call->client, &request, &stream, &call->http_status));
+  return NULL;
+}
+
+static void wait_events(live_call_t* call, int count) {
+  for (int i = 0; i < 1000 && atomic_load(&call->events) < count; ++i) {
+    pcp_sleep_ms(5);
+  }
+  assert_int_equal(atomic_load(&call->events), count);
+}
+
+static void client_stream_reads_events_live(void** state) {
+  fixture_t* f = *state;
+  char url[128];
+  snprintf(url, sizeof(url), "%s/events", f->base_url);
+  live_call_t call = {.url = url, .client = f->client};
+  pcp_http_sse_parser_initialize(0, 0, live_on_event, &call, &call.parser);
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, live_call_main, &call), 0);
+  pcp_http_sse_stream_t* stream = take_stream(f);
+  wait_events(&call, 1);  // the greeting, while the stream stays open
+  assert_string_equal(call.last_data, "hello:start");
+  PCP_CHECK_OK(pcp_http_sse_stream_send(stream, "1", "delta", "a\nb"));
+  wait_events(&call, 2);
+  assert_string_equal(call.last_data, "delta:a\nb");
+  assert_true(pcp_http_sse_stream_is_open(stream));
+  atomic_store(&call.stop, true);
+  pthread_join(thread, NULL);
+  assert_int_equal(call.code, PCP_STATUS_CANCELLED);
+  assert_int_equal(call.http_status, 200);
+  assert_true(call.head_is_sse);
+  // The connection is gone: a heartbeat or two finds out.
+  pcp_status_code_t code = PCP_STATUS_OK;
+  for (int i = 0; i < 200 && code == PCP_STATUS_OK; ++i) {
+    code = pcp_status_consume_code(
+        pcp_http_sse_stream_comment(stream, "heartbeat"));
+    pcp_sleep_ms(10);
+  }
+  assert_int_equal(code, PCP_STATUS_UNAVAILABLE);
+  pcp_http_sse_stream_release(stream);
+  pcp_http_sse_parser_deinitialize(&call.parser);
+  // The same client serves the next request on a fresh handle.
+  pcp_http_client_response_t response = get(f, "/healthz");
+  assert_int_equal(response.http_status, 200);
+  pcp_http_client_response_deinitialize(&response);
+}
+
 //===----------------------------------------------------------------------===//
 // Probes and metrics
 //===----------------------------------------------------------------------===//
@@ -1507,6 +1610,7 @@ int main(void) {
       T(graceful_stop_finishes_inflight_requests),
       T(stop_deadline_cuts_off_slow_requests),
       T(sse_stream_delivers_events),
+      T(client_stream_reads_events_live),
       T(sse_queue_is_bounded),
       T(sse_notices_a_client_that_left),
       T(stop_ends_open_streams),

@@ -1073,6 +1073,59 @@ static void emit_generation_function(emitter_t* e,
   }
 }
 
+// @load(params...) -> (params..., k_cache, v_cache): the parameters as
+// they came and two zeroed caches. A server runs it once per worker with
+// every output kept resident, so weights cross the wire once and the caches
+// start on the device (no zeros shipped).
+static void emit_load_function(emitter_t* e,
+                               const pcp_models_parameter_table_t* table,
+                               const val_t* params) {
+  char type[128], cache_type[128];
+  val_t kc = {.name = "%k", .rank = 5, .et = e->adt};
+  int64_t cd[5] = {e->spec->layers, e->b, e->kv, e->max_len, e->hd};
+  memcpy(kc.dims, cd, sizeof(cd));
+  type_of(&kc, cache_type);
+  if (!e->status) {
+    e->status =
+        pcp_string_builder_append_cstring(e->builder, "  func.func @load(");
+  }
+  for (size_t i = 0; i < table->count && !e->status; ++i) {
+    type_of(&params[i], type);
+    e->status = pcp_string_builder_append_f(e->builder, "%s%s: %s",
+                                            i ? ", " : "", params[i].name,
+                                            type);
+  }
+  if (!e->status) {
+    e->status = pcp_string_builder_append_cstring(e->builder, ") -> (");
+  }
+  for (size_t i = 0; i < table->count && !e->status; ++i) {
+    type_of(&params[i], type);
+    e->status = pcp_string_builder_append_f(e->builder, "%s, ", type);
+  }
+  if (!e->status) {
+    e->status = pcp_string_builder_append_f(
+        e->builder,
+        "%s, %s) {\n    %%k = stablehlo.constant dense<0.0> : %s\n"
+        "    %%v = stablehlo.constant dense<0.0> : %s\n    return ",
+        cache_type, cache_type, cache_type, cache_type);
+  }
+  for (size_t i = 0; i < table->count && !e->status; ++i) {
+    e->status =
+        pcp_string_builder_append_f(e->builder, "%s, ", params[i].name);
+  }
+  if (!e->status) {
+    e->status = pcp_string_builder_append_cstring(e->builder, "%k, %v : ");
+  }
+  for (size_t i = 0; i < table->count && !e->status; ++i) {
+    type_of(&params[i], type);
+    e->status = pcp_string_builder_append_f(e->builder, "%s, ", type);
+  }
+  if (!e->status) {
+    e->status = pcp_string_builder_append_f(e->builder, "%s, %s\n  }\n",
+                                            cache_type, cache_type);
+  }
+}
+
 pcp_status_t pcp_models_generation_module_emit(
     const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,
     pcp_string_builder_t* builder) {
@@ -1124,6 +1177,7 @@ pcp_status_t pcp_models_generation_module_emit(
   e.t = gen->prefill_length;
   emit_generation_function(&e, &table, params, true);
   emit_generation_function(&e, &table, params, false);
+  emit_load_function(&e, &table, params);
   if (!e.status) {
     e.status = pcp_string_builder_append_cstring(builder, "}\n");
   }

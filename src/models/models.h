@@ -337,8 +337,10 @@ int pcp_models_cli_main(int argc, char** argv);
 // Generation (KV-cache prefill and decode)
 //===----------------------------------------------------------------------===//
 //
-// A generation module holds two functions over the same parameters as @main
-// (the table of the spec; the spec's batch is ignored):
+// A generation module holds three functions over the same parameters as
+// @main (the table of the spec; the spec's batch is ignored): @load(params)
+// -> (params..., k_cache, v_cache) returns the parameters as they came and
+// two zeroed caches (a server keeps them resident on a worker), and
 //   @prefill(params..., %input_ids: tensor<SLOTSxPxi32>,
 //            %positions: tensor<SLOTSxi32>, %lengths: tensor<SLOTSxi32>,
 //            %k_cache, %v_cache) -> (tensor<SLOTSxVxf32>, k_cache', v_cache')
@@ -373,7 +375,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_models_generation_validate(
 uint64_t pcp_models_generation_cache_byte_length(
     const pcp_models_spec_t* spec, const pcp_models_generation_t* gen);
 
-// Appends `module @pcp_<arch>_generate { @prefill @decode }` (deterministic
+// Appends `module @pcp_<arch>_generate { @prefill @decode @load }` (deterministic
 // text, as pcp_models_module_emit). Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_models_generation_module_emit(
     const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,

@@ -52,6 +52,14 @@ int pcp_roles_main(int argc, char** argv);
 // cancelled, the follow timed out or the gateway refused it, 2 for usage.
 int pcp_roles_submit_cli_main(int argc, char** argv);
 
+// `pcp chat [flags] [PROMPT...]`: a terminal client for an OpenAI-compatible
+// chat service (src/roles/chat.c; docs/api.md, "pcp chat"). With a prompt it
+// streams one reply to stdout; without one it runs a multi-turn session on
+// stdin. Exit code 0 when done, 1 for a server or network error (the
+// server's message on stderr), 2 for usage, 130 after Ctrl-C (one-shot, or
+// at the interactive prompt).
+int pcp_roles_chat_cli_main(int argc, char** argv);
+
 //===----------------------------------------------------------------------===//
 // Role selection
 //===----------------------------------------------------------------------===//

@@ -299,6 +299,8 @@ typedef struct pcp_roles_gateway_config_t {
   int64_t control_port;
   char* api_token_env;
   int64_t workers;
+  // --model-dir DIR (repeatable, or comma-separated): served from the start.
+  pcp_string_list_t model_dirs;
   // Loaded and derived by prepare.
   bool file_loaded;
   pcp_roles_gateway_file_config_t file;

@@ -170,4 +170,8 @@ pcp_stop_state_flush(pcp_stop_state_t* state, pcp_string_builder_t* out_text);
 }
 #endif
 
+//===--- Inference service (src/workloads/infer/) ---===//
+// Model directories, per-worker continuous batching, routing, readiness.
+#include "workloads/infer/infer.h"  // IWYU pragma: export
+
 #endif  // PCP_WORKLOADS_WORKLOADS_H_

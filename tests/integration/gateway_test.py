@@ -456,7 +456,9 @@ def main():
                      "/v1/jobs/{id}/events", "/v1/events", "/v1/graph/query",
                      "/v1/graph/mutate", "/v1/graph/entities/{id}",
                      "/v1/graph/status", "/v1/training/jobs",
-                     "/v1/training/jobs/{id}", "/", "/openapi.json"]:
+                     "/v1/training/jobs/{id}", "/v1/models",
+                     "/v1/models/{id}", "/v1/chat/completions",
+                     "/v1/completions", "/", "/openapi.json"]:
             check(path in doc.get("paths", {}), "openapi names " + path)
 
         # Limits: a body over the route's cap is 413 with the JSON error.

@@ -81,6 +81,12 @@ static const pcp_config_field_t kFlagFields[] = {
      .max = 100000,
      .help = "workers an embedded training/RL controller needs when its "
              "block has no 'workers'"},
+    {.name = "model-dir",
+     .type = PCP_CONFIG_TYPE_STRING_LIST,
+     .offset = offsetof(T, model_dirs),
+     .value_name = "DIR",
+     .help = "model directory (model.json + weights) to serve on the "
+             "OpenAI-compatible API; repeatable or comma-separated"},
 };
 
 const pcp_config_table_t pcp_roles_gateway_table = {

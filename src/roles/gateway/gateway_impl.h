@@ -95,6 +95,7 @@ typedef struct pcp_roles_gateway_state_t {
   pcp_obs_family_t* job_runs_family;  // pcp_gateway_job_outcomes_total
   pcp_store_t* store;
   pcp_fabric_endpoint_t* fabric;
+  pcp_infer_service_t* infer;  // the OpenAI-compatible inference engine
   pcp_http_server_t* http;
   pcp_http_readyz_t readyz;
   atomic_bool draining;
@@ -146,6 +147,10 @@ typedef struct pcp_roles_gateway_state_t {
 // routes.c: every route of the API (user_data: the gateway).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* gateway);
+
+// inference.c: /v1/models, /v1/chat/completions, /v1/completions.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_inference_routes_add(pcp_roles_gateway_state_t* gateway);
 
 // jobs.c
 PCP_MUST_USE_RESULT pcp_status_t

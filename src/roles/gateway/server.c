@@ -86,6 +86,22 @@ static bool ready(void* user_data, json_t* details) {
       json_array_append_new(missing, json_string(text));
     }
   }
+  if (g->infer) {
+    pcp_infer_readiness_t r;
+    pcp_infer_service_readiness(g->infer, &r);
+    json_object_set_new(
+        details, "inference",
+        json_pack("{s:b, s:I, s:I, s:I, s:s}", "ready", r.ready,
+                  "models_ready", (json_int_t)r.models_ready, "schedulers",
+                  (json_int_t)r.schedulers, "probe_age_ms",
+                  (json_int_t)r.probe_age_ms, "last_error", r.last_error));
+    // Models given with --model-dir must be served through a probe that
+    // passed recently (gateway -> worker -> decode); models that a training
+    // job adds later do not hold readiness.
+    if (!r.ready && pcp_infer_service_has_pinned_models(g->infer)) {
+      json_array_append_new(missing, json_string("inference probe"));
+    }
+  }
   bool ok = json_array_size(missing) == 0;
   json_object_set_new(details, "mode", json_string("gateway"));
   json_object_set_new(details, "gateway_id",
@@ -1030,6 +1046,60 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
       pcp_fabric_endpoint_create(&fabric_options, g->allocator, &g->fabric),
       "starting the worker fabric (gateway config key 'worker_fabric')");
 
+  // The inference engine: models under <state_dir>/models (training jobs
+  // write them there) and the --model-dir ones.
+  {
+    const char* dirs[PCP_INFER_MAX_MODEL_DIRS];
+    size_t dir_count = 0;
+    char* copies[PCP_INFER_MAX_MODEL_DIRS];
+    size_t copy_count = 0;
+    pcp_status_t status = pcp_ok_status();
+    for (size_t i = 0; i < c->model_dirs.count && !status; ++i) {
+      char* copy = strdup(c->model_dirs.items[i]);
+      if (!copy || copy_count >= PCP_INFER_MAX_MODEL_DIRS) {
+        free(copy);
+        status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "--model-dir: at most %d directories",
+                                 PCP_INFER_MAX_MODEL_DIRS);
+        break;
+      }
+      copies[copy_count++] = copy;
+      char* save = NULL;
+      for (char* part = strtok_r(copy, ",", &save); part;
+           part = strtok_r(NULL, ",", &save)) {
+        if (!part[0]) continue;
+        if (dir_count >= PCP_INFER_MAX_MODEL_DIRS) {
+          status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                   "--model-dir: at most %d directories",
+                                   PCP_INFER_MAX_MODEL_DIRS);
+          break;
+        }
+        dirs[dir_count++] = part;
+      }
+    }
+    char models_root[PCP_STORE_PATH_MAX_LENGTH + 16];
+    char artifacts[PCP_STORE_PATH_MAX_LENGTH + 16];
+    snprintf(models_root, sizeof(models_root), "%s/models", c->file.state_dir);
+    snprintf(artifacts, sizeof(artifacts), "%s/artifacts", c->file.state_dir);
+    pcp_infer_service_options_t infer_options = {
+        .fabric = g->fabric,
+        .metrics = g->registry,
+        .artifact_dir = artifacts,
+        .models_root = models_root,
+        .model_dirs = dirs,
+        .model_dir_count = dir_count,
+        .log = g->log,
+    };
+    if (!status) {
+      status = pcp_infer_service_create(&infer_options, g->allocator,
+                                        &g->infer);
+    }
+    for (size_t i = 0; i < copy_count; ++i) {
+      free(copies[i]);
+    }
+    PCP_RETURN_IF_ERROR(status, "the inference service (--model-dir)");
+  }
+
   pcp_http_scope_t scopes[2];
   size_t scope_count = 0;
   if (c->effective.api_token_env) {
@@ -1057,6 +1127,9 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
       .scope_count = scope_count,
       .registry = g->registry,
       .clock = g->clock,
+      // A completion that is not streamed holds its thread until the
+      // generation ends (docs/decisions.md): more threads than the default.
+      .thread_count = 32,
   };
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_server_create(&http_options, g->allocator, &g->http));
@@ -1065,6 +1138,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_server_probes_add(g->http, g->registry, &g->readyz));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_routes_add(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_inference_routes_add(g));
 
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
   if (pthread_create(&g->runner_thread, NULL,
@@ -1085,6 +1159,10 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
 
 static void stop(pcp_roles_gateway_state_t* g) {
   atomic_store(&g->draining, true);
+  // Generations in flight get 8 s to finish (new ones are refused), then
+  // end with an error: a completion that is not streamed holds a server
+  // thread, which the HTTP stop below must be able to join.
+  pcp_infer_service_shutdown(g->infer, 8000);
   if (g->http) {
     // Requests in flight finish; event streams end after what they queued.
     pcp_status_ignore(pcp_http_server_stop(g->http, 10000));
@@ -1112,6 +1190,8 @@ static void stop(pcp_roles_gateway_state_t* g) {
   }
   g->client_count = 0;
   pcp_http_server_release(g->http);
+  // Before the fabric: its schedulers wait on fabric tasks.
+  pcp_infer_service_release(g->infer);
   pcp_fabric_endpoint_release(g->fabric);
   pcp_roles_gateway_jobs_active_free(g);
   pcp_store_release(g->store);

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Inference service (part of the workloads module; included from
+// workloads.h): serves built-in models (GPT, nanochat, Qwen3) from model
+// directories on the inference workers of a fabric endpoint.
+//
+// A model directory holds model.json (docs/api.md, "Serving models") and
+// its weights. For each model the service emits the generation module
+// (src/models: @prefill, @decode, @load), compiles it with
+// pcp_compile_module (a child process; artifacts cached) once per (backend,
+// target) of the connected workers, registers it with the fabric and runs
+// @load once per worker with every output kept resident in the worker
+// session "infer:<model>", so weights and KV caches stay on the device.
+//
+// Per (model, worker) one scheduler thread drives continuous batching over
+// the module's slots: queued requests take free slots, prompts are
+// prefilled (all prefilling slots in one @prefill call per chunk), every
+// generating slot advances in one @decode call per step, and each token is
+// sampled here (pcp_sampler_t), run through the stop rules and handed to
+// the request's text callback at once. Requests are routed to the least
+// loaded worker of the model, except that a request with a session key goes
+// to the worker that holds that session's slot, which keeps its tokens: a
+// follow-up whose prompt extends them prefills only the new suffix (the
+// longest common prefix is reused).
+//
+// A manager thread scans the model directories (also on demand through
+// pcp_infer_service_scan), prepares models, starts schedulers for workers
+// that connect, stops those of workers that are lost, and runs the
+// readiness probe: a one-token request through the real path (gateway ->
+// worker -> @prefill and one @decode) every probe interval.
+//
+// Threading: every function is thread-safe. Callbacks of a request run on
+// its scheduler thread (or on the submitting thread when submit fails: then
+// none runs); they must not block for long and must not call back into the
+// service.
+// Ownership: options are copied; the fabric endpoint and registry are
+// borrowed and must outlive the service.
+
+#ifndef PCP_WORKLOADS_INFER_INFER_H_
+#define PCP_WORKLOADS_INFER_INFER_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "fabric/fabric.h"
+#include "obs/obs.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// model.json's maximum size and the longest model name.
+#define PCP_INFER_MAX_MODEL_JSON_BYTES ((size_t)1 << 20)
+#define PCP_INFER_MAX_MODEL_NAME 128
+#define PCP_INFER_MAX_MODELS 64
+#define PCP_INFER_MAX_MODEL_DIRS 64
+// Messages per chat request and bytes of prompt text per request.
+#define PCP_INFER_MAX_MESSAGES 1024
+#define PCP_INFER_MAX_PROMPT_BYTES ((size_t)1 << 20)
+// Slots of the generation module unless model.json says otherwise.
+#define PCP_INFER_DEFAULT_SLOTS 8
+#define PCP_INFER_MAX_SLOTS 64
+
+typedef struct pcp_infer_service_options_t {
+  pcp_fabric_endpoint_t* fabric;  // borrowed
+  pcp_obs_registry_t* metrics;    // borrowed; the pcp_ inference metrics
+  const char* artifact_dir;       // compile cache (NULL: the default)
+  // Scanned for <models_root>/<name>/model.json (NULL: none).
+  const char* models_root;
+  // Model directories served from the start (each holds model.json).
+  const char* const* model_dirs;
+  size_t model_dir_count;
+  int64_t probe_interval_ms;  // 0: 1000
+  // A probe older than this (or a failed one) makes the service not ready.
+  int64_t probe_max_age_ms;  // 0: 5 x probe_interval_ms
+  // Requests waiting for a slot per worker (429 past it).
+  uint32_t max_waiting_per_worker;  // 0: 64
+  // A worker call taking longer fails its requests (DEADLINE_EXCEEDED).
+  int64_t call_timeout_ms;  // 0: 60000
+  pcp_log_context_t log;
+} pcp_infer_service_options_t;
+
+typedef struct pcp_infer_service_t pcp_infer_service_t;
+
+// Registers the metrics, loads nothing yet and starts the manager thread.
+PCP_MUST_USE_RESULT pcp_status_t pcp_infer_service_create(
+    const pcp_infer_service_options_t* options, pcp_allocator_t allocator,
+    pcp_infer_service_t** out_service);
+// Refuses new requests (UNAVAILABLE), lets the running and waiting ones
+// finish for up to |deadline_ms|, then stops every thread; requests still
+// in flight end with CANCELLED (their done callback runs). Idempotent.
+// Call it before stopping the HTTP server whose handlers wait on requests.
+void pcp_infer_service_shutdown(pcp_infer_service_t* service,
+                                int64_t deadline_ms);
+// Shuts down (deadline 0) if needed and frees. Before the fabric endpoint
+// is released. NULL is a no-op.
+void pcp_infer_service_release(pcp_infer_service_t* service);
+
+// Looks for model directories not seen yet (the root and the configured
+// dirs) and starts preparing them. Cheap when nothing changed.
+void pcp_infer_service_scan(pcp_infer_service_t* service);
+
+typedef enum pcp_infer_model_state_e {
+  PCP_INFER_MODEL_PREPARING = 0,  // loading weights, compiling, @load
+  PCP_INFER_MODEL_READY = 1,      // at least one worker serves it
+  PCP_INFER_MODEL_FAILED = 2,     // |error| says why
+} pcp_infer_model_state_t;
+
+typedef struct pcp_infer_model_info_t {
+  char name[PCP_INFER_MAX_MODEL_NAME + 1];
+  char architecture[16];
+  pcp_infer_model_state_t state;
+  char error[256];
+  int64_t created_s;   // model.json mtime (Unix seconds)
+  int64_t max_length;  // context: prompt + generated tokens
+  uint32_t workers;    // workers serving it now
+} pcp_infer_model_info_t;
+
+// Copies up to |capacity| models (sorted by name) and returns the count
+// copied; |out_total| (optional) gets the number known.
+size_t pcp_infer_service_model_list(pcp_infer_service_t* service,
+                                    pcp_infer_model_info_t* out_infos,
+                                    size_t capacity, size_t* out_total);
+
+// Readiness: every model from |model_dirs| is served by a worker, a probe
+// passed within probe_max_age_ms and none failed since.
+typedef struct pcp_infer_readiness_t {
+  bool ready;
+  uint32_t models_ready;
+  uint32_t schedulers;   // (model, worker) pairs serving
+  int64_t probe_age_ms;  // since the last passed probe; -1: never
+  char last_error[256];  // of the last failed probe ("" if none)
+} pcp_infer_readiness_t;
+void pcp_infer_service_readiness(pcp_infer_service_t* service,
+                                 pcp_infer_readiness_t* out_readiness);
+// True when the service was given model directories at create: only then
+// does a gateway's /readyz depend on the inference probe (models that
+// appear later under models_root do not make a gateway unready).
+bool pcp_infer_service_has_pinned_models(pcp_infer_service_t* service);
+
+//===----------------------------------------------------------------------===//
+// Requests
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_infer_message_t {
+  pcp_string_view_t role;  // "system" | "user" | "assistant"
+  pcp_string_view_t content;
+} pcp_infer_message_t;
+
+typedef struct pcp_infer_result_t {
+  pcp_finish_reason_t finish_reason;  // NONE when |status| is an error
+  int64_t prompt_tokens;
+  int64_t completion_tokens;
+  int64_t cached_tokens;  // prompt tokens reused from the session's slot
+  // OK, or why the generation ended early (CANCELLED when the text callback
+  // asked to stop or the service stops; UNAVAILABLE when the worker was
+  // lost). Borrowed for the callback.
+  pcp_status_t status;
+} pcp_infer_result_t;
+
+// Called with text that may be shown now (never empty). Returning false
+// stops the generation (the client went away): the slot is freed before the
+// next decode step.
+typedef bool (*pcp_infer_text_fn_t)(void* user_data, const char* text,
+                                    size_t length);
+// Called exactly once when submit succeeded; nothing is called after it.
+typedef void (*pcp_infer_done_fn_t)(void* user_data,
+                                    const pcp_infer_result_t* result);
+
+typedef struct pcp_infer_request_params_t {
+  const char* model;
+  // Chat: |messages| rendered by the model's chat template. Otherwise
+  // |prompt| is encoded as it is.
+  bool chat;
+  const pcp_infer_message_t* messages;
+  size_t message_count;
+  pcp_string_view_t prompt;
+  pcp_sampling_params_t sampling;
+  int64_t max_tokens;  // 0: up to the end of the context
+  const char* const* stop;
+  size_t stop_count;
+  const char* session_key;  // NULL or "": none
+  pcp_infer_text_fn_t on_text;
+  pcp_infer_done_fn_t on_done;
+  void* user_data;
+} pcp_infer_request_params_t;
+
+// Tokenizes and queues a request. Errors (no callback runs): NOT_FOUND for
+// an unknown model (after a scan); INVALID_ARGUMENT for a bad message,
+// prompt or parameter (the message starts with the parameter name and a
+// colon, e.g. "messages[1].role: ..."); OUT_OF_RANGE when the prompt plus
+// max_tokens exceed the context (the message says so);
+// RESOURCE_EXHAUSTED when the worker's queue is full; UNAVAILABLE when no
+// worker serves the model yet. |out_prompt_tokens| (optional) gets the
+// prompt's token count.
+PCP_MUST_USE_RESULT pcp_status_t pcp_infer_request_submit(
+    pcp_infer_service_t* service, const pcp_infer_request_params_t* params,
+    int64_t* out_prompt_tokens);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // PCP_WORKLOADS_INFER_INFER_H_

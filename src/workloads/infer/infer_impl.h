@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Private to src/workloads/infer: the model record that model_dir.c fills
+// from a model directory and service.c serves.
+
+#ifndef PCP_WORKLOADS_INFER_INFER_IMPL_H_
+#define PCP_WORKLOADS_INFER_INFER_IMPL_H_
+
+#include "models/models.h"
+#include "proto/proto.h"
+#include "tokenizer/tokenizer.h"
+#include "workloads/workloads.h"
+
+#define PCP_INFER_MAX_PATH 4096
+
+typedef enum pcp_infer_tokenizer_kind_e {
+  PCP_INFER_TOKENIZER_CHAR = 0,  // one id per character of a string
+  PCP_INFER_TOKENIZER_BYTE = 1,  // id = byte value
+  PCP_INFER_TOKENIZER_BPE = 2,   // a tokenizer.json
+} pcp_infer_tokenizer_kind_t;
+
+typedef enum pcp_infer_template_e {
+  PCP_INFER_TEMPLATE_PLAIN = 0,  // contents joined by "\n"
+  PCP_INFER_TEMPLATE_QWEN = 1,   // ChatML with the generation prompt
+} pcp_infer_template_t;
+
+// Immutable once loaded (read by handler and scheduler threads).
+typedef struct pcp_infer_model_t {
+  char name[PCP_INFER_MAX_MODEL_NAME + 1];
+  char dir[PCP_INFER_MAX_PATH];
+  char weights_path[PCP_INFER_MAX_PATH];
+  char tokenizer_path[PCP_INFER_MAX_PATH];
+  int64_t created_s;
+  pcp_models_spec_t spec;
+  pcp_models_generation_t gen;
+  pcp_infer_tokenizer_kind_t tokenizer_kind;
+  pcp_infer_template_t chat_template;
+  // CHAR: character id i is char_text[char_offsets[i] .. char_offsets[i+1]).
+  char* char_text;
+  uint32_t* char_offsets;
+  uint32_t char_count;
+  pcp_tokenizer_t* bpe;
+  int32_t eos_ids[PCP_STOP_MAX_EOS_IDS];
+  size_t eos_count;
+  char stop[4][PCP_STOP_MAX_SEQUENCE_BYTES + 1];
+  size_t stop_count;
+  // Weights in table order (64-byte aligned host copies) as @load inputs.
+  bool table_initialized;
+  pcp_models_parameter_table_t table;
+  void** param_data;
+  pcp_proto_section_t* param_sections;
+  char (*param_names)[16];  // "p<i>": resident names on the worker
+} pcp_infer_model_t;
+
+// Reads <dir>/model.json into |m| (zeroed by the caller): INVALID_ARGUMENT
+// naming the key. No weights yet.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m);
+// Loads the tokenizer and the weights (host copies).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_infer_model_weights_load(pcp_infer_model_t* m);
+void pcp_infer_model_free(pcp_infer_model_t* m);
+
+// The prompt ids of a request (chat template or plain text).
+PCP_MUST_USE_RESULT pcp_status_t pcp_infer_model_encode(
+    const pcp_infer_model_t* m, const pcp_infer_request_params_t* params,
+    pcp_tokenizer_id_list_t* ids);
+
+#endif  // PCP_WORKLOADS_INFER_INFER_IMPL_H_

@@ -1,0 +1,1729 @@
+// SPDX-License-Identifier: Apache-2.0
+// The inference service: model registry, manager thread (scan, compile,
+// @load, readiness probe), per-(model, worker) schedulers with continuous
+// batching, and the router. infer.h describes the behaviour.
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "compile/compile.h"
+#include "workloads/infer/infer_impl.h"
+
+typedef struct runner_t runner_t;
+typedef struct req_t req_t;
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+typedef enum model_state_e {
+  MODEL_NEW = 0,     // model.json read; weights not loaded
+  MODEL_LOADED = 1,  // weights on the host; compiles per target on demand
+  MODEL_FAILED = 2,
+} model_state_t;
+
+#define MAX_PROGRAMS 8  // (backend, target) pairs compiled per model
+
+typedef struct program_entry_t {
+  char backend[16];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
+  bool failed;
+  uint8_t hash[PCP_SHA256_BYTE_LENGTH];
+} program_entry_t;
+
+typedef struct model_entry_t {
+  pcp_infer_model_t* model;  // immutable once state is LOADED
+  model_state_t state;
+  char error[256];
+  bool pinned;  // from --model-dir (readiness depends on it)
+  program_entry_t programs[MAX_PROGRAMS];
+  size_t program_count;
+} model_entry_t;
+
+typedef enum req_phase_e {
+  PHASE_WAITING = 0,
+  PHASE_PREFILL = 1,
+  PHASE_DECODE = 2,
+} req_phase_t;
+
+struct req_t {
+  req_t* next;  // waiting queue
+  runner_t* runner;
+  const pcp_infer_model_t* model;
+  bool probe;  // readiness probe: not in the request metrics
+  pcp_infer_text_fn_t on_text;
+  pcp_infer_done_fn_t on_done;
+  void* user_data;
+  char session[PCP_INFER_MAX_MODEL_NAME + 1];
+  pcp_sampler_t sampler;
+  pcp_stop_state_t stop;
+  pcp_tokenizer_decode_stream_t decode;
+  uint8_t pending[4];  // byte tokenizer: an incomplete UTF-8 character
+  size_t pending_size;
+  pcp_string_builder_t text;  // scratch
+  pcp_string_builder_t shown;
+  // Prompt then generated ids (the sampler's history).
+  int32_t* ids;
+  int64_t prompt_count;
+  int64_t count;
+  int64_t prefilled;  // prompt tokens in the slot's cache
+  int64_t cached;     // reused from the slot
+  int32_t next_token;
+  req_phase_t phase;
+  int slot;
+  int64_t submitted_ns;
+  int64_t last_token_ns;
+};
+
+typedef struct slot_t {
+  req_t* req;
+  int32_t* tokens;  // what the cache holds, max_length entries
+  int64_t length;
+  char session[PCP_INFER_MAX_MODEL_NAME + 1];
+  uint64_t last_used;
+} slot_t;
+
+typedef enum runner_state_e {
+  RUNNER_LOADING = 0,
+  RUNNER_READY = 1,
+  RUNNER_DEAD = 2,
+} runner_state_t;
+
+struct runner_t {
+  runner_t* next;
+  pcp_infer_service_t* service;
+  model_entry_t* entry;
+  const pcp_infer_model_t* model;
+  char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  char session_id[PCP_INFER_MAX_MODEL_NAME + 16];
+  uint8_t program[PCP_SHA256_BYTE_LENGTH];
+  pthread_t thread;
+  bool thread_started;
+  // Signalled (with the service's |mu|) when work is queued or the runner
+  // must stop: one runner wakes per request, not every thread.
+  pthread_cond_t cv;
+  // Guarded by the service's |mu|.
+  _Atomic runner_state_t state;
+  bool stop;
+  req_t* waiting_head;
+  req_t* waiting_tail;
+  uint32_t waiting;
+  uint32_t active;
+  // Scheduler thread only.
+  slot_t* slots;
+  uint64_t tick;
+  int32_t* ids;
+  int32_t* positions;
+  int32_t* lengths;
+  float* logits;
+  char status_text[256];
+};
+
+struct pcp_infer_service_t {
+  pcp_allocator_t allocator;
+  pcp_infer_service_options_t options;
+  char artifact_dir[PCP_INFER_MAX_PATH];
+  char models_root[PCP_INFER_MAX_PATH];
+  char (*model_dirs)[PCP_INFER_MAX_PATH];
+  size_t model_dir_count;
+  pcp_clock_t clock;
+  pcp_obs_family_t* ttft;
+  pcp_obs_family_t* itl;
+  pcp_obs_family_t* e2e;
+  pcp_obs_family_t* queue;
+  pcp_obs_family_t* prompt_tokens;
+  pcp_obs_family_t* generation_tokens;
+  pcp_obs_family_t* running;
+  pcp_obs_family_t* waiting;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool refusing;  // shutdown started: no new requests
+  bool stopping;
+  bool shut_down;
+  model_entry_t models[PCP_INFER_MAX_MODELS];
+  size_t model_count;
+  // Directories already looked at (a model.json that failed is not re-read
+  // until its mtime changes).
+  char seen_dirs[PCP_INFER_MAX_MODELS][PCP_INFER_MAX_PATH];
+  int64_t seen_mtime[PCP_INFER_MAX_MODELS];
+  size_t seen_count;
+  runner_t* runners;
+  int64_t last_scan_ns;
+  // Readiness probe.
+  bool probe_in_flight;
+  int64_t probe_started_ns;
+  int64_t probe_ok_ns;  // 0: never
+  bool probe_failed;
+  char probe_error[256];
+  size_t probe_cursor;
+  pthread_t manager;
+  bool manager_started;
+};
+
+//===----------------------------------------------------------------------===//
+// Metrics
+//===----------------------------------------------------------------------===//
+
+static const char* const kModelLabel[] = {"model", NULL};
+static const double kLatencyBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
+                                         0.05,  0.1,    0.25,  0.5,  1.0,
+                                         2.5,   5.0,    10.0,  30.0, 60.0};
+static const double kTokenBuckets[] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5};
+
+static const pcp_obs_metric_def_t kMetrics[] = {
+    {.name = "pcp_time_to_first_token_seconds",
+     .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
+     .help = "Seconds from a request's arrival to its first generated token",
+     .label_names = kModelLabel,
+     .buckets = kLatencyBuckets,
+     .bucket_count = PCP_ARRAYSIZE(kLatencyBuckets)},
+    {.name = "pcp_inter_token_latency_seconds",
+     .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
+     .help = "Seconds between consecutive generated tokens of a request",
+     .label_names = kModelLabel,
+     .buckets = kTokenBuckets,
+     .bucket_count = PCP_ARRAYSIZE(kTokenBuckets)},
+    {.name = "pcp_e2e_request_latency_seconds",
+     .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
+     .help = "Seconds from a request's arrival to its end",
+     .label_names = kModelLabel,
+     .buckets = kLatencyBuckets,
+     .bucket_count = PCP_ARRAYSIZE(kLatencyBuckets)},
+    {.name = "pcp_request_queue_time_seconds",
+     .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
+     .help = "Seconds a request waited for a slot",
+     .label_names = kModelLabel,
+     .buckets = kLatencyBuckets,
+     .bucket_count = PCP_ARRAYSIZE(kLatencyBuckets)},
+    {.name = "pcp_prompt_tokens_total",
+     .type = PCP_OBS_METRIC_TYPE_COUNTER,
+     .help = "Prompt tokens of admitted requests",
+     .label_names = kModelLabel},
+    {.name = "pcp_generation_tokens_total",
+     .type = PCP_OBS_METRIC_TYPE_COUNTER,
+     .help = "Tokens generated",
+     .label_names = kModelLabel},
+    {.name = "pcp_num_requests_running",
+     .type = PCP_OBS_METRIC_TYPE_GAUGE,
+     .help = "Requests holding a slot",
+     .label_names = kModelLabel},
+    {.name = "pcp_num_requests_waiting",
+     .type = PCP_OBS_METRIC_TYPE_GAUGE,
+     .help = "Requests waiting for a slot",
+     .label_names = kModelLabel},
+};
+
+static void metric(pcp_obs_family_t* family, const pcp_infer_model_t* m,
+                   double value, bool observe) {
+  if (!family) {
+    return;
+  }
+  const char* labels[] = {m->name};
+  if (observe) {
+    pcp_obs_family_observe(family, labels, value);
+  } else if (pcp_obs_family_type(family) == PCP_OBS_METRIC_TYPE_COUNTER) {
+    pcp_obs_family_add(family, labels, value);
+  } else {
+    pcp_obs_series_t* series = NULL;
+    if (pcp_obs_family_series_get(family, labels, &series) == 0) {
+      pcp_obs_gauge_add(series, value);
+    }
+  }
+}
+
+static int64_t now_ns(pcp_infer_service_t* s) {
+  return pcp_clock_now_ns(s->clock);
+}
+
+//===----------------------------------------------------------------------===//
+// Requests
+//===----------------------------------------------------------------------===//
+
+static void req_free(req_t* r) {
+  if (!r) {
+    return;
+  }
+  pcp_sampler_deinitialize(&r->sampler);
+  pcp_stop_state_deinitialize(&r->stop);
+  pcp_string_builder_deinitialize(&r->text);
+  pcp_string_builder_deinitialize(&r->shown);
+  free(r->ids);
+  free(r);
+}
+
+// Ends |r| (on_done), frees its slot for the next request and the record.
+// Scheduler thread; |r| must not be in the waiting queue.
+static void req_finish(runner_t* runner, req_t* r, pcp_status_t status,
+                       pcp_finish_reason_t reason) {
+  pcp_infer_service_t* s = runner->service;
+  if (r->slot >= 0) {
+    slot_t* slot = &runner->slots[r->slot];
+    slot->req = NULL;
+    slot->last_used = ++runner->tick;
+    pthread_mutex_lock(&s->mu);
+    runner->active--;
+    pthread_mutex_unlock(&s->mu);
+    if (!r->probe) {
+      metric(s->running, r->model, -1, false);
+    }
+  }
+  if (!r->probe) {
+    metric(s->e2e, r->model, (double)(now_ns(s) - r->submitted_ns) / 1e9, true);
+  }
+  pcp_infer_result_t result = {
+      .finish_reason = status ? PCP_FINISH_REASON_NONE : reason,
+      .prompt_tokens = r->prompt_count,
+      .completion_tokens = r->count - r->prompt_count,
+      .cached_tokens = r->cached,
+      .status = status,
+  };
+  r->on_done(r->user_data, &result);
+  pcp_status_ignore(status);
+  req_free(r);
+}
+
+// The text of token |id| so far complete, appended to r->text.
+static pcp_status_t token_text(req_t* r, int32_t id) {
+  const pcp_infer_model_t* m = r->model;
+  switch (m->tokenizer_kind) {
+    case PCP_INFER_TOKENIZER_CHAR:
+      if (id >= 0 && (uint32_t)id < m->char_count) {
+        uint32_t o = m->char_offsets[id];
+        return pcp_string_builder_append(
+            &r->text, pcp_make_string_view(m->char_text + o,
+                                           m->char_offsets[id + 1] - o));
+      }
+      return pcp_ok_status();
+    case PCP_INFER_TOKENIZER_BYTE: {
+      if (id < 0 || id > 255) {
+        return pcp_ok_status();
+      }
+      r->pending[r->pending_size++] = (uint8_t)id;
+      size_t n = pcp_tokenizer_utf8_complete_length((const char*)r->pending,
+                                                    r->pending_size);
+      if (n == 0 && r->pending_size == 4) {
+        n = 4;  // not UTF-8 at all: pass the bytes on
+      }
+      pcp_status_t status = pcp_string_builder_append(
+          &r->text, pcp_make_string_view((const char*)r->pending, n));
+      memmove(r->pending, r->pending + n, r->pending_size - n);
+      r->pending_size -= n;
+      return status;
+    }
+    case PCP_INFER_TOKENIZER_BPE:
+      // The model's vocab may be padded past the tokenizer's ids: those
+      // have no text.
+      if (id < 0 || (uint32_t)id >= pcp_tokenizer_vocab_size(m->bpe)) {
+        return pcp_ok_status();
+      }
+      return pcp_tokenizer_decode_stream_push(&r->decode, &id, 1, &r->text);
+  }
+  return pcp_ok_status();
+}
+
+// Appends what the decoder still holds (as U+FFFD) to the shown text.
+static pcp_status_t text_finish(req_t* r) {
+  pcp_string_builder_reset(&r->text);
+  pcp_status_t status = pcp_ok_status();
+  if (r->model->tokenizer_kind == PCP_INFER_TOKENIZER_BPE) {
+    status = pcp_tokenizer_decode_stream_finish(&r->decode, &r->text);
+  } else if (r->pending_size > 0) {
+    status = pcp_string_builder_append_cstring(&r->text, "\xEF\xBF\xBD");
+    r->pending_size = 0;
+  }
+  if (!status && r->text.size) {
+    status = pcp_string_builder_append(
+        &r->shown, pcp_make_string_view(r->text.data, r->text.size));
+  }
+  return status;
+}
+
+static bool show(req_t* r) {
+  if (r->shown.size == 0) {
+    return true;
+  }
+  bool keep = r->on_text(r->user_data, r->shown.data, r->shown.size);
+  pcp_string_builder_reset(&r->shown);
+  return keep;
+}
+
+// Samples the next token of |r| from |logits| and delivers it. Returns true
+// when the request goes on (its next token is to be fed by @decode).
+static bool req_token(runner_t* runner, req_t* r, const float* logits) {
+  pcp_infer_service_t* s = runner->service;
+  int32_t token = -1;
+  pcp_status_t status =
+      pcp_sampler_sample(&r->sampler, logits, r->ids, (size_t)r->count, &token);
+  if (status) {
+    req_finish(runner, r, status, PCP_FINISH_REASON_NONE);
+    return false;
+  }
+  int64_t t = now_ns(s);
+  if (!r->probe) {
+    bool first = r->count == r->prompt_count;
+    metric(first ? s->ttft : s->itl, r->model,
+           (double)(t - (first ? r->submitted_ns : r->last_token_ns)) / 1e9,
+           true);
+    metric(s->generation_tokens, r->model, 1, false);
+  }
+  r->last_token_ns = t;
+  r->ids[r->count++] = token;
+  pcp_string_builder_reset(&r->text);
+  pcp_finish_reason_t reason = PCP_FINISH_REASON_NONE;
+  status = token_text(r, token);
+  if (!status) {
+    status =
+        pcp_stop_state_push(&r->stop, token, r->text.data ? r->text.data : "",
+                            r->text.size, &r->shown, &reason);
+  }
+  slot_t* slot = &runner->slots[r->slot];
+  if (!status && reason == PCP_FINISH_REASON_NONE &&
+      (slot->length + 1 > r->model->gen.max_length ||
+       r->count >= r->model->gen.max_length)) {
+    // The context is full: nothing more can be fed.
+    status = pcp_stop_state_flush(&r->stop, &r->shown);
+    reason = PCP_FINISH_REASON_LENGTH;
+  }
+  bool eos = false;
+  for (size_t i = 0; i < r->stop.eos_count; ++i) {
+    eos = eos || r->stop.eos_ids[i] == token;
+  }
+  if (!status && (reason == PCP_FINISH_REASON_LENGTH ||
+                  (reason == PCP_FINISH_REASON_STOP && eos))) {
+    // The end: a character still incomplete is shown as U+FFFD, as a
+    // decode of all the ids shows it (not after a stop sequence, whose
+    // rest is cut anyway).
+    status = text_finish(r);
+  }
+  if (status) {
+    req_finish(runner, r, status, PCP_FINISH_REASON_NONE);
+    return false;
+  }
+  if (!show(r)) {
+    req_finish(runner, r,
+               pcp_make_status(PCP_STATUS_CANCELLED, "the client went away"),
+               PCP_FINISH_REASON_NONE);
+    return false;
+  }
+  if (reason != PCP_FINISH_REASON_NONE) {
+    req_finish(runner, r, pcp_ok_status(), reason);
+    return false;
+  }
+  r->next_token = token;
+  r->phase = PHASE_DECODE;
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Worker calls
+//===----------------------------------------------------------------------===//
+
+static bool worker_connected(runner_t* runner) {
+  pcp_fabric_worker_info_t info;
+  pcp_status_t status = pcp_fabric_worker_query(runner->service->options.fabric,
+                                                runner->worker_id, &info);
+  if (status) {
+    pcp_status_ignore(status);
+    return false;
+  }
+  return info.state == PCP_FABRIC_WORKER_CONNECTED;
+}
+
+// Submits one task to the runner's worker and waits for it, watching the
+// worker: a lost worker or the call timeout cancels the task.
+static pcp_status_t call(runner_t* runner, pcp_fabric_task_params_t* params,
+                         pcp_fabric_task_t** out_task) {
+  pcp_infer_service_t* s = runner->service;
+  memcpy(params->program, runner->program, sizeof(params->program));
+  params->worker_id = runner->worker_id;
+  params->session_id = runner->session_id;
+  params->max_attempts = 1;
+  pcp_fabric_task_t* task = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_fabric_task_submit(s->options.fabric, params, &task));
+  int64_t deadline = now_ns(s) + s->options.call_timeout_ms * 1000000;
+  pcp_status_t status = pcp_ok_status();
+  while (!pcp_fabric_task_wait(task, 100)) {
+    if (!worker_connected(runner)) {
+      status =
+          pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                          "inference worker %s was lost", runner->worker_id);
+    } else if (now_ns(s) > deadline) {
+      status = pcp_make_status(
+          PCP_STATUS_DEADLINE_EXCEEDED, "worker %s did not answer in %lld ms",
+          runner->worker_id, (long long)s->options.call_timeout_ms);
+    }
+    if (status) {
+      pcp_fabric_task_cancel(task);
+      pcp_fabric_task_release(task);
+      return status;
+    }
+  }
+  status = pcp_fabric_task_status(task);
+  if (status) {
+    status = pcp_status_clone(status);
+    pcp_fabric_task_release(task);
+    return status;
+  }
+  *out_task = task;
+  return pcp_ok_status();
+}
+
+static pcp_status_t runner_load(runner_t* runner) {
+  const pcp_infer_model_t* m = runner->model;
+  size_t n = m->table.count;
+  pcp_proto_keep_resident_t* keep = calloc(n + 2, sizeof(*keep));
+  if (!keep) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "load");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    keep[i].output = (uint32_t)i;
+    keep[i].as = m->param_names[i];
+  }
+  keep[n] = (pcp_proto_keep_resident_t){(uint32_t)n, "k"};
+  keep[n + 1] = (pcp_proto_keep_resident_t){(uint32_t)n + 1, "v"};
+  pcp_fabric_task_params_t params = {
+      .function = "load",
+      .inputs = m->param_sections,
+      .input_count = (uint32_t)n,
+      .keep_resident = keep,
+      .keep_resident_count = (uint32_t)(n + 2),
+  };
+  pcp_fabric_task_t* task = NULL;
+  pcp_status_t status = call(runner, &params, &task);
+  pcp_fabric_task_release(task);
+  free(keep);
+  return status;
+}
+
+// One @prefill or @decode over every slot with the staged ids, positions
+// (and lengths); the new caches stay resident, the logits come back.
+static pcp_status_t runner_step(runner_t* runner, bool prefill) {
+  const pcp_infer_model_t* m = runner->model;
+  int64_t slots = m->gen.slots;
+  int64_t t = prefill ? m->gen.prefill_length : 1;
+  pcp_proto_section_t sections[3] = {
+      {.name = "input_ids",
+       .element_type = PCP_ELEMENT_TYPE_I32,
+       .rank = 2,
+       .shape = {slots, t},
+       .byte_length = (uint64_t)(slots * t) * sizeof(int32_t),
+       .data = runner->ids},
+      {.name = "positions",
+       .element_type = PCP_ELEMENT_TYPE_I32,
+       .rank = 1,
+       .shape = {slots},
+       .byte_length = (uint64_t)slots * sizeof(int32_t),
+       .data = runner->positions},
+      {.name = "lengths",
+       .element_type = PCP_ELEMENT_TYPE_I32,
+       .rank = 1,
+       .shape = {slots},
+       .byte_length = (uint64_t)slots * sizeof(int32_t),
+       .data = runner->lengths},
+  };
+  size_t n = m->table.count;
+  pcp_proto_tensor_ref_t refs[PCP_PROTO_MAX_TASK_TENSORS];
+  size_t r = 0;
+  for (size_t i = 0; i < n; ++i) {
+    refs[r++] = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+                                         .name = m->param_names[i]};
+  }
+  for (uint32_t i = 0; i < (prefill ? 3u : 2u); ++i) {
+    refs[r++] = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_SECTION,
+                                         .section = i};
+  }
+  refs[r++] = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+                                       .name = "k"};
+  refs[r++] = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+                                       .name = "v"};
+  static const pcp_proto_keep_resident_t kKeep[2] = {{1, "k"}, {2, "v"}};
+  pcp_fabric_task_params_t params = {
+      .function = prefill ? "prefill" : "decode",
+      .inputs = sections,
+      .input_count = prefill ? 3u : 2u,
+      .input_refs = refs,
+      .input_ref_count = (uint32_t)r,
+      .keep_resident = kKeep,
+      .keep_resident_count = 2,
+  };
+  pcp_fabric_task_t* task = NULL;
+  PCP_RETURN_IF_ERROR_BARE(call(runner, &params, &task));
+  const pcp_proto_section_t* outputs = NULL;
+  size_t output_count = 0;
+  pcp_status_t status = pcp_fabric_task_outputs(task, &outputs, &output_count);
+  size_t want = (size_t)slots * (size_t)m->spec.vocab * sizeof(float);
+  if (!status && (output_count < 1 || !outputs[0].data ||
+                  outputs[0].element_type != PCP_ELEMENT_TYPE_F32 ||
+                  outputs[0].byte_length != want)) {
+    status = pcp_make_status(
+        PCP_STATUS_INTERNAL, "%s returned no [%lld, %lld] f32 logits",
+        params.function, (long long)slots, (long long)m->spec.vocab);
+  }
+  if (!status) {
+    memcpy(runner->logits, outputs[0].data, want);
+  }
+  pcp_fabric_task_release(task);
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Scheduler
+//===----------------------------------------------------------------------===//
+
+static int64_t common_prefix(const int32_t* a, int64_t a_count,
+                             const int32_t* b, int64_t b_count) {
+  int64_t n = a_count < b_count ? a_count : b_count;
+  int64_t i = 0;
+  while (i < n && a[i] == b[i]) {
+    ++i;
+  }
+  return i;
+}
+
+// Moves waiting requests into free slots. A request with a session key
+// takes that session's slot when free (keeping the common prefix of its
+// tokens); others take the least recently used free slot.
+static void admit(runner_t* runner) {
+  pcp_infer_service_t* s = runner->service;
+  const pcp_infer_model_t* m = runner->model;
+  int64_t slots = m->gen.slots;
+  pthread_mutex_lock(&s->mu);
+  while (runner->waiting_head) {
+    req_t* r = runner->waiting_head;
+    int chosen = -1;
+    if (r->session[0]) {
+      for (int64_t b = 0; b < slots && chosen < 0; ++b) {
+        if (!runner->slots[b].req &&
+            strcmp(runner->slots[b].session, r->session) == 0) {
+          chosen = (int)b;
+        }
+      }
+    }
+    for (int64_t b = 0; b < slots && chosen < 0; ++b) {
+      if (runner->slots[b].req) {
+        continue;
+      }
+      // Least recently used, sessionless slots first.
+      int best = -1;
+      for (int64_t c = 0; c < slots; ++c) {
+        slot_t* sc = &runner->slots[c];
+        if (sc->req)
+          continue;
+        if (best < 0) {
+          best = (int)c;
+          continue;
+        }
+        slot_t* sb = &runner->slots[best];
+        bool c_free = sc->session[0] == 0, b_free = sb->session[0] == 0;
+        if ((c_free && !b_free) ||
+            (c_free == b_free && sc->last_used < sb->last_used)) {
+          best = (int)c;
+        }
+      }
+      chosen = best;
+    }
+    if (chosen < 0) {
+      break;
+    }
+    runner->waiting_head = r->next;
+    if (!runner->waiting_head) {
+      runner->waiting_tail = NULL;
+    }
+    runner->waiting--;
+    runner->active++;
+    slot_t* slot = &runner->slots[chosen];
+    bool same = r->session[0] && strcmp(slot->session, r->session) == 0;
+    int64_t keep = same ? common_prefix(slot->tokens, slot->length, r->ids,
+                                        r->prompt_count)
+                        : 0;
+    if (keep >= r->prompt_count) {
+      keep = r->prompt_count - 1;  // the last token is fed for its logits
+    }
+    slot->length = keep;
+    slot->req = r;
+    slot->last_used = ++runner->tick;
+    snprintf(slot->session, sizeof(slot->session), "%s", r->session);
+    r->slot = chosen;
+    r->prefilled = keep;
+    r->cached = keep;
+    r->phase = PHASE_PREFILL;
+    if (!r->probe) {
+      metric(s->waiting, m, -1, false);
+      metric(s->running, m, 1, false);
+      metric(s->queue, m, (double)(now_ns(s) - r->submitted_ns) / 1e9, true);
+      metric(s->prompt_tokens, m, (double)r->prompt_count, false);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+// Ends every request of the runner (active and waiting) with |status|.
+static void fail_all(runner_t* runner, pcp_status_t status) {
+  pcp_infer_service_t* s = runner->service;
+  for (int64_t b = 0; b < runner->model->gen.slots; ++b) {
+    req_t* r = runner->slots[b].req;
+    if (r) {
+      req_finish(runner, r, pcp_status_clone(status), PCP_FINISH_REASON_NONE);
+    }
+  }
+  pthread_mutex_lock(&s->mu);
+  req_t* list = runner->waiting_head;
+  runner->waiting_head = runner->waiting_tail = NULL;
+  uint32_t n = runner->waiting;
+  runner->waiting = 0;
+  pthread_mutex_unlock(&s->mu);
+  while (list) {
+    req_t* r = list;
+    list = r->next;
+    if (!r->probe && n) {
+      metric(s->waiting, r->model, -1, false);
+    }
+    req_finish(runner, r, pcp_status_clone(status), PCP_FINISH_REASON_NONE);
+  }
+  pcp_status_ignore(status);
+}
+
+// One scheduling round: prefill chunks for slots that are prefilling, then
+// one decode step for every slot that has a token to feed.
+static pcp_status_t round_run(runner_t* runner) {
+  const pcp_infer_model_t* m = runner->model;
+  int64_t slots = m->gen.slots;
+  int64_t p = m->gen.prefill_length;
+  bool any = false;
+  memset(runner->ids, 0, (size_t)(slots * p) * sizeof(int32_t));
+  for (int64_t b = 0; b < slots; ++b) {
+    slot_t* slot = &runner->slots[b];
+    runner->positions[b] = (int32_t)slot->length;
+    runner->lengths[b] = 0;
+    req_t* r = slot->req;
+    if (r && r->phase == PHASE_PREFILL) {
+      int64_t chunk = r->prompt_count - r->prefilled;
+      chunk = chunk < p ? chunk : p;
+      memcpy(runner->ids + b * p, r->ids + r->prefilled,
+             (size_t)chunk * sizeof(int32_t));
+      runner->lengths[b] = (int32_t)chunk;
+      any = true;
+    }
+  }
+  if (any) {
+    PCP_RETURN_IF_ERROR(runner_step(runner, true), "prefill");
+    for (int64_t b = 0; b < slots; ++b) {
+      slot_t* slot = &runner->slots[b];
+      req_t* r = slot->req;
+      if (!r || r->phase != PHASE_PREFILL) {
+        continue;
+      }
+      int64_t chunk = runner->lengths[b];
+      memcpy(slot->tokens + slot->length, r->ids + r->prefilled,
+             (size_t)chunk * sizeof(int32_t));
+      slot->length += chunk;
+      r->prefilled += chunk;
+      if (r->prefilled == r->prompt_count) {
+        req_token(runner, r, runner->logits + b * m->spec.vocab);
+      }
+    }
+  }
+  any = false;
+  for (int64_t b = 0; b < slots; ++b) {
+    slot_t* slot = &runner->slots[b];
+    req_t* r = slot->req;
+    runner->positions[b] = (int32_t)slot->length;
+    runner->ids[b] = 0;
+    if (r && r->phase == PHASE_DECODE) {
+      runner->ids[b] = r->next_token;
+      any = true;
+    }
+  }
+  if (any) {
+    PCP_RETURN_IF_ERROR(runner_step(runner, false), "decode");
+    for (int64_t b = 0; b < slots; ++b) {
+      slot_t* slot = &runner->slots[b];
+      req_t* r = slot->req;
+      if (!r || r->phase != PHASE_DECODE) {
+        continue;
+      }
+      slot->tokens[slot->length++] = r->next_token;
+      req_token(runner, r, runner->logits + b * m->spec.vocab);
+    }
+  }
+  return pcp_ok_status();
+}
+
+static void* runner_main(void* opaque) {
+  runner_t* runner = opaque;
+  pcp_infer_service_t* s = runner->service;
+  pcp_log_context_t log = s->options.log;
+  pcp_status_t status = runner_load(runner);
+  if (status) {
+    pcp_log_status(PCP_LOG_WARN, &log, status, "inference load failed");
+    pcp_status_format(status, runner->status_text, sizeof(runner->status_text));
+    pcp_status_ignore(status);
+    atomic_store(&runner->state, RUNNER_DEAD);
+    fail_all(runner, pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                                     "worker %s could not load the model",
+                                     runner->worker_id));
+    return NULL;
+  }
+  PCP_LOG(PCP_LOG_INFO, &log, "inference ready model=%s worker=%s",
+          runner->model->name, runner->worker_id);
+  atomic_store(&runner->state, RUNNER_READY);
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!runner->stop && !runner->waiting_head && runner->active == 0) {
+      pthread_cond_wait(&runner->cv, &s->mu);
+    }
+    bool stop = runner->stop;
+    pthread_mutex_unlock(&s->mu);
+    if (stop) {
+      fail_all(runner, pcp_make_status(PCP_STATUS_CANCELLED,
+                                       "the inference service is stopping"));
+      break;
+    }
+    admit(runner);
+    status = round_run(runner);
+    if (status) {
+      pcp_log_status(PCP_LOG_WARN, &log, status, "inference step failed");
+      pcp_status_format(status, runner->status_text,
+                        sizeof(runner->status_text));
+      fail_all(runner, status);
+      // Session tensors may be gone or stale after a failed call: this
+      // runner ends and the manager starts a fresh one (a new @load).
+      atomic_store(&runner->state, RUNNER_DEAD);
+      break;
+    }
+  }
+  return NULL;
+}
+
+static void runner_free(runner_t* runner) {
+  if (runner->thread_started) {
+    pthread_cond_destroy(&runner->cv);
+  }
+  if (runner->slots) {
+    for (int64_t b = 0; b < runner->model->gen.slots; ++b) {
+      free(runner->slots[b].tokens);
+    }
+  }
+  free(runner->slots);
+  free(runner->ids);
+  free(runner->positions);
+  free(runner->lengths);
+  free(runner->logits);
+  free(runner);
+}
+
+// Service |mu| held.
+static pcp_status_t runner_start(
+    pcp_infer_service_t* s, model_entry_t* e, const char* worker_id,
+    const uint8_t program[PCP_SHA256_BYTE_LENGTH]) {
+  const pcp_infer_model_t* m = e->model;
+  runner_t* runner = calloc(1, sizeof(*runner));
+  if (!runner) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "runner");
+  }
+  runner->service = s;
+  runner->entry = e;
+  runner->model = m;
+  snprintf(runner->worker_id, sizeof(runner->worker_id), "%s", worker_id);
+  snprintf(runner->session_id, sizeof(runner->session_id), "infer:%s", m->name);
+  memcpy(runner->program, program, PCP_SHA256_BYTE_LENGTH);
+  size_t slots = (size_t)m->gen.slots;
+  runner->slots = calloc(slots, sizeof(slot_t));
+  runner->ids = calloc(slots * (size_t)m->gen.prefill_length, sizeof(int32_t));
+  runner->positions = calloc(slots, sizeof(int32_t));
+  runner->lengths = calloc(slots, sizeof(int32_t));
+  runner->logits = calloc(slots * (size_t)m->spec.vocab, sizeof(float));
+  bool ok = runner->slots && runner->ids && runner->positions &&
+            runner->lengths && runner->logits;
+  for (size_t b = 0; ok && b < slots; ++b) {
+    runner->slots[b].tokens =
+        calloc((size_t)m->gen.max_length, sizeof(int32_t));
+    ok = runner->slots[b].tokens != NULL;
+  }
+  if (!ok) {
+    runner_free(runner);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "runner");
+  }
+  atomic_store(&runner->state, RUNNER_LOADING);
+  pthread_cond_init(&runner->cv, NULL);
+  if (pthread_create(&runner->thread, NULL, runner_main, runner) != 0) {
+    pthread_cond_destroy(&runner->cv);
+    runner_free(runner);
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "runner thread");
+  }
+  runner->thread_started = true;
+  runner->next = s->runners;
+  s->runners = runner;
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// Models: scan, load, compile
+//===----------------------------------------------------------------------===//
+
+// Service |mu| held. Reads |dir|/model.json if it is new or changed.
+static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
+  char path[PCP_INFER_MAX_PATH + 16];
+  snprintf(path, sizeof(path), "%s/model.json", dir);
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    return;
+  }
+  size_t seen = s->seen_count;
+  for (size_t i = 0; i < s->seen_count; ++i) {
+    if (strcmp(s->seen_dirs[i], dir) == 0) {
+      if (s->seen_mtime[i] == (int64_t)st.st_mtime) {
+        return;
+      }
+      seen = i;
+    }
+  }
+  if (seen == s->seen_count) {
+    if (s->seen_count >= PCP_INFER_MAX_MODELS) {
+      return;
+    }
+    s->seen_count++;
+  }
+  snprintf(s->seen_dirs[seen], sizeof(s->seen_dirs[seen]), "%s", dir);
+  s->seen_mtime[seen] = (int64_t)st.st_mtime;
+  pcp_infer_model_t* m = calloc(1, sizeof(*m));
+  if (!m) {
+    return;
+  }
+  pcp_status_t status = pcp_infer_model_json_load(dir, m);
+  for (size_t i = 0; !status && i < s->model_count; ++i) {
+    model_entry_t* old = &s->models[i];
+    if (old->state == MODEL_FAILED && strcmp(old->model->dir, dir) == 0) {
+      // A model that failed (e.g. weights still being written) is read
+      // again when its model.json changes. Nothing serves a failed model
+      // and no request holds its record (submit refuses it first).
+      PCP_LOG(PCP_LOG_INFO, &s->options.log,
+              "model dir changed, reloading "
+              "name=%s dir=%s",
+              m->name, dir);
+      pcp_infer_model_free(old->model);
+      memset(old, 0, sizeof(*old));
+      old->model = m;
+      old->state = MODEL_NEW;
+      old->pinned = pinned;
+      pthread_cond_broadcast(&s->cv);
+      return;
+    }
+    if (strcmp(s->models[i].model->name, m->name) == 0) {
+      // The first directory that names a model serves it.
+      status = pcp_make_status(PCP_STATUS_ALREADY_EXISTS,
+                               "%s: model %s is already served from %s", dir,
+                               m->name, s->models[i].model->dir);
+    }
+  }
+  if (!status && s->model_count >= PCP_INFER_MAX_MODELS) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "more than %d models", PCP_INFER_MAX_MODELS);
+  }
+  if (status) {
+    pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
+                   "model directory skipped");
+    pcp_status_ignore(status);
+    pcp_infer_model_free(m);
+    return;
+  }
+  model_entry_t* e = &s->models[s->model_count++];
+  memset(e, 0, sizeof(*e));
+  e->model = m;
+  e->state = MODEL_NEW;
+  e->pinned = pinned;
+  PCP_LOG(PCP_LOG_INFO, &s->options.log, "model found name=%s dir=%s", m->name,
+          dir);
+  pthread_cond_broadcast(&s->cv);
+}
+
+static void scan_locked(pcp_infer_service_t* s) {
+  s->last_scan_ns = now_ns(s);
+  for (size_t i = 0; i < s->model_dir_count; ++i) {
+    dir_consider(s, s->model_dirs[i], true);
+  }
+  if (!s->models_root[0]) {
+    return;
+  }
+  DIR* d = opendir(s->models_root);
+  if (!d) {
+    return;
+  }
+  struct dirent* ent;
+  while ((ent = readdir(d)) != NULL) {
+    if (ent->d_name[0] == '.') {
+      continue;
+    }
+    char dir[PCP_INFER_MAX_PATH];
+    int n = snprintf(dir, sizeof(dir), "%s/%s", s->models_root, ent->d_name);
+    if (n > 0 && (size_t)n < sizeof(dir)) {
+      dir_consider(s, dir, false);
+    }
+  }
+  closedir(d);
+}
+
+void pcp_infer_service_scan(pcp_infer_service_t* s) {
+  pthread_mutex_lock(&s->mu);
+  scan_locked(s);
+  pthread_mutex_unlock(&s->mu);
+}
+
+// Manager thread, without |mu|: the program of |m| for (backend, target).
+static pcp_status_t model_compile(pcp_infer_service_t* s,
+                                  const pcp_infer_model_t* m,
+                                  const char* backend, const char* target,
+                                  uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]) {
+  pcp_compile_backend_t cb;
+  PCP_RETURN_IF_ERROR_BARE(pcp_compile_backend_parse(backend, &cb));
+  pcp_string_builder_t text;
+  pcp_string_builder_initialize(pcp_allocator_system(),
+                                PCP_COMPILE_MAX_MLIR_BYTES, &text);
+  pcp_status_t status =
+      pcp_models_generation_module_emit(&m->spec, &m->gen, &text);
+  pcp_compile_result_t compiled = {0};
+  if (!status) {
+    pcp_compile_request_t request = {
+        .mlir_text = text.data,
+        .mlir_byte_length = text.size,
+        .source_name = "generate.mlir",
+        .backend = cb,
+        .target = target,
+        .cache_dir = s->artifact_dir[0] ? s->artifact_dir : NULL,
+        .timeout_ms = 1800000,
+    };
+    status = pcp_compile_module(&request, &compiled);
+  }
+  if (!status) {
+    PCP_LOG(PCP_LOG_INFO, &s->options.log,
+            "inference program ready model=%s backend=%s target=%s "
+            "cache_hit=%d seconds=%.3f",
+            m->name, backend, target, compiled.cache_hit,
+            compiled.compile_seconds);
+    status = pcp_fabric_program_register(s->options.fabric, compiled.vmfb,
+                                         compiled.vmfb_byte_length, backend,
+                                         target, out_hash);
+  }
+  pcp_compile_result_deinitialize(&compiled);
+  pcp_string_builder_deinitialize(&text);
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Submit and route
+//===----------------------------------------------------------------------===//
+
+static model_entry_t* model_find(pcp_infer_service_t* s, const char* name) {
+  for (size_t i = 0; i < s->model_count; ++i) {
+    if (strcmp(s->models[i].model->name, name) == 0) {
+      return &s->models[i];
+    }
+  }
+  return NULL;
+}
+
+static uint32_t runners_serving(pcp_infer_service_t* s, model_entry_t* e) {
+  uint32_t n = 0;
+  for (runner_t* r = s->runners; r; r = r->next) {
+    if (r->entry == e && atomic_load(&r->state) == RUNNER_READY && !r->stop) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// Service |mu| held: the runner for a request of |e|.
+static runner_t* route(pcp_infer_service_t* s, model_entry_t* e,
+                       const char* session) {
+  runner_t* best = NULL;
+  for (runner_t* r = s->runners; r; r = r->next) {
+    if (r->entry != e || atomic_load(&r->state) != RUNNER_READY || r->stop) {
+      continue;
+    }
+    if (session && session[0]) {
+      // Sticky: the worker whose slot holds this session (read without the
+      // scheduler's ownership: a stale answer only costs the prefix reuse).
+      for (int64_t b = 0; b < e->model->gen.slots; ++b) {
+        if (strcmp(r->slots[b].session, session) == 0) {
+          return r;
+        }
+      }
+    }
+    if (!best || r->waiting + r->active < best->waiting + best->active) {
+      best = r;
+    }
+  }
+  return best;
+}
+
+static pcp_status_t req_create(const pcp_infer_model_t* m,
+                               const pcp_infer_request_params_t* params,
+                               const int32_t* ids, size_t id_count,
+                               req_t** out) {
+  *out = NULL;
+  req_t* r = calloc(1, sizeof(*r));
+  if (!r) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "request");
+  }
+  r->model = m;
+  r->slot = -1;
+  r->on_text = params->on_text;
+  r->on_done = params->on_done;
+  r->user_data = params->user_data;
+  if (params->session_key) {
+    snprintf(r->session, sizeof(r->session), "%s", params->session_key);
+  }
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &r->text);
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &r->shown);
+  pcp_tokenizer_decode_stream_initialize(
+      m->bpe, PCP_TOKENIZER_DECODE_FLAG_SKIP_SPECIAL, &r->decode);
+  r->ids = calloc((size_t)m->gen.max_length + 1, sizeof(int32_t));
+  if (!r->ids) {
+    req_free(r);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "request");
+  }
+  memcpy(r->ids, ids, id_count * sizeof(int32_t));
+  r->prompt_count = r->count = (int64_t)id_count;
+  int64_t max_tokens = params->max_tokens
+                           ? params->max_tokens
+                           : m->gen.max_length - (int64_t)id_count;
+  const char* stops[PCP_STOP_MAX_SEQUENCES];
+  size_t stop_count = 0;
+  for (size_t i = 0; i < params->stop_count && stop_count < 12; ++i) {
+    stops[stop_count++] = params->stop[i];
+  }
+  for (size_t i = 0; i < m->stop_count; ++i) {
+    stops[stop_count++] = m->stop[i];
+  }
+  pcp_status_t status = pcp_sampler_initialize(
+      &params->sampling, m->spec.vocab, pcp_allocator_system(), &r->sampler);
+  if (!status) {
+    status =
+        pcp_stop_state_initialize(max_tokens, m->eos_ids, m->eos_count, stops,
+                                  stop_count, pcp_allocator_system(), &r->stop);
+  }
+  if (status) {
+    req_free(r);
+    return status;
+  }
+  *out = r;
+  return pcp_ok_status();
+}
+
+// Service |mu| held. Queues |r| on |runner| (at the head for a probe).
+static void enqueue(pcp_infer_service_t* s, runner_t* runner, req_t* r) {
+  r->runner = runner;
+  r->submitted_ns = now_ns(s);
+  if (r->probe) {
+    r->next = runner->waiting_head;
+    runner->waiting_head = r;
+    if (!runner->waiting_tail) {
+      runner->waiting_tail = r;
+    }
+  } else {
+    if (runner->waiting_tail) {
+      runner->waiting_tail->next = r;
+    } else {
+      runner->waiting_head = r;
+    }
+    runner->waiting_tail = r;
+    metric(s->waiting, r->model, 1, false);
+  }
+  runner->waiting++;
+  pthread_cond_signal(&runner->cv);
+}
+
+pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
+                                      const pcp_infer_request_params_t* params,
+                                      int64_t* out_prompt_tokens) {
+  if (out_prompt_tokens) {
+    *out_prompt_tokens = 0;
+  }
+  if (!params->model || !params->on_text || !params->on_done) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "model: required");
+  }
+  pthread_mutex_lock(&s->mu);
+  model_entry_t* e = model_find(s, params->model);
+  if (!e) {
+    scan_locked(s);
+    e = model_find(s, params->model);
+  }
+  pcp_status_t status = pcp_ok_status();
+  if (s->refusing) {
+    status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                             "the inference service is stopping");
+  } else if (!e) {
+    status = pcp_make_status(PCP_STATUS_NOT_FOUND,
+                             "The model `%s` does not exist.", params->model);
+  } else if (e->state == MODEL_FAILED) {
+    status =
+        pcp_make_status(PCP_STATUS_UNAVAILABLE, "model %s failed to load: %s",
+                        params->model, e->error);
+  } else if (e->state != MODEL_LOADED || runners_serving(s, e) == 0) {
+    status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                             "model %s is not being served by any worker yet",
+                             params->model);
+  }
+  // The model record is immutable once loaded and lives until release.
+  const pcp_infer_model_t* m = e ? e->model : NULL;
+  pthread_mutex_unlock(&s->mu);
+  PCP_RETURN_IF_ERROR_BARE(status);
+
+  pcp_tokenizer_id_list_t ids;
+  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  status = pcp_infer_model_encode(m, params, &ids);
+  if (!status && ids.count == 0) {
+    status =
+        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: the prompt is empty",
+                        params->chat ? "messages" : "prompt");
+  }
+  int64_t n = (int64_t)ids.count;
+  if (out_prompt_tokens) {
+    *out_prompt_tokens = n;
+  }
+  if (!status &&
+      (n >= m->gen.max_length || n + params->max_tokens > m->gen.max_length)) {
+    status = pcp_make_status(
+        PCP_STATUS_OUT_OF_RANGE,
+        "This model's maximum context length is %lld tokens. However, you "
+        "requested %lld tokens (%lld in the messages, %lld in the "
+        "completion). Please reduce the length of the messages or "
+        "completion.",
+        (long long)m->gen.max_length,
+        (long long)(n + (params->max_tokens ? params->max_tokens : 1)),
+        (long long)n, (long long)(params->max_tokens ? params->max_tokens : 1));
+  }
+  req_t* r = NULL;
+  if (!status) {
+    status = req_create(m, params, ids.values, ids.count, &r);
+  }
+  pcp_tokenizer_id_list_deinitialize(&ids);
+  PCP_RETURN_IF_ERROR_BARE(status);
+
+  pthread_mutex_lock(&s->mu);
+  runner_t* runner = route(s, e, r->session);
+  if (!runner) {
+    status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                             "model %s is not being served by any worker",
+                             params->model);
+  } else if (runner->waiting >= s->options.max_waiting_per_worker) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "too many requests waiting for model %s (%u "
+                             "per worker); retry later",
+                             params->model, s->options.max_waiting_per_worker);
+  } else {
+    enqueue(s, runner, r);
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (status) {
+    req_free(r);
+  }
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Readiness probe
+//===----------------------------------------------------------------------===//
+
+static bool probe_text(void* user_data, const char* text, size_t length) {
+  (void)user_data;
+  (void)text;
+  (void)length;
+  return true;
+}
+
+static void probe_done(void* user_data, const pcp_infer_result_t* result) {
+  pcp_infer_service_t* s = user_data;
+  pthread_mutex_lock(&s->mu);
+  s->probe_in_flight = false;
+  if (result->status == 0 && result->completion_tokens >= 1) {
+    s->probe_ok_ns = now_ns(s);
+    s->probe_failed = false;
+    s->probe_error[0] = 0;
+  } else {
+    s->probe_failed = true;
+    if (result->status) {
+      pcp_status_format(result->status, s->probe_error, sizeof(s->probe_error));
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+// Service |mu| held: queues a one-token prompt with two tokens to generate
+// (one @prefill and one @decode) on the next ready runner.
+static void probe_start(pcp_infer_service_t* s) {
+  size_t count = 0;
+  for (runner_t* r = s->runners; r; r = r->next) {
+    if (atomic_load(&r->state) == RUNNER_READY && !r->stop)
+      ++count;
+  }
+  if (count == 0) {
+    return;
+  }
+  size_t pick = s->probe_cursor++ % count;
+  runner_t* runner = NULL;
+  for (runner_t* r = s->runners; r; r = r->next) {
+    if (atomic_load(&r->state) == RUNNER_READY && !r->stop && pick-- == 0) {
+      runner = r;
+      break;
+    }
+  }
+  pcp_infer_request_params_t params = {
+      .max_tokens = 2,
+      .on_text = probe_text,
+      .on_done = probe_done,
+      .user_data = s,
+  };
+  pcp_sampling_params_initialize(&params.sampling);
+  int32_t token = 0;
+  req_t* r = NULL;
+  pcp_status_t status = req_create(runner->model, &params, &token, 1, &r);
+  if (status) {
+    pcp_status_ignore(status);
+    return;
+  }
+  r->probe = true;
+  s->probe_in_flight = true;
+  s->probe_started_ns = now_ns(s);
+  enqueue(s, runner, r);
+}
+
+void pcp_infer_service_readiness(pcp_infer_service_t* s,
+                                 pcp_infer_readiness_t* out) {
+  memset(out, 0, sizeof(*out));
+  pthread_mutex_lock(&s->mu);
+  uint32_t pinned_waiting = 0;
+  for (size_t i = 0; i < s->model_count; ++i) {
+    if (runners_serving(s, &s->models[i]) > 0) {
+      out->models_ready++;
+    } else if (s->models[i].pinned) {
+      pinned_waiting++;
+    }
+  }
+  for (runner_t* r = s->runners; r; r = r->next) {
+    if (atomic_load(&r->state) == RUNNER_READY && !r->stop &&
+        worker_connected(r)) {
+      out->schedulers++;
+    }
+  }
+  int64_t t = now_ns(s);
+  out->probe_age_ms = s->probe_ok_ns ? (t - s->probe_ok_ns) / 1000000 : -1;
+  snprintf(out->last_error, sizeof(out->last_error), "%s", s->probe_error);
+  bool stuck = s->probe_in_flight && (t - s->probe_started_ns) / 1000000 >
+                                         s->options.probe_max_age_ms;
+  // Every --model-dir model is served, and the probe passed recently.
+  out->ready = pinned_waiting == 0 && out->schedulers > 0 && s->probe_ok_ns &&
+               !s->probe_failed &&
+               !stuck && out->probe_age_ms <= s->options.probe_max_age_ms;
+  pthread_mutex_unlock(&s->mu);
+}
+
+//===----------------------------------------------------------------------===//
+// Manager thread
+//===----------------------------------------------------------------------===//
+
+// Loads weights of new models (|mu| dropped while reading files).
+static void manage_models(pcp_infer_service_t* s) {
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    model_entry_t* e = NULL;
+    for (size_t i = 0; i < s->model_count && !e; ++i) {
+      if (s->models[i].state == MODEL_NEW)
+        e = &s->models[i];
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!e) {
+      return;
+    }
+    // Only this thread moves a model out of NEW, so it can fill the record
+    // without the lock; readers look at it only once LOADED.
+    pcp_status_t status = pcp_infer_model_weights_load(e->model);
+    pthread_mutex_lock(&s->mu);
+    if (status) {
+      pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
+                     "model load failed");
+      pcp_status_format(status, e->error, sizeof(e->error));
+      pcp_status_ignore(status);
+      e->state = MODEL_FAILED;
+    } else {
+      e->state = MODEL_LOADED;
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+}
+
+// Starts a runner per (loaded model, connected worker) that has none,
+// compiling the model for the worker's (backend, target) first.
+static void manage_workers(pcp_infer_service_t* s) {
+  enum { kMaxListed = 64 };
+  pcp_fabric_worker_info_t* infos = calloc(kMaxListed, sizeof(*infos));
+  if (!infos) {
+    return;
+  }
+  uint32_t count =
+      pcp_fabric_worker_list(s->options.fabric, infos, kMaxListed, NULL);
+  for (uint32_t w = 0; w < count; ++w) {
+    if (infos[w].state != PCP_FABRIC_WORKER_CONNECTED) {
+      continue;
+    }
+    for (size_t i = 0;; ++i) {
+      pthread_mutex_lock(&s->mu);
+      if (i >= s->model_count || s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        break;
+      }
+      model_entry_t* e = &s->models[i];
+      bool has = e->state != MODEL_LOADED;
+      for (runner_t* r = s->runners; r && !has; r = r->next) {
+        has = r->entry == e && strcmp(r->worker_id, infos[w].worker_id) == 0;
+      }
+      program_entry_t* prog = NULL;
+      for (size_t k = 0; !has && k < e->program_count; ++k) {
+        if (strcmp(e->programs[k].backend, infos[w].backend) == 0 &&
+            strcmp(e->programs[k].target, infos[w].target) == 0) {
+          prog = &e->programs[k];
+        }
+      }
+      if (has || (prog && prog->failed)) {
+        pthread_mutex_unlock(&s->mu);
+        continue;
+      }
+      if (prog) {
+        pcp_status_t status =
+            runner_start(s, e, infos[w].worker_id, prog->hash);
+        pthread_mutex_unlock(&s->mu);
+        if (status) {
+          pcp_log_status(PCP_LOG_WARN, &s->options.log, status, "runner");
+          pcp_status_ignore(status);
+        }
+        continue;
+      }
+      const pcp_infer_model_t* m = e->model;
+      pthread_mutex_unlock(&s->mu);
+      uint8_t hash[PCP_SHA256_BYTE_LENGTH];
+      pcp_status_t status =
+          model_compile(s, m, infos[w].backend, infos[w].target, hash);
+      pthread_mutex_lock(&s->mu);
+      bool recorded = e->program_count < MAX_PROGRAMS;
+      if (recorded) {
+        prog = &e->programs[e->program_count++];
+        snprintf(prog->backend, sizeof(prog->backend), "%s", infos[w].backend);
+        snprintf(prog->target, sizeof(prog->target), "%s", infos[w].target);
+        prog->failed = status != 0;
+        memcpy(prog->hash, hash, sizeof(hash));
+      }
+      if (status) {
+        pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
+                       "inference compile failed");
+        pcp_status_format(status, e->error, sizeof(e->error));
+        pcp_status_ignore(status);
+      }
+      pthread_mutex_unlock(&s->mu);
+      if (recorded) {
+        --i;  // start the runner on the next pass
+      }
+    }
+  }
+  free(infos);
+}
+
+// Joins runners that ended (their worker was lost or a call failed).
+static void reap(pcp_infer_service_t* s) {
+  pthread_mutex_lock(&s->mu);
+  runner_t** link = &s->runners;
+  runner_t* dead = NULL;
+  while (*link) {
+    runner_t* r = *link;
+    if (atomic_load(&r->state) == RUNNER_DEAD) {
+      *link = r->next;
+      r->next = dead;
+      dead = r;
+    } else {
+      link = &r->next;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  while (dead) {
+    runner_t* r = dead;
+    dead = r->next;
+    pthread_join(r->thread, NULL);
+    // Requests may have been queued between the end and the unlink.
+    fail_all(r, pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                                "inference worker %s is gone", r->worker_id));
+    runner_free(r);
+  }
+}
+
+// A runner whose worker was lost while it was idle stops here (a busy one
+// notices in its call).
+static void watch_workers(pcp_infer_service_t* s) {
+  pthread_mutex_lock(&s->mu);
+  for (runner_t* r = s->runners; r; r = r->next) {
+    if (atomic_load(&r->state) == RUNNER_READY && !r->stop &&
+        !worker_connected(r)) {
+      r->stop = true;
+      pthread_cond_signal(&r->cv);
+      PCP_LOG(PCP_LOG_WARN, &s->options.log,
+              "inference worker lost model=%s worker=%s", r->model->name,
+              r->worker_id);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  // Stopped runners end their thread; mark them dead for reap.
+  pthread_mutex_lock(&s->mu);
+  runner_t* stopped = NULL;
+  for (runner_t** link = &s->runners; *link;) {
+    runner_t* r = *link;
+    if (r->stop && atomic_load(&r->state) != RUNNER_LOADING) {
+      *link = r->next;
+      r->next = stopped;
+      stopped = r;
+    } else {
+      link = &r->next;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  while (stopped) {
+    runner_t* r = stopped;
+    stopped = r->next;
+    pthread_join(r->thread, NULL);
+    fail_all(r, pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                                "inference worker %s is gone", r->worker_id));
+    runner_free(r);
+  }
+}
+
+static void* manager_main(void* opaque) {
+  pcp_infer_service_t* s = opaque;
+  int64_t next_probe = 0;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+      pthread_mutex_unlock(&s->mu);
+      break;
+    }
+    if (now_ns(s) - s->last_scan_ns > 2000000000) {
+      scan_locked(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    manage_models(s);
+    manage_workers(s);
+    watch_workers(s);
+    reap(s);
+    pthread_mutex_lock(&s->mu);
+    int64_t t = now_ns(s);
+    if (!s->probe_in_flight && !s->refusing && t >= next_probe) {
+      next_probe = t + s->options.probe_interval_ms * 1000000;
+      probe_start(s);
+    }
+    if (!s->stopping) {
+      // Wake at least every 200 ms (probe, scans, lost workers).
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += 200000000;
+      if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&s->cv, &s->mu, &until);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  return NULL;
+}
+
+//===----------------------------------------------------------------------===//
+// Lifecycle and listing
+//===----------------------------------------------------------------------===//
+
+pcp_status_t pcp_infer_service_create(
+    const pcp_infer_service_options_t* options, pcp_allocator_t allocator,
+    pcp_infer_service_t** out_service) {
+  *out_service = NULL;
+  if (!options->fabric || options->model_dir_count > PCP_INFER_MAX_MODEL_DIRS) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "inference: a fabric endpoint and at most %d "
+                           "model dirs",
+                           PCP_INFER_MAX_MODEL_DIRS);
+  }
+  pcp_infer_service_t* s = calloc(1, sizeof(*s));
+  if (!s) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inference");
+  }
+  s->allocator = allocator;
+  s->options = *options;
+  s->clock = pcp_clock_system();
+  if (!s->options.probe_interval_ms)
+    s->options.probe_interval_ms = 1000;
+  if (!s->options.probe_max_age_ms)
+    s->options.probe_max_age_ms = 10 * s->options.probe_interval_ms;
+  if (!s->options.max_waiting_per_worker)
+    s->options.max_waiting_per_worker = 64;
+  if (!s->options.call_timeout_ms)
+    s->options.call_timeout_ms = 60000;
+  snprintf(s->artifact_dir, sizeof(s->artifact_dir), "%s",
+           options->artifact_dir ? options->artifact_dir : "");
+  snprintf(s->models_root, sizeof(s->models_root), "%s",
+           options->models_root ? options->models_root : "");
+  s->model_dirs = calloc(options->model_dir_count + 1, sizeof(*s->model_dirs));
+  if (!s->model_dirs) {
+    free(s);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inference");
+  }
+  for (size_t i = 0; i < options->model_dir_count; ++i) {
+    snprintf(s->model_dirs[i], sizeof(s->model_dirs[i]), "%s",
+             options->model_dirs[i]);
+  }
+  s->model_dir_count = options->model_dir_count;
+  s->options.model_dirs = NULL;
+  s->options.artifact_dir = NULL;
+  s->options.models_root = NULL;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  pcp_status_t status = pcp_ok_status();
+  if (options->metrics) {
+    pcp_obs_family_t* f[PCP_ARRAYSIZE(kMetrics)];
+    status = pcp_obs_registry_register(options->metrics, kMetrics,
+                                       PCP_ARRAYSIZE(kMetrics), f);
+    if (!status) {
+      s->ttft = f[0];
+      s->itl = f[1];
+      s->e2e = f[2];
+      s->queue = f[3];
+      s->prompt_tokens = f[4];
+      s->generation_tokens = f[5];
+      s->running = f[6];
+      s->waiting = f[7];
+    }
+  }
+  if (!status) {
+    // A missing --model-dir is a start error, not a silent empty service.
+    for (size_t i = 0; i < s->model_dir_count && !status; ++i) {
+      char path[PCP_INFER_MAX_PATH + 16];
+      snprintf(path, sizeof(path), "%s/model.json", s->model_dirs[i]);
+      pcp_infer_model_t probe = {0};
+      status = pcp_infer_model_json_load(s->model_dirs[i], &probe);
+      free(probe.char_offsets);
+      free(probe.char_text);
+    }
+  }
+  if (!status) {
+    scan_locked(s);
+    if (pthread_create(&s->manager, NULL, manager_main, s) != 0) {
+      status = pcp_make_status(PCP_STATUS_UNAVAILABLE, "inference manager");
+    } else {
+      s->manager_started = true;
+    }
+  }
+  if (status) {
+    pcp_infer_service_release(s);
+    return status;
+  }
+  *out_service = s;
+  return pcp_ok_status();
+}
+
+void pcp_infer_service_shutdown(pcp_infer_service_t* s, int64_t deadline_ms) {
+  if (!s || s->shut_down) {
+    return;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->refusing = true;
+  pthread_mutex_unlock(&s->mu);
+  int64_t end = now_ns(s) + deadline_ms * 1000000;
+  for (;;) {
+    bool busy = false;
+    pthread_mutex_lock(&s->mu);
+    for (runner_t* r = s->runners; r && !busy; r = r->next) {
+      busy = r->waiting > 0 || r->active > 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!busy || now_ns(s) >= end) {
+      break;
+    }
+    pcp_sleep_ms(20);
+  }
+  pthread_mutex_lock(&s->mu);
+  s->stopping = true;
+  for (runner_t* r = s->runners; r; r = r->next) {
+    r->stop = true;
+    pthread_cond_signal(&r->cv);
+  }
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  if (s->manager_started) {
+    pthread_join(s->manager, NULL);
+  }
+  runner_t* r = s->runners;
+  while (r) {
+    runner_t* next = r->next;
+    pthread_join(r->thread, NULL);
+    fail_all(r, pcp_make_status(PCP_STATUS_CANCELLED,
+                                "the inference service is stopping"));
+    runner_free(r);
+    r = next;
+  }
+  s->runners = NULL;
+  s->shut_down = true;
+}
+
+void pcp_infer_service_release(pcp_infer_service_t* s) {
+  if (!s) {
+    return;
+  }
+  pcp_infer_service_shutdown(s, 0);
+  for (size_t i = 0; i < s->model_count; ++i) {
+    pcp_infer_model_free(s->models[i].model);
+  }
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s->model_dirs);
+  free(s);
+}
+
+static int info_compare(const void* a, const void* b) {
+  return strcmp(((const pcp_infer_model_info_t*)a)->name,
+                ((const pcp_infer_model_info_t*)b)->name);
+}
+
+size_t pcp_infer_service_model_list(pcp_infer_service_t* s,
+                                    pcp_infer_model_info_t* out_infos,
+                                    size_t capacity, size_t* out_total) {
+  pthread_mutex_lock(&s->mu);
+  scan_locked(s);
+  size_t n = 0;
+  for (size_t i = 0; i < s->model_count && n < capacity; ++i) {
+    model_entry_t* e = &s->models[i];
+    pcp_infer_model_info_t* info = &out_infos[n++];
+    memset(info, 0, sizeof(*info));
+    snprintf(info->name, sizeof(info->name), "%s", e->model->name);
+    snprintf(info->architecture, sizeof(info->architecture), "%s",
+             pcp_models_architecture_name(e->model->spec.architecture));
+    info->workers = runners_serving(s, e);
+    info->state = e->state == MODEL_FAILED ? PCP_INFER_MODEL_FAILED
+                  : info->workers > 0      ? PCP_INFER_MODEL_READY
+                                           : PCP_INFER_MODEL_PREPARING;
+    snprintf(info->error, sizeof(info->error), "%s", e->error);
+    info->created_s = e->model->created_s;
+    info->max_length = e->model->gen.max_length;
+  }
+  if (out_total) {
+    *out_total = s->model_count;
+  }
+  pthread_mutex_unlock(&s->mu);
+  qsort(out_infos, n, sizeof(*out_infos), info_compare);
+  return n;
+}
+
+bool pcp_infer_service_has_pinned_models(pcp_infer_service_t* s) {
+  return s->model_dir_count > 0;
+}
