@@ -221,8 +221,8 @@ struct pcp_roles_gateway_training_run_t {
   pthread_t thread;
 };
 
-static pcp_status_t run_transition(pcp_roles_gateway_state_t* g,
-                                   const char* id, pcp_store_job_state_t to,
+static pcp_status_t run_transition(pcp_roles_gateway_state_t* g, const char* id,
+                                   pcp_store_job_state_t to,
                                    const char* error) {
   pcp_store_job_transition_params_t params = {.error = error};
   pcp_status_t status =
@@ -274,8 +274,8 @@ static void* run_main(void* opaque) {
   pcp_status_t status = pcp_store_job_get(g->store, run->id, &job);
   char* experiment = NULL;
   if (!status) {
-    experiment = json_dumps(json_object_get(job.spec, "experiment"),
-                            JSON_COMPACT);
+    experiment =
+        json_dumps(json_object_get(job.spec, "experiment"), JSON_COMPACT);
     pcp_store_job_deinitialize(&job);
     if (!experiment) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -310,8 +310,7 @@ static void* run_main(void* opaque) {
   free(experiment);
   pcp_store_job_t now;
   pcp_status_t got = pcp_store_job_get(g->store, run->id, &now);
-  pcp_store_job_state_t state =
-      got ? PCP_STORE_JOB_STATE_FAILED : now.state;
+  pcp_store_job_state_t state = got ? PCP_STORE_JOB_STATE_FAILED : now.state;
   if (!got) {
     pcp_store_job_deinitialize(&now);
   }
@@ -355,8 +354,7 @@ static void* run_main(void* opaque) {
 
 static pcp_roles_gateway_training_run_t* run_find_locked(
     pcp_roles_gateway_state_t* g, const char* id) {
-  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r;
-       r = r->next) {
+  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r; r = r->next) {
     if (strcmp(r->id, id) == 0) {
       return r;
     }
@@ -368,8 +366,7 @@ static void training_tick(pcp_roles_gateway_state_t* g) {
   // Join finished threads; count running ones.
   uint32_t running = 0;
   pthread_mutex_lock(&g->training_mu);
-  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r;
-       r = r->next) {
+  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r; r = r->next) {
     if (!r->running && !r->joined) {
       pthread_mutex_unlock(&g->training_mu);
       pthread_join(r->thread, NULL);
@@ -447,8 +444,7 @@ static void* training_main(void* opaque) {
   }
   // Stopping: every run sees should_stop and returns; join them all.
   pthread_mutex_lock(&g->training_mu);
-  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r;
-       r = r->next) {
+  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r; r = r->next) {
     if (!r->joined) {
       pthread_mutex_unlock(&g->training_mu);
       pthread_join(r->thread, NULL);
@@ -508,8 +504,8 @@ void pcp_roles_gateway_training_json_merge(pcp_roles_gateway_state_t* g,
   // the live ones.
   json_t* spec = json_object_get(job_json, "spec");
   json_t* stored = json_object_get(spec, "training");
-  json_t* merged = json_is_object(stored) ? json_deep_copy(stored)
-                                          : json_object();
+  json_t* merged =
+      json_is_object(stored) ? json_deep_copy(stored) : json_object();
   if (merged) {
     json_object_update(merged, progress);
     json_object_set(job_json, "training", merged);

@@ -13,11 +13,11 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -280,7 +280,8 @@ static pcp_status_t job_setup(job_t* job) {
   size_t per_frame =
       job->config.streaming.present
           ? (job->table.count + (size_t)job->config.streaming.num_fragments -
-             1) / (size_t)job->config.streaming.num_fragments + 1
+             1) / (size_t)job->config.streaming.num_fragments +
+                1
           : job->table.count + 3;
   if (per_frame > max_sections) {
     return pcp_make_status(
@@ -383,11 +384,11 @@ static pcp_status_t job_setup(job_t* job) {
 // cursor is the seed plus the running totals.
 static char* cursor_json(const job_t* job) {
   json_t* cursor = json_pack(
-      "{s:s, s:I, s:I, s:I, s:I, s:o, s:o}", "kind",
-      "pcp.diloco.stateless.v1", "seed", (json_int_t)job->seed, "workers",
-      (json_int_t)job->expected_workers, "wire_bytes", (json_int_t)job->wire_bytes,
-      "token_bytes", (json_int_t)job->token_bytes, "loss",
-      number_or_null(job->last_loss), "loss_mean",
+      "{s:s, s:I, s:I, s:I, s:I, s:o, s:o}", "kind", "pcp.diloco.stateless.v1",
+      "seed", (json_int_t)job->seed, "workers",
+      (json_int_t)job->expected_workers, "wire_bytes",
+      (json_int_t)job->wire_bytes, "token_bytes", (json_int_t)job->token_bytes,
+      "loss", number_or_null(job->last_loss), "loss_mean",
       number_or_null(job->last_loss_mean));
   char* text = cursor ? json_dumps(cursor, JSON_COMPACT) : NULL;
   json_decref(cursor);
@@ -511,8 +512,7 @@ static pcp_status_t model_export(job_t* job) {
       free(text);
       return decoded;
     }
-    tokenizer =
-        json_pack("{s:s, s:s%}", "kind", "char", "vocab", text, used);
+    tokenizer = json_pack("{s:s, s:s%}", "kind", "char", "vocab", text, used);
     free(text);
   } else if (pcp_data_dataset_format(job->dataset) == PCP_DATA_FORMAT_BYTE) {
     tokenizer = json_pack("{s:s}", "kind", "byte");
@@ -617,8 +617,7 @@ static pcp_status_t child_compile(job_t* job, const char* mlir_path,
   snprintf(vmfb, sizeof(vmfb), "%s/diloco-%.32s.vmfb", artifacts, hex);
   if (!pcp_file_exists(vmfb)) {
     char log_path[1300];
-    snprintf(log_path, sizeof(log_path), "%s/compile-%.12s.log", job->dir,
-             hex);
+    snprintf(log_path, sizeof(log_path), "%s/compile-%.12s.log", job->dir, hex);
     char* argv[24];
     int argc = 0;
     argv[argc++] = (char*)o->pcp_path;
@@ -698,8 +697,8 @@ static pcp_status_t child_compile(job_t* job, const char* mlir_path,
   size_t length = 0;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_file_read_all(vmfb, (size_t)1 << 30, &bytes, &length));
-  pcp_status_t status = pcp_fabric_program_register(
-      o->fabric, bytes, length, backend, target, out_hash);
+  pcp_status_t status = pcp_fabric_program_register(o->fabric, bytes, length,
+                                                    backend, target, out_hash);
   free(bytes);
   return status;
 }
@@ -707,9 +706,9 @@ static pcp_status_t child_compile(job_t* job, const char* mlir_path,
 static pcp_status_t program_build(job_t* job, program_t* program) {
   char model[1200];
   snprintf(model, sizeof(model), "%s/model.mlir", job->dir);
-  PCP_RETURN_IF_ERROR_BARE(child_compile(
-      job, model, job->model_hash, "diloco", job->config.tau,
-      program->backend, program->target, program->hash));
+  PCP_RETURN_IF_ERROR_BARE(child_compile(job, model, job->model_hash, "diloco",
+                                         job->config.tau, program->backend,
+                                         program->target, program->hash));
   program->ready = true;
   ++job->compiled_count;
   return pcp_ok_status();
@@ -1299,11 +1298,10 @@ static pcp_status_t list_append(pcp_string_builder_t* b, const stream_t* st,
       const char* sep = *first ? "" : ", ";
       *first = false;
       if (mode == LIST_ARGS) {
-        status = pcp_string_builder_append_f(b, "%s%%%s%zu: %s", sep,
-                                             prefix[g], i, t);
+        status = pcp_string_builder_append_f(b, "%s%%%s%zu: %s", sep, prefix[g],
+                                             i, t);
       } else if (mode == LIST_NAMES) {
-        status =
-            pcp_string_builder_append_f(b, "%s%%%s%zu", sep, prefix[g], i);
+        status = pcp_string_builder_append_f(b, "%s%%%s%zu", sep, prefix[g], i);
       } else {
         status = pcp_string_builder_append_f(b, "%s%s", sep, t);
       }
@@ -1315,8 +1313,7 @@ static pcp_status_t list_append(pcp_string_builder_t* b, const stream_t* st,
 // "return NAMES : TYPES\n  }\n" of one function.
 static pcp_status_t return_append(pcp_string_builder_t* b, const stream_t* st,
                                   uint32_t fragment, const char* const* prefix,
-                                  const char* const* element,
-                                  int group_count) {
+                                  const char* const* element, int group_count) {
   bool first = true;
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "    return "));
   PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_NAMES, prefix,
@@ -1336,15 +1333,14 @@ static pcp_status_t signature_append(
     const char* const* arg_element, int arg_groups,
     const char* const* result_element, int result_groups) {
   bool first = !lead[0];
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-      b, "  func.func @%s(%s", name, lead));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append_f(b, "  func.func @%s(%s", name, lead));
   PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_ARGS, arg_prefix,
                                        arg_element, arg_groups, &first));
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
   first = true;
-  PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_TYPES,
-                                       arg_prefix, result_element,
-                                       result_groups, &first));
+  PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_TYPES, arg_prefix,
+                                       result_element, result_groups, &first));
   return pcp_string_builder_append_cstring(b, ") {\n");
 }
 
@@ -1360,9 +1356,8 @@ static pcp_status_t fragment_module_emit(stream_t* st, uint32_t fragment,
   // @delta(s..., c...) -> (s - c in the wire dtype..., c...)
   const char* const delta_args[] = {"s", "c"};
   const char* const delta_results[] = {wire, "f32"};
-  PCP_RETURN_IF_ERROR_BARE(signature_append(b, st, fragment, "delta", "",
-                                            delta_args, f32x4, 2,
-                                            delta_results, 2));
+  PCP_RETURN_IF_ERROR_BARE(signature_append(
+      b, st, fragment, "delta", "", delta_args, f32x4, 2, delta_results, 2));
   for (size_t i = fragment; i < table->count; i += P) {
     type_text(&table->parameters[i], "f32", t, sizeof(t));
     type_text(&table->parameters[i], wire, w, sizeof(w));
@@ -1461,7 +1456,8 @@ static bool stream_wait(stream_t* st) {
     if (w->task && pcp_fabric_task_status(w->task)) {
       PCP_LOG(PCP_LOG_WARN, &st->job->log,
               "streaming worker %s lost: %s; dropped for the rest of the run",
-              w->worker_id, pcp_status_message(pcp_fabric_task_status(w->task)));
+              w->worker_id,
+              pcp_status_message(pcp_fabric_task_status(w->task)));
       w->alive = false;
       if (st->job->options->metrics) {
         pcp_obs_family_add(st->job->options->metrics->lost_tasks, NULL, 1);
@@ -1478,15 +1474,12 @@ static void stream_tasks_release(stream_t* st) {
   }
 }
 
-static void stream_submit(stream_t* st, stream_worker_t* w,
-                          const uint8_t program[PCP_SHA256_BYTE_LENGTH],
-                          const char* function,
-                          const pcp_proto_section_t* sections,
-                          uint32_t section_count,
-                          const pcp_proto_tensor_ref_t* refs,
-                          uint32_t ref_count,
-                          const pcp_proto_keep_resident_t* keep,
-                          uint32_t keep_count) {
+static void stream_submit(
+    stream_t* st, stream_worker_t* w,
+    const uint8_t program[PCP_SHA256_BYTE_LENGTH], const char* function,
+    const pcp_proto_section_t* sections, uint32_t section_count,
+    const pcp_proto_tensor_ref_t* refs, uint32_t ref_count,
+    const pcp_proto_keep_resident_t* keep, uint32_t keep_count) {
   pcp_fabric_task_params_t params;
   memset(&params, 0, sizeof(params));
   memcpy(params.program, program, sizeof(params.program));
@@ -1547,9 +1540,9 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
       for (size_t i = 0; i < n; ++i) {
         pcp_proto_tensor_ref_t* r = &refs[g * n + i];
         memset(r, 0, sizeof(*r));
-        keep[g * n + i] = (pcp_proto_keep_resident_t){
-            .output = (uint32_t)(g * n + i),
-            .as = resident_name(st, "pmv"[g], i)};
+        keep[g * n + i] =
+            (pcp_proto_keep_resident_t){.output = (uint32_t)(g * n + i),
+                                        .as = resident_name(st, "pmv"[g], i)};
         r->kind = PCP_PROTO_TENSOR_REF_RESIDENT;
         r->name = resident_name(st, "pmv"[g], i);
       }
@@ -1636,9 +1629,9 @@ static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
     s->byte_length = (uint64_t)p->element_count * sizeof(float);
     s->data = job->parameters + tensor_offset(job, i);
     for (int g = 0; g < 4; ++g) {
-      keep[g * count + j] = (pcp_proto_keep_resident_t){
-          .output = (uint32_t)(g * count + j),
-          .as = resident_name(st, "pmvs"[g], i)};
+      keep[g * count + j] =
+          (pcp_proto_keep_resident_t){.output = (uint32_t)(g * count + j),
+                                      .as = resident_name(st, "pmvs"[g], i)};
     }
   }
   for (uint32_t k = 0; k < st->worker_count; ++k) {
@@ -1657,8 +1650,7 @@ static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
 
 // A fragment's send (@delta) or receive (@mix) on every live worker.
 static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
-                                         bool mix, bool init,
-                                         bool* out_stopped,
+                                         bool mix, bool init, bool* out_stopped,
                                          uint64_t* out_bytes) {
   job_t* job = st->job;
   uint32_t P = st->schedule.fragments;
@@ -1680,9 +1672,11 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
   uint32_t keep_count = 0;
   uint64_t master_bytes = 0;
   if (mix) {
-    sections[section_count] = (pcp_proto_section_t){
-        .name = "alpha", .element_type = PCP_ELEMENT_TYPE_F32,
-        .byte_length = sizeof(float), .data = &st->alpha};
+    sections[section_count] =
+        (pcp_proto_section_t){.name = "alpha",
+                              .element_type = PCP_ELEMENT_TYPE_F32,
+                              .byte_length = sizeof(float),
+                              .data = &st->alpha};
     refs[ref_count++] = (pcp_proto_tensor_ref_t){
         .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
   }
@@ -1790,9 +1784,9 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
       for (size_t e = 0; e < elements; ++e) {
         g[e] = isfinite(g[e]) ? g[e] / (float)reporters : 0.0f;
       }
-      status = pcp_diloco_nesterov_step(&job->nesterov, tensor_offset(job, i),
-                                        elements, g,
-                                        job->parameters + tensor_offset(job, i));
+      status = pcp_diloco_nesterov_step(
+          &job->nesterov, tensor_offset(job, i), elements, g,
+          job->parameters + tensor_offset(job, i));
     }
   }
   if (mix && !*out_stopped) {
@@ -1872,7 +1866,8 @@ static pcp_status_t stream_run(job_t* job) {
         snprintf(backend, sizeof(backend), "%s", infos[i].backend);
         snprintf(target, sizeof(target), "%s", infos[i].target);
       }
-      if (strcmp(infos[i].backend, backend) || strcmp(infos[i].target, target)) {
+      if (strcmp(infos[i].backend, backend) ||
+          strcmp(infos[i].target, target)) {
         continue;
       }
       stream_worker_t* w = &st.workers[st.worker_count++];
@@ -1943,16 +1938,17 @@ static pcp_status_t stream_run(job_t* job) {
   uint64_t last_event_step = 0;
   for (uint64_t t = 1; t <= max_steps && !status && !stopped; ++t) {
     if (!stream_alive(&st)) {
-      status = pcp_make_status(PCP_STATUS_ABORTED,
-                               "every streaming worker was lost by step %" PRIu64,
-                               t);
+      status = pcp_make_status(
+          PCP_STATUS_ABORTED,
+          "every streaming worker was lost by step %" PRIu64, t);
       break;
     }
     if (should_stop(job)) {
       stopped = true;
       break;
     }
-    for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped; ++p) {
+    for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped;
+         ++p) {
       uint32_t round = 0;
       if (!pcp_streaming_diloco_receives_at(&st.schedule, p, t, &round)) {
         continue;
@@ -2025,7 +2021,8 @@ static pcp_status_t stream_run(job_t* job) {
     if (!status && !stopped) {
       status = stream_compute(&st, t, &stopped);
     }
-    for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped; ++p) {
+    for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped;
+         ++p) {
       if (!pcp_streaming_diloco_sends_at(&st.schedule, p, t, NULL)) {
         continue;
       }

@@ -192,8 +192,7 @@ static void setup_errors_name_the_key(void** state) {
   char* path = strstr(missing, PCP_TEST_DATA);
   memcpy(path, "/nonexistent/", 13);
   EXPECT_CODE(run(h, "job-data", missing), PCP_STATUS_NOT_FOUND, "data_path");
-  EXPECT_CODE(run(h, "job-dtype",
-                  experiment(", \"dtype\": \"bf16\"")),
+  EXPECT_CODE(run(h, "job-dtype", experiment(", \"dtype\": \"bf16\"")),
               PCP_STATUS_UNIMPLEMENTED, "dtype");
   EXPECT_CODE(run(h, "job-tau", experiment(", \"tau\": 0")),
               PCP_STATUS_INVALID_ARGUMENT, "tau");
