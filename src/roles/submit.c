@@ -47,7 +47,7 @@ static void usage(FILE* out) {
   fprintf(out,
           "usage: pcp submit train EXP.json [flags]\n"
           "  --gateway URL      gateway base URL (default "
-          "http://127.0.0.1:8080)\n"
+          "http://127.0.0.1:8000)\n"
           "  --token-env NAME   environment variable holding the API token "
           "(default PCP_API_TOKEN; unset: no token)\n"
           "  --no-follow        print the job id and return\n"
@@ -263,7 +263,7 @@ static int submit_train(const submit_options_t* options, const char* path) {
 
 int pcp_roles_submit_cli_main(int argc, char** argv) {
   submit_options_t options = {
-      .gateway = "http://127.0.0.1:8080",
+      .gateway = "http://127.0.0.1:8000",
       .token_env = "PCP_API_TOKEN",
       .poll_ms = 500,
       .follow = true,
