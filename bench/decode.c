@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "compile/compile.h"
 #include "compute/compute.h"
 #include "models/models.h"
@@ -33,12 +34,7 @@
 #define PROMPT 8
 
 static void check(pcp_status_t status, const char* what) {
-  if (!status)
-    return;
-  char text[4096];
-  pcp_status_format(status, text, sizeof(text));
-  fprintf(stderr, "decode: %s: %s\n", what, text);
-  exit(1);
+  pcp_bench_check("decode", status, what);
 }
 
 static void toy_spec(pcp_models_spec_t* spec) {

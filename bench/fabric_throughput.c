@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "fabric/fabric.h"
 
 #define TOKEN_ENV "PCP_BENCH_FABRIC_TOKEN"
@@ -60,17 +61,10 @@ static pcp_proto_limits_t bench_limits(void) {
   return limits;
 }
 
-static int64_t read_status_kib(const char* key) {
-  FILE* f = fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  int64_t value = 0;
-  size_t n = strlen(key);
-  while (fgets(line, sizeof(line), f)) {
-    if (strncmp(line, key, n) == 0) value = strtoll(line + n, NULL, 10);
-  }
-  fclose(f);
-  return value * 1024;
+// A /proc/self/status field in bytes (0 when missing).
+static int64_t read_status_bytes(const char* key) {
+  int64_t kib = pcp_bench_status_kib(key);
+  return kib < 0 ? 0 : kib * 1024;
 }
 
 // Current RSS, then the peak is reset to it.
@@ -80,10 +74,10 @@ static int64_t rss_mark_idle(void) {
     fputs("5", f);
     fclose(f);
   }
-  return read_status_kib("VmRSS:");
+  return read_status_bytes("VmRSS:");
 }
 
-static int64_t rss_peak(void) { return read_status_kib("VmHWM:"); }
+static int64_t rss_peak(void) { return read_status_bytes("VmHWM:"); }
 
 static void touch(uint8_t* data, size_t length) {
   for (size_t i = 0; i < length; ++i) data[i] = (uint8_t)(i * 2654435761u >> 13);

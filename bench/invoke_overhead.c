@@ -26,17 +26,14 @@
 
 #include <jansson.h>
 
+#include "bench_util.h"
 #include "compile/compile.h"
 #include "compute/compute.h"
 
 extern char** environ;
 
 static void check(pcp_status_t status, const char* what) {
-  if (!status) return;
-  char text[4096];
-  pcp_status_format(status, text, sizeof(text));
-  fprintf(stderr, "invoke_overhead: %s: %s\n", what, text);
-  exit(1);
+  pcp_bench_check("invoke_overhead", status, what);
 }
 
 static const char kTiny[] =

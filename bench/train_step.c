@@ -53,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "compile/compile.h"
 #include "compute/compute.h"
 #include "models/models.h"
@@ -65,12 +66,7 @@
 #define SEED 1
 
 static void check(pcp_status_t status, const char* what) {
-  if (!status)
-    return;
-  char text[4096];
-  pcp_status_format(status, text, sizeof(text));
-  fprintf(stderr, "train_step: %s: %s\n", what, text);
-  exit(1);
+  pcp_bench_check("train_step", status, what);
 }
 
 static void model_spec(pcp_models_spec_t* spec) {
@@ -81,21 +77,6 @@ static void model_spec(pcp_models_spec_t* spec) {
   spec->vocab = 65;
   spec->block_size = 64;
   spec->batch = 8;
-}
-
-static int64_t status_kib(const char* key) {
-  FILE* f = fopen("/proc/self/status", "r");
-  char line[256];
-  int64_t value = -1;
-  size_t length = strlen(key);
-  while (f && fgets(line, sizeof(line), f)) {
-    if (strncmp(line, key, length) == 0) {
-      value = strtoll(line + length, NULL, 10);
-    }
-  }
-  if (f)
-    fclose(f);
-  return value;
 }
 
 // User + system CPU seconds of this process, all threads.
@@ -212,7 +193,7 @@ static int pcp_side(const char* dir) {
              (cpu_seconds() - cpu) / calls);
       fflush(stdout);
     } else if (strncmp(line, "quit", 4) == 0) {
-      printf("rss %lld\n", (long long)status_kib("VmHWM:"));
+      printf("rss %lld\n", (long long)pcp_bench_status_kib("VmHWM:"));
       fflush(stdout);
       rc = 0;
       break;
