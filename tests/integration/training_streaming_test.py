@@ -25,6 +25,116 @@ import training_e2e_test as te  # noqa: E402
 from gateway_test import check, request, wait_for  # noqa: E402
 
 ROUNDS = int(os.environ.get("PCP_STREAMING_ROUNDS", "30"))
+STREAMING = {"num_fragments": 2, "inner_steps": 10, "overlap_tau": 1,
+             "alpha": 0.5}
+# Run B: the same experiment for B_ROUNDS rounds (2 * B_ROUNDS syncs; the
+# schedule of the first rounds does not depend on max_epochs: a fragment's
+# send at phase + (r+1)H and its receive tau later exist for every
+# r < max_epochs), checkpoints every 2 syncs, the gateway SIGKILLed once
+# sync KILL_AFTER is reported.
+B_ROUNDS = 4
+KILL_AFTER = 5
+
+
+def checkpoints_of(job_id):
+    """[(sync, path)] of the job's "checkpoint" events (the store index)."""
+    out = []
+    for e in te.events(job_id):
+        if e["type"] == "checkpoint":
+            path = e["payload"]["path"]
+            out.append((int(path.rsplit("step-", 1)[1].split(".")[0]), path))
+    return out
+
+
+def resume_runs(work, gw, a_steps, n):
+    """Run B (resumed after a gateway SIGKILL) and run C ("resume": true on
+    B's checkpoint_dir) repeat run A's losses bit for bit; checkpoints of
+    the wrong kind or schedule, and a corrupted worker state file, fail
+    the job with a clear error."""
+    ckpt_b = os.path.join(work, "ckpt-b")
+    t0 = time.time()
+    b = te.submit(te.experiment(max_epochs=B_ROUNDS, checkpoint_every=2,
+                                checkpoint_dir=ckpt_b, streaming=STREAMING))
+    wait_for(lambda: KILL_AFTER in te.steps_of(b), 300,
+             "run B reached sync %d" % KILL_AFTER)
+    killed_at = max(te.steps_of(b))
+    gw.proc.kill()
+    gw.proc.wait()
+    gw.start()
+    te.wait_done(b, 600)
+    wall = time.time() - t0
+    check(te.state_of(b) == "succeeded",
+          "run B succeeded after a gateway SIGKILL: %s" % te.state_of(b))
+    b_events = [e["payload"] for e in te.events(b)
+                if e["type"] == "training.step"]
+    b_syncs = [p["outer_step"] for p in b_events]
+    bs = te.steps_of(b)
+    same = [(k, bs.get(k, {}).get("loss"), a_steps[k]["loss"])
+            for k in range(1, 2 * B_ROUNDS + 1)]
+    print("run B: %.1f s, killed after sync %d, syncs reported %s" % (
+        wall, killed_at, b_syncs))
+    check(all(x[1] is not None and x[1] == x[2] for x in same),
+          "run B (resumed) repeats run A's per-sync losses bit for bit: %s"
+          % same)
+    # The resume went back to a checkpoint before the kill and redid the
+    # syncs after it (reported twice), at the same local steps.
+    redone = sorted(k for k in set(b_syncs) if b_syncs.count(k) > 1)
+    check(redone and redone[0] % 2 == 1 and redone[0] <= killed_at,
+          "syncs after the last checkpoint redone after the restart: %s"
+          % redone)
+    check(all(bs[k]["local_step"] == a_steps[k]["local_step"] for k in bs),
+          "same local step per sync as run A")
+    ckpts = checkpoints_of(b)
+    check([k for k, _ in ckpts] == list(range(2, 2 * B_ROUNDS + 1, 2)),
+          "checkpoints indexed every 2 syncs and at the end: %s" % ckpts)
+    state = os.path.join(work, "state")
+    for k, path in ckpts:
+        side = os.path.join(state, os.path.dirname(path),
+                            "stream-%020d.workers" % k)
+        check(os.path.exists(side) and os.path.getsize(side) == 2 * 4 * n * 4,
+              "sync %d: worker state file of 2 workers x 4 x %d f32 beside "
+              "its checkpoint" % (k, n))
+
+    # Run C: "resume": true on B's checkpoint_dir, one more round: syncs
+    # 2*B_ROUNDS+1.. equal run A's.
+    c = te.submit(te.experiment(max_epochs=B_ROUNDS + 1, resume=True,
+                                checkpoint_dir=ckpt_b, streaming=STREAMING))
+    te.wait_done(c, 300)
+    cs = te.steps_of(c)
+    want = [2 * B_ROUNDS + 1, 2 * B_ROUNDS + 2]
+    check(te.state_of(c) == "succeeded" and sorted(cs) == want and
+          all(cs[k]["loss"] == a_steps[k]["loss"] for k in want),
+          "resume: true continues at sync %d with run A's losses: %s" % (
+              want[0], {k: (p["loss"], a_steps[k]["loss"])
+                        for k, p in cs.items()}))
+
+    # Wrong kind, wrong schedule, corrupted worker state: clear failures.
+    def fails(exp, words, what):
+        job = te.submit(exp)
+        te.wait_done(job, 120)
+        s, r = request("GET", "/v1/training/jobs/%s" % job)
+        err = r.get("error", "")
+        check(r.get("state") == "failed" and all(w in err for w in words),
+              "%s fails naming %s: %s" % (what, words, r.get("error")))
+    fails(te.experiment(outer_loop_steps=12, resume=True,
+                        checkpoint_dir=ckpt_b),
+          ["streaming DiLoCo run", "classic"],
+          "a classic job on a streaming checkpoint")
+    fails(te.experiment(max_epochs=B_ROUNDS + 1, resume=True,
+                        checkpoint_dir=ckpt_b,
+                        streaming=dict(STREAMING, inner_steps=5)),
+          ["H=10", "H=5"], "a streaming job with another H")
+    bad = os.path.join(work, "ckpt-bad")
+    shutil.copytree(ckpt_b, bad)
+    for name in os.listdir(bad):
+        if name.endswith(".workers"):
+            with open(os.path.join(bad, name), "r+b") as f:
+                f.seek(1000)
+                f.write(b"\x7f\x7f\x7f\x7f")
+    fails(te.experiment(max_epochs=B_ROUNDS + 1, resume=True,
+                        checkpoint_dir=bad, streaming=STREAMING),
+          ["does not match its checkpoint", "SHA-256"],
+          "a corrupted worker state file")
 
 
 def main():
@@ -47,8 +157,7 @@ def main():
             return 1
         exp = te.experiment(
             max_epochs=ROUNDS,
-            streaming={"num_fragments": 2, "inner_steps": 10,
-                       "overlap_tau": 1, "alpha": 0.5})
+            streaming=STREAMING)
         t0 = time.time()
         job = te.submit(exp)
         te.wait_done(job, 900)
@@ -88,6 +197,7 @@ def main():
             meta = json.load(f)
         check(meta["outer_step"] == 2 * ROUNDS, "masters exported: %s" % {
             k: v for k, v in meta.items() if k != "tokenizer"})
+        resume_runs(work, gw, steps, n)
     finally:
         te.stop_all(nm, gw)
     if gt.FAILURES:

@@ -9,6 +9,7 @@
 // step, shard index). A resumed run repeats an uninterrupted one bit for bit
 // as long as the same number of workers report.
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -190,6 +191,13 @@ typedef struct job_t {
   program_t programs[MAX_PROGRAMS];
   uint32_t program_count;
   uint32_t compiled_count;  // programs registered, for the log
+  // Streaming: the cursor's "streaming" object the next checkpoint_write
+  // stores (set by the streaming loop), and the one job_resume loaded with
+  // the directory of its checkpoint file (the workers' state file is beside
+  // it).
+  json_t* stream_cursor;
+  json_t* stream_resume;
+  char stream_resume_dir[1300];
 } job_t;
 
 static pcp_status_t make_dirs(const char* path) {
@@ -212,6 +220,8 @@ static void job_deinitialize(job_t* job) {
     pcp_models_parameter_table_deinitialize(&job->table);
   }
   json_decref(job->experiment);
+  json_decref(job->stream_cursor);
+  json_decref(job->stream_resume);
   pcp_diloco_config_deinitialize(&job->config);
 }
 
@@ -379,17 +389,26 @@ static pcp_status_t job_setup(job_t* job) {
 // Checkpoints and the exported model
 //===----------------------------------------------------------------------===//
 
+#define CURSOR_KIND_CLASSIC "pcp.diloco.stateless.v1"
+#define CURSOR_KIND_STREAMING "pcp.diloco.streaming.v1"
+
 // The checkpoint's opaque cursor: what a resume needs beyond params and
 // velocity. The batches depend only on (seed, outer step, shard), so the
-// cursor is the seed plus the running totals.
+// cursor is the seed plus the running totals. A streaming job's adds its
+// "streaming" object (stream_cursor_json).
 static char* cursor_json(const job_t* job) {
   json_t* cursor = json_pack(
-      "{s:s, s:I, s:I, s:I, s:I, s:o, s:o}", "kind", "pcp.diloco.stateless.v1",
+      "{s:s, s:I, s:I, s:I, s:I, s:o, s:o}", "kind",
+      job->config.streaming.present ? CURSOR_KIND_STREAMING
+                                    : CURSOR_KIND_CLASSIC,
       "seed", (json_int_t)job->seed, "workers",
       (json_int_t)job->expected_workers, "wire_bytes",
       (json_int_t)job->wire_bytes, "token_bytes", (json_int_t)job->token_bytes,
       "loss", number_or_null(job->last_loss), "loss_mean",
       number_or_null(job->last_loss_mean));
+  if (cursor && job->stream_cursor) {
+    json_object_set(cursor, "streaming", job->stream_cursor);
+  }
   char* text = cursor ? json_dumps(cursor, JSON_COMPACT) : NULL;
   json_decref(cursor);
   return text;
@@ -406,15 +425,41 @@ static pcp_status_t checkpoint_restore(job_t* job,
                            from, c->parameter_count, c->tensor_count,
                            job->parameter_count, job->table.count);
   }
+  json_t* cursor =
+      c->cursor_byte_length
+          ? json_loadb((const char*)c->cursor, c->cursor_byte_length, 0, NULL)
+          : NULL;
+  // A streaming checkpoint holds worker state a classic job has no use for
+  // (and a classic one lacks it): each kind resumes only its own.
+  const char* kind = json_string_value(json_object_get(cursor, "kind"));
+  bool streaming = kind && strcmp(kind, CURSOR_KIND_STREAMING) == 0;
+  json_t* stream = json_object_get(cursor, "streaming");
+  if (streaming != job->config.streaming.present ||
+      (streaming && !json_is_object(stream))) {
+    json_decref(cursor);
+    return pcp_make_status(
+        PCP_STATUS_FAILED_PRECONDITION,
+        "checkpoint %s is from a %s run; this job is a %s one", from,
+        streaming ? "streaming DiLoCo" : "classic DiLoCo",
+        job->config.streaming.present ? "streaming DiLoCo" : "classic DiLoCo");
+  }
+  if (streaming) {
+    json_decref(job->stream_resume);
+    job->stream_resume = json_incref(stream);
+    snprintf(job->stream_resume_dir, sizeof(job->stream_resume_dir), "%s",
+             from);
+    char* slash = strrchr(job->stream_resume_dir, '/');
+    if (slash) {
+      *slash = 0;
+    } else {
+      snprintf(job->stream_resume_dir, sizeof(job->stream_resume_dir), ".");
+    }
+  }
   memcpy(job->parameters, c->parameters, c->parameter_count * sizeof(float));
   memcpy(job->nesterov.velocity, c->velocity,
          c->parameter_count * sizeof(float));
   job->outer_step = c->outer_step;
   job->rng = c->rng;
-  json_t* cursor =
-      c->cursor_byte_length
-          ? json_loadb((const char*)c->cursor, c->cursor_byte_length, 0, NULL)
-          : NULL;
   if (cursor) {
     job->wire_bytes =
         (uint64_t)json_integer_value(json_object_get(cursor, "wire_bytes"));
@@ -1227,7 +1272,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
 // The master parameters and the outer Nesterov state stay on the gateway,
 // updated per fragment when its deltas are in. The schedule is diloco.h's.
 // A worker lost mid-run is dropped for the rest of the run (its state was on
-// it); streaming jobs checkpoint and export the masters at the end only.
+// it). Checkpoints and resume: "Streaming checkpoints" below.
 
 #define MAX_FRAGMENTS 64
 
@@ -1239,6 +1284,7 @@ typedef struct stream_worker_t {
   int32_t* tokens;  // ids then targets, B*T each
   pcp_fabric_task_t* task;
   float last_loss;
+  uint32_t shard;  // its sampler's shard of the plan (kept by a resume)
 } stream_worker_t;
 
 typedef struct stream_t {
@@ -1248,6 +1294,9 @@ typedef struct stream_t {
   uint8_t fragment_hash[MAX_FRAGMENTS][PCP_SHA256_BYTE_LENGTH];
   stream_worker_t workers[MAX_ROUND_WORKERS];
   uint32_t worker_count;
+  uint32_t shard_count;  // workers of the first start: the plan's shards
+  char backend[16];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
   char (*names)[24];  // "p0", "m0", "v0", "s0" ... per tensor: 4 each
   float* zeros;       // parameter_count zeros: the first moments
   float alpha;
@@ -1406,6 +1455,13 @@ static pcp_status_t fragment_module_emit(stream_t* st, uint32_t fragment,
   }
   const char* const init_out[] = {"p", "z", "z", "p"};
   PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, init_out, f32x4, 4));
+  // @copy(x...) -> (x...): moves one kind (p, m, v or s) of the fragment's
+  // resident tensors to the gateway for a checkpoint (resident refs in,
+  // outputs returned) and back after a resume (sections in, outputs kept).
+  const char* const copy_args[] = {"x"};
+  PCP_RETURN_IF_ERROR_BARE(signature_append(b, st, fragment, "copy", "",
+                                            copy_args, f32x4, 1, f32x4, 1));
+  PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, copy_args, f32x4, 1));
   return pcp_string_builder_append_cstring(b, "}\n");
 }
 
@@ -1805,6 +1861,382 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
   return status;
 }
 
+//===----------------------------------------------------------------------===//
+// Streaming checkpoints
+//===----------------------------------------------------------------------===//
+//
+// A streaming checkpoint is taken at a step boundary (after step t's sends)
+// and holds, besides the masters and the outer velocity of every classic
+// one, what lives on the workers and in the loop: the cursor's "streaming"
+// object (schedule, t, syncs, per-fragment in-flight bytes and senders, per
+// worker its shard, sampler cursor and last loss) and a side file
+// stream-<sync>.workers beside the checkpoint with every live worker's
+// resident p/m/v/s (4 f32 parameter vectors per worker, in the cursor's
+// worker order), named in the cursor with its SHA-256. The side file is
+// written before the checkpoint row, so an indexed checkpoint always has it.
+
+// Moves kind |kind| (0..3: p, m, v, s) of |fragment|'s tensors between
+// every live worker's session and |state| (per worker in |slots| order, 4
+// parameter vectors p, m, v, s): |upload| false runs @copy on the resident
+// tensors and reads the outputs; true sends the sections and keeps the
+// outputs resident. One fragment's tensors of one kind per task keep the
+// frame within the fabric's section limit, as for @delta / @mix.
+static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
+                                     bool upload, float* state,
+                                     bool* out_stopped) {
+  job_t* job = st->job;
+  uint32_t P = st->schedule.fragments;
+  size_t N = job->parameter_count;
+  size_t count = 0;
+  for (size_t i = fragment; i < job->table.count; i += P) {
+    ++count;
+  }
+  pcp_proto_tensor_ref_t* refs = calloc(count + 1, sizeof(*refs));
+  pcp_proto_section_t* sections = calloc(count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep = calloc(count + 1, sizeof(*keep));
+  uint32_t* slots = calloc(st->worker_count + 1, sizeof(*slots));
+  if (!refs || !sections || !keep || !slots) {
+    free(refs);
+    free(sections);
+    free(keep);
+    free(slots);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "copy refs");
+  }
+  const char k = "pmvs"[kind];
+  uint32_t slot = 0;
+  for (uint32_t w = 0; w < st->worker_count; ++w) {
+    stream_worker_t* worker = &st->workers[w];
+    if (!worker->alive) {
+      continue;
+    }
+    slots[w] = slot++;
+    const float* base = state + ((size_t)slots[w] * 4 + (size_t)kind) * N;
+    size_t j = 0;
+    for (size_t i = fragment; i < job->table.count; i += P, ++j) {
+      const pcp_models_parameter_t* p = &job->table.parameters[i];
+      if (upload) {
+        pcp_proto_section_t* s = &sections[j];
+        memset(s, 0, sizeof(*s));
+        s->name = resident_name(st, k, i);
+        s->element_type = PCP_ELEMENT_TYPE_F32;
+        s->rank = (uint32_t)p->rank;
+        for (int32_t d = 0; d < p->rank; ++d) {
+          s->shape[d] = p->dims[d];
+        }
+        s->byte_length = (uint64_t)p->element_count * sizeof(float);
+        s->data = base + tensor_offset(job, i);
+        keep[j] = (pcp_proto_keep_resident_t){.output = (uint32_t)j,
+                                              .as = resident_name(st, k, i)};
+      } else {
+        refs[j] =
+            (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+                                     .name = resident_name(st, k, i)};
+      }
+    }
+    // The struct arrays are copied by the submit; the data stays borrowed
+    // until stream_wait.
+    if (upload) {
+      stream_submit(st, worker, st->fragment_hash[fragment], "copy", sections,
+                    (uint32_t)count, NULL, 0, keep, (uint32_t)count);
+    } else {
+      stream_submit(st, worker, st->fragment_hash[fragment], "copy", NULL, 0,
+                    refs, (uint32_t)count, NULL, 0);
+    }
+  }
+  *out_stopped = stream_wait(st);
+  pcp_status_t status = pcp_ok_status();
+  for (uint32_t w = 0;
+       w < st->worker_count && !upload && !*out_stopped && !status; ++w) {
+    stream_worker_t* worker = &st->workers[w];
+    if (!worker->alive || !worker->task) {
+      continue;
+    }
+    const pcp_proto_section_t* outputs = NULL;
+    size_t n_out = 0;
+    status = pcp_fabric_task_outputs(worker->task, &outputs, &n_out);
+    if (!status && n_out != count) {
+      status =
+          pcp_make_status(PCP_STATUS_INTERNAL,
+                          "@copy returned %zu tensors, not %zu", n_out, count);
+    }
+    float* base = state + ((size_t)slots[w] * 4 + (size_t)kind) * N;
+    size_t j = 0;
+    for (size_t i = fragment; i < job->table.count && !status; i += P, ++j) {
+      size_t bytes =
+          (size_t)job->table.parameters[i].element_count * sizeof(float);
+      if (outputs[j].byte_length != bytes) {
+        status = pcp_make_status(PCP_STATUS_INTERNAL,
+                                 "@copy returned %" PRIu64 " bytes, not %zu",
+                                 outputs[j].byte_length, bytes);
+        break;
+      }
+      memcpy(base + tensor_offset(job, i), outputs[j].data, bytes);
+    }
+  }
+  stream_tasks_release(st);
+  free(refs);
+  free(sections);
+  free(keep);
+  free(slots);
+  return status;
+}
+
+// The loop's own state beside stream_t, as a checkpoint holds it.
+typedef struct stream_loop_t {
+  uint64_t step;  // the last completed local step
+  uint64_t pending_up[MAX_FRAGMENTS];
+  uint32_t pending_senders[MAX_FRAGMENTS];
+  uint64_t last_event_step;
+} stream_loop_t;
+
+// Writes a checkpoint at the boundary after step loop->step (see above).
+// A checkpoint already indexed at this sync (a restarted run repeating
+// what the dead gateway wrote) is the same state by construction: only the
+// model is exported again. A worker lost while its state is read skips
+// the checkpoint (the next one is complete).
+static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
+                                      bool* out_stopped) {
+  job_t* job = st->job;
+  const pcp_diloco_job_options_t* o = job->options;
+  pcp_store_checkpoint_t row;
+  pcp_status_t status = pcp_store_checkpoint_get(
+      o->store, o->job_id, (int64_t)job->outer_step, &row);
+  if (!status) {
+    return model_export(job);
+  }
+  if (pcp_status_code(status) != PCP_STATUS_NOT_FOUND) {
+    return status;
+  }
+  pcp_status_ignore(status);
+  status = pcp_ok_status();
+  uint32_t alive = stream_alive(st);
+  size_t N = job->parameter_count;
+  size_t bytes = (size_t)alive * 4 * N * sizeof(float);
+  float* state = malloc(bytes ? bytes : 1);
+  if (!state) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "%zu bytes of worker state", bytes);
+  }
+  for (uint32_t p = 0; p < st->schedule.fragments && !status && !*out_stopped;
+       ++p) {
+    for (int kind = 0; kind < 4 && !status && !*out_stopped; ++kind) {
+      status = stream_copy_call(st, p, kind, false, state, out_stopped);
+    }
+  }
+  if (status || *out_stopped) {
+    free(state);
+    return status;
+  }
+  if (stream_alive(st) != alive) {
+    PCP_LOG(PCP_LOG_WARN, &job->log,
+            "a worker was lost while the state was read: no checkpoint at "
+            "sync %" PRIu64,
+            job->outer_step);
+    free(state);
+    return pcp_ok_status();
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_compute(state, bytes, &digest);
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, hex);
+  char name[64];
+  snprintf(name, sizeof(name), "stream-%020" PRIu64 ".workers",
+           job->outer_step);
+  char dir[1200], path[1300];
+  snprintf(dir, sizeof(dir), "%s/checkpoints/%s", pcp_store_state_dir(o->store),
+           o->job_id);
+  status = make_dirs(dir);
+  if (!status) {
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    status = pcp_file_write_atomic(path, state, bytes);
+  }
+  if (!status && job->checkpoint_dir[0]) {
+    // Beside checkpoint_dir/latest.ckpt too (a "resume": true job).
+    status = make_dirs(job->checkpoint_dir);
+    snprintf(path, sizeof(path), "%s/%s", job->checkpoint_dir, name);
+    if (!status) {
+      status = pcp_file_write_atomic(path, state, bytes);
+    }
+  }
+  free(state);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  json_t* workers = json_array();
+  char cursor_text[PCP_DATA_MAX_CURSOR_JSON_LENGTH + 1];
+  for (uint32_t k = 0; k < st->worker_count && workers; ++k) {
+    const stream_worker_t* w = &st->workers[k];
+    if (!w->alive) {
+      continue;
+    }
+    pcp_data_cursor_t cursor;
+    pcp_data_sampler_cursor(w->sampler, &cursor);
+    pcp_data_cursor_format(&cursor, cursor_text, sizeof(cursor_text));
+    json_array_append_new(
+        workers,
+        json_pack("{s:s, s:I, s:o, s:s}", "worker_id", w->worker_id, "shard",
+                  (json_int_t)w->shard, "loss", number_or_null(w->last_loss),
+                  "sampler", cursor_text));
+  }
+  json_t* up = json_array();
+  json_t* senders = json_array();
+  for (uint32_t p = 0; p < st->schedule.fragments && up && senders; ++p) {
+    json_array_append_new(up, json_integer((json_int_t)loop->pending_up[p]));
+    json_array_append_new(senders,
+                          json_integer((json_int_t)loop->pending_senders[p]));
+  }
+  job->stream_cursor = json_pack(
+      "{s:I, s:I, s:I, s:f, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s:o, "
+      "s:o, s:o, s:s, s:s, s:I}",
+      "fragments", (json_int_t)st->schedule.fragments, "inner_steps",
+      (json_int_t)st->schedule.inner_steps, "overlap_tau",
+      (json_int_t)st->schedule.overlap_tau, "alpha", (double)st->alpha,
+      "deltas_dtype", st->bf16 ? "bf16" : "f32", "max_rounds",
+      (json_int_t)st->schedule.max_rounds, "step", (json_int_t)loop->step,
+      "syncs", (json_int_t)st->syncs, "last_event_step",
+      (json_int_t)loop->last_event_step, "backend", st->backend, "target",
+      st->target, "shards", (json_int_t)st->shard_count, "pending_up",
+      up ? up : json_array(), "pending_senders",
+      senders ? senders : json_array(), "workers",
+      workers ? workers : json_array(), "state_file", name, "state_sha256", hex,
+      "state_bytes", (json_int_t)bytes);
+  if (!job->stream_cursor) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "streaming cursor");
+  }
+  status = checkpoint_write(job);
+  json_decref(job->stream_cursor);
+  job->stream_cursor = NULL;
+  if (!status && job->checkpoint_dir[0]) {
+    // checkpoint_dir keeps latest.ckpt only: its older state files go.
+    DIR* entries = opendir(job->checkpoint_dir);
+    struct dirent* entry;
+    while (entries && (entry = readdir(entries)) != NULL) {
+      size_t length = strlen(entry->d_name);
+      if (strncmp(entry->d_name, "stream-", 7) == 0 && length > 8 &&
+          strcmp(entry->d_name + length - 8, ".workers") == 0 &&
+          strcmp(entry->d_name, name) != 0) {
+        snprintf(path, sizeof(path), "%s/%s", job->checkpoint_dir,
+                 entry->d_name);
+        unlink(path);
+      }
+    }
+    if (entries) {
+      closedir(entries);
+    }
+  }
+  return status;
+}
+
+static pcp_status_t resume_error(const char* what) {
+  return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                         "streaming checkpoint: %s", what);
+}
+
+// Checks the resumed cursor against this job and reads its worker state
+// file (verified against the cursor's SHA-256): *out_state holds
+// *out_workers workers' p/m/v/s (caller frees).
+static pcp_status_t stream_resume_load(stream_t* st, stream_loop_t* loop,
+                                       float** out_state,
+                                       uint32_t* out_workers) {
+  job_t* job = st->job;
+  json_t* c = job->stream_resume;
+  *out_state = NULL;
+  *out_workers = 0;
+  uint32_t P = st->schedule.fragments;
+  json_int_t fragments = json_integer_value(json_object_get(c, "fragments"));
+  json_int_t inner = json_integer_value(json_object_get(c, "inner_steps"));
+  json_int_t tau = json_integer_value(json_object_get(c, "overlap_tau"));
+  double alpha = json_number_value(json_object_get(c, "alpha"));
+  const char* dtype = json_string_value(json_object_get(c, "deltas_dtype"));
+  if (fragments != (json_int_t)P ||
+      inner != (json_int_t)st->schedule.inner_steps ||
+      tau != (json_int_t)st->schedule.overlap_tau ||
+      (float)alpha != st->alpha || !dtype ||
+      strcmp(dtype, st->bf16 ? "bf16" : "f32") != 0) {
+    return pcp_make_status(
+        PCP_STATUS_FAILED_PRECONDITION,
+        "streaming checkpoint of P=%lld H=%lld overlap_tau=%lld alpha=%g "
+        "deltas_dtype=%s; this job has P=%u H=%u overlap_tau=%u alpha=%g "
+        "deltas_dtype=%s",
+        (long long)fragments, (long long)inner, (long long)tau, alpha,
+        dtype ? dtype : "?", P, st->schedule.inner_steps,
+        st->schedule.overlap_tau, (double)st->alpha, st->bf16 ? "bf16" : "f32");
+  }
+  json_t* workers = json_object_get(c, "workers");
+  json_t* up = json_object_get(c, "pending_up");
+  json_t* senders = json_object_get(c, "pending_senders");
+  const char* backend = json_string_value(json_object_get(c, "backend"));
+  const char* target = json_string_value(json_object_get(c, "target"));
+  const char* name = json_string_value(json_object_get(c, "state_file"));
+  const char* hex = json_string_value(json_object_get(c, "state_sha256"));
+  json_int_t shards = json_integer_value(json_object_get(c, "shards"));
+  json_int_t syncs = json_integer_value(json_object_get(c, "syncs"));
+  size_t count = json_array_size(workers);
+  if (count < 1 || count > MAX_ROUND_WORKERS || shards < (json_int_t)count ||
+      shards > MAX_ROUND_WORKERS || json_array_size(up) != P ||
+      json_array_size(senders) != P || !backend || !target ||
+      strlen(backend) >= sizeof(st->backend) ||
+      strlen(target) >= sizeof(st->target) || !hex ||
+      strlen(hex) != PCP_SHA256_HEX_LENGTH ||
+      (uint64_t)syncs != job->outer_step) {
+    return resume_error(
+        "malformed cursor (workers, shards, pending, kind "
+        "or syncs)");
+  }
+  // A plain file name beside the checkpoint, nothing else.
+  if (!name || !name[0] || name[0] == '.' || strchr(name, '/') ||
+      strlen(name) > 128) {
+    return resume_error("bad worker state file name");
+  }
+  snprintf(st->backend, sizeof(st->backend), "%s", backend);
+  snprintf(st->target, sizeof(st->target), "%s", target);
+  st->shard_count = (uint32_t)shards;
+  loop->step = (uint64_t)json_integer_value(json_object_get(c, "step"));
+  loop->last_event_step =
+      (uint64_t)json_integer_value(json_object_get(c, "last_event_step"));
+  for (uint32_t p = 0; p < P; ++p) {
+    loop->pending_up[p] = (uint64_t)json_integer_value(json_array_get(up, p));
+    loop->pending_senders[p] =
+        (uint32_t)json_integer_value(json_array_get(senders, p));
+  }
+  st->syncs = (uint64_t)syncs;
+  for (size_t k = 0; k < count; ++k) {
+    json_t* w = json_array_get(workers, k);
+    json_int_t shard = json_integer_value(json_object_get(w, "shard"));
+    const char* sampler = json_string_value(json_object_get(w, "sampler"));
+    if (shard < 0 || shard >= shards || !sampler) {
+      return resume_error("malformed worker entry");
+    }
+  }
+  size_t N = job->parameter_count;
+  size_t want = count * 4 * N * sizeof(float);
+  char path[1500];
+  snprintf(path, sizeof(path), "%s/%s", job->stream_resume_dir, name);
+  void* data = NULL;
+  size_t length = 0;
+  pcp_status_t status = pcp_file_read_all(path, want, &data, &length);
+  if (status) {
+    pcp_status_t wrapped = pcp_make_status(
+        PCP_STATUS_DATA_LOSS, "streaming checkpoint's worker state %s: %s",
+        path, pcp_status_message(status));
+    pcp_status_ignore(status);
+    return wrapped;
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_compute(data, length, &digest);
+  char got[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, got);
+  if (length != want || strcmp(got, hex) != 0) {
+    free(data);
+    return pcp_make_status(PCP_STATUS_DATA_LOSS,
+                           "streaming checkpoint's worker state %s does not "
+                           "match its checkpoint (%zu bytes, SHA-256 %s; "
+                           "expected %zu bytes, %s)",
+                           path, length, got, want, hex);
+  }
+  *out_state = data;
+  *out_workers = (uint32_t)count;
+  return pcp_ok_status();
+}
+
 static pcp_status_t stream_run(job_t* job) {
   const pcp_diloco_job_options_t* o = job->options;
   stream_t st;
@@ -1830,12 +2262,23 @@ static pcp_status_t stream_run(job_t* job) {
                            "key 'streaming.overlap_tau': the service needs "
                            "at least 1 (a receive after its send)");
   }
+  // The loop's state: fresh, or the resumed checkpoint's (checked against
+  // the job, its worker state file read and verified).
+  stream_loop_t loop;
+  memset(&loop, 0, sizeof(loop));
+  float* resume_state = NULL;
+  uint32_t resume_workers = 0;
+  if (job->stream_resume) {
+    PCP_RETURN_IF_ERROR_BARE(
+        stream_resume_load(&st, &loop, &resume_state, &resume_workers));
+  }
   st.sync_total = (uint64_t)st.schedule.fragments * st.schedule.max_rounds;
   st.names = calloc(4 * job->table.count, sizeof(*st.names));
   st.zeros = calloc(job->parameter_count + 1, sizeof(float));
   if (!st.names || !st.zeros) {
     free(st.names);
     free(st.zeros);
+    free(resume_state);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "streaming state");
   }
   for (size_t i = 0; i < job->table.count; ++i) {
@@ -1846,34 +2289,56 @@ static pcp_status_t stream_run(job_t* job) {
   }
   pcp_status_t status = pcp_ok_status();
   // The workers: those connected at the start, of the first worker's kind
-  // (one program set); the run waits for one.
+  // (one program set); the run waits for one. A resume waits up to
+  // WORKER_GRACE_MS for the checkpoint's worker count of its kind, then
+  // goes on with those there (the others' state is dropped, as a worker
+  // lost mid-run).
   pcp_fabric_worker_info_t* infos = calloc(MAX_ROUND_WORKERS, sizeof(*infos));
-  char backend[16] = "", target[PCP_SCHED_TARGET_MAX_LENGTH + 1] = "";
+  int64_t wait_start = pcp_clock_now_ns(o->clock);
+  // Session ids of this run only: a restarted gateway's must not meet what
+  // a worker may still hold of the dead one's.
+  uint64_t nonce = (uint64_t)pcp_clock_now_ns(o->clock) & 0xffffffffffull;
   while (!status && !st.worker_count) {
     if (should_stop(job)) {
       status = pcp_make_status(PCP_STATUS_CANCELLED,
-                               "training stopped at outer step 0");
+                               "training stopped at outer step %" PRIu64,
+                               job->outer_step);
       break;
     }
     uint32_t count = infos ? pcp_fabric_worker_list(o->fabric, infos,
                                                     MAX_ROUND_WORKERS, NULL)
                            : 0;
+    uint32_t matching = 0;
     for (uint32_t i = 0; i < count; ++i) {
       if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED) {
         continue;
       }
-      if (!backend[0]) {
-        snprintf(backend, sizeof(backend), "%s", infos[i].backend);
-        snprintf(target, sizeof(target), "%s", infos[i].target);
+      if (!st.backend[0]) {
+        snprintf(st.backend, sizeof(st.backend), "%s", infos[i].backend);
+        snprintf(st.target, sizeof(st.target), "%s", infos[i].target);
       }
-      if (strcmp(infos[i].backend, backend) ||
-          strcmp(infos[i].target, target)) {
+      matching += !strcmp(infos[i].backend, st.backend) &&
+                  !strcmp(infos[i].target, st.target);
+    }
+    bool graced =
+        (pcp_clock_now_ns(o->clock) - wait_start) / 1000000 >= WORKER_GRACE_MS;
+    if (resume_workers && matching < resume_workers && !graced) {
+      matching = 0;  // wait for the rest
+    }
+    if (resume_workers && matching > resume_workers) {
+      matching = resume_workers;
+    }
+    for (uint32_t i = 0; i < count && st.worker_count < matching; ++i) {
+      if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED ||
+          strcmp(infos[i].backend, st.backend) ||
+          strcmp(infos[i].target, st.target)) {
         continue;
       }
       stream_worker_t* w = &st.workers[st.worker_count++];
       snprintf(w->worker_id, sizeof(w->worker_id), "%s", infos[i].worker_id);
-      snprintf(w->session, sizeof(w->session), "%s-stream-%u", o->job_id,
-               st.worker_count - 1);
+      snprintf(w->session, sizeof(w->session), "%s-stream-%u-%" PRIx64,
+               o->job_id, st.worker_count - 1, nonce);
+      w->shard = st.worker_count - 1;
       w->alive = true;
     }
     if (!st.worker_count) {
@@ -1881,38 +2346,68 @@ static pcp_status_t stream_run(job_t* job) {
     }
   }
   free(infos);
-  if (!status) {
-    status = stream_programs(&st, backend, target);
+  if (!status && resume_workers && st.worker_count < resume_workers) {
+    PCP_LOG(PCP_LOG_WARN, &job->log,
+            "resuming with %u of the checkpoint's %u streaming workers",
+            st.worker_count, resume_workers);
   }
-  // Samplers: shard k of the plan over the train split (step 0).
+  if (!status && !resume_workers) {
+    st.shard_count = st.worker_count;
+  }
+  if (!status) {
+    status = stream_programs(&st, st.backend, st.target);
+  }
+  // Samplers: shard k of the plan over the train split (step 0); a resume
+  // rebuilds the first start's plan and continues each worker's cursor.
   if (!status) {
     const char* names[MAX_ROUND_WORKERS];
     char storage[MAX_ROUND_WORKERS][24];
-    for (uint32_t k = 0; k < st.worker_count; ++k) {
+    for (uint32_t k = 0; k < st.shard_count; ++k) {
       snprintf(storage[k], sizeof(storage[k]), "shard-%04u", k);
       names[k] = storage[k];
     }
-    pcp_data_assignment_t* plan = calloc(st.worker_count, sizeof(*plan));
+    pcp_data_assignment_t* plan = calloc(st.shard_count, sizeof(*plan));
     status = plan ? pcp_data_shard_plan(job->dataset, job->train_range,
                                         (uint32_t)job->spec.block_size, names,
-                                        st.worker_count, 0, job->seed, plan)
+                                        st.shard_count, 0, job->seed, plan)
                   : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "plan");
     for (uint32_t k = 0; k < st.worker_count && !status; ++k) {
+      stream_worker_t* w = &st.workers[k];
+      json_t* saved =
+          resume_workers
+              ? json_array_get(json_object_get(job->stream_resume, "workers"),
+                               k)
+              : NULL;
+      if (saved) {
+        w->shard =
+            (uint32_t)json_integer_value(json_object_get(saved, "shard"));
+        json_t* loss = json_object_get(saved, "loss");
+        w->last_loss =
+            json_is_number(loss) ? (float)json_number_value(loss) : NAN;
+      }
       pcp_data_sampler_options_t so = {
           .sampling = job->config.sampling == PCP_DILOCO_SAMPLING_FIFO
                           ? PCP_DATA_SAMPLING_SEQUENTIAL
                           : PCP_DATA_SAMPLING_RANDOM,
           .batch_size = (uint32_t)job->spec.batch,
           .block_size = (uint32_t)job->spec.block_size,
-          .seed = plan[k].seed};
-      status = pcp_data_sampler_create(job->dataset, plan[k].range, &so,
-                                       pcp_allocator_system(),
-                                       &st.workers[k].sampler);
-      st.workers[k].tokens =
+          .seed = plan[w->shard].seed};
+      status = pcp_data_sampler_create(job->dataset, plan[w->shard].range, &so,
+                                       pcp_allocator_system(), &w->sampler);
+      if (!status && saved) {
+        const char* text = json_string_value(json_object_get(saved, "sampler"));
+        pcp_data_cursor_t cursor;
+        status = pcp_data_cursor_parse(pcp_make_string_view(text, strlen(text)),
+                                       &cursor);
+        if (!status) {
+          status = pcp_data_sampler_restore(w->sampler, &cursor);
+        }
+      }
+      w->tokens =
           status ? NULL
                  : malloc(2 * (size_t)(job->spec.batch * job->spec.block_size) *
                           sizeof(int32_t));
-      if (!status && !st.workers[k].tokens) {
+      if (!status && !w->tokens) {
         status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "tokens");
       }
     }
@@ -1924,19 +2419,36 @@ static pcp_status_t stream_run(job_t* job) {
   }
   bool stopped = false;
   for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped; ++p) {
-    status = stream_init_call(&st, p, &stopped);
+    if (!resume_state) {
+      status = stream_init_call(&st, p, &stopped);
+      continue;
+    }
+    for (int kind = 0; kind < 4 && !status && !stopped; ++kind) {
+      status = stream_copy_call(&st, p, kind, true, resume_state, &stopped);
+    }
+  }
+  free(resume_state);
+  if (!status && resume_workers) {
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "streaming resumed at step %" PRIu64 " sync %" PRIu64
+            " on %u workers",
+            loop.step + 1, st.syncs, st.worker_count);
   }
   uint64_t max_steps = pcp_streaming_diloco_max_steps(&st.schedule);
   // Per fragment: the send of the round in flight (its deltas' bytes and
-  // senders), completed by its receive tau steps later, where the sync's
-  // event is written (deltas up + masters down of the same round).
-  uint64_t pending_up[MAX_FRAGMENTS] = {0};
-  uint32_t pending_senders[MAX_FRAGMENTS] = {0};
-  int64_t pending_start[MAX_FRAGMENTS] = {0};
+  // senders, in loop), completed by its receive tau steps later, where the
+  // sync's event is written (deltas up + masters down of the same round).
+  int64_t pending_start[MAX_FRAGMENTS];
+  for (uint32_t p = 0; p < MAX_FRAGMENTS; ++p) {
+    pending_start[p] = pcp_clock_now_ns(o->clock);
+  }
   // tokens_per_second: local steps and wall time since the previous event.
   int64_t last_event_ns = pcp_clock_now_ns(o->clock);
-  uint64_t last_event_step = 0;
-  for (uint64_t t = 1; t <= max_steps && !status && !stopped; ++t) {
+  uint64_t checkpointed = st.syncs;  // syncs at the last checkpoint
+  uint64_t every = job->config.checkpoint_every > 0
+                       ? (uint64_t)job->config.checkpoint_every
+                       : 0;
+  for (uint64_t t = loop.step + 1; t <= max_steps && !status && !stopped; ++t) {
     if (!stream_alive(&st)) {
       status = pcp_make_status(
           PCP_STATUS_ABORTED,
@@ -1962,7 +2474,7 @@ static pcp_status_t stream_run(job_t* job) {
         pcp_obs_family_add(o->metrics->wire_bytes,
                            (const char*[]){"parameters"}, (double)down);
       }
-      uint64_t sync_bytes = pending_up[p] + down;
+      uint64_t sync_bytes = loop.pending_up[p] + down;
       job->wire_bytes += sync_bytes;
       ++st.syncs;
       job->outer_step = st.syncs;
@@ -1978,17 +2490,17 @@ static pcp_status_t stream_run(job_t* job) {
       job->last_loss_mean = job->last_loss;
       double seconds =
           (double)(pcp_clock_now_ns(o->clock) - pending_start[p]) / 1e9;
-      round_outcome_t outcome = {.reporters = pending_senders[p],
+      round_outcome_t outcome = {.reporters = loop.pending_senders[p],
                                  .parameter_bytes = sync_bytes};
       int64_t now = pcp_clock_now_ns(o->clock);
       double window = (double)(now - last_event_ns) / 1e9;
       double tokens_per_second =
           window > 0 ? (double)alive * (double)job->spec.batch *
                            (double)job->spec.block_size *
-                           (double)(t - 1 - last_event_step) / window
+                           (double)(t - 1 - loop.last_event_step) / window
                      : 0;
       last_event_ns = now;
-      last_event_step = t - 1;
+      loop.last_event_step = t - 1;
       json_t* progress =
           progress_json(job, &outcome, seconds, tokens_per_second);
       if (progress) {
@@ -2026,15 +2538,23 @@ static pcp_status_t stream_run(job_t* job) {
       if (!pcp_streaming_diloco_sends_at(&st.schedule, p, t, NULL)) {
         continue;
       }
-      pending_senders[p] = stream_alive(&st);
+      loop.pending_senders[p] = stream_alive(&st);
       pending_start[p] = pcp_clock_now_ns(o->clock);
       uint64_t up = 0;
       status = stream_fragment_call(&st, p, false, false, &stopped, &up);
-      pending_up[p] = up;
+      loop.pending_up[p] = up;
       if (o->metrics) {
         pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"deltas"},
                            (double)up);
       }
+    }
+    loop.step = t;
+    // Every checkpoint_every syncs, at this step boundary (the end-of-run
+    // one follows the loop).
+    if (!status && !stopped && every && t < max_steps &&
+        st.syncs / every > checkpointed / every) {
+      status = stream_checkpoint(&st, &loop, &stopped);
+      checkpointed = st.syncs;
     }
   }
   if (!status && stopped) {
@@ -2042,7 +2562,11 @@ static pcp_status_t stream_run(job_t* job) {
                              "training stopped at sync %" PRIu64, st.syncs);
   }
   if (!status) {
-    status = checkpoint_write(job);
+    status = stream_checkpoint(&st, &loop, &stopped);
+    if (!status && stopped) {
+      status = pcp_make_status(PCP_STATUS_CANCELLED,
+                               "training stopped at its last checkpoint");
+    }
   }
   for (uint32_t k = 0; k < st.worker_count; ++k) {
     pcp_fabric_task_release(st.workers[k].task);
