@@ -9,6 +9,15 @@ The same char GPT as training_e2e_test.py, P=2 fragments, H=10, overlap
 tau=1, alpha=0.5: the loss falls into the classic run's band for the same
 number of inner steps, every sync moves exactly fragment_elements x workers
 x (4 + 4) bytes, and the masters are exported for the inference service.
+
+Checkpoints and resume (issue 5 item 5): run B, the same experiment for
+B_ROUNDS rounds with checkpoints every 2 syncs, has its gateway SIGKILLed
+after sync KILL_AFTER and restarted; it resumes from its newest indexed
+checkpoint (worker state uploaded back into fresh sessions) and its per-sync
+losses equal run A's bit for bit. Run C ("resume": true on B's
+checkpoint_dir, one more round) continues with run A's losses. A classic job
+on that checkpoint, a streaming job with another H and a corrupted worker
+state file fail with a clear error.
 """
 import json
 import os

@@ -215,6 +215,140 @@ static void stop_while_no_worker(void** state) {
   assert_true(pcp_file_exists(path));
 }
 
+// A checkpoint for experiment()'s model at outer step |step| with |cursor|,
+// as <dir>/ckpt/latest.ckpt (what "resume": true reads).
+static void write_checkpoint(harness_t* h, uint64_t step, const char* cursor) {
+  pcp_diloco_config_t config;
+  const char* text = experiment("");
+  EXPECT_CODE(pcp_diloco_config_parse_json(text, strlen(text), &config, NULL),
+              PCP_STATUS_OK, NULL);
+  pcp_models_spec_t spec;
+  EXPECT_CODE(pcp_diloco_model_spec_resolve(&config, &spec), PCP_STATUS_OK,
+              NULL);
+  pcp_models_parameter_table_t table;
+  EXPECT_CODE(pcp_models_parameter_table_initialize(
+                  &spec, pcp_allocator_system(), &table),
+              PCP_STATUS_OK, NULL);
+  size_t n = (size_t)table.total_elements;
+  uint64_t* elements = calloc(table.count, sizeof(uint64_t));
+  float* zeros = calloc(n, sizeof(float));
+  for (size_t i = 0; i < table.count; ++i) {
+    elements[i] = (uint64_t)table.parameters[i].element_count;
+  }
+  pcp_diloco_checkpoint_t c = {
+      .outer_step = step,
+      .tensor_count = (uint32_t)table.count,
+      .tensor_elements = elements,
+      .parameter_count = n,
+      .parameters = zeros,
+      .velocity = zeros,
+      .cursor = (uint8_t*)cursor,
+      .cursor_byte_length = strlen(cursor),
+  };
+  char path[512];
+  snprintf(path, sizeof(path), "%s/ckpt", h->dir);
+  EXPECT_CODE(pcp_file_make_directories(path), PCP_STATUS_OK, NULL);
+  snprintf(path, sizeof(path), "%s/ckpt/latest.ckpt", h->dir);
+  EXPECT_CODE(pcp_diloco_checkpoint_save(&c, path), PCP_STATUS_OK, NULL);
+  free(elements);
+  free(zeros);
+  pcp_models_parameter_table_deinitialize(&table);
+  pcp_diloco_config_deinitialize(&config);
+}
+
+// A streaming cursor naming stream-x.workers of |state_bytes| bytes with
+// SHA-256 |hex|.
+static const char* streaming_cursor(const char* hex, size_t state_bytes) {
+  static char text[2048];
+  snprintf(
+      text, sizeof(text),
+      "{\"kind\": \"pcp.diloco.streaming.v1\", \"seed\": 0, \"workers\": 1, "
+      "\"wire_bytes\": 0, \"token_bytes\": 0, \"loss\": 3.5, "
+      "\"loss_mean\": 3.5, \"streaming\": {\"fragments\": 2, "
+      "\"inner_steps\": 4, \"overlap_tau\": 1, \"alpha\": 0.5, "
+      "\"deltas_dtype\": \"f32\", \"step\": 9, \"syncs\": 2, "
+      "\"last_event_step\": 8, \"backend\": \"cpu\", \"target\": "
+      "\"default\", \"shards\": 1, \"pending_up\": [0, 0], "
+      "\"pending_senders\": [1, 1], \"workers\": [{\"worker_id\": \"w\", "
+      "\"shard\": 0, \"loss\": 3.5, \"sampler\": \"{}\"}], "
+      "\"state_file\": \"stream-x.workers\", \"state_sha256\": \"%s\", "
+      "\"state_bytes\": %zu}}",
+      hex, state_bytes);
+  return text;
+}
+
+#define STREAMING_RESUME                                                  \
+  ", \"resume\": true, \"checkpoint_dir\": \"ckpt\", \"max_epochs\": 3, " \
+  "\"streaming\": {\"num_fragments\": 2, \"inner_steps\": 4, "            \
+  "\"overlap_tau\": 1, \"alpha\": 0.5}"
+
+// A checkpoint of the other kind, another schedule, a worker state file
+// missing, short or corrupted: clear errors before any worker is needed; a
+// good one gets as far as waiting for the checkpoint's workers.
+static void streaming_resume_checks(void** state) {
+  harness_t* h = *state;
+  h->stop_after_polls = 1000000;
+  write_checkpoint(h, 2,
+                   "{\"kind\": \"pcp.diloco.stateless.v1\", \"workers\": 2}");
+  EXPECT_CODE(run(h, "job-classic-ckpt", experiment(STREAMING_RESUME)),
+              PCP_STATUS_FAILED_PRECONDITION, "from a classic DiLoCo run");
+  // The state file: one worker's p/m/v/s.
+  pcp_diloco_config_t config;
+  const char* text = experiment("");
+  EXPECT_CODE(pcp_diloco_config_parse_json(text, strlen(text), &config, NULL),
+              PCP_STATUS_OK, NULL);
+  pcp_models_spec_t spec;
+  EXPECT_CODE(pcp_diloco_model_spec_resolve(&config, &spec), PCP_STATUS_OK,
+              NULL);
+  pcp_models_parameter_table_t table;
+  EXPECT_CODE(pcp_models_parameter_table_initialize(
+                  &spec, pcp_allocator_system(), &table),
+              PCP_STATUS_OK, NULL);
+  size_t bytes = 4 * (size_t)table.total_elements * sizeof(float);
+  pcp_models_parameter_table_deinitialize(&table);
+  pcp_diloco_config_deinitialize(&config);
+  float* data = calloc(1, bytes);
+  for (size_t i = 0; i < bytes / sizeof(float); ++i) {
+    data[i] = (float)i * 0.25f;
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_compute(data, bytes, &digest);
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, hex);
+  write_checkpoint(h, 2, streaming_cursor(hex, bytes));
+  EXPECT_CODE(run(h, "job-streaming-ckpt",
+                  experiment(", \"resume\": true, "
+                             "\"checkpoint_dir\": "
+                             "\"ckpt\"")),
+              PCP_STATUS_FAILED_PRECONDITION, "from a streaming DiLoCo run");
+  char other_h[512];
+  snprintf(other_h, sizeof(other_h), "%s", experiment(STREAMING_RESUME));
+  char* at = strstr(other_h, "\"inner_steps\": 4");
+  memcpy(at, "\"inner_steps\": 5", 16);
+  EXPECT_CODE(run(h, "job-other-h", other_h), PCP_STATUS_FAILED_PRECONDITION,
+              "H=5");
+  EXPECT_CODE(run(h, "job-no-state", experiment(STREAMING_RESUME)),
+              PCP_STATUS_DATA_LOSS, "stream-x.workers");
+  char path[512];
+  snprintf(path, sizeof(path), "%s/ckpt/stream-x.workers", h->dir);
+  EXPECT_CODE(pcp_file_write_atomic(path, data, bytes - 4), PCP_STATUS_OK,
+              NULL);
+  EXPECT_CODE(run(h, "job-short-state", experiment(STREAMING_RESUME)),
+              PCP_STATUS_DATA_LOSS, "does not match its checkpoint");
+  data[7] = 1e9f;
+  EXPECT_CODE(pcp_file_write_atomic(path, data, bytes), PCP_STATUS_OK, NULL);
+  EXPECT_CODE(run(h, "job-bad-state", experiment(STREAMING_RESUME)),
+              PCP_STATUS_DATA_LOSS, "does not match its checkpoint");
+  data[7] = 7 * 0.25f;
+  EXPECT_CODE(pcp_file_write_atomic(path, data, bytes), PCP_STATUS_OK, NULL);
+  // Verified: it waits for its worker (none joins) until the stop hook.
+  h->polls = 0;
+  h->stop_after_polls = 3;
+  EXPECT_CODE(run(h, "job-good-state", experiment(STREAMING_RESUME)),
+              PCP_STATUS_CANCELLED, "outer step 2");
+  free(data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(spec_resolve),
@@ -222,6 +356,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(setup_errors_name_the_key, harness_setup,
                                       harness_teardown),
       cmocka_unit_test_setup_teardown(stop_while_no_worker, harness_setup,
+                                      harness_teardown),
+      cmocka_unit_test_setup_teardown(streaming_resume_checks, harness_setup,
                                       harness_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
