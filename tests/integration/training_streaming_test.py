@@ -21,6 +21,7 @@ state file fail with a clear error.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,12 +86,20 @@ def resume_runs(work, gw, a_steps, n):
     check(all(x[1] is not None and x[1] == x[2] for x in same),
           "run B (resumed) repeats run A's per-sync losses bit for bit: %s"
           % same)
-    # The resume went back to a checkpoint before the kill and redid the
-    # syncs after it (reported twice), at the same local steps.
+    # The restarted gateway resumed from a checkpoint written before the
+    # kill (the log says where) and redid the syncs after it (reported
+    # twice), at the same local steps.
+    with open(os.path.join(work, "gw%d.err" % gw.starts)) as f:
+        m = re.search(r"streaming resumed at step (\d+) sync (\d+)", f.read())
+    at = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
     redone = sorted(k for k in set(b_syncs) if b_syncs.count(k) > 1)
-    check(redone and redone[0] % 2 == 1 and redone[0] <= killed_at,
-          "syncs after the last checkpoint redone after the restart: %s"
-          % redone)
+    check(m and at[1] in (2, 4, 6) and at[1] <= killed_at and
+          at[0] == a_steps[at[1]]["local_step"] + 1 and
+          all(k > at[1] for k in redone) and
+          (at[1] == killed_at or at[1] + 1 in redone),
+          "resumed after the checkpoint of sync %d at step %d, before the "
+          "kill (sync %d); syncs redone: %s" % (at[1], at[0], killed_at,
+                                                 redone))
     check(all(bs[k]["local_step"] == a_steps[k]["local_step"] for k in bs),
           "same local step per sync as run A")
     ckpts = checkpoints_of(b)

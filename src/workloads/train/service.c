@@ -2042,7 +2042,7 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
   char name[64];
   snprintf(name, sizeof(name), "stream-%020" PRIu64 ".workers",
            job->outer_step);
-  char dir[1200], path[1300];
+  char dir[1200], path[1600];
   snprintf(dir, sizeof(dir), "%s/checkpoints/%s", pcp_store_state_dir(o->store),
            o->job_id);
   status = make_dirs(dir);
@@ -2208,6 +2208,12 @@ static pcp_status_t stream_resume_load(stream_t* st, stream_loop_t* loop,
   }
   size_t N = job->parameter_count;
   size_t want = count * 4 * N * sizeof(float);
+  if (json_integer_value(json_object_get(c, "state_bytes")) !=
+      (json_int_t)want) {
+    return resume_error(
+        "its worker state size is not workers x 4 x the "
+        "model's parameters x 4 bytes");
+  }
   char path[1500];
   snprintf(path, sizeof(path), "%s/%s", job->stream_resume_dir, name);
   void* data = NULL;
