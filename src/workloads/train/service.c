@@ -2017,6 +2017,7 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "%zu bytes of worker state", bytes);
   }
+  int64_t start_ns = pcp_clock_now_ns(o->clock);
   for (uint32_t p = 0; p < st->schedule.fragments && !status && !*out_stopped;
        ++p) {
     for (int kind = 0; kind < 4 && !status && !*out_stopped; ++kind) {
@@ -2060,6 +2061,11 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
   }
   free(state);
   PCP_RETURN_IF_ERROR_BARE(status);
+  PCP_LOG(PCP_LOG_INFO, &job->log,
+          "streaming worker state for sync %" PRIu64
+          ": %zu bytes from %u workers read and written in %.2f s",
+          job->outer_step, bytes, alive,
+          (double)(pcp_clock_now_ns(o->clock) - start_ns) / 1e9);
   json_t* workers = json_array();
   char cursor_text[PCP_DATA_MAX_CURSOR_JSON_LENGTH + 1];
   for (uint32_t k = 0; k < st->worker_count && workers; ++k) {
