@@ -21,7 +21,10 @@ manager with two CPU workers, real IREE programs.
      gateway), bf16 parameters down and bf16 deltas up (2 + 2 bytes per
      parameter and worker), the export is a bf16 model the inference
      service can serve;
-  5. 400s naming the key: a missing module, a module without token
+  5. max_epochs: on a 20 KB excerpt the job ends when the workers have
+     trained max_epochs passes over its train split, before
+     outer_loop_steps;
+  6. 400s naming the key: a missing module, a module without token
      arguments, dtype disagreeing with the module, f16, an
      effective_batch_size that is not a multiple, streaming with bf16.
 Every wait is bounded.
@@ -232,6 +235,24 @@ def main():
         check(steps_c.get(1, {}).get("token_bytes") ==
               2 * first_a["token_bytes"],
               "accumulation: twice the tokens per round")
+
+        # 5. max_epochs = 1 on a 20 KB excerpt: 2 workers x 10 x 8 x 32 =
+        # 5,120 tokens per outer step, 18,432 train tokens: 4 steps.
+        small = os.path.join(work, "small.txt")
+        with open(DATA) as f:
+            excerpt = f.read(20480)
+        with open(small, "w") as f:
+            f.write(excerpt)
+        m, rm, steps_m = run_job(experiment(
+            modules["i32"], name="epochs", data_path=small, max_epochs=1,
+            outer_loop_steps=100))
+        train_tokens = len(excerpt.encode()) * 9 // 10
+        want = -(-train_tokens // 5120)
+        last = steps_m.get(max(steps_m) if steps_m else 0, {})
+        check(sorted(steps_m) == list(range(1, want + 1)) and
+              1.0 <= last.get("epoch", 0) < 1.0 + 5120 / train_tokens,
+              "max_epochs=1 ends after %d steps: %s, epoch %s" % (
+                  want, sorted(steps_m), last.get("epoch")))
 
         # 4. dtype bf16, bf16 deltas: a built-in GPT.
         gpt = {"kind": "gpt", "layers": 2, "heads": 4, "width": 64,

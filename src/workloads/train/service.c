@@ -213,6 +213,11 @@ typedef struct job_t {
   char model_hash[PCP_SHA256_HEX_LENGTH + 1];
   pcp_data_dataset_t* dataset;
   pcp_data_range_t train_range;
+  uint64_t train_tokens;  // tokens in train_range: one epoch
+  // Classic DiLoCo ends when every worker together has trained max_epochs
+  // x train_tokens tokens (upstream stops past max_epochs of its data
+  // manager), or at outer_loop_steps, whichever comes first.
+  bool epochs_done;
   // The global state.
   size_t parameter_count;
   float* parameters;  // one buffer; every task's sections point into it
@@ -285,6 +290,15 @@ static size_t tensor_offset(const job_t* job, size_t index) {
     offset += (size_t)job->table.parameters[i].element_count;
   }
   return offset;
+}
+
+// Passes over the train split so far: the tokens sent (token_bytes counts
+// ids and targets) over the split's tokens.
+static double epochs_trained(const job_t* job) {
+  uint64_t per_token = 2 * (uint64_t)pcp_element_type_byte_size(job->data_type);
+  return job->train_tokens
+             ? (double)(job->token_bytes / per_token) / (double)job->train_tokens
+             : 0;
 }
 
 // Micro-batches of B x T tokens one worker consumes per round.
@@ -412,6 +426,8 @@ static pcp_status_t job_setup(job_t* job) {
   pcp_data_range_t validation;
   PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_split(
       job->dataset, 0.1, &job->train_range, &validation));
+  PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_token_count(
+      job->dataset, job->train_range, &job->train_tokens));
 
   const char* checkpoint_dir = job->config.checkpoint_dir;
   if (checkpoint_dir && checkpoint_dir[0]) {
@@ -1356,15 +1372,25 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
           job->last_loss_mean, outcome.reporters, submitted, seconds,
           tokens_per_second, outcome.parameter_bytes + outcome.delta_bytes,
           nonfinite);
+  double epoch = epochs_trained(job);
+  job->epochs_done = epoch >= (double)job->config.max_epochs;
   json_t* progress = progress_json(job, &outcome, seconds, tokens_per_second);
   if (progress) {
     json_object_set_new(progress, "workers_submitted", json_integer(submitted));
+    json_object_set_new(progress, "epoch", json_real(epoch));
     pcp_status_ignore(pcp_store_job_event_append(
         o->store, o->job_id, "training.step", progress, NULL));
   }
   progress_report(job, progress);
   json_decref(progress);
-  bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps;
+  bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps ||
+              job->epochs_done;
+  if (job->epochs_done) {
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "max_epochs=%" PRId64 " reached at outer_step=%" PRIu64
+            " (%.2f passes over %" PRIu64 " train tokens): done",
+            job->config.max_epochs, job->outer_step, epoch, job->train_tokens);
+  }
   if (last || (job->config.checkpoint_every > 0 &&
                job->outer_step % (uint64_t)job->config.checkpoint_every == 0)) {
     PCP_RETURN_IF_ERROR_BARE(checkpoint_write(job));
@@ -2235,6 +2261,8 @@ pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
     pcp_sha256_compute(job.model_text, job.model_length, &digest);
     pcp_sha256_to_hex(&digest, job.model_hash);
     status = job_resume(&job);
+    // A checkpoint written when the data ran out ends the job again.
+    job.epochs_done = epochs_trained(&job) >= (double)job.config.max_epochs;
   }
   if (!status && job.config.streaming.present) {
     status = stream_run(&job);
@@ -2252,7 +2280,8 @@ pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
   }
   uint32_t empty_rounds = 0;
   char last_error[256] = "";
-  while (!status && (int64_t)job.outer_step < job.config.outer_loop_steps) {
+  while (!status && (int64_t)job.outer_step < job.config.outer_loop_steps &&
+         !job.epochs_done) {
     if (should_stop(&job)) {
       status = pcp_make_status(PCP_STATUS_CANCELLED,
                                "training stopped at "
