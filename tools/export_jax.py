@@ -11,6 +11,8 @@ gradient and training functions from it.
 Usage:
   tools/export_jax.py --model mlp|transformer -o model.mlir [--seed N]
       [--params-npz params.npz]
+      transformer only: [--vocab V] [--seq T] [--batch B] [--width W]
+      [--heads H] [--token-dtype i32|i64]
 
 As a library: `export(loss_fn, params, data) -> str`, and the two tiny
 reference models (`mlp_model`, `transformer_model`) used by the autodiff
@@ -80,9 +82,11 @@ def mlp_model(seed=0, batch=8, d_in=6, hidden=16, classes=5):
     return loss_fn, params, data
 
 
-def transformer_model(seed=0, batch=2, seq=8, vocab=11, width=16, heads=2):
+def transformer_model(seed=0, batch=2, seq=8, vocab=11, width=16, heads=2,
+                      token_dtype=np.int32):
     """One-block causal transformer LM (learned positions, LayerNorm, GELU
-    MLP, tied head): data (tokens i32, targets i32)."""
+    MLP, tied head): data (tokens, targets), i32 unless token_dtype says
+    int64 (as torch-mlir exports have; needs jax_enable_x64)."""
     rng = np.random.default_rng(seed)
 
     def normal(*shape, scale=0.2):
@@ -102,8 +106,8 @@ def transformer_model(seed=0, batch=2, seq=8, vocab=11, width=16, heads=2):
         np.ones(width, np.float32),      # final ln gain
     ]
     data = [
-        rng.integers(0, vocab, (batch, seq)).astype(np.int32),
-        rng.integers(0, vocab, (batch, seq)).astype(np.int32),
+        rng.integers(0, vocab, (batch, seq)).astype(token_dtype),
+        rng.integers(0, vocab, (batch, seq)).astype(token_dtype),
     ]
 
     def layer_norm(x, gain, bias=None):
@@ -149,8 +153,26 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--params-npz",
                         help="also write the initial params and data here")
+    sizes = parser.add_argument_group("transformer sizes")
+    for name in ("vocab", "seq", "batch", "width", "heads"):
+        sizes.add_argument("--" + name, type=int)
+    sizes.add_argument("--token-dtype", choices=("i32", "i64"), default="i32")
     args = parser.parse_args(argv)
-    loss_fn, params, data = MODELS[args.model](seed=args.seed)
+    kwargs = {"seed": args.seed}
+    if args.model == "transformer":
+        for name in ("vocab", "seq", "batch", "width", "heads"):
+            value = getattr(args, name)
+            if value is not None:
+                if value < 1:
+                    parser.error("--%s must be positive" % name)
+                kwargs[name] = value
+        if args.token_dtype == "i64":
+            jax.config.update("jax_enable_x64", True)
+            kwargs["token_dtype"] = np.int64
+    elif any(getattr(args, n) is not None
+             for n in ("vocab", "seq", "batch", "width", "heads")):
+        parser.error("size flags are for --model transformer")
+    loss_fn, params, data = MODELS[args.model](**kwargs)
     with open(args.output, "w") as f:
         f.write(export(loss_fn, params, data))
     if args.params_npz:

@@ -30,6 +30,14 @@ static ref_t arg_ref(const char* prefix, size_t index, const type_t* type) {
   return ref;
 }
 
+// The type of parameter |type|'s AdamW moments in @train_steps: its shape
+// in the optimizer's master element (f32, f64 for f64 parameters; bf16
+// parameters keep f32 moments, src/compile/optimizer.c).
+static type_t moment_type(const type_t* type) {
+  return pcp_autodiff_type_with_element(
+      type, strcmp(type->element, "f64") == 0 ? "f64" : "f32");
+}
+
 static type_t stacked_type(const type_t* type, int64_t k) {
   type_t stacked = *type;
   memmove(&stacked.dims[1], &stacked.dims[0],
@@ -90,7 +98,8 @@ void pcp_autodiff_emit_diloco_round(
     return;
   }
   for (size_t i = 0; i < n; ++i) {
-    zeros[i] = pcp_autodiff_splat(e, 0.0, &types[i]);
+    type_t moment = moment_type(&types[i]);
+    zeros[i] = pcp_autodiff_splat(e, 0.0, &moment);
   }
   ref_t step = pcp_autodiff_splat(e, 1.0, &f32);
   pcp_autodiff_emit_f(e, "    %%run:%zu = \"func.call\"(", 3 * n + 1);
@@ -109,7 +118,8 @@ void pcp_autodiff_emit_diloco_round(
   pcp_autodiff_emit_f(e, ") {callee = @train_steps} : (");
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
-      pcp_autodiff_type_append(e, &types[i]);
+      type_t state = g ? moment_type(&types[i]) : types[i];
+      pcp_autodiff_type_append(e, &state);
       pcp_autodiff_emit_f(e, ", ");
     }
   }
@@ -122,7 +132,8 @@ void pcp_autodiff_emit_diloco_round(
   pcp_autodiff_emit_f(e, ") -> (");
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
-      pcp_autodiff_type_append(e, &types[i]);
+      type_t state = g ? moment_type(&types[i]) : types[i];
+      pcp_autodiff_type_append(e, &state);
       pcp_autodiff_emit_f(e, ", ");
     }
   }

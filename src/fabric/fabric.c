@@ -916,9 +916,14 @@ static void task_assign(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* task) {
   pcp_status_t status = pcp_proto_gateway_conn_assign_task(
       w->conn->proto, &assign, task->inputs, task->input_count, now_ns(ep),
       &request_id);
-  if (pcp_status_code(status) == PCP_STATUS_RESOURCE_EXHAUSTED) {
+  if (pcp_status_code(status) == PCP_STATUS_RESOURCE_EXHAUSTED &&
+      pcp_proto_gateway_conn_in_flight_count(w->conn->proto) >=
+          ep->options.limits.max_in_flight) {
     // The connection's in-flight limit: wait for a slot (a pinned task stays
-    // pinned; a leased one gives its lease back and is placed again).
+    // pinned; a leased one gives its lease back and is placed again). Any
+    // other RESOURCE_EXHAUSTED is the frame itself (more sections than a
+    // frame carries): no slot would ever fit it, so it fails below instead
+    // of waiting forever.
     pcp_status_ignore(status);
     task->state = TASK_PENDING;
     if (task->lease_id) {

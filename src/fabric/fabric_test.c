@@ -686,6 +686,66 @@ static void test_task_result_and_cancel(void** state) {
 }
 
 
+// A task whose frame cannot be encoded (more input sections than one
+// frame carries) fails with the encoder's reason instead of waiting for an
+// in-flight slot forever (it used to stay pending).
+static void test_unencodable_task_fails(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* fw = join_worker(f, "wide", TOKEN);
+  enum { kInputs = 65 };  // the default max_sections is 64
+  float values[kInputs];
+  pcp_proto_section_t inputs[kInputs];
+  char names[kInputs][8];
+  for (int i = 0; i < kInputs; ++i) {
+    values[i] = (float)i;
+    snprintf(names[i], sizeof(names[i]), "x%d", i);
+    inputs[i] = (pcp_proto_section_t){.name = names[i],
+                                      .element_type = PCP_ELEMENT_TYPE_F32,
+                                      .rank = 0,
+                                      .byte_length = sizeof(float),
+                                      .data = &values[i]};
+  }
+  pcp_fabric_task_params_t params = {.function = "sum",
+                                     .inputs = inputs,
+                                     .input_count = kInputs,
+                                     .worker_id = "wide",
+                                     .max_attempts = 1};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t frame;
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_PROGRAM_OFFER, 3000, &frame));
+  pcp_proto_program_ack_t ack = {.status = PCP_PROTO_PROGRAM_CACHED};
+  memcpy(ack.program, f->program, sizeof(ack.program));
+  pcp_proto_encoded_frame_t enc;
+  PCP_CHECK_OK(pcp_proto_program_ack_encode(1, frame.header.request_id, &ack,
+                                            &fw->limits,
+                                            pcp_allocator_system(), &enc));
+  pcp_proto_frame_deinitialize(&frame);
+  assert_true(fake_send_frame(fw, &enc));
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  pcp_status_t status = pcp_fabric_task_status(task);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(pcp_status_message(status), "sections"));
+  pcp_fabric_task_release(task);
+  // The connection is fine: a normal task still runs on it.
+  params.input_count = 1;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t assign;
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_TASK_ASSIGN, 3000, &assign));
+  pcp_proto_task_assign_t parsed;
+  PCP_CHECK_OK(pcp_proto_task_assign_parse(&assign, &parsed));
+  float y = 0;
+  send_result(fw, assign.header.request_id, parsed.task_id, &y, 1);
+  pcp_proto_frame_deinitialize(&assign);
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  assert_null(pcp_fabric_task_status(task));
+  pcp_fabric_task_release(task);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
 static pcp_status_t emit_to_fake(void* user_data,
                                  pcp_proto_encoded_frame_t* frame) {
   fake_worker_t* fw = user_data;
@@ -1158,6 +1218,7 @@ int main(void) {
       cmocka_unit_test(test_reconnect_keeps_identity),
       cmocka_unit_test(test_program_offer_fetch_chunks_verified),
       cmocka_unit_test(test_task_result_and_cancel),
+      cmocka_unit_test(test_unencodable_task_fails),
       cmocka_unit_test(test_large_tensors_travel_as_blobs),
       cmocka_unit_test(test_drained_worker_gets_no_new_task),
       cmocka_unit_test(test_loop_stall_does_not_evict_talking_workers),

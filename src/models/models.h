@@ -139,9 +139,12 @@ typedef struct pcp_models_parameter_t {
   // Hugging Face / reference checkpoint name, e.g.
   // "model.layers.0.self_attn.q_proj.weight".
   char name[PCP_MODELS_MAX_NAME_LENGTH];
-  int32_t rank;  // 1 or 2
+  // 1 or 2 for the built-ins; a table the training service builds from a
+  // foreign module's signature (model_path) may hold any rank up to
+  // PCP_MAX_TENSOR_RANK.
+  int32_t rank;
   // Linear weights are [out_features, in_features] (torch nn.Linear).
-  int64_t dims[2];
+  int64_t dims[PCP_MAX_TENSOR_RANK];
   pcp_element_type_t element_type;  // the spec's dtype
   pcp_models_init_t init;
   int64_t element_count;

@@ -950,8 +950,9 @@ pcp_status_t pcp_models_safetensors_save(
     tensors[i].name = p->name;
     tensors[i].element_type = p->element_type;
     tensors[i].rank = p->rank;
-    tensors[i].dims[0] = p->dims[0];
-    tensors[i].dims[1] = p->dims[1];
+    for (int32_t d = 0; d < p->rank; ++d) {
+      tensors[i].dims[d] = p->dims[d];
+    }
     tensors[i].element_count = p->element_count;
     tensors[i].data = buffers[i];
     tensors[i].byte_length = p->byte_length;

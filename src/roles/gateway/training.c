@@ -44,14 +44,22 @@ static const char* wire_dtype_name(int32_t dtype) {
 
 // The built-in model of |config| as a models spec, validated by the models
 // module too (it knows rules the config table does not, e.g. GPT's fused qkv),
-// and its parameter count. *out_parameter_count is 0 for a model_path
-// experiment (its size is known only once the module is read).
+// and its parameter count. A model_path module is read and its @main checked
+// here, so a wrong path or signature is a 400 at submit, not a failed job.
 static pcp_status_t model_parameter_count(const pcp_diloco_config_t* config,
                                           int64_t* out_parameter_count) {
   *out_parameter_count = 0;
   if (!config->model.present) {
-    return pcp_ok_status();
+    pcp_diloco_module_t module;
+    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_module_load(config, &module));
+    *out_parameter_count = module.table.total_elements;
+    pcp_status_t status =
+        pcp_diloco_experiment_check(config, module.batch, module.data_type);
+    pcp_diloco_module_deinitialize(&module);
+    return status;
   }
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_experiment_check(
+      config, config->model.batch, PCP_ELEMENT_TYPE_I32));
   pcp_models_spec_t spec;
   PCP_RETURN_IF_ERROR_BARE(pcp_diloco_model_spec_resolve(config, &spec));
   pcp_models_parameter_table_t table;
@@ -90,11 +98,13 @@ pcp_status_t pcp_roles_gateway_training_spec_build(const char* text,
     return model_status;
   }
   // Analytic bytes one worker moves per outer step (its delta up in the
-  // wire dtype, the parameters down in f32): what the outer loop's measured
-  // wire_bytes must add up to.
+  // wire dtype, the parameters down in the model's dtype): what the outer
+  // loop's measured wire_bytes must add up to.
   uint64_t worker_step_bytes = pcp_diloco_outer_step_wire_bytes(
       (uint64_t)parameter_count, 1,
-      (pcp_diloco_wire_dtype_t)config.deltas_dtype, PCP_DILOCO_WIRE_F32);
+      (pcp_diloco_wire_dtype_t)config.deltas_dtype,
+      config.dtype == PCP_DILOCO_DTYPE_BF16 ? PCP_DILOCO_WIRE_BF16
+                                            : PCP_DILOCO_WIRE_F32);
   json_error_t error;
   json_t* experiment =
       json_loadb(text, byte_length, JSON_REJECT_DUPLICATES, &error);

@@ -136,6 +136,43 @@ pcp_status_t pcp_diloco_model_spec_resolve(const pcp_diloco_config_t* config,
   return pcp_ok_status();
 }
 
+pcp_status_t pcp_diloco_experiment_check(const pcp_diloco_config_t* config,
+                                         int64_t micro_batch,
+                                         pcp_element_type_t data_type) {
+  if (config->dtype == PCP_DILOCO_DTYPE_F16) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'dtype': f16 is not trained (f32 or bf16; "
+                           "bf16 keeps f32's range)");
+  }
+  int64_t ebs = config->effective_batch_size;
+  if (ebs > 0 && (ebs % micro_batch != 0 || ebs / micro_batch > 4096)) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "key 'effective_batch_size': %lld must be a multiple of the micro "
+        "batch %lld, at most 4096 of them",
+        (long long)ebs, (long long)micro_batch);
+  }
+  if (config->streaming.present) {
+    const char* key = NULL;
+    if (config->dtype != PCP_DILOCO_DTYPE_F32) {
+      key = "dtype";
+    } else if (ebs > micro_batch) {
+      key = "effective_batch_size";
+    } else if (data_type != PCP_ELEMENT_TYPE_I32) {
+      key = "model_path";
+    }
+    if (key) {
+      return pcp_make_status(
+          PCP_STATUS_INVALID_ARGUMENT,
+          "key '%s': streaming DiLoCo trains f32 parameters on i32 token ids "
+          "without accumulation; classic DiLoCo (no 'streaming') takes "
+          "bf16, i64 ids and effective_batch_size",
+          key);
+    }
+  }
+  return pcp_ok_status();
+}
+
 //===----------------------------------------------------------------------===//
 // Job state
 //===----------------------------------------------------------------------===//
@@ -154,9 +191,20 @@ typedef struct job_t {
   json_t* experiment;
   char name[256];
   uint64_t seed;
+  // The built-in model's spec; for a model_path module only batch,
+  // block_size and dtype are meaningful (|foreign|).
   pcp_models_spec_t spec;
   pcp_models_parameter_table_t table;
   bool table_ready;
+  bool foreign;  // model_path: the table comes from the module's signature
+  // Parameter element type on the workers and the wire (F32 or BF16; the
+  // masters here are f32 either way) and the token ids' type (I32 or I64).
+  pcp_element_type_t param_type;
+  pcp_element_type_t data_type;
+  // Micro-batches per inner step (effective_batch_size / micro batch; 1
+  // without accumulation): the program sums their gradients before one
+  // AdamW step (`pcp compile --accumulate`).
+  int64_t accumulation;
   char dir[1024];  // <state_dir>/training/<job_id>
   // checkpoint_dir, a relative one taken under the state dir (the gateway's
   // working directory is nobody's business).
@@ -166,9 +214,18 @@ typedef struct job_t {
   char model_hash[PCP_SHA256_HEX_LENGTH + 1];
   pcp_data_dataset_t* dataset;
   pcp_data_range_t train_range;
+  uint64_t train_tokens;  // tokens in train_range: one epoch
+  // Classic DiLoCo ends when every worker together has trained max_epochs
+  // x train_tokens tokens (upstream stops past max_epochs of its data
+  // manager), or at outer_loop_steps, whichever comes first.
+  bool epochs_done;
   // The global state.
   size_t parameter_count;
   float* parameters;  // one buffer; every task's sections point into it
+  // bf16 models: the masters rounded to nearest even for the broadcast
+  // (upstream keeps bf16 masters and truncates; f32 masters do not lose the
+  // small outer updates bf16 rounds away).
+  uint16_t* wire_parameters;
   uint64_t* tensor_elements;
   pcp_diloco_nesterov_t nesterov;
   bool nesterov_ready;
@@ -207,6 +264,7 @@ static pcp_status_t make_dirs(const char* path) {
 static void job_deinitialize(job_t* job) {
   free(job->model_text);
   free(job->parameters);
+  free(job->wire_parameters);
   free(job->tensor_elements);
   free(job->scratch);
   if (job->nesterov_ready) {
@@ -244,6 +302,20 @@ static size_t tensor_offset(const job_t* job, size_t index) {
   return offset;
 }
 
+// Passes over the train split so far: the tokens sent (token_bytes counts
+// ids and targets) over the split's tokens.
+static double epochs_trained(const job_t* job) {
+  uint64_t per_token = 2 * (uint64_t)pcp_element_type_byte_size(job->data_type);
+  return job->train_tokens
+             ? (double)(job->token_bytes / per_token) / (double)job->train_tokens
+             : 0;
+}
+
+// Micro-batches of B x T tokens one worker consumes per round.
+static size_t batches_per_round(const job_t* job) {
+  return (size_t)job->config.tau * (size_t)job->accumulation;
+}
+
 //===----------------------------------------------------------------------===//
 // Set-up
 //===----------------------------------------------------------------------===//
@@ -273,16 +345,48 @@ static pcp_status_t job_setup(job_t* job) {
                            "takes at most 4096",
                            (long long)job->config.tau);
   }
-  if (job->config.dtype != PCP_DILOCO_DTYPE_F32) {
-    return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
-                           "key 'dtype': the training service trains f32 "
-                           "models for now");
+  job->param_type = job->config.dtype == PCP_DILOCO_DTYPE_BF16
+                        ? PCP_ELEMENT_TYPE_BF16
+                        : PCP_ELEMENT_TYPE_F32;
+  job->data_type = PCP_ELEMENT_TYPE_I32;
+  if (job->config.model.present) {
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_diloco_model_spec_resolve(&job->config, &job->spec));
+    PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
+        &job->spec, pcp_allocator_system(), &job->table));
+    job->table_ready = true;
+  } else {
+    // A module of the user's: its signature is the table.
+    pcp_diloco_module_t module;
+    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_module_load(&job->config, &module));
+    job->foreign = true;
+    job->table = module.table;
+    job->table_ready = true;
+    job->model_text = module.text;
+    job->model_length = module.length;
+    job->spec.batch = module.batch;
+    job->spec.block_size = module.block_size;
+    job->spec.dtype = job->param_type;
+    job->data_type = module.data_type;
   }
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_diloco_model_spec_resolve(&job->config, &job->spec));
-  PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
-      &job->spec, pcp_allocator_system(), &job->table));
-  job->table_ready = true;
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_experiment_check(
+      &job->config, job->spec.batch, job->data_type));
+  job->accumulation = job->config.effective_batch_size > 0
+                          ? job->config.effective_batch_size / job->spec.batch
+                          : 1;
+  // One task frame carries a round's tokens: keep it within what a worker
+  // takes in one frame.
+  uint64_t round_token_bytes =
+      2 * (uint64_t)job->config.tau * (uint64_t)job->accumulation *
+      (uint64_t)job->spec.batch * (uint64_t)job->spec.block_size *
+      (uint64_t)pcp_element_type_byte_size(job->data_type);
+  if (round_token_bytes > ((uint64_t)256 << 20)) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "key 'tau': tau x effective batch x block size make %" PRIu64
+        " MiB of tokens per worker round; the limit is 256 MiB",
+        round_token_bytes >> 20);
+  }
 
   // One task frame carries every parameter as a section (classic) or one
   // fragment's (streaming), within the fabric's per-frame section limit.
@@ -322,7 +426,8 @@ static pcp_status_t job_setup(job_t* job) {
     return wrapped;
   }
   uint32_t vocab = pcp_data_dataset_vocab_size(job->dataset);
-  if ((int64_t)vocab > job->spec.vocab) {
+  // A module's vocabulary is not in its signature: the user vouches.
+  if (!job->foreign && (int64_t)vocab > job->spec.vocab) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key 'model.vocab': the dataset has %u symbols, "
                            "more than the model's vocabulary of %lld",
@@ -331,6 +436,8 @@ static pcp_status_t job_setup(job_t* job) {
   pcp_data_range_t validation;
   PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_split(
       job->dataset, 0.1, &job->train_range, &validation));
+  PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_token_count(
+      job->dataset, job->train_range, &job->train_tokens));
 
   const char* checkpoint_dir = job->config.checkpoint_dir;
   if (checkpoint_dir && checkpoint_dir[0]) {
@@ -342,16 +449,18 @@ static pcp_status_t job_setup(job_t* job) {
   snprintf(job->dir, sizeof(job->dir), "%s/training/%s", o->state_dir,
            o->job_id);
   PCP_RETURN_IF_ERROR_BARE(make_dirs(job->dir));
-  pcp_string_builder_t builder;
-  pcp_string_builder_initialize(pcp_allocator_system(), (size_t)64 << 20,
-                                &builder);
-  status = pcp_models_module_emit(&job->spec, &builder);
-  if (!status) {
-    job->model_length = builder.size;
-    status = pcp_string_builder_take(&builder, &job->model_text);
+  if (!job->foreign) {
+    pcp_string_builder_t builder;
+    pcp_string_builder_initialize(pcp_allocator_system(), (size_t)64 << 20,
+                                  &builder);
+    status = pcp_models_module_emit(&job->spec, &builder);
+    if (!status) {
+      job->model_length = builder.size;
+      status = pcp_string_builder_take(&builder, &job->model_text);
+    }
+    pcp_string_builder_deinitialize(&builder);
+    PCP_RETURN_IF_ERROR_BARE(status);
   }
-  pcp_string_builder_deinitialize(&builder);
-  PCP_RETURN_IF_ERROR_BARE(status);
   char path[1200];
   snprintf(path, sizeof(path), "%s/model.mlir", job->dir);
   PCP_RETURN_IF_ERROR_BARE(
@@ -363,17 +472,29 @@ static pcp_status_t job_setup(job_t* job) {
   job->parameters = calloc(n ? n : 1, sizeof(float));
   job->tensor_elements = calloc(job->table.count + 1, sizeof(uint64_t));
   job->scratch = calloc(n ? n : 1, sizeof(float));
+  bool bf16 = job->param_type == PCP_ELEMENT_TYPE_BF16;
+  if (bf16) {
+    job->wire_parameters = calloc(n ? n : 1, sizeof(uint16_t));
+  }
   void** buffers = calloc(job->table.count + 1, sizeof(void*));
-  if (!job->parameters || !job->tensor_elements || !job->scratch || !buffers) {
+  if (!job->parameters || !job->tensor_elements || !job->scratch || !buffers ||
+      (bf16 && !job->wire_parameters)) {
     free(buffers);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%zu parameters", n);
   }
   for (size_t i = 0; i < job->table.count; ++i) {
-    buffers[i] = job->parameters + tensor_offset(job, i);
+    // The initializer writes the table's type: bf16 goes through the wire
+    // buffer and is widened, so the f32 masters start at the values the
+    // workers see.
+    buffers[i] = bf16 ? (void*)(job->wire_parameters + tensor_offset(job, i))
+                      : (void*)(job->parameters + tensor_offset(job, i));
     job->tensor_elements[i] = (uint64_t)job->table.parameters[i].element_count;
   }
   pcp_models_parameters_initialize(&job->table, job->seed, buffers);
   free(buffers);
+  if (bf16) {
+    pcp_diloco_bf16_dequantize(job->wire_parameters, n, job->parameters);
+  }
   PCP_RETURN_IF_ERROR_BARE(pcp_diloco_nesterov_initialize(
       pcp_allocator_system(), n, (float)job->config.outer_learning_rate,
       (float)job->config.nesterov_momentum, &job->nesterov));
@@ -513,26 +634,46 @@ static pcp_status_t job_resume(job_t* job) {
   return pcp_ok_status();
 }
 
-// <state_dir>/models/<job_id>/model.safetensors then model.json (the
-// inference service's layout; model.json last so a reader never sees it
-// before its weights).
-static pcp_status_t model_export(job_t* job) {
-  const pcp_diloco_job_options_t* o = job->options;
-  char dir[1200];
-  snprintf(dir, sizeof(dir), "%s/models/%s", o->state_dir, o->job_id);
-  PCP_RETURN_IF_ERROR_BARE(make_dirs(dir));
+// Writes the masters in the model's dtype (bf16 rounded to nearest even)
+// as |path|, named as the table names them.
+static pcp_status_t weights_save(job_t* job, const char* path) {
   const void** buffers = calloc(job->table.count + 1, sizeof(void*));
   if (!buffers) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "export buffers");
   }
-  for (size_t i = 0; i < job->table.count; ++i) {
-    buffers[i] = job->parameters + tensor_offset(job, i);
+  bool bf16 = job->param_type == PCP_ELEMENT_TYPE_BF16;
+  if (bf16) {
+    pcp_diloco_bf16_quantize(job->parameters, job->parameter_count,
+                             job->wire_parameters);
   }
-  char path[1300];
-  snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+  for (size_t i = 0; i < job->table.count; ++i) {
+    buffers[i] = bf16 ? (const void*)(job->wire_parameters + tensor_offset(job, i))
+                      : (const void*)(job->parameters + tensor_offset(job, i));
+  }
   pcp_status_t status = pcp_models_safetensors_save(
       &job->table, (const void* const*)buffers, path);
   free(buffers);
+  return status;
+}
+
+// <state_dir>/models/<job_id>/model.safetensors then model.json (the
+// inference service's layout; model.json last so a reader never sees it
+// before its weights). A model_path module has no architecture the
+// inference service knows: its weights go to the job's directory
+// (<state_dir>/training/<job_id>/model.safetensors, "param_<i>" in
+// argument order) and nothing is served.
+static pcp_status_t model_export(job_t* job) {
+  const pcp_diloco_job_options_t* o = job->options;
+  char path[1300];
+  if (job->foreign) {
+    snprintf(path, sizeof(path), "%s/model.safetensors", job->dir);
+    return weights_save(job, path);
+  }
+  char dir[1200];
+  snprintf(dir, sizeof(dir), "%s/models/%s", o->state_dir, o->job_id);
+  PCP_RETURN_IF_ERROR_BARE(make_dirs(dir));
+  snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+  pcp_status_t status = weights_save(job, path);
   PCP_RETURN_IF_ERROR_BARE(status);
   json_t* tokenizer = NULL;
   if (pcp_data_dataset_format(job->dataset) == PCP_DATA_FORMAT_CHAR) {
@@ -572,7 +713,8 @@ static pcp_status_t model_export(job_t* job) {
       (json_int_t)job->spec.layers, "heads", (json_int_t)job->spec.heads,
       "kv_heads", (json_int_t)pcp_models_spec_kv_heads(&job->spec), "width",
       (json_int_t)job->spec.width, "vocab", (json_int_t)job->spec.vocab,
-      "block_size", (json_int_t)job->spec.block_size, "dtype", "f32", "weights",
+      "block_size", (json_int_t)job->spec.block_size, "dtype",
+      pcp_element_type_name(job->param_type), "weights",
       "model.safetensors", "tokenizer", tokenizer ? tokenizer : json_object(),
       "job_id", o->job_id, "outer_step", (json_int_t)job->outer_step, "loss",
       number_or_null(job->last_loss));
@@ -647,10 +789,14 @@ static pcp_status_t child_compile(job_t* job, const char* mlir_path,
       job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16 ? "bf16" : "f32";
   char steps[32];
   snprintf(steps, sizeof(steps), "%" PRId64, inner_steps);
+  char accumulate[32];
+  snprintf(accumulate, sizeof(accumulate), "%" PRId64, job->accumulation);
   char key_text[512];
   snprintf(key_text, sizeof(key_text),
-           "pcp.diloco.program.v2|%s|%s|%s|%s|%s|%s", content_hash,
-           kind ? kind : "-", steps, delta, backend, target);
+           "pcp.diloco.program.v2|%s|%s|%s|%s|%s|%s%s%s", content_hash,
+           kind ? kind : "-", steps, delta, backend, target,
+           kind && job->accumulation > 1 ? "|accumulate=" : "",
+           kind && job->accumulation > 1 ? accumulate : "");
   pcp_sha256_t digest;
   pcp_sha256_compute(key_text, strlen(key_text), &digest);
   char hex[PCP_SHA256_HEX_LENGTH + 1];
@@ -674,6 +820,10 @@ static pcp_status_t child_compile(job_t* job, const char* mlir_path,
       argv[argc++] = steps;
       argv[argc++] = "--delta-dtype";
       argv[argc++] = (char*)delta;
+      if (job->accumulation > 1) {
+        argv[argc++] = "--accumulate";
+        argv[argc++] = accumulate;
+      }
     }
     argv[argc++] = "--backend";
     argv[argc++] = (char*)backend;
@@ -778,6 +928,7 @@ typedef struct round_task_t {
   char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
   program_t* program;
   int32_t* tokens;  // ids then targets, tau*B*T each
+  int64_t* tokens64;  // the same widened, for a module taking i64 ids
   pcp_fabric_task_t* task;
 } round_task_t;
 
@@ -842,6 +993,7 @@ static void round_release(round_t* round) {
   for (uint32_t i = 0; i < round->count; ++i) {
     pcp_fabric_task_release(round->tasks[i].task);
     free(round->tasks[i].tokens);
+    free(round->tasks[i].tokens64);
   }
   free(round->sections);
   memset(round, 0, sizeof(*round));
@@ -865,7 +1017,9 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
   uint32_t b = (uint32_t)job->spec.batch;
   uint32_t t = (uint32_t)job->spec.block_size;
   size_t per_step = (size_t)b * t;
-  size_t tau = (size_t)job->config.tau;
+  // tau inner steps of |accumulation| micro-batches each, in that order
+  // ([tau, A, B, T] row-major).
+  size_t tau = batches_per_round(job);
   pcp_status_t status =
       pcp_data_shard_plan(job->dataset, job->train_range, t, names, w,
                           job->outer_step, job->seed, plan);
@@ -911,6 +1065,17 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
                             NULL);
     }
     pcp_data_sampler_release(sampler);
+    if (job->data_type == PCP_ELEMENT_TYPE_I64) {
+      size_t count = 2 * tau * per_step;
+      task->tokens64 = malloc(count * sizeof(int64_t));
+      if (!task->tokens64) {
+        status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "batches");
+        break;
+      }
+      for (size_t i = 0; i < count; ++i) {
+        task->tokens64[i] = task->tokens[i];
+      }
+    }
   }
   free(plan);
   return status;
@@ -925,19 +1090,25 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "sections");
   }
   round->lr = (float)job->config.learning_rate;
+  bool bf16 = job->param_type == PCP_ELEMENT_TYPE_BF16;
+  if (bf16) {
+    pcp_diloco_bf16_quantize(job->parameters, job->parameter_count,
+                             job->wire_parameters);
+  }
   for (size_t i = 0; i < n; ++i) {
     const pcp_models_parameter_t* p = &job->table.parameters[i];
     pcp_proto_section_t* s = &round->sections[i];
     s->name = p->name;
-    s->element_type = PCP_ELEMENT_TYPE_F32;
+    s->element_type = p->element_type;
     s->rank = (uint32_t)p->rank;
     for (int32_t d = 0; d < p->rank; ++d) {
       s->shape[d] = p->dims[d];
     }
-    s->byte_length = (uint64_t)p->element_count * sizeof(float);
-    s->data = job->parameters + tensor_offset(job, i);
+    s->byte_length = p->byte_length;
+    s->data = bf16 ? (const void*)(job->wire_parameters + tensor_offset(job, i))
+                   : (const void*)(job->parameters + tensor_offset(job, i));
   }
-  size_t tau = (size_t)job->config.tau;
+  size_t tau = batches_per_round(job);
   size_t per_step = (size_t)(job->spec.batch * job->spec.block_size);
   for (uint32_t k = 0; k < round->count; ++k) {
     round_task_t* t = &round->tasks[k];
@@ -947,16 +1118,24 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
                                      .rank = 0,
                                      .byte_length = sizeof(float),
                                      .data = &round->lr};
+    bool wide = job->data_type == PCP_ELEMENT_TYPE_I64;
     for (int j = 0; j < 2; ++j) {
       pcp_proto_section_t* s = &extra[1 + j];
       s->name = j ? "targets" : "input_ids";
-      s->element_type = PCP_ELEMENT_TYPE_I32;
-      s->rank = 3;
-      s->shape[0] = (int64_t)tau;
-      s->shape[1] = job->spec.batch;
-      s->shape[2] = job->spec.block_size;
-      s->byte_length = tau * per_step * sizeof(int32_t);
-      s->data = t->tokens + (size_t)j * tau * per_step;
+      s->element_type = job->data_type;
+      // [tau, B, T], or [tau, A, B, T] with accumulation.
+      uint32_t r = 0;
+      s->shape[r++] = job->config.tau;
+      if (job->accumulation > 1) {
+        s->shape[r++] = job->accumulation;
+      }
+      s->shape[r++] = job->spec.batch;
+      s->shape[r++] = job->spec.block_size;
+      s->rank = r;
+      s->byte_length =
+          tau * per_step * (wide ? sizeof(int64_t) : sizeof(int32_t));
+      s->data = wide ? (const void*)(t->tokens64 + (size_t)j * tau * per_step)
+                     : (const void*)(t->tokens + (size_t)j * tau * per_step);
     }
     // Argument order: parameters, lr, ids, targets.
     pcp_proto_section_t* inputs = calloc(n + 3, sizeof(*inputs));
@@ -1088,8 +1267,7 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
       memcpy(flat + offset, outputs[i].data, (size_t)outputs[i].byte_length);
       offset += (size_t)outputs[i].byte_length;
       out->delta_bytes += outputs[i].byte_length;
-      out->parameter_bytes +=
-          (uint64_t)job->table.parameters[i].element_count * sizeof(float);
+      out->parameter_bytes += job->table.parameters[i].byte_length;
     }
     PCP_RETURN_IF_ERROR_BARE(
         bf16 ? pcp_diloco_accumulator_add_bf16(&job->accumulator, job->scratch,
@@ -1104,8 +1282,9 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
     }
     out->loss_last += losses[tau - 1];
     out->loss_mean += sum / (double)tau;
-    out->token_bytes += 2 * tau * (size_t)job->spec.batch *
-                        (size_t)job->spec.block_size * sizeof(int32_t);
+    out->token_bytes += 2 * batches_per_round(job) * (size_t)job->spec.batch *
+                        (size_t)job->spec.block_size *
+                        pcp_element_type_byte_size(job->data_type);
     ++out->reporters;
   }
   if (out->reporters) {
@@ -1213,7 +1392,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   job->wire_bytes += outcome.parameter_bytes + outcome.delta_bytes;
   job->token_bytes += outcome.token_bytes;
   double seconds = (double)(pcp_clock_now_ns(o->clock) - start) / 1e9;
-  double tokens = (double)outcome.reporters * (double)job->config.tau *
+  double tokens = (double)outcome.reporters * (double)batches_per_round(job) *
                   (double)(job->spec.batch * job->spec.block_size);
   double tokens_per_second = seconds > 0 ? tokens / seconds : 0;
   if (o->metrics) {
@@ -1238,15 +1417,25 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
           job->last_loss_mean, outcome.reporters, submitted, seconds,
           tokens_per_second, outcome.parameter_bytes + outcome.delta_bytes,
           nonfinite);
+  double epoch = epochs_trained(job);
+  job->epochs_done = epoch >= (double)job->config.max_epochs;
   json_t* progress = progress_json(job, &outcome, seconds, tokens_per_second);
   if (progress) {
     json_object_set_new(progress, "workers_submitted", json_integer(submitted));
+    json_object_set_new(progress, "epoch", json_real(epoch));
     pcp_status_ignore(pcp_store_job_event_append(
         o->store, o->job_id, "training.step", progress, NULL));
   }
   progress_report(job, progress);
   json_decref(progress);
-  bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps;
+  bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps ||
+              job->epochs_done;
+  if (job->epochs_done) {
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "max_epochs=%" PRId64 " reached at outer_step=%" PRIu64
+            " (%.2f passes over %" PRIu64 " train tokens): done",
+            job->config.max_epochs, job->outer_step, epoch, job->train_tokens);
+  }
   if (last || (job->config.checkpoint_every > 0 &&
                job->outer_step % (uint64_t)job->config.checkpoint_every == 0)) {
     PCP_RETURN_IF_ERROR_BARE(checkpoint_write(job));
@@ -2608,6 +2797,8 @@ pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
     pcp_sha256_compute(job.model_text, job.model_length, &digest);
     pcp_sha256_to_hex(&digest, job.model_hash);
     status = job_resume(&job);
+    // A checkpoint written when the data ran out ends the job again.
+    job.epochs_done = epochs_trained(&job) >= (double)job.config.max_epochs;
   }
   if (!status && job.config.streaming.present) {
     status = stream_run(&job);
@@ -2625,7 +2816,8 @@ pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
   }
   uint32_t empty_rounds = 0;
   char last_error[256] = "";
-  while (!status && (int64_t)job.outer_step < job.config.outer_loop_steps) {
+  while (!status && (int64_t)job.outer_step < job.config.outer_loop_steps &&
+         !job.epochs_done) {
     if (should_stop(&job)) {
       status = pcp_make_status(PCP_STATUS_CANCELLED,
                                "training stopped at "

@@ -88,6 +88,42 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_metrics_register(
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_model_spec_resolve(
     const pcp_diloco_config_t* config, pcp_models_spec_t* out_spec);
 
+// A forward-loss module named by the experiment key model_path:
+// `@main(params..., input_ids: BxT, targets: BxT) -> scalar loss`
+// (src/workloads/train/model_path.c).
+typedef struct pcp_diloco_module_t {
+  char* text;  // the module as read (NUL-terminated)
+  size_t length;
+  // One entry per parameter argument, named "param_<i>", the module's shapes
+  // and element types, init N(0, 0.02^2) for every tensor (upstream's rule
+  // for a foreign module: arguments carry no role).
+  pcp_models_parameter_table_t table;
+  int64_t batch;       // B of the data arguments: the micro batch
+  int64_t block_size;  // T
+  pcp_element_type_t data_type;  // I32 or I64 token ids
+} pcp_diloco_module_t;
+
+// Reads and checks config->model_path (at most 64 MiB of text): every
+// parameter must be a static ranked tensor of the experiment's dtype (f32 or
+// bf16), the last two arguments i32 or i64 tensors of one BxT shape, the one
+// result a scalar f32 or bf16 loss. INVALID_ARGUMENT naming the key
+// ('model_path' or 'dtype') otherwise, also when the file cannot be read.
+// Release with pcp_diloco_module_deinitialize (also
+// safe after a failure). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_module_load(
+    const pcp_diloco_config_t* config, pcp_diloco_module_t* out_module);
+void pcp_diloco_module_deinitialize(pcp_diloco_module_t* module);
+
+// The rules an experiment must meet beyond its config table's, once the
+// model's micro batch and token id type are known (the gateway checks them
+// at submit for a 400, the service again at set-up): dtype f32 or bf16;
+// effective_batch_size a multiple of |micro_batch|, at most 4096 micro
+// batches; streaming DiLoCo only for f32 parameters, i32 ids and no
+// accumulation. INVALID_ARGUMENT naming the key. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_experiment_check(
+    const pcp_diloco_config_t* config, int64_t micro_batch,
+    pcp_element_type_t data_type);
+
 //===----------------------------------------------------------------------===//
 // Running a job
 //===----------------------------------------------------------------------===//
@@ -126,8 +162,9 @@ typedef struct pcp_diloco_job_options_t {
 
 // Runs the job until it has made outer_loop_steps outer steps (OK), a hook
 // asks it to stop (CANCELLED; the job's last checkpoint stays), or it fails:
-// INVALID_ARGUMENT (experiment, dataset, vocabulary larger than the model's),
-// FAILED_PRECONDITION (model_path experiments: not supported yet), INTERNAL
+// INVALID_ARGUMENT (experiment, model_path module, dataset, vocabulary
+// larger than the model's), FAILED_PRECONDITION (a model too large for one
+// task frame, a checkpoint of another model), INTERNAL
 // / INVALID_ARGUMENT from the program compile (message with the compiler's
 // log path), ABORTED when every task of several consecutive rounds failed
 // (the last task error in the message). Thread-safe for distinct jobs.

@@ -64,6 +64,120 @@ static void spec_resolve(void** state) {
   pcp_diloco_config_deinitialize(&config);
 }
 
+// Writes |text| as <tmp>/<name> and loads it as model_path with |extra|
+// experiment keys.
+static pcp_status_t module_try(const char* name, const char* text,
+                               const char* extra,
+                               pcp_diloco_module_t* out_module) {
+  char path[256];
+  snprintf(path, sizeof(path), "/tmp/pcp-service-test-%d-%s", (int)getpid(),
+           name);
+  if (text) {
+    assert_true(pcp_status_is_ok(pcp_file_write_atomic(path, text,
+                                                       strlen(text))));
+  }
+  char json[1024];
+  snprintf(json, sizeof(json),
+           "{\"model_path\": \"%s\", \"data_path\": \"x\"%s}", path,
+           extra);
+  pcp_diloco_config_t config;
+  EXPECT_CODE(pcp_diloco_config_parse_json(json, strlen(json), &config, NULL),
+              PCP_STATUS_OK, NULL);
+  pcp_status_t status = pcp_diloco_module_load(&config, out_module);
+  pcp_diloco_config_deinitialize(&config);
+  unlink(path);
+  return status;
+}
+
+#define MODULE(params, data, result)                                 \
+  "module {\n  func.func @main(" params ", %x: " data ", %y: " data \
+  ") -> " result " {\n"                                             \
+  "    %c = stablehlo.constant dense<0.0> : tensor<f32>\n"           \
+  "    return %c : tensor<f32>\n  }\n}\n"
+
+static void module_load(void** state) {
+  (void)state;
+  pcp_diloco_module_t m;
+  // Any rank, i64 ids (torch-mlir exports): the table, B and T.
+  EXPECT_CODE(module_try("ok.mlir",
+                         MODULE("%w: tensor<65x8xf32>, %k: tensor<2x3x4xf32>",
+                                "tensor<2x16xi64>", "tensor<f32>"),
+                         "", &m),
+              PCP_STATUS_OK, NULL);
+  assert_int_equal(m.table.count, 2);
+  assert_string_equal(m.table.parameters[1].name, "param_1");
+  assert_int_equal(m.table.parameters[1].rank, 3);
+  assert_int_equal(m.table.parameters[1].dims[2], 4);
+  assert_int_equal(m.table.parameters[1].byte_length, 24 * 4);
+  assert_int_equal(m.table.total_elements, 65 * 8 + 24);
+  assert_int_equal(m.batch, 2);
+  assert_int_equal(m.block_size, 16);
+  assert_int_equal(m.data_type, PCP_ELEMENT_TYPE_I64);
+  assert_non_null(strstr(m.text, "@main"));
+  pcp_diloco_module_deinitialize(&m);
+  // The experiment's dtype must be the parameters'.
+  EXPECT_CODE(module_try("dtype.mlir",
+                         MODULE("%w: tensor<65x8xf32>", "tensor<2x16xi32>",
+                                "tensor<f32>"),
+                         ", \"dtype\": \"bf16\"", &m),
+              PCP_STATUS_INVALID_ARGUMENT, "dtype");
+  // Data that is not two BxT integer tensors.
+  EXPECT_CODE(module_try("data.mlir",
+                         MODULE("%w: tensor<65x8xf32>", "tensor<2x16xf32>",
+                                "tensor<f32>"),
+                         "", &m),
+              PCP_STATUS_INVALID_ARGUMENT, "input_ids");
+  // No parameters at all.
+  EXPECT_CODE(
+      module_try("none.mlir",
+                 "module {\n  func.func @main(%x: tensor<2x4xi32>, %y: "
+                 "tensor<2x4xi32>) -> tensor<f32> {\n    %c = "
+                 "stablehlo.constant dense<0.0> : tensor<f32>\n    return %c "
+                 ": tensor<f32>\n  }\n}\n",
+                 "", &m),
+      PCP_STATUS_INVALID_ARGUMENT, "model_path");
+  // Not a scalar loss, not MLIR, not there.
+  EXPECT_CODE(module_try("result.mlir",
+                         "module {\n  func.func @main(%w: tensor<3xf32>, %x: "
+                         "tensor<2x4xi32>, %y: tensor<2x4xi32>) -> "
+                         "tensor<3xf32> {\n    return %w : tensor<3xf32>\n  "
+                         "}\n}\n",
+                         "", &m),
+              PCP_STATUS_INVALID_ARGUMENT, "scalar");
+  EXPECT_CODE(module_try("garbage.mlir", "this is not { MLIR", "", &m),
+              PCP_STATUS_INVALID_ARGUMENT, "model_path");
+  EXPECT_CODE(module_try("missing.mlir", NULL, "", &m),
+              PCP_STATUS_INVALID_ARGUMENT, "model_path");
+  pcp_diloco_module_deinitialize(&m);  // safe after a failure
+}
+
+static void experiment_check(void** state) {
+  (void)state;
+  const char* text =
+      "{\"model_path\": \"m\", \"data_path\": \"x\", "
+      "\"effective_batch_size\": 12}";
+  pcp_diloco_config_t config;
+  EXPECT_CODE(pcp_diloco_config_parse_json(text, strlen(text), &config, NULL),
+              PCP_STATUS_OK, NULL);
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 8, PCP_ELEMENT_TYPE_I32),
+              PCP_STATUS_INVALID_ARGUMENT, "effective_batch_size");
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4, PCP_ELEMENT_TYPE_I32),
+              PCP_STATUS_OK, NULL);
+  config.effective_batch_size = 4 * 4097;  // more than 4096 micro batches
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4, PCP_ELEMENT_TYPE_I32),
+              PCP_STATUS_INVALID_ARGUMENT, "effective_batch_size");
+  config.effective_batch_size = 0;
+  config.streaming.present = true;
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4, PCP_ELEMENT_TYPE_I64),
+              PCP_STATUS_INVALID_ARGUMENT, "model_path");
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4, PCP_ELEMENT_TYPE_I32),
+              PCP_STATUS_OK, NULL);
+  config.dtype = PCP_DILOCO_DTYPE_F16;
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4, PCP_ELEMENT_TYPE_I32),
+              PCP_STATUS_INVALID_ARGUMENT, "dtype");
+  pcp_diloco_config_deinitialize(&config);
+}
+
 static void metrics_register(void** state) {
   (void)state;
   pcp_obs_registry_t* registry = NULL;
@@ -192,8 +306,11 @@ static void setup_errors_name_the_key(void** state) {
   char* path = strstr(missing, PCP_TEST_DATA);
   memcpy(path, "/nonexistent/", 13);
   EXPECT_CODE(run(h, "job-data", missing), PCP_STATUS_NOT_FOUND, "data_path");
-  EXPECT_CODE(run(h, "job-dtype", experiment(", \"dtype\": \"bf16\"")),
-              PCP_STATUS_UNIMPLEMENTED, "dtype");
+  EXPECT_CODE(run(h, "job-dtype", experiment(", \"dtype\": \"f16\"")),
+              PCP_STATUS_INVALID_ARGUMENT, "dtype");
+  EXPECT_CODE(run(h, "job-stream-bf16",
+                  experiment(", \"dtype\": \"bf16\", \"streaming\": {}")),
+              PCP_STATUS_INVALID_ARGUMENT, "dtype");
   EXPECT_CODE(run(h, "job-tau", experiment(", \"tau\": 0")),
               PCP_STATUS_INVALID_ARGUMENT, "tau");
   assert_int_equal(h->phases, 0);  // no job got as far as running
@@ -353,6 +470,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(spec_resolve),
       cmocka_unit_test(metrics_register),
+      cmocka_unit_test(module_load),
+      cmocka_unit_test(experiment_check),
       cmocka_unit_test_setup_teardown(setup_errors_name_the_key, harness_setup,
                                       harness_teardown),
       cmocka_unit_test_setup_teardown(stop_while_no_worker, harness_setup,
