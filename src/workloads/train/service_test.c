@@ -73,13 +73,12 @@ static pcp_status_t module_try(const char* name, const char* text,
   snprintf(path, sizeof(path), "/tmp/pcp-service-test-%d-%s", (int)getpid(),
            name);
   if (text) {
-    assert_true(pcp_status_is_ok(pcp_file_write_atomic(path, text,
-                                                       strlen(text))));
+    assert_true(
+        pcp_status_is_ok(pcp_file_write_atomic(path, text, strlen(text))));
   }
   char json[1024];
   snprintf(json, sizeof(json),
-           "{\"model_path\": \"%s\", \"data_path\": \"x\"%s}", path,
-           extra);
+           "{\"model_path\": \"%s\", \"data_path\": \"x\"%s}", path, extra);
   pcp_diloco_config_t config;
   EXPECT_CODE(pcp_diloco_config_parse_json(json, strlen(json), &config, NULL),
               PCP_STATUS_OK, NULL);
@@ -89,10 +88,11 @@ static pcp_status_t module_try(const char* name, const char* text,
   return status;
 }
 
-#define MODULE(params, data, result)                                 \
+#define MODULE(params, data, result)                                \
   "module {\n  func.func @main(" params ", %x: " data ", %y: " data \
-  ") -> " result " {\n"                                             \
-  "    %c = stablehlo.constant dense<0.0> : tensor<f32>\n"           \
+  ") -> " result                                                    \
+  " {\n"                                                            \
+  "    %c = stablehlo.constant dense<0.0> : tensor<f32>\n"          \
   "    return %c : tensor<f32>\n  }\n}\n"
 
 static void module_load(void** state) {
@@ -332,9 +332,8 @@ static void stop_while_no_worker(void** state) {
   assert_true(pcp_file_exists(path));
 }
 
-// A checkpoint for experiment()'s model at outer step |step| with |cursor|,
-// as <dir>/ckpt/latest.ckpt (what "resume": true reads).
-static void write_checkpoint(harness_t* h, uint64_t step, const char* cursor) {
+// experiment()'s parameter table.
+static void model_table(pcp_models_parameter_table_t* out_table) {
   pcp_diloco_config_t config;
   const char* text = experiment("");
   EXPECT_CODE(pcp_diloco_config_parse_json(text, strlen(text), &config, NULL),
@@ -342,10 +341,17 @@ static void write_checkpoint(harness_t* h, uint64_t step, const char* cursor) {
   pcp_models_spec_t spec;
   EXPECT_CODE(pcp_diloco_model_spec_resolve(&config, &spec), PCP_STATUS_OK,
               NULL);
-  pcp_models_parameter_table_t table;
   EXPECT_CODE(pcp_models_parameter_table_initialize(
-                  &spec, pcp_allocator_system(), &table),
+                  &spec, pcp_allocator_system(), out_table),
               PCP_STATUS_OK, NULL);
+  pcp_diloco_config_deinitialize(&config);
+}
+
+// A checkpoint for experiment()'s model at outer step |step| with |cursor|,
+// as <dir>/ckpt/latest.ckpt (what "resume": true reads).
+static void write_checkpoint(harness_t* h, uint64_t step, const char* cursor) {
+  pcp_models_parameter_table_t table;
+  model_table(&table);
   size_t n = (size_t)table.total_elements;
   uint64_t* elements = calloc(table.count, sizeof(uint64_t));
   float* zeros = calloc(n, sizeof(float));
@@ -370,7 +376,6 @@ static void write_checkpoint(harness_t* h, uint64_t step, const char* cursor) {
   free(elements);
   free(zeros);
   pcp_models_parameter_table_deinitialize(&table);
-  pcp_diloco_config_deinitialize(&config);
 }
 
 // A streaming cursor naming stream-x.workers of |state_bytes| bytes with
@@ -410,20 +415,10 @@ static void streaming_resume_checks(void** state) {
   EXPECT_CODE(run(h, "job-classic-ckpt", experiment(STREAMING_RESUME)),
               PCP_STATUS_FAILED_PRECONDITION, "from a classic DiLoCo run");
   // The state file: one worker's p/m/v/s.
-  pcp_diloco_config_t config;
-  const char* text = experiment("");
-  EXPECT_CODE(pcp_diloco_config_parse_json(text, strlen(text), &config, NULL),
-              PCP_STATUS_OK, NULL);
-  pcp_models_spec_t spec;
-  EXPECT_CODE(pcp_diloco_model_spec_resolve(&config, &spec), PCP_STATUS_OK,
-              NULL);
   pcp_models_parameter_table_t table;
-  EXPECT_CODE(pcp_models_parameter_table_initialize(
-                  &spec, pcp_allocator_system(), &table),
-              PCP_STATUS_OK, NULL);
+  model_table(&table);
   size_t bytes = 4 * (size_t)table.total_elements * sizeof(float);
   pcp_models_parameter_table_deinitialize(&table);
-  pcp_diloco_config_deinitialize(&config);
   float* data = calloc(1, bytes);
   for (size_t i = 0; i < bytes / sizeof(float); ++i) {
     data[i] = (float)i * 0.25f;
@@ -438,7 +433,7 @@ static void streaming_resume_checks(void** state) {
                              "\"checkpoint_dir\": "
                              "\"ckpt\"")),
               PCP_STATUS_FAILED_PRECONDITION, "from a streaming DiLoCo run");
-  char other_h[512];
+  char other_h[2048];
   snprintf(other_h, sizeof(other_h), "%s", experiment(STREAMING_RESUME));
   char* at = strstr(other_h, "\"inner_steps\": 4");
   memcpy(at, "\"inner_steps\": 5", 16);
