@@ -30,13 +30,21 @@ static ref_t arg_ref(const char* prefix, size_t index, const type_t* type) {
   return ref;
 }
 
-static type_t stacked_type(const type_t* type, int64_t k) {
-  type_t stacked = *type;
-  memmove(&stacked.dims[1], &stacked.dims[0],
-          (size_t)stacked.rank * sizeof(int64_t));
-  stacked.dims[0] = k;
-  ++stacked.rank;
-  return stacked;
+// Data argument |d| as @train_steps takes it: [K, ...] or, with gradient
+// accumulation, [K, A, ...].
+static type_t stacked_type(pcp_autodiff_emitter_t* e,
+                           const pcp_autodiff_training_signature_t* signature,
+                           const pcp_compile_training_options_t* options,
+                           size_t d) {
+  type_t per_step = pcp_autodiff_step_data_type(e, signature, options, d);
+  return pcp_autodiff_type_stacked(e, &per_step, options->inner_steps);
+}
+
+// The type of parameter |type|'s AdamW moments in @train_steps: its shape in
+// the master element (f32 for a bf16 parameter).
+static type_t moment_type(const type_t* type) {
+  return pcp_autodiff_type_with_element(
+      type, pcp_autodiff_master_element(type->element));
 }
 
 void pcp_autodiff_emit_diloco_round(
@@ -63,7 +71,7 @@ void pcp_autodiff_emit_diloco_round(
   }
   pcp_autodiff_emit_f(e, "%%lr: tensor<f32>");
   for (size_t d = 0; d < data_count; ++d) {
-    type_t stacked = stacked_type(&types[n + d], k);
+    type_t stacked = stacked_type(e, signature, options, d);
     pcp_autodiff_emit_f(e, ", %%d%zu: ", d);
     pcp_autodiff_type_append(e, &stacked);
   }
@@ -90,7 +98,8 @@ void pcp_autodiff_emit_diloco_round(
     return;
   }
   for (size_t i = 0; i < n; ++i) {
-    zeros[i] = pcp_autodiff_splat(e, 0.0, &types[i]);
+    type_t moment = moment_type(&types[i]);
+    zeros[i] = pcp_autodiff_splat(e, 0.0, &moment);
   }
   ref_t step = pcp_autodiff_splat(e, 1.0, &f32);
   pcp_autodiff_emit_f(e, "    %%run:%zu = \"func.call\"(", 3 * n + 1);
@@ -109,20 +118,22 @@ void pcp_autodiff_emit_diloco_round(
   pcp_autodiff_emit_f(e, ") {callee = @train_steps} : (");
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
-      pcp_autodiff_type_append(e, &types[i]);
+      type_t state = g ? moment_type(&types[i]) : types[i];
+      pcp_autodiff_type_append(e, &state);
       pcp_autodiff_emit_f(e, ", ");
     }
   }
   pcp_autodiff_emit_f(e, "tensor<f32>, tensor<f32>");
   for (size_t d = 0; d < data_count; ++d) {
-    type_t stacked = stacked_type(&types[n + d], k);
+    type_t stacked = stacked_type(e, signature, options, d);
     pcp_autodiff_emit_f(e, ", ");
     pcp_autodiff_type_append(e, &stacked);
   }
   pcp_autodiff_emit_f(e, ") -> (");
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
-      pcp_autodiff_type_append(e, &types[i]);
+      type_t state = g ? moment_type(&types[i]) : types[i];
+      pcp_autodiff_type_append(e, &state);
       pcp_autodiff_emit_f(e, ", ");
     }
   }
