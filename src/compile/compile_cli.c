@@ -88,7 +88,8 @@ static const pcp_config_field_t kFields[] = {
      .max = PCP_COMPILE_MAX_ACCUMULATION_STEPS, .value_name = "A",
      .help = "gradient accumulation: each optimizer step averages A "
              "micro-batches (adds @compute_gradients_accumulated; "
-             "@train_steps and @diloco_round take data [K, A, ...]; 1: none)"},
+             "@train_steps and @diloco_round take data [K, A, ...]; 1, or 0 "
+             "= not given: none)"},
     {.name = "data-args", .type = PCP_CONFIG_TYPE_INT64,
      .offset = OFFSET(data_args), .default_value = "-1", .min = -1,
      .max = 1024, .value_name = "N",
