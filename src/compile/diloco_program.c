@@ -6,6 +6,10 @@
 //   @diloco_round(params..., lr: f32, data (each [tau, ...])...)
 //       -> (deltas..., losses: [tau] x loss type)
 //
+// (data [tau, A, ...] with gradient accumulation, accumulate.c). The zero
+// moments are in the master element (f32 for bf16 parameters), as
+// @train_steps takes them.
+//
 // AdamW moments start at zero and the step number at 1 inside the function
 // (a fresh inner optimizer every round), the fused @train_steps runs the tau
 // inner steps, and each delta is params_in - params_out (upstream's sign:
