@@ -1743,8 +1743,9 @@ static pcp_status_t build_text(pcp_mlir_module_t* module,
       pcp_autodiff_emit_f(&ad.e, "module {\n");
       emit_forward_function(&ad, &info);
       emit_gradient_function(&ad, &info);
+      bool accumulates = options->accumulation_steps > 1;
       if (options->program == PCP_COMPILE_PROGRAM_TRAIN ||
-          options->program == PCP_COMPILE_PROGRAM_DILOCO) {
+          options->program == PCP_COMPILE_PROGRAM_DILOCO || accumulates) {
         pcp_autodiff_training_signature_t training = {
             .argument_count = info.argument_count,
             .param_count = info.param_count,
@@ -1761,7 +1762,10 @@ static pcp_status_t build_text(pcp_mlir_module_t* module,
         }
         training.arguments = arguments;
         training.loss = value_ref(&ad, info.loss_id).type;
-        if (!ad.e.status) {
+        if (!ad.e.status && accumulates) {
+          pcp_autodiff_emit_gradients_accumulated(&ad.e, &training, options);
+        }
+        if (!ad.e.status && options->program != PCP_COMPILE_PROGRAM_GRAD) {
           pcp_autodiff_emit_optimizer(&ad.e, &training, options);
           if (options->inner_steps > 0) {
             pcp_autodiff_emit_train_steps(&ad.e, &training, options);
@@ -1798,6 +1802,14 @@ pcp_status_t pcp_compile_training_module_build(
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "inner steps must be within 0..4096, got %d",
                            options->inner_steps);
+  }
+  if (options->accumulation_steps < 0 ||
+      options->accumulation_steps > PCP_COMPILE_MAX_ACCUMULATION_STEPS) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "accumulation steps must be within 0..%d (0 or 1: "
+                           "none), got %lld",
+                           PCP_COMPILE_MAX_ACCUMULATION_STEPS,
+                           (long long)options->accumulation_steps);
   }
   if (options->program == PCP_COMPILE_PROGRAM_DILOCO) {
     if (options->inner_steps < 1) {

@@ -327,3 +327,84 @@ pcp_autodiff_ref_t pcp_autodiff_slice(pcp_autodiff_emitter_t* e,
            part[2] + 1);
   return pcp_autodiff_emit_op(e, "stablehlo.slice", &a, 1, attributes, &type);
 }
+
+pcp_autodiff_type_t pcp_autodiff_type_stacked(pcp_autodiff_emitter_t* e,
+                                              const pcp_autodiff_type_t* type,
+                                              int64_t count) {
+  pcp_autodiff_type_t stacked = *type;
+  if (type->rank >= PCP_MAX_TENSOR_RANK) {
+    if (!e->status) {
+      e->status = pcp_make_status(
+          PCP_STATUS_INVALID_ARGUMENT,
+          "a data argument of rank %d cannot take another leading dimension "
+          "(at most %d)",
+          (int)type->rank, PCP_MAX_TENSOR_RANK);
+    }
+    return stacked;
+  }
+  memmove(&stacked.dims[1], &stacked.dims[0],
+          (size_t)stacked.rank * sizeof(int64_t));
+  stacked.dims[0] = count;
+  ++stacked.rank;
+  return stacked;
+}
+
+pcp_autodiff_ref_t pcp_autodiff_index_leading(pcp_autodiff_emitter_t* e,
+                                              pcp_autodiff_ref_t stacked,
+                                              pcp_autodiff_ref_t index,
+                                              pcp_autodiff_ref_t zero_index,
+                                              const pcp_autodiff_type_t* type) {
+  pcp_autodiff_ref_t operands[PCP_MAX_TENSOR_RANK + 1];
+  operands[0] = stacked;
+  operands[1] = index;
+  for (int32_t r = 1; r < stacked.type.rank; ++r) {
+    operands[1 + r] = zero_index;
+  }
+  pcp_autodiff_type_t one = stacked.type;
+  one.dims[0] = 1;
+  char attributes[512];
+  int used =
+      snprintf(attributes, sizeof(attributes), "{slice_sizes = array<i64");
+  for (int32_t r = 0; r < one.rank; ++r) {
+    used += snprintf(attributes + used, sizeof(attributes) - (size_t)used,
+                     "%s%lld", r ? ", " : ": ", (long long)one.dims[r]);
+  }
+  snprintf(attributes + used, sizeof(attributes) - (size_t)used, ">}");
+  pcp_autodiff_ref_t slice =
+      pcp_autodiff_emit_op(e, "stablehlo.dynamic_slice", operands,
+                           1 + stacked.type.rank, attributes, &one);
+  return pcp_autodiff_reshape(e, slice, type);
+}
+
+void pcp_autodiff_emit_call(pcp_autodiff_emitter_t* e, const char* result_name,
+                            const char* callee,
+                            const pcp_autodiff_ref_t* operands,
+                            size_t operand_count,
+                            const pcp_autodiff_type_t* const* results,
+                            size_t result_count) {
+  pcp_autodiff_emit_f(e, "    %s:%zu = \"func.call\"(", result_name,
+                      result_count);
+  for (size_t i = 0; i < operand_count; ++i) {
+    pcp_autodiff_emit_f(e, "%s%s", i ? ", " : "", operands[i].name);
+  }
+  pcp_autodiff_emit_f(e, ") {callee = @%s} : (", callee);
+  for (size_t i = 0; i < operand_count; ++i) {
+    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
+    pcp_autodiff_type_append(e, &operands[i].type);
+  }
+  pcp_autodiff_emit_f(e, ") -> (");
+  for (size_t i = 0; i < result_count; ++i) {
+    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
+    pcp_autodiff_type_append(e, results[i]);
+  }
+  pcp_autodiff_emit_f(e, ")\n");
+}
+
+pcp_autodiff_ref_t pcp_autodiff_call_result(const char* call_name, size_t index,
+                                            const pcp_autodiff_type_t* type) {
+  pcp_autodiff_ref_t ref;
+  memset(&ref, 0, sizeof(ref));
+  snprintf(ref.name, sizeof(ref.name), "%s#%zu", call_name, index);
+  ref.type = *type;
+  return ref;
+}

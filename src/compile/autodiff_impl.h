@@ -16,6 +16,7 @@
 #define PCP_COMPILE_AUTODIFF_IMPL_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/base.h"
@@ -115,6 +116,32 @@ pcp_autodiff_ref_t pcp_autodiff_slice(pcp_autodiff_emitter_t* e,
                                       const int64_t* limit,
                                       const int64_t* strides);
 
+// |type| with a new leading dimension of |count| ([count, ...dims]). Sets
+// e->status (and returns |type| unchanged) when the rank would pass
+// PCP_MAX_TENSOR_RANK.
+pcp_autodiff_type_t pcp_autodiff_type_stacked(pcp_autodiff_emitter_t* e,
+                                              const pcp_autodiff_type_t* type,
+                                              int64_t count);
+// Entry |index| (an i64 scalar) of |stacked|'s leading dimension, reshaped
+// to |type| (stacked's dims without the first): a stablehlo.dynamic_slice
+// with start (index, zero_index, ...) and a reshape. |zero_index| is an i64
+// scalar 0 the caller made once.
+pcp_autodiff_ref_t pcp_autodiff_index_leading(pcp_autodiff_emitter_t* e,
+                                              pcp_autodiff_ref_t stacked,
+                                              pcp_autodiff_ref_t index,
+                                              pcp_autodiff_ref_t zero_index,
+                                              const pcp_autodiff_type_t* type);
+// Emits `%name:N = "func.call"(operands) {callee = @callee} : (...) ->
+// (results...)`; pcp_autodiff_call_result names result |index| ("%name#i").
+void pcp_autodiff_emit_call(pcp_autodiff_emitter_t* e, const char* result_name,
+                            const char* callee,
+                            const pcp_autodiff_ref_t* operands,
+                            size_t operand_count,
+                            const pcp_autodiff_type_t* const* results,
+                            size_t result_count);
+pcp_autodiff_ref_t pcp_autodiff_call_result(const char* call_name, size_t index,
+                                            const pcp_autodiff_type_t* type);
+
 //===----------------------------------------------------------------------===//
 // Optimizer and fused steps (optimizer.c)
 //===----------------------------------------------------------------------===//
@@ -127,6 +154,10 @@ typedef struct pcp_autodiff_training_signature_t {
   pcp_autodiff_type_t loss;
 } pcp_autodiff_training_signature_t;
 
+// The element type optimizer state and gradient sums are kept in: f64 for
+// f64, f32 for every other float (bf16, f16, f32).
+const char* pcp_autodiff_master_element(const char* element);
+
 // Emits @apply_optimizer (AdamW with global-norm clipping).
 void pcp_autodiff_emit_optimizer(
     pcp_autodiff_emitter_t* e,
@@ -136,6 +167,26 @@ void pcp_autodiff_emit_optimizer(
 // Emits @train_steps (options->inner_steps unrolled steps calling
 // @compute_gradients and @apply_optimizer).
 void pcp_autodiff_emit_train_steps(
+    pcp_autodiff_emitter_t* e,
+    const pcp_autodiff_training_signature_t* signature,
+    const pcp_compile_training_options_t* options);
+
+// Gradient accumulation (accumulate.c). With options->accumulation_steps
+// A > 1 every optimizer step reads A micro-batches: this is the type one
+// step's data argument |data_index| has ([A, ...] or, for A <= 1, the
+// forward's own type) and the function that turns one step's data into
+// (loss, grads...): "compute_gradients_accumulated" or "compute_gradients".
+pcp_autodiff_type_t pcp_autodiff_step_data_type(
+    pcp_autodiff_emitter_t* e,
+    const pcp_autodiff_training_signature_t* signature,
+    const pcp_compile_training_options_t* options, size_t data_index);
+const char* pcp_autodiff_step_gradient_function(
+    const pcp_compile_training_options_t* options);
+
+// Emits @compute_gradients_accumulated(params..., data [A, ...]...) ->
+// (loss, grads...): a stablehlo.while over the A micro-batches calling
+// @compute_gradients, sums in the master element, both scaled by 1/A.
+void pcp_autodiff_emit_gradients_accumulated(
     pcp_autodiff_emitter_t* e,
     const pcp_autodiff_training_signature_t* signature,
     const pcp_compile_training_options_t* options);

@@ -174,10 +174,20 @@ typedef struct pcp_compile_training_options_t {
   // DILOCO: element type of the returned deltas, "f32" or "bf16" (NULL:
   // f32).
   const char* delta_element;
+  // Gradient accumulation: A micro-batches per optimizer step (0 or 1: none,
+  // the module is byte-for-byte what it is without this field; at most
+  // PCP_COMPILE_MAX_ACCUMULATION_STEPS). With A > 1 the module also holds
+  // @compute_gradients_accumulated(params..., data [A, ...]...) -> (loss,
+  // grads...), the mean over the A micro-batches (sums in f32, f64 for f64),
+  // and @train_steps / @diloco_round take data [K, A, ...] and call it once
+  // per step; their losses are the per-step means.
+  int64_t accumulation_steps;
 } pcp_compile_training_options_t;
 
+#define PCP_COMPILE_MAX_ACCUMULATION_STEPS 4096
+
 // Defaults: GRAD, "main", data_argument_count -1, inner_steps 0, AdamW
-// 0.9 / 0.999 / 1e-8 / 0.01, max_grad_norm 1.0.
+// 0.9 / 0.999 / 1e-8 / 0.01, max_grad_norm 1.0, accumulation_steps 0.
 void pcp_compile_training_options_initialize(
     pcp_compile_training_options_t* out_options);
 
@@ -188,13 +198,16 @@ void pcp_compile_training_options_initialize(
 // module holds:
 //   @main(params..., data...) -> loss                        (the forward)
 //   @compute_gradients(params..., data...) -> (loss, dparams...)
+//   A > 1: @compute_gradients_accumulated(params..., data [A, ...]...)
+//            -> (loss, dparams...)    (means over A micro-batches)
 //   TRAIN: @apply_optimizer(params..., grads..., m..., v..., step: f32,
 //            lr: f32) -> (params'..., m'..., v'...)
 //   TRAIN, k > 0: @train_steps(params..., m..., v..., step: f32, lr: f32,
-//            data (each with a leading dimension k)...)
+//            data (each with a leading dimension k; [k, A, ...] for A > 1)...)
 //            -> (params'..., m'..., v'..., losses: k x loss type)
 //   DILOCO: the TRAIN functions and @diloco_round(params..., lr: f32,
-//            data [k, ...]...) -> (deltas..., losses: k x loss type)
+//            data [k, ...] or [k, A, ...]...) -> (deltas..., losses: k x
+//            loss type)
 // Reverse mode with one VJP rule per op. Errors: INVALID_ARGUMENT for a
 // module that does not parse or a function that is not a forward loss;
 // UNIMPLEMENTED naming the op and its location when gradient flows through
@@ -210,8 +223,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_compile_training_module_build(
 //===----------------------------------------------------------------------===//
 
 // `pcp compile model.mlir --backend B [--target T] -o out.vmfb`;
-// `--program grad|train [--inner-steps K] [--emit-mlir out.mlir]` derives a
-// training module first (pcp_compile_training_module_build).
+// `--program grad|train|diloco [--inner-steps K] [--accumulate A]
+// [--emit-mlir out.mlir]` derives a training module first
+// (pcp_compile_training_module_build).
 int pcp_compile_cli_main(int argc, char** argv);
 
 #ifdef __cplusplus

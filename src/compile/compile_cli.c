@@ -21,6 +21,7 @@ typedef struct compile_cli_options_t {
   // Training programs (pcp_compile_training_module_build).
   char* program;
   int64_t inner_steps;
+  int64_t accumulate;  // 0: not given
   int64_t data_args;
   char* function;
   char* emit_mlir;
@@ -79,6 +80,16 @@ static const pcp_config_field_t kFields[] = {
      .offset = OFFSET(inner_steps), .default_value = "0", .min = 0,
      .max = 4096, .value_name = "K",
      .help = "train: fuse K optimizer steps into @train_steps (0: none)"},
+    // No default: 0 means "not given", so an explicit --accumulate 0 is
+    // out of range rather than silently "none", and --accumulate without
+    // --program can be refused.
+    {.name = "accumulate", .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(accumulate), .min = 1,
+     .max = PCP_COMPILE_MAX_ACCUMULATION_STEPS, .value_name = "A",
+     .help = "gradient accumulation: each optimizer step averages A "
+             "micro-batches (adds @compute_gradients_accumulated; "
+             "@train_steps and @diloco_round take data [K, A, ...]; 1, or 0 "
+             "= not given: none)"},
     {.name = "data-args", .type = PCP_CONFIG_TYPE_INT64,
      .offset = OFFSET(data_args), .default_value = "-1", .min = -1,
      .max = 1024, .value_name = "N",
@@ -117,7 +128,7 @@ static void print_help(void) {
   printf(
       "usage: pcp compile MODEL.mlir [--backend B] [--target T] -o OUT.vmfb\n"
       "       pcp compile --program grad|train|diloco MODEL.mlir [--inner-steps K]\n"
-      "               [--emit-mlir OUT.mlir] [-o OUT.vmfb]\n\n"
+      "               [--accumulate A] [--emit-mlir OUT.mlir] [-o OUT.vmfb]\n\n"
       "Compiles a StableHLO module to an IREE VMFB with the wheel's iree-compile "
       "(in a child\nprocess), reusing the artifact cache when the same module "
       "was compiled before.\n\nflags:\n");
@@ -175,6 +186,10 @@ int pcp_compile_cli_main(int argc, char** argv) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "--inner-steps needs --program train");
   }
+  if (!status && options.accumulate && !options.program) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "--accumulate needs --program grad|train|diloco");
+  }
   if (!status && options.emit_mlir && !options.program) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "--emit-mlir needs --program grad|train|diloco");
@@ -217,6 +232,7 @@ int pcp_compile_cli_main(int argc, char** argv) {
       training.function_name = options.function;
       training.data_argument_count = (int32_t)options.data_args;
       training.inner_steps = (int32_t)options.inner_steps;
+      training.accumulation_steps = options.accumulate;
       training.beta1 = options.beta1;
       training.beta2 = options.beta2;
       training.epsilon = options.epsilon;

@@ -271,14 +271,17 @@ static void oversized_and_empty_inputs_are_refused(void** state) {
                    PCP_STATUS_INVALID_ARGUMENT);
 }
 
-// Derives a training module from |text|; returns the status (and the text
-// through |out_text| when non-NULL).
-static pcp_status_t derive(const char* text, int32_t inner_steps,
-                           pcp_compile_program_t program, char** out_text) {
+// Derives a training module from |text| with |accumulation_steps|; returns
+// the status (and the text through |out_text| when non-NULL).
+static pcp_status_t derive_accumulated(const char* text, int32_t inner_steps,
+                                       pcp_compile_program_t program,
+                                       int64_t accumulation_steps,
+                                       char** out_text) {
   pcp_compile_training_options_t options;
   pcp_compile_training_options_initialize(&options);
   options.program = program;
   options.inner_steps = inner_steps;
+  options.accumulation_steps = accumulation_steps;
   char* derived = NULL;
   size_t length = 0;
   pcp_status_t status = pcp_compile_training_module_build(
@@ -293,6 +296,11 @@ static pcp_status_t derive(const char* text, int32_t inner_steps,
     free(derived);
   }
   return status;
+}
+
+static pcp_status_t derive(const char* text, int32_t inner_steps,
+                           pcp_compile_program_t program, char** out_text) {
+  return derive_accumulated(text, inner_steps, program, 0, out_text);
 }
 
 static void expect_code(pcp_status_t status, pcp_status_code_t code,
@@ -359,6 +367,53 @@ static void training_module_functions_and_errors(void** state) {
               PCP_STATUS_INVALID_ARGUMENT, "t.mlir:1:");
 }
 
+// Gradient accumulation: A = 0 and 1 emit the same module; A = 2 adds
+// @compute_gradients_accumulated over [2, ...] data and @train_steps and
+// @diloco_round take [K, 2, ...]; out-of-range counts are errors. (Numerics:
+// tests/compile/accumulate_test.py.)
+static void training_module_accumulation(void** state) {
+  (void)state;
+  static const char kLoss[] =
+      "func.func @main(%w: tensor<3xf32>, %ids: tensor<4xi32>) -> tensor<f32> "
+      "{\n"
+      "  %z = stablehlo.constant dense<0.0> : tensor<f32>\n"
+      "  %0 = stablehlo.multiply %w, %w : tensor<3xf32>\n"
+      "  %1 = stablehlo.reduce(%0 init: %z) applies stablehlo.add across "
+      "dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>\n"
+      "  return %1 : tensor<f32>\n}\n";
+  char* none = NULL;
+  char* one = NULL;
+  char* two = NULL;
+  assert_null(
+      derive_accumulated(kLoss, 3, PCP_COMPILE_PROGRAM_DILOCO, 0, &none));
+  assert_null(
+      derive_accumulated(kLoss, 3, PCP_COMPILE_PROGRAM_DILOCO, 1, &one));
+  assert_string_equal(none, one);
+  assert_null(strstr(none, "@compute_gradients_accumulated"));
+  assert_null(
+      derive_accumulated(kLoss, 3, PCP_COMPILE_PROGRAM_DILOCO, 2, &two));
+  assert_non_null(
+      strstr(two,
+             "func.func @compute_gradients_accumulated(%p0: tensor<3xf32>, "
+             "%d0: tensor<2x4xi32>) -> (tensor<f32>, tensor<3xf32>) {"));
+  assert_non_null(strstr(two, "%d0: tensor<3x2x4xi32>) -> ("));
+  assert_non_null(strstr(two, "{callee = @compute_gradients_accumulated}"));
+  free(none);
+  free(one);
+  free(two);
+  // GRAD with A > 1: the accumulated function and no optimizer.
+  assert_null(derive_accumulated(kLoss, 0, PCP_COMPILE_PROGRAM_GRAD, 4, &two));
+  assert_non_null(strstr(two, "%d0: tensor<4x4xi32>) -> (tensor<f32>"));
+  assert_null(strstr(two, "@apply_optimizer"));
+  free(two);
+  expect_code(
+      derive_accumulated(kLoss, 3, PCP_COMPILE_PROGRAM_TRAIN, -1, NULL),
+      PCP_STATUS_INVALID_ARGUMENT, "accumulation steps must be within 0..4096");
+  expect_code(
+      derive_accumulated(kLoss, 3, PCP_COMPILE_PROGRAM_TRAIN, 4097, NULL),
+      PCP_STATUS_INVALID_ARGUMENT, "got 4097");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(flag_table_rows),
@@ -370,6 +425,7 @@ int main(void) {
       cmocka_unit_test(missing_venv_is_a_clear_error),
       cmocka_unit_test(oversized_and_empty_inputs_are_refused),
       cmocka_unit_test(training_module_functions_and_errors),
+      cmocka_unit_test(training_module_accumulation),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,6 +6,10 @@
 //   @diloco_round(params..., lr: f32, data (each [tau, ...])...)
 //       -> (deltas..., losses: [tau] x loss type)
 //
+// (data [tau, A, ...] with gradient accumulation, accumulate.c). The zero
+// moments are in the master element (f32 for bf16 parameters), as
+// @train_steps takes them.
+//
 // AdamW moments start at zero and the step number at 1 inside the function
 // (a fresh inner optimizer every round), the fused @train_steps runs the tau
 // inner steps, and each delta is params_in - params_out (upstream's sign:
@@ -30,21 +34,21 @@ static ref_t arg_ref(const char* prefix, size_t index, const type_t* type) {
   return ref;
 }
 
-// The type of parameter |type|'s AdamW moments in @train_steps: its shape
-// in the optimizer's master element (f32, f64 for f64 parameters; bf16
-// parameters keep f32 moments, src/compile/optimizer.c).
-static type_t moment_type(const type_t* type) {
-  return pcp_autodiff_type_with_element(
-      type, strcmp(type->element, "f64") == 0 ? "f64" : "f32");
+// Data argument |d| as @train_steps takes it: [K, ...] or, with gradient
+// accumulation, [K, A, ...].
+static type_t stacked_type(pcp_autodiff_emitter_t* e,
+                           const pcp_autodiff_training_signature_t* signature,
+                           const pcp_compile_training_options_t* options,
+                           size_t d) {
+  type_t per_step = pcp_autodiff_step_data_type(e, signature, options, d);
+  return pcp_autodiff_type_stacked(e, &per_step, options->inner_steps);
 }
 
-static type_t stacked_type(const type_t* type, int64_t k) {
-  type_t stacked = *type;
-  memmove(&stacked.dims[1], &stacked.dims[0],
-          (size_t)stacked.rank * sizeof(int64_t));
-  stacked.dims[0] = k;
-  ++stacked.rank;
-  return stacked;
+// The type of parameter |type|'s AdamW moments in @train_steps: its shape in
+// the master element (f32 for a bf16 parameter).
+static type_t moment_type(const type_t* type) {
+  return pcp_autodiff_type_with_element(
+      type, pcp_autodiff_master_element(type->element));
 }
 
 void pcp_autodiff_emit_diloco_round(
@@ -71,7 +75,7 @@ void pcp_autodiff_emit_diloco_round(
   }
   pcp_autodiff_emit_f(e, "%%lr: tensor<f32>");
   for (size_t d = 0; d < data_count; ++d) {
-    type_t stacked = stacked_type(&types[n + d], k);
+    type_t stacked = stacked_type(e, signature, options, d);
     pcp_autodiff_emit_f(e, ", %%d%zu: ", d);
     pcp_autodiff_type_append(e, &stacked);
   }
@@ -125,7 +129,7 @@ void pcp_autodiff_emit_diloco_round(
   }
   pcp_autodiff_emit_f(e, "tensor<f32>, tensor<f32>");
   for (size_t d = 0; d < data_count; ++d) {
-    type_t stacked = stacked_type(&types[n + d], k);
+    type_t stacked = stacked_type(e, signature, options, d);
     pcp_autodiff_emit_f(e, ", ");
     pcp_autodiff_type_append(e, &stacked);
   }

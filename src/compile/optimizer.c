@@ -21,10 +21,11 @@
 // compilable for IREE's host code. For f32 models nothing changes.
 //
 // @train_steps is one stablehlo.while over the K steps (step i reads slice i
-// of each data argument with dynamic_slice and calls @compute_gradients and
-// @apply_optimizer, which IREE inlines); parameters and moments are loop
-// carries and in/out arguments, so they stay device-resident across the K
-// steps and between calls. The unrolled form (K copies) compiled in time
+// of each data argument with dynamic_slice and calls @compute_gradients --
+// @compute_gradients_accumulated on [A, ...] slices with gradient
+// accumulation, accumulate.c -- and @apply_optimizer, which IREE inlines);
+// parameters and moments are loop carries and in/out arguments, so they
+// stay device-resident across the K steps and between calls. The unrolled form (K copies) compiled in time
 // linear in K (63 s for K=4 on a transformer block against 12 s for K=10
 // as a loop); it is kept for K=1.
 
@@ -37,13 +38,14 @@ typedef pcp_autodiff_ref_t ref_t;
 typedef pcp_autodiff_type_t type_t;
 
 // The element type the optimizer keeps moments and does arithmetic in.
-static const char* master_element(const char* element) {
+const char* pcp_autodiff_master_element(const char* element) {
   return strcmp(element, "f64") == 0 ? "f64" : "f32";
 }
 
 // The type of parameter |type|'s moments (its shape, master element).
 static type_t moment_type(const type_t* type) {
-  return pcp_autodiff_type_with_element(type, master_element(type->element));
+  return pcp_autodiff_type_with_element(
+      type, pcp_autodiff_master_element(type->element));
 }
 
 static ref_t named(const char* prefix, size_t index, const type_t* type) {
@@ -105,7 +107,7 @@ void pcp_autodiff_emit_optimizer(
   // is f64, else f32).
   const char* norm_element = "f32";
   for (size_t i = 0; i < n; ++i) {
-    if (strcmp(master_element(types[i].element), "f64") == 0) {
+    if (strcmp(pcp_autodiff_master_element(types[i].element), "f64") == 0) {
       norm_element = "f64";
     }
   }
@@ -114,8 +116,9 @@ void pcp_autodiff_emit_optimizer(
   if (options->max_grad_norm > 0 && n) {
     ref_t total = constant(e, 0.0, &norm_type);
     for (size_t i = 0; i < n; ++i) {
-      ref_t g = pcp_autodiff_convert(e, named("g", i, &types[i]),
-                                     master_element(types[i].element));
+      ref_t g =
+          pcp_autodiff_convert(e, named("g", i, &types[i]),
+                               pcp_autodiff_master_element(types[i].element));
       ref_t squares =
           pcp_autodiff_sum_all(e, bin(e, "stablehlo.multiply", g, g));
       total = bin(e, "stablehlo.add", total,
@@ -205,37 +208,6 @@ void pcp_autodiff_emit_optimizer(
   pcp_allocator_free(pcp_allocator_system(), results);
 }
 
-static void emit_call(pcp_autodiff_emitter_t* e, const char* result_name,
-                      const char* callee, const ref_t* operands,
-                      size_t operand_count, const type_t* const* results,
-                      size_t result_count) {
-  pcp_autodiff_emit_f(e, "    %s:%zu = \"func.call\"(", result_name,
-                      result_count);
-  for (size_t i = 0; i < operand_count; ++i) {
-    pcp_autodiff_emit_f(e, "%s%s", i ? ", " : "", operands[i].name);
-  }
-  pcp_autodiff_emit_f(e, ") {callee = @%s} : (", callee);
-  for (size_t i = 0; i < operand_count; ++i) {
-    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
-    pcp_autodiff_type_append(e, &operands[i].type);
-  }
-  pcp_autodiff_emit_f(e, ") -> (");
-  for (size_t i = 0; i < result_count; ++i) {
-    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
-    pcp_autodiff_type_append(e, results[i]);
-  }
-  pcp_autodiff_emit_f(e, ")\n");
-}
-
-static ref_t call_result(const char* call_name, size_t index,
-                         const type_t* type) {
-  ref_t ref;
-  memset(&ref, 0, sizeof(ref));
-  snprintf(ref.name, sizeof(ref.name), "%s#%zu", call_name, index);
-  ref.type = *type;
-  return ref;
-}
-
 // The types of the 3n state tensors (params, m, v), in that order; NULL
 // (with e->status set) when out of memory. Free with the system allocator.
 static type_t* state_types_new(pcp_autodiff_emitter_t* e, const type_t* types,
@@ -288,11 +260,8 @@ static void emit_train_steps_unrolled(
   }
   pcp_autodiff_emit_f(e, "%%step: tensor<f32>, %%lr: tensor<f32>");
   for (size_t d = 0; d < data_count; ++d) {
-    type_t stacked = types[n + d];
-    memmove(&stacked.dims[1], &stacked.dims[0],
-            (size_t)stacked.rank * sizeof(int64_t));
-    stacked.dims[0] = k;
-    ++stacked.rank;
+    type_t per_step = pcp_autodiff_step_data_type(e, signature, options, d);
+    type_t stacked = pcp_autodiff_type_stacked(e, &per_step, k);
     pcp_autodiff_emit_f(e, ", %%d%zu: ", d);
     pcp_autodiff_type_append(e, &stacked);
   }
@@ -347,12 +316,9 @@ static void emit_train_steps_unrolled(
       call_args[i] = state[i];
     }
     for (size_t d = 0; d < data_count; ++d) {
-      const type_t* type = &types[n + d];
-      type_t stacked = *type;
-      memmove(&stacked.dims[1], &stacked.dims[0],
-              (size_t)stacked.rank * sizeof(int64_t));
-      stacked.dims[0] = k;
-      ++stacked.rank;
+      type_t per_step = pcp_autodiff_step_data_type(e, signature, options, d);
+      const type_t* type = &per_step;
+      type_t stacked = pcp_autodiff_type_stacked(e, type, k);
       ref_t data = named("d", d, &stacked);
       int64_t start[PCP_MAX_TENSOR_RANK] = {0}, limit[PCP_MAX_TENSOR_RANK];
       int64_t strides[PCP_MAX_TENSOR_RANK];
@@ -371,17 +337,18 @@ static void emit_train_steps_unrolled(
     for (size_t i = 0; i < n; ++i) {
       result_types[1 + i] = &types[i];
     }
-    emit_call(e, grad_name, "compute_gradients", call_args,
-              signature->argument_count, result_types, n + 1);
+    pcp_autodiff_emit_call(
+        e, grad_name, pcp_autodiff_step_gradient_function(options), call_args,
+        signature->argument_count, result_types, n + 1);
     type_t one_loss = signature->loss;
     one_loss.rank = 1;
     one_loss.dims[0] = 1;
     losses[s] = pcp_autodiff_reshape(
-        e, call_result(grad_name, 0, &signature->loss), &one_loss);
+        e, pcp_autodiff_call_result(grad_name, 0, &signature->loss), &one_loss);
     // Optimizer call: p, g, m, v, step + s, lr.
     for (size_t i = 0; i < n; ++i) {
       call_args[i] = state[i];
-      call_args[n + i] = call_result(grad_name, 1 + i, &types[i]);
+      call_args[n + i] = pcp_autodiff_call_result(grad_name, 1 + i, &types[i]);
       call_args[2 * n + i] = state[n + i];
       call_args[3 * n + i] = state[2 * n + i];
     }
@@ -395,11 +362,12 @@ static void emit_train_steps_unrolled(
         result_types[g * n + i] = &st[g * n + i];
       }
     }
-    emit_call(e, opt_name, "apply_optimizer", call_args, 4 * n + 2,
-              result_types, 3 * n);
+    pcp_autodiff_emit_call(e, opt_name, "apply_optimizer", call_args, 4 * n + 2,
+                           result_types, 3 * n);
     for (int g = 0; g < 3; ++g) {
       for (size_t i = 0; i < n; ++i) {
-        state[g * n + i] = call_result(opt_name, g * n + i, &st[g * n + i]);
+        state[g * n + i] =
+            pcp_autodiff_call_result(opt_name, g * n + i, &st[g * n + i]);
       }
     }
   }
@@ -521,11 +489,8 @@ void pcp_autodiff_emit_train_steps(
   emit_args(e, init + 1, 3 * n);
   pcp_autodiff_emit_f(e, ", %%step: tensor<f32>, %%lr: tensor<f32>");
   for (size_t d = 0; d < data_count; ++d) {
-    type_t stacked = types[n + d];
-    memmove(&stacked.dims[1], &stacked.dims[0],
-            (size_t)stacked.rank * sizeof(int64_t));
-    stacked.dims[0] = k;
-    ++stacked.rank;
+    type_t per_step = pcp_autodiff_step_data_type(e, signature, options, d);
+    type_t stacked = pcp_autodiff_type_stacked(e, &per_step, k);
     data[d] = named("d", d, &stacked);
     pcp_autodiff_emit_f(e, ", ");
     emit_args(e, &data[d], 1);
@@ -571,35 +536,20 @@ void pcp_autodiff_emit_train_steps(
     call_args[j] = body_args[1 + j];
   }
   for (size_t d = 0; d < data_count; ++d) {
-    ref_t operands[PCP_MAX_TENSOR_RANK + 1];
-    operands[0] = data[d];
-    operands[1] = i;
-    for (int32_t r = 1; r < data[d].type.rank; ++r) {
-      operands[1 + r] = zero_index;
-    }
-    type_t one = data[d].type;
-    one.dims[0] = 1;
-    char attributes[512];
-    int used =
-        snprintf(attributes, sizeof(attributes), "{slice_sizes = array<i64");
-    for (int32_t r = 0; r < one.rank; ++r) {
-      used += snprintf(attributes + used, sizeof(attributes) - (size_t)used,
-                       "%s%lld", r ? ", " : ": ", (long long)one.dims[r]);
-    }
-    snprintf(attributes + used, sizeof(attributes) - (size_t)used, ">}");
-    ref_t slice = pcp_autodiff_emit_op(e, "stablehlo.dynamic_slice", operands,
-                                       1 + data[d].type.rank, attributes, &one);
-    call_args[n + d] = pcp_autodiff_reshape(e, slice, &types[n + d]);
+    type_t per_step = pcp_autodiff_step_data_type(e, signature, options, d);
+    call_args[n + d] =
+        pcp_autodiff_index_leading(e, data[d], i, zero_index, &per_step);
   }
   result_types[0] = &signature->loss;
   for (size_t j = 0; j < n; ++j) {
     result_types[1 + j] = &types[j];
   }
-  emit_call(e, "%grad", "compute_gradients", call_args,
-            signature->argument_count, result_types, n + 1);
+  pcp_autodiff_emit_call(
+      e, "%grad", pcp_autodiff_step_gradient_function(options), call_args,
+      signature->argument_count, result_types, n + 1);
   for (size_t j = 0; j < n; ++j) {
     call_args[j] = body_args[1 + j];
-    call_args[n + j] = call_result("%grad", 1 + j, &types[j]);
+    call_args[n + j] = pcp_autodiff_call_result("%grad", 1 + j, &types[j]);
     call_args[2 * n + j] = body_args[1 + n + j];
     call_args[3 * n + j] = body_args[1 + 2 * n + j];
   }
@@ -611,17 +561,17 @@ void pcp_autodiff_emit_train_steps(
       result_types[g * n + j] = &st[g * n + j];
     }
   }
-  emit_call(e, "%opt", "apply_optimizer", call_args, 4 * n + 2, result_types,
-            3 * n);
+  pcp_autodiff_emit_call(e, "%opt", "apply_optimizer", call_args, 4 * n + 2,
+                         result_types, 3 * n);
   next[0] = bin(e, "stablehlo.add", i, one_index);
   for (size_t j = 0; j < 3 * n; ++j) {
-    next[1 + j] = call_result("%opt", j, &st[j]);
+    next[1 + j] = pcp_autodiff_call_result("%opt", j, &st[j]);
   }
   type_t one_loss = signature->loss;
   one_loss.rank = 1;
   one_loss.dims[0] = 1;
   ref_t loss = pcp_autodiff_reshape(
-      e, call_result("%grad", 0, &signature->loss), &one_loss);
+      e, pcp_autodiff_call_result("%grad", 0, &signature->loss), &one_loss);
   ref_t update[3] = {body_args[carried - 1], loss, i};
   next[carried - 1] = pcp_autodiff_emit_op(e, "stablehlo.dynamic_update_slice",
                                            update, 3, "", &losses_type);

@@ -59,6 +59,12 @@ expect "unknown backend" 2 "unknown backend 'tpu'" -- \
   "$PCP" compile "$tmp/add.mlir" --backend tpu -o "$tmp/x.vmfb"
 expect "unknown cuda target" 1 "unknown cuda target 'sm_99'" -- \
   "$PCP" compile "$tmp/add.mlir" --backend cuda --target sm_99 -o "$tmp/x.vmfb"
+expect "accumulate 0" 2 "'--accumulate': 0 is out of range \[1, 4096\]" -- \
+  "$PCP" compile --program train "$tmp/add.mlir" --accumulate 0 -o "$tmp/x.vmfb"
+expect "accumulate over 4096" 2 "'--accumulate': 4097 is out of range" -- \
+  "$PCP" compile --program diloco --inner-steps 2 "$tmp/add.mlir" --accumulate 4097 -o "$tmp/x.vmfb"
+expect "accumulate without --program" 2 "--accumulate needs --program" -- \
+  "$PCP" compile "$tmp/add.mlir" --accumulate 2 -o "$tmp/x.vmfb"
 expect "unknown flag" 2 "unknown flag '--frobnicate'" -- "$PCP" run "$tmp/add.vmfb" --frobnicate
 expect "unknown function" 1 "no function 'nope'.*exported: main" -- \
   "$PCP" run "$tmp/add.vmfb" --function nope

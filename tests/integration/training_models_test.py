@@ -229,6 +229,8 @@ def main():
         for k in (1, 2):
             lc = steps_c.get(k, {}).get("loss_mean", 9)
             ld = steps_d.get(k, {}).get("loss_mean", -9)
+            print("step %d: accumulated 2 x 8 loss_mean %.6f, batch 16 "
+                  "%.6f" % (k, lc, ld))
             check(abs(lc - ld) < 2e-4,
                   "step %d: 2 x 8 accumulated = batch 16 (%.6f vs %.6f)" % (
                       k, lc, ld))
@@ -249,6 +251,8 @@ def main():
         train_tokens = len(excerpt.encode()) * 9 // 10
         want = -(-train_tokens // 5120)
         last = steps_m.get(max(steps_m) if steps_m else 0, {})
+        print("max_epochs=1: %d steps, epoch %s" % (
+            len(steps_m), last.get("epoch")))
         check(sorted(steps_m) == list(range(1, want + 1)) and
               1.0 <= last.get("epoch", 0) < 1.0 + 5120 / train_tokens,
               "max_epochs=1 ends after %d steps: %s, epoch %s" % (
