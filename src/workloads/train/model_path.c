@@ -75,9 +75,9 @@ static pcp_status_t module_describe(const pcp_mlir_function_signature_t* sig,
   out->data_type = ids->element_type;
   pcp_models_parameter_table_t* table = &out->table;
   table->allocator = pcp_allocator_system();
-  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
-      table->allocator, n * sizeof(*table->parameters),
-      (void**)&table->parameters));
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(table->allocator,
+                                                n * sizeof(*table->parameters),
+                                                (void**)&table->parameters));
   for (size_t i = 0; i < n; ++i) {
     const pcp_mlir_type_t* a = &sig->arguments[i];
     if (a->kind != PCP_MLIR_TYPE_KIND_RANKED_TENSOR) {
@@ -117,8 +117,8 @@ static pcp_status_t module_describe(const pcp_mlir_function_signature_t* sig,
     // Upstream's init for a foreign module: N(0, 0.02^2) for every tensor
     // (a module's arguments carry no role, so gains and biases too).
     p->init = PCP_MODELS_INIT_NORMAL;
-    p->byte_length = (size_t)p->element_count *
-                     pcp_element_type_byte_size(p->element_type);
+    p->byte_length =
+        (size_t)p->element_count * pcp_element_type_byte_size(p->element_type);
     table->total_elements += p->element_count;
     table->total_byte_length += p->byte_length;
     table->count = i + 1;
@@ -143,8 +143,8 @@ pcp_status_t pcp_diloco_module_load(const pcp_diloco_config_t* config,
   }
   void* text = NULL;
   size_t length = 0;
-  pcp_status_t status = pcp_file_read_all(config->model_path, MAX_MODULE_BYTES,
-                                          &text, &length);
+  pcp_status_t status =
+      pcp_file_read_all(config->model_path, MAX_MODULE_BYTES, &text, &length);
   if (status) {
     // Missing, unreadable or too large: the experiment's fault either way
     // (a 400 at submit, not a 404 for the job).
@@ -161,9 +161,9 @@ pcp_status_t pcp_diloco_module_load(const pcp_diloco_config_t* config,
   status = pcp_mlir_text_function_signature(text, length, config->model_path,
                                             NULL, pcp_allocator_system(), &sig);
   if (status) {
-    pcp_status_t wrapped = pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT, "key 'model_path': %s",
-        pcp_status_message(status));
+    pcp_status_t wrapped =
+        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "key 'model_path': %s",
+                        pcp_status_message(status));
     pcp_status_ignore(status);
     pcp_diloco_module_deinitialize(out_module);
     return wrapped;

@@ -137,8 +137,7 @@ pcp_status_t pcp_diloco_model_spec_resolve(const pcp_diloco_config_t* config,
 }
 
 pcp_status_t pcp_diloco_experiment_check(const pcp_diloco_config_t* config,
-                                         int64_t micro_batch,
-                                         pcp_element_type_t data_type) {
+                                         int64_t micro_batch) {
   if (config->dtype == PCP_DILOCO_DTYPE_F16) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key 'dtype': f16 is not trained (f32 or bf16; "
@@ -151,24 +150,6 @@ pcp_status_t pcp_diloco_experiment_check(const pcp_diloco_config_t* config,
         "key 'effective_batch_size': %lld must be a multiple of the micro "
         "batch %lld, at most 4096 of them",
         (long long)ebs, (long long)micro_batch);
-  }
-  if (config->streaming.present) {
-    const char* key = NULL;
-    if (config->dtype != PCP_DILOCO_DTYPE_F32) {
-      key = "dtype";
-    } else if (ebs > micro_batch) {
-      key = "effective_batch_size";
-    } else if (data_type != PCP_ELEMENT_TYPE_I32) {
-      key = "model_path";
-    }
-    if (key) {
-      return pcp_make_status(
-          PCP_STATUS_INVALID_ARGUMENT,
-          "key '%s': streaming DiLoCo trains f32 parameters on i32 token ids "
-          "without accumulation; classic DiLoCo (no 'streaming') takes "
-          "bf16, i64 ids and effective_batch_size",
-          key);
-    }
   }
   return pcp_ok_status();
 }
@@ -306,9 +287,9 @@ static size_t tensor_offset(const job_t* job, size_t index) {
 // ids and targets) over the split's tokens.
 static double epochs_trained(const job_t* job) {
   uint64_t per_token = 2 * (uint64_t)pcp_element_type_byte_size(job->data_type);
-  return job->train_tokens
-             ? (double)(job->token_bytes / per_token) / (double)job->train_tokens
-             : 0;
+  return job->train_tokens ? (double)(job->token_bytes / per_token) /
+                                 (double)job->train_tokens
+                           : 0;
 }
 
 // Micro-batches of B x T tokens one worker consumes per round.
@@ -369,8 +350,8 @@ static pcp_status_t job_setup(job_t* job) {
     job->spec.dtype = job->param_type;
     job->data_type = module.data_type;
   }
-  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_experiment_check(
-      &job->config, job->spec.batch, job->data_type));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_diloco_experiment_check(&job->config, job->spec.batch));
   job->accumulation = job->config.effective_batch_size > 0
                           ? job->config.effective_batch_size / job->spec.batch
                           : 1;
@@ -647,8 +628,9 @@ static pcp_status_t weights_save(job_t* job, const char* path) {
                              job->wire_parameters);
   }
   for (size_t i = 0; i < job->table.count; ++i) {
-    buffers[i] = bf16 ? (const void*)(job->wire_parameters + tensor_offset(job, i))
-                      : (const void*)(job->parameters + tensor_offset(job, i));
+    buffers[i] =
+        bf16 ? (const void*)(job->wire_parameters + tensor_offset(job, i))
+             : (const void*)(job->parameters + tensor_offset(job, i));
   }
   pcp_status_t status = pcp_models_safetensors_save(
       &job->table, (const void* const*)buffers, path);
@@ -714,9 +696,9 @@ static pcp_status_t model_export(job_t* job) {
       "kv_heads", (json_int_t)pcp_models_spec_kv_heads(&job->spec), "width",
       (json_int_t)job->spec.width, "vocab", (json_int_t)job->spec.vocab,
       "block_size", (json_int_t)job->spec.block_size, "dtype",
-      pcp_element_type_name(job->param_type), "weights",
-      "model.safetensors", "tokenizer", tokenizer ? tokenizer : json_object(),
-      "job_id", o->job_id, "outer_step", (json_int_t)job->outer_step, "loss",
+      pcp_element_type_name(job->param_type), "weights", "model.safetensors",
+      "tokenizer", tokenizer ? tokenizer : json_object(), "job_id", o->job_id,
+      "outer_step", (json_int_t)job->outer_step, "loss",
       number_or_null(job->last_loss));
   char* text = model ? json_dumps(model, JSON_INDENT(2)) : NULL;
   json_decref(model);
@@ -927,7 +909,7 @@ static program_t* program_find(job_t* job, const char* backend,
 typedef struct round_task_t {
   char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
   program_t* program;
-  int32_t* tokens;  // ids then targets, tau*B*T each
+  int32_t* tokens;    // ids then targets, tau*B*T each
   int64_t* tokens64;  // the same widened, for a module taking i64 ids
   pcp_fabric_task_t* task;
 } round_task_t;
@@ -1470,7 +1452,8 @@ typedef struct stream_worker_t {
   char session[PCP_STORE_ID_MAX_LENGTH + 48];
   bool alive;
   pcp_data_sampler_t* sampler;
-  int32_t* tokens;  // ids then targets, B*T each
+  int32_t* tokens;    // ids then targets, A*B*T each ([1, A, B, T])
+  int64_t* tokens64;  // the same widened, for a module taking i64 ids
   pcp_fabric_task_t* task;
   float last_loss;
   uint32_t shard;  // its sampler's shard of the plan (kept by a resume)
@@ -1493,7 +1476,8 @@ typedef struct stream_t {
   float step_value;
   uint64_t syncs;
   uint64_t sync_total;
-  bool bf16;
+  bool bf16;         // deltas on the wire in bf16 (deltas_dtype)
+  bool bf16_params;  // the model's parameters (p, s, masters down) are bf16
 } stream_t;
 
 static const char* resident_name(stream_t* st, char kind, size_t tensor) {
@@ -1582,30 +1566,53 @@ static pcp_status_t signature_append(
   return pcp_string_builder_append_cstring(b, ") {\n");
 }
 
-// The @init / @delta / @mix module of fragment |fragment|.
+// Appends "%<out><i> = stablehlo.convert %<in><i> : (A) -> B" for tensor
+// |i| from element |from| to |to|.
+static pcp_status_t convert_append(pcp_string_builder_t* b,
+                                   const pcp_models_parameter_t* p, size_t i,
+                                   const char* out, const char* in,
+                                   const char* from, const char* to) {
+  char a[128], c[128];
+  type_text(p, from, a, sizeof(a));
+  type_text(p, to, c, sizeof(c));
+  return pcp_string_builder_append_f(
+      b, "    %%%s%zu = stablehlo.convert %%%s%zu : (%s) -> %s\n", out, i, in,
+      i, a, c);
+}
+
+// The @init / @delta / @mix / @copy module of fragment |fragment|. The
+// local parameters p and snapshots s have the model's element type (f32 or
+// bf16), the moments m and v are f32 (the optimizer's master type), and the
+// arithmetic of @delta and @mix runs in f32 whatever the model's type: a
+// bf16 subtract of two nearby weights would lose most of the delta's bits.
 static pcp_status_t fragment_module_emit(stream_t* st, uint32_t fragment,
                                          pcp_string_builder_t* b) {
   const pcp_models_parameter_table_t* table = &st->job->table;
   uint32_t P = st->schedule.fragments;
+  bool low = st->bf16_params;
+  const char* pe = low ? "bf16" : "f32";  // p, s and the masters sent down
   const char* wire = st->bf16 ? "bf16" : "f32";
+  const char* const pe2[] = {pe, pe};
   const char* const f32x4[] = {"f32", "f32", "f32", "f32"};
-  char t[128], w[128];
+  char t[128];
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "module {\n"));
   // @delta(s..., c...) -> (s - c in the wire dtype..., c...)
   const char* const delta_args[] = {"s", "c"};
-  const char* const delta_results[] = {wire, "f32"};
+  const char* const delta_results[] = {wire, pe};
   PCP_RETURN_IF_ERROR_BARE(signature_append(
-      b, st, fragment, "delta", "", delta_args, f32x4, 2, delta_results, 2));
+      b, st, fragment, "delta", "", delta_args, pe2, 2, delta_results, 2));
   for (size_t i = fragment; i < table->count; i += P) {
-    type_text(&table->parameters[i], "f32", t, sizeof(t));
-    type_text(&table->parameters[i], wire, w, sizeof(w));
+    const pcp_models_parameter_t* p = &table->parameters[i];
+    type_text(p, "f32", t, sizeof(t));
+    if (low) {
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "sf", "s", pe, "f32"));
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "cf", "c", pe, "f32"));
+    }
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-        b, "    %%d%zu = stablehlo.subtract %%s%zu, %%c%zu : %s\n", i, i, i,
-        t));
+        b, "    %%d%zu = stablehlo.subtract %%%s%zu, %%%s%zu : %s\n", i,
+        low ? "sf" : "s", i, low ? "cf" : "c", i, t));
     if (st->bf16) {
-      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-          b, "    %%w%zu = stablehlo.convert %%d%zu : (%s) -> %s\n", i, i, t,
-          w));
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "w", "d", "f32", wire));
     }
   }
   const char* const delta_out[] = {st->bf16 ? "w" : "d", "c"};
@@ -1613,44 +1620,63 @@ static pcp_status_t fragment_module_emit(stream_t* st, uint32_t fragment,
       return_append(b, st, fragment, delta_out, delta_results, 2));
   // @mix(alpha, g..., l...) -> (b..., b...), b = alpha*l + (1-alpha)*g.
   const char* const mix_args[] = {"g", "l"};
-  PCP_RETURN_IF_ERROR_BARE(signature_append(b, st, fragment, "mix",
-                                            "%alpha: tensor<f32>", mix_args,
-                                            f32x4, 2, f32x4, 2));
+  PCP_RETURN_IF_ERROR_BARE(signature_append(
+      b, st, fragment, "mix", "%alpha: tensor<f32>", mix_args, pe2, 2, pe2, 2));
   for (size_t i = fragment; i < table->count; i += P) {
-    type_text(&table->parameters[i], "f32", t, sizeof(t));
+    const pcp_models_parameter_t* p = &table->parameters[i];
+    type_text(p, "f32", t, sizeof(t));
+    if (low) {
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "gf", "g", pe, "f32"));
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "lf", "l", pe, "f32"));
+    }
+    const char* g = low ? "gf" : "g";
+    const char* l = low ? "lf" : "l";
+    const char* out = low ? "bf" : "b";
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
         b,
         "    %%a%zu = stablehlo.broadcast_in_dim %%alpha, dims = [] : "
         "(tensor<f32>) -> %s\n"
         "    %%one%zu = stablehlo.constant dense<1.000000e+00> : %s\n"
         "    %%r%zu = stablehlo.subtract %%one%zu, %%a%zu : %s\n"
-        "    %%x%zu = stablehlo.multiply %%a%zu, %%l%zu : %s\n"
-        "    %%y%zu = stablehlo.multiply %%r%zu, %%g%zu : %s\n"
-        "    %%b%zu = stablehlo.add %%x%zu, %%y%zu : %s\n",
-        i, t, i, t, i, i, i, t, i, i, i, t, i, i, i, t, i, i, i, t));
+        "    %%x%zu = stablehlo.multiply %%a%zu, %%%s%zu : %s\n"
+        "    %%y%zu = stablehlo.multiply %%r%zu, %%%s%zu : %s\n"
+        "    %%%s%zu = stablehlo.add %%x%zu, %%y%zu : %s\n",
+        i, t, i, t, i, i, i, t, i, i, l, i, t, i, i, g, i, t, out, i, i, i, t));
+    if (low) {
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "b", "bf", "f32", pe));
+    }
   }
   const char* const mix_out[] = {"b", "b"};
-  PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, mix_out, f32x4, 2));
+  PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, mix_out, pe2, 2));
   // @init(p...) -> (p..., 0..., 0..., p...): the local parameters, zero
   // AdamW moments and the snapshot, made on the worker from the fragment's
   // masters (the frame carries only this fragment's tensors).
   const char* const init_args[] = {"p"};
-  PCP_RETURN_IF_ERROR_BARE(signature_append(b, st, fragment, "init", "",
-                                            init_args, f32x4, 1, f32x4, 4));
+  const char* const init_results[] = {pe, "f32", "f32", pe};
+  PCP_RETURN_IF_ERROR_BARE(signature_append(
+      b, st, fragment, "init", "", init_args, pe2, 1, init_results, 4));
   for (size_t i = fragment; i < table->count; i += P) {
     type_text(&table->parameters[i], "f32", t, sizeof(t));
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
         b, "    %%z%zu = stablehlo.constant dense<0.000000e+00> : %s\n", i, t));
   }
   const char* const init_out[] = {"p", "z", "z", "p"};
-  PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, init_out, f32x4, 4));
+  PCP_RETURN_IF_ERROR_BARE(
+      return_append(b, st, fragment, init_out, init_results, 4));
   // @copy(x...) -> (x...): moves one kind (p, m, v or s) of the fragment's
   // resident tensors to the gateway for a checkpoint (resident refs in,
   // outputs returned) and back after a resume (sections in, outputs kept).
+  // With bf16 parameters the f32 moments have their own, @copy_moments.
   const char* const copy_args[] = {"x"};
-  PCP_RETURN_IF_ERROR_BARE(signature_append(b, st, fragment, "copy", "",
-                                            copy_args, f32x4, 1, f32x4, 1));
-  PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, copy_args, f32x4, 1));
+  PCP_RETURN_IF_ERROR_BARE(
+      signature_append(b, st, fragment, "copy", "", copy_args, pe2, 1, pe2, 1));
+  PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, copy_args, pe2, 1));
+  if (low) {
+    PCP_RETURN_IF_ERROR_BARE(signature_append(
+        b, st, fragment, "copy_moments", "", copy_args, f32x4, 1, f32x4, 1));
+    PCP_RETURN_IF_ERROR_BARE(
+        return_append(b, st, fragment, copy_args, f32x4, 1));
+  }
   return pcp_string_builder_append_cstring(b, "}\n");
 }
 
@@ -1680,6 +1706,38 @@ static pcp_status_t stream_programs(stream_t* st, const char* backend,
                                            target, st->fragment_hash[p]));
   }
   return pcp_ok_status();
+}
+
+// Tensor |i| of the masters as it goes down to the workers: f32, or the
+// bf16 rounding (to nearest even) in wire_parameters for a bf16 model,
+// which the caller refreshed after the last master update.
+static void master_section(job_t* job, size_t i, pcp_proto_section_t* s) {
+  const pcp_models_parameter_t* p = &job->table.parameters[i];
+  memset(s, 0, sizeof(*s));
+  s->name = p->name;
+  s->element_type = p->element_type;
+  s->rank = (uint32_t)p->rank;
+  for (int32_t d = 0; d < p->rank; ++d) {
+    s->shape[d] = p->dims[d];
+  }
+  s->byte_length = p->byte_length;
+  s->data = job->param_type == PCP_ELEMENT_TYPE_BF16
+                ? (const void*)(job->wire_parameters + tensor_offset(job, i))
+                : (const void*)(job->parameters + tensor_offset(job, i));
+}
+
+// Rounds fragment |fragment|'s masters into wire_parameters (bf16 models).
+static void masters_round(stream_t* st, uint32_t fragment) {
+  job_t* job = st->job;
+  if (job->param_type != PCP_ELEMENT_TYPE_BF16) {
+    return;
+  }
+  for (size_t i = fragment; i < job->table.count; i += st->schedule.fragments) {
+    size_t offset = tensor_offset(job, i);
+    pcp_diloco_bf16_quantize(job->parameters + offset,
+                             (size_t)job->table.parameters[i].element_count,
+                             job->wire_parameters + offset);
+  }
 }
 
 // Waits for the current task of every live worker; a failed one marks its
@@ -1778,8 +1836,20 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
     if (!w->alive) {
       continue;
     }
-    pcp_data_sampler_next(w->sampler, w->tokens, w->tokens + (size_t)B * T,
-                          NULL);
+    // A micro batches (effective_batch_size), ids then targets:
+    // [1, A, B, T] each.
+    size_t A = (size_t)job->accumulation;
+    size_t rows = A * B * T;
+    for (size_t a = 0; a < A; ++a) {
+      pcp_data_sampler_next(w->sampler, w->tokens + a * B * T,
+                            w->tokens + rows + a * B * T, NULL);
+    }
+    bool wide = job->data_type == PCP_ELEMENT_TYPE_I64;
+    if (wide) {
+      for (size_t e = 0; e < 2 * rows; ++e) {
+        w->tokens64[e] = w->tokens[e];
+      }
+    }
     uint32_t section_count = 0;
     for (int g = 0; g < 3; ++g) {
       for (size_t i = 0; i < n; ++i) {
@@ -1801,22 +1871,29 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
                                      .element_type = PCP_ELEMENT_TYPE_F32,
                                      .byte_length = sizeof(float),
                                      .data = &st->lr};
+    size_t id_size = pcp_element_type_byte_size(job->data_type);
     for (int j = 0; j < 2; ++j) {
       pcp_proto_section_t* s = &extra[2 + j];
-      *s = (pcp_proto_section_t){.name = j ? "targets" : "input_ids",
-                                 .element_type = PCP_ELEMENT_TYPE_I32,
-                                 .rank = 3,
-                                 .byte_length = (uint64_t)B * T * 4,
-                                 .data = w->tokens + (size_t)j * B * T};
-      s->shape[0] = 1;
-      s->shape[1] = B;
-      s->shape[2] = T;
+      *s = (pcp_proto_section_t){
+          .name = j ? "targets" : "input_ids",
+          .element_type = job->data_type,
+          .byte_length = (uint64_t)(rows * id_size),
+          .data = wide ? (const void*)(w->tokens64 + (size_t)j * rows)
+                       : (const void*)(w->tokens + (size_t)j * rows)};
+      uint32_t r = 0;
+      s->shape[r++] = 1;
+      if (A > 1) {
+        s->shape[r++] = (int64_t)A;
+      }
+      s->shape[r++] = B;
+      s->shape[r++] = T;
+      s->rank = r;
     }
     for (int j = 0; j < 4; ++j) {
       refs[3 * n + j] = (pcp_proto_tensor_ref_t){
           .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count + j};
     }
-    job->token_bytes += 2ull * B * T * 4;
+    job->token_bytes += 2ull * rows * id_size;
     stream_submit(st, w, st->train_hash, "train_steps", sections,
                   section_count + 4, refs, (uint32_t)(3 * n + 4), keep,
                   (uint32_t)(3 * n));
@@ -1854,6 +1931,7 @@ static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
   for (size_t i = fragment; i < job->table.count; i += P) {
     ++count;
   }
+  masters_round(st, fragment);
   pcp_proto_section_t* sections = calloc(count + 1, sizeof(*sections));
   pcp_proto_keep_resident_t* keep = calloc(4 * count + 1, sizeof(*keep));
   if (!sections || !keep) {
@@ -1863,16 +1941,8 @@ static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
   }
   size_t j = 0;
   for (size_t i = fragment; i < job->table.count; i += P, ++j) {
-    const pcp_models_parameter_t* p = &job->table.parameters[i];
     pcp_proto_section_t* s = &sections[j];
-    s->name = p->name;
-    s->element_type = PCP_ELEMENT_TYPE_F32;
-    s->rank = (uint32_t)p->rank;
-    for (int32_t d = 0; d < p->rank; ++d) {
-      s->shape[d] = p->dims[d];
-    }
-    s->byte_length = (uint64_t)p->element_count * sizeof(float);
-    s->data = job->parameters + tensor_offset(job, i);
+    master_section(job, i, s);
     for (int g = 0; g < 4; ++g) {
       keep[g * count + j] =
           (pcp_proto_keep_resident_t){.output = (uint32_t)(g * count + j),
@@ -1917,6 +1987,7 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
   uint32_t keep_count = 0;
   uint64_t master_bytes = 0;
   if (mix) {
+    masters_round(st, fragment);
     sections[section_count] =
         (pcp_proto_section_t){.name = "alpha",
                               .element_type = PCP_ELEMENT_TYPE_F32,
@@ -1932,17 +2003,8 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
     for (size_t i = fragment; i < job->table.count; i += P, ++j) {
       bool section = mix && pass == 0;
       if (section) {
-        const pcp_models_parameter_t* p = &job->table.parameters[i];
         pcp_proto_section_t* s = &sections[section_count];
-        memset(s, 0, sizeof(*s));
-        s->name = p->name;
-        s->element_type = PCP_ELEMENT_TYPE_F32;
-        s->rank = (uint32_t)p->rank;
-        for (int32_t d = 0; d < p->rank; ++d) {
-          s->shape[d] = p->dims[d];
-        }
-        s->byte_length = (uint64_t)p->element_count * sizeof(float);
-        s->data = job->parameters + tensor_offset(job, i);
+        master_section(job, i, s);
         if (mix) {
           master_bytes += s->byte_length;
         }
@@ -2092,6 +2154,21 @@ static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "copy refs");
   }
   const char k = "pmvs"[kind];
+  // A bf16 model's p and s are bf16 on the worker (widened here, exactly;
+  // rounded back exactly on upload); the moments are f32 either way.
+  bool low = st->bf16_params && (kind == 0 || kind == 3);
+  const char* function = st->bf16_params && !low ? "copy_moments" : "copy";
+  uint16_t* narrow = NULL;
+  if (low && upload) {
+    narrow = calloc((size_t)st->worker_count * N + 1, sizeof(uint16_t));
+    if (!narrow) {
+      free(refs);
+      free(sections);
+      free(keep);
+      free(slots);
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "copy buffer");
+    }
+  }
   uint32_t slot = 0;
   for (uint32_t w = 0; w < st->worker_count; ++w) {
     stream_worker_t* worker = &st->workers[w];
@@ -2107,13 +2184,19 @@ static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
         pcp_proto_section_t* s = &sections[j];
         memset(s, 0, sizeof(*s));
         s->name = resident_name(st, k, i);
-        s->element_type = PCP_ELEMENT_TYPE_F32;
+        s->element_type = low ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32;
         s->rank = (uint32_t)p->rank;
         for (int32_t d = 0; d < p->rank; ++d) {
           s->shape[d] = p->dims[d];
         }
-        s->byte_length = (uint64_t)p->element_count * sizeof(float);
+        s->byte_length = (uint64_t)p->element_count * (low ? 2 : 4);
         s->data = base + tensor_offset(job, i);
+        if (low) {
+          uint16_t* out = narrow + (size_t)slots[w] * N + tensor_offset(job, i);
+          pcp_diloco_bf16_quantize(base + tensor_offset(job, i),
+                                   (size_t)p->element_count, out);
+          s->data = out;
+        }
         keep[j] = (pcp_proto_keep_resident_t){.output = (uint32_t)j,
                                               .as = resident_name(st, k, i)};
       } else {
@@ -2125,10 +2208,10 @@ static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
     // The struct arrays are copied by the submit; the data stays borrowed
     // until stream_wait.
     if (upload) {
-      stream_submit(st, worker, st->fragment_hash[fragment], "copy", sections,
+      stream_submit(st, worker, st->fragment_hash[fragment], function, sections,
                     (uint32_t)count, NULL, 0, keep, (uint32_t)count);
     } else {
-      stream_submit(st, worker, st->fragment_hash[fragment], "copy", NULL, 0,
+      stream_submit(st, worker, st->fragment_hash[fragment], function, NULL, 0,
                     refs, (uint32_t)count, NULL, 0);
     }
   }
@@ -2151,18 +2234,24 @@ static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
     float* base = state + ((size_t)slots[w] * 4 + (size_t)kind) * N;
     size_t j = 0;
     for (size_t i = fragment; i < job->table.count && !status; i += P, ++j) {
-      size_t bytes =
-          (size_t)job->table.parameters[i].element_count * sizeof(float);
+      size_t elements = (size_t)job->table.parameters[i].element_count;
+      size_t bytes = elements * (low ? 2 : 4);
       if (outputs[j].byte_length != bytes) {
         status = pcp_make_status(PCP_STATUS_INTERNAL,
                                  "@copy returned %" PRIu64 " bytes, not %zu",
                                  outputs[j].byte_length, bytes);
         break;
       }
-      memcpy(base + tensor_offset(job, i), outputs[j].data, bytes);
+      if (low) {
+        pcp_diloco_bf16_dequantize(outputs[j].data, elements,
+                                   base + tensor_offset(job, i));
+      } else {
+        memcpy(base + tensor_offset(job, i), outputs[j].data, bytes);
+      }
     }
   }
   stream_tasks_release(st);
+  free(narrow);
   free(refs);
   free(sections);
   free(keep);
@@ -2296,6 +2385,8 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
   if (!job->stream_cursor) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "streaming cursor");
   }
+  json_object_set_new(job->stream_cursor, "dtype",
+                      json_string(st->bf16_params ? "bf16" : "f32"));
   status = checkpoint_write(job);
   json_decref(job->stream_cursor);
   job->stream_cursor = NULL;
@@ -2341,6 +2432,15 @@ static pcp_status_t stream_resume_load(stream_t* st, stream_loop_t* loop,
   json_int_t tau = json_integer_value(json_object_get(c, "overlap_tau"));
   double alpha = json_number_value(json_object_get(c, "alpha"));
   const char* dtype = json_string_value(json_object_get(c, "deltas_dtype"));
+  // Older streaming checkpoints (f32 models only) have no "dtype".
+  const char* model_dtype = json_string_value(json_object_get(c, "dtype"));
+  const char* want_dtype = st->bf16_params ? "bf16" : "f32";
+  if (strcmp(model_dtype ? model_dtype : "f32", want_dtype) != 0) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "streaming checkpoint of a %s model; this job "
+                           "trains %s (key 'dtype')",
+                           model_dtype, want_dtype);
+  }
   if (fragments != (json_int_t)P ||
       inner != (json_int_t)st->schedule.inner_steps ||
       tau != (json_int_t)st->schedule.overlap_tau ||
@@ -2450,6 +2550,7 @@ static pcp_status_t stream_run(job_t* job) {
   st.alpha = (float)job->config.streaming.alpha;
   st.lr = (float)job->config.learning_rate;
   st.bf16 = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16;
+  st.bf16_params = job->param_type == PCP_ELEMENT_TYPE_BF16;
   if (st.schedule.fragments > MAX_FRAGMENTS ||
       st.schedule.fragments > job->table.count) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -2604,10 +2705,16 @@ static pcp_status_t stream_run(job_t* job) {
           status = pcp_data_sampler_restore(w->sampler, &cursor);
         }
       }
-      w->tokens =
-          status ? NULL
-                 : malloc(2 * (size_t)(job->spec.batch * job->spec.block_size) *
-                          sizeof(int32_t));
+      size_t rows = (size_t)job->accumulation *
+                    (size_t)(job->spec.batch * job->spec.block_size);
+      w->tokens = status ? NULL : malloc(2 * rows * sizeof(int32_t));
+      if (!status && job->data_type == PCP_ELEMENT_TYPE_I64) {
+        w->tokens64 = malloc(2 * rows * sizeof(int64_t));
+        if (!w->tokens64) {
+          free(w->tokens);
+          w->tokens = NULL;
+        }
+      }
       if (!status && !w->tokens) {
         status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "tokens");
       }
@@ -2773,6 +2880,7 @@ static pcp_status_t stream_run(job_t* job) {
     pcp_fabric_task_release(st.workers[k].task);
     pcp_data_sampler_release(st.workers[k].sampler);
     free(st.workers[k].tokens);
+    free(st.workers[k].tokens64);
   }
   free(st.names);
   free(st.zeros);

@@ -115,14 +115,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_module_load(
 void pcp_diloco_module_deinitialize(pcp_diloco_module_t* module);
 
 // The rules an experiment must meet beyond its config table's, once the
-// model's micro batch and token id type are known (the gateway checks them
-// at submit for a 400, the service again at set-up): dtype f32 or bf16;
+// model's micro batch is known (the gateway checks them at submit for a
+// 400, the service again at set-up): dtype f32 or bf16;
 // effective_batch_size a multiple of |micro_batch|, at most 4096 micro
-// batches; streaming DiLoCo only for f32 parameters, i32 ids and no
-// accumulation. INVALID_ARGUMENT naming the key. Thread-safe.
+// batches. INVALID_ARGUMENT naming the key. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_experiment_check(
-    const pcp_diloco_config_t* config, int64_t micro_batch,
-    pcp_element_type_t data_type);
+    const pcp_diloco_config_t* config, int64_t micro_batch);
 
 //===----------------------------------------------------------------------===//
 // Running a job
