@@ -841,7 +841,7 @@ static float load_element(const uint8_t* data, pcp_element_type_t type,
   uint16_t half;
   memcpy(&half, data + 2 * i, 2);
   return type == PCP_ELEMENT_TYPE_BF16 ? pcp_bf16_to_f32(half)
-                                     : pcp_f16_to_f32(half);
+                                       : pcp_f16_to_f32(half);
 }
 
 static void format_dims(int32_t rank, const int64_t* dims, char* buffer,

@@ -98,8 +98,8 @@ typedef struct pcp_diloco_module_t {
   // and element types, init N(0, 0.02^2) for every tensor (upstream's rule
   // for a foreign module: arguments carry no role).
   pcp_models_parameter_table_t table;
-  int64_t batch;       // B of the data arguments: the micro batch
-  int64_t block_size;  // T
+  int64_t batch;                 // B of the data arguments: the micro batch
+  int64_t block_size;            // T
   pcp_element_type_t data_type;  // I32 or I64 token ids
 } pcp_diloco_module_t;
 
