@@ -348,9 +348,8 @@ static void record_event(void* user_data, pcp_fabric_task_t* task,
   }
 }
 
-// Answers a PROGRAM_OFFER with "cached" and waits for the TASK_ASSIGN.
-static void accept_offer_and_assign(fake_worker_t* fw,
-                                    pcp_proto_frame_t* out_assign) {
+// Answers a PROGRAM_OFFER with "cached".
+static void accept_offer(fake_worker_t* fw) {
   pcp_proto_frame_t frame;
   assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_PROGRAM_OFFER, 3000, &frame));
   pcp_proto_program_offer_t offer;
@@ -363,6 +362,12 @@ static void accept_offer_and_assign(fake_worker_t* fw,
                                             pcp_allocator_system(), &enc));
   pcp_proto_frame_deinitialize(&frame);
   assert_true(fake_send_frame(fw, &enc));
+}
+
+// Answers a PROGRAM_OFFER with "cached" and waits for the TASK_ASSIGN.
+static void accept_offer_and_assign(fake_worker_t* fw,
+                                    pcp_proto_frame_t* out_assign) {
+  accept_offer(fw);
   assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_TASK_ASSIGN, 3000, out_assign));
 }
 
@@ -714,16 +719,7 @@ static void test_unencodable_task_fails(void** state) {
   memcpy(params.program, f->program, sizeof(params.program));
   pcp_fabric_task_t* task = NULL;
   PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
-  pcp_proto_frame_t frame;
-  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_PROGRAM_OFFER, 3000, &frame));
-  pcp_proto_program_ack_t ack = {.status = PCP_PROTO_PROGRAM_CACHED};
-  memcpy(ack.program, f->program, sizeof(ack.program));
-  pcp_proto_encoded_frame_t enc;
-  PCP_CHECK_OK(pcp_proto_program_ack_encode(1, frame.header.request_id, &ack,
-                                            &fw->limits,
-                                            pcp_allocator_system(), &enc));
-  pcp_proto_frame_deinitialize(&frame);
-  assert_true(fake_send_frame(fw, &enc));
+  accept_offer(fw);
   assert_true(pcp_fabric_task_wait(task, 3000));
   pcp_status_t status = pcp_fabric_task_status(task);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_RESOURCE_EXHAUSTED);

@@ -117,9 +117,31 @@ def worker_pids(nm_err):
     return pids
 
 
+def start_cluster(work, nm_extra=(), nm_err=None):
+    """A gateway (1 s heartbeats) and `pcp --node-manager --scale 2` with
+    two CPU workers on 127.0.0.1; returns (gateway, node manager) once both
+    workers are connected, (gateway, node manager or None) with a FAILURE
+    recorded otherwise. The caller stops them with stop_all."""
+    api_port, fabric_port = gt.free_port(), gt.free_port()
+    gt.BASE = "http://127.0.0.1:%d" % api_port
+    gw = gt.Gateway(work, api_port, fabric_port)
+    relax_heartbeat(gw)
+    gw.start()
+    env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN)
+    nm = subprocess.Popen(
+        [gt.PCP, "--node-manager", "--scale", "2", "--host", "127.0.0.1",
+         "--port", str(fabric_port), "--backend", "cpu", "--api-port", "0",
+         "--start-stagger-ms", "100"] + list(nm_extra),
+        env=env, stderr=open(nm_err or os.path.join(work, "nm.err"), "w"))
+    if not wait_for(lambda: request("GET", "/v1/workers")[1]["counts"][
+            "connected"] == 2, 60, "two workers joined"):
+        check(False, "two workers joined")
+    return gw, nm
+
+
 def stop_all(nm, gw):
     """Ends the node manager and the gateway (SIGTERM, then SIGKILL)."""
-    for proc in (nm, gw.proc):
+    for proc in (nm, gw.proc if gw else None):
         if not proc:
             continue
         proc.terminate()

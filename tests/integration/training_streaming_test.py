@@ -157,21 +157,10 @@ def resume_runs(work, gw, a_steps, n):
 
 def main():
     work = tempfile.mkdtemp(prefix="pcp-stream-")
-    api_port, fabric_port = gt.free_port(), gt.free_port()
-    gt.BASE = "http://127.0.0.1:%d" % api_port
-    gw = gt.Gateway(work, api_port, fabric_port)
-    te.relax_heartbeat(gw)
-    nm = None
+    gw = nm = None
     try:
-        gw.start()
-        env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN)
-        nm = subprocess.Popen(
-            [gt.PCP, "--node-manager", "--scale", "2", "--host", "127.0.0.1",
-             "--port", str(fabric_port), "--backend", "cpu", "--api-port",
-             "0", "--start-stagger-ms", "100"],
-            env=env, stderr=open(os.path.join(work, "nm.err"), "w"))
-        if not wait_for(lambda: request("GET", "/v1/workers")[1]["counts"][
-                "connected"] == 2, 60, "two workers joined"):
+        gw, nm = te.start_cluster(work)
+        if gt.FAILURES:
             return 1
         exp = te.experiment(
             max_epochs=ROUNDS,

@@ -1063,6 +1063,24 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
   return status;
 }
 
+// Tensor |i| of the masters as it goes down to the workers: f32, or the
+// bf16 rounding (to nearest even) in wire_parameters for a bf16 model,
+// which the caller refreshed after the last master update.
+static void master_section(job_t* job, size_t i, pcp_proto_section_t* s) {
+  const pcp_models_parameter_t* p = &job->table.parameters[i];
+  memset(s, 0, sizeof(*s));
+  s->name = p->name;
+  s->element_type = p->element_type;
+  s->rank = (uint32_t)p->rank;
+  for (int32_t d = 0; d < p->rank; ++d) {
+    s->shape[d] = p->dims[d];
+  }
+  s->byte_length = p->byte_length;
+  s->data = job->param_type == PCP_ELEMENT_TYPE_BF16
+                ? (const void*)(job->wire_parameters + tensor_offset(job, i))
+                : (const void*)(job->parameters + tensor_offset(job, i));
+}
+
 static pcp_status_t round_submit(job_t* job, round_t* round) {
   size_t n = job->table.count;
   // Sections: n parameters (shared), then per task lr + ids + targets.
@@ -1078,17 +1096,7 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
                              job->wire_parameters);
   }
   for (size_t i = 0; i < n; ++i) {
-    const pcp_models_parameter_t* p = &job->table.parameters[i];
-    pcp_proto_section_t* s = &round->sections[i];
-    s->name = p->name;
-    s->element_type = p->element_type;
-    s->rank = (uint32_t)p->rank;
-    for (int32_t d = 0; d < p->rank; ++d) {
-      s->shape[d] = p->dims[d];
-    }
-    s->byte_length = p->byte_length;
-    s->data = bf16 ? (const void*)(job->wire_parameters + tensor_offset(job, i))
-                   : (const void*)(job->parameters + tensor_offset(job, i));
+    master_section(job, i, &round->sections[i]);
   }
   size_t tau = batches_per_round(job);
   size_t per_step = (size_t)(job->spec.batch * job->spec.block_size);
@@ -1706,24 +1714,6 @@ static pcp_status_t stream_programs(stream_t* st, const char* backend,
                                            target, st->fragment_hash[p]));
   }
   return pcp_ok_status();
-}
-
-// Tensor |i| of the masters as it goes down to the workers: f32, or the
-// bf16 rounding (to nearest even) in wire_parameters for a bf16 model,
-// which the caller refreshed after the last master update.
-static void master_section(job_t* job, size_t i, pcp_proto_section_t* s) {
-  const pcp_models_parameter_t* p = &job->table.parameters[i];
-  memset(s, 0, sizeof(*s));
-  s->name = p->name;
-  s->element_type = p->element_type;
-  s->rank = (uint32_t)p->rank;
-  for (int32_t d = 0; d < p->rank; ++d) {
-    s->shape[d] = p->dims[d];
-  }
-  s->byte_length = p->byte_length;
-  s->data = job->param_type == PCP_ELEMENT_TYPE_BF16
-                ? (const void*)(job->wire_parameters + tensor_offset(job, i))
-                : (const void*)(job->parameters + tensor_offset(job, i));
 }
 
 // Rounds fragment |fragment|'s masters into wire_parameters (bf16 models).
