@@ -12,8 +12,10 @@
 #include <cmocka.h>
 // clang-format on
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "roles/gateway/gateway_impl.h"
 
@@ -79,20 +81,54 @@ static void test_documented_example(void** state) {
   json_decref(spec);
 }
 
-// A model_path experiment: the size is unknown until the module is read.
-static void test_model_path_has_no_count_yet(void** state) {
+// A model_path experiment: the module is read at submit, so its size is in
+// the progress (a bf16 one: parameters down in bf16) and a module the
+// gateway cannot read, or one that is not a forward-loss module, is a 400.
+static void test_model_path_is_read_at_submit(void** state) {
   (void)state;
+  char path[64];
+  snprintf(path, sizeof(path), "/tmp/pcp-training-test-%d.mlir",
+           (int)getpid());
+  static const char kModule[] =
+      "module {\n  func.func @main(%w: tensor<65x8xbf16>, %b: "
+      "tensor<8xbf16>, %x: tensor<2x16xi32>, %y: tensor<2x16xi32>) -> "
+      "tensor<bf16> {\n    %c = stablehlo.constant dense<0.0> : "
+      "tensor<bf16>\n    return %c : tensor<bf16>\n  }\n}\n";
+  assert_true(pcp_status_is_ok(
+      pcp_file_write_atomic(path, kModule, strlen(kModule))));
+  char text[256];
+  snprintf(text, sizeof(text),
+           "{\"model_path\":\"%s\",\"data_path\":\"d\","
+           "\"dtype\":\"bf16\"}",
+           path);
   json_t* spec = NULL;
-  pcp_status_t status =
-      build("{\"model_path\":\"m.mlir\",\"data_path\":\"d\"}", &spec);
+  pcp_status_t status = build(text, &spec);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_OK);
   json_t* training = json_object_get(spec, "training");
   assert_int_equal(
-      json_integer_value(json_object_get(training, "parameter_count")), 0);
+      json_integer_value(json_object_get(training, "parameter_count")),
+      65 * 8 + 8);
+  // f32 deltas up (4) + bf16 parameters down (2).
   assert_int_equal(json_integer_value(json_object_get(
                        training, "wire_bytes_per_worker_outer_step")),
-                   0);
+                   (65 * 8 + 8) * 6);
   json_decref(spec);
+  // The same module as f32: the dtype key disagrees with it.
+  snprintf(text, sizeof(text),
+           "{\"model_path\":\"%s\",\"data_path\":\"d\"}", path);
+  spec = NULL;
+  status = build(text, &spec);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(pcp_status_message(status), "dtype"));
+  pcp_status_ignore(status);
+  assert_null(spec);
+  unlink(path);
+  // Gone: a 400 naming model_path, not a job that fails later.
+  status = build(text, &spec);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(pcp_status_message(status), "model_path"));
+  pcp_status_ignore(status);
+  assert_null(spec);
 }
 
 static void expect_error_naming(const char* text, pcp_status_code_t code,
@@ -144,7 +180,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_experiment),
       cmocka_unit_test(test_documented_example),
-      cmocka_unit_test(test_model_path_has_no_count_yet),
+      cmocka_unit_test(test_model_path_is_read_at_submit),
       cmocka_unit_test(test_errors_name_the_key),
       cmocka_unit_test(test_oversized_body),
   };
