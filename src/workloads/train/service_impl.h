@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Internal to the training service (service.c: the job, set-up,
+// checkpoints, programs and classic DiLoCo rounds; service_stream.c:
+// streaming DiLoCo). Not part of the workloads module's public surface:
+// only those two files include it. Thread-compatible like the job itself
+// (one thread runs a job).
+
+#ifndef PCP_WORKLOADS_TRAIN_SERVICE_IMPL_H_
+#define PCP_WORKLOADS_TRAIN_SERVICE_IMPL_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "data/data.h"
+#include "workloads/workloads.h"
+
+// Programs kept per job: one per (backend, target) seen.
+#define MAX_PROGRAMS 16
+// Workers one round uses at most.
+#define MAX_ROUND_WORKERS 64
+// Rounds in a row in which every task failed before the job fails.
+#define MAX_EMPTY_ROUNDS 5
+// Wait slice while polling tasks and the stop hook.
+#define WAIT_SLICE_MS 100
+// How long a round waits for the previous round's worker count.
+#define WORKER_GRACE_MS 15000
+
+// Cursor kinds of the checkpoint image (its opaque cursor is JSON).
+#define CURSOR_KIND_CLASSIC "pcp.diloco.stateless.v1"
+#define CURSOR_KIND_STREAMING "pcp.diloco.streaming.v1"
+
+typedef struct program_t {
+  char backend[16];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
+  bool ready;
+  uint8_t hash[PCP_SHA256_BYTE_LENGTH];
+} program_t;
+
+typedef struct job_t {
+  const pcp_diloco_job_options_t* options;
+  pcp_log_context_t log;
+  pcp_diloco_config_t config;
+  json_t* experiment;
+  char name[256];
+  uint64_t seed;
+  // The built-in model's spec; for a model_path module only batch,
+  // block_size and dtype are meaningful (|foreign|).
+  pcp_models_spec_t spec;
+  pcp_models_parameter_table_t table;
+  bool table_ready;
+  bool foreign;  // model_path: the table comes from the module's signature
+  // Parameter element type on the workers and the wire (F32 or BF16; the
+  // masters here are f32 either way) and the token ids' type (I32 or I64).
+  pcp_element_type_t param_type;
+  pcp_element_type_t data_type;
+  // Micro-batches per inner step (effective_batch_size / micro batch; 1
+  // without accumulation): the program sums their gradients before one
+  // AdamW step (`pcp compile --accumulate`).
+  int64_t accumulation;
+  char dir[1024];  // <state_dir>/training/<job_id>
+  // checkpoint_dir, a relative one taken under the state dir (the gateway's
+  // working directory is nobody's business).
+  char checkpoint_dir[1200];
+  char* model_text;
+  size_t model_length;
+  char model_hash[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_data_dataset_t* dataset;
+  pcp_data_range_t train_range;
+  uint64_t train_tokens;  // tokens in train_range: one epoch
+  // Classic DiLoCo ends when every worker together has trained max_epochs
+  // x train_tokens tokens (upstream stops past max_epochs of its data
+  // manager), or at outer_loop_steps, whichever comes first.
+  bool epochs_done;
+  // The global state.
+  size_t parameter_count;
+  float* parameters;  // one buffer; every task's sections point into it
+  // bf16 models: the masters rounded to nearest even for the broadcast
+  // (upstream keeps bf16 masters and truncates; f32 masters do not lose the
+  // small outer updates bf16 rounds away).
+  uint16_t* wire_parameters;
+  uint64_t* tensor_elements;
+  pcp_diloco_nesterov_t nesterov;
+  bool nesterov_ready;
+  pcp_diloco_accumulator_t accumulator;
+  bool accumulator_ready;
+  void* scratch;        // one worker's flat delta (f32 or bf16)
+  uint64_t outer_step;  // completed outer steps
+  pcp_rng_t rng;
+  // Totals (also in checkpoints' cursor JSON so a resume continues them).
+  uint64_t wire_bytes;
+  uint64_t token_bytes;
+  double last_loss;
+  double last_loss_mean;
+  // Workers whose delta the last outer step averaged (in the checkpoint's
+  // cursor): a round waits up to WORKER_GRACE_MS for that many to be
+  // connected, so a gateway restart does not run its first round on
+  // whichever worker reconnected first (the batches and the average depend
+  // on the worker count).
+  uint32_t expected_workers;
+  program_t programs[MAX_PROGRAMS];
+  uint32_t program_count;
+  uint32_t compiled_count;  // programs registered, for the log
+  // Streaming: the cursor's "streaming" object the next checkpoint_write
+  // stores (set by the streaming loop), and the one job_resume loaded with
+  // the directory of its checkpoint file (the workers' state file is beside
+  // it).
+  json_t* stream_cursor;
+  json_t* stream_resume;
+  char stream_resume_dir[1300];
+} job_t;
+
+// What one classic outer step (or one streaming sync) reports.
+typedef struct round_outcome_t {
+  uint32_t reporters;
+  double loss_last;
+  double loss_mean;
+  uint64_t parameter_bytes;
+  uint64_t delta_bytes;
+  uint64_t token_bytes;
+  char last_error[256];
+} round_outcome_t;
+
+// JSON has no NaN: a loss not known yet (or diverged) is null.
+json_t* pcp_diloco_json_number_or_null(double value);
+
+// The job's stop hook fired (cancel, or a stopping gateway).
+bool pcp_diloco_job_should_stop(job_t* job);
+
+// Tensor |index|'s start in the parameter vector (elements).
+size_t pcp_diloco_job_tensor_offset(const job_t* job, size_t index);
+
+// Tensor |i| of the masters as it goes down to the workers: f32, or the
+// bf16 rounding in wire_parameters for a bf16 model (refreshed by the
+// caller after the last master update). |s| is overwritten; its data is
+// borrowed from the job.
+void pcp_diloco_job_master_section(job_t* job, size_t i,
+                                   pcp_proto_section_t* s);
+
+// Runs `pcp compile [--program KIND --inner-steps K --delta-dtype D
+// [--accumulate A]] MLIR` for (backend, target) in a child process, cached
+// by content hash under <state_dir>/artifacts, and registers the VMFB with
+// the fabric (*out_hash). |kind| NULL compiles the module as it is.
+// CANCELLED when the stop hook fires while compiling.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_child_compile(
+    job_t* job, const char* mlir_path, const char* content_hash,
+    const char* kind, int64_t inner_steps, const char* backend,
+    const char* target, uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]);
+
+// Writes a checkpoint of the job's state (and, for streaming, the cursor
+// in job->stream_cursor), indexed in the store, plus checkpoint_dir's
+// latest.ckpt, then exports the model.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_checkpoint_write(job_t* job);
+
+// Writes the trained model: <state_dir>/models/<job_id>/ for a built-in,
+// the job's directory for a model_path module.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_model_export(job_t* job);
+
+// The job's progress object (outer step, losses, tokens/s, bytes, ...);
+// |outcome| may be NULL (before the first step). New reference or NULL.
+json_t* pcp_diloco_job_progress_json(const job_t* job,
+                                     const round_outcome_t* outcome,
+                                     double seconds, double tokens_per_second);
+// Hands |progress| (may be NULL) to the progress hook.
+void pcp_diloco_job_progress_report(job_t* job, json_t* progress);
+
+// Streaming DiLoCo (service_stream.c): runs the set-up job to its end
+// (OK), a stop (CANCELLED) or a failure; resumes from job->stream_resume.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_stream_run(job_t* job);
+
+#endif  // PCP_WORKLOADS_TRAIN_SERVICE_IMPL_H_

@@ -1,0 +1,1463 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Streaming DiLoCo in the training service (service.h), apart from the job
+// and classic rounds of service.c: worker-resident state, the per-fragment
+// @init/@delta/@mix/@copy programs, the lock-step loop, and its checkpoints
+// and resume.
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "workloads/train/service_impl.h"
+
+//===----------------------------------------------------------------------===//
+// Streaming DiLoCo (reference s.1.2)
+//===----------------------------------------------------------------------===//
+//
+// Worker-resident state in one fabric session per worker: the local
+// parameters "p<i>", AdamW moments "m<i>"/"v<i>" (kept across steps, as
+// upstream) and the fragment snapshots "s<i>". The gateway drives every
+// worker in lock step, one local step per task (@train_steps with K=1 of
+// `pcp compile --program train`, state in and out as resident refs, only the
+// batch and the loss on the wire), and per fragment two small element-wise
+// programs emitted here as StableHLO text:
+//   @delta(s..., c...) -> (s - c in the wire dtype..., c...)   send: the
+//       delta comes back, the current values stay as the new snapshot;
+//   @mix(alpha, g..., l...) -> (b..., b...)  receive: b = alpha*l +
+//       (1-alpha)*g becomes both the local values and the snapshot.
+// The master parameters and the outer Nesterov state stay on the gateway,
+// updated per fragment when its deltas are in. The schedule is diloco.h's.
+// A worker lost mid-run is dropped for the rest of the run (its state was on
+// it). Checkpoints and resume: "Streaming checkpoints" below.
+
+#define MAX_FRAGMENTS 64
+
+typedef struct stream_worker_t {
+  char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  char session[PCP_STORE_ID_MAX_LENGTH + 48];
+  bool alive;
+  pcp_data_sampler_t* sampler;
+  int32_t* tokens;    // ids then targets, A*B*T each ([1, A, B, T])
+  int64_t* tokens64;  // the same widened, for a module taking i64 ids
+  pcp_fabric_task_t* task;
+  float last_loss;
+  uint32_t shard;  // its sampler's shard of the plan (kept by a resume)
+} stream_worker_t;
+
+typedef struct stream_t {
+  job_t* job;
+  pcp_streaming_diloco_schedule_t schedule;
+  uint8_t train_hash[PCP_SHA256_BYTE_LENGTH];
+  uint8_t fragment_hash[MAX_FRAGMENTS][PCP_SHA256_BYTE_LENGTH];
+  stream_worker_t workers[MAX_ROUND_WORKERS];
+  uint32_t worker_count;
+  uint32_t shard_count;  // workers of the first start: the plan's shards
+  char backend[16];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
+  char (*names)[24];  // "p0", "m0", "v0", "s0" ... per tensor: 4 each
+  float* zeros;       // parameter_count zeros: the first moments
+  float alpha;
+  float lr;
+  float step_value;
+  uint64_t syncs;
+  uint64_t sync_total;
+  bool bf16;         // deltas on the wire in bf16 (deltas_dtype)
+  bool bf16_params;  // the model's parameters (p, s, masters down) are bf16
+} stream_t;
+
+static const char* resident_name(stream_t* st, char kind, size_t tensor) {
+  size_t slot = kind == 'p' ? 0 : kind == 'm' ? 1 : kind == 'v' ? 2 : 3;
+  return st->names[4 * tensor + slot];
+}
+
+static void type_text(const pcp_models_parameter_t* p, const char* element,
+                      char* out, size_t capacity) {
+  int used = snprintf(out, capacity, "tensor<");
+  for (int32_t d = 0; d < p->rank; ++d) {
+    used += snprintf(out + used, capacity - (size_t)used, "%lldx",
+                     (long long)p->dims[d]);
+  }
+  snprintf(out + used, capacity - (size_t)used, "%s>", element);
+}
+
+// What list_append writes per tensor of a fragment.
+typedef enum list_mode_e {
+  LIST_ARGS = 0,   // "%s3: tensor<...>"
+  LIST_NAMES = 1,  // "%s3"
+  LIST_TYPES = 2,  // "tensor<...>"
+} list_mode_t;
+
+// Appends, for each of |group_count| groups and each tensor of |fragment|,
+// one comma-separated item: group g's names use prefix[g] and its types
+// element[g]. |*first| says whether a separator is due.
+static pcp_status_t list_append(pcp_string_builder_t* b, const stream_t* st,
+                                uint32_t fragment, list_mode_t mode,
+                                const char* const* prefix,
+                                const char* const* element, int group_count,
+                                bool* first) {
+  const pcp_models_parameter_table_t* table = &st->job->table;
+  pcp_status_t status = pcp_ok_status();
+  char t[128];
+  for (int g = 0; g < group_count && !status; ++g) {
+    for (size_t i = fragment; i < table->count && !status;
+         i += st->schedule.fragments) {
+      type_text(&table->parameters[i], element[g], t, sizeof(t));
+      const char* sep = *first ? "" : ", ";
+      *first = false;
+      if (mode == LIST_ARGS) {
+        status = pcp_string_builder_append_f(b, "%s%%%s%zu: %s", sep, prefix[g],
+                                             i, t);
+      } else if (mode == LIST_NAMES) {
+        status = pcp_string_builder_append_f(b, "%s%%%s%zu", sep, prefix[g], i);
+      } else {
+        status = pcp_string_builder_append_f(b, "%s%s", sep, t);
+      }
+    }
+  }
+  return status;
+}
+
+// "return NAMES : TYPES\n  }\n" of one function.
+static pcp_status_t return_append(pcp_string_builder_t* b, const stream_t* st,
+                                  uint32_t fragment, const char* const* prefix,
+                                  const char* const* element, int group_count) {
+  bool first = true;
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "    return "));
+  PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_NAMES, prefix,
+                                       element, group_count, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, " : "));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_TYPES, prefix,
+                                       element, group_count, &first));
+  return pcp_string_builder_append_cstring(b, "\n  }\n");
+}
+
+// "  func.func @NAME(ARGS) -> (TYPES) {\n" of one function; |lead| is
+// pasted before the tensor arguments ("" or "%alpha: tensor<f32>").
+static pcp_status_t signature_append(
+    pcp_string_builder_t* b, const stream_t* st, uint32_t fragment,
+    const char* name, const char* lead, const char* const* arg_prefix,
+    const char* const* arg_element, int arg_groups,
+    const char* const* result_element, int result_groups) {
+  bool first = !lead[0];
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append_f(b, "  func.func @%s(%s", name, lead));
+  PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_ARGS, arg_prefix,
+                                       arg_element, arg_groups, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(list_append(b, st, fragment, LIST_TYPES, arg_prefix,
+                                       result_element, result_groups, &first));
+  return pcp_string_builder_append_cstring(b, ") {\n");
+}
+
+// Appends "%<out><i> = stablehlo.convert %<in><i> : (A) -> B" for tensor
+// |i| from element |from| to |to|.
+static pcp_status_t convert_append(pcp_string_builder_t* b,
+                                   const pcp_models_parameter_t* p, size_t i,
+                                   const char* out, const char* in,
+                                   const char* from, const char* to) {
+  char a[128], c[128];
+  type_text(p, from, a, sizeof(a));
+  type_text(p, to, c, sizeof(c));
+  return pcp_string_builder_append_f(
+      b, "    %%%s%zu = stablehlo.convert %%%s%zu : (%s) -> %s\n", out, i, in,
+      i, a, c);
+}
+
+// The @init / @delta / @mix / @copy module of fragment |fragment|. The
+// local parameters p and snapshots s have the model's element type (f32 or
+// bf16), the moments m and v are f32 (the optimizer's master type), and the
+// arithmetic of @delta and @mix runs in f32 whatever the model's type: a
+// bf16 subtract of two nearby weights would lose most of the delta's bits.
+static pcp_status_t fragment_module_emit(stream_t* st, uint32_t fragment,
+                                         pcp_string_builder_t* b) {
+  const pcp_models_parameter_table_t* table = &st->job->table;
+  uint32_t P = st->schedule.fragments;
+  bool low = st->bf16_params;
+  const char* pe = low ? "bf16" : "f32";  // p, s and the masters sent down
+  const char* wire = st->bf16 ? "bf16" : "f32";
+  const char* const pe2[] = {pe, pe};
+  const char* const f32x4[] = {"f32", "f32", "f32", "f32"};
+  char t[128];
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "module {\n"));
+  // @delta(s..., c...) -> (s - c in the wire dtype..., c...)
+  const char* const delta_args[] = {"s", "c"};
+  const char* const delta_results[] = {wire, pe};
+  PCP_RETURN_IF_ERROR_BARE(signature_append(
+      b, st, fragment, "delta", "", delta_args, pe2, 2, delta_results, 2));
+  for (size_t i = fragment; i < table->count; i += P) {
+    const pcp_models_parameter_t* p = &table->parameters[i];
+    type_text(p, "f32", t, sizeof(t));
+    if (low) {
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "sf", "s", pe, "f32"));
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "cf", "c", pe, "f32"));
+    }
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+        b, "    %%d%zu = stablehlo.subtract %%%s%zu, %%%s%zu : %s\n", i,
+        low ? "sf" : "s", i, low ? "cf" : "c", i, t));
+    if (st->bf16) {
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "w", "d", "f32", wire));
+    }
+  }
+  const char* const delta_out[] = {st->bf16 ? "w" : "d", "c"};
+  PCP_RETURN_IF_ERROR_BARE(
+      return_append(b, st, fragment, delta_out, delta_results, 2));
+  // @mix(alpha, g..., l...) -> (b..., b...), b = alpha*l + (1-alpha)*g.
+  const char* const mix_args[] = {"g", "l"};
+  PCP_RETURN_IF_ERROR_BARE(signature_append(
+      b, st, fragment, "mix", "%alpha: tensor<f32>", mix_args, pe2, 2, pe2, 2));
+  for (size_t i = fragment; i < table->count; i += P) {
+    const pcp_models_parameter_t* p = &table->parameters[i];
+    type_text(p, "f32", t, sizeof(t));
+    if (low) {
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "gf", "g", pe, "f32"));
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "lf", "l", pe, "f32"));
+    }
+    const char* g = low ? "gf" : "g";
+    const char* l = low ? "lf" : "l";
+    const char* out = low ? "bf" : "b";
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+        b,
+        "    %%a%zu = stablehlo.broadcast_in_dim %%alpha, dims = [] : "
+        "(tensor<f32>) -> %s\n"
+        "    %%one%zu = stablehlo.constant dense<1.000000e+00> : %s\n"
+        "    %%r%zu = stablehlo.subtract %%one%zu, %%a%zu : %s\n"
+        "    %%x%zu = stablehlo.multiply %%a%zu, %%%s%zu : %s\n"
+        "    %%y%zu = stablehlo.multiply %%r%zu, %%%s%zu : %s\n"
+        "    %%%s%zu = stablehlo.add %%x%zu, %%y%zu : %s\n",
+        i, t, i, t, i, i, i, t, i, i, l, i, t, i, i, g, i, t, out, i, i, i, t));
+    if (low) {
+      PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "b", "bf", "f32", pe));
+    }
+  }
+  const char* const mix_out[] = {"b", "b"};
+  PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, mix_out, pe2, 2));
+  // @init(p...) -> (p..., 0..., 0..., p...): the local parameters, zero
+  // AdamW moments and the snapshot, made on the worker from the fragment's
+  // masters (the frame carries only this fragment's tensors).
+  const char* const init_args[] = {"p"};
+  const char* const init_results[] = {pe, "f32", "f32", pe};
+  PCP_RETURN_IF_ERROR_BARE(signature_append(
+      b, st, fragment, "init", "", init_args, pe2, 1, init_results, 4));
+  for (size_t i = fragment; i < table->count; i += P) {
+    type_text(&table->parameters[i], "f32", t, sizeof(t));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+        b, "    %%z%zu = stablehlo.constant dense<0.000000e+00> : %s\n", i, t));
+  }
+  const char* const init_out[] = {"p", "z", "z", "p"};
+  PCP_RETURN_IF_ERROR_BARE(
+      return_append(b, st, fragment, init_out, init_results, 4));
+  // @copy(x...) -> (x...): moves one kind (p, m, v or s) of the fragment's
+  // resident tensors to the gateway for a checkpoint (resident refs in,
+  // outputs returned) and back after a resume (sections in, outputs kept).
+  // With bf16 parameters the f32 moments have their own, @copy_moments.
+  const char* const copy_args[] = {"x"};
+  PCP_RETURN_IF_ERROR_BARE(
+      signature_append(b, st, fragment, "copy", "", copy_args, pe2, 1, pe2, 1));
+  PCP_RETURN_IF_ERROR_BARE(return_append(b, st, fragment, copy_args, pe2, 1));
+  if (low) {
+    PCP_RETURN_IF_ERROR_BARE(signature_append(
+        b, st, fragment, "copy_moments", "", copy_args, f32x4, 1, f32x4, 1));
+    PCP_RETURN_IF_ERROR_BARE(
+        return_append(b, st, fragment, copy_args, f32x4, 1));
+  }
+  return pcp_string_builder_append_cstring(b, "}\n");
+}
+
+static pcp_status_t stream_programs(stream_t* st, const char* backend,
+                                    const char* target) {
+  job_t* job = st->job;
+  char model[1200];
+  snprintf(model, sizeof(model), "%s/model.mlir", job->dir);
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_diloco_job_child_compile(job, model, job->model_hash, "train", 1,
+                                   backend, target, st->train_hash));
+  for (uint32_t p = 0; p < st->schedule.fragments; ++p) {
+    pcp_string_builder_t b;
+    pcp_string_builder_initialize(pcp_allocator_system(), (size_t)16 << 20, &b);
+    pcp_status_t status = fragment_module_emit(st, p, &b);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/fragment-%u.mlir", job->dir, p);
+    char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
+    if (!status) {
+      pcp_sha256_t digest;
+      pcp_sha256_compute(b.data, b.size, &digest);
+      pcp_sha256_to_hex(&digest, hex);
+      status = pcp_file_write_atomic(path, b.data, b.size);
+    }
+    pcp_string_builder_deinitialize(&b);
+    PCP_RETURN_IF_ERROR_BARE(status);
+    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_job_child_compile(
+        job, path, hex, NULL, 0, backend, target, st->fragment_hash[p]));
+  }
+  return pcp_ok_status();
+}
+
+// Rounds fragment |fragment|'s masters into wire_parameters (bf16 models).
+static void masters_round(stream_t* st, uint32_t fragment) {
+  job_t* job = st->job;
+  if (job->param_type != PCP_ELEMENT_TYPE_BF16) {
+    return;
+  }
+  for (size_t i = fragment; i < job->table.count; i += st->schedule.fragments) {
+    size_t offset = pcp_diloco_job_tensor_offset(job, i);
+    pcp_diloco_bf16_quantize(job->parameters + offset,
+                             (size_t)job->table.parameters[i].element_count,
+                             job->wire_parameters + offset);
+  }
+}
+
+// Waits for the current task of every live worker; a failed one marks its
+// worker lost. Returns true when the stop hook fired (tasks cancelled).
+static bool stream_wait(stream_t* st) {
+  bool stopped = false;
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    while (w->task && !pcp_fabric_task_wait(w->task, WAIT_SLICE_MS)) {
+      if (!stopped && pcp_diloco_job_should_stop(st->job)) {
+        stopped = true;
+        for (uint32_t j = 0; j < st->worker_count; ++j) {
+          if (st->workers[j].task) {
+            pcp_fabric_task_cancel(st->workers[j].task);
+          }
+        }
+      }
+    }
+    if (w->task && pcp_fabric_task_status(w->task)) {
+      PCP_LOG(PCP_LOG_WARN, &st->job->log,
+              "streaming worker %s lost: %s; dropped for the rest of the run",
+              w->worker_id,
+              pcp_status_message(pcp_fabric_task_status(w->task)));
+      w->alive = false;
+      if (st->job->options->metrics) {
+        pcp_obs_family_add(st->job->options->metrics->lost_tasks, NULL, 1);
+      }
+    }
+  }
+  return stopped;
+}
+
+static void stream_tasks_release(stream_t* st) {
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    pcp_fabric_task_release(st->workers[k].task);
+    st->workers[k].task = NULL;
+  }
+}
+
+static void stream_submit(
+    stream_t* st, stream_worker_t* w,
+    const uint8_t program[PCP_SHA256_BYTE_LENGTH], const char* function,
+    const pcp_proto_section_t* sections, uint32_t section_count,
+    const pcp_proto_tensor_ref_t* refs, uint32_t ref_count,
+    const pcp_proto_keep_resident_t* keep, uint32_t keep_count) {
+  pcp_fabric_task_params_t params;
+  memset(&params, 0, sizeof(params));
+  memcpy(params.program, program, sizeof(params.program));
+  params.function = function;
+  params.inputs = sections;
+  params.input_count = section_count;
+  params.input_refs = refs;
+  params.input_ref_count = ref_count;
+  params.keep_resident = keep;
+  params.keep_resident_count = keep_count;
+  params.worker_id = w->worker_id;
+  params.session_id = w->session;
+  params.max_attempts = 1;
+  pcp_status_t status =
+      pcp_fabric_task_submit(st->job->options->fabric, &params, &w->task);
+  if (status) {
+    PCP_LOG(PCP_LOG_WARN, &st->job->log, "streaming task for %s: %s",
+            w->worker_id, pcp_status_message(status));
+    pcp_status_ignore(status);
+    w->task = NULL;
+    w->alive = false;
+  }
+}
+
+static uint32_t stream_alive(const stream_t* st) {
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    n += st->workers[k].alive;
+  }
+  return n;
+}
+
+// One local step on every live worker, all state resident.
+static pcp_status_t stream_compute(stream_t* st, uint64_t step,
+                                   bool* out_stopped) {
+  job_t* job = st->job;
+  size_t n = job->table.count;
+  uint32_t B = (uint32_t)job->spec.batch, T = (uint32_t)job->spec.block_size;
+  pcp_proto_tensor_ref_t* refs = calloc(3 * n + 4, sizeof(*refs));
+  pcp_proto_section_t* sections = calloc(3 * n + 4, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep = calloc(3 * n, sizeof(*keep));
+  if (!refs || !sections || !keep) {
+    free(refs);
+    free(sections);
+    free(keep);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "step refs");
+  }
+  st->step_value = (float)step;
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    if (!w->alive) {
+      continue;
+    }
+    // A micro batches (effective_batch_size), ids then targets:
+    // [1, A, B, T] each.
+    size_t A = (size_t)job->accumulation;
+    size_t rows = A * B * T;
+    for (size_t a = 0; a < A; ++a) {
+      pcp_data_sampler_next(w->sampler, w->tokens + a * B * T,
+                            w->tokens + rows + a * B * T, NULL);
+    }
+    bool wide = job->data_type == PCP_ELEMENT_TYPE_I64;
+    if (wide) {
+      for (size_t e = 0; e < 2 * rows; ++e) {
+        w->tokens64[e] = w->tokens[e];
+      }
+    }
+    uint32_t section_count = 0;
+    for (int g = 0; g < 3; ++g) {
+      for (size_t i = 0; i < n; ++i) {
+        pcp_proto_tensor_ref_t* r = &refs[g * n + i];
+        memset(r, 0, sizeof(*r));
+        keep[g * n + i] =
+            (pcp_proto_keep_resident_t){.output = (uint32_t)(g * n + i),
+                                        .as = resident_name(st, "pmv"[g], i)};
+        r->kind = PCP_PROTO_TENSOR_REF_RESIDENT;
+        r->name = resident_name(st, "pmv"[g], i);
+      }
+    }
+    pcp_proto_section_t* extra = &sections[section_count];
+    extra[0] = (pcp_proto_section_t){.name = "step",
+                                     .element_type = PCP_ELEMENT_TYPE_F32,
+                                     .byte_length = sizeof(float),
+                                     .data = &st->step_value};
+    extra[1] = (pcp_proto_section_t){.name = "lr",
+                                     .element_type = PCP_ELEMENT_TYPE_F32,
+                                     .byte_length = sizeof(float),
+                                     .data = &st->lr};
+    size_t id_size = pcp_element_type_byte_size(job->data_type);
+    for (int j = 0; j < 2; ++j) {
+      pcp_proto_section_t* s = &extra[2 + j];
+      *s = (pcp_proto_section_t){
+          .name = j ? "targets" : "input_ids",
+          .element_type = job->data_type,
+          .byte_length = (uint64_t)(rows * id_size),
+          .data = wide ? (const void*)(w->tokens64 + (size_t)j * rows)
+                       : (const void*)(w->tokens + (size_t)j * rows)};
+      uint32_t r = 0;
+      s->shape[r++] = 1;
+      if (A > 1) {
+        s->shape[r++] = (int64_t)A;
+      }
+      s->shape[r++] = B;
+      s->shape[r++] = T;
+      s->rank = r;
+    }
+    for (int j = 0; j < 4; ++j) {
+      refs[3 * n + j] = (pcp_proto_tensor_ref_t){
+          .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count + j};
+    }
+    job->token_bytes += 2ull * rows * id_size;
+    stream_submit(st, w, st->train_hash, "train_steps", sections,
+                  section_count + 4, refs, (uint32_t)(3 * n + 4), keep,
+                  (uint32_t)(3 * n));
+    // The struct arrays were copied by the submit; the data (the shared
+    // parameters, zeros and scalars, this worker's tokens) stays borrowed
+    // until stream_wait below.
+  }
+  *out_stopped = stream_wait(st);
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    if (w->alive && w->task && !pcp_fabric_task_status(w->task)) {
+      const pcp_proto_section_t* outputs = NULL;
+      size_t count = 0;
+      pcp_status_t status = pcp_fabric_task_outputs(w->task, &outputs, &count);
+      if (!status && count >= 1 && outputs[count - 1].byte_length == 4) {
+        w->last_loss = *(const float*)outputs[count - 1].data;
+      }
+      pcp_status_ignore(status);
+    }
+  }
+  stream_tasks_release(st);
+  free(refs);
+  free(sections);
+  free(keep);
+  return pcp_ok_status();
+}
+
+// The workers' state at start: @init(masters of the fragment) kept as the
+// local parameters p<i>, zero moments m<i>/v<i> and the snapshot s<i>.
+static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
+                                     bool* out_stopped) {
+  job_t* job = st->job;
+  uint32_t P = st->schedule.fragments;
+  size_t count = 0;
+  for (size_t i = fragment; i < job->table.count; i += P) {
+    ++count;
+  }
+  masters_round(st, fragment);
+  pcp_proto_section_t* sections = calloc(count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep = calloc(4 * count + 1, sizeof(*keep));
+  if (!sections || !keep) {
+    free(sections);
+    free(keep);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "init refs");
+  }
+  size_t j = 0;
+  for (size_t i = fragment; i < job->table.count; i += P, ++j) {
+    pcp_proto_section_t* s = &sections[j];
+    pcp_diloco_job_master_section(job, i, s);
+    for (int g = 0; g < 4; ++g) {
+      keep[g * count + j] =
+          (pcp_proto_keep_resident_t){.output = (uint32_t)(g * count + j),
+                                      .as = resident_name(st, "pmvs"[g], i)};
+    }
+  }
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    if (w->alive) {
+      stream_submit(st, w, st->fragment_hash[fragment], "init", sections,
+                    (uint32_t)count, NULL, 0, keep, (uint32_t)(4 * count));
+    }
+  }
+  *out_stopped = stream_wait(st);
+  stream_tasks_release(st);
+  free(sections);
+  free(keep);
+  return pcp_ok_status();
+}
+
+// A fragment's send (@delta) or receive (@mix) on every live worker.
+static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
+                                         bool mix, bool init, bool* out_stopped,
+                                         uint64_t* out_bytes) {
+  job_t* job = st->job;
+  uint32_t P = st->schedule.fragments;
+  size_t count = 0;
+  for (size_t i = fragment; i < job->table.count; i += P) {
+    ++count;
+  }
+  pcp_proto_tensor_ref_t* refs = calloc(2 * count + 1, sizeof(*refs));
+  pcp_proto_section_t* sections = calloc(2 * count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep = calloc(2 * count, sizeof(*keep));
+  if (!refs || !sections || !keep) {
+    free(refs);
+    free(sections);
+    free(keep);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "fragment refs");
+  }
+  uint32_t section_count = 0;
+  uint32_t ref_count = 0;
+  uint32_t keep_count = 0;
+  uint64_t master_bytes = 0;
+  if (mix) {
+    masters_round(st, fragment);
+    sections[section_count] =
+        (pcp_proto_section_t){.name = "alpha",
+                              .element_type = PCP_ELEMENT_TYPE_F32,
+                              .byte_length = sizeof(float),
+                              .data = &st->alpha};
+    refs[ref_count++] = (pcp_proto_tensor_ref_t){
+        .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
+  }
+  // First group: mix -> the masters (sections); delta -> s<i> (resident, or
+  // the params for the initial snapshot).
+  for (int pass = 0; pass < 2; ++pass) {
+    size_t j = 0;
+    for (size_t i = fragment; i < job->table.count; i += P, ++j) {
+      bool section = mix && pass == 0;
+      if (section) {
+        pcp_proto_section_t* s = &sections[section_count];
+        pcp_diloco_job_master_section(job, i, s);
+        if (mix) {
+          master_bytes += s->byte_length;
+        }
+        refs[ref_count++] = (pcp_proto_tensor_ref_t){
+            .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
+      } else {
+        refs[ref_count++] = (pcp_proto_tensor_ref_t){
+            .kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+            .name = resident_name(st, (mix || pass == 1) ? 'p' : 's', i)};
+      }
+      // Outputs: delta -> (deltas..., copies...): keep copies as s<i>;
+      // mix -> (b..., b...): keep as p<i> and s<i>.
+      if (pass == 0 && mix) {
+        keep[keep_count++] = (pcp_proto_keep_resident_t){
+            .output = (uint32_t)j, .as = resident_name(st, 'p', i)};
+      }
+      if (pass == 1) {
+        keep[keep_count++] = (pcp_proto_keep_resident_t){
+            .output = (uint32_t)(count + j), .as = resident_name(st, 's', i)};
+      }
+    }
+  }
+  uint64_t up_bytes = 0;
+  uint32_t reporters = 0;
+  for (uint32_t k = 0; k < st->worker_count && !*out_stopped; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    if (!w->alive) {
+      continue;
+    }
+    stream_submit(st, w, st->fragment_hash[fragment], mix ? "mix" : "delta",
+                  sections, section_count, refs, ref_count, keep, keep_count);
+  }
+  *out_stopped = stream_wait(st);
+  bool* stopped = out_stopped;
+  (void)stopped;
+  pcp_status_t status = pcp_ok_status();
+  if (!mix && !init && !*out_stopped) {
+    // Sum the deltas of the fragment's tensors over the reporters.
+    float* sum = job->accumulator.sum;
+    for (size_t i = fragment; i < job->table.count; i += P) {
+      memset(sum + pcp_diloco_job_tensor_offset(job, i), 0,
+             (size_t)job->table.parameters[i].element_count * sizeof(float));
+    }
+    for (uint32_t k = 0; k < st->worker_count && !status; ++k) {
+      stream_worker_t* w = &st->workers[k];
+      if (!w->alive || !w->task) {
+        continue;
+      }
+      const pcp_proto_section_t* outputs = NULL;
+      size_t n_out = 0;
+      status = pcp_fabric_task_outputs(w->task, &outputs, &n_out);
+      if (status) {
+        break;
+      }
+      size_t j = 0;
+      for (size_t i = fragment; i < job->table.count && j < n_out;
+           i += P, ++j) {
+        size_t elements = (size_t)job->table.parameters[i].element_count;
+        float* dst = sum + pcp_diloco_job_tensor_offset(job, i);
+        float* tmp = (float*)job->scratch;
+        size_t want = elements * (st->bf16 ? 2 : 4);
+        if (outputs[j].byte_length != want) {
+          status = pcp_make_status(PCP_STATUS_INTERNAL,
+                                   "fragment delta of %" PRIu64 " bytes",
+                                   outputs[j].byte_length);
+          break;
+        }
+        if (st->bf16) {
+          pcp_diloco_bf16_dequantize(outputs[j].data, elements, tmp);
+        } else {
+          memcpy(tmp, outputs[j].data, elements * sizeof(float));
+        }
+        for (size_t e = 0; e < elements; ++e) {
+          dst[e] += tmp[e];
+        }
+        up_bytes += outputs[j].byte_length;
+      }
+      ++reporters;
+    }
+    for (size_t i = fragment; i < job->table.count && !status && reporters;
+         i += P) {
+      size_t elements = (size_t)job->table.parameters[i].element_count;
+      float* g = job->accumulator.sum + pcp_diloco_job_tensor_offset(job, i);
+      for (size_t e = 0; e < elements; ++e) {
+        g[e] = isfinite(g[e]) ? g[e] / (float)reporters : 0.0f;
+      }
+      status = pcp_diloco_nesterov_step(
+          &job->nesterov, pcp_diloco_job_tensor_offset(job, i), elements, g,
+          job->parameters + pcp_diloco_job_tensor_offset(job, i));
+    }
+  }
+  if (mix && !*out_stopped) {
+    for (uint32_t k = 0; k < st->worker_count; ++k) {
+      if (st->workers[k].alive && st->workers[k].task) {
+        ++reporters;
+      }
+    }
+    up_bytes = master_bytes * reporters;
+  }
+  stream_tasks_release(st);
+  free(refs);
+  free(sections);
+  free(keep);
+  *out_bytes = init ? 0 : up_bytes;
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Streaming checkpoints
+//===----------------------------------------------------------------------===//
+//
+// A streaming checkpoint is taken at a step boundary (after step t's sends)
+// and holds, besides the masters and the outer velocity of every classic
+// one, what lives on the workers and in the loop: the cursor's "streaming"
+// object (schedule, t, syncs, per-fragment in-flight bytes and senders, per
+// worker its shard, sampler cursor and last loss) and a side file
+// stream-<sync>.workers beside the checkpoint with every live worker's
+// resident p/m/v/s (4 f32 parameter vectors per worker, in the cursor's
+// worker order), named in the cursor with its SHA-256. The side file is
+// written before the checkpoint row, so an indexed checkpoint always has it.
+
+// Moves kind |kind| (0..3: p, m, v, s) of |fragment|'s tensors between
+// every live worker's session and |state| (per worker in |slots| order, 4
+// parameter vectors p, m, v, s): |upload| false runs @copy on the resident
+// tensors and reads the outputs; true sends the sections and keeps the
+// outputs resident. One fragment's tensors of one kind per task keep the
+// frame within the fabric's section limit, as for @delta / @mix.
+static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
+                                     bool upload, float* state,
+                                     bool* out_stopped) {
+  job_t* job = st->job;
+  uint32_t P = st->schedule.fragments;
+  size_t N = job->parameter_count;
+  size_t count = 0;
+  for (size_t i = fragment; i < job->table.count; i += P) {
+    ++count;
+  }
+  pcp_proto_tensor_ref_t* refs = calloc(count + 1, sizeof(*refs));
+  pcp_proto_section_t* sections = calloc(count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep = calloc(count + 1, sizeof(*keep));
+  uint32_t* slots = calloc(st->worker_count + 1, sizeof(*slots));
+  if (!refs || !sections || !keep || !slots) {
+    free(refs);
+    free(sections);
+    free(keep);
+    free(slots);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "copy refs");
+  }
+  const char k = "pmvs"[kind];
+  // A bf16 model's p and s are bf16 on the worker (widened here, exactly;
+  // rounded back exactly on upload); the moments are f32 either way.
+  bool low = st->bf16_params && (kind == 0 || kind == 3);
+  const char* function = st->bf16_params && !low ? "copy_moments" : "copy";
+  uint16_t* narrow = NULL;
+  if (low && upload) {
+    narrow = calloc((size_t)st->worker_count * N + 1, sizeof(uint16_t));
+    if (!narrow) {
+      free(refs);
+      free(sections);
+      free(keep);
+      free(slots);
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "copy buffer");
+    }
+  }
+  uint32_t slot = 0;
+  for (uint32_t w = 0; w < st->worker_count; ++w) {
+    stream_worker_t* worker = &st->workers[w];
+    if (!worker->alive) {
+      continue;
+    }
+    slots[w] = slot++;
+    const float* base = state + ((size_t)slots[w] * 4 + (size_t)kind) * N;
+    size_t j = 0;
+    for (size_t i = fragment; i < job->table.count; i += P, ++j) {
+      const pcp_models_parameter_t* p = &job->table.parameters[i];
+      if (upload) {
+        pcp_proto_section_t* s = &sections[j];
+        memset(s, 0, sizeof(*s));
+        s->name = resident_name(st, k, i);
+        s->element_type = low ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32;
+        s->rank = (uint32_t)p->rank;
+        for (int32_t d = 0; d < p->rank; ++d) {
+          s->shape[d] = p->dims[d];
+        }
+        s->byte_length = (uint64_t)p->element_count * (low ? 2 : 4);
+        s->data = base + pcp_diloco_job_tensor_offset(job, i);
+        if (low) {
+          uint16_t* out = narrow + (size_t)slots[w] * N +
+                          pcp_diloco_job_tensor_offset(job, i);
+          pcp_diloco_bf16_quantize(base + pcp_diloco_job_tensor_offset(job, i),
+                                   (size_t)p->element_count, out);
+          s->data = out;
+        }
+        keep[j] = (pcp_proto_keep_resident_t){.output = (uint32_t)j,
+                                              .as = resident_name(st, k, i)};
+      } else {
+        refs[j] =
+            (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+                                     .name = resident_name(st, k, i)};
+      }
+    }
+    // The struct arrays are copied by the submit; the data stays borrowed
+    // until stream_wait.
+    if (upload) {
+      stream_submit(st, worker, st->fragment_hash[fragment], function, sections,
+                    (uint32_t)count, NULL, 0, keep, (uint32_t)count);
+    } else {
+      stream_submit(st, worker, st->fragment_hash[fragment], function, NULL, 0,
+                    refs, (uint32_t)count, NULL, 0);
+    }
+  }
+  *out_stopped = stream_wait(st);
+  pcp_status_t status = pcp_ok_status();
+  for (uint32_t w = 0;
+       w < st->worker_count && !upload && !*out_stopped && !status; ++w) {
+    stream_worker_t* worker = &st->workers[w];
+    if (!worker->alive || !worker->task) {
+      continue;
+    }
+    const pcp_proto_section_t* outputs = NULL;
+    size_t n_out = 0;
+    status = pcp_fabric_task_outputs(worker->task, &outputs, &n_out);
+    if (!status && n_out != count) {
+      status =
+          pcp_make_status(PCP_STATUS_INTERNAL,
+                          "@copy returned %zu tensors, not %zu", n_out, count);
+    }
+    float* base = state + ((size_t)slots[w] * 4 + (size_t)kind) * N;
+    size_t j = 0;
+    for (size_t i = fragment; i < job->table.count && !status; i += P, ++j) {
+      size_t elements = (size_t)job->table.parameters[i].element_count;
+      size_t bytes = elements * (low ? 2 : 4);
+      if (outputs[j].byte_length != bytes) {
+        status = pcp_make_status(PCP_STATUS_INTERNAL,
+                                 "@copy returned %" PRIu64 " bytes, not %zu",
+                                 outputs[j].byte_length, bytes);
+        break;
+      }
+      if (low) {
+        pcp_diloco_bf16_dequantize(outputs[j].data, elements,
+                                   base + pcp_diloco_job_tensor_offset(job, i));
+      } else {
+        memcpy(base + pcp_diloco_job_tensor_offset(job, i), outputs[j].data,
+               bytes);
+      }
+    }
+  }
+  stream_tasks_release(st);
+  free(narrow);
+  free(refs);
+  free(sections);
+  free(keep);
+  free(slots);
+  return status;
+}
+
+// The loop's own state beside stream_t, as a checkpoint holds it.
+typedef struct stream_loop_t {
+  uint64_t step;  // the last completed local step
+  uint64_t pending_up[MAX_FRAGMENTS];
+  uint32_t pending_senders[MAX_FRAGMENTS];
+  uint64_t last_event_step;
+} stream_loop_t;
+
+// Writes a checkpoint at the boundary after step loop->step (see above).
+// A checkpoint already indexed at this sync (a restarted run repeating
+// what the dead gateway wrote) is the same state by construction: only the
+// model is exported again. A worker lost while its state is read skips
+// the checkpoint (the next one is complete).
+static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
+                                      bool* out_stopped) {
+  job_t* job = st->job;
+  const pcp_diloco_job_options_t* o = job->options;
+  pcp_store_checkpoint_t row;
+  pcp_status_t status = pcp_store_checkpoint_get(
+      o->store, o->job_id, (int64_t)job->outer_step, &row);
+  if (!status) {
+    return pcp_diloco_job_model_export(job);
+  }
+  if (pcp_status_code(status) != PCP_STATUS_NOT_FOUND) {
+    return status;
+  }
+  pcp_status_ignore(status);
+  status = pcp_ok_status();
+  uint32_t alive = stream_alive(st);
+  size_t N = job->parameter_count;
+  size_t bytes = (size_t)alive * 4 * N * sizeof(float);
+  float* state = malloc(bytes ? bytes : 1);
+  if (!state) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "%zu bytes of worker state", bytes);
+  }
+  int64_t start_ns = pcp_clock_now_ns(o->clock);
+  for (uint32_t p = 0; p < st->schedule.fragments && !status && !*out_stopped;
+       ++p) {
+    for (int kind = 0; kind < 4 && !status && !*out_stopped; ++kind) {
+      status = stream_copy_call(st, p, kind, false, state, out_stopped);
+    }
+  }
+  if (status || *out_stopped) {
+    free(state);
+    return status;
+  }
+  if (stream_alive(st) != alive) {
+    PCP_LOG(PCP_LOG_WARN, &job->log,
+            "a worker was lost while the state was read: no checkpoint at "
+            "sync %" PRIu64,
+            job->outer_step);
+    free(state);
+    return pcp_ok_status();
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_compute(state, bytes, &digest);
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, hex);
+  char name[64];
+  snprintf(name, sizeof(name), "stream-%020" PRIu64 ".workers",
+           job->outer_step);
+  char dir[1200], path[1600];
+  snprintf(dir, sizeof(dir), "%s/checkpoints/%s", pcp_store_state_dir(o->store),
+           o->job_id);
+  status = pcp_file_make_directories(dir);
+  if (!status) {
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    status = pcp_file_write_atomic(path, state, bytes);
+  }
+  if (!status && job->checkpoint_dir[0]) {
+    // Beside checkpoint_dir/latest.ckpt too (a "resume": true job).
+    status = pcp_file_make_directories(job->checkpoint_dir);
+    snprintf(path, sizeof(path), "%s/%s", job->checkpoint_dir, name);
+    if (!status) {
+      status = pcp_file_write_atomic(path, state, bytes);
+    }
+  }
+  free(state);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  PCP_LOG(PCP_LOG_INFO, &job->log,
+          "streaming worker state for sync %" PRIu64
+          ": %zu bytes from %u workers read and written in %.2f s",
+          job->outer_step, bytes, alive,
+          (double)(pcp_clock_now_ns(o->clock) - start_ns) / 1e9);
+  json_t* workers = json_array();
+  char cursor_text[PCP_DATA_MAX_CURSOR_JSON_LENGTH + 1];
+  for (uint32_t k = 0; k < st->worker_count && workers; ++k) {
+    const stream_worker_t* w = &st->workers[k];
+    if (!w->alive) {
+      continue;
+    }
+    pcp_data_cursor_t cursor;
+    pcp_data_sampler_cursor(w->sampler, &cursor);
+    pcp_data_cursor_format(&cursor, cursor_text, sizeof(cursor_text));
+    json_array_append_new(
+        workers, json_pack("{s:s, s:I, s:o, s:s}", "worker_id", w->worker_id,
+                           "shard", (json_int_t)w->shard, "loss",
+                           pcp_diloco_json_number_or_null(w->last_loss),
+                           "sampler", cursor_text));
+  }
+  json_t* up = json_array();
+  json_t* senders = json_array();
+  for (uint32_t p = 0; p < st->schedule.fragments && up && senders; ++p) {
+    json_array_append_new(up, json_integer((json_int_t)loop->pending_up[p]));
+    json_array_append_new(senders,
+                          json_integer((json_int_t)loop->pending_senders[p]));
+  }
+  job->stream_cursor = json_pack(
+      "{s:I, s:I, s:I, s:f, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s:o, "
+      "s:o, s:o, s:s, s:s, s:I}",
+      "fragments", (json_int_t)st->schedule.fragments, "inner_steps",
+      (json_int_t)st->schedule.inner_steps, "overlap_tau",
+      (json_int_t)st->schedule.overlap_tau, "alpha", (double)st->alpha,
+      "deltas_dtype", st->bf16 ? "bf16" : "f32", "max_rounds",
+      (json_int_t)st->schedule.max_rounds, "step", (json_int_t)loop->step,
+      "syncs", (json_int_t)st->syncs, "last_event_step",
+      (json_int_t)loop->last_event_step, "backend", st->backend, "target",
+      st->target, "shards", (json_int_t)st->shard_count, "pending_up",
+      up ? up : json_array(), "pending_senders",
+      senders ? senders : json_array(), "workers",
+      workers ? workers : json_array(), "state_file", name, "state_sha256", hex,
+      "state_bytes", (json_int_t)bytes);
+  if (!job->stream_cursor) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "streaming cursor");
+  }
+  json_object_set_new(job->stream_cursor, "dtype",
+                      json_string(st->bf16_params ? "bf16" : "f32"));
+  status = pcp_diloco_job_checkpoint_write(job);
+  json_decref(job->stream_cursor);
+  job->stream_cursor = NULL;
+  if (!status && job->checkpoint_dir[0]) {
+    // checkpoint_dir keeps latest.ckpt only: its older state files go.
+    DIR* entries = opendir(job->checkpoint_dir);
+    struct dirent* entry;
+    while (entries && (entry = readdir(entries)) != NULL) {
+      size_t length = strlen(entry->d_name);
+      if (strncmp(entry->d_name, "stream-", 7) == 0 && length > 8 &&
+          strcmp(entry->d_name + length - 8, ".workers") == 0 &&
+          strcmp(entry->d_name, name) != 0) {
+        snprintf(path, sizeof(path), "%s/%s", job->checkpoint_dir,
+                 entry->d_name);
+        unlink(path);
+      }
+    }
+    if (entries) {
+      closedir(entries);
+    }
+  }
+  return status;
+}
+
+static pcp_status_t resume_error(const char* what) {
+  return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                         "streaming checkpoint: %s", what);
+}
+
+// Checks the resumed cursor against this job and reads its worker state
+// file (verified against the cursor's SHA-256): *out_state holds
+// *out_workers workers' p/m/v/s (caller frees).
+static pcp_status_t stream_resume_load(stream_t* st, stream_loop_t* loop,
+                                       float** out_state,
+                                       uint32_t* out_workers) {
+  job_t* job = st->job;
+  json_t* c = job->stream_resume;
+  *out_state = NULL;
+  *out_workers = 0;
+  uint32_t P = st->schedule.fragments;
+  json_int_t fragments = json_integer_value(json_object_get(c, "fragments"));
+  json_int_t inner = json_integer_value(json_object_get(c, "inner_steps"));
+  json_int_t tau = json_integer_value(json_object_get(c, "overlap_tau"));
+  double alpha = json_number_value(json_object_get(c, "alpha"));
+  const char* dtype = json_string_value(json_object_get(c, "deltas_dtype"));
+  // Older streaming checkpoints (f32 models only) have no "dtype".
+  const char* model_dtype = json_string_value(json_object_get(c, "dtype"));
+  const char* want_dtype = st->bf16_params ? "bf16" : "f32";
+  if (strcmp(model_dtype ? model_dtype : "f32", want_dtype) != 0) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "streaming checkpoint of a %s model; this job "
+                           "trains %s (key 'dtype')",
+                           model_dtype, want_dtype);
+  }
+  if (fragments != (json_int_t)P ||
+      inner != (json_int_t)st->schedule.inner_steps ||
+      tau != (json_int_t)st->schedule.overlap_tau ||
+      (float)alpha != st->alpha || !dtype ||
+      strcmp(dtype, st->bf16 ? "bf16" : "f32") != 0) {
+    return pcp_make_status(
+        PCP_STATUS_FAILED_PRECONDITION,
+        "streaming checkpoint of P=%lld H=%lld overlap_tau=%lld alpha=%g "
+        "deltas_dtype=%s; this job has P=%u H=%u overlap_tau=%u alpha=%g "
+        "deltas_dtype=%s",
+        (long long)fragments, (long long)inner, (long long)tau, alpha,
+        dtype ? dtype : "?", P, st->schedule.inner_steps,
+        st->schedule.overlap_tau, (double)st->alpha, st->bf16 ? "bf16" : "f32");
+  }
+  json_t* workers = json_object_get(c, "workers");
+  json_t* up = json_object_get(c, "pending_up");
+  json_t* senders = json_object_get(c, "pending_senders");
+  const char* backend = json_string_value(json_object_get(c, "backend"));
+  const char* target = json_string_value(json_object_get(c, "target"));
+  const char* name = json_string_value(json_object_get(c, "state_file"));
+  const char* hex = json_string_value(json_object_get(c, "state_sha256"));
+  json_int_t shards = json_integer_value(json_object_get(c, "shards"));
+  json_int_t syncs = json_integer_value(json_object_get(c, "syncs"));
+  size_t count = json_array_size(workers);
+  if (count < 1 || count > MAX_ROUND_WORKERS || shards < (json_int_t)count ||
+      shards > MAX_ROUND_WORKERS || json_array_size(up) != P ||
+      json_array_size(senders) != P || !backend || !target ||
+      strlen(backend) >= sizeof(st->backend) ||
+      strlen(target) >= sizeof(st->target) || !hex ||
+      strlen(hex) != PCP_SHA256_HEX_LENGTH ||
+      (uint64_t)syncs != job->outer_step) {
+    return resume_error(
+        "malformed cursor (workers, shards, pending, kind "
+        "or syncs)");
+  }
+  // A plain file name beside the checkpoint, nothing else.
+  if (!name || !name[0] || name[0] == '.' || strchr(name, '/') ||
+      strlen(name) > 128) {
+    return resume_error("bad worker state file name");
+  }
+  snprintf(st->backend, sizeof(st->backend), "%s", backend);
+  snprintf(st->target, sizeof(st->target), "%s", target);
+  st->shard_count = (uint32_t)shards;
+  loop->step = (uint64_t)json_integer_value(json_object_get(c, "step"));
+  loop->last_event_step =
+      (uint64_t)json_integer_value(json_object_get(c, "last_event_step"));
+  for (uint32_t p = 0; p < P; ++p) {
+    loop->pending_up[p] = (uint64_t)json_integer_value(json_array_get(up, p));
+    loop->pending_senders[p] =
+        (uint32_t)json_integer_value(json_array_get(senders, p));
+  }
+  st->syncs = (uint64_t)syncs;
+  for (size_t k = 0; k < count; ++k) {
+    json_t* w = json_array_get(workers, k);
+    json_int_t shard = json_integer_value(json_object_get(w, "shard"));
+    const char* sampler = json_string_value(json_object_get(w, "sampler"));
+    if (shard < 0 || shard >= shards || !sampler) {
+      return resume_error("malformed worker entry");
+    }
+  }
+  size_t N = job->parameter_count;
+  size_t want = count * 4 * N * sizeof(float);
+  if (json_integer_value(json_object_get(c, "state_bytes")) !=
+      (json_int_t)want) {
+    return resume_error(
+        "its worker state size is not workers x 4 x the "
+        "model's parameters x 4 bytes");
+  }
+  char path[1500];
+  snprintf(path, sizeof(path), "%s/%s", job->stream_resume_dir, name);
+  void* data = NULL;
+  size_t length = 0;
+  pcp_status_t status = pcp_file_read_all(path, want, &data, &length);
+  if (status) {
+    pcp_status_t wrapped = pcp_make_status(
+        PCP_STATUS_DATA_LOSS, "streaming checkpoint's worker state %s: %s",
+        path, pcp_status_message(status));
+    pcp_status_ignore(status);
+    return wrapped;
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_compute(data, length, &digest);
+  char got[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, got);
+  if (length != want || strcmp(got, hex) != 0) {
+    free(data);
+    return pcp_make_status(PCP_STATUS_DATA_LOSS,
+                           "streaming checkpoint's worker state %s does not "
+                           "match its checkpoint (%zu bytes, SHA-256 %s; "
+                           "expected %zu bytes, %s)",
+                           path, length, got, want, hex);
+  }
+  *out_state = data;
+  *out_workers = (uint32_t)count;
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_diloco_stream_run(job_t* job) {
+  const pcp_diloco_job_options_t* o = job->options;
+  stream_t st;
+  memset(&st, 0, sizeof(st));
+  st.job = job;
+  st.schedule.fragments = (uint32_t)job->config.streaming.num_fragments;
+  st.schedule.inner_steps = (uint32_t)job->config.streaming.inner_steps;
+  st.schedule.overlap_tau = (uint32_t)job->config.streaming.overlap_tau;
+  st.schedule.max_rounds = (uint32_t)job->config.max_epochs;
+  st.alpha = (float)job->config.streaming.alpha;
+  st.lr = (float)job->config.learning_rate;
+  st.bf16 = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16;
+  st.bf16_params = job->param_type == PCP_ELEMENT_TYPE_BF16;
+  if (st.schedule.fragments > MAX_FRAGMENTS ||
+      st.schedule.fragments > job->table.count) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'streaming.num_fragments': %u fragments for "
+                           "%zu tensors (at most %d, one tensor each)",
+                           st.schedule.fragments, job->table.count,
+                           MAX_FRAGMENTS);
+  }
+  if (st.schedule.overlap_tau < 1) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'streaming.overlap_tau': the service needs "
+                           "at least 1 (a receive after its send)");
+  }
+  // The loop's state: fresh, or the resumed checkpoint's (checked against
+  // the job, its worker state file read and verified).
+  stream_loop_t loop;
+  memset(&loop, 0, sizeof(loop));
+  float* resume_state = NULL;
+  uint32_t resume_workers = 0;
+  if (job->stream_resume) {
+    PCP_RETURN_IF_ERROR_BARE(
+        stream_resume_load(&st, &loop, &resume_state, &resume_workers));
+  }
+  st.sync_total = (uint64_t)st.schedule.fragments * st.schedule.max_rounds;
+  st.names = calloc(4 * job->table.count, sizeof(*st.names));
+  st.zeros = calloc(job->parameter_count + 1, sizeof(float));
+  if (!st.names || !st.zeros) {
+    free(st.names);
+    free(st.zeros);
+    free(resume_state);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "streaming state");
+  }
+  for (size_t i = 0; i < job->table.count; ++i) {
+    snprintf(st.names[4 * i + 0], 24, "p%u", (unsigned)i);
+    snprintf(st.names[4 * i + 1], 24, "m%u", (unsigned)i);
+    snprintf(st.names[4 * i + 2], 24, "v%u", (unsigned)i);
+    snprintf(st.names[4 * i + 3], 24, "s%u", (unsigned)i);
+  }
+  pcp_status_t status = pcp_ok_status();
+  // The workers: those connected at the start, of the first worker's kind
+  // (one program set); the run waits for one. A resume waits up to
+  // WORKER_GRACE_MS for the checkpoint's worker count of its kind, then
+  // goes on with those there (the others' state is dropped, as a worker
+  // lost mid-run).
+  pcp_fabric_worker_info_t* infos = calloc(MAX_ROUND_WORKERS, sizeof(*infos));
+  int64_t wait_start = pcp_clock_now_ns(o->clock);
+  // Session ids of this run only: a restarted gateway's must not meet what
+  // a worker may still hold of the dead one's.
+  uint64_t nonce = (uint64_t)pcp_clock_now_ns(o->clock) & 0xffffffffffull;
+  while (!status && !st.worker_count) {
+    if (pcp_diloco_job_should_stop(job)) {
+      status = pcp_make_status(PCP_STATUS_CANCELLED,
+                               "training stopped at outer step %" PRIu64,
+                               job->outer_step);
+      break;
+    }
+    uint32_t count = infos ? pcp_fabric_worker_list(o->fabric, infos,
+                                                    MAX_ROUND_WORKERS, NULL)
+                           : 0;
+    uint32_t matching = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED) {
+        continue;
+      }
+      if (!st.backend[0]) {
+        snprintf(st.backend, sizeof(st.backend), "%s", infos[i].backend);
+        snprintf(st.target, sizeof(st.target), "%s", infos[i].target);
+      }
+      matching += !strcmp(infos[i].backend, st.backend) &&
+                  !strcmp(infos[i].target, st.target);
+    }
+    bool graced =
+        (pcp_clock_now_ns(o->clock) - wait_start) / 1000000 >= WORKER_GRACE_MS;
+    if (resume_workers && matching < resume_workers && !graced) {
+      matching = 0;  // wait for the rest
+    }
+    if (resume_workers && matching > resume_workers) {
+      matching = resume_workers;
+    }
+    for (uint32_t i = 0; i < count && st.worker_count < matching; ++i) {
+      if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED ||
+          strcmp(infos[i].backend, st.backend) ||
+          strcmp(infos[i].target, st.target)) {
+        continue;
+      }
+      stream_worker_t* w = &st.workers[st.worker_count++];
+      snprintf(w->worker_id, sizeof(w->worker_id), "%s", infos[i].worker_id);
+      snprintf(w->session, sizeof(w->session), "%s-stream-%u-%" PRIx64,
+               o->job_id, st.worker_count - 1, nonce);
+      w->shard = st.worker_count - 1;
+      w->alive = true;
+    }
+    if (!st.worker_count) {
+      pcp_sleep_ms(200);
+    }
+  }
+  free(infos);
+  if (!status && resume_workers && st.worker_count < resume_workers) {
+    PCP_LOG(PCP_LOG_WARN, &job->log,
+            "resuming with %u of the checkpoint's %u streaming workers",
+            st.worker_count, resume_workers);
+  }
+  if (!status && !resume_workers) {
+    st.shard_count = st.worker_count;
+  }
+  if (!status) {
+    status = stream_programs(&st, st.backend, st.target);
+  }
+  // Samplers: shard k of the plan over the train split (step 0); a resume
+  // rebuilds the first start's plan and continues each worker's cursor.
+  if (!status) {
+    const char* names[MAX_ROUND_WORKERS];
+    char storage[MAX_ROUND_WORKERS][24];
+    for (uint32_t k = 0; k < st.shard_count; ++k) {
+      snprintf(storage[k], sizeof(storage[k]), "shard-%04u", k);
+      names[k] = storage[k];
+    }
+    pcp_data_assignment_t* plan = calloc(st.shard_count, sizeof(*plan));
+    status = plan ? pcp_data_shard_plan(job->dataset, job->train_range,
+                                        (uint32_t)job->spec.block_size, names,
+                                        st.shard_count, 0, job->seed, plan)
+                  : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "plan");
+    for (uint32_t k = 0; k < st.worker_count && !status; ++k) {
+      stream_worker_t* w = &st.workers[k];
+      json_t* saved =
+          resume_workers
+              ? json_array_get(json_object_get(job->stream_resume, "workers"),
+                               k)
+              : NULL;
+      if (saved) {
+        w->shard =
+            (uint32_t)json_integer_value(json_object_get(saved, "shard"));
+        json_t* loss = json_object_get(saved, "loss");
+        w->last_loss =
+            json_is_number(loss) ? (float)json_number_value(loss) : NAN;
+      }
+      pcp_data_sampler_options_t so = {
+          .sampling = job->config.sampling == PCP_DILOCO_SAMPLING_FIFO
+                          ? PCP_DATA_SAMPLING_SEQUENTIAL
+                          : PCP_DATA_SAMPLING_RANDOM,
+          .batch_size = (uint32_t)job->spec.batch,
+          .block_size = (uint32_t)job->spec.block_size,
+          .seed = plan[w->shard].seed};
+      status = pcp_data_sampler_create(job->dataset, plan[w->shard].range, &so,
+                                       pcp_allocator_system(), &w->sampler);
+      if (!status && saved) {
+        const char* text = json_string_value(json_object_get(saved, "sampler"));
+        pcp_data_cursor_t cursor;
+        status = pcp_data_cursor_parse(pcp_make_string_view(text, strlen(text)),
+                                       &cursor);
+        if (!status) {
+          status = pcp_data_sampler_restore(w->sampler, &cursor);
+        }
+      }
+      size_t rows = (size_t)job->accumulation *
+                    (size_t)(job->spec.batch * job->spec.block_size);
+      w->tokens = status ? NULL : malloc(2 * rows * sizeof(int32_t));
+      if (!status && job->data_type == PCP_ELEMENT_TYPE_I64) {
+        w->tokens64 = malloc(2 * rows * sizeof(int64_t));
+        if (!w->tokens64) {
+          free(w->tokens);
+          w->tokens = NULL;
+        }
+      }
+      if (!status && !w->tokens) {
+        status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "tokens");
+      }
+    }
+    free(plan);
+  }
+  const pcp_diloco_job_hooks_t* hooks = &o->hooks;
+  if (!status && hooks->phase) {
+    status = hooks->phase(hooks->user_data, PCP_DILOCO_JOB_PHASE_RUNNING);
+  }
+  bool stopped = false;
+  for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped; ++p) {
+    if (!resume_state) {
+      status = stream_init_call(&st, p, &stopped);
+      continue;
+    }
+    for (int kind = 0; kind < 4 && !status && !stopped; ++kind) {
+      status = stream_copy_call(&st, p, kind, true, resume_state, &stopped);
+    }
+  }
+  free(resume_state);
+  if (!status && resume_workers) {
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "streaming resumed at step %" PRIu64 " sync %" PRIu64
+            " on %u workers",
+            loop.step + 1, st.syncs, st.worker_count);
+  }
+  uint64_t max_steps = pcp_streaming_diloco_max_steps(&st.schedule);
+  // Per fragment: the send of the round in flight (its deltas' bytes and
+  // senders, in loop), completed by its receive tau steps later, where the
+  // sync's event is written (deltas up + masters down of the same round).
+  int64_t pending_start[MAX_FRAGMENTS];
+  for (uint32_t p = 0; p < MAX_FRAGMENTS; ++p) {
+    pending_start[p] = pcp_clock_now_ns(o->clock);
+  }
+  // tokens_per_second: local steps and wall time since the previous event.
+  int64_t last_event_ns = pcp_clock_now_ns(o->clock);
+  uint64_t checkpointed = st.syncs;  // syncs at the last checkpoint
+  uint64_t every = job->config.checkpoint_every > 0
+                       ? (uint64_t)job->config.checkpoint_every
+                       : 0;
+  for (uint64_t t = loop.step + 1; t <= max_steps && !status && !stopped; ++t) {
+    if (!stream_alive(&st)) {
+      status = pcp_make_status(
+          PCP_STATUS_ABORTED,
+          "every streaming worker was lost by step %" PRIu64, t);
+      break;
+    }
+    if (pcp_diloco_job_should_stop(job)) {
+      stopped = true;
+      break;
+    }
+    for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped;
+         ++p) {
+      uint32_t round = 0;
+      if (!pcp_streaming_diloco_receives_at(&st.schedule, p, t, &round)) {
+        continue;
+      }
+      uint64_t down = 0;
+      status = stream_fragment_call(&st, p, true, false, &stopped, &down);
+      if (status || stopped) {
+        break;
+      }
+      if (o->metrics) {
+        pcp_obs_family_add(o->metrics->wire_bytes,
+                           (const char*[]){"parameters"}, (double)down);
+      }
+      uint64_t sync_bytes = loop.pending_up[p] + down;
+      job->wire_bytes += sync_bytes;
+      ++st.syncs;
+      job->outer_step = st.syncs;
+      double loss = 0;
+      uint32_t alive = 0;
+      for (uint32_t k = 0; k < st.worker_count; ++k) {
+        if (st.workers[k].alive) {
+          loss += st.workers[k].last_loss;
+          ++alive;
+        }
+      }
+      job->last_loss = alive ? loss / alive : NAN;
+      job->last_loss_mean = job->last_loss;
+      double seconds =
+          (double)(pcp_clock_now_ns(o->clock) - pending_start[p]) / 1e9;
+      round_outcome_t outcome = {.reporters = loop.pending_senders[p],
+                                 .parameter_bytes = sync_bytes};
+      int64_t now = pcp_clock_now_ns(o->clock);
+      double window = (double)(now - last_event_ns) / 1e9;
+      double tokens_per_second =
+          window > 0 ? (double)alive * (double)job->spec.batch *
+                           (double)job->spec.block_size *
+                           (double)(t - 1 - loop.last_event_step) / window
+                     : 0;
+      last_event_ns = now;
+      loop.last_event_step = t - 1;
+      json_t* progress = pcp_diloco_job_progress_json(job, &outcome, seconds,
+                                                      tokens_per_second);
+      if (progress) {
+        json_object_set_new(progress, "outer_loop_steps",
+                            json_integer((json_int_t)st.sync_total));
+        json_object_set_new(progress, "fragment", json_integer(p));
+        json_object_set_new(progress, "fragment_round", json_integer(round));
+        json_object_set_new(progress, "local_step",
+                            json_integer((json_int_t)t));
+        json_object_set_new(progress, "workers_received", json_integer(alive));
+        json_object_set_new(progress, "streaming", json_true());
+        pcp_status_ignore(pcp_store_job_event_append(
+            o->store, o->job_id, "training.step", progress, NULL));
+      }
+      pcp_diloco_job_progress_report(job, progress);
+      json_decref(progress);
+      if (o->metrics) {
+        const char* job_label[] = {o->job_id};
+        pcp_obs_family_observe(o->metrics->outer_step_seconds, NULL, seconds);
+        pcp_obs_family_set(o->metrics->loss, job_label, job->last_loss);
+        pcp_obs_family_add(o->metrics->outer_steps, NULL, 1);
+      }
+      PCP_LOG(PCP_LOG_INFO, &job->log,
+              "streaming sync=%" PRIu64 "/%" PRIu64
+              " fragment=%u round=%u step=%" PRIu64
+              " loss=%.4f workers=%u wire_bytes=%" PRIu64,
+              st.syncs, st.sync_total, p, round, t, job->last_loss, alive,
+              sync_bytes);
+    }
+    if (!status && !stopped) {
+      status = stream_compute(&st, t, &stopped);
+    }
+    for (uint32_t p = 0; p < st.schedule.fragments && !status && !stopped;
+         ++p) {
+      if (!pcp_streaming_diloco_sends_at(&st.schedule, p, t, NULL)) {
+        continue;
+      }
+      loop.pending_senders[p] = stream_alive(&st);
+      pending_start[p] = pcp_clock_now_ns(o->clock);
+      uint64_t up = 0;
+      status = stream_fragment_call(&st, p, false, false, &stopped, &up);
+      loop.pending_up[p] = up;
+      if (o->metrics) {
+        pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"deltas"},
+                           (double)up);
+      }
+    }
+    loop.step = t;
+    // Every checkpoint_every syncs, at this step boundary (the end-of-run
+    // one follows the loop).
+    if (!status && !stopped && every && t < max_steps &&
+        st.syncs / every > checkpointed / every) {
+      status = stream_checkpoint(&st, &loop, &stopped);
+      checkpointed = st.syncs;
+    }
+  }
+  if (!status && stopped) {
+    status = pcp_make_status(PCP_STATUS_CANCELLED,
+                             "training stopped at sync %" PRIu64, st.syncs);
+  }
+  if (!status) {
+    status = stream_checkpoint(&st, &loop, &stopped);
+    if (!status && stopped) {
+      status = pcp_make_status(PCP_STATUS_CANCELLED,
+                               "training stopped at its last checkpoint");
+    }
+  }
+  for (uint32_t k = 0; k < st.worker_count; ++k) {
+    pcp_fabric_task_release(st.workers[k].task);
+    pcp_data_sampler_release(st.workers[k].sampler);
+    free(st.workers[k].tokens);
+    free(st.workers[k].tokens64);
+  }
+  free(st.names);
+  free(st.zeros);
+  return status;
+}
