@@ -189,6 +189,12 @@ const char* pcp_http_request_header(const pcp_http_request_t* request,
 pcp_string_view_t pcp_http_request_body(const pcp_http_request_t* request);
 // "127.0.0.1:54321" or "[::1]:54321". Borrowed.
 const char* pcp_http_request_remote_address(const pcp_http_request_t* request);
+// True when the client has closed (or reset) its connection while the
+// handler is still working on the request: a blocking handler polls it to
+// stop work nobody will read. Reads nothing from the socket. A client that
+// only half-closes (shutdown(SHUT_WR) after its request) reads as gone too;
+// HTTP clients do not do that. Thread-safe for the handler's own request.
+bool pcp_http_request_client_gone(const pcp_http_request_t* request);
 // The request id: the client's X-Request-Id when it is 1..64 characters of
 // [A-Za-z0-9._-], else one made by the server. Echoed as X-Request-Id on
 // every response. Borrowed.

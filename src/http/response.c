@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -249,6 +250,26 @@ pcp_string_view_t pcp_http_request_body(const pcp_http_request_t* request) {
 
 const char* pcp_http_request_remote_address(const pcp_http_request_t* request) {
   return request->remote_address;
+}
+
+bool pcp_http_request_client_gone(const pcp_http_request_t* request) {
+  const union MHD_ConnectionInfo* info = MHD_get_connection_info(
+      request->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (!info) {
+    return false;
+  }
+  // The request is read in full, so the socket holds nothing for us until
+  // the client sends its next request (then a byte is waiting: alive) or
+  // closes (recv answers 0, or a reset). Peeking consumes nothing, and a
+  // TLS peer's close_notify record reads as data: such a client is seen
+  // gone only once its FIN or RST arrives after it.
+  char byte;
+  ssize_t n = recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) {
+    return true;
+  }
+  return n < 0 && (errno == ECONNRESET || errno == EPIPE ||
+                   errno == ENOTCONN || errno == EBADF);
 }
 
 const char* pcp_http_request_id(const pcp_http_request_t* request) {

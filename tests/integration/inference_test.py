@@ -16,7 +16,8 @@ driven by the official `openai` Python client and by raw HTTP.
   4. a session (`user`) follow-up goes to the worker holding the session
      and reuses its KV prefix (cached_tokens > 0), still equal to the
      reference; a seeded sampled request repeats exactly.
-  5. a client that disconnects mid-stream stops its generation within a
+  5. a client that disconnects mid-stream (or while waiting for an answer
+     that is not streamed) stops its generation within a
      decode step (pcp_generation_tokens_total stops growing,
      pcp_num_requests_running back to 0).
   6. OpenAI error bodies: more requests without streaming at once than the
@@ -400,6 +401,31 @@ def main():
               "disconnect: generation stopped after %d of 90 tokens "
               "(%d chunks read), running %d" %
               (after - before, seen, running))
+
+        # 5a. A client that gives up on a request that is NOT streamed
+        # (closes while the answer is being generated) stops it too: the
+        # handler looks at the connection every 100 ms.
+        before = metric(stack.base, "pcp_generation_tokens_total")
+        conn = http.client.HTTPConnection("127.0.0.1", stack.api, timeout=60)
+        conn.request("POST", "/v1/completions", json.dumps({
+            "model": "gpt-char", "prompt": "hello", "max_tokens": 90,
+            "temperature": 0}), {"Content-Type": "application/json"})
+        deadline = time.time() + 20
+        while time.time() < deadline and metric(
+                stack.base, "pcp_generation_tokens_total") - before < 3:
+            time.sleep(0.005)
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        deadline = time.time() + 20
+        while time.time() < deadline and \
+                metric(stack.base, "pcp_num_requests_running") > 0:
+            time.sleep(0.05)
+        after = metric(stack.base, "pcp_generation_tokens_total")
+        time.sleep(1.0)
+        later = metric(stack.base, "pcp_generation_tokens_total")
+        check(later == after and after - before < 90,
+              "non-streamed disconnect: generation stopped after %d of 90 "
+              "tokens" % (after - before))
 
         # 5b. Requests that are not streamed are capped (24; 4 here through
         # the test hook) since each holds a server thread: 40 at once get

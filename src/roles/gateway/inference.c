@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "roles/gateway/gateway_impl.h"
@@ -578,7 +579,8 @@ static bool on_text(void* user_data, const char* text, size_t length) {
   } else {
     pcp_status_t status =
         pcp_string_builder_append(&c->text, pcp_make_string_view(text, length));
-    keep = status == 0;
+    // |gone|: the handler saw the client close its connection.
+    keep = status == 0 && !c->gone;
     pcp_status_ignore(status);
   }
   pthread_mutex_unlock(&c->mu);
@@ -718,11 +720,31 @@ static pcp_status_t complete(pcp_roles_gateway_state_t* g,
     pthread_mutex_unlock(&c->mu);
     return status;
   }
+  // Wait for the end, looking at the connection every 20 ms (one recv
+  // peek; a decode step of a small model is ~1 ms): a client that gives up
+  // (closes) stops the generation at its next token instead of holding a
+  // slot until max_tokens.
   while (!c->done) {
-    pthread_cond_wait(&c->cv, &c->mu);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_nsec += 20 * 1000 * 1000;
+    if (deadline.tv_nsec >= 1000000000L) {
+      deadline.tv_nsec -= 1000000000L;
+      deadline.tv_sec += 1;
+    }
+    pthread_cond_timedwait(&c->cv, &c->mu, &deadline);
+    if (!c->done && !c->gone && pcp_http_request_client_gone(request)) {
+      c->gone = true;
+    }
   }
+  bool gone = c->gone;
   pthread_mutex_unlock(&c->mu);
   atomic_fetch_sub(&g_blocking, 1);
+  if (gone) {
+    call_free(c);
+    return pcp_make_status(PCP_STATUS_CANCELLED,
+                           "the client closed the connection");
+  }
   if (c->error_code) {
     pcp_status_t error = pcp_make_status(c->error_code, "%s", c->error_text);
     call_free(c);
