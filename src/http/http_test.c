@@ -4,6 +4,8 @@
 
 #include "http/http.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +13,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -139,6 +142,31 @@ static pcp_status_t slow_handler(void* user_data,
   return pcp_http_response_body_set(response, 200, "text/plain", "done", 4);
 }
 
+// The watch handler: polls pcp_http_request_client_gone until it says gone
+// (or 5 s), counting the polls that saw the client still there.
+typedef struct watch_state_t {
+  _Atomic int entered;
+  _Atomic int alive_polls;
+  _Atomic int outcome;  // 0 running, 1 saw the client go, 2 timed out
+} watch_state_t;
+
+static pcp_status_t watch_handler(void* user_data,
+                                  const pcp_http_request_t* request,
+                                  pcp_http_response_t* response) {
+  watch_state_t* watch = user_data;
+  atomic_store(&watch->entered, 1);
+  for (int i = 0; i < 1000; ++i) {
+    if (pcp_http_request_client_gone(request)) {
+      atomic_store(&watch->outcome, 1);
+      return pcp_http_response_body_set(response, 200, "text/plain", "x", 1);
+    }
+    atomic_fetch_add(&watch->alive_polls, 1);
+    pcp_sleep_ms(5);
+  }
+  atomic_store(&watch->outcome, 2);
+  return pcp_http_response_body_set(response, 200, "text/plain", "x", 1);
+}
+
 typedef struct sse_state_t {
   _Atomic(pcp_http_sse_stream_t*) stream;  // handed to the test
   size_t max_queued_bytes;
@@ -199,6 +227,7 @@ typedef struct fixture_t {
   ready_state_t ready_state;
   pcp_http_readyz_t readyz;
   slow_state_t slow;
+  watch_state_t watch;
   sse_state_t sse;
   char base_url[64];
   char tls_dir[64];
@@ -226,6 +255,7 @@ static void add_routes(fixture_t* f) {
       {"POST", "/json", NULL, json_handler, NULL, 0, 0},
       {"POST", "/json/shallow", NULL, json_handler, NULL, 0, 4},
       {"GET", "/slow", NULL, slow_handler, &f->slow, 0, 0},
+      {"GET", "/watch", NULL, watch_handler, &f->watch, 0, 0},
       {"GET", "/v1/secure", "api", echo_handler, NULL, 0, 0},
       {"GET", "/v1/internal/x", "internal", echo_handler, NULL, 0, 0},
       {"GET", "/v1/federation/x", "federation", echo_handler, NULL, 0, 0},
@@ -1116,6 +1146,36 @@ static void wait_for_slow_handler(fixture_t* f) {
   assert_true(pcp_http_server_inflight_count(f->server) > 0);
 }
 
+// A handler still working on a request sees its client close the
+// connection (and not before).
+static void client_gone_seen_by_a_blocked_handler(void** state) {
+  fixture_t* f = *state;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in address = {
+      .sin_family = AF_INET,
+      .sin_port = htons(pcp_http_server_port(f->server))};
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(
+      connect(fd, (const struct sockaddr*)&address, sizeof(address)), 0);
+  static const char kRequest[] =
+      "GET /watch HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  assert_int_equal(send(fd, kRequest, sizeof(kRequest) - 1, 0),
+                   (ssize_t)(sizeof(kRequest) - 1));
+  for (int i = 0; i < 1000 && !atomic_load(&f->watch.entered); ++i) {
+    pcp_sleep_ms(2);
+  }
+  assert_true(atomic_load(&f->watch.entered));
+  pcp_sleep_ms(100);  // connected: the handler keeps seeing the client
+  assert_int_equal(atomic_load(&f->watch.outcome), 0);
+  assert_true(atomic_load(&f->watch.alive_polls) >= 5);
+  close(fd);
+  for (int i = 0; i < 1000 && atomic_load(&f->watch.outcome) == 0; ++i) {
+    pcp_sleep_ms(2);
+  }
+  assert_int_equal(atomic_load(&f->watch.outcome), 1);
+}
+
 static void graceful_stop_finishes_inflight_requests(void** state) {
   fixture_t* f = *state;
   // An idle keep-alive connection must not hold the stop up.
@@ -1607,6 +1667,7 @@ int main(void) {
       T(keep_alive_reuses_one_connection),
       T(connection_limit_answers_503),
       T(idle_connections_time_out),
+      T(client_gone_seen_by_a_blocked_handler),
       T(graceful_stop_finishes_inflight_requests),
       T(stop_deadline_cuts_off_slow_requests),
       T(sse_stream_delivers_events),

@@ -268,8 +268,8 @@ bool pcp_http_request_client_gone(const pcp_http_request_t* request) {
   if (n == 0) {
     return true;
   }
-  return n < 0 && (errno == ECONNRESET || errno == EPIPE ||
-                   errno == ENOTCONN || errno == EBADF);
+  return n < 0 && (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN ||
+                   errno == EBADF);
 }
 
 const char* pcp_http_request_id(const pcp_http_request_t* request) {
