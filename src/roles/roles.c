@@ -180,7 +180,13 @@ static size_t append_value(char* line, size_t at, size_t capacity,
 
 void pcp_roles_log_event(const char* role, const char* msg,
                          const char* const* pairs, size_t pair_count) {
-  if (pcp_log_level() > PCP_LOG_INFO) {
+  pcp_roles_log_event_at(PCP_LOG_INFO, role, msg, pairs, pair_count);
+}
+
+void pcp_roles_log_event_at(pcp_log_level_t level, const char* role,
+                            const char* msg, const char* const* pairs,
+                            size_t pair_count) {
+  if (pcp_log_level() > level) {
     return;
   }
   char line[4096];
@@ -191,10 +197,11 @@ void pcp_roles_log_event(const char* role, const char* msg,
   gmtime_r(&seconds, &tm);
   int n =
       snprintf(line, capacity,
-               "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ level=info role=%s "
+               "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ level=%s role=%s "
                "msg=",
                tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-               tm.tm_min, tm.tm_sec, (int)((wall_ns / 1000000LL) % 1000), role);
+               tm.tm_min, tm.tm_sec, (int)((wall_ns / 1000000LL) % 1000),
+               pcp_log_level_name(level), role);
   size_t at = n > 0 ? (size_t)n : 0;
   if (at > capacity) {
     at = capacity;

@@ -335,6 +335,11 @@ int pcp_roles_signals_wait(void);
 // may be NULL: the pair is skipped).
 void pcp_roles_log_event(const char* role, const char* msg,
                          const char* const* pairs, size_t pair_count);
+// The same at |level| (skipped below the process's log level): per-task
+// lines go at debug so a serving worker does not log every decode step.
+void pcp_roles_log_event_at(pcp_log_level_t level, const char* role,
+                            const char* msg, const char* const* pairs,
+                            size_t pair_count);
 
 // Installs the handlers, logs "started" with |pairs|, waits for a signal,
 // logs "stopping" and returns 0. The thin body of every role for now.

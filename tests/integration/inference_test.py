@@ -93,7 +93,9 @@ class Stack:
         self.workers = [self.start_worker(d) for d in (0, 1)]
 
     def start_worker(self, device):
-        env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=JOIN)
+        # debug: the per-task "task done" lines tasks_done() counts.
+        env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=JOIN,
+                   PCP_LOG_LEVEL="debug")
         err = open(os.path.join(self.work, "worker%d.err" % device), "a")
         return subprocess.Popen(
             [PCP, "--worker", "--connect", "127.0.0.1:%d" % self.fabric,

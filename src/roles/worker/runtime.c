@@ -193,8 +193,10 @@ static int64_t now_ns(worker_t* w) {
   return pcp_clock_now_ns(w->clock);
 }
 
-static void log_event(worker_t* w, const char* msg, const char* const* pairs,
-                      size_t pair_count) {
+// `msg` with the worker's id and |pairs| at |level|. Per-task lines go at
+// debug (a serving worker runs one task per decode step); the rest at info.
+static void log_event_at(worker_t* w, pcp_log_level_t level, const char* msg,
+                         const char* const* pairs, size_t pair_count) {
   const char* all[32];
   size_t n = 0;
   all[n++] = "worker_id";
@@ -202,7 +204,12 @@ static void log_event(worker_t* w, const char* msg, const char* const* pairs,
   for (size_t i = 0; i < pair_count * 2 && n + 2 <= PCP_ARRAYSIZE(all); ++i) {
     all[n++] = pairs[i];
   }
-  pcp_roles_log_event("worker", msg, all, n / 2);
+  pcp_roles_log_event_at(level, "worker", msg, all, n / 2);
+}
+
+static void log_event(worker_t* w, const char* msg, const char* const* pairs,
+                      size_t pair_count) {
+  log_event_at(w, PCP_LOG_INFO, msg, pairs, pair_count);
 }
 
 static void log_status(worker_t* w, pcp_log_level_t level, pcp_status_t status,
@@ -760,7 +767,7 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
         snprintf(elapsed, sizeof(elapsed), "%llu",
                  (unsigned long long)job->elapsed_us);
         const char* pairs[] = {"task_id", task, "elapsed_us", elapsed};
-        log_event(w, "task done", pairs, 2);
+        log_event_at(w, PCP_LOG_DEBUG, "task done", pairs, 2);
         pcp_proto_task_result_t result = {.task_id = job->task_id,
                                           .outputs = job->refs,
                                           .output_count = job->output_count,
