@@ -60,29 +60,6 @@ static ref_t named(const char* name, const type_t* type) {
   return ref;
 }
 
-static void emit_args(pcp_autodiff_emitter_t* e, const ref_t* refs,
-                      size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    pcp_autodiff_emit_f(e, "%s%s: ", i ? ", " : "", refs[i].name);
-    pcp_autodiff_type_append(e, &refs[i].type);
-  }
-}
-
-static void emit_types(pcp_autodiff_emitter_t* e, const ref_t* refs,
-                       size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
-    pcp_autodiff_type_append(e, &refs[i].type);
-  }
-}
-
-static void emit_names(pcp_autodiff_emitter_t* e, const ref_t* refs,
-                       size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    pcp_autodiff_emit_f(e, "%s%s", i ? ", " : "", refs[i].name);
-  }
-}
-
 void pcp_autodiff_emit_gradients_accumulated(
     pcp_autodiff_emitter_t* e,
     const pcp_autodiff_training_signature_t* signature,
@@ -140,7 +117,7 @@ void pcp_autodiff_emit_gradients_accumulated(
     args[n + d] = named(name, &stacked);
   }
   pcp_autodiff_emit_f(e, "  func.func @compute_gradients_accumulated(");
-  emit_args(e, args, argument_count);
+  pcp_autodiff_emit_arg_list(e, args, argument_count);
   pcp_autodiff_emit_f(e, ") -> (");
   pcp_autodiff_type_append(e, &signature->loss);
   for (size_t j = 0; j < n; ++j) {
@@ -159,24 +136,8 @@ void pcp_autodiff_emit_gradients_accumulated(
   ref_t count = pcp_autodiff_splat(e, (double)steps, &i64);
   ref_t zero_index = pcp_autodiff_splat(e, 0.0, &i64);
   ref_t one_index = pcp_autodiff_splat(e, 1.0, &i64);
-  for (size_t c = 0; c < carried; ++c) {
-    cond_args[c] = init[c];
-    snprintf(cond_args[c].name, sizeof(cond_args[c].name), "%%ac%zu", c);
-    body_args[c] = init[c];
-    snprintf(body_args[c].name, sizeof(body_args[c].name), "%%ab%zu", c);
-  }
-  pcp_autodiff_emit_f(e, "    %%acc:%zu = \"stablehlo.while\"(", carried);
-  emit_names(e, init, carried);
-  pcp_autodiff_emit_f(e, ") ({\n    ^bb0(");
-  emit_args(e, cond_args, carried);
-  pcp_autodiff_emit_f(e, "):\n");
-  ref_t more = pcp_autodiff_compare(e, "LT", cond_args[0], count);
-  pcp_autodiff_emit_f(e,
-                      "    \"stablehlo.return\"(%s) : (tensor<i1>) -> ()\n"
-                      "    }, {\n    ^bb0(",
-                      more.name);
-  emit_args(e, body_args, carried);
-  pcp_autodiff_emit_f(e, "):\n");
+  pcp_autodiff_while_begin(e, "acc", init, carried, count, "ac", "ab",
+                           cond_args, body_args);
   ref_t a = body_args[0];
   // Micro-batch a: the parameters as they are, slice a of each data
   // argument.
@@ -201,15 +162,7 @@ void pcp_autodiff_emit_gradients_accumulated(
                              body_args[c].type.element);
     next[c] = pcp_autodiff_binary(e, "stablehlo.add", body_args[c], value);
   }
-  pcp_autodiff_emit_f(e, "    \"stablehlo.return\"(");
-  emit_names(e, next, carried);
-  pcp_autodiff_emit_f(e, ") : (");
-  emit_types(e, next, carried);
-  pcp_autodiff_emit_f(e, ") -> ()\n    }) : (");
-  emit_types(e, init, carried);
-  pcp_autodiff_emit_f(e, ") -> (");
-  emit_types(e, init, carried);
-  pcp_autodiff_emit_f(e, ")\n");
+  pcp_autodiff_while_end(e, next, init, carried);
 
   // The means: sum x 1/A in the master element, then the caller's types.
   // (1/A is exact for A a power of two; otherwise within half an ulp.)
@@ -223,9 +176,9 @@ void pcp_autodiff_emit_gradients_accumulated(
     next[c] = pcp_autodiff_convert(e, mean, type->element);
   }
   pcp_autodiff_emit_f(e, "    \"func.return\"(");
-  emit_names(e, next + 1, carried - 1);
+  pcp_autodiff_emit_name_list(e, next + 1, carried - 1);
   pcp_autodiff_emit_f(e, ") : (");
-  emit_types(e, next + 1, carried - 1);
+  pcp_autodiff_emit_type_list(e, next + 1, carried - 1);
   pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
   pcp_allocator_free(pcp_allocator_system(), refs);
   pcp_allocator_free(pcp_allocator_system(), result_types);

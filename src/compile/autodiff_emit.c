@@ -408,3 +408,69 @@ pcp_autodiff_ref_t pcp_autodiff_call_result(const char* call_name, size_t index,
   ref.type = *type;
   return ref;
 }
+
+void pcp_autodiff_emit_arg_list(pcp_autodiff_emitter_t* e,
+                                const pcp_autodiff_ref_t* refs, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    pcp_autodiff_emit_f(e, "%s%s: ", i ? ", " : "", refs[i].name);
+    pcp_autodiff_type_append(e, &refs[i].type);
+  }
+}
+
+void pcp_autodiff_emit_type_list(pcp_autodiff_emitter_t* e,
+                                 const pcp_autodiff_ref_t* refs, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
+    pcp_autodiff_type_append(e, &refs[i].type);
+  }
+}
+
+void pcp_autodiff_emit_name_list(pcp_autodiff_emitter_t* e,
+                                 const pcp_autodiff_ref_t* refs, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    pcp_autodiff_emit_f(e, "%s%s", i ? ", " : "", refs[i].name);
+  }
+}
+
+void pcp_autodiff_while_begin(pcp_autodiff_emitter_t* e, const char* result,
+                              const pcp_autodiff_ref_t* init, size_t carried,
+                              pcp_autodiff_ref_t count, const char* cond_prefix,
+                              const char* body_prefix,
+                              pcp_autodiff_ref_t* cond_args,
+                              pcp_autodiff_ref_t* body_args) {
+  for (size_t c = 0; c < carried; ++c) {
+    cond_args[c] = init[c];
+    snprintf(cond_args[c].name, sizeof(cond_args[c].name), "%%%s%zu",
+             cond_prefix, c);
+    body_args[c] = init[c];
+    snprintf(body_args[c].name, sizeof(body_args[c].name), "%%%s%zu",
+             body_prefix, c);
+  }
+  pcp_autodiff_emit_f(e, "    %%%s:%zu = \"stablehlo.while\"(", result,
+                      carried);
+  pcp_autodiff_emit_name_list(e, init, carried);
+  pcp_autodiff_emit_f(e, ") ({\n    ^bb0(");
+  pcp_autodiff_emit_arg_list(e, cond_args, carried);
+  pcp_autodiff_emit_f(e, "):\n");
+  pcp_autodiff_ref_t more = pcp_autodiff_compare(e, "LT", cond_args[0], count);
+  pcp_autodiff_emit_f(e,
+                      "    \"stablehlo.return\"(%s) : (tensor<i1>) -> ()\n"
+                      "    }, {\n    ^bb0(",
+                      more.name);
+  pcp_autodiff_emit_arg_list(e, body_args, carried);
+  pcp_autodiff_emit_f(e, "):\n");
+}
+
+void pcp_autodiff_while_end(pcp_autodiff_emitter_t* e,
+                            const pcp_autodiff_ref_t* next,
+                            const pcp_autodiff_ref_t* init, size_t carried) {
+  pcp_autodiff_emit_f(e, "    \"stablehlo.return\"(");
+  pcp_autodiff_emit_name_list(e, next, carried);
+  pcp_autodiff_emit_f(e, ") : (");
+  pcp_autodiff_emit_type_list(e, next, carried);
+  pcp_autodiff_emit_f(e, ") -> ()\n    }) : (");
+  pcp_autodiff_emit_type_list(e, init, carried);
+  pcp_autodiff_emit_f(e, ") -> (");
+  pcp_autodiff_emit_type_list(e, init, carried);
+  pcp_autodiff_emit_f(e, ")\n");
+}

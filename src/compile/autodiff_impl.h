@@ -142,6 +142,33 @@ void pcp_autodiff_emit_call(pcp_autodiff_emitter_t* e, const char* result_name,
 pcp_autodiff_ref_t pcp_autodiff_call_result(const char* call_name, size_t index,
                                             const pcp_autodiff_type_t* type);
 
+// Comma-separated lists of |count| refs: "%a: T, %b: U" (arguments),
+// "T, U" (types), "%a, %b" (names).
+void pcp_autodiff_emit_arg_list(pcp_autodiff_emitter_t* e,
+                                const pcp_autodiff_ref_t* refs, size_t count);
+void pcp_autodiff_emit_type_list(pcp_autodiff_emitter_t* e,
+                                 const pcp_autodiff_ref_t* refs, size_t count);
+void pcp_autodiff_emit_name_list(pcp_autodiff_emitter_t* e,
+                                 const pcp_autodiff_ref_t* refs, size_t count);
+
+// A counted loop as one stablehlo.while: `%<result>:N = "stablehlo.while"(
+// init...)` whose condition is `carry[0] < count` (carry 0 an i64 counter)
+// and whose body block takes the carries. pcp_autodiff_while_begin fills
+// |cond_args| and |body_args| (|carried| each) with the block arguments,
+// named "%<cond_prefix><c>" and "%<body_prefix><c>", and leaves the body
+// open; the caller emits the body from |body_args| and ends it with
+// pcp_autodiff_while_end(|next|: the carries' new values). Results are
+// "%<result>#c".
+void pcp_autodiff_while_begin(pcp_autodiff_emitter_t* e, const char* result,
+                              const pcp_autodiff_ref_t* init, size_t carried,
+                              pcp_autodiff_ref_t count, const char* cond_prefix,
+                              const char* body_prefix,
+                              pcp_autodiff_ref_t* cond_args,
+                              pcp_autodiff_ref_t* body_args);
+void pcp_autodiff_while_end(pcp_autodiff_emitter_t* e,
+                            const pcp_autodiff_ref_t* next,
+                            const pcp_autodiff_ref_t* init, size_t carried);
+
 //===----------------------------------------------------------------------===//
 // Optimizer and fused steps (optimizer.c)
 //===----------------------------------------------------------------------===//

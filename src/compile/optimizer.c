@@ -25,9 +25,9 @@
 // @compute_gradients_accumulated on [A, ...] slices with gradient
 // accumulation, accumulate.c -- and @apply_optimizer, which IREE inlines);
 // parameters and moments are loop carries and in/out arguments, so they
-// stay device-resident across the K steps and between calls. The unrolled form (K copies) compiled in time
-// linear in K (63 s for K=4 on a transformer block against 12 s for K=10
-// as a loop); it is kept for K=1.
+// stay device-resident across the K steps and between calls. The unrolled form
+// (K copies) compiled in time linear in K (63 s for K=4 on a transformer block
+// against 12 s for K=10 as a loop); it is kept for K=1.
 
 #include <stdio.h>
 #include <string.h>
@@ -405,22 +405,6 @@ static void emit_train_steps_unrolled(
   pcp_allocator_free(pcp_allocator_system(), st);
 }
 
-static void emit_args(pcp_autodiff_emitter_t* e, const ref_t* refs,
-                      size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    pcp_autodiff_emit_f(e, "%s%s: ", i ? ", " : "", refs[i].name);
-    pcp_autodiff_type_append(e, &refs[i].type);
-  }
-}
-
-static void emit_types(pcp_autodiff_emitter_t* e, const ref_t* refs,
-                       size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    pcp_autodiff_emit_f(e, "%s", i ? ", " : "");
-    pcp_autodiff_type_append(e, &refs[i].type);
-  }
-}
-
 static void set_error(pcp_autodiff_emitter_t* e, pcp_status_t status) {
   if (!e->status) {
     e->status = status;
@@ -486,17 +470,17 @@ void pcp_autodiff_emit_train_steps(
       init[1 + g * n + i] = named(groups[g], i, &st[g * n + i]);
     }
   }
-  emit_args(e, init + 1, 3 * n);
+  pcp_autodiff_emit_arg_list(e, init + 1, 3 * n);
   pcp_autodiff_emit_f(e, ", %%step: tensor<f32>, %%lr: tensor<f32>");
   for (size_t d = 0; d < data_count; ++d) {
     type_t per_step = pcp_autodiff_step_data_type(e, signature, options, d);
     type_t stacked = pcp_autodiff_type_stacked(e, &per_step, k);
     data[d] = named("d", d, &stacked);
     pcp_autodiff_emit_f(e, ", ");
-    emit_args(e, &data[d], 1);
+    pcp_autodiff_emit_arg_list(e, &data[d], 1);
   }
   pcp_autodiff_emit_f(e, ") -> (");
-  emit_types(e, init + 1, 3 * n);
+  pcp_autodiff_emit_type_list(e, init + 1, 3 * n);
   pcp_autodiff_emit_f(e, ", ");
   pcp_autodiff_type_append(e, &losses_type);
   pcp_autodiff_emit_f(e, ") {\n");
@@ -510,26 +494,8 @@ void pcp_autodiff_emit_train_steps(
   ref_t count = constant(e, (double)k, &i64);
   ref_t zero_index = constant(e, 0.0, &i64);
   ref_t one_index = constant(e, 1.0, &i64);
-  for (size_t c = 0; c < carried; ++c) {
-    cond_args[c] = init[c];
-    snprintf(cond_args[c].name, sizeof(cond_args[c].name), "%%wc%zu", c);
-    body_args[c] = init[c];
-    snprintf(body_args[c].name, sizeof(body_args[c].name), "%%wb%zu", c);
-  }
-  pcp_autodiff_emit_f(e, "    %%loop:%zu = \"stablehlo.while\"(", carried);
-  for (size_t c = 0; c < carried; ++c) {
-    pcp_autodiff_emit_f(e, "%s%s", c ? ", " : "", init[c].name);
-  }
-  pcp_autodiff_emit_f(e, ") ({\n    ^bb0(");
-  emit_args(e, cond_args, carried);
-  pcp_autodiff_emit_f(e, "):\n");
-  ref_t more = pcp_autodiff_compare(e, "LT", cond_args[0], count);
-  pcp_autodiff_emit_f(e,
-                      "    \"stablehlo.return\"(%s) : (tensor<i1>) -> ()\n"
-                      "    }, {\n    ^bb0(",
-                      more.name);
-  emit_args(e, body_args, carried);
-  pcp_autodiff_emit_f(e, "):\n");
+  pcp_autodiff_while_begin(e, "loop", init, carried, count, "wc", "wb",
+                           cond_args, body_args);
   ref_t i = body_args[0];
   // Slice i of each data argument.
   for (size_t j = 0; j < n; ++j) {
@@ -575,22 +541,13 @@ void pcp_autodiff_emit_train_steps(
   ref_t update[3] = {body_args[carried - 1], loss, i};
   next[carried - 1] = pcp_autodiff_emit_op(e, "stablehlo.dynamic_update_slice",
                                            update, 3, "", &losses_type);
-  pcp_autodiff_emit_f(e, "    \"stablehlo.return\"(");
-  for (size_t c = 0; c < carried; ++c) {
-    pcp_autodiff_emit_f(e, "%s%s", c ? ", " : "", next[c].name);
-  }
-  pcp_autodiff_emit_f(e, ") : (");
-  emit_types(e, next, carried);
-  pcp_autodiff_emit_f(e, ") -> ()\n    }) : (");
-  emit_types(e, init, carried);
-  pcp_autodiff_emit_f(e, ") -> (");
-  emit_types(e, init, carried);
-  pcp_autodiff_emit_f(e, ")\n    \"func.return\"(");
+  pcp_autodiff_while_end(e, next, init, carried);
+  pcp_autodiff_emit_f(e, "    \"func.return\"(");
   for (size_t c = 1; c < carried; ++c) {
     pcp_autodiff_emit_f(e, "%s%%loop#%zu", c > 1 ? ", " : "", c);
   }
   pcp_autodiff_emit_f(e, ") : (");
-  emit_types(e, init + 1, carried - 1);
+  pcp_autodiff_emit_type_list(e, init + 1, carried - 1);
   pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
   pcp_allocator_free(pcp_allocator_system(), refs);
   pcp_allocator_free(pcp_allocator_system(), result_types);
