@@ -129,8 +129,7 @@ void pcp_autodiff_emit_gradients_accumulated(
   init[0] = pcp_autodiff_splat(e, 0.0, &i64);
   init[1] = pcp_autodiff_splat(e, 0.0, &loss_sum_type);
   for (size_t j = 0; j < n; ++j) {
-    type_t sum_type = pcp_autodiff_type_with_element(
-        &types[j], pcp_autodiff_master_element(types[j].element));
+    type_t sum_type = pcp_autodiff_moment_type(&types[j]);
     init[2 + j] = pcp_autodiff_splat(e, 0.0, &sum_type);
   }
   ref_t count = pcp_autodiff_splat(e, (double)steps, &i64);

@@ -184,6 +184,9 @@ typedef struct pcp_autodiff_training_signature_t {
 // The element type optimizer state and gradient sums are kept in: f64 for
 // f64, f32 for every other float (bf16, f16, f32).
 const char* pcp_autodiff_master_element(const char* element);
+// The type of a parameter's AdamW moments (and gradient sums): |type|'s
+// shape in its master element.
+pcp_autodiff_type_t pcp_autodiff_moment_type(const pcp_autodiff_type_t* type);
 
 // Emits @apply_optimizer (AdamW with global-norm clipping).
 void pcp_autodiff_emit_optimizer(

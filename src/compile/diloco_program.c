@@ -44,13 +44,6 @@ static type_t stacked_type(pcp_autodiff_emitter_t* e,
   return pcp_autodiff_type_stacked(e, &per_step, options->inner_steps);
 }
 
-// The type of parameter |type|'s AdamW moments in @train_steps: its shape in
-// the master element (f32 for a bf16 parameter).
-static type_t moment_type(const type_t* type) {
-  return pcp_autodiff_type_with_element(
-      type, pcp_autodiff_master_element(type->element));
-}
-
 void pcp_autodiff_emit_diloco_round(
     pcp_autodiff_emitter_t* e,
     const pcp_autodiff_training_signature_t* signature,
@@ -102,7 +95,7 @@ void pcp_autodiff_emit_diloco_round(
     return;
   }
   for (size_t i = 0; i < n; ++i) {
-    type_t moment = moment_type(&types[i]);
+    type_t moment = pcp_autodiff_moment_type(&types[i]);
     zeros[i] = pcp_autodiff_splat(e, 0.0, &moment);
   }
   ref_t step = pcp_autodiff_splat(e, 1.0, &f32);
@@ -122,7 +115,7 @@ void pcp_autodiff_emit_diloco_round(
   pcp_autodiff_emit_f(e, ") {callee = @train_steps} : (");
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
-      type_t state = g ? moment_type(&types[i]) : types[i];
+      type_t state = g ? pcp_autodiff_moment_type(&types[i]) : types[i];
       pcp_autodiff_type_append(e, &state);
       pcp_autodiff_emit_f(e, ", ");
     }
@@ -136,7 +129,7 @@ void pcp_autodiff_emit_diloco_round(
   pcp_autodiff_emit_f(e, ") -> (");
   for (int g = 0; g < 3; ++g) {
     for (size_t i = 0; i < n; ++i) {
-      type_t state = g ? moment_type(&types[i]) : types[i];
+      type_t state = g ? pcp_autodiff_moment_type(&types[i]) : types[i];
       pcp_autodiff_type_append(e, &state);
       pcp_autodiff_emit_f(e, ", ");
     }

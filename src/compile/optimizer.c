@@ -42,8 +42,7 @@ const char* pcp_autodiff_master_element(const char* element) {
   return strcmp(element, "f64") == 0 ? "f64" : "f32";
 }
 
-// The type of parameter |type|'s moments (its shape, master element).
-static type_t moment_type(const type_t* type) {
+type_t pcp_autodiff_moment_type(const type_t* type) {
   return pcp_autodiff_type_with_element(
       type, pcp_autodiff_master_element(type->element));
 }
@@ -83,7 +82,7 @@ void pcp_autodiff_emit_optimizer(
   const char* groups[4] = {"p", "g", "m", "s"};
   for (int k = 0; k < 4; ++k) {
     for (size_t i = 0; i < n; ++i) {
-      type_t type = k < 2 ? types[i] : moment_type(&types[i]);
+      type_t type = k < 2 ? types[i] : pcp_autodiff_moment_type(&types[i]);
       pcp_autodiff_emit_f(e, "%%%s%zu: ", groups[k], i);
       pcp_autodiff_type_append(e, &type);
       pcp_autodiff_emit_f(e, ", ");
@@ -92,7 +91,7 @@ void pcp_autodiff_emit_optimizer(
   pcp_autodiff_emit_f(e, "%%step: tensor<f32>, %%lr: tensor<f32>) -> (");
   for (int k = 0; k < 3; ++k) {
     for (size_t i = 0; i < n; ++i) {
-      type_t type = k < 1 ? types[i] : moment_type(&types[i]);
+      type_t type = k < 1 ? types[i] : pcp_autodiff_moment_type(&types[i]);
       pcp_autodiff_emit_f(e, "%s", k || i ? ", " : "");
       pcp_autodiff_type_append(e, &type);
     }
@@ -145,7 +144,7 @@ void pcp_autodiff_emit_optimizer(
   for (size_t i = 0; i < n; ++i) {
     // Everything below is in the master type; only p' goes back to the
     // parameter's own type.
-    type_t master = moment_type(&types[i]);
+    type_t master = pcp_autodiff_moment_type(&types[i]);
     const type_t* type = &master;
     const char* element = type->element;
     type_t scalar = pcp_autodiff_type_scalar(element);
@@ -225,7 +224,7 @@ static type_t* state_types_new(pcp_autodiff_emitter_t* e, const type_t* types,
   }
   for (size_t i = 0; i < n; ++i) {
     state[i] = types[i];
-    state[n + i] = moment_type(&types[i]);
+    state[n + i] = pcp_autodiff_moment_type(&types[i]);
     state[2 * n + i] = state[n + i];
   }
   return state;
