@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -503,6 +504,10 @@ static inline int64_t pcp_clock_wall_ns(pcp_clock_t clock) {
 
 // Sleeps the calling thread (real time; not for simulated code paths).
 void pcp_sleep_ms(int64_t duration_ms);
+
+// CLOCK_REALTIME now plus |duration_ms| (>= 0), normalised: the absolute
+// deadline pthread_cond_timedwait takes on a default condition variable.
+struct timespec pcp_realtime_deadline_ms(int64_t duration_ms);
 
 //===----------------------------------------------------------------------===//
 // Random numbers

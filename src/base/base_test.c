@@ -234,6 +234,24 @@ static void manual_clock_moves_only_when_told(void** state) {
   assert_true(pcp_clock_now_ns(s) >= t0);
 }
 
+// The deadline is |ms| ahead of the real-time clock, with the nanoseconds
+// carried into the seconds.
+static void realtime_deadline_is_normalised(void** state) {
+  (void)state;
+  const int64_t cases[] = {0, 20, 999, 1500, 61001};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    struct timespec d = pcp_realtime_deadline_ms(cases[i]);
+    assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+    int64_t ahead_ns = ((int64_t)d.tv_sec - (int64_t)now.tv_sec) *
+                           1000000000LL +
+                       ((int64_t)d.tv_nsec - (int64_t)now.tv_nsec);
+    assert_true(ahead_ns >= cases[i] * 1000000LL);
+    assert_true(ahead_ns < cases[i] * 1000000LL + 100000000LL);
+  }
+}
+
 static void log_lines_are_key_value(void** state) {
   (void)state;
   char* buffer = NULL;
@@ -289,6 +307,7 @@ int main(void) {
       cmocka_unit_test(rng_is_reproducible_and_uniform),
       cmocka_unit_test(sha256_matches_known_vector),
       cmocka_unit_test(manual_clock_moves_only_when_told),
+      cmocka_unit_test(realtime_deadline_is_normalised),
       cmocka_unit_test(log_lines_are_key_value),
       cmocka_unit_test(file_write_atomic_and_bounded_read),
   };

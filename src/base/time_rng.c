@@ -54,6 +54,15 @@ void pcp_sleep_ms(int64_t duration_ms) {
   }
 }
 
+struct timespec pcp_realtime_deadline_ms(int64_t duration_ms) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  int64_t ns = (int64_t)deadline.tv_nsec + (duration_ms % 1000) * 1000000;
+  deadline.tv_sec += (time_t)(duration_ms / 1000 + ns / 1000000000);
+  deadline.tv_nsec = (long)(ns % 1000000000);
+  return deadline;
+}
+
 //===----------------------------------------------------------------------===//
 // xoshiro256** (Blackman and Vigna), seeded by splitmix64
 //===----------------------------------------------------------------------===//

@@ -725,13 +725,7 @@ static pcp_status_t complete(pcp_roles_gateway_state_t* g,
   // (closes) stops the generation at its next token instead of holding a
   // slot until max_tokens.
   while (!c->done) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_nsec += 20 * 1000 * 1000;
-    if (deadline.tv_nsec >= 1000000000L) {
-      deadline.tv_nsec -= 1000000000L;
-      deadline.tv_sec += 1;
-    }
+    struct timespec deadline = pcp_realtime_deadline_ms(20);
     pthread_cond_timedwait(&c->cv, &c->mu, &deadline);
     if (!c->done && !c->gone && pcp_http_request_client_gone(request)) {
       c->gone = true;

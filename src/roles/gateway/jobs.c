@@ -1604,13 +1604,7 @@ void* pcp_roles_gateway_jobs_runner_main(void* opaque) {
     }
     pthread_mutex_lock(&g->mu);
     if (!atomic_load(&g->stopping)) {
-      struct timespec deadline;
-      clock_gettime(CLOCK_REALTIME, &deadline);
-      deadline.tv_nsec += 50L * 1000000L;
-      if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec += 1;
-        deadline.tv_nsec -= 1000000000;
-      }
+      struct timespec deadline = pcp_realtime_deadline_ms(50);
       pthread_cond_timedwait(&g->cv, &g->mu, &deadline);
     }
     pthread_mutex_unlock(&g->mu);

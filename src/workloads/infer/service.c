@@ -1527,13 +1527,7 @@ static void* manager_main(void* opaque) {
     }
     if (!s->stopping) {
       // Wake at least every 200 ms (probe, scans, lost workers).
-      struct timespec until;
-      clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_nsec += 200000000;
-      if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-      }
+      struct timespec until = pcp_realtime_deadline_ms(200);
       pthread_cond_timedwait(&s->cv, &s->mu, &until);
     }
     pthread_mutex_unlock(&s->mu);
