@@ -53,12 +53,14 @@ static pcp_status_t model_parameter_count(const pcp_diloco_config_t* config,
     pcp_diloco_module_t module;
     PCP_RETURN_IF_ERROR_BARE(pcp_diloco_module_load(config, &module));
     *out_parameter_count = module.table.total_elements;
-    pcp_status_t status = pcp_diloco_experiment_check(config, module.batch);
+    pcp_status_t status = pcp_diloco_experiment_check(
+        config, module.batch, module.block_size, module.data_type);
     pcp_diloco_module_deinitialize(&module);
     return status;
   }
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_diloco_experiment_check(config, config->model.batch));
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_experiment_check(
+      config, config->model.batch, config->model.block_size,
+      PCP_ELEMENT_TYPE_I32));
   pcp_models_spec_t spec;
   PCP_RETURN_IF_ERROR_BARE(pcp_diloco_model_spec_resolve(config, &spec));
   pcp_models_parameter_table_t table;

@@ -63,11 +63,13 @@ static pcp_status_t module_describe(const pcp_mlir_function_signature_t* sig,
   if (!is_token_type(ids) || !is_token_type(targets) ||
       ids->element_type != targets->element_type ||
       ids->dims[0] != targets->dims[0] || ids->dims[1] != targets->dims[1] ||
-      ids->dims[0] < 1 || ids->dims[1] < 1) {
+      ids->dims[0] < 1 || ids->dims[1] < 1 || ids->dims[0] > (1 << 24) ||
+      ids->dims[1] > (1 << 24)) {
     return pcp_make_status(
         PCP_STATUS_INVALID_ARGUMENT,
         "key 'model_path': the last two arguments of @main must be input_ids "
-        "and targets of one static shape BxT of i32 or i64 (got %s and %s)",
+        "and targets of one static shape BxT (B and T at most 2^24) of i32 "
+        "or i64 (got %s and %s)",
         ids->spelling, targets->spelling);
   }
   out->batch = ids->dims[0];
@@ -122,6 +124,12 @@ static pcp_status_t module_describe(const pcp_mlir_function_signature_t* sig,
     table->total_elements += p->element_count;
     table->total_byte_length += p->byte_length;
     table->count = i + 1;
+    if (table->total_elements > ((int64_t)1 << 40)) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "key 'model_path': more than 2^40 parameters "
+                             "by argument %zu",
+                             i);
+    }
   }
   return pcp_ok_status();
 }

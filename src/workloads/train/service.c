@@ -128,7 +128,16 @@ pcp_status_t pcp_diloco_model_spec_resolve(const pcp_diloco_config_t* config,
 }
 
 pcp_status_t pcp_diloco_experiment_check(const pcp_diloco_config_t* config,
-                                         int64_t micro_batch) {
+                                         int64_t micro_batch,
+                                         int64_t block_size,
+                                         pcp_element_type_t id_type) {
+  if (config->tau > 4096) {
+    // The fused inner loop's bound (pcp compile --inner-steps).
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'tau': %lld inner steps; the round program "
+                           "takes at most 4096",
+                           (long long)config->tau);
+  }
   if (config->dtype == PCP_DILOCO_DTYPE_F16) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key 'dtype': f16 is not trained (f32 or bf16; "
@@ -141,6 +150,20 @@ pcp_status_t pcp_diloco_experiment_check(const pcp_diloco_config_t* config,
         "key 'effective_batch_size': %lld must be a multiple of the micro "
         "batch %lld, at most 4096 of them",
         (long long)ebs, (long long)micro_batch);
+  }
+  // One task frame carries a worker's round of tokens: keep it within what
+  // a worker takes in one frame. In floating point: the factors' bounds
+  // (tau 4096, 4096 micro batches, B and T up to 2^24) overflow 64 bits.
+  double accumulation = ebs > 0 ? (double)(ebs / micro_batch) : 1.0;
+  double round_token_bytes = 2.0 * (double)config->tau * accumulation *
+                             (double)micro_batch * (double)block_size *
+                             (double)pcp_element_type_byte_size(id_type);
+  if (round_token_bytes > (double)((uint64_t)256 << 20)) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "key 'tau': tau x effective batch x block size make %.0f MiB of "
+        "tokens per worker round; the limit is 256 MiB",
+        round_token_bytes / (1 << 20));
   }
   return pcp_ok_status();
 }
@@ -226,13 +249,6 @@ static pcp_status_t job_setup(job_t* job) {
            json_is_string(name) ? json_string_value(name) : o->job_id);
   json_t* seed = json_object_get(job->experiment, "seed");
   job->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
-  if (job->config.tau > 4096) {
-    // The fused inner loop's bound (pcp compile --inner-steps).
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "key 'tau': %lld inner steps; the round program "
-                           "takes at most 4096",
-                           (long long)job->config.tau);
-  }
   job->param_type = job->config.dtype == PCP_DILOCO_DTYPE_BF16
                         ? PCP_ELEMENT_TYPE_BF16
                         : PCP_ELEMENT_TYPE_F32;
@@ -257,24 +273,11 @@ static pcp_status_t job_setup(job_t* job) {
     job->spec.dtype = job->param_type;
     job->data_type = module.data_type;
   }
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_diloco_experiment_check(&job->config, job->spec.batch));
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_experiment_check(
+      &job->config, job->spec.batch, job->spec.block_size, job->data_type));
   job->accumulation = job->config.effective_batch_size > 0
                           ? job->config.effective_batch_size / job->spec.batch
                           : 1;
-  // One task frame carries a round's tokens: keep it within what a worker
-  // takes in one frame.
-  uint64_t round_token_bytes =
-      2 * (uint64_t)job->config.tau * (uint64_t)job->accumulation *
-      (uint64_t)job->spec.batch * (uint64_t)job->spec.block_size *
-      (uint64_t)pcp_element_type_byte_size(job->data_type);
-  if (round_token_bytes > ((uint64_t)256 << 20)) {
-    return pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT,
-        "key 'tau': tau x effective batch x block size make %" PRIu64
-        " MiB of tokens per worker round; the limit is 256 MiB",
-        round_token_bytes >> 20);
-  }
 
   // One task frame carries every parameter as a section (classic) or one
   // fragment's (streaming), within the fabric's per-frame section limit.

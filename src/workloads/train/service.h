@@ -116,11 +116,14 @@ void pcp_diloco_module_deinitialize(pcp_diloco_module_t* module);
 
 // The rules an experiment must meet beyond its config table's, once the
 // model's micro batch is known (the gateway checks them at submit for a
-// 400, the service again at set-up): dtype f32 or bf16;
+// 400, the service again at set-up): tau at most 4096; dtype f32 or bf16;
 // effective_batch_size a multiple of |micro_batch|, at most 4096 micro
-// batches. INVALID_ARGUMENT naming the key. Thread-safe.
+// batches; a worker's round of token ids (2 x tau x effective batch x
+// |block_size| of |id_type|) at most 256 MiB. INVALID_ARGUMENT naming the
+// key. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_experiment_check(
-    const pcp_diloco_config_t* config, int64_t micro_batch);
+    const pcp_diloco_config_t* config, int64_t micro_batch, int64_t block_size,
+    pcp_element_type_t id_type);
 
 //===----------------------------------------------------------------------===//
 // Running a job

@@ -159,18 +159,26 @@ static void experiment_check(void** state) {
   pcp_diloco_config_t config;
   EXPECT_CODE(pcp_diloco_config_parse_json(text, strlen(text), &config, NULL),
               PCP_STATUS_OK, NULL);
-  EXPECT_CODE(pcp_diloco_experiment_check(&config, 8),
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 8, 16, PCP_ELEMENT_TYPE_I32),
               PCP_STATUS_INVALID_ARGUMENT, "effective_batch_size");
-  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4), PCP_STATUS_OK, NULL);
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4, 16, PCP_ELEMENT_TYPE_I32),
+              PCP_STATUS_OK, NULL);
   config.effective_batch_size = 4 * 4097;  // more than 4096 micro batches
-  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4),
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4, 16, PCP_ELEMENT_TYPE_I32),
               PCP_STATUS_INVALID_ARGUMENT, "effective_batch_size");
   config.effective_batch_size = 8;  // streaming takes accumulation too
   config.streaming.present = true;
   config.dtype = PCP_DILOCO_DTYPE_BF16;
-  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4), PCP_STATUS_OK, NULL);
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4, 16, PCP_ELEMENT_TYPE_I32),
+              PCP_STATUS_OK, NULL);
+  // A round of token ids over 256 MiB (the bounds' product overflows 64
+  // bits: checked in floating point).
+  config.effective_batch_size = 0;
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 1 << 24, 1 << 24,
+                                          PCP_ELEMENT_TYPE_I64),
+              PCP_STATUS_INVALID_ARGUMENT, "tau");
   config.dtype = PCP_DILOCO_DTYPE_F16;
-  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4),
+  EXPECT_CODE(pcp_diloco_experiment_check(&config, 4, 16, PCP_ELEMENT_TYPE_I32),
               PCP_STATUS_INVALID_ARGUMENT, "dtype");
   pcp_diloco_config_deinitialize(&config);
 }
