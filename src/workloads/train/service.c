@@ -682,9 +682,11 @@ pcp_status_t pcp_diloco_job_child_compile(
   snprintf(steps, sizeof(steps), "%" PRId64, inner_steps);
   char accumulate[32];
   snprintf(accumulate, sizeof(accumulate), "%" PRId64, job->accumulation);
+  // v3: @train_steps and @diloco_round take one lr per inner step (a
+  // v2 artifact in an old state directory has the scalar-lr signature).
   char key_text[512];
   snprintf(key_text, sizeof(key_text),
-           "pcp.diloco.program.v2|%s|%s|%s|%s|%s|%s%s%s", content_hash,
+           "pcp.diloco.program.v3|%s|%s|%s|%s|%s|%s%s%s", content_hash,
            kind ? kind : "-", steps, delta, backend, target,
            kind && job->accumulation > 1 ? "|accumulate=" : "",
            kind && job->accumulation > 1 ? accumulate : "");
@@ -827,7 +829,7 @@ typedef struct round_t {
   round_task_t tasks[MAX_ROUND_WORKERS];
   uint32_t count;
   pcp_proto_section_t* sections;  // shared parameter sections + per-task
-  float lr;
+  float* lr;                      // tau rates, one per inner step (shared)
 } round_t;
 
 static int compare_ids(const void* a, const void* b) {
@@ -887,6 +889,7 @@ static void round_release(round_t* round) {
     free(round->tasks[i].tokens64);
   }
   free(round->sections);
+  free(round->lr);
   memset(round, 0, sizeof(*round));
 }
 
@@ -1001,7 +1004,15 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   if (!round->sections) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "sections");
   }
-  round->lr = (float)job->config.learning_rate;
+  // @diloco_round takes one rate per inner step; a constant rate for now.
+  size_t tau = batches_per_round(job);
+  round->lr = calloc(tau, sizeof(float));
+  if (!round->lr) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "lr");
+  }
+  for (size_t s = 0; s < tau; ++s) {
+    round->lr[s] = (float)job->config.learning_rate;
+  }
   bool bf16 = job->param_type == PCP_ELEMENT_TYPE_BF16;
   if (bf16) {
     pcp_diloco_bf16_quantize(job->parameters, job->parameter_count,
@@ -1010,16 +1021,16 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   for (size_t i = 0; i < n; ++i) {
     pcp_diloco_job_master_section(job, i, &round->sections[i]);
   }
-  size_t tau = batches_per_round(job);
   size_t per_step = (size_t)(job->spec.batch * job->spec.block_size);
   for (uint32_t k = 0; k < round->count; ++k) {
     round_task_t* t = &round->tasks[k];
     pcp_proto_section_t* extra = &round->sections[n + 3 * (size_t)k];
     extra[0] = (pcp_proto_section_t){.name = "lr",
                                      .element_type = PCP_ELEMENT_TYPE_F32,
-                                     .rank = 0,
-                                     .byte_length = sizeof(float),
-                                     .data = &round->lr};
+                                     .rank = 1,
+                                     .shape = {(int64_t)tau},
+                                     .byte_length = tau * sizeof(float),
+                                     .data = round->lr};
     bool wide = job->data_type == PCP_ELEMENT_TYPE_I64;
     for (int j = 0; j < 2; ++j) {
       pcp_proto_section_t* s = &extra[1 + j];
