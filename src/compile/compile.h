@@ -67,7 +67,8 @@ const char* pcp_compile_backend_default_target(pcp_compile_backend_t backend);
 #define PCP_COMPILE_FLAGS_ENV "PCP_IREE_FLAGS"
 // The CPU backend's default stack-allocation limit (IREE's own is 32 KiB;
 // docs/decisions.md says why this one and how it was measured).
-#define PCP_COMPILE_CPU_STACK_ALLOCATION_LIMIT "--iree-llvmcpu-stack-allocation-limit=262144"
+#define PCP_COMPILE_CPU_STACK_ALLOCATION_LIMIT \
+  "--iree-llvmcpu-stack-allocation-limit=4194304"
 typedef struct pcp_compile_flags_t {
   pcp_compile_backend_t backend;
   char requested_target[64];  // as asked ("" = default)
