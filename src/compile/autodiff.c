@@ -1032,8 +1032,9 @@ static void rule_gather(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   ref_t lhs = pcp_autodiff_new_ref(e, &scalar);
   ref_t rhs = pcp_autodiff_new_ref(e, &scalar);
   ref_t sum = pcp_autodiff_new_ref(e, &scalar);
-  pcp_autodiff_emit_f(e, "    %s = \"stablehlo.scatter\"(%s, %s, %s) ({\n",
+  pcp_autodiff_emit_f(e, "    %s = \"stablehlo.scatter\"(%s, %s, %s) ({",
                       out.name, zeros.name, indices.name, g.name);
+  pcp_autodiff_emit_line_end(e);
   pcp_autodiff_emit_f(e, "    ^bb0(%s: tensor<%s>, %s: tensor<%s>):\n",
                       lhs.name, scalar.element, rhs.name, scalar.element);
   pcp_autodiff_emit_f(e,

@@ -296,8 +296,9 @@ pcp_autodiff_ref_t pcp_autodiff_reduce_sum(pcp_autodiff_emitter_t* e,
   pcp_autodiff_ref_t lhs = pcp_autodiff_new_ref(e, &scalar);
   pcp_autodiff_ref_t rhs = pcp_autodiff_new_ref(e, &scalar);
   pcp_autodiff_ref_t sum = pcp_autodiff_new_ref(e, &scalar);
-  pcp_autodiff_emit_f(e, "    %s = \"stablehlo.reduce\"(%s, %s) ({\n",
+  pcp_autodiff_emit_f(e, "    %s = \"stablehlo.reduce\"(%s, %s) ({",
                       result.name, a.name, zero.name);
+  pcp_autodiff_emit_line_end(e);
   pcp_autodiff_emit_f(e, "    ^bb0(%s: tensor<%s>, %s: tensor<%s>):\n",
                       lhs.name, scalar.element, rhs.name, scalar.element);
   pcp_autodiff_emit_f(e,
