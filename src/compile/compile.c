@@ -612,7 +612,32 @@ static pcp_status_t compute_cache_key(const pcp_compile_request_t* request,
                                       const char* compiler_version,
                                       char out_key[PCP_SHA256_HEX_LENGTH + 1]) {
   pcp_sha256_t mlir_digest;
-  pcp_sha256_compute(request->mlir_text, request->mlir_byte_length, &mlir_digest);
+  if (request->derived_program) {
+    // A derived module's "  // from <path>:L:C (op)" comments name the
+    // user's file as it was given; the same module from another path (a
+    // temp dir, a job's directory) is the same program, so they stay out of
+    // the key.
+    pcp_sha256_stream_t* stream = NULL;
+    PCP_RETURN_IF_ERROR_BARE(pcp_sha256_stream_create(&stream));
+    const char* p = request->mlir_text;
+    const char* end = p + request->mlir_byte_length;
+    while (p < end) {
+      const char* nl = memchr(p, '\n', (size_t)(end - p));
+      const char* line_end = nl ? nl : end;
+      const char* cut = line_end;
+      // The last one: the emitter puts it at the end of the line.
+      for (const char* m = p; m + 10 <= line_end; ++m) {
+        if (memcmp(m, "  // from ", 10) == 0) cut = m;
+      }
+      pcp_sha256_stream_update(stream, p, (size_t)(cut - p));
+      if (nl) pcp_sha256_stream_update(stream, "\n", 1);
+      p = nl ? nl + 1 : end;
+    }
+    pcp_sha256_stream_finish(stream, &mlir_digest);
+  } else {
+    pcp_sha256_compute(request->mlir_text, request->mlir_byte_length,
+                       &mlir_digest);
+  }
   char mlir_hex[PCP_SHA256_HEX_LENGTH + 1];
   pcp_sha256_to_hex(&mlir_digest, mlir_hex);
   pcp_string_builder_t key;

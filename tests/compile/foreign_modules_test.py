@@ -275,6 +275,23 @@ def test_flags(tmp, cache, paths):
     rc3, k3, _ = key(["--iree-flag=--iree-opt-level=O1"])
     check("flags: the same flag again is a cache hit", rc3 == 0 and k3 == k1,
           k3)
+    # A derived module names the user's file in its comments; the same
+    # module from another path is the same artifact.
+    other_dir = os.path.join(tmp, "elsewhere")
+    os.makedirs(other_dir, exist_ok=True)
+    other = os.path.join(other_dir, "copy.mlir")
+    with open(path) as f, open(other, "w") as g:
+        g.write(f.read())
+    keys = []
+    for p in (path, other):
+        r = pcp("compile", "--program", "grad", p, "-o",
+                os.path.join(tmp, "g.vmfb"), "--cache-dir", cache, env=base)
+        m = KEY.search(r.stderr)
+        keys.append((r.returncode, m.group(1) if m else None,
+                     "cache hit" in r.stderr))
+    check("flags: a derived module's key does not depend on its path",
+          keys[0][0] == 0 and keys[1][0] == 0 and keys[0][1] == keys[1][1]
+          and keys[1][2], str(keys))
     r = pcp("compile", path, "-o", os.path.join(tmp, "bad.vmfb"),
             "--cache-dir", cache, "--iree-flag=--iree-no-such-flag=1", env=base)
     check("flags: an unknown flag exits 1 naming it",
