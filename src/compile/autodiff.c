@@ -247,17 +247,18 @@ static bool emit_bf16_resource_constant(ad_t* ad, const pcp_mlir_op_t* op,
   if (!at || strlen(type->spelling) + 2 > sizeof(bits_type)) {
     return false;
   }
-  snprintf(bits_type, sizeof(bits_type), "%.*si16>",
-           (int)(at - type->spelling), type->spelling);
+  snprintf(bits_type, sizeof(bits_type), "%.*si16>", (int)(at - type->spelling),
+           type->spelling);
   const char* name = ad->names[op->first_result];
   pcp_autodiff_origin_set(&ad->e, op->location, op->name, NULL);
-  pcp_autodiff_emit_f(&ad->e, "%s%s_bits = \"stablehlo.constant\"() %.*si16>%s : () -> %s",
-                      indent, name, (int)(bf16 - op->properties),
-                      op->properties, bf16 + strlen("bf16>"), bits_type);
+  pcp_autodiff_emit_f(
+      &ad->e, "%s%s_bits = \"stablehlo.constant\"() %.*si16>%s : () -> %s",
+      indent, name, (int)(bf16 - op->properties), op->properties,
+      bf16 + strlen("bf16>"), bits_type);
   pcp_autodiff_emit_line_end(&ad->e);
-  pcp_autodiff_emit_f(&ad->e,
-                      "%s%s = \"stablehlo.bitcast_convert\"(%s_bits) : (%s) -> %s",
-                      indent, name, name, bits_type, type->spelling);
+  pcp_autodiff_emit_f(
+      &ad->e, "%s%s = \"stablehlo.bitcast_convert\"(%s_bits) : (%s) -> %s",
+      indent, name, name, bits_type, type->spelling);
   pcp_autodiff_emit_line_end(&ad->e);
   ad->e.origin[0] = 0;
   return true;
@@ -1118,13 +1119,13 @@ static void rule_scatter(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   ref_t updates = operand(ad, op, 2);
   int64_t window[PCP_MAX_TENSOR_RANK], inserted[PCP_MAX_TENSOR_RANK];
   int64_t input_batching[PCP_MAX_TENSOR_RANK];
-  int64_t indices_batching[PCP_MAX_TENSOR_RANK], to_operand[PCP_MAX_TENSOR_RANK];
+  int64_t indices_batching[PCP_MAX_TENSOR_RANK],
+      to_operand[PCP_MAX_TENSOR_RANK];
   int32_t n_window = attribute_ints(op, "update_window_dims", window, 16);
-  int32_t n_inserted =
-      attribute_ints(op, "inserted_window_dims", inserted, 16);
+  int32_t n_inserted = attribute_ints(op, "inserted_window_dims", inserted, 16);
   int32_t n_ib = attribute_ints(op, "input_batching_dims", input_batching, 16);
-  int32_t n_sb = attribute_ints(op, "scatter_indices_batching_dims",
-                                indices_batching, 16);
+  int32_t n_sb =
+      attribute_ints(op, "scatter_indices_batching_dims", indices_batching, 16);
   int32_t n_map =
       attribute_ints(op, "scatter_dims_to_operand_dims", to_operand, 16);
   int64_t index_vector_dim = attribute_int(op, "index_vector_dim", 0);
@@ -1159,8 +1160,8 @@ static void rule_scatter(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
       pcp_autodiff_emit_f(e, "    ^bb0(%s: tensor<%s>, %s: tensor<%s>):\n",
                           lhs.name, scalar.element, rhs.name, scalar.element);
       pcp_autodiff_emit_f(
-          e, "      \"stablehlo.return\"(%s) : (tensor<%s>) -> ()\n",
-          rhs.name, scalar.element);
+          e, "      \"stablehlo.return\"(%s) : (tensor<%s>) -> ()\n", rhs.name,
+          scalar.element);
       pcp_autodiff_emit_f(e,
                           "    }) {indices_are_sorted = false, "
                           "scatter_dimension_numbers = #stablehlo.scatter<");

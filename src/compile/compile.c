@@ -127,11 +127,23 @@ static void add_flag(pcp_compile_flags_t* flags, const char* name,
 // Options that decide what PCP reads back or which device the artifact is
 // for (the backend flag does that), or that print instead of compiling.
 static const char* const kRefusedOptions[] = {
-    "-o", "--o", "--output-format", "--compile-to", "--compile-from",
-    "--compile-mode", "--iree-hal-target-device", "--iree-hal-target-backends",
-    "--iree-hal-local-target-device-backends", "--help", "--help-hidden",
-    "--help-list", "--version", "--split-input-file", "--output-file",
-    "--iree-input-type", NULL};
+    "-o",
+    "--o",
+    "--output-format",
+    "--compile-to",
+    "--compile-from",
+    "--compile-mode",
+    "--iree-hal-target-device",
+    "--iree-hal-target-backends",
+    "--iree-hal-local-target-device-backends",
+    "--help",
+    "--help-hidden",
+    "--help-list",
+    "--version",
+    "--split-input-file",
+    "--output-file",
+    "--iree-input-type",
+    NULL};
 
 // Length of the option name ("--a-b" of "--a-b=1").
 static size_t flag_name_length(const char* flag) {
@@ -146,13 +158,15 @@ static bool name_ends_with(const char* name, size_t length, const char* tail) {
 static bool name_contains(const char* name, size_t length, const char* part) {
   size_t n = strlen(part);
   for (size_t i = 0; i + n <= length; ++i) {
-    if (memcmp(name + i, part, n) == 0) return true;
+    if (memcmp(name + i, part, n) == 0)
+      return true;
   }
   return false;
 }
 
 pcp_status_t pcp_compile_flag_check(const char* flag, const char* origin) {
-  if (!origin) origin = "extra flag";
+  if (!origin)
+    origin = "extra flag";
   size_t length = flag ? strlen(flag) : 0;
   if (length < 3 || flag[0] != '-' || flag[1] != '-') {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -171,17 +185,16 @@ pcp_status_t pcp_compile_flag_check(const char* flag, const char* origin) {
     unsigned char c = (unsigned char)flag[i];
     bool bad = c <= 0x20 || c >= 0x7f;
     if (i < name_length) {
-      bad = bad || !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                     (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-                     c == '.');
+      bad =
+          bad || !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                   (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.');
     }
     if (bad) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "%s: '%.64s' has a character that cannot be in "
                              "%s (byte %zu)",
                              origin, flag,
-                             i < name_length ? "a flag name" : "a flag",
-                             i);
+                             i < name_length ? "a flag name" : "a flag", i);
     }
   }
   for (const char* const* refused = kRefusedOptions; *refused; ++refused) {
@@ -209,9 +222,10 @@ pcp_status_t pcp_compile_flag_check(const char* flag, const char* origin) {
 }
 
 pcp_status_t pcp_compile_flags_add_extra(pcp_compile_flags_t* flags,
-                                         const char* const* extra,
-                                         size_t count, const char* origin) {
-  if (!origin) origin = "extra flags";
+                                         const char* const* extra, size_t count,
+                                         const char* origin) {
+  if (!origin)
+    origin = "extra flags";
   if (count > PCP_COMPILE_MAX_EXTRA_FLAGS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "%s: %zu flags; at most %d", origin, count,
@@ -243,14 +257,14 @@ pcp_status_t pcp_compile_flags_add_extra(pcp_compile_flags_t* flags,
 
 pcp_status_t pcp_compile_flags_add_environment(pcp_compile_flags_t* flags) {
   const char* env = getenv(PCP_COMPILE_FLAGS_ENV);
-  if (!env || !env[0]) return pcp_ok_status();
+  if (!env || !env[0])
+    return pcp_ok_status();
   // Bounded copy: the variable's size is not ours to trust.
   char copy[PCP_COMPILE_MAX_EXTRA_FLAGS * PCP_COMPILE_MAX_FLAG_LENGTH];
   if (strlen(env) >= sizeof(copy)) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "%s is %zu bytes; at most %zu",
-                           PCP_COMPILE_FLAGS_ENV, strlen(env),
-                           sizeof(copy) - 1);
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT, "%s is %zu bytes; at most %zu",
+        PCP_COMPILE_FLAGS_ENV, strlen(env), sizeof(copy) - 1);
   }
   snprintf(copy, sizeof(copy), "%s", env);
   const char* items[PCP_COMPILE_MAX_EXTRA_FLAGS + 1];
@@ -258,7 +272,8 @@ pcp_status_t pcp_compile_flags_add_environment(pcp_compile_flags_t* flags) {
   char* save = NULL;
   for (char* token = strtok_r(copy, " \t", &save); token;
        token = strtok_r(NULL, " \t", &save)) {
-    if (count > PCP_COMPILE_MAX_EXTRA_FLAGS) break;
+    if (count > PCP_COMPILE_MAX_EXTRA_FLAGS)
+      break;
     items[count++] = token;
   }
   return pcp_compile_flags_add_extra(flags, items, count,
@@ -627,10 +642,12 @@ static pcp_status_t compute_cache_key(const pcp_compile_request_t* request,
       const char* cut = line_end;
       // The last one: the emitter puts it at the end of the line.
       for (const char* m = p; m + 10 <= line_end; ++m) {
-        if (memcmp(m, "  // from ", 10) == 0) cut = m;
+        if (memcmp(m, "  // from ", 10) == 0)
+          cut = m;
       }
       pcp_sha256_stream_update(stream, p, (size_t)(cut - p));
-      if (nl) pcp_sha256_stream_update(stream, "\n", 1);
+      if (nl)
+        pcp_sha256_stream_update(stream, "\n", 1);
       p = nl ? nl + 1 : end;
     }
     pcp_sha256_stream_finish(stream, &mlir_digest);
@@ -736,7 +753,8 @@ static bool contains_bytes(const char* text, size_t length,
                            const char* needle) {
   size_t n = strlen(needle);
   for (size_t i = 0; i + n <= length; ++i) {
-    if (text[i] == needle[0] && memcmp(text + i, needle, n) == 0) return true;
+    if (text[i] == needle[0] && memcmp(text + i, needle, n) == 0)
+      return true;
   }
   return false;
 }
@@ -748,10 +766,12 @@ static bool text_line(const char* text, size_t length, int64_t line,
   const char* end = text + length;
   for (int64_t i = 1; i < line && p < end; ++i) {
     const char* nl = memchr(p, '\n', (size_t)(end - p));
-    if (!nl) return false;
+    if (!nl)
+      return false;
     p = nl + 1;
   }
-  if (p >= end) return false;
+  if (p >= end)
+    return false;
   const char* nl = memchr(p, '\n', (size_t)(end - p));
   *out_start = p;
   *out_end = nl ? nl : end;
@@ -788,24 +808,30 @@ static void annotate_derived_lines(const char* diagnostics,
   for (const char* p = strstr(diagnostics, derived_path); p && seen_count < 8;
        p = strstr(p + 1, derived_path)) {
     const char* q = p + path_length;
-    if (*q != ':') continue;
+    if (*q != ':')
+      continue;
     char* next = NULL;
     long long line = strtoll(q + 1, &next, 10);
-    if (next == q + 1 || *next != ':' || line < 1) continue;
+    if (next == q + 1 || *next != ':' || line < 1)
+      continue;
     // Only the error lines: notes ("called from") repeat the same sites.
     const char* eol = strchr(next, '\n');
     const char* severity = strstr(next, ": error:");
-    if (!severity || (eol && severity > eol)) continue;
+    if (!severity || (eol && severity > eol))
+      continue;
     bool dup = false;
     for (int i = 0; i < seen_count; ++i) dup = dup || seen[i] == line;
-    if (dup) continue;
+    if (dup)
+      continue;
     seen[seen_count++] = line;
     const char* start = NULL;
     const char* end = NULL;
-    if (!text_line(text, length, line, &start, &end)) continue;
+    if (!text_line(text, length, line, &start, &end))
+      continue;
     const char* origin = NULL;
     for (const char* m = start; m + 9 <= end; ++m) {
-      if (memcmp(m, " // from ", 9) == 0) origin = m + 9;
+      if (memcmp(m, " // from ", 9) == 0)
+        origin = m + 9;
     }
     if (origin) {
       pcp_status_ignore(pcp_string_builder_append_f(
@@ -815,7 +841,8 @@ static void annotate_derived_lines(const char* diagnostics,
       char function[80];
       enclosing_function(text, start, function, sizeof(function));
       pcp_status_ignore(pcp_string_builder_append_f(
-          out, "\n%s:%lld is in %s, code PCP adds (no user op; "
+          out,
+          "\n%s:%lld is in %s, code PCP adds (no user op; "
           "docs/autodiff.md)",
           derived_path, line, function[0] ? function : "the module"));
     }
@@ -851,11 +878,10 @@ static pcp_status_t invoke_compiler(const pcp_compile_request_t* request,
   output.err_truncated = false;
   int64_t timeout_ms = request->timeout_ms > 0 ? request->timeout_ms : 30 * 60 * 1000;
   int wait_status = 0;
-  pcp_status_t status =
-      run_child(argv, input_path ? NULL : request->mlir_text,
-                input_path ? 0 : request->mlir_byte_length, timeout_ms, &output,
-                &wait_status);
-  const char* source = input_path ? input_path
+  pcp_status_t status = run_child(argv, input_path ? NULL : request->mlir_text,
+                                  input_path ? 0 : request->mlir_byte_length,
+                                  timeout_ms, &output, &wait_status);
+  const char* source = input_path             ? input_path
                        : request->source_name ? request->source_name
                                               : "<input>";
   // Diagnostics name the input "<stdin>"; the user knows it by its file name.
@@ -890,12 +916,13 @@ static pcp_status_t invoke_compiler(const pcp_compile_request_t* request,
     }
     const char* unknown = strstr(diagnostics, "Unknown command line argument");
     status = pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT, "iree-compile rejected %s for %s/%s:\n%s%s%s%s",
-        source, pcp_compile_backend_name(flags->backend),
-        flags->effective_target, diagnostics,
-        output.err_truncated ? "\n(diagnostics truncated)" : "",
+        PCP_STATUS_INVALID_ARGUMENT,
+        "iree-compile rejected %s for %s/%s:\n%s%s%s%s", source,
+        pcp_compile_backend_name(flags->backend), flags->effective_target,
+        diagnostics, output.err_truncated ? "\n(diagnostics truncated)" : "",
         unknown ? "\n(a flag from --iree-flag, the experiment's iree_flags "
-                  "or " PCP_COMPILE_FLAGS_ENV " is not one this iree-compile "
+                  "or " PCP_COMPILE_FLAGS_ENV
+                  " is not one this iree-compile "
                   "knows)"
                 : "",
         pcp_string_builder_cstring(&traced));
@@ -935,9 +962,9 @@ pcp_status_t pcp_compile_module(const pcp_compile_request_t* request,
   }
   PCP_RETURN_IF_ERROR_BARE(
       pcp_compile_flags_add_environment(&out_result->flags));
-  PCP_RETURN_IF_ERROR_BARE(pcp_compile_flags_add_extra(
-      &out_result->flags, request->iree_flags, request->iree_flag_count,
-      "--iree-flag"));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_compile_flags_add_extra(&out_result->flags, request->iree_flags,
+                                  request->iree_flag_count, "--iree-flag"));
   if (request->derived_program &&
       !target_spelling_ok(request->derived_program)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -987,11 +1014,12 @@ pcp_status_t pcp_compile_module(const pcp_compile_request_t* request,
     snprintf(out_result->derived_path, sizeof(out_result->derived_path),
              "%.900s/%.64s.%.32s.mlir", derived_dir, out_result->cache_key,
              request->derived_program);
-    if (!status) status = pcp_file_make_directories(derived_dir);
+    if (!status)
+      status = pcp_file_make_directories(derived_dir);
     if (!status) {
-      status = pcp_file_write_atomic(out_result->derived_path,
-                                     request->mlir_text,
-                                     request->mlir_byte_length);
+      status =
+          pcp_file_write_atomic(out_result->derived_path, request->mlir_text,
+                                request->mlir_byte_length);
     }
     if (status) {
       out_result->derived_path[0] = 0;

@@ -319,8 +319,12 @@ static void expect_code(pcp_status_t status, pcp_status_code_t code,
 // PCP_IREE_FLAGS splitting, and the cache key following the flags.
 static void extra_flags_are_checked_merged_and_keyed(void** state) {
   (void)state;
-  const char* bad[] = {"", "-o", "--", "iree-opt-level=O1",
-                       "--iree-opt level=O1", "--compile-to=flow",
+  const char* bad[] = {"",
+                       "-o",
+                       "--",
+                       "iree-opt-level=O1",
+                       "--iree-opt level=O1",
+                       "--compile-to=flow",
                        "--iree-hal-target-device=cuda",
                        "--iree-hal-dump-executable-files-to=/tmp",
                        "--mlir-print-ir-tree-dir=/tmp",
@@ -334,8 +338,9 @@ static void extra_flags_are_checked_merged_and_keyed(void** state) {
   memset(long_flag, 'a', sizeof(long_flag) - 1);
   long_flag[0] = long_flag[1] = '-';
   long_flag[sizeof(long_flag) - 1] = 0;
-  assert_int_equal(pcp_status_consume_code(pcp_compile_flag_check(long_flag, NULL)),
-                   PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(
+      pcp_status_consume_code(pcp_compile_flag_check(long_flag, NULL)),
+      PCP_STATUS_INVALID_ARGUMENT);
   assert_null(pcp_compile_flag_check("--iree-opt-level=O1", NULL));
 
   pcp_compile_flags_t f;
@@ -350,13 +355,15 @@ static void extra_flags_are_checked_merged_and_keyed(void** state) {
   assert_true(has_flag(&f, extra[0]));
   assert_true(has_flag(&f, extra[1]));
   const char* many[PCP_COMPILE_MAX_EXTRA_FLAGS + 1];
-  for (size_t i = 0; i < PCP_ARRAYSIZE(many); ++i) many[i] = "--iree-opt-level=O1";
+  for (size_t i = 0; i < PCP_ARRAYSIZE(many); ++i)
+    many[i] = "--iree-opt-level=O1";
   assert_int_equal(pcp_status_consume_code(pcp_compile_flags_add_extra(
                        &f, many, PCP_ARRAYSIZE(many), NULL)),
                    PCP_STATUS_INVALID_ARGUMENT);
 
   assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CPU, NULL, &f));
-  setenv(PCP_COMPILE_FLAGS_ENV, "  --iree-opt-level=O1 \t--iree-opt-data-tiling=false ", 1);
+  setenv(PCP_COMPILE_FLAGS_ENV,
+         "  --iree-opt-level=O1 \t--iree-opt-data-tiling=false ", 1);
   assert_null(pcp_compile_flags_add_environment(&f));
   assert_true(has_flag(&f, "--iree-opt-level=O1"));
   assert_false(has_flag(&f, "--iree-opt-level=O2"));

@@ -674,8 +674,9 @@ static void test_print_resources(void** state) {
   const char* text = pcp_string_builder_cstring(&builder);
   assert_true(strncmp(text, "{-#", 3) == 0);
   assert_non_null(strstr(text, "dialect_resources"));
-  assert_non_null(strstr(text, "torch_tensor_2_torch.float32: "
-                               "\"0x040000000000803F00000040\""));
+  assert_non_null(strstr(text,
+                         "torch_tensor_2_torch.float32: "
+                         "\"0x040000000000803F00000040\""));
   assert_non_null(strstr(text, "#-}"));
   assert_null(strstr(text, "stablehlo"));  // the ops are not kept
   pcp_string_builder_deinitialize(&builder);

@@ -255,8 +255,7 @@ static pcp_status_t validate_config(const void* config) {
   }
   for (size_t i = 0; i < c->iree_flags.count; ++i) {
     char origin[64];
-    snprintf(origin, sizeof(origin), "diloco config: key 'iree_flags[%zu]'",
-             i);
+    snprintf(origin, sizeof(origin), "diloco config: key 'iree_flags[%zu]'", i);
     PCP_RETURN_IF_ERROR_BARE(
         pcp_compile_flag_check(c->iree_flags.items[i], origin));
   }

@@ -693,11 +693,10 @@ pcp_status_t pcp_diloco_job_child_compile(
                           : PCP_COMPILE_MAX_EXTRA_FLAGS;
   const char* env_flags = getenv(PCP_COMPILE_FLAGS_ENV);
   pcp_string_builder_t key_builder;
-  pcp_string_builder_initialize(pcp_allocator_system(), 64 << 10,
-                                &key_builder);
+  pcp_string_builder_initialize(pcp_allocator_system(), 64 << 10, &key_builder);
   pcp_status_t key_status = pcp_string_builder_append_f(
-      &key_builder, "pcp.diloco.program.v2|%s|%s|%s|%s|%s|%s%s%s",
-      content_hash, kind ? kind : "-", steps, delta, backend, target,
+      &key_builder, "pcp.diloco.program.v2|%s|%s|%s|%s|%s|%s%s%s", content_hash,
+      kind ? kind : "-", steps, delta, backend, target,
       kind && job->accumulation > 1 ? "|accumulate=" : "",
       kind && job->accumulation > 1 ? accumulate : "");
   for (size_t i = 0; i < flag_count; ++i) {
