@@ -222,9 +222,54 @@ static void emit_types(ad_t* ad, const uint32_t* ids, uint32_t count,
   pcp_autodiff_emit_f(&ad->e, "%s", parens ? ")" : "");
 }
 
+// IREE 3.13's CPU backend rejects a bf16 `dense_resource` constant
+// ("'arith.constant' op failed to verify that all of {value, result} have
+// same type": its bf16 storage rewrite cannot retype a resource), which is
+// how torch-mlir stores bf16 weights. The same blob read as i16 and
+// bitcast to bf16 is the same tensor and compiles. Returns true when |op|
+// was emitted that way.
+static bool emit_bf16_resource_constant(ad_t* ad, const pcp_mlir_op_t* op,
+                                        const char* indent) {
+  if (strcmp(op->name, "stablehlo.constant") != 0 || op->result_count != 1 ||
+      !strstr(op->properties, "dense_resource<")) {
+    return false;
+  }
+  const pcp_mlir_type_t* type = &ad->body->values[op->first_result];
+  const char* bf16 = strstr(op->properties, "bf16>");
+  if (strcmp(type->element_spelling, "bf16") != 0 || !bf16 ||
+      strstr(bf16 + 1, "bf16>")) {
+    return false;
+  }
+  // "...tensor<8x16xbf16>}>" -> "...tensor<8x16xi16>}>", and the same for
+  // the result type.
+  char bits_type[192];
+  const char* at = strstr(type->spelling, "bf16>");
+  if (!at || strlen(type->spelling) + 2 > sizeof(bits_type)) {
+    return false;
+  }
+  snprintf(bits_type, sizeof(bits_type), "%.*si16>", (int)(at - type->spelling),
+           type->spelling);
+  const char* name = ad->names[op->first_result];
+  pcp_autodiff_origin_set(&ad->e, op->location, op->name, NULL);
+  pcp_autodiff_emit_f(
+      &ad->e, "%s%s_bits = \"stablehlo.constant\"() %.*si16>%s : () -> %s",
+      indent, name, (int)(bf16 - op->properties), op->properties,
+      bf16 + strlen("bf16>"), bits_type);
+  pcp_autodiff_emit_line_end(&ad->e);
+  pcp_autodiff_emit_f(
+      &ad->e, "%s%s = \"stablehlo.bitcast_convert\"(%s_bits) : (%s) -> %s",
+      indent, name, name, bits_type, type->spelling);
+  pcp_autodiff_emit_line_end(&ad->e);
+  ad->e.origin[0] = 0;
+  return true;
+}
+
 static void emit_forward_op(ad_t* ad, const pcp_mlir_op_t* op,
                             const char* indent) {
   const pcp_mlir_function_body_t* body = ad->body;
+  if (emit_bf16_resource_constant(ad, op, indent)) {
+    return;
+  }
   pcp_autodiff_emit_f(&ad->e, "%s", indent);
   if (op->result_count == 1) {
     pcp_autodiff_emit_f(&ad->e, "%s = ", ad->names[op->first_result]);
@@ -241,11 +286,19 @@ static void emit_forward_op(ad_t* ad, const pcp_mlir_op_t* op,
   if (op->properties[0]) {
     pcp_autodiff_emit_f(&ad->e, " %s", op->properties);
   }
+  // The op's first line names the user's op (diagnostics, compile.c).
+  pcp_autodiff_origin_set(&ad->e, op->location, op->name, NULL);
   if (op->region_count) {
     pcp_autodiff_emit_f(&ad->e, " (");
     for (uint32_t r = 0; r < op->region_count; ++r) {
       const pcp_mlir_block_t* block = &body->blocks[op->first_block + r];
-      pcp_autodiff_emit_f(&ad->e, "%s{\n%s^bb0(", r ? ", " : "", indent);
+      pcp_autodiff_emit_f(&ad->e, "%s{", r ? ", " : "");
+      if (r == 0) {
+        pcp_autodiff_emit_line_end(&ad->e);
+      } else {
+        pcp_autodiff_emit_f(&ad->e, "\n");
+      }
+      pcp_autodiff_emit_f(&ad->e, "%s^bb0(", indent);
       for (uint32_t a = 0; a < block->argument_count; ++a) {
         uint32_t id = block->first_argument + a;
         pcp_autodiff_emit_f(&ad->e, "%s%s: %s", a ? ", " : "", ad->names[id],
@@ -269,7 +322,13 @@ static void emit_forward_op(ad_t* ad, const pcp_mlir_op_t* op,
     results[i] = op->first_result + i;
   }
   emit_types(ad, results, result_count, false);
-  pcp_autodiff_emit_f(&ad->e, "\n");
+  if (op->region_count) {
+    pcp_autodiff_emit_f(&ad->e, "\n");
+  } else {
+    pcp_autodiff_origin_set(&ad->e, op->location, op->name, NULL);
+    pcp_autodiff_emit_line_end(&ad->e);
+  }
+  ad->e.origin[0] = 0;
 }
 
 static void emit_block_ops(ad_t* ad, const pcp_mlir_block_t* block,
@@ -974,8 +1033,9 @@ static void rule_gather(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   ref_t lhs = pcp_autodiff_new_ref(e, &scalar);
   ref_t rhs = pcp_autodiff_new_ref(e, &scalar);
   ref_t sum = pcp_autodiff_new_ref(e, &scalar);
-  pcp_autodiff_emit_f(e, "    %s = \"stablehlo.scatter\"(%s, %s, %s) ({\n",
+  pcp_autodiff_emit_f(e, "    %s = \"stablehlo.scatter\"(%s, %s, %s) ({",
                       out.name, zeros.name, indices.name, g.name);
+  pcp_autodiff_emit_line_end(e);
   pcp_autodiff_emit_f(e, "    ^bb0(%s: tensor<%s>, %s: tensor<%s>):\n",
                       lhs.name, scalar.element, rhs.name, scalar.element);
   pcp_autodiff_emit_f(e,
@@ -1011,6 +1071,181 @@ static void rule_gather(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   pcp_autodiff_type_append(e, &a.type);
   pcp_autodiff_emit_f(e, "\n");
   accumulate(ad, op, 0, out);
+}
+
+// Which combiner a scatter's update computation applies: "add" (index_add,
+// index_put with accumulate), "replace" (index_put: the body returns its
+// second argument) or NULL.
+static const char* scatter_kind(const ad_t* ad, const pcp_mlir_op_t* op) {
+  if (op->region_count != 1) {
+    return NULL;
+  }
+  const pcp_mlir_block_t* block = &ad->body->blocks[op->first_block];
+  if (block->argument_count != 2) {
+    return NULL;
+  }
+  const pcp_mlir_op_t* first = &ad->body->ops[block->first_op];
+  if (block->op_count == 2 && strcmp(first->name, "stablehlo.add") == 0) {
+    return "add";
+  }
+  if (block->op_count == 1 && strcmp(first->name, "stablehlo.return") == 0 &&
+      first->operand_count == 1 &&
+      ad->body->operands[first->first_operand] == block->first_argument + 1) {
+    return "replace";
+  }
+  return NULL;
+}
+
+// scatter(a, idx, u) with the add combiner: da = g; du = gather(g, idx)
+// with the scatter's dimension numbers read as a gather's (the transpose
+// of a scatter-add is a gather). With the replace combiner (index_put) the
+// scattered positions of a are overwritten: da = scatter(g, idx, zeros(u))
+// (replace), du = gather(g, idx). Replace assumes unique indices (as
+// torch's index_put does for its gradient): with duplicates only one
+// update survives the forward, but each gets the gradient.
+static void rule_scatter(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
+  (void)y;
+  const char* kind = scatter_kind(ad, op);
+  if (!kind || op->operand_count != 3) {
+    fail(ad, pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
+                             "no VJP rule for this stablehlo.scatter at %s "
+                             "(only single-input scatters whose update "
+                             "computation adds or replaces)",
+                             op->location));
+    return;
+  }
+  ref_t a = operand(ad, op, 0);
+  ref_t indices = operand(ad, op, 1);
+  ref_t updates = operand(ad, op, 2);
+  int64_t window[PCP_MAX_TENSOR_RANK], inserted[PCP_MAX_TENSOR_RANK];
+  int64_t input_batching[PCP_MAX_TENSOR_RANK];
+  int64_t indices_batching[PCP_MAX_TENSOR_RANK],
+      to_operand[PCP_MAX_TENSOR_RANK];
+  int32_t n_window = attribute_ints(op, "update_window_dims", window, 16);
+  int32_t n_inserted = attribute_ints(op, "inserted_window_dims", inserted, 16);
+  int32_t n_ib = attribute_ints(op, "input_batching_dims", input_batching, 16);
+  int32_t n_sb =
+      attribute_ints(op, "scatter_indices_batching_dims", indices_batching, 16);
+  int32_t n_map =
+      attribute_ints(op, "scatter_dims_to_operand_dims", to_operand, 16);
+  int64_t index_vector_dim = attribute_int(op, "index_vector_dim", 0);
+  if (!dims_valid(ad, op, "update_window_dims", window, n_window, -1,
+                  updates.type.rank) ||
+      !dims_valid(ad, op, "inserted_window_dims", inserted, n_inserted, -1,
+                  a.type.rank) ||
+      !dims_valid(ad, op, "input_batching_dims", input_batching, n_ib, -1,
+                  a.type.rank) ||
+      n_window + n_inserted + n_ib != a.type.rank) {
+    if (!ad->e.status) {
+      fail(ad, pcp_make_status(PCP_STATUS_INTERNAL,
+                               "stablehlo.scatter at %s: window, inserted and "
+                               "batching dims do not cover the operand",
+                               op->location));
+    }
+    return;
+  }
+  if (operand_active(ad, op, 0)) {
+    if (strcmp(kind, "add") == 0) {
+      accumulate(ad, op, 0, g);
+    } else {
+      ref_t zeros = splat_like(ad, 0.0, updates);
+      type_t scalar = pcp_autodiff_type_scalar(a.type.element);
+      pcp_autodiff_emitter_t* e = &ad->e;
+      ref_t out = pcp_autodiff_new_ref(e, &a.type);
+      ref_t lhs = pcp_autodiff_new_ref(e, &scalar);
+      ref_t rhs = pcp_autodiff_new_ref(e, &scalar);
+      pcp_autodiff_emit_f(e, "    %s = \"stablehlo.scatter\"(%s, %s, %s) ({",
+                          out.name, g.name, indices.name, zeros.name);
+      pcp_autodiff_emit_line_end(e);
+      pcp_autodiff_emit_f(e, "    ^bb0(%s: tensor<%s>, %s: tensor<%s>):\n",
+                          lhs.name, scalar.element, rhs.name, scalar.element);
+      pcp_autodiff_emit_f(
+          e, "      \"stablehlo.return\"(%s) : (tensor<%s>) -> ()\n", rhs.name,
+          scalar.element);
+      pcp_autodiff_emit_f(e,
+                          "    }) {indices_are_sorted = false, "
+                          "scatter_dimension_numbers = #stablehlo.scatter<");
+      const char* separator = "";
+      emit_dims_field(ad, "update_window_dims", window, n_window, &separator);
+      emit_dims_field(ad, "inserted_window_dims", inserted, n_inserted,
+                      &separator);
+      emit_dims_field(ad, "input_batching_dims", input_batching, n_ib,
+                      &separator);
+      emit_dims_field(ad, "scatter_indices_batching_dims", indices_batching,
+                      n_sb, &separator);
+      emit_dims_field(ad, "scatter_dims_to_operand_dims", to_operand, n_map,
+                      &separator);
+      pcp_autodiff_emit_f(e,
+                          "%sindex_vector_dim = %lld>, unique_indices = "
+                          "false} : (",
+                          separator, (long long)index_vector_dim);
+      pcp_autodiff_type_append(e, &g.type);
+      pcp_autodiff_emit_f(e, ", ");
+      pcp_autodiff_type_append(e, &indices.type);
+      pcp_autodiff_emit_f(e, ", ");
+      pcp_autodiff_type_append(e, &zeros.type);
+      pcp_autodiff_emit_f(e, ") -> ");
+      pcp_autodiff_type_append(e, &a.type);
+      pcp_autodiff_emit_f(e, "\n");
+      accumulate(ad, op, 0, out);
+    }
+  }
+  if (!operand_active(ad, op, 2)) {
+    return;
+  }
+  // The gather reading back what each update wrote: operand dim d's slice
+  // size is 1 for inserted and batching dims, else the size of the update
+  // window dim that maps to it (window dims map to the remaining operand
+  // dims in order).
+  int64_t slice_sizes[PCP_MAX_TENSOR_RANK];
+  int32_t next_window = 0;
+  for (int32_t d = 0; d < a.type.rank; ++d) {
+    if (contains(inserted, n_inserted, d) ||
+        contains(input_batching, n_ib, d)) {
+      slice_sizes[d] = 1;
+    } else {
+      slice_sizes[d] = updates.type.dims[window[next_window++]];
+    }
+  }
+  char attributes[1024];
+  int used = snprintf(attributes, sizeof(attributes),
+                      "{dimension_numbers = #stablehlo.gather<");
+  const char* separator = "";
+  const struct {
+    const char* key;
+    const int64_t* values;
+    int32_t count;
+  } fields[] = {{"offset_dims", window, n_window},
+                {"collapsed_slice_dims", inserted, n_inserted},
+                {"operand_batching_dims", input_batching, n_ib},
+                {"start_indices_batching_dims", indices_batching, n_sb},
+                {"start_index_map", to_operand, n_map}};
+  for (size_t f = 0; f < PCP_ARRAYSIZE(fields); ++f) {
+    if (!fields[f].count) {
+      continue;
+    }
+    used += snprintf(attributes + used, sizeof(attributes) - (size_t)used,
+                     "%s%s = [", separator, fields[f].key);
+    for (int32_t i = 0; i < fields[f].count; ++i) {
+      used += snprintf(attributes + used, sizeof(attributes) - (size_t)used,
+                       "%s%lld", i ? ", " : "", (long long)fields[f].values[i]);
+    }
+    used += snprintf(attributes + used, sizeof(attributes) - (size_t)used, "]");
+    separator = ", ";
+  }
+  used += snprintf(attributes + used, sizeof(attributes) - (size_t)used,
+                   "%sindex_vector_dim = %lld>, indices_are_sorted = false, "
+                   "slice_sizes = array<i64",
+                   separator, (long long)index_vector_dim);
+  for (int32_t d = 0; d < a.type.rank; ++d) {
+    used += snprintf(attributes + used, sizeof(attributes) - (size_t)used,
+                     "%s%lld", d ? ", " : ": ", (long long)slice_sizes[d]);
+  }
+  snprintf(attributes + used, sizeof(attributes) - (size_t)used, ">}");
+  ref_t operands[2] = {g, indices};
+  accumulate(ad, op, 2,
+             pcp_autodiff_emit_op(&ad->e, "stablehlo.gather", operands, 2,
+                                  attributes, &updates.type));
 }
 
 // d dynamic_slice(a, i...) = dynamic_update_slice(zeros(a), g, i...)
@@ -1174,6 +1409,7 @@ static const rule_entry_t kRules[] = {
     {"stablehlo.pad", rule_pad},
     {"stablehlo.concatenate", rule_concatenate},
     {"stablehlo.gather", rule_gather},
+    {"stablehlo.scatter", rule_scatter},
     {"stablehlo.dynamic_slice", rule_dynamic_slice},
     {"stablehlo.dynamic_update_slice", rule_dynamic_update_slice},
     {"stablehlo.optimization_barrier", rule_identity},
@@ -1542,7 +1778,10 @@ static void emit_backward(ad_t* ad, uint32_t loss_id) {
       return;
     }
     uint32_t result = op->first_result;
+    // Every op the rule emits is traced back to this user op.
+    pcp_autodiff_origin_set(&ad->e, op->location, op->name, "gradient");
     rule(ad, op, ad->adjoints[result], value_ref(ad, result));
+    ad->e.origin[0] = 0;
   }
 }
 
@@ -1848,6 +2087,12 @@ pcp_status_t pcp_compile_training_module_build(
   pcp_string_builder_initialize(allocator, PCP_COMPILE_MAX_MLIR_BYTES, &out);
   if (!status) {
     status = build_text(module, options, allocator, &out);
+  }
+  if (!status) {
+    // dense_resource constants (torch-mlir's weights) refer to blobs in the
+    // file-metadata section; the derived ops keep the references, so the
+    // derived module carries the section too.
+    status = pcp_mlir_module_print_resources(module, &out);
   }
   if (!status) {
     *out_byte_length = out.size;

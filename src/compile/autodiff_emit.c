@@ -70,6 +70,28 @@ void pcp_autodiff_emit_f(pcp_autodiff_emitter_t* e, const char* fmt, ...) {
   e->status = status;
 }
 
+void pcp_autodiff_origin_set(pcp_autodiff_emitter_t* e, const char* location,
+                             const char* op_name, const char* role) {
+  int n = snprintf(e->origin, sizeof(e->origin), "%s (%s%s%s)", location,
+                   op_name, role ? ", " : "", role ? role : "");
+  if (n < 0) {
+    e->origin[0] = 0;
+  }
+  for (char* p = e->origin; *p; ++p) {
+    if ((unsigned char)*p < 0x20) {
+      *p = '?';
+    }
+  }
+}
+
+void pcp_autodiff_emit_line_end(pcp_autodiff_emitter_t* e) {
+  if (e->origin[0]) {
+    pcp_autodiff_emit_f(e, "  // from %s\n", e->origin);
+  } else {
+    pcp_autodiff_emit_f(e, "\n");
+  }
+}
+
 void pcp_autodiff_type_append(pcp_autodiff_emitter_t* e,
                               const pcp_autodiff_type_t* type) {
   pcp_autodiff_emit_f(e, "tensor<");
@@ -108,7 +130,7 @@ static void emit_signature(pcp_autodiff_emitter_t* e,
   }
   pcp_autodiff_emit_f(e, ") -> ");
   pcp_autodiff_type_append(e, result);
-  pcp_autodiff_emit_f(e, "\n");
+  pcp_autodiff_emit_line_end(e);
 }
 
 pcp_autodiff_ref_t pcp_autodiff_emit_op(pcp_autodiff_emitter_t* e,
@@ -274,8 +296,9 @@ pcp_autodiff_ref_t pcp_autodiff_reduce_sum(pcp_autodiff_emitter_t* e,
   pcp_autodiff_ref_t lhs = pcp_autodiff_new_ref(e, &scalar);
   pcp_autodiff_ref_t rhs = pcp_autodiff_new_ref(e, &scalar);
   pcp_autodiff_ref_t sum = pcp_autodiff_new_ref(e, &scalar);
-  pcp_autodiff_emit_f(e, "    %s = \"stablehlo.reduce\"(%s, %s) ({\n",
+  pcp_autodiff_emit_f(e, "    %s = \"stablehlo.reduce\"(%s, %s) ({",
                       result.name, a.name, zero.name);
+  pcp_autodiff_emit_line_end(e);
   pcp_autodiff_emit_f(e, "    ^bb0(%s: tensor<%s>, %s: tensor<%s>):\n",
                       lhs.name, scalar.element, rhs.name, scalar.element);
   pcp_autodiff_emit_f(e,

@@ -39,6 +39,11 @@ typedef struct pcp_autodiff_emitter_t {
   pcp_string_builder_t* out;
   uint32_t next_temp;
   pcp_status_t status;  // first failure; later emits do nothing
+  // Where the ops being emitted come from ("model.mlir:12:5
+  // (stablehlo.scatter, gradient)"); "" for none. When set, every op line
+  // ends in " // from <origin>", which pcp_compile_module reads back to
+  // name the user's op when iree-compile fails on a derived line.
+  char origin[256];
 } pcp_autodiff_emitter_t;
 
 // Type helpers.
@@ -50,6 +55,13 @@ int64_t pcp_autodiff_type_element_count(const pcp_autodiff_type_t* type);
 // Appends "tensor<2x3xf32>".
 void pcp_autodiff_type_append(pcp_autodiff_emitter_t* e,
                               const pcp_autodiff_type_t* type);
+
+// Sets e->origin from a user op's location and name (|role| NULL or
+// "gradient"); control characters in the location become '?'.
+void pcp_autodiff_origin_set(pcp_autodiff_emitter_t* e, const char* location,
+                             const char* op_name, const char* role);
+// Ends an op line: " // from <origin>\n" when e->origin is set, else "\n".
+void pcp_autodiff_emit_line_end(pcp_autodiff_emitter_t* e);
 
 // printf into the output (no-op after a failure).
 void pcp_autodiff_emit_f(pcp_autodiff_emitter_t* e, const char* fmt, ...)

@@ -55,9 +55,20 @@ pcp_compile_backend_parse(const char* name, pcp_compile_backend_t* out_backend);
 // vulkan's IREE default, "macos" for metal).
 const char* pcp_compile_backend_default_target(pcp_compile_backend_t backend);
 
-// The resolved flags for one (backend, target).
-#define PCP_COMPILE_MAX_FLAGS 16
-#define PCP_COMPILE_MAX_FLAG_LENGTH 128
+// The resolved flags for one (backend, target), then the user's extra
+// flags (pcp_compile_flags_add_extra).
+#define PCP_COMPILE_MAX_FLAGS 48
+#define PCP_COMPILE_MAX_FLAG_LENGTH 256
+// At most this many extra flags from one source (--iree-flag, the
+// experiment's iree_flags, $PCP_IREE_FLAGS).
+#define PCP_COMPILE_MAX_EXTRA_FLAGS 16
+// Extra iree-compile flags, space-separated, for every compile of the
+// process (pcp_compile_module) and of the children it starts.
+#define PCP_COMPILE_FLAGS_ENV "PCP_IREE_FLAGS"
+// The CPU backend's default stack-allocation limit (IREE's own is 32 KiB;
+// docs/decisions.md says why this one and how it was measured).
+#define PCP_COMPILE_CPU_STACK_ALLOCATION_LIMIT \
+  "--iree-llvmcpu-stack-allocation-limit=4194304"
 typedef struct pcp_compile_flags_t {
   pcp_compile_backend_t backend;
   char requested_target[64];  // as asked ("" = default)
@@ -76,6 +87,32 @@ typedef struct pcp_compile_flags_t {
 PCP_MUST_USE_RESULT pcp_status_t pcp_compile_flags_resolve(
     pcp_compile_backend_t backend, const char* target,
     pcp_compile_flags_t* out_flags);
+
+// Checks one extra flag as a user gives it: "--name" or "--name=value",
+// at most PCP_COMPILE_MAX_FLAG_LENGTH - 1 bytes, no whitespace or control
+// characters, and not one of the options that decide what PCP gets back or
+// where files go (-o, --output-format, --compile-to/--compile-from, the HAL
+// target device and backends, --help/--version, anything that dumps or
+// writes files: a name containing "dump", "file", "-path" or ending in
+// "-to" or "-dir"). |origin| names the source in the message ("--iree-flag",
+// "PCP_IREE_FLAGS", "iree_flags[2]"). INVALID_ARGUMENT otherwise.
+PCP_MUST_USE_RESULT pcp_status_t pcp_compile_flag_check(const char* flag,
+                                                        const char* origin);
+
+// Appends |count| extra flags to |flags| after checking each
+// (pcp_compile_flag_check); a flag naming the same option as one already
+// there (the part before '=') replaces it, so a user's
+// --iree-llvmcpu-stack-allocation-limit=... overrides the table's default.
+// INVALID_ARGUMENT for a bad flag or more than PCP_COMPILE_MAX_EXTRA_FLAGS.
+PCP_MUST_USE_RESULT pcp_status_t pcp_compile_flags_add_extra(
+    pcp_compile_flags_t* flags, const char* const* extra, size_t count,
+    const char* origin);
+
+// Splits $PCP_IREE_FLAGS at spaces and tabs and adds the flags
+// (pcp_compile_flags_add_extra; the messages name the variable). OK and
+// nothing added when it is unset or blank.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_compile_flags_add_environment(pcp_compile_flags_t* flags);
 
 //===----------------------------------------------------------------------===//
 // The compiler
@@ -108,7 +145,24 @@ typedef struct pcp_compile_request_t {
   const char* cache_dir;
   bool disable_cache;        // always compile, never read or write the cache
   int64_t timeout_ms;        // 0 = 30 minutes
+  // Extra iree-compile flags (borrowed), added after the table's flags and
+  // $PCP_IREE_FLAGS (pcp_compile_flags_add_extra); part of the cache key.
+  const char* const* iree_flags;
+  size_t iree_flag_count;
+  // Non-NULL when |mlir_text| was derived by
+  // pcp_compile_training_module_build for this program ("grad", "train",
+  // "diloco"). The text is then saved as
+  // <cache_dir>/derived/<key>.<program>.mlir and compiled from that file, so
+  // iree-compile's diagnostics name a file the user can open at the line
+  // they cite; an error also says which user op each cited line came from
+  // (the derived ops' "// from model.mlir:L:C (op)" comments).
+  const char* derived_program;
 } pcp_compile_request_t;
+
+// Where a request's derived module is saved (see derived_program); valid
+// after pcp_compile_module returned, also on failure ("" when nothing was
+// saved).
+#define PCP_COMPILE_DERIVED_DIRECTORY "derived"
 
 typedef struct pcp_compile_result_t {
   uint8_t* vmfb;             // owned, 64-byte aligned; free() it
@@ -117,6 +171,8 @@ typedef struct pcp_compile_result_t {
   char cache_key[PCP_SHA256_HEX_LENGTH + 1];
   pcp_compile_flags_t flags;
   double compile_seconds;    // 0 on a cache hit
+  // The saved derived module (request.derived_program), "" when none.
+  char derived_path[1024];
 } pcp_compile_result_t;
 
 // Compiles (or fetches from the cache) one module. Errors:

@@ -32,6 +32,7 @@ typedef struct compile_cli_options_t {
   double max_grad_norm;
   char* delta_dtype;
   char* inner_state;  // NULL: not given (reset)
+  pcp_string_list_t iree_flags;
 } compile_cli_options_t;
 
 static pcp_status_t validate_backend(const void* config,
@@ -122,6 +123,11 @@ static const pcp_config_field_t kFields[] = {
     {.name = "max-grad-norm", .type = PCP_CONFIG_TYPE_DOUBLE,
      .offset = OFFSET(max_grad_norm), .default_value = "1.0", .min = 0,
      .max = 1e30, .help = "global gradient-norm clip (0: none)"},
+    {.name = "iree-flag", .type = PCP_CONFIG_TYPE_STRING_LIST,
+     .offset = OFFSET(iree_flags), .value_name = "FLAG",
+     .help = "pass FLAG (--name=value) to iree-compile; repeatable, after "
+             "$PCP_IREE_FLAGS; replaces a default flag of the same name; "
+             "part of the cache key"},
     {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(help),
      .default_value = "false", .help = "show this help"},
 };
@@ -137,7 +143,8 @@ static void print_help(void) {
       "usage: pcp compile MODEL.mlir [--backend B] [--target T] -o OUT.vmfb\n"
       "       pcp compile --program grad|train|diloco MODEL.mlir [--inner-steps K]\n"
       "               [--accumulate A] [--inner-state reset|keep]\n"
-      "               [--emit-mlir OUT.mlir] [-o OUT.vmfb]\n\n"
+      "               [--emit-mlir OUT.mlir] [-o OUT.vmfb]\n"
+      "       ... [--iree-flag=--name=value]...   (also $PCP_IREE_FLAGS)\n\n"
       "Compiles a StableHLO module to an IREE VMFB with the wheel's iree-compile "
       "(in a child\nprocess), reusing the artifact cache when the same module "
       "was compiled before.\n\nflags:\n");
@@ -230,6 +237,12 @@ int pcp_compile_cli_main(int argc, char** argv) {
   if (options.print_flags) {
     pcp_compile_flags_t flags;
     status = pcp_compile_flags_resolve(backend, options.target, &flags);
+    if (!status) status = pcp_compile_flags_add_environment(&flags);
+    if (!status) {
+      status = pcp_compile_flags_add_extra(
+          &flags, (const char* const*)options.iree_flags.items,
+          options.iree_flags.count, "--iree-flag");
+    }
     if (!status) {
       for (int i = 0; i < flags.count; ++i) printf("%s\n", flags.flags[i]);
       if (flags.note[0]) fprintf(stderr, "note: %s\n", flags.note);
@@ -286,6 +299,9 @@ int pcp_compile_cli_main(int argc, char** argv) {
           .cache_dir = options.cache_dir,
           .disable_cache = options.no_cache,
           .timeout_ms = options.timeout_s * 1000,
+          .iree_flags = (const char* const*)options.iree_flags.items,
+          .iree_flag_count = options.iree_flags.count,
+          .derived_program = options.program,
       };
       pcp_compile_result_t result;
       fprintf(stderr, "pcp compile: %s for %s/%s ...\n", path,
@@ -293,6 +309,10 @@ int pcp_compile_cli_main(int argc, char** argv) {
               options.target ? options.target
                              : pcp_compile_backend_default_target(backend));
       status = pcp_compile_module(&request, &result);
+      if (status && result.derived_path[0]) {
+        fprintf(stderr, "pcp compile: the derived module is %s\n",
+                result.derived_path);
+      }
       if (!status) {
         if (result.flags.note[0]) fprintf(stderr, "note: %s\n", result.flags.note);
         status = pcp_file_write_atomic(options.output, result.vmfb,

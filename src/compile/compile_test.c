@@ -315,6 +315,98 @@ static void expect_code(pcp_status_t status, pcp_status_code_t code,
   pcp_status_ignore(status);
 }
 
+// Extra flags: the check's refusals, replacement of a table flag by name,
+// PCP_IREE_FLAGS splitting, and the cache key following the flags.
+static void extra_flags_are_checked_merged_and_keyed(void** state) {
+  (void)state;
+  const char* bad[] = {"",
+                       "-o",
+                       "--",
+                       "iree-opt-level=O1",
+                       "--iree-opt level=O1",
+                       "--compile-to=flow",
+                       "--iree-hal-target-device=cuda",
+                       "--iree-hal-dump-executable-files-to=/tmp",
+                       "--mlir-print-ir-tree-dir=/tmp",
+                       "--iree-opt-level=O1\n"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(bad); ++i) {
+    pcp_status_t status = pcp_compile_flag_check(bad[i], "--iree-flag");
+    assert_int_equal(pcp_status_consume_code(status),
+                     PCP_STATUS_INVALID_ARGUMENT);
+  }
+  char long_flag[PCP_COMPILE_MAX_FLAG_LENGTH + 8];
+  memset(long_flag, 'a', sizeof(long_flag) - 1);
+  long_flag[0] = long_flag[1] = '-';
+  long_flag[sizeof(long_flag) - 1] = 0;
+  assert_int_equal(
+      pcp_status_consume_code(pcp_compile_flag_check(long_flag, NULL)),
+      PCP_STATUS_INVALID_ARGUMENT);
+  assert_null(pcp_compile_flag_check("--iree-opt-level=O1", NULL));
+
+  pcp_compile_flags_t f;
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CPU, NULL, &f));
+  assert_true(has_flag(&f, PCP_COMPILE_CPU_STACK_ALLOCATION_LIMIT));
+  int count = f.count;
+  const char* extra[] = {"--iree-llvmcpu-stack-allocation-limit=65536",
+                         "--iree-opt-data-tiling=false"};
+  assert_null(pcp_compile_flags_add_extra(&f, extra, 2, "--iree-flag"));
+  assert_int_equal(f.count, count + 1);  // one replaced, one added
+  assert_false(has_flag(&f, PCP_COMPILE_CPU_STACK_ALLOCATION_LIMIT));
+  assert_true(has_flag(&f, extra[0]));
+  assert_true(has_flag(&f, extra[1]));
+  const char* many[PCP_COMPILE_MAX_EXTRA_FLAGS + 1];
+  for (size_t i = 0; i < PCP_ARRAYSIZE(many); ++i)
+    many[i] = "--iree-opt-level=O1";
+  assert_int_equal(pcp_status_consume_code(pcp_compile_flags_add_extra(
+                       &f, many, PCP_ARRAYSIZE(many), NULL)),
+                   PCP_STATUS_INVALID_ARGUMENT);
+
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CPU, NULL, &f));
+  setenv(PCP_COMPILE_FLAGS_ENV,
+         "  --iree-opt-level=O1 \t--iree-opt-data-tiling=false ", 1);
+  assert_null(pcp_compile_flags_add_environment(&f));
+  assert_true(has_flag(&f, "--iree-opt-level=O1"));
+  assert_false(has_flag(&f, "--iree-opt-level=O2"));
+  assert_true(has_flag(&f, "--iree-opt-data-tiling=false"));
+  setenv(PCP_COMPILE_FLAGS_ENV, "--output-format=vm-asm", 1);
+  assert_int_equal(
+      pcp_status_consume_code(pcp_compile_flags_add_environment(&f)),
+      PCP_STATUS_INVALID_ARGUMENT);
+  unsetenv(PCP_COMPILE_FLAGS_ENV);
+
+  // Same module, another flag: another key; the same flag by the
+  // environment: the same key (and a cache hit).
+  char cache[128];
+  snprintf(cache, sizeof(cache), "%s/flags-cache", g_dir);
+  pcp_compile_request_t request = request_for(kAddModule, cache);
+  pcp_compile_result_t plain, flagged, from_env;
+  assert_null(pcp_compile_module(&request, &plain));
+  const char* o1[] = {"--iree-opt-level=O1"};
+  request.iree_flags = o1;
+  request.iree_flag_count = 1;
+  assert_null(pcp_compile_module(&request, &flagged));
+  assert_string_not_equal(plain.cache_key, flagged.cache_key);
+  request.iree_flags = NULL;
+  request.iree_flag_count = 0;
+  setenv(PCP_COMPILE_FLAGS_ENV, "--iree-opt-level=O1", 1);
+  assert_null(pcp_compile_module(&request, &from_env));
+  unsetenv(PCP_COMPILE_FLAGS_ENV);
+  assert_string_equal(from_env.cache_key, flagged.cache_key);
+  assert_true(from_env.cache_hit);
+  pcp_compile_result_deinitialize(&plain);
+  pcp_compile_result_deinitialize(&flagged);
+  pcp_compile_result_deinitialize(&from_env);
+
+  // A flag iree-compile does not know: INVALID_ARGUMENT saying where the
+  // flag came from.
+  const char* unknown[] = {"--iree-no-such-flag=1"};
+  request.iree_flags = unknown;
+  request.iree_flag_count = 1;
+  pcp_compile_result_t failed;
+  pcp_status_t status = pcp_compile_module(&request, &failed);
+  expect_code(status, PCP_STATUS_INVALID_ARGUMENT, "--iree-no-such-flag");
+}
+
 // The C API end to end without running anything: the derived module holds
 // the four functions; bad forward functions and ops without a rule are
 // errors that say why.
@@ -518,6 +610,7 @@ int main(void) {
       cmocka_unit_test(training_module_functions_and_errors),
       cmocka_unit_test(training_module_accumulation),
       cmocka_unit_test(training_module_inner_state),
+      cmocka_unit_test(extra_flags_are_checked_merged_and_keyed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -534,6 +534,54 @@ pcp_status_t pcp_mlir_module_print(pcp_mlir_module_t* module,
   return sink.status;
 }
 
+// Keeps only the file-metadata section the printer writes after the
+// top-level op ("\n{-#" starts it; a string attribute cannot hold a raw
+// newline, so the marker cannot occur earlier), so a large module's ops are
+// never held in memory.
+typedef struct resource_sink_t {
+  pcp_string_builder_t* builder;
+  pcp_status_t status;
+  bool capturing;
+  char last[4];  // the last four characters seen
+} resource_sink_t;
+
+static void resource_sink_append(MlirStringRef chunk, void* user_data) {
+  resource_sink_t* sink = (resource_sink_t*)user_data;
+  if (sink->status) {
+    return;
+  }
+  size_t from = 0;
+  if (!sink->capturing) {
+    for (size_t i = 0; i < chunk.length && !sink->capturing; ++i) {
+      memmove(sink->last, sink->last + 1, 3);
+      sink->last[3] = chunk.data[i];
+      if (memcmp(sink->last, "\n{-#", 4) == 0) {
+        sink->capturing = true;
+        from = i + 1;
+        sink->status = pcp_string_builder_append_cstring(sink->builder, "{-#");
+      }
+    }
+  }
+  if (sink->capturing && !sink->status && from < chunk.length) {
+    sink->status = pcp_string_builder_append(
+        sink->builder,
+        pcp_make_string_view(chunk.data + from, chunk.length - from));
+  }
+}
+
+pcp_status_t pcp_mlir_module_print_resources(pcp_mlir_module_t* module,
+                                             pcp_string_builder_t* builder) {
+  const pcp_mlir_api_t* api = module->context->api;
+  MlirOpPrintingFlags printing_flags = api->mlirOpPrintingFlagsCreate();
+  // The generic form is the cheapest to print; the ops are dropped anyway.
+  api->mlirOpPrintingFlagsPrintGenericOpForm(printing_flags);
+  resource_sink_t sink = {builder, pcp_ok_status(), false, {0, 0, 0, 0}};
+  api->mlirOperationPrintWithFlags(api->mlirModuleGetOperation(module->module),
+                                   printing_flags, resource_sink_append, &sink);
+  api->mlirOpPrintingFlagsDestroy(printing_flags);
+  return sink.status;
+}
+
 //===----------------------------------------------------------------------===//
 // Functions and signatures
 //===----------------------------------------------------------------------===//

@@ -157,6 +157,16 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_mlir_module_print(pcp_mlir_module_t* module, pcp_mlir_print_flags_t flags,
                       pcp_string_builder_t* builder);
 
+// Appends the module's file-metadata section as MLIR prints it after the
+// top-level op ("{-# dialect_resources: {builtin: {name: "0x..."}} #-}"):
+// the blobs that `dense_resource<name>` attributes refer to. A module text
+// built from this module's ops needs it appended, or the compiler fails
+// with "resource does not exist". Appends nothing when the module holds no
+// resources. Prints the module once (the ops themselves are not kept).
+// RESOURCE_EXHAUSTED when the builder's cap is reached.
+PCP_MUST_USE_RESULT pcp_status_t pcp_mlir_module_print_resources(
+    pcp_mlir_module_t* module, pcp_string_builder_t* builder);
+
 //===----------------------------------------------------------------------===//
 // Functions and signatures
 //===----------------------------------------------------------------------===//

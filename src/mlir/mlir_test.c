@@ -652,6 +652,44 @@ static void test_print_respects_builder_cap(void** state) {
   pcp_mlir_module_release(module);
 }
 
+// dense_resource blobs: the file-metadata section comes back as MLIR prints
+// it (and nothing for a module without resources), for a derived module to
+// carry.
+static void test_print_resources(void** state) {
+  PCP_UNUSED(state);
+  static const char kText[] =
+      "func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+      "  %0 = stablehlo.constant dense_resource<torch_tensor_2_torch.float32>"
+      " : tensor<2xf32>\n"
+      "  %1 = stablehlo.add %a, %0 : tensor<2xf32>\n"
+      "  return %1 : tensor<2xf32>\n}\n"
+      "{-#\n  dialect_resources: {\n    builtin: {\n"
+      "      torch_tensor_2_torch.float32: \"0x040000000000803F00000040\"\n"
+      "    }\n  }\n#-}\n";
+  pcp_mlir_module_t* module =
+      parse_text(kText, sizeof(kText) - 1, "resources.mlir");
+  pcp_string_builder_t builder;
+  pcp_string_builder_initialize(pcp_allocator_system(), 1 << 20, &builder);
+  expect_ok(pcp_mlir_module_print_resources(module, &builder));
+  const char* text = pcp_string_builder_cstring(&builder);
+  assert_true(strncmp(text, "{-#", 3) == 0);
+  assert_non_null(strstr(text, "dialect_resources"));
+  assert_non_null(strstr(text,
+                         "torch_tensor_2_torch.float32: "
+                         "\"0x040000000000803F00000040\""));
+  assert_non_null(strstr(text, "#-}"));
+  assert_null(strstr(text, "stablehlo"));  // the ops are not kept
+  pcp_string_builder_deinitialize(&builder);
+  pcp_mlir_module_release(module);
+
+  module = parse_fixture("mlp_pretty.mlir");
+  pcp_string_builder_initialize(pcp_allocator_system(), 1 << 20, &builder);
+  expect_ok(pcp_mlir_module_print_resources(module, &builder));
+  assert_int_equal(builder.size, 0);
+  pcp_string_builder_deinitialize(&builder);
+  pcp_mlir_module_release(module);
+}
+
 // The body walk: value numbering, operands, printed attributes, one-block
 // regions (reduce) and locations.
 static void test_function_body(void** state) {
@@ -745,6 +783,7 @@ int main(void) {
       cmocka_unit_test(test_print_respects_builder_cap),
       cmocka_unit_test(test_many_diagnostics_are_capped),
       cmocka_unit_test(test_function_body),
+      cmocka_unit_test(test_print_resources),
   };
   return cmocka_run_group_tests(tests, setup_context, teardown_context);
 }

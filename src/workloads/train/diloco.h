@@ -116,6 +116,9 @@ typedef struct pcp_diloco_config_t {
   int64_t effective_batch_size;  // 0: unset (micro batch)
   int32_t deltas_dtype;          // pcp_diloco_wire_dtype_t
   pcp_diloco_streaming_config_t streaming;
+  // Extra iree-compile flags for this job's programs (--iree-flag each;
+  // pcp_compile_flag_check rules, at most PCP_COMPILE_MAX_EXTRA_FLAGS).
+  pcp_string_list_t iree_flags;
 } pcp_diloco_config_t;
 
 // The table (defaults, bounds, help). Cross-field rules: exactly one of

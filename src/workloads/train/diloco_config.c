@@ -2,8 +2,10 @@
 // The DiLoCo experiment config table (reference s.1.6 flat keys).
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "compile/compile.h"
 #include "workloads/workloads.h"
 
 #define T pcp_diloco_config_t
@@ -227,6 +229,13 @@ static const pcp_config_field_t kFields[] = {
      .help = "streaming DiLoCo {num_fragments, inner_steps, overlap_tau, "
              "alpha}",
      .object_table = &kStreamingTable},
+    {.name = "iree_flags",
+     .type = PCP_CONFIG_TYPE_STRING_LIST,
+     .offset = offsetof(T, iree_flags),
+     .flags = PCP_CONFIG_FLAG_JSON_ONLY,
+     .help = "extra iree-compile flags for the job's programs "
+             "([\"--name=value\", ...], at most 16; also $PCP_IREE_FLAGS in "
+             "the gateway's environment)"},
 };
 #undef T
 
@@ -237,6 +246,18 @@ static pcp_status_t validate_config(const void* config) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "diloco config: key 'model_path': give exactly one "
                            "of model_path and model");
+  }
+  if (c->iree_flags.count > PCP_COMPILE_MAX_EXTRA_FLAGS) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "diloco config: key 'iree_flags': %zu flags; at "
+                           "most %d",
+                           c->iree_flags.count, PCP_COMPILE_MAX_EXTRA_FLAGS);
+  }
+  for (size_t i = 0; i < c->iree_flags.count; ++i) {
+    char origin[64];
+    snprintf(origin, sizeof(origin), "diloco config: key 'iree_flags[%zu]'", i);
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_compile_flag_check(c->iree_flags.items[i], origin));
   }
   if (c->effective_batch_size > 0 && c->model.present &&
       c->effective_batch_size % c->model.batch != 0) {

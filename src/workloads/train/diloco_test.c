@@ -124,6 +124,34 @@ static void test_config_errors_name_the_key(void** state) {
       "{\"model_path\":\"m\",\"data_path\":\"d\","
       "\"outer_learning_rate\":\"x\"}",
       "outer_learning_rate");
+  // iree_flags: refused, malformed and too many flags, a non-string item.
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\",\"iree_flags\":[\"-o\"]}",
+      "iree_flags[0]");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\",\"iree_flags\":"
+      "[\"--iree-opt-level=O1\",\"--compile-to=flow\"]}",
+      "iree_flags[1]");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\",\"iree_flags\":[1]}",
+      "iree_flags");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\",\"iree_flags\":"
+      "[\"--a=1\",\"--a=1\",\"--a=1\",\"--a=1\",\"--a=1\",\"--a=1\",\"--a=1\","
+      "\"--a=1\",\"--a=1\",\"--a=1\",\"--a=1\",\"--a=1\",\"--a=1\",\"--a=1\","
+      "\"--a=1\",\"--a=1\",\"--a=1\"]}",
+      "iree_flags");
+  pcp_diloco_config_t config;
+  pcp_status_t status = pcp_diloco_config_parse_json(
+      "{\"model_path\":\"m\",\"data_path\":\"d\",\"iree_flags\":"
+      "[\"--iree-opt-level=O1\"]}",
+      strlen("{\"model_path\":\"m\",\"data_path\":\"d\",\"iree_flags\":"
+             "[\"--iree-opt-level=O1\"]}"),
+      &config, NULL);
+  assert_null(status);
+  assert_int_equal(config.iree_flags.count, 1);
+  assert_string_equal(config.iree_flags.items[0], "--iree-opt-level=O1");
+  pcp_diloco_config_deinitialize(&config);
 }
 
 static float from_bits(uint32_t bits) {

@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "compile/compile.h"
 #include "workloads/train/service_impl.h"
 
 extern char** environ;
@@ -684,14 +685,41 @@ pcp_status_t pcp_diloco_job_child_compile(
   snprintf(accumulate, sizeof(accumulate), "%" PRId64, job->accumulation);
   // v3: @train_steps and @diloco_round take one lr per inner step (a
   // v2 artifact in an old state directory has the scalar-lr signature).
-  char key_text[512];
-  snprintf(key_text, sizeof(key_text),
-           "pcp.diloco.program.v3|%s|%s|%s|%s|%s|%s%s%s", content_hash,
-           kind ? kind : "-", steps, delta, backend, target,
-           kind && job->accumulation > 1 ? "|accumulate=" : "",
-           kind && job->accumulation > 1 ? accumulate : "");
+  // Extra compiler flags (the experiment's iree_flags, validated at submit,
+  // and $PCP_IREE_FLAGS, which the child inherits) shape the program too.
+  const pcp_string_list_t* extra = &job->config.iree_flags;
+  char flag_args[PCP_COMPILE_MAX_EXTRA_FLAGS]
+                [PCP_COMPILE_MAX_FLAG_LENGTH + sizeof("--iree-flag=")];
+  size_t flag_count = extra->count < PCP_COMPILE_MAX_EXTRA_FLAGS
+                          ? extra->count
+                          : PCP_COMPILE_MAX_EXTRA_FLAGS;
+  const char* env_flags = getenv(PCP_COMPILE_FLAGS_ENV);
+  pcp_string_builder_t key_builder;
+  pcp_string_builder_initialize(pcp_allocator_system(), 64 << 10, &key_builder);
+  pcp_status_t key_status = pcp_string_builder_append_f(
+      &key_builder, "pcp.diloco.program.v3|%s|%s|%s|%s|%s|%s%s%s", content_hash,
+      kind ? kind : "-", steps, delta, backend, target,
+      kind && job->accumulation > 1 ? "|accumulate=" : "",
+      kind && job->accumulation > 1 ? accumulate : "");
+  for (size_t i = 0; i < flag_count; ++i) {
+    snprintf(flag_args[i], sizeof(flag_args[i]), "--iree-flag=%s",
+             extra->items[i]);
+    if (!key_status) {
+      key_status =
+          pcp_string_builder_append_f(&key_builder, "|%s", flag_args[i]);
+    }
+  }
+  if (!key_status && env_flags && env_flags[0]) {
+    key_status = pcp_string_builder_append_f(
+        &key_builder, "|" PCP_COMPILE_FLAGS_ENV "=%s", env_flags);
+  }
+  if (key_status) {
+    pcp_string_builder_deinitialize(&key_builder);
+    return key_status;
+  }
   pcp_sha256_t digest;
-  pcp_sha256_compute(key_text, strlen(key_text), &digest);
+  pcp_sha256_compute(key_builder.data, key_builder.size, &digest);
+  pcp_string_builder_deinitialize(&key_builder);
   char hex[PCP_SHA256_HEX_LENGTH + 1];
   pcp_sha256_to_hex(&digest, hex);
   char artifacts[1100];
@@ -702,7 +730,7 @@ pcp_status_t pcp_diloco_job_child_compile(
   if (!pcp_file_exists(vmfb)) {
     char log_path[1300];
     snprintf(log_path, sizeof(log_path), "%s/compile-%.12s.log", job->dir, hex);
-    char* argv[24];
+    char* argv[24 + PCP_COMPILE_MAX_EXTRA_FLAGS];
     int argc = 0;
     argv[argc++] = (char*)o->pcp_path;
     argv[argc++] = "compile";
@@ -723,6 +751,9 @@ pcp_status_t pcp_diloco_job_child_compile(
     if (target[0]) {
       argv[argc++] = "--target";
       argv[argc++] = (char*)target;
+    }
+    for (size_t i = 0; i < flag_count; ++i) {
+      argv[argc++] = flag_args[i];
     }
     argv[argc++] = "--cache-dir";
     argv[argc++] = artifacts;

@@ -635,7 +635,12 @@ pcp_status_t pcp_iree_backend_create(const pcp_backend_options_t* options,
                                                           : physical_core_count();
     char flag[64];
     snprintf(flag, sizeof(flag), "--task_topology_group_count=%d", (int)workers);
-    PyObject* r = PyObject_CallMethod(g_helper, "set_flags", "s", flag);
+    // Dispatches may hold up to the compile's stack-allocation limit (4 MiB
+    // for cpu, PCP_COMPILE_CPU_STACK_ALLOCATION_LIMIT) on a worker thread's
+    // stack; IREE's own default stack is 128 KiB. 8 MiB is glibc's default
+    // thread stack (reserved, committed only as touched). docs/decisions.md.
+    PyObject* r = PyObject_CallMethod(g_helper, "set_flags", "ss", flag,
+                                      "--task_worker_stack_size=8388608");
     if (!r) status = status_from_python("setting CPU threads");
     Py_XDECREF(r);
   }
