@@ -324,8 +324,7 @@ def main():
                     print("".join(open(path).readlines()[-30:]))
         else:
             shutil.rmtree(work, ignore_errors=True)
-    print("%d failed" % len(FAILURES))
-    sys.exit(1 if FAILURES or not ok else 0)
+    return ok
 
 
 def _ready(base):
@@ -352,4 +351,8 @@ def _grep(path, text):
 
 
 if __name__ == "__main__":
-    main()
+    finished = main()
+    if not finished and not FAILURES:
+        FAILURES.append("the test stopped early")
+    print("%d failed" % len(FAILURES))
+    sys.exit(1 if FAILURES else 0)
