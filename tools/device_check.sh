@@ -108,6 +108,9 @@ cleanup() {
     cp "$work"/*.log "$out"/ 2>/dev/null || true
   fi
   note "device_check $status_word in $((SECONDS - started))s (budget ${budget}s, backend $backend)"
+  if [[ $rc -eq 0 ]]; then
+    rm -rf "$work"
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
