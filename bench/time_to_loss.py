@@ -168,6 +168,10 @@ def run_pcp(pcp, experiment, work, goal, deadline):
                 if val <= goal:
                     reached = time.time()
             if state_name in ("succeeded", "failed", "cancelled"):
+                if reached is None:
+                    die("the PCP job ended %s before val_loss %.2f: %s "
+                        "(logs in %s)" % (state_name, goal,
+                                          body.get("error") or seen, work))
                 break
             time.sleep(0.05)
         http(base, "POST", "/v1/jobs/%s/cancel" % job_id)
@@ -329,6 +333,8 @@ def main():
                     default=os.path.join(ROOT, "examples",
                                          "quickstart_train.json"))
     ap.add_argument("--budget-s", type=int, default=1500)
+    # The JAX side alone on given held-out batches (int32 [2, E, B, T]).
+    ap.add_argument("--jax-only", metavar="EVAL_BATCHES_NPY")
     args = ap.parse_args()
     deadline = time.time() + args.budget_s
     with open(args.experiment) as f:
@@ -348,6 +354,17 @@ def main():
          experiment.get("warmup_steps", 0), experiment.get("min_lr", 0),
          experiment.get("inner_state", "keep"), args.goal))
     work = tempfile.mkdtemp(prefix="pcp-time-to-loss-")
+    per_outer = experiment["tau"] * 2 * m["batch"] * m["block_size"]
+    marks = [s * per_outer for s in range(
+        args.eval_every, int(experiment["outer_loop_steps"]) + 1,
+        args.eval_every)]
+    if args.jax_only:
+        jax_s, curve = run_jax(args.pcp, experiment, args.jax_only, marks,
+                               args.goal, work, deadline)
+        shutil.rmtree(work, ignore_errors=True)
+        print("jax: val_loss <= %.2f after %s s" % (args.goal, jax_s))
+        return
+    ok = False
     try:
         pcp_s, pcp_curve, job_dir, pcp_total_s = run_pcp(
             args.pcp, experiment, work, args.goal, deadline)
@@ -360,14 +377,12 @@ def main():
                 "batches there" % eval_path)
         # JAX is evaluated at PCP's evaluation points and beyond, at the
         # same spacing, until it reaches the goal or the schedule ends.
-        per_outer = experiment["tau"] * 2 * m["batch"] * m["block_size"]
-        marks = [s * per_outer for s in range(
-            args.eval_every, int(experiment["outer_loop_steps"]) + 1,
-            args.eval_every)]
         jax_s, jax_curve = run_jax(args.pcp, experiment, eval_path, marks,
                                    args.goal, work, deadline)
+        ok = True
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
     print("%12s %12s %12s" % ("tokens", "pcp val", "jax val"))
     for tokens in sorted(set(pcp_curve) | set(jax_curve)):
         fmt = lambda v: "%12.4f" % v if v is not None else "%12s" % "-"  # noqa

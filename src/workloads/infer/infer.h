@@ -24,10 +24,17 @@
 // longest common prefix is reused).
 //
 // A manager thread scans the model directories (also on demand through
-// pcp_infer_service_scan), prepares models, starts schedulers for workers
-// that connect, stops those of workers that are lost, and runs the
+// pcp_infer_service_scan, and for one directory through
+// pcp_infer_service_dir_notify), prepares models, starts schedulers for
+// workers that connect, stops those of workers that are lost, and runs the
 // readiness probe: a one-token request through the real path (gateway ->
 // worker -> @prefill and one @decode) every probe interval.
+//
+// A model is served as versions: a newer model.json of the same name (a
+// training job's next checkpoint) is prepared beside the served version
+// (own weights, own worker sessions) and takes new requests once one
+// worker has it; the old version's schedulers finish what they hold and
+// retire (pcp_infer_service_scan describes the rules).
 //
 // Threading: every function is thread-safe. Callbacks of a request run on
 // its scheduler thread (or on the submitting thread when submit fails: then

@@ -242,8 +242,8 @@ pcp_status_t pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m) {
   }
   // A training export's provenance and the weights it committed to.
   if (!status)
-    status = int_field(root, dir, "outer_step", false, 0, INT64_MAX,
-                       &m->outer_step);
+    status =
+        int_field(root, dir, "outer_step", false, 0, INT64_MAX, &m->outer_step);
   if (!status)
     status = int_field(root, dir, "weights_bytes", false, 0, INT64_MAX,
                        &m->weights_bytes);
@@ -423,7 +423,8 @@ pcp_status_t pcp_infer_model_weights_load(pcp_infer_model_t* m) {
     pin = open(m->weights_path, O_RDONLY | O_CLOEXEC);
     if (pin < 0 || fstat(pin, &pinned) != 0) {
       int err = errno;
-      if (pin >= 0) close(pin);
+      if (pin >= 0)
+        close(pin);
       return pcp_status_from_errno(err, "%s", m->weights_path);
     }
     pcp_sha256_t digest;
@@ -454,9 +455,9 @@ pcp_status_t pcp_infer_model_weights_load(pcp_infer_model_t* m) {
   if (!status && pin >= 0 &&
       (stat(m->weights_path, &now) != 0 || now.st_ino != pinned.st_ino ||
        now.st_dev != pinned.st_dev)) {
-    status = pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
-                             "%s was replaced while it was loaded",
-                             m->weights_path);
+    status =
+        pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                        "%s was replaced while it was loaded", m->weights_path);
   }
   if (pin >= 0) {
     close(pin);

@@ -60,9 +60,9 @@ typedef struct model_entry_t {
   // they hold and stop.
   version_t* current;
   version_t* next;
-  uint32_t versions;        // numbers handed out so far
-  char reload_error[256];   // why the last newer export failed ("" if none)
-  bool pinned;  // from --model-dir (readiness depends on it)
+  uint32_t versions;       // numbers handed out so far
+  char reload_error[256];  // why the last newer export failed ("" if none)
+  bool pinned;             // from --model-dir (readiness depends on it)
 } model_entry_t;
 
 typedef enum req_phase_e {
@@ -1111,8 +1111,8 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
       // loading): the new one takes its place at once. A load in progress
       // holds its own reference.
       PCP_LOG(PCP_LOG_INFO, &s->options.log,
-              "model dir changed, reloading name=%s version=%u dir=%s",
-              m->name, v->number, dir);
+              "model dir changed, reloading name=%s version=%u dir=%s", m->name,
+              v->number, dir);
       version_t* old = e->current;
       e->current = v;
       version_release(old);
@@ -1253,8 +1253,7 @@ static model_entry_t* model_find(pcp_infer_service_t* s, const char* name) {
 static uint32_t runners_serving(pcp_infer_service_t* s, const version_t* v) {
   uint32_t n = 0;
   for (runner_t* r = s->runners; r; r = r->next) {
-    if (r->version == v && atomic_load(&r->state) == RUNNER_READY &&
-        !r->stop) {
+    if (r->version == v && atomic_load(&r->state) == RUNNER_READY && !r->stop) {
       ++n;
     }
   }
@@ -1449,10 +1448,11 @@ static pcp_status_t submit_once(pcp_infer_service_t* s,
                                "model %s is not being served by any worker",
                                params->model);
     } else if (runner->waiting >= s->options.max_waiting_per_worker) {
-      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                               "too many requests waiting for model %s (%u "
-                               "per worker); retry later",
-                               params->model, s->options.max_waiting_per_worker);
+      status =
+          pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                          "too many requests waiting for model %s (%u "
+                          "per worker); retry later",
+                          params->model, s->options.max_waiting_per_worker);
     } else {
       enqueue(s, runner, r);
       r = NULL;
@@ -1579,8 +1579,8 @@ void pcp_infer_service_readiness(pcp_infer_service_t* s,
                                          s->options.probe_max_age_ms;
   // Every --model-dir model is served, and the probe passed recently.
   out->ready = pinned_waiting == 0 && out->schedulers > 0 && s->probe_ok_ns &&
-               !s->probe_failed &&
-               !stuck && out->probe_age_ms <= s->options.probe_max_age_ms;
+               !s->probe_failed && !stuck &&
+               out->probe_age_ms <= s->options.probe_max_age_ms;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -1732,8 +1732,8 @@ static void promote(pcp_infer_service_t* s) {
     version_t* v = e->next;
     bool ready = false;
     for (runner_t* r = s->runners; r && v && !ready; r = r->next) {
-      ready = r->version == v && atomic_load(&r->state) == RUNNER_READY &&
-              !r->stop;
+      ready =
+          r->version == v && atomic_load(&r->state) == RUNNER_READY && !r->stop;
     }
     if (!ready) {
       continue;
