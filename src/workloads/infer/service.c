@@ -929,10 +929,11 @@ static void runner_free(runner_t* runner) {
 // taken here) and frees it.
 static void runner_dispose(runner_t* runner) {
   pcp_infer_service_t* s = runner->service;
+  version_t* v = runner->version;
+  runner_free(runner);  // reads the model's slot count: before the release
   pthread_mutex_lock(&s->mu);
-  version_release(runner->version);
+  version_release(v);
   pthread_mutex_unlock(&s->mu);
-  runner_free(runner);
 }
 
 // Service |mu| held.
