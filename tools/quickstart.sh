@@ -6,7 +6,10 @@
 #      (examples/quickstart_train.json), followed with a progress bar and the
 #      loss after every outer step,
 #   4. a chat request answered by the model it just trained (greedy decode on
-#      the same workers through the OpenAI-compatible API).
+#      the same workers through the OpenAI-compatible API), once the gateway
+#      serves the job's final export, and that reply checked token for token
+#      against an offline JAX decode of the exported weights
+#      (tools/check_served_weights.py; a mismatch fails `make run`).
 # Everything it starts is stopped on exit, also on Ctrl-C or an error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -102,8 +105,10 @@ echo "    step waits for the training program to compile, cached afterwards)"
 echo
 
 model=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$experiment")
-wait_until 60 "model $model on /v1/models" \
-  sh -c "curl -fsS '$url/v1/models' | grep -q '\"$model\"'"
+# Every checkpoint's export is reloaded by the gateway; wait for the last.
+venv_python=.venv/bin/python
+"$venv_python" tools/check_served_weights.py --wait-only --url "$url" \
+  --model "$model" --models-root "$work/state/models" --wait-s 120
 
 prompt="ROMEO:"
 # A GPT's learned position table bounds prompt + reply (block_size tokens;
@@ -114,5 +119,10 @@ echo "== pcp chat --model $model --temperature 0 \"$prompt\""
 echo "   (greedy decode with the weights just trained)"
 "$pcp" chat --url "$url" --model "$model" --temperature 0 --max-tokens "$max_tokens" \
   --usage "$prompt"
+echo
+echo "== the served reply against an offline JAX decode of the final export"
+"$venv_python" tools/check_served_weights.py --url "$url" --model "$model" \
+  --models-root "$work/state/models" --prompt "$prompt" \
+  --max-tokens "$max_tokens" --pcp "$pcp"
 echo
 echo "quickstart done: state and logs in $work/"

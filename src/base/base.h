@@ -555,6 +555,17 @@ void pcp_sha256_stream_update(pcp_sha256_stream_t* stream, const void* data,
 void pcp_sha256_stream_finish(pcp_sha256_stream_t* stream,
                               pcp_sha256_t* out_digest);
 
+// SHA-256 of the bytes readable from the open file |fd| (from its current
+// offset to the end, read in 1 MiB pieces) and their count. The caller keeps
+// the descriptor: hashing an fd pins the inode, so a file replaced by
+// rename meanwhile cannot mix two versions. Errors: errno statuses.
+PCP_MUST_USE_RESULT pcp_status_t pcp_file_sha256_fd(
+    int fd, pcp_sha256_t* out_digest, uint64_t* out_byte_length);
+// The same for the file at |path| (opened and closed here).
+PCP_MUST_USE_RESULT pcp_status_t pcp_file_sha256(const char* path,
+                                                 pcp_sha256_t* out_digest,
+                                                 uint64_t* out_byte_length);
+
 //===----------------------------------------------------------------------===//
 // Logging
 //===----------------------------------------------------------------------===//

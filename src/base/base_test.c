@@ -292,6 +292,31 @@ static void file_write_atomic_and_bounded_read(void** state) {
   assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_NOT_FOUND);
 }
 
+// A file's hash over more than one 1 MiB piece equals the one-shot hash of
+// its bytes; a missing file is NOT_FOUND.
+static void file_sha256_matches_compute(void** state) {
+  (void)state;
+  size_t n = (1u << 20) * 2 + 12345;
+  uint8_t* bytes = malloc(n);
+  assert_non_null(bytes);
+  for (size_t i = 0; i < n; ++i) bytes[i] = (uint8_t)(i * 131u + (i >> 11));
+  char path[] = "/tmp/pcp_base_test_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_null(pcp_file_write_atomic(path, bytes, n));
+  pcp_sha256_t want, got;
+  pcp_sha256_compute(bytes, n, &want);
+  uint64_t length = 0;
+  assert_null(pcp_file_sha256(path, &got, &length));
+  assert_int_equal(length, n);
+  assert_memory_equal(want.bytes, got.bytes, PCP_SHA256_BYTE_LENGTH);
+  unlink(path);
+  pcp_status_t s = pcp_file_sha256(path, &got, &length);
+  assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_NOT_FOUND);
+  free(bytes);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(status_ok_is_null),
@@ -306,6 +331,7 @@ int main(void) {
       cmocka_unit_test(string_builder_respects_cap),
       cmocka_unit_test(rng_is_reproducible_and_uniform),
       cmocka_unit_test(sha256_matches_known_vector),
+      cmocka_unit_test(file_sha256_matches_compute),
       cmocka_unit_test(manual_clock_moves_only_when_told),
       cmocka_unit_test(realtime_deadline_is_normalised),
       cmocka_unit_test(log_lines_are_key_value),

@@ -125,3 +125,57 @@ bool pcp_file_exists(const char* path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
+
+pcp_status_t pcp_file_sha256_fd(int fd, pcp_sha256_t* out_digest,
+                                uint64_t* out_byte_length) {
+  memset(out_digest, 0, sizeof(*out_digest));
+  *out_byte_length = 0;
+  enum { kPiece = 1 << 20 };
+  uint8_t* buffer = malloc(kPiece);
+  if (!buffer) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "hash buffer");
+  }
+  pcp_sha256_stream_t* stream = NULL;
+  pcp_status_t status = pcp_sha256_stream_create(&stream);
+  uint64_t total = 0;
+  while (!status) {
+    ssize_t n = read(fd, buffer, kPiece);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      status = pcp_status_from_errno(errno, "reading for a hash");
+    } else if (n == 0) {
+      break;
+    } else {
+      pcp_sha256_stream_update(stream, buffer, (size_t)n);
+      total += (uint64_t)n;
+    }
+  }
+  if (stream) {
+    pcp_sha256_t digest;
+    pcp_sha256_stream_finish(stream, &digest);
+    if (!status) {
+      *out_digest = digest;
+      *out_byte_length = total;
+    }
+  }
+  free(buffer);
+  return status;
+}
+
+pcp_status_t pcp_file_sha256(const char* path, pcp_sha256_t* out_digest,
+                             uint64_t* out_byte_length) {
+  memset(out_digest, 0, sizeof(*out_digest));
+  *out_byte_length = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return pcp_status_from_errno(errno, "opening '%s'", path);
+  }
+  pcp_status_t status = pcp_file_sha256_fd(fd, out_digest, out_byte_length);
+  close(fd);
+  if (status) {
+    status = pcp_status_annotate_f(status, "'%s'", path);
+  }
+  return status;
+}

@@ -134,6 +134,24 @@ static json_t* model_json(const pcp_infer_model_info_t* info) {
   if (m && info->error[0]) {
     json_object_set_new(m, "error", json_string(info->error));
   }
+  if (m) {
+    // Which export is served (a training job's model is reloaded at every
+    // checkpoint): the version, and the job and outer step it came from.
+    json_object_set_new(m, "version", json_integer(info->version));
+    json_object_set_new(
+        m, "job_id", info->job_id[0] ? json_string(info->job_id) : json_null());
+    json_object_set_new(m, "outer_step",
+                        info->outer_step >= 0
+                            ? json_integer((json_int_t)info->outer_step)
+                            : json_null());
+    if (info->pending_version) {
+      json_object_set_new(m, "pending_version",
+                          json_integer(info->pending_version));
+    }
+    if (info->reload_error[0]) {
+      json_object_set_new(m, "reload_error", json_string(info->reload_error));
+    }
+  }
   return m;
 }
 

@@ -1090,6 +1090,12 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
         .model_dir_count = dir_count,
         .log = g->log,
     };
+    // Test hook: a pause per scheduling round, so a test can hold a request
+    // in flight across a model reload (tests/integration).
+    const char* delay = getenv("PCP_GATEWAY_TEST_INFER_STEP_DELAY_MS");
+    if (delay && atoll(delay) > 0 && atoll(delay) <= 10000) {
+      infer_options.test_step_delay_ms = atoll(delay);
+    }
     if (!status) {
       status = pcp_infer_service_create(&infer_options, g->allocator,
                                         &g->infer);

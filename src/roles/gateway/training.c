@@ -276,6 +276,13 @@ static bool run_should_stop(void* user_data) {
   return stop;
 }
 
+// A checkpoint's export was written: the inference service reloads the
+// model now rather than at its next periodic scan.
+static void run_exported(void* user_data, const char* model_dir) {
+  pcp_roles_gateway_training_run_t* run = user_data;
+  pcp_infer_service_dir_notify(run->g->infer, model_dir);
+}
+
 static void* run_main(void* opaque) {
   pcp_roles_gateway_training_run_t* run = opaque;
   pcp_roles_gateway_state_t* g = run->g;
@@ -314,6 +321,7 @@ static void* run_main(void* opaque) {
         .hooks = {.phase = run_phase,
                   .progress = run_progress,
                   .should_stop = run_should_stop,
+                  .exported = run_exported,
                   .user_data = run},
     };
     status = pcp_diloco_job_run(&options);

@@ -24,10 +24,17 @@
 // longest common prefix is reused).
 //
 // A manager thread scans the model directories (also on demand through
-// pcp_infer_service_scan), prepares models, starts schedulers for workers
-// that connect, stops those of workers that are lost, and runs the
+// pcp_infer_service_scan, and for one directory through
+// pcp_infer_service_dir_notify), prepares models, starts schedulers for
+// workers that connect, stops those of workers that are lost, and runs the
 // readiness probe: a one-token request through the real path (gateway ->
 // worker -> @prefill and one @decode) every probe interval.
+//
+// A model is served as versions: a newer model.json of the same name (a
+// training job's next checkpoint) is prepared beside the served version
+// (own weights, own worker sessions) and takes new requests once one
+// worker has it; the old version's schedulers finish what they hold and
+// retire (pcp_infer_service_scan describes the rules).
 //
 // Threading: every function is thread-safe. Callbacks of a request run on
 // its scheduler thread (or on the submitting thread when submit fails: then
@@ -79,6 +86,9 @@ typedef struct pcp_infer_service_options_t {
   uint32_t max_waiting_per_worker;  // 0: 64
   // A worker call taking longer fails its requests (DEADLINE_EXCEEDED).
   int64_t call_timeout_ms;  // 0: 60000
+  // Tests only: a pause after every scheduling round (0: none), so that a
+  // request stays in flight long enough to watch a reload around it.
+  int64_t test_step_delay_ms;
   pcp_log_context_t log;
 } pcp_infer_service_options_t;
 
@@ -98,9 +108,26 @@ void pcp_infer_service_shutdown(pcp_infer_service_t* service,
 // is released. NULL is a no-op.
 void pcp_infer_service_release(pcp_infer_service_t* service);
 
-// Looks for model directories not seen yet (the root and the configured
-// dirs) and starts preparing them. Cheap when nothing changed.
+// Looks for model directories not seen yet or changed (the root and the
+// configured dirs) and starts preparing them. Cheap when nothing changed.
+//
+// Reloads: a model.json read again (its inode, mtime or size changed) that
+// names a model already served, from the same directory or from another
+// one with a newer model.json (a new training job of the same name), is a
+// new version of it. Its weights are loaded (and checked against the
+// model.json's weights_sha256 when given), @load'ed on every worker in a
+// session of its own, and once one worker has it, new requests go to it;
+// requests already queued or running finish on the version they started
+// on, whose runners then retire. A failed reload leaves the served version
+// in place (reload_error in the listing). Counted in
+// pcp_model_reloads_total{model, outcome=ok|failed}.
 void pcp_infer_service_scan(pcp_infer_service_t* service);
+
+// Tells the service that |dir| was (re)written (a training job's export):
+// the same as a scan of that one directory, at once rather than at the
+// next periodic scan. Thread-safe; cheap (a stat and a small JSON read).
+void pcp_infer_service_dir_notify(pcp_infer_service_t* service,
+                                  const char* dir);
 
 typedef enum pcp_infer_model_state_e {
   PCP_INFER_MODEL_PREPARING = 0,  // loading weights, compiling, @load
@@ -116,6 +143,16 @@ typedef struct pcp_infer_model_info_t {
   int64_t created_s;   // model.json mtime (Unix seconds)
   int64_t max_length;  // context: prompt + generated tokens
   uint32_t workers;    // workers serving it now
+  // The version served: 1 for the first model.json read, +1 for each newer
+  // export of the name since; the export's training job and outer step
+  // ("" / -1 when model.json has none).
+  uint32_t version;
+  char job_id[64];
+  int64_t outer_step;
+  // A newer export being prepared (0: none), and why the last newer one
+  // was not served ("" if none).
+  uint32_t pending_version;
+  char reload_error[256];
 } pcp_infer_model_info_t;
 
 // Copies up to |capacity| models (sorted by name) and returns the count

@@ -31,6 +31,19 @@ typedef struct pcp_infer_model_t {
   char weights_path[PCP_INFER_MAX_PATH];
   char tokenizer_path[PCP_INFER_MAX_PATH];
   int64_t created_s;
+  // model.json's identity when read: a rename or rewrite changes one of
+  // them (mtime alone has one-second steps on some file systems).
+  uint64_t json_inode;
+  int64_t json_mtime_ns;
+  int64_t json_size;
+  // A training export's provenance ("job_id", "outer_step"; -1 when absent)
+  // and the weights it committed to ("weights_bytes", "weights_sha256"):
+  // when given, the weights file must match them or the load fails.
+  char job_id[64];
+  int64_t outer_step;
+  bool has_weights_sha256;
+  pcp_sha256_t weights_sha256;
+  int64_t weights_bytes;  // -1 when absent
   pcp_models_spec_t spec;
   pcp_models_generation_t gen;
   pcp_infer_tokenizer_kind_t tokenizer_kind;
@@ -56,7 +69,13 @@ typedef struct pcp_infer_model_t {
 // naming the key. No weights yet.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m);
-// Loads the tokenizer and the weights (host copies).
+// Loads the tokenizer and the weights (host copies). With a
+// weights_sha256 in model.json the weights file is hashed first through
+// an open descriptor, and the file the load maps must be that same inode
+// (writers replace files by rename): FAILED_PRECONDITION when the bytes
+// do not match or the file was replaced meanwhile (model.json names
+// weights not written yet or already replaced; writers put model.json last,
+// so the next model.json is the next chance).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_infer_model_weights_load(pcp_infer_model_t* m);
 void pcp_infer_model_free(pcp_infer_model_t* m);

@@ -134,11 +134,78 @@ static void test_errors_name_the_key(void** state) {
   expect_error(body, "'slots'");
   snprintf(body, sizeof(body), "%s%s, \"max_length\": 4096", BASE, kChar);
   expect_error(body, "'max_length'");  // beyond block_size
+  snprintf(body, sizeof(body), "%s%s, \"weights_sha256\": \"abc\"", BASE,
+           kChar);
+  expect_error(body, "'weights_sha256'");
+  snprintf(body, sizeof(body), "%s%s, \"weights_bytes\": -1", BASE, kChar);
+  expect_error(body, "'weights_bytes'");
+  snprintf(body, sizeof(body), "%s%s, \"outer_step\": \"7\"", BASE, kChar);
+  expect_error(body, "'outer_step'");
+  snprintf(body, sizeof(body), "%s%s, \"job_id\": 7", BASE, kChar);
+  expect_error(body, "'job_id'");
   write_json("{not json");
   pcp_infer_model_t m = {0};
   pcp_status_t status = pcp_infer_model_json_load(g_dir, &m);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   pcp_status_ignore(status);
+}
+
+// A training export's keys are read; a weights file whose bytes are not the
+// ones model.json names is refused before anything is loaded from it
+// (FAILED_PRECONDITION), and the same bytes pass the check (the load then
+// fails on the content: the file is no safetensors).
+static void test_export_keys_and_weights_check(void** state) {
+  (void)state;
+  char weights[300];
+  snprintf(weights, sizeof(weights), "%s/model.safetensors", g_dir);
+  assert_null(pcp_file_write_atomic(weights, "not a safetensors file", 22));
+  pcp_sha256_t digest;
+  pcp_sha256_compute("not a safetensors file", 22, &digest);
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, hex);
+  const char* kByte = ", \"tokenizer\": {\"kind\": \"byte\"}, \"vocab\": 256";
+  char body[768];
+  snprintf(body, sizeof(body),
+           "%s%s, \"job_id\": \"train-1\", \"outer_step\": 12, "
+           "\"weights_bytes\": 22, \"weights_sha256\": \"%s\"",
+           BASE, kByte, hex);
+  pcp_infer_model_t* m = calloc(1, sizeof(*m));
+  assert_non_null(m);
+  PCP_CHECK_OK(load(body, m));
+  assert_string_equal(m->job_id, "train-1");
+  assert_int_equal(m->outer_step, 12);
+  assert_int_equal(m->weights_bytes, 22);
+  assert_true(m->has_weights_sha256);
+  assert_memory_equal(m->weights_sha256.bytes, digest.bytes, 32);
+  assert_true(m->json_inode != 0 && m->json_size > 0);
+  // The hash matches: the load goes on to the file's content and fails
+  // there (its first 8 bytes read as a huge header length).
+  pcp_status_t status = pcp_infer_model_weights_load(m);
+  assert_true(status != 0 &&
+              pcp_status_code(status) != PCP_STATUS_FAILED_PRECONDITION);
+  pcp_status_ignore(status);
+  pcp_infer_model_free(m);
+  // Other bytes under the name (the next export renamed in early).
+  assert_null(pcp_file_write_atomic(weights, "Not a safetensors file", 22));
+  m = calloc(1, sizeof(*m));
+  assert_non_null(m);
+  PCP_CHECK_OK(load(body, m));
+  status = pcp_infer_model_weights_load(m);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_FAILED_PRECONDITION);
+  char text[512];
+  pcp_status_format(status, text, sizeof(text));
+  assert_non_null(strstr(text, "not the file model.json commits to"));
+  pcp_status_ignore(status);
+  pcp_infer_model_free(m);
+  // Without the keys: provenance unknown, no check.
+  snprintf(body, sizeof(body), "%s%s", BASE, kByte);
+  pcp_infer_model_t plain;
+  PCP_CHECK_OK(load(body, &plain));
+  assert_int_equal(plain.outer_step, -1);
+  assert_int_equal(plain.weights_bytes, -1);
+  assert_false(plain.has_weights_sha256);
+  model_deinit(&plain);
+  unlink(weights);
 }
 
 static void test_char_prompts_and_plain_chat(void** state) {
@@ -260,6 +327,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_errors_name_the_key),
+      cmocka_unit_test(test_export_keys_and_weights_check),
       cmocka_unit_test(test_char_prompts_and_plain_chat),
       cmocka_unit_test(test_byte_prompts),
       cmocka_unit_test(test_service_refuses_a_bad_model_dir),

@@ -3,10 +3,13 @@
 // Private to src/workloads/infer (infer_impl.h).
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -52,6 +55,29 @@ static bool name_valid(const char* name) {
   return true;
 }
 
+// 64 hex digits (either case) into a digest.
+static bool hex_digest_parse(const char* hex, pcp_sha256_t* out) {
+  if (strlen(hex) != PCP_SHA256_HEX_LENGTH) {
+    return false;
+  }
+  for (size_t i = 0; i < PCP_SHA256_BYTE_LENGTH; ++i) {
+    unsigned value = 0;
+    for (size_t k = 0; k < 2; ++k) {
+      char c = hex[2 * i + k];
+      unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                   : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                   : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+                                          : 16u;
+      if (d > 15) {
+        return false;
+      }
+      value = value * 16 + d;
+    }
+    out->bytes[i] = (uint8_t)value;
+  }
+  return true;
+}
+
 // Splits the char vocabulary into one UTF-8 character per id.
 static pcp_status_t char_vocab_parse(const char* dir, const char* text,
                                      pcp_infer_model_t* m) {
@@ -91,6 +117,12 @@ pcp_status_t pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m) {
     return pcp_status_from_errno(errno, "%s", path);
   }
   m->created_s = (int64_t)st.st_mtime;
+  m->json_inode = (uint64_t)st.st_ino;
+  m->json_mtime_ns =
+      (int64_t)st.st_mtim.tv_sec * 1000000000 + (int64_t)st.st_mtim.tv_nsec;
+  m->json_size = (int64_t)st.st_size;
+  m->outer_step = -1;
+  m->weights_bytes = -1;
   snprintf(m->dir, sizeof(m->dir), "%s", dir);
   void* data = NULL;
   size_t length = 0;
@@ -206,6 +238,33 @@ pcp_status_t pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m) {
     } else {
       snprintf(m->weights_path, sizeof(m->weights_path), "%s/%s", dir,
                weights ? weights : "model.safetensors");
+    }
+  }
+  // A training export's provenance and the weights it committed to.
+  if (!status)
+    status =
+        int_field(root, dir, "outer_step", false, 0, INT64_MAX, &m->outer_step);
+  if (!status)
+    status = int_field(root, dir, "weights_bytes", false, 0, INT64_MAX,
+                       &m->weights_bytes);
+  if (!status) {
+    json_t* job = json_object_get(root, "job_id");
+    if (job && (!json_is_string(job) ||
+                json_string_length(job) >= sizeof(m->job_id))) {
+      status = field_error(dir, "job_id", "must be a string of < 64 bytes");
+    } else if (job) {
+      snprintf(m->job_id, sizeof(m->job_id), "%s", json_string_value(job));
+    }
+  }
+  if (!status) {
+    json_t* hash = json_object_get(root, "weights_sha256");
+    if (hash) {
+      const char* hex = json_string_value(hash);
+      status = hex && hex_digest_parse(hex, &m->weights_sha256)
+                   ? pcp_ok_status()
+                   : field_error(dir, "weights_sha256",
+                                 "must be 64 hexadecimal digits");
+      m->has_weights_sha256 = !status;
     }
   }
   json_t* tok = json_object_get(root, "tokenizer");
@@ -356,12 +415,57 @@ pcp_status_t pcp_infer_model_weights_load(pcp_infer_model_t* m) {
     snprintf(m->param_names[i], sizeof(m->param_names[i]), "p%u",
              (unsigned)(i % 100000000u));
   }
+  // The weights model.json committed to: hashed through |pin|, which keeps
+  // that inode alive; the file mapped below must be the same inode.
+  int pin = -1;
+  struct stat pinned;
+  if (m->has_weights_sha256) {
+    pin = open(m->weights_path, O_RDONLY | O_CLOEXEC);
+    if (pin < 0 || fstat(pin, &pinned) != 0) {
+      int err = errno;
+      if (pin >= 0)
+        close(pin);
+      return pcp_status_from_errno(err, "%s", m->weights_path);
+    }
+    pcp_sha256_t digest;
+    uint64_t length = 0;
+    pcp_status_t hashed = pcp_file_sha256_fd(pin, &digest, &length);
+    if (!hashed &&
+        (memcmp(digest.bytes, m->weights_sha256.bytes, sizeof(digest.bytes)) !=
+             0 ||
+         (m->weights_bytes >= 0 && length != (uint64_t)m->weights_bytes))) {
+      char hex[PCP_SHA256_HEX_LENGTH + 1];
+      pcp_sha256_to_hex(&digest, hex);
+      hashed = pcp_make_status(
+          PCP_STATUS_FAILED_PRECONDITION,
+          "%s (%llu bytes, sha256 %.16s...) is not the file model.json "
+          "commits to: the directory is being rewritten; the next "
+          "model.json is loaded when it lands",
+          m->weights_path, (unsigned long long)length, hex);
+    }
+    if (hashed) {
+      close(pin);
+      return hashed;
+    }
+  }
   pcp_safetensors_checkpoint_t* ckpt = NULL;
-  PCP_RETURN_IF_ERROR(pcp_safetensors_checkpoint_open(
-                          m->weights_path, pcp_allocator_system(), &ckpt),
-                      "%s", m->weights_path);
-  pcp_status_t status = pcp_models_safetensors_load(
-      &m->table, ckpt, m->spec.tie_embeddings, m->param_data);
+  pcp_status_t status = pcp_safetensors_checkpoint_open(
+      m->weights_path, pcp_allocator_system(), &ckpt);
+  struct stat now;
+  if (!status && pin >= 0 &&
+      (stat(m->weights_path, &now) != 0 || now.st_ino != pinned.st_ino ||
+       now.st_dev != pinned.st_dev)) {
+    status =
+        pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                        "%s was replaced while it was loaded", m->weights_path);
+  }
+  if (pin >= 0) {
+    close(pin);
+  }
+  if (!status) {
+    status = pcp_models_safetensors_load(&m->table, ckpt,
+                                         m->spec.tie_embeddings, m->param_data);
+  }
   pcp_safetensors_checkpoint_release(ckpt);
   PCP_RETURN_IF_ERROR(status, "%s", m->weights_path);
   for (size_t i = 0; i < n; ++i) {

@@ -37,13 +37,32 @@ typedef struct program_entry_t {
   uint8_t hash[PCP_SHA256_BYTE_LENGTH];
 } program_entry_t;
 
-typedef struct model_entry_t {
-  pcp_infer_model_t* model;  // immutable once state is LOADED
+// One export of a model: the record read from its directory, the programs
+// compiled for it and the runners that serve it. A later export of the
+// same name becomes a new version; the old one lives while a runner (and so
+// a request) or a submit still holds it.
+typedef struct version_t {
+  pcp_infer_model_t* model;  // immutable once |state| is LOADED
+  uint32_t number;           // 1, 2, ... per model name
   model_state_t state;
   char error[256];
-  bool pinned;  // from --model-dir (readiness depends on it)
   program_entry_t programs[MAX_PROGRAMS];
   size_t program_count;
+  // Guarded by the service's |mu|: the entry's reference (as current or
+  // next), one per runner, and one per thread reading it without the lock.
+  uint32_t refs;
+} version_t;
+
+typedef struct model_entry_t {
+  // The version requests go to (or the first one, still preparing or
+  // failed) and a newer export being prepared (NULL: none). |next| becomes
+  // |current| once one of its runners is ready; the old runners finish what
+  // they hold and stop.
+  version_t* current;
+  version_t* next;
+  uint32_t versions;       // numbers handed out so far
+  char reload_error[256];  // why the last newer export failed ("" if none)
+  bool pinned;             // from --model-dir (readiness depends on it)
 } model_entry_t;
 
 typedef enum req_phase_e {
@@ -99,9 +118,10 @@ struct runner_t {
   runner_t* next;
   pcp_infer_service_t* service;
   model_entry_t* entry;
-  const pcp_infer_model_t* model;
+  version_t* version;  // one reference, dropped when the runner is freed
+  const pcp_infer_model_t* model;  // version->model
   char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
-  char session_id[PCP_INFER_MAX_MODEL_NAME + 16];
+  char session_id[PCP_INFER_MAX_MODEL_NAME + 24];  // infer:<name>[#k]
   uint8_t program[PCP_SHA256_BYTE_LENGTH];
   pthread_t thread;
   bool thread_started;
@@ -141,6 +161,10 @@ struct pcp_infer_service_t {
   pcp_obs_family_t* generation_tokens;
   pcp_obs_family_t* running;
   pcp_obs_family_t* waiting;
+  pcp_obs_family_t* reloads;
+  // Test hook: a pause after every scheduling round, so that a request can
+  // be kept in flight across a reload (0: none).
+  int64_t step_delay_ms;
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -149,10 +173,14 @@ struct pcp_infer_service_t {
   bool shut_down;
   model_entry_t models[PCP_INFER_MAX_MODELS];
   size_t model_count;
-  // Directories already looked at (a model.json that failed is not re-read
-  // until its mtime changes).
+  // Directories already looked at: a model.json is read again only when
+  // its identity (inode, mtime in ns, size) changes.
   char seen_dirs[PCP_INFER_MAX_MODELS][PCP_INFER_MAX_PATH];
-  int64_t seen_mtime[PCP_INFER_MAX_MODELS];
+  struct {
+    uint64_t inode;
+    int64_t mtime_ns;
+    int64_t size;
+  } seen_stamp[PCP_INFER_MAX_MODELS];
   size_t seen_count;
   runner_t* runners;
   int64_t last_scan_ns;
@@ -172,6 +200,7 @@ struct pcp_infer_service_t {
 //===----------------------------------------------------------------------===//
 
 static const char* const kModelLabel[] = {"model", NULL};
+static const char* const kReloadLabels[] = {"model", "outcome", NULL};
 static const double kLatencyBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
                                          0.05,  0.1,    0.25,  0.5,  1.0,
                                          2.5,   5.0,    10.0,  30.0, 60.0};
@@ -219,6 +248,11 @@ static const pcp_obs_metric_def_t kMetrics[] = {
      .type = PCP_OBS_METRIC_TYPE_GAUGE,
      .help = "Requests waiting for a slot",
      .label_names = kModelLabel},
+    {.name = "pcp_model_reloads_total",
+     .type = PCP_OBS_METRIC_TYPE_COUNTER,
+     .help = "Newer exports of a served model: ok (now served) or failed "
+             "(the previous version stays)",
+     .label_names = kReloadLabels},
 };
 
 static void metric(pcp_obs_family_t* family, const pcp_infer_model_t* m,
@@ -239,8 +273,51 @@ static void metric(pcp_obs_family_t* family, const pcp_infer_model_t* m,
   }
 }
 
+// Counts a newer export of |m|'s model: served (|ok|) or failed.
+static void metric_reload(pcp_infer_service_t* s, const pcp_infer_model_t* m,
+                          bool ok) {
+  if (s->reloads) {
+    const char* labels[] = {m->name, ok ? "ok" : "failed"};
+    pcp_obs_family_add(s->reloads, labels, 1);
+  }
+}
+
 static int64_t now_ns(pcp_infer_service_t* s) {
   return pcp_clock_now_ns(s->clock);
+}
+
+//===----------------------------------------------------------------------===//
+// Versions
+//===----------------------------------------------------------------------===//
+
+// A version holding |m| (taken) with one reference (the caller's).
+static version_t* version_create(pcp_infer_model_t* m, uint32_t number) {
+  version_t* v = calloc(1, sizeof(*v));
+  if (!v) {
+    pcp_infer_model_free(m);
+    return NULL;
+  }
+  v->model = m;
+  v->number = number;
+  v->state = MODEL_NEW;
+  v->refs = 1;
+  return v;
+}
+
+// Service |mu| held (or no other thread left). NULL is a no-op.
+static void version_retain(version_t* v) {
+  if (v) {
+    v->refs++;
+  }
+}
+
+// Service |mu| held (or no other thread left). The last reference frees
+// the weights; nothing reads them then (runners and submits hold one).
+static void version_release(version_t* v) {
+  if (v && --v->refs == 0) {
+    pcp_infer_model_free(v->model);
+    free(v);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -758,6 +835,13 @@ static pcp_status_t round_run(runner_t* runner) {
   return pcp_ok_status();
 }
 
+// Service |mu| held: the runner's version is neither the one served nor
+// the one being prepared (a newer export replaced it).
+static bool runner_superseded(const runner_t* runner) {
+  return runner->version != runner->entry->current &&
+         runner->version != runner->entry->next;
+}
+
 static void* runner_main(void* opaque) {
   runner_t* runner = opaque;
   pcp_infer_service_t* s = runner->service;
@@ -773,12 +857,29 @@ static void* runner_main(void* opaque) {
                                      runner->worker_id));
     return NULL;
   }
-  PCP_LOG(PCP_LOG_INFO, &log, "inference ready model=%s worker=%s",
-          runner->model->name, runner->worker_id);
+  PCP_LOG(PCP_LOG_INFO, &log,
+          "inference ready model=%s version=%u worker=%s session=%s",
+          runner->model->name, runner->version->number, runner->worker_id,
+          runner->session_id);
+  pthread_mutex_lock(&s->mu);
   atomic_store(&runner->state, RUNNER_READY);
+  // The manager promotes a newer version once one of its runners is ready.
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
   for (;;) {
     pthread_mutex_lock(&s->mu);
     while (!runner->stop && !runner->waiting_head && runner->active == 0) {
+      if (runner_superseded(runner)) {
+        // A newer version serves the model and this one holds nothing
+        // more: the manager joins the thread and frees the runner.
+        PCP_LOG(PCP_LOG_INFO, &log,
+                "inference runner retired model=%s version=%u worker=%s",
+                runner->model->name, runner->version->number,
+                runner->worker_id);
+        runner->stop = true;
+        pthread_cond_broadcast(&s->cv);
+        break;
+      }
       pthread_cond_wait(&runner->cv, &s->mu);
     }
     bool stop = runner->stop;
@@ -799,6 +900,9 @@ static void* runner_main(void* opaque) {
       // runner ends and the manager starts a fresh one (a new @load).
       atomic_store(&runner->state, RUNNER_DEAD);
       break;
+    }
+    if (s->step_delay_ms > 0) {
+      pcp_sleep_ms(s->step_delay_ms);
     }
   }
   return NULL;
@@ -821,20 +925,53 @@ static void runner_free(runner_t* runner) {
   free(runner);
 }
 
+// A runner whose thread was joined: drops its version reference (|mu|
+// taken here) and frees it.
+static void runner_dispose(runner_t* runner) {
+  pcp_infer_service_t* s = runner->service;
+  version_t* v = runner->version;
+  runner_free(runner);  // reads the model's slot count: before the release
+  pthread_mutex_lock(&s->mu);
+  version_release(v);
+  pthread_mutex_unlock(&s->mu);
+}
+
 // Service |mu| held.
 static pcp_status_t runner_start(
-    pcp_infer_service_t* s, model_entry_t* e, const char* worker_id,
-    const uint8_t program[PCP_SHA256_BYTE_LENGTH]) {
-  const pcp_infer_model_t* m = e->model;
+    pcp_infer_service_t* s, model_entry_t* e, version_t* v,
+    const char* worker_id, const uint8_t program[PCP_SHA256_BYTE_LENGTH]) {
+  const pcp_infer_model_t* m = v->model;
   runner_t* runner = calloc(1, sizeof(*runner));
   if (!runner) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "runner");
   }
   runner->service = s;
   runner->entry = e;
+  runner->version = v;
   runner->model = m;
   snprintf(runner->worker_id, sizeof(runner->worker_id), "%s", worker_id);
-  snprintf(runner->session_id, sizeof(runner->session_id), "infer:%s", m->name);
+  // The worker session: "infer:<name>", or "infer:<name>#<k>" while another
+  // runner of the model on this worker (an old version finishing its
+  // requests) still holds that one. Taking the lowest free k reuses the
+  // sessions of runners that are gone (the new @load overwrites their
+  // resident tensors), so reloads do not pile sessions up on a worker.
+  for (uint32_t k = 0;; ++k) {
+    if (k == 0) {
+      snprintf(runner->session_id, sizeof(runner->session_id), "infer:%s",
+               m->name);
+    } else {
+      snprintf(runner->session_id, sizeof(runner->session_id), "infer:%s#%u",
+               m->name, k);
+    }
+    bool taken = false;
+    for (runner_t* r = s->runners; r && !taken; r = r->next) {
+      taken = r->entry == e && strcmp(r->worker_id, worker_id) == 0 &&
+              strcmp(r->session_id, runner->session_id) == 0;
+    }
+    if (!taken) {
+      break;
+    }
+  }
   memcpy(runner->program, program, PCP_SHA256_BYTE_LENGTH);
   size_t slots = (size_t)m->gen.slots;
   runner->slots = calloc(slots, sizeof(slot_t));
@@ -861,6 +998,7 @@ static pcp_status_t runner_start(
     return pcp_make_status(PCP_STATUS_UNAVAILABLE, "runner thread");
   }
   runner->thread_started = true;
+  version_retain(v);
   runner->next = s->runners;
   s->runners = runner;
   return pcp_ok_status();
@@ -870,7 +1008,32 @@ static pcp_status_t runner_start(
 // Models: scan, load, compile
 //===----------------------------------------------------------------------===//
 
-// Service |mu| held. Reads |dir|/model.json if it is new or changed.
+// Service |mu| held: |v| (with the caller's reference, taken) becomes the
+// entry's next version, replacing one still being prepared.
+static void entry_next_set(pcp_infer_service_t* s, model_entry_t* e,
+                           version_t* v) {
+  version_t* old = e->next;
+  e->next = v;
+  if (old) {
+    PCP_LOG(PCP_LOG_INFO, &s->options.log,
+            "model version dropped before it was served name=%s version=%u",
+            old->model->name, old->number);
+    version_release(old);
+  }
+  // Runners of a replaced version retire once idle.
+  for (runner_t* r = s->runners; r; r = r->next) {
+    if (r->entry == e) {
+      pthread_cond_signal(&r->cv);
+    }
+  }
+  pthread_cond_broadcast(&s->cv);
+}
+
+// Service |mu| held. Reads |dir|/model.json if it is new or changed. A
+// model.json naming a model already known is a newer version of it when it
+// comes from the directory that model is served from (a training job's
+// later checkpoint) or from another directory whose model.json is newer (a
+// new job with the same name); an older one elsewhere is skipped.
 static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
   char path[PCP_INFER_MAX_PATH + 16];
   snprintf(path, sizeof(path), "%s/model.json", dir);
@@ -878,10 +1041,14 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
   if (stat(path, &st) != 0) {
     return;
   }
+  int64_t mtime_ns =
+      (int64_t)st.st_mtim.tv_sec * 1000000000 + (int64_t)st.st_mtim.tv_nsec;
   size_t seen = s->seen_count;
   for (size_t i = 0; i < s->seen_count; ++i) {
     if (strcmp(s->seen_dirs[i], dir) == 0) {
-      if (s->seen_mtime[i] == (int64_t)st.st_mtime) {
+      if (s->seen_stamp[i].inode == (uint64_t)st.st_ino &&
+          s->seen_stamp[i].mtime_ns == mtime_ns &&
+          s->seen_stamp[i].size == (int64_t)st.st_size) {
         return;
       }
       seen = i;
@@ -894,52 +1061,89 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
     s->seen_count++;
   }
   snprintf(s->seen_dirs[seen], sizeof(s->seen_dirs[seen]), "%s", dir);
-  s->seen_mtime[seen] = (int64_t)st.st_mtime;
+  s->seen_stamp[seen].inode = (uint64_t)st.st_ino;
+  s->seen_stamp[seen].mtime_ns = mtime_ns;
+  s->seen_stamp[seen].size = (int64_t)st.st_size;
   pcp_infer_model_t* m = calloc(1, sizeof(*m));
   if (!m) {
     return;
   }
   pcp_status_t status = pcp_infer_model_json_load(dir, m);
-  for (size_t i = 0; !status && i < s->model_count; ++i) {
-    model_entry_t* old = &s->models[i];
-    if (old->state == MODEL_FAILED && strcmp(old->model->dir, dir) == 0) {
-      // A model that failed (e.g. weights still being written) is read
-      // again when its model.json changes. Nothing serves a failed model
-      // and no request holds its record (submit refuses it first).
-      PCP_LOG(PCP_LOG_INFO, &s->options.log,
-              "model dir changed, reloading "
-              "name=%s dir=%s",
-              m->name, dir);
-      pcp_infer_model_free(old->model);
-      memset(old, 0, sizeof(*old));
-      old->model = m;
-      old->state = MODEL_NEW;
-      old->pinned = pinned;
-      pthread_cond_broadcast(&s->cv);
-      return;
+  model_entry_t* e = NULL;
+  for (size_t i = 0; i < s->model_count && !e; ++i) {
+    model_entry_t* c = &s->models[i];
+    if (status ? strcmp(c->current->model->dir, dir) == 0
+               : strcmp(c->current->model->name, m->name) == 0) {
+      e = &s->models[i];
     }
-    if (strcmp(s->models[i].model->name, m->name) == 0) {
-      // The first directory that names a model serves it.
-      status = pcp_make_status(PCP_STATUS_ALREADY_EXISTS,
-                               "%s: model %s is already served from %s", dir,
-                               m->name, s->models[i].model->dir);
-    }
-  }
-  if (!status && s->model_count >= PCP_INFER_MAX_MODELS) {
-    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                             "more than %d models", PCP_INFER_MAX_MODELS);
   }
   if (status) {
+    // A rewrite that broke model.json: the version served stays, and the
+    // listing says why the new one is not.
+    if (e) {
+      pcp_status_format(status, e->reload_error, sizeof(e->reload_error));
+      metric_reload(s, e->current->model, false);
+    }
     pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
                    "model directory skipped");
     pcp_status_ignore(status);
     pcp_infer_model_free(m);
     return;
   }
-  model_entry_t* e = &s->models[s->model_count++];
+  if (e) {
+    const pcp_infer_model_t* served = e->current->model;
+    bool same_dir = strcmp(served->dir, dir) == 0 ||
+                    (e->next && strcmp(e->next->model->dir, dir) == 0);
+    if (!same_dir && m->json_mtime_ns <= served->json_mtime_ns) {
+      PCP_LOG(PCP_LOG_INFO, &s->options.log,
+              "model directory skipped name=%s dir=%s: a newer model.json "
+              "from %s serves it",
+              m->name, dir, served->dir);
+      pcp_infer_model_free(m);
+      return;
+    }
+    version_t* v = version_create(m, ++e->versions);
+    if (!v) {
+      return;
+    }
+    e->pinned = e->pinned || pinned;
+    if (e->current->state == MODEL_FAILED || e->current->state == MODEL_NEW) {
+      // Nothing serves the current version yet (it failed or is still
+      // loading): the new one takes its place at once. A load in progress
+      // holds its own reference.
+      PCP_LOG(PCP_LOG_INFO, &s->options.log,
+              "model dir changed, reloading name=%s version=%u dir=%s", m->name,
+              v->number, dir);
+      version_t* old = e->current;
+      e->current = v;
+      version_release(old);
+      entry_next_set(s, e, NULL);
+      return;
+    }
+    PCP_LOG(PCP_LOG_INFO, &s->options.log,
+            "model export found, preparing name=%s version=%u dir=%s "
+            "outer_step=%lld",
+            m->name, v->number, dir, (long long)m->outer_step);
+    entry_next_set(s, e, v);
+    return;
+  }
+  if (s->model_count >= PCP_INFER_MAX_MODELS) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "more than %d models", PCP_INFER_MAX_MODELS);
+    pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
+                   "model directory skipped");
+    pcp_status_ignore(status);
+    pcp_infer_model_free(m);
+    return;
+  }
+  version_t* v = version_create(m, 1);
+  if (!v) {
+    return;
+  }
+  e = &s->models[s->model_count++];
   memset(e, 0, sizeof(*e));
-  e->model = m;
-  e->state = MODEL_NEW;
+  e->current = v;
+  e->versions = 1;
   e->pinned = pinned;
   PCP_LOG(PCP_LOG_INFO, &s->options.log, "model found name=%s dir=%s", m->name,
           dir);
@@ -975,6 +1179,21 @@ static void scan_locked(pcp_infer_service_t* s) {
 void pcp_infer_service_scan(pcp_infer_service_t* s) {
   pthread_mutex_lock(&s->mu);
   scan_locked(s);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void pcp_infer_service_dir_notify(pcp_infer_service_t* s, const char* dir) {
+  if (!s || !dir || strlen(dir) >= PCP_INFER_MAX_PATH) {
+    return;
+  }
+  pthread_mutex_lock(&s->mu);
+  bool pinned = false;
+  for (size_t i = 0; i < s->model_dir_count; ++i) {
+    pinned = pinned || strcmp(s->model_dirs[i], dir) == 0;
+  }
+  if (!s->stopping) {
+    dir_consider(s, dir, pinned);
+  }
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -1024,35 +1243,43 @@ static pcp_status_t model_compile(pcp_infer_service_t* s,
 
 static model_entry_t* model_find(pcp_infer_service_t* s, const char* name) {
   for (size_t i = 0; i < s->model_count; ++i) {
-    if (strcmp(s->models[i].model->name, name) == 0) {
+    if (strcmp(s->models[i].current->model->name, name) == 0) {
       return &s->models[i];
     }
   }
   return NULL;
 }
 
-static uint32_t runners_serving(pcp_infer_service_t* s, model_entry_t* e) {
+// Service |mu| held: runners of |v| that take requests.
+static uint32_t runners_serving(pcp_infer_service_t* s, const version_t* v) {
   uint32_t n = 0;
   for (runner_t* r = s->runners; r; r = r->next) {
-    if (r->entry == e && atomic_load(&r->state) == RUNNER_READY && !r->stop) {
+    if (r->version == v && atomic_load(&r->state) == RUNNER_READY && !r->stop) {
       ++n;
     }
   }
   return n;
 }
 
-// Service |mu| held: the runner for a request of |e|.
-static runner_t* route(pcp_infer_service_t* s, model_entry_t* e,
+// Service |mu| held: |r| takes requests (ready, not stopping, of the
+// version its model serves now).
+static bool runner_serving(const runner_t* r) {
+  return atomic_load(&r->state) == RUNNER_READY && !r->stop &&
+         r->version == r->entry->current;
+}
+
+// Service |mu| held: the runner of version |v| for a request.
+static runner_t* route(pcp_infer_service_t* s, const version_t* v,
                        const char* session) {
   runner_t* best = NULL;
   for (runner_t* r = s->runners; r; r = r->next) {
-    if (r->entry != e || atomic_load(&r->state) != RUNNER_READY || r->stop) {
+    if (r->version != v || atomic_load(&r->state) != RUNNER_READY || r->stop) {
       continue;
     }
     if (session && session[0]) {
       // Sticky: the worker whose slot holds this session (read without the
       // scheduler's ownership: a stale answer only costs the prefix reuse).
-      for (int64_t b = 0; b < e->model->gen.slots; ++b) {
+      for (int64_t b = 0; b < v->model->gen.slots; ++b) {
         if (strcmp(r->slots[b].session, session) == 0) {
           return r;
         }
@@ -1142,21 +1369,20 @@ static void enqueue(pcp_infer_service_t* s, runner_t* runner, req_t* r) {
   pthread_cond_signal(&runner->cv);
 }
 
-pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
-                                      const pcp_infer_request_params_t* params,
-                                      int64_t* out_prompt_tokens) {
-  if (out_prompt_tokens) {
-    *out_prompt_tokens = 0;
-  }
-  if (!params->model || !params->on_text || !params->on_done) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "model: required");
-  }
+// One attempt of pcp_infer_request_submit on the version served now.
+// UNAVAILABLE with |*out_retry| set when a newer version took over while
+// the prompt was encoded (the runners of the encoded one take no more).
+static pcp_status_t submit_once(pcp_infer_service_t* s,
+                                const pcp_infer_request_params_t* params,
+                                int64_t* out_prompt_tokens, bool* out_retry) {
+  *out_retry = false;
   pthread_mutex_lock(&s->mu);
   model_entry_t* e = model_find(s, params->model);
   if (!e) {
     scan_locked(s);
     e = model_find(s, params->model);
   }
+  version_t* v = e ? e->current : NULL;
   pcp_status_t status = pcp_ok_status();
   if (s->refusing) {
     status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
@@ -1164,19 +1390,23 @@ pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
   } else if (!e) {
     status = pcp_make_status(PCP_STATUS_NOT_FOUND,
                              "The model `%s` does not exist.", params->model);
-  } else if (e->state == MODEL_FAILED) {
+  } else if (v->state == MODEL_FAILED) {
     status =
         pcp_make_status(PCP_STATUS_UNAVAILABLE, "model %s failed to load: %s",
-                        params->model, e->error);
-  } else if (e->state != MODEL_LOADED || runners_serving(s, e) == 0) {
+                        params->model, v->error);
+  } else if (v->state != MODEL_LOADED || runners_serving(s, v) == 0) {
     status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
                              "model %s is not being served by any worker yet",
                              params->model);
   }
-  // The model record is immutable once loaded and lives until release.
-  const pcp_infer_model_t* m = e ? e->model : NULL;
+  // The version's record is immutable once loaded; the reference keeps it
+  // while the prompt is encoded without the lock.
+  if (!status) {
+    version_retain(v);
+  }
   pthread_mutex_unlock(&s->mu);
   PCP_RETURN_IF_ERROR_BARE(status);
+  const pcp_infer_model_t* m = v->model;
 
   pcp_tokenizer_id_list_t ids;
   pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
@@ -1207,25 +1437,54 @@ pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
     status = req_create(m, params, ids.values, ids.count, &r);
   }
   pcp_tokenizer_id_list_deinitialize(&ids);
-  PCP_RETURN_IF_ERROR_BARE(status);
 
   pthread_mutex_lock(&s->mu);
-  runner_t* runner = route(s, e, r->session);
-  if (!runner) {
-    status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
-                             "model %s is not being served by any worker",
-                             params->model);
-  } else if (runner->waiting >= s->options.max_waiting_per_worker) {
-    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                             "too many requests waiting for model %s (%u "
-                             "per worker); retry later",
-                             params->model, s->options.max_waiting_per_worker);
-  } else {
-    enqueue(s, runner, r);
+  if (!status) {
+    runner_t* runner = route(s, v, r->session);
+    if (!runner) {
+      // A newer version took over meanwhile (its tokenizer may differ:
+      // encode again), or the last worker went away.
+      *out_retry = e->current != v;
+      status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                               "model %s is not being served by any worker",
+                               params->model);
+    } else if (runner->waiting >= s->options.max_waiting_per_worker) {
+      status =
+          pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                          "too many requests waiting for model %s (%u "
+                          "per worker); retry later",
+                          params->model, s->options.max_waiting_per_worker);
+    } else {
+      enqueue(s, runner, r);
+      r = NULL;
+    }
   }
+  // A request not queued reads the record while it is freed.
+  req_free(r);
+  version_release(v);
   pthread_mutex_unlock(&s->mu);
-  if (status) {
-    req_free(r);
+  return status;
+}
+
+pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
+                                      const pcp_infer_request_params_t* params,
+                                      int64_t* out_prompt_tokens) {
+  if (out_prompt_tokens) {
+    *out_prompt_tokens = 0;
+  }
+  if (!params->model || !params->on_text || !params->on_done) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "model: required");
+  }
+  // A version switch between encoding and routing is rare (one per
+  // export); a few tries cover back-to-back exports.
+  pcp_status_t status = pcp_ok_status();
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    bool retry = false;
+    pcp_status_ignore(status);
+    status = submit_once(s, params, out_prompt_tokens, &retry);
+    if (!retry) {
+      break;
+    }
   }
   return status;
 }
@@ -1263,7 +1522,7 @@ static void probe_done(void* user_data, const pcp_infer_result_t* result) {
 static void probe_start(pcp_infer_service_t* s) {
   size_t count = 0;
   for (runner_t* r = s->runners; r; r = r->next) {
-    if (atomic_load(&r->state) == RUNNER_READY && !r->stop)
+    if (runner_serving(r))
       ++count;
   }
   if (count == 0) {
@@ -1272,7 +1531,7 @@ static void probe_start(pcp_infer_service_t* s) {
   size_t pick = s->probe_cursor++ % count;
   runner_t* runner = NULL;
   for (runner_t* r = s->runners; r; r = r->next) {
-    if (atomic_load(&r->state) == RUNNER_READY && !r->stop && pick-- == 0) {
+    if (runner_serving(r) && pick-- == 0) {
       runner = r;
       break;
     }
@@ -1303,15 +1562,14 @@ void pcp_infer_service_readiness(pcp_infer_service_t* s,
   pthread_mutex_lock(&s->mu);
   uint32_t pinned_waiting = 0;
   for (size_t i = 0; i < s->model_count; ++i) {
-    if (runners_serving(s, &s->models[i]) > 0) {
+    if (runners_serving(s, s->models[i].current) > 0) {
       out->models_ready++;
     } else if (s->models[i].pinned) {
       pinned_waiting++;
     }
   }
   for (runner_t* r = s->runners; r; r = r->next) {
-    if (atomic_load(&r->state) == RUNNER_READY && !r->stop &&
-        worker_connected(r)) {
+    if (runner_serving(r) && worker_connected(r)) {
       out->schedulers++;
     }
   }
@@ -1322,8 +1580,8 @@ void pcp_infer_service_readiness(pcp_infer_service_t* s,
                                          s->options.probe_max_age_ms;
   // Every --model-dir model is served, and the probe passed recently.
   out->ready = pinned_waiting == 0 && out->schedulers > 0 && s->probe_ok_ns &&
-               !s->probe_failed &&
-               !stuck && out->probe_age_ms <= s->options.probe_max_age_ms;
+               !s->probe_failed && !stuck &&
+               out->probe_age_ms <= s->options.probe_max_age_ms;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -1331,38 +1589,61 @@ void pcp_infer_service_readiness(pcp_infer_service_t* s,
 // Manager thread
 //===----------------------------------------------------------------------===//
 
-// Loads weights of new models (|mu| dropped while reading files).
+// Service |mu| held: the version of |e| with |index| 0 (current) or 1
+// (next), or NULL.
+static version_t* entry_version(model_entry_t* e, size_t index) {
+  return index == 0 ? e->current : e->next;
+}
+
+// Loads the weights of new versions (|mu| dropped while reading files).
 static void manage_models(pcp_infer_service_t* s) {
   for (;;) {
     pthread_mutex_lock(&s->mu);
     model_entry_t* e = NULL;
-    for (size_t i = 0; i < s->model_count && !e; ++i) {
-      if (s->models[i].state == MODEL_NEW)
-        e = &s->models[i];
+    version_t* v = NULL;
+    for (size_t i = 0; i < s->model_count && !v; ++i) {
+      for (size_t k = 0; k < 2 && !v; ++k) {
+        version_t* c = entry_version(&s->models[i], k);
+        if (c && c->state == MODEL_NEW) {
+          e = &s->models[i];
+          v = c;
+        }
+      }
     }
+    version_retain(v);
     pthread_mutex_unlock(&s->mu);
-    if (!e) {
+    if (!v) {
       return;
     }
-    // Only this thread moves a model out of NEW, so it can fill the record
-    // without the lock; readers look at it only once LOADED.
-    pcp_status_t status = pcp_infer_model_weights_load(e->model);
+    // Only this thread moves a version out of NEW, so it can fill the
+    // record without the lock; readers look at it only once LOADED.
+    pcp_status_t status = pcp_infer_model_weights_load(v->model);
     pthread_mutex_lock(&s->mu);
     if (status) {
       pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
                      "model load failed");
-      pcp_status_format(status, e->error, sizeof(e->error));
+      pcp_status_format(status, v->error, sizeof(v->error));
       pcp_status_ignore(status);
-      e->state = MODEL_FAILED;
+      v->state = MODEL_FAILED;
+      if (v == e->next) {
+        // The version served stays; the listing says why the new one is
+        // not (a directory caught mid-rewrite loads with its next
+        // model.json).
+        snprintf(e->reload_error, sizeof(e->reload_error), "%s", v->error);
+        metric_reload(s, v->model, false);
+        entry_next_set(s, e, NULL);
+      }
     } else {
-      e->state = MODEL_LOADED;
+      v->state = MODEL_LOADED;
     }
+    version_release(v);
     pthread_mutex_unlock(&s->mu);
   }
 }
 
-// Starts a runner per (loaded model, connected worker) that has none,
-// compiling the model for the worker's (backend, target) first.
+// Starts a runner per (loaded version, connected worker) that has none,
+// compiling the model for the worker's (backend, target) first. A version
+// being prepared gets its runners beside the served one's.
 static void manage_workers(pcp_infer_service_t* s) {
   enum { kMaxListed = 64 };
   pcp_fabric_worker_info_t* infos = calloc(kMaxListed, sizeof(*infos));
@@ -1375,22 +1656,24 @@ static void manage_workers(pcp_infer_service_t* s) {
     if (infos[w].state != PCP_FABRIC_WORKER_CONNECTED) {
       continue;
     }
-    for (size_t i = 0;; ++i) {
+    // Slot j: model j / 2, its current (even) or next (odd) version.
+    for (size_t j = 0;; ++j) {
       pthread_mutex_lock(&s->mu);
-      if (i >= s->model_count || s->stopping) {
+      if (j >= 2 * s->model_count || s->stopping) {
         pthread_mutex_unlock(&s->mu);
         break;
       }
-      model_entry_t* e = &s->models[i];
-      bool has = e->state != MODEL_LOADED;
+      model_entry_t* e = &s->models[j / 2];
+      version_t* v = entry_version(e, j % 2);
+      bool has = !v || v->state != MODEL_LOADED;
       for (runner_t* r = s->runners; r && !has; r = r->next) {
-        has = r->entry == e && strcmp(r->worker_id, infos[w].worker_id) == 0;
+        has = r->version == v && strcmp(r->worker_id, infos[w].worker_id) == 0;
       }
       program_entry_t* prog = NULL;
-      for (size_t k = 0; !has && k < e->program_count; ++k) {
-        if (strcmp(e->programs[k].backend, infos[w].backend) == 0 &&
-            strcmp(e->programs[k].target, infos[w].target) == 0) {
-          prog = &e->programs[k];
+      for (size_t k = 0; !has && k < v->program_count; ++k) {
+        if (strcmp(v->programs[k].backend, infos[w].backend) == 0 &&
+            strcmp(v->programs[k].target, infos[w].target) == 0) {
+          prog = &v->programs[k];
         }
       }
       if (has || (prog && prog->failed)) {
@@ -1399,7 +1682,7 @@ static void manage_workers(pcp_infer_service_t* s) {
       }
       if (prog) {
         pcp_status_t status =
-            runner_start(s, e, infos[w].worker_id, prog->hash);
+            runner_start(s, e, v, infos[w].worker_id, prog->hash);
         pthread_mutex_unlock(&s->mu);
         if (status) {
           pcp_log_status(PCP_LOG_WARN, &s->options.log, status, "runner");
@@ -1407,15 +1690,15 @@ static void manage_workers(pcp_infer_service_t* s) {
         }
         continue;
       }
-      const pcp_infer_model_t* m = e->model;
+      version_retain(v);
       pthread_mutex_unlock(&s->mu);
       uint8_t hash[PCP_SHA256_BYTE_LENGTH];
       pcp_status_t status =
-          model_compile(s, m, infos[w].backend, infos[w].target, hash);
+          model_compile(s, v->model, infos[w].backend, infos[w].target, hash);
       pthread_mutex_lock(&s->mu);
-      bool recorded = e->program_count < MAX_PROGRAMS;
+      bool recorded = v->program_count < MAX_PROGRAMS;
       if (recorded) {
-        prog = &e->programs[e->program_count++];
+        prog = &v->programs[v->program_count++];
         snprintf(prog->backend, sizeof(prog->backend), "%s", infos[w].backend);
         snprintf(prog->target, sizeof(prog->target), "%s", infos[w].target);
         prog->failed = status != 0;
@@ -1424,16 +1707,56 @@ static void manage_workers(pcp_infer_service_t* s) {
       if (status) {
         pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
                        "inference compile failed");
-        pcp_status_format(status, e->error, sizeof(e->error));
+        pcp_status_format(status, v->error, sizeof(v->error));
+        if (v == e->next) {
+          snprintf(e->reload_error, sizeof(e->reload_error), "%s", v->error);
+        }
         pcp_status_ignore(status);
       }
+      version_release(v);
       pthread_mutex_unlock(&s->mu);
       if (recorded) {
-        --i;  // start the runner on the next pass
+        --j;  // start the runner on the next pass
       }
     }
   }
   free(infos);
+}
+
+// Makes a prepared version the served one as soon as one of its runners is
+// ready: new requests go to it from then on, and the old version's runners
+// finish what they hold and retire (each is woken to look).
+static void promote(pcp_infer_service_t* s) {
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < s->model_count; ++i) {
+    model_entry_t* e = &s->models[i];
+    version_t* v = e->next;
+    bool ready = false;
+    for (runner_t* r = s->runners; r && v && !ready; r = r->next) {
+      ready =
+          r->version == v && atomic_load(&r->state) == RUNNER_READY && !r->stop;
+    }
+    if (!ready) {
+      continue;
+    }
+    version_t* old = e->current;
+    PCP_LOG(PCP_LOG_INFO, &s->options.log,
+            "model reloaded name=%s version=%u outer_step=%lld dir=%s "
+            "(was version %u)",
+            v->model->name, v->number, (long long)v->model->outer_step,
+            v->model->dir, old->number);
+    e->current = v;
+    e->next = NULL;
+    e->reload_error[0] = 0;
+    metric_reload(s, v->model, true);
+    version_release(old);
+    for (runner_t* r = s->runners; r; r = r->next) {
+      if (r->entry == e) {
+        pthread_cond_signal(&r->cv);
+      }
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
 }
 
 // Joins runners that ended (their worker was lost or a call failed).
@@ -1459,7 +1782,7 @@ static void reap(pcp_infer_service_t* s) {
     // Requests may have been queued between the end and the unlink.
     fail_all(r, pcp_make_status(PCP_STATUS_UNAVAILABLE,
                                 "inference worker %s is gone", r->worker_id));
-    runner_free(r);
+    runner_dispose(r);
   }
 }
 
@@ -1498,7 +1821,7 @@ static void watch_workers(pcp_infer_service_t* s) {
     pthread_join(r->thread, NULL);
     fail_all(r, pcp_make_status(PCP_STATUS_UNAVAILABLE,
                                 "inference worker %s is gone", r->worker_id));
-    runner_free(r);
+    runner_dispose(r);
   }
 }
 
@@ -1517,6 +1840,7 @@ static void* manager_main(void* opaque) {
     pthread_mutex_unlock(&s->mu);
     manage_models(s);
     manage_workers(s);
+    promote(s);
     watch_workers(s);
     reap(s);
     pthread_mutex_lock(&s->mu);
@@ -1564,6 +1888,7 @@ pcp_status_t pcp_infer_service_create(
     s->options.max_waiting_per_worker = 64;
   if (!s->options.call_timeout_ms)
     s->options.call_timeout_ms = 60000;
+  s->step_delay_ms = s->options.test_step_delay_ms;
   snprintf(s->artifact_dir, sizeof(s->artifact_dir), "%s",
            options->artifact_dir ? options->artifact_dir : "");
   snprintf(s->models_root, sizeof(s->models_root), "%s",
@@ -1597,6 +1922,7 @@ pcp_status_t pcp_infer_service_create(
       s->generation_tokens = f[5];
       s->running = f[6];
       s->waiting = f[7];
+      s->reloads = f[8];
     }
   }
   if (!status) {
@@ -1663,7 +1989,7 @@ void pcp_infer_service_shutdown(pcp_infer_service_t* s, int64_t deadline_ms) {
     pthread_join(r->thread, NULL);
     fail_all(r, pcp_make_status(PCP_STATUS_CANCELLED,
                                 "the inference service is stopping"));
-    runner_free(r);
+    runner_dispose(r);
     r = next;
   }
   s->runners = NULL;
@@ -1675,8 +2001,10 @@ void pcp_infer_service_release(pcp_infer_service_t* s) {
     return;
   }
   pcp_infer_service_shutdown(s, 0);
+  // Every runner is gone: the entries hold the last references.
   for (size_t i = 0; i < s->model_count; ++i) {
-    pcp_infer_model_free(s->models[i].model);
+    version_release(s->models[i].current);
+    version_release(s->models[i].next);
   }
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
@@ -1697,18 +2025,26 @@ size_t pcp_infer_service_model_list(pcp_infer_service_t* s,
   size_t n = 0;
   for (size_t i = 0; i < s->model_count && n < capacity; ++i) {
     model_entry_t* e = &s->models[i];
+    const version_t* v = e->current;
+    const pcp_infer_model_t* m = v->model;
     pcp_infer_model_info_t* info = &out_infos[n++];
     memset(info, 0, sizeof(*info));
-    snprintf(info->name, sizeof(info->name), "%s", e->model->name);
+    snprintf(info->name, sizeof(info->name), "%s", m->name);
     snprintf(info->architecture, sizeof(info->architecture), "%s",
-             pcp_models_architecture_name(e->model->spec.architecture));
-    info->workers = runners_serving(s, e);
-    info->state = e->state == MODEL_FAILED ? PCP_INFER_MODEL_FAILED
+             pcp_models_architecture_name(m->spec.architecture));
+    info->workers = runners_serving(s, v);
+    info->state = v->state == MODEL_FAILED ? PCP_INFER_MODEL_FAILED
                   : info->workers > 0      ? PCP_INFER_MODEL_READY
                                            : PCP_INFER_MODEL_PREPARING;
-    snprintf(info->error, sizeof(info->error), "%s", e->error);
-    info->created_s = e->model->created_s;
-    info->max_length = e->model->gen.max_length;
+    snprintf(info->error, sizeof(info->error), "%s", v->error);
+    info->created_s = m->created_s;
+    info->max_length = m->gen.max_length;
+    info->version = v->number;
+    snprintf(info->job_id, sizeof(info->job_id), "%s", m->job_id);
+    info->outer_step = m->outer_step;
+    info->pending_version = e->next ? e->next->number : 0;
+    snprintf(info->reload_error, sizeof(info->reload_error), "%s",
+             e->reload_error);
   }
   if (out_total) {
     *out_total = s->model_count;

@@ -568,6 +568,14 @@ pcp_status_t pcp_diloco_job_model_export(job_t* job) {
   snprintf(path, sizeof(path), "%s/model.safetensors", dir);
   pcp_status_t status = weights_save(job, path);
   PCP_RETURN_IF_ERROR_BARE(status);
+  // model.json commits to these exact bytes: a reader that finds another
+  // file under the name (the next export's, renamed in meanwhile) knows it
+  // is not the one described and waits for the next model.json.
+  pcp_sha256_t digest;
+  uint64_t weights_bytes = 0;
+  PCP_RETURN_IF_ERROR_BARE(pcp_file_sha256(path, &digest, &weights_bytes));
+  char digest_hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, digest_hex);
   json_t* tokenizer = NULL;
   if (pcp_data_dataset_format(job->dataset) == PCP_DATA_FORMAT_CHAR) {
     // The vocabulary in id order is the decoding of ids 0..count-1.
@@ -611,6 +619,11 @@ pcp_status_t pcp_diloco_job_model_export(job_t* job) {
       "tokenizer", tokenizer ? tokenizer : json_object(), "job_id", o->job_id,
       "outer_step", (json_int_t)job->outer_step, "loss",
       pcp_diloco_json_number_or_null(job->last_loss));
+  if (model) {
+    json_object_set_new(model, "weights_bytes",
+                        json_integer((json_int_t)weights_bytes));
+    json_object_set_new(model, "weights_sha256", json_string(digest_hex));
+  }
   char* text = model ? json_dumps(model, JSON_INDENT(2)) : NULL;
   json_decref(model);
   if (!text) {
@@ -619,6 +632,9 @@ pcp_status_t pcp_diloco_job_model_export(job_t* job) {
   snprintf(path, sizeof(path), "%s/model.json", dir);
   status = pcp_file_write_atomic(path, text, strlen(text));
   free(text);
+  if (!status && o->hooks.exported) {
+    o->hooks.exported(o->hooks.user_data, dir);
+  }
   return status;
 }
 

@@ -24,7 +24,8 @@
 //      tokens_per_second, wire_bytes, token_bytes, workers), metrics, and
 //      checkpoints every checkpoint_every steps and at the end, each with an
 //      export of the model for the inference service under
-//      <state_dir>/models/<job_id>/ (model.json + model.safetensors).
+//      <state_dir>/models/<job_id>/ (model.safetensors, then model.json
+//      naming the weights' size and SHA-256, then the exported hook).
 // A job finds its own newest checkpoint in the store (a gateway restarted
 // after SIGKILL resumes the job there), or with "resume": true the newest
 // checkpoint under its checkpoint_dir.
@@ -142,6 +143,10 @@ typedef struct pcp_diloco_job_hooks_t {
   void (*progress)(void* user_data, const json_t* progress);
   // Polled between waits: true stops the run (CANCELLED returned).
   bool (*should_stop)(void* user_data);
+  // After each export of the model for the inference service (optional):
+  // |model_dir| (borrowed for the call) holds the new model.json, in place.
+  // The gateway tells its inference service, which reloads the model.
+  void (*exported)(void* user_data, const char* model_dir);
   void* user_data;
 } pcp_diloco_job_hooks_t;
 
