@@ -68,6 +68,15 @@ static const pcp_obs_metric_def_t kMetrics[] = {
     {.name = "pcp_training_lost_tasks_total",
      .type = PCP_OBS_METRIC_TYPE_COUNTER,
      .help = "Worker rounds that failed and were dropped from the average"},
+    {.name = "pcp_training_val_loss",
+     .type = PCP_OBS_METRIC_TYPE_GAUGE,
+     .help = "Mean loss of the masters on the fixed held-out batches (last "
+             "evaluation)",
+     .label_names = kJobLabels},
+    {.name = "pcp_training_learning_rate",
+     .type = PCP_OBS_METRIC_TYPE_GAUGE,
+     .help = "Inner learning rate of the last inner step (the schedule)",
+     .label_names = kJobLabels},
 };
 
 pcp_status_t pcp_diloco_metrics_register(pcp_obs_registry_t* registry,
@@ -83,6 +92,8 @@ pcp_status_t pcp_diloco_metrics_register(pcp_obs_registry_t* registry,
   out_metrics->token_bytes = families[4];
   out_metrics->outer_steps = families[5];
   out_metrics->lost_tasks = families[6];
+  out_metrics->val_loss = families[7];
+  out_metrics->learning_rate = families[8];
   return pcp_ok_status();
 }
 
@@ -127,6 +138,18 @@ pcp_status_t pcp_diloco_model_spec_resolve(const pcp_diloco_config_t* config,
   return pcp_ok_status();
 }
 
+uint64_t pcp_diloco_inner_step_total(const pcp_diloco_config_t* config) {
+  if (config->streaming.present) {
+    pcp_streaming_diloco_schedule_t schedule = {
+        .fragments = (uint32_t)config->streaming.num_fragments,
+        .inner_steps = (uint32_t)config->streaming.inner_steps,
+        .overlap_tau = (uint32_t)config->streaming.overlap_tau,
+        .max_rounds = (uint32_t)config->max_epochs};
+    return pcp_streaming_diloco_max_steps(&schedule);
+  }
+  return (uint64_t)config->outer_loop_steps * (uint64_t)config->tau;
+}
+
 pcp_status_t pcp_diloco_experiment_check(const pcp_diloco_config_t* config,
                                          int64_t micro_batch,
                                          int64_t block_size,
@@ -142,6 +165,17 @@ pcp_status_t pcp_diloco_experiment_check(const pcp_diloco_config_t* config,
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key 'dtype': f16 is not trained (f32 or bf16; "
                            "bf16 keeps f32's range)");
+  }
+  // The schedule runs over the job's inner steps: a warmup longer than the
+  // run never reaches learning_rate, which is a configuration mistake.
+  uint64_t total_steps = pcp_diloco_inner_step_total(config);
+  if (config->warmup_steps > 0 &&
+      (uint64_t)config->warmup_steps > total_steps) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'warmup_steps': %lld warmup steps; the run "
+                           "has %llu inner steps per worker",
+                           (long long)config->warmup_steps,
+                           (unsigned long long)total_steps);
   }
   int64_t ebs = config->effective_batch_size;
   if (ebs > 0 && (ebs % micro_batch != 0 || ebs / micro_batch > 4096)) {
@@ -178,6 +212,8 @@ static void job_deinitialize(job_t* job) {
   free(job->wire_parameters);
   free(job->tensor_elements);
   free(job->scratch);
+  free(job->eval_tokens);
+  free(job->eval_tokens64);
   if (job->nesterov_ready) {
     pcp_diloco_nesterov_deinitialize(&job->nesterov);
   }
@@ -230,6 +266,57 @@ static size_t batches_per_round(const job_t* job) {
 //===----------------------------------------------------------------------===//
 // Set-up
 //===----------------------------------------------------------------------===//
+
+// The fixed held-out batches: a random sampler over the validation tail
+// seeded from the job's seed alone, drawn once, so val_loss compares the
+// same tokens at every evaluation (and in a resumed run).
+static pcp_status_t eval_batches_sample(job_t* job) {
+  if (job->config.eval_fraction <= 0) {
+    return pcp_ok_status();
+  }
+  uint32_t b = (uint32_t)job->spec.batch;
+  uint32_t t = (uint32_t)job->spec.block_size;
+  size_t rows = (size_t)job->config.eval_batches * b * t;
+  pcp_data_sampler_options_t options = {
+      .sampling = PCP_DATA_SAMPLING_RANDOM,
+      .batch_size = b,
+      .block_size = t,
+      .seed = job->seed ^ 0x6576616c5f736574ull,  // "eval_set"
+  };
+  pcp_data_sampler_t* sampler = NULL;
+  pcp_status_t status =
+      pcp_data_sampler_create(job->dataset, job->eval_range, &options,
+                              pcp_allocator_system(), &sampler);
+  if (status) {
+    pcp_status_t wrapped = pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "key 'eval_fraction': the held-out tail does not hold one batch: %s",
+        pcp_status_message(status));
+    pcp_status_ignore(status);
+    return wrapped;
+  }
+  job->eval_tokens = malloc(2 * rows * sizeof(int32_t));
+  if (job->data_type == PCP_ELEMENT_TYPE_I64) {
+    job->eval_tokens64 = malloc(2 * rows * sizeof(int64_t));
+  }
+  if (!job->eval_tokens ||
+      (job->data_type == PCP_ELEMENT_TYPE_I64 && !job->eval_tokens64)) {
+    pcp_data_sampler_release(sampler);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "eval batches");
+  }
+  size_t per_batch = (size_t)b * t;
+  for (int64_t k = 0; k < job->config.eval_batches; ++k) {
+    pcp_data_sampler_next(sampler, job->eval_tokens + (size_t)k * per_batch,
+                          job->eval_tokens + rows + (size_t)k * per_batch,
+                          NULL);
+  }
+  pcp_data_sampler_release(sampler);
+  for (size_t i = 0; job->eval_tokens64 && i < 2 * rows; ++i) {
+    job->eval_tokens64[i] = job->eval_tokens[i];
+  }
+  job->eval_enabled = true;
+  return pcp_ok_status();
+}
 
 static pcp_status_t job_setup(job_t* job) {
   const pcp_diloco_job_options_t* o = job->options;
@@ -324,11 +411,15 @@ static pcp_status_t job_setup(job_t* job) {
                            "more than the model's vocabulary of %lld",
                            vocab, (long long)job->spec.vocab);
   }
-  pcp_data_range_t validation;
   PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_split(
-      job->dataset, 0.1, &job->train_range, &validation));
+      job->dataset, job->config.eval_fraction, &job->train_range,
+      &job->eval_range));
   PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_token_count(
       job->dataset, job->train_range, &job->train_tokens));
+  PCP_RETURN_IF_ERROR_BARE(eval_batches_sample(job));
+  pcp_diloco_lr_schedule_initialize(
+      &job->config, pcp_diloco_inner_step_total(&job->config), &job->schedule);
+  job->last_lr = pcp_diloco_lr_schedule_at(&job->schedule, 0);
 
   const char* checkpoint_dir = job->config.checkpoint_dir;
   if (checkpoint_dir && checkpoint_dir[0]) {
@@ -420,6 +511,11 @@ static char* cursor_json(const job_t* job) {
   if (cursor && job->stream_cursor) {
     json_object_set(cursor, "streaming", job->stream_cursor);
   }
+  if (cursor && isfinite(job->last_val_loss)) {
+    json_object_set_new(cursor, "val_loss", json_real(job->last_val_loss));
+    json_object_set_new(cursor, "val_loss_step",
+                        json_integer((json_int_t)job->val_loss_step));
+  }
   char* text = cursor ? json_dumps(cursor, JSON_COMPACT) : NULL;
   json_decref(cursor);
   return text;
@@ -483,6 +579,12 @@ static pcp_status_t checkpoint_restore(job_t* job,
     job->last_loss = json_is_number(loss) ? json_number_value(loss) : NAN;
     job->last_loss_mean =
         json_is_number(loss_mean) ? json_number_value(loss_mean) : NAN;
+    json_t* val_loss = json_object_get(cursor, "val_loss");
+    if (json_is_number(val_loss)) {
+      job->last_val_loss = json_number_value(val_loss);
+      job->val_loss_step = (uint64_t)json_integer_value(
+          json_object_get(cursor, "val_loss_step"));
+    }
   }
   json_decref(cursor);
   PCP_LOG(PCP_LOG_INFO, &job->log, "resumed from %s outer_step=%" PRIu64, from,
@@ -610,6 +712,10 @@ pcp_status_t pcp_diloco_job_model_export(job_t* job) {
       "tokenizer", tokenizer ? tokenizer : json_object(), "job_id", o->job_id,
       "outer_step", (json_int_t)job->outer_step, "loss",
       pcp_diloco_json_number_or_null(job->last_loss));
+  if (model) {
+    json_object_set_new(model, "val_loss",
+                        pcp_diloco_json_number_or_null(job->last_val_loss));
+  }
   char* text = model ? json_dumps(model, JSON_INDENT(2)) : NULL;
   json_decref(model);
   if (!text) {
@@ -812,6 +918,167 @@ static program_t* program_find(job_t* job, const char* backend,
 }
 
 //===----------------------------------------------------------------------===//
+// Evaluation on the held-out batches
+//===----------------------------------------------------------------------===//
+
+bool pcp_diloco_job_eval_due(const job_t* job, uint64_t step, bool last) {
+  return job->eval_enabled &&
+         (last || (job->config.eval_every > 0 &&
+                   step % (uint64_t)job->config.eval_every == 0));
+}
+
+// The forward program for (backend, target): the job's module compiled as
+// it is (`pcp compile`, no --program), whose @main is the loss.
+static pcp_status_t eval_program_get(job_t* job, const char* backend,
+                                     const char* target,
+                                     const uint8_t** out_hash) {
+  for (uint32_t i = 0; i < job->eval_program_count; ++i) {
+    eval_program_t* e = &job->eval_programs[i];
+    if (!strcmp(e->backend, backend) && !strcmp(e->target, target)) {
+      *out_hash = e->hash;
+      return pcp_ok_status();
+    }
+  }
+  if (job->eval_program_count >= MAX_PROGRAMS) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "more than %d worker kinds", MAX_PROGRAMS);
+  }
+  eval_program_t* e = &job->eval_programs[job->eval_program_count];
+  memset(e, 0, sizeof(*e));
+  snprintf(e->backend, sizeof(e->backend), "%s", backend);
+  snprintf(e->target, sizeof(e->target), "%s", target);
+  char model[1200];
+  snprintf(model, sizeof(model), "%s/model.mlir", job->dir);
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_job_child_compile(
+      job, model, job->model_hash, NULL, 0, backend, target, e->hash));
+  ++job->eval_program_count;
+  *out_hash = e->hash;
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_diloco_job_evaluate(job_t* job, const char* worker_id,
+                                     const char* backend, const char* target) {
+  if (!job->eval_enabled) {
+    return pcp_ok_status();
+  }
+  const uint8_t* hash = NULL;
+  PCP_RETURN_IF_ERROR_BARE(eval_program_get(job, backend, target, &hash));
+  size_t n = job->table.count;
+  size_t batches = (size_t)job->config.eval_batches;
+  size_t per_batch = (size_t)(job->spec.batch * job->spec.block_size);
+  size_t rows = batches * per_batch;
+  bool wide = job->data_type == PCP_ELEMENT_TYPE_I64;
+  size_t id_size = pcp_element_type_byte_size(job->data_type);
+  if (job->param_type == PCP_ELEMENT_TYPE_BF16) {
+    pcp_diloco_bf16_quantize(job->parameters, job->parameter_count,
+                             job->wire_parameters);
+  }
+  pcp_proto_section_t* inputs = calloc(n + 2, sizeof(*inputs));
+  pcp_fabric_task_t** tasks = calloc(batches, sizeof(*tasks));
+  if (!inputs || !tasks) {
+    free(inputs);
+    free(tasks);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "eval tasks");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    pcp_diloco_job_master_section(job, i, &inputs[i]);
+  }
+  int64_t start = pcp_clock_now_ns(job->options->clock);
+  char error[256] = "";
+  for (size_t k = 0; k < batches; ++k) {
+    for (int j = 0; j < 2; ++j) {
+      size_t offset = (size_t)j * rows + k * per_batch;
+      inputs[n + (size_t)j] = (pcp_proto_section_t){
+          .name = j ? "targets" : "input_ids",
+          .element_type = job->data_type,
+          .rank = 2,
+          .shape = {job->spec.batch, job->spec.block_size},
+          .byte_length = per_batch * id_size,
+          .data = wide ? (const void*)(job->eval_tokens64 + offset)
+                       : (const void*)(job->eval_tokens + offset)};
+    }
+    pcp_fabric_task_params_t params;
+    memset(&params, 0, sizeof(params));
+    memcpy(params.program, hash, sizeof(params.program));
+    params.function = "main";
+    params.inputs = inputs;
+    params.input_count = (uint32_t)(n + 2);
+    params.worker_id = worker_id;
+    params.max_attempts = 1;
+    pcp_status_t status =
+        pcp_fabric_task_submit(job->options->fabric, &params, &tasks[k]);
+    if (status) {
+      snprintf(error, sizeof(error), "%s", pcp_status_message(status));
+      pcp_status_ignore(status);
+      tasks[k] = NULL;
+      break;
+    }
+  }
+  // Every task borrows |inputs|' data: wait for all, cancelling on stop.
+  bool stopped = false;
+  for (size_t k = 0; k < batches; ++k) {
+    while (tasks[k] && !pcp_fabric_task_wait(tasks[k], WAIT_SLICE_MS)) {
+      if (!stopped && pcp_diloco_job_should_stop(job)) {
+        stopped = true;
+        for (size_t j = 0; j < batches; ++j) {
+          if (tasks[j]) {
+            pcp_fabric_task_cancel(tasks[j]);
+          }
+        }
+      }
+    }
+  }
+  double sum = 0;
+  size_t done = 0;
+  for (size_t k = 0; k < batches; ++k) {
+    if (!tasks[k]) {
+      continue;
+    }
+    pcp_status_t task_status = pcp_fabric_task_status(tasks[k]);
+    const pcp_proto_section_t* outputs = NULL;
+    size_t count = 0;
+    if (task_status) {
+      snprintf(error, sizeof(error), "%s", pcp_status_message(task_status));
+    } else {
+      pcp_status_t status = pcp_fabric_task_outputs(tasks[k], &outputs, &count);
+      if (!status && count == 1 && outputs[0].byte_length == sizeof(float)) {
+        sum += *(const float*)outputs[0].data;
+        ++done;
+      } else {
+        snprintf(error, sizeof(error), "@main returned %zu outputs", count);
+      }
+      pcp_status_ignore(status);
+    }
+    pcp_fabric_task_release(tasks[k]);
+  }
+  free(tasks);
+  free(inputs);
+  if (stopped) {
+    return pcp_make_status(PCP_STATUS_CANCELLED,
+                           "training stopped while evaluating");
+  }
+  if (done != batches) {
+    PCP_LOG(PCP_LOG_WARN, &job->log,
+            "evaluation on %s failed (%zu of %zu batches): %s", worker_id,
+            done, batches, error);
+    return pcp_ok_status();
+  }
+  job->last_val_loss = sum / (double)batches;
+  job->val_loss_step = job->outer_step;
+  PCP_LOG(PCP_LOG_INFO, &job->log,
+          "val_loss=%.4f outer_step=%" PRIu64
+          " batches=%zu worker=%s seconds=%.2f",
+          job->last_val_loss, job->outer_step, batches, worker_id,
+          (double)(pcp_clock_now_ns(job->options->clock) - start) / 1e9);
+  if (job->options->metrics && job->options->metrics->val_loss) {
+    const char* job_label[] = {job->options->job_id};
+    pcp_obs_family_set(job->options->metrics->val_loss, job_label,
+                       job->last_val_loss);
+  }
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
 // One outer step
 //===----------------------------------------------------------------------===//
 
@@ -827,7 +1094,7 @@ typedef struct round_t {
   round_task_t tasks[MAX_ROUND_WORKERS];
   uint32_t count;
   pcp_proto_section_t* sections;  // shared parameter sections + per-task
-  float lr;
+  float* lr;  // tau rates, the schedule at this round's inner steps
 } round_t;
 
 static int compare_ids(const void* a, const void* b) {
@@ -887,6 +1154,7 @@ static void round_release(round_t* round) {
     free(round->tasks[i].tokens64);
   }
   free(round->sections);
+  free(round->lr);
   memset(round, 0, sizeof(*round));
 }
 
@@ -1001,7 +1269,15 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   if (!round->sections) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "sections");
   }
-  round->lr = (float)job->config.learning_rate;
+  // One rate per fused inner step: step i of outer step s is the job's
+  // inner step s * tau + i (the same on every worker).
+  size_t steps = (size_t)job->config.tau;
+  round->lr = calloc(steps, sizeof(float));
+  if (!round->lr) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "rates");
+  }
+  pcp_diloco_lr_schedule_fill(&job->schedule, job->outer_step * steps, steps,
+                              round->lr);
   bool bf16 = job->param_type == PCP_ELEMENT_TYPE_BF16;
   if (bf16) {
     pcp_diloco_bf16_quantize(job->parameters, job->parameter_count,
@@ -1017,9 +1293,10 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
     pcp_proto_section_t* extra = &round->sections[n + 3 * (size_t)k];
     extra[0] = (pcp_proto_section_t){.name = "lr",
                                      .element_type = PCP_ELEMENT_TYPE_F32,
-                                     .rank = 0,
-                                     .byte_length = sizeof(float),
-                                     .data = &round->lr};
+                                     .rank = 1,
+                                     .shape = {(int64_t)steps},
+                                     .byte_length = steps * sizeof(float),
+                                     .data = round->lr};
     bool wide = job->data_type == PCP_ELEMENT_TYPE_I64;
     for (int j = 0; j < 2; ++j) {
       pcp_proto_section_t* s = &extra[1 + j];
@@ -1207,6 +1484,15 @@ json_t* pcp_diloco_job_progress_json(const job_t* job,
     // The submit-time progress object (and `pcp submit train`) spell it
     // tokens_per_s.
     json_object_set_new(progress, "tokens_per_s", json_real(tokens_per_second));
+    // The rate of the last inner step run, and the last evaluation (null
+    // before the first; val_loss_step says which outer step it measured).
+    json_object_set_new(progress, "lr", json_real(job->last_lr));
+    json_object_set_new(progress, "val_loss",
+                        pcp_diloco_json_number_or_null(job->last_val_loss));
+    json_object_set_new(progress, "val_loss_step",
+                        isfinite(job->last_val_loss)
+                            ? json_integer((json_int_t)job->val_loss_step)
+                            : json_null());
   }
   return progress;
 }
@@ -1260,6 +1546,15 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   round_outcome_t outcome;
   status = round_collect(job, &round, &outcome);
   uint32_t submitted = round.count;
+  // The evaluator: the first worker (by id) whose round succeeded.
+  char eval_worker[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1] = "";
+  program_t* eval_kind = NULL;
+  for (uint32_t k = 0; k < round.count && !eval_worker[0]; ++k) {
+    if (round.tasks[k].task && !pcp_fabric_task_status(round.tasks[k].task)) {
+      snprintf(eval_worker, sizeof(eval_worker), "%s", round.tasks[k].worker_id);
+      eval_kind = round.tasks[k].program;
+    }
+  }
   round_release(&round);
   PCP_RETURN_IF_ERROR_BARE(status);
   if (*out_stopped) {
@@ -1280,6 +1575,8 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
       &job->nesterov, 0, job->parameter_count, average, job->parameters));
   ++job->outer_step;
   *out_advanced = true;
+  job->last_lr = pcp_diloco_lr_schedule_at(
+      &job->schedule, job->outer_step * (uint64_t)job->config.tau - 1);
   job->expected_workers = outcome.reporters;
   job->last_loss = outcome.loss_last;
   job->last_loss_mean = outcome.loss_mean;
@@ -1313,18 +1610,42 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
           nonfinite);
   double epoch = epochs_trained(job);
   job->epochs_done = epoch >= (double)job->config.max_epochs;
+  bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps ||
+              job->epochs_done;
+  bool evaluated = false;
+  if (eval_kind && pcp_diloco_job_eval_due(job, job->outer_step, last)) {
+    status = pcp_diloco_job_evaluate(job, eval_worker, eval_kind->backend,
+                                     eval_kind->target);
+    if (status && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
+      pcp_status_ignore(status);
+      *out_stopped = true;
+      return pcp_ok_status();
+    }
+    PCP_RETURN_IF_ERROR_BARE(status);
+    evaluated = job->val_loss_step == job->outer_step;
+  }
+  if (o->metrics && o->metrics->learning_rate) {
+    const char* job_label[] = {o->job_id};
+    pcp_obs_family_set(o->metrics->learning_rate, job_label, job->last_lr);
+  }
   json_t* progress =
       pcp_diloco_job_progress_json(job, &outcome, seconds, tokens_per_second);
   if (progress) {
     json_object_set_new(progress, "workers_submitted", json_integer(submitted));
     json_object_set_new(progress, "epoch", json_real(epoch));
+    json_object_set_new(progress, "evaluated", json_boolean(evaluated));
+    json_object_set_new(progress, "inner_state",
+                        json_string(job->config.inner_state ==
+                                            PCP_DILOCO_INNER_STATE_RESET
+                                        ? "reset"
+                                        : "keep"));
+    json_object_set_new(progress, "fresh_inner_state",
+                        json_integer(outcome.fresh_inner_state));
     pcp_status_ignore(pcp_store_job_event_append(
         o->store, o->job_id, "training.step", progress, NULL));
   }
   pcp_diloco_job_progress_report(job, progress);
   json_decref(progress);
-  bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps ||
-              job->epochs_done;
   if (job->epochs_done) {
     PCP_LOG(PCP_LOG_INFO, &job->log,
             "max_epochs=%" PRId64 " reached at outer_step=%" PRIu64
@@ -1350,6 +1671,7 @@ pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
   job.log.job_id = options->job_id;
   job.last_loss = NAN;
   job.last_loss_mean = NAN;
+  job.last_val_loss = NAN;
   pcp_status_t status = job_setup(&job);
   if (!status) {
     pcp_sha256_t digest;

@@ -40,6 +40,14 @@ typedef struct program_t {
   uint8_t hash[PCP_SHA256_BYTE_LENGTH];
 } program_t;
 
+// The forward program (@main: the loss) for one (backend, target), which
+// evaluates the held-out batches.
+typedef struct eval_program_t {
+  char backend[16];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
+  uint8_t hash[PCP_SHA256_BYTE_LENGTH];
+} eval_program_t;
+
 typedef struct job_t {
   const pcp_diloco_job_options_t* options;
   pcp_log_context_t log;
@@ -71,6 +79,18 @@ typedef struct job_t {
   pcp_data_dataset_t* dataset;
   pcp_data_range_t train_range;
   uint64_t train_tokens;  // tokens in train_range: one epoch
+  // The held-out tail (eval_fraction of the data; empty when 0).
+  pcp_data_range_t eval_range;
+  bool eval_enabled;
+  // eval_batches fixed held-out batches, sampled once at set-up (ids then
+  // targets, eval_batches x B x T each; |eval_tokens64| widened for a
+  // module taking i64 ids), so every evaluation sees the same tokens.
+  int32_t* eval_tokens;
+  int64_t* eval_tokens64;
+  eval_program_t eval_programs[MAX_PROGRAMS];
+  uint32_t eval_program_count;
+  // The inner learning-rate schedule over pcp_diloco_inner_step_total.
+  pcp_diloco_lr_schedule_t schedule;
   // Classic DiLoCo ends when every worker together has trained max_epochs
   // x train_tokens tokens (upstream stops past max_epochs of its data
   // manager), or at outer_loop_steps, whichever comes first.
@@ -95,6 +115,11 @@ typedef struct job_t {
   uint64_t token_bytes;
   double last_loss;
   double last_loss_mean;
+  // The rate of the last inner step run, and the last evaluation's loss
+  // on the held-out batches (NAN before the first).
+  double last_lr;
+  double last_val_loss;
+  uint64_t val_loss_step;  // outer step of last_val_loss
   // Workers whose delta the last outer step averaged (in the checkpoint's
   // cursor): a round waits up to WORKER_GRACE_MS for that many to be
   // connected, so a gateway restart does not run its first round on
@@ -121,6 +146,10 @@ typedef struct round_outcome_t {
   uint64_t parameter_bytes;
   uint64_t delta_bytes;
   uint64_t token_bytes;
+  // Workers whose inner AdamW state started fresh this step (one that
+  // joined or returned; always 0 with inner_state reset, where every
+  // round starts fresh by definition).
+  uint32_t fresh_inner_state;
   char last_error[256];
 } round_outcome_t;
 
@@ -164,6 +193,20 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_model_export(job_t* job);
 json_t* pcp_diloco_job_progress_json(const job_t* job,
                                      const round_outcome_t* outcome,
                                      double seconds, double tokens_per_second);
+// Evaluates the masters on worker |worker_id| of (|backend|, |target|):
+// the forward program (compiled on first use, as the round programs are)
+// over the fixed held-out batches, one task per batch; sets last_val_loss
+// (the mean) and val_loss_step. A failed evaluation is logged and leaves
+// last_val_loss as it was (training goes on); CANCELLED on stop; a compile
+// failure is returned.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_evaluate(job_t* job,
+                                                         const char* worker_id,
+                                                         const char* backend,
+                                                         const char* target);
+// Whether outer step |step| (just completed) is due an evaluation: every
+// eval_every steps and at |last|.
+bool pcp_diloco_job_eval_due(const job_t* job, uint64_t step, bool last);
+
 // Hands |progress| (may be NULL) to the progress hook.
 void pcp_diloco_job_progress_report(job_t* job, json_t* progress);
 

@@ -404,6 +404,9 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "step refs");
   }
   st->step_value = (float)step;
+  // The schedule over local steps (0-based: local step 1 is index 0).
+  st->lr = pcp_diloco_lr_schedule_at(&job->schedule, step - 1);
+  job->last_lr = st->lr;
   for (uint32_t k = 0; k < st->worker_count; ++k) {
     stream_worker_t* w = &st->workers[k];
     if (!w->alive) {
@@ -442,6 +445,8 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
                                      .data = &st->step_value};
     extra[1] = (pcp_proto_section_t){.name = "lr",
                                      .element_type = PCP_ELEMENT_TYPE_F32,
+                                     .rank = 1,
+                                     .shape = {1},
                                      .byte_length = sizeof(float),
                                      .data = &st->lr};
     size_t id_size = pcp_element_type_byte_size(job->data_type);
@@ -1123,7 +1128,6 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
   st.schedule.overlap_tau = (uint32_t)job->config.streaming.overlap_tau;
   st.schedule.max_rounds = (uint32_t)job->config.max_epochs;
   st.alpha = (float)job->config.streaming.alpha;
-  st.lr = (float)job->config.learning_rate;
   st.bf16 = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16;
   st.bf16_params = job->param_type == PCP_ELEMENT_TYPE_BF16;
   if (st.schedule.fragments > MAX_FRAGMENTS ||
@@ -1384,6 +1388,32 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
                      : 0;
       last_event_ns = now;
       loop.last_event_step = t - 1;
+      // Evaluation every eval_every syncs and at the last, on the first
+      // live worker.
+      bool evaluated = false;
+      if (pcp_diloco_job_eval_due(job, st.syncs, st.syncs >= st.sync_total)) {
+        const char* evaluator = NULL;
+        for (uint32_t k = 0; k < st.worker_count && !evaluator; ++k) {
+          evaluator = st.workers[k].alive ? st.workers[k].worker_id : NULL;
+        }
+        status = evaluator ? pcp_diloco_job_evaluate(job, evaluator,
+                                                     st.backend, st.target)
+                           : pcp_ok_status();
+        if (status && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
+          pcp_status_ignore(status);
+          status = pcp_ok_status();
+          stopped = true;
+          break;
+        }
+        if (status) {
+          break;
+        }
+        evaluated = job->val_loss_step == job->outer_step;
+      }
+      if (o->metrics && o->metrics->learning_rate) {
+        const char* job_label[] = {o->job_id};
+        pcp_obs_family_set(o->metrics->learning_rate, job_label, job->last_lr);
+      }
       json_t* progress = pcp_diloco_job_progress_json(job, &outcome, seconds,
                                                       tokens_per_second);
       if (progress) {
@@ -1395,6 +1425,7 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
                             json_integer((json_int_t)t));
         json_object_set_new(progress, "workers_received", json_integer(alive));
         json_object_set_new(progress, "streaming", json_true());
+        json_object_set_new(progress, "evaluated", json_boolean(evaluated));
         pcp_status_ignore(pcp_store_job_event_append(
             o->store, o->job_id, "training.step", progress, NULL));
       }
