@@ -157,10 +157,23 @@ static void progress_print(json_t* job, bool tty) {
   if (json_is_number(rate)) {
     snprintf(rate_text, sizeof(rate_text), "%.0f", json_number_value(rate));
   }
-  printf("%s[%s] step %lld/%lld loss %s tok/s %s wire %.2f MiB %s%s",
+  // The held-out loss (from the last evaluation) and the inner rate of the
+  // last inner step (the schedule).
+  json_t* val_loss = json_object_get(t, "val_loss");
+  json_t* lr = json_object_get(t, "lr");
+  char val_text[32] = "-";
+  if (json_is_number(val_loss)) {
+    snprintf(val_text, sizeof(val_text), "%.4f", json_number_value(val_loss));
+  }
+  char lr_text[32] = "-";
+  if (json_is_number(lr)) {
+    snprintf(lr_text, sizeof(lr_text), "%.2e", json_number_value(lr));
+  }
+  printf("%s[%s] step %lld/%lld loss %s val %s lr %s tok/s %s wire %.2f MiB "
+         "%s%s",
          tty ? "\r" : "", bar, (long long)step, (long long)steps, loss_text,
-         rate_text, (double)wire / (1024.0 * 1024.0), state ? state : "?",
-         tty ? "\033[K" : "\n");
+         val_text, lr_text, rate_text, (double)wire / (1024.0 * 1024.0),
+         state ? state : "?", tty ? "\033[K" : "\n");
   fflush(stdout);
 }
 

@@ -38,7 +38,25 @@ typedef struct program_t {
   char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
   bool ready;
   uint8_t hash[PCP_SHA256_BYTE_LENGTH];
+  // inner_state keep: the @copy module moving moments (built on first use).
+  bool state_ready;
+  uint8_t state_hash[PCP_SHA256_BYTE_LENGTH];
 } program_t;
+
+// inner_state keep: one worker's AdamW state, resident in |session| on it
+// (m<i>, v<i>) while |live|; |step| (the next inner step's number, 1-based)
+// is tracked here and sent with each round (the program returns the next).
+typedef struct inner_slot_t {
+  char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  char session[PCP_STORE_ID_MAX_LENGTH + 64];
+  bool live;
+  uint64_t step;
+  // The worker's joins that did not resume its lease when the session was
+  // made: another such join dropped its sessions (it returned: fresh).
+  uint32_t lost_joins;
+  uint64_t reported_step;  // outer step of its last delta (0: none)
+  struct program_t* program;  // its kind's programs
+} inner_slot_t;
 
 // The forward program (@main: the loss) for one (backend, target), which
 // evaluates the held-out batches.
@@ -128,6 +146,19 @@ typedef struct job_t {
   uint32_t expected_workers;
   program_t programs[MAX_PROGRAMS];
   uint32_t program_count;
+  // inner_state keep (classic): per worker seen, its resident state.
+  inner_slot_t inner[MAX_ROUND_WORKERS * 4];
+  uint32_t inner_count;
+  uint64_t inner_generation;  // makes every session id new
+  uint64_t inner_nonce;       // per run: ids never meet a dead gateway's
+  // A resumed checkpoint's moments (per saved worker m then v, f32), handed
+  // to the first round's workers in id order, with their steps.
+  float* inner_resume;
+  uint64_t* inner_resume_steps;
+  uint32_t inner_resume_count;
+  // The cursor's "inner" object the next checkpoint_write stores (the
+  // workers' moments side file), as stream_cursor is for streaming.
+  json_t* inner_cursor;
   uint32_t compiled_count;  // programs registered, for the log
   // Streaming: the cursor's "streaming" object the next checkpoint_write
   // stores (set by the streaming loop), and the one job_resume loaded with
@@ -209,6 +240,14 @@ bool pcp_diloco_job_eval_due(const job_t* job, uint64_t step, bool last);
 
 // Hands |progress| (may be NULL) to the progress hook.
 void pcp_diloco_job_progress_report(job_t* job, json_t* progress);
+
+// Compiles (cached like every program) the module whose @copy(x...) ->
+// (x...) over every tensor moves a worker's AdamW moments in and out of its
+// session (@copy_moments for a bf16 model, whose moments are f32): the
+// streaming fragment module emitted for one fragment (service_stream.c).
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_state_program_build(
+    job_t* job, const char* backend, const char* target,
+    uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]);
 
 // Streaming DiLoCo (service_stream.c): runs the set-up job to its end
 // (OK), a stop (CANCELLED) or a failure; resumes from job->stream_resume.

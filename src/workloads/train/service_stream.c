@@ -299,6 +299,37 @@ static pcp_status_t stream_programs(stream_t* st, const char* backend,
   return pcp_ok_status();
 }
 
+// Classic rounds with inner_state keep move a worker's resident AdamW
+// moments with the same module, emitted for one fragment holding every
+// tensor (P = 1): @copy / @copy_moments uploads fresh (zero) or resumed
+// moments kept resident, and reads them back for a checkpoint.
+pcp_status_t pcp_diloco_state_program_build(
+    job_t* job, const char* backend, const char* target,
+    uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]) {
+  stream_t st;
+  memset(&st, 0, sizeof(st));
+  st.job = job;
+  st.schedule.fragments = 1;
+  st.bf16 = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16;
+  st.bf16_params = job->param_type == PCP_ELEMENT_TYPE_BF16;
+  pcp_string_builder_t b;
+  pcp_string_builder_initialize(pcp_allocator_system(), (size_t)16 << 20, &b);
+  pcp_status_t status = fragment_module_emit(&st, 0, &b);
+  char path[1200];
+  snprintf(path, sizeof(path), "%s/inner-state.mlir", job->dir);
+  char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
+  if (!status) {
+    pcp_sha256_t digest;
+    pcp_sha256_compute(b.data, b.size, &digest);
+    pcp_sha256_to_hex(&digest, hex);
+    status = pcp_file_write_atomic(path, b.data, b.size);
+  }
+  pcp_string_builder_deinitialize(&b);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  return pcp_diloco_job_child_compile(job, path, hex, NULL, 0, backend, target,
+                                      out_hash);
+}
+
 // Rounds fragment |fragment|'s masters into wire_parameters (bf16 models).
 static void masters_round(stream_t* st, uint32_t fragment) {
   job_t* job = st->job;
