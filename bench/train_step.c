@@ -121,7 +121,7 @@ static int pcp_side(const char* dir) {
 
   // params, m, v: uploaded once, then only ever the previous call's results.
   pcp_tensor_t** state = calloc(3 * n, sizeof(pcp_tensor_t*));
-  pcp_tensor_t** results = calloc(3 * n + 1, sizeof(pcp_tensor_t*));
+  pcp_tensor_t** results = calloc(3 * n + 2, sizeof(pcp_tensor_t*));
   pcp_value_t* inputs = calloc(3 * n + 4, sizeof(pcp_value_t));
   if (!state || !results || !inputs) {
     fprintf(stderr, "train_step: out of memory\n");
@@ -144,8 +144,11 @@ static int pcp_side(const char* dir) {
         "targets");
   pcp_tensor_shape_t scalar = {.element_type = PCP_ELEMENT_TYPE_F32};
   check(pcp_host_tensor_allocate(&scalar, &step), "step");
-  check(pcp_host_tensor_allocate(&scalar, &lr), "lr");
-  *(float*)lr.data = (float)LR;
+  // One rate per fused step (constant here: the schedule is the caller's).
+  pcp_tensor_shape_t rates = {
+      .element_type = PCP_ELEMENT_TYPE_F32, .rank = 1, .dims = {K}};
+  check(pcp_host_tensor_allocate(&rates, &lr), "lr");
+  for (int s = 0; s < K; ++s) ((float*)lr.data)[s] = (float)LR;
   float losses[K];
   float next_step = 1.0f;
 
@@ -161,15 +164,16 @@ static int pcp_side(const char* dir) {
     inputs[3 * n + 3] = pcp_value_host(&targets);                              \
     size_t count = 0;                                                          \
     check(pcp_program_invoke(program, "train_steps", inputs, 3 * n + 4,        \
-                             results, 3 * n + 1, &count),                      \
+                             results, 3 * n + 2, &count),                      \
           "train_steps");                                                      \
     for (size_t i = 0; i < 3 * n; ++i) {                                       \
       pcp_tensor_release(state[i]);                                            \
       state[i] = results[i];                                                   \
     }                                                                          \
-    check(pcp_tensor_download(results[3 * n], losses, sizeof(losses)),        \
+    pcp_tensor_release(results[3 * n]); /* step + K: counted on the host */   \
+    check(pcp_tensor_download(results[3 * n + 1], losses, sizeof(losses)),    \
           "losses");                                                           \
-    pcp_tensor_release(results[3 * n]);                                        \
+    pcp_tensor_release(results[3 * n + 1]);                                    \
     next_step += (float)K;                                                     \
   } while (0)
 

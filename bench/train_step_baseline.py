@@ -21,7 +21,8 @@ iree: the same VMFB in a tight `iree.runtime` loop (params, m and v as
       before the device is created.
 jax:  the same model (tests/models/jax_reference.py, written independently
       of the emitter), loss + jax.grad + the same AdamW with global-norm
-      clipping, K steps fused with lax.scan under one jax.jit, the state
+      clipping, K steps fused with lax.scan under one jax.jit (the K
+      rates scanned with the data, as pcp's lr vector is), the state
       donated so XLA updates it in place; warmed up (compiled) first.
 """
 import glob
@@ -62,7 +63,7 @@ def iree_side(directory, k, lr, flags):
     state = ([rt.asdevicearray(dev, p) for p in params] +
              [rt.asdevicearray(dev, np.zeros_like(p)) for p in params] +
              [rt.asdevicearray(dev, np.zeros_like(p)) for p in params])
-    lr = np.float32(lr)
+    lr = np.full((k,), lr, np.float32)  # one rate per fused step
     step = [1.0]
 
     def call():
@@ -70,7 +71,7 @@ def iree_side(directory, k, lr, flags):
         out = train_steps(*state, np.float32(step[0]), lr, ids, targets)
         state = list(out[:3 * n])
         step[0] += k
-        return out[3 * n].to_host()
+        return out[3 * n + 1].to_host()  # after the state and step + k
 
     return call
 
@@ -88,6 +89,7 @@ def jax_side(directory, k, lr, flags):
 
     def one_step(carry, data):
         p, m, v, t = carry
+        rate = data[2]  # this step's rate, as pcp's lr[i]
         loss, g = jax.value_and_grad(loss_fn)(p, data[0], data[1])
         norm = jnp.sqrt(sum(jnp.sum(x * x) for x in g))
         scale = CLIP / jnp.maximum(norm, CLIP)
@@ -98,14 +100,14 @@ def jax_side(directory, k, lr, flags):
             vi = B2 * vi + (1 - B2) * gi * gi
             m_hat = mi / (1 - B1 ** t)
             v_hat = vi / (1 - B2 ** t)
-            out_p.append(pi - lr * (m_hat / (jnp.sqrt(v_hat) + EPS) + WD * pi))
+            out_p.append(pi - rate * (m_hat / (jnp.sqrt(v_hat) + EPS) + WD * pi))
             out_m.append(mi)
             out_v.append(vi)
         return (out_p, out_m, out_v, t + 1), loss
 
-    def train_steps(p, m, v, t, ids, targets):
+    def train_steps(p, m, v, t, ids, targets, rates):
         (p, m, v, t), losses = jax.lax.scan(one_step, (p, m, v, t),
-                                            (ids, targets))
+                                            (ids, targets, rates))
         return p, m, v, t, losses
 
     train_steps = jax.jit(train_steps, donate_argnums=(0, 1, 2))
@@ -113,10 +115,11 @@ def jax_side(directory, k, lr, flags):
              [jnp.zeros_like(p) for p in params],
              [jnp.zeros_like(p) for p in params], jnp.float32(1))
     jids, jtargets = jnp.asarray(ids), jnp.asarray(targets)
+    rates = jnp.full((k,), lr, jnp.float32)
 
     def call():
         nonlocal state
-        p, m, v, t, losses = train_steps(*state, jids, jtargets)
+        p, m, v, t, losses = train_steps(*state, jids, jtargets, rates)
         state = (p, m, v, t)
         return np.asarray(losses)
 

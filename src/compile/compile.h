@@ -146,7 +146,8 @@ typedef enum pcp_compile_program_e {
   // @compute_gradients, @apply_optimizer and (inner_steps > 0) @train_steps.
   PCP_COMPILE_PROGRAM_TRAIN = 1,
   // TRAIN (inner_steps >= 1) plus @diloco_round: one stateless DiLoCo
-  // worker round, (params..., lr, data [K, ...]...) -> (deltas..., losses[K])
+  // worker round, (params..., lr[K], data [K, ...]...) -> (deltas...,
+  // losses[K])
   // with the moments at zero and the step at 1 inside (src/compile/
   // diloco_program.c); deltas in |delta_element|.
   PCP_COMPILE_PROGRAM_DILOCO = 2,
@@ -202,10 +203,11 @@ void pcp_compile_training_options_initialize(
 //            -> (loss, dparams...)    (means over A micro-batches)
 //   TRAIN: @apply_optimizer(params..., grads..., m..., v..., step: f32,
 //            lr: f32) -> (params'..., m'..., v'...)
-//   TRAIN, k > 0: @train_steps(params..., m..., v..., step: f32, lr: f32,
-//            data (each with a leading dimension k; [k, A, ...] for A > 1)...)
-//            -> (params'..., m'..., v'..., losses: k x loss type)
-//   DILOCO: the TRAIN functions and @diloco_round(params..., lr: f32,
+//   TRAIN, k > 0: @train_steps(params..., m..., v..., step: f32,
+//            lr: k x f32, data (each with a leading dimension k; [k, A, ...]
+//            for A > 1)...) -> (params'..., m'..., v'..., step + k: f32,
+//            losses: k x loss type); fused step i uses step + i and lr[i]
+//   DILOCO: the TRAIN functions and @diloco_round(params..., lr: k x f32,
 //            data [k, ...] or [k, A, ...]...) -> (deltas..., losses: k x
 //            loss type)
 // Reverse mode with one VJP rule per op. Errors: INVALID_ARGUMENT for a

@@ -338,6 +338,11 @@ static void training_module_functions_and_errors(void** state) {
   assert_non_null(strstr(text, "func.func @apply_optimizer("));
   assert_non_null(strstr(text, "func.func @train_steps("));
   assert_non_null(strstr(text, "\"stablehlo.while\""));
+  // One rate per fused step in; the next step number and the K losses out.
+  assert_non_null(strstr(text,
+                         "%step: tensor<f32>, %lr: tensor<3xf32>, %d0: "
+                         "tensor<3x3xi32>) -> (tensor<3xf32>, tensor<3xf32>, "
+                         "tensor<3xf32>, tensor<f32>, tensor<3xf32>) {"));
   // The i32 ids are data: one gradient, for %w.
   assert_non_null(strstr(text, "-> (tensor<f32>, tensor<3xf32>) {"));
   free(text);
@@ -397,6 +402,10 @@ static void training_module_accumulation(void** state) {
              "func.func @compute_gradients_accumulated(%p0: tensor<3xf32>, "
              "%d0: tensor<2x4xi32>) -> (tensor<f32>, tensor<3xf32>) {"));
   assert_non_null(strstr(two, "%d0: tensor<3x2x4xi32>) -> ("));
+  assert_non_null(strstr(two,
+                         "func.func @diloco_round(%p0: tensor<3xf32>, %lr: "
+                         "tensor<3xf32>, %d0: tensor<3x2x4xi32>) -> "
+                         "(tensor<3xf32>, tensor<3xf32>) {"));
   assert_non_null(strstr(two, "{callee = @compute_gradients_accumulated}"));
   free(none);
   free(one);

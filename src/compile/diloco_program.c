@@ -3,7 +3,7 @@
 // @diloco_round: one DiLoCo worker round as one function, emitted next to
 // @train_steps (docs/decisions.md "stateless DiLoCo rounds"):
 //
-//   @diloco_round(params..., lr: f32, data (each [tau, ...])...)
+//   @diloco_round(params..., lr: [tau] x f32, data (each [tau, ...])...)
 //       -> (deltas..., losses: [tau] x loss type)
 //
 // (data [tau, A, ...] with gradient accumulation, accumulate.c). The zero
@@ -56,6 +56,9 @@ void pcp_autodiff_emit_diloco_round(
                          ? options->delta_element
                          : "f32";
   type_t f32 = pcp_autodiff_type_scalar("f32");
+  type_t lr_type = f32;
+  lr_type.rank = 1;
+  lr_type.dims[0] = k;
   type_t losses_type = signature->loss;
   losses_type.rank = 1;
   losses_type.dims[0] = k;
@@ -66,7 +69,8 @@ void pcp_autodiff_emit_diloco_round(
     pcp_autodiff_type_append(e, &types[i]);
     pcp_autodiff_emit_f(e, ", ");
   }
-  pcp_autodiff_emit_f(e, "%%lr: tensor<f32>");
+  pcp_autodiff_emit_f(e, "%%lr: ");
+  pcp_autodiff_type_append(e, &lr_type);
   for (size_t d = 0; d < data_count; ++d) {
     type_t stacked = stacked_type(e, signature, options, d);
     pcp_autodiff_emit_f(e, ", %%d%zu: ", d);
@@ -99,7 +103,7 @@ void pcp_autodiff_emit_diloco_round(
     zeros[i] = pcp_autodiff_splat(e, 0.0, &moment);
   }
   ref_t step = pcp_autodiff_splat(e, 1.0, &f32);
-  pcp_autodiff_emit_f(e, "    %%run:%zu = \"func.call\"(", 3 * n + 1);
+  pcp_autodiff_emit_f(e, "    %%run:%zu = \"func.call\"(", 3 * n + 2);
   for (size_t i = 0; i < n; ++i) {
     pcp_autodiff_emit_f(e, "%%p%zu, ", i);
   }
@@ -120,7 +124,8 @@ void pcp_autodiff_emit_diloco_round(
       pcp_autodiff_emit_f(e, ", ");
     }
   }
-  pcp_autodiff_emit_f(e, "tensor<f32>, tensor<f32>");
+  pcp_autodiff_emit_f(e, "tensor<f32>, ");
+  pcp_autodiff_type_append(e, &lr_type);
   for (size_t d = 0; d < data_count; ++d) {
     type_t stacked = stacked_type(e, signature, options, d);
     pcp_autodiff_emit_f(e, ", ");
@@ -134,6 +139,7 @@ void pcp_autodiff_emit_diloco_round(
       pcp_autodiff_emit_f(e, ", ");
     }
   }
+  pcp_autodiff_emit_f(e, "tensor<f32>, ");
   pcp_autodiff_type_append(e, &losses_type);
   pcp_autodiff_emit_f(e, ")\n");
 
@@ -151,7 +157,7 @@ void pcp_autodiff_emit_diloco_round(
   for (size_t i = 0; i < n; ++i) {
     pcp_autodiff_emit_f(e, "%s, ", zeros[i].name);
   }
-  pcp_autodiff_emit_f(e, "%%run#%zu) : (", 3 * n);
+  pcp_autodiff_emit_f(e, "%%run#%zu) : (", 3 * n + 1);
   for (size_t i = 0; i < n; ++i) {
     pcp_autodiff_type_append(e, &zeros[i].type);
     pcp_autodiff_emit_f(e, ", ");

@@ -194,24 +194,28 @@ def check(pcp, tmp, element, params, ids, targets):
 
     # 2. K fused AdamW steps from zero moments.
     zeros = ["x".join(map(str, p.shape)) + "xf32=0" for p in params] * 2
-    common = p_in + zeros + ["f32=1", f"f32={LR}"]
+    rates = f"{K}xf32={LR}"  # one rate per step
+    common = p_in + zeros + ["f32=1", rates]
     got = runner.call(modules["micro"], "train_steps",
                       common + [runner.tensor(ids, "i32"),
-                                runner.tensor(targets, "i32")], 3 * n + 1)
+                                runner.tensor(targets, "i32")], 3 * n + 2)
     want = runner.call(modules["big"], "train_steps",
                        common + [runner.tensor(big_ids, "i32"),
                                  runner.tensor(big_targets, "i32")],
-                       3 * n + 1)
+                       3 * n + 2)
     params_check("train_steps params", got[:n], want[:n])
     for name, lo in (("m", n), ("v", 2 * n)):
         compare(f"train_steps {name}", got[lo:lo + n], want[lo:lo + n], rel,
                 failures, worst)
-    losses("train_steps losses", got[3 * n], want[3 * n])
-    if got[3 * n].shape != (K,):
-        failures.append(f"train_steps losses shape {got[3 * n].shape}")
+    # After the state: the next step number, then the K losses.
+    if float(got[3 * n]) != 1.0 + K:
+        failures.append(f"train_steps step out {got[3 * n]} != {1 + K}")
+    losses("train_steps losses", got[3 * n + 1], want[3 * n + 1])
+    if got[3 * n + 1].shape != (K,):
+        failures.append(f"train_steps losses shape {got[3 * n + 1].shape}")
 
     # 3. One DiLoCo round.
-    tail = [f"f32={LR}"]
+    tail = [rates]
     got = runner.call(modules["micro"], "diloco_round",
                       p_in + tail + [runner.tensor(ids, "i32"),
                                      runner.tensor(targets, "i32")], n + 1)

@@ -8,8 +8,9 @@
   helpers, which pcp's autodiff inlines.
 - @apply_optimizer (AdamW, bias correction, global-norm clipping) over
   several steps against a NumPy implementation.
-- @train_steps with k=4 against 4 separate @compute_gradients +
-  @apply_optimizer calls.
+- @train_steps with k=4 and a different rate per step (lr vector) against
+  4 separate @compute_gradients + @apply_optimizer calls with those rates;
+  the step it returns is step + k.
 - An op without a VJP rule: `pcp compile --program grad` exits 1 naming the
   op and its location.
 Modules are compiled by `pcp compile` (artifact cache) and run on IREE's CPU
@@ -151,8 +152,10 @@ def main():
         stacked = [np.stack([b[0] for b in batches]),
                    np.stack([b[1] for b in batches])]
         zeros = [np.zeros_like(x) for x in params]
-        out = mlp.train_steps(*params, *zeros, *zeros, np.float32(1),
-                              np.float32(0.05), *stacked)
+        # Distinct rates, so a step that read another step's rate shows.
+        rates = np.array([0.05, 0.01, 0.08, 0.03], np.float32)[:K]
+        out = mlp.train_steps(*params, *zeros, *zeros, np.float32(1), rates,
+                              *stacked)
         fused = [np.asarray(a) for a in out]
         sp, sm, sv = list(params), list(zeros), list(zeros)
         losses = []
@@ -160,13 +163,16 @@ def main():
             g = mlp.compute_gradients(*sp, *batches[s])
             losses.append(float(np.asarray(g[0])))
             o = mlp.apply_optimizer(*sp, *[np.asarray(x) for x in g[1:]], *sm,
-                                    *sv, np.float32(1 + s), np.float32(0.05))
+                                    *sv, np.float32(1 + s), rates[s])
             sp, sm, sv = split3(o, n)
         worst = max(rel_err(a, b) for a, b in zip(fused[:3 * n], sp + sm + sv))
-        loss_err = float(np.max(np.abs(fused[3 * n] - np.array(losses))))
-        check(f"train_steps k={K} vs {K} x (grad + apply)",
-              worst <= 1e-5 and loss_err <= 1e-6,
-              f"state max rel err {worst:.2e}, losses {fused[3 * n]}")
+        loss_err = float(np.max(np.abs(fused[3 * n + 1] - np.array(losses))))
+        step_ok = float(fused[3 * n]) == 1.0 + K
+        check(f"train_steps k={K} (lr {rates.tolist()}) vs {K} x "
+              f"(grad + apply)",
+              worst <= 1e-5 and loss_err <= 1e-6 and step_ok,
+              f"state max rel err {worst:.2e}, step out {fused[3 * n]}, "
+              f"losses {fused[3 * n + 1]}")
 
         # Transformer: gradients only. Exported without inlining, so JAX's
         # private helpers (@_where, @tril, @_one_hot) reach `pcp compile` as

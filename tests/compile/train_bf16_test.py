@@ -182,12 +182,14 @@ def train_losses(pcp, tmp, vmfb, tag, params, element, ids, targets):
     for kind in ("m", "v"):
         for i, p in enumerate(params):
             inputs += ["--input", shape_text(p.shape, "f32") + "=0"]
-    inputs += ["--input", "f32=1", "--input", f"f32={LR}",
+    inputs += ["--input", "f32=1", "--input", f"{K}xf32={LR}",
                "--input", npy_input(tmp, f"{tag}ids", ids),
                "--input", npy_input(tmp, f"{tag}targets", targets)]
     losses = os.path.join(tmp, f"{tag}losses.npy")
     args = [pcp, "run", vmfb, "--function", "train_steps", *inputs]
-    args += ["--output", ""] * (3 * len(params)) + ["--output", "@" + losses]
+    # params, m, v and the next step number ignored; the K losses kept.
+    args += ["--output", ""] * (3 * len(params) + 1) + ["--output",
+                                                        "@" + losses]
     run(*args)
     return np.load(losses).astype(np.float64)
 

@@ -3,10 +3,11 @@
 usage: diloco_round_test.py PCP_BINARY
 
 A 1-layer built-in GPT with seeded parameters: one call of
-@diloco_round(params, lr, ids[K,B,T], targets[K,B,T]) must equal
-params - p' where (p', m', v', losses) = @train_steps(params, 0, 0, step 1,
-lr, ids, targets) of the same program (the definition of a stateless round:
-fresh moments, step 1, K fused steps), with the same losses; the bf16
+@diloco_round(params, lr[K], ids[K,B,T], targets[K,B,T]) (lr: a different
+rate per inner step) must equal params - p' where (p', m', v', step',
+losses) = @train_steps(params, 0, 0, step 1, lr, ids, targets) of the same
+program (the definition of a stateless round: fresh moments, step 1, K
+fused steps), with the same losses; the bf16
 variant must return that delta rounded to nearest even (NumPy). The fused
 steps themselves are checked against NumPy AdamW in adamw_numpy_test.py.
 """
@@ -20,7 +21,7 @@ import tempfile
 import numpy as np
 
 K, B, T, V = 3, 2, 8, 11
-LR = 0.01
+LR = [0.01, 0.003, 0.02]  # one rate per inner step
 
 
 def run(*args):
@@ -64,7 +65,8 @@ def main():
         ids = rng.integers(0, V, size=(K, B, T), dtype=np.int32)
         targets = rng.integers(0, V, size=(K, B, T), dtype=np.int32)
         paths = {}
-        for name, a in [("ids", ids), ("targets", targets)] + [
+        for name, a in [("ids", ids), ("targets", targets),
+                        ("lr", np.array(LR, np.float32))] + [
                 (f"p{i}", p) for i, p in enumerate(params)] + [
                 (f"z{i}", np.zeros_like(p)) for i, p in enumerate(params)]:
             paths[name] = os.path.join(tmp, name + ".npy")
@@ -79,7 +81,8 @@ def main():
                     "--cpu-threads", "1"]
             args += [a for i in range(n) for a in ("--input",
                                                    "@" + paths[f"p{i}"])]
-            args += ["--input", f"f32={LR}", "--input", "@" + paths["ids"],
+            args += ["--input", "@" + paths["lr"], "--input",
+                     "@" + paths["ids"],
                      "--input", "@" + paths["targets"]]
             outs = [os.path.join(tmp, f"r{i}.{dtype}") for i in range(n + 1)]
             for i, o in enumerate(outs):
@@ -92,15 +95,15 @@ def main():
             for group in ("p", "z", "z"):
                 args += [a for i in range(n) for a in
                          ("--input", "@" + paths[f"{group}{i}"])]
-            args += ["--input", "f32=1", "--input", f"f32={LR}",
+            args += ["--input", "f32=1", "--input", "@" + paths["lr"],
                      "--input", "@" + paths["ids"], "--input",
                      "@" + paths["targets"]]
-            ref_outs = [os.path.join(tmp, f"t{i}.npy") for i in range(3 * n + 1)]
+            ref_outs = [os.path.join(tmp, f"t{i}.npy") for i in range(3 * n + 2)]
             for o in ref_outs:
                 args += ["--output", "@" + o]
             run(*args)
             p_next = [np.load(o) for o in ref_outs[:n]]
-            ref_losses = np.load(ref_outs[3 * n])
+            ref_losses = np.load(ref_outs[3 * n + 1])
             losses = np.load(outs[n])
             worst = 0.0
             for i in range(n):

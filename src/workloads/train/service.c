@@ -924,7 +924,9 @@ pcp_status_t pcp_diloco_job_child_compile(
   snprintf(steps, sizeof(steps), "%" PRId64, inner_steps);
   char accumulate[32];
   snprintf(accumulate, sizeof(accumulate), "%" PRId64, job->accumulation);
-  // The DiLoCo round of a keep job carries the inner state in and out
+  // v3: @train_steps and @diloco_round take one lr per inner step (a v2
+  // artifact in an old state directory has the scalar-lr signature). The
+  // DiLoCo round of a keep job carries the inner state in and out
   // (`--inner-state keep`: another program, so another key).
   bool keep_round = kind && !strcmp(kind, "diloco") && keeps_state(job);
   char key_text[512];
@@ -1703,7 +1705,6 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   for (size_t i = 0; i < n; ++i) {
     pcp_diloco_job_master_section(job, i, &round->sections[i]);
   }
-  size_t tau = batches_per_round(job);
   size_t per_step = (size_t)(job->spec.batch * job->spec.block_size);
   char (*names)[24] = keep ? calloc(2 * n + 1, sizeof(*names)) : NULL;
   pcp_proto_tensor_ref_t* refs =

@@ -474,6 +474,7 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
                                      .element_type = PCP_ELEMENT_TYPE_F32,
                                      .byte_length = sizeof(float),
                                      .data = &st->step_value};
+    // @train_steps takes one rate per fused step: [1] here (K = 1).
     extra[1] = (pcp_proto_section_t){.name = "lr",
                                      .element_type = PCP_ELEMENT_TYPE_F32,
                                      .rank = 1,
