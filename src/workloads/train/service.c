@@ -1705,6 +1705,7 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   for (size_t i = 0; i < n; ++i) {
     pcp_diloco_job_master_section(job, i, &round->sections[i]);
   }
+  size_t tau = batches_per_round(job);
   size_t per_step = (size_t)(job->spec.batch * job->spec.block_size);
   char (*names)[24] = keep ? calloc(2 * n + 1, sizeof(*names)) : NULL;
   pcp_proto_tensor_ref_t* refs =
