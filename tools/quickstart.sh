@@ -5,8 +5,9 @@
 #   3. a DiLoCo training job: a char-level GPT on data/tiny_shakespeare.txt
 #      (examples/quickstart_train.json), followed with a progress bar and the
 #      loss after every outer step,
-#   4. a chat request answered by the model it just trained (greedy decode on
-#      the same workers through the OpenAI-compatible API).
+#   4. two chat requests answered by the model it just trained, on the same
+#      workers through the OpenAI-compatible API: greedy, and a sample at
+#      temperature 0.8 with a fixed seed.
 # Everything it starts is stopped on exit, also on Ctrl-C or an error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -114,5 +115,11 @@ echo "== pcp chat --model $model --temperature 0 \"$prompt\""
 echo "   (greedy decode with the weights just trained)"
 "$pcp" chat --url "$url" --model "$model" --temperature 0 --max-tokens "$max_tokens" \
   --usage "$prompt"
+echo
+echo "== pcp chat --model $model --temperature 0.8 --seed 1 \"$prompt\""
+echo "   (a sample: greedy decoding of a small char model repeats itself;"
+echo "    sampling at 0.8 shows what it learned; the seed makes it repeatable)"
+"$pcp" chat --url "$url" --model "$model" --temperature 0.8 --seed 1 \
+  --max-tokens "$max_tokens" --usage "$prompt"
 echo
 echo "quickstart done: state and logs in $work/"
