@@ -1811,10 +1811,24 @@ pcp_status_t pcp_compile_training_module_build(
                            PCP_COMPILE_MAX_ACCUMULATION_STEPS,
                            (long long)options->accumulation_steps);
   }
+  if (options->program != PCP_COMPILE_PROGRAM_DILOCO &&
+      options->inner_state != PCP_COMPILE_INNER_STATE_RESET) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "a kept inner state is a property of the diloco "
+                           "program's round (@train_steps always takes and "
+                           "returns the state)");
+  }
   if (options->program == PCP_COMPILE_PROGRAM_DILOCO) {
     if (options->inner_steps < 1) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "the diloco program needs inner steps >= 1");
+    }
+    if (options->inner_state != PCP_COMPILE_INNER_STATE_RESET &&
+        options->inner_state != PCP_COMPILE_INNER_STATE_KEEP) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "inner state must be reset (0) or keep (1), got "
+                             "%d",
+                             (int)options->inner_state);
     }
     if (options->delta_element && options->delta_element[0] &&
         strcmp(options->delta_element, "f32") != 0 &&

@@ -145,13 +145,29 @@ typedef enum pcp_compile_program_e {
   PCP_COMPILE_PROGRAM_GRAD = 0,
   // @compute_gradients, @apply_optimizer and (inner_steps > 0) @train_steps.
   PCP_COMPILE_PROGRAM_TRAIN = 1,
-  // TRAIN (inner_steps >= 1) plus @diloco_round: one stateless DiLoCo
-  // worker round, (params..., lr[K], data [K, ...]...) -> (deltas...,
-  // losses[K])
-  // with the moments at zero and the step at 1 inside (src/compile/
-  // diloco_program.c); deltas in |delta_element|.
+  // TRAIN (inner_steps >= 1) plus @diloco_round: one DiLoCo worker round
+  // (src/compile/diloco_program.c); deltas in |delta_element|, the inner
+  // AdamW state as |inner_state| says.
   PCP_COMPILE_PROGRAM_DILOCO = 2,
 } pcp_compile_program_t;
+
+// What @diloco_round does with the inner optimizer's state between rounds.
+// Numbers are stable (0 is the default a zeroed options struct gets).
+typedef enum pcp_compile_inner_state_e {
+  // Fresh AdamW moments and step 1 every round, inside the function:
+  // @diloco_round(params..., lr[K], data...) -> (deltas..., losses[K]).
+  PCP_COMPILE_INNER_STATE_RESET = 0,
+  // The moments and the step number are arguments and results, so a worker
+  // can keep them across rounds (the DiLoCo paper's inner optimizer):
+  // @diloco_round(params..., m..., v..., step, lr[K], data...)
+  //     -> (deltas..., m'..., v'..., step + K, losses[K]).
+  PCP_COMPILE_INNER_STATE_KEEP = 1,
+} pcp_compile_inner_state_t;
+
+// "reset" or "keep"; INVALID_ARGUMENT naming both for anything else
+// (including NULL).
+PCP_MUST_USE_RESULT pcp_status_t pcp_compile_inner_state_parse(
+    const char* name, pcp_compile_inner_state_t* out_state);
 
 typedef struct pcp_compile_training_options_t {
   pcp_compile_program_t program;
@@ -175,6 +191,10 @@ typedef struct pcp_compile_training_options_t {
   // DILOCO: element type of the returned deltas, "f32" or "bf16" (NULL:
   // f32).
   const char* delta_element;
+  // DILOCO: whether @diloco_round starts the inner AdamW afresh every round
+  // or takes and returns its moments and step (default RESET). It changes
+  // the derived text, so the artifact key (a hash of that text) too.
+  pcp_compile_inner_state_t inner_state;
   // Gradient accumulation: A micro-batches per optimizer step (0 or 1: none,
   // the module is byte-for-byte what it is without this field; at most
   // PCP_COMPILE_MAX_ACCUMULATION_STEPS). With A > 1 the module also holds
@@ -207,9 +227,13 @@ void pcp_compile_training_options_initialize(
 //            lr: k x f32, data (each with a leading dimension k; [k, A, ...]
 //            for A > 1)...) -> (params'..., m'..., v'..., step + k: f32,
 //            losses: k x loss type); fused step i uses step + i and lr[i]
-//   DILOCO: the TRAIN functions and @diloco_round(params..., lr: k x f32,
-//            data [k, ...] or [k, A, ...]...) -> (deltas..., losses: k x
-//            loss type)
+//   DILOCO, inner_state RESET: the TRAIN functions and
+//            @diloco_round(params..., lr: k x f32, data [k, ...] or
+//            [k, A, ...]...) -> (deltas..., losses: k x loss type)
+//   DILOCO, inner_state KEEP: the TRAIN functions and
+//            @diloco_round(params..., m..., v..., step: f32, lr: k x f32,
+//            data...) -> (deltas..., m'..., v'..., step + k: f32, losses)
+//            (m and v in the moment type: f32 for bf16 parameters)
 // Reverse mode with one VJP rule per op. Errors: INVALID_ARGUMENT for a
 // module that does not parse or a function that is not a forward loss;
 // UNIMPLEMENTED naming the op and its location when gradient flows through
@@ -226,7 +250,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_compile_training_module_build(
 
 // `pcp compile model.mlir --backend B [--target T] -o out.vmfb`;
 // `--program grad|train|diloco [--inner-steps K] [--accumulate A]
-// [--emit-mlir out.mlir]` derives a training module first
+// [--inner-state reset|keep] [--emit-mlir out.mlir]` derives a training
+// module first
 // (pcp_compile_training_module_build).
 int pcp_compile_cli_main(int argc, char** argv);
 

@@ -31,6 +31,7 @@ typedef struct compile_cli_options_t {
   double weight_decay;
   double max_grad_norm;
   char* delta_dtype;
+  char* inner_state;  // NULL: not given (reset)
 } compile_cli_options_t;
 
 static pcp_status_t validate_backend(const void* config,
@@ -76,6 +77,13 @@ static const pcp_config_field_t kFields[] = {
      .offset = OFFSET(delta_dtype), .default_value = "f32",
      .value_name = "f32|bf16",
      .help = "diloco: element type of the deltas @diloco_round returns"},
+    // No default, so that giving it without --program diloco can be
+    // refused; not given is reset.
+    {.name = "inner-state", .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(inner_state), .value_name = "reset|keep",
+     .help = "diloco: reset (default) starts the inner AdamW afresh every "
+             "round; keep makes @diloco_round take and return m, v and the "
+             "step so a worker can keep them across rounds"},
     {.name = "inner-steps", .type = PCP_CONFIG_TYPE_INT64,
      .offset = OFFSET(inner_steps), .default_value = "0", .min = 0,
      .max = 4096, .value_name = "K",
@@ -128,7 +136,8 @@ static void print_help(void) {
   printf(
       "usage: pcp compile MODEL.mlir [--backend B] [--target T] -o OUT.vmfb\n"
       "       pcp compile --program grad|train|diloco MODEL.mlir [--inner-steps K]\n"
-      "               [--accumulate A] [--emit-mlir OUT.mlir] [-o OUT.vmfb]\n\n"
+      "               [--accumulate A] [--inner-state reset|keep]\n"
+      "               [--emit-mlir OUT.mlir] [-o OUT.vmfb]\n\n"
       "Compiles a StableHLO module to an IREE VMFB with the wheel's iree-compile "
       "(in a child\nprocess), reusing the artifact cache when the same module "
       "was compiled before.\n\nflags:\n");
@@ -186,6 +195,16 @@ int pcp_compile_cli_main(int argc, char** argv) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "--inner-steps needs --program train");
   }
+  pcp_compile_inner_state_t inner_state = PCP_COMPILE_INNER_STATE_RESET;
+  if (!status && options.inner_state) {
+    if (!options.program || strcmp(options.program, "diloco") != 0) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "--inner-state needs --program diloco");
+    } else {
+      status = pcp_compile_inner_state_parse(options.inner_state,
+                                             &inner_state);
+    }
+  }
   if (!status && options.accumulate && !options.program) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "--accumulate needs --program grad|train|diloco");
@@ -229,6 +248,7 @@ int pcp_compile_cli_main(int argc, char** argv) {
                              ? PCP_COMPILE_PROGRAM_DILOCO
                              : PCP_COMPILE_PROGRAM_GRAD;
       training.delta_element = options.delta_dtype;
+      training.inner_state = inner_state;
       training.function_name = options.function;
       training.data_argument_count = (int32_t)options.data_args;
       training.inner_steps = (int32_t)options.inner_steps;

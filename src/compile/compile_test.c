@@ -423,6 +423,74 @@ static void training_module_accumulation(void** state) {
       PCP_STATUS_INVALID_ARGUMENT, "got 4097");
 }
 
+// --inner-state: keep makes @diloco_round take and return the inner AdamW
+// state (m and v in the moment type, step), reset is the default and the
+// text of before; the two texts differ, so their artifact keys (hashes of
+// the text) do. Keep without the diloco program is an error. (Numerics:
+// tests/workloads/inner_state_test.py.)
+static void training_module_inner_state(void** state) {
+  (void)state;
+  static const char kLoss[] =
+      "func.func @main(%w: tensor<3xbf16>, %ids: tensor<4xi32>) -> "
+      "tensor<f32> {\n"
+      "  %z = stablehlo.constant dense<0.0> : tensor<f32>\n"
+      "  %0 = stablehlo.convert %w : (tensor<3xbf16>) -> tensor<3xf32>\n"
+      "  %1 = stablehlo.multiply %0, %0 : tensor<3xf32>\n"
+      "  %2 = stablehlo.reduce(%1 init: %z) applies stablehlo.add across "
+      "dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>\n"
+      "  return %2 : tensor<f32>\n}\n";
+  pcp_compile_training_options_t options;
+  pcp_compile_training_options_initialize(&options);
+  assert_int_equal(options.inner_state, PCP_COMPILE_INNER_STATE_RESET);
+  options.program = PCP_COMPILE_PROGRAM_DILOCO;
+  options.inner_steps = 5;
+  char* texts[2] = {NULL, NULL};
+  for (int keep = 0; keep < 2; ++keep) {
+    options.inner_state =
+        keep ? PCP_COMPILE_INNER_STATE_KEEP : PCP_COMPILE_INNER_STATE_RESET;
+    size_t length = 0;
+    pcp_status_t status = pcp_compile_training_module_build(
+        kLoss, strlen(kLoss), "t.mlir", &options, pcp_allocator_system(),
+        &texts[keep], &length);
+    if (status) {
+      char* message = pcp_status_to_string(status);
+      fail_msg("%s", message);
+    }
+  }
+  assert_non_null(strstr(texts[0],
+                         "func.func @diloco_round(%p0: tensor<3xbf16>, %lr: "
+                         "tensor<5xf32>, %d0: tensor<5x4xi32>) -> "
+                         "(tensor<3xf32>, tensor<5xf32>) {"));
+  assert_non_null(strstr(
+      texts[1],
+      "func.func @diloco_round(%p0: tensor<3xbf16>, %m0: tensor<3xf32>, "
+      "%s0: tensor<3xf32>, %step: tensor<f32>, %lr: tensor<5xf32>, %d0: "
+      "tensor<5x4xi32>) -> (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, "
+      "tensor<f32>, tensor<5xf32>) {"));
+  assert_string_not_equal(texts[0], texts[1]);
+  free(texts[0]);
+  free(texts[1]);
+
+  pcp_compile_inner_state_t parsed = PCP_COMPILE_INNER_STATE_RESET;
+  assert_null(pcp_compile_inner_state_parse("keep", &parsed));
+  assert_int_equal(parsed, PCP_COMPILE_INNER_STATE_KEEP);
+  assert_null(pcp_compile_inner_state_parse("reset", &parsed));
+  assert_int_equal(parsed, PCP_COMPILE_INNER_STATE_RESET);
+  expect_code(pcp_compile_inner_state_parse("kept", &parsed),
+              PCP_STATUS_INVALID_ARGUMENT, "got 'kept'");
+  options.inner_state = (pcp_compile_inner_state_t)7;
+  expect_code(pcp_compile_training_module_build(
+                  kLoss, strlen(kLoss), "t.mlir", &options,
+                  pcp_allocator_system(), &texts[0], &(size_t){0}),
+              PCP_STATUS_INVALID_ARGUMENT, "got 7");
+  options.inner_state = PCP_COMPILE_INNER_STATE_KEEP;
+  options.program = PCP_COMPILE_PROGRAM_TRAIN;
+  expect_code(pcp_compile_training_module_build(
+                  kLoss, strlen(kLoss), "t.mlir", &options,
+                  pcp_allocator_system(), &texts[0], &(size_t){0}),
+              PCP_STATUS_INVALID_ARGUMENT, "diloco program");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(flag_table_rows),
@@ -435,6 +503,7 @@ int main(void) {
       cmocka_unit_test(oversized_and_empty_inputs_are_refused),
       cmocka_unit_test(training_module_functions_and_errors),
       cmocka_unit_test(training_module_accumulation),
+      cmocka_unit_test(training_module_inner_state),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

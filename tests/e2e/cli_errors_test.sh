@@ -65,6 +65,10 @@ expect "accumulate over 4096" 2 "'--accumulate': 4097 is out of range" -- \
   "$PCP" compile --program diloco --inner-steps 2 "$tmp/add.mlir" --accumulate 4097 -o "$tmp/x.vmfb"
 expect "accumulate without --program" 2 "--accumulate needs --program" -- \
   "$PCP" compile "$tmp/add.mlir" --accumulate 2 -o "$tmp/x.vmfb"
+expect "inner-state without --program diloco" 2 "--inner-state needs --program diloco" -- \
+  "$PCP" compile --program train --inner-steps 2 "$tmp/add.mlir" --inner-state keep -o "$tmp/x.vmfb"
+expect "unknown inner-state" 2 "must be reset or keep, got 'kept'" -- \
+  "$PCP" compile --program diloco --inner-steps 2 "$tmp/add.mlir" --inner-state kept -o "$tmp/x.vmfb"
 expect "unknown flag" 2 "unknown flag '--frobnicate'" -- "$PCP" run "$tmp/add.vmfb" --frobnicate
 expect "unknown function" 1 "no function 'nope'.*exported: main" -- \
   "$PCP" run "$tmp/add.vmfb" --function nope

@@ -52,3 +52,15 @@ add_test(NAME workloads_diloco_round_test
           $<TARGET_FILE:pcp>)
 set_tests_properties(workloads_diloco_round_test PROPERTIES
   TIMEOUT 300 ENVIRONMENT "${PCP_TEST_ENV}" LABELS "python;compute")
+# Per-step learning rates (@train_steps' lr vector) and the kept inner state
+# (`--inner-state keep`: two rounds = one run of 2K AdamW steps with the
+# moments continuing) against NumPy AdamW over jax.grad (f32) gradients, and
+# the reset round; f32 and bf16. About a minute cold on 2 cores.
+foreach(element f32 bf16)
+  add_test(NAME workloads_inner_state_${element}_test
+    COMMAND ${PCP_VENV}/bin/python
+            ${CMAKE_SOURCE_DIR}/tests/workloads/inner_state_test.py
+            $<TARGET_FILE:pcp> ${element})
+  set_tests_properties(workloads_inner_state_${element}_test PROPERTIES
+    TIMEOUT 300 ENVIRONMENT "${PCP_TEST_ENV}" LABELS "python;compute")
+endforeach()
