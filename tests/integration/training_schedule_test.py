@@ -23,7 +23,12 @@ steps), a tiny char GPT, real IREE programs.
      (tests/models/jax_reference.py) evaluating the EXPORTED weights on
      them gives the service's final val_loss; eval_fraction 0 means no
      val_loss;
-  4. 400s naming the key for bad schedule / inner_state / eval keys.
+  4. exact resume with kept state: a keep job of 2 steps checkpoints the
+     worker's moments (side file named in the cursor); "resume": true of
+     the same experiment for 4 steps continues with those moments (no
+     fresh start at step 3) and its steps 3-4 equal an uninterrupted
+     4-step run's bit for bit;
+  5. 400s naming the key for bad schedule / inner_state / eval keys.
 Every wait is bounded.
 """
 import json
@@ -239,6 +244,30 @@ def main():
               (final, ref))
         check(sa[1]["val_loss"] != sa[2]["val_loss"],
               "val_loss moves between evaluations")
+        # 4. Exact resume with kept moments (a schedule that does not
+        # depend on the run's length, so 2- and 4-step jobs share rates).
+        ckpt = os.path.join(work, "ckpt-resume")
+        flat = dict(lr_schedule="warmup_constant", min_lr=0,
+                    eval_fraction=0)
+        run(experiment("resume-first", checkpoint_dir=ckpt, **flat))
+        side = [f for f in os.listdir(ckpt) if f.endswith(".workers")]
+        check(len(side) == 1 and os.path.getsize(os.path.join(
+            ckpt, side[0])) == 2 * 15360 * 4,
+              "the checkpoint has the worker's m and v: %s" % side)
+        _, _, sr = run(experiment("resume-rest", checkpoint_dir=ckpt,
+                                  resume=True, outer_loop_steps=4, **flat))
+        _, _, su = run(experiment("uninterrupted", outer_loop_steps=4,
+                                  checkpoint_dir=os.path.join(work, "ck2"),
+                                  **flat))
+        check(sorted(sr) == [3, 4] and sr[3].get("fresh_inner_state") == 0,
+              "the resumed job continues at step 3 with the saved moments: "
+              "%s" % {k: v.get("fresh_inner_state") for k, v in sr.items()})
+        check(all(sr.get(k, {}).get("loss") == su[k]["loss"] and
+                  sr.get(k, {}).get("loss_mean") == su[k]["loss_mean"]
+                  for k in (3, 4)),
+              "resumed steps 3-4 = the uninterrupted run's bit for bit: "
+              "%s %s" % ([sr.get(k, {}).get("loss") for k in (3, 4)],
+                         [su[k]["loss"] for k in (3, 4)]))
     except RuntimeError as e:
         check(False, str(e))
     finally:
