@@ -4,14 +4,18 @@
 // modules, checkpoints, the model export, programs compiled in a child) and
 // classic DiLoCo's outer loop; streaming DiLoCo is service_stream.c.
 //
-// Stateless rounds: a worker gets the global parameters and tau batches,
-// runs @diloco_round (fresh AdamW moments, src/compile/diloco_program.c)
-// and returns its delta; nothing lives on a worker between rounds. So
-// everything a round needs is here: the parameter vector, the outer
-// momentum and the outer step, which the checkpoint holds, and the batches
-// are a pure function of (seed, outer step, shard index). A resumed run
-// repeats an uninterrupted one bit for bit as long as the same number of
-// workers report.
+// A round: a worker gets the global parameters, tau batches and the tau
+// learning rates of the schedule, runs @diloco_round (src/compile/
+// diloco_program.c) and returns its delta. With inner_state reset nothing
+// lives on a worker between rounds (fresh AdamW moments every round); with
+// keep (the default) its moments stay resident in a fabric session on it
+// ("Inner AdamW state kept on the workers" below). The gateway holds the
+// parameter vector, the outer momentum and the outer step, which the
+// checkpoint holds (plus, with keep, the workers' moments in a side file);
+// the batches are a pure function of (seed, outer step, shard index). A
+// resumed run repeats an uninterrupted one bit for bit as long as the same
+// number of workers report. Every eval_every steps the masters are
+// evaluated on one worker over fixed held-out batches (val_loss).
 
 #include <errno.h>
 #include <fcntl.h>
