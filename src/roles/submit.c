@@ -229,12 +229,12 @@ static int submit_train(const submit_options_t* options, const char* path) {
         options->timeout_s > 0
             ? pcp_clock_now_ns(clock) + options->timeout_s * 1000000000
             : 0;
-    char last_line[512] = "";
+    char last_line[2048] = "";
     for (;;) {
       const char* state = json_string_value(json_object_get(job, "state"));
       // Print only when something changed, so a piped log stays short.
       char* line = json_dumps(json_object_get(job, "training"), JSON_COMPACT);
-      char key[512];
+      char key[2048];
       snprintf(key, sizeof(key), "%s %s", state ? state : "", line ? line : "");
       free(line);
       if (strcmp(key, last_line) != 0) {
@@ -248,6 +248,12 @@ static int submit_train(const submit_options_t* options, const char* path) {
         const char* error = json_string_value(json_object_get(job, "error"));
         printf("job %s %s%s%s\n", id, state, error ? ": " : "",
                error ? error : "");
+        // The end of a run: its final held-out loss, when it has one.
+        json_t* val = json_object_get(json_object_get(job, "training"),
+                                      "val_loss");
+        if (json_is_number(val)) {
+          printf("final val_loss %.4f\n", json_number_value(val));
+        }
         exit_code = strcmp(state, "succeeded") == 0 ? 0 : 1;
         break;
       }
