@@ -28,7 +28,10 @@ steps), a tiny char GPT, real IREE programs.
      the same experiment for 4 steps continues with those moments (no
      fresh start at step 3) and its steps 3-4 equal an uninterrupted
      4-step run's bit for bit;
-  5. 400s naming the key for bad schedule / inner_state / eval keys.
+  5. streaming DiLoCo takes the schedule per local step: each sync event's
+     lr is the rate of the last local step computed before it, over the
+     run's local steps; val_loss is evaluated at the last sync;
+  6. 400s naming the key for bad schedule / inner_state / eval keys.
 Every wait is bounded.
 """
 import json
@@ -268,6 +271,32 @@ def main():
               "resumed steps 3-4 = the uninterrupted run's bit for bit: "
               "%s %s" % ([sr.get(k, {}).get("loss") for k in (3, 4)],
                          [su[k]["loss"] for k in (3, 4)]))
+        # 5. Streaming: P=2, H=2, overlap 1, 2 rounds: 2*2 + phase(1) + 1 =
+        # 6 local steps; the event of a sync at local step t comes before
+        # t's compute, so its lr is the rate of step t-1 (index t-2).
+        _, _, ss = run(experiment("stream", outer_loop_steps=1,
+                                  max_epochs=2, warmup_steps=2,
+                                  eval_every=100,
+                                  streaming={"num_fragments": 2,
+                                             "inner_steps": 2,
+                                             "overlap_tau": 1}))
+        global WARMUP
+        saved, WARMUP = WARMUP, 2
+        try:
+            for s, p in ss.items():
+                t = p.get("local_step", 0)
+                want = cosine(t - 2, 6)
+                check(abs(p.get("lr", -1) - want) <= 1e-6 * want,
+                      "streaming sync %d (local step %d) lr %s = %g" %
+                      (s, t, p.get("lr"), want))
+        finally:
+            WARMUP = saved
+        last = ss.get(max(ss)) if ss else {}
+        check(len(ss) == 4 and isinstance(last.get("val_loss"), float) and
+              last.get("evaluated"),
+              "streaming: 4 syncs, val_loss at the last: %s" %
+              {k: (v.get("local_step"), v.get("val_loss")) for k, v in
+               ss.items()})
     except RuntimeError as e:
         check(False, str(e))
     finally:
