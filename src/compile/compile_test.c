@@ -470,6 +470,20 @@ static void training_module_inner_state(void** state) {
   assert_string_not_equal(texts[0], texts[1]);
   free(texts[0]);
   free(texts[1]);
+  // With gradient accumulation the kept round takes data [K, A, ...].
+  options.inner_state = PCP_COMPILE_INNER_STATE_KEEP;
+  options.accumulation_steps = 2;
+  size_t length = 0;
+  assert_null(pcp_compile_training_module_build(
+      kLoss, strlen(kLoss), "t.mlir", &options, pcp_allocator_system(),
+      &texts[0], &length));
+  assert_non_null(strstr(texts[0],
+                         "%step: tensor<f32>, %lr: tensor<5xf32>, %d0: "
+                         "tensor<5x2x4xi32>) -> (tensor<3xf32>, "
+                         "tensor<3xf32>, tensor<3xf32>, tensor<f32>, "
+                         "tensor<5xf32>) {"));
+  free(texts[0]);
+  options.accumulation_steps = 0;
 
   pcp_compile_inner_state_t parsed = PCP_COMPILE_INNER_STATE_RESET;
   assert_null(pcp_compile_inner_state_parse("keep", &parsed));

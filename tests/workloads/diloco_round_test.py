@@ -8,8 +8,13 @@ rate per inner step) must equal params - p' where (p', m', v', step',
 losses) = @train_steps(params, 0, 0, step 1, lr, ids, targets) of the same
 program (the definition of a stateless round: fresh moments, step 1, K
 fused steps), with the same losses; the bf16
-variant must return that delta rounded to nearest even (NumPy). The fused
-steps themselves are checked against NumPy AdamW in adamw_numpy_test.py.
+variant must return that delta rounded to nearest even (NumPy). The same
+for `--inner-state keep` as a second round: @diloco_round(params, m, v,
+step K+1, lr, ...) with the m and v the first round's definition ended with
+must equal params - p' of @train_steps(params, m, v, K+1, lr, ...) and
+return its m', v' and next step (K+1+K) unchanged. The fused steps
+themselves are checked against NumPy AdamW in adamw_numpy_test.py and
+inner_state_test.py.
 """
 
 import glob
@@ -71,40 +76,55 @@ def main():
                 (f"z{i}", np.zeros_like(p)) for i, p in enumerate(params)]:
             paths[name] = os.path.join(tmp, name + ".npy")
             np.save(paths[name], a)
-        for dtype in ("f32", "bf16"):
-            vmfb = os.path.join(tmp, f"d_{dtype}.vmfb")
+        state = {}  # the m, v a reset round's definition ends with
+        for dtype, inner in (("f32", "reset"), ("bf16", "reset"),
+                             ("f32", "keep"), ("bf16", "keep")):
+            keep = inner == "keep"
+            tag = f"{dtype}_{inner}"
+            vmfb = os.path.join(tmp, f"d_{tag}.vmfb")
             run(pcp, "compile", "--program", "diloco", "--inner-steps", str(K),
-                "--delta-dtype", dtype, "--cache-dir",
+                "--delta-dtype", dtype, "--inner-state", inner, "--cache-dir",
                 os.path.join(tmp, "cache"), mlir, "-o", vmfb)
+            # reset: fresh state. keep: a second round, from the m and v
+            # the first one ended with, at step K + 1.
+            groups = ("p", "m", "v") if keep else ("p", "z", "z")
+            step_in = 1 + K if keep else 1
+            state_in = []
+            for group in groups:
+                state_in += [a for i in range(n) for a in
+                             ("--input", "@" + paths[f"{group}{i}"])]
+            tail = ["--input", "@" + paths["lr"], "--input",
+                    "@" + paths["ids"], "--input", "@" + paths["targets"]]
             # The round.
             args = [pcp, "run", vmfb, "--function", "diloco_round",
                     "--cpu-threads", "1"]
-            args += [a for i in range(n) for a in ("--input",
-                                                   "@" + paths[f"p{i}"])]
-            args += ["--input", "@" + paths["lr"], "--input",
-                     "@" + paths["ids"],
-                     "--input", "@" + paths["targets"]]
-            outs = [os.path.join(tmp, f"r{i}.{dtype}") for i in range(n + 1)]
-            for i, o in enumerate(outs):
-                outs[i] = o + ".npy"
-                args += ["--output", "@" + outs[i]]
+            if keep:
+                args += state_in + ["--input", f"f32={step_in}"] + tail
+            else:
+                args += state_in[:2 * n] + tail
+            count = 3 * n + 2 if keep else n + 1
+            outs = [os.path.join(tmp, f"r{i}.{tag}.npy") for i in range(count)]
+            for o in outs:
+                args += ["--output", "@" + o]
             run(*args)
-            # The definition: train_steps from zero moments at step 1.
+            # The definition: train_steps of the same program from the same
+            # state (reset: zero moments at step 1).
             args = [pcp, "run", vmfb, "--function", "train_steps",
                     "--cpu-threads", "1"]
-            for group in ("p", "z", "z"):
-                args += [a for i in range(n) for a in
-                         ("--input", "@" + paths[f"{group}{i}"])]
-            args += ["--input", "f32=1", "--input", "@" + paths["lr"],
-                     "--input", "@" + paths["ids"], "--input",
-                     "@" + paths["targets"]]
-            ref_outs = [os.path.join(tmp, f"t{i}.npy") for i in range(3 * n + 2)]
+            args += state_in + ["--input", f"f32={step_in}"] + tail
+            ref_outs = [os.path.join(tmp, f"t{i}.{tag}.npy")
+                        for i in range(3 * n + 2)]
             for o in ref_outs:
                 args += ["--output", "@" + o]
             run(*args)
+            if not keep and dtype == "f32":
+                for i in range(n):
+                    for g, o in (("m", ref_outs[n + i]),
+                                 ("v", ref_outs[2 * n + i])):
+                        paths[f"{g}{i}"] = o
             p_next = [np.load(o) for o in ref_outs[:n]]
             ref_losses = np.load(ref_outs[3 * n + 1])
-            losses = np.load(outs[n])
+            losses = np.load(outs[-1])
             worst = 0.0
             for i in range(n):
                 want = params[i] - p_next[i]
@@ -123,11 +143,22 @@ def main():
             loss_err = float(np.max(np.abs(losses - ref_losses)))
             limit = 1e-6 if dtype == "f32" else 1.0
             ok = worst <= limit and loss_err <= 1e-6 and losses.shape == (K,)
-            print(f"{dtype}: {n} deltas, worst {'rel err' if dtype == 'f32' else 'bf16 ulps'} "
+            extra = ""
+            if keep:
+                # m', v' and the next step are @train_steps' own, unchanged.
+                state_err = max(
+                    float(np.max(np.abs(np.load(a) - np.load(b))))
+                    for a, b in zip(outs[n:3 * n + 1], ref_outs[n:3 * n + 1]))
+                step_out = float(np.load(outs[3 * n]))
+                ok = ok and state_err == 0.0 and step_out == step_in + K
+                extra = (f", m/v/step max diff {state_err:.1e}, step "
+                         f"{step_in} -> {step_out:g}")
+            print(f"{tag}: {n} deltas, worst "
+                  f"{'rel err' if dtype == 'f32' else 'bf16 ulps'} "
                   f"{worst:.2e}, losses {np.round(losses, 4).tolist()} "
-                  f"(max err {loss_err:.1e}) {'ok' if ok else 'FAILED'}")
+                  f"(max err {loss_err:.1e}){extra} {'ok' if ok else 'FAILED'}")
             if not ok:
-                failures.append(dtype)
+                failures.append(tag)
     print("diloco_round_test: " + ("PASSED" if not failures else
                                    "FAILED " + ",".join(failures)))
     return 1 if failures else 0

@@ -43,9 +43,10 @@ pcp_cmocka_test(workloads_training_service_test
   DEPS pcp_workloads PkgConfig::JANSSON)
 target_compile_definitions(workloads_training_service_test PRIVATE
   PCP_TEST_DATA="${CMAKE_SOURCE_DIR}/data/tiny_shakespeare.txt")
-# @diloco_round (`pcp compile --program diloco`, f32 and bf16 deltas) run by
-# `pcp run` against its definition: params - @train_steps(params, 0, 0,
-# step 1, ...) of the same program, bf16 rounded to nearest even in NumPy.
+# @diloco_round (`pcp compile --program diloco`, f32 and bf16 deltas, inner
+# state reset and keep) run by `pcp run` against its definition: params -
+# @train_steps(params, m, v, step, ...) of the same program (reset: 0, 0,
+# step 1), bf16 rounded to nearest even in NumPy.
 add_test(NAME workloads_diloco_round_test
   COMMAND ${PCP_VENV}/bin/python
           ${CMAKE_SOURCE_DIR}/tests/workloads/diloco_round_test.py
