@@ -5,10 +5,11 @@
 #   3. a DiLoCo training job: a char-level GPT on data/tiny_shakespeare.txt
 #      (examples/quickstart_train.json), followed with a progress bar and the
 #      loss after every outer step,
-#   4. a chat request answered by the model it just trained (greedy decode on
-#      the same workers through the OpenAI-compatible API), once the gateway
-#      serves the job's final export, and that reply checked token for token
-#      against an offline JAX decode of the exported weights
+#   4. chat requests answered by the model it just trained (on the same
+#      workers through the OpenAI-compatible API), once the gateway serves
+#      the job's final export: greedy, and a sample at temperature 0.8 with
+#      a fixed seed; the greedy reply is checked token for token against an
+#      offline JAX decode of the exported weights
 #      (tools/check_served_weights.py; a mismatch fails `make run`).
 # Everything it starts is stopped on exit, also on Ctrl-C or an error.
 set -euo pipefail
@@ -119,6 +120,12 @@ echo "== pcp chat --model $model --temperature 0 \"$prompt\""
 echo "   (greedy decode with the weights just trained)"
 "$pcp" chat --url "$url" --model "$model" --temperature 0 --max-tokens "$max_tokens" \
   --usage "$prompt"
+echo
+echo "== pcp chat --model $model --temperature 0.8 --seed 1 \"$prompt\""
+echo "   (a sample: greedy decoding of a small char model repeats itself;"
+echo "    sampling at 0.8 shows what it learned; the seed makes it repeatable)"
+"$pcp" chat --url "$url" --model "$model" --temperature 0.8 --seed 1 \
+  --max-tokens "$max_tokens" --usage "$prompt"
 echo
 echo "== the served reply against an offline JAX decode of the final export"
 "$venv_python" tools/check_served_weights.py --url "$url" --model "$model" \

@@ -157,10 +157,23 @@ static void progress_print(json_t* job, bool tty) {
   if (json_is_number(rate)) {
     snprintf(rate_text, sizeof(rate_text), "%.0f", json_number_value(rate));
   }
-  printf("%s[%s] step %lld/%lld loss %s tok/s %s wire %.2f MiB %s%s",
+  // The held-out loss (from the last evaluation) and the inner rate of the
+  // last inner step (the schedule).
+  json_t* val_loss = json_object_get(t, "val_loss");
+  json_t* lr = json_object_get(t, "lr");
+  char val_text[32] = "-";
+  if (json_is_number(val_loss)) {
+    snprintf(val_text, sizeof(val_text), "%.4f", json_number_value(val_loss));
+  }
+  char lr_text[32] = "-";
+  if (json_is_number(lr)) {
+    snprintf(lr_text, sizeof(lr_text), "%.2e", json_number_value(lr));
+  }
+  printf("%s[%s] step %lld/%lld loss %s val %s lr %s tok/s %s wire %.2f MiB "
+         "%s%s",
          tty ? "\r" : "", bar, (long long)step, (long long)steps, loss_text,
-         rate_text, (double)wire / (1024.0 * 1024.0), state ? state : "?",
-         tty ? "\033[K" : "\n");
+         val_text, lr_text, rate_text, (double)wire / (1024.0 * 1024.0),
+         state ? state : "?", tty ? "\033[K" : "\n");
   fflush(stdout);
 }
 
@@ -216,12 +229,12 @@ static int submit_train(const submit_options_t* options, const char* path) {
         options->timeout_s > 0
             ? pcp_clock_now_ns(clock) + options->timeout_s * 1000000000
             : 0;
-    char last_line[512] = "";
+    char last_line[2048] = "";
     for (;;) {
       const char* state = json_string_value(json_object_get(job, "state"));
       // Print only when something changed, so a piped log stays short.
       char* line = json_dumps(json_object_get(job, "training"), JSON_COMPACT);
-      char key[512];
+      char key[2048];
       snprintf(key, sizeof(key), "%s %s", state ? state : "", line ? line : "");
       free(line);
       if (strcmp(key, last_line) != 0) {
@@ -235,6 +248,12 @@ static int submit_train(const submit_options_t* options, const char* path) {
         const char* error = json_string_value(json_object_get(job, "error"));
         printf("job %s %s%s%s\n", id, state, error ? ": " : "",
                error ? error : "");
+        // The end of a run: its final held-out loss, when it has one.
+        json_t* val = json_object_get(json_object_get(job, "training"),
+                                      "val_loss");
+        if (json_is_number(val)) {
+          printf("final val_loss %.4f\n", json_number_value(val));
+        }
         exit_code = strcmp(state, "succeeded") == 0 ? 0 : 1;
         break;
       }

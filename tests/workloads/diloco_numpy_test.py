@@ -11,7 +11,9 @@ from the inputs alone:
            mean over the workers that reported (a lost worker is absent),
            Nesterov v = mu v + g; theta -= lr (g + mu v), per outer step;
   streaming: fragment = tensor mod P, sends at phase(p) + H (r+1), receives
-           tau later, alpha mixing, per-fragment Nesterov on the mean delta.
+           tau later, alpha mixing, per-fragment Nesterov on the mean delta;
+  lr schedules: constant, linear warmup + cosine to min_lr at the last
+           step, warmup + constant, from the closed form in float64.
 Prints the max abs error of each quantity; fails above 1e-6.
 """
 
@@ -112,6 +114,35 @@ def streaming(d, P=3, H=4, tau=1, R=3, alpha=F(0.5)):
             "stream_local": np.stack(local_hist), "stream_velocity": v}
 
 
+def schedule(d):
+    """The inner rate per step from the closed form (docs/training.md)."""
+    cases = d["lr_cases"]
+    steps = d["lr_rates"].shape[1]
+    out = np.zeros((len(cases), steps), F)
+    for c, (kind, base, min_lr, warmup, total) in enumerate(cases):
+        kind, warmup, total = int(kind), int(warmup), int(total)
+        for t in range(steps):
+            if kind == 0:
+                lr = base
+            elif t < warmup:
+                lr = base * (t + 1) / warmup
+            elif kind == 2:
+                lr = base
+            else:
+                span = total - 1 - warmup
+                p = min(1.0, (t - warmup) / span) if span > 0 else 0.0
+                lr = min_lr + 0.5 * (base - min_lr) * (1 + np.cos(np.pi * p))
+            out[c, t] = F(lr)
+    # Sanity of the reference itself: cosine ends at min_lr at the last
+    # step, and warmup reaches base at step warmup-1.
+    for c, (kind, base, min_lr, warmup, total) in enumerate(cases):
+        if int(kind) == 1 and total > warmup + 1:
+            assert abs(out[c, int(total) - 1] - F(min_lr)) <= 1e-9
+        if int(kind) != 0 and warmup > 0:
+            assert abs(out[c, int(warmup) - 1] - F(base)) <= 1e-9
+    return {"lr_rates": out}
+
+
 def main():
     driver = sys.argv[1]
     worst = {}
@@ -123,10 +154,12 @@ def main():
                      "classic_avg", "classic_theta", "classic_velocity",
                      "stream_sizes", "stream_master0", "stream_pert",
                      "stream_sends", "stream_recvs", "stream_master",
-                     "stream_local", "stream_velocity"]
+                     "stream_local", "stream_velocity", "lr_cases",
+                     "lr_rates"]
             d = {n: np.load(f"{tmp}/{n}.npy") for n in names}
         ref = classic(d)
         ref.update(streaming(d))
+        ref.update(schedule(d))
         for name, want in ref.items():
             got = d[name]
             assert got.shape == want.shape, (name, got.shape, want.shape)
@@ -135,8 +168,11 @@ def main():
             worst[name] = max(worst.get(name, 0.0), err)
     ok = True
     for name, err in worst.items():
-        status = "ok" if err <= TOL else "FAIL"
-        ok = ok and err <= TOL
+        # The rates are ~1e-3: the absolute bound of the rest would hide a
+        # wrong schedule; within an f32 ulp of the closed form.
+        tol = 1e-9 if name == "lr_rates" else TOL
+        status = "ok" if err <= tol else "FAIL"
+        ok = ok and err <= tol
         print(f"{name}: max abs err {err:.3g} {status}")
     print("diloco_numpy_test", "PASSED" if ok else "FAILED")
     return 0 if ok else 1

@@ -296,3 +296,56 @@ uint64_t pcp_diloco_ring_allreduce_wire_bytes(uint64_t parameter_count,
   // (reduce-scatter + all-gather); summed over workers: 2(W-1) * bytes.
   return 2ull * (workers - 1) * parameter_count * 4ull * steps;
 }
+
+//===----------------------------------------------------------------------===//
+// Inner learning-rate schedule
+//===----------------------------------------------------------------------===//
+
+// M_PI is POSIX, not C17.
+static const double kPi = 3.14159265358979323846;
+
+void pcp_diloco_lr_schedule_initialize(const pcp_diloco_config_t* config,
+                                       uint64_t total_steps,
+                                       pcp_diloco_lr_schedule_t* out_schedule) {
+  memset(out_schedule, 0, sizeof(*out_schedule));
+  out_schedule->kind = (pcp_diloco_lr_schedule_kind_t)config->lr_schedule;
+  out_schedule->base = config->learning_rate;
+  out_schedule->min_lr = config->min_lr;
+  out_schedule->warmup_steps =
+      config->lr_schedule == PCP_DILOCO_LR_CONSTANT
+          ? 0
+          : (uint64_t)(config->warmup_steps > 0 ? config->warmup_steps : 0);
+  out_schedule->total_steps = total_steps;
+}
+
+float pcp_diloco_lr_schedule_at(const pcp_diloco_lr_schedule_t* schedule,
+                                uint64_t t) {
+  double base = schedule->base;
+  uint64_t w = schedule->warmup_steps;
+  if (schedule->kind == PCP_DILOCO_LR_CONSTANT) {
+    return (float)base;
+  }
+  if (t < w) {
+    return (float)(base * (double)(t + 1) / (double)w);
+  }
+  if (schedule->kind == PCP_DILOCO_LR_WARMUP_CONSTANT) {
+    return (float)base;
+  }
+  // Cosine from |base| at step W down to min_lr at the last step; a run
+  // with no step after the warmup never decays.
+  uint64_t last = schedule->total_steps > 0 ? schedule->total_steps - 1 : 0;
+  double p = last > w ? (double)(t - w) / (double)(last - w) : 0.0;
+  if (p > 1.0) {
+    p = 1.0;
+  }
+  double min_lr = schedule->min_lr;
+  return (float)(min_lr + 0.5 * (base - min_lr) * (1.0 + cos(kPi * p)));
+}
+
+void pcp_diloco_lr_schedule_fill(const pcp_diloco_lr_schedule_t* schedule,
+                                 uint64_t first_step, size_t count,
+                                 float* out_rates) {
+  for (size_t i = 0; i < count; ++i) {
+    out_rates[i] = pcp_diloco_lr_schedule_at(schedule, first_step + i);
+  }
+}

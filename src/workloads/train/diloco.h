@@ -64,6 +64,20 @@ typedef enum pcp_diloco_wire_dtype_e {
   PCP_DILOCO_WIRE_BF16 = 1,
 } pcp_diloco_wire_dtype_t;
 
+// Inner learning-rate schedule (experiment key lr_schedule).
+typedef enum pcp_diloco_lr_schedule_kind_e {
+  PCP_DILOCO_LR_CONSTANT = 0,         // learning_rate every step
+  PCP_DILOCO_LR_COSINE = 1,           // linear warmup, cosine to min_lr
+  PCP_DILOCO_LR_WARMUP_CONSTANT = 2,  // linear warmup, then constant
+} pcp_diloco_lr_schedule_kind_t;
+
+// What happens to a worker's inner AdamW state between classic rounds
+// (experiment key inner_state).
+typedef enum pcp_diloco_inner_state_e {
+  PCP_DILOCO_INNER_STATE_KEEP = 0,   // moments and step resident, continued
+  PCP_DILOCO_INNER_STATE_RESET = 1,  // fresh moments every round
+} pcp_diloco_inner_state_t;
+
 typedef enum pcp_diloco_model_kind_e {
   PCP_DILOCO_MODEL_NONE = 0,  // not a built-in (invalid in a spec)
   PCP_DILOCO_MODEL_GPT = 1,
@@ -119,11 +133,19 @@ typedef struct pcp_diloco_config_t {
   // Extra iree-compile flags for this job's programs (--iree-flag each;
   // pcp_compile_flag_check rules, at most PCP_COMPILE_MAX_EXTRA_FLAGS).
   pcp_string_list_t iree_flags;
+  int32_t lr_schedule;     // pcp_diloco_lr_schedule_kind_t
+  int64_t warmup_steps;    // inner steps of linear warmup
+  double min_lr;           // cosine's final rate
+  int32_t inner_state;     // pcp_diloco_inner_state_t
+  double eval_fraction;    // held-out tail of the data (0: no validation)
+  int64_t eval_every;      // outer steps (streaming: syncs) between evals
+  int64_t eval_batches;    // fixed held-out batches per evaluation
 } pcp_diloco_config_t;
 
 // The table (defaults, bounds, help). Cross-field rules: exactly one of
 // model_path and model; effective_batch_size a multiple of model.batch;
-// streaming.overlap_tau < streaming.inner_steps.
+// streaming.overlap_tau < streaming.inner_steps; warmup_steps only with a
+// warmup schedule; min_lr only with cosine and at most learning_rate.
 const pcp_config_table_t* pcp_diloco_config_table(void);
 
 // Initializes |out_config| with defaults, applies the JSON text and
@@ -134,6 +156,38 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_config_parse_json(
     const char* text, size_t byte_length, pcp_diloco_config_t* out_config,
     pcp_string_list_t* out_unknown_keys);
 void pcp_diloco_config_deinitialize(pcp_diloco_config_t* config);
+
+//===----------------------------------------------------------------------===//
+// Inner learning-rate schedule
+//===----------------------------------------------------------------------===//
+
+// The rate of inner step |t| (0-based over a worker's inner steps; classic:
+// outer_step * tau + i, streaming: local step - 1) of |total_steps|:
+//   warmup (cosine, warmup_constant): t < W: base * (t + 1) / W, so the
+//     rate climbs linearly from near 0 and step W-1 runs at |base|;
+//   cosine, t >= W: min + (base - min) * (1 + cos(pi * p)) / 2 with
+//     p = (t - W) / (total - 1 - W) clamped to [0, 1] (p = 1 at the last
+//     step, which runs at |min_lr|);
+//   constant (and warmup_constant after W): base.
+// Computed in double, returned as f32 (the program's type).
+typedef struct pcp_diloco_lr_schedule_t {
+  pcp_diloco_lr_schedule_kind_t kind;
+  double base;  // learning_rate
+  double min_lr;
+  uint64_t warmup_steps;
+  uint64_t total_steps;
+} pcp_diloco_lr_schedule_t;
+
+// The schedule of |config| over |total_steps| inner steps.
+void pcp_diloco_lr_schedule_initialize(const pcp_diloco_config_t* config,
+                                       uint64_t total_steps,
+                                       pcp_diloco_lr_schedule_t* out_schedule);
+float pcp_diloco_lr_schedule_at(const pcp_diloco_lr_schedule_t* schedule,
+                                uint64_t t);
+// out_rates[i] = the rate of step first_step + i, i < count.
+void pcp_diloco_lr_schedule_fill(const pcp_diloco_lr_schedule_t* schedule,
+                                 uint64_t first_step, size_t count,
+                                 float* out_rates);
 
 //===----------------------------------------------------------------------===//
 // Outer step (classic DiLoCo)

@@ -14,6 +14,9 @@ static const char* const kTokenizers[] = {"char", "byte", "u16", NULL};
 static const char* const kSamplings[] = {"random", "fifo", NULL};
 static const char* const kDtypes[] = {"f32", "bf16", "f16", NULL};
 static const char* const kWireDtypes[] = {"f32", "bf16", NULL};
+static const char* const kSchedules[] = {"constant", "cosine",
+                                        "warmup_constant", NULL};
+static const char* const kInnerStates[] = {"keep", "reset", NULL};
 static const char* const kModelKinds[] = {"none", "gpt", "nanochat", "qwen3",
                                           NULL};
 
@@ -236,6 +239,57 @@ static const pcp_config_field_t kFields[] = {
      .help = "extra iree-compile flags for the job's programs "
              "([\"--name=value\", ...], at most 16; also $PCP_IREE_FLAGS in "
              "the gateway's environment)"},
+    {.name = "lr_schedule",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = offsetof(T, lr_schedule),
+     .default_value = "constant",
+     .enum_values = kSchedules,
+     .help = "inner rate per step: constant, cosine (linear warmup, cosine "
+             "decay to min_lr) or warmup_constant"},
+    {.name = "warmup_steps",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, warmup_steps),
+     .default_value = "0",
+     .min = 0,
+     .max = 1e9,
+     .help = "inner steps of linear warmup (cosine, warmup_constant)"},
+    {.name = "min_lr",
+     .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = offsetof(T, min_lr),
+     .default_value = "0",
+     .min = 0,
+     .max = 10,
+     .help = "cosine: the rate at the last inner step"},
+    {.name = "inner_state",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = offsetof(T, inner_state),
+     .default_value = "keep",
+     .enum_values = kInnerStates,
+     .help = "classic rounds: keep each worker's AdamW moments across rounds "
+             "(keep) or start fresh ones every round (reset)"},
+    {.name = "eval_fraction",
+     .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = offsetof(T, eval_fraction),
+     .default_value = "0.1",
+     .min = 0,
+     .max = 0.5,
+     .help = "held-out tail of the data for val_loss (0: no validation)"},
+    {.name = "eval_every",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, eval_every),
+     .default_value = "10",
+     .min = 1,
+     .max = 1e9,
+     .help = "outer steps (streaming: syncs) between evaluations (and one at "
+             "the end)"},
+    {.name = "eval_batches",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, eval_batches),
+     .default_value = "16",
+     .min = 1,
+     .max = 1024,
+     .help = "fixed held-out batches (micro batch x block size each) per "
+             "evaluation"},
 };
 #undef T
 
@@ -264,6 +318,23 @@ static pcp_status_t validate_config(const void* config) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "diloco config: key 'effective_batch_size': must "
                            "be a multiple of model.batch");
+  }
+  bool warms = c->lr_schedule != PCP_DILOCO_LR_CONSTANT;
+  if (c->warmup_steps > 0 && !warms) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "diloco config: key 'warmup_steps': needs "
+                           "lr_schedule cosine or warmup_constant");
+  }
+  if (c->min_lr > 0 && c->lr_schedule != PCP_DILOCO_LR_COSINE) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "diloco config: key 'min_lr': only the cosine "
+                           "schedule decays to it");
+  }
+  if (c->min_lr > c->learning_rate) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "diloco config: key 'min_lr': %g is above "
+                           "learning_rate %g",
+                           c->min_lr, c->learning_rate);
   }
   return pcp_ok_status();
 }

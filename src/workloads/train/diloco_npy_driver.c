@@ -231,6 +231,41 @@ static void run_streaming(pcp_rng_t* rng) {
   free(sends), free(recvs);
 }
 
+// Inner learning-rate schedules: each case (kind, base, min_lr, warmup,
+// total) evaluated at t = 0 .. kLrSteps-1 (past |total| too: cosine holds
+// min_lr there).
+enum { kLrCases = 7, kLrSteps = 64 };
+
+static void run_schedule(pcp_rng_t* rng) {
+  double cases[kLrCases][5] = {
+      {PCP_DILOCO_LR_CONSTANT, 3e-3, 0, 0, 40},
+      {PCP_DILOCO_LR_COSINE, 3e-3, 0, 0, 40},
+      {PCP_DILOCO_LR_COSINE, 3e-3, 3e-4, 10, 50},
+      {PCP_DILOCO_LR_COSINE, 1e-2, 1e-4, 17, 18},  // one step after warmup
+      {PCP_DILOCO_LR_WARMUP_CONSTANT, 6e-4, 0, 25, 60},
+      {PCP_DILOCO_LR_WARMUP_CONSTANT, 6e-4, 0, 1, 60},
+      {PCP_DILOCO_LR_COSINE, 0, 0, 0, 0},  // seeded below
+  };
+  cases[6][1] = 1e-3 * (1.0 + pcp_rng_next_double(rng));
+  cases[6][2] = cases[6][1] * 0.1 * pcp_rng_next_double(rng);
+  cases[6][3] = (double)(pcp_rng_next_u64(rng) % 20);
+  cases[6][4] = cases[6][3] + 1 + (double)(pcp_rng_next_u64(rng) % 40);
+  float* rates = falloc((size_t)kLrCases * kLrSteps);
+  for (int c = 0; c < kLrCases; ++c) {
+    pcp_diloco_lr_schedule_t schedule = {
+        .kind = (pcp_diloco_lr_schedule_kind_t)cases[c][0],
+        .base = cases[c][1],
+        .min_lr = cases[c][2],
+        .warmup_steps = (uint64_t)cases[c][3],
+        .total_steps = (uint64_t)cases[c][4]};
+    pcp_diloco_lr_schedule_fill(&schedule, 0, kLrSteps, rates + c * kLrSteps);
+  }
+  int64_t dc[2] = {kLrCases, 5}, dr[2] = {kLrCases, kLrSteps};
+  write_npy("lr_cases", PCP_ELEMENT_TYPE_F64, 2, dc, cases);
+  write_npy("lr_rates", PCP_ELEMENT_TYPE_F32, 2, dr, rates);
+  free(rates);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: diloco_npy_driver OUT_DIR SEED\n");
@@ -241,5 +276,6 @@ int main(int argc, char** argv) {
   pcp_rng_initialize(strtoull(argv[2], NULL, 10), &rng);
   run_classic(&rng);
   run_streaming(&rng);
+  run_schedule(&rng);
   return 0;
 }

@@ -55,6 +55,13 @@ static void test_config_defaults_and_keys(void** state) {
   assert_int_equal(c.deltas_dtype, PCP_DILOCO_WIRE_F32);
   assert_false(c.streaming.present);
   assert_false(c.resume);
+  assert_int_equal(c.lr_schedule, PCP_DILOCO_LR_CONSTANT);
+  assert_int_equal(c.warmup_steps, 0);
+  assert_true(c.min_lr == 0);
+  assert_int_equal(c.inner_state, PCP_DILOCO_INNER_STATE_KEEP);
+  assert_true(fabs(c.eval_fraction - 0.1) < 1e-12);
+  assert_int_equal(c.eval_every, 10);
+  assert_int_equal(c.eval_batches, 16);
   assert_int_equal(unknown.count, 2);
   assert_string_equal(unknown.items[0], "wandb_project");
   assert_string_equal(unknown.items[1], "seed");
@@ -79,6 +86,22 @@ static void test_config_defaults_and_keys(void** state) {
   assert_int_equal(c.streaming.inner_steps, 8);
   assert_int_equal(c.streaming.overlap_tau, 1);
   assert_true(fabs(c.streaming.alpha - 0.5) < 1e-12);
+  pcp_diloco_config_deinitialize(&c);
+
+  EXPECT_OK(
+      parse("{\"model_path\":\"m\",\"data_path\":\"d\","
+            "\"learning_rate\":0.003,\"lr_schedule\":\"cosine\","
+            "\"warmup_steps\":100,\"min_lr\":0.0003,"
+            "\"inner_state\":\"reset\",\"eval_fraction\":0,"
+            "\"eval_every\":5,\"eval_batches\":3}",
+            &c, NULL));
+  assert_int_equal(c.lr_schedule, PCP_DILOCO_LR_COSINE);
+  assert_int_equal(c.warmup_steps, 100);
+  assert_true(fabs(c.min_lr - 3e-4) < 1e-12);
+  assert_int_equal(c.inner_state, PCP_DILOCO_INNER_STATE_RESET);
+  assert_true(c.eval_fraction == 0);
+  assert_int_equal(c.eval_every, 5);
+  assert_int_equal(c.eval_batches, 3);
   pcp_diloco_config_deinitialize(&c);
 }
 
@@ -152,6 +175,33 @@ static void test_config_errors_name_the_key(void** state) {
   assert_int_equal(config.iree_flags.count, 1);
   assert_string_equal(config.iree_flags.items[0], "--iree-opt-level=O1");
   pcp_diloco_config_deinitialize(&config);
+  // The schedule, inner-state and validation keys: ranges and cross-field
+  // rules, each error naming its key.
+  const char* base = "{\"model_path\":\"m\",\"data_path\":\"d\",";
+  const struct {
+    const char* tail;
+    const char* key;
+  } cases[] = {
+      {"\"lr_schedule\":\"step\"}", "lr_schedule"},
+      {"\"lr_schedule\":\"cosine\",\"warmup_steps\":-1}", "warmup_steps"},
+      {"\"warmup_steps\":10}", "warmup_steps"},  // constant schedule
+      {"\"lr_schedule\":\"cosine\",\"min_lr\":-0.1}", "min_lr"},
+      {"\"lr_schedule\":\"warmup_constant\",\"min_lr\":0.0001}", "min_lr"},
+      {"\"lr_schedule\":\"cosine\",\"learning_rate\":0.001,"
+       "\"min_lr\":0.01}",
+       "min_lr"},
+      {"\"inner_state\":\"persist\"}", "inner_state"},
+      {"\"eval_fraction\":0.9}", "eval_fraction"},
+      {"\"eval_fraction\":-0.1}", "eval_fraction"},
+      {"\"eval_every\":0}", "eval_every"},
+      {"\"eval_batches\":0}", "eval_batches"},
+      {"\"eval_batches\":100000}", "eval_batches"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    char json[512];
+    snprintf(json, sizeof(json), "%s%s", base, cases[i].tail);
+    expect_error_naming(json, cases[i].key);
+  }
 }
 
 static float from_bits(uint32_t bits) {

@@ -4,14 +4,18 @@
 // modules, checkpoints, the model export, programs compiled in a child) and
 // classic DiLoCo's outer loop; streaming DiLoCo is service_stream.c.
 //
-// Stateless rounds: a worker gets the global parameters and tau batches,
-// runs @diloco_round (fresh AdamW moments, src/compile/diloco_program.c)
-// and returns its delta; nothing lives on a worker between rounds. So
-// everything a round needs is here: the parameter vector, the outer
-// momentum and the outer step, which the checkpoint holds, and the batches
-// are a pure function of (seed, outer step, shard index). A resumed run
-// repeats an uninterrupted one bit for bit as long as the same number of
-// workers report.
+// A round: a worker gets the global parameters, tau batches and the tau
+// learning rates of the schedule, runs @diloco_round (src/compile/
+// diloco_program.c) and returns its delta. With inner_state reset nothing
+// lives on a worker between rounds (fresh AdamW moments every round); with
+// keep (the default) its moments stay resident in a fabric session on it
+// ("Inner AdamW state kept on the workers" below). The gateway holds the
+// parameter vector, the outer momentum and the outer step, which the
+// checkpoint holds (plus, with keep, the workers' moments in a side file);
+// the batches are a pure function of (seed, outer step, shard index). A
+// resumed run repeats an uninterrupted one bit for bit as long as the same
+// number of workers report. Every eval_every steps the masters are
+// evaluated on one worker over fixed held-out batches (val_loss).
 
 #include <errno.h>
 #include <fcntl.h>
@@ -69,6 +73,15 @@ static const pcp_obs_metric_def_t kMetrics[] = {
     {.name = "pcp_training_lost_tasks_total",
      .type = PCP_OBS_METRIC_TYPE_COUNTER,
      .help = "Worker rounds that failed and were dropped from the average"},
+    {.name = "pcp_training_val_loss",
+     .type = PCP_OBS_METRIC_TYPE_GAUGE,
+     .help = "Mean loss of the masters on the fixed held-out batches (last "
+             "evaluation)",
+     .label_names = kJobLabels},
+    {.name = "pcp_training_learning_rate",
+     .type = PCP_OBS_METRIC_TYPE_GAUGE,
+     .help = "Inner learning rate of the last inner step (the schedule)",
+     .label_names = kJobLabels},
 };
 
 pcp_status_t pcp_diloco_metrics_register(pcp_obs_registry_t* registry,
@@ -84,6 +97,8 @@ pcp_status_t pcp_diloco_metrics_register(pcp_obs_registry_t* registry,
   out_metrics->token_bytes = families[4];
   out_metrics->outer_steps = families[5];
   out_metrics->lost_tasks = families[6];
+  out_metrics->val_loss = families[7];
+  out_metrics->learning_rate = families[8];
   return pcp_ok_status();
 }
 
@@ -128,6 +143,18 @@ pcp_status_t pcp_diloco_model_spec_resolve(const pcp_diloco_config_t* config,
   return pcp_ok_status();
 }
 
+uint64_t pcp_diloco_inner_step_total(const pcp_diloco_config_t* config) {
+  if (config->streaming.present) {
+    pcp_streaming_diloco_schedule_t schedule = {
+        .fragments = (uint32_t)config->streaming.num_fragments,
+        .inner_steps = (uint32_t)config->streaming.inner_steps,
+        .overlap_tau = (uint32_t)config->streaming.overlap_tau,
+        .max_rounds = (uint32_t)config->max_epochs};
+    return pcp_streaming_diloco_max_steps(&schedule);
+  }
+  return (uint64_t)config->outer_loop_steps * (uint64_t)config->tau;
+}
+
 pcp_status_t pcp_diloco_experiment_check(const pcp_diloco_config_t* config,
                                          int64_t micro_batch,
                                          int64_t block_size,
@@ -143,6 +170,17 @@ pcp_status_t pcp_diloco_experiment_check(const pcp_diloco_config_t* config,
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key 'dtype': f16 is not trained (f32 or bf16; "
                            "bf16 keeps f32's range)");
+  }
+  // The schedule runs over the job's inner steps: a warmup longer than the
+  // run never reaches learning_rate, which is a configuration mistake.
+  uint64_t total_steps = pcp_diloco_inner_step_total(config);
+  if (config->warmup_steps > 0 &&
+      (uint64_t)config->warmup_steps > total_steps) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'warmup_steps': %lld warmup steps; the run "
+                           "has %llu inner steps per worker",
+                           (long long)config->warmup_steps,
+                           (unsigned long long)total_steps);
   }
   int64_t ebs = config->effective_batch_size;
   if (ebs > 0 && (ebs % micro_batch != 0 || ebs / micro_batch > 4096)) {
@@ -179,6 +217,10 @@ static void job_deinitialize(job_t* job) {
   free(job->wire_parameters);
   free(job->tensor_elements);
   free(job->scratch);
+  free(job->eval_tokens);
+  free(job->eval_tokens64);
+  free(job->inner_resume);
+  free(job->inner_resume_steps);
   if (job->nesterov_ready) {
     pcp_diloco_nesterov_deinitialize(&job->nesterov);
   }
@@ -192,6 +234,7 @@ static void job_deinitialize(job_t* job) {
   json_decref(job->experiment);
   json_decref(job->stream_cursor);
   json_decref(job->stream_resume);
+  json_decref(job->inner_cursor);
   pcp_diloco_config_deinitialize(&job->config);
 }
 
@@ -223,6 +266,12 @@ static double epochs_trained(const job_t* job) {
                            : 0;
 }
 
+// Classic rounds keep each worker's inner AdamW state (inner_state keep).
+static bool keeps_state(const job_t* job) {
+  return !job->config.streaming.present &&
+         job->config.inner_state == PCP_DILOCO_INNER_STATE_KEEP;
+}
+
 // Micro-batches of B x T tokens one worker consumes per round.
 static size_t batches_per_round(const job_t* job) {
   return (size_t)job->config.tau * (size_t)job->accumulation;
@@ -231,6 +280,97 @@ static size_t batches_per_round(const job_t* job) {
 //===----------------------------------------------------------------------===//
 // Set-up
 //===----------------------------------------------------------------------===//
+
+// <job dir>/eval_batches.npy: the held-out batches every evaluation uses,
+// int32 [2, eval_batches, B, T] (input ids, then targets), so val_loss can
+// be recomputed outside PCP (tests/integration/training_schedule_test.py).
+static pcp_status_t eval_batches_save(job_t* job) {
+  if (!job->eval_enabled) {
+    return pcp_ok_status();
+  }
+  char header[128];
+  int used = snprintf(header, sizeof(header),
+                      "{'descr': '<i4', 'fortran_order': False, 'shape': "
+                      "(2, %lld, %lld, %lld), }",
+                      (long long)job->config.eval_batches,
+                      (long long)job->spec.batch,
+                      (long long)job->spec.block_size);
+  // NPY 1.0: magic, version, u16 header length; the header padded with
+  // spaces and ended by a newline so the data starts at a multiple of 64.
+  size_t total = (size_t)used + 1 + 10;
+  size_t padded = (total + 63) / 64 * 64;
+  size_t rows = (size_t)job->config.eval_batches *
+                (size_t)(job->spec.batch * job->spec.block_size);
+  size_t bytes = padded + 2 * rows * sizeof(int32_t);
+  uint8_t* out = malloc(bytes);
+  if (!out) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "eval batches");
+  }
+  memcpy(out, "\x93NUMPY\x01\x00", 8);
+  uint16_t header_length = (uint16_t)(padded - 10);
+  out[8] = (uint8_t)(header_length & 0xff);
+  out[9] = (uint8_t)(header_length >> 8);
+  memset(out + 10, ' ', padded - 10);
+  memcpy(out + 10, header, (size_t)used);
+  out[padded - 1] = '\n';
+  memcpy(out + padded, job->eval_tokens, 2 * rows * sizeof(int32_t));
+  char path[1200];
+  snprintf(path, sizeof(path), "%s/eval_batches.npy", job->dir);
+  pcp_status_t status = pcp_file_write_atomic(path, out, bytes);
+  free(out);
+  return status;
+}
+
+// The fixed held-out batches: a random sampler over the validation tail
+// seeded from the job's seed alone, drawn once, so val_loss compares the
+// same tokens at every evaluation (and in a resumed run).
+static pcp_status_t eval_batches_sample(job_t* job) {
+  if (job->config.eval_fraction <= 0) {
+    return pcp_ok_status();
+  }
+  uint32_t b = (uint32_t)job->spec.batch;
+  uint32_t t = (uint32_t)job->spec.block_size;
+  size_t rows = (size_t)job->config.eval_batches * b * t;
+  pcp_data_sampler_options_t options = {
+      .sampling = PCP_DATA_SAMPLING_RANDOM,
+      .batch_size = b,
+      .block_size = t,
+      .seed = job->seed ^ 0x6576616c5f736574ull,  // "eval_set"
+  };
+  pcp_data_sampler_t* sampler = NULL;
+  pcp_status_t status =
+      pcp_data_sampler_create(job->dataset, job->eval_range, &options,
+                              pcp_allocator_system(), &sampler);
+  if (status) {
+    pcp_status_t wrapped = pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "key 'eval_fraction': the held-out tail does not hold one batch: %s",
+        pcp_status_message(status));
+    pcp_status_ignore(status);
+    return wrapped;
+  }
+  job->eval_tokens = malloc(2 * rows * sizeof(int32_t));
+  if (job->data_type == PCP_ELEMENT_TYPE_I64) {
+    job->eval_tokens64 = malloc(2 * rows * sizeof(int64_t));
+  }
+  if (!job->eval_tokens ||
+      (job->data_type == PCP_ELEMENT_TYPE_I64 && !job->eval_tokens64)) {
+    pcp_data_sampler_release(sampler);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "eval batches");
+  }
+  size_t per_batch = (size_t)b * t;
+  for (int64_t k = 0; k < job->config.eval_batches; ++k) {
+    pcp_data_sampler_next(sampler, job->eval_tokens + (size_t)k * per_batch,
+                          job->eval_tokens + rows + (size_t)k * per_batch,
+                          NULL);
+  }
+  pcp_data_sampler_release(sampler);
+  for (size_t i = 0; job->eval_tokens64 && i < 2 * rows; ++i) {
+    job->eval_tokens64[i] = job->eval_tokens[i];
+  }
+  job->eval_enabled = true;
+  return pcp_ok_status();
+}
 
 static pcp_status_t job_setup(job_t* job) {
   const pcp_diloco_job_options_t* o = job->options;
@@ -288,7 +428,9 @@ static pcp_status_t job_setup(job_t* job) {
           ? (job->table.count + (size_t)job->config.streaming.num_fragments -
              1) / (size_t)job->config.streaming.num_fragments +
                 1
-          : job->table.count + 3;
+          : job->table.count +
+                (job->config.inner_state == PCP_DILOCO_INNER_STATE_KEEP ? 4
+                                                                        : 3);
   if (per_frame > max_sections) {
     return pcp_make_status(
         PCP_STATUS_FAILED_PRECONDITION,
@@ -325,11 +467,15 @@ static pcp_status_t job_setup(job_t* job) {
                            "more than the model's vocabulary of %lld",
                            vocab, (long long)job->spec.vocab);
   }
-  pcp_data_range_t validation;
   PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_split(
-      job->dataset, 0.1, &job->train_range, &validation));
+      job->dataset, job->config.eval_fraction, &job->train_range,
+      &job->eval_range));
   PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_token_count(
       job->dataset, job->train_range, &job->train_tokens));
+  PCP_RETURN_IF_ERROR_BARE(eval_batches_sample(job));
+  pcp_diloco_lr_schedule_initialize(
+      &job->config, pcp_diloco_inner_step_total(&job->config), &job->schedule);
+  job->last_lr = pcp_diloco_lr_schedule_at(&job->schedule, 0);
 
   const char* checkpoint_dir = job->config.checkpoint_dir;
   if (checkpoint_dir && checkpoint_dir[0]) {
@@ -357,6 +503,7 @@ static pcp_status_t job_setup(job_t* job) {
   snprintf(path, sizeof(path), "%s/model.mlir", job->dir);
   PCP_RETURN_IF_ERROR_BARE(
       pcp_file_write_atomic(path, job->model_text, job->model_length));
+  PCP_RETURN_IF_ERROR_BARE(eval_batches_save(job));
 
   // Global state: parameters (seeded init), velocity, accumulator.
   size_t n = (size_t)job->table.total_elements;
@@ -397,6 +544,7 @@ static pcp_status_t job_setup(job_t* job) {
       pcp_allocator_system(), n, &job->accumulator));
   job->accumulator_ready = true;
   pcp_rng_initialize(job->seed, &job->rng);
+  job->inner_nonce = (uint64_t)pcp_clock_now_ns(o->clock) & 0xffffffffffull;
   return pcp_ok_status();
 }
 
@@ -421,9 +569,84 @@ static char* cursor_json(const job_t* job) {
   if (cursor && job->stream_cursor) {
     json_object_set(cursor, "streaming", job->stream_cursor);
   }
+  if (cursor && job->inner_cursor) {
+    json_object_set(cursor, "inner", job->inner_cursor);
+  }
+  if (cursor && isfinite(job->last_val_loss)) {
+    json_object_set_new(cursor, "val_loss", json_real(job->last_val_loss));
+    json_object_set_new(cursor, "val_loss_step",
+                        json_integer((json_int_t)job->val_loss_step));
+  }
   char* text = cursor ? json_dumps(cursor, JSON_COMPACT) : NULL;
   json_decref(cursor);
   return text;
+}
+
+// A classic checkpoint's "inner" object (inner_state keep): reads and
+// verifies its side file beside |from| into job->inner_resume. DATA_LOSS
+// naming the file when its length or SHA-256 differs from the cursor's.
+static pcp_status_t inner_resume_load(job_t* job, json_t* inner,
+                                      const char* from) {
+  if (!keeps_state(job)) {
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "checkpoint %s holds kept inner state; inner_state reset does "
+            "not use it",
+            from);
+    return pcp_ok_status();
+  }
+  const char* name = json_string_value(json_object_get(inner, "state_file"));
+  const char* want = json_string_value(json_object_get(inner, "state_sha256"));
+  json_t* steps = json_object_get(inner, "steps");
+  size_t count = json_array_size(steps);
+  size_t N = job->parameter_count;
+  if (!name || strchr(name, '/') || !want || count > MAX_ROUND_WORKERS ||
+      (uint64_t)json_integer_value(json_object_get(inner, "state_bytes")) !=
+          (uint64_t)count * 2 * N * sizeof(float)) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "checkpoint %s: inner state does not fit the "
+                           "model",
+                           from);
+  }
+  char dir[1300];
+  snprintf(dir, sizeof(dir), "%s", from);
+  char* slash = strrchr(dir, '/');
+  if (slash) {
+    *slash = 0;
+  } else {
+    snprintf(dir, sizeof(dir), ".");
+  }
+  char path[1700];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  size_t bytes = count * 2 * N * sizeof(float);
+  void* data = NULL;
+  size_t length = 0;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_file_read_all(path, bytes + 1, &data, &length));
+  pcp_sha256_t digest;
+  pcp_sha256_compute(data, length, &digest);
+  char got[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, got);
+  if (length != bytes || strcmp(got, want) != 0) {
+    free(data);
+    return pcp_make_status(PCP_STATUS_DATA_LOSS,
+                           "inner state file %s: %zu bytes, SHA-256 %s; the "
+                           "checkpoint expects %zu bytes, %s",
+                           path, length, got, bytes, want);
+  }
+  job->inner_resume_steps = calloc(count + 1, sizeof(uint64_t));
+  if (!job->inner_resume_steps) {
+    free(data);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inner steps");
+  }
+  for (size_t k = 0; k < count; ++k) {
+    job->inner_resume_steps[k] =
+        (uint64_t)json_integer_value(json_array_get(steps, k));
+  }
+  job->inner_resume = data;
+  job->inner_resume_count = (uint32_t)count;
+  PCP_LOG(PCP_LOG_INFO, &job->log, "inner state of %zu workers from %s",
+          count, path);
+  return pcp_ok_status();
 }
 
 static pcp_status_t checkpoint_restore(job_t* job,
@@ -467,6 +690,19 @@ static pcp_status_t checkpoint_restore(job_t* job,
       snprintf(job->stream_resume_dir, sizeof(job->stream_resume_dir), ".");
     }
   }
+  json_t* inner = json_object_get(cursor, "inner");
+  if (!streaming && json_is_object(inner)) {
+    pcp_status_t status = inner_resume_load(job, inner, from);
+    if (status) {
+      json_decref(cursor);
+      return status;
+    }
+  } else if (!streaming && keeps_state(job)) {
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "checkpoint %s holds no inner state: the workers start fresh "
+            "moments",
+            from);
+  }
   memcpy(job->parameters, c->parameters, c->parameter_count * sizeof(float));
   memcpy(job->nesterov.velocity, c->velocity,
          c->parameter_count * sizeof(float));
@@ -484,6 +720,12 @@ static pcp_status_t checkpoint_restore(job_t* job,
     job->last_loss = json_is_number(loss) ? json_number_value(loss) : NAN;
     job->last_loss_mean =
         json_is_number(loss_mean) ? json_number_value(loss_mean) : NAN;
+    json_t* val_loss = json_object_get(cursor, "val_loss");
+    if (json_is_number(val_loss)) {
+      job->last_val_loss = json_number_value(val_loss);
+      job->val_loss_step = (uint64_t)json_integer_value(
+          json_object_get(cursor, "val_loss_step"));
+    }
   }
   json_decref(cursor);
   PCP_LOG(PCP_LOG_INFO, &job->log, "resumed from %s outer_step=%" PRIu64, from,
@@ -623,6 +865,8 @@ pcp_status_t pcp_diloco_job_model_export(job_t* job) {
     json_object_set_new(model, "weights_bytes",
                         json_integer((json_int_t)weights_bytes));
     json_object_set_new(model, "weights_sha256", json_string(digest_hex));
+    json_object_set_new(model, "val_loss",
+                        pcp_diloco_json_number_or_null(job->last_val_loss));
   }
   char* text = model ? json_dumps(model, JSON_INDENT(2)) : NULL;
   json_decref(model);
@@ -703,6 +947,9 @@ pcp_status_t pcp_diloco_job_child_compile(
   // v2 artifact in an old state directory has the scalar-lr signature).
   // Extra compiler flags (the experiment's iree_flags, validated at submit,
   // and $PCP_IREE_FLAGS, which the child inherits) shape the program too.
+  // The DiLoCo round of a keep job carries the inner state in and out
+  // (`--inner-state keep`: another program, so another key).
+  bool keep_round = kind && !strcmp(kind, "diloco") && keeps_state(job);
   const pcp_string_list_t* extra = &job->config.iree_flags;
   char flag_args[PCP_COMPILE_MAX_EXTRA_FLAGS]
                 [PCP_COMPILE_MAX_FLAG_LENGTH + sizeof("--iree-flag=")];
@@ -713,10 +960,11 @@ pcp_status_t pcp_diloco_job_child_compile(
   pcp_string_builder_t key_builder;
   pcp_string_builder_initialize(pcp_allocator_system(), 64 << 10, &key_builder);
   pcp_status_t key_status = pcp_string_builder_append_f(
-      &key_builder, "pcp.diloco.program.v3|%s|%s|%s|%s|%s|%s%s%s", content_hash,
+      &key_builder, "pcp.diloco.program.v3|%s|%s|%s|%s|%s|%s%s%s%s", content_hash,
       kind ? kind : "-", steps, delta, backend, target,
       kind && job->accumulation > 1 ? "|accumulate=" : "",
-      kind && job->accumulation > 1 ? accumulate : "");
+      kind && job->accumulation > 1 ? accumulate : "",
+      keep_round ? "|inner=keep" : "");
   for (size_t i = 0; i < flag_count; ++i) {
     snprintf(flag_args[i], sizeof(flag_args[i]), "--iree-flag=%s",
              extra->items[i]);
@@ -760,6 +1008,10 @@ pcp_status_t pcp_diloco_job_child_compile(
       if (job->accumulation > 1) {
         argv[argc++] = "--accumulate";
         argv[argc++] = accumulate;
+      }
+      if (keep_round) {
+        argv[argc++] = "--inner-state";
+        argv[argc++] = "keep";
       }
     }
     argv[argc++] = "--backend";
@@ -861,12 +1113,179 @@ static program_t* program_find(job_t* job, const char* backend,
 }
 
 //===----------------------------------------------------------------------===//
+// Evaluation on the held-out batches
+//===----------------------------------------------------------------------===//
+
+bool pcp_diloco_job_eval_due(const job_t* job, uint64_t step, bool last) {
+  return job->eval_enabled &&
+         (last || (job->config.eval_every > 0 &&
+                   step % (uint64_t)job->config.eval_every == 0));
+}
+
+// The forward program for (backend, target): the job's module compiled as
+// it is (`pcp compile`, no --program), whose @main is the loss.
+static pcp_status_t eval_program_get(job_t* job, const char* backend,
+                                     const char* target,
+                                     const uint8_t** out_hash) {
+  for (uint32_t i = 0; i < job->eval_program_count; ++i) {
+    eval_program_t* e = &job->eval_programs[i];
+    if (!strcmp(e->backend, backend) && !strcmp(e->target, target)) {
+      *out_hash = e->hash;
+      return pcp_ok_status();
+    }
+  }
+  if (job->eval_program_count >= MAX_PROGRAMS) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "more than %d worker kinds", MAX_PROGRAMS);
+  }
+  eval_program_t* e = &job->eval_programs[job->eval_program_count];
+  memset(e, 0, sizeof(*e));
+  snprintf(e->backend, sizeof(e->backend), "%s", backend);
+  snprintf(e->target, sizeof(e->target), "%s", target);
+  char model[1200];
+  snprintf(model, sizeof(model), "%s/model.mlir", job->dir);
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_job_child_compile(
+      job, model, job->model_hash, NULL, 0, backend, target, e->hash));
+  ++job->eval_program_count;
+  *out_hash = e->hash;
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_diloco_job_evaluate(job_t* job, const char* worker_id,
+                                     const char* backend, const char* target) {
+  if (!job->eval_enabled) {
+    return pcp_ok_status();
+  }
+  const uint8_t* hash = NULL;
+  PCP_RETURN_IF_ERROR_BARE(eval_program_get(job, backend, target, &hash));
+  size_t n = job->table.count;
+  size_t batches = (size_t)job->config.eval_batches;
+  size_t per_batch = (size_t)(job->spec.batch * job->spec.block_size);
+  size_t rows = batches * per_batch;
+  bool wide = job->data_type == PCP_ELEMENT_TYPE_I64;
+  size_t id_size = pcp_element_type_byte_size(job->data_type);
+  if (job->param_type == PCP_ELEMENT_TYPE_BF16) {
+    pcp_diloco_bf16_quantize(job->parameters, job->parameter_count,
+                             job->wire_parameters);
+  }
+  pcp_proto_section_t* inputs = calloc(n + 2, sizeof(*inputs));
+  pcp_fabric_task_t** tasks = calloc(batches, sizeof(*tasks));
+  if (!inputs || !tasks) {
+    free(inputs);
+    free(tasks);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "eval tasks");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    pcp_diloco_job_master_section(job, i, &inputs[i]);
+  }
+  int64_t start = pcp_clock_now_ns(job->options->clock);
+  char error[256] = "";
+  for (size_t k = 0; k < batches; ++k) {
+    for (int j = 0; j < 2; ++j) {
+      size_t offset = (size_t)j * rows + k * per_batch;
+      inputs[n + (size_t)j] = (pcp_proto_section_t){
+          .name = j ? "targets" : "input_ids",
+          .element_type = job->data_type,
+          .rank = 2,
+          .shape = {job->spec.batch, job->spec.block_size},
+          .byte_length = per_batch * id_size,
+          .data = wide ? (const void*)(job->eval_tokens64 + offset)
+                       : (const void*)(job->eval_tokens + offset)};
+    }
+    pcp_fabric_task_params_t params;
+    memset(&params, 0, sizeof(params));
+    memcpy(params.program, hash, sizeof(params.program));
+    params.function = "main";
+    params.inputs = inputs;
+    params.input_count = (uint32_t)(n + 2);
+    params.worker_id = worker_id;
+    params.max_attempts = 1;
+    pcp_status_t status =
+        pcp_fabric_task_submit(job->options->fabric, &params, &tasks[k]);
+    if (status) {
+      snprintf(error, sizeof(error), "%s", pcp_status_message(status));
+      pcp_status_ignore(status);
+      tasks[k] = NULL;
+      break;
+    }
+  }
+  // Every task borrows |inputs|' data: wait for all, cancelling on stop.
+  bool stopped = false;
+  for (size_t k = 0; k < batches; ++k) {
+    while (tasks[k] && !pcp_fabric_task_wait(tasks[k], WAIT_SLICE_MS)) {
+      if (!stopped && pcp_diloco_job_should_stop(job)) {
+        stopped = true;
+        for (size_t j = 0; j < batches; ++j) {
+          if (tasks[j]) {
+            pcp_fabric_task_cancel(tasks[j]);
+          }
+        }
+      }
+    }
+  }
+  double sum = 0;
+  size_t done = 0;
+  for (size_t k = 0; k < batches; ++k) {
+    if (!tasks[k]) {
+      continue;
+    }
+    pcp_status_t task_status = pcp_fabric_task_status(tasks[k]);
+    const pcp_proto_section_t* outputs = NULL;
+    size_t count = 0;
+    if (task_status) {
+      snprintf(error, sizeof(error), "%s", pcp_status_message(task_status));
+    } else {
+      pcp_status_t status = pcp_fabric_task_outputs(tasks[k], &outputs, &count);
+      if (!status && count == 1 && outputs[0].byte_length == sizeof(float)) {
+        sum += *(const float*)outputs[0].data;
+        ++done;
+      } else {
+        snprintf(error, sizeof(error), "@main returned %zu outputs", count);
+      }
+      pcp_status_ignore(status);
+    }
+    pcp_fabric_task_release(tasks[k]);
+  }
+  free(tasks);
+  free(inputs);
+  if (stopped) {
+    return pcp_make_status(PCP_STATUS_CANCELLED,
+                           "training stopped while evaluating");
+  }
+  if (done != batches) {
+    PCP_LOG(PCP_LOG_WARN, &job->log,
+            "evaluation on %s failed (%zu of %zu batches): %s", worker_id,
+            done, batches, error);
+    return pcp_ok_status();
+  }
+  job->last_val_loss = sum / (double)batches;
+  job->val_loss_step = job->outer_step;
+  PCP_LOG(PCP_LOG_INFO, &job->log,
+          "val_loss=%.4f outer_step=%" PRIu64
+          " batches=%zu worker=%s seconds=%.2f",
+          job->last_val_loss, job->outer_step, batches, worker_id,
+          (double)(pcp_clock_now_ns(job->options->clock) - start) / 1e9);
+  if (job->options->metrics && job->options->metrics->val_loss) {
+    const char* job_label[] = {job->options->job_id};
+    pcp_obs_family_set(job->options->metrics->val_loss, job_label,
+                       job->last_val_loss);
+  }
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
 // One outer step
 //===----------------------------------------------------------------------===//
 
 typedef struct round_task_t {
   char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
   program_t* program;
+  // inner_state keep: the worker's slot, whether its moments start fresh
+  // this round, and the step number sent (the data of a section).
+  inner_slot_t* slot;
+  uint32_t lost_joins;
+  bool fresh;
+  float step_value;
   int32_t* tokens;    // ids then targets, tau*B*T each
   int64_t* tokens64;  // the same widened, for a module taking i64 ids
   pcp_fabric_task_t* task;
@@ -876,7 +1295,7 @@ typedef struct round_t {
   round_task_t tasks[MAX_ROUND_WORKERS];
   uint32_t count;
   pcp_proto_section_t* sections;  // shared parameter sections + per-task
-  float* lr;                      // tau rates, one per inner step (shared)
+  float* lr;  // tau rates, the schedule at this round's inner steps
 } round_t;
 
 static int compare_ids(const void* a, const void* b) {
@@ -923,6 +1342,7 @@ static pcp_status_t round_workers(job_t* job, round_t* round) {
     memset(t, 0, sizeof(*t));
     snprintf(t->worker_id, sizeof(t->worker_id), "%s", w->worker_id);
     t->program = program;
+    t->lost_joins = w->join_count - w->resumed_count;
   }
   free(infos);
   qsort(round->tasks, round->count, sizeof(round->tasks[0]), compare_ids);
@@ -1043,23 +1463,289 @@ void pcp_diloco_job_master_section(job_t* job, size_t i,
                                 pcp_diloco_job_tensor_offset(job, i));
 }
 
+//===----------------------------------------------------------------------===//
+// Inner AdamW state kept on the workers (inner_state keep)
+//===----------------------------------------------------------------------===//
+//
+// Each worker's m<i>/v<i> live in a fabric session on it between rounds,
+// the streaming loop's mechanism (keep_resident outputs, RESIDENT refs in):
+// the round takes them as refs and keeps its new moments under the same
+// names. A worker that joins, or returns (a join that did not resume its
+// lease drops its sessions), or whose round failed, gets a new session
+// whose moments are uploaded first: zeros and step 1 (counted in the step
+// event's fresh_inner_state), or after a resume the checkpoint's.
+
+static inner_slot_t* inner_slot_get(job_t* job, const char* worker_id) {
+  for (uint32_t i = 0; i < job->inner_count; ++i) {
+    if (!strcmp(job->inner[i].worker_id, worker_id)) {
+      return &job->inner[i];
+    }
+  }
+  if (job->inner_count >= sizeof(job->inner) / sizeof(job->inner[0])) {
+    // Slots of workers long gone are reused (oldest report first).
+    uint32_t oldest = 0;
+    for (uint32_t i = 1; i < job->inner_count; ++i) {
+      if (job->inner[i].reported_step < job->inner[oldest].reported_step) {
+        oldest = i;
+      }
+    }
+    memset(&job->inner[oldest], 0, sizeof(job->inner[oldest]));
+    snprintf(job->inner[oldest].worker_id,
+             sizeof(job->inner[oldest].worker_id), "%s", worker_id);
+    return &job->inner[oldest];
+  }
+  inner_slot_t* slot = &job->inner[job->inner_count++];
+  memset(slot, 0, sizeof(*slot));
+  snprintf(slot->worker_id, sizeof(slot->worker_id), "%s", worker_id);
+  return slot;
+}
+
+static const char* moment_function(const job_t* job) {
+  return job->param_type == PCP_ELEMENT_TYPE_BF16 ? "copy_moments" : "copy";
+}
+
+// Section |i| of a moment vector |data| (f32, the parameter's shape).
+static void moment_section(const job_t* job, size_t i, const char* name,
+                           const float* data, pcp_proto_section_t* s) {
+  const pcp_models_parameter_t* p = &job->table.parameters[i];
+  memset(s, 0, sizeof(*s));
+  s->name = name;
+  s->element_type = PCP_ELEMENT_TYPE_F32;
+  s->rank = (uint32_t)p->rank;
+  for (int32_t d = 0; d < p->rank; ++d) {
+    s->shape[d] = p->dims[d];
+  }
+  s->byte_length = (uint64_t)p->element_count * sizeof(float);
+  s->data = data + pcp_diloco_job_tensor_offset(job, i);
+}
+
+// The resident name of moment |kind| ('m' or 'v') of tensor |i|.
+static void moment_name(char kind, size_t i, char* out, size_t capacity) {
+  snprintf(out, capacity, "%c%zu", kind, i);
+}
+
+static pcp_status_t state_program_ready(job_t* job, program_t* program) {
+  if (!program->state_ready) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_state_program_build(
+        job, program->backend, program->target, program->state_hash));
+    program->state_ready = true;
+  }
+  return pcp_ok_status();
+}
+
+// Moves the moments of the workers |tasks| between the gateway and their
+// sessions with @copy: |upload| sends vectors[k] (m then v, each
+// parameter_count f32) and keeps them resident; otherwise reads the
+// resident ones into vectors[k]. One task per worker and kind (n tensors,
+// within the frame's section limit). A worker whose copy fails gets
+// *failed[k] = true. CANCELLED on stop.
+static pcp_status_t moments_copy(job_t* job, round_task_t** tasks,
+                                 uint32_t count, bool upload,
+                                 float* const* vectors, bool* failed) {
+  size_t n = job->table.count;
+  size_t N = job->parameter_count;
+  char (*names)[24] = calloc(2 * n + 1, sizeof(*names));
+  pcp_proto_section_t* sections = calloc(n + 1, sizeof(*sections));
+  pcp_proto_tensor_ref_t* refs = calloc(n + 1, sizeof(*refs));
+  pcp_proto_keep_resident_t* keep = calloc(n + 1, sizeof(*keep));
+  pcp_fabric_task_t** handles = calloc(2 * (size_t)count + 1, sizeof(*handles));
+  if (!names || !sections || !refs || !keep || !handles) {
+    free(names), free(sections), free(refs), free(keep), free(handles);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "moment copies");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    moment_name('m', i, names[i], sizeof(names[i]));
+    moment_name('v', i, names[n + i], sizeof(names[n + i]));
+  }
+  pcp_status_t status = pcp_ok_status();
+  for (uint32_t k = 0; k < count && !status; ++k) {
+    round_task_t* t = tasks[k];
+    failed[k] = false;
+    status = state_program_ready(job, t->program);
+    for (int g = 0; g < 2 && !status; ++g) {
+      for (size_t i = 0; i < n; ++i) {
+        const char* name = names[(size_t)g * n + i];
+        if (upload) {
+          moment_section(job, i, name, vectors[k] + (size_t)g * N,
+                         &sections[i]);
+          keep[i] = (pcp_proto_keep_resident_t){.output = (uint32_t)i,
+                                                .as = name};
+        } else {
+          refs[i] = (pcp_proto_tensor_ref_t){
+              .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = name};
+        }
+      }
+      pcp_fabric_task_params_t params;
+      memset(&params, 0, sizeof(params));
+      memcpy(params.program, t->program->state_hash, sizeof(params.program));
+      params.function = moment_function(job);
+      params.inputs = upload ? sections : NULL;
+      params.input_count = upload ? (uint32_t)n : 0;
+      params.input_refs = upload ? NULL : refs;
+      params.input_ref_count = upload ? 0 : (uint32_t)n;
+      params.keep_resident = upload ? keep : NULL;
+      params.keep_resident_count = upload ? (uint32_t)n : 0;
+      params.worker_id = t->worker_id;
+      params.session_id = t->slot->session;
+      params.max_attempts = 1;
+      pcp_status_t submitted = pcp_fabric_task_submit(
+          job->options->fabric, &params, &handles[2 * k + (uint32_t)g]);
+      if (submitted) {
+        PCP_LOG(PCP_LOG_WARN, &job->log, "moment copy for %s: %s",
+                t->worker_id, pcp_status_message(submitted));
+        pcp_status_ignore(submitted);
+        handles[2 * k + (uint32_t)g] = NULL;
+        failed[k] = true;
+      }
+    }
+  }
+  bool stopped = false;
+  for (uint32_t h = 0; h < 2 * count; ++h) {
+    while (handles[h] && !pcp_fabric_task_wait(handles[h], WAIT_SLICE_MS)) {
+      if (!stopped && pcp_diloco_job_should_stop(job)) {
+        stopped = true;
+        for (uint32_t j = 0; j < 2 * count; ++j) {
+          if (handles[j]) {
+            pcp_fabric_task_cancel(handles[j]);
+          }
+        }
+      }
+    }
+  }
+  for (uint32_t k = 0; k < count; ++k) {
+    for (uint32_t g = 0; g < 2; ++g) {
+      pcp_fabric_task_t* h = handles[2 * k + g];
+      if (!h) {
+        continue;
+      }
+      pcp_status_t task_status = pcp_fabric_task_status(h);
+      if (task_status) {
+        PCP_LOG(PCP_LOG_WARN, &job->log, "moment copy on %s failed: %s",
+                tasks[k]->worker_id, pcp_status_message(task_status));
+        failed[k] = true;
+        continue;
+      }
+      if (upload) {
+        continue;
+      }
+      const pcp_proto_section_t* outputs = NULL;
+      size_t out_count = 0;
+      pcp_status_t read = pcp_fabric_task_outputs(h, &outputs, &out_count);
+      for (size_t i = 0; !read && i < n; ++i) {
+        size_t bytes =
+            (size_t)job->table.parameters[i].element_count * sizeof(float);
+        if (out_count != n || outputs[i].byte_length != bytes) {
+          read = pcp_make_status(PCP_STATUS_INTERNAL,
+                                 "@copy returned %zu tensors or a wrong size",
+                                 out_count);
+          break;
+        }
+        memcpy(vectors[k] + g * N + pcp_diloco_job_tensor_offset(job, i),
+               outputs[i].data, bytes);
+      }
+      if (read) {
+        PCP_LOG(PCP_LOG_WARN, &job->log, "moment copy from %s: %s",
+                tasks[k]->worker_id, pcp_status_message(read));
+        pcp_status_ignore(read);
+        failed[k] = true;
+      }
+    }
+  }
+  for (uint32_t h = 0; h < 2 * count; ++h) {
+    pcp_fabric_task_release(handles[h]);
+  }
+  free(names), free(sections), free(refs), free(keep), free(handles);
+  if (!status && stopped) {
+    status = pcp_make_status(PCP_STATUS_CANCELLED,
+                             "training stopped while moving inner state");
+  }
+  return status;
+}
+
+// Before a keep round: binds every task to its slot; workers without live
+// state get a new session with fresh moments (zeros, step 1), or the
+// resumed checkpoint's (the k-th saved worker's state for the k-th worker
+// by id). A worker whose upload fails sits the round out (task NULL is
+// what round_submit skips: it is marked by |slot| NULL).
+static pcp_status_t round_inner_prepare(job_t* job, round_t* round) {
+  if (!keeps_state(job)) {
+    return pcp_ok_status();
+  }
+  size_t N = job->parameter_count;
+  round_task_t* uploads[MAX_ROUND_WORKERS];
+  float* vectors[MAX_ROUND_WORKERS];
+  bool failed[MAX_ROUND_WORKERS];
+  uint32_t count = 0;
+  float* zeros = NULL;
+  for (uint32_t k = 0; k < round->count; ++k) {
+    round_task_t* t = &round->tasks[k];
+    inner_slot_t* slot = inner_slot_get(job, t->worker_id);
+    t->slot = slot;
+    slot->program = t->program;
+    if (slot->live && slot->lost_joins == t->lost_joins) {
+      continue;
+    }
+    snprintf(slot->session, sizeof(slot->session),
+             "%s-inner-%" PRIu64 "-%" PRIx64, job->options->job_id,
+             ++job->inner_generation, job->inner_nonce);
+    slot->lost_joins = t->lost_joins;
+    slot->live = false;
+    if (k < job->inner_resume_count) {
+      vectors[count] = job->inner_resume + (size_t)k * 2 * N;
+      slot->step = job->inner_resume_steps[k];
+    } else {
+      if (!zeros) {
+        zeros = calloc(2 * N + 1, sizeof(float));
+        if (!zeros) {
+          return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "moments");
+        }
+      }
+      vectors[count] = zeros;
+      slot->step = 1;
+      t->fresh = true;
+    }
+    uploads[count++] = t;
+  }
+  pcp_status_t status = pcp_ok_status();
+  if (count) {
+    status = moments_copy(job, uploads, count, true, vectors, failed);
+    for (uint32_t k = 0; k < count && !status; ++k) {
+      uploads[k]->slot->live = !failed[k];
+      if (failed[k]) {
+        uploads[k]->slot = NULL;  // sits this round out
+      }
+    }
+  }
+  // The resumed state is handed out once (to the first round's workers).
+  free(job->inner_resume);
+  free(job->inner_resume_steps);
+  job->inner_resume = NULL;
+  job->inner_resume_steps = NULL;
+  job->inner_resume_count = 0;
+  free(zeros);
+  return status;
+}
+
 static pcp_status_t round_submit(job_t* job, round_t* round) {
   size_t n = job->table.count;
-  // Sections: n parameters (shared), then per task lr + ids + targets.
-  round->sections =
-      calloc(n + 3 * (size_t)round->count + 1, sizeof(pcp_proto_section_t));
+  bool keep = keeps_state(job);
+  // Sections: n parameters (shared), then per task [step +] lr + ids +
+  // targets.
+  size_t per_task = keep ? 4 : 3;
+  round->sections = calloc(n + per_task * (size_t)round->count + 1,
+                           sizeof(pcp_proto_section_t));
   if (!round->sections) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "sections");
   }
-  // @diloco_round takes one rate per inner step; a constant rate for now.
-  size_t tau = batches_per_round(job);
-  round->lr = calloc(tau, sizeof(float));
+  // One rate per fused inner step: step i of outer step s is the job's
+  // inner step s * tau + i (the same on every worker).
+  size_t steps = (size_t)job->config.tau;
+  round->lr = calloc(steps, sizeof(float));
   if (!round->lr) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "lr");
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "rates");
   }
-  for (size_t s = 0; s < tau; ++s) {
-    round->lr[s] = (float)job->config.learning_rate;
-  }
+  pcp_diloco_lr_schedule_fill(&job->schedule, job->outer_step * steps, steps,
+                              round->lr);
   bool bf16 = job->param_type == PCP_ELEMENT_TYPE_BF16;
   if (bf16) {
     pcp_diloco_bf16_quantize(job->parameters, job->parameter_count,
@@ -1068,15 +1754,44 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   for (size_t i = 0; i < n; ++i) {
     pcp_diloco_job_master_section(job, i, &round->sections[i]);
   }
+  size_t tau = batches_per_round(job);
   size_t per_step = (size_t)(job->spec.batch * job->spec.block_size);
+  char (*names)[24] = keep ? calloc(2 * n + 1, sizeof(*names)) : NULL;
+  pcp_proto_tensor_ref_t* refs =
+      keep ? calloc(3 * n + per_task, sizeof(*refs)) : NULL;
+  pcp_proto_keep_resident_t* kept =
+      keep ? calloc(2 * n + 1, sizeof(*kept)) : NULL;
+  if (keep && (!names || !refs || !kept)) {
+    free(names), free(refs), free(kept);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task refs");
+  }
+  for (size_t i = 0; keep && i < n; ++i) {
+    moment_name('m', i, names[i], sizeof(names[i]));
+    moment_name('v', i, names[n + i], sizeof(names[n + i]));
+    kept[i] = (pcp_proto_keep_resident_t){.output = (uint32_t)(n + i),
+                                          .as = names[i]};
+    kept[n + i] = (pcp_proto_keep_resident_t){.output = (uint32_t)(2 * n + i),
+                                              .as = names[n + i]};
+  }
   for (uint32_t k = 0; k < round->count; ++k) {
     round_task_t* t = &round->tasks[k];
-    pcp_proto_section_t* extra = &round->sections[n + 3 * (size_t)k];
+    if (keep && !t->slot) {
+      continue;  // its state could not be set up: not in this round
+    }
+    pcp_proto_section_t* all = &round->sections[n + per_task * (size_t)k];
+    pcp_proto_section_t* extra = keep ? all + 1 : all;
+    if (keep) {
+      t->step_value = (float)t->slot->step;
+      all[0] = (pcp_proto_section_t){.name = "step",
+                                     .element_type = PCP_ELEMENT_TYPE_F32,
+                                     .byte_length = sizeof(float),
+                                     .data = &t->step_value};
+    }
     extra[0] = (pcp_proto_section_t){.name = "lr",
                                      .element_type = PCP_ELEMENT_TYPE_F32,
                                      .rank = 1,
-                                     .shape = {(int64_t)tau},
-                                     .byte_length = tau * sizeof(float),
+                                     .shape = {(int64_t)steps},
+                                     .byte_length = steps * sizeof(float),
                                      .data = round->lr};
     bool wide = job->data_type == PCP_ELEMENT_TYPE_I64;
     for (int j = 0; j < 2; ++j) {
@@ -1097,24 +1812,47 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
       s->data = wide ? (const void*)(t->tokens64 + (size_t)j * tau * per_step)
                      : (const void*)(t->tokens + (size_t)j * tau * per_step);
     }
-    // Argument order: parameters, lr, ids, targets.
-    pcp_proto_section_t* inputs = calloc(n + 3, sizeof(*inputs));
+    // Argument order: parameters, [m, v, step,] lr, ids, targets.
+    pcp_proto_section_t* inputs = calloc(n + per_task, sizeof(*inputs));
     if (!inputs) {
+      free(names), free(refs), free(kept);
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task inputs");
     }
     // The task params copy the section array (struct array copied, data
     // borrowed), so the data of every task still points at the one
     // parameter buffer.
     memcpy(inputs, round->sections, n * sizeof(*inputs));
-    memcpy(inputs + n, extra, 3 * sizeof(*inputs));
+    memcpy(inputs + n, all, per_task * sizeof(*inputs));
     pcp_fabric_task_params_t params;
     memset(&params, 0, sizeof(params));
     memcpy(params.program, t->program->hash, sizeof(params.program));
     params.function = "diloco_round";
     params.inputs = inputs;
-    params.input_count = (uint32_t)(n + 3);
+    params.input_count = (uint32_t)(n + per_task);
     params.worker_id = t->worker_id;
     params.max_attempts = 1;
+    if (keep) {
+      // params (sections 0..n-1), m and v (resident), then the sections
+      // step, lr, ids, targets; the new m and v stay resident.
+      for (size_t i = 0; i < n; ++i) {
+        refs[i] = (pcp_proto_tensor_ref_t){
+            .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (uint32_t)i};
+        refs[n + i] = (pcp_proto_tensor_ref_t){
+            .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = names[i]};
+        refs[2 * n + i] = (pcp_proto_tensor_ref_t){
+            .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = names[n + i]};
+      }
+      for (size_t j = 0; j < per_task; ++j) {
+        refs[3 * n + j] =
+            (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_SECTION,
+                                     .section = (uint32_t)(n + j)};
+      }
+      params.input_refs = refs;
+      params.input_ref_count = (uint32_t)(3 * n + per_task);
+      params.keep_resident = kept;
+      params.keep_resident_count = (uint32_t)(2 * n);
+      params.session_id = t->slot->session;
+    }
     pcp_status_t status =
         pcp_fabric_task_submit(job->options->fabric, &params, &t->task);
     free(inputs);
@@ -1124,8 +1862,12 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
               t->worker_id, pcp_status_message(status));
       pcp_status_ignore(status);
       t->task = NULL;
+      if (t->slot) {
+        t->slot->live = false;
+      }
     }
   }
+  free(names), free(refs), free(kept);
   return pcp_ok_status();
 }
 
@@ -1174,10 +1916,20 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
     } else {
       status = pcp_fabric_task_outputs(t->task, &outputs, &count);
     }
-    if (!task_status && !status && count != n + 1) {
+    // Outputs: deltas, [m, v (resident), step,] losses.
+    bool keep = keeps_state(job);
+    size_t want_count = keep ? 3 * n + 2 : n + 1;
+    size_t losses_at = want_count - 1;
+    if (!task_status && !status && count != want_count) {
       status = pcp_make_status(PCP_STATUS_INTERNAL,
                                "worker %s returned %zu outputs, expected %zu",
-                               t->worker_id, count, n + 1);
+                               t->worker_id, count, want_count);
+    }
+    if (!task_status && !status && keep &&
+        outputs[3 * n].byte_length != sizeof(float)) {
+      status = pcp_make_status(PCP_STATUS_INTERNAL,
+                               "worker %s: step of %" PRIu64 " bytes",
+                               t->worker_id, outputs[3 * n].byte_length);
     }
     // Check every delta's size before copying any.
     for (size_t i = 0; !task_status && !status && i < n; ++i) {
@@ -1191,10 +1943,14 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
       }
     }
     if (!task_status && !status &&
-        outputs[n].byte_length != tau * sizeof(float)) {
+        outputs[losses_at].byte_length != tau * sizeof(float)) {
       status = pcp_make_status(PCP_STATUS_INTERNAL,
                                "worker %s: losses of %" PRIu64 " bytes",
-                               t->worker_id, outputs[n].byte_length);
+                               t->worker_id, outputs[losses_at].byte_length);
+    }
+    if ((status || task_status) && t->slot) {
+      // Its resident state is not known to be the round's: fresh next time.
+      t->slot->live = false;
     }
     if (status) {
       snprintf(out->last_error, sizeof(out->last_error), "%s",
@@ -1224,8 +1980,14 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
                                                job->parameter_count)
              : pcp_diloco_accumulator_add_f32(&job->accumulator, job->scratch,
                                               job->parameter_count));
+    if (keep && t->slot) {
+      float next = *(const float*)outputs[3 * n].data;
+      t->slot->step = (uint64_t)next;
+      t->slot->reported_step = job->outer_step + 1;
+      out->fresh_inner_state += t->fresh;
+    }
     // Sections are 64-byte aligned in the received frame.
-    const float* losses = outputs[n].data;
+    const float* losses = outputs[losses_at].data;
     double sum = 0;
     for (size_t s = 0; s < tau; ++s) {
       sum += losses[s];
@@ -1265,6 +2027,15 @@ json_t* pcp_diloco_job_progress_json(const job_t* job,
     // The submit-time progress object (and `pcp submit train`) spell it
     // tokens_per_s.
     json_object_set_new(progress, "tokens_per_s", json_real(tokens_per_second));
+    // The rate of the last inner step run, and the last evaluation (null
+    // before the first; val_loss_step says which outer step it measured).
+    json_object_set_new(progress, "lr", json_real(job->last_lr));
+    json_object_set_new(progress, "val_loss",
+                        pcp_diloco_json_number_or_null(job->last_val_loss));
+    json_object_set_new(progress, "val_loss_step",
+                        isfinite(job->last_val_loss)
+                            ? json_integer((json_int_t)job->val_loss_step)
+                            : json_null());
   }
   return progress;
 }
@@ -1274,6 +2045,124 @@ void pcp_diloco_job_progress_report(job_t* job, json_t* progress) {
   if (progress && hooks->progress) {
     hooks->progress(hooks->user_data, progress);
   }
+}
+
+static int compare_slots(const void* a, const void* b) {
+  return strcmp((*(inner_slot_t* const*)a)->worker_id,
+                (*(inner_slot_t* const*)b)->worker_id);
+}
+
+// inner_state keep, before a classic checkpoint: reads the moments of the
+// workers that reported this outer step (in worker-id order, the order a
+// resume hands them out) with @copy into a side file
+// classic-<step>.workers beside the checkpoint (per worker m then v, f32
+// parameter vectors), named with its SHA-256 in job->inner_cursor with the
+// workers' steps. A worker lost while its state is read leaves the
+// checkpoint without moments (a resume starts those fresh, logged).
+static pcp_status_t inner_checkpoint_prepare(job_t* job) {
+  json_decref(job->inner_cursor);
+  job->inner_cursor = NULL;
+  if (!keeps_state(job)) {
+    return pcp_ok_status();
+  }
+  inner_slot_t* slots[MAX_ROUND_WORKERS];
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < job->inner_count && count < MAX_ROUND_WORKERS;
+       ++i) {
+    inner_slot_t* slot = &job->inner[i];
+    if (slot->live && slot->program &&
+        slot->reported_step == job->outer_step) {
+      slots[count++] = slot;
+    }
+  }
+  qsort(slots, count, sizeof(slots[0]), compare_slots);
+  size_t N = job->parameter_count;
+  size_t bytes = (size_t)count * 2 * N * sizeof(float);
+  float* state = malloc(bytes ? bytes : 1);
+  round_task_t* tasks = calloc(count + 1, sizeof(*tasks));
+  if (!state || !tasks) {
+    free(state);
+    free(tasks);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "%zu bytes of inner state", bytes);
+  }
+  round_task_t* pointers[MAX_ROUND_WORKERS];
+  float* vectors[MAX_ROUND_WORKERS];
+  bool failed[MAX_ROUND_WORKERS];
+  for (uint32_t k = 0; k < count; ++k) {
+    snprintf(tasks[k].worker_id, sizeof(tasks[k].worker_id), "%s",
+             slots[k]->worker_id);
+    tasks[k].program = slots[k]->program;
+    tasks[k].slot = slots[k];
+    pointers[k] = &tasks[k];
+    vectors[k] = state + (size_t)k * 2 * N;
+  }
+  const pcp_diloco_job_options_t* o = job->options;
+  int64_t start = pcp_clock_now_ns(o->clock);
+  pcp_status_t status =
+      count ? moments_copy(job, pointers, count, false, vectors, failed)
+            : pcp_ok_status();
+  free(tasks);
+  bool complete = true;
+  for (uint32_t k = 0; k < count && !status; ++k) {
+    if (failed[k]) {
+      slots[k]->live = false;
+      complete = false;
+    }
+  }
+  if (status || !complete) {
+    free(state);
+    if (!status) {
+      PCP_LOG(PCP_LOG_WARN, &job->log,
+              "inner state of a worker could not be read: the checkpoint at "
+              "outer_step=%" PRIu64 " has no moments",
+              job->outer_step);
+    }
+    return status;
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_compute(state, bytes, &digest);
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, hex);
+  char name[64];
+  snprintf(name, sizeof(name), "classic-%020" PRIu64 ".workers",
+           job->outer_step);
+  char dir[1200], path[1600];
+  snprintf(dir, sizeof(dir), "%s/checkpoints/%s", pcp_store_state_dir(o->store),
+           o->job_id);
+  status = pcp_file_make_directories(dir);
+  if (!status) {
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    status = pcp_file_write_atomic(path, state, bytes);
+  }
+  if (!status && job->checkpoint_dir[0]) {
+    status = pcp_file_make_directories(job->checkpoint_dir);
+    snprintf(path, sizeof(path), "%s/%s", job->checkpoint_dir, name);
+    if (!status) {
+      status = pcp_file_write_atomic(path, state, bytes);
+    }
+  }
+  free(state);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  json_t* steps = json_array();
+  json_t* ids = json_array();
+  for (uint32_t k = 0; k < count && steps && ids; ++k) {
+    json_array_append_new(steps, json_integer((json_int_t)slots[k]->step));
+    json_array_append_new(ids, json_string(slots[k]->worker_id));
+  }
+  job->inner_cursor = json_pack(
+      "{s:s, s:s, s:I, s:o, s:o}", "state_file", name, "state_sha256", hex,
+      "state_bytes", (json_int_t)bytes, "steps", steps ? steps : json_array(),
+      "workers", ids ? ids : json_array());
+  if (!job->inner_cursor) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inner cursor");
+  }
+  PCP_LOG(PCP_LOG_INFO, &job->log,
+          "inner state for outer_step=%" PRIu64
+          ": %zu bytes from %u workers read and written in %.2f s",
+          job->outer_step, bytes, count,
+          (double)(pcp_clock_now_ns(o->clock) - start) / 1e9);
+  return pcp_ok_status();
 }
 
 // One outer step. *out_stopped when the stop hook fired; *out_advanced
@@ -1306,6 +2195,15 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
     status = round_sample(job, &round);
   }
   if (!status) {
+    status = round_inner_prepare(job, &round);
+    if (status && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
+      pcp_status_ignore(status);
+      round_release(&round);
+      *out_stopped = true;
+      return pcp_ok_status();
+    }
+  }
+  if (!status) {
     status = round_submit(job, &round);
   }
   if (status) {
@@ -1318,6 +2216,15 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   round_outcome_t outcome;
   status = round_collect(job, &round, &outcome);
   uint32_t submitted = round.count;
+  // The evaluator: the first worker (by id) whose round succeeded.
+  char eval_worker[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1] = "";
+  program_t* eval_kind = NULL;
+  for (uint32_t k = 0; k < round.count && !eval_worker[0]; ++k) {
+    if (round.tasks[k].task && !pcp_fabric_task_status(round.tasks[k].task)) {
+      snprintf(eval_worker, sizeof(eval_worker), "%s", round.tasks[k].worker_id);
+      eval_kind = round.tasks[k].program;
+    }
+  }
   round_release(&round);
   PCP_RETURN_IF_ERROR_BARE(status);
   if (*out_stopped) {
@@ -1338,6 +2245,8 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
       &job->nesterov, 0, job->parameter_count, average, job->parameters));
   ++job->outer_step;
   *out_advanced = true;
+  job->last_lr = pcp_diloco_lr_schedule_at(
+      &job->schedule, job->outer_step * (uint64_t)job->config.tau - 1);
   job->expected_workers = outcome.reporters;
   job->last_loss = outcome.loss_last;
   job->last_loss_mean = outcome.loss_mean;
@@ -1371,18 +2280,42 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
           nonfinite);
   double epoch = epochs_trained(job);
   job->epochs_done = epoch >= (double)job->config.max_epochs;
+  bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps ||
+              job->epochs_done;
+  bool evaluated = false;
+  if (eval_kind && pcp_diloco_job_eval_due(job, job->outer_step, last)) {
+    status = pcp_diloco_job_evaluate(job, eval_worker, eval_kind->backend,
+                                     eval_kind->target);
+    if (status && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
+      pcp_status_ignore(status);
+      *out_stopped = true;
+      return pcp_ok_status();
+    }
+    PCP_RETURN_IF_ERROR_BARE(status);
+    evaluated = job->val_loss_step == job->outer_step;
+  }
+  if (o->metrics && o->metrics->learning_rate) {
+    const char* job_label[] = {o->job_id};
+    pcp_obs_family_set(o->metrics->learning_rate, job_label, job->last_lr);
+  }
   json_t* progress =
       pcp_diloco_job_progress_json(job, &outcome, seconds, tokens_per_second);
   if (progress) {
     json_object_set_new(progress, "workers_submitted", json_integer(submitted));
     json_object_set_new(progress, "epoch", json_real(epoch));
+    json_object_set_new(progress, "evaluated", json_boolean(evaluated));
+    json_object_set_new(progress, "inner_state",
+                        json_string(job->config.inner_state ==
+                                            PCP_DILOCO_INNER_STATE_RESET
+                                        ? "reset"
+                                        : "keep"));
+    json_object_set_new(progress, "fresh_inner_state",
+                        json_integer(outcome.fresh_inner_state));
     pcp_status_ignore(pcp_store_job_event_append(
         o->store, o->job_id, "training.step", progress, NULL));
   }
   pcp_diloco_job_progress_report(job, progress);
   json_decref(progress);
-  bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps ||
-              job->epochs_done;
   if (job->epochs_done) {
     PCP_LOG(PCP_LOG_INFO, &job->log,
             "max_epochs=%" PRId64 " reached at outer_step=%" PRIu64
@@ -1391,7 +2324,17 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   }
   if (last || (job->config.checkpoint_every > 0 &&
                job->outer_step % (uint64_t)job->config.checkpoint_every == 0)) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_job_checkpoint_write(job));
+    status = inner_checkpoint_prepare(job);
+    if (status && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
+      pcp_status_ignore(status);
+      *out_stopped = true;
+      return pcp_ok_status();
+    }
+    PCP_RETURN_IF_ERROR_BARE(status);
+    status = pcp_diloco_job_checkpoint_write(job);
+    json_decref(job->inner_cursor);
+    job->inner_cursor = NULL;
+    PCP_RETURN_IF_ERROR_BARE(status);
   }
   return pcp_ok_status();
 }
@@ -1408,6 +2351,7 @@ pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
   job.log.job_id = options->job_id;
   job.last_loss = NAN;
   job.last_loss_mean = NAN;
+  job.last_val_loss = NAN;
   pcp_status_t status = job_setup(&job);
   if (!status) {
     pcp_sha256_t digest;

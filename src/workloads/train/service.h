@@ -71,6 +71,8 @@ typedef struct pcp_diloco_metrics_t {
   pcp_obs_family_t* token_bytes;         // counter
   pcp_obs_family_t* outer_steps;         // counter
   pcp_obs_family_t* lost_tasks;          // counter
+  pcp_obs_family_t* val_loss;            // gauge {job}
+  pcp_obs_family_t* learning_rate;       // gauge {job}
 } pcp_diloco_metrics_t;
 
 // Registers the families in |registry|. Errors as pcp_obs_registry_register
@@ -120,8 +122,13 @@ void pcp_diloco_module_deinitialize(pcp_diloco_module_t* module);
 // 400, the service again at set-up): tau at most 4096; dtype f32 or bf16;
 // effective_batch_size a multiple of |micro_batch|, at most 4096 micro
 // batches; a worker's round of token ids (2 x tau x effective batch x
-// |block_size| of |id_type|) at most 256 MiB. INVALID_ARGUMENT naming the
-// key. Thread-safe.
+// |block_size| of |id_type|) at most 256 MiB; warmup_steps at most the
+// run's inner steps. INVALID_ARGUMENT naming the key. Thread-safe.
+// Inner steps one worker runs over the whole job, the horizon of the lr
+// schedule: outer_loop_steps x tau (classic), or streaming's local steps
+// (max_epochs x H + phase(P-1) + overlap_tau). Thread-safe.
+uint64_t pcp_diloco_inner_step_total(const pcp_diloco_config_t* config);
+
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_experiment_check(
     const pcp_diloco_config_t* config, int64_t micro_batch, int64_t block_size,
     pcp_element_type_t id_type);

@@ -38,7 +38,33 @@ typedef struct program_t {
   char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
   bool ready;
   uint8_t hash[PCP_SHA256_BYTE_LENGTH];
+  // inner_state keep: the @copy module moving moments (built on first use).
+  bool state_ready;
+  uint8_t state_hash[PCP_SHA256_BYTE_LENGTH];
 } program_t;
+
+// inner_state keep: one worker's AdamW state, resident in |session| on it
+// (m<i>, v<i>) while |live|; |step| (the next inner step's number, 1-based)
+// is tracked here and sent with each round (the program returns the next).
+typedef struct inner_slot_t {
+  char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  char session[PCP_STORE_ID_MAX_LENGTH + 64];
+  bool live;
+  uint64_t step;
+  // The worker's joins that did not resume its lease when the session was
+  // made: another such join dropped its sessions (it returned: fresh).
+  uint32_t lost_joins;
+  uint64_t reported_step;  // outer step of its last delta (0: none)
+  struct program_t* program;  // its kind's programs
+} inner_slot_t;
+
+// The forward program (@main: the loss) for one (backend, target), which
+// evaluates the held-out batches.
+typedef struct eval_program_t {
+  char backend[16];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
+  uint8_t hash[PCP_SHA256_BYTE_LENGTH];
+} eval_program_t;
 
 typedef struct job_t {
   const pcp_diloco_job_options_t* options;
@@ -71,6 +97,18 @@ typedef struct job_t {
   pcp_data_dataset_t* dataset;
   pcp_data_range_t train_range;
   uint64_t train_tokens;  // tokens in train_range: one epoch
+  // The held-out tail (eval_fraction of the data; empty when 0).
+  pcp_data_range_t eval_range;
+  bool eval_enabled;
+  // eval_batches fixed held-out batches, sampled once at set-up (ids then
+  // targets, eval_batches x B x T each; |eval_tokens64| widened for a
+  // module taking i64 ids), so every evaluation sees the same tokens.
+  int32_t* eval_tokens;
+  int64_t* eval_tokens64;
+  eval_program_t eval_programs[MAX_PROGRAMS];
+  uint32_t eval_program_count;
+  // The inner learning-rate schedule over pcp_diloco_inner_step_total.
+  pcp_diloco_lr_schedule_t schedule;
   // Classic DiLoCo ends when every worker together has trained max_epochs
   // x train_tokens tokens (upstream stops past max_epochs of its data
   // manager), or at outer_loop_steps, whichever comes first.
@@ -95,6 +133,11 @@ typedef struct job_t {
   uint64_t token_bytes;
   double last_loss;
   double last_loss_mean;
+  // The rate of the last inner step run, and the last evaluation's loss
+  // on the held-out batches (NAN before the first).
+  double last_lr;
+  double last_val_loss;
+  uint64_t val_loss_step;  // outer step of last_val_loss
   // Workers whose delta the last outer step averaged (in the checkpoint's
   // cursor): a round waits up to WORKER_GRACE_MS for that many to be
   // connected, so a gateway restart does not run its first round on
@@ -103,6 +146,19 @@ typedef struct job_t {
   uint32_t expected_workers;
   program_t programs[MAX_PROGRAMS];
   uint32_t program_count;
+  // inner_state keep (classic): per worker seen, its resident state.
+  inner_slot_t inner[MAX_ROUND_WORKERS * 4];
+  uint32_t inner_count;
+  uint64_t inner_generation;  // makes every session id new
+  uint64_t inner_nonce;       // per run: ids never meet a dead gateway's
+  // A resumed checkpoint's moments (per saved worker m then v, f32), handed
+  // to the first round's workers in id order, with their steps.
+  float* inner_resume;
+  uint64_t* inner_resume_steps;
+  uint32_t inner_resume_count;
+  // The cursor's "inner" object the next checkpoint_write stores (the
+  // workers' moments side file), as stream_cursor is for streaming.
+  json_t* inner_cursor;
   uint32_t compiled_count;  // programs registered, for the log
   // Streaming: the cursor's "streaming" object the next checkpoint_write
   // stores (set by the streaming loop), and the one job_resume loaded with
@@ -121,6 +177,10 @@ typedef struct round_outcome_t {
   uint64_t parameter_bytes;
   uint64_t delta_bytes;
   uint64_t token_bytes;
+  // Workers whose inner AdamW state started fresh this step (one that
+  // joined or returned; always 0 with inner_state reset, where every
+  // round starts fresh by definition).
+  uint32_t fresh_inner_state;
   char last_error[256];
 } round_outcome_t;
 
@@ -164,8 +224,30 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_model_export(job_t* job);
 json_t* pcp_diloco_job_progress_json(const job_t* job,
                                      const round_outcome_t* outcome,
                                      double seconds, double tokens_per_second);
+// Evaluates the masters on worker |worker_id| of (|backend|, |target|):
+// the forward program (compiled on first use, as the round programs are)
+// over the fixed held-out batches, one task per batch; sets last_val_loss
+// (the mean) and val_loss_step. A failed evaluation is logged and leaves
+// last_val_loss as it was (training goes on); CANCELLED on stop; a compile
+// failure is returned.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_evaluate(job_t* job,
+                                                         const char* worker_id,
+                                                         const char* backend,
+                                                         const char* target);
+// Whether outer step |step| (just completed) is due an evaluation: every
+// eval_every steps and at |last|.
+bool pcp_diloco_job_eval_due(const job_t* job, uint64_t step, bool last);
+
 // Hands |progress| (may be NULL) to the progress hook.
 void pcp_diloco_job_progress_report(job_t* job, json_t* progress);
+
+// Compiles (cached like every program) the module whose @copy(x...) ->
+// (x...) over every tensor moves a worker's AdamW moments in and out of its
+// session (@copy_moments for a bf16 model, whose moments are f32): the
+// streaming fragment module emitted for one fragment (service_stream.c).
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_state_program_build(
+    job_t* job, const char* backend, const char* target,
+    uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]);
 
 // Streaming DiLoCo (service_stream.c): runs the set-up job to its end
 // (OK), a stop (CANCELLED) or a failure; resumes from job->stream_resume.

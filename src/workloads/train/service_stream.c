@@ -299,6 +299,37 @@ static pcp_status_t stream_programs(stream_t* st, const char* backend,
   return pcp_ok_status();
 }
 
+// Classic rounds with inner_state keep move a worker's resident AdamW
+// moments with the same module, emitted for one fragment holding every
+// tensor (P = 1): @copy / @copy_moments uploads fresh (zero) or resumed
+// moments kept resident, and reads them back for a checkpoint.
+pcp_status_t pcp_diloco_state_program_build(
+    job_t* job, const char* backend, const char* target,
+    uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]) {
+  stream_t st;
+  memset(&st, 0, sizeof(st));
+  st.job = job;
+  st.schedule.fragments = 1;
+  st.bf16 = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16;
+  st.bf16_params = job->param_type == PCP_ELEMENT_TYPE_BF16;
+  pcp_string_builder_t b;
+  pcp_string_builder_initialize(pcp_allocator_system(), (size_t)16 << 20, &b);
+  pcp_status_t status = fragment_module_emit(&st, 0, &b);
+  char path[1200];
+  snprintf(path, sizeof(path), "%s/inner-state.mlir", job->dir);
+  char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
+  if (!status) {
+    pcp_sha256_t digest;
+    pcp_sha256_compute(b.data, b.size, &digest);
+    pcp_sha256_to_hex(&digest, hex);
+    status = pcp_file_write_atomic(path, b.data, b.size);
+  }
+  pcp_string_builder_deinitialize(&b);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  return pcp_diloco_job_child_compile(job, path, hex, NULL, 0, backend, target,
+                                      out_hash);
+}
+
 // Rounds fragment |fragment|'s masters into wire_parameters (bf16 models).
 static void masters_round(stream_t* st, uint32_t fragment) {
   job_t* job = st->job;
@@ -404,6 +435,9 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "step refs");
   }
   st->step_value = (float)step;
+  // The schedule over local steps (0-based: local step 1 is index 0).
+  st->lr = pcp_diloco_lr_schedule_at(&job->schedule, step - 1);
+  job->last_lr = st->lr;
   for (uint32_t k = 0; k < st->worker_count; ++k) {
     stream_worker_t* w = &st->workers[k];
     if (!w->alive) {
@@ -1126,7 +1160,6 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
   st.schedule.overlap_tau = (uint32_t)job->config.streaming.overlap_tau;
   st.schedule.max_rounds = (uint32_t)job->config.max_epochs;
   st.alpha = (float)job->config.streaming.alpha;
-  st.lr = (float)job->config.learning_rate;
   st.bf16 = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16;
   st.bf16_params = job->param_type == PCP_ELEMENT_TYPE_BF16;
   if (st.schedule.fragments > MAX_FRAGMENTS ||
@@ -1387,6 +1420,32 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
                      : 0;
       last_event_ns = now;
       loop.last_event_step = t - 1;
+      // Evaluation every eval_every syncs and at the last, on the first
+      // live worker.
+      bool evaluated = false;
+      if (pcp_diloco_job_eval_due(job, st.syncs, st.syncs >= st.sync_total)) {
+        const char* evaluator = NULL;
+        for (uint32_t k = 0; k < st.worker_count && !evaluator; ++k) {
+          evaluator = st.workers[k].alive ? st.workers[k].worker_id : NULL;
+        }
+        status = evaluator ? pcp_diloco_job_evaluate(job, evaluator,
+                                                     st.backend, st.target)
+                           : pcp_ok_status();
+        if (status && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
+          pcp_status_ignore(status);
+          status = pcp_ok_status();
+          stopped = true;
+          break;
+        }
+        if (status) {
+          break;
+        }
+        evaluated = job->val_loss_step == job->outer_step;
+      }
+      if (o->metrics && o->metrics->learning_rate) {
+        const char* job_label[] = {o->job_id};
+        pcp_obs_family_set(o->metrics->learning_rate, job_label, job->last_lr);
+      }
       json_t* progress = pcp_diloco_job_progress_json(job, &outcome, seconds,
                                                       tokens_per_second);
       if (progress) {
@@ -1398,6 +1457,7 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
                             json_integer((json_int_t)t));
         json_object_set_new(progress, "workers_received", json_integer(alive));
         json_object_set_new(progress, "streaming", json_true());
+        json_object_set_new(progress, "evaluated", json_boolean(evaluated));
         pcp_status_ignore(pcp_store_job_event_append(
             o->store, o->job_id, "training.step", progress, NULL));
       }

@@ -61,36 +61,52 @@ function svgElement(name, attrs) {
   return e;
 }
 
-function lossCurve(job, steps) {
+// Train loss per outer step (a polyline) and, as a second series, the
+// held-out val_loss of the evaluations (dashed, with dots); one y scale.
+function lossCurve(job, steps, vals) {
   const div = document.createElement("div");
   div.className = "curve";
   div.id = "curve-" + job.job_id;
   const xs = Object.keys(steps).map(Number).sort((a, b) => a - b);
   const losses = xs.map((x) => steps[x]);
+  const vx = Object.keys(vals).map(Number).sort((a, b) => a - b);
+  const vl = vx.map((x) => vals[x]);
   const last = xs.length ? xs[xs.length - 1] : 0;
   const caption = document.createElement("p");
   caption.className = "caption";
   caption.textContent = job.job_id + " (" + job.state + "): outer step " +
-    last + (xs.length ? ", loss " + losses[losses.length - 1].toFixed(3) : "");
+    last + (xs.length ? ", loss " + losses[losses.length - 1].toFixed(3) : "") +
+    (vx.length ? ", val_loss " + vl[vl.length - 1].toFixed(3) : "");
   div.appendChild(caption);
   const w = 480, h = 160, pad = 30;
   const svg = svgElement("svg", { width: w, height: h, role: "img",
     "aria-label": "loss curve of " + job.job_id });
   if (xs.length) {
-    const lo = Math.min(...losses), hi = Math.max(...losses);
+    const all = losses.concat(vl);
+    const lo = Math.min(...all), hi = Math.max(...all);
     const span = hi > lo ? hi - lo : 1;
-    const maxX = Math.max(last, 1);
-    const points = xs.map((x, i) =>
-      (pad + (w - 2 * pad) * x / maxX).toFixed(1) + "," +
-      (h - pad - (h - 2 * pad) * (losses[i] - lo) / span).toFixed(1));
-    svg.appendChild(svgElement("polyline", { points: points.join(" ") }));
+    const maxX = Math.max(last, ...vx, 1);
+    const px = (x) => (pad + (w - 2 * pad) * x / maxX).toFixed(1);
+    const py = (y) => (h - pad - (h - 2 * pad) * (y - lo) / span).toFixed(1);
+    const points = xs.map((x, i) => px(x) + "," + py(losses[i]));
+    svg.appendChild(svgElement("polyline", { points: points.join(" "),
+      class: "train" }));
+    if (vx.length) {
+      const vp = vx.map((x, i) => px(x) + "," + py(vl[i]));
+      svg.appendChild(svgElement("polyline", { points: vp.join(" "),
+        class: "val" }));
+      vx.forEach((x, i) => svg.appendChild(svgElement("circle",
+        { cx: px(x), cy: py(vl[i]), r: 2.5, class: "val" })));
+    }
     const top = svgElement("text", { x: 2, y: pad, class: "axis" });
     top.textContent = hi.toFixed(2);
     const bottom = svgElement("text", { x: 2, y: h - pad, class: "axis" });
     bottom.textContent = lo.toFixed(2);
     const right = svgElement("text", { x: w - pad, y: h - 8, class: "axis" });
     right.textContent = String(last);
-    svg.append(top, bottom, right);
+    const legend = svgElement("text", { x: w - 150, y: 14, class: "axis" });
+    legend.textContent = "-- train  - - val";
+    svg.append(top, bottom, right, legend);
   }
   div.appendChild(svg);
   return div;
@@ -103,13 +119,17 @@ async function refreshTraining() {
   for (const job of j.jobs) {
     const e = await getJson("/v1/jobs/" + job.job_id + "/events");
     const steps = {};
+    const vals = {};
     for (const ev of e.events) {
       if (ev.type === "training.step" && ev.payload &&
           typeof ev.payload.loss === "number") {
         steps[ev.payload.outer_step] = ev.payload.loss;
+        if (ev.payload.evaluated && typeof ev.payload.val_loss === "number") {
+          vals[ev.payload.outer_step] = ev.payload.val_loss;
+        }
       }
     }
-    curves.push(lossCurve(job, steps));
+    curves.push(lossCurve(job, steps, vals));
   }
   box.replaceChildren(...curves);
 }
