@@ -210,8 +210,8 @@ pcp_autodiff_ref_t pcp_autodiff_convert(pcp_autodiff_emitter_t* e,
   pcp_autodiff_type_t type = pcp_autodiff_type_with_element(&a.type, element);
   pcp_autodiff_ref_t ref =
       pcp_autodiff_emit_op(e, "stablehlo.convert", &a, 1, "", &type);
-  bool narrow = strcmp(a.type.element, "bf16") == 0 ||
-                strcmp(a.type.element, "f16") == 0;
+  bool narrow =
+      strcmp(a.type.element, "bf16") == 0 || strcmp(a.type.element, "f16") == 0;
   if (narrow && strcmp(element, "f32") == 0) {
     ref.source_kind = 'w';
     snprintf(ref.source, sizeof(ref.source), "%s", a.name);

@@ -203,6 +203,16 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
            effective);
   add_flag(out_flags, "--iree-input-type", "stablehlo");
   add_flag(out_flags, "--iree-opt-level", "O2");
+  if (backend == PCP_COMPILE_BACKEND_VULKAN ||
+      backend == PCP_COMPILE_BACKEND_METAL) {
+    // O2 turns on IREE's aggressive dispatch fusion, which IREE documents as
+    // not supported by every backend: the SPIR-V pipelines (vulkan, metal)
+    // cannot lower the multi-reduction dispatches it forms for a training
+    // step (a softmax's max and sum beside their backward). The rest of O2
+    // stays (docs/backends.md, docs/decisions.md).
+    add_flag(out_flags, "--iree-dispatch-creation-enable-aggressive-fusion",
+             "false");
+  }
   return pcp_ok_status();
 }
 

@@ -75,6 +75,17 @@ static void flag_table_rows(void** state) {
   assert_true(has_flag(&f, "--iree-hal-target-device=hip"));
   assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_METAL, NULL, &f));
   assert_true(has_flag(&f, "--iree-metal-compile-to-metallib=false"));
+  // The SPIR-V backends keep O2 without its aggressive fusion
+  // (docs/backends.md); the others keep all of O2.
+  assert_true(
+      has_flag(&f, "--iree-dispatch-creation-enable-aggressive-fusion=false"));
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_VULKAN, NULL, &f));
+  assert_true(has_flag(&f, "--iree-opt-level=O2"));
+  assert_true(
+      has_flag(&f, "--iree-dispatch-creation-enable-aggressive-fusion=false"));
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CUDA, NULL, &f));
+  assert_false(
+      has_flag(&f, "--iree-dispatch-creation-enable-aggressive-fusion=false"));
 }
 
 static void unknown_backend_and_target_are_clear_errors(void** state) {

@@ -78,8 +78,6 @@ ALIASES = {("cuda", "sm_90a"): "IREE has no sm_90a target; compiling sm_80"}
 # Cells IREE 3.13 cannot compile: (model, dtype, backend, target) with "*"
 # for any, -> a fragment of IREE's error. docs/backends.md says why.
 EXPECTED_FAILURES = {
-    ("*", "*", "vulkan", ""): "shared memory; exceeded the limit of 16384",
-    ("*", "*", "metal", "macos"): "failed to legalize operation",
 }
 
 

@@ -104,16 +104,14 @@ typedef struct fragment_set_t {
 // element[g]. |*first| says whether a separator is due.
 static pcp_status_t list_append(pcp_string_builder_t* b,
                                 const fragment_set_t* st, uint32_t fragment,
-                                list_mode_t mode,
-                                const char* const* prefix,
+                                list_mode_t mode, const char* const* prefix,
                                 const char* const* element, int group_count,
                                 bool* first) {
   const pcp_models_parameter_table_t* table = st->table;
   pcp_status_t status = pcp_ok_status();
   char t[128];
   for (int g = 0; g < group_count && !status; ++g) {
-    for (size_t i = fragment; i < table->count && !status;
-         i += st->fragments) {
+    for (size_t i = fragment; i < table->count && !status; i += st->fragments) {
       type_text(&table->parameters[i], element[g], t, sizeof(t));
       const char* sep = *first ? "" : ", ";
       *first = false;
@@ -132,7 +130,8 @@ static pcp_status_t list_append(pcp_string_builder_t* b,
 
 // "return NAMES : TYPES\n  }\n" of one function.
 static pcp_status_t return_append(pcp_string_builder_t* b,
-                                  const fragment_set_t* st, uint32_t fragment, const char* const* prefix,
+                                  const fragment_set_t* st, uint32_t fragment,
+                                  const char* const* prefix,
                                   const char* const* element, int group_count) {
   bool first = true;
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "    return "));

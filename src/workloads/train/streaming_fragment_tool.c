@@ -15,8 +15,8 @@
 
 #include "workloads/workloads.h"
 
-static pcp_status_t parse_count(const char* text, const char* what,
-                                int64_t max, int64_t* out) {
+static pcp_status_t parse_count(const char* text, const char* what, int64_t max,
+                                int64_t* out) {
   char* end = NULL;
   errno = 0;
   long long value = strtoll(text, &end, 10);
@@ -47,8 +47,9 @@ static pcp_status_t run(char** argv) {
   bool bf16_parameters = false, bf16_deltas = false;
   PCP_RETURN_IF_ERROR_BARE(parse_dtype(argv[2], "dtype", &bf16_parameters));
   spec.dtype = bf16_parameters ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32;
-  int64_t* fields[] = {&spec.layers, &spec.heads, &spec.kv_heads, &spec.width,
-                       &spec.vocab,  &spec.block_size, &spec.batch};
+  int64_t* fields[] = {&spec.layers, &spec.heads, &spec.kv_heads,
+                       &spec.width,  &spec.vocab, &spec.block_size,
+                       &spec.batch};
   const char* names[] = {"LAYERS", "HEADS", "KV_HEADS", "WIDTH",
                          "VOCAB",  "BLOCK", "BATCH"};
   for (int i = 0; i < 7; ++i) {
@@ -71,7 +72,8 @@ static pcp_status_t run(char** argv) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/fragment-%lld.mlir", argv[12],
              (long long)p);
-    if (!status) status = pcp_file_write_atomic(path, b.data, b.size);
+    if (!status)
+      status = pcp_file_write_atomic(path, b.data, b.size);
     pcp_string_builder_deinitialize(&b);
   }
   if (!status && fragments == 0) {
