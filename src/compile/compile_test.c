@@ -81,8 +81,13 @@ static void flag_table_rows(void** state) {
       has_flag(&f, "--iree-dispatch-creation-enable-aggressive-fusion=false"));
   assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_VULKAN, NULL, &f));
   assert_true(has_flag(&f, "--iree-opt-level=O2"));
+  assert_true(has_flag(&f, "--iree-input-demote-i64-to-i32=true"));
   assert_true(
       has_flag(&f, "--iree-dispatch-creation-enable-aggressive-fusion=false"));
+  // A named vulkan target with 64-bit integers keeps i64.
+  assert_null(
+      pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_VULKAN, "rdna3", &f));
+  assert_false(has_flag(&f, "--iree-input-demote-i64-to-i32=true"));
   assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CUDA, NULL, &f));
   assert_false(
       has_flag(&f, "--iree-dispatch-creation-enable-aggressive-fusion=false"));

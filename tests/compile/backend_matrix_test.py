@@ -46,6 +46,9 @@ INNER_STEPS = "2"
 #   generate: `pcp model --generate` (@load, @prefill, @decode)
 #   fragment: streaming DiLoCo's @init/@delta/@mix/@copy (one fragment
 #             holding every tensor; streaming_fragment_tool)
+#   forward_i64: the model's @main and @logits with i64 token ids, as
+#             torch-mlir exports hold them (vulkan's default target has no
+#             64-bit integers; docs/backends.md)
 # "diloco" holds @main, @compute_gradients (--program grad), @apply_optimizer
 # and @train_steps (--program train) and @diloco_round; "diloco_accumulate"
 # adds @compute_gradients_accumulated and the [K, A, ...] @train_steps and
@@ -59,6 +62,7 @@ PROGRAMS = [
       "2"]),
     ("generate", "generate", ["--max-length", "16", "--prefill-length", "8"]),
     ("stream", "fragment", ["1", "f32"]),
+    ("forward_i64", "forward_i64", []),
 ]
 
 # (backend, target); "" is the backend's default. sm_90a is compiled as
@@ -142,6 +146,19 @@ def emit_cell_module(pcp, tool, work, model, dtype):
                     get("--width"), str(SHAPE["vocab"]), str(SHAPE["block"]),
                     str(SHAPE["batch"])] + args + [out_dir]
             path = os.path.join(out_dir, "fragment-0.mlir")
+        elif kind == "forward_i64":
+            with open(forward) as f:
+                text = f.read()
+            # Every integer in the built-ins is an id, a position or a
+            # mask index: all of them i64, as an exporter writes them.
+            text = re.sub(r"xi32>", "xi64>", text).replace("tensor<i32>",
+                                                           "tensor<i64>")
+            if "i32" in text:
+                raise RuntimeError("i32 left in the i64 forward of " + model)
+            with open(path, "w") as f:
+                f.write(text)
+            parts.append(rename_module(text, name))
+            continue
         else:
             raise RuntimeError("unknown program kind " + kind)
         r = run(argv)
