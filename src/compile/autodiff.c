@@ -739,7 +739,26 @@ static ref_t emit_dot(ad_t* ad, ref_t lhs, ref_t rhs, const int64_t* lb,
                       const int64_t* rb, int32_t nb, const int64_t* lc,
                       const int64_t* rc, int32_t nc, const type_t* result) {
   pcp_autodiff_emitter_t* e = &ad->e;
-  ref_t out = pcp_autodiff_new_ref(e, result);
+  // A cotangent that is an exact widening of a bf16 value (the backward of
+  // a bf16 dot accumulated in f32, src/models/emit.c) meets a bf16 operand
+  // in its bf16 form: the same values, and a bf16 matrix-unit product.
+  ref_t narrow;
+  if (strcmp(lhs.type.element, rhs.type.element) != 0) {
+    if (pcp_autodiff_ref_source(&lhs, 'w', &narrow) &&
+        strcmp(narrow.type.element, rhs.type.element) == 0) {
+      lhs = narrow;
+    } else if (pcp_autodiff_ref_source(&rhs, 'w', &narrow) &&
+               strcmp(narrow.type.element, lhs.type.element) == 0) {
+      rhs = narrow;
+    }
+  }
+  // A bf16 (f16) result is accumulated in f32 and rounded once: IREE's GPU
+  // pipelines reject a dot with a bf16 result ("failed to distribute",
+  // docs/backends.md).
+  bool low = strcmp(result->element, "bf16") == 0 ||
+             strcmp(result->element, "f16") == 0;
+  type_t wide = pcp_autodiff_type_with_element(result, "f32");
+  ref_t out = pcp_autodiff_new_ref(e, low ? &wide : result);
   pcp_autodiff_emit_f(e,
                       "    %s = \"stablehlo.dot_general\"(%s, %s) "
                       "{dot_dimension_numbers = #stablehlo.dot<",
@@ -765,9 +784,9 @@ static ref_t emit_dot(ad_t* ad, ref_t lhs, ref_t rhs, const int64_t* lb,
   pcp_autodiff_emit_f(e, ", ");
   pcp_autodiff_type_append(e, &rhs.type);
   pcp_autodiff_emit_f(e, ") -> ");
-  pcp_autodiff_type_append(e, result);
+  pcp_autodiff_type_append(e, &out.type);
   pcp_autodiff_emit_f(e, "\n");
-  return out;
+  return low ? pcp_autodiff_convert(e, out, result->element) : out;
 }
 
 // dot_general with result layout [batch, lhs free, rhs free]:
@@ -1029,6 +1048,14 @@ static void rule_gather(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   ref_t zeros = splat_like(ad, 0.0, a);
   type_t scalar = pcp_autodiff_type_scalar(a.type.element);
   pcp_autodiff_emitter_t* e = &ad->e;
+  // The updates pass through an optimization barrier: IREE's GPU pipelines
+  // fuse an element-wise producer (a norm's backward) into the scatter's
+  // dispatch and then cannot distribute it ("write affecting operations on
+  // global resources are restricted to workgroup distributed contexts" on
+  // cuda, "failed to apply fusion + hoisting patterns" on rocm;
+  // docs/backends.md). The values are unchanged; only fusion is stopped.
+  g = pcp_autodiff_emit_op(e, "stablehlo.optimization_barrier", &g, 1, "",
+                           &g.type);
   ref_t out = pcp_autodiff_new_ref(e, &a.type);
   ref_t lhs = pcp_autodiff_new_ref(e, &scalar);
   ref_t rhs = pcp_autodiff_new_ref(e, &scalar);

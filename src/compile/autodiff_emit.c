@@ -170,7 +170,27 @@ pcp_autodiff_ref_t pcp_autodiff_splat(pcp_autodiff_emitter_t* e, double value,
 
 pcp_autodiff_ref_t pcp_autodiff_unary(pcp_autodiff_emitter_t* e, const char* op,
                                       pcp_autodiff_ref_t a) {
-  return pcp_autodiff_emit_op(e, op, &a, 1, "", &a.type);
+  pcp_autodiff_ref_t ref = pcp_autodiff_emit_op(e, op, &a, 1, "", &a.type);
+  if (strcmp(op, "stablehlo.negate") == 0) {
+    ref.source_kind = 'n';
+    snprintf(ref.source, sizeof(ref.source), "%s", a.name);
+    snprintf(ref.source_self, sizeof(ref.source_self), "%s", ref.name);
+    snprintf(ref.source_element, sizeof(ref.source_element), "%s",
+             a.type.element);
+  }
+  return ref;
+}
+
+bool pcp_autodiff_ref_source(const pcp_autodiff_ref_t* ref, char kind,
+                             pcp_autodiff_ref_t* out_source) {
+  if (ref->source_kind != kind || strcmp(ref->name, ref->source_self) != 0) {
+    return false;
+  }
+  memset(out_source, 0, sizeof(*out_source));
+  snprintf(out_source->name, sizeof(out_source->name), "%s", ref->source);
+  out_source->type =
+      pcp_autodiff_type_with_element(&ref->type, ref->source_element);
+  return true;
 }
 
 pcp_autodiff_ref_t pcp_autodiff_binary(pcp_autodiff_emitter_t* e,
@@ -210,7 +230,18 @@ pcp_autodiff_ref_t pcp_autodiff_convert(pcp_autodiff_emitter_t* e,
     return a;
   }
   pcp_autodiff_type_t type = pcp_autodiff_type_with_element(&a.type, element);
-  return pcp_autodiff_emit_op(e, "stablehlo.convert", &a, 1, "", &type);
+  pcp_autodiff_ref_t ref =
+      pcp_autodiff_emit_op(e, "stablehlo.convert", &a, 1, "", &type);
+  bool narrow =
+      strcmp(a.type.element, "bf16") == 0 || strcmp(a.type.element, "f16") == 0;
+  if (narrow && strcmp(element, "f32") == 0) {
+    ref.source_kind = 'w';
+    snprintf(ref.source, sizeof(ref.source), "%s", a.name);
+    snprintf(ref.source_self, sizeof(ref.source_self), "%s", ref.name);
+    snprintf(ref.source_element, sizeof(ref.source_element), "%s",
+             a.type.element);
+  }
+  return ref;
 }
 
 pcp_autodiff_ref_t pcp_autodiff_reshape(pcp_autodiff_emitter_t* e,
@@ -275,6 +306,14 @@ pcp_autodiff_ref_t pcp_autodiff_reduce_sum(pcp_autodiff_emitter_t* e,
                                            int32_t dim_count) {
   if (dim_count == 0) {
     return a;
+  }
+  pcp_autodiff_ref_t x;
+  if (pcp_autodiff_ref_source(&a, 'n', &x)) {
+    // -sum(x), not sum(-x) (see the header): the same bits (negation is
+    // exact and rounding is sign-symmetric), and the negate of |a| is left
+    // for IREE to drop when unused.
+    return pcp_autodiff_unary(e, "stablehlo.negate",
+                              pcp_autodiff_reduce_sum(e, x, dims, dim_count));
   }
   pcp_autodiff_type_t scalar = pcp_autodiff_type_scalar(a.type.element);
   pcp_autodiff_ref_t zero = pcp_autodiff_splat(e, 0.0, &scalar);

@@ -33,6 +33,17 @@ typedef struct pcp_autodiff_type_t {
 typedef struct pcp_autodiff_ref_t {
   char name[32];
   pcp_autodiff_type_t type;
+  // What this value was made from, for rewrites IREE's GPU pipelines need
+  // (docs/backends.md): 'n' a stablehlo.negate of |source| (same type), set
+  // by pcp_autodiff_unary; 'w' an exact widening convert of |source| (same
+  // dims, element |source_element|: bf16 or f16 to f32), set by
+  // pcp_autodiff_convert; 0 nothing known. |source_self| is this value's
+  // name when it was made: a copy renamed since (a block argument made from
+  // it) no longer matches |name| and is not treated as derived.
+  char source_kind;
+  char source[32];
+  char source_self[32];
+  char source_element[16];
 } pcp_autodiff_ref_t;
 
 typedef struct pcp_autodiff_emitter_t {
@@ -83,6 +94,12 @@ pcp_autodiff_ref_t pcp_autodiff_emit_op(pcp_autodiff_emitter_t* e,
                                         const char* attributes,
                                         const pcp_autodiff_type_t* result);
 
+// The value |ref| was made from when it is still the value made as a
+// |kind| ('n' negation, 'w' exact widening) of it (see
+// pcp_autodiff_ref_t.source_kind): true and |out_source| set, else false.
+bool pcp_autodiff_ref_source(const pcp_autodiff_ref_t* ref, char kind,
+                             pcp_autodiff_ref_t* out_source);
+
 // Elementwise and shape ops; operands of binary ops share one type.
 pcp_autodiff_ref_t pcp_autodiff_splat(pcp_autodiff_emitter_t* e, double value,
                                       const pcp_autodiff_type_t* type);
@@ -114,7 +131,11 @@ pcp_autodiff_ref_t pcp_autodiff_broadcast(pcp_autodiff_emitter_t* e,
                                           pcp_autodiff_ref_t a,
                                           const int64_t* dims,
                                           const pcp_autodiff_type_t* type);
-// Sums |a| over the listed dims (any order); the result drops them.
+// Sums |a| over the listed dims (any order); the result drops them. A sum
+// of a negation is emitted as the negation of the sum: IREE folds a negate
+// feeding an add-reduction into a subtract combiner, which has no neutral
+// element, and its GPU pipelines then fail ("failed to get neutral element
+// for reduction"; docs/backends.md).
 pcp_autodiff_ref_t pcp_autodiff_reduce_sum(pcp_autodiff_emitter_t* e,
                                            pcp_autodiff_ref_t a,
                                            const int64_t* dims,

@@ -342,7 +342,14 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
       break;
     case PCP_COMPILE_BACKEND_VULKAN:
       add_flag(out_flags, "--iree-hal-target-device", "vulkan");
-      if (effective[0]) add_flag(out_flags, "--iree-vulkan-target", effective);
+      if (effective[0]) {
+        add_flag(out_flags, "--iree-vulkan-target", effective);
+      } else {
+        // IREE's default vulkan target (vp_android_baseline_2022) has no
+        // 64-bit integers: i64 token ids (torch exports) and PCP's i64 loop
+        // counters become i32, exact below 2^31 (docs/backends.md).
+        add_flag(out_flags, "--iree-input-demote-i64-to-i32", "true");
+      }
       break;
     case PCP_COMPILE_BACKEND_METAL:
       if (strcmp(effective, "macos") != 0 && strcmp(effective, "ios") != 0 &&
@@ -365,6 +372,16 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
            effective);
   add_flag(out_flags, "--iree-input-type", "stablehlo");
   add_flag(out_flags, "--iree-opt-level", "O2");
+  if (backend == PCP_COMPILE_BACKEND_VULKAN ||
+      backend == PCP_COMPILE_BACKEND_METAL) {
+    // O2 turns on IREE's aggressive dispatch fusion, which IREE documents as
+    // not supported by every backend: the SPIR-V pipelines (vulkan, metal)
+    // cannot lower the multi-reduction dispatches it forms for a training
+    // step (a softmax's max and sum beside their backward). The rest of O2
+    // stays (docs/backends.md, docs/decisions.md).
+    add_flag(out_flags, "--iree-dispatch-creation-enable-aggressive-fusion",
+             "false");
+  }
   return pcp_ok_status();
 }
 

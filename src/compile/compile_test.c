@@ -75,6 +75,22 @@ static void flag_table_rows(void** state) {
   assert_true(has_flag(&f, "--iree-hal-target-device=hip"));
   assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_METAL, NULL, &f));
   assert_true(has_flag(&f, "--iree-metal-compile-to-metallib=false"));
+  // The SPIR-V backends keep O2 without its aggressive fusion
+  // (docs/backends.md); the others keep all of O2.
+  assert_true(
+      has_flag(&f, "--iree-dispatch-creation-enable-aggressive-fusion=false"));
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_VULKAN, NULL, &f));
+  assert_true(has_flag(&f, "--iree-opt-level=O2"));
+  assert_true(has_flag(&f, "--iree-input-demote-i64-to-i32=true"));
+  assert_true(
+      has_flag(&f, "--iree-dispatch-creation-enable-aggressive-fusion=false"));
+  // A named vulkan target with 64-bit integers keeps i64.
+  assert_null(
+      pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_VULKAN, "rdna3", &f));
+  assert_false(has_flag(&f, "--iree-input-demote-i64-to-i32=true"));
+  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CUDA, NULL, &f));
+  assert_false(
+      has_flag(&f, "--iree-dispatch-creation-enable-aggressive-fusion=false"));
 }
 
 static void unknown_backend_and_target_are_clear_errors(void** state) {

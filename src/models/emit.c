@@ -285,7 +285,12 @@ static val_t dot(emitter_t* e, val_t a, val_t b, int batch, int lhs_contract,
       dims[rank++] = b.dims[i];
     }
   }
-  val_t r = fresh(e, rank, dims, a.et);
+  // A bf16 dot accumulates and returns f32, rounded to bf16 once after: as
+  // GPU matrix units (and JAX) compute it. IREE's GPU pipelines reject a
+  // dot with a bf16 result ("failed to distribute", docs/backends.md), and
+  // the CPU's bf16-result dot rounded partial sums to bf16.
+  bool low = a.et == PCP_ELEMENT_TYPE_BF16 || a.et == PCP_ELEMENT_TYPE_F16;
+  val_t r = fresh(e, rank, dims, low ? PCP_ELEMENT_TYPE_F32 : a.et);
   char ta[128], tb[128], tr[128], bl[128] = "";
   type_of(&a, ta);
   type_of(&b, tb);
@@ -300,7 +305,7 @@ static val_t dot(emitter_t* e, val_t a, val_t b, int batch, int lhs_contract,
             "%s = stablehlo.dot_general %s, %s, %scontracting_dims = [%d] x "
             "[%d] : (%s, %s) -> %s",
             r.name, a.name, b.name, bl, lhs_contract, rhs_contract, ta, tb, tr);
-  return r;
+  return low ? convert(e, r, a.et) : r;
 }
 
 static val_t iota(emitter_t* e, int rank, const int64_t* dims, int dim,

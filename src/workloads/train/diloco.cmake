@@ -17,6 +17,11 @@ set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/train/diloco.c
 pcp_cmocka_test(workloads_diloco_test
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train/diloco_test.c
   DEPS pcp_workloads PkgConfig::JANSSON)
+# Writes the streaming fragment modules of a built-in model, the text the
+# service compiles (tests/compile/backend_matrix_test.py).
+add_executable(streaming_fragment_tool
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/streaming_fragment_tool.c)
+target_link_libraries(streaming_fragment_tool PRIVATE pcp_workloads)
 # Writes library results as .npy for the NumPy comparison below.
 add_executable(diloco_npy_driver
   ${CMAKE_CURRENT_SOURCE_DIR}/train/diloco_npy_driver.c)

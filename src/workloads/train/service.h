@@ -134,6 +134,28 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_experiment_check(
     pcp_element_type_t id_type);
 
 //===----------------------------------------------------------------------===//
+// Streaming programs
+//===----------------------------------------------------------------------===//
+
+// Appends the StableHLO module of streaming DiLoCo's per-fragment programs
+// for fragment |fragment| of |fragment_count| (the tensors i of |table| with
+// i % fragment_count == fragment):
+//   @delta(s..., c...) -> (s - c in the delta dtype..., c...)
+//   @mix(alpha: tensor<f32>, g..., l...) -> (b..., b...),
+//       b = alpha*l + (1-alpha)*g
+//   @init(p...) -> (p..., 0..., 0..., p...)   local params, f32 moments, s
+//   @copy(x...) -> (x...)   (and @copy_moments in f32 for bf16 parameters)
+// Parameters p, s in bf16 when |bf16_parameters| (else f32), deltas in bf16
+// when |bf16_deltas|; the arithmetic is f32. The service compiles one per
+// fragment; `streaming_fragment_tool` emits them for the backend matrix
+// (docs/backends.md). INVALID_ARGUMENT for a fragment that does not exist;
+// RESOURCE_EXHAUSTED at the builder's cap. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_fragment_module_emit(
+    const pcp_models_parameter_table_t* table, uint32_t fragment,
+    uint32_t fragment_count, bool bf16_parameters, bool bf16_deltas,
+    pcp_string_builder_t* builder);
+
+//===----------------------------------------------------------------------===//
 // Running a job
 //===----------------------------------------------------------------------===//
 

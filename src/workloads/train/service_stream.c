@@ -92,20 +92,26 @@ typedef enum list_mode_e {
   LIST_TYPES = 2,  // "tensor<...>"
 } list_mode_t;
 
+// The tensors of one fragment: every |fragments|-th of |table| from
+// |fragment| on (diloco.h's assignment).
+typedef struct fragment_set_t {
+  const pcp_models_parameter_table_t* table;
+  uint32_t fragments;
+} fragment_set_t;
+
 // Appends, for each of |group_count| groups and each tensor of |fragment|,
 // one comma-separated item: group g's names use prefix[g] and its types
 // element[g]. |*first| says whether a separator is due.
-static pcp_status_t list_append(pcp_string_builder_t* b, const stream_t* st,
-                                uint32_t fragment, list_mode_t mode,
-                                const char* const* prefix,
+static pcp_status_t list_append(pcp_string_builder_t* b,
+                                const fragment_set_t* st, uint32_t fragment,
+                                list_mode_t mode, const char* const* prefix,
                                 const char* const* element, int group_count,
                                 bool* first) {
-  const pcp_models_parameter_table_t* table = &st->job->table;
+  const pcp_models_parameter_table_t* table = st->table;
   pcp_status_t status = pcp_ok_status();
   char t[128];
   for (int g = 0; g < group_count && !status; ++g) {
-    for (size_t i = fragment; i < table->count && !status;
-         i += st->schedule.fragments) {
+    for (size_t i = fragment; i < table->count && !status; i += st->fragments) {
       type_text(&table->parameters[i], element[g], t, sizeof(t));
       const char* sep = *first ? "" : ", ";
       *first = false;
@@ -123,8 +129,9 @@ static pcp_status_t list_append(pcp_string_builder_t* b, const stream_t* st,
 }
 
 // "return NAMES : TYPES\n  }\n" of one function.
-static pcp_status_t return_append(pcp_string_builder_t* b, const stream_t* st,
-                                  uint32_t fragment, const char* const* prefix,
+static pcp_status_t return_append(pcp_string_builder_t* b,
+                                  const fragment_set_t* st, uint32_t fragment,
+                                  const char* const* prefix,
                                   const char* const* element, int group_count) {
   bool first = true;
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "    return "));
@@ -140,7 +147,7 @@ static pcp_status_t return_append(pcp_string_builder_t* b, const stream_t* st,
 // "  func.func @NAME(ARGS) -> (TYPES) {\n" of one function; |lead| is
 // pasted before the tensor arguments ("" or "%alpha: tensor<f32>").
 static pcp_status_t signature_append(
-    pcp_string_builder_t* b, const stream_t* st, uint32_t fragment,
+    pcp_string_builder_t* b, const fragment_set_t* st, uint32_t fragment,
     const char* name, const char* lead, const char* const* arg_prefix,
     const char* const* arg_element, int arg_groups,
     const char* const* result_element, int result_groups) {
@@ -170,18 +177,26 @@ static pcp_status_t convert_append(pcp_string_builder_t* b,
       i, a, c);
 }
 
-// The @init / @delta / @mix / @copy module of fragment |fragment|. The
-// local parameters p and snapshots s have the model's element type (f32 or
-// bf16), the moments m and v are f32 (the optimizer's master type), and the
-// arithmetic of @delta and @mix runs in f32 whatever the model's type: a
+// The local parameters p and snapshots s have the model's element type (f32
+// or bf16), the moments m and v are f32 (the optimizer's master type), and
+// the arithmetic of @delta and @mix runs in f32 whatever the model's type: a
 // bf16 subtract of two nearby weights would lose most of the delta's bits.
-static pcp_status_t fragment_module_emit(stream_t* st, uint32_t fragment,
-                                         pcp_string_builder_t* b) {
-  const pcp_models_parameter_table_t* table = &st->job->table;
-  uint32_t P = st->schedule.fragments;
-  bool low = st->bf16_params;
+pcp_status_t pcp_diloco_fragment_module_emit(
+    const pcp_models_parameter_table_t* table, uint32_t fragment,
+    uint32_t fragment_count, bool bf16_parameters, bool bf16_deltas,
+    pcp_string_builder_t* b) {
+  if (fragment_count == 0 || fragment >= fragment_count ||
+      fragment >= table->count) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "fragment %u of %u does not exist for %zu tensors",
+                           fragment, fragment_count, table->count);
+  }
+  const fragment_set_t set = {.table = table, .fragments = fragment_count};
+  const fragment_set_t* st = &set;
+  uint32_t P = fragment_count;
+  bool low = bf16_parameters;
   const char* pe = low ? "bf16" : "f32";  // p, s and the masters sent down
-  const char* wire = st->bf16 ? "bf16" : "f32";
+  const char* wire = bf16_deltas ? "bf16" : "f32";
   const char* const pe2[] = {pe, pe};
   const char* const f32x4[] = {"f32", "f32", "f32", "f32"};
   char t[128];
@@ -201,11 +216,11 @@ static pcp_status_t fragment_module_emit(stream_t* st, uint32_t fragment,
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
         b, "    %%d%zu = stablehlo.subtract %%%s%zu, %%%s%zu : %s\n", i,
         low ? "sf" : "s", i, low ? "cf" : "c", i, t));
-    if (st->bf16) {
+    if (bf16_deltas) {
       PCP_RETURN_IF_ERROR_BARE(convert_append(b, p, i, "w", "d", "f32", wire));
     }
   }
-  const char* const delta_out[] = {st->bf16 ? "w" : "d", "c"};
+  const char* const delta_out[] = {bf16_deltas ? "w" : "d", "c"};
   PCP_RETURN_IF_ERROR_BARE(
       return_append(b, st, fragment, delta_out, delta_results, 2));
   // @mix(alpha, g..., l...) -> (b..., b...), b = alpha*l + (1-alpha)*g.
@@ -281,7 +296,8 @@ static pcp_status_t stream_programs(stream_t* st, const char* backend,
   for (uint32_t p = 0; p < st->schedule.fragments; ++p) {
     pcp_string_builder_t b;
     pcp_string_builder_initialize(pcp_allocator_system(), (size_t)16 << 20, &b);
-    pcp_status_t status = fragment_module_emit(st, p, &b);
+    pcp_status_t status = pcp_diloco_fragment_module_emit(
+        &job->table, p, st->schedule.fragments, st->bf16_params, st->bf16, &b);
     char path[1200];
     snprintf(path, sizeof(path), "%s/fragment-%u.mlir", job->dir, p);
     char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
