@@ -322,15 +322,11 @@ static pcp_status_t stream_programs(stream_t* st, const char* backend,
 pcp_status_t pcp_diloco_state_program_build(
     job_t* job, const char* backend, const char* target,
     uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]) {
-  stream_t st;
-  memset(&st, 0, sizeof(st));
-  st.job = job;
-  st.schedule.fragments = 1;
-  st.bf16 = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16;
-  st.bf16_params = job->param_type == PCP_ELEMENT_TYPE_BF16;
   pcp_string_builder_t b;
   pcp_string_builder_initialize(pcp_allocator_system(), (size_t)16 << 20, &b);
-  pcp_status_t status = fragment_module_emit(&st, 0, &b);
+  pcp_status_t status = pcp_diloco_fragment_module_emit(
+      &job->table, 0, 1, job->param_type == PCP_ELEMENT_TYPE_BF16,
+      job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16, &b);
   char path[1200];
   snprintf(path, sizeof(path), "%s/inner-state.mlir", job->dir);
   char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
