@@ -2047,6 +2047,37 @@ void pcp_diloco_job_progress_report(job_t* job, json_t* progress) {
   }
 }
 
+// Writes the workers' state image of a checkpoint (|prefix|-<step>.workers)
+// under the state dir's checkpoints/<job>/ and beside checkpoint_dir's
+// latest.ckpt (a "resume": true job reads it there); |out_name| (64 bytes)
+// and |out_hex| receive the file name and its SHA-256 for the cursor.
+pcp_status_t pcp_diloco_job_state_file_write(
+    job_t* job, const char* prefix, const void* state, size_t bytes,
+    char* out_name, char out_hex[PCP_SHA256_HEX_LENGTH + 1]) {
+  const pcp_diloco_job_options_t* o = job->options;
+  pcp_sha256_t digest;
+  pcp_sha256_compute(state, bytes, &digest);
+  pcp_sha256_to_hex(&digest, out_hex);
+  snprintf(out_name, 64, "%s-%020" PRIu64 ".workers", prefix,
+           job->outer_step);
+  char dir[1200], path[1600];
+  snprintf(dir, sizeof(dir), "%s/checkpoints/%s", pcp_store_state_dir(o->store),
+           o->job_id);
+  pcp_status_t status = pcp_file_make_directories(dir);
+  if (!status) {
+    snprintf(path, sizeof(path), "%s/%s", dir, out_name);
+    status = pcp_file_write_atomic(path, state, bytes);
+  }
+  if (!status && job->checkpoint_dir[0]) {
+    status = pcp_file_make_directories(job->checkpoint_dir);
+    snprintf(path, sizeof(path), "%s/%s", job->checkpoint_dir, out_name);
+    if (!status) {
+      status = pcp_file_write_atomic(path, state, bytes);
+    }
+  }
+  return status;
+}
+
 static int compare_slots(const void* a, const void* b) {
   return strcmp((*(inner_slot_t* const*)a)->worker_id,
                 (*(inner_slot_t* const*)b)->worker_id);
@@ -2120,28 +2151,10 @@ static pcp_status_t inner_checkpoint_prepare(job_t* job) {
     }
     return status;
   }
-  pcp_sha256_t digest;
-  pcp_sha256_compute(state, bytes, &digest);
-  char hex[PCP_SHA256_HEX_LENGTH + 1];
-  pcp_sha256_to_hex(&digest, hex);
   char name[64];
-  snprintf(name, sizeof(name), "classic-%020" PRIu64 ".workers",
-           job->outer_step);
-  char dir[1200], path[1600];
-  snprintf(dir, sizeof(dir), "%s/checkpoints/%s", pcp_store_state_dir(o->store),
-           o->job_id);
-  status = pcp_file_make_directories(dir);
-  if (!status) {
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    status = pcp_file_write_atomic(path, state, bytes);
-  }
-  if (!status && job->checkpoint_dir[0]) {
-    status = pcp_file_make_directories(job->checkpoint_dir);
-    snprintf(path, sizeof(path), "%s/%s", job->checkpoint_dir, name);
-    if (!status) {
-      status = pcp_file_write_atomic(path, state, bytes);
-    }
-  }
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  status = pcp_diloco_job_state_file_write(job, "classic", state, bytes, name,
+                                           hex);
   free(state);
   PCP_RETURN_IF_ERROR_BARE(status);
   json_t* steps = json_array();

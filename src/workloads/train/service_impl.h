@@ -205,6 +205,12 @@ void pcp_diloco_job_master_section(job_t* job, size_t i,
 // by content hash under <state_dir>/artifacts, and registers the VMFB with
 // the fabric (*out_hash). |kind| NULL compiles the module as it is.
 // CANCELLED when the stop hook fires while compiling.
+// The workers' state file of a checkpoint, written atomically in the state
+// dir and beside checkpoint_dir (service.c); name and SHA-256 out.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_state_file_write(
+    job_t* job, const char* prefix, const void* state, size_t bytes,
+    char* out_name, char out_hex[PCP_SHA256_HEX_LENGTH + 1]);
+
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_child_compile(
     job_t* job, const char* mlir_path, const char* content_hash,
     const char* kind, int64_t inner_steps, const char* backend,

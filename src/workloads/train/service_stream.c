@@ -938,29 +938,10 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
     free(state);
     return pcp_ok_status();
   }
-  pcp_sha256_t digest;
-  pcp_sha256_compute(state, bytes, &digest);
-  char hex[PCP_SHA256_HEX_LENGTH + 1];
-  pcp_sha256_to_hex(&digest, hex);
   char name[64];
-  snprintf(name, sizeof(name), "stream-%020" PRIu64 ".workers",
-           job->outer_step);
-  char dir[1200], path[1600];
-  snprintf(dir, sizeof(dir), "%s/checkpoints/%s", pcp_store_state_dir(o->store),
-           o->job_id);
-  status = pcp_file_make_directories(dir);
-  if (!status) {
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    status = pcp_file_write_atomic(path, state, bytes);
-  }
-  if (!status && job->checkpoint_dir[0]) {
-    // Beside checkpoint_dir/latest.ckpt too (a "resume": true job).
-    status = pcp_file_make_directories(job->checkpoint_dir);
-    snprintf(path, sizeof(path), "%s/%s", job->checkpoint_dir, name);
-    if (!status) {
-      status = pcp_file_write_atomic(path, state, bytes);
-    }
-  }
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  status = pcp_diloco_job_state_file_write(job, "stream", state, bytes, name,
+                                           hex);
   free(state);
   PCP_RETURN_IF_ERROR_BARE(status);
   PCP_LOG(PCP_LOG_INFO, &job->log,
@@ -1023,6 +1004,7 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
       if (strncmp(entry->d_name, "stream-", 7) == 0 && length > 8 &&
           strcmp(entry->d_name + length - 8, ".workers") == 0 &&
           strcmp(entry->d_name, name) != 0) {
+        char path[1600];
         snprintf(path, sizeof(path), "%s/%s", job->checkpoint_dir,
                  entry->d_name);
         unlink(path);
