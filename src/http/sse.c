@@ -219,8 +219,11 @@ static pcp_status_t stream_push(pcp_http_sse_stream_t* stream, const char* text,
   pthread_mutex_lock(&stream->mutex);
   pcp_status_t status = pcp_ok_status();
   if (stream->gone || stream->closed) {
+    // A stream we closed reports "closed" even when the client has also
+    // left since: which of the two the connection thread saw first is a
+    // race, and the caller's own close is the reason it should read.
     status = pcp_make_status(PCP_STATUS_UNAVAILABLE, "event stream is %s",
-                             stream->gone ? "disconnected" : "closed");
+                             stream->closed ? "closed" : "disconnected");
   } else if (length > stream->max_queued_bytes -
                           (stream->queue_length - stream->read_offset)) {
     // A client that does not read must not grow our memory: the caller
