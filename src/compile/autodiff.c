@@ -1027,6 +1027,44 @@ static void emit_dims_field(ad_t* ad, const char* key, const int64_t* values,
   *separator = ", ";
 }
 
+// The dimension numbers of a stablehlo.scatter the VJP rules emit (gather's
+// cotangent, scatter's operand gradient).
+typedef struct scatter_dims_t {
+  const int64_t* window;
+  int32_t window_count;
+  const int64_t* inserted;
+  int32_t inserted_count;
+  const int64_t* input_batching;
+  int32_t input_batching_count;
+  const int64_t* indices_batching;
+  int32_t indices_batching_count;
+  const int64_t* to_operand;
+  int32_t to_operand_count;
+  int64_t index_vector_dim;
+} scatter_dims_t;
+
+// Closes a scatter's region and writes its attributes, up to and including
+// the closing "}" of the attribute dictionary.
+static void emit_scatter_attributes(ad_t* ad, const scatter_dims_t* d) {
+  pcp_autodiff_emitter_t* e = &ad->e;
+  pcp_autodiff_emit_f(e,
+                      "    }) {indices_are_sorted = false, "
+                      "scatter_dimension_numbers = #stablehlo.scatter<");
+  const char* separator = "";
+  emit_dims_field(ad, "update_window_dims", d->window, d->window_count,
+                  &separator);
+  emit_dims_field(ad, "inserted_window_dims", d->inserted, d->inserted_count,
+                  &separator);
+  emit_dims_field(ad, "input_batching_dims", d->input_batching,
+                  d->input_batching_count, &separator);
+  emit_dims_field(ad, "scatter_indices_batching_dims", d->indices_batching,
+                  d->indices_batching_count, &separator);
+  emit_dims_field(ad, "scatter_dims_to_operand_dims", d->to_operand,
+                  d->to_operand_count, &separator);
+  pcp_autodiff_emit_f(e, "%sindex_vector_dim = %lld>, unique_indices = false}",
+                      separator, (long long)d->index_vector_dim);
+}
+
 // d gather(a, idx) = scatter-add of g into zeros(shape(a)) with the same
 // dimension numbers (the transpose of a gather is a scatter).
 static void rule_gather(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
@@ -1073,21 +1111,14 @@ static void rule_gather(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   pcp_autodiff_emit_f(e,
                       "      \"stablehlo.return\"(%s) : (tensor<%s>) -> ()\n",
                       sum.name, scalar.element);
-  pcp_autodiff_emit_f(e,
-                      "    }) {indices_are_sorted = false, "
-                      "scatter_dimension_numbers = #stablehlo.scatter<");
-  const char* separator = "";
-  emit_dims_field(ad, "update_window_dims", offset, n_offset, &separator);
-  emit_dims_field(ad, "inserted_window_dims", collapsed, n_collapsed,
-                  &separator);
-  emit_dims_field(ad, "input_batching_dims", operand_batching, n_ob,
-                  &separator);
-  emit_dims_field(ad, "scatter_indices_batching_dims", indices_batching, n_ib,
-                  &separator);
-  emit_dims_field(ad, "scatter_dims_to_operand_dims", start_map, n_map,
-                  &separator);
-  pcp_autodiff_emit_f(e, "%sindex_vector_dim = %lld>, unique_indices = false}",
-                      separator, (long long)index_vector_dim);
+  const scatter_dims_t dims = {
+      .window = offset, .window_count = n_offset,
+      .inserted = collapsed, .inserted_count = n_collapsed,
+      .input_batching = operand_batching, .input_batching_count = n_ob,
+      .indices_batching = indices_batching, .indices_batching_count = n_ib,
+      .to_operand = start_map, .to_operand_count = n_map,
+      .index_vector_dim = index_vector_dim};
+  emit_scatter_attributes(ad, &dims);
   ref_t operands[3] = {zeros, indices, g};
   pcp_autodiff_emit_f(e, " : (");
   for (int i = 0; i < 3; ++i) {
@@ -1189,23 +1220,15 @@ static void rule_scatter(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
       pcp_autodiff_emit_f(
           e, "      \"stablehlo.return\"(%s) : (tensor<%s>) -> ()\n", rhs.name,
           scalar.element);
-      pcp_autodiff_emit_f(e,
-                          "    }) {indices_are_sorted = false, "
-                          "scatter_dimension_numbers = #stablehlo.scatter<");
-      const char* separator = "";
-      emit_dims_field(ad, "update_window_dims", window, n_window, &separator);
-      emit_dims_field(ad, "inserted_window_dims", inserted, n_inserted,
-                      &separator);
-      emit_dims_field(ad, "input_batching_dims", input_batching, n_ib,
-                      &separator);
-      emit_dims_field(ad, "scatter_indices_batching_dims", indices_batching,
-                      n_sb, &separator);
-      emit_dims_field(ad, "scatter_dims_to_operand_dims", to_operand, n_map,
-                      &separator);
-      pcp_autodiff_emit_f(e,
-                          "%sindex_vector_dim = %lld>, unique_indices = "
-                          "false} : (",
-                          separator, (long long)index_vector_dim);
+      const scatter_dims_t dims = {
+          .window = window, .window_count = n_window,
+          .inserted = inserted, .inserted_count = n_inserted,
+          .input_batching = input_batching, .input_batching_count = n_ib,
+          .indices_batching = indices_batching, .indices_batching_count = n_sb,
+          .to_operand = to_operand, .to_operand_count = n_map,
+          .index_vector_dim = index_vector_dim};
+      emit_scatter_attributes(ad, &dims);
+      pcp_autodiff_emit_f(e, " : (");
       pcp_autodiff_type_append(e, &g.type);
       pcp_autodiff_emit_f(e, ", ");
       pcp_autodiff_type_append(e, &indices.type);
