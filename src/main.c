@@ -12,6 +12,7 @@
 #include "base/base.h"
 #include "compile/compile.h"
 #include "compute/compute.h"
+#include "config/config.h"
 #include "mlir/mlir.h"
 #include "models/models.h"
 #include "roles/roles.h"
@@ -39,16 +40,57 @@ static const command_t kCommands[] = {
     {NULL, NULL, NULL},
 };
 
+// Process roles, by the name `pcp help NAME` accepts and their flag.
+static const struct {
+  const char* name;
+  const char* flag;
+} kRoles[] = {
+    {"gateway", "--gateway"},         {"worker", "--worker"},
+    {"node-manager", "--node-manager"}, {"federation-hub", "--federation-hub"},
+    {"supervise", "--supervise"},
+};
+
 static void print_usage(FILE* out) {
   fprintf(out,
           "usage: pcp <command> [args]      run a tool\n"
           "       pcp --gateway | --federation-hub | --worker | --node-manager "
           "[flags]\n"
-          "       pcp --version | --help\n\ncommands:\n");
+          "       pcp help [COMMAND|ROLE]   this text, or a command's flags\n"
+          "       pcp version               pcp's and IREE's versions\n"
+          "\ncommands:\n");
   for (const command_t* c = kCommands; c->name; ++c) {
     fprintf(out, "  %-10s %s\n", c->name, c->summary);
   }
-  fprintf(out, "\n'pcp <command> --help' and 'pcp --<role> --help' list flags.\n");
+  fprintf(out,
+          "\n'pcp help <command>' (or 'pcp <command> --help') and "
+          "'pcp help <role>'\n(or 'pcp --<role> --help') list flags. Exit "
+          "codes: 0 done, 1 the work\nfailed, 2 usage (unknown flag, bad "
+          "value).\n");
+}
+
+// "pcp: unknown command 'compil' (did you mean 'compile'?)", exit 2.
+static int unknown_command(const char* what, const char* name) {
+  const char* candidates[PCP_ARRAYSIZE(kCommands) + PCP_ARRAYSIZE(kRoles) + 2];
+  size_t count = 0;
+  for (const command_t* c = kCommands; c->name; ++c) {
+    candidates[count++] = c->name;
+  }
+  candidates[count++] = "help";
+  candidates[count++] = "version";
+  if (strcmp(what, "command or role") == 0) {
+    for (size_t i = 0; i < PCP_ARRAYSIZE(kRoles); ++i) {
+      candidates[count++] = kRoles[i].name;
+    }
+  }
+  const char* suggestion = pcp_config_suggest(name, candidates, count);
+  if (suggestion) {
+    fprintf(stderr, "pcp: unknown %s '%s' (did you mean '%s'?)\n", what, name,
+            suggestion);
+  } else {
+    fprintf(stderr, "pcp: unknown %s '%s'\n", what, name);
+  }
+  fprintf(stderr, "Try 'pcp help'.\n");
+  return 2;
 }
 
 // `pcp --version`: pcp's own version and the pinned IREE compiler and
@@ -74,17 +116,71 @@ static int print_version(void) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  if (argc >= 2 && strcmp(argv[1], "--version") == 0) return print_version();
-  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-    print_usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+// `pcp help [COMMAND|ROLE]`: the same text as `pcp COMMAND --help` and
+// `pcp --ROLE --help`.
+static int help_main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stdout);
+    return 0;
   }
-  // A flag first selects a process role (upstream style: `pcp --worker`).
-  if (strncmp(argv[1], "--", 2) == 0) return pcp_roles_main(argc - 1, argv + 1);
+  if (argc > 2) {
+    fprintf(stderr, "pcp help: expected one command, got %d\nTry 'pcp help'.\n",
+            argc - 1);
+    return 2;
+  }
+  const char* name = argv[1];
+  if (strcmp(name, "help") == 0) {
+    print_usage(stdout);
+    return 0;
+  }
+  if (strcmp(name, "version") == 0) {
+    printf("usage: pcp version (or pcp --version)\n\nPrints pcp's version "
+           "and the IREE compiler and runtime it uses.\n");
+    return 0;
+  }
+  char help_flag[] = "--help";
   for (const command_t* c = kCommands; c->name; ++c) {
-    if (strcmp(argv[1], c->name) == 0) return c->main(argc - 1, argv + 1);
+    if (strcmp(name, c->name) == 0) {
+      char* args[] = {(char*)c->name, help_flag, NULL};
+      return c->main(2, args);
+    }
   }
-  fprintf(stderr, "pcp: unknown command '%s'\nTry 'pcp --help'.\n", argv[1]);
-  return 2;
+  // Roles by name ("worker") or by flag ("--worker").
+  const char* bare = strncmp(name, "--", 2) == 0 ? name + 2 : name;
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kRoles); ++i) {
+    if (strcmp(bare, kRoles[i].name) == 0) {
+      char* args[] = {(char*)kRoles[i].flag, help_flag, NULL};
+      return pcp_roles_main(2, args);
+    }
+  }
+  return unknown_command("command or role", name);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const char* first = argv[1];
+  if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0) {
+    print_usage(stdout);
+    return 0;
+  }
+  if (strcmp(first, "--version") == 0 || strcmp(first, "version") == 0) {
+    if (argc > 2) {
+      fprintf(stderr,
+              "pcp version: unexpected argument '%s'\nTry 'pcp help'.\n",
+              argv[2]);
+      return 2;
+    }
+    return print_version();
+  }
+  if (strcmp(first, "help") == 0) return help_main(argc - 1, argv + 1);
+  // A flag first selects a process role (upstream style: `pcp --worker`);
+  // the role driver also reports flags that are no role's ("--verison").
+  if (strncmp(first, "--", 2) == 0) return pcp_roles_main(argc - 1, argv + 1);
+  for (const command_t* c = kCommands; c->name; ++c) {
+    if (strcmp(first, c->name) == 0) return c->main(argc - 1, argv + 1);
+  }
+  return unknown_command("command", first);
 }

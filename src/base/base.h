@@ -176,6 +176,14 @@ size_t pcp_status_format(pcp_status_t status, char* buffer, size_t capacity);
 // Returns NULL only when out of memory.
 char* pcp_status_to_string(pcp_status_t status);
 
+// The text a user sees (CLI errors, log lines): "message; annotation; ..."
+// without the code name and the source location, which are internal. At
+// PCP_LOG_LEVEL=debug it is pcp_status_format's full text instead. A status
+// without a message reads as its code in words ("not found"). Same return
+// and truncation contract as pcp_status_format.
+size_t pcp_status_format_for_user(pcp_status_t status, char* buffer,
+                                  size_t capacity);
+
 // Maps an errno value to the closest canonical code and formats a message
 // that includes strerror(|error_number|). errno is passed in explicitly so
 // that nothing between the failing call and this one can overwrite it.

@@ -103,7 +103,9 @@ void pcp_log_write(pcp_log_level_t level, const pcp_log_context_t* context,
     at = append_field(line, at, cap, "job", context->job_id);
   }
   at = append_field(line, at, cap, "msg", message);
-  if (level >= PCP_LOG_WARN || pcp_log_level() == PCP_LOG_DEBUG) {
+  // The source location is for developers: shown at PCP_LOG_LEVEL=debug
+  // only, like the status code names (pcp_status_format_for_user).
+  if (pcp_log_level() == PCP_LOG_DEBUG) {
     const char* slash = strrchr(file, '/');
     char where[256];
     snprintf(where, sizeof(where), "%s:%d", slash ? slash + 1 : file, line_number);
@@ -123,6 +125,6 @@ void pcp_log_write(pcp_log_level_t level, const pcp_log_context_t* context,
 void pcp_log_status(pcp_log_level_t level, const pcp_log_context_t* context,
                     pcp_status_t status, const char* what) {
   char text[1024];
-  pcp_status_format(status, text, sizeof(text));
+  pcp_status_format_for_user(status, text, sizeof(text));
   PCP_LOG(level, context, "%s: %s", what, text);
 }

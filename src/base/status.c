@@ -217,6 +217,34 @@ size_t pcp_status_format(pcp_status_t status, char* buffer, size_t capacity) {
   return n < 0 ? 0 : (size_t)n;
 }
 
+size_t pcp_status_format_for_user(pcp_status_t status, char* buffer,
+                                  size_t capacity) {
+  if (pcp_log_level() == PCP_LOG_DEBUG) {
+    return pcp_status_format(status, buffer, capacity);
+  }
+  status_payload_t* payload = payload_of(status);
+  int n;
+  if (!payload || !payload->message[0]) {
+    // "NOT_FOUND" -> "not found": the code is all there is to say.
+    char words[32];
+    const char* name = pcp_status_code_string(pcp_status_code(status));
+    size_t i = 0;
+    for (; name[i] && i + 1 < sizeof(words); ++i) {
+      char c = name[i];
+      words[i] = c == '_' ? ' ' : (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    }
+    words[i] = 0;
+    const char* annotations = payload ? payload->annotations : NULL;
+    n = snprintf(buffer, capacity, "%s%s%s", words, annotations ? "; " : "",
+                 annotations ? annotations : "");
+  } else {
+    n = snprintf(buffer, capacity, "%s%s%s", payload->message,
+                 payload->annotations ? "; " : "",
+                 payload->annotations ? payload->annotations : "");
+  }
+  return n < 0 ? 0 : (size_t)n;
+}
+
 char* pcp_status_to_string(pcp_status_t status) {
   size_t n = pcp_status_format(status, NULL, 0);
   char* text = malloc(n + 1);

@@ -227,6 +227,17 @@ int pcp_compile_cli_main(int argc, char** argv) {
   }
   pcp_compile_backend_t backend = PCP_COMPILE_BACKEND_CPU;
   if (!status) status = pcp_compile_backend_parse(options.backend, &backend);
+  if (!status) {
+    // --target and --iree-flag are flag values: a bad one is a usage error
+    // (exit 2) before any work, like every other flag.
+    static pcp_compile_flags_t checked;
+    status = pcp_compile_flags_resolve(backend, options.target, &checked);
+    if (!status) {
+      status = pcp_compile_flags_add_extra(
+          &checked, (const char* const*)options.iree_flags.items,
+          options.iree_flags.count, "--iree-flag");
+    }
+  }
   if (status) {
     pcp_config_deinitialize(&kTable, &options);
     pcp_string_list_deinitialize(&positionals);
@@ -332,13 +343,9 @@ int pcp_compile_cli_main(int argc, char** argv) {
     free(text);
   }
   if (status) {
-    char* message = pcp_status_to_string(status);
-    fprintf(stderr, "pcp compile: %s\n", message ? message : "error");
-    free(message);
     // Bad input (the module, the target) is the user's to fix: exit 1;
     // usage errors exit 2 above.
-    exit_code = 1;
-    pcp_status_ignore(status);
+    exit_code = pcp_config_cli_failure("compile", status);
   }
   pcp_config_deinitialize(&kTable, &options);
   pcp_string_list_deinitialize(&positionals);

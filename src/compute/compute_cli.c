@@ -231,11 +231,7 @@ int pcp_compute_run_cli_main(int argc, char** argv) {
   status = run(positionals.items[0], &options);
   int exit_code = 0;
   if (status) {
-    char* message = pcp_status_to_string(status);
-    fprintf(stderr, "pcp run: %s\n", message ? message : "error");
-    free(message);
-    pcp_status_ignore(status);
-    exit_code = 1;
+    exit_code = pcp_config_cli_failure("run", status);
   }
   pcp_config_deinitialize(&kTable, &options);
   pcp_string_list_deinitialize(&positionals);

@@ -99,6 +99,13 @@ static void format_number(double value, char* buffer, size_t capacity) {
   }
 }
 
+// ALIAS and RENAMED entries name a member declared earlier; they own
+// nothing and have no default.
+static bool is_alias(const pcp_config_field_t* field) {
+  return (field->flags & (PCP_CONFIG_FLAG_ALIAS | PCP_CONFIG_FLAG_RENAMED)) !=
+         0;
+}
+
 static bool has_bounds(const pcp_config_field_t* field) {
   return field->min < field->max;
 }
@@ -141,13 +148,13 @@ static void join_enum_values(const pcp_config_field_t* field,
 // same offset), or |field| itself.
 static const pcp_config_field_t* alias_target(const pcp_config_table_t* table,
                                               const pcp_config_field_t* field) {
-  if (!(field->flags & PCP_CONFIG_FLAG_ALIAS)) {
+  if (!is_alias(field)) {
     return field;
   }
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* other = &table->fields[i];
     if (other->offset == field->offset &&
-        !(other->flags & PCP_CONFIG_FLAG_ALIAS)) {
+        !is_alias(other)) {
       return other;
     }
   }
@@ -345,7 +352,7 @@ static void clear_field(const pcp_config_field_t* field, void* config) {
 static pcp_status_t initialize_field(const pcp_config_table_t* table,
                                      const pcp_config_field_t* field,
                                      void* config) {
-  if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
+  if (is_alias(field)) {
     return pcp_ok_status();
   }
   clear_field(field, config);
@@ -384,7 +391,7 @@ static pcp_status_t initialize_field(const pcp_config_table_t* table,
 pcp_status_t pcp_config_initialize(const pcp_config_table_t* table,
                                    void* config) {
   for (size_t i = 0; i < table->field_count; ++i) {
-    if (table->fields[i].flags & PCP_CONFIG_FLAG_ALIAS) {
+    if (is_alias(&table->fields[i])) {
       continue;
     }
     clear_field(&table->fields[i], config);
@@ -398,7 +405,7 @@ pcp_status_t pcp_config_initialize(const pcp_config_table_t* table,
 
 static void deinitialize_field(const pcp_config_field_t* field, void* config) {
   // The aliased field owns the member; freeing it twice would be a bug.
-  if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
+  if (is_alias(field)) {
     return;
   }
   void* slot = field_ptr(config, field);
@@ -426,6 +433,119 @@ void pcp_config_deinitialize(const pcp_config_table_t* table, void* config) {
 }
 
 //===----------------------------------------------------------------------===//
+// Suggestions
+//===----------------------------------------------------------------------===//
+
+// Edit distance with adjacent transpositions (optimal string alignment):
+// `--verison` is one edit from `--version`, as a typist would count it.
+// Dashes and underscores are the same character, as in names. Words are
+// capped at 64 bytes; a longer one is never "close".
+static size_t edit_distance(const char* a, size_t a_length, const char* b,
+                            size_t b_length) {
+  enum { kMax = 64 };
+  if (a_length > kMax || b_length > kMax) {
+    return SIZE_MAX;
+  }
+  size_t d[kMax + 1][kMax + 1];
+  for (size_t i = 0; i <= a_length; ++i) {
+    d[i][0] = i;
+  }
+  for (size_t j = 0; j <= b_length; ++j) {
+    d[0][j] = j;
+  }
+  for (size_t i = 1; i <= a_length; ++i) {
+    for (size_t j = 1; j <= b_length; ++j) {
+      size_t cost = name_char_equal(a[i - 1], b[j - 1]) ? 0 : 1;
+      size_t best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) {
+        best = d[i][j - 1] + 1;
+      }
+      if (d[i - 1][j - 1] + cost < best) {
+        best = d[i - 1][j - 1] + cost;
+      }
+      if (i > 1 && j > 1 && name_char_equal(a[i - 1], b[j - 2]) &&
+          name_char_equal(a[i - 2], b[j - 1]) && d[i - 2][j - 2] + 1 < best) {
+        best = d[i - 2][j - 2] + 1;
+      }
+      d[i][j] = best;
+    }
+  }
+  return d[a_length][b_length];
+}
+
+// How many edits still read as a typo: 1 for short words, up to 3 for long
+// ones (`--learning-rat` but not `--seed` for `--step`).
+static size_t typo_budget(size_t length) {
+  return length <= 4 ? 1 : length <= 9 ? 2 : 3;
+}
+
+size_t pcp_config_edit_distance(const char* a, const char* b) {
+  return edit_distance(a, strlen(a), b, strlen(b));
+}
+
+const char* pcp_config_suggest(const char* word, const char* const* candidates,
+                               size_t candidate_count) {
+  size_t length = strlen(word);
+  const char* best = NULL;
+  size_t best_distance = typo_budget(length) + 1;
+  for (size_t i = 0; i < candidate_count; ++i) {
+    size_t distance =
+        edit_distance(word, length, candidates[i], strlen(candidates[i]));
+    if (distance < best_distance) {
+      best = candidates[i];
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+static bool suggestable(const pcp_config_field_t* field) {
+  return !(field->flags & (PCP_CONFIG_FLAG_HIDDEN | PCP_CONFIG_FLAG_JSON_ONLY |
+                           PCP_CONFIG_FLAG_RENAMED)) &&
+         field->type != PCP_CONFIG_TYPE_OBJECT;
+}
+
+const char* pcp_config_suggest_flag(const pcp_config_table_t* table,
+                                    const char* name) {
+  size_t length = strlen(name);
+  const char* best = NULL;
+  size_t best_distance = typo_budget(length) + 1;
+  for (size_t i = 0; i < table->field_count; ++i) {
+    const pcp_config_field_t* field = &table->fields[i];
+    if (!suggestable(field)) {
+      continue;
+    }
+    size_t distance =
+        edit_distance(name, length, field->name, strlen(field->name));
+    if (distance < best_distance) {
+      best = field->name;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+bool pcp_config_has_flag(const pcp_config_table_t* table, const char* name) {
+  return find_field(table, name, strlen(name), LOOKUP_CLI) != NULL;
+}
+
+// "unknown flag '--verison' (did you mean '--version'?)".
+static pcp_status_t unknown_flag_status(const pcp_config_table_t* table,
+                                        const char* name, size_t name_length) {
+  char copy[128];
+  snprintf(copy, sizeof(copy), "%.*s", (int)name_length, name);
+  const char* suggestion =
+      name_length < sizeof(copy) ? pcp_config_suggest_flag(table, copy) : NULL;
+  if (suggestion) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "unknown flag '--%.*s' (did you mean '--%s'?)",
+                           (int)name_length, name, suggestion);
+  }
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "unknown flag '--%.*s'",
+                         (int)name_length, name);
+}
+
+//===----------------------------------------------------------------------===//
 // CLI
 //===----------------------------------------------------------------------===//
 
@@ -436,6 +556,11 @@ pcp_status_t pcp_config_set(const pcp_config_table_t* table, void* config,
   if (!field || field->type == PCP_CONFIG_TYPE_OBJECT) {
     return pcp_make_status(PCP_STATUS_NOT_FOUND, "%s: no field '%s'",
                            table->name, name);
+  }
+  if (field->flags & PCP_CONFIG_FLAG_RENAMED) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "flag '--%s' was renamed to '--%s'", field->name,
+                           alias_target(table, field)->name);
   }
   char what[160];
   snprintf(what, sizeof(what), "flag '--%s'", field->name);
@@ -463,6 +588,11 @@ static pcp_status_t parse_argv_impl(const pcp_config_table_t* table, int argc,
     }
     if (arg[1] != '-') {
       // No short options: `-p 80` would be a second spelling to document.
+      if (strcmp(arg, "-h") == 0 &&
+          find_field(table, "help", 4, LOOKUP_CLI) != NULL) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "unknown flag '-h' (did you mean '--help'?)");
+      }
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "unknown flag '%s'",
                              arg);
     }
@@ -472,8 +602,12 @@ static pcp_status_t parse_argv_impl(const pcp_config_table_t* table, int argc,
     const pcp_config_field_t* field =
         find_field(table, name, name_length, LOOKUP_CLI);
     if (!field) {
+      return unknown_flag_status(table, name, name_length);
+    }
+    if (field->flags & PCP_CONFIG_FLAG_RENAMED) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "unknown flag '--%.*s'", (int)name_length, name);
+                             "flag '--%s' was renamed to '--%s'", field->name,
+                             alias_target(table, field)->name);
     }
     char what[160];
     snprintf(what, sizeof(what), "flag '--%s'", field->name);
@@ -698,6 +832,13 @@ static pcp_status_t apply_json_object(const pcp_config_table_t* table,
       }
       continue;
     }
+    if (field->flags & PCP_CONFIG_FLAG_RENAMED) {
+      char renamed[128];
+      json_key_of(alias_target(table, field)->name, renamed, sizeof(renamed));
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "%s: key '%s' was renamed to '%s'", table_name,
+                             path, renamed);
+    }
     PCP_RETURN_IF_ERROR_BARE(apply_json_value(table, table_name, field, value,
                                               config, path, out_unknown_keys));
   }
@@ -764,7 +905,7 @@ static pcp_status_t validate_impl(const pcp_config_table_t* table,
                                   const char* prefix) {
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* field = &table->fields[i];
-    if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
+    if (is_alias(field)) {
       continue;
     }
     const void* slot = field_cptr(config, field);
@@ -876,7 +1017,8 @@ void pcp_config_print_help(const pcp_config_table_t* table, FILE* out) {
   enum { HELP_COLUMN = 30 };
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* field = &table->fields[i];
-    if (field->flags & (PCP_CONFIG_FLAG_HIDDEN | PCP_CONFIG_FLAG_JSON_ONLY)) {
+    if (field->flags & (PCP_CONFIG_FLAG_HIDDEN | PCP_CONFIG_FLAG_JSON_ONLY |
+                        PCP_CONFIG_FLAG_RENAMED)) {
       continue;
     }
     if (field->type == PCP_CONFIG_TYPE_OBJECT) {
@@ -897,7 +1039,7 @@ void pcp_config_print_help(const pcp_config_table_t* table, FILE* out) {
       fprintf(out, "\n%*s", HELP_COLUMN, "");
     }
     fprintf(out, "%s", field->help ? field->help : "");
-    if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
+    if (is_alias(field)) {
       fprintf(out, " (alias of --%s)\n", alias_target(table, field)->name);
     } else if (field->flags & PCP_CONFIG_FLAG_REQUIRED) {
       fprintf(out, " (required)\n");
@@ -961,7 +1103,7 @@ static json_t* dump_object(const pcp_config_table_t* table,
   }
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* field = &table->fields[i];
-    if (field->flags & PCP_CONFIG_FLAG_ALIAS) {
+    if (is_alias(field)) {
       continue;
     }
     char key[128];
@@ -1001,12 +1143,23 @@ void pcp_config_dump_json(const pcp_config_table_t* table, const void* config,
 // CLI errors
 //===----------------------------------------------------------------------===//
 
+// Both go through pcp_status_format_for_user: users read the message, not
+// the code name or our source layout (PCP_LOG_LEVEL=debug shows those).
+static void print_cli_status(const char* command, pcp_status_t status) {
+  char message[2048];
+  pcp_status_format_for_user(status, message, sizeof(message));
+  fprintf(stderr, "pcp %s: %s\n", command, message);
+}
+
 int pcp_config_cli_usage_error(const char* command, pcp_status_t status) {
-  const char* message = pcp_status_message(status);
-  fprintf(
-      stderr, "pcp %s: %s\nTry 'pcp %s --help'.\n", command,
-      message[0] ? message : pcp_status_code_string(pcp_status_code(status)),
-      command);
+  print_cli_status(command, status);
+  fprintf(stderr, "Try 'pcp %s --help'.\n", command);
   pcp_status_ignore(status);
   return 2;
+}
+
+int pcp_config_cli_failure(const char* command, pcp_status_t status) {
+  print_cli_status(command, status);
+  pcp_status_ignore(status);
+  return 1;
 }

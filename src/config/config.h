@@ -21,6 +21,7 @@
 #ifndef PCP_CONFIG_CONFIG_H_
 #define PCP_CONFIG_CONFIG_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -78,6 +79,10 @@ enum pcp_config_flag_bits_e {
   // skipped by initialize, deinitialize and dump, and --help shows
   // "alias of --<name>".
   PCP_CONFIG_FLAG_ALIAS = 1u << 5,
+  // A former name of the field declared earlier at the same |offset|: giving
+  // it (CLI, JSON or pcp_config_set) is INVALID_ARGUMENT "flag '--old' was
+  // renamed to '--new'". Not shown in --help, never suggested.
+  PCP_CONFIG_FLAG_RENAMED = 1u << 6,
 };
 
 struct pcp_config_field_t;
@@ -181,10 +186,36 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_string_list_append(pcp_string_list_t* list,
                                                         const char* value);
 void pcp_string_list_deinitialize(pcp_string_list_t* list);
 
-// CLI helper: prints "pcp <command>: <message>" and "Try 'pcp <command>
-// --help'." to stderr, consumes |status|, and returns exit code 2 (usage or
-// input error).
+// "Did you mean": the candidate closest to |word| by edit distance
+// (transpositions count once; '-' and '_' are equal), or NULL when none is
+// within a typo's reach (1 edit for words up to 4 bytes, 2 up to 9, else 3).
+const char* pcp_config_suggest(const char* word, const char* const* candidates,
+                               size_t candidate_count);
+
+// The visible CLI flag of |table| (name without dashes) closest to |name|,
+// or NULL; hidden, JSON-only and renamed fields are never suggested.
+const char* pcp_config_suggest_flag(const pcp_config_table_t* table,
+                                    const char* name);
+
+// True when |name| (without dashes) is a flag of |table| on the CLI.
+bool pcp_config_has_flag(const pcp_config_table_t* table, const char* name);
+
+// The edit distance pcp_config_suggest uses (exposed for tests).
+size_t pcp_config_edit_distance(const char* a, const char* b);
+
+// CLI exit codes, the same for every command: 0 done, 1 the work failed
+// (a file, the network, the program), 2 usage (unknown flag, bad or
+// missing value).
+//
+// Prints "pcp <command>: <message>" and "Try 'pcp <command> --help'." to
+// stderr, consumes |status|, and returns 2. The message is
+// pcp_status_format_for_user's: no code name, no source location unless
+// PCP_LOG_LEVEL=debug.
 int pcp_config_cli_usage_error(const char* command, pcp_status_t status);
+
+// Prints "pcp <command>: <message>" (as above), consumes |status|, returns
+// 1: the work failed.
+int pcp_config_cli_failure(const char* command, pcp_status_t status);
 
 #ifdef __cplusplus
 }

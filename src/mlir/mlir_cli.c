@@ -336,11 +336,7 @@ int pcp_mlir_inspect_main(int argc, char** argv) {
   status = inspect(positionals.items[0], &options);
   if (status) {
     // The message carries MLIR's diagnostics ("file:line:col: error: ...").
-    char* message = pcp_status_to_string(status);
-    fprintf(stderr, "pcp inspect: %s\n", message ? message : "error");
-    free(message);
-    pcp_status_ignore(status);
-    exit_code = 1;
+    exit_code = pcp_config_cli_failure("inspect", status);
   }
   pcp_config_deinitialize(&kTable, &options);
   pcp_string_list_deinitialize(&positionals);

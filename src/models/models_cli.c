@@ -427,11 +427,7 @@ int pcp_models_cli_main(int argc, char** argv) {
   status = run(&spec, &options);
   int exit_code = 0;
   if (status) {
-    char* message = pcp_status_to_string(status);
-    fprintf(stderr, "pcp model: %s\n", message ? message : "error");
-    free(message);
-    pcp_status_ignore(status);
-    exit_code = 1;
+    exit_code = pcp_config_cli_failure("model", status);
   }
   pcp_config_deinitialize(&kTable, &options);
   pcp_string_list_deinitialize(&positionals);

@@ -70,7 +70,7 @@ typedef struct chat_options_t {
   double top_p;        // < 0: the server's default
   int64_t seed;        // < 0: none
   bool no_stream;
-  char* api_key_env;  // NULL: PCP_API_TOKEN when set
+  char* api_token_env;  // NULL: PCP_API_TOKEN when set
   char* session;
   bool usage;
   int64_t timeout_s;
@@ -134,13 +134,19 @@ static const pcp_config_field_t kFields[] = {
      .type = PCP_CONFIG_TYPE_BOOL,
      .offset = OFFSET(no_stream),
      .help = "ask for the whole reply at once instead of streaming it"},
-    {.name = "api-key-env",
+    {.name = "api-token-env",
      .type = PCP_CONFIG_TYPE_STRING,
-     .offset = OFFSET(api_key_env),
+     .offset = OFFSET(api_token_env),
      .flags = PCP_CONFIG_FLAG_ENV_NAME,
      .value_name = "NAME",
      .help = "environment variable holding the API bearer token; none: "
              "PCP_API_TOKEN when set, else no token"},
+    // One name for a token flag across pcp (the gateway's); the old one
+    // answers "renamed to --api-token-env".
+    {.name = "api-key-env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(api_token_env),
+     .flags = PCP_CONFIG_FLAG_RENAMED},
     {.name = "session",
      .type = PCP_CONFIG_TYPE_STRING,
      .offset = OFFSET(session),
@@ -601,7 +607,7 @@ static pcp_status_t turn_run(turn_t* turn, const char* body) {
         http_status == 401 || http_status == 403 ? PCP_STATUS_UNAUTHENTICATED
                                                  : PCP_STATUS_UNAVAILABLE,
         "HTTP %d: %s%s", http_status, text,
-        http_status == 401 ? " (name the token's variable with --api-key-env)"
+        http_status == 401 ? " (name the token's variable with --api-token-env)"
                            : "");
   }
   if (turn->failure) {
@@ -802,7 +808,7 @@ static pcp_status_t model_resolve(chat_t* chat) {
         PCP_STATUS_UNAVAILABLE, "GET /v1/models: HTTP %d: %s%s",
         response.http_status, text,
         response.http_status == 401 ? " (name the token's variable with "
-                                      "--api-key-env)"
+                                      "--api-token-env)"
                                     : "");
     pcp_http_client_response_deinitialize(&response);
     return status;
@@ -906,7 +912,9 @@ static void history_reset(chat_t* chat) {
 }
 
 static void status_print(pcp_status_t status) {
-  fprintf(stderr, "pcp chat: %s\n", pcp_status_message(status));
+  char message[2048];
+  pcp_status_format_for_user(status, message, sizeof(message));
+  fprintf(stderr, "pcp chat: %s\n", message);
 }
 
 static int chat_interactive(chat_t* chat) {
@@ -1088,14 +1096,14 @@ int pcp_roles_chat_cli_main(int argc, char** argv) {
   }
   if (!status) {
     const char* env =
-        options.api_key_env ? options.api_key_env : CHAT_DEFAULT_TOKEN_ENV;
+        options.api_token_env ? options.api_token_env : CHAT_DEFAULT_TOKEN_ENV;
     chat.token = getenv(env);
     if (chat.token && !chat.token[0]) {
       chat.token = NULL;
     }
-    if (!chat.token && options.api_key_env) {
+    if (!chat.token && options.api_token_env) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "--api-key-env: %s is not set", env);
+                               "--api-token-env: %s is not set", env);
     }
   }
   if (status) {

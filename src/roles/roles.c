@@ -313,6 +313,60 @@ static const pcp_roles_def_t* def_of(pcp_roles_role_t role) {
   return &pcp_roles_gateway_def;
 }
 
+// True when argv names a role (a mode flag, --supervise or --connect); with
+// none the gateway is implied, and a flag it does not know is reported as
+// pcp's, not the gateway's (`pcp --verison`).
+static bool role_flag_given(int argc, char* const* argv) {
+  for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; ++i) {
+    if (arg_is_flag(argv[i], "--supervise") ||
+        arg_is_flag(argv[i], "--connect")) {
+      return true;
+    }
+    for (size_t m = 0; m < PCP_ARRAYSIZE(kModeFlags); ++m) {
+      if (arg_is_flag(argv[i], kModeFlags[m].flag)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// With no role flag: the first flag the implied gateway does not take,
+// reported with the closest of pcp's own flags (--version, --help, the role
+// flags) or else of the gateway's. Exit 2; 0 when every flag is known.
+static int implied_role_unknown_flag(const pcp_roles_def_t* def, int argc,
+                                     char* const* argv) {
+  static const char* const kTopLevel[] = {
+      "version", "help", "gateway", "worker", "node-manager", "federation-hub",
+      "supervise"};
+  for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; ++i) {
+    const char* arg = argv[i];
+    if (strncmp(arg, "--", 2) != 0) {
+      continue;
+    }
+    char name[128];
+    size_t length = strcspn(arg + 2, "=");
+    snprintf(name, sizeof(name), "%.*s", (int)length, arg + 2);
+    if (strcmp(name, "help") == 0 || pcp_config_has_flag(def->table, name)) {
+      continue;
+    }
+    const char* suggestion =
+        pcp_config_suggest(name, kTopLevel, PCP_ARRAYSIZE(kTopLevel));
+    if (!suggestion) {
+      suggestion = pcp_config_suggest_flag(def->table, name);
+    }
+    if (suggestion) {
+      fprintf(stderr, "pcp: unknown flag '--%s' (did you mean '--%s'?)\n",
+              name, suggestion);
+    } else {
+      fprintf(stderr, "pcp: unknown flag '--%s'\n", name);
+    }
+    fprintf(stderr, "Try 'pcp help'.\n");
+    return 2;
+  }
+  return 0;
+}
+
 static bool wants_help(int argc, char* const* argv) {
   for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; ++i) {
     if (arg_is_flag(argv[i], "--help") || strcmp(argv[i], "-h") == 0) {
@@ -385,7 +439,7 @@ int pcp_roles_main(int argc, char** argv) {
   pcp_roles_role_t role = PCP_ROLES_ROLE_GATEWAY;
   status = pcp_roles_role_select(argc, argv, &role);
   if (status) {
-    fprintf(stderr, "pcp: %s\nTry 'pcp --help'.\n", pcp_status_message(status));
+    fprintf(stderr, "pcp: %s\nTry 'pcp help'.\n", pcp_status_message(status));
     pcp_status_ignore(status);
     return 2;
   }
@@ -418,6 +472,12 @@ int pcp_roles_main(int argc, char** argv) {
   status = legacy_check_range(role_argc, argv);
   if (status) {
     return pcp_config_cli_usage_error(def->flag, status);
+  }
+  if (!role_flag_given(role_argc, argv)) {
+    int exit_code = implied_role_unknown_flag(def, role_argc, argv);
+    if (exit_code) {
+      return exit_code;
+    }
   }
   if (wants_help(role_argc, argv)) {
     print_role_help(def);

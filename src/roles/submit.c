@@ -9,7 +9,6 @@
 // parser; at one request per 500 ms the cost is nil next to a training run.
 // Thread-safety: a CLI entry point, called once from main().
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include <jansson.h>
 
 #include "base/base.h"
+#include "config/config.h"
 #include "http/http.h"
 #include "roles/roles.h"
 
@@ -26,34 +26,77 @@
 #define SUBMIT_BAR_WIDTH 30
 
 typedef struct submit_options_t {
-  const char* gateway;
-  const char* token_env;
+  char* gateway;
+  char* api_token_env;
   int64_t poll_ms;
   int64_t timeout_s;  // 0: follow until the job ends
-  bool follow;
+  bool no_follow;
+  bool help;
 } submit_options_t;
+
+#define OFFSET(member) offsetof(submit_options_t, member)
+static const pcp_config_field_t kFields[] = {
+    {.name = "gateway",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(gateway),
+     .default_value = "http://127.0.0.1:8000",
+     .value_name = "URL",
+     .help = "gateway base URL"},
+    {.name = "api-token-env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(api_token_env),
+     .default_value = "PCP_API_TOKEN",
+     .flags = PCP_CONFIG_FLAG_ENV_NAME,
+     .value_name = "NAME",
+     .help = "environment variable holding the API token (unset: no token)"},
+    // One name for a token flag across pcp; the old one answers "renamed".
+    {.name = "token-env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(api_token_env),
+     .flags = PCP_CONFIG_FLAG_RENAMED},
+    {.name = "no-follow",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(no_follow),
+     .help = "print the job id and return"},
+    {.name = "poll-ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(poll_ms),
+     .default_value = "500",
+     .min = 10,
+     .max = 60000,
+     .value_name = "N",
+     .help = "progress poll period"},
+    {.name = "timeout-s",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(timeout_s),
+     .default_value = "0",
+     .min = 0,
+     .max = 31536000,
+     .value_name = "N",
+     .help = "give up following after N s (exit 1; 0: never)"},
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(help),
+     .flags = PCP_CONFIG_FLAG_CLI_ONLY,
+     .help = "print these flags and exit (also -h)"},
+};
+#undef OFFSET
+
+static const pcp_config_table_t kTable = {
+    .name = "submit",
+    .fields = kFields,
+    .field_count = PCP_ARRAYSIZE(kFields),
+};
 
 // Prints "pcp submit: <message>", consumes |status|; exit code 1 (a run-time
 // failure: the file, the network or the gateway's answer).
 static int report_error(pcp_status_t status) {
-  char message[1024];
-  pcp_status_format(status, message, sizeof(message));
-  fprintf(stderr, "pcp submit: %s\n", message);
-  pcp_status_ignore(status);
-  return 1;
+  return pcp_config_cli_failure("submit", status);
 }
 
 static void usage(FILE* out) {
-  fprintf(out,
-          "usage: pcp submit train EXP.json [flags]\n"
-          "  --gateway URL      gateway base URL (default "
-          "http://127.0.0.1:8000)\n"
-          "  --token-env NAME   environment variable holding the API token "
-          "(default PCP_API_TOKEN; unset: no token)\n"
-          "  --no-follow        print the job id and return\n"
-          "  --poll-ms N        progress poll period (default 500)\n"
-          "  --timeout-s N      give up following after N s (exit 1; "
-          "default: none)\n");
+  fprintf(out, "usage: pcp submit train EXP.json [flags]\n\nflags:\n");
+  pcp_config_print_help(&kTable, out);
 }
 
 static pcp_status_t file_slurp(const char* path, char** out_text,
@@ -190,7 +233,7 @@ static int submit_train(const submit_options_t* options, const char* path) {
   if (status) {
     return report_error(status);
   }
-  const char* token = getenv(options->token_env);
+  const char* token = getenv(options->api_token_env);
   if (token && !token[0]) {
     token = NULL;
   }
@@ -221,7 +264,7 @@ static int submit_train(const submit_options_t* options, const char* path) {
   printf("job %s\n", id);
   fflush(stdout);
   int exit_code = 0;
-  if (options->follow) {
+  if (!options->no_follow) {
     bool tty = isatty(STDOUT_FILENO) != 0;
     snprintf(url, sizeof(url), "%s/v1/training/jobs/%s", options->gateway, id);
     pcp_clock_t clock = pcp_clock_system();
@@ -281,58 +324,44 @@ static int submit_train(const submit_options_t* options, const char* path) {
 }
 
 int pcp_roles_submit_cli_main(int argc, char** argv) {
-  submit_options_t options = {
-      .gateway = "http://127.0.0.1:8000",
-      .token_env = "PCP_API_TOKEN",
-      .poll_ms = 500,
-      .follow = true,
-  };
-  static const struct option kLongOptions[] = {
-      {"gateway", required_argument, NULL, 'g'},
-      {"token-env", required_argument, NULL, 't'},
-      {"no-follow", no_argument, NULL, 'n'},
-      {"poll-ms", required_argument, NULL, 'p'},
-      {"timeout-s", required_argument, NULL, 's'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
-  };
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, "h", kLongOptions, NULL)) != -1) {
-    switch (c) {
-      case 'g':
-        options.gateway = optarg;
-        break;
-      case 't':
-        options.token_env = optarg;
-        break;
-      case 'n':
-        options.follow = false;
-        break;
-      case 'p':
-        options.poll_ms = strtoll(optarg, NULL, 10);
-        break;
-      case 's':
-        options.timeout_s = strtoll(optarg, NULL, 10);
-        break;
-      case 'h':
-        usage(stdout);
-        return 0;
-      default:
-        usage(stderr);
-        return 2;
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; ++i) {
+    if (strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
     }
   }
-  if (argc - optind != 2 || strcmp(argv[optind], "train") != 0) {
-    usage(stderr);
-    return 2;
+  submit_options_t options;
+  memset(&options, 0, sizeof(options));
+  pcp_string_list_t positionals = {0};
+  pcp_status_t status = pcp_config_initialize(&kTable, &options);
+  if (!status) {
+    status = pcp_config_parse_argv(&kTable, argc - 1, argv + 1, &options,
+                                   &positionals);
   }
-  if (options.poll_ms < 10 || options.poll_ms > 60000 ||
-      options.timeout_s < 0) {
-    fprintf(stderr,
-            "pcp submit: --poll-ms must be in [10, 60000] and --timeout-s "
-            ">= 0\n");
-    return 2;
+  int exit_code = 0;
+  if (!status && options.help) {
+    usage(stdout);
+  } else {
+    if (!status && (positionals.count == 0 ||
+                    strcmp(positionals.items[0], "train") != 0)) {
+      status = pcp_make_status(
+          PCP_STATUS_INVALID_ARGUMENT, "expected 'train EXP.json'%s%s%s",
+          positionals.count ? ", got '" : "",
+          positionals.count ? positionals.items[0] : "",
+          positionals.count ? "'" : "");
+    } else if (!status && positionals.count != 2) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "expected one experiment file after 'train', "
+                               "got %zu",
+                               positionals.count - 1);
+    }
+    if (status) {
+      exit_code = pcp_config_cli_usage_error("submit", status);
+    } else {
+      exit_code = submit_train(&options, positionals.items[1]);
+    }
   }
-  return submit_train(&options, argv[optind + 1]);
+  pcp_config_deinitialize(&kTable, &options);
+  pcp_string_list_deinitialize(&positionals);
+  return exit_code;
 }

@@ -7,26 +7,64 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/config.h"
 #include "tokenizer/tokenizer.h"
 
 // Larger inputs are refused by the tokenizer's own text limit anyway.
 #define CLI_MAX_INPUT_BYTES ((size_t)64 << 20)
 
+typedef struct tokenize_options_t {
+  char* tokenizer;
+  bool decode;
+  bool skip_special;
+  bool help;
+} tokenize_options_t;
+
+#define OFFSET(member) offsetof(tokenize_options_t, member)
+static const pcp_config_field_t kFields[] = {
+    {.name = "tokenizer",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(tokenizer),
+     .flags = PCP_CONFIG_FLAG_REQUIRED,
+     .value_name = "PATH",
+     .help = "the tokenizer.json to use"},
+    {.name = "decode",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(decode),
+     .help = "read ids (separated by spaces or commas) and print the text"},
+    {.name = "skip-special",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(skip_special),
+     .help = "drop special tokens when decoding"},
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(help),
+     .flags = PCP_CONFIG_FLAG_CLI_ONLY,
+     .help = "print these flags and exit (also -h)"},
+};
+#undef OFFSET
+
+static const pcp_config_table_t kTable = {
+    .name = "tokenize",
+    .fields = kFields,
+    .field_count = PCP_ARRAYSIZE(kFields),
+};
+
 static void print_usage(FILE* out) {
   fprintf(out,
           "usage: pcp tokenize --tokenizer tokenizer.json [--decode] "
-          "[--skip-special] TEXT|@FILE\n"
-          "  encodes TEXT (or the contents of FILE) and prints the ids, one "
-          "line;\n"
-          "  --decode reads ids (separated by spaces or commas) and prints "
-          "the text;\n"
-          "  --skip-special drops special tokens when decoding.\n");
+          "[--skip-special] TEXT|@FILE\n\n"
+          "Encodes TEXT (or the contents of FILE) and prints the ids on one "
+          "line;\nwith --decode, reads ids and prints the text.\n\n"
+          "flags:\n");
+  pcp_config_print_help(&kTable, out);
 }
 
+// "pcp tokenize: <what>: <message>"; the work failed: exit 1.
 static int report(pcp_status_t status, const char* what) {
-  char buffer[1024];
-  pcp_status_format(status, buffer, sizeof(buffer));
-  fprintf(stderr, "pcp tokenize: %s: %s\n", what, buffer);
+  char message[1024];
+  pcp_status_format_for_user(status, message, sizeof(message));
+  fprintf(stderr, "pcp tokenize: %s: %s\n", what, message);
   pcp_status_ignore(status);
   return 1;
 }
@@ -73,33 +111,54 @@ static int run_decode(const pcp_tokenizer_t* t, const char* text,
   return rc;
 }
 
+static int tokenize_run(const tokenize_options_t* options, const char* input);
+
 int pcp_tokenizer_cli_main(int argc, char** argv) {
-  const char* tokenizer_path = NULL;
-  const char* input = NULL;
-  bool decode = false;
-  pcp_tokenizer_decode_flags_t flags = PCP_TOKENIZER_DECODE_FLAG_NONE;
-  for (int i = 1; i < argc; ++i) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; ++i) {
+    if (strcmp(argv[i], "-h") == 0) {
       print_usage(stdout);
       return 0;
-    } else if (strcmp(argv[i], "--tokenizer") == 0 && i + 1 < argc) {
-      tokenizer_path = argv[++i];
-    } else if (strcmp(argv[i], "--decode") == 0) {
-      decode = true;
-    } else if (strcmp(argv[i], "--skip-special") == 0) {
-      flags |= PCP_TOKENIZER_DECODE_FLAG_SKIP_SPECIAL;
-    } else if (strncmp(argv[i], "--", 2) == 0 || input) {
-      fprintf(stderr, "pcp tokenize: unexpected argument '%s'\n", argv[i]);
-      print_usage(stderr);
-      return 2;
-    } else {
-      input = argv[i];
     }
   }
-  if (!tokenizer_path || !input) {
-    print_usage(stderr);
-    return 2;
+  tokenize_options_t options;
+  memset(&options, 0, sizeof(options));
+  pcp_string_list_t positionals = {0};
+  pcp_status_t parse_status = pcp_config_initialize(&kTable, &options);
+  if (!parse_status) {
+    parse_status = pcp_config_parse_argv(&kTable, argc - 1, argv + 1, &options,
+                                         &positionals);
   }
+  if (!parse_status && options.help) {
+    print_usage(stdout);
+    pcp_config_deinitialize(&kTable, &options);
+    pcp_string_list_deinitialize(&positionals);
+    return 0;
+  }
+  if (!parse_status) {
+    parse_status = pcp_config_validate(&kTable, &options);
+  }
+  if (!parse_status && positionals.count != 1) {
+    parse_status = pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "expected one TEXT or @FILE argument, got %zu", positionals.count);
+  }
+  if (parse_status) {
+    pcp_config_deinitialize(&kTable, &options);
+    pcp_string_list_deinitialize(&positionals);
+    return pcp_config_cli_usage_error("tokenize", parse_status);
+  }
+  int rc = tokenize_run(&options, positionals.items[0]);
+  pcp_config_deinitialize(&kTable, &options);
+  pcp_string_list_deinitialize(&positionals);
+  return rc;
+}
+
+static int tokenize_run(const tokenize_options_t* options, const char* input) {
+  const char* tokenizer_path = options->tokenizer;
+  bool decode = options->decode;
+  pcp_tokenizer_decode_flags_t flags =
+      options->skip_special ? PCP_TOKENIZER_DECODE_FLAG_SKIP_SPECIAL
+                            : PCP_TOKENIZER_DECODE_FLAG_NONE;
   void* file_data = NULL;
   size_t size = strlen(input);
   const char* text = input;

@@ -74,7 +74,7 @@ static void print_model_names(FILE* out) {
 
 static int check_fail(pcp_status_t status) {
   char buffer[1024];
-  pcp_status_format(status, buffer, sizeof(buffer));
+  pcp_status_format_for_user(status, buffer, sizeof(buffer));
   fprintf(stderr, "pcp topo check: %s\n", buffer);
   pcp_status_ignore(status);
   return 2;
