@@ -77,11 +77,12 @@ int pcp_topology_cli_main(int argc, char** argv) {
   return 2;
 }
 
-// Prints "pcp topo <command>: <message>" and returns 2.
+// Prints "pcp topo <command>: <message>" and returns 1: the work (reading
+// the complex, subdividing) failed; usage errors exit 2 before it.
 static int input_error(const char* command, pcp_status_t status) {
-  fprintf(stderr, "pcp topo %s: %s\n", command, pcp_status_message(status));
-  pcp_status_ignore(status);
-  return 2;
+  char buffer[1024];
+  snprintf(buffer, sizeof(buffer), "topo %s", command);
+  return pcp_config_cli_failure(buffer, status);
 }
 
 //===----------------------------------------------------------------------===//

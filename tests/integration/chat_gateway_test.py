@@ -69,7 +69,7 @@ def chat(base, args, stdin_text=None, token=TOKEN):
     env.pop("PCP_API_TOKEN", None)
     if token:
         env["CHAT_E2E_TOKEN"] = token
-        args = ["--api-key-env", "CHAT_E2E_TOKEN"] + args
+        args = ["--api-token-env", "CHAT_E2E_TOKEN"] + args
     p = subprocess.run([PCP, "chat", "--url", base] + args, input=stdin_text,
                        capture_output=True, text=True, timeout=180, env=env)
     return p.returncode, p.stdout, p.stderr

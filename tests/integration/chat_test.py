@@ -304,7 +304,7 @@ def read_until(proc, needle, timeout=10):
 
 def test_flags(srv):
     code, out, err = run(["--help"])
-    check(code == 0 and "--api-key-env" in out and "--session" in out
+    check(code == 0 and "--api-token-env" in out and "--session" in out
           and "Exit codes" in out, "--help lists the flags: %r" % out[:200])
     code, out, err = run(["-h"])
     check(code == 0 and "usage: pcp chat" in out, "-h is --help")
@@ -315,7 +315,7 @@ def test_flags(srv):
                        (["--max-tokens", "x", "hi"], "max-tokens not int"),
                        (["--url", "ftp://x", "hi"], "url scheme"),
                        (["--url", srv.url, " "], "empty prompt"),
-                       (["--api-key-env", "PCP_CHAT_TEST_UNSET", "--url",
+                       (["--api-token-env", "PCP_CHAT_TEST_UNSET", "--url",
                          srv.url, "hi"], "unset key variable")):
         code, out, err = run(args)
         check(code == 2 and "pcp chat:" in err,
@@ -427,11 +427,11 @@ def test_auth(srv):
           "401 without a token: %d %r" % (code, err))
     code, out, err = run(["--url", srv.url, "--model", "m", "hi"],
                          env={"PCP_API_TOKEN": "wrong"})
-    check(code == 1 and "HTTP 401" in err and "--api-key-env" in err,
+    check(code == 1 and "HTTP 401" in err and "--api-token-env" in err,
           "401 with a wrong token: %r" % err)
-    code, out, err = run(["--url", srv.url, "--api-key-env", "MY_KEY", "hi"],
+    code, out, err = run(["--url", srv.url, "--api-token-env", "MY_KEY", "hi"],
                          env={"MY_KEY": "sk-test"})
-    check(code == 0 and out == "echo[1]: hi\n", "token from --api-key-env")
+    check(code == 0 and out == "echo[1]: hi\n", "token from --api-token-env")
     check(srv.posts()[-1][1].get("Authorization") == "Bearer sk-test",
           "bearer header sent")
     code, out, err = run(["--url", srv.url, "hi"],

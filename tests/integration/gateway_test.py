@@ -390,7 +390,7 @@ def main():
             json.dump(exp, f)
         env = dict(os.environ, GW_TEST_TOKEN=TOKEN)
         cli = [PCP, "submit", "train", exp_path, "--gateway", BASE,
-               "--token-env", "GW_TEST_TOKEN"]
+               "--api-token-env", "GW_TEST_TOKEN"]
         r = subprocess.run(cli + ["--no-follow"], env=env, capture_output=True,
                            text=True, timeout=30)
         check(r.returncode == 0 and r.stdout.startswith("job train-"),

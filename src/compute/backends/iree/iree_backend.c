@@ -78,17 +78,47 @@ static pcp_status_t status_from_python(const char* context) {
       code = PCP_STATUS_FAILED_PRECONDITION;
     }
   }
-  if (code == PCP_STATUS_INTERNAL) {
-    for (int c = 1; c < PCP_STATUS_CODE_COUNT_; ++c) {
-      char needle[48];
-      snprintf(needle, sizeof(needle), "%s;", pcp_status_code_string((pcp_status_code_t)c));
-      if (strstr(text, needle)) {
-        code = (pcp_status_code_t)c;
-        break;
-      }
+  // IREE's "<path>.c:NN: CODE; " is internal: the code maps back below and
+  // users see the text around it (PCP_LOG_LEVEL=debug keeps it whole).
+  const char* tail = NULL;     // text after "CODE; "
+  size_t head_length = strlen(text);  // text before "<path>:NN: "
+  for (int c = 1; c < PCP_STATUS_CODE_COUNT_; ++c) {
+    char needle[48];
+    snprintf(needle, sizeof(needle), ": %s;",
+             pcp_status_code_string((pcp_status_code_t)c));
+    const char* at = strstr(text, needle);
+    if (!at) continue;
+    if (code == PCP_STATUS_INTERNAL) code = (pcp_status_code_t)c;
+    // Back over ":NN" and the path (no spaces) to the location's start.
+    const char* start = at;
+    while (start > text && start[-1] >= '0' && start[-1] <= '9') --start;
+    if (start == at || start == text || start[-1] != ':') break;
+    --start;
+    while (start > text && start[-1] != ' ') --start;
+    head_length = (size_t)(start - text);
+    while (head_length > 0 && (text[head_length - 1] == ' ' ||
+                                text[head_length - 1] == ':')) {
+      --head_length;
     }
+    tail = at + strlen(needle);
+    while (*tail == ' ') ++tail;
+    break;
   }
-  pcp_status_t status = pcp_make_status(code, "%s: %.1800s", context, text);
+  for (int c = 1; c < PCP_STATUS_CODE_COUNT_ && code == PCP_STATUS_INTERNAL;
+       ++c) {
+    char needle[48];
+    snprintf(needle, sizeof(needle), "%s;",
+             pcp_status_code_string((pcp_status_code_t)c));
+    if (strstr(text, needle)) code = (pcp_status_code_t)c;
+  }
+  pcp_status_t status;
+  if (tail && pcp_log_level() != PCP_LOG_DEBUG) {
+    status = pcp_make_status(code, "%s: %.*s%s%.1500s", context,
+                             (int)(head_length > 300 ? 300 : head_length),
+                             text, head_length ? ": " : "", tail);
+  } else {
+    status = pcp_make_status(code, "%s: %.1800s", context, text);
+  }
   Py_XDECREF(str);
   Py_XDECREF(type);
   Py_XDECREF(value);
