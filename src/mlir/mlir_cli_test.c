@@ -230,7 +230,7 @@ static void test_bad_module_exits_1(void** state) {
            g_fixtures);
   r = run_inspect(NULL, args);
   assert_int_equal(r.exit_code, 1);
-  expect_contains(r.err, "NOT_FOUND");
+  expect_contains(r.err, "function @predict not found");
   expect_contains(r.err, "available: @main, @relu (private), @eval");
   run_result_free(&r);
 

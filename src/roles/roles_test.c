@@ -344,7 +344,7 @@ static void hub_and_nodemgr_flags(void** state) {
                           "--scale", "4", "--backend", "rocm"));
   assert_int_equal(nm.scale, 4);
   assert_int_equal(nm.port, 8080);
-  assert_int_equal(nm.api_port, 8000);
+  assert_int_equal(nm.api_port, 8002);  // not the gateway's 8000
   pcp_config_deinitialize(&pcp_roles_nodemgr_table, &nm);
   assert_status(parse_table(&pcp_roles_nodemgr_table, &nm, 2, "--scale", "0"),
                 PCP_STATUS_INVALID_ARGUMENT, "out of range [1, 1024]");
