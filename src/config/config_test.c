@@ -86,6 +86,10 @@ static const pcp_config_field_t kSampleFields[] = {
      .max = 65535,
      .flags = PCP_CONFIG_FLAG_ALIAS,
      .help = "old name"},
+    {.name = "bind-host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(sample_t, host),
+     .flags = PCP_CONFIG_FLAG_RENAMED},
     {.name = "ratio",
      .type = PCP_CONFIG_TYPE_DOUBLE,
      .offset = offsetof(sample_t, ratio),
@@ -679,6 +683,126 @@ static void usage_error_returns_two(void** state) {
                       "Try 'pcp --worker --help'.\n");
 }
 
+static void renamed_flags_name_the_new_one(void** state) {
+  sample_t* s = *state;
+  assert_message(parse(s, NULL, 2, "--bind-host", "h"),
+                 PCP_STATUS_INVALID_ARGUMENT,
+                 "flag '--bind-host' was renamed to '--host'");
+  assert_message(parse(s, NULL, 1, "--bind-host=h"),
+                 PCP_STATUS_INVALID_ARGUMENT, "renamed to '--host'");
+  assert_message(parse_json(s, "{\"bind_host\": \"h\"}", NULL),
+                 PCP_STATUS_INVALID_ARGUMENT,
+                 "key 'bind_host' was renamed to 'host'");
+  assert_message(pcp_config_set(&kSampleTable, s, "bind-host", "h"),
+                 PCP_STATUS_INVALID_ARGUMENT, "renamed to '--host'");
+  assert_string_equal(s->host, "127.0.0.1");
+  char* text = capture_help();
+  assert_null(strstr(text, "bind-host"));
+  free(text);
+  text = NULL;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  pcp_config_dump_json(&kSampleTable, s, out);
+  fclose(out);
+  assert_null(strstr(text, "bind_host"));
+  free(text);
+  // A renamed name is never offered as a suggestion.
+  assert_null(pcp_config_suggest_flag(&kSampleTable, "bind-hots"));
+  assert_string_equal(pcp_config_suggest_flag(&kSampleTable, "hots"), "host");
+}
+
+static void unknown_flags_suggest_the_closest(void** state) {
+  sample_t* s = *state;
+  assert_message(parse(s, NULL, 2, "--prot", "1"), PCP_STATUS_INVALID_ARGUMENT,
+                 "unknown flag '--prot' (did you mean '--port'?)");
+  assert_message(parse(s, NULL, 1, "--verbsoe"), PCP_STATUS_INVALID_ARGUMENT,
+                 "(did you mean '--verbose'?)");
+  assert_message(parse(s, NULL, 1, "--api_tokn_env=X"),
+                 PCP_STATUS_INVALID_ARGUMENT,
+                 "unknown flag '--api_tokn_env' (did you mean "
+                 "'--api-token-env'?)");
+  assert_message(parse(s, NULL, 1, "-h"), PCP_STATUS_INVALID_ARGUMENT,
+                 "did you mean '--help'?");
+  pcp_status_t status = parse(s, NULL, 1, "--frobnicate");
+  char* message = take_message(status);
+  assert_string_equal(message, "unknown flag '--frobnicate'");
+  free(message);
+  // Hidden and JSON-only fields stay unmentioned.
+  message = take_message(parse(s, NULL, 2, "--secret-internl", "x"));
+  assert_null(strstr(message, "did you mean"));
+  free(message);
+  message = take_message(parse(s, NULL, 2, "--file-onl", "x"));
+  assert_null(strstr(message, "did you mean"));
+  free(message);
+  static const char* const kWords[] = {"version", "help", "worker"};
+  assert_string_equal(pcp_config_suggest("verison", kWords, 3), "version");
+  assert_string_equal(pcp_config_suggest("hlep", kWords, 3), "help");
+  assert_null(pcp_config_suggest("gateway", kWords, 3));
+  assert_int_equal(pcp_config_edit_distance("verison", "version"), 1);
+  assert_int_equal(pcp_config_edit_distance("api_port", "api-port"), 0);
+  assert_int_equal(pcp_config_edit_distance("", "abc"), 3);
+  assert_int_equal(pcp_config_edit_distance("kitten", "sitting"), 3);
+  assert_true(pcp_config_has_flag(&kSampleTable, "api_token_env"));
+  assert_false(pcp_config_has_flag(&kSampleTable, "file-only"));
+}
+
+// Runs |fn| with stderr captured; returns its exit code, text in |out|.
+static int capture_stderr(int (*fn)(pcp_status_t), pcp_status_t status,
+                          char* out, size_t capacity) {
+  int saved = dup(STDERR_FILENO);
+  char path[] = "/tmp/pcp_config_stderr_XXXXXX";
+  int fd = mkstemp(path);
+  dup2(fd, STDERR_FILENO);
+  int rc = fn(status);
+  fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  memset(out, 0, capacity);
+  assert_true(pread(fd, out, capacity - 1, 0) > 0);
+  close(fd);
+  unlink(path);
+  return rc;
+}
+
+static int fail_run(pcp_status_t status) {
+  return pcp_config_cli_failure("run", status);
+}
+
+static int usage_run(pcp_status_t status) {
+  return pcp_config_cli_usage_error("run", status);
+}
+
+static void cli_messages_hide_internal_names(void** state) {
+  (void)state;
+  char text[512];
+  pcp_log_set_level(PCP_LOG_INFO);
+  int rc = capture_stderr(
+      fail_run,
+      pcp_status_annotate_f(
+          pcp_make_status(PCP_STATUS_NOT_FOUND, "opening 'x.vmfb'"),
+          "loading the program"),
+      text, sizeof(text));
+  assert_int_equal(rc, 1);
+  assert_string_equal(text,
+                      "pcp run: opening 'x.vmfb'; loading the program\n");
+  rc = capture_stderr(usage_run,
+                      pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad"),
+                      text, sizeof(text));
+  assert_int_equal(rc, 2);
+  assert_string_equal(text, "pcp run: bad\nTry 'pcp run --help'.\n");
+  // A status without a message reads as its code in words.
+  rc = capture_stderr(fail_run, pcp_make_status(PCP_STATUS_DATA_LOSS, NULL),
+                      text, sizeof(text));
+  assert_string_equal(text, "pcp run: data loss\n");
+  // PCP_LOG_LEVEL=debug shows the code and the source location.
+  pcp_log_set_level(PCP_LOG_DEBUG);
+  rc = capture_stderr(fail_run, pcp_make_status(PCP_STATUS_NOT_FOUND, "gone"),
+                      text, sizeof(text));
+  pcp_log_set_level(PCP_LOG_INFO);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(text, "pcp run: NOT_FOUND: gone (config_test.c:"));
+}
+
 static void string_list_caps_items(void** state) {
   (void)state;
   pcp_string_list_t list = {0};
@@ -717,6 +841,9 @@ int main(void) {
       T(sections_dump_as_one_object),
       cmocka_unit_test(usage_error_returns_two),
       cmocka_unit_test(string_list_caps_items),
+      T(renamed_flags_name_the_new_one),
+      T(unknown_flags_suggest_the_closest),
+      cmocka_unit_test(cli_messages_hide_internal_names),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);
