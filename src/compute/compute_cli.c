@@ -200,6 +200,51 @@ static pcp_status_t run(const char* path, const run_options_t* options) {
   return status;
 }
 
+// Flag values that need no program or file: a bad one is a usage error
+// (exit 2) before any work, like every flag (docs/cli.md). Inputs from files
+// (@x.npy, =@raw.bin) and the match against the program are checked by the
+// run (exit 1).
+static pcp_status_t check_flag_values(const run_options_t* options) {
+  char driver[32];
+  int32_t ordinal = 0;
+  PCP_RETURN_IF_ERROR_BARE(
+      parse_device(options->device, driver, sizeof(driver), &ordinal));
+  // Every runtime driver has a compiler backend; the same list.
+  pcp_compile_backend_t backend;
+  pcp_status_t status = backend_for_driver(driver, &backend);
+  if (status) {
+    pcp_status_ignore(status);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "--device: unknown device driver '%s' (expected "
+                           "cpu, local-sync, cuda, rocm, vulkan or metal)",
+                           driver);
+  }
+  for (size_t i = 0; i < options->inputs.count; ++i) {
+    const char* text = options->inputs.items[i];
+    if (text[0] == '@' || strstr(text, "=@")) continue;
+    pcp_host_tensor_t tensor;
+    status = pcp_host_tensor_parse(text, &tensor);
+    if (status) {
+      pcp_status_t named = pcp_make_status(
+          pcp_status_code(status), "--input '%.40s%s': %s", text,
+          strlen(text) > 40 ? "..." : "", pcp_status_message(status));
+      pcp_status_ignore(status);
+      return named;
+    }
+    pcp_host_tensor_deinitialize(&tensor);
+  }
+  for (size_t i = 0; i < options->outputs.count; ++i) {
+    const char* target = options->outputs.items[i];
+    if (target[0] && strcmp(target, "-") != 0 && target[0] != '@' &&
+        target[0] != '+') {
+      return pcp_make_status(
+          PCP_STATUS_INVALID_ARGUMENT,
+          "--output '%s': expected -, @file.npy, +file.npy or empty", target);
+    }
+  }
+  return pcp_ok_status();
+}
+
 int pcp_compute_run_cli_main(int argc, char** argv) {
   run_options_t options;
   pcp_string_list_t positionals = {0};
@@ -223,6 +268,7 @@ int pcp_compute_run_cli_main(int argc, char** argv) {
                                                : "missing the program (.vmfb or .mlir)",
                              positionals.count);
   }
+  if (!status) status = check_flag_values(&options);
   if (status) {
     pcp_config_deinitialize(&kTable, &options);
     pcp_string_list_deinitialize(&positionals);

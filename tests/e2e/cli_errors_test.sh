@@ -83,9 +83,9 @@ expect "wrong input shape" 1 "expected 4xf32, got 3xf32" -- \
   "$PCP" run "$tmp/add.vmfb" --input 3xf32=1 --input 4xf32=1
 expect "wrong input dtype" 1 "expected 4xf32, got 4xi32" -- \
   "$PCP" run "$tmp/add.vmfb" --input 4xi32=1 --input 4xf32=1
-expect "bad input literal" 1 "has 3 values; expected 4" -- \
+expect "bad input literal (a flag value)" 2 "--input '4xf32=1,2,3': input 4xf32 has 3 values; expected 4" -- \
   "$PCP" run "$tmp/add.vmfb" --input 4xf32=1,2,3 --input 4xf32=1
-expect "unknown device" 1 "unknown device driver 'tpu'" -- \
+expect "unknown device (a flag value)" 2 "unknown device driver 'tpu'" -- \
   "$PCP" run "$tmp/add.vmfb" --device tpu --input 4xf32=1 --input 4xf32=1
 expect "absent gpu" 1 "the cuda driver cannot start here" -- \
   "$PCP" run "$tmp/add.vmfb" --device cuda:0 --input 4xf32=1 --input 4xf32=1
@@ -129,6 +129,8 @@ expect "model: bad value" 2 "'--layers': expected an integer, got 'two'" -- \
 expect "model: unwritable output" 1 "^pcp model: .*nodir" -- \
   "$PCP" model gpt -o "$tmp/nodir/sub/m.mlir"
 expect "run: typo" 2 "did you mean '--input'" -- "$PCP" run "$tmp/add.vmfb" --inptu 4xf32=1
+expect "run: bad --output" 2 "--output 'x': expected -, @file.npy" -- \
+  "$PCP" run "$tmp/add.vmfb" --input 4xf32=1 --input 4xf32=1 --output x
 expect "run: bad value" 2 "'--print-max-elements': 0 is out of range" -- \
   "$PCP" run "$tmp/add.vmfb" --print-max-elements 0
 expect "submit: typo" 2 "unknown flag '--gatway' \(did you mean '--gateway'\?\)" -- \
