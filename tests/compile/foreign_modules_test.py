@@ -298,7 +298,8 @@ def test_flags(tmp, cache, paths):
           and "--iree-flag" in r.stderr, r.stderr[-400:])
     r = pcp("compile", path, "-o", os.path.join(tmp, "bad.vmfb"),
             "--cache-dir", cache, "--iree-flag=--compile-to=flow", env=base)
-    check("flags: a refused flag exits 1", r.returncode == 1 and
+    # Refused by pcp before any work: a bad flag value, a usage error.
+    check("flags: a refused flag exits 2", r.returncode == 2 and
           "--compile-to" in r.stderr, r.stderr[-300:])
     env = dict(base, PCP_IREE_FLAGS="--iree-hal-dump-executable-files-to=/tmp")
     r = pcp("compile", path, "-o", os.path.join(tmp, "bad.vmfb"),
