@@ -153,8 +153,7 @@ static const pcp_config_field_t* alias_target(const pcp_config_table_t* table,
   }
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* other = &table->fields[i];
-    if (other->offset == field->offset &&
-        !is_alias(other)) {
+    if (other->offset == field->offset && !is_alias(other)) {
       return other;
     }
   }

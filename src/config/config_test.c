@@ -783,11 +783,10 @@ static void cli_messages_hide_internal_names(void** state) {
           "loading the program"),
       text, sizeof(text));
   assert_int_equal(rc, 1);
-  assert_string_equal(text,
-                      "pcp run: opening 'x.vmfb'; loading the program\n");
+  assert_string_equal(text, "pcp run: opening 'x.vmfb'; loading the program\n");
   rc = capture_stderr(usage_run,
-                      pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad"),
-                      text, sizeof(text));
+                      pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad"), text,
+                      sizeof(text));
   assert_int_equal(rc, 2);
   assert_string_equal(text, "pcp run: bad\nTry 'pcp run --help'.\n");
   // A status without a message reads as its code in words.

@@ -337,8 +337,8 @@ static bool role_flag_given(int argc, char* const* argv) {
 static int implied_role_unknown_flag(const pcp_roles_def_t* def, int argc,
                                      char* const* argv) {
   static const char* const kTopLevel[] = {
-      "version", "help", "gateway", "worker", "node-manager", "federation-hub",
-      "supervise"};
+      "version",      "help",           "gateway",  "worker",
+      "node-manager", "federation-hub", "supervise"};
   for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; ++i) {
     const char* arg = argv[i];
     if (strncmp(arg, "--", 2) != 0) {
@@ -356,8 +356,8 @@ static int implied_role_unknown_flag(const pcp_roles_def_t* def, int argc,
       suggestion = pcp_config_suggest_flag(def->table, name);
     }
     if (suggestion) {
-      fprintf(stderr, "pcp: unknown flag '--%s' (did you mean '--%s'?)\n",
-              name, suggestion);
+      fprintf(stderr, "pcp: unknown flag '--%s' (did you mean '--%s'?)\n", name,
+              suggestion);
     } else {
       fprintf(stderr, "pcp: unknown flag '--%s'\n", name);
     }

@@ -344,11 +344,11 @@ int pcp_roles_submit_cli_main(int argc, char** argv) {
   } else {
     if (!status && (positionals.count == 0 ||
                     strcmp(positionals.items[0], "train") != 0)) {
-      status = pcp_make_status(
-          PCP_STATUS_INVALID_ARGUMENT, "expected 'train EXP.json'%s%s%s",
-          positionals.count ? ", got '" : "",
-          positionals.count ? positionals.items[0] : "",
-          positionals.count ? "'" : "");
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "expected 'train EXP.json'%s%s%s",
+                               positionals.count ? ", got '" : "",
+                               positionals.count ? positionals.items[0] : "",
+                               positionals.count ? "'" : "");
     } else if (!status && positionals.count != 2) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "expected one experiment file after 'train', "
