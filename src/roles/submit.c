@@ -355,6 +355,13 @@ int pcp_roles_submit_cli_main(int argc, char** argv) {
                                "got %zu",
                                positionals.count - 1);
     }
+    if (!status && strncmp(options.gateway, "http://", 7) != 0 &&
+        strncmp(options.gateway, "https://", 8) != 0) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "--gateway must start with http:// or "
+                               "https://, got '%s'",
+                               options.gateway);
+    }
     if (status) {
       exit_code = pcp_config_cli_usage_error("submit", status);
     } else {

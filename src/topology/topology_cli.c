@@ -72,8 +72,19 @@ int pcp_topology_cli_main(int argc, char** argv) {
   for (const topo_subcommand_t* c = kSubcommands; c->name; ++c) {
     if (strcmp(argv[1], c->name) == 0) return c->main(argc - 1, argv + 1);
   }
-  fprintf(stderr, "pcp topo: unknown subcommand '%s'\nTry 'pcp topo --help'.\n",
-          argv[1]);
+  const char* names[PCP_ARRAYSIZE(kSubcommands)];
+  size_t count = 0;
+  for (const topo_subcommand_t* c = kSubcommands; c->name; ++c) {
+    names[count++] = c->name;
+  }
+  const char* suggestion = pcp_config_suggest(argv[1], names, count);
+  if (suggestion) {
+    fprintf(stderr, "pcp topo: unknown subcommand '%s' (did you mean '%s'?)\n",
+            argv[1], suggestion);
+  } else {
+    fprintf(stderr, "pcp topo: unknown subcommand '%s'\n", argv[1]);
+  }
+  fprintf(stderr, "Try 'pcp topo --help'.\n");
   return 2;
 }
 

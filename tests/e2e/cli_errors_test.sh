@@ -137,6 +137,8 @@ expect "submit: typo" 2 "unknown flag '--gatway' \(did you mean '--gateway'\?\)"
   "$PCP" submit train "$tmp/exp.json" --gatway http://x
 expect "submit: bad value" 2 "'--poll-ms': 5 is out of range \[10, 60000\]" -- \
   "$PCP" submit train "$tmp/exp.json" --poll-ms 5
+expect "submit: bad URL" 2 "--gateway must start with http:// or https://, got 'gw:8000'" -- \
+  "$PCP" submit train "$tmp/exp.json" --gateway gw:8000
 expect "submit: not a number" 2 "'--timeout-s': expected an integer, got '1x'" -- \
   "$PCP" submit train "$tmp/exp.json" --timeout-s 1x
 expect "submit: no file" 2 "expected one experiment file" -- "$PCP" submit train
@@ -155,7 +157,7 @@ expect "topo: typo" 2 "did you mean '--field'" -- "$PCP" topo betti "$tmp/path.j
 expect "topo: bad value" 2 "not a prime field" -- "$PCP" topo betti "$tmp/path.json" --field 4
 expect "topo: bad complex" 1 "^pcp topo betti: .*facets" -- "$PCP" topo betti "$tmp/badcomplex.json"
 expect "topo: works" 0 "betti=\[1,0\]" -- "$PCP" topo betti "$tmp/path.json"
-expect "topo: unknown subcommand" 2 "unknown subcommand 'bettti'" -- "$PCP" topo bettti
+expect "topo: unknown subcommand" 2 "unknown subcommand 'bettti' \(did you mean 'betti'\?\)" -- "$PCP" topo bettti
 # Roles: the same parser, and a started role that cannot do its work exits 1.
 expect "gateway: typo" 2 "^pcp --gateway: unknown flag '--api-prot' \(did you mean '--api-port'\?\)" -- \
   "$PCP" --gateway --api-prot 1
