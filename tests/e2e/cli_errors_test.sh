@@ -197,11 +197,21 @@ expect "pcp help submit" 0 "usage: pcp submit train EXP.json" -- "$PCP" help sub
 expect "pcp help worker" 0 "--connect" -- "$PCP" help worker
 expect "pcp help nosuch" 2 "unknown command or role 'nosuch'" -- "$PCP" help nosuch
 expect "pcp version" 0 "^pcp [0-9]" -- "$PCP" version
-if [[ "$("$PCP" help submit 2>&1)" == "$("$PCP" submit --help 2>&1)" ]]; then
-  pass=$((pass + 1)); echo "ok   pcp help submit = pcp submit --help"
-else
-  fail=$((fail + 1)); echo "FAIL pcp help submit differs from pcp submit --help"
-fi
+# `pcp help X` is `pcp X --help` (roles: `pcp --X --help`), exit 0, for all.
+for c in chat compile inspect model run submit tokenize topo \
+         gateway worker node-manager federation-hub supervise; do
+  case $c in
+    gateway|worker|node-manager|federation-hub|supervise) direct=(--"$c" --help) ;;
+    *) direct=("$c" --help) ;;
+  esac
+  via_help=$("$PCP" help "$c" 2>&1; echo "exit $?")
+  via_flag=$("$PCP" "${direct[@]}" 2>&1; echo "exit $?")
+  if [[ "$via_help" == "$via_flag" && "$via_help" == *"exit 0" && "$via_help" == *usage* ]]; then
+    pass=$((pass + 1)); echo "ok   pcp help $c = pcp ${direct[*]}"
+  else
+    fail=$((fail + 1)); echo "FAIL pcp help $c differs from pcp ${direct[*]} (or fails)"
+  fi
+done
 # Internal names appear only at PCP_LOG_LEVEL=debug.
 expect "debug shows the code and location" 1 "NOT_FOUND: opening .*\(file\.c:[0-9]+\)" -- \
   env PCP_LOG_LEVEL=debug "$PCP" run "$tmp/nothere.vmfb"
