@@ -77,15 +77,19 @@ static int unknown_command(const char* what, const char* name) {
   }
   candidates[count++] = "help";
   candidates[count++] = "version";
-  if (strcmp(what, "command or role") == 0) {
-    for (size_t i = 0; i < PCP_ARRAYSIZE(kRoles); ++i) {
-      candidates[count++] = kRoles[i].name;
-    }
+  size_t first_role = count;
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kRoles); ++i) {
+    candidates[count++] = kRoles[i].name;
   }
   const char* suggestion = pcp_config_suggest(name, candidates, count);
+  // Roles are flags (`pcp worker` means `pcp --worker`), except after help.
+  bool role_flag = false;
+  for (size_t i = first_role; suggestion && i < count; ++i) {
+    role_flag |= suggestion == candidates[i] && strcmp(what, "command") == 0;
+  }
   if (suggestion) {
-    fprintf(stderr, "pcp: unknown %s '%s' (did you mean '%s'?)\n", what, name,
-            suggestion);
+    fprintf(stderr, "pcp: unknown %s '%s' (did you mean '%s%s'?)\n", what,
+            name, role_flag ? "--" : "", suggestion);
   } else {
     fprintf(stderr, "pcp: unknown %s '%s'\n", what, name);
   }

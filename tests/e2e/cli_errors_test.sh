@@ -192,6 +192,7 @@ expect "pcp --verison" 2 "^pcp: unknown flag '--verison' \(did you mean '--versi
 expect "pcp --hepl" 2 "did you mean '--help'" -- "$PCP" --hepl
 expect "pcp --frobnicate (no role)" 2 "^pcp: unknown flag '--frobnicate'$" -- "$PCP" --frobnicate
 expect "pcp compil" 2 "^pcp: unknown command 'compil' \(did you mean 'compile'\?\)" -- "$PCP" compil
+expect "pcp worker" 2 "^pcp: unknown command 'worker' \(did you mean '--worker'\?\)" -- "$PCP" worker
 expect "pcp help" 0 "pcp help \[COMMAND\|ROLE\]" -- "$PCP" help
 expect "pcp help submit" 0 "usage: pcp submit train EXP.json" -- "$PCP" help submit
 expect "pcp help worker" 0 "--connect" -- "$PCP" help worker
