@@ -323,7 +323,7 @@ static void hub_and_nodemgr_flags(void** state) {
   memset(&hub, 0, sizeof(hub));
   assert_null(parse_table(&pcp_roles_hub_table, &hub, 3, "--federation-hub",
                           "--api-token-env", "HUB_TOKEN"));
-  assert_int_equal(hub.api_port, 8000);
+  assert_int_equal(hub.api_port, 8003);  // apart from 8000, 8002, 8080
   assert_string_equal(hub.api_token_env, "HUB_TOKEN");
   pcp_config_deinitialize(&pcp_roles_hub_table, &hub);
   // --gateway-port / --gateway-host are aliases; the last one given wins.

@@ -18,7 +18,9 @@ static const pcp_config_field_t kFields[] = {
     {.name = "api-port",
      .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(T, api_port),
-     .default_value = "8000",
+     // Apart from the gateway's 8000/8080 and the node manager's 8002, so
+     // all four can start with defaults on one host.
+     .default_value = "8003",
      .min = 1,
      .max = 65535,
      .value_name = "PORT",
