@@ -34,7 +34,7 @@ done
 # Not loaded by a real `pcp run` either (the loader's trace goes to a file).
 out=$(LD_DEBUG=files LD_DEBUG_OUTPUT="$tmp/ld" "$PCP" run "$tmp/add.vmfb" \
   --input 4xf32=1,2,3,4 --input 4xf32=1 2>&1)
-if [[ "$out" != "4xf32=2 3 4 5" ]]; then
+if ! grep -qx "4xf32=2 3 4 5" <<<"$out"; then
   echo "FAIL pcp run printed: $out"; fail=1
 fi
 trace=$(cat "$tmp"/ld.* 2>/dev/null)
