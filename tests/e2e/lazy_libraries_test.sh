@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# `pcp run` maps only what it uses: libz3 and libcurl are opened with dlopen
-# by the topology solver and the HTTP client at first use, never at start-up
+# `pcp run` maps only what it uses: libz3, libcurl and libmicrohttpd (with
+# GnuTLS behind it) are opened with dlopen by the topology solver, the HTTP
+# client and the HTTP server at first use, never at start-up
 # (docs/decisions.md, "Lazy loading"). The dynamic loader's own trace
 # (LD_DEBUG=files) lists every object it opens, start-up and dlopen alike.
 set -u
@@ -23,7 +24,7 @@ fi
 
 # Not linked: no DT_NEEDED entry for either library.
 needed=$(readelf -d "$PCP" | grep NEEDED)
-for lib in libz3 libcurl; do
+for lib in libz3 libcurl libmicrohttpd libgnutls; do
   if grep -q "$lib" <<<"$needed"; then
     echo "FAIL $PCP is linked against $lib:"; echo "$needed"; fail=1
   else
@@ -42,7 +43,7 @@ trace=$(cat "$tmp"/ld.* 2>/dev/null)
 if ! grep -q "file=libpython3" <<<"$trace"; then
   echo "FAIL the loader trace has no libpython (LD_DEBUG not honoured?)"; fail=1
 fi
-for lib in libz3 libcurl; do
+for lib in libz3 libcurl libmicrohttpd libgnutls; do
   if grep -q "file=$lib" <<<"$trace"; then
     echo "FAIL pcp run loaded $lib:"; grep "file=$lib" <<<"$trace" | head -3
     fail=1
