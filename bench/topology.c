@@ -17,7 +17,11 @@
 // insert_batch (which adds every face), compute_persistence over GF(2) with
 // every filtration value 0 (so persistent homology is homology) and
 // betti_numbers() (bench/topology_baseline.py). File I/O and Python start-up
-// are not timed. Medians of several runs each.
+// are not timed. Both sides are single-threaded (the gudhi wheel has no TBB).
+// The machine is shared, so the two sides alternate: each of ROUNDS rounds
+// times ours (the median of the runs that fit in a short budget, at least
+// one), then GUDHI once per complex in a fresh process; each side's figure
+// is the median over the rounds, so a burst of load hits both alike.
 //
 // Fails (exit 1) when the Betti numbers differ or when ours is slower than
 // GUDHI on any complex (goal: ratio >= 1). Prints
@@ -38,10 +42,9 @@
 #endif
 
 #define PRIME 2
-#define OUR_BUDGET_NS 2000000000ll
-#define OUR_MIN_RUNS 3
+#define ROUNDS 3
+#define OUR_BUDGET_NS 500000000ll
 #define MAX_RUNS 200
-#define GUDHI_RUNS 3
 #define PUNCTURE_EVERY 7
 #define GOAL_RATIO 1.0
 
@@ -60,14 +63,21 @@ typedef struct bench_complex_t {
   const char* name;
   pcp_topology_complex_t* complex;
   pcp_topology_betti_t ours;
-  double ours_s;  // median
-  int ours_runs;
-  char gudhi_betti[256];
-  double gudhi_s;  // median
-  double gudhi_build_s;
-  double gudhi_homology_s;
+  double ours_s[ROUNDS];  // per round: median of that round's runs
+  int ours_runs;          // in all rounds
+  char gudhi_betti[256];  // the same in every round, or the bench fails
+  double gudhi_s[ROUNDS];
+  double gudhi_build_s[ROUNDS];
+  double gudhi_homology_s[ROUNDS];
   long gudhi_simplices;
 } bench_complex_t;
+
+static double median_of(const double* values, int count) {
+  double sorted[MAX_RUNS];
+  memcpy(sorted, values, (size_t)count * sizeof(double));
+  qsort(sorted, (size_t)count, sizeof(double), compare_double);
+  return sorted[count / 2];
+}
 
 // Ch^|rounds| of the triangle, copied out of its subdivision (the caller
 // releases the result). Every |puncture_every|-th listed triangle is left
@@ -152,20 +162,20 @@ static int write_complex(const pcp_topology_complex_t* complex,
   return 0;
 }
 
-static void time_ours(bench_complex_t* c) {
+// One round of ours on |c|: runs for OUR_BUDGET_NS (at least one run).
+static void time_ours(bench_complex_t* c, int round) {
   static double times[MAX_RUNS];
   int runs = 0;
   int64_t budget_start = pcp_clock_now_ns(g_clock);
   while (runs < MAX_RUNS &&
-         (runs < OUR_MIN_RUNS ||
+         (runs < 1 ||
           pcp_clock_now_ns(g_clock) - budget_start < OUR_BUDGET_NS)) {
     int64_t t = pcp_clock_now_ns(g_clock);
     PCP_CHECK_OK(pcp_topology_complex_betti(c->complex, PRIME, &c->ours));
     times[runs++] = seconds_since(t);
   }
-  qsort(times, (size_t)runs, sizeof(double), compare_double);
-  c->ours_s = times[runs / 2];
-  c->ours_runs = runs;
+  c->ours_s[round] = median_of(times, runs);
+  c->ours_runs += runs;
 }
 
 static void format_betti(const pcp_topology_betti_t* betti, char* out,
@@ -178,8 +188,11 @@ static void format_betti(const pcp_topology_betti_t* betti, char* out,
   }
 }
 
-// Reads `NAME key=value ...` lines of the baseline into |c|.
-static bool parse_baseline(const char* output, bench_complex_t* c) {
+// Reads the `NAME key=value ...` line of |c| from one baseline run into
+// round |round| of |c|. False when the line is missing or malformed, or its
+// Betti numbers differ from an earlier round's.
+static bool parse_baseline(const char* output, bench_complex_t* c,
+                           int round) {
   size_t n = strlen(c->name);
   for (const char* p = output; p && *p;) {
     if (strncmp(p, c->name, n) == 0 && p[n] == ' ') {
@@ -189,13 +202,18 @@ static bool parse_baseline(const char* output, bench_complex_t* c) {
       betti += 7;
       size_t length = strcspn(betti, " \n");
       if (length >= sizeof(c->gudhi_betti)) return false;
+      if (round > 0 && (strlen(c->gudhi_betti) != length ||
+                        memcmp(c->gudhi_betti, betti, length) != 0)) {
+        return false;
+      }
       memcpy(c->gudhi_betti, betti, length);
       c->gudhi_betti[length] = '\0';
       return sscanf(p + n,
                     " simplices=%ld betti=%*s median_s=%lf min_s=%*f "
                     "build_s=%lf homology_s=%lf",
-                    &c->gudhi_simplices, &c->gudhi_s, &c->gudhi_build_s,
-                    &c->gudhi_homology_s) == 4;
+                    &c->gudhi_simplices, &c->gudhi_s[round],
+                    &c->gudhi_build_s[round],
+                    &c->gudhi_homology_s[round]) == 4;
     }
     p = strchr(p, '\n');
     if (p) ++p;
@@ -217,8 +235,8 @@ int main(int argc, char** argv) {
   char command[8192];
   int used = snprintf(command, sizeof(command),
                       "'%s/bin/python' '%s/bench/topology_baseline.py' "
-                      "--runs %d",
-                      pcp_venv_directory(), PCP_SOURCE_DIR, GUDHI_RUNS);
+                      "--runs 1",
+                      pcp_venv_directory(), PCP_SOURCE_DIR);
   for (int i = 0; i < 2; ++i) {
     char dir[4096];
     int n = snprintf(dir, sizeof(dir), "%s/%s", out_dir, complexes[i].name);
@@ -230,47 +248,56 @@ int main(int argc, char** argv) {
     used += snprintf(command + used, sizeof(command) - (size_t)used,
                      " '%s:%s'", complexes[i].name, dir);
   }
-  // Ours first, while nothing else of this bench is running.
-  for (int i = 0; i < 2; ++i) time_ours(&complexes[i]);
-
-  FILE* pipe = popen(command, "r");
-  if (!pipe) {
-    fprintf(stderr, "topology: cannot run the GUDHI baseline\n");
-    return 1;
-  }
-  static char output[1 << 16];
-  size_t length = fread(output, 1, sizeof(output) - 1, pipe);
-  output[length] = '\0';
-  if (pclose(pipe) != 0) {
-    fprintf(stderr,
-            "topology: the GUDHI baseline failed (is the gudhi wheel of "
-            "tools/setup/requirements-test.txt installed? make setup):\n%s\n",
-            output);
-    return 1;
-  }
   char version[64] = "?";
-  const char* v = strstr(output, "gudhi_version=");
-  if (v) sscanf(v, "gudhi_version=%63s", version);
+  for (int round = 0; round < ROUNDS; ++round) {
+    for (int i = 0; i < 2; ++i) time_ours(&complexes[i], round);
+    FILE* pipe = popen(command, "r");
+    if (!pipe) {
+      fprintf(stderr, "topology: cannot run the GUDHI baseline\n");
+      return 1;
+    }
+    static char output[1 << 16];
+    size_t length = fread(output, 1, sizeof(output) - 1, pipe);
+    output[length] = '\0';
+    if (pclose(pipe) != 0) {
+      fprintf(stderr,
+              "topology: the GUDHI baseline failed (is the gudhi wheel of "
+              "tools/setup/requirements-test.txt installed? make setup):\n"
+              "%s\n",
+              output);
+      return 1;
+    }
+    const char* v = strstr(output, "gudhi_version=");
+    if (v) sscanf(v, "gudhi_version=%63s", version);
+    for (int i = 0; i < 2; ++i) {
+      if (!parse_baseline(output, &complexes[i], round)) {
+        fprintf(stderr,
+                "topology: unexpected baseline output for %s in round %d:"
+                "\n%s\n",
+                complexes[i].name, round + 1, output);
+        return 1;
+      }
+    }
+  }
 
   bool agree = true;
   double ratio = 0;
   for (int i = 0; i < 2; ++i) {
     bench_complex_t* c = &complexes[i];
-    if (!parse_baseline(output, c)) {
-      fprintf(stderr, "topology: unexpected baseline output:\n%s\n", output);
-      return 1;
-    }
     char ours[256];
     format_betti(&c->ours, ours, sizeof(ours));
-    double r = c->gudhi_s / c->ours_s;
+    double ours_s = median_of(c->ours_s, ROUNDS);
+    double gudhi_s = median_of(c->gudhi_s, ROUNDS);
+    double r = gudhi_s / ours_s;
     printf("%-14s listed=%zu gudhi_simplices=%ld betti ours=[%s] "
            "gudhi=[%s]\n",
            c->name, pcp_topology_complex_count(c->complex), c->gudhi_simplices,
            ours, c->gudhi_betti);
-    printf("%-14s ours %.4f s (median of %d)  GUDHI %s %.4f s (median of %d: "
-           "simplex tree %.4f s, persistence %.4f s)  ratio=%.2f\n",
-           c->name, c->ours_s, c->ours_runs, version, c->gudhi_s, GUDHI_RUNS,
-           c->gudhi_build_s, c->gudhi_homology_s, r);
+    printf("%-14s ours %.4f s (%d runs in %d rounds)  GUDHI %s %.4f s (%d "
+           "rounds: simplex tree %.4f s, persistence %.4f s)  ratio=%.2f\n",
+           c->name, ours_s, c->ours_runs, ROUNDS, version, gudhi_s, ROUNDS,
+           median_of(c->gudhi_build_s, ROUNDS),
+           median_of(c->gudhi_homology_s, ROUNDS), r);
     if (strcmp(ours, c->gudhi_betti) != 0) {
       fprintf(stderr, "topology: %s: Betti numbers differ: ours [%s], GUDHI "
                       "[%s]\n",
