@@ -16,12 +16,12 @@
 // than their fastest (goal: ratio >= 1). Prints `tokenizer ratio=<ours /
 // theirs>` last.
 
+#include "tokenizer/tokenizer.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "tokenizer/tokenizer.h"
 
 #define GOAL_RATIO 1.0
 // Rounds of (their modes, then ours), and the time per mode per round.
@@ -39,13 +39,15 @@ static bool read_value(const char* output, const char* key, char* out,
     if (strncmp(p, key, n) == 0 && p[n] == '=') {
       const char* v = p + n + 1;
       size_t length = strcspn(v, "\n");
-      if (length >= capacity) return false;
+      if (length >= capacity)
+        return false;
       memcpy(out, v, length);
       out[length] = '\0';
       return true;
     }
     p = strchr(p, '\n');
-    if (p) ++p;
+    if (p)
+      ++p;
   }
   return false;
 }
@@ -55,7 +57,8 @@ static bool read_u32_file(const char* dir, const char* name,
                           uint32_t** out_values, size_t* out_count) {
   char path[4200];
   int n = snprintf(path, sizeof(path), "%s/%s", dir, name);
-  if (n < 0 || (size_t)n >= sizeof(path)) return false;
+  if (n < 0 || (size_t)n >= sizeof(path))
+    return false;
   void* data = NULL;
   size_t size = 0;
   pcp_status_t status = pcp_file_read_all(path, (size_t)1 << 30, &data, &size);
@@ -76,7 +79,8 @@ static long first_difference(const uint32_t* ours, size_t ours_count,
                              const uint32_t* theirs, size_t theirs_count) {
   size_t n = ours_count < theirs_count ? ours_count : theirs_count;
   for (size_t i = 0; i < n; ++i) {
-    if (ours[i] != theirs[i]) return (long)i;
+    if (ours[i] != theirs[i])
+      return (long)i;
   }
   return ours_count == theirs_count ? -1 : (long)n;
 }
@@ -160,8 +164,8 @@ static void time_ours(pcp_clock_t clock, pcp_tokenizer_t* t,
   start = pcp_clock_now_ns(clock);
   do {
     pcp_tokenizer_encoder_t* cold = NULL;
-    PCP_CHECK_OK(pcp_tokenizer_encoder_create(t, pcp_allocator_system(),
-                                              &cold));
+    PCP_CHECK_OK(
+        pcp_tokenizer_encoder_create(t, pcp_allocator_system(), &cold));
     ids->count = 0;
     PCP_CHECK_OK(pcp_tokenizer_encoder_encode(cold, text, ids));
     pcp_tokenizer_encoder_release(cold);
@@ -180,10 +184,10 @@ int main(int argc, char** argv) {
            "--seconds %.1f",
            pcp_venv_directory(), PCP_SOURCE_DIR, out_dir,
            2.0 * (double)ROUND_NS / 1e9);
-  snprintf(timing_command, sizeof(timing_command), "%s --timing-only",
-           command);
+  snprintf(timing_command, sizeof(timing_command), "%s --timing-only", command);
   static char output[1 << 16];
-  if (!run_baseline(command, output, sizeof(output))) return 1;
+  if (!run_baseline(command, output, sizeof(output)))
+    return 1;
   char tokenizer_json[2048], corpus[2048], name[128], value[64];
   if (!read_value(output, "tokenizer_json", tokenizer_json,
                   sizeof(tokenizer_json)) ||
@@ -193,9 +197,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "tokenizer: unexpected baseline output:\n%s\n", output);
     return 1;
   }
-  long expected_ids = read_value(output, "ids", value, sizeof(value))
-                          ? atol(value)
-                          : -1;
+  long expected_ids =
+      read_value(output, "ids", value, sizeof(value)) ? atol(value) : -1;
 
   pcp_clock_t clock = pcp_clock_system();
   int64_t t0 = pcp_clock_now_ns(clock);
@@ -218,10 +221,12 @@ int main(int argc, char** argv) {
   if (!read_u32_file(out_dir, "ids_whole.u32", &theirs, &theirs_count)) {
     return 1;
   }
-  long at = first_difference((const uint32_t*)ids.values, ids.count, theirs, theirs_count);
+  long at = first_difference((const uint32_t*)ids.values, ids.count, theirs,
+                             theirs_count);
   if (at >= 0 || (long)ids.count != expected_ids) {
     fprintf(stderr, "tokenizer: whole corpus: ids differ at %ld\n", at);
-    print_around("ours", (const uint32_t*)ids.values, ids.count, at < 0 ? 0 : at);
+    print_around("ours", (const uint32_t*)ids.values, ids.count,
+                 at < 0 ? 0 : at);
     print_around("tokenizers", theirs, theirs_count, at < 0 ? 0 : at);
     return 1;
   }
@@ -245,11 +250,12 @@ int main(int argc, char** argv) {
           &ids));
       if (line >= line_count || ids.count != line_counts[line] ||
           position + ids.count > theirs_count ||
-          first_difference((const uint32_t*)ids.values, ids.count, theirs + position,
-                           ids.count) >= 0) {
+          first_difference((const uint32_t*)ids.values, ids.count,
+                           theirs + position, ids.count) >= 0) {
         long n = line < line_count ? (long)line_counts[line] : 0;
-        fprintf(stderr, "tokenizer: line %zu: ids differ (ours %zu, theirs "
-                        "%ld)\n",
+        fprintf(stderr,
+                "tokenizer: line %zu: ids differ (ours %zu, theirs "
+                "%ld)\n",
                 line + 1, ids.count, n);
         print_around("ours", (const uint32_t*)ids.values, ids.count, 0);
         if (position + (size_t)n <= theirs_count) {
@@ -262,8 +268,9 @@ int main(int argc, char** argv) {
       offset = end + 1;
     }
     if (line != line_count || position != theirs_count) {
-      fprintf(stderr, "tokenizer: %zu lines and %zu ids, the baseline made "
-                      "%zu and %zu\n",
+      fprintf(stderr,
+              "tokenizer: %zu lines and %zu ids, the baseline made "
+              "%zu and %zu\n",
               line, position, line_count, theirs_count);
       return 1;
     }
@@ -304,20 +311,23 @@ int main(int argc, char** argv) {
   double their_median[kModeCount];
   for (int m = 0; m < kModeCount; ++m) {
     their_median[m] = median_of(theirs_mb_s[m], ROUNDS);
-    if (their_median[m] > their_median[best]) best = m;
+    if (their_median[m] > their_median[best])
+      best = m;
   }
   double baseline_mb_s = their_median[best];
   ids.count = 0;
   PCP_CHECK_OK(pcp_tokenizer_encoder_encode(e, text, &ids));
 
-  printf("tokenizer: %s, corpus %.2f MB, %zu ids, load %.0f ms; every id "
-         "equal to tokenizers' (whole corpus and line by line)\n",
-         name, (double)size / 1e6, ids.count, load_ms);
+  printf(
+      "tokenizer: %s, corpus %.2f MB, %zu ids, load %.0f ms; every id "
+      "equal to tokenizers' (whole corpus and line by line)\n",
+      name, (double)size / 1e6, ids.count, load_ms);
   char version[64] = "?";
   (void)read_value(output, "tokenizers_version", version, sizeof(version));
-  printf("tokenizer ours (median of %d rounds): whole corpus %.2f MB/s, per "
-         "line %.2f MB/s, whole with a cold word cache %.2f MB/s\n",
-         ROUNDS, ours_mb_s, lines_mb_s, cold_mb_s);
+  printf(
+      "tokenizer ours (median of %d rounds): whole corpus %.2f MB/s, per "
+      "line %.2f MB/s, whole with a cold word cache %.2f MB/s\n",
+      ROUNDS, ours_mb_s, lines_mb_s, cold_mb_s);
   printf("tokenizer tokenizers %s, one thread (median of %d rounds):", version,
          ROUNDS);
   for (int m = 0; m < kModeCount; ++m) {
@@ -327,8 +337,7 @@ int main(int argc, char** argv) {
   // Conservative: our slower mode against their fastest one.
   double ours = ours_mb_s < lines_mb_s ? ours_mb_s : lines_mb_s;
   double ratio = ours / baseline_mb_s;
-  printf("tokenizer baseline: %s at %.3f MB/s\n", kModes[best],
-         baseline_mb_s);
+  printf("tokenizer baseline: %s at %.3f MB/s\n", kModes[best], baseline_mb_s);
   if (ratio < GOAL_RATIO) {
     fprintf(stderr, "tokenizer: goal missed: ratio %.2f < %.2f\n", ratio,
             GOAL_RATIO);

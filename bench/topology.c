@@ -27,6 +27,8 @@
 // GUDHI on any complex (goal: ratio >= 1). Prints
 // `topology ratio=<GUDHI time / ours>` last, the smallest over the complexes.
 
+#include "topology/topology.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +37,6 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "topology/topology.h"
 
 #ifndef PCP_SOURCE_DIR
 #define PCP_SOURCE_DIR "."
@@ -142,7 +143,8 @@ static int write_complex(const pcp_topology_complex_t* complex,
     }
     for (size_t i = 0; i < pcp_topology_complex_count(complex); ++i) {
       pcp_topology_simplex_t s = pcp_topology_complex_simplex(complex, i);
-      if (s.count != (uint32_t)d + 1) continue;
+      if (s.count != (uint32_t)d + 1)
+        continue;
       for (uint32_t v = 0; v < s.count; ++v) {
         const pcp_topology_vertex_t* found =
             bsearch(&s.vertices[v], vertices.items, vertices.count,
@@ -167,9 +169,9 @@ static void time_ours(bench_complex_t* c, int round) {
   static double times[MAX_RUNS];
   int runs = 0;
   int64_t budget_start = pcp_clock_now_ns(g_clock);
-  while (runs < MAX_RUNS &&
-         (runs < 1 ||
-          pcp_clock_now_ns(g_clock) - budget_start < OUR_BUDGET_NS)) {
+  while (
+      runs < MAX_RUNS &&
+      (runs < 1 || pcp_clock_now_ns(g_clock) - budget_start < OUR_BUDGET_NS)) {
     int64_t t = pcp_clock_now_ns(g_clock);
     PCP_CHECK_OK(pcp_topology_complex_betti(c->complex, PRIME, &c->ours));
     times[runs++] = seconds_since(t);
@@ -183,25 +185,27 @@ static void format_betti(const pcp_topology_betti_t* betti, char* out,
   size_t used = 0;
   out[0] = '\0';
   for (uint32_t k = 0; k < betti->count && used < capacity; ++k) {
-    used += (size_t)snprintf(out + used, capacity - used, "%s%llu",
-                             k ? "," : "", (unsigned long long)betti->values[k]);
+    used +=
+        (size_t)snprintf(out + used, capacity - used, "%s%llu", k ? "," : "",
+                         (unsigned long long)betti->values[k]);
   }
 }
 
 // Reads the `NAME key=value ...` line of |c| from one baseline run into
 // round |round| of |c|. False when the line is missing or malformed, or its
 // Betti numbers differ from an earlier round's.
-static bool parse_baseline(const char* output, bench_complex_t* c,
-                           int round) {
+static bool parse_baseline(const char* output, bench_complex_t* c, int round) {
   size_t n = strlen(c->name);
   for (const char* p = output; p && *p;) {
     if (strncmp(p, c->name, n) == 0 && p[n] == ' ') {
       const char* betti = strstr(p, " betti=");
       const char* end = strchr(p, '\n');
-      if (!betti || (end && betti > end)) return false;
+      if (!betti || (end && betti > end))
+        return false;
       betti += 7;
       size_t length = strcspn(betti, " \n");
-      if (length >= sizeof(c->gudhi_betti)) return false;
+      if (length >= sizeof(c->gudhi_betti))
+        return false;
       if (round > 0 && (strlen(c->gudhi_betti) != length ||
                         memcmp(c->gudhi_betti, betti, length) != 0)) {
         return false;
@@ -212,11 +216,11 @@ static bool parse_baseline(const char* output, bench_complex_t* c,
                     " simplices=%ld betti=%*s median_s=%lf min_s=%*f "
                     "build_s=%lf homology_s=%lf",
                     &c->gudhi_simplices, &c->gudhi_s[round],
-                    &c->gudhi_build_s[round],
-                    &c->gudhi_homology_s[round]) == 4;
+                    &c->gudhi_build_s[round], &c->gudhi_homology_s[round]) == 4;
     }
     p = strchr(p, '\n');
-    if (p) ++p;
+    if (p)
+      ++p;
   }
   return false;
 }
@@ -244,9 +248,10 @@ int main(int argc, char** argv) {
       fprintf(stderr, "topology: scratch directory path too long\n");
       return 1;
     }
-    if (write_complex(complexes[i].complex, dir)) return 1;
-    used += snprintf(command + used, sizeof(command) - (size_t)used,
-                     " '%s:%s'", complexes[i].name, dir);
+    if (write_complex(complexes[i].complex, dir))
+      return 1;
+    used += snprintf(command + used, sizeof(command) - (size_t)used, " '%s:%s'",
+                     complexes[i].name, dir);
   }
   char version[64] = "?";
   for (int round = 0; round < ROUNDS; ++round) {
@@ -268,7 +273,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     const char* v = strstr(output, "gudhi_version=");
-    if (v) sscanf(v, "gudhi_version=%63s", version);
+    if (v)
+      sscanf(v, "gudhi_version=%63s", version);
     for (int i = 0; i < 2; ++i) {
       if (!parse_baseline(output, &complexes[i], round)) {
         fprintf(stderr,
@@ -289,25 +295,30 @@ int main(int argc, char** argv) {
     double ours_s = median_of(c->ours_s, ROUNDS);
     double gudhi_s = median_of(c->gudhi_s, ROUNDS);
     double r = gudhi_s / ours_s;
-    printf("%-14s listed=%zu gudhi_simplices=%ld betti ours=[%s] "
-           "gudhi=[%s]\n",
-           c->name, pcp_topology_complex_count(c->complex), c->gudhi_simplices,
-           ours, c->gudhi_betti);
-    printf("%-14s ours %.4f s (%d runs in %d rounds)  GUDHI %s %.4f s (%d "
-           "rounds: simplex tree %.4f s, persistence %.4f s)  ratio=%.2f\n",
-           c->name, ours_s, c->ours_runs, ROUNDS, version, gudhi_s, ROUNDS,
-           median_of(c->gudhi_build_s, ROUNDS),
-           median_of(c->gudhi_homology_s, ROUNDS), r);
+    printf(
+        "%-14s listed=%zu gudhi_simplices=%ld betti ours=[%s] "
+        "gudhi=[%s]\n",
+        c->name, pcp_topology_complex_count(c->complex), c->gudhi_simplices,
+        ours, c->gudhi_betti);
+    printf(
+        "%-14s ours %.4f s (%d runs in %d rounds)  GUDHI %s %.4f s (%d "
+        "rounds: simplex tree %.4f s, persistence %.4f s)  ratio=%.2f\n",
+        c->name, ours_s, c->ours_runs, ROUNDS, version, gudhi_s, ROUNDS,
+        median_of(c->gudhi_build_s, ROUNDS),
+        median_of(c->gudhi_homology_s, ROUNDS), r);
     if (strcmp(ours, c->gudhi_betti) != 0) {
-      fprintf(stderr, "topology: %s: Betti numbers differ: ours [%s], GUDHI "
-                      "[%s]\n",
+      fprintf(stderr,
+              "topology: %s: Betti numbers differ: ours [%s], GUDHI "
+              "[%s]\n",
               c->name, ours, c->gudhi_betti);
       agree = false;
     }
-    if (i == 0 || r < ratio) ratio = r;
+    if (i == 0 || r < ratio)
+      ratio = r;
     pcp_topology_complex_release(c->complex);
   }
-  if (agree) printf("agree: yes (GF(%d), every Betti number)\n", PRIME);
+  if (agree)
+    printf("agree: yes (GF(%d), every Betti number)\n", PRIME);
   bool met = ratio >= GOAL_RATIO;
   if (!met) {
     fprintf(stderr, "topology: goal missed: ratio %.2f < %.2f\n", ratio,

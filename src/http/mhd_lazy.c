@@ -27,23 +27,23 @@
 #include "base/base.h"
 
 // NOLINTBEGIN(readability-identifier-naming): libmicrohttpd's names.
-#define MHD_API_SYMBOLS(X)            \
-  X(MHD_add_response_header)          \
-  X(MHD_create_response_from_buffer)  \
+#define MHD_API_SYMBOLS(X)             \
+  X(MHD_add_response_header)           \
+  X(MHD_create_response_from_buffer)   \
   X(MHD_create_response_from_callback) \
-  X(MHD_create_response_from_fd64)    \
-  X(MHD_destroy_response)             \
-  X(MHD_get_connection_info)          \
-  X(MHD_get_connection_values)        \
-  X(MHD_get_daemon_info)              \
-  X(MHD_is_feature_supported)         \
-  X(MHD_lookup_connection_value)      \
-  X(MHD_lookup_connection_value_n)    \
-  X(MHD_queue_response)               \
-  X(MHD_quiesce_daemon)               \
-  X(MHD_resume_connection)            \
-  X(MHD_start_daemon_va)              \
-  X(MHD_stop_daemon)                  \
+  X(MHD_create_response_from_fd64)     \
+  X(MHD_destroy_response)              \
+  X(MHD_get_connection_info)           \
+  X(MHD_get_connection_values)         \
+  X(MHD_get_daemon_info)               \
+  X(MHD_is_feature_supported)          \
+  X(MHD_lookup_connection_value)       \
+  X(MHD_lookup_connection_value_n)     \
+  X(MHD_queue_response)                \
+  X(MHD_quiesce_daemon)                \
+  X(MHD_resume_connection)             \
+  X(MHD_start_daemon_va)               \
+  X(MHD_stop_daemon)                   \
   X(MHD_suspend_connection)
 
 typedef struct mhd_api_t {
@@ -65,9 +65,9 @@ static pthread_once_t g_mhd_once = PTHREAD_ONCE_INIT;
 static void mhd_load_once(void) {
   static const char* const kSonames[] = {"libmicrohttpd.so.12",
                                          "libmicrohttpd.so", NULL};
-  g_mhd_status = pcp_dynlib_load(kSonames, "the HTTP server",
-                                 "libmicrohttpd12", kMhdSymbols,
-                                 PCP_ARRAYSIZE(kMhdSymbols), &g_mhd);
+  g_mhd_status =
+      pcp_dynlib_load(kSonames, "the HTTP server", "libmicrohttpd12",
+                      kMhdSymbols, PCP_ARRAYSIZE(kMhdSymbols), &g_mhd);
 }
 
 static bool mhd_load(void) {
@@ -82,10 +82,9 @@ static const mhd_api_t* mhd(void) {
 }
 
 struct MHD_Daemon* MHD_start_daemon(unsigned int flags, uint16_t port,
-                                    MHD_AcceptPolicyCallback apc,
-                                    void* apc_cls,
-                                    MHD_AccessHandlerCallback dh,
-                                    void* dh_cls, ...) {
+                                    MHD_AcceptPolicyCallback apc, void* apc_cls,
+                                    MHD_AccessHandlerCallback dh, void* dh_cls,
+                                    ...) {
   if (!mhd_load()) {
     pcp_log_status(PCP_LOG_ERROR, NULL, g_mhd_status, "cannot start a server");
     return NULL;
@@ -149,10 +148,11 @@ const char* MHD_lookup_connection_value(struct MHD_Connection* connection,
   return mhd()->MHD_lookup_connection_value(connection, kind, key);
 }
 
-enum MHD_Result MHD_lookup_connection_value_n(
-    struct MHD_Connection* connection, enum MHD_ValueKind kind,
-    const char* key, size_t key_size, const char** value_ptr,
-    size_t* value_size_ptr) {
+enum MHD_Result MHD_lookup_connection_value_n(struct MHD_Connection* connection,
+                                              enum MHD_ValueKind kind,
+                                              const char* key, size_t key_size,
+                                              const char** value_ptr,
+                                              size_t* value_size_ptr) {
   return mhd()->MHD_lookup_connection_value_n(connection, kind, key, key_size,
                                               value_ptr, value_size_ptr);
 }
