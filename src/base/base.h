@@ -575,6 +575,32 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_file_sha256(const char* path,
                                                  uint64_t* out_byte_length);
 
 //===----------------------------------------------------------------------===//
+// Libraries loaded at first use
+//===----------------------------------------------------------------------===//
+
+// Heavy libraries that only some subcommands need (libz3 for the topology
+// solver, libcurl for the HTTP client) are opened with dlopen when first
+// used, so `pcp run` maps only what it uses (docs/decisions.md, "Lazy
+// loading"). A module keeps a table of typed function pointers and one
+// pcp_dynlib_symbol_t per entry.
+typedef struct pcp_dynlib_symbol_t {
+  const char* name;  // exported symbol name
+  size_t offset;     // byte offset of its function pointer in the table
+} pcp_dynlib_symbol_t;
+
+// Opens the first of the NULL-terminated |sonames| that the dynamic loader
+// finds (RTLD_NOW | RTLD_LOCAL; never closed) and stores the address of every
+// entry of |symbols| at its offset in |inout_table|. |what| says what needs
+// the library and |package| which Debian package provides it; both appear in
+// the error. Returns NOT_FOUND when no soname loads, INCOMPATIBLE when a
+// symbol is missing (|inout_table| is then partly written and must not be
+// used). Thread-compatible: callers serialise (pthread_once).
+PCP_MUST_USE_RESULT pcp_status_t pcp_dynlib_load(
+    const char* const* sonames, const char* what, const char* package,
+    const pcp_dynlib_symbol_t* symbols, size_t symbol_count,
+    void* inout_table);
+
+//===----------------------------------------------------------------------===//
 // Logging
 //===----------------------------------------------------------------------===//
 

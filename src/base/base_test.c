@@ -317,6 +317,40 @@ static void file_sha256_matches_compute(void** state) {
   free(bytes);
 }
 
+// pcp_dynlib_load: a library that loads fills the table; a missing library
+// and a missing symbol are clear errors naming the package, not a crash.
+typedef struct math_api_t {
+  double (*cos)(double);
+} math_api_t;
+
+static void dynlib_load_fills_table_or_names_package(void** state) {
+  (void)state;
+  const pcp_dynlib_symbol_t symbols[] = {{"cos", offsetof(math_api_t, cos)}};
+  math_api_t api = {0};
+  const char* const good[] = {"libpcp-no-such-library.so.9", "libm.so.6",
+                              NULL};
+  assert_null(pcp_dynlib_load(good, "the test", "libc6", symbols, 1, &api));
+  assert_non_null(api.cos);
+  assert_true(api.cos(0.0) == 1.0);
+
+  const char* const missing[] = {"libpcp-no-such-library.so.9", NULL};
+  pcp_status_t status =
+      pcp_dynlib_load(missing, "the test", "pcp-nothing", symbols, 1, &api);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_NOT_FOUND);
+  const char* message = pcp_status_message(status);
+  assert_non_null(strstr(message, "libpcp-no-such-library.so.9"));
+  assert_non_null(strstr(message, "pcp-nothing"));
+  assert_non_null(strstr(message, "the test"));
+  pcp_status_ignore(status);
+
+  const pcp_dynlib_symbol_t absent[] = {
+      {"pcp_no_such_symbol", offsetof(math_api_t, cos)}};
+  status = pcp_dynlib_load(good, "the test", "libc6", absent, 1, &api);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_INCOMPATIBLE);
+  assert_non_null(strstr(pcp_status_message(status), "pcp_no_such_symbol"));
+  pcp_status_ignore(status);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(status_ok_is_null),
@@ -336,6 +370,7 @@ int main(void) {
       cmocka_unit_test(realtime_deadline_is_normalised),
       cmocka_unit_test(log_lines_are_key_value),
       cmocka_unit_test(file_write_atomic_and_bounded_read),
+      cmocka_unit_test(dynlib_load_fills_table_or_names_package),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

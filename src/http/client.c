@@ -24,12 +24,54 @@ struct pcp_http_client_t {
   size_t max_response_bytes;
 };
 
+// Every libcurl function the client calls, opened with dlopen at the first
+// pcp_http_client_create so that subcommands without an HTTP client (`pcp
+// run`, the worker) do not map libcurl and its ~30 dependencies
+// (docs/decisions.md, "Lazy loading"). Fields drop the `curl_` prefix:
+// curl.h defines curl_easy_setopt and friends as type-checking macros under
+// GCC, which would expand inside `g_curl.curl_easy_setopt(`. The table
+// stores `__typeof__(curl_fn)*`, so signatures still come from curl.h.
+#define CURL_API_SYMBOLS(X) \
+  X(global_init)            \
+  X(easy_strerror)          \
+  X(easy_init)              \
+  X(easy_cleanup)           \
+  X(easy_reset)             \
+  X(easy_setopt)            \
+  X(easy_perform)           \
+  X(easy_getinfo)           \
+  X(slist_append)           \
+  X(slist_free_all)
+
+typedef struct curl_api_t {
+#define CURL_API_FIELD(name) __typeof__(curl_##name)* name;
+  CURL_API_SYMBOLS(CURL_API_FIELD)
+#undef CURL_API_FIELD
+} curl_api_t;
+
+static const pcp_dynlib_symbol_t kCurlSymbols[] = {
+#define CURL_API_ENTRY(name) {"curl_" #name, offsetof(curl_api_t, name)},
+    CURL_API_SYMBOLS(CURL_API_ENTRY)
+#undef CURL_API_ENTRY
+};
+
+static curl_api_t g_curl;
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_result = CURLE_OK;
+static pcp_status_t curl_load_status;
 
 static void curl_init_once(void) {
+  static const char* const kSonames[] = {"libcurl.so.4", "libcurl.so", NULL};
+  curl_load_status =
+      pcp_dynlib_load(kSonames, "the HTTP client", "libcurl4",
+                      kCurlSymbols, PCP_ARRAYSIZE(kCurlSymbols), &g_curl);
+  if (curl_load_status) return;
   // curl_global_init is not thread-safe in every libcurl build; run it once.
-  curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
+  CURLcode code = g_curl.global_init(CURL_GLOBAL_DEFAULT);
+  if (code != CURLE_OK) {
+    curl_load_status = pcp_make_status(PCP_STATUS_INTERNAL,
+                                       "curl_global_init: %s",
+                                       g_curl.easy_strerror(code));
+  }
 }
 
 pcp_status_t pcp_http_client_create(const pcp_http_client_options_t* options,
@@ -37,10 +79,7 @@ pcp_status_t pcp_http_client_create(const pcp_http_client_options_t* options,
                                     pcp_http_client_t** out_client) {
   *out_client = NULL;
   pthread_once(&curl_once, curl_init_once);
-  if (curl_init_result != CURLE_OK) {
-    return pcp_make_status(PCP_STATUS_INTERNAL, "curl_global_init: %s",
-                           curl_easy_strerror(curl_init_result));
-  }
+  if (curl_load_status) return pcp_status_clone(curl_load_status);
   pcp_http_client_t* client = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_calloc(allocator, sizeof(*client), (void**)&client));
@@ -54,7 +93,7 @@ pcp_status_t pcp_http_client_create(const pcp_http_client_options_t* options,
   if (options && options->ca_path) {
     client->ca_path = strdup(options->ca_path);
   }
-  client->curl = curl_easy_init();
+  client->curl = g_curl.easy_init();
   if (!client->curl || (options && options->ca_path && !client->ca_path)) {
     pcp_http_client_release(client);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
@@ -69,7 +108,7 @@ void pcp_http_client_release(pcp_http_client_t* client) {
     return;
   }
   if (client->curl) {
-    curl_easy_cleanup(client->curl);
+    g_curl.easy_cleanup(client->curl);
   }
   free(client->ca_path);
   pcp_allocator_free(client->allocator, client);
@@ -139,18 +178,18 @@ static pcp_status_t request_prepare(pcp_http_client_t* client,
   *out_headers = NULL;
   if (!client->curl) {
     // A stopped stream dropped the handle and could not make a new one.
-    client->curl = curl_easy_init();
+    client->curl = g_curl.easy_init();
     if (!client->curl) {
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                              "out of memory creating an HTTP handle");
     }
   }
   CURL* curl = client->curl;
-  curl_easy_reset(curl);
+  g_curl.easy_reset(curl);
   struct curl_slist* headers = NULL;
   bool ok = true;
   for (const char* const* h = request->headers; h && *h; ++h) {
-    struct curl_slist* next = curl_slist_append(headers, *h);
+    struct curl_slist* next = g_curl.slist_append(headers, *h);
     ok = ok && next;
     headers = next ? next : headers;
   }
@@ -158,42 +197,42 @@ static pcp_status_t request_prepare(pcp_http_client_t* client,
     char authorization[1024];
     snprintf(authorization, sizeof(authorization), "Authorization: Bearer %s",
              request->bearer_token);
-    struct curl_slist* next = curl_slist_append(headers, authorization);
+    struct curl_slist* next = g_curl.slist_append(headers, authorization);
     ok = ok && next;
     headers = next ? next : headers;
   }
   // libcurl adds "Expect: 100-continue" to large uploads; the server answers
   // early errors without it, so it only costs a round trip.
-  struct curl_slist* next = curl_slist_append(headers, "Expect:");
+  struct curl_slist* next = g_curl.slist_append(headers, "Expect:");
   ok = ok && next;
   headers = next ? next : headers;
   const char* method = request->method ? request->method : "GET";
-  curl_easy_setopt(curl, CURLOPT_URL, request->url);
-  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  g_curl.easy_setopt(curl, CURLOPT_URL, request->url);
+  g_curl.easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+  g_curl.easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   if (client->ca_path) {
-    curl_easy_setopt(curl, CURLOPT_CAINFO, client->ca_path);
+    g_curl.easy_setopt(curl, CURLOPT_CAINFO, client->ca_path);
   }
   if (request->chunked) {
     transfer->upload = request->body;
     transfer->upload_length = request->body_length;
-    next = curl_slist_append(headers, "Transfer-Encoding: chunked");
+    next = g_curl.slist_append(headers, "Transfer-Encoding: chunked");
     ok = ok && next;
     headers = next ? next : headers;
-    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(curl, CURLOPT_READFUNCTION, on_read);
-    curl_easy_setopt(curl, CURLOPT_READDATA, transfer);
+    g_curl.easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    g_curl.easy_setopt(curl, CURLOPT_READFUNCTION, on_read);
+    g_curl.easy_setopt(curl, CURLOPT_READDATA, transfer);
   } else if (request->body) {
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request->body);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
+    g_curl.easy_setopt(curl, CURLOPT_POSTFIELDS, request->body);
+    g_curl.easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
                      (curl_off_t)request->body_length);
   }
   // CUSTOMREQUEST keeps the method after UPLOAD/POSTFIELDS set theirs.
-  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+  g_curl.easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
   if (strcmp(method, "HEAD") == 0) {
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+    g_curl.easy_setopt(curl, CURLOPT_NOBODY, 1L);
   }
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  g_curl.easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   *out_headers = headers;
   if (!ok) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
@@ -222,14 +261,14 @@ pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
   pcp_status_t status = request_prepare(client, request, &transfer, &headers);
   CURL* curl = client->curl;
   const char* method = request->method ? request->method : "GET";
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)client->timeout_ms);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_write);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
+  g_curl.easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)client->timeout_ms);
+  g_curl.easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_write);
+  g_curl.easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+  g_curl.easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+  g_curl.easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
   CURLcode result = CURLE_OK;
   if (!status) {
-    result = curl_easy_perform(curl);
+    result = g_curl.easy_perform(curl);
   }
   if (!status && result != CURLE_OK) {
     pcp_status_code_t code = code_of_curl_result(result);
@@ -237,13 +276,13 @@ pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
       code = PCP_STATUS_RESOURCE_EXHAUSTED;
     }
     status = pcp_make_status(code, "%s %s: %s", method, request->url,
-                             curl_easy_strerror(result));
+                             g_curl.easy_strerror(result));
   }
   if (!status) {
     long http_status = 0;
     long connects = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
-    curl_easy_getinfo(curl, CURLINFO_NUM_CONNECTS, &connects);
+    g_curl.easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
+    g_curl.easy_getinfo(curl, CURLINFO_NUM_CONNECTS, &connects);
     out_response->http_status = (int)http_status;
     out_response->new_connection_count = connects;
     out_response->body_length = transfer.body.size;
@@ -253,8 +292,8 @@ pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
           pcp_string_builder_take(&transfer.headers, &out_response->headers);
     }
   }
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, NULL);
-  curl_slist_free_all(headers);
+  g_curl.easy_setopt(curl, CURLOPT_HTTPHEADER, NULL);
+  g_curl.slist_free_all(headers);
   pcp_string_builder_deinitialize(&transfer.body);
   pcp_string_builder_deinitialize(&transfer.headers);
   if (status) {
@@ -285,7 +324,7 @@ static bool stream_head(stream_transfer_t* transfer) {
   }
   transfer->head_sent = true;
   long http_status = 0;
-  curl_easy_getinfo(transfer->curl, CURLINFO_RESPONSE_CODE, &http_status);
+  g_curl.easy_getinfo(transfer->curl, CURLINFO_RESPONSE_CODE, &http_status);
   transfer->http_status = (int)http_status;
   if (transfer->stream->on_head &&
       !transfer->stream->on_head(
@@ -353,25 +392,25 @@ pcp_status_t pcp_http_client_stream(pcp_http_client_t* client,
   int64_t connect_timeout_ms = stream->connect_timeout_ms
                                    ? stream->connect_timeout_ms
                                    : client->timeout_ms;
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)connect_timeout_ms);
+  g_curl.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)connect_timeout_ms);
   // The idle timeout is checked in the progress callback, not with
   // CURLOPT_LOW_SPEED_*: libcurl averages speed over about five seconds and
   // counts the upload, so its window overshoots a short limit by seconds.
   transfer.clock = pcp_clock_system();
   transfer.last_byte_ns = pcp_clock_now_ns(transfer.clock);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_stream_write);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer.base);
-  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_stream_progress);
-  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &transfer);
+  g_curl.easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_stream_write);
+  g_curl.easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+  g_curl.easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+  g_curl.easy_setopt(curl, CURLOPT_HEADERDATA, &transfer.base);
+  g_curl.easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  g_curl.easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_stream_progress);
+  g_curl.easy_setopt(curl, CURLOPT_XFERINFODATA, &transfer);
   // Small receive buffer: an SSE chunk is handed on as soon as it arrives
   // either way, this only bounds what one callback sees.
-  curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 16384L);
+  g_curl.easy_setopt(curl, CURLOPT_BUFFERSIZE, 16384L);
   CURLcode result = CURLE_OK;
   if (!status) {
-    result = curl_easy_perform(curl);
+    result = g_curl.easy_perform(curl);
   }
   if (!status && result == CURLE_OK && !stream_head(&transfer)) {
     result = CURLE_WRITE_ERROR;  // on_head refused an empty body
@@ -386,25 +425,25 @@ pcp_status_t pcp_http_client_stream(pcp_http_client_t* client,
           method, request->url, (long long)stream->idle_timeout_ms);
     } else {
       status = pcp_make_status(code_of_curl_result(result), "%s %s: %s", method,
-                               request->url, curl_easy_strerror(result));
+                               request->url, g_curl.easy_strerror(result));
     }
   }
   *out_http_status = transfer.http_status;
   if (!*out_http_status) {
     long http_status = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
+    g_curl.easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
     *out_http_status = (int)http_status;
   }
   if (transfer.stopped || transfer.timed_out) {
     // The server must see the disconnect now (a generation stops with it),
     // not when the cached connection is next reused or evicted.
     // (request_prepare makes a new handle for the next request.)
-    curl_easy_cleanup(curl);
+    g_curl.easy_cleanup(curl);
     client->curl = NULL;
   } else if (curl) {
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, NULL);
+    g_curl.easy_setopt(curl, CURLOPT_HTTPHEADER, NULL);
   }
-  curl_slist_free_all(headers);
+  g_curl.slist_free_all(headers);
   pcp_string_builder_deinitialize(&transfer.base.headers);
   return status;
 }

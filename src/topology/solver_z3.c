@@ -25,6 +25,9 @@
 #include "topology/solver_impl.h"
 
 #if defined(PCP_TOPOLOGY_HAVE_Z3)
+// Declarations only: libz3 is opened with dlopen at the first library-backend
+// run, so the subcommands that never solve do not map it (docs/decisions.md,
+// "Lazy loading").
 #include <z3.h>
 #endif
 
@@ -47,14 +50,55 @@ pcp_topology_solver_options_t pcp_topology_solver_options_default(void) {
 //===----------------------------------------------------------------------===//
 
 #if defined(PCP_TOPOLOGY_HAVE_Z3)
+// Every libz3 function the library backend calls. The table stores
+// `__typeof__(fn)*`, so a signature that differs from z3.h is a compile
+// error here, not an ABI break at a call site.
+#define Z3_API_SYMBOLS(X)  \
+  X(Z3_global_param_set)   \
+  X(Z3_mk_config)          \
+  X(Z3_del_config)         \
+  X(Z3_set_param_value)    \
+  X(Z3_mk_context)         \
+  X(Z3_del_context)        \
+  X(Z3_set_error_handler)  \
+  X(Z3_eval_smtlib2_string) \
+  X(Z3_get_error_code)     \
+  X(Z3_get_error_msg)
+
+typedef struct z3_api_t {
+#define Z3_API_FIELD(name) __typeof__(name)* name;
+  Z3_API_SYMBOLS(Z3_API_FIELD)
+#undef Z3_API_FIELD
+} z3_api_t;
+
+static const pcp_dynlib_symbol_t kZ3Symbols[] = {
+#define Z3_API_ENTRY(name) {#name, offsetof(z3_api_t, name)},
+    Z3_API_SYMBOLS(Z3_API_ENTRY)
+#undef Z3_API_ENTRY
+};
+
+static z3_api_t g_z3;
+static pcp_status_t g_z3_load_status;
+static pthread_once_t g_z3_once = PTHREAD_ONCE_INIT;
+
 // The command context behind Z3_eval_smtlib2_string is initialised with the
 // API context, so neither the config parameter nor the in-text set-option
 // can switch core production on afterwards; only the global parameter does.
 // It is process-wide and only matters for core queries, which name their
-// assertions; set it once.
-static pthread_once_t g_z3_global_once = PTHREAD_ONCE_INIT;
-static void z3_set_globals(void) {
-  Z3_global_param_set("unsat_core", "true");
+// assertions; set it once, right after loading.
+static void z3_load_once(void) {
+  static const char* const kSonames[] = {"libz3.so.4", "libz3.so", NULL};
+  g_z3_load_status =
+      pcp_dynlib_load(kSonames, "the Z3 library solver backend", "libz3-4",
+                      kZ3Symbols, PCP_ARRAYSIZE(kZ3Symbols), &g_z3);
+  if (!g_z3_load_status) g_z3.Z3_global_param_set("unsat_core", "true");
+}
+
+// Loads libz3 once per process; every caller gets its own copy of a failure.
+static pcp_status_t z3_load(void) {
+  pthread_once(&g_z3_once, z3_load_once);
+  return g_z3_load_status ? pcp_status_clone(g_z3_load_status)
+                          : pcp_ok_status();
 }
 
 static const char kCoreOption[] = "(set-option :produce-unsat-cores true)\n";
@@ -71,7 +115,7 @@ static pcp_status_t run_library(const char* text,
                                 pcp_topology_solver_options_t options,
                                 pcp_string_builder_t* out_answer) {
 #if defined(PCP_TOPOLOGY_HAVE_Z3)
-  pthread_once(&g_z3_global_once, z3_set_globals);
+  PCP_RETURN_IF_ERROR_BARE(z3_load());
   // The in-text core option would be reported as an error here (see above).
   char* stripped = NULL;
   const char* option = strstr(text, kCoreOption);
@@ -87,7 +131,7 @@ static pcp_status_t run_library(const char* text,
     memcpy(stripped + head, option + skip, length - head - skip + 1);
     text = stripped;
   }
-  Z3_config config = Z3_mk_config();
+  Z3_config config = g_z3.Z3_mk_config();
   if (!config) {
     free(stripped);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "Z3_mk_config");
@@ -95,22 +139,22 @@ static pcp_status_t run_library(const char* text,
   if (options.timeout_ms) {
     char timeout[24];
     snprintf(timeout, sizeof(timeout), "%" PRIu32, options.timeout_ms);
-    Z3_set_param_value(config, "timeout", timeout);
+    g_z3.Z3_set_param_value(config, "timeout", timeout);
   }
-  Z3_context context = Z3_mk_context(config);
-  Z3_del_config(config);
+  Z3_context context = g_z3.Z3_mk_context(config);
+  g_z3.Z3_del_config(config);
   if (!context) {
     free(stripped);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "Z3_mk_context");
   }
-  Z3_set_error_handler(context, z3_ignore_error);
-  Z3_string answer = Z3_eval_smtlib2_string(context, text);
-  Z3_error_code code = Z3_get_error_code(context);
+  g_z3.Z3_set_error_handler(context, z3_ignore_error);
+  Z3_string answer = g_z3.Z3_eval_smtlib2_string(context, text);
+  Z3_error_code code = g_z3.Z3_get_error_code(context);
   pcp_status_t status = pcp_ok_status();
   if (code != Z3_OK) {
     status = pcp_make_status(PCP_STATUS_INTERNAL,
                              "SolverProcessFailed: libz3 error %d: %s",
-                             (int)code, Z3_get_error_msg(context, code));
+                             (int)code, g_z3.Z3_get_error_msg(context, code));
   } else if (answer && strlen(answer) > options.max_output_bytes) {
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                              "Z3 answer exceeds %zu bytes",
@@ -118,7 +162,7 @@ static pcp_status_t run_library(const char* text,
   } else {
     status = pcp_string_builder_append_cstring(out_answer, answer ? answer : "");
   }
-  Z3_del_context(context);
+  g_z3.Z3_del_context(context);
   free(stripped);
   return status;
 #else
@@ -255,7 +299,10 @@ static pcp_status_t run_solver(const char* text,
 bool pcp_topology_solver_available(pcp_topology_solver_backend_t backend) {
   if (backend == PCP_TOPOLOGY_SOLVER_BACKEND_Z3_LIBRARY) {
 #if defined(PCP_TOPOLOGY_HAVE_Z3)
-    return true;
+    pcp_status_t status = z3_load();
+    bool ok = !status;
+    pcp_status_ignore(status);
+    return ok;
 #else
     return false;
 #endif
