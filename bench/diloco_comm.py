@@ -116,6 +116,7 @@ def run_one(pcp, work, workers, experiment, seconds):
                PCP_WORKER_JOIN_TOKEN=JOIN, PCP_LOG_LEVEL="warn")
     logs = open(os.path.join(work, "w%d.log" % workers), "w")
     procs = []
+    # A worker id names its host and device: one device id per worker.
     try:
         gateway = subprocess.Popen(
             [pcp, "--gateway", "--gateway-config", config, "--api-port",
@@ -130,7 +131,8 @@ def run_one(pcp, work, workers, experiment, seconds):
             caches.append(cache)
             procs.append(subprocess.Popen(
                 [pcp, "--worker", "--connect", "127.0.0.1:%d" % fabric,
-                 "--cache-dir", cache], env=env, stderr=logs))
+                 "--device-id", str(i), "--cache-dir", cache], env=env,
+                stderr=logs))
         wait_for("%d workers" % workers, lambda: request(
             base, "GET", "/v1/workers")[1]["counts"]["connected"] == workers,
             120)
