@@ -4,9 +4,9 @@ gateway link for a real DiLoCo job over loopback, W = 1, 2, 4 CPU workers,
 against the arithmetic prediction of the same run.
 
 Run by build/bench/diloco_comm (argv: pcp binary, then options). For each W:
-a fresh `pcp --gateway` (the same state dir, so the round program compiles
-once) and W `pcp --worker` processes with empty program caches; one training
-job (a small built-in GPT, inner_state reset so no worker state crosses the
+a fresh `pcp --gateway` on a fresh state dir (the compiled programs copied
+from the previous W, so the round program compiles once) and W
+`pcp --worker` processes with empty program caches; one training job (a small built-in GPT, inner_state reset so no worker state crosses the
 wire, no validation); when it has succeeded, GET /v1/workers gives the
 fabric's own byte counters of each worker's link (what the gateway read from
 and handed to that socket, handshake, heartbeats and framing included).
@@ -102,12 +102,25 @@ def dir_bytes(path):
 
 
 def run_one(pcp, work, workers, experiment, seconds):
+    """One job on a fresh state dir (a second job in the same one moves
+    more: the gateway finds the first job's state) that reuses the compiled
+    programs of the previous run (the artifact cache is content-keyed)."""
+    state = os.path.join(work, "state-w%d" % workers)
+    previous = getattr(run_one, "previous", None)
+    os.makedirs(os.path.join(state, "data"))
+    if previous and os.path.isdir(os.path.join(previous, "artifacts")):
+        shutil.copytree(os.path.join(previous, "artifacts"),
+                        os.path.join(state, "artifacts"))
+    run_one.previous = state
+    experiment = dict(experiment, data_path=os.path.join(state, "data",
+                                                         "text.txt"))
+    shutil.copyfile(os.path.join(work, "text.txt"), experiment["data_path"])
     api, fabric = free_port(), free_port()
     base = "http://127.0.0.1:%d" % api
     config = os.path.join(work, "g.json")
     with open(config, "w") as f:
         json.dump({"gateway_id": "bench", "lab_id": "bench",
-                   "state_dir": os.path.join(work, "state"),
+                   "state_dir": state,
                    "api": {"token_env": "BENCH_DILOCO_TOKEN"},
                    "worker_fabric": {"host": "127.0.0.1", "port": fabric,
                                      "join_token_env": "BENCH_DILOCO_JOIN",
@@ -157,6 +170,12 @@ def run_one(pcp, work, workers, experiment, seconds):
             raise RuntimeError("%d workers connected at the end, want %d"
                                % (len(links), workers))
         vmfb = [dir_bytes(c) for c in caches]
+        if os.environ.get("BENCH_DILOCO_DEBUG"):
+            for c in caches:
+                for root, _, files in os.walk(c):
+                    for name in files:
+                        full = os.path.join(root, name)
+                        print("  cache", full, os.path.getsize(full))
         return finished.last["training"], links, vmfb
     finally:
         for p in reversed(procs):
@@ -182,9 +201,7 @@ def main():
              "width": 64, "vocab": 65, "block_size": 32, "batch": 4}
     work = tempfile.mkdtemp(prefix="pcp-bench-diloco-")
     try:
-        data_dir = os.path.join(work, "state", "data")
-        os.makedirs(data_dir)
-        data = os.path.join(data_dir, "text.txt")
+        data = os.path.join(work, "text.txt")
         with open(os.path.join(HERE, "..", "data", "tiny_shakespeare.txt"),
                   "rb") as src, open(data, "wb") as dst:
             dst.write(src.read(200000))
