@@ -154,7 +154,8 @@ static double driver_round(driver_t* d, int32_t* out_tokens) {
     tokens[s] = pcp_models_logits_argmax(d->logits + s * v, v);
     active[s] = true;
   }
-  if (out_tokens) out_tokens[0] = tokens[0];
+  if (out_tokens)
+    out_tokens[0] = tokens[0];
   pcp_clock_t clock = pcp_clock_system();
   int64_t start = pcp_clock_now_ns(clock);
   for (int t = 0; t < STEPS; ++t) {
@@ -163,7 +164,8 @@ static double driver_round(driver_t* d, int32_t* out_tokens) {
     for (int64_t s = 0; s < d->slots; ++s) {
       tokens[s] = pcp_models_logits_argmax(d->logits + s * v, v);
     }
-    if (out_tokens) out_tokens[t + 1] = tokens[0];
+    if (out_tokens)
+      out_tokens[t + 1] = tokens[0];
   }
   double seconds = (double)(pcp_clock_now_ns(clock) - start) * 1e-9;
   return (double)(STEPS * d->slots) / seconds;
@@ -254,7 +256,8 @@ static void baseline_start(const char* dir, const built_t* b,
       baseline_fail("cannot write the weights");
     }
   }
-  if (!f || fclose(f) != 0) baseline_fail("cannot write the weights");
+  if (!f || fclose(f) != 0)
+    baseline_fail("cannot write the weights");
   pcp_string_builder_t shapes;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &shapes);
   for (size_t i = 0; i < table->count; ++i) {
@@ -283,10 +286,12 @@ static void baseline_start(const char* dir, const built_t* b,
     argv[5 + i] = numbers[i];
   }
   int to[2], from[2];
-  if (pipe(to) != 0 || pipe(from) != 0) baseline_fail("pipe");
+  if (pipe(to) != 0 || pipe(from) != 0)
+    baseline_fail("pipe");
   fflush(stdout);
   pid_t pid = fork();
-  if (pid < 0) baseline_fail("fork");
+  if (pid < 0)
+    baseline_fail("fork");
   if (pid == 0) {
     dup2(to[0], 0);
     dup2(from[1], 1);
@@ -309,7 +314,8 @@ static void baseline_start(const char* dir, const built_t* b,
   for (int i = 0; i <= STEPS; ++i) {
     char* end = NULL;
     long id = strtol(at, &end, 10);
-    if (end == at) baseline_fail("short token list");
+    if (end == at)
+      baseline_fail("short token list");
     out_tokens[i] = (int32_t)id;
     at = *end == ',' ? end + 1 : end;
   }
@@ -323,7 +329,8 @@ static double baseline_round(baseline_t* b) {
     baseline_fail("no answer");
   }
   double rate = strtod(line, &end);
-  if (end == line || rate <= 0) baseline_fail("bad answer");
+  if (end == line || rate <= 0)
+    baseline_fail("bad answer");
   return rate;
 }
 
@@ -378,11 +385,14 @@ int main(void) {
   double pcp1 = 0, py1 = 0, pcp8 = 0;
   for (int r = 0; r < REPEATS; ++r) {
     double rate = driver_round(&d1, NULL);
-    if (rate > pcp1) pcp1 = rate;
+    if (rate > pcp1)
+      pcp1 = rate;
     rate = baseline_round(&loop);
-    if (rate > py1) py1 = rate;
+    if (rate > py1)
+      py1 = rate;
     rate = driver_round(&d8, NULL);
-    if (rate > pcp8) pcp8 = rate;
+    if (rate > pcp8)
+      pcp8 = rate;
   }
   baseline_stop(&loop);
   driver_t dl;
@@ -392,10 +402,9 @@ int main(void) {
   // KV bytes from the allocator: the 8-slot generator holds the same
   // weights and 7 more sessions' caches than the 1-slot one.
   uint64_t analytic = pcp_models_generation_cache_byte_length(&spec, &one.gen);
-  double measured =
-      d8.device_bytes > d1.device_bytes
-          ? (double)(d8.device_bytes - d1.device_bytes) / 7.0
-          : 0.0;
+  double measured = d8.device_bytes > d1.device_bytes
+                        ? (double)(d8.device_bytes - d1.device_bytes) / 7.0
+                        : 0.0;
   uint64_t long_analytic =
       pcp_models_generation_cache_byte_length(&spec, &long_one.gen);
   double long_measured =
@@ -435,7 +444,8 @@ int main(void) {
   pcp_models_parameter_table_deinitialize(&table);
   char cleanup[512];
   snprintf(cleanup, sizeof(cleanup), "rm -rf %s", dir);
-  if (system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  if (system(cleanup) != 0)
+    fprintf(stderr, "could not remove %s\n", dir);
   bool met = pcp_bench_goal("decode", pcp1 / py1 >= 0.95,
                             "driver >= 0.95x the warm loop at 1 stream");
   met &= pcp_bench_goal("decode", same == STEPS + 1,

@@ -46,8 +46,7 @@ int main(int argc, char** argv) {
   // About the char-level GPT of the end-to-end test (~1M parameters); the
   // ratios do not depend on it.
   const uint64_t params = 1u << 20;
-  printf("arithmetic: parameters=%" PRIu64 " (f32 master, %" PRIu64
-         " bytes)\n",
+  printf("arithmetic: parameters=%" PRIu64 " (f32 master, %" PRIu64 " bytes)\n",
          params, params * 4);
   const uint32_t workers[] = {2, 4, 8};
   const uint32_t taus[] = {10, 100};
@@ -68,9 +67,10 @@ int main(int argc, char** argv) {
          " per_H_bytes=%" PRIu64 " dp_allreduce_bytes=%" PRIu64
          " reduction=%.2fx peak_vs_diloco=1/%u\n",
          w8, p, h, sync, sync * p, dp, (double)dp / (double)(sync * p), p);
-  printf("arithmetic: per worker the reduction is tau (W-1)/W (grows with W "
-         "up to tau); the gateway link carries all W workers' bytes (grows "
-         "linearly with W)\n");
+  printf(
+      "arithmetic: per worker the reduction is tau (W-1)/W (grows with W "
+      "up to tau); the gateway link carries all W workers' bytes (grows "
+      "linearly with W)\n");
   enum { kMaxArgs = 32 };
   if (argc > kMaxArgs - 4) {
     fprintf(stderr, "diloco_comm: at most %d arguments\n", kMaxArgs - 4);

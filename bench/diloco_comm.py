@@ -43,6 +43,9 @@ import urllib.request
 TOKEN = "bench-diloco-token"
 JOIN = "bench-diloco-join"
 HERE = os.path.dirname(os.path.abspath(__file__))
+# BENCH_DILOCO_DEBUG=1: info logs, the cached programs listed, and the work
+# directory kept (printed).
+DEBUG = os.environ.get("BENCH_DILOCO_DEBUG", "") not in ("", "0")
 
 
 def free_port():
@@ -105,8 +108,9 @@ def run_one(pcp, work, workers, experiment, seconds):
     """One job on a fresh state dir (a second job in the same one moves
     more: the gateway finds the first job's state) that reuses the compiled
     programs of the previous run (the artifact cache is content-keyed)."""
-    state = os.path.join(work, "state-w%d" % workers)
     previous = getattr(run_one, "previous", None)
+    run_one.count = getattr(run_one, "count", 0) + 1
+    state = os.path.join(work, "state-%d-w%d" % (run_one.count, workers))
     os.makedirs(os.path.join(state, "data"))
     if previous and os.path.isdir(os.path.join(previous, "artifacts")):
         shutil.copytree(os.path.join(previous, "artifacts"),
@@ -126,8 +130,9 @@ def run_one(pcp, work, workers, experiment, seconds):
                                      "join_token_env": "BENCH_DILOCO_JOIN",
                                      "heartbeat_ms": 1000}}, f)
     env = dict(os.environ, BENCH_DILOCO_TOKEN=TOKEN, BENCH_DILOCO_JOIN=JOIN,
-               PCP_WORKER_JOIN_TOKEN=JOIN, PCP_LOG_LEVEL="warn")
-    logs = open(os.path.join(work, "w%d.log" % workers), "w")
+               PCP_WORKER_JOIN_TOKEN=JOIN,
+               PCP_LOG_LEVEL="info" if DEBUG else "warn")
+    logs = open(state + ".log", "w")
     procs = []
     # A worker id names its host and device: one device id per worker.
     try:
@@ -139,7 +144,7 @@ def run_one(pcp, work, workers, experiment, seconds):
                  == 200, 60)
         caches = []
         for i in range(workers):
-            cache = os.path.join(work, "cache-w%d-%d" % (workers, i))
+            cache = "%s-cache-%d" % (state, i)
             shutil.rmtree(cache, ignore_errors=True)
             caches.append(cache)
             procs.append(subprocess.Popen(
@@ -170,7 +175,7 @@ def run_one(pcp, work, workers, experiment, seconds):
             raise RuntimeError("%d workers connected at the end, want %d"
                                % (len(links), workers))
         vmfb = [dir_bytes(c) for c in caches]
-        if os.environ.get("BENCH_DILOCO_DEBUG"):
+        if DEBUG:
             for c in caches:
                 for root, _, files in os.walk(c):
                     for name in files:
@@ -266,7 +271,10 @@ def main():
         check = os.environ.get("PCP_BENCH_CHECK", "") not in ("", "0")
         return 1 if (check and not ok) else 0
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if DEBUG:
+            print("work directory kept:", work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -65,19 +65,24 @@
 #define H_NS INT64_C(1000000000)
 #define SENT_RING 8  // send times kept per worker (a beat older is lost)
 
-static int64_t now_ns(void) { return pcp_clock_now_ns(pcp_clock_system()); }
+static int64_t now_ns(void) {
+  return pcp_clock_now_ns(pcp_clock_system());
+}
 
 static void raise_nofile(rlim_t wanted) {
   struct rlimit limit;
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  if (limit.rlim_cur >= wanted) return;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
+    return;
+  if (limit.rlim_cur >= wanted)
+    return;
   limit.rlim_cur = wanted < limit.rlim_max ? wanted : limit.rlim_max;
   setrlimit(RLIMIT_NOFILE, &limit);
 }
 
 static int64_t rss_bytes(void) {
   FILE* f = fopen("/proc/self/statm", "r");
-  if (!f) return 0;
+  if (!f)
+    return 0;
   char line[128] = {0};
   long resident = 0;
   if (fgets(line, sizeof(line), f)) {
@@ -102,10 +107,10 @@ static double cpu_seconds(void) {
 
 // What the load generator reports through the pipe.
 typedef struct round_trips_t {
-  uint64_t sent;      // heartbeats sent
-  uint64_t acked;     // of them, acked by the peer
-  uint64_t closed;    // worker connections the peer closed (evictions)
-  uint64_t samples;   // round trips measured
+  uint64_t sent;     // heartbeats sent
+  uint64_t acked;    // of them, acked by the peer
+  uint64_t closed;   // worker connections the peer closed (evictions)
+  uint64_t samples;  // round trips measured
   int64_t p50_ns;
   int64_t p99_ns;
   int64_t max_ns;
@@ -140,7 +145,8 @@ static void send_beat(client_t* c, const pcp_proto_limits_t* limits,
   pcp_proto_encoded_frame_deinitialize(&frame);
   c->sent_ns[c->seq % SENT_RING] = now;
   c->answered[c->seq % SENT_RING] = answer;
-  if (fake_send_all(c->fd, flat, length)) ++out->sent;
+  if (fake_send_all(c->fd, flat, length))
+    ++out->sent;
   pcp_allocator_free(pcp_allocator_system(), flat);
 }
 
@@ -151,8 +157,10 @@ static bool read_peer(client_t* c, int64_t* samples, uint64_t capacity,
   static uint8_t buffer[1 << 16];
   for (;;) {
     ssize_t n = recv(c->fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-    if (n == 0) return false;
-    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    if (n == 0)
+      return false;
+    if (n < 0)
+      return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
     int64_t now = now_ns();
     size_t at = 0;
     while (at < (size_t)n) {
@@ -161,7 +169,8 @@ static bool read_peer(client_t* c, int64_t* samples, uint64_t capacity,
       PCP_CHECK_OK(pcp_proto_frame_decoder_feed(
           &c->decoder, buffer + at, (size_t)n - at, &consumed, &result));
       at += consumed;
-      if (result != PCP_PROTO_PARSE_FRAME_READY) continue;
+      if (result != PCP_PROTO_PARSE_FRAME_READY)
+        continue;
       pcp_proto_frame_t frame;
       memset(&frame, 0, sizeof(frame));
       pcp_proto_frame_decoder_take(&c->decoder, &frame);
@@ -176,7 +185,8 @@ static bool read_peer(client_t* c, int64_t* samples, uint64_t capacity,
             samples[out->samples++] = now - c->sent_ns[k % SENT_RING];
           }
         }
-        if (ack > c->acked) c->acked = ack;
+        if (ack > c->acked)
+          c->acked = ack;
         c->peer_beat = true;
       }
       pcp_proto_frame_deinitialize(&frame);
@@ -236,7 +246,8 @@ static int load_generator_main(uint16_t port, int workers, int seconds,
   int64_t end = start + (int64_t)seconds * H_NS;
   int64_t drain_end = end + 5 * H_NS / 2;
   for (int64_t now = now_ns(); now < drain_end; now = now_ns()) {
-    if (now >= end && out.acked == out.sent) break;
+    if (now >= end && out.acked == out.sent)
+      break;
     // A worker answers each peer heartbeat with its own at once (so the
     // round trip is one peer interval plus the work on both sides, whatever
     // the phase of the two timers), and beats on its own 1.5 H after its
@@ -244,7 +255,8 @@ static int load_generator_main(uint16_t port, int workers, int seconds,
     for (int i = 0; now < end && i < workers; ++i) {
       client_t* c = &clients[i];
       bool answer = c->peer_beat;
-      if (fds[i].fd < 0 || (!answer && now < c->next_beat_ns)) continue;
+      if (fds[i].fd < 0 || (!answer && now < c->next_beat_ns))
+        continue;
       c->peer_beat = false;
       c->next_beat_ns = now + 3 * H_NS / 2;
       send_beat(c, &limits, now, answer, &out);
@@ -269,7 +281,8 @@ static int load_generator_main(uint16_t port, int workers, int seconds,
   w = write(ready_fd, &out, sizeof(out));
   (void)w;
   // Stay connected until the gateway has taken its closing figures.
-  if (read(go_fd, &byte, 1) < 0) fprintf(stderr, "go pipe: %s\n", strerror(errno));
+  if (read(go_fd, &byte, 1) < 0)
+    fprintf(stderr, "go pipe: %s\n", strerror(errno));
   for (int i = 0; i < workers; ++i) {
     close(clients[i].fd);
     pcp_proto_frame_decoder_deinitialize(&clients[i].decoder);
@@ -283,8 +296,7 @@ static int load_generator_main(uint16_t port, int workers, int seconds,
 // Forks the load generator against |port|; returns its pid and the parent's
 // pipe ends (ready/results in, go out).
 static pid_t load_generator_start(uint16_t port, int workers, int seconds,
-                                  bool handshake, int* out_ready,
-                                  int* out_go) {
+                                  bool handshake, int* out_ready, int* out_go) {
   int ready_pipe[2], go_pipe[2];
   PCP_ASSERT(pipe(ready_pipe) == 0 && pipe(go_pipe) == 0);
   fflush(stdout);
@@ -293,8 +305,8 @@ static pid_t load_generator_start(uint16_t port, int workers, int seconds,
   if (child == 0) {
     close(ready_pipe[0]);
     close(go_pipe[1]);
-    _exit(load_generator_main(port, workers, seconds, handshake,
-                              ready_pipe[1], go_pipe[0]));
+    _exit(load_generator_main(port, workers, seconds, handshake, ready_pipe[1],
+                              go_pipe[0]));
   }
   close(ready_pipe[1]);
   close(go_pipe[0]);
@@ -331,7 +343,8 @@ static void echo_read(echo_conn_t* c) {
   static uint8_t buffer[1 << 16];
   for (;;) {
     ssize_t n = recv(c->fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-    if (n <= 0) return;
+    if (n <= 0)
+      return;
     size_t at = 0;
     while (at < (size_t)n) {
       size_t consumed = 0;
@@ -340,7 +353,8 @@ static void echo_read(echo_conn_t* c) {
           &c->decoder, buffer + at, (size_t)n - at, &consumed, &result);
       pcp_bench_check("fabric_scale", status, "baseline frame");
       at += consumed;
-      if (result != PCP_PROTO_PARSE_FRAME_READY) continue;
+      if (result != PCP_PROTO_PARSE_FRAME_READY)
+        continue;
       pcp_proto_frame_t frame;
       memset(&frame, 0, sizeof(frame));
       pcp_proto_frame_decoder_take(&c->decoder, &frame);
@@ -386,7 +400,8 @@ static void* echo_main(void* arg) {
       }
       for (;;) {
         int fd = accept(server->listen_fd, NULL, NULL);
-        if (fd < 0) break;
+        if (fd < 0)
+          break;
         PCP_ASSERT(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0);
         if (server->count == server->capacity) {
           close(fd);
@@ -406,7 +421,8 @@ static void* echo_main(void* arg) {
     }
     for (int i = 0; i < server->count; ++i) {
       echo_conn_t* c = &server->conns[i];
-      if (now < c->next_beat_ns) continue;
+      if (now < c->next_beat_ns)
+        continue;
       c->next_beat_ns += H_NS;
       echo_beat(server, c);
     }
@@ -425,17 +441,15 @@ static void echo_start(int capacity, echo_server_t* server,
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t length = sizeof(addr);
   PCP_ASSERT(server->conns && server->listen_fd >= 0);
-  PCP_ASSERT(bind(server->listen_fd, (struct sockaddr*)&addr, sizeof(addr)) ==
-                 0 &&
-             listen(server->listen_fd, 4096) == 0 &&
-             getsockname(server->listen_fd, (struct sockaddr*)&addr,
-                         &length) == 0);
+  PCP_ASSERT(
+      bind(server->listen_fd, (struct sockaddr*)&addr, sizeof(addr)) == 0 &&
+      listen(server->listen_fd, 4096) == 0 &&
+      getsockname(server->listen_fd, (struct sockaddr*)&addr, &length) == 0);
   server->port = ntohs(addr.sin_port);
   server->epoll_fd = epoll_create1(0);
   struct epoll_event ev = {.events = EPOLLIN, .data.u32 = UINT32_MAX};
-  PCP_ASSERT(server->epoll_fd >= 0 &&
-             epoll_ctl(server->epoll_fd, EPOLL_CTL_ADD, server->listen_fd,
-                       &ev) == 0);
+  PCP_ASSERT(server->epoll_fd >= 0 && epoll_ctl(server->epoll_fd, EPOLL_CTL_ADD,
+                                                server->listen_fd, &ev) == 0);
   PCP_ASSERT(pthread_create(out_thread, NULL, echo_main, server) == 0);
 }
 
@@ -475,14 +489,15 @@ static round_trips_t run_baseline(int workers, int seconds) {
 }
 
 static void print_round_trips(const char* side, const round_trips_t* rt) {
-  printf("%s heartbeat round trip: p50 %.1f ms, p99 %.1f ms, max %.1f ms; "
-         "over H: p50 %.1f ms, p99 %.1f ms (%llu timed, %llu sent, %llu "
-         "acked, %llu connections closed by the peer)\n",
-         side, (double)rt->p50_ns / 1e6, (double)rt->p99_ns / 1e6,
-         (double)rt->max_ns / 1e6, (double)(rt->p50_ns - H_NS) / 1e6,
-         (double)(rt->p99_ns - H_NS) / 1e6, (unsigned long long)rt->samples,
-         (unsigned long long)rt->sent, (unsigned long long)rt->acked,
-         (unsigned long long)rt->closed);
+  printf(
+      "%s heartbeat round trip: p50 %.1f ms, p99 %.1f ms, max %.1f ms; "
+      "over H: p50 %.1f ms, p99 %.1f ms (%llu timed, %llu sent, %llu "
+      "acked, %llu connections closed by the peer)\n",
+      side, (double)rt->p50_ns / 1e6, (double)rt->p99_ns / 1e6,
+      (double)rt->max_ns / 1e6, (double)(rt->p50_ns - H_NS) / 1e6,
+      (double)(rt->p99_ns - H_NS) / 1e6, (unsigned long long)rt->samples,
+      (unsigned long long)rt->sent, (unsigned long long)rt->acked,
+      (unsigned long long)rt->closed);
 }
 
 //===----------------------------------------------------------------------===//
@@ -563,36 +578,40 @@ int main(int argc, char** argv) {
       (double)(joined_live - idle_live) / (connected ? connected : 1);
   double per_worker_rss =
       (double)(joined_rss - idle_rss) / (connected ? connected : 1);
-  printf("workers: %u connected after the handshakes (%.2f s to join all), "
-         "%u still connected after %.1f s\n",
-         connected, join_seconds, still_connected, wall);
-  printf("heartbeats: %llu sent by the workers, %llu frames received by the "
-         "gateway in the window, evictions %llu\n",
-         (unsigned long long)fabric.sent, (unsigned long long)frames_in,
-         (unsigned long long)after.evictions);
-  printf("gateway CPU: %.3f s over %.1f s = %.1f%% of a core; %.2f us per "
-         "heartbeat received\n",
-         cpu, wall, 100.0 * cpu / wall,
-         frames_in ? cpu * 1e6 / (double)frames_in : 0.0);
-  printf("memory per connected worker: %.1f KiB allocated by the endpoint, "
-         "%.1f KiB RSS growth (goal <= 64 KiB)\n",
-         per_worker_alloc / 1024.0, per_worker_rss / 1024.0);
-  printf("handling latency per read event: p50 %.1f us, p99 %.1f us, max "
-         "%.1f us (%llu events)\n",
-         (double)after.handling_p50_ns / 1e3,
-         (double)after.handling_p99_ns / 1e3,
-         (double)after.handling_max_ns / 1e3,
-         (unsigned long long)(after.events_handled - before.events_handled));
+  printf(
+      "workers: %u connected after the handshakes (%.2f s to join all), "
+      "%u still connected after %.1f s\n",
+      connected, join_seconds, still_connected, wall);
+  printf(
+      "heartbeats: %llu sent by the workers, %llu frames received by the "
+      "gateway in the window, evictions %llu\n",
+      (unsigned long long)fabric.sent, (unsigned long long)frames_in,
+      (unsigned long long)after.evictions);
+  printf(
+      "gateway CPU: %.3f s over %.1f s = %.1f%% of a core; %.2f us per "
+      "heartbeat received\n",
+      cpu, wall, 100.0 * cpu / wall,
+      frames_in ? cpu * 1e6 / (double)frames_in : 0.0);
+  printf(
+      "memory per connected worker: %.1f KiB allocated by the endpoint, "
+      "%.1f KiB RSS growth (goal <= 64 KiB)\n",
+      per_worker_alloc / 1024.0, per_worker_rss / 1024.0);
+  printf(
+      "handling latency per read event: p50 %.1f us, p99 %.1f us, max "
+      "%.1f us (%llu events)\n",
+      (double)after.handling_p50_ns / 1e3, (double)after.handling_p99_ns / 1e3,
+      (double)after.handling_max_ns / 1e3,
+      (unsigned long long)(after.events_handled - before.events_handled));
   pcp_fabric_endpoint_release(endpoint);
   print_round_trips("baseline (minimal epoll server)", &baseline);
   print_round_trips("fabric endpoint", &fabric);
-  bool met = pcp_bench_goal("fabric_scale",
-                            after.evictions == 0 && fabric.closed == 0,
-                            "no eviction");
-  met &= pcp_bench_goal("fabric_scale",
-                        still_connected == (uint32_t)workers &&
-                            connected == (uint32_t)workers,
-                        "every worker joined and still connected");
+  bool met =
+      pcp_bench_goal("fabric_scale", after.evictions == 0 && fabric.closed == 0,
+                     "no eviction");
+  met &= pcp_bench_goal(
+      "fabric_scale",
+      still_connected == (uint32_t)workers && connected == (uint32_t)workers,
+      "every worker joined and still connected");
   met &= pcp_bench_goal("fabric_scale",
                         fabric.sent > 0 && fabric.acked == fabric.sent,
                         "every heartbeat acked");
@@ -601,9 +620,8 @@ int main(int argc, char** argv) {
   met &= pcp_bench_goal("fabric_scale",
                         baseline.sent > 0 && baseline.acked == baseline.sent,
                         "the baseline acked every heartbeat (valid run)");
-  double ratio = fabric.p99_ns > 0
-                     ? (double)baseline.p99_ns / (double)fabric.p99_ns
-                     : 0.0;
+  double ratio =
+      fabric.p99_ns > 0 ? (double)baseline.p99_ns / (double)fabric.p99_ns : 0.0;
   printf("fabric_scale ratio=%.3f\n", ratio);
   return pcp_bench_exit_code(met);
 }
