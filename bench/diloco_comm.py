@@ -15,8 +15,13 @@ Prediction per worker (the payload, docs/training.md "Wire accounting"):
   steps x (N x 4 params down + N x 4 deltas up
            + tau x B x T x 4 x 2 token ids and targets down
            + tau x 4 learning rates down + tau x 4 losses up)
-  + the round program's VMFB once (the size of the file the worker cached).
-The gateway link carries the sum over the workers.
+  + every program the worker fetched, once (the sizes of the files it
+    cached: the round program, and the inference service's)
+  + N x 4 for the inference service's load of the final weights (the job's
+    export is served at its end: the bench waits until the model is ready
+    and the links are quiet, so that traffic is always counted whole).
+The gateway link carries the sum over the workers. The job's own
+`wire_bytes` must equal W x steps x N x 8 (checked).
 
 Prints, per W, measured / predicted bytes per worker and at the gateway link,
 and the data-parallel ring all-reduce the same inner steps would move per
@@ -94,14 +99,15 @@ def stop(proc):
             proc.wait()
 
 
-def dir_bytes(path):
-    total = 0
+def programs(path):
+    """Sizes of the programs (VMFBs) a worker fetched into its cache."""
+    sizes = []
     for root, _, files in os.walk(path):
         for name in files:
             full = os.path.join(root, name)
             if name.endswith(".vmfb") and not os.path.islink(full):
-                total += os.path.getsize(full)
-    return total
+                sizes.append(os.path.getsize(full))
+    return sizes
 
 
 def run_one(pcp, work, workers, experiment, seconds):
@@ -167,6 +173,26 @@ def run_one(pcp, work, workers, experiment, seconds):
         wait_for("job %s" % job_id, finished, seconds)
         if finished.last.get("state") != "succeeded":
             raise RuntimeError("job %s: %s" % (job_id, finished.last))
+        # The job's final export is then served: the inference service
+        # compiles its program and loads the weights onto the workers. Wait
+        # until the model is ready and the links are quiet (heartbeats
+        # only), so that traffic is counted whole, every time.
+        def served():
+            models = request(base, "GET", "/v1/models")[1].get("data", [])
+            return any(m.get("job_id") == job_id and
+                       m.get("status") in ("ready", "failed") and
+                       not m.get("pending_version") for m in models)
+        wait_for("the trained model served", served, seconds)
+
+        def quiet():
+            now = [w["bytes_to_worker"] + w["bytes_from_worker"] for w in
+                   request(base, "GET", "/v1/workers")[1]["workers"]]
+            before, quiet.last = getattr(quiet, "last", None), now
+            if before is None or len(before) != len(now):
+                return False
+            time.sleep(1.5)
+            return all(b - a < 1024 for a, b in zip(before, now))
+        wait_for("quiet links", quiet, 60)
         listing = request(base, "GET", "/v1/workers")[1]["workers"]
         links = [(w["bytes_to_worker"], w["bytes_from_worker"],
                   w["eviction_count"]) for w in listing
@@ -174,14 +200,14 @@ def run_one(pcp, work, workers, experiment, seconds):
         if len(links) != workers:
             raise RuntimeError("%d workers connected at the end, want %d"
                                % (len(links), workers))
-        vmfb = [dir_bytes(c) for c in caches]
+        fetched = [programs(c) for c in caches]
         if DEBUG:
             for c in caches:
                 for root, _, files in os.walk(c):
                     for name in files:
                         full = os.path.join(root, name)
                         print("  cache", full, os.path.getsize(full))
-        return finished.last["training"], links, vmfb
+        return finished.last["training"], links, fetched
     finally:
         for p in reversed(procs):
             stop(p)
@@ -226,37 +252,44 @@ def main():
               "steps, inner_state reset, f32 deltas" % (tau, steps))
         for w in counts:
             t0 = time.time()
-            training, links, vmfb = run_one(args.pcp, work, w, experiment,
-                                            args.budget_s)
+            training, links, fetched = run_one(args.pcp, work, w, experiment,
+                                               args.budget_s)
             n = training["parameter_count"]
             payload = steps * (n * 4 + n * 4 + tau * b * t * 4 * 2
                                + tau * 4 * 2)
             evictions = sum(link[2] for link in links)
             measured = [link[0] + link[1] for link in links]
-            predicted = [payload + v for v in vmfb]
+            vmfb = [sum(f) for f in fetched]
+            # Each program past the round program is the inference
+            # service's, and came with one load of the f32 weights.
+            serving = [n * 4 * max(0, len(f) - 1) for f in fetched]
+            predicted = [payload + v + s for v, s in zip(vmfb, serving)]
             shares = [p / m for p, m in zip(predicted, measured)]
             ring = steps * tau * 2 * (w - 1) * 4 * n / w
             link_measured, link_predicted = sum(measured), sum(predicted)
             per_worker_measured[w] = sum(measured) / w
             print("W=%d (%.0f s): N=%d, job wire_bytes=%d; per worker "
-                  "measured %s bytes (down+up), predicted %s (payload %d + "
-                  "VMFB %s), predicted/measured %s; evictions %d"
+                  "measured %s bytes (down+up), predicted %s (training "
+                  "payload %d + programs %s + served weights %s), "
+                  "predicted/measured %s; evictions %d"
                   % (w, time.time() - t0, n, training["wire_bytes"],
                      "/".join(str(m) for m in measured),
                      "/".join(str(p) for p in predicted), payload,
                      "/".join(str(v) for v in vmfb),
+                     "/".join(str(s) for s in serving),
                      "/".join("%.3f" % s for s in shares), evictions))
             print("W=%d gateway link: measured %d bytes, predicted %d, "
-                  "%.3f; DP ring all-reduce of the same %d inner steps: "
-                  "%.0f bytes per worker (%.2fx the measured DiLoCo bytes "
-                  "per worker), no central link"
+                  "%.3f; a DP ring all-reduce of the same %d inner steps "
+                  "would move %.0f bytes per worker, %.2fx DiLoCo's "
+                  "training payload per worker, and has no central link"
                   % (w, link_measured, link_predicted,
                      link_predicted / link_measured, steps * tau, ring,
-                     ring / per_worker_measured[w]))
+                     ring / payload))
             for s in shares:
                 ok &= 0.9 <= s <= 1.0
                 worst = s if worst is None else min(worst, s)
-            ok &= evictions == 0 and min(vmfb) > 0
+            ok &= evictions == 0 and min(vmfb) > 0 and \
+                training["wire_bytes"] == w * steps * n * 8
         first = counts[0]
         print("growth with W (vs W=%d): per worker %s; gateway link %s"
               % (first, ", ".join("W=%d %.2fx" % (w, per_worker_measured[w]
