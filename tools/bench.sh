@@ -7,9 +7,10 @@
 # goal, and a bench fails here too when its last line is not
 # "NAME ratio=<number>" or when it runs past PCP_BENCH_TIMEOUT seconds
 # (default 900). Prints a summary; exits 1 when any bench failed.
+# PCP_BENCH_DIR overrides the directory of the benchmarks (tests use it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=build/bench
+dir=${PCP_BENCH_DIR:-build/bench}
 check=0
 if [[ "${1:-}" == "--check" ]]; then
   check=1
