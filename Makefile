@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PRESET ?= release
 JOBS ?= $(shell nproc)
 
-.PHONY: setup configure build run test test-unit test-asan bench lint clean
+.PHONY: setup configure build run test test-unit test-asan bench bench-check lint clean
 
 setup:
 	@tools/setup/setup.sh
@@ -38,6 +38,11 @@ test-asan: setup build-asan/build.ninja
 # make bench BENCH=name   one benchmark (build/bench/name)
 bench: build
 	@tools/bench.sh $(BENCH)
+
+# Every benchmark with its goal (not part of `make test`): exits non-zero
+# when one misses its goal, fails or prints no ratio (tools/bench.sh --check).
+bench-check: build
+	@tools/bench.sh --check $(BENCH)
 
 lint:
 	@tools/lint/check_includes.py

@@ -7,6 +7,7 @@
 #ifndef PCP_BENCH_BENCH_UTIL_H_
 #define PCP_BENCH_BENCH_UTIL_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,28 @@ static inline int64_t pcp_bench_status_kib(const char* key) {
   }
   fclose(f);
   return value;
+}
+
+// Check mode: `tools/bench.sh --check` (`make bench-check`) sets
+// PCP_BENCH_CHECK=1, and a bench whose goal is missed then exits non-zero.
+// Without it a miss is printed but the bench exits 0 (a plain `make bench`
+// run is for the figures).
+static inline bool pcp_bench_check_mode(void) {
+  const char* value = getenv("PCP_BENCH_CHECK");
+  return value && value[0] && strcmp(value, "0") != 0;
+}
+
+// Prints "<bench> goal <what>: met" or "... MISSED" and returns |met|, so a
+// bench can fold several goals: `ok &= pcp_bench_goal(...)`.
+static inline bool pcp_bench_goal(const char* bench, bool met,
+                                  const char* what) {
+  printf("%s goal %s: %s\n", bench, what, met ? "met" : "MISSED");
+  return met;
+}
+
+// The exit status of a bench whose goals are |met| (after its ratio line).
+static inline int pcp_bench_exit_code(bool met) {
+  return met || !pcp_bench_check_mode() ? 0 : 1;
 }
 
 #endif  // PCP_BENCH_BENCH_UTIL_H_

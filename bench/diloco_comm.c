@@ -1,20 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench/diloco_comm: payload bytes on the wire per DiLoCo outer step against
-// an analytic data-parallel ring all-reduce of every inner step, from the
-// accounting functions of src/workloads (the same ones the tests check).
+// bench/diloco_comm: bytes on the wire of DiLoCo, measured.
 //
-// DiLoCo (star through the gateway): each of W workers sends its delta up
-// (f32 or bf16) and receives the f32 params down once per tau inner steps.
-// Data parallel: a ring all-reduce of the f32 gradients every inner step,
-// 2(W-1)/W of the parameter bytes per worker per step. Streaming DiLoCo
-// moves the same total per H steps, in P fragment syncs of about 1/P each
-// (lower peak). Payload only: framing and base64 are not counted.
+// First the arithmetic (src/workloads accounting, the functions the tests
+// check): payload bytes per outer step of DiLoCo (star through the gateway:
+// each of W workers sends its delta up and receives the f32 params down once
+// per tau inner steps) against a data-parallel ring all-reduce of f32
+// gradients at every inner step (2(W-1)/W of the parameter bytes per worker
+// per step, no central link). Per worker DiLoCo moves N x (up + 4) bytes per
+// outer step whatever W; the gateway's link carries W times that, so it is
+// the gateway link that grows (linearly) with W, and the reduction there
+// against a ring's per-link traffic, tau (W-1)/W^2, SHRINKS as W grows; the
+// per-worker reduction tau (W-1)/W grows with W only up to tau.
 //
-// The last line, `diloco_comm ratio=<x>`, is the reduction factor of the
-// default experiment (tau 10, f32 deltas) with the quickstart's 2 workers.
+// Then the measurement (bench/diloco_comm.py, run with the project's venv
+// and the pcp binary; this binary passes its arguments on: --workers 1,2,4
+// --steps --tau --budget-s): a real training job over loopback for W = 1, 2,
+// 4 CPU workers, the bytes from the fabric's own per-worker counters
+// (GET /v1/workers bytes_to_worker / bytes_from_worker), per worker and at
+// the gateway link, against the arithmetic prediction of that run.
+//
+// Last line (the Python's): `diloco_comm ratio=<x>`, x = the smallest
+// predicted / measured bytes over every worker (1: nothing but payload on
+// the wire); goal x in [0.9, 1.0], a miss fails under PCP_BENCH_CHECK=1.
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "workloads/workloads.h"
 
@@ -31,12 +42,12 @@ static double row(uint64_t params, uint32_t workers, uint32_t tau,
   return ratio;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
   // About the char-level GPT of the end-to-end test (~1M parameters); the
   // ratios do not depend on it.
   const uint64_t params = 1u << 20;
-  printf("parameters=%" PRIu64 " (f32 master, %" PRIu64 " bytes)\n", params,
-         params * 4);
+  printf("arithmetic: parameters=%" PRIu64 " (f32 master, %" PRIu64 " bytes)\n",
+         params, params * 4);
   const uint32_t workers[] = {2, 4, 8};
   const uint32_t taus[] = {10, 100};
   for (size_t w = 0; w < 3; ++w) {
@@ -56,7 +67,26 @@ int main(void) {
          " per_H_bytes=%" PRIu64 " dp_allreduce_bytes=%" PRIu64
          " reduction=%.2fx peak_vs_diloco=1/%u\n",
          w8, p, h, sync, sync * p, dp, (double)dp / (double)(sync * p), p);
-  double headline = row(params, 2, 10, PCP_DILOCO_WIRE_F32);
-  printf("diloco_comm ratio=%.2f\n", headline);
-  return 0;
+  printf(
+      "arithmetic: per worker the reduction is tau (W-1)/W (grows with W "
+      "up to tau); the gateway link carries all W workers' bytes (grows "
+      "linearly with W)\n");
+  enum { kMaxArgs = 32 };
+  if (argc > kMaxArgs - 4) {
+    fprintf(stderr, "diloco_comm: at most %d arguments\n", kMaxArgs - 4);
+    return 2;
+  }
+  char* args[kMaxArgs];
+  int n = 0;
+  args[n++] = (char*)PCP_VENV_PYTHON;
+  args[n++] = (char*)PCP_SOURCE_DIR "/bench/diloco_comm.py";
+  args[n++] = (char*)PCP_BINARY_PATH;
+  for (int i = 1; i < argc; ++i) {
+    args[n++] = argv[i];
+  }
+  args[n] = NULL;
+  fflush(stdout);
+  execv(args[0], args);
+  perror("diloco_comm: running " PCP_VENV_PYTHON);
+  return 1;
 }

@@ -13,10 +13,15 @@
 //            sampling, the answer).
 // The samples alternate (direct then gateway, then the other order), so a
 // busy spell on the shared machine hits both sides alike; the gateway's
-// first token must equal the direct argmax (checked). Prints p50/p99 of
-// both, the added time at p50 and p99 (goal: p99 added <= 1 ms), the
-// per-pair added time, and, last, `gateway_overhead ratio=<direct p50 /
-// gateway p50>`.
+// first token must equal the direct argmax (checked). The overhead is judged
+// on the PER-PAIR differences (each gateway sample minus the direct sample
+// of the same pair), not on a difference of percentiles (which can be
+// negative and pairs unrelated samples): p50 and p99 of those differences.
+// Goal: per-pair p99 <= 1 ms (docs/performance.md); a miss fails under
+// PCP_BENCH_CHECK=1 (tools/bench.sh --check). Last line: `gateway_overhead
+// ratio=<direct p50 / (direct p50 + per-pair p50)>`, the share of the
+// gateway's median time to first token that the worker path itself takes
+// (1: the gateway adds nothing).
 
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "compile/compile.h"
 #include "fabric/fabric.h"
 #include "http/http.h"
@@ -34,6 +40,7 @@
 
 #define SAMPLES 300
 #define WARMUP 30
+#define GOAL_P99_MS 1.0
 #define PROMPT "hello world, how are you"
 static const char kVocab[] =
     "\n !',.?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
@@ -457,21 +464,32 @@ int main(void) {
   double d99 = percentile(direct, SAMPLES, 0.99);
   double g50 = percentile(gateway_times, SAMPLES, 0.5);
   double g99 = percentile(gateway_times, SAMPLES, 0.99);
+  double a50 = percentile(paired, SAMPLES, 0.5);
+  double a90 = percentile(paired, SAMPLES, 0.9);
+  double a99 = percentile(paired, SAMPLES, 0.99);
+  int negative = 0;
+  for (int i = 0; i < SAMPLES; ++i) {
+    negative += paired[i] < 0;
+  }
   printf(
-      "prompt %d tokens, %d samples each, first token '%c' (%d gateway "
-      "answers differ)\n",
-      n, SAMPLES, kVocab[direct_token], wrong);
+      "prompt %d tokens, %d pairs after %d warm-up ones, first token '%c' "
+      "(%d gateway answers differ)\n",
+      n, SAMPLES, WARMUP, kVocab[direct_token], wrong);
   printf("direct  (fabric task @prefill + argmax): p50 %.3f ms  p99 %.3f ms\n",
          d50 * 1e3, d99 * 1e3);
   printf("gateway (POST /v1/completions, 1 token): p50 %.3f ms  p99 %.3f ms\n",
          g50 * 1e3, g99 * 1e3);
-  printf("added: p50 %.3f ms  p99 %.3f ms (goal p99 <= 1 ms)\n",
-         (g50 - d50) * 1e3, (g99 - d99) * 1e3);
-  printf("added per pair (gateway - direct, same moment): p50 %.3f ms  "
-         "p90 %.3f ms\n",
-         percentile(paired, SAMPLES, 0.5) * 1e3,
-         percentile(paired, SAMPLES, 0.9) * 1e3);
-  printf("gateway_overhead ratio=%.3f\n", d50 / g50);
+  printf("added per pair (gateway - direct of the same pair): p50 %.3f ms  "
+         "p90 %.3f ms  p99 %.3f ms (%d of %d pairs negative)\n",
+         a50 * 1e3, a90 * 1e3, a99 * 1e3, negative, SAMPLES);
+  char goal[96];
+  snprintf(goal, sizeof(goal), "per-pair p99 added <= %.1f ms (%.3f ms)",
+           GOAL_P99_MS, a99 * 1e3);
+  bool met = pcp_bench_goal("gateway_overhead", a99 * 1e3 <= GOAL_P99_MS,
+                            goal);
+  met &= pcp_bench_goal("gateway_overhead", wrong == 0,
+                        "every gateway token equals the direct argmax");
+  printf("gateway_overhead ratio=%.3f\n", d50 / (d50 + (a50 > 0 ? a50 : 0)));
   pcp_compile_result_deinitialize(&compiled);
   pcp_string_builder_deinitialize(&text);
   for (size_t i = 0; i < table.count; ++i) {
@@ -482,5 +500,5 @@ int main(void) {
   free(names);
   free(keep);
   pcp_models_parameter_table_deinitialize(&table);
-  return wrong ? 1 : 0;
+  return wrong ? 1 : pcp_bench_exit_code(met);
 }

@@ -24,6 +24,17 @@ void pcp_backend_release(pcp_backend_t* backend) {
   if (backend) backend->vtable->destroy(backend);
 }
 
+pcp_status_t pcp_backend_memory_query(pcp_backend_t* backend,
+                                      pcp_backend_memory_t* out_memory) {
+  memset(out_memory, 0, sizeof(*out_memory));
+  if (!backend->vtable->memory_query) {
+    return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
+                           "backend '%s' keeps no allocator statistics",
+                           backend->info.driver);
+  }
+  return backend->vtable->memory_query(backend, out_memory);
+}
+
 const pcp_backend_info_t* pcp_backend_info(const pcp_backend_t* backend) {
   return &backend->info;
 }

@@ -154,6 +154,20 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_backend_create(
 void pcp_backend_release(pcp_backend_t* backend);
 const pcp_backend_info_t* pcp_backend_info(const pcp_backend_t* backend);
 
+// The device allocator's own statistics (IREE's HAL allocator counts every
+// buffer it allocates and frees): what the device really holds, as opposed
+// to a byte count derived from shapes.
+typedef struct pcp_backend_memory_t {
+  uint64_t device_bytes_live;       // allocated and not yet freed
+  uint64_t device_bytes_peak;       // the most live at once so far
+  uint64_t device_bytes_allocated;  // total ever allocated
+} pcp_backend_memory_t;
+
+// Fills |out_memory|. UNIMPLEMENTED when the backend (or its runtime build)
+// keeps no allocator statistics. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_backend_memory_query(
+    pcp_backend_t* backend, pcp_backend_memory_t* out_memory);
+
 // The iree-base-runtime version from the .venv without starting Python
 // (read from the wheel's metadata). Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_compute_runtime_version(char* buffer,

@@ -36,6 +36,9 @@ typedef struct pcp_backend_vtable_t {
                          const pcp_program_function_t* function,
                          const pcp_value_t* inputs, size_t input_count,
                          pcp_tensor_t** out_results);
+  // Optional (NULL: UNIMPLEMENTED): the device allocator's statistics.
+  pcp_status_t (*memory_query)(pcp_backend_t* backend,
+                               pcp_backend_memory_t* out_memory);
 } pcp_backend_vtable_t;
 
 struct pcp_backend_t {

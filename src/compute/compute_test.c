@@ -175,6 +175,32 @@ static void every_dtype_round_trips(void** state) {
   pcp_program_release(program);
 }
 
+// The allocator's statistics see a real device buffer: uploading 1 MiB
+// raises the live device bytes by at least that much (the allocation, not
+// a shape product) and releasing it gives them back.
+static void allocator_statistics_count_real_buffers(void** state) {
+  (void)state;
+  pcp_backend_memory_t before, during, after;
+  fail_status(pcp_backend_memory_query(g_backend, &before), "memory");
+  pcp_host_tensor_t host;
+  pcp_tensor_shape_t shape = {.element_type = PCP_ELEMENT_TYPE_F32,
+                              .rank = 2,
+                              .dims = {512, 512}};
+  fail_status(pcp_host_tensor_allocate(&shape, &host), "allocate");
+  memset(host.data, 0, host.byte_length);
+  pcp_tensor_t* tensor = NULL;
+  fail_status(pcp_tensor_upload(g_backend, &host, &tensor), "upload");
+  fail_status(pcp_backend_memory_query(g_backend, &during), "memory");
+  assert_true(during.device_bytes_live >= before.device_bytes_live + (1u << 20));
+  assert_true(during.device_bytes_live < before.device_bytes_live + (2u << 20));
+  assert_true(during.device_bytes_peak >= during.device_bytes_live);
+  assert_true(during.device_bytes_allocated >= before.device_bytes_allocated + (1u << 20));
+  pcp_tensor_release(tensor);
+  pcp_host_tensor_deinitialize(&host);
+  fail_status(pcp_backend_memory_query(g_backend, &after), "memory");
+  assert_int_equal(after.device_bytes_live, before.device_bytes_live);
+}
+
 static long rss_kib(void) {
   FILE* f = fopen("/proc/self/status", "r");
   char line[256];
@@ -367,6 +393,7 @@ int main(void) {
       cmocka_unit_test(host_tensor_text_and_npy),
       cmocka_unit_test(invokes_with_host_and_resident_inputs),
       cmocka_unit_test(every_dtype_round_trips),
+      cmocka_unit_test(allocator_statistics_count_real_buffers),
       cmocka_unit_test(resident_tensors_survive_1000_calls_with_flat_memory),
       cmocka_unit_test(bad_calls_are_clear_errors),
       cmocka_unit_test(unknown_or_absent_devices_are_clear_errors),

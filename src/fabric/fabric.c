@@ -141,6 +141,10 @@ struct fabric_conn_t {
   bool shutdown_started;
   bool tcp_close_called;
   bool ended;  // loss handled
+  // Bytes read from / handed to net on this connection (the handshake
+  // included); the worker's info adds them up over its connections.
+  _Atomic uint64_t bytes_in;
+  _Atomic uint64_t bytes_out;
   // Frame counter by type (a light header scan beside the real decoder).
   uint8_t scan_header[PCP_PROTO_HEADER_BYTE_LENGTH];
   size_t scan_filled;
@@ -821,6 +825,7 @@ static void flush_writes(fabric_conn_t* conn) {
     conn->writes_in_flight++;
     rec->next_segment += n;
     atomic_fetch_add_explicit(&ep->bytes_out, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&conn->bytes_out, bytes, memory_order_relaxed);
     counter_add(ep->m_bytes_out, (double)bytes);
     if (rec->next_segment == rec->frame.segment_count) {
       rec->all_submitted = true;
@@ -1436,6 +1441,8 @@ static void conn_ended(fabric_conn_t* conn) {
   fabric_worker_t* w = conn->worker;
   if (!w || w->conn != conn) return;
   int64_t now = now_ns(ep);
+  w->info.bytes_in += atomic_load(&conn->bytes_in);
+  w->info.bytes_out += atomic_load(&conn->bytes_out);
   w->conn = NULL;
   w->info.state = PCP_FABRIC_WORKER_LOST;
   w->lost_at_ns = now;
@@ -1755,6 +1762,8 @@ static void on_read(void* user_data, pcp_tcp_conn_t* tcp, const void* data,
     }
   } else {
     atomic_fetch_add_explicit(&ep->bytes_in, byte_length,
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&conn->bytes_in, byte_length,
                               memory_order_relaxed);
     counter_add(ep->m_bytes_in, (double)byte_length);
     pcp_proto_gateway_state_t state =
@@ -2375,6 +2384,8 @@ static void worker_info_fill(pcp_fabric_endpoint_t* ep, fabric_worker_t* w,
     out_info->heartbeat_age_ns = now_ns(ep) - last;
     out_info->in_flight =
         (uint32_t)pcp_proto_gateway_conn_in_flight_count(w->conn->proto);
+    out_info->bytes_in += atomic_load(&w->conn->bytes_in);
+    out_info->bytes_out += atomic_load(&w->conn->bytes_out);
   }
   pcp_sched_worker_status_t status;
   pcp_status_t s = pcp_sched_worker_query(ep->sched, w->info.worker_id, &status);

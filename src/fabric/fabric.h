@@ -216,6 +216,11 @@ typedef struct pcp_fabric_worker_info_t {
   uint32_t in_flight;         // tasks assigned and unanswered
   uint64_t lease_id;          // sched lease the worker holds; 0: none
   uint32_t program_count;     // programs the worker acknowledged
+  // Bytes read from (in) and handed to the socket for (out) this worker,
+  // over every connection it was accepted on, handshake and framing
+  // included: the real traffic of the gateway's link to it.
+  uint64_t bytes_in;
+  uint64_t bytes_out;
 } pcp_fabric_worker_info_t;
 
 // Copies what the endpoint knows about |worker_id| into |out_info|

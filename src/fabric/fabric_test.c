@@ -844,6 +844,17 @@ static void test_large_tensors_travel_as_blobs(void** state) {
   assert_int_equal(outputs[0].element_type, PCP_ELEMENT_TYPE_F32);
   assert_int_equal(outputs[0].shape[0], kCount);
   assert_memory_equal(outputs[0].data, y, blob_length);
+  // The worker's byte counters are the real traffic of its link: each way
+  // the 80000-byte tensor plus framing, handshake and small frames (well
+  // under 8 KiB here), and within the endpoint's totals.
+  pcp_fabric_worker_info_t info;
+  PCP_CHECK_OK(pcp_fabric_worker_query(f->endpoint, "big", &info));
+  assert_in_range(info.bytes_out, blob_length, blob_length + 8192);
+  assert_in_range(info.bytes_in, blob_length, blob_length + 8192);
+  pcp_fabric_endpoint_stats_t stats;
+  pcp_fabric_endpoint_stats_query(f->endpoint, &stats);
+  assert_true(stats.bytes_out >= info.bytes_out);
+  assert_true(stats.bytes_in >= info.bytes_in);
   pcp_proto_blob_free(pcp_allocator_system(), blob);
   free(x);
   pcp_fabric_task_release(task);

@@ -142,7 +142,8 @@ def main():
                         "runtime_version", "compiler_version",
                         "node_manager_id", "heartbeat_age_seconds",
                         "lease_id", "in_flight", "lease_epoch",
-                        "join_count", "program_count"]:
+                        "join_count", "program_count", "bytes_from_worker",
+                        "bytes_to_worker"]:
                 check(key in x, "worker record has %s: %s" % (key, x))
             check(x["state"] == "connected" and x["backend"] == "cpu" and
                   isinstance(x["drivers"], list) and x["drivers"] and
@@ -151,6 +152,16 @@ def main():
         s, one = request("GET", "/v1/workers/" + id_b)
         check(s == 200 and one["worker_id"] == id_b and one["device_id"] == 1,
               "worker get: %s" % one)
+
+        # The fabric's byte counters of each link: the handshake and
+        # heartbeats so far, growing with the job below (program, inputs
+        # down; results up).
+        bytes_before = {x["worker_id"]: (x["bytes_to_worker"],
+                                         x["bytes_from_worker"])
+                        for x in w["workers"]}
+        check(all(isinstance(t, int) and isinstance(f, int) and t > 0 and
+                  f > 0 for t, f in bytes_before.values()),
+              "byte counters after the handshake: %s" % bytes_before)
 
         # 3. Two workers, one job: it runs on both.
         a = [1, 2, 3, 4, 5, 6]
@@ -166,6 +177,15 @@ def main():
         names = sorted(r["name"] for r in res.get("results", []))
         check(names == ["w0.out0", "w1.out0"], "one result per worker %s" %
               names)
+        after = {x["worker_id"]: (x["bytes_to_worker"], x["bytes_from_worker"])
+                 for x in request("GET", "/v1/workers")[1]["workers"]}
+        for wid, (to0, from0) in bytes_before.items():
+            to1, from1 = after.get(wid, (0, 0))
+            # Down: at least the program offer and the task; up: at least
+            # the result (24 bytes of f32) with its frame.
+            check(to1 > to0 + 100 and from1 > from0 + 24,
+                  "worker %s byte counters grew with its task: %s -> %s"
+                  % (wid, (to0, from0), (to1, from1)))
         want = [(x + 0.5) ** 2 for x in a]
         for name in names:
             s, raw, _ = request("GET", "/v1/jobs/%s/results/%s" % (jid, name),

@@ -273,6 +273,11 @@ static json_t* worker_json(const pcp_fabric_worker_info_t* w) {
   json_object_set_new(out, "resumed_count", json_integer(w->resumed_count));
   json_object_set_new(out, "eviction_count",
                       json_integer((json_int_t)w->eviction_count));
+  // The fabric's real byte counters of the link to this worker.
+  json_object_set_new(out, "bytes_from_worker",
+                      json_integer((json_int_t)w->bytes_in));
+  json_object_set_new(out, "bytes_to_worker",
+                      json_integer((json_int_t)w->bytes_out));
   return out;
 }
 

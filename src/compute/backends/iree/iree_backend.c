@@ -553,6 +553,38 @@ static pcp_status_t invoke(pcp_program_t* base,
   return status;
 }
 
+// IREE's allocator statistics through the helper (`memory`: a tuple of
+// has_statistics, device bytes allocated, freed and peak).
+static pcp_status_t memory_query(pcp_backend_t* base,
+                                 pcp_backend_memory_t* out_memory) {
+  iree_backend_t* backend = (iree_backend_t*)base;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* r = PyObject_CallMethod(g_helper, "memory", "O", backend->device);
+  pcp_status_t status = pcp_ok_status();
+  if (!r || !PyTuple_Check(r) || PyTuple_Size(r) != 4) {
+    status = r ? pcp_make_status(PCP_STATUS_INTERNAL,
+                                 "allocator statistics: not a 4-tuple")
+               : status_from_python("allocator statistics");
+  } else if (!PyObject_IsTrue(PyTuple_GetItem(r, 0))) {
+    status = pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
+                             "this IREE runtime keeps no allocator statistics");
+  } else {
+    uint64_t allocated = PyLong_AsUnsignedLongLong(PyTuple_GetItem(r, 1));
+    uint64_t freed = PyLong_AsUnsignedLongLong(PyTuple_GetItem(r, 2));
+    uint64_t peak = PyLong_AsUnsignedLongLong(PyTuple_GetItem(r, 3));
+    if (PyErr_Occurred()) {
+      status = status_from_python("allocator statistics");
+    } else {
+      out_memory->device_bytes_allocated = allocated;
+      out_memory->device_bytes_live = allocated >= freed ? allocated - freed : 0;
+      out_memory->device_bytes_peak = peak;
+    }
+  }
+  Py_XDECREF(r);
+  PyGILState_Release(gil);
+  return status;
+}
+
 static const pcp_backend_vtable_t kIreeVtable = {
     .destroy = backend_destroy,
     .program_load = program_load,
@@ -562,6 +594,7 @@ static const pcp_backend_vtable_t kIreeVtable = {
     .tensor_download = tensor_download,
     .tensor_destroy = tensor_destroy,
     .invoke = invoke,
+    .memory_query = memory_query,
 };
 
 //===----------------------------------------------------------------------===//

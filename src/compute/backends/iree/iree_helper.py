@@ -106,6 +106,17 @@ def upload(device, memory, shape, element_type):
     return B.HalBufferView(buffer, shape, element_type)
 
 
+def memory(device):
+    """(has statistics, device bytes allocated, freed, peak) of |device|'s
+    allocator (IREE counts every buffer it allocates and frees)."""
+    alloc = device.allocator
+    if not alloc.has_statistics:
+        return (False, 0, 0, 0)
+    s = alloc.statistics
+    return (True, int(s["device_bytes_allocated"]),
+            int(s["device_bytes_freed"]), int(s["device_bytes_peak"]))
+
+
 def describe(view):
     """(pcp element type, shape list, byte length) of a result."""
     return RESULT_TYPES.get(int(view.element_type), 0), list(view.shape), view.byte_length
