@@ -108,6 +108,10 @@ extern "C" {
 #define PCP_HTTP_DEFAULT_MAX_CONNECTIONS 1024
 #define PCP_HTTP_DEFAULT_CONNECTION_TIMEOUT_S 60
 #define PCP_HTTP_DEFAULT_THREAD_COUNT 4
+// Time a new connection has to deliver its first request's headers.
+#define PCP_HTTP_DEFAULT_HEADER_TIMEOUT_MS 10000
+#define PCP_HTTP_DEFAULT_MAX_HEADER_COUNT 100
+#define PCP_HTTP_DEFAULT_MAX_CONNECTIONS_PER_CLIENT 256
 // Path parameters per route pattern and path segments per pattern.
 #define PCP_HTTP_MAX_PATH_PARAMS 8
 #define PCP_HTTP_MAX_PATH_SEGMENTS 32
@@ -370,6 +374,14 @@ typedef struct pcp_http_server_options_t {
   // are accepted to say so; beyond that libmicrohttpd refuses silently).
   uint32_t max_connections;       // 0: PCP_HTTP_DEFAULT_MAX_CONNECTIONS
   uint32_t connection_timeout_s;  // idle timeout; 0: default (60)
+  // A new connection that has not sent its first request's headers within
+  // this is answered 408 and closed, however slowly it trickles bytes.
+  // 0: PCP_HTTP_DEFAULT_HEADER_TIMEOUT_MS. Plain HTTP only (see below).
+  uint32_t header_timeout_ms;
+  size_t max_header_count;  // 0: PCP_HTTP_DEFAULT_MAX_HEADER_COUNT
+  // Open connections of one client address; past it 429 (probes exempt).
+  // 0: PCP_HTTP_DEFAULT_MAX_CONNECTIONS_PER_CLIENT.
+  uint32_t max_connections_per_client;
   uint32_t thread_count;          // 0: PCP_HTTP_DEFAULT_THREAD_COUNT
   pcp_obs_registry_t* registry;   // borrowed; NULL: no metrics
   pcp_clock_t clock;              // {0}: the system clock
