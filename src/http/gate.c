@@ -134,9 +134,8 @@ pcp_http_gate_verdict_t pcp_http_gate_classify(
     ++target;
     const char* target_end =
         memchr(target, ' ', line_length - (size_t)(target - data));
-    size_t target_length =
-        target_end ? (size_t)(target_end - target)
-                   : line_length - (size_t)(target - data);
+    size_t target_length = target_end ? (size_t)(target_end - target)
+                                      : line_length - (size_t)(target - data);
     if (target_length > limits->max_url_bytes) {
       snprintf(message, sizeof(message), "URL exceeds %zu bytes",
                limits->max_url_bytes);
@@ -240,8 +239,8 @@ static void conn_drop(pcp_http_gate_t* gate, gate_conn_t* conn) {
 // is read and dropped first, so that the close does not turn into a reset
 // that could cost the client our answer.
 static void conn_answer(pcp_http_gate_t* gate, gate_conn_t* conn,
-                        int http_status, const char* code,
-                        const char* message, const char* extra_header) {
+                        int http_status, const char* code, const char* message,
+                        const char* extra_header) {
   char drain[4096];
   for (size_t total = 0; total < (1u << 20);) {
     ssize_t n = recv(conn->fd, drain, sizeof(drain), MSG_DONTWAIT);
@@ -256,12 +255,12 @@ static void conn_answer(pcp_http_gate_t* gate, gate_conn_t* conn,
   const char* text = status ? "" : pcp_string_builder_cstring(&body);
   pcp_status_ignore(status);
   char head[512];
-  int head_length = snprintf(
-      head, sizeof(head),
-      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-      "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
-      http_status, pcp_http_status_reason(http_status), strlen(text),
-      extra_header ? extra_header : "");
+  int head_length =
+      snprintf(head, sizeof(head),
+               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+               "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
+               http_status, pcp_http_status_reason(http_status), strlen(text),
+               extra_header ? extra_header : "");
   if (head_length > 0 && (size_t)head_length < sizeof(head)) {
     // A fresh socket's send buffer takes these few hundred bytes at once;
     // a peer that does not read them loses them.
@@ -296,8 +295,8 @@ static void conn_hand_over(pcp_http_gate_t* gate, gate_conn_t* conn) {
 static void conn_check(pcp_http_gate_t* gate, gate_conn_t* conn) {
   ssize_t n = recv(conn->fd, gate->peek_buffer, gate->peek_capacity,
                    MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                 errno != EINTR)) {
+  if (n == 0 ||
+      (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
     conn_drop(gate, conn);  // the client left
     return;
   }
@@ -307,8 +306,7 @@ static void conn_check(pcp_http_gate_t* gate, gate_conn_t* conn) {
   pcp_http_gate_result_t result;
   pcp_http_gate_verdict_t verdict = pcp_http_gate_classify(
       gate->peek_buffer, (size_t)n, &gate->options.limits, &result);
-  if (verdict == PCP_HTTP_GATE_NEED_MORE &&
-      (size_t)n == gate->peek_capacity) {
+  if (verdict == PCP_HTTP_GATE_NEED_MORE && (size_t)n == gate->peek_capacity) {
     // The buffer holds more than both limits together: cannot be valid.
     verdict = verdict_error(&result, 431, "RESOURCE_EXHAUSTED",
                             "request line and headers too large");
@@ -317,8 +315,8 @@ static void conn_check(pcp_http_gate_t* gate, gate_conn_t* conn) {
     case PCP_HTTP_GATE_NEED_MORE:
       return;
     case PCP_HTTP_GATE_REJECT:
-      conn_answer(gate, conn, result.http_status, result.code,
-                  result.message, NULL);
+      conn_answer(gate, conn, result.http_status, result.code, result.message,
+                  NULL);
       return;
     case PCP_HTTP_GATE_PASS:
       break;
@@ -396,8 +394,8 @@ static void accept_all(pcp_http_gate_t* gate) {
     fcntl(fd, F_SETFL, flags | O_NONBLOCK);
     fcntl(fd, F_SETFD, FD_CLOEXEC);
     gate_conn_t* conn = NULL;
-    pcp_status_t status = pcp_allocator_calloc(gate->allocator, sizeof(*conn),
-                                               (void**)&conn);
+    pcp_status_t status =
+        pcp_allocator_calloc(gate->allocator, sizeof(*conn), (void**)&conn);
     if (status) {
       pcp_status_ignore(status);
       close(fd);
@@ -440,8 +438,8 @@ static void* gate_main(void* arg) {
       timeout_ms = wait_ns <= 0 ? 0 : (int)((wait_ns + 999999) / 1000000);
       timeout_ms = timeout_ms > 1000 ? 1000 : timeout_ms;
     }
-    int n = epoll_wait(gate->epoll_fd, events, PCP_ARRAYSIZE(events),
-                       timeout_ms);
+    int n =
+        epoll_wait(gate->epoll_fd, events, PCP_ARRAYSIZE(events), timeout_ms);
     for (int i = 0; i < n; ++i) {
       void* tag = events[i].data.ptr;
       if (tag == &wake_tag) {

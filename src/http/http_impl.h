@@ -215,9 +215,9 @@ typedef struct pcp_http_gate_options_t {
 typedef struct pcp_http_gate_t pcp_http_gate_t;
 
 // Starts the gate thread on |options->listen_fd| (taken on success).
-PCP_MUST_USE_RESULT pcp_status_t pcp_http_gate_start(
-    const pcp_http_gate_options_t* options, pcp_allocator_t allocator,
-    pcp_http_gate_t** out_gate);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_http_gate_start(const pcp_http_gate_options_t* options,
+                    pcp_allocator_t allocator, pcp_http_gate_t** out_gate);
 // Stops accepting, closes the waiting connections and the listening socket,
 // joins the thread and frees. NULL is a no-op.
 void pcp_http_gate_stop(pcp_http_gate_t* gate);

@@ -1035,8 +1035,8 @@ static pcp_http_server_t* start_limits_server(
       pcp_http_server_create(options, pcp_allocator_system(), &server));
   PCP_CHECK_OK(pcp_http_server_probes_add(server, NULL, NULL));
   // A route that is not a probe (probes are exempt from connection limits).
-  const pcp_http_route_t route = {"GET", "/limited", NULL,
-                                  pcp_http_healthz_handler, NULL, 0, 0};
+  const pcp_http_route_t route = {
+      "GET", "/limited", NULL, pcp_http_healthz_handler, NULL, 0, 0};
   PCP_CHECK_OK(pcp_http_server_routes_add(server, &route, 1));
   PCP_CHECK_OK(pcp_http_server_start(server));
   snprintf(base_url, capacity, "http://127.0.0.1:%u/limited",
@@ -1097,7 +1097,6 @@ static void connection_limit_answers_503(void** state) {
   PCP_CHECK_OK(pcp_http_server_stop(server, 1000));
   pcp_http_server_release(server);
 }
-
 
 //===----------------------------------------------------------------------===//
 // Raw sockets: what a well-behaved client cannot send
@@ -1182,8 +1181,7 @@ static size_t raw_read_response(int fd, char* buffer, size_t capacity,
 static void assert_raw_json_error(const char* response, int http_status,
                                   const char* code) {
   int status = 0;
-  if (sscanf(response, "HTTP/1.1 %d", &status) != 1 ||
-      status != http_status) {
+  if (sscanf(response, "HTTP/1.1 %d", &status) != 1 || status != http_status) {
     fail_msg("expected HTTP %d with a JSON body, got: %.300s", http_status,
              response);
   }
@@ -1215,12 +1213,10 @@ static void raw_exchange(uint16_t port, const char* request, size_t length,
 
 static void gate_classify_checks_limits(void** state) {
   PCP_UNUSED(state);
-  pcp_http_gate_limits_t limits = {.max_url_bytes = 32,
-                                   .max_header_bytes = 128,
-                                   .max_header_count = 4};
+  pcp_http_gate_limits_t limits = {
+      .max_url_bytes = 32, .max_header_bytes = 128, .max_header_count = 4};
   pcp_http_gate_result_t r;
-#define CLASSIFY(text) \
-  pcp_http_gate_classify((text), strlen(text), &limits, &r)
+#define CLASSIFY(text) pcp_http_gate_classify((text), strlen(text), &limits, &r)
   assert_int_equal(CLASSIFY("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
                    PCP_HTTP_GATE_PASS);
   assert_false(r.is_probe);
@@ -1249,7 +1245,8 @@ static void gate_classify_checks_limits(void** state) {
   assert_int_equal(r.http_status, 414);
   // Header count and bytes (the latter even before the headers end).
   assert_int_equal(
-      CLASSIFY("GET / HTTP/1.1\r\na: 1\r\nb: 2\r\nc: 3\r\nd: 4\r\ne: 5\r\n\r\n"),
+      CLASSIFY(
+          "GET / HTTP/1.1\r\na: 1\r\nb: 2\r\nc: 3\r\nd: 4\r\ne: 5\r\n\r\n"),
       PCP_HTTP_GATE_REJECT);
   assert_int_equal(r.http_status, 431);
   char big[512];
@@ -1259,8 +1256,8 @@ static void gate_classify_checks_limits(void** state) {
   assert_int_equal(CLASSIFY(big), PCP_HTTP_GATE_REJECT);
   assert_int_equal(r.http_status, 431);
   // Content-Length: what libmicrohttpd would answer with its own page.
-  const char* bad_lengths[] = {"-1", "18446744073709551616", "12a", "", "0x10",
-                               "99999999999999999999"};
+  const char* bad_lengths[] = {"-1",   "18446744073709551616", "12a", "",
+                               "0x10", "99999999999999999999"};
   for (size_t i = 0; i < PCP_ARRAYSIZE(bad_lengths); ++i) {
     char request[128];
     snprintf(request, sizeof(request),
@@ -1269,9 +1266,8 @@ static void gate_classify_checks_limits(void** state) {
     assert_int_equal(r.http_status, 400);
     assert_string_equal(r.code, "INVALID_ARGUMENT");
   }
-  assert_int_equal(
-      CLASSIFY("POST / HTTP/1.1\r\ncontent-length:  42 \r\n\r\n"),
-      PCP_HTTP_GATE_PASS);
+  assert_int_equal(CLASSIFY("POST / HTTP/1.1\r\ncontent-length:  42 \r\n\r\n"),
+                   PCP_HTTP_GATE_PASS);
   assert_int_equal(CLASSIFY("POST / HTTP/1.1\r\nContent-Length: 1\r\n"
                             "Content-Length: 1\r\n\r\n"),
                    PCP_HTTP_GATE_REJECT);
@@ -1359,8 +1355,7 @@ static void slow_headers_are_cut_at_the_deadline(void** state) {
     raw_send(fd, "a", 1);  // fails once the server has closed
     struct pollfd p = {.fd = fd, .events = POLLIN};
     if (poll(&p, 1, 50) > 0) {
-      ssize_t n = recv(fd, response + length, sizeof(response) - 1 - length,
-                       0);
+      ssize_t n = recv(fd, response + length, sizeof(response) - 1 - length, 0);
       if (n <= 0) {
         closed = true;
       } else {

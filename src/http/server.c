@@ -625,8 +625,8 @@ static enum MHD_Result on_headers(pcp_http_server_t* server,
                        NULL, NULL);
   }
   byte_count_t header_bytes = {0};
-  int header_count = MHD_get_connection_values(
-      connection, MHD_HEADER_KIND, count_pair_bytes, &header_bytes);
+  int header_count = MHD_get_connection_values(connection, MHD_HEADER_KIND,
+                                               count_pair_bytes, &header_bytes);
   if (header_count > 0 && (size_t)header_count > server->max_header_count) {
     snprintf(message, sizeof(message), "more than %zu request headers",
              server->max_header_count);
@@ -1241,8 +1241,7 @@ static pcp_status_t tls_load(pcp_http_server_t* server) {
 // head of the largest allowed size, since the gate peeks at it in place.
 static pcp_status_t listen_socket_open(const pcp_http_server_t* server,
                                        const struct sockaddr* address,
-                                       socklen_t address_length,
-                                       int* out_fd) {
+                                       socklen_t address_length, int* out_fd) {
   *out_fd = -1;
   int fd = socket(address->sa_family, SOCK_STREAM, 0);
   if (fd < 0) {
@@ -1264,10 +1263,9 @@ static pcp_status_t listen_socket_open(const pcp_http_server_t* server,
   if (bind(fd, address, address_length) != 0 || listen(fd, 4096) != 0) {
     int error = errno;
     close(fd);
-    return pcp_make_status(PCP_STATUS_UNAVAILABLE,
-                           "%s: cannot listen on %s:%u: %s", server->name,
-                           server->host, (unsigned)server->requested_port,
-                           strerror(error));
+    return pcp_make_status(
+        PCP_STATUS_UNAVAILABLE, "%s: cannot listen on %s:%u: %s", server->name,
+        server->host, (unsigned)server->requested_port, strerror(error));
   }
   int flags = fcntl(fd, F_GETFL, 0);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -1324,8 +1322,8 @@ pcp_status_t pcp_http_server_start(pcp_http_server_t* server) {
                                                server->tls_key_pem};
     extra_options[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0,
                                                server->tls_cert_pem};
-    extra_options[2] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0,
-                                               (void*)address};
+    extra_options[2] =
+        (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void*)address};
     extra_options[3] = (struct MHD_OptionItem){
         MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (intptr_t)server->max_connections_per_client, NULL};
@@ -1345,8 +1343,7 @@ pcp_status_t pcp_http_server_start(pcp_http_server_t* server) {
   // working room. Mapped lazily, so the pages cost memory only when used.
   size_t pool_bytes =
       server->max_header_bytes + server->max_url_bytes +
-      (server->max_url_bytes / 2 + server->max_header_count) * 64 +
-      (64u << 10);
+      (server->max_url_bytes / 2 + server->max_header_count) * 64 + (64u << 10);
   server->daemon = MHD_start_daemon(
       flags, 0, NULL, NULL, on_access, server,
       // The logger must come first to catch messages about later options.
@@ -1373,8 +1370,7 @@ pcp_status_t pcp_http_server_start(pcp_http_server_t* server) {
     struct sockaddr_storage bound;
     socklen_t bound_length = sizeof(bound);
     server->bound_port = server->requested_port;
-    if (getsockname(listen_fd, (struct sockaddr*)&bound, &bound_length) ==
-        0) {
+    if (getsockname(listen_fd, (struct sockaddr*)&bound, &bound_length) == 0) {
       server->bound_port =
           bound.ss_family == AF_INET
               ? ntohs(((struct sockaddr_in*)&bound)->sin_port)

@@ -1144,8 +1144,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
       .header_timeout_ms = (uint32_t)limits.header_timeout_ms,
       .connection_timeout_s = (uint32_t)limits.idle_timeout_s,
       .max_connections = (uint32_t)limits.max_connections,
-      .max_connections_per_client =
-          (uint32_t)limits.max_connections_per_client,
+      .max_connections_per_client = (uint32_t)limits.max_connections_per_client,
   };
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_server_create(&http_options, g->allocator, &g->http));
