@@ -321,13 +321,20 @@ def main():
               "huge chunked body: %d JSON after %d MiB sent" %
               (status, sent >> 20))
 
-        # Still healthy afterwards.
+        # Still healthy afterwards, and a clean stop.
         check(api_get(api_port, "/healthz", token=None)[0] == 200,
               "/healthz after everything")
+        proc.terminate()
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            code = None
+        check(code == 0, "gateway exits 0 on SIGTERM (%s)" % code)
     finally:
         for s in flood:
             s.close()
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
