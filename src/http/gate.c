@@ -276,6 +276,13 @@ static void conn_answer(pcp_http_gate_t* gate, gate_conn_t* conn,
   PCP_LOG(PCP_LOG_DEBUG, gate->options.log_context,
           "http gate: answered %d (%s) before the request reached the server",
           http_status, message);
+  if (gate->options.answers) {
+    char status_label[8];
+    snprintf(status_label, sizeof(status_label), "%d", http_status);
+    pcp_obs_family_add(gate->options.answers,
+                       (const char*[]){gate->options.server_name, status_label},
+                       1);
+  }
   conn_drop(gate, conn);
 }
 

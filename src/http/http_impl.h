@@ -210,6 +210,9 @@ typedef struct pcp_http_gate_options_t {
   uint32_t (*client_open_count)(void* user_data, const uint8_t client[16]);
   void* client_open_user_data;
   pcp_log_context_t* log_context;
+  // pcp_http_gate_answers_total (labels server, status); NULL: no metrics.
+  pcp_obs_family_t* answers;
+  const char* server_name;
 } pcp_http_gate_options_t;
 
 typedef struct pcp_http_gate_t pcp_http_gate_t;

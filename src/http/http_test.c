@@ -1410,6 +1410,21 @@ static void header_flood_leaves_probes_answerable(void** state) {
   pcp_http_client_response_t answer;
   assert_int_equal(get_url(f->client, url, &answer), 200);
   pcp_http_client_response_deinitialize(&answer);
+  // Every flood connection past the 64 a client may have waiting was
+  // evicted with a 408, and counted.
+  answer = get(f, "/metrics");
+  const char* kSeries =
+      "pcp_http_gate_answers_total{server=\"limits\",status=\"408\"} ";
+  const char* line = strstr(answer.body, kSeries);
+  if (!line) {
+    fail_msg("no %s in /metrics", kSeries);
+  }
+  double evicted = strtod(line + strlen(kSeries), NULL);
+  if (evicted < FLOOD - PCP_HTTP_GATE_MAX_WAITING_PER_CLIENT) {
+    fail_msg("%.0f evictions counted; expected at least %d", evicted,
+             FLOOD - PCP_HTTP_GATE_MAX_WAITING_PER_CLIENT);
+  }
+  pcp_http_client_response_deinitialize(&answer);
   for (int i = 0; i < FLOOD; ++i) {
     if (fds[i] >= 0) {
       close(fds[i]);

@@ -47,6 +47,7 @@ enum {
   FAMILY_REQUEST_BYTES,
   FAMILY_RESPONSE_BYTES,
   FAMILY_CONNECTIONS,
+  FAMILY_GATE_ANSWERS,
   FAMILY_COUNT,
 };
 
@@ -112,6 +113,7 @@ static const char* const kRouteLabels[] = {"server", "route", "method",
                                            "status_class", NULL};
 static const char* const kBytesLabels[] = {"server", "route", NULL};
 static const char* const kServerLabels[] = {"server", NULL};
+static const char* const kGateLabels[] = {"server", "status", NULL};
 // Handlers answer in well under a millisecond to seconds: finer low buckets
 // than obs's default 5 ms floor.
 static const double kDurationBuckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
@@ -135,6 +137,11 @@ static const pcp_obs_metric_def_t kMetricDefs[FAMILY_COUNT] = {
      NULL, 0, 0},
     {"pcp_http_connections", PCP_OBS_METRIC_TYPE_GAUGE,
      "Open HTTP connections, by server.", kServerLabels, NULL, 0, 0},
+    {"pcp_http_gate_answers_total", PCP_OBS_METRIC_TYPE_COUNTER,
+     "Connections answered and closed before their first request reached "
+     "the server (408 header deadline or eviction, 400/414/431 limits, "
+     "429/503 connection caps), by server and status.",
+     kGateLabels, NULL, 0, 0},
 };
 
 static pcp_status_t metrics_register(pcp_http_server_t* server,
@@ -1390,6 +1397,8 @@ pcp_status_t pcp_http_server_start(pcp_http_server_t* server) {
         .client_open_count = client_open_count,
         .client_open_user_data = server,
         .log_context = &server->log_context,
+        .answers = server->families[FAMILY_GATE_ANSWERS],
+        .server_name = server->name,
     };
     pcp_status_t status =
         pcp_http_gate_start(&gate_options, server->allocator, &server->gate);
