@@ -129,6 +129,13 @@ pcp_http_gate_verdict_t pcp_http_gate_classify(
     return PCP_HTTP_GATE_NEED_MORE;
   }
   size_t line_length = (size_t)(line_end - data);
+  if (line_length > limits->max_url_bytes + kLineSlack) {
+    // Whatever its target, a line this long was already refused while it
+    // arrived (above): the same verdict however the bytes were split.
+    snprintf(message, sizeof(message), "URL exceeds %zu bytes",
+             limits->max_url_bytes);
+    return verdict_error(out_result, 414, "RESOURCE_EXHAUSTED", message);
+  }
   const char* target = memchr(data, ' ', line_length);
   if (target) {
     ++target;
@@ -149,10 +156,6 @@ pcp_http_gate_verdict_t pcp_http_gate_classify(
         out_result->is_probe = true;
       }
     }
-  } else if (line_length > limits->max_url_bytes + kLineSlack) {
-    snprintf(message, sizeof(message), "URL exceeds %zu bytes",
-             limits->max_url_bytes);
-    return verdict_error(out_result, 414, "RESOURCE_EXHAUSTED", message);
   }
   // The header lines, up to the empty line. libmicrohttpd parses the
   // request itself once we pass it; this scan only enforces limits.
