@@ -1777,13 +1777,19 @@ static void on_read(void* user_data, pcp_tcp_conn_t* tcp, const void* data,
         largest > PCP_FABRIC_HANDSHAKE_MAX_PAYLOAD_BYTES) {
       // Before ACCEPT a peer is nobody: it must not make the decoder
       // allocate a payload of the full frame limit (80 MiB by default) per
-      // connection. Handshake frames are a few hundred bytes.
-      pcp_status_t why = pcp_make_status(
-          PCP_STATUS_RESOURCE_EXHAUSTED,
-          "a %llu-byte frame before the handshake finished (limit %u)",
-          (unsigned long long)largest, PCP_FABRIC_HANDSHAKE_MAX_PAYLOAD_BYTES);
-      status = pcp_proto_gateway_conn_fail(conn->proto, why, start);
-      pcp_status_ignore(why);
+      // connection. Handshake frames are a few hundred bytes. The answer
+      // is the handshake's error frame, REJECT reason 5 (protocol.md s.3),
+      // not ERROR: a peer that has not joined only understands REJECT.
+      char message[128];
+      snprintf(message, sizeof(message),
+               "a %llu-byte frame before the handshake finished (limit %u)",
+               (unsigned long long)largest,
+               PCP_FABRIC_HANDSHAKE_MAX_PAYLOAD_BYTES);
+      status = pcp_proto_gateway_conn_reject(
+          conn->proto, PCP_PROTO_REJECT_PROTOCOL_VIOLATION, message, start);
+      // A REJECT closes as PERMISSION_DENIED, which is not counted as a
+      // peer fault; this one is the peer's protocol error.
+      atomic_fetch_add(&ep->protocol_errors, 1);
     } else {
       status = pcp_proto_gateway_conn_on_bytes(conn->proto, data, byte_length,
                                                start);

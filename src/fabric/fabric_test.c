@@ -259,11 +259,17 @@ static void test_malformed_frames_close_only_that_connection(void** state) {
                           PCP_STATUS_RESOURCE_EXHAUSTED);
   // Before authentication even a frame within the frame limit is refused
   // when it is larger than any handshake frame: no allocation for nobody.
+  // The answer is REJECT reason 5 (protocol.md s.3), as for any other bad
+  // frame before ACCEPT (expect_bad_input_closes checks the reason).
   h.payload_length = 1 << 20;
   pcp_proto_header_encode(&h, header);
   expect_bad_input_closes(f, false, header, sizeof(header),
-                          PCP_PROTO_MESSAGE_ERROR,
-                          PCP_STATUS_RESOURCE_EXHAUSTED);
+                          PCP_PROTO_MESSAGE_REJECT, PCP_STATUS_OK);
+  // The same before ACCEPT with a frame past the whole frame limit.
+  h.payload_length = f->options.limits.max_frame_bytes;
+  pcp_proto_header_encode(&h, header);
+  expect_bad_input_closes(f, false, header, sizeof(header),
+                          PCP_PROTO_MESSAGE_REJECT, PCP_STATUS_OK);
   // A heartbeat whose header checksum is wrong: DATA_LOSS.
   pcp_proto_heartbeat_t hb = {.seq = 1};
   pcp_proto_encoded_frame_t enc;

@@ -61,6 +61,8 @@ const char* pcp_http_status_reason(int http_status) {
       return "Not Found";
     case 405:
       return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
     case 409:
       return "Conflict";
     case 413:

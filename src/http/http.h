@@ -9,10 +9,18 @@
 // threads, so a handler may block only briefly (long work belongs on a worker
 // pool). Connections are HTTP/1.1 keep-alive. The router is built before
 // pcp_http_server_start and is immutable afterwards, so matching takes no
-// lock. For every request the server, in this order:
+// lock. A plain-HTTP server accepts on its own gate thread, which holds each
+// new connection until its first request's headers are in (408 and a close
+// past |header_timeout_ms|, however slowly they trickle), keeps at most 64
+// waiting per client address (one more evicts that address's oldest) and
+// answers the limits below that libmicrohttpd would answer in HTML (414,
+// 431, a malformed Content-Length: 400) with the JSON schema before handing
+// the socket to libmicrohttpd (docs/decisions.md "http"). For every request
+// the server, in this order:
 //   1. checks the connection count (503 with Connection: close past
-//      |max_connections|), the URL length (414) and the total header bytes
-//      (431);
+//      |max_connections|; 429 past |max_connections_per_client| of one
+//      address; /healthz and /readyz exempt from both), the URL length
+//      (414), the header count and total header bytes (431);
 //   2. matches the path against the routes (404 when no pattern matches,
 //      405 with an Allow header when a pattern matches but no route has the
 //      method);
@@ -108,6 +116,10 @@ extern "C" {
 #define PCP_HTTP_DEFAULT_MAX_CONNECTIONS 1024
 #define PCP_HTTP_DEFAULT_CONNECTION_TIMEOUT_S 60
 #define PCP_HTTP_DEFAULT_THREAD_COUNT 4
+// Time a new connection has to deliver its first request's headers.
+#define PCP_HTTP_DEFAULT_HEADER_TIMEOUT_MS 10000
+#define PCP_HTTP_DEFAULT_MAX_HEADER_COUNT 100
+#define PCP_HTTP_DEFAULT_MAX_CONNECTIONS_PER_CLIENT 256
 // Path parameters per route pattern and path segments per pattern.
 #define PCP_HTTP_MAX_PATH_PARAMS 8
 #define PCP_HTTP_MAX_PATH_SEGMENTS 32
@@ -366,13 +378,23 @@ typedef struct pcp_http_server_options_t {
   size_t max_header_bytes;  // 0: PCP_HTTP_DEFAULT_MAX_HEADER_BYTES
   size_t max_url_bytes;     // 0: PCP_HTTP_DEFAULT_MAX_URL_BYTES
   size_t max_json_depth;    // 0: PCP_HTTP_DEFAULT_MAX_JSON_DEPTH
-  // Open connections; past it requests get 503 and a close (up to 64 more
-  // are accepted to say so; beyond that libmicrohttpd refuses silently).
+  // Open connections; past it requests get 503 and a close, except the
+  // probes, which keep 64 more slots (beyond those libmicrohttpd refuses
+  // silently).
   uint32_t max_connections;       // 0: PCP_HTTP_DEFAULT_MAX_CONNECTIONS
   uint32_t connection_timeout_s;  // idle timeout; 0: default (60)
-  uint32_t thread_count;          // 0: PCP_HTTP_DEFAULT_THREAD_COUNT
-  pcp_obs_registry_t* registry;   // borrowed; NULL: no metrics
-  pcp_clock_t clock;              // {0}: the system clock
+  // A new connection that has not sent its first request's headers within
+  // this is answered 408 and closed, however slowly it trickles bytes.
+  // 0: PCP_HTTP_DEFAULT_HEADER_TIMEOUT_MS. Plain HTTP only (TLS: the idle
+  // timeout alone).
+  uint32_t header_timeout_ms;
+  size_t max_header_count;  // 0: PCP_HTTP_DEFAULT_MAX_HEADER_COUNT
+  // Open connections of one client address; past it 429 (probes exempt).
+  // 0: PCP_HTTP_DEFAULT_MAX_CONNECTIONS_PER_CLIENT.
+  uint32_t max_connections_per_client;
+  uint32_t thread_count;         // 0: PCP_HTTP_DEFAULT_THREAD_COUNT
+  pcp_obs_registry_t* registry;  // borrowed; NULL: no metrics
+  pcp_clock_t clock;             // {0}: the system clock
 } pcp_http_server_options_t;
 
 typedef struct pcp_http_server_t pcp_http_server_t;

@@ -71,6 +71,33 @@ static void fuzz_router(const char* path, size_t length) {
   }
 }
 
+// The header gate's classifier on raw bytes, with small limits so that
+// fuzzer-sized inputs reach every verdict. A verdict on a prefix that is
+// already REJECT or PASS must not change when more bytes come: the gate
+// decides on whatever has arrived.
+static void fuzz_gate(const char* data, size_t size) {
+  const pcp_http_gate_limits_t limits = {
+      .max_url_bytes = 64, .max_header_bytes = 256, .max_header_count = 8};
+  pcp_http_gate_result_t whole;
+  pcp_http_gate_verdict_t verdict =
+      pcp_http_gate_classify(data, size, &limits, &whole);
+  if (verdict == PCP_HTTP_GATE_REJECT) {
+    PCP_ASSERT(whole.http_status == 400 || whole.http_status == 414 ||
+               whole.http_status == 431);
+    PCP_ASSERT(whole.code && whole.message[0]);
+  }
+  for (size_t cut = 0; cut < size; cut += 1 + size / 16) {
+    pcp_http_gate_result_t prefix;
+    pcp_http_gate_verdict_t early =
+        pcp_http_gate_classify(data, cut, &limits, &prefix);
+    if (early != PCP_HTTP_GATE_NEED_MORE) {
+      PCP_ASSERT(early == verdict);
+      PCP_ASSERT(early != PCP_HTTP_GATE_REJECT ||
+                 prefix.http_status == whole.http_status);
+    }
+  }
+}
+
 static void fuzz_json(const char* text, size_t length) {
   pcp_status_t status = pcp_http_json_depth_check(text, length, 8);
   if (status) {
@@ -163,6 +190,7 @@ int LLVMFuzzerTestOneInput(  // NOLINT(readability-identifier-naming)
       break;
     case 0:
       fuzz_router(text, strlen(text));
+      fuzz_gate((const char*)data + 1, size - 1);
       break;
     case 1:
       fuzz_json(text, size - 1);

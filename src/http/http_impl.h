@@ -115,6 +115,7 @@ struct pcp_http_request_t {
   bool body_too_large;
   size_t discarded_bytes;  // body bytes dropped after body_too_large
   bool responded;          // a response was queued
+  bool answered_raw;       // the 413 was written on the socket directly
   bool close_connection;   // answer with Connection: close
   // An error found from the headers, answered at the final call (see
   // early_error in server.c); 0: none.
@@ -158,6 +159,71 @@ struct MHD_Response* pcp_http_sse_response_create(
 // Drops the response's reference of a stream that never reached
 // libmicrohttpd (the handler failed or replaced the body).
 void pcp_http_sse_stream_abandon(pcp_http_sse_stream_t* stream);
+
+//===----------------------------------------------------------------------===//
+// The header gate (gate.c)
+//===----------------------------------------------------------------------===//
+
+// Connections waiting for their first request's headers, in all and per
+// client address; one more evicts the oldest (with a 408).
+#define PCP_HTTP_GATE_MAX_WAITING 4096
+#define PCP_HTTP_GATE_MAX_WAITING_PER_CLIENT 64
+
+typedef struct pcp_http_gate_limits_t {
+  size_t max_url_bytes;
+  size_t max_header_bytes;
+  size_t max_header_count;
+} pcp_http_gate_limits_t;
+
+typedef enum pcp_http_gate_verdict_e {
+  PCP_HTTP_GATE_NEED_MORE = 0,  // headers incomplete, within the limits
+  PCP_HTTP_GATE_PASS,           // headers complete, within the limits
+  PCP_HTTP_GATE_REJECT,         // answer |http_status| and close
+} pcp_http_gate_verdict_t;
+
+typedef struct pcp_http_gate_result_t {
+  int http_status;   // REJECT: 400, 414 or 431
+  const char* code;  // REJECT: static error code
+  char message[160];
+  bool is_probe;  // the target is /healthz or /readyz
+} pcp_http_gate_result_t;
+
+// Checks the start of a request (request line and headers, as far as they
+// have arrived) against |limits|. Pure; exposed for tests.
+pcp_http_gate_verdict_t pcp_http_gate_classify(
+    const char* data, size_t length, const pcp_http_gate_limits_t* limits,
+    pcp_http_gate_result_t* out_result);
+
+typedef struct pcp_http_gate_options_t {
+  int listen_fd;  // listening, non-blocking; the gate closes it at stop
+  struct MHD_Daemon* daemon;
+  pcp_http_gate_limits_t limits;
+  int64_t header_timeout_ms;
+  uint32_t max_waiting;
+  uint32_t max_waiting_per_client;
+  // Past |max_connections| open in libmicrohttpd, requests other than the
+  // probes get 503; past |max_connections_per_client| of one address, 429.
+  _Atomic int64_t* open_connections;
+  uint32_t max_connections;
+  uint32_t max_connections_per_client;
+  // Open connections of the client whose address bytes are |client|.
+  uint32_t (*client_open_count)(void* user_data, const uint8_t client[16]);
+  void* client_open_user_data;
+  pcp_log_context_t* log_context;
+  // pcp_http_gate_answers_total (labels server, status); NULL: no metrics.
+  pcp_obs_family_t* answers;
+  const char* server_name;
+} pcp_http_gate_options_t;
+
+typedef struct pcp_http_gate_t pcp_http_gate_t;
+
+// Starts the gate thread on |options->listen_fd| (taken on success).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_http_gate_start(const pcp_http_gate_options_t* options,
+                    pcp_allocator_t allocator, pcp_http_gate_t** out_gate);
+// Stops accepting, closes the waiting connections and the listening socket,
+// joins the thread and frees. NULL is a no-op.
+void pcp_http_gate_stop(pcp_http_gate_t* gate);
 
 // The server's JSON depth limit (options, defaulted).
 size_t pcp_http_server_json_depth_limit(const struct pcp_http_server_t* server);

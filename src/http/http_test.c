@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,10 +14,13 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "http/http_impl.h"  // pcp_http_gate_classify
 
 #define API_TOKEN_ENV "PCP_HTTP_TEST_API_TOKEN"
 #define INTERNAL_TOKEN_ENV "PCP_HTTP_TEST_INTERNAL_TOKEN"
@@ -831,8 +835,9 @@ static void body_limit_with_chunked_upload(void** state) {
   response = get(f, "/healthz");
   assert_int_equal(response.http_status, 200);
   pcp_http_client_response_deinitialize(&response);
-  // A sender that keeps streaming far past the limit is cut off (the one
-  // place the server closes instead of answering); others are unaffected.
+  // A sender that keeps streaming far past the limit gets the 413 while it
+  // sends (written on the socket, since libmicrohttpd refuses a response
+  // during an upload), then the close; others are unaffected.
   size_t huge_length = (size_t)PCP_HTTP_DEFAULT_MAX_BODY_BYTES * 20;
   char* huge = calloc(1, huge_length);
   char url[128];
@@ -843,15 +848,10 @@ static void body_limit_with_chunked_upload(void** state) {
   request.body = huge;
   request.body_length = huge_length;
   request.chunked = true;
-  pcp_status_t status = pcp_http_client_send(f->client, &request, &response);
-  if (!status) {
-    // The 413 may still win the race with the close.
-    assert_error_body(&response, 413, "RESOURCE_EXHAUSTED");
-    pcp_http_client_response_deinitialize(&response);
-  } else {
-    assert_int_equal(pcp_status_code(status), PCP_STATUS_UNAVAILABLE);
-    pcp_status_ignore(status);
-  }
+  PCP_CHECK_OK(pcp_http_client_send(f->client, &request, &response));
+  assert_error_body(&response, 413, "RESOURCE_EXHAUSTED");
+  assert_contains(response.body, "exceeds the limit of 1024");
+  pcp_http_client_response_deinitialize(&response);
   free(huge);
   response = get(f, "/healthz");
   assert_int_equal(response.http_status, 200);
@@ -1034,8 +1034,12 @@ static pcp_http_server_t* start_limits_server(
   PCP_CHECK_OK(
       pcp_http_server_create(options, pcp_allocator_system(), &server));
   PCP_CHECK_OK(pcp_http_server_probes_add(server, NULL, NULL));
+  // A route that is not a probe (probes are exempt from connection limits).
+  const pcp_http_route_t route = {
+      "GET", "/limited", NULL, pcp_http_healthz_handler, NULL, 0, 0};
+  PCP_CHECK_OK(pcp_http_server_routes_add(server, &route, 1));
   PCP_CHECK_OK(pcp_http_server_start(server));
-  snprintf(base_url, capacity, "http://127.0.0.1:%u/healthz",
+  snprintf(base_url, capacity, "http://127.0.0.1:%u/limited",
            (unsigned)pcp_http_server_port(server));
   return server;
 }
@@ -1066,12 +1070,18 @@ static void connection_limit_answers_503(void** state) {
   pcp_http_client_response_deinitialize(&response);
   assert_int_equal(get_url(clients[1], url, &response), 200);
   pcp_http_client_response_deinitialize(&response);
-  // ...so a third gets a JSON 503, not a silent close.
+  // ...so a third gets a JSON 503, not a silent close...
   get_url(clients[2], url, &response);
   assert_error_body(&response, 503, "UNAVAILABLE");
   char retry[16];
   assert_true(pcp_http_client_response_header(&response, "Retry-After", retry,
                                               sizeof(retry)));
+  pcp_http_client_response_deinitialize(&response);
+  // ...while the probes keep their reserved slots: never 503 for a count.
+  char probe_url[128];
+  snprintf(probe_url, sizeof(probe_url), "%.*s/healthz",
+           (int)(strlen(url) - strlen("/limited")), url);
+  assert_int_equal(get_url(clients[2], probe_url, &response), 200);
   pcp_http_client_response_deinitialize(&response);
   // Once one closes, the third is served.
   pcp_http_client_release(clients[0]);
@@ -1084,6 +1094,377 @@ static void connection_limit_answers_503(void** state) {
   assert_int_equal(http_status, 200);
   pcp_http_client_release(clients[1]);
   pcp_http_client_release(clients[2]);
+  PCP_CHECK_OK(pcp_http_server_stop(server, 1000));
+  pcp_http_server_release(server);
+}
+
+//===----------------------------------------------------------------------===//
+// Raw sockets: what a well-behaved client cannot send
+//===----------------------------------------------------------------------===//
+
+static int64_t now_ms(void) {
+  return pcp_clock_now_ns(pcp_clock_system()) / 1000000;
+}
+
+// strcasestr is a GNU extension.
+static const char* find_nocase(const char* text, const char* needle) {
+  size_t n = strlen(needle);
+  for (; *text; ++text) {
+    if (strncasecmp(text, needle, n) == 0) {
+      return text;
+    }
+  }
+  return NULL;
+}
+
+static int raw_connect(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  PCP_ASSERT(fd >= 0);
+  struct sockaddr_in address = {0};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr*)&address, sizeof(address)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static bool raw_send(int fd, const void* data, size_t length) {
+  const char* bytes = data;
+  while (length > 0) {
+    ssize_t n = send(fd, bytes, length, MSG_NOSIGNAL);
+    if (n <= 0) {
+      return false;
+    }
+    bytes += n;
+    length -= (size_t)n;
+  }
+  return true;
+}
+
+// Reads one response (headers plus Content-Length bytes) or until the peer
+// closes or |timeout_ms| passes. Returns the bytes read (|buffer| is
+// NUL-terminated); *out_closed tells whether the peer closed.
+static size_t raw_read_response(int fd, char* buffer, size_t capacity,
+                                int timeout_ms, bool* out_closed) {
+  size_t length = 0;
+  *out_closed = false;
+  int64_t deadline = now_ms() + timeout_ms;
+  buffer[0] = '\0';
+  while (length + 1 < capacity) {
+    int64_t left = deadline - now_ms();
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
+      break;
+    }
+    ssize_t n = recv(fd, buffer + length, capacity - 1 - length, 0);
+    if (n <= 0) {
+      *out_closed = true;
+      break;
+    }
+    length += (size_t)n;
+    buffer[length] = '\0';
+    const char* end = strstr(buffer, "\r\n\r\n");
+    const char* cl = find_nocase(buffer, "Content-Length:");
+    if (end && cl && cl < end &&
+        length >= (size_t)(end + 4 - buffer) + strtoull(cl + 15, NULL, 10)) {
+      break;
+    }
+  }
+  return length;
+}
+
+// Checks a raw response: status line, JSON content type, the one error
+// schema with |code|.
+static void assert_raw_json_error(const char* response, int http_status,
+                                  const char* code) {
+  int status = 0;
+  if (sscanf(response, "HTTP/1.1 %d", &status) != 1 || status != http_status) {
+    fail_msg("expected HTTP %d with a JSON body, got: %.300s", http_status,
+             response);
+  }
+  assert_non_null(find_nocase(response, "Content-Type: application/json"));
+  const char* body = strstr(response, "\r\n\r\n");
+  assert_non_null(body);
+  json_error_t error;
+  json_t* root = json_loads(body + 4, 0, &error);
+  if (!root) {
+    fail_msg("body is not JSON: %.300s", body + 4);
+  }
+  json_t* inner = json_object_get(root, "error");
+  assert_true(json_is_object(inner));
+  assert_string_equal(json_string_value(json_object_get(inner, "code")), code);
+  assert_true(json_is_string(json_object_get(inner, "message")));
+  json_decref(root);
+}
+
+// Sends |request| on a fresh connection and returns the answer in |buffer|.
+static void raw_exchange(uint16_t port, const char* request, size_t length,
+                         char* buffer, size_t capacity, int timeout_ms) {
+  int fd = raw_connect(port);
+  assert_true(fd >= 0);
+  raw_send(fd, request, length);  // the server may answer before the end
+  bool closed = false;
+  raw_read_response(fd, buffer, capacity, timeout_ms, &closed);
+  close(fd);
+}
+
+static void gate_classify_checks_limits(void** state) {
+  PCP_UNUSED(state);
+  pcp_http_gate_limits_t limits = {
+      .max_url_bytes = 32, .max_header_bytes = 128, .max_header_count = 4};
+  pcp_http_gate_result_t r;
+#define CLASSIFY(text) pcp_http_gate_classify((text), strlen(text), &limits, &r)
+  assert_int_equal(CLASSIFY("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+                   PCP_HTTP_GATE_PASS);
+  assert_false(r.is_probe);
+  assert_int_equal(CLASSIFY("GET /healthz?x=1 HTTP/1.1\r\n\r\n"),
+                   PCP_HTTP_GATE_PASS);
+  assert_true(r.is_probe);
+  assert_int_equal(CLASSIFY("GET /readyz HTTP/1.1\n\n"), PCP_HTTP_GATE_PASS);
+  assert_true(r.is_probe);
+  assert_int_equal(CLASSIFY("GET /healthzz HTTP/1.1\r\n\r\n"),
+                   PCP_HTTP_GATE_PASS);
+  assert_false(r.is_probe);
+  // Incomplete but within the limits: wait.
+  assert_int_equal(CLASSIFY("GET / HTTP/1.1\r\nHost: a\r\n"),
+                   PCP_HTTP_GATE_NEED_MORE);
+  assert_int_equal(CLASSIFY("GET /abc"), PCP_HTTP_GATE_NEED_MORE);
+  // URL limits: a complete long line, and a line that cannot end in time.
+  assert_int_equal(
+      CLASSIFY("GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa HTTP/1.1\r\n"),
+      PCP_HTTP_GATE_REJECT);
+  assert_int_equal(r.http_status, 414);
+  char line[256];
+  memset(line, 'a', sizeof(line) - 1);
+  line[sizeof(line) - 1] = '\0';
+  memcpy(line, "GET /", 5);
+  assert_int_equal(CLASSIFY(line), PCP_HTTP_GATE_REJECT);
+  assert_int_equal(r.http_status, 414);
+  // Header count and bytes (the latter even before the headers end).
+  assert_int_equal(
+      CLASSIFY(
+          "GET / HTTP/1.1\r\na: 1\r\nb: 2\r\nc: 3\r\nd: 4\r\ne: 5\r\n\r\n"),
+      PCP_HTTP_GATE_REJECT);
+  assert_int_equal(r.http_status, 431);
+  char big[512];
+  int n = snprintf(big, sizeof(big), "GET / HTTP/1.1\r\nX: ");
+  memset(big + n, 'v', 200);
+  big[n + 200] = '\0';
+  assert_int_equal(CLASSIFY(big), PCP_HTTP_GATE_REJECT);
+  assert_int_equal(r.http_status, 431);
+  // Content-Length: what libmicrohttpd would answer with its own page.
+  const char* bad_lengths[] = {"-1",   "18446744073709551616", "12a", "",
+                               "0x10", "99999999999999999999"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(bad_lengths); ++i) {
+    char request[128];
+    snprintf(request, sizeof(request),
+             "POST / HTTP/1.1\r\nContent-Length: %s\r\n\r\n", bad_lengths[i]);
+    assert_int_equal(CLASSIFY(request), PCP_HTTP_GATE_REJECT);
+    assert_int_equal(r.http_status, 400);
+    assert_string_equal(r.code, "INVALID_ARGUMENT");
+  }
+  assert_int_equal(CLASSIFY("POST / HTTP/1.1\r\ncontent-length:  42 \r\n\r\n"),
+                   PCP_HTTP_GATE_PASS);
+  assert_int_equal(CLASSIFY("POST / HTTP/1.1\r\nContent-Length: 1\r\n"
+                            "Content-Length: 1\r\n\r\n"),
+                   PCP_HTTP_GATE_REJECT);
+#undef CLASSIFY
+}
+
+// The errors libmicrohttpd used to answer itself (HTML, or nothing for a
+// minute) are the JSON schema, at once.
+static void protocol_errors_are_json_and_prompt(void** state) {
+  fixture_t* f = *state;
+  uint16_t port = pcp_http_server_port(f->server);
+  size_t capacity = 1 << 20;
+  char* request = malloc(capacity);
+  char response[8192];
+
+  // ~5,000 query parameters (about 44 KiB of URL): 414 within a second.
+  int n = snprintf(request, capacity, "GET /v1/jobs?");
+  for (int i = 0; i < 5000; ++i) {
+    n += snprintf(request + n, capacity - (size_t)n, "p%d=%d&", i, i);
+  }
+  n += snprintf(request + n, capacity - (size_t)n,
+                " HTTP/1.1\r\nHost: x\r\n\r\n");
+  int64_t start = now_ms();
+  raw_exchange(port, request, (size_t)n, response, sizeof(response), 5000);
+  int64_t took = now_ms() - start;
+  assert_raw_json_error(response, 414, "RESOURCE_EXHAUSTED");
+  if (took > 1000) {
+    fail_msg("414 took %lld ms", (long long)took);
+  }
+
+  // 2,000 headers: 431.
+  n = snprintf(request, capacity, "GET /v1/jobs HTTP/1.1\r\nHost: x\r\n");
+  for (int i = 0; i < 2000; ++i) {
+    n += snprintf(request + n, capacity - (size_t)n, "X-H-%d: v\r\n", i);
+  }
+  n += snprintf(request + n, capacity - (size_t)n, "\r\n");
+  raw_exchange(port, request, (size_t)n, response, sizeof(response), 5000);
+  assert_raw_json_error(response, 431, "RESOURCE_EXHAUSTED");
+
+  // One header far larger than the pool libmicrohttpd parses in: 431.
+  n = snprintf(request, capacity, "GET /v1/jobs HTTP/1.1\r\nX-Big: ");
+  memset(request + n, 'b', 512 << 10);
+  n += 512 << 10;
+  n += snprintf(request + n, capacity - (size_t)n, "\r\n\r\n");
+  raw_exchange(port, request, (size_t)n, response, sizeof(response), 5000);
+  assert_raw_json_error(response, 431, "RESOURCE_EXHAUSTED");
+
+  // Content-Length of -1 and of 2^64: 400.
+  const char* lengths[] = {"-1", "18446744073709551616"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(lengths); ++i) {
+    n = snprintf(request, capacity,
+                 "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                 "%s\r\n\r\n{}",
+                 lengths[i]);
+    raw_exchange(port, request, (size_t)n, response, sizeof(response), 5000);
+    assert_raw_json_error(response, 400, "INVALID_ARGUMENT");
+  }
+
+  // The server still serves a normal request on a fresh connection.
+  n = snprintf(request, capacity, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  raw_exchange(port, request, (size_t)n, response, sizeof(response), 5000);
+  assert_non_null(strstr(response, "HTTP/1.1 200"));
+  free(request);
+}
+
+// A client that trickles its headers (a byte every 50 ms, so an idle
+// timeout never fires) is answered 408 and closed at the header deadline.
+static void slow_headers_are_cut_at_the_deadline(void** state) {
+  fixture_t* f = *state;
+  pcp_http_server_options_t options = {0};
+  options.header_timeout_ms = 500;
+  char url[128];
+  pcp_http_server_t* server =
+      start_limits_server(f, &options, url, sizeof(url));
+  int fd = raw_connect(pcp_http_server_port(server));
+  assert_true(fd >= 0);
+  const char* head = "GET /limited HTTP/1.1\r\nX-Slow: ";
+  assert_true(raw_send(fd, head, strlen(head)));
+  int64_t start = now_ms();
+  char response[4096] = "";
+  size_t length = 0;
+  bool closed = false;
+  // Poll the observable outcome (an answer and a close) with a deadline.
+  while (!closed && now_ms() - start < 5000) {
+    raw_send(fd, "a", 1);  // fails once the server has closed
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 50) > 0) {
+      ssize_t n = recv(fd, response + length, sizeof(response) - 1 - length, 0);
+      if (n <= 0) {
+        closed = true;
+      } else {
+        length += (size_t)n;
+        response[length] = '\0';
+      }
+    }
+  }
+  int64_t took = now_ms() - start;
+  close(fd);
+  assert_true(closed);
+  assert_raw_json_error(response, 408, "DEADLINE_EXCEEDED");
+  // Not before the deadline; well before the 60 s idle timeout.
+  if (took < 400 || took > 4000) {
+    fail_msg("cut after %lld ms; the deadline is 500 ms", (long long)took);
+  }
+  PCP_CHECK_OK(pcp_http_server_stop(server, 1000));
+  pcp_http_server_release(server);
+}
+
+// ~1,100 connections from one address that never finish their headers:
+// the probes and other requests from the same address are still answered
+// at once (the flood waits in the gate; each newcomer evicts its oldest).
+static void header_flood_leaves_probes_answerable(void** state) {
+  fixture_t* f = *state;
+  pcp_http_server_options_t options = {0};
+  char url[128];
+  pcp_http_server_t* server =
+      start_limits_server(f, &options, url, sizeof(url));
+  uint16_t port = pcp_http_server_port(server);
+  enum { FLOOD = 1100 };
+  int* fds = malloc(sizeof(int) * FLOOD);
+  int opened = 0;
+  for (int i = 0; i < FLOOD; ++i) {
+    fds[i] = raw_connect(port);
+    if (fds[i] >= 0) {
+      ++opened;
+      raw_send(fds[i], "GET /limited HTTP/1.1\r\n", 23);
+    }
+  }
+  assert_int_equal(opened, FLOOD);
+  char response[4096];
+  const char* probe = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  int64_t start = now_ms();
+  raw_exchange(port, probe, strlen(probe), response, sizeof(response), 5000);
+  int64_t took = now_ms() - start;
+  if (strncmp(response, "HTTP/1.1 200", 12) != 0 || took > 1000) {
+    fail_msg("/healthz under the flood: %lld ms, %.200s", (long long)took,
+             response);
+  }
+  // A route that is not a probe, through libcurl, from the same address.
+  pcp_http_client_response_t answer;
+  assert_int_equal(get_url(f->client, url, &answer), 200);
+  pcp_http_client_response_deinitialize(&answer);
+  // Every flood connection past the 64 a client may have waiting was
+  // evicted with a 408, and counted.
+  answer = get(f, "/metrics");
+  const char* kSeries =
+      "pcp_http_gate_answers_total{server=\"limits\",status=\"408\"} ";
+  const char* line = strstr(answer.body, kSeries);
+  if (!line) {
+    fail_msg("no %s in /metrics", kSeries);
+  }
+  double evicted = strtod(line + strlen(kSeries), NULL);
+  if (evicted < FLOOD - PCP_HTTP_GATE_MAX_WAITING_PER_CLIENT) {
+    fail_msg("%.0f evictions counted; expected at least %d", evicted,
+             FLOOD - PCP_HTTP_GATE_MAX_WAITING_PER_CLIENT);
+  }
+  pcp_http_client_response_deinitialize(&answer);
+  for (int i = 0; i < FLOOD; ++i) {
+    if (fds[i] >= 0) {
+      close(fds[i]);
+    }
+  }
+  free(fds);
+  PCP_CHECK_OK(pcp_http_server_stop(server, 1000));
+  pcp_http_server_release(server);
+}
+
+// Past the per-client cap of open connections a request gets a JSON 429;
+// the probes are exempt.
+static void per_client_cap_answers_429(void** state) {
+  fixture_t* f = *state;
+  pcp_http_server_options_t options = {0};
+  options.max_connections_per_client = 2;
+  char url[128];
+  pcp_http_server_t* server =
+      start_limits_server(f, &options, url, sizeof(url));
+  pcp_http_client_t* clients[3];
+  for (int i = 0; i < 3; ++i) {
+    PCP_CHECK_OK(
+        pcp_http_client_create(NULL, pcp_allocator_system(), &clients[i]));
+  }
+  pcp_http_client_response_t response;
+  assert_int_equal(get_url(clients[0], url, &response), 200);
+  pcp_http_client_response_deinitialize(&response);
+  assert_int_equal(get_url(clients[1], url, &response), 200);
+  pcp_http_client_response_deinitialize(&response);
+  get_url(clients[2], url, &response);
+  assert_error_body(&response, 429, "RESOURCE_EXHAUSTED");
+  pcp_http_client_response_deinitialize(&response);
+  char probe_url[128];
+  snprintf(probe_url, sizeof(probe_url), "%.*s/healthz",
+           (int)(strlen(url) - strlen("/limited")), url);
+  assert_int_equal(get_url(clients[2], probe_url, &response), 200);
+  pcp_http_client_response_deinitialize(&response);
+  for (int i = 0; i < 3; ++i) {
+    pcp_http_client_release(clients[i]);
+  }
   PCP_CHECK_OK(pcp_http_server_stop(server, 1000));
   pcp_http_server_release(server);
 }
@@ -1666,6 +2047,11 @@ int main(void) {
       T(bearer_tokens_per_scope),
       T(keep_alive_reuses_one_connection),
       T(connection_limit_answers_503),
+      cmocka_unit_test(gate_classify_checks_limits),
+      T(protocol_errors_are_json_and_prompt),
+      T(slow_headers_are_cut_at_the_deadline),
+      T(header_flood_leaves_probes_answerable),
+      T(per_client_cap_answers_429),
       T(idle_connections_time_out),
       T(client_gone_seen_by_a_blocked_handler),
       T(graceful_stop_finishes_inflight_requests),

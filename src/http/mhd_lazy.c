@@ -28,6 +28,7 @@
 
 // NOLINTBEGIN(readability-identifier-naming): libmicrohttpd's names.
 #define MHD_API_SYMBOLS(X)             \
+  X(MHD_add_connection)                \
   X(MHD_add_response_header)           \
   X(MHD_create_response_from_buffer)   \
   X(MHD_create_response_from_callback) \
@@ -187,6 +188,13 @@ enum MHD_Result MHD_queue_response(struct MHD_Connection* connection,
                                    unsigned int status_code,
                                    struct MHD_Response* response) {
   return mhd()->MHD_queue_response(connection, status_code, response);
+}
+
+enum MHD_Result MHD_add_connection(struct MHD_Daemon* daemon,
+                                   MHD_socket client_socket,
+                                   const struct sockaddr* addr,
+                                   socklen_t addrlen) {
+  return mhd()->MHD_add_connection(daemon, client_socket, addr, addrlen);
 }
 
 void MHD_suspend_connection(struct MHD_Connection* connection) {

@@ -12,6 +12,8 @@
 // not a thread per connection or an external select loop.
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,15 @@
 #include <openssl/crypto.h>
 
 #include "http/http_impl.h"
+
+// Open connections of one client address (see on_connection).
+typedef struct client_entry_t {
+  uint8_t key[16];
+  uint32_t count;
+  struct client_entry_t* next;
+} client_entry_t;
+
+#define PCP_HTTP_CLIENT_BUCKETS 256
 
 typedef struct scope_entry_t {
   char* name;       // owned
@@ -36,6 +47,7 @@ enum {
   FAMILY_REQUEST_BYTES,
   FAMILY_RESPONSE_BYTES,
   FAMILY_CONNECTIONS,
+  FAMILY_GATE_ANSWERS,
   FAMILY_COUNT,
 };
 
@@ -55,7 +67,10 @@ struct pcp_http_server_t {
   size_t max_url_bytes;
   size_t max_json_depth;
   uint32_t max_connections;
+  uint32_t max_connections_per_client;
   uint32_t connection_timeout_s;
+  uint32_t header_timeout_ms;
+  size_t max_header_count;
   uint32_t thread_count;
   pcp_clock_t clock;
   pcp_log_context_t log_context;
@@ -63,6 +78,11 @@ struct pcp_http_server_t {
   pcp_obs_family_t* families[FAMILY_COUNT];  // all NULL without a registry
   pcp_obs_series_t* connections_series;
   struct MHD_Daemon* daemon;
+  // Plain HTTP: the thread that accepts and holds connections until their
+  // headers are in (gate.c). NULL with TLS, where libmicrohttpd accepts.
+  pcp_http_gate_t* gate;
+  pthread_mutex_t clients_mutex;
+  client_entry_t* clients[PCP_HTTP_CLIENT_BUCKETS];
   bool started;
   uint16_t bound_port;
   _Atomic int64_t inflight;
@@ -93,6 +113,7 @@ static const char* const kRouteLabels[] = {"server", "route", "method",
                                            "status_class", NULL};
 static const char* const kBytesLabels[] = {"server", "route", NULL};
 static const char* const kServerLabels[] = {"server", NULL};
+static const char* const kGateLabels[] = {"server", "status", NULL};
 // Handlers answer in well under a millisecond to seconds: finer low buckets
 // than obs's default 5 ms floor.
 static const double kDurationBuckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
@@ -116,6 +137,11 @@ static const pcp_obs_metric_def_t kMetricDefs[FAMILY_COUNT] = {
      NULL, 0, 0},
     {"pcp_http_connections", PCP_OBS_METRIC_TYPE_GAUGE,
      "Open HTTP connections, by server.", kServerLabels, NULL, 0, 0},
+    {"pcp_http_gate_answers_total", PCP_OBS_METRIC_TYPE_COUNTER,
+     "Connections answered and closed before their first request reached "
+     "the server (408 header deadline or eviction, 400/414/431 limits, "
+     "429/503 connection caps), by server and status.",
+     kGateLabels, NULL, 0, 0},
 };
 
 static pcp_status_t metrics_register(pcp_http_server_t* server,
@@ -570,6 +596,10 @@ static enum MHD_Result early_error(pcp_http_server_t* server,
   return MHD_YES;
 }
 
+static bool path_is_probe(const char* path) {
+  return strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
+}
+
 // Runs once the headers are in: limits, routing, auth, the declared body
 // length. Either queues an error or lets the body (if any) stream in.
 static enum MHD_Result on_headers(pcp_http_server_t* server,
@@ -578,10 +608,12 @@ static enum MHD_Result on_headers(pcp_http_server_t* server,
   char message[256];
 
   if (atomic_load(&server->open_connections) >
-      (int64_t)server->max_connections) {
+          (int64_t)server->max_connections &&
+      !path_is_probe(request->path)) {
     // Over our limit but inside libmicrohttpd's (which has slack above
     // ours): answer 503 and close, instead of the silent close that
-    // libmicrohttpd's own limit gives.
+    // libmicrohttpd's own limit gives. The probes keep the slack: a
+    // liveness check must not fail because the API is busy.
     request->close_connection = true;
     snprintf(message, sizeof(message),
              "server is at its limit of %u connections",
@@ -600,8 +632,14 @@ static enum MHD_Result on_headers(pcp_http_server_t* server,
                        NULL, NULL);
   }
   byte_count_t header_bytes = {0};
-  MHD_get_connection_values(connection, MHD_HEADER_KIND, count_pair_bytes,
-                            &header_bytes);
+  int header_count = MHD_get_connection_values(connection, MHD_HEADER_KIND,
+                                               count_pair_bytes, &header_bytes);
+  if (header_count > 0 && (size_t)header_count > server->max_header_count) {
+    snprintf(message, sizeof(message), "more than %zu request headers",
+             server->max_header_count);
+    return early_error(server, request, 431, "RESOURCE_EXHAUSTED", message,
+                       NULL, NULL);
+  }
   if (header_bytes.total > server->max_header_bytes) {
     snprintf(message, sizeof(message), "request headers exceed %zu bytes",
              server->max_header_bytes);
@@ -720,6 +758,59 @@ static enum MHD_Result body_too_large(pcp_http_server_t* server,
                      NULL);
 }
 
+// Writes the 413 straight onto the socket, for the one case libmicrohttpd
+// cannot answer: a chunked body that passes the limit while it streams in
+// (MHD_queue_response is refused until the body has ended). The client sees
+// the JSON answer at once; the rest of its body is read and dropped up to
+// the discard cap, then the connection closes. False with TLS, where the
+// socket carries records only libmicrohttpd can write.
+static bool body_too_large_raw(pcp_http_server_t* server,
+                               pcp_http_request_t* request) {
+  if (server->tls_cert_path) {
+    return false;
+  }
+  const union MHD_ConnectionInfo* info = MHD_get_connection_info(
+      request->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (!info) {
+    return false;
+  }
+  char message[128];
+  snprintf(message, sizeof(message),
+           "request body exceeds the limit of %zu bytes", request->body_limit);
+  pcp_string_builder_t body;
+  pcp_string_builder_initialize(pcp_allocator_system(), 4096, &body);
+  pcp_status_t status =
+      pcp_http_error_json_format("RESOURCE_EXHAUSTED", message, &body);
+  if (status) {
+    pcp_status_ignore(status);
+    pcp_string_builder_deinitialize(&body);
+    return false;
+  }
+  const char* text = pcp_string_builder_cstring(&body);
+  char head[512];
+  int head_length = snprintf(
+      head, sizeof(head),
+      "HTTP/1.1 413 %s\r\nContent-Type: application/json\r\n"
+      "Content-Length: %zu\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n",
+      pcp_http_status_reason(413), strlen(text), request->request_id);
+  bool ok = head_length > 0 && (size_t)head_length < sizeof(head);
+  // A few hundred bytes on a socket that has sent nothing for this request:
+  // the send buffer takes them whole.
+  ok = ok && send(info->connect_fd, head, (size_t)head_length,
+                  MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE) == head_length;
+  ok = ok && send(info->connect_fd, text, strlen(text),
+                  MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)strlen(text);
+  if (ok) {
+    request->responded = true;
+    request->answered_raw = true;
+    request->http_status = 413;
+    request->response_bytes = strlen(text);
+    metrics_record(server, request);
+  }
+  pcp_string_builder_deinitialize(&body);
+  return ok;
+}
+
 static enum MHD_Result run_handler(pcp_http_server_t* server,
                                    pcp_http_request_t* request) {
   const pcp_http_route_entry_t* route = request->route;
@@ -773,6 +864,15 @@ static enum MHD_Result on_access(void* cls, struct MHD_Connection* connection,
     *con_cls = request;
     return on_headers(server, request);
   }
+  if (request->answered_raw) {
+    // The 413 went out on the socket: drop the body up to the discard cap,
+    // then (or when it ends) close.
+    request->discarded_bytes += *upload_data_size;
+    bool more = *upload_data_size > 0 &&
+                request->discarded_bytes <= PCP_HTTP_MAX_DISCARD_BYTES;
+    *upload_data_size = 0;
+    return more ? MHD_YES : MHD_NO;
+  }
   if (request->responded ||
       (request->deferred_status && *upload_data_size > 0)) {
     // An early answer (413, 401, ...) is queued; drop whatever body comes.
@@ -804,7 +904,8 @@ static enum MHD_Result on_access(void* cls, struct MHD_Connection* connection,
         // Try to answer at once; libmicrohttpd refuses a response while
         // the body is still arriving, in which case the rest is read and
         // dropped and the 413 goes out at the end (below).
-        if (body_too_large(server, request) == MHD_YES) {
+        if (body_too_large(server, request) == MHD_YES ||
+            body_too_large_raw(server, request)) {
           *upload_data_size = 0;
           return MHD_YES;
         }
@@ -843,12 +944,100 @@ static void on_completed(void* cls, struct MHD_Connection* connection,
   atomic_fetch_sub(&server->inflight, 1);
 }
 
+static size_t client_bucket(const uint8_t key[16]) {
+  uint32_t hash = 2166136261u;  // FNV-1a
+  for (int i = 0; i < 16; ++i) {
+    hash = (hash ^ key[i]) * 16777619u;
+  }
+  return hash % PCP_HTTP_CLIENT_BUCKETS;
+}
+
+static client_entry_t* client_find(pcp_http_server_t* server,
+                                   const uint8_t key[16]) {
+  for (client_entry_t* e = server->clients[client_bucket(key)]; e;
+       e = e->next) {
+    if (memcmp(e->key, key, 16) == 0) {
+      return e;
+    }
+  }
+  return NULL;
+}
+
+static uint32_t client_open_count(void* user_data, const uint8_t key[16]) {
+  pcp_http_server_t* server = user_data;
+  pthread_mutex_lock(&server->clients_mutex);
+  client_entry_t* entry = client_find(server, key);
+  uint32_t count = entry ? entry->count : 0;
+  pthread_mutex_unlock(&server->clients_mutex);
+  return count;
+}
+
+// Counts the connection under its client's address; the entry goes into
+// |socket_context| so that the close finds it without a lookup.
+static void client_opened(pcp_http_server_t* server,
+                          struct MHD_Connection* connection,
+                          void** socket_context) {
+  *socket_context = NULL;
+  const union MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  if (!info || !info->client_addr) {
+    return;
+  }
+  uint8_t key[16] = {0};
+  if (info->client_addr->sa_family == AF_INET) {
+    struct sockaddr_in in4;
+    memcpy(&in4, info->client_addr, sizeof(in4));
+    memcpy(key, &in4.sin_addr, 4);
+  } else if (info->client_addr->sa_family == AF_INET6) {
+    struct sockaddr_in6 in6;
+    memcpy(&in6, info->client_addr, sizeof(in6));
+    memcpy(key, &in6.sin6_addr, 16);
+  }
+  pthread_mutex_lock(&server->clients_mutex);
+  client_entry_t* entry = client_find(server, key);
+  if (!entry) {
+    entry = calloc(1, sizeof(*entry));
+    if (entry) {
+      memcpy(entry->key, key, 16);
+      size_t bucket = client_bucket(key);
+      entry->next = server->clients[bucket];
+      server->clients[bucket] = entry;
+    }
+  }
+  if (entry) {
+    ++entry->count;
+  }
+  pthread_mutex_unlock(&server->clients_mutex);
+  *socket_context = entry;
+}
+
+static void client_closed(pcp_http_server_t* server, void** socket_context) {
+  client_entry_t* entry = *socket_context;
+  *socket_context = NULL;
+  if (!entry) {
+    return;
+  }
+  pthread_mutex_lock(&server->clients_mutex);
+  if (--entry->count == 0) {
+    client_entry_t** link = &server->clients[client_bucket(entry->key)];
+    while (*link != entry) {
+      link = &(*link)->next;
+    }
+    *link = entry->next;
+    free(entry);
+  }
+  pthread_mutex_unlock(&server->clients_mutex);
+}
+
 static void on_connection(void* cls, struct MHD_Connection* connection,
                           void** socket_context,
                           enum MHD_ConnectionNotificationCode code) {
-  PCP_UNUSED(connection);
-  PCP_UNUSED(socket_context);
   pcp_http_server_t* server = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    client_opened(server, connection, socket_context);
+  } else {
+    client_closed(server, socket_context);
+  }
   int64_t delta = code == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
   atomic_fetch_add(&server->open_connections, delta);
   if (server->connections_series) {
@@ -964,6 +1153,16 @@ pcp_status_t pcp_http_server_create(const pcp_http_server_options_t* options,
   server->max_connections = options->max_connections
                                 ? options->max_connections
                                 : PCP_HTTP_DEFAULT_MAX_CONNECTIONS;
+  server->max_connections_per_client =
+      options->max_connections_per_client
+          ? options->max_connections_per_client
+          : PCP_HTTP_DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
+  server->header_timeout_ms = options->header_timeout_ms
+                                  ? options->header_timeout_ms
+                                  : PCP_HTTP_DEFAULT_HEADER_TIMEOUT_MS;
+  server->max_header_count = options->max_header_count
+                                 ? options->max_header_count
+                                 : PCP_HTTP_DEFAULT_MAX_HEADER_COUNT;
   server->connection_timeout_s = options->connection_timeout_s
                                      ? options->connection_timeout_s
                                      : PCP_HTTP_DEFAULT_CONNECTION_TIMEOUT_S;
@@ -974,6 +1173,7 @@ pcp_status_t pcp_http_server_create(const pcp_http_server_options_t* options,
   atomic_init(&server->inflight, 0);
   atomic_init(&server->open_connections, 0);
   atomic_init(&server->draining, false);
+  pthread_mutex_init(&server->clients_mutex, NULL);
   pcp_http_sse_registry_initialize(&server->sse_registry);
   server->request_id_seed =
       (uint64_t)pcp_clock_wall_ns(server->clock) / 1000000;  // ms
@@ -1043,6 +1243,43 @@ static pcp_status_t tls_load(pcp_http_server_t* server) {
   return pcp_ok_status();
 }
 
+// The gate's listening socket: bound and listening, non-blocking. Its
+// receive buffer (inherited by accepted sockets) must hold a whole request
+// head of the largest allowed size, since the gate peeks at it in place.
+static pcp_status_t listen_socket_open(const pcp_http_server_t* server,
+                                       const struct sockaddr* address,
+                                       socklen_t address_length, int* out_fd) {
+  *out_fd = -1;
+  int fd = socket(address->sa_family, SOCK_STREAM, 0);
+  if (fd < 0) {
+    return pcp_status_from_errno(errno, "%s: socket", server->name);
+  }
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  int needed = (int)(server->max_url_bytes + server->max_header_bytes + 1024);
+  int current = 0;
+  socklen_t length = sizeof(current);
+  // The kernel reports twice what it was asked for and keeps part of it
+  // for bookkeeping: ask for twice the head when the default is short.
+  if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &current, &length) == 0 &&
+      current < 4 * needed) {
+    int wanted = 2 * needed;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &wanted, sizeof(wanted));
+  }
+  if (bind(fd, address, address_length) != 0 || listen(fd, 4096) != 0) {
+    int error = errno;
+    close(fd);
+    return pcp_make_status(
+        PCP_STATUS_UNAVAILABLE, "%s: cannot listen on %s:%u: %s", server->name,
+        server->host, (unsigned)server->requested_port, strerror(error));
+  }
+  int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  *out_fd = fd;
+  return pcp_ok_status();
+}
+
 pcp_status_t pcp_http_server_start(pcp_http_server_t* server) {
   if (server->started) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
@@ -1073,46 +1310,109 @@ pcp_status_t pcp_http_server_start(pcp_http_server_t* server) {
                            "host '%s' is not a numeric IPv4 or IPv6 address",
                            server->host);
   }
-  struct MHD_OptionItem tls_options[3] = {
-      {MHD_OPTION_END, 0, NULL},
-      {MHD_OPTION_END, 0, NULL},
+  socklen_t address_length = address == (const struct sockaddr*)&in4
+                                 ? (socklen_t)sizeof(in4)
+                                 : (socklen_t)sizeof(in6);
+  struct MHD_OptionItem extra_options[5] = {
+      {MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL},
+      {MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL},
       {MHD_OPTION_END, 0, NULL},
   };
+  int listen_fd = -1;
   if (server->tls_cert_path) {
+    // With TLS the gate cannot read the request head (it is encrypted):
+    // libmicrohttpd accepts itself, with its own per-address limit (a
+    // silent close past it) and its idle timeout only (docs/decisions.md).
     PCP_RETURN_IF_ERROR_BARE(tls_load(server));
     flags |= MHD_USE_TLS;
-    tls_options[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0,
-                                             server->tls_key_pem};
-    tls_options[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0,
-                                             server->tls_cert_pem};
+    extra_options[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0,
+                                               server->tls_key_pem};
+    extra_options[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0,
+                                               server->tls_cert_pem};
+    extra_options[2] =
+        (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void*)address};
+    extra_options[3] = (struct MHD_OptionItem){
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (intptr_t)server->max_connections_per_client, NULL};
+  } else {
+    PCP_RETURN_IF_ERROR_BARE(
+        listen_socket_open(server, address, address_length, &listen_fd));
+    flags |= MHD_USE_NO_LISTEN_SOCKET;
   }
   atomic_store(&server->draining, false);
   // The per-connection pool holds the request line and headers plus the
   // read buffer; sized so that our own 431 (with the JSON body) fires
   // before libmicrohttpd runs out of pool and answers on its own.
-  size_t pool_bytes = server->max_header_bytes + (64u << 10);
+  // Every request that passes the gate's limits must also fit the pool, or
+  // libmicrohttpd answers with its own page: the head itself, plus one
+  // header record (about 64 bytes) per header and per query argument (a
+  // URL of n bytes holds at most n / 2 of them), plus the read buffer's
+  // working room. Mapped lazily, so the pages cost memory only when used.
+  size_t pool_bytes =
+      server->max_header_bytes + server->max_url_bytes +
+      (server->max_url_bytes / 2 + server->max_header_count) * 64 + (64u << 10);
   server->daemon = MHD_start_daemon(
       flags, 0, NULL, NULL, on_access, server,
       // The logger must come first to catch messages about later options.
-      MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, server, MHD_OPTION_SOCK_ADDR,
-      address, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)server->thread_count,
+      MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, server,
+      MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)server->thread_count,
       MHD_OPTION_CONNECTION_LIMIT,
       (unsigned int)(server->max_connections + PCP_HTTP_CONNECTION_SLACK),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)server->connection_timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, server,
       MHD_OPTION_NOTIFY_CONNECTION, on_connection, server, MHD_OPTION_ARRAY,
-      tls_options, MHD_OPTION_END);
+      extra_options, MHD_OPTION_END);
   if (!server->daemon) {
+    if (listen_fd >= 0) {
+      close(listen_fd);
+    }
     return pcp_make_status(PCP_STATUS_UNAVAILABLE,
                            "%s: cannot listen on %s:%u (address in use, not "
                            "local, or bad TLS material; see the log)",
                            server->name, server->host,
                            (unsigned)server->requested_port);
   }
-  const union MHD_DaemonInfo* info =
-      MHD_get_daemon_info(server->daemon, MHD_DAEMON_INFO_BIND_PORT);
-  server->bound_port = info ? info->port : server->requested_port;
+  if (listen_fd >= 0) {
+    struct sockaddr_storage bound;
+    socklen_t bound_length = sizeof(bound);
+    server->bound_port = server->requested_port;
+    if (getsockname(listen_fd, (struct sockaddr*)&bound, &bound_length) == 0) {
+      server->bound_port =
+          bound.ss_family == AF_INET
+              ? ntohs(((struct sockaddr_in*)&bound)->sin_port)
+              : ntohs(((struct sockaddr_in6*)&bound)->sin6_port);
+    }
+    pcp_http_gate_options_t gate_options = {
+        .listen_fd = listen_fd,
+        .daemon = server->daemon,
+        .limits = {server->max_url_bytes, server->max_header_bytes,
+                   server->max_header_count},
+        .header_timeout_ms = server->header_timeout_ms,
+        .max_waiting = PCP_HTTP_GATE_MAX_WAITING,
+        .max_waiting_per_client = PCP_HTTP_GATE_MAX_WAITING_PER_CLIENT,
+        .open_connections = &server->open_connections,
+        .max_connections = server->max_connections,
+        .max_connections_per_client = server->max_connections_per_client,
+        .client_open_count = client_open_count,
+        .client_open_user_data = server,
+        .log_context = &server->log_context,
+        .answers = server->families[FAMILY_GATE_ANSWERS],
+        .server_name = server->name,
+    };
+    pcp_status_t status =
+        pcp_http_gate_start(&gate_options, server->allocator, &server->gate);
+    if (status) {
+      close(listen_fd);
+      MHD_stop_daemon(server->daemon);
+      server->daemon = NULL;
+      return status;
+    }
+  } else {
+    const union MHD_DaemonInfo* info =
+        MHD_get_daemon_info(server->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    server->bound_port = info ? info->port : server->requested_port;
+  }
   server->started = true;
   PCP_LOG(PCP_LOG_INFO, &server->log_context, "listening on %s:%u%s",
           server->host, (unsigned)server->bound_port,
@@ -1134,9 +1434,17 @@ pcp_status_t pcp_http_server_stop(pcp_http_server_t* server,
     return pcp_ok_status();
   }
   atomic_store(&server->draining, true);
-  // Quiesce closes nothing: it stops accept() on every thread. The socket
-  // stays ours to close, after the threads are gone.
-  MHD_socket listen_fd = MHD_quiesce_daemon(server->daemon);
+  // The gate owns the listening socket of a plain-HTTP server: stopping it
+  // stops accepting and closes the connections still sending headers.
+  MHD_socket listen_fd = MHD_INVALID_SOCKET;
+  if (server->gate) {
+    pcp_http_gate_stop(server->gate);
+    server->gate = NULL;
+  } else {
+    // Quiesce closes nothing: it stops accept() on every thread. The socket
+    // stays ours to close, after the threads are gone.
+    listen_fd = MHD_quiesce_daemon(server->daemon);
+  }
   // Event streams never finish on their own: end them (each drains its
   // queue first) so that they leave the in-flight count.
   pcp_http_sse_registry_close_all(&server->sse_registry);
@@ -1172,6 +1480,14 @@ void pcp_http_server_release(pcp_http_server_t* server) {
   pcp_status_ignore(pcp_http_server_stop(server, 0));
   pcp_http_router_deinitialize(&server->router);
   pcp_http_sse_registry_deinitialize(&server->sse_registry);
+  for (size_t i = 0; i < PCP_HTTP_CLIENT_BUCKETS; ++i) {
+    while (server->clients[i]) {
+      client_entry_t* next = server->clients[i]->next;
+      free(server->clients[i]);
+      server->clients[i] = next;
+    }
+  }
+  pthread_mutex_destroy(&server->clients_mutex);
   for (size_t i = 0; i < server->scope_count; ++i) {
     free(server->scopes[i].name);
     free(server->scopes[i].env_var);

@@ -144,6 +144,8 @@ typedef struct pcp_roles_nodemgr_config_t {
   char* target;
   int64_t start_stagger_ms;
   pcp_roles_policy_flags_t policy;
+  int64_t http_header_timeout_ms;
+  int64_t http_max_connections_per_client;
 } pcp_roles_nodemgr_config_t;
 extern const pcp_config_table_t pcp_roles_nodemgr_table;
 
@@ -254,6 +256,16 @@ typedef struct pcp_roles_tls_config_t {
   char* key;
 } pcp_roles_tls_config_t;
 
+// HTTP connection limits of the gateway API (config object "http"); 0:
+// the http module's default (docs/api.md "Limits").
+typedef struct pcp_roles_http_limits_config_t {
+  bool present;
+  int64_t header_timeout_ms;
+  int64_t idle_timeout_s;
+  int64_t max_connections;
+  int64_t max_connections_per_client;
+} pcp_roles_http_limits_config_t;
+
 typedef struct pcp_roles_gateway_file_config_t {
   char* gateway_id;
   char* lab_id;
@@ -270,6 +282,7 @@ typedef struct pcp_roles_gateway_file_config_t {
   pcp_roles_controllers_config_t controllers;
   char* state_dir;  // SQLite state, job files; required to serve
   pcp_roles_tls_config_t tls;
+  pcp_roles_http_limits_config_t http;
 } pcp_roles_gateway_file_config_t;
 extern const pcp_config_table_t pcp_roles_gateway_file_table;
 

@@ -345,6 +345,12 @@ static void hub_and_nodemgr_flags(void** state) {
   assert_int_equal(nm.scale, 4);
   assert_int_equal(nm.port, 8080);
   assert_int_equal(nm.api_port, 8002);  // not the gateway's 8000
+  assert_int_equal(nm.http_header_timeout_ms, 10000);
+  assert_int_equal(nm.http_max_connections_per_client, 256);
+  pcp_config_deinitialize(&pcp_roles_nodemgr_table, &nm);
+  assert_status(parse_table(&pcp_roles_nodemgr_table, &nm, 2,
+                            "--http-header-timeout-ms", "5"),
+                PCP_STATUS_INVALID_ARGUMENT, "out of range [100, 600000]");
   pcp_config_deinitialize(&pcp_roles_nodemgr_table, &nm);
   assert_status(parse_table(&pcp_roles_nodemgr_table, &nm, 2, "--scale", "0"),
                 PCP_STATUS_INVALID_ARGUMENT, "out of range [1, 1024]");
@@ -528,6 +534,19 @@ static void gateway_minimal_and_precedence(void** state) {
                            0));
   assert_string_equal(c.effective.api_token_env, "NESTED");
   gateway_cleanup(&c);
+  // The http limits object (issue 13): parsed as given, absent keys 0 (the
+  // http module's defaults).
+  assert_null(gateway_load(&c,
+                           "{\"gateway_id\": \"g\", \"lab_id\": \"l\","
+                           " \"http\": {\"header_timeout_ms\": 2000,"
+                           " \"max_connections\": 4096}}",
+                           0));
+  assert_true(c.file.http.present);
+  assert_int_equal(c.file.http.header_timeout_ms, 2000);
+  assert_int_equal(c.file.http.max_connections, 4096);
+  assert_int_equal(c.file.http.max_connections_per_client, 0);
+  assert_int_equal(c.file.http.idle_timeout_s, 0);
+  gateway_cleanup(&c);
 }
 
 static void gateway_config_errors_name_the_key(void** state) {
@@ -558,6 +577,12 @@ static void gateway_config_errors_name_the_key(void** state) {
       {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"worker_fabric\": "
        "{\"port\": 70000}}",
        "key 'worker_fabric.port': 70000 is out of range [1, 65535]"},
+      {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"http\": "
+       "{\"header_timeout_ms\": 50}}",
+       "key 'http.header_timeout_ms': 50 is out of range [100, 600000]"},
+      {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"http\": "
+       "{\"max_connections_per_client\": 0}}",
+       "key 'http.max_connections_per_client': 0 is out of range"},
       {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"sharing_defaults\": "
        "{\"default_visibility\": \"public\"}}",
        "key 'sharing_defaults.default_visibility': invalid value 'public' "

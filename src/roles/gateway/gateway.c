@@ -191,6 +191,38 @@ static const pcp_config_field_t kTlsFields[] = {
 static const pcp_config_table_t kTlsTable = {
     "gateway config", kTlsFields, PCP_ARRAYSIZE(kTlsFields), validate_tls};
 
+#define HL pcp_roles_http_limits_config_t
+static const pcp_config_field_t kHttpLimitsFields[] = {
+    {.name = "header_timeout_ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(HL, header_timeout_ms),
+     .min = 100,
+     .max = 600000,
+     .flags = J},
+    {.name = "idle_timeout_s",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(HL, idle_timeout_s),
+     .min = 1,
+     .max = 86400,
+     .flags = J},
+    {.name = "max_connections",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(HL, max_connections),
+     .min = 16,
+     .max = 1000000,
+     .flags = J},
+    {.name = "max_connections_per_client",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(HL, max_connections_per_client),
+     .min = 1,
+     .max = 1000000,
+     .flags = J},
+};
+#undef HL
+static const pcp_config_table_t kHttpLimitsTable = {
+    "gateway config", kHttpLimitsFields, PCP_ARRAYSIZE(kHttpLimitsFields),
+    NULL};
+
 static const pcp_config_table_t kOpaqueTable = {"gateway config", NULL, 0,
                                                 NULL};
 
@@ -555,6 +587,11 @@ static const pcp_config_field_t kFileFields[] = {
      .offset = offsetof(G, tls),
      .flags = J,
      .object_table = &kTlsTable},
+    {.name = "http",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(G, http),
+     .flags = J,
+     .object_table = &kHttpLimitsTable},
 };
 #undef G
 

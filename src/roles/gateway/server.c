@@ -1128,6 +1128,10 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
     PCP_LOG(PCP_LOG_WARN, &g->log,
             "no API token configured: /v1 routes are open");
   }
+  pcp_roles_http_limits_config_t limits = {0};
+  if (c->file.http.present) {
+    limits = c->file.http;
+  }
   pcp_http_server_options_t http_options = {
       .name = "gateway",
       .host = c->effective.api_host,
@@ -1141,6 +1145,11 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
       // A completion that is not streamed holds its thread until the
       // generation ends (docs/decisions.md): more threads than the default.
       .thread_count = 32,
+      // Config "http" (0: the http module's defaults, docs/api.md).
+      .header_timeout_ms = (uint32_t)limits.header_timeout_ms,
+      .connection_timeout_s = (uint32_t)limits.idle_timeout_s,
+      .max_connections = (uint32_t)limits.max_connections,
+      .max_connections_per_client = (uint32_t)limits.max_connections_per_client,
   };
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_server_create(&http_options, g->allocator, &g->http));

@@ -96,6 +96,23 @@ static const pcp_config_field_t kFields[] = {
      .value_name = "MS",
      .help = "delay between the first starts of consecutive slots"},
     PCP_ROLES_POLICY_FIELDS(T),
+    {.name = "http-header-timeout-ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, http_header_timeout_ms),
+     .default_value = "10000",
+     .min = 100,
+     .max = 600000,
+     .value_name = "MS",
+     .help = "probe server: time a connection has to send its request "
+             "headers"},
+    {.name = "http-max-connections-per-client",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, http_max_connections_per_client),
+     .default_value = "256",
+     .min = 1,
+     .max = 1000000,
+     .value_name = "N",
+     .help = "probe server: open connections of one client address"},
 };
 
 const pcp_config_table_t pcp_roles_nodemgr_table = {
@@ -497,6 +514,9 @@ static int nodemgr_run(nodemgr_t* nm, pcp_rng_t* rng) {
         .port = (uint16_t)config->api_port,
         .max_body_bytes = 64u << 10,
         .thread_count = 2,
+        .header_timeout_ms = (uint32_t)config->http_header_timeout_ms,
+        .max_connections_per_client =
+            (uint32_t)config->http_max_connections_per_client,
         .registry = nm->registry,
     };
     status = pcp_http_server_create(&http_options, pcp_allocator_system(),
