@@ -290,6 +290,20 @@ static const pcp_config_field_t kFields[] = {
      .max = 1024,
      .help = "fixed held-out batches (micro batch x block size each) per "
              "evaluation"},
+    {.name = "name",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, name),
+     .flags = PCP_CONFIG_FLAG_JSON_ONLY,
+     .help = "job name, also the served model's name (default: the job id; "
+             "at most 200 bytes)"},
+    {.name = "seed",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, seed),
+     .default_value = "0",
+     .min = 0,
+     .max = 9007199254740991.0,
+     .flags = PCP_CONFIG_FLAG_JSON_ONLY,
+     .help = "seed of the initialization, the batches and the held-out set"},
 };
 #undef T
 
@@ -300,6 +314,10 @@ static pcp_status_t validate_config(const void* config) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "diloco config: key 'model_path': give exactly one "
                            "of model_path and model");
+  }
+  if (c->name && (c->name[0] == '\0' || strlen(c->name) > 200)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "diloco config: key 'name': 1 to 200 bytes");
   }
   if (c->iree_flags.count > PCP_COMPILE_MAX_EXTRA_FLAGS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
