@@ -341,24 +341,22 @@ static pcp_status_t job_size_check(
   uint64_t bytes = 0;
   bool overflow = parameter_count < 0 ||
                   __builtin_mul_overflow((uint64_t)parameter_count, per, &bytes);
-  if (overflow || parameter_count > policy->max_parameters) {
+  if (overflow || bytes > (uint64_t)policy->max_job_bytes) {
     return pcp_make_status(
         PCP_STATUS_INVALID_ARGUMENT,
-        "key '%s': %" PRId64 " parameters; the gateway's cap is %" PRId64
-        " (gateway config 'max_job_parameters'); the job would need %s%" PRIu64
-        " bytes of gateway memory (%" PRIu64 " per parameter), the cap is %"
-        PRId64 " bytes",
-        key, parameter_count, policy->max_parameters,
-        overflow ? "more than " : "", overflow ? UINT64_MAX : bytes, per,
-        policy->max_job_bytes);
-  }
-  if (bytes > (uint64_t)policy->max_job_bytes) {
-    return pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT,
-        "key '%s': the job would need %" PRIu64 " bytes of gateway memory "
+        "key '%s': the job would need %s%" PRIu64 " bytes of gateway memory "
         "(%" PRId64 " parameters, %" PRIu64 " bytes each); the cap is %" PRId64
         " bytes (gateway config 'max_job_gateway_bytes')",
-        key, bytes, parameter_count, per, policy->max_job_bytes);
+        key, overflow ? "more than " : "", overflow ? UINT64_MAX : bytes,
+        parameter_count, per, policy->max_job_bytes);
+  }
+  if (parameter_count > policy->max_parameters) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "key '%s': %" PRId64 " parameters (%" PRIu64 " bytes of gateway "
+        "memory); the cap is %" PRId64 " parameters (gateway config "
+        "'max_job_parameters')",
+        key, parameter_count, bytes, policy->max_parameters);
   }
   return pcp_ok_status();
 }

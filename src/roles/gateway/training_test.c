@@ -290,7 +290,8 @@ static void test_job_size_is_capped(void** state) {
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   const char* message = pcp_status_message(status);
   if (!strstr(message, "key 'model'") || !strstr(message, "bytes") ||
-      !strstr(message, "max_job_parameters")) {
+      !strstr(message, "422219515691008 bytes") ||
+      !strstr(message, "max_job_gateway_bytes")) {
     fail_msg("over the cap: \"%s\"", message);
   }
   pcp_status_ignore(status);
@@ -310,6 +311,17 @@ static void test_job_size_is_capped(void** state) {
   // The default caps come from the machine's memory: half of it.
   assert_int_equal(g_policy.max_job_bytes, (int64_t)4 << 30);
   assert_int_equal(g_policy.max_parameters, ((int64_t)4 << 30) / 16);
+  // A parameter cap set on its own is named when it is the one exceeded.
+  small = g_policy;
+  small.max_parameters = 1000;
+  static const char kSmall[] =
+      "{\"model\":{\"kind\":\"gpt\",\"layers\":1,\"batch\":4},"
+      "\"data_path\":\"d\"}";
+  status = pcp_roles_gateway_training_spec_build(&small, kSmall,
+                                                 strlen(kSmall), &spec);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(pcp_status_message(status), "max_job_parameters"));
+  pcp_status_ignore(status);
 }
 
 static void test_oversized_body(void** state) {

@@ -301,7 +301,7 @@ static const pcp_config_field_t kFields[] = {
      .offset = offsetof(T, seed),
      .default_value = "0",
      .min = 0,
-     .max = 9007199254740991.0,
+     .max = 1e15,
      .flags = PCP_CONFIG_FLAG_JSON_ONLY,
      .help = "seed of the initialization, the batches and the held-out set"},
 };
