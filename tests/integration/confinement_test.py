@@ -17,7 +17,9 @@ API token, probed as a client holding the token would:
   8. the quickstart experiment (examples/quickstart_train.json, relative
      data_path) is accepted (202) with the default roots, and its stored
      data_path is the resolved file in the project's data/;
-  9. a numeric key outside its documented range -> 400 naming it.
+  9. a numeric key outside its documented range -> 400 naming it;
+ 10. a stored job re-checked at run: the gateway restarted on the same
+     state dir with narrower data_roots fails it naming data_path.
 No workers join: every answer here is the submit's. Every wait is bounded.
 """
 import json
@@ -264,6 +266,7 @@ def main():
             quickstart = json.load(f)
         status, text = gw.submit(quickstart)
         body = json.loads(text) if status == 202 else {}
+        quickstart_job = body.get("job_id")
         stored = body.get("spec", {}).get("experiment", {}).get("data_path")
         check(status == 202 and stored == os.path.realpath(os.path.join(
             ROOT, "data", "tiny_shakespeare.txt")),
@@ -278,6 +281,28 @@ def main():
             check(status == 400 and ("'%s'" % key) in message,
                   "%s=%r: 400 naming it: %s %s" % (key, value, status,
                                                   text[:200]))
+        gw.stop()
+        gw = None
+
+        # 10. The same state dir under narrower roots: the stored quickstart
+        # job, re-queued by the restart, is checked again before it opens
+        # anything and fails naming data_path (a job stored by an older
+        # gateway cannot reach files outside today's roots).
+        gw = Gateway(work, {"data_roots": [data_root]})
+        deadline = time.time() + 30
+        job = {}
+        while time.time() < deadline:
+            status, text = gw.request("GET", "/v1/training/jobs/%s" %
+                                      quickstart_job)
+            job = json.loads(text) if status == 200 else {}
+            if job.get("state") == "failed":
+                break
+            time.sleep(0.1)
+        error = job.get("error") or ""
+        check(job.get("state") == "failed" and "data_path" in error and
+              "data_roots" in error and "root:" not in error,
+              "a stored job outside today's roots fails at run: %s %s" % (
+                  job.get("state"), error[:300]))
         gw.stop()
         gw = None
 

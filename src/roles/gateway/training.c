@@ -624,6 +624,26 @@ static void* run_main(void* opaque) {
     status = run_transition(g, run->id, PCP_STORE_JOB_STATE_PLACING, NULL);
   }
   if (!status) {
+    // The same checks as at submit, again before anything is opened (a
+    // failure here fails the job from placing): a job
+    // stored by an older gateway, or under roots since narrowed, must not
+    // reach files outside today's roots (a restart re-runs stored jobs).
+    json_t* spec = NULL;
+    status = pcp_roles_gateway_training_spec_build(
+        &g->training_policy, experiment, strlen(experiment), &spec);
+    if (!status) {
+      char* checked =
+          json_dumps(json_object_get(spec, "experiment"), JSON_COMPACT);
+      json_decref(spec);
+      if (checked) {
+        free(experiment);
+        experiment = checked;
+      } else {
+        status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "experiment");
+      }
+    }
+  }
+  if (!status) {
     status = run_transition(g, run->id, PCP_STORE_JOB_STATE_COMPILING, NULL);
   }
   if (!status) {
