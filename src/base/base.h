@@ -444,9 +444,11 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_file_path_resolve(const char* path,
 // |out_path| on success. PERMISSION_DENIED, with a message that names
 // neither the file nor whether it exists, when it lies outside every root or
 // cannot be resolved; INVALID_ARGUMENT for an empty path. Thread-safe.
-PCP_MUST_USE_RESULT pcp_status_t pcp_file_path_confine(
-    const char* path, const char* const* roots, size_t root_count,
-    char* out_path, size_t out_capacity);
+PCP_MUST_USE_RESULT pcp_status_t pcp_file_path_confine(const char* path,
+                                                       const char* const* roots,
+                                                       size_t root_count,
+                                                       char* out_path,
+                                                       size_t out_capacity);
 
 //===----------------------------------------------------------------------===//
 // Element types

@@ -339,8 +339,9 @@ static void expect_refused(const char* path, const char* const* roots,
 
 // snprintf that must fit (the return value checked also keeps gcc's
 // -Wformat-truncation quiet).
-#define JOIN(buffer, ...) \
-  assert_true(snprintf(buffer, sizeof(buffer), __VA_ARGS__) < (int)sizeof(buffer))
+#define JOIN(buffer, ...)                                     \
+  assert_true(snprintf(buffer, sizeof(buffer), __VA_ARGS__) < \
+              (int)sizeof(buffer))
 
 static void file_path_confine_stays_under_roots(void** state) {
   (void)state;

@@ -333,8 +333,7 @@ pcp_status_t pcp_file_path_confine(const char* path, const char* const* roots,
     if (inside) {
       size_t length = strlen(resolved);
       if (length + 1 > out_capacity) {
-        return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                               "path too long");
+        return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "path too long");
       }
       memcpy(out_path, resolved, length + 1);
       return pcp_ok_status();

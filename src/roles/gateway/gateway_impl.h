@@ -223,8 +223,7 @@ json_t* pcp_roles_gateway_job_json(const pcp_store_job_t* job);
 // cannot be resolved. Free with _deinitialize.
 PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_training_policy_initialize(
     const pcp_roles_gateway_file_config_t* file, const char* exe_path,
-    uint64_t memory_bytes,
-    pcp_roles_gateway_training_policy_t* out_policy);
+    uint64_t memory_bytes, pcp_roles_gateway_training_policy_t* out_policy);
 void pcp_roles_gateway_training_policy_deinitialize(
     pcp_roles_gateway_training_policy_t* policy);
 // The machine's memory (MemTotal of /proc/meminfo); 0 when unknown.

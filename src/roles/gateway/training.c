@@ -103,8 +103,7 @@ uint64_t pcp_roles_gateway_memory_total_bytes(void) {
 static pcp_status_t root_append(pcp_string_list_t* list, const char* path,
                                 const char* key) {
   char resolved[PATH_MAX];
-  pcp_status_t status =
-      pcp_file_path_resolve(path, resolved, sizeof(resolved));
+  pcp_status_t status = pcp_file_path_resolve(path, resolved, sizeof(resolved));
   if (status) {
     pcp_status_ignore(status);
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -196,14 +195,15 @@ pcp_status_t pcp_roles_gateway_training_policy_initialize(
   // One job may hold half the machine (the rest: the other jobs, the
   // inference engine, the OS); 8 GiB when /proc/meminfo is unreadable.
   uint64_t half = memory_bytes ? memory_bytes / 2 : (uint64_t)8 << 30;
-  out_policy->max_job_bytes = file->max_job_gateway_bytes > 0
-                                  ? file->max_job_gateway_bytes
-                                  : (int64_t)(half > INT64_MAX ? INT64_MAX
-                                                               : half);
+  out_policy->max_job_bytes =
+      file->max_job_gateway_bytes > 0
+          ? file->max_job_gateway_bytes
+          : (int64_t)(half > INT64_MAX ? INT64_MAX : half);
   out_policy->max_parameters =
       file->max_job_parameters > 0
           ? file->max_job_parameters
-          : out_policy->max_job_bytes / PCP_GATEWAY_TRAINING_BYTES_PER_PARAMETER;
+          : out_policy->max_job_bytes /
+                PCP_GATEWAY_TRAINING_BYTES_PER_PARAMETER;
   if (out_policy->max_parameters < 1) {
     out_policy->max_parameters = 1;
   }
@@ -227,8 +227,8 @@ static pcp_status_t path_outside(const char* key, const char* what,
   size_t used = 0;
   list[0] = 0;
   for (size_t i = 0; i < count && used < sizeof(list); ++i) {
-    int n = snprintf(list + used, sizeof(list) - used, "%s%s",
-                     i ? ", " : "", roots[i]);
+    int n = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
+                     roots[i]);
     if (n < 0) {
       break;
     }
@@ -237,7 +237,8 @@ static pcp_status_t path_outside(const char* key, const char* what,
   return pcp_make_status(PCP_STATUS_PERMISSION_DENIED,
                          "key '%s': the path must lie under %s [%s]%s%s%s "
                          "(symbolic links and '..' are resolved first)",
-                         key, what, list, config_key ? " (gateway config '" : "",
+                         key, what, list,
+                         config_key ? " (gateway config '" : "",
                          config_key ? config_key : "", config_key ? "')" : "");
 }
 
@@ -247,9 +248,9 @@ static pcp_status_t path_confine(const char* key, const char* what,
                                  const pcp_string_list_t* roots,
                                  const char* config_key, char** inout_path) {
   char resolved[PATH_MAX];
-  pcp_status_t status = pcp_file_path_confine(
-      *inout_path, (const char* const*)roots->items, roots->count, resolved,
-      sizeof(resolved));
+  pcp_status_t status =
+      pcp_file_path_confine(*inout_path, (const char* const*)roots->items,
+                            roots->count, resolved, sizeof(resolved));
   if (status) {
     pcp_status_code_t code = pcp_status_code(status);
     pcp_status_ignore(status);
@@ -278,8 +279,9 @@ static pcp_status_t data_file_check(const char* key, const char* path) {
     int err = errno;
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key '%s': '%s' cannot be read (%s)", key, path,
-                           err == ENOENT ? "no such file" : "no permission "
-                                                            "or not a file");
+                           err == ENOENT ? "no such file"
+                                         : "no permission "
+                                           "or not a file");
   }
   struct stat st;
   bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
@@ -319,8 +321,7 @@ static pcp_status_t experiment_paths_confine(
       config->checkpoint_dir = joined;
     }
     // Read only: path_confine takes the list as roots.
-    pcp_string_list_t state = {.items = (char**)&policy->state_dir,
-                               .count = 1};
+    pcp_string_list_t state = {.items = (char**)&policy->state_dir, .count = 1};
     PCP_RETURN_IF_ERROR_BARE(path_confine("checkpoint_dir",
                                           "the gateway's state dir", &state,
                                           NULL, &config->checkpoint_dir));
@@ -339,24 +340,27 @@ static pcp_status_t job_size_check(
                      ? PCP_GATEWAY_TRAINING_BYTES_PER_BF16_PARAMETER
                      : PCP_GATEWAY_TRAINING_BYTES_PER_PARAMETER;
   uint64_t bytes = 0;
-  bool overflow = parameter_count < 0 ||
-                  __builtin_mul_overflow((uint64_t)parameter_count, per, &bytes);
+  bool overflow =
+      parameter_count < 0 ||
+      __builtin_mul_overflow((uint64_t)parameter_count, per, &bytes);
   if (overflow || bytes > (uint64_t)policy->max_job_bytes) {
     return pcp_make_status(
         PCP_STATUS_INVALID_ARGUMENT,
-        "key '%s': the job would need %s%" PRIu64 " bytes of gateway memory "
+        "key '%s': the job would need %s%" PRIu64
+        " bytes of gateway memory "
         "(%" PRId64 " parameters, %" PRIu64 " bytes each); the cap is %" PRId64
         " bytes (gateway config 'max_job_gateway_bytes')",
         key, overflow ? "more than " : "", overflow ? UINT64_MAX : bytes,
         parameter_count, per, policy->max_job_bytes);
   }
   if (parameter_count > policy->max_parameters) {
-    return pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT,
-        "key '%s': %" PRId64 " parameters (%" PRIu64 " bytes of gateway "
-        "memory); the cap is %" PRId64 " parameters (gateway config "
-        "'max_job_parameters')",
-        key, parameter_count, bytes, policy->max_parameters);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key '%s': %" PRId64 " parameters (%" PRIu64
+                           " bytes of gateway "
+                           "memory); the cap is %" PRId64
+                           " parameters (gateway config "
+                           "'max_job_parameters')",
+                           key, parameter_count, bytes, policy->max_parameters);
   }
   return pcp_ok_status();
 }

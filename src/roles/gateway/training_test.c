@@ -15,13 +15,12 @@
 #include <cmocka.h>
 // clang-format on
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "roles/gateway/gateway_impl.h"
 
@@ -32,8 +31,8 @@ static char g_state_dir[PATH_MAX];
 static pcp_roles_gateway_training_policy_t g_policy;
 
 static void write_file(const char* path, const char* text) {
-  assert_true(pcp_status_is_ok(pcp_file_write_atomic(path, text,
-                                                     strlen(text))));
+  assert_true(
+      pcp_status_is_ok(pcp_file_write_atomic(path, text, strlen(text))));
 }
 
 static int setup(void** state) {
@@ -103,8 +102,7 @@ static void test_valid_experiment(void** state) {
   // them), and name and seed are known keys.
   json_t* experiment = json_object_get(spec, "experiment");
   char expect[PATH_MAX + 32];
-  snprintf(expect, sizeof(expect), "%s/data/tiny_shakespeare.txt",
-           g_state_dir);
+  snprintf(expect, sizeof(expect), "%s/data/tiny_shakespeare.txt", g_state_dir);
   assert_string_equal(
       json_string_value(json_object_get(experiment, "data_path")), expect);
   json_t* unknown = json_object_get(spec, "unknown_keys");
@@ -254,10 +252,10 @@ static void test_paths_are_confined(void** state) {
   assert_true(pcp_status_is_ok(build(text, &spec)));
   char expect[PATH_MAX + 16];
   snprintf(expect, sizeof(expect), "%s/ckpt/a", g_state_dir);
-  assert_string_equal(json_string_value(json_object_get(
-                          json_object_get(spec, "experiment"),
-                          "checkpoint_dir")),
-                      expect);
+  assert_string_equal(
+      json_string_value(json_object_get(json_object_get(spec, "experiment"),
+                                        "checkpoint_dir")),
+      expect);
   json_decref(spec);
   // A missing data file under a root: 400 at submit, naming data_path.
   expect_error_naming(
@@ -317,8 +315,8 @@ static void test_job_size_is_capped(void** state) {
   static const char kSmall[] =
       "{\"model\":{\"kind\":\"gpt\",\"layers\":1,\"batch\":4},"
       "\"data_path\":\"d\"}";
-  status = pcp_roles_gateway_training_spec_build(&small, kSmall,
-                                                 strlen(kSmall), &spec);
+  status = pcp_roles_gateway_training_spec_build(&small, kSmall, strlen(kSmall),
+                                                 &spec);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   assert_non_null(strstr(pcp_status_message(status), "max_job_parameters"));
   pcp_status_ignore(status);
