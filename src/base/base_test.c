@@ -401,6 +401,11 @@ static void file_path_confine_stays_under_roots(void** state) {
   expect_refused(path, roots, 2);
   expect_refused("/no/such/dir/file", roots, 2);
   expect_refused(file, NULL, 0);
+  // "/" as a root admits every path that resolves.
+  const char* everything[] = {"/"};
+  assert_null(
+      pcp_file_path_confine("/etc/passwd", everything, 1, out, sizeof(out)));
+  assert_string_equal(out, "/etc/passwd");
 
   // A relative path is taken from the working directory.
   char cwd[PATH_MAX];

@@ -818,6 +818,26 @@ pcp_status_t pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* g) {
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_training_policy_initialize(
       &g->config->file, "/proc/self/exe",
       pcp_roles_gateway_memory_total_bytes(), &g->training_policy));
+  {
+    // One line an operator can check: where experiments may point, and the
+    // size caps.
+    const pcp_roles_gateway_training_policy_t* p = &g->training_policy;
+    char roots[2][1024];
+    const pcp_string_list_t* lists[2] = {&p->data_roots, &p->model_roots};
+    for (int l = 0; l < 2; ++l) {
+      size_t used = 0;
+      roots[l][0] = 0;
+      for (size_t i = 0; i < lists[l]->count && used < sizeof(roots[l]); ++i) {
+        int n = snprintf(roots[l] + used, sizeof(roots[l]) - used, "%s%s",
+                         i ? "," : "", lists[l]->items[i]);
+        used += n > 0 ? (size_t)n : 0;
+      }
+    }
+    PCP_LOG(PCP_LOG_INFO, &g->log,
+            "training paths and caps data_roots=%s model_roots=%s "
+            "max_job_parameters=%" PRId64 " max_job_gateway_bytes=%" PRId64,
+            roots[0], roots[1], p->max_parameters, p->max_job_bytes);
+  }
   PCP_RETURN_IF_ERROR_BARE(
       pcp_diloco_metrics_register(g->registry, &g->training_metrics));
   if (pthread_create(&g->training_thread, NULL, training_main, g) != 0) {
