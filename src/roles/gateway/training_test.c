@@ -205,6 +205,13 @@ static void test_errors_name_the_key(void** state) {
       "\"nesterov_momentum\":\"high\"}",
       PCP_STATUS_INVALID_ARGUMENT, "nesterov_momentum");
   expect_error_naming("[1,2]", PCP_STATUS_INVALID_ARGUMENT, "object");
+  // name is the served model's id: 1..128 bytes, no control characters.
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\",\"name\":\"a\\nb\"}",
+      PCP_STATUS_INVALID_ARGUMENT, "name");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\",\"name\":\"\"}",
+      PCP_STATUS_INVALID_ARGUMENT, "name");
 }
 
 // Paths outside their roots are a 403 naming the key and the roots and

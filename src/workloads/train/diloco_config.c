@@ -295,7 +295,7 @@ static const pcp_config_field_t kFields[] = {
      .offset = offsetof(T, name),
      .flags = PCP_CONFIG_FLAG_JSON_ONLY,
      .help = "job name, also the served model's name (default: the job id; "
-             "at most 200 bytes)"},
+             "1..128 bytes, no control characters)"},
     {.name = "seed",
      .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(T, seed),
@@ -315,9 +315,21 @@ static pcp_status_t validate_config(const void* config) {
                            "diloco config: key 'model_path': give exactly one "
                            "of model_path and model");
   }
-  if (c->name && (c->name[0] == '\0' || strlen(c->name) > 200)) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "diloco config: key 'name': 1 to 200 bytes");
+  if (c->name) {
+    // The served model's id (infer model_dir.c's rule): checked here so a
+    // job does not train for hours towards an export nothing can serve.
+    size_t n = strlen(c->name);
+    bool control = false;
+    for (size_t i = 0; i < n; ++i) {
+      unsigned char ch = (unsigned char)c->name[i];
+      control |= ch < 0x20 || ch == 0x7f;
+    }
+    if (n == 0 || n > 128 || control) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "diloco config: key 'name': 1..128 bytes "
+                             "without control characters (it names the "
+                             "served model)");
+    }
   }
   if (c->iree_flags.count > PCP_COMPILE_MAX_EXTRA_FLAGS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
