@@ -431,6 +431,33 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_file_make_directories(const char* path);
 // Returns true when |path| exists and is a regular file.
 bool pcp_file_exists(const char* path);
 
+// Resolves |path| to an absolute path without symbolic links or `.`/`..`
+// components, as realpath(3) does, except that the path need not exist: the
+// longest existing prefix is resolved and the missing rest appended (a
+// missing component may not be `..`, and one that exists only as a dangling
+// link is refused, so nothing can later be created through a link). A
+// relative |path| is taken from the working directory. Writes a
+// NUL-terminated string of at most |out_capacity| bytes to |out_path|.
+// PERMISSION_DENIED when the path cannot be resolved that way (the message
+// says nothing about the file: callers show it to clients);
+// INVALID_ARGUMENT for an empty path; RESOURCE_EXHAUSTED when the result does
+// not fit. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_file_path_resolve(const char* path,
+                                                       char* out_path,
+                                                       size_t out_capacity);
+
+// Resolves |path| (pcp_file_path_resolve) and checks that it is one of the
+// |root_count| directories |roots| or lies below one; each root is resolved
+// the same way first (a root need not exist yet). The resolved path goes to
+// |out_path| on success. PERMISSION_DENIED, with a message that names
+// neither the file nor whether it exists, when it lies outside every root or
+// cannot be resolved; INVALID_ARGUMENT for an empty path. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_file_path_confine(const char* path,
+                                                       const char* const* roots,
+                                                       size_t root_count,
+                                                       char* out_path,
+                                                       size_t out_capacity);
+
 //===----------------------------------------------------------------------===//
 // Element types
 //===----------------------------------------------------------------------===//

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
+
+// realpath(3) is XSI: glibc declares it only with _XOPEN_SOURCE.
+#define _XOPEN_SOURCE 700
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -349,6 +354,111 @@ static void dynlib_load_fills_table_or_names_package(void** state) {
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INCOMPATIBLE);
   assert_non_null(strstr(pcp_status_message(status), "pcp_no_such_symbol"));
   pcp_status_ignore(status);
+// pcp_file_path_confine: inside a root (existing or not) resolves; outside,
+// through a symlink, by `..` or by a missing-directory `..` is refused with
+// a message that names no path; a sibling with the root as a string prefix
+// is outside.
+static void expect_refused(const char* path, const char* const* roots,
+                           size_t count) {
+  char out[PATH_MAX];
+  pcp_status_t s = pcp_file_path_confine(path, roots, count, out, sizeof(out));
+  assert_non_null(s);
+  assert_int_equal(pcp_status_code(s), PCP_STATUS_PERMISSION_DENIED);
+  assert_null(strstr(pcp_status_message(s), "/"));
+  assert_null(strstr(pcp_status_message(s), "exist"));
+  pcp_status_ignore(s);
+}
+
+// snprintf that must fit (the return value checked also keeps gcc's
+// -Wformat-truncation quiet).
+#define JOIN(buffer, ...)                                     \
+  assert_true(snprintf(buffer, sizeof(buffer), __VA_ARGS__) < \
+              (int)sizeof(buffer))
+
+static void file_path_confine_stays_under_roots(void** state) {
+  (void)state;
+  char top[] = "/tmp/pcp_confine_XXXXXX";
+  assert_non_null(mkdtemp(top));
+  char real_top[PATH_MAX];
+  assert_non_null(realpath(top, real_top));
+  char root[PATH_MAX], other[PATH_MAX], file[PATH_MAX], link[PATH_MAX],
+      inner_link[PATH_MAX], dangling[PATH_MAX], sibling[PATH_MAX],
+      path[PATH_MAX], out[PATH_MAX], expect[PATH_MAX];
+  JOIN(root, "%s/root", top);
+  JOIN(other, "%s/other", top);
+  JOIN(sibling, "%s/rootx", top);
+  assert_int_equal(mkdir(root, 0755), 0);
+  assert_int_equal(mkdir(other, 0755), 0);
+  assert_int_equal(mkdir(sibling, 0755), 0);
+  JOIN(file, "%s/data.txt", root);
+  assert_null(pcp_file_write_atomic(file, "x", 1));
+  JOIN(path, "%s/secret.txt", other);
+  assert_null(pcp_file_write_atomic(path, "s", 1));
+  JOIN(link, "%s/escape.txt", root);
+  assert_int_equal(symlink(path, link), 0);
+  JOIN(inner_link, "%s/alias.txt", root);
+  assert_int_equal(symlink(file, inner_link), 0);
+  JOIN(dangling, "%s/dangling", root);
+  JOIN(path, "%s/not-yet", other);
+  assert_int_equal(symlink(path, dangling), 0);
+  const char* roots[] = {"/nonexistent-pcp-root", root};
+
+  // An existing file, a link that stays inside, a missing file, a missing
+  // directory chain: all resolve under the root.
+  JOIN(expect, "%s/root/data.txt", real_top);
+  assert_null(pcp_file_path_confine(file, roots, 2, out, sizeof(out)));
+  assert_string_equal(out, expect);
+  assert_null(pcp_file_path_confine(inner_link, roots, 2, out, sizeof(out)));
+  assert_string_equal(out, expect);
+  JOIN(path, "%s/./sub/../data.txt", root);
+  expect_refused(path, roots, 2);  // "sub" is missing: its ".." is refused
+  JOIN(path, "%s/a/b/c.ckpt", root);
+  JOIN(expect, "%s/root/a/b/c.ckpt", real_top);
+  assert_null(pcp_file_path_confine(path, roots, 2, out, sizeof(out)));
+  assert_string_equal(out, expect);
+  assert_null(pcp_file_path_confine(root, roots, 2, out, sizeof(out)));
+
+  // Outside: absolute, `..` through an existing directory, a link out, a
+  // dangling link, a string-prefix sibling, a missing file outside.
+  expect_refused("/etc/passwd", roots, 2);
+  JOIN(path, "%s/../other/secret.txt", root);
+  expect_refused(path, roots, 2);
+  JOIN(path, "%s/../../../../etc/passwd", root);
+  expect_refused(path, roots, 2);
+  expect_refused(link, roots, 2);
+  expect_refused(dangling, roots, 2);
+  JOIN(path, "%s/x", dangling);
+  expect_refused(path, roots, 2);
+  JOIN(path, "%s/f.txt", sibling);
+  expect_refused(path, roots, 2);
+  expect_refused("/no/such/dir/file", roots, 2);
+  expect_refused(file, NULL, 0);
+  // "/" as a root admits every path that resolves.
+  const char* everything[] = {"/"};
+  assert_null(
+      pcp_file_path_confine("/etc/passwd", everything, 1, out, sizeof(out)));
+  assert_string_equal(out, "/etc/passwd");
+
+  // A relative path is taken from the working directory.
+  char cwd[PATH_MAX];
+  assert_non_null(getcwd(cwd, sizeof(cwd)));
+  assert_int_equal(chdir(root), 0);
+  const char* dot[] = {"."};
+  assert_null(pcp_file_path_confine("data.txt", dot, 1, out, sizeof(out)));
+  JOIN(expect, "%s/root/data.txt", real_top);
+  assert_string_equal(out, expect);
+  expect_refused("../other/secret.txt", dot, 1);
+  assert_int_equal(chdir(cwd), 0);
+
+  // Empty path: INVALID_ARGUMENT; a result that does not fit: refused.
+  pcp_status_t s = pcp_file_path_confine("", roots, 2, out, sizeof(out));
+  assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_INVALID_ARGUMENT);
+  s = pcp_file_path_confine(file, roots, 2, out, 4);
+  assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_RESOURCE_EXHAUSTED);
+
+  char command[PATH_MAX + 16];
+  JOIN(command, "rm -rf '%s'", top);
+  assert_int_equal(system(command), 0);
 }
 
 int main(void) {
@@ -371,6 +481,7 @@ int main(void) {
       cmocka_unit_test(log_lines_are_key_value),
       cmocka_unit_test(file_write_atomic_and_bounded_read),
       cmocka_unit_test(dynlib_load_fills_table_or_names_package),
+      cmocka_unit_test(file_path_confine_stays_under_roots),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

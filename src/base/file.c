@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Bounded whole-file reads and crash-safe writes (temp + fsync + rename).
 
+// realpath(3) is XSI: glibc declares it only with _XOPEN_SOURCE.
+#define _XOPEN_SOURCE 700
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -178,4 +181,163 @@ pcp_status_t pcp_file_sha256(const char* path, pcp_sha256_t* out_digest,
     status = pcp_status_annotate_f(status, "'%s'", path);
   }
   return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Path confinement
+//===----------------------------------------------------------------------===//
+
+// The one refusal of both functions below. It never names the path or says
+// why (missing, a loop, no permission): the caller's message goes to a
+// client that may be probing the host's files.
+static pcp_status_t path_refused(void) {
+  return pcp_make_status(PCP_STATUS_PERMISSION_DENIED,
+                         "the path cannot be resolved inside the allowed "
+                         "directories");
+}
+
+pcp_status_t pcp_file_path_resolve(const char* path, char* out_path,
+                                   size_t out_capacity) {
+  if (out_capacity > 0) {
+    out_path[0] = 0;
+  }
+  if (!path || !path[0]) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "empty path");
+  }
+  // An absolute copy to cut at slashes.
+  char full[PATH_MAX];
+  size_t length = strlen(path);
+  if (path[0] == '/') {
+    if (length >= sizeof(full)) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "path too long");
+    }
+    memcpy(full, path, length + 1);
+  } else {
+    if (!getcwd(full, sizeof(full))) {
+      return path_refused();
+    }
+    size_t cwd_length = strlen(full);
+    if (cwd_length + 1 + length >= sizeof(full)) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "path too long");
+    }
+    full[cwd_length] = '/';
+    memcpy(full + cwd_length + 1, path, length + 1);
+    length += cwd_length + 1;
+  }
+  // The longest prefix realpath accepts: cut at the last slash until it
+  // resolves. Only "does not exist" (ENOENT, or ENOTDIR under a file) moves
+  // the cut; any other failure (a loop, no permission) is a refusal.
+  char resolved[PATH_MAX];
+  size_t cut = length;
+  for (;;) {
+    char saved = full[cut];
+    full[cut] = 0;
+    char* ok = realpath(cut == 0 ? "/" : full, resolved);
+    int err = errno;
+    full[cut] = saved;
+    if (ok) {
+      break;
+    }
+    if (err != ENOENT && err != ENOTDIR) {
+      return path_refused();
+    }
+    while (cut > 0 && full[cut - 1] != '/') {
+      --cut;
+    }
+    if (cut == 0) {
+      return path_refused();  // "/" always resolves; not reached
+    }
+    --cut;  // drop the slash too
+  }
+  // Append the missing tail one component at a time.
+  size_t out_length = strlen(resolved);
+  bool first = true;
+  const char* p = full + cut;
+  while (*p) {
+    while (*p == '/') {
+      ++p;
+    }
+    const char* end = p;
+    while (*end && *end != '/') {
+      ++end;
+    }
+    size_t n = (size_t)(end - p);
+    if (n == 0 || (n == 1 && p[0] == '.')) {
+      p = end;
+      continue;
+    }
+    if (n == 2 && p[0] == '.' && p[1] == '.') {
+      // A `..` below a missing directory cannot be resolved by the
+      // filesystem; taking it lexically would let "missing/../../x" climb.
+      return path_refused();
+    }
+    bool root = out_length == 1;  // "/"
+    if (out_length + (root ? 0 : 1) + n >= sizeof(resolved)) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "path too long");
+    }
+    if (!root) {
+      resolved[out_length++] = '/';
+    }
+    memcpy(resolved + out_length, p, n);
+    out_length += n;
+    resolved[out_length] = 0;
+    if (first) {
+      // realpath said this component is missing; if lstat still finds it,
+      // it is a dangling link whose target could be created later.
+      struct stat st;
+      if (lstat(resolved, &st) == 0) {
+        return path_refused();
+      }
+      first = false;
+    }
+    p = end;
+  }
+  if (out_length + 1 > out_capacity) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "path too long");
+  }
+  memcpy(out_path, resolved, out_length + 1);
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_file_path_confine(const char* path, const char* const* roots,
+                                   size_t root_count, char* out_path,
+                                   size_t out_capacity) {
+  if (out_capacity > 0) {
+    out_path[0] = 0;
+  }
+  char resolved[PATH_MAX];
+  pcp_status_t status = pcp_file_path_resolve(path, resolved, sizeof(resolved));
+  if (status) {
+    if (pcp_status_code(status) == PCP_STATUS_INVALID_ARGUMENT) {
+      return status;
+    }
+    pcp_status_ignore(status);
+    return path_refused();
+  }
+  for (size_t i = 0; i < root_count; ++i) {
+    char root[PATH_MAX];
+    if (!roots[i] || !roots[i][0]) {
+      continue;
+    }
+    status = pcp_file_path_resolve(roots[i], root, sizeof(root));
+    if (status) {
+      pcp_status_ignore(status);
+      continue;
+    }
+    size_t n = strlen(root);
+    // "/" holds everything; otherwise the root itself or below a slash
+    // ("/srv/data" must not admit "/srv/database").
+    bool inside = (n == 1 && root[0] == '/') ||
+                  (strncmp(resolved, root, n) == 0 &&
+                   (resolved[n] == 0 || resolved[n] == '/'));
+    if (inside) {
+      size_t length = strlen(resolved);
+      if (length + 1 > out_capacity) {
+        return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "path too long");
+      }
+      memcpy(out_path, resolved, length + 1);
+      return pcp_ok_status();
+    }
+  }
+  return path_refused();
 }

@@ -265,6 +265,8 @@ typedef struct pcp_roles_http_limits_config_t {
   int64_t max_connections;
   int64_t max_connections_per_client;
 } pcp_roles_http_limits_config_t;
+// Most directories in data_roots or model_roots.
+#define PCP_ROLES_GATEWAY_MAX_ROOTS 16
 
 typedef struct pcp_roles_gateway_file_config_t {
   char* gateway_id;
@@ -283,6 +285,14 @@ typedef struct pcp_roles_gateway_file_config_t {
   char* state_dir;  // SQLite state, job files; required to serve
   pcp_roles_tls_config_t tls;
   pcp_roles_http_limits_config_t http;
+  // Where experiment paths may point (docs/training.md "Paths"): data files
+  // under |data_roots|, model modules under |model_roots|. Empty: the
+  // defaults (<state_dir>/data, <state_dir>/models, the project's data/).
+  pcp_string_list_t data_roots;
+  pcp_string_list_t model_roots;
+  // Per-job caps checked at submit; 0: derived from the machine's memory.
+  int64_t max_job_parameters;
+  int64_t max_job_gateway_bytes;
 } pcp_roles_gateway_file_config_t;
 extern const pcp_config_table_t pcp_roles_gateway_file_table;
 

@@ -71,6 +71,14 @@ def relax_heartbeat(gw):
     with open(gw.config) as f:
         config = json.load(f)
     config["worker_fabric"]["heartbeat_ms"] = 1000
+    # Experiment paths must lie under the gateway's roots (issue 13): the
+    # repository's data/ and fixtures, and the test's work dir, where the
+    # tests write modules and data excerpts. Checkpoints go under the
+    # state dir (work/state), the only place checkpoint_dir may name.
+    roots = [os.path.join(ROOT, "data"), os.path.join(ROOT, "tests"),
+             gw.work]
+    config["data_roots"] = roots
+    config["model_roots"] = roots
     with open(gw.config, "w") as f:
         json.dump(config, f)
 
@@ -201,7 +209,7 @@ def main():
 
         # 2. Run A, with a worker SIGKILLed after step KILL_AFTER.
         t0 = time.time()
-        a = submit(experiment(checkpoint_dir=os.path.join(work, "ckpt-a")))
+        a = submit(experiment(checkpoint_dir=os.path.join(work, "state", "ckpt-a")))
         killed = False
         deadline = time.time() + 900
         while time.time() < deadline:
@@ -295,7 +303,7 @@ def main():
         # 3. Run B: 8 steps, gateway SIGKILLed after step 3, restarted.
         b_steps = 8
         b = submit(experiment(outer_loop_steps=b_steps, checkpoint_every=2,
-                              checkpoint_dir=os.path.join(work, "ckpt-b")))
+                              checkpoint_dir=os.path.join(work, "state", "ckpt-b")))
         wait_for(lambda: 3 in steps_of(b), 300, "run B reached step 3")
         gw.proc.kill()
         gw.proc.wait()
@@ -311,7 +319,7 @@ def main():
 
         # 4. Run C: resume from B's checkpoint_dir.
         c = submit(experiment(outer_loop_steps=b_steps + 1, resume=True,
-                              checkpoint_dir=os.path.join(work, "ckpt-b")))
+                              checkpoint_dir=os.path.join(work, "state", "ckpt-b")))
         wait_done(c, 300)
         cs = steps_of(c)
         check(state_of(c) == "succeeded" and sorted(cs) == [b_steps + 1],

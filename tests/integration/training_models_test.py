@@ -301,7 +301,7 @@ def main():
             check(False, "bf16 model exported")
 
         # 6b. Streaming a bf16 GPT, then one more round with resume: true.
-        ckpt = os.path.join(work, "ckpt-stream-bf16")
+        ckpt = os.path.join(work, "state", "ckpt-stream-bf16")
         # lr 3e-3: at 1e-2 one run or the other spikes at some sync (a
         # one-batch loss of 3.98 against 3.45), which is not about bf16.
         body = dict(experiment(name="stream-bf16", learning_rate=0.003),
@@ -313,7 +313,7 @@ def main():
         # The same run in f32: bf16 must train like it.
         sf, rsf, steps_sf = run_job(dict(
             body, name="stream-f32", dtype="f32", deltas_dtype="f32",
-            checkpoint_dir=os.path.join(work, "ckpt-stream-f32")))
+            checkpoint_dir=os.path.join(work, "state", "ckpt-stream-f32")))
         lf = [steps_sf[k]["loss"] for k in sorted(steps_sf)]
         print("streaming bf16 GPT: %s" % " ".join("%.3f" % x for x in lc))
         print("streaming f32 GPT:  %s" % " ".join("%.3f" % x for x in lf))

@@ -249,7 +249,7 @@ def main():
               "val_loss moves between evaluations")
         # 4. Exact resume with kept moments (a schedule that does not
         # depend on the run's length, so 2- and 4-step jobs share rates).
-        ckpt = os.path.join(work, "ckpt-resume")
+        ckpt = os.path.join(work, "state", "ckpt-resume")
         flat = dict(lr_schedule="warmup_constant", min_lr=0,
                     eval_fraction=0)
         run(experiment("resume-first", checkpoint_dir=ckpt, **flat))
@@ -260,7 +260,7 @@ def main():
         _, _, sr = run(experiment("resume-rest", checkpoint_dir=ckpt,
                                   resume=True, outer_loop_steps=4, **flat))
         _, _, su = run(experiment("uninterrupted", outer_loop_steps=4,
-                                  checkpoint_dir=os.path.join(work, "ck2"),
+                                  checkpoint_dir=os.path.join(work, "state", "ck2"),
                                   **flat))
         check(sorted(sr) == [3, 4] and sr[3].get("fresh_inner_state") == 0,
               "the resumed job continues at step 3 with the saved moments: "

@@ -61,7 +61,7 @@ def resume_runs(work, gw, a_steps, n):
     B's checkpoint_dir) repeat run A's losses bit for bit; checkpoints of
     the wrong kind or schedule, and a corrupted worker state file, fail
     the job with a clear error."""
-    ckpt_b = os.path.join(work, "ckpt-b")
+    ckpt_b = os.path.join(work, "state", "ckpt-b")
     t0 = time.time()
     b = te.submit(te.experiment(max_epochs=B_ROUNDS, checkpoint_every=2,
                                 checkpoint_dir=ckpt_b, streaming=STREAMING))
@@ -142,7 +142,7 @@ def resume_runs(work, gw, a_steps, n):
                         checkpoint_dir=ckpt_b,
                         streaming=dict(STREAMING, inner_steps=5)),
           ["H=10", "H=5"], "a streaming job with another H")
-    bad = os.path.join(work, "ckpt-bad")
+    bad = os.path.join(work, "state", "ckpt-bad")
     shutil.copytree(ckpt_b, bad)
     for name in os.listdir(bad):
         if name.endswith(".workers"):

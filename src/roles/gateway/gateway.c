@@ -501,6 +501,25 @@ static const char* const kGraphBackends[] = {"memory", "neo4j", NULL};
 
 static pcp_status_t validate_file(const void* opaque) {
   const pcp_roles_gateway_file_config_t* file = opaque;
+  if (file->data_roots.count > PCP_ROLES_GATEWAY_MAX_ROOTS ||
+      file->model_roots.count > PCP_ROLES_GATEWAY_MAX_ROOTS) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "gateway config: key '%s': at most %d directories",
+                           file->data_roots.count > PCP_ROLES_GATEWAY_MAX_ROOTS
+                               ? "data_roots"
+                               : "model_roots",
+                           PCP_ROLES_GATEWAY_MAX_ROOTS);
+  }
+  const pcp_string_list_t* lists[] = {&file->data_roots, &file->model_roots};
+  for (size_t l = 0; l < 2; ++l) {
+    for (size_t i = 0; i < lists[l]->count; ++i) {
+      if (!lists[l]->items[i][0]) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "gateway config: key '%s[%zu]': empty path",
+                               l == 0 ? "data_roots" : "model_roots", i);
+      }
+    }
+  }
   if (file->graph_backend == 1 && !file->neo4j.present) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "gateway config: key 'neo4j' is required when "
@@ -592,6 +611,36 @@ static const pcp_config_field_t kFileFields[] = {
      .offset = offsetof(G, http),
      .flags = J,
      .object_table = &kHttpLimitsTable},
+    {.name = "data_roots",
+     .type = PCP_CONFIG_TYPE_STRING_LIST,
+     .offset = offsetof(G, data_roots),
+     .flags = J,
+     .help = "directories experiment data files must lie under (at most "
+             "16; default: <state_dir>/data and the project's data/)"},
+    {.name = "model_roots",
+     .type = PCP_CONFIG_TYPE_STRING_LIST,
+     .offset = offsetof(G, model_roots),
+     .flags = J,
+     .help = "directories model_path modules must lie under (at most 16; "
+             "default: <state_dir>/models and the project's data/)"},
+    {.name = "max_job_parameters",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(G, max_job_parameters),
+     .default_value = "0",
+     .min = 0,
+     .max = 1099511627776.0,
+     .flags = J,
+     .help = "most parameters of one training job (0: what "
+             "max_job_gateway_bytes allows)"},
+    {.name = "max_job_gateway_bytes",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(G, max_job_gateway_bytes),
+     .default_value = "0",
+     .min = 0,
+     .max = 4611686018427387904.0,
+     .flags = J,
+     .help = "most gateway memory one training job may need (0: half of "
+             "MemTotal)"},
 };
 #undef G
 

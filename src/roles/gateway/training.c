@@ -20,11 +20,19 @@
 // the store (thread-safe), the gateway's atomics and the run list under
 // |training_mu|.
 
+// realpath(3) is XSI: glibc declares it only with _XOPEN_SOURCE.
+#define _XOPEN_SOURCE 700
+
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -71,9 +79,308 @@ static pcp_status_t model_parameter_count(const pcp_diloco_config_t* config,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_roles_gateway_training_spec_build(const char* text,
-                                                   size_t byte_length,
-                                                   json_t** out_spec) {
+//===----------------------------------------------------------------------===//
+// Paths and limits (docs/training.md "Paths and limits")
+//===----------------------------------------------------------------------===//
+
+uint64_t pcp_roles_gateway_memory_total_bytes(void) {
+  FILE* f = fopen("/proc/meminfo", "r");
+  if (!f) {
+    return 0;
+  }
+  char line[256];
+  unsigned long long kib = 0;
+  while (fgets(line, sizeof(line), f)) {
+    if (sscanf(line, "MemTotal: %llu kB", &kib) == 1) {
+      break;
+    }
+  }
+  fclose(f);
+  return kib > UINT64_MAX / 1024 ? UINT64_MAX : (uint64_t)kib * 1024;
+}
+
+// Appends |path| resolved; |key| names the config key in the error.
+static pcp_status_t root_append(pcp_string_list_t* list, const char* path,
+                                const char* key) {
+  char resolved[PATH_MAX];
+  pcp_status_t status = pcp_file_path_resolve(path, resolved, sizeof(resolved));
+  if (status) {
+    pcp_status_ignore(status);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "gateway config: key '%s': '%s' cannot be resolved",
+                           key, path);
+  }
+  return pcp_string_list_append(list, resolved);
+}
+
+// The project's data/ for a binary in a source checkout's build tree
+// (build/pcp -> data/, what the quickstart's data_path names); "" else.
+static void project_data_dir(const char* exe_path, char* out, size_t size) {
+  out[0] = 0;
+  char exe[PATH_MAX];
+  if (!exe_path || !realpath(exe_path, exe)) {
+    return;
+  }
+  char* slash = strrchr(exe, '/');
+  if (!slash || slash == exe) {
+    return;
+  }
+  *slash = 0;  // the binary's directory
+  char marker[PATH_MAX + 32];
+  snprintf(marker, sizeof(marker), "%s/../CMakeLists.txt", exe);
+  struct stat st;
+  if (stat(marker, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return;
+  }
+  char data[PATH_MAX + 16];
+  snprintf(data, sizeof(data), "%s/../data", exe);
+  char resolved[PATH_MAX];
+  if (realpath(data, resolved) && stat(resolved, &st) == 0 &&
+      S_ISDIR(st.st_mode) && strlen(resolved) < size) {
+    snprintf(out, size, "%s", resolved);
+  }
+}
+
+static pcp_status_t roots_fill(const pcp_string_list_t* given,
+                               const char* state_dir, const char* state_sub,
+                               const char* project_data, const char* key,
+                               pcp_string_list_t* out) {
+  if (given->count > 0) {
+    for (size_t i = 0; i < given->count; ++i) {
+      PCP_RETURN_IF_ERROR_BARE(root_append(out, given->items[i], key));
+    }
+    return pcp_ok_status();
+  }
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof(path), "%s/%s", state_dir, state_sub);
+  PCP_RETURN_IF_ERROR_BARE(root_append(out, path, key));
+  if (project_data[0]) {
+    PCP_RETURN_IF_ERROR_BARE(root_append(out, project_data, key));
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_roles_gateway_training_policy_initialize(
+    const pcp_roles_gateway_file_config_t* file, const char* exe_path,
+    uint64_t memory_bytes, pcp_roles_gateway_training_policy_t* out_policy) {
+  memset(out_policy, 0, sizeof(*out_policy));
+  const char* state_dir =
+      file->state_dir && file->state_dir[0] ? file->state_dir : ".";
+  char resolved[PATH_MAX];
+  pcp_status_t status =
+      pcp_file_path_resolve(state_dir, resolved, sizeof(resolved));
+  if (status) {
+    pcp_status_ignore(status);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "gateway config: key 'state_dir': '%s' cannot be "
+                           "resolved",
+                           state_dir);
+  }
+  out_policy->state_dir = strdup(resolved);
+  if (!out_policy->state_dir) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "state dir");
+  }
+  char project_data[PATH_MAX];
+  project_data_dir(exe_path, project_data, sizeof(project_data));
+  status = roots_fill(&file->data_roots, resolved, "data", project_data,
+                      "data_roots", &out_policy->data_roots);
+  if (!status) {
+    status = roots_fill(&file->model_roots, resolved, "models", project_data,
+                        "model_roots", &out_policy->model_roots);
+  }
+  if (status) {
+    pcp_roles_gateway_training_policy_deinitialize(out_policy);
+    return status;
+  }
+  // One job may hold half the machine (the rest: the other jobs, the
+  // inference engine, the OS); 8 GiB when /proc/meminfo is unreadable.
+  uint64_t half = memory_bytes ? memory_bytes / 2 : (uint64_t)8 << 30;
+  out_policy->max_job_bytes =
+      file->max_job_gateway_bytes > 0
+          ? file->max_job_gateway_bytes
+          : (int64_t)(half > INT64_MAX ? INT64_MAX : half);
+  out_policy->max_parameters =
+      file->max_job_parameters > 0
+          ? file->max_job_parameters
+          : out_policy->max_job_bytes /
+                PCP_GATEWAY_TRAINING_BYTES_PER_PARAMETER;
+  if (out_policy->max_parameters < 1) {
+    out_policy->max_parameters = 1;
+  }
+  return pcp_ok_status();
+}
+
+void pcp_roles_gateway_training_policy_deinitialize(
+    pcp_roles_gateway_training_policy_t* policy) {
+  free(policy->state_dir);
+  pcp_string_list_deinitialize(&policy->data_roots);
+  pcp_string_list_deinitialize(&policy->model_roots);
+  memset(policy, 0, sizeof(*policy));
+}
+
+// The 403 for a path outside its roots: the key and the roots, nothing
+// about the file (not whether it exists, not its size or content).
+static pcp_status_t path_outside(const char* key, const char* what,
+                                 const char* const* roots, size_t count,
+                                 const char* config_key) {
+  char list[2048];
+  size_t used = 0;
+  list[0] = 0;
+  for (size_t i = 0; i < count && used < sizeof(list); ++i) {
+    int n = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
+                     roots[i]);
+    if (n < 0) {
+      break;
+    }
+    used += (size_t)n;
+  }
+  return pcp_make_status(PCP_STATUS_PERMISSION_DENIED,
+                         "key '%s': the path must lie under %s [%s]%s%s%s "
+                         "(symbolic links and '..' are resolved first)",
+                         key, what, list,
+                         config_key ? " (gateway config '" : "",
+                         config_key ? config_key : "", config_key ? "')" : "");
+}
+
+// Confines |*inout_path| (key |key|) under |roots| and replaces it with the
+// resolved path (owned, malloc'd).
+static pcp_status_t path_confine(const char* key, const char* what,
+                                 const pcp_string_list_t* roots,
+                                 const char* config_key, char** inout_path) {
+  char resolved[PATH_MAX];
+  pcp_status_t status =
+      pcp_file_path_confine(*inout_path, (const char* const*)roots->items,
+                            roots->count, resolved, sizeof(resolved));
+  if (status) {
+    pcp_status_code_t code = pcp_status_code(status);
+    pcp_status_ignore(status);
+    if (code == PCP_STATUS_INVALID_ARGUMENT) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "key '%s': empty path", key);
+    }
+    return path_outside(key, what, (const char* const*)roots->items,
+                        roots->count, config_key);
+  }
+  char* copy = strdup(resolved);
+  if (!copy) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "path");
+  }
+  free(*inout_path);
+  *inout_path = copy;
+  return pcp_ok_status();
+}
+
+// A data file must be a readable regular file when the job is submitted,
+// not only when it runs (called after confinement: the path is ours to
+// describe).
+static pcp_status_t data_file_check(const char* key, const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    int err = errno;
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key '%s': '%s' cannot be read (%s)", key, path,
+                           err == ENOENT ? "no such file"
+                                         : "no permission "
+                                           "or not a file");
+  }
+  struct stat st;
+  bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  close(fd);
+  if (!regular) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key '%s': '%s' is not a regular file", key, path);
+  }
+  return pcp_ok_status();
+}
+
+// Confines every path key of |config| (replacing each with its resolved
+// path) and checks the data file. checkpoint_dir: a relative one is taken
+// under the state dir (as the service does), an absolute one must lie
+// there too.
+static pcp_status_t experiment_paths_confine(
+    const pcp_roles_gateway_training_policy_t* policy,
+    pcp_diloco_config_t* config) {
+  if (config->model_path && config->model_path[0]) {
+    PCP_RETURN_IF_ERROR_BARE(path_confine("model_path", "the model roots",
+                                          &policy->model_roots, "model_roots",
+                                          &config->model_path));
+  }
+  PCP_RETURN_IF_ERROR_BARE(path_confine("data_path", "the data roots",
+                                        &policy->data_roots, "data_roots",
+                                        &config->data_path));
+  PCP_RETURN_IF_ERROR_BARE(data_file_check("data_path", config->data_path));
+  if (config->checkpoint_dir && config->checkpoint_dir[0]) {
+    if (config->checkpoint_dir[0] != '/') {
+      size_t n = strlen(policy->state_dir) + strlen(config->checkpoint_dir) + 2;
+      char* joined = malloc(n);
+      if (!joined) {
+        return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "path");
+      }
+      snprintf(joined, n, "%s/%s", policy->state_dir, config->checkpoint_dir);
+      free(config->checkpoint_dir);
+      config->checkpoint_dir = joined;
+    }
+    // Read only: path_confine takes the list as roots.
+    pcp_string_list_t state = {.items = (char**)&policy->state_dir, .count = 1};
+    PCP_RETURN_IF_ERROR_BARE(path_confine("checkpoint_dir",
+                                          "the gateway's state dir", &state,
+                                          NULL, &config->checkpoint_dir));
+  }
+  return pcp_ok_status();
+}
+
+// The caps: parameters, and the gateway memory they need (checked 64-bit
+// products; a parameter count from the models module is below 2^46 and a
+// module's below 2^40, but the arithmetic does not rely on it).
+static pcp_status_t job_size_check(
+    const pcp_roles_gateway_training_policy_t* policy,
+    const pcp_diloco_config_t* config, int64_t parameter_count) {
+  const char* key = config->model.present ? "model" : "model_path";
+  uint64_t per = config->dtype == PCP_DILOCO_DTYPE_BF16
+                     ? PCP_GATEWAY_TRAINING_BYTES_PER_BF16_PARAMETER
+                     : PCP_GATEWAY_TRAINING_BYTES_PER_PARAMETER;
+  uint64_t bytes = 0;
+  bool overflow =
+      parameter_count < 0 ||
+      __builtin_mul_overflow((uint64_t)parameter_count, per, &bytes);
+  if (overflow || bytes > (uint64_t)policy->max_job_bytes) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "key '%s': the job would need %s%" PRIu64
+        " bytes of gateway memory "
+        "(%" PRId64 " parameters, %" PRIu64 " bytes each); the cap is %" PRId64
+        " bytes (gateway config 'max_job_gateway_bytes')",
+        key, overflow ? "more than " : "", overflow ? UINT64_MAX : bytes,
+        parameter_count, per, policy->max_job_bytes);
+  }
+  if (parameter_count > policy->max_parameters) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key '%s': %" PRId64 " parameters (%" PRIu64
+                           " bytes of gateway "
+                           "memory); the cap is %" PRId64
+                           " parameters (gateway config "
+                           "'max_job_parameters')",
+                           key, parameter_count, bytes, policy->max_parameters);
+  }
+  return pcp_ok_status();
+}
+
+// Replaces the value of |key| in |experiment| with |value| when the key is
+// there (what the job reads is what was checked).
+static pcp_status_t experiment_path_set(json_t* experiment, const char* key,
+                                        const char* value) {
+  if (!value || !json_object_get(experiment, key)) {
+    return pcp_ok_status();
+  }
+  if (json_object_set_new(experiment, key, json_string(value)) != 0) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "experiment");
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_roles_gateway_training_spec_build(
+    const pcp_roles_gateway_training_policy_t* policy, const char* text,
+    size_t byte_length, json_t** out_spec) {
   *out_spec = NULL;
   if (byte_length > PCP_GATEWAY_TRAINING_MAX_BODY_BYTES) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
@@ -91,8 +398,15 @@ pcp_status_t pcp_roles_gateway_training_spec_build(const char* text,
     pcp_string_list_deinitialize(&unknown);
     return parsed;
   }
+  // Paths first: nothing is opened before it is known to lie under a root.
   int64_t parameter_count = 0;
-  pcp_status_t model_status = model_parameter_count(&config, &parameter_count);
+  pcp_status_t model_status = experiment_paths_confine(policy, &config);
+  if (!model_status) {
+    model_status = model_parameter_count(&config, &parameter_count);
+  }
+  if (!model_status) {
+    model_status = job_size_check(policy, &config, parameter_count);
+  }
   if (model_status) {
     pcp_string_list_deinitialize(&unknown);
     pcp_diloco_config_deinitialize(&config);
@@ -119,6 +433,16 @@ pcp_status_t pcp_roles_gateway_training_spec_build(const char* text,
     // OOM), not the client's fault.
     status = pcp_make_status(PCP_STATUS_INTERNAL,
                              "experiment re-parse failed: %s", error.text);
+  }
+  if (!status) {
+    status = experiment_path_set(experiment, "data_path", config.data_path);
+  }
+  if (!status) {
+    status = experiment_path_set(experiment, "model_path", config.model_path);
+  }
+  if (!status) {
+    status = experiment_path_set(experiment, "checkpoint_dir",
+                                 config.checkpoint_dir);
   }
   json_t* spec = NULL;
   if (!status) {
@@ -183,8 +507,8 @@ pcp_status_t pcp_roles_gateway_training_submit(
   }
   pcp_string_view_t body = pcp_http_request_body(request);
   json_t* spec = NULL;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_roles_gateway_training_spec_build(body.data, body.size, &spec));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_training_spec_build(
+      &g->training_policy, body.data, body.size, &spec));
   char id[64];
   snprintf(id, sizeof(id), "train-%" PRIx64 "-%" PRIu64,
            (uint64_t)pcp_clock_wall_ns(g->clock),
@@ -302,6 +626,26 @@ static void* run_main(void* opaque) {
   }
   if (!status) {
     status = run_transition(g, run->id, PCP_STORE_JOB_STATE_PLACING, NULL);
+  }
+  if (!status) {
+    // The same checks as at submit, again before anything is opened (a
+    // failure here fails the job from placing): a job
+    // stored by an older gateway, or under roots since narrowed, must not
+    // reach files outside today's roots (a restart re-runs stored jobs).
+    json_t* spec = NULL;
+    status = pcp_roles_gateway_training_spec_build(
+        &g->training_policy, experiment, strlen(experiment), &spec);
+    if (!status) {
+      char* checked =
+          json_dumps(json_object_get(spec, "experiment"), JSON_COMPACT);
+      json_decref(spec);
+      if (checked) {
+        free(experiment);
+        experiment = checked;
+      } else {
+        status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "experiment");
+      }
+    }
   }
   if (!status) {
     status = run_transition(g, run->id, PCP_STORE_JOB_STATE_COMPILING, NULL);
@@ -471,6 +815,29 @@ static void* training_main(void* opaque) {
 
 pcp_status_t pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* g) {
   pthread_mutex_init(&g->training_mu, NULL);
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_training_policy_initialize(
+      &g->config->file, "/proc/self/exe",
+      pcp_roles_gateway_memory_total_bytes(), &g->training_policy));
+  {
+    // One line an operator can check: where experiments may point, and the
+    // size caps.
+    const pcp_roles_gateway_training_policy_t* p = &g->training_policy;
+    char roots[2][1024];
+    const pcp_string_list_t* lists[2] = {&p->data_roots, &p->model_roots};
+    for (int l = 0; l < 2; ++l) {
+      size_t used = 0;
+      roots[l][0] = 0;
+      for (size_t i = 0; i < lists[l]->count && used < sizeof(roots[l]); ++i) {
+        int n = snprintf(roots[l] + used, sizeof(roots[l]) - used, "%s%s",
+                         i ? "," : "", lists[l]->items[i]);
+        used += n > 0 ? (size_t)n : 0;
+      }
+    }
+    PCP_LOG(PCP_LOG_INFO, &g->log,
+            "training paths and caps data_roots=%s model_roots=%s "
+            "max_job_parameters=%" PRId64 " max_job_gateway_bytes=%" PRId64,
+            roots[0], roots[1], p->max_parameters, p->max_job_bytes);
+  }
   PCP_RETURN_IF_ERROR_BARE(
       pcp_diloco_metrics_register(g->registry, &g->training_metrics));
   if (pthread_create(&g->training_thread, NULL, training_main, g) != 0) {
@@ -492,6 +859,7 @@ void pcp_roles_gateway_training_stop(pcp_roles_gateway_state_t* g) {
     json_decref(r->progress);
     free(r);
   }
+  pcp_roles_gateway_training_policy_deinitialize(&g->training_policy);
 }
 
 void pcp_roles_gateway_training_json_merge(pcp_roles_gateway_state_t* g,

@@ -140,6 +140,11 @@ typedef struct pcp_diloco_config_t {
   double eval_fraction;    // held-out tail of the data (0: no validation)
   int64_t eval_every;      // outer steps (streaming: syncs) between evals
   int64_t eval_batches;    // fixed held-out batches per evaluation
+  // Ours beside upstream's keys: the job's display and served-model name
+  // (NULL: the job id) and the seed of every random draw (init, batches,
+  // the held-out set).
+  char* name;
+  int64_t seed;
 } pcp_diloco_config_t;
 
 // The table (defaults, bounds, help). Cross-field rules: exactly one of

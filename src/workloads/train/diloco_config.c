@@ -290,6 +290,20 @@ static const pcp_config_field_t kFields[] = {
      .max = 1024,
      .help = "fixed held-out batches (micro batch x block size each) per "
              "evaluation"},
+    {.name = "name",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, name),
+     .flags = PCP_CONFIG_FLAG_JSON_ONLY,
+     .help = "job name, also the served model's name (default: the job id; "
+             "1..128 bytes, no control characters)"},
+    {.name = "seed",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, seed),
+     .default_value = "0",
+     .min = 0,
+     .max = 1e15,
+     .flags = PCP_CONFIG_FLAG_JSON_ONLY,
+     .help = "seed of the initialization, the batches and the held-out set"},
 };
 #undef T
 
@@ -300,6 +314,22 @@ static pcp_status_t validate_config(const void* config) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "diloco config: key 'model_path': give exactly one "
                            "of model_path and model");
+  }
+  if (c->name) {
+    // The served model's id (infer model_dir.c's rule): checked here so a
+    // job does not train for hours towards an export nothing can serve.
+    size_t n = strlen(c->name);
+    bool control = false;
+    for (size_t i = 0; i < n; ++i) {
+      unsigned char ch = (unsigned char)c->name[i];
+      control |= ch < 0x20 || ch == 0x7f;
+    }
+    if (n == 0 || n > 128 || control) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "diloco config: key 'name': 1..128 bytes "
+                             "without control characters (it names the "
+                             "served model)");
+    }
   }
   if (c->iree_flags.count > PCP_COMPILE_MAX_EXTRA_FLAGS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,

@@ -155,12 +155,18 @@ pcp_status_t pcp_diloco_module_load(const pcp_diloco_config_t* config,
       pcp_file_read_all(config->model_path, MAX_MODULE_BYTES, &text, &length);
   if (status) {
     // Missing, unreadable or too large: the experiment's fault either way
-    // (a 400 at submit, not a 404 for the job).
-    pcp_status_t wrapped = pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT, "key 'model_path': %s (at most %zu MiB)",
-        pcp_status_message(status), MAX_MODULE_BYTES >> 20);
+    // (a 400 at submit, not a 404 for the job). The file's name only (the
+    // gateway confines model_path first), never its size or content.
+    pcp_status_code_t code = pcp_status_code(status);
     pcp_status_ignore(status);
-    return wrapped;
+    const char* why = code == PCP_STATUS_RESOURCE_EXHAUSTED ? "is too large"
+                      : code == PCP_STATUS_NOT_FOUND
+                          ? "does not exist"
+                          : "cannot be read as a regular file";
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'model_path': '%s' %s (modules of at most "
+                           "%zu MiB)",
+                           config->model_path, why, MAX_MODULE_BYTES >> 20);
   }
   out_module->text = text;
   out_module->length = length;
@@ -169,12 +175,16 @@ pcp_status_t pcp_diloco_module_load(const pcp_diloco_config_t* config,
   status = pcp_mlir_text_function_signature(text, length, config->model_path,
                                             NULL, pcp_allocator_system(), &sig);
   if (status) {
-    pcp_status_t wrapped =
-        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "key 'model_path': %s",
-                        pcp_status_message(status));
+    // The parser's message quotes the text it stopped at; for a file that
+    // is not a module at all (a password file named by mistake or on
+    // purpose) that would echo the file, so the client gets a generic
+    // message and the parser's detail stays out of the reply.
     pcp_status_ignore(status);
     pcp_diloco_module_deinitialize(out_module);
-    return wrapped;
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'model_path': the file is not a StableHLO "
+                           "text module with a @main function (iree-compile "
+                           "shows where it stops parsing)");
   }
   status = module_describe(&sig, dtype, out_module);
   pcp_mlir_function_signature_deinitialize(&sig);
