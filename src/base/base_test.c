@@ -354,6 +354,8 @@ static void dynlib_load_fills_table_or_names_package(void** state) {
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INCOMPATIBLE);
   assert_non_null(strstr(pcp_status_message(status), "pcp_no_such_symbol"));
   pcp_status_ignore(status);
+}
+
 // pcp_file_path_confine: inside a root (existing or not) resolves; outside,
 // through a symlink, by `..` or by a missing-directory `..` is refused with
 // a message that names no path; a sibling with the root as a string prefix
