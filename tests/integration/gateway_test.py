@@ -558,6 +558,10 @@ def main():
         check(is_error(request("GET", "/v1/events",
                                headers={"Last-Event-ID": "x"}), 400),
               "bad Last-Event-ID 400")
+        # Past int64: refused, not clamped to the end of time (issue 13).
+        check(is_error(request("GET", "/v1/events", headers={
+            "Last-Event-ID": "99999999999999999999"}), 400),
+              "Last-Event-ID past int64 400")
 
         # 7. promtool.
         s, metrics, _ = request("GET", "/metrics", token=None, raw=True)

@@ -10,6 +10,7 @@
 // writer: when its queue is full the pump simply retries later from the
 // client's cursor.
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,11 +33,14 @@ pcp_status_t pcp_roles_gateway_events_stream(void* user_data,
   int64_t cursor = -1;
   if (last && last[0]) {
     char* end = NULL;
+    errno = 0;
     long long v = strtoll(last, &end, 10);
-    if (!end || *end || v < 0) {
+    // ERANGE: strtoll clamps to LLONG_MAX, which would silently skip every
+    // future event; a cursor past int64 is a client bug, said as such.
+    if (!end || *end || v < 0 || errno == ERANGE) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "Last-Event-ID (or query 'after') must be a "
-                             "non-negative event id");
+                             "Last-Event-ID (or query 'after') must be an "
+                             "event id in [0, 9223372036854775807]");
     }
     cursor = v;
   }
