@@ -334,8 +334,8 @@ int main(int argc, char** argv) {
   snprintf(goal, sizeof(goal), "gateway /healthz >= 0.9 of baseline (%.3f)",
            health / base);
   bool met = pcp_bench_goal("http", health / base >= 0.9, goal);
-  snprintf(goal, sizeof(goal), "RSS growth over 99,000 requests <= 5%% (%+.2f%%)",
-           100.0 * growth);
+  snprintf(goal, sizeof(goal),
+           "RSS growth over 99,000 requests <= 5%% (%+.2f%%)", 100.0 * growth);
   met &= pcp_bench_goal("http", growth <= 0.05, goal);
   printf("http ratio=%.3f\n", health / base);
   return pcp_bench_exit_code(met);
