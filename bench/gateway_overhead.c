@@ -13,9 +13,16 @@
 //            sampling, the answer).
 // The samples alternate (direct then gateway, then the other order), so a
 // busy spell on the shared machine hits both sides alike; the gateway's
-// first token must equal the direct argmax (checked). The overhead is judged
-// on the PER-PAIR differences (each gateway sample minus the direct sample
-// of the same pair), not on a difference of percentiles (which can be
+// first token must equal the direct argmax (checked).
+// Null comparison: a third worker joins this process's endpoint too, and
+// each round also times the same direct @prefill on it ("direct B"): the
+// per-pair differences direct B - direct are what two twin workers differ
+// by with no gateway at all, the floor under the gateway's figures (the
+// rounds cycle through all six orders of the three samples). The direct
+// side's time is split too: the worker's own time for the task (the
+// result's elapsed_us) against transport and thread wake-ups. The overhead is
+// judged on the PER-PAIR differences (each gateway sample minus the direct
+// sample of the same pair), not on a difference of percentiles (which can be
 // negative and pairs unrelated samples): p50 and p99 of those differences.
 // Goal: per-pair p99 <= 1 ms (docs/performance.md); a miss fails under
 // PCP_BENCH_CHECK=1 (tools/bench.sh --check). Last line: `gateway_overhead
@@ -102,11 +109,14 @@ static int free_port(void) {
   return port;
 }
 
-// One direct sample: the @prefill task and the argmax of its logits.
+// One direct sample: the @prefill task and the argmax of its logits;
+// *out_compute_seconds: the worker's own time for the task (the result's
+// elapsed_us), the rest of *out_seconds is transport and thread wake-ups.
 static pcp_status_t direct_sample(pcp_fabric_endpoint_t* endpoint,
                                   const pcp_fabric_task_params_t* prefill,
                                   int64_t vocab, int32_t* out_token,
-                                  double* out_seconds) {
+                                  double* out_seconds,
+                                  double* out_compute_seconds) {
   double t0 = now_s();
   pcp_fabric_task_t* task = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_fabric_task_submit(endpoint, prefill, &task));
@@ -119,8 +129,11 @@ static pcp_status_t direct_sample(pcp_fabric_endpoint_t* endpoint,
   } else {
     status = pcp_status_clone(status);
   }
+  pcp_fabric_task_info_t info;
+  pcp_fabric_task_info_query(task, &info);
   pcp_fabric_task_release(task);
   *out_seconds = now_s() - t0;
+  *out_compute_seconds = (double)info.elapsed_us / 1e6;
   return status;
 }
 
@@ -233,20 +246,32 @@ int main(void) {
   char* worker_argv[] = {(char*)pcp,    "--worker", "--connect", connect,
                          "--cache-dir", cache,      NULL};
   pid_t worker = spawn(worker_argv);
-  pcp_fabric_worker_info_t info;
-  memset(&info, 0, sizeof(info));
-  for (int i = 0; i < 600; ++i) {
-    if (pcp_fabric_worker_list(endpoint, &info, 1, NULL) == 1 &&
-        info.state == PCP_FABRIC_WORKER_CONNECTED) {
-      break;
+  // The null comparison's twin on this endpoint (workers on one host
+  // differ by --device-id).
+  char cache_c[512];
+  snprintf(cache_c, sizeof(cache_c), "%s/worker-cache-c", dir);
+  char* worker_c_argv[] = {(char*)pcp,    "--worker",    "--connect",
+                           connect,       "--cache-dir", cache_c,
+                           "--device-id", "1",           NULL};
+  pid_t worker_c = spawn(worker_c_argv);
+  pcp_fabric_worker_info_t infos[2];
+  memset(infos, 0, sizeof(infos));
+  bool joined = false;
+  for (int i = 0; i < 600 && !joined; ++i) {
+    joined = pcp_fabric_worker_list(endpoint, infos, 2, NULL) == 2 &&
+             infos[0].state == PCP_FABRIC_WORKER_CONNECTED &&
+             infos[1].state == PCP_FABRIC_WORKER_CONNECTED;
+    if (!joined) {
+      pcp_sleep_ms(50);
     }
-    pcp_sleep_ms(50000 / 1000);
   }
-  if (info.state != PCP_FABRIC_WORKER_CONNECTED) {
-    fprintf(stderr, "gateway_overhead: the worker did not join\n");
+  if (!joined) {
+    fprintf(stderr, "gateway_overhead: the workers did not join\n");
     stop(worker);
+    stop(worker_c);
     return 1;
   }
+  pcp_fabric_worker_info_t info = infos[0];
   pcp_string_builder_t text;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
   status = pcp_models_generation_module_emit(&spec, &gen, &text);
@@ -298,15 +323,18 @@ int main(void) {
       .max_attempts = 1,
   };
   memcpy(load.program, program, sizeof(program));
-  pcp_fabric_task_t* task = NULL;
-  status = pcp_fabric_task_submit(endpoint, &load, &task);
-  if (status)
-    return fail(status, "load");
-  pcp_fabric_task_wait(task, -1);
-  status = pcp_fabric_task_status(task);
-  if (status)
-    return fail(pcp_status_clone(status), "load");
-  pcp_fabric_task_release(task);
+  for (int w = 0; w < 2; ++w) {
+    load.worker_id = infos[w].worker_id;
+    pcp_fabric_task_t* task = NULL;
+    status = pcp_fabric_task_submit(endpoint, &load, &task);
+    if (status)
+      return fail(status, "load");
+    pcp_fabric_task_wait(task, -1);
+    status = pcp_fabric_task_status(task);
+    if (status)
+      return fail(pcp_status_clone(status), "load");
+    pcp_fabric_task_release(task);
+  }
 
   int32_t ids[4 * 32] = {0}, positions[4] = {0}, lengths[4] = {0};
   memcpy(ids, prompt, (size_t)n * sizeof(int32_t));
@@ -359,13 +387,23 @@ int main(void) {
       .max_attempts = 1,
   };
   memcpy(prefill.program, program, sizeof(program));
+  pcp_fabric_task_params_t prefill_c = prefill;
+  prefill_c.worker_id = infos[1].worker_id;
   // The direct side's first token (and a check that @prefill runs).
-  int32_t direct_token = -1;
-  double unused = 0;
-  status = direct_sample(endpoint, &prefill, spec.vocab, &direct_token,
-                         &unused);
+  int32_t direct_token = -1, token_c = -1;
+  double unused = 0, unused_compute = 0;
+  status = direct_sample(endpoint, &prefill, spec.vocab, &direct_token, &unused,
+                         &unused_compute);
+  if (!status) {
+    status = direct_sample(endpoint, &prefill_c, spec.vocab, &token_c, &unused,
+                           &unused_compute);
+  }
   if (status)
     return fail(status, "prefill");
+  if (token_c != direct_token) {
+    fprintf(stderr, "gateway_overhead: the twin workers disagree\n");
+    return 1;
+  }
 
   // --- Gateway: its own fabric port and a twin worker (same binary, same
   // program, same model), so both sides are measured in the same minutes:
@@ -421,20 +459,29 @@ int main(void) {
     stop(gateway);
     stop(twin);
     stop(worker);
+    stop(worker_c);
     return 1;
   }
   snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/completions", api_port);
   char want[32];
   snprintf(want, sizeof(want), "\"text\":\"%c\"", kVocab[direct_token]);
   int wrong = 0;
+  // Side 0: direct, 1: direct B (null comparison), 2: gateway.
+  static const int kOrders[6][3] = {{0, 1, 2}, {1, 2, 0}, {2, 0, 1},
+                                    {0, 2, 1}, {2, 1, 0}, {1, 0, 2}};
   double direct[SAMPLES], gateway_times[SAMPLES], paired[SAMPLES];
+  double null_paired[SAMPLES], compute[SAMPLES], transport[SAMPLES];
   for (int i = -WARMUP; i < SAMPLES; ++i) {
-    double d = 0, g = 0;
+    double d = 0, c = 0, g = 0, dc = 0, cc = 0;
     bool matches = true;
-    int32_t token = -1;
-    for (int side = 0; side < 2 && !status; ++side) {
-      if ((side == 0) == (i % 2 == 0)) {
-        status = direct_sample(endpoint, &prefill, spec.vocab, &token, &d);
+    int32_t token = -1, token_b = -1;
+    for (int k = 0; k < 3 && !status; ++k) {
+      int side = kOrders[(i + WARMUP) % 6][k];
+      if (side == 0) {
+        status = direct_sample(endpoint, &prefill, spec.vocab, &token, &d, &dc);
+      } else if (side == 1) {
+        status =
+            direct_sample(endpoint, &prefill_c, spec.vocab, &token_b, &c, &cc);
       } else {
         status = gateway_sample(client, url, want, &matches, &g);
       }
@@ -443,15 +490,20 @@ int main(void) {
       stop(gateway);
       stop(twin);
       stop(worker);
+      stop(worker_c);
       return fail(status, "sample");
     }
-    if (kVocab[direct_token] != '\n' && !matches) {
+    if ((kVocab[direct_token] != '\n' && !matches) || token != direct_token ||
+        token_b != direct_token) {
       ++wrong;
     }
     if (i >= 0) {
       direct[i] = d;
       gateway_times[i] = g;
       paired[i] = g - d;
+      null_paired[i] = c - d;
+      compute[i] = dc;
+      transport[i] = d - dc;
     }
   }
   pcp_http_client_release(client);
@@ -459,6 +511,7 @@ int main(void) {
   stop(gateway);
   stop(twin);
   stop(worker);
+  stop(worker_c);
 
   double d50 = percentile(direct, SAMPLES, 0.5);
   double d99 = percentile(direct, SAMPLES, 0.99);
@@ -467,28 +520,45 @@ int main(void) {
   double a50 = percentile(paired, SAMPLES, 0.5);
   double a90 = percentile(paired, SAMPLES, 0.9);
   double a99 = percentile(paired, SAMPLES, 0.99);
+  double n50 = percentile(null_paired, SAMPLES, 0.5);
+  double n90 = percentile(null_paired, SAMPLES, 0.9);
+  double n99 = percentile(null_paired, SAMPLES, 0.99);
   int negative = 0;
   for (int i = 0; i < SAMPLES; ++i) {
     negative += paired[i] < 0;
   }
   printf(
       "prompt %d tokens, %d pairs after %d warm-up ones, first token '%c' "
-      "(%d gateway answers differ)\n",
+      "(%d rounds with a token that differs)\n",
       n, SAMPLES, WARMUP, kVocab[direct_token], wrong);
   printf("direct  (fabric task @prefill + argmax): p50 %.3f ms  p99 %.3f ms\n",
          d50 * 1e3, d99 * 1e3);
   printf("gateway (POST /v1/completions, 1 token): p50 %.3f ms  p99 %.3f ms\n",
          g50 * 1e3, g99 * 1e3);
-  printf("added per pair (gateway - direct of the same pair): p50 %.3f ms  "
-         "p90 %.3f ms  p99 %.3f ms (%d of %d pairs negative)\n",
-         a50 * 1e3, a90 * 1e3, a99 * 1e3, negative, SAMPLES);
+  printf(
+      "added per pair (gateway - direct of the same pair): p50 %.3f ms  "
+      "p90 %.3f ms  p99 %.3f ms (%d of %d pairs negative)\n",
+      a50 * 1e3, a90 * 1e3, a99 * 1e3, negative, SAMPLES);
+  printf(
+      "null comparison (direct B - direct of the same round, no gateway): "
+      "p50 %.3f ms  p90 %.3f ms  p99 %.3f ms\n",
+      n50 * 1e3, n90 * 1e3, n99 * 1e3);
+  printf(
+      "direct split: worker compute (result's elapsed) p50 %.3f ms  p90 "
+      "%.3f ms  p99 %.3f ms; transport and wake-ups p50 %.3f ms  p90 %.3f "
+      "ms  p99 %.3f ms\n",
+      percentile(compute, SAMPLES, 0.5) * 1e3,
+      percentile(compute, SAMPLES, 0.9) * 1e3,
+      percentile(compute, SAMPLES, 0.99) * 1e3,
+      percentile(transport, SAMPLES, 0.5) * 1e3,
+      percentile(transport, SAMPLES, 0.9) * 1e3,
+      percentile(transport, SAMPLES, 0.99) * 1e3);
   char goal[96];
   snprintf(goal, sizeof(goal), "per-pair p99 added <= %.1f ms (%.3f ms)",
            GOAL_P99_MS, a99 * 1e3);
-  bool met = pcp_bench_goal("gateway_overhead", a99 * 1e3 <= GOAL_P99_MS,
-                            goal);
+  bool met = pcp_bench_goal("gateway_overhead", a99 * 1e3 <= GOAL_P99_MS, goal);
   met &= pcp_bench_goal("gateway_overhead", wrong == 0,
-                        "every gateway token equals the direct argmax");
+                        "every token equals the direct argmax");
   printf("gateway_overhead ratio=%.3f\n", d50 / (d50 + (a50 > 0 ? a50 : 0)));
   pcp_compile_result_deinitialize(&compiled);
   pcp_string_builder_deinitialize(&text);

@@ -31,6 +31,8 @@
 
 #include <microhttpd.h>
 
+#include "bench_util.h"
+
 #ifndef PCP_BINARY_PATH
 #define PCP_BINARY_PATH "pcp"
 #endif
@@ -326,6 +328,15 @@ int main(int argc, char** argv) {
     fprintf(stderr, "a wrk run failed\n");
     return 1;
   }
+  // Goals (docs/performance.md): gateway /healthz at >= 0.9 of the bare
+  // libmicrohttpd server, and RSS flat over 99,000 requests (<= 5% growth).
+  char goal[96];
+  snprintf(goal, sizeof(goal), "gateway /healthz >= 0.9 of baseline (%.3f)",
+           health / base);
+  bool met = pcp_bench_goal("http", health / base >= 0.9, goal);
+  snprintf(goal, sizeof(goal),
+           "RSS growth over 99,000 requests <= 5%% (%+.2f%%)", 100.0 * growth);
+  met &= pcp_bench_goal("http", growth <= 0.05, goal);
   printf("http ratio=%.3f\n", health / base);
-  return growth > 0.05 ? 1 : 0;
+  return pcp_bench_exit_code(met);
 }

@@ -8,8 +8,10 @@
 //   rss:    peak RSS of `pcp run` vs `iree-run-module` on the tiny VMFB
 //           (goal <= 1.3x: embedding Python must not cost more)
 //
-// Prints one line per measurement and, last, `invoke_overhead ratio=<x>`
-// where x is the tiny-function ratio (pcp time / iree time).
+// Prints one line per measurement, a `invoke_overhead goal ...: met|MISSED`
+// line per goal (a miss exits 1 under PCP_BENCH_CHECK=1) and, last,
+// `invoke_overhead ratio=<x>` where x is the tiny-function ratio
+// iree time / pcp time (higher is better; the goal <= 1.5x is x >= 0.667).
 
 // wait4() (per-child peak RSS) is a BSD/Linux call outside POSIX.
 #define _DEFAULT_SOURCE
@@ -248,7 +250,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 2; ++i) {
     measure_pcp(&cases[i], backend);
     printf("%-7s pcp_backend %10.2f us/call  iree-benchmark-module %10.2f us/call  "
-           "ratio=%.3f\n",
+           "pcp/iree %.3f\n",
            cases[i].name, cases[i].pcp_us, cases[i].iree_us,
            cases[i].pcp_us / cases[i].iree_us);
   }
@@ -257,8 +259,24 @@ int main(int argc, char** argv) {
   char command[PATH_MAX + 16];
   snprintf(command, sizeof(command), "rm -rf %s", dir);
   if (system(command) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  printf("rss     pcp run %ld KiB  iree-run-module %ld KiB  ratio=%.3f\n", pcp_rss,
+  printf("rss     pcp run %ld KiB  iree-run-module %ld KiB  pcp/iree %.3f\n", pcp_rss,
          iree_rss, (double)pcp_rss / (double)iree_rss);
-  printf("invoke_overhead ratio=%.3f\n", cases[0].pcp_us / cases[0].iree_us);
-  return 0;
+  // Goals as pcp / iree (lower is better), one line each.
+  static const double kGoals[2] = {1.5, 1.05};
+  bool met = true;
+  char goal[128];
+  for (int i = 0; i < 2; ++i) {
+    double ratio = cases[i].pcp_us / cases[i].iree_us;
+    snprintf(goal, sizeof(goal), "%s pcp / iree time <= %.2fx (%.3fx)",
+             cases[i].name, kGoals[i], ratio);
+    met &= pcp_bench_goal("invoke_overhead", ratio <= kGoals[i], goal);
+  }
+  double rss_ratio = (double)pcp_rss / (double)iree_rss;
+  snprintf(goal, sizeof(goal),
+           "peak RSS pcp run / iree-run-module <= 1.30x (%.3fx)", rss_ratio);
+  met &= pcp_bench_goal("invoke_overhead", pcp_rss > 0 && iree_rss > 0 &&
+                                               rss_ratio <= 1.3,
+                        goal);
+  printf("invoke_overhead ratio=%.3f\n", cases[0].iree_us / cases[0].pcp_us);
+  return pcp_bench_exit_code(met);
 }

@@ -37,7 +37,9 @@
 // All four start from the same parameters and data; their first-call
 // losses must agree (a check that the same computation is timed).
 //
-// Last line: `train_step ratio=<x>`, x = pcp / jax tokens/s.
+// A `train_step goal ...: met|MISSED` line per goal (a miss exits 1 under
+// PCP_BENCH_CHECK=1). Last line: `train_step ratio=<x>`, x = pcp / jax
+// tokens/s.
 
 // fdopen, mkdtemp and getline are POSIX.1-2008.
 #define _POSIX_C_SOURCE 200809L
@@ -581,6 +583,15 @@ int main(int argc, char** argv) {
   if (system(cleanup) != 0) {
     fprintf(stderr, "could not remove %s\n", dir);
   }
+  char goal[96];
+  snprintf(goal, sizeof(goal), "pcp / iree.runtime loop >= 0.95 (%.3f)",
+           to_iree);
+  bool met = pcp_bench_goal("train_step", to_iree >= 0.95, goal);
+  snprintf(goal, sizeof(goal), "pcp / jax.jit >= 1.0 (%.3f)", to_jax);
+  met &= pcp_bench_goal("train_step", to_jax >= 1.0, goal);
+  snprintf(goal, sizeof(goal), "peak RSS pcp / iree.runtime <= 1.2 (%.3f)",
+           rss);
+  met &= pcp_bench_goal("train_step", rss <= 1.2, goal);
   printf("train_step ratio=%.3f\n", to_jax);
-  return 0;
+  return pcp_bench_exit_code(met);
 }

@@ -28,7 +28,10 @@
 // pcp_infer_service_dir_notify), prepares models, starts schedulers for
 // workers that connect, stops those of workers that are lost, and runs the
 // readiness probe: a one-token request through the real path (gateway ->
-// worker -> @prefill and one @decode) every probe interval.
+// worker -> @prefill and one @decode) every probe interval, on each serving
+// scheduler in turn; a scheduler that ended a real request with a token
+// within the interval counts as probed (the probe would only delay that
+// traffic).
 //
 // A model is served as versions: a newer model.json of the same name (a
 // training job's next checkpoint) is prepared beside the served version

@@ -135,6 +135,9 @@ struct runner_t {
   req_t* waiting_tail;
   uint32_t waiting;
   uint32_t active;
+  // When this runner last ended a request (not a probe) with at least one
+  // token; 0: never. Stands in for the readiness probe (probe_start).
+  int64_t served_ok_ns;
   // Scheduler thread only.
   slot_t* slots;
   uint64_t tick;
@@ -347,6 +350,9 @@ static void req_finish(runner_t* runner, req_t* r, pcp_status_t status,
     slot->last_used = ++runner->tick;
     pthread_mutex_lock(&s->mu);
     runner->active--;
+    if (!r->probe && !status && r->count > r->prompt_count) {
+      runner->served_ok_ns = now_ns(s);
+    }
     pthread_mutex_unlock(&s->mu);
     if (!r->probe) {
       metric(s->running, r->model, -1, false);
@@ -1535,6 +1541,20 @@ static void probe_start(pcp_infer_service_t* s) {
       runner = r;
       break;
     }
+  }
+  // Real traffic stands in for the probe: a request this runner ended with
+  // a token within the interval took the same path (gateway -> worker ->
+  // @prefill, the same session) and proves what the probe would. A probe
+  // on a busy runner only competes with that traffic: a request arriving
+  // during it waited for the probe's @prefill and @decode, the largest
+  // outliers of bench/gateway_overhead's time to first token.
+  int64_t t = now_ns(s);
+  if (runner->served_ok_ns > 0 &&
+      t - runner->served_ok_ns < s->options.probe_interval_ms * 1000000) {
+    s->probe_ok_ns = runner->served_ok_ns;
+    s->probe_failed = false;
+    s->probe_error[0] = 0;
+    return;
   }
   pcp_infer_request_params_t params = {
       .max_tokens = 2,
