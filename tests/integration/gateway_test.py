@@ -181,8 +181,10 @@ def job_state(job_id):
     return j.get("state") if s == 200 else None
 
 
-def sse_read(path, last_event_id=None, seconds=3.0, want=None):
-    """Reads SSE events for up to |seconds| (or until |want| ids seen)."""
+def sse_read(path, last_event_id=None, seconds=3.0, want=None, started=None):
+    """Reads SSE events for up to |seconds| (or until |want| ids seen).
+    |started| (a threading.Event) is set once the response headers came:
+    the stream is subscribed from then on."""
     host, port = "127.0.0.1", int(BASE.rsplit(":", 1)[1])
     sock = socket.create_connection((host, port), timeout=seconds)
     lines = ["GET %s HTTP/1.1" % path, "Host: x",
@@ -202,6 +204,8 @@ def sse_read(path, last_event_id=None, seconds=3.0, want=None):
             buf += chunk
         except socket.timeout:
             pass
+        if started is not None and b"\r\n\r\n" in buf:
+            started.set()
         text = buf.decode(errors="replace")
         events = []
         for block in text.split("\n\n"):
@@ -314,13 +318,22 @@ def main():
         ex = r["service"]["executor_id"]
         check(ex == "gw-test:training:train-1", "executor id default")
         check(request("GET", "/v1/services/" + ex)[0] == 200, "service get")
+        hb_sent = time.monotonic()
         check(request("POST", "/v1/services/%s/heartbeat" % ex)[0] == 200,
               "heartbeat")
         s, lst = request("GET", "/v1/services?service_type=training")
         check(s == 200 and len(lst["services"]) == 1, "service list")
-        time.sleep(1.2)
-        check(is_error(request("GET", "/v1/services/" + ex), 404),
-              "service expired after its TTL")
+        # Polled, not slept: the entry goes once its 1000 ms TTL (counted
+        # from the heartbeat) ran out, and not before.
+        expired = None
+        while time.monotonic() < hb_sent + 10:
+            if is_error(request("GET", "/v1/services/" + ex), 404):
+                expired = time.monotonic() - hb_sent
+                break
+            time.sleep(0.02)
+        check(expired is not None and expired >= 1.0,
+              "service expired after its TTL (%s s after the heartbeat)" %
+              expired)
         check(request("GET", "/v1/services")[1]["services"] == [],
               "expired service not listed")
         check(is_error(request("POST", "/v1/services/%s/heartbeat" % ex), 409),
@@ -649,6 +662,7 @@ def main():
         # open event stream as the workers come and go.
         import threading
         seen = {}
+        subscribed = threading.Event()
 
         def watch():
             seen["events"] = sse_read("/v1/events", seconds=6,
@@ -656,10 +670,11 @@ def main():
                                           x.get("event") == "workers" and
                                           x["data"]["connected"] >= 1 and
                                           x["data"]["lost"] >= 1
-                                          for x in e))[1]
+                                          for x in e),
+                                      started=subscribed)[1]
         watcher = threading.Thread(target=watch)
         watcher.start()
-        time.sleep(0.3)
+        check(subscribed.wait(10), "event stream open within 10 s")
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=20)
         slow = start_worker(work, fabric_port, ["--test-task-delay-ms", "3000"])
@@ -672,8 +687,9 @@ def main():
               "worker events on /v1/events: %s" % worker_events)
         s, long_job = request("POST", "/v1/jobs", job_body([2] * 6, [1] * 6))
         job2 = long_job["job_id"]
+        # The state comes from the store, so "running" seen here is already
+        # committed; the slow worker holds the task for 3 s.
         wait_for(lambda: job_state(job2) == "running", 60, "job 2 running")
-        time.sleep(0.5)
         gw.proc.send_signal(signal.SIGKILL)
         gw.proc.wait(timeout=10)
         gw.start()
