@@ -53,6 +53,19 @@ def check(cond, what):
         print("FAIL:", what, file=sys.stderr)
 
 
+def need_tool(*names):
+    """The path of the first of |names| on PATH; when none is there, a
+    failure that says what to install (never a skip: `make setup` installs
+    every tool the suite uses)."""
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    check(False, "%s is not installed (install it: `make setup` does)" %
+          " or ".join(names))
+    return None
+
+
 class Gateway:
     def __init__(self, work, api_port, fabric_port):
         self.work, self.api_port, self.fabric_port = work, api_port, fabric_port
@@ -574,9 +587,7 @@ def main():
 
         # 7. promtool.
         s, metrics, _ = request("GET", "/metrics", token=None, raw=True)
-        promtool = shutil.which("promtool")
-        check(promtool is not None, "promtool is installed (install it: "
-              "`make setup` does, Debian package prometheus)")
+        promtool = need_tool("promtool")  # Debian package prometheus
         if promtool:
             prom = subprocess.run([promtool, "check", "metrics"],
                                   input=metrics, capture_output=True)
@@ -594,9 +605,7 @@ def main():
         check(s == 200 and b"dashboard.js" in page, "dashboard served")
         # Chromium comes with `make setup` (tools/setup/apt-packages.txt):
         # missing is a failure, never a skip.
-        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-        check(chromium is not None,
-              "chromium is installed (install it: `make setup` does)")
+        chromium = need_tool("chromium", "chromium-browser")
         if chromium:
             out = subprocess.run(
                 [chromium, "--headless", "--no-sandbox", "--disable-gpu",

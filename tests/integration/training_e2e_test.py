@@ -277,9 +277,7 @@ def main():
         # The dashboard draws run A's loss curve from its events.
         # Chromium comes with `make setup` (tools/setup/apt-packages.txt):
         # missing is a failure, never a skip.
-        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-        check(chromium is not None,
-              "chromium is installed (install it: `make setup` does)")
+        chromium = gt.need_tool("chromium", "chromium-browser")
         if chromium:
             out = subprocess.run(
                 [chromium, "--headless", "--no-sandbox", "--disable-gpu",
