@@ -130,17 +130,25 @@ static void test_join_registers_every_field(void** state) {
   assert_int_equal(pcp_fabric_worker_count(f->endpoint,
                                            PCP_FABRIC_WORKER_CONNECTED),
                    1);
-  // Metrics: the workers gauge carries state, backend and target.
-  pcp_sleep_ms(2 * H_MS);
+  // Metrics: the workers gauge carries state, backend and target. The gauge
+  // is refreshed on the endpoint's timer: polled until it shows (bounded).
+  static const char kConnected[] =
+      "pcp_fabric_workers{state=\"connected\",backend=\"cpu\",target=\"host\"}"
+      " 1";
   pcp_string_builder_t text;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
-  PCP_CHECK_OK(pcp_obs_registry_render(
-      pcp_fabric_endpoint_metrics(f->endpoint), &text));
+  for (int waited_ms = 0;; waited_ms += 5) {
+    pcp_string_builder_reset(&text);
+    PCP_CHECK_OK(pcp_obs_registry_render(
+        pcp_fabric_endpoint_metrics(f->endpoint), &text));
+    if (strstr(pcp_string_builder_cstring(&text), kConnected) ||
+        waited_ms >= 10000) {
+      break;
+    }
+    pcp_sleep_ms(5);
+  }
   const char* rendered = pcp_string_builder_cstring(&text);
-  assert_non_null(strstr(
-      rendered,
-      "pcp_fabric_workers{state=\"connected\",backend=\"cpu\",target=\"host\"}"
-      " 1"));
+  assert_non_null(strstr(rendered, kConnected));
   assert_non_null(
       strstr(rendered, "pcp_fabric_frames_total{direction=\"in\",type=\"JOIN\"} 1"));
   pcp_string_builder_deinitialize(&text);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -578,7 +579,26 @@ static void test_connect_timeout(void** state) {
     fillers[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     (void)connect(fillers[i], (struct sockaddr*)&sa, sizeof(sa));
   }
-  pcp_sleep_ms(50);
+  // The queue is full once a filler's handshake completed (writable, no
+  // error): waited for, bounded, instead of a fixed sleep.
+  bool queue_full = false;
+  for (int waited_ms = 0; !queue_full && waited_ms < 5000; waited_ms += 10) {
+    struct pollfd fds[4];
+    for (int i = 0; i < 4; ++i) {
+      fds[i] = (struct pollfd){.fd = fillers[i], .events = POLLOUT};
+    }
+    assert_true(poll(fds, 4, 10) >= 0);
+    for (int i = 0; i < 4; ++i) {
+      int error = 0;
+      socklen_t size = sizeof(error);
+      if ((fds[i].revents & POLLOUT) &&
+          getsockopt(fillers[i], SOL_SOCKET, SO_ERROR, &error, &size) == 0 &&
+          error == 0) {
+        queue_full = true;
+      }
+    }
+  }
+  assert_true(queue_full);
 
   test_loop_t t;
   test_loop_initialize(&t);

@@ -5,6 +5,11 @@
 # Usage: run_frame_decoder_fuzz.sh CLANG SOURCE_DIR BUILD_DIR SECONDS
 set -euo pipefail
 clang="$1"; src="$2"; build="$3"; seconds="$4"
+command -v "$clang" >/dev/null 2>&1 || {
+  echo "FAIL: clang not found ($clang): install clang and libclang-rt-14-dev" \
+    "(make setup does)" >&2
+  exit 1
+}
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_C_COMPILER="$clang" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPCP_FUZZ=ON -DPCP_ASAN=ON \
   -DPCP_WERROR=ON >"$build.configure.log" 2>&1 ||

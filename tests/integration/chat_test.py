@@ -302,6 +302,48 @@ def read_until(proc, needle, timeout=10):
     return seen.decode(errors="replace")
 
 
+# System call numbers (first field of /proc/PID/syscall) of a process
+# blocked reading a file descriptor, and of one blocked waiting on several
+# (poll, select, epoll; the HTTP client's wait).
+SYSCALLS = {
+    "x86_64": {"read": {0}, "wait": {7, 23, 232, 270, 271, 281, 441}},
+    "aarch64": {"read": {63}, "wait": {22, 72, 73, 441}},
+}
+
+
+def wait_blocked(proc, kind, timeout=10):
+    """Waits until |proc| is asleep in a system call of |kind|: "stdin" (a
+    read of fd 0: back at the prompt) or "wait" (poll and friends: waiting
+    for the server). Observed in /proc/PID/syscall, not guessed by a sleep.
+    True when seen within |timeout| s."""
+    table = SYSCALLS.get(os.uname().machine)
+    if table is None:
+        check(False, "no system call table for %s in chat_test.py" %
+              os.uname().machine)
+        return False
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open("/proc/%d/syscall" % proc.pid) as f:
+                fields = f.read().split()
+            with open("/proc/%d/stat" % proc.pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError as e:
+            check(False, "reading /proc/%d: %s" % (proc.pid, e))
+            return False
+        if state == "S" and fields and fields[0].isdigit():
+            nr = int(fields[0])
+            if kind == "stdin" and nr in table["read"] and \
+                    int(fields[1], 16) == 0:
+                return True
+            if kind == "wait" and nr in table["wait"]:
+                return True
+        time.sleep(0.01)
+    check(False, "pcp chat (pid %d) never blocked in %s within %d s" %
+          (proc.pid, kind, timeout))
+    return False
+
+
 def test_flags(srv):
     code, out, err = run(["--help"])
     check(code == 0 and "--api-token-env" in out and "--session" in out
@@ -541,7 +583,8 @@ def test_interrupt(srv):
     # A silent server (a long prefill): the signal itself wakes the wait.
     proc = spawn(["--url", srv.url, "silent"], stdin=subprocess.DEVNULL)
     seen = read_until(proc, "wait")
-    time.sleep(0.3)
+    check("wait" in seen, "silent reply started: %r" % seen)
+    wait_blocked(proc, "wait")
     code, sent = interrupt(proc)
     check(code == 130 and time.time() - sent < 1.0,
           "Ctrl-C with a silent server: %r after %.3f s" %
@@ -557,7 +600,9 @@ def test_interrupt(srv):
     proc.stdin.flush()
     seen = read_until(proc, "thinking")
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)
+    # The next line goes in once the reply was abandoned and the prompt
+    # reads stdin again.
+    wait_blocked(proc, "stdin")
     proc.stdin.write(b"after\n/exit\n")
     proc.stdin.flush()
     seen += read_until(proc, "after\n")
@@ -570,12 +615,16 @@ def test_interrupt(srv):
     check(len(posts) == 2 and [m["content"] for m in posts[1][2]["messages"]]
           == ["slow", "thinking", "after"],
           "partial reply kept in the history")
+    # The server notices on its next write (a tick every 50 ms).
+    deadline = time.time() + 5
+    while srv.state.disconnected_at is None and time.time() < deadline:
+        time.sleep(0.05)
     check(srv.state.disconnected_at is not None, "interactive disconnect")
     for f in (proc.stdin, proc.stdout, proc.stderr):
         f.close()
     # Ctrl-C at the prompt ends the session (130).
     proc = spawn(["--url", srv.url], stdin=subprocess.PIPE)
-    time.sleep(0.5)
+    wait_blocked(proc, "stdin")  # at the prompt, its handler installed
     code, _ = interrupt(proc)
     check(code == 130, "Ctrl-C at the prompt exits 130: %r" % code)
     for f in (proc.stdin, proc.stdout, proc.stderr):

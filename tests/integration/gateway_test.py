@@ -16,8 +16,8 @@
      state dir: history kept, the job re-runs to success, finished jobs and
      results intact;
   9. SIGTERM: /readyz 503 while draining, exit 0;
- 10. the dashboard in headless Chromium shows the joined worker (skipped with
-     a note when chromium is not installed).
+ 10. the dashboard in headless Chromium shows the joined worker (a missing
+     chromium is a failure: `make setup` installs it).
 Every wait is bounded.
 """
 import base64
@@ -51,6 +51,19 @@ def check(cond, what):
     if not cond:
         FAILURES.append(what)
         print("FAIL:", what, file=sys.stderr)
+
+
+def need_tool(*names):
+    """The path of the first of |names| on PATH; when none is there, a
+    failure that says what to install (never a skip: `make setup` installs
+    every tool the suite uses)."""
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    check(False, "%s is not installed (install it: `make setup` does)" %
+          " or ".join(names))
+    return None
 
 
 class Gateway:
@@ -181,8 +194,10 @@ def job_state(job_id):
     return j.get("state") if s == 200 else None
 
 
-def sse_read(path, last_event_id=None, seconds=3.0, want=None):
-    """Reads SSE events for up to |seconds| (or until |want| ids seen)."""
+def sse_read(path, last_event_id=None, seconds=3.0, want=None, started=None):
+    """Reads SSE events for up to |seconds| (or until |want| ids seen).
+    |started| (a threading.Event) is set once the response headers came:
+    the stream is subscribed from then on."""
     host, port = "127.0.0.1", int(BASE.rsplit(":", 1)[1])
     sock = socket.create_connection((host, port), timeout=seconds)
     lines = ["GET %s HTTP/1.1" % path, "Host: x",
@@ -202,6 +217,8 @@ def sse_read(path, last_event_id=None, seconds=3.0, want=None):
             buf += chunk
         except socket.timeout:
             pass
+        if started is not None and b"\r\n\r\n" in buf:
+            started.set()
         text = buf.decode(errors="replace")
         events = []
         for block in text.split("\n\n"):
@@ -314,13 +331,22 @@ def main():
         ex = r["service"]["executor_id"]
         check(ex == "gw-test:training:train-1", "executor id default")
         check(request("GET", "/v1/services/" + ex)[0] == 200, "service get")
+        hb_sent = time.monotonic()
         check(request("POST", "/v1/services/%s/heartbeat" % ex)[0] == 200,
               "heartbeat")
         s, lst = request("GET", "/v1/services?service_type=training")
         check(s == 200 and len(lst["services"]) == 1, "service list")
-        time.sleep(1.2)
-        check(is_error(request("GET", "/v1/services/" + ex), 404),
-              "service expired after its TTL")
+        # Polled, not slept: the entry goes once its 1000 ms TTL (counted
+        # from the heartbeat) ran out, and not before.
+        expired = None
+        while time.monotonic() < hb_sent + 10:
+            if is_error(request("GET", "/v1/services/" + ex), 404):
+                expired = time.monotonic() - hb_sent
+                break
+            time.sleep(0.02)
+        check(expired is not None and expired >= 1.0,
+              "service expired after its TTL (%s s after the heartbeat)" %
+              expired)
         check(request("GET", "/v1/services")[1]["services"] == [],
               "expired service not listed")
         check(is_error(request("POST", "/v1/services/%s/heartbeat" % ex), 409),
@@ -565,10 +591,12 @@ def main():
 
         # 7. promtool.
         s, metrics, _ = request("GET", "/metrics", token=None, raw=True)
-        prom = subprocess.run(["promtool", "check", "metrics"], input=metrics,
-                              capture_output=True)
-        check(prom.returncode == 0, "promtool: %s" % prom.stdout.decode()[:500]
-              + prom.stderr.decode()[:500])
+        promtool = need_tool("promtool")  # Debian package prometheus
+        if promtool:
+            prom = subprocess.run([promtool, "check", "metrics"],
+                                  input=metrics, capture_output=True)
+            check(prom.returncode == 0, "promtool: %s" %
+                  prom.stdout.decode()[:500] + prom.stderr.decode()[:500])
         mt = metrics.decode()
         for name in ["pcp_http_request_duration_seconds_bucket",
                      "pcp_fabric_workers", "pcp_gateway_jobs",
@@ -579,7 +607,9 @@ def main():
         # 10. Dashboard.
         s, page, _ = request("GET", "/", token=None, raw=True)
         check(s == 200 and b"dashboard.js" in page, "dashboard served")
-        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        # Chromium comes with `make setup` (tools/setup/apt-packages.txt):
+        # missing is a failure, never a skip.
+        chromium = need_tool("chromium", "chromium-browser")
         if chromium:
             out = subprocess.run(
                 [chromium, "--headless", "--no-sandbox", "--disable-gpu",
@@ -589,8 +619,6 @@ def main():
             dom = out.stdout.decode(errors="replace")
             check("connected: 1" in dom, "dashboard shows the worker: %s" %
                   dom[:300])
-        else:
-            print("NOTE: chromium not installed; dashboard DOM check skipped")
 
         # Type confusion and junk on every body-taking route: 4xx JSON, and
         # the gateway keeps serving.
@@ -647,6 +675,7 @@ def main():
         # open event stream as the workers come and go.
         import threading
         seen = {}
+        subscribed = threading.Event()
 
         def watch():
             seen["events"] = sse_read("/v1/events", seconds=6,
@@ -654,10 +683,11 @@ def main():
                                           x.get("event") == "workers" and
                                           x["data"]["connected"] >= 1 and
                                           x["data"]["lost"] >= 1
-                                          for x in e))[1]
+                                          for x in e),
+                                      started=subscribed)[1]
         watcher = threading.Thread(target=watch)
         watcher.start()
-        time.sleep(0.3)
+        check(subscribed.wait(10), "event stream open within 10 s")
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=20)
         slow = start_worker(work, fabric_port, ["--test-task-delay-ms", "3000"])
@@ -670,8 +700,9 @@ def main():
               "worker events on /v1/events: %s" % worker_events)
         s, long_job = request("POST", "/v1/jobs", job_body([2] * 6, [1] * 6))
         job2 = long_job["job_id"]
+        # The state comes from the store, so "running" seen here is already
+        # committed; the slow worker holds the task for 3 s.
         wait_for(lambda: job_state(job2) == "running", 60, "job 2 running")
-        time.sleep(0.5)
         gw.proc.send_signal(signal.SIGKILL)
         gw.proc.wait(timeout=10)
         gw.start()

@@ -146,18 +146,21 @@ class Stream(threading.Thread):
         self.first.set()
 
 
-def write_atomic(path, data):
+def write_atomic(path, data, mtime_ns=None):
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(data)
+    if mtime_ns is not None:
+        os.utime(tmp, ns=(mtime_ns, mtime_ns))
     os.replace(tmp, path)
 
 
 def export(model, target_dir, name="gpt-char", job_id=None, outer_step=None,
-           claim=None):
+           claim=None, mtime_ns=None):
     """Writes |model|'s weights then model.json into |target_dir| the way a
     training export does; |claim| overrides the weights hash model.json
-    names (a model.json that does not match its weights)."""
+    names (a model.json that does not match its weights); |mtime_ns| sets
+    model.json's modification time."""
     os.makedirs(target_dir, exist_ok=True)
     with open(os.path.join(model.dir, "model.safetensors"), "rb") as f:
         weights = f.read()
@@ -169,7 +172,7 @@ def export(model, target_dir, name="gpt-char", job_id=None, outer_step=None,
     if job_id:
         meta.update(job_id=job_id, outer_step=outer_step)
     write_atomic(os.path.join(target_dir, "model.json"),
-                 json.dumps(meta, indent=1).encode())
+                 json.dumps(meta, indent=1).encode(), mtime_ns)
 
 
 def main():
@@ -291,9 +294,12 @@ def main():
               (text, want[2][:SHORT]))
 
         # 4. Another directory, a newer model.json, the same name.
-        time.sleep(0.05)  # a strictly newer mtime than version 4's
+        # Strictly newer than version 4's model.json by construction, not
+        # by a sleep and the clock's resolution.
+        newer = os.stat(os.path.join(served_dir, "model.json")).st_mtime_ns \
+            + 10 * 1000 * 1000
         export(models[3], os.path.join(state, "models", "job-c"),
-               job_id="job-c", outer_step=3)
+               job_id="job-c", outer_step=3, mtime_ns=newer)
         get(base, "/v1/models")
         info = wait_for("version 5", lambda: _version(base, 5), 120)
         check(bool(info) and info.get("job_id") == "job-c",

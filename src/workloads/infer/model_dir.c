@@ -155,8 +155,11 @@ pcp_status_t pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m) {
   } else {
     snprintf(m->name, sizeof(m->name), "%s", name);
   }
-  if (!status && (!arch || pcp_models_architecture_parse(
-                               arch, &m->spec.architecture) != 0)) {
+  // The parse's own status is dropped (consumed, not leaked): the field
+  // error below names the key instead.
+  if (!status &&
+      (!arch || pcp_status_consume_code(pcp_models_architecture_parse(
+                    arch, &m->spec.architecture)) != PCP_STATUS_OK)) {
     status = field_error(dir, "architecture", "must be gpt, nanochat or qwen3");
   }
   if (!status) {
