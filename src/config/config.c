@@ -1145,9 +1145,19 @@ void pcp_config_dump_json(const pcp_config_table_t* table, const void* config,
 // Both go through pcp_status_format_for_user: users read the message, not
 // the code name or our source layout (PCP_LOG_LEVEL=debug shows those).
 static void print_cli_status(const char* command, pcp_status_t status) {
-  char message[2048];
-  pcp_status_format_for_user(status, message, sizeof(message));
+  // Sized to the message: a compiler's diagnostics run to many kilobytes,
+  // and their last lines (where the derived module's lines are traced back
+  // to the user's ops) matter most.
+  char fixed[2048];
+  size_t length = pcp_status_format_for_user(status, NULL, 0);
+  char* message = length < sizeof(fixed) ? fixed : malloc(length + 1);
+  if (!message) {
+    message = fixed;
+    length = sizeof(fixed) - 1;
+  }
+  pcp_status_format_for_user(status, message, length + 1);
   fprintf(stderr, "pcp %s: %s\n", command, message);
+  if (message != fixed) free(message);
 }
 
 int pcp_config_cli_usage_error(const char* command, pcp_status_t status) {
