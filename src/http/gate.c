@@ -148,6 +148,18 @@ pcp_http_gate_verdict_t pcp_http_gate_classify(
                limits->max_url_bytes);
       return verdict_error(out_result, 414, "RESOURCE_EXHAUSTED", message);
     }
+    const char* query = memchr(target, '?', target_length);
+    if (query) {
+      size_t params = 1;
+      for (const char* c = query + 1; c < target + target_length; ++c) {
+        params += *c == '&';
+      }
+      if (params > PCP_HTTP_MAX_QUERY_PARAMS) {
+        snprintf(message, sizeof(message), "more than %d query parameters",
+                 PCP_HTTP_MAX_QUERY_PARAMS);
+        return verdict_error(out_result, 414, "RESOURCE_EXHAUSTED", message);
+      }
+    }
     static const char* const kReserved[] = {"/healthz", "/readyz"};
     for (size_t i = 0; i < PCP_ARRAYSIZE(kReserved); ++i) {
       size_t n = strlen(kReserved[i]);

@@ -119,6 +119,10 @@ extern "C" {
 // Time a new connection has to deliver its first request's headers.
 #define PCP_HTTP_DEFAULT_HEADER_TIMEOUT_MS 10000
 #define PCP_HTTP_DEFAULT_MAX_HEADER_COUNT 100
+// Query parameters in a request target. No route takes more than a handful;
+// the bound keeps libmicrohttpd's per-connection pool (one record per
+// parameter) small, and the pool is cleared on every request.
+#define PCP_HTTP_MAX_QUERY_PARAMS 128
 #define PCP_HTTP_DEFAULT_MAX_CONNECTIONS_PER_CLIENT 256
 // Path parameters per route pattern and path segments per pattern.
 #define PCP_HTTP_MAX_PATH_PARAMS 8

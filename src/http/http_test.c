@@ -1298,6 +1298,34 @@ static void protocol_errors_are_json_and_prompt(void** state) {
     fail_msg("414 took %lld ms", (long long)took);
   }
 
+  // Within the URL's bytes but past PCP_HTTP_MAX_QUERY_PARAMS: 414 from
+  // the gate; exactly at the cap, with 100 headers of 600 bytes (about the
+  // largest head the limits admit), the request is served: it fits
+  // libmicrohttpd's pool, which is sized for the cap.
+  for (int params = PCP_HTTP_MAX_QUERY_PARAMS;
+       params <= PCP_HTTP_MAX_QUERY_PARAMS + 1; ++params) {
+    n = snprintf(request, capacity, "GET /healthz?");
+    for (int i = 0; i < params; ++i) {
+      n += snprintf(request + n, capacity - (size_t)n, "%sq%d=%d",
+                    i ? "&" : "", i, i);
+    }
+    n += snprintf(request + n, capacity - (size_t)n,
+                  " HTTP/1.1\r\nHost: x\r\n");
+    for (int i = 0; i < 98; ++i) {
+      n += snprintf(request + n, capacity - (size_t)n, "X-H-%02d: ", i);
+      memset(request + n, 'v', 600);
+      n += 600;
+      n += snprintf(request + n, capacity - (size_t)n, "\r\n");
+    }
+    n += snprintf(request + n, capacity - (size_t)n, "\r\n");
+    raw_exchange(port, request, (size_t)n, response, sizeof(response), 5000);
+    if (params > PCP_HTTP_MAX_QUERY_PARAMS) {
+      assert_raw_json_error(response, 414, "RESOURCE_EXHAUSTED");
+    } else if (strncmp(response, "HTTP/1.1 200", 12) != 0) {
+      fail_msg("a head at the limits was not served: %.200s", response);
+    }
+  }
+
   // 2,000 headers: 431.
   n = snprintf(request, capacity, "GET /v1/jobs HTTP/1.1\r\nHost: x\r\n");
   for (int i = 0; i < 2000; ++i) {
