@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "compute/compute_impl.h"
@@ -331,6 +332,20 @@ static void backend_destroy(pcp_backend_t* base) {
   iree_backend_t* backend = (iree_backend_t*)base;
   PyGILState_STATE gil = PyGILState_Ensure();
   Py_XDECREF(backend->config);
+  // Releasing the device joins IREE's task workers, and the bindings do it
+  // with the GIL held. A worker that is still dropping the last reference
+  // to a Python-owned buffer of a finished call waits for the GIL inside its
+  // task, so the join never returns (seen once in the ASan suite: `pcp run`
+  // hung in backend_destroy). Give the GIL away for a moment first: a
+  // waiting worker takes it (the release wakes it), finishes its task and
+  // the join then has nothing to wait for. Calls are synchronous, so no new
+  // task starts after the last one returned.
+  for (int i = 0; i < 3; ++i) {
+    Py_BEGIN_ALLOW_THREADS;
+    struct timespec pause = {0, 5 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    Py_END_ALLOW_THREADS;
+  }
   Py_XDECREF(backend->device);
   PyGILState_Release(gil);
   free(backend);
