@@ -99,7 +99,9 @@ uint64_t pcp_roles_gateway_memory_total_bytes(void) {
   return kib > UINT64_MAX / 1024 ? UINT64_MAX : (uint64_t)kib * 1024;
 }
 
-// Appends |path| resolved; |key| names the config key in the error.
+// Appends |path| resolved, once: a root named twice (or the default state
+// dir's data/ that is the project's data/) is kept once, so each check and
+// each message names it once. |key| names the config key in the error.
 static pcp_status_t root_append(pcp_string_list_t* list, const char* path,
                                 const char* key) {
   char resolved[PATH_MAX];
@@ -110,7 +112,27 @@ static pcp_status_t root_append(pcp_string_list_t* list, const char* path,
                            "gateway config: key '%s': '%s' cannot be resolved",
                            key, path);
   }
+  for (size_t i = 0; i < list->count; ++i) {
+    if (strcmp(list->items[i], resolved) == 0) {
+      return pcp_ok_status();
+    }
+  }
   return pcp_string_list_append(list, resolved);
+}
+
+// |list| joined with |separator| into |out| (cut short when it does not fit).
+static void roots_join(const pcp_string_list_t* list, const char* separator,
+                       char* out, size_t size) {
+  size_t used = 0;
+  out[0] = 0;
+  for (size_t i = 0; i < list->count && used < size; ++i) {
+    int n = snprintf(out + used, size - used, "%s%s", i ? separator : "",
+                     list->items[i]);
+    if (n < 0) {
+      break;
+    }
+    used += (size_t)n;
+  }
 }
 
 // The project's data/ for a binary in a source checkout's build tree
@@ -221,19 +243,10 @@ void pcp_roles_gateway_training_policy_deinitialize(
 // The 403 for a path outside its roots: the key and the roots, nothing
 // about the file (not whether it exists, not its size or content).
 static pcp_status_t path_outside(const char* key, const char* what,
-                                 const char* const* roots, size_t count,
+                                 const pcp_string_list_t* roots,
                                  const char* config_key) {
   char list[2048];
-  size_t used = 0;
-  list[0] = 0;
-  for (size_t i = 0; i < count && used < sizeof(list); ++i) {
-    int n = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
-                     roots[i]);
-    if (n < 0) {
-      break;
-    }
-    used += (size_t)n;
-  }
+  roots_join(roots, ", ", list, sizeof(list));
   return pcp_make_status(PCP_STATUS_PERMISSION_DENIED,
                          "key '%s': the path must lie under %s [%s]%s%s%s "
                          "(symbolic links and '..' are resolved first)",
@@ -258,8 +271,7 @@ static pcp_status_t path_confine(const char* key, const char* what,
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "key '%s': empty path", key);
     }
-    return path_outside(key, what, (const char* const*)roots->items,
-                        roots->count, config_key);
+    return path_outside(key, what, roots, config_key);
   }
   char* copy = strdup(resolved);
   if (!copy) {
@@ -823,16 +835,8 @@ pcp_status_t pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* g) {
     // size caps.
     const pcp_roles_gateway_training_policy_t* p = &g->training_policy;
     char roots[2][1024];
-    const pcp_string_list_t* lists[2] = {&p->data_roots, &p->model_roots};
-    for (int l = 0; l < 2; ++l) {
-      size_t used = 0;
-      roots[l][0] = 0;
-      for (size_t i = 0; i < lists[l]->count && used < sizeof(roots[l]); ++i) {
-        int n = snprintf(roots[l] + used, sizeof(roots[l]) - used, "%s%s",
-                         i ? "," : "", lists[l]->items[i]);
-        used += n > 0 ? (size_t)n : 0;
-      }
-    }
+    roots_join(&p->data_roots, ",", roots[0], sizeof(roots[0]));
+    roots_join(&p->model_roots, ",", roots[1], sizeof(roots[1]));
     PCP_LOG(PCP_LOG_INFO, &g->log,
             "training paths and caps data_roots=%s model_roots=%s "
             "max_job_parameters=%" PRId64 " max_job_gateway_bytes=%" PRId64,
