@@ -462,28 +462,23 @@ static void* gate_main(void* arg) {
     }
     int n =
         epoll_wait(gate->epoll_fd, events, PCP_ARRAYSIZE(events), timeout_ms);
+    // A check frees at most its own connection, and each socket appears
+    // once per batch, so the tags stay valid; accepting may evict others
+    // (make_room, EMFILE), so it runs after the batch.
+    bool accept_pending = false;
     for (int i = 0; i < n; ++i) {
       void* tag = events[i].data.ptr;
       if (tag == &wake_tag) {
         return NULL;
       }
       if (tag == &listen_tag) {
-        accept_all(gate);
-        continue;
+        accept_pending = true;
+      } else {
+        conn_check(gate, tag);
       }
-      // A connection handled (and freed) earlier in this batch cannot be
-      // here: only accept_all frees others, and it runs on its own event,
-      // so look the pointer up before using it.
-      gate_conn_t* conn = NULL;
-      for (gate_conn_t* c = gate->head; c; c = c->next) {
-        if (c == tag) {
-          conn = c;
-          break;
-        }
-      }
-      if (conn) {
-        conn_check(gate, conn);
-      }
+    }
+    if (accept_pending) {
+      accept_all(gate);
     }
     // Headers not complete by their deadline: 408 and close. The list is in
     // accept order, which is deadline order.
