@@ -31,7 +31,6 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "http/http_impl.h"
@@ -64,10 +63,9 @@ struct pcp_http_gate_t {
 static char listen_tag;
 static char wake_tag;
 
+// Real time: the deadlines are epoll timeouts (base/ owns clock_gettime).
 static int64_t monotonic_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  return pcp_clock_now_ns(pcp_clock_system());
 }
 
 //===----------------------------------------------------------------------===//
