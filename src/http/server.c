@@ -1138,36 +1138,22 @@ pcp_status_t pcp_http_server_create(const pcp_http_server_options_t* options,
   snprintf(server->host, sizeof(server->host), "%s",
            options->host ? options->host : "127.0.0.1");
   server->requested_port = options->port;
-  server->max_body_bytes = options->max_body_bytes
-                               ? options->max_body_bytes
-                               : PCP_HTTP_DEFAULT_MAX_BODY_BYTES;
-  server->max_header_bytes = options->max_header_bytes
-                                 ? options->max_header_bytes
-                                 : PCP_HTTP_DEFAULT_MAX_HEADER_BYTES;
-  server->max_url_bytes = options->max_url_bytes
-                              ? options->max_url_bytes
-                              : PCP_HTTP_DEFAULT_MAX_URL_BYTES;
-  server->max_json_depth = options->max_json_depth
-                               ? options->max_json_depth
-                               : PCP_HTTP_DEFAULT_MAX_JSON_DEPTH;
-  server->max_connections = options->max_connections
-                                ? options->max_connections
-                                : PCP_HTTP_DEFAULT_MAX_CONNECTIONS;
-  server->max_connections_per_client =
-      options->max_connections_per_client
-          ? options->max_connections_per_client
-          : PCP_HTTP_DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
-  server->header_timeout_ms = options->header_timeout_ms
-                                  ? options->header_timeout_ms
-                                  : PCP_HTTP_DEFAULT_HEADER_TIMEOUT_MS;
-  server->max_header_count = options->max_header_count
-                                 ? options->max_header_count
-                                 : PCP_HTTP_DEFAULT_MAX_HEADER_COUNT;
-  server->connection_timeout_s = options->connection_timeout_s
-                                     ? options->connection_timeout_s
-                                     : PCP_HTTP_DEFAULT_CONNECTION_TIMEOUT_S;
-  server->thread_count = options->thread_count ? options->thread_count
-                                               : PCP_HTTP_DEFAULT_THREAD_COUNT;
+  // An option left 0 takes its default.
+#define OPTION_OR_DEFAULT(field, fallback) \
+  server->field = options->field ? options->field : (fallback)
+  OPTION_OR_DEFAULT(max_body_bytes, PCP_HTTP_DEFAULT_MAX_BODY_BYTES);
+  OPTION_OR_DEFAULT(max_header_bytes, PCP_HTTP_DEFAULT_MAX_HEADER_BYTES);
+  OPTION_OR_DEFAULT(max_url_bytes, PCP_HTTP_DEFAULT_MAX_URL_BYTES);
+  OPTION_OR_DEFAULT(max_json_depth, PCP_HTTP_DEFAULT_MAX_JSON_DEPTH);
+  OPTION_OR_DEFAULT(max_connections, PCP_HTTP_DEFAULT_MAX_CONNECTIONS);
+  OPTION_OR_DEFAULT(max_connections_per_client,
+                    PCP_HTTP_DEFAULT_MAX_CONNECTIONS_PER_CLIENT);
+  OPTION_OR_DEFAULT(header_timeout_ms, PCP_HTTP_DEFAULT_HEADER_TIMEOUT_MS);
+  OPTION_OR_DEFAULT(max_header_count, PCP_HTTP_DEFAULT_MAX_HEADER_COUNT);
+  OPTION_OR_DEFAULT(connection_timeout_s,
+                    PCP_HTTP_DEFAULT_CONNECTION_TIMEOUT_S);
+  OPTION_OR_DEFAULT(thread_count, PCP_HTTP_DEFAULT_THREAD_COUNT);
+#undef OPTION_OR_DEFAULT
   server->clock = options->clock.now_ns ? options->clock : pcp_clock_system();
   server->log_context.role = server->name;
   atomic_init(&server->inflight, 0);
