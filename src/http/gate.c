@@ -158,14 +158,8 @@ pcp_http_gate_verdict_t pcp_http_gate_classify(
         return verdict_error(out_result, 414, "RESOURCE_EXHAUSTED", message);
       }
     }
-    static const char* const kReserved[] = {"/healthz", "/readyz"};
-    for (size_t i = 0; i < PCP_ARRAYSIZE(kReserved); ++i) {
-      size_t n = strlen(kReserved[i]);
-      if (target_length >= n && memcmp(target, kReserved[i], n) == 0 &&
-          (target_length == n || target[n] == '?')) {
-        out_result->is_probe = true;
-      }
-    }
+    size_t path_length = query ? (size_t)(query - target) : target_length;
+    out_result->is_probe = pcp_http_path_is_probe(target, path_length);
   }
   // The header lines, up to the empty line. libmicrohttpd parses the
   // request itself once we pass it; this scan only enforces limits.
@@ -214,15 +208,26 @@ pcp_http_gate_verdict_t pcp_http_gate_classify(
 // Waiting connections
 //===----------------------------------------------------------------------===//
 
-static void client_key(const struct sockaddr_storage* address,
-                       uint8_t out_key[16]) {
+bool pcp_http_path_is_probe(const char* path, size_t length) {
+  static const char* const kProbes[] = {"/healthz", "/readyz"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kProbes); ++i) {
+    if (length == strlen(kProbes[i]) && memcmp(path, kProbes[i], length) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void pcp_http_client_key(const struct sockaddr* address, uint8_t out_key[16]) {
   memset(out_key, 0, 16);
-  if (address->ss_family == AF_INET) {
-    const struct sockaddr_in* in4 = (const struct sockaddr_in*)address;
-    memcpy(out_key, &in4->sin_addr, 4);
-  } else if (address->ss_family == AF_INET6) {
-    const struct sockaddr_in6* in6 = (const struct sockaddr_in6*)address;
-    memcpy(out_key, &in6->sin6_addr, 16);
+  if (address->sa_family == AF_INET) {
+    struct sockaddr_in in4;
+    memcpy(&in4, address, sizeof(in4));
+    memcpy(out_key, &in4.sin_addr, 4);
+  } else if (address->sa_family == AF_INET6) {
+    struct sockaddr_in6 in6;
+    memcpy(&in6, address, sizeof(in6));
+    memcpy(out_key, &in6.sin6_addr, 16);
   }
 }
 
@@ -424,7 +429,7 @@ static void accept_all(pcp_http_gate_t* gate) {
     conn->fd = fd;
     memcpy(&conn->address, &address, sizeof(address));
     conn->address_length = address_length;
-    client_key(&address, conn->client);
+    pcp_http_client_key((const struct sockaddr*)&address, conn->client);
     conn->deadline_ns =
         monotonic_ns() + gate->options.header_timeout_ms * 1000000;
     make_room(gate, conn->client);

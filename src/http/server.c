@@ -596,10 +596,6 @@ static enum MHD_Result early_error(pcp_http_server_t* server,
   return MHD_YES;
 }
 
-static bool path_is_probe(const char* path) {
-  return strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
-}
-
 // Runs once the headers are in: limits, routing, auth, the declared body
 // length. Either queues an error or lets the body (if any) stream in.
 static enum MHD_Result on_headers(pcp_http_server_t* server,
@@ -609,7 +605,7 @@ static enum MHD_Result on_headers(pcp_http_server_t* server,
 
   if (atomic_load(&server->open_connections) >
           (int64_t)server->max_connections &&
-      !path_is_probe(request->path)) {
+      !pcp_http_path_is_probe(request->path, strlen(request->path))) {
     // Over our limit but inside libmicrohttpd's (which has slack above
     // ours): answer 503 and close, instead of the silent close that
     // libmicrohttpd's own limit gives. The probes keep the slack: a
@@ -983,16 +979,8 @@ static void client_opened(pcp_http_server_t* server,
   if (!info || !info->client_addr) {
     return;
   }
-  uint8_t key[16] = {0};
-  if (info->client_addr->sa_family == AF_INET) {
-    struct sockaddr_in in4;
-    memcpy(&in4, info->client_addr, sizeof(in4));
-    memcpy(key, &in4.sin_addr, 4);
-  } else if (info->client_addr->sa_family == AF_INET6) {
-    struct sockaddr_in6 in6;
-    memcpy(&in6, info->client_addr, sizeof(in6));
-    memcpy(key, &in6.sin6_addr, 16);
-  }
+  uint8_t key[16];
+  pcp_http_client_key(info->client_addr, key);
   pthread_mutex_lock(&server->clients_mutex);
   client_entry_t* entry = client_find(server, key);
   if (!entry) {
