@@ -253,6 +253,40 @@ static void conn_drop(pcp_http_gate_t* gate, gate_conn_t* conn) {
   pcp_allocator_free(gate->allocator, conn);
 }
 
+bool pcp_http_raw_error_send(int fd, int http_status, const char* code,
+                             const char* message, const char* extra_headers,
+                             size_t* out_body_bytes) {
+  *out_body_bytes = 0;
+  pcp_string_builder_t body;
+  pcp_string_builder_initialize(pcp_allocator_system(), 4096, &body);
+  pcp_status_t status = pcp_http_error_json_format(code, message, &body);
+  if (status) {
+    pcp_status_ignore(status);
+    pcp_string_builder_deinitialize(&body);
+    return false;
+  }
+  const char* text = pcp_string_builder_cstring(&body);
+  size_t text_length = strlen(text);
+  char head[512];
+  int head_length =
+      snprintf(head, sizeof(head),
+               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+               "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
+               http_status, pcp_http_status_reason(http_status), text_length,
+               extra_headers);
+  bool ok = head_length > 0 && (size_t)head_length < sizeof(head);
+  // A few hundred bytes on a socket that has sent nothing for this request:
+  // the send buffer takes them whole; a peer that does not read them loses
+  // them.
+  ok = ok && send(fd, head, (size_t)head_length,
+                  MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE) == head_length;
+  ok = ok && send(fd, text, text_length, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+                 (ssize_t)text_length;
+  *out_body_bytes = text_length;
+  pcp_string_builder_deinitialize(&body);
+  return ok;
+}
+
 // Writes the JSON error answer on |conn| and closes it. What the client sent
 // is read and dropped first, so that the close does not turn into a reset
 // that could cost the client our answer.
@@ -267,29 +301,9 @@ static void conn_answer(pcp_http_gate_t* gate, gate_conn_t* conn,
     }
     total += (size_t)n;
   }
-  pcp_string_builder_t body;
-  pcp_string_builder_initialize(pcp_allocator_system(), 4096, &body);
-  pcp_status_t status = pcp_http_error_json_format(code, message, &body);
-  const char* text = status ? "" : pcp_string_builder_cstring(&body);
-  pcp_status_ignore(status);
-  char head[512];
-  int head_length =
-      snprintf(head, sizeof(head),
-               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-               "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
-               http_status, pcp_http_status_reason(http_status), strlen(text),
-               extra_header ? extra_header : "");
-  if (head_length > 0 && (size_t)head_length < sizeof(head)) {
-    // A fresh socket's send buffer takes these few hundred bytes at once;
-    // a peer that does not read them loses them.
-    ssize_t sent = send(conn->fd, head, (size_t)head_length,
-                        MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
-    if (sent == head_length) {
-      sent = send(conn->fd, text, strlen(text), MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
-    PCP_UNUSED(sent);
-  }
-  pcp_string_builder_deinitialize(&body);
+  size_t body_bytes = 0;
+  pcp_http_raw_error_send(conn->fd, http_status, code, message,
+                          extra_header ? extra_header : "", &body_bytes);
   shutdown(conn->fd, SHUT_WR);
   PCP_LOG(PCP_LOG_DEBUG, gate->options.log_context,
           "http gate: answered %d (%s) before the request reached the server",

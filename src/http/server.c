@@ -773,37 +773,19 @@ static bool body_too_large_raw(pcp_http_server_t* server,
   char message[128];
   snprintf(message, sizeof(message),
            "request body exceeds the limit of %zu bytes", request->body_limit);
-  pcp_string_builder_t body;
-  pcp_string_builder_initialize(pcp_allocator_system(), 4096, &body);
-  pcp_status_t status =
-      pcp_http_error_json_format("RESOURCE_EXHAUSTED", message, &body);
-  if (status) {
-    pcp_status_ignore(status);
-    pcp_string_builder_deinitialize(&body);
-    return false;
-  }
-  const char* text = pcp_string_builder_cstring(&body);
-  char head[512];
-  int head_length = snprintf(
-      head, sizeof(head),
-      "HTTP/1.1 413 %s\r\nContent-Type: application/json\r\n"
-      "Content-Length: %zu\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n",
-      pcp_http_status_reason(413), strlen(text), request->request_id);
-  bool ok = head_length > 0 && (size_t)head_length < sizeof(head);
-  // A few hundred bytes on a socket that has sent nothing for this request:
-  // the send buffer takes them whole.
-  ok = ok && send(info->connect_fd, head, (size_t)head_length,
-                  MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE) == head_length;
-  ok = ok && send(info->connect_fd, text, strlen(text),
-                  MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)strlen(text);
+  char request_id_header[160];
+  snprintf(request_id_header, sizeof(request_id_header), "X-Request-Id: %s\r\n",
+           request->request_id);
+  size_t body_bytes = 0;
+  bool ok = pcp_http_raw_error_send(info->connect_fd, 413, "RESOURCE_EXHAUSTED",
+                                    message, request_id_header, &body_bytes);
   if (ok) {
     request->responded = true;
     request->answered_raw = true;
     request->http_status = 413;
-    request->response_bytes = strlen(text);
+    request->response_bytes = body_bytes;
     metrics_record(server, request);
   }
-  pcp_string_builder_deinitialize(&body);
   return ok;
 }
 
