@@ -62,15 +62,17 @@ static pcp_status_t curl_load_status;
 static void curl_init_once(void) {
   static const char* const kSonames[] = {"libcurl.so.4", "libcurl.so", NULL};
   curl_load_status =
-      pcp_dynlib_load(kSonames, "the HTTP client", "libcurl4",
-                      kCurlSymbols, PCP_ARRAYSIZE(kCurlSymbols), &g_curl);
-  if (curl_load_status) return;
+      pcp_dynlib_load(kSonames, "the HTTP client", "libcurl4", kCurlSymbols,
+                      PCP_ARRAYSIZE(kCurlSymbols), &g_curl);
+  if (curl_load_status) {
+    return;
+  }
   // curl_global_init is not thread-safe in every libcurl build; run it once.
   CURLcode code = g_curl.global_init(CURL_GLOBAL_DEFAULT);
   if (code != CURLE_OK) {
-    curl_load_status = pcp_make_status(PCP_STATUS_INTERNAL,
-                                       "curl_global_init: %s",
-                                       g_curl.easy_strerror(code));
+    curl_load_status =
+        pcp_make_status(PCP_STATUS_INTERNAL, "curl_global_init: %s",
+                        g_curl.easy_strerror(code));
   }
 }
 
@@ -79,7 +81,9 @@ pcp_status_t pcp_http_client_create(const pcp_http_client_options_t* options,
                                     pcp_http_client_t** out_client) {
   *out_client = NULL;
   pthread_once(&curl_once, curl_init_once);
-  if (curl_load_status) return pcp_status_clone(curl_load_status);
+  if (curl_load_status) {
+    return pcp_status_clone(curl_load_status);
+  }
   pcp_http_client_t* client = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_calloc(allocator, sizeof(*client), (void**)&client));
@@ -225,7 +229,7 @@ static pcp_status_t request_prepare(pcp_http_client_t* client,
   } else if (request->body) {
     g_curl.easy_setopt(curl, CURLOPT_POSTFIELDS, request->body);
     g_curl.easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
-                     (curl_off_t)request->body_length);
+                       (curl_off_t)request->body_length);
   }
   // CUSTOMREQUEST keeps the method after UPLOAD/POSTFIELDS set theirs.
   g_curl.easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);

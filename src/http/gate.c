@@ -31,7 +31,6 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "http/http_impl.h"
@@ -64,10 +63,9 @@ struct pcp_http_gate_t {
 static char listen_tag;
 static char wake_tag;
 
+// Real time: the deadlines are epoll timeouts (base/ owns clock_gettime).
 static int64_t monotonic_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  return pcp_clock_now_ns(pcp_clock_system());
 }
 
 //===----------------------------------------------------------------------===//
@@ -160,14 +158,8 @@ pcp_http_gate_verdict_t pcp_http_gate_classify(
         return verdict_error(out_result, 414, "RESOURCE_EXHAUSTED", message);
       }
     }
-    static const char* const kReserved[] = {"/healthz", "/readyz"};
-    for (size_t i = 0; i < PCP_ARRAYSIZE(kReserved); ++i) {
-      size_t n = strlen(kReserved[i]);
-      if (target_length >= n && memcmp(target, kReserved[i], n) == 0 &&
-          (target_length == n || target[n] == '?')) {
-        out_result->is_probe = true;
-      }
-    }
+    size_t path_length = query ? (size_t)(query - target) : target_length;
+    out_result->is_probe = pcp_http_path_is_probe(target, path_length);
   }
   // The header lines, up to the empty line. libmicrohttpd parses the
   // request itself once we pass it; this scan only enforces limits.
@@ -216,15 +208,26 @@ pcp_http_gate_verdict_t pcp_http_gate_classify(
 // Waiting connections
 //===----------------------------------------------------------------------===//
 
-static void client_key(const struct sockaddr_storage* address,
-                       uint8_t out_key[16]) {
+bool pcp_http_path_is_probe(const char* path, size_t length) {
+  static const char* const kProbes[] = {"/healthz", "/readyz"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kProbes); ++i) {
+    if (length == strlen(kProbes[i]) && memcmp(path, kProbes[i], length) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void pcp_http_client_key(const struct sockaddr* address, uint8_t out_key[16]) {
   memset(out_key, 0, 16);
-  if (address->ss_family == AF_INET) {
-    const struct sockaddr_in* in4 = (const struct sockaddr_in*)address;
-    memcpy(out_key, &in4->sin_addr, 4);
-  } else if (address->ss_family == AF_INET6) {
-    const struct sockaddr_in6* in6 = (const struct sockaddr_in6*)address;
-    memcpy(out_key, &in6->sin6_addr, 16);
+  if (address->sa_family == AF_INET) {
+    struct sockaddr_in in4;
+    memcpy(&in4, address, sizeof(in4));
+    memcpy(out_key, &in4.sin_addr, 4);
+  } else if (address->sa_family == AF_INET6) {
+    struct sockaddr_in6 in6;
+    memcpy(&in6, address, sizeof(in6));
+    memcpy(out_key, &in6.sin6_addr, 16);
   }
 }
 
@@ -250,6 +253,40 @@ static void conn_drop(pcp_http_gate_t* gate, gate_conn_t* conn) {
   pcp_allocator_free(gate->allocator, conn);
 }
 
+bool pcp_http_raw_error_send(int fd, int http_status, const char* code,
+                             const char* message, const char* extra_headers,
+                             size_t* out_body_bytes) {
+  *out_body_bytes = 0;
+  pcp_string_builder_t body;
+  pcp_string_builder_initialize(pcp_allocator_system(), 4096, &body);
+  pcp_status_t status = pcp_http_error_json_format(code, message, &body);
+  if (status) {
+    pcp_status_ignore(status);
+    pcp_string_builder_deinitialize(&body);
+    return false;
+  }
+  const char* text = pcp_string_builder_cstring(&body);
+  size_t text_length = strlen(text);
+  char head[512];
+  int head_length =
+      snprintf(head, sizeof(head),
+               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+               "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
+               http_status, pcp_http_status_reason(http_status), text_length,
+               extra_headers);
+  bool ok = head_length > 0 && (size_t)head_length < sizeof(head);
+  // A few hundred bytes on a socket that has sent nothing for this request:
+  // the send buffer takes them whole; a peer that does not read them loses
+  // them.
+  ok = ok && send(fd, head, (size_t)head_length,
+                  MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE) == head_length;
+  ok = ok && send(fd, text, text_length, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+                 (ssize_t)text_length;
+  *out_body_bytes = text_length;
+  pcp_string_builder_deinitialize(&body);
+  return ok;
+}
+
 // Writes the JSON error answer on |conn| and closes it. What the client sent
 // is read and dropped first, so that the close does not turn into a reset
 // that could cost the client our answer.
@@ -264,29 +301,9 @@ static void conn_answer(pcp_http_gate_t* gate, gate_conn_t* conn,
     }
     total += (size_t)n;
   }
-  pcp_string_builder_t body;
-  pcp_string_builder_initialize(pcp_allocator_system(), 4096, &body);
-  pcp_status_t status = pcp_http_error_json_format(code, message, &body);
-  const char* text = status ? "" : pcp_string_builder_cstring(&body);
-  pcp_status_ignore(status);
-  char head[512];
-  int head_length =
-      snprintf(head, sizeof(head),
-               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-               "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
-               http_status, pcp_http_status_reason(http_status), strlen(text),
-               extra_header ? extra_header : "");
-  if (head_length > 0 && (size_t)head_length < sizeof(head)) {
-    // A fresh socket's send buffer takes these few hundred bytes at once;
-    // a peer that does not read them loses them.
-    ssize_t sent = send(conn->fd, head, (size_t)head_length,
-                        MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
-    if (sent == head_length) {
-      sent = send(conn->fd, text, strlen(text), MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
-    PCP_UNUSED(sent);
-  }
-  pcp_string_builder_deinitialize(&body);
+  size_t body_bytes = 0;
+  pcp_http_raw_error_send(conn->fd, http_status, code, message,
+                          extra_header ? extra_header : "", &body_bytes);
   shutdown(conn->fd, SHUT_WR);
   PCP_LOG(PCP_LOG_DEBUG, gate->options.log_context,
           "http gate: answered %d (%s) before the request reached the server",
@@ -426,7 +443,7 @@ static void accept_all(pcp_http_gate_t* gate) {
     conn->fd = fd;
     memcpy(&conn->address, &address, sizeof(address));
     conn->address_length = address_length;
-    client_key(&address, conn->client);
+    pcp_http_client_key((const struct sockaddr*)&address, conn->client);
     conn->deadline_ns =
         monotonic_ns() + gate->options.header_timeout_ms * 1000000;
     make_room(gate, conn->client);
@@ -462,28 +479,23 @@ static void* gate_main(void* arg) {
     }
     int n =
         epoll_wait(gate->epoll_fd, events, PCP_ARRAYSIZE(events), timeout_ms);
+    // A check frees at most its own connection, and each socket appears
+    // once per batch, so the tags stay valid; accepting may evict others
+    // (make_room, EMFILE), so it runs after the batch.
+    bool accept_pending = false;
     for (int i = 0; i < n; ++i) {
       void* tag = events[i].data.ptr;
       if (tag == &wake_tag) {
         return NULL;
       }
       if (tag == &listen_tag) {
-        accept_all(gate);
-        continue;
+        accept_pending = true;
+      } else {
+        conn_check(gate, tag);
       }
-      // A connection handled (and freed) earlier in this batch cannot be
-      // here: only accept_all frees others, and it runs on its own event,
-      // so look the pointer up before using it.
-      gate_conn_t* conn = NULL;
-      for (gate_conn_t* c = gate->head; c; c = c->next) {
-        if (c == tag) {
-          conn = c;
-          break;
-        }
-      }
-      if (conn) {
-        conn_check(gate, conn);
-      }
+    }
+    if (accept_pending) {
+      accept_all(gate);
     }
     // Headers not complete by their deadline: 408 and close. The list is in
     // accept order, which is deadline order.

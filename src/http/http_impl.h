@@ -194,6 +194,23 @@ pcp_http_gate_verdict_t pcp_http_gate_classify(
     const char* data, size_t length, const pcp_http_gate_limits_t* limits,
     pcp_http_gate_result_t* out_result);
 
+// Whether |path| (|length| bytes, without the query) is a probe, /healthz
+// or /readyz: these keep the slots past the connection limits.
+bool pcp_http_path_is_probe(const char* path, size_t length);
+
+// The 16 address bytes a client is counted under (IPv4 in the first 4;
+// zeros for other families).
+void pcp_http_client_key(const struct sockaddr* address, uint8_t out_key[16]);
+
+// Writes a whole JSON error response with Connection: close on socket |fd|
+// without blocking, for the answers given outside libmicrohttpd (plain HTTP
+// only). |extra_headers| is "" or CRLF-terminated header lines. Nothing is
+// written when the body cannot be formatted. True when head and body went
+// out whole; |out_body_bytes| is the body's length.
+bool pcp_http_raw_error_send(int fd, int http_status, const char* code,
+                             const char* message, const char* extra_headers,
+                             size_t* out_body_bytes);
+
 typedef struct pcp_http_gate_options_t {
   int listen_fd;  // listening, non-blocking; the gate closes it at stop
   struct MHD_Daemon* daemon;

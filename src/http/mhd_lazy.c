@@ -86,14 +86,10 @@ struct MHD_Daemon* MHD_start_daemon(unsigned int flags, uint16_t port,
                                     MHD_AcceptPolicyCallback apc, void* apc_cls,
                                     MHD_AccessHandlerCallback dh, void* dh_cls,
                                     ...) {
-  if (!mhd_load()) {
-    pcp_log_status(PCP_LOG_ERROR, NULL, g_mhd_status, "cannot start a server");
-    return NULL;
-  }
   va_list ap;
   va_start(ap, dh_cls);
   struct MHD_Daemon* daemon =
-      g_mhd.MHD_start_daemon_va(flags, port, apc, apc_cls, dh, dh_cls, ap);
+      MHD_start_daemon_va(flags, port, apc, apc_cls, dh, dh_cls, ap);
   va_end(ap);
   return daemon;
 }

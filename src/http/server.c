@@ -596,10 +596,6 @@ static enum MHD_Result early_error(pcp_http_server_t* server,
   return MHD_YES;
 }
 
-static bool path_is_probe(const char* path) {
-  return strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
-}
-
 // Runs once the headers are in: limits, routing, auth, the declared body
 // length. Either queues an error or lets the body (if any) stream in.
 static enum MHD_Result on_headers(pcp_http_server_t* server,
@@ -609,7 +605,7 @@ static enum MHD_Result on_headers(pcp_http_server_t* server,
 
   if (atomic_load(&server->open_connections) >
           (int64_t)server->max_connections &&
-      !path_is_probe(request->path)) {
+      !pcp_http_path_is_probe(request->path, strlen(request->path))) {
     // Over our limit but inside libmicrohttpd's (which has slack above
     // ours): answer 503 and close, instead of the silent close that
     // libmicrohttpd's own limit gives. The probes keep the slack: a
@@ -777,37 +773,19 @@ static bool body_too_large_raw(pcp_http_server_t* server,
   char message[128];
   snprintf(message, sizeof(message),
            "request body exceeds the limit of %zu bytes", request->body_limit);
-  pcp_string_builder_t body;
-  pcp_string_builder_initialize(pcp_allocator_system(), 4096, &body);
-  pcp_status_t status =
-      pcp_http_error_json_format("RESOURCE_EXHAUSTED", message, &body);
-  if (status) {
-    pcp_status_ignore(status);
-    pcp_string_builder_deinitialize(&body);
-    return false;
-  }
-  const char* text = pcp_string_builder_cstring(&body);
-  char head[512];
-  int head_length = snprintf(
-      head, sizeof(head),
-      "HTTP/1.1 413 %s\r\nContent-Type: application/json\r\n"
-      "Content-Length: %zu\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n",
-      pcp_http_status_reason(413), strlen(text), request->request_id);
-  bool ok = head_length > 0 && (size_t)head_length < sizeof(head);
-  // A few hundred bytes on a socket that has sent nothing for this request:
-  // the send buffer takes them whole.
-  ok = ok && send(info->connect_fd, head, (size_t)head_length,
-                  MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE) == head_length;
-  ok = ok && send(info->connect_fd, text, strlen(text),
-                  MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)strlen(text);
+  char request_id_header[160];
+  snprintf(request_id_header, sizeof(request_id_header), "X-Request-Id: %s\r\n",
+           request->request_id);
+  size_t body_bytes = 0;
+  bool ok = pcp_http_raw_error_send(info->connect_fd, 413, "RESOURCE_EXHAUSTED",
+                                    message, request_id_header, &body_bytes);
   if (ok) {
     request->responded = true;
     request->answered_raw = true;
     request->http_status = 413;
-    request->response_bytes = strlen(text);
+    request->response_bytes = body_bytes;
     metrics_record(server, request);
   }
-  pcp_string_builder_deinitialize(&body);
   return ok;
 }
 
@@ -983,16 +961,8 @@ static void client_opened(pcp_http_server_t* server,
   if (!info || !info->client_addr) {
     return;
   }
-  uint8_t key[16] = {0};
-  if (info->client_addr->sa_family == AF_INET) {
-    struct sockaddr_in in4;
-    memcpy(&in4, info->client_addr, sizeof(in4));
-    memcpy(key, &in4.sin_addr, 4);
-  } else if (info->client_addr->sa_family == AF_INET6) {
-    struct sockaddr_in6 in6;
-    memcpy(&in6, info->client_addr, sizeof(in6));
-    memcpy(key, &in6.sin6_addr, 16);
-  }
+  uint8_t key[16];
+  pcp_http_client_key(info->client_addr, key);
   pthread_mutex_lock(&server->clients_mutex);
   client_entry_t* entry = client_find(server, key);
   if (!entry) {
@@ -1138,36 +1108,22 @@ pcp_status_t pcp_http_server_create(const pcp_http_server_options_t* options,
   snprintf(server->host, sizeof(server->host), "%s",
            options->host ? options->host : "127.0.0.1");
   server->requested_port = options->port;
-  server->max_body_bytes = options->max_body_bytes
-                               ? options->max_body_bytes
-                               : PCP_HTTP_DEFAULT_MAX_BODY_BYTES;
-  server->max_header_bytes = options->max_header_bytes
-                                 ? options->max_header_bytes
-                                 : PCP_HTTP_DEFAULT_MAX_HEADER_BYTES;
-  server->max_url_bytes = options->max_url_bytes
-                              ? options->max_url_bytes
-                              : PCP_HTTP_DEFAULT_MAX_URL_BYTES;
-  server->max_json_depth = options->max_json_depth
-                               ? options->max_json_depth
-                               : PCP_HTTP_DEFAULT_MAX_JSON_DEPTH;
-  server->max_connections = options->max_connections
-                                ? options->max_connections
-                                : PCP_HTTP_DEFAULT_MAX_CONNECTIONS;
-  server->max_connections_per_client =
-      options->max_connections_per_client
-          ? options->max_connections_per_client
-          : PCP_HTTP_DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
-  server->header_timeout_ms = options->header_timeout_ms
-                                  ? options->header_timeout_ms
-                                  : PCP_HTTP_DEFAULT_HEADER_TIMEOUT_MS;
-  server->max_header_count = options->max_header_count
-                                 ? options->max_header_count
-                                 : PCP_HTTP_DEFAULT_MAX_HEADER_COUNT;
-  server->connection_timeout_s = options->connection_timeout_s
-                                     ? options->connection_timeout_s
-                                     : PCP_HTTP_DEFAULT_CONNECTION_TIMEOUT_S;
-  server->thread_count = options->thread_count ? options->thread_count
-                                               : PCP_HTTP_DEFAULT_THREAD_COUNT;
+  // An option left 0 takes its default.
+#define OPTION_OR_DEFAULT(field, fallback) \
+  server->field = options->field ? options->field : (fallback)
+  OPTION_OR_DEFAULT(max_body_bytes, PCP_HTTP_DEFAULT_MAX_BODY_BYTES);
+  OPTION_OR_DEFAULT(max_header_bytes, PCP_HTTP_DEFAULT_MAX_HEADER_BYTES);
+  OPTION_OR_DEFAULT(max_url_bytes, PCP_HTTP_DEFAULT_MAX_URL_BYTES);
+  OPTION_OR_DEFAULT(max_json_depth, PCP_HTTP_DEFAULT_MAX_JSON_DEPTH);
+  OPTION_OR_DEFAULT(max_connections, PCP_HTTP_DEFAULT_MAX_CONNECTIONS);
+  OPTION_OR_DEFAULT(max_connections_per_client,
+                    PCP_HTTP_DEFAULT_MAX_CONNECTIONS_PER_CLIENT);
+  OPTION_OR_DEFAULT(header_timeout_ms, PCP_HTTP_DEFAULT_HEADER_TIMEOUT_MS);
+  OPTION_OR_DEFAULT(max_header_count, PCP_HTTP_DEFAULT_MAX_HEADER_COUNT);
+  OPTION_OR_DEFAULT(connection_timeout_s,
+                    PCP_HTTP_DEFAULT_CONNECTION_TIMEOUT_S);
+  OPTION_OR_DEFAULT(thread_count, PCP_HTTP_DEFAULT_THREAD_COUNT);
+#undef OPTION_OR_DEFAULT
   server->clock = options->clock.now_ns ? options->clock : pcp_clock_system();
   server->log_context.role = server->name;
   atomic_init(&server->inflight, 0);
