@@ -223,10 +223,10 @@ size_t pcp_status_format_for_user(pcp_status_t status, char* buffer,
     return pcp_status_format(status, buffer, capacity);
   }
   status_payload_t* payload = payload_of(status);
-  int n;
-  if (!payload || !payload->message[0]) {
+  const char* head = payload && payload->message[0] ? payload->message : NULL;
+  char words[32];
+  if (!head) {
     // "NOT_FOUND" -> "not found": the code is all there is to say.
-    char words[32];
     const char* name = pcp_status_code_string(pcp_status_code(status));
     size_t i = 0;
     for (; name[i] && i + 1 < sizeof(words); ++i) {
@@ -234,14 +234,11 @@ size_t pcp_status_format_for_user(pcp_status_t status, char* buffer,
       words[i] = c == '_' ? ' ' : (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
     }
     words[i] = 0;
-    const char* annotations = payload ? payload->annotations : NULL;
-    n = snprintf(buffer, capacity, "%s%s%s", words, annotations ? "; " : "",
-                 annotations ? annotations : "");
-  } else {
-    n = snprintf(buffer, capacity, "%s%s%s", payload->message,
-                 payload->annotations ? "; " : "",
-                 payload->annotations ? payload->annotations : "");
+    head = words;
   }
+  const char* annotations = payload ? payload->annotations : NULL;
+  int n = snprintf(buffer, capacity, "%s%s%s", head, annotations ? "; " : "",
+                   annotations ? annotations : "");
   return n < 0 ? 0 : (size_t)n;
 }
 

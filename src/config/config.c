@@ -482,18 +482,25 @@ size_t pcp_config_edit_distance(const char* a, const char* b) {
   return edit_distance(a, strlen(a), b, strlen(b));
 }
 
+// Keeps |candidate| in |inout_best| when it is closer to |word| than the
+// best so far (|inout_best_distance| starts at the typo budget + 1).
+static void consider_candidate(const char* word, size_t length,
+                               const char* candidate, const char** inout_best,
+                               size_t* inout_best_distance) {
+  size_t distance = edit_distance(word, length, candidate, strlen(candidate));
+  if (distance < *inout_best_distance) {
+    *inout_best = candidate;
+    *inout_best_distance = distance;
+  }
+}
+
 const char* pcp_config_suggest(const char* word, const char* const* candidates,
                                size_t candidate_count) {
   size_t length = strlen(word);
   const char* best = NULL;
   size_t best_distance = typo_budget(length) + 1;
   for (size_t i = 0; i < candidate_count; ++i) {
-    size_t distance =
-        edit_distance(word, length, candidates[i], strlen(candidates[i]));
-    if (distance < best_distance) {
-      best = candidates[i];
-      best_distance = distance;
-    }
+    consider_candidate(word, length, candidates[i], &best, &best_distance);
   }
   return best;
 }
@@ -511,14 +518,8 @@ const char* pcp_config_suggest_flag(const pcp_config_table_t* table,
   size_t best_distance = typo_budget(length) + 1;
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_config_field_t* field = &table->fields[i];
-    if (!suggestable(field)) {
-      continue;
-    }
-    size_t distance =
-        edit_distance(name, length, field->name, strlen(field->name));
-    if (distance < best_distance) {
-      best = field->name;
-      best_distance = distance;
+    if (suggestable(field)) {
+      consider_candidate(name, length, field->name, &best, &best_distance);
     }
   }
   return best;
@@ -544,6 +545,14 @@ static pcp_status_t unknown_flag_status(const pcp_config_table_t* table,
                          (int)name_length, name);
 }
 
+// "flag '--token-env' was renamed to '--api-token-env'".
+static pcp_status_t renamed_flag_status(const pcp_config_table_t* table,
+                                        const pcp_config_field_t* field) {
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                         "flag '--%s' was renamed to '--%s'", field->name,
+                         alias_target(table, field)->name);
+}
+
 //===----------------------------------------------------------------------===//
 // CLI
 //===----------------------------------------------------------------------===//
@@ -557,9 +566,7 @@ pcp_status_t pcp_config_set(const pcp_config_table_t* table, void* config,
                            table->name, name);
   }
   if (field->flags & PCP_CONFIG_FLAG_RENAMED) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "flag '--%s' was renamed to '--%s'", field->name,
-                           alias_target(table, field)->name);
+    return renamed_flag_status(table, field);
   }
   char what[160];
   snprintf(what, sizeof(what), "flag '--%s'", field->name);
@@ -604,9 +611,7 @@ static pcp_status_t parse_argv_impl(const pcp_config_table_t* table, int argc,
       return unknown_flag_status(table, name, name_length);
     }
     if (field->flags & PCP_CONFIG_FLAG_RENAMED) {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "flag '--%s' was renamed to '--%s'", field->name,
-                             alias_target(table, field)->name);
+      return renamed_flag_status(table, field);
     }
     char what[160];
     snprintf(what, sizeof(what), "flag '--%s'", field->name);

@@ -128,26 +128,21 @@ int pcp_tokenizer_cli_main(int argc, char** argv) {
     parse_status = pcp_config_parse_argv(&kTable, argc - 1, argv + 1, &options,
                                          &positionals);
   }
+  int rc = 0;
   if (!parse_status && options.help) {
     print_usage(stdout);
-    pcp_config_deinitialize(&kTable, &options);
-    pcp_string_list_deinitialize(&positionals);
-    return 0;
+  } else {
+    if (!parse_status) {
+      parse_status = pcp_config_validate(&kTable, &options);
+    }
+    if (!parse_status && positionals.count != 1) {
+      parse_status = pcp_make_status(
+          PCP_STATUS_INVALID_ARGUMENT,
+          "expected one TEXT or @FILE argument, got %zu", positionals.count);
+    }
+    rc = parse_status ? pcp_config_cli_usage_error("tokenize", parse_status)
+                      : tokenize_run(&options, positionals.items[0]);
   }
-  if (!parse_status) {
-    parse_status = pcp_config_validate(&kTable, &options);
-  }
-  if (!parse_status && positionals.count != 1) {
-    parse_status = pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT,
-        "expected one TEXT or @FILE argument, got %zu", positionals.count);
-  }
-  if (parse_status) {
-    pcp_config_deinitialize(&kTable, &options);
-    pcp_string_list_deinitialize(&positionals);
-    return pcp_config_cli_usage_error("tokenize", parse_status);
-  }
-  int rc = tokenize_run(&options, positionals.items[0]);
   pcp_config_deinitialize(&kTable, &options);
   pcp_string_list_deinitialize(&positionals);
   return rc;
