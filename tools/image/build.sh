@@ -11,15 +11,16 @@
 #      the user pcp and build/pcp, tagged localhost/pcp:<version> and
 #      localhost/pcp:latest;
 #   5. `podman save --format oci-archive` to build/pcp-image.tar.
-# Environment: PCP_IMAGE_CACHE (default ~/.cache/pcp/image), PCP_IMAGE_SAVE=0
-# skips step 5 (the test and the bench only need the image in the store).
+# Environment: PCP_BINARY (default build/pcp), PCP_IMAGE_CACHE (default
+# ~/.cache/pcp/image), PCP_IMAGE_SAVE=0 skips step 5 (the test and the bench
+# only need the image in the store).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 log() { printf 'image: %s\n' "$*" >&2; }
 die() { printf 'image: error: %s\n' "$*" >&2; exit 1; }
 
-pcp=build/pcp
+pcp=${PCP_BINARY:-build/pcp}
 [[ -x $pcp ]] || die "$pcp is missing: run 'make build' first"
 for tool in podman mmdebstrap runc; do
   command -v "$tool" >/dev/null ||
@@ -150,6 +151,8 @@ podman build --quiet --pull=never --runtime runc --network=none \
   --tag "localhost/pcp:$version" --tag localhost/pcp:latest \
   "$context" >/dev/null || die "podman build failed"
 rm -rf "$context"
+# The images this replaced (same tags, older binary) are dangling now.
+podman image prune -f --filter label=org.opencontainers.image.title=pcp >/dev/null 2>&1 || true
 log "built localhost/pcp:$version and localhost/pcp:latest ($((SECONDS - build_start)) s; $(podman image inspect --format '{{.Size}}' "localhost/pcp:$version" | awk '{printf "%.0f MB", $1/1e6}'))"
 
 if [[ ${PCP_IMAGE_SAVE:-1} != 0 ]]; then
