@@ -8,8 +8,9 @@
 #      localhost/pcp:latest against the same binary started on the host;
 #   2. the image's size against the sum of the files it must hold: the pcp
 #      binary, the shared libraries it links and loads (ldd closure inside
-#      the image), the Python interpreter and standard library it embeds,
-#      and the venv with the pinned wheels.
+#      the image, with the C++ runtime the IREE libraries need), the Python
+#      interpreter and standard library it embeds, and the venv with the
+#      pinned wheels.
 # Last line: "image ratio=<host median / container median>" (higher is
 # better; 1 = containers start as fast as processes). With PCP_BENCH_CHECK=1
 # a ratio under 0.5 exits 1.
@@ -131,7 +132,8 @@ echo "  containers       ${container_ms} ms   (runs: ${container_times[*]})"
 # The files the image must hold, measured inside it.
 must_kb=$(podman run --rm "${run_options[@]}" --entrypoint /bin/sh \
   "$image" -c '
-libs=$( { ldd /usr/bin/pcp; for l in libmicrohttpd.so.12 libcurl.so.4; do
+libs=$( { ldd /usr/bin/pcp
+        for l in libmicrohttpd.so.12 libcurl.so.4 libstdc++.so.6 libgcc_s.so.1; do
           p=$(ldconfig -p | awk -v l="$l" "\$1 == l {print \$NF; exit}");
           echo "x => $p"; ldd "$p"; done; } |
         awk "/=>/ {print \$3} /^\t\// {print \$1}" | sort -u)

@@ -90,14 +90,14 @@ rootfs=$cache/rootfs-$key.tar
 base=localhost/pcp-base:$key
 
 start=$SECONDS
-if [[ ! -s $rootfs ]]; then
+if [[ ! -f $rootfs || ! -s $rootfs ]]; then
   log "bootstrapping Debian $suite (minbase + $(tr ',' ' ' <<<"$packages")) from: ${mirror_lines[*]}"
-  tmp=$cache/rootfs-$key.tar.partial
-  rm -f "$tmp"
+  tmp=$cache/rootfs-$key.partial.tar  # the suffix tells mmdebstrap the format
+  rm -rf "$tmp"
   if ! mmdebstrap --quiet "${mmdebstrap_options[@]}" "$suite" "$tmp" \
     "${mirror_lines[@]}" >"$cache/mmdebstrap-$key.log" 2>&1; then
     tail -n 30 "$cache/mmdebstrap-$key.log" >&2
-    rm -f "$tmp"
+    rm -rf "$tmp"
     die "mmdebstrap failed (log: $cache/mmdebstrap-$key.log)"
   fi
   mv "$tmp" "$rootfs"
