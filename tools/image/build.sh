@@ -92,7 +92,7 @@ base=localhost/pcp-base:$key
 start=$SECONDS
 if [[ ! -f $rootfs || ! -s $rootfs ]]; then
   log "bootstrapping Debian $suite (minbase + $(tr ',' ' ' <<<"$packages")) from: ${mirror_lines[*]}"
-  tmp=$cache/rootfs-$key.partial.tar  # the suffix tells mmdebstrap the format
+  tmp=$cache/rootfs-$key.$$.partial.tar  # the suffix tells mmdebstrap the format
   rm -rf "$tmp"
   if ! mmdebstrap --quiet "${mmdebstrap_options[@]}" "$suite" "$tmp" \
     "${mirror_lines[@]}" >"$cache/mmdebstrap-$key.log" 2>&1; then
@@ -132,9 +132,10 @@ if [[ ! -f $wheels/.complete ]]; then
   touch "$wheels/.complete"
 fi
 
-# The build context: the binary and the wheels (hard links), nothing else.
-context=build/image-context
-rm -rf "$context"
+# The build context: the binary and the wheels (hard links), nothing else;
+# its own directory, so that two builds at once do not share one.
+context=$(mktemp -d "$cache/context.XXXXXX")
+trap 'rm -rf "$context"' EXIT
 mkdir -p "$context/wheels"
 cp "$pcp" "$context/pcp"
 strip --strip-unneeded "$context/pcp" 2>/dev/null || true
@@ -150,7 +151,6 @@ podman build --quiet --pull=never --runtime runc --network=none \
   --file tools/image/Containerfile \
   --tag "localhost/pcp:$version" --tag localhost/pcp:latest \
   "$context" >/dev/null || die "podman build failed"
-rm -rf "$context"
 # The images this replaced (same tags, older binary) are dangling now.
 podman image prune -f --filter label=org.opencontainers.image.title=pcp >/dev/null 2>&1 || true
 log "built localhost/pcp:$version and localhost/pcp:latest ($((SECONDS - build_start)) s; $(podman image inspect --format '{{.Size}}' "localhost/pcp:$version" | awk '{printf "%.0f MB", $1/1e6}'))"

@@ -45,7 +45,7 @@ id=pcp-image-test-$$
 volume=$id-state
 gateway=$id-gateway
 nodemgr=$id-nodemgr
-work=build/image-test
+work=build/image-test/$$
 rm -rf "$work"
 mkdir -p "$work/etc"
 chmod 755 "$work/etc"
@@ -65,7 +65,11 @@ cleanup() {
   fi
   for c in "${containers[@]}"; do podman rm -f -v -t 3 "$c" >/dev/null 2>&1 || true; done
   podman volume rm -f "$volume" >/dev/null 2>&1 || true
-  [[ $status -eq 0 ]] || echo "image-test: failed (exit $status)" >&2
+  if [[ $status -eq 0 ]]; then
+    rm -rf "$work"
+  else
+    echo "image-test: failed (exit $status); files in $work" >&2
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -110,7 +114,8 @@ grep -Eq '^iree-runtime: [0-9]' <<<"$version_text" ||
   fail "pcp --version in the image does not name the IREE runtime"
 grep -q '^venv: /opt/pcp/venv$' <<<"$version_text" ||
   fail "pcp in the image does not use /opt/pcp/venv"
-uid=$(podman run --rm "${run_options[@]}" --entrypoint /usr/bin/id "$image" -u)
+uid=$(podman run --rm "${run_options[@]}" --entrypoint /usr/bin/id "$image" -u) ||
+  fail "podman run --entrypoint /usr/bin/id $image failed"
 [[ $uid == 10001 ]] || fail "the image runs as uid $uid, not 10001 (pcp)"
 
 # 2. The cluster. Workers prove the join token (HMAC challenge).
@@ -133,7 +138,8 @@ e.update(data_path="/data/tiny_shakespeare.txt", outer_loop_steps=steps,
 print(json.dumps(e, indent=1))
 EOF
 chmod 644 "$work/etc/"*.json
-model=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$work/etc/experiment.json")
+model=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$work/etc/experiment.json") ||
+  fail "cannot read the experiment's name"
 
 podman volume create "$volume" >/dev/null || fail "podman volume create failed"
 start_gateway() {
@@ -175,7 +181,7 @@ tail -n 3 "$submit_log"
 job=$(curl -fsS "$url/v1/jobs?kind=training" | "$python" -c '
 import json, sys
 jobs = json.load(sys.stdin)["jobs"]
-print(jobs[-1]["job_id"] if jobs else "")')
+print(jobs[-1]["job_id"] if jobs else "")') || fail "GET /v1/jobs failed"
 [[ -n $job ]] || fail "no training job listed after pcp submit"
 json_check "$url/v1/training/jobs/$job" \
   "body['state'] == 'succeeded' and body['training']['outer_step'] == $outer_steps" ||
@@ -207,7 +213,8 @@ first=$(reply_text "$reply") || fail "the chat reply is not a completion: $reply
 say "chat reply (greedy, answered by the container): $first"
 # The state is the container user's: the volume and what the gateway wrote.
 owners=$(podman exec "$gateway" sh -c \
-  'stat -c %u /var/lib/pcp; find /var/lib/pcp -mindepth 1 -maxdepth 2 -printf "%U\n"')
+  'stat -c %u /var/lib/pcp; find /var/lib/pcp -mindepth 1 -maxdepth 2 -printf "%U\n"') ||
+  fail "podman exec in the gateway container failed"
 [[ $(sort -u <<<"$owners" | paste -sd' ') == 10001 ]] ||
   fail "/var/lib/pcp holds files not owned by uid 10001: $(sort -u <<<"$owners" | paste -sd' ')"
 [[ $(podman exec "$gateway" sh -c 'ls /var/lib/pcp' | wc -l) -gt 0 ]] ||
