@@ -46,14 +46,14 @@ bench-check: build
 	@tools/bench.sh --check $(BENCH)
 
 # The OCI image localhost/pcp:<version> (and :latest) from a cached Debian
-# root, no registry; the archive in build/pcp-image.tar (tools/image/).
+# root, no registry; the archive in build/pcp-image.tar (deploy/image/).
 image: build
-	@tools/image/build.sh
+	@deploy/image/build.sh
 
 # The containerised gateway + node manager test (also the ctest test
 # image_cluster in `make test`).
 image-test: image
-	@tools/image/test.sh
+	@deploy/image/test.sh
 
 lint:
 	@tools/lint/check_includes.py

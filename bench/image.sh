@@ -26,8 +26,8 @@ die() { echo "image: error: $*" >&2; exit 1; }
 command -v podman >/dev/null || die "podman is not installed ('make setup')"
 [[ -x $pcp ]] || die "$pcp is missing ('make build')"
 # The image of this binary (warm: only the binary's layer is rebuilt).
-PCP_BINARY=$pcp PCP_IMAGE_SAVE=0 tools/image/build.sh 2>/dev/null ||
-  die "tools/image/build.sh failed (run it for the reason)"
+PCP_BINARY=$pcp PCP_IMAGE_SAVE=0 deploy/image/build.sh 2>/dev/null ||
+  die "deploy/image/build.sh failed (run it for the reason)"
 
 run_options=(--runtime runc --network=host --ulimit nofile=20000:20000
   --ulimit nproc=4096:4096)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # `make image`: the PCP runtime image, built without any registry.
 #   1. a Debian bookworm minbase root with the runtime packages of
-#      tools/image/packages.txt, bootstrapped by mmdebstrap from the mirrors
+#      deploy/image/packages.txt, bootstrapped by mmdebstrap from the mirrors
 #      in the host's apt sources and cached as a tarball under
 #      ~/.cache/pcp/image/ (key: the package list, suite and mirrors);
 #   2. that root imported as the base image localhost/pcp-base:<key>;
 #   3. the pinned wheels of tools/setup/requirements.txt (downloaded once
 #      into ~/.cache/pcp/image/wheels-<hash>/, then used offline);
-#   4. `podman build --pull=never` (tools/image/Containerfile) adds the venv,
+#   4. `podman build --pull=never` (deploy/image/Containerfile) adds the venv,
 #      the user pcp and build/pcp, tagged localhost/pcp:<version> and
 #      localhost/pcp:latest;
 #   5. `podman save --format oci-archive` to build/pcp-image.tar.
@@ -71,7 +71,7 @@ EOF
 )
 [[ -n $mirrors ]] || die "no '$suite' mirror in the host's apt sources (/etc/apt/sources.list*)"
 mapfile -t mirror_lines <<<"$mirrors"
-packages=$(grep -vE '^\s*(#|$)' tools/image/packages.txt | sort -u | paste -sd, -)
+packages=$(grep -vE '^\s*(#|$)' deploy/image/packages.txt | sort -u | paste -sd, -)
 
 # Docs, man pages and locales are not needed at run time.
 mmdebstrap_options=(
@@ -148,7 +148,7 @@ build_start=$SECONDS
 podman build --quiet --pull=never --runtime runc --network=none \
   --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 \
   --build-arg BASE="$base" --build-arg PCP_VERSION="$version" \
-  --file tools/image/Containerfile \
+  --file deploy/image/Containerfile \
   --tag "localhost/pcp:$version" --tag localhost/pcp:latest \
   "$context" >/dev/null || die "podman build failed"
 # The images this replaced (same tags, older binary) are dangling now.

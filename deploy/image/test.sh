@@ -14,7 +14,7 @@
 #   4. the gateway container is stopped (SIGTERM), removed and started again
 #      on the same volume: the job is still listed (succeeded) and the model
 #      is still served.
-# --build first runs tools/image/build.sh (without the OCI archive): what
+# --build first runs deploy/image/build.sh (without the OCI archive): what
 # ctest does, so a changed binary is in the image it tests.
 # A machine that cannot run containers FAILS here with the reason.
 # Everything it starts (containers, the volume) is removed on exit.
@@ -37,7 +37,7 @@ if ! info=$(podman info 2>&1); then
   fail "podman cannot run containers on this machine: $(tail -n 3 <<<"$info")"
 fi
 if [[ $build -eq 1 ]]; then
-  PCP_IMAGE_SAVE=0 tools/image/build.sh || fail "building the image failed"
+  PCP_IMAGE_SAVE=0 deploy/image/build.sh || fail "building the image failed"
 fi
 podman image exists "$image" || fail "no image $image: run 'make image' first"
 
@@ -183,9 +183,11 @@ import json, sys
 jobs = json.load(sys.stdin)["jobs"]
 print(jobs[-1]["job_id"] if jobs else "")') || fail "GET /v1/jobs failed"
 [[ -n $job ]] || fail "no training job listed after pcp submit"
+# It learned: a uniform guess over the 65 characters has loss ln 65 = 4.17.
 json_check "$url/v1/training/jobs/$job" \
-  "body['state'] == 'succeeded' and body['training']['outer_step'] == $outer_steps" ||
-  fail "job $job did not complete $outer_steps outer steps: $(curl -fsS "$url/v1/training/jobs/$job")"
+  "body['state'] == 'succeeded' and body['training']['outer_step'] == $outer_steps
+   and 0 < body['training']['val_loss'] < 3.5" ||
+  fail "job $job did not complete $outer_steps outer steps with val_loss < 3.5: $(curl -fsS "$url/v1/training/jobs/$job")"
 say "job $job trained $outer_steps outer steps ($((SECONDS - start)) s)"
 
 served() {
