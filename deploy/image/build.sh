@@ -101,6 +101,7 @@ if [[ ! -f $rootfs || ! -s $rootfs ]]; then
     die "mmdebstrap failed (log: $cache/mmdebstrap-$key.log)"
   fi
   mv "$tmp" "$rootfs"
+  rm -f "$cache/mmdebstrap-$key.log"
   log "root filesystem: $rootfs ($(du -m "$rootfs" | cut -f1) MB, $((SECONDS - start)) s)"
 else
   log "root filesystem cached: $rootfs"
@@ -113,9 +114,9 @@ fi
 # The wheels: downloaded once for the pinned set, then installed offline.
 requirements=tools/setup/requirements.txt
 # pip itself comes from Debian's python3-pip-whl (python3.11-venv needs it).
-pip_wheel=$(ls /usr/share/python-wheels/pip-*.whl 2>/dev/null | head -n 1)
+pip_wheel=$(find /usr/share/python-wheels -maxdepth 1 -name "pip-*.whl" 2>/dev/null | sort | tail -n 1)
 [[ -n $pip_wheel ]] || die "no pip wheel in /usr/share/python-wheels (Debian package python3-pip-whl)"
-wheel_key=$(cat "$requirements" | sha256sum | cut -c1-16)
+wheel_key=$(sha256sum <"$requirements" | cut -c1-16)
 wheels=$cache/wheels-$wheel_key
 if [[ ! -f $wheels/.complete ]]; then
   venv_python=${PCP_VENV:-$root/.venv}/bin/python
