@@ -117,6 +117,16 @@ grep -q '^venv: /opt/pcp/venv$' <<<"$version_text" ||
 uid=$(podman run --rm "${run_options[@]}" --entrypoint /usr/bin/id "$image" -u) ||
   fail "podman run --entrypoint /usr/bin/id $image failed"
 [[ $uid == 10001 ]] || fail "the image runs as uid $uid, not 10001 (pcp)"
+# Only what it must hold: no build tree, no pip, no wheel files; and a size
+# bound (605 MB when written) that catches something large slipping in.
+extra=$(podman run --rm "${run_options[@]}" --entrypoint /bin/sh "$image" -c \
+  'ls -d /work /opt/pcp/venv/bin/pip* /tmp/wheels 2>/dev/null
+   find / -xdev \( -name "*.whl" -o -name CMakeLists.txt -o -name "*.ninja" \) \
+     -print 2>/dev/null | head -n 5') ||
+  fail "podman run $image /bin/sh failed"
+[[ -z $extra ]] || fail "the image holds what it should not: $extra"
+size=$(podman image inspect --format '{{.Size}}' "$image")
+((size < 750000000)) || fail "the image is $size bytes, over the 750 MB bound"
 
 # 2. The cluster. Workers prove the join token (HMAC challenge).
 PCP_WORKER_JOIN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
