@@ -10,7 +10,8 @@
 #      manager's /healthz and /readyz;
 #   3. `pcp submit train` (run from the image) trains the quickstart model
 #      for a few outer steps; the gateway serves its final export and answers
-#      a chat request from the host;
+#      a chat request from the host, token for token what an offline JAX
+#      decode of the export in the volume gives;
 #   4. the gateway container is stopped (SIGTERM), removed and started again
 #      on the same volume: the job is still listed (succeeded) and the model
 #      is still served.
@@ -223,6 +224,17 @@ print(json.dumps(text))' "$1"
 reply=$(chat) || fail "the chat request failed"
 first=$(reply_text "$reply") || fail "the chat reply is not a completion: $reply"
 say "chat reply (greedy, answered by the container): $first"
+# The reply against an independent decode: JAX on the host reads the export
+# the container wrote into the volume and checks the served tokens one by
+# one (tools/check_served_weights.py, as `make run` does).
+mountpoint=$(podman volume inspect --format '{{.Mountpoint}}' "$volume") ||
+  fail "podman volume inspect $volume failed"
+venv_python=${PCP_VENV:-$root/.venv}/bin/python
+[[ -x $venv_python ]] || fail "no $venv_python for the JAX reference ('make setup')"
+"$venv_python" tools/check_served_weights.py --url "$url" --model "$model" \
+  --models-root "$mountpoint/models" --prompt "ROMEO:" --max-tokens 24 \
+  --pcp "${PCP_BINARY:-build/pcp}" ||
+  fail "the served reply differs from the offline JAX decode of the export in the volume"
 # The state is the container user's: the volume and what the gateway wrote.
 owners=$(podman exec "$gateway" sh -c \
   'stat -c %u /var/lib/pcp; find /var/lib/pcp -mindepth 1 -maxdepth 2 -printf "%U\n"') ||
