@@ -34,6 +34,11 @@
                     `pcp --worker --dump-config` with the downward-API env)
      drain          grace periods cover preStop + docs/api.md's drain and
                     the node manager's --stop-grace-ms
+     claims         every mounted claim exists (a PVC or a StatefulSet
+                    pod's); another pod mounting the gateway's
+                    ReadWriteOnce claim is tied to its node by podAffinity
+     backup         the backup CronJob's script, run on the live gateway's
+                    state directory, copies a row written just before
      probes         the real gateway and node managers, started from the
                     manifests' args, env and config, answer every probe
                     path on the probe's port (/healthz 200, /readyz 200 or
@@ -166,12 +171,15 @@ def gateway_config_of(bundle, c):
     return json.loads(source) if source is not None else None
 
 
-def configmap_file(bundle, c, path, spec=None):
-    if not path:
-        return None
-    for w, s, cc in containers(bundle):
+def configmap_file(bundle, c, path):
+    """The text of |path| in container |c| when a ConfigMap volume of its
+    pod (|c| must be a container of |bundle|) holds it, else None."""
+    spec = None
+    for _, s, cc in containers(bundle):
         if cc is c:
             spec = s
+    if not path or spec is None:
+        return None
     for m in c.get("volumeMounts", []):
         if os.path.dirname(path) != m["mountPath"].rstrip("/"):
             continue
@@ -323,15 +331,14 @@ class Sandbox:
             config = json.loads(text)
         except ValueError:
             return text
-        # Mount points listed so far cover the config's own mount only;
-        # the gateway's other mounts are added by map_paths below.
+        # Listen ports here; the paths are mapped by map_config_paths once
+        # every mount has its directory.
         key = (w["metadata"]["name"], instance)
         fabric = config.get("worker_fabric", {})
         if "port" in fabric:
             fabric["port"] = self.port(key, fabric["port"])
         if "host" in fabric:
             fabric["host"] = "127.0.0.1"
-        self.pending_config = config
         return json.dumps(config)
 
 
@@ -806,12 +813,138 @@ def check_drain(bundle, _):
     return problems
 
 
+def check_claims(bundle, _):
+    """Every persistentVolumeClaim a pod mounts exists: a PVC here or the
+    claim of a StatefulSet pod (<template>-<set>-<ordinal>); a pod mounting
+    another workload's ReadWriteOnce claim has a required podAffinity to
+    that workload's pods (the volume attaches to one node)."""
+    problems = []
+    pvcs = {p["metadata"]["name"] for p in find(bundle,
+                                                "PersistentVolumeClaim")}
+    owners = {}
+    for sts in find(bundle, "StatefulSet"):
+        for t in sts["spec"].get("volumeClaimTemplates", []):
+            for i in range(sts["spec"].get("replicas", 1)):
+                owners["%s-%s-%d" % (t["metadata"]["name"],
+                                     sts["metadata"]["name"], i)] = sts
+    for w, t in pod_templates(bundle):
+        spec = t["spec"]
+        for v in spec.get("volumes", []):
+            claim = v.get("persistentVolumeClaim", {}).get("claimName")
+            if claim is None:
+                continue
+            if claim not in pvcs and claim not in owners:
+                problems.append("%s/%s: volume %s claims %r, which is neither "
+                                "a PersistentVolumeClaim here nor a "
+                                "StatefulSet pod's claim" %
+                                (w["kind"], w["metadata"]["name"], v["name"],
+                                 claim))
+                continue
+            owner = owners.get(claim)
+            if owner is None:
+                continue
+            labels = owner["spec"]["template"]["metadata"]["labels"]
+            terms = spec.get("affinity", {}).get("podAffinity", {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution", [])
+            if not any(labels_match(term.get("labelSelector", {}).get(
+                    "matchLabels", {}), labels) and
+                    term.get("topologyKey") == "kubernetes.io/hostname"
+                    for term in terms):
+                problems.append("%s/%s: mounts %s's claim %s without a "
+                                "required podAffinity to its pods on "
+                                "kubernetes.io/hostname" %
+                                (w["kind"], w["metadata"]["name"],
+                                 owner["metadata"]["name"], claim))
+    return problems
+
+
+def check_backup(bundle, ctx):
+    """Runs each CronJob's script (its command with this venv's Python) on
+    the running gateway's state directory while the gateway writes: the
+    copy must hold a row written just before, and pass integrity_check."""
+    problems = []
+    gateways = [(w, c, env) for _, p, w, c, env in ctx.running.procs
+                if role_of(c) == "gateway"]
+    for w, spec, c in containers(bundle):
+        if w["kind"] != "CronJob":
+            continue
+        cmd = c.get("command", [])
+        if len(cmd) < 3 or not cmd[0].endswith("python3") or cmd[1] != "-c":
+            problems.append("%s: command is not `python3 -c SCRIPT`" %
+                            ident(w, c))
+            continue
+        if not gateways:
+            problems.append("no gateway running to back up")
+            continue
+        gw, gc, genv = gateways[0]
+        api = ctx.running.port_of[(gw["metadata"]["name"],
+                                   int(arg_value(gc["args"], "--api-port")))]
+        token = genv.get((gateway_config_of(ctx.bundle, gc) or {}).get(
+            "api_token_env"))
+        service_id = "backup-probe-%d" % time.monotonic_ns()
+        req = urllib.request.Request(
+            "http://127.0.0.1:%d/v1/services/register" % api,
+            data=json.dumps({"service_id": service_id,
+                             "service_type": "backup-test",
+                             "base_url": "http://x:1"}).encode(),
+            headers={"Authorization": "Bearer " + token,
+                     "Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=10).read()
+        except OSError as e:
+            problems.append("registering a service before the backup: %s" % e)
+            continue
+        mounts = {}
+        out_dir = tempfile.mkdtemp(dir=ctx.work)
+        for m in c.get("volumeMounts", []):
+            vol = [v for v in spec["volumes"] if v["name"] == m["name"]][0]
+            claim = vol.get("persistentVolumeClaim", {}).get("claimName")
+            if claim in ctx.running.claim_dirs:
+                mounts[m["mountPath"]] = ctx.running.claim_dirs[claim]
+            else:
+                mounts[m["mountPath"]] = os.path.join(out_dir, m["name"])
+                os.makedirs(mounts[m["mountPath"]], exist_ok=True)
+        # One pass: a mapped path must not be mapped again.
+        pattern = re.compile('"(%s)(?=[/"])' % "|".join(
+            re.escape(mp) for mp in sorted(mounts, key=len, reverse=True)))
+        script = pattern.sub(lambda m: '"' + mounts[m.group(1)], cmd[2])
+        out = subprocess.run([sys.executable, "-c", script],
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            problems.append("%s: the backup script failed (exit %d): %s" %
+                            (ident(w, c), out.returncode,
+                             (out.stderr or out.stdout).strip()[-500:]))
+            continue
+        copies = [os.path.join(d, f) for d in mounts.values()
+                  if d.startswith(out_dir) for f in os.listdir(d)
+                  if f.startswith("pcp-") and f.endswith(".db")]
+        if len(copies) != 1:
+            problems.append("%s: the backup wrote %s, want one pcp-*.db" %
+                            (ident(w, c), copies))
+            continue
+        import sqlite3
+        db = sqlite3.connect(copies[0])
+        rows = db.execute("SELECT count(*) FROM services WHERE service_id = ?",
+                          (service_id,)).fetchone()[0]
+        ok = db.execute("PRAGMA integrity_check").fetchone()[0]
+        db.close()
+        print("backup: %s, %d bytes, probe row %s, integrity %s" %
+              (os.path.basename(copies[0]), os.path.getsize(copies[0]),
+               "present" if rows else "MISSING", ok))
+        if rows != 1 or ok != "ok":
+            problems.append("%s: the copy lacks the row written before it "
+                            "(%d) or fails integrity_check (%s)" %
+                            (ident(w, c), rows, ok))
+    return problems
+
+
 class Running:
     """The real processes started from the (unmutated) manifests."""
 
     def __init__(self):
         self.procs = []  # (ident, Popen)
         self.port_of = {}  # (workload name, container port) -> local port
+        self.claim_dirs = {}  # PVC name of a StatefulSet pod -> host dir
 
 
 def start_all(bundle, ctx):
@@ -863,18 +996,27 @@ def start_all(bundle, ctx):
         p = subprocess.Popen([ctx.pcp.binary] + args, env=full, stdout=log,
                              stderr=subprocess.STDOUT)
         run.procs.append((ident(w, c), p, w, c, env))
+        base = os.path.join(sandbox.root, "%s-0" % w["metadata"]["name"])
+        for t in w["spec"].get("volumeClaimTemplates", []):
+            run.claim_dirs["%s-%s-0" % (t["metadata"]["name"],
+                                        w["metadata"]["name"])] = \
+                os.path.join(base, t["metadata"]["name"])
         for name, cp in container_ports(c).items():
             run.port_of[(w["metadata"]["name"], cp)] = sandbox.ports.get(
                 ((w["metadata"]["name"], "0"), cp))
-        if config:
-            with open(config) as f:
-                run.port_of[(w["metadata"]["name"], container_ports(c).get(
-                    "fabric"))] = json.load(f)["worker_fabric"]["port"]
-            api = int(arg_value(args, "--api-port"))
-            if not check(wait_for(lambda: http_get(api, "/healthz")[0] == 200,
-                                  60), "%s did not answer /healthz within 60 s "
-                         "(log %s)" % (ident(w, c), log.name)):
-                print(open(log.name).read()[-3000:], file=sys.stderr)
+        # Every role serves /healthz on --api-port; wait for it (or the
+        # process's exit) so that the node managers find a listening
+        # fabric and the probe checks a started server.
+        api = arg_value(args, "--api-port")
+        if api is not None and not wait_for(
+                lambda: p.poll() is not None or
+                http_get(int(api), "/healthz")[0] == 200, 60):
+            print("%s did not answer /healthz within 60 s" % ident(w, c),
+                  file=sys.stderr)
+        if p.poll() is not None:
+            print("%s exited %s at start; its log:\n%s" %
+                  (ident(w, c), p.returncode, open(log.name).read()[-3000:]),
+                  file=sys.stderr)
     return run
 
 
@@ -934,7 +1076,7 @@ def check_joined(bundle, ctx):
     w, c, env = gw[0]
     port = ctx.running.port_of[(w["metadata"]["name"],
                                 int(arg_value(c["args"], "--api-port")))]
-    token_env = (gateway_config_of(bundle, c) or {}).get("api_token_env")
+    token_env = (gateway_config_of(ctx.bundle, c) or {}).get("api_token_env")
     token = env.get(token_env)
     status, _ = http_get(port, "/v1/workers")
     if status != 401:
@@ -1049,7 +1191,7 @@ NEGATIVE = [
      lambda b: set_config(b, "model_roots", ["/var/lib/pcp/models",
                                              "/models"]), "/models"),
     ("config_paths", "state_dir off the claim",
-     lambda b: set_config(b, "state_dir", "/var/cache/pcp/state"),
+     lambda b: set_config(b, "state_dir", "/tmp/state"),
      "volumeClaimTemplate"),
     ("security", "a writable root filesystem",
      lambda b: nm_container(b, "gpu")["securityContext"].update(
@@ -1088,6 +1230,22 @@ NEGATIVE = [
      "terminationGracePeriodSeconds 15"),
     ("drain", "no preStop",
      lambda b: gw_container(b).pop("lifecycle"), "preStop"),
+    ("claims", "a claim that does not exist",
+     lambda b: first(b, "CronJob", "pcp-gateway-backup")["spec"][
+         "jobTemplate"]["spec"]["template"]["spec"]["volumes"][0][
+         "persistentVolumeClaim"].update({"claimName": "state-pcp-gateway"}),
+     "'state-pcp-gateway'"),
+    ("claims", "the gateway's claim mounted on any node",
+     lambda b: first(b, "CronJob", "pcp-gateway-backup")["spec"][
+         "jobTemplate"]["spec"]["template"]["spec"].pop("affinity"),
+     "podAffinity"),
+    ("backup", "the script reading another file",
+     lambda b: first(b, "CronJob", "pcp-gateway-backup")["spec"][
+         "jobTemplate"]["spec"]["template"]["spec"]["containers"][0][
+         "command"].__setitem__(2, first(b, "CronJob", "pcp-gateway-backup")[
+             "spec"]["jobTemplate"]["spec"]["template"]["spec"][
+             "containers"][0]["command"][2].replace("pcp.db", "state.db")),
+     "backup script failed"),
     ("probes", "a readiness path the gateway does not serve",
      lambda b: gw_container(b)["readinessProbe"]["httpGet"].update(
          {"path": "/ready"}), "/ready "),
@@ -1106,7 +1264,7 @@ CHECKS = {
     "config_paths": check_config_paths, "security": check_security,
     "memory": check_memory, "fabric": check_fabric, "gpu": check_gpu,
     "worker_ids": check_worker_ids, "drain": check_drain,
-    "probes": check_probes,
+    "probes": check_probes, "claims": check_claims, "backup": check_backup,
 }
 # Checks that run the binary on a role's containers, and the roles whose
 # mutations above they need.
@@ -1137,6 +1295,7 @@ def main():
     ctx.roles = roles
     ctx.work = tempfile.mkdtemp(prefix="pcp-k8s-test-")
     bundle = load(MANIFESTS)
+    ctx.bundle = bundle  # what the processes were started from
     check(bundle, "no manifests under %s" % MANIFESTS)
     ctx.running = None
     try:
