@@ -1257,6 +1257,28 @@ NEGATIVE = [
          {"path": "/health"}), "/health "),
 ]
 
+def hub_container(b):
+    return first(b, "Deployment", "pcp-hub")["spec"]["template"]["spec"][
+        "containers"][0]
+
+
+def drop_arg(c, flag):
+    i = c["args"].index(flag)
+    del c["args"][i:i + 2]
+
+
+# The same for the hub's container (deploy_k8s_hub).
+HUB_NEGATIVE = [
+    ("args", "no --state-dir (required)",
+     lambda b: drop_arg(hub_container(b), "--state-dir"), "--state-dir"),
+    ("env", "the federation token variable missing",
+     lambda b: drop_env(hub_container(b), "PCP_FEDERATION_TOKEN"),
+     "PCP_FEDERATION_TOKEN"),
+    ("probes", "a readiness path the hub does not serve",
+     lambda b: hub_container(b)["readinessProbe"]["httpGet"].update(
+         {"path": "/ready"}), "/ready "),
+]
+
 CHECKS = {
     "schema": check_schema, "kustomization": check_kustomization,
     "selectors": check_selectors, "services": check_services,
@@ -1313,9 +1335,8 @@ def main():
             for p in check_joined(bundle, ctx):
                 check(False, "joined: " + p)
         # Negative tests.
-        for index, (name, what, mutate, words) in enumerate(NEGATIVE):
-            if hub_only:
-                continue
+        negatives = HUB_NEGATIVE if hub_only else NEGATIVE
+        for index, (name, what, mutate, words) in enumerate(negatives):
             mutated = copy.deepcopy(bundle)
             mutate(mutated)
             if name == "schema":
@@ -1350,7 +1371,7 @@ def main():
         print("%d failure(s)" % len(FAILURES), file=sys.stderr)
         return 1
     print("k8s manifests: all checks passed, %d negative tests caught" %
-          (0 if hub_only else len(NEGATIVE)))
+          len(HUB_NEGATIVE if hub_only else NEGATIVE))
     return 0
 
 
