@@ -21,8 +21,8 @@
      config_paths   --gateway-config is a key of a mounted ConfigMap; every
                     path of the config lies on a mounted volume, state_dir
                     on the volumeClaimTemplate
-     security       uid 10001, non-root, no privilege escalation, read-only
-                    root with /tmp and PCP_CACHE_DIR mounted, ALL caps
+     security       uid 10001, non-root, seccomp, no privilege escalation,
+                    read-only root with /tmp and PCP_CACHE_DIR mounted, ALL caps
                     dropped, no Service links (their names share PCP_),
                     requests and a memory limit
      memory         max_job_gateway_bytes set and below the memory limit
@@ -69,7 +69,13 @@ import time
 import urllib.error
 import urllib.request
 
-import yaml
+try:
+    import yaml
+except ImportError:
+    # PyYAML comes with kubernetes-validate (tools/setup/requirements-test.txt).
+    print("FAIL: PyYAML is not installed in %s (install it: `make setup` "
+          "does)" % sys.executable, file=sys.stderr)
+    sys.exit(1)
 
 KUBERNETES_VERSIONS = ["1.30.0", "1.33.0"]
 SOURCE = os.environ.get("PCP_SOURCE_DIR") or os.path.dirname(
@@ -623,6 +629,11 @@ def check_security(bundle, _):
         if get("runAsUser") != UID or get("runAsNonRoot") is not True:
             problems.append("%s: not runAsNonRoot with runAsUser %d (the "
                             "image's user)" % (name, UID))
+        # The namespace enforces the restricted Pod Security Standard.
+        if get("seccompProfile") not in ({"type": "RuntimeDefault"},) and \
+                (get("seccompProfile") or {}).get("type") != "Localhost":
+            problems.append("%s: no RuntimeDefault or Localhost "
+                            "seccompProfile (restricted Pod Security)" % name)
         if sc.get("allowPrivilegeEscalation") is not False:
             problems.append("%s: allowPrivilegeEscalation is not false" % name)
         if "ALL" not in sc.get("capabilities", {}).get("drop", []):
@@ -1203,6 +1214,10 @@ NEGATIVE = [
     ("security", "root",
      lambda b: first(b, "Deployment", "pcp-hub")["spec"]["template"]["spec"][
          "securityContext"].update({"runAsUser": 0}), "runAsUser"),
+    ("security", "no seccomp profile",
+     lambda b: first(b, "CronJob", "pcp-gateway-backup")["spec"][
+         "jobTemplate"]["spec"]["template"]["spec"]["securityContext"].pop(
+             "seccompProfile"), "seccompProfile"),
     ("security", "Service links on",
      lambda b: first(b, "DaemonSet", "pcp-node-manager-cpu")["spec"][
          "template"]["spec"].pop("enableServiceLinks"), "enableServiceLinks"),
