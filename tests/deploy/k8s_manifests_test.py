@@ -292,7 +292,7 @@ class Sandbox:
                         for key, text in cm.get("data", {}).items():
                             with open(os.path.join(host, key), "w") as f:
                                 f.write(self.rewrite_config(
-                                    text, mounts, w, instance))
+                                    text, w, instance))
 
         def path(s):
             for mp in sorted(mounts, key=len, reverse=True):
@@ -332,7 +332,7 @@ class Sandbox:
                 }.get(field, "field-" + field)
         return args, env
 
-    def rewrite_config(self, text, mounts, w, instance):
+    def rewrite_config(self, text, w, instance):
         try:
             config = json.loads(text)
         except ValueError:
