@@ -6,6 +6,7 @@ PRESET ?= release
 JOBS ?= $(shell nproc)
 
 .PHONY: setup configure build run test test-unit test-asan bench bench-check lint clean
+.PHONY: image image-test
 
 setup:
 	@tools/setup/setup.sh
@@ -43,6 +44,16 @@ bench: build
 # when one misses its goal, fails or prints no ratio (tools/bench.sh --check).
 bench-check: build
 	@tools/bench.sh --check $(BENCH)
+
+# The OCI image localhost/pcp:<version> (and :latest) from a cached Debian
+# root, no registry; the archive in build/pcp-image.tar (deploy/image/).
+image: build
+	@deploy/image/build.sh
+
+# The containerised gateway + node manager test (also the ctest test
+# image_cluster in `make test`).
+image-test: image
+	@deploy/image/test.sh
 
 lint:
 	@tools/lint/check_includes.py

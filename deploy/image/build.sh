@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
 # `make image`: the PCP runtime image, built without any registry.
 #   1. a Debian bookworm minbase root with the runtime packages of
-#      tools/image/packages.txt, bootstrapped by mmdebstrap from the mirrors
+#      deploy/image/packages.txt, bootstrapped by mmdebstrap from the mirrors
 #      in the host's apt sources and cached as a tarball under
 #      ~/.cache/pcp/image/ (key: the package list, suite and mirrors);
 #   2. that root imported as the base image localhost/pcp-base:<key>;
 #   3. the pinned wheels of tools/setup/requirements.txt (downloaded once
 #      into ~/.cache/pcp/image/wheels-<hash>/, then used offline);
-#   4. `podman build --pull=never` (tools/image/Containerfile) adds the venv,
+#   4. `podman build --pull=never` (deploy/image/Containerfile) adds the venv,
 #      the user pcp and build/pcp, tagged localhost/pcp:<version> and
 #      localhost/pcp:latest;
 #   5. `podman save --format oci-archive` to build/pcp-image.tar.
-# Environment: PCP_IMAGE_CACHE (default ~/.cache/pcp/image), PCP_IMAGE_SAVE=0
-# skips step 5 (the test and the bench only need the image in the store).
+# Environment: PCP_BINARY (default build/pcp), PCP_IMAGE_CACHE (default
+# ~/.cache/pcp/image), PCP_IMAGE_SAVE=0 skips step 5 (the test and the bench
+# only need the image in the store).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 log() { printf 'image: %s\n' "$*" >&2; }
 die() { printf 'image: error: %s\n' "$*" >&2; exit 1; }
 
-pcp=build/pcp
+pcp=${PCP_BINARY:-build/pcp}
 [[ -x $pcp ]] || die "$pcp is missing: run 'make build' first"
 for tool in podman mmdebstrap runc; do
   command -v "$tool" >/dev/null ||
@@ -70,7 +71,7 @@ EOF
 )
 [[ -n $mirrors ]] || die "no '$suite' mirror in the host's apt sources (/etc/apt/sources.list*)"
 mapfile -t mirror_lines <<<"$mirrors"
-packages=$(grep -vE '^\s*(#|$)' tools/image/packages.txt | sort -u | paste -sd, -)
+packages=$(grep -vE '^\s*(#|$)' deploy/image/packages.txt | sort -u | paste -sd, -)
 
 # Docs, man pages and locales are not needed at run time.
 mmdebstrap_options=(
@@ -89,17 +90,18 @@ rootfs=$cache/rootfs-$key.tar
 base=localhost/pcp-base:$key
 
 start=$SECONDS
-if [[ ! -s $rootfs ]]; then
+if [[ ! -f $rootfs || ! -s $rootfs ]]; then
   log "bootstrapping Debian $suite (minbase + $(tr ',' ' ' <<<"$packages")) from: ${mirror_lines[*]}"
-  tmp=$cache/rootfs-$key.tar.partial
-  rm -f "$tmp"
+  tmp=$cache/rootfs-$key.$$.partial.tar  # the suffix tells mmdebstrap the format
+  rm -rf "$tmp"
   if ! mmdebstrap --quiet "${mmdebstrap_options[@]}" "$suite" "$tmp" \
     "${mirror_lines[@]}" >"$cache/mmdebstrap-$key.log" 2>&1; then
     tail -n 30 "$cache/mmdebstrap-$key.log" >&2
-    rm -f "$tmp"
+    rm -rf "$tmp"
     die "mmdebstrap failed (log: $cache/mmdebstrap-$key.log)"
   fi
   mv "$tmp" "$rootfs"
+  rm -f "$cache/mmdebstrap-$key.log"
   log "root filesystem: $rootfs ($(du -m "$rootfs" | cut -f1) MB, $((SECONDS - start)) s)"
 else
   log "root filesystem cached: $rootfs"
@@ -112,9 +114,9 @@ fi
 # The wheels: downloaded once for the pinned set, then installed offline.
 requirements=tools/setup/requirements.txt
 # pip itself comes from Debian's python3-pip-whl (python3.11-venv needs it).
-pip_wheel=$(ls /usr/share/python-wheels/pip-*.whl 2>/dev/null | head -n 1)
+pip_wheel=$(find /usr/share/python-wheels -maxdepth 1 -name "pip-*.whl" 2>/dev/null | sort | tail -n 1)
 [[ -n $pip_wheel ]] || die "no pip wheel in /usr/share/python-wheels (Debian package python3-pip-whl)"
-wheel_key=$(cat "$requirements" | sha256sum | cut -c1-16)
+wheel_key=$(sha256sum <"$requirements" | cut -c1-16)
 wheels=$cache/wheels-$wheel_key
 if [[ ! -f $wheels/.complete ]]; then
   venv_python=${PCP_VENV:-$root/.venv}/bin/python
@@ -131,9 +133,10 @@ if [[ ! -f $wheels/.complete ]]; then
   touch "$wheels/.complete"
 fi
 
-# The build context: the binary and the wheels (hard links), nothing else.
-context=build/image-context
-rm -rf "$context"
+# The build context: the binary and the wheels (hard links), nothing else;
+# its own directory, so that two builds at once do not share one.
+context=$(mktemp -d "$cache/context.XXXXXX")
+trap 'rm -rf "$context"' EXIT
 mkdir -p "$context/wheels"
 cp "$pcp" "$context/pcp"
 strip --strip-unneeded "$context/pcp" 2>/dev/null || true
@@ -146,10 +149,11 @@ build_start=$SECONDS
 podman build --quiet --pull=never --runtime runc --network=none \
   --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 \
   --build-arg BASE="$base" --build-arg PCP_VERSION="$version" \
-  --file tools/image/Containerfile \
+  --file deploy/image/Containerfile \
   --tag "localhost/pcp:$version" --tag localhost/pcp:latest \
   "$context" >/dev/null || die "podman build failed"
-rm -rf "$context"
+# The images this replaced (same tags, older binary) are dangling now.
+podman image prune -f --filter label=org.opencontainers.image.title=pcp >/dev/null 2>&1 || true
 log "built localhost/pcp:$version and localhost/pcp:latest ($((SECONDS - build_start)) s; $(podman image inspect --format '{{.Size}}' "localhost/pcp:$version" | awk '{printf "%.0f MB", $1/1e6}'))"
 
 if [[ ${PCP_IMAGE_SAVE:-1} != 0 ]]; then
