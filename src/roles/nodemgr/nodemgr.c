@@ -123,11 +123,11 @@ const pcp_config_table_t pcp_roles_nodemgr_table = {
 // restarts and states)
 //===----------------------------------------------------------------------===//
 
-static const char* const kLabels[] = {"backend", "target_arch", NULL};
-static const char* const kStateLabels[] = {"backend", "target_arch", "state",
-                                           NULL};
-static const char* const kSlotLabels[] = {"backend", "target_arch", "slot",
-                                          NULL};
+// One label vocabulary with the fabric and the workers: `target`, "default"
+// when no --target is given (upstream's s.3.6 calls it target_arch).
+static const char* const kLabels[] = {"backend", "target", NULL};
+static const char* const kStateLabels[] = {"backend", "target", "state", NULL};
+static const char* const kSlotLabels[] = {"backend", "target", "slot", NULL};
 
 enum {
   METRIC_INFO,
@@ -352,6 +352,8 @@ static pcp_status_t metrics_register(nodemgr_t* nm) {
       pcp_obs_registry_create(pcp_allocator_system(), &nm->registry));
   PCP_RETURN_IF_ERROR_BARE(pcp_obs_registry_register(
       nm->registry, kMetrics, METRIC_COUNT, nm->families));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_roles_process_metrics_register(nm->registry, "node-manager"));
   const char* labels[] = {nm->backend, nm->target_arch};
   pcp_obs_family_set(nm->families[METRIC_INFO], labels, 1);
   pcp_obs_family_set(nm->families[METRIC_EXPECTED], labels, nm->slot_count);

@@ -113,6 +113,12 @@ static const pcp_config_field_t kFields[] = {
      .max = 4096,
      .value_name = "N",
      .help = "cpu backend worker threads; 0: one per core"},
+    {.name = "metrics-listen",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, metrics_listen),
+     .value_name = "HOST:PORT",
+     .help = "serve this worker's Prometheus /metrics there (device memory, "
+             "tasks, bytes, program cache)"},
     {.name = "test-task-delay-ms",
      .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(T, test_task_delay_ms),
