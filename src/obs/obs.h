@@ -147,7 +147,7 @@ void pcp_obs_registry_collector_remove(pcp_obs_registry_t* registry,
 // What pcp_build_info reports; every string borrowed for the call only.
 // NULL or "": "unknown".
 typedef struct pcp_obs_build_info_t {
-  const char* version;       // pcp's version
+  const char* version;        // pcp's version
   const char* iree_compiler;  // iree-base-compiler wheel version
   const char* iree_runtime;   // iree-base-runtime wheel version
   const char* role;           // "gateway", "node-manager", "hub", "worker"

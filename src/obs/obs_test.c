@@ -2,15 +2,15 @@
 #include "obs/obs.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <time.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -373,7 +373,6 @@ static void concurrent_updates_are_not_lost(void** state) {
   assert_contains(text, "pcp_test_latency_seconds_count{path=\"/t\"} 40000\n");
   free(text);
 }
-
 
 static void removed_series_leave_the_rendering(void** state) {
   fixture_t* f = *state;

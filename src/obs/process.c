@@ -143,10 +143,9 @@ static void process_collect(void* user_data, pcp_obs_registry_t* registry) {
   }
   struct rlimit limit;
   if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
-    pcp_obs_gauge_set(c->series[P_MAX_FDS],
-                      limit.rlim_cur == RLIM_INFINITY
-                          ? 0
-                          : (double)limit.rlim_cur);
+    pcp_obs_gauge_set(c->series[P_MAX_FDS], limit.rlim_cur == RLIM_INFINITY
+                                                ? 0
+                                                : (double)limit.rlim_cur);
   }
 }
 
@@ -154,8 +153,8 @@ static const char* or_unknown(const char* value) {
   return value && value[0] ? value : "unknown";
 }
 
-pcp_status_t pcp_obs_process_metrics_register(pcp_obs_registry_t* registry,
-                                              const pcp_obs_build_info_t* info) {
+pcp_status_t pcp_obs_process_metrics_register(
+    pcp_obs_registry_t* registry, const pcp_obs_build_info_t* info) {
   if (pcp_obs_registry_find(registry, kProcessDefs[P_CPU].name)) {
     return pcp_ok_status();
   }

@@ -84,8 +84,8 @@ pcp_status_t pcp_roles_worker_metrics_initialize(
   PCP_RETURN_IF_ERROR_BARE(
       pcp_obs_registry_create(pcp_allocator_system(), &m->registry));
   pcp_obs_family_t* f[W_COUNT_];
-  pcp_status_t status = pcp_obs_registry_register(m->registry, kWorkerMetrics,
-                                                  W_COUNT_, f);
+  pcp_status_t status =
+      pcp_obs_registry_register(m->registry, kWorkerMetrics, W_COUNT_, f);
   if (!status) {
     status = pcp_roles_process_metrics_register(m->registry, "worker");
   }

@@ -740,9 +740,8 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
         log_status(w, PCP_LOG_WARN, job->status, "program lookup");
       }
       if (!job->status) {
-        pcp_roles_worker_metrics_add(job->found ? w->metrics.cache_hits
-                                                : w->metrics.cache_misses,
-                                     1);
+        pcp_roles_worker_metrics_add(
+            job->found ? w->metrics.cache_hits : w->metrics.cache_misses, 1);
       }
       status = pcp_proto_worker_program_lookup_done(w->proto, job->request_id,
                                                     job->found, now);
@@ -767,9 +766,9 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
     }
     case JOB_TASK: {
       in_flight_remove(w, job);
-      pcp_roles_worker_metrics_add(job->status ? w->metrics.tasks_failed
-                                               : w->metrics.tasks_succeeded,
-                                   1);
+      pcp_roles_worker_metrics_add(
+          job->status ? w->metrics.tasks_failed : w->metrics.tasks_succeeded,
+          1);
       char task[32];
       snprintf(task, sizeof(task), "%llu", (unsigned long long)job->task_id);
       if (job->status) {

@@ -227,13 +227,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_metrics_initialize(
 
 // Serves GET /metrics and /healthz on |listen| ("HOST:PORT", port 0:
 // ephemeral) until deinitialize. UNAVAILABLE when it cannot bind.
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_metrics_listen(
-    pcp_roles_worker_metrics_t* metrics, const char* listen,
-    uint16_t* out_port);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_worker_metrics_listen(pcp_roles_worker_metrics_t* metrics,
+                                const char* listen, uint16_t* out_port);
 
 // Stops the server and frees everything. Safe on a zeroed struct.
-void pcp_roles_worker_metrics_deinitialize(
-    pcp_roles_worker_metrics_t* metrics);
+void pcp_roles_worker_metrics_deinitialize(pcp_roles_worker_metrics_t* metrics);
 
 // Counter/gauge helpers that accept a NULL series.
 void pcp_roles_worker_metrics_add(pcp_obs_series_t* series, double delta);

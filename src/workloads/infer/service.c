@@ -416,8 +416,8 @@ static void req_finish(runner_t* runner, req_t* r, pcp_status_t status,
     if (s->success) {
       const char* why = reason == PCP_FINISH_REASON_LENGTH ? "length" : "stop";
       if (status) {
-        why = pcp_status_code(status) == PCP_STATUS_CANCELLED ? "abort"
-                                                              : "error";
+        why =
+            pcp_status_code(status) == PCP_STATUS_CANCELLED ? "abort" : "error";
       } else if (reason == PCP_FINISH_REASON_NONE) {
         why = "abort";  // the client went away mid-stream
       }
@@ -867,16 +867,15 @@ static void kv_usage_collect(void* user_data, pcp_obs_registry_t* registry) {
     }
     double used = 0, capacity = 0;
     for (runner_t* r = s->runners; r; r = r->next) {
-      if (r->entry != &s->models[i] ||
-          atomic_load(&r->state) != RUNNER_READY) {
+      if (r->entry != &s->models[i] || atomic_load(&r->state) != RUNNER_READY) {
         continue;
       }
       used += (double)atomic_load(&r->kv_tokens);
-      capacity += (double)r->model->gen.slots * (double)r->model->gen.max_length;
+      capacity +=
+          (double)r->model->gen.slots * (double)r->model->gen.max_length;
     }
     const char* labels[] = {v->model->name};
-    pcp_obs_family_set(s->kv_usage, labels,
-                       capacity > 0 ? used / capacity : 0);
+    pcp_obs_family_set(s->kv_usage, labels, capacity > 0 ? used / capacity : 0);
   }
   pthread_mutex_unlock(&s->mu);
 }
@@ -2054,8 +2053,8 @@ pcp_status_t pcp_infer_service_create(
       s->kv_usage = f[M_KV_USAGE];
       s->prefix_queries = f[M_PREFIX_QUERIES];
       s->prefix_hits = f[M_PREFIX_HITS];
-      status = pcp_obs_registry_collector_add(options->metrics,
-                                              kv_usage_collect, s);
+      status =
+          pcp_obs_registry_collector_add(options->metrics, kv_usage_collect, s);
       if (!status) {
         s->registry = options->metrics;
       }
