@@ -193,7 +193,8 @@ static void metrics_register(void** state) {
               NULL);
   assert_non_null(metrics.outer_step_seconds);
   assert_non_null(metrics.lost_tasks);
-  EXPECT_CODE(pcp_diloco_metrics_register(registry, &metrics),
+  pcp_diloco_metrics_t again;
+  EXPECT_CODE(pcp_diloco_metrics_register(registry, &again),
               PCP_STATUS_ALREADY_EXISTS, NULL);
   // A job's {job} series go when it ends; another job's stay.
   const char* a[] = {"job-a"};
