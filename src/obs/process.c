@@ -76,7 +76,8 @@ static bool read_small_file(const char* path, char* buffer, size_t capacity) {
 
 // Seconds since the epoch at which the machine booted (/proc/stat btime).
 static double boot_time_seconds(void) {
-  static char text[16384];  // /proc/stat of a large machine is long
+  // Long lines (intr) come in pieces; no piece of them starts "btime ".
+  char text[4096];
   FILE* f = fopen("/proc/stat", "r");
   if (!f) {
     return 0;
