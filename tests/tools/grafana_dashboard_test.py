@@ -4,7 +4,8 @@
 dashboard (panels with unique ids, positions inside the 24-column grid,
 targets with a query), every metric its PromQL queries use is in
 tests/data/metrics_golden.txt (a histogram's _bucket/_sum/_count count as
-its family), and the panels the issue asks for are there. The extractor is
+its family), every label a selector matches is one of that metric's golden
+labels, and the panels the issue asks for are there. The extractor is
 checked first on queries with known answers, so a checker that sees no
 metric at all cannot pass.
 
@@ -62,14 +63,39 @@ def metrics_in(expr):
 
 
 def golden_families():
-    fams = {}
+    """{name: type} and {name: label names} (union over the roles)."""
+    fams, labels = {}, {}
     with open(GOLDEN) as f:
         for line in f:
             line = line.strip()
             if line and not line.startswith("#"):
-                _, name, kind, _ = line.split()
+                _, name, kind, names = line.split()
                 fams[name] = kind
-    return fams
+                labels.setdefault(name, set()).update(
+                    [] if names == "-" else names.split(","))
+    return fams, labels
+
+
+def matcher_labels(expr):
+    """(metric, label) of every label matcher in a selector."""
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    out = []
+    for m in re.finditer(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*\{([^}]*)\}", e):
+        for label in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)",
+                                m.group(2)):
+            out.append((m.group(1), label))
+    return out
+
+
+def family_labels(name, fams, labels):
+    if name in fams:
+        return labels.get(name, set())
+    for suffix in ("_bucket", "_sum", "_count"):
+        base = name[:-len(suffix)]
+        if name.endswith(suffix) and fams.get(base) == "histogram":
+            return labels.get(base, set()) | ({"le"} if suffix == "_bucket"
+                                              else set())
+    return set()
 
 
 def known(name, fams):
@@ -116,7 +142,10 @@ def main():
         got = metrics_in(expr)
         check(got == want, "extractor: %r -> %s (want %s)" %
               (expr, sorted(got), sorted(want)))
-    fams = golden_families()
+    fams, labels = golden_families()
+    got = matcher_labels('rate(vllm:x_bucket{model_name=~"$m", le="0.1"}[5m])')
+    check(got == [("vllm:x_bucket", "model_name"), ("vllm:x_bucket", "le")],
+          "matcher labels extracted: %s" % got)
     check(len(fams) > 50, "golden list read (%d families)" % len(fams))
     check(not known("vllm:no_such_metric", fams) and
           not known("pcp_training_loss_bucket", fams),
@@ -155,6 +184,13 @@ def main():
                 unknown.append("%s: %s" % (where, name))
     check(not unknown, "every metric the queries use is in the golden list: "
           "%s" % unknown)
+    bad_labels = []
+    for where, expr in queries(dash):
+        for name, label in matcher_labels(expr):
+            if label not in family_labels(name, fams, labels):
+                bad_labels.append("%s: %s{%s}" % (where, name, label))
+    check(not bad_labels, "every label a selector matches is one of its "
+          "metric's golden labels: %s" % bad_labels)
     # The panels the issue asks for.
     for name in ("vllm:time_to_first_token_seconds_bucket",
                  "vllm:time_per_output_token_seconds_bucket",
