@@ -15,8 +15,8 @@
      usage in (0, 1], prefix hits from the session, prefix queries equal
      prompt tokens, worker tasks / bytes / program cache lookups, process_*
      and pcp_build_info per role, target="default" everywhere;
-  5. the training job's {job} series exist while it runs and are gone
-     after it ends.
+  5. the training job's {job} series (loss, val loss, tokens/s, learning
+     rate) exist while it runs and are gone after it ends.
 
 usage: metrics_golden_test.py PCP [--print]  (--print: write the observed
 list to stdout, to review a change to the golden file by hand)
@@ -210,7 +210,7 @@ def main():
                       "vocab": 65, "block_size": 16, "batch": 2},
             "data_path": DATA, "tokenizer": "char", "sampling": "random",
             "learning_rate": 0.003, "tau": 2, "outer_loop_steps": 3,
-            "seed": 1}
+            "eval_every": 1, "eval_batches": 2, "seed": 1}
         st, job = post(base + "/v1/training/jobs", experiment)
         check(st == 202, "training job accepted: %s %s" % (st, job))
         job_id = job.get("job_id") if isinstance(job, dict) else None
@@ -228,15 +228,22 @@ def main():
             old[1].extend(samples)
             return types, samples
 
-        def loss_series():
-            _, samples = parse(get(base + "/metrics")[1])
-            return [s for s in samples if s[0] == "pcp_training_loss" and
-                    s[1].get("job") == job_id]
+        per_job = ("pcp_training_loss", "pcp_training_val_loss",
+                   "pcp_training_tokens_per_second",
+                   "pcp_training_learning_rate")
 
-        running = wait_for(loss_series, 300,
-                           "pcp_training_loss{job} while the job runs")
-        check(bool(running), "pcp_training_loss{job=%s} while it runs" %
-              job_id)
+        def job_series():
+            _, samples = parse(get(base + "/metrics")[1])
+            got = {s[0]: s[2] for s in samples if s[0] in per_job and
+                   s[1].get("job") == job_id}
+            return got if len(got) == len(per_job) else None
+
+        running = wait_for(job_series, 300,
+                           "every {job} series while the job runs")
+        check(bool(running) and all(0 < v < 1e9 for k, v in running.items()
+                                    if k != "pcp_training_learning_rate"),
+              "loss, val loss, tokens/s, lr {job=%s} while it runs: %s" %
+              (job_id, running))
         scrape("gateway")
 
         def job_state():
