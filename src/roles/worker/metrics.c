@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "http/http.h"
+#include "net/net.h"
 #include "roles/worker/worker_impl.h"
 
 static const char* const kLabels[] = {"backend", "target", "worker", NULL};
@@ -117,26 +118,56 @@ pcp_status_t pcp_roles_worker_metrics_initialize(
   return status;
 }
 
+pcp_status_t pcp_roles_worker_metrics_listen_parse(const char* value,
+                                                  char* host,
+                                                  size_t host_capacity,
+                                                  uint16_t* out_port) {
+  *out_port = 0;
+  host[0] = 0;
+  const char* h = value;
+  const char* colon = strrchr(value, ':');
+  size_t host_length = colon ? (size_t)(colon - value) : 0;
+  if (value[0] == '[') {
+    // [v6addr]:port: the address's own colons are not the separator.
+    const char* close = strchr(value, ']');
+    colon = close && close[1] == ':' ? close + 1 : NULL;
+    h = value + 1;
+    host_length = close ? (size_t)(close - h) : 0;
+  }
+  if (!colon || host_length == 0 || host_length >= host_capacity) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "flag '--metrics-listen': expected HOST:PORT (or "
+                           "[V6]:PORT), got '%s'",
+                           value);
+  }
+  int64_t port = 0;
+  const char* port_text = colon + 1;
+  if (!(port_text[0] >= '0' && port_text[0] <= '9') ||
+      !pcp_string_view_parse_int64(pcp_make_cstring_view(port_text), &port) ||
+      port < 1 || port > 65535) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "flag '--metrics-listen': port '%s' is not in "
+                           "[1, 65535]",
+                           port_text);
+  }
+  memcpy(host, h, host_length);
+  host[host_length] = 0;
+  *out_port = (uint16_t)port;
+  return pcp_ok_status();
+}
+
 pcp_status_t pcp_roles_worker_metrics_listen(
     pcp_roles_worker_metrics_t* metrics, const char* listen,
     uint16_t* out_port) {
   *out_port = 0;
-  char* host = NULL;
-  int64_t port = -1;
-  // --connect's parser: "HOST:PORT" and "[v6]:PORT"; the port is required.
-  PCP_RETURN_IF_ERROR(pcp_roles_connect_parse(listen, &host, &port),
-                      "flag '--metrics-listen'");
-  if (port < 0) {
-    free(host);
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "flag '--metrics-listen': expected HOST:PORT, got "
-                           "'%s'",
-                           listen);
-  }
+  char host[PCP_NET_MAX_HOST_LENGTH + 1];
+  uint16_t port = 0;
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_worker_metrics_listen_parse(
+      listen, host, sizeof(host), &port));
   pcp_http_server_options_t options = {
       .name = "worker-metrics",
       .host = host,
-      .port = (uint16_t)port,
+      .port = port,
       .registry = metrics->registry,
   };
   pcp_http_server_t* server = NULL;
@@ -148,7 +179,6 @@ pcp_status_t pcp_roles_worker_metrics_listen(
   if (!status) {
     status = pcp_http_server_start(server);
   }
-  free(host);
   if (status) {
     pcp_http_server_release(server);
     return pcp_status_annotate_f(status, "flag '--metrics-listen' %s", listen);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "net/net.h"
 #include "roles/worker/worker_impl.h"
 
 #define T pcp_roles_worker_config_t
@@ -199,6 +200,13 @@ static pcp_status_t prepare(void* opaque) {
   if (config->target && !config->target[0]) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "flag '--target': value is empty");
+  }
+  if (config->metrics_listen) {
+    // A usage error at start, not a failed worker later.
+    char host[PCP_NET_MAX_HOST_LENGTH + 1];
+    uint16_t port = 0;
+    PCP_RETURN_IF_ERROR_BARE(pcp_roles_worker_metrics_listen_parse(
+        config->metrics_listen, host, sizeof(host), &port));
   }
   return pcp_roles_worker_id_build(
       pcp_roles_backend_name(config->backend), config->target,

@@ -225,6 +225,11 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_metrics_initialize(
     const char* backend, const char* target, const char* worker_id,
     pcp_roles_worker_metrics_t* out_metrics);
 
+// Splits --metrics-listen's "HOST:PORT" or "[V6]:PORT" (port 1..65535)
+// into |host| and |out_port|. INVALID_ARGUMENT naming the flag otherwise.
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_metrics_listen_parse(
+    const char* value, char* host, size_t host_capacity, uint16_t* out_port);
+
 // Serves GET /metrics and /healthz on |listen| ("HOST:PORT", port 0:
 // ephemeral) until deinitialize. UNAVAILABLE when it cannot bind.
 PCP_MUST_USE_RESULT pcp_status_t
