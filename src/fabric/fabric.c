@@ -1953,9 +1953,13 @@ static void refresh_worker_gauges(pcp_fabric_endpoint_t* ep, int64_t now) {
   }
   for (uint32_t k = 0; k < ep->gauge_key_count; ++k) {
     for (int st = 0; st < PCP_FABRIC_WORKER_STATE_COUNT_; ++st) {
+      // A worker without --target reports ""; the label says "default",
+      // as the node manager's and the worker's own metrics do.
+      const char* target =
+          ep->gauge_keys[k].target[0] ? ep->gauge_keys[k].target : "default";
       const char* labels[] = {
           pcp_fabric_worker_state_name((pcp_fabric_worker_state_t)st),
-          ep->gauge_keys[k].backend, ep->gauge_keys[k].target};
+          ep->gauge_keys[k].backend, target};
       pcp_obs_family_set(ep->families[M_WORKERS], labels, counts[k][st]);
     }
   }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "obs/obs.h"
+#include "obs/obs_impl.h"
 
 struct pcp_obs_series_t {
   pcp_obs_family_t* family;
@@ -39,6 +40,9 @@ struct pcp_obs_family_t {
   pcp_obs_series_t* tail;
   size_t series_count;
   pcp_obs_series_t sink;
+  // Removed series: unlinked from the rendered list but kept until the
+  // registry goes, since hot paths may still hold their handles.
+  pcp_obs_series_t* retired;
   _Atomic uint64_t dropped;
   bool is_dropped_family;
 };
@@ -49,6 +53,15 @@ struct pcp_obs_registry_t {
   pcp_obs_family_t* head;
   pcp_obs_family_t* tail;
   pcp_obs_family_t* dropped_family;
+  // Serializes collector runs and guards the table (a remove waits for a
+  // run in progress).
+  pthread_mutex_t collect_mutex;
+  struct {
+    pcp_obs_collect_fn_t fn;
+    void* user_data;
+    bool owned;  // user_data freed with the registry
+  } collectors[PCP_OBS_MAX_COLLECTORS];
+  size_t collector_count;
 };
 
 // Prometheus client defaults: 5 ms to 10 s, for request latencies.
@@ -221,14 +234,20 @@ static void series_free(pcp_allocator_t allocator, pcp_obs_family_t* family,
   pcp_allocator_free(allocator, (void*)series->bucket_counts);
 }
 
-static void family_free(pcp_allocator_t allocator, pcp_obs_family_t* family) {
-  pcp_obs_series_t* series = family->head;
+static void series_list_free(pcp_allocator_t allocator,
+                             pcp_obs_family_t* family,
+                             pcp_obs_series_t* series) {
   while (series) {
     pcp_obs_series_t* next = series->next;
     series_free(allocator, family, series);
     pcp_allocator_free(allocator, series);
     series = next;
   }
+}
+
+static void family_free(pcp_allocator_t allocator, pcp_obs_family_t* family) {
+  series_list_free(allocator, family, family->head);
+  series_list_free(allocator, family, family->retired);
   series_free(allocator, family, &family->sink);
   pthread_mutex_destroy(&family->mutex);
   pcp_allocator_free(allocator, family);
@@ -286,6 +305,7 @@ pcp_status_t pcp_obs_registry_create(pcp_allocator_t allocator,
       pcp_allocator_calloc(allocator, sizeof(*registry), (void**)&registry));
   registry->allocator = allocator;
   pthread_mutex_init(&registry->mutex, NULL);
+  pthread_mutex_init(&registry->collect_mutex, NULL);
   pcp_obs_family_t* dropped = NULL;
   pcp_status_t status =
       pcp_obs_registry_register(registry, &kDroppedDef, 1, &dropped);
@@ -309,7 +329,14 @@ void pcp_obs_registry_release(pcp_obs_registry_t* registry) {
     family_free(registry->allocator, family);
     family = next;
   }
+  for (size_t i = 0; i < registry->collector_count; ++i) {
+    if (registry->collectors[i].owned) {
+      pcp_allocator_free(registry->allocator,
+                         registry->collectors[i].user_data);
+    }
+  }
   pthread_mutex_destroy(&registry->mutex);
+  pthread_mutex_destroy(&registry->collect_mutex);
   pcp_allocator_free(registry->allocator, registry);
 }
 
@@ -634,6 +661,57 @@ static pcp_status_t series_find_or_create(pcp_obs_family_t* family,
   return status;
 }
 
+bool pcp_obs_family_series_remove(pcp_obs_family_t* family,
+                                  const char* const* label_values) {
+  const size_t label_count = family->label_count;
+  if (label_count && !label_values) {
+    return false;
+  }
+  const char* fixed[PCP_OBS_MAX_LABELS];
+  char repaired[PCP_OBS_MAX_LABELS][3 * 64 + 1];
+  for (size_t i = 0; i < label_count; ++i) {
+    if (!label_values[i] ||
+        strlen(label_values[i]) > PCP_OBS_MAX_LABEL_VALUE_BYTES) {
+      return false;
+    }
+    fixed[i] = label_values[i];
+    // Values that series_get repaired are matched in their repaired form;
+    // only short ones are looked up that way (the names of things that end
+    // are ids, far below the bound).
+    if (!utf8_valid(label_values[i])) {
+      if (strlen(label_values[i]) > 64) {
+        return false;
+      }
+      utf8_sanitize(label_values[i], repaired[i]);
+      fixed[i] = repaired[i];
+    }
+  }
+  uint64_t hash = hash_labels(fixed, label_count);
+  bool removed = false;
+  pthread_mutex_lock(&family->mutex);
+  pcp_obs_series_t* previous = NULL;
+  for (pcp_obs_series_t* s = family->head; s; previous = s, s = s->next) {
+    if (s->hash != hash || !labels_equal(s, fixed, label_count)) {
+      continue;
+    }
+    if (previous) {
+      previous->next = s->next;
+    } else {
+      family->head = s->next;
+    }
+    if (family->tail == s) {
+      family->tail = previous;
+    }
+    --family->series_count;
+    s->next = family->retired;
+    family->retired = s;
+    removed = true;
+    break;
+  }
+  pthread_mutex_unlock(&family->mutex);
+  return removed;
+}
+
 size_t pcp_obs_family_series_count(pcp_obs_family_t* family) {
   pthread_mutex_lock(&family->mutex);
   size_t count = family->series_count;
@@ -909,26 +987,81 @@ static pcp_status_t render_family(pcp_string_builder_t* builder,
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
       builder, "\n# TYPE %s %s\n", family->def->name,
       type_name(family->def->type)));
-  // Series are only appended, and never freed before the registry, so the
-  // list can be walked outside the lock once its tail is read.
+  // Rendered under the family lock: a series may be unlinked
+  // (pcp_obs_family_series_remove) while a scrape runs. Hot paths hold
+  // series handles and do not take this lock, so a scrape only delays
+  // series creation.
   pthread_mutex_lock(&family->mutex);
-  pcp_obs_series_t* head = family->head;
-  size_t count = family->series_count;
+  pcp_status_t status = pcp_ok_status();
+  for (pcp_obs_series_t* s = family->head; s && !status; s = s->next) {
+    status = render_series(builder, family, s);
+  }
   pthread_mutex_unlock(&family->mutex);
-  // |next| of the last counted series may be written by a concurrent
-  // series_get, so it is never read.
-  pcp_obs_series_t* series = head;
-  for (size_t i = 0; i < count; ++i) {
-    PCP_RETURN_IF_ERROR_BARE(render_series(builder, family, series));
-    if (i + 1 < count) {
-      series = series->next;
+  return status;
+}
+
+static pcp_status_t collector_add(pcp_obs_registry_t* registry,
+                                  pcp_obs_collect_fn_t fn, void* user_data,
+                                  bool owned) {
+  pthread_mutex_lock(&registry->collect_mutex);
+  pcp_status_t status = pcp_ok_status();
+  if (registry->collector_count == PCP_OBS_MAX_COLLECTORS) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "metrics registry: more than %d collectors",
+                             PCP_OBS_MAX_COLLECTORS);
+  } else {
+    registry->collectors[registry->collector_count].fn = fn;
+    registry->collectors[registry->collector_count].user_data = user_data;
+    registry->collectors[registry->collector_count].owned = owned;
+    ++registry->collector_count;
+  }
+  pthread_mutex_unlock(&registry->collect_mutex);
+  return status;
+}
+
+pcp_status_t pcp_obs_registry_collector_add(pcp_obs_registry_t* registry,
+                                            pcp_obs_collect_fn_t fn,
+                                            void* user_data) {
+  return collector_add(registry, fn, user_data, false);
+}
+
+pcp_status_t pcp_obs_registry_collector_add_owned(pcp_obs_registry_t* registry,
+                                                  pcp_obs_collect_fn_t fn,
+                                                  void* user_data) {
+  return collector_add(registry, fn, user_data, true);
+}
+
+pcp_allocator_t pcp_obs_registry_allocator(pcp_obs_registry_t* registry) {
+  return registry->allocator;
+}
+
+void pcp_obs_registry_collector_remove(pcp_obs_registry_t* registry,
+                                       pcp_obs_collect_fn_t fn,
+                                       void* user_data) {
+  pthread_mutex_lock(&registry->collect_mutex);
+  for (size_t i = 0; i < registry->collector_count; ++i) {
+    if (registry->collectors[i].fn == fn &&
+        registry->collectors[i].user_data == user_data &&
+        !registry->collectors[i].owned) {
+      memmove(&registry->collectors[i], &registry->collectors[i + 1],
+              (registry->collector_count - i - 1) *
+                  sizeof(registry->collectors[0]));
+      --registry->collector_count;
+      break;
     }
   }
-  return pcp_ok_status();
+  pthread_mutex_unlock(&registry->collect_mutex);
 }
 
 pcp_status_t pcp_obs_registry_render(pcp_obs_registry_t* registry,
                                      pcp_string_builder_t* builder) {
+  // Collectors first, outside the family list lock: they update series,
+  // which may create some.
+  pthread_mutex_lock(&registry->collect_mutex);
+  for (size_t i = 0; i < registry->collector_count; ++i) {
+    registry->collectors[i].fn(registry->collectors[i].user_data, registry);
+  }
+  pthread_mutex_unlock(&registry->collect_mutex);
   pthread_mutex_lock(&registry->mutex);
   pcp_status_t status = pcp_ok_status();
   for (pcp_obs_family_t* f = registry->head; f && !status; f = f->next) {

@@ -28,9 +28,17 @@
 // otherwise a key=value line at most every N seconds, so logs collected by
 // a supervisor stay readable.
 //
+// Series whose label values name something that ends (a job, a worker)
+// are removed with pcp_obs_family_series_remove when it ends, so /metrics
+// does not keep them forever. Collectors (pcp_obs_registry_collector_add)
+// run before each render to refresh values read from elsewhere (/proc, an
+// engine's slots); pcp_obs_process_metrics_register adds the process_* and
+// pcp_build_info families every server exposes.
+//
 // Ownership: definition tables are borrowed and must outlive the registry
 // (they are static in practice). Families and series are owned by the
-// registry and stay valid until pcp_obs_registry_release.
+// registry and stay valid until pcp_obs_registry_release (a removed series
+// too: it is no longer rendered, but a handle to it stays safe to update).
 //
 // Thread-safety: registration and rendering are thread-safe; series updates
 // are thread-safe and lock-free; series lookup takes the family's mutex.
@@ -117,6 +125,43 @@ pcp_obs_family_t* pcp_obs_registry_find(pcp_obs_registry_t* registry,
 PCP_MUST_USE_RESULT pcp_status_t pcp_obs_registry_render(
     pcp_obs_registry_t* registry, pcp_string_builder_t* builder);
 
+// Refreshes values before a render. Runs on the rendering thread, one
+// collector at a time per registry; must not render the registry.
+typedef void (*pcp_obs_collect_fn_t)(void* user_data,
+                                     pcp_obs_registry_t* registry);
+
+#define PCP_OBS_MAX_COLLECTORS 16
+
+// Adds a collector run at the start of every pcp_obs_registry_render.
+// RESOURCE_EXHAUSTED past PCP_OBS_MAX_COLLECTORS. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_obs_registry_collector_add(
+    pcp_obs_registry_t* registry, pcp_obs_collect_fn_t fn, void* user_data);
+
+// Removes the collector added with the same (fn, user_data); waits for a
+// run in progress, so |user_data| may be freed after. No-op when absent.
+// Thread-safe.
+void pcp_obs_registry_collector_remove(pcp_obs_registry_t* registry,
+                                       pcp_obs_collect_fn_t fn,
+                                       void* user_data);
+
+// What pcp_build_info reports; every string borrowed for the call only.
+// NULL or "": "unknown".
+typedef struct pcp_obs_build_info_t {
+  const char* version;        // pcp's version
+  const char* iree_compiler;  // iree-base-compiler wheel version
+  const char* iree_runtime;   // iree-base-runtime wheel version
+  const char* role;           // "gateway", "node-manager", "hub", "worker"
+} pcp_obs_build_info_t;
+
+// Registers process_cpu_seconds_total, process_resident_memory_bytes,
+// process_virtual_memory_bytes, process_open_fds, process_max_fds,
+// process_start_time_seconds (the Prometheus client conventions, read from
+// /proc at each render) and pcp_build_info{version, iree_compiler,
+// iree_runtime, role} 1. A registry that already has them is left as it is
+// (servers sharing one registry may all call this). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_obs_process_metrics_register(
+    pcp_obs_registry_t* registry, const pcp_obs_build_info_t* info);
+
 // Content-Type of the rendered text.
 #define PCP_OBS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
@@ -132,6 +177,14 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_obs_registry_render(
 PCP_MUST_USE_RESULT pcp_status_t pcp_obs_family_series_get(
     pcp_obs_family_t* family, const char* const* label_values,
     pcp_obs_series_t** out_series);
+
+// Removes the series for |label_values| from the rendered output (a job or
+// worker that ended). Handles to it stay valid (updates on them are kept
+// but never rendered); a later series_get with the same values starts a
+// new series at zero. Returns false when there was no such series.
+// Thread-safe, also against a concurrent render.
+bool pcp_obs_family_series_remove(pcp_obs_family_t* family,
+                                  const char* const* label_values);
 
 // Number of series created (the sink not counted). Thread-safe.
 size_t pcp_obs_family_series_count(pcp_obs_family_t* family);

@@ -4,10 +4,13 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -371,8 +374,165 @@ static void concurrent_updates_are_not_lost(void** state) {
   free(text);
 }
 
+static void removed_series_leave_the_rendering(void** state) {
+  fixture_t* f = *state;
+  pcp_obs_series_t* job_a = NULL;
+  pcp_obs_series_t* job_b = NULL;
+  assert_null(pcp_obs_family_series_get(f->families[kPathHits],
+                                        (const char*[]){"job-a"}, &job_a));
+  assert_null(pcp_obs_family_series_get(f->families[kPathHits],
+                                        (const char*[]){"job-b"}, &job_b));
+  pcp_obs_counter_add(job_a, 5);
+  pcp_obs_counter_add(job_b, 7);
+  assert_true(pcp_obs_family_series_remove(f->families[kPathHits],
+                                           (const char*[]){"job-a"}));
+  assert_false(pcp_obs_family_series_remove(f->families[kPathHits],
+                                            (const char*[]){"job-a"}));
+  assert_int_equal(pcp_obs_family_series_count(f->families[kPathHits]), 1);
+  // A stale handle stays safe to update; nothing of it is rendered.
+  pcp_obs_counter_add(job_a, 1);
+  char* text = render(f->registry);
+  if (strstr(text, "job-a")) {
+    fail_msg("removed series still rendered:\n%s", text);
+  }
+  assert_contains(text, "pcp_test_path_hits_total{path=\"job-b\"} 7\n");
+  free(text);
+  // The same labels again start a new series at zero.
+  pcp_obs_series_t* again = NULL;
+  assert_null(pcp_obs_family_series_get(f->families[kPathHits],
+                                        (const char*[]){"job-a"}, &again));
+  assert_ptr_not_equal(again, job_a);
+  assert_true(pcp_obs_series_value(again) == 0);
+  // Removing the last and only series empties the list cleanly.
+  assert_true(pcp_obs_family_series_remove(f->families[kPathHits],
+                                           (const char*[]){"job-b"}));
+  assert_true(pcp_obs_family_series_remove(f->families[kPathHits],
+                                           (const char*[]){"job-a"}));
+  pcp_obs_family_add(f->families[kPathHits], (const char*[]){"job-c"}, 2);
+  text = render(f->registry);
+  assert_contains(text, "pcp_test_path_hits_total{path=\"job-c\"} 2\n");
+  if (strstr(text, "job-a") || strstr(text, "job-b")) {
+    fail_msg("removed series still rendered:\n%s", text);
+  }
+  free(text);
+}
+
+typedef struct churn_t {
+  pcp_obs_family_t* family;
+  _Atomic bool stop;
+} churn_t;
+
+static void* churn_main(void* opaque) {
+  churn_t* c = opaque;
+  for (int i = 0; !atomic_load(&c->stop) && i < 20000; ++i) {
+    char job[16];
+    snprintf(job, sizeof(job), "job-%d", i % 7);
+    pcp_obs_family_add(c->family, (const char*[]){job}, 1);
+    pcp_obs_family_series_remove(c->family, (const char*[]){job});
+  }
+  return NULL;
+}
+
+// Scrapes while series come and go (run under ASan in make test-asan).
+static void remove_is_safe_against_concurrent_renders(void** state) {
+  fixture_t* f = *state;
+  churn_t churn = {.family = f->families[kPathHits]};
+  atomic_init(&churn.stop, false);
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, churn_main, &churn), 0);
+  for (int i = 0; i < 200; ++i) {
+    free(render(f->registry));
+  }
+  atomic_store(&churn.stop, true);
+  pthread_join(thread, NULL);
+}
+
+static int collector_runs = 0;
+static void count_collect(void* user_data, pcp_obs_registry_t* registry) {
+  (void)registry;
+  pcp_obs_family_set(user_data, NULL, ++collector_runs);
+}
+
+static void collectors_run_before_each_render(void** state) {
+  fixture_t* f = *state;
+  collector_runs = 0;
+  assert_null(pcp_obs_registry_collector_add(f->registry, count_collect,
+                                             f->families[kInflight]));
+  char* text = render(f->registry);
+  assert_contains(text, "pcp_test_inflight 1\n");
+  free(text);
+  text = render(f->registry);
+  assert_contains(text, "pcp_test_inflight 2\n");
+  free(text);
+  pcp_obs_registry_collector_remove(f->registry, count_collect,
+                                    f->families[kInflight]);
+  text = render(f->registry);
+  assert_contains(text, "pcp_test_inflight 2\n");
+  free(text);
+  for (int i = 0; i < PCP_OBS_MAX_COLLECTORS; ++i) {
+    assert_null(pcp_obs_registry_collector_add(f->registry, count_collect,
+                                               f->families[kInflight]));
+  }
+  assert_status(pcp_obs_registry_collector_add(f->registry, count_collect,
+                                               f->families[kInflight]),
+                PCP_STATUS_RESOURCE_EXHAUSTED, "collectors");
+}
+
+// Value of the unlabelled sample |name| in |text|; fails when absent.
+static double sample_value(const char* text, const char* name) {
+  char needle[128];
+  snprintf(needle, sizeof(needle), "\n%s ", name);
+  const char* at = strstr(text, needle);
+  if (!at) {
+    fail_msg("no sample %s in:\n%s", name, text);
+  }
+  return strtod(at + strlen(needle), NULL);
+}
+
+static void process_metrics_read_proc(void** state) {
+  fixture_t* f = *state;
+  pcp_obs_build_info_t info = {.version = "1.2.3",
+                               .iree_compiler = "3.1.0",
+                               .iree_runtime = NULL,
+                               .role = "gateway"};
+  assert_null(pcp_obs_process_metrics_register(f->registry, &info));
+  // A second server sharing the registry: a no-op, not an error.
+  assert_null(pcp_obs_process_metrics_register(f->registry, &info));
+  // Burn some CPU so the counter is above zero.
+  volatile double x = 0;
+  for (int i = 0; i < 20000000; ++i) {
+    x += i * 0.5;
+  }
+  int extra = dup(1);
+  char* text = render(f->registry);
+  assert_contains(text, "# TYPE process_cpu_seconds_total counter\n");
+  assert_contains(text,
+                  "pcp_build_info{version=\"1.2.3\",iree_compiler=\"3.1.0\","
+                  "iree_runtime=\"unknown\",role=\"gateway\"} 1\n");
+  assert_true(sample_value(text, "process_cpu_seconds_total") > 0);
+  assert_true(sample_value(text, "process_resident_memory_bytes") > 1e5);
+  assert_true(sample_value(text, "process_virtual_memory_bytes") >=
+              sample_value(text, "process_resident_memory_bytes"));
+  double open_fds = sample_value(text, "process_open_fds");
+  assert_true(open_fds >= 4);  // stdin, stdout, stderr and |extra|
+  assert_true(sample_value(text, "process_max_fds") >= open_fds);
+  double start = sample_value(text, "process_start_time_seconds");
+  double now = (double)time(NULL);
+  if (!(start > now - 3600 && start <= now + 1)) {
+    fail_msg("process_start_time_seconds %f not within the last hour of %f",
+             start, now);
+  }
+  free(text);
+  close(extra);
+  text = render(f->registry);
+  assert_true(sample_value(text, "process_open_fds") == open_fds - 1);
+  free(text);
+}
+
 static void promtool_accepts_rendering(void** state) {
   fixture_t* f = *state;
+  pcp_obs_build_info_t info = {.version = "0.1.0", .role = "test"};
+  assert_null(pcp_obs_process_metrics_register(f->registry, &info));
   pcp_obs_family_add(f->families[kRequests],
                      (const char*[]){"GET", "a\"b\\c\nd"}, 3);
   pcp_obs_family_add(f->families[kRequests],
@@ -576,6 +736,10 @@ int main(void) {
       T(series_cap_counts_drops),
       T(render_respects_builder_cap),
       T(concurrent_updates_are_not_lost),
+      T(removed_series_leave_the_rendering),
+      T(remove_is_safe_against_concurrent_renders),
+      T(collectors_run_before_each_render),
+      T(process_metrics_read_proc),
       T(promtool_accepts_rendering),
       cmocka_unit_test(registry_survives_every_allocation_failure),
       cmocka_unit_test(progress_log_mode_is_rate_limited),

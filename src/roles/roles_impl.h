@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "config/config.h"
+#include "obs/obs.h"
 #include "roles/roles.h"
 
 // Fields every role table starts with (offset 0 in every role struct, so
@@ -99,6 +100,7 @@ typedef struct pcp_roles_worker_config_t {
   int64_t drain_timeout_ms;
   int64_t cpu_threads;
   int64_t test_task_delay_ms;    // hidden: tests of cancel and drain
+  char* metrics_listen;          // HOST:PORT of the worker's /metrics; NULL
   // Derived by prepare: the stable worker id.
   char* worker_id;
 } pcp_roles_worker_config_t;
@@ -146,6 +148,7 @@ typedef struct pcp_roles_nodemgr_config_t {
   pcp_roles_policy_flags_t policy;
   int64_t http_header_timeout_ms;
   int64_t http_max_connections_per_client;
+  int64_t worker_metrics_port;  // slot i: --metrics-listen api_host:P+i; 0
 } pcp_roles_nodemgr_config_t;
 extern const pcp_config_table_t pcp_roles_nodemgr_table;
 
@@ -368,5 +371,11 @@ void pcp_roles_log_event_at(pcp_log_level_t level, const char* role,
 // logs "stopping" and returns 0. The thin body of every role for now.
 int pcp_roles_run_until_signal(const char* role, const char* const* pairs,
                                size_t pair_count);
+
+// Registers process_* and pcp_build_info{version, iree_compiler,
+// iree_runtime, role} in |registry| (a no-op when already there); the IREE
+// versions are the venv's wheels ("unknown" without a venv).
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_process_metrics_register(
+    pcp_obs_registry_t* registry, const char* role);
 
 #endif  // PCP_ROLES_ROLES_IMPL_H_

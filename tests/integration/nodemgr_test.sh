@@ -78,7 +78,7 @@ metric() {  # metric NAME_WITH_LABELS -> value
 }
 
 restarts_are() {  # restarts_are SLOT N
-  [ "$(metric "pcp_node_manager_supervisor_restarts_total{backend=\"cpu\",target_arch=\"default\",slot=\"$1\"}")" = "$2" ]
+  [ "$(metric "pcp_node_manager_supervisor_restarts_total{backend=\"cpu\",target=\"default\",slot=\"$1\"}")" = "$2" ]
 }
 
 all_pids() {  # all_pids ERRFILE: every child pid ever started
@@ -131,9 +131,9 @@ tr '\0' ' ' </proc/"$PID1"/cmdline >"$WORK/cmdline1"
 grep -q -- "--worker --connect 127.0.0.1:$FABRIC_PORT --backend cpu --device-id 1 --supervisor-id [0-9]* --drain-timeout-ms 2400" \
   "$WORK/cmdline1" || fail "worker 1 command line: $(cat "$WORK/cmdline1")"
 restarts_are 0 0 || fail "restarts of slot 0 not 0 at start"
-[ "$(metric 'pcp_node_manager_running_supervisors{backend="cpu",target_arch="default"}')" = 2 ] ||
+[ "$(metric 'pcp_node_manager_running_supervisors{backend="cpu",target="default"}')" = 2 ] ||
   fail "running_supervisors metric not 2"
-[ "$(metric 'pcp_node_manager_expected_supervisors{backend="cpu",target_arch="default"}')" = 2 ] ||
+[ "$(metric 'pcp_node_manager_expected_supervisors{backend="cpu",target="default"}')" = 2 ] ||
   fail "expected_supervisors metric not 2"
 
 # 2. SIGKILL one worker: restarted with a new pid, readyz back to 200.
@@ -154,7 +154,7 @@ curl -s "http://127.0.0.1:$API_PORT/metrics" >"$WORK/metrics.txt"
 if ! promtool check metrics <"$WORK/metrics.txt" >"$WORK/promtool.out" 2>&1; then
   fail "promtool check metrics: $(cat "$WORK/promtool.out")"
 fi
-grep -q '^pcp_node_manager_info{backend="cpu",target_arch="default"} 1' \
+grep -q '^pcp_node_manager_info{backend="cpu",target="default"} 1' \
   "$WORK/metrics.txt" || fail "no info metric"
 
 # 5. SIGTERM: every child stops, exit 0, no orphans.
@@ -213,7 +213,7 @@ grep -q 'msg="slot failed" slot=1 reason="crash loop: 4 exits' "$WORK/loop.err" 
 kill -0 "$NM_PID" 2>/dev/null || fail "node manager died with a failed slot"
 [ "$(http_status /healthz)" = 200 ] || fail "healthz not 200 with a failed slot"
 restarts_are 1 3 || fail "restarts metric of slot 1 not 3"
-[ "$(metric 'pcp_node_manager_slots{backend="cpu",target_arch="default",state="failed"}')" = 1 ] ||
+[ "$(metric 'pcp_node_manager_slots{backend="cpu",target="default",state="failed"}')" = 1 ] ||
   fail "slots{state=failed} not 1"
 # Stays failed: no more starts.
 starts=$(grep -c 'msg="child started" slot=1' "$WORK/loop.err")

@@ -211,11 +211,15 @@ def main():
         t0 = time.time()
         a = submit(experiment(checkpoint_dir=os.path.join(work, "state", "ckpt-a")))
         killed = False
+        running_metrics = None  # /metrics while A runs (its {job} series)
         deadline = time.time() + 900
         while time.time() < deadline:
             st = state_of(a)
             if st in ("succeeded", "failed", "cancelled"):
                 break
+            if running_metrics is None and 2 in steps_of(a):
+                running_metrics = request("GET", "/metrics",
+                                          raw=True)[1].decode()
             if not killed and KILL_AFTER in steps_of(a):
                 time.sleep(0.5)
                 pid = worker_pids(nm_err).get(0)
@@ -263,12 +267,16 @@ def main():
               os.path.getsize(os.path.join(model_dir, "model.safetensors"))
               > n * 4, "model exported: %s" % {k: v for k, v in meta.items()
                                                 if k != "tokenizer"})
-        s, metrics = request("GET", "/metrics", raw=True)[:2]
-        text = metrics.decode()
+        text = running_metrics or ""
         for name in ["pcp_training_outer_step_seconds_bucket",
-                     "pcp_training_loss{", "pcp_training_wire_bytes_total{",
-                     "pcp_training_tokens_per_second{"]:
-            check(name in text, "metric %s exported" % name)
+                     'pcp_training_loss{job="%s"}' % a,
+                     "pcp_training_wire_bytes_total{",
+                     'pcp_training_tokens_per_second{job="%s"}' % a]:
+            check(name in text, "metric %s exported while A ran" % name)
+        # A's {job} series end with it (issue 18).
+        after = request("GET", "/metrics", raw=True)[1].decode()
+        check('job="%s"' % a not in after,
+              "run A's {job} series removed after it ended")
 
         # /v1/events carries the step events (replayed from id 0).
         _, sse = gt.sse_read("/v1/events", last_event_id=0, seconds=10,

@@ -7,7 +7,8 @@
 #   2. the dashboard and promtool checks' lookup (gateway_test.need_tool,
 #      used by gateway_test.py and training_e2e_test.py) with no chromium
 #      and no promtool on PATH;
-#   3. the frame-decoder fuzz run without clang.
+#   3. the frame-decoder fuzz run without clang;
+#   4. the metrics golden test without promtool.
 # Usage: missing_tools_test.sh VENV_PYTHON SOURCE_DIR TOKENIZER_TOOL WORK_DIR
 set -uo pipefail
 python=$1 src=$2 tool=$3 work=$4
@@ -55,6 +56,15 @@ rc=$?
 grep -q "clang not found.*make setup" "$work/fuzz.out" ||
   fail "fuzz run without clang: no clear message: $(cat "$work/fuzz.out")"
 [ -e "$work/fuzz" ] && fail "fuzz run without clang configured a build tree"
+
+# 4. The metrics golden test without promtool: exit 1 before starting
+# anything, the message names promtool and `make setup` (issue 18).
+PATH=/nonexistent "$python" "$src/tests/integration/metrics_golden_test.py" \
+  pcp-not-used >"$work/golden.out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "metrics golden test without promtool: exit $rc, expected 1"
+grep -q "promtool is installed.*make setup" "$work/golden.out" ||
+  fail "metrics golden test without promtool: no clear message: $(cat "$work/golden.out")"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2

@@ -1007,6 +1007,8 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
       g->registry, kGatewayMetrics, PCP_ARRAYSIZE(kGatewayMetrics), families));
   g->jobs_family = families[0];
   g->job_runs_family = families[1];
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_roles_process_metrics_register(g->registry, "gateway"));
 
   // One gateway per state dir: a second one would re-queue the first one's
   // running jobs at its start. An flock dies with the process (SIGKILL too).

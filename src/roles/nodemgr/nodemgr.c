@@ -69,6 +69,15 @@ static const pcp_config_field_t kFields[] = {
      .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(T, api_port),
      .flags = PCP_CONFIG_FLAG_RENAMED},
+    {.name = "worker-metrics-port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, worker_metrics_port),
+     .default_value = "0",
+     .min = 0,
+     .max = 65535,
+     .value_name = "PORT",
+     .help = "serve each worker's /metrics on --api-host, slot i on PORT+i "
+             "(0: workers serve none)"},
     {.name = "scale",
      .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(T, scale),
@@ -123,11 +132,11 @@ const pcp_config_table_t pcp_roles_nodemgr_table = {
 // restarts and states)
 //===----------------------------------------------------------------------===//
 
-static const char* const kLabels[] = {"backend", "target_arch", NULL};
-static const char* const kStateLabels[] = {"backend", "target_arch", "state",
-                                           NULL};
-static const char* const kSlotLabels[] = {"backend", "target_arch", "slot",
-                                          NULL};
+// One label vocabulary with the fabric and the workers: `target`, "default"
+// when no --target is given (upstream's s.3.6 calls it target_arch).
+static const char* const kLabels[] = {"backend", "target", NULL};
+static const char* const kStateLabels[] = {"backend", "target", "state", NULL};
+static const char* const kSlotLabels[] = {"backend", "target", "slot", NULL};
 
 enum {
   METRIC_INFO,
@@ -352,6 +361,8 @@ static pcp_status_t metrics_register(nodemgr_t* nm) {
       pcp_obs_registry_create(pcp_allocator_system(), &nm->registry));
   PCP_RETURN_IF_ERROR_BARE(pcp_obs_registry_register(
       nm->registry, kMetrics, METRIC_COUNT, nm->families));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_roles_process_metrics_register(nm->registry, "node-manager"));
   const char* labels[] = {nm->backend, nm->target_arch};
   pcp_obs_family_set(nm->families[METRIC_INFO], labels, 1);
   pcp_obs_family_set(nm->families[METRIC_EXPECTED], labels, nm->slot_count);
@@ -387,7 +398,7 @@ static void slot_args_deinitialize(slot_args_t* sa, uint32_t slot_count) {
   pcp_string_list_deinitialize(&sa->strings);
 }
 
-enum { MAX_WORKER_ARGS = 16 };
+enum { MAX_WORKER_ARGS = 20 };
 
 // `EXE --worker --connect H:P --backend B --device-id I [--target T]
 //  --supervisor-id ID --drain-timeout-ms D`, as upstream's node manager
@@ -400,6 +411,7 @@ static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
   // Brackets for an IPv6 literal, so the worker splits host and port at
   // the right colon.
   bool v6 = strchr(config->host, ':') != NULL;
+  bool v6_api = strchr(config->api_host, ':') != NULL;
   snprintf(connect, sizeof(connect), "%s%s%s:%lld", v6 ? "[" : "",
            config->host, v6 ? "]" : "", (long long)config->port);
   sa->args = calloc(nm->slot_count, sizeof(*sa->args));
@@ -433,6 +445,14 @@ static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
     argv[n++] = id;
     argv[n++] = "--drain-timeout-ms";
     argv[n++] = drain;
+    char metrics[PCP_NET_ADDRESS_TEXT_CAPACITY + 8];
+    if (config->worker_metrics_port > 0) {
+      snprintf(metrics, sizeof(metrics), "%s%s%s:%lld", v6_api ? "[" : "",
+               config->api_host, v6_api ? "]" : "",
+               (long long)(config->worker_metrics_port + i));
+      argv[n++] = "--metrics-listen";
+      argv[n++] = metrics;
+    }
     per_slot = n;
     for (size_t k = 0; k < n; ++k) {
       PCP_RETURN_IF_ERROR_BARE(pcp_string_list_append(&sa->strings, argv[k]));
@@ -459,6 +479,14 @@ static pcp_status_t prepare(void* opaque) {
   if (config->target && !config->target[0]) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "flag '--target': value is empty");
+  }
+  if (config->worker_metrics_port > 0 &&
+      config->worker_metrics_port + config->scale - 1 > 65535) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "flag '--worker-metrics-port': %lld + --scale %lld "
+                           "goes past port 65535",
+                           (long long)config->worker_metrics_port,
+                           (long long)config->scale);
   }
   pcp_roles_supervision_options_t options;
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_policy_flags_to_options(

@@ -187,6 +187,9 @@ struct worker_t {
   size_t program_count;
   uint64_t program_tick;
   pcp_roles_worker_session_store_t sessions;
+
+  // Series updated from both threads (lock-free).
+  pcp_roles_worker_metrics_t metrics;
 };
 
 static int64_t now_ns(worker_t* w) {
@@ -274,6 +277,11 @@ static void flush(conn_state_t* cs) {
         close_conn(cs);
         return;
       }
+      double sent = 0;
+      for (size_t i = 0; i < n; ++i) {
+        sent += (double)buffers[i].byte_length;
+      }
+      pcp_roles_worker_metrics_add(cs->worker->metrics.sent_bytes, sent);
       pw->next_segment += n;
       pw->outstanding++;
     }
@@ -320,6 +328,7 @@ static void on_read(void* user_data, pcp_tcp_conn_t* conn, const void* data,
     pcp_tcp_conn_close(conn);
     return;
   }
+  pcp_roles_worker_metrics_add(w->metrics.received_bytes, (double)byte_length);
   if (cs != w->current) {
     return;  // a connection we are closing: its bytes are stale
   }
@@ -730,6 +739,10 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
       if (job->status) {
         log_status(w, PCP_LOG_WARN, job->status, "program lookup");
       }
+      if (!job->status) {
+        pcp_roles_worker_metrics_add(
+            job->found ? w->metrics.cache_hits : w->metrics.cache_misses, 1);
+      }
       status = pcp_proto_worker_program_lookup_done(w->proto, job->request_id,
                                                     job->found, now);
       if (!status) {
@@ -753,6 +766,9 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
     }
     case JOB_TASK: {
       in_flight_remove(w, job);
+      pcp_roles_worker_metrics_add(
+          job->status ? w->metrics.tasks_failed : w->metrics.tasks_succeeded,
+          1);
       char task[32];
       snprintf(task, sizeof(task), "%llu", (unsigned long long)job->task_id);
       if (job->status) {
@@ -1117,6 +1133,22 @@ static void run_job(worker_t* w, job_t* job) {
   }
 }
 
+// Compute thread (the backend's owner): device memory after each job.
+static void memory_publish(worker_t* w) {
+  pcp_roles_worker_metrics_set(w->metrics.session_bytes,
+                               (double)w->sessions.byte_length);
+  pcp_backend_memory_t memory;
+  pcp_status_t status = pcp_backend_memory_query(w->backend, &memory);
+  if (status) {
+    pcp_status_ignore(status);  // no allocator statistics: left unset
+    return;
+  }
+  pcp_roles_worker_metrics_set(w->metrics.device_memory,
+                               (double)memory.device_bytes_live);
+  pcp_roles_worker_metrics_set(w->metrics.device_memory_peak,
+                               (double)memory.device_bytes_peak);
+}
+
 static void startup_signal(worker_t* w, pcp_status_t status) {
   pthread_mutex_lock(&w->startup_mutex);
   w->startup_status = status;
@@ -1140,6 +1172,9 @@ static void* compute_main(void* opaque) {
     w->backend_info = *pcp_backend_info(w->backend);
   }
   bool ok = !status;
+  if (ok) {
+    memory_publish(w);
+  }
   startup_signal(w, status);
   if (!ok) {
     return NULL;
@@ -1154,6 +1189,7 @@ static void* compute_main(void* opaque) {
     } else {
       run_job(w, job);
     }
+    memory_publish(w);
     post_to_loop(w, on_job_done, job);
   }
   // The backend's objects die on the thread that used them.
@@ -1341,6 +1377,18 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
                            sizeof(w->address_text));
   }
   if (!status) {
+    status = pcp_roles_worker_metrics_initialize(
+        pcp_roles_backend_name(config->backend), config->target,
+        config->worker_id, &w->metrics);
+  }
+  char metrics_port[16] = "";
+  if (!status && config->metrics_listen) {
+    uint16_t port = 0;
+    status = pcp_roles_worker_metrics_listen(&w->metrics,
+                                             config->metrics_listen, &port);
+    snprintf(metrics_port, sizeof(metrics_port), "%u", (unsigned)port);
+  }
+  if (!status) {
     status = resolve_cache_dir(config, cache_dir, sizeof(cache_dir));
   }
   if (!status) {
@@ -1461,6 +1509,7 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
         "driver",        w->backend_info.driver,
         "cache_dir",     cache_dir,
         "runtime",       runtime_version,
+        "metrics_port",  metrics_port[0] ? metrics_port : NULL,
     };
     log_event(w, "started", pairs, PCP_ARRAYSIZE(pairs) / 2);
     if (!w->proto) {
@@ -1510,6 +1559,7 @@ cleanup_queue:
   pcp_roles_worker_session_store_deinitialize(&w->sessions);
 cleanup_early:
   pcp_roles_worker_program_cache_deinitialize(&w->cache);
+  pcp_roles_worker_metrics_deinitialize(&w->metrics);
   if (w->token) {
     memset(w->token, 0, w->token_length);
     free(w->token);

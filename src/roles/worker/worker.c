@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "net/net.h"
 #include "roles/worker/worker_impl.h"
 
 #define T pcp_roles_worker_config_t
@@ -113,6 +114,12 @@ static const pcp_config_field_t kFields[] = {
      .max = 4096,
      .value_name = "N",
      .help = "cpu backend worker threads; 0: one per core"},
+    {.name = "metrics-listen",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, metrics_listen),
+     .value_name = "HOST:PORT",
+     .help = "serve this worker's Prometheus /metrics there (device memory, "
+             "tasks, bytes, program cache)"},
     {.name = "test-task-delay-ms",
      .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(T, test_task_delay_ms),
@@ -193,6 +200,13 @@ static pcp_status_t prepare(void* opaque) {
   if (config->target && !config->target[0]) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "flag '--target': value is empty");
+  }
+  if (config->metrics_listen) {
+    // A usage error at start, not a failed worker later.
+    char host[PCP_NET_MAX_HOST_LENGTH + 1];
+    uint16_t port = 0;
+    PCP_RETURN_IF_ERROR_BARE(pcp_roles_worker_metrics_listen_parse(
+        config->metrics_listen, host, sizeof(host), &port));
   }
   return pcp_roles_worker_id_build(
       pcp_roles_backend_name(config->backend), config->target,

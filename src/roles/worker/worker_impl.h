@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "obs/obs.h"
 #include "roles/roles_impl.h"
 
 //===----------------------------------------------------------------------===//
@@ -195,6 +196,52 @@ void* pcp_roles_worker_job_queue_pop(pcp_roles_worker_job_queue_t* queue);
 void pcp_roles_worker_job_queue_close(pcp_roles_worker_job_queue_t* queue);
 // Jobs queued now (a snapshot). Thread-safe.
 size_t pcp_roles_worker_job_queue_count(pcp_roles_worker_job_queue_t* queue);
+
+//===----------------------------------------------------------------------===//
+// Metrics (--metrics-listen)
+//===----------------------------------------------------------------------===//
+
+// The worker's own /metrics: the worker is the process that holds the
+// device allocator, the program cache and the fabric socket, so it serves
+// them itself (docs/decisions.md). Every series carries backend, target and
+// worker labels. Series handles are looked up once; updates are lock-free
+// from any thread.
+typedef struct pcp_roles_worker_metrics_t {
+  pcp_obs_registry_t* registry;
+  void* server;  // pcp_http_server_t*; NULL when not listening
+  pcp_obs_series_t* device_memory;       // gauge, allocator live bytes
+  pcp_obs_series_t* device_memory_peak;  // gauge
+  pcp_obs_series_t* session_bytes;       // gauge, resident session tensors
+  pcp_obs_series_t* tasks_succeeded;     // counter
+  pcp_obs_series_t* tasks_failed;        // counter
+  pcp_obs_series_t* received_bytes;      // counter
+  pcp_obs_series_t* sent_bytes;          // counter
+  pcp_obs_series_t* cache_hits;          // counter, program offers cached
+  pcp_obs_series_t* cache_misses;        // counter, program offers fetched
+} pcp_roles_worker_metrics_t;
+
+// Creates the registry and series. |target| NULL or "": "default".
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_metrics_initialize(
+    const char* backend, const char* target, const char* worker_id,
+    pcp_roles_worker_metrics_t* out_metrics);
+
+// Splits --metrics-listen's "HOST:PORT" or "[V6]:PORT" (port 1..65535)
+// into |host| and |out_port|. INVALID_ARGUMENT naming the flag otherwise.
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_worker_metrics_listen_parse(
+    const char* value, char* host, size_t host_capacity, uint16_t* out_port);
+
+// Serves GET /metrics and /healthz on |listen| ("HOST:PORT", port 0:
+// ephemeral) until deinitialize. UNAVAILABLE when it cannot bind.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_worker_metrics_listen(pcp_roles_worker_metrics_t* metrics,
+                                const char* listen, uint16_t* out_port);
+
+// Stops the server and frees everything. Safe on a zeroed struct.
+void pcp_roles_worker_metrics_deinitialize(pcp_roles_worker_metrics_t* metrics);
+
+// Counter/gauge helpers that accept a NULL series.
+void pcp_roles_worker_metrics_add(pcp_obs_series_t* series, double delta);
+void pcp_roles_worker_metrics_set(pcp_obs_series_t* series, double value);
 
 //===----------------------------------------------------------------------===//
 // Runtime

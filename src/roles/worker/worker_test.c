@@ -17,6 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "roles/worker/worker_impl.h"
 
 static void expect_ok(pcp_status_t status) {
@@ -434,6 +438,123 @@ static void job_queue_and_cache_report_allocation_failure(void** state) {
   remove_tree(dir);
 }
 
+//===----------------------------------------------------------------------===//
+// Metrics (--metrics-listen)
+//===----------------------------------------------------------------------===//
+
+static void metrics_listen_parse_checks_the_address(void** state) {
+  (void)state;
+  char host[64];
+  uint16_t port = 0;
+  expect_ok(pcp_roles_worker_metrics_listen_parse("127.0.0.1:9100", host,
+                                                  sizeof(host), &port));
+  assert_string_equal(host, "127.0.0.1");
+  assert_int_equal(port, 9100);
+  expect_ok(pcp_roles_worker_metrics_listen_parse("[::1]:65535", host,
+                                                  sizeof(host), &port));
+  assert_string_equal(host, "::1");
+  assert_int_equal(port, 65535);
+  const char* bad[] = {"nonsense", ":80",     "[::1]",   "[::1]9100",
+                       "h:0",      "h:65536", "h:-1",    "h:",
+                       "h:80x",    "[]:80"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(bad); ++i) {
+    pcp_status_t status =
+        pcp_roles_worker_metrics_listen_parse(bad[i], host, sizeof(host),
+                                              &port);
+    if (!status || !strstr(pcp_status_message(status), "--metrics-listen")) {
+      fail_msg("'%s' accepted or the message lacks the flag", bad[i]);
+    }
+    pcp_status_ignore(status);
+  }
+  char small[4];
+  expect_code(pcp_roles_worker_metrics_listen_parse("localhost:80", small,
+                                                    sizeof(small), &port),
+              PCP_STATUS_INVALID_ARGUMENT);
+}
+
+// GET |path| from 127.0.0.1:|port| over a plain socket; the whole answer.
+static char* http_get(uint16_t port, const char* path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in address = {.sin_family = AF_INET,
+                                .sin_port = htons(port)};
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(
+      connect(fd, (struct sockaddr*)&address, sizeof(address)), 0);
+  char request[128];
+  int n = snprintf(request, sizeof(request),
+                   "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                   path);
+  assert_int_equal(write(fd, request, (size_t)n), n);
+  size_t capacity = 1 << 20, size = 0;
+  char* text = calloc(1, capacity);
+  ssize_t got;
+  while ((got = read(fd, text + size, capacity - 1 - size)) > 0) {
+    size += (size_t)got;
+  }
+  close(fd);
+  return text;
+}
+
+static void metrics_served_with_worker_labels(void** state) {
+  (void)state;
+  pcp_roles_worker_metrics_t metrics;
+  expect_ok(pcp_roles_worker_metrics_initialize("cpu", NULL, "w-0", &metrics));
+  pcp_roles_worker_metrics_add(metrics.tasks_succeeded, 2);
+  pcp_roles_worker_metrics_add(metrics.cache_misses, 1);
+  pcp_roles_worker_metrics_set(metrics.device_memory, 4096);
+  pcp_roles_worker_metrics_add(NULL, 1);  // no series: a no-op
+  uint16_t port = 0;
+  // Port 0 is refused by the flag; bind a free one the kernel picks first.
+  int probe = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in address = {.sin_family = AF_INET};
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(probe, (struct sockaddr*)&address, sizeof(address)),
+                   0);
+  socklen_t length = sizeof(address);
+  assert_int_equal(
+      getsockname(probe, (struct sockaddr*)&address, &length), 0);
+  char listen_text[32];
+  snprintf(listen_text, sizeof(listen_text), "127.0.0.1:%u",
+           (unsigned)ntohs(address.sin_port));
+  close(probe);
+  expect_ok(pcp_roles_worker_metrics_listen(&metrics, listen_text, &port));
+  assert_int_equal(port, ntohs(address.sin_port));
+  char* text = http_get(port, "/metrics");
+  const char* want[] = {
+      "pcp_worker_tasks_total{backend=\"cpu\",target=\"default\","
+      "worker=\"w-0\",outcome=\"succeeded\"} 2\n",
+      "pcp_worker_program_cache_misses_total{backend=\"cpu\","
+      "target=\"default\",worker=\"w-0\"} 1\n",
+      "pcp_worker_device_memory_bytes{backend=\"cpu\",target=\"default\","
+      "worker=\"w-0\"} 4096\n",
+      "pcp_build_info{version=",
+      "role=\"worker\"} 1\n",
+      "\nprocess_open_fds ",
+  };
+  for (size_t i = 0; i < PCP_ARRAYSIZE(want); ++i) {
+    if (!strstr(text, want[i])) {
+      fail_msg("'%s' not in:\n%s", want[i], text);
+    }
+  }
+  free(text);
+  // The same port again: UNAVAILABLE, and the first server still answers.
+  pcp_roles_worker_metrics_t second;
+  expect_ok(pcp_roles_worker_metrics_initialize("cpu", "sm_80", "w-1",
+                                                &second));
+  uint16_t second_port = 0;
+  pcp_status_t status =
+      pcp_roles_worker_metrics_listen(&second, listen_text, &second_port);
+  assert_non_null(status);
+  pcp_status_ignore(status);
+  pcp_roles_worker_metrics_deinitialize(&second);
+  text = http_get(port, "/healthz");
+  assert_non_null(strstr(text, "200 OK"));
+  free(text);
+  pcp_roles_worker_metrics_deinitialize(&metrics);
+  pcp_roles_worker_metrics_deinitialize(&metrics);  // zeroed: a no-op
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(program_cache_miss_store_hit),
@@ -446,6 +567,8 @@ int main(void) {
       cmocka_unit_test(job_queue_cross_thread),
       cmocka_unit_test(session_store_survives_every_allocation_failure),
       cmocka_unit_test(job_queue_and_cache_report_allocation_failure),
+      cmocka_unit_test(metrics_listen_parse_checks_the_address),
+      cmocka_unit_test(metrics_served_with_worker_labels),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -75,7 +75,7 @@ extern "C" {
 
 typedef struct pcp_infer_service_options_t {
   pcp_fabric_endpoint_t* fabric;  // borrowed
-  pcp_obs_registry_t* metrics;    // borrowed; the pcp_ inference metrics
+  pcp_obs_registry_t* metrics;    // borrowed; the vllm:* inference metrics
   const char* artifact_dir;       // compile cache (NULL: the default)
   // Scanned for <models_root>/<name>/model.json (NULL: none).
   const char* models_root;

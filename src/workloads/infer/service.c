@@ -138,6 +138,9 @@ struct runner_t {
   // When this runner last ended a request (not a probe) with at least one
   // token; 0: never. Stands in for the readiness probe (probe_start).
   int64_t served_ok_ns;
+  // Tokens the slots' KV caches hold, summed after each round (scheduler
+  // thread writes; the metrics collector reads).
+  _Atomic int64_t kv_tokens;
   // Scheduler thread only.
   slot_t* slots;
   uint64_t tick;
@@ -165,6 +168,11 @@ struct pcp_infer_service_t {
   pcp_obs_family_t* running;
   pcp_obs_family_t* waiting;
   pcp_obs_family_t* reloads;
+  pcp_obs_family_t* success;
+  pcp_obs_family_t* kv_usage;
+  pcp_obs_family_t* prefix_queries;
+  pcp_obs_family_t* prefix_hits;
+  pcp_obs_registry_t* registry;  // where the collector is (NULL: none)
   // Test hook: a pause after every scheduling round, so that a request can
   // be kept in flight across a reload (0: none).
   int64_t step_delay_ms;
@@ -202,7 +210,12 @@ struct pcp_infer_service_t {
 // Metrics
 //===----------------------------------------------------------------------===//
 
-static const char* const kModelLabel[] = {"model", NULL};
+// The inference set uses vLLM's names and its `model_name` label by
+// default, so vLLM Grafana boards read it unchanged (docs/observability.md,
+// docs/decisions.md); what vLLM has no name for keeps a pcp_ name.
+static const char* const kModelLabel[] = {"model_name", NULL};
+static const char* const kFinishLabels[] = {"model_name", "finished_reason",
+                                            NULL};
 static const char* const kReloadLabels[] = {"model", "outcome", NULL};
 static const double kLatencyBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
                                          0.05,  0.1,    0.25,  0.5,  1.0,
@@ -210,52 +223,92 @@ static const double kLatencyBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
 static const double kTokenBuckets[] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5};
 
-static const pcp_obs_metric_def_t kMetrics[] = {
-    {.name = "pcp_time_to_first_token_seconds",
-     .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
-     .help = "Seconds from a request's arrival to its first generated token",
-     .label_names = kModelLabel,
-     .buckets = kLatencyBuckets,
-     .bucket_count = PCP_ARRAYSIZE(kLatencyBuckets)},
-    {.name = "pcp_inter_token_latency_seconds",
-     .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
-     .help = "Seconds between consecutive generated tokens of a request",
-     .label_names = kModelLabel,
-     .buckets = kTokenBuckets,
-     .bucket_count = PCP_ARRAYSIZE(kTokenBuckets)},
-    {.name = "pcp_e2e_request_latency_seconds",
-     .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
-     .help = "Seconds from a request's arrival to its end",
-     .label_names = kModelLabel,
-     .buckets = kLatencyBuckets,
-     .bucket_count = PCP_ARRAYSIZE(kLatencyBuckets)},
-    {.name = "pcp_request_queue_time_seconds",
-     .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
-     .help = "Seconds a request waited for a slot",
-     .label_names = kModelLabel,
-     .buckets = kLatencyBuckets,
-     .bucket_count = PCP_ARRAYSIZE(kLatencyBuckets)},
-    {.name = "pcp_prompt_tokens_total",
-     .type = PCP_OBS_METRIC_TYPE_COUNTER,
-     .help = "Prompt tokens of admitted requests",
-     .label_names = kModelLabel},
-    {.name = "pcp_generation_tokens_total",
-     .type = PCP_OBS_METRIC_TYPE_COUNTER,
-     .help = "Tokens generated",
-     .label_names = kModelLabel},
-    {.name = "pcp_num_requests_running",
-     .type = PCP_OBS_METRIC_TYPE_GAUGE,
-     .help = "Requests holding a slot",
-     .label_names = kModelLabel},
-    {.name = "pcp_num_requests_waiting",
-     .type = PCP_OBS_METRIC_TYPE_GAUGE,
-     .help = "Requests waiting for a slot",
-     .label_names = kModelLabel},
-    {.name = "pcp_model_reloads_total",
-     .type = PCP_OBS_METRIC_TYPE_COUNTER,
-     .help = "Newer exports of a served model: ok (now served) or failed "
-             "(the previous version stays)",
-     .label_names = kReloadLabels},
+enum {
+  M_TTFT = 0,
+  M_ITL,
+  M_E2E,
+  M_QUEUE,
+  M_PROMPT_TOKENS,
+  M_GENERATION_TOKENS,
+  M_RUNNING,
+  M_WAITING,
+  M_RELOADS,
+  M_SUCCESS,
+  M_KV_USAGE,
+  M_PREFIX_QUERIES,
+  M_PREFIX_HITS,
+  M_COUNT_,
+};
+
+static const pcp_obs_metric_def_t kMetrics[M_COUNT_] = {
+    [M_TTFT] = {.name = "vllm:time_to_first_token_seconds",
+                .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
+                .help = "Seconds from a request's arrival to its first "
+                        "generated token",
+                .label_names = kModelLabel,
+                .buckets = kLatencyBuckets,
+                .bucket_count = PCP_ARRAYSIZE(kLatencyBuckets)},
+    [M_ITL] = {.name = "vllm:time_per_output_token_seconds",
+               .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
+               .help = "Seconds between consecutive generated tokens of a "
+                       "request (inter-token latency)",
+               .label_names = kModelLabel,
+               .buckets = kTokenBuckets,
+               .bucket_count = PCP_ARRAYSIZE(kTokenBuckets)},
+    [M_E2E] = {.name = "vllm:e2e_request_latency_seconds",
+               .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
+               .help = "Seconds from a request's arrival to its end",
+               .label_names = kModelLabel,
+               .buckets = kLatencyBuckets,
+               .bucket_count = PCP_ARRAYSIZE(kLatencyBuckets)},
+    [M_QUEUE] = {.name = "vllm:request_queue_time_seconds",
+                 .type = PCP_OBS_METRIC_TYPE_HISTOGRAM,
+                 .help = "Seconds a request waited for a slot",
+                 .label_names = kModelLabel,
+                 .buckets = kLatencyBuckets,
+                 .bucket_count = PCP_ARRAYSIZE(kLatencyBuckets)},
+    [M_PROMPT_TOKENS] = {.name = "vllm:prompt_tokens_total",
+                         .type = PCP_OBS_METRIC_TYPE_COUNTER,
+                         .help = "Prompt tokens of admitted requests",
+                         .label_names = kModelLabel},
+    [M_GENERATION_TOKENS] = {.name = "vllm:generation_tokens_total",
+                             .type = PCP_OBS_METRIC_TYPE_COUNTER,
+                             .help = "Tokens generated",
+                             .label_names = kModelLabel},
+    [M_RUNNING] = {.name = "vllm:num_requests_running",
+                   .type = PCP_OBS_METRIC_TYPE_GAUGE,
+                   .help = "Requests holding a slot",
+                   .label_names = kModelLabel},
+    [M_WAITING] = {.name = "vllm:num_requests_waiting",
+                   .type = PCP_OBS_METRIC_TYPE_GAUGE,
+                   .help = "Requests waiting for a slot",
+                   .label_names = kModelLabel},
+    [M_RELOADS] = {.name = "pcp_model_reloads_total",
+                   .type = PCP_OBS_METRIC_TYPE_COUNTER,
+                   .help = "Newer exports of a served model: ok (now served) "
+                           "or failed (the previous version stays)",
+                   .label_names = kReloadLabels},
+    [M_SUCCESS] = {.name = "vllm:request_success_total",
+                   .type = PCP_OBS_METRIC_TYPE_COUNTER,
+                   .help = "Requests ended, by why: stop (EOS or stop "
+                           "sequence), length (max_tokens or context), abort "
+                           "(cancelled), error (failed)",
+                   .label_names = kFinishLabels},
+    [M_KV_USAGE] = {.name = "vllm:kv_cache_usage_perc",
+                    .type = PCP_OBS_METRIC_TYPE_GAUGE,
+                    .help = "Fraction of the KV-cache token positions of the "
+                            "model's slots that hold tokens (1 = full)",
+                    .label_names = kModelLabel},
+    [M_PREFIX_QUERIES] = {.name = "vllm:prefix_cache_queries_total",
+                          .type = PCP_OBS_METRIC_TYPE_COUNTER,
+                          .help = "Prompt tokens looked up in the slot "
+                                  "prefix cache",
+                          .label_names = kModelLabel},
+    [M_PREFIX_HITS] = {.name = "vllm:prefix_cache_hits_total",
+                       .type = PCP_OBS_METRIC_TYPE_COUNTER,
+                       .help = "Prompt tokens reused from a slot's KV cache "
+                               "(same session, common prefix)",
+                       .label_names = kModelLabel},
 };
 
 static void metric(pcp_obs_family_t* family, const pcp_infer_model_t* m,
@@ -360,6 +413,17 @@ static void req_finish(runner_t* runner, req_t* r, pcp_status_t status,
   }
   if (!r->probe) {
     metric(s->e2e, r->model, (double)(now_ns(s) - r->submitted_ns) / 1e9, true);
+    if (s->success) {
+      const char* why = reason == PCP_FINISH_REASON_LENGTH ? "length" : "stop";
+      if (status) {
+        why =
+            pcp_status_code(status) == PCP_STATUS_CANCELLED ? "abort" : "error";
+      } else if (reason == PCP_FINISH_REASON_NONE) {
+        why = "abort";  // the client went away mid-stream
+      }
+      const char* labels[] = {r->model->name, why};
+      pcp_obs_family_add(s->success, labels, 1);
+    }
   }
   pcp_infer_result_t result = {
       .finish_reason = status ? PCP_FINISH_REASON_NONE : reason,
@@ -744,6 +808,10 @@ static void admit(runner_t* runner) {
       metric(s->running, m, 1, false);
       metric(s->queue, m, (double)(now_ns(s) - r->submitted_ns) / 1e9, true);
       metric(s->prompt_tokens, m, (double)r->prompt_count, false);
+      // Only a request with a session can reuse a slot's cache; every
+      // prompt is still a lookup, counted in tokens as vLLM does.
+      metric(s->prefix_queries, m, (double)r->prompt_count, false);
+      metric(s->prefix_hits, m, (double)keep, false);
     }
   }
   pthread_mutex_unlock(&s->mu);
@@ -773,6 +841,43 @@ static void fail_all(runner_t* runner, pcp_status_t status) {
     req_finish(runner, r, pcp_status_clone(status), PCP_FINISH_REASON_NONE);
   }
   pcp_status_ignore(status);
+}
+
+// Publishes what the slots hold for the KV-cache usage gauge. A slot keeps
+// its tokens after its request ends (the next request of the session may
+// reuse them), so they count as in use until overwritten.
+static void kv_tokens_update(runner_t* runner) {
+  int64_t total = 0;
+  for (int64_t b = 0; b < runner->model->gen.slots; ++b) {
+    total += runner->slots[b].length;
+  }
+  atomic_store(&runner->kv_tokens, total);
+}
+
+// Collector: per served model, the tokens its runners' slots hold over the
+// positions they have (slots x max_length).
+static void kv_usage_collect(void* user_data, pcp_obs_registry_t* registry) {
+  (void)registry;
+  pcp_infer_service_t* s = user_data;
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < s->model_count; ++i) {
+    const version_t* v = s->models[i].current;
+    if (!v || !v->model) {
+      continue;
+    }
+    double used = 0, capacity = 0;
+    for (runner_t* r = s->runners; r; r = r->next) {
+      if (r->entry != &s->models[i] || atomic_load(&r->state) != RUNNER_READY) {
+        continue;
+      }
+      used += (double)atomic_load(&r->kv_tokens);
+      capacity +=
+          (double)r->model->gen.slots * (double)r->model->gen.max_length;
+    }
+    const char* labels[] = {v->model->name};
+    pcp_obs_family_set(s->kv_usage, labels, capacity > 0 ? used / capacity : 0);
+  }
+  pthread_mutex_unlock(&s->mu);
 }
 
 // One scheduling round: prefill chunks for slots that are prefilling, then
@@ -838,6 +943,7 @@ static pcp_status_t round_run(runner_t* runner) {
       req_token(runner, r, runner->logits + b * m->spec.vocab);
     }
   }
+  kv_tokens_update(runner);
   return pcp_ok_status();
 }
 
@@ -1934,15 +2040,24 @@ pcp_status_t pcp_infer_service_create(
     status = pcp_obs_registry_register(options->metrics, kMetrics,
                                        PCP_ARRAYSIZE(kMetrics), f);
     if (!status) {
-      s->ttft = f[0];
-      s->itl = f[1];
-      s->e2e = f[2];
-      s->queue = f[3];
-      s->prompt_tokens = f[4];
-      s->generation_tokens = f[5];
-      s->running = f[6];
-      s->waiting = f[7];
-      s->reloads = f[8];
+      s->ttft = f[M_TTFT];
+      s->itl = f[M_ITL];
+      s->e2e = f[M_E2E];
+      s->queue = f[M_QUEUE];
+      s->prompt_tokens = f[M_PROMPT_TOKENS];
+      s->generation_tokens = f[M_GENERATION_TOKENS];
+      s->running = f[M_RUNNING];
+      s->waiting = f[M_WAITING];
+      s->reloads = f[M_RELOADS];
+      s->success = f[M_SUCCESS];
+      s->kv_usage = f[M_KV_USAGE];
+      s->prefix_queries = f[M_PREFIX_QUERIES];
+      s->prefix_hits = f[M_PREFIX_HITS];
+      status =
+          pcp_obs_registry_collector_add(options->metrics, kv_usage_collect, s);
+      if (!status) {
+        s->registry = options->metrics;
+      }
     }
   }
   if (!status) {
@@ -2003,7 +2118,11 @@ void pcp_infer_service_shutdown(pcp_infer_service_t* s, int64_t deadline_ms) {
   if (s->manager_started) {
     pthread_join(s->manager, NULL);
   }
+  // Detached under the lock: the metrics collector walks the list.
+  pthread_mutex_lock(&s->mu);
   runner_t* r = s->runners;
+  s->runners = NULL;
+  pthread_mutex_unlock(&s->mu);
   while (r) {
     runner_t* next = r->next;
     pthread_join(r->thread, NULL);
@@ -2012,13 +2131,15 @@ void pcp_infer_service_shutdown(pcp_infer_service_t* s, int64_t deadline_ms) {
     runner_dispose(r);
     r = next;
   }
-  s->runners = NULL;
   s->shut_down = true;
 }
 
 void pcp_infer_service_release(pcp_infer_service_t* s) {
   if (!s) {
     return;
+  }
+  if (s->registry) {
+    pcp_obs_registry_collector_remove(s->registry, kv_usage_collect, s);
   }
   pcp_infer_service_shutdown(s, 0);
   // Every runner is gone: the entries hold the last references.

@@ -102,6 +102,21 @@ pcp_status_t pcp_diloco_metrics_register(pcp_obs_registry_t* registry,
   return pcp_ok_status();
 }
 
+void pcp_diloco_metrics_job_remove(const pcp_diloco_metrics_t* metrics,
+                                   const char* job_id) {
+  if (!metrics || !job_id) {
+    return;
+  }
+  const char* labels[] = {job_id};
+  pcp_obs_family_t* per_job[] = {metrics->loss, metrics->tokens_per_second,
+                                 metrics->val_loss, metrics->learning_rate};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(per_job); ++i) {
+    if (per_job[i]) {
+      pcp_obs_family_series_remove(per_job[i], labels);
+    }
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Model spec
 //===----------------------------------------------------------------------===//
@@ -2356,7 +2371,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
 // The job
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
+static pcp_status_t job_run(const pcp_diloco_job_options_t* options) {
   job_t job;
   memset(&job, 0, sizeof(job));
   job.options = options;
@@ -2427,5 +2442,13 @@ pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
     status = pcp_diloco_job_model_export(&job);
   }
   job_deinitialize(&job);
+  return status;
+}
+
+pcp_status_t pcp_diloco_job_run(const pcp_diloco_job_options_t* options) {
+  pcp_status_t status = job_run(options);
+  // The job's series end with it, however it ended (its last values stay
+  // in the job's record and in the scrapes already taken).
+  pcp_diloco_metrics_job_remove(options->metrics, options->job_id);
   return status;
 }

@@ -193,8 +193,24 @@ static void metrics_register(void** state) {
               NULL);
   assert_non_null(metrics.outer_step_seconds);
   assert_non_null(metrics.lost_tasks);
-  EXPECT_CODE(pcp_diloco_metrics_register(registry, &metrics),
+  pcp_diloco_metrics_t again;
+  EXPECT_CODE(pcp_diloco_metrics_register(registry, &again),
               PCP_STATUS_ALREADY_EXISTS, NULL);
+  // A job's {job} series go when it ends; another job's stay.
+  const char* a[] = {"job-a"};
+  const char* b[] = {"job-b"};
+  pcp_obs_family_set(metrics.loss, a, 2.5);
+  pcp_obs_family_set(metrics.val_loss, a, 2.7);
+  pcp_obs_family_set(metrics.tokens_per_second, a, 100);
+  pcp_obs_family_set(metrics.learning_rate, a, 1e-3);
+  pcp_obs_family_set(metrics.loss, b, 3.0);
+  pcp_diloco_metrics_job_remove(&metrics, "job-a");
+  assert_int_equal(pcp_obs_family_series_count(metrics.loss), 1);
+  assert_int_equal(pcp_obs_family_series_count(metrics.val_loss), 0);
+  assert_int_equal(pcp_obs_family_series_count(metrics.tokens_per_second), 0);
+  assert_int_equal(pcp_obs_family_series_count(metrics.learning_rate), 0);
+  pcp_diloco_metrics_job_remove(NULL, "job-b");  // no metrics: no-op
+  assert_int_equal(pcp_obs_family_series_count(metrics.loss), 1);
   pcp_obs_registry_release(registry);
 }
 
