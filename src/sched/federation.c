@@ -189,6 +189,30 @@ static pcp_status_t text_check(const char* field, const char* value,
   return pcp_ok_status();
 }
 
+// Gateway ids key the hub's database rows and appear in URLs: the store's
+// id alphabet [A-Za-z0-9._:@-], so a registration the registry accepts can
+// always be persisted.
+static pcp_status_t gateway_id_check(const char* value) {
+  PCP_RETURN_IF_ERROR_BARE(text_check(
+      "gateway_id", value, PCP_SCHED_FEDERATION_ID_MAX_LENGTH, true, false));
+  if (strcmp(value, ".") == 0 || strcmp(value, "..") == 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "gateway_id '%s' is reserved", value);
+  }
+  for (const char* c = value; *c; ++c) {
+    bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+              (*c >= '0' && *c <= '9') || *c == '.' || *c == '_' ||
+              *c == '-' || *c == ':' || *c == '@';
+    if (!ok) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "gateway_id has a byte 0x%02x outside "
+                             "[A-Za-z0-9._:@-]",
+                             (unsigned)(unsigned char)*c);
+    }
+  }
+  return pcp_ok_status();
+}
+
 static pcp_status_t url_check(const char* field, const char* value,
                               bool required) {
   PCP_RETURN_IF_ERROR_BARE(text_check(
@@ -294,9 +318,7 @@ static pcp_status_t request_check(const pcp_sched_federation_connect_t* r) {
   if (!r) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "connect: no request");
   }
-  PCP_RETURN_IF_ERROR_BARE(text_check("gateway_id", r->gateway_id,
-                                      PCP_SCHED_FEDERATION_ID_MAX_LENGTH, true,
-                                      false));
+  PCP_RETURN_IF_ERROR_BARE(gateway_id_check(r->gateway_id));
   PCP_RETURN_IF_ERROR_BARE(text_check(
       "lab_id", r->lab_id, PCP_SCHED_FEDERATION_ID_MAX_LENGTH, true, false));
   PCP_RETURN_IF_ERROR_BARE(url_check("base_url", r->base_url, true));

@@ -611,7 +611,7 @@ void pcp_sched_federation_service_initialize(
     pcp_sched_federation_service_t* out_service);
 
 typedef struct pcp_sched_federation_connect_t {
-  const char* gateway_id;     // required, 1..255 bytes, no controls/spaces
+  const char* gateway_id;     // required, 1..255 of [A-Za-z0-9._:@-]
   const char* lab_id;         // required
   const char* base_url;       // required, http:// or https://
   const char* graph_backend;  // required
