@@ -75,10 +75,10 @@ static double in_process_p99_us(void) {
   pcp_sched_federation_options_t options;
   pcp_sched_federation_options_initialize(&options);
   pcp_sched_federation_t* registry = NULL;
-  pcp_bench_check(BENCH,
-                  pcp_sched_federation_create(&options, pcp_allocator_system(),
-                                              &registry),
-                  "registry");
+  pcp_bench_check(
+      BENCH,
+      pcp_sched_federation_create(&options, pcp_allocator_system(), &registry),
+      "registry");
   for (int g = 0; g < GATEWAYS; ++g) {
     char id[32];
     pcp_sched_federation_service_t services[2];
@@ -92,10 +92,9 @@ static double in_process_p99_us(void) {
         .service_count = 2,
         .registered_services = PCP_SCHED_FEDERATION_COUNT_ABSENT,
     };
-    pcp_bench_check(BENCH,
-                    pcp_sched_federation_connect(registry, &request, 0, 0,
-                                                 NULL),
-                    "connect");
+    pcp_bench_check(
+        BENCH, pcp_sched_federation_connect(registry, &request, 0, 0, NULL),
+        "connect");
   }
   pcp_clock_t clock = pcp_clock_system();
   double* samples = calloc(IN_PROCESS_PLACEMENTS, sizeof(double));
@@ -107,19 +106,18 @@ static double in_process_p99_us(void) {
     };
     pcp_sched_federation_placement_t placement;
     int64_t t0 = pcp_clock_now_ns(clock);
-    pcp_bench_check(BENCH,
-                    pcp_sched_federation_place(registry, &selector, 1,
-                                               &placement),
-                    "place");
+    pcp_bench_check(
+        BENCH, pcp_sched_federation_place(registry, &selector, 1, &placement),
+        "place");
     samples[i] = (double)(pcp_clock_now_ns(clock) - t0) / 1000.0;
     checksum += placement.candidate_count;
   }
   double p99 = percentile(samples, IN_PROCESS_PLACEMENTS, 0.99);
   double p50 = percentile(samples, IN_PROCESS_PLACEMENTS, 0.50);
-  printf("federation in-process placement: %d gateways, %d decisions, "
-         "p50=%.2f us p99=%.2f us (candidates seen %llu)\n",
-         GATEWAYS, IN_PROCESS_PLACEMENTS, p50, p99,
-         (unsigned long long)checksum);
+  printf(
+      "federation in-process placement: %d gateways, %d decisions, "
+      "p50=%.2f us p99=%.2f us (candidates seen %llu)\n",
+      GATEWAYS, IN_PROCESS_PLACEMENTS, p50, p99, (unsigned long long)checksum);
   free(samples);
   pcp_sched_federation_release(registry);
   return p99;
@@ -149,9 +147,9 @@ static pid_t hub_start(const char* state_dir, const char* log_path,
   if (pid == 0) {
     FILE* log = freopen(log_path, "w", stderr);
     (void)log;
-    execl(PCP_BINARY_PATH, PCP_BINARY_PATH, "--federation-hub",
-          "--state-dir", state_dir, "--api-port", "0",
-          "--heartbeat-interval-ms", "60000", (char*)NULL);
+    execl(PCP_BINARY_PATH, PCP_BINARY_PATH, "--federation-hub", "--state-dir",
+          state_dir, "--api-port", "0", "--heartbeat-interval-ms", "60000",
+          (char*)NULL);
     _exit(127);
   }
   *out_port = 0;
@@ -205,10 +203,10 @@ static double http_p99_us(void) {
   pcp_http_server_options_t options = {.name = "fake-gateways",
                                        .thread_count = 4};
   pcp_http_server_t* gateways = NULL;
-  pcp_bench_check(BENCH,
-                  pcp_http_server_create(&options, pcp_allocator_system(),
-                                         &gateways),
-                  "fake gateways");
+  pcp_bench_check(
+      BENCH,
+      pcp_http_server_create(&options, pcp_allocator_system(), &gateways),
+      "fake gateways");
   const pcp_http_route_t routes[] = {
       {"POST", "/v1/internal/federation/training/jobs", NULL,
        fake_gateway_submit, NULL, 0, 0},
@@ -231,10 +229,10 @@ static double http_p99_us(void) {
 
   pcp_http_client_options_t client_options = {.timeout_ms = 30000};
   pcp_http_client_t* client = NULL;
-  pcp_bench_check(BENCH,
-                  pcp_http_client_create(&client_options,
-                                         pcp_allocator_system(), &client),
-                  "client");
+  pcp_bench_check(
+      BENCH,
+      pcp_http_client_create(&client_options, pcp_allocator_system(), &client),
+      "client");
   for (int g = 0; g < GATEWAYS; ++g) {
     char id[32];
     pcp_sched_federation_service_t services[2];
@@ -268,10 +266,11 @@ static double http_p99_us(void) {
   }
   double p99 = percentile(samples, HTTP_PLACEMENTS, 0.99);
   double p50 = percentile(samples, HTTP_PLACEMENTS, 0.50);
-  printf("federation HTTP placement (POST /v1/training/jobs: place, 2 "
-         "durable writes, gateway round trip): %d gateways, %d jobs, "
-         "p50=%.0f us p99=%.0f us\n",
-         GATEWAYS, HTTP_PLACEMENTS, p50, p99);
+  printf(
+      "federation HTTP placement (POST /v1/training/jobs: place, 2 "
+      "durable writes, gateway round trip): %d gateways, %d jobs, "
+      "p50=%.0f us p99=%.0f us\n",
+      GATEWAYS, HTTP_PLACEMENTS, p50, p99);
   free(samples);
   pcp_http_client_release(client);
   kill(hub, SIGTERM);
@@ -319,8 +318,9 @@ int main(void) {
   if (replication_half(&replication)) {
     printf("federation ratio=%.4f\n", replication);
   } else {
-    printf("federation placement ratio (in-process p99 / HTTP p99; the "
-           "replication half is not measured yet)\n");
+    printf(
+        "federation placement ratio (in-process p99 / HTTP p99; the "
+        "replication half is not measured yet)\n");
     printf("federation ratio=%.6f\n", in_process / http);
   }
   return pcp_bench_exit_code(met);
