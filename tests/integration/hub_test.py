@@ -106,8 +106,9 @@ def error_message(body):
 class FakeGateway:
     """The gateway side of the hub's internal federation routes."""
 
-    def __init__(self, name, get_delay_s=0.0):
+    def __init__(self, name, get_delay_s=0.0, post_delay_s=0.0):
         self.name, self.get_delay_s = name, get_delay_s
+        self.post_delay_s = post_delay_s
         self.auth, self.bodies, self.jobs = [], [], {}
         fake = self
 
@@ -127,6 +128,7 @@ class FakeGateway:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
                 fake.auth.append(self.headers.get("Authorization"))
+                time.sleep(fake.post_delay_s)
                 if self.path.startswith("/v1/internal/federation/") and \
                         self.path.endswith("/jobs"):
                     job_id = "%s-job-%d" % (fake.name, len(fake.jobs) + 1)
@@ -433,15 +435,41 @@ def run(hub, a, b, slow, work):
     code, body = request(p, "GET", "/v1/jobs?limit=0", token=API)
     check(code == 400, "limit=0 is 400")
 
-    # 9. SIGKILL and restart.
+    # 9. SIGKILL and restart, with one job in flight to a gateway that
+    # takes its time to accept.
     last = max(int(j["global_job_id"].split("-")[-1]) for j in jobs)
+    hang = FakeGateway("hang", post_delay_s=5.0)
+    connect(hub, "gw-hang", hang.url, 1)
+    def submit_and_lose_the_answer():
+        try:
+            request(p, "POST", "/v1/rl/jobs", {"gateway_id": "gw-hang"}, API,
+                    timeout=10)
+        except (OSError, urllib.error.URLError, ValueError):
+            pass  # the hub dies while this request waits: expected
+
+    in_flight = threading.Thread(target=submit_and_lose_the_answer,
+                                 daemon=True)
+    in_flight.start()
+    deadline = time.time() + 5
+    while time.time() < deadline and not hang.auth:
+        time.sleep(0.02)
+    check(bool(hang.auth), "the in-flight job reached its gateway")
     hub.proc.send_signal(signal.SIGKILL)
     hub.proc.wait(10)
     hub.start()
     p = hub.port
     status = peers_status(hub)
-    check(status == {"gw-a": "stale", "gw-b": "stale", "gw-slow": "stale"},
+    check(status == {"gw-a": "stale", "gw-b": "stale", "gw-slow": "stale",
+                     "gw-hang": "stale"},
           "after SIGKILL: every registration is back, stale (%s)" % status)
+    code, body = request(p, "GET", "/v1/jobs/global-job-%d" % (last + 1),
+                         token=API)
+    check(code == 200 and body["state"] == "placing" and
+          "restarted" in body.get("error", ""),
+          "the job in flight at the SIGKILL says the hub restarted (%s)" %
+          body)
+    last += 1
+    hang.stop()
     code, body = connect(hub, "gw-b", b.url, 4)
     check(code == 200 and body["gateway"]["status"] == "connected",
           "a restored gateway connects again")
