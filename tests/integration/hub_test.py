@@ -109,6 +109,7 @@ class FakeGateway:
     def __init__(self, name, get_delay_s=0.0, post_delay_s=0.0):
         self.name, self.get_delay_s = name, get_delay_s
         self.post_delay_s = post_delay_s
+        self.refuse_auth = False
         self.auth, self.bodies, self.jobs = [], [], {}
         fake = self
 
@@ -128,6 +129,8 @@ class FakeGateway:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
                 fake.auth.append(self.headers.get("Authorization"))
+                if fake.refuse_auth:
+                    return self.reply(401, {"error": "unauthorized"})
                 time.sleep(fake.post_delay_s)
                 if self.path.startswith("/v1/internal/federation/") and \
                         self.path.endswith("/jobs"):
@@ -360,6 +363,15 @@ def run(hub, a, b, slow, work):
           body["assignment"]["gateway_id"] == "gw-a",
           "a flat rl request places on the named gateway")
 
+    # A gateway that refuses the hub's credential: 502, not the gateway's
+    # 401 (the client's own token is fine), and the job is recorded rejected.
+    a.refuse_auth = True
+    code, body = request(p, "POST", "/v1/rl/jobs", {"gateway_id": "gw-a"},
+                         token=API)
+    check(code == 502 and "federation token" in error_message(body),
+          "a gateway refusing the hub's token is 502, not 401 (%d)" % code)
+    a.refuse_auth = False
+
     # 6. Lookup and cancel through the gateway.
     code, body = request(p, "GET", "/v1/jobs/" + first_id, token=API)
     check(code == 200 and body["child"]["status"] == "queued",
@@ -416,9 +428,13 @@ def run(hub, a, b, slow, work):
     jobs = body.get("jobs", []) if code == 200 else []
     by_gateway = {}
     for j in jobs:
+        if j["state"] == "rejected":
+            check(j["fetch"] == {"ok": True, "source": "hub"},
+                  "a rejected job is answered from the hub's record")
+            continue
         by_gateway.setdefault(j["assignment"]["gateway_id"], []).append(
             j["fetch"])
-    check(code == 200 and len(jobs) == 6,
+    check(code == 200 and len(jobs) == 7,
           "GET /v1/jobs lists every job (%d)" % len(jobs))
     check(all(not f["ok"] for f in by_gateway.get("gw-slow", [])) and
           by_gateway.get("gw-slow"),
