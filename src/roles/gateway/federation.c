@@ -22,8 +22,9 @@
 
 #include "roles/gateway/gateway_impl.h"
 
-// Services advertised from the store's registry per connect.
-#define FEDERATION_MAX_REGISTERED_SERVICES 256u
+// Services advertised per connect, embedded and registered together (the
+// hub refuses more: PCP_SCHED_FEDERATION_MAX_SERVICES).
+#define FEDERATION_MAX_SERVICES 64u
 // Distinct (backend, target) groups advertised.
 #define FEDERATION_MAX_GROUPS 32u
 // Largest connect reply kept (peers and their services).
@@ -163,9 +164,9 @@ static json_t* advertisement_json(pcp_roles_gateway_state_t* g,
   const char* service_id = service_id_of(g, kind);
   char executor_id[512];
   if (group) {
-    snprintf(executor_id, sizeof(executor_id), "%s:%s:%s:%s:%s",
+    snprintf(executor_id, sizeof(executor_id), "%s:%s:%s:%s%s%s",
              g->config->file.gateway_id, kind, service_id, group->backend,
-             group->target);
+             group->target[0] ? ":" : "", group->target);
   } else {
     snprintf(executor_id, sizeof(executor_id), "%s:%s:%s",
              g->config->file.gateway_id, kind, service_id);
@@ -186,7 +187,12 @@ static json_t* advertisement_json(pcp_roles_gateway_state_t* g,
       (int)available, "capabilities", capabilities, "embedded", true);
   if (out && group) {
     json_object_set_new(out, "worker_class", json_string(group->backend));
-    json_object_set_new(out, "target_arch", json_string(group->target));
+    // Workers that joined without a target have none: no target_arch, so a
+    // placement that names one never picks them (the worker scheduler's
+    // rule, sched.h).
+    if (group->target[0]) {
+      json_object_set_new(out, "target_arch", json_string(group->target));
+    }
   }
   return out;
 }
@@ -248,9 +254,9 @@ static json_t* services_json(pcp_roles_gateway_state_t* g,
   }
   // Services registered through /v1/services/register (not expired).
   pcp_store_service_list_t list = {0};
-  if (g->store && !pcp_store_service_list(g->store, NULL,
-                                          FEDERATION_MAX_REGISTERED_SERVICES,
-                                          &list)) {
+  size_t room = FEDERATION_MAX_SERVICES - json_array_size(services);
+  if (g->store && room > 0 &&
+      !pcp_store_service_list(g->store, NULL, (uint32_t)room, &list)) {
     for (size_t i = 0; i < list.count; ++i) {
       const pcp_store_service_t* s = &list.items[i];
       if (s->expired) {
