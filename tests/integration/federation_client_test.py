@@ -246,6 +246,14 @@ def capabilities(gw):
         check(never not in names, "capability %s not claimed" % never)
     check(caps.get("workers") and caps["workers"][0]["backend"] == "cpu",
           "worker groups in /v1/capabilities: %s" % caps)
+    s, doc = fc.call(gw.base, "GET", "/openapi.json")
+    for path in ["/v1/federation/status", "/v1/federation/peers",
+                 "/v1/federation/services", "/v1/federation/replication",
+                 "/v1/capabilities", "/v1/internal/federation/training/jobs",
+                 "/v1/internal/federation/rl/jobs",
+                 "/v1/internal/federation/jobs/{id}",
+                 "/v1/internal/federation/jobs/{id}/cancel"]:
+        check(path in doc.get("paths", {}), "openapi names " + path)
 
 
 def internal_routes(gw):
