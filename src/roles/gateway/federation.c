@@ -50,6 +50,7 @@ struct pcp_roles_gateway_federation_t {
   bool thread_started;
   // Guarded by |mu|.
   bool stop;
+  bool wake;  // POST /v1/federation/connect: connect now, skip the wait
   char advertise_url[FEDERATION_MAX_URL_BYTES];
   const char* status;  // disabled | connecting | connected | disconnected
   char last_error[512];
@@ -511,7 +512,7 @@ static void* federation_main(void* opaque) {
     int64_t until_ns = pcp_clock_now_ns(g->clock) + wait_ms * 1000000;
     pthread_mutex_lock(&f->mu);
     f->next_attempt_at_ns = pcp_clock_wall_ns(g->clock) + wait_ms * 1000000;
-    while (!f->stop) {
+    while (!f->stop && !f->wake) {
       int64_t left_ms = (until_ns - pcp_clock_now_ns(g->clock)) / 1000000;
       if (left_ms <= 0) {
         break;
@@ -521,6 +522,7 @@ static void* federation_main(void* opaque) {
       pthread_cond_timedwait(&f->cv, &f->mu, &deadline);
     }
     f->next_attempt_at_ns = 0;
+    f->wake = false;
     pthread_mutex_unlock(&f->mu);
   }
   pcp_http_client_release(client);
@@ -753,6 +755,26 @@ static pcp_status_t status_get(void* user_data,
   return pcp_http_response_json_take(response, 200, out);
 }
 
+// Wakes the loop for a connect now (upstream's route only reported). The
+// answer is the status before that connect; poll /status for its outcome.
+static pcp_status_t connect_post(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  (void)request;
+  pcp_roles_gateway_state_t* g = user_data;
+  pcp_roles_gateway_federation_t* f = g->federation;
+  if (!f->enabled) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "federation is not enabled on this gateway "
+                           "(gateway config key 'federation.enabled')");
+  }
+  pthread_mutex_lock(&f->mu);
+  f->wake = true;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  return pcp_http_response_json_take(response, 202, link_json(f));
+}
+
 static json_t* peers_copy(pcp_roles_gateway_federation_t* f) {
   pthread_mutex_lock(&f->mu);
   json_t* peers = json_deep_copy(f->peers);
@@ -976,6 +998,7 @@ pcp_status_t pcp_roles_gateway_federation_routes_add(
       {"GET", "/v1/federation/peers", api, peers_get, g, 0, 0},
       {"GET", "/v1/federation/services", api, services_get, g, 0, 0},
       {"GET", "/v1/federation/replication", api, replication_get, g, 0, 0},
+      {"POST", "/v1/federation/connect", api, connect_post, g, 0, 0},
       {"GET", "/v1/capabilities", api, capabilities_get, g, 0, 0},
   };
   PCP_RETURN_IF_ERROR_BARE(
