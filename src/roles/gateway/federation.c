@@ -915,8 +915,17 @@ static pcp_status_t capabilities_get(void* user_data,
 // Keys the hub adds to a job body for its own bookkeeping; not part of the
 // experiment.
 static const char* const kPlacementKeys[] = {
-    "service_id", "executor_id",  "global_job_id", "placement",
-    "gateway_id", "worker_class", "target_arch",   "workers_required",
+    "service_id",
+    "executor_id",
+    "global_job_id",
+    "placement",
+    "gateway_id",
+    "worker_class",
+    "target_arch",
+    "workers_required",
+    // The hub reads the training kind to choose the capability.
+    "training_kind",
+    "model_type",
 };
 
 static pcp_status_t internal_training_submit(void* user_data,
