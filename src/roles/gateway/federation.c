@@ -411,11 +411,15 @@ static pcp_status_t connect_once(pcp_roles_gateway_federation_t* f,
     peers = json_object_get(answer, "gateways");
   }
   json_t* self = json_object_get(answer, "gateway");
+  // Copies, not references: the handlers read these under |mu| while the
+  // step reads |answer| without it, so the two never share a value.
+  json_t* peers_kept = json_is_array(peers) ? json_deep_copy(peers) : NULL;
+  json_t* self_kept = json_is_object(self) ? json_deep_copy(self) : NULL;
   pthread_mutex_lock(&f->mu);
   json_decref(f->peers);
-  f->peers = json_is_array(peers) ? json_incref(peers) : json_array();
+  f->peers = peers_kept ? peers_kept : json_array();
   json_decref(f->self);
-  f->self = json_is_object(self) ? json_incref(self) : NULL;
+  f->self = self_kept;
   pthread_mutex_unlock(&f->mu);
   *out_answer = answer;
   return pcp_ok_status();
@@ -427,10 +431,12 @@ static void* federation_main(void* opaque) {
   // One request is bounded by twice the interval (1..5 s), so a stop never
   // waits longer than that for a hub that accepts and stays silent.
   int64_t timeout_ms = f->interval_ms * 2;
-  if (timeout_ms < 1000)
+  if (timeout_ms < 1000) {
     timeout_ms = 1000;
-  if (timeout_ms > 5000)
+  }
+  if (timeout_ms > 5000) {
     timeout_ms = 5000;
+  }
   pcp_http_client_options_t options = {
       .timeout_ms = timeout_ms,
       .max_response_bytes = FEDERATION_MAX_REPLY_BYTES,
