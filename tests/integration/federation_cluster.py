@@ -155,8 +155,10 @@ class Gateway(Process):
     a node manager with CPU workers on its fabric."""
 
     def __init__(self, cluster, gateway_id, upstream, heartbeat_ms,
-                 federation_token=True, enabled=True, extra_config=None):
+                 federation_token=True, enabled=True, extra_config=None,
+                 token_value=FED_TOKEN):
         super().__init__(cluster.work, gateway_id)
+        self.token_value = token_value
         self.pcp = cluster.pcp
         self.gateway_id = gateway_id
         self.port, self.fabric_port = free_port(), free_port()
@@ -186,7 +188,7 @@ class Gateway(Process):
 
     def start(self):
         env = dict(os.environ, FED_GW_API_TOKEN=API_TOKEN,
-                   FED_GW_FED_TOKEN=FED_TOKEN, FED_GW_JOIN=JOIN)
+                   FED_GW_FED_TOKEN=self.token_value, FED_GW_JOIN=JOIN)
         self.spawn([self.pcp, "--gateway", "--gateway-config", self.config,
                     "--api-host", "127.0.0.1", "--api-port", str(self.port)],
                    env)

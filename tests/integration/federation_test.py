@@ -8,7 +8,9 @@ running one CPU worker (real IREE), federation heartbeat 500 ms.
      each with its training service and its available CPU workers (C has
      2, so it ranks first); every gateway's /v1/federation/peers lists all
      three;
-  2. staleness: a job needing 2 workers lands on C; C (and its workers) is
+  2. a gateway with the wrong federation token is refused by the hub
+     (its status says UNAUTHENTICATED) and never registered;
+     staleness: a job needing 2 workers lands on C; C (and its workers) is
      SIGKILLed; the hub marks it stale within 3 intervals (+ one poll of
      slack); a placement naming it is refused, unnamed placements go to A
      or B although C would rank first, and workers_required 2 is refused;
@@ -92,6 +94,23 @@ def registration(hub, gateways):
         s, st = gw.call("GET", "/v1/federation/status")
         check(s == 200 and st.get("connected") and st.get("peer_count") == 3,
               "%s status connected: %s" % (gw.gateway_id, st))
+
+
+def wrong_token(cluster, hub):
+    """A gateway with the wrong federation credential is refused by the
+    hub, says so in its status, and is never registered."""
+    gw = cluster.gateway("gw-x", token_value="not-the-secret")
+    st = fc.wait_until(lambda: (lambda b: b if b.get("consecutive_failures",
+                                                     0) >= 1 else None)(
+        gw.call("GET", "/v1/federation/status")[1]), 5)
+    check(st and st.get("status") == "disconnected" and
+          "UNAUTHENTICATED" in (st.get("last_error") or ""),
+          "wrong federation token: the hub refuses, the status says so: %s"
+          % st)
+    check("gw-x" not in hub_gateways(hub),
+          "a gateway with the wrong token is never registered")
+    gw.terminate()
+    cluster.gateways.remove(gw)
 
 
 def staleness(hub, gw_c):
@@ -246,6 +265,7 @@ def main():
                     cluster.gateway("gw-c", workers=2)]
         print("cluster up in %.1f s" % (time.time() - t0))
         registration(hub, gateways)
+        wrong_token(cluster, hub)
         staleness(hub, gateways[2])
         job_ids = jobs_through_hub(hub, gateways[:2])
         hub_restart(hub, gateways[:2], job_ids)
