@@ -197,13 +197,15 @@ class Gateway(Process):
             raise RuntimeError("gateway %s did not start: %s" %
                                (self.gateway_id, tail(self.err_path)))
 
-    def start_workers(self, count=1):
-        """A node manager with |count| CPU workers; waits for them."""
+    def start_workers(self, count=1, target=None):
+        """A node manager with |count| CPU workers (joining with |target|
+        when given); waits for them."""
         self.nm = Process(self.work, self.gateway_id + "-nm")
         env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=JOIN)
+        extra = ["--target", target] if target else []
         self.nm.spawn([self.pcp, "--node-manager", "--scale", str(count),
                        "--host", "127.0.0.1", "--port", str(self.fabric_port),
-                       "--backend", "cpu", "--api-port", "0"], env)
+                       "--backend", "cpu", "--api-port", "0"] + extra, env)
         if not wait_until(lambda: self.call("GET", "/v1/workers")[1][
                 "counts"]["connected"] >= count, 60, 0.2):
             raise RuntimeError("workers of %s did not join: %s" %
@@ -236,14 +238,15 @@ class Cluster:
         self.hubs.append(h)
         return h
 
-    def gateway(self, gateway_id, workers=0, upstream=None, **kwargs):
+    def gateway(self, gateway_id, workers=0, upstream=None, target=None,
+                **kwargs):
         if upstream is None:
             upstream = self.hubs[0].base
         g = Gateway(self, gateway_id, upstream, self.heartbeat_ms, **kwargs)
         g.start()
         self.gateways.append(g)
         if workers:
-            g.start_workers(workers)
+            g.start_workers(workers, target)
         return g
 
     def stop(self):

@@ -18,7 +18,8 @@ running one CPU worker (real IREE), federation heartbeat 500 ms.
      to success on A or B; its lookup goes through the hub (global job id ->
      the gateway's child job); a second, long job is cancelled through the
      hub and ends cancelled on its gateway; workers_required 2 (no gateway
-     has 2) is refused, not placed;
+     has 2) is refused, not placed; target_arch "host" (only B's workers
+     joined with it) places on B, "sm_80" is refused;
   4. the hub is SIGKILLed and restarted on the same state dir: the
      registrations and global jobs are still there, the gateways reconnect
      on their own (backoff), a new global job id is never one used before;
@@ -82,6 +83,13 @@ def registration(hub, gateways):
                  if s.get("service_type") == "training"]
             out[gid] = t[0].get("workers_available") if t else None
         return out
+    # gw-b's workers joined with --target host: only its advertisement
+    # carries a target_arch.
+    targets = {gid: [s.get("target_arch") for s in g.get("services", [])
+                     if s.get("service_type") == "training"]
+               for gid, g in hub_gateways(hub).items()}
+    check(targets == {"gw-a": [None], "gw-b": ["host"], "gw-c": [None]},
+          "target_arch per gateway: %s" % targets)
     want = {"gw-a": 1, "gw-b": 1, "gw-c": 2}
     counts = fc.wait_until(lambda: training_counts() == want, 5)
     check(counts, "each gateway advertises its available CPU workers: %s" %
@@ -176,11 +184,16 @@ def jobs_through_hub(hub, gateways):
           "the job ran to success, seen through the hub: %s" %
           (final and final.get("child", {}).get("error")))
 
-    # A long job, cancelled through the hub. Pin it to the other gateway
-    # (the first may still be finishing its export).
-    other = "gw-b" if a.get("gateway_id") == "gw-a" else "gw-a"
+    # Placement by target: no gateway has sm_80 workers; gw-b's are "host".
+    s, body = hub.call("POST", "/v1/training/jobs",
+                       {"placement": {"target_arch": "sm_80"},
+                        "job": experiment("no-target", 2)})
+    check(s != 202 and "error" in body,
+          "no gateway with target sm_80: refused: %s %s" % (s, body))
+    # A long job placed by target (so on gw-b), cancelled through the hub.
+    other = "gw-b"
     s, long_job = hub.call("POST", "/v1/training/jobs",
-                           {"placement": {"gateway_id": other},
+                           {"placement": {"target_arch": "host"},
                             "job": experiment("fed-cancel", 100000)})
     ids = [gid]
     if check(s == 202 and long_job.get("global_job_id"),
@@ -188,7 +201,8 @@ def jobs_through_hub(hub, gateways):
         lid = long_job["global_job_id"]
         ids.append(lid)
         check(long_job.get("assignment", {}).get("gateway_id") == other,
-              "placement by gateway_id honoured")
+              "placement by target_arch lands on the gateway whose workers "
+              "have it: %s" % long_job.get("assignment"))
         fc.wait_until(lambda: child_state(hub.call(
             "GET", "/v1/jobs/" + lid)[1]) == "running", 60, 0.3)
         s, c = hub.call("POST", "/v1/jobs/%s/cancel" % lid)
@@ -261,7 +275,7 @@ def main():
     try:
         hub = cluster.hub()
         gateways = [cluster.gateway("gw-a", workers=1),
-                    cluster.gateway("gw-b", workers=1),
+                    cluster.gateway("gw-b", workers=1, target="host"),
                     cluster.gateway("gw-c", workers=2)]
         print("cluster up in %.1f s" % (time.time() - t0))
         registration(hub, gateways)
