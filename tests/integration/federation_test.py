@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Issue 15 item 6, the federation with real processes on 127.0.0.1: one
 `pcp --federation-hub` and three `pcp --gateway`s, each with a node manager
-running one CPU worker (real IREE), federation heartbeat 500 ms.
+running CPU workers (real IREE: one each on A and B, B's joined with
+--target host, two on C), federation heartbeat 500 ms.
 
   1. registration and peers: the hub lists the three gateways connected,
      each with its training service and its available CPU workers (C has
