@@ -871,6 +871,8 @@ static pcp_status_t start(pcp_roles_hub_t* hub) {
       pcp_obs_registry_create(hub->allocator, &hub->metrics));
   PCP_RETURN_IF_ERROR_BARE(pcp_obs_registry_register(
       hub->metrics, kMetrics, PCP_ROLES_HUB_METRIC_COUNT, hub->families));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_roles_process_metrics_register(hub->metrics, "federation-hub"));
 
   pcp_http_scope_t scopes[2];
   size_t scope_count = 0;
