@@ -183,6 +183,11 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_graph_open(pcp_roles_gateway_state_t* gateway);
 void pcp_roles_gateway_graph_close(pcp_roles_gateway_state_t* gateway);
 
+// proxy.c: /v1/inference/chat/completions (to a registered service) and
+// /v1/inference/query/chat/completions (query-then-infer).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* gateway);
+
 // jobs.c
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* gateway);

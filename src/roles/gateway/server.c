@@ -884,6 +884,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_inference_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_graph_routes_add(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_proxy_routes_add(g));
 
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
   if (pthread_create(&g->runner_thread, NULL,
