@@ -1266,7 +1266,8 @@ pcp_status_t pcp_store_mutation_find(pcp_store_t* store,
   PCP_RETURN_IF_ERROR_BARE(
       pcp_store_id_validate("mutation_id", mutation_id, true));
   pcp_store_lock(store);
-  pcp_status_t status = mutation_find_locked(store, mutation_id, out_sequence_no);
+  pcp_status_t status =
+      mutation_find_locked(store, mutation_id, out_sequence_no);
   pcp_store_unlock(store);
   return status;
 }

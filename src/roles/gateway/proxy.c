@@ -42,6 +42,9 @@
 #define QUERY_CONTEXT_MAX_BYTES ((size_t)64 << 10)
 
 static atomic_int g_proxy_calls;
+// Set at gateway stop: transfers in flight end (their clients get an error
+// event or a 502).
+static atomic_bool g_proxy_stopping;
 
 //===----------------------------------------------------------------------===//
 // Errors (OpenAI's shape, as inference.c)
@@ -162,6 +165,9 @@ static pcp_status_t on_event(void* user_data,
 
 static bool on_body(void* user_data, const char* data, size_t length) {
   proxy_call_t* c = user_data;
+  if (atomic_load(&g_proxy_stopping)) {
+    return false;
+  }
   if (c->sse) {
     pcp_status_t status = pcp_http_sse_parser_feed(&c->parser, data, length);
     if (status) {
@@ -192,7 +198,8 @@ static bool on_body(void* user_data, const char* data, size_t length) {
 
 static bool should_stop(void* user_data) {
   proxy_call_t* c = user_data;
-  return c->sse && !pcp_http_sse_stream_is_open(c->sse);
+  return atomic_load(&g_proxy_stopping) ||
+         (c->sse && !pcp_http_sse_stream_is_open(c->sse));
 }
 
 static void* call_thread(void* arg) {
@@ -878,6 +885,15 @@ static pcp_status_t query_infer(void* user_data,
 //===----------------------------------------------------------------------===//
 // Routes
 //===----------------------------------------------------------------------===//
+
+void pcp_roles_gateway_proxy_stop(int64_t timeout_ms) {
+  atomic_store(&g_proxy_stopping, true);
+  // The threads notice within about a second (libcurl polls should_stop).
+  for (int64_t waited = 0;
+       atomic_load(&g_proxy_calls) > 0 && waited < timeout_ms; waited += 20) {
+    pcp_sleep_ms(20);
+  }
+}
 
 pcp_status_t pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* g) {
   pcp_http_route_t routes[] = {
