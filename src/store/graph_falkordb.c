@@ -1070,8 +1070,12 @@ static pcp_status_t falkordb_query(pcp_store_graph_backend_t* backend,
   if (!status && !query->entity_type) {
     cypher_t q = {.allocator = store->allocator};
     query_params(&q, query, limit);
+    // By entity: from its node over the entity_id index (a stub when it
+    // was never upserted), either direction, each edge once.
+    cypher_raw(&q, query->entity_id ? " MATCH (n:KGEntity {entity_id: $id})"
+                                      "-[r:KG_RELATION]-() WITH DISTINCT r"
+                                    : " MATCH ()-[r:KG_RELATION]->()");
     cypher_raw(&q,
-               " MATCH ()-[r:KG_RELATION]->()"
                " WHERE ($id IS NULL OR r.from_entity_id = $id"
                " OR r.to_entity_id = $id)"
                " AND ($ns IS NULL OR r.namespace_id = $ns)"
@@ -1087,8 +1091,10 @@ static pcp_status_t falkordb_query(pcp_store_graph_backend_t* backend,
   if (!status && !query->entity_type && !query->relation_type) {
     cypher_t q = {.allocator = store->allocator};
     query_params(&q, query, limit);
+    cypher_raw(&q, query->entity_id
+                       ? " MATCH (o:KGObservation {subject_entity_id: $id})"
+                       : " MATCH (o:KGObservation)");
     cypher_raw(&q,
-               " MATCH (o:KGObservation)"
                " WHERE ($id IS NULL OR o.subject_entity_id = $id)"
                " AND ($ns IS NULL OR o.namespace_id = $ns)"
                " AND ($text IS NULL OR (o.observation_id + ' ' +"
