@@ -83,6 +83,7 @@ class Gateway:
             env=dict(os.environ, PCP_WORKER_JOIN_TOKEN="graph-join"))
 
     def stop(self):
+        """SIGTERM; checks a clean exit (0, no sanitizer report)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -90,6 +91,10 @@ class Gateway:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+            check(self.proc.returncode == 0 and
+                  "Sanitizer" not in self.log(),
+                  "%s exits cleanly on SIGTERM: rc=%r %s" %
+                  (self.err, self.proc.returncode, self.log()[-1500:]))
 
     def log(self):
         with open(self.err) as f:

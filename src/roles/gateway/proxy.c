@@ -896,6 +896,8 @@ void pcp_roles_gateway_proxy_stop(int64_t timeout_ms) {
 }
 
 pcp_status_t pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* g) {
+  // One gateway per process; a test may serve several in turn.
+  atomic_store(&g_proxy_stopping, false);
   pcp_http_route_t routes[] = {
       {"POST", "/v1/inference/chat/completions", "api", inference_proxy, g,
        PROXY_MAX_REQUEST_BYTES, 0},
