@@ -323,6 +323,11 @@ def main():
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+    # Gateway A (proxy threads, streams) exits cleanly on SIGTERM.
+    with open(os.path.join(work, "a.err")) as f:
+        log = f.read()
+    check(a.returncode == 0 and "Sanitizer" not in log,
+          "gateway A exits cleanly: rc=%r %s" % (a.returncode, log[-1500:]))
     if FAILURES:
         print("%d check(s) failed; logs in %s" % (len(FAILURES), work),
               file=sys.stderr)
