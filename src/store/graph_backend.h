@@ -38,6 +38,10 @@
 
 #include "store/store.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pcp_store_graph_backend_t pcp_store_graph_backend_t;
 
 // Backend names accepted by pcp_store_graph_backend_kind_parse, in the
@@ -119,5 +123,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_graph_backend_counts_query(
 
 // Closes the connection (if any) and frees the backend. NULL-safe.
 void pcp_store_graph_backend_close(pcp_store_graph_backend_t* backend);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif  // PCP_STORE_GRAPH_BACKEND_H_

@@ -818,4 +818,8 @@ pcp_store_checkpoint_verify(const pcp_store_checkpoint_t* checkpoint);
 }
 #endif
 
+// The knowledge-graph backends over this store (SQLite, FalkorDB) are part
+// of the public API; their header is kept apart for size.
+#include "store/graph_backend.h"  // IWYU pragma: export
+
 #endif  // PCP_STORE_STORE_H_

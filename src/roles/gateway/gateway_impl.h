@@ -22,7 +22,6 @@
 #include "http/http.h"
 #include "obs/obs.h"
 #include "roles/roles_impl.h"
-#include "store/graph_backend.h"
 #include "store/store.h"
 #include "workloads/workloads.h"
 
