@@ -192,7 +192,7 @@ typedef struct pcp_roles_neo4j_config_t {
 // graph_backend "falkordb" (src/store/graph_backend.h).
 typedef struct pcp_roles_falkordb_config_t {
   bool present;
-  char* host;  // default 127.0.0.1
+  char* host;    // default 127.0.0.1
   int64_t port;  // default 6379
   char* password_env;
   char* graph;  // graph key, default "pcp"
