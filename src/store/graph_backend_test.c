@@ -168,6 +168,11 @@ static void backend_open(fixture_t* f) {
 }
 
 static int setup_kind(void** state, pcp_store_graph_backend_kind_t kind) {
+  // Before anything is created: a failed setup gets no teardown.
+  if (kind == PCP_STORE_GRAPH_BACKEND_FALKORDB && !g_server_pid &&
+      !server_start()) {
+    fail_msg("%s", g_server_error);
+  }
   fixture_t* f = calloc(1, sizeof(*f));
   f->kind = kind;
   const char* tmp = getenv("TMPDIR");
