@@ -1258,3 +1258,16 @@ pcp_status_t pcp_store_mutation_replicated_mark(pcp_store_t* store,
   pcp_store_unlock(store);
   return status;
 }
+
+pcp_status_t pcp_store_mutation_find(pcp_store_t* store,
+                                     const char* mutation_id,
+                                     int64_t* out_sequence_no) {
+  *out_sequence_no = 0;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_id_validate("mutation_id", mutation_id, true));
+  pcp_store_lock(store);
+  pcp_status_t status =
+      mutation_find_locked(store, mutation_id, out_sequence_no);
+  pcp_store_unlock(store);
+  return status;
+}

@@ -753,6 +753,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_mutation_log_stats_query(
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_store_mutation_replicated_mark(pcp_store_t* store, int64_t sequence_no);
 
+// The sequence number of the record named |mutation_id| (0 when there is
+// none). Lets a graph backend outside SQLite (graph_backend.h) tell a
+// duplicate before it applies anything. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_mutation_find(
+    pcp_store_t* store, const char* mutation_id, int64_t* out_sequence_no);
+
 //===----------------------------------------------------------------------===//
 // Checkpoints
 //===----------------------------------------------------------------------===//
@@ -927,5 +933,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_policy_list(
 #ifdef __cplusplus
 }
 #endif
+
+// The knowledge-graph backends over this store (SQLite, FalkorDB) are part
+// of the public API; their header is kept apart for size.
+#include "store/graph_backend.h"  // IWYU pragma: export
 
 #endif  // PCP_STORE_STORE_H_

@@ -295,9 +295,10 @@ static json_t* connect_body(pcp_roles_gateway_federation_t* f,
   json_t* body = json_pack(
       "{s:s, s:s, s:s, s:s, s:I, s:O, s:o, s:I, s:I, s:s, s:I}", "gateway_id",
       g->config->file.gateway_id, "lab_id", g->config->file.lab_id, "base_url",
-      base_url, "graph_backend", "sqlite", "registered_services",
-      (json_int_t)json_array_size(services), "services", services, "workers",
-      groups ? groups : json_array(), "last_sequence_no",
+      base_url, "graph_backend",
+      g->graph ? pcp_store_graph_backend_name(g->graph) : "sqlite",
+      "registered_services", (json_int_t)json_array_size(services), "services",
+      services, "workers", groups ? groups : json_array(), "last_sequence_no",
       (json_int_t)stats.last_sequence_no, "last_replicated_sequence",
       (json_int_t)stats.last_replicated_sequence, "status", "connected",
       "heartbeat_interval_ms", (json_int_t)f->interval_ms);

@@ -132,6 +132,7 @@ typedef struct pcp_roles_gateway_state_t {
   pcp_obs_family_t* jobs_family;      // pcp_gateway_jobs{state}
   pcp_obs_family_t* job_runs_family;  // pcp_gateway_job_outcomes_total
   pcp_store_t* store;
+  pcp_store_graph_backend_t* graph;  // graph.c; the log stays in |store|
   pcp_fabric_endpoint_t* fabric;
   pcp_infer_service_t* infer;  // the OpenAI-compatible inference engine
   pcp_http_server_t* http;
@@ -194,6 +195,22 @@ pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* gateway);
 // inference.c: /v1/models, /v1/chat/completions, /v1/completions.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_inference_routes_add(pcp_roles_gateway_state_t* gateway);
+
+// graph.c: /v1/graph/*.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_graph_routes_add(pcp_roles_gateway_state_t* gateway);
+// Opens the configured graph backend over |store| (start) and closes it
+// (stop, before the store).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_graph_open(pcp_roles_gateway_state_t* gateway);
+void pcp_roles_gateway_graph_close(pcp_roles_gateway_state_t* gateway);
+
+// proxy.c: /v1/inference/chat/completions (to a registered service) and
+// /v1/inference/query/chat/completions (query-then-infer).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* gateway);
+// Ends the proxied calls in flight (waits up to |timeout_ms| for them).
+void pcp_roles_gateway_proxy_stop(int64_t timeout_ms);
 
 // jobs.c
 PCP_MUST_USE_RESULT pcp_status_t
