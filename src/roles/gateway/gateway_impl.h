@@ -172,6 +172,10 @@ pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* gateway);
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_inference_routes_add(pcp_roles_gateway_state_t* gateway);
 
+// graph.c: /v1/graph/*.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_graph_routes_add(pcp_roles_gateway_state_t* gateway);
+
 // jobs.c
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* gateway);

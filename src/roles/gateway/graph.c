@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: Apache-2.0
+// The gateway's knowledge-graph routes: /v1/graph/{status, mutate, query,
+// entities/{id}}. Kept out of server.c so the graph work (backends,
+// replication policies, query modes) grows in one file.
+
+#include <stdio.h>
+#include <string.h>
+
+#include "roles/gateway/gateway_impl.h"
+
+static const char* string_field(json_t* object, const char* key) {
+  json_t* v = json_object_get(object, key);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+//===----------------------------------------------------------------------===//
+// /v1/graph
+//===----------------------------------------------------------------------===//
+
+static json_t* graph_result_json(const pcp_store_graph_result_t* r) {
+  json_t* entities = json_array();
+  for (size_t i = 0; i < r->entity_count; ++i) {
+    const pcp_store_graph_entity_t* e = &r->entities[i];
+    json_array_append_new(
+        entities,
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:O, s:O, s:I, s:I}", "entity_id",
+                  e->entity_id, "namespace_id", e->namespace_id, "entity_type",
+                  e->entity_type, "display_name", e->display_name, "visibility",
+                  pcp_store_visibility_name(e->visibility), "properties",
+                  e->properties, "provenance", e->provenance, "created_at_ms",
+                  (json_int_t)(e->created_at_ns / 1000000), "updated_at_ms",
+                  (json_int_t)(e->updated_at_ns / 1000000)));
+  }
+  json_t* relations = json_array();
+  for (size_t i = 0; i < r->relation_count; ++i) {
+    const pcp_store_graph_relation_t* e = &r->relations[i];
+    json_array_append_new(
+        relations,
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:O, s:O}", "relation_id",
+                  e->relation_id, "namespace_id", e->namespace_id,
+                  "relation_type", e->relation_type, "from_entity_id",
+                  e->from_entity_id, "to_entity_id", e->to_entity_id,
+                  "visibility", pcp_store_visibility_name(e->visibility),
+                  "properties", e->properties, "provenance", e->provenance));
+  }
+  json_t* observations = json_array();
+  for (size_t i = 0; i < r->observation_count; ++i) {
+    const pcp_store_graph_observation_t* e = &r->observations[i];
+    json_array_append_new(
+        observations,
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:O, s:O}", "observation_id",
+                  e->observation_id, "namespace_id", e->namespace_id,
+                  "subject_entity_id", e->subject_entity_id, "observation_type",
+                  e->observation_type, "visibility",
+                  pcp_store_visibility_name(e->visibility), "payload",
+                  e->payload, "provenance", e->provenance));
+  }
+  return json_pack("{s:o, s:o, s:o}", "entities", entities, "relations",
+                   relations, "observations", observations);
+}
+
+// Copies |key| of |object| into |buffer| (capacity bytes); "" when absent.
+static pcp_status_t copy_field(json_t* object, const char* key, bool required,
+                               char* buffer, size_t capacity) {
+  buffer[0] = 0;
+  json_t* v = json_object_get(object, key);
+  if (!v) {
+    if (required) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field '%s' is required", key);
+    }
+    return pcp_ok_status();
+  }
+  if (!json_is_string(v)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field '%s' must be a string", key);
+  }
+  if (json_string_length(v) >= capacity) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field '%s' is longer than %zu bytes", key,
+                           capacity - 1);
+  }
+  memcpy(buffer, json_string_value(v), json_string_length(v) + 1);
+  return pcp_ok_status();
+}
+
+static pcp_status_t mutation_parse(pcp_roles_gateway_state_t* g, json_t* m,
+                                   pcp_store_mutation_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (!json_is_object(m)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "each mutation must be an object");
+  }
+  char type[64];
+  PCP_RETURN_IF_ERROR_BARE(
+      copy_field(m, "mutation_type", true, type, sizeof(type)));
+  if (!pcp_store_mutation_type_parse(pcp_make_cstring_view(type),
+                                     &out->mutation_type)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field 'mutation_type': unknown value '%s'", type);
+  }
+  PCP_RETURN_IF_ERROR_BARE(copy_field(m, "mutation_id", false, out->mutation_id,
+                                      sizeof(out->mutation_id)));
+  PCP_RETURN_IF_ERROR_BARE(copy_field(
+      m, "namespace_id", false, out->namespace_id, sizeof(out->namespace_id)));
+  if (!out->namespace_id[0]) {
+    snprintf(out->namespace_id, sizeof(out->namespace_id), "%s",
+             g->config->file.lab_id);
+  }
+  PCP_RETURN_IF_ERROR_BARE(
+      copy_field(m, "target_id", true, out->target_id, sizeof(out->target_id)));
+  char visibility[32];
+  PCP_RETURN_IF_ERROR_BARE(
+      copy_field(m, "visibility", false, visibility, sizeof(visibility)));
+  if (visibility[0] &&
+      !pcp_store_visibility_parse(pcp_make_cstring_view(visibility),
+                                  &out->visibility)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field 'visibility': unknown value '%s'",
+                           visibility);
+  }
+  json_t* payload = json_object_get(m, "payload");
+  if (payload && !json_is_object(payload)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field 'payload' must be an object");
+  }
+  json_t* provenance = json_object_get(m, "provenance");
+  if (provenance && !json_is_object(provenance)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "field 'provenance' must be an object");
+  }
+  out->payload = payload;
+  out->provenance = provenance;
+  return pcp_ok_status();
+}
+
+#define GRAPH_MAX_MUTATIONS_PER_REQUEST 1000
+
+static pcp_status_t graph_mutate(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
+  json_t* body = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
+  json_t* mutations = json_object_get(body, "mutations");
+  pcp_status_t status = pcp_ok_status();
+  if (!json_is_array(mutations) || json_array_size(mutations) == 0) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'mutations' must be a non-empty array");
+  } else if (json_array_size(mutations) > GRAPH_MAX_MUTATIONS_PER_REQUEST) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "at most %d mutations per request",
+                             GRAPH_MAX_MUTATIONS_PER_REQUEST);
+  }
+  json_t* ids = json_array();
+  for (size_t i = 0; !status && i < json_array_size(mutations); ++i) {
+    pcp_store_mutation_t m;
+    status = mutation_parse(g, json_array_get(mutations, i), &m);
+    int64_t sequence = 0;
+    bool duplicate = false;
+    if (!status) {
+      status =
+          pcp_store_graph_mutation_apply(g->store, &m, &sequence, &duplicate);
+    }
+    if (status) {
+      pcp_status_t wrapped =
+          pcp_make_status(pcp_status_code(status), "mutations[%zu]: %s", i,
+                          pcp_status_message(status));
+      pcp_status_ignore(status);
+      status = wrapped;
+      break;
+    }
+    char id[PCP_STORE_ID_MAX_LENGTH + 1];
+    if (m.mutation_id[0]) {
+      snprintf(id, sizeof(id), "%s", m.mutation_id);
+    } else {
+      snprintf(id, sizeof(id), "mut_%lld", (long long)sequence);
+    }
+    json_array_append_new(ids, json_string(id));
+  }
+  json_decref(body);
+  if (status) {
+    json_decref(ids);
+    return status;
+  }
+  return pcp_http_response_json_take(
+      response, 200,
+      json_pack("{s:b, s:o}", "accepted", 1, "mutation_ids", ids));
+}
+
+// Unknown keys are ignored (upstream); known ones must have their type, or
+// a typo'd value would silently widen the query to everything.
+static bool filters_are_strings(json_t* body) {
+  static const char* const kKeys[] = {"entity_id",   "namespace_id",
+                                      "entity_type", "relation_type",
+                                      "text",        "query_mode"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kKeys); ++i) {
+    json_t* v = json_object_get(body, kKeys[i]);
+    if (v && !json_is_string(v)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static pcp_status_t graph_query(void* user_data,
+                                const pcp_http_request_t* request,
+                                pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
+  json_t* body = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
+  pcp_status_t status = pcp_ok_status();
+  const char* mode = string_field(body, "query_mode");
+  if (!json_is_object(body)) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "the body must be a JSON object");
+  } else if (!filters_are_strings(body)) {
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "query fields entity_id, namespace_id, "
+                             "entity_type, relation_type, text and query_mode "
+                             "must be strings");
+  } else if (mode && strcmp(mode, "local") != 0) {
+    // Global modes need the federation hub (a later issue).
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "field 'query_mode': only 'local' is served "
+                             "without a federation hub");
+  }
+  pcp_store_graph_query_t q = {
+      .entity_id = string_field(body, "entity_id"),
+      .namespace_id = string_field(body, "namespace_id"),
+      .entity_type = string_field(body, "entity_type"),
+      .relation_type = string_field(body, "relation_type"),
+      .text = string_field(body, "text"),
+  };
+  json_t* limit = json_object_get(body, "limit");
+  if (!status && limit) {
+    if (!json_is_integer(limit) || json_integer_value(limit) < 1 ||
+        json_integer_value(limit) > PCP_STORE_LIST_LIMIT_MAX) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "field 'limit' must be an integer in [1, %u]",
+                               PCP_STORE_LIST_LIMIT_MAX);
+    } else {
+      q.limit = (uint32_t)json_integer_value(limit);
+    }
+  }
+  pcp_store_graph_result_t result = {0};
+  if (!status) {
+    status = pcp_store_graph_query(g->store, &q, &result);
+  }
+  json_decref(body);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  json_t* out = graph_result_json(&result);
+  pcp_store_graph_result_deinitialize(&result);
+  return pcp_http_response_json_take(response, 200, out);
+}
+
+static pcp_status_t graph_entity_get(void* user_data,
+                                     const pcp_http_request_t* request,
+                                     pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
+  pcp_store_graph_query_t q = {.entity_id =
+                                   pcp_http_request_param(request, "id")};
+  pcp_store_graph_entity_t e;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_graph_entity_get(g->store, q.entity_id, &e));
+  pcp_store_graph_entity_deinitialize(&e);
+  pcp_store_graph_result_t result = {0};
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_query(g->store, &q, &result));
+  json_t* out = graph_result_json(&result);
+  pcp_store_graph_result_deinitialize(&result);
+  return pcp_http_response_json_take(response, 200, out);
+}
+
+static pcp_status_t graph_status(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  (void)request;
+  pcp_roles_gateway_state_t* g = user_data;
+  pcp_store_mutation_log_stats_t stats;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_mutation_log_stats_query(g->store, &stats));
+  return pcp_http_response_json_take(
+      response, 200,
+      json_pack("{s:s, s:I, s:I, s:I, s:b}", "backend", "sqlite",
+                "last_sequence", (json_int_t)stats.last_sequence_no,
+                "last_replicated_sequence",
+                (json_int_t)stats.last_replicated_sequence, "pending_mutations",
+                (json_int_t)stats.pending_count, "federation_enabled", 0));
+}
+
+//===----------------------------------------------------------------------===//
+// Routes
+//===----------------------------------------------------------------------===//
+
+pcp_status_t pcp_roles_gateway_graph_routes_add(pcp_roles_gateway_state_t* g) {
+  pcp_http_route_t routes[] = {
+      {"GET", "/v1/graph/status", "api", graph_status, g, 0, 0},
+      {"POST", "/v1/graph/mutate", "api", graph_mutate, g, 0, 0},
+      {"POST", "/v1/graph/query", "api", graph_query, g, 0, 0},
+      {"GET", "/v1/graph/entities/{id}", "api", graph_entity_get, g, 0, 0},
+  };
+  for (size_t i = 0; i < PCP_ARRAYSIZE(routes); ++i) {
+    // Without an API token the /v1 routes are open (upstream), so they name
+    // no scope the server does not have.
+    if (!g->auth_enabled) {
+      routes[i].scope = NULL;
+    }
+  }
+  return pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes));
+}
