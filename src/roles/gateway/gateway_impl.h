@@ -103,6 +103,9 @@ typedef struct pcp_roles_gateway_event_client_t {
   int64_t next_comment_ns;
 } pcp_roles_gateway_event_client_t;
 
+// replication.c (graph replication; opaque).
+typedef struct pcp_roles_gateway_replication_t pcp_roles_gateway_replication_t;
+
 typedef struct pcp_roles_gateway_state_t {
   const pcp_roles_gateway_config_t* config;
   pcp_allocator_t allocator;
@@ -158,6 +161,9 @@ typedef struct pcp_roles_gateway_state_t {
   pthread_t training_thread;
   bool training_started;
 
+  // Graph replication (replication.c): policies, push thread, status.
+  pcp_roles_gateway_replication_t* replication;
+
   pthread_t runner_thread;
   pthread_t pump_thread;
   bool runner_started;
@@ -175,6 +181,45 @@ pcp_roles_gateway_inference_routes_add(pcp_roles_gateway_state_t* gateway);
 // graph.c: /v1/graph/*.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_graph_routes_add(pcp_roles_gateway_state_t* gateway);
+
+// replication.c: graph replication (docs/federation.md "Graph
+// replication"). _start before the routes are added (loads nothing yet;
+// starts the push thread when federation is on), _stop after the HTTP
+// server stopped. All else is thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_replication_start(pcp_roles_gateway_state_t* gateway);
+void pcp_roles_gateway_replication_stop(pcp_roles_gateway_state_t* gateway);
+// GET/PUT /v1/graph/policies, GET /v1/graph/replication,
+// POST /v1/internal/events.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_replication_routes_add(pcp_roles_gateway_state_t* gateway);
+// One push cycle: eligible mutations after the replicated mark go to the
+// hub in batches; the mark moves only past what the hub acknowledged. A
+// no-op without a hub. The push thread runs it every
+// federation.heartbeat_interval_ms; the federation connect loop may run it
+// after a connect (cycles never overlap).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* gateway);
+// Before a /v1/graph/mutate mutation is applied: a missing visibility
+// becomes the namespace policy's default_visibility; a policy_update is
+// validated and its payload replaced by the whole new snapshot
+// (|*out_payload|, a new reference the caller releases after the apply).
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_mutation_prepare(
+    pcp_roles_gateway_state_t* gateway, json_t* request,
+    pcp_store_mutation_t* inout_mutation, json_t** out_payload);
+// After a policy_update was applied.
+void pcp_roles_gateway_replication_policies_changed(
+    pcp_roles_gateway_state_t* gateway);
+// query_mode global / local_plus_global of POST /v1/graph/query: asks the
+// hub (502 FederationHubQueryFailed JSON when it fails), filters by
+// visibility and merges local-first with |local_result| (ignored for
+// global), cutting each array at |limit| (0: none).
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_query(
+    pcp_roles_gateway_state_t* gateway, json_t* body, const char* mode,
+    json_t* local_result, size_t limit, pcp_http_response_t* response);
+// The replication status (GET /v1/graph/replication); NULL on error.
+json_t* pcp_roles_gateway_replication_status_json(
+    pcp_roles_gateway_state_t* gateway);
 
 // jobs.c
 PCP_MUST_USE_RESULT pcp_status_t

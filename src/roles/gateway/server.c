@@ -881,6 +881,8 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_inference_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_graph_routes_add(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_start(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_routes_add(g));
 
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
   if (pthread_create(&g->runner_thread, NULL,
@@ -924,6 +926,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   // Training runs cancel their round's tasks and return; their jobs stay
   // running in the store and resume from a checkpoint at the next start.
   pcp_roles_gateway_training_stop(g);
+  pcp_roles_gateway_replication_stop(g);
   // A compile in progress finishes first (iree-compile is a child process
   // with its own timeout); its job stays compiling and re-runs next start.
   pcp_roles_gateway_compile_pool_stop(g);
