@@ -506,6 +506,248 @@ pcp_sched_reservation_query(const pcp_sched_t* sched, uint64_t reservation_id,
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_sched_check_invariants(const pcp_sched_t* sched);
 
+//===----------------------------------------------------------------------===//
+// Federation: the hub's gateway registry and placement
+//===----------------------------------------------------------------------===//
+//
+// The federation hub's bookkeeping, as pure as the worker scheduler above:
+// no I/O, no threads, no clock reads. Every call that depends on time takes
+// |now_ns| (monotonic, for staleness) and, where a time is shown to users or
+// persisted, |wall_ns|. The hub role (src/roles/hub) wraps it with a mutex,
+// SQLite and HTTP; the topology checks (src/topology) drive the same code.
+//
+// Model (reference/upstream-control-plane.md s.6.1-6.2, with the fixes its
+// NOTEs ask for; docs/federation.md):
+//   - A gateway is keyed by its gateway_id. A connect upserts it: lab_id,
+//     base_url, graph_backend and the service list are replaced,
+//     last_sequence_no is the reported value, last_replicated_sequence never
+//     goes down, connected_at is kept from the first insert.
+//   - Staleness (upstream has none): a gateway whose last connect is more
+//     than PCP_SCHED_FEDERATION_STALE_INTERVALS heartbeat intervals old is
+//     STALE (exactly 3 intervals is still CONNECTED; one nanosecond more is
+//     STALE). A stale gateway is never chosen by placement and becomes
+//     CONNECTED again on its next connect. A registration restored from disk
+//     is STALE until its gateway connects.
+//   - Service counts are normalised once, at connect (s.6.1 chain):
+//     connected = workers_connected ?? worker_count ?? 0,
+//     ready = workers_ready ?? ready_worker_count ?? 0,
+//     available = workers_dispatchable ?? workers_available ??
+//                 ready_worker_count ?? 0,
+//     then ready = max(ready, available), connected = max(connected, ready).
+//   - Placement: candidates are the services of CONNECTED gateways that match
+//     every selector field given (gateway, service, executor, worker class,
+//     target arch exactly; a service lacking a named field never matches),
+//     offer the capability (training) or have the type (rl), and, unlike
+//     upstream, have workers_available >= workers_required: the requirement
+//     FILTERS. The best candidate: health "ok" first, then more available,
+//     more ready, newer updated_at; remaining ties go to the earlier
+//     registered gateway and the earlier listed service (deterministic).
+//   - Every registration has an epoch, bumped when it is created and when a
+//     stale gateway comes back, so a placement can be checked later against
+//     the gateway having gone away or restarted in between.
+//
+// Threading: thread-compatible (the hub holds a mutex around every call).
+// Ownership: strings passed in are copied. Views (pcp_sched_federation_
+// gateway_t, the service arrays they point to) borrow from the registry and
+// are valid until the next call that changes it (connect, restore, remove,
+// release). Placements are copied into caller storage.
+
+#define PCP_SCHED_FEDERATION_ID_MAX_LENGTH 255
+#define PCP_SCHED_FEDERATION_NAME_MAX_LENGTH 127
+#define PCP_SCHED_FEDERATION_URL_MAX_LENGTH 1023
+#define PCP_SCHED_FEDERATION_MAX_GATEWAYS_DEFAULT 1024u
+// Services one gateway may advertise, capabilities one service may list.
+#define PCP_SCHED_FEDERATION_MAX_SERVICES 64u
+#define PCP_SCHED_FEDERATION_MAX_CAPABILITIES 32u
+// Largest worker count accepted in an advertisement or a selector.
+#define PCP_SCHED_FEDERATION_MAX_WORKERS 1000000
+// Missed heartbeat intervals after which a gateway is stale.
+#define PCP_SCHED_FEDERATION_STALE_INTERVALS 3
+// A count field that was not given (any other negative is refused).
+#define PCP_SCHED_FEDERATION_COUNT_ABSENT INT64_MIN
+
+typedef enum pcp_sched_federation_status_e {
+  PCP_SCHED_FEDERATION_STATUS_CONNECTED = 0,
+  PCP_SCHED_FEDERATION_STATUS_STALE = 1,
+} pcp_sched_federation_status_t;
+
+// "connected" / "stale".
+const char* pcp_sched_federation_status_name(
+    pcp_sched_federation_status_t status);
+
+// One service a gateway advertises (upstream ServiceAdvertisement). As input
+// to connect: NULL strings are absent, counts PCP_SCHED_FEDERATION_COUNT_ABSENT
+// when absent. As a view: strings are never NULL except worker_class,
+// target_arch and base_url when unset, and the normalised counts are in
+// workers_connected / workers_ready / workers_available (the other three
+// count fields repeat them: worker_count = connected, ready_worker_count and
+// workers_dispatchable = available).
+typedef struct pcp_sched_federation_service_t {
+  const char* service_id;     // required
+  const char* executor_id;    // NULL: "<gateway_id>:<type>:<service_id>"
+  const char* service_type;   // required
+  const char* base_url;       // optional
+  const char* auth_mode;      // NULL: "none"
+  const char* health_status;  // NULL: "unknown"
+  const char* job_status;     // NULL: "unknown"
+  const char* worker_class;   // optional
+  const char* target_arch;    // optional
+  const char* const* capabilities;
+  uint32_t capability_count;
+  int64_t worker_count;
+  int64_t ready_worker_count;
+  int64_t workers_connected;
+  int64_t workers_ready;
+  int64_t workers_available;
+  int64_t workers_dispatchable;
+  // The gateway's time of the service's last update (wall ns; 0: the
+  // connect's wall time). Ranks otherwise equal candidates.
+  int64_t updated_at_wall_ns;
+} pcp_sched_federation_service_t;
+
+// Fills the counts of |out_service| with PCP_SCHED_FEDERATION_COUNT_ABSENT
+// and everything else with zero/NULL.
+void pcp_sched_federation_service_initialize(
+    pcp_sched_federation_service_t* out_service);
+
+typedef struct pcp_sched_federation_connect_t {
+  const char* gateway_id;     // required, 1..255 of [A-Za-z0-9._:@-]
+  const char* lab_id;         // required
+  const char* base_url;       // required, http:// or https://
+  const char* graph_backend;  // required
+  const pcp_sched_federation_service_t* services;
+  uint32_t service_count;
+  // Used when |service_count| is 0; ABSENT: 0.
+  int64_t registered_services;
+  int64_t last_sequence_no;          // >= 0
+  int64_t last_replicated_sequence;  // >= 0
+} pcp_sched_federation_connect_t;
+
+// A registration as seen at some |now_ns| (borrowed, see above).
+typedef struct pcp_sched_federation_gateway_t {
+  const char* gateway_id;
+  const char* lab_id;
+  const char* base_url;
+  const char* graph_backend;
+  pcp_sched_federation_status_t status;
+  int64_t registered_services;
+  int64_t last_sequence_no;
+  int64_t last_replicated_sequence;
+  int64_t connected_at_wall_ns;
+  int64_t last_seen_wall_ns;
+  int64_t last_seen_ns;  // monotonic; INT64_MIN for a restored one
+  uint64_t epoch;
+  const pcp_sched_federation_service_t* services;
+  uint32_t service_count;
+} pcp_sched_federation_gateway_t;
+
+typedef struct pcp_sched_federation_options_t {
+  int64_t heartbeat_interval_ns;  // > 0; default 5 s (upstream's)
+  uint32_t max_gateways;          // default 1024
+  // TEST ONLY: placement ignores staleness (the injected bug the topology
+  // checks must catch). Never set by the hub.
+  bool bug_accept_stale;
+} pcp_sched_federation_options_t;
+
+typedef struct pcp_sched_federation_t pcp_sched_federation_t;
+
+void pcp_sched_federation_options_initialize(
+    pcp_sched_federation_options_t* out_options);
+
+// INVALID_ARGUMENT for a non-positive interval or zero max_gateways.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_create(
+    const pcp_sched_federation_options_t* options, pcp_allocator_t allocator,
+    pcp_sched_federation_t** out_federation);
+// NULL is a no-op.
+void pcp_sched_federation_release(pcp_sched_federation_t* federation);
+
+// Upserts |request|'s gateway as seen at |now_ns| / |wall_ns|; it is
+// CONNECTED afterwards. |out_recovered| (optional) is set when the gateway
+// was STALE before this call. INVALID_ARGUMENT naming the field for bad
+// input (nothing changes); RESOURCE_EXHAUSTED past max_gateways.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_connect(
+    pcp_sched_federation_t* federation,
+    const pcp_sched_federation_connect_t* request, int64_t now_ns,
+    int64_t wall_ns, bool* out_recovered);
+
+// Inserts a registration read back from disk: STALE until its gateway
+// connects. Same validation as connect; ALREADY_EXISTS for a known id.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_restore(
+    pcp_sched_federation_t* federation,
+    const pcp_sched_federation_connect_t* request,
+    int64_t connected_at_wall_ns, int64_t last_seen_wall_ns);
+
+// Forgets gateway |gateway_id|. NOT_FOUND.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_remove(
+    pcp_sched_federation_t* federation, const char* gateway_id);
+
+// Registrations, in first-registration order.
+uint32_t pcp_sched_federation_gateway_count(
+    const pcp_sched_federation_t* federation);
+// The |index|th registration as seen at |now_ns|. INVALID_ARGUMENT for an
+// index out of range.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_gateway_at(
+    const pcp_sched_federation_t* federation, uint32_t index, int64_t now_ns,
+    pcp_sched_federation_gateway_t* out_gateway);
+// NOT_FOUND.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_gateway_find(
+    const pcp_sched_federation_t* federation, const char* gateway_id,
+    int64_t now_ns, pcp_sched_federation_gateway_t* out_gateway);
+// Registrations per status at |now_ns|.
+void pcp_sched_federation_status_counts(
+    const pcp_sched_federation_t* federation, int64_t now_ns,
+    uint32_t* out_connected, uint32_t* out_stale);
+
+// What a global job asks for. NULL fields are "any".
+typedef struct pcp_sched_federation_selector_t {
+  // Exactly one of the two: training jobs name a capability
+  // ("training.regular"), rl jobs a service type ("rl").
+  const char* capability;
+  const char* service_type;
+  const char* gateway_id;
+  const char* service_id;
+  const char* executor_id;
+  const char* worker_class;
+  const char* target_arch;
+  // 0: no requirement; negative or above PCP_SCHED_FEDERATION_MAX_WORKERS:
+  // INVALID_ARGUMENT.
+  int64_t workers_required;
+} pcp_sched_federation_selector_t;
+
+// True when |key| is a selector key a request may carry ("gateway_id",
+// "service_id", "executor_id", "worker_class", "target_arch",
+// "workers_required"). The hub refuses any other key in a placement object.
+bool pcp_sched_federation_selector_key_known(const char* key);
+
+typedef struct pcp_sched_federation_placement_t {
+  char gateway_id[PCP_SCHED_FEDERATION_ID_MAX_LENGTH + 1];
+  char lab_id[PCP_SCHED_FEDERATION_ID_MAX_LENGTH + 1];
+  char base_url[PCP_SCHED_FEDERATION_URL_MAX_LENGTH + 1];
+  char service_id[PCP_SCHED_FEDERATION_ID_MAX_LENGTH + 1];
+  char executor_id[PCP_SCHED_FEDERATION_ID_MAX_LENGTH + 1];
+  char service_type[PCP_SCHED_FEDERATION_NAME_MAX_LENGTH + 1];
+  int64_t workers_available;
+  uint64_t epoch;
+  uint32_t candidate_count;  // services that passed every filter
+} pcp_sched_federation_placement_t;
+
+// Chooses a service for |selector| at |now_ns| (rules above) and copies it
+// into |out_placement|. INVALID_ARGUMENT for a bad selector; NOT_FOUND when
+// the named gateway is unknown; FAILED_PRECONDITION when the named gateway is
+// stale; UNAVAILABLE when no service passes the filters (the message says
+// which filter emptied the set).
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_place(
+    const pcp_sched_federation_t* federation,
+    const pcp_sched_federation_selector_t* selector, int64_t now_ns,
+    pcp_sched_federation_placement_t* out_placement);
+
+// OK when |placement|'s gateway is still registered, CONNECTED at |now_ns|
+// and in the same epoch; FAILED_PRECONDITION otherwise (it went stale, was
+// removed, or came back as a new epoch since).
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_placement_check(
+    const pcp_sched_federation_t* federation,
+    const pcp_sched_federation_placement_t* placement, int64_t now_ns);
+
 #ifdef __cplusplus
 }
 #endif

@@ -183,6 +183,39 @@ static const char* const kMigrations[] = {
     "  created_at_ns INTEGER NOT NULL,"
     "  PRIMARY KEY (job_id, step)"
     ") STRICT;",
+
+    // 5: the federation hub's state (store/federation.c): gateway
+    // registrations, global jobs (numbered by AUTOINCREMENT, so a number is
+    // never reused, across restarts included), the sequence acknowledged
+    // per gateway and the hub's graph policies.
+    "CREATE TABLE federation_gateways ("
+    "  gateway_id TEXT PRIMARY KEY,"
+    "  registration TEXT NOT NULL,"
+    "  connected_at_ns INTEGER NOT NULL,"
+    "  last_seen_ns INTEGER NOT NULL"
+    ") STRICT;"
+    "CREATE TABLE federation_global_jobs ("
+    "  number INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  kind TEXT NOT NULL CHECK (kind IN ('training','rl')),"
+    "  state TEXT NOT NULL CHECK (state IN"
+    "    ('placing','submitted','rejected','cancelling')),"
+    "  assignment TEXT NOT NULL,"
+    "  child_job_id TEXT,"
+    "  child TEXT,"
+    "  error TEXT,"
+    "  submitted_at_ns INTEGER NOT NULL,"
+    "  updated_at_ns INTEGER NOT NULL"
+    ") STRICT;"
+    "CREATE TABLE federation_acks ("
+    "  gateway_id TEXT PRIMARY KEY,"
+    "  acked_sequence INTEGER NOT NULL CHECK (acked_sequence >= 0),"
+    "  updated_at_ns INTEGER NOT NULL"
+    ") STRICT;"
+    "CREATE TABLE federation_policies ("
+    "  namespace_id TEXT PRIMARY KEY,"
+    "  policy TEXT NOT NULL,"
+    "  updated_at_ns INTEGER NOT NULL"
+    ") STRICT;",
 };
 static_assert(PCP_ARRAYSIZE(kMigrations) == PCP_STORE_SCHEMA_VERSION,
               "one migration per schema version");

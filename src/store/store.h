@@ -88,7 +88,7 @@ extern "C" {
 // Largest checkpoint file the helper writes or verifies.
 #define PCP_STORE_CHECKPOINT_MAX_BYTE_LENGTH (UINT64_C(1) << 40)
 // The schema version this binary writes.
-#define PCP_STORE_SCHEMA_VERSION 4
+#define PCP_STORE_SCHEMA_VERSION 5
 
 //===----------------------------------------------------------------------===//
 // Store lifetime
@@ -925,6 +925,120 @@ pcp_store_checkpoint_list(pcp_store_t* store, const char* job_id,
 // Takes no store lock (pure file I/O). Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_store_checkpoint_verify(const pcp_store_checkpoint_t* checkpoint);
+
+//===----------------------------------------------------------------------===//
+// Federation hub state (store/federation.c; docs/federation.md)
+//===----------------------------------------------------------------------===//
+//
+// What the hub must not lose on a SIGKILL: the gateway registrations (read
+// back as stale until each gateway connects), the global jobs with their
+// numbers (global-job-N; AUTOINCREMENT never reuses a number), the mutation
+// sequence acknowledged per gateway and the hub's namespace policies.
+
+typedef struct pcp_store_federation_gateway_t {
+  char gateway_id[PCP_STORE_ID_MAX_LENGTH + 1];
+  json_t* registration;  // the connect request as accepted (one reference)
+  int64_t connected_at_ns;  // wall
+  int64_t last_seen_ns;     // wall
+} pcp_store_federation_gateway_t;
+
+typedef struct pcp_store_federation_gateway_list_t {
+  pcp_allocator_t allocator;
+  pcp_store_federation_gateway_t* items;
+  size_t count;
+} pcp_store_federation_gateway_list_t;
+
+// Releases what the list owns and clears it. Thread-compatible.
+void pcp_store_federation_gateway_list_deinitialize(
+    pcp_store_federation_gateway_list_t* list);
+
+// Inserts or replaces the registration of |gateway_id| (an id) with
+// |registration| (a JSON object, bounded like every stored JSON). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_gateway_put(
+    pcp_store_t* store, const char* gateway_id, const json_t* registration,
+    int64_t connected_at_ns, int64_t last_seen_ns);
+
+// Every registration in gateway id order; |out_list->allocator| must be set.
+// Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_gateway_list(
+    pcp_store_t* store, pcp_store_federation_gateway_list_t* out_list);
+
+// NOT_FOUND. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_store_federation_gateway_delete(pcp_store_t* store, const char* gateway_id);
+
+// Global job states: "placing" (number taken, the gateway not answered yet),
+// "submitted" (the gateway accepted it: child_job_id set), "rejected" (the
+// gateway refused it or could not be reached: error set), "cancelling"
+// (a cancel was accepted by the gateway).
+#define PCP_STORE_GLOBAL_JOB_STATE_COUNT 4
+extern const char* const
+    pcp_store_global_job_state_names[PCP_STORE_GLOBAL_JOB_STATE_COUNT];
+
+typedef struct pcp_store_global_job_t {
+  int64_t number;  // N of "global-job-N"
+  char kind[16];   // "training" | "rl"
+  char state[16];
+  char child_job_id[PCP_STORE_ID_MAX_LENGTH + 1];  // "" until submitted
+  json_t* assignment;  // object (one reference)
+  json_t* child;       // the gateway's last answer, or NULL
+  char error[PCP_STORE_ERROR_MAX_LENGTH + 1];
+  int64_t submitted_at_ns;  // wall
+  int64_t updated_at_ns;    // wall
+} pcp_store_global_job_t;
+
+typedef struct pcp_store_global_job_list_t {
+  pcp_allocator_t allocator;
+  pcp_store_global_job_t* items;
+  size_t count;
+} pcp_store_global_job_list_t;
+
+void pcp_store_global_job_deinitialize(pcp_store_global_job_t* job);
+void pcp_store_global_job_list_deinitialize(pcp_store_global_job_list_t* list);
+
+// Records a new global job of |kind| in state "placing" and returns its
+// number (1, 2, ...; never reused). INVALID_ARGUMENT for a bad kind or
+// assignment. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_global_job_create(
+    pcp_store_t* store, const char* kind, const json_t* assignment,
+    int64_t* out_number);
+
+// Sets job |number|'s |state| and, when not NULL, its |child_job_id| (an id),
+// |child| answer and |error| text. NOT_FOUND; INVALID_ARGUMENT for an
+// unknown state or bad fields. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_global_job_update(
+    pcp_store_t* store, int64_t number, const char* state,
+    const char* child_job_id, const json_t* child, const char* error);
+
+// NOT_FOUND. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_global_job_get(
+    pcp_store_t* store, int64_t number, pcp_store_global_job_t* out_job);
+
+// Jobs with number > |after_number| in number order, at most |limit|
+// (normalised like every list). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_global_job_list(
+    pcp_store_t* store, int64_t after_number, uint32_t limit,
+    pcp_store_global_job_list_t* out_list);
+
+// Jobs per state, in pcp_store_global_job_state_names order. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_global_job_counts(
+    pcp_store_t* store, int64_t out_counts[PCP_STORE_GLOBAL_JOB_STATE_COUNT]);
+
+// The mutation sequence acknowledged to |gateway_id| (0 when none).
+// Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_ack_get(
+    pcp_store_t* store, const char* gateway_id, int64_t* out_sequence);
+// Raises it to |sequence| (>= 0; never lowers). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_ack_raise(
+    pcp_store_t* store, const char* gateway_id, int64_t sequence);
+
+// The hub's namespace policies: |policy| a JSON object per namespace id.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_policy_put(
+    pcp_store_t* store, const char* namespace_id, const json_t* policy);
+// Every policy as {namespace_id: policy} in id order (caller owns
+// |*out_policies|). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_policy_list(
+    pcp_store_t* store, json_t** out_policies);
 
 #ifdef __cplusplus
 }

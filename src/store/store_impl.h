@@ -72,6 +72,18 @@ typedef enum pcp_store_stmt_id_e {
   PCP_STORE_STMT_CHECKPOINT_GET,
   PCP_STORE_STMT_CHECKPOINT_LATEST,
   PCP_STORE_STMT_CHECKPOINT_LIST,
+  PCP_STORE_STMT_FED_GATEWAY_PUT,
+  PCP_STORE_STMT_FED_GATEWAY_LIST,
+  PCP_STORE_STMT_FED_GATEWAY_DELETE,
+  PCP_STORE_STMT_FED_JOB_INSERT,
+  PCP_STORE_STMT_FED_JOB_UPDATE,
+  PCP_STORE_STMT_FED_JOB_GET,
+  PCP_STORE_STMT_FED_JOB_LIST,
+  PCP_STORE_STMT_FED_JOB_COUNT,
+  PCP_STORE_STMT_FED_ACK_GET,
+  PCP_STORE_STMT_FED_ACK_RAISE,
+  PCP_STORE_STMT_FED_POLICY_PUT,
+  PCP_STORE_STMT_FED_POLICY_LIST,
   PCP_STORE_STMT_COUNT_,
 } pcp_store_stmt_id_t;
 
@@ -189,5 +201,11 @@ pcp_store_event_committed(pcp_store_t* store, pcp_status_t status,
 // writer that died before its commit). Called at open, before any writer.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_store_checkpoint_leftovers_remove(pcp_store_t* store);
+
+// Raises gateway |gateway_id|'s acknowledged sequence to |sequence| (never
+// lowers it) inside the caller's transaction, so an apply and its ack commit
+// together (store/federation.c).
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_ack_raise_locked(
+    pcp_store_t* store, const char* gateway_id, int64_t sequence);
 
 #endif  // PCP_STORE_STORE_IMPL_H_
