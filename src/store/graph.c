@@ -1463,8 +1463,8 @@ pcp_status_t pcp_store_graph_counts_query(pcp_store_t* store,
   return status;
 }
 
-// Meta keys of a peer: "replication_ack:<id>" and "replication_last:<id>".
-#define REPLICATION_ACK_PREFIX "replication_ack:"
+// The acknowledged sequence lives in the hub's federation_acks table; the
+// peer's reported last sequence (for the lag) in meta under this prefix.
 #define REPLICATION_LAST_PREFIX "replication_last:"
 
 pcp_status_t pcp_store_graph_mutation_batch_apply(
@@ -1473,7 +1473,7 @@ pcp_status_t pcp_store_graph_mutation_batch_apply(
     size_t* out_applied_count, size_t* out_duplicate_count) {
   *out_applied_count = 0;
   *out_duplicate_count = 0;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_id_validate("peer_id", peer_id, true));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_id_validate("peer_id", peer_id, false));
   if (acked_sequence_no < 0 || peer_last_sequence_no < 0) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "sequence numbers must not be negative");
@@ -1505,9 +1505,7 @@ pcp_status_t pcp_store_graph_mutation_batch_apply(
       }
     }
   }
-  char ack_key[sizeof(REPLICATION_LAST_PREFIX) + PCP_STORE_ID_MAX_LENGTH];
   char last_key[sizeof(REPLICATION_LAST_PREFIX) + PCP_STORE_ID_MAX_LENGTH];
-  snprintf(ack_key, sizeof(ack_key), REPLICATION_ACK_PREFIX "%s", peer_id);
   snprintf(last_key, sizeof(last_key), REPLICATION_LAST_PREFIX "%s", peer_id);
   size_t applied = 0, duplicates = 0;
   if (pcp_status_is_ok(status)) {
@@ -1541,7 +1539,9 @@ pcp_status_t pcp_store_graph_mutation_batch_apply(
         }
       }
       if (pcp_status_is_ok(status)) {
-        status = pcp_store_meta_raise_locked(store, ack_key, acked_sequence_no);
+        // The hub's ack table (store/federation.c), in this transaction.
+        status = pcp_store_federation_ack_raise_locked(store, peer_id,
+                                                       acked_sequence_no);
       }
       if (pcp_status_is_ok(status)) {
         status =
@@ -1568,17 +1568,14 @@ pcp_status_t pcp_store_replication_peer_get(
     pcp_store_t* store, const char* peer_id,
     pcp_store_replication_peer_t* out_peer) {
   memset(out_peer, 0, sizeof(*out_peer));
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_id_validate("peer_id", peer_id, true));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_federation_ack_get(store, peer_id, &out_peer->acked_sequence_no));
   snprintf(out_peer->peer_id, sizeof(out_peer->peer_id), "%s", peer_id);
   char key[sizeof(REPLICATION_LAST_PREFIX) + PCP_STORE_ID_MAX_LENGTH];
+  snprintf(key, sizeof(key), REPLICATION_LAST_PREFIX "%s", peer_id);
   pcp_store_lock(store);
-  snprintf(key, sizeof(key), REPLICATION_ACK_PREFIX "%s", peer_id);
   pcp_status_t status =
-      pcp_store_meta_get_locked(store, key, &out_peer->acked_sequence_no);
-  if (pcp_status_is_ok(status)) {
-    snprintf(key, sizeof(key), REPLICATION_LAST_PREFIX "%s", peer_id);
-    status = pcp_store_meta_get_locked(store, key, &out_peer->last_sequence_no);
-  }
+      pcp_store_meta_get_locked(store, key, &out_peer->last_sequence_no);
   pcp_store_unlock(store);
   return status;
 }
@@ -1591,12 +1588,10 @@ pcp_status_t pcp_store_replication_peer_list(
   sqlite3_stmt* stmt = NULL;
   pcp_status_t status = prepare_once(
       store,
-      "SELECT substr(a.key, length('" REPLICATION_ACK_PREFIX "') + 1),"
-      " a.value, coalesce(l.value, 0) FROM meta a LEFT JOIN meta l"
-      " ON l.key = '" REPLICATION_LAST_PREFIX
-      "' || substr(a.key, length('" REPLICATION_ACK_PREFIX "') + 1)"
-      " WHERE a.key >= '" REPLICATION_ACK_PREFIX
-      "' AND a.key < 'replication_ack;' ORDER BY a.key LIMIT ?1",
+      "SELECT a.gateway_id, a.acked_sequence, coalesce(l.value, 0)"
+      " FROM federation_acks a LEFT JOIN meta l"
+      " ON l.key = '" REPLICATION_LAST_PREFIX "' || a.gateway_id"
+      " ORDER BY a.gateway_id LIMIT ?1",
       &stmt);
   if (pcp_status_is_ok(status)) {
     status = pcp_store_bind_check(

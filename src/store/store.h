@@ -850,7 +850,8 @@ void pcp_store_replication_peer_list_deinitialize(
 // transaction: every item (each must carry a mutation_id) is applied and
 // logged as pcp_store_graph_mutation_apply does, an id already in the log
 // is skipped and counted in |out_duplicate_count|, and the peer's
-// acknowledged sequence is raised to |acked_sequence_no| (and its reported
+// acknowledged sequence (pcp_store_federation_ack_get; |peer_id| is a
+// gateway id, no '/') is raised to |acked_sequence_no| (and its reported
 // last sequence to |peer_last_sequence_no|; both never lowered). Either
 // everything commits or nothing does, so an ack the sender receives always
 // names applied records, and a batch re-sent after a crash before the
