@@ -277,6 +277,16 @@ pcp_status_t pcp_roles_replication_batch_build(
     pcp_store_graph_policy_t policy;
     pcp_roles_replication_policy_lookup(policies, m->namespace_id,
                                         default_visibility, &policy);
+    if (m->mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE) {
+      // A policy change travels as the snapshot in force, so the hub also
+      // learns when a namespace stops replicating.
+      if (!namespace_listed(*out_policies, m->namespace_id)) {
+        json_array_append_new(*out_policies,
+                              pcp_roles_replication_policy_json(&policy));
+      }
+      *out_through = m->sequence_no;
+      continue;
+    }
     if (!pcp_roles_replication_eligible(&policy, m)) {
       *out_through = m->sequence_no;
       continue;

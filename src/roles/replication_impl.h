@@ -97,8 +97,10 @@ void pcp_roles_replication_item_deinitialize(pcp_store_mutation_t* mutation);
 // ineligible ones are skipped. |*inout_index| moves past every record
 // examined and |*out_through| is the sequence number of the last one (0 when
 // none was examined), which the sender may mark replicated once the batch is
-// acknowledged (or at once when |*out_items| is empty). |*out_policies|
-// holds the snapshot of each namespace with an item, once. New references.
+// acknowledged (or at once when nothing is to be sent). |*out_policies|
+// holds the snapshot in force of each namespace with an item or with a
+// policy_update record among those examined, once: a batch with policies
+// but no items is still sent. New references.
 PCP_MUST_USE_RESULT pcp_status_t pcp_roles_replication_batch_build(
     const pcp_store_mutation_list_t* page, size_t* inout_index,
     const pcp_store_graph_policy_list_t* policies,

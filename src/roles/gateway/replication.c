@@ -494,7 +494,8 @@ pcp_status_t pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* g) {
           &page, &index, &policies, default_visibility(g),
           PCP_ROLES_REPLICATION_BATCH_ITEMS, REPLICATION_BATCH_MAX_BYTES,
           &items, &snapshots, &through);
-      if (!status && json_array_size(items) > 0) {
+      if (!status &&
+          (json_array_size(items) > 0 || json_array_size(snapshots) > 0)) {
         status = batch_send(g, items, snapshots, through, &stats);
         ++batches;
         items_sent += json_array_size(items);
@@ -587,7 +588,10 @@ pcp_status_t pcp_roles_gateway_replication_query(
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "query body");
   }
   char url[1200];
-  snprintf(url, sizeof(url), "%s/v1/global-graph/query", hub_url(g));
+  // The gateway's route on the hub (federation token); clients use
+  // /v1/global-graph/query with the hub's API token.
+  snprintf(url, sizeof(url), "%s/v1/federation/global-graph/query",
+           hub_url(g));
   const char* headers[] = {"Content-Type: application/json", NULL};
   pcp_http_client_request_t request = {.method = "POST",
                                        .url = url,
