@@ -203,6 +203,9 @@ typedef struct pcp_roles_federation_config_t {
   char* upstream;
   char* token_env;
   int64_t heartbeat_interval_ms;
+  // The gateway's API URL as the hub and its peers should call it (NULL:
+  // http(s)://<--api-host>:<bound port>, 127.0.0.1 for a wildcard host).
+  char* advertise_url;
 } pcp_roles_federation_config_t;
 
 typedef struct pcp_roles_sharing_config_t {

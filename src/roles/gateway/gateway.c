@@ -308,9 +308,15 @@ static const pcp_config_field_t kFederationFields[] = {
      .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(F, heartbeat_interval_ms),
      .default_value = "5000",
-     .min = 1,
+     .min = 100,
      .max = 86400000,
      .flags = J},
+    {.name = "advertise_url",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(F, advertise_url),
+     .flags = J,
+     .help = "the gateway API URL the hub calls back (default: from "
+             "--api-host and the bound port)"},
 };
 #undef F
 static const pcp_config_table_t kFederationTable = {

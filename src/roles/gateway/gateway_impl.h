@@ -38,6 +38,25 @@
 #define PCP_GATEWAY_MAX_EVENT_STREAMS 64
 
 typedef struct pcp_roles_gateway_active_job_t pcp_roles_gateway_active_job_t;
+typedef struct pcp_roles_gateway_federation_t pcp_roles_gateway_federation_t;
+typedef struct pcp_roles_gateway_state_t pcp_roles_gateway_state_t;
+
+// What one cycle's step gets (all borrowed, valid during the call).
+typedef struct pcp_roles_gateway_federation_link_t {
+  pcp_http_client_t* client;  // the federation thread's client (keep-alive)
+  const char* upstream;       // hub base URL, no trailing '/'
+  const char* token;          // federation bearer token; NULL: none
+  const json_t* answer;       // the hub's reply to this cycle's connect
+} pcp_roles_gateway_federation_link_t;
+
+// A step run by the federation thread after every successful connect (the
+// hub is reachable): graph replication (repl) plugs in here. Its error is
+// recorded as the status's last_error ("replication: ...") without
+// marking the link disconnected. Federation thread only.
+typedef pcp_status_t (*pcp_roles_gateway_federation_step_fn_t)(
+    pcp_roles_gateway_state_t* gateway,
+    const pcp_roles_gateway_federation_link_t* link);
+
 typedef struct pcp_roles_gateway_training_run_t
     pcp_roles_gateway_training_run_t;
 // Training jobs running at once (one thread each).
@@ -168,6 +187,10 @@ typedef struct pcp_roles_gateway_state_t {
   pthread_t pump_thread;
   bool runner_started;
   bool pump_started;
+
+  // Federation client (federation.c); NULL until federation_start.
+  pcp_roles_gateway_federation_t* federation;
+  pcp_roles_gateway_federation_step_fn_t federation_step;  // NULL: none
 } pcp_roles_gateway_state_t;
 
 // routes.c: every route of the API (user_data: the gateway).
@@ -183,9 +206,10 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_graph_routes_add(pcp_roles_gateway_state_t* gateway);
 
 // replication.c: graph replication (docs/federation.md "Graph
-// replication"). _start before the routes are added (loads nothing yet;
-// starts the push thread when federation is on), _stop after the HTTP
-// server stopped. All else is thread-safe.
+// replication"). _start before the routes are added and before the
+// federation thread starts (it installs the push as the federation step
+// when federation is on); _stop after the HTTP server and the federation
+// thread stopped. All else is thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_replication_start(pcp_roles_gateway_state_t* gateway);
 void pcp_roles_gateway_replication_stop(pcp_roles_gateway_state_t* gateway);
@@ -195,9 +219,8 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_replication_routes_add(pcp_roles_gateway_state_t* gateway);
 // One push cycle: eligible mutations after the replicated mark go to the
 // hub in batches; the mark moves only past what the hub acknowledged. A
-// no-op without a hub. The push thread runs it every
-// federation.heartbeat_interval_ms; the federation connect loop may run it
-// after a connect (cycles never overlap).
+// no-op without a hub. The federation thread runs it after every connect
+// (cycles never overlap).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* gateway);
 // Before a /v1/graph/mutate mutation is applied: a missing visibility
@@ -294,6 +317,11 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_training_spec_build(
 pcp_status_t pcp_roles_gateway_training_submit(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response);
+// The submit of experiment JSON |text| (POST /v1/training/jobs's body;
+// the federation's internal route passes its own): 202 with the job.
+pcp_status_t pcp_roles_gateway_training_text_submit(
+    pcp_roles_gateway_state_t* gateway, const char* text, size_t byte_length,
+    pcp_http_response_t* response);
 pcp_status_t pcp_roles_gateway_training_get(void* user_data,
                                             const pcp_http_request_t* request,
                                             pcp_http_response_t* response);
@@ -316,6 +344,43 @@ pcp_status_t pcp_roles_gateway_events_stream(void* user_data,
 // Sends a live (not stored, so not resumable) worker event to every stream.
 void pcp_roles_gateway_events_broadcast(pcp_roles_gateway_state_t* gateway,
                                         const char* event, const char* data);
+
+// federation.c: the client of the federation hub (docs/federation.md
+// "Gateway federation client").
+//
+// With `federation.enabled`, one thread POSTs {upstream}/v1/federation/
+// connect every heartbeat_interval_ms with the federation token, advertising
+// this gateway's services with worker counts per (backend, target); on
+// failure it retries with exponential backoff and jitter (bounded). Stop
+// wakes it through a condition variable (no long sleep to wait out).
+
+// Sets the per-cycle step (NULL: none). Call before
+// pcp_roles_gateway_federation_start (main thread).
+void pcp_roles_gateway_federation_step_set(
+    pcp_roles_gateway_state_t* gateway,
+    pcp_roles_gateway_federation_step_fn_t step);
+
+// Starts the connect thread when federation is enabled (the state itself
+// is made by _routes_add). Call after the HTTP server started (the
+// advertised URL needs its port). UNAVAILABLE when the thread cannot
+// start.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_federation_start(pcp_roles_gateway_state_t* gateway);
+// Wakes and joins the thread (bounded by one hub request's timeout) and
+// frees the state. NULL-safe; main thread.
+void pcp_roles_gateway_federation_stop(pcp_roles_gateway_state_t* gateway);
+
+// Creates the client state (always: without federation the routes report
+// "disabled") and adds /v1/federation/{status,peers,services,replication},
+// /v1/capabilities and the /v1/internal/federation/* routes (scope
+// "federation": the federation token; 401 on every one when no token is
+// configured). Before the HTTP server starts.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_federation_routes_add(pcp_roles_gateway_state_t* gateway);
+// The HTTP scope of the internal routes ({"federation", token env}); false
+// when no federation token env is configured.
+bool pcp_roles_gateway_federation_scope(const pcp_roles_gateway_state_t* gateway,
+                                        pcp_http_scope_t* out_scope);
 
 // Base64 (RFC 4648, padding optional on input). decode: INVALID_ARGUMENT for
 // a bad character; |*out_data| is malloc'd (caller frees).

@@ -8,10 +8,10 @@
 //
 // Policies are policy_update records of the mutation log (store.h "Graph
 // replication"); this file keeps a copy of the policies in force, reloaded
-// after every policy write, guarded by |mu|. The push runs on its own thread
-// (one cycle every federation.heartbeat_interval_ms) and may also be run by
-// the federation connect loop through pcp_roles_gateway_replication_cycle;
-// |cycle_mu| keeps two cycles from overlapping.
+// after every policy write, guarded by |mu|. The push is a step of the
+// federation thread (federation.c), run after every successful connect
+// (every federation.heartbeat_interval_ms); |cycle_mu| keeps two cycles
+// from overlapping should anything else run one.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,22 +30,17 @@
 
 struct pcp_roles_gateway_replication_t {
   pthread_mutex_t mu;
-  pthread_cond_t cv;
   // Guarded by |mu|.
   pcp_store_graph_policy_list_t policies;
   bool policies_stale;
-  bool stopping;
   int64_t last_push_at_ms;  // wall
   int64_t last_acked_sequence_no;
   uint64_t batches_sent;
   uint64_t items_sent;
   char last_error[256];
 
-  pthread_mutex_t cycle_mu;    // one push cycle at a time
-  pcp_http_client_t* client;   // guarded by |cycle_mu|
-  pthread_t thread;
-  bool thread_started;
-  int64_t interval_ms;
+  pthread_mutex_t cycle_mu;   // one push cycle at a time
+  pcp_http_client_t* client;  // guarded by |cycle_mu|
 };
 
 static pcp_store_visibility_t default_visibility(pcp_roles_gateway_state_t* g) {
@@ -534,31 +529,13 @@ pcp_status_t pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* g) {
   return status;
 }
 
-static void* push_main(void* opaque) {
-  pcp_roles_gateway_state_t* g = opaque;
-  pcp_roles_gateway_replication_t* r = g->replication;
-  pcp_log_context_t log = g->log;
-  bool failing = false;
-  for (;;) {
-    pthread_mutex_lock(&r->mu);
-    if (!r->stopping) {
-      struct timespec deadline = pcp_realtime_deadline_ms(r->interval_ms);
-      pthread_cond_timedwait(&r->cv, &r->mu, &deadline);
-    }
-    bool stopping = r->stopping;
-    pthread_mutex_unlock(&r->mu);
-    if (stopping) {
-      break;
-    }
-    pcp_status_t status = pcp_roles_gateway_replication_cycle(g);
-    if (status && !failing) {
-      // Logged once per failure streak; the status route has the latest.
-      pcp_log_status(PCP_LOG_WARN, &log, status, "graph replication push");
-    }
-    failing = status != NULL;
-    pcp_status_ignore(status);
-  }
-  return NULL;
+// The federation thread's step after each successful connect (so the hub
+// knows this gateway before its first batch).
+static pcp_status_t replication_step(
+    pcp_roles_gateway_state_t* g,
+    const pcp_roles_gateway_federation_link_t* link) {
+  (void)link;
+  return pcp_roles_gateway_replication_cycle(g);
 }
 
 //===----------------------------------------------------------------------===//
@@ -664,18 +641,11 @@ pcp_status_t pcp_roles_gateway_replication_start(pcp_roles_gateway_state_t* g) {
   memset(r, 0, sizeof(*r));
   pthread_mutex_init(&r->mu, NULL);
   pthread_mutex_init(&r->cycle_mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
   r->policies.allocator = g->allocator;
   r->policies_stale = true;
-  int64_t interval = g->config->effective.federation_heartbeat_interval_ms;
-  r->interval_ms = interval > 0 ? interval : 5000;
   g->replication = r;
   if (hub_url(g)) {
-    if (pthread_create(&r->thread, NULL, push_main, g)) {
-      return pcp_make_status(PCP_STATUS_UNAVAILABLE,
-                             "graph replication thread");
-    }
-    r->thread_started = true;
+    pcp_roles_gateway_federation_step_set(g, replication_step);
   }
   return pcp_ok_status();
 }
@@ -685,16 +655,9 @@ void pcp_roles_gateway_replication_stop(pcp_roles_gateway_state_t* g) {
   if (!r) {
     return;
   }
-  pthread_mutex_lock(&r->mu);
-  r->stopping = true;
-  pthread_cond_broadcast(&r->cv);
-  pthread_mutex_unlock(&r->mu);
-  if (r->thread_started) {
-    pthread_join(r->thread, NULL);
-  }
+  // The federation thread (the only caller of the step) has stopped.
   pcp_http_client_release(r->client);
   pcp_store_graph_policy_list_deinitialize(&r->policies);
-  pthread_cond_destroy(&r->cv);
   pthread_mutex_destroy(&r->cycle_mu);
   pthread_mutex_destroy(&r->mu);
   pcp_allocator_free(g->allocator, r);

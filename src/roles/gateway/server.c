@@ -832,8 +832,12 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
     PCP_RETURN_IF_ERROR(status, "the inference service (--model-dir)");
   }
 
-  pcp_http_scope_t scopes[2];
+  pcp_http_scope_t scopes[3];
   size_t scope_count = 0;
+  // The hub's calls (/v1/internal/federation/*): the federation token.
+  if (pcp_roles_gateway_federation_scope(g, &scopes[scope_count])) {
+    ++scope_count;
+  }
   if (c->effective.api_token_env) {
     scopes[scope_count++] =
         (pcp_http_scope_t){"api", c->effective.api_token_env};
@@ -883,6 +887,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_graph_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_start(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_routes_add(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_federation_routes_add(g));
 
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
   if (pthread_create(&g->runner_thread, NULL,
@@ -898,6 +903,8 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   g->pump_started = true;
   PCP_RETURN_IF_ERROR(pcp_http_server_start(g->http),
                       "the gateway API (--api-host/--api-port)");
+  // Last: the hub may call back as soon as we advertise.
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_federation_start(g));
   return pcp_ok_status();
 }
 
@@ -911,6 +918,9 @@ static void stop(pcp_roles_gateway_state_t* g) {
     // Requests in flight finish; event streams end after what they queued.
     pcp_status_ignore(pcp_http_server_stop(g->http, 10000));
   }
+  // After the HTTP stop: its handlers read the federation state. Until
+  // then the hub is told "draining" and places nothing here.
+  pcp_roles_gateway_federation_stop(g);
   atomic_store(&g->stopping, true);
   pthread_mutex_lock(&g->mu);
   pthread_cond_broadcast(&g->cv);

@@ -512,15 +512,21 @@ static pcp_status_t training_job_answer(pcp_roles_gateway_state_t* g,
 pcp_status_t pcp_roles_gateway_training_submit(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_string_view_t body = pcp_http_request_body(request);
+  return pcp_roles_gateway_training_text_submit(user_data, body.data,
+                                                body.size, response);
+}
+
+pcp_status_t pcp_roles_gateway_training_text_submit(
+    pcp_roles_gateway_state_t* g, const char* text, size_t byte_length,
+    pcp_http_response_t* response) {
   if (atomic_load(&g->draining)) {
     return pcp_make_status(PCP_STATUS_UNAVAILABLE,
                            "the gateway is draining; submit elsewhere");
   }
-  pcp_string_view_t body = pcp_http_request_body(request);
   json_t* spec = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_training_spec_build(
-      &g->training_policy, body.data, body.size, &spec));
+      &g->training_policy, text, byte_length, &spec));
   char id[64];
   snprintf(id, sizeof(id), "train-%" PRIx64 "-%" PRIu64,
            (uint64_t)pcp_clock_wall_ns(g->clock),
