@@ -65,13 +65,13 @@ bool pcp_roles_replication_eligible(const pcp_store_graph_policy_t* policy,
 
 json_t* pcp_roles_replication_policy_json(
     const pcp_store_graph_policy_t* policy) {
-  return json_pack(
-      "{s:s, s:s, s:b, s:b, s:I}", "namespace_id", policy->namespace_id,
-      "default_visibility",
-      pcp_store_visibility_name(policy->default_visibility),
-      "allow_global_replication", policy->allow_global_replication,
-      "allow_raw_payload_export", policy->allow_raw_payload_export,
-      "updated_at_ms", (json_int_t)(policy->updated_at_ns / 1000000));
+  return json_pack("{s:s, s:s, s:b, s:b, s:I}", "namespace_id",
+                   policy->namespace_id, "default_visibility",
+                   pcp_store_visibility_name(policy->default_visibility),
+                   "allow_global_replication", policy->allow_global_replication,
+                   "allow_raw_payload_export", policy->allow_raw_payload_export,
+                   "updated_at_ms",
+                   (json_int_t)(policy->updated_at_ns / 1000000));
 }
 
 json_t* pcp_roles_replication_policy_payload(
@@ -129,10 +129,10 @@ pcp_status_t pcp_roles_replication_policy_update(
 }
 
 json_t* pcp_roles_replication_item_json(const pcp_store_mutation_t* m) {
-  char* payload = m->payload ? json_dumps(m->payload, JSON_COMPACT)
-                             : strdup("{}");
-  char* provenance = m->provenance ? json_dumps(m->provenance, JSON_COMPACT)
-                                   : strdup("{}");
+  char* payload =
+      m->payload ? json_dumps(m->payload, JSON_COMPACT) : strdup("{}");
+  char* provenance =
+      m->provenance ? json_dumps(m->provenance, JSON_COMPACT) : strdup("{}");
   json_t* item = NULL;
   if (payload && provenance) {
     item = json_pack(
@@ -141,8 +141,8 @@ json_t* pcp_roles_replication_item_json(const pcp_store_mutation_t* m) {
         "namespace_id", m->namespace_id, "mutation_type",
         pcp_store_mutation_type_name(m->mutation_type), "target_id",
         m->target_id, "payload_json", payload, "visibility",
-        pcp_store_visibility_name(m->visibility), "provenance_json",
-        provenance, "timestamp_ns", (json_int_t)m->timestamp_ns);
+        pcp_store_visibility_name(m->visibility), "provenance_json", provenance,
+        "timestamp_ns", (json_int_t)m->timestamp_ns);
   }
   free(payload);
   free(provenance);
@@ -196,8 +196,7 @@ pcp_status_t pcp_roles_replication_item_parse(json_t* item,
   }
   PCP_RETURN_IF_ERROR_BARE(string_copy(item, "mutation_id", out->mutation_id,
                                        sizeof(out->mutation_id)));
-  PCP_RETURN_IF_ERROR_BARE(string_copy(item, "namespace_id",
-                                       out->namespace_id,
+  PCP_RETURN_IF_ERROR_BARE(string_copy(item, "namespace_id", out->namespace_id,
                                        sizeof(out->namespace_id)));
   PCP_RETURN_IF_ERROR_BARE(
       string_copy(item, "target_id", out->target_id, sizeof(out->target_id)));
@@ -232,7 +231,8 @@ pcp_status_t pcp_roles_replication_item_parse(json_t* item,
     }
     out->sequence_no = json_integer_value(sequence);
   }
-  PCP_RETURN_IF_ERROR_BARE(json_text_parse(item, "payload_json", &out->payload));
+  PCP_RETURN_IF_ERROR_BARE(
+      json_text_parse(item, "payload_json", &out->payload));
   return json_text_parse(item, "provenance_json", &out->provenance);
 }
 
@@ -483,10 +483,10 @@ pcp_status_t pcp_roles_replication_event_mutations(
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "lab_id is too long");
   }
 
-  json_t* provenance = json_pack(
-      "{s:s, s:s, s:s, s:s, s:s}", "gateway_id", gateway_id, "lab_id", lab_id,
-      "service_id", service_id, "source_event_id", event_id, "reason",
-      event_type);
+  json_t* provenance =
+      json_pack("{s:s, s:s, s:s, s:s, s:s}", "gateway_id", gateway_id, "lab_id",
+                lab_id, "service_id", service_id, "source_event_id", event_id,
+                "reason", event_type);
   if (!provenance) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "event provenance");
   }

@@ -69,9 +69,9 @@ json_t* pcp_roles_replication_policy_json(
 // INVALID_ARGUMENT naming the key for a wrong type, an unknown visibility or
 // an unknown key. With |allow_snapshot_keys| the keys namespace_id and
 // updated_at_ms are accepted and ignored (a snapshot sent by a gateway).
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_replication_policy_update(
-    json_t* update, bool allow_snapshot_keys,
-    pcp_store_graph_policy_t* inout_policy);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_replication_policy_update(json_t* update, bool allow_snapshot_keys,
+                                    pcp_store_graph_policy_t* inout_policy);
 
 // The payload of a policy_update record holding |policy| in full.
 json_t* pcp_roles_replication_policy_payload(

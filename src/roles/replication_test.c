@@ -14,12 +14,12 @@
 
 #include "roles/replication_impl.h"
 
-#define EXPECT_OK(expr)                                          \
-  do {                                                           \
-    pcp_status_t status_ = (expr);                               \
-    if (status_) {                                               \
-      fail_msg("%s: %s", #expr, pcp_status_message(status_));    \
-    }                                                            \
+#define EXPECT_OK(expr)                                       \
+  do {                                                        \
+    pcp_status_t status_ = (expr);                            \
+    if (status_) {                                            \
+      fail_msg("%s: %s", #expr, pcp_status_message(status_)); \
+    }                                                         \
   } while (0)
 
 static pcp_store_mutation_t entity(const char* id, const char* ns,
@@ -96,9 +96,9 @@ static void batching(void** state) {
   for (int i = 0; i < 200; ++i) {
     char id[32];
     snprintf(id, sizeof(id), "e%d", i);
-    items[i] = entity(id, i % 2 ? "closed" : "open",
-                      i % 3 == 0 ? PCP_STORE_VISIBILITY_LOCAL
-                                 : PCP_STORE_VISIBILITY_GLOBAL);
+    items[i] = entity(
+        id, i % 2 ? "closed" : "open",
+        i % 3 == 0 ? PCP_STORE_VISIBILITY_LOCAL : PCP_STORE_VISIBILITY_GLOBAL);
     items[i].sequence_no = i + 1;
   }
   pcp_store_mutation_list_t page = {.items = items, .count = 200};
@@ -146,8 +146,8 @@ static void batching(void** state) {
   json_t *batch_items = NULL, *batch_policies = NULL;
   int64_t through = 0;
   EXPECT_OK(pcp_roles_replication_batch_build(
-      &page, &index, &policies, PCP_STORE_VISIBILITY_LOCAL, 64, 1,
-      &batch_items, &batch_policies, &through));
+      &page, &index, &policies, PCP_STORE_VISIBILITY_LOCAL, 64, 1, &batch_items,
+      &batch_policies, &through));
   assert_int_equal(json_array_size(batch_items), 1);
   json_decref(batch_items);
   json_decref(batch_policies);
@@ -181,13 +181,11 @@ static void filter_and_merge(void** state) {
   json_t* entities = json_object_get(merged, "entities");
   assert_int_equal(json_array_size(entities), 3);  // a, b (local), c
   assert_string_equal(
-      json_string_value(
-          json_object_get(json_array_get(entities, 1), "src")),
+      json_string_value(json_object_get(json_array_get(entities, 1), "src")),
       "local");
-  assert_string_equal(
-      json_string_value(
-          json_object_get(json_array_get(entities, 2), "entity_id")),
-      "c");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_array_get(entities, 2), "entity_id")),
+                      "c");
   json_decref(merged);
   merged = pcp_roles_replication_result_merge(local, global, 2);
   assert_int_equal(json_array_size(json_object_get(merged, "entities")), 2);
@@ -198,8 +196,7 @@ static void filter_and_merge(void** state) {
                                 .allow_global_replication = true};
   pcp_store_graph_policy_list_t policies = {.items = &n, .count = 1};
   pcp_roles_replication_result_filter(global, &policies);
-  assert_int_equal(json_array_size(json_object_get(global, "observations")),
-                   0);
+  assert_int_equal(json_array_size(json_object_get(global, "observations")), 0);
   assert_int_equal(json_array_size(json_object_get(global, "entities")), 2);
   json_decref(local);
   json_decref(global);
@@ -207,10 +204,10 @@ static void filter_and_merge(void** state) {
 
 static void event_mutations(void** state) {
   (void)state;
-  json_t* event = json_pack(
-      "{s:s, s:s, s:s, s:s, s:{s:i}, s:{s:s}}", "event_id", "ev1",
-      "service_id", "svc", "event_type", "training.step", "job_id", "j7",
-      "payload", "loss", 3, "provenance", "source", "unit");
+  json_t* event =
+      json_pack("{s:s, s:s, s:s, s:s, s:{s:i}, s:{s:s}}", "event_id", "ev1",
+                "service_id", "svc", "event_type", "training.step", "job_id",
+                "j7", "payload", "loss", 3, "provenance", "source", "unit");
   pcp_store_mutation_t m[2];
   EXPECT_OK(pcp_roles_replication_event_mutations(event, "gw", "lab", m));
   assert_string_equal(m[0].mutation_id, "ev1:subject");
@@ -293,8 +290,8 @@ static void batch_apply_exactly_once(void** state) {
     items[i].payload = json_pack("{s:s}", "entity_type", "thing");
   }
   size_t applied = 0, duplicates = 0;
-  EXPECT_OK(pcp_store_graph_mutation_batch_apply(
-      f->store, "gw-a", items, 2, 7, 9, &applied, &duplicates));
+  EXPECT_OK(pcp_store_graph_mutation_batch_apply(f->store, "gw-a", items, 2, 7,
+                                                 9, &applied, &duplicates));
   assert_int_equal(applied, 2);
   assert_int_equal(duplicates, 0);
   // The ack is durable: it survives closing the store.
@@ -305,8 +302,8 @@ static void batch_apply_exactly_once(void** state) {
   assert_int_equal(peer.acked_sequence_no, 7);
   assert_int_equal(peer.last_sequence_no, 9);
   // A re-sent batch (the ack was lost) applies only what is new.
-  EXPECT_OK(pcp_store_graph_mutation_batch_apply(
-      f->store, "gw-a", items, 3, 8, 9, &applied, &duplicates));
+  EXPECT_OK(pcp_store_graph_mutation_batch_apply(f->store, "gw-a", items, 3, 8,
+                                                 9, &applied, &duplicates));
   assert_int_equal(applied, 1);
   assert_int_equal(duplicates, 2);
   pcp_store_graph_counts_t counts;
@@ -363,8 +360,8 @@ static void policies_from_the_log(void** state) {
     m.payload = pcp_roles_replication_policy_payload(&policy);
     int64_t sequence = 0;
     bool duplicate = false;
-    EXPECT_OK(pcp_store_graph_mutation_apply(f->store, &m, &sequence,
-                                             &duplicate));
+    EXPECT_OK(
+        pcp_store_graph_mutation_apply(f->store, &m, &sequence, &duplicate));
     json_decref(m.payload);
   }
   pcp_store_graph_policy_list_t list;
@@ -382,8 +379,8 @@ static void policies_from_the_log(void** state) {
   pcp_roles_replication_policy_lookup(&list, "ns-b", PCP_STORE_VISIBILITY_LOCAL,
                                       &found);
   assert_true(found.allow_global_replication);
-  pcp_roles_replication_policy_lookup(&list, "ns-c", PCP_STORE_VISIBILITY_SHARED,
-                                      &found);
+  pcp_roles_replication_policy_lookup(&list, "ns-c",
+                                      PCP_STORE_VISIBILITY_SHARED, &found);
   assert_false(found.allow_global_replication);
   assert_int_equal(found.default_visibility, PCP_STORE_VISIBILITY_SHARED);
   pcp_store_graph_policy_list_deinitialize(&list);

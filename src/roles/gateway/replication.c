@@ -284,11 +284,11 @@ static pcp_status_t events_ingest(void* user_data,
     }
     json_t* event = json_array_get(events, i);
     json_array_append_new(
-        out, json_pack("{s:O, s:O, s:O, s:o}", "event_id",
-                       json_object_get(event, "event_id"), "event_type",
-                       json_object_get(event, "event_type"), "service_id",
-                       json_object_get(event, "service_id"), "mutation_ids",
-                       ids));
+        out,
+        json_pack("{s:O, s:O, s:O, s:o}", "event_id",
+                  json_object_get(event, "event_id"), "event_type",
+                  json_object_get(event, "event_type"), "service_id",
+                  json_object_get(event, "service_id"), "mutation_ids", ids));
     if (status) {
       pcp_status_t wrapped =
           pcp_make_status(pcp_status_code(status), "events[%zu]: %s", i,
@@ -435,10 +435,9 @@ static pcp_status_t batch_send(pcp_roles_gateway_state_t* g, json_t* items,
     ack = json_loadb(answer.body, answer.body_length, 0, NULL);
   }
   if (!ack) {
-    status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
-                             "the hub answered HTTP %d: %.200s",
-                             answer.http_status,
-                             answer.body ? answer.body : "");
+    status = pcp_make_status(
+        PCP_STATUS_UNAVAILABLE, "the hub answered HTTP %d: %.200s",
+        answer.http_status, answer.body ? answer.body : "");
   } else if (!json_is_true(json_object_get(ack, "accepted")) ||
              json_integer_value(json_object_get(ack, "acked_sequence_no")) !=
                  through) {
@@ -460,8 +459,8 @@ pcp_status_t pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* g) {
   pthread_mutex_lock(&r->cycle_mu);
   pcp_status_t status = pcp_ok_status();
   if (!r->client) {
-    pcp_http_client_options_t options = {
-        .timeout_ms = REPLICATION_HUB_TIMEOUT_MS};
+    pcp_http_client_options_t options = {.timeout_ms =
+                                             REPLICATION_HUB_TIMEOUT_MS};
     status = pcp_http_client_create(&options, g->allocator, &r->client);
   }
   uint64_t batches = 0, items_sent = 0;
@@ -567,8 +566,7 @@ pcp_status_t pcp_roles_gateway_replication_query(
   char url[1200];
   // The gateway's route on the hub (federation token); clients use
   // /v1/global-graph/query with the hub's API token.
-  snprintf(url, sizeof(url), "%s/v1/federation/global-graph/query",
-           hub_url(g));
+  snprintf(url, sizeof(url), "%s/v1/federation/global-graph/query", hub_url(g));
   const char* headers[] = {"Content-Type: application/json", NULL};
   pcp_http_client_request_t request = {.method = "POST",
                                        .url = url,
@@ -576,13 +574,11 @@ pcp_status_t pcp_roles_gateway_replication_query(
                                        .bearer_token = hub_token(g),
                                        .body = text,
                                        .body_length = strlen(text)};
-  pcp_http_client_options_t options = {
-      .timeout_ms = REPLICATION_HUB_TIMEOUT_MS,
-      .max_response_bytes = (size_t)32 << 20};
+  pcp_http_client_options_t options = {.timeout_ms = REPLICATION_HUB_TIMEOUT_MS,
+                                       .max_response_bytes = (size_t)32 << 20};
   pcp_http_client_t* client = NULL;
   pcp_http_client_response_t answer = {0};
-  pcp_status_t status =
-      pcp_http_client_create(&options, g->allocator, &client);
+  pcp_status_t status = pcp_http_client_create(&options, g->allocator, &client);
   if (!status) {
     status = pcp_http_client_send(client, &request, &answer);
   }
@@ -620,8 +616,8 @@ pcp_status_t pcp_roles_gateway_replication_query(
   // gateway whatever the hub sends.
   pcp_roles_replication_result_filter(global, NULL);
   json_t* out = global_only ? json_incref(global)
-                            : pcp_roles_replication_result_merge(
-                                  local_result, global, limit);
+                            : pcp_roles_replication_result_merge(local_result,
+                                                                 global, limit);
   json_decref(global);
   if (!out) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "query result");

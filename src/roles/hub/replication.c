@@ -9,13 +9,12 @@
 // log); the hub's policies in its federation_policies table, one snapshot
 // per namespace, last writer wins by the gateway's updated_at_ms.
 
-#include "roles/hub/replication_impl.h"
-
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "roles/hub/replication_impl.h"
 #include "roles/replication_impl.h"
 
 struct pcp_roles_hub_replication_t {
@@ -50,8 +49,8 @@ static pcp_status_t policies_load(pcp_roles_hub_replication_t* r,
     // Stored by this file: a snapshot that passed the same check.
     pcp_status_ignore(pcp_roles_replication_policy_update(value, true, p));
     json_t* at = json_object_get(value, "updated_at_ms");
-    p->updated_at_ns = json_is_integer(at) ? json_integer_value(at) * 1000000
-                                           : 0;
+    p->updated_at_ns =
+        json_is_integer(at) ? json_integer_value(at) * 1000000 : 0;
   }
   json_decref(map);
   if (status) {
@@ -92,11 +91,12 @@ static pcp_status_t snapshots_apply(pcp_roles_hub_replication_t* r,
                              "an integer updated_at_ms",
                              i);
     }
-    pcp_status_t status = pcp_roles_replication_policy_update(snapshot, true, &p);
+    pcp_status_t status =
+        pcp_roles_replication_policy_update(snapshot, true, &p);
     if (status) {
-      pcp_status_t wrapped = pcp_make_status(
-          PCP_STATUS_INVALID_ARGUMENT, "namespace_policies[%zu]: %s", i,
-          pcp_status_message(status));
+      pcp_status_t wrapped = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                             "namespace_policies[%zu]: %s", i,
+                                             pcp_status_message(status));
       pcp_status_ignore(status);
       return wrapped;
     }
@@ -243,8 +243,8 @@ static pcp_status_t mutations_post(void* user_data,
     status = policies_load(r, &policies);
   }
   for (size_t i = 0; !status && i < count; ++i) {
-    status = pcp_roles_replication_item_parse(json_array_get(items, i),
-                                              &parsed[i]);
+    status =
+        pcp_roles_replication_item_parse(json_array_get(items, i), &parsed[i]);
     if (!status) {
       if (parsed[i].sequence_no > through) {
         status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -284,9 +284,9 @@ static pcp_status_t mutations_post(void* user_data,
   }
   size_t applied = 0, duplicates = 0;
   if (!status) {
-    status = pcp_store_graph_mutation_batch_apply(
-        r->store, gateway_id, parsed, count, through, last, &applied,
-        &duplicates);
+    status = pcp_store_graph_mutation_batch_apply(r->store, gateway_id, parsed,
+                                                  count, through, last,
+                                                  &applied, &duplicates);
   }
   for (size_t i = 0; i < count; ++i) {
     pcp_roles_replication_item_deinitialize(&parsed[i]);
@@ -442,11 +442,11 @@ static pcp_status_t gateways_json(pcp_roles_hub_replication_t* r,
       *out_max_lag = lag;
     }
     json_array_append_new(
-        array, json_pack("{s:s, s:I, s:I, s:I}", "gateway_id", p->peer_id,
-                         "last_sequence_no", (json_int_t)p->last_sequence_no,
-                         "last_replicated_sequence",
-                         (json_int_t)p->acked_sequence_no, "replication_lag",
-                         (json_int_t)lag));
+        array,
+        json_pack("{s:s, s:I, s:I, s:I}", "gateway_id", p->peer_id,
+                  "last_sequence_no", (json_int_t)p->last_sequence_no,
+                  "last_replicated_sequence", (json_int_t)p->acked_sequence_no,
+                  "replication_lag", (json_int_t)lag));
   }
   pcp_store_replication_peer_list_deinitialize(&peers);
   if (!array) {
@@ -466,8 +466,7 @@ static pcp_status_t global_status(void* user_data,
   json_t* gateways = NULL;
   int64_t max_lag = 0;
   size_t registered = 0;
-  PCP_RETURN_IF_ERROR_BARE(
-      gateways_json(r, &gateways, &max_lag, &registered));
+  PCP_RETURN_IF_ERROR_BARE(gateways_json(r, &gateways, &max_lag, &registered));
   json_decref(gateways);
   return pcp_http_response_json_take(
       response, 200,
@@ -492,8 +491,7 @@ static pcp_status_t global_replication(void* user_data,
   json_t* gateways = NULL;
   int64_t max_lag = 0;
   size_t registered = 0;
-  PCP_RETURN_IF_ERROR_BARE(
-      gateways_json(r, &gateways, &max_lag, &registered));
+  PCP_RETURN_IF_ERROR_BARE(gateways_json(r, &gateways, &max_lag, &registered));
   pcp_store_namespace_stats_list_t stats;
   pcp_status_t status = pcp_store_namespace_stats_list(r->store, &stats);
   pcp_store_graph_policy_list_t policies = {0};
@@ -576,8 +574,8 @@ pcp_status_t pcp_roles_hub_replication_create(
        mutations_post, r, PCP_ROLES_REPLICATION_MAX_BODY_BYTES, 0},
       {"POST", "/v1/federation/global-graph/query", options->federation_scope,
        global_query, r, 0, 0},
-      {"POST", "/v1/global-graph/query", options->client_scope, global_query,
-       r, 0, 0},
+      {"POST", "/v1/global-graph/query", options->client_scope, global_query, r,
+       0, 0},
       {"GET", "/v1/global-graph/status", options->client_scope, global_status,
        r, 0, 0},
       {"GET", "/v1/global-graph/replication", options->client_scope,
