@@ -116,6 +116,12 @@ typedef struct pcp_roles_hub_config_t {
   char* api_host;
   int64_t api_port;
   char* api_token_env;
+  // Federation hub (src/roles/hub, docs/federation.md).
+  char* state_dir;                // SQLite state; required to serve
+  char* federation_token_env;     // gateways' credential (connect, mutations)
+  int64_t heartbeat_interval_ms;  // gateways' interval; stale after 3
+  int64_t gateway_timeout_ms;     // each hub -> gateway request
+  int64_t max_gateways;
 } pcp_roles_hub_config_t;
 extern const pcp_config_table_t pcp_roles_hub_table;
 

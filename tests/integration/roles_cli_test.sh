@@ -205,7 +205,7 @@ start_and_stop worker_int INT --worker
 expect_in worker_int "$WORK/worker_int.err" 'signal=SIGINT'
 PCP_WORKER_JOIN_TOKEN=join-token start_and_stop gateway_term TERM --gateway --gateway-config "$WORK/gw.json"
 expect_in gateway_term "$WORK/gateway_term.err" 'gateway_id=site-a-gw'
-start_and_stop hub_term TERM --federation-hub --api-port 19010
+start_and_stop hub_term TERM --federation-hub --api-port 19010 --state-dir "$WORK/hub-state"
 start_and_stop nodemgr_term TERM --node-manager --scale 2 --api-port 0
 start_and_stop supervise_term TERM --port 18080 --supervise -- --worker
 
