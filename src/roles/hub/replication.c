@@ -14,15 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "roles/hub/replication_impl.h"
+#include "roles/hub/hub_impl.h"
 #include "roles/replication_impl.h"
 
-struct pcp_roles_hub_replication_t {
-  pcp_store_t* store;
-  pcp_allocator_t allocator;
-  // Serializes the read-compare-write of policy snapshots.
-  pthread_mutex_t policy_mu;
-};
+// The handlers' state is the hub's (store, allocator); user_data is the
+// pcp_roles_hub_t. One hub per process, so the lock that serializes the
+// read-compare-write of policy snapshots is a static.
+typedef pcp_roles_hub_t pcp_roles_hub_replication_t;
+static pthread_mutex_t policy_mu = PTHREAD_MUTEX_INITIALIZER;
 
 // The hub's policies as a sorted list (namespace ids ascending, as
 // pcp_store_federation_policy_list returns them).
@@ -101,7 +100,7 @@ static pcp_status_t snapshots_apply(pcp_roles_hub_replication_t* r,
       return wrapped;
     }
   }
-  pthread_mutex_lock(&r->policy_mu);
+  pthread_mutex_lock(&policy_mu);
   pcp_store_graph_policy_list_t current;
   pcp_status_t status = policies_load(r, &current);
   json_array_foreach(snapshots, i, snapshot) {
@@ -125,7 +124,7 @@ static pcp_status_t snapshots_apply(pcp_roles_hub_replication_t* r,
     status = pcp_store_federation_policy_put(r->store, ns, snapshot);
   }
   pcp_store_graph_policy_list_deinitialize(&current);
-  pthread_mutex_unlock(&r->policy_mu);
+  pthread_mutex_unlock(&policy_mu);
   return status;
 }
 
@@ -555,48 +554,25 @@ static pcp_status_t policies_get(void* user_data,
 }
 
 //===----------------------------------------------------------------------===//
-// Lifetime
+// Routes
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_roles_hub_replication_create(
-    const pcp_roles_hub_replication_options_t* options,
-    pcp_allocator_t allocator, pcp_roles_hub_replication_t** out) {
-  *out = NULL;
-  pcp_roles_hub_replication_t* r = NULL;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_allocator_malloc(allocator, sizeof(*r), (void**)&r));
-  memset(r, 0, sizeof(*r));
-  r->store = options->store;
-  r->allocator = allocator;
-  pthread_mutex_init(&r->policy_mu, NULL);
+pcp_status_t pcp_roles_hub_replication_routes_add(pcp_roles_hub_t* hub) {
   const pcp_http_route_t routes[] = {
-      {"POST", "/v1/federation/mutations", options->federation_scope,
-       mutations_post, r, PCP_ROLES_REPLICATION_MAX_BODY_BYTES, 0},
-      {"POST", "/v1/federation/global-graph/query", options->federation_scope,
-       global_query, r, 0, 0},
-      {"POST", "/v1/global-graph/query", options->client_scope, global_query, r,
+      {"POST", "/v1/federation/mutations", PCP_ROLES_HUB_SCOPE_FEDERATION,
+       mutations_post, hub, PCP_ROLES_REPLICATION_MAX_BODY_BYTES, 0},
+      // Gateways' global queries (federation token); clients use
+      // /v1/global-graph/query with the API token. A route has one scope.
+      {"POST", "/v1/federation/global-graph/query",
+       PCP_ROLES_HUB_SCOPE_FEDERATION, global_query, hub, 0, 0},
+      {"POST", "/v1/global-graph/query", PCP_ROLES_HUB_SCOPE_API, global_query,
+       hub, 0, 0},
+      {"GET", "/v1/global-graph/status", PCP_ROLES_HUB_SCOPE_API,
+       global_status, hub, 0, 0},
+      {"GET", "/v1/global-graph/replication", PCP_ROLES_HUB_SCOPE_API,
+       global_replication, hub, 0, 0},
+      {"GET", "/v1/graph/policies", PCP_ROLES_HUB_SCOPE_API, policies_get, hub,
        0, 0},
-      {"GET", "/v1/global-graph/status", options->client_scope, global_status,
-       r, 0, 0},
-      {"GET", "/v1/global-graph/replication", options->client_scope,
-       global_replication, r, 0, 0},
-      {"GET", "/v1/graph/policies", options->client_scope, policies_get, r, 0,
-       0},
   };
-  pcp_status_t status =
-      pcp_http_server_routes_add(options->http, routes, PCP_ARRAYSIZE(routes));
-  if (status) {
-    pcp_roles_hub_replication_release(r);
-    return status;
-  }
-  *out = r;
-  return pcp_ok_status();
-}
-
-void pcp_roles_hub_replication_release(pcp_roles_hub_replication_t* r) {
-  if (!r) {
-    return;
-  }
-  pthread_mutex_destroy(&r->policy_mu);
-  pcp_allocator_free(r->allocator, r);
+  return pcp_roles_hub_routes_add(hub, routes, PCP_ARRAYSIZE(routes));
 }
