@@ -184,10 +184,12 @@ static pcp_status_t policy_put(void* user_data,
                                const pcp_http_request_t* request,
                                pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
-  const char* namespace_id = pcp_http_request_param(request, "namespace");
-  if (!namespace_id || strlen(namespace_id) > PCP_STORE_ID_MAX_LENGTH) {
+  // A prefix route: namespace ids hold '/' ("{lab_id}/shared").
+  const char* namespace_id = pcp_http_request_param(request, "*");
+  if (!namespace_id || !namespace_id[0] ||
+      strlen(namespace_id) > PCP_STORE_ID_MAX_LENGTH) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "the namespace in the path is longer than %d bytes",
+                           "the namespace in the path must be 1..%d bytes",
                            PCP_STORE_ID_MAX_LENGTH);
   }
   json_t* body = NULL;
@@ -669,7 +671,7 @@ pcp_status_t pcp_roles_gateway_replication_routes_add(
       g->config->effective.internal_api_token_env ? "internal" : api;
   const pcp_http_route_t routes[] = {
       {"GET", "/v1/graph/policies", api, policies_list, g, 0, 0},
-      {"PUT", "/v1/graph/policies/{namespace}", api, policy_put, g, 0, 0},
+      {"PUT", "/v1/graph/policies/*", api, policy_put, g, 0, 0},
       {"GET", "/v1/graph/replication", api, replication_get, g, 0, 0},
       {"POST", "/v1/internal/events", events_scope, events_ingest, g,
        (size_t)8 << 20, 0},
