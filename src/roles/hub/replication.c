@@ -128,16 +128,23 @@ static pcp_status_t snapshots_apply(pcp_roles_hub_replication_t* r,
   return status;
 }
 
-static bool gateway_registered(pcp_roles_hub_replication_t* r,
-                               const char* gateway_id, pcp_status_t* status) {
-  pcp_store_federation_gateway_list_t list = {.allocator = r->allocator};
-  *status = pcp_store_federation_gateway_list(r->store, &list);
-  bool found = false;
-  for (size_t i = 0; !*status && i < list.count; ++i) {
-    found |= strcmp(list.items[i].gateway_id, gateway_id) == 0;
-  }
-  pcp_store_federation_gateway_list_deinitialize(&list);
+// Known to the registry (connected, stale or restored after a restart).
+static bool gateway_registered(pcp_roles_hub_t* hub, const char* gateway_id) {
+  pcp_sched_federation_gateway_t g;
+  pthread_mutex_lock(&hub->mutex);
+  pcp_status_t status = pcp_sched_federation_gateway_find(
+      hub->registry, gateway_id, pcp_clock_now_ns(hub->clock), &g);
+  pthread_mutex_unlock(&hub->mutex);
+  bool found = pcp_status_is_ok(status);
+  pcp_status_ignore(status);
   return found;
+}
+
+static size_t gateway_count(pcp_roles_hub_t* hub) {
+  pthread_mutex_lock(&hub->mutex);
+  size_t count = pcp_sched_federation_gateway_count(hub->registry);
+  pthread_mutex_unlock(&hub->mutex);
+  return count;
 }
 
 // The hub's id of a replicated record: "{gateway_id}:{mutation_id}", so two
@@ -213,10 +220,7 @@ static pcp_status_t mutations_post(void* user_data,
     status = integer_field(body, "last_sequence_no", false, &last);
   }
   if (!status) {
-    pcp_status_t lookup = pcp_ok_status();
-    bool known = gateway_registered(r, gateway_id, &lookup);
-    status = lookup;
-    if (!status && !known) {
+    if (!gateway_registered(r, gateway_id)) {
       // Checked before anything is applied (upstream stored the batch and
       // then answered UnknownGateway).
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -424,11 +428,7 @@ static pcp_status_t gateways_json(pcp_roles_hub_replication_t* r,
                                   size_t* out_registered) {
   *out_gateways = NULL;
   *out_max_lag = 0;
-  pcp_store_federation_gateway_list_t registered = {.allocator = r->allocator};
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_federation_gateway_list(r->store, &registered));
-  *out_registered = registered.count;
-  pcp_store_federation_gateway_list_deinitialize(&registered);
+  *out_registered = gateway_count(r);
   pcp_store_replication_peer_list_t peers;
   PCP_RETURN_IF_ERROR_BARE(pcp_store_replication_peer_list(r->store, &peers));
   json_t* array = json_array();
@@ -567,8 +567,8 @@ pcp_status_t pcp_roles_hub_replication_routes_add(pcp_roles_hub_t* hub) {
        PCP_ROLES_HUB_SCOPE_FEDERATION, global_query, hub, 0, 0},
       {"POST", "/v1/global-graph/query", PCP_ROLES_HUB_SCOPE_API, global_query,
        hub, 0, 0},
-      {"GET", "/v1/global-graph/status", PCP_ROLES_HUB_SCOPE_API,
-       global_status, hub, 0, 0},
+      {"GET", "/v1/global-graph/status", PCP_ROLES_HUB_SCOPE_API, global_status,
+       hub, 0, 0},
       {"GET", "/v1/global-graph/replication", PCP_ROLES_HUB_SCOPE_API,
        global_replication, hub, 0, 0},
       {"GET", "/v1/graph/policies", PCP_ROLES_HUB_SCOPE_API, policies_get, hub,
