@@ -306,8 +306,8 @@ static void batch_apply_exactly_once(void** state) {
                                                  9, &applied, &duplicates));
   assert_int_equal(applied, 1);
   assert_int_equal(duplicates, 2);
-  pcp_store_graph_counts_t counts;
-  EXPECT_OK(pcp_store_graph_counts_query(f->store, &counts));
+  pcp_store_graph_log_counts_t counts;
+  EXPECT_OK(pcp_store_graph_log_counts_query(f->store, &counts));
   assert_int_equal(counts.entity_count, 3);
   assert_int_equal(counts.mutation_count, 3);
   // A bad item rolls the whole batch back, ack included.
@@ -320,7 +320,7 @@ static void batch_apply_exactly_once(void** state) {
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   assert_non_null(strstr(pcp_status_message(status), "mutations[1]"));
   pcp_status_ignore(status);
-  EXPECT_OK(pcp_store_graph_counts_query(f->store, &counts));
+  EXPECT_OK(pcp_store_graph_log_counts_query(f->store, &counts));
   assert_int_equal(counts.entity_count, 3);
   EXPECT_OK(pcp_store_replication_peer_get(f->store, "gw-a", &peer));
   assert_int_equal(peer.acked_sequence_no, 8);

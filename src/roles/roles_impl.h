@@ -195,6 +195,17 @@ typedef struct pcp_roles_neo4j_config_t {
   bool bootstrap_on_connect;
 } pcp_roles_neo4j_config_t;
 
+// graph_backend "falkordb" (src/store/graph_backend.h).
+typedef struct pcp_roles_falkordb_config_t {
+  bool present;
+  char* host;  // default 127.0.0.1
+  int64_t port;  // default 6379
+  char* password_env;
+  char* graph;  // graph key, default "pcp"
+  int64_t connect_timeout_ms;
+  int64_t command_timeout_ms;
+} pcp_roles_falkordb_config_t;
+
 typedef struct pcp_roles_api_config_t {
   bool present;
   char* host;
@@ -280,9 +291,10 @@ typedef struct pcp_roles_http_limits_config_t {
 typedef struct pcp_roles_gateway_file_config_t {
   char* gateway_id;
   char* lab_id;
-  int32_t graph_backend;  // memory | neo4j
+  int32_t graph_backend;  // memory (= sqlite) | sqlite | falkordb
   char* policy_store_path;
-  pcp_roles_neo4j_config_t neo4j;
+  pcp_roles_neo4j_config_t neo4j;  // parsed, unused (neo4j is refused)
+  pcp_roles_falkordb_config_t falkordb;
   pcp_roles_api_config_t api;
   char* api_token_env;
   char* internal_api_token_env;

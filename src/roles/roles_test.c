@@ -561,12 +561,17 @@ static void gateway_config_errors_name_the_key(void** state) {
        "key 'gateway_id': expected a string, got a number"},
       {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"graph_backend\": "
        "\"sql\"}",
-       "key 'graph_backend': invalid value 'sql' (allowed: memory, neo4j)"},
+       "key 'graph_backend': invalid value 'sql' (allowed: memory, sqlite, "
+       "falkordb)"},
       {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"graph_backend\": "
-       "\"neo4j\"}",
-       "key 'neo4j' is required when 'graph_backend' is \"neo4j\""},
+       "\"neo4j\", \"neo4j\": {\"uri\": \"bolt://h\", \"user\": \"u\"}}",
+       "key 'graph_backend': invalid value 'neo4j' (allowed: memory, sqlite, "
+       "falkordb)"},
       {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"graph_backend\": "
-       "\"neo4j\", \"neo4j\": {\"uri\": \"bolt://h:7687\"}}",
+       "\"falkordb\", \"falkordb\": {\"port\": 0}}",
+       "key 'falkordb.port': 0 is out of range"},
+      {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", "
+       "\"neo4j\": {\"uri\": \"bolt://h:7687\"}}",
        "missing required key 'neo4j.user'"},
       {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"neo4j\": {\"uri\": "
        "\"bolt://h\", \"user\": \"u\", \"query_timeout_ms\": -1}}",

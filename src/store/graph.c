@@ -1259,6 +1259,19 @@ pcp_status_t pcp_store_mutation_replicated_mark(pcp_store_t* store,
   return status;
 }
 
+pcp_status_t pcp_store_mutation_find(pcp_store_t* store,
+                                     const char* mutation_id,
+                                     int64_t* out_sequence_no) {
+  *out_sequence_no = 0;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_id_validate("mutation_id", mutation_id, true));
+  pcp_store_lock(store);
+  pcp_status_t status =
+      mutation_find_locked(store, mutation_id, out_sequence_no);
+  pcp_store_unlock(store);
+  return status;
+}
+
 //===----------------------------------------------------------------------===//
 // Graph replication: policies, per-namespace counters, peer acks
 //===----------------------------------------------------------------------===//
@@ -1433,8 +1446,8 @@ pcp_status_t pcp_store_namespace_stats_list(
   return status;
 }
 
-pcp_status_t pcp_store_graph_counts_query(pcp_store_t* store,
-                                          pcp_store_graph_counts_t* out_counts) {
+pcp_status_t pcp_store_graph_log_counts_query(
+    pcp_store_t* store, pcp_store_graph_log_counts_t* out_counts) {
   memset(out_counts, 0, sizeof(*out_counts));
   pcp_store_lock(store);
   sqlite3_stmt* stmt = NULL;
@@ -1514,15 +1527,15 @@ pcp_status_t pcp_store_graph_mutation_batch_apply(
     if (pcp_status_is_ok(status)) {
       for (size_t i = 0; pcp_status_is_ok(status) && i < count; ++i) {
         int64_t sequence_no = 0;
-        status = mutation_find_locked(store, items[i].mutation_id,
-                                      &sequence_no);
+        status =
+            mutation_find_locked(store, items[i].mutation_id, &sequence_no);
         if (pcp_status_is_ok(status) && sequence_no != 0) {
           ++duplicates;
           continue;
         }
         if (pcp_status_is_ok(status)) {
-          status = mutation_apply_locked(store, &items[i],
-                                         encoded[i].timestamp_ns);
+          status =
+              mutation_apply_locked(store, &items[i], encoded[i].timestamp_ns);
         }
         if (pcp_status_is_ok(status)) {
           status = mutation_insert_locked(store, &items[i], &encoded[i],
@@ -1568,8 +1581,8 @@ pcp_status_t pcp_store_replication_peer_get(
     pcp_store_t* store, const char* peer_id,
     pcp_store_replication_peer_t* out_peer) {
   memset(out_peer, 0, sizeof(*out_peer));
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_federation_ack_get(store, peer_id, &out_peer->acked_sequence_no));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_federation_ack_get(
+      store, peer_id, &out_peer->acked_sequence_no));
   snprintf(out_peer->peer_id, sizeof(out_peer->peer_id), "%s", peer_id);
   char key[sizeof(REPLICATION_LAST_PREFIX) + PCP_STORE_ID_MAX_LENGTH];
   snprintf(key, sizeof(key), REPLICATION_LAST_PREFIX "%s", peer_id);
@@ -1586,13 +1599,14 @@ pcp_status_t pcp_store_replication_peer_list(
   out_list->allocator = store->allocator;
   pcp_store_lock(store);
   sqlite3_stmt* stmt = NULL;
-  pcp_status_t status = prepare_once(
-      store,
-      "SELECT a.gateway_id, a.acked_sequence, coalesce(l.value, 0)"
-      " FROM federation_acks a LEFT JOIN meta l"
-      " ON l.key = '" REPLICATION_LAST_PREFIX "' || a.gateway_id"
-      " ORDER BY a.gateway_id LIMIT ?1",
-      &stmt);
+  pcp_status_t status =
+      prepare_once(store,
+                   "SELECT a.gateway_id, a.acked_sequence, coalesce(l.value, 0)"
+                   " FROM federation_acks a LEFT JOIN meta l"
+                   " ON l.key = '" REPLICATION_LAST_PREFIX
+                   "' || a.gateway_id"
+                   " ORDER BY a.gateway_id LIMIT ?1",
+                   &stmt);
   if (pcp_status_is_ok(status)) {
     status = pcp_store_bind_check(
         store, sqlite3_bind_int64(stmt, 1, PCP_STORE_LIST_LIMIT_MAX));

@@ -753,6 +753,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_mutation_log_stats_query(
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_store_mutation_replicated_mark(pcp_store_t* store, int64_t sequence_no);
 
+// The sequence number of the record named |mutation_id| (0 when there is
+// none). Lets a graph backend outside SQLite (graph_backend.h) tell a
+// duplicate before it applies anything. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_mutation_find(
+    pcp_store_t* store, const char* mutation_id, int64_t* out_sequence_no);
+
 //===----------------------------------------------------------------------===//
 // Graph replication: namespace policies, per-namespace lag, peer acks
 //===----------------------------------------------------------------------===//
@@ -817,16 +823,16 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_namespace_stats_list(
 
 // Row counts of the graph tables (namespaces: distinct namespace ids in the
 // log). Thread-safe.
-typedef struct pcp_store_graph_counts_t {
+typedef struct pcp_store_graph_log_counts_t {
   int64_t namespace_count;
   int64_t entity_count;
   int64_t relation_count;
   int64_t observation_count;
   int64_t mutation_count;
-} pcp_store_graph_counts_t;
+} pcp_store_graph_log_counts_t;
 PCP_MUST_USE_RESULT pcp_status_t
-pcp_store_graph_counts_query(pcp_store_t* store,
-                             pcp_store_graph_counts_t* out_counts);
+pcp_store_graph_log_counts_query(pcp_store_t* store,
+                             pcp_store_graph_log_counts_t* out_counts);
 
 // What the receiving side (the hub) knows of one sender (a gateway): the
 // highest sequence number it acknowledged and the sender's own last

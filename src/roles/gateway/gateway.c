@@ -265,6 +265,48 @@ static const pcp_config_field_t kNeo4jFields[] = {
 static const pcp_config_table_t kNeo4jTable = {
     "gateway config", kNeo4jFields, PCP_ARRAYSIZE(kNeo4jFields), NULL};
 
+#define FK pcp_roles_falkordb_config_t
+static const pcp_config_field_t kFalkordbFields[] = {
+    {.name = "host",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(FK, host),
+     .default_value = "127.0.0.1",
+     .flags = J},
+    {.name = "port",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(FK, port),
+     .default_value = "6379",
+     .min = 1,
+     .max = 65535,
+     .flags = J},
+    {.name = "password_env",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(FK, password_env),
+     .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
+    {.name = "graph",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(FK, graph),
+     .default_value = "pcp",
+     .flags = J},
+    {.name = "connect_timeout_ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(FK, connect_timeout_ms),
+     .default_value = "2000",
+     .min = 1,
+     .max = 600000,
+     .flags = J},
+    {.name = "command_timeout_ms",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(FK, command_timeout_ms),
+     .default_value = "5000",
+     .min = 1,
+     .max = 600000,
+     .flags = J},
+};
+#undef FK
+static const pcp_config_table_t kFalkordbTable = {
+    "gateway config", kFalkordbFields, PCP_ARRAYSIZE(kFalkordbFields), NULL};
+
 #define A pcp_roles_api_config_t
 static const pcp_config_field_t kApiFields[] = {
     {.name = "host",
@@ -503,7 +545,11 @@ static const pcp_config_table_t kControllersTable = {
 // Top level
 //===----------------------------------------------------------------------===//
 
-static const char* const kGraphBackends[] = {"memory", "neo4j", NULL};
+// "memory" is upstream's default spelling and is served by SQLite (the
+// store was never in memory). "neo4j" is refused: there is no Neo4j server
+// to test against (docs/decisions.md).
+static const char* const kGraphBackends[] = {"memory", "sqlite", "falkordb",
+                                             NULL};
 
 static pcp_status_t validate_file(const void* opaque) {
   const pcp_roles_gateway_file_config_t* file = opaque;
@@ -525,11 +571,6 @@ static pcp_status_t validate_file(const void* opaque) {
                                l == 0 ? "data_roots" : "model_roots", i);
       }
     }
-  }
-  if (file->graph_backend == 1 && !file->neo4j.present) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "gateway config: key 'neo4j' is required when "
-                           "'graph_backend' is \"neo4j\"");
   }
   if (file->federation.enabled && !file->federation.upstream &&
       !file->federation_hub_endpoint) {
@@ -566,6 +607,11 @@ static const pcp_config_field_t kFileFields[] = {
      .offset = offsetof(G, neo4j),
      .flags = J,
      .object_table = &kNeo4jTable},
+    {.name = "falkordb",
+     .type = PCP_CONFIG_TYPE_OBJECT,
+     .offset = offsetof(G, falkordb),
+     .flags = J,
+     .object_table = &kFalkordbTable},
     {.name = "api",
      .type = PCP_CONFIG_TYPE_OBJECT,
      .offset = offsetof(G, api),

@@ -22,6 +22,7 @@
 #include "http/http.h"
 #include "obs/obs.h"
 #include "roles/roles_impl.h"
+#include "store/graph_backend.h"
 #include "store/store.h"
 #include "workloads/workloads.h"
 
@@ -135,6 +136,7 @@ typedef struct pcp_roles_gateway_state_t {
   pcp_obs_family_t* jobs_family;      // pcp_gateway_jobs{state}
   pcp_obs_family_t* job_runs_family;  // pcp_gateway_job_outcomes_total
   pcp_store_t* store;
+  pcp_store_graph_backend_t* graph;  // graph.c; the log stays in |store|
   pcp_fabric_endpoint_t* fabric;
   pcp_infer_service_t* infer;  // the OpenAI-compatible inference engine
   pcp_http_server_t* http;
@@ -204,6 +206,16 @@ pcp_roles_gateway_inference_routes_add(pcp_roles_gateway_state_t* gateway);
 // graph.c: /v1/graph/*.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_graph_routes_add(pcp_roles_gateway_state_t* gateway);
+// Opens the configured graph backend over |store| (start) and closes it
+// (stop, before the store).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_graph_open(pcp_roles_gateway_state_t* gateway);
+void pcp_roles_gateway_graph_close(pcp_roles_gateway_state_t* gateway);
+
+// proxy.c: /v1/inference/chat/completions (to a registered service) and
+// /v1/inference/query/chat/completions (query-then-infer).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* gateway);
 
 // replication.c: graph replication (docs/federation.md "Graph
 // replication"). _start before the routes are added and before the

@@ -4,6 +4,7 @@
 // replication policies, query modes) grows in one file.
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "roles/gateway/gateway_impl.h"
@@ -165,8 +166,8 @@ static pcp_status_t graph_mutate(void* user_data,
           g, json_array_get(mutations, i), &m, &prepared_payload);
     }
     if (!status) {
-      status =
-          pcp_store_graph_mutation_apply(g->store, &m, &sequence, &duplicate);
+      status = pcp_store_graph_backend_mutation_apply(g->graph, &m, &sequence,
+                                                      &duplicate);
     }
     json_decref(prepared_payload);
     if (!status && m.mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE) {
@@ -253,7 +254,7 @@ static pcp_status_t graph_query(void* user_data,
   pcp_store_graph_result_t result = {0};
   bool global_only = remote && strcmp(mode, "global") == 0;
   if (!status && !global_only) {
-    status = pcp_store_graph_query(g->store, &q, &result);
+    status = pcp_store_graph_backend_query(g->graph, &q, &result);
   }
   if (status) {
     json_decref(body);
@@ -280,10 +281,11 @@ static pcp_status_t graph_entity_get(void* user_data,
                                    pcp_http_request_param(request, "id")};
   pcp_store_graph_entity_t e;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_graph_entity_get(g->store, q.entity_id, &e));
+      pcp_store_graph_backend_entity_get(g->graph, q.entity_id, &e));
   pcp_store_graph_entity_deinitialize(&e);
   pcp_store_graph_result_t result = {0};
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_query(g->store, &q, &result));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_graph_backend_query(g->graph, &q, &result));
   json_t* out = graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
   return pcp_http_response_json_take(response, 200, out);
@@ -297,13 +299,66 @@ static pcp_status_t graph_status(void* user_data,
   pcp_store_mutation_log_stats_t stats;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_store_mutation_log_stats_query(g->store, &stats));
+  pcp_store_graph_counts_t counts;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_graph_backend_counts_query(g->graph, &counts));
   return pcp_http_response_json_take(
       response, 200,
-      json_pack("{s:s, s:I, s:I, s:I, s:b}", "backend", "sqlite",
-                "last_sequence", (json_int_t)stats.last_sequence_no,
-                "last_replicated_sequence",
+      json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "backend",
+                pcp_store_graph_backend_name(g->graph), "namespaces",
+                (json_int_t)counts.namespaces, "entities",
+                (json_int_t)counts.entities, "relations",
+                (json_int_t)counts.relations, "observations",
+                (json_int_t)counts.observations, "mutations",
+                (json_int_t)stats.last_sequence_no, "last_sequence",
+                (json_int_t)stats.last_sequence_no, "last_replicated_sequence",
                 (json_int_t)stats.last_replicated_sequence, "pending_mutations",
                 (json_int_t)stats.pending_count, "federation_enabled", 0));
+}
+
+//===----------------------------------------------------------------------===//
+// Backend
+//===----------------------------------------------------------------------===//
+
+pcp_status_t pcp_roles_gateway_graph_open(pcp_roles_gateway_state_t* g) {
+  const pcp_roles_gateway_file_config_t* file = &g->config->file;
+  // kGraphBackends in gateway.c: memory (= sqlite), sqlite, falkordb.
+  if (file->graph_backend != 2) {
+    return pcp_store_graph_backend_sqlite_open(g->store, &g->graph);
+  }
+  const pcp_roles_falkordb_config_t* f = &file->falkordb;
+  const char* password = NULL;
+  if (f->present && f->password_env && f->password_env[0]) {
+    password = getenv(f->password_env);
+    if (!password || !password[0]) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "gateway config: key 'falkordb.password_env' "
+                             "names %s, which is not set",
+                             f->password_env);
+    }
+  }
+  pcp_store_falkordb_options_t options = {
+      .host = f->present ? f->host : NULL,
+      .port = f->present ? (uint16_t)f->port : 0,
+      .password = password,
+      .graph = f->present ? f->graph : NULL,
+      .connect_timeout_ms = f->present ? (uint32_t)f->connect_timeout_ms : 0,
+      .command_timeout_ms = f->present ? (uint32_t)f->command_timeout_ms : 0,
+  };
+  PCP_RETURN_IF_ERROR(
+      pcp_store_graph_backend_falkordb_open(g->store, &options, &g->graph),
+      "opening the FalkorDB graph backend (gateway config keys "
+      "'graph_backend', 'falkordb')");
+  PCP_LOG(PCP_LOG_INFO, &g->log, "graph backend falkordb at %s:%u graph %s",
+          options.host ? options.host : "127.0.0.1",
+          (unsigned)(options.port ? options.port : 6379),
+          options.graph ? options.graph : "pcp");
+  return pcp_ok_status();
+}
+
+void pcp_roles_gateway_graph_close(pcp_roles_gateway_state_t* g) {
+  pcp_store_graph_backend_close(g->graph);
+  g->graph = NULL;
 }
 
 //===----------------------------------------------------------------------===//

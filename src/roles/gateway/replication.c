@@ -207,8 +207,8 @@ static pcp_status_t policy_put(void* user_data,
   int64_t sequence_no = 0;
   bool duplicate = false;
   if (!status) {
-    status =
-        pcp_store_graph_mutation_apply(g->store, &m, &sequence_no, &duplicate);
+    status = pcp_store_graph_backend_mutation_apply(g->graph, &m, &sequence_no,
+                                                    &duplicate);
   }
   json_decref(body);
   json_decref(payload);
@@ -280,8 +280,8 @@ static pcp_status_t events_ingest(void* user_data,
       int64_t sequence_no = 0;
       bool duplicate = false;
       // Idempotent by the derived ids: a re-sent event writes nothing new.
-      status =
-          pcp_store_graph_mutation_apply(g->store, m, &sequence_no, &duplicate);
+      status = pcp_store_graph_backend_mutation_apply(g->graph, m, &sequence_no,
+                                                      &duplicate);
       json_array_append_new(ids, json_string(m->mutation_id));
     }
     json_t* event = json_array_get(events, i);

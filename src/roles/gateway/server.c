@@ -225,7 +225,9 @@ static pcp_status_t controller_get(void* user_data,
                 "mode", "gateway", "status",
                 atomic_load(&g->draining) ? "draining" : "running",
                 "gateway_id", c->file.gateway_id, "lab_id", c->file.lab_id,
-                "graph_backend", "sqlite", "started_at_ms",
+                "graph_backend",
+                g->graph ? pcp_store_graph_backend_name(g->graph) : "sqlite",
+                "started_at_ms",
                 (json_int_t)(g->started_at_ns / 1000000), "auth_enabled",
                 g->auth_enabled, "worker_fabric", fabric,
                 "federation_hub_endpoint", c->effective.federation_upstream,
@@ -752,6 +754,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   store_options.clock = g->clock;
   PCP_RETURN_IF_ERROR(pcp_store_create(&store_options, g->allocator, &g->store),
                       "opening the state dir (gateway config key 'state_dir')");
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_graph_open(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_jobs_recover(g));
 
   pcp_fabric_options_t fabric_options;
@@ -888,6 +891,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_start(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_federation_routes_add(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_proxy_routes_add(g));
 
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
   if (pthread_create(&g->runner_thread, NULL,
@@ -949,6 +953,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   pcp_infer_service_release(g->infer);
   pcp_fabric_endpoint_release(g->fabric);
   pcp_roles_gateway_jobs_active_free(g);
+  pcp_roles_gateway_graph_close(g);
   pcp_store_release(g->store);
   pcp_obs_registry_release(g->registry);
   if (g->lock_fd >= 0) {

@@ -460,8 +460,8 @@ static pcp_status_t global_status(void* user_data,
                                   pcp_http_response_t* response) {
   (void)request;
   pcp_roles_hub_replication_t* r = user_data;
-  pcp_store_graph_counts_t counts;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_counts_query(r->store, &counts));
+  pcp_store_graph_log_counts_t counts;
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_log_counts_query(r->store, &counts));
   json_t* gateways = NULL;
   int64_t max_lag = 0;
   size_t registered = 0;
@@ -485,8 +485,8 @@ static pcp_status_t global_replication(void* user_data,
                                        pcp_http_response_t* response) {
   (void)request;
   pcp_roles_hub_replication_t* r = user_data;
-  pcp_store_graph_counts_t counts;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_counts_query(r->store, &counts));
+  pcp_store_graph_log_counts_t counts;
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_log_counts_query(r->store, &counts));
   json_t* gateways = NULL;
   int64_t max_lag = 0;
   size_t registered = 0;

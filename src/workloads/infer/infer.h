@@ -239,6 +239,15 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_infer_request_submit(
     pcp_infer_service_t* service, const pcp_infer_request_params_t* params,
     int64_t* out_prompt_tokens);
 
+// The prompt's token count under |params->model|'s tokenizer and chat
+// template (what submit would queue) and the model's context window, with
+// nothing queued: lets a caller fit text into the window before it submits
+// (query-then-infer's graph context). NOT_FOUND for an unknown model,
+// UNAVAILABLE while it loads. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_infer_prompt_tokens_count(
+    pcp_infer_service_t* service, const pcp_infer_request_params_t* params,
+    int64_t* out_prompt_tokens, int64_t* out_max_length);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2077,3 +2077,43 @@ size_t pcp_infer_service_model_list(pcp_infer_service_t* s,
 bool pcp_infer_service_has_pinned_models(pcp_infer_service_t* s) {
   return s->model_dir_count > 0;
 }
+
+pcp_status_t pcp_infer_prompt_tokens_count(
+    pcp_infer_service_t* s, const pcp_infer_request_params_t* params,
+    int64_t* out_prompt_tokens, int64_t* out_max_length) {
+  *out_prompt_tokens = 0;
+  *out_max_length = 0;
+  if (!params->model) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "model: required");
+  }
+  pthread_mutex_lock(&s->mu);
+  model_entry_t* e = model_find(s, params->model);
+  if (!e) {
+    scan_locked(s);
+    e = model_find(s, params->model);
+  }
+  version_t* v = e ? e->current : NULL;
+  pcp_status_t status = pcp_ok_status();
+  if (!e) {
+    status = pcp_make_status(PCP_STATUS_NOT_FOUND,
+                             "The model `%s` does not exist.", params->model);
+  } else if (v->state != MODEL_LOADED) {
+    status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                             "model %s is not loaded yet", params->model);
+  }
+  if (!status) {
+    version_retain(v);
+  }
+  pthread_mutex_unlock(&s->mu);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  pcp_tokenizer_id_list_t ids;
+  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  status = pcp_infer_model_encode(v->model, params, &ids);
+  *out_prompt_tokens = (int64_t)ids.count;
+  *out_max_length = v->model->gen.max_length;
+  pcp_tokenizer_id_list_deinitialize(&ids);
+  pthread_mutex_lock(&s->mu);
+  version_release(v);
+  pthread_mutex_unlock(&s->mu);
+  return status;
+}
