@@ -23,8 +23,9 @@ in for the hub's /v1/federation/connect.
   5. a gateway with no federation token configured answers 401 on every
      internal route even with a bearer, and federation disabled never
      connects (status "disabled");
-  6. SIGTERM during a backoff wait: the gateway exits 0 within a few
-     seconds (the wait is a condition variable, not a sleep).
+  6. POST /v1/federation/connect ends a backoff wait at once (409 when
+     federation is disabled); SIGTERM during a backoff wait: the gateway
+     exits 0 within a few seconds (the wait is a condition variable).
 Every wait is bounded.
 """
 import json
@@ -249,6 +250,7 @@ def capabilities(gw):
     s, doc = fc.call(gw.base, "GET", "/openapi.json")
     for path in ["/v1/federation/status", "/v1/federation/peers",
                  "/v1/federation/services", "/v1/federation/replication",
+                 "/v1/federation/connect",
                  "/v1/capabilities", "/v1/internal/federation/training/jobs",
                  "/v1/internal/federation/rl/jobs",
                  "/v1/internal/federation/jobs/{id}",
@@ -320,6 +322,9 @@ def no_token_gateway(cluster, hub):
               body.get("error", {}).get("message", ""),
               "%s %s without a configured token: 401: %s %s" %
               (method, path, s, body))
+    s, body = gw.call("POST", "/v1/federation/connect")
+    check(s == 409 and "federation.enabled" in json.dumps(body),
+          "connect now on a disabled gateway: 409: %s %s" % (s, body))
     s, st = gw.call("GET", "/v1/federation/status")
     check(s == 200 and st.get("status") == "disabled" and
           st.get("connected") is False, "disabled federation: %s" % st)
@@ -346,6 +351,31 @@ def main():
         internal_routes(gw)
         hub = backoff(hub, gw)
         no_token_gateway(cluster, hub)
+        # POST /v1/federation/connect skips a backoff wait.
+        hub.stop()
+        fc.wait_until(lambda: gw.call("GET", "/v1/federation/status")[1]
+                      .get("consecutive_failures", 0) >= 4, 10)
+        # Catch the loop early in a wait of 1 s or more (the waits grow
+        # to the 2.4 s cap), then bring the hub back and wake it.
+        nxt = fc.wait_until(lambda: (lambda v: v if v and v > 900 else None)(
+            gw.call("GET", "/v1/federation/status")[1].get(
+                "next_attempt_in_ms")), 15, 0.02)
+        port = hub.port
+        hub = FakeHub()
+        hub.port = port
+        hub.start()
+        t0 = time.time()
+        s, body = gw.call("POST", "/v1/federation/connect")
+        ok = fc.wait_until(lambda: gw.call("GET", "/v1/federation/status")
+                           [1].get("connected"), 3, 0.02)
+        took = time.time() - t0
+        check(s == 202 and ok, "connect now: %s %s" % (s, body))
+        print("connect now: connected after %.2f s, %s ms of backoff left" %
+              (took, nxt))
+        # After 4 failures the wait is 600..2400 ms; the wake ends it.
+        check(nxt is not None and took * 1000 < nxt - 300,
+              "connect now skips the backoff wait (%s ms left): connected "
+              "after %.2f s" % (nxt, took))
         # 6. SIGTERM during a backoff wait.
         hub.stop()
         fc.wait_until(lambda: gw.call("GET", "/v1/federation/status")[1]

@@ -5,11 +5,13 @@
 running one CPU worker (real IREE), federation heartbeat 500 ms.
 
   1. registration and peers: the hub lists the three gateways connected,
-     each with its training service and 1 available CPU worker; every
-     gateway's /v1/federation/peers lists all three;
-  2. staleness: gateway C (and its workers) is SIGKILLed; the hub marks it
-     stale within 3 intervals (+ one poll of slack); a placement naming it
-     is refused, and unnamed placements never choose it;
+     each with its training service and its available CPU workers (C has
+     2, so it ranks first); every gateway's /v1/federation/peers lists all
+     three;
+  2. staleness: a job needing 2 workers lands on C; C (and its workers) is
+     SIGKILLed; the hub marks it stale within 3 intervals (+ one poll of
+     slack); a placement naming it is refused, unnamed placements go to A
+     or B although C would rank first, and workers_required 2 is refused;
   3. a training job placed through the hub (smallest model, 2 rounds) runs
      to success on A or B; its lookup goes through the hub (global job id ->
      the gateway's child job); a second, long job is cancelled through the
@@ -78,10 +80,9 @@ def registration(hub, gateways):
                  if s.get("service_type") == "training"]
             out[gid] = t[0].get("workers_available") if t else None
         return out
-    counts = fc.wait_until(lambda: (lambda c: c if all(
-        v == 1 for v in c.values()) and len(c) == 3 else None)(
-            training_counts()), 5)
-    check(counts, "each gateway advertises 1 available CPU worker: %s" %
+    want = {"gw-a": 1, "gw-b": 1, "gw-c": 2}
+    counts = fc.wait_until(lambda: training_counts() == want, 5)
+    check(counts, "each gateway advertises its available CPU workers: %s" %
           training_counts())
     for gw in gateways:
         ids = fc.wait_until(lambda: sorted(
@@ -94,6 +95,14 @@ def registration(hub, gateways):
 
 
 def staleness(hub, gw_c):
+    # C is the best candidate while alive (2 workers; placement ranks by
+    # workers available): a job needing 2 workers lands there.
+    s, job = hub.call("POST", "/v1/training/jobs",
+                      {"placement": {"workers_required": 2},
+                       "job": experiment("pre-kill", 100000)})
+    check(s == 202 and job.get("assignment", {}).get("gateway_id") == "gw-c",
+          "workers_required 2 places on gw-c while it is alive: %s %s" %
+          (s, job))
     t0 = time.time()
     gw_c.kill()
     stale_at = fc.wait_until(
@@ -126,6 +135,7 @@ def jobs_through_hub(hub, gateways):
         return []
     gid = job["global_job_id"]
     a = job.get("assignment", {})
+    # gw-c (2 workers) would rank first if it were not stale.
     check(a.get("gateway_id") in ("gw-a", "gw-b") and a.get("child_job_id"),
           "placed on a live gateway, never the stale one: %s" % a)
     # The child exists on that gateway, under the id the hub recorded.
@@ -140,6 +150,9 @@ def jobs_through_hub(hub, gateways):
                                    ("succeeded", "failed", "cancelled")
                                    else None)(
         hub.call("GET", "/v1/jobs/" + gid)), 150, 0.5)
+    print("global job %s on %s: child %s %s" % (
+        gid, a.get("gateway_id"), a.get("child_job_id"),
+        final and child_state(final)))
     check(final and child_state(final) == "succeeded",
           "the job ran to success, seen through the hub: %s" %
           (final and final.get("child", {}).get("error")))
@@ -163,19 +176,21 @@ def jobs_through_hub(hub, gateways):
         check(s in (200, 202), "cancel through the hub: %s %s" % (s, c))
         done = fc.wait_until(lambda: child_state(hub.call(
             "GET", "/v1/jobs/" + lid)[1]) == "cancelled", 60, 0.3)
+        print("global job %s cancelled through the hub: %s" % (lid, bool(done)))
         check(done, "the long job ends cancelled: %s" %
               hub.call("GET", "/v1/jobs/" + lid)[1])
         child_id = long_job.get("assignment", {}).get("child_job_id", "x")
         s, child = by_id[other].call("GET", "/v1/jobs/" + child_id)
         check(child.get("state") == "cancelled",
               "cancelled on the gateway itself: %s" % child.get("state"))
-    # workers_required filters (upstream only ranked by it).
+    # workers_required filters (upstream only ranked by it): only the stale
+    # gateway has 2 workers.
     s, body = hub.call("POST", "/v1/training/jobs",
                        {"placement": {"workers_required": 2},
                         "job": experiment("too-big", 2)})
     check(s != 202 and "error" in body,
-          "workers_required 2 with 1-worker gateways is refused: %s %s" %
-          (s, body))
+          "workers_required 2 with only 1-worker gateways live is refused: "
+          "%s %s" % (s, body))
     return ids
 
 
@@ -226,8 +241,9 @@ def main():
     t0 = time.time()
     try:
         hub = cluster.hub()
-        gateways = [cluster.gateway(name, workers=1)
-                    for name in ("gw-a", "gw-b", "gw-c")]
+        gateways = [cluster.gateway("gw-a", workers=1),
+                    cluster.gateway("gw-b", workers=1),
+                    cluster.gateway("gw-c", workers=2)]
         print("cluster up in %.1f s" % (time.time() - t0))
         registration(hub, gateways)
         staleness(hub, gateways[2])

@@ -50,6 +50,7 @@ struct pcp_roles_gateway_federation_t {
   bool thread_started;
   // Guarded by |mu|.
   bool stop;
+  bool wake;  // POST /v1/federation/connect: connect now, skip the wait
   char advertise_url[FEDERATION_MAX_URL_BYTES];
   const char* status;  // disabled | connecting | connected | disconnected
   char last_error[512];
@@ -94,8 +95,7 @@ typedef struct worker_group_t {
 } worker_group_t;
 
 static uint32_t worker_groups_query(pcp_roles_gateway_state_t* g,
-                                    worker_group_t* groups,
-                                    uint32_t capacity) {
+                                    worker_group_t* groups, uint32_t capacity) {
   if (!g->fabric) {
     return 0;
   }
@@ -122,8 +122,7 @@ static uint32_t worker_groups_query(pcp_roles_gateway_state_t* g,
         continue;  // more groups than we advertise: the first ones win
       }
       memset(&groups[k], 0, sizeof(groups[k]));
-      snprintf(groups[k].backend, sizeof(groups[k].backend), "%s",
-               w->backend);
+      snprintf(groups[k].backend, sizeof(groups[k].backend), "%s", w->backend);
       snprintf(groups[k].target, sizeof(groups[k].target), "%s", w->target);
       ++group_count;
     }
@@ -205,8 +204,8 @@ static json_t* training_capabilities(void) {
 // Every service this gateway has: the embedded training service (one
 // record per (backend, target) of the connected workers), the embedded
 // inference engine when it serves a model, and the registry's services.
-static json_t* services_json(pcp_roles_gateway_state_t* g,
-                             const char* base_url, json_t** out_groups) {
+static json_t* services_json(pcp_roles_gateway_state_t* g, const char* base_url,
+                             json_t** out_groups) {
   worker_group_t groups[FEDERATION_MAX_GROUPS];
   uint32_t group_count = worker_groups_query(g, groups, FEDERATION_MAX_GROUPS);
   if (out_groups) {
@@ -222,10 +221,9 @@ static json_t* services_json(pcp_roles_gateway_state_t* g,
                                              training_capabilities()));
   }
   for (uint32_t i = 0; i < group_count; ++i) {
-    json_array_append_new(services,
-                          advertisement_json(g, base_url, "training",
-                                             &groups[i],
-                                             training_capabilities()));
+    json_array_append_new(
+        services, advertisement_json(g, base_url, "training", &groups[i],
+                                     training_capabilities()));
   }
   if (g->infer) {
     pcp_infer_readiness_t r;
@@ -239,9 +237,9 @@ static json_t* services_json(pcp_roles_gateway_state_t* g,
         all.ready += groups[i].ready;
         all.available += groups[i].available;
       }
-      json_t* ad = advertisement_json(
-          g, base_url, "inference", NULL,
-          json_pack("[s]", "inference.chat_completions"));
+      json_t* ad =
+          advertisement_json(g, base_url, "inference", NULL,
+                             json_pack("[s]", "inference.chat_completions"));
       if (ad) {
         json_object_set_new(ad, "workers_connected",
                             json_integer(all.connected));
@@ -296,8 +294,8 @@ static json_t* connect_body(pcp_roles_gateway_federation_t* f,
   }
   json_t* body = json_pack(
       "{s:s, s:s, s:s, s:s, s:I, s:O, s:o, s:I, s:I, s:s, s:I}", "gateway_id",
-      g->config->file.gateway_id, "lab_id", g->config->file.lab_id,
-      "base_url", base_url, "graph_backend", "sqlite", "registered_services",
+      g->config->file.gateway_id, "lab_id", g->config->file.lab_id, "base_url",
+      base_url, "graph_backend", "sqlite", "registered_services",
       (json_int_t)json_array_size(services), "services", services, "workers",
       groups ? groups : json_array(), "last_sequence_no",
       (json_int_t)stats.last_sequence_no, "last_replicated_sequence",
@@ -413,11 +411,15 @@ static pcp_status_t connect_once(pcp_roles_gateway_federation_t* f,
     peers = json_object_get(answer, "gateways");
   }
   json_t* self = json_object_get(answer, "gateway");
+  // Copies, not references: the handlers read these under |mu| while the
+  // step reads |answer| without it, so the two never share a value.
+  json_t* peers_kept = json_is_array(peers) ? json_deep_copy(peers) : NULL;
+  json_t* self_kept = json_is_object(self) ? json_deep_copy(self) : NULL;
   pthread_mutex_lock(&f->mu);
   json_decref(f->peers);
-  f->peers = json_is_array(peers) ? json_incref(peers) : json_array();
+  f->peers = peers_kept ? peers_kept : json_array();
   json_decref(f->self);
-  f->self = json_is_object(self) ? json_incref(self) : NULL;
+  f->self = self_kept;
   pthread_mutex_unlock(&f->mu);
   *out_answer = answer;
   return pcp_ok_status();
@@ -429,8 +431,12 @@ static void* federation_main(void* opaque) {
   // One request is bounded by twice the interval (1..5 s), so a stop never
   // waits longer than that for a hub that accepts and stays silent.
   int64_t timeout_ms = f->interval_ms * 2;
-  if (timeout_ms < 1000) timeout_ms = 1000;
-  if (timeout_ms > 5000) timeout_ms = 5000;
+  if (timeout_ms < 1000) {
+    timeout_ms = 1000;
+  }
+  if (timeout_ms > 5000) {
+    timeout_ms = 5000;
+  }
   pcp_http_client_options_t options = {
       .timeout_ms = timeout_ms,
       .max_response_bytes = FEDERATION_MAX_REPLY_BYTES,
@@ -512,7 +518,7 @@ static void* federation_main(void* opaque) {
     int64_t until_ns = pcp_clock_now_ns(g->clock) + wait_ms * 1000000;
     pthread_mutex_lock(&f->mu);
     f->next_attempt_at_ns = pcp_clock_wall_ns(g->clock) + wait_ms * 1000000;
-    while (!f->stop) {
+    while (!f->stop && !f->wake) {
       int64_t left_ms = (until_ns - pcp_clock_now_ns(g->clock)) / 1000000;
       if (left_ms <= 0) {
         break;
@@ -522,6 +528,7 @@ static void* federation_main(void* opaque) {
       pthread_cond_timedwait(&f->cv, &f->mu, &deadline);
     }
     f->next_attempt_at_ns = 0;
+    f->wake = false;
     pthread_mutex_unlock(&f->mu);
   }
   pcp_http_client_release(client);
@@ -589,9 +596,8 @@ static pcp_status_t federation_create(pcp_roles_gateway_state_t* g) {
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "upstream");
     }
   }
-  const char* advertise = c->file.federation.present
-                              ? c->file.federation.advertise_url
-                              : NULL;
+  const char* advertise =
+      c->file.federation.present ? c->file.federation.advertise_url : NULL;
   if (advertise && (strlen(advertise) >= FEDERATION_MAX_URL_BYTES ||
                     (strncmp(advertise, "http://", 7) != 0 &&
                      strncmp(advertise, "https://", 8) != 0))) {
@@ -627,9 +633,8 @@ pcp_status_t pcp_roles_gateway_federation_start(pcp_roles_gateway_state_t* g) {
                            "federation routes were not added");
   }
   const pcp_roles_gateway_config_t* c = g->config;
-  const char* advertise = c->file.federation.present
-                              ? c->file.federation.advertise_url
-                              : NULL;
+  const char* advertise =
+      c->file.federation.present ? c->file.federation.advertise_url : NULL;
   pthread_mutex_lock(&f->mu);
   if (advertise) {
     snprintf(f->advertise_url, sizeof(f->advertise_url), "%s", advertise);
@@ -713,15 +718,14 @@ static json_t* link_json(pcp_roles_gateway_federation_t* f) {
       (json_int_t)f->failure_count, "backoff_ms", (json_int_t)f->backoff_ms,
       "consecutive_failures", (int)f->consecutive_failures);
   if (out) {
-    json_object_set_new(out, "next_attempt_in_ms",
-                        f->next_attempt_at_ns
-                            ? json_integer((f->next_attempt_at_ns - now_ns) /
-                                           1000000)
-                            : json_null());
-    json_object_set_new(out, "last_step_error",
-                        f->last_step_error[0]
-                            ? json_string(f->last_step_error)
-                            : json_null());
+    json_object_set_new(
+        out, "next_attempt_in_ms",
+        f->next_attempt_at_ns
+            ? json_integer((f->next_attempt_at_ns - now_ns) / 1000000)
+            : json_null());
+    json_object_set_new(
+        out, "last_step_error",
+        f->last_step_error[0] ? json_string(f->last_step_error) : json_null());
     json_object_set_new(out, "peer_count",
                         json_integer((json_int_t)json_array_size(f->peers)));
     json_object_set_new(out, "token_configured", json_boolean(f->token));
@@ -755,6 +759,26 @@ static pcp_status_t status_get(void* user_data,
     stats_set(g, out);
   }
   return pcp_http_response_json_take(response, 200, out);
+}
+
+// Wakes the loop for a connect now (upstream's route only reported). The
+// answer is the status before that connect; poll /status for its outcome.
+static pcp_status_t connect_post(void* user_data,
+                                 const pcp_http_request_t* request,
+                                 pcp_http_response_t* response) {
+  (void)request;
+  pcp_roles_gateway_state_t* g = user_data;
+  pcp_roles_gateway_federation_t* f = g->federation;
+  if (!f->enabled) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "federation is not enabled on this gateway "
+                           "(gateway config key 'federation.enabled')");
+  }
+  pthread_mutex_lock(&f->mu);
+  f->wake = true;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  return pcp_http_response_json_take(response, 202, link_json(f));
 }
 
 static json_t* peers_copy(pcp_roles_gateway_federation_t* f) {
@@ -794,9 +818,11 @@ static pcp_status_t services_get(void* user_data,
     size_t k;
     json_t* s;
     json_array_foreach(services, k, s) {
-      if (!json_is_object(s)) continue;
+      if (!json_is_object(s))
+        continue;
       json_t* row = json_deep_copy(s);
-      if (!row) continue;
+      if (!row)
+        continue;
       json_object_set(row, "gateway_id", json_object_get(peer, "gateway_id"));
       json_object_set(row, "lab_id", json_object_get(peer, "lab_id"));
       json_object_set(row, "gateway_base_url",
@@ -826,9 +852,8 @@ static pcp_status_t replication_get(void* user_data,
       out, "summary",
       json_pack("{s:I, s:I, s:I, s:I}", "last_sequence_no",
                 (json_int_t)stats.last_sequence_no, "last_replicated_sequence",
-                (json_int_t)stats.last_replicated_sequence,
-                "pending_mutations", (json_int_t)stats.pending_count,
-                "replication_lag",
+                (json_int_t)stats.last_replicated_sequence, "pending_mutations",
+                (json_int_t)stats.pending_count, "replication_lag",
                 (json_int_t)(stats.last_sequence_no -
                              stats.last_replicated_sequence)));
   return pcp_http_response_json_take(response, 200, out);
@@ -854,18 +879,18 @@ static bool inference_on(pcp_roles_gateway_state_t* g) {
 }
 
 static const capability_t kCapabilities[] = {
-    {"graph.query", NULL},                    // POST /v1/graph/query (local)
-    {"graph.mutate", NULL},                   // POST /v1/graph/mutate
-    {"service.registry", NULL},               // /v1/services*
-    {"jobs.stablehlo", NULL},                 // POST /v1/jobs
-    {"events.stream", NULL},                  // GET /v1/events (SSE)
-    {"training.regular", NULL},               // POST /v1/training/jobs
-    {"training.decoupled_diloco", NULL},      // the same, DiLoCo rounds
-    {"training.streaming_diloco", NULL},      // the same, "streaming": {...}
+    {"graph.query", NULL},                // POST /v1/graph/query (local)
+    {"graph.mutate", NULL},               // POST /v1/graph/mutate
+    {"service.registry", NULL},           // /v1/services*
+    {"jobs.stablehlo", NULL},             // POST /v1/jobs
+    {"events.stream", NULL},              // GET /v1/events (SSE)
+    {"training.regular", NULL},           // POST /v1/training/jobs
+    {"training.decoupled_diloco", NULL},  // the same, DiLoCo rounds
+    {"training.streaming_diloco", NULL},  // the same, "streaming": {...}
     {"inference.chat_completions", inference_on},  // POST /v1/chat/completions
-    {"federation.status", NULL},              // GET /v1/federation/status
+    {"federation.status", NULL},                   // GET /v1/federation/status
     {"federation.replication.inspect", NULL},  // GET /v1/federation/replication
-    {"federation.connect", federation_on},    // the connect loop runs
+    {"federation.connect", federation_on},     // the connect loop runs
     {"federation.training.jobs", federation_jobs_on},  // internal routes
 };
 
@@ -896,13 +921,22 @@ static pcp_status_t capabilities_get(void* user_data,
 // Keys the hub adds to a job body for its own bookkeeping; not part of the
 // experiment.
 static const char* const kPlacementKeys[] = {
-    "service_id", "executor_id", "global_job_id", "placement",
-    "gateway_id", "worker_class", "target_arch", "workers_required",
+    "service_id",
+    "executor_id",
+    "global_job_id",
+    "placement",
+    "gateway_id",
+    "worker_class",
+    "target_arch",
+    "workers_required",
+    // The hub reads the training kind to choose the capability.
+    "training_kind",
+    "model_type",
 };
 
-static pcp_status_t internal_training_submit(
-    void* user_data, const pcp_http_request_t* request,
-    pcp_http_response_t* response) {
+static pcp_status_t internal_training_submit(void* user_data,
+                                             const pcp_http_request_t* request,
+                                             pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
@@ -914,8 +948,8 @@ static pcp_status_t internal_training_submit(
   }
   // {"job": {...}} (the hub's wrapped form) or the experiment itself.
   json_t* job = json_object_get(body, "job");
-  json_t* experiment = json_is_object(job) ? json_deep_copy(job)
-                                           : json_deep_copy(body);
+  json_t* experiment =
+      json_is_object(job) ? json_deep_copy(job) : json_deep_copy(body);
   json_t* global_job_id = json_object_get(body, "global_job_id");
   const char* global_id =
       json_is_string(global_job_id) ? json_string_value(global_job_id) : NULL;
@@ -979,6 +1013,7 @@ pcp_status_t pcp_roles_gateway_federation_routes_add(
       {"GET", "/v1/federation/peers", api, peers_get, g, 0, 0},
       {"GET", "/v1/federation/services", api, services_get, g, 0, 0},
       {"GET", "/v1/federation/replication", api, replication_get, g, 0, 0},
+      {"POST", "/v1/federation/connect", api, connect_post, g, 0, 0},
       {"GET", "/v1/capabilities", api, capabilities_get, g, 0, 0},
   };
   PCP_RETURN_IF_ERROR_BARE(
@@ -1000,6 +1035,5 @@ pcp_status_t pcp_roles_gateway_federation_routes_add(
       {"POST", "/v1/internal/federation/jobs/{id}/cancel", s,
        token ? pcp_roles_gateway_job_cancel : gate, g, 0, 0},
   };
-  return pcp_http_server_routes_add(g->http, internal,
-                                    PCP_ARRAYSIZE(internal));
+  return pcp_http_server_routes_add(g->http, internal, PCP_ARRAYSIZE(internal));
 }

@@ -96,6 +96,12 @@ static void errors_name_the_key(void** state) {
        "worker_fabric.join_token_env"},
       {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"state_dir\": 5}",
        "key 'state_dir': expected a string, got a number"},
+      {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"federation\": "
+       "{\"upstream\": \"http://h:1\", \"heartbeat_interval_ms\": 50}}",
+       "key 'federation.heartbeat_interval_ms': 50 is out of range"},
+      {"{\"gateway_id\": \"g\", \"lab_id\": \"l\", \"federation\": "
+       "{\"enabled\": true}}",
+       "'federation.enabled' is true"},
   };
   for (size_t i = 0; i < PCP_ARRAYSIZE(kCases); ++i) {
     pcp_roles_gateway_config_t c;
@@ -110,6 +116,31 @@ static void errors_name_the_key(void** state) {
     pcp_status_ignore(status);
     cleanup(&c);
   }
+}
+
+static void federation_keys_load(void** state) {
+  (void)state;
+  pcp_roles_gateway_config_t c;
+  assert_null(load(&c,
+                   "{\"gateway_id\": \"g\", \"lab_id\": \"l\", "
+                   "\"federation\": {\"enabled\": true, \"upstream\": "
+                   "\"http://hub:9\", \"token_env\": \"FED_TOKEN\", "
+                   "\"heartbeat_interval_ms\": 250, \"advertise_url\": "
+                   "\"http://gw.example:8000\"}}"));
+  assert_true(c.file.federation.enabled);
+  assert_string_equal(c.effective.federation_upstream, "http://hub:9");
+  assert_string_equal(c.effective.federation_token_env, "FED_TOKEN");
+  assert_int_equal(c.effective.federation_heartbeat_interval_ms, 250);
+  assert_string_equal(c.file.federation.advertise_url,
+                      "http://gw.example:8000");
+  cleanup(&c);
+  // The legacy key stands in for federation.upstream.
+  assert_null(load(&c,
+                   "{\"gateway_id\": \"g\", \"lab_id\": \"l\", "
+                   "\"federation_hub_endpoint\": \"http://old:1\"}"));
+  assert_string_equal(c.effective.federation_upstream, "http://old:1");
+  assert_int_equal(c.effective.federation_heartbeat_interval_ms, 5000);
+  cleanup(&c);
 }
 
 static void base64_vectors(void** state) {
@@ -152,6 +183,7 @@ int main(void) {
       cmocka_unit_test(new_keys_load),
       cmocka_unit_test(defaults),
       cmocka_unit_test(errors_name_the_key),
+      cmocka_unit_test(federation_keys_load),
       cmocka_unit_test(base64_vectors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
