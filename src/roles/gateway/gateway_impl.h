@@ -252,6 +252,13 @@ void pcp_roles_gateway_replication_policies_changed(
 PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_query(
     pcp_roles_gateway_state_t* gateway, json_t* body, const char* mode,
     json_t* local_result, size_t limit, pcp_http_response_t* response);
+// The same without a response (query-then-infer may use it): |*out_result|
+// a new reference; INVALID_ARGUMENT for an unknown mode or no hub,
+// UNAVAILABLE "FederationHubQueryFailed: ..." when the hub fails (answer
+// 502).
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_query_run(
+    pcp_roles_gateway_state_t* gateway, json_t* body, const char* mode,
+    json_t* local_result, size_t limit, json_t** out_result);
 // The replication status (GET /v1/graph/replication); NULL on error.
 json_t* pcp_roles_gateway_replication_status_json(
     pcp_roles_gateway_state_t* gateway);

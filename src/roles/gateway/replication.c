@@ -543,9 +543,10 @@ static pcp_status_t replication_step(
 // Query modes
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_roles_gateway_replication_query(
+pcp_status_t pcp_roles_gateway_replication_query_run(
     pcp_roles_gateway_state_t* g, json_t* body, const char* mode,
-    json_t* local_result, size_t limit, pcp_http_response_t* response) {
+    json_t* local_result, size_t limit, json_t** out_result) {
+  *out_result = NULL;
   bool global_only = strcmp(mode, "global") == 0;
   if (!global_only && strcmp(mode, "local_plus_global") != 0) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -611,8 +612,8 @@ pcp_status_t pcp_roles_gateway_replication_query(
   }
   pcp_http_client_response_deinitialize(&answer);
   if (!global) {
-    return pcp_http_response_error_set(response, 502,
-                                       "FederationHubQueryFailed", message);
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                           "FederationHubQueryFailed: %s", message);
   }
   // The hub filters too; a gateway never shows a local item of another
   // gateway whatever the hub sends.
@@ -625,6 +626,24 @@ pcp_status_t pcp_roles_gateway_replication_query(
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "query result");
   }
   json_object_set_new(out, "query_mode", json_string(mode));
+  *out_result = out;
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_roles_gateway_replication_query(
+    pcp_roles_gateway_state_t* g, json_t* body, const char* mode,
+    json_t* local_result, size_t limit, pcp_http_response_t* response) {
+  json_t* out = NULL;
+  pcp_status_t status = pcp_roles_gateway_replication_query_run(
+      g, body, mode, local_result, limit, &out);
+  if (pcp_status_code(status) == PCP_STATUS_UNAVAILABLE) {
+    // The hub failed, not this gateway: 502 (upstream's status and code).
+    pcp_status_t answered = pcp_http_response_error_set(
+        response, 502, "FederationHubQueryFailed", pcp_status_message(status));
+    pcp_status_ignore(status);
+    return answered;
+  }
+  PCP_RETURN_IF_ERROR_BARE(status);
   return pcp_http_response_json_take(response, 200, out);
 }
 
