@@ -19,8 +19,13 @@ federation heartbeat 300 ms (the push runs after every connect).
      query answers 502 JSON meanwhile; after the restart the hub ends with
      exactly every eligible mutation once (counts compared before/after,
      mutation count == eligible count) and A's lag is 0;
-  6. a policy revoked on A reaches the hub, which stops answering that
-     namespace.
+  6. the hub's route refuses (nothing applied): an item no policy allows
+     (409 PolicyRejected), an unregistered gateway (400 UnknownGateway), a
+     bad visibility, a missing through_sequence_no, the client token (403);
+  7. a policy revoked on A reaches the hub, which stops answering that
+     namespace;
+  8. with internal_api_token_env set, events take the internal token and
+     refuse the API token.
 Every wait is bounded; logs stay in the work dir on failure.
 """
 import os
@@ -263,13 +268,65 @@ def run(cluster):
           ns.get(closed_ns, {}).get("global_mutations") == 1,
           "A's per-namespace status: %s" % body)
 
-    # 6. A revoked policy reaches the hub, which stops answering it.
+    # 6. The hub's route refuses what it must, before applying anything.
+    item = {"sequence_no": 1, "mutation_id": "x1",
+            "namespace_id": "lab-gw-a/closed2",
+            "mutation_type": "upsert_entity", "target_id": "x1",
+            "payload_json": "{\"entity_type\": \"t\"}",
+            "visibility": "global", "provenance_json": "{}",
+            "timestamp_ns": 1}
+    batch = {"gateway_id": "gw-a", "through_sequence_no": 1,
+             "last_sequence_no": 1, "mutations": [item]}
+    before = hub_status(hub)["global_graph"]
+    s, body = hub.call("POST", "/v1/federation/mutations", batch,
+                       token=fc.FED_TOKEN)
+    check(s == 409 and "PolicyRejected" in str(body),
+          "an item without an allowing policy is 409 PolicyRejected: %s %s"
+          % (s, body))
+    s, body = hub.call("POST", "/v1/federation/mutations",
+                       dict(batch, gateway_id="gw-nobody"),
+                       token=fc.FED_TOKEN)
+    check(s == 400 and "UnknownGateway" in str(body),
+          "an unregistered gateway is 400 UnknownGateway: %s %s" % (s, body))
+    s, body = hub.call("POST", "/v1/federation/mutations",
+                       dict(batch, mutations=[dict(item, visibility="public")],
+                            namespace_policies=[]), token=fc.FED_TOKEN)
+    check(s == 400 and "visibility" in str(body),
+          "a bad visibility is 400 naming it: %s %s" % (s, body))
+    s, body = hub.call("POST", "/v1/federation/mutations",
+                       {"gateway_id": "gw-a", "mutations": []},
+                       token=fc.FED_TOKEN)
+    check(s == 400 and "through_sequence_no" in str(body),
+          "a batch without through_sequence_no is 400: %s %s" % (s, body))
+    s, body = hub.call("POST", "/v1/federation/mutations", batch)
+    check(s == 403, "the client token cannot push mutations: %s" % s)
+    s, body = hub.call("POST", "/v1/federation/global-graph/query", {})
+    check(s == 403, "the client token cannot use the gateways' query: %s" % s)
+    check(hub_status(hub)["global_graph"] == before,
+          "refused batches changed nothing on the hub")
+
+    # 7. A revoked policy reaches the hub, which stops answering it.
     s, body = a.call("PUT", "/v1/graph/policies/" + open_ns,
                      {"allow_global_replication": False})
     check(s == 200, "revoke: %s" % body)
     check(fc.wait_until(lambda: hub.call(
         "POST", "/v1/global-graph/query", {"limit": 10})[1]["entities"]
         == [], 20, 0.1), "the hub hides a revoked namespace")
+
+    # 8. With an internal token, events take it (and not the API token).
+    os.environ["FED_GW_INTERNAL"] = "internal-secret"  # inherited
+    c = cluster.gateway("gw-c", extra_config={
+        "internal_api_token_env": "FED_GW_INTERNAL"})
+    one = {"events": [{"event_id": "c-1", "service_id": "s",
+                       "event_type": "rl.step"}]}
+    s, body = c.call("POST", "/v1/internal/events", one)
+    check(s == 403, "the API token is refused when an internal token is "
+          "configured: %s %s" % (s, body))
+    s, body = c.call("POST", "/v1/internal/events", one,
+                     token="internal-secret")
+    check(s == 200 and body["events"][0]["mutation_ids"] ==
+          ["c-1:subject", "c-1:observation"],
+          "the internal token ingests: %s %s" % (s, body))
 
 
 if __name__ == "__main__":
