@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "proto/proto.h"
+#include "sched/sched.h"
 #include "topology/topology.h"
 
 //===----------------------------------------------------------------------===//
@@ -956,36 +957,83 @@ void pcp_topology_federation_lose_gateway(pcp_topology_federation_t* f,
   pcp_topology_federation_mark_stale(f, gateway);
 }
 
-static bool service_matches(const pcp_topology_federation_service_t* s,
-                            const pcp_topology_federation_selector_t* sel) {
-  if (strcmp(s->service_type, sel->service_type) == 0) return true;
-  for (size_t i = 0; i < PCP_TOPOLOGY_FEDERATION_MAX_CAPABILITIES; ++i) {
-    if (s->capabilities[i] && strcmp(s->capabilities[i], sel->service_type) == 0) {
-      return true;
-    }
+// Placement is the hub's real registry (sched.h "Federation"), built from
+// the model's gateways for each decision: the model no longer restates the
+// rules, so a check of the model is a check of the hub. A model type T
+// matches a service whose type is T or that lists T as a capability: the
+// service is advertised with its type among its capabilities and the
+// registry asked for capability T. Stale gateways are connected 10 ns in
+// the past with a 1 ns interval (so they are past the 3-interval limit);
+// connected ones at the decision time. The injected bug is the registry's
+// own test-only option.
+static void place_from_status(pcp_status_t status,
+                              pcp_topology_federation_placement_t* p) {
+  switch (pcp_status_code(status)) {
+    case PCP_STATUS_NOT_FOUND:
+      p->violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_UNKNOWN_GATEWAY;
+      break;
+    case PCP_STATUS_FAILED_PRECONDITION:
+      p->violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_STALE_GATEWAY;
+      break;
+    case PCP_STATUS_UNAVAILABLE:
+      p->violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_INCOMPATIBLE_GATEWAY;
+      break;
+    default:
+      p->violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_INVALID_REQUEST;
+      break;
   }
-  return false;
+  pcp_status_ignore(status);
 }
 
-// Production ranking: healthy first; then, when workers are required,
-// enough of them; then more available, more ready, newer. Ties keep the
-// first candidate.
-static bool service_better(const pcp_topology_federation_service_t* a,
-                           const pcp_topology_federation_service_t* b,
-                           uint32_t workers_required) {
-  if (a->health_ok != b->health_ok) return a->health_ok;
-  if (workers_required) {
-    bool a_enough = a->workers_available >= workers_required;
-    bool b_enough = b->workers_available >= workers_required;
-    if (a_enough != b_enough) return a_enough;
+static pcp_status_t registry_build(const pcp_topology_federation_t* f,
+                                   pcp_sched_federation_t* registry,
+                                   int64_t now_ns) {
+  static const char* const kServiceIds[] = {"s0", "s1", "s2", "s3",
+                                            "s4", "s5", "s6", "s7"};
+  static_assert(PCP_ARRAYSIZE(kServiceIds) ==
+                    PCP_TOPOLOGY_FEDERATION_MAX_SERVICES,
+                "one service id per model service slot");
+  for (uint32_t g = 0; g < f->gateway_count; ++g) {
+    const pcp_topology_federation_gateway_t* gateway = &f->gateways[g];
+    pcp_sched_federation_service_t services[PCP_TOPOLOGY_FEDERATION_MAX_SERVICES];
+    const char* caps[PCP_TOPOLOGY_FEDERATION_MAX_SERVICES]
+                    [PCP_TOPOLOGY_FEDERATION_MAX_CAPABILITIES + 1];
+    for (uint32_t i = 0; i < gateway->service_count; ++i) {
+      const pcp_topology_federation_service_t* in = &gateway->services[i];
+      pcp_sched_federation_service_t* out = &services[i];
+      pcp_sched_federation_service_initialize(out);
+      out->service_id = kServiceIds[i];
+      out->service_type = in->service_type;
+      out->health_status = in->health_ok ? "ok" : "degraded";
+      out->workers_available = in->workers_available;
+      out->workers_ready = in->workers_ready;
+      // 0 would mean "the connect's time": shift by one, order kept.
+      out->updated_at_wall_ns =
+          (int64_t)(in->updated_at & (UINT64_MAX >> 2)) + 1;
+      uint32_t count = 0;
+      caps[i][count++] = in->service_type;
+      for (size_t k = 0; k < PCP_TOPOLOGY_FEDERATION_MAX_CAPABILITIES; ++k) {
+        if (in->capabilities[k]) {
+          caps[i][count++] = in->capabilities[k];
+        }
+      }
+      out->capabilities = caps[i];
+      out->capability_count = count;
+    }
+    pcp_sched_federation_connect_t request = {
+        .gateway_id = gateway->name,
+        .lab_id = "model",
+        .base_url = "http://127.0.0.1:1",
+        .graph_backend = "model",
+        .services = services,
+        .service_count = gateway->service_count,
+        .registered_services = PCP_SCHED_FEDERATION_COUNT_ABSENT,
+    };
+    PCP_RETURN_IF_ERROR_BARE(pcp_sched_federation_connect(
+        registry, &request, gateway->connected ? now_ns : now_ns - 10, 0,
+        NULL));
   }
-  if (a->workers_available != b->workers_available) {
-    return a->workers_available > b->workers_available;
-  }
-  if (a->workers_ready != b->workers_ready) {
-    return a->workers_ready > b->workers_ready;
-  }
-  return a->updated_at > b->updated_at;
+  return pcp_ok_status();
 }
 
 pcp_topology_federation_placement_t pcp_topology_federation_place(
@@ -999,41 +1047,40 @@ pcp_topology_federation_placement_t pcp_topology_federation_place(
     p.violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_INVALID_REQUEST;
     return p;
   }
-  if (selector->gateway) {
-    int32_t named = -1;
-    for (uint32_t i = 0; i < f->gateway_count; ++i) {
-      if (strcmp(f->gateways[i].name, selector->gateway) == 0) named = (int32_t)i;
-    }
-    if (named < 0) {
-      p.violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_UNKNOWN_GATEWAY;
-      return p;
-    }
-    if (!f->gateways[named].connected && !f->bug_accept_stale) {
-      p.violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_STALE_GATEWAY;
-      return p;
-    }
+  pcp_sched_federation_options_t options;
+  pcp_sched_federation_options_initialize(&options);
+  options.heartbeat_interval_ns = 1;
+  options.max_gateways = PCP_TOPOLOGY_FEDERATION_MAX_GATEWAYS;
+  options.bug_accept_stale = f->bug_accept_stale;
+  pcp_sched_federation_t* registry = NULL;
+  pcp_status_t status = pcp_sched_federation_create(
+      &options, pcp_allocator_system(), &registry);
+  const int64_t now_ns = 100;
+  if (pcp_status_is_ok(status)) {
+    status = registry_build(f, registry, now_ns);
   }
-  for (uint32_t g = 0; g < f->gateway_count; ++g) {
-    const pcp_topology_federation_gateway_t* gateway = &f->gateways[g];
-    if (!gateway->connected && !f->bug_accept_stale) continue;
-    if (selector->gateway && strcmp(gateway->name, selector->gateway) != 0) {
-      continue;
-    }
-    for (uint32_t s = 0; s < gateway->service_count; ++s) {
-      const pcp_topology_federation_service_t* service = &gateway->services[s];
-      if (!service_matches(service, selector)) continue;
-      if (p.gateway < 0 ||
-          service_better(service, &f->gateways[p.gateway].services[p.service],
-                         selector->workers_required)) {
-        p.gateway = (int32_t)g;
-        p.service = (int32_t)s;
-      }
-    }
+  pcp_sched_federation_placement_t placement;
+  if (pcp_status_is_ok(status)) {
+    pcp_sched_federation_selector_t wanted = {
+        .capability = selector->service_type,
+        .gateway_id = selector->gateway,
+        .workers_required = selector->workers_required,
+    };
+    status = pcp_sched_federation_place(registry, &wanted, now_ns, &placement);
   }
-  if (p.gateway < 0) {
-    p.violation = PCP_TOPOLOGY_FEDERATION_VIOLATION_INCOMPATIBLE_GATEWAY;
+  pcp_sched_federation_release(registry);
+  if (!pcp_status_is_ok(status)) {
+    place_from_status(status, &p);
     return p;
   }
+  for (uint32_t g = 0; g < f->gateway_count; ++g) {
+    if (strcmp(f->gateways[g].name, placement.gateway_id) == 0) {
+      p.gateway = (int32_t)g;
+    }
+  }
+  p.service = placement.service_id[1] - '0';
+  PCP_ASSERT(p.gateway >= 0 && p.service >= 0 &&
+             (uint32_t)p.service < f->gateways[p.gateway].service_count);
   p.placed = true;
   p.generation = f->gateways[p.gateway].generation;
   return p;

@@ -209,8 +209,8 @@ static int32_t add_gateway(pcp_topology_federation_t* f, const char* name,
   return g;
 }
 
-// places deterministically; the production ranking is mirrored when
-// workers_required is unmet
+// places deterministically; workers_required filters (the hub's registry
+// never places on a service with too few available workers)
 static void test_federation_places_deterministically(void** state) {
   (void)state;
   pcp_topology_federation_t f;
@@ -222,10 +222,12 @@ static void test_federation_places_deterministically(void** state) {
       pcp_topology_federation_place(&f, &selector);
   assert_true(p.placed);
   assert_string_equal(f.gateways[p.gateway].name, "gateway-b");
-  // Neither has 8 workers: more available still wins.
+  // Neither has 8 workers: nothing is placed (upstream ranked instead).
   selector.workers_required = 8;
   p = pcp_topology_federation_place(&f, &selector);
-  assert_string_equal(f.gateways[p.gateway].name, "gateway-b");
+  assert_false(p.placed);
+  assert_int_equal(p.violation,
+                   PCP_TOPOLOGY_FEDERATION_VIOLATION_INCOMPATIBLE_GATEWAY);
 }
 
 // rejects unknown, stale and incompatible gateways
@@ -1137,10 +1139,16 @@ static void test_sched_lease_rules_match_real_scheduler(void** state) {
 // and not from the model: this project has no hub registry yet (the hub
 // role does not place jobs). Candidates: services of gateways whose status
 // is connected, of the named gateway if one is named, whose type equals the
-// request or whose capabilities contain it. Ranking, first candidate wins
-// ties: health ok, then (with workers_required) enough available workers,
-// then more available, more ready, newer updated_at. Returns false when
-// nothing matches.
+// request or whose capabilities contain it, with at least workers_required
+// available workers. Ranking, first candidate wins ties: health ok, then
+// more available, more ready, newer updated_at. Returns false when nothing
+// matches. (Written independently of sched/federation.c, which the model
+// now runs.)
+static uint32_t ready_of(const pcp_topology_federation_service_t* s) {
+  return s->workers_ready > s->workers_available ? s->workers_ready
+                                                 : s->workers_available;
+}
+
 static bool production_registry_select(
     const pcp_topology_federation_t* f,
     const pcp_topology_federation_selector_t* selector, int32_t* out_gateway,
@@ -1161,20 +1169,17 @@ static bool production_registry_select(
         match |= c->capabilities[k] &&
                  strcmp(c->capabilities[k], selector->service_type) == 0;
       }
-      if (!match) {
+      if (!match || c->workers_available < selector->workers_required) {
         continue;
       }
       bool wins = !best;
       if (best && c->health_ok != best->health_ok) {
         wins = c->health_ok;
-      } else if (best && selector->workers_required &&
-                 (c->workers_available >= selector->workers_required) !=
-                     (best->workers_available >= selector->workers_required)) {
-        wins = c->workers_available >= selector->workers_required;
       } else if (best && c->workers_available != best->workers_available) {
         wins = c->workers_available > best->workers_available;
-      } else if (best && c->workers_ready != best->workers_ready) {
-        wins = c->workers_ready > best->workers_ready;
+      } else if (best && ready_of(c) != ready_of(best)) {
+        // The hub normalises counts at connect (ready >= available).
+        wins = ready_of(c) > ready_of(best);
       } else if (best) {
         wins = c->updated_at > best->updated_at;
       }

@@ -2127,7 +2127,8 @@ typedef struct pcp_topology_federation_t {
   pcp_topology_federation_gateway_t
       gateways[PCP_TOPOLOGY_FEDERATION_MAX_GATEWAYS];
   uint32_t gateway_count;
-  bool bug_accept_stale;  // injected bug: place on disconnected gateways
+  // Injected bug (the registry's test-only option): place on stale gateways.
+  bool bug_accept_stale;
 } pcp_topology_federation_t;
 
 typedef struct pcp_topology_federation_selector_t {
@@ -2165,8 +2166,10 @@ void pcp_topology_federation_mark_stale(pcp_topology_federation_t* f,
                                         int32_t gateway);
 void pcp_topology_federation_lose_gateway(pcp_topology_federation_t* f,
                                           int32_t gateway);
-// Selects the best matching service of a connected gateway (production
-// ranking: healthy, enough workers, more available, more ready, newer).
+// Selects the best matching service of a connected gateway by running the
+// hub's real registry (sched.h "Federation") over the model's gateways:
+// workers_required filters, then healthy, more available, more ready, newer
+// win. |bug_accept_stale| is passed to the registry's test-only option.
 pcp_topology_federation_placement_t pcp_topology_federation_place(
     const pcp_topology_federation_t* f,
     const pcp_topology_federation_selector_t* selector);

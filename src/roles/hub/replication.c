@@ -72,9 +72,12 @@ static pcp_status_t policies_load(pcp_roles_hub_replication_t* r,
 }
 
 // Applies |snapshots| (validated first, all or none), each only when newer
-// than the hub's copy.
-static pcp_status_t snapshots_apply(pcp_roles_hub_replication_t* r,
-                                    json_t* snapshots) {
+// than the hub's copy, and leaves the policies then in force in
+// |out_policies| (release with _deinitialize; also after an error).
+static pcp_status_t snapshots_apply(
+    pcp_roles_hub_replication_t* r, json_t* snapshots,
+    pcp_store_graph_policy_list_t* out_policies) {
+  memset(out_policies, 0, sizeof(*out_policies));
   size_t i;
   json_t* snapshot;
   json_array_foreach(snapshots, i, snapshot) {
@@ -103,6 +106,7 @@ static pcp_status_t snapshots_apply(pcp_roles_hub_replication_t* r,
   pthread_mutex_lock(&policy_mu);
   pcp_store_graph_policy_list_t current;
   pcp_status_t status = policies_load(r, &current);
+  bool changed = false;
   json_array_foreach(snapshots, i, snapshot) {
     if (status) {
       break;
@@ -122,10 +126,20 @@ static pcp_status_t snapshots_apply(pcp_roles_hub_replication_t* r,
       continue;  // last writer wins; an older or equal snapshot is stale
     }
     status = pcp_store_federation_policy_put(r->store, ns, snapshot);
+    changed = true;
   }
-  pcp_store_graph_policy_list_deinitialize(&current);
+  if (!status && changed) {
+    pcp_store_graph_policy_list_deinitialize(&current);
+    status = policies_load(r, &current);
+  }
   pthread_mutex_unlock(&policy_mu);
-  return status;
+  if (status) {
+    pcp_store_graph_policy_list_deinitialize(&current);
+    return status;
+  }
+  // Usually unchanged: the batch's own checks reuse this read.
+  *out_policies = current;
+  return pcp_ok_status();
 }
 
 // Known to the registry (connected, stale or restored after a restart).
@@ -229,8 +243,9 @@ static pcp_status_t mutations_post(void* user_data,
                                gateway_id);
     }
   }
-  if (!status && snapshots) {
-    status = snapshots_apply(r, snapshots);
+  pcp_store_graph_policy_list_t policies = {0};
+  if (!status) {
+    status = snapshots_apply(r, snapshots, &policies);
   }
   size_t count = status ? 0 : json_array_size(items);
   pcp_store_mutation_t* parsed = NULL;
@@ -240,10 +255,6 @@ static pcp_status_t mutations_post(void* user_data,
     if (!status) {
       memset(parsed, 0, count * sizeof(*parsed));
     }
-  }
-  pcp_store_graph_policy_list_t policies = {0};
-  if (count && !status) {
-    status = policies_load(r, &policies);
   }
   for (size_t i = 0; !status && i < count; ++i) {
     status =
