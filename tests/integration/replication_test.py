@@ -268,6 +268,12 @@ def run(cluster):
           ns.get(closed_ns, {}).get("global_mutations") == 1,
           "A's per-namespace status: %s" % body)
 
+    s, body = a.call("GET", "/v1/federation/replication")
+    ns = {n["namespace_id"]: n for n in body.get("namespaces", [])}
+    check(s == 200 and body["summary"]["namespace_count"] == 2 and
+          ns.get(open_ns, {}).get("allow_global_replication") is True,
+          "/v1/federation/replication lists the namespaces: %s" % body)
+
     # 6. The hub's route refuses what it must, before applying anything.
     item = {"sequence_no": 1, "mutation_id": "x1",
             "namespace_id": "lab-gw-a/closed2",
