@@ -201,8 +201,8 @@ static pcp_status_t gateway_id_check(const char* value) {
   }
   for (const char* c = value; *c; ++c) {
     bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-              (*c >= '0' && *c <= '9') || *c == '.' || *c == '_' ||
-              *c == '-' || *c == ':' || *c == '@';
+              (*c >= '0' && *c <= '9') || *c == '.' || *c == '_' || *c == '-' ||
+              *c == ':' || *c == '@';
     if (!ok) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "gateway_id has a byte 0x%02x outside "
@@ -232,8 +232,7 @@ static pcp_status_t count_check(const char* field, int64_t value) {
   if (value < 0 || value > PCP_SCHED_FEDERATION_MAX_WORKERS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "%s must be 0..%d (got %lld)", field,
-                           PCP_SCHED_FEDERATION_MAX_WORKERS,
-                           (long long)value);
+                           PCP_SCHED_FEDERATION_MAX_WORKERS, (long long)value);
   }
   return pcp_ok_status();
 }
@@ -284,9 +283,8 @@ static pcp_status_t service_check(uint32_t index,
   };
   for (size_t i = 0; i < PCP_ARRAYSIZE(texts); ++i) {
     snprintf(field, sizeof(field), "services[%u].%s", index, texts[i].name);
-    PCP_RETURN_IF_ERROR_BARE(text_check(field, texts[i].value,
-                                        texts[i].max_length, texts[i].required,
-                                        false));
+    PCP_RETURN_IF_ERROR_BARE(text_check(
+        field, texts[i].value, texts[i].max_length, texts[i].required, false));
   }
   snprintf(field, sizeof(field), "services[%u].base_url", index);
   PCP_RETURN_IF_ERROR_BARE(url_check(field, s->base_url, false));
@@ -376,18 +374,19 @@ static pcp_status_t service_copy(pcp_allocator_t allocator,
                              in->service_id,
                              PCP_SCHED_FEDERATION_ID_MAX_LENGTH);
     }
-    PCP_RETURN_IF_ERROR_BARE(string_copy(allocator, executor,
-                                         &out->executor_id));
+    PCP_RETURN_IF_ERROR_BARE(
+        string_copy(allocator, executor, &out->executor_id));
   }
-  PCP_RETURN_IF_ERROR_BARE(string_copy(allocator, in->base_url, &out->base_url));
+  PCP_RETURN_IF_ERROR_BARE(
+      string_copy(allocator, in->base_url, &out->base_url));
   PCP_RETURN_IF_ERROR_BARE(string_copy(
       allocator, in->auth_mode ? in->auth_mode : "none", &out->auth_mode));
-  PCP_RETURN_IF_ERROR_BARE(string_copy(
-      allocator, in->health_status ? in->health_status : "unknown",
-      &out->health_status));
-  PCP_RETURN_IF_ERROR_BARE(string_copy(
-      allocator, in->job_status ? in->job_status : "unknown",
-      &out->job_status));
+  PCP_RETURN_IF_ERROR_BARE(
+      string_copy(allocator, in->health_status ? in->health_status : "unknown",
+                  &out->health_status));
+  PCP_RETURN_IF_ERROR_BARE(
+      string_copy(allocator, in->job_status ? in->job_status : "unknown",
+                  &out->job_status));
   PCP_RETURN_IF_ERROR_BARE(
       string_copy(allocator, in->worker_class, &out->worker_class));
   PCP_RETURN_IF_ERROR_BARE(
@@ -395,7 +394,8 @@ static pcp_status_t service_copy(pcp_allocator_t allocator,
   if (in->capability_count) {
     const char** caps = NULL;
     PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
-        allocator, (size_t)in->capability_count * sizeof(char*), (void**)&caps));
+        allocator, (size_t)in->capability_count * sizeof(char*),
+        (void**)&caps));
     out->capabilities = caps;
     for (uint32_t c = 0; c < in->capability_count; ++c) {
       PCP_RETURN_IF_ERROR_BARE(
@@ -432,8 +432,8 @@ static pcp_status_t record_build(pcp_allocator_t allocator,
   record_t* record = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_calloc(allocator, sizeof(*record), (void**)&record));
-  pcp_status_t status = string_copy(allocator, r->gateway_id,
-                                    &record->view.gateway_id);
+  pcp_status_t status =
+      string_copy(allocator, r->gateway_id, &record->view.gateway_id);
   if (pcp_status_is_ok(status)) {
     status = string_copy(allocator, r->lab_id, &record->view.lab_id);
   }
@@ -445,13 +445,11 @@ static pcp_status_t record_build(pcp_allocator_t allocator,
         string_copy(allocator, r->graph_backend, &record->view.graph_backend);
   }
   if (pcp_status_is_ok(status) && r->service_count) {
-    status = pcp_allocator_calloc(allocator,
-                                  (size_t)r->service_count *
-                                      sizeof(*record->services),
-                                  (void**)&record->services);
+    status = pcp_allocator_calloc(
+        allocator, (size_t)r->service_count * sizeof(*record->services),
+        (void**)&record->services);
   }
-  for (uint32_t i = 0; pcp_status_is_ok(status) && i < r->service_count;
-       ++i) {
+  for (uint32_t i = 0; pcp_status_is_ok(status) && i < r->service_count; ++i) {
     // Counted before the copy so record_free sees a half-copied service.
     record->view.service_count = i + 1;
     status = service_copy(allocator, r->gateway_id, &r->services[i], wall_ns,
@@ -459,8 +457,7 @@ static pcp_status_t record_build(pcp_allocator_t allocator,
   }
   // One executor per gateway: two entries with the same executor id would
   // make placement answers depend on list order.
-  for (uint32_t i = 0; pcp_status_is_ok(status) && i < r->service_count;
-       ++i) {
+  for (uint32_t i = 0; pcp_status_is_ok(status) && i < r->service_count; ++i) {
     for (uint32_t j = 0; j < i; ++j) {
       if (strcmp(record->services[i].executor_id,
                  record->services[j].executor_id) == 0) {
@@ -554,8 +551,7 @@ pcp_status_t pcp_sched_federation_connect(
   record->view.epoch = was_stale ? federation->next_epoch++ : old->view.epoch;
   if (old->view.last_replicated_sequence >
       record->view.last_replicated_sequence) {
-    record->view.last_replicated_sequence =
-        old->view.last_replicated_sequence;
+    record->view.last_replicated_sequence = old->view.last_replicated_sequence;
   }
   federation->records[index] = record;
   record_free(federation->allocator, old);
@@ -567,8 +563,8 @@ pcp_status_t pcp_sched_federation_connect(
 
 pcp_status_t pcp_sched_federation_restore(
     pcp_sched_federation_t* federation,
-    const pcp_sched_federation_connect_t* request,
-    int64_t connected_at_wall_ns, int64_t last_seen_wall_ns) {
+    const pcp_sched_federation_connect_t* request, int64_t connected_at_wall_ns,
+    int64_t last_seen_wall_ns) {
   PCP_RETURN_IF_ERROR_BARE(request_check(request));
   if (record_index(federation, request->gateway_id) >= 0) {
     return pcp_make_status(PCP_STATUS_ALREADY_EXISTS,
@@ -581,8 +577,8 @@ pcp_status_t pcp_sched_federation_restore(
                            federation->options.max_gateways);
   }
   record_t* record = NULL;
-  PCP_RETURN_IF_ERROR_BARE(record_build(federation->allocator, request,
-                                        last_seen_wall_ns, &record));
+  PCP_RETURN_IF_ERROR_BARE(
+      record_build(federation->allocator, request, last_seen_wall_ns, &record));
   record->restored = true;
   record->view.last_seen_ns = INT64_MIN;
   record->view.last_seen_wall_ns = last_seen_wall_ns;

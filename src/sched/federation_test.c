@@ -29,16 +29,16 @@ static void expect_code_at(pcp_status_t status, pcp_status_code_t code,
 #define EXPECT_OK(expr) EXPECT_CODE((expr), PCP_STATUS_OK)
 
 // Expects |expr| to fail with INVALID_ARGUMENT whose message names |word|.
-#define EXPECT_INVALID_NAMING(expr, word)                                  \
-  do {                                                                     \
-    pcp_status_t st_ = (expr);                                             \
-    assert_int_equal(pcp_status_code(st_), PCP_STATUS_INVALID_ARGUMENT);   \
-    if (!strstr(pcp_status_message(st_), (word))) {                        \
-      print_error("message '%s' lacks '%s'\n", pcp_status_message(st_),    \
-                  (word));                                                 \
-      fail();                                                              \
-    }                                                                      \
-    pcp_status_ignore(st_);                                                \
+#define EXPECT_INVALID_NAMING(expr, word)                                \
+  do {                                                                   \
+    pcp_status_t st_ = (expr);                                           \
+    assert_int_equal(pcp_status_code(st_), PCP_STATUS_INVALID_ARGUMENT); \
+    if (!strstr(pcp_status_message(st_), (word))) {                      \
+      print_error("message '%s' lacks '%s'\n", pcp_status_message(st_),  \
+                  (word));                                               \
+      fail();                                                            \
+    }                                                                    \
+    pcp_status_ignore(st_);                                              \
   } while (0)
 
 #define INTERVAL 1000  // ns
@@ -404,8 +404,7 @@ static void test_selector_fields(void** state) {
   pcp_status_ignore(st);
   sel = train_selector();
   sel.gateway_id = "nope";
-  EXPECT_CODE(pcp_sched_federation_place(f, &sel, 0, &p),
-              PCP_STATUS_NOT_FOUND);
+  EXPECT_CODE(pcp_sched_federation_place(f, &sel, 0, &p), PCP_STATUS_NOT_FOUND);
   pcp_sched_federation_release(f);
 }
 

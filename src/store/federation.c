@@ -182,8 +182,8 @@ void pcp_store_global_job_list_deinitialize(pcp_store_global_job_list_t* list) {
   list->allocator = allocator;
 }
 
-#define GLOBAL_JOB_COLUMNS                                                \
-  "number, kind, state, child_job_id, assignment, child, error, "         \
+#define GLOBAL_JOB_COLUMNS                                        \
+  "number, kind, state, child_job_id, assignment, child, error, " \
   "submitted_at_ns, updated_at_ns"
 
 static pcp_status_t global_job_from_row(sqlite3_stmt* stmt,
@@ -305,11 +305,11 @@ pcp_status_t pcp_store_global_job_get(pcp_store_t* store, int64_t number,
   memset(out_job, 0, sizeof(*out_job));
   pcp_store_lock(store);
   sqlite3_stmt* stmt = NULL;
-  pcp_status_t status = pcp_store_stmt_acquire(
-      store, PCP_STORE_STMT_FED_JOB_GET,
-      "SELECT " GLOBAL_JOB_COLUMNS
-      " FROM federation_global_jobs WHERE number = ?1",
-      &stmt);
+  pcp_status_t status =
+      pcp_store_stmt_acquire(store, PCP_STORE_STMT_FED_JOB_GET,
+                             "SELECT " GLOBAL_JOB_COLUMNS
+                             " FROM federation_global_jobs WHERE number = ?1",
+                             &stmt);
   if (pcp_status_is_ok(status)) {
     status = pcp_store_bind_check(store, sqlite3_bind_int64(stmt, 1, number));
   }
@@ -329,8 +329,8 @@ pcp_status_t pcp_store_global_job_get(pcp_store_t* store, int64_t number,
   return status;
 }
 
-pcp_status_t pcp_store_global_job_list(pcp_store_t* store,
-                                       int64_t after_number, uint32_t limit,
+pcp_status_t pcp_store_global_job_list(pcp_store_t* store, int64_t after_number,
+                                       uint32_t limit,
                                        pcp_store_global_job_list_t* out_list) {
   pcp_allocator_t allocator = out_list->allocator;
   memset(out_list, 0, sizeof(*out_list));

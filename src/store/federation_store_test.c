@@ -93,8 +93,8 @@ static void test_gateways(void** state) {
   json_decref(array);
   json_decref(reg);
   reopen(f);
-  pcp_store_federation_gateway_list_t list = {
-      .allocator = pcp_allocator_system()};
+  pcp_store_federation_gateway_list_t list = {.allocator =
+                                                  pcp_allocator_system()};
   EXPECT_OK(pcp_store_federation_gateway_list(f->store, &list));
   assert_int_equal(list.count, 2);
   assert_string_equal(list.items[0].gateway_id, "gw-a");
@@ -128,15 +128,15 @@ static void test_global_jobs(void** state) {
                                         child, NULL));
   EXPECT_OK(pcp_store_global_job_update(f->store, n2, "rejected", NULL, NULL,
                                         "gateway said 409"));
-  EXPECT_CODE(pcp_store_global_job_update(f->store, n1, "done", NULL, NULL,
-                                          NULL),
-              PCP_STATUS_INVALID_ARGUMENT);
-  EXPECT_CODE(pcp_store_global_job_update(f->store, 99, "submitted", NULL,
-                                          NULL, NULL),
-              PCP_STATUS_NOT_FOUND);
+  EXPECT_CODE(
+      pcp_store_global_job_update(f->store, n1, "done", NULL, NULL, NULL),
+      PCP_STATUS_INVALID_ARGUMENT);
+  EXPECT_CODE(
+      pcp_store_global_job_update(f->store, 99, "submitted", NULL, NULL, NULL),
+      PCP_STATUS_NOT_FOUND);
   // A state change alone keeps the child id and answer.
-  EXPECT_OK(pcp_store_global_job_update(f->store, n1, "cancelling", NULL,
-                                        NULL, NULL));
+  EXPECT_OK(pcp_store_global_job_update(f->store, n1, "cancelling", NULL, NULL,
+                                        NULL));
   json_decref(child);
   reopen(f);
   EXPECT_OK(pcp_store_global_job_create(f->store, "training", assignment, &n3));
@@ -147,11 +147,10 @@ static void test_global_jobs(void** state) {
   assert_string_equal(job.kind, "training");
   assert_string_equal(job.state, "cancelling");
   assert_string_equal(job.child_job_id, "job-7");
+  assert_string_equal(json_string_value(json_object_get(job.child, "status")),
+                      "queued");
   assert_string_equal(
-      json_string_value(json_object_get(job.child, "status")), "queued");
-  assert_string_equal(
-      json_string_value(json_object_get(job.assignment, "gateway_id")),
-      "gw-a");
+      json_string_value(json_object_get(job.assignment, "gateway_id")), "gw-a");
   pcp_store_global_job_deinitialize(&job);
   EXPECT_CODE(pcp_store_global_job_get(f->store, 42, &job),
               PCP_STATUS_NOT_FOUND);

@@ -205,11 +205,10 @@ pcp_status_t pcp_roles_hub_gateway_call(pcp_roles_hub_t* hub,
   while (base_length && base_url[base_length - 1] == '/') {
     --base_length;
   }
-  int n = snprintf(url, sizeof(url), "%.*s%s", (int)base_length, base_url,
-                   path);
+  int n =
+      snprintf(url, sizeof(url), "%.*s%s", (int)base_length, base_url, path);
   if (n < 0 || (size_t)n >= sizeof(url)) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "gateway URL too long");
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "gateway URL too long");
   }
   pcp_http_client_options_t options = {
       .timeout_ms = hub->config->gateway_timeout_ms,
@@ -240,8 +239,7 @@ pcp_status_t pcp_roles_hub_gateway_call(pcp_roles_hub_t* hub,
   pcp_obs_family_add(hub->families[PCP_ROLES_HUB_METRIC_GATEWAY_REQUESTS],
                      labels, 1);
   if (!pcp_status_is_ok(status)) {
-    return pcp_status_annotate_f(status, "%s %s", method ? method : "GET",
-                                 url);
+    return pcp_status_annotate_f(status, "%s %s", method ? method : "GET", url);
   }
   out_call->http_status = response.http_status;
   out_call->raw = response.body;
@@ -274,8 +272,7 @@ pcp_status_t pcp_roles_hub_routes_add(pcp_roles_hub_t* hub,
   pcp_http_route_t copy[64];
   if (route_count > PCP_ARRAYSIZE(copy)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "at most %zu routes per table",
-                           PCP_ARRAYSIZE(copy));
+                           "at most %zu routes per table", PCP_ARRAYSIZE(copy));
   }
   memcpy(copy, routes, route_count * sizeof(*routes));
   for (size_t i = 0; i < route_count; ++i) {
@@ -315,8 +312,8 @@ static pcp_status_t string_field(const json_t* object, const char* where,
     return pcp_ok_status();
   }
   if (!json_is_string(value)) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "%s%s must be a string", where, key);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s%s must be a string",
+                           where, key);
   }
   *out_value = json_string_value(value);
   return pcp_ok_status();
@@ -425,7 +422,8 @@ static pcp_status_t connect_parse(const json_t* body, connect_parse_t* out) {
                            "the connect body must be a JSON object");
   }
   pcp_sched_federation_connect_t* r = &out->request;
-  PCP_RETURN_IF_ERROR_BARE(string_field(body, "", "gateway_id", &r->gateway_id));
+  PCP_RETURN_IF_ERROR_BARE(
+      string_field(body, "", "gateway_id", &r->gateway_id));
   PCP_RETURN_IF_ERROR_BARE(string_field(body, "", "lab_id", &r->lab_id));
   PCP_RETURN_IF_ERROR_BARE(string_field(body, "", "base_url", &r->base_url));
   PCP_RETURN_IF_ERROR_BARE(
@@ -471,9 +469,9 @@ static json_t* service_json(const pcp_sched_federation_service_t* s) {
       "{s:s,s:s,s:s,s:o,s:s,s:s,s:s,s:o,s:o,s:o*,s:I,s:I,s:I,s:I,s:I,s:I,"
       "s:I}",
       "service_id", s->service_id, "executor_id", s->executor_id,
-      "service_type", s->service_type, "base_url",
-      string_or_null(s->base_url), "auth_mode", s->auth_mode, "health_status",
-      s->health_status, "job_status", s->job_status, "worker_class",
+      "service_type", s->service_type, "base_url", string_or_null(s->base_url),
+      "auth_mode", s->auth_mode, "health_status", s->health_status,
+      "job_status", s->job_status, "worker_class",
       string_or_null(s->worker_class), "target_arch",
       string_or_null(s->target_arch), "capabilities", caps, "worker_count",
       (json_int_t)s->worker_count, "ready_worker_count",
@@ -566,19 +564,17 @@ static pcp_status_t controller_get(void* user_data,
   pthread_mutex_unlock(&hub->mutex);
   return pcp_http_response_json_take(
       response, 200,
-      json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:b,s:b,s:I,s:I}", "mode",
-                "federation-hub", "status", "running", "registered_gateways",
-                (json_int_t)(connected + stale), "connected_gateways",
-                (json_int_t)connected, "stale_gateways", (json_int_t)stale,
-                "started_at_ms",
-                (json_int_t)(hub->started_at_wall_ns / 1000000),
-                "auth_enabled", hub->api_auth_enabled,
-                "federation_auth_enabled", hub->federation_auth_enabled,
-                "heartbeat_interval_ms",
-                (json_int_t)hub->config->heartbeat_interval_ms,
-                "stale_after_ms",
-                (json_int_t)(hub->config->heartbeat_interval_ms *
-                             PCP_SCHED_FEDERATION_STALE_INTERVALS)));
+      json_pack(
+          "{s:s,s:s,s:I,s:I,s:I,s:I,s:b,s:b,s:I,s:I}", "mode", "federation-hub",
+          "status", "running", "registered_gateways",
+          (json_int_t)(connected + stale), "connected_gateways",
+          (json_int_t)connected, "stale_gateways", (json_int_t)stale,
+          "started_at_ms", (json_int_t)(hub->started_at_wall_ns / 1000000),
+          "auth_enabled", hub->api_auth_enabled, "federation_auth_enabled",
+          hub->federation_auth_enabled, "heartbeat_interval_ms",
+          (json_int_t)hub->config->heartbeat_interval_ms, "stale_after_ms",
+          (json_int_t)(hub->config->heartbeat_interval_ms *
+                       PCP_SCHED_FEDERATION_STALE_INTERVALS)));
 }
 
 static pcp_status_t connect_post(void* user_data,
@@ -608,10 +604,9 @@ static pcp_status_t connect_post(void* user_data,
           hub->registry, parsed->request.gateway_id, now, &g);
       if (pcp_status_is_ok(status)) {
         connected_at = g.connected_at_wall_ns;
-        answer = json_pack("{s:b,s:o*,s:o*,s:I,s:I}", "accepted", 1,
-                           "gateway", gateway_json(&g, true), "peers",
-                           peers_json_locked(hub, now),
-                           "heartbeat_interval_ms",
+        answer = json_pack("{s:b,s:o*,s:o*,s:I,s:I}", "accepted", 1, "gateway",
+                           gateway_json(&g, true), "peers",
+                           peers_json_locked(hub, now), "heartbeat_interval_ms",
                            (json_int_t)hub->config->heartbeat_interval_ms,
                            "stale_after_ms",
                            (json_int_t)(hub->config->heartbeat_interval_ms *
@@ -670,14 +665,12 @@ static pcp_status_t services_get(void* user_data,
     pcp_sched_federation_gateway_t g;
     pcp_status_t status =
         pcp_sched_federation_gateway_at(hub->registry, i, now, &g);
-    for (uint32_t s = 0; pcp_status_is_ok(status) && s < g.service_count;
-         ++s) {
+    for (uint32_t s = 0; pcp_status_is_ok(status) && s < g.service_count; ++s) {
       json_t* entry = service_json(&g.services[s]);
       if (entry) {
         json_object_set_new(entry, "gateway_id", json_string(g.gateway_id));
         json_object_set_new(entry, "lab_id", json_string(g.lab_id));
-        json_object_set_new(entry, "gateway_base_url",
-                            json_string(g.base_url));
+        json_object_set_new(entry, "gateway_base_url", json_string(g.base_url));
         json_object_set_new(
             entry, "gateway_status",
             json_string(pcp_sched_federation_status_name(g.status)));
@@ -712,14 +705,14 @@ static pcp_status_t core_routes_add(pcp_roles_hub_t* hub) {
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_server_routes_add(hub->http, probes, PCP_ARRAYSIZE(probes)));
   const pcp_http_route_t routes[] = {
-      {"GET", "/v1/controller", PCP_ROLES_HUB_SCOPE_API, controller_get, hub,
-       0, 0},
+      {"GET", "/v1/controller", PCP_ROLES_HUB_SCOPE_API, controller_get, hub, 0,
+       0},
       {"POST", "/v1/federation/connect", PCP_ROLES_HUB_SCOPE_FEDERATION,
        connect_post, hub, PCP_ROLES_HUB_MAX_BODY_BYTES, 0},
       {"GET", "/v1/federation/peers", PCP_ROLES_HUB_SCOPE_API, peers_get, hub,
        0, 0},
-      {"GET", "/v1/federation/services", PCP_ROLES_HUB_SCOPE_API,
-       services_get, hub, 0, 0},
+      {"GET", "/v1/federation/services", PCP_ROLES_HUB_SCOPE_API, services_get,
+       hub, 0, 0},
   };
   return pcp_roles_hub_routes_add(hub, routes, PCP_ARRAYSIZE(routes));
 }
@@ -746,9 +739,9 @@ static pcp_status_t registrations_restore(pcp_roles_hub_t* hub) {
     pcp_status_t status = connect_parse(row->registration, parsed);
     if (pcp_status_is_ok(status)) {
       pthread_mutex_lock(&hub->mutex);
-      status = pcp_sched_federation_restore(hub->registry, &parsed->request,
-                                            row->connected_at_ns,
-                                            row->last_seen_ns);
+      status =
+          pcp_sched_federation_restore(hub->registry, &parsed->request,
+                                       row->connected_at_ns, row->last_seen_ns);
       pthread_mutex_unlock(&hub->mutex);
     }
     if (pcp_status_is_ok(status)) {
@@ -893,18 +886,24 @@ static int run(void* opaque) {
     snprintf(interval, sizeof(interval), "%" PRId64,
              config->heartbeat_interval_ms);
     const char* pairs[] = {
-        "api_host",      config->api_host,
-        "api_port",      port,
-        "state_dir",     config->state_dir,
-        "api_token_env", config->api_token_env,
-        "federation_token_env", config->federation_token_env,
-        "heartbeat_interval_ms", interval,
+        "api_host",
+        config->api_host,
+        "api_port",
+        port,
+        "state_dir",
+        config->state_dir,
+        "api_token_env",
+        config->api_token_env,
+        "federation_token_env",
+        config->federation_token_env,
+        "heartbeat_interval_ms",
+        interval,
     };
     pcp_roles_log_event("federation-hub", "started", pairs,
                         PCP_ARRAYSIZE(pairs) / 2);
     int signal_number = pcp_roles_signals_wait();
-    const char* stop_pairs[] = {"signal", signal_number == SIGINT ? "SIGINT"
-                                                             : "SIGTERM"};
+    const char* stop_pairs[] = {"signal",
+                                signal_number == SIGINT ? "SIGINT" : "SIGTERM"};
     pcp_roles_log_event("federation-hub", "stopping", stop_pairs, 1);
   } else {
     pcp_log_status(PCP_LOG_ERROR, &hub.log, status, "start failed");

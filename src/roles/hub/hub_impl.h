@@ -80,9 +80,8 @@ typedef struct pcp_roles_hub_t {
 
 // Adds |routes| to the hub's server, dropping each route's scope when that
 // scope has no token configured (the route is then open). Before start only.
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_hub_routes_add(pcp_roles_hub_t* hub, const pcp_http_route_t* routes,
-                         size_t route_count);
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_hub_routes_add(
+    pcp_roles_hub_t* hub, const pcp_http_route_t* routes, size_t route_count);
 
 // Registers the graph replication routes (replication.c). The build links a
 // stub (replication_stub.c) that adds none until replication lands.

@@ -230,11 +230,10 @@ static json_t* global_job_json(const pcp_store_global_job_t* job) {
                         json_string(job->child_job_id));
   }
   json_t* out = json_pack(
-      "{s:s,s:s,s:s,s:o*,s:I,s:I,s:O?}", "global_job_id", id, "kind",
-      job->kind, "state", job->state, "assignment", assignment,
-      "submitted_at_ms", (json_int_t)(job->submitted_at_ns / 1000000),
-      "updated_at_ms", (json_int_t)(job->updated_at_ns / 1000000), "child",
-      job->child);
+      "{s:s,s:s,s:s,s:o*,s:I,s:I,s:O?}", "global_job_id", id, "kind", job->kind,
+      "state", job->state, "assignment", assignment, "submitted_at_ms",
+      (json_int_t)(job->submitted_at_ns / 1000000), "updated_at_ms",
+      (json_int_t)(job->updated_at_ns / 1000000), "child", job->child);
   if (out && job->error[0]) {
     json_object_set_new(out, "error", json_string(job->error));
   }
@@ -244,8 +243,8 @@ static json_t* global_job_json(const pcp_store_global_job_t* job) {
 // A child job id goes into a URL path: the store's id alphabet, no '/'.
 static bool child_job_id_ok(const char* id) {
   size_t length = id ? strlen(id) : 0;
-  if (length == 0 || length > PCP_STORE_ID_MAX_LENGTH ||
-      strcmp(id, ".") == 0 || strcmp(id, "..") == 0) {
+  if (length == 0 || length > PCP_STORE_ID_MAX_LENGTH || strcmp(id, ".") == 0 ||
+      strcmp(id, "..") == 0) {
     return false;
   }
   for (size_t i = 0; i < length; ++i) {
@@ -274,8 +273,8 @@ static pcp_status_t relay(pcp_http_response_t* response,
   char message[256];
   snprintf(message, sizeof(message), "the gateway answered HTTP %d: %.160s",
            call->http_status, call->raw ? call->raw : "");
-  return pcp_http_response_error_set(response, http_status,
-                                     "GATEWAY_ERROR", message);
+  return pcp_http_response_error_set(response, http_status, "GATEWAY_ERROR",
+                                     message);
 }
 
 //===----------------------------------------------------------------------===//
@@ -302,9 +301,8 @@ static pcp_status_t submit(pcp_roles_hub_t* hub, const char* kind,
   memset(&placement, 0, sizeof(placement));
   if (pcp_status_is_ok(status)) {
     pthread_mutex_lock(&hub->mutex);
-    status = pcp_sched_federation_place(hub->registry, &selector,
-                                        pcp_clock_now_ns(hub->clock),
-                                        &placement);
+    status = pcp_sched_federation_place(
+        hub->registry, &selector, pcp_clock_now_ns(hub->clock), &placement);
     pthread_mutex_unlock(&hub->mutex);
     const char* labels[] = {kind, placement_outcome(status)};
     pcp_obs_family_add(hub->families[PCP_ROLES_HUB_METRIC_PLACEMENTS], labels,
@@ -320,9 +318,9 @@ static pcp_status_t submit(pcp_roles_hub_t* hub, const char* kind,
   json_object_set_new(job, "service_id", json_string(placement.service_id));
   json_object_set_new(job, "executor_id", json_string(placement.executor_id));
   json_t* assignment = json_pack(
-      "{s:s,s:s,s:s,s:s,s:s,s:s}", "gateway_id", placement.gateway_id,
-      "lab_id", placement.lab_id, "gateway_base_url", placement.base_url,
-      "service_id", placement.service_id, "executor_id", placement.executor_id,
+      "{s:s,s:s,s:s,s:s,s:s,s:s}", "gateway_id", placement.gateway_id, "lab_id",
+      placement.lab_id, "gateway_base_url", placement.base_url, "service_id",
+      placement.service_id, "executor_id", placement.executor_id,
       "service_type", placement.service_type);
   int64_t number = 0;
   status = pcp_store_global_job_create(hub->store, kind, assignment, &number);
@@ -496,9 +494,8 @@ static pcp_status_t job_get(void* user_data, const pcp_http_request_t* request,
   }
   // The latest child answer is kept, so a lookup while the gateway is down
   // (GET /v1/jobs) still shows the last known state.
-  pcp_status_ignore(pcp_store_global_job_update(hub->store, job.number,
-                                                job.state, NULL, call.body,
-                                                NULL));
+  pcp_status_ignore(pcp_store_global_job_update(
+      hub->store, job.number, job.state, NULL, call.body, NULL));
   json_decref(job.child);
   job.child = json_incref(call.body);
   pcp_roles_hub_call_deinitialize(&call);
@@ -532,8 +529,8 @@ static pcp_status_t job_cancel(void* user_data,
     }
   }
   pcp_roles_hub_call_t call;
-  pcp_status_t status = child_fetch(hub, &job, "/cancel", "POST", body.data,
-                                    body.size, &call);
+  pcp_status_t status =
+      child_fetch(hub, &job, "/cancel", "POST", body.data, body.size, &call);
   if (!pcp_status_is_ok(status)) {
     char message[512];
     pcp_status_format_for_user(status, message, sizeof(message));
@@ -595,10 +592,9 @@ static void* fanout_main(void* opaque) {
       pcp_status_format_for_user(status, message, sizeof(message));
       f->fetch[i] = json_pack("{s:b,s:s}", "ok", 0, "error", message);
     } else if (call.http_status != 200 || !call.body) {
-      f->fetch[i] = json_pack("{s:b,s:i,s:s}", "ok", 0, "http_status",
-                              call.http_status, "error",
-                              call.http_status == 404
-                                  ? "the gateway does not know the child job"
+      f->fetch[i] = json_pack(
+          "{s:b,s:i,s:s}", "ok", 0, "http_status", call.http_status, "error",
+          call.http_status == 404 ? "the gateway does not know the child job"
                                   : "the gateway did not answer 200 JSON");
     } else {
       f->fetch[i] = json_pack("{s:b,s:s}", "ok", 1, "source", "gateway");
@@ -617,20 +613,18 @@ static pcp_status_t jobs_list(void* user_data,
   int64_t limit = PCP_ROLES_HUB_JOBS_PAGE_MAX;
   const char* after_text = pcp_http_request_query(request, "after");
   const char* limit_text = pcp_http_request_query(request, "limit");
-  if (after_text &&
-      !(global_job_number_parse(after_text, &after) ||
-        (pcp_string_view_parse_int64(pcp_make_cstring_view(after_text),
-                                     &after) &&
-         after >= 0))) {
+  if (after_text && !(global_job_number_parse(after_text, &after) ||
+                      (pcp_string_view_parse_int64(
+                           pcp_make_cstring_view(after_text), &after) &&
+                       after >= 0))) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "after must be a global job id or a number >= 0");
   }
-  if (limit_text &&
-      (!pcp_string_view_parse_int64(pcp_make_cstring_view(limit_text),
-                                    &limit) ||
-       limit < 1 || limit > PCP_ROLES_HUB_JOBS_PAGE_MAX)) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "limit must be 1..%u", PCP_ROLES_HUB_JOBS_PAGE_MAX);
+  if (limit_text && (!pcp_string_view_parse_int64(
+                         pcp_make_cstring_view(limit_text), &limit) ||
+                     limit < 1 || limit > PCP_ROLES_HUB_JOBS_PAGE_MAX)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "limit must be 1..%u",
+                           PCP_ROLES_HUB_JOBS_PAGE_MAX);
   }
   pcp_store_global_job_list_t jobs = {.allocator = hub->allocator};
   PCP_RETURN_IF_ERROR_BARE(
@@ -711,8 +705,8 @@ pcp_status_t pcp_roles_hub_jobs_routes_add(pcp_roles_hub_t* hub) {
        PCP_ROLES_HUB_MAX_BODY_BYTES, 0},
       {"GET", "/v1/jobs", PCP_ROLES_HUB_SCOPE_API, jobs_list, hub, 0, 0},
       {"GET", "/v1/jobs/{id}", PCP_ROLES_HUB_SCOPE_API, job_get, hub, 0, 0},
-      {"POST", "/v1/jobs/{id}/cancel", PCP_ROLES_HUB_SCOPE_API, job_cancel,
-       hub, PCP_ROLES_HUB_MAX_CANCEL_BODY_BYTES, 0},
+      {"POST", "/v1/jobs/{id}/cancel", PCP_ROLES_HUB_SCOPE_API, job_cancel, hub,
+       PCP_ROLES_HUB_MAX_CANCEL_BODY_BYTES, 0},
   };
   return pcp_roles_hub_routes_add(hub, routes, PCP_ARRAYSIZE(routes));
 }
