@@ -155,8 +155,10 @@ class Gateway(Process):
     a node manager with CPU workers on its fabric."""
 
     def __init__(self, cluster, gateway_id, upstream, heartbeat_ms,
-                 federation_token=True, enabled=True, extra_config=None):
+                 federation_token=True, enabled=True, extra_config=None,
+                 token_value=FED_TOKEN):
         super().__init__(cluster.work, gateway_id)
+        self.token_value = token_value
         self.pcp = cluster.pcp
         self.gateway_id = gateway_id
         self.port, self.fabric_port = free_port(), free_port()
@@ -186,7 +188,7 @@ class Gateway(Process):
 
     def start(self):
         env = dict(os.environ, FED_GW_API_TOKEN=API_TOKEN,
-                   FED_GW_FED_TOKEN=FED_TOKEN, FED_GW_JOIN=JOIN)
+                   FED_GW_FED_TOKEN=self.token_value, FED_GW_JOIN=JOIN)
         self.spawn([self.pcp, "--gateway", "--gateway-config", self.config,
                     "--api-host", "127.0.0.1", "--api-port", str(self.port)],
                    env)
@@ -195,13 +197,15 @@ class Gateway(Process):
             raise RuntimeError("gateway %s did not start: %s" %
                                (self.gateway_id, tail(self.err_path)))
 
-    def start_workers(self, count=1):
-        """A node manager with |count| CPU workers; waits for them."""
+    def start_workers(self, count=1, target=None):
+        """A node manager with |count| CPU workers (joining with |target|
+        when given); waits for them."""
         self.nm = Process(self.work, self.gateway_id + "-nm")
         env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=JOIN)
+        extra = ["--target", target] if target else []
         self.nm.spawn([self.pcp, "--node-manager", "--scale", str(count),
                        "--host", "127.0.0.1", "--port", str(self.fabric_port),
-                       "--backend", "cpu", "--api-port", "0"], env)
+                       "--backend", "cpu", "--api-port", "0"] + extra, env)
         if not wait_until(lambda: self.call("GET", "/v1/workers")[1][
                 "counts"]["connected"] >= count, 60, 0.2):
             raise RuntimeError("workers of %s did not join: %s" %
@@ -234,14 +238,15 @@ class Cluster:
         self.hubs.append(h)
         return h
 
-    def gateway(self, gateway_id, workers=0, upstream=None, **kwargs):
+    def gateway(self, gateway_id, workers=0, upstream=None, target=None,
+                **kwargs):
         if upstream is None:
             upstream = self.hubs[0].base
         g = Gateway(self, gateway_id, upstream, self.heartbeat_ms, **kwargs)
         g.start()
         self.gateways.append(g)
         if workers:
-            g.start_workers(workers)
+            g.start_workers(workers, target)
         return g
 
     def stop(self):

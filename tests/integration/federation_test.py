@@ -2,13 +2,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """Issue 15 item 6, the federation with real processes on 127.0.0.1: one
 `pcp --federation-hub` and three `pcp --gateway`s, each with a node manager
-running one CPU worker (real IREE), federation heartbeat 500 ms.
+running CPU workers (real IREE: one each on A and B, B's joined with
+--target host, two on C), federation heartbeat 500 ms.
 
   1. registration and peers: the hub lists the three gateways connected,
      each with its training service and its available CPU workers (C has
      2, so it ranks first); every gateway's /v1/federation/peers lists all
      three;
-  2. staleness: a job needing 2 workers lands on C; C (and its workers) is
+  2. a gateway with the wrong federation token is refused by the hub
+     (its status says UNAUTHENTICATED) and never registered;
+     staleness: a job needing 2 workers lands on C; C (and its workers) is
      SIGKILLed; the hub marks it stale within 3 intervals (+ one poll of
      slack); a placement naming it is refused, unnamed placements go to A
      or B although C would rank first, and workers_required 2 is refused;
@@ -16,7 +19,8 @@ running one CPU worker (real IREE), federation heartbeat 500 ms.
      to success on A or B; its lookup goes through the hub (global job id ->
      the gateway's child job); a second, long job is cancelled through the
      hub and ends cancelled on its gateway; workers_required 2 (no gateway
-     has 2) is refused, not placed;
+     has 2) is refused, not placed; target_arch "host" (only B's workers
+     joined with it) places on B, "sm_80" is refused;
   4. the hub is SIGKILLed and restarted on the same state dir: the
      registrations and global jobs are still there, the gateways reconnect
      on their own (backoff), a new global job id is never one used before;
@@ -80,6 +84,13 @@ def registration(hub, gateways):
                  if s.get("service_type") == "training"]
             out[gid] = t[0].get("workers_available") if t else None
         return out
+    # gw-b's workers joined with --target host: only its advertisement
+    # carries a target_arch.
+    targets = {gid: [s.get("target_arch") for s in g.get("services", [])
+                     if s.get("service_type") == "training"]
+               for gid, g in hub_gateways(hub).items()}
+    check(targets == {"gw-a": [None], "gw-b": ["host"], "gw-c": [None]},
+          "target_arch per gateway: %s" % targets)
     want = {"gw-a": 1, "gw-b": 1, "gw-c": 2}
     counts = fc.wait_until(lambda: training_counts() == want, 5)
     check(counts, "each gateway advertises its available CPU workers: %s" %
@@ -92,6 +103,23 @@ def registration(hub, gateways):
         s, st = gw.call("GET", "/v1/federation/status")
         check(s == 200 and st.get("connected") and st.get("peer_count") == 3,
               "%s status connected: %s" % (gw.gateway_id, st))
+
+
+def wrong_token(cluster, hub):
+    """A gateway with the wrong federation credential is refused by the
+    hub, says so in its status, and is never registered."""
+    gw = cluster.gateway("gw-x", token_value="not-the-secret")
+    st = fc.wait_until(lambda: (lambda b: b if b.get("consecutive_failures",
+                                                     0) >= 1 else None)(
+        gw.call("GET", "/v1/federation/status")[1]), 5)
+    check(st and st.get("status") == "disconnected" and
+          "UNAUTHENTICATED" in (st.get("last_error") or ""),
+          "wrong federation token: the hub refuses, the status says so: %s"
+          % st)
+    check("gw-x" not in hub_gateways(hub),
+          "a gateway with the wrong token is never registered")
+    gw.terminate()
+    cluster.gateways.remove(gw)
 
 
 def staleness(hub, gw_c):
@@ -157,11 +185,16 @@ def jobs_through_hub(hub, gateways):
           "the job ran to success, seen through the hub: %s" %
           (final and final.get("child", {}).get("error")))
 
-    # A long job, cancelled through the hub. Pin it to the other gateway
-    # (the first may still be finishing its export).
-    other = "gw-b" if a.get("gateway_id") == "gw-a" else "gw-a"
+    # Placement by target: no gateway has sm_80 workers; gw-b's are "host".
+    s, body = hub.call("POST", "/v1/training/jobs",
+                       {"placement": {"target_arch": "sm_80"},
+                        "job": experiment("no-target", 2)})
+    check(s != 202 and "error" in body,
+          "no gateway with target sm_80: refused: %s %s" % (s, body))
+    # A long job placed by target (so on gw-b), cancelled through the hub.
+    other = "gw-b"
     s, long_job = hub.call("POST", "/v1/training/jobs",
-                           {"placement": {"gateway_id": other},
+                           {"placement": {"target_arch": "host"},
                             "job": experiment("fed-cancel", 100000)})
     ids = [gid]
     if check(s == 202 and long_job.get("global_job_id"),
@@ -169,7 +202,8 @@ def jobs_through_hub(hub, gateways):
         lid = long_job["global_job_id"]
         ids.append(lid)
         check(long_job.get("assignment", {}).get("gateway_id") == other,
-              "placement by gateway_id honoured")
+              "placement by target_arch lands on the gateway whose workers "
+              "have it: %s" % long_job.get("assignment"))
         fc.wait_until(lambda: child_state(hub.call(
             "GET", "/v1/jobs/" + lid)[1]) == "running", 60, 0.3)
         s, c = hub.call("POST", "/v1/jobs/%s/cancel" % lid)
@@ -242,10 +276,11 @@ def main():
     try:
         hub = cluster.hub()
         gateways = [cluster.gateway("gw-a", workers=1),
-                    cluster.gateway("gw-b", workers=1),
+                    cluster.gateway("gw-b", workers=1, target="host"),
                     cluster.gateway("gw-c", workers=2)]
         print("cluster up in %.1f s" % (time.time() - t0))
         registration(hub, gateways)
+        wrong_token(cluster, hub)
         staleness(hub, gateways[2])
         job_ids = jobs_through_hub(hub, gateways[:2])
         hub_restart(hub, gateways[:2], job_ids)
