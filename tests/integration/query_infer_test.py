@@ -81,7 +81,7 @@ def sse(base, path, body):
     resp = conn.getresponse()
     events, kind, data = [], None, []
     while True:
-        line = resp.fp.readline()
+        line = resp.readline()  # chunked decoding; '' at the end
         if not line:
             break
         line = line.decode().rstrip("\r\n")

@@ -216,6 +216,8 @@ void pcp_roles_gateway_graph_close(pcp_roles_gateway_state_t* gateway);
 // /v1/inference/query/chat/completions (query-then-infer).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* gateway);
+// Ends the proxied calls in flight (waits up to |timeout_ms| for them).
+void pcp_roles_gateway_proxy_stop(int64_t timeout_ms);
 
 // replication.c: graph replication (docs/federation.md "Graph
 // replication"). _start before the routes are added and before the

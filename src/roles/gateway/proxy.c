@@ -42,6 +42,9 @@
 #define QUERY_CONTEXT_MAX_BYTES ((size_t)64 << 10)
 
 static atomic_int g_proxy_calls;
+// Set at gateway stop: transfers in flight end (their clients get an error
+// event or a 502).
+static atomic_bool g_proxy_stopping;
 
 //===----------------------------------------------------------------------===//
 // Errors (OpenAI's shape, as inference.c)
@@ -62,9 +65,9 @@ static pcp_status_t error_reply(pcp_http_response_t* response, int http,
   va_end(args);
   return pcp_http_response_json_take(
       response, http,
-      json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", message,
-                "type", type, "param", param ? json_string(param) : json_null(),
-                "code", code ? json_string(code) : json_null()));
+      json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", message, "type",
+                type, "param", param ? json_string(param) : json_null(), "code",
+                code ? json_string(code) : json_null()));
 }
 
 static pcp_status_t bad_request(pcp_http_response_t* response,
@@ -126,8 +129,8 @@ static bool header_is_event_stream(const char* headers) {
     size_t length = end ? (size_t)(end - line) : strlen(line);
     if (length > 13 && strncasecmp(line, "content-type:", 13) == 0) {
       char value[128];
-      size_t n = length - 13 < sizeof(value) - 1 ? length - 13
-                                                 : sizeof(value) - 1;
+      size_t n =
+          length - 13 < sizeof(value) - 1 ? length - 13 : sizeof(value) - 1;
       memcpy(value, line + 13, n);
       value[n] = 0;
       return strstr(value, "text/event-stream") != NULL;
@@ -156,13 +159,15 @@ static bool on_head(void* user_data, int http_status, const char* headers) {
 static pcp_status_t on_event(void* user_data,
                              const pcp_http_sse_event_t* event) {
   proxy_call_t* c = user_data;
-  return pcp_http_sse_stream_send(c->sse, NULL,
-                                  event->type[0] ? event->type : NULL,
-                                  event->data);
+  return pcp_http_sse_stream_send(
+      c->sse, NULL, event->type[0] ? event->type : NULL, event->data);
 }
 
 static bool on_body(void* user_data, const char* data, size_t length) {
   proxy_call_t* c = user_data;
+  if (atomic_load(&g_proxy_stopping)) {
+    return false;
+  }
   if (c->sse) {
     pcp_status_t status = pcp_http_sse_parser_feed(&c->parser, data, length);
     if (status) {
@@ -193,7 +198,8 @@ static bool on_body(void* user_data, const char* data, size_t length) {
 
 static bool should_stop(void* user_data) {
   proxy_call_t* c = user_data;
-  return c->sse && !pcp_http_sse_stream_is_open(c->sse);
+  return atomic_load(&g_proxy_stopping) ||
+         (c->sse && !pcp_http_sse_stream_is_open(c->sse));
 }
 
 static void* call_thread(void* arg) {
@@ -239,9 +245,9 @@ static void* call_thread(void* arg) {
   if (sse) {
     if (failed && pcp_http_sse_stream_is_open(sse)) {
       // Cut off mid-stream: say so as OpenAI does, in an error event.
-      json_t* error = json_pack(
-          "{s:{s:s, s:s, s:n, s:s}}", "error", "message", c->error_text,
-          "type", "server_error", "param", "code", "service_proxy_failed");
+      json_t* error = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message",
+                                c->error_text, "type", "server_error", "param",
+                                "code", "service_proxy_failed");
       char* text = error ? json_dumps(error, JSON_COMPACT) : NULL;
       json_decref(error);
       if (text) {
@@ -334,8 +340,7 @@ static pcp_status_t proxy_run(const pcp_http_request_t* request,
     free(first_event);
     return error_reply(response, 502, "bad_gateway", NULL,
                        "service_proxy_failed",
-                       "inference service at %s did not answer: %s", url,
-                       text);
+                       "inference service at %s did not answer: %s", url, text);
   }
   bool ok = c->http_status >= 200 && c->http_status < 300;
   if (ok && c->event_stream) {
@@ -370,10 +375,9 @@ static pcp_status_t proxy_run(const pcp_http_request_t* request,
   char text[640];
   snprintf(text, sizeof(text), "%s", c->error_text);
   json_error_t error;
-  json_t* answer =
-      c->collected.size
-          ? json_loadb(c->collected.data, c->collected.size, 0, &error)
-          : NULL;
+  json_t* answer = c->collected.size ? json_loadb(c->collected.data,
+                                                  c->collected.size, 0, &error)
+                                     : NULL;
   pthread_mutex_unlock(&c->mu);
   call_release(c);
   if (too_big) {
@@ -386,9 +390,8 @@ static pcp_status_t proxy_run(const pcp_http_request_t* request,
   if (code || !answer) {
     json_decref(answer);
     return error_reply(response, 502, "bad_gateway", NULL,
-                       "service_proxy_failed",
-                       "inference service at %s: %s", url,
-                       code ? text : "the answer is not JSON");
+                       "service_proxy_failed", "inference service at %s: %s",
+                       url, code ? text : "the answer is not JSON");
   }
   if (ok && wrap) {
     answer = wrap(wrap_data, answer);
@@ -412,8 +415,8 @@ static pcp_status_t service_url(pcp_roles_gateway_state_t* g,
   const char* executor = pcp_http_request_header(request, "X-PCP-Executor-Id");
   const char* service = pcp_http_request_header(request, "X-PCP-Service-Id");
   pcp_store_service_list_t list;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_list(
-      g->store, NULL, PCP_STORE_LIST_LIMIT_MAX, &list));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_service_list(g->store, NULL, PCP_STORE_LIST_LIMIT_MAX, &list));
   const pcp_store_service_t* best = NULL;
   for (size_t i = 0; i < list.count; ++i) {
     const pcp_store_service_t* s = &list.items[i];
@@ -447,13 +450,13 @@ static pcp_status_t inference_proxy(void* user_data,
   pcp_roles_gateway_state_t* g = user_data;
   pcp_string_view_t body = pcp_http_request_body(request);
   if (body.size == 0) {
-    return bad_request(response, "body", "a chat completion request is "
-                                         "required");
+    return bad_request(response, "body",
+                       "a chat completion request is "
+                       "required");
   }
   char url[PCP_STORE_PATH_MAX_LENGTH + 64];
   bool found = false;
-  PCP_RETURN_IF_ERROR_BARE(
-      service_url(g, request, url, sizeof(url), &found));
+  PCP_RETURN_IF_ERROR_BARE(service_url(g, request, url, sizeof(url), &found));
   if (!found) {
     return error_reply(response, 404, "invalid_request_error", NULL,
                        "service_unavailable",
@@ -485,9 +488,9 @@ static json_t* context_lines(const pcp_store_graph_result_t* r) {
   for (size_t i = 0; i < r->entity_count; ++i) {
     const pcp_store_graph_entity_t* e = &r->entities[i];
     char* props = json_dumps(e->properties, JSON_COMPACT | JSON_SORT_KEYS);
-    json_t* line = json_sprintf("entity %s (%s) \"%s\" %s", e->entity_id,
-                                e->entity_type, e->display_name,
-                                props ? props : "{}");
+    json_t* line =
+        json_sprintf("entity %s (%s) \"%s\" %s", e->entity_id, e->entity_type,
+                     e->display_name, props ? props : "{}");
     free(props);
     json_array_append_new(lines, line);
   }
@@ -499,8 +502,8 @@ static json_t* context_lines(const pcp_store_graph_result_t* r) {
   }
   for (size_t i = 0; i < r->observation_count; ++i) {
     const pcp_store_graph_observation_t* e = &r->observations[i];
-    char* payload = json_dumps(e->payload, JSON_COMPACT | JSON_ENCODE_ANY |
-                                               JSON_SORT_KEYS);
+    char* payload =
+        json_dumps(e->payload, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
     json_array_append_new(
         lines, json_sprintf("observation %s on %s %s", e->observation_type,
                             e->subject_entity_id, payload ? payload : "null"));
@@ -527,8 +530,7 @@ static char* context_text(json_t* lines, size_t k) {
   }
   if (!status && k < n) {
     char note[96];
-    snprintf(note, sizeof(note), "[truncated: %zu of %zu graph items]\n", k,
-             n);
+    snprintf(note, sizeof(note), "[truncated: %zu of %zu graph items]\n", k, n);
     status = pcp_string_builder_append(&b, pcp_make_cstring_view(note));
   }
   char* text = NULL;
@@ -562,12 +564,12 @@ static json_t* graph_result_json(const pcp_store_graph_result_t* r) {
   for (size_t i = 0; i < r->entity_count; ++i) {
     const pcp_store_graph_entity_t* e = &r->entities[i];
     json_array_append_new(
-        entities, json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "entity_id",
-                            e->entity_id, "namespace_id", e->namespace_id,
-                            "entity_type", e->entity_type, "display_name",
-                            e->display_name, "visibility",
-                            pcp_store_visibility_name(e->visibility),
-                            "properties", e->properties));
+        entities,
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "entity_id", e->entity_id,
+                  "namespace_id", e->namespace_id, "entity_type",
+                  e->entity_type, "display_name", e->display_name, "visibility",
+                  pcp_store_visibility_name(e->visibility), "properties",
+                  e->properties));
   }
   json_t* relations = json_array();
   for (size_t i = 0; i < r->relation_count; ++i) {
@@ -586,9 +588,8 @@ static json_t* graph_result_json(const pcp_store_graph_result_t* r) {
         observations,
         json_pack("{s:s, s:s, s:s, s:s, s:O}", "observation_id",
                   e->observation_id, "namespace_id", e->namespace_id,
-                  "subject_entity_id", e->subject_entity_id,
-                  "observation_type", e->observation_type, "payload",
-                  e->payload));
+                  "subject_entity_id", e->subject_entity_id, "observation_type",
+                  e->observation_type, "payload", e->payload));
   }
   return json_pack("{s:o, s:o, s:o}", "entities", entities, "relations",
                    relations, "observations", observations);
@@ -603,9 +604,9 @@ static const char* graph_query_parse(json_t* gq, pcp_store_graph_query_t* q) {
   if (!json_is_object(gq)) {
     return "graph_query: must be an object";
   }
-  static const char* const kKeys[] = {"entity_id", "namespace_id",
-                                      "entity_type", "relation_type", "text",
-                                      "query_mode"};
+  static const char* const kKeys[] = {"entity_id",   "namespace_id",
+                                      "entity_type", "relation_type",
+                                      "text",        "query_mode"};
   for (size_t i = 0; i < PCP_ARRAYSIZE(kKeys); ++i) {
     json_t* v = json_object_get(gq, kKeys[i]);
     if (v && !json_is_string(v)) {
@@ -637,11 +638,10 @@ static const char* graph_query_parse(json_t* gq, pcp_store_graph_query_t* q) {
 // Fits the first k lines into the local model's window: the largest k for
 // which the prompt's tokens plus |reserve| fit (binary search; the count
 // grows with k). Sets *out_tokens to the prompt's tokens at that k.
-static pcp_status_t fit_tokens(pcp_roles_gateway_state_t* g,
-                               const char* model, json_t* messages,
-                               json_t* lines, int64_t max_tokens,
-                               size_t* out_k, int64_t* out_tokens,
-                               int64_t* out_window) {
+static pcp_status_t fit_tokens(pcp_roles_gateway_state_t* g, const char* model,
+                               json_t* messages, json_t* lines,
+                               int64_t max_tokens, size_t* out_k,
+                               int64_t* out_tokens, int64_t* out_window) {
   size_t count = json_array_size(messages);
   pcp_infer_message_t* m = calloc(count + 1, sizeof(*m));
   if (!m) {
@@ -656,10 +656,8 @@ static pcp_status_t fit_tokens(pcp_roles_gateway_state_t* g,
                                             json_string_length(content));
   }
   m[0].role = pcp_make_cstring_view("system");
-  pcp_infer_request_params_t params = {.model = model,
-                                       .chat = true,
-                                       .messages = m,
-                                       .message_count = count + 1};
+  pcp_infer_request_params_t params = {
+      .model = model, .chat = true, .messages = m, .message_count = count + 1};
   size_t lo = 0;
   size_t hi = json_array_size(lines);
   int64_t tokens = 0;
@@ -723,8 +721,9 @@ static pcp_status_t query_infer(void* user_data,
   char param_buffer[64];
   pcp_store_graph_query_t q;
   if (!json_is_object(body) || !json_is_object(inference)) {
-    param = "inference", rule = "must be an object with 'model' and "
-                                "'messages'";
+    param = "inference", rule =
+                             "must be an object with 'model' and "
+                             "'messages'";
   } else if (!json_is_string(model) || json_string_length(model) == 0 ||
              json_string_length(model) > PCP_INFER_MAX_MODEL_NAME) {
     param = "inference.model", rule = "must be a model name";
@@ -840,9 +839,9 @@ static pcp_status_t query_infer(void* user_data,
   // The downstream body: every key of |inference|, the context first.
   json_t* downstream = json_deep_copy(inference);
   json_t* all = json_array();
-  json_array_append_new(all, json_pack("{s:s, s:s}", "role", "system",
-                                       "content",
-                                       answer.prompt ? answer.prompt : ""));
+  json_array_append_new(all,
+                        json_pack("{s:s, s:s}", "role", "system", "content",
+                                  answer.prompt ? answer.prompt : ""));
   json_array_extend(all, messages);
   json_object_set_new(downstream, "messages", all);
   bool streamed = json_is_true(stream);
@@ -856,11 +855,11 @@ static pcp_status_t query_infer(void* user_data,
   json_decref(body);
   char* first = NULL;
   if (streamed) {
-    json_t* event = json_pack(
-        "{s:s, s:O, s:s, s:b, s:O}", "object", "graph.context", "graph_query",
-        answer.graph_query, "graph_context_prompt",
-        answer.prompt ? answer.prompt : "", "graph_context_truncated",
-        answer.truncated, "graph_context", answer.stats);
+    json_t* event =
+        json_pack("{s:s, s:O, s:s, s:b, s:O}", "object", "graph.context",
+                  "graph_query", answer.graph_query, "graph_context_prompt",
+                  answer.prompt ? answer.prompt : "", "graph_context_truncated",
+                  answer.truncated, "graph_context", answer.stats);
     first = event ? json_dumps(event, JSON_COMPACT) : NULL;
     json_decref(event);
   }
@@ -874,8 +873,8 @@ static pcp_status_t query_infer(void* user_data,
     status = bad_request(response, "inference.messages",
                          "longer than 2 MiB with the graph context");
   } else {
-    status = proxy_run(request, response, url, text, first, query_wrap,
-                       &answer);
+    status =
+        proxy_run(request, response, url, text, first, query_wrap, &answer);
   }
   free(answer.prompt);
   json_decref(answer.graph_query);
@@ -887,7 +886,18 @@ static pcp_status_t query_infer(void* user_data,
 // Routes
 //===----------------------------------------------------------------------===//
 
+void pcp_roles_gateway_proxy_stop(int64_t timeout_ms) {
+  atomic_store(&g_proxy_stopping, true);
+  // The threads notice within about a second (libcurl polls should_stop).
+  for (int64_t waited = 0;
+       atomic_load(&g_proxy_calls) > 0 && waited < timeout_ms; waited += 20) {
+    pcp_sleep_ms(20);
+  }
+}
+
 pcp_status_t pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* g) {
+  // One gateway per process; a test may serve several in turn.
+  atomic_store(&g_proxy_stopping, false);
   pcp_http_route_t routes[] = {
       {"POST", "/v1/inference/chat/completions", "api", inference_proxy, g,
        PROXY_MAX_REQUEST_BYTES, 0},

@@ -917,6 +917,9 @@ static void stop(pcp_roles_gateway_state_t* g) {
   // Generations in flight get 8 s to finish (new ones are refused), then
   // end with an error: a completion that is not streamed holds a server
   // thread, which the HTTP stop below must be able to join.
+  // Proxied calls first: a query-then-infer call waits on this gateway's
+  // own inference, and their threads write to the server's streams.
+  pcp_roles_gateway_proxy_stop(5000);
   pcp_infer_service_shutdown(g->infer, 8000);
   if (g->http) {
     // Requests in flight finish; event streams end after what they queued.
