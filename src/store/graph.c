@@ -1536,6 +1536,15 @@ pcp_status_t pcp_store_graph_mutation_batch_apply(
         if (pcp_status_is_ok(status)) {
           status =
               mutation_apply_locked(store, &items[i], encoded[i].timestamp_ns);
+          // A replicated delete of what this store never held (its upsert
+          // was not eligible, or came from elsewhere) has nothing to do; a
+          // refusal would stop the sender's replication for good.
+          if (pcp_status_code(status) == PCP_STATUS_NOT_FOUND &&
+              (items[i].mutation_type == PCP_STORE_MUTATION_DELETE_ENTITY ||
+               items[i].mutation_type == PCP_STORE_MUTATION_DELETE_RELATION)) {
+            pcp_status_ignore(status);
+            status = pcp_ok_status();
+          }
         }
         if (pcp_status_is_ok(status)) {
           status = mutation_insert_locked(store, &items[i], &encoded[i],

@@ -861,7 +861,9 @@ void pcp_store_replication_peer_list_deinitialize(
 // last sequence to |peer_last_sequence_no|; both never lowered). Either
 // everything commits or nothing does, so an ack the sender receives always
 // names applied records, and a batch re-sent after a crash before the
-// commit applies in full. Items keep their timestamps (the sender's).
+// commit applies in full. Items keep their timestamps (the sender's). A
+// delete of what the store does not hold is logged and counts as applied
+// (unlike pcp_store_graph_mutation_apply's NOT_FOUND).
 // INVALID_ARGUMENT (naming the item) for a bad item. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_store_graph_mutation_batch_apply(
     pcp_store_t* store, const char* peer_id, const pcp_store_mutation_t* items,

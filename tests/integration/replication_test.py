@@ -311,6 +311,22 @@ def run(cluster):
     check(hub_status(hub)["global_graph"] == before,
           "refused batches changed nothing on the hub")
 
+    # Deletes replicate; one of an entity the hub never held (a-local was
+    # local) is a no-op there, not a batch refused forever.
+    n_before = hub_status(hub)["global_graph"]["entities"]
+    mutate(a, [{"mutation_type": "delete_entity", "namespace_id": open_ns,
+                "target_id": "bulk-000", "visibility": "global"},
+               {"mutation_type": "delete_entity", "namespace_id": open_ns,
+                "target_id": "a-local", "visibility": "global"}])
+    check(fc.wait_until(lambda: hub_status(hub)["global_graph"]["entities"]
+                        == n_before - 1, 20, 0.1),
+          "a replicated delete removes the entity on the hub: %s"
+          % hub_status(hub))
+    st = fc.wait_until(lambda: lag_zero(a), 20, 0.1)
+    check(st and st["last_error"] is None,
+          "the delete of an entity the hub never held does not stop "
+          "replication: %s" % st)
+
     # 7. A revoked policy reaches the hub, which stops answering it.
     s, body = a.call("PUT", "/v1/graph/policies/" + open_ns,
                      {"allow_global_replication": False})
