@@ -326,11 +326,11 @@ static void batch_apply_exactly_once(void** state) {
   assert_int_equal(peer.acked_sequence_no, 8);
   // A replicated delete of an unknown entity is a logged no-op, not an
   // error that would stop the sender's replication.
-  pcp_store_mutation_t gone = entity("never-held", "n",
-                                     PCP_STORE_VISIBILITY_GLOBAL);
+  pcp_store_mutation_t gone =
+      entity("never-held", "n", PCP_STORE_VISIBILITY_GLOBAL);
   gone.mutation_type = PCP_STORE_MUTATION_DELETE_ENTITY;
-  EXPECT_OK(pcp_store_graph_mutation_batch_apply(
-      f->store, "gw-a", &gone, 1, 8, 9, &applied, &duplicates));
+  EXPECT_OK(pcp_store_graph_mutation_batch_apply(f->store, "gw-a", &gone, 1, 8,
+                                                 9, &applied, &duplicates));
   assert_int_equal(applied, 1);
   // Acks never go down; peers are listed.
   EXPECT_OK(pcp_store_graph_mutation_batch_apply(f->store, "gw-b", NULL, 0, 4,
