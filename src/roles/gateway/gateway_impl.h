@@ -237,14 +237,16 @@ pcp_roles_gateway_replication_routes_add(pcp_roles_gateway_state_t* gateway);
 // (cycles never overlap).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* gateway);
-// Before a /v1/graph/mutate mutation is applied: a missing visibility
-// becomes the namespace policy's default_visibility; a policy_update is
-// validated and its payload replaced by the whole new snapshot
-// (|*out_payload|, a new reference the caller releases after the apply).
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_mutation_prepare(
+// Applies a /v1/graph/mutate mutation (|request| its JSON) through the
+// graph backend: a missing visibility becomes the namespace policy's
+// default_visibility; a policy_update is validated, merged into the policy
+// in force and logged as the whole snapshot (policy writes serialized).
+// Errors as pcp_store_graph_backend_mutation_apply.
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_mutation_apply(
     pcp_roles_gateway_state_t* gateway, json_t* request,
-    pcp_store_mutation_t* inout_mutation, json_t** out_payload);
-// After a policy_update was applied.
+    pcp_store_mutation_t* mutation, int64_t* out_sequence_no,
+    bool* out_duplicate);
+// After a policy_update was applied (_mutation_apply calls it).
 void pcp_roles_gateway_replication_policies_changed(
     pcp_roles_gateway_state_t* gateway);
 // query_mode global / local_plus_global of POST /v1/graph/query: asks the

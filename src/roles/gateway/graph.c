@@ -159,19 +159,11 @@ static pcp_status_t graph_mutate(void* user_data,
     status = mutation_parse(g, json_array_get(mutations, i), &m);
     int64_t sequence = 0;
     bool duplicate = false;
-    // Replication: the namespace's default visibility, policy_update applied.
-    json_t* prepared_payload = NULL;
+    // Through replication.c: the namespace's default visibility, and a
+    // policy_update validated and applied.
     if (!status) {
-      status = pcp_roles_gateway_replication_mutation_prepare(
-          g, json_array_get(mutations, i), &m, &prepared_payload);
-    }
-    if (!status) {
-      status = pcp_store_graph_backend_mutation_apply(g->graph, &m, &sequence,
-                                                      &duplicate);
-    }
-    json_decref(prepared_payload);
-    if (!status && m.mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE) {
-      pcp_roles_gateway_replication_policies_changed(g);
+      status = pcp_roles_gateway_replication_mutation_apply(
+          g, json_array_get(mutations, i), &m, &sequence, &duplicate);
     }
     if (status) {
       pcp_status_t wrapped =

@@ -39,6 +39,9 @@ struct pcp_roles_gateway_replication_t {
   uint64_t items_sent;
   char last_error[256];
 
+  // Serializes policy writes (read, merge, log): two concurrent partial
+  // updates of one namespace must not lose either.
+  pthread_mutex_t policy_write_mu;
   pthread_mutex_t cycle_mu;   // one push cycle at a time
   pcp_http_client_t* client;  // guarded by |cycle_mu|
 };
@@ -121,9 +124,10 @@ void pcp_roles_gateway_replication_policies_changed(
   pthread_mutex_unlock(&r->mu);
 }
 
-pcp_status_t pcp_roles_gateway_replication_mutation_prepare(
-    pcp_roles_gateway_state_t* g, json_t* request,
-    pcp_store_mutation_t* inout_mutation, json_t** out_payload) {
+static pcp_status_t mutation_prepare(pcp_roles_gateway_state_t* g,
+                                     json_t* request,
+                                     pcp_store_mutation_t* inout_mutation,
+                                     json_t** out_payload) {
   *out_payload = NULL;
   pcp_store_graph_policy_t policy;
   policy_get(g, inout_mutation->namespace_id, &policy);
@@ -155,6 +159,33 @@ pcp_status_t pcp_roles_gateway_replication_mutation_prepare(
   // Policies stay on their gateway; only snapshots travel with batches.
   inout_mutation->visibility = PCP_STORE_VISIBILITY_LOCAL;
   return pcp_ok_status();
+}
+
+pcp_status_t pcp_roles_gateway_replication_mutation_apply(
+    pcp_roles_gateway_state_t* g, json_t* request,
+    pcp_store_mutation_t* mutation, int64_t* out_sequence_no,
+    bool* out_duplicate) {
+  pcp_roles_gateway_replication_t* r = g->replication;
+  bool policy = mutation->mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE;
+  if (policy) {
+    pthread_mutex_lock(&r->policy_write_mu);
+  }
+  json_t* payload = NULL;
+  json_t* original = mutation->payload;
+  pcp_status_t status = mutation_prepare(g, request, mutation, &payload);
+  if (!status) {
+    status = pcp_store_graph_backend_mutation_apply(
+        g->graph, mutation, out_sequence_no, out_duplicate);
+  }
+  if (policy) {
+    if (!status) {
+      pcp_roles_gateway_replication_policies_changed(g);
+    }
+    pthread_mutex_unlock(&r->policy_write_mu);
+  }
+  mutation->payload = original;
+  json_decref(payload);
+  return status;
 }
 
 //===----------------------------------------------------------------------===//
@@ -198,22 +229,15 @@ static pcp_status_t policy_put(void* user_data,
   snprintf(m.namespace_id, sizeof(m.namespace_id), "%s", namespace_id);
   snprintf(m.target_id, sizeof(m.target_id), "%s", namespace_id);
   m.payload = body;
-  json_t* payload = NULL;
-  pcp_status_t status = json_is_object(body)
-                            ? pcp_roles_gateway_replication_mutation_prepare(
-                                  g, body, &m, &payload)
-                            : pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                                              "the body must be a JSON object");
   int64_t sequence_no = 0;
   bool duplicate = false;
-  if (!status) {
-    status = pcp_store_graph_backend_mutation_apply(g->graph, &m, &sequence_no,
-                                                    &duplicate);
-  }
+  pcp_status_t status = json_is_object(body)
+                            ? pcp_roles_gateway_replication_mutation_apply(
+                                  g, body, &m, &sequence_no, &duplicate)
+                            : pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                              "the body must be a JSON object");
   json_decref(body);
-  json_decref(payload);
   PCP_RETURN_IF_ERROR_BARE(status);
-  pcp_roles_gateway_replication_policies_changed(g);
   pcp_store_graph_policy_t policy;
   policy_get(g, namespace_id, &policy);
   char mutation_id[32];
@@ -658,6 +682,7 @@ pcp_status_t pcp_roles_gateway_replication_start(pcp_roles_gateway_state_t* g) {
   memset(r, 0, sizeof(*r));
   pthread_mutex_init(&r->mu, NULL);
   pthread_mutex_init(&r->cycle_mu, NULL);
+  pthread_mutex_init(&r->policy_write_mu, NULL);
   r->policies.allocator = g->allocator;
   r->policies_stale = true;
   g->replication = r;
@@ -676,6 +701,7 @@ void pcp_roles_gateway_replication_stop(pcp_roles_gateway_state_t* g) {
   pcp_http_client_release(r->client);
   pcp_store_graph_policy_list_deinitialize(&r->policies);
   pthread_mutex_destroy(&r->cycle_mu);
+  pthread_mutex_destroy(&r->policy_write_mu);
   pthread_mutex_destroy(&r->mu);
   pcp_allocator_free(g->allocator, r);
   g->replication = NULL;
