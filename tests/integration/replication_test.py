@@ -286,6 +286,12 @@ def run(cluster):
         check(g["mutations"] == before["mutations"] + 300,
               "no mutation applied twice: before %d + 300 == after %d"
               % (before["mutations"], g["mutations"]))
+    s, text = fc.call(hub.base, "GET", "/metrics")
+    applied = [l for l in str(text).splitlines() if l.startswith(
+        'pcp_hub_replicated_mutations_total{result="applied"}')]
+    check(s == 200 and applied and float(applied[0].split()[-1]) >= 150,
+          "hub metrics count applied mutations (>= the 150 written while "
+          "it was down): %s" % applied)
     s, body = a.call("GET", "/v1/graph/replication")
     ns = {n["namespace_id"]: n for n in body.get("namespaces", [])}
     check(s == 200 and ns.get(open_ns, {}).get("replication_lag") == 0 and

@@ -195,6 +195,30 @@ static pcp_status_t integer_field(json_t* body, const char* key, bool required,
   return pcp_ok_status();
 }
 
+// Counters of the mutations route (registered with the hub's other
+// metrics; looked up by name in the handler, a cold path).
+#define METRIC_MUTATIONS "pcp_hub_replicated_mutations_total"
+#define METRIC_BATCHES "pcp_hub_replication_batches_total"
+
+static void metrics_count(pcp_roles_hub_t* hub, pcp_status_t status,
+                          size_t applied, size_t duplicates) {
+  pcp_obs_family_t* batches =
+      pcp_obs_registry_find(hub->metrics, METRIC_BATCHES);
+  pcp_obs_family_t* family =
+      pcp_obs_registry_find(hub->metrics, METRIC_MUTATIONS);
+  if (!batches || !family) {
+    return;  // registered by routes_add; absent only in a broken build
+  }
+  const char* batch[] = {status ? "rejected" : "accepted"};
+  pcp_obs_family_add(batches, batch, 1);
+  if (!status) {
+    const char* applied_label[] = {"applied"};
+    const char* duplicate_label[] = {"duplicate"};
+    pcp_obs_family_add(family, applied_label, (double)applied);
+    pcp_obs_family_add(family, duplicate_label, (double)duplicates);
+  }
+}
+
 static pcp_status_t mutations_post(void* user_data,
                                    const pcp_http_request_t* request,
                                    pcp_http_response_t* response) {
@@ -310,6 +334,7 @@ static pcp_status_t mutations_post(void* user_data,
   }
   pcp_store_graph_policy_list_deinitialize(&policies);
   json_decref(body);
+  metrics_count(r, status, applied, duplicates);
   PCP_RETURN_IF_ERROR_BARE(status);
   return pcp_http_response_json_take(
       response, 200,
@@ -569,6 +594,20 @@ static pcp_status_t policies_get(void* user_data,
 //===----------------------------------------------------------------------===//
 
 pcp_status_t pcp_roles_hub_replication_routes_add(pcp_roles_hub_t* hub) {
+  static const char* const kResult[] = {"result", NULL};
+  // Static: the registry keeps pointers to its definitions.
+  static const pcp_obs_metric_def_t metrics[] = {
+      {METRIC_MUTATIONS, PCP_OBS_METRIC_TYPE_COUNTER,
+       "Replicated graph mutations by result (applied, duplicate: already "
+       "held, skipped)",
+       kResult, NULL, 0, 4},
+      {METRIC_BATCHES, PCP_OBS_METRIC_TYPE_COUNTER,
+       "POST /v1/federation/mutations batches by result (accepted, "
+       "rejected)",
+       kResult, NULL, 0, 4},
+  };
+  PCP_RETURN_IF_ERROR_BARE(pcp_obs_registry_register(
+      hub->metrics, metrics, PCP_ARRAYSIZE(metrics), NULL));
   const pcp_http_route_t routes[] = {
       {"POST", "/v1/federation/mutations", PCP_ROLES_HUB_SCOPE_FEDERATION,
        mutations_post, hub, PCP_ROLES_REPLICATION_MAX_BODY_BYTES, 0},
