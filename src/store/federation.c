@@ -99,7 +99,7 @@ pcp_status_t pcp_store_federation_gateway_list(
   pcp_status_t status = pcp_store_stmt_acquire(
       store, PCP_STORE_STMT_FED_GATEWAY_LIST,
       "SELECT gateway_id, registration, connected_at_ns, last_seen_ns"
-      " FROM federation_gateways ORDER BY gateway_id",
+      " FROM federation_gateways ORDER BY connected_at_ns, gateway_id",
       &stmt);
   size_t capacity = 0;
   int rc = SQLITE_DONE;

@@ -77,7 +77,8 @@ static int teardown(void** state) {
   return rc == 0 ? 0 : -1;
 }
 
-// registrations: upsert, list in id order, delete, survive a reopen
+// registrations: upsert, list in registration order, delete, survive a
+// reopen
 static void test_gateways(void** state) {
   fixture_t* f = *state;
   json_t* reg = json_pack("{s:s,s:i}", "lab_id", "lab", "n", 1);
@@ -96,12 +97,13 @@ static void test_gateways(void** state) {
   pcp_store_federation_gateway_list_t list = {.allocator =
                                                   pcp_allocator_system()};
   EXPECT_OK(pcp_store_federation_gateway_list(f->store, &list));
+  // First registered first: gw-b (connected at 10) before gw-a (11).
   assert_int_equal(list.count, 2);
-  assert_string_equal(list.items[0].gateway_id, "gw-a");
-  assert_string_equal(list.items[1].gateway_id, "gw-b");
-  assert_int_equal(list.items[1].last_seen_ns, 30);
+  assert_string_equal(list.items[0].gateway_id, "gw-b");
+  assert_string_equal(list.items[1].gateway_id, "gw-a");
+  assert_int_equal(list.items[0].last_seen_ns, 30);
   assert_int_equal(
-      json_integer_value(json_object_get(list.items[1].registration, "n")), 2);
+      json_integer_value(json_object_get(list.items[0].registration, "n")), 2);
   pcp_store_federation_gateway_list_deinitialize(&list);
   EXPECT_OK(pcp_store_federation_gateway_delete(f->store, "gw-a"));
   EXPECT_CODE(pcp_store_federation_gateway_delete(f->store, "gw-a"),

@@ -967,7 +967,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_gateway_put(
     pcp_store_t* store, const char* gateway_id, const json_t* registration,
     int64_t connected_at_ns, int64_t last_seen_ns);
 
-// Every registration in gateway id order; |out_list->allocator| must be set.
+// Every registration, first registered first (connected_at, then id: the
+// registry's tie-break order survives a restart); |out_list->allocator| must
+// be set.
 // Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_gateway_list(
     pcp_store_t* store, pcp_store_federation_gateway_list_t* out_list);

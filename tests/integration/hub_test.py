@@ -106,8 +106,10 @@ def error_message(body):
 class FakeGateway:
     """The gateway side of the hub's internal federation routes."""
 
-    def __init__(self, name, get_delay_s=0.0):
+    def __init__(self, name, get_delay_s=0.0, post_delay_s=0.0):
         self.name, self.get_delay_s = name, get_delay_s
+        self.post_delay_s = post_delay_s
+        self.refuse_auth = False
         self.auth, self.bodies, self.jobs = [], [], {}
         fake = self
 
@@ -127,6 +129,9 @@ class FakeGateway:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
                 fake.auth.append(self.headers.get("Authorization"))
+                if fake.refuse_auth:
+                    return self.reply(401, {"error": "unauthorized"})
+                time.sleep(fake.post_delay_s)
                 if self.path.startswith("/v1/internal/federation/") and \
                         self.path.endswith("/jobs"):
                     job_id = "%s-job-%d" % (fake.name, len(fake.jobs) + 1)
@@ -358,6 +363,15 @@ def run(hub, a, b, slow, work):
           body["assignment"]["gateway_id"] == "gw-a",
           "a flat rl request places on the named gateway")
 
+    # A gateway that refuses the hub's credential: 502, not the gateway's
+    # 401 (the client's own token is fine), and the job is recorded rejected.
+    a.refuse_auth = True
+    code, body = request(p, "POST", "/v1/rl/jobs", {"gateway_id": "gw-a"},
+                         token=API)
+    check(code == 502 and "federation token" in error_message(body),
+          "a gateway refusing the hub's token is 502, not 401 (%d)" % code)
+    a.refuse_auth = False
+
     # 6. Lookup and cancel through the gateway.
     code, body = request(p, "GET", "/v1/jobs/" + first_id, token=API)
     check(code == 200 and body["child"]["status"] == "queued",
@@ -414,9 +428,13 @@ def run(hub, a, b, slow, work):
     jobs = body.get("jobs", []) if code == 200 else []
     by_gateway = {}
     for j in jobs:
+        if j["state"] == "rejected":
+            check(j["fetch"] == {"ok": True, "source": "hub"},
+                  "a rejected job is answered from the hub's record")
+            continue
         by_gateway.setdefault(j["assignment"]["gateway_id"], []).append(
             j["fetch"])
-    check(code == 200 and len(jobs) == 6,
+    check(code == 200 and len(jobs) == 7,
           "GET /v1/jobs lists every job (%d)" % len(jobs))
     check(all(not f["ok"] for f in by_gateway.get("gw-slow", [])) and
           by_gateway.get("gw-slow"),
@@ -433,15 +451,41 @@ def run(hub, a, b, slow, work):
     code, body = request(p, "GET", "/v1/jobs?limit=0", token=API)
     check(code == 400, "limit=0 is 400")
 
-    # 9. SIGKILL and restart.
+    # 9. SIGKILL and restart, with one job in flight to a gateway that
+    # takes its time to accept.
     last = max(int(j["global_job_id"].split("-")[-1]) for j in jobs)
+    hang = FakeGateway("hang", post_delay_s=5.0)
+    connect(hub, "gw-hang", hang.url, 1)
+    def submit_and_lose_the_answer():
+        try:
+            request(p, "POST", "/v1/rl/jobs", {"gateway_id": "gw-hang"}, API,
+                    timeout=10)
+        except (OSError, urllib.error.URLError, ValueError):
+            pass  # the hub dies while this request waits: expected
+
+    in_flight = threading.Thread(target=submit_and_lose_the_answer,
+                                 daemon=True)
+    in_flight.start()
+    deadline = time.time() + 5
+    while time.time() < deadline and not hang.auth:
+        time.sleep(0.02)
+    check(bool(hang.auth), "the in-flight job reached its gateway")
     hub.proc.send_signal(signal.SIGKILL)
     hub.proc.wait(10)
     hub.start()
     p = hub.port
     status = peers_status(hub)
-    check(status == {"gw-a": "stale", "gw-b": "stale", "gw-slow": "stale"},
+    check(status == {"gw-a": "stale", "gw-b": "stale", "gw-slow": "stale",
+                     "gw-hang": "stale"},
           "after SIGKILL: every registration is back, stale (%s)" % status)
+    code, body = request(p, "GET", "/v1/jobs/global-job-%d" % (last + 1),
+                         token=API)
+    check(code == 200 and body["state"] == "placing" and
+          "restarted" in body.get("error", ""),
+          "the job in flight at the SIGKILL says the hub restarted (%s)" %
+          body)
+    last += 1
+    hang.stop()
     code, body = connect(hub, "gw-b", b.url, 4)
     check(code == 200 and body["gateway"]["status"] == "connected",
           "a restored gateway connects again")

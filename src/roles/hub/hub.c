@@ -759,6 +759,49 @@ static pcp_status_t registrations_restore(pcp_roles_hub_t* hub) {
   return pcp_ok_status();
 }
 
+// Global jobs still "placing" were being forwarded when the previous hub
+// process died: whether the gateway accepted them is unknown. They keep
+// their state (the hub cannot tell "refused" from "accepted, answer lost")
+// and get an error that says so, instead of looking in flight forever.
+static pcp_status_t interrupted_jobs_mark(pcp_roles_hub_t* hub) {
+  static const char kError[] =
+      "the hub restarted before the gateway answered; the gateway may hold "
+      "a child job the hub does not track";
+  int64_t after = 0;
+  size_t marked = 0;
+  for (;;) {
+    pcp_store_global_job_list_t page = {.allocator = hub->allocator};
+    PCP_RETURN_IF_ERROR(pcp_store_global_job_list(
+                            hub->store, after, PCP_STORE_LIST_LIMIT_MAX, &page),
+                        "reading global jobs");
+    pcp_status_t status = pcp_ok_status();
+    for (size_t i = 0; pcp_status_is_ok(status) && i < page.count; ++i) {
+      const pcp_store_global_job_t* job = &page.items[i];
+      if (strcmp(job->state, "placing") == 0 && !job->error[0]) {
+        status = pcp_store_global_job_update(hub->store, job->number, "placing",
+                                             NULL, NULL, kError);
+        ++marked;
+      }
+    }
+    size_t count = page.count;
+    if (count) {
+      after = page.items[count - 1].number;
+    }
+    pcp_store_global_job_list_deinitialize(&page);
+    PCP_RETURN_IF_ERROR_BARE(status);
+    if (count < PCP_STORE_LIST_LIMIT_MAX) {
+      break;
+    }
+  }
+  if (marked) {
+    PCP_LOG(PCP_LOG_WARN, &hub->log,
+            "%zu global job(s) were being forwarded when the hub stopped; "
+            "marked with an error",
+            marked);
+  }
+  return pcp_ok_status();
+}
+
 // Reads the variable |name| (NULL: none). Empty counts as unset.
 static const char* token_of(const char* name) {
   const char* value = name ? getenv(name) : NULL;
@@ -822,6 +865,7 @@ static pcp_status_t start(pcp_roles_hub_t* hub) {
   PCP_RETURN_IF_ERROR_BARE(pcp_sched_federation_create(
       &registry_options, hub->allocator, &hub->registry));
   PCP_RETURN_IF_ERROR_BARE(registrations_restore(hub));
+  PCP_RETURN_IF_ERROR_BARE(interrupted_jobs_mark(hub));
 
   PCP_RETURN_IF_ERROR_BARE(
       pcp_obs_registry_create(hub->allocator, &hub->metrics));

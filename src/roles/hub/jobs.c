@@ -264,6 +264,15 @@ static bool child_job_id_ok(const char* id) {
 static pcp_status_t relay(pcp_http_response_t* response,
                           const pcp_roles_hub_call_t* call) {
   int http_status = call->http_status;
+  if (http_status == 401 || http_status == 403) {
+    // The gateway refused the hub's federation credential: relaying 401
+    // would tell the client its own (valid) token is wrong.
+    return pcp_http_response_error_set(
+        response, 502, "GATEWAY_AUTH_FAILED",
+        "the gateway refused the hub's federation token (check that "
+        "--federation-token-env and the gateway's federation.token_env hold "
+        "the same secret)");
+  }
   if (http_status < 200 || http_status > 599) {
     http_status = 502;
   }
