@@ -27,7 +27,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, work, port=None):
+    def __init__(self, work, port=None, password=None):
         d = bin_dir()
         server = os.path.join(d, "redis-server")
         module = os.path.join(d, "falkordb.so")
@@ -40,7 +40,8 @@ class Server:
         self.proc = subprocess.Popen(
             [server, "--port", str(self.port), "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--dir", work,
-             "--loadmodule", module],
+             "--loadmodule", module] +
+            (["--requirepass", password] if password else []),
             stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(work, "falkordb.err"), "w"))
         atexit.register(self.stop)

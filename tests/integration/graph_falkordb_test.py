@@ -254,6 +254,43 @@ def main():
               "replayed under a running gateway: %d %r %r" % (code, out, st))
         g.stop()
 
+        # 4d. AUTH: the password from falkordb.password_env; a wrong one
+        # (or an unset variable) stops the gateway at start with a message.
+        secured = falkordb_server.Server(work, password="s3cret pass")
+        auth_config = dict(config, state_dir=os.path.join(work, "state-auth"),
+                           falkordb={"port": secured.port, "graph": "auth",
+                                     "password_env": "GRAPH_TEST_FALKOR_PW"})
+        os.environ["GRAPH_TEST_FALKOR_PW"] = "wrong"
+        g = Gateway(work, "gw6", auth_config)
+        gateways.append(g)
+        try:
+            rc = g.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc not in (None, 0) and "AUTH" in g.log(),
+              "wrong FalkorDB password refused: rc=%r %r" %
+              (rc, g.log()[-600:]))
+        os.environ["GRAPH_TEST_FALKOR_PW"] = "s3cret pass"
+        g = Gateway(work, "gw7", auth_config)
+        gateways.append(g)
+        check(wait_ready(g.base, g.proc), "gateway with the FalkorDB "
+              "password: " + g.log()[-600:])
+        code, out = call(g.base, "POST", "/v1/graph/mutate",
+                         {"mutations": [mutation("eve", "person", "E")]})
+        check(code == 200, "mutate with AUTH: %d %r" % (code, out))
+        g.stop()
+        del os.environ["GRAPH_TEST_FALKOR_PW"]
+        g = Gateway(work, "gw8", auth_config)
+        gateways.append(g)
+        try:
+            rc = g.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc not in (None, 0) and "GRAPH_TEST_FALKOR_PW" in g.log(),
+              "unset password variable refused: rc=%r %r" %
+              (rc, g.log()[-600:]))
+        secured.stop()
+
         # 5. neo4j refused at config load.
         bad = dict(config, graph_backend="neo4j",
                    neo4j={"uri": "bolt://127.0.0.1:7687", "user": "neo4j"})

@@ -297,6 +297,18 @@ def main():
               out["completion"]["choices"][0]["message"]["content"] == want,
               "query-then-infer on A through B: %d %r" % (code, out))
 
+        code, ctype, events = sse(
+            a_base, "/v1/inference/query/chat/completions",
+            {"inference": {"model": model, "messages": user, "max_tokens": 4,
+                           "temperature": 0, "stream": True}})
+        first = json.loads(events[0][1]) if events else {}
+        parts, usage, done = content_chunks(events[1:])
+        check(code == 200 and events[0][0] == "graph_context" and
+              first["graph_context"]["target"] == "service" and
+              "".join(parts) == want and usage is not None and done,
+              "streamed query-then-infer on A through B: %d %r %r" %
+              (code, events[:1], parts))
+
         # 5. Bad input, then B gone.
         code, out = call(a_base, "/v1/inference/query/chat/completions",
                          {"inference": {"model": model}})
@@ -323,6 +335,11 @@ def main():
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+    # Gateway A (proxy threads, streams) exits cleanly on SIGTERM.
+    with open(os.path.join(work, "a.err")) as f:
+        log = f.read()
+    check(a.returncode == 0 and "Sanitizer" not in log,
+          "gateway A exits cleanly: rc=%r %s" % (a.returncode, log[-1500:]))
     if FAILURES:
         print("%d check(s) failed; logs in %s" % (len(FAILURES), work),
               file=sys.stderr)

@@ -97,6 +97,7 @@ typedef struct proxy_call_t {
   bool abort;
   pcp_http_sse_stream_t* sse;
   pcp_http_sse_parser_t parser;
+  bool saw_done;  // the "[DONE]" event passed through
   // A body that is not streamed.
   pcp_string_builder_t collected;
   bool too_big;
@@ -159,6 +160,9 @@ static bool on_head(void* user_data, int http_status, const char* headers) {
 static pcp_status_t on_event(void* user_data,
                              const pcp_http_sse_event_t* event) {
   proxy_call_t* c = user_data;
+  if (strcmp(event->data, "[DONE]") == 0) {
+    c->saw_done = true;
+  }
   return pcp_http_sse_stream_send(
       c->sse, NULL, event->type[0] ? event->type : NULL, event->data);
 }
@@ -237,6 +241,15 @@ static void* call_thread(void* arg) {
              pcp_status_message(status));
   }
   pcp_status_ignore(status);
+  if (c->sse && !c->error_code && !c->saw_done) {
+    // A stream whose connection simply closed (no length, no chunking)
+    // ends "successfully" for libcurl; without [DONE] it was cut off.
+    c->error_code = PCP_STATUS_UNAVAILABLE;
+    snprintf(c->error_text, sizeof(c->error_text),
+             "the inference service at %.300s ended the stream before "
+             "[DONE]",
+             c->url);
+  }
   c->done = true;
   pcp_http_sse_stream_t* sse = c->sse;
   bool failed = c->error_code != 0 && c->error_code != PCP_STATUS_CANCELLED;
