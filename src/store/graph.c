@@ -1271,3 +1271,376 @@ pcp_status_t pcp_store_mutation_find(pcp_store_t* store,
   pcp_store_unlock(store);
   return status;
 }
+
+//===----------------------------------------------------------------------===//
+// Graph replication: policies, per-namespace counters, peer acks
+//===----------------------------------------------------------------------===//
+
+// These run on status routes and at startup, not per request on a hot
+// path, so they prepare their statement each time instead of taking a slot
+// in the statement cache.
+static pcp_status_t prepare_once(pcp_store_t* store, const char* sql,
+                                 sqlite3_stmt** out_stmt) {
+  *out_stmt = NULL;
+  int rc = sqlite3_prepare_v2(store->db, sql, -1, out_stmt, NULL);
+  if (rc != SQLITE_OK) {
+    return pcp_store_db_status(store, rc, "prepare");
+  }
+  return pcp_ok_status();
+}
+
+void pcp_store_graph_policy_list_deinitialize(
+    pcp_store_graph_policy_list_t* list) {
+  if (list->items) {
+    pcp_allocator_free(list->allocator, list->items);
+  }
+  memset(list, 0, sizeof(*list));
+}
+
+void pcp_store_namespace_stats_list_deinitialize(
+    pcp_store_namespace_stats_list_t* list) {
+  if (list->items) {
+    pcp_allocator_free(list->allocator, list->items);
+  }
+  memset(list, 0, sizeof(*list));
+}
+
+void pcp_store_replication_peer_list_deinitialize(
+    pcp_store_replication_peer_list_t* list) {
+  if (list->items) {
+    pcp_allocator_free(list->allocator, list->items);
+  }
+  memset(list, 0, sizeof(*list));
+}
+
+static void policy_from_payload(const json_t* payload,
+                                pcp_store_graph_policy_t* policy) {
+  const json_t* v = json_object_get(payload, "default_visibility");
+  pcp_store_visibility_t visibility = PCP_STORE_VISIBILITY_LOCAL;
+  if (json_is_string(v) &&
+      pcp_store_visibility_parse(pcp_make_cstring_view(json_string_value(v)),
+                                 &visibility)) {
+    policy->default_visibility = visibility;
+  }
+  policy->allow_global_replication =
+      json_is_true(json_object_get(payload, "allow_global_replication"));
+  policy->allow_raw_payload_export =
+      json_is_true(json_object_get(payload, "allow_raw_payload_export"));
+}
+
+pcp_status_t pcp_store_graph_policy_list(
+    pcp_store_t* store, pcp_store_graph_policy_list_t* out_list) {
+  memset(out_list, 0, sizeof(*out_list));
+  out_list->allocator = store->allocator;
+  pcp_store_lock(store);
+  sqlite3_stmt* stmt = NULL;
+  // Ordered so the last row of each namespace is the policy in force.
+  pcp_status_t status = prepare_once(
+      store,
+      "SELECT namespace_id, payload, timestamp_ns FROM mutation_log"
+      " WHERE mutation_type = 'policy_update'"
+      " ORDER BY namespace_id, timestamp_ns, sequence_no",
+      &stmt);
+  size_t capacity = 0;
+  int rc = SQLITE_DONE;
+  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    char namespace_id[PCP_STORE_ID_MAX_LENGTH + 1];
+    pcp_store_text_column(stmt, 0, namespace_id, sizeof(namespace_id));
+    pcp_store_graph_policy_t* policy = NULL;
+    if (out_list->count > 0 &&
+        strcmp(out_list->items[out_list->count - 1].namespace_id,
+               namespace_id) == 0) {
+      policy = &out_list->items[out_list->count - 1];
+    } else {
+      if (out_list->count >= PCP_STORE_LIST_LIMIT_MAX) {
+        break;
+      }
+      status = pcp_store_list_reserve(
+          out_list->allocator, sizeof(pcp_store_graph_policy_t),
+          out_list->count, &capacity, (void**)&out_list->items);
+      if (!pcp_status_is_ok(status)) {
+        break;
+      }
+      policy = &out_list->items[out_list->count++];
+      memcpy(policy->namespace_id, namespace_id, sizeof(namespace_id));
+    }
+    json_t* payload = NULL;
+    status = pcp_store_json_column(stmt, 1, &payload);
+    if (!pcp_status_is_ok(status)) {
+      break;
+    }
+    policy->default_visibility = PCP_STORE_VISIBILITY_LOCAL;
+    policy_from_payload(payload, policy);
+    policy->updated_at_ns = sqlite3_column_int64(stmt, 2);
+    json_decref(payload);
+  }
+  if (pcp_status_is_ok(status) && rc != SQLITE_DONE && rc != SQLITE_ROW) {
+    status = pcp_store_db_status(store, rc, "policy list");
+  }
+  sqlite3_finalize(stmt);
+  pcp_store_unlock(store);
+  if (!pcp_status_is_ok(status)) {
+    pcp_store_graph_policy_list_deinitialize(out_list);
+  }
+  return status;
+}
+
+pcp_status_t pcp_store_namespace_stats_list(
+    pcp_store_t* store, pcp_store_namespace_stats_list_t* out_list) {
+  memset(out_list, 0, sizeof(*out_list));
+  out_list->allocator = store->allocator;
+  pcp_store_lock(store);
+  int64_t replicated = 0;
+  pcp_status_t status =
+      pcp_store_meta_get_locked(store, "last_replicated_sequence", &replicated);
+  sqlite3_stmt* stmt = NULL;
+  if (pcp_status_is_ok(status)) {
+    status = prepare_once(
+        store,
+        "SELECT namespace_id, count(*), sum(sequence_no > ?1),"
+        " sum(visibility = 'local'), sum(visibility = 'shared'),"
+        " sum(visibility = 'global'),"
+        " sum(mutation_type IN ('upsert_entity', 'delete_entity')),"
+        " sum(mutation_type IN ('upsert_relation', 'delete_relation')),"
+        " sum(mutation_type = 'append_observation'),"
+        " sum(mutation_type = 'policy_update'), max(sequence_no)"
+        " FROM mutation_log GROUP BY namespace_id ORDER BY namespace_id"
+        " LIMIT ?2",
+        &stmt);
+  }
+  if (pcp_status_is_ok(status)) {
+    int brc = sqlite3_bind_int64(stmt, 1, replicated);
+    brc |= sqlite3_bind_int64(stmt, 2, PCP_STORE_LIST_LIMIT_MAX);
+    status = pcp_store_bind_check(store, brc);
+  }
+  size_t capacity = 0;
+  int rc = SQLITE_DONE;
+  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    status = pcp_store_list_reserve(
+        out_list->allocator, sizeof(pcp_store_namespace_stats_t),
+        out_list->count, &capacity, (void**)&out_list->items);
+    if (!pcp_status_is_ok(status)) {
+      break;
+    }
+    pcp_store_namespace_stats_t* s = &out_list->items[out_list->count++];
+    pcp_store_text_column(stmt, 0, s->namespace_id, sizeof(s->namespace_id));
+    s->total_count = sqlite3_column_int64(stmt, 1);
+    s->pending_count = sqlite3_column_int64(stmt, 2);
+    for (int v = 0; v < PCP_STORE_VISIBILITY_COUNT_; ++v) {
+      s->visibility_counts[v] = sqlite3_column_int64(stmt, 3 + v);
+    }
+    s->entity_count = sqlite3_column_int64(stmt, 6);
+    s->relation_count = sqlite3_column_int64(stmt, 7);
+    s->observation_count = sqlite3_column_int64(stmt, 8);
+    s->policy_count = sqlite3_column_int64(stmt, 9);
+    s->last_sequence_no = sqlite3_column_int64(stmt, 10);
+  }
+  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+    status = pcp_store_db_status(store, rc, "namespace stats");
+  }
+  sqlite3_finalize(stmt);
+  pcp_store_unlock(store);
+  if (!pcp_status_is_ok(status)) {
+    pcp_store_namespace_stats_list_deinitialize(out_list);
+  }
+  return status;
+}
+
+pcp_status_t pcp_store_graph_log_counts_query(
+    pcp_store_t* store, pcp_store_graph_log_counts_t* out_counts) {
+  memset(out_counts, 0, sizeof(*out_counts));
+  pcp_store_lock(store);
+  sqlite3_stmt* stmt = NULL;
+  pcp_status_t status = prepare_once(
+      store,
+      "SELECT (SELECT count(DISTINCT namespace_id) FROM mutation_log),"
+      " (SELECT count(*) FROM graph_entities),"
+      " (SELECT count(*) FROM graph_relations),"
+      " (SELECT count(*) FROM graph_observations),"
+      " (SELECT count(*) FROM mutation_log)",
+      &stmt);
+  if (pcp_status_is_ok(status)) {
+    int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_ROW) {
+      out_counts->namespace_count = sqlite3_column_int64(stmt, 0);
+      out_counts->entity_count = sqlite3_column_int64(stmt, 1);
+      out_counts->relation_count = sqlite3_column_int64(stmt, 2);
+      out_counts->observation_count = sqlite3_column_int64(stmt, 3);
+      out_counts->mutation_count = sqlite3_column_int64(stmt, 4);
+    } else {
+      status = pcp_store_db_status(store, rc, "graph counts");
+    }
+  }
+  sqlite3_finalize(stmt);
+  pcp_store_unlock(store);
+  return status;
+}
+
+// The acknowledged sequence lives in the hub's federation_acks table; the
+// peer's reported last sequence (for the lag) in meta under this prefix.
+#define REPLICATION_LAST_PREFIX "replication_last:"
+
+pcp_status_t pcp_store_graph_mutation_batch_apply(
+    pcp_store_t* store, const char* peer_id, const pcp_store_mutation_t* items,
+    size_t count, int64_t acked_sequence_no, int64_t peer_last_sequence_no,
+    size_t* out_applied_count, size_t* out_duplicate_count) {
+  *out_applied_count = 0;
+  *out_duplicate_count = 0;
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_id_validate("peer_id", peer_id, false));
+  if (acked_sequence_no < 0 || peer_last_sequence_no < 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "sequence numbers must not be negative");
+  }
+  if (count > PCP_STORE_LIST_LIMIT_MAX) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "a batch holds at most %u mutations",
+                           PCP_STORE_LIST_LIMIT_MAX);
+  }
+  encoded_mutation_t* encoded = NULL;
+  if (count > 0) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
+        store->allocator, count * sizeof(*encoded), (void**)&encoded));
+    memset(encoded, 0, count * sizeof(*encoded));
+  }
+  pcp_status_t status = pcp_ok_status();
+  for (size_t i = 0; pcp_status_is_ok(status) && i < count; ++i) {
+    if (!items[i].mutation_id[0]) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "mutations[%zu]: mutation_id is required", i);
+    } else {
+      status = mutation_validate(store, &items[i], &encoded[i]);
+      if (!pcp_status_is_ok(status)) {
+        pcp_status_t wrapped =
+            pcp_make_status(pcp_status_code(status), "mutations[%zu]: %s", i,
+                            pcp_status_message(status));
+        pcp_status_ignore(status);
+        status = wrapped;
+      }
+    }
+  }
+  char last_key[sizeof(REPLICATION_LAST_PREFIX) + PCP_STORE_ID_MAX_LENGTH];
+  snprintf(last_key, sizeof(last_key), REPLICATION_LAST_PREFIX "%s", peer_id);
+  size_t applied = 0, duplicates = 0;
+  if (pcp_status_is_ok(status)) {
+    pcp_store_lock(store);
+    status = pcp_store_tx_begin(store);
+    if (pcp_status_is_ok(status)) {
+      for (size_t i = 0; pcp_status_is_ok(status) && i < count; ++i) {
+        int64_t sequence_no = 0;
+        status =
+            mutation_find_locked(store, items[i].mutation_id, &sequence_no);
+        if (pcp_status_is_ok(status) && sequence_no != 0) {
+          ++duplicates;
+          continue;
+        }
+        if (pcp_status_is_ok(status)) {
+          status =
+              mutation_apply_locked(store, &items[i], encoded[i].timestamp_ns);
+          // A replicated delete of what this store never held (its upsert
+          // was not eligible, or came from elsewhere) has nothing to do; a
+          // refusal would stop the sender's replication for good.
+          if (pcp_status_code(status) == PCP_STATUS_NOT_FOUND &&
+              (items[i].mutation_type == PCP_STORE_MUTATION_DELETE_ENTITY ||
+               items[i].mutation_type == PCP_STORE_MUTATION_DELETE_RELATION)) {
+            pcp_status_ignore(status);
+            status = pcp_ok_status();
+          }
+        }
+        if (pcp_status_is_ok(status)) {
+          status = mutation_insert_locked(store, &items[i], &encoded[i],
+                                          &sequence_no);
+        }
+        if (pcp_status_is_ok(status)) {
+          ++applied;
+        } else {
+          pcp_status_t wrapped = pcp_make_status(
+              pcp_status_code(status), "mutations[%zu] (%s): %s", i,
+              items[i].mutation_id, pcp_status_message(status));
+          pcp_status_ignore(status);
+          status = wrapped;
+        }
+      }
+      if (pcp_status_is_ok(status)) {
+        // The hub's ack table (store/federation.c), in this transaction.
+        status = pcp_store_federation_ack_raise_locked(store, peer_id,
+                                                       acked_sequence_no);
+      }
+      if (pcp_status_is_ok(status)) {
+        status =
+            pcp_store_meta_raise_locked(store, last_key, peer_last_sequence_no);
+      }
+      status = pcp_store_tx_finish(store, status);
+    }
+    pcp_store_unlock(store);
+  }
+  for (size_t i = 0; i < count; ++i) {
+    encoded_mutation_free(&encoded[i]);
+  }
+  if (encoded) {
+    pcp_allocator_free(store->allocator, encoded);
+  }
+  if (pcp_status_is_ok(status)) {
+    *out_applied_count = applied;
+    *out_duplicate_count = duplicates;
+  }
+  return status;
+}
+
+pcp_status_t pcp_store_replication_peer_get(
+    pcp_store_t* store, const char* peer_id,
+    pcp_store_replication_peer_t* out_peer) {
+  memset(out_peer, 0, sizeof(*out_peer));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_federation_ack_get(
+      store, peer_id, &out_peer->acked_sequence_no));
+  snprintf(out_peer->peer_id, sizeof(out_peer->peer_id), "%s", peer_id);
+  char key[sizeof(REPLICATION_LAST_PREFIX) + PCP_STORE_ID_MAX_LENGTH];
+  snprintf(key, sizeof(key), REPLICATION_LAST_PREFIX "%s", peer_id);
+  pcp_store_lock(store);
+  pcp_status_t status =
+      pcp_store_meta_get_locked(store, key, &out_peer->last_sequence_no);
+  pcp_store_unlock(store);
+  return status;
+}
+
+pcp_status_t pcp_store_replication_peer_list(
+    pcp_store_t* store, pcp_store_replication_peer_list_t* out_list) {
+  memset(out_list, 0, sizeof(*out_list));
+  out_list->allocator = store->allocator;
+  pcp_store_lock(store);
+  sqlite3_stmt* stmt = NULL;
+  pcp_status_t status =
+      prepare_once(store,
+                   "SELECT a.gateway_id, a.acked_sequence, coalesce(l.value, 0)"
+                   " FROM federation_acks a LEFT JOIN meta l"
+                   " ON l.key = '" REPLICATION_LAST_PREFIX
+                   "' || a.gateway_id"
+                   " ORDER BY a.gateway_id LIMIT ?1",
+                   &stmt);
+  if (pcp_status_is_ok(status)) {
+    status = pcp_store_bind_check(
+        store, sqlite3_bind_int64(stmt, 1, PCP_STORE_LIST_LIMIT_MAX));
+  }
+  size_t capacity = 0;
+  int rc = SQLITE_DONE;
+  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    status = pcp_store_list_reserve(
+        out_list->allocator, sizeof(pcp_store_replication_peer_t),
+        out_list->count, &capacity, (void**)&out_list->items);
+    if (!pcp_status_is_ok(status)) {
+      break;
+    }
+    pcp_store_replication_peer_t* p = &out_list->items[out_list->count++];
+    pcp_store_text_column(stmt, 0, p->peer_id, sizeof(p->peer_id));
+    p->acked_sequence_no = sqlite3_column_int64(stmt, 1);
+    p->last_sequence_no = sqlite3_column_int64(stmt, 2);
+  }
+  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+    status = pcp_store_db_status(store, rc, "replication peers");
+  }
+  sqlite3_finalize(stmt);
+  pcp_store_unlock(store);
+  if (!pcp_status_is_ok(status)) {
+    pcp_store_replication_peer_list_deinitialize(out_list);
+  }
+  return status;
+}

@@ -760,6 +760,127 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_mutation_find(
     pcp_store_t* store, const char* mutation_id, int64_t* out_sequence_no);
 
 //===----------------------------------------------------------------------===//
+// Graph replication: namespace policies, per-namespace lag, peer acks
+//===----------------------------------------------------------------------===//
+
+// A namespace policy (upstream s.6.5). Policies are not a table of their
+// own: a policy change is a policy_update record in the mutation log whose
+// payload is the whole snapshot {default_visibility, allow_global_replication,
+// allow_raw_payload_export}, and the policy in force is the newest record of
+// its namespace (by timestamp, then sequence number). So a policy and the
+// mutations written under it share one history and one durability rule.
+typedef struct pcp_store_graph_policy_t {
+  char namespace_id[PCP_STORE_ID_MAX_LENGTH + 1];
+  pcp_store_visibility_t default_visibility;
+  bool allow_global_replication;
+  bool allow_raw_payload_export;
+  int64_t updated_at_ns;  // the record's timestamp; 0 for a default policy
+} pcp_store_graph_policy_t;
+
+typedef struct pcp_store_graph_policy_list_t {
+  pcp_allocator_t allocator;
+  pcp_store_graph_policy_t* items;
+  size_t count;
+} pcp_store_graph_policy_list_t;
+// Thread-compatible: one owner at a time.
+void pcp_store_graph_policy_list_deinitialize(
+    pcp_store_graph_policy_list_t* list);
+
+// The policy in force of every namespace that has one, by namespace id (at
+// most PCP_STORE_LIST_LIMIT_MAX). A payload key that is absent or of the
+// wrong type reads as its default (local, false, false). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_graph_policy_list(
+    pcp_store_t* store, pcp_store_graph_policy_list_t* out_list);
+
+// Mutation log counters of one namespace (upstream
+// NamespaceReplicationStatus). |pending_count| counts records after the
+// log's last_replicated_sequence: the namespace's replication lag.
+typedef struct pcp_store_namespace_stats_t {
+  char namespace_id[PCP_STORE_ID_MAX_LENGTH + 1];
+  int64_t total_count;
+  int64_t pending_count;
+  int64_t visibility_counts[PCP_STORE_VISIBILITY_COUNT_];
+  int64_t entity_count;       // upsert_entity + delete_entity
+  int64_t relation_count;     // upsert_relation + delete_relation
+  int64_t observation_count;  // append_observation
+  int64_t policy_count;       // policy_update
+  int64_t last_sequence_no;
+} pcp_store_namespace_stats_t;
+
+typedef struct pcp_store_namespace_stats_list_t {
+  pcp_allocator_t allocator;
+  pcp_store_namespace_stats_t* items;
+  size_t count;
+} pcp_store_namespace_stats_list_t;
+// Thread-compatible: one owner at a time.
+void pcp_store_namespace_stats_list_deinitialize(
+    pcp_store_namespace_stats_list_t* list);
+
+// Counters of every namespace in the log, by namespace id (at most
+// PCP_STORE_LIST_LIMIT_MAX). One scan of the log. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_namespace_stats_list(
+    pcp_store_t* store, pcp_store_namespace_stats_list_t* out_list);
+
+// Row counts of the graph tables (namespaces: distinct namespace ids in the
+// log). Thread-safe.
+typedef struct pcp_store_graph_log_counts_t {
+  int64_t namespace_count;
+  int64_t entity_count;
+  int64_t relation_count;
+  int64_t observation_count;
+  int64_t mutation_count;
+} pcp_store_graph_log_counts_t;
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_store_graph_log_counts_query(pcp_store_t* store,
+                             pcp_store_graph_log_counts_t* out_counts);
+
+// What the receiving side (the hub) knows of one sender (a gateway): the
+// highest sequence number it acknowledged and the sender's own last
+// sequence number as last reported (lag = last - acked).
+typedef struct pcp_store_replication_peer_t {
+  char peer_id[PCP_STORE_ID_MAX_LENGTH + 1];
+  int64_t acked_sequence_no;
+  int64_t last_sequence_no;
+} pcp_store_replication_peer_t;
+
+typedef struct pcp_store_replication_peer_list_t {
+  pcp_allocator_t allocator;
+  pcp_store_replication_peer_t* items;
+  size_t count;
+} pcp_store_replication_peer_list_t;
+// Thread-compatible: one owner at a time.
+void pcp_store_replication_peer_list_deinitialize(
+    pcp_store_replication_peer_list_t* list);
+
+// Applies a replicated batch from |peer_id| exactly once, in ONE
+// transaction: every item (each must carry a mutation_id) is applied and
+// logged as pcp_store_graph_mutation_apply does, an id already in the log
+// is skipped and counted in |out_duplicate_count|, and the peer's
+// acknowledged sequence (pcp_store_federation_ack_get; |peer_id| is a
+// gateway id, no '/') is raised to |acked_sequence_no| (and its reported
+// last sequence to |peer_last_sequence_no|; both never lowered). Either
+// everything commits or nothing does, so an ack the sender receives always
+// names applied records, and a batch re-sent after a crash before the
+// commit applies in full. Items keep their timestamps (the sender's). A
+// delete of what the store does not hold is logged and counts as applied
+// (unlike pcp_store_graph_mutation_apply's NOT_FOUND).
+// INVALID_ARGUMENT (naming the item) for a bad item. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_graph_mutation_batch_apply(
+    pcp_store_t* store, const char* peer_id, const pcp_store_mutation_t* items,
+    size_t count, int64_t acked_sequence_no, int64_t peer_last_sequence_no,
+    size_t* out_applied_count, size_t* out_duplicate_count);
+
+// The acknowledged sequence of |peer_id| (0 when it never sent). Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_replication_peer_get(
+    pcp_store_t* store, const char* peer_id,
+    pcp_store_replication_peer_t* out_peer);
+
+// Every peer that sent a batch, by id (at most PCP_STORE_LIST_LIMIT_MAX).
+// Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_replication_peer_list(
+    pcp_store_t* store, pcp_store_replication_peer_list_t* out_list);
+
+//===----------------------------------------------------------------------===//
 // Checkpoints
 //===----------------------------------------------------------------------===//
 

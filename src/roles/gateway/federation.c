@@ -857,6 +857,16 @@ static pcp_status_t replication_get(void* user_data,
                 (json_int_t)stats.pending_count, "replication_lag",
                 (json_int_t)(stats.last_sequence_no -
                              stats.last_replicated_sequence)));
+  // Per namespace (upstream NamespaceReplicationStatus): replication.c.
+  json_t* graph = pcp_roles_gateway_replication_status_json(g);
+  if (graph) {
+    json_object_set(out, "namespaces", json_object_get(graph, "namespaces"));
+    json_object_set_new(
+        json_object_get(out, "summary"), "namespace_count",
+        json_integer((json_int_t)json_array_size(
+            json_object_get(graph, "namespaces"))));
+    json_decref(graph);
+  }
   return pcp_http_response_json_take(response, 200, out);
 }
 

@@ -122,6 +122,9 @@ typedef struct pcp_roles_gateway_event_client_t {
   int64_t next_comment_ns;
 } pcp_roles_gateway_event_client_t;
 
+// replication.c (graph replication; opaque).
+typedef struct pcp_roles_gateway_replication_t pcp_roles_gateway_replication_t;
+
 typedef struct pcp_roles_gateway_state_t {
   const pcp_roles_gateway_config_t* config;
   pcp_allocator_t allocator;
@@ -178,6 +181,9 @@ typedef struct pcp_roles_gateway_state_t {
   pthread_t training_thread;
   bool training_started;
 
+  // Graph replication (replication.c): policies, push thread, status.
+  pcp_roles_gateway_replication_t* replication;
+
   pthread_t runner_thread;
   pthread_t pump_thread;
   bool runner_started;
@@ -211,6 +217,54 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* gateway);
 // Ends the proxied calls in flight (waits up to |timeout_ms| for them).
 void pcp_roles_gateway_proxy_stop(int64_t timeout_ms);
+
+// replication.c: graph replication (docs/federation.md "Graph
+// replication"). _start before the routes are added and before the
+// federation thread starts (it installs the push as the federation step
+// when federation is on); _stop after the HTTP server and the federation
+// thread stopped. All else is thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_replication_start(pcp_roles_gateway_state_t* gateway);
+void pcp_roles_gateway_replication_stop(pcp_roles_gateway_state_t* gateway);
+// GET/PUT /v1/graph/policies, GET /v1/graph/replication,
+// POST /v1/internal/events.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_replication_routes_add(pcp_roles_gateway_state_t* gateway);
+// One push cycle: eligible mutations after the replicated mark go to the
+// hub in batches; the mark moves only past what the hub acknowledged. A
+// no-op without a hub. The federation thread runs it after every connect
+// (cycles never overlap).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* gateway);
+// Applies a /v1/graph/mutate mutation (|request| its JSON) through the
+// graph backend: a missing visibility becomes the namespace policy's
+// default_visibility; a policy_update is validated, merged into the policy
+// in force and logged as the whole snapshot (policy writes serialized).
+// Errors as pcp_store_graph_backend_mutation_apply.
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_mutation_apply(
+    pcp_roles_gateway_state_t* gateway, json_t* request,
+    pcp_store_mutation_t* mutation, int64_t* out_sequence_no,
+    bool* out_duplicate);
+// After a policy_update was applied (_mutation_apply calls it).
+void pcp_roles_gateway_replication_policies_changed(
+    pcp_roles_gateway_state_t* gateway);
+// query_mode global / local_plus_global of POST /v1/graph/query: asks the
+// hub (502 FederationHubQueryFailed JSON when it fails), filters by
+// visibility and merges local-first with |local_result| (ignored for
+// global), cutting each array at |limit| (0: none).
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_query(
+    pcp_roles_gateway_state_t* gateway, json_t* body, const char* mode,
+    json_t* local_result, size_t limit, pcp_http_response_t* response);
+// The same without a response (query-then-infer may use it): |*out_result|
+// a new reference; INVALID_ARGUMENT for an unknown mode or no hub,
+// UNAVAILABLE "FederationHubQueryFailed: ..." when the hub fails (answer
+// 502).
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_query_run(
+    pcp_roles_gateway_state_t* gateway, json_t* body, const char* mode,
+    json_t* local_result, size_t limit, json_t** out_result);
+// The replication status (GET /v1/graph/replication); NULL on error.
+json_t* pcp_roles_gateway_replication_status_json(
+    pcp_roles_gateway_state_t* gateway);
 
 // jobs.c
 PCP_MUST_USE_RESULT pcp_status_t

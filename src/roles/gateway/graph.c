@@ -159,9 +159,11 @@ static pcp_status_t graph_mutate(void* user_data,
     status = mutation_parse(g, json_array_get(mutations, i), &m);
     int64_t sequence = 0;
     bool duplicate = false;
+    // Through replication.c: the namespace's default visibility, and a
+    // policy_update validated and applied.
     if (!status) {
-      status = pcp_store_graph_backend_mutation_apply(g->graph, &m, &sequence,
-                                                      &duplicate);
+      status = pcp_roles_gateway_replication_mutation_apply(
+          g, json_array_get(mutations, i), &m, &sequence, &duplicate);
     }
     if (status) {
       pcp_status_t wrapped =
@@ -220,12 +222,9 @@ static pcp_status_t graph_query(void* user_data,
                              "query fields entity_id, namespace_id, "
                              "entity_type, relation_type, text and query_mode "
                              "must be strings");
-  } else if (mode && strcmp(mode, "local") != 0) {
-    // Global modes need the federation hub (a later issue).
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "field 'query_mode': only 'local' is served "
-                             "without a federation hub");
   }
+  // global / local_plus_global go through the hub (replication.c).
+  bool remote = mode && strcmp(mode, "local") != 0;
   pcp_store_graph_query_t q = {
       .entity_id = string_field(body, "entity_id"),
       .namespace_id = string_field(body, "namespace_id"),
@@ -245,13 +244,24 @@ static pcp_status_t graph_query(void* user_data,
     }
   }
   pcp_store_graph_result_t result = {0};
-  if (!status) {
+  bool global_only = remote && strcmp(mode, "global") == 0;
+  if (!status && !global_only) {
     status = pcp_store_graph_backend_query(g->graph, &q, &result);
   }
-  json_decref(body);
-  PCP_RETURN_IF_ERROR_BARE(status);
-  json_t* out = graph_result_json(&result);
+  if (status) {
+    json_decref(body);
+    return status;
+  }
+  json_t* out = global_only ? NULL : graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
+  if (remote) {
+    status = pcp_roles_gateway_replication_query(
+        g, body, mode, out, q.limit ? q.limit : 20, response);
+    json_decref(out);
+    json_decref(body);
+    return status;
+  }
+  json_decref(body);
   return pcp_http_response_json_take(response, 200, out);
 }
 

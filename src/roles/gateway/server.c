@@ -888,8 +888,10 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
       pcp_http_server_probes_add(g->http, g->registry, &g->readyz));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_inference_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_federation_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_graph_routes_add(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_start(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_routes_add(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_federation_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_proxy_routes_add(g));
 
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
@@ -942,6 +944,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   // Training runs cancel their round's tasks and return; their jobs stay
   // running in the store and resume from a checkpoint at the next start.
   pcp_roles_gateway_training_stop(g);
+  pcp_roles_gateway_replication_stop(g);
   // A compile in progress finishes first (iree-compile is a child process
   // with its own timeout); its job stays compiling and re-runs next start.
   pcp_roles_gateway_compile_pool_stop(g);
