@@ -192,7 +192,9 @@ function logTicks(lo, hi) {
       if (v >= lo && v <= hi) out.push(v);
     }
   }
-  return out;
+  // A range inside one decade (a loss from 3.4 to 4.0) has too few of
+  // those: round linear ticks, still placed on the log scale.
+  return out.length >= 3 ? out : niceTicks(lo, hi, 4).filter((v) => v > 0);
 }
 
 class Chart {
@@ -301,7 +303,7 @@ class Chart {
     const xl = svg("text", { class: "axis-label", x: (L + W - R) / 2, y: H - 6,
       "text-anchor": "middle" });
     xl.textContent = this.opts.xLabel;
-    const yl = svg("text", { class: "axis-label", x: 12, y: (T + H - B) / 2,
+    const yl = svg("text", { class: "axis-label y-label", x: 12, y: (T + H - B) / 2,
       "text-anchor": "middle", transform: "rotate(-90 12 " + (T + H - B) / 2 + ")" });
     yl.textContent = this.opts.yLabel + (log ? " (log)" : "");
     g.append(xl, yl);
