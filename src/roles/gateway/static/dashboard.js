@@ -752,6 +752,14 @@ async function jobView(root, id) {
         drawnConfig = true;
       }
       document.body.setAttribute("data-rendered", "job:" + id);
+      // The first complete render, once painted (bench/dashboard reads it).
+      if (!performance.getEntriesByName("pcp-job-rendered").length) {
+        requestAnimationFrame(() => setTimeout(() => {
+          if (!performance.getEntriesByName("pcp-job-rendered").length) {
+            performance.mark("pcp-job-rendered");
+          }
+        }, 0));
+      }
     },
     onEvent(ev) { if (ev.job_id === id) refreshSoon(); },
   };
