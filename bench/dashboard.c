@@ -57,18 +57,18 @@ static pcp_status_t seed(pcp_store_t* store, const char* id, int64_t steps) {
   // a little deterministic noise), an evaluation every 10 steps.
   uint64_t wire = 0;
   for (int64_t s = 1; s <= steps && !status; ++s) {
-    double loss = 1.5 + 2.7 * exp(-(double)s / 150.0) +
-                  0.05 * sin((double)s * 1.7);
+    double loss =
+        1.5 + 2.7 * exp(-(double)s / 150.0) + 0.05 * sin((double)s * 1.7);
     bool evaluated = s % 10 == 0;
     uint64_t step_bytes = 14560000;
     wire += step_bytes;
     json_t* p = json_pack(
-        "{s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:i, s:f, s:f, s:b}",
-        "outer_step", (json_int_t)s, "outer_loop_steps", (json_int_t)steps,
-        "loss", loss, "loss_mean", loss + 0.02, "tokens_per_second",
+        "{s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:i, s:f, s:f, s:b}", "outer_step",
+        (json_int_t)s, "outer_loop_steps", (json_int_t)steps, "loss", loss,
+        "loss_mean", loss + 0.02, "tokens_per_second",
         9000.0 + 500.0 * sin((double)s / 7.0), "wire_bytes", (json_int_t)wire,
-        "step_wire_bytes", (json_int_t)step_bytes, "workers", 2, "seconds",
-        1.4, "lr", 0.003, "evaluated", evaluated);
+        "step_wire_bytes", (json_int_t)step_bytes, "workers", 2, "seconds", 1.4,
+        "lr", 0.003, "evaluated", evaluated);
     if (p && evaluated) {
       json_object_set_new(p, "val_loss", json_real(loss + 0.08));
     }
@@ -121,8 +121,9 @@ static int append_main(const char* state_dir, const char* rate_text,
   long rate = strtol(rate_text, NULL, 10);
   long seconds = strtol(seconds_text, NULL, 10);
   if (rate < 1 || rate > 1000 || seconds < 1 || seconds > 600) {
-    fprintf(stderr, "dashboard --append: RATE in [1, 1000], SECONDS in "
-                    "[1, 600]\n");
+    fprintf(stderr,
+            "dashboard --append: RATE in [1, 1000], SECONDS in "
+            "[1, 600]\n");
     return 2;
   }
   pcp_store_options_t options;

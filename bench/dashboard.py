@@ -17,8 +17,9 @@
      reported as CPU milliseconds per subscriber per second.
 
 Last line: `dashboard ratio=<empty page ms / job page ms>` (higher is
-better). PCP_BENCH_CHECK=1: exit 1 when the job page takes longer than
-GOAL_MS or a subscriber costs more than 5 ms of CPU per second.
+better). Goals (a "dashboard goal ...: met|MISSED" line each; exit 1 on a
+miss under PCP_BENCH_CHECK=1): the job page within GOAL_MS, at most 5 ms of
+gateway CPU per subscriber per second.
 """
 import json
 import os
@@ -191,14 +192,15 @@ def main():
               "CPU per subscriber per second" % (
                   EVENT_RATE, 100 * idle, 100 * busy, SUBSCRIBERS,
                   received[0], per_sub_ms))
-        if os.environ.get("PCP_BENCH_CHECK") == "1":
-            if job_med > GOAL_MS:
-                print("goal missed: job page %.0f ms > %.0f ms" % (job_med, GOAL_MS))
-                status = 1
-            if per_sub_ms > GOAL_SSE_CPU_MS:
-                print("goal missed: %.2f ms CPU per subscriber per second > %.1f"
-                      % (per_sub_ms, GOAL_SSE_CPU_MS))
-                status = 1
+        met_page = job_med <= GOAL_MS
+        met_sse = per_sub_ms <= GOAL_SSE_CPU_MS
+        print("dashboard goal job page of %d steps <= %.0f ms: %s" % (
+            STEPS, GOAL_MS, "met" if met_page else "MISSED"))
+        print("dashboard goal gateway CPU per SSE subscriber <= %.1f ms/s: %s"
+              % (GOAL_SSE_CPU_MS, "met" if met_sse else "MISSED"))
+        if os.environ.get("PCP_BENCH_CHECK") == "1" and not (met_page and
+                                                              met_sse):
+            status = 1
         print("dashboard ratio=%.4f" % (empty_med / job_med))
     finally:
         for s in subs:

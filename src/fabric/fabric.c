@@ -908,9 +908,11 @@ static void process_actions(fabric_conn_t* conn);
 // counted, and no longer its current task. ep->mu held.
 static void worker_task_answered(fabric_worker_t* w,
                                  const pcp_fabric_task_t* task, bool failed) {
-  if (!w) return;
+  if (!w)
+    return;
   w->info.tasks_done++;
-  if (failed) w->info.tasks_failed++;
+  if (failed)
+    w->info.tasks_failed++;
   if (w->info.current_task_id == task->id) {
     w->info.current_task_id = 0;
     w->info.current_function[0] = '\0';

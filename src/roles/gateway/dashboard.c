@@ -41,9 +41,8 @@ enum {
 };
 
 static const char* const kColumnNames[COLUMN_COUNT_] = {
-    "outer_step",      "time_ms",    "loss",    "val_loss",
-    "tokens_per_second", "wire_bytes", "step_wire_bytes", "seconds",
-    "lr",
+    "outer_step", "time_ms",         "loss",    "val_loss", "tokens_per_second",
+    "wire_bytes", "step_wire_bytes", "seconds", "lr",
 };
 
 // The number at |key| of |payload| as JSON (a copy), or null when absent or
@@ -86,9 +85,9 @@ static void columns_append(json_t* const* columns,
   json_array_append_new(columns[COLUMN_LOSS], number_or_null(p, "loss"));
   // val_loss is carried forward in the progress; it belongs to this step
   // only when this step evaluated.
-  json_array_append_new(columns[COLUMN_VAL_LOSS],
-                        json_is_true(val) ? number_or_null(p, "val_loss")
-                                          : json_null());
+  json_array_append_new(
+      columns[COLUMN_VAL_LOSS],
+      json_is_true(val) ? number_or_null(p, "val_loss") : json_null());
   json_array_append_new(columns[COLUMN_TOKENS_PER_SECOND],
                         number_or_null(p, "tokens_per_second"));
   json_array_append_new(columns[COLUMN_WIRE_BYTES],
@@ -112,9 +111,9 @@ pcp_status_t pcp_roles_gateway_training_history(
   bool training = strcmp(job.kind, "training") == 0;
   json_t* outer_loop_steps = json_object_get(
       json_object_get(job.spec, "training"), "outer_loop_steps");
-  json_int_t planned =
-      json_is_integer(outer_loop_steps) ? json_integer_value(outer_loop_steps)
-                                        : 0;
+  json_int_t planned = json_is_integer(outer_loop_steps)
+                           ? json_integer_value(outer_loop_steps)
+                           : 0;
   char state[32];
   snprintf(state, sizeof(state), "%s", pcp_store_job_state_name(job.state));
   pcp_store_job_deinitialize(&job);
@@ -171,12 +170,11 @@ pcp_status_t pcp_roles_gateway_training_history(
     return status ? status
                   : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "history");
   }
-  json_t* out = json_pack("{s:s, s:s, s:I, s:I, s:b, s:I}", "job_id", id,
-                          "state", state, "outer_loop_steps", planned,
-                          "points",
-                          (json_int_t)json_array_size(columns[0]), "truncated",
-                          truncated, "max_points",
-                          (json_int_t)PCP_GATEWAY_HISTORY_MAX_POINTS);
+  json_t* out =
+      json_pack("{s:s, s:s, s:I, s:I, s:b, s:I}", "job_id", id, "state", state,
+                "outer_loop_steps", planned, "points",
+                (json_int_t)json_array_size(columns[0]), "truncated", truncated,
+                "max_points", (json_int_t)PCP_GATEWAY_HISTORY_MAX_POINTS);
   for (int c = 0; c < COLUMN_COUNT_; ++c) {
     if (out) {
       json_object_set_new(out, kColumnNames[c], columns[c]);
