@@ -20,7 +20,9 @@ protocol, against a real `pcp --gateway` (API token on) and
   5. the cancel button (two clicks) cancels a running job: its state turns
      cancelled through the API;
   6. no page logs a console error or throws; screenshots of every page go
-     to build/test-artifacts/dashboard/.
+     to build/test-artifacts/dashboard/;
+  7. the gateway SIGKILLed and restarted: the page shows "reconnecting",
+     then "live" again, and lists a job submitted after the restart.
 A missing chromium is a failure. Every wait is bounded.
 """
 import json
@@ -271,6 +273,27 @@ def main():
         check(page.screenshot(os.path.join(ARTIFACTS, "overview-cancelled.png"))
               > 10000, "overview screenshot after cancel")
         no_errors(page, "overview after cancel")
+
+        # 7. Reconnect: the gateway is SIGKILLed and started again on the
+        # same state; the page says "reconnecting", then "live" again, and
+        # a job submitted after the restart appears without a reload.
+        gw.proc.kill()
+        gw.proc.wait()
+        page.wait("document.getElementById('live').textContent === "
+                  "'reconnecting'", 20, "the page notices the outage")
+        gw.start()
+        page.wait("document.getElementById('live').textContent === 'live'",
+                  30, "the event stream reconnects")
+        # The outage's failed loads are expected; what follows is not.
+        page.pump(0.5)
+        del page.errors[:]
+        after = submit(experiment(2, name="dash-after-restart"))
+        page.wait("!!document.querySelector('tr[data-job=\"%s\"]')" % after,
+                  20, "a job submitted after the restart is listed")
+        wait_for(lambda: state_of(after) in ("succeeded", "failed",
+                                             "cancelled"), 120,
+                 "the post-restart job ends")
+        no_errors(page, "overview after the reconnect")
     except (RuntimeError, TimeoutError, OSError, KeyError, TypeError) as e:
         check(False, "dashboard test: %s: %s" % (type(e).__name__, e))
         if page:
