@@ -6,7 +6,7 @@
      no workers); headless Chromium loads its job page (#/jobs/ID) N times,
      each a fresh document; the time is the page's own performance mark
      "pcp-job-rendered" (navigation start to the loss, tokens/s and wire
-     charts drawn, the timeline and the config filled). Baseline: an empty
+     charts drawn and painted; the timeline fills in after). Baseline: an empty
      page from the same server (/healthz, a few bytes of JSON), navigation
      start to its load event. Medians; the loss chart must hold 1,000
      points.
