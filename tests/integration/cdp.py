@@ -262,6 +262,38 @@ class Page:
                 "type": kind, "x": x, "y": y, "button": "left",
                 "clickCount": 1})
 
+    def rect(self, selector):
+        return self.evaluate(
+            "(() => { const e = document.querySelector(%s); if (!e) return null;"
+            " const r = e.getBoundingClientRect();"
+            " return [r.left, r.top, r.width, r.height]; })()"
+            % json.dumps(selector))
+
+    def drag(self, selector, fx0, fx1, fy=0.5):
+        """A left-button drag across |selector| from fraction fx0 to fx1
+        of its width, at fraction fy of its height."""
+        left, top, width, height = self.rect(selector)
+        y = top + height * fy
+        x0, x1 = left + width * fx0, left + width * fx1
+        self.call("Input.dispatchMouseEvent", {
+            "type": "mousePressed", "x": x0, "y": y, "button": "left",
+            "clickCount": 1})
+        for i in range(1, 6):
+            self.call("Input.dispatchMouseEvent", {
+                "type": "mouseMoved", "x": x0 + (x1 - x0) * i / 5, "y": y,
+                "button": "left", "buttons": 1})
+        self.call("Input.dispatchMouseEvent", {
+            "type": "mouseReleased", "x": x1, "y": y, "button": "left",
+            "clickCount": 1})
+
+    def double_click(self, selector):
+        x, y = self.center(selector)
+        for count in (1, 2):
+            for kind in ("mousePressed", "mouseReleased"):
+                self.call("Input.dispatchMouseEvent", {
+                    "type": kind, "x": x, "y": y, "button": "left",
+                    "clickCount": count})
+
     def wheel(self, selector, delta_y):
         x, y = self.center(selector)
         self.call("Input.dispatchMouseEvent", {

@@ -212,6 +212,17 @@ def main():
             "document.querySelector('#chart-loss polyline[data-series=loss]')"
             ".points.numberOfItems")
         check(0 < zoomed < STEPS, "wheel zoom narrows the loss chart: %s" % zoomed)
+        count_tokens = ("document.querySelector('#chart-tokens polyline')"
+                        ".points.numberOfItems")
+        # A drag over the last half of the tokens/s chart's plot (its x
+        # axis is time: the first step, compiling, is far left).
+        page.drag("#chart-tokens svg", 0.5, 0.99)
+        dragged = page.evaluate(count_tokens)
+        check(0 < dragged < STEPS, "drag zoom narrows the tokens/s chart: %s"
+              % dragged)
+        page.double_click("#chart-tokens svg")
+        check(page.evaluate(count_tokens) == STEPS,
+              "double-click resets the zoom")
         timeline = page.evaluate("[...document.querySelectorAll("
                                  "'#timeline li.event')].map(l => l.textContent)")
         check(any("running" in t for t in timeline) and
