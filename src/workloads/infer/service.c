@@ -367,6 +367,9 @@ static void req_free(req_t* r) {
 static void req_finish(runner_t* runner, req_t* r, pcp_status_t status,
                        pcp_finish_reason_t reason) {
   pcp_infer_service_t* s = runner->service;
+  if (!r->probe) {
+    stats_add(runner, r, status);  // the models page's per-name counts
+  }
   if (r->slot >= 0) {
     slot_t* slot = &runner->slots[r->slot];
     slot->req = NULL;
@@ -383,7 +386,6 @@ static void req_finish(runner_t* runner, req_t* r, pcp_status_t status,
   }
   if (!r->probe) {
     metric(s->e2e, r->model, (double)(now_ns(s) - r->submitted_ns) / 1e9, true);
-    stats_add(runner, r, status);
   }
   pcp_infer_result_t result = {
       .finish_reason = status ? PCP_FINISH_REASON_NONE : reason,
