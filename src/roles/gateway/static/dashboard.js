@@ -665,11 +665,10 @@ function timeline(events, startMs) {
   return list;
 }
 
-// The job's events, page after page (the route answers up to 1,000 per
-// call), at most 50 pages.
-async function jobEvents(id) {
+// The job's events with an id above |after|, page after page (the route
+// answers up to 1,000 per call), at most 50 pages per call.
+async function jobEvents(id, after) {
   let all = [];
-  let after = 0;
   for (let page = 0; page < 50; ++page) {
     const r = await api("/v1/jobs/" + encodeURIComponent(id) + "/events?after=" + after);
     all = all.concat(r.events);
@@ -703,6 +702,9 @@ async function jobView(root, id) {
     el("section", {}, el("h2", { text: "Events" }), events),
     el("section", {}, el("h2", { text: "Configuration" }), config));
   let drawnConfig = false;
+  // Events seen so far: a refresh asks only for newer ones.
+  let seen = [];
+  let terminal = false;
   return {
     name: "job",
     async refresh() {
@@ -710,7 +712,7 @@ async function jobView(root, id) {
       const training = job.kind === "training";
       // The events (up to 1,000 per page, ~400 KB for a 1,000-step job) come
       // after the charts: the curves need only the compact history.
-      const eventsLoaded = jobEvents(id);
+      const eventsLoaded = jobEvents(id, seen.length ? seen[seen.length - 1].event_id : 0);
       eventsLoaded.catch(() => {});  // awaited below; no unhandled rejection
       const [detail, history] = await Promise.all([
         training ? api("/v1/training/jobs/" + encodeURIComponent(id)) : job,
@@ -755,7 +757,12 @@ async function jobView(root, id) {
           }
         }, 0));
       }
-      events.replaceChildren(timeline(await eventsLoaded, detail.created_at_ms));
+      const fresh = await eventsLoaded;
+      if (fresh.length || !events.firstChild) {
+        seen = seen.concat(fresh);
+        events.replaceChildren(timeline(seen, detail.created_at_ms));
+      }
+      terminal = TERMINAL.has(detail.state);
       if (!drawnConfig) {
         const exp = detail.spec && (detail.spec.experiment || detail.spec);
         const shown = training ? exp : { kind: detail.kind, placement: JSON.stringify(detail.placement) };
@@ -766,6 +773,8 @@ async function jobView(root, id) {
       document.body.setAttribute("data-rendered", "job:" + id);
     },
     onEvent(ev) { if (ev.job_id === id) refreshSoon(); },
+    // A finished job changes no more: no polling (an event still refreshes).
+    polls() { return !terminal; },
   };
 }
 
@@ -887,5 +896,9 @@ tokenFormInit();
 window.addEventListener("hashchange", route);
 route();
 // Heartbeat ages and durations move without events: a slow poll too.
-setInterval(() => { if (!document.hidden) refreshNow(); }, 3000);
+setInterval(() => {
+  if (!document.hidden && current && (!current.polls || current.polls())) {
+    refreshNow();
+  }
+}, 3000);
 streamEvents();
