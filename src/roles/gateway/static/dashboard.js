@@ -420,14 +420,31 @@ function td(text, cls, title) {
   return c;
 }
 
-// Every job, newest first, at most |max| (the list API pages oldest first).
+// The newest |max| jobs, newest first. The list API pages in creation
+// order, oldest first; the first call walks every page once, later calls
+// start after the job just before the newest |max| seen (jobs are never
+// reordered), so a refresh costs one request however many jobs exist.
+let jobsTailAfter = null;
 async function jobsNewest(max) {
   let all = [];
-  let after = null;
-  for (let page = 0; page < 20; ++page) {
+  let after = jobsTailAfter;
+  for (let page = 0; page < 100; ++page) {
     const q = "/v1/jobs?limit=1000" + (after ? "&after=" + encodeURIComponent(after) : "");
-    const r = await api(q);
-    all = all.concat(r.jobs).slice(-max);
+    let r;
+    try {
+      r = await api(q);
+    } catch (e) {
+      if (e.status === 404 && jobsTailAfter) {  // the cursor job is gone
+        jobsTailAfter = null;
+        return jobsNewest(max);
+      }
+      throw e;
+    }
+    all = all.concat(r.jobs);
+    if (all.length > max) {
+      jobsTailAfter = all[all.length - max - 1].job_id;
+      all = all.slice(-max);
+    }
     if (r.jobs.length < 1000) break;
     after = r.jobs[r.jobs.length - 1].job_id;
   }
