@@ -122,6 +122,8 @@ def main():
                          "'error' && document.getElementById('status')"
                          ".textContent", 20, "the 401 message")
         check("401" in text and "token" in text, "401 said plainly: " + text)
+        check(page.screenshot(os.path.join(ARTIFACTS, "unauthorized.png"))
+              > 5000, "401 screenshot")
         del page.errors[:]
         page.type_text("#token", gt.TOKEN)
         page.click("#token-form button[type=submit]")
@@ -268,6 +270,15 @@ def main():
         sel = "button.cancel[data-job=\"%s\"]" % long_job
         page.wait("!!document.querySelector(%s)" % json.dumps(sel), 20,
                   "the cancel button")
+        # While it trains, the overview shows a worker's current task.
+        task = page.wait(
+            "(() => { const c = [...document.querySelectorAll("
+            "'tr.worker td.running')].map(td => td.textContent); "
+            "return c.length ? c : null; })()", 30,
+            "a worker's current task on the overview")
+        check(any("#" in t for t in task), "current task shown: %s" % task)
+        check(page.screenshot(os.path.join(ARTIFACTS, "overview-training.png"))
+              > 10000, "overview screenshot while training")
         page.click(sel)
         check(page.evaluate("document.querySelector(%s).textContent"
                             % json.dumps(sel)) == "confirm cancel",
