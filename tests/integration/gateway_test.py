@@ -629,6 +629,14 @@ def main():
         # 10. Dashboard.
         s, page, _ = request("GET", "/", token=None, raw=True)
         check(s == 200 and b"dashboard.js" in page, "dashboard served")
+        for path, ctype in [("/", "text/html"), ("/dashboard.js",
+                                                "text/javascript"),
+                            ("/dashboard.css", "text/css")]:
+            s, _, h = request("GET", path, token=None, raw=True)
+            check(s == 200 and h.get("Content-Type", "").startswith(ctype) and
+                  h.get("Cache-Control") == "no-cache",
+                  "%s: %s, Cache-Control %s" % (path, h.get("Content-Type"),
+                                                h.get("Cache-Control")))
         # Chromium comes with `make setup` (tools/setup/apt-packages.txt):
         # missing is a failure, never a skip.
         chromium = need_tool("chromium", "chromium-browser")
