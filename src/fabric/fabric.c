@@ -904,6 +904,21 @@ static void try_finish_close(fabric_conn_t* conn) {
 
 static void process_actions(fabric_conn_t* conn);
 
+// |task| was answered by |w| (a result or, |failed|, an error of its own):
+// counted, and no longer its current task. ep->mu held.
+static void worker_task_answered(fabric_worker_t* w,
+                                 const pcp_fabric_task_t* task, bool failed) {
+  if (!w)
+    return;
+  w->info.tasks_done++;
+  if (failed)
+    w->info.tasks_failed++;
+  if (w->info.current_task_id == task->id) {
+    w->info.current_task_id = 0;
+    w->info.current_function[0] = '\0';
+  }
+}
+
 static void task_assign(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* task) {
   fabric_worker_t* w = task->worker;
   pcp_proto_task_assign_t assign = {
@@ -950,6 +965,9 @@ static void task_assign(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* task) {
   task->cancel_sent = false;
   copy_text(task->last_worker_id.value, sizeof(task->last_worker_id.value),
             w->info.worker_id);
+  w->info.current_task_id = task->id;
+  copy_text(w->info.current_function, sizeof(w->info.current_function),
+            task->function ? task->function : "");
   process_actions(w->conn);
 }
 
@@ -1494,6 +1512,7 @@ static void on_task_result(fabric_conn_t* conn, pcp_proto_action_t* action) {
   if (!task || task->state != TASK_RUNNING || task->worker != conn->worker) {
     return;  // reassigned meanwhile: never double-complete
   }
+  worker_task_answered(conn->worker, task, false);
   pcp_proto_task_result_t result;
   pcp_status_t status = pcp_proto_task_result_parse(&action->received, &result);
   if (status) {
@@ -1662,6 +1681,7 @@ static void handle_action(fabric_conn_t* conn, pcp_proto_action_t* a) {
       pcp_fabric_task_t* task = task_find(ep, a->task_id);
       if (task && task->state == TASK_RUNNING &&
           task->worker == conn->worker) {
+        worker_task_answered(conn->worker, task, true);
         task_finish(ep, task, a->status);
         a->status = pcp_ok_status();
       }
@@ -2396,6 +2416,11 @@ static void worker_info_fill(pcp_fabric_endpoint_t* ep, fabric_worker_t* w,
         (uint32_t)pcp_proto_gateway_conn_in_flight_count(w->conn->proto);
     out_info->bytes_in += atomic_load(&w->conn->bytes_in);
     out_info->bytes_out += atomic_load(&w->conn->bytes_out);
+  }
+  if (out_info->in_flight == 0) {
+    // Cancelled, reassigned or lost with the connection: nothing runs.
+    out_info->current_task_id = 0;
+    out_info->current_function[0] = '\0';
   }
   pcp_sched_worker_status_t status;
   pcp_status_t s = pcp_sched_worker_query(ep->sched, w->info.worker_id, &status);

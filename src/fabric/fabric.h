@@ -221,6 +221,13 @@ typedef struct pcp_fabric_worker_info_t {
   // included: the real traffic of the gateway's link to it.
   uint64_t bytes_in;
   uint64_t bytes_out;
+  // Tasks this worker answered (a result or a failure of its own), over
+  // every connection, and the task it was last handed that is still
+  // unanswered (0 / "": none): its id and the program function it runs.
+  uint64_t tasks_done;
+  uint64_t tasks_failed;
+  uint64_t current_task_id;
+  char current_function[64];
 } pcp_fabric_worker_info_t;
 
 // Copies what the endpoint knows about |worker_id| into |out_info|

@@ -564,6 +564,28 @@ def main():
         states = [e["to"] for e in ev["events"] if e["type"] == "state"]
         check(states == ["queued", "placing", "compiling", "running",
                          "succeeded"], "job 1 event chain %s" % states)
+        # Issue 18: events page on with ?after=; the dashboard's history
+        # route answers training jobs only.
+        first = ev["events"][0]["event_id"]
+        s, rest = request("GET", "/v1/jobs/%s/events?after=%d" % (job1, first))
+        check(s == 200 and rest["more"] is False and
+              [e["event_id"] for e in rest["events"]] ==
+              [e["event_id"] for e in ev["events"][1:]],
+              "events after the first: %s" % rest)
+        for bad in ("x", "-1", "", "99999999999999999999"):
+            r = request("GET", "/v1/jobs/%s/events?after=%s" % (job1, bad))
+            check(is_error(r, 400, "INVALID_ARGUMENT") and
+                  "after" in r[1]["error"]["message"],
+                  "events ?after=%s is 400 naming after: %s" % (bad, r))
+        check(is_error(request("GET", "/v1/training/jobs/%s/history" % job1),
+                       404), "history of a generic job is 404")
+        check(is_error(request("GET", "/v1/training/jobs/nope/history"), 404),
+              "history of an unknown job is 404")
+        s, hist = request("GET", "/v1/training/jobs/%s/history" % t["job_id"])
+        check(s == 200 and hist["points"] == len(hist["loss"]) ==
+              len(hist["outer_step"]) and hist["outer_loop_steps"] == 3 and
+              hist["state"] == "cancelled" and hist["truncated"] is False,
+              "history of the cancelled training job: %s" % hist)
         s, w = request("GET", "/v1/workers")
         check(w["counts"]["connected"] == 1 and len(w["workers"]) == 1,
               "workers %s" % w)
@@ -606,6 +628,14 @@ def main():
         # 10. Dashboard.
         s, page, _ = request("GET", "/", token=None, raw=True)
         check(s == 200 and b"dashboard.js" in page, "dashboard served")
+        for path, ctype in [("/", "text/html"), ("/dashboard.js",
+                                                "text/javascript"),
+                            ("/dashboard.css", "text/css")]:
+            s, _, h = request("GET", path, token=None, raw=True)
+            check(s == 200 and h.get("Content-Type", "").startswith(ctype) and
+                  h.get("Cache-Control") == "no-cache",
+                  "%s: %s, Cache-Control %s" % (path, h.get("Content-Type"),
+                                                h.get("Cache-Control")))
         # Chromium comes with `make setup` (tools/setup/apt-packages.txt):
         # missing is a failure, never a skip.
         chromium = need_tool("chromium", "chromium-browser")

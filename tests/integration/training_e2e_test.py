@@ -290,7 +290,8 @@ def main():
               "loss" in sse_steps[-1]["data"]["payload"],
               "SSE carries every training.step of run A (%d)" %
               len(sse_steps))
-        # The dashboard draws run A's loss curve from its events.
+        # The dashboard's job page draws run A's loss curve, one point per
+        # outer step (tests/integration/dashboard_test.py covers the rest).
         # Chromium comes with `make setup` (tools/setup/apt-packages.txt):
         # missing is a failure, never a skip.
         chromium = gt.need_tool("chromium", "chromium-browser")
@@ -298,13 +299,13 @@ def main():
             out = subprocess.run(
                 [chromium, "--headless", "--no-sandbox", "--disable-gpu",
                  "--virtual-time-budget=8000", "--dump-dom",
-                 gt.BASE + "/?token=" + gt.TOKEN],
+                 gt.BASE + "/?token=" + gt.TOKEN + "#/jobs/" + a],
                 capture_output=True, timeout=90)
             dom = out.stdout.decode(errors="replace")
-            at = dom.find('id="curve-%s"' % a)
-            curve = dom[at:at + 4000] if at >= 0 else ""
-            check(at >= 0 and ("outer step %d" % STEPS) in curve and
-                  "<polyline" in curve and curve.count(",") >= STEPS,
+            at = dom.find('id="chart-loss"')
+            curve = dom[at:] if at >= 0 else ""
+            check(at >= 0 and ("outer step %d" % STEPS) in dom and
+                  ('data-series="loss" data-points="%d"' % STEPS) in curve,
                   "dashboard shows run A's loss curve: %s" % curve[:300])
         if os.environ.get("PCP_TRAIN_E2E_ONLY_A"):
             return 1 if gt.FAILURES else 0

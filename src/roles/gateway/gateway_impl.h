@@ -198,6 +198,17 @@ typedef struct pcp_roles_gateway_state_t {
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* gateway);
 
+// dashboard.c: GET /v1/training/jobs/{id}/history (the dashboard's
+// charts): at most PCP_GATEWAY_HISTORY_MAX_POINTS outer steps, read from at
+// most PCP_GATEWAY_HISTORY_MAX_PAGES pages of the job's events.
+#define PCP_GATEWAY_HISTORY_MAX_POINTS 100000u
+#define PCP_GATEWAY_HISTORY_MAX_PAGES 200u
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_roles_gateway_dashboard_routes_add(pcp_roles_gateway_state_t* gateway);
+pcp_status_t pcp_roles_gateway_training_history(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response);
+
 // inference.c: /v1/models, /v1/chat/completions, /v1/completions.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_inference_routes_add(pcp_roles_gateway_state_t* gateway);

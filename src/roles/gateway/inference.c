@@ -151,6 +151,23 @@ static json_t* model_json(const pcp_infer_model_info_t* info) {
     if (info->reload_error[0]) {
       json_object_set_new(m, "reload_error", json_string(info->reload_error));
     }
+    // Served since the gateway started (the dashboard's models page):
+    // means over the requests, null before the first one.
+    const pcp_infer_model_stats_t* st = &info->stats;
+    json_object_set_new(
+        m, "stats",
+        json_pack(
+            "{s:I, s:I, s:I, s:o, s:o}", "requests", (json_int_t)st->requests,
+            "failed_requests", (json_int_t)st->failed_requests,
+            "generated_tokens", (json_int_t)st->generated_tokens,
+            "ttft_seconds_mean",
+            st->ttft_count
+                ? json_real(st->ttft_seconds_sum / (double)st->ttft_count)
+                : json_null(),
+            "tokens_per_second",
+            st->request_seconds > 0
+                ? json_real((double)st->generated_tokens / st->request_seconds)
+                : json_null()));
   }
   return m;
 }

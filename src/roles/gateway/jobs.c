@@ -770,16 +770,32 @@ pcp_status_t pcp_roles_gateway_job_events(void* user_data,
   pcp_store_job_t job;
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, id, &job));
   pcp_store_job_deinitialize(&job);
+  // ?after=EVENT_ID pages on: one answer holds at most
+  // PCP_STORE_LIST_LIMIT_MAX events ("more" says another page follows).
+  int64_t after = 0;
+  const char* after_text = pcp_http_request_query(request, "after");
+  if (after_text) {
+    char* end = NULL;
+    errno = 0;
+    long long v = strtoll(after_text, &end, 10);
+    if (!after_text[0] || !end || *end || v < 0 || errno == ERANGE) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "query 'after' must be an event id in [0, "
+                             "9223372036854775807]");
+    }
+    after = v;
+  }
   pcp_store_job_event_list_t list = {0};
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_event_list(
-      g->store, 0, id, PCP_STORE_LIST_LIMIT_MAX, &list));
+      g->store, after, id, PCP_STORE_LIST_LIMIT_MAX, &list));
   json_t* events = json_array();
   for (size_t i = 0; i < list.count; ++i) {
     json_array_append_new(events, event_json(&list.items[i]));
   }
+  bool more = list.count == PCP_STORE_LIST_LIMIT_MAX;
   pcp_store_job_event_list_deinitialize(&list);
-  return pcp_http_response_json_take(response, 200,
-                                     json_pack("{s:o}", "events", events));
+  return pcp_http_response_json_take(
+      response, 200, json_pack("{s:o, s:b}", "events", events, "more", more));
 }
 
 static json_t* result_json(const pcp_store_job_result_t* r) {

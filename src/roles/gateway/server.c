@@ -279,6 +279,18 @@ static json_t* worker_json(const pcp_fabric_worker_info_t* w) {
                       json_integer((json_int_t)w->bytes_in));
   json_object_set_new(out, "bytes_to_worker",
                       json_integer((json_int_t)w->bytes_out));
+  // What it works on (the dashboard's overview): tasks it answered, and the
+  // task it was last handed while that is unanswered (null: idle).
+  json_object_set_new(out, "tasks_done",
+                      json_integer((json_int_t)w->tasks_done));
+  json_object_set_new(out, "tasks_failed",
+                      json_integer((json_int_t)w->tasks_failed));
+  json_object_set_new(
+      out, "current_task",
+      w->current_task_id
+          ? json_pack("{s:I, s:s}", "task_id", (json_int_t)w->current_task_id,
+                      "function", w->current_function)
+          : json_null());
   return out;
 }
 
@@ -659,6 +671,10 @@ static pcp_status_t static_get(void* user_data,
     type = "text/javascript; charset=utf-8";
     body = kDashboardJs;
   }
+  // Compiled into the binary: a browser revalidates on every load (no-cache)
+  // so a new build's page is never mixed with an old cached script.
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_http_response_header_add(response, "Cache-Control", "no-cache"));
   // Static text: the builder copies; a few KiB per request.
   return pcp_http_response_body_set(response, 200, type, body, strlen(body));
 }
@@ -893,6 +909,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_federation_routes_add(g));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_proxy_routes_add(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_dashboard_routes_add(g));
 
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
   if (pthread_create(&g->runner_thread, NULL,

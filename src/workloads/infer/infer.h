@@ -138,6 +138,17 @@ typedef enum pcp_infer_model_state_e {
   PCP_INFER_MODEL_FAILED = 2,     // |error| says why
 } pcp_infer_model_state_t;
 
+// Requests a model name served since the service started (every version,
+// readiness probes excluded).
+typedef struct pcp_infer_model_stats_t {
+  uint64_t requests;
+  uint64_t failed_requests;   // ended with an error (client gone included)
+  uint64_t generated_tokens;  // completion tokens of all of them
+  double request_seconds;     // summed arrival-to-end times
+  uint64_t ttft_count;        // requests that produced a first token
+  double ttft_seconds_sum;    // summed arrival-to-first-token times
+} pcp_infer_model_stats_t;
+
 typedef struct pcp_infer_model_info_t {
   char name[PCP_INFER_MAX_MODEL_NAME + 1];
   char architecture[16];
@@ -156,6 +167,7 @@ typedef struct pcp_infer_model_info_t {
   // was not served ("" if none).
   uint32_t pending_version;
   char reload_error[256];
+  pcp_infer_model_stats_t stats;
 } pcp_infer_model_info_t;
 
 // Copies up to |capacity| models (sorted by name) and returns the count

@@ -63,6 +63,9 @@ typedef struct model_entry_t {
   uint32_t versions;       // numbers handed out so far
   char reload_error[256];  // why the last newer export failed ("" if none)
   bool pinned;             // from --model-dir (readiness depends on it)
+  // Requests served under this name, every version (not probes), for the
+  // dashboard's models page; guarded by the service's |mu|.
+  pcp_infer_model_stats_t stats;
 } model_entry_t;
 
 typedef enum req_phase_e {
@@ -97,6 +100,7 @@ struct req_t {
   req_phase_t phase;
   int slot;
   int64_t submitted_ns;
+  int64_t first_token_ns;  // 0: no token yet
   int64_t last_token_ns;
 };
 
@@ -342,6 +346,25 @@ static int64_t now_ns(pcp_infer_service_t* s) {
   return pcp_clock_now_ns(s->clock);
 }
 
+// Counts finished request |r| in its model's stats (the models page).
+static void stats_add(runner_t* runner, const req_t* r, pcp_status_t status) {
+  pcp_infer_service_t* s = runner->service;
+  int64_t end = now_ns(s);
+  pthread_mutex_lock(&s->mu);
+  pcp_infer_model_stats_t* st = &runner->entry->stats;
+  st->requests++;
+  if (status) {
+    st->failed_requests++;
+  }
+  st->generated_tokens += (uint64_t)(r->count - r->prompt_count);
+  st->request_seconds += (double)(end - r->submitted_ns) / 1e9;
+  if (r->first_token_ns) {
+    st->ttft_count++;
+    st->ttft_seconds_sum += (double)(r->first_token_ns - r->submitted_ns) / 1e9;
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
 //===----------------------------------------------------------------------===//
 // Versions
 //===----------------------------------------------------------------------===//
@@ -397,6 +420,9 @@ static void req_free(req_t* r) {
 static void req_finish(runner_t* runner, req_t* r, pcp_status_t status,
                        pcp_finish_reason_t reason) {
   pcp_infer_service_t* s = runner->service;
+  if (!r->probe) {
+    stats_add(runner, r, status);  // the models page's per-name counts
+  }
   if (r->slot >= 0) {
     slot_t* slot = &runner->slots[r->slot];
     slot->req = NULL;
@@ -520,6 +546,9 @@ static bool req_token(runner_t* runner, req_t* r, const float* logits) {
            (double)(t - (first ? r->submitted_ns : r->last_token_ns)) / 1e9,
            true);
     metric(s->generation_tokens, r->model, 1, false);
+  }
+  if (r->count == r->prompt_count) {
+    r->first_token_ns = t;
   }
   r->last_token_ns = t;
   r->ids[r->count++] = token;
@@ -2186,6 +2215,7 @@ size_t pcp_infer_service_model_list(pcp_infer_service_t* s,
     info->pending_version = e->next ? e->next->number : 0;
     snprintf(info->reload_error, sizeof(info->reload_error), "%s",
              e->reload_error);
+    info->stats = e->stats;
   }
   if (out_total) {
     *out_total = s->model_count;
