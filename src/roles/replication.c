@@ -529,3 +529,45 @@ pcp_status_t pcp_roles_replication_event_mutations(
   }
   return pcp_ok_status();
 }
+
+json_t* pcp_roles_graph_result_json(const pcp_store_graph_result_t* r) {
+  json_t* entities = json_array();
+  for (size_t i = 0; i < r->entity_count; ++i) {
+    const pcp_store_graph_entity_t* e = &r->entities[i];
+    json_array_append_new(
+        entities,
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:O, s:O, s:I, s:I}", "entity_id",
+                  e->entity_id, "namespace_id", e->namespace_id, "entity_type",
+                  e->entity_type, "display_name", e->display_name, "visibility",
+                  pcp_store_visibility_name(e->visibility), "properties",
+                  e->properties, "provenance", e->provenance, "created_at_ms",
+                  (json_int_t)(e->created_at_ns / 1000000), "updated_at_ms",
+                  (json_int_t)(e->updated_at_ns / 1000000)));
+  }
+  json_t* relations = json_array();
+  for (size_t i = 0; i < r->relation_count; ++i) {
+    const pcp_store_graph_relation_t* e = &r->relations[i];
+    json_array_append_new(
+        relations,
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:O, s:O}", "relation_id",
+                  e->relation_id, "namespace_id", e->namespace_id,
+                  "relation_type", e->relation_type, "from_entity_id",
+                  e->from_entity_id, "to_entity_id", e->to_entity_id,
+                  "visibility", pcp_store_visibility_name(e->visibility),
+                  "properties", e->properties, "provenance", e->provenance));
+  }
+  json_t* observations = json_array();
+  for (size_t i = 0; i < r->observation_count; ++i) {
+    const pcp_store_graph_observation_t* e = &r->observations[i];
+    json_array_append_new(
+        observations,
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:O, s:O}", "observation_id",
+                  e->observation_id, "namespace_id", e->namespace_id,
+                  "subject_entity_id", e->subject_entity_id, "observation_type",
+                  e->observation_type, "visibility",
+                  pcp_store_visibility_name(e->visibility), "payload",
+                  e->payload, "provenance", e->provenance));
+  }
+  return json_pack("{s:o, s:o, s:o}", "entities", entities, "relations",
+                   relations, "observations", observations);
+}

@@ -133,4 +133,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_roles_replication_event_mutations(
     json_t* event, const char* gateway_id, const char* lab_id,
     pcp_store_mutation_t out_mutations[2]);
 
+// The JSON answer of a graph query (/v1/graph/query on a gateway,
+// /v1/global-graph/query on the hub): {entities, relations, observations}
+// with every field of each item. New reference.
+json_t* pcp_roles_graph_result_json(const pcp_store_graph_result_t* result);
+
 #endif  // PCP_ROLES_REPLICATION_IMPL_H_

@@ -347,48 +347,6 @@ static pcp_status_t mutations_post(void* user_data,
 // Global graph
 //===----------------------------------------------------------------------===//
 
-static json_t* hub_result_json(const pcp_store_graph_result_t* r) {
-  json_t* entities = json_array();
-  for (size_t i = 0; i < r->entity_count; ++i) {
-    const pcp_store_graph_entity_t* e = &r->entities[i];
-    json_array_append_new(
-        entities,
-        json_pack("{s:s, s:s, s:s, s:s, s:s, s:O, s:O, s:I, s:I}", "entity_id",
-                  e->entity_id, "namespace_id", e->namespace_id, "entity_type",
-                  e->entity_type, "display_name", e->display_name, "visibility",
-                  pcp_store_visibility_name(e->visibility), "properties",
-                  e->properties, "provenance", e->provenance, "created_at_ms",
-                  (json_int_t)(e->created_at_ns / 1000000), "updated_at_ms",
-                  (json_int_t)(e->updated_at_ns / 1000000)));
-  }
-  json_t* relations = json_array();
-  for (size_t i = 0; i < r->relation_count; ++i) {
-    const pcp_store_graph_relation_t* e = &r->relations[i];
-    json_array_append_new(
-        relations,
-        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:O, s:O}", "relation_id",
-                  e->relation_id, "namespace_id", e->namespace_id,
-                  "relation_type", e->relation_type, "from_entity_id",
-                  e->from_entity_id, "to_entity_id", e->to_entity_id,
-                  "visibility", pcp_store_visibility_name(e->visibility),
-                  "properties", e->properties, "provenance", e->provenance));
-  }
-  json_t* observations = json_array();
-  for (size_t i = 0; i < r->observation_count; ++i) {
-    const pcp_store_graph_observation_t* e = &r->observations[i];
-    json_array_append_new(
-        observations,
-        json_pack("{s:s, s:s, s:s, s:s, s:s, s:O, s:O}", "observation_id",
-                  e->observation_id, "namespace_id", e->namespace_id,
-                  "subject_entity_id", e->subject_entity_id, "observation_type",
-                  e->observation_type, "visibility",
-                  pcp_store_visibility_name(e->visibility), "payload",
-                  e->payload, "provenance", e->provenance));
-  }
-  return json_pack("{s:o, s:o, s:o}", "entities", entities, "relations",
-                   relations, "observations", observations);
-}
-
 static const char* string_field(json_t* object, const char* key) {
   json_t* v = json_object_get(object, key);
   return json_is_string(v) ? json_string_value(v) : NULL;
@@ -448,7 +406,7 @@ static pcp_status_t global_query(void* user_data,
     pcp_store_graph_result_deinitialize(&result);
     return status;
   }
-  json_t* out = hub_result_json(&result);
+  json_t* out = pcp_roles_graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
   // Only what was replicated as shared/global and is still allowed by the
   // namespace's policy (a policy that stops replication also hides what
