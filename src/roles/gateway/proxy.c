@@ -3,11 +3,13 @@
 //
 //   - POST /v1/inference/chat/completions: the body goes untouched to the
 //     registered inference service's {base_url}/v1/chat/completions;
-//   - POST /v1/inference/query/chat/completions: a graph query, its result
-//     as a system message bounded by the model's context window (counted
-//     with the model's tokenizer when the gateway serves the model), then
-//     the chat completion on the gateway's own served model (over its own
-//     API, loopback) or on the registered inference service.
+//   - POST /v1/inference/query/chat/completions: a graph query (its
+//     query_mode global / local_plus_global through the federation hub as
+//     /v1/graph/query, replication.c), its result as a system message bounded
+//     by the model's context window (counted with the model's tokenizer when
+//     the gateway serves the model), then the chat completion on the gateway's
+//     own served model (over its own API, loopback) or on the registered
+//     inference service.
 //
 // Streaming is passed through event by event (upstream buffers the whole
 // downstream body): a thread per call runs the downstream request; the
@@ -510,33 +512,31 @@ static json_t* context_lines(json_t* result) {
   json_t* e;
   json_array_foreach(json_object_get(result, "entities"), i, e) {
     json_t* properties = json_object_get(e, "properties");
-    char* props = properties ? json_dumps(properties, JSON_COMPACT |
-                                                          JSON_ENCODE_ANY |
-                                                          JSON_SORT_KEYS)
-                             : NULL;
+    char* props = properties
+                      ? json_dumps(properties, JSON_COMPACT | JSON_ENCODE_ANY |
+                                                   JSON_SORT_KEYS)
+                      : NULL;
     json_array_append_new(
-        lines, json_sprintf("entity %s (%s) \"%s\" %s",
-                            item_string(e, "entity_id"),
-                            item_string(e, "entity_type"),
-                            item_string(e, "display_name"),
-                            props ? props : "{}"));
+        lines,
+        json_sprintf("entity %s (%s) \"%s\" %s", item_string(e, "entity_id"),
+                     item_string(e, "entity_type"),
+                     item_string(e, "display_name"), props ? props : "{}"));
     free(props);
   }
   json_array_foreach(json_object_get(result, "relations"), i, e) {
-    json_array_append_new(
-        lines, json_sprintf("relation %s -%s-> %s",
-                            item_string(e, "from_entity_id"),
-                            item_string(e, "relation_type"),
-                            item_string(e, "to_entity_id")));
+    json_array_append_new(lines, json_sprintf("relation %s -%s-> %s",
+                                              item_string(e, "from_entity_id"),
+                                              item_string(e, "relation_type"),
+                                              item_string(e, "to_entity_id")));
   }
   json_array_foreach(json_object_get(result, "observations"), i, e) {
     char* payload = json_dumps(json_object_get(e, "payload"),
                                JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
-    json_array_append_new(
-        lines, json_sprintf("observation %s on %s %s",
-                            item_string(e, "observation_type"),
-                            item_string(e, "subject_entity_id"),
-                            payload ? payload : "null"));
+    json_array_append_new(lines,
+                          json_sprintf("observation %s on %s %s",
+                                       item_string(e, "observation_type"),
+                                       item_string(e, "subject_entity_id"),
+                                       payload ? payload : "null"));
     free(payload);
   }
   return lines;
@@ -775,8 +775,8 @@ static pcp_status_t query_infer(void* user_data,
   } else if (max_tokens && (!json_is_integer(max_tokens) ||
                             json_integer_value(max_tokens) < 1)) {
     param = "inference.max_tokens", rule = "must be a positive integer";
-  } else if ((rule = graph_query_parse(json_object_get(body, "graph_query"),
-                                       &q, &mode)) != NULL) {
+  } else if ((rule = graph_query_parse(json_object_get(body, "graph_query"), &q,
+                                       &mode)) != NULL) {
     // "<param>: <rule>"
     size_t length = strcspn(rule, ":");
     snprintf(param_buffer, sizeof(param_buffer), "%.*s", (int)length, rule);
@@ -819,20 +819,19 @@ static pcp_status_t query_infer(void* user_data,
     graph_json = merged;
     if (status) {
       json_decref(body);
-      int http = pcp_status_code(status) == PCP_STATUS_UNAVAILABLE ? 502
-                 : pcp_status_code(status) == PCP_STATUS_INVALID_ARGUMENT
-                     ? 400
-                     : 500;
+      int http = pcp_status_code(status) == PCP_STATUS_UNAVAILABLE        ? 502
+                 : pcp_status_code(status) == PCP_STATUS_INVALID_ARGUMENT ? 400
+                                                                          : 500;
       // No completion without the context asked for: the hub's failure is
       // the answer.
-      pcp_status_t reply = error_reply(
-          response, http,
-          http == 502   ? "bad_gateway"
-          : http == 400 ? "invalid_request_error"
-                        : "server_error",
-          "graph_query.query_mode",
-          http == 502 ? "FederationHubQueryFailed" : NULL, "%s",
-          pcp_status_message(status));
+      pcp_status_t reply =
+          error_reply(response, http,
+                      http == 502   ? "bad_gateway"
+                      : http == 400 ? "invalid_request_error"
+                                    : "server_error",
+                      "graph_query.query_mode",
+                      http == 502 ? "FederationHubQueryFailed" : NULL, "%s",
+                      pcp_status_message(status));
       pcp_status_ignore(status);
       return reply;
     }
