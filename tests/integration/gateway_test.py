@@ -467,6 +467,15 @@ def main():
         check(is_error(request("POST", "/v1/graph/query",
                                {"query_mode": "global"}), 400),
               "global query without hub 400")
+        for mode in ("global", "local_plus_global"):
+            s, q = request("POST", "/v1/inference/query/chat/completions",
+                           {"graph_query": {"query_mode": mode},
+                            "inference": {"model": "m", "messages": [
+                                {"role": "user", "content": "hi"}]}})
+            check(s == 400 and q["error"]["param"] ==
+                  "graph_query.query_mode" and "hub" in
+                  q["error"]["message"],
+                  "query-then-infer %s without hub 400: %s %s" % (mode, s, q))
         check(is_error(request("POST", "/v1/graph/query", b"[" * 100), 400),
               "too deep JSON 400")
         check(request("GET", "/v1/graph/status")[0] == 200, "graph status")

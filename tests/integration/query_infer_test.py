@@ -16,7 +16,13 @@ registered as its inference service.
   4. POST A/v1/inference/chat/completions streams B's answer through event
      by event (the same chunks, in order, as B's own stream), and not
      streamed; B's errors are relayed; query-then-infer on A goes to B;
-  5. B gone: 502 JSON; bad input: 400 JSON naming the key.
+  5. graph_query.query_mode through a real federation hub both gateways
+     report to: B's query-then-infer with `global` has in its context A's
+     replicated (global) entity and not A's local one, `local_plus_global`
+     B's own item first, `local` B's only; an unknown mode is 400 naming
+     the key; the hub SIGKILLed -> 502 JSON FederationHubQueryFailed (no
+     completion), `local` still answers;
+  6. B gone: 502 JSON; bad input: 400 JSON naming the key.
 Every wait is bounded.
 """
 import http.client
@@ -35,6 +41,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import inference_models as im  # noqa: E402
+import federation_cluster as fc  # noqa: E402
 
 PCP = sys.argv[1] if len(sys.argv) > 1 else os.environ["PCP_BINARY"]
 TOKEN = "qti-token"
@@ -121,16 +128,21 @@ def wait_healthy(base, timeout_s):
     return False
 
 
-def gateway(work, name, extra_args, env):
+def gateway(work, name, extra_args, env, hub=None):
     api, fabric = free_port(), free_port()
     config = os.path.join(work, name + ".json")
+    doc = {"gateway_id": "gw-" + name, "lab_id": "lab-" + name,
+           "state_dir": os.path.join(work, name + "-state"),
+           "api": {"token_env": "QTI_API"},
+           "worker_fabric": {"host": "127.0.0.1", "port": fabric,
+                             "join_token_env": "QTI_JOIN",
+                             "heartbeat_ms": 200}}
+    if hub:
+        doc["federation"] = {"enabled": True, "upstream": hub.base,
+                             "token_env": "QTI_FED",
+                             "heartbeat_interval_ms": hub.heartbeat_ms}
     with open(config, "w") as f:
-        json.dump({"gateway_id": "gw-" + name, "lab_id": "lab",
-                   "state_dir": os.path.join(work, name + "-state"),
-                   "api": {"token_env": "QTI_API"},
-                   "worker_fabric": {"host": "127.0.0.1", "port": fabric,
-                                     "join_token_env": "QTI_JOIN",
-                                     "heartbeat_ms": 200}}, f)
+        json.dump(doc, f)
     proc = subprocess.Popen(
         [PCP, "--gateway", "--gateway-config", config, "--api-port",
          str(api)] + extra_args, env=env,
@@ -163,14 +175,18 @@ def main():
     model = qwen.name
     window = im.QWEN["max_length"]
     env = dict(os.environ, QTI_API=TOKEN, QTI_JOIN=JOIN,
-               PCP_WORKER_JOIN_TOKEN=JOIN)
-    b, b_base, b_fabric = gateway(work, "b", ["--model-dir", qwen.dir], env)
+               PCP_WORKER_JOIN_TOKEN=JOIN, QTI_FED=fc.FED_TOKEN)
+    # The federation hub both gateways report to (graph replication).
+    hub = fc.Hub(fc.Cluster(PCP, work), 300)
+    hub.start()
+    b, b_base, b_fabric = gateway(work, "b", ["--model-dir", qwen.dir], env,
+                                  hub)
     procs = [b]
     procs.append(subprocess.Popen(
         [PCP, "--worker", "--connect", "127.0.0.1:%d" % b_fabric,
          "--cache-dir", os.path.join(work, "cache")], env=env,
         stderr=open(os.path.join(work, "worker.err"), "w")))
-    a, a_base, _ = gateway(work, "a", [], env)
+    a, a_base, _ = gateway(work, "a", [], env, hub)
     procs.append(a)
     try:
         check(wait_ready(b_base, 500), "gateway B serves the model")
@@ -309,7 +325,105 @@ def main():
               "streamed query-then-infer on A through B: %d %r %r" %
               (code, events[:1], parts))
 
-        # 5. Bad input, then B gone.
+        # 5. query_mode through the hub: A replicates, B serves the model.
+        ns = "lab-a/papers"
+        code, out = call(a_base, "/v1/graph/policies/" + ns,
+                         {"allow_global_replication": True,
+                          "default_visibility": "global"}, method="PUT")
+        check(code == 200, "policy on A: %d %r" % (code, out))
+
+        def paper(eid, ns, visibility):
+            return {"mutation_type": "upsert_entity", "namespace_id": ns,
+                    "target_id": eid, "visibility": visibility,
+                    "payload": {"entity_type": "paper",
+                                "display_name": eid}}
+        code, out = call(a_base, "/v1/graph/mutate", {"mutations": [
+            paper("a-glob", ns, "global"), paper("a-loc", ns, "local")]})
+        check(code == 200, "mutate on A: %d %r" % (code, out))
+        code, out = call(b_base, "/v1/graph/mutate", {"mutations": [
+            paper("b-paper", "lab-b/papers", "local")]})
+        check(code == 200, "mutate on B: %d %r" % (code, out))
+        check(fc.wait_until(lambda: [e["entity_id"] for e in hub.call(
+            "POST", "/v1/global-graph/query", {"entity_type": "paper"})[1][
+                "entities"]] == ["a-glob"], 30, 0.2),
+            "A's global paper (only) reached the hub: %r" % (hub.call(
+                "POST", "/v1/global-graph/query", {"entity_type": "paper"}),))
+
+        def qti(mode, stream=False, max_tokens=4):
+            body = {"graph_query": {"entity_type": "paper"},
+                    "inference": {"model": model, "messages": user,
+                                  "max_tokens": max_tokens,
+                                  "temperature": 0}}
+            if mode:
+                body["graph_query"]["query_mode"] = mode
+            if stream:
+                body["inference"]["stream"] = True
+                return sse(b_base, "/v1/inference/query/chat/completions",
+                           body)
+            return call(b_base, "/v1/inference/query/chat/completions", body)
+
+        def entity_ids(out):
+            return [e["entity_id"] for e in out["graph_query"]["entities"]]
+        code, out = qti("global")
+        ok = code == 200
+        prompt = out.get("graph_context_prompt", "") if ok else ""
+        ids = qwen.encode_chat([{"role": "system", "content": prompt}] + user)
+        check(ok and 'entity a-glob (paper) "a-glob"' in prompt and
+              "a-loc" not in prompt and "b-paper" not in prompt and
+              entity_ids(out) == ["a-glob"] and
+              out["graph_query"].get("query_mode") == "global" and
+              out["graph_context"]["items_total"] == 1 and
+              out["graph_context"]["items_included"] == 1 and
+              out["graph_context"]["target"] == "local",
+              "global query-then-infer on B: A's replicated item, not its "
+              "local one: %d %r" % (code, out))
+        if ok:
+            want = qwen.decode(qwen.greedy(ids, 4)[0])
+            got = out["completion"]["choices"][0]["message"]["content"]
+            check(got == want and out["usage"]["prompt_tokens"] == len(ids),
+                  "global answer %r == reference %r" % (got, want))
+        code, out = qti("local_plus_global")
+        prompt = out.get("graph_context_prompt", "") if code == 200 else ""
+        check(code == 200 and entity_ids(out) == ["b-paper", "a-glob"] and
+              "a-loc" not in prompt and
+              0 <= prompt.find("entity b-paper") <
+              prompt.find("entity a-glob"),
+              "local_plus_global: B's item first, then A's global one: "
+              "%d %r" % (code, out))
+        code, out = qti("local")
+        check(code == 200 and entity_ids(out) == ["b-paper"] and
+              "a-glob" not in out["graph_context_prompt"],
+              "local sees B's store only: %d %r" % (code, out))
+        code, ctype, events = qti("global", stream=True)
+        first = json.loads(events[0][1]) if events else {}
+        parts, usage, done = content_chunks(events[1:])
+        check(code == 200 and events[0][0] == "graph_context" and
+              "entity a-glob" in first.get("graph_context_prompt", "") and
+              "a-loc" not in first.get("graph_context_prompt", "x") and
+              done, "streamed global query-then-infer: %d %r" %
+              (code, events[:1]))
+        code, out = qti("everywhere")
+        check(code == 400 and out["error"]["param"] ==
+              "graph_query.query_mode", "unknown query_mode -> 400 naming "
+              "it: %d %r" % (code, out))
+        hub.kill()
+        for mode in ("global", "local_plus_global"):
+            code, out = qti(mode)
+            check(code == 502 and isinstance(out, dict) and
+                  out["error"]["code"] == "FederationHubQueryFailed" and
+                  out["error"]["param"] == "graph_query.query_mode" and
+                  "completion" not in out,
+                  "%s with the hub down -> 502 JSON: %d %r" %
+                  (mode, code, out))
+        code, ctype, events = qti("global", stream=True)
+        check(code == 502 and not ctype.startswith("text/event-stream"),
+              "streamed global with the hub down -> 502 before any event: "
+              "%d %r" % (code, ctype))
+        code, out = qti("local")
+        check(code == 200 and entity_ids(out) == ["b-paper"],
+              "local still answers with the hub down: %d %r" % (code, out))
+
+        # 6. Bad input, then B gone.
         code, out = call(a_base, "/v1/inference/query/chat/completions",
                          {"inference": {"model": model}})
         check(code == 400 and out["error"]["param"] == "inference.messages",
@@ -327,6 +441,7 @@ def main():
               out["error"]["code"] == "service_proxy_failed",
               "B gone -> 502 JSON: %d %r" % (code, out))
     finally:
+        hub.kill()
         for p in reversed(procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

@@ -3,11 +3,13 @@
 //
 //   - POST /v1/inference/chat/completions: the body goes untouched to the
 //     registered inference service's {base_url}/v1/chat/completions;
-//   - POST /v1/inference/query/chat/completions: a graph query, its result
-//     as a system message bounded by the model's context window (counted
-//     with the model's tokenizer when the gateway serves the model), then
-//     the chat completion on the gateway's own served model (over its own
-//     API, loopback) or on the registered inference service.
+//   - POST /v1/inference/query/chat/completions: a graph query (its
+//     query_mode global / local_plus_global through the federation hub as
+//     /v1/graph/query, replication.c), its result as a system message bounded
+//     by the model's context window (counted with the model's tokenizer when
+//     the gateway serves the model), then the chat completion on the gateway's
+//     own served model (over its own API, loopback) or on the registered
+//     inference service.
 //
 // Streaming is passed through event by event (upstream buffers the whole
 // downstream body): a thread per call runs the downstream request; the
@@ -495,31 +497,46 @@ static pcp_status_t inference_proxy(void* user_data,
 
 static const char kContextHeader[] = "Graph context:\n";
 
-// One line per graph item, newest first as the query returns them.
-static json_t* context_lines(const pcp_store_graph_result_t* r) {
+// |key| of |item| as a string, "" when absent (a hub's item is not this
+// store's row).
+static const char* item_string(json_t* item, const char* key) {
+  const char* v = json_string_value(json_object_get(item, key));
+  return v ? v : "";
+}
+
+// One line per graph item of a graph result JSON (local, global or merged),
+// in the result's order (local first, then newest first).
+static json_t* context_lines(json_t* result) {
   json_t* lines = json_array();
-  for (size_t i = 0; i < r->entity_count; ++i) {
-    const pcp_store_graph_entity_t* e = &r->entities[i];
-    char* props = json_dumps(e->properties, JSON_COMPACT | JSON_SORT_KEYS);
-    json_t* line =
-        json_sprintf("entity %s (%s) \"%s\" %s", e->entity_id, e->entity_type,
-                     e->display_name, props ? props : "{}");
+  size_t i;
+  json_t* e;
+  json_array_foreach(json_object_get(result, "entities"), i, e) {
+    json_t* properties = json_object_get(e, "properties");
+    char* props = properties
+                      ? json_dumps(properties, JSON_COMPACT | JSON_ENCODE_ANY |
+                                                   JSON_SORT_KEYS)
+                      : NULL;
+    json_array_append_new(
+        lines,
+        json_sprintf("entity %s (%s) \"%s\" %s", item_string(e, "entity_id"),
+                     item_string(e, "entity_type"),
+                     item_string(e, "display_name"), props ? props : "{}"));
     free(props);
-    json_array_append_new(lines, line);
   }
-  for (size_t i = 0; i < r->relation_count; ++i) {
-    const pcp_store_graph_relation_t* e = &r->relations[i];
-    json_array_append_new(
-        lines, json_sprintf("relation %s -%s-> %s", e->from_entity_id,
-                            e->relation_type, e->to_entity_id));
+  json_array_foreach(json_object_get(result, "relations"), i, e) {
+    json_array_append_new(lines, json_sprintf("relation %s -%s-> %s",
+                                              item_string(e, "from_entity_id"),
+                                              item_string(e, "relation_type"),
+                                              item_string(e, "to_entity_id")));
   }
-  for (size_t i = 0; i < r->observation_count; ++i) {
-    const pcp_store_graph_observation_t* e = &r->observations[i];
-    char* payload =
-        json_dumps(e->payload, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
-    json_array_append_new(
-        lines, json_sprintf("observation %s on %s %s", e->observation_type,
-                            e->subject_entity_id, payload ? payload : "null"));
+  json_array_foreach(json_object_get(result, "observations"), i, e) {
+    char* payload = json_dumps(json_object_get(e, "payload"),
+                               JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
+    json_array_append_new(lines,
+                          json_sprintf("observation %s on %s %s",
+                                       item_string(e, "observation_type"),
+                                       item_string(e, "subject_entity_id"),
+                                       payload ? payload : "null"));
     free(payload);
   }
   return lines;
@@ -608,9 +625,12 @@ static json_t* graph_result_json(const pcp_store_graph_result_t* r) {
                    relations, "observations", observations);
 }
 
-// Parses body.graph_query into |q| (strings borrowed from |gq|).
-static const char* graph_query_parse(json_t* gq, pcp_store_graph_query_t* q) {
+// Parses body.graph_query into |q| and |*out_mode| (strings borrowed from
+// |gq|; the mode "local" when absent).
+static const char* graph_query_parse(json_t* gq, pcp_store_graph_query_t* q,
+                                     const char** out_mode) {
   memset(q, 0, sizeof(*q));
+  *out_mode = "local";
   if (!gq) {
     return NULL;
   }
@@ -627,10 +647,15 @@ static const char* graph_query_parse(json_t* gq, pcp_store_graph_query_t* q) {
              "relation_type, text and query_mode must be strings";
     }
   }
+  // As /v1/graph/query: global and local_plus_global ask the hub.
   json_t* mode = json_object_get(gq, "query_mode");
-  if (mode && strcmp(json_string_value(mode), "local") != 0) {
-    return "graph_query.query_mode: only 'local' is served without a "
-           "federation hub";
+  if (mode) {
+    *out_mode = json_string_value(mode);
+    if (strcmp(*out_mode, "local") != 0 && strcmp(*out_mode, "global") != 0 &&
+        strcmp(*out_mode, "local_plus_global") != 0) {
+      return "graph_query.query_mode: must be one of local, global, "
+             "local_plus_global";
+    }
   }
   q->entity_id = json_string_value(json_object_get(gq, "entity_id"));
   q->namespace_id = json_string_value(json_object_get(gq, "namespace_id"));
@@ -733,6 +758,7 @@ static pcp_status_t query_infer(void* user_data,
   const char* param = NULL;
   char param_buffer[64];
   pcp_store_graph_query_t q;
+  const char* mode = "local";
   if (!json_is_object(body) || !json_is_object(inference)) {
     param = "inference", rule =
                              "must be an object with 'model' and "
@@ -749,8 +775,8 @@ static pcp_status_t query_infer(void* user_data,
   } else if (max_tokens && (!json_is_integer(max_tokens) ||
                             json_integer_value(max_tokens) < 1)) {
     param = "inference.max_tokens", rule = "must be a positive integer";
-  } else if ((rule = graph_query_parse(json_object_get(body, "graph_query"),
-                                       &q)) != NULL) {
+  } else if ((rule = graph_query_parse(json_object_get(body, "graph_query"), &q,
+                                       &mode)) != NULL) {
     // "<param>: <rule>"
     size_t length = strcspn(rule, ":");
     snprintf(param_buffer, sizeof(param_buffer), "%.*s", (int)length, rule);
@@ -770,15 +796,47 @@ static pcp_status_t query_infer(void* user_data,
     json_decref(body);
     return reply;
   }
-  pcp_store_graph_result_t result = {0};
-  status = pcp_store_graph_backend_query(g->graph, &q, &result);
-  if (status) {
-    json_decref(body);
-    return status;  // 400 for a bad filter, 503 when the graph is down
+  json_t* graph_json = NULL;
+  bool global_only = strcmp(mode, "global") == 0;
+  if (!global_only) {
+    pcp_store_graph_result_t result = {0};
+    status = pcp_store_graph_backend_query(g->graph, &q, &result);
+    if (status) {
+      json_decref(body);
+      return status;  // 400 for a bad filter, 503 when the graph is down
+    }
+    graph_json = graph_result_json(&result);
+    pcp_store_graph_result_deinitialize(&result);
   }
-  json_t* lines = context_lines(&result);
-  json_t* graph_json = graph_result_json(&result);
-  pcp_store_graph_result_deinitialize(&result);
+  if (strcmp(mode, "local") != 0) {
+    // The hub's answer filtered by visibility (merged local-first), as
+    // /v1/graph/query gives it (replication.c).
+    json_t* merged = NULL;
+    status = pcp_roles_gateway_replication_query_run(
+        g, json_object_get(body, "graph_query"), mode, graph_json,
+        q.limit ? q.limit : 20, &merged);
+    json_decref(graph_json);
+    graph_json = merged;
+    if (status) {
+      json_decref(body);
+      int http = pcp_status_code(status) == PCP_STATUS_UNAVAILABLE        ? 502
+                 : pcp_status_code(status) == PCP_STATUS_INVALID_ARGUMENT ? 400
+                                                                          : 500;
+      // No completion without the context asked for: the hub's failure is
+      // the answer.
+      pcp_status_t reply =
+          error_reply(response, http,
+                      http == 502   ? "bad_gateway"
+                      : http == 400 ? "invalid_request_error"
+                                    : "server_error",
+                      "graph_query.query_mode",
+                      http == 502 ? "FederationHubQueryFailed" : NULL, "%s",
+                      pcp_status_message(status));
+      pcp_status_ignore(status);
+      return reply;
+    }
+  }
+  json_t* lines = context_lines(graph_json);
   size_t n = json_array_size(lines);
 
   // The gateway's own model: tokens counted with its tokenizer. Otherwise
