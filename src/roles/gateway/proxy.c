@@ -187,7 +187,9 @@ static bool on_body(void* user_data, const char* data, size_t length) {
   }
   pthread_mutex_lock(&c->mu);
   bool keep = true;
-  if (c->collected.size + length > PROXY_MAX_RESPONSE_BYTES) {
+  if (c->abort) {
+    keep = false;  // the client left: stop reading for nobody
+  } else if (c->collected.size + length > PROXY_MAX_RESPONSE_BYTES) {
     c->too_big = true;
     keep = false;
   } else {
@@ -202,7 +204,12 @@ static bool on_body(void* user_data, const char* data, size_t length) {
 
 static bool should_stop(void* user_data) {
   proxy_call_t* c = user_data;
-  return atomic_load(&g_proxy_stopping) ||
+  // |abort|: the client of a call that is not streamed left (the handler
+  // sets it); a downstream that trickles its body must not hold the call.
+  pthread_mutex_lock(&c->mu);
+  bool abort = c->abort;
+  pthread_mutex_unlock(&c->mu);
+  return abort || atomic_load(&g_proxy_stopping) ||
          (c->sse && !pcp_http_sse_stream_is_open(c->sse));
 }
 
