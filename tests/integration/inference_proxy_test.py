@@ -16,7 +16,10 @@ show on demand:
   4. a request without a body: 400 JSON;
   5. a client that leaves a call that is not streamed ends the downstream
      call (the downstream sees the proxy hang up) instead of holding it for
-     the whole trickled body.
+     the whole trickled body;
+  6. 32 calls waiting on a slow downstream do not hold every HTTP thread:
+     past 12 they are refused (429) and /healthz answers (on the threads
+     not held).
 """
 import http.client
 import http.server
@@ -245,6 +248,54 @@ def main():
               "the downstream call ends once the client has left (not "
               "after the 30 s body): %r" % (
                   [t - left for t in TRICKLE_CLOSED],))
+
+        # 6. Slow downstreams do not hold every HTTP thread: of 32 calls
+        # left waiting on a downstream that trickles, some are refused (429)
+        # and /healthz still answers.
+        conns = []
+        for _ in range(32):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("POST", "/v1/inference/chat/completions",
+                      json.dumps({"mode": "trickle"}),
+                      {"Content-Type": "application/json"})
+            conns.append(c)
+        time.sleep(2.0)
+        # A connection lands on one HTTP thread (by its socket): of 16 at
+        # once, those on a thread held by a waiting call stall; the others
+        # must answer. Without the cap every thread is held.
+        answers = []
+
+        def healthz():
+            try:
+                with urllib.request.urlopen(base + "/healthz",
+                                            timeout=5) as r:
+                    answers.append(r.status)
+            except Exception as e:  # noqa: BLE001 - counted below
+                answers.append(repr(e))
+        probes = [threading.Thread(target=healthz) for _ in range(16)]
+        for t in probes:
+            t.start()
+        for t in probes:
+            t.join(10)
+        health = 200 if 200 in answers else answers
+        refused = 0
+        for c in conns:
+            c.sock.settimeout(0.3)
+            try:
+                r = c.getresponse()
+                refused += r.status == 429
+                r.read()
+            except Exception:  # noqa: BLE001 - still waiting: not refused
+                pass
+        for c in conns:
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, AttributeError):
+                pass
+            c.close()
+        check(health == 200 and refused > 0,
+              "32 calls waiting on a slow downstream: /healthz answers (%r) "
+              "and some calls are refused with 429 (%d)" % (health, refused))
 
         # 4. No body.
         code, out = call(base, None, raw=b"")

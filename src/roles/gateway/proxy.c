@@ -30,6 +30,12 @@
 // Calls in flight at once (each holds a thread, and a server thread while
 // the body is not streamed).
 #define PROXY_MAX_CALLS 32
+// Handlers waiting on a downstream at once (for its status line, or for the
+// whole body when it is not streamed). Each holds one of the gateway's 32
+// HTTP threads, and a query-then-infer call on the local model a second
+// one for its loopback request: 12 leaves threads for everything else
+// (/healthz included) when a downstream is slow.
+#define PROXY_MAX_WAITING 12
 #define PROXY_MAX_REQUEST_BYTES (2 * (size_t)PCP_INFER_MAX_PROMPT_BYTES)
 // A downstream answer that is not streamed is read up to this size.
 #define PROXY_MAX_RESPONSE_BYTES ((size_t)8 << 20)
@@ -42,6 +48,7 @@
 #define QUERY_CONTEXT_MAX_BYTES ((size_t)64 << 10)
 
 static atomic_int g_proxy_calls;
+static atomic_int g_proxy_waiting;
 // Set at gateway stop: transfers in flight end (their clients get an error
 // event or a 502).
 static atomic_bool g_proxy_stopping;
@@ -285,6 +292,12 @@ static void* call_thread(void* arg) {
 // it); NULL relays it as it is.
 typedef json_t* (*wrap_fn_t)(void* user_data, json_t* completion);
 
+static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
+                                      pcp_http_response_t* response,
+                                      const char* url, char* body,
+                                      char* first_event, wrap_fn_t wrap,
+                                      void* wrap_data);
+
 // Runs one call to |url| with |body| (taken) and answers |response|.
 // |first_event| (taken; may be NULL) is sent before the downstream events
 // when the answer is streamed.
@@ -292,6 +305,29 @@ static pcp_status_t proxy_run(const pcp_http_request_t* request,
                               pcp_http_response_t* response, const char* url,
                               char* body, char* first_event, wrap_fn_t wrap,
                               void* wrap_data) {
+  // Counted while this server thread waits (below): past the cap, slow
+  // downstreams would hold every HTTP thread of the gateway.
+  if (atomic_fetch_add(&g_proxy_waiting, 1) >= PROXY_MAX_WAITING) {
+    atomic_fetch_sub(&g_proxy_waiting, 1);
+    free(body);
+    free(first_event);
+    return error_reply(response, 429, "rate_limit_error", NULL,
+                       "rate_limit_exceeded",
+                       "too many proxied inference calls waiting on their "
+                       "inference service at once (%d); retry later",
+                       PROXY_MAX_WAITING);
+  }
+  pcp_status_t status = proxy_run_waiting(request, response, url, body,
+                                          first_event, wrap, wrap_data);
+  atomic_fetch_sub(&g_proxy_waiting, 1);
+  return status;
+}
+
+static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
+                                      pcp_http_response_t* response,
+                                      const char* url, char* body,
+                                      char* first_event, wrap_fn_t wrap,
+                                      void* wrap_data) {
   if (atomic_fetch_add(&g_proxy_calls, 1) >= PROXY_MAX_CALLS) {
     atomic_fetch_sub(&g_proxy_calls, 1);
     free(body);
