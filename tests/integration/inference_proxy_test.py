@@ -13,7 +13,13 @@ show on demand:
   3. a downstream body over 8 MiB (not streamed): 502 JSON; a non-JSON body:
      502 JSON; a downstream 4xx JSON relayed as is; an expired service is not
      used (404 JSON);
-  4. a request without a body: 400 JSON.
+  4. a request without a body: 400 JSON;
+  5. a client that leaves a call that is not streamed ends the downstream
+     call (the downstream sees the proxy hang up) instead of holding it for
+     the whole trickled body;
+  6. 32 calls waiting on a slow downstream do not hold every HTTP thread:
+     past 12 they are refused (429) and /healthz answers (on the threads
+     not held).
 """
 import http.client
 import http.server
@@ -47,6 +53,7 @@ def free_port():
 
 
 SENT = []  # (index, time) of each event the scripted server wrote
+TRICKLE_CLOSED = []  # when the proxy hung up on the "trickle" answer
 
 
 class Downstream(http.server.BaseHTTPRequestHandler):
@@ -80,6 +87,22 @@ class Downstream(http.server.BaseHTTPRequestHandler):
                 time.sleep(0.6)
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+            return
+        if mode == "trickle":
+            # A body that takes 30 s to arrive, one byte every 0.1 s; notes
+            # when the proxy hangs up.
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "300")
+            self.end_headers()
+            self.wfile.flush()
+            try:
+                for _ in range(300):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:
+                TRICKLE_CLOSED.append(time.time())
             return
         if mode == "big":
             payload = b'{"x": "' + b"a" * (9 << 20) + b'"}'
@@ -207,6 +230,73 @@ def main():
         code, out = call(base, {"mode": "teapot"})
         check(code == 418 and out["error"]["code"] == "teapot",
               "downstream 4xx relayed: %d %r" % (code, out))
+        # 5. A client that leaves a call that is not streamed: the proxy
+        # hangs up on the downstream (which would trickle for 30 s) soon.
+        port = int(base.rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("POST", "/v1/inference/chat/completions",
+                     json.dumps({"mode": "trickle"}),
+                     {"Content-Type": "application/json"})
+        time.sleep(1.0)
+        left = time.time()
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        deadline = time.time() + 10
+        while not TRICKLE_CLOSED and time.time() < deadline:
+            time.sleep(0.1)
+        check(TRICKLE_CLOSED and TRICKLE_CLOSED[0] - left < 10,
+              "the downstream call ends once the client has left (not "
+              "after the 30 s body): %r" % (
+                  [t - left for t in TRICKLE_CLOSED],))
+
+        # 6. Slow downstreams do not hold every HTTP thread: of 32 calls
+        # left waiting on a downstream that trickles, some are refused (429)
+        # and /healthz still answers.
+        conns = []
+        for _ in range(32):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("POST", "/v1/inference/chat/completions",
+                      json.dumps({"mode": "trickle"}),
+                      {"Content-Type": "application/json"})
+            conns.append(c)
+        time.sleep(2.0)
+        # A connection lands on one HTTP thread (by its socket): of 16 at
+        # once, those on a thread held by a waiting call stall; the others
+        # must answer. Without the cap every thread is held.
+        answers = []
+
+        def healthz():
+            try:
+                with urllib.request.urlopen(base + "/healthz",
+                                            timeout=5) as r:
+                    answers.append(r.status)
+            except Exception as e:  # noqa: BLE001 - counted below
+                answers.append(repr(e))
+        probes = [threading.Thread(target=healthz) for _ in range(16)]
+        for t in probes:
+            t.start()
+        for t in probes:
+            t.join(10)
+        health = 200 if 200 in answers else answers
+        refused = 0
+        for c in conns:
+            c.sock.settimeout(0.3)
+            try:
+                r = c.getresponse()
+                refused += r.status == 429
+                r.read()
+            except Exception:  # noqa: BLE001 - still waiting: not refused
+                pass
+        for c in conns:
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, AttributeError):
+                pass
+            c.close()
+        check(health == 200 and refused > 0,
+              "32 calls waiting on a slow downstream: /healthz answers (%r) "
+              "and some calls are refused with 429 (%d)" % (health, refused))
+
         # 4. No body.
         code, out = call(base, None, raw=b"")
         check(code == 400 and out["error"]["param"] == "body",

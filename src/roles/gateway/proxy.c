@@ -32,6 +32,12 @@
 // Calls in flight at once (each holds a thread, and a server thread while
 // the body is not streamed).
 #define PROXY_MAX_CALLS 32
+// Handlers waiting on a downstream at once (for its status line, or for the
+// whole body when it is not streamed). Each holds one of the gateway's 32
+// HTTP threads, and a query-then-infer call on the local model a second
+// one for its loopback request: 12 leaves threads for everything else
+// (/healthz included) when a downstream is slow.
+#define PROXY_MAX_WAITING 12
 #define PROXY_MAX_REQUEST_BYTES (2 * (size_t)PCP_INFER_MAX_PROMPT_BYTES)
 // A downstream answer that is not streamed is read up to this size.
 #define PROXY_MAX_RESPONSE_BYTES ((size_t)8 << 20)
@@ -44,6 +50,7 @@
 #define QUERY_CONTEXT_MAX_BYTES ((size_t)64 << 10)
 
 static atomic_int g_proxy_calls;
+static atomic_int g_proxy_waiting;
 // Set at gateway stop: transfers in flight end (their clients get an error
 // event or a 502).
 static atomic_bool g_proxy_stopping;
@@ -189,7 +196,9 @@ static bool on_body(void* user_data, const char* data, size_t length) {
   }
   pthread_mutex_lock(&c->mu);
   bool keep = true;
-  if (c->collected.size + length > PROXY_MAX_RESPONSE_BYTES) {
+  if (c->abort) {
+    keep = false;  // the client left: stop reading for nobody
+  } else if (c->collected.size + length > PROXY_MAX_RESPONSE_BYTES) {
     c->too_big = true;
     keep = false;
   } else {
@@ -204,7 +213,12 @@ static bool on_body(void* user_data, const char* data, size_t length) {
 
 static bool should_stop(void* user_data) {
   proxy_call_t* c = user_data;
-  return atomic_load(&g_proxy_stopping) ||
+  // |abort|: the client of a call that is not streamed left (the handler
+  // sets it); a downstream that trickles its body must not hold the call.
+  pthread_mutex_lock(&c->mu);
+  bool abort = c->abort;
+  pthread_mutex_unlock(&c->mu);
+  return abort || atomic_load(&g_proxy_stopping) ||
          (c->sse && !pcp_http_sse_stream_is_open(c->sse));
 }
 
@@ -280,6 +294,12 @@ static void* call_thread(void* arg) {
 // it); NULL relays it as it is.
 typedef json_t* (*wrap_fn_t)(void* user_data, json_t* completion);
 
+static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
+                                      pcp_http_response_t* response,
+                                      const char* url, char* body,
+                                      char* first_event, wrap_fn_t wrap,
+                                      void* wrap_data);
+
 // Runs one call to |url| with |body| (taken) and answers |response|.
 // |first_event| (taken; may be NULL) is sent before the downstream events
 // when the answer is streamed.
@@ -287,6 +307,29 @@ static pcp_status_t proxy_run(const pcp_http_request_t* request,
                               pcp_http_response_t* response, const char* url,
                               char* body, char* first_event, wrap_fn_t wrap,
                               void* wrap_data) {
+  // Counted while this server thread waits (below): past the cap, slow
+  // downstreams would hold every HTTP thread of the gateway.
+  if (atomic_fetch_add(&g_proxy_waiting, 1) >= PROXY_MAX_WAITING) {
+    atomic_fetch_sub(&g_proxy_waiting, 1);
+    free(body);
+    free(first_event);
+    return error_reply(response, 429, "rate_limit_error", NULL,
+                       "rate_limit_exceeded",
+                       "too many proxied inference calls waiting on their "
+                       "inference service at once (%d); retry later",
+                       PROXY_MAX_WAITING);
+  }
+  pcp_status_t status = proxy_run_waiting(request, response, url, body,
+                                          first_event, wrap, wrap_data);
+  atomic_fetch_sub(&g_proxy_waiting, 1);
+  return status;
+}
+
+static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
+                                      pcp_http_response_t* response,
+                                      const char* url, char* body,
+                                      char* first_event, wrap_fn_t wrap,
+                                      void* wrap_data) {
   if (atomic_fetch_add(&g_proxy_calls, 1) >= PROXY_MAX_CALLS) {
     atomic_fetch_sub(&g_proxy_calls, 1);
     free(body);

@@ -86,12 +86,15 @@ static pcp_status_t snapshots_apply(
     const char* ns =
         json_string_value(json_object_get(snapshot, "namespace_id"));
     json_t* at = json_object_get(snapshot, "updated_at_ms");
+    // updated_at_ms becomes nanoseconds below: out of range it would
+    // overflow (and a huge one would win every later comparison).
     if (!ns || !ns[0] || strlen(ns) > PCP_STORE_ID_MAX_LENGTH ||
-        !json_is_integer(at)) {
+        !json_is_integer(at) || json_integer_value(at) < 0 ||
+        json_integer_value(at) > INT64_MAX / 1000000) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "namespace_policies[%zu] needs namespace_id and "
-                             "an integer updated_at_ms",
-                             i);
+                             "an integer updated_at_ms in [0, %lld]",
+                             i, (long long)(INT64_MAX / 1000000));
     }
     pcp_status_t status =
         pcp_roles_replication_policy_update(snapshot, true, &p);
