@@ -357,13 +357,30 @@ def run(cluster):
           "the delete of an entity the hub never held does not stop "
           "replication: %s" % st)
 
-    # 7. A revoked policy reaches the hub, which stops answering it.
+    # 7. A revoked policy reaches the hub, which stops answering it. An
+    # older visible item in another namespace must still fill a page of 1:
+    # the newer hidden ones may not crowd it out (the hub filters after the
+    # store query, so it over-fetches and cuts to the limit).
+    kept_ns = "lab-gw-a/kept"
+    s, body = a.call("PUT", "/v1/graph/policies/" + kept_ns,
+                     {"allow_global_replication": True,
+                      "default_visibility": "global"})
+    check(s == 200, "PUT policy %s: %s" % (kept_ns, body))
+    mutate(a, [entity("kept-old", kept_ns, "global")])
+    time.sleep(0.01)
+    mutate(a, [entity("hidden-new", open_ns, "global")])
+    check(fc.wait_until(lambda: lag_zero(a), 20, 0.1),
+          "kept-old and hidden-new replicated")
     s, body = a.call("PUT", "/v1/graph/policies/" + open_ns,
                      {"allow_global_replication": False})
     check(s == 200, "revoke: %s" % body)
-    check(fc.wait_until(lambda: hub.call(
-        "POST", "/v1/global-graph/query", {"limit": 10})[1]["entities"]
-        == [], 20, 0.1), "the hub hides a revoked namespace")
+    check(fc.wait_until(lambda: ids(hub.call(
+        "POST", "/v1/global-graph/query", {"limit": 10})[1]) ==
+        ["kept-old"], 20, 0.1), "the hub hides a revoked namespace")
+    s, body = hub.call("POST", "/v1/global-graph/query", {"limit": 1})
+    check(s == 200 and ids(body) == ["kept-old"],
+          "a page of 1 holds the visible item, not a hidden newer one: %s"
+          % body)
 
     # 8. With an internal token, events take it (and not the API token).
     os.environ["FED_GW_INTERNAL"] = "internal-secret"  # inherited

@@ -396,6 +396,12 @@ static pcp_status_t global_query(void* user_data,
       q.limit = (uint32_t)json_integer_value(limit);
     }
   }
+  // The visibility filter runs after the store query, so asking the store
+  // for |limit| items would let hidden ones (local, or in a namespace whose
+  // policy was revoked) crowd out visible ones and answer a short page.
+  // Fetch the most the store returns, filter, then cut to |limit|.
+  uint32_t wanted = q.limit ? q.limit : 20;
+  q.limit = PCP_STORE_LIST_LIMIT_MAX;
   pcp_store_graph_result_t result = {0};
   if (!status) {
     status = pcp_store_graph_query(r->store, &q, &result);
@@ -416,6 +422,14 @@ static pcp_status_t global_query(void* user_data,
   // the hub already holds).
   pcp_roles_replication_result_filter(out, &policies);
   pcp_store_graph_policy_list_deinitialize(&policies);
+  static const char* const kArrays[] = {"entities", "relations",
+                                        "observations"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kArrays); ++i) {
+    json_t* items = json_object_get(out, kArrays[i]);
+    while (json_array_size(items) > wanted) {
+      json_array_remove(items, json_array_size(items) - 1);
+    }
+  }
   return pcp_http_response_json_take(response, 200, out);
 }
 
