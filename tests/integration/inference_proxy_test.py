@@ -109,6 +109,8 @@ class Downstream(http.server.BaseHTTPRequestHandler):
             ctype, status = "application/json", 200
         elif mode == "text":
             payload, ctype, status = b"not json", "text/plain", 200
+        elif mode == "weird":
+            payload, ctype, status = b'{"ok": true}', "application/json", 799
         else:
             payload = json.dumps({"error": {"message": "nope", "type":
                                             "invalid_request_error",
@@ -230,6 +232,9 @@ def main():
         code, out = call(base, {"mode": "teapot"})
         check(code == 418 and out["error"]["code"] == "teapot",
               "downstream 4xx relayed: %d %r" % (code, out))
+        code, out = call(base, {"mode": "weird"})
+        check(code == 502 and "status 799" in out["error"]["message"],
+              "a status outside 200..599 is not relayed: %d %r" % (code, out))
         # 5. A client that leaves a call that is not streamed: the proxy
         # hangs up on the downstream (which would trickle for 30 s) soon.
         port = int(base.rsplit(":", 1)[1])

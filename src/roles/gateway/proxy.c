@@ -451,6 +451,14 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
                        "service_proxy_failed", "inference service at %s: %s",
                        url, code ? text : "the answer is not JSON");
   }
+  if (http < 200 || http > 599) {
+    // Not a final status a client can act on (a 1xx as final, or a made-up
+    // code): relaying it would hand the client a broken response.
+    json_decref(answer);
+    return error_reply(
+        response, 502, "bad_gateway", NULL, "service_proxy_failed",
+        "inference service at %s answered HTTP status %d", url, http);
+  }
   if (ok && wrap) {
     answer = wrap(wrap_data, answer);
   }
