@@ -571,3 +571,70 @@ json_t* pcp_roles_graph_result_json(const pcp_store_graph_result_t* r) {
   return json_pack("{s:o, s:o, s:o}", "entities", entities, "relations",
                    relations, "observations", observations);
 }
+
+const char* pcp_roles_graph_query_parse(json_t* body,
+                                        pcp_store_graph_query_t* out_query,
+                                        const char** out_mode,
+                                        const char** out_key) {
+  // The rules below spell these limits out.
+  _Static_assert(PCP_STORE_ID_MAX_LENGTH == 255, "rule text");
+  _Static_assert(PCP_STORE_LIST_LIMIT_MAX == 1000, "rule text");
+  memset(out_query, 0, sizeof(*out_query));
+  *out_mode = "local";
+  *out_key = NULL;
+  if (!json_is_object(body)) {
+    return "must be a JSON object";
+  }
+  static const char* const kKeys[] = {"entity_id",   "namespace_id",
+                                      "entity_type", "relation_type",
+                                      "text",        "query_mode"};
+  const char* values[PCP_ARRAYSIZE(kKeys)] = {0};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kKeys); ++i) {
+    json_t* v = json_object_get(body, kKeys[i]);
+    if (v && (!json_is_string(v) ||
+              json_string_length(v) > PCP_STORE_ID_MAX_LENGTH)) {
+      *out_key = kKeys[i];
+      return "must be a string of at most 255 bytes";
+    }
+    values[i] = v ? json_string_value(v) : NULL;
+  }
+  if (values[5]) {
+    if (strcmp(values[5], "local") != 0 && strcmp(values[5], "global") != 0 &&
+        strcmp(values[5], "local_plus_global") != 0) {
+      *out_key = "query_mode";
+      return "must be one of local, global, local_plus_global";
+    }
+    *out_mode = values[5];
+  }
+  out_query->entity_id = values[0];
+  out_query->namespace_id = values[1];
+  out_query->entity_type = values[2];
+  out_query->relation_type = values[3];
+  out_query->text = values[4];
+  json_t* limit = json_object_get(body, "limit");
+  if (limit) {
+    if (!json_is_integer(limit) || json_integer_value(limit) < 1 ||
+        json_integer_value(limit) > PCP_STORE_LIST_LIMIT_MAX) {
+      *out_key = "limit";
+      return "must be an integer in [1, 1000]";
+    }
+    out_query->limit = (uint32_t)json_integer_value(limit);
+  }
+  return NULL;
+}
+
+pcp_status_t pcp_roles_graph_query_read(json_t* body,
+                                        pcp_store_graph_query_t* out_query,
+                                        const char** out_mode) {
+  const char* key;
+  const char* rule =
+      pcp_roles_graph_query_parse(body, out_query, out_mode, &key);
+  if (!rule) {
+    return pcp_ok_status();
+  }
+  if (!key) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "the body %s", rule);
+  }
+  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "field '%s' %s", key,
+                         rule);
+}

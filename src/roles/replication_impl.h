@@ -138,4 +138,20 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_roles_replication_event_mutations(
 // with every field of each item. New reference.
 json_t* pcp_roles_graph_result_json(const pcp_store_graph_result_t* result);
 
+// Reads a graph query body (upstream s.6.6 QueryRequest: entity_id,
+// namespace_id, entity_type, relation_type, text, query_mode, limit) into
+// |out_query| (strings borrowed from |body|) and |out_mode| ("local" when
+// absent). Every filter is a string of at most PCP_STORE_ID_MAX_LENGTH
+// bytes, query_mode one of local, global, local_plus_global, limit an
+// integer in [1, PCP_STORE_LIST_LIMIT_MAX]. NULL when valid; else the rule
+// broken, with the field in |out_key| (NULL: the body itself).
+const char* pcp_roles_graph_query_parse(json_t* body,
+                                        pcp_store_graph_query_t* out_query,
+                                        const char** out_mode,
+                                        const char** out_key);
+// The same, with a broken rule as an INVALID_ARGUMENT status naming the
+// field (the HTTP routes answer it as a 400).
+PCP_MUST_USE_RESULT pcp_status_t pcp_roles_graph_query_read(
+    json_t* body, pcp_store_graph_query_t* out_query, const char** out_mode);
+
 #endif  // PCP_ROLES_REPLICATION_IMPL_H_

@@ -10,11 +10,6 @@
 #include "roles/gateway/gateway_impl.h"
 #include "roles/replication_impl.h"
 
-static const char* string_field(json_t* object, const char* key) {
-  json_t* v = json_object_get(object, key);
-  return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
 //===----------------------------------------------------------------------===//
 // /v1/graph
 //===----------------------------------------------------------------------===//
@@ -152,56 +147,17 @@ static pcp_status_t graph_mutate(void* user_data,
 
 // Unknown keys are ignored (upstream); known ones must have their type, or
 // a typo'd value would silently widen the query to everything.
-static bool filters_are_strings(json_t* body) {
-  static const char* const kKeys[] = {"entity_id",   "namespace_id",
-                                      "entity_type", "relation_type",
-                                      "text",        "query_mode"};
-  for (size_t i = 0; i < PCP_ARRAYSIZE(kKeys); ++i) {
-    json_t* v = json_object_get(body, kKeys[i]);
-    if (v && !json_is_string(v)) {
-      return false;
-    }
-  }
-  return true;
-}
-
 static pcp_status_t graph_query(void* user_data,
                                 const pcp_http_request_t* request,
                                 pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
-  pcp_status_t status = pcp_ok_status();
-  const char* mode = string_field(body, "query_mode");
-  if (!json_is_object(body)) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "the body must be a JSON object");
-  } else if (!filters_are_strings(body)) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "query fields entity_id, namespace_id, "
-                             "entity_type, relation_type, text and query_mode "
-                             "must be strings");
-  }
+  pcp_store_graph_query_t q;
+  const char* mode;
+  pcp_status_t status = pcp_roles_graph_query_read(body, &q, &mode);
   // global / local_plus_global go through the hub (replication.c).
-  bool remote = mode && strcmp(mode, "local") != 0;
-  pcp_store_graph_query_t q = {
-      .entity_id = string_field(body, "entity_id"),
-      .namespace_id = string_field(body, "namespace_id"),
-      .entity_type = string_field(body, "entity_type"),
-      .relation_type = string_field(body, "relation_type"),
-      .text = string_field(body, "text"),
-  };
-  json_t* limit = json_object_get(body, "limit");
-  if (!status && limit) {
-    if (!json_is_integer(limit) || json_integer_value(limit) < 1 ||
-        json_integer_value(limit) > PCP_STORE_LIST_LIMIT_MAX) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "field 'limit' must be an integer in [1, %u]",
-                               PCP_STORE_LIST_LIMIT_MAX);
-    } else {
-      q.limit = (uint32_t)json_integer_value(limit);
-    }
-  }
+  bool remote = !status && strcmp(mode, "local") != 0;
   pcp_store_graph_result_t result = {0};
   bool global_only = remote && strcmp(mode, "global") == 0;
   if (!status && !global_only) {

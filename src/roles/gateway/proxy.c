@@ -27,6 +27,7 @@
 #include <strings.h>
 
 #include "roles/gateway/gateway_impl.h"
+#include "roles/replication_impl.h"
 #include "workloads/workloads.h"
 
 // Calls in flight at once (each holds a thread, and a server thread while
@@ -676,54 +677,6 @@ static json_t* graph_result_json(const pcp_store_graph_result_t* r) {
                    relations, "observations", observations);
 }
 
-// Parses body.graph_query into |q| and |*out_mode| (strings borrowed from
-// |gq|; the mode "local" when absent).
-static const char* graph_query_parse(json_t* gq, pcp_store_graph_query_t* q,
-                                     const char** out_mode) {
-  memset(q, 0, sizeof(*q));
-  *out_mode = "local";
-  if (!gq) {
-    return NULL;
-  }
-  if (!json_is_object(gq)) {
-    return "graph_query: must be an object";
-  }
-  static const char* const kKeys[] = {"entity_id",   "namespace_id",
-                                      "entity_type", "relation_type",
-                                      "text",        "query_mode"};
-  for (size_t i = 0; i < PCP_ARRAYSIZE(kKeys); ++i) {
-    json_t* v = json_object_get(gq, kKeys[i]);
-    if (v && !json_is_string(v)) {
-      return "graph_query: entity_id, namespace_id, entity_type, "
-             "relation_type, text and query_mode must be strings";
-    }
-  }
-  // As /v1/graph/query: global and local_plus_global ask the hub.
-  json_t* mode = json_object_get(gq, "query_mode");
-  if (mode) {
-    *out_mode = json_string_value(mode);
-    if (strcmp(*out_mode, "local") != 0 && strcmp(*out_mode, "global") != 0 &&
-        strcmp(*out_mode, "local_plus_global") != 0) {
-      return "graph_query.query_mode: must be one of local, global, "
-             "local_plus_global";
-    }
-  }
-  q->entity_id = json_string_value(json_object_get(gq, "entity_id"));
-  q->namespace_id = json_string_value(json_object_get(gq, "namespace_id"));
-  q->entity_type = json_string_value(json_object_get(gq, "entity_type"));
-  q->relation_type = json_string_value(json_object_get(gq, "relation_type"));
-  q->text = json_string_value(json_object_get(gq, "text"));
-  json_t* limit = json_object_get(gq, "limit");
-  if (limit) {
-    if (!json_is_integer(limit) || json_integer_value(limit) < 1 ||
-        json_integer_value(limit) > PCP_STORE_LIST_LIMIT_MAX) {
-      return "graph_query.limit: must be an integer in [1, 1000]";
-    }
-    q->limit = (uint32_t)json_integer_value(limit);
-  }
-  return NULL;
-}
-
 // Fits the first k lines into the local model's window: the largest k for
 // which the prompt's tokens plus |reserve| fit (binary search; the count
 // grows with k). Sets *out_tokens to the prompt's tokens at that k.
@@ -808,8 +761,11 @@ static pcp_status_t query_infer(void* user_data,
   const char* rule = NULL;
   const char* param = NULL;
   char param_buffer[64];
-  pcp_store_graph_query_t q;
+  // No graph_query: every item of the local graph, up to the default limit.
+  json_t* graph_query = json_object_get(body, "graph_query");
+  pcp_store_graph_query_t q = {0};
   const char* mode = "local";
+  const char* key = NULL;
   if (!json_is_object(body) || !json_is_object(inference)) {
     param = "inference", rule =
                              "must be an object with 'model' and "
@@ -826,13 +782,11 @@ static pcp_status_t query_infer(void* user_data,
   } else if (max_tokens && (!json_is_integer(max_tokens) ||
                             json_integer_value(max_tokens) < 1)) {
     param = "inference.max_tokens", rule = "must be a positive integer";
-  } else if ((rule = graph_query_parse(json_object_get(body, "graph_query"), &q,
-                                       &mode)) != NULL) {
-    // "<param>: <rule>"
-    size_t length = strcspn(rule, ":");
-    snprintf(param_buffer, sizeof(param_buffer), "%.*s", (int)length, rule);
+  } else if (graph_query && (rule = pcp_roles_graph_query_parse(
+                                 graph_query, &q, &mode, &key)) != NULL) {
+    snprintf(param_buffer, sizeof(param_buffer), "graph_query%s%s",
+             key ? "." : "", key ? key : "");
     param = param_buffer;
-    rule += length + 2;
   }
   for (size_t i = 0; !rule && i < json_array_size(messages); ++i) {
     json_t* m = json_array_get(messages, i);

@@ -350,52 +350,15 @@ static pcp_status_t mutations_post(void* user_data,
 // Global graph
 //===----------------------------------------------------------------------===//
 
-static const char* string_field(json_t* object, const char* key) {
-  json_t* v = json_object_get(object, key);
-  return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
 static pcp_status_t global_query(void* user_data,
                                  const pcp_http_request_t* request,
                                  pcp_http_response_t* response) {
   pcp_roles_hub_replication_t* r = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
-  pcp_status_t status = pcp_ok_status();
-  static const char* const kKeys[] = {"entity_id", "namespace_id",
-                                      "entity_type", "relation_type", "text"};
-  if (!json_is_object(body)) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "the body must be a JSON object");
-  }
-  for (size_t i = 0; !status && i < PCP_ARRAYSIZE(kKeys); ++i) {
-    json_t* v = json_object_get(body, kKeys[i]);
-    if (v && (!json_is_string(v) ||
-              json_string_length(v) > PCP_STORE_ID_MAX_LENGTH)) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "field '%s' must be a string of at most %d "
-                               "bytes",
-                               kKeys[i], PCP_STORE_ID_MAX_LENGTH);
-    }
-  }
-  pcp_store_graph_query_t q = {
-      .entity_id = string_field(body, "entity_id"),
-      .namespace_id = string_field(body, "namespace_id"),
-      .entity_type = string_field(body, "entity_type"),
-      .relation_type = string_field(body, "relation_type"),
-      .text = string_field(body, "text"),
-  };
-  json_t* limit = json_object_get(body, "limit");
-  if (!status && limit) {
-    if (!json_is_integer(limit) || json_integer_value(limit) < 1 ||
-        json_integer_value(limit) > PCP_STORE_LIST_LIMIT_MAX) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "field 'limit' must be an integer in [1, %u]",
-                               PCP_STORE_LIST_LIMIT_MAX);
-    } else {
-      q.limit = (uint32_t)json_integer_value(limit);
-    }
-  }
+  pcp_store_graph_query_t q;
+  const char* mode;  // a gateway's global query carries it; the hub has one
+  pcp_status_t status = pcp_roles_graph_query_read(body, &q, &mode);
   // The visibility filter runs after the store query, so asking the store
   // for |limit| items would let hidden ones (local, or in a namespace whose
   // policy was revoked) crowd out visible ones and answer a short page.
