@@ -676,15 +676,8 @@ static pcp_status_t query_locked(pcp_store_t* store,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_store_graph_query(pcp_store_t* store,
-                                   const pcp_store_graph_query_t* query,
-                                   pcp_store_graph_result_t* out_result) {
-  memset(out_result, 0, sizeof(*out_result));
-  out_result->allocator = store->allocator;
-  pcp_store_graph_query_t all = {0};
-  if (!query) {
-    query = &all;
-  }
+pcp_status_t pcp_store_graph_query_validate(
+    const pcp_store_graph_query_t* query) {
   if (query->entity_id) {
     PCP_RETURN_IF_ERROR_BARE(
         pcp_store_id_validate("entity_id", query->entity_id, true));
@@ -706,6 +699,19 @@ pcp_status_t pcp_store_graph_query(pcp_store_t* store,
     PCP_RETURN_IF_ERROR_BARE(pcp_store_name_validate(
         "query text", query->text, PCP_STORE_NAME_MAX_LENGTH, false));
   }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_store_graph_query(pcp_store_t* store,
+                                   const pcp_store_graph_query_t* query,
+                                   pcp_store_graph_result_t* out_result) {
+  memset(out_result, 0, sizeof(*out_result));
+  out_result->allocator = store->allocator;
+  pcp_store_graph_query_t all = {0};
+  if (!query) {
+    query = &all;
+  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_query_validate(query));
   uint32_t limit = pcp_store_limit_normalize(query->limit, 20);
   pcp_store_lock(store);
   // One read transaction, so the three arrays come from the same snapshot.
@@ -1031,8 +1037,9 @@ static pcp_status_t mutation_apply_locked(pcp_store_t* store,
       status = payload_field(payload, "observation_type", NULL,
                              o.observation_type, sizeof(o.observation_type));
       if (pcp_status_is_ok(status)) {
-        status = payload_field(payload, "subject_entity_id", NULL,
-                               o.subject_entity_id, sizeof(o.subject_entity_id));
+        status =
+            payload_field(payload, "subject_entity_id", NULL,
+                          o.subject_entity_id, sizeof(o.subject_entity_id));
       }
       snprintf(o.observation_id, sizeof(o.observation_id), "%s", m->target_id);
       snprintf(o.namespace_id, sizeof(o.namespace_id), "%s", m->namespace_id);

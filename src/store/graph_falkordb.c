@@ -997,31 +997,6 @@ static pcp_status_t falkordb_mutation_apply(
   return status;
 }
 
-static pcp_status_t query_validate(const pcp_store_graph_query_t* query) {
-  if (query->entity_id) {
-    PCP_RETURN_IF_ERROR_BARE(
-        pcp_store_id_validate("entity_id", query->entity_id, true));
-  }
-  if (query->namespace_id) {
-    PCP_RETURN_IF_ERROR_BARE(
-        pcp_store_id_validate("namespace_id", query->namespace_id, true));
-  }
-  if (query->entity_type) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_store_name_validate(
-        "entity_type", query->entity_type, PCP_STORE_NAME_MAX_LENGTH, false));
-  }
-  if (query->relation_type) {
-    PCP_RETURN_IF_ERROR_BARE(
-        pcp_store_name_validate("relation_type", query->relation_type,
-                                PCP_STORE_NAME_MAX_LENGTH, false));
-  }
-  if (query->text) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_store_name_validate(
-        "query text", query->text, PCP_STORE_NAME_MAX_LENGTH, false));
-  }
-  return pcp_ok_status();
-}
-
 static void query_params(cypher_t* q, const pcp_store_graph_query_t* query,
                          uint32_t limit) {
   cypher_raw(q, "CYPHER");
@@ -1044,7 +1019,7 @@ static pcp_status_t falkordb_query(pcp_store_graph_backend_t* backend,
   if (!query) {
     query = &all;
   }
-  PCP_RETURN_IF_ERROR_BARE(query_validate(query));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_query_validate(query));
   uint32_t limit = pcp_store_limit_normalize(query->limit, 20);
   pthread_mutex_lock(&f->mutex);
   pcp_status_t status = pcp_ok_status();

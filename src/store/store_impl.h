@@ -208,4 +208,9 @@ pcp_store_checkpoint_leftovers_remove(pcp_store_t* store);
 PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_ack_raise_locked(
     pcp_store_t* store, const char* gateway_id, int64_t sequence);
 
+// Checks the filters of a graph query (ids, type names, text) by the
+// rules the graph tables hold them to; both graph backends call it.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_store_graph_query_validate(const pcp_store_graph_query_t* query);
+
 #endif  // PCP_STORE_STORE_IMPL_H_
