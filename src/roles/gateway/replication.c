@@ -426,6 +426,32 @@ static pcp_status_t replication_get(void* user_data,
 // Push
 //===----------------------------------------------------------------------===//
 
+// POSTs |body| (taken) as JSON to |path| on the hub with the federation
+// token through |client|. The caller deinitializes |out_answer|.
+static pcp_status_t hub_post(pcp_roles_gateway_state_t* g,
+                             pcp_http_client_t* client, const char* path,
+                             json_t* body,
+                             pcp_http_client_response_t* out_answer) {
+  char* text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  json_decref(body);
+  if (!text) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%s body", path);
+  }
+  char url[1200];
+  snprintf(url, sizeof(url), "%s%s", hub_url(g), path);
+  const char* headers[] = {"Content-Type: application/json", NULL};
+  pcp_http_client_request_t request = {.method = "POST",
+                                       .url = url,
+                                       .headers = headers,
+                                       .bearer_token = hub_token(g),
+                                       .body = text,
+                                       .body_length = strlen(text)};
+  pcp_status_t status = pcp_http_client_send(client, &request, out_answer);
+  free(text);
+  PCP_RETURN_IF_ERROR(status, "POST %s", url);
+  return pcp_ok_status();
+}
+
 // POSTs one batch and checks the ack. Holds |cycle_mu|.
 static pcp_status_t batch_send(pcp_roles_gateway_state_t* g, json_t* items,
                                json_t* policies, int64_t through,
@@ -438,24 +464,10 @@ static pcp_status_t batch_send(pcp_roles_gateway_state_t* g, json_t* items,
       "last_replicated_sequence", (json_int_t)stats->last_replicated_sequence,
       "through_sequence_no", (json_int_t)through, "namespace_policies",
       policies, "mutations", items);
-  char* text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-  json_decref(body);
-  if (!text) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "batch body");
-  }
-  char url[1200];
-  snprintf(url, sizeof(url), "%s/v1/federation/mutations", hub_url(g));
-  const char* headers[] = {"Content-Type: application/json", NULL};
-  pcp_http_client_request_t request = {.method = "POST",
-                                       .url = url,
-                                       .headers = headers,
-                                       .bearer_token = hub_token(g),
-                                       .body = text,
-                                       .body_length = strlen(text)};
   pcp_http_client_response_t answer;
-  pcp_status_t status = pcp_http_client_send(r->client, &request, &answer);
-  free(text);
-  PCP_RETURN_IF_ERROR(status, "POST %s", url);
+  PCP_RETURN_IF_ERROR_BARE(
+      hub_post(g, r->client, "/v1/federation/mutations", body, &answer));
+  pcp_status_t status = pcp_ok_status();
   json_t* ack = NULL;
   if (answer.http_status == 200) {
     ack = json_loadb(answer.body, answer.body_length, 0, NULL);
@@ -585,31 +597,19 @@ pcp_status_t pcp_roles_gateway_replication_query_run(
   }
   json_t* forwarded = json_deep_copy(body);
   json_object_del(forwarded, "query_mode");
-  char* text = forwarded ? json_dumps(forwarded, JSON_COMPACT) : NULL;
-  json_decref(forwarded);
-  if (!text) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "query body");
-  }
-  char url[1200];
-  // The gateway's route on the hub (federation token); clients use
-  // /v1/global-graph/query with the hub's API token.
-  snprintf(url, sizeof(url), "%s/v1/federation/global-graph/query", hub_url(g));
-  const char* headers[] = {"Content-Type: application/json", NULL};
-  pcp_http_client_request_t request = {.method = "POST",
-                                       .url = url,
-                                       .headers = headers,
-                                       .bearer_token = hub_token(g),
-                                       .body = text,
-                                       .body_length = strlen(text)};
   pcp_http_client_options_t options = {.timeout_ms = REPLICATION_HUB_TIMEOUT_MS,
                                        .max_response_bytes = (size_t)32 << 20};
   pcp_http_client_t* client = NULL;
   pcp_http_client_response_t answer = {0};
   pcp_status_t status = pcp_http_client_create(&options, g->allocator, &client);
+  // The gateway's route on the hub (federation token); clients use
+  // /v1/global-graph/query with the hub's API token.
   if (!status) {
-    status = pcp_http_client_send(client, &request, &answer);
+    status = hub_post(g, client, "/v1/federation/global-graph/query", forwarded,
+                      &answer);
+  } else {
+    json_decref(forwarded);
   }
-  free(text);
   pcp_http_client_release(client);
   char message[512];
   message[0] = 0;

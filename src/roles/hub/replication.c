@@ -357,7 +357,7 @@ static pcp_status_t global_query(void* user_data,
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   pcp_store_graph_query_t q;
-  const char* mode;  // a gateway's global query carries it; the hub has one
+  const char* mode;  // unused: the hub holds one graph, its own
   pcp_status_t status = pcp_roles_graph_query_read(body, &q, &mode);
   // The visibility filter runs after the store query, so asking the store
   // for |limit| items would let hidden ones (local, or in a namespace whose
