@@ -676,6 +676,23 @@ static pcp_status_t query_locked(pcp_store_t* store,
   return pcp_ok_status();
 }
 
+pcp_status_t pcp_store_graph_neighbors_validate(
+    const char* entity_id, const char* relation_type,
+    pcp_store_graph_direction_t direction) {
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_id_validate("entity_id", entity_id, true));
+  if (relation_type) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_store_name_validate(
+        "relation_type", relation_type, PCP_STORE_NAME_MAX_LENGTH, false));
+  }
+  if (direction < PCP_STORE_GRAPH_DIRECTION_OUT ||
+      direction > PCP_STORE_GRAPH_DIRECTION_BOTH) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "graph direction %d is out of range",
+                           (int)direction);
+  }
+  return pcp_ok_status();
+}
+
 pcp_status_t pcp_store_graph_query_validate(
     const pcp_store_graph_query_t* query) {
   if (query->entity_id) {
@@ -801,17 +818,8 @@ pcp_status_t pcp_store_graph_neighbors_list(
     pcp_store_graph_result_t* out_result) {
   memset(out_result, 0, sizeof(*out_result));
   out_result->allocator = store->allocator;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_id_validate("entity_id", entity_id, true));
-  if (relation_type) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_store_name_validate(
-        "relation_type", relation_type, PCP_STORE_NAME_MAX_LENGTH, false));
-  }
-  if (direction < PCP_STORE_GRAPH_DIRECTION_OUT ||
-      direction > PCP_STORE_GRAPH_DIRECTION_BOTH) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "graph direction %d is out of range",
-                           (int)direction);
-  }
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_graph_neighbors_validate(entity_id, relation_type, direction));
   limit = pcp_store_limit_normalize(limit, 20);
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin_read(store);

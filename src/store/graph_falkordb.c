@@ -1125,17 +1125,8 @@ static pcp_status_t falkordb_neighbors_list(
   pcp_store_t* store = backend->store;
   memset(out_result, 0, sizeof(*out_result));
   out_result->allocator = store->allocator;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_id_validate("entity_id", entity_id, true));
-  if (relation_type) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_store_name_validate(
-        "relation_type", relation_type, PCP_STORE_NAME_MAX_LENGTH, false));
-  }
-  if (direction < PCP_STORE_GRAPH_DIRECTION_OUT ||
-      direction > PCP_STORE_GRAPH_DIRECTION_BOTH) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "graph direction %d is out of range",
-                           (int)direction);
-  }
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_graph_neighbors_validate(entity_id, relation_type, direction));
   limit = pcp_store_limit_normalize(limit, 20);
   cypher_t q = {.allocator = store->allocator};
   cypher_raw(&q, "CYPHER");

@@ -212,5 +212,10 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_ack_raise_locked(
 // rules the graph tables hold them to; both graph backends call it.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_store_graph_query_validate(const pcp_store_graph_query_t* query);
+// The same for a neighbours request: the entity id, the optional relation
+// type and the direction.
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_graph_neighbors_validate(
+    const char* entity_id, const char* relation_type,
+    pcp_store_graph_direction_t direction);
 
 #endif  // PCP_STORE_STORE_IMPL_H_
