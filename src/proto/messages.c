@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Typed messages of docs/protocol.md s.3: one encoder and one parser each,
-// the ERROR frame <-> pcp_status_t mapping and the HMAC join proof.
+// Typed messages of docs/protocol.md s.3 as field tables (one per message,
+// read by the generic encoder and parser of message_codec.c), the ERROR
+// frame <-> pcp_status_t mapping and the HMAC join proof.
+//
+// A table lists the JSON keys in wire order: the encoder writes them in that
+// order, so reordering a table changes the bytes the golden vectors pin.
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,59 +18,71 @@
 
 #include "proto/proto_impl.h"
 
-// Chains a status-returning step: later steps run only while all is well.
-#define TRY_(expr)     \
-  do {                 \
-    if (!status)       \
-      status = (expr); \
-  } while (0)
-
 #define STR_MAX_ PCP_PROTO_MAX_STRING_BYTES
+#define REQ_ PCP_PROTO_FIELD_FLAG_REQUIRED
 
-static pcp_status_t expect_type(const pcp_proto_frame_t* frame,
-                                pcp_proto_message_type_t type) {
-  if (frame->header.type != type || !frame->control) {
-    const char* got = pcp_proto_message_type_name(frame->header.type);
-    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
-                           "expected a %s frame, got %s (%u)",
-                           pcp_proto_message_type_name(type),
-                           got ? got : "unknown", frame->header.type);
+// Field initializers: struct type |s|, member |m|, JSON key |k|.
+// NOLINTBEGIN(bugprone-macro-parentheses): |s| is a type name.
+#define SIZE_OF_(s, m) ((uint32_t)sizeof(((s*)0)->m))
+#define UINT_(s, m, k, flags_, lo, hi)                                         \
+  {                                                                            \
+    .key = k, .kind = PCP_PROTO_FIELD_UINT, .flags = (flags_),                 \
+    .offset = offsetof(s, m), .size = SIZE_OF_(s, m), .min = (lo), .max = (hi) \
   }
-  return pcp_ok_status();
-}
-
-static pcp_status_t new_object(json_t** out_object) {
-  *out_object = json_object();
-  if (!*out_object) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+#define INT_(s, m, k, flags_, lo, hi, absent)                      \
+  {                                                                \
+    .key = k, .kind = PCP_PROTO_FIELD_INT, .flags = (flags_),      \
+    .offset = offsetof(s, m), .size = SIZE_OF_(s, m), .min = (lo), \
+    .max = (hi), .absent_value = (absent)                          \
   }
-  return pcp_ok_status();
-}
-
-// Encodes |object| (consumed) into a frame once all fields were set.
-static pcp_status_t finish_encode(
-    pcp_status_t status, uint16_t version, uint16_t type, uint64_t request_id,
-    json_t* object, const pcp_proto_section_t* sections, size_t section_count,
-    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
-    pcp_proto_encoded_frame_t* out_frame) {
-  if (!status) {
-    status =
-        pcp_proto_frame_encode(version, type, request_id, object, sections,
-                               section_count, limits, allocator, out_frame);
+#define BOOL_(s, m, k) \
+  { .key = k, .kind = PCP_PROTO_FIELD_BOOL, .offset = offsetof(s, m) }
+#define STRING_(s, m, k, flags_, hi)                                      \
+  {                                                                       \
+    .key = k, .kind = PCP_PROTO_FIELD_STRING, .flags = (flags_),          \
+    .offset = offsetof(s, m), .min = ((flags_)&REQ_) ? 1 : 0, .max = (hi) \
   }
-  json_decref(object);
-  if (status) {
-    return pcp_status_annotate_f(status, "encoding %s",
-                                 pcp_proto_message_type_name(type));
+#define HEX_(s, m, k)                                     \
+  {                                                       \
+    .key = k, .kind = PCP_PROTO_FIELD_HEX, .flags = REQ_, \
+    .offset = offsetof(s, m), .size = SIZE_OF_(s, m)      \
   }
-  return status;
-}
+#define ENUM_(s, m, k, flags_, names_)                                \
+  {                                                                   \
+    .key = k, .kind = PCP_PROTO_FIELD_ENUM, .flags = REQ_ | (flags_), \
+    .offset = offsetof(s, m), .size = SIZE_OF_(s, m), .max = 32,      \
+    .names = (names_)                                                 \
+  }
+// A counted array member |m| with its count in |count_m|.
+#define LIST_(s, m, count_m, k, kind_, flags_, hi, table_, elem_size)       \
+  {                                                                         \
+    .key = k, .kind = (kind_), .flags = (flags_), .offset = offsetof(s, m), \
+    .count_offset = offsetof(s, count_m), .max = (hi), .table = (table_),   \
+    .size = (elem_size)                                                     \
+  }
+#define TABLE_(type_, s, fields_, encode_check_, parse_check_)      \
+  {                                                                 \
+    .type = (type_), .struct_size = sizeof(s), .fields = (fields_), \
+    .field_count = sizeof(fields_) / sizeof((fields_)[0]),          \
+    .encode_check = (encode_check_), .parse_check = (parse_check_)  \
+  }
+// NOLINTEND(bugprone-macro-parentheses)
 
-static json_t* json_u64(uint64_t value) {
-  return json_integer((json_int_t)value);
-}
-
-#define PARSE_CONTEXT_(type) "parsing %s", pcp_proto_message_type_name(type)
+// The public pair of a message without sections: thin wrappers over the
+// generic codec, so no caller changes.
+#define DEFINE_MESSAGE_(name, type_t)                                    \
+  pcp_status_t pcp_proto_##name##_encode(                                \
+      uint16_t version, uint64_t request_id, const type_t* message,      \
+      const pcp_proto_limits_t* limits, pcp_allocator_t allocator,       \
+      pcp_proto_encoded_frame_t* out_frame) {                            \
+    return pcp_proto_message_encode(&name##_table, version, request_id,  \
+                                    message, NULL, 0, limits, allocator, \
+                                    out_frame);                          \
+  }                                                                      \
+  pcp_status_t pcp_proto_##name##_parse(pcp_proto_frame_t* frame,        \
+                                        type_t* out_message) {           \
+    return pcp_proto_message_parse(&name##_table, frame, out_message);   \
+  }
 
 //===----------------------------------------------------------------------===//
 // HELLO
@@ -78,6 +95,49 @@ uint16_t pcp_proto_version_select(uint16_t local_min, uint16_t local_max,
   return high >= low && high > 0 ? high : 0;
 }
 
+static pcp_status_t hello_encode_check(const void* message,
+                                       const pcp_proto_limits_t* limits,
+                                       size_t section_count) {
+  (void)limits;
+  (void)section_count;
+  const pcp_proto_hello_t* m = message;
+  if (m->min_version == 0 || m->min_version > m->max_version) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "HELLO: bad version range %u..%u", m->min_version,
+                           m->max_version);
+  }
+  return pcp_ok_status();
+}
+
+static pcp_status_t hello_parse_check(pcp_proto_frame_t* frame, void* message) {
+  (void)frame;
+  const pcp_proto_hello_t* m = message;
+  if (m->min_version == 0 || m->min_version > m->max_version) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT, "bad version range %llu..%llu",
+        (unsigned long long)m->min_version, (unsigned long long)m->max_version);
+  }
+  return pcp_ok_status();
+}
+
+// Frozen key set (s.2): never rename or reorder these.
+static const pcp_proto_field_t hello_fields[] = {
+    UINT_(pcp_proto_hello_t, min_version, "min_version", REQ_, 0, UINT16_MAX),
+    UINT_(pcp_proto_hello_t, max_version, "max_version", REQ_, 0, UINT16_MAX),
+    STRING_(pcp_proto_hello_t, role, "role", REQ_, 32),
+    STRING_(pcp_proto_hello_t, software, "software", 0, STR_MAX_),
+    {.key = "selected_version",
+     .kind = PCP_PROTO_FIELD_UINT,
+     .flags = PCP_PROTO_FIELD_FLAG_PRESENCE,
+     .offset = offsetof(pcp_proto_hello_t, selected_version),
+     .size = sizeof(uint16_t),
+     .presence_offset = offsetof(pcp_proto_hello_t, has_selected_version),
+     .max = UINT16_MAX},
+};
+static const pcp_proto_message_table_t hello_table =
+    TABLE_(PCP_PROTO_MESSAGE_HELLO, pcp_proto_hello_t, hello_fields,
+           hello_encode_check, hello_parse_check);
+
 pcp_status_t pcp_proto_hello_encode(uint16_t version, uint64_t request_id,
                                     const pcp_proto_hello_t* message,
                                     const pcp_proto_limits_t* limits,
@@ -85,56 +145,15 @@ pcp_status_t pcp_proto_hello_encode(uint16_t version, uint64_t request_id,
                                     pcp_proto_encoded_frame_t* out_frame) {
   (void)version;
   (void)request_id;
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  if (message->min_version == 0 ||
-      message->min_version > message->max_version) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "HELLO: bad version range %u..%u",
-                             message->min_version, message->max_version);
-  }
-  // Frozen key set (s.2): never rename these.
-  TRY_(
-      pcp_proto_json_set(o, "min_version", json_integer(message->min_version)));
-  TRY_(
-      pcp_proto_json_set(o, "max_version", json_integer(message->max_version)));
-  TRY_(pcp_proto_json_set_string(o, "role", message->role, 32));
-  TRY_(pcp_proto_json_set_string(o, "software", message->software, STR_MAX_));
-  if (message->has_selected_version) {
-    TRY_(pcp_proto_json_set(o, "selected_version",
-                            json_integer(message->selected_version)));
-  }
   // HELLO's header carries the sender's max version and request id 0.
-  return finish_encode(status, message->max_version, PCP_PROTO_MESSAGE_HELLO, 0,
-                       o, NULL, 0, limits, allocator, out_frame);
+  return pcp_proto_message_encode(&hello_table, message->max_version, 0,
+                                  message, NULL, 0, limits, allocator,
+                                  out_frame);
 }
 
 pcp_status_t pcp_proto_hello_parse(pcp_proto_frame_t* frame,
                                    pcp_proto_hello_t* out_message) {
-  memset(out_message, 0, sizeof(*out_message));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_HELLO));
-  const json_t* o = frame->control;
-  uint64_t min_v = 0, max_v = 0, selected = 0;
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_u64(o, "min_version", UINT16_MAX, &min_v));
-  TRY_(pcp_proto_json_u64(o, "max_version", UINT16_MAX, &max_v));
-  TRY_(pcp_proto_json_string(o, "role", 1, 32, &out_message->role));
-  TRY_(pcp_proto_json_opt_string(o, "software", STR_MAX_,
-                                 &out_message->software));
-  TRY_(pcp_proto_json_opt_u64(o, "selected_version", UINT16_MAX, &selected,
-                              &out_message->has_selected_version));
-  if (!status && (min_v == 0 || min_v > max_v)) {
-    status = pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT, "bad version range %llu..%llu",
-        (unsigned long long)min_v, (unsigned long long)max_v);
-  }
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_HELLO));
-  out_message->min_version = (uint16_t)min_v;
-  out_message->max_version = (uint16_t)max_v;
-  out_message->selected_version = (uint16_t)selected;
-  return pcp_ok_status();
+  return pcp_proto_message_parse(&hello_table, frame, out_message);
 }
 
 //===----------------------------------------------------------------------===//
@@ -167,490 +186,259 @@ static pcp_status_t check_worker_id(const char* worker_id) {
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_proto_join_encode(uint16_t version, uint64_t request_id,
-                                   const pcp_proto_join_t* m,
-                                   const pcp_proto_limits_t* limits,
-                                   pcp_allocator_t allocator,
-                                   pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  json_t* drivers = json_array();
-  TRY_(check_worker_id(m->worker_id));
-  if (!status && m->driver_count > PCP_PROTO_MAX_LIST_ITEMS) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "key 'drivers': at most %u items",
-                             PCP_PROTO_MAX_LIST_ITEMS);
-  }
-  TRY_(pcp_proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
-  TRY_(pcp_proto_json_set_string(o, "backend", m->backend, STR_MAX_));
-  TRY_(pcp_proto_json_set_string(o, "target", m->target, STR_MAX_));
-  TRY_(pcp_proto_json_set(o, "device_id", json_integer(m->device_id)));
-  TRY_(pcp_proto_json_set(o, "device_memory_bytes",
-                          json_u64(m->device_memory_bytes)));
-  for (uint32_t i = 0; i < m->driver_count && !status && drivers; ++i) {
-    const char* d = m->drivers[i] ? m->drivers[i] : "";
-    if (strlen(d) > STR_MAX_ ||
-        json_array_append_new(drivers, json_string(d))) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "key 'drivers': bad item %u", i);
-    }
-  }
-  if (!status) {
-    status = pcp_proto_json_set(o, "drivers", drivers);
-  } else {
-    json_decref(drivers);
-  }
-  TRY_(pcp_proto_json_set_string(o, "runtime_version", m->runtime_version,
-                                 STR_MAX_));
-  TRY_(pcp_proto_json_set_string(o, "compiler_version", m->compiler_version,
-                                 STR_MAX_));
-  TRY_(pcp_proto_json_set_string(o, "node_manager_id", m->node_manager_id,
-                                 STR_MAX_));
-  TRY_(pcp_proto_json_set(o, "supervisor_id", json_integer(m->supervisor_id)));
-  TRY_(pcp_proto_json_set_string(o, "worker_class", m->worker_class, STR_MAX_));
-  if (m->has_resume && !status) {
-    json_t* r = json_object();
-    status = r ? pcp_ok_status()
-               : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-    TRY_(pcp_proto_json_set(r, "lease_epoch", json_u64(m->lease_epoch)));
-    TRY_(pcp_proto_json_set_hex(r, "resume_token", m->resume_token,
-                                sizeof(m->resume_token)));
-    if (!status) {
-      status = pcp_proto_json_set(o, "resume", r);
-    } else {
-      json_decref(r);
-    }
-  }
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_JOIN, request_id, o,
-                       NULL, 0, limits, allocator, out_frame);
+static pcp_status_t join_encode_check(const void* message,
+                                      const pcp_proto_limits_t* limits,
+                                      size_t section_count) {
+  (void)limits;
+  (void)section_count;
+  return check_worker_id(((const pcp_proto_join_t*)message)->worker_id);
 }
 
-pcp_status_t pcp_proto_join_parse(pcp_proto_frame_t* frame,
-                                  pcp_proto_join_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_JOIN));
-  const json_t* o = frame->control;
-  pcp_status_t status = pcp_ok_status();
-  int64_t device_id = 0;
-  TRY_(pcp_proto_json_string(o, "worker_id", 1, STR_MAX_, &m->worker_id));
-  TRY_(check_worker_id(m->worker_id));
-  TRY_(pcp_proto_json_string(o, "backend", 1, STR_MAX_, &m->backend));
-  TRY_(pcp_proto_json_opt_string(o, "target", STR_MAX_, &m->target));
-  TRY_(pcp_proto_json_i64(o, "device_id", 0, INT32_MAX, &device_id));
-  TRY_(pcp_proto_json_u64(o, "device_memory_bytes", INT64_MAX,
-                          &m->device_memory_bytes));
-  json_t* drivers = json_object_get(o, "drivers");
-  if (!status && drivers) {
-    if (!json_is_array(drivers) ||
-        json_array_size(drivers) > PCP_PROTO_MAX_LIST_ITEMS) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "key 'drivers': expected at most %u strings",
-                               PCP_PROTO_MAX_LIST_ITEMS);
-    }
-    for (size_t i = 0; !status && i < json_array_size(drivers); ++i) {
-      json_t* d = json_array_get(drivers, i);
-      if (!json_is_string(d) || json_string_length(d) > STR_MAX_) {
-        status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                                 "key 'drivers': item %zu is not a short "
-                                 "string",
-                                 i);
-      } else {
-        m->drivers[m->driver_count++] = json_string_value(d);
-      }
-    }
-  }
-  TRY_(pcp_proto_json_opt_string(o, "runtime_version", STR_MAX_,
-                                 &m->runtime_version));
-  TRY_(pcp_proto_json_opt_string(o, "compiler_version", STR_MAX_,
-                                 &m->compiler_version));
-  TRY_(pcp_proto_json_opt_string(o, "node_manager_id", STR_MAX_,
-                                 &m->node_manager_id));
-  m->supervisor_id = -1;
-  if (!status && json_object_get(o, "supervisor_id")) {
-    status = pcp_proto_json_i64(o, "supervisor_id", -1, INT64_MAX,
-                                &m->supervisor_id);
-  }
-  TRY_(
-      pcp_proto_json_opt_string(o, "worker_class", STR_MAX_, &m->worker_class));
-  json_t* resume = json_object_get(o, "resume");
-  if (!status && resume) {
-    if (!json_is_object(resume)) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "key 'resume': expected an object");
-    }
-    TRY_(pcp_proto_json_u64(resume, "lease_epoch", INT64_MAX, &m->lease_epoch));
-    TRY_(pcp_proto_json_hex(resume, "resume_token", sizeof(m->resume_token),
-                            m->resume_token));
-    m->has_resume = !status;
-  }
-  m->device_id = (int32_t)device_id;
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_JOIN));
-  return pcp_ok_status();
+static pcp_status_t join_parse_check(pcp_proto_frame_t* frame, void* message) {
+  (void)frame;
+  return check_worker_id(((const pcp_proto_join_t*)message)->worker_id);
 }
+
+// "resume": {lease_epoch, resume_token}, members of pcp_proto_join_t.
+static const pcp_proto_field_t join_resume_fields[] = {
+    UINT_(pcp_proto_join_t, lease_epoch, "lease_epoch", REQ_, 0, INT64_MAX),
+    HEX_(pcp_proto_join_t, resume_token, "resume_token"),
+};
+static const pcp_proto_message_table_t join_resume_table =
+    TABLE_(0, pcp_proto_join_t, join_resume_fields, NULL, NULL);
+
+static const pcp_proto_field_t join_fields[] = {
+    STRING_(pcp_proto_join_t, worker_id, "worker_id", REQ_, STR_MAX_),
+    STRING_(pcp_proto_join_t, backend, "backend", REQ_, STR_MAX_),
+    STRING_(pcp_proto_join_t, target, "target", 0, STR_MAX_),
+    INT_(pcp_proto_join_t, device_id, "device_id", REQ_, 0, INT32_MAX, 0),
+    UINT_(pcp_proto_join_t, device_memory_bytes, "device_memory_bytes", REQ_, 0,
+          INT64_MAX),
+    LIST_(pcp_proto_join_t, drivers, driver_count, "drivers",
+          PCP_PROTO_FIELD_STRING_LIST, 0, PCP_PROTO_MAX_LIST_ITEMS, NULL, 0),
+    STRING_(pcp_proto_join_t, runtime_version, "runtime_version", 0, STR_MAX_),
+    STRING_(pcp_proto_join_t, compiler_version, "compiler_version", 0,
+            STR_MAX_),
+    STRING_(pcp_proto_join_t, node_manager_id, "node_manager_id", 0, STR_MAX_),
+    // -1: not supervised (also when the key is missing).
+    INT_(pcp_proto_join_t, supervisor_id, "supervisor_id", 0, -1, INT64_MAX,
+         -1),
+    STRING_(pcp_proto_join_t, worker_class, "worker_class", 0, STR_MAX_),
+    {.key = "resume",
+     .kind = PCP_PROTO_FIELD_OBJECT,
+     .flags = PCP_PROTO_FIELD_FLAG_PRESENCE,
+     .offset = 0,
+     .presence_offset = offsetof(pcp_proto_join_t, has_resume),
+     .table = &join_resume_table},
+};
+static const pcp_proto_message_table_t join_table =
+    TABLE_(PCP_PROTO_MESSAGE_JOIN, pcp_proto_join_t, join_fields,
+           join_encode_check, join_parse_check);
+DEFINE_MESSAGE_(join, pcp_proto_join_t)
 
 //===----------------------------------------------------------------------===//
 // CHALLENGE, JOIN_PROOF, ACCEPT, REJECT
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_proto_challenge_encode(uint16_t version, uint64_t request_id,
-                                        const pcp_proto_challenge_t* m,
-                                        const pcp_proto_limits_t* limits,
-                                        pcp_allocator_t allocator,
-                                        pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set_hex(o, "nonce", m->nonce, sizeof(m->nonce)));
-  TRY_(pcp_proto_json_set(o, "algorithm", json_string("hmac-sha256")));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_CHALLENGE, request_id,
-                       o, NULL, 0, limits, allocator, out_frame);
+static const char* const kChallengeAlgorithms[] = {"hmac-sha256", NULL};
+
+static const pcp_proto_field_t challenge_fields[] = {
+    HEX_(pcp_proto_challenge_t, nonce, "nonce"),
+    {.key = "algorithm",
+     .kind = PCP_PROTO_FIELD_CONSTANT,
+     .flags = REQ_,
+     .max = 32,
+     .names = kChallengeAlgorithms,
+     .label = "challenge algorithm"},
+};
+static const pcp_proto_message_table_t challenge_table =
+    TABLE_(PCP_PROTO_MESSAGE_CHALLENGE, pcp_proto_challenge_t, challenge_fields,
+           NULL, NULL);
+DEFINE_MESSAGE_(challenge, pcp_proto_challenge_t)
+
+static pcp_status_t join_proof_encode_check(const void* message,
+                                            const pcp_proto_limits_t* limits,
+                                            size_t section_count) {
+  (void)limits;
+  (void)section_count;
+  return check_worker_id(((const pcp_proto_join_proof_t*)message)->worker_id);
 }
 
-pcp_status_t pcp_proto_challenge_parse(pcp_proto_frame_t* frame,
-                                       pcp_proto_challenge_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_CHALLENGE));
-  const char* algorithm = NULL;
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_hex(frame->control, "nonce", sizeof(m->nonce), m->nonce));
-  TRY_(pcp_proto_json_string(frame->control, "algorithm", 1, 32, &algorithm));
-  if (!status && strcmp(algorithm, "hmac-sha256") != 0) {
-    status = pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
-                             "challenge algorithm '%s'", algorithm);
-  }
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_CHALLENGE));
-  return pcp_ok_status();
-}
+static const pcp_proto_field_t join_proof_fields[] = {
+    STRING_(pcp_proto_join_proof_t, worker_id, "worker_id", REQ_, STR_MAX_),
+    HEX_(pcp_proto_join_proof_t, mac, "mac"),
+};
+static const pcp_proto_message_table_t join_proof_table =
+    TABLE_(PCP_PROTO_MESSAGE_JOIN_PROOF, pcp_proto_join_proof_t,
+           join_proof_fields, join_proof_encode_check, NULL);
+DEFINE_MESSAGE_(join_proof, pcp_proto_join_proof_t)
 
-pcp_status_t pcp_proto_join_proof_encode(uint16_t version, uint64_t request_id,
-                                         const pcp_proto_join_proof_t* m,
-                                         const pcp_proto_limits_t* limits,
-                                         pcp_allocator_t allocator,
-                                         pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(check_worker_id(m->worker_id));
-  TRY_(pcp_proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
-  TRY_(pcp_proto_json_set_hex(o, "mac", m->mac, sizeof(m->mac)));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_JOIN_PROOF,
-                       request_id, o, NULL, 0, limits, allocator, out_frame);
-}
+static const pcp_proto_field_t accept_fields[] = {
+    STRING_(pcp_proto_accept_t, worker_id, "worker_id", REQ_, STR_MAX_),
+    UINT_(pcp_proto_accept_t, lease_epoch, "lease_epoch", REQ_, 0, INT64_MAX),
+    HEX_(pcp_proto_accept_t, resume_token, "resume_token"),
+    BOOL_(pcp_proto_accept_t, resumed, "resumed"),
+    UINT_(pcp_proto_accept_t, heartbeat_interval_ms, "heartbeat_interval_ms",
+          REQ_, PCP_PROTO_HEARTBEAT_MIN_MS, PCP_PROTO_HEARTBEAT_MAX_MS),
+    UINT_(pcp_proto_accept_t, max_frame_bytes, "max_frame_bytes", REQ_, 0,
+          PCP_PROTO_CEILING_FRAME_BYTES),
+    UINT_(pcp_proto_accept_t, max_chunk_bytes, "max_chunk_bytes", REQ_, 0,
+          PCP_PROTO_CEILING_CHUNK_BYTES),
+    UINT_(pcp_proto_accept_t, max_in_flight, "max_in_flight", REQ_, 0,
+          PCP_PROTO_CEILING_IN_FLIGHT),
+};
+static const pcp_proto_message_table_t accept_table = TABLE_(
+    PCP_PROTO_MESSAGE_ACCEPT, pcp_proto_accept_t, accept_fields, NULL, NULL);
+DEFINE_MESSAGE_(accept, pcp_proto_accept_t)
 
-pcp_status_t pcp_proto_join_proof_parse(pcp_proto_frame_t* frame,
-                                        pcp_proto_join_proof_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_JOIN_PROOF));
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_string(frame->control, "worker_id", 1, STR_MAX_,
-                             &m->worker_id));
-  TRY_(pcp_proto_json_hex(frame->control, "mac", sizeof(m->mac), m->mac));
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_JOIN_PROOF));
-  return pcp_ok_status();
-}
-
-pcp_status_t pcp_proto_accept_encode(uint16_t version, uint64_t request_id,
-                                     const pcp_proto_accept_t* m,
-                                     const pcp_proto_limits_t* limits,
-                                     pcp_allocator_t allocator,
-                                     pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set_string(o, "worker_id", m->worker_id, STR_MAX_));
-  TRY_(pcp_proto_json_set(o, "lease_epoch", json_u64(m->lease_epoch)));
-  TRY_(pcp_proto_json_set_hex(o, "resume_token", m->resume_token,
-                              sizeof(m->resume_token)));
-  TRY_(pcp_proto_json_set(o, "resumed", json_boolean(m->resumed)));
-  TRY_(pcp_proto_json_set(o, "heartbeat_interval_ms",
-                          json_integer(m->heartbeat_interval_ms)));
-  TRY_(pcp_proto_json_set(o, "max_frame_bytes", json_u64(m->max_frame_bytes)));
-  TRY_(pcp_proto_json_set(o, "max_chunk_bytes", json_u64(m->max_chunk_bytes)));
-  TRY_(pcp_proto_json_set(o, "max_in_flight", json_integer(m->max_in_flight)));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_ACCEPT, request_id, o,
-                       NULL, 0, limits, allocator, out_frame);
-}
-
-pcp_status_t pcp_proto_accept_parse(pcp_proto_frame_t* frame,
-                                    pcp_proto_accept_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_ACCEPT));
-  const json_t* o = frame->control;
-  uint64_t hb = 0, in_flight = 0;
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_string(o, "worker_id", 1, STR_MAX_, &m->worker_id));
-  TRY_(pcp_proto_json_u64(o, "lease_epoch", INT64_MAX, &m->lease_epoch));
-  TRY_(pcp_proto_json_hex(o, "resume_token", sizeof(m->resume_token),
-                          m->resume_token));
-  TRY_(pcp_proto_json_bool(o, "resumed", false, &m->resumed));
-  TRY_(pcp_proto_json_u64(o, "heartbeat_interval_ms",
-                          PCP_PROTO_HEARTBEAT_MAX_MS, &hb));
-  TRY_(pcp_proto_json_u64(o, "max_frame_bytes", PCP_PROTO_CEILING_FRAME_BYTES,
-                          &m->max_frame_bytes));
-  TRY_(pcp_proto_json_u64(o, "max_chunk_bytes", PCP_PROTO_CEILING_CHUNK_BYTES,
-                          &m->max_chunk_bytes));
-  TRY_(pcp_proto_json_u64(o, "max_in_flight", PCP_PROTO_CEILING_IN_FLIGHT,
-                          &in_flight));
-  if (!status && hb < PCP_PROTO_HEARTBEAT_MIN_MS) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "key 'heartbeat_interval_ms': below %u",
-                             PCP_PROTO_HEARTBEAT_MIN_MS);
-  }
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_ACCEPT));
-  m->heartbeat_interval_ms = (uint32_t)hb;
-  m->max_in_flight = (uint32_t)in_flight;
-  return pcp_ok_status();
-}
-
-pcp_status_t pcp_proto_reject_encode(uint16_t version, uint64_t request_id,
-                                     const pcp_proto_reject_t* m,
-                                     const pcp_proto_limits_t* limits,
-                                     pcp_allocator_t allocator,
-                                     pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set(o, "reason", json_integer(m->reason)));
-  TRY_(pcp_proto_json_set_string(o, "message", m->message,
-                                 PCP_PROTO_MAX_MESSAGE_BYTES));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_REJECT, request_id, o,
-                       NULL, 0, limits, allocator, out_frame);
-}
-
-pcp_status_t pcp_proto_reject_parse(pcp_proto_frame_t* frame,
-                                    pcp_proto_reject_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_REJECT));
-  uint64_t reason = 0;
-  pcp_status_t status = pcp_ok_status();
-  // Unknown reasons (a newer gateway) are kept as numbers, not refused.
-  TRY_(pcp_proto_json_u64(frame->control, "reason", 255, &reason));
-  TRY_(pcp_proto_json_opt_string(frame->control, "message",
-                                 PCP_PROTO_MAX_MESSAGE_BYTES, &m->message));
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_REJECT));
-  m->reason = (uint32_t)reason;
-  return pcp_ok_status();
-}
+static const pcp_proto_field_t reject_fields[] = {
+    // Unknown reasons (a newer gateway) are kept as numbers, not refused.
+    UINT_(pcp_proto_reject_t, reason, "reason", REQ_, 0, 255),
+    STRING_(pcp_proto_reject_t, message, "message", 0,
+            PCP_PROTO_MAX_MESSAGE_BYTES),
+};
+static const pcp_proto_message_table_t reject_table = TABLE_(
+    PCP_PROTO_MESSAGE_REJECT, pcp_proto_reject_t, reject_fields, NULL, NULL);
+DEFINE_MESSAGE_(reject, pcp_proto_reject_t)
 
 //===----------------------------------------------------------------------===//
 // HEARTBEAT, DRAIN, SHUTDOWN
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_proto_heartbeat_encode(uint16_t version, uint64_t request_id,
-                                        const pcp_proto_heartbeat_t* m,
-                                        const pcp_proto_limits_t* limits,
-                                        pcp_allocator_t allocator,
-                                        pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set(o, "seq", json_u64(m->seq)));
-  TRY_(pcp_proto_json_set(o, "ack", json_u64(m->ack)));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_HEARTBEAT, request_id,
-                       o, NULL, 0, limits, allocator, out_frame);
-}
+static const pcp_proto_field_t heartbeat_fields[] = {
+    UINT_(pcp_proto_heartbeat_t, seq, "seq", REQ_, 0, INT64_MAX),
+    UINT_(pcp_proto_heartbeat_t, ack, "ack", REQ_, 0, INT64_MAX),
+};
+static const pcp_proto_message_table_t heartbeat_table =
+    TABLE_(PCP_PROTO_MESSAGE_HEARTBEAT, pcp_proto_heartbeat_t, heartbeat_fields,
+           NULL, NULL);
+DEFINE_MESSAGE_(heartbeat, pcp_proto_heartbeat_t)
 
-pcp_status_t pcp_proto_heartbeat_parse(pcp_proto_frame_t* frame,
-                                       pcp_proto_heartbeat_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_HEARTBEAT));
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_u64(frame->control, "seq", INT64_MAX, &m->seq));
-  TRY_(pcp_proto_json_u64(frame->control, "ack", INT64_MAX, &m->ack));
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_HEARTBEAT));
-  return pcp_ok_status();
-}
+static const pcp_proto_field_t drain_fields[] = {
+    UINT_(pcp_proto_drain_t, deadline_ms, "deadline_ms", REQ_, 0, INT64_MAX),
+};
+static const pcp_proto_message_table_t drain_table = TABLE_(
+    PCP_PROTO_MESSAGE_DRAIN, pcp_proto_drain_t, drain_fields, NULL, NULL);
+DEFINE_MESSAGE_(drain, pcp_proto_drain_t)
 
-pcp_status_t pcp_proto_drain_encode(uint16_t version, uint64_t request_id,
-                                    const pcp_proto_drain_t* m,
-                                    const pcp_proto_limits_t* limits,
-                                    pcp_allocator_t allocator,
-                                    pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set(o, "deadline_ms", json_u64(m->deadline_ms)));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_DRAIN, request_id, o,
-                       NULL, 0, limits, allocator, out_frame);
-}
-
-pcp_status_t pcp_proto_drain_parse(pcp_proto_frame_t* frame,
-                                   pcp_proto_drain_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_DRAIN));
-  PCP_RETURN_IF_ERROR(pcp_proto_json_u64(frame->control, "deadline_ms",
-                                         INT64_MAX, &m->deadline_ms),
-                      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_DRAIN));
-  return pcp_ok_status();
-}
-
-pcp_status_t pcp_proto_shutdown_encode(uint16_t version, uint64_t request_id,
-                                       const pcp_proto_shutdown_t* m,
-                                       const pcp_proto_limits_t* limits,
-                                       pcp_allocator_t allocator,
-                                       pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set_string(o, "reason", m->reason, STR_MAX_));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_SHUTDOWN, request_id,
-                       o, NULL, 0, limits, allocator, out_frame);
-}
-
-pcp_status_t pcp_proto_shutdown_parse(pcp_proto_frame_t* frame,
-                                      pcp_proto_shutdown_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_SHUTDOWN));
-  PCP_RETURN_IF_ERROR(
-      pcp_proto_json_opt_string(frame->control, "reason", STR_MAX_, &m->reason),
-      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_SHUTDOWN));
-  return pcp_ok_status();
-}
+static const pcp_proto_field_t shutdown_fields[] = {
+    STRING_(pcp_proto_shutdown_t, reason, "reason", 0, STR_MAX_),
+};
+static const pcp_proto_message_table_t shutdown_table =
+    TABLE_(PCP_PROTO_MESSAGE_SHUTDOWN, pcp_proto_shutdown_t, shutdown_fields,
+           NULL, NULL);
+DEFINE_MESSAGE_(shutdown, pcp_proto_shutdown_t)
 
 //===----------------------------------------------------------------------===//
 // Programs
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_proto_program_offer_encode(
-    uint16_t version, uint64_t request_id, const pcp_proto_program_offer_t* m,
-    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
-    pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
-  TRY_(pcp_proto_json_set(o, "byte_length", json_u64(m->byte_length)));
-  TRY_(pcp_proto_json_set_string(o, "backend", m->backend, STR_MAX_));
-  TRY_(pcp_proto_json_set_string(o, "target", m->target, STR_MAX_));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_PROGRAM_OFFER,
-                       request_id, o, NULL, 0, limits, allocator, out_frame);
-}
+static const pcp_proto_field_t program_offer_fields[] = {
+    HEX_(pcp_proto_program_offer_t, program, "program"),
+    UINT_(pcp_proto_program_offer_t, byte_length, "byte_length", REQ_, 0,
+          INT64_MAX),
+    STRING_(pcp_proto_program_offer_t, backend, "backend", REQ_, STR_MAX_),
+    STRING_(pcp_proto_program_offer_t, target, "target", 0, STR_MAX_),
+};
+static const pcp_proto_message_table_t program_offer_table =
+    TABLE_(PCP_PROTO_MESSAGE_PROGRAM_OFFER, pcp_proto_program_offer_t,
+           program_offer_fields, NULL, NULL);
+DEFINE_MESSAGE_(program_offer, pcp_proto_program_offer_t)
 
-pcp_status_t pcp_proto_program_offer_parse(pcp_proto_frame_t* frame,
-                                           pcp_proto_program_offer_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_PROGRAM_OFFER));
-  const json_t* o = frame->control;
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_hex(o, "program", sizeof(m->program), m->program));
-  TRY_(pcp_proto_json_u64(o, "byte_length", INT64_MAX, &m->byte_length));
-  TRY_(pcp_proto_json_string(o, "backend", 1, STR_MAX_, &m->backend));
-  TRY_(pcp_proto_json_opt_string(o, "target", STR_MAX_, &m->target));
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_PROGRAM_OFFER));
-  return pcp_ok_status();
-}
+static const pcp_proto_field_t program_fetch_fields[] = {
+    HEX_(pcp_proto_program_fetch_t, program, "program"),
+};
+static const pcp_proto_message_table_t program_fetch_table =
+    TABLE_(PCP_PROTO_MESSAGE_PROGRAM_FETCH, pcp_proto_program_fetch_t,
+           program_fetch_fields, NULL, NULL);
+DEFINE_MESSAGE_(program_fetch, pcp_proto_program_fetch_t)
 
-pcp_status_t pcp_proto_program_fetch_encode(
-    uint16_t version, uint64_t request_id, const pcp_proto_program_fetch_t* m,
-    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
-    pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_PROGRAM_FETCH,
-                       request_id, o, NULL, 0, limits, allocator, out_frame);
-}
+// Indexed by pcp_proto_program_ack_status_t - 1.
+static const char* const kProgramAckStatuses[] = {"cached", "stored", NULL};
 
-pcp_status_t pcp_proto_program_fetch_parse(pcp_proto_frame_t* frame,
-                                           pcp_proto_program_fetch_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_PROGRAM_FETCH));
-  PCP_RETURN_IF_ERROR(pcp_proto_json_hex(frame->control, "program",
-                                         sizeof(m->program), m->program),
-                      PARSE_CONTEXT_(PCP_PROTO_MESSAGE_PROGRAM_FETCH));
-  return pcp_ok_status();
-}
-
-pcp_status_t pcp_proto_program_ack_encode(
-    uint16_t version, uint64_t request_id, const pcp_proto_program_ack_t* m,
-    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
-    pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  const char* text = m->status == PCP_PROTO_PROGRAM_CACHED   ? "cached"
-                     : m->status == PCP_PROTO_PROGRAM_STORED ? "stored"
-                                                             : NULL;
-  if (!text) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "PROGRAM_ACK: bad status %d", (int)m->status);
-  }
-  TRY_(pcp_proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
-  TRY_(pcp_proto_json_set(o, "status", json_string(text ? text : "")));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_PROGRAM_ACK,
-                       request_id, o, NULL, 0, limits, allocator, out_frame);
-}
-
-pcp_status_t pcp_proto_program_ack_parse(pcp_proto_frame_t* frame,
-                                         pcp_proto_program_ack_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_PROGRAM_ACK));
-  const char* text = NULL;
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_hex(frame->control, "program", sizeof(m->program),
-                          m->program));
-  TRY_(pcp_proto_json_string(frame->control, "status", 1, 32, &text));
-  if (!status) {
-    if (strcmp(text, "cached") == 0) {
-      m->status = PCP_PROTO_PROGRAM_CACHED;
-    } else if (strcmp(text, "stored") == 0) {
-      m->status = PCP_PROTO_PROGRAM_STORED;
-    } else {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "key 'status': '%s'", text);
-    }
-  }
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_PROGRAM_ACK));
-  return pcp_ok_status();
-}
+static const pcp_proto_field_t program_ack_fields[] = {
+    HEX_(pcp_proto_program_ack_t, program, "program"),
+    ENUM_(pcp_proto_program_ack_t, status, "status", 0, kProgramAckStatuses),
+};
+static const pcp_proto_message_table_t program_ack_table =
+    TABLE_(PCP_PROTO_MESSAGE_PROGRAM_ACK, pcp_proto_program_ack_t,
+           program_ack_fields, NULL, NULL);
+DEFINE_MESSAGE_(program_ack, pcp_proto_program_ack_t)
 
 //===----------------------------------------------------------------------===//
 // BLOB_CHUNK
 //===----------------------------------------------------------------------===//
+
+// Indexed by pcp_proto_blob_kind_t - 1.
+static const char* const kBlobKinds[] = {"program", "tensor", NULL};
+
+static pcp_status_t blob_chunk_encode_check(const void* message,
+                                            const pcp_proto_limits_t* limits,
+                                            size_t section_count) {
+  (void)section_count;
+  const pcp_proto_blob_chunk_t* m = message;
+  if (m->data_length > limits->chunk_bytes &&
+      m->data_length > limits->max_chunk_bytes) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "BLOB_CHUNK of %llu bytes exceeds %llu",
+                           (unsigned long long)m->data_length,
+                           (unsigned long long)limits->max_chunk_bytes);
+  }
+  return pcp_ok_status();
+}
+
+// The index and the one "data" section, which the table cannot describe.
+static pcp_status_t blob_chunk_parse_check(pcp_proto_frame_t* frame,
+                                           void* message) {
+  pcp_proto_blob_chunk_t* m = message;
+  if (m->count == 0 || m->index >= m->count) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "chunk %llu of %llu",
+                           (unsigned long long)m->index,
+                           (unsigned long long)m->count);
+  }
+  const pcp_proto_section_t* s =
+      frame->section_count == 1 ? &frame->sections[0] : NULL;
+  if (!s || strcmp(s->name, "data") != 0 ||
+      s->element_type != PCP_ELEMENT_TYPE_U8 || s->rank != 1) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "expected one u8 section named 'data'");
+  }
+  m->data = s->data;
+  m->data_length = s->byte_length;
+  if (m->offset > m->total || m->data_length > m->total - m->offset) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "chunk at %llu+%llu overruns the blob of %llu",
+                           (unsigned long long)m->offset,
+                           (unsigned long long)m->data_length,
+                           (unsigned long long)m->total);
+  }
+  return pcp_ok_status();
+}
+
+static const pcp_proto_field_t blob_chunk_fields[] = {
+    STRING_(pcp_proto_blob_chunk_t, blob_id, "blob", REQ_, STR_MAX_),
+    ENUM_(pcp_proto_blob_chunk_t, kind, "kind", 0, kBlobKinds),
+    UINT_(pcp_proto_blob_chunk_t, index, "index", REQ_, 0, INT64_MAX),
+    UINT_(pcp_proto_blob_chunk_t, count, "count", REQ_, 0, INT64_MAX),
+    UINT_(pcp_proto_blob_chunk_t, offset, "offset", REQ_, 0, INT64_MAX),
+    UINT_(pcp_proto_blob_chunk_t, total, "total", REQ_, 0, INT64_MAX),
+    // Last chunk of a program blob only.
+    {.key = "sha256",
+     .kind = PCP_PROTO_FIELD_HEX,
+     .flags = PCP_PROTO_FIELD_FLAG_PRESENCE,
+     .offset = offsetof(pcp_proto_blob_chunk_t, sha256),
+     .size = PCP_SHA256_BYTE_LENGTH,
+     .presence_offset = offsetof(pcp_proto_blob_chunk_t, has_sha256)},
+};
+static const pcp_proto_message_table_t blob_chunk_table =
+    TABLE_(PCP_PROTO_MESSAGE_BLOB_CHUNK, pcp_proto_blob_chunk_t,
+           blob_chunk_fields, blob_chunk_encode_check, blob_chunk_parse_check);
 
 pcp_status_t pcp_proto_blob_chunk_encode(uint16_t version, uint64_t request_id,
                                          const pcp_proto_blob_chunk_t* m,
                                          const pcp_proto_limits_t* limits,
                                          pcp_allocator_t allocator,
                                          pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  if (m->kind != PCP_PROTO_BLOB_PROGRAM && m->kind != PCP_PROTO_BLOB_TENSOR) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad blob kind");
-  }
-  if (!status && m->data_length > limits->chunk_bytes &&
-      m->data_length > limits->max_chunk_bytes) {
-    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                             "BLOB_CHUNK of %llu bytes exceeds %llu",
-                             (unsigned long long)m->data_length,
-                             (unsigned long long)limits->max_chunk_bytes);
-  }
-  TRY_(pcp_proto_json_set_string(o, "blob", m->blob_id, STR_MAX_));
-  TRY_(pcp_proto_json_set(
-      o, "kind",
-      json_string(m->kind == PCP_PROTO_BLOB_PROGRAM ? "program" : "tensor")));
-  TRY_(pcp_proto_json_set(o, "index", json_u64(m->index)));
-  TRY_(pcp_proto_json_set(o, "count", json_u64(m->count)));
-  TRY_(pcp_proto_json_set(o, "offset", json_u64(m->offset)));
-  TRY_(pcp_proto_json_set(o, "total", json_u64(m->total)));
-  if (m->has_sha256) {
-    TRY_(pcp_proto_json_set_hex(o, "sha256", m->sha256, sizeof(m->sha256)));
-  }
   pcp_proto_section_t section = {
       .name = "data",
       .element_type = PCP_ELEMENT_TYPE_U8,
@@ -658,423 +446,159 @@ pcp_status_t pcp_proto_blob_chunk_encode(uint16_t version, uint64_t request_id,
       .shape = {(int64_t)m->data_length},
       .data = m->data,
   };
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_BLOB_CHUNK,
-                       request_id, o, &section, 1, limits, allocator,
-                       out_frame);
+  return pcp_proto_message_encode(&blob_chunk_table, version, request_id, m,
+                                  &section, 1, limits, allocator, out_frame);
 }
 
 pcp_status_t pcp_proto_blob_chunk_parse(pcp_proto_frame_t* frame,
                                         pcp_proto_blob_chunk_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_BLOB_CHUNK));
-  const json_t* o = frame->control;
-  const char* kind = NULL;
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_string(o, "blob", 1, STR_MAX_, &m->blob_id));
-  TRY_(pcp_proto_json_string(o, "kind", 1, 32, &kind));
-  TRY_(pcp_proto_json_u64(o, "index", INT64_MAX, &m->index));
-  TRY_(pcp_proto_json_u64(o, "count", INT64_MAX, &m->count));
-  TRY_(pcp_proto_json_u64(o, "offset", INT64_MAX, &m->offset));
-  TRY_(pcp_proto_json_u64(o, "total", INT64_MAX, &m->total));
-  if (!status && json_object_get(o, "sha256")) {
-    status = pcp_proto_json_hex(o, "sha256", sizeof(m->sha256), m->sha256);
-    m->has_sha256 = !status;
-  }
-  if (!status) {
-    if (strcmp(kind, "program") == 0) {
-      m->kind = PCP_PROTO_BLOB_PROGRAM;
-    } else if (strcmp(kind, "tensor") == 0) {
-      m->kind = PCP_PROTO_BLOB_TENSOR;
-    } else {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "key 'kind': '%s'",
-                               kind);
-    }
-  }
-  if (!status && (m->count == 0 || m->index >= m->count)) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "chunk %llu of %llu",
-                             (unsigned long long)m->index,
-                             (unsigned long long)m->count);
-  }
-  if (!status) {
-    const pcp_proto_section_t* s =
-        frame->section_count == 1 ? &frame->sections[0] : NULL;
-    if (!s || strcmp(s->name, "data") != 0 ||
-        s->element_type != PCP_ELEMENT_TYPE_U8 || s->rank != 1) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "expected one u8 section named 'data'");
-    } else {
-      m->data = s->data;
-      m->data_length = s->byte_length;
-    }
-  }
-  if (!status &&
-      (m->offset > m->total || m->data_length > m->total - m->offset)) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "chunk at %llu+%llu overruns the blob of %llu",
-                             (unsigned long long)m->offset,
-                             (unsigned long long)m->data_length,
-                             (unsigned long long)m->total);
-  }
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_BLOB_CHUNK));
-  return pcp_ok_status();
+  return pcp_proto_message_parse(&blob_chunk_table, frame, m);
 }
 
 //===----------------------------------------------------------------------===//
 // Tasks
 //===----------------------------------------------------------------------===//
 
-static pcp_status_t refs_to_json(const char* key,
-                                 const pcp_proto_tensor_ref_t* refs,
-                                 uint32_t count, size_t section_count,
-                                 json_t* object) {
-  if (count > PCP_PROTO_MAX_TASK_TENSORS) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "key '%s': at most %u tensors", key,
-                           PCP_PROTO_MAX_TASK_TENSORS);
-  }
-  json_t* array = json_array();
-  pcp_status_t status =
-      array ? pcp_ok_status()
-            : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-  for (uint32_t i = 0; i < count && !status; ++i) {
-    const pcp_proto_tensor_ref_t* r = &refs[i];
-    json_t* e = json_object();
-    if (!e) {
-      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-      break;
-    }
-    switch (r->kind) {
-      case PCP_PROTO_TENSOR_REF_SECTION:
-        if (r->section >= section_count) {
-          status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                                   "key '%s'[%u]: section %u of %zu", key, i,
-                                   r->section, section_count);
-        }
-        TRY_(pcp_proto_json_set(e, "section", json_integer(r->section)));
-        break;
-      case PCP_PROTO_TENSOR_REF_RESIDENT:
-        TRY_(pcp_proto_json_set_string(e, "resident", r->name, STR_MAX_));
-        break;
-      case PCP_PROTO_TENSOR_REF_BLOB: {
-        TRY_(pcp_proto_json_set_string(e, "blob", r->name, STR_MAX_));
-        TRY_(pcp_proto_json_set(e, "dtype", json_integer(r->element_type)));
-        json_t* shape = json_array();
-        for (uint32_t d = 0; shape && d < r->rank && d < PCP_MAX_TENSOR_RANK;
-             ++d) {
-          json_array_append_new(shape, json_integer(r->shape[d]));
-        }
-        TRY_(pcp_proto_json_set(e, "shape", shape));
-        break;
-      }
-      default:
-        status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                                 "key '%s'[%u]: bad kind", key, i);
-    }
-    if (!status && json_array_append_new(array, e) != 0) {
-      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-    } else if (status) {
-      json_decref(e);
-    }
-  }
-  if (status) {
-    json_decref(array);
-    return status;
-  }
-  return pcp_proto_json_set(object, key, array);
-}
+static const pcp_proto_field_t keep_resident_fields[] = {
+    UINT_(pcp_proto_keep_resident_t, output, "output", REQ_, 0,
+          PCP_PROTO_MAX_TASK_TENSORS),
+    STRING_(pcp_proto_keep_resident_t, as, "as", REQ_, STR_MAX_),
+};
+static const pcp_proto_message_table_t keep_resident_table =
+    TABLE_(0, pcp_proto_keep_resident_t, keep_resident_fields, NULL, NULL);
 
-static pcp_status_t refs_from_json(const pcp_proto_frame_t* frame,
-                                   const char* key, uint32_t max_rank,
-                                   pcp_proto_tensor_ref_t* refs,
-                                   uint32_t count) {
-  json_t* array = json_object_get(frame->control, key);
-  for (uint32_t i = 0; i < count; ++i) {
-    json_t* e = json_array_get(array, i);
-    pcp_proto_tensor_ref_t* r = &refs[i];
-    char what[64];
-    snprintf(what, sizeof(what), "key '%s'[%u]", key, i);
-    if (!json_is_object(e)) {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: not an object",
-                             what);
-    }
-    if (json_object_get(e, "section")) {
-      uint64_t section = 0;
-      PCP_RETURN_IF_ERROR(
-          pcp_proto_json_u64(e, "section", PCP_PROTO_CEILING_SECTIONS,
-                             &section),
-          "%s", what);
-      if (section >= frame->section_count) {
-        return pcp_make_status(
-            PCP_STATUS_INVALID_ARGUMENT, "%s: section %llu, the frame has %zu",
-            what, (unsigned long long)section, frame->section_count);
-      }
-      r->kind = PCP_PROTO_TENSOR_REF_SECTION;
-      r->section = (uint32_t)section;
-    } else if (json_object_get(e, "resident")) {
-      r->kind = PCP_PROTO_TENSOR_REF_RESIDENT;
-      PCP_RETURN_IF_ERROR(
-          pcp_proto_json_string(e, "resident", 1, STR_MAX_, &r->name), "%s",
-          what);
-    } else if (json_object_get(e, "blob")) {
-      uint64_t dtype = 0;
-      r->kind = PCP_PROTO_TENSOR_REF_BLOB;
-      PCP_RETURN_IF_ERROR(
-          pcp_proto_json_string(e, "blob", 1, STR_MAX_, &r->name), "%s", what);
-      PCP_RETURN_IF_ERROR(
-          pcp_proto_json_u64(e, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype),
-          "%s", what);
-      if (dtype == 0) {
-        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: dtype 0",
-                               what);
-      }
-      r->element_type = (pcp_element_type_t)dtype;
-      PCP_RETURN_IF_ERROR_BARE(pcp_proto_json_shape(
-          json_object_get(e, "shape"), what, max_rank, &r->rank, r->shape));
-    } else {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "%s: needs 'section', 'resident' or 'blob'", what);
-    }
-  }
-  return pcp_ok_status();
-}
-
-static pcp_status_t array_count(const json_t* object, const char* key,
-                                bool required, uint32_t* out_count) {
-  json_t* array = json_object_get(object, key);
-  *out_count = 0;
-  if (!array && !required)
-    return pcp_ok_status();
-  if (!json_is_array(array) ||
-      json_array_size(array) > PCP_PROTO_MAX_TASK_TENSORS) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "key '%s': expected an array of at most %u", key,
-                           PCP_PROTO_MAX_TASK_TENSORS);
-  }
-  *out_count = (uint32_t)json_array_size(array);
-  return pcp_ok_status();
-}
+static const pcp_proto_field_t task_assign_fields[] = {
+    UINT_(pcp_proto_task_assign_t, task_id, "task_id", REQ_, 0, INT64_MAX),
+    STRING_(pcp_proto_task_assign_t, session_id, "session_id", 0, STR_MAX_),
+    HEX_(pcp_proto_task_assign_t, program, "program"),
+    STRING_(pcp_proto_task_assign_t, function, "function", REQ_, STR_MAX_),
+    LIST_(pcp_proto_task_assign_t, inputs, input_count, "inputs",
+          PCP_PROTO_FIELD_TENSOR_REFS, REQ_, PCP_PROTO_MAX_TASK_TENSORS, NULL,
+          0),
+    LIST_(pcp_proto_task_assign_t, keep_resident, keep_resident_count,
+          "keep_resident", PCP_PROTO_FIELD_ARRAY, 0, PCP_PROTO_MAX_TASK_TENSORS,
+          &keep_resident_table, sizeof(pcp_proto_keep_resident_t)),
+    BOOL_(pcp_proto_task_assign_t, return_resident, "return_resident"),
+};
+static const pcp_proto_message_table_t task_assign_table =
+    TABLE_(PCP_PROTO_MESSAGE_TASK_ASSIGN, pcp_proto_task_assign_t,
+           task_assign_fields, NULL, NULL);
 
 pcp_status_t pcp_proto_task_assign_encode(
     uint16_t version, uint64_t request_id, const pcp_proto_task_assign_t* m,
     const pcp_proto_section_t* sections, size_t section_count,
     const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
     pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set(o, "task_id", json_u64(m->task_id)));
-  TRY_(pcp_proto_json_set_string(o, "session_id", m->session_id, STR_MAX_));
-  TRY_(pcp_proto_json_set_hex(o, "program", m->program, sizeof(m->program)));
-  TRY_(pcp_proto_json_set_string(o, "function", m->function, STR_MAX_));
-  TRY_(refs_to_json("inputs", m->inputs, m->input_count, section_count, o));
-  if (!status && m->keep_resident_count > PCP_PROTO_MAX_TASK_TENSORS) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "key 'keep_resident': too many");
-  }
-  json_t* keep = status ? NULL : json_array();
-  for (uint32_t i = 0; keep && !status && i < m->keep_resident_count; ++i) {
-    json_t* e = json_object();
-    if (!e) {
-      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-      break;
-    }
-    TRY_(pcp_proto_json_set(e, "output",
-                            json_integer(m->keep_resident[i].output)));
-    TRY_(pcp_proto_json_set_string(e, "as", m->keep_resident[i].as, STR_MAX_));
-    if (!status) {
-      json_array_append_new(keep, e);
-    } else {
-      json_decref(e);
-    }
-  }
-  if (keep) {
-    if (!status) {
-      status = pcp_proto_json_set(o, "keep_resident", keep);
-    } else {
-      json_decref(keep);
-    }
-  }
-  TRY_(pcp_proto_json_set(o, "return_resident",
-                          json_boolean(m->return_resident)));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_TASK_ASSIGN,
-                       request_id, o, sections, section_count, limits,
-                       allocator, out_frame);
+  return pcp_proto_message_encode(&task_assign_table, version, request_id, m,
+                                  sections, section_count, limits, allocator,
+                                  out_frame);
 }
 
 pcp_status_t pcp_proto_task_assign_parse(pcp_proto_frame_t* frame,
                                          pcp_proto_task_assign_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_TASK_ASSIGN));
-  const json_t* o = frame->control;
-  uint32_t input_count = 0, keep_count = 0;
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_u64(o, "task_id", INT64_MAX, &m->task_id));
-  TRY_(pcp_proto_json_opt_string(o, "session_id", STR_MAX_, &m->session_id));
-  TRY_(pcp_proto_json_hex(o, "program", sizeof(m->program), m->program));
-  TRY_(pcp_proto_json_string(o, "function", 1, STR_MAX_, &m->function));
-  TRY_(array_count(o, "inputs", true, &input_count));
-  TRY_(array_count(o, "keep_resident", false, &keep_count));
-  TRY_(pcp_proto_json_bool(o, "return_resident", false, &m->return_resident));
-  void* scratch = NULL;
-  // Counts were bounded above, before this allocation.
-  TRY_(pcp_proto_frame_scratch(
-      frame,
-      input_count * sizeof(pcp_proto_tensor_ref_t) +
-          keep_count * sizeof(pcp_proto_keep_resident_t),
-      &scratch));
-  pcp_proto_tensor_ref_t* inputs = scratch;
-  pcp_proto_keep_resident_t* keep =
-      scratch ? (pcp_proto_keep_resident_t*)(inputs + input_count) : NULL;
-  TRY_(refs_from_json(frame, "inputs", PCP_MAX_TENSOR_RANK, inputs,
-                      input_count));
-  json_t* keep_array = json_object_get(o, "keep_resident");
-  for (uint32_t i = 0; !status && i < keep_count; ++i) {
-    json_t* e = json_array_get(keep_array, i);
-    uint64_t output = 0;
-    if (!json_is_object(e)) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "key 'keep_resident'[%u]: not an object", i);
-    }
-    TRY_(pcp_proto_json_u64(e, "output", PCP_PROTO_MAX_TASK_TENSORS, &output));
-    if (!status && keep) {
-      status = pcp_proto_json_string(e, "as", 1, STR_MAX_, &keep[i].as);
-      keep[i].output = (uint32_t)output;
-    }
-  }
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_TASK_ASSIGN));
-  m->inputs = inputs;
-  m->input_count = input_count;
-  m->keep_resident = keep;
-  m->keep_resident_count = keep_count;
-  return pcp_ok_status();
+  return pcp_proto_message_parse(&task_assign_table, frame, m);
 }
 
-pcp_status_t pcp_proto_task_progress_encode(
-    uint16_t version, uint64_t request_id, const pcp_proto_task_progress_t* m,
-    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
-    pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set(o, "task_id", json_u64(m->task_id)));
-  TRY_(pcp_proto_json_set(
-      o, "state",
-      json_string(m->state == PCP_PROTO_TASK_QUEUED ? "queued" : "running")));
-  if (m->has_fraction) {
-    if (!(m->fraction >= 0.0 && m->fraction <= 1.0)) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "fraction must be in [0, 1]");
-    }
-    TRY_(pcp_proto_json_set(o, "fraction", json_real(m->fraction)));
-  }
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_TASK_PROGRESS,
-                       request_id, o, NULL, 0, limits, allocator, out_frame);
-}
+// Indexed by pcp_proto_task_state_t - 1.
+static const char* const kTaskStates[] = {"queued", "running", NULL};
 
-pcp_status_t pcp_proto_task_progress_parse(pcp_proto_frame_t* frame,
-                                           pcp_proto_task_progress_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_TASK_PROGRESS));
-  const json_t* o = frame->control;
-  const char* state = NULL;
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_u64(o, "task_id", INT64_MAX, &m->task_id));
-  TRY_(pcp_proto_json_string(o, "state", 1, 32, &state));
-  if (!status) {
-    if (strcmp(state, "queued") == 0) {
-      m->state = PCP_PROTO_TASK_QUEUED;
-    } else if (strcmp(state, "running") == 0) {
-      m->state = PCP_PROTO_TASK_RUNNING;
-    } else {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "key 'state': '%s'",
-                               state);
-    }
-  }
-  json_t* fraction = json_object_get(o, "fraction");
-  if (!status && fraction) {
-    if (!json_is_number(fraction) || json_number_value(fraction) < 0.0 ||
-        json_number_value(fraction) > 1.0) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "key 'fraction': expected a number in [0, 1]");
-    } else {
-      m->has_fraction = true;
-      m->fraction = json_number_value(fraction);
-    }
-  }
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_TASK_PROGRESS));
-  return pcp_ok_status();
-}
+static const pcp_proto_field_t task_progress_fields[] = {
+    UINT_(pcp_proto_task_progress_t, task_id, "task_id", REQ_, 0, INT64_MAX),
+    ENUM_(pcp_proto_task_progress_t, state, "state",
+          PCP_PROTO_FIELD_FLAG_ENUM_LAST_DEFAULT, kTaskStates),
+    {.key = "fraction",
+     .kind = PCP_PROTO_FIELD_REAL,
+     .flags = PCP_PROTO_FIELD_FLAG_PRESENCE,
+     .offset = offsetof(pcp_proto_task_progress_t, fraction),
+     .presence_offset = offsetof(pcp_proto_task_progress_t, has_fraction),
+     .min = 0,
+     .max = 1},
+};
+static const pcp_proto_message_table_t task_progress_table =
+    TABLE_(PCP_PROTO_MESSAGE_TASK_PROGRESS, pcp_proto_task_progress_t,
+           task_progress_fields, NULL, NULL);
+DEFINE_MESSAGE_(task_progress, pcp_proto_task_progress_t)
+
+static const pcp_proto_field_t task_result_fields[] = {
+    UINT_(pcp_proto_task_result_t, task_id, "task_id", REQ_, 0, INT64_MAX),
+    LIST_(pcp_proto_task_result_t, outputs, output_count, "outputs",
+          PCP_PROTO_FIELD_TENSOR_REFS, REQ_, PCP_PROTO_MAX_TASK_TENSORS, NULL,
+          0),
+    UINT_(pcp_proto_task_result_t, elapsed_us, "elapsed_us", 0, 0, INT64_MAX),
+};
+static const pcp_proto_message_table_t task_result_table =
+    TABLE_(PCP_PROTO_MESSAGE_TASK_RESULT, pcp_proto_task_result_t,
+           task_result_fields, NULL, NULL);
 
 pcp_status_t pcp_proto_task_result_encode(
     uint16_t version, uint64_t request_id, const pcp_proto_task_result_t* m,
     const pcp_proto_section_t* sections, size_t section_count,
     const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
     pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set(o, "task_id", json_u64(m->task_id)));
-  TRY_(refs_to_json("outputs", m->outputs, m->output_count, section_count, o));
-  TRY_(pcp_proto_json_set(o, "elapsed_us", json_u64(m->elapsed_us)));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_TASK_RESULT,
-                       request_id, o, sections, section_count, limits,
-                       allocator, out_frame);
+  return pcp_proto_message_encode(&task_result_table, version, request_id, m,
+                                  sections, section_count, limits, allocator,
+                                  out_frame);
 }
 
 pcp_status_t pcp_proto_task_result_parse(pcp_proto_frame_t* frame,
                                          pcp_proto_task_result_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_TASK_RESULT));
-  const json_t* o = frame->control;
-  uint32_t count = 0;
-  bool present = false;
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_u64(o, "task_id", INT64_MAX, &m->task_id));
-  TRY_(pcp_proto_json_opt_u64(o, "elapsed_us", INT64_MAX, &m->elapsed_us,
-                              &present));
-  TRY_(array_count(o, "outputs", true, &count));
-  void* scratch = NULL;
-  TRY_(pcp_proto_frame_scratch(frame, count * sizeof(pcp_proto_tensor_ref_t),
-                               &scratch));
-  TRY_(refs_from_json(frame, "outputs", PCP_MAX_TENSOR_RANK, scratch, count));
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_TASK_RESULT));
-  m->outputs = scratch;
-  m->output_count = count;
-  return pcp_ok_status();
+  return pcp_proto_message_parse(&task_result_table, frame, m);
 }
 
-pcp_status_t pcp_proto_task_cancel_encode(
-    uint16_t version, uint64_t request_id, const pcp_proto_task_cancel_t* m,
-    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
-    pcp_proto_encoded_frame_t* out_frame) {
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set(o, "task_id", json_u64(m->task_id)));
-  TRY_(pcp_proto_json_set_string(o, "reason", m->reason, STR_MAX_));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_TASK_CANCEL,
-                       request_id, o, NULL, 0, limits, allocator, out_frame);
-}
-
-pcp_status_t pcp_proto_task_cancel_parse(pcp_proto_frame_t* frame,
-                                         pcp_proto_task_cancel_t* m) {
-  memset(m, 0, sizeof(*m));
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_TASK_CANCEL));
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_u64(frame->control, "task_id", INT64_MAX, &m->task_id));
-  TRY_(pcp_proto_json_opt_string(frame->control, "reason", STR_MAX_,
-                                 &m->reason));
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_TASK_CANCEL));
-  return pcp_ok_status();
-}
+static const pcp_proto_field_t task_cancel_fields[] = {
+    UINT_(pcp_proto_task_cancel_t, task_id, "task_id", REQ_, 0, INT64_MAX),
+    STRING_(pcp_proto_task_cancel_t, reason, "reason", 0, STR_MAX_),
+};
+static const pcp_proto_message_table_t task_cancel_table =
+    TABLE_(PCP_PROTO_MESSAGE_TASK_CANCEL, pcp_proto_task_cancel_t,
+           task_cancel_fields, NULL, NULL);
+DEFINE_MESSAGE_(task_cancel, pcp_proto_task_cancel_t)
 
 //===----------------------------------------------------------------------===//
 // ERROR <-> pcp_status_t
 //===----------------------------------------------------------------------===//
+
+static pcp_status_t error_parse_check(pcp_proto_frame_t* frame, void* message) {
+  (void)frame;
+  if (((const pcp_proto_error_wire_t*)message)->code == 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'code': 0 (OK) is not an error");
+  }
+  return pcp_ok_status();
+}
+
+static const pcp_proto_field_t error_fields[] = {
+    UINT_(pcp_proto_error_wire_t, code, "code", REQ_, 0, 255),
+    STRING_(pcp_proto_error_wire_t, message, "message", 0,
+            PCP_PROTO_MAX_MESSAGE_BYTES),
+    UINT_(pcp_proto_error_wire_t, task_id, "task_id",
+          PCP_PROTO_FIELD_FLAG_OMIT_ZERO, 0, INT64_MAX),
+};
+static const pcp_proto_message_table_t error_table =
+    TABLE_(PCP_PROTO_MESSAGE_ERROR, pcp_proto_error_wire_t, error_fields, NULL,
+           error_parse_check);
+
+//===----------------------------------------------------------------------===//
+// The registry (every JSON message, for the table tests)
+//===----------------------------------------------------------------------===//
+
+static const pcp_proto_message_table_t* const kMessageTables[] = {
+    &hello_table,         &join_table,          &challenge_table,
+    &join_proof_table,    &accept_table,        &reject_table,
+    &heartbeat_table,     &error_table,         &drain_table,
+    &shutdown_table,      &program_offer_table, &program_fetch_table,
+    &blob_chunk_table,    &program_ack_table,   &task_assign_table,
+    &task_progress_table, &task_result_table,   &task_cancel_table,
+};
+
+const pcp_proto_message_table_t* pcp_proto_message_table_lookup(uint16_t type) {
+  for (size_t i = 0; i < sizeof(kMessageTables) / sizeof(kMessageTables[0]);
+       ++i) {
+    if (kMessageTables[i]->type == type)
+      return kMessageTables[i];
+  }
+  return NULL;
+}
 
 // The status text without "CODE: " and without " (file.c:123)": the peer
 // gets the message and the annotations, not our source layout.
@@ -1128,18 +652,13 @@ pcp_status_t pcp_proto_error_encode(uint16_t version, uint64_t request_id,
   }
   char message[PCP_PROTO_MAX_MESSAGE_BYTES + 1];
   status_wire_message(peer_status, message, sizeof(message));
-  json_t* o = NULL;
-  pcp_status_t status = new_object(&o);
-  if (status)
-    return status;
-  TRY_(pcp_proto_json_set(o, "code",
-                          json_integer(pcp_status_code(peer_status))));
-  TRY_(pcp_proto_json_set_string(o, "message", message,
-                                 PCP_PROTO_MAX_MESSAGE_BYTES));
-  if (task_id)
-    TRY_(pcp_proto_json_set(o, "task_id", json_u64(task_id)));
-  return finish_encode(status, version, PCP_PROTO_MESSAGE_ERROR, request_id, o,
-                       NULL, 0, limits, allocator, out_frame);
+  pcp_proto_error_wire_t wire = {
+      .code = (uint64_t)pcp_status_code(peer_status),
+      .message = message,
+      .task_id = task_id,
+  };
+  return pcp_proto_message_encode(&error_table, version, request_id, &wire,
+                                  NULL, 0, limits, allocator, out_frame);
 }
 
 pcp_status_t pcp_proto_error_parse(pcp_proto_frame_t* frame,
@@ -1147,27 +666,15 @@ pcp_status_t pcp_proto_error_parse(pcp_proto_frame_t* frame,
                                    uint64_t* out_task_id) {
   *out_peer_status = pcp_ok_status();
   *out_task_id = 0;
-  PCP_RETURN_IF_ERROR_BARE(expect_type(frame, PCP_PROTO_MESSAGE_ERROR));
-  uint64_t code = 0;
-  const char* message = NULL;
-  pcp_status_t status = pcp_ok_status();
-  TRY_(pcp_proto_json_u64(frame->control, "code", 255, &code));
-  TRY_(pcp_proto_json_opt_string(frame->control, "message",
-                                 PCP_PROTO_MAX_MESSAGE_BYTES, &message));
-  bool present = false;
-  TRY_(pcp_proto_json_opt_u64(frame->control, "task_id", INT64_MAX, out_task_id,
-                              &present));
-  if (!status && code == 0) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "key 'code': 0 (OK) is not an error");
-  }
-  PCP_RETURN_IF_ERROR(status, PARSE_CONTEXT_(PCP_PROTO_MESSAGE_ERROR));
+  pcp_proto_error_wire_t wire;
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_message_parse(&error_table, frame, &wire));
+  *out_task_id = wire.task_id;
   pcp_status_t peer;
-  if (code < PCP_STATUS_CODE_COUNT_) {
-    peer = pcp_make_status((pcp_status_code_t)code, "%s", message);
+  if (wire.code < PCP_STATUS_CODE_COUNT_) {
+    peer = pcp_make_status((pcp_status_code_t)wire.code, "%s", wire.message);
   } else {
     peer = pcp_make_status(PCP_STATUS_UNKNOWN, "peer status code %llu: %s",
-                           (unsigned long long)code, message);
+                           (unsigned long long)wire.code, wire.message);
   }
   *out_peer_status = pcp_status_annotate_f(peer, "from peer");
   return pcp_ok_status();

@@ -196,4 +196,129 @@ pcp_proto_blob_table_attach(pcp_proto_blob_table_t* table, uint64_t request_id,
                             const pcp_proto_tensor_ref_t* refs,
                             uint32_t ref_count, pcp_proto_action_t* action);
 
+//===----------------------------------------------------------------------===//
+// Messages described by field tables (message_codec.c, tables in messages.c)
+//===----------------------------------------------------------------------===//
+//
+// Every message of docs/protocol.md s.3 is one table of fields, the way a
+// config struct is one table (src/config): JSON key, wire kind, offset in the
+// C struct, limits. One generic encoder walks the table in order (the JSON
+// keys come out in table order, which the golden vectors pin) and one
+// generic parser checks every limit before storing. What a table cannot say
+// (cross-field rules such as HELLO's version range or a BLOB_CHUNK's data
+// section) lives in the table's two hooks.
+
+typedef enum pcp_proto_field_kind_e {
+  // Unsigned integer member of |size| bytes (2, 4 or 8): [min, max].
+  PCP_PROTO_FIELD_UINT = 0,
+  // Signed integer member of |size| bytes (4 or 8): [(int64)min, max];
+  // |absent_value| when an optional key is missing.
+  PCP_PROTO_FIELD_INT,
+  // bool member; a missing key is false.
+  PCP_PROTO_FIELD_BOOL,
+  // double member in [min, max] (integers on the wire are accepted).
+  PCP_PROTO_FIELD_REAL,
+  // const char* member (borrowed both ways): [min, max] bytes; an optional
+  // key that is missing parses as "" and NULL encodes as "".
+  PCP_PROTO_FIELD_STRING,
+  // uint8_t[size] member as 2 * size lowercase hex digits.
+  PCP_PROTO_FIELD_HEX,
+  // Enum member (int sized): value i + 1 <-> |names|[i], a string of 1..max
+  // bytes on the wire.
+  PCP_PROTO_FIELD_ENUM,
+  // No member: encodes |names|[0]; parsing accepts only that string (a
+  // string of 1..max bytes, else UNIMPLEMENTED "<label> '<value>'").
+  PCP_PROTO_FIELD_CONSTANT,
+  // const char*[max] member plus a uint32_t count at |count_offset|.
+  PCP_PROTO_FIELD_STRING_LIST,
+  // A nested JSON object whose fields (|table|) are members of this same
+  // struct at |offset| + their offset.
+  PCP_PROTO_FIELD_OBJECT,
+  // Pointer member to |size|-byte elements described by |table|, count
+  // (uint32_t) at |count_offset|, at most |max|. Parsed elements live in the
+  // frame's scratch block.
+  PCP_PROTO_FIELD_ARRAY,
+  // const pcp_proto_tensor_ref_t* member, count (uint32_t) at
+  // |count_offset|, at most |max| (s.3.9); SECTION references are checked
+  // against the frame's sections.
+  PCP_PROTO_FIELD_TENSOR_REFS,
+} pcp_proto_field_kind_t;
+
+typedef uint32_t pcp_proto_field_flags_t;
+enum pcp_proto_field_flag_bits_e {
+  PCP_PROTO_FIELD_FLAG_NONE = 0,
+  // Parsing: a missing key is INVALID_ARGUMENT naming it.
+  PCP_PROTO_FIELD_FLAG_REQUIRED = 1u << 0,
+  // A bool member at |presence_offset| says whether the key is there: the
+  // encoder leaves the key out when false, the parser sets it.
+  PCP_PROTO_FIELD_FLAG_PRESENCE = 1u << 1,
+  // Encoding: the key is left out when the value is 0 (ERROR's task_id).
+  PCP_PROTO_FIELD_FLAG_OMIT_ZERO = 1u << 2,
+  // ENUM encoding: a value without a name encodes as the last name instead
+  // of failing (TASK_PROGRESS "state": anything but queued was "running").
+  PCP_PROTO_FIELD_FLAG_ENUM_LAST_DEFAULT = 1u << 3,
+};
+
+struct pcp_proto_message_table_t;
+
+typedef struct pcp_proto_field_t {
+  const char* key;  // JSON key; frozen once shipped
+  pcp_proto_field_kind_t kind;
+  pcp_proto_field_flags_t flags;
+  size_t offset;             // offsetof(struct, member)
+  uint32_t size;             // integer width, HEX bytes, ARRAY element size
+  size_t count_offset;       // STRING_LIST, ARRAY, TENSOR_REFS: uint32_t count
+  size_t presence_offset;    // FLAG_PRESENCE: bool member
+  int64_t min;               // lower bound (numbers) or minimum string bytes
+  uint64_t max;              // upper bound, maximum bytes or maximum items
+  int64_t absent_value;      // optional INT: value when the key is missing
+  const char* const* names;  // ENUM, CONSTANT: NULL-terminated
+  const char* label;         // CONSTANT: names the field in the error
+  const struct pcp_proto_message_table_t* table;  // OBJECT, ARRAY elements
+} pcp_proto_field_t;
+
+typedef struct pcp_proto_message_table_t {
+  uint16_t type;       // pcp_proto_message_type_t; 0 for nested tables
+  size_t struct_size;  // zeroed before parsing
+  const pcp_proto_field_t* fields;
+  size_t field_count;
+  // Optional: cross-field checks before any key is encoded (|limits| and
+  // the sections are the encoder's).
+  pcp_status_t (*encode_check)(const void* message,
+                               const pcp_proto_limits_t* limits,
+                               size_t section_count);
+  // Optional: cross-field checks and non-JSON parts (sections) once every
+  // field parsed.
+  pcp_status_t (*parse_check)(pcp_proto_frame_t* frame, void* message);
+} pcp_proto_message_table_t;
+
+// Encodes |message| (fields per |table|, in table order) into a frame of
+// type table->type; |sections| as for pcp_proto_frame_encode. Errors are
+// annotated "encoding <TYPE>".
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_message_encode(
+    const pcp_proto_message_table_t* table, uint16_t version,
+    uint64_t request_id, const void* message,
+    const pcp_proto_section_t* sections, size_t section_count,
+    const pcp_proto_limits_t* limits, pcp_allocator_t allocator,
+    pcp_proto_encoded_frame_t* out_frame);
+
+// Parses |frame| (FAILED_PRECONDITION unless of type table->type) into
+// |out_message| (zeroed first). Strings, arrays and data are borrowed from
+// the frame. Errors are INVALID_ARGUMENT naming the key (UNIMPLEMENTED for a
+// CONSTANT), annotated "parsing <TYPE>".
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_message_parse(const pcp_proto_message_table_t* table,
+                        pcp_proto_frame_t* frame, void* out_message);
+
+// The table of message |type|; NULL for a type without a JSON message.
+const pcp_proto_message_table_t* pcp_proto_message_table_lookup(uint16_t type);
+
+// The ERROR frame's fields as the table sees them (pcp_proto_error_encode
+// and _parse map them to and from a pcp_status_t).
+typedef struct pcp_proto_error_wire_t {
+  uint64_t code;
+  const char* message;
+  uint64_t task_id;  // 0: none (left out)
+} pcp_proto_error_wire_t;
+
 #endif  // PCP_PROTO_PROTO_IMPL_H_

@@ -1,0 +1,635 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The one encoder and the one parser of the typed messages: both walk a
+// message's field table (proto_impl.h; tables in messages.c). Every limit
+// and error text of the former per-message code is kept here, per kind, so
+// that adding a message is a table, not another hand-written pair.
+
+#include <string.h>
+
+#include "proto/proto_impl.h"
+
+// Chains a status-returning step: later steps run only while all is well.
+#define TRY_(expr)     \
+  do {                 \
+    if (!status)       \
+      status = (expr); \
+  } while (0)
+
+#define STR_MAX_ PCP_PROTO_MAX_STRING_BYTES
+
+static_assert(sizeof(pcp_proto_program_ack_status_t) == sizeof(int) &&
+                  sizeof(pcp_proto_blob_kind_t) == sizeof(int) &&
+                  sizeof(pcp_proto_task_state_t) == sizeof(int),
+              "ENUM fields are read and written as int");
+
+//===----------------------------------------------------------------------===//
+// Member access
+//===----------------------------------------------------------------------===//
+
+static uint64_t load_uint(const uint8_t* base, const pcp_proto_field_t* f) {
+  const uint8_t* p = base + f->offset;
+  switch (f->size) {
+    case 2: {
+      uint16_t v;
+      memcpy(&v, p, sizeof(v));
+      return v;
+    }
+    case 4: {
+      uint32_t v;
+      memcpy(&v, p, sizeof(v));
+      return v;
+    }
+    default: {
+      PCP_ASSERT(f->size == 8);
+      uint64_t v;
+      memcpy(&v, p, sizeof(v));
+      return v;
+    }
+  }
+}
+
+static void store_uint(uint8_t* base, const pcp_proto_field_t* f,
+                       uint64_t value) {
+  uint8_t* p = base + f->offset;
+  switch (f->size) {
+    case 2: {
+      uint16_t v = (uint16_t)value;
+      memcpy(p, &v, sizeof(v));
+      break;
+    }
+    case 4: {
+      uint32_t v = (uint32_t)value;
+      memcpy(p, &v, sizeof(v));
+      break;
+    }
+    default: {
+      PCP_ASSERT(f->size == 8);
+      memcpy(p, &value, sizeof(value));
+      break;
+    }
+  }
+}
+
+static int64_t load_int(const uint8_t* base, const pcp_proto_field_t* f) {
+  if (f->size == 4) {
+    int32_t v;
+    memcpy(&v, base + f->offset, sizeof(v));
+    return v;
+  }
+  PCP_ASSERT(f->size == 8);
+  int64_t v;
+  memcpy(&v, base + f->offset, sizeof(v));
+  return v;
+}
+
+static void store_int(uint8_t* base, const pcp_proto_field_t* f,
+                      int64_t value) {
+  if (f->size == 4) {
+    int32_t v = (int32_t)value;
+    memcpy(base + f->offset, &v, sizeof(v));
+    return;
+  }
+  PCP_ASSERT(f->size == 8);
+  memcpy(base + f->offset, &value, sizeof(value));
+}
+
+#define MEMBER_(base, f, type) ((type*)(void*)((base) + (f)->offset))
+#define COUNT_(base, f) ((uint32_t*)(void*)((base) + (f)->count_offset))
+#define PRESENT_(base, f) ((bool*)(void*)((base) + (f)->presence_offset))
+
+static size_t name_count(const char* const* names) {
+  size_t n = 0;
+  while (names[n]) ++n;
+  return n;
+}
+
+static pcp_status_t oom(void) {
+  return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor references (s.3.9)
+//===----------------------------------------------------------------------===//
+
+static pcp_status_t refs_to_json(const char* key,
+                                 const pcp_proto_tensor_ref_t* refs,
+                                 uint32_t count, uint64_t max,
+                                 size_t section_count, json_t* object) {
+  if (count > max) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key '%s': at most %u tensors", key, (unsigned)max);
+  }
+  json_t* array = json_array();
+  pcp_status_t status = array ? pcp_ok_status() : oom();
+  for (uint32_t i = 0; i < count && !status; ++i) {
+    const pcp_proto_tensor_ref_t* r = &refs[i];
+    json_t* e = json_object();
+    if (!e) {
+      status = oom();
+      break;
+    }
+    switch (r->kind) {
+      case PCP_PROTO_TENSOR_REF_SECTION:
+        if (r->section >= section_count) {
+          status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                   "key '%s'[%u]: section %u of %zu", key, i,
+                                   r->section, section_count);
+        }
+        TRY_(pcp_proto_json_set(e, "section", json_integer(r->section)));
+        break;
+      case PCP_PROTO_TENSOR_REF_RESIDENT:
+        TRY_(pcp_proto_json_set_string(e, "resident", r->name, STR_MAX_));
+        break;
+      case PCP_PROTO_TENSOR_REF_BLOB: {
+        TRY_(pcp_proto_json_set_string(e, "blob", r->name, STR_MAX_));
+        TRY_(pcp_proto_json_set(e, "dtype", json_integer(r->element_type)));
+        json_t* shape = json_array();
+        for (uint32_t d = 0; shape && d < r->rank && d < PCP_MAX_TENSOR_RANK;
+             ++d) {
+          json_array_append_new(shape, json_integer(r->shape[d]));
+        }
+        TRY_(pcp_proto_json_set(e, "shape", shape));
+        break;
+      }
+      default:
+        status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "key '%s'[%u]: bad kind", key, i);
+    }
+    if (!status && json_array_append_new(array, e) != 0) {
+      status = oom();
+    } else if (status) {
+      json_decref(e);
+    }
+  }
+  if (status) {
+    json_decref(array);
+    return status;
+  }
+  return pcp_proto_json_set(object, key, array);
+}
+
+static pcp_status_t refs_from_json(const pcp_proto_frame_t* frame,
+                                   const json_t* array, const char* key,
+                                   pcp_proto_tensor_ref_t* refs,
+                                   uint32_t count) {
+  for (uint32_t i = 0; i < count; ++i) {
+    json_t* e = json_array_get(array, i);
+    pcp_proto_tensor_ref_t* r = &refs[i];
+    char what[64];
+    snprintf(what, sizeof(what), "key '%s'[%u]", key, i);
+    if (!json_is_object(e)) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: not an object",
+                             what);
+    }
+    if (json_object_get(e, "section")) {
+      uint64_t section = 0;
+      PCP_RETURN_IF_ERROR(
+          pcp_proto_json_u64(e, "section", PCP_PROTO_CEILING_SECTIONS,
+                             &section),
+          "%s", what);
+      if (section >= frame->section_count) {
+        return pcp_make_status(
+            PCP_STATUS_INVALID_ARGUMENT, "%s: section %llu, the frame has %zu",
+            what, (unsigned long long)section, frame->section_count);
+      }
+      r->kind = PCP_PROTO_TENSOR_REF_SECTION;
+      r->section = (uint32_t)section;
+    } else if (json_object_get(e, "resident")) {
+      r->kind = PCP_PROTO_TENSOR_REF_RESIDENT;
+      PCP_RETURN_IF_ERROR(
+          pcp_proto_json_string(e, "resident", 1, STR_MAX_, &r->name), "%s",
+          what);
+    } else if (json_object_get(e, "blob")) {
+      uint64_t dtype = 0;
+      r->kind = PCP_PROTO_TENSOR_REF_BLOB;
+      PCP_RETURN_IF_ERROR(
+          pcp_proto_json_string(e, "blob", 1, STR_MAX_, &r->name), "%s", what);
+      PCP_RETURN_IF_ERROR(
+          pcp_proto_json_u64(e, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype),
+          "%s", what);
+      if (dtype == 0) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: dtype 0",
+                               what);
+      }
+      r->element_type = (pcp_element_type_t)dtype;
+      PCP_RETURN_IF_ERROR_BARE(pcp_proto_json_shape(json_object_get(e, "shape"),
+                                                    what, PCP_MAX_TENSOR_RANK,
+                                                    &r->rank, r->shape));
+    } else {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "%s: needs 'section', 'resident' or 'blob'", what);
+    }
+  }
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// Encoding
+//===----------------------------------------------------------------------===//
+
+static pcp_status_t encode_fields(const pcp_proto_message_table_t* table,
+                                  const uint8_t* base, size_t section_count,
+                                  json_t* object);
+
+// A JSON object of |table|'s fields read from |base|, set as |key|.
+static pcp_status_t encode_object(const char* key,
+                                  const pcp_proto_message_table_t* table,
+                                  const uint8_t* base, size_t section_count,
+                                  json_t* parent, json_t* array) {
+  json_t* e = json_object();
+  if (!e)
+    return oom();
+  pcp_status_t status = encode_fields(table, base, section_count, e);
+  if (status) {
+    json_decref(e);
+    return status;
+  }
+  if (array) {
+    return json_array_append_new(array, e) ? oom() : pcp_ok_status();
+  }
+  return pcp_proto_json_set(parent, key, e);
+}
+
+static pcp_status_t encode_field(const pcp_proto_field_t* f,
+                                 const uint8_t* base, size_t section_count,
+                                 json_t* o) {
+  if ((f->flags & PCP_PROTO_FIELD_FLAG_PRESENCE) && !*PRESENT_(base, f)) {
+    return pcp_ok_status();
+  }
+  switch (f->kind) {
+    case PCP_PROTO_FIELD_UINT: {
+      uint64_t v = load_uint(base, f);
+      if (v == 0 && (f->flags & PCP_PROTO_FIELD_FLAG_OMIT_ZERO))
+        return pcp_ok_status();
+      return pcp_proto_json_set(o, f->key, json_integer((json_int_t)v));
+    }
+    case PCP_PROTO_FIELD_INT:
+      return pcp_proto_json_set(o, f->key,
+                                json_integer((json_int_t)load_int(base, f)));
+    case PCP_PROTO_FIELD_BOOL:
+      return pcp_proto_json_set(o, f->key,
+                                json_boolean(*MEMBER_(base, f, const bool)));
+    case PCP_PROTO_FIELD_REAL: {
+      double v = *MEMBER_(base, f, const double);
+      if (!(v >= (double)f->min && v <= (double)f->max)) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "key '%s': must be in [%lld, %llu]", f->key,
+                               (long long)f->min, (unsigned long long)f->max);
+      }
+      return pcp_proto_json_set(o, f->key, json_real(v));
+    }
+    case PCP_PROTO_FIELD_STRING:
+      return pcp_proto_json_set_string(
+          o, f->key, *MEMBER_(base, f, const char* const), (size_t)f->max);
+    case PCP_PROTO_FIELD_HEX:
+      return pcp_proto_json_set_hex(o, f->key, base + f->offset, f->size);
+    case PCP_PROTO_FIELD_ENUM: {
+      int v = *MEMBER_(base, f, const int);
+      size_t n = name_count(f->names);
+      if (v >= 1 && (size_t)v <= n) {
+        return pcp_proto_json_set(o, f->key, json_string(f->names[v - 1]));
+      }
+      if (f->flags & PCP_PROTO_FIELD_FLAG_ENUM_LAST_DEFAULT) {
+        return pcp_proto_json_set(o, f->key, json_string(f->names[n - 1]));
+      }
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "key '%s': no name for value %d", f->key, v);
+    }
+    case PCP_PROTO_FIELD_CONSTANT:
+      return pcp_proto_json_set(o, f->key, json_string(f->names[0]));
+    case PCP_PROTO_FIELD_STRING_LIST: {
+      uint32_t count = *COUNT_(base, f);
+      if (count > f->max) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "key '%s': at most %u items", f->key,
+                               (unsigned)f->max);
+      }
+      const char* const* items = MEMBER_(base, f, const char* const);
+      json_t* array = json_array();
+      pcp_status_t status = array ? pcp_ok_status() : oom();
+      for (uint32_t i = 0; i < count && !status; ++i) {
+        const char* d = items[i] ? items[i] : "";
+        if (strlen(d) > STR_MAX_ ||
+            json_array_append_new(array, json_string(d))) {
+          status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                   "key '%s': bad item %u", f->key, i);
+        }
+      }
+      if (status) {
+        json_decref(array);
+        return status;
+      }
+      return pcp_proto_json_set(o, f->key, array);
+    }
+    case PCP_PROTO_FIELD_OBJECT:
+      return encode_object(f->key, f->table, base + f->offset, section_count, o,
+                           NULL);
+    case PCP_PROTO_FIELD_ARRAY: {
+      uint32_t count = *COUNT_(base, f);
+      if (count > f->max) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "key '%s': at most %u items", f->key,
+                               (unsigned)f->max);
+      }
+      const uint8_t* items = *MEMBER_(base, f, const uint8_t* const);
+      json_t* array = json_array();
+      pcp_status_t status = array ? pcp_ok_status() : oom();
+      for (uint32_t i = 0; i < count && !status; ++i) {
+        status = encode_object(f->key, f->table, items + (size_t)i * f->size,
+                               section_count, NULL, array);
+      }
+      if (status) {
+        json_decref(array);
+        return status;
+      }
+      return pcp_proto_json_set(o, f->key, array);
+    }
+    case PCP_PROTO_FIELD_TENSOR_REFS:
+      return refs_to_json(
+          f->key, *MEMBER_(base, f, const pcp_proto_tensor_ref_t* const),
+          *COUNT_(base, f), f->max, section_count, o);
+  }
+  return pcp_make_status(PCP_STATUS_INTERNAL, "key '%s': bad field kind",
+                         f->key);
+}
+
+static pcp_status_t encode_fields(const pcp_proto_message_table_t* table,
+                                  const uint8_t* base, size_t section_count,
+                                  json_t* object) {
+  pcp_status_t status = pcp_ok_status();
+  for (size_t i = 0; i < table->field_count && !status; ++i) {
+    status = encode_field(&table->fields[i], base, section_count, object);
+  }
+  return status;
+}
+
+pcp_status_t pcp_proto_message_encode(const pcp_proto_message_table_t* table,
+                                      uint16_t version, uint64_t request_id,
+                                      const void* message,
+                                      const pcp_proto_section_t* sections,
+                                      size_t section_count,
+                                      const pcp_proto_limits_t* limits,
+                                      pcp_allocator_t allocator,
+                                      pcp_proto_encoded_frame_t* out_frame) {
+  json_t* object = json_object();
+  if (!object) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  pcp_status_t status = pcp_ok_status();
+  if (table->encode_check) {
+    status = table->encode_check(message, limits, section_count);
+  }
+  TRY_(encode_fields(table, message, section_count, object));
+  TRY_(pcp_proto_frame_encode(version, table->type, request_id, object,
+                              sections, section_count, limits, allocator,
+                              out_frame));
+  json_decref(object);
+  if (status) {
+    return pcp_status_annotate_f(status, "encoding %s",
+                                 pcp_proto_message_type_name(table->type));
+  }
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Parsing
+//===----------------------------------------------------------------------===//
+
+// Checks an ARRAY or TENSOR_REFS key and returns its length (bounded by
+// |f->max| before anything is allocated for it).
+static pcp_status_t array_count(const json_t* object,
+                                const pcp_proto_field_t* f,
+                                uint32_t* out_count) {
+  json_t* array = json_object_get(object, f->key);
+  *out_count = 0;
+  if (!array && !(f->flags & PCP_PROTO_FIELD_FLAG_REQUIRED))
+    return pcp_ok_status();
+  if (!json_is_array(array) || json_array_size(array) > f->max) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key '%s': expected an array of at most %u", f->key,
+                           (unsigned)f->max);
+  }
+  *out_count = (uint32_t)json_array_size(array);
+  return pcp_ok_status();
+}
+
+static pcp_status_t parse_fields(const pcp_proto_message_table_t* table,
+                                 const json_t* object, uint8_t* base);
+
+// Every kind but ARRAY and TENSOR_REFS, whose elements need the scratch
+// block (parse_arrays).
+static pcp_status_t parse_field(const pcp_proto_field_t* f, const json_t* o,
+                                uint8_t* base) {
+  bool required = f->flags & PCP_PROTO_FIELD_FLAG_REQUIRED;
+  json_t* value = json_object_get(o, f->key);
+  switch (f->kind) {
+    case PCP_PROTO_FIELD_UINT: {
+      uint64_t v = 0;
+      if (!required && !value)
+        return pcp_ok_status();
+      if (f->flags & PCP_PROTO_FIELD_FLAG_PRESENCE)
+        *PRESENT_(base, f) = true;
+      PCP_RETURN_IF_ERROR_BARE(pcp_proto_json_u64(o, f->key, f->max, &v));
+      if (v < (uint64_t)f->min) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "key '%s': below %llu", f->key,
+                               (unsigned long long)f->min);
+      }
+      store_uint(base, f, v);
+      return pcp_ok_status();
+    }
+    case PCP_PROTO_FIELD_INT: {
+      int64_t v = f->absent_value;
+      if (required || value) {
+        PCP_RETURN_IF_ERROR_BARE(
+            pcp_proto_json_i64(o, f->key, f->min, (int64_t)f->max, &v));
+      }
+      store_int(base, f, v);
+      return pcp_ok_status();
+    }
+    case PCP_PROTO_FIELD_BOOL:
+      return pcp_proto_json_bool(o, f->key, false, MEMBER_(base, f, bool));
+    case PCP_PROTO_FIELD_REAL:
+      if (!value)
+        return pcp_ok_status();
+      if (!json_is_number(value) || json_number_value(value) < (double)f->min ||
+          json_number_value(value) > (double)f->max) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "key '%s': expected a number in [%lld, %llu]",
+                               f->key, (long long)f->min,
+                               (unsigned long long)f->max);
+      }
+      if (f->flags & PCP_PROTO_FIELD_FLAG_PRESENCE)
+        *PRESENT_(base, f) = true;
+      *MEMBER_(base, f, double) = json_number_value(value);
+      return pcp_ok_status();
+    case PCP_PROTO_FIELD_STRING:
+      if (required) {
+        return pcp_proto_json_string(o, f->key, (size_t)f->min, (size_t)f->max,
+                                     MEMBER_(base, f, const char*));
+      }
+      return pcp_proto_json_opt_string(o, f->key, (size_t)f->max,
+                                       MEMBER_(base, f, const char*));
+    case PCP_PROTO_FIELD_HEX: {
+      if (!required && !value)
+        return pcp_ok_status();
+      pcp_status_t status =
+          pcp_proto_json_hex(o, f->key, f->size, base + f->offset);
+      if (f->flags & PCP_PROTO_FIELD_FLAG_PRESENCE)
+        *PRESENT_(base, f) = !status;
+      return status;
+    }
+    case PCP_PROTO_FIELD_ENUM:
+    case PCP_PROTO_FIELD_CONSTANT: {
+      const char* text = NULL;
+      PCP_RETURN_IF_ERROR_BARE(
+          pcp_proto_json_string(o, f->key, 1, (size_t)f->max, &text));
+      for (size_t i = 0; f->names[i]; ++i) {
+        if (strcmp(text, f->names[i]) == 0) {
+          if (f->kind == PCP_PROTO_FIELD_ENUM)
+            *MEMBER_(base, f, int) = (int)(i + 1);
+          return pcp_ok_status();
+        }
+      }
+      if (f->kind == PCP_PROTO_FIELD_CONSTANT) {
+        return pcp_make_status(PCP_STATUS_UNIMPLEMENTED, "%s '%s'", f->label,
+                               text);
+      }
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "key '%s': '%s'",
+                             f->key, text);
+    }
+    case PCP_PROTO_FIELD_STRING_LIST: {
+      if (!value)
+        return pcp_ok_status();
+      if (!json_is_array(value) || json_array_size(value) > f->max) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "key '%s': expected at most %u strings", f->key,
+                               (unsigned)f->max);
+      }
+      const char** items = MEMBER_(base, f, const char*);
+      uint32_t* count = COUNT_(base, f);
+      for (size_t i = 0; i < json_array_size(value); ++i) {
+        json_t* d = json_array_get(value, i);
+        if (!json_is_string(d) || json_string_length(d) > STR_MAX_) {
+          return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "key '%s': item %zu is not a short string",
+                                 f->key, i);
+        }
+        items[(*count)++] = json_string_value(d);
+      }
+      return pcp_ok_status();
+    }
+    case PCP_PROTO_FIELD_OBJECT: {
+      if (!value && !required)
+        return pcp_ok_status();
+      pcp_status_t status = pcp_ok_status();
+      if (!json_is_object(value)) {
+        status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "key '%s': expected an object", f->key);
+      }
+      TRY_(parse_fields(f->table, value, base + f->offset));
+      if (f->flags & PCP_PROTO_FIELD_FLAG_PRESENCE)
+        *PRESENT_(base, f) = !status;
+      return status;
+    }
+    case PCP_PROTO_FIELD_ARRAY:
+    case PCP_PROTO_FIELD_TENSOR_REFS: {
+      uint32_t count = 0;
+      PCP_RETURN_IF_ERROR_BARE(array_count(o, f, &count));
+      *COUNT_(base, f) = count;
+      return pcp_ok_status();
+    }
+  }
+  return pcp_make_status(PCP_STATUS_INTERNAL, "key '%s': bad field kind",
+                         f->key);
+}
+
+static pcp_status_t parse_fields(const pcp_proto_message_table_t* table,
+                                 const json_t* object, uint8_t* base) {
+  pcp_status_t status = pcp_ok_status();
+  for (size_t i = 0; i < table->field_count && !status; ++i) {
+    status = parse_field(&table->fields[i], object, base);
+  }
+  return status;
+}
+
+static size_t element_size(const pcp_proto_field_t* f) {
+  return f->kind == PCP_PROTO_FIELD_TENSOR_REFS ? sizeof(pcp_proto_tensor_ref_t)
+                                                : f->size;
+}
+
+static size_t align8(size_t n) {
+  return (n + 7) & ~(size_t)7;
+}
+
+// Second pass: the elements of every ARRAY and TENSOR_REFS field (their
+// counts were bounded by the first pass) in one scratch block of the frame.
+static pcp_status_t parse_arrays(const pcp_proto_message_table_t* table,
+                                 pcp_proto_frame_t* frame, uint8_t* base) {
+  size_t total = 0;
+  bool any = false;
+  for (size_t i = 0; i < table->field_count; ++i) {
+    const pcp_proto_field_t* f = &table->fields[i];
+    if (f->kind != PCP_PROTO_FIELD_ARRAY &&
+        f->kind != PCP_PROTO_FIELD_TENSOR_REFS) {
+      continue;
+    }
+    any = true;
+    total += align8((size_t)*COUNT_(base, f) * element_size(f));
+  }
+  if (!any)
+    return pcp_ok_status();
+  uint8_t* scratch = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_proto_frame_scratch(frame, total, (void**)&scratch));
+  const json_t* o = frame->control;
+  for (size_t i = 0; i < table->field_count; ++i) {
+    const pcp_proto_field_t* f = &table->fields[i];
+    if (f->kind != PCP_PROTO_FIELD_ARRAY &&
+        f->kind != PCP_PROTO_FIELD_TENSOR_REFS) {
+      continue;
+    }
+    uint32_t count = *COUNT_(base, f);
+    const json_t* array = json_object_get(o, f->key);
+    if (f->kind == PCP_PROTO_FIELD_TENSOR_REFS) {
+      PCP_RETURN_IF_ERROR_BARE(
+          refs_from_json(frame, array, f->key,
+                         (pcp_proto_tensor_ref_t*)(void*)scratch, count));
+    } else {
+      for (uint32_t k = 0; k < count; ++k) {
+        json_t* e = json_array_get(array, k);
+        if (!json_is_object(e)) {
+          return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "key '%s'[%u]: not an object", f->key, k);
+        }
+        PCP_RETURN_IF_ERROR_BARE(
+            parse_fields(f->table, e, scratch + (size_t)k * f->size));
+      }
+    }
+    *MEMBER_(base, f, const void*) = scratch;
+    scratch += align8((size_t)count * element_size(f));
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_proto_message_parse(const pcp_proto_message_table_t* table,
+                                     pcp_proto_frame_t* frame,
+                                     void* out_message) {
+  memset(out_message, 0, table->struct_size);
+  if (frame->header.type != table->type || !frame->control) {
+    const char* got = pcp_proto_message_type_name(frame->header.type);
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "expected a %s frame, got %s (%u)",
+                           pcp_proto_message_type_name(table->type),
+                           got ? got : "unknown", frame->header.type);
+  }
+  uint8_t* base = out_message;
+  pcp_status_t status = parse_fields(table, frame->control, base);
+  TRY_(parse_arrays(table, frame, base));
+  if (table->parse_check)
+    TRY_(table->parse_check(frame, out_message));
+  PCP_RETURN_IF_ERROR(status, "parsing %s",
+                      pcp_proto_message_type_name(table->type));
+  return pcp_ok_status();
+}
