@@ -123,7 +123,8 @@ static void fill(const pcp_proto_message_table_t* table, void* base) {
       case PCP_PROTO_FIELD_STRING_LIST: {
         const char** items = member;
         for (uint64_t k = 0; k < f->max; ++k) {
-          items[k] = make_string(PCP_PROTO_MAX_STRING_BYTES, (char)('a' + k % 26));
+          items[k] =
+              make_string(PCP_PROTO_MAX_STRING_BYTES, (char)('a' + k % 26));
         }
         *AT_(base, f->count_offset, uint32_t) = (uint32_t)f->max;
         break;
