@@ -675,6 +675,117 @@ static void keys_follow_table_order(void** state) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// The tables themselves, pinned
+//===----------------------------------------------------------------------===//
+//
+// The tests above check that the codec honours each table; this one checks
+// that the tables say what the protocol says. Every key, kind, flag and
+// limit is written out and compared with tests/conformance/fabric/
+// message_tables.txt, so that loosening a limit (or dropping REQUIRED) shows
+// up as a diff of that file. PCP_FABRIC_GOLDEN_WRITE=1 rewrites it.
+
+static const char* kind_name(pcp_proto_field_kind_t kind) {
+  static const char* const kNames[] = {
+      "uint", "int",      "bool",        "real",   "string", "hex",
+      "enum", "constant", "string_list", "object", "array",  "tensor_refs",
+  };
+  return kNames[kind];
+}
+
+static void dump_table(const pcp_proto_message_table_t* table,
+                       const char* type_name, const char* prefix, FILE* out) {
+  for (size_t i = 0; i < table->field_count; ++i) {
+    const pcp_proto_field_t* f = &table->fields[i];
+    fprintf(out, "%s %s%s %s", type_name, prefix, f->key, kind_name(f->kind));
+    if (f->flags & PCP_PROTO_FIELD_FLAG_REQUIRED)
+      fprintf(out, " required");
+    if (f->flags & PCP_PROTO_FIELD_FLAG_PRESENCE)
+      fprintf(out, " presence");
+    if (f->flags & PCP_PROTO_FIELD_FLAG_OMIT_ZERO)
+      fprintf(out, " omit_zero");
+    if (f->flags & PCP_PROTO_FIELD_FLAG_ENUM_LAST_DEFAULT)
+      fprintf(out, " last_default");
+    switch (f->kind) {
+      case PCP_PROTO_FIELD_UINT:
+      case PCP_PROTO_FIELD_INT:
+      case PCP_PROTO_FIELD_REAL:
+        fprintf(out, " [%lld, %llu]", (long long)f->min,
+                (unsigned long long)f->max);
+        if (f->kind == PCP_PROTO_FIELD_INT)
+          fprintf(out, " absent=%lld", (long long)f->absent_value);
+        if (f->kind != PCP_PROTO_FIELD_REAL)
+          fprintf(out, " bytes=%u", f->size);
+        break;
+      case PCP_PROTO_FIELD_STRING:
+        fprintf(out, " bytes=%lld..%llu", (long long)f->min,
+                (unsigned long long)f->max);
+        break;
+      case PCP_PROTO_FIELD_HEX:
+        fprintf(out, " bytes=%u", f->size);
+        break;
+      case PCP_PROTO_FIELD_ENUM:
+      case PCP_PROTO_FIELD_CONSTANT:
+        for (size_t k = 0; f->names[k]; ++k) {
+          fprintf(out, "%s%s", k ? "|" : " ", f->names[k]);
+        }
+        fprintf(out, " bytes=1..%llu", (unsigned long long)f->max);
+        break;
+      case PCP_PROTO_FIELD_STRING_LIST:
+      case PCP_PROTO_FIELD_ARRAY:
+      case PCP_PROTO_FIELD_TENSOR_REFS:
+        fprintf(out, " items<=%llu", (unsigned long long)f->max);
+        break;
+      default:
+        break;
+    }
+    fprintf(out, "\n");
+    if (f->kind == PCP_PROTO_FIELD_OBJECT || f->kind == PCP_PROTO_FIELD_ARRAY) {
+      char nested[128];
+      snprintf(nested, sizeof(nested), "%s%s%s", prefix, f->key,
+               f->kind == PCP_PROTO_FIELD_ARRAY ? "[]." : ".");
+      dump_table(f->table, type_name, nested, out);
+    }
+  }
+}
+
+static void tables_match_pinned_schema(void** state) {
+  (void)state;
+  char* text = NULL;
+  size_t length = 0;
+  FILE* out = open_memstream(&text, &length);
+  assert_non_null(out);
+  fprintf(out,
+          "# Fabric message tables (src/proto/messages.c), written by "
+          "proto_table_test.\n# One line per JSON key, in wire order.\n");
+  for (size_t t = 0; t < TYPE_COUNT_; ++t) {
+    const pcp_proto_message_table_t* table =
+        pcp_proto_message_table_lookup(kTypes[t]);
+    dump_table(table, pcp_proto_message_type_name(table->type), "", out);
+  }
+  assert_int_equal(fclose(out), 0);
+  const char* path = PCP_FABRIC_GOLDEN_DIR "/message_tables.txt";
+  const char* write = getenv("PCP_FABRIC_GOLDEN_WRITE");
+  if (write && strcmp(write, "1") == 0) {
+    FILE* f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, length, f), length);
+    assert_int_equal(fclose(f), 0);
+  }
+  FILE* f = fopen(path, "rb");
+  if (!f)
+    fail_msg("cannot open %s", path);
+  char* expected = calloc(1, length + 2);
+  size_t n = fread(expected, 1, length + 1, f);
+  fclose(f);
+  if (n != length || memcmp(expected, text, length) != 0) {
+    fprintf(stderr, "%s differs; the tables now say:\n%s", path, text);
+    fail_msg("message tables changed: review, then rewrite %s", path);
+  }
+  free(expected);
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_type_has_a_table),
@@ -682,6 +793,7 @@ int main(void) {
       cmocka_unit_test(wire_limits_refuse_over_limit_input),
       cmocka_unit_test(encoder_refuses_over_limit_messages),
       cmocka_unit_test(keys_follow_table_order),
+      cmocka_unit_test(tables_match_pinned_schema),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
