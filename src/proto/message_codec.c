@@ -422,7 +422,17 @@ static pcp_status_t parse_fields(const pcp_proto_message_table_t* table,
 static pcp_status_t parse_field(const pcp_proto_field_t* f, const json_t* o,
                                 uint8_t* base) {
   bool required = f->flags & PCP_PROTO_FIELD_FLAG_REQUIRED;
-  json_t* value = json_object_get(o, f->key);
+  // Parsing sits on every frame's path: look the key up here only where
+  // the kind needs its value or its absence (the readers of codec.c look it
+  // up themselves), so a required scalar costs one lookup, as before tables.
+  bool optional_scalar = !required && (f->kind == PCP_PROTO_FIELD_UINT ||
+                                       f->kind == PCP_PROTO_FIELD_INT ||
+                                       f->kind == PCP_PROTO_FIELD_HEX);
+  json_t* value = optional_scalar || f->kind == PCP_PROTO_FIELD_REAL ||
+                          f->kind == PCP_PROTO_FIELD_STRING_LIST ||
+                          f->kind == PCP_PROTO_FIELD_OBJECT
+                      ? json_object_get(o, f->key)
+                      : NULL;
   switch (f->kind) {
     case PCP_PROTO_FIELD_UINT: {
       uint64_t v = 0;
