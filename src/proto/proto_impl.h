@@ -229,7 +229,8 @@ typedef enum pcp_proto_field_kind_e {
   // No member: encodes |names|[0]; parsing accepts only that string (a
   // string of 1..max bytes, else UNIMPLEMENTED "<label> '<value>'").
   PCP_PROTO_FIELD_CONSTANT,
-  // const char*[max] member plus a uint32_t count at |count_offset|.
+  // const char*[max] member plus a uint32_t count at |count_offset|; each
+  // item at most PCP_PROTO_MAX_STRING_BYTES.
   PCP_PROTO_FIELD_STRING_LIST,
   // A nested JSON object whose fields (|table|) are members of this same
   // struct at |offset| + their offset.
