@@ -675,6 +675,61 @@ static void keys_follow_table_order(void** state) {
   }
 }
 
+// Every message through a failing allocator, failing each allocation in
+// turn (SQLite-style): each failure is RESOURCE_EXHAUSTED, nothing leaks,
+// and some index lets the whole encode -> decode -> parse succeed.
+static void oom_sweep_every_message(void** state) {
+  (void)state;
+  pcp_proto_limits_t l = limits();
+  for (size_t t = 0; t < TYPE_COUNT_; ++t) {
+    const pcp_proto_message_table_t* table =
+        pcp_proto_message_table_lookup(kTypes[t]);
+    void* in = pool_calloc(table->struct_size);
+    void* out = pool_calloc(table->struct_size);
+    fill(table, in);
+    pcp_proto_section_t sections[1];
+    size_t section_count = sections_for(table, sections);
+    bool succeeded = false;
+    int64_t failures = 0;
+    for (int64_t fail_at = 0; fail_at < 100 && !succeeded; ++fail_at) {
+      pcp_allocator_counting_t counter;
+      pcp_allocator_counting_initialize(pcp_allocator_system(), &counter);
+      pcp_allocator_failing_t failing;
+      pcp_allocator_failing_initialize(pcp_allocator_counting(&counter),
+                                       fail_at, false, &failing);
+      pcp_allocator_t a = pcp_allocator_failing(&failing);
+      pcp_proto_encoded_frame_t e;
+      pcp_status_t st = pcp_proto_message_encode(table, 1, 7, in, sections,
+                                                 section_count, &l, a, &e);
+      uint8_t* bytes = NULL;
+      size_t n = 0;
+      if (!st) {
+        st = pcp_proto_encoded_frame_flatten(&e, a, &bytes, &n);
+        pcp_proto_encoded_frame_deinitialize(&e);
+      }
+      pcp_proto_frame_t f = {0};
+      if (!st)
+        st = pcp_proto_frame_decode(bytes, n, &l, 1, a, &f);
+      if (!st)
+        st = pcp_proto_message_parse(table, &f, out);
+      if (!st) {
+        succeeded = true;
+        assert_same(table, in, out);
+      } else {
+        assert_int_equal(pcp_status_code(st), PCP_STATUS_RESOURCE_EXHAUSTED);
+        pcp_status_ignore(st);
+        ++failures;
+      }
+      pcp_proto_frame_deinitialize(&f);
+      pcp_allocator_free(a, bytes);
+      assert_int_equal(counter.live_bytes, 0);
+    }
+    assert_true(succeeded);
+    assert_true(failures > 0);
+    pool_reset();
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // The tables themselves, pinned
 //===----------------------------------------------------------------------===//
@@ -793,6 +848,7 @@ int main(void) {
       cmocka_unit_test(wire_limits_refuse_over_limit_input),
       cmocka_unit_test(encoder_refuses_over_limit_messages),
       cmocka_unit_test(keys_follow_table_order),
+      cmocka_unit_test(oom_sweep_every_message),
       cmocka_unit_test(tables_match_pinned_schema),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
