@@ -205,7 +205,7 @@ static const char* string_field(json_t* object, const char* key) {
 // /v1/controller, /v1/workers
 //===----------------------------------------------------------------------===//
 
-static pcp_status_t controller_get(void* user_data,
+pcp_status_t pcp_roles_gateway_controller_get(void* user_data,
                                    const pcp_http_request_t* request,
                                    pcp_http_response_t* response) {
   (void)request;
@@ -226,7 +226,7 @@ static pcp_status_t controller_get(void* user_data,
                 atomic_load(&g->draining) ? "draining" : "running",
                 "gateway_id", c->file.gateway_id, "lab_id", c->file.lab_id,
                 "graph_backend",
-                g->graph ? pcp_store_graph_backend_name(g->graph) : "sqlite",
+                pcp_services_graph_backend_name(g->services),
                 "started_at_ms", (json_int_t)(g->started_at_ns / 1000000),
                 "auth_enabled", g->auth_enabled, "worker_fabric", fabric,
                 "federation_hub_endpoint", c->effective.federation_upstream,
@@ -294,7 +294,7 @@ static json_t* worker_json(const pcp_fabric_worker_info_t* w) {
   return out;
 }
 
-static pcp_status_t workers_list(void* user_data,
+pcp_status_t pcp_roles_gateway_workers_list(void* user_data,
                                  const pcp_http_request_t* request,
                                  pcp_http_response_t* response) {
   (void)request;
@@ -330,7 +330,7 @@ static pcp_status_t workers_list(void* user_data,
                 "total", (int)total, "truncated", total > count));
 }
 
-static pcp_status_t worker_get(void* user_data,
+pcp_status_t pcp_roles_gateway_worker_get(void* user_data,
                                const pcp_http_request_t* request,
                                pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
@@ -492,7 +492,7 @@ static bool service_type_valid(const char* type) {
   return true;
 }
 
-static pcp_status_t service_register(void* user_data,
+pcp_status_t pcp_roles_gateway_service_register(void* user_data,
                                      const pcp_http_request_t* request,
                                      pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
@@ -583,7 +583,7 @@ static pcp_status_t service_register(void* user_data,
   return pcp_http_response_json_take(response, 200, out);
 }
 
-static pcp_status_t service_heartbeat(void* user_data,
+pcp_status_t pcp_roles_gateway_service_heartbeat(void* user_data,
                                       const pcp_http_request_t* request,
                                       pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
@@ -596,7 +596,7 @@ static pcp_status_t service_heartbeat(void* user_data,
   return pcp_http_response_json_take(response, 200, out);
 }
 
-static pcp_status_t service_list(void* user_data,
+pcp_status_t pcp_roles_gateway_service_list(void* user_data,
                                  const pcp_http_request_t* request,
                                  pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
@@ -618,7 +618,7 @@ static pcp_status_t service_list(void* user_data,
                                      json_pack("{s:o}", "services", services));
 }
 
-static pcp_status_t service_get(void* user_data,
+pcp_status_t pcp_roles_gateway_service_get(void* user_data,
                                 const pcp_http_request_t* request,
                                 pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
@@ -635,7 +635,7 @@ static pcp_status_t service_get(void* user_data,
   return pcp_http_response_json_take(response, 200, out);
 }
 
-static pcp_status_t service_delete(void* user_data,
+pcp_status_t pcp_roles_gateway_service_delete(void* user_data,
                                    const pcp_http_request_t* request,
                                    pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
@@ -654,7 +654,7 @@ static pcp_status_t service_delete(void* user_data,
 #include "gateway/dashboard_js.h"
 #include "gateway/openapi_json.h"
 
-static pcp_status_t static_get(void* user_data,
+pcp_status_t pcp_roles_gateway_static_get(void* user_data,
                                const pcp_http_request_t* request,
                                pcp_http_response_t* response) {
   (void)user_data;
@@ -680,57 +680,64 @@ static pcp_status_t static_get(void* user_data,
 }
 
 //===----------------------------------------------------------------------===//
-// Routes
-//===----------------------------------------------------------------------===//
-
-pcp_status_t pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* g) {
-  const pcp_http_route_t routes[] = {
-      {"GET", "/", NULL, static_get, g, 0, 0},
-      {"GET", "/dashboard.css", NULL, static_get, g, 0, 0},
-      {"GET", "/dashboard.js", NULL, static_get, g, 0, 0},
-      {"GET", "/openapi.json", NULL, static_get, g, 0, 0},
-      {"GET", "/v1/controller", "api", controller_get, g, 0, 0},
-      {"GET", "/v1/workers", "api", workers_list, g, 0, 0},
-      {"GET", "/v1/workers/{id}", "api", worker_get, g, 0, 0},
-      {"GET", "/v1/services", "api", service_list, g, 0, 0},
-      {"POST", "/v1/services/register", "api", service_register, g, 0, 0},
-      {"GET", "/v1/services/{id}", "api", service_get, g, 0, 0},
-      {"DELETE", "/v1/services/{id}", "api", service_delete, g, 0, 0},
-      {"POST", "/v1/services/{id}/heartbeat", "api", service_heartbeat, g, 0,
-       0},
-      {"POST", "/v1/jobs", "api", pcp_roles_gateway_job_submit, g,
-       PCP_GATEWAY_JOB_MAX_BODY_BYTES, 0},
-      {"GET", "/v1/jobs", "api", pcp_roles_gateway_job_list, g, 0, 0},
-      {"GET", "/v1/jobs/{id}", "api", pcp_roles_gateway_job_get, g, 0, 0},
-      {"POST", "/v1/jobs/{id}/cancel", "api", pcp_roles_gateway_job_cancel, g,
-       0, 0},
-      {"GET", "/v1/jobs/{id}/events", "api", pcp_roles_gateway_job_events, g, 0,
-       0},
-      {"GET", "/v1/jobs/{id}/results", "api", pcp_roles_gateway_job_results, g,
-       0, 0},
-      {"GET", "/v1/jobs/{id}/results/{name}", "api",
-       pcp_roles_gateway_job_result_get, g, 0, 0},
-      {"POST", "/v1/training/jobs", "api", pcp_roles_gateway_training_submit, g,
-       0, 0},
-      {"GET", "/v1/training/jobs/{id}", "api", pcp_roles_gateway_training_get,
-       g, 0, 0},
-      {"GET", "/v1/events", "api", pcp_roles_gateway_events_stream, g, 0, 0},
-  };
-  pcp_http_route_t copy[PCP_ARRAYSIZE(routes)];
-  memcpy(copy, routes, sizeof(routes));
-  for (size_t i = 0; i < PCP_ARRAYSIZE(copy); ++i) {
-    // Without an API token the /v1 routes are open (upstream), so they name
-    // no scope the server does not have.
-    if (!g->auth_enabled && copy[i].scope) {
-      copy[i].scope = NULL;
-    }
-  }
-  return pcp_http_server_routes_add(g->http, copy, PCP_ARRAYSIZE(copy));
-}
-
-//===----------------------------------------------------------------------===//
 // Serve
 //===----------------------------------------------------------------------===//
+
+// The part of the gateway config the services read (strings borrowed from
+// |c|, which outlives them).
+static void services_config_fill(const pcp_roles_gateway_config_t* c,
+                                 pcp_services_config_t* out) {
+  const pcp_roles_gateway_file_config_t* file = &c->file;
+  const pcp_roles_falkordb_config_t* falkordb = &file->falkordb;
+  const pcp_roles_controllers_config_t* controllers = &file->controllers;
+  // controllers.<kind>.service_id when set, else the kind's default.
+  const pcp_roles_controller_config_t* training = &controllers->training;
+  const pcp_roles_controller_config_t* inference = &controllers->inference;
+  bool training_id = controllers->present && training->present &&
+                     training->service_id && training->service_id[0];
+  bool inference_id = controllers->present && inference->present &&
+                      inference->service_id && inference->service_id[0];
+  *out = (pcp_services_config_t){
+      .gateway_id = file->gateway_id,
+      .lab_id = file->lab_id,
+      // kGraphBackends in gateway.c: memory (= sqlite), sqlite, falkordb.
+      .graph_falkordb = file->graph_backend == 2,
+      .falkordb =
+          {
+              .present = falkordb->present,
+              .host = falkordb->host,
+              .port = falkordb->port,
+              .password_env = falkordb->password_env,
+              .graph = falkordb->graph,
+              .connect_timeout_ms = falkordb->connect_timeout_ms,
+              .command_timeout_ms = falkordb->command_timeout_ms,
+          },
+      .default_visibility =
+          file->sharing_defaults.present
+              ? (pcp_store_visibility_t)file->sharing_defaults
+                    .default_visibility
+              : PCP_STORE_VISIBILITY_LOCAL,
+      .federation_present = file->federation.present,
+      .federation_enabled = file->federation.enabled,
+      .federation_advertise_url = file->federation.advertise_url,
+      .federation_upstream = c->effective.federation_upstream,
+      .federation_token_env = c->effective.federation_token_env,
+      .federation_heartbeat_interval_ms =
+          c->effective.federation_heartbeat_interval_ms,
+      .api_host = c->effective.api_host,
+      .api_port = c->effective.api_port,
+      .tls = file->tls.present && file->tls.cert != NULL,
+      .training_service_id =
+          training_id ? training->service_id : "training-main",
+      .inference_service_id =
+          inference_id ? inference->service_id : "inference-main",
+  };
+}
+
+static void services_event_log(const char* msg, const char* const* pairs,
+                               size_t pair_count) {
+  pcp_roles_log_event("gateway", msg, pairs, pair_count);
+}
 
 static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   const pcp_roles_gateway_config_t* c = g->config;
@@ -771,7 +778,17 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   store_options.clock = g->clock;
   PCP_RETURN_IF_ERROR(pcp_store_create(&store_options, g->allocator, &g->store),
                       "opening the state dir (gateway config key 'state_dir')");
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_graph_open(g));
+  {
+    pcp_services_options_t services_options = {
+        .store = g->store,
+        .clock = g->clock,
+        .log = g->log,
+        .event_log = services_event_log,
+    };
+    services_config_fill(c, &services_options.config);
+    PCP_RETURN_IF_ERROR_BARE(pcp_services_create(
+        &services_options, g->allocator, &g->services));
+  }
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_jobs_recover(g));
 
   pcp_fabric_options_t fabric_options;
@@ -855,7 +872,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   pcp_http_scope_t scopes[3];
   size_t scope_count = 0;
   // The hub's calls (/v1/internal/federation/*): the federation token.
-  if (pcp_roles_gateway_federation_scope(g, &scopes[scope_count])) {
+  if (pcp_services_federation_scope(g->services, &scopes[scope_count])) {
     ++scope_count;
   }
   if (c->effective.api_token_env) {
@@ -902,14 +919,15 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   g->readyz.user_data = g;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_server_probes_add(g->http, g->registry, &g->readyz));
+  // Replication and the federation state exist before any route can run.
+  const pcp_services_links_t links = {
+      .fabric = g->fabric,
+      .infer = g->infer,
+      .http = g->http,
+      .draining = &g->draining,
+  };
+  PCP_RETURN_IF_ERROR_BARE(pcp_services_start(g->services, &links));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_inference_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_graph_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_start(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_federation_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_proxy_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_dashboard_routes_add(g));
 
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
   if (pthread_create(&g->runner_thread, NULL,
@@ -926,7 +944,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   PCP_RETURN_IF_ERROR(pcp_http_server_start(g->http),
                       "the gateway API (--api-host/--api-port)");
   // Last: the hub may call back as soon as we advertise.
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_federation_start(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_services_federation_start(g->services));
   return pcp_ok_status();
 }
 
@@ -937,7 +955,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   // thread, which the HTTP stop below must be able to join.
   // Proxied calls first: a query-then-infer call waits on this gateway's
   // own inference, and their threads write to the server's streams.
-  pcp_roles_gateway_proxy_stop(5000);
+  pcp_services_proxy_stop(5000);
   pcp_infer_service_shutdown(g->infer, 8000);
   if (g->http) {
     // Requests in flight finish; event streams end after what they queued.
@@ -945,7 +963,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   }
   // After the HTTP stop: its handlers read the federation state. Until
   // then the hub is told "draining" and places nothing here.
-  pcp_roles_gateway_federation_stop(g);
+  pcp_services_federation_stop(g->services);
   atomic_store(&g->stopping, true);
   pthread_mutex_lock(&g->mu);
   pthread_cond_broadcast(&g->cv);
@@ -961,7 +979,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   // Training runs cancel their round's tasks and return; their jobs stay
   // running in the store and resume from a checkpoint at the next start.
   pcp_roles_gateway_training_stop(g);
-  pcp_roles_gateway_replication_stop(g);
+  pcp_services_stop(g->services);
   // A compile in progress finishes first (iree-compile is a child process
   // with its own timeout); its job stays compiling and re-runs next start.
   pcp_roles_gateway_compile_pool_stop(g);
@@ -974,7 +992,8 @@ static void stop(pcp_roles_gateway_state_t* g) {
   pcp_infer_service_release(g->infer);
   pcp_fabric_endpoint_release(g->fabric);
   pcp_roles_gateway_jobs_active_free(g);
-  pcp_roles_gateway_graph_close(g);
+  pcp_services_release(g->services);
+  g->services = NULL;
   pcp_store_release(g->store);
   pcp_obs_registry_release(g->registry);
   if (g->lock_fd >= 0) {

@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The gateway's knowledge-graph routes: /v1/graph/{status, mutate, query,
-// entities/{id}}. Kept out of server.c so the graph work (backends,
-// replication policies, query modes) grows in one file.
+// The knowledge-graph API: /v1/graph/{status, mutate, query,
+// entities/{id}} and the graph backend behind it (SQLite in the store or
+// FalkorDB). Replication policies and query modes are in replication.c.
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "roles/gateway/gateway_impl.h"
-#include "roles/replication_impl.h"
+#include "services/services_impl.h"
 
 //===----------------------------------------------------------------------===//
 // /v1/graph
@@ -39,7 +38,7 @@ static pcp_status_t copy_field(json_t* object, const char* key, bool required,
   return pcp_ok_status();
 }
 
-static pcp_status_t mutation_parse(pcp_roles_gateway_state_t* g, json_t* m,
+static pcp_status_t mutation_parse(pcp_services_t* svc, json_t* m,
                                    pcp_store_mutation_t* out) {
   memset(out, 0, sizeof(*out));
   if (!json_is_object(m)) {
@@ -60,7 +59,7 @@ static pcp_status_t mutation_parse(pcp_roles_gateway_state_t* g, json_t* m,
       m, "namespace_id", false, out->namespace_id, sizeof(out->namespace_id)));
   if (!out->namespace_id[0]) {
     snprintf(out->namespace_id, sizeof(out->namespace_id), "%s",
-             g->config->file.lab_id);
+             svc->config.lab_id);
   }
   PCP_RETURN_IF_ERROR_BARE(
       copy_field(m, "target_id", true, out->target_id, sizeof(out->target_id)));
@@ -91,10 +90,10 @@ static pcp_status_t mutation_parse(pcp_roles_gateway_state_t* g, json_t* m,
 
 #define GRAPH_MAX_MUTATIONS_PER_REQUEST 1000
 
-static pcp_status_t graph_mutate(void* user_data,
+pcp_status_t pcp_services_graph_mutate_post(void* user_data,
                                  const pcp_http_request_t* request,
                                  pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* svc = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   json_t* mutations = json_object_get(body, "mutations");
@@ -110,14 +109,14 @@ static pcp_status_t graph_mutate(void* user_data,
   json_t* ids = json_array();
   for (size_t i = 0; !status && i < json_array_size(mutations); ++i) {
     pcp_store_mutation_t m;
-    status = mutation_parse(g, json_array_get(mutations, i), &m);
+    status = mutation_parse(svc, json_array_get(mutations, i), &m);
     int64_t sequence = 0;
     bool duplicate = false;
     // Through replication.c: the namespace's default visibility, and a
     // policy_update validated and applied.
     if (!status) {
-      status = pcp_roles_gateway_replication_mutation_apply(
-          g, json_array_get(mutations, i), &m, &sequence, &duplicate);
+      status = pcp_services_replication_mutation_apply(
+          svc, json_array_get(mutations, i), &m, &sequence, &duplicate);
     }
     if (status) {
       pcp_status_t wrapped =
@@ -147,31 +146,31 @@ static pcp_status_t graph_mutate(void* user_data,
 
 // Unknown keys are ignored (upstream); known ones must have their type, or
 // a typo'd value would silently widen the query to everything.
-static pcp_status_t graph_query(void* user_data,
+pcp_status_t pcp_services_graph_query_post(void* user_data,
                                 const pcp_http_request_t* request,
                                 pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* svc = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   pcp_store_graph_query_t q;
   const char* mode;
-  pcp_status_t status = pcp_roles_graph_query_read(body, &q, &mode);
+  pcp_status_t status = pcp_services_graph_query_read(body, &q, &mode);
   // global / local_plus_global go through the hub (replication.c).
   bool remote = !status && strcmp(mode, "local") != 0;
   pcp_store_graph_result_t result = {0};
   bool global_only = remote && strcmp(mode, "global") == 0;
   if (!status && !global_only) {
-    status = pcp_store_graph_backend_query(g->graph, &q, &result);
+    status = pcp_store_graph_backend_query(svc->graph, &q, &result);
   }
   if (status) {
     json_decref(body);
     return status;
   }
-  json_t* out = global_only ? NULL : pcp_roles_graph_result_json(&result);
+  json_t* out = global_only ? NULL : pcp_services_graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
   if (remote) {
-    status = pcp_roles_gateway_replication_query(
-        g, body, mode, out, q.limit ? q.limit : 20, response);
+    status = pcp_services_replication_query(
+        svc, body, mode, out, q.limit ? q.limit : 20, response);
     json_decref(out);
     json_decref(body);
     return status;
@@ -180,39 +179,39 @@ static pcp_status_t graph_query(void* user_data,
   return pcp_http_response_json_take(response, 200, out);
 }
 
-static pcp_status_t graph_entity_get(void* user_data,
+pcp_status_t pcp_services_graph_entity_get(void* user_data,
                                      const pcp_http_request_t* request,
                                      pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* svc = user_data;
   pcp_store_graph_query_t q = {.entity_id =
                                    pcp_http_request_param(request, "id")};
   pcp_store_graph_entity_t e;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_graph_backend_entity_get(g->graph, q.entity_id, &e));
+      pcp_store_graph_backend_entity_get(svc->graph, q.entity_id, &e));
   pcp_store_graph_entity_deinitialize(&e);
   pcp_store_graph_result_t result = {0};
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_graph_backend_query(g->graph, &q, &result));
-  json_t* out = pcp_roles_graph_result_json(&result);
+      pcp_store_graph_backend_query(svc->graph, &q, &result));
+  json_t* out = pcp_services_graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
   return pcp_http_response_json_take(response, 200, out);
 }
 
-static pcp_status_t graph_status(void* user_data,
+pcp_status_t pcp_services_graph_status_get(void* user_data,
                                  const pcp_http_request_t* request,
                                  pcp_http_response_t* response) {
   (void)request;
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* svc = user_data;
   pcp_store_mutation_log_stats_t stats;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_mutation_log_stats_query(g->store, &stats));
+      pcp_store_mutation_log_stats_query(svc->store, &stats));
   pcp_store_graph_counts_t counts;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_graph_backend_counts_query(g->graph, &counts));
+      pcp_store_graph_backend_counts_query(svc->graph, &counts));
   return pcp_http_response_json_take(
       response, 200,
       json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "backend",
-                pcp_store_graph_backend_name(g->graph), "namespaces",
+                pcp_store_graph_backend_name(svc->graph), "namespaces",
                 (json_int_t)counts.namespaces, "entities",
                 (json_int_t)counts.entities, "relations",
                 (json_int_t)counts.relations, "observations",
@@ -227,13 +226,13 @@ static pcp_status_t graph_status(void* user_data,
 // Backend
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_roles_gateway_graph_open(pcp_roles_gateway_state_t* g) {
-  const pcp_roles_gateway_file_config_t* file = &g->config->file;
-  // kGraphBackends in gateway.c: memory (= sqlite), sqlite, falkordb.
-  if (file->graph_backend != 2) {
-    return pcp_store_graph_backend_sqlite_open(g->store, &g->graph);
+pcp_status_t pcp_services_graph_open(pcp_services_t* svc) {
+  // kGraphBackends in the gateway's config: memory (= sqlite), sqlite,
+  // falkordb.
+  if (!svc->config.graph_falkordb) {
+    return pcp_store_graph_backend_sqlite_open(svc->store, &svc->graph);
   }
-  const pcp_roles_falkordb_config_t* f = &file->falkordb;
+  const pcp_services_falkordb_config_t* f = &svc->config.falkordb;
   const char* password = NULL;
   if (f->present && f->password_env && f->password_env[0]) {
     password = getenv(f->password_env);
@@ -253,38 +252,17 @@ pcp_status_t pcp_roles_gateway_graph_open(pcp_roles_gateway_state_t* g) {
       .command_timeout_ms = f->present ? (uint32_t)f->command_timeout_ms : 0,
   };
   PCP_RETURN_IF_ERROR(
-      pcp_store_graph_backend_falkordb_open(g->store, &options, &g->graph),
+      pcp_store_graph_backend_falkordb_open(svc->store, &options, &svc->graph),
       "opening the FalkorDB graph backend (gateway config keys "
       "'graph_backend', 'falkordb')");
-  PCP_LOG(PCP_LOG_INFO, &g->log, "graph backend falkordb at %s:%u graph %s",
+  PCP_LOG(PCP_LOG_INFO, &svc->log, "graph backend falkordb at %s:%u graph %s",
           options.host ? options.host : "127.0.0.1",
           (unsigned)(options.port ? options.port : 6379),
           options.graph ? options.graph : "pcp");
   return pcp_ok_status();
 }
 
-void pcp_roles_gateway_graph_close(pcp_roles_gateway_state_t* g) {
-  pcp_store_graph_backend_close(g->graph);
-  g->graph = NULL;
-}
-
-//===----------------------------------------------------------------------===//
-// Routes
-//===----------------------------------------------------------------------===//
-
-pcp_status_t pcp_roles_gateway_graph_routes_add(pcp_roles_gateway_state_t* g) {
-  pcp_http_route_t routes[] = {
-      {"GET", "/v1/graph/status", "api", graph_status, g, 0, 0},
-      {"POST", "/v1/graph/mutate", "api", graph_mutate, g, 0, 0},
-      {"POST", "/v1/graph/query", "api", graph_query, g, 0, 0},
-      {"GET", "/v1/graph/entities/{id}", "api", graph_entity_get, g, 0, 0},
-  };
-  for (size_t i = 0; i < PCP_ARRAYSIZE(routes); ++i) {
-    // Without an API token the /v1 routes are open (upstream), so they name
-    // no scope the server does not have.
-    if (!g->auth_enabled) {
-      routes[i].scope = NULL;
-    }
-  }
-  return pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes));
+void pcp_services_graph_close(pcp_services_t* svc) {
+  pcp_store_graph_backend_close(svc->graph);
+  svc->graph = NULL;
 }

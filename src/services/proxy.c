@@ -26,8 +26,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "roles/gateway/gateway_impl.h"
-#include "roles/replication_impl.h"
+#include "services/services_impl.h"
 #include "workloads/workloads.h"
 
 // Calls in flight at once (each holds a thread, and a server thread while
@@ -39,7 +38,7 @@
 // one for its loopback request: 12 leaves threads for everything else
 // (/healthz included) when a downstream is slow.
 #define PROXY_MAX_WAITING 12
-#define PROXY_MAX_REQUEST_BYTES (2 * (size_t)PCP_INFER_MAX_PROMPT_BYTES)
+#define PROXY_MAX_REQUEST_BYTES PCP_SERVICES_PROXY_MAX_REQUEST_BYTES
 // A downstream answer that is not streamed is read up to this size.
 #define PROXY_MAX_RESPONSE_BYTES ((size_t)8 << 20)
 #define PROXY_CONNECT_TIMEOUT_MS 5000
@@ -474,7 +473,7 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
 // The registered inference service to call: not expired, with a base_url,
 // optionally the one named by X-PCP-Executor-Id / X-PCP-Service-Id; the
 // most recently updated wins. |out_url| gets "{base_url}/v1/chat/completions".
-static pcp_status_t service_url(pcp_roles_gateway_state_t* g,
+static pcp_status_t service_url(pcp_services_t* svc,
                                 const pcp_http_request_t* request,
                                 char* out_url, size_t capacity,
                                 bool* out_found) {
@@ -483,7 +482,7 @@ static pcp_status_t service_url(pcp_roles_gateway_state_t* g,
   const char* service = pcp_http_request_header(request, "X-PCP-Service-Id");
   pcp_store_service_list_t list;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_service_list(g->store, NULL, PCP_STORE_LIST_LIMIT_MAX, &list));
+      pcp_store_service_list(svc->store, NULL, PCP_STORE_LIST_LIMIT_MAX, &list));
   const pcp_store_service_t* best = NULL;
   for (size_t i = 0; i < list.count; ++i) {
     const pcp_store_service_t* s = &list.items[i];
@@ -511,10 +510,10 @@ static pcp_status_t service_url(pcp_roles_gateway_state_t* g,
   return pcp_ok_status();
 }
 
-static pcp_status_t inference_proxy(void* user_data,
+pcp_status_t pcp_services_inference_proxy_post(void* user_data,
                                     const pcp_http_request_t* request,
                                     pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* svc = user_data;
   pcp_string_view_t body = pcp_http_request_body(request);
   if (body.size == 0) {
     return bad_request(response, "body",
@@ -523,7 +522,7 @@ static pcp_status_t inference_proxy(void* user_data,
   }
   char url[PCP_STORE_PATH_MAX_LENGTH + 64];
   bool found = false;
-  PCP_RETURN_IF_ERROR_BARE(service_url(g, request, url, sizeof(url), &found));
+  PCP_RETURN_IF_ERROR_BARE(service_url(svc, request, url, sizeof(url), &found));
   if (!found) {
     return error_reply(response, 404, "invalid_request_error", NULL,
                        "service_unavailable",
@@ -680,7 +679,7 @@ static json_t* graph_result_json(const pcp_store_graph_result_t* r) {
 // Fits the first k lines into the local model's window: the largest k for
 // which the prompt's tokens plus |reserve| fit (binary search; the count
 // grows with k). Sets *out_tokens to the prompt's tokens at that k.
-static pcp_status_t fit_tokens(pcp_roles_gateway_state_t* g, const char* model,
+static pcp_status_t fit_tokens(pcp_services_t* svc, const char* model,
                                json_t* messages, json_t* lines,
                                int64_t max_tokens, size_t* out_k,
                                int64_t* out_tokens, int64_t* out_window) {
@@ -716,7 +715,7 @@ static pcp_status_t fit_tokens(pcp_roles_gateway_state_t* g, const char* model,
     }
     m[0].content = pcp_make_cstring_view(text);
     int64_t n = 0;
-    status = pcp_infer_prompt_tokens_count(g->infer, &params, &n, &window);
+    status = pcp_infer_prompt_tokens_count(svc->infer, &params, &n, &window);
     free(text);
     if (status) {
       break;
@@ -740,10 +739,10 @@ static pcp_status_t fit_tokens(pcp_roles_gateway_state_t* g, const char* model,
   return status;
 }
 
-static pcp_status_t query_infer(void* user_data,
+pcp_status_t pcp_services_query_infer_post(void* user_data,
                                 const pcp_http_request_t* request,
                                 pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* svc = user_data;
   json_t* body = NULL;
   pcp_status_t status = pcp_http_request_json_parse(request, &body);
   if (status) {
@@ -782,7 +781,7 @@ static pcp_status_t query_infer(void* user_data,
   } else if (max_tokens && (!json_is_integer(max_tokens) ||
                             json_integer_value(max_tokens) < 1)) {
     param = "inference.max_tokens", rule = "must be a positive integer";
-  } else if (graph_query && (rule = pcp_roles_graph_query_parse(
+  } else if (graph_query && (rule = pcp_services_graph_query_parse(
                                  graph_query, &q, &mode, &key)) != NULL) {
     snprintf(param_buffer, sizeof(param_buffer), "graph_query%s%s",
              key ? "." : "", key ? key : "");
@@ -805,7 +804,7 @@ static pcp_status_t query_infer(void* user_data,
   bool global_only = strcmp(mode, "global") == 0;
   if (!global_only) {
     pcp_store_graph_result_t result = {0};
-    status = pcp_store_graph_backend_query(g->graph, &q, &result);
+    status = pcp_store_graph_backend_query(svc->graph, &q, &result);
     if (status) {
       json_decref(body);
       return status;  // 400 for a bad filter, 503 when the graph is down
@@ -817,8 +816,8 @@ static pcp_status_t query_infer(void* user_data,
     // The hub's answer filtered by visibility (merged local-first), as
     // /v1/graph/query gives it (replication.c).
     json_t* merged = NULL;
-    status = pcp_roles_gateway_replication_query_run(
-        g, json_object_get(body, "graph_query"), mode, graph_json,
+    status = pcp_services_replication_query_run(
+        svc, json_object_get(body, "graph_query"), mode, graph_json,
         q.limit ? q.limit : 20, &merged);
     json_decref(graph_json);
     graph_json = merged;
@@ -852,24 +851,24 @@ static pcp_status_t query_infer(void* user_data,
   int64_t window = -1;
   char url[PCP_STORE_PATH_MAX_LENGTH + 64];
   const char* target = "local";
-  status = fit_tokens(g, model_name, messages, lines,
+  status = fit_tokens(svc, model_name, messages, lines,
                       max_tokens ? json_integer_value(max_tokens) : 0, &k,
                       &tokens, &window);
   if (!status) {
-    const pcp_roles_gateway_config_t* c = g->config;
-    const char* host = c->effective.api_host;
+    const pcp_services_config_t* c = &svc->config;
+    const char* host = c->api_host;
     if (!host || !host[0] || strcmp(host, "0.0.0.0") == 0 ||
         strcmp(host, "::") == 0) {
       host = "127.0.0.1";
     }
-    bool tls = c->file.tls.present && c->file.tls.cert != NULL;
+    bool tls = c->tls;
     snprintf(url, sizeof(url), "%s://%s%s%s:%lld/v1/chat/completions",
              tls ? "https" : "http", strchr(host, ':') ? "[" : "", host,
-             strchr(host, ':') ? "]" : "", (long long)c->effective.api_port);
+             strchr(host, ':') ? "]" : "", (long long)c->api_port);
   } else if (pcp_status_code(status) == PCP_STATUS_NOT_FOUND) {
     pcp_status_ignore(status);
     bool found = false;
-    status = service_url(g, request, url, sizeof(url), &found);
+    status = service_url(svc, request, url, sizeof(url), &found);
     if (!status && !found) {
       status = pcp_make_status(PCP_STATUS_NOT_FOUND,
                                "inference.model: `%s` is not served by this "
@@ -962,7 +961,7 @@ static pcp_status_t query_infer(void* user_data,
 // Routes
 //===----------------------------------------------------------------------===//
 
-void pcp_roles_gateway_proxy_stop(int64_t timeout_ms) {
+void pcp_services_proxy_stop(int64_t timeout_ms) {
   atomic_store(&g_proxy_stopping, true);
   // The threads notice within about a second (libcurl polls should_stop).
   for (int64_t waited = 0;
@@ -971,19 +970,7 @@ void pcp_roles_gateway_proxy_stop(int64_t timeout_ms) {
   }
 }
 
-pcp_status_t pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* g) {
+void pcp_services_proxy_reset(void) {
   // One gateway per process; a test may serve several in turn.
   atomic_store(&g_proxy_stopping, false);
-  pcp_http_route_t routes[] = {
-      {"POST", "/v1/inference/chat/completions", "api", inference_proxy, g,
-       PROXY_MAX_REQUEST_BYTES, 0},
-      {"POST", "/v1/inference/query/chat/completions", "api", query_infer, g,
-       PROXY_MAX_REQUEST_BYTES, 0},
-  };
-  for (size_t i = 0; i < PCP_ARRAYSIZE(routes); ++i) {
-    if (!g->auth_enabled) {
-      routes[i].scope = NULL;
-    }
-  }
-  return pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes));
 }
