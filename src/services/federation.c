@@ -73,8 +73,7 @@ static json_t* ms_or_null(int64_t ns) {
   return ns ? json_integer(ns / 1000000) : json_null();
 }
 
-static const char* service_id_of(const pcp_services_t* svc,
-                                 const char* kind) {
+static const char* service_id_of(const pcp_services_t* svc, const char* kind) {
   return strcmp(kind, "training") == 0 ? svc->config.training_service_id
                                        : svc->config.inference_service_id;
 }
@@ -88,8 +87,8 @@ typedef struct worker_group_t {
   uint32_t available;  // ready and idle (no lease, nothing in flight)
 } worker_group_t;
 
-static uint32_t worker_groups_query(pcp_services_t* svc,
-                                    worker_group_t* groups, uint32_t capacity) {
+static uint32_t worker_groups_query(pcp_services_t* svc, worker_group_t* groups,
+                                    uint32_t capacity) {
   if (!svc->fabric) {
     return 0;
   }
@@ -98,8 +97,8 @@ static uint32_t worker_groups_query(pcp_services_t* svc,
   if (!infos) {
     return 0;
   }
-  uint32_t count = pcp_fabric_worker_list(svc->fabric, infos,
-                                          PCP_SERVICES_MAX_LISTED_WORKERS, NULL);
+  uint32_t count = pcp_fabric_worker_list(
+      svc->fabric, infos, PCP_SERVICES_MAX_LISTED_WORKERS, NULL);
   uint32_t group_count = 0;
   for (uint32_t i = 0; i < count; ++i) {
     const pcp_fabric_worker_info_t* w = &infos[i];
@@ -150,9 +149,8 @@ static json_t* groups_json(const worker_group_t* groups, uint32_t count) {
 // (s.3.1), counts for one (backend, target) group or for |group| NULL (no
 // worker: zero counts, no class or target, so placement by target never
 // picks it).
-static json_t* advertisement_json(pcp_services_t* svc,
-                                  const char* base_url, const char* kind,
-                                  const worker_group_t* group,
+static json_t* advertisement_json(pcp_services_t* svc, const char* base_url,
+                                  const char* kind, const worker_group_t* group,
                                   json_t* capabilities) {
   const char* service_id = service_id_of(svc, kind);
   char executor_id[512];
@@ -201,7 +199,8 @@ static json_t* training_capabilities(void) {
 static json_t* services_json(pcp_services_t* svc, const char* base_url,
                              json_t** out_groups) {
   worker_group_t groups[FEDERATION_MAX_GROUPS];
-  uint32_t group_count = worker_groups_query(svc, groups, FEDERATION_MAX_GROUPS);
+  uint32_t group_count =
+      worker_groups_query(svc, groups, FEDERATION_MAX_GROUPS);
   if (out_groups) {
     *out_groups = groups_json(groups, group_count);
   }
@@ -308,8 +307,7 @@ static json_t* connect_body(pcp_services_federation_t* f,
 // per failure, capped at max(interval, min(8 x interval, 60 s)), then
 // scaled by a random factor in [0.5, 1] ("equal jitter"), so it never drops
 // to zero and gateways that failed together spread out.
-static int64_t backoff_ms(pcp_services_federation_t* f,
-                          uint32_t failures) {
+static int64_t backoff_ms(pcp_services_federation_t* f, uint32_t failures) {
   int64_t cap = f->interval_ms * 8;
   if (cap > FEDERATION_MAX_BACKOFF_MS) {
     cap = FEDERATION_MAX_BACKOFF_MS;
@@ -536,13 +534,13 @@ static void* federation_main(void* opaque) {
 // Lifecycle
 //===----------------------------------------------------------------------===//
 
-void pcp_services_federation_step_set(
-    pcp_services_t* svc, pcp_services_federation_step_fn_t step) {
+void pcp_services_federation_step_set(pcp_services_t* svc,
+                                      pcp_services_federation_step_fn_t step) {
   svc->federation_step = step;
 }
 
 bool pcp_services_federation_scope(const pcp_services_t* svc,
-                                        pcp_http_scope_t* out_scope) {
+                                   pcp_http_scope_t* out_scope) {
   const char* env = svc->config.federation_token_env;
   if (!env || !env[0]) {
     return false;
@@ -706,12 +704,12 @@ static json_t* link_json(pcp_services_federation_t* f) {
   json_t* out = json_pack(
       "{s:s, s:s, s:b, s:b, s:s, s:s?, s:s?, s:s, s:I, s:o, s:o, s:o, s:I, "
       "s:I, s:I, s:i}",
-      "gateway_id", svc->config.gateway_id, "lab_id",
-      svc->config.lab_id, "enabled", f->enabled, "connected",
-      strcmp(f->status, "connected") == 0, "status", f->status, "upstream",
-      f->upstream, "federation_hub_endpoint", f->upstream, "advertise_url",
-      f->advertise_url, "heartbeat_interval_ms", (json_int_t)f->interval_ms,
-      "last_sync_at_ms", ms_or_null(f->last_sync_at_ns), "last_attempt_at_ms",
+      "gateway_id", svc->config.gateway_id, "lab_id", svc->config.lab_id,
+      "enabled", f->enabled, "connected", strcmp(f->status, "connected") == 0,
+      "status", f->status, "upstream", f->upstream, "federation_hub_endpoint",
+      f->upstream, "advertise_url", f->advertise_url, "heartbeat_interval_ms",
+      (json_int_t)f->interval_ms, "last_sync_at_ms",
+      ms_or_null(f->last_sync_at_ns), "last_attempt_at_ms",
       ms_or_null(f->last_attempt_at_ns), "last_error",
       f->last_error[0] ? json_string(f->last_error) : json_null(),
       "connect_count", (json_int_t)f->connect_count, "failure_count",
@@ -749,9 +747,9 @@ static void stats_set(pcp_services_t* svc, json_t* out) {
                       json_integer(stats.pending_count));
 }
 
-pcp_status_t pcp_services_federation_status_get(void* user_data,
-                               const pcp_http_request_t* request,
-                               pcp_http_response_t* response) {
+pcp_status_t pcp_services_federation_status_get(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
   pcp_services_t* svc = user_data;
   json_t* out = link_json(svc->federation);
@@ -763,9 +761,9 @@ pcp_status_t pcp_services_federation_status_get(void* user_data,
 
 // Wakes the loop for a connect now (upstream's route only reported). The
 // answer is the status before that connect; poll /status for its outcome.
-pcp_status_t pcp_services_federation_connect_post(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
+pcp_status_t pcp_services_federation_connect_post(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
   pcp_services_t* svc = user_data;
   pcp_services_federation_t* f = svc->federation;
@@ -788,9 +786,9 @@ static json_t* peers_copy(pcp_services_federation_t* f) {
   return peers ? peers : json_array();
 }
 
-pcp_status_t pcp_services_federation_peers_get(void* user_data,
-                              const pcp_http_request_t* request,
-                              pcp_http_response_t* response) {
+pcp_status_t pcp_services_federation_peers_get(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
   pcp_services_t* svc = user_data;
   pcp_services_federation_t* f = svc->federation;
@@ -804,9 +802,9 @@ pcp_status_t pcp_services_federation_peers_get(void* user_data,
                 ms_or_null(synced)));
 }
 
-pcp_status_t pcp_services_federation_services_get(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
+pcp_status_t pcp_services_federation_services_get(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
   pcp_services_t* svc = user_data;
   json_t* peers = peers_copy(svc->federation);
@@ -836,9 +834,9 @@ pcp_status_t pcp_services_federation_services_get(void* user_data,
                                      json_pack("{s:o}", "services", out));
 }
 
-pcp_status_t pcp_services_federation_replication_get(void* user_data,
-                                    const pcp_http_request_t* request,
-                                    pcp_http_response_t* response) {
+pcp_status_t pcp_services_federation_replication_get(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
   pcp_services_t* svc = user_data;
   json_t* out = link_json(svc->federation);
@@ -860,10 +858,9 @@ pcp_status_t pcp_services_federation_replication_get(void* user_data,
   json_t* graph = pcp_services_replication_status_json(svc);
   if (graph) {
     json_object_set(out, "namespaces", json_object_get(graph, "namespaces"));
-    json_object_set_new(
-        json_object_get(out, "summary"), "namespace_count",
-        json_integer((json_int_t)json_array_size(
-            json_object_get(graph, "namespaces"))));
+    json_object_set_new(json_object_get(out, "summary"), "namespace_count",
+                        json_integer((json_int_t)json_array_size(
+                            json_object_get(graph, "namespaces"))));
     json_decref(graph);
   }
   return pcp_http_response_json_take(response, 200, out);
@@ -905,8 +902,8 @@ static const capability_t kCapabilities[] = {
 };
 
 pcp_status_t pcp_services_capabilities_get(void* user_data,
-                                     const pcp_http_request_t* request,
-                                     pcp_http_response_t* response) {
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
   (void)request;
   pcp_services_t* svc = user_data;
   json_t* names = json_array();
@@ -919,7 +916,7 @@ pcp_status_t pcp_services_capabilities_get(void* user_data,
   uint32_t count = worker_groups_query(svc, groups, FEDERATION_MAX_GROUPS);
   return pcp_http_response_json_take(
       response, 200,
-      json_pack("{s:s, s:s, s:o, s:o}", "gateway_id",
-                svc->config.gateway_id, "lab_id", svc->config.lab_id,
-                "capabilities", names, "workers", groups_json(groups, count)));
+      json_pack("{s:s, s:s, s:o, s:o}", "gateway_id", svc->config.gateway_id,
+                "lab_id", svc->config.lab_id, "capabilities", names, "workers",
+                groups_json(groups, count)));
 }

@@ -91,8 +91,8 @@ static pcp_status_t mutation_parse(pcp_services_t* svc, json_t* m,
 #define GRAPH_MAX_MUTATIONS_PER_REQUEST 1000
 
 pcp_status_t pcp_services_graph_mutate_post(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
+                                            const pcp_http_request_t* request,
+                                            pcp_http_response_t* response) {
   pcp_services_t* svc = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
@@ -147,8 +147,8 @@ pcp_status_t pcp_services_graph_mutate_post(void* user_data,
 // Unknown keys are ignored (upstream); known ones must have their type, or
 // a typo'd value would silently widen the query to everything.
 pcp_status_t pcp_services_graph_query_post(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response) {
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
   pcp_services_t* svc = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
@@ -169,8 +169,8 @@ pcp_status_t pcp_services_graph_query_post(void* user_data,
   json_t* out = global_only ? NULL : pcp_services_graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
   if (remote) {
-    status = pcp_services_replication_query(
-        svc, body, mode, out, q.limit ? q.limit : 20, response);
+    status = pcp_services_replication_query(svc, body, mode, out,
+                                            q.limit ? q.limit : 20, response);
     json_decref(out);
     json_decref(body);
     return status;
@@ -180,8 +180,8 @@ pcp_status_t pcp_services_graph_query_post(void* user_data,
 }
 
 pcp_status_t pcp_services_graph_entity_get(void* user_data,
-                                     const pcp_http_request_t* request,
-                                     pcp_http_response_t* response) {
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
   pcp_services_t* svc = user_data;
   pcp_store_graph_query_t q = {.entity_id =
                                    pcp_http_request_param(request, "id")};
@@ -198,8 +198,8 @@ pcp_status_t pcp_services_graph_entity_get(void* user_data,
 }
 
 pcp_status_t pcp_services_graph_status_get(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
   (void)request;
   pcp_services_t* svc = user_data;
   pcp_store_mutation_log_stats_t stats;

@@ -481,8 +481,8 @@ static pcp_status_t service_url(pcp_services_t* svc,
   const char* executor = pcp_http_request_header(request, "X-PCP-Executor-Id");
   const char* service = pcp_http_request_header(request, "X-PCP-Service-Id");
   pcp_store_service_list_t list;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_service_list(svc->store, NULL, PCP_STORE_LIST_LIMIT_MAX, &list));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_list(
+      svc->store, NULL, PCP_STORE_LIST_LIMIT_MAX, &list));
   const pcp_store_service_t* best = NULL;
   for (size_t i = 0; i < list.count; ++i) {
     const pcp_store_service_t* s = &list.items[i];
@@ -510,9 +510,9 @@ static pcp_status_t service_url(pcp_services_t* svc,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_services_inference_proxy_post(void* user_data,
-                                    const pcp_http_request_t* request,
-                                    pcp_http_response_t* response) {
+pcp_status_t pcp_services_inference_proxy_post(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   pcp_services_t* svc = user_data;
   pcp_string_view_t body = pcp_http_request_body(request);
   if (body.size == 0) {
@@ -740,8 +740,8 @@ static pcp_status_t fit_tokens(pcp_services_t* svc, const char* model,
 }
 
 pcp_status_t pcp_services_query_infer_post(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response) {
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
   pcp_services_t* svc = user_data;
   json_t* body = NULL;
   pcp_status_t status = pcp_http_request_json_parse(request, &body);

@@ -108,20 +108,18 @@ static void policy_get(pcp_services_t* svc, const char* namespace_id,
   // next call retries the reload.
   pcp_status_ignore(status);
   pcp_services_replication_policy_lookup(&r->policies, namespace_id,
-                                      default_visibility(svc), out);
+                                         default_visibility(svc), out);
   pthread_mutex_unlock(&r->mu);
 }
 
-void pcp_services_replication_policies_changed(
-    pcp_services_t* svc) {
+void pcp_services_replication_policies_changed(pcp_services_t* svc) {
   pcp_services_replication_t* r = svc->replication;
   pthread_mutex_lock(&r->mu);
   r->policies_stale = true;
   pthread_mutex_unlock(&r->mu);
 }
 
-static pcp_status_t mutation_prepare(pcp_services_t* svc,
-                                     json_t* request,
+static pcp_status_t mutation_prepare(pcp_services_t* svc, json_t* request,
                                      pcp_store_mutation_t* inout_mutation,
                                      json_t** out_payload) {
   *out_payload = NULL;
@@ -158,9 +156,8 @@ static pcp_status_t mutation_prepare(pcp_services_t* svc,
 }
 
 pcp_status_t pcp_services_replication_mutation_apply(
-    pcp_services_t* svc, json_t* request,
-    pcp_store_mutation_t* mutation, int64_t* out_sequence_no,
-    bool* out_duplicate) {
+    pcp_services_t* svc, json_t* request, pcp_store_mutation_t* mutation,
+    int64_t* out_sequence_no, bool* out_duplicate) {
   pcp_services_replication_t* r = svc->replication;
   bool policy = mutation->mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE;
   if (policy) {
@@ -189,8 +186,8 @@ pcp_status_t pcp_services_replication_mutation_apply(
 //===----------------------------------------------------------------------===//
 
 pcp_status_t pcp_services_graph_policies_get(void* user_data,
-                                  const pcp_http_request_t* request,
-                                  pcp_http_response_t* response) {
+                                             const pcp_http_request_t* request,
+                                             pcp_http_response_t* response) {
   (void)request;
   pcp_services_t* svc = user_data;
   pcp_store_graph_policy_list_t list;
@@ -208,8 +205,8 @@ pcp_status_t pcp_services_graph_policies_get(void* user_data,
 }
 
 pcp_status_t pcp_services_graph_policy_put(void* user_data,
-                               const pcp_http_request_t* request,
-                               pcp_http_response_t* response) {
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
   pcp_services_t* svc = user_data;
   // A prefix route: namespace ids hold '/' ("{lab_id}/shared").
   const char* namespace_id = pcp_http_request_param(request, "*");
@@ -251,8 +248,8 @@ pcp_status_t pcp_services_graph_policy_put(void* user_data,
 //===----------------------------------------------------------------------===//
 
 pcp_status_t pcp_services_events_ingest_post(void* user_data,
-                                  const pcp_http_request_t* request,
-                                  pcp_http_response_t* response) {
+                                             const pcp_http_request_t* request,
+                                             pcp_http_response_t* response) {
   pcp_services_t* svc = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
@@ -271,16 +268,16 @@ pcp_status_t pcp_services_events_ingest_post(void* user_data,
   size_t count = status ? 0 : json_array_size(events);
   pcp_store_mutation_t* mutations = NULL;
   if (count) {
-    status = pcp_allocator_malloc(svc->allocator, 2 * count * sizeof(*mutations),
-                                  (void**)&mutations);
+    status = pcp_allocator_malloc(
+        svc->allocator, 2 * count * sizeof(*mutations), (void**)&mutations);
     if (!status) {
       memset(mutations, 0, 2 * count * sizeof(*mutations));
     }
   }
   for (size_t i = 0; !status && i < count; ++i) {
     status = pcp_services_replication_event_mutations(
-        json_array_get(events, i), svc->config.gateway_id,
-        svc->config.lab_id, &mutations[2 * i]);
+        json_array_get(events, i), svc->config.gateway_id, svc->config.lab_id,
+        &mutations[2 * i]);
     if (status) {
       pcp_status_t wrapped =
           pcp_make_status(pcp_status_code(status), "events[%zu]: %s", i,
@@ -300,8 +297,8 @@ pcp_status_t pcp_services_events_ingest_post(void* user_data,
       int64_t sequence_no = 0;
       bool duplicate = false;
       // Idempotent by the derived ids: a re-sent event writes nothing new.
-      status = pcp_store_graph_backend_mutation_apply(svc->graph, m, &sequence_no,
-                                                      &duplicate);
+      status = pcp_store_graph_backend_mutation_apply(svc->graph, m,
+                                                      &sequence_no, &duplicate);
       json_array_append_new(ids, json_string(m->mutation_id));
     }
     json_t* event = json_array_get(events, i);
@@ -338,8 +335,7 @@ pcp_status_t pcp_services_events_ingest_post(void* user_data,
 // GET /v1/graph/replication
 //===----------------------------------------------------------------------===//
 
-json_t* pcp_services_replication_status_json(
-    pcp_services_t* svc) {
+json_t* pcp_services_replication_status_json(pcp_services_t* svc) {
   pcp_services_replication_t* r = svc->replication;
   pcp_store_mutation_log_stats_t stats;
   pcp_store_namespace_stats_list_t namespaces = {0};
@@ -361,7 +357,7 @@ json_t* pcp_services_replication_status_json(
     const pcp_store_namespace_stats_t* s = &namespaces.items[i];
     pcp_store_graph_policy_t policy;
     pcp_services_replication_policy_lookup(&policies, s->namespace_id,
-                                        default_visibility(svc), &policy);
+                                           default_visibility(svc), &policy);
     json_t* item = pcp_services_replication_policy_json(&policy);
     json_t* counts = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
@@ -390,12 +386,11 @@ json_t* pcp_services_replication_status_json(
   json_t* out = json_pack(
       "{s:s, s:s, s:b, s:s?, s:I, s:s?, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
       " s:o}",
-      "gateway_id", svc->config.gateway_id, "lab_id",
-      svc->config.lab_id, "replication_enabled", hub_url(svc) != NULL,
-      "federation_hub_endpoint", hub_url(svc), "last_push_at_ms",
-      (json_int_t)r->last_push_at_ms, "last_error",
-      r->last_error[0] ? r->last_error : NULL, "summary", "namespace_count",
-      (json_int_t)json_array_size(array), "last_sequence_no",
+      "gateway_id", svc->config.gateway_id, "lab_id", svc->config.lab_id,
+      "replication_enabled", hub_url(svc) != NULL, "federation_hub_endpoint",
+      hub_url(svc), "last_push_at_ms", (json_int_t)r->last_push_at_ms,
+      "last_error", r->last_error[0] ? r->last_error : NULL, "summary",
+      "namespace_count", (json_int_t)json_array_size(array), "last_sequence_no",
       (json_int_t)stats.last_sequence_no, "last_replicated_sequence",
       (json_int_t)stats.last_replicated_sequence, "pending_mutations",
       (json_int_t)stats.pending_count, "replication_lag",
@@ -406,9 +401,9 @@ json_t* pcp_services_replication_status_json(
   return out;
 }
 
-pcp_status_t pcp_services_graph_replication_get(void* user_data,
-                                    const pcp_http_request_t* request,
-                                    pcp_http_response_t* response) {
+pcp_status_t pcp_services_graph_replication_get(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
   json_t* out = pcp_services_replication_status_json(user_data);
   if (!out) {
@@ -424,9 +419,8 @@ pcp_status_t pcp_services_graph_replication_get(void* user_data,
 
 // POSTs |body| (taken) as JSON to |path| on the hub with the federation
 // token through |client|. The caller deinitializes |out_answer|.
-static pcp_status_t hub_post(pcp_services_t* svc,
-                             pcp_http_client_t* client, const char* path,
-                             json_t* body,
+static pcp_status_t hub_post(pcp_services_t* svc, pcp_http_client_t* client,
+                             const char* path, json_t* body,
                              pcp_http_client_response_t* out_answer) {
   char* text = body ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);
@@ -455,11 +449,10 @@ static pcp_status_t batch_send(pcp_services_t* svc, json_t* items,
   pcp_services_replication_t* r = svc->replication;
   json_t* body = json_pack(
       "{s:s, s:s, s:I, s:I, s:I, s:O, s:O}", "gateway_id",
-      svc->config.gateway_id, "lab_id", svc->config.lab_id,
-      "last_sequence_no", (json_int_t)stats->last_sequence_no,
-      "last_replicated_sequence", (json_int_t)stats->last_replicated_sequence,
-      "through_sequence_no", (json_int_t)through, "namespace_policies",
-      policies, "mutations", items);
+      svc->config.gateway_id, "lab_id", svc->config.lab_id, "last_sequence_no",
+      (json_int_t)stats->last_sequence_no, "last_replicated_sequence",
+      (json_int_t)stats->last_replicated_sequence, "through_sequence_no",
+      (json_int_t)through, "namespace_policies", policies, "mutations", items);
   pcp_http_client_response_t answer;
   PCP_RETURN_IF_ERROR_BARE(
       hub_post(svc, r->client, "/v1/federation/mutations", body, &answer));
@@ -507,8 +500,9 @@ pcp_status_t pcp_services_replication_cycle(pcp_services_t* svc) {
       break;
     }
     pcp_store_mutation_list_t page;
-    status = pcp_store_mutation_list(svc->store, stats.last_replicated_sequence,
-                                     PCP_SERVICES_REPLICATION_PAGE_RECORDS, &page);
+    status =
+        pcp_store_mutation_list(svc->store, stats.last_replicated_sequence,
+                                PCP_SERVICES_REPLICATION_PAGE_RECORDS, &page);
     if (status) {
       break;
     }
@@ -565,8 +559,7 @@ pcp_status_t pcp_services_replication_cycle(pcp_services_t* svc) {
 // The federation thread's step after each successful connect (so the hub
 // knows this gateway before its first batch).
 static pcp_status_t replication_step(
-    pcp_services_t* svc,
-    const pcp_services_federation_link_t* link) {
+    pcp_services_t* svc, const pcp_services_federation_link_t* link) {
   (void)link;
   return pcp_services_replication_cycle(svc);
 }
@@ -575,9 +568,11 @@ static pcp_status_t replication_step(
 // Query modes
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_services_replication_query_run(
-    pcp_services_t* svc, json_t* body, const char* mode,
-    json_t* local_result, size_t limit, json_t** out_result) {
+pcp_status_t pcp_services_replication_query_run(pcp_services_t* svc,
+                                                json_t* body, const char* mode,
+                                                json_t* local_result,
+                                                size_t limit,
+                                                json_t** out_result) {
   *out_result = NULL;
   bool global_only = strcmp(mode, "global") == 0;
   if (!global_only && strcmp(mode, "local_plus_global") != 0) {
@@ -597,12 +592,13 @@ pcp_status_t pcp_services_replication_query_run(
                                        .max_response_bytes = (size_t)32 << 20};
   pcp_http_client_t* client = NULL;
   pcp_http_client_response_t answer = {0};
-  pcp_status_t status = pcp_http_client_create(&options, svc->allocator, &client);
+  pcp_status_t status =
+      pcp_http_client_create(&options, svc->allocator, &client);
   // The gateway's route on the hub (federation token); clients use
   // /v1/global-graph/query with the hub's API token.
   if (!status) {
-    status = hub_post(svc, client, "/v1/federation/global-graph/query", forwarded,
-                      &answer);
+    status = hub_post(svc, client, "/v1/federation/global-graph/query",
+                      forwarded, &answer);
   } else {
     json_decref(forwarded);
   }
@@ -639,8 +635,8 @@ pcp_status_t pcp_services_replication_query_run(
   // gateway whatever the hub sends.
   pcp_services_replication_result_filter(global, NULL);
   json_t* out = global_only ? json_incref(global)
-                            : pcp_services_replication_result_merge(local_result,
-                                                                 global, limit);
+                            : pcp_services_replication_result_merge(
+                                  local_result, global, limit);
   json_decref(global);
   if (!out) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "query result");
@@ -650,9 +646,10 @@ pcp_status_t pcp_services_replication_query_run(
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_services_replication_query(
-    pcp_services_t* svc, json_t* body, const char* mode,
-    json_t* local_result, size_t limit, pcp_http_response_t* response) {
+pcp_status_t pcp_services_replication_query(pcp_services_t* svc, json_t* body,
+                                            const char* mode,
+                                            json_t* local_result, size_t limit,
+                                            pcp_http_response_t* response) {
   json_t* out = NULL;
   pcp_status_t status = pcp_services_replication_query_run(
       svc, body, mode, local_result, limit, &out);

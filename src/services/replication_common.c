@@ -36,7 +36,7 @@ void pcp_services_replication_policy_lookup(
     }
   }
   pcp_services_replication_policy_default(namespace_id, default_visibility,
-                                       out_policy);
+                                          out_policy);
 }
 
 bool pcp_services_replication_visible_globally(
@@ -54,7 +54,7 @@ bool pcp_services_replication_visible_globally(
 }
 
 bool pcp_services_replication_eligible(const pcp_store_graph_policy_t* policy,
-                                    const pcp_store_mutation_t* mutation) {
+                                       const pcp_store_mutation_t* mutation) {
   if (mutation->mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE) {
     return false;
   }
@@ -188,7 +188,7 @@ static pcp_status_t json_text_parse(json_t* object, const char* key,
 }
 
 pcp_status_t pcp_services_replication_item_parse(json_t* item,
-                                              pcp_store_mutation_t* out) {
+                                                 pcp_store_mutation_t* out) {
   memset(out, 0, sizeof(*out));
   if (!json_is_object(item)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -236,7 +236,8 @@ pcp_status_t pcp_services_replication_item_parse(json_t* item,
   return json_text_parse(item, "provenance_json", &out->provenance);
 }
 
-void pcp_services_replication_item_deinitialize(pcp_store_mutation_t* mutation) {
+void pcp_services_replication_item_deinitialize(
+    pcp_store_mutation_t* mutation) {
   json_decref(mutation->payload);
   json_decref(mutation->provenance);
   mutation->payload = NULL;
@@ -276,7 +277,7 @@ pcp_status_t pcp_services_replication_batch_build(
     const pcp_store_mutation_t* m = &page->items[i];
     pcp_store_graph_policy_t policy;
     pcp_services_replication_policy_lookup(policies, m->namespace_id,
-                                        default_visibility, &policy);
+                                           default_visibility, &policy);
     if (m->mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE) {
       // A policy change travels as the snapshot in force, so the hub also
       // learns when a namespace stops replicating.
@@ -327,14 +328,14 @@ static bool result_item_visible(json_t* item,
   }
   if (!policies) {
     return pcp_services_replication_visible_globally(NULL, visibility,
-                                                  is_observation);
+                                                     is_observation);
   }
   const char* ns = json_string_value(json_object_get(item, "namespace_id"));
   pcp_store_graph_policy_t policy;
   pcp_services_replication_policy_lookup(policies, ns ? ns : "",
-                                      PCP_STORE_VISIBILITY_LOCAL, &policy);
+                                         PCP_STORE_VISIBILITY_LOCAL, &policy);
   return pcp_services_replication_visible_globally(&policy, visibility,
-                                                is_observation);
+                                                   is_observation);
 }
 
 void pcp_services_replication_result_filter(
@@ -365,7 +366,7 @@ static bool id_present(json_t* array, const char* key, const char* id) {
 }
 
 json_t* pcp_services_replication_result_merge(json_t* local, json_t* global,
-                                           size_t limit) {
+                                              size_t limit) {
   static const char* const kArrays[] = {"entities", "relations",
                                         "observations"};
   static const char* const kIds[] = {"entity_id", "relation_id",
@@ -573,9 +574,9 @@ json_t* pcp_services_graph_result_json(const pcp_store_graph_result_t* r) {
 }
 
 const char* pcp_services_graph_query_parse(json_t* body,
-                                        pcp_store_graph_query_t* out_query,
-                                        const char** out_mode,
-                                        const char** out_key) {
+                                           pcp_store_graph_query_t* out_query,
+                                           const char** out_mode,
+                                           const char** out_key) {
   // The rules below spell these limits out.
   _Static_assert(PCP_STORE_ID_MAX_LENGTH == 255, "rule text");
   _Static_assert(PCP_STORE_LIST_LIMIT_MAX == 1000, "rule text");
@@ -624,8 +625,8 @@ const char* pcp_services_graph_query_parse(json_t* body,
 }
 
 pcp_status_t pcp_services_graph_query_read(json_t* body,
-                                        pcp_store_graph_query_t* out_query,
-                                        const char** out_mode) {
+                                           pcp_store_graph_query_t* out_query,
+                                           const char** out_mode) {
   const char* key;
   const char* rule =
       pcp_services_graph_query_parse(body, out_query, out_mode, &key);

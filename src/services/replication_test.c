@@ -36,7 +36,7 @@ static void eligibility(void** state) {
   (void)state;
   pcp_store_graph_policy_t policy;
   pcp_services_replication_policy_default("lab/a", PCP_STORE_VISIBILITY_GLOBAL,
-                                       &policy);
+                                          &policy);
   pcp_store_mutation_t m = entity("e1", "lab/a", PCP_STORE_VISIBILITY_GLOBAL);
   // Nothing replicates until a policy enables it (upstream s.6.5).
   assert_false(pcp_services_replication_eligible(&policy, &m));
@@ -61,7 +61,7 @@ static void policy_update_validates(void** state) {
   (void)state;
   pcp_store_graph_policy_t policy;
   pcp_services_replication_policy_default("ns", PCP_STORE_VISIBILITY_LOCAL,
-                                       &policy);
+                                          &policy);
   json_t* update = json_pack("{s:s, s:b}", "default_visibility", "shared",
                              "allow_global_replication", 1);
   EXPECT_OK(pcp_services_replication_policy_update(update, false, &policy));
@@ -356,7 +356,7 @@ static void policies_from_the_log(void** state) {
   fixture_t* f = *state;
   pcp_store_graph_policy_t policy;
   pcp_services_replication_policy_default("ns-b", PCP_STORE_VISIBILITY_LOCAL,
-                                       &policy);
+                                          &policy);
   policy.allow_global_replication = true;
   const char* namespaces[] = {"ns-b", "ns-a", "ns-b"};
   for (int i = 0; i < 3; ++i) {
@@ -384,11 +384,11 @@ static void policies_from_the_log(void** state) {
                    PCP_STORE_VISIBILITY_GLOBAL);
   assert_int_equal(list.items[1].updated_at_ns, 1002);
   pcp_store_graph_policy_t found;
-  pcp_services_replication_policy_lookup(&list, "ns-b", PCP_STORE_VISIBILITY_LOCAL,
-                                      &found);
+  pcp_services_replication_policy_lookup(&list, "ns-b",
+                                         PCP_STORE_VISIBILITY_LOCAL, &found);
   assert_true(found.allow_global_replication);
   pcp_services_replication_policy_lookup(&list, "ns-c",
-                                      PCP_STORE_VISIBILITY_SHARED, &found);
+                                         PCP_STORE_VISIBILITY_SHARED, &found);
   assert_false(found.allow_global_replication);
   assert_int_equal(found.default_visibility, PCP_STORE_VISIBILITY_SHARED);
   pcp_store_graph_policy_list_deinitialize(&list);

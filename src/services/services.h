@@ -2,6 +2,7 @@
 //
 // services: the services a gateway embeds beside its workloads, each with
 // its HTTP routes (docs/federation.md, docs/api.md):
+//   - the service registry (/v1/services*, registry.c);
 //   - the knowledge-graph API (/v1/graph/*) over the configured graph
 //     backend (graph.c);
 //   - graph replication: namespace policies, event ingest, the push of
@@ -118,8 +119,8 @@ typedef struct pcp_services_links_t {
 // Starts graph replication and makes the federation state (no thread yet).
 // Before the HTTP server starts. INVALID_ARGUMENT naming the key for a bad
 // federation.upstream or federation.advertise_url; RESOURCE_EXHAUSTED.
-PCP_MUST_USE_RESULT pcp_status_t pcp_services_start(
-    pcp_services_t* services, const pcp_services_links_t* links);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_services_start(pcp_services_t* services, const pcp_services_links_t* links);
 
 // Starts the federation connect thread when federation is enabled. After
 // the HTTP server started (the advertised URL needs its port): the hub may
@@ -163,6 +164,25 @@ const char* pcp_services_graph_backend_name(const pcp_services_t* services);
   (2 * (size_t)PCP_INFER_MAX_PROMPT_BYTES)
 // Body of POST /v1/internal/events.
 #define PCP_SERVICES_EVENTS_MAX_BODY_BYTES ((size_t)8 << 20)
+
+// registry.c: the service registry. GET /v1/services, POST
+// /v1/services/register, GET and DELETE /v1/services/{id}, POST
+// /v1/services/{id}/heartbeat.
+pcp_status_t pcp_services_registry_list(void* user_data,
+                                        const pcp_http_request_t* request,
+                                        pcp_http_response_t* response);
+pcp_status_t pcp_services_registry_register(void* user_data,
+                                            const pcp_http_request_t* request,
+                                            pcp_http_response_t* response);
+pcp_status_t pcp_services_registry_get(void* user_data,
+                                       const pcp_http_request_t* request,
+                                       pcp_http_response_t* response);
+pcp_status_t pcp_services_registry_delete(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response);
+pcp_status_t pcp_services_registry_heartbeat(void* user_data,
+                                             const pcp_http_request_t* request,
+                                             pcp_http_response_t* response);
 
 // graph.c: GET /v1/graph/status, POST /v1/graph/mutate, POST
 // /v1/graph/query, GET /v1/graph/entities/{id}.
@@ -266,7 +286,7 @@ void pcp_services_replication_policy_lookup(
 // allow_raw_payload_export (their payload is raw data). policy_update
 // records never travel as items (the batch carries policy snapshots).
 bool pcp_services_replication_eligible(const pcp_store_graph_policy_t* policy,
-                                    const pcp_store_mutation_t* mutation);
+                                       const pcp_store_mutation_t* mutation);
 
 // True when an item of |visibility| and |kind| ("entity", "relation",
 // "observation") in a namespace under |policy| may be answered by a global
@@ -287,7 +307,7 @@ json_t* pcp_services_replication_policy_json(
 // updated_at_ms are accepted and ignored (a snapshot sent by a gateway).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_services_replication_policy_update(json_t* update, bool allow_snapshot_keys,
-                                    pcp_store_graph_policy_t* inout_policy);
+                                       pcp_store_graph_policy_t* inout_policy);
 
 // The payload of a policy_update record holding |policy| in full.
 json_t* pcp_services_replication_policy_payload(
@@ -297,7 +317,8 @@ json_t* pcp_services_replication_policy_payload(
 // namespace_id, mutation_type, target_id, payload_json, visibility,
 // provenance_json, timestamp_ns}; the two *_json fields hold JSON text (as
 // upstream). NULL on OOM.
-json_t* pcp_services_replication_item_json(const pcp_store_mutation_t* mutation);
+json_t* pcp_services_replication_item_json(
+    const pcp_store_mutation_t* mutation);
 
 // Parses a wire item into |out_mutation| (payload and provenance are new
 // references: release with pcp_services_replication_item_deinitialize, also
@@ -335,7 +356,7 @@ void pcp_services_replication_result_filter(
 // |global|'s items whose id (entity_id, relation_id, observation_id) is not
 // already there, each array cut at |limit| (0: no cut). NULL on OOM.
 json_t* pcp_services_replication_result_merge(json_t* local, json_t* global,
-                                           size_t limit);
+                                              size_t limit);
 
 // One ingested event (upstream s.6.6) as its two mutations:
 // "{event_id}:subject" (upsert_entity of job:{job_id} or
@@ -362,9 +383,9 @@ json_t* pcp_services_graph_result_json(const pcp_store_graph_result_t* result);
 // integer in [1, PCP_STORE_LIST_LIMIT_MAX]. NULL when valid; else the rule
 // broken, with the field in |out_key| (NULL: the body itself).
 const char* pcp_services_graph_query_parse(json_t* body,
-                                        pcp_store_graph_query_t* out_query,
-                                        const char** out_mode,
-                                        const char** out_key);
+                                           pcp_store_graph_query_t* out_query,
+                                           const char** out_mode,
+                                           const char** out_key);
 // The same, with a broken rule as an INVALID_ARGUMENT status naming the
 // field (the HTTP routes answer it as a 400).
 PCP_MUST_USE_RESULT pcp_status_t pcp_services_graph_query_read(

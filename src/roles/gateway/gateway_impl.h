@@ -177,8 +177,7 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* gateway);
 
 // server.c: the handlers of the static files (/, /dashboard.{css,js},
-// /openapi.json), /v1/controller, /v1/workers and the service registry
-// (/v1/services*); |user_data| the gateway.
+// /openapi.json), /v1/controller and /v1/workers; |user_data| the gateway.
 pcp_status_t pcp_roles_gateway_static_get(void* user_data,
                                           const pcp_http_request_t* request,
                                           pcp_http_response_t* response);
@@ -191,21 +190,6 @@ pcp_status_t pcp_roles_gateway_workers_list(void* user_data,
 pcp_status_t pcp_roles_gateway_worker_get(void* user_data,
                                           const pcp_http_request_t* request,
                                           pcp_http_response_t* response);
-pcp_status_t pcp_roles_gateway_service_list(void* user_data,
-                                            const pcp_http_request_t* request,
-                                            pcp_http_response_t* response);
-pcp_status_t pcp_roles_gateway_service_register(void* user_data,
-                                                const pcp_http_request_t* request,
-                                                pcp_http_response_t* response);
-pcp_status_t pcp_roles_gateway_service_get(void* user_data,
-                                           const pcp_http_request_t* request,
-                                           pcp_http_response_t* response);
-pcp_status_t pcp_roles_gateway_service_delete(void* user_data,
-                                              const pcp_http_request_t* request,
-                                              pcp_http_response_t* response);
-pcp_status_t pcp_roles_gateway_service_heartbeat(void* user_data,
-                                                 const pcp_http_request_t* request,
-                                                 pcp_http_response_t* response);
 
 // dashboard.c: GET /v1/training/jobs/{id}/history (the dashboard's
 // charts): at most PCP_GATEWAY_HISTORY_MAX_POINTS outer steps, read from at

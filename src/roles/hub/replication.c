@@ -120,8 +120,8 @@ static pcp_status_t snapshots_apply(
         json_integer_value(json_object_get(snapshot, "updated_at_ms")) *
         1000000;
     pcp_store_graph_policy_t existing;
-    pcp_services_replication_policy_lookup(&current, ns,
-                                        PCP_STORE_VISIBILITY_LOCAL, &existing);
+    pcp_services_replication_policy_lookup(
+        &current, ns, PCP_STORE_VISIBILITY_LOCAL, &existing);
     bool known = existing.updated_at_ns != 0 ||
                  existing.allow_global_replication ||
                  existing.allow_raw_payload_export;
@@ -284,8 +284,8 @@ static pcp_status_t mutations_post(void* user_data,
     }
   }
   for (size_t i = 0; !status && i < count; ++i) {
-    status =
-        pcp_services_replication_item_parse(json_array_get(items, i), &parsed[i]);
+    status = pcp_services_replication_item_parse(json_array_get(items, i),
+                                                 &parsed[i]);
     if (!status) {
       if (parsed[i].sequence_no > through) {
         status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -300,7 +300,8 @@ static pcp_status_t mutations_post(void* user_data,
       // PolicyRejected): the gateway's policy and the hub's disagree.
       pcp_store_graph_policy_t policy;
       pcp_services_replication_policy_lookup(&policies, parsed[i].namespace_id,
-                                          PCP_STORE_VISIBILITY_LOCAL, &policy);
+                                             PCP_STORE_VISIBILITY_LOCAL,
+                                             &policy);
       if (!pcp_services_replication_eligible(&policy, &parsed[i])) {
         status = pcp_make_status(
             PCP_STATUS_FAILED_PRECONDITION,
@@ -481,7 +482,7 @@ static pcp_status_t global_replication(void* user_data,
     const pcp_store_namespace_stats_t* s = &stats.items[i];
     pcp_store_graph_policy_t policy;
     pcp_services_replication_policy_lookup(&policies, s->namespace_id,
-                                        PCP_STORE_VISIBILITY_LOCAL, &policy);
+                                           PCP_STORE_VISIBILITY_LOCAL, &policy);
     json_t* item = pcp_services_replication_policy_json(&policy);
     json_t* extra = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "total_mutations",
