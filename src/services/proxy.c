@@ -56,33 +56,13 @@ static atomic_int g_proxy_waiting;
 static atomic_bool g_proxy_stopping;
 
 //===----------------------------------------------------------------------===//
-// Errors (OpenAI's shape, as inference.c)
+// Errors (OpenAI's shape, openai.c)
 //===----------------------------------------------------------------------===//
-
-static pcp_status_t error_reply(pcp_http_response_t* response, int http,
-                                const char* type, const char* param,
-                                const char* code, const char* format, ...)
-    PCP_PRINTF_ATTR(6, 7);
-
-static pcp_status_t error_reply(pcp_http_response_t* response, int http,
-                                const char* type, const char* param,
-                                const char* code, const char* format, ...) {
-  char message[1024];
-  va_list args;
-  va_start(args, format);
-  vsnprintf(message, sizeof(message), format, args);
-  va_end(args);
-  return pcp_http_response_json_take(
-      response, http,
-      json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", message, "type",
-                type, "param", param ? json_string(param) : json_null(), "code",
-                code ? json_string(code) : json_null()));
-}
 
 static pcp_status_t bad_request(pcp_http_response_t* response,
                                 const char* param, const char* rule) {
-  return error_reply(response, 400, "invalid_request_error", param, NULL,
-                     "%s: %s", param, rule);
+  return pcp_services_openai_error_reply(response, 400, "invalid_request_error",
+                                         param, NULL, "%s: %s", param, rule);
 }
 
 //===----------------------------------------------------------------------===//
@@ -274,15 +254,10 @@ static void* call_thread(void* arg) {
   if (sse) {
     if (failed && pcp_http_sse_stream_is_open(sse)) {
       // Cut off mid-stream: say so as OpenAI does, in an error event.
-      json_t* error = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message",
-                                c->error_text, "type", "server_error", "param",
-                                "code", "service_proxy_failed");
-      char* text = error ? json_dumps(error, JSON_COMPACT) : NULL;
-      json_decref(error);
-      if (text) {
-        pcp_status_ignore(pcp_http_sse_stream_send(sse, NULL, NULL, text));
-      }
-      free(text);
+      pcp_status_ignore(pcp_services_openai_sse_json_send(
+          sse, NULL,
+          pcp_services_openai_error_json(c->error_text, "server_error", NULL,
+                                         "service_proxy_failed")));
     }
     pcp_http_sse_stream_close(sse);
   }
@@ -313,11 +288,11 @@ static pcp_status_t proxy_run(const pcp_http_request_t* request,
     atomic_fetch_sub(&g_proxy_waiting, 1);
     free(body);
     free(first_event);
-    return error_reply(response, 429, "rate_limit_error", NULL,
-                       "rate_limit_exceeded",
-                       "too many proxied inference calls waiting on their "
-                       "inference service at once (%d); retry later",
-                       PROXY_MAX_WAITING);
+    return pcp_services_openai_error_reply(
+        response, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
+        "too many proxied inference calls waiting on their "
+        "inference service at once (%d); retry later",
+        PROXY_MAX_WAITING);
   }
   pcp_status_t status = proxy_run_waiting(request, response, url, body,
                                           first_event, wrap, wrap_data);
@@ -334,11 +309,11 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
     atomic_fetch_sub(&g_proxy_calls, 1);
     free(body);
     free(first_event);
-    return error_reply(response, 429, "rate_limit_error", NULL,
-                       "rate_limit_exceeded",
-                       "too many proxied inference calls at once (%d); retry "
-                       "later",
-                       PROXY_MAX_CALLS);
+    return pcp_services_openai_error_reply(
+        response, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
+        "too many proxied inference calls at once (%d); retry "
+        "later",
+        PROXY_MAX_CALLS);
   }
   proxy_call_t* c = calloc(1, sizeof(*c));
   if (!c) {
@@ -396,9 +371,9 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
     pthread_mutex_unlock(&c->mu);
     call_release(c);
     free(first_event);
-    return error_reply(response, 502, "bad_gateway", NULL,
-                       "service_proxy_failed",
-                       "inference service at %s did not answer: %s", url, text);
+    return pcp_services_openai_error_reply(
+        response, 502, "bad_gateway", NULL, "service_proxy_failed",
+        "inference service at %s did not answer: %s", url, text);
   }
   bool ok = c->http_status >= 200 && c->http_status < 300;
   if (ok && c->event_stream) {
@@ -440,22 +415,23 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
   call_release(c);
   if (too_big) {
     json_decref(answer);
-    return error_reply(response, 502, "bad_gateway", NULL,
-                       "service_proxy_failed",
-                       "inference service at %s answered more than %zu bytes",
-                       url, PROXY_MAX_RESPONSE_BYTES);
+    return pcp_services_openai_error_reply(
+        response, 502, "bad_gateway", NULL, "service_proxy_failed",
+        "inference service at %s answered more than %zu bytes", url,
+        PROXY_MAX_RESPONSE_BYTES);
   }
   if (code || !answer) {
     json_decref(answer);
-    return error_reply(response, 502, "bad_gateway", NULL,
-                       "service_proxy_failed", "inference service at %s: %s",
-                       url, code ? text : "the answer is not JSON");
+    return pcp_services_openai_error_reply(
+        response, 502, "bad_gateway", NULL, "service_proxy_failed",
+        "inference service at %s: %s", url,
+        code ? text : "the answer is not JSON");
   }
   if (http < 200 || http > 599) {
     // Not a final status a client can act on (a 1xx as final, or a made-up
     // code): relaying it would hand the client a broken response.
     json_decref(answer);
-    return error_reply(
+    return pcp_services_openai_error_reply(
         response, 502, "bad_gateway", NULL, "service_proxy_failed",
         "inference service at %s answered HTTP status %d", url, http);
   }
@@ -524,10 +500,10 @@ pcp_status_t pcp_services_inference_proxy_post(
   bool found = false;
   PCP_RETURN_IF_ERROR_BARE(service_url(svc, request, url, sizeof(url), &found));
   if (!found) {
-    return error_reply(response, 404, "invalid_request_error", NULL,
-                       "service_unavailable",
-                       "no inference service with a base_url is registered "
-                       "(POST /v1/services/register)");
+    return pcp_services_openai_error_reply(
+        response, 404, "invalid_request_error", NULL, "service_unavailable",
+        "no inference service with a base_url is registered "
+        "(POST /v1/services/register)");
   }
   char* copy = malloc(body.size + 1);
   if (!copy) {
@@ -828,14 +804,14 @@ pcp_status_t pcp_services_query_infer_post(void* user_data,
                                                                           : 500;
       // No completion without the context asked for: the hub's failure is
       // the answer.
-      pcp_status_t reply =
-          error_reply(response, http,
-                      http == 502   ? "bad_gateway"
-                      : http == 400 ? "invalid_request_error"
-                                    : "server_error",
-                      "graph_query.query_mode",
-                      http == 502 ? "FederationHubQueryFailed" : NULL, "%s",
-                      pcp_status_message(status));
+      pcp_status_t reply = pcp_services_openai_error_reply(
+          response, http,
+          http == 502   ? "bad_gateway"
+          : http == 400 ? "invalid_request_error"
+                        : "server_error",
+          "graph_query.query_mode",
+          http == 502 ? "FederationHubQueryFailed" : NULL, "%s",
+          pcp_status_message(status));
       pcp_status_ignore(status);
       return reply;
     }
@@ -892,7 +868,7 @@ pcp_status_t pcp_services_query_infer_post(void* user_data,
     int http = pcp_status_code(status) == PCP_STATUS_NOT_FOUND     ? 404
                : pcp_status_code(status) == PCP_STATUS_UNAVAILABLE ? 503
                                                                    : 500;
-    pcp_status_t reply = error_reply(
+    pcp_status_t reply = pcp_services_openai_error_reply(
         response, http,
         http == 404 ? "invalid_request_error" : "service_unavailable_error",
         http == 404 ? "inference.model" : NULL,

@@ -245,6 +245,27 @@ pcp_status_t pcp_services_query_infer_post(void* user_data,
                                            pcp_http_response_t* response);
 
 //===----------------------------------------------------------------------===//
+// OpenAI shapes (openai.c)
+//===----------------------------------------------------------------------===//
+
+// OpenAI's error body {"error": {"message", "type", "param", "code"}}
+// (|param| and |code| NULL: JSON null). New reference; NULL on OOM.
+// Thread-safe.
+json_t* pcp_services_openai_error_json(const char* message, const char* type,
+                                       const char* param, const char* code);
+// Answers |http_status| with that body, the message formatted from
+// |format| (cut at 1 KiB). Errors as pcp_http_response_json_take.
+PCP_MUST_USE_RESULT pcp_status_t pcp_services_openai_error_reply(
+    pcp_http_response_t* response, int http_status, const char* type,
+    const char* param, const char* code, const char* format, ...)
+    PCP_PRINTF_ATTR(6, 7);
+// Sends |value| (reference taken) as one compact-JSON "data:" event named
+// |event| (NULL: unnamed) on |stream|. RESOURCE_EXHAUSTED when it cannot be
+// serialized; errors as pcp_http_sse_stream_send.
+PCP_MUST_USE_RESULT pcp_status_t pcp_services_openai_sse_json_send(
+    pcp_http_sse_stream_t* stream, const char* event, json_t* value);
+
+//===----------------------------------------------------------------------===//
 // Graph replication shared with the hub
 //===----------------------------------------------------------------------===//
 
