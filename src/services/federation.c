@@ -36,7 +36,7 @@
 #define FEDERATION_MAX_BACKOFF_MS 60000
 
 struct pcp_services_federation_t {
-  pcp_services_t* svc;
+  pcp_services_t* g;
   bool enabled;
   char* upstream;  // no trailing '/'; NULL when none configured
   char* token;     // federation token (from the environment); NULL: none
@@ -73,9 +73,9 @@ static json_t* ms_or_null(int64_t ns) {
   return ns ? json_integer(ns / 1000000) : json_null();
 }
 
-static const char* service_id_of(const pcp_services_t* svc, const char* kind) {
-  return strcmp(kind, "training") == 0 ? svc->config.training_service_id
-                                       : svc->config.inference_service_id;
+static const char* service_id_of(const pcp_services_t* g, const char* kind) {
+  return strcmp(kind, "training") == 0 ? g->config.training_service_id
+                                       : g->config.inference_service_id;
 }
 
 // Connected workers by (backend, target), from one fabric snapshot.
@@ -87,9 +87,9 @@ typedef struct worker_group_t {
   uint32_t available;  // ready and idle (no lease, nothing in flight)
 } worker_group_t;
 
-static uint32_t worker_groups_query(pcp_services_t* svc, worker_group_t* groups,
+static uint32_t worker_groups_query(pcp_services_t* g, worker_group_t* groups,
                                     uint32_t capacity) {
-  if (!svc->fabric) {
+  if (!g->fabric) {
     return 0;
   }
   pcp_fabric_worker_info_t* infos =
@@ -98,7 +98,7 @@ static uint32_t worker_groups_query(pcp_services_t* svc, worker_group_t* groups,
     return 0;
   }
   uint32_t count = pcp_fabric_worker_list(
-      svc->fabric, infos, PCP_SERVICES_MAX_LISTED_WORKERS, NULL);
+      g->fabric, infos, PCP_SERVICES_MAX_LISTED_WORKERS, NULL);
   uint32_t group_count = 0;
   for (uint32_t i = 0; i < count; ++i) {
     const pcp_fabric_worker_info_t* w = &infos[i];
@@ -149,23 +149,23 @@ static json_t* groups_json(const worker_group_t* groups, uint32_t count) {
 // (s.3.1), counts for one (backend, target) group or for |group| NULL (no
 // worker: zero counts, no class or target, so placement by target never
 // picks it).
-static json_t* advertisement_json(pcp_services_t* svc, const char* base_url,
+static json_t* advertisement_json(pcp_services_t* g, const char* base_url,
                                   const char* kind, const worker_group_t* group,
                                   json_t* capabilities) {
-  const char* service_id = service_id_of(svc, kind);
+  const char* service_id = service_id_of(g, kind);
   char executor_id[512];
   if (group) {
     snprintf(executor_id, sizeof(executor_id), "%s:%s:%s:%s%s%s",
-             svc->config.gateway_id, kind, service_id, group->backend,
+             g->config.gateway_id, kind, service_id, group->backend,
              group->target[0] ? ":" : "", group->target);
   } else {
-    snprintf(executor_id, sizeof(executor_id), "%s:%s:%s",
-             svc->config.gateway_id, kind, service_id);
+    snprintf(executor_id, sizeof(executor_id), "%s:%s:%s", g->config.gateway_id,
+             kind, service_id);
   }
   uint32_t connected = group ? group->connected : 0;
   uint32_t ready = group ? group->ready : 0;
   uint32_t available = group ? group->available : 0;
-  bool draining = pcp_services_draining(svc);
+  bool draining = pcp_services_draining(g);
   json_t* out = json_pack(
       "{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, "
       "s:o, s:b}",
@@ -196,11 +196,10 @@ static json_t* training_capabilities(void) {
 // Every service this gateway has: the embedded training service (one
 // record per (backend, target) of the connected workers), the embedded
 // inference engine when it serves a model, and the registry's services.
-static json_t* services_json(pcp_services_t* svc, const char* base_url,
+static json_t* services_json(pcp_services_t* g, const char* base_url,
                              json_t** out_groups) {
   worker_group_t groups[FEDERATION_MAX_GROUPS];
-  uint32_t group_count =
-      worker_groups_query(svc, groups, FEDERATION_MAX_GROUPS);
+  uint32_t group_count = worker_groups_query(g, groups, FEDERATION_MAX_GROUPS);
   if (out_groups) {
     *out_groups = groups_json(groups, group_count);
   }
@@ -210,17 +209,17 @@ static json_t* services_json(pcp_services_t* svc, const char* base_url,
   }
   if (group_count == 0) {
     json_array_append_new(services,
-                          advertisement_json(svc, base_url, "training", NULL,
+                          advertisement_json(g, base_url, "training", NULL,
                                              training_capabilities()));
   }
   for (uint32_t i = 0; i < group_count; ++i) {
     json_array_append_new(
-        services, advertisement_json(svc, base_url, "training", &groups[i],
+        services, advertisement_json(g, base_url, "training", &groups[i],
                                      training_capabilities()));
   }
-  if (svc->infer) {
+  if (g->infer) {
     pcp_infer_readiness_t r;
-    pcp_infer_service_readiness(svc->infer, &r);
+    pcp_infer_service_readiness(g->infer, &r);
     if (r.models_ready > 0) {
       // One record over every group: the engine schedules a model on any
       // worker it was compiled for.
@@ -231,7 +230,7 @@ static json_t* services_json(pcp_services_t* svc, const char* base_url,
         all.available += groups[i].available;
       }
       json_t* ad =
-          advertisement_json(svc, base_url, "inference", NULL,
+          advertisement_json(g, base_url, "inference", NULL,
                              json_pack("[s]", "inference.chat_completions"));
       if (ad) {
         json_object_set_new(ad, "workers_connected",
@@ -246,8 +245,8 @@ static json_t* services_json(pcp_services_t* svc, const char* base_url,
   // Services registered through /v1/services/register (not expired).
   pcp_store_service_list_t list = {0};
   size_t room = FEDERATION_MAX_SERVICES - json_array_size(services);
-  if (svc->store && room > 0 &&
-      !pcp_store_service_list(svc->store, NULL, (uint32_t)room, &list)) {
+  if (g->store && room > 0 &&
+      !pcp_store_service_list(g->store, NULL, (uint32_t)room, &list)) {
     for (size_t i = 0; i < list.count; ++i) {
       const pcp_store_service_t* s = &list.items[i];
       if (s->expired) {
@@ -274,22 +273,22 @@ static json_t* services_json(pcp_services_t* svc, const char* base_url,
 // and heartbeat_interval_ms so the hub can tell when we are late.
 static json_t* connect_body(pcp_services_federation_t* f,
                             const char* base_url) {
-  pcp_services_t* svc = f->svc;
+  pcp_services_t* g = f->g;
   json_t* groups = NULL;
-  json_t* services = services_json(svc, base_url, &groups);
+  json_t* services = services_json(g, base_url, &groups);
   if (!services) {
     json_decref(groups);
     return NULL;
   }
   pcp_store_mutation_log_stats_t stats = {0};
-  if (svc->store) {
-    pcp_status_ignore(pcp_store_mutation_log_stats_query(svc->store, &stats));
+  if (g->store) {
+    pcp_status_ignore(pcp_store_mutation_log_stats_query(g->store, &stats));
   }
   json_t* body = json_pack(
       "{s:s, s:s, s:s, s:s, s:I, s:O, s:o, s:I, s:I, s:s, s:I}", "gateway_id",
-      svc->config.gateway_id, "lab_id", svc->config.lab_id, "base_url",
-      base_url, "graph_backend",
-      svc->graph ? pcp_store_graph_backend_name(svc->graph) : "sqlite",
+      g->config.gateway_id, "lab_id", g->config.lab_id, "base_url", base_url,
+      "graph_backend",
+      g->graph ? pcp_store_graph_backend_name(g->graph) : "sqlite",
       "registered_services", (json_int_t)json_array_size(services), "services",
       services, "workers", groups ? groups : json_array(), "last_sequence_no",
       (json_int_t)stats.last_sequence_no, "last_replicated_sequence",
@@ -420,7 +419,7 @@ static pcp_status_t connect_once(pcp_services_federation_t* f,
 
 static void* federation_main(void* opaque) {
   pcp_services_federation_t* f = opaque;
-  pcp_services_t* svc = f->svc;
+  pcp_services_t* g = f->g;
   // One request is bounded by twice the interval (1..5 s), so a stop never
   // waits longer than that for a hub that accepts and stays silent.
   int64_t timeout_ms = f->interval_ms * 2;
@@ -442,7 +441,7 @@ static void* federation_main(void* opaque) {
     f->status = "disconnected";
     error_set(f->last_error, sizeof(f->last_error), "", status);
     pthread_mutex_unlock(&f->mu);
-    pcp_log_status(PCP_LOG_ERROR, &svc->log, status, "federation client");
+    pcp_log_status(PCP_LOG_ERROR, &g->log, status, "federation client");
     pcp_status_ignore(status);
     return NULL;
   }
@@ -450,7 +449,7 @@ static void* federation_main(void* opaque) {
   for (;;) {
     pthread_mutex_lock(&f->mu);
     bool stop = f->stop;
-    f->last_attempt_at_ns = pcp_clock_wall_ns(svc->clock);
+    f->last_attempt_at_ns = pcp_clock_wall_ns(g->clock);
     pthread_mutex_unlock(&f->mu);
     if (stop) {
       break;
@@ -462,7 +461,7 @@ static void* federation_main(void* opaque) {
     if (!status) {
       f->status = "connected";
       f->last_error[0] = '\0';
-      f->last_sync_at_ns = pcp_clock_wall_ns(svc->clock);
+      f->last_sync_at_ns = pcp_clock_wall_ns(g->clock);
       f->consecutive_failures = 0;
       ++f->connect_count;
       wait_ms = f->interval_ms;
@@ -478,24 +477,24 @@ static void* federation_main(void* opaque) {
     pthread_mutex_unlock(&f->mu);
     if (!status && !was_connected) {
       const char* pairs[] = {"upstream", f->upstream};
-      if (svc->event_log) {
-        svc->event_log("federation connected", pairs, 1);
+      if (g->event_log) {
+        g->event_log("federation connected", pairs, 1);
       }
     } else if (status && (was_connected || failures == 1)) {
       // Logged on the transition (and the first failure), not per retry.
-      pcp_log_status(PCP_LOG_WARN, &svc->log, status,
+      pcp_log_status(PCP_LOG_WARN, &g->log, status,
                      "federation: hub unreachable, retrying with backoff");
     }
     was_connected = !status;
     pcp_status_ignore(status);
-    if (answer && svc->federation_step) {
+    if (answer && g->federation_step) {
       pcp_services_federation_link_t link = {
           .client = client,
           .upstream = f->upstream,
           .token = f->token,
           .answer = answer,
       };
-      pcp_status_t step = svc->federation_step(svc, &link);
+      pcp_status_t step = g->federation_step(g, &link);
       pthread_mutex_lock(&f->mu);
       if (step) {
         error_set(f->last_step_error, sizeof(f->last_step_error),
@@ -510,11 +509,11 @@ static void* federation_main(void* opaque) {
     // Wait |wait_ms| or until stop, in slices (the condition variable
     // waits on the realtime clock; the deadline is kept on the monotonic
     // one so a clock step cannot stretch the wait).
-    int64_t until_ns = pcp_clock_now_ns(svc->clock) + wait_ms * 1000000;
+    int64_t until_ns = pcp_clock_now_ns(g->clock) + wait_ms * 1000000;
     pthread_mutex_lock(&f->mu);
-    f->next_attempt_at_ns = pcp_clock_wall_ns(svc->clock) + wait_ms * 1000000;
+    f->next_attempt_at_ns = pcp_clock_wall_ns(g->clock) + wait_ms * 1000000;
     while (!f->stop && !f->wake) {
-      int64_t left_ms = (until_ns - pcp_clock_now_ns(svc->clock)) / 1000000;
+      int64_t left_ms = (until_ns - pcp_clock_now_ns(g->clock)) / 1000000;
       if (left_ms <= 0) {
         break;
       }
@@ -534,14 +533,14 @@ static void* federation_main(void* opaque) {
 // Lifecycle
 //===----------------------------------------------------------------------===//
 
-void pcp_services_federation_step_set(pcp_services_t* svc,
+void pcp_services_federation_step_set(pcp_services_t* g,
                                       pcp_services_federation_step_fn_t step) {
-  svc->federation_step = step;
+  g->federation_step = step;
 }
 
-bool pcp_services_federation_scope(const pcp_services_t* svc,
+bool pcp_services_federation_scope(const pcp_services_t* g,
                                    pcp_http_scope_t* out_scope) {
-  const char* env = svc->config.federation_token_env;
+  const char* env = g->config.federation_token_env;
   if (!env || !env[0]) {
     return false;
   }
@@ -549,13 +548,13 @@ bool pcp_services_federation_scope(const pcp_services_t* svc,
   return true;
 }
 
-pcp_status_t pcp_services_federation_create(pcp_services_t* svc) {
-  const pcp_services_config_t* c = &svc->config;
+pcp_status_t pcp_services_federation_create(pcp_services_t* g) {
+  const pcp_services_config_t* c = &g->config;
   pcp_services_federation_t* f = calloc(1, sizeof(*f));
   if (!f) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "federation state");
   }
-  f->svc = svc;
+  f->g = g;
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
   f->enabled = c->federation_present && c->federation_enabled;
@@ -566,12 +565,12 @@ pcp_status_t pcp_services_federation_create(pcp_services_t* svc) {
   f->peers = json_array();
   // Seeded from the wall clock and the gateway id: two gateways started in
   // the same instant still draw different jitter.
-  uint64_t seed = (uint64_t)pcp_clock_wall_ns(svc->clock);
+  uint64_t seed = (uint64_t)pcp_clock_wall_ns(g->clock);
   for (const char* p = c->gateway_id; p && *p; ++p) {
     seed = seed * 1099511628211ull ^ (uint8_t)*p;
   }
   pcp_rng_initialize(seed, &f->rng);
-  svc->federation = f;  // before any early return: stop frees it
+  g->federation = f;  // before any early return: stop frees it
   const char* upstream = c->federation_upstream;
   if (upstream && upstream[0]) {
     size_t n = strlen(upstream);
@@ -611,7 +610,7 @@ pcp_status_t pcp_services_federation_create(pcp_services_t* svc) {
     }
   } else if (f->enabled) {
     // The hub will most likely refuse us; say why here, once.
-    PCP_LOG(PCP_LOG_WARN, &svc->log,
+    PCP_LOG(PCP_LOG_WARN, &g->log,
             "federation: no token (gateway config key 'federation.token_env' "
             "%s%s%s): connecting without one, and the internal federation "
             "routes answer 401",
@@ -621,13 +620,13 @@ pcp_status_t pcp_services_federation_create(pcp_services_t* svc) {
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_services_federation_start(pcp_services_t* svc) {
-  pcp_services_federation_t* f = svc->federation;
+pcp_status_t pcp_services_federation_start(pcp_services_t* g) {
+  pcp_services_federation_t* f = g->federation;
   if (!f) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "the services were not started");
   }
-  const pcp_services_config_t* c = &svc->config;
+  const pcp_services_config_t* c = &g->config;
   const char* advertise =
       c->federation_present ? c->federation_advertise_url : NULL;
   pthread_mutex_lock(&f->mu);
@@ -648,7 +647,7 @@ pcp_status_t pcp_services_federation_start(pcp_services_t* svc) {
     bool tls = c->tls;
     snprintf(f->advertise_url, sizeof(f->advertise_url), "%s://%s%s%s:%u",
              tls ? "https" : "http", v6 ? "[" : "", host, v6 ? "]" : "",
-             (unsigned)pcp_http_server_port(svc->http));
+             (unsigned)pcp_http_server_port(g->http));
   }
   pthread_mutex_unlock(&f->mu);
   if (!f->enabled) {
@@ -667,11 +666,11 @@ pcp_status_t pcp_services_federation_start(pcp_services_t* svc) {
   return pcp_ok_status();
 }
 
-void pcp_services_federation_stop(pcp_services_t* svc) {
-  if (!svc) {
+void pcp_services_federation_stop(pcp_services_t* g) {
+  if (!g) {
     return;
   }
-  pcp_services_federation_t* f = svc->federation;
+  pcp_services_federation_t* f = g->federation;
   if (!f) {
     return;
   }
@@ -682,7 +681,7 @@ void pcp_services_federation_stop(pcp_services_t* svc) {
   if (f->thread_started) {
     pthread_join(f->thread, NULL);
   }
-  svc->federation = NULL;
+  g->federation = NULL;
   json_decref(f->peers);
   json_decref(f->self);
   free(f->upstream);
@@ -698,15 +697,15 @@ void pcp_services_federation_stop(pcp_services_t* svc) {
 
 // Fields of the status that every /v1/federation answer starts with.
 static json_t* link_json(pcp_services_federation_t* f) {
-  pcp_services_t* svc = f->svc;
+  pcp_services_t* g = f->g;
   pthread_mutex_lock(&f->mu);
-  int64_t now_ns = pcp_clock_wall_ns(svc->clock);
+  int64_t now_ns = pcp_clock_wall_ns(g->clock);
   json_t* out = json_pack(
       "{s:s, s:s, s:b, s:b, s:s, s:s?, s:s?, s:s, s:I, s:o, s:o, s:o, s:I, "
       "s:I, s:I, s:i}",
-      "gateway_id", svc->config.gateway_id, "lab_id", svc->config.lab_id,
-      "enabled", f->enabled, "connected", strcmp(f->status, "connected") == 0,
-      "status", f->status, "upstream", f->upstream, "federation_hub_endpoint",
+      "gateway_id", g->config.gateway_id, "lab_id", g->config.lab_id, "enabled",
+      f->enabled, "connected", strcmp(f->status, "connected") == 0, "status",
+      f->status, "upstream", f->upstream, "federation_hub_endpoint",
       f->upstream, "advertise_url", f->advertise_url, "heartbeat_interval_ms",
       (json_int_t)f->interval_ms, "last_sync_at_ms",
       ms_or_null(f->last_sync_at_ns), "last_attempt_at_ms",
@@ -734,11 +733,11 @@ static json_t* link_json(pcp_services_federation_t* f) {
   return out;
 }
 
-static void stats_set(pcp_services_t* svc, json_t* out) {
+static void stats_set(pcp_services_t* g, json_t* out) {
   pcp_store_mutation_log_stats_t stats = {0};
-  pcp_status_ignore(pcp_store_mutation_log_stats_query(svc->store, &stats));
+  pcp_status_ignore(pcp_store_mutation_log_stats_query(g->store, &stats));
   json_object_set_new(out, "replication_enabled",
-                      json_boolean(svc->federation->enabled));
+                      json_boolean(g->federation->enabled));
   json_object_set_new(out, "last_sequence_no",
                       json_integer(stats.last_sequence_no));
   json_object_set_new(out, "last_replicated_sequence",
@@ -751,10 +750,10 @@ pcp_status_t pcp_services_federation_status_get(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response) {
   (void)request;
-  pcp_services_t* svc = user_data;
-  json_t* out = link_json(svc->federation);
+  pcp_services_t* g = user_data;
+  json_t* out = link_json(g->federation);
   if (out) {
-    stats_set(svc, out);
+    stats_set(g, out);
   }
   return pcp_http_response_json_take(response, 200, out);
 }
@@ -765,8 +764,8 @@ pcp_status_t pcp_services_federation_connect_post(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response) {
   (void)request;
-  pcp_services_t* svc = user_data;
-  pcp_services_federation_t* f = svc->federation;
+  pcp_services_t* g = user_data;
+  pcp_services_federation_t* f = g->federation;
   if (!f->enabled) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "federation is not enabled on this gateway "
@@ -790,8 +789,8 @@ pcp_status_t pcp_services_federation_peers_get(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response) {
   (void)request;
-  pcp_services_t* svc = user_data;
-  pcp_services_federation_t* f = svc->federation;
+  pcp_services_t* g = user_data;
+  pcp_services_federation_t* f = g->federation;
   pthread_mutex_lock(&f->mu);
   int64_t synced = f->last_sync_at_ns;
   pthread_mutex_unlock(&f->mu);
@@ -806,8 +805,8 @@ pcp_status_t pcp_services_federation_services_get(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response) {
   (void)request;
-  pcp_services_t* svc = user_data;
-  json_t* peers = peers_copy(svc->federation);
+  pcp_services_t* g = user_data;
+  json_t* peers = peers_copy(g->federation);
   json_t* out = json_array();
   size_t i;
   json_t* peer;
@@ -838,14 +837,14 @@ pcp_status_t pcp_services_federation_replication_get(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response) {
   (void)request;
-  pcp_services_t* svc = user_data;
-  json_t* out = link_json(svc->federation);
+  pcp_services_t* g = user_data;
+  json_t* out = link_json(g->federation);
   if (!out) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "replication");
   }
   pcp_store_mutation_log_stats_t stats = {0};
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_mutation_log_stats_query(svc->store, &stats));
+      pcp_store_mutation_log_stats_query(g->store, &stats));
   json_object_set_new(
       out, "summary",
       json_pack("{s:I, s:I, s:I, s:I}", "last_sequence_no",
@@ -855,7 +854,7 @@ pcp_status_t pcp_services_federation_replication_get(
                 (json_int_t)(stats.last_sequence_no -
                              stats.last_replicated_sequence)));
   // Per namespace (upstream NamespaceReplicationStatus): replication.c.
-  json_t* graph = pcp_services_replication_status_json(svc);
+  json_t* graph = pcp_services_replication_status_json(g);
   if (graph) {
     json_object_set(out, "namespaces", json_object_get(graph, "namespaces"));
     json_object_set_new(json_object_get(out, "summary"), "namespace_count",
@@ -871,18 +870,18 @@ pcp_status_t pcp_services_federation_replication_get(
 // route that implements it (docs/federation.md lists them).
 typedef struct capability_t {
   const char* name;
-  bool (*present)(pcp_services_t* svc);
+  bool (*present)(pcp_services_t* g);
 } capability_t;
 
-static bool federation_on(pcp_services_t* svc) {
-  return svc->federation && svc->federation->enabled;
+static bool federation_on(pcp_services_t* g) {
+  return g->federation && g->federation->enabled;
 }
-static bool federation_jobs_on(pcp_services_t* svc) {
+static bool federation_jobs_on(pcp_services_t* g) {
   pcp_http_scope_t scope;
-  return pcp_services_federation_scope(svc, &scope);
+  return pcp_services_federation_scope(g, &scope);
 }
-static bool inference_on(pcp_services_t* svc) {
-  return svc->infer != NULL;
+static bool inference_on(pcp_services_t* g) {
+  return g->infer != NULL;
 }
 
 static const capability_t kCapabilities[] = {
@@ -905,18 +904,18 @@ pcp_status_t pcp_services_capabilities_get(void* user_data,
                                            const pcp_http_request_t* request,
                                            pcp_http_response_t* response) {
   (void)request;
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   json_t* names = json_array();
   for (size_t i = 0; i < PCP_ARRAYSIZE(kCapabilities); ++i) {
-    if (!kCapabilities[i].present || kCapabilities[i].present(svc)) {
+    if (!kCapabilities[i].present || kCapabilities[i].present(g)) {
       json_array_append_new(names, json_string(kCapabilities[i].name));
     }
   }
   worker_group_t groups[FEDERATION_MAX_GROUPS];
-  uint32_t count = worker_groups_query(svc, groups, FEDERATION_MAX_GROUPS);
+  uint32_t count = worker_groups_query(g, groups, FEDERATION_MAX_GROUPS);
   return pcp_http_response_json_take(
       response, 200,
-      json_pack("{s:s, s:s, s:o, s:o}", "gateway_id", svc->config.gateway_id,
-                "lab_id", svc->config.lab_id, "capabilities", names, "workers",
+      json_pack("{s:s, s:s, s:o, s:o}", "gateway_id", g->config.gateway_id,
+                "lab_id", g->config.lab_id, "capabilities", names, "workers",
                 groups_json(groups, count)));
 }

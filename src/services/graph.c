@@ -38,7 +38,7 @@ static pcp_status_t copy_field(json_t* object, const char* key, bool required,
   return pcp_ok_status();
 }
 
-static pcp_status_t mutation_parse(pcp_services_t* svc, json_t* m,
+static pcp_status_t mutation_parse(pcp_services_t* g, json_t* m,
                                    pcp_store_mutation_t* out) {
   memset(out, 0, sizeof(*out));
   if (!json_is_object(m)) {
@@ -59,7 +59,7 @@ static pcp_status_t mutation_parse(pcp_services_t* svc, json_t* m,
       m, "namespace_id", false, out->namespace_id, sizeof(out->namespace_id)));
   if (!out->namespace_id[0]) {
     snprintf(out->namespace_id, sizeof(out->namespace_id), "%s",
-             svc->config.lab_id);
+             g->config.lab_id);
   }
   PCP_RETURN_IF_ERROR_BARE(
       copy_field(m, "target_id", true, out->target_id, sizeof(out->target_id)));
@@ -93,7 +93,7 @@ static pcp_status_t mutation_parse(pcp_services_t* svc, json_t* m,
 pcp_status_t pcp_services_graph_mutate_post(void* user_data,
                                             const pcp_http_request_t* request,
                                             pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   json_t* mutations = json_object_get(body, "mutations");
@@ -109,14 +109,14 @@ pcp_status_t pcp_services_graph_mutate_post(void* user_data,
   json_t* ids = json_array();
   for (size_t i = 0; !status && i < json_array_size(mutations); ++i) {
     pcp_store_mutation_t m;
-    status = mutation_parse(svc, json_array_get(mutations, i), &m);
+    status = mutation_parse(g, json_array_get(mutations, i), &m);
     int64_t sequence = 0;
     bool duplicate = false;
     // Through replication.c: the namespace's default visibility, and a
     // policy_update validated and applied.
     if (!status) {
       status = pcp_services_replication_mutation_apply(
-          svc, json_array_get(mutations, i), &m, &sequence, &duplicate);
+          g, json_array_get(mutations, i), &m, &sequence, &duplicate);
     }
     if (status) {
       pcp_status_t wrapped =
@@ -149,7 +149,7 @@ pcp_status_t pcp_services_graph_mutate_post(void* user_data,
 pcp_status_t pcp_services_graph_query_post(void* user_data,
                                            const pcp_http_request_t* request,
                                            pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   pcp_store_graph_query_t q;
@@ -160,7 +160,7 @@ pcp_status_t pcp_services_graph_query_post(void* user_data,
   pcp_store_graph_result_t result = {0};
   bool global_only = remote && strcmp(mode, "global") == 0;
   if (!status && !global_only) {
-    status = pcp_store_graph_backend_query(svc->graph, &q, &result);
+    status = pcp_store_graph_backend_query(g->graph, &q, &result);
   }
   if (status) {
     json_decref(body);
@@ -169,7 +169,7 @@ pcp_status_t pcp_services_graph_query_post(void* user_data,
   json_t* out = global_only ? NULL : pcp_services_graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
   if (remote) {
-    status = pcp_services_replication_query(svc, body, mode, out,
+    status = pcp_services_replication_query(g, body, mode, out,
                                             q.limit ? q.limit : 20, response);
     json_decref(out);
     json_decref(body);
@@ -182,16 +182,16 @@ pcp_status_t pcp_services_graph_query_post(void* user_data,
 pcp_status_t pcp_services_graph_entity_get(void* user_data,
                                            const pcp_http_request_t* request,
                                            pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   pcp_store_graph_query_t q = {.entity_id =
                                    pcp_http_request_param(request, "id")};
   pcp_store_graph_entity_t e;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_graph_backend_entity_get(svc->graph, q.entity_id, &e));
+      pcp_store_graph_backend_entity_get(g->graph, q.entity_id, &e));
   pcp_store_graph_entity_deinitialize(&e);
   pcp_store_graph_result_t result = {0};
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_graph_backend_query(svc->graph, &q, &result));
+      pcp_store_graph_backend_query(g->graph, &q, &result));
   json_t* out = pcp_services_graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
   return pcp_http_response_json_take(response, 200, out);
@@ -201,17 +201,17 @@ pcp_status_t pcp_services_graph_status_get(void* user_data,
                                            const pcp_http_request_t* request,
                                            pcp_http_response_t* response) {
   (void)request;
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   pcp_store_mutation_log_stats_t stats;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_mutation_log_stats_query(svc->store, &stats));
+      pcp_store_mutation_log_stats_query(g->store, &stats));
   pcp_store_graph_counts_t counts;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_graph_backend_counts_query(svc->graph, &counts));
+      pcp_store_graph_backend_counts_query(g->graph, &counts));
   return pcp_http_response_json_take(
       response, 200,
       json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "backend",
-                pcp_store_graph_backend_name(svc->graph), "namespaces",
+                pcp_store_graph_backend_name(g->graph), "namespaces",
                 (json_int_t)counts.namespaces, "entities",
                 (json_int_t)counts.entities, "relations",
                 (json_int_t)counts.relations, "observations",
@@ -226,13 +226,13 @@ pcp_status_t pcp_services_graph_status_get(void* user_data,
 // Backend
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_services_graph_open(pcp_services_t* svc) {
+pcp_status_t pcp_services_graph_open(pcp_services_t* g) {
   // kGraphBackends in the gateway's config: memory (= sqlite), sqlite,
   // falkordb.
-  if (!svc->config.graph_falkordb) {
-    return pcp_store_graph_backend_sqlite_open(svc->store, &svc->graph);
+  if (!g->config.graph_falkordb) {
+    return pcp_store_graph_backend_sqlite_open(g->store, &g->graph);
   }
-  const pcp_services_falkordb_config_t* f = &svc->config.falkordb;
+  const pcp_services_falkordb_config_t* f = &g->config.falkordb;
   const char* password = NULL;
   if (f->present && f->password_env && f->password_env[0]) {
     password = getenv(f->password_env);
@@ -252,17 +252,17 @@ pcp_status_t pcp_services_graph_open(pcp_services_t* svc) {
       .command_timeout_ms = f->present ? (uint32_t)f->command_timeout_ms : 0,
   };
   PCP_RETURN_IF_ERROR(
-      pcp_store_graph_backend_falkordb_open(svc->store, &options, &svc->graph),
+      pcp_store_graph_backend_falkordb_open(g->store, &options, &g->graph),
       "opening the FalkorDB graph backend (gateway config keys "
       "'graph_backend', 'falkordb')");
-  PCP_LOG(PCP_LOG_INFO, &svc->log, "graph backend falkordb at %s:%u graph %s",
+  PCP_LOG(PCP_LOG_INFO, &g->log, "graph backend falkordb at %s:%u graph %s",
           options.host ? options.host : "127.0.0.1",
           (unsigned)(options.port ? options.port : 6379),
           options.graph ? options.graph : "pcp");
   return pcp_ok_status();
 }
 
-void pcp_services_graph_close(pcp_services_t* svc) {
-  pcp_store_graph_backend_close(svc->graph);
-  svc->graph = NULL;
+void pcp_services_graph_close(pcp_services_t* g) {
+  pcp_store_graph_backend_close(g->graph);
+  g->graph = NULL;
 }

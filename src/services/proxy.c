@@ -449,7 +449,7 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
 // The registered inference service to call: not expired, with a base_url,
 // optionally the one named by X-PCP-Executor-Id / X-PCP-Service-Id; the
 // most recently updated wins. |out_url| gets "{base_url}/v1/chat/completions".
-static pcp_status_t service_url(pcp_services_t* svc,
+static pcp_status_t service_url(pcp_services_t* g,
                                 const pcp_http_request_t* request,
                                 char* out_url, size_t capacity,
                                 bool* out_found) {
@@ -457,8 +457,8 @@ static pcp_status_t service_url(pcp_services_t* svc,
   const char* executor = pcp_http_request_header(request, "X-PCP-Executor-Id");
   const char* service = pcp_http_request_header(request, "X-PCP-Service-Id");
   pcp_store_service_list_t list;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_list(
-      svc->store, NULL, PCP_STORE_LIST_LIMIT_MAX, &list));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_store_service_list(g->store, NULL, PCP_STORE_LIST_LIMIT_MAX, &list));
   const pcp_store_service_t* best = NULL;
   for (size_t i = 0; i < list.count; ++i) {
     const pcp_store_service_t* s = &list.items[i];
@@ -489,7 +489,7 @@ static pcp_status_t service_url(pcp_services_t* svc,
 pcp_status_t pcp_services_inference_proxy_post(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   pcp_string_view_t body = pcp_http_request_body(request);
   if (body.size == 0) {
     return bad_request(response, "body",
@@ -498,7 +498,7 @@ pcp_status_t pcp_services_inference_proxy_post(
   }
   char url[PCP_STORE_PATH_MAX_LENGTH + 64];
   bool found = false;
-  PCP_RETURN_IF_ERROR_BARE(service_url(svc, request, url, sizeof(url), &found));
+  PCP_RETURN_IF_ERROR_BARE(service_url(g, request, url, sizeof(url), &found));
   if (!found) {
     return pcp_services_openai_error_reply(
         response, 404, "invalid_request_error", NULL, "service_unavailable",
@@ -655,7 +655,7 @@ static json_t* graph_result_json(const pcp_store_graph_result_t* r) {
 // Fits the first k lines into the local model's window: the largest k for
 // which the prompt's tokens plus |reserve| fit (binary search; the count
 // grows with k). Sets *out_tokens to the prompt's tokens at that k.
-static pcp_status_t fit_tokens(pcp_services_t* svc, const char* model,
+static pcp_status_t fit_tokens(pcp_services_t* g, const char* model,
                                json_t* messages, json_t* lines,
                                int64_t max_tokens, size_t* out_k,
                                int64_t* out_tokens, int64_t* out_window) {
@@ -691,7 +691,7 @@ static pcp_status_t fit_tokens(pcp_services_t* svc, const char* model,
     }
     m[0].content = pcp_make_cstring_view(text);
     int64_t n = 0;
-    status = pcp_infer_prompt_tokens_count(svc->infer, &params, &n, &window);
+    status = pcp_infer_prompt_tokens_count(g->infer, &params, &n, &window);
     free(text);
     if (status) {
       break;
@@ -718,7 +718,7 @@ static pcp_status_t fit_tokens(pcp_services_t* svc, const char* model,
 pcp_status_t pcp_services_query_infer_post(void* user_data,
                                            const pcp_http_request_t* request,
                                            pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   json_t* body = NULL;
   pcp_status_t status = pcp_http_request_json_parse(request, &body);
   if (status) {
@@ -780,7 +780,7 @@ pcp_status_t pcp_services_query_infer_post(void* user_data,
   bool global_only = strcmp(mode, "global") == 0;
   if (!global_only) {
     pcp_store_graph_result_t result = {0};
-    status = pcp_store_graph_backend_query(svc->graph, &q, &result);
+    status = pcp_store_graph_backend_query(g->graph, &q, &result);
     if (status) {
       json_decref(body);
       return status;  // 400 for a bad filter, 503 when the graph is down
@@ -793,7 +793,7 @@ pcp_status_t pcp_services_query_infer_post(void* user_data,
     // /v1/graph/query gives it (replication.c).
     json_t* merged = NULL;
     status = pcp_services_replication_query_run(
-        svc, json_object_get(body, "graph_query"), mode, graph_json,
+        g, json_object_get(body, "graph_query"), mode, graph_json,
         q.limit ? q.limit : 20, &merged);
     json_decref(graph_json);
     graph_json = merged;
@@ -827,11 +827,11 @@ pcp_status_t pcp_services_query_infer_post(void* user_data,
   int64_t window = -1;
   char url[PCP_STORE_PATH_MAX_LENGTH + 64];
   const char* target = "local";
-  status = fit_tokens(svc, model_name, messages, lines,
+  status = fit_tokens(g, model_name, messages, lines,
                       max_tokens ? json_integer_value(max_tokens) : 0, &k,
                       &tokens, &window);
   if (!status) {
-    const pcp_services_config_t* c = &svc->config;
+    const pcp_services_config_t* c = &g->config;
     const char* host = c->api_host;
     if (!host || !host[0] || strcmp(host, "0.0.0.0") == 0 ||
         strcmp(host, "::") == 0) {
@@ -844,7 +844,7 @@ pcp_status_t pcp_services_query_infer_post(void* user_data,
   } else if (pcp_status_code(status) == PCP_STATUS_NOT_FOUND) {
     pcp_status_ignore(status);
     bool found = false;
-    status = service_url(svc, request, url, sizeof(url), &found);
+    status = service_url(g, request, url, sizeof(url), &found);
     if (!status && !found) {
       status = pcp_make_status(PCP_STATUS_NOT_FOUND,
                                "inference.model: `%s` is not served by this "

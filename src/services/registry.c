@@ -191,7 +191,7 @@ static bool service_type_valid(const char* type) {
 pcp_status_t pcp_services_registry_register(void* user_data,
                                             const pcp_http_request_t* request,
                                             pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   pcp_status_t status = pcp_ok_status();
@@ -237,7 +237,7 @@ pcp_status_t pcp_services_registry_register(void* user_data,
         executor_id
             ? snprintf(s.executor_id, sizeof(s.executor_id), "%s", executor_id)
             : snprintf(s.executor_id, sizeof(s.executor_id), "%s:%s:%s",
-                       svc->config.gateway_id, service_type, service_id);
+                       g->config.gateway_id, service_type, service_id);
     if (n < 0 || (size_t)n >= sizeof(s.executor_id) ||
         strlen(service_id) >= sizeof(s.service_id) ||
         strlen(service_type) >= sizeof(s.service_type) ||
@@ -263,7 +263,7 @@ pcp_status_t pcp_services_registry_register(void* user_data,
                                           "service attributes");
     s.attributes = attributes;
     if (!status) {
-      status = pcp_store_service_register(svc->store, &s);
+      status = pcp_store_service_register(g->store, &s);
     }
     json_decref(attributes);
     s.attributes = NULL;
@@ -272,7 +272,7 @@ pcp_status_t pcp_services_registry_register(void* user_data,
   PCP_RETURN_IF_ERROR_BARE(status);
   pcp_store_service_t stored;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_service_get(svc->store, s.executor_id, &stored));
+      pcp_store_service_get(g->store, s.executor_id, &stored));
   json_t* out =
       json_pack("{s:b, s:o}", "accepted", 1, "service", service_json(&stored));
   pcp_store_service_deinitialize(&stored);
@@ -282,11 +282,11 @@ pcp_status_t pcp_services_registry_register(void* user_data,
 pcp_status_t pcp_services_registry_heartbeat(void* user_data,
                                              const pcp_http_request_t* request,
                                              pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_heartbeat(svc->store, id));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_heartbeat(g->store, id));
   pcp_store_service_t stored;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_get(svc->store, id, &stored));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_get(g->store, id, &stored));
   json_t* out = service_json(&stored);
   pcp_store_service_deinitialize(&stored);
   return pcp_http_response_json_take(response, 200, out);
@@ -295,11 +295,11 @@ pcp_status_t pcp_services_registry_heartbeat(void* user_data,
 pcp_status_t pcp_services_registry_list(void* user_data,
                                         const pcp_http_request_t* request,
                                         pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   const char* type = pcp_http_request_query(request, "service_type");
   pcp_store_service_list_t list = {0};
   PCP_RETURN_IF_ERROR_BARE(pcp_store_service_list(
-      svc->store, pcp_http_request_query(request, "after"), 0, &list));
+      g->store, pcp_http_request_query(request, "after"), 0, &list));
   json_t* services = json_array();
   for (size_t i = 0; i < list.count; ++i) {
     // Expired services are gone for clients even before the sweep runs.
@@ -317,10 +317,10 @@ pcp_status_t pcp_services_registry_list(void* user_data,
 pcp_status_t pcp_services_registry_get(void* user_data,
                                        const pcp_http_request_t* request,
                                        pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   pcp_store_service_t stored;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_get(svc->store, id, &stored));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_get(g->store, id, &stored));
   bool expired = stored.expired;
   json_t* out = service_json(&stored);
   pcp_store_service_deinitialize(&stored);
@@ -334,9 +334,9 @@ pcp_status_t pcp_services_registry_get(void* user_data,
 pcp_status_t pcp_services_registry_delete(void* user_data,
                                           const pcp_http_request_t* request,
                                           pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_delete(svc->store, id));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_delete(g->store, id));
   return pcp_http_response_json_take(
       response, 200, json_pack("{s:b, s:s}", "deleted", 1, "executor_id", id));
 }

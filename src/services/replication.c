@@ -45,32 +45,32 @@ struct pcp_services_replication_t {
   pcp_http_client_t* client;  // guarded by |cycle_mu|
 };
 
-static pcp_store_visibility_t default_visibility(pcp_services_t* svc) {
-  return svc->config.default_visibility;
+static pcp_store_visibility_t default_visibility(pcp_services_t* g) {
+  return g->config.default_visibility;
 }
 
 // The hub's base URL when federation is on (federation.enabled with
 // federation.upstream, or the legacy federation_hub_endpoint), else NULL.
-static const char* hub_url(pcp_services_t* svc) {
-  if (svc->config.federation_present && !svc->config.federation_enabled) {
+static const char* hub_url(pcp_services_t* g) {
+  if (g->config.federation_present && !g->config.federation_enabled) {
     return NULL;
   }
-  return svc->config.federation_upstream;
+  return g->config.federation_upstream;
 }
 
-static const char* hub_token(pcp_services_t* svc) {
-  const char* env = svc->config.federation_token_env;
+static const char* hub_token(pcp_services_t* g) {
+  const char* env = g->config.federation_token_env;
   return env ? getenv(env) : NULL;
 }
 
 // Reloads the policies when a write marked them stale. Holds |mu|.
-static pcp_status_t policies_refresh_locked(pcp_services_t* svc) {
-  pcp_services_replication_t* r = svc->replication;
+static pcp_status_t policies_refresh_locked(pcp_services_t* g) {
+  pcp_services_replication_t* r = g->replication;
   if (!r->policies_stale) {
     return pcp_ok_status();
   }
   pcp_store_graph_policy_list_t fresh;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_policy_list(svc->store, &fresh));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_graph_policy_list(g->store, &fresh));
   pcp_store_graph_policy_list_deinitialize(&r->policies);
   r->policies = fresh;
   r->policies_stale = false;
@@ -78,15 +78,15 @@ static pcp_status_t policies_refresh_locked(pcp_services_t* svc) {
 }
 
 // A copy of the policies in force (release with _deinitialize).
-static pcp_status_t policies_copy(pcp_services_t* svc,
+static pcp_status_t policies_copy(pcp_services_t* g,
                                   pcp_store_graph_policy_list_t* out) {
-  pcp_services_replication_t* r = svc->replication;
+  pcp_services_replication_t* r = g->replication;
   memset(out, 0, sizeof(*out));
-  out->allocator = svc->allocator;
+  out->allocator = g->allocator;
   pthread_mutex_lock(&r->mu);
-  pcp_status_t status = policies_refresh_locked(svc);
+  pcp_status_t status = policies_refresh_locked(g);
   if (!status && r->policies.count) {
-    status = pcp_allocator_malloc(svc->allocator,
+    status = pcp_allocator_malloc(g->allocator,
                                   r->policies.count * sizeof(*out->items),
                                   (void**)&out->items);
     if (!status) {
@@ -99,32 +99,32 @@ static pcp_status_t policies_copy(pcp_services_t* svc,
   return status;
 }
 
-static void policy_get(pcp_services_t* svc, const char* namespace_id,
+static void policy_get(pcp_services_t* g, const char* namespace_id,
                        pcp_store_graph_policy_t* out) {
-  pcp_services_replication_t* r = svc->replication;
+  pcp_services_replication_t* r = g->replication;
   pthread_mutex_lock(&r->mu);
-  pcp_status_t status = policies_refresh_locked(svc);
+  pcp_status_t status = policies_refresh_locked(g);
   // On a read error the cached list (possibly older) still answers; the
   // next call retries the reload.
   pcp_status_ignore(status);
   pcp_services_replication_policy_lookup(&r->policies, namespace_id,
-                                         default_visibility(svc), out);
+                                         default_visibility(g), out);
   pthread_mutex_unlock(&r->mu);
 }
 
-void pcp_services_replication_policies_changed(pcp_services_t* svc) {
-  pcp_services_replication_t* r = svc->replication;
+void pcp_services_replication_policies_changed(pcp_services_t* g) {
+  pcp_services_replication_t* r = g->replication;
   pthread_mutex_lock(&r->mu);
   r->policies_stale = true;
   pthread_mutex_unlock(&r->mu);
 }
 
-static pcp_status_t mutation_prepare(pcp_services_t* svc, json_t* request,
+static pcp_status_t mutation_prepare(pcp_services_t* g, json_t* request,
                                      pcp_store_mutation_t* inout_mutation,
                                      json_t** out_payload) {
   *out_payload = NULL;
   pcp_store_graph_policy_t policy;
-  policy_get(svc, inout_mutation->namespace_id, &policy);
+  policy_get(g, inout_mutation->namespace_id, &policy);
   if (!json_object_get(request, "visibility")) {
     inout_mutation->visibility = policy.default_visibility;
   }
@@ -156,23 +156,23 @@ static pcp_status_t mutation_prepare(pcp_services_t* svc, json_t* request,
 }
 
 pcp_status_t pcp_services_replication_mutation_apply(
-    pcp_services_t* svc, json_t* request, pcp_store_mutation_t* mutation,
+    pcp_services_t* g, json_t* request, pcp_store_mutation_t* mutation,
     int64_t* out_sequence_no, bool* out_duplicate) {
-  pcp_services_replication_t* r = svc->replication;
+  pcp_services_replication_t* r = g->replication;
   bool policy = mutation->mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE;
   if (policy) {
     pthread_mutex_lock(&r->policy_write_mu);
   }
   json_t* payload = NULL;
   json_t* original = mutation->payload;
-  pcp_status_t status = mutation_prepare(svc, request, mutation, &payload);
+  pcp_status_t status = mutation_prepare(g, request, mutation, &payload);
   if (!status) {
     status = pcp_store_graph_backend_mutation_apply(
-        svc->graph, mutation, out_sequence_no, out_duplicate);
+        g->graph, mutation, out_sequence_no, out_duplicate);
   }
   if (policy) {
     if (!status) {
-      pcp_services_replication_policies_changed(svc);
+      pcp_services_replication_policies_changed(g);
     }
     pthread_mutex_unlock(&r->policy_write_mu);
   }
@@ -189,9 +189,9 @@ pcp_status_t pcp_services_graph_policies_get(void* user_data,
                                              const pcp_http_request_t* request,
                                              pcp_http_response_t* response) {
   (void)request;
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   pcp_store_graph_policy_list_t list;
-  PCP_RETURN_IF_ERROR_BARE(policies_copy(svc, &list));
+  PCP_RETURN_IF_ERROR_BARE(policies_copy(g, &list));
   json_t* array = json_array();
   for (size_t i = 0; array && i < list.count; ++i) {
     json_array_append_new(array,
@@ -201,13 +201,13 @@ pcp_status_t pcp_services_graph_policies_get(void* user_data,
   return pcp_http_response_json_take(
       response, 200,
       json_pack("{s:o, s:s}", "policies", array, "default_visibility",
-                pcp_store_visibility_name(default_visibility(svc))));
+                pcp_store_visibility_name(default_visibility(g))));
 }
 
 pcp_status_t pcp_services_graph_policy_put(void* user_data,
                                            const pcp_http_request_t* request,
                                            pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   // A prefix route: namespace ids hold '/' ("{lab_id}/shared").
   const char* namespace_id = pcp_http_request_param(request, "*");
   if (!namespace_id || !namespace_id[0] ||
@@ -226,13 +226,13 @@ pcp_status_t pcp_services_graph_policy_put(void* user_data,
   bool duplicate = false;
   pcp_status_t status = json_is_object(body)
                             ? pcp_services_replication_mutation_apply(
-                                  svc, body, &m, &sequence_no, &duplicate)
+                                  g, body, &m, &sequence_no, &duplicate)
                             : pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                               "the body must be a JSON object");
   json_decref(body);
   PCP_RETURN_IF_ERROR_BARE(status);
   pcp_store_graph_policy_t policy;
-  policy_get(svc, namespace_id, &policy);
+  policy_get(g, namespace_id, &policy);
   char mutation_id[32];
   snprintf(mutation_id, sizeof(mutation_id), "mut_%lld",
            (long long)sequence_no);
@@ -250,7 +250,7 @@ pcp_status_t pcp_services_graph_policy_put(void* user_data,
 pcp_status_t pcp_services_events_ingest_post(void* user_data,
                                              const pcp_http_request_t* request,
                                              pcp_http_response_t* response) {
-  pcp_services_t* svc = user_data;
+  pcp_services_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   json_t* events = json_object_get(body, "events");
@@ -268,15 +268,15 @@ pcp_status_t pcp_services_events_ingest_post(void* user_data,
   size_t count = status ? 0 : json_array_size(events);
   pcp_store_mutation_t* mutations = NULL;
   if (count) {
-    status = pcp_allocator_malloc(
-        svc->allocator, 2 * count * sizeof(*mutations), (void**)&mutations);
+    status = pcp_allocator_malloc(g->allocator, 2 * count * sizeof(*mutations),
+                                  (void**)&mutations);
     if (!status) {
       memset(mutations, 0, 2 * count * sizeof(*mutations));
     }
   }
   for (size_t i = 0; !status && i < count; ++i) {
     status = pcp_services_replication_event_mutations(
-        json_array_get(events, i), svc->config.gateway_id, svc->config.lab_id,
+        json_array_get(events, i), g->config.gateway_id, g->config.lab_id,
         &mutations[2 * i]);
     if (status) {
       pcp_status_t wrapped =
@@ -289,7 +289,7 @@ pcp_status_t pcp_services_events_ingest_post(void* user_data,
   json_t* out = status ? NULL : json_array();
   for (size_t i = 0; !status && i < count; ++i) {
     pcp_store_graph_policy_t policy;
-    policy_get(svc, mutations[2 * i].namespace_id, &policy);
+    policy_get(g, mutations[2 * i].namespace_id, &policy);
     json_t* ids = json_array();
     for (int k = 0; !status && k < 2; ++k) {
       pcp_store_mutation_t* m = &mutations[2 * i + k];
@@ -297,8 +297,8 @@ pcp_status_t pcp_services_events_ingest_post(void* user_data,
       int64_t sequence_no = 0;
       bool duplicate = false;
       // Idempotent by the derived ids: a re-sent event writes nothing new.
-      status = pcp_store_graph_backend_mutation_apply(svc->graph, m,
-                                                      &sequence_no, &duplicate);
+      status = pcp_store_graph_backend_mutation_apply(g->graph, m, &sequence_no,
+                                                      &duplicate);
       json_array_append_new(ids, json_string(m->mutation_id));
     }
     json_t* event = json_array_get(events, i);
@@ -320,7 +320,7 @@ pcp_status_t pcp_services_events_ingest_post(void* user_data,
     pcp_services_replication_item_deinitialize(&mutations[i]);
   }
   if (mutations) {
-    pcp_allocator_free(svc->allocator, mutations);
+    pcp_allocator_free(g->allocator, mutations);
   }
   json_decref(body);
   if (status) {
@@ -335,17 +335,17 @@ pcp_status_t pcp_services_events_ingest_post(void* user_data,
 // GET /v1/graph/replication
 //===----------------------------------------------------------------------===//
 
-json_t* pcp_services_replication_status_json(pcp_services_t* svc) {
-  pcp_services_replication_t* r = svc->replication;
+json_t* pcp_services_replication_status_json(pcp_services_t* g) {
+  pcp_services_replication_t* r = g->replication;
   pcp_store_mutation_log_stats_t stats;
   pcp_store_namespace_stats_list_t namespaces = {0};
   pcp_store_graph_policy_list_t policies = {0};
-  pcp_status_t status = pcp_store_mutation_log_stats_query(svc->store, &stats);
+  pcp_status_t status = pcp_store_mutation_log_stats_query(g->store, &stats);
   if (!status) {
-    status = pcp_store_namespace_stats_list(svc->store, &namespaces);
+    status = pcp_store_namespace_stats_list(g->store, &namespaces);
   }
   if (!status) {
-    status = policies_copy(svc, &policies);
+    status = policies_copy(g, &policies);
   }
   if (status) {
     pcp_status_ignore(status);
@@ -357,7 +357,7 @@ json_t* pcp_services_replication_status_json(pcp_services_t* svc) {
     const pcp_store_namespace_stats_t* s = &namespaces.items[i];
     pcp_store_graph_policy_t policy;
     pcp_services_replication_policy_lookup(&policies, s->namespace_id,
-                                           default_visibility(svc), &policy);
+                                           default_visibility(g), &policy);
     json_t* item = pcp_services_replication_policy_json(&policy);
     json_t* counts = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
@@ -386,9 +386,9 @@ json_t* pcp_services_replication_status_json(pcp_services_t* svc) {
   json_t* out = json_pack(
       "{s:s, s:s, s:b, s:s?, s:I, s:s?, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
       " s:o}",
-      "gateway_id", svc->config.gateway_id, "lab_id", svc->config.lab_id,
-      "replication_enabled", hub_url(svc) != NULL, "federation_hub_endpoint",
-      hub_url(svc), "last_push_at_ms", (json_int_t)r->last_push_at_ms,
+      "gateway_id", g->config.gateway_id, "lab_id", g->config.lab_id,
+      "replication_enabled", hub_url(g) != NULL, "federation_hub_endpoint",
+      hub_url(g), "last_push_at_ms", (json_int_t)r->last_push_at_ms,
       "last_error", r->last_error[0] ? r->last_error : NULL, "summary",
       "namespace_count", (json_int_t)json_array_size(array), "last_sequence_no",
       (json_int_t)stats.last_sequence_no, "last_replicated_sequence",
@@ -419,7 +419,7 @@ pcp_status_t pcp_services_graph_replication_get(
 
 // POSTs |body| (taken) as JSON to |path| on the hub with the federation
 // token through |client|. The caller deinitializes |out_answer|.
-static pcp_status_t hub_post(pcp_services_t* svc, pcp_http_client_t* client,
+static pcp_status_t hub_post(pcp_services_t* g, pcp_http_client_t* client,
                              const char* path, json_t* body,
                              pcp_http_client_response_t* out_answer) {
   char* text = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -428,12 +428,12 @@ static pcp_status_t hub_post(pcp_services_t* svc, pcp_http_client_t* client,
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%s body", path);
   }
   char url[1200];
-  snprintf(url, sizeof(url), "%s%s", hub_url(svc), path);
+  snprintf(url, sizeof(url), "%s%s", hub_url(g), path);
   const char* headers[] = {"Content-Type: application/json", NULL};
   pcp_http_client_request_t request = {.method = "POST",
                                        .url = url,
                                        .headers = headers,
-                                       .bearer_token = hub_token(svc),
+                                       .bearer_token = hub_token(g),
                                        .body = text,
                                        .body_length = strlen(text)};
   pcp_status_t status = pcp_http_client_send(client, &request, out_answer);
@@ -443,19 +443,19 @@ static pcp_status_t hub_post(pcp_services_t* svc, pcp_http_client_t* client,
 }
 
 // POSTs one batch and checks the ack. Holds |cycle_mu|.
-static pcp_status_t batch_send(pcp_services_t* svc, json_t* items,
+static pcp_status_t batch_send(pcp_services_t* g, json_t* items,
                                json_t* policies, int64_t through,
                                const pcp_store_mutation_log_stats_t* stats) {
-  pcp_services_replication_t* r = svc->replication;
+  pcp_services_replication_t* r = g->replication;
   json_t* body = json_pack(
-      "{s:s, s:s, s:I, s:I, s:I, s:O, s:O}", "gateway_id",
-      svc->config.gateway_id, "lab_id", svc->config.lab_id, "last_sequence_no",
+      "{s:s, s:s, s:I, s:I, s:I, s:O, s:O}", "gateway_id", g->config.gateway_id,
+      "lab_id", g->config.lab_id, "last_sequence_no",
       (json_int_t)stats->last_sequence_no, "last_replicated_sequence",
       (json_int_t)stats->last_replicated_sequence, "through_sequence_no",
       (json_int_t)through, "namespace_policies", policies, "mutations", items);
   pcp_http_client_response_t answer;
   PCP_RETURN_IF_ERROR_BARE(
-      hub_post(svc, r->client, "/v1/federation/mutations", body, &answer));
+      hub_post(g, r->client, "/v1/federation/mutations", body, &answer));
   pcp_status_t status = pcp_ok_status();
   json_t* ack = NULL;
   if (answer.http_status == 200) {
@@ -478,9 +478,9 @@ static pcp_status_t batch_send(pcp_services_t* svc, json_t* items,
   return status;
 }
 
-pcp_status_t pcp_services_replication_cycle(pcp_services_t* svc) {
-  pcp_services_replication_t* r = svc->replication;
-  if (!r || !hub_url(svc)) {
+pcp_status_t pcp_services_replication_cycle(pcp_services_t* g) {
+  pcp_services_replication_t* r = g->replication;
+  if (!r || !hub_url(g)) {
     return pcp_ok_status();
   }
   pthread_mutex_lock(&r->cycle_mu);
@@ -488,37 +488,37 @@ pcp_status_t pcp_services_replication_cycle(pcp_services_t* svc) {
   if (!r->client) {
     pcp_http_client_options_t options = {.timeout_ms =
                                              REPLICATION_HUB_TIMEOUT_MS};
-    status = pcp_http_client_create(&options, svc->allocator, &r->client);
+    status = pcp_http_client_create(&options, g->allocator, &r->client);
   }
   uint64_t batches = 0, items_sent = 0;
   int64_t acked = 0;
   for (int page_index = 0;
        !status && page_index < REPLICATION_MAX_PAGES_PER_CYCLE; ++page_index) {
     pcp_store_mutation_log_stats_t stats;
-    status = pcp_store_mutation_log_stats_query(svc->store, &stats);
+    status = pcp_store_mutation_log_stats_query(g->store, &stats);
     if (status || stats.pending_count == 0) {
       break;
     }
     pcp_store_mutation_list_t page;
     status =
-        pcp_store_mutation_list(svc->store, stats.last_replicated_sequence,
+        pcp_store_mutation_list(g->store, stats.last_replicated_sequence,
                                 PCP_SERVICES_REPLICATION_PAGE_RECORDS, &page);
     if (status) {
       break;
     }
     pcp_store_graph_policy_list_t policies;
-    status = policies_copy(svc, &policies);
+    status = policies_copy(g, &policies);
     size_t index = 0;
     while (!status && index < page.count) {
       json_t *items = NULL, *snapshots = NULL;
       int64_t through = 0;
       status = pcp_services_replication_batch_build(
-          &page, &index, &policies, default_visibility(svc),
+          &page, &index, &policies, default_visibility(g),
           PCP_SERVICES_REPLICATION_BATCH_ITEMS, REPLICATION_BATCH_MAX_BYTES,
           &items, &snapshots, &through);
       if (!status &&
           (json_array_size(items) > 0 || json_array_size(snapshots) > 0)) {
-        status = batch_send(svc, items, snapshots, through, &stats);
+        status = batch_send(g, items, snapshots, through, &stats);
         ++batches;
         items_sent += json_array_size(items);
       }
@@ -527,7 +527,7 @@ pcp_status_t pcp_services_replication_cycle(pcp_services_t* svc) {
       // The ack (or a batch with nothing eligible) moves the mark: the
       // hub holds everything up to |through| that may leave this gateway.
       if (!status && through > 0) {
-        status = pcp_store_mutation_replicated_mark(svc->store, through);
+        status = pcp_store_mutation_replicated_mark(g->store, through);
         acked = through;
       }
     }
@@ -539,7 +539,7 @@ pcp_status_t pcp_services_replication_cycle(pcp_services_t* svc) {
     }
   }
   pthread_mutex_lock(&r->mu);
-  r->last_push_at_ms = pcp_clock_wall_ns(svc->clock) / 1000000;
+  r->last_push_at_ms = pcp_clock_wall_ns(g->clock) / 1000000;
   r->batches_sent += batches;
   r->items_sent += items_sent;
   if (acked) {
@@ -559,17 +559,17 @@ pcp_status_t pcp_services_replication_cycle(pcp_services_t* svc) {
 // The federation thread's step after each successful connect (so the hub
 // knows this gateway before its first batch).
 static pcp_status_t replication_step(
-    pcp_services_t* svc, const pcp_services_federation_link_t* link) {
+    pcp_services_t* g, const pcp_services_federation_link_t* link) {
   (void)link;
-  return pcp_services_replication_cycle(svc);
+  return pcp_services_replication_cycle(g);
 }
 
 //===----------------------------------------------------------------------===//
 // Query modes
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_services_replication_query_run(pcp_services_t* svc,
-                                                json_t* body, const char* mode,
+pcp_status_t pcp_services_replication_query_run(pcp_services_t* g, json_t* body,
+                                                const char* mode,
                                                 json_t* local_result,
                                                 size_t limit,
                                                 json_t** out_result) {
@@ -580,7 +580,7 @@ pcp_status_t pcp_services_replication_query_run(pcp_services_t* svc,
                            "field 'query_mode' must be one of local, global, "
                            "local_plus_global");
   }
-  if (!hub_url(svc)) {
+  if (!hub_url(g)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "field 'query_mode': '%s' needs a federation hub "
                            "(federation.enabled and federation.upstream)",
@@ -592,13 +592,12 @@ pcp_status_t pcp_services_replication_query_run(pcp_services_t* svc,
                                        .max_response_bytes = (size_t)32 << 20};
   pcp_http_client_t* client = NULL;
   pcp_http_client_response_t answer = {0};
-  pcp_status_t status =
-      pcp_http_client_create(&options, svc->allocator, &client);
+  pcp_status_t status = pcp_http_client_create(&options, g->allocator, &client);
   // The gateway's route on the hub (federation token); clients use
   // /v1/global-graph/query with the hub's API token.
   if (!status) {
-    status = hub_post(svc, client, "/v1/federation/global-graph/query",
-                      forwarded, &answer);
+    status = hub_post(g, client, "/v1/federation/global-graph/query", forwarded,
+                      &answer);
   } else {
     json_decref(forwarded);
   }
@@ -646,13 +645,13 @@ pcp_status_t pcp_services_replication_query_run(pcp_services_t* svc,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_services_replication_query(pcp_services_t* svc, json_t* body,
+pcp_status_t pcp_services_replication_query(pcp_services_t* g, json_t* body,
                                             const char* mode,
                                             json_t* local_result, size_t limit,
                                             pcp_http_response_t* response) {
   json_t* out = NULL;
   pcp_status_t status = pcp_services_replication_query_run(
-      svc, body, mode, local_result, limit, &out);
+      g, body, mode, local_result, limit, &out);
   if (pcp_status_code(status) == PCP_STATUS_UNAVAILABLE) {
     // The hub failed, not this gateway: 502 (upstream's status and code).
     pcp_status_t answered = pcp_http_response_error_set(
@@ -668,25 +667,25 @@ pcp_status_t pcp_services_replication_query(pcp_services_t* svc, json_t* body,
 // Lifetime and routes
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_services_replication_start(pcp_services_t* svc) {
+pcp_status_t pcp_services_replication_start(pcp_services_t* g) {
   pcp_services_replication_t* r = NULL;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_allocator_malloc(svc->allocator, sizeof(*r), (void**)&r));
+      pcp_allocator_malloc(g->allocator, sizeof(*r), (void**)&r));
   memset(r, 0, sizeof(*r));
   pthread_mutex_init(&r->mu, NULL);
   pthread_mutex_init(&r->cycle_mu, NULL);
   pthread_mutex_init(&r->policy_write_mu, NULL);
-  r->policies.allocator = svc->allocator;
+  r->policies.allocator = g->allocator;
   r->policies_stale = true;
-  svc->replication = r;
-  if (hub_url(svc)) {
-    pcp_services_federation_step_set(svc, replication_step);
+  g->replication = r;
+  if (hub_url(g)) {
+    pcp_services_federation_step_set(g, replication_step);
   }
   return pcp_ok_status();
 }
 
-void pcp_services_replication_stop(pcp_services_t* svc) {
-  pcp_services_replication_t* r = svc->replication;
+void pcp_services_replication_stop(pcp_services_t* g) {
+  pcp_services_replication_t* r = g->replication;
   if (!r) {
     return;
   }
@@ -696,6 +695,6 @@ void pcp_services_replication_stop(pcp_services_t* svc) {
   pthread_mutex_destroy(&r->cycle_mu);
   pthread_mutex_destroy(&r->policy_write_mu);
   pthread_mutex_destroy(&r->mu);
-  pcp_allocator_free(svc->allocator, r);
-  svc->replication = NULL;
+  pcp_allocator_free(g->allocator, r);
+  g->replication = NULL;
 }

@@ -45,6 +45,9 @@ typedef struct pcp_services_federation_link_t {
 typedef pcp_status_t (*pcp_services_federation_step_fn_t)(
     pcp_services_t* svc, const pcp_services_federation_link_t* link);
 
+// In the files moved from the gateway (graph.c, replication.c,
+// federation.c, proxy.c, registry.c) the services are still named |g|, as
+// the gateway state was: the move stays a small diff for concurrent edits.
 struct pcp_services_t {
   pcp_services_config_t config;  // strings borrowed from the gateway config
   pcp_allocator_t allocator;
