@@ -12,7 +12,8 @@
 //   - the federation client: the connect loop to the hub, what it
 //     advertises, /v1/federation/* and /v1/capabilities (federation.c);
 //   - the service proxy and query-then-infer
-//     (/v1/inference/{,query/}chat/completions, proxy.c).
+//     (/v1/inference/{,query/}chat/completions, proxy.c);
+//   - OpenAI's wire shapes that more than one route writes (openai.c).
 //
 // Layering: above workloads, fabric, store and http, below roles. The
 // gateway (src/roles/gateway) wires them: it fills pcp_services_config_t
