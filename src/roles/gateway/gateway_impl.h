@@ -175,6 +175,22 @@ typedef struct pcp_roles_gateway_state_t {
 // After the services started, before the HTTP server starts.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* gateway);
+// Which tokens the config names (each scope is resolved against them).
+typedef struct pcp_roles_gateway_route_tokens_t {
+  bool api;         // an API token: the /v1 routes need it (else open)
+  bool internal;    // an internal token: POST /v1/internal/events needs it
+  bool federation;  // a federation token: /v1/internal/federation/* need it
+} pcp_roles_gateway_route_tokens_t;
+// Routes in the table (pcp_roles_gateway_routes_add adds the inference
+// routes after them).
+size_t pcp_roles_gateway_route_count(void);
+// The table as HTTP routes under |tokens| into |out_routes| (route_count
+// entries): scopes resolved, |user_data| |gateway| or |services| by the
+// route's owner; without a federation token the hub's routes are open and
+// answer 401. Pure; thread-safe.
+void pcp_roles_gateway_routes_resolve(
+    const pcp_roles_gateway_route_tokens_t* tokens, void* gateway,
+    void* services, pcp_http_route_t* out_routes);
 
 // server.c: the handlers of the static files (/, /dashboard.{css,js},
 // /openapi.json), /v1/controller and /v1/workers; |user_data| the gateway.

@@ -240,22 +240,23 @@ static const route_t kRoutes[] = {
 #undef GW
 #undef SV
 
-pcp_status_t pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* g) {
-  const pcp_roles_gateway_config_t* c = g->config;
-  const char* api = g->auth_enabled ? "api" : NULL;
-  const char* events = c->effective.internal_api_token_env ? "internal" : api;
-  pcp_http_scope_t federation_scope;
-  bool federation_token =
-      pcp_services_federation_scope(g->services, &federation_scope);
-  pcp_http_route_t routes[PCP_ARRAYSIZE(kRoutes)];
+size_t pcp_roles_gateway_route_count(void) {
+  return PCP_ARRAYSIZE(kRoutes);
+}
+
+void pcp_roles_gateway_routes_resolve(
+    const pcp_roles_gateway_route_tokens_t* tokens, void* gateway,
+    void* services, pcp_http_route_t* out_routes) {
+  const char* api = tokens->api ? "api" : NULL;
+  const char* events = tokens->internal ? "internal" : api;
   for (size_t i = 0; i < PCP_ARRAYSIZE(kRoutes); ++i) {
     const route_t* r = &kRoutes[i];
-    pcp_http_route_t* out = &routes[i];
+    pcp_http_route_t* out = &out_routes[i];
     *out = (pcp_http_route_t){
         .method = r->method,
         .pattern = r->pattern,
         .handler = r->handler,
-        .user_data = r->owner == ROUTE_SERVICES ? (void*)g->services : (void*)g,
+        .user_data = r->owner == ROUTE_SERVICES ? services : gateway,
         .max_body_bytes = r->max_body_bytes,
     };
     switch (r->scope) {
@@ -269,13 +270,25 @@ pcp_status_t pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* g) {
         out->scope = events;
         break;
       case ROUTE_FEDERATION:
-        out->scope = federation_token ? "federation" : NULL;
-        if (!federation_token) {
+        out->scope = tokens->federation ? "federation" : NULL;
+        if (!tokens->federation) {
           out->handler = internal_unconfigured;
         }
         break;
     }
   }
+}
+
+pcp_status_t pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* g) {
+  pcp_http_scope_t federation_scope;
+  const pcp_roles_gateway_route_tokens_t tokens = {
+      .api = g->auth_enabled,
+      .internal = g->config->effective.internal_api_token_env != NULL,
+      .federation =
+          pcp_services_federation_scope(g->services, &federation_scope),
+  };
+  pcp_http_route_t routes[PCP_ARRAYSIZE(kRoutes)];
+  pcp_roles_gateway_routes_resolve(&tokens, g, g->services, routes);
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes)));
   // /v1/models, /v1/models/*, /v1/chat/completions, /v1/completions: no
