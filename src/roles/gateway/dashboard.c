@@ -187,17 +187,3 @@ pcp_status_t pcp_roles_gateway_training_history(
   }
   return pcp_http_response_json_take(response, 200, out);
 }
-
-pcp_status_t pcp_roles_gateway_dashboard_routes_add(
-    pcp_roles_gateway_state_t* g) {
-  pcp_http_route_t routes[] = {
-      {"GET", "/v1/training/jobs/{id}/history", "api",
-       pcp_roles_gateway_training_history, g, 0, 0},
-  };
-  for (size_t i = 0; i < PCP_ARRAYSIZE(routes); ++i) {
-    if (!g->auth_enabled) {
-      routes[i].scope = NULL;
-    }
-  }
-  return pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes));
-}

@@ -22,6 +22,7 @@
 #include "http/http.h"
 #include "obs/obs.h"
 #include "roles/roles_impl.h"
+#include "services/services.h"
 #include "store/store.h"
 #include "workloads/workloads.h"
 
@@ -38,24 +39,7 @@
 #define PCP_GATEWAY_MAX_EVENT_STREAMS 64
 
 typedef struct pcp_roles_gateway_active_job_t pcp_roles_gateway_active_job_t;
-typedef struct pcp_roles_gateway_federation_t pcp_roles_gateway_federation_t;
 typedef struct pcp_roles_gateway_state_t pcp_roles_gateway_state_t;
-
-// What one cycle's step gets (all borrowed, valid during the call).
-typedef struct pcp_roles_gateway_federation_link_t {
-  pcp_http_client_t* client;  // the federation thread's client (keep-alive)
-  const char* upstream;       // hub base URL, no trailing '/'
-  const char* token;          // federation bearer token; NULL: none
-  const json_t* answer;       // the hub's reply to this cycle's connect
-} pcp_roles_gateway_federation_link_t;
-
-// A step run by the federation thread after every successful connect (the
-// hub is reachable): graph replication (repl) plugs in here. Its error is
-// recorded as the status's last_error ("replication: ...") without
-// marking the link disconnected. Federation thread only.
-typedef pcp_status_t (*pcp_roles_gateway_federation_step_fn_t)(
-    pcp_roles_gateway_state_t* gateway,
-    const pcp_roles_gateway_federation_link_t* link);
 
 typedef struct pcp_roles_gateway_training_run_t
     pcp_roles_gateway_training_run_t;
@@ -122,9 +106,6 @@ typedef struct pcp_roles_gateway_event_client_t {
   int64_t next_comment_ns;
 } pcp_roles_gateway_event_client_t;
 
-// replication.c (graph replication; opaque).
-typedef struct pcp_roles_gateway_replication_t pcp_roles_gateway_replication_t;
-
 typedef struct pcp_roles_gateway_state_t {
   const pcp_roles_gateway_config_t* config;
   pcp_allocator_t allocator;
@@ -135,7 +116,9 @@ typedef struct pcp_roles_gateway_state_t {
   pcp_obs_family_t* jobs_family;      // pcp_gateway_jobs{state}
   pcp_obs_family_t* job_runs_family;  // pcp_gateway_job_outcomes_total
   pcp_store_t* store;
-  pcp_store_graph_backend_t* graph;  // graph.c; the log stays in |store|
+  // The embedded services (src/services: graph, replication, federation,
+  // proxy); they own the graph backend.
+  pcp_services_t* services;
   pcp_fabric_endpoint_t* fabric;
   pcp_infer_service_t* infer;  // the OpenAI-compatible inference engine
   pcp_http_server_t* http;
@@ -181,30 +164,54 @@ typedef struct pcp_roles_gateway_state_t {
   pthread_t training_thread;
   bool training_started;
 
-  // Graph replication (replication.c): policies, push thread, status.
-  pcp_roles_gateway_replication_t* replication;
-
   pthread_t runner_thread;
   pthread_t pump_thread;
   bool runner_started;
   bool pump_started;
-
-  // Federation client (federation.c); NULL until federation_start.
-  pcp_roles_gateway_federation_t* federation;
-  pcp_roles_gateway_federation_step_fn_t federation_step;  // NULL: none
 } pcp_roles_gateway_state_t;
 
-// routes.c: every route of the API (user_data: the gateway).
+// routes.c: every route of the API from one static table (method, path,
+// scope, handler); the scope is resolved against the tokens configured.
+// After the services started, before the HTTP server starts.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* gateway);
+// Which tokens the config names (each scope is resolved against them).
+typedef struct pcp_roles_gateway_route_tokens_t {
+  bool api;         // an API token: the /v1 routes need it (else open)
+  bool internal;    // an internal token: POST /v1/internal/events needs it
+  bool federation;  // a federation token: /v1/internal/federation/* need it
+} pcp_roles_gateway_route_tokens_t;
+// Routes in the table (pcp_roles_gateway_routes_add adds the inference
+// routes after them).
+size_t pcp_roles_gateway_route_count(void);
+// The table as HTTP routes under |tokens| into |out_routes| (route_count
+// entries): scopes resolved, |user_data| |gateway| or |services| by the
+// route's owner; without a federation token the hub's routes are open and
+// answer 401. Pure; thread-safe.
+void pcp_roles_gateway_routes_resolve(
+    const pcp_roles_gateway_route_tokens_t* tokens, void* gateway,
+    void* services, pcp_http_route_t* out_routes);
+
+// server.c: the handlers of the static files (/, /dashboard.{css,js},
+// /openapi.json), /v1/controller and /v1/workers; |user_data| the gateway.
+pcp_status_t pcp_roles_gateway_static_get(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_controller_get(void* user_data,
+                                              const pcp_http_request_t* request,
+                                              pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_workers_list(void* user_data,
+                                            const pcp_http_request_t* request,
+                                            pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_worker_get(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response);
 
 // dashboard.c: GET /v1/training/jobs/{id}/history (the dashboard's
 // charts): at most PCP_GATEWAY_HISTORY_MAX_POINTS outer steps, read from at
 // most PCP_GATEWAY_HISTORY_MAX_PAGES pages of the job's events.
 #define PCP_GATEWAY_HISTORY_MAX_POINTS 100000u
 #define PCP_GATEWAY_HISTORY_MAX_PAGES 200u
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_dashboard_routes_add(pcp_roles_gateway_state_t* gateway);
 pcp_status_t pcp_roles_gateway_training_history(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response);
@@ -212,70 +219,6 @@ pcp_status_t pcp_roles_gateway_training_history(
 // inference.c: /v1/models, /v1/chat/completions, /v1/completions.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_inference_routes_add(pcp_roles_gateway_state_t* gateway);
-
-// graph.c: /v1/graph/*.
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_graph_routes_add(pcp_roles_gateway_state_t* gateway);
-// Opens the configured graph backend over |store| (start) and closes it
-// (stop, before the store).
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_graph_open(pcp_roles_gateway_state_t* gateway);
-void pcp_roles_gateway_graph_close(pcp_roles_gateway_state_t* gateway);
-
-// proxy.c: /v1/inference/chat/completions (to a registered service) and
-// /v1/inference/query/chat/completions (query-then-infer).
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* gateway);
-// Ends the proxied calls in flight (waits up to |timeout_ms| for them).
-void pcp_roles_gateway_proxy_stop(int64_t timeout_ms);
-
-// replication.c: graph replication (docs/federation.md "Graph
-// replication"). _start before the routes are added and before the
-// federation thread starts (it installs the push as the federation step
-// when federation is on); _stop after the HTTP server and the federation
-// thread stopped. All else is thread-safe.
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_replication_start(pcp_roles_gateway_state_t* gateway);
-void pcp_roles_gateway_replication_stop(pcp_roles_gateway_state_t* gateway);
-// GET/PUT /v1/graph/policies, GET /v1/graph/replication,
-// POST /v1/internal/events.
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_replication_routes_add(pcp_roles_gateway_state_t* gateway);
-// One push cycle: eligible mutations after the replicated mark go to the
-// hub in batches; the mark moves only past what the hub acknowledged. A
-// no-op without a hub. The federation thread runs it after every connect
-// (cycles never overlap).
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* gateway);
-// Applies a /v1/graph/mutate mutation (|request| its JSON) through the
-// graph backend: a missing visibility becomes the namespace policy's
-// default_visibility; a policy_update is validated, merged into the policy
-// in force and logged as the whole snapshot (policy writes serialized).
-// Errors as pcp_store_graph_backend_mutation_apply.
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_mutation_apply(
-    pcp_roles_gateway_state_t* gateway, json_t* request,
-    pcp_store_mutation_t* mutation, int64_t* out_sequence_no,
-    bool* out_duplicate);
-// After a policy_update was applied (_mutation_apply calls it).
-void pcp_roles_gateway_replication_policies_changed(
-    pcp_roles_gateway_state_t* gateway);
-// query_mode global / local_plus_global of POST /v1/graph/query: asks the
-// hub (502 FederationHubQueryFailed JSON when it fails), filters by
-// visibility and merges local-first with |local_result| (ignored for
-// global), cutting each array at |limit| (0: none).
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_query(
-    pcp_roles_gateway_state_t* gateway, json_t* body, const char* mode,
-    json_t* local_result, size_t limit, pcp_http_response_t* response);
-// The same without a response (query-then-infer may use it): |*out_result|
-// a new reference; INVALID_ARGUMENT for an unknown mode or no hub,
-// UNAVAILABLE "FederationHubQueryFailed: ..." when the hub fails (answer
-// 502).
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_query_run(
-    pcp_roles_gateway_state_t* gateway, json_t* body, const char* mode,
-    json_t* local_result, size_t limit, json_t** out_result);
-// The replication status (GET /v1/graph/replication); NULL on error.
-json_t* pcp_roles_gateway_replication_status_json(
-    pcp_roles_gateway_state_t* gateway);
 
 // jobs.c
 PCP_MUST_USE_RESULT pcp_status_t
@@ -377,43 +320,6 @@ pcp_status_t pcp_roles_gateway_events_stream(void* user_data,
 // Sends a live (not stored, so not resumable) worker event to every stream.
 void pcp_roles_gateway_events_broadcast(pcp_roles_gateway_state_t* gateway,
                                         const char* event, const char* data);
-
-// federation.c: the client of the federation hub (docs/federation.md
-// "Gateway federation client").
-//
-// With `federation.enabled`, one thread POSTs {upstream}/v1/federation/
-// connect every heartbeat_interval_ms with the federation token, advertising
-// this gateway's services with worker counts per (backend, target); on
-// failure it retries with exponential backoff and jitter (bounded). Stop
-// wakes it through a condition variable (no long sleep to wait out).
-
-// Sets the per-cycle step (NULL: none). Call before
-// pcp_roles_gateway_federation_start (main thread).
-void pcp_roles_gateway_federation_step_set(
-    pcp_roles_gateway_state_t* gateway,
-    pcp_roles_gateway_federation_step_fn_t step);
-
-// Starts the connect thread when federation is enabled (the state itself
-// is made by _routes_add). Call after the HTTP server started (the
-// advertised URL needs its port). UNAVAILABLE when the thread cannot
-// start.
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_federation_start(pcp_roles_gateway_state_t* gateway);
-// Wakes and joins the thread (bounded by one hub request's timeout) and
-// frees the state. NULL-safe; main thread.
-void pcp_roles_gateway_federation_stop(pcp_roles_gateway_state_t* gateway);
-
-// Creates the client state (always: without federation the routes report
-// "disabled") and adds /v1/federation/{status,peers,services,replication},
-// /v1/capabilities and the /v1/internal/federation/* routes (scope
-// "federation": the federation token; 401 on every one when no token is
-// configured). Before the HTTP server starts.
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_federation_routes_add(pcp_roles_gateway_state_t* gateway);
-// The HTTP scope of the internal routes ({"federation", token env}); false
-// when no federation token env is configured.
-bool pcp_roles_gateway_federation_scope(const pcp_roles_gateway_state_t* gateway,
-                                        pcp_http_scope_t* out_scope);
 
 // Base64 (RFC 4648, padding optional on input). decode: INVALID_ARGUMENT for
 // a bad character; |*out_data| is malloc'd (caller frees).

@@ -173,41 +173,13 @@ pcp_status_t pcp_roles_gateway_base64_decode(const char* text, size_t length,
   return pcp_ok_status();
 }
 
-static json_t* service_json(const pcp_store_service_t* s) {
-  json_t* out = json_deep_copy(s->attributes);
-  if (!out || !json_is_object(out)) {
-    json_decref(out);
-    out = json_object();
-  }
-  json_object_set_new(out, "executor_id", json_string(s->executor_id));
-  json_object_set_new(out, "service_id", json_string(s->service_id));
-  json_object_set_new(out, "service_type", json_string(s->service_type));
-  json_object_set_new(out, "base_url", json_string(s->base_url));
-  json_object_set_new(out, "ttl_ms", json_integer(s->ttl_ns / 1000000));
-  json_object_set_new(out, "registered_at_ms",
-                      json_integer(s->registered_at_ns / 1000000));
-  json_object_set_new(out, "updated_at_ms",
-                      json_integer(s->updated_at_ns / 1000000));
-  json_object_set_new(out, "heartbeat_at_ms",
-                      json_integer(s->heartbeat_at_ns / 1000000));
-  json_object_set_new(out, "expires_at_ms",
-                      json_integer(s->expires_at_ns / 1000000));
-  json_object_set_new(out, "expired", json_boolean(s->expired));
-  return out;
-}
-
-static const char* string_field(json_t* object, const char* key) {
-  json_t* v = json_object_get(object, key);
-  return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
 //===----------------------------------------------------------------------===//
 // /v1/controller, /v1/workers
 //===----------------------------------------------------------------------===//
 
-static pcp_status_t controller_get(void* user_data,
-                                   const pcp_http_request_t* request,
-                                   pcp_http_response_t* response) {
+pcp_status_t pcp_roles_gateway_controller_get(void* user_data,
+                                              const pcp_http_request_t* request,
+                                              pcp_http_response_t* response) {
   (void)request;
   pcp_roles_gateway_state_t* g = user_data;
   const pcp_roles_gateway_config_t* c = g->config;
@@ -225,8 +197,7 @@ static pcp_status_t controller_get(void* user_data,
                 "mode", "gateway", "status",
                 atomic_load(&g->draining) ? "draining" : "running",
                 "gateway_id", c->file.gateway_id, "lab_id", c->file.lab_id,
-                "graph_backend",
-                g->graph ? pcp_store_graph_backend_name(g->graph) : "sqlite",
+                "graph_backend", pcp_services_graph_backend_name(g->services),
                 "started_at_ms", (json_int_t)(g->started_at_ns / 1000000),
                 "auth_enabled", g->auth_enabled, "worker_fabric", fabric,
                 "federation_hub_endpoint", c->effective.federation_upstream,
@@ -294,9 +265,9 @@ static json_t* worker_json(const pcp_fabric_worker_info_t* w) {
   return out;
 }
 
-static pcp_status_t workers_list(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
+pcp_status_t pcp_roles_gateway_workers_list(void* user_data,
+                                            const pcp_http_request_t* request,
+                                            pcp_http_response_t* response) {
   (void)request;
   pcp_roles_gateway_state_t* g = user_data;
   json_t* counts = json_object();
@@ -330,319 +301,15 @@ static pcp_status_t workers_list(void* user_data,
                 "total", (int)total, "truncated", total > count));
 }
 
-static pcp_status_t worker_get(void* user_data,
-                               const pcp_http_request_t* request,
-                               pcp_http_response_t* response) {
+pcp_status_t pcp_roles_gateway_worker_get(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
   pcp_fabric_worker_info_t info;
   // NOT_FOUND maps to the 404 JSON error.
   PCP_RETURN_IF_ERROR_BARE(pcp_fabric_worker_query(g->fabric, id, &info));
   return pcp_http_response_json_take(response, 200, worker_json(&info));
-}
-
-//===----------------------------------------------------------------------===//
-// /v1/services
-//===----------------------------------------------------------------------===//
-
-#define SERVICE_DEFAULT_TTL_MS 30000
-// How long /readyz answers 503 before the listener closes on SIGTERM.
-#define PCP_GATEWAY_DRAIN_NOTICE_MS 1000
-#define SERVICE_MAX_TTL_MS 86400000
-
-// Largest worker count a service may report: far above any real pool, low
-// enough that the sums and maxima below cannot overflow.
-#define SERVICE_MAX_WORKER_COUNT 1000000
-
-// An optional non-negative integer field: |*out_value| = the value, or -1
-// when absent. INVALID_ARGUMENT naming the field otherwise.
-static pcp_status_t count_field(json_t* body, const char* key,
-                                json_int_t* out_value) {
-  *out_value = -1;
-  json_t* v = json_object_get(body, key);
-  if (!v || json_is_null(v)) {
-    return pcp_ok_status();
-  }
-  if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-      json_integer_value(v) > SERVICE_MAX_WORKER_COUNT) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "field '%s' must be an integer in [0, %d]", key,
-                           SERVICE_MAX_WORKER_COUNT);
-  }
-  *out_value = json_integer_value(v);
-  return pcp_ok_status();
-}
-
-// The first present value of |values| (-1 = absent), else |fallback|.
-static json_int_t first_present(const json_int_t* values, size_t count,
-                                json_int_t fallback) {
-  for (size_t i = 0; i < count; ++i) {
-    if (values[i] >= 0) {
-      return values[i];
-    }
-  }
-  return fallback;
-}
-
-// Checks the optional fields of a registration (reference s.3.1.1) and
-// writes their normalised form into |attributes|: defaults for auth_mode,
-// health_status and job_status, and the worker counts reduced to upstream's
-// (connected, ready, available) under every name a reader may look for, so
-// that a service reporting only `worker_count` and one reporting only
-// `workers_available` read the same way. Each error names its field.
-static pcp_status_t service_fields_normalize(json_t* body, json_t* attributes) {
-  const char* const kStrings[] = {
-      "auth_mode",   "health_status", "job_status", "worker_class",
-      "target_arch", "executor_id",   "base_url",   "endpoint"};
-  for (size_t i = 0; i < PCP_ARRAYSIZE(kStrings); ++i) {
-    json_t* v = json_object_get(body, kStrings[i]);
-    if (v && !json_is_null(v) &&
-        (!json_is_string(v) || json_string_length(v) > 1024)) {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "field '%s' must be a string (at most 1024 "
-                             "bytes)",
-                             kStrings[i]);
-    }
-  }
-  json_t* capabilities = json_object_get(body, "capabilities");
-  if (capabilities && !json_is_null(capabilities)) {
-    if (!json_is_array(capabilities) || json_array_size(capabilities) > 256) {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "field 'capabilities' must be an array of at "
-                             "most 256 strings");
-    }
-    for (size_t i = 0; i < json_array_size(capabilities); ++i) {
-      if (!json_is_string(json_array_get(capabilities, i))) {
-        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "field 'capabilities[%zu]' must be a string", i);
-      }
-    }
-  } else {
-    json_object_set_new(attributes, "capabilities", json_array());
-  }
-  const char* const kDefaults[][2] = {{"auth_mode", "none"},
-                                      {"health_status", "ok"},
-                                      {"job_status", "running"}};
-  for (size_t i = 0; i < PCP_ARRAYSIZE(kDefaults); ++i) {
-    if (!json_is_string(json_object_get(body, kDefaults[i][0]))) {
-      json_object_set_new(attributes, kDefaults[i][0],
-                          json_string(kDefaults[i][1]));
-    }
-  }
-  enum {
-    WORKER_COUNT,
-    READY_WORKER_COUNT,
-    WORKERS_CONNECTED,
-    WORKERS_READY,
-    WORKERS_AVAILABLE,
-    WORKERS_DISPATCHABLE,
-    RESERVED_WORKERS,
-    MAX_WORKERS,
-    COUNT_FIELDS,
-  };
-  const char* const kCounts[COUNT_FIELDS] = {
-      "worker_count",     "ready_worker_count", "workers_connected",
-      "workers_ready",    "workers_available",  "workers_dispatchable",
-      "reserved_workers", "max_workers"};
-  json_int_t c[COUNT_FIELDS];
-  for (int i = 0; i < COUNT_FIELDS; ++i) {
-    PCP_RETURN_IF_ERROR_BARE(count_field(body, kCounts[i], &c[i]));
-  }
-  // Upstream's precedence, name by name (s.3.1.1).
-  json_int_t connected = first_present(
-      (json_int_t[]){c[WORKERS_CONNECTED], c[WORKER_COUNT]}, 2, 0);
-  json_int_t ready = first_present(
-      (json_int_t[]){c[WORKERS_READY], c[READY_WORKER_COUNT],
-                     c[WORKERS_AVAILABLE], c[WORKERS_DISPATCHABLE]},
-      4, connected);
-  json_int_t available = first_present(
-      (json_int_t[]){c[WORKERS_DISPATCHABLE], c[WORKERS_AVAILABLE],
-                     c[READY_WORKER_COUNT], c[WORKERS_READY]},
-      4, connected);
-  // Exactly upstream's two steps, in its order, so that a client sees the
-  // numbers it saw there (connected can end below available when only
-  // workers_ready < workers_available were reported; upstream keeps that).
-  connected = connected > ready ? connected : ready;
-  ready = ready > available ? ready : available;
-  json_object_set_new(attributes, "worker_count", json_integer(connected));
-  json_object_set_new(attributes, "workers_connected", json_integer(connected));
-  json_object_set_new(attributes, "workers_ready", json_integer(ready));
-  json_object_set_new(attributes, "ready_worker_count",
-                      json_integer(available));
-  json_object_set_new(attributes, "workers_available", json_integer(available));
-  json_object_set_new(attributes, "workers_dispatchable",
-                      json_integer(available));
-  return pcp_ok_status();
-}
-
-// service_type: 1..PCP_STORE_NAME_MAX_LENGTH of [A-Za-z0-9_.-] (upstream
-// allows 128; the store's name column holds 127).
-static bool service_type_valid(const char* type) {
-  size_t n = strlen(type);
-  if (n < 1 || n > PCP_STORE_NAME_MAX_LENGTH) {
-    return false;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    char ch = type[i];
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-          (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-')) {
-      return false;
-    }
-  }
-  return true;
-}
-
-static pcp_status_t service_register(void* user_data,
-                                     const pcp_http_request_t* request,
-                                     pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
-  json_t* body = NULL;
-  PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
-  pcp_status_t status = pcp_ok_status();
-  pcp_store_service_t s;
-  memset(&s, 0, sizeof(s));
-  const char* service_id = string_field(body, "service_id");
-  const char* service_type = string_field(body, "service_type");
-  const char* base_url = string_field(body, "base_url");
-  if (!base_url) {
-    base_url = string_field(body, "endpoint");
-  }
-  const char* executor_id = string_field(body, "executor_id");
-  json_t* ttl = json_object_get(body, "ttl_ms");
-  if (!json_is_object(body)) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "the body must be a JSON object");
-  } else if (!service_id || !service_id[0]) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "field 'service_id' (string) is required");
-  } else if (!service_type || !service_type[0]) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "field 'service_type' (string) is required");
-  } else if (!service_type_valid(service_type)) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "field 'service_type' must be 1..%d characters "
-                             "of [A-Za-z0-9_.-]",
-                             PCP_STORE_NAME_MAX_LENGTH);
-  } else if (json_object_get(body, "base_url") &&
-             !json_is_string(json_object_get(body, "base_url"))) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "field 'base_url' must be a string");
-  } else if (!base_url || !base_url[0]) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "field 'base_url' (or 'endpoint') is required");
-  } else if (ttl && (!json_is_integer(ttl) || json_integer_value(ttl) < 1000 ||
-                     json_integer_value(ttl) > SERVICE_MAX_TTL_MS)) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "field 'ttl_ms' must be an integer in [1000, %d]",
-                             SERVICE_MAX_TTL_MS);
-  }
-  if (!status && service_id && service_type && base_url) {
-    int n =
-        executor_id
-            ? snprintf(s.executor_id, sizeof(s.executor_id), "%s", executor_id)
-            : snprintf(s.executor_id, sizeof(s.executor_id), "%s:%s:%s",
-                       g->config->file.gateway_id, service_type, service_id);
-    if (n < 0 || (size_t)n >= sizeof(s.executor_id) ||
-        strlen(service_id) >= sizeof(s.service_id) ||
-        strlen(service_type) >= sizeof(s.service_type) ||
-        strlen(base_url) >= sizeof(s.base_url)) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "an id, type or base_url is too long");
-    }
-  }
-  if (!status && service_id && service_type && base_url) {
-    snprintf(s.service_id, sizeof(s.service_id), "%s", service_id);
-    snprintf(s.service_type, sizeof(s.service_type), "%s", service_type);
-    snprintf(s.base_url, sizeof(s.base_url), "%s", base_url);
-    s.ttl_ns = (ttl ? json_integer_value(ttl) : SERVICE_DEFAULT_TTL_MS) *
-               INT64_C(1000000);
-    json_t* attributes = json_deep_copy(body);
-    const char* const kOwn[] = {"service_id", "service_type", "base_url",
-                                "endpoint",   "executor_id",  "ttl_ms"};
-    for (size_t i = 0; attributes && i < PCP_ARRAYSIZE(kOwn); ++i) {
-      json_object_del(attributes, kOwn[i]);
-    }
-    status = attributes ? service_fields_normalize(body, attributes)
-                        : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                                          "service attributes");
-    s.attributes = attributes;
-    if (!status) {
-      status = pcp_store_service_register(g->store, &s);
-    }
-    json_decref(attributes);
-    s.attributes = NULL;
-  }
-  json_decref(body);
-  PCP_RETURN_IF_ERROR_BARE(status);
-  pcp_store_service_t stored;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_service_get(g->store, s.executor_id, &stored));
-  json_t* out =
-      json_pack("{s:b, s:o}", "accepted", 1, "service", service_json(&stored));
-  pcp_store_service_deinitialize(&stored);
-  return pcp_http_response_json_take(response, 200, out);
-}
-
-static pcp_status_t service_heartbeat(void* user_data,
-                                      const pcp_http_request_t* request,
-                                      pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
-  const char* id = pcp_http_request_param(request, "id");
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_heartbeat(g->store, id));
-  pcp_store_service_t stored;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_get(g->store, id, &stored));
-  json_t* out = service_json(&stored);
-  pcp_store_service_deinitialize(&stored);
-  return pcp_http_response_json_take(response, 200, out);
-}
-
-static pcp_status_t service_list(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
-  const char* type = pcp_http_request_query(request, "service_type");
-  pcp_store_service_list_t list = {0};
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_list(
-      g->store, pcp_http_request_query(request, "after"), 0, &list));
-  json_t* services = json_array();
-  for (size_t i = 0; i < list.count; ++i) {
-    // Expired services are gone for clients even before the sweep runs.
-    if (list.items[i].expired ||
-        (type && strcmp(type, list.items[i].service_type) != 0)) {
-      continue;
-    }
-    json_array_append_new(services, service_json(&list.items[i]));
-  }
-  pcp_store_service_list_deinitialize(&list);
-  return pcp_http_response_json_take(response, 200,
-                                     json_pack("{s:o}", "services", services));
-}
-
-static pcp_status_t service_get(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
-  const char* id = pcp_http_request_param(request, "id");
-  pcp_store_service_t stored;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_get(g->store, id, &stored));
-  bool expired = stored.expired;
-  json_t* out = service_json(&stored);
-  pcp_store_service_deinitialize(&stored);
-  if (expired) {
-    json_decref(out);
-    return pcp_make_status(PCP_STATUS_NOT_FOUND, "service %s expired", id);
-  }
-  return pcp_http_response_json_take(response, 200, out);
-}
-
-static pcp_status_t service_delete(void* user_data,
-                                   const pcp_http_request_t* request,
-                                   pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
-  const char* id = pcp_http_request_param(request, "id");
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_service_delete(g->store, id));
-  return pcp_http_response_json_take(
-      response, 200, json_pack("{s:b, s:s}", "deleted", 1, "executor_id", id));
 }
 
 //===----------------------------------------------------------------------===//
@@ -654,9 +321,9 @@ static pcp_status_t service_delete(void* user_data,
 #include "gateway/dashboard_js.h"
 #include "gateway/openapi_json.h"
 
-static pcp_status_t static_get(void* user_data,
-                               const pcp_http_request_t* request,
-                               pcp_http_response_t* response) {
+pcp_status_t pcp_roles_gateway_static_get(void* user_data,
+                                          const pcp_http_request_t* request,
+                                          pcp_http_response_t* response) {
   (void)user_data;
   const char* path = pcp_http_request_path(request);
   const char* type = "text/html; charset=utf-8";
@@ -680,57 +347,66 @@ static pcp_status_t static_get(void* user_data,
 }
 
 //===----------------------------------------------------------------------===//
-// Routes
-//===----------------------------------------------------------------------===//
-
-pcp_status_t pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* g) {
-  const pcp_http_route_t routes[] = {
-      {"GET", "/", NULL, static_get, g, 0, 0},
-      {"GET", "/dashboard.css", NULL, static_get, g, 0, 0},
-      {"GET", "/dashboard.js", NULL, static_get, g, 0, 0},
-      {"GET", "/openapi.json", NULL, static_get, g, 0, 0},
-      {"GET", "/v1/controller", "api", controller_get, g, 0, 0},
-      {"GET", "/v1/workers", "api", workers_list, g, 0, 0},
-      {"GET", "/v1/workers/{id}", "api", worker_get, g, 0, 0},
-      {"GET", "/v1/services", "api", service_list, g, 0, 0},
-      {"POST", "/v1/services/register", "api", service_register, g, 0, 0},
-      {"GET", "/v1/services/{id}", "api", service_get, g, 0, 0},
-      {"DELETE", "/v1/services/{id}", "api", service_delete, g, 0, 0},
-      {"POST", "/v1/services/{id}/heartbeat", "api", service_heartbeat, g, 0,
-       0},
-      {"POST", "/v1/jobs", "api", pcp_roles_gateway_job_submit, g,
-       PCP_GATEWAY_JOB_MAX_BODY_BYTES, 0},
-      {"GET", "/v1/jobs", "api", pcp_roles_gateway_job_list, g, 0, 0},
-      {"GET", "/v1/jobs/{id}", "api", pcp_roles_gateway_job_get, g, 0, 0},
-      {"POST", "/v1/jobs/{id}/cancel", "api", pcp_roles_gateway_job_cancel, g,
-       0, 0},
-      {"GET", "/v1/jobs/{id}/events", "api", pcp_roles_gateway_job_events, g, 0,
-       0},
-      {"GET", "/v1/jobs/{id}/results", "api", pcp_roles_gateway_job_results, g,
-       0, 0},
-      {"GET", "/v1/jobs/{id}/results/{name}", "api",
-       pcp_roles_gateway_job_result_get, g, 0, 0},
-      {"POST", "/v1/training/jobs", "api", pcp_roles_gateway_training_submit, g,
-       0, 0},
-      {"GET", "/v1/training/jobs/{id}", "api", pcp_roles_gateway_training_get,
-       g, 0, 0},
-      {"GET", "/v1/events", "api", pcp_roles_gateway_events_stream, g, 0, 0},
-  };
-  pcp_http_route_t copy[PCP_ARRAYSIZE(routes)];
-  memcpy(copy, routes, sizeof(routes));
-  for (size_t i = 0; i < PCP_ARRAYSIZE(copy); ++i) {
-    // Without an API token the /v1 routes are open (upstream), so they name
-    // no scope the server does not have.
-    if (!g->auth_enabled && copy[i].scope) {
-      copy[i].scope = NULL;
-    }
-  }
-  return pcp_http_server_routes_add(g->http, copy, PCP_ARRAYSIZE(copy));
-}
-
-//===----------------------------------------------------------------------===//
 // Serve
 //===----------------------------------------------------------------------===//
+
+// How long /readyz answers 503 before the listener closes on SIGTERM.
+#define PCP_GATEWAY_DRAIN_NOTICE_MS 1000
+
+// The part of the gateway config the services read (strings borrowed from
+// |c|, which outlives them).
+static void services_config_fill(const pcp_roles_gateway_config_t* c,
+                                 pcp_services_config_t* out) {
+  const pcp_roles_gateway_file_config_t* file = &c->file;
+  const pcp_roles_falkordb_config_t* falkordb = &file->falkordb;
+  const pcp_roles_controllers_config_t* controllers = &file->controllers;
+  // controllers.<kind>.service_id when set, else the kind's default.
+  const pcp_roles_controller_config_t* training = &controllers->training;
+  const pcp_roles_controller_config_t* inference = &controllers->inference;
+  bool training_id = controllers->present && training->present &&
+                     training->service_id && training->service_id[0];
+  bool inference_id = controllers->present && inference->present &&
+                      inference->service_id && inference->service_id[0];
+  *out = (pcp_services_config_t){
+      .gateway_id = file->gateway_id,
+      .lab_id = file->lab_id,
+      // kGraphBackends in gateway.c: memory (= sqlite), sqlite, falkordb.
+      .graph_falkordb = file->graph_backend == 2,
+      .falkordb =
+          {
+              .present = falkordb->present,
+              .host = falkordb->host,
+              .port = falkordb->port,
+              .password_env = falkordb->password_env,
+              .graph = falkordb->graph,
+              .connect_timeout_ms = falkordb->connect_timeout_ms,
+              .command_timeout_ms = falkordb->command_timeout_ms,
+          },
+      .default_visibility = file->sharing_defaults.present
+                                ? (pcp_store_visibility_t)
+                                      file->sharing_defaults.default_visibility
+                                : PCP_STORE_VISIBILITY_LOCAL,
+      .federation_present = file->federation.present,
+      .federation_enabled = file->federation.enabled,
+      .federation_advertise_url = file->federation.advertise_url,
+      .federation_upstream = c->effective.federation_upstream,
+      .federation_token_env = c->effective.federation_token_env,
+      .federation_heartbeat_interval_ms =
+          c->effective.federation_heartbeat_interval_ms,
+      .api_host = c->effective.api_host,
+      .api_port = c->effective.api_port,
+      .tls = file->tls.present && file->tls.cert != NULL,
+      .training_service_id =
+          training_id ? training->service_id : "training-main",
+      .inference_service_id =
+          inference_id ? inference->service_id : "inference-main",
+  };
+}
+
+static void services_event_log(const char* msg, const char* const* pairs,
+                               size_t pair_count) {
+  pcp_roles_log_event("gateway", msg, pairs, pair_count);
+}
 
 static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   const pcp_roles_gateway_config_t* c = g->config;
@@ -771,7 +447,17 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   store_options.clock = g->clock;
   PCP_RETURN_IF_ERROR(pcp_store_create(&store_options, g->allocator, &g->store),
                       "opening the state dir (gateway config key 'state_dir')");
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_graph_open(g));
+  {
+    pcp_services_options_t services_options = {
+        .store = g->store,
+        .clock = g->clock,
+        .log = g->log,
+        .event_log = services_event_log,
+    };
+    services_config_fill(c, &services_options.config);
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_services_create(&services_options, g->allocator, &g->services));
+  }
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_jobs_recover(g));
 
   pcp_fabric_options_t fabric_options;
@@ -855,7 +541,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   pcp_http_scope_t scopes[3];
   size_t scope_count = 0;
   // The hub's calls (/v1/internal/federation/*): the federation token.
-  if (pcp_roles_gateway_federation_scope(g, &scopes[scope_count])) {
+  if (pcp_services_federation_scope(g->services, &scopes[scope_count])) {
     ++scope_count;
   }
   if (c->effective.api_token_env) {
@@ -902,14 +588,15 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   g->readyz.user_data = g;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_server_probes_add(g->http, g->registry, &g->readyz));
+  // Replication and the federation state exist before any route can run.
+  const pcp_services_links_t links = {
+      .fabric = g->fabric,
+      .infer = g->infer,
+      .http = g->http,
+      .draining = &g->draining,
+  };
+  PCP_RETURN_IF_ERROR_BARE(pcp_services_start(g->services, &links));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_inference_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_graph_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_start(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_replication_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_federation_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_proxy_routes_add(g));
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_dashboard_routes_add(g));
 
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
   if (pthread_create(&g->runner_thread, NULL,
@@ -926,7 +613,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   PCP_RETURN_IF_ERROR(pcp_http_server_start(g->http),
                       "the gateway API (--api-host/--api-port)");
   // Last: the hub may call back as soon as we advertise.
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_federation_start(g));
+  PCP_RETURN_IF_ERROR_BARE(pcp_services_federation_start(g->services));
   return pcp_ok_status();
 }
 
@@ -937,7 +624,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   // thread, which the HTTP stop below must be able to join.
   // Proxied calls first: a query-then-infer call waits on this gateway's
   // own inference, and their threads write to the server's streams.
-  pcp_roles_gateway_proxy_stop(5000);
+  pcp_services_proxy_stop(5000);
   pcp_infer_service_shutdown(g->infer, 8000);
   if (g->http) {
     // Requests in flight finish; event streams end after what they queued.
@@ -945,7 +632,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   }
   // After the HTTP stop: its handlers read the federation state. Until
   // then the hub is told "draining" and places nothing here.
-  pcp_roles_gateway_federation_stop(g);
+  pcp_services_federation_stop(g->services);
   atomic_store(&g->stopping, true);
   pthread_mutex_lock(&g->mu);
   pthread_cond_broadcast(&g->cv);
@@ -961,7 +648,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   // Training runs cancel their round's tasks and return; their jobs stay
   // running in the store and resume from a checkpoint at the next start.
   pcp_roles_gateway_training_stop(g);
-  pcp_roles_gateway_replication_stop(g);
+  pcp_services_stop(g->services);
   // A compile in progress finishes first (iree-compile is a child process
   // with its own timeout); its job stays compiling and re-runs next start.
   pcp_roles_gateway_compile_pool_stop(g);
@@ -974,7 +661,8 @@ static void stop(pcp_roles_gateway_state_t* g) {
   pcp_infer_service_release(g->infer);
   pcp_fabric_endpoint_release(g->fabric);
   pcp_roles_gateway_jobs_active_free(g);
-  pcp_roles_gateway_graph_close(g);
+  pcp_services_release(g->services);
+  g->services = NULL;
   pcp_store_release(g->store);
   pcp_obs_registry_release(g->registry);
   if (g->lock_fd >= 0) {

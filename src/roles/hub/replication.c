@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "roles/hub/hub_impl.h"
-#include "roles/replication_impl.h"
+#include "services/services.h"
 
 // The handlers' state is the hub's (store, allocator); user_data is the
 // pcp_roles_hub_t. One hub per process, so the lock that serializes the
@@ -44,9 +44,9 @@ static pcp_status_t policies_load(pcp_roles_hub_replication_t* r,
       break;
     }
     pcp_store_graph_policy_t* p = &out->items[out->count++];
-    pcp_roles_replication_policy_default(key, PCP_STORE_VISIBILITY_LOCAL, p);
+    pcp_services_replication_policy_default(key, PCP_STORE_VISIBILITY_LOCAL, p);
     // Stored by this file: a snapshot that passed the same check.
-    pcp_status_ignore(pcp_roles_replication_policy_update(value, true, p));
+    pcp_status_ignore(pcp_services_replication_policy_update(value, true, p));
     json_t* at = json_object_get(value, "updated_at_ms");
     p->updated_at_ns =
         json_is_integer(at) ? json_integer_value(at) * 1000000 : 0;
@@ -82,7 +82,7 @@ static pcp_status_t snapshots_apply(
   json_t* snapshot;
   json_array_foreach(snapshots, i, snapshot) {
     pcp_store_graph_policy_t p;
-    pcp_roles_replication_policy_default("", PCP_STORE_VISIBILITY_LOCAL, &p);
+    pcp_services_replication_policy_default("", PCP_STORE_VISIBILITY_LOCAL, &p);
     const char* ns =
         json_string_value(json_object_get(snapshot, "namespace_id"));
     json_t* at = json_object_get(snapshot, "updated_at_ms");
@@ -97,7 +97,7 @@ static pcp_status_t snapshots_apply(
                              i, (long long)(INT64_MAX / 1000000));
     }
     pcp_status_t status =
-        pcp_roles_replication_policy_update(snapshot, true, &p);
+        pcp_services_replication_policy_update(snapshot, true, &p);
     if (status) {
       pcp_status_t wrapped = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                              "namespace_policies[%zu]: %s", i,
@@ -120,8 +120,8 @@ static pcp_status_t snapshots_apply(
         json_integer_value(json_object_get(snapshot, "updated_at_ms")) *
         1000000;
     pcp_store_graph_policy_t existing;
-    pcp_roles_replication_policy_lookup(&current, ns,
-                                        PCP_STORE_VISIBILITY_LOCAL, &existing);
+    pcp_services_replication_policy_lookup(
+        &current, ns, PCP_STORE_VISIBILITY_LOCAL, &existing);
     bool known = existing.updated_at_ns != 0 ||
                  existing.allow_global_replication ||
                  existing.allow_raw_payload_export;
@@ -241,18 +241,18 @@ static pcp_status_t mutations_post(void* user_data,
                              "at most %d bytes",
                              PCP_STORE_ID_MAX_LENGTH);
   } else if (!json_is_array(items) ||
-             json_array_size(items) > PCP_ROLES_REPLICATION_MAX_ITEMS) {
+             json_array_size(items) > PCP_SERVICES_REPLICATION_MAX_ITEMS) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "field 'mutations' must be an array of at most %u "
                              "items",
-                             PCP_ROLES_REPLICATION_MAX_ITEMS);
+                             PCP_SERVICES_REPLICATION_MAX_ITEMS);
   } else if (snapshots && (!json_is_array(snapshots) ||
                            json_array_size(snapshots) >
-                               PCP_ROLES_REPLICATION_MAX_POLICIES)) {
+                               PCP_SERVICES_REPLICATION_MAX_POLICIES)) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "field 'namespace_policies' must be an array of "
                              "at most %u snapshots",
-                             PCP_ROLES_REPLICATION_MAX_POLICIES);
+                             PCP_SERVICES_REPLICATION_MAX_POLICIES);
   }
   if (!status) {
     status = integer_field(body, "through_sequence_no", true, &through);
@@ -284,8 +284,8 @@ static pcp_status_t mutations_post(void* user_data,
     }
   }
   for (size_t i = 0; !status && i < count; ++i) {
-    status =
-        pcp_roles_replication_item_parse(json_array_get(items, i), &parsed[i]);
+    status = pcp_services_replication_item_parse(json_array_get(items, i),
+                                                 &parsed[i]);
     if (!status) {
       if (parsed[i].sequence_no > through) {
         status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -299,9 +299,10 @@ static pcp_status_t mutations_post(void* user_data,
       // One item the policy forbids rejects the whole batch (upstream
       // PolicyRejected): the gateway's policy and the hub's disagree.
       pcp_store_graph_policy_t policy;
-      pcp_roles_replication_policy_lookup(&policies, parsed[i].namespace_id,
-                                          PCP_STORE_VISIBILITY_LOCAL, &policy);
-      if (!pcp_roles_replication_eligible(&policy, &parsed[i])) {
+      pcp_services_replication_policy_lookup(&policies, parsed[i].namespace_id,
+                                             PCP_STORE_VISIBILITY_LOCAL,
+                                             &policy);
+      if (!pcp_services_replication_eligible(&policy, &parsed[i])) {
         status = pcp_make_status(
             PCP_STATUS_FAILED_PRECONDITION,
             "PolicyRejected: mutation '%s' (%s, %s) is not allowed to "
@@ -330,7 +331,7 @@ static pcp_status_t mutations_post(void* user_data,
                                                   &applied, &duplicates);
   }
   for (size_t i = 0; i < count; ++i) {
-    pcp_roles_replication_item_deinitialize(&parsed[i]);
+    pcp_services_replication_item_deinitialize(&parsed[i]);
   }
   if (parsed) {
     pcp_allocator_free(r->allocator, parsed);
@@ -358,7 +359,7 @@ static pcp_status_t global_query(void* user_data,
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   pcp_store_graph_query_t q;
   const char* mode;  // unused: the hub holds one graph, its own
-  pcp_status_t status = pcp_roles_graph_query_read(body, &q, &mode);
+  pcp_status_t status = pcp_services_graph_query_read(body, &q, &mode);
   // The visibility filter runs after the store query, so asking the store
   // for |limit| items would let hidden ones (local, or in a namespace whose
   // policy was revoked) crowd out visible ones and answer a short page.
@@ -378,12 +379,12 @@ static pcp_status_t global_query(void* user_data,
     pcp_store_graph_result_deinitialize(&result);
     return status;
   }
-  json_t* out = pcp_roles_graph_result_json(&result);
+  json_t* out = pcp_services_graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
   // Only what was replicated as shared/global and is still allowed by the
   // namespace's policy (a policy that stops replication also hides what
   // the hub already holds).
-  pcp_roles_replication_result_filter(out, &policies);
+  pcp_services_replication_result_filter(out, &policies);
   pcp_store_graph_policy_list_deinitialize(&policies);
   static const char* const kArrays[] = {"entities", "relations",
                                         "observations"};
@@ -480,9 +481,9 @@ static pcp_status_t global_replication(void* user_data,
   for (size_t i = 0; namespaces && i < stats.count; ++i) {
     const pcp_store_namespace_stats_t* s = &stats.items[i];
     pcp_store_graph_policy_t policy;
-    pcp_roles_replication_policy_lookup(&policies, s->namespace_id,
-                                        PCP_STORE_VISIBILITY_LOCAL, &policy);
-    json_t* item = pcp_roles_replication_policy_json(&policy);
+    pcp_services_replication_policy_lookup(&policies, s->namespace_id,
+                                           PCP_STORE_VISIBILITY_LOCAL, &policy);
+    json_t* item = pcp_services_replication_policy_json(&policy);
     json_t* extra = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "total_mutations",
         (json_int_t)s->total_count, "shared_mutations",
@@ -520,7 +521,7 @@ static pcp_status_t policies_get(void* user_data,
   json_t* array = json_array();
   for (size_t i = 0; array && i < policies.count; ++i) {
     json_array_append_new(
-        array, pcp_roles_replication_policy_json(&policies.items[i]));
+        array, pcp_services_replication_policy_json(&policies.items[i]));
   }
   pcp_store_graph_policy_list_deinitialize(&policies);
   return pcp_http_response_json_take(response, 200,
@@ -548,7 +549,7 @@ pcp_status_t pcp_roles_hub_replication_routes_add(pcp_roles_hub_t* hub) {
       hub->metrics, metrics, PCP_ARRAYSIZE(metrics), NULL));
   const pcp_http_route_t routes[] = {
       {"POST", "/v1/federation/mutations", PCP_ROLES_HUB_SCOPE_FEDERATION,
-       mutations_post, hub, PCP_ROLES_REPLICATION_MAX_BODY_BYTES, 0},
+       mutations_post, hub, PCP_SERVICES_REPLICATION_MAX_BODY_BYTES, 0},
       // Gateways' global queries (federation token); clients use
       // /v1/global-graph/query with the API token. A route has one scope.
       {"POST", "/v1/federation/global-graph/query",

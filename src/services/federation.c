@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The gateway's federation client (docs/federation.md "Gateway federation
 // client"): the connect loop to the hub, what it advertises, the
-// /v1/federation/* and /v1/capabilities routes, and the internal routes the
-// hub calls for the jobs it places here.
+// /v1/federation/* and /v1/capabilities routes. The internal routes the hub
+// calls for the jobs it places here are the gateway's (they submit to its
+// training workload).
 //
 // Threads: one federation thread (the connect loop) writes the link state;
 // HTTP handler threads read it. Everything they share lives in
-// pcp_roles_gateway_federation_t under |mu|; the thread waits on |cv| so a
+// pcp_services_federation_t under |mu|; the thread waits on |cv| so a
 // stop wakes it at once instead of waiting out a backoff.
 //
 // Upstream's loop (reference/upstream-control-plane.md s.6.1) retried every
@@ -20,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "roles/gateway/gateway_impl.h"
+#include "services/services_impl.h"
 
 // Services advertised per connect, embedded and registered together (the
 // hub refuses more: PCP_SCHED_FEDERATION_MAX_SERVICES).
@@ -29,15 +30,13 @@
 #define FEDERATION_MAX_GROUPS 32u
 // Largest connect reply kept (peers and their services).
 #define FEDERATION_MAX_REPLY_BYTES ((size_t)4 << 20)
-// Body of an internal job submission (an experiment is small).
-#define FEDERATION_MAX_JOB_BODY_BYTES ((size_t)1 << 20)
 // Longest upstream URL / advertised URL.
 #define FEDERATION_MAX_URL_BYTES 1024u
 // Backoff ceiling whatever the interval.
 #define FEDERATION_MAX_BACKOFF_MS 60000
 
-struct pcp_roles_gateway_federation_t {
-  pcp_roles_gateway_state_t* g;
+struct pcp_services_federation_t {
+  pcp_services_t* g;
   bool enabled;
   char* upstream;  // no trailing '/'; NULL when none configured
   char* token;     // federation token (from the environment); NULL: none
@@ -74,15 +73,9 @@ static json_t* ms_or_null(int64_t ns) {
   return ns ? json_integer(ns / 1000000) : json_null();
 }
 
-static const char* service_id_of(const pcp_roles_gateway_state_t* g,
-                                 const char* kind) {
-  const pcp_roles_controllers_config_t* c = &g->config->file.controllers;
-  const pcp_roles_controller_config_t* b =
-      strcmp(kind, "training") == 0 ? &c->training : &c->inference;
-  if (c->present && b->present && b->service_id && b->service_id[0]) {
-    return b->service_id;
-  }
-  return strcmp(kind, "training") == 0 ? "training-main" : "inference-main";
+static const char* service_id_of(const pcp_services_t* g, const char* kind) {
+  return strcmp(kind, "training") == 0 ? g->config.training_service_id
+                                       : g->config.inference_service_id;
 }
 
 // Connected workers by (backend, target), from one fabric snapshot.
@@ -94,18 +87,18 @@ typedef struct worker_group_t {
   uint32_t available;  // ready and idle (no lease, nothing in flight)
 } worker_group_t;
 
-static uint32_t worker_groups_query(pcp_roles_gateway_state_t* g,
-                                    worker_group_t* groups, uint32_t capacity) {
+static uint32_t worker_groups_query(pcp_services_t* g, worker_group_t* groups,
+                                    uint32_t capacity) {
   if (!g->fabric) {
     return 0;
   }
   pcp_fabric_worker_info_t* infos =
-      calloc(PCP_GATEWAY_MAX_LISTED_WORKERS, sizeof(*infos));
+      calloc(PCP_SERVICES_MAX_LISTED_WORKERS, sizeof(*infos));
   if (!infos) {
     return 0;
   }
-  uint32_t count = pcp_fabric_worker_list(g->fabric, infos,
-                                          PCP_GATEWAY_MAX_LISTED_WORKERS, NULL);
+  uint32_t count = pcp_fabric_worker_list(
+      g->fabric, infos, PCP_SERVICES_MAX_LISTED_WORKERS, NULL);
   uint32_t group_count = 0;
   for (uint32_t i = 0; i < count; ++i) {
     const pcp_fabric_worker_info_t* w = &infos[i];
@@ -156,24 +149,23 @@ static json_t* groups_json(const worker_group_t* groups, uint32_t count) {
 // (s.3.1), counts for one (backend, target) group or for |group| NULL (no
 // worker: zero counts, no class or target, so placement by target never
 // picks it).
-static json_t* advertisement_json(pcp_roles_gateway_state_t* g,
-                                  const char* base_url, const char* kind,
-                                  const worker_group_t* group,
+static json_t* advertisement_json(pcp_services_t* g, const char* base_url,
+                                  const char* kind, const worker_group_t* group,
                                   json_t* capabilities) {
   const char* service_id = service_id_of(g, kind);
   char executor_id[512];
   if (group) {
     snprintf(executor_id, sizeof(executor_id), "%s:%s:%s:%s%s%s",
-             g->config->file.gateway_id, kind, service_id, group->backend,
+             g->config.gateway_id, kind, service_id, group->backend,
              group->target[0] ? ":" : "", group->target);
   } else {
-    snprintf(executor_id, sizeof(executor_id), "%s:%s:%s",
-             g->config->file.gateway_id, kind, service_id);
+    snprintf(executor_id, sizeof(executor_id), "%s:%s:%s", g->config.gateway_id,
+             kind, service_id);
   }
   uint32_t connected = group ? group->connected : 0;
   uint32_t ready = group ? group->ready : 0;
   uint32_t available = group ? group->available : 0;
-  bool draining = atomic_load(&g->draining);
+  bool draining = pcp_services_draining(g);
   json_t* out = json_pack(
       "{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, "
       "s:o, s:b}",
@@ -204,7 +196,7 @@ static json_t* training_capabilities(void) {
 // Every service this gateway has: the embedded training service (one
 // record per (backend, target) of the connected workers), the embedded
 // inference engine when it serves a model, and the registry's services.
-static json_t* services_json(pcp_roles_gateway_state_t* g, const char* base_url,
+static json_t* services_json(pcp_services_t* g, const char* base_url,
                              json_t** out_groups) {
   worker_group_t groups[FEDERATION_MAX_GROUPS];
   uint32_t group_count = worker_groups_query(g, groups, FEDERATION_MAX_GROUPS);
@@ -279,9 +271,9 @@ static json_t* services_json(pcp_roles_gateway_state_t* g, const char* base_url,
 
 // The upstream connect body (s.6.1) with our additions: the worker groups,
 // and heartbeat_interval_ms so the hub can tell when we are late.
-static json_t* connect_body(pcp_roles_gateway_federation_t* f,
+static json_t* connect_body(pcp_services_federation_t* f,
                             const char* base_url) {
-  pcp_roles_gateway_state_t* g = f->g;
+  pcp_services_t* g = f->g;
   json_t* groups = NULL;
   json_t* services = services_json(g, base_url, &groups);
   if (!services) {
@@ -294,8 +286,8 @@ static json_t* connect_body(pcp_roles_gateway_federation_t* f,
   }
   json_t* body = json_pack(
       "{s:s, s:s, s:s, s:s, s:I, s:O, s:o, s:I, s:I, s:s, s:I}", "gateway_id",
-      g->config->file.gateway_id, "lab_id", g->config->file.lab_id, "base_url",
-      base_url, "graph_backend",
+      g->config.gateway_id, "lab_id", g->config.lab_id, "base_url", base_url,
+      "graph_backend",
       g->graph ? pcp_store_graph_backend_name(g->graph) : "sqlite",
       "registered_services", (json_int_t)json_array_size(services), "services",
       services, "workers", groups ? groups : json_array(), "last_sequence_no",
@@ -314,8 +306,7 @@ static json_t* connect_body(pcp_roles_gateway_federation_t* f,
 // per failure, capped at max(interval, min(8 x interval, 60 s)), then
 // scaled by a random factor in [0.5, 1] ("equal jitter"), so it never drops
 // to zero and gateways that failed together spread out.
-static int64_t backoff_ms(pcp_roles_gateway_federation_t* f,
-                          uint32_t failures) {
+static int64_t backoff_ms(pcp_services_federation_t* f, uint32_t failures) {
   int64_t cap = f->interval_ms * 8;
   if (cap > FEDERATION_MAX_BACKOFF_MS) {
     cap = FEDERATION_MAX_BACKOFF_MS;
@@ -347,7 +338,7 @@ static void error_set(char* slot, size_t capacity, const char* prefix,
 
 // One connect: POST the advertisement, keep the reply's peers. The reply
 // (new reference) goes to |out_answer| for the step.
-static pcp_status_t connect_once(pcp_roles_gateway_federation_t* f,
+static pcp_status_t connect_once(pcp_services_federation_t* f,
                                  pcp_http_client_t* client,
                                  json_t** out_answer) {
   *out_answer = NULL;
@@ -427,8 +418,8 @@ static pcp_status_t connect_once(pcp_roles_gateway_federation_t* f,
 }
 
 static void* federation_main(void* opaque) {
-  pcp_roles_gateway_federation_t* f = opaque;
-  pcp_roles_gateway_state_t* g = f->g;
+  pcp_services_federation_t* f = opaque;
+  pcp_services_t* g = f->g;
   // One request is bounded by twice the interval (1..5 s), so a stop never
   // waits longer than that for a hub that accepts and stays silent.
   int64_t timeout_ms = f->interval_ms * 2;
@@ -486,7 +477,9 @@ static void* federation_main(void* opaque) {
     pthread_mutex_unlock(&f->mu);
     if (!status && !was_connected) {
       const char* pairs[] = {"upstream", f->upstream};
-      pcp_roles_log_event("gateway", "federation connected", pairs, 1);
+      if (g->event_log) {
+        g->event_log("federation connected", pairs, 1);
+      }
     } else if (status && (was_connected || failures == 1)) {
       // Logged on the transition (and the first failure), not per retry.
       pcp_log_status(PCP_LOG_WARN, &g->log, status,
@@ -495,7 +488,7 @@ static void* federation_main(void* opaque) {
     was_connected = !status;
     pcp_status_ignore(status);
     if (answer && g->federation_step) {
-      pcp_roles_gateway_federation_link_t link = {
+      pcp_services_federation_link_t link = {
           .client = client,
           .upstream = f->upstream,
           .token = f->token,
@@ -540,14 +533,14 @@ static void* federation_main(void* opaque) {
 // Lifecycle
 //===----------------------------------------------------------------------===//
 
-void pcp_roles_gateway_federation_step_set(
-    pcp_roles_gateway_state_t* g, pcp_roles_gateway_federation_step_fn_t step) {
+void pcp_services_federation_step_set(pcp_services_t* g,
+                                      pcp_services_federation_step_fn_t step) {
   g->federation_step = step;
 }
 
-bool pcp_roles_gateway_federation_scope(const pcp_roles_gateway_state_t* g,
-                                        pcp_http_scope_t* out_scope) {
-  const char* env = g->config->effective.federation_token_env;
+bool pcp_services_federation_scope(const pcp_services_t* g,
+                                   pcp_http_scope_t* out_scope) {
+  const char* env = g->config.federation_token_env;
   if (!env || !env[0]) {
     return false;
   }
@@ -555,30 +548,30 @@ bool pcp_roles_gateway_federation_scope(const pcp_roles_gateway_state_t* g,
   return true;
 }
 
-static pcp_status_t federation_create(pcp_roles_gateway_state_t* g) {
-  const pcp_roles_gateway_config_t* c = g->config;
-  pcp_roles_gateway_federation_t* f = calloc(1, sizeof(*f));
+pcp_status_t pcp_services_federation_create(pcp_services_t* g) {
+  const pcp_services_config_t* c = &g->config;
+  pcp_services_federation_t* f = calloc(1, sizeof(*f));
   if (!f) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "federation state");
   }
   f->g = g;
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
-  f->enabled = c->file.federation.present && c->file.federation.enabled;
-  f->interval_ms = c->effective.federation_heartbeat_interval_ms > 0
-                       ? c->effective.federation_heartbeat_interval_ms
+  f->enabled = c->federation_present && c->federation_enabled;
+  f->interval_ms = c->federation_heartbeat_interval_ms > 0
+                       ? c->federation_heartbeat_interval_ms
                        : 5000;
   f->status = f->enabled ? "connecting" : "disabled";
   f->peers = json_array();
   // Seeded from the wall clock and the gateway id: two gateways started in
   // the same instant still draw different jitter.
   uint64_t seed = (uint64_t)pcp_clock_wall_ns(g->clock);
-  for (const char* p = c->file.gateway_id; p && *p; ++p) {
+  for (const char* p = c->gateway_id; p && *p; ++p) {
     seed = seed * 1099511628211ull ^ (uint8_t)*p;
   }
   pcp_rng_initialize(seed, &f->rng);
   g->federation = f;  // before any early return: stop frees it
-  const char* upstream = c->effective.federation_upstream;
+  const char* upstream = c->federation_upstream;
   if (upstream && upstream[0]) {
     size_t n = strlen(upstream);
     if (n >= FEDERATION_MAX_URL_BYTES ||
@@ -598,7 +591,7 @@ static pcp_status_t federation_create(pcp_roles_gateway_state_t* g) {
     }
   }
   const char* advertise =
-      c->file.federation.present ? c->file.federation.advertise_url : NULL;
+      c->federation_present ? c->federation_advertise_url : NULL;
   if (advertise && (strlen(advertise) >= FEDERATION_MAX_URL_BYTES ||
                     (strncmp(advertise, "http://", 7) != 0 &&
                      strncmp(advertise, "https://", 8) != 0))) {
@@ -608,7 +601,7 @@ static pcp_status_t federation_create(pcp_roles_gateway_state_t* g) {
                            "bytes",
                            FEDERATION_MAX_URL_BYTES);
   }
-  const char* env = c->effective.federation_token_env;
+  const char* env = c->federation_token_env;
   const char* token = env ? getenv(env) : NULL;
   if (token && token[0]) {
     f->token = strdup(token);
@@ -627,15 +620,15 @@ static pcp_status_t federation_create(pcp_roles_gateway_state_t* g) {
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_roles_gateway_federation_start(pcp_roles_gateway_state_t* g) {
-  pcp_roles_gateway_federation_t* f = g->federation;
+pcp_status_t pcp_services_federation_start(pcp_services_t* g) {
+  pcp_services_federation_t* f = g->federation;
   if (!f) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
-                           "federation routes were not added");
+                           "the services were not started");
   }
-  const pcp_roles_gateway_config_t* c = g->config;
+  const pcp_services_config_t* c = &g->config;
   const char* advertise =
-      c->file.federation.present ? c->file.federation.advertise_url : NULL;
+      c->federation_present ? c->federation_advertise_url : NULL;
   pthread_mutex_lock(&f->mu);
   if (advertise) {
     snprintf(f->advertise_url, sizeof(f->advertise_url), "%s", advertise);
@@ -644,14 +637,14 @@ pcp_status_t pcp_roles_gateway_federation_start(pcp_roles_gateway_state_t* g) {
       f->advertise_url[--n] = '\0';
     }
   } else {
-    const char* host = c->effective.api_host;
+    const char* host = c->api_host;
     if (!host || !host[0] || strcmp(host, "0.0.0.0") == 0) {
       host = "127.0.0.1";
     } else if (strcmp(host, "::") == 0) {
       host = "::1";
     }
     bool v6 = strchr(host, ':') != NULL;
-    bool tls = c->file.tls.present && c->file.tls.cert != NULL;
+    bool tls = c->tls;
     snprintf(f->advertise_url, sizeof(f->advertise_url), "%s://%s%s%s:%u",
              tls ? "https" : "http", v6 ? "[" : "", host, v6 ? "]" : "",
              (unsigned)pcp_http_server_port(g->http));
@@ -673,8 +666,11 @@ pcp_status_t pcp_roles_gateway_federation_start(pcp_roles_gateway_state_t* g) {
   return pcp_ok_status();
 }
 
-void pcp_roles_gateway_federation_stop(pcp_roles_gateway_state_t* g) {
-  pcp_roles_gateway_federation_t* f = g->federation;
+void pcp_services_federation_stop(pcp_services_t* g) {
+  if (!g) {
+    return;
+  }
+  pcp_services_federation_t* f = g->federation;
   if (!f) {
     return;
   }
@@ -700,19 +696,19 @@ void pcp_roles_gateway_federation_stop(pcp_roles_gateway_state_t* g) {
 //===----------------------------------------------------------------------===//
 
 // Fields of the status that every /v1/federation answer starts with.
-static json_t* link_json(pcp_roles_gateway_federation_t* f) {
-  pcp_roles_gateway_state_t* g = f->g;
+static json_t* link_json(pcp_services_federation_t* f) {
+  pcp_services_t* g = f->g;
   pthread_mutex_lock(&f->mu);
   int64_t now_ns = pcp_clock_wall_ns(g->clock);
   json_t* out = json_pack(
       "{s:s, s:s, s:b, s:b, s:s, s:s?, s:s?, s:s, s:I, s:o, s:o, s:o, s:I, "
       "s:I, s:I, s:i}",
-      "gateway_id", g->config->file.gateway_id, "lab_id",
-      g->config->file.lab_id, "enabled", f->enabled, "connected",
-      strcmp(f->status, "connected") == 0, "status", f->status, "upstream",
-      f->upstream, "federation_hub_endpoint", f->upstream, "advertise_url",
-      f->advertise_url, "heartbeat_interval_ms", (json_int_t)f->interval_ms,
-      "last_sync_at_ms", ms_or_null(f->last_sync_at_ns), "last_attempt_at_ms",
+      "gateway_id", g->config.gateway_id, "lab_id", g->config.lab_id, "enabled",
+      f->enabled, "connected", strcmp(f->status, "connected") == 0, "status",
+      f->status, "upstream", f->upstream, "federation_hub_endpoint",
+      f->upstream, "advertise_url", f->advertise_url, "heartbeat_interval_ms",
+      (json_int_t)f->interval_ms, "last_sync_at_ms",
+      ms_or_null(f->last_sync_at_ns), "last_attempt_at_ms",
       ms_or_null(f->last_attempt_at_ns), "last_error",
       f->last_error[0] ? json_string(f->last_error) : json_null(),
       "connect_count", (json_int_t)f->connect_count, "failure_count",
@@ -737,7 +733,7 @@ static json_t* link_json(pcp_roles_gateway_federation_t* f) {
   return out;
 }
 
-static void stats_set(pcp_roles_gateway_state_t* g, json_t* out) {
+static void stats_set(pcp_services_t* g, json_t* out) {
   pcp_store_mutation_log_stats_t stats = {0};
   pcp_status_ignore(pcp_store_mutation_log_stats_query(g->store, &stats));
   json_object_set_new(out, "replication_enabled",
@@ -750,11 +746,11 @@ static void stats_set(pcp_roles_gateway_state_t* g, json_t* out) {
                       json_integer(stats.pending_count));
 }
 
-static pcp_status_t status_get(void* user_data,
-                               const pcp_http_request_t* request,
-                               pcp_http_response_t* response) {
+pcp_status_t pcp_services_federation_status_get(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* g = user_data;
   json_t* out = link_json(g->federation);
   if (out) {
     stats_set(g, out);
@@ -764,12 +760,12 @@ static pcp_status_t status_get(void* user_data,
 
 // Wakes the loop for a connect now (upstream's route only reported). The
 // answer is the status before that connect; poll /status for its outcome.
-static pcp_status_t connect_post(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
+pcp_status_t pcp_services_federation_connect_post(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
-  pcp_roles_gateway_state_t* g = user_data;
-  pcp_roles_gateway_federation_t* f = g->federation;
+  pcp_services_t* g = user_data;
+  pcp_services_federation_t* f = g->federation;
   if (!f->enabled) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "federation is not enabled on this gateway "
@@ -782,19 +778,19 @@ static pcp_status_t connect_post(void* user_data,
   return pcp_http_response_json_take(response, 202, link_json(f));
 }
 
-static json_t* peers_copy(pcp_roles_gateway_federation_t* f) {
+static json_t* peers_copy(pcp_services_federation_t* f) {
   pthread_mutex_lock(&f->mu);
   json_t* peers = json_deep_copy(f->peers);
   pthread_mutex_unlock(&f->mu);
   return peers ? peers : json_array();
 }
 
-static pcp_status_t peers_get(void* user_data,
-                              const pcp_http_request_t* request,
-                              pcp_http_response_t* response) {
+pcp_status_t pcp_services_federation_peers_get(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
-  pcp_roles_gateway_state_t* g = user_data;
-  pcp_roles_gateway_federation_t* f = g->federation;
+  pcp_services_t* g = user_data;
+  pcp_services_federation_t* f = g->federation;
   pthread_mutex_lock(&f->mu);
   int64_t synced = f->last_sync_at_ns;
   pthread_mutex_unlock(&f->mu);
@@ -805,11 +801,11 @@ static pcp_status_t peers_get(void* user_data,
                 ms_or_null(synced)));
 }
 
-static pcp_status_t services_get(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
+pcp_status_t pcp_services_federation_services_get(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* g = user_data;
   json_t* peers = peers_copy(g->federation);
   json_t* out = json_array();
   size_t i;
@@ -837,11 +833,11 @@ static pcp_status_t services_get(void* user_data,
                                      json_pack("{s:o}", "services", out));
 }
 
-static pcp_status_t replication_get(void* user_data,
-                                    const pcp_http_request_t* request,
-                                    pcp_http_response_t* response) {
+pcp_status_t pcp_services_federation_replication_get(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* g = user_data;
   json_t* out = link_json(g->federation);
   if (!out) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "replication");
@@ -858,13 +854,12 @@ static pcp_status_t replication_get(void* user_data,
                 (json_int_t)(stats.last_sequence_no -
                              stats.last_replicated_sequence)));
   // Per namespace (upstream NamespaceReplicationStatus): replication.c.
-  json_t* graph = pcp_roles_gateway_replication_status_json(g);
+  json_t* graph = pcp_services_replication_status_json(g);
   if (graph) {
     json_object_set(out, "namespaces", json_object_get(graph, "namespaces"));
-    json_object_set_new(
-        json_object_get(out, "summary"), "namespace_count",
-        json_integer((json_int_t)json_array_size(
-            json_object_get(graph, "namespaces"))));
+    json_object_set_new(json_object_get(out, "summary"), "namespace_count",
+                        json_integer((json_int_t)json_array_size(
+                            json_object_get(graph, "namespaces"))));
     json_decref(graph);
   }
   return pcp_http_response_json_take(response, 200, out);
@@ -875,17 +870,17 @@ static pcp_status_t replication_get(void* user_data,
 // route that implements it (docs/federation.md lists them).
 typedef struct capability_t {
   const char* name;
-  bool (*present)(pcp_roles_gateway_state_t* g);
+  bool (*present)(pcp_services_t* g);
 } capability_t;
 
-static bool federation_on(pcp_roles_gateway_state_t* g) {
+static bool federation_on(pcp_services_t* g) {
   return g->federation && g->federation->enabled;
 }
-static bool federation_jobs_on(pcp_roles_gateway_state_t* g) {
+static bool federation_jobs_on(pcp_services_t* g) {
   pcp_http_scope_t scope;
-  return pcp_roles_gateway_federation_scope(g, &scope);
+  return pcp_services_federation_scope(g, &scope);
 }
-static bool inference_on(pcp_roles_gateway_state_t* g) {
+static bool inference_on(pcp_services_t* g) {
   return g->infer != NULL;
 }
 
@@ -905,11 +900,11 @@ static const capability_t kCapabilities[] = {
     {"federation.training.jobs", federation_jobs_on},  // internal routes
 };
 
-static pcp_status_t capabilities_get(void* user_data,
-                                     const pcp_http_request_t* request,
-                                     pcp_http_response_t* response) {
+pcp_status_t pcp_services_capabilities_get(void* user_data,
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
   (void)request;
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* g = user_data;
   json_t* names = json_array();
   for (size_t i = 0; i < PCP_ARRAYSIZE(kCapabilities); ++i) {
     if (!kCapabilities[i].present || kCapabilities[i].present(g)) {
@@ -920,131 +915,7 @@ static pcp_status_t capabilities_get(void* user_data,
   uint32_t count = worker_groups_query(g, groups, FEDERATION_MAX_GROUPS);
   return pcp_http_response_json_take(
       response, 200,
-      json_pack("{s:s, s:s, s:o, s:o}", "gateway_id",
-                g->config->file.gateway_id, "lab_id", g->config->file.lab_id,
-                "capabilities", names, "workers", groups_json(groups, count)));
-}
-
-//===----------------------------------------------------------------------===//
-// /v1/internal/federation/* (the hub's calls, federation token)
-//===----------------------------------------------------------------------===//
-
-// Keys the hub adds to a job body for its own bookkeeping; not part of the
-// experiment.
-static const char* const kPlacementKeys[] = {
-    "service_id",
-    "executor_id",
-    "global_job_id",
-    "placement",
-    "gateway_id",
-    "worker_class",
-    "target_arch",
-    "workers_required",
-    // The hub reads the training kind to choose the capability.
-    "training_kind",
-    "model_type",
-};
-
-static pcp_status_t internal_training_submit(void* user_data,
-                                             const pcp_http_request_t* request,
-                                             pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
-  json_t* body = NULL;
-  PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
-  if (!json_is_object(body)) {
-    json_decref(body);
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "the body must be a JSON object (an experiment, "
-                           "as for POST /v1/training/jobs)");
-  }
-  // {"job": {...}} (the hub's wrapped form) or the experiment itself.
-  json_t* job = json_object_get(body, "job");
-  json_t* experiment =
-      json_is_object(job) ? json_deep_copy(job) : json_deep_copy(body);
-  json_t* global_job_id = json_object_get(body, "global_job_id");
-  const char* global_id =
-      json_is_string(global_job_id) ? json_string_value(global_job_id) : NULL;
-  char global_copy[128] = {0};
-  if (global_id) {
-    snprintf(global_copy, sizeof(global_copy), "%s", global_id);
-  }
-  json_decref(body);
-  if (!experiment) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "job body");
-  }
-  for (size_t i = 0; i < PCP_ARRAYSIZE(kPlacementKeys); ++i) {
-    json_object_del(experiment, kPlacementKeys[i]);
-  }
-  char* text = json_dumps(experiment, JSON_COMPACT);
-  json_decref(experiment);
-  if (!text) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "job body");
-  }
-  pcp_status_t status =
-      pcp_roles_gateway_training_text_submit(g, text, strlen(text), response);
-  free(text);
-  if (!status) {
-    const char* pairs[] = {"global_job_id",
-                           global_copy[0] ? global_copy : "(none)"};
-    pcp_roles_log_event("gateway", "federation job accepted", pairs, 1);
-  }
-  return status;
-}
-
-static pcp_status_t internal_rl_submit(void* user_data,
-                                       const pcp_http_request_t* request,
-                                       pcp_http_response_t* response) {
-  (void)user_data;
-  (void)request;
-  (void)response;
-  // No RL service exists on a gateway yet (docs/federation.md); the hub
-  // should never place here, since no "rl" service is advertised.
-  return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
-                         "rl is not available on this gateway (no rl "
-                         "service; none is advertised to the hub)");
-}
-
-static pcp_status_t internal_unconfigured(void* user_data,
-                                          const pcp_http_request_t* request,
-                                          pcp_http_response_t* response) {
-  (void)user_data;
-  (void)request;
-  (void)response;
-  return pcp_make_status(PCP_STATUS_UNAUTHENTICATED,
-                         "no federation token is configured on this gateway "
-                         "(gateway config key 'federation.token_env')");
-}
-
-pcp_status_t pcp_roles_gateway_federation_routes_add(
-    pcp_roles_gateway_state_t* g) {
-  PCP_RETURN_IF_ERROR_BARE(federation_create(g));
-  const char* api = g->auth_enabled ? "api" : NULL;
-  const pcp_http_route_t routes[] = {
-      {"GET", "/v1/federation/status", api, status_get, g, 0, 0},
-      {"GET", "/v1/federation/peers", api, peers_get, g, 0, 0},
-      {"GET", "/v1/federation/services", api, services_get, g, 0, 0},
-      {"GET", "/v1/federation/replication", api, replication_get, g, 0, 0},
-      {"POST", "/v1/federation/connect", api, connect_post, g, 0, 0},
-      {"GET", "/v1/capabilities", api, capabilities_get, g, 0, 0},
-  };
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes)));
-  pcp_http_scope_t scope;
-  bool token = pcp_roles_gateway_federation_scope(g, &scope);
-  // Without a configured token every internal route answers 401 (an open
-  // internal route would let anyone place work as the hub).
-  const char* s = token ? "federation" : NULL;
-  pcp_http_handler_fn_t gate = internal_unconfigured;
-  const pcp_http_route_t internal[] = {
-      {"POST", "/v1/internal/federation/training/jobs", s,
-       token ? internal_training_submit : gate, g,
-       FEDERATION_MAX_JOB_BODY_BYTES, 0},
-      {"POST", "/v1/internal/federation/rl/jobs", s,
-       token ? internal_rl_submit : gate, g, FEDERATION_MAX_JOB_BODY_BYTES, 0},
-      {"GET", "/v1/internal/federation/jobs/{id}", s,
-       token ? pcp_roles_gateway_job_get : gate, g, 0, 0},
-      {"POST", "/v1/internal/federation/jobs/{id}/cancel", s,
-       token ? pcp_roles_gateway_job_cancel : gate, g, 0, 0},
-  };
-  return pcp_http_server_routes_add(g->http, internal, PCP_ARRAYSIZE(internal));
+      json_pack("{s:s, s:s, s:o, s:o}", "gateway_id", g->config.gateway_id,
+                "lab_id", g->config.lab_id, "capabilities", names, "workers",
+                groups_json(groups, count)));
 }

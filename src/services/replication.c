@@ -17,8 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "roles/gateway/gateway_impl.h"
-#include "roles/replication_impl.h"
+#include "services/services_impl.h"
 
 // Records one push cycle reads at most (pages of 128): a cycle stays short
 // and the next one continues.
@@ -28,7 +27,7 @@
 // Calls to the hub.
 #define REPLICATION_HUB_TIMEOUT_MS 10000
 
-struct pcp_roles_gateway_replication_t {
+struct pcp_services_replication_t {
   pthread_mutex_t mu;
   // Guarded by |mu|.
   pcp_store_graph_policy_list_t policies;
@@ -46,30 +45,27 @@ struct pcp_roles_gateway_replication_t {
   pcp_http_client_t* client;  // guarded by |cycle_mu|
 };
 
-static pcp_store_visibility_t default_visibility(pcp_roles_gateway_state_t* g) {
-  const pcp_roles_sharing_config_t* s = &g->config->file.sharing_defaults;
-  return s->present ? (pcp_store_visibility_t)s->default_visibility
-                    : PCP_STORE_VISIBILITY_LOCAL;
+static pcp_store_visibility_t default_visibility(pcp_services_t* g) {
+  return g->config.default_visibility;
 }
 
 // The hub's base URL when federation is on (federation.enabled with
 // federation.upstream, or the legacy federation_hub_endpoint), else NULL.
-static const char* hub_url(pcp_roles_gateway_state_t* g) {
-  const pcp_roles_gateway_file_config_t* f = &g->config->file;
-  if (f->federation.present && !f->federation.enabled) {
+static const char* hub_url(pcp_services_t* g) {
+  if (g->config.federation_present && !g->config.federation_enabled) {
     return NULL;
   }
-  return g->config->effective.federation_upstream;
+  return g->config.federation_upstream;
 }
 
-static const char* hub_token(pcp_roles_gateway_state_t* g) {
-  const char* env = g->config->effective.federation_token_env;
+static const char* hub_token(pcp_services_t* g) {
+  const char* env = g->config.federation_token_env;
   return env ? getenv(env) : NULL;
 }
 
 // Reloads the policies when a write marked them stale. Holds |mu|.
-static pcp_status_t policies_refresh_locked(pcp_roles_gateway_state_t* g) {
-  pcp_roles_gateway_replication_t* r = g->replication;
+static pcp_status_t policies_refresh_locked(pcp_services_t* g) {
+  pcp_services_replication_t* r = g->replication;
   if (!r->policies_stale) {
     return pcp_ok_status();
   }
@@ -82,9 +78,9 @@ static pcp_status_t policies_refresh_locked(pcp_roles_gateway_state_t* g) {
 }
 
 // A copy of the policies in force (release with _deinitialize).
-static pcp_status_t policies_copy(pcp_roles_gateway_state_t* g,
+static pcp_status_t policies_copy(pcp_services_t* g,
                                   pcp_store_graph_policy_list_t* out) {
-  pcp_roles_gateway_replication_t* r = g->replication;
+  pcp_services_replication_t* r = g->replication;
   memset(out, 0, sizeof(*out));
   out->allocator = g->allocator;
   pthread_mutex_lock(&r->mu);
@@ -103,29 +99,27 @@ static pcp_status_t policies_copy(pcp_roles_gateway_state_t* g,
   return status;
 }
 
-static void policy_get(pcp_roles_gateway_state_t* g, const char* namespace_id,
+static void policy_get(pcp_services_t* g, const char* namespace_id,
                        pcp_store_graph_policy_t* out) {
-  pcp_roles_gateway_replication_t* r = g->replication;
+  pcp_services_replication_t* r = g->replication;
   pthread_mutex_lock(&r->mu);
   pcp_status_t status = policies_refresh_locked(g);
   // On a read error the cached list (possibly older) still answers; the
   // next call retries the reload.
   pcp_status_ignore(status);
-  pcp_roles_replication_policy_lookup(&r->policies, namespace_id,
-                                      default_visibility(g), out);
+  pcp_services_replication_policy_lookup(&r->policies, namespace_id,
+                                         default_visibility(g), out);
   pthread_mutex_unlock(&r->mu);
 }
 
-void pcp_roles_gateway_replication_policies_changed(
-    pcp_roles_gateway_state_t* g) {
-  pcp_roles_gateway_replication_t* r = g->replication;
+void pcp_services_replication_policies_changed(pcp_services_t* g) {
+  pcp_services_replication_t* r = g->replication;
   pthread_mutex_lock(&r->mu);
   r->policies_stale = true;
   pthread_mutex_unlock(&r->mu);
 }
 
-static pcp_status_t mutation_prepare(pcp_roles_gateway_state_t* g,
-                                     json_t* request,
+static pcp_status_t mutation_prepare(pcp_services_t* g, json_t* request,
                                      pcp_store_mutation_t* inout_mutation,
                                      json_t** out_payload) {
   *out_payload = NULL;
@@ -148,10 +142,10 @@ static pcp_status_t mutation_prepare(pcp_roles_gateway_state_t* g,
   json_t* update = inout_mutation->payload;
   if (update) {
     PCP_RETURN_IF_ERROR(
-        pcp_roles_replication_policy_update(update, false, &policy),
+        pcp_services_replication_policy_update(update, false, &policy),
         "policy_update payload");
   }
-  *out_payload = pcp_roles_replication_policy_payload(&policy);
+  *out_payload = pcp_services_replication_policy_payload(&policy);
   if (!*out_payload) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "policy payload");
   }
@@ -161,11 +155,10 @@ static pcp_status_t mutation_prepare(pcp_roles_gateway_state_t* g,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_roles_gateway_replication_mutation_apply(
-    pcp_roles_gateway_state_t* g, json_t* request,
-    pcp_store_mutation_t* mutation, int64_t* out_sequence_no,
-    bool* out_duplicate) {
-  pcp_roles_gateway_replication_t* r = g->replication;
+pcp_status_t pcp_services_replication_mutation_apply(
+    pcp_services_t* g, json_t* request, pcp_store_mutation_t* mutation,
+    int64_t* out_sequence_no, bool* out_duplicate) {
+  pcp_services_replication_t* r = g->replication;
   bool policy = mutation->mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE;
   if (policy) {
     pthread_mutex_lock(&r->policy_write_mu);
@@ -179,7 +172,7 @@ pcp_status_t pcp_roles_gateway_replication_mutation_apply(
   }
   if (policy) {
     if (!status) {
-      pcp_roles_gateway_replication_policies_changed(g);
+      pcp_services_replication_policies_changed(g);
     }
     pthread_mutex_unlock(&r->policy_write_mu);
   }
@@ -192,17 +185,17 @@ pcp_status_t pcp_roles_gateway_replication_mutation_apply(
 // GET /v1/graph/policies, PUT /v1/graph/policies/{namespace}
 //===----------------------------------------------------------------------===//
 
-static pcp_status_t policies_list(void* user_data,
-                                  const pcp_http_request_t* request,
-                                  pcp_http_response_t* response) {
+pcp_status_t pcp_services_graph_policies_get(void* user_data,
+                                             const pcp_http_request_t* request,
+                                             pcp_http_response_t* response) {
   (void)request;
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* g = user_data;
   pcp_store_graph_policy_list_t list;
   PCP_RETURN_IF_ERROR_BARE(policies_copy(g, &list));
   json_t* array = json_array();
   for (size_t i = 0; array && i < list.count; ++i) {
     json_array_append_new(array,
-                          pcp_roles_replication_policy_json(&list.items[i]));
+                          pcp_services_replication_policy_json(&list.items[i]));
   }
   pcp_store_graph_policy_list_deinitialize(&list);
   return pcp_http_response_json_take(
@@ -211,10 +204,10 @@ static pcp_status_t policies_list(void* user_data,
                 pcp_store_visibility_name(default_visibility(g))));
 }
 
-static pcp_status_t policy_put(void* user_data,
-                               const pcp_http_request_t* request,
-                               pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+pcp_status_t pcp_services_graph_policy_put(void* user_data,
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
+  pcp_services_t* g = user_data;
   // A prefix route: namespace ids hold '/' ("{lab_id}/shared").
   const char* namespace_id = pcp_http_request_param(request, "*");
   if (!namespace_id || !namespace_id[0] ||
@@ -232,7 +225,7 @@ static pcp_status_t policy_put(void* user_data,
   int64_t sequence_no = 0;
   bool duplicate = false;
   pcp_status_t status = json_is_object(body)
-                            ? pcp_roles_gateway_replication_mutation_apply(
+                            ? pcp_services_replication_mutation_apply(
                                   g, body, &m, &sequence_no, &duplicate)
                             : pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                               "the body must be a JSON object");
@@ -246,7 +239,7 @@ static pcp_status_t policy_put(void* user_data,
   return pcp_http_response_json_take(
       response, 200,
       json_pack("{s:b, s:o, s:s}", "accepted", 1, "policy",
-                pcp_roles_replication_policy_json(&policy), "mutation_id",
+                pcp_services_replication_policy_json(&policy), "mutation_id",
                 mutation_id));
 }
 
@@ -254,10 +247,10 @@ static pcp_status_t policy_put(void* user_data,
 // POST /v1/internal/events
 //===----------------------------------------------------------------------===//
 
-static pcp_status_t events_ingest(void* user_data,
-                                  const pcp_http_request_t* request,
-                                  pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+pcp_status_t pcp_services_events_ingest_post(void* user_data,
+                                             const pcp_http_request_t* request,
+                                             pcp_http_response_t* response) {
+  pcp_services_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   json_t* events = json_object_get(body, "events");
@@ -265,10 +258,10 @@ static pcp_status_t events_ingest(void* user_data,
   if (!json_is_array(events) || json_array_size(events) == 0) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "field 'events' must be a non-empty array");
-  } else if (json_array_size(events) > PCP_ROLES_EVENTS_MAX_PER_REQUEST) {
+  } else if (json_array_size(events) > PCP_SERVICES_EVENTS_MAX_PER_REQUEST) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "field 'events': at most %u events per request",
-                             PCP_ROLES_EVENTS_MAX_PER_REQUEST);
+                             PCP_SERVICES_EVENTS_MAX_PER_REQUEST);
   }
   // Every event is checked before any is written, so a bad one in the
   // middle leaves nothing half-ingested.
@@ -282,9 +275,9 @@ static pcp_status_t events_ingest(void* user_data,
     }
   }
   for (size_t i = 0; !status && i < count; ++i) {
-    status = pcp_roles_replication_event_mutations(
-        json_array_get(events, i), g->config->file.gateway_id,
-        g->config->file.lab_id, &mutations[2 * i]);
+    status = pcp_services_replication_event_mutations(
+        json_array_get(events, i), g->config.gateway_id, g->config.lab_id,
+        &mutations[2 * i]);
     if (status) {
       pcp_status_t wrapped =
           pcp_make_status(pcp_status_code(status), "events[%zu]: %s", i,
@@ -324,7 +317,7 @@ static pcp_status_t events_ingest(void* user_data,
     }
   }
   for (size_t i = 0; i < 2 * count; ++i) {
-    pcp_roles_replication_item_deinitialize(&mutations[i]);
+    pcp_services_replication_item_deinitialize(&mutations[i]);
   }
   if (mutations) {
     pcp_allocator_free(g->allocator, mutations);
@@ -342,9 +335,8 @@ static pcp_status_t events_ingest(void* user_data,
 // GET /v1/graph/replication
 //===----------------------------------------------------------------------===//
 
-json_t* pcp_roles_gateway_replication_status_json(
-    pcp_roles_gateway_state_t* g) {
-  pcp_roles_gateway_replication_t* r = g->replication;
+json_t* pcp_services_replication_status_json(pcp_services_t* g) {
+  pcp_services_replication_t* r = g->replication;
   pcp_store_mutation_log_stats_t stats;
   pcp_store_namespace_stats_list_t namespaces = {0};
   pcp_store_graph_policy_list_t policies = {0};
@@ -364,9 +356,9 @@ json_t* pcp_roles_gateway_replication_status_json(
   for (size_t i = 0; array && i < namespaces.count; ++i) {
     const pcp_store_namespace_stats_t* s = &namespaces.items[i];
     pcp_store_graph_policy_t policy;
-    pcp_roles_replication_policy_lookup(&policies, s->namespace_id,
-                                        default_visibility(g), &policy);
-    json_t* item = pcp_roles_replication_policy_json(&policy);
+    pcp_services_replication_policy_lookup(&policies, s->namespace_id,
+                                           default_visibility(g), &policy);
+    json_t* item = pcp_services_replication_policy_json(&policy);
     json_t* counts = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
         "total_mutations", (json_int_t)s->total_count, "pending_mutations",
@@ -394,12 +386,11 @@ json_t* pcp_roles_gateway_replication_status_json(
   json_t* out = json_pack(
       "{s:s, s:s, s:b, s:s?, s:I, s:s?, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
       " s:o}",
-      "gateway_id", g->config->file.gateway_id, "lab_id",
-      g->config->file.lab_id, "replication_enabled", hub_url(g) != NULL,
-      "federation_hub_endpoint", hub_url(g), "last_push_at_ms",
-      (json_int_t)r->last_push_at_ms, "last_error",
-      r->last_error[0] ? r->last_error : NULL, "summary", "namespace_count",
-      (json_int_t)json_array_size(array), "last_sequence_no",
+      "gateway_id", g->config.gateway_id, "lab_id", g->config.lab_id,
+      "replication_enabled", hub_url(g) != NULL, "federation_hub_endpoint",
+      hub_url(g), "last_push_at_ms", (json_int_t)r->last_push_at_ms,
+      "last_error", r->last_error[0] ? r->last_error : NULL, "summary",
+      "namespace_count", (json_int_t)json_array_size(array), "last_sequence_no",
       (json_int_t)stats.last_sequence_no, "last_replicated_sequence",
       (json_int_t)stats.last_replicated_sequence, "pending_mutations",
       (json_int_t)stats.pending_count, "replication_lag",
@@ -410,11 +401,11 @@ json_t* pcp_roles_gateway_replication_status_json(
   return out;
 }
 
-static pcp_status_t replication_get(void* user_data,
-                                    const pcp_http_request_t* request,
-                                    pcp_http_response_t* response) {
+pcp_status_t pcp_services_graph_replication_get(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
   (void)request;
-  json_t* out = pcp_roles_gateway_replication_status_json(user_data);
+  json_t* out = pcp_services_replication_status_json(user_data);
   if (!out) {
     return pcp_make_status(PCP_STATUS_INTERNAL,
                            "reading the replication status failed");
@@ -428,9 +419,8 @@ static pcp_status_t replication_get(void* user_data,
 
 // POSTs |body| (taken) as JSON to |path| on the hub with the federation
 // token through |client|. The caller deinitializes |out_answer|.
-static pcp_status_t hub_post(pcp_roles_gateway_state_t* g,
-                             pcp_http_client_t* client, const char* path,
-                             json_t* body,
+static pcp_status_t hub_post(pcp_services_t* g, pcp_http_client_t* client,
+                             const char* path, json_t* body,
                              pcp_http_client_response_t* out_answer) {
   char* text = body ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);
@@ -453,17 +443,16 @@ static pcp_status_t hub_post(pcp_roles_gateway_state_t* g,
 }
 
 // POSTs one batch and checks the ack. Holds |cycle_mu|.
-static pcp_status_t batch_send(pcp_roles_gateway_state_t* g, json_t* items,
+static pcp_status_t batch_send(pcp_services_t* g, json_t* items,
                                json_t* policies, int64_t through,
                                const pcp_store_mutation_log_stats_t* stats) {
-  pcp_roles_gateway_replication_t* r = g->replication;
+  pcp_services_replication_t* r = g->replication;
   json_t* body = json_pack(
-      "{s:s, s:s, s:I, s:I, s:I, s:O, s:O}", "gateway_id",
-      g->config->file.gateway_id, "lab_id", g->config->file.lab_id,
-      "last_sequence_no", (json_int_t)stats->last_sequence_no,
-      "last_replicated_sequence", (json_int_t)stats->last_replicated_sequence,
-      "through_sequence_no", (json_int_t)through, "namespace_policies",
-      policies, "mutations", items);
+      "{s:s, s:s, s:I, s:I, s:I, s:O, s:O}", "gateway_id", g->config.gateway_id,
+      "lab_id", g->config.lab_id, "last_sequence_no",
+      (json_int_t)stats->last_sequence_no, "last_replicated_sequence",
+      (json_int_t)stats->last_replicated_sequence, "through_sequence_no",
+      (json_int_t)through, "namespace_policies", policies, "mutations", items);
   pcp_http_client_response_t answer;
   PCP_RETURN_IF_ERROR_BARE(
       hub_post(g, r->client, "/v1/federation/mutations", body, &answer));
@@ -489,8 +478,8 @@ static pcp_status_t batch_send(pcp_roles_gateway_state_t* g, json_t* items,
   return status;
 }
 
-pcp_status_t pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* g) {
-  pcp_roles_gateway_replication_t* r = g->replication;
+pcp_status_t pcp_services_replication_cycle(pcp_services_t* g) {
+  pcp_services_replication_t* r = g->replication;
   if (!r || !hub_url(g)) {
     return pcp_ok_status();
   }
@@ -511,8 +500,9 @@ pcp_status_t pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* g) {
       break;
     }
     pcp_store_mutation_list_t page;
-    status = pcp_store_mutation_list(g->store, stats.last_replicated_sequence,
-                                     PCP_ROLES_REPLICATION_PAGE_RECORDS, &page);
+    status =
+        pcp_store_mutation_list(g->store, stats.last_replicated_sequence,
+                                PCP_SERVICES_REPLICATION_PAGE_RECORDS, &page);
     if (status) {
       break;
     }
@@ -522,9 +512,9 @@ pcp_status_t pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* g) {
     while (!status && index < page.count) {
       json_t *items = NULL, *snapshots = NULL;
       int64_t through = 0;
-      status = pcp_roles_replication_batch_build(
+      status = pcp_services_replication_batch_build(
           &page, &index, &policies, default_visibility(g),
-          PCP_ROLES_REPLICATION_BATCH_ITEMS, REPLICATION_BATCH_MAX_BYTES,
+          PCP_SERVICES_REPLICATION_BATCH_ITEMS, REPLICATION_BATCH_MAX_BYTES,
           &items, &snapshots, &through);
       if (!status &&
           (json_array_size(items) > 0 || json_array_size(snapshots) > 0)) {
@@ -541,7 +531,7 @@ pcp_status_t pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* g) {
         acked = through;
       }
     }
-    bool full = page.count == PCP_ROLES_REPLICATION_PAGE_RECORDS;
+    bool full = page.count == PCP_SERVICES_REPLICATION_PAGE_RECORDS;
     pcp_store_graph_policy_list_deinitialize(&policies);
     pcp_store_mutation_list_deinitialize(&page);
     if (!full) {
@@ -569,19 +559,20 @@ pcp_status_t pcp_roles_gateway_replication_cycle(pcp_roles_gateway_state_t* g) {
 // The federation thread's step after each successful connect (so the hub
 // knows this gateway before its first batch).
 static pcp_status_t replication_step(
-    pcp_roles_gateway_state_t* g,
-    const pcp_roles_gateway_federation_link_t* link) {
+    pcp_services_t* g, const pcp_services_federation_link_t* link) {
   (void)link;
-  return pcp_roles_gateway_replication_cycle(g);
+  return pcp_services_replication_cycle(g);
 }
 
 //===----------------------------------------------------------------------===//
 // Query modes
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_roles_gateway_replication_query_run(
-    pcp_roles_gateway_state_t* g, json_t* body, const char* mode,
-    json_t* local_result, size_t limit, json_t** out_result) {
+pcp_status_t pcp_services_replication_query_run(pcp_services_t* g, json_t* body,
+                                                const char* mode,
+                                                json_t* local_result,
+                                                size_t limit,
+                                                json_t** out_result) {
   *out_result = NULL;
   bool global_only = strcmp(mode, "global") == 0;
   if (!global_only && strcmp(mode, "local_plus_global") != 0) {
@@ -641,10 +632,10 @@ pcp_status_t pcp_roles_gateway_replication_query_run(
   }
   // The hub filters too; a gateway never shows a local item of another
   // gateway whatever the hub sends.
-  pcp_roles_replication_result_filter(global, NULL);
+  pcp_services_replication_result_filter(global, NULL);
   json_t* out = global_only ? json_incref(global)
-                            : pcp_roles_replication_result_merge(local_result,
-                                                                 global, limit);
+                            : pcp_services_replication_result_merge(
+                                  local_result, global, limit);
   json_decref(global);
   if (!out) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "query result");
@@ -654,11 +645,12 @@ pcp_status_t pcp_roles_gateway_replication_query_run(
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_roles_gateway_replication_query(
-    pcp_roles_gateway_state_t* g, json_t* body, const char* mode,
-    json_t* local_result, size_t limit, pcp_http_response_t* response) {
+pcp_status_t pcp_services_replication_query(pcp_services_t* g, json_t* body,
+                                            const char* mode,
+                                            json_t* local_result, size_t limit,
+                                            pcp_http_response_t* response) {
   json_t* out = NULL;
-  pcp_status_t status = pcp_roles_gateway_replication_query_run(
+  pcp_status_t status = pcp_services_replication_query_run(
       g, body, mode, local_result, limit, &out);
   if (pcp_status_code(status) == PCP_STATUS_UNAVAILABLE) {
     // The hub failed, not this gateway: 502 (upstream's status and code).
@@ -675,8 +667,8 @@ pcp_status_t pcp_roles_gateway_replication_query(
 // Lifetime and routes
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_roles_gateway_replication_start(pcp_roles_gateway_state_t* g) {
-  pcp_roles_gateway_replication_t* r = NULL;
+pcp_status_t pcp_services_replication_start(pcp_services_t* g) {
+  pcp_services_replication_t* r = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_malloc(g->allocator, sizeof(*r), (void**)&r));
   memset(r, 0, sizeof(*r));
@@ -687,13 +679,13 @@ pcp_status_t pcp_roles_gateway_replication_start(pcp_roles_gateway_state_t* g) {
   r->policies_stale = true;
   g->replication = r;
   if (hub_url(g)) {
-    pcp_roles_gateway_federation_step_set(g, replication_step);
+    pcp_services_federation_step_set(g, replication_step);
   }
   return pcp_ok_status();
 }
 
-void pcp_roles_gateway_replication_stop(pcp_roles_gateway_state_t* g) {
-  pcp_roles_gateway_replication_t* r = g->replication;
+void pcp_services_replication_stop(pcp_services_t* g) {
+  pcp_services_replication_t* r = g->replication;
   if (!r) {
     return;
   }
@@ -705,21 +697,4 @@ void pcp_roles_gateway_replication_stop(pcp_roles_gateway_state_t* g) {
   pthread_mutex_destroy(&r->mu);
   pcp_allocator_free(g->allocator, r);
   g->replication = NULL;
-}
-
-pcp_status_t pcp_roles_gateway_replication_routes_add(
-    pcp_roles_gateway_state_t* g) {
-  const char* api = g->auth_enabled ? "api" : NULL;
-  // Events: the internal token when one is configured, else the API token
-  // (upstream s.3.1), else open like every /v1 route without a token.
-  const char* events_scope =
-      g->config->effective.internal_api_token_env ? "internal" : api;
-  const pcp_http_route_t routes[] = {
-      {"GET", "/v1/graph/policies", api, policies_list, g, 0, 0},
-      {"PUT", "/v1/graph/policies/*", api, policy_put, g, 0, 0},
-      {"GET", "/v1/graph/replication", api, replication_get, g, 0, 0},
-      {"POST", "/v1/internal/events", events_scope, events_ingest, g,
-       (size_t)8 << 20, 0},
-  };
-  return pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes));
 }

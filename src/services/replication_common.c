@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "roles/replication_impl.h"
+#include "services/services.h"
 
-void pcp_roles_replication_policy_default(
+void pcp_services_replication_policy_default(
     const char* namespace_id, pcp_store_visibility_t default_visibility,
     pcp_store_graph_policy_t* out_policy) {
   memset(out_policy, 0, sizeof(*out_policy));
@@ -17,7 +17,7 @@ void pcp_roles_replication_policy_default(
   out_policy->default_visibility = default_visibility;
 }
 
-void pcp_roles_replication_policy_lookup(
+void pcp_services_replication_policy_lookup(
     const pcp_store_graph_policy_list_t* policies, const char* namespace_id,
     pcp_store_visibility_t default_visibility,
     pcp_store_graph_policy_t* out_policy) {
@@ -35,11 +35,11 @@ void pcp_roles_replication_policy_lookup(
       high = mid;
     }
   }
-  pcp_roles_replication_policy_default(namespace_id, default_visibility,
-                                       out_policy);
+  pcp_services_replication_policy_default(namespace_id, default_visibility,
+                                          out_policy);
 }
 
-bool pcp_roles_replication_visible_globally(
+bool pcp_services_replication_visible_globally(
     const pcp_store_graph_policy_t* policy, pcp_store_visibility_t visibility,
     bool is_observation) {
   if (visibility != PCP_STORE_VISIBILITY_SHARED &&
@@ -53,17 +53,17 @@ bool pcp_roles_replication_visible_globally(
          (!is_observation || policy->allow_raw_payload_export);
 }
 
-bool pcp_roles_replication_eligible(const pcp_store_graph_policy_t* policy,
-                                    const pcp_store_mutation_t* mutation) {
+bool pcp_services_replication_eligible(const pcp_store_graph_policy_t* policy,
+                                       const pcp_store_mutation_t* mutation) {
   if (mutation->mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE) {
     return false;
   }
-  return pcp_roles_replication_visible_globally(
+  return pcp_services_replication_visible_globally(
       policy, mutation->visibility,
       mutation->mutation_type == PCP_STORE_MUTATION_APPEND_OBSERVATION);
 }
 
-json_t* pcp_roles_replication_policy_json(
+json_t* pcp_services_replication_policy_json(
     const pcp_store_graph_policy_t* policy) {
   return json_pack("{s:s, s:s, s:b, s:b, s:I}", "namespace_id",
                    policy->namespace_id, "default_visibility",
@@ -74,7 +74,7 @@ json_t* pcp_roles_replication_policy_json(
                    (json_int_t)(policy->updated_at_ns / 1000000));
 }
 
-json_t* pcp_roles_replication_policy_payload(
+json_t* pcp_services_replication_policy_payload(
     const pcp_store_graph_policy_t* policy) {
   return json_pack("{s:s, s:b, s:b}", "default_visibility",
                    pcp_store_visibility_name(policy->default_visibility),
@@ -83,7 +83,7 @@ json_t* pcp_roles_replication_policy_payload(
                    policy->allow_raw_payload_export);
 }
 
-pcp_status_t pcp_roles_replication_policy_update(
+pcp_status_t pcp_services_replication_policy_update(
     json_t* update, bool allow_snapshot_keys,
     pcp_store_graph_policy_t* inout_policy) {
   if (!json_is_object(update)) {
@@ -128,7 +128,7 @@ pcp_status_t pcp_roles_replication_policy_update(
   return pcp_ok_status();
 }
 
-json_t* pcp_roles_replication_item_json(const pcp_store_mutation_t* m) {
+json_t* pcp_services_replication_item_json(const pcp_store_mutation_t* m) {
   char* payload =
       m->payload ? json_dumps(m->payload, JSON_COMPACT) : strdup("{}");
   char* provenance =
@@ -187,8 +187,8 @@ static pcp_status_t json_text_parse(json_t* object, const char* key,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_roles_replication_item_parse(json_t* item,
-                                              pcp_store_mutation_t* out) {
+pcp_status_t pcp_services_replication_item_parse(json_t* item,
+                                                 pcp_store_mutation_t* out) {
   memset(out, 0, sizeof(*out));
   if (!json_is_object(item)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -236,7 +236,8 @@ pcp_status_t pcp_roles_replication_item_parse(json_t* item,
   return json_text_parse(item, "provenance_json", &out->provenance);
 }
 
-void pcp_roles_replication_item_deinitialize(pcp_store_mutation_t* mutation) {
+void pcp_services_replication_item_deinitialize(
+    pcp_store_mutation_t* mutation) {
   json_decref(mutation->payload);
   json_decref(mutation->provenance);
   mutation->payload = NULL;
@@ -255,7 +256,7 @@ static bool namespace_listed(json_t* policies, const char* namespace_id) {
   return false;
 }
 
-pcp_status_t pcp_roles_replication_batch_build(
+pcp_status_t pcp_services_replication_batch_build(
     const pcp_store_mutation_list_t* page, size_t* inout_index,
     const pcp_store_graph_policy_list_t* policies,
     pcp_store_visibility_t default_visibility, size_t max_items,
@@ -275,26 +276,26 @@ pcp_status_t pcp_roles_replication_batch_build(
   for (; i < page->count; ++i) {
     const pcp_store_mutation_t* m = &page->items[i];
     pcp_store_graph_policy_t policy;
-    pcp_roles_replication_policy_lookup(policies, m->namespace_id,
-                                        default_visibility, &policy);
+    pcp_services_replication_policy_lookup(policies, m->namespace_id,
+                                           default_visibility, &policy);
     if (m->mutation_type == PCP_STORE_MUTATION_POLICY_UPDATE) {
       // A policy change travels as the snapshot in force, so the hub also
       // learns when a namespace stops replicating.
       if (!namespace_listed(*out_policies, m->namespace_id)) {
         json_array_append_new(*out_policies,
-                              pcp_roles_replication_policy_json(&policy));
+                              pcp_services_replication_policy_json(&policy));
       }
       *out_through = m->sequence_no;
       continue;
     }
-    if (!pcp_roles_replication_eligible(&policy, m)) {
+    if (!pcp_services_replication_eligible(&policy, m)) {
       *out_through = m->sequence_no;
       continue;
     }
     if (json_array_size(*out_items) >= max_items) {
       break;
     }
-    json_t* item = pcp_roles_replication_item_json(m);
+    json_t* item = pcp_services_replication_item_json(m);
     if (!item) {
       break;
     }
@@ -308,7 +309,7 @@ pcp_status_t pcp_roles_replication_batch_build(
     json_array_append_new(*out_items, item);
     if (!namespace_listed(*out_policies, m->namespace_id)) {
       json_array_append_new(*out_policies,
-                            pcp_roles_replication_policy_json(&policy));
+                            pcp_services_replication_policy_json(&policy));
     }
     *out_through = m->sequence_no;
   }
@@ -326,18 +327,18 @@ static bool result_item_visible(json_t* item,
     return false;
   }
   if (!policies) {
-    return pcp_roles_replication_visible_globally(NULL, visibility,
-                                                  is_observation);
+    return pcp_services_replication_visible_globally(NULL, visibility,
+                                                     is_observation);
   }
   const char* ns = json_string_value(json_object_get(item, "namespace_id"));
   pcp_store_graph_policy_t policy;
-  pcp_roles_replication_policy_lookup(policies, ns ? ns : "",
-                                      PCP_STORE_VISIBILITY_LOCAL, &policy);
-  return pcp_roles_replication_visible_globally(&policy, visibility,
-                                                is_observation);
+  pcp_services_replication_policy_lookup(policies, ns ? ns : "",
+                                         PCP_STORE_VISIBILITY_LOCAL, &policy);
+  return pcp_services_replication_visible_globally(&policy, visibility,
+                                                   is_observation);
 }
 
-void pcp_roles_replication_result_filter(
+void pcp_services_replication_result_filter(
     json_t* result, const pcp_store_graph_policy_list_t* policies) {
   static const char* const kArrays[] = {"entities", "relations",
                                         "observations"};
@@ -364,8 +365,8 @@ static bool id_present(json_t* array, const char* key, const char* id) {
   return false;
 }
 
-json_t* pcp_roles_replication_result_merge(json_t* local, json_t* global,
-                                           size_t limit) {
+json_t* pcp_services_replication_result_merge(json_t* local, json_t* global,
+                                              size_t limit) {
   static const char* const kArrays[] = {"entities", "relations",
                                         "observations"};
   static const char* const kIds[] = {"entity_id", "relation_id",
@@ -433,7 +434,7 @@ static pcp_status_t optional_string(json_t* event, const char* key,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_roles_replication_event_mutations(
+pcp_status_t pcp_services_replication_event_mutations(
     json_t* event, const char* gateway_id, const char* lab_id,
     pcp_store_mutation_t out_mutations[2]) {
   memset(out_mutations, 0, 2 * sizeof(*out_mutations));
@@ -530,7 +531,7 @@ pcp_status_t pcp_roles_replication_event_mutations(
   return pcp_ok_status();
 }
 
-json_t* pcp_roles_graph_result_json(const pcp_store_graph_result_t* r) {
+json_t* pcp_services_graph_result_json(const pcp_store_graph_result_t* r) {
   json_t* entities = json_array();
   for (size_t i = 0; i < r->entity_count; ++i) {
     const pcp_store_graph_entity_t* e = &r->entities[i];
@@ -572,10 +573,10 @@ json_t* pcp_roles_graph_result_json(const pcp_store_graph_result_t* r) {
                    relations, "observations", observations);
 }
 
-const char* pcp_roles_graph_query_parse(json_t* body,
-                                        pcp_store_graph_query_t* out_query,
-                                        const char** out_mode,
-                                        const char** out_key) {
+const char* pcp_services_graph_query_parse(json_t* body,
+                                           pcp_store_graph_query_t* out_query,
+                                           const char** out_mode,
+                                           const char** out_key) {
   // The rules below spell these limits out.
   _Static_assert(PCP_STORE_ID_MAX_LENGTH == 255, "rule text");
   _Static_assert(PCP_STORE_LIST_LIMIT_MAX == 1000, "rule text");
@@ -623,12 +624,12 @@ const char* pcp_roles_graph_query_parse(json_t* body,
   return NULL;
 }
 
-pcp_status_t pcp_roles_graph_query_read(json_t* body,
-                                        pcp_store_graph_query_t* out_query,
-                                        const char** out_mode) {
+pcp_status_t pcp_services_graph_query_read(json_t* body,
+                                           pcp_store_graph_query_t* out_query,
+                                           const char** out_mode) {
   const char* key;
   const char* rule =
-      pcp_roles_graph_query_parse(body, out_query, out_mode, &key);
+      pcp_services_graph_query_parse(body, out_query, out_mode, &key);
   if (!rule) {
     return pcp_ok_status();
   }

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "roles/replication_impl.h"
+#include "services/services.h"
 
 #define EXPECT_OK(expr)                                       \
   do {                                                        \
@@ -35,36 +35,36 @@ static pcp_store_mutation_t entity(const char* id, const char* ns,
 static void eligibility(void** state) {
   (void)state;
   pcp_store_graph_policy_t policy;
-  pcp_roles_replication_policy_default("lab/a", PCP_STORE_VISIBILITY_GLOBAL,
-                                       &policy);
+  pcp_services_replication_policy_default("lab/a", PCP_STORE_VISIBILITY_GLOBAL,
+                                          &policy);
   pcp_store_mutation_t m = entity("e1", "lab/a", PCP_STORE_VISIBILITY_GLOBAL);
   // Nothing replicates until a policy enables it (upstream s.6.5).
-  assert_false(pcp_roles_replication_eligible(&policy, &m));
+  assert_false(pcp_services_replication_eligible(&policy, &m));
   policy.allow_global_replication = true;
-  assert_true(pcp_roles_replication_eligible(&policy, &m));
+  assert_true(pcp_services_replication_eligible(&policy, &m));
   m.visibility = PCP_STORE_VISIBILITY_SHARED;
-  assert_true(pcp_roles_replication_eligible(&policy, &m));
+  assert_true(pcp_services_replication_eligible(&policy, &m));
   m.visibility = PCP_STORE_VISIBILITY_LOCAL;
-  assert_false(pcp_roles_replication_eligible(&policy, &m));
+  assert_false(pcp_services_replication_eligible(&policy, &m));
   // Observations carry raw payloads: they need the second flag too.
   m.visibility = PCP_STORE_VISIBILITY_GLOBAL;
   m.mutation_type = PCP_STORE_MUTATION_APPEND_OBSERVATION;
-  assert_false(pcp_roles_replication_eligible(&policy, &m));
+  assert_false(pcp_services_replication_eligible(&policy, &m));
   policy.allow_raw_payload_export = true;
-  assert_true(pcp_roles_replication_eligible(&policy, &m));
+  assert_true(pcp_services_replication_eligible(&policy, &m));
   // Policies travel as snapshots, never as items.
   m.mutation_type = PCP_STORE_MUTATION_POLICY_UPDATE;
-  assert_false(pcp_roles_replication_eligible(&policy, &m));
+  assert_false(pcp_services_replication_eligible(&policy, &m));
 }
 
 static void policy_update_validates(void** state) {
   (void)state;
   pcp_store_graph_policy_t policy;
-  pcp_roles_replication_policy_default("ns", PCP_STORE_VISIBILITY_LOCAL,
-                                       &policy);
+  pcp_services_replication_policy_default("ns", PCP_STORE_VISIBILITY_LOCAL,
+                                          &policy);
   json_t* update = json_pack("{s:s, s:b}", "default_visibility", "shared",
                              "allow_global_replication", 1);
-  EXPECT_OK(pcp_roles_replication_policy_update(update, false, &policy));
+  EXPECT_OK(pcp_services_replication_policy_update(update, false, &policy));
   json_decref(update);
   assert_int_equal(policy.default_visibility, PCP_STORE_VISIBILITY_SHARED);
   assert_true(policy.allow_global_replication);
@@ -78,7 +78,7 @@ static void policy_update_validates(void** state) {
   for (size_t i = 0; i < sizeof(kBad) / sizeof(kBad[0]); ++i) {
     json_t* bad = json_loads(kBad[i], JSON_DECODE_ANY, NULL);
     pcp_status_t status =
-        pcp_roles_replication_policy_update(bad, false, &policy);
+        pcp_services_replication_policy_update(bad, false, &policy);
     assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
     pcp_status_ignore(status);
     json_decref(bad);
@@ -112,7 +112,7 @@ static void batching(void** state) {
   while (index < page.count) {
     json_t *batch_items = NULL, *batch_policies = NULL;
     int64_t through = 0;
-    EXPECT_OK(pcp_roles_replication_batch_build(
+    EXPECT_OK(pcp_services_replication_batch_build(
         &page, &index, &policies, PCP_STORE_VISIBILITY_LOCAL, 64, 1 << 20,
         &batch_items, &batch_policies, &through));
     assert_true(json_array_size(batch_items) <= 64);
@@ -122,11 +122,11 @@ static void batching(void** state) {
     json_t* item;
     json_array_foreach(batch_items, i, item) {
       pcp_store_mutation_t parsed;
-      EXPECT_OK(pcp_roles_replication_item_parse(item, &parsed));
+      EXPECT_OK(pcp_services_replication_item_parse(item, &parsed));
       assert_string_equal(parsed.namespace_id, "open");
       assert_int_equal(parsed.visibility, PCP_STORE_VISIBILITY_GLOBAL);
       assert_true(parsed.sequence_no <= through);
-      pcp_roles_replication_item_deinitialize(&parsed);
+      pcp_services_replication_item_deinitialize(&parsed);
     }
     if (json_array_size(batch_items)) {
       assert_int_equal(json_array_size(batch_policies), 1);
@@ -145,7 +145,7 @@ static void batching(void** state) {
   index = 0;
   json_t *batch_items = NULL, *batch_policies = NULL;
   int64_t through = 0;
-  EXPECT_OK(pcp_roles_replication_batch_build(
+  EXPECT_OK(pcp_services_replication_batch_build(
       &page, &index, &policies, PCP_STORE_VISIBILITY_LOCAL, 64, 1, &batch_items,
       &batch_policies, &through));
   assert_int_equal(json_array_size(batch_items), 1);
@@ -175,9 +175,9 @@ static void filter_and_merge(void** state) {
   assert_non_null(local);
   assert_non_null(global);
   // Visibility alone: the hub's local item goes.
-  pcp_roles_replication_result_filter(global, NULL);
+  pcp_services_replication_result_filter(global, NULL);
   assert_int_equal(json_array_size(json_object_get(global, "entities")), 2);
-  json_t* merged = pcp_roles_replication_result_merge(local, global, 0);
+  json_t* merged = pcp_services_replication_result_merge(local, global, 0);
   json_t* entities = json_object_get(merged, "entities");
   assert_int_equal(json_array_size(entities), 3);  // a, b (local), c
   assert_string_equal(
@@ -187,7 +187,7 @@ static void filter_and_merge(void** state) {
                           json_array_get(entities, 2), "entity_id")),
                       "c");
   json_decref(merged);
-  merged = pcp_roles_replication_result_merge(local, global, 2);
+  merged = pcp_services_replication_result_merge(local, global, 2);
   assert_int_equal(json_array_size(json_object_get(merged, "entities")), 2);
   json_decref(merged);
   // With a policy that allows replication but not raw payloads, the
@@ -195,7 +195,7 @@ static void filter_and_merge(void** state) {
   pcp_store_graph_policy_t n = {.namespace_id = "n",
                                 .allow_global_replication = true};
   pcp_store_graph_policy_list_t policies = {.items = &n, .count = 1};
-  pcp_roles_replication_result_filter(global, &policies);
+  pcp_services_replication_result_filter(global, &policies);
   assert_int_equal(json_array_size(json_object_get(global, "observations")), 0);
   assert_int_equal(json_array_size(json_object_get(global, "entities")), 2);
   json_decref(local);
@@ -209,7 +209,7 @@ static void event_mutations(void** state) {
                 "service_id", "svc", "event_type", "training.step", "job_id",
                 "j7", "payload", "loss", 3, "provenance", "source", "unit");
   pcp_store_mutation_t m[2];
-  EXPECT_OK(pcp_roles_replication_event_mutations(event, "gw", "lab", m));
+  EXPECT_OK(pcp_services_replication_event_mutations(event, "gw", "lab", m));
   assert_string_equal(m[0].mutation_id, "ev1:subject");
   assert_string_equal(m[0].target_id, "job:j7");
   assert_string_equal(m[0].namespace_id, "lab/shared");
@@ -223,15 +223,15 @@ static void event_mutations(void** state) {
   assert_string_equal(
       json_string_value(json_object_get(m[1].provenance, "gateway_id")), "gw");
   for (int i = 0; i < 2; ++i) {
-    pcp_roles_replication_item_deinitialize(&m[i]);
+    pcp_services_replication_item_deinitialize(&m[i]);
   }
   json_object_del(event, "service_id");
   pcp_status_t status =
-      pcp_roles_replication_event_mutations(event, "gw", "lab", m);
+      pcp_services_replication_event_mutations(event, "gw", "lab", m);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   pcp_status_ignore(status);
   for (int i = 0; i < 2; ++i) {
-    pcp_roles_replication_item_deinitialize(&m[i]);
+    pcp_services_replication_item_deinitialize(&m[i]);
   }
   json_decref(event);
 }
@@ -355,8 +355,8 @@ static void batch_apply_exactly_once(void** state) {
 static void policies_from_the_log(void** state) {
   fixture_t* f = *state;
   pcp_store_graph_policy_t policy;
-  pcp_roles_replication_policy_default("ns-b", PCP_STORE_VISIBILITY_LOCAL,
-                                       &policy);
+  pcp_services_replication_policy_default("ns-b", PCP_STORE_VISIBILITY_LOCAL,
+                                          &policy);
   policy.allow_global_replication = true;
   const char* namespaces[] = {"ns-b", "ns-a", "ns-b"};
   for (int i = 0; i < 3; ++i) {
@@ -365,7 +365,7 @@ static void policies_from_the_log(void** state) {
     snprintf(m.namespace_id, sizeof(m.namespace_id), "%s", namespaces[i]);
     snprintf(m.target_id, sizeof(m.target_id), "%s", namespaces[i]);
     policy.default_visibility = (pcp_store_visibility_t)i;
-    m.payload = pcp_roles_replication_policy_payload(&policy);
+    m.payload = pcp_services_replication_policy_payload(&policy);
     int64_t sequence = 0;
     bool duplicate = false;
     EXPECT_OK(
@@ -384,11 +384,11 @@ static void policies_from_the_log(void** state) {
                    PCP_STORE_VISIBILITY_GLOBAL);
   assert_int_equal(list.items[1].updated_at_ns, 1002);
   pcp_store_graph_policy_t found;
-  pcp_roles_replication_policy_lookup(&list, "ns-b", PCP_STORE_VISIBILITY_LOCAL,
-                                      &found);
+  pcp_services_replication_policy_lookup(&list, "ns-b",
+                                         PCP_STORE_VISIBILITY_LOCAL, &found);
   assert_true(found.allow_global_replication);
-  pcp_roles_replication_policy_lookup(&list, "ns-c",
-                                      PCP_STORE_VISIBILITY_SHARED, &found);
+  pcp_services_replication_policy_lookup(&list, "ns-c",
+                                         PCP_STORE_VISIBILITY_SHARED, &found);
   assert_false(found.allow_global_replication);
   assert_int_equal(found.default_visibility, PCP_STORE_VISIBILITY_SHARED);
   pcp_store_graph_policy_list_deinitialize(&list);

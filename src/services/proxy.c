@@ -26,8 +26,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "roles/gateway/gateway_impl.h"
-#include "roles/replication_impl.h"
+#include "services/services_impl.h"
 #include "workloads/workloads.h"
 
 // Calls in flight at once (each holds a thread, and a server thread while
@@ -39,7 +38,7 @@
 // one for its loopback request: 12 leaves threads for everything else
 // (/healthz included) when a downstream is slow.
 #define PROXY_MAX_WAITING 12
-#define PROXY_MAX_REQUEST_BYTES (2 * (size_t)PCP_INFER_MAX_PROMPT_BYTES)
+#define PROXY_MAX_REQUEST_BYTES PCP_SERVICES_PROXY_MAX_REQUEST_BYTES
 // A downstream answer that is not streamed is read up to this size.
 #define PROXY_MAX_RESPONSE_BYTES ((size_t)8 << 20)
 #define PROXY_CONNECT_TIMEOUT_MS 5000
@@ -57,33 +56,13 @@ static atomic_int g_proxy_waiting;
 static atomic_bool g_proxy_stopping;
 
 //===----------------------------------------------------------------------===//
-// Errors (OpenAI's shape, as inference.c)
+// Errors (OpenAI's shape, openai.c)
 //===----------------------------------------------------------------------===//
-
-static pcp_status_t error_reply(pcp_http_response_t* response, int http,
-                                const char* type, const char* param,
-                                const char* code, const char* format, ...)
-    PCP_PRINTF_ATTR(6, 7);
-
-static pcp_status_t error_reply(pcp_http_response_t* response, int http,
-                                const char* type, const char* param,
-                                const char* code, const char* format, ...) {
-  char message[1024];
-  va_list args;
-  va_start(args, format);
-  vsnprintf(message, sizeof(message), format, args);
-  va_end(args);
-  return pcp_http_response_json_take(
-      response, http,
-      json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", message, "type",
-                type, "param", param ? json_string(param) : json_null(), "code",
-                code ? json_string(code) : json_null()));
-}
 
 static pcp_status_t bad_request(pcp_http_response_t* response,
                                 const char* param, const char* rule) {
-  return error_reply(response, 400, "invalid_request_error", param, NULL,
-                     "%s: %s", param, rule);
+  return pcp_services_openai_error_reply(response, 400, "invalid_request_error",
+                                         param, NULL, "%s: %s", param, rule);
 }
 
 //===----------------------------------------------------------------------===//
@@ -275,15 +254,10 @@ static void* call_thread(void* arg) {
   if (sse) {
     if (failed && pcp_http_sse_stream_is_open(sse)) {
       // Cut off mid-stream: say so as OpenAI does, in an error event.
-      json_t* error = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message",
-                                c->error_text, "type", "server_error", "param",
-                                "code", "service_proxy_failed");
-      char* text = error ? json_dumps(error, JSON_COMPACT) : NULL;
-      json_decref(error);
-      if (text) {
-        pcp_status_ignore(pcp_http_sse_stream_send(sse, NULL, NULL, text));
-      }
-      free(text);
+      pcp_status_ignore(pcp_services_openai_sse_json_send(
+          sse, NULL,
+          pcp_services_openai_error_json(c->error_text, "server_error", NULL,
+                                         "service_proxy_failed")));
     }
     pcp_http_sse_stream_close(sse);
   }
@@ -314,11 +288,11 @@ static pcp_status_t proxy_run(const pcp_http_request_t* request,
     atomic_fetch_sub(&g_proxy_waiting, 1);
     free(body);
     free(first_event);
-    return error_reply(response, 429, "rate_limit_error", NULL,
-                       "rate_limit_exceeded",
-                       "too many proxied inference calls waiting on their "
-                       "inference service at once (%d); retry later",
-                       PROXY_MAX_WAITING);
+    return pcp_services_openai_error_reply(
+        response, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
+        "too many proxied inference calls waiting on their "
+        "inference service at once (%d); retry later",
+        PROXY_MAX_WAITING);
   }
   pcp_status_t status = proxy_run_waiting(request, response, url, body,
                                           first_event, wrap, wrap_data);
@@ -335,11 +309,11 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
     atomic_fetch_sub(&g_proxy_calls, 1);
     free(body);
     free(first_event);
-    return error_reply(response, 429, "rate_limit_error", NULL,
-                       "rate_limit_exceeded",
-                       "too many proxied inference calls at once (%d); retry "
-                       "later",
-                       PROXY_MAX_CALLS);
+    return pcp_services_openai_error_reply(
+        response, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
+        "too many proxied inference calls at once (%d); retry "
+        "later",
+        PROXY_MAX_CALLS);
   }
   proxy_call_t* c = calloc(1, sizeof(*c));
   if (!c) {
@@ -397,9 +371,9 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
     pthread_mutex_unlock(&c->mu);
     call_release(c);
     free(first_event);
-    return error_reply(response, 502, "bad_gateway", NULL,
-                       "service_proxy_failed",
-                       "inference service at %s did not answer: %s", url, text);
+    return pcp_services_openai_error_reply(
+        response, 502, "bad_gateway", NULL, "service_proxy_failed",
+        "inference service at %s did not answer: %s", url, text);
   }
   bool ok = c->http_status >= 200 && c->http_status < 300;
   if (ok && c->event_stream) {
@@ -441,22 +415,23 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
   call_release(c);
   if (too_big) {
     json_decref(answer);
-    return error_reply(response, 502, "bad_gateway", NULL,
-                       "service_proxy_failed",
-                       "inference service at %s answered more than %zu bytes",
-                       url, PROXY_MAX_RESPONSE_BYTES);
+    return pcp_services_openai_error_reply(
+        response, 502, "bad_gateway", NULL, "service_proxy_failed",
+        "inference service at %s answered more than %zu bytes", url,
+        PROXY_MAX_RESPONSE_BYTES);
   }
   if (code || !answer) {
     json_decref(answer);
-    return error_reply(response, 502, "bad_gateway", NULL,
-                       "service_proxy_failed", "inference service at %s: %s",
-                       url, code ? text : "the answer is not JSON");
+    return pcp_services_openai_error_reply(
+        response, 502, "bad_gateway", NULL, "service_proxy_failed",
+        "inference service at %s: %s", url,
+        code ? text : "the answer is not JSON");
   }
   if (http < 200 || http > 599) {
     // Not a final status a client can act on (a 1xx as final, or a made-up
     // code): relaying it would hand the client a broken response.
     json_decref(answer);
-    return error_reply(
+    return pcp_services_openai_error_reply(
         response, 502, "bad_gateway", NULL, "service_proxy_failed",
         "inference service at %s answered HTTP status %d", url, http);
   }
@@ -474,7 +449,7 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
 // The registered inference service to call: not expired, with a base_url,
 // optionally the one named by X-PCP-Executor-Id / X-PCP-Service-Id; the
 // most recently updated wins. |out_url| gets "{base_url}/v1/chat/completions".
-static pcp_status_t service_url(pcp_roles_gateway_state_t* g,
+static pcp_status_t service_url(pcp_services_t* g,
                                 const pcp_http_request_t* request,
                                 char* out_url, size_t capacity,
                                 bool* out_found) {
@@ -511,10 +486,10 @@ static pcp_status_t service_url(pcp_roles_gateway_state_t* g,
   return pcp_ok_status();
 }
 
-static pcp_status_t inference_proxy(void* user_data,
-                                    const pcp_http_request_t* request,
-                                    pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+pcp_status_t pcp_services_inference_proxy_post(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
+  pcp_services_t* g = user_data;
   pcp_string_view_t body = pcp_http_request_body(request);
   if (body.size == 0) {
     return bad_request(response, "body",
@@ -525,10 +500,10 @@ static pcp_status_t inference_proxy(void* user_data,
   bool found = false;
   PCP_RETURN_IF_ERROR_BARE(service_url(g, request, url, sizeof(url), &found));
   if (!found) {
-    return error_reply(response, 404, "invalid_request_error", NULL,
-                       "service_unavailable",
-                       "no inference service with a base_url is registered "
-                       "(POST /v1/services/register)");
+    return pcp_services_openai_error_reply(
+        response, 404, "invalid_request_error", NULL, "service_unavailable",
+        "no inference service with a base_url is registered "
+        "(POST /v1/services/register)");
   }
   char* copy = malloc(body.size + 1);
   if (!copy) {
@@ -680,7 +655,7 @@ static json_t* graph_result_json(const pcp_store_graph_result_t* r) {
 // Fits the first k lines into the local model's window: the largest k for
 // which the prompt's tokens plus |reserve| fit (binary search; the count
 // grows with k). Sets *out_tokens to the prompt's tokens at that k.
-static pcp_status_t fit_tokens(pcp_roles_gateway_state_t* g, const char* model,
+static pcp_status_t fit_tokens(pcp_services_t* g, const char* model,
                                json_t* messages, json_t* lines,
                                int64_t max_tokens, size_t* out_k,
                                int64_t* out_tokens, int64_t* out_window) {
@@ -740,10 +715,10 @@ static pcp_status_t fit_tokens(pcp_roles_gateway_state_t* g, const char* model,
   return status;
 }
 
-static pcp_status_t query_infer(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+pcp_status_t pcp_services_query_infer_post(void* user_data,
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
+  pcp_services_t* g = user_data;
   json_t* body = NULL;
   pcp_status_t status = pcp_http_request_json_parse(request, &body);
   if (status) {
@@ -782,7 +757,7 @@ static pcp_status_t query_infer(void* user_data,
   } else if (max_tokens && (!json_is_integer(max_tokens) ||
                             json_integer_value(max_tokens) < 1)) {
     param = "inference.max_tokens", rule = "must be a positive integer";
-  } else if (graph_query && (rule = pcp_roles_graph_query_parse(
+  } else if (graph_query && (rule = pcp_services_graph_query_parse(
                                  graph_query, &q, &mode, &key)) != NULL) {
     snprintf(param_buffer, sizeof(param_buffer), "graph_query%s%s",
              key ? "." : "", key ? key : "");
@@ -817,7 +792,7 @@ static pcp_status_t query_infer(void* user_data,
     // The hub's answer filtered by visibility (merged local-first), as
     // /v1/graph/query gives it (replication.c).
     json_t* merged = NULL;
-    status = pcp_roles_gateway_replication_query_run(
+    status = pcp_services_replication_query_run(
         g, json_object_get(body, "graph_query"), mode, graph_json,
         q.limit ? q.limit : 20, &merged);
     json_decref(graph_json);
@@ -829,14 +804,14 @@ static pcp_status_t query_infer(void* user_data,
                                                                           : 500;
       // No completion without the context asked for: the hub's failure is
       // the answer.
-      pcp_status_t reply =
-          error_reply(response, http,
-                      http == 502   ? "bad_gateway"
-                      : http == 400 ? "invalid_request_error"
-                                    : "server_error",
-                      "graph_query.query_mode",
-                      http == 502 ? "FederationHubQueryFailed" : NULL, "%s",
-                      pcp_status_message(status));
+      pcp_status_t reply = pcp_services_openai_error_reply(
+          response, http,
+          http == 502   ? "bad_gateway"
+          : http == 400 ? "invalid_request_error"
+                        : "server_error",
+          "graph_query.query_mode",
+          http == 502 ? "FederationHubQueryFailed" : NULL, "%s",
+          pcp_status_message(status));
       pcp_status_ignore(status);
       return reply;
     }
@@ -856,16 +831,16 @@ static pcp_status_t query_infer(void* user_data,
                       max_tokens ? json_integer_value(max_tokens) : 0, &k,
                       &tokens, &window);
   if (!status) {
-    const pcp_roles_gateway_config_t* c = g->config;
-    const char* host = c->effective.api_host;
+    const pcp_services_config_t* c = &g->config;
+    const char* host = c->api_host;
     if (!host || !host[0] || strcmp(host, "0.0.0.0") == 0 ||
         strcmp(host, "::") == 0) {
       host = "127.0.0.1";
     }
-    bool tls = c->file.tls.present && c->file.tls.cert != NULL;
+    bool tls = c->tls;
     snprintf(url, sizeof(url), "%s://%s%s%s:%lld/v1/chat/completions",
              tls ? "https" : "http", strchr(host, ':') ? "[" : "", host,
-             strchr(host, ':') ? "]" : "", (long long)c->effective.api_port);
+             strchr(host, ':') ? "]" : "", (long long)c->api_port);
   } else if (pcp_status_code(status) == PCP_STATUS_NOT_FOUND) {
     pcp_status_ignore(status);
     bool found = false;
@@ -893,7 +868,7 @@ static pcp_status_t query_infer(void* user_data,
     int http = pcp_status_code(status) == PCP_STATUS_NOT_FOUND     ? 404
                : pcp_status_code(status) == PCP_STATUS_UNAVAILABLE ? 503
                                                                    : 500;
-    pcp_status_t reply = error_reply(
+    pcp_status_t reply = pcp_services_openai_error_reply(
         response, http,
         http == 404 ? "invalid_request_error" : "service_unavailable_error",
         http == 404 ? "inference.model" : NULL,
@@ -962,7 +937,7 @@ static pcp_status_t query_infer(void* user_data,
 // Routes
 //===----------------------------------------------------------------------===//
 
-void pcp_roles_gateway_proxy_stop(int64_t timeout_ms) {
+void pcp_services_proxy_stop(int64_t timeout_ms) {
   atomic_store(&g_proxy_stopping, true);
   // The threads notice within about a second (libcurl polls should_stop).
   for (int64_t waited = 0;
@@ -971,19 +946,7 @@ void pcp_roles_gateway_proxy_stop(int64_t timeout_ms) {
   }
 }
 
-pcp_status_t pcp_roles_gateway_proxy_routes_add(pcp_roles_gateway_state_t* g) {
+void pcp_services_proxy_reset(void) {
   // One gateway per process; a test may serve several in turn.
   atomic_store(&g_proxy_stopping, false);
-  pcp_http_route_t routes[] = {
-      {"POST", "/v1/inference/chat/completions", "api", inference_proxy, g,
-       PROXY_MAX_REQUEST_BYTES, 0},
-      {"POST", "/v1/inference/query/chat/completions", "api", query_infer, g,
-       PROXY_MAX_REQUEST_BYTES, 0},
-  };
-  for (size_t i = 0; i < PCP_ARRAYSIZE(routes); ++i) {
-    if (!g->auth_enabled) {
-      routes[i].scope = NULL;
-    }
-  }
-  return pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes));
 }

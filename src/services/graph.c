@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The gateway's knowledge-graph routes: /v1/graph/{status, mutate, query,
-// entities/{id}}. Kept out of server.c so the graph work (backends,
-// replication policies, query modes) grows in one file.
+// The knowledge-graph API: /v1/graph/{status, mutate, query,
+// entities/{id}} and the graph backend behind it (SQLite in the store or
+// FalkorDB). Replication policies and query modes are in replication.c.
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "roles/gateway/gateway_impl.h"
-#include "roles/replication_impl.h"
+#include "services/services_impl.h"
 
 //===----------------------------------------------------------------------===//
 // /v1/graph
@@ -39,7 +38,7 @@ static pcp_status_t copy_field(json_t* object, const char* key, bool required,
   return pcp_ok_status();
 }
 
-static pcp_status_t mutation_parse(pcp_roles_gateway_state_t* g, json_t* m,
+static pcp_status_t mutation_parse(pcp_services_t* g, json_t* m,
                                    pcp_store_mutation_t* out) {
   memset(out, 0, sizeof(*out));
   if (!json_is_object(m)) {
@@ -60,7 +59,7 @@ static pcp_status_t mutation_parse(pcp_roles_gateway_state_t* g, json_t* m,
       m, "namespace_id", false, out->namespace_id, sizeof(out->namespace_id)));
   if (!out->namespace_id[0]) {
     snprintf(out->namespace_id, sizeof(out->namespace_id), "%s",
-             g->config->file.lab_id);
+             g->config.lab_id);
   }
   PCP_RETURN_IF_ERROR_BARE(
       copy_field(m, "target_id", true, out->target_id, sizeof(out->target_id)));
@@ -91,10 +90,10 @@ static pcp_status_t mutation_parse(pcp_roles_gateway_state_t* g, json_t* m,
 
 #define GRAPH_MAX_MUTATIONS_PER_REQUEST 1000
 
-static pcp_status_t graph_mutate(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+pcp_status_t pcp_services_graph_mutate_post(void* user_data,
+                                            const pcp_http_request_t* request,
+                                            pcp_http_response_t* response) {
+  pcp_services_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   json_t* mutations = json_object_get(body, "mutations");
@@ -116,7 +115,7 @@ static pcp_status_t graph_mutate(void* user_data,
     // Through replication.c: the namespace's default visibility, and a
     // policy_update validated and applied.
     if (!status) {
-      status = pcp_roles_gateway_replication_mutation_apply(
+      status = pcp_services_replication_mutation_apply(
           g, json_array_get(mutations, i), &m, &sequence, &duplicate);
     }
     if (status) {
@@ -147,15 +146,15 @@ static pcp_status_t graph_mutate(void* user_data,
 
 // Unknown keys are ignored (upstream); known ones must have their type, or
 // a typo'd value would silently widen the query to everything.
-static pcp_status_t graph_query(void* user_data,
-                                const pcp_http_request_t* request,
-                                pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+pcp_status_t pcp_services_graph_query_post(void* user_data,
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
+  pcp_services_t* g = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   pcp_store_graph_query_t q;
   const char* mode;
-  pcp_status_t status = pcp_roles_graph_query_read(body, &q, &mode);
+  pcp_status_t status = pcp_services_graph_query_read(body, &q, &mode);
   // global / local_plus_global go through the hub (replication.c).
   bool remote = !status && strcmp(mode, "local") != 0;
   pcp_store_graph_result_t result = {0};
@@ -167,11 +166,11 @@ static pcp_status_t graph_query(void* user_data,
     json_decref(body);
     return status;
   }
-  json_t* out = global_only ? NULL : pcp_roles_graph_result_json(&result);
+  json_t* out = global_only ? NULL : pcp_services_graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
   if (remote) {
-    status = pcp_roles_gateway_replication_query(
-        g, body, mode, out, q.limit ? q.limit : 20, response);
+    status = pcp_services_replication_query(g, body, mode, out,
+                                            q.limit ? q.limit : 20, response);
     json_decref(out);
     json_decref(body);
     return status;
@@ -180,10 +179,10 @@ static pcp_status_t graph_query(void* user_data,
   return pcp_http_response_json_take(response, 200, out);
 }
 
-static pcp_status_t graph_entity_get(void* user_data,
-                                     const pcp_http_request_t* request,
-                                     pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+pcp_status_t pcp_services_graph_entity_get(void* user_data,
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
+  pcp_services_t* g = user_data;
   pcp_store_graph_query_t q = {.entity_id =
                                    pcp_http_request_param(request, "id")};
   pcp_store_graph_entity_t e;
@@ -193,16 +192,16 @@ static pcp_status_t graph_entity_get(void* user_data,
   pcp_store_graph_result_t result = {0};
   PCP_RETURN_IF_ERROR_BARE(
       pcp_store_graph_backend_query(g->graph, &q, &result));
-  json_t* out = pcp_roles_graph_result_json(&result);
+  json_t* out = pcp_services_graph_result_json(&result);
   pcp_store_graph_result_deinitialize(&result);
   return pcp_http_response_json_take(response, 200, out);
 }
 
-static pcp_status_t graph_status(void* user_data,
-                                 const pcp_http_request_t* request,
-                                 pcp_http_response_t* response) {
+pcp_status_t pcp_services_graph_status_get(void* user_data,
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response) {
   (void)request;
-  pcp_roles_gateway_state_t* g = user_data;
+  pcp_services_t* g = user_data;
   pcp_store_mutation_log_stats_t stats;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_store_mutation_log_stats_query(g->store, &stats));
@@ -227,13 +226,13 @@ static pcp_status_t graph_status(void* user_data,
 // Backend
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_roles_gateway_graph_open(pcp_roles_gateway_state_t* g) {
-  const pcp_roles_gateway_file_config_t* file = &g->config->file;
-  // kGraphBackends in gateway.c: memory (= sqlite), sqlite, falkordb.
-  if (file->graph_backend != 2) {
+pcp_status_t pcp_services_graph_open(pcp_services_t* g) {
+  // kGraphBackends in the gateway's config: memory (= sqlite), sqlite,
+  // falkordb.
+  if (!g->config.graph_falkordb) {
     return pcp_store_graph_backend_sqlite_open(g->store, &g->graph);
   }
-  const pcp_roles_falkordb_config_t* f = &file->falkordb;
+  const pcp_services_falkordb_config_t* f = &g->config.falkordb;
   const char* password = NULL;
   if (f->present && f->password_env && f->password_env[0]) {
     password = getenv(f->password_env);
@@ -263,28 +262,7 @@ pcp_status_t pcp_roles_gateway_graph_open(pcp_roles_gateway_state_t* g) {
   return pcp_ok_status();
 }
 
-void pcp_roles_gateway_graph_close(pcp_roles_gateway_state_t* g) {
+void pcp_services_graph_close(pcp_services_t* g) {
   pcp_store_graph_backend_close(g->graph);
   g->graph = NULL;
-}
-
-//===----------------------------------------------------------------------===//
-// Routes
-//===----------------------------------------------------------------------===//
-
-pcp_status_t pcp_roles_gateway_graph_routes_add(pcp_roles_gateway_state_t* g) {
-  pcp_http_route_t routes[] = {
-      {"GET", "/v1/graph/status", "api", graph_status, g, 0, 0},
-      {"POST", "/v1/graph/mutate", "api", graph_mutate, g, 0, 0},
-      {"POST", "/v1/graph/query", "api", graph_query, g, 0, 0},
-      {"GET", "/v1/graph/entities/{id}", "api", graph_entity_get, g, 0, 0},
-  };
-  for (size_t i = 0; i < PCP_ARRAYSIZE(routes); ++i) {
-    // Without an API token the /v1 routes are open (upstream), so they name
-    // no scope the server does not have.
-    if (!g->auth_enabled) {
-      routes[i].scope = NULL;
-    }
-  }
-  return pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes));
 }
