@@ -116,8 +116,8 @@ static void driver_create(pcp_backend_t* backend, const built_t* b,
         "load");
   pcp_backend_memory_t before, after;
   check(pcp_backend_memory_query(backend, &before), "allocator statistics");
-  check(pcp_infer_generator_create(backend, out->program, spec, &b->gen,
-                                    params, pcp_allocator_system(), &out->g),
+  check(pcp_infer_generator_create(backend, out->program, spec, &b->gen, params,
+                                   pcp_allocator_system(), &out->g),
         "generator");
   check(pcp_backend_memory_query(backend, &after), "allocator statistics");
   out->device_bytes = after.device_bytes_live - before.device_bytes_live;
@@ -150,7 +150,7 @@ static double driver_round(driver_t* d, int32_t* out_tokens) {
   for (int64_t s = 0; s < d->slots; ++s) {
     pcp_infer_generator_slot_reset(d->g, s);
     check(pcp_infer_generator_prefill(d->g, s, prompt, PROMPT,
-                                       d->logits + s * v, d->scratch),
+                                      d->logits + s * v, d->scratch),
           "prefill");
     tokens[s] = pcp_models_logits_argmax(d->logits + s * v, v);
     active[s] = true;

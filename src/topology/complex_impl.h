@@ -45,125 +45,118 @@ extern "C" {
 // messages and in the enum so tests can check the exact failure. Append new
 // entries at the end of the list that owns them; the numbers are not stored
 // anywhere, but keep them stable anyway so logs stay comparable.
-#define PCP_TOPOLOGY_ERROR_LIST(X)                                         \
-  /* Core: data model. */                                                  \
-  X(DUPLICATE_COLOR, DuplicateColor, INVALID_ARGUMENT)                     \
-  X(DUPLICATE_SIMPLEX, DuplicateSimplex, INVALID_ARGUMENT)                 \
-  X(DUPLICATE_INTERNED_VERTEX, DuplicateInternedVertex, INVALID_ARGUMENT)  \
-  X(SIMPLEX_TOO_LARGE_FOR_FACE_ENUMERATION,                                \
-    SimplexTooLargeForFaceEnumeration, OUT_OF_RANGE)                       \
-  X(COMPLEX_TOO_LARGE, ComplexTooLarge, RESOURCE_EXHAUSTED)                \
-  X(SUBCOMPLEX_OUTSIDE_PARENT, SubcomplexOutsideParent, INVALID_ARGUMENT)  \
-  X(SUBCOMPLEX_IMAGE_OUTSIDE_TARGET, SubcomplexImageOutsideTarget,         \
-    INVALID_ARGUMENT)                                                      \
-  X(PARENT_COMPLEX_MISMATCH, ParentComplexMismatch, INVALID_ARGUMENT)      \
-  X(COMPLEX_MISMATCH, ComplexMismatch, INVALID_ARGUMENT)                   \
-  /* Core: vertex maps. */                                                 \
-  X(SOURCE_VERTEX_OUTSIDE_DOMAIN, SourceVertexOutsideDomain,               \
-    INVALID_ARGUMENT)                                                      \
-  X(DUPLICATE_VERTEX_MAP_SOURCE, DuplicateVertexMapSource,                 \
-    INVALID_ARGUMENT)                                                      \
-  X(TARGET_VERTEX_OUTSIDE_CODOMAIN, TargetVertexOutsideCodomain,           \
-    INVALID_ARGUMENT)                                                      \
-  X(NON_COLOR_PRESERVING_MAP, NonColorPreservingMap, INVALID_ARGUMENT)     \
-  X(MISSING_VERTEX_MAP_ENTRY, MissingVertexMapEntry, INVALID_ARGUMENT)     \
-  X(NON_SIMPLICIAL_MAP, NonSimplicialMap, INVALID_ARGUMENT)                \
-  X(NON_RIGID_MAP, NonRigidMap, INVALID_ARGUMENT)                          \
-  /* Core: carrier maps (simplex API). */                                  \
-  X(CARRIER_SIMPLEX_OUTSIDE_DOMAIN, CarrierSimplexOutsideDomain,           \
-    INVALID_ARGUMENT)                                                      \
-  X(DUPLICATE_CARRIER_SIMPLEX, DuplicateCarrierSimplex, INVALID_ARGUMENT)  \
-  X(MISSING_CARRIER_SIMPLEX, MissingCarrierSimplex, INVALID_ARGUMENT)      \
-  X(NON_MONOTONIC_CARRIER, NonMonotonicCarrier, INVALID_ARGUMENT)          \
-  X(NON_STRICT_CARRIER, NonStrictCarrier, INVALID_ARGUMENT)                \
-  X(NON_RIGID_CARRIER, NonRigidCarrier, INVALID_ARGUMENT)                  \
-  X(NON_CHROMATIC_CARRIER, NonChromaticCarrier, INVALID_ARGUMENT)          \
-  /* Core: decision maps and the index API. */                            \
-  X(DECISION_OUTSIDE_CARRIER, DecisionOutsideCarrier, INVALID_ARGUMENT)    \
-  X(SHARED_VIEW_MISSING_OUTPUT_VERTEX, SharedViewMissingOutputVertex,      \
-    INVALID_ARGUMENT)                                                      \
-  X(INCOMPATIBLE_DECISION_ON_SHARED_VIEW, IncompatibleDecisionOnSharedView, \
-    INVALID_ARGUMENT)                                                      \
-  X(MISSING_CARRIER_EDGE, MissingCarrierEdge, INVALID_ARGUMENT)            \
-  X(DUPLICATE_CARRIER_EDGE, DuplicateCarrierEdge, INVALID_ARGUMENT)        \
-  X(INPUT_INDEX_OUT_OF_RANGE, InputIndexOutOfRange, INVALID_ARGUMENT)      \
-  X(OUTPUT_INDEX_OUT_OF_RANGE, OutputIndexOutOfRange, INVALID_ARGUMENT)    \
-  X(MISSING_EXECUTION_EDGE, MissingExecutionEdge, INVALID_ARGUMENT)        \
-  X(DUPLICATE_EXECUTION_EDGE, DuplicateExecutionEdge, INVALID_ARGUMENT)    \
-  X(EMPTY_EXECUTION_CARRIER, EmptyExecutionCarrier, INVALID_ARGUMENT)      \
-  X(PROTOCOL_INDEX_OUT_OF_RANGE, ProtocolIndexOutOfRange, INVALID_ARGUMENT) \
-  X(NON_MONOTONIC_EXECUTION_CARRIER, NonMonotonicExecutionCarrier,         \
-    INVALID_ARGUMENT)                                                      \
-  X(MISSING_DECISION, MissingDecision, INVALID_ARGUMENT)                   \
-  X(DUPLICATE_DECISION, DuplicateDecision, INVALID_ARGUMENT)               \
-  X(PROTOCOL_OUTSIDE_EXECUTION_CARRIER, ProtocolOutsideExecutionCarrier,   \
-    INVALID_ARGUMENT)                                                      \
-  X(MISSING_EXECUTION_OBSERVATION, MissingExecutionObservation,            \
-    INVALID_ARGUMENT)                                                      \
-  /* Core: subdivisions. */                                                \
-  X(SUBDIVISION_METADATA_MISMATCH, SubdivisionMetadataMismatch,            \
-    INVALID_ARGUMENT)                                                      \
-  X(SUBDIVISION_SIMPLEX_MISMATCH, SubdivisionSimplexMismatch,              \
-    INVALID_ARGUMENT)                                                      \
-  X(SUBDIVISION_CARRIER_MISMATCH, SubdivisionCarrierMismatch,              \
-    INVALID_ARGUMENT)                                                      \
-  X(SUBDIVISION_FACE_RESTRICTION_MISMATCH,                                 \
-    SubdivisionFaceRestrictionMismatch, INVALID_ARGUMENT)                  \
-  X(SUBDIVISION_BOUNDARY_MISMATCH, SubdivisionBoundaryMismatch,            \
-    INVALID_ARGUMENT)                                                      \
-  X(SUBDIVISION_LINK_MISMATCH, SubdivisionLinkMismatch, INVALID_ARGUMENT)  \
-  X(SUBDIVISION_EQUIVALENCE_MISMATCH, SubdivisionEquivalenceMismatch,      \
-    INVALID_ARGUMENT)                                                      \
-  /* Core: homology. */                                                    \
-  X(INVALID_FIELD_PRIME, InvalidFieldPrime, INVALID_ARGUMENT)              \
-  X(SOURCE_VERTEX_OUTSIDE_COMPLEX, SourceVertexOutsideComplex,             \
-    INVALID_ARGUMENT)                                                      \
-  X(TARGET_VERTEX_OUTSIDE_COMPLEX, TargetVertexOutsideComplex,             \
-    INVALID_ARGUMENT)                                                      \
-  X(NO_PATH, NoPath, NOT_FOUND)                                            \
-  X(COMPLEX_DIMENSION_TOO_HIGH, ComplexDimensionTooHigh, INVALID_ARGUMENT) \
-  /* Solving and protocols: append below this line. */                   \
-  X(UNCOVERED_TASK_FACE, UncoveredTaskFace, INVALID_ARGUMENT)              \
-  X(OUTPUT_FACET_MISSING_COLOR, OutputFacetMissingColor, INVALID_ARGUMENT) \
-  X(TASK_OUTPUT_PROJECTION_OUTSIDE_OUTPUT_COMPLEX,                         \
-    TaskOutputProjectionOutsideOutputComplex, INVALID_ARGUMENT)            \
-  X(UNCOVERED_EXTRACTED_INPUT_FACE, UncoveredExtractedInputFace,           \
-    INVALID_ARGUMENT)                                                      \
-  X(PROTOCOL_FACET_MISSING_COLOR, ProtocolFacetMissingColor,               \
-    INVALID_ARGUMENT)                                                      \
-  X(MISSING_DECISION_TARGET, MissingDecisionTarget, INVALID_ARGUMENT)      \
-  X(PROTOCOL_SIMPLEX_MISSING_TRACE_WITNESS,                                \
-    ProtocolSimplexMissingTraceWitness, INVALID_ARGUMENT)                  \
-  X(EXTRACTION_EVENT_BOUND_EXCEEDED, ExtractionEventBoundExceeded,         \
-    RESOURCE_EXHAUSTED)                                                    \
-  X(EXTRACTION_EVIDENCE_MISMATCH, ExtractionEvidenceMismatch,              \
-    INVALID_ARGUMENT)                                                      \
-  X(VERTEX_REF_NOT_FOUND, VertexRefNotFound, NOT_FOUND)                    \
-  X(EMPTY_COMPOSITION, EmptyComposition, INVALID_ARGUMENT)                 \
-  X(REFINEMENT_DOMAIN_MISMATCH, RefinementDomainMismatch, INVALID_ARGUMENT) \
-  X(REFINEMENT_CODOMAIN_MISMATCH, RefinementCodomainMismatch,              \
-    INVALID_ARGUMENT)                                                      \
-  X(DETAILED_CARRIER_ESCAPES_ABSTRACT_TASK,                                \
-    DetailedCarrierEscapesAbstractTask, INVALID_ARGUMENT)                  \
-  X(UNCOVERED_ABSTRACT_WORKFLOW_FACE, UncoveredAbstractWorkflowFace,       \
-    INVALID_ARGUMENT)                                                      \
-  X(MISSING_TASK_COVERAGE_PATHS, MissingTaskCoveragePaths,                 \
-    INVALID_ARGUMENT)                                                      \
-  X(UNEXPECTED_DESIGN_ONLY_TASK, UnexpectedDesignOnlyTask,                 \
-    INVALID_ARGUMENT)                                                      \
-  X(STALE_TASK_COVERAGE_PATH, StaleTaskCoveragePath, INVALID_ARGUMENT)     \
-  X(TASK_COVERAGE_PATH_UNMAPPED, TaskCoveragePathUnmapped,                 \
-    INVALID_ARGUMENT)                                                      \
-  X(TASK_COVERAGE_PATH_MISMATCH, TaskCoveragePathMismatch,                 \
-    INVALID_ARGUMENT)                                                      \
-  X(TASK_COVERAGE_DESIGN_ONLY_MISMATCH, TaskCoverageDesignOnlyMismatch,    \
-    INVALID_ARGUMENT)                                                      \
-  X(DUPLICATE_COVERAGE_PATH, DuplicateCoveragePath, INVALID_ARGUMENT)      \
-  X(UNCOVERED_IMPLEMENTED_PRODUCTION_PATH,                                 \
-    UncoveredImplementedProductionPath, INVALID_ARGUMENT)                  \
-  X(INVALID_WORKER_COUNT, InvalidWorkerCount, INVALID_ARGUMENT)            \
-  X(INVALID_QUORUM, InvalidQuorum, INVALID_ARGUMENT)                       \
-  X(INVALID_FRAGMENT_INDEX, InvalidFragmentIndex, INVALID_ARGUMENT)        \
+#define PCP_TOPOLOGY_ERROR_LIST(X)                                             \
+  /* Core: data model. */                                                      \
+  X(DUPLICATE_COLOR, DuplicateColor, INVALID_ARGUMENT)                         \
+  X(DUPLICATE_SIMPLEX, DuplicateSimplex, INVALID_ARGUMENT)                     \
+  X(DUPLICATE_INTERNED_VERTEX, DuplicateInternedVertex, INVALID_ARGUMENT)      \
+  X(SIMPLEX_TOO_LARGE_FOR_FACE_ENUMERATION, SimplexTooLargeForFaceEnumeration, \
+    OUT_OF_RANGE)                                                              \
+  X(COMPLEX_TOO_LARGE, ComplexTooLarge, RESOURCE_EXHAUSTED)                    \
+  X(SUBCOMPLEX_OUTSIDE_PARENT, SubcomplexOutsideParent, INVALID_ARGUMENT)      \
+  X(SUBCOMPLEX_IMAGE_OUTSIDE_TARGET, SubcomplexImageOutsideTarget,             \
+    INVALID_ARGUMENT)                                                          \
+  X(PARENT_COMPLEX_MISMATCH, ParentComplexMismatch, INVALID_ARGUMENT)          \
+  X(COMPLEX_MISMATCH, ComplexMismatch, INVALID_ARGUMENT)                       \
+  /* Core: vertex maps. */                                                     \
+  X(SOURCE_VERTEX_OUTSIDE_DOMAIN, SourceVertexOutsideDomain, INVALID_ARGUMENT) \
+  X(DUPLICATE_VERTEX_MAP_SOURCE, DuplicateVertexMapSource, INVALID_ARGUMENT)   \
+  X(TARGET_VERTEX_OUTSIDE_CODOMAIN, TargetVertexOutsideCodomain,               \
+    INVALID_ARGUMENT)                                                          \
+  X(NON_COLOR_PRESERVING_MAP, NonColorPreservingMap, INVALID_ARGUMENT)         \
+  X(MISSING_VERTEX_MAP_ENTRY, MissingVertexMapEntry, INVALID_ARGUMENT)         \
+  X(NON_SIMPLICIAL_MAP, NonSimplicialMap, INVALID_ARGUMENT)                    \
+  X(NON_RIGID_MAP, NonRigidMap, INVALID_ARGUMENT)                              \
+  /* Core: carrier maps (simplex API). */                                      \
+  X(CARRIER_SIMPLEX_OUTSIDE_DOMAIN, CarrierSimplexOutsideDomain,               \
+    INVALID_ARGUMENT)                                                          \
+  X(DUPLICATE_CARRIER_SIMPLEX, DuplicateCarrierSimplex, INVALID_ARGUMENT)      \
+  X(MISSING_CARRIER_SIMPLEX, MissingCarrierSimplex, INVALID_ARGUMENT)          \
+  X(NON_MONOTONIC_CARRIER, NonMonotonicCarrier, INVALID_ARGUMENT)              \
+  X(NON_STRICT_CARRIER, NonStrictCarrier, INVALID_ARGUMENT)                    \
+  X(NON_RIGID_CARRIER, NonRigidCarrier, INVALID_ARGUMENT)                      \
+  X(NON_CHROMATIC_CARRIER, NonChromaticCarrier, INVALID_ARGUMENT)              \
+  /* Core: decision maps and the index API. */                                 \
+  X(DECISION_OUTSIDE_CARRIER, DecisionOutsideCarrier, INVALID_ARGUMENT)        \
+  X(SHARED_VIEW_MISSING_OUTPUT_VERTEX, SharedViewMissingOutputVertex,          \
+    INVALID_ARGUMENT)                                                          \
+  X(INCOMPATIBLE_DECISION_ON_SHARED_VIEW, IncompatibleDecisionOnSharedView,    \
+    INVALID_ARGUMENT)                                                          \
+  X(MISSING_CARRIER_EDGE, MissingCarrierEdge, INVALID_ARGUMENT)                \
+  X(DUPLICATE_CARRIER_EDGE, DuplicateCarrierEdge, INVALID_ARGUMENT)            \
+  X(INPUT_INDEX_OUT_OF_RANGE, InputIndexOutOfRange, INVALID_ARGUMENT)          \
+  X(OUTPUT_INDEX_OUT_OF_RANGE, OutputIndexOutOfRange, INVALID_ARGUMENT)        \
+  X(MISSING_EXECUTION_EDGE, MissingExecutionEdge, INVALID_ARGUMENT)            \
+  X(DUPLICATE_EXECUTION_EDGE, DuplicateExecutionEdge, INVALID_ARGUMENT)        \
+  X(EMPTY_EXECUTION_CARRIER, EmptyExecutionCarrier, INVALID_ARGUMENT)          \
+  X(PROTOCOL_INDEX_OUT_OF_RANGE, ProtocolIndexOutOfRange, INVALID_ARGUMENT)    \
+  X(NON_MONOTONIC_EXECUTION_CARRIER, NonMonotonicExecutionCarrier,             \
+    INVALID_ARGUMENT)                                                          \
+  X(MISSING_DECISION, MissingDecision, INVALID_ARGUMENT)                       \
+  X(DUPLICATE_DECISION, DuplicateDecision, INVALID_ARGUMENT)                   \
+  X(PROTOCOL_OUTSIDE_EXECUTION_CARRIER, ProtocolOutsideExecutionCarrier,       \
+    INVALID_ARGUMENT)                                                          \
+  X(MISSING_EXECUTION_OBSERVATION, MissingExecutionObservation,                \
+    INVALID_ARGUMENT)                                                          \
+  /* Core: subdivisions. */                                                    \
+  X(SUBDIVISION_METADATA_MISMATCH, SubdivisionMetadataMismatch,                \
+    INVALID_ARGUMENT)                                                          \
+  X(SUBDIVISION_SIMPLEX_MISMATCH, SubdivisionSimplexMismatch,                  \
+    INVALID_ARGUMENT)                                                          \
+  X(SUBDIVISION_CARRIER_MISMATCH, SubdivisionCarrierMismatch,                  \
+    INVALID_ARGUMENT)                                                          \
+  X(SUBDIVISION_FACE_RESTRICTION_MISMATCH, SubdivisionFaceRestrictionMismatch, \
+    INVALID_ARGUMENT)                                                          \
+  X(SUBDIVISION_BOUNDARY_MISMATCH, SubdivisionBoundaryMismatch,                \
+    INVALID_ARGUMENT)                                                          \
+  X(SUBDIVISION_LINK_MISMATCH, SubdivisionLinkMismatch, INVALID_ARGUMENT)      \
+  X(SUBDIVISION_EQUIVALENCE_MISMATCH, SubdivisionEquivalenceMismatch,          \
+    INVALID_ARGUMENT)                                                          \
+  /* Core: homology. */                                                        \
+  X(INVALID_FIELD_PRIME, InvalidFieldPrime, INVALID_ARGUMENT)                  \
+  X(SOURCE_VERTEX_OUTSIDE_COMPLEX, SourceVertexOutsideComplex,                 \
+    INVALID_ARGUMENT)                                                          \
+  X(TARGET_VERTEX_OUTSIDE_COMPLEX, TargetVertexOutsideComplex,                 \
+    INVALID_ARGUMENT)                                                          \
+  X(NO_PATH, NoPath, NOT_FOUND)                                                \
+  X(COMPLEX_DIMENSION_TOO_HIGH, ComplexDimensionTooHigh, INVALID_ARGUMENT)     \
+  /* Solving and protocols: append below this line. */                         \
+  X(UNCOVERED_TASK_FACE, UncoveredTaskFace, INVALID_ARGUMENT)                  \
+  X(OUTPUT_FACET_MISSING_COLOR, OutputFacetMissingColor, INVALID_ARGUMENT)     \
+  X(TASK_OUTPUT_PROJECTION_OUTSIDE_OUTPUT_COMPLEX,                             \
+    TaskOutputProjectionOutsideOutputComplex, INVALID_ARGUMENT)                \
+  X(UNCOVERED_EXTRACTED_INPUT_FACE, UncoveredExtractedInputFace,               \
+    INVALID_ARGUMENT)                                                          \
+  X(PROTOCOL_FACET_MISSING_COLOR, ProtocolFacetMissingColor, INVALID_ARGUMENT) \
+  X(MISSING_DECISION_TARGET, MissingDecisionTarget, INVALID_ARGUMENT)          \
+  X(PROTOCOL_SIMPLEX_MISSING_TRACE_WITNESS,                                    \
+    ProtocolSimplexMissingTraceWitness, INVALID_ARGUMENT)                      \
+  X(EXTRACTION_EVENT_BOUND_EXCEEDED, ExtractionEventBoundExceeded,             \
+    RESOURCE_EXHAUSTED)                                                        \
+  X(EXTRACTION_EVIDENCE_MISMATCH, ExtractionEvidenceMismatch,                  \
+    INVALID_ARGUMENT)                                                          \
+  X(VERTEX_REF_NOT_FOUND, VertexRefNotFound, NOT_FOUND)                        \
+  X(EMPTY_COMPOSITION, EmptyComposition, INVALID_ARGUMENT)                     \
+  X(REFINEMENT_DOMAIN_MISMATCH, RefinementDomainMismatch, INVALID_ARGUMENT)    \
+  X(REFINEMENT_CODOMAIN_MISMATCH, RefinementCodomainMismatch,                  \
+    INVALID_ARGUMENT)                                                          \
+  X(DETAILED_CARRIER_ESCAPES_ABSTRACT_TASK,                                    \
+    DetailedCarrierEscapesAbstractTask, INVALID_ARGUMENT)                      \
+  X(UNCOVERED_ABSTRACT_WORKFLOW_FACE, UncoveredAbstractWorkflowFace,           \
+    INVALID_ARGUMENT)                                                          \
+  X(MISSING_TASK_COVERAGE_PATHS, MissingTaskCoveragePaths, INVALID_ARGUMENT)   \
+  X(UNEXPECTED_DESIGN_ONLY_TASK, UnexpectedDesignOnlyTask, INVALID_ARGUMENT)   \
+  X(STALE_TASK_COVERAGE_PATH, StaleTaskCoveragePath, INVALID_ARGUMENT)         \
+  X(TASK_COVERAGE_PATH_UNMAPPED, TaskCoveragePathUnmapped, INVALID_ARGUMENT)   \
+  X(TASK_COVERAGE_PATH_MISMATCH, TaskCoveragePathMismatch, INVALID_ARGUMENT)   \
+  X(TASK_COVERAGE_DESIGN_ONLY_MISMATCH, TaskCoverageDesignOnlyMismatch,        \
+    INVALID_ARGUMENT)                                                          \
+  X(DUPLICATE_COVERAGE_PATH, DuplicateCoveragePath, INVALID_ARGUMENT)          \
+  X(UNCOVERED_IMPLEMENTED_PRODUCTION_PATH, UncoveredImplementedProductionPath, \
+    INVALID_ARGUMENT)                                                          \
+  X(INVALID_WORKER_COUNT, InvalidWorkerCount, INVALID_ARGUMENT)                \
+  X(INVALID_QUORUM, InvalidQuorum, INVALID_ARGUMENT)                           \
+  X(INVALID_FRAGMENT_INDEX, InvalidFragmentIndex, INVALID_ARGUMENT)            \
   X(INVALID_FRAGMENT_COUNT, InvalidFragmentCount, INVALID_ARGUMENT)
 
 typedef enum pcp_topology_error_e {
@@ -172,7 +165,7 @@ typedef enum pcp_topology_error_e {
   PCP_TOPOLOGY_ERROR_##suffix,
   PCP_TOPOLOGY_ERROR_LIST(PCP_TOPOLOGY_ERROR_ENUM_)
 #undef PCP_TOPOLOGY_ERROR_ENUM_
-  PCP_TOPOLOGY_ERROR_COUNT_,
+      PCP_TOPOLOGY_ERROR_COUNT_,
 } pcp_topology_error_t;
 
 // Upstream name ("DuplicateColor"); "None" for NONE, "?" out of range.
@@ -300,9 +293,9 @@ bool pcp_topology_complex_find(const pcp_topology_complex_t* complex,
                                pcp_topology_simplex_t simplex,
                                size_t* out_index);
 // First listed superset.
-bool pcp_topology_complex_find_containing(
-    const pcp_topology_complex_t* complex, pcp_topology_simplex_t simplex,
-    size_t* out_index);
+bool pcp_topology_complex_find_containing(const pcp_topology_complex_t* complex,
+                                          pcp_topology_simplex_t simplex,
+                                          size_t* out_index);
 // Every listed simplex of |a| lies in |b| by closure.
 bool pcp_topology_complex_is_subcomplex(const pcp_topology_complex_t* a,
                                         const pcp_topology_complex_t* b);
@@ -327,9 +320,9 @@ typedef struct pcp_topology_complex_witness_t {
 
 // Every listed simplex is chromatic (DuplicateColor) and no two are equal
 // (DuplicateSimplex). |out_witness| (may be NULL) is cleared first.
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_validate(
-    const pcp_topology_complex_t* complex,
-    pcp_topology_complex_witness_t* out_witness);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_complex_validate(const pcp_topology_complex_t* complex,
+                              pcp_topology_complex_witness_t* out_witness);
 
 // All maximal listed simplices have the same dimension (true when empty).
 bool pcp_topology_complex_is_pure(const pcp_topology_complex_t* complex);
@@ -346,9 +339,9 @@ bool pcp_topology_complex_is_pure(const pcp_topology_complex_t* complex);
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_faces(
     const pcp_topology_complex_t* complex, pcp_topology_complex_t* out_complex);
 // Faces of dimension <= k (faces order).
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_skeleton(
-    const pcp_topology_complex_t* complex, int32_t k,
-    pcp_topology_complex_t* out_complex);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_complex_skeleton(const pcp_topology_complex_t* complex, int32_t k,
+                              pcp_topology_complex_t* out_complex);
 // With top dimension d <= 0: empty. Otherwise the (d-1)-faces contained in
 // exactly one listed d-simplex.
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_boundary(
@@ -441,9 +434,9 @@ bool pcp_topology_vertex_map_lookup(const pcp_topology_vertex_map_t* map,
 // DuplicateVertexMapSource, TargetVertexOutsideCodomain, NonColorPreservingMap
 // when asked, MissingVertexMapEntry); simplicial (NonSimplicialMap) and, when
 // asked, rigid (NonRigidMap) on every domain face.
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_vertex_map_validate(
-    const pcp_topology_vertex_map_t* map,
-    pcp_topology_vertex_map_checks_t checks);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_vertex_map_validate(const pcp_topology_vertex_map_t* map,
+                                 pcp_topology_vertex_map_checks_t checks);
 // Deduplicated, sorted image of |simplex| (cleared first).
 // MissingVertexMapEntry for an unmapped vertex.
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_vertex_map_apply(
@@ -513,12 +506,14 @@ const pcp_topology_complex_t* pcp_topology_carrier_map_entry_image(
 const pcp_topology_complex_t* pcp_topology_carrier_map_lookup(
     const pcp_topology_carrier_map_t* map, pcp_topology_simplex_t simplex);
 
-// Entries (CarrierSimplexOutsideDomain, DuplicateCarrierSimplex, ComplexMismatch
-// for an image outside the codomain, MissingCarrierSimplex for any domain
-// face, the empty one included) and then the asked checks
-// (NonMonotonicCarrier, NonStrictCarrier, NonRigidCarrier, NonChromaticCarrier).
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_carrier_map_validate(
-    const pcp_topology_carrier_map_t* map, pcp_topology_carrier_checks_t checks);
+// Entries (CarrierSimplexOutsideDomain, DuplicateCarrierSimplex,
+// ComplexMismatch for an image outside the codomain, MissingCarrierSimplex for
+// any domain face, the empty one included) and then the asked checks
+// (NonMonotonicCarrier, NonStrictCarrier, NonRigidCarrier,
+// NonChromaticCarrier).
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_carrier_map_validate(const pcp_topology_carrier_map_t* map,
+                                  pcp_topology_carrier_checks_t checks);
 // s -> delta(Xi(s)); codomain = delta's codomain.
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_carrier_map_compose_with_map(
     const pcp_topology_carrier_map_t* carrier,
@@ -597,8 +592,8 @@ typedef struct pcp_topology_execution_observation_t {
 // Task carrier: edges cover exactly the listed inputs (MissingCarrierEdge,
 // DuplicateCarrierEdge, InputIndexOutOfRange, OutputIndexOutOfRange) and are
 // monotone between listed simplices (NonMonotonicCarrier).
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_topology_index_carrier_validate(const pcp_topology_index_carrier_t* carrier);
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_index_carrier_validate(
+    const pcp_topology_index_carrier_t* carrier);
 // Execution carrier: the same with MissingExecutionEdge,
 // DuplicateExecutionEdge, EmptyExecutionCarrier, ProtocolIndexOutOfRange and
 // NonMonotonicExecutionCarrier.
@@ -722,8 +717,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_subdivision_validate_iterated(
 
 // InvalidFieldPrime unless 2 <= |prime| <= PCP_TOPOLOGY_MAX_FIELD_PRIME and
 // prime.
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_field_prime_validate(
-    uint32_t prime);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_field_prime_validate(uint32_t prime);
 
 // Connected components of the 1-skeleton (0 for the empty complex).
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_component_count(
@@ -819,7 +814,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_homology_map_witness_find(
 // per non-tree edge, one relator per triangle (tree edges dropped). Caller-
 // embedded; owns its arrays.
 typedef struct pcp_topology_fundamental_group_generator_t {
-  uint32_t name;  // generator index
+  uint32_t name;               // generator index
   pcp_topology_vertex_t from;  // lower vertex
   pcp_topology_vertex_t to;    // higher vertex
 } pcp_topology_fundamental_group_generator_t;

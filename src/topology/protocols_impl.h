@@ -151,9 +151,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_trace_format(
     const pcp_topology_trace_t* trace, pcp_string_builder_t* builder);
 // Parses the text written by pcp_topology_trace_format. INVALID_ARGUMENT
 // names the line and the problem; never asserts on input.
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_trace_parse(
-    pcp_string_view_t text, pcp_allocator_t allocator,
-    pcp_topology_trace_t* out_trace);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_trace_parse(pcp_string_view_t text, pcp_allocator_t allocator,
+                         pcp_topology_trace_t* out_trace);
 
 //===----------------------------------------------------------------------===//
 // Solving and protocols: the two-node simulator
@@ -231,7 +231,7 @@ typedef struct pcp_topology_shrink_result_t {
   uint64_t seed;
   pcp_topology_event_t* events;  // owned; free with the allocator passed in
   size_t event_count;
-  size_t deleted;                // events removed
+  size_t deleted;  // events removed
   size_t predicate_calls;
 } pcp_topology_shrink_result_t;
 
@@ -272,15 +272,14 @@ typedef struct pcp_topology_action_t {
 
 // Holds for a failing schedule.
 typedef bool (*pcp_topology_action_predicate_fn_t)(
-    void* user_data, const pcp_topology_action_t* actions,
-    size_t action_count);
+    void* user_data, const pcp_topology_action_t* actions, size_t action_count);
 
 typedef struct pcp_topology_action_shrink_result_t {
   pcp_topology_action_t* actions;  // owned; free with the allocator passed in
   size_t action_count;
-  size_t deleted;               // actions removed
-  size_t parameters_reduced;    // accepted parameter reductions
-  size_t rounds;                // deletion + parameter rounds until fixed
+  size_t deleted;             // actions removed
+  size_t parameters_reduced;  // accepted parameter reductions
+  size_t rounds;              // deletion + parameter rounds until fixed
   size_t predicate_calls;
 } pcp_topology_action_shrink_result_t;
 
@@ -439,20 +438,20 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decision_maps_enumerate(
     pcp_topology_search_options_t options,
     pcp_topology_search_result_t* inout_result);
 // enumerate() with max_solutions = 1.
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decision_map_solve(
-    const pcp_topology_decision_problem_t* problem,
-    pcp_topology_search_options_t options,
-    pcp_topology_search_result_t* inout_result);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_decision_map_solve(const pcp_topology_decision_problem_t* problem,
+                                pcp_topology_search_options_t options,
+                                pcp_topology_search_result_t* inout_result);
 
 //===----------------------------------------------------------------------===//
 // Solving and protocols: SMT-LIB and Z3
 //===----------------------------------------------------------------------===//
 
 typedef struct pcp_topology_smtlib_options_t {
-  uint32_t timeout_ms;        // 0: no (set-option :timeout)
-  bool produce_unsat_cores;   // name every assertion c_K
-  bool include_check_sat;     // (check-sat), default true
-  bool include_model_query;   // (get-value (x_0_0 ...))
+  uint32_t timeout_ms;            // 0: no (set-option :timeout)
+  bool produce_unsat_cores;       // name every assertion c_K
+  bool include_check_sat;         // (check-sat), default true
+  bool include_model_query;       // (get-value (x_0_0 ...))
   bool include_unsat_core_query;  // (get-unsat-core)
 } pcp_topology_smtlib_options_t;
 
@@ -476,8 +475,8 @@ typedef enum pcp_topology_solver_backend_e {
 
 typedef struct pcp_topology_solver_options_t {
   pcp_topology_solver_backend_t backend;
-  const char* executable;  // binary backend; NULL = "z3" on PATH
-  uint32_t timeout_ms;     // 30000
+  const char* executable;   // binary backend; NULL = "z3" on PATH
+  uint32_t timeout_ms;      // 30000
   size_t max_output_bytes;  // 1 MiB
   bool request_unsat_core;  // true
 } pcp_topology_solver_options_t;
@@ -509,9 +508,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_solver_parse_model(
     pcp_string_view_t answer, size_t source_count,
     const uint32_t* candidate_counts, uint32_t* out_assignment,
     size_t* out_assigned_count);
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_solver_parse_core(
-    pcp_string_view_t answer, uint32_t* out_ids, size_t capacity,
-    size_t* out_count);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_solver_parse_core(pcp_string_view_t answer, uint32_t* out_ids,
+                               size_t capacity, size_t* out_count);
 
 //===----------------------------------------------------------------------===//
 // Solving and protocols: protocol-complex generation
@@ -556,8 +555,7 @@ typedef struct pcp_topology_generation_options_t {
   uint32_t traces_per_face;      // random mode (default 1)
 } pcp_topology_generation_options_t;
 
-pcp_topology_generation_options_t pcp_topology_generation_options_default(
-    void);
+pcp_topology_generation_options_t pcp_topology_generation_options_default(void);
 
 // One recorded schedule: which input face (index into |input_faces|) reached
 // which protocol simplex (index into |protocol|), through which trace.
@@ -801,8 +799,8 @@ typedef enum pcp_topology_handler_verdict_e {
 
 // Worker-side acceptance of |name| claimed by handler |claimed|.
 pcp_topology_handler_verdict_t pcp_topology_worker_handler_check(
-    const pcp_topology_message_entry_t* catalog, size_t count,
-    const char* name, pcp_topology_worker_handler_t claimed);
+    const pcp_topology_message_entry_t* catalog, size_t count, const char* name,
+    pcp_topology_worker_handler_t claimed);
 
 // The fabric's own wire messages (src/proto, docs/protocol.md s.3), read
 // from proto's message-type table, so a type added to, renamed in or
@@ -828,9 +826,9 @@ typedef struct pcp_topology_fabric_message_t {
 // naming the first type proto knows that has no direction here (the
 // topology is out of sync with the protocol), or a direction for a type
 // proto no longer names; RESOURCE_EXHAUSTED past |capacity|.
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_fabric_catalog(
-    pcp_topology_fabric_message_t* out_messages, size_t capacity,
-    size_t* out_count);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_fabric_catalog(pcp_topology_fabric_message_t* out_messages,
+                            size_t capacity, size_t* out_count);
 const char* pcp_topology_fabric_direction_name(
     pcp_topology_fabric_direction_t direction);
 
@@ -1154,8 +1152,9 @@ typedef struct pcp_topology_vector_clock_t {
 void pcp_topology_vector_clock_tick(pcp_topology_vector_clock_t* clock,
                                     uint32_t node);
 // Merges |other| in (component-wise maximum).
-void pcp_topology_vector_clock_observe(pcp_topology_vector_clock_t* clock,
-                                       const pcp_topology_vector_clock_t* other);
+void pcp_topology_vector_clock_observe(
+    pcp_topology_vector_clock_t* clock,
+    const pcp_topology_vector_clock_t* other);
 uint64_t pcp_topology_vector_clock_counter(
     const pcp_topology_vector_clock_t* clock, uint32_t node);
 
@@ -1175,9 +1174,9 @@ typedef struct pcp_topology_tape_entry_t {
   pcp_topology_tape_kind_t kind;
   uint32_t step;
   uint32_t fragment;
-  uint32_t learner;        // LEARNER_APPLY / FAILURE / RECOVERY
-  uint64_t merge_weight;   // FRAGMENT_SYNC: max(tokens, 1)
-  uint32_t participants;   // FRAGMENT_SYNC
+  uint32_t learner;       // LEARNER_APPLY / FAILURE / RECOVERY
+  uint64_t merge_weight;  // FRAGMENT_SYNC: max(tokens, 1)
+  uint32_t participants;  // FRAGMENT_SYNC
 } pcp_topology_tape_entry_t;
 
 typedef struct pcp_topology_event_tape_t {
@@ -1209,10 +1208,10 @@ typedef enum pcp_topology_decoupled_action_kind_e {
 typedef struct pcp_topology_decoupled_action_t {
   pcp_topology_decoupled_action_kind_t kind;
   uint32_t worker;
-  uint32_t session;   // submit: the envelope's request id
-  uint32_t fragment;  // submit
-  uint32_t step;      // submit: syncer step the update is for
-  uint64_t clock;     // submit: the worker's vector-clock counter
+  uint32_t session;       // submit: the envelope's request id
+  uint32_t fragment;      // submit
+  uint32_t step;          // submit: syncer step the update is for
+  uint64_t clock;         // submit: the worker's vector-clock counter
   bool payload_mismatch;  // submit: envelope and payload disagree
 } pcp_topology_decoupled_action_t;
 
@@ -1265,7 +1264,7 @@ typedef struct pcp_topology_decoupled_t {
   uint32_t extra_accepted;
   pcp_topology_decoupled_decision_t decision;
   pcp_topology_decoupled_violation_t violation;  // of the last action
-  bool bug_count_duplicates;  // injected bug: duplicates count to quorum
+  bool bug_count_duplicates;    // injected bug: duplicates count to quorum
   bool bug_accept_stale_clock;  // injected bug: no vector-clock check
 } pcp_topology_decoupled_t;
 
@@ -1273,8 +1272,8 @@ typedef struct pcp_topology_decoupled_t {
 // src/protocol/invariants.zig): at least one worker (InvalidWorkerCount) and
 // 1 <= quorum <= workers (InvalidQuorum); at least one fragment
 // (InvalidFragmentCount) and index < count (InvalidFragmentIndex).
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_quorum_validate(
-    uint32_t quorum, uint32_t worker_count);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_decoupled_quorum_validate(uint32_t quorum, uint32_t worker_count);
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_fragment_validate(
     uint32_t fragment_index, uint32_t fragment_count);
 
@@ -1284,8 +1283,9 @@ void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
 // Applies one action (checks in the upstream order: post-cancel, worker,
 // availability, assignment, session, payload, stale fragment/step, stale
 // clock, duplicate). A window timeout commits at quorum, else defers.
-void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* model,
-                                  const pcp_topology_decoupled_action_t* action);
+void pcp_topology_decoupled_apply(
+    pcp_topology_decoupled_t* model,
+    const pcp_topology_decoupled_action_t* action);
 
 // Resuming a worker after a restart: the session must be the one the
 // window runs (else INCOMPATIBLE_RESUME); the worker comes back online.
@@ -1335,8 +1335,7 @@ typedef struct pcp_topology_rda_update_t {
 double pcp_topology_token_step_weight(uint64_t tokens, uint64_t steps);
 // False when |dimension| exceeds PCP_TOPOLOGY_RDA_MAX_DIMENSION.
 bool pcp_topology_rda_merge(const pcp_topology_rda_update_t* updates,
-                            size_t update_count, size_t dimension,
-                            double* out);
+                            size_t update_count, size_t dimension, double* out);
 // The plain coordinate-wise average (what RDA replaces).
 void pcp_topology_direct_average(const pcp_topology_rda_update_t* updates,
                                  size_t update_count, size_t dimension,
@@ -1387,9 +1386,9 @@ bool pcp_topology_pcp_witness_parse(pcp_string_view_t name,
                                     pcp_topology_pcp_witness_t* out_witness);
 
 typedef struct pcp_topology_obstruction_options_t {
-  uint32_t max_homology_dimension;  // 2; above it: unsupported_dimension
-  uint32_t prime;                   // 2
-  uint64_t max_assignments;         // 100000
+  uint32_t max_homology_dimension;   // 2; above it: unsupported_dimension
+  uint32_t prime;                    // 2
+  uint64_t max_assignments;          // 100000
   uint32_t max_unsat_core_vertices;  // 10
 } pcp_topology_obstruction_options_t;
 
@@ -1403,13 +1402,13 @@ typedef struct pcp_topology_obstruction_report_t {
   pcp_topology_obstruction_kind_t kind;
   pcp_topology_pcp_witness_t pcp_witness;
   pcp_topology_failed_invariant_t failed_invariant;
-  pcp_topology_vertex_list_t input_face;    // canonical order
-  pcp_topology_complex_t* protocol_image;   // closed Xi(face) (or the domain)
-  pcp_topology_complex_t* output_image;     // closed Delta(face) (or image)
+  pcp_topology_vertex_list_t input_face;   // canonical order
+  pcp_topology_complex_t* protocol_image;  // closed Xi(face) (or the domain)
+  pcp_topology_complex_t* output_image;    // closed Delta(face) (or image)
   uint32_t prime;
-  pcp_topology_betti_t protocol_betti;      // >= max dimension + 1 entries
+  pcp_topology_betti_t protocol_betti;  // >= max dimension + 1 entries
   pcp_topology_betti_t output_betti;
-  uint32_t induced_rank_count;              // map-induced reports only
+  uint32_t induced_rank_count;  // map-induced reports only
   uint64_t induced_ranks[PCP_TOPOLOGY_MAX_HOMOLOGY_DIMENSION + 1];
   bool has_unsat_reason;
   pcp_topology_unsat_reason_t unsat_reason;
@@ -1514,9 +1513,9 @@ void pcp_topology_model_instance_deinitialize(
 // Runs the model. Xi is validated monotone and chromatic
 // (UncoveredExtractedInputFace, ProtocolFacetMissingColor,
 // ProtocolSimplexMissingTraceWitness).
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_model_build(
-    const pcp_topology_model_t* model,
-    pcp_topology_model_instance_t* inout_instance);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_model_build(const pcp_topology_model_t* model,
+                         pcp_topology_model_instance_t* inout_instance);
 
 // Bounds an extraction must respect (reference s.3.2 ExtractionBound):
 // cases, traces, events per trace and schedule depth. Zero is rejected for
@@ -1548,9 +1547,9 @@ typedef struct pcp_topology_rda_bridge_t {
 
 // NOT_FOUND when no generated run of |decoupled| (a decoupled_fragment
 // model instance) committed its window.
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_rda_bridge_find(
-    const pcp_topology_model_instance_t* decoupled,
-    pcp_topology_rda_bridge_t* out_bridge);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_rda_bridge_find(const pcp_topology_model_instance_t* decoupled,
+                             pcp_topology_rda_bridge_t* out_bridge);
 
 // The first input face F (faces order) and the first face of delta(Xi(F))
 // outside Delta(F). Caller-embedded; owns its lists and complexes.
@@ -1569,11 +1568,11 @@ void pcp_topology_carrier_escape_deinitialize(
 // |found| false when delta o Xi lies in Delta. Works on maps that fail
 // validation too (an unmapped view is skipped), which is the point: it
 // names where an implementation's decisions leave the task.
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_carrier_escape_find(
-    const pcp_topology_carrier_map_t* execution,
-    const pcp_topology_carrier_map_t* task,
-    const pcp_topology_vertex_map_t* decision,
-    pcp_topology_carrier_escape_t* inout_escape);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_carrier_escape_find(const pcp_topology_carrier_map_t* execution,
+                                 const pcp_topology_carrier_map_t* task,
+                                 const pcp_topology_vertex_map_t* decision,
+                                 pcp_topology_carrier_escape_t* inout_escape);
 
 typedef enum pcp_topology_solver_kind_e {
   PCP_TOPOLOGY_SOLVER_NATIVE = 0,
@@ -1595,12 +1594,12 @@ typedef struct pcp_topology_check_report_t {
   pcp_topology_solver_kind_t solver;
   pcp_topology_search_status_t search_status;
   uint64_t explored;
-  size_t z3_core_size;  // named assertions in Z3's core (unsat, Z3 only)
-  size_t input_simplexes;     // face counts, empty face included
+  size_t z3_core_size;     // named assertions in Z3's core (unsat, Z3 only)
+  size_t input_simplexes;  // face counts, empty face included
   size_t protocol_simplexes;
   size_t output_simplexes;
   size_t trace_count;
-  bool decision_checked;  // the model has its own delta
+  bool decision_checked;     // the model has its own delta
   char decision_error[256];  // why the model's delta is not carried
   bool has_obstruction;
   pcp_topology_obstruction_report_t obstruction;
@@ -1689,11 +1688,13 @@ typedef struct pcp_topology_analysis_report_t {
 // and Delta (carrier_entries), delta (vertex_map_entries), the minimal
 // offending simplex and the replay events.
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_analysis_report_format(
-    const pcp_topology_analysis_report_t* report, pcp_string_builder_t* builder);
+    const pcp_topology_analysis_report_t* report,
+    pcp_string_builder_t* builder);
 // Compact JSON, schema "pcp.topology.analysis.v1", with face counts of I, P
 // and O, the witness and the events.
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_analysis_report_format_json(
-    const pcp_topology_analysis_report_t* report, pcp_string_builder_t* builder);
+    const pcp_topology_analysis_report_t* report,
+    pcp_string_builder_t* builder);
 
 //===----------------------------------------------------------------------===//
 // Solving and protocols: coverage metadata (coverage.c)
@@ -1719,7 +1720,7 @@ typedef struct pcp_topology_coverage_summary_t {
   size_t implemented;  // not design-only
   size_t covered;      // implemented with a task
   size_t design_only;
-  size_t uncovered;    // implemented without a task
+  size_t uncovered;  // implemented without a task
 } pcp_topology_coverage_summary_t;
 
 void pcp_topology_coverage_summarize(const pcp_topology_coverage_path_t* paths,
@@ -1852,9 +1853,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_global_composition_build(
 // bit v of |violations_seen| for violation v (the model's own enums).
 typedef struct pcp_topology_exploration_stats_t {
   uint64_t invariant_failures;  // steps after which an invariant broke
-  uint64_t seed;        // seeded runs: the seed to replay them with
-  uint64_t checked;     // schedules run
-  uint64_t failed;      // schedules that hit a violation
+  uint64_t seed;                // seeded runs: the seed to replay them with
+  uint64_t checked;             // schedules run
+  uint64_t failed;              // schedules that hit a violation
   uint64_t decisions_seen;
   uint64_t violations_seen;
   uint64_t fingerprint;  // hash of every step's outcome (determinism)

@@ -132,8 +132,8 @@ typedef struct pcp_topology_vertex_list_t {
   size_t capacity;
 } pcp_topology_vertex_list_t;
 
-void pcp_topology_vertex_list_initialize(
-    pcp_allocator_t allocator, pcp_topology_vertex_list_t* out_list);
+void pcp_topology_vertex_list_initialize(pcp_allocator_t allocator,
+                                         pcp_topology_vertex_list_t* out_list);
 void pcp_topology_vertex_list_deinitialize(pcp_topology_vertex_list_t* list);
 
 // A simplex is a borrowed, unordered view of vertices. The empty simplex
@@ -170,9 +170,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_append(
     pcp_topology_complex_t* complex, pcp_topology_simplex_t simplex);
 // Builder semantics: validates the chromatic property, drops a duplicate
 // (|out_added| false; may be NULL) and stores a sorted copy.
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_add(
-    pcp_topology_complex_t* complex, pcp_topology_simplex_t simplex,
-    bool* out_added);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_complex_add(pcp_topology_complex_t* complex,
+                         pcp_topology_simplex_t simplex, bool* out_added);
 
 // Number of listed simplices and the i-th one. The view borrows the
 // complex's storage: valid until the complex is next modified.
@@ -184,9 +184,9 @@ pcp_topology_simplex_t pcp_topology_complex_simplex(
 int32_t pcp_topology_complex_dimension(const pcp_topology_complex_t* complex);
 
 // Deduplicated, sorted vertices (cleared first).
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_vertices(
-    const pcp_topology_complex_t* complex,
-    pcp_topology_vertex_list_t* out_vertices);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_complex_vertices(const pcp_topology_complex_t* complex,
+                              pcp_topology_vertex_list_t* out_vertices);
 
 //===----------------------------------------------------------------------===//
 // Subdivisions
@@ -230,9 +230,9 @@ typedef struct pcp_topology_betti_t {
 
 // Betti numbers over GF(|prime|) by sparse elimination of the boundary
 // matrices, any dimension.
-PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_betti(
-    const pcp_topology_complex_t* complex, uint32_t prime,
-    pcp_topology_betti_t* out_betti);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_topology_complex_betti(const pcp_topology_complex_t* complex,
+                           uint32_t prime, pcp_topology_betti_t* out_betti);
 
 //===----------------------------------------------------------------------===//
 // CLI

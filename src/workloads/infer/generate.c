@@ -9,12 +9,13 @@
 // the ids, positions and the logits do. Slot lengths live here, on the host:
 // they are the %positions of the next call.
 
+#include "workloads/infer/generate.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "compute/compute.h"
 #include "models/models.h"
-#include "workloads/infer/generate.h"
 
 struct pcp_infer_generator_t {
   pcp_allocator_t allocator;
@@ -43,11 +44,13 @@ static pcp_status_t upload_zeros(pcp_backend_t* backend,
   return status;
 }
 
-pcp_status_t pcp_infer_generator_create(
-    pcp_backend_t* backend, pcp_program_t* program,
-    const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,
-    const void* const* parameters, pcp_allocator_t allocator,
-    pcp_infer_generator_t** out_generator) {
+pcp_status_t pcp_infer_generator_create(pcp_backend_t* backend,
+                                        pcp_program_t* program,
+                                        const pcp_models_spec_t* spec,
+                                        const pcp_models_generation_t* gen,
+                                        const void* const* parameters,
+                                        pcp_allocator_t allocator,
+                                        pcp_infer_generator_t** out_generator) {
   *out_generator = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_models_generation_validate(spec, gen));
   pcp_models_parameter_table_t table;
@@ -149,14 +152,14 @@ void pcp_infer_generator_release(pcp_infer_generator_t* generator) {
   pcp_allocator_free(allocator, generator);
 }
 
-int64_t pcp_infer_generator_slot_length(
-    const pcp_infer_generator_t* generator, int64_t slot) {
+int64_t pcp_infer_generator_slot_length(const pcp_infer_generator_t* generator,
+                                        int64_t slot) {
   PCP_ASSERT(slot >= 0 && slot < generator->gen.slots);
   return generator->lengths[slot];
 }
 
 void pcp_infer_generator_slot_reset(pcp_infer_generator_t* generator,
-                                     int64_t slot) {
+                                    int64_t slot) {
   PCP_ASSERT(slot >= 0 && slot < generator->gen.slots);
   // Stale rows need no clearing: the next prefill overwrites rows from 0 and
   // rows past a slot's position are masked.
@@ -228,9 +231,9 @@ static pcp_status_t invoke(pcp_infer_generator_t* g, bool prefill,
 }
 
 pcp_status_t pcp_infer_generator_prefill(pcp_infer_generator_t* generator,
-                                          int64_t slot, const int32_t* tokens,
-                                          int64_t count, float* out_logits,
-                                          float* scratch_logits) {
+                                         int64_t slot, const int32_t* tokens,
+                                         int64_t count, float* out_logits,
+                                         float* scratch_logits) {
   pcp_infer_generator_t* g = generator;
   if (slot < 0 || slot >= g->gen.slots) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "slot %lld of %lld",
@@ -263,9 +266,8 @@ pcp_status_t pcp_infer_generator_prefill(pcp_infer_generator_t* generator,
 }
 
 pcp_status_t pcp_infer_generator_decode(pcp_infer_generator_t* generator,
-                                         const int32_t* tokens,
-                                         const bool* active,
-                                         float* out_logits) {
+                                        const int32_t* tokens,
+                                        const bool* active, float* out_logits) {
   pcp_infer_generator_t* g = generator;
   for (int64_t b = 0; b < g->gen.slots; ++b) {
     if (active[b] && g->lengths[b] >= g->gen.max_length) {

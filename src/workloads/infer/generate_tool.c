@@ -186,9 +186,8 @@ int main(int argc, char** argv) {
   if (!status)
     status = pcp_program_load(backend, vmfb, vmfb_length, &program);
   if (!status) {
-    status =
-        pcp_infer_generator_create(backend, program, &spec, &g, param_data,
-                                    pcp_allocator_system(), &r.gen);
+    status = pcp_infer_generator_create(backend, program, &spec, &g, param_data,
+                                        pcp_allocator_system(), &r.gen);
   }
   size_t row = (size_t)g.slots * (size_t)spec.vocab;
   size_t nv = (size_t)r.n * (size_t)spec.vocab;
