@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench/decode: greedy decode of the toy Qwen3 (2 layers, 4 heads, 2 kv
 // heads, width 64, vocab 256, f32; KV cache of 128 rows per slot) through
-// the generation driver (pcp_models_generator_*: pcp_backend_t with the
+// the generation driver (pcp_infer_generator_*: pcp_backend_t with the
 // weights and caches resident) against a WARM in-process loop on the same
 // VMFB: one Python process on `iree.runtime`'s public API, started once,
 // that loads the module and uploads the same weights once (weights and
@@ -41,6 +41,7 @@
 #include "compile/compile.h"
 #include "compute/compute.h"
 #include "models/models.h"
+#include "workloads/workloads.h"
 
 #define STEPS 100  // prompt + steps < max_length (128)
 #define REPEATS 5
@@ -99,7 +100,7 @@ static void build(const pcp_models_spec_t* spec, int64_t slots,
 // A warm generator on one program: created once, rounds timed after.
 typedef struct driver_t {
   pcp_program_t* program;
-  pcp_models_generator_t* g;
+  pcp_infer_generator_t* g;
   int64_t slots;
   int64_t vocab;
   float* logits;
@@ -115,8 +116,8 @@ static void driver_create(pcp_backend_t* backend, const built_t* b,
         "load");
   pcp_backend_memory_t before, after;
   check(pcp_backend_memory_query(backend, &before), "allocator statistics");
-  check(pcp_models_generator_create(backend, out->program, spec, &b->gen,
-                                    params, pcp_allocator_system(), &out->g),
+  check(pcp_infer_generator_create(backend, out->program, spec, &b->gen, params,
+                                   pcp_allocator_system(), &out->g),
         "generator");
   check(pcp_backend_memory_query(backend, &after), "allocator statistics");
   out->device_bytes = after.device_bytes_live - before.device_bytes_live;
@@ -133,7 +134,7 @@ static void driver_create(pcp_backend_t* backend, const built_t* b,
 static void driver_release(driver_t* d) {
   free(d->logits);
   free(d->scratch);
-  pcp_models_generator_release(d->g);
+  pcp_infer_generator_release(d->g);
   pcp_program_release(d->program);
 }
 
@@ -147,9 +148,9 @@ static double driver_round(driver_t* d, int32_t* out_tokens) {
   int64_t v = d->vocab;
   for (int i = 0; i < PROMPT; ++i) prompt[i] = (int32_t)((int64_t)i * 7 % v);
   for (int64_t s = 0; s < d->slots; ++s) {
-    pcp_models_generator_slot_reset(d->g, s);
-    check(pcp_models_generator_prefill(d->g, s, prompt, PROMPT,
-                                       d->logits + s * v, d->scratch),
+    pcp_infer_generator_slot_reset(d->g, s);
+    check(pcp_infer_generator_prefill(d->g, s, prompt, PROMPT,
+                                      d->logits + s * v, d->scratch),
           "prefill");
     tokens[s] = pcp_models_logits_argmax(d->logits + s * v, v);
     active[s] = true;
@@ -159,7 +160,7 @@ static double driver_round(driver_t* d, int32_t* out_tokens) {
   pcp_clock_t clock = pcp_clock_system();
   int64_t start = pcp_clock_now_ns(clock);
   for (int t = 0; t < STEPS; ++t) {
-    check(pcp_models_generator_decode(d->g, tokens, active, d->logits),
+    check(pcp_infer_generator_decode(d->g, tokens, active, d->logits),
           "decode");
     for (int64_t s = 0; s < d->slots; ++s) {
       tokens[s] = pcp_models_logits_argmax(d->logits + s * v, v);

@@ -490,6 +490,12 @@ bool pcp_element_type_parse(pcp_string_view_t name,
 // Bytes per element in host memory (i1 is 1); 0 for UNKNOWN.
 size_t pcp_element_type_byte_size(pcp_element_type_t type);
 
+// Scalar conversions (round to nearest even; NaN stays NaN). float16.c.
+uint16_t pcp_f32_to_f16(float value);
+float pcp_f16_to_f32(uint16_t value);
+uint16_t pcp_f32_to_bf16(float value);
+float pcp_bf16_to_f32(uint16_t value);
+
 // Maximum tensor rank accepted anywhere (inputs, files, frames).
 #define PCP_MAX_TENSOR_RANK 16
 

@@ -114,11 +114,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_format(
     const pcp_host_tensor_t* tensor, size_t max_elements,
     pcp_string_builder_t* builder);
 
-// Scalar conversions (round to nearest even).
-uint16_t pcp_f32_to_f16(float value);
-float pcp_f16_to_f32(uint16_t value);
-uint16_t pcp_f32_to_bf16(float value);
-float pcp_bf16_to_f32(uint16_t value);
+// Scalar f16/bf16 conversions: pcp_f32_to_f16 and friends (base/base.h).
 
 //===----------------------------------------------------------------------===//
 // Backends

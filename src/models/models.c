@@ -447,3 +447,15 @@ void pcp_models_parameters_initialize(const pcp_models_parameter_table_t* table,
     }
   }
 }
+
+int32_t pcp_models_logits_argmax(const float* logits, int64_t vocab) {
+  // TODO(sampling): greedy only; temperature / top-k / top-p come from the
+  // sampling module (src/workloads/.../sampling) once it has landed.
+  int32_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i) {
+    if (logits[i] > logits[best]) {
+      best = (int32_t)i;
+    }
+  }
+  return best;
+}

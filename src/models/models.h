@@ -384,61 +384,6 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_models_generation_module_emit(
     const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,
     pcp_string_builder_t* builder);
 
-//===----------------------------------------------------------------------===//
-// Generation driver (weights and KV caches resident on a pcp_backend_t)
-//===----------------------------------------------------------------------===//
-//
-// Runs a compiled generation module: parameters are uploaded once, the two
-// caches live on the device and are replaced by each call's results, slot
-// lengths are kept here. A session owns a slot: prefill appends its prompt
-// (in chunks of prefill_length), decode advances every active slot by one
-// token in one batched call.
-//
-// Threading: thread-compatible (the backend's rule: one thread at a time).
-// Ownership: |backend| and |program| are borrowed and must outlive the
-// generator; |parameters| are copied to the device during create.
-
-typedef struct pcp_backend_t pcp_backend_t;
-typedef struct pcp_program_t pcp_program_t;
-typedef struct pcp_models_generator_t pcp_models_generator_t;
-
-// |parameters[i]|: the bytes of table parameter i (the spec's dtype).
-// Caches start zeroed. Errors: validation (INVALID_ARGUMENT), uploads.
-PCP_MUST_USE_RESULT pcp_status_t pcp_models_generator_create(
-    pcp_backend_t* backend, pcp_program_t* program,
-    const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,
-    const void* const* parameters, pcp_allocator_t allocator,
-    pcp_models_generator_t** out_generator);
-void pcp_models_generator_release(pcp_models_generator_t* generator);
-
-// Tokens in |slot|'s cache; reset frees the slot for a new session (O(1):
-// stale rows are masked, then overwritten).
-int64_t pcp_models_generator_slot_length(
-    const pcp_models_generator_t* generator, int64_t slot);
-void pcp_models_generator_slot_reset(pcp_models_generator_t* generator,
-                                     int64_t slot);
-
-// Device bytes of the k and v caches divided by the slots: what one session
-// costs (compare pcp_models_generation_cache_byte_length).
-uint64_t pcp_models_generator_session_cache_byte_length(
-    const pcp_models_generator_t* generator);
-
-// Appends |count| tokens to |slot| and writes the logits of the last one to
-// |out_logits| [vocab]. |scratch_logits| holds slots x vocab floats. Other
-// slots' caches are untouched. OUT_OF_RANGE when the slot would pass
-// max_length; INVALID_ARGUMENT for a bad slot.
-PCP_MUST_USE_RESULT pcp_status_t pcp_models_generator_prefill(
-    pcp_models_generator_t* generator, int64_t slot, const int32_t* tokens,
-    int64_t count, float* out_logits, float* scratch_logits);
-
-// One decode step of all slots: slot b consumes |tokens[b]| when
-// |active[b]|; |out_logits| [slots x vocab] receives each slot's next-token
-// logits (rows of inactive slots are meaningless). OUT_OF_RANGE when an
-// active slot is full.
-PCP_MUST_USE_RESULT pcp_status_t pcp_models_generator_decode(
-    pcp_models_generator_t* generator, const int32_t* tokens,
-    const bool* active, float* out_logits);
-
 // Greedy selection: the first index of the largest logit. Thread-safe.
 int32_t pcp_models_logits_argmax(const float* logits, int64_t vocab);
 

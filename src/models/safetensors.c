@@ -14,7 +14,6 @@
 
 #include <jansson.h>
 
-#include "compute/compute.h"
 #include "models/models.h"
 
 //===----------------------------------------------------------------------===//

@@ -7,7 +7,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 #include "topology/trace_impl.h"
 
 static const char* const kVerdictNames[] = {"solvable", "decision_escape",

@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/complex_impl.h"
 
 #define ALLOC pcp_allocator_system()
 

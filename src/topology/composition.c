@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 pcp_status_t pcp_topology_projection_create(
     const pcp_topology_complex_t* from_output,

@@ -12,7 +12,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 static pcp_topology_vertex_t sv(pcp_topology_color_kind_t kind, uint32_t n,
                                 const char* symbol) {

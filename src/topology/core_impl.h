@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "topology/topology.h"
+#include "topology/complex_impl.h"
 
 // murmur3 fmix64 finaliser: cheap avalanche for the stable hashes.
 static inline uint64_t pcp_topology_core_mix(uint64_t x) {

@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 #define STUBS "src/topology/protocol_stubs.c"
 #define T(x) PCP_TOPOLOGY_TASK_##x

@@ -12,7 +12,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 static bool path_exists(const char* id) {
   size_t count = 0;

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 // clang-format on
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 #define SEEN(mask, bit) (((mask) >> (bit)) & 1u)
 

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/complex_impl.h"
 
 #define ALLOC pcp_allocator_system()
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "topology/core_impl.h"
-#include "topology/topology.h"
+#include "topology/complex_impl.h"
 
 //===----------------------------------------------------------------------===//
 // Vertex maps

@@ -15,7 +15,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 #include "topology/trace_impl.h"
 
 #define MAX_RUNS PCP_TOPOLOGY_MODEL_MAX_RUNS

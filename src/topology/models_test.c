@@ -15,7 +15,7 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 static void check_model(const pcp_topology_model_t* model,
                         pcp_topology_solver_kind_t solver,

@@ -13,7 +13,7 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 static void build(const char* name, pcp_topology_model_instance_t* m) {
   const pcp_topology_model_t* model =

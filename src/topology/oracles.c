@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 static const char* const kMergeViolationNames[] = {
     "none",

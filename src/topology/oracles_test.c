@@ -14,7 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 #define DIRECT PCP_TOPOLOGY_MERGE_DIRECT_AVERAGE
 #define TOKEN PCP_TOPOLOGY_MERGE_TOKEN_WEIGHTED

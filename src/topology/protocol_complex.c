@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 #include "topology/trace_impl.h"
 
 // Bound on schedules one generation may run, whatever depth and alphabet

@@ -14,7 +14,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 #define P(i) pcp_topology_make_color(PCP_TOPOLOGY_COLOR_PROCESS, (i))
 

@@ -30,7 +30,7 @@
 
 #include "proto/proto.h"
 #include "sched/sched.h"
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 //===----------------------------------------------------------------------===//
 // Message catalogue

@@ -18,7 +18,7 @@
 
 #include "proto/proto.h"
 #include "sched/sched.h"
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 #define TRAINING PCP_TOPOLOGY_SCHED_OWNER_TRAINING
 #define INFERENCE PCP_TOPOLOGY_SCHED_OWNER_INFERENCE

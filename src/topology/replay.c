@@ -8,7 +8,7 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 #include "topology/trace_impl.h"
 
 pcp_status_t pcp_topology_json_append_string(pcp_string_builder_t* builder,

@@ -8,7 +8,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 #include "topology/trace_impl.h"
 
 // Seeds spell "crrr_sig" and "map_sig": fixed forever, since CI compares

@@ -18,7 +18,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 pcp_status_t pcp_topology_events_shrink(
     pcp_allocator_t allocator, uint64_t seed,

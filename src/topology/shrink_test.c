@@ -14,7 +14,7 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 static pcp_topology_event_t ev(pcp_topology_event_tag_t tag, uint16_t actor,
                                uint16_t peer, uint32_t message_id) {

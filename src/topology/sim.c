@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 #include "topology/trace_impl.h"
 
 #define SIM_NODE_COUNT 2u

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 // Bound on forbidden-tuple clauses the SMT writer emits and on constraints
 // the encoding keeps, so that no model can make the solver input unbounded.

@@ -15,7 +15,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 typedef pcp_status_t (*sweep_fn_t)(pcp_allocator_t allocator);
 

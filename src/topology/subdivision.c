@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "topology/core_impl.h"
-#include "topology/topology.h"
+#include "topology/complex_impl.h"
 
 typedef struct vertex_meta_t {
   pcp_topology_vertex_t vertex;

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 // clang-format on
 
-#include "topology/topology.h"
+#include "topology/complex_impl.h"
 
 #define ALLOC pcp_allocator_system()
 

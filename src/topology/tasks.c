@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 #define HUB(n) {PCP_TOPOLOGY_COLOR_HUB, (n)}
 #define GW(n) {PCP_TOPOLOGY_COLOR_GATEWAY, (n)}

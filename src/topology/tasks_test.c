@@ -12,7 +12,7 @@
 
 #include <string.h>
 
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 // Does the task carry |outputs| (labels in case colour order) from the
 // input of case |case_index|?

@@ -15,7 +15,7 @@
 
 #include "config/config.h"
 #include "topology/core_impl.h"
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 // Input limits for `betti`, checked before any allocation that depends on
 // them. The face bound is the real one: faces grow as 2^n per facet.

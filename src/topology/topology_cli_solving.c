@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 #include "topology/trace_impl.h"
 
 typedef struct check_options_t {

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "topology/topology.h"
+#include "topology/protocols_impl.h"
 
 // murmur3 fmix64: the avalanche step used by the simulator checksum, the
 // per-trace seed mixer and the stable hasher below.

@@ -173,5 +173,8 @@ pcp_stop_state_flush(pcp_stop_state_t* state, pcp_string_builder_t* out_text);
 //===--- Inference service (src/workloads/infer/) ---===//
 // Model directories, per-worker continuous batching, routing, readiness.
 #include "workloads/infer/infer.h"  // IWYU pragma: export
+//===--- Generation driver (src/workloads/infer/generate.c) ---===//
+// A generation module on a local backend, weights and KV caches resident.
+#include "workloads/infer/generate.h"  // IWYU pragma: export
 
 #endif  // PCP_WORKLOADS_WORKLOADS_H_

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Test driver for the generation driver (tests/models/generate_jax_test.py):
 //
-//   models_generate_tool VMFB ARCH[:bf16] LAYERS HEADS KV_HEADS WIDTH VOCAB
+//   infer_generate_tool VMFB ARCH[:bf16] LAYERS HEADS KV_HEADS WIDTH VOCAB
 //   BLOCK
 //       SLOTS MAX_LENGTH PREFILL_LENGTH PARAM_DIR OUT_DIR NEW_TOKENS
 //       PROMPT.npy...
@@ -21,6 +21,7 @@
 
 #include "compute/compute.h"
 #include "models/models.h"
+#include "workloads/workloads.h"
 
 #define MAX_PROMPTS 8
 
@@ -39,7 +40,7 @@ static pcp_status_t write_npy(const char* dir, const char* name,
 }
 
 typedef struct run_t {
-  pcp_models_generator_t* gen;
+  pcp_infer_generator_t* gen;
   int64_t vocab;
   int64_t slots;
   int n;
@@ -57,10 +58,10 @@ static pcp_status_t generate(run_t* r, int which, int32_t* tokens,
   for (int i = 0; i < r->n; ++i) {
     if (which >= 0 && i != which)
       continue;
-    pcp_models_generator_slot_reset(r->gen, i);
+    pcp_infer_generator_slot_reset(r->gen, i);
     const pcp_host_tensor_t* p = &r->prompts[i];
     float* out = r->logits + (size_t)i * (size_t)r->vocab;
-    PCP_RETURN_IF_ERROR_BARE(pcp_models_generator_prefill(
+    PCP_RETURN_IF_ERROR_BARE(pcp_infer_generator_prefill(
         r->gen, i, (const int32_t*)p->data, p->shape.dims[0], out, r->scratch));
     if (prefill_logits) {
       memcpy(prefill_logits + (size_t)i * (size_t)r->vocab, out,
@@ -72,7 +73,7 @@ static pcp_status_t generate(run_t* r, int which, int32_t* tokens,
   }
   for (int64_t t = 1; t < r->new_tokens; ++t) {
     PCP_RETURN_IF_ERROR_BARE(
-        pcp_models_generator_decode(r->gen, step, active, r->logits));
+        pcp_infer_generator_decode(r->gen, step, active, r->logits));
     for (int i = 0; i < r->n; ++i) {
       if (!active[i])
         continue;
@@ -94,7 +95,7 @@ static int64_t arg_int(const char* text) {
   char* end = NULL;
   long long value = strtoll(text, &end, 10);
   if (!end || end == text || *end) {
-    fprintf(stderr, "models_generate_tool: '%s' is not an integer\n", text);
+    fprintf(stderr, "infer_generate_tool: '%s' is not an integer\n", text);
     exit(2);
   }
   return (int64_t)value;
@@ -185,9 +186,8 @@ int main(int argc, char** argv) {
   if (!status)
     status = pcp_program_load(backend, vmfb, vmfb_length, &program);
   if (!status) {
-    status =
-        pcp_models_generator_create(backend, program, &spec, &g, param_data,
-                                    pcp_allocator_system(), &r.gen);
+    status = pcp_infer_generator_create(backend, program, &spec, &g, param_data,
+                                        pcp_allocator_system(), &r.gen);
   }
   size_t row = (size_t)g.slots * (size_t)spec.vocab;
   size_t nv = (size_t)r.n * (size_t)spec.vocab;
@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
   if (!status) {
     printf(
         "kv_cache_bytes_per_session measured=%llu analytic=%llu\n",
-        (unsigned long long)pcp_models_generator_session_cache_byte_length(
+        (unsigned long long)pcp_infer_generator_session_cache_byte_length(
             r.gen),
         (unsigned long long)pcp_models_generation_cache_byte_length(&spec, &g));
   }
@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
   free(decode_logits);
   free(tokens);
   free(alone);
-  pcp_models_generator_release(r.gen);
+  pcp_infer_generator_release(r.gen);
   pcp_program_release(program);
   pcp_backend_release(backend);
   free(vmfb);
@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
   pcp_models_parameter_table_deinitialize(&table);
   if (status) {
     char* message = pcp_status_to_string(status);
-    fprintf(stderr, "models_generate_tool: %s\n", message ? message : "error");
+    fprintf(stderr, "infer_generate_tool: %s\n", message ? message : "error");
     free(message);
     pcp_status_ignore(status);
     return 1;

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Generation driver: a compiled @prefill/@decode module on a pcp_backend_t
-// with the weights and both KV caches resident on the device.
+// with the weights and both KV caches resident on the device. It lives with
+// the inference workload, not in src/models: building a program (models)
+// never runs it.
 //
 // Each call passes the resident caches in and keeps the returned ones (the
 // old references are released), so no cache byte crosses to the host; only
 // the ids, positions and the logits do. Slot lengths live here, on the host:
 // they are the %positions of the next call.
+
+#include "workloads/infer/generate.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +17,7 @@
 #include "compute/compute.h"
 #include "models/models.h"
 
-struct pcp_models_generator_t {
+struct pcp_infer_generator_t {
   pcp_allocator_t allocator;
   pcp_program_t* program;  // borrowed
   pcp_models_spec_t spec;
@@ -40,17 +44,19 @@ static pcp_status_t upload_zeros(pcp_backend_t* backend,
   return status;
 }
 
-pcp_status_t pcp_models_generator_create(
-    pcp_backend_t* backend, pcp_program_t* program,
-    const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,
-    const void* const* parameters, pcp_allocator_t allocator,
-    pcp_models_generator_t** out_generator) {
+pcp_status_t pcp_infer_generator_create(pcp_backend_t* backend,
+                                        pcp_program_t* program,
+                                        const pcp_models_spec_t* spec,
+                                        const pcp_models_generation_t* gen,
+                                        const void* const* parameters,
+                                        pcp_allocator_t allocator,
+                                        pcp_infer_generator_t** out_generator) {
   *out_generator = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_models_generation_validate(spec, gen));
   pcp_models_parameter_table_t table;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_models_parameter_table_initialize(spec, allocator, &table));
-  pcp_models_generator_t* g = NULL;
+  pcp_infer_generator_t* g = NULL;
   pcp_status_t status = pcp_allocator_calloc(allocator, sizeof(*g), (void**)&g);
   if (!status) {
     g->allocator = allocator;
@@ -113,14 +119,14 @@ pcp_status_t pcp_models_generator_create(
   }
   pcp_models_parameter_table_deinitialize(&table);
   if (status) {
-    pcp_models_generator_release(g);
+    pcp_infer_generator_release(g);
     return status;
   }
   *out_generator = g;
   return pcp_ok_status();
 }
 
-void pcp_models_generator_release(pcp_models_generator_t* generator) {
+void pcp_infer_generator_release(pcp_infer_generator_t* generator) {
   if (!generator) {
     return;
   }
@@ -146,22 +152,22 @@ void pcp_models_generator_release(pcp_models_generator_t* generator) {
   pcp_allocator_free(allocator, generator);
 }
 
-int64_t pcp_models_generator_slot_length(
-    const pcp_models_generator_t* generator, int64_t slot) {
+int64_t pcp_infer_generator_slot_length(const pcp_infer_generator_t* generator,
+                                        int64_t slot) {
   PCP_ASSERT(slot >= 0 && slot < generator->gen.slots);
   return generator->lengths[slot];
 }
 
-void pcp_models_generator_slot_reset(pcp_models_generator_t* generator,
-                                     int64_t slot) {
+void pcp_infer_generator_slot_reset(pcp_infer_generator_t* generator,
+                                    int64_t slot) {
   PCP_ASSERT(slot >= 0 && slot < generator->gen.slots);
   // Stale rows need no clearing: the next prefill overwrites rows from 0 and
   // rows past a slot's position are masked.
   generator->lengths[slot] = 0;
 }
 
-uint64_t pcp_models_generator_session_cache_byte_length(
-    const pcp_models_generator_t* generator) {
+uint64_t pcp_infer_generator_session_cache_byte_length(
+    const pcp_infer_generator_t* generator) {
   uint64_t total = (uint64_t)pcp_tensor_byte_length(generator->k_cache) +
                    (uint64_t)pcp_tensor_byte_length(generator->v_cache);
   return total / (uint64_t)generator->gen.slots;
@@ -169,7 +175,7 @@ uint64_t pcp_models_generator_session_cache_byte_length(
 
 // One call of |function| with the staged ids/positions (and lengths for
 // @prefill); keeps the new caches and downloads the logits [slots, V].
-static pcp_status_t invoke(pcp_models_generator_t* g, bool prefill,
+static pcp_status_t invoke(pcp_infer_generator_t* g, bool prefill,
                            float* out_logits) {
   int64_t s = prefill ? g->gen.prefill_length : 1;
   pcp_tensor_shape_t ids_shape = {.element_type = PCP_ELEMENT_TYPE_I32,
@@ -224,11 +230,11 @@ static pcp_status_t invoke(pcp_models_generator_t* g, bool prefill,
   return status;
 }
 
-pcp_status_t pcp_models_generator_prefill(pcp_models_generator_t* generator,
-                                          int64_t slot, const int32_t* tokens,
-                                          int64_t count, float* out_logits,
-                                          float* scratch_logits) {
-  pcp_models_generator_t* g = generator;
+pcp_status_t pcp_infer_generator_prefill(pcp_infer_generator_t* generator,
+                                         int64_t slot, const int32_t* tokens,
+                                         int64_t count, float* out_logits,
+                                         float* scratch_logits) {
+  pcp_infer_generator_t* g = generator;
   if (slot < 0 || slot >= g->gen.slots) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "slot %lld of %lld",
                            (long long)slot, (long long)g->gen.slots);
@@ -259,11 +265,10 @@ pcp_status_t pcp_models_generator_prefill(pcp_models_generator_t* generator,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_models_generator_decode(pcp_models_generator_t* generator,
-                                         const int32_t* tokens,
-                                         const bool* active,
-                                         float* out_logits) {
-  pcp_models_generator_t* g = generator;
+pcp_status_t pcp_infer_generator_decode(pcp_infer_generator_t* generator,
+                                        const int32_t* tokens,
+                                        const bool* active, float* out_logits) {
+  pcp_infer_generator_t* g = generator;
   for (int64_t b = 0; b < g->gen.slots; ++b) {
     if (active[b] && g->lengths[b] >= g->gen.max_length) {
       return pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
@@ -283,16 +288,4 @@ pcp_status_t pcp_models_generator_decode(pcp_models_generator_t* generator,
     }
   }
   return pcp_ok_status();
-}
-
-int32_t pcp_models_logits_argmax(const float* logits, int64_t vocab) {
-  // TODO(sampling): greedy only; temperature / top-k / top-p come from the
-  // sampling module (src/workloads/.../sampling) once it has landed.
-  int32_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best]) {
-      best = (int32_t)i;
-    }
-  }
-  return best;
 }
