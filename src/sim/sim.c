@@ -128,9 +128,9 @@ typedef enum ev_kind_e {
 
 static const char* ev_kind_name(ev_kind_t kind) {
   static const char* const names[] = {
-      "?",        "to_gw",    "to_wk",     "close_gw", "close_wk",
-      "connect",  "gw_tick",  "wk_tick",   "task_done", "fault",
-      "wk_boot",  "gw_boot",  "submit",
+      "?",       "to_gw",   "to_wk",   "close_gw",  "close_wk",
+      "connect", "gw_tick", "wk_tick", "task_done", "fault",
+      "wk_boot", "gw_boot", "submit",
   };
   return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
 }
@@ -155,7 +155,7 @@ typedef struct conn_t {
   pcp_proto_gateway_conn_t* gw;  // while the gateway side is open
   bool gw_open;
   bool wk_open;
-  bool ended;  // the gateway ran conn_ended for it
+  bool ended;             // the gateway ran conn_ended for it
   int64_t to_gw_last_ns;  // FIFO: the last delivery time each way
   int64_t to_wk_last_ns;
 } conn_t;
@@ -227,7 +227,11 @@ typedef struct sim_t {
   pcp_sim_options_t options;
   pcp_sim_result_t* result;
   pcp_allocator_t allocator;
+  // Two streams: the scenario (job sizes, the drawn fault schedule) and
+  // everything else. A replay with an explicit schedule (shrinking) draws
+  // the rest exactly as the original run did.
   pcp_rng_t rng;
+  pcp_rng_t scenario_rng;
   pcp_clock_manual_t clock_state;
   int64_t now_ns;
   pcp_proto_timeouts_t timeouts;
@@ -302,7 +306,8 @@ static void trace(sim_t* sim, const char* fmt, ...) {
 
 static void fail(sim_t* sim, const char* fmt, ...) PCP_PRINTF_ATTR(2, 3);
 static void fail(sim_t* sim, const char* fmt, ...) {
-  if (sim->failed) return;
+  if (sim->failed)
+    return;
   sim->failed = true;
   va_list args;
   va_start(args, fmt);
@@ -327,18 +332,22 @@ static void fail_status(sim_t* sim, pcp_status_t status, const char* what) {
 // first time it is reached, then fires with a small probability per visit.
 static bool buggify_hook(void* user_data, const char* site) {
   sim_t* sim = user_data;
-  if (!sim->options.buggify) return false;
+  if (!sim->options.buggify)
+    return false;
   buggify_site_t* s = NULL;
   for (size_t i = 0; i < sim->site_count; ++i) {
-    if (strcmp(sim->sites[i].name, site) == 0) s = &sim->sites[i];
+    if (strcmp(sim->sites[i].name, site) == 0)
+      s = &sim->sites[i];
   }
   if (!s) {
-    if (sim->site_count == SIM_BUGGIFY_SITES_MAX) return false;
+    if (sim->site_count == SIM_BUGGIFY_SITES_MAX)
+      return false;
     s = &sim->sites[sim->site_count++];
     s->name = site;
     s->enabled = pcp_rng_next_below(&sim->rng, 2) == 0;
   }
-  if (!s->enabled || pcp_rng_next_below(&sim->rng, 20) != 0) return false;
+  if (!s->enabled || pcp_rng_next_below(&sim->rng, 20) != 0)
+    return false;
   sim->result->buggify_fired++;
   trace(sim, "buggify %s", site);
   return true;
@@ -349,8 +358,10 @@ static bool buggify_hook(void* user_data, const char* site) {
 //===----------------------------------------------------------------------===//
 
 static bool ev_before(const event_t* a, const event_t* b) {
-  if (a->at_ns != b->at_ns) return a->at_ns < b->at_ns;
-  if (a->tie != b->tie) return a->tie < b->tie;
+  if (a->at_ns != b->at_ns)
+    return a->at_ns < b->at_ns;
+  if (a->tie != b->tie)
+    return a->tie < b->tie;
   return a->seq < b->seq;
 }
 
@@ -368,12 +379,15 @@ static void ev_push(sim_t* sim, event_t ev) {
     sim->heap = p;
     sim->heap_capacity = capacity;
   }
-  ev.tie = pcp_rng_next_u64(&sim->rng);
+  // Faults take their schedule index as tie, so that dropping one while
+  // shrinking leaves the draws of every other event where they were.
+  ev.tie = ev.kind == EV_FAULT ? ev.index : pcp_rng_next_u64(&sim->rng);
   ev.seq = sim->next_seq++;
   size_t i = sim->heap_count++;
   while (i > 0) {
     size_t parent = (i - 1) / 2;
-    if (!ev_before(&ev, &sim->heap[parent])) break;
+    if (!ev_before(&ev, &sim->heap[parent]))
+      break;
     sim->heap[i] = sim->heap[parent];
     i = parent;
   }
@@ -386,16 +400,19 @@ static event_t ev_pop(sim_t* sim) {
   size_t i = 0;
   for (;;) {
     size_t child = 2 * i + 1;
-    if (child >= sim->heap_count) break;
+    if (child >= sim->heap_count)
+      break;
     if (child + 1 < sim->heap_count &&
         ev_before(&sim->heap[child + 1], &sim->heap[child])) {
       child++;
     }
-    if (!ev_before(&sim->heap[child], &last)) break;
+    if (!ev_before(&sim->heap[child], &last))
+      break;
     sim->heap[i] = sim->heap[child];
     i = child;
   }
-  if (sim->heap_count) sim->heap[i] = last;
+  if (sim->heap_count)
+    sim->heap[i] = last;
   return top;
 }
 
@@ -433,7 +450,8 @@ static int64_t net_delay_ns(sim_t* sim) {
 // direction, so the seeded delay reorders only across connections.
 static int64_t fifo_at(sim_t* sim, int64_t* last_ns) {
   int64_t at = sim->now_ns + net_delay_ns(sim);
-  if (at <= *last_ns) at = *last_ns + 1;
+  if (at <= *last_ns)
+    at = *last_ns + 1;
   *last_ns = at;
   return at;
 }
@@ -442,7 +460,8 @@ static void conn_reset(sim_t* sim, conn_t* conn, const char* why);
 
 static void send_bytes(sim_t* sim, conn_t* conn, bool to_gateway,
                        pcp_proto_encoded_frame_t* frame) {
-  if (to_gateway ? !conn->wk_open : !conn->gw_open) return;
+  if (to_gateway ? !conn->wk_open : !conn->gw_open)
+    return;
   if (PCP_BUGGIFY("sim.frame_send_reset")) {
     conn_reset(sim, conn, "send failed");
     return;
@@ -456,16 +475,16 @@ static void send_bytes(sim_t* sim, conn_t* conn, bool to_gateway,
     fail_status(sim, status, "flatten");
     return;
   }
-  ev.at_ns = fifo_at(sim, to_gateway ? &conn->to_gw_last_ns
-                                     : &conn->to_wk_last_ns);
+  ev.at_ns =
+      fifo_at(sim, to_gateway ? &conn->to_gw_last_ns : &conn->to_wk_last_ns);
   ev_push(sim, ev);
 }
 
 // One side closes: the other side hears it after every byte already sent
 // its way (FIN after data).
 static void close_toward(sim_t* sim, conn_t* conn, bool to_gateway) {
-  int64_t at = fifo_at(sim, to_gateway ? &conn->to_gw_last_ns
-                                       : &conn->to_wk_last_ns);
+  int64_t at =
+      fifo_at(sim, to_gateway ? &conn->to_gw_last_ns : &conn->to_wk_last_ns);
   ev_at(sim, at, to_gateway ? EV_CLOSE_AT_GATEWAY : EV_CLOSE_AT_WORKER,
         conn->worker, 0, conn->id);
 }
@@ -490,14 +509,16 @@ static void expected_output(uint32_t job, int64_t step,
   z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
   z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
   z ^= z >> 31;
-  for (unsigned i = 0; i < SIM_OUTPUT_BYTES; ++i) out[i] = (uint8_t)(z >> (8 * i));
+  for (unsigned i = 0; i < SIM_OUTPUT_BYTES; ++i)
+    out[i] = (uint8_t)(z >> (8 * i));
 }
 
 // Reads the store's new events and checks them against the model: every
 // state change starts where the last one ended and is in the transition
 // table; steps strictly increase; event ids strictly increase.
 static void check_store_events(sim_t* sim) {
-  if (!sim->gw_up || !sim->store_dirty || sim->failed) return;
+  if (!sim->gw_up || !sim->store_dirty || sim->failed)
+    return;
   sim->store_dirty = false;
   for (;;) {
     pcp_store_job_event_list_t list = {0};
@@ -523,7 +544,8 @@ static void check_store_events(sim_t* sim) {
       model_job_t* m = &sim->model[j];
       if (strcmp(e->type, "state") == 0) {
         if (!e->has_from_state) {
-          if (m->exists) fail(sim, "%s created twice", e->job_id);
+          if (m->exists)
+            fail(sim, "%s created twice", e->job_id);
           m->exists = true;
           m->state = e->to_state;
           m->last_step = -1;
@@ -551,7 +573,8 @@ static void check_store_events(sim_t* sim) {
     }
     size_t count = list.count;
     pcp_store_job_event_list_deinitialize(&list);
-    if (count < PCP_STORE_LIST_LIMIT_MAX || sim->failed) return;
+    if (count < PCP_STORE_LIST_LIMIT_MAX || sim->failed)
+      return;
   }
 }
 
@@ -559,7 +582,8 @@ static void check_store_events(sim_t* sim) {
 // result row has the acknowledged digest.
 static void check_acked_durable(sim_t* sim, const char* when) {
   for (uint32_t j = 0; j < sim->options.job_count && !sim->failed; ++j) {
-    if (!sim->model[j].acked) continue;
+    if (!sim->model[j].acked)
+      continue;
     char id[32];
     snprintf(id, sizeof(id), "job-%u", j);
     pcp_store_job_t job = {0};
@@ -573,7 +597,8 @@ static void check_acked_durable(sim_t* sim, const char* when) {
          memcmp(result.sha256.bytes, sim->model[j].acked_sha.bytes,
                 PCP_SHA256_BYTE_LENGTH) == 0;
     pcp_status_ignore(status);
-    if (!ok) fail(sim, "%s: acknowledged result of %s not durable", when, id);
+    if (!ok)
+      fail(sim, "%s: acknowledged result of %s not durable", when, id);
   }
 }
 
@@ -608,7 +633,8 @@ static void check_leases(sim_t* sim) {
 }
 
 static void check_after_event(sim_t* sim) {
-  if (sim->failed) return;
+  if (sim->failed)
+    return;
   uint32_t tasks[PCP_SIM_MAX_JOBS] = {0};
   for (size_t i = 0; i < sim->inflight_count; ++i) {
     if (++tasks[sim->inflight[i].job] > 1) {
@@ -617,7 +643,8 @@ static void check_after_event(sim_t* sim) {
       return;
     }
   }
-  if (!sim->gw_up) return;
+  if (!sim->gw_up)
+    return;
   pcp_status_t status = pcp_sched_check_invariants(sim->sched);
   if (status) {
     fail_status(sim, status, "sched invariants");
@@ -629,7 +656,8 @@ static void check_after_event(sim_t* sim) {
   // working on, in the state the store has.
   for (uint32_t j = 0; j < sim->options.job_count && !sim->failed; ++j) {
     const model_job_t* m = &sim->model[j];
-    if (!m->exists || pcp_store_job_state_is_terminal(m->state)) continue;
+    if (!m->exists || pcp_store_job_state_is_terminal(m->state))
+      continue;
     if (!sim->jobs[j].tracked) {
       fail(sim, "job-%u is %s in the store but the runner lost it", j,
            pcp_store_job_state_name(m->state));
@@ -685,7 +713,8 @@ static bool sim_runner_transition(sim_t* sim, uint32_t j,
 
 static void sim_runner_lease_release(sim_t* sim, uint32_t j) {
   sim_runner_job_t* job = &sim->jobs[j];
-  if (!job->lease_id) return;
+  if (!job->lease_id)
+    return;
   pcp_status_ignore(pcp_sched_lease_release(sim->sched, job->lease_id));
   trace(sim, "runner job-%u release lease %llu", j,
         (unsigned long long)job->lease_id);
@@ -758,7 +787,8 @@ static void sim_runner_ack(sim_t* sim, uint32_t j) {
   if (memcmp(sha.bytes, job->result_sha.bytes, sizeof(sha.bytes)) != 0) {
     fail(sim, "job-%u acknowledged a wrong result", j);
   }
-  if (m->acked) fail(sim, "job-%u acknowledged twice", j);
+  if (m->acked)
+    fail(sim, "job-%u acknowledged twice", j);
   m->acked = true;
   m->acked_sha = job->result_sha;
   trace(sim, "runner job-%u succeeded (acknowledged)", j);
@@ -777,8 +807,7 @@ static void sim_runner_job_step(sim_t* sim, uint32_t j) {
             .worker_class = PCP_SCHED_WORKER_CLASS_ANY, .worker_count = 1};
         uint64_t lease_id = 0;
         pcp_status_t status = pcp_sched_lease_acquire(
-            sim->sched, PCP_SCHED_OWNER_JOBS, &constraint, j + 1, &lease_id,
-            1);
+            sim->sched, PCP_SCHED_OWNER_JOBS, &constraint, j + 1, &lease_id, 1);
         if (status) {
           pcp_status_ignore(status);
           return;  // no free worker: wait for one
@@ -792,11 +821,12 @@ static void sim_runner_job_step(sim_t* sim, uint32_t j) {
         char wid[16];
         snprintf(wid, sizeof(wid), "w%u", w);
         json_t* placement = json_pack("{s:s}", "worker", wid);
-        bool ok = placement && sim_runner_transition(
-                                   sim, j, PCP_STORE_JOB_STATE_PLACING,
-                                   placement);
+        bool ok =
+            placement && sim_runner_transition(
+                             sim, j, PCP_STORE_JOB_STATE_PLACING, placement);
         json_decref(placement);
-        if (!ok) sim_runner_lease_release(sim, j);
+        if (!ok)
+          sim_runner_lease_release(sim, j);
         break;
       }
       case PCP_STORE_JOB_STATE_PLACING:
@@ -820,16 +850,19 @@ static void sim_runner_job_step(sim_t* sim, uint32_t j) {
           }
           break;
         }
-        if (job->task_id) return;  // waiting for the worker
+        if (job->task_id)
+          return;  // waiting for the worker
         uint32_t w = 0;
-        conn_t* conn = job->lease_id ? lease_conn(sim, job->lease_id, &w) : NULL;
+        conn_t* conn =
+            job->lease_id ? lease_conn(sim, job->lease_id, &w) : NULL;
         if (!conn) {
           sim_runner_lease_release(sim, j);
           sim_runner_transition(sim, j, PCP_STORE_JOB_STATE_QUEUED, NULL);
           break;
         }
         int64_t step = job->last_committed_step + 1;
-        if (step >= (int64_t)job->steps) step = (int64_t)job->steps - 1;
+        if (step >= (int64_t)job->steps)
+          step = (int64_t)job->steps - 1;
         if (assign_task(sim, conn, j, step, &job->task_id)) {
           job->task_conn = conn->id;
           job->task_step = step;
@@ -841,12 +874,13 @@ static void sim_runner_job_step(sim_t* sim, uint32_t j) {
       }
       case PCP_STORE_JOB_STATE_CANCELLING: {
         if (job->task_id) {
-          if (job->cancel_sent) return;
+          if (job->cancel_sent)
+            return;
           conn_t* conn = conn_get(sim, job->task_conn);
           pcp_status_t status =
               conn && conn->gw_open
-                  ? pcp_proto_gateway_conn_cancel_task(
-                        conn->gw, job->task_id, "cancelled", sim->now_ns)
+                  ? pcp_proto_gateway_conn_cancel_task(conn->gw, job->task_id,
+                                                       "cancelled", sim->now_ns)
                   : pcp_make_status(PCP_STATUS_NOT_FOUND, "no connection");
           if (status) {
             pcp_status_ignore(status);
@@ -874,14 +908,17 @@ static void sim_runner_job_step(sim_t* sim, uint32_t j) {
         job->tracked = false;  // terminal
         return;
     }
-    if (job->state == before && job->task_id == task_before) return;
+    if (job->state == before && job->task_id == task_before)
+      return;
   }
 }
 
 static void sim_runner_step(sim_t* sim) {
-  if (!sim->gw_up) return;
+  if (!sim->gw_up)
+    return;
   for (uint32_t j = 0; j < sim->options.job_count && !sim->failed; ++j) {
-    if (sim->jobs[j].tracked) sim_runner_job_step(sim, j);
+    if (sim->jobs[j].tracked)
+      sim_runner_job_step(sim, j);
   }
 }
 
@@ -907,7 +944,8 @@ static void sim_runner_on_result(sim_t* sim, uint64_t task_id,
     return;
   }
   job->task_id = 0;
-  if (job->state != PCP_STORE_JOB_STATE_RUNNING) return;
+  if (job->state != PCP_STORE_JOB_STATE_RUNNING)
+    return;
   pcp_proto_task_result_t result;
   pcp_status_t status = pcp_proto_task_result_parse(frame, &result);
   if (status || result.output_count != 1 ||
@@ -931,8 +969,9 @@ static void sim_runner_on_result(sim_t* sim, uint64_t task_id,
   job_id_format(j, id);
   bool last = job->task_step == (int64_t)job->steps - 1;
   if (last) {
-    pcp_store_job_result_t row = {
-        .dtype = PCP_ELEMENT_TYPE_U8, .rank = 1, .byte_length = SIM_OUTPUT_BYTES};
+    pcp_store_job_result_t row = {.dtype = PCP_ELEMENT_TYPE_U8,
+                                  .rank = 1,
+                                  .byte_length = SIM_OUTPUT_BYTES};
     row.shape[0] = SIM_OUTPUT_BYTES;
     snprintf(row.job_id, sizeof(row.job_id), "%s", id);
     snprintf(row.name, sizeof(row.name), "out");
@@ -969,16 +1008,19 @@ static void sim_runner_on_result(sim_t* sim, uint64_t task_id,
     job->last_committed_step = job->task_step;
     trace(sim, "runner %s step %lld committed", id, (long long)job->task_step);
   }
-  if (last) job->result_stored = true;
+  if (last)
+    job->result_stored = true;
 }
 
 static void sim_runner_on_failed(sim_t* sim, uint64_t task_id) {
   inflight_remove(sim, task_id);
   uint32_t j = 0;
   sim_runner_job_t* job = job_of_task(sim, task_id, &j);
-  if (!job) return;
+  if (!job)
+    return;
   job->task_id = 0;
-  if (job->state != PCP_STORE_JOB_STATE_RUNNING) return;
+  if (job->state != PCP_STORE_JOB_STATE_RUNNING)
+    return;
   if (++job->task_failures >= SIM_TASK_FAILURES_MAX) {
     if (sim_runner_transition(sim, j, PCP_STORE_JOB_STATE_FAILED, NULL)) {
       sim_runner_lease_release(sim, j);
@@ -990,21 +1032,24 @@ static void sim_runner_on_lost(sim_t* sim, uint64_t task_id) {
   inflight_remove(sim, task_id);
   uint32_t j = 0;
   sim_runner_job_t* job = job_of_task(sim, task_id, &j);
-  if (!job) return;
+  if (!job)
+    return;
   job->task_id = 0;
   sim_runner_lease_release(sim, j);
 }
 
 static void sim_runner_on_sched_event(sim_t* sim,
                                       const pcp_sched_event_t* event) {
-  if (event->kind == PCP_SCHED_EVENT_NONE) return;
+  if (event->kind == PCP_SCHED_EVENT_NONE)
+    return;
   trace(sim, "sched %s lease %llu tag %llu worker %s",
         pcp_sched_event_kind_name(event->kind),
         (unsigned long long)event->lease_id, (unsigned long long)event->tag,
         event->worker_id.value);
   for (uint32_t j = 0; j < sim->options.job_count; ++j) {
     sim_runner_job_t* job = &sim->jobs[j];
-    if (!event->lease_id || job->lease_id != event->lease_id) continue;
+    if (!event->lease_id || job->lease_id != event->lease_id)
+      continue;
     if (event->kind == PCP_SCHED_EVENT_LEASE_EXPIRED) {
       job->lease_id = 0;
     } else if (event->kind == PCP_SCHED_EVENT_LEASE_REASSIGNED ||
@@ -1030,8 +1075,10 @@ static void sim_runner_recover(sim_t* sim) {
   for (size_t i = 0; i < list.count; ++i) {
     const pcp_store_job_t* row = &list.items[i];
     uint32_t j = job_index_of(row->id);
-    if (j == UINT32_MAX) continue;
-    if (pcp_store_job_state_is_terminal(row->state)) continue;
+    if (j == UINT32_MAX)
+      continue;
+    if (pcp_store_job_state_is_terminal(row->state))
+      continue;
     if (SIM_BUG(sim, PCP_SIM_BUG_RECOVERY_DROPS_RUNNING) &&
         row->state == PCP_STORE_JOB_STATE_RUNNING) {
       continue;
@@ -1040,8 +1087,8 @@ static void sim_runner_recover(sim_t* sim) {
     job->tracked = true;
     job->state = row->state;
     json_t* steps = json_object_get(row->spec, "steps");
-    job->steps = json_is_integer(steps) ? (uint32_t)json_integer_value(steps)
-                                        : 1;
+    job->steps =
+        json_is_integer(steps) ? (uint32_t)json_integer_value(steps) : 1;
     job->last_committed_step = row->last_committed_step;
     // The result row is written before the last step commits.
     if (job->last_committed_step >= (int64_t)job->steps - 1) {
@@ -1069,13 +1116,15 @@ static void gw_process_actions(sim_t* sim, conn_t* conn);
 // The gateway no longer has |conn| (it closed or was told so): its worker
 // is lost (sched decides what happens to its lease).
 static void gw_conn_ended(sim_t* sim, conn_t* conn) {
-  if (conn->ended) return;
+  if (conn->ended)
+    return;
   conn->ended = true;
   conn->gw_open = false;
   pcp_proto_gateway_conn_release(conn->gw);
   conn->gw = NULL;
   gw_worker_t* gw = &sim->gw_workers[conn->worker];
-  if (gw->conn_id != conn->id) return;
+  if (gw->conn_id != conn->id)
+    return;
   gw->conn_id = 0;
   gw->lost_at_ns = sim->now_ns;
   pcp_sched_event_t event = {0};
@@ -1115,8 +1164,7 @@ static void gw_on_join_verified(sim_t* sim, conn_t* conn) {
       return;
     }
     pcp_status_ignore(pcp_proto_gateway_conn_fail(
-        old->gw,
-        pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED, "replaced"),
+        old->gw, pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED, "replaced"),
         sim->now_ns));
     gw_process_actions(sim, old);
   }
@@ -1146,8 +1194,8 @@ static void gw_on_join_verified(sim_t* sim, conn_t* conn) {
       gw->resume_token[i] = (uint8_t)pcp_rng_next_u64(&sim->rng);
     }
   }
-  pcp_proto_gateway_accept_params_t params = {
-      .lease_epoch = gw->lease_epoch, .resumed = resumed};
+  pcp_proto_gateway_accept_params_t params = {.lease_epoch = gw->lease_epoch,
+                                              .resumed = resumed};
   memcpy(params.resume_token, gw->resume_token, sizeof(params.resume_token));
   status = pcp_proto_gateway_conn_accept(conn->gw, &params, sim->now_ns);
   if (status) {
@@ -1159,8 +1207,8 @@ static void gw_on_join_verified(sim_t* sim, conn_t* conn) {
         (unsigned long long)conn->id, (unsigned long long)gw->lease_epoch,
         (int)resumed);
   pcp_sched_event_t event = {0};
-  status = pcp_sched_worker_ready(sim->sched, join->worker_id, sim->now_ns,
-                                  &event);
+  status =
+      pcp_sched_worker_ready(sim->sched, join->worker_id, sim->now_ns, &event);
   if (status) {
     fail_status(sim, status, "sched ready");
     return;
@@ -1174,11 +1222,12 @@ static void gw_on_join_verified(sim_t* sim, conn_t* conn) {
     uint64_t ghost = 0;
     if (sim->jobs[j].tracked &&
         sim->jobs[j].state != PCP_STORE_JOB_STATE_CANCELLING) {
-      (void)assign_task(sim, conn, j, sim->jobs[j].last_committed_step + 1 <
-                                              (int64_t)sim->jobs[j].steps
-                                          ? sim->jobs[j].last_committed_step + 1
-                                          : (int64_t)sim->jobs[j].steps - 1,
-                        &ghost);
+      (void)assign_task(
+          sim, conn, j,
+          sim->jobs[j].last_committed_step + 1 < (int64_t)sim->jobs[j].steps
+              ? sim->jobs[j].last_committed_step + 1
+              : (int64_t)sim->jobs[j].steps - 1,
+          &ghost);
     }
   }
 }
@@ -1227,7 +1276,8 @@ static void gw_process_actions(sim_t* sim, conn_t* conn) {
     }
     pcp_proto_action_deinitialize(&a);
   }
-  if (closed) gw_conn_ended(sim, conn);
+  if (closed)
+    gw_conn_ended(sim, conn);
 }
 
 static pcp_status_t gw_boot(sim_t* sim) {
@@ -1271,8 +1321,10 @@ static pcp_status_t gw_boot(sim_t* sim) {
 static void gw_crash(sim_t* sim) {
   for (size_t i = 0; i < sim->conn_count; ++i) {
     conn_t* conn = &sim->conns[i];
-    if (!conn->gw) continue;
-    if (conn->gw_open) close_toward(sim, conn, false);
+    if (!conn->gw)
+      continue;
+    if (conn->gw_open)
+      close_toward(sim, conn, false);
     pcp_proto_gateway_conn_release(conn->gw);
     conn->gw = NULL;
     conn->gw_open = false;
@@ -1291,7 +1343,8 @@ static void gw_crash(sim_t* sim) {
 static void gw_tick(sim_t* sim) {
   for (size_t i = 0; i < sim->conn_count && !sim->failed; ++i) {
     conn_t* conn = &sim->conns[i];
-    if (!conn->gw_open) continue;
+    if (!conn->gw_open)
+      continue;
     pcp_status_t status = pcp_proto_gateway_conn_on_tick(conn->gw, sim->now_ns);
     if (status) {
       fail_status(sim, status, "gateway tick");
@@ -1308,12 +1361,14 @@ static void gw_tick(sim_t* sim) {
       fail_status(sim, status, "sched tick");
       return;
     }
-    for (size_t i = 0; i < count; ++i) sim_runner_on_sched_event(sim, &events[i]);
+    for (size_t i = 0; i < count; ++i)
+      sim_runner_on_sched_event(sim, &events[i]);
   } while (count == 16);
 }
 
 static void gw_submit(sim_t* sim, uint32_t j) {
-  if (sim->job_submitted[j]) return;
+  if (sim->job_submitted[j])
+    return;
   if (!sim->gw_up) {
     ev_at(sim, sim->now_ns + 50 * SIM_MS, EV_SUBMIT, j, 0, 0);  // client retry
     return;
@@ -1339,11 +1394,13 @@ static void gw_submit(sim_t* sim, uint32_t j) {
 }
 
 static void gw_cancel(sim_t* sim, uint32_t j) {
-  if (!sim->gw_up || !sim->jobs[j].tracked) return;
+  if (!sim->gw_up || !sim->jobs[j].tracked)
+    return;
   pcp_store_job_state_t to = sim->jobs[j].state == PCP_STORE_JOB_STATE_QUEUED
                                  ? PCP_STORE_JOB_STATE_CANCELLED
                                  : PCP_STORE_JOB_STATE_CANCELLING;
-  if (!pcp_store_job_transition_is_allowed(sim->jobs[j].state, to)) return;
+  if (!pcp_store_job_transition_is_allowed(sim->jobs[j].state, to))
+    return;
   if (sim_runner_transition(sim, j, to, NULL) &&
       to == PCP_STORE_JOB_STATE_CANCELLED) {
     sim->jobs[j].tracked = false;
@@ -1369,7 +1426,8 @@ static void wk_task_done(sim_t* sim, uint32_t w, uint64_t task_id) {
       task = &worker->tasks[i];
     }
   }
-  if (!task) return;
+  if (!task)
+    return;
   task->live = false;
   pcp_status_t status;
   if (PCP_BUGGIFY("sim.task_fail")) {
@@ -1389,8 +1447,8 @@ static void wk_task_done(sim_t* sim, uint32_t w, uint64_t task_id) {
                                    .rank = 1,
                                    .data = out};
     section.shape[0] = SIM_OUTPUT_BYTES;
-    status = pcp_proto_worker_task_complete(worker->proto, &result, &section,
-                                            1, sim->now_ns);
+    status = pcp_proto_worker_task_complete(worker->proto, &result, &section, 1,
+                                            sim->now_ns);
   }
   if (pcp_status_code(status) == PCP_STATUS_NOT_FOUND) {
     pcp_status_ignore(status);  // dropped by a reconnect
@@ -1411,7 +1469,8 @@ static void wk_process_actions(sim_t* sim, sim_worker_t* worker) {
     conn_t* conn = conn_get(sim, worker->conn_id);
     switch (a.type) {
       case PCP_PROTO_ACTION_SEND:
-        if (conn) send_bytes(sim, conn, true, &a.frame);
+        if (conn)
+          send_bytes(sim, conn, true, &a.frame);
         break;
       case PCP_PROTO_ACTION_CLOSE:
         if (conn && conn->wk_open) {
@@ -1436,7 +1495,8 @@ static void wk_process_actions(sim_t* sim, sim_worker_t* worker) {
       case PCP_PROTO_ACTION_RUN_TASK: {
         size_t slot = SIM_WORKER_TASKS_MAX;
         for (size_t i = 0; i < SIM_WORKER_TASKS_MAX; ++i) {
-          if (!worker->tasks[i].live) slot = i;
+          if (!worker->tasks[i].live)
+            slot = i;
         }
         if (slot == SIM_WORKER_TASKS_MAX) {
           fail(sim, "w%u: fake compute full", w);
@@ -1488,7 +1548,8 @@ static pcp_status_t wk_boot(sim_t* sim, uint32_t w) {
   memset(worker->tasks, 0, sizeof(worker->tasks));
   trace(sim, "w%u boot (incarnation %u)", w, worker->incarnation);
   pcp_status_t status = pcp_proto_worker_start(worker->proto, sim->now_ns);
-  if (status) return status;
+  if (status)
+    return status;
   wk_process_actions(sim, worker);
   ev_at(sim, sim->now_ns + sim->timeouts.tick_interval_ns, EV_WORKER_TICK, w,
         worker->incarnation, 0);
@@ -1497,7 +1558,8 @@ static pcp_status_t wk_boot(sim_t* sim, uint32_t w) {
 
 static void wk_crash(sim_t* sim, uint32_t w, int64_t downtime_ns) {
   sim_worker_t* worker = &sim->workers[w];
-  if (!worker->alive) return;
+  if (!worker->alive)
+    return;
   conn_t* conn = conn_get(sim, worker->conn_id);
   if (conn && conn->wk_open) {
     conn->wk_open = false;
@@ -1514,13 +1576,15 @@ static void wk_crash(sim_t* sim, uint32_t w, int64_t downtime_ns) {
 // Both ends see a reset: the worker at once, the gateway after what is on
 // the wire toward it.
 static void conn_reset(sim_t* sim, conn_t* conn, const char* why) {
-  if (!conn->wk_open) return;
+  if (!conn->wk_open)
+    return;
   trace(sim, "conn %llu reset (%s)", (unsigned long long)conn->id, why);
   conn->wk_open = false;
   close_toward(sim, conn, true);
   sim_worker_t* worker = &sim->workers[conn->worker];
   if (worker->alive && worker->conn_id == conn->id) {
-    pcp_status_t status = pcp_proto_worker_on_closed(worker->proto, sim->now_ns);
+    pcp_status_t status =
+        pcp_proto_worker_on_closed(worker->proto, sim->now_ns);
     if (status) {
       fail_status(sim, status, "worker on_closed");
       return;
@@ -1545,11 +1609,13 @@ static void apply_fault(sim_t* sim, const pcp_sim_fault_t* fault) {
       sim_worker_t* worker =
           &sim->workers[fault->target % sim->options.worker_count];
       conn_t* conn = conn_get(sim, worker->conn_id);
-      if (worker->alive && conn) conn_reset(sim, conn, "fault");
+      if (worker->alive && conn)
+        conn_reset(sim, conn, "fault");
       break;
     }
     case PCP_SIM_FAULT_GATEWAY_RESTART:
-      if (!sim->gw_up) break;
+      if (!sim->gw_up)
+        break;
       gw_crash(sim);
       sim->result->gateway_restarts++;
       ev_at(sim, sim->now_ns + fault->arg_ns, EV_GATEWAY_BOOT, 0, 0, 0);
@@ -1570,7 +1636,8 @@ static void handle_event(sim_t* sim, event_t* ev) {
       if (conn && conn->gw_open) {
         status = pcp_proto_gateway_conn_on_bytes(conn->gw, ev->bytes,
                                                  ev->byte_length, sim->now_ns);
-        if (!status) gw_process_actions(sim, conn);
+        if (!status)
+          gw_process_actions(sim, conn);
       }
       break;
     case EV_TO_WORKER:
@@ -1578,7 +1645,8 @@ static void handle_event(sim_t* sim, event_t* ev) {
         sim_worker_t* worker = &sim->workers[ev->index];
         status = pcp_proto_worker_on_bytes(worker->proto, ev->bytes,
                                            ev->byte_length, sim->now_ns);
-        if (!status) wk_process_actions(sim, worker);
+        if (!status)
+          wk_process_actions(sim, worker);
       }
       break;
     case EV_CLOSE_AT_GATEWAY:
@@ -1595,7 +1663,8 @@ static void handle_event(sim_t* sim, event_t* ev) {
         sim_worker_t* worker = &sim->workers[ev->index];
         conn->wk_open = false;
         status = pcp_proto_worker_on_closed(worker->proto, sim->now_ns);
-        if (!status) wk_process_actions(sim, worker);
+        if (!status)
+          wk_process_actions(sim, worker);
       }
       break;
     case EV_CONNECT_DONE: {
@@ -1607,7 +1676,8 @@ static void handle_event(sim_t* sim, event_t* ev) {
       if (!sim->gw_up) {
         trace(sim, "w%u connect refused", ev->index);
         status = pcp_proto_worker_on_closed(worker->proto, sim->now_ns);
-        if (!status) wk_process_actions(sim, worker);
+        if (!status)
+          wk_process_actions(sim, worker);
         break;
       }
       pcp_proto_gateway_config_t config = {
@@ -1621,26 +1691,31 @@ static void handle_event(sim_t* sim, event_t* ev) {
       }
       status = pcp_proto_gateway_conn_create(&config, sim->now_ns,
                                              sim->allocator, &conn->gw);
-      if (status) break;
+      if (status)
+        break;
       conn->gw_open = true;
       conn->wk_open = true;
       conn->gateway_incarnation = sim->gw_incarnation;
       trace(sim, "w%u connected conn %llu", ev->index,
             (unsigned long long)conn->id);
       status = pcp_proto_worker_on_connected(worker->proto, sim->now_ns);
-      if (!status) wk_process_actions(sim, worker);
+      if (!status)
+        wk_process_actions(sim, worker);
       break;
     }
     case EV_GATEWAY_TICK:
-      if (sim->gw_up) gw_tick(sim);
+      if (sim->gw_up)
+        gw_tick(sim);
       ev_at(sim, sim->now_ns + sim->timeouts.tick_interval_ns, EV_GATEWAY_TICK,
             0, 0, 0);
       break;
     case EV_WORKER_TICK: {
       sim_worker_t* worker = &sim->workers[ev->index];
-      if (!worker->alive || worker->incarnation != ev->incarnation) break;
+      if (!worker->alive || worker->incarnation != ev->incarnation)
+        break;
       status = pcp_proto_worker_on_tick(worker->proto, sim->now_ns);
-      if (!status) wk_process_actions(sim, worker);
+      if (!status)
+        wk_process_actions(sim, worker);
       ev_at(sim, sim->now_ns + sim->timeouts.tick_interval_ns, EV_WORKER_TICK,
             ev->index, ev->incarnation, 0);
       break;
@@ -1666,11 +1741,13 @@ static void handle_event(sim_t* sim, event_t* ev) {
       gw_submit(sim, ev->index);
       break;
   }
-  if (status) fail_status(sim, status, ev_kind_name(ev->kind));
+  if (status)
+    fail_status(sim, status, ev_kind_name(ev->kind));
 }
 
 static bool all_finished(sim_t* sim) {
-  if (!sim->gw_up || sim->faults_applied < sim->fault_count) return false;
+  if (!sim->gw_up || sim->faults_applied < sim->fault_count)
+    return false;
   for (uint32_t j = 0; j < sim->options.job_count; ++j) {
     if (!sim->job_submitted[j] || !sim->model[j].exists ||
         !pcp_store_job_state_is_terminal(sim->model[j].state)) {
@@ -1689,7 +1766,7 @@ static int fault_compare(const void* a, const void* b) {
 static void draw_scenario(sim_t* sim) {
   for (uint32_t j = 0; j < sim->options.job_count; ++j) {
     sim->job_steps[j] =
-        1 + (uint32_t)pcp_rng_next_below(&sim->rng,
+        1 + (uint32_t)pcp_rng_next_below(&sim->scenario_rng,
                                          sim->options.max_steps_per_job);
   }
   if (sim->options.fault_schedule) {
@@ -1697,17 +1774,20 @@ static void draw_scenario(sim_t* sim) {
     memcpy(sim->faults, sim->options.fault_schedule,
            sim->fault_count * sizeof(pcp_sim_fault_t));
   } else if (sim->options.faults) {
-    sim->fault_count = 1 + (size_t)pcp_rng_next_below(&sim->rng, 8);
+    sim->fault_count = 1 + (size_t)pcp_rng_next_below(&sim->scenario_rng, 8);
     for (size_t i = 0; i < sim->fault_count; ++i) {
       pcp_sim_fault_t* f = &sim->faults[i];
-      uint64_t roll = pcp_rng_next_below(&sim->rng, 100);
+      uint64_t roll = pcp_rng_next_below(&sim->scenario_rng, 100);
       f->kind = roll < 30   ? PCP_SIM_FAULT_WORKER_CRASH
                 : roll < 60 ? PCP_SIM_FAULT_CONNECTION_RESET
                 : roll < 75 ? PCP_SIM_FAULT_GATEWAY_RESTART
                             : PCP_SIM_FAULT_JOB_CANCEL;
-      f->at_ns = rand_range_ns(sim, 0, SIM_FAULT_WINDOW_NS);
-      f->target = (uint32_t)pcp_rng_next_below(&sim->rng, PCP_SIM_MAX_JOBS);
-      f->arg_ns = rand_range_ns(sim, 20 * SIM_MS, 400 * SIM_MS);
+      f->at_ns = (int64_t)pcp_rng_next_below(&sim->scenario_rng,
+                                             SIM_FAULT_WINDOW_NS + 1);
+      f->target =
+          (uint32_t)pcp_rng_next_below(&sim->scenario_rng, PCP_SIM_MAX_JOBS);
+      f->arg_ns = 20 * SIM_MS + (int64_t)pcp_rng_next_below(&sim->scenario_rng,
+                                                            380 * SIM_MS + 1);
     }
     qsort(sim->faults, sim->fault_count, sizeof(pcp_sim_fault_t),
           fault_compare);
@@ -1761,7 +1841,8 @@ static void sim_final_checks(sim_t* sim) {
       sim->result->jobs_cancelled++;
     }
   }
-  if (sim->failed) return;
+  if (sim->failed)
+    return;
   uint64_t ids[256];
   size_t count = 0;
   pcp_status_t status = pcp_sched_owner_leases_list(
@@ -1778,7 +1859,8 @@ static void sim_final_checks(sim_t* sim) {
   // One more restart: everything acknowledged is still there.
   gw_crash(sim);
   status = gw_boot(sim);
-  if (status) fail_status(sim, status, "final restart");
+  if (status)
+    fail_status(sim, status, "final restart");
 }
 
 pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
@@ -1798,13 +1880,17 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
   sim->clock_state.now_ns = 0;
   sim->clock_state.wall_ns = INT64_C(1800000000) * 1000000000;
   pcp_rng_initialize(options->seed, &sim->rng);
+  pcp_rng_initialize(options->seed ^ UINT64_C(0x9e3779b97f4a7c15),
+                     &sim->scenario_rng);
   uint64_t max_events =
       options->max_events ? options->max_events : PCP_SIM_MAX_EVENTS_DEFAULT;
 
   const char* root = options->temp_root;
   struct stat st;
-  if (!root) root = stat("/dev/shm", &st) == 0 ? "/dev/shm" : getenv("TMPDIR");
-  if (!root) root = "/tmp";
+  if (!root)
+    root = stat("/dev/shm", &st) == 0 ? "/dev/shm" : getenv("TMPDIR");
+  if (!root)
+    root = "/tmp";
   snprintf(sim->state_dir, sizeof(sim->state_dir), "%s/pcp-sim-XXXXXX", root);
   pcp_status_t status = pcp_ok_status();
   if (!mkdtemp(sim->state_dir)) {
@@ -1812,9 +1898,10 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
     pcp_allocator_free(allocator, sim);
     return status;
   }
-  status = pcp_allocator_calloc(
-      allocator, PCP_SIM_MAX_CONNECTIONS * sizeof(conn_t), &p);
-  if (!status) sim->conns = p;
+  status = pcp_allocator_calloc(allocator,
+                                PCP_SIM_MAX_CONNECTIONS * sizeof(conn_t), &p);
+  if (!status)
+    sim->conns = p;
 
   for (uint32_t w = 0; w < options->worker_count && !status; ++w) {
     sim_worker_t* worker = &sim->workers[w];
@@ -1874,7 +1961,8 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
       if (settle_until < 0 && all_finished(sim)) {
         settle_until = sim->now_ns + SIM_SETTLE_NS;
       }
-      if (settle_until >= 0 && sim->now_ns >= settle_until) break;
+      if (settle_until >= 0 && sim->now_ns >= settle_until)
+        break;
       if (sim->now_ns > SIM_LIVENESS_LIMIT_NS) {
         for (uint32_t j = 0; j < options->job_count; ++j) {
           if (!sim->model[j].exists ||
@@ -1893,7 +1981,8 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
         fail(sim, "livelock: %llu events", (unsigned long long)max_events);
       }
     }
-    if (!sim->failed && sim->gw_up) sim_final_checks(sim);
+    if (!sim->failed && sim->gw_up)
+      sim_final_checks(sim);
   }
   pcp_buggify_install(NULL, NULL);
   out_result->failed = sim->failed;
@@ -1922,9 +2011,8 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
 // Shrinking
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_sim_shrink(const pcp_sim_options_t* options,
-                            uint32_t max_runs, pcp_sim_result_t* out_result,
-                            bool* out_buggify) {
+pcp_status_t pcp_sim_shrink(const pcp_sim_options_t* options, uint32_t max_runs,
+                            pcp_sim_result_t* out_result, bool* out_buggify) {
   pcp_sim_options_t current = *options;
   current.trace = NULL;
   pcp_sim_result_t result;

@@ -174,10 +174,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
 // schedule into |out_result->faults| and that run's result; |out_buggify|
 // says whether it still needs buggify. Each attempt is one full run, at most
 // |max_runs| of them. FAILED_PRECONDITION when |options| does not fail.
-PCP_MUST_USE_RESULT pcp_status_t pcp_sim_shrink(const pcp_sim_options_t* options,
-                                                uint32_t max_runs,
-                                                pcp_sim_result_t* out_result,
-                                                bool* out_buggify);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_sim_shrink(const pcp_sim_options_t* options, uint32_t max_runs,
+               pcp_sim_result_t* out_result, bool* out_buggify);
 
 // Writes |faults| one per line ("at_ms=12.345 fault=worker_crash target=1
 // arg_ms=40.000") to |sink|.

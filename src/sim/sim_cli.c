@@ -30,14 +30,25 @@ static int usage(void) {
 static bool parse_u64(const char* text, uint64_t* out) {
   char* end = NULL;
   unsigned long long v = strtoull(text, &end, 10);
-  if (!*text || *end) return false;
+  if (!*text || *end)
+    return false;
   *out = v;
   return true;
 }
 
 int main(int argc, char** argv) {
-  enum { OPT_SEEDS = 1, OPT_FIRST, OPT_SEED, OPT_TRACE, OPT_SHRINK,
-         OPT_WORKERS, OPT_JOBS, OPT_STEPS, OPT_NO_FAULTS, OPT_NO_BUGGIFY };
+  enum {
+    OPT_SEEDS = 1,
+    OPT_FIRST,
+    OPT_SEED,
+    OPT_TRACE,
+    OPT_SHRINK,
+    OPT_WORKERS,
+    OPT_JOBS,
+    OPT_STEPS,
+    OPT_NO_FAULTS,
+    OPT_NO_BUGGIFY
+  };
   static const struct option long_options[] = {
       {"seeds", required_argument, NULL, OPT_SEEDS},
       {"first", required_argument, NULL, OPT_FIRST},
@@ -59,22 +70,42 @@ int main(int argc, char** argv) {
   while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
     bool ok = true;
     switch (opt) {
-      case OPT_SEEDS: ok = parse_u64(optarg, &seeds); break;
-      case OPT_FIRST: ok = parse_u64(optarg, &first); break;
+      case OPT_SEEDS:
+        ok = parse_u64(optarg, &seeds);
+        break;
+      case OPT_FIRST:
+        ok = parse_u64(optarg, &first);
+        break;
       case OPT_SEED:
         ok = parse_u64(optarg, &one_seed);
         have_seed = true;
         break;
-      case OPT_TRACE: want_trace = true; break;
-      case OPT_SHRINK: want_shrink = true; break;
-      case OPT_WORKERS: ok = parse_u64(optarg, &workers); break;
-      case OPT_JOBS: ok = parse_u64(optarg, &jobs); break;
-      case OPT_STEPS: ok = parse_u64(optarg, &steps); break;
-      case OPT_NO_FAULTS: faults = false; break;
-      case OPT_NO_BUGGIFY: buggify = false; break;
-      default: return usage();
+      case OPT_TRACE:
+        want_trace = true;
+        break;
+      case OPT_SHRINK:
+        want_shrink = true;
+        break;
+      case OPT_WORKERS:
+        ok = parse_u64(optarg, &workers);
+        break;
+      case OPT_JOBS:
+        ok = parse_u64(optarg, &jobs);
+        break;
+      case OPT_STEPS:
+        ok = parse_u64(optarg, &steps);
+        break;
+      case OPT_NO_FAULTS:
+        faults = false;
+        break;
+      case OPT_NO_BUGGIFY:
+        buggify = false;
+        break;
+      default:
+        return usage();
     }
-    if (!ok) return usage();
+    if (!ok)
+      return usage();
   }
   if (optind != argc || seeds == 0 || seeds > UINT64_C(100000000)) {
     return usage();
@@ -106,8 +137,7 @@ int main(int argc, char** argv) {
     if (!result.failed) {
       if (have_seed) {
         printf("seed %llu passed: %llu events, trace hash %016llx\n",
-               (unsigned long long)seed,
-               (unsigned long long)result.event_count,
+               (unsigned long long)seed, (unsigned long long)result.event_count,
                (unsigned long long)result.trace_hash);
       }
       continue;

@@ -27,7 +27,8 @@ static void expect_caught(pcp_sim_bug_t bug, const char* needle) {
     pcp_sim_result_t result;
     assert_int_equal(pcp_status_code(pcp_sim_run(&options, &result)),
                      PCP_STATUS_OK);
-    if (!result.failed) continue;
+    if (!result.failed)
+      continue;
     fprintf(stderr, "sim: bug %s caught by seed %llu: %s\n",
             pcp_sim_bug_name(bug), (unsigned long long)seed, result.failure);
     assert_non_null(strstr(result.failure, needle));

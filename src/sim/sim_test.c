@@ -5,6 +5,8 @@
 // for byte; the scenario really exercises restarts, crashes and buggify.
 // PCP_SIM_SEEDS=N changes the seed count, PCP_SIM_FIRST_SEED the first.
 
+#include "sim/sim.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,8 +16,6 @@
 #include <string.h>
 
 #include <cmocka.h>
-
-#include "sim/sim.h"
 
 static uint64_t env_u64(const char* name, uint64_t fallback) {
   const char* value = getenv(name);
@@ -60,7 +60,8 @@ static void test_seeds(void** state) {
     pcp_status_t status = pcp_sim_run(&options, &result);
     assert_int_equal(pcp_status_code(status), PCP_STATUS_OK);
     if (result.failed) {
-      if (failures++ == 0) report_failure(&options, &result);
+      if (failures++ == 0)
+        report_failure(&options, &result);
       fprintf(stderr, "sim: seed %llu: %s\n", (unsigned long long)seed,
               result.failure);
     }
