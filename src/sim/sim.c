@@ -174,6 +174,10 @@ typedef struct sim_worker_t {
   pcp_rng_t rng;  // backoff jitter of this incarnation
   uint64_t conn_id;
   wtask_t tasks[SIM_WORKER_TASKS_MAX];
+  // The last lease epoch this worker was accepted with, and under which
+  // gateway incarnation (epochs live in the gateway's memory).
+  uint64_t accepted_epoch;
+  uint32_t accepted_gw_incarnation;
 } sim_worker_t;
 
 // The gateway's registry entry of a worker (fabric's fabric_worker_t).
@@ -1526,6 +1530,18 @@ static void wk_process_actions(sim_t* sim, sim_worker_t* worker) {
       case PCP_PROTO_ACTION_ACCEPTED:
         trace(sim, "w%u accepted epoch %llu resumed %d", w,
               (unsigned long long)a.lease_epoch, (int)a.resumed);
+        // Lease epochs only grow under one gateway; a resumed session
+        // keeps its epoch, a new one gets a higher one.
+        if (conn &&
+            worker->accepted_gw_incarnation == conn->gateway_incarnation &&
+            (a.resumed ? a.lease_epoch != worker->accepted_epoch
+                       : a.lease_epoch <= worker->accepted_epoch)) {
+          fail(sim, "w%u: lease epoch %llu after %llu (resumed %d)", w,
+               (unsigned long long)a.lease_epoch,
+               (unsigned long long)worker->accepted_epoch, (int)a.resumed);
+        }
+        worker->accepted_epoch = a.lease_epoch;
+        worker->accepted_gw_incarnation = conn ? conn->gateway_incarnation : 0;
         break;
       case PCP_PROTO_ACTION_REJECTED:
         trace(sim, "w%u rejected reason %u", w, a.reject_reason);
