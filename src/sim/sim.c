@@ -268,6 +268,10 @@ typedef struct sim_t {
   pcp_sim_fault_t faults[PCP_SIM_MAX_FAULTS];
   size_t fault_count;
   size_t faults_applied;
+  // The runner's policy when a worker is lost, drawn per run: release the
+  // lease and place the job again (false), or keep a detached lease and let
+  // the scheduler resume, reassign or expire it, as fabric.c does (true).
+  bool keep_detached_leases;
 
   // Checkers.
   model_job_t model[PCP_SIM_MAX_JOBS];
@@ -747,6 +751,16 @@ static conn_t* lease_conn(sim_t* sim, uint64_t lease_id, uint32_t* out_w) {
   return conn;
 }
 
+static bool lease_detached(sim_t* sim, uint64_t lease_id) {
+  pcp_sched_lease_status_t lease;
+  pcp_status_t status = pcp_sched_lease_query(sim->sched, lease_id, &lease);
+  if (status) {
+    pcp_status_ignore(status);
+    return false;
+  }
+  return lease.detached;
+}
+
 static bool assign_task(sim_t* sim, conn_t* conn, uint32_t j, int64_t step,
                         uint64_t* out_task_id) {
   // The task id names the job and step, so the fake compute needs no input
@@ -859,6 +873,9 @@ static void sim_runner_job_step(sim_t* sim, uint32_t j) {
         uint32_t w = 0;
         conn_t* conn =
             job->lease_id ? lease_conn(sim, job->lease_id, &w) : NULL;
+        if (!conn && job->lease_id && lease_detached(sim, job->lease_id)) {
+          return;  // the scheduler resumes, reassigns or expires it
+        }
         if (!conn) {
           sim_runner_lease_release(sim, j);
           sim_runner_transition(sim, j, PCP_STORE_JOB_STATE_QUEUED, NULL);
@@ -1039,7 +1056,8 @@ static void sim_runner_on_lost(sim_t* sim, uint64_t task_id) {
   if (!job)
     return;
   job->task_id = 0;
-  sim_runner_lease_release(sim, j);
+  if (!sim->keep_detached_leases)
+    sim_runner_lease_release(sim, j);
 }
 
 static void sim_runner_on_sched_event(sim_t* sim,
@@ -1056,8 +1074,9 @@ static void sim_runner_on_sched_event(sim_t* sim,
       continue;
     if (event->kind == PCP_SCHED_EVENT_LEASE_EXPIRED) {
       job->lease_id = 0;
-    } else if (event->kind == PCP_SCHED_EVENT_LEASE_REASSIGNED ||
-               event->kind == PCP_SCHED_EVENT_LEASE_DETACHED) {
+    } else if (!sim->keep_detached_leases &&
+               (event->kind == PCP_SCHED_EVENT_LEASE_REASSIGNED ||
+                event->kind == PCP_SCHED_EVENT_LEASE_DETACHED)) {
       // Its task died with the worker: give the lease back and place the
       // job again through the queue (one path for every re-run).
       sim_runner_lease_release(sim, j);
@@ -1785,6 +1804,7 @@ static void draw_scenario(sim_t* sim) {
         1 + (uint32_t)pcp_rng_next_below(&sim->scenario_rng,
                                          sim->options.max_steps_per_job);
   }
+  sim->keep_detached_leases = pcp_rng_next_below(&sim->scenario_rng, 2) == 0;
   if (sim->options.fault_schedule) {
     sim->fault_count = sim->options.fault_schedule_count;
     memcpy(sim->faults, sim->options.fault_schedule,
@@ -1942,10 +1962,12 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
   pcp_buggify_install(buggify_hook, sim);
   if (!status) {
     draw_scenario(sim);
-    trace(sim, "sim seed %llu workers %u jobs %u faults %zu buggify %d bug %s",
+    trace(sim,
+          "sim seed %llu workers %u jobs %u faults %zu buggify %d bug %s "
+          "keep_detached %d",
           (unsigned long long)options->seed, options->worker_count,
           options->job_count, sim->fault_count, (int)options->buggify,
-          pcp_sim_bug_name(options->bug));
+          pcp_sim_bug_name(options->bug), (int)sim->keep_detached_leases);
     status = gw_boot(sim);
   }
   if (!status) {
