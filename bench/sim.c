@@ -27,6 +27,8 @@
 // PCP_SIM_BENCH_SEEDS (default 3) and PCP_SIM_BENCH_MINUTE_SEEDS (default
 // 200) size it.
 
+#define _XOPEN_SOURCE 700  // mkdtemp, setenv
+
 #include "sim/sim.h"
 
 #include <arpa/inet.h>

@@ -5,7 +5,7 @@
 // runner adapter and the checkers share one struct, and reading them side by
 // side is how a failing trace gets understood.
 
-#define _GNU_SOURCE  // nftw (removing the temporary state dir)
+#define _XOPEN_SOURCE 700  // nftw, mkdtemp (the temporary state dir)
 
 #include "sim/sim.h"
 
