@@ -1,51 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The deterministic simulation (sim.h). One file on purpose: the event
-// engine, the simulated network, the simulated gateway and workers, the job
-// runner adapter and the checkers share one struct, and reading them side by
-// side is how a failing trace gets understood.
+// The deterministic simulation (sim.h): names and options, the trace, the
+// BUGGIFY hook, the event queue, the simulated network, faults, the run and
+// the shrinker. The gateway and workers are in sim_nodes.c, the job runner
+// adapter in sim_runner.c, the checkers in sim_check.c (sim_impl.h).
 
 #define _XOPEN_SOURCE 700  // nftw, mkdtemp (the temporary state dir)
 
-#include "sim/sim.h"
-
 #include <errno.h>
 #include <ftw.h>
-#include <inttypes.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
-#include "proto/proto.h"
-#include "sched/sched.h"
-#include "store/store.h"
-
-//===----------------------------------------------------------------------===//
-// Constants of the scenario
-//===----------------------------------------------------------------------===//
-
-// H = 100 ms: silence 300 ms, ticks every 25 ms, backoff 10..500 ms.
-#define SIM_HEARTBEAT_MS 100u
-#define SIM_MS INT64_C(1000000)
-// Faults and submissions happen in the first seconds; the run then goes on
-// until every job is finished, plus a settling time, or fails for liveness.
-#define SIM_SUBMIT_WINDOW_NS (600 * SIM_MS)
-#define SIM_FAULT_WINDOW_NS (2000 * SIM_MS)
-#define SIM_SETTLE_NS (500 * SIM_MS)
-#define SIM_LIVENESS_LIMIT_NS (120000 * SIM_MS)
-// A job whose task fails this often fails for good.
-#define SIM_TASK_FAILURES_MAX 4u
-#define SIM_WORKER_TASKS_MAX 16u
-#define SIM_INFLIGHT_MAX 256u
-#define SIM_BUGGIFY_SITES_MAX 16u
-#define SIM_OUTPUT_BYTES 8u
+#include "sim/sim_impl.h"
 
 static const char kSimJoinToken[] = "pcp-sim-join-token";
+
+static const char* ev_kind_name(ev_kind_t kind) {
+  static const char* const names[] = {
+      "?",       "to_gw",   "to_wk",   "close_gw",  "close_wk",
+      "connect", "gw_tick", "wk_tick", "task_done", "fault",
+      "wk_boot", "gw_boot", "submit",
+  };
+  return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
+}
 
 //===----------------------------------------------------------------------===//
 // Names
@@ -89,14 +69,6 @@ bool pcp_sim_seeded_bugs_available(void) {
 #endif
 }
 
-// True when the run has |bug| on. Compiles to false without the seeded bugs,
-// so production-shaped code paths carry none of them.
-#if defined(PCP_SIM_SEEDED_BUGS)
-#define SIM_BUG(sim, which) ((sim)->options.bug == (which))
-#else
-#define SIM_BUG(sim, which) ((void)(sim), false)
-#endif
-
 void pcp_sim_options_initialize(uint64_t seed, pcp_sim_options_t* out_options) {
   memset(out_options, 0, sizeof(*out_options));
   out_options->seed = seed;
@@ -108,189 +80,10 @@ void pcp_sim_options_initialize(uint64_t seed, pcp_sim_options_t* out_options) {
 }
 
 //===----------------------------------------------------------------------===//
-// State
-//===----------------------------------------------------------------------===//
-
-typedef enum ev_kind_e {
-  EV_TO_GATEWAY = 1,        // bytes on connection |id|
-  EV_TO_WORKER = 2,         // bytes on connection |id|
-  EV_CLOSE_AT_GATEWAY = 3,  // the gateway side of |id| sees the close
-  EV_CLOSE_AT_WORKER = 4,   // the worker side of |id| sees the close
-  EV_CONNECT_DONE = 5,      // worker |index| reaches the gateway on |id|
-  EV_GATEWAY_TICK = 6,
-  EV_WORKER_TICK = 7,   // worker |index|, |incarnation|
-  EV_TASK_DONE = 8,     // worker |index|, |incarnation|, task |id|
-  EV_FAULT = 9,         // schedule entry |index|
-  EV_WORKER_BOOT = 10,  // worker |index| starts again
-  EV_GATEWAY_BOOT = 11,
-  EV_SUBMIT = 12,  // a client submits job |index|
-} ev_kind_t;
-
-static const char* ev_kind_name(ev_kind_t kind) {
-  static const char* const names[] = {
-      "?",       "to_gw",   "to_wk",   "close_gw",  "close_wk",
-      "connect", "gw_tick", "wk_tick", "task_done", "fault",
-      "wk_boot", "gw_boot", "submit",
-  };
-  return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
-}
-
-typedef struct event_t {
-  int64_t at_ns;
-  uint64_t tie;  // seeded: orders events at the same instant
-  uint64_t seq;  // insertion order: total order, never equal
-  ev_kind_t kind;
-  uint32_t index;
-  uint32_t incarnation;
-  uint64_t id;
-  uint8_t* bytes;  // owned (EV_TO_*)
-  size_t byte_length;
-} event_t;
-
-typedef struct conn_t {
-  uint64_t id;
-  uint32_t worker;
-  uint32_t worker_incarnation;
-  uint32_t gateway_incarnation;
-  pcp_proto_gateway_conn_t* gw;  // while the gateway side is open
-  bool gw_open;
-  bool wk_open;
-  bool ended;             // the gateway ran conn_ended for it
-  int64_t to_gw_last_ns;  // FIFO: the last delivery time each way
-  int64_t to_wk_last_ns;
-} conn_t;
-
-typedef struct wtask_t {
-  uint64_t task_id;
-  bool live;
-} wtask_t;
-
-typedef struct sim_worker_t {
-  char id[16];
-  bool alive;
-  uint32_t incarnation;
-  pcp_proto_worker_t* proto;
-  pcp_proto_worker_config_t config;
-  pcp_rng_t rng;  // backoff jitter of this incarnation
-  uint64_t conn_id;
-  wtask_t tasks[SIM_WORKER_TASKS_MAX];
-  // The last lease epoch this worker was accepted with, and under which
-  // gateway incarnation (epochs live in the gateway's memory).
-  uint64_t accepted_epoch;
-  uint32_t accepted_gw_incarnation;
-} sim_worker_t;
-
-// The gateway's registry entry of a worker (fabric's fabric_worker_t).
-typedef struct gw_worker_t {
-  uint64_t conn_id;  // 0: not connected
-  uint64_t lease_epoch;
-  uint8_t resume_token[PCP_PROTO_RESUME_TOKEN_BYTE_LENGTH];
-  int64_t lost_at_ns;
-  int32_t last_job;  // the job it last ran a task of (-1: none)
-} gw_worker_t;
-
-// sim_runner: the job runner adapter (see sim.h; to be replaced by the
-// shared workload runner of src/workloads/runtime). Per job, what the
-// gateway process holds in memory; rebuilt from the store on restart.
-typedef struct sim_runner_job_t {
-  bool tracked;
-  pcp_store_job_state_t state;
-  uint32_t steps;
-  int64_t last_committed_step;
-  uint32_t task_failures;
-  uint64_t lease_id;
-  uint64_t task_id;
-  uint64_t task_conn;
-  int64_t task_step;
-  bool cancel_sent;
-  bool result_stored;
-  pcp_sha256_t result_sha;
-} sim_runner_job_t;
-
-typedef struct inflight_t {
-  uint64_t task_id;
-  uint32_t job;
-  uint64_t conn_id;
-} inflight_t;
-
-// The checkers' model of each job, built only from the store's event log.
-typedef struct model_job_t {
-  bool exists;
-  pcp_store_job_state_t state;
-  int64_t last_step;
-  bool acked;
-  pcp_sha256_t acked_sha;
-} model_job_t;
-
-typedef struct buggify_site_t {
-  const char* name;
-  bool enabled;
-} buggify_site_t;
-
-typedef struct sim_t {
-  pcp_sim_options_t options;
-  pcp_sim_result_t* result;
-  pcp_allocator_t allocator;
-  // Two streams: the scenario (job sizes, the drawn fault schedule) and
-  // everything else. A replay with an explicit schedule (shrinking) draws
-  // the rest exactly as the original run did.
-  pcp_rng_t rng;
-  pcp_rng_t scenario_rng;
-  pcp_clock_manual_t clock_state;
-  int64_t now_ns;
-  pcp_proto_timeouts_t timeouts;
-  char state_dir[512];
-
-  event_t* heap;
-  size_t heap_count;
-  size_t heap_capacity;
-  uint64_t next_seq;
-
-  conn_t* conns;
-  size_t conn_count;
-
-  sim_worker_t workers[PCP_SIM_MAX_WORKERS];
-
-  // Gateway.
-  bool gw_up;
-  uint32_t gw_incarnation;
-  pcp_store_t* store;
-  pcp_sched_t* sched;
-  gw_worker_t gw_workers[PCP_SIM_MAX_WORKERS];
-  uint64_t next_task_seq;
-  sim_runner_job_t jobs[PCP_SIM_MAX_JOBS];
-  inflight_t inflight[SIM_INFLIGHT_MAX];
-  size_t inflight_count;
-
-  // Scenario.
-  uint32_t job_steps[PCP_SIM_MAX_JOBS];
-  bool job_submitted[PCP_SIM_MAX_JOBS];
-  pcp_sim_fault_t faults[PCP_SIM_MAX_FAULTS];
-  size_t fault_count;
-  size_t faults_applied;
-  // The runner's policy when a worker is lost, drawn per run: release the
-  // lease and place the job again (false), or keep a detached lease and let
-  // the scheduler resume, reassign or expire it, as fabric.c does (true).
-  bool keep_detached_leases;
-
-  // Checkers.
-  model_job_t model[PCP_SIM_MAX_JOBS];
-  int64_t last_event_id;
-  bool store_dirty;
-
-  buggify_site_t sites[SIM_BUGGIFY_SITES_MAX];
-  size_t site_count;
-
-  bool failed;
-  pcp_status_t fatal;  // a setup-class failure in the middle of a run
-} sim_t;
-
-//===----------------------------------------------------------------------===//
 // Trace and failure
 //===----------------------------------------------------------------------===//
 
-static void trace(sim_t* sim, const char* fmt, ...) PCP_PRINTF_ATTR(2, 3);
-static void trace(sim_t* sim, const char* fmt, ...) {
+void pcp_sim_trace(sim_t* sim, const char* fmt, ...) {
   char line[512];
   int n = snprintf(line, sizeof(line), "%10.3f ",
                    (double)sim->now_ns / (double)SIM_MS);
@@ -312,8 +105,7 @@ static void trace(sim_t* sim, const char* fmt, ...) {
   }
 }
 
-static void fail(sim_t* sim, const char* fmt, ...) PCP_PRINTF_ATTR(2, 3);
-static void fail(sim_t* sim, const char* fmt, ...) {
+void pcp_sim_fail(sim_t* sim, const char* fmt, ...) {
   if (sim->failed)
     return;
   sim->failed = true;
@@ -321,15 +113,15 @@ static void fail(sim_t* sim, const char* fmt, ...) {
   va_start(args, fmt);
   vsnprintf(sim->result->failure, sizeof(sim->result->failure), fmt, args);
   va_end(args);
-  trace(sim, "CHECK FAILED: %s", sim->result->failure);
+  pcp_sim_trace(sim, "CHECK FAILED: %s", sim->result->failure);
 }
 
 // A status where none may occur: the run fails and names it.
-static void fail_status(sim_t* sim, pcp_status_t status, const char* what) {
+void pcp_sim_fail_status(sim_t* sim, pcp_status_t status, const char* what) {
   char text[256];
   pcp_status_format(status, text, sizeof(text));
   pcp_status_ignore(status);
-  fail(sim, "%s: %s", what, text);
+  pcp_sim_fail(sim, "%s: %s", what, text);
 }
 
 //===----------------------------------------------------------------------===//
@@ -357,7 +149,7 @@ static bool buggify_hook(void* user_data, const char* site) {
   if (!s->enabled || pcp_rng_next_below(&sim->rng, 20) != 0)
     return false;
   sim->result->buggify_fired++;
-  trace(sim, "buggify %s", site);
+  pcp_sim_trace(sim, "buggify %s", site);
   return true;
 }
 
@@ -381,7 +173,7 @@ static void ev_push(sim_t* sim, event_t ev) {
         pcp_allocator_realloc(sim->allocator, capacity * sizeof(event_t), &p);
     if (status) {
       pcp_allocator_free(pcp_allocator_system(), ev.bytes);
-      fail_status(sim, status, "event queue");
+      pcp_sim_fail_status(sim, status, "event queue");
       return;
     }
     sim->heap = p;
@@ -424,8 +216,8 @@ static event_t ev_pop(sim_t* sim) {
   return top;
 }
 
-static void ev_at(sim_t* sim, int64_t at_ns, ev_kind_t kind, uint32_t index,
-                  uint32_t incarnation, uint64_t id) {
+void pcp_sim_event_at(sim_t* sim, int64_t at_ns, ev_kind_t kind, uint32_t index,
+                      uint32_t incarnation, uint64_t id) {
   event_t ev = {.at_ns = at_ns,
                 .kind = kind,
                 .index = index,
@@ -434,7 +226,7 @@ static void ev_at(sim_t* sim, int64_t at_ns, ev_kind_t kind, uint32_t index,
   ev_push(sim, ev);
 }
 
-static int64_t rand_range_ns(sim_t* sim, int64_t lo, int64_t hi) {
+int64_t pcp_sim_rand_range_ns(sim_t* sim, int64_t lo, int64_t hi) {
   return lo + (int64_t)pcp_rng_next_below(&sim->rng, (uint64_t)(hi - lo) + 1);
 }
 
@@ -442,36 +234,34 @@ static int64_t rand_range_ns(sim_t* sim, int64_t lo, int64_t hi) {
 // Network: one FIFO per direction per connection
 //===----------------------------------------------------------------------===//
 
-static conn_t* conn_get(sim_t* sim, uint64_t id) {
+conn_t* pcp_sim_conn_get(sim_t* sim, uint64_t id) {
   return id >= 1 && id <= sim->conn_count ? &sim->conns[id - 1] : NULL;
 }
 
-static int64_t net_delay_ns(sim_t* sim) {
+int64_t pcp_sim_net_delay_ns(sim_t* sim) {
   // A delay spike past the silence timeout (3H) makes the peer evict.
   if (PCP_BUGGIFY("sim.net_delay_spike")) {
-    return rand_range_ns(sim, 200 * SIM_MS, 450 * SIM_MS);
+    return pcp_sim_rand_range_ns(sim, 200 * SIM_MS, 450 * SIM_MS);
   }
-  return rand_range_ns(sim, SIM_MS / 10, 5 * SIM_MS);
+  return pcp_sim_rand_range_ns(sim, SIM_MS / 10, 5 * SIM_MS);
 }
 
 // Schedules a FIFO delivery: never before an earlier message of the same
 // direction, so the seeded delay reorders only across connections.
 static int64_t fifo_at(sim_t* sim, int64_t* last_ns) {
-  int64_t at = sim->now_ns + net_delay_ns(sim);
+  int64_t at = sim->now_ns + pcp_sim_net_delay_ns(sim);
   if (at <= *last_ns)
     at = *last_ns + 1;
   *last_ns = at;
   return at;
 }
 
-static void conn_reset(sim_t* sim, conn_t* conn, const char* why);
-
-static void send_bytes(sim_t* sim, conn_t* conn, bool to_gateway,
-                       pcp_proto_encoded_frame_t* frame) {
+void pcp_sim_net_send(sim_t* sim, conn_t* conn, bool to_gateway,
+                      pcp_proto_encoded_frame_t* frame) {
   if (to_gateway ? !conn->wk_open : !conn->gw_open)
     return;
   if (PCP_BUGGIFY("sim.frame_send_reset")) {
-    conn_reset(sim, conn, "send failed");
+    pcp_sim_conn_reset(sim, conn, "send failed");
     return;
   }
   event_t ev = {.kind = to_gateway ? EV_TO_GATEWAY : EV_TO_WORKER,
@@ -480,7 +270,7 @@ static void send_bytes(sim_t* sim, conn_t* conn, bool to_gateway,
   pcp_status_t status = pcp_proto_encoded_frame_flatten(
       frame, pcp_allocator_system(), &ev.bytes, &ev.byte_length);
   if (status) {
-    fail_status(sim, status, "flatten");
+    pcp_sim_fail_status(sim, status, "flatten");
     return;
   }
   ev.at_ns =
@@ -490,1142 +280,12 @@ static void send_bytes(sim_t* sim, conn_t* conn, bool to_gateway,
 
 // One side closes: the other side hears it after every byte already sent
 // its way (FIN after data).
-static void close_toward(sim_t* sim, conn_t* conn, bool to_gateway) {
+void pcp_sim_net_close_toward(sim_t* sim, conn_t* conn, bool to_gateway) {
   int64_t at =
       fifo_at(sim, to_gateway ? &conn->to_gw_last_ns : &conn->to_wk_last_ns);
-  ev_at(sim, at, to_gateway ? EV_CLOSE_AT_GATEWAY : EV_CLOSE_AT_WORKER,
-        conn->worker, 0, conn->id);
-}
-
-//===----------------------------------------------------------------------===//
-// Checkers
-//===----------------------------------------------------------------------===//
-
-static uint32_t job_index_of(const char* id) {
-  unsigned j = 0;
-  if (sscanf(id, "job-%u", &j) != 1 || j >= PCP_SIM_MAX_JOBS) {
-    return UINT32_MAX;
-  }
-  return j;
-}
-
-// The bytes a task of |job| at |step| returns: a function of the two, so a
-// result is right or wrong on its own, whatever ran it and how often.
-static void expected_output(uint32_t job, int64_t step,
-                            uint8_t out[SIM_OUTPUT_BYTES]) {
-  uint64_t z = ((uint64_t)job << 32) ^ (uint64_t)step ^ UINT64_C(0x5eed);
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  z ^= z >> 31;
-  for (unsigned i = 0; i < SIM_OUTPUT_BYTES; ++i)
-    out[i] = (uint8_t)(z >> (8 * i));
-}
-
-// Reads the store's new events and checks them against the model: every
-// state change starts where the last one ended and is in the transition
-// table; steps strictly increase; event ids strictly increase.
-static void check_store_events(sim_t* sim) {
-  if (!sim->gw_up || !sim->store_dirty || sim->failed)
-    return;
-  sim->store_dirty = false;
-  for (;;) {
-    pcp_store_job_event_list_t list = {0};
-    pcp_status_t status = pcp_store_job_event_list(
-        sim->store, sim->last_event_id, NULL, PCP_STORE_LIST_LIMIT_MAX, &list);
-    if (status) {
-      fail_status(sim, status, "event list");
-      return;
-    }
-    for (size_t i = 0; i < list.count && !sim->failed; ++i) {
-      const pcp_store_job_event_t* e = &list.items[i];
-      if (e->event_id <= sim->last_event_id) {
-        fail(sim, "event ids not increasing: %lld after %lld",
-             (long long)e->event_id, (long long)sim->last_event_id);
-        break;
-      }
-      sim->last_event_id = e->event_id;
-      uint32_t j = job_index_of(e->job_id);
-      if (j == UINT32_MAX) {
-        fail(sim, "event of unknown job %s", e->job_id);
-        break;
-      }
-      model_job_t* m = &sim->model[j];
-      if (strcmp(e->type, "state") == 0) {
-        if (!e->has_from_state) {
-          if (m->exists)
-            fail(sim, "%s created twice", e->job_id);
-          m->exists = true;
-          m->state = e->to_state;
-          m->last_step = -1;
-        } else if (!m->exists || m->state != e->from_state) {
-          fail(sim, "%s: transition from %s but the job was %s", e->job_id,
-               pcp_store_job_state_name(e->from_state),
-               m->exists ? pcp_store_job_state_name(m->state) : "absent");
-        } else if (!pcp_store_job_transition_is_allowed(e->from_state,
-                                                        e->to_state)) {
-          fail(sim, "%s: illegal transition %s -> %s", e->job_id,
-               pcp_store_job_state_name(e->from_state),
-               pcp_store_job_state_name(e->to_state));
-        } else {
-          m->state = e->to_state;
-        }
-      } else if (strcmp(e->type, "step") == 0) {
-        json_t* step = json_object_get(e->payload, "step");
-        int64_t s = json_is_integer(step) ? json_integer_value(step) : -1;
-        if (s <= m->last_step) {
-          fail(sim, "%s: step %lld after step %lld (versions must grow)",
-               e->job_id, (long long)s, (long long)m->last_step);
-        }
-        m->last_step = s;
-      }
-    }
-    size_t count = list.count;
-    pcp_store_job_event_list_deinitialize(&list);
-    if (count < PCP_STORE_LIST_LIMIT_MAX || sim->failed)
-      return;
-  }
-}
-
-// Every acknowledged result is in the store: the job succeeded and its
-// result row has the acknowledged digest.
-static void check_acked_durable(sim_t* sim, const char* when) {
-  for (uint32_t j = 0; j < sim->options.job_count && !sim->failed; ++j) {
-    if (!sim->model[j].acked)
-      continue;
-    char id[32];
-    snprintf(id, sizeof(id), "job-%u", j);
-    pcp_store_job_t job = {0};
-    pcp_status_t status = pcp_store_job_get(sim->store, id, &job);
-    bool ok = !status && job.state == PCP_STORE_JOB_STATE_SUCCEEDED;
-    pcp_store_job_deinitialize(&job);
-    pcp_status_ignore(status);
-    pcp_store_job_result_t result;
-    status = pcp_store_job_result_get(sim->store, id, "out", &result);
-    ok = ok && !status &&
-         memcmp(result.sha256.bytes, sim->model[j].acked_sha.bytes,
-                PCP_SHA256_BYTE_LENGTH) == 0;
-    pcp_status_ignore(status);
-    if (!ok)
-      fail(sim, "%s: acknowledged result of %s not durable", when, id);
-  }
-}
-
-static void check_leases(sim_t* sim) {
-  uint64_t ids[256];
-  size_t count = 0;
-  pcp_status_t status = pcp_sched_owner_leases_list(
-      sim->sched, PCP_SCHED_OWNER_JOBS, ids, 256, &count);
-  if (status) {
-    fail_status(sim, status, "lease list");
-    return;
-  }
-  uint32_t per_job[PCP_SIM_MAX_JOBS] = {0};
-  for (size_t i = 0; i < count; ++i) {
-    pcp_sched_lease_status_t lease;
-    status = pcp_sched_lease_query(sim->sched, ids[i], &lease);
-    if (status) {
-      fail_status(sim, status, "lease query");
-      return;
-    }
-    if (lease.tag == 0 || lease.tag > sim->options.job_count) {
-      fail(sim, "lease %llu has tag %llu", (unsigned long long)ids[i],
-           (unsigned long long)lease.tag);
-      return;
-    }
-    if (++per_job[lease.tag - 1] > 1) {
-      fail(sim, "job-%llu holds two leases at once (running twice)",
-           (unsigned long long)(lease.tag - 1));
-      return;
-    }
-  }
-}
-
-static void check_after_event(sim_t* sim) {
-  if (sim->failed)
-    return;
-  uint32_t tasks[PCP_SIM_MAX_JOBS] = {0};
-  for (size_t i = 0; i < sim->inflight_count; ++i) {
-    if (++tasks[sim->inflight[i].job] > 1) {
-      fail(sim, "job-%u has two tasks in flight (running twice)",
-           sim->inflight[i].job);
-      return;
-    }
-  }
-  if (!sim->gw_up)
-    return;
-  pcp_status_t status = pcp_sched_check_invariants(sim->sched);
-  if (status) {
-    fail_status(sim, status, "sched invariants");
-    return;
-  }
-  check_leases(sim);
-  check_store_events(sim);
-  // No job lost: a job the store says is unfinished is one the runner is
-  // working on, in the state the store has.
-  for (uint32_t j = 0; j < sim->options.job_count && !sim->failed; ++j) {
-    const model_job_t* m = &sim->model[j];
-    if (!m->exists || pcp_store_job_state_is_terminal(m->state))
-      continue;
-    if (!sim->jobs[j].tracked) {
-      fail(sim, "job-%u is %s in the store but the runner lost it", j,
-           pcp_store_job_state_name(m->state));
-    } else if (sim->jobs[j].state != m->state) {
-      fail(sim, "job-%u: runner thinks %s, store says %s", j,
-           pcp_store_job_state_name(sim->jobs[j].state),
-           pcp_store_job_state_name(m->state));
-    }
-  }
-}
-
-//===----------------------------------------------------------------------===//
-// sim_runner: the job runner adapter
-//===----------------------------------------------------------------------===//
-
-static void job_id_format(uint32_t j, char id[32]) {
-  snprintf(id, 32, "job-%u", j);
-}
-
-static void inflight_remove(sim_t* sim, uint64_t task_id) {
-  for (size_t i = 0; i < sim->inflight_count; ++i) {
-    if (sim->inflight[i].task_id == task_id) {
-      sim->inflight[i] = sim->inflight[--sim->inflight_count];
-      return;
-    }
-  }
-}
-
-// One store transition; the runner's state moves only when it committed.
-static bool sim_runner_transition(sim_t* sim, uint32_t j,
-                                  pcp_store_job_state_t to,
-                                  const json_t* placement) {
-  char id[32];
-  job_id_format(j, id);
-  pcp_store_job_transition_params_t params = {.placement = placement};
-  pcp_status_t status =
-      pcp_store_job_transition(sim->store, id, to, &params, NULL);
-  sim->store_dirty = true;
-  if (status) {
-    char text[160];
-    pcp_status_format(status, text, sizeof(text));
-    pcp_status_ignore(status);
-    trace(sim, "runner %s -> %s failed: %s", id, pcp_store_job_state_name(to),
-          text);
-    return false;
-  }
-  trace(sim, "runner %s %s -> %s", id,
-        pcp_store_job_state_name(sim->jobs[j].state),
-        pcp_store_job_state_name(to));
-  sim->jobs[j].state = to;
-  return true;
-}
-
-static void sim_runner_lease_release(sim_t* sim, uint32_t j) {
-  sim_runner_job_t* job = &sim->jobs[j];
-  if (!job->lease_id)
-    return;
-  pcp_status_ignore(pcp_sched_lease_release(sim->sched, job->lease_id));
-  trace(sim, "runner job-%u release lease %llu", j,
-        (unsigned long long)job->lease_id);
-  job->lease_id = 0;
-}
-
-// The gateway connection of the worker holding |lease_id|, or NULL.
-static conn_t* lease_conn(sim_t* sim, uint64_t lease_id, uint32_t* out_w) {
-  pcp_sched_lease_status_t lease;
-  pcp_status_t status = pcp_sched_lease_query(sim->sched, lease_id, &lease);
-  if (status || lease.detached) {
-    pcp_status_ignore(status);
-    return NULL;
-  }
-  unsigned w = 0;
-  if (sscanf(lease.worker_id.value, "w%u", &w) != 1 ||
-      w >= sim->options.worker_count) {
-    return NULL;
-  }
-  conn_t* conn = conn_get(sim, sim->gw_workers[w].conn_id);
-  if (!conn || !conn->gw_open ||
-      pcp_proto_gateway_conn_state(conn->gw) != PCP_PROTO_GATEWAY_ACCEPTED) {
-    return NULL;
-  }
-  *out_w = w;
-  return conn;
-}
-
-static bool lease_detached(sim_t* sim, uint64_t lease_id) {
-  pcp_sched_lease_status_t lease;
-  pcp_status_t status = pcp_sched_lease_query(sim->sched, lease_id, &lease);
-  if (status) {
-    pcp_status_ignore(status);
-    return false;
-  }
-  return lease.detached;
-}
-
-static bool assign_task(sim_t* sim, conn_t* conn, uint32_t j, int64_t step,
-                        uint64_t* out_task_id) {
-  // The task id names the job and step, so the fake compute needs no input
-  // tensors: (sequence << 16) | (job << 8) | step.
-  uint64_t task_id =
-      (++sim->next_task_seq << 16) | ((uint64_t)j << 8) | (uint64_t)step;
-  char session[32];
-  job_id_format(j, session);
-  pcp_proto_task_assign_t task = {
-      .task_id = task_id, .session_id = session, .function = "sim_step"};
-  uint64_t request_id = 0;
-  pcp_status_t status = pcp_proto_gateway_conn_assign_task(
-      conn->gw, &task, NULL, 0, sim->now_ns, &request_id);
-  if (status) {
-    char text[160];
-    pcp_status_format(status, text, sizeof(text));
-    pcp_status_ignore(status);
-    trace(sim, "runner assign job-%u failed: %s", j, text);
-    return false;
-  }
-  if (sim->inflight_count == SIM_INFLIGHT_MAX) {
-    fail(sim, "in-flight table full");
-    return false;
-  }
-  sim->inflight[sim->inflight_count++] =
-      (inflight_t){.task_id = task_id, .job = j, .conn_id = conn->id};
-  sim->gw_workers[conn->worker].last_job = (int32_t)j;
-  trace(sim, "runner assign job-%u step %lld task %llx to w%u conn %llu", j,
-        (long long)step, (unsigned long long)task_id, conn->worker,
-        (unsigned long long)conn->id);
-  *out_task_id = task_id;
-  return true;
-}
-
-static void sim_runner_ack(sim_t* sim, uint32_t j) {
-  sim_runner_job_t* job = &sim->jobs[j];
-  model_job_t* m = &sim->model[j];
-  uint8_t expected[SIM_OUTPUT_BYTES];
-  expected_output(j, (int64_t)job->steps - 1, expected);
-  pcp_sha256_t sha;
-  pcp_sha256_compute(expected, sizeof(expected), &sha);
-  if (memcmp(sha.bytes, job->result_sha.bytes, sizeof(sha.bytes)) != 0) {
-    fail(sim, "job-%u acknowledged a wrong result", j);
-  }
-  if (m->acked)
-    fail(sim, "job-%u acknowledged twice", j);
-  m->acked = true;
-  m->acked_sha = job->result_sha;
-  trace(sim, "runner job-%u succeeded (acknowledged)", j);
-}
-
-// Moves job |j| as far as it can go now. Every store write may fail
-// (buggify); the job then stays where it is and the next step retries.
-static void sim_runner_job_step(sim_t* sim, uint32_t j) {
-  sim_runner_job_t* job = &sim->jobs[j];
-  for (int round = 0; round < 8 && !sim->failed; ++round) {
-    pcp_store_job_state_t before = job->state;
-    uint64_t task_before = job->task_id;
-    switch (job->state) {
-      case PCP_STORE_JOB_STATE_QUEUED: {
-        pcp_sched_constraint_t constraint = {
-            .worker_class = PCP_SCHED_WORKER_CLASS_ANY, .worker_count = 1};
-        uint64_t lease_id = 0;
-        pcp_status_t status = pcp_sched_lease_acquire(
-            sim->sched, PCP_SCHED_OWNER_JOBS, &constraint, j + 1, &lease_id, 1);
-        if (status) {
-          pcp_status_ignore(status);
-          return;  // no free worker: wait for one
-        }
-        job->lease_id = lease_id;
-        uint32_t w = 0;
-        if (!lease_conn(sim, lease_id, &w)) {
-          sim_runner_lease_release(sim, j);
-          return;
-        }
-        char wid[16];
-        snprintf(wid, sizeof(wid), "w%u", w);
-        json_t* placement = json_pack("{s:s}", "worker", wid);
-        bool ok =
-            placement && sim_runner_transition(
-                             sim, j, PCP_STORE_JOB_STATE_PLACING, placement);
-        json_decref(placement);
-        if (!ok)
-          sim_runner_lease_release(sim, j);
-        break;
-      }
-      case PCP_STORE_JOB_STATE_PLACING:
-        sim_runner_transition(sim, j,
-                              job->lease_id ? PCP_STORE_JOB_STATE_COMPILING
-                                            : PCP_STORE_JOB_STATE_QUEUED,
-                              NULL);
-        break;
-      case PCP_STORE_JOB_STATE_COMPILING:
-        sim_runner_transition(sim, j,
-                              job->lease_id ? PCP_STORE_JOB_STATE_RUNNING
-                                            : PCP_STORE_JOB_STATE_QUEUED,
-                              NULL);
-        break;
-      case PCP_STORE_JOB_STATE_RUNNING: {
-        if (job->result_stored && !job->task_id) {
-          if (sim_runner_transition(sim, j, PCP_STORE_JOB_STATE_SUCCEEDED,
-                                    NULL)) {
-            sim_runner_lease_release(sim, j);
-            sim_runner_ack(sim, j);
-          }
-          break;
-        }
-        if (job->task_id)
-          return;  // waiting for the worker
-        uint32_t w = 0;
-        conn_t* conn =
-            job->lease_id ? lease_conn(sim, job->lease_id, &w) : NULL;
-        if (!conn && job->lease_id && lease_detached(sim, job->lease_id)) {
-          return;  // the scheduler resumes, reassigns or expires it
-        }
-        if (!conn) {
-          sim_runner_lease_release(sim, j);
-          sim_runner_transition(sim, j, PCP_STORE_JOB_STATE_QUEUED, NULL);
-          break;
-        }
-        int64_t step = job->last_committed_step + 1;
-        if (step >= (int64_t)job->steps)
-          step = (int64_t)job->steps - 1;
-        if (assign_task(sim, conn, j, step, &job->task_id)) {
-          job->task_conn = conn->id;
-          job->task_step = step;
-          job->cancel_sent = false;
-        } else {
-          sim_runner_lease_release(sim, j);
-        }
-        break;
-      }
-      case PCP_STORE_JOB_STATE_CANCELLING: {
-        if (job->task_id) {
-          if (job->cancel_sent)
-            return;
-          conn_t* conn = conn_get(sim, job->task_conn);
-          pcp_status_t status =
-              conn && conn->gw_open
-                  ? pcp_proto_gateway_conn_cancel_task(conn->gw, job->task_id,
-                                                       "cancelled", sim->now_ns)
-                  : pcp_make_status(PCP_STATUS_NOT_FOUND, "no connection");
-          if (status) {
-            pcp_status_ignore(status);
-            inflight_remove(sim, job->task_id);
-            job->task_id = 0;
-          } else {
-            job->cancel_sent = true;
-            trace(sim, "runner cancel job-%u task %llx", j,
-                  (unsigned long long)job->task_id);
-            return;
-          }
-          break;
-        }
-        if (sim_runner_transition(sim, j, PCP_STORE_JOB_STATE_CANCELLED,
-                                  NULL)) {
-          if (!SIM_BUG(sim, PCP_SIM_BUG_CANCEL_LEAKS_LEASE)) {
-            sim_runner_lease_release(sim, j);
-          } else {
-            job->lease_id = 0;  // forgotten, never released
-          }
-        }
-        break;
-      }
-      default:
-        job->tracked = false;  // terminal
-        return;
-    }
-    if (job->state == before && job->task_id == task_before)
-      return;
-  }
-}
-
-static void sim_runner_step(sim_t* sim) {
-  if (!sim->gw_up)
-    return;
-  for (uint32_t j = 0; j < sim->options.job_count && !sim->failed; ++j) {
-    if (sim->jobs[j].tracked)
-      sim_runner_job_step(sim, j);
-  }
-}
-
-static sim_runner_job_t* job_of_task(sim_t* sim, uint64_t task_id,
-                                     uint32_t* out_j) {
-  for (uint32_t j = 0; j < sim->options.job_count; ++j) {
-    if (sim->jobs[j].tracked && sim->jobs[j].task_id == task_id) {
-      *out_j = j;
-      return &sim->jobs[j];
-    }
-  }
-  return NULL;
-}
-
-static void sim_runner_on_result(sim_t* sim, uint64_t task_id,
-                                 pcp_proto_frame_t* frame) {
-  inflight_remove(sim, task_id);
-  uint32_t j = 0;
-  sim_runner_job_t* job = job_of_task(sim, task_id, &j);
-  if (!job) {
-    trace(sim, "runner stale result task %llx dropped",
-          (unsigned long long)task_id);
-    return;
-  }
-  job->task_id = 0;
-  if (job->state != PCP_STORE_JOB_STATE_RUNNING)
-    return;
-  pcp_proto_task_result_t result;
-  pcp_status_t status = pcp_proto_task_result_parse(frame, &result);
-  if (status || result.output_count != 1 ||
-      result.outputs[0].kind != PCP_PROTO_TENSOR_REF_SECTION ||
-      result.outputs[0].section >= frame->section_count) {
-    pcp_status_ignore(status);
-    fail(sim, "job-%u: malformed result", j);
-    return;
-  }
-  const pcp_proto_section_t* section =
-      &frame->sections[result.outputs[0].section];
-  uint8_t expected[SIM_OUTPUT_BYTES];
-  expected_output(j, job->task_step, expected);
-  if (section->byte_length != SIM_OUTPUT_BYTES ||
-      memcmp(section->data, expected, SIM_OUTPUT_BYTES) != 0) {
-    fail(sim, "job-%u step %lld: wrong output bytes", j,
-         (long long)job->task_step);
-    return;
-  }
-  char id[32];
-  job_id_format(j, id);
-  bool last = job->task_step == (int64_t)job->steps - 1;
-  if (last) {
-    pcp_store_job_result_t row = {.dtype = PCP_ELEMENT_TYPE_U8,
-                                  .rank = 1,
-                                  .byte_length = SIM_OUTPUT_BYTES};
-    row.shape[0] = SIM_OUTPUT_BYTES;
-    snprintf(row.job_id, sizeof(row.job_id), "%s", id);
-    snprintf(row.name, sizeof(row.name), "out");
-    snprintf(row.path, sizeof(row.path), "sim/%s/out.bin", id);
-    pcp_sha256_compute(section->data, SIM_OUTPUT_BYTES, &row.sha256);
-    status = pcp_store_job_result_put(sim->store, &row);
-    if (pcp_status_code(status) == PCP_STATUS_ALREADY_EXISTS) {
-      // Put before a restart or a failed step commit: the same bytes.
-      pcp_status_ignore(status);
-      pcp_store_job_result_t old;
-      status = pcp_store_job_result_get(sim->store, id, "out", &old);
-      if (!status && memcmp(old.sha256.bytes, row.sha256.bytes,
-                            PCP_SHA256_BYTE_LENGTH) != 0) {
-        fail(sim, "%s: stored result differs from the new one", id);
-        return;
-      }
-    }
-    if (status) {
-      pcp_status_ignore(status);
-      trace(sim, "runner %s result put failed", id);
-      return;  // the step runs again
-    }
-    job->result_sha = row.sha256;
-  }
-  if (job->task_step > job->last_committed_step) {
-    status = pcp_store_job_step_commit(sim->store, id, job->task_step, NULL);
-    sim->store_dirty = true;
-    if (status) {
-      pcp_status_ignore(status);
-      trace(sim, "runner %s step %lld commit failed", id,
-            (long long)job->task_step);
-      return;  // the step runs again
-    }
-    job->last_committed_step = job->task_step;
-    trace(sim, "runner %s step %lld committed", id, (long long)job->task_step);
-  }
-  if (last)
-    job->result_stored = true;
-}
-
-static void sim_runner_on_failed(sim_t* sim, uint64_t task_id) {
-  inflight_remove(sim, task_id);
-  uint32_t j = 0;
-  sim_runner_job_t* job = job_of_task(sim, task_id, &j);
-  if (!job)
-    return;
-  job->task_id = 0;
-  if (job->state != PCP_STORE_JOB_STATE_RUNNING)
-    return;
-  if (++job->task_failures >= SIM_TASK_FAILURES_MAX) {
-    if (sim_runner_transition(sim, j, PCP_STORE_JOB_STATE_FAILED, NULL)) {
-      sim_runner_lease_release(sim, j);
-    }
-  }
-}
-
-static void sim_runner_on_lost(sim_t* sim, uint64_t task_id) {
-  inflight_remove(sim, task_id);
-  uint32_t j = 0;
-  sim_runner_job_t* job = job_of_task(sim, task_id, &j);
-  if (!job)
-    return;
-  job->task_id = 0;
-  if (!sim->keep_detached_leases)
-    sim_runner_lease_release(sim, j);
-}
-
-static void sim_runner_on_sched_event(sim_t* sim,
-                                      const pcp_sched_event_t* event) {
-  if (event->kind == PCP_SCHED_EVENT_NONE)
-    return;
-  trace(sim, "sched %s lease %llu tag %llu worker %s",
-        pcp_sched_event_kind_name(event->kind),
-        (unsigned long long)event->lease_id, (unsigned long long)event->tag,
-        event->worker_id.value);
-  for (uint32_t j = 0; j < sim->options.job_count; ++j) {
-    sim_runner_job_t* job = &sim->jobs[j];
-    if (!event->lease_id || job->lease_id != event->lease_id)
-      continue;
-    if (event->kind == PCP_SCHED_EVENT_LEASE_EXPIRED) {
-      job->lease_id = 0;
-    } else if (!sim->keep_detached_leases &&
-               (event->kind == PCP_SCHED_EVENT_LEASE_REASSIGNED ||
-                event->kind == PCP_SCHED_EVENT_LEASE_DETACHED)) {
-      // Its task died with the worker: give the lease back and place the
-      // job again through the queue (one path for every re-run).
-      sim_runner_lease_release(sim, j);
-    }
-  }
-}
-
-// Recovery after a gateway (re)start: every unfinished job in the store is
-// taken up again in the state the store has.
-static void sim_runner_recover(sim_t* sim) {
-  memset(sim->jobs, 0, sizeof(sim->jobs));
-  pcp_store_job_list_t list = {0};
-  pcp_store_job_filter_t filter = {.limit = PCP_STORE_LIST_LIMIT_MAX};
-  pcp_status_t status = pcp_store_job_list(sim->store, &filter, &list);
-  if (status) {
-    fail_status(sim, status, "recovery list");
-    return;
-  }
-  for (size_t i = 0; i < list.count; ++i) {
-    const pcp_store_job_t* row = &list.items[i];
-    uint32_t j = job_index_of(row->id);
-    if (j == UINT32_MAX)
-      continue;
-    if (pcp_store_job_state_is_terminal(row->state))
-      continue;
-    if (SIM_BUG(sim, PCP_SIM_BUG_RECOVERY_DROPS_RUNNING) &&
-        row->state == PCP_STORE_JOB_STATE_RUNNING) {
-      continue;
-    }
-    sim_runner_job_t* job = &sim->jobs[j];
-    job->tracked = true;
-    job->state = row->state;
-    json_t* steps = json_object_get(row->spec, "steps");
-    job->steps =
-        json_is_integer(steps) ? (uint32_t)json_integer_value(steps) : 1;
-    job->last_committed_step = row->last_committed_step;
-    // The result row is written before the last step commits.
-    if (job->last_committed_step >= (int64_t)job->steps - 1) {
-      pcp_store_job_result_t result;
-      status = pcp_store_job_result_get(sim->store, row->id, "out", &result);
-      if (!status) {
-        job->result_stored = true;
-        job->result_sha = result.sha256;
-      }
-      pcp_status_ignore(status);
-    }
-    trace(sim, "recover %s in %s step %lld", row->id,
-          pcp_store_job_state_name(row->state),
-          (long long)row->last_committed_step);
-  }
-  pcp_store_job_list_deinitialize(&list);
-}
-
-//===----------------------------------------------------------------------===//
-// Gateway
-//===----------------------------------------------------------------------===//
-
-static void gw_process_actions(sim_t* sim, conn_t* conn);
-
-// The gateway no longer has |conn| (it closed or was told so): its worker
-// is lost (sched decides what happens to its lease).
-static void gw_conn_ended(sim_t* sim, conn_t* conn) {
-  if (conn->ended)
-    return;
-  conn->ended = true;
-  conn->gw_open = false;
-  pcp_proto_gateway_conn_release(conn->gw);
-  conn->gw = NULL;
-  gw_worker_t* gw = &sim->gw_workers[conn->worker];
-  if (gw->conn_id != conn->id)
-    return;
-  gw->conn_id = 0;
-  gw->lost_at_ns = sim->now_ns;
-  pcp_sched_event_t event = {0};
-  pcp_status_t status = pcp_sched_worker_mark_lost(
-      sim->sched, sim->workers[conn->worker].id, sim->now_ns, &event);
-  if (status) {
-    pcp_status_ignore(status);
-    return;
-  }
-  trace(sim, "gateway lost w%u (conn %llu)", conn->worker,
-        (unsigned long long)conn->id);
-  sim_runner_on_sched_event(sim, &event);
-}
-
-static void gw_reject(sim_t* sim, conn_t* conn, pcp_proto_reject_reason_t r,
-                      const char* message) {
-  trace(sim, "gateway reject conn %llu: %s", (unsigned long long)conn->id,
-        message);
-  pcp_status_ignore(
-      pcp_proto_gateway_conn_reject(conn->gw, r, message, sim->now_ns));
-}
-
-static void gw_on_join_verified(sim_t* sim, conn_t* conn) {
-  const pcp_proto_join_t* join = pcp_proto_gateway_conn_join(conn->gw);
-  unsigned w = 0;
-  if (sscanf(join->worker_id, "w%u", &w) != 1 ||
-      w >= sim->options.worker_count || w != conn->worker) {
-    gw_reject(sim, conn, PCP_PROTO_REJECT_BAD_JOIN, "unknown worker");
-    return;
-  }
-  gw_worker_t* gw = &sim->gw_workers[w];
-  conn_t* old = conn_get(sim, gw->conn_id);
-  if (old && old->gw_open) {
-    if (sim->now_ns < pcp_proto_gateway_conn_deadline_ns(old->gw)) {
-      gw_reject(sim, conn, PCP_PROTO_REJECT_DUPLICATE_WORKER,
-                "another live connection holds this worker id");
-      return;
-    }
-    pcp_status_ignore(pcp_proto_gateway_conn_fail(
-        old->gw, pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED, "replaced"),
-        sim->now_ns));
-    gw_process_actions(sim, old);
-  }
-  bool resumed =
-      gw->lease_epoch != 0 &&
-      sim->now_ns - gw->lost_at_ns <= sim->timeouts.resume_window_ns &&
-      pcp_proto_join_resume_matches(join, gw->lease_epoch, gw->resume_token);
-  pcp_sched_worker_info_t info = {
-      .id = join->worker_id,
-      .backend = PCP_SCHED_BACKEND_CPU,
-      .target = join->target,
-      .device_id = join->device_id,
-      .device_memory_bytes = join->device_memory_bytes,
-      .node_manager_id = join->node_manager_id,
-  };
-  pcp_status_t status = pcp_sched_worker_join(sim->sched, &info, sim->now_ns);
-  if (status) {
-    char text[160];
-    pcp_status_format(status, text, sizeof(text));
-    pcp_status_ignore(status);
-    gw_reject(sim, conn, PCP_PROTO_REJECT_BAD_JOIN, text);
-    return;
-  }
-  if (!resumed) {
-    gw->lease_epoch++;
-    for (size_t i = 0; i < sizeof(gw->resume_token); ++i) {
-      gw->resume_token[i] = (uint8_t)pcp_rng_next_u64(&sim->rng);
-    }
-  }
-  pcp_proto_gateway_accept_params_t params = {.lease_epoch = gw->lease_epoch,
-                                              .resumed = resumed};
-  memcpy(params.resume_token, gw->resume_token, sizeof(params.resume_token));
-  status = pcp_proto_gateway_conn_accept(conn->gw, &params, sim->now_ns);
-  if (status) {
-    fail_status(sim, status, "accept");
-    return;
-  }
-  gw->conn_id = conn->id;
-  trace(sim, "gateway accept w%u conn %llu epoch %llu resumed %d", w,
-        (unsigned long long)conn->id, (unsigned long long)gw->lease_epoch,
-        (int)resumed);
-  pcp_sched_event_t event = {0};
-  status =
-      pcp_sched_worker_ready(sim->sched, join->worker_id, sim->now_ns, &event);
-  if (status) {
-    fail_status(sim, status, "sched ready");
-    return;
-  }
-  sim_runner_on_sched_event(sim, &event);
-  if (SIM_BUG(sim, PCP_SIM_BUG_DOUBLE_ASSIGN_ON_RECONNECT) &&
-      gw->last_job >= 0) {
-    // The bug: "resume" the worker's last job on the new connection without
-    // a lease, although the runner requeued it when the old one died.
-    uint32_t j = (uint32_t)gw->last_job;
-    uint64_t ghost = 0;
-    if (sim->jobs[j].tracked &&
-        sim->jobs[j].state != PCP_STORE_JOB_STATE_CANCELLING) {
-      (void)assign_task(
-          sim, conn, j,
-          sim->jobs[j].last_committed_step + 1 < (int64_t)sim->jobs[j].steps
-              ? sim->jobs[j].last_committed_step + 1
-              : (int64_t)sim->jobs[j].steps - 1,
-          &ghost);
-    }
-  }
-}
-
-static void gw_process_actions(sim_t* sim, conn_t* conn) {
-  pcp_proto_action_t a;
-  bool closed = false;
-  while (conn->gw && pcp_proto_gateway_conn_next_action(conn->gw, &a)) {
-    switch (a.type) {
-      case PCP_PROTO_ACTION_SEND:
-        send_bytes(sim, conn, false, &a.frame);
-        break;
-      case PCP_PROTO_ACTION_CLOSE:
-        if (conn->gw_open) {
-          close_toward(sim, conn, false);
-          closed = true;
-        }
-        break;
-      case PCP_PROTO_ACTION_JOIN_VERIFIED:
-        gw_on_join_verified(sim, conn);
-        break;
-      case PCP_PROTO_ACTION_EVICT:
-        trace(sim, "gateway evict w%u conn %llu", conn->worker,
-              (unsigned long long)conn->id);
-        break;
-      case PCP_PROTO_ACTION_TASK_RESULT:
-        trace(sim, "gateway result task %llx", (unsigned long long)a.task_id);
-        sim_runner_on_result(sim, a.task_id, &a.received);
-        break;
-      case PCP_PROTO_ACTION_TASK_FAILED:
-        trace(sim, "gateway task %llx failed: %s",
-              (unsigned long long)a.task_id,
-              pcp_status_code_string(pcp_status_code(a.status)));
-        sim_runner_on_failed(sim, a.task_id);
-        break;
-      case PCP_PROTO_ACTION_TASK_LOST:
-        trace(sim, "gateway task %llx lost", (unsigned long long)a.task_id);
-        sim_runner_on_lost(sim, a.task_id);
-        break;
-      case PCP_PROTO_ACTION_PEER_DRAINING:
-        pcp_status_ignore(
-            pcp_sched_worker_drain(sim->sched, sim->workers[conn->worker].id));
-        break;
-      default:
-        break;
-    }
-    pcp_proto_action_deinitialize(&a);
-  }
-  if (closed)
-    gw_conn_ended(sim, conn);
-}
-
-static pcp_status_t gw_boot(sim_t* sim) {
-  pcp_store_options_t store_options;
-  pcp_store_options_initialize(&store_options);
-  store_options.state_dir = sim->state_dir;
-  store_options.clock = pcp_clock_manual(&sim->clock_state);
-  // The simulated crash is a process death, which NORMAL survives (store.h).
-  store_options.sync_mode = PCP_STORE_SYNC_NORMAL;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_store_create(&store_options, sim->allocator, &sim->store));
-  pcp_sched_options_t sched_options;
-  pcp_sched_options_initialize(&sched_options);
-  sched_options.max_workers = PCP_SIM_MAX_WORKERS;
-  sched_options.max_leases = 256;
-  sched_options.heartbeat_timeout_ns = 0;  // the state machines detect it
-  sched_options.lease_rejoin_grace_ns = sim->timeouts.resume_window_ns;
-  pcp_status_t status =
-      pcp_sched_create(&sched_options, sim->allocator, &sim->sched);
-  if (status) {
-    pcp_store_release(sim->store);
-    sim->store = NULL;
-    return status;
-  }
-  sim->gw_up = true;
-  sim->gw_incarnation++;
-  sim->inflight_count = 0;
-  for (uint32_t w = 0; w < PCP_SIM_MAX_WORKERS; ++w) {
-    sim->gw_workers[w] = (gw_worker_t){.last_job = -1};
-  }
-  trace(sim, "gateway up (incarnation %u)", sim->gw_incarnation);
-  sim_runner_recover(sim);
-  sim->store_dirty = true;
-  check_store_events(sim);
-  check_acked_durable(sim, "after recovery");
-  return pcp_ok_status();
-}
-
-// The gateway process dies: nothing it held in memory survives, and its
-// sockets close (peers hear it after what is already on the wire).
-static void gw_crash(sim_t* sim) {
-  for (size_t i = 0; i < sim->conn_count; ++i) {
-    conn_t* conn = &sim->conns[i];
-    if (!conn->gw)
-      continue;
-    if (conn->gw_open)
-      close_toward(sim, conn, false);
-    pcp_proto_gateway_conn_release(conn->gw);
-    conn->gw = NULL;
-    conn->gw_open = false;
-    conn->ended = true;
-  }
-  pcp_sched_release(sim->sched);
-  sim->sched = NULL;
-  pcp_store_release(sim->store);
-  sim->store = NULL;
-  sim->gw_up = false;
-  sim->inflight_count = 0;
-  memset(sim->jobs, 0, sizeof(sim->jobs));
-  trace(sim, "gateway down");
-}
-
-static void gw_tick(sim_t* sim) {
-  for (size_t i = 0; i < sim->conn_count && !sim->failed; ++i) {
-    conn_t* conn = &sim->conns[i];
-    if (!conn->gw_open)
-      continue;
-    pcp_status_t status = pcp_proto_gateway_conn_on_tick(conn->gw, sim->now_ns);
-    if (status) {
-      fail_status(sim, status, "gateway tick");
-      return;
-    }
-    gw_process_actions(sim, conn);
-  }
-  pcp_sched_event_t events[16];
-  size_t count = 0;
-  do {
-    pcp_status_t status =
-        pcp_sched_tick(sim->sched, sim->now_ns, events, 16, &count);
-    if (status) {
-      fail_status(sim, status, "sched tick");
-      return;
-    }
-    for (size_t i = 0; i < count; ++i)
-      sim_runner_on_sched_event(sim, &events[i]);
-  } while (count == 16);
-}
-
-static void gw_submit(sim_t* sim, uint32_t j) {
-  if (sim->job_submitted[j])
-    return;
-  if (!sim->gw_up) {
-    ev_at(sim, sim->now_ns + 50 * SIM_MS, EV_SUBMIT, j, 0, 0);  // client retry
-    return;
-  }
-  char id[32];
-  job_id_format(j, id);
-  json_t* spec = json_pack("{s:i}", "steps", (json_int_t)sim->job_steps[j]);
-  pcp_status_t status =
-      spec ? pcp_store_job_create(sim->store, id, "sim", spec, NULL)
-           : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "spec");
-  json_decref(spec);
-  sim->store_dirty = true;
-  if (status) {
-    fail_status(sim, status, "job create");
-    return;
-  }
-  sim->job_submitted[j] = true;
-  sim->jobs[j] = (sim_runner_job_t){.tracked = true,
-                                    .state = PCP_STORE_JOB_STATE_QUEUED,
-                                    .steps = sim->job_steps[j],
-                                    .last_committed_step = -1};
-  trace(sim, "submit %s steps %u", id, sim->job_steps[j]);
-}
-
-static void gw_cancel(sim_t* sim, uint32_t j) {
-  if (!sim->gw_up || !sim->jobs[j].tracked)
-    return;
-  pcp_store_job_state_t to = sim->jobs[j].state == PCP_STORE_JOB_STATE_QUEUED
-                                 ? PCP_STORE_JOB_STATE_CANCELLED
-                                 : PCP_STORE_JOB_STATE_CANCELLING;
-  if (!pcp_store_job_transition_is_allowed(sim->jobs[j].state, to))
-    return;
-  if (sim_runner_transition(sim, j, to, NULL) &&
-      to == PCP_STORE_JOB_STATE_CANCELLED) {
-    sim->jobs[j].tracked = false;
-  }
-}
-
-//===----------------------------------------------------------------------===//
-// Workers
-//===----------------------------------------------------------------------===//
-
-static void wk_process_actions(sim_t* sim, sim_worker_t* worker);
-
-static bool wk_current(sim_t* sim, uint32_t w, const conn_t* conn) {
-  const sim_worker_t* worker = &sim->workers[w];
-  return worker->alive && conn && worker->conn_id == conn->id && conn->wk_open;
-}
-
-static void wk_task_done(sim_t* sim, uint32_t w, uint64_t task_id) {
-  sim_worker_t* worker = &sim->workers[w];
-  wtask_t* task = NULL;
-  for (size_t i = 0; i < SIM_WORKER_TASKS_MAX; ++i) {
-    if (worker->tasks[i].live && worker->tasks[i].task_id == task_id) {
-      task = &worker->tasks[i];
-    }
-  }
-  if (!task)
-    return;
-  task->live = false;
-  pcp_status_t status;
-  if (PCP_BUGGIFY("sim.task_fail")) {
-    status = pcp_proto_worker_task_fail(
-        worker->proto, task_id,
-        pcp_make_status(PCP_STATUS_INTERNAL, "buggify: compute failed"),
-        sim->now_ns);
-  } else {
-    uint8_t out[SIM_OUTPUT_BYTES];
-    expected_output((uint32_t)((task_id >> 8) & 0xff),
-                    (int64_t)(task_id & 0xff), out);
-    pcp_proto_tensor_ref_t ref = {.kind = PCP_PROTO_TENSOR_REF_SECTION};
-    pcp_proto_task_result_t result = {
-        .task_id = task_id, .outputs = &ref, .output_count = 1};
-    pcp_proto_section_t section = {.name = "out",
-                                   .element_type = PCP_ELEMENT_TYPE_U8,
-                                   .rank = 1,
-                                   .data = out};
-    section.shape[0] = SIM_OUTPUT_BYTES;
-    status = pcp_proto_worker_task_complete(worker->proto, &result, &section, 1,
-                                            sim->now_ns);
-  }
-  if (pcp_status_code(status) == PCP_STATUS_NOT_FOUND) {
-    pcp_status_ignore(status);  // dropped by a reconnect
-    return;
-  }
-  if (status) {
-    fail_status(sim, status, "task complete");
-    return;
-  }
-  trace(sim, "w%u task %llx done", w, (unsigned long long)task_id);
-  wk_process_actions(sim, worker);
-}
-
-static void wk_process_actions(sim_t* sim, sim_worker_t* worker) {
-  uint32_t w = (uint32_t)(worker - sim->workers);
-  pcp_proto_action_t a;
-  while (worker->proto && pcp_proto_worker_next_action(worker->proto, &a)) {
-    conn_t* conn = conn_get(sim, worker->conn_id);
-    switch (a.type) {
-      case PCP_PROTO_ACTION_SEND:
-        if (conn)
-          send_bytes(sim, conn, true, &a.frame);
-        break;
-      case PCP_PROTO_ACTION_CLOSE:
-        if (conn && conn->wk_open) {
-          conn->wk_open = false;
-          close_toward(sim, conn, true);
-        }
-        break;
-      case PCP_PROTO_ACTION_CONNECT: {
-        if (sim->conn_count == PCP_SIM_MAX_CONNECTIONS) {
-          fail(sim, "connection table full");
-          break;
-        }
-        conn_t* c = &sim->conns[sim->conn_count++];
-        *c = (conn_t){.id = sim->conn_count,
-                      .worker = w,
-                      .worker_incarnation = worker->incarnation};
-        worker->conn_id = c->id;
-        ev_at(sim, sim->now_ns + net_delay_ns(sim), EV_CONNECT_DONE, w,
-              worker->incarnation, c->id);
-        break;
-      }
-      case PCP_PROTO_ACTION_RUN_TASK: {
-        size_t slot = SIM_WORKER_TASKS_MAX;
-        for (size_t i = 0; i < SIM_WORKER_TASKS_MAX; ++i) {
-          if (!worker->tasks[i].live)
-            slot = i;
-        }
-        if (slot == SIM_WORKER_TASKS_MAX) {
-          fail(sim, "w%u: fake compute full", w);
-          break;
-        }
-        worker->tasks[slot] = (wtask_t){.task_id = a.task_id, .live = true};
-        ev_at(sim, sim->now_ns + rand_range_ns(sim, 5 * SIM_MS, 80 * SIM_MS),
-              EV_TASK_DONE, w, worker->incarnation, a.task_id);
-        trace(sim, "w%u run task %llx", w, (unsigned long long)a.task_id);
-        break;
-      }
-      case PCP_PROTO_ACTION_CANCEL_TASK:
-        for (size_t i = 0; i < SIM_WORKER_TASKS_MAX; ++i) {
-          if (worker->tasks[i].live && worker->tasks[i].task_id == a.task_id) {
-            worker->tasks[i].live = false;
-            // Answers a gateway's cancel; after a close there is no one to
-            // answer (NOT_FOUND).
-            pcp_status_ignore(pcp_proto_worker_task_fail(
-                worker->proto, a.task_id,
-                pcp_make_status(PCP_STATUS_CANCELLED, "cancelled"),
-                sim->now_ns));
-            trace(sim, "w%u cancel task %llx", w,
-                  (unsigned long long)a.task_id);
-          }
-        }
-        break;
-      case PCP_PROTO_ACTION_ACCEPTED:
-        trace(sim, "w%u accepted epoch %llu resumed %d", w,
-              (unsigned long long)a.lease_epoch, (int)a.resumed);
-        // Lease epochs only grow under one gateway; a resumed session
-        // keeps its epoch, a new one gets a higher one.
-        if (conn &&
-            worker->accepted_gw_incarnation == conn->gateway_incarnation &&
-            (a.resumed ? a.lease_epoch != worker->accepted_epoch
-                       : a.lease_epoch <= worker->accepted_epoch)) {
-          fail(sim, "w%u: lease epoch %llu after %llu (resumed %d)", w,
-               (unsigned long long)a.lease_epoch,
-               (unsigned long long)worker->accepted_epoch, (int)a.resumed);
-        }
-        worker->accepted_epoch = a.lease_epoch;
-        worker->accepted_gw_incarnation = conn ? conn->gateway_incarnation : 0;
-        break;
-      case PCP_PROTO_ACTION_REJECTED:
-        trace(sim, "w%u rejected reason %u", w, a.reject_reason);
-        break;
-      default:
-        break;
-    }
-    pcp_proto_action_deinitialize(&a);
-  }
-}
-
-static pcp_status_t wk_boot(sim_t* sim, uint32_t w) {
-  sim_worker_t* worker = &sim->workers[w];
-  worker->incarnation++;
-  pcp_rng_initialize(pcp_rng_next_u64(&sim->rng), &worker->rng);
-  PCP_RETURN_IF_ERROR_BARE(pcp_proto_worker_create(
-      &worker->config, &worker->rng, sim->allocator, &worker->proto));
-  worker->alive = true;
-  worker->conn_id = 0;
-  memset(worker->tasks, 0, sizeof(worker->tasks));
-  trace(sim, "w%u boot (incarnation %u)", w, worker->incarnation);
-  pcp_status_t status = pcp_proto_worker_start(worker->proto, sim->now_ns);
-  if (status)
-    return status;
-  wk_process_actions(sim, worker);
-  ev_at(sim, sim->now_ns + sim->timeouts.tick_interval_ns, EV_WORKER_TICK, w,
-        worker->incarnation, 0);
-  return pcp_ok_status();
-}
-
-static void wk_crash(sim_t* sim, uint32_t w, int64_t downtime_ns) {
-  sim_worker_t* worker = &sim->workers[w];
-  if (!worker->alive)
-    return;
-  conn_t* conn = conn_get(sim, worker->conn_id);
-  if (conn && conn->wk_open) {
-    conn->wk_open = false;
-    close_toward(sim, conn, true);
-  }
-  pcp_proto_worker_release(worker->proto);
-  worker->proto = NULL;
-  worker->alive = false;
-  sim->result->worker_crashes++;
-  trace(sim, "w%u crash (down %.3f ms)", w, (double)downtime_ns / SIM_MS);
-  ev_at(sim, sim->now_ns + downtime_ns, EV_WORKER_BOOT, w, 0, 0);
-}
-
-// Both ends see a reset: the worker at once, the gateway after what is on
-// the wire toward it.
-static void conn_reset(sim_t* sim, conn_t* conn, const char* why) {
-  if (!conn->wk_open)
-    return;
-  trace(sim, "conn %llu reset (%s)", (unsigned long long)conn->id, why);
-  conn->wk_open = false;
-  close_toward(sim, conn, true);
-  sim_worker_t* worker = &sim->workers[conn->worker];
-  if (worker->alive && worker->conn_id == conn->id) {
-    pcp_status_t status =
-        pcp_proto_worker_on_closed(worker->proto, sim->now_ns);
-    if (status) {
-      fail_status(sim, status, "worker on_closed");
-      return;
-    }
-    wk_process_actions(sim, worker);
-  }
+  pcp_sim_event_at(sim, at,
+                   to_gateway ? EV_CLOSE_AT_GATEWAY : EV_CLOSE_AT_WORKER,
+                   conn->worker, 0, conn->id);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1633,30 +293,32 @@ static void conn_reset(sim_t* sim, conn_t* conn, const char* why) {
 //===----------------------------------------------------------------------===//
 
 static void apply_fault(sim_t* sim, const pcp_sim_fault_t* fault) {
-  trace(sim, "FAULT %s target %u arg %.3f ms",
-        pcp_sim_fault_kind_name(fault->kind), fault->target,
-        (double)fault->arg_ns / SIM_MS);
+  pcp_sim_trace(sim, "FAULT %s target %u arg %.3f ms",
+                pcp_sim_fault_kind_name(fault->kind), fault->target,
+                (double)fault->arg_ns / SIM_MS);
   switch (fault->kind) {
     case PCP_SIM_FAULT_WORKER_CRASH:
-      wk_crash(sim, fault->target % sim->options.worker_count, fault->arg_ns);
+      pcp_sim_worker_crash(sim, fault->target % sim->options.worker_count,
+                           fault->arg_ns);
       break;
     case PCP_SIM_FAULT_CONNECTION_RESET: {
       sim_worker_t* worker =
           &sim->workers[fault->target % sim->options.worker_count];
-      conn_t* conn = conn_get(sim, worker->conn_id);
+      conn_t* conn = pcp_sim_conn_get(sim, worker->conn_id);
       if (worker->alive && conn)
-        conn_reset(sim, conn, "fault");
+        pcp_sim_conn_reset(sim, conn, "fault");
       break;
     }
     case PCP_SIM_FAULT_GATEWAY_RESTART:
       if (!sim->gw_up)
         break;
-      gw_crash(sim);
+      pcp_sim_gateway_crash(sim);
       sim->result->gateway_restarts++;
-      ev_at(sim, sim->now_ns + fault->arg_ns, EV_GATEWAY_BOOT, 0, 0, 0);
+      pcp_sim_event_at(sim, sim->now_ns + fault->arg_ns, EV_GATEWAY_BOOT, 0, 0,
+                       0);
       break;
     case PCP_SIM_FAULT_JOB_CANCEL:
-      gw_cancel(sim, fault->target % sim->options.job_count);
+      pcp_sim_gateway_cancel(sim, fault->target % sim->options.job_count);
       break;
     default:
       break;
@@ -1664,7 +326,7 @@ static void apply_fault(sim_t* sim, const pcp_sim_fault_t* fault) {
 }
 
 static void handle_event(sim_t* sim, event_t* ev) {
-  conn_t* conn = conn_get(sim, ev->id);
+  conn_t* conn = pcp_sim_conn_get(sim, ev->id);
   pcp_status_t status = pcp_ok_status();
   switch (ev->kind) {
     case EV_TO_GATEWAY:
@@ -1672,34 +334,34 @@ static void handle_event(sim_t* sim, event_t* ev) {
         status = pcp_proto_gateway_conn_on_bytes(conn->gw, ev->bytes,
                                                  ev->byte_length, sim->now_ns);
         if (!status)
-          gw_process_actions(sim, conn);
+          pcp_sim_gateway_actions_process(sim, conn);
       }
       break;
     case EV_TO_WORKER:
-      if (wk_current(sim, ev->index, conn)) {
+      if (pcp_sim_worker_current(sim, ev->index, conn)) {
         sim_worker_t* worker = &sim->workers[ev->index];
         status = pcp_proto_worker_on_bytes(worker->proto, ev->bytes,
                                            ev->byte_length, sim->now_ns);
         if (!status)
-          wk_process_actions(sim, worker);
+          pcp_sim_worker_actions_process(sim, worker);
       }
       break;
     case EV_CLOSE_AT_GATEWAY:
       if (conn && conn->gw_open) {
         status = pcp_proto_gateway_conn_on_closed(conn->gw, sim->now_ns);
         if (!status) {
-          gw_process_actions(sim, conn);
-          gw_conn_ended(sim, conn);
+          pcp_sim_gateway_actions_process(sim, conn);
+          pcp_sim_gateway_conn_ended(sim, conn);
         }
       }
       break;
     case EV_CLOSE_AT_WORKER:
-      if (wk_current(sim, ev->index, conn)) {
+      if (pcp_sim_worker_current(sim, ev->index, conn)) {
         sim_worker_t* worker = &sim->workers[ev->index];
         conn->wk_open = false;
         status = pcp_proto_worker_on_closed(worker->proto, sim->now_ns);
         if (!status)
-          wk_process_actions(sim, worker);
+          pcp_sim_worker_actions_process(sim, worker);
       }
       break;
     case EV_CONNECT_DONE: {
@@ -1709,10 +371,10 @@ static void handle_event(sim_t* sim, event_t* ev) {
         break;
       }
       if (!sim->gw_up) {
-        trace(sim, "w%u connect refused", ev->index);
+        pcp_sim_trace(sim, "w%u connect refused", ev->index);
         status = pcp_proto_worker_on_closed(worker->proto, sim->now_ns);
         if (!status)
-          wk_process_actions(sim, worker);
+          pcp_sim_worker_actions_process(sim, worker);
         break;
       }
       pcp_proto_gateway_config_t config = {
@@ -1731,18 +393,18 @@ static void handle_event(sim_t* sim, event_t* ev) {
       conn->gw_open = true;
       conn->wk_open = true;
       conn->gateway_incarnation = sim->gw_incarnation;
-      trace(sim, "w%u connected conn %llu", ev->index,
-            (unsigned long long)conn->id);
+      pcp_sim_trace(sim, "w%u connected conn %llu", ev->index,
+                    (unsigned long long)conn->id);
       status = pcp_proto_worker_on_connected(worker->proto, sim->now_ns);
       if (!status)
-        wk_process_actions(sim, worker);
+        pcp_sim_worker_actions_process(sim, worker);
       break;
     }
     case EV_GATEWAY_TICK:
       if (sim->gw_up)
-        gw_tick(sim);
-      ev_at(sim, sim->now_ns + sim->timeouts.tick_interval_ns, EV_GATEWAY_TICK,
-            0, 0, 0);
+        pcp_sim_gateway_tick(sim);
+      pcp_sim_event_at(sim, sim->now_ns + sim->timeouts.tick_interval_ns,
+                       EV_GATEWAY_TICK, 0, 0, 0);
       break;
     case EV_WORKER_TICK: {
       sim_worker_t* worker = &sim->workers[ev->index];
@@ -1750,15 +412,15 @@ static void handle_event(sim_t* sim, event_t* ev) {
         break;
       status = pcp_proto_worker_on_tick(worker->proto, sim->now_ns);
       if (!status)
-        wk_process_actions(sim, worker);
-      ev_at(sim, sim->now_ns + sim->timeouts.tick_interval_ns, EV_WORKER_TICK,
-            ev->index, ev->incarnation, 0);
+        pcp_sim_worker_actions_process(sim, worker);
+      pcp_sim_event_at(sim, sim->now_ns + sim->timeouts.tick_interval_ns,
+                       EV_WORKER_TICK, ev->index, ev->incarnation, 0);
       break;
     }
     case EV_TASK_DONE: {
       sim_worker_t* worker = &sim->workers[ev->index];
       if (worker->alive && worker->incarnation == ev->incarnation) {
-        wk_task_done(sim, ev->index, ev->id);
+        pcp_sim_worker_task_done(sim, ev->index, ev->id);
       }
       break;
     }
@@ -1767,17 +429,17 @@ static void handle_event(sim_t* sim, event_t* ev) {
       apply_fault(sim, &sim->faults[ev->index]);
       break;
     case EV_WORKER_BOOT:
-      status = wk_boot(sim, ev->index);
+      status = pcp_sim_worker_boot(sim, ev->index);
       break;
     case EV_GATEWAY_BOOT:
-      status = gw_boot(sim);
+      status = pcp_sim_gateway_boot(sim);
       break;
     case EV_SUBMIT:
-      gw_submit(sim, ev->index);
+      pcp_sim_gateway_submit(sim, ev->index);
       break;
   }
   if (status)
-    fail_status(sim, status, ev_kind_name(ev->kind));
+    pcp_sim_fail_status(sim, status, ev_kind_name(ev->kind));
 }
 
 static bool all_finished(sim_t* sim) {
@@ -1867,8 +529,9 @@ static void sim_final_checks(sim_t* sim) {
   for (uint32_t j = 0; j < sim->options.job_count && !sim->failed; ++j) {
     const model_job_t* m = &sim->model[j];
     if (!m->exists || !pcp_store_job_state_is_terminal(m->state)) {
-      fail(sim, "job-%u lost: %s at the end", j,
-           m->exists ? pcp_store_job_state_name(m->state) : "never stored");
+      pcp_sim_fail(
+          sim, "job-%u lost: %s at the end", j,
+          m->exists ? pcp_store_job_state_name(m->state) : "never stored");
     } else if (m->state == PCP_STORE_JOB_STATE_SUCCEEDED) {
       sim->result->jobs_succeeded++;
     } else if (m->state == PCP_STORE_JOB_STATE_FAILED) {
@@ -1884,19 +547,19 @@ static void sim_final_checks(sim_t* sim) {
   pcp_status_t status = pcp_sched_owner_leases_list(
       sim->sched, PCP_SCHED_OWNER_JOBS, ids, 256, &count);
   if (status) {
-    fail_status(sim, status, "lease list");
+    pcp_sim_fail_status(sim, status, "lease list");
     return;
   }
   if (count) {
-    fail(sim, "%zu lease(s) still held at quiescence (first %llu)", count,
-         (unsigned long long)ids[0]);
+    pcp_sim_fail(sim, "%zu lease(s) still held at quiescence (first %llu)",
+                 count, (unsigned long long)ids[0]);
     return;
   }
   // One more restart: everything acknowledged is still there.
-  gw_crash(sim);
-  status = gw_boot(sim);
+  pcp_sim_gateway_crash(sim);
+  status = pcp_sim_gateway_boot(sim);
   if (status)
-    fail_status(sim, status, "final restart");
+    pcp_sim_fail_status(sim, status, "final restart");
 }
 
 pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
@@ -1962,26 +625,29 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
   pcp_buggify_install(buggify_hook, sim);
   if (!status) {
     draw_scenario(sim);
-    trace(sim,
-          "sim seed %llu workers %u jobs %u faults %zu buggify %d bug %s "
-          "keep_detached %d",
-          (unsigned long long)options->seed, options->worker_count,
-          options->job_count, sim->fault_count, (int)options->buggify,
-          pcp_sim_bug_name(options->bug), (int)sim->keep_detached_leases);
-    status = gw_boot(sim);
+    pcp_sim_trace(
+        sim,
+        "sim seed %llu workers %u jobs %u faults %zu buggify %d bug %s "
+        "keep_detached %d",
+        (unsigned long long)options->seed, options->worker_count,
+        options->job_count, sim->fault_count, (int)options->buggify,
+        pcp_sim_bug_name(options->bug), (int)sim->keep_detached_leases);
+    status = pcp_sim_gateway_boot(sim);
   }
   if (!status) {
     for (uint32_t w = 0; w < options->worker_count; ++w) {
-      ev_at(sim, rand_range_ns(sim, 0, 20 * SIM_MS), EV_WORKER_BOOT, w, 0, 0);
+      pcp_sim_event_at(sim, pcp_sim_rand_range_ns(sim, 0, 20 * SIM_MS),
+                       EV_WORKER_BOOT, w, 0, 0);
     }
     for (uint32_t j = 0; j < options->job_count; ++j) {
-      ev_at(sim, rand_range_ns(sim, 0, SIM_SUBMIT_WINDOW_NS), EV_SUBMIT, j, 0,
-            0);
+      pcp_sim_event_at(sim, pcp_sim_rand_range_ns(sim, 0, SIM_SUBMIT_WINDOW_NS),
+                       EV_SUBMIT, j, 0, 0);
     }
     for (size_t i = 0; i < sim->fault_count; ++i) {
-      ev_at(sim, sim->faults[i].at_ns, EV_FAULT, (uint32_t)i, 0, 0);
+      pcp_sim_event_at(sim, sim->faults[i].at_ns, EV_FAULT, (uint32_t)i, 0, 0);
     }
-    ev_at(sim, sim->timeouts.tick_interval_ns, EV_GATEWAY_TICK, 0, 0, 0);
+    pcp_sim_event_at(sim, sim->timeouts.tick_interval_ns, EV_GATEWAY_TICK, 0, 0,
+                     0);
 
     int64_t settle_until = -1;
     while (!sim->failed && sim->heap_count) {
@@ -1990,12 +656,12 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
       sim->clock_state.wall_ns += ev.at_ns - sim->clock_state.now_ns;
       sim->clock_state.now_ns = ev.at_ns;
       out_result->event_count++;
-      trace(sim, "%s i=%u c=%llu", ev_kind_name(ev.kind), ev.index,
-            (unsigned long long)ev.id);
+      pcp_sim_trace(sim, "%s i=%u c=%llu", ev_kind_name(ev.kind), ev.index,
+                    (unsigned long long)ev.id);
       handle_event(sim, &ev);
       pcp_allocator_free(pcp_allocator_system(), ev.bytes);
-      sim_runner_step(sim);
-      check_after_event(sim);
+      pcp_sim_runner_step(sim);
+      pcp_sim_check_after_event(sim);
       if (settle_until < 0 && all_finished(sim)) {
         settle_until = sim->now_ns + SIM_SETTLE_NS;
       }
@@ -2005,18 +671,19 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
         for (uint32_t j = 0; j < options->job_count; ++j) {
           if (!sim->model[j].exists ||
               !pcp_store_job_state_is_terminal(sim->model[j].state)) {
-            fail(sim, "liveness: job-%u still %s after %lld s", j,
-                 sim->model[j].exists
-                     ? pcp_store_job_state_name(sim->model[j].state)
-                     : "unsubmitted",
-                 (long long)(SIM_LIVENESS_LIMIT_NS / 1000000000));
+            pcp_sim_fail(sim, "liveness: job-%u still %s after %lld s", j,
+                         sim->model[j].exists
+                             ? pcp_store_job_state_name(sim->model[j].state)
+                             : "unsubmitted",
+                         (long long)(SIM_LIVENESS_LIMIT_NS / 1000000000));
             break;
           }
         }
         break;
       }
       if (out_result->event_count >= max_events) {
-        fail(sim, "livelock: %llu events", (unsigned long long)max_events);
+        pcp_sim_fail(sim, "livelock: %llu events",
+                     (unsigned long long)max_events);
       }
     }
     if (!sim->failed && sim->gw_up)
