@@ -248,6 +248,7 @@ static void* worker_main(void* arg) {
       section.shape[0] = 8;
       pcp_status_ignore(
           pcp_proto_worker_task_complete(w->proto, &result, &section, 1, now));
+      worker_actions(w);  // the SEND borrows |out|: write it now
     }
     pcp_status_ignore(pcp_proto_worker_on_tick(w->proto, now_ns()));
     worker_actions(w);

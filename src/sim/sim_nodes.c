@@ -60,9 +60,12 @@ static void gw_on_join_verified(sim_t* sim, conn_t* conn) {
                 "another live connection holds this worker id");
       return;
     }
-    pcp_status_ignore(pcp_proto_gateway_conn_fail(
-        old->gw, pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED, "replaced"),
-        sim->now_ns));
+    // conn_fail borrows the status (fabric.c's copy of this path passes a
+    // fresh one and leaks it; docs/simulation.md "Bugs found").
+    pcp_status_t why =
+        pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED, "replaced");
+    pcp_status_ignore(pcp_proto_gateway_conn_fail(old->gw, why, sim->now_ns));
+    pcp_status_ignore(why);
     pcp_sim_gateway_actions_process(sim, old);
   }
   bool resumed =
@@ -327,14 +330,17 @@ void pcp_sim_worker_task_done(sim_t* sim, uint32_t w, uint64_t task_id) {
   if (!task)
     return;
   task->live = false;
+  // The result's SEND borrows |out| until it is flattened: the actions are
+  // processed at the end of this function, while |out| is alive.
+  uint8_t out[SIM_OUTPUT_BYTES];
   pcp_status_t status;
   if (PCP_BUGGIFY("sim.task_fail")) {
-    status = pcp_proto_worker_task_fail(
-        worker->proto, task_id,
-        pcp_make_status(PCP_STATUS_INTERNAL, "buggify: compute failed"),
-        sim->now_ns);
+    pcp_status_t why =
+        pcp_make_status(PCP_STATUS_INTERNAL, "buggify: compute failed");
+    status =
+        pcp_proto_worker_task_fail(worker->proto, task_id, why, sim->now_ns);
+    pcp_status_ignore(why);  // borrowed by task_fail
   } else {
-    uint8_t out[SIM_OUTPUT_BYTES];
     pcp_sim_expected_output((uint32_t)((task_id >> 8) & 0xff),
                             (int64_t)(task_id & 0xff), out);
     pcp_proto_tensor_ref_t ref = {.kind = PCP_PROTO_TENSOR_REF_SECTION};
@@ -415,10 +421,11 @@ void pcp_sim_worker_actions_process(sim_t* sim, sim_worker_t* worker) {
             worker->tasks[i].live = false;
             // Answers a gateway's cancel; after a close there is no one to
             // answer (NOT_FOUND).
+            pcp_status_t why =
+                pcp_make_status(PCP_STATUS_CANCELLED, "cancelled");
             pcp_status_ignore(pcp_proto_worker_task_fail(
-                worker->proto, a.task_id,
-                pcp_make_status(PCP_STATUS_CANCELLED, "cancelled"),
-                sim->now_ns));
+                worker->proto, a.task_id, why, sim->now_ns));
+            pcp_status_ignore(why);  // borrowed by task_fail
             pcp_sim_trace(sim, "w%u cancel task %llx", w,
                           (unsigned long long)a.task_id);
           }
