@@ -148,6 +148,18 @@ int main(int argc, char** argv) {
            (unsigned long long)result.trace_hash);
     printf("fault schedule:\n");
     pcp_sim_faults_print(result.faults, result.fault_count, stdout);
+    if (!have_seed) {
+      printf(
+          "replay: tools/sim.sh --seed %llu --trace; shrink: tools/sim.sh "
+          "--seed %llu --shrink (with the same scenario flags)\n",
+          (unsigned long long)seed, (unsigned long long)seed);
+    } else if (!want_trace && !want_shrink) {
+      // A failing seed prints its trace.
+      pcp_sim_options_t replay = options;
+      replay.trace = stdout;
+      pcp_sim_result_t again;
+      pcp_status_ignore(pcp_sim_run(&replay, &again));
+    }
     if (want_shrink) {
       pcp_sim_result_t shrunk;
       bool shrunk_buggify = false;
