@@ -584,16 +584,26 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
   uint64_t max_events =
       options->max_events ? options->max_events : PCP_SIM_MAX_EVENTS_DEFAULT;
 
-  const char* root = options->temp_root;
-  struct stat st;
-  if (!root)
-    root = stat("/dev/shm", &st) == 0 ? "/dev/shm" : getenv("TMPDIR");
-  if (!root)
-    root = "/tmp";
-  snprintf(sim->state_dir, sizeof(sim->state_dir), "%s/pcp-sim-XXXXXX", root);
+  // /dev/shm first (no disk I/O), then $TMPDIR, then /tmp; a given root is
+  // the only one tried.
+  const char* fallback = getenv("TMPDIR");
+  const char* roots[3] = {options->temp_root, NULL, NULL};
+  if (!roots[0]) {
+    roots[0] = "/dev/shm";
+    roots[1] = fallback && *fallback ? fallback : "/tmp";
+  }
   pcp_status_t status = pcp_ok_status();
-  if (!mkdtemp(sim->state_dir)) {
-    status = pcp_status_from_errno(errno, "mkdtemp %s", sim->state_dir);
+  bool made = false;
+  int error_number = 0;
+  for (size_t i = 0; i < 3 && roots[i] && !made; ++i) {
+    snprintf(sim->state_dir, sizeof(sim->state_dir), "%s/pcp-sim-XXXXXX",
+             roots[i]);
+    made = mkdtemp(sim->state_dir) != NULL;
+    if (!made)
+      error_number = errno;
+  }
+  if (!made) {
+    status = pcp_status_from_errno(error_number, "mkdtemp %s", sim->state_dir);
     pcp_allocator_free(allocator, sim);
     return status;
   }

@@ -134,8 +134,8 @@ typedef struct pcp_sim_options_t {
   // Every trace line is written here when non-NULL (the trace hash is
   // computed either way).
   FILE* trace;
-  // Where the store's temporary directory goes; NULL: /dev/shm when it
-  // exists, else $TMPDIR or /tmp.
+  // Where the store's temporary directory goes; NULL: /dev/shm, or when
+  // that fails $TMPDIR (else /tmp). The directory is removed at the end.
   const char* temp_root;
   uint64_t max_events;  // 0: PCP_SIM_MAX_EVENTS_DEFAULT
 } pcp_sim_options_t;
