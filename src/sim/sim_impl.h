@@ -269,7 +269,7 @@ void pcp_sim_runner_recover(sim_t* sim);
 
 void pcp_sim_gateway_conn_ended(sim_t* sim, conn_t* conn);
 void pcp_sim_gateway_actions_process(sim_t* sim, conn_t* conn);
-pcp_status_t pcp_sim_gateway_boot(sim_t* sim);
+PCP_MUST_USE_RESULT pcp_status_t pcp_sim_gateway_boot(sim_t* sim);
 void pcp_sim_gateway_crash(sim_t* sim);
 void pcp_sim_gateway_tick(sim_t* sim);
 void pcp_sim_gateway_submit(sim_t* sim, uint32_t j);
@@ -277,7 +277,7 @@ void pcp_sim_gateway_cancel(sim_t* sim, uint32_t j);
 bool pcp_sim_worker_current(sim_t* sim, uint32_t w, const conn_t* conn);
 void pcp_sim_worker_task_done(sim_t* sim, uint32_t w, uint64_t task_id);
 void pcp_sim_worker_actions_process(sim_t* sim, sim_worker_t* worker);
-pcp_status_t pcp_sim_worker_boot(sim_t* sim, uint32_t w);
+PCP_MUST_USE_RESULT pcp_status_t pcp_sim_worker_boot(sim_t* sim, uint32_t w);
 void pcp_sim_worker_crash(sim_t* sim, uint32_t w, int64_t downtime_ns);
 void pcp_sim_conn_reset(sim_t* sim, conn_t* conn, const char* why);
 
