@@ -383,6 +383,7 @@ static void handle_event(sim_t* sim, event_t* ev) {
           .join_token = (const uint8_t*)kSimJoinToken,
           .join_token_length = sizeof(kSimJoinToken) - 1,
       };
+      config.limits.chunk_bytes = SIM_CHUNK_BYTES;  // several chunks
       for (size_t i = 0; i < sizeof(config.nonce); ++i) {
         config.nonce[i] = (uint8_t)pcp_rng_next_u64(&sim->rng);
       }
@@ -578,6 +579,10 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
   sim->timeouts = pcp_proto_timeouts_from_heartbeat(SIM_HEARTBEAT_MS);
   sim->clock_state.now_ns = 0;
   sim->clock_state.wall_ns = INT64_C(1800000000) * 1000000000;
+  for (size_t i = 0; i < SIM_PROGRAM_BYTES; ++i) {
+    sim->program[i] = (uint8_t)(i * 31u + 7u);
+  }
+  pcp_sha256_compute(sim->program, SIM_PROGRAM_BYTES, &sim->program_sha);
   pcp_rng_initialize(options->seed, &sim->rng);
   pcp_rng_initialize(options->seed ^ UINT64_C(0x9e3779b97f4a7c15),
                      &sim->scenario_rng);

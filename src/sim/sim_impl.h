@@ -41,6 +41,16 @@
 #define SIM_INFLIGHT_MAX 256u
 #define SIM_BUGGIFY_SITES_MAX 16u
 #define SIM_OUTPUT_BYTES 8u
+// The one program every task names: offered, fetched in chunks of
+// SIM_CHUNK_BYTES (several BLOB_CHUNK frames), verified, cached by workers.
+#define SIM_PROGRAM_BYTES 5000u
+#define SIM_CHUNK_BYTES 1024u
+
+typedef enum sim_program_state_e {
+  SIM_PROGRAM_NONE = 0,     // not offered on this connection yet
+  SIM_PROGRAM_OFFERED = 1,  // PROGRAM_OFFER sent, waiting for the ACK
+  SIM_PROGRAM_READY = 2,    // the worker holds it: tasks may be assigned
+} sim_program_state_t;
 
 // True when the run has |bug| on. Compiles to false without the seeded bugs,
 // so production-shaped code paths carry none of them.
@@ -92,6 +102,7 @@ typedef struct conn_t {
   bool ended;             // the gateway ran conn_ended for it
   int64_t to_gw_last_ns;  // FIFO: the last delivery time each way
   int64_t to_wk_last_ns;
+  sim_program_state_t program_state;  // the gateway's view, per connection
 } conn_t;
 
 typedef struct wtask_t {
@@ -112,6 +123,8 @@ typedef struct sim_worker_t {
   // gateway incarnation (epochs live in the gateway's memory).
   uint64_t accepted_epoch;
   uint32_t accepted_gw_incarnation;
+  // The program is in the worker's disk cache (kept across crashes).
+  bool has_program;
 } sim_worker_t;
 
 // The gateway's registry entry of a worker (fabric's fabric_worker_t).
@@ -163,6 +176,8 @@ typedef struct buggify_site_t {
 
 typedef struct sim_t {
   pcp_sim_options_t options;
+  uint8_t program[SIM_PROGRAM_BYTES];
+  pcp_sha256_t program_sha;
   pcp_sim_result_t* result;
   pcp_allocator_t allocator;
   // Two streams: the scenario (job sizes, the drawn fault schedule) and
@@ -274,6 +289,7 @@ void pcp_sim_gateway_crash(sim_t* sim);
 void pcp_sim_gateway_tick(sim_t* sim);
 void pcp_sim_gateway_submit(sim_t* sim, uint32_t j);
 void pcp_sim_gateway_cancel(sim_t* sim, uint32_t j);
+void pcp_sim_gateway_program_offer(sim_t* sim, conn_t* conn);
 bool pcp_sim_worker_current(sim_t* sim, uint32_t w, const conn_t* conn);
 void pcp_sim_worker_task_done(sim_t* sim, uint32_t w, uint64_t task_id);
 void pcp_sim_worker_actions_process(sim_t* sim, sim_worker_t* worker);

@@ -153,6 +153,33 @@ void pcp_sim_gateway_actions_process(sim_t* sim, conn_t* conn) {
         pcp_sim_trace(sim, "gateway evict w%u conn %llu", conn->worker,
                       (unsigned long long)conn->id);
         break;
+      case PCP_PROTO_ACTION_PROGRAM_FETCH: {
+        pcp_sim_trace(sim, "gateway sends the program on conn %llu",
+                      (unsigned long long)conn->id);
+        pcp_status_t status = pcp_proto_gateway_conn_send_program(
+            conn->gw, a.request_id, sim->program, SIM_PROGRAM_BYTES,
+            sim->now_ns);
+        if (status) {
+          pcp_status_ignore(
+              pcp_proto_gateway_conn_fail(conn->gw, status, sim->now_ns));
+          pcp_status_ignore(status);
+        }
+        break;
+      }
+      case PCP_PROTO_ACTION_PROGRAM_READY:
+        if (memcmp(a.program, sim->program_sha.bytes, sizeof(a.program)) != 0) {
+          pcp_sim_fail(sim, "conn %llu: PROGRAM_READY for another program",
+                       (unsigned long long)conn->id);
+        }
+        conn->program_state = SIM_PROGRAM_READY;
+        pcp_sim_trace(sim, "gateway program ready on conn %llu",
+                      (unsigned long long)conn->id);
+        break;
+      case PCP_PROTO_ACTION_PROGRAM_FAILED:
+        conn->program_state = SIM_PROGRAM_NONE;  // offered again later
+        pcp_sim_trace(sim, "gateway program failed on conn %llu",
+                      (unsigned long long)conn->id);
+        break;
       case PCP_PROTO_ACTION_TASK_RESULT:
         pcp_sim_trace(sim, "gateway result task %llx",
                       (unsigned long long)a.task_id);
@@ -406,6 +433,11 @@ void pcp_sim_worker_actions_process(sim_t* sim, sim_worker_t* worker) {
           pcp_sim_fail(sim, "w%u: fake compute full", w);
           break;
         }
+        if (!worker->has_program) {
+          pcp_sim_fail(sim, "w%u runs task %llx without its program", w,
+                       (unsigned long long)a.task_id);
+          break;
+        }
         worker->tasks[slot] = (wtask_t){.task_id = a.task_id, .live = true};
         pcp_sim_event_at(
             sim,
@@ -431,6 +463,29 @@ void pcp_sim_worker_actions_process(sim_t* sim, sim_worker_t* worker) {
           }
         }
         break;
+      case PCP_PROTO_ACTION_PROGRAM_LOOKUP:
+        pcp_status_ignore(pcp_proto_worker_program_lookup_done(
+            worker->proto, a.request_id, worker->has_program, sim->now_ns));
+        break;
+      case PCP_PROTO_ACTION_PROGRAM_STORE: {
+        if (a.blob_length != SIM_PROGRAM_BYTES ||
+            memcmp(a.blob, sim->program, SIM_PROGRAM_BYTES) != 0) {
+          pcp_sim_fail(sim, "w%u: the program arrived corrupted", w);
+          break;
+        }
+        pcp_status_t stored = pcp_ok_status();
+        if (PCP_BUGGIFY("sim.program_store_fail")) {
+          stored =
+              pcp_make_status(PCP_STATUS_UNAVAILABLE, "buggify: disk full");
+        } else {
+          worker->has_program = true;
+        }
+        pcp_sim_trace(sim, "w%u program stored: %d", w, stored == NULL);
+        // |stored| is consumed.
+        pcp_status_ignore(pcp_proto_worker_program_stored(
+            worker->proto, a.request_id, stored, sim->now_ns));
+        break;
+      }
       case PCP_PROTO_ACTION_ACCEPTED:
         pcp_sim_trace(sim, "w%u accepted epoch %llu resumed %d", w,
                       (unsigned long long)a.lease_epoch, (int)a.resumed);
@@ -513,4 +568,21 @@ void pcp_sim_conn_reset(sim_t* sim, conn_t* conn, const char* why) {
     }
     pcp_sim_worker_actions_process(sim, worker);
   }
+}
+
+void pcp_sim_gateway_program_offer(sim_t* sim, conn_t* conn) {
+  pcp_proto_program_offer_t offer = {
+      .byte_length = SIM_PROGRAM_BYTES, .backend = "cpu", .target = "host"};
+  memcpy(offer.program, sim->program_sha.bytes, sizeof(offer.program));
+  uint64_t request_id = 0;
+  pcp_status_t status = pcp_proto_gateway_conn_offer_program(
+      conn->gw, &offer, sim->now_ns, &request_id);
+  if (status) {
+    pcp_status_ignore(status);
+    return;
+  }
+  conn->program_state = SIM_PROGRAM_OFFERED;
+  pcp_sim_trace(sim, "gateway offers the program on conn %llu",
+                (unsigned long long)conn->id);
+  pcp_sim_gateway_actions_process(sim, conn);
 }

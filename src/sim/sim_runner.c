@@ -99,6 +99,7 @@ bool pcp_sim_runner_task_assign(sim_t* sim, conn_t* conn, uint32_t j,
   pcp_sim_job_id_format(j, session);
   pcp_proto_task_assign_t task = {
       .task_id = task_id, .session_id = session, .function = "sim_step"};
+  memcpy(task.program, sim->program_sha.bytes, sizeof(task.program));
   uint64_t request_id = 0;
   pcp_status_t status = pcp_proto_gateway_conn_assign_task(
       conn->gw, &task, NULL, 0, sim->now_ns, &request_id);
@@ -209,6 +210,14 @@ static void sim_runner_job_step(sim_t* sim, uint32_t j) {
           sim_runner_lease_release(sim, j);
           pcp_sim_runner_transition(sim, j, PCP_STORE_JOB_STATE_QUEUED, NULL);
           break;
+        }
+        if (conn->program_state != SIM_PROGRAM_READY) {
+          // A task names a program the worker must hold first (fabric's
+          // rule): offer it once per connection and wait for the ACK.
+          if (conn->program_state == SIM_PROGRAM_NONE) {
+            pcp_sim_gateway_program_offer(sim, conn);
+          }
+          return;
         }
         int64_t step = job->last_committed_step + 1;
         if (step >= (int64_t)job->steps)
