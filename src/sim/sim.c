@@ -504,6 +504,59 @@ static int remove_entry(const char* path, const struct stat* st, int flag,
   return remove(path);
 }
 
+void pcp_sim_state_dir_remove(const char* dir) {
+  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static pcp_status_t file_copy(const char* from, const char* to) {
+  FILE* in = fopen(from, "rb");
+  if (!in) {
+    // No WAL yet is fine; anything else is not.
+    return errno == ENOENT ? pcp_ok_status()
+                           : pcp_status_from_errno(errno, "open %s", from);
+  }
+  FILE* out = fopen(to, "wb");
+  pcp_status_t status =
+      out ? pcp_ok_status() : pcp_status_from_errno(errno, "create %s", to);
+  char buffer[1 << 14];
+  size_t n = 0;
+  while (!status && (n = fread(buffer, 1, sizeof(buffer), in)) > 0) {
+    if (fwrite(buffer, 1, n, out) != n) {
+      status = pcp_status_from_errno(errno, "write %s", to);
+    }
+  }
+  if (!status && ferror(in))
+    status = pcp_status_from_errno(EIO, "read %s", from);
+  fclose(in);
+  if (out && fclose(out) != 0 && !status) {
+    status = pcp_status_from_errno(errno, "close %s", to);
+  }
+  return status;
+}
+
+static pcp_status_t state_dir_make(sim_t* sim) {
+  snprintf(sim->state_dir, sizeof(sim->state_dir), "%s/gateway-%u",
+           sim->run_dir, sim->gw_incarnation + 1);
+  if (mkdir(sim->state_dir, 0700) != 0) {
+    return pcp_status_from_errno(errno, "mkdir %s", sim->state_dir);
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_sim_state_dir_snapshot(sim_t* sim, char* old_dir,
+                                        size_t capacity) {
+  snprintf(old_dir, capacity, "%s", sim->state_dir);
+  PCP_RETURN_IF_ERROR_BARE(state_dir_make(sim));
+  static const char* const names[] = {"pcp.db", "pcp.db-wal"};
+  for (size_t i = 0; i < 2; ++i) {
+    char from[700], to[700];
+    snprintf(from, sizeof(from), "%s/%s", old_dir, names[i]);
+    snprintf(to, sizeof(to), "%s/%s", sim->state_dir, names[i]);
+    PCP_RETURN_IF_ERROR_BARE(file_copy(from, to));
+  }
+  return pcp_ok_status();
+}
+
 static pcp_status_t options_validate(const pcp_sim_options_t* o) {
   if (o->worker_count < 1 || o->worker_count > PCP_SIM_MAX_WORKERS ||
       o->job_count < 1 || o->job_count > PCP_SIM_MAX_JOBS ||
@@ -601,19 +654,21 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
   bool made = false;
   int error_number = 0;
   for (size_t i = 0; i < 3 && roots[i] && !made; ++i) {
-    snprintf(sim->state_dir, sizeof(sim->state_dir), "%s/pcp-sim-XXXXXX",
-             roots[i]);
-    made = mkdtemp(sim->state_dir) != NULL;
+    snprintf(sim->run_dir, sizeof(sim->run_dir), "%s/pcp-sim-XXXXXX", roots[i]);
+    made = mkdtemp(sim->run_dir) != NULL;
     if (!made)
       error_number = errno;
   }
   if (!made) {
-    status = pcp_status_from_errno(error_number, "mkdtemp %s", sim->state_dir);
+    status = pcp_status_from_errno(error_number, "mkdtemp %s", sim->run_dir);
     pcp_allocator_free(allocator, sim);
     return status;
   }
-  status = pcp_allocator_calloc(allocator,
-                                PCP_SIM_MAX_CONNECTIONS * sizeof(conn_t), &p);
+  status = state_dir_make(sim);
+  if (!status) {
+    status = pcp_allocator_calloc(allocator,
+                                  PCP_SIM_MAX_CONNECTIONS * sizeof(conn_t), &p);
+  }
   if (!status)
     sim->conns = p;
 
@@ -722,7 +777,7 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
   }
   pcp_sched_release(sim->sched);
   pcp_store_release(sim->store);
-  nftw(sim->state_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  pcp_sim_state_dir_remove(sim->run_dir);
   pcp_allocator_free(allocator, sim);
   return status;
 }

@@ -188,7 +188,8 @@ typedef struct sim_t {
   pcp_clock_manual_t clock_state;
   int64_t now_ns;
   pcp_proto_timeouts_t timeouts;
-  char state_dir[512];
+  char run_dir[512];    // the run's temporary directory
+  char state_dir[600];  // run_dir/gateway-<incarnation>: the store's
 
   event_t* heap;
   size_t heap_count;
@@ -240,6 +241,13 @@ typedef struct sim_t {
 
 void pcp_sim_trace(sim_t* sim, const char* fmt, ...) PCP_PRINTF_ATTR(2, 3);
 void pcp_sim_fail(sim_t* sim, const char* fmt, ...) PCP_PRINTF_ATTR(2, 3);
+// Copies the gateway's database files (pcp.db and its WAL) from the current
+// state dir into a fresh one, as a killed process leaves them on disk, and
+// makes it current; the old one is removed once its store is closed.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sim_state_dir_snapshot(sim_t* sim,
+                                                            char* old_dir,
+                                                            size_t capacity);
+void pcp_sim_state_dir_remove(const char* dir);
 void pcp_sim_fail_status(sim_t* sim, pcp_status_t status, const char* what);
 void pcp_sim_event_at(sim_t* sim, int64_t at_ns, ev_kind_t kind, uint32_t index,
                       uint32_t incarnation, uint64_t id);

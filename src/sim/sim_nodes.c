@@ -259,10 +259,18 @@ void pcp_sim_gateway_crash(sim_t* sim) {
     conn->gw_open = false;
     conn->ended = true;
   }
+  // The files as the killed process leaves them (committed transactions in
+  // the WAL, no clean close), copied before the connection is closed.
+  char old_dir[600];
+  pcp_status_t status =
+      pcp_sim_state_dir_snapshot(sim, old_dir, sizeof(old_dir));
   pcp_sched_release(sim->sched);
   sim->sched = NULL;
   pcp_store_release(sim->store);
   sim->store = NULL;
+  pcp_sim_state_dir_remove(old_dir);
+  if (status)
+    pcp_sim_fail_status(sim, status, "gateway crash snapshot");
   sim->gw_up = false;
   sim->inflight_count = 0;
   memset(sim->jobs, 0, sizeof(sim->jobs));
