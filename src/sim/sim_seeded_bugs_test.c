@@ -25,7 +25,7 @@ static void expect_caught(pcp_sim_bug_t bug, const char* needle) {
     pcp_sim_options_initialize(seed, &options);
     options.bug = bug;
     pcp_sim_result_t result;
-    assert_int_equal(pcp_status_code(pcp_sim_run(&options, &result)),
+    assert_int_equal(pcp_status_consume_code(pcp_sim_run(&options, &result)),
                      PCP_STATUS_OK);
     if (!result.failed)
       continue;
@@ -34,7 +34,7 @@ static void expect_caught(pcp_sim_bug_t bug, const char* needle) {
     assert_non_null(strstr(result.failure, needle));
     // Byte-identical replay.
     pcp_sim_result_t again;
-    assert_int_equal(pcp_status_code(pcp_sim_run(&options, &again)),
+    assert_int_equal(pcp_status_consume_code(pcp_sim_run(&options, &again)),
                      PCP_STATUS_OK);
     assert_true(again.failed);
     assert_true(again.trace_hash == result.trace_hash);
@@ -42,9 +42,9 @@ static void expect_caught(pcp_sim_bug_t bug, const char* needle) {
     // Shrinks to no more faults than it had, and still fails.
     pcp_sim_result_t shrunk;
     bool buggify = true;
-    assert_int_equal(
-        pcp_status_code(pcp_sim_shrink(&options, 64, &shrunk, &buggify)),
-        PCP_STATUS_OK);
+    assert_int_equal(pcp_status_consume_code(
+                         pcp_sim_shrink(&options, 64, &shrunk, &buggify)),
+                     PCP_STATUS_OK);
     assert_true(shrunk.failed);
     assert_true(shrunk.fault_count <= result.fault_count);
     fprintf(stderr, "sim: shrunk from %zu to %zu fault(s), buggify %d:\n",

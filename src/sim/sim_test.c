@@ -58,7 +58,7 @@ static void test_seeds(void** state) {
     pcp_sim_options_initialize(seed, &options);
     pcp_sim_result_t result;
     pcp_status_t status = pcp_sim_run(&options, &result);
-    assert_int_equal(pcp_status_code(status), PCP_STATUS_OK);
+    assert_int_equal(pcp_status_consume_code(status), PCP_STATUS_OK);
     if (result.failed) {
       if (failures++ == 0)
         report_failure(&options, &result);
@@ -96,8 +96,10 @@ static void test_replay_is_identical(void** state) {
   pcp_sim_options_t options;
   pcp_sim_options_initialize(42, &options);
   pcp_sim_result_t a, b, c;
-  assert_int_equal(pcp_status_code(pcp_sim_run(&options, &a)), PCP_STATUS_OK);
-  assert_int_equal(pcp_status_code(pcp_sim_run(&options, &b)), PCP_STATUS_OK);
+  assert_int_equal(pcp_status_consume_code(pcp_sim_run(&options, &a)),
+                   PCP_STATUS_OK);
+  assert_int_equal(pcp_status_consume_code(pcp_sim_run(&options, &b)),
+                   PCP_STATUS_OK);
   assert_false(a.failed);
   assert_true(a.event_count > 100);
   assert_true(a.trace_hash == b.trace_hash);
@@ -107,11 +109,13 @@ static void test_replay_is_identical(void** state) {
   pcp_sim_options_t replay = options;
   replay.fault_schedule = a.faults;
   replay.fault_schedule_count = a.fault_count;
-  assert_int_equal(pcp_status_code(pcp_sim_run(&replay, &c)), PCP_STATUS_OK);
+  assert_int_equal(pcp_status_consume_code(pcp_sim_run(&replay, &c)),
+                   PCP_STATUS_OK);
   assert_true(c.trace_hash == a.trace_hash);
   // Another seed is another run.
   options.seed = 43;
-  assert_int_equal(pcp_status_code(pcp_sim_run(&options, &c)), PCP_STATUS_OK);
+  assert_int_equal(pcp_status_consume_code(pcp_sim_run(&options, &c)),
+                   PCP_STATUS_OK);
   assert_true(c.trace_hash != a.trace_hash);
 }
 
@@ -121,23 +125,23 @@ static void test_options_are_checked(void** state) {
   pcp_sim_options_initialize(1, &options);
   options.worker_count = 0;
   pcp_sim_result_t result;
-  assert_int_equal(pcp_status_code(pcp_sim_run(&options, &result)),
+  assert_int_equal(pcp_status_consume_code(pcp_sim_run(&options, &result)),
                    PCP_STATUS_INVALID_ARGUMENT);
   pcp_sim_options_initialize(1, &options);
   options.job_count = PCP_SIM_MAX_JOBS + 1;
-  assert_int_equal(pcp_status_code(pcp_sim_run(&options, &result)),
+  assert_int_equal(pcp_status_consume_code(pcp_sim_run(&options, &result)),
                    PCP_STATUS_INVALID_ARGUMENT);
   // Seeded bugs exist only in the test build that compiles them in.
   pcp_sim_options_initialize(1, &options);
   options.bug = PCP_SIM_BUG_CANCEL_LEAKS_LEASE;
   assert_false(pcp_sim_seeded_bugs_available());
-  assert_int_equal(pcp_status_code(pcp_sim_run(&options, &result)),
+  assert_int_equal(pcp_status_consume_code(pcp_sim_run(&options, &result)),
                    PCP_STATUS_UNIMPLEMENTED);
   // Nothing to shrink in a passing seed.
   pcp_sim_options_initialize(42, &options);
   bool buggify = false;
   assert_int_equal(
-      pcp_status_code(pcp_sim_shrink(&options, 4, &result, &buggify)),
+      pcp_status_consume_code(pcp_sim_shrink(&options, 4, &result, &buggify)),
       PCP_STATUS_FAILED_PRECONDITION);
 }
 
