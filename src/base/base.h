@@ -685,6 +685,35 @@ void pcp_log_write(pcp_log_level_t level, const pcp_log_context_t* context,
 void pcp_log_status(pcp_log_level_t level, const pcp_log_context_t* context,
                     pcp_status_t status, const char* what);
 
+//===----------------------------------------------------------------------===//
+// Fault injection (BUGGIFY, for the deterministic simulation)
+//===----------------------------------------------------------------------===//
+
+// PCP_BUGGIFY("site") marks a place where a real fault can happen (a store
+// write, a frame send, a task completion). It is false unless a simulation
+// installed a hook (src/sim), which decides from its seeded RNG whether the
+// site fires; the code under it then takes the error path a real fault
+// would take. Without a hook the cost is one load and a predicted branch; a
+// build with -DPCP_BUGGIFY_DISABLED compiles every site to `false`. Sites are
+// named by string literals "module.what" (docs/simulation.md lists them).
+// The hook is process-wide: install it before other threads start and
+// remove it (NULL) after they stop; the simulation is single-threaded.
+typedef bool (*pcp_buggify_fn_t)(void* user_data, const char* site);
+
+// Installs |fn| (NULL removes the hook). Not thread-safe (see above).
+void pcp_buggify_install(pcp_buggify_fn_t fn, void* user_data);
+
+// The installed hook, NULL when none. Read by PCP_BUGGIFY only.
+extern pcp_buggify_fn_t pcp_buggify_hook_;
+bool pcp_buggify_fire_(const char* site);
+
+#if defined(PCP_BUGGIFY_DISABLED)
+#define PCP_BUGGIFY(site) false
+#else
+#define PCP_BUGGIFY(site) \
+  (__builtin_expect(pcp_buggify_hook_ != NULL, 0) && pcp_buggify_fire_(site))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -1653,7 +1653,9 @@ pcp_status_t pcp_sched_tick(pcp_sched_t* sched, int64_t now_ns,
     uint32_t n = detached_in_order(sched);
     for (uint32_t k = 0; k < n; ++k) {
       lease_t* l = &sched->leases[sched->id_order[k].index];
-      if (now_ns < l->detached_deadline_ns) {
+      // BUGGIFY: the grace may end early (simulation only, src/sim).
+      if (now_ns < l->detached_deadline_ns &&
+          !PCP_BUGGIFY("sched.lease_expire_early")) {
         continue;
       }
       if (count == capacity) {

@@ -347,6 +347,9 @@ pcp_status_t pcp_store_job_transition(
     pcp_store_t* store, const char* id, pcp_store_job_state_t to,
     const pcp_store_job_transition_params_t* params, int64_t* out_event_id) {
   PCP_RETURN_IF_ERROR_BARE(pcp_store_id_validate("job id", id, false));
+  if (PCP_BUGGIFY("store.job_transition")) {
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "buggify: store write");
+  }
   if ((unsigned)to >= PCP_STORE_JOB_STATE_COUNT_) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "job state %d is out of range", (int)to);
@@ -421,6 +424,9 @@ pcp_status_t pcp_store_job_step_commit_locked(pcp_store_t* store,
 pcp_status_t pcp_store_job_step_commit(pcp_store_t* store, const char* id,
                                        int64_t step, int64_t* out_event_id) {
   PCP_RETURN_IF_ERROR_BARE(pcp_store_id_validate("job id", id, false));
+  if (PCP_BUGGIFY("store.job_step_commit")) {
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "buggify: store write");
+  }
   if (step < 0) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "step %lld is negative",
                            (long long)step);
@@ -734,6 +740,9 @@ static pcp_status_t result_validate(const pcp_store_job_result_t* result) {
 pcp_status_t pcp_store_job_result_put(pcp_store_t* store,
                                       const pcp_store_job_result_t* result) {
   PCP_RETURN_IF_ERROR_BARE(result_validate(result));
+  if (PCP_BUGGIFY("store.job_result_put")) {
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "buggify: store write");
+  }
   json_t* shape = json_array();
   for (uint32_t i = 0; shape && i < result->rank; ++i) {
     json_array_append_new(shape, json_integer(result->shape[i]));
