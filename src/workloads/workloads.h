@@ -174,4 +174,8 @@ pcp_stop_state_flush(pcp_stop_state_t* state, pcp_string_builder_t* out_text);
 // Model directories, per-worker continuous batching, routing, readiness.
 #include "workloads/infer/infer.h"  // IWYU pragma: export
 
+//===--- Compile queue (src/workloads/runtime/compile_queue.c) ---===//
+// Bounded slots of child `pcp compile`s, one artifact key, kill on cancel.
+#include "workloads/runtime/compile_queue.h"  // IWYU pragma: export
+
 #endif  // PCP_WORKLOADS_WORKLOADS_H_
