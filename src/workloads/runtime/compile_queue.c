@@ -344,7 +344,28 @@ static pcp_status_t child_start(pcp_workloads_compile_queue_t* q, entry_t* e,
   return pcp_ok_status();
 }
 
-static pcp_status_t exit_status(entry_t* e, int wait_status) {
+// The end of a failed child's log (the compiler's diagnostics come last),
+// for the status message; "" when unreadable.
+#define LOG_TAIL_BYTES 4096
+static void log_tail_read(const char* path, char* buffer, size_t capacity) {
+  buffer[0] = 0;
+  FILE* f = fopen(path, "rb");
+  if (!f) {
+    return;
+  }
+  if (fseek(f, 0, SEEK_END) == 0) {
+    long size = ftell(f);
+    long start = size > (long)capacity - 1 ? size - (long)capacity + 1 : 0;
+    if (size >= 0 && fseek(f, start, SEEK_SET) == 0) {
+      size_t n = fread(buffer, 1, capacity - 1, f);
+      buffer[n] = 0;
+    }
+  }
+  fclose(f);
+}
+
+static pcp_status_t exit_status(entry_t* e, int wait_status,
+                                const char* log_tail) {
   if (e->killed) {
     return pcp_make_status(PCP_STATUS_CANCELLED, "compile cancelled");
   }
@@ -354,12 +375,12 @@ static pcp_status_t exit_status(entry_t* e, int wait_status) {
   return pcp_make_status(
       WIFEXITED(wait_status) ? PCP_STATUS_INVALID_ARGUMENT
                              : PCP_STATUS_INTERNAL,
-      "pcp compile --program %s for %s/%s failed (%s %d); see %s",
+      "pcp compile --program %s for %s/%s failed (%s %d); see %s%s%s",
       e->program[0] ? e->program : "-", e->backend, e->target,
       WIFEXITED(wait_status) ? "exit" : "signal",
       WIFEXITED(wait_status) ? WEXITSTATUS(wait_status)
                              : WTERMSIG(wait_status),
-      e->log_path);
+      e->log_path, log_tail[0] ? ":\n" : "", log_tail);
 }
 
 static void* slot_main(void* opaque) {
@@ -394,6 +415,8 @@ static void* slot_main(void* opaque) {
             e->backend, e->target[0] ? e->target : "default", e->key);
     int64_t start_ns = pcp_clock_now_ns(q->options.clock);
     pid_t pid = 0;
+    char log_tail[LOG_TAIL_BYTES];
+    log_tail[0] = 0;
     pcp_status_t status = child_start(q, e, &pid);
     int wait_status = 0;
     if (!status) {
@@ -409,8 +432,13 @@ static void* slot_main(void* opaque) {
       // zombie) until |mu| is held below, so a kill under |mu| never
       // reaches another process.
       siginfo_t info;
+      memset(&info, 0, sizeof(info));
       while (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT) < 0 &&
              errno == EINTR) {
+      }
+      // The log is complete now (the child has exited).
+      if (info.si_code != CLD_EXITED || info.si_status != 0) {
+        log_tail_read(e->log_path, log_tail, sizeof(log_tail));
       }
     }
     pthread_mutex_lock(&q->mu);
@@ -418,7 +446,7 @@ static void* slot_main(void* opaque) {
       e->pid = 0;
       while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
       }
-      status = exit_status(e, wait_status);
+      status = exit_status(e, wait_status, log_tail);
     }
     q->stats.last_compile_ns = pcp_clock_now_ns(q->options.clock) - start_ns;
     --q->stats.running;
@@ -507,7 +535,7 @@ static void queue_unref(pcp_workloads_compile_queue_t* q) {
   }
 }
 
-void pcp_workloads_compile_queue_destroy(pcp_workloads_compile_queue_t* q) {
+void pcp_workloads_compile_queue_shutdown(pcp_workloads_compile_queue_t* q) {
   if (!q) {
     return;
   }
@@ -521,10 +549,19 @@ void pcp_workloads_compile_queue_destroy(pcp_workloads_compile_queue_t* q) {
     entry_abandon(q, e);
   }
   pthread_cond_broadcast(&q->work_cv);
+  uint32_t count = q->thread_count;
+  q->thread_count = 0;  // joined once, by this caller
   pthread_mutex_unlock(&q->mu);
-  for (uint32_t i = 0; i < q->thread_count; ++i) {
+  for (uint32_t i = 0; i < count; ++i) {
     pthread_join(q->threads[i], NULL);
   }
+}
+
+void pcp_workloads_compile_queue_destroy(pcp_workloads_compile_queue_t* q) {
+  if (!q) {
+    return;
+  }
+  pcp_workloads_compile_queue_shutdown(q);
   queue_unref(q);
 }
 

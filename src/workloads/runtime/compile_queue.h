@@ -120,8 +120,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_compile_queue_create(
     pcp_allocator_t allocator, pcp_workloads_compile_queue_t** out_queue);
 
 // Cancels every compile (queued ones are dropped, running children killed;
-// every wait returns CANCELLED), joins the slot threads and drops the
-// creator's reference. Requests not yet released stay valid and are
+// every wait returns CANCELLED), refuses new submits (CANCELLED) and joins
+// the slot threads. Idempotent; the queue stays valid until destroy (so a
+// server can stop compiles early and free the queue after its users).
+void pcp_workloads_compile_queue_shutdown(pcp_workloads_compile_queue_t* queue);
+
+// Shuts down (above) and drops the creator's reference. Requests not yet released stay valid and are
 // released by their owners as usual (the last one frees the queue).
 void pcp_workloads_compile_queue_destroy(pcp_workloads_compile_queue_t* queue);
 
