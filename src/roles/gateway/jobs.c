@@ -1017,12 +1017,11 @@ static pcp_status_t compile_slot_run(pcp_roles_gateway_state_t* g,
   if (!status) {
     pcp_log_context_t log = g->log;
     log.job_id = slot->job_id;
-    PCP_LOG(PCP_LOG_INFO, &log, "program ready backend=%s target=%s cache_hit=%d",
-            slot->backend, slot->target,
-            pcp_workloads_compile_request_cache_hit(request));
-    status = pcp_fabric_program_register(g->fabric, vmfb, length,
-                                         slot->backend, slot->target,
-                                         slot->program);
+    PCP_LOG(PCP_LOG_INFO, &log,
+            "program ready backend=%s target=%s cache_hit=%d", slot->backend,
+            slot->target, pcp_workloads_compile_request_cache_hit(request));
+    status = pcp_fabric_program_register(g->fabric, vmfb, length, slot->backend,
+                                         slot->target, slot->program);
   }
   free(vmfb);
   pcp_workloads_compile_request_release(request);

@@ -1381,8 +1381,8 @@ static pcp_status_t model_compile(pcp_infer_service_t* s,
     pcp_sha256_t digest;
     pcp_sha256_compute(text.data, text.size, &digest);
     pcp_sha256_to_hex(&digest, hex);
-    snprintf(path, sizeof(path), "%.*s/generate-%.32s.mlir",
-             PCP_INFER_MAX_PATH, dir, hex);
+    snprintf(path, sizeof(path), "%.*s/generate-%.32s.mlir", PCP_INFER_MAX_PATH,
+             dir, hex);
     status = pcp_file_make_directories(dir);
     if (!status && !pcp_file_exists(path)) {
       status = pcp_file_write_atomic(path, text.data, text.size);

@@ -39,13 +39,13 @@ typedef enum entry_state_e {
 // queue's |mu|; freed when the last reference (a request or the slot thread
 // running it) goes.
 typedef struct entry_t {
-  struct entry_t* next;  // in |queue->entries| (in flight) or FIFO order
-  uint32_t references;   // requests + the running slot thread
-  uint32_t live_waiters; // requests not cancelled
+  struct entry_t* next;   // in |queue->entries| (in flight) or FIFO order
+  uint32_t references;    // requests + the running slot thread
+  uint32_t live_waiters;  // requests not cancelled
   entry_state_t state;
-  pid_t pid;             // RUNNING with a child not yet reaped; else 0
+  pid_t pid;  // RUNNING with a child not yet reaped; else 0
   bool killed;
-  pcp_status_t status;   // DONE: the result (each waiter gets a clone)
+  pcp_status_t status;  // DONE: the result (each waiter gets a clone)
   pthread_cond_t done_cv;
   char key[PCP_SHA256_HEX_LENGTH + 1];
   char vmfb_path[PATH_CAPACITY];
@@ -113,10 +113,9 @@ static pcp_status_t spec_check(const pcp_workloads_compile_spec_t* spec) {
                            "a compile needs an input file and a backend");
   }
   if (spec->iree_flag_count > PCP_WORKLOADS_COMPILE_MAX_IREE_FLAGS) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "%zu extra iree flags (at most %d)",
-                           spec->iree_flag_count,
-                           PCP_WORKLOADS_COMPILE_MAX_IREE_FLAGS);
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT, "%zu extra iree flags (at most %d)",
+        spec->iree_flag_count, PCP_WORKLOADS_COMPILE_MAX_IREE_FLAGS);
   }
   bool ok = string_ok(spec->mlir_path) && string_ok(spec->content_hash) &&
             string_ok(spec->program) && string_ok(spec->delta_dtype) &&
@@ -130,13 +129,13 @@ static pcp_status_t spec_check(const pcp_workloads_compile_spec_t* spec) {
                            "a compile argument is over %d bytes",
                            PCP_WORKLOADS_COMPILE_MAX_STRING_LENGTH);
   }
-  if (spec->program && strlen(spec->program) >= sizeof(((entry_t*)0)->program)) {
+  if (spec->program &&
+      strlen(spec->program) >= sizeof(((entry_t*)0)->program)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "program kind '%.32s' is too long", spec->program);
   }
   if (strlen(spec->backend) >= sizeof(((entry_t*)0)->backend) ||
-      (spec->target &&
-       strlen(spec->target) >= sizeof(((entry_t*)0)->target))) {
+      (spec->target && strlen(spec->target) >= sizeof(((entry_t*)0)->target))) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "backend or target name is too long");
   }
@@ -173,8 +172,9 @@ pcp_status_t pcp_workloads_compile_key_compute(
       content, or_dash(spec->program));
   if (!status && spec->program && spec->program[0]) {
     status = pcp_string_builder_append_f(
-        &b, "inner_steps=%" PRId64 "\ndelta=%s\naccumulate=%" PRId64
-            "\ninner_state=%s\n",
+        &b,
+        "inner_steps=%" PRId64 "\ndelta=%s\naccumulate=%" PRId64
+        "\ninner_state=%s\n",
         spec->inner_steps, spec->delta_dtype ? spec->delta_dtype : "f32",
         spec->accumulation > 1 ? spec->accumulation : 1,
         spec->inner_state_keep ? "keep" : "reset");
@@ -346,7 +346,7 @@ static pcp_status_t child_start(pcp_workloads_compile_queue_t* q, entry_t* e,
 
 // The end of a failed child's log (the compiler's diagnostics come last),
 // for the status message; "" when unreadable.
-#define LOG_TAIL_BYTES 4096
+#define LOG_TAIL_BYTES 1024
 static void log_tail_read(const char* path, char* buffer, size_t capacity) {
   buffer[0] = 0;
   FILE* f = fopen(path, "rb");
@@ -359,6 +359,14 @@ static void log_tail_read(const char* path, char* buffer, size_t capacity) {
     if (size >= 0 && fseek(f, start, SEEK_SET) == 0) {
       size_t n = fread(buffer, 1, capacity - 1, f);
       buffer[n] = 0;
+      // One line: job errors are stored and shown as one line (the store
+      // refuses control bytes).
+      for (size_t i = 0; i < n; ++i) {
+        unsigned char c = (unsigned char)buffer[i];
+        if (c < 0x20 || c == 0x7f) {
+          buffer[i] = ' ';
+        }
+      }
     }
   }
   fclose(f);
@@ -378,9 +386,8 @@ static pcp_status_t exit_status(entry_t* e, int wait_status,
       "pcp compile --program %s for %s/%s failed (%s %d); see %s%s%s",
       e->program[0] ? e->program : "-", e->backend, e->target,
       WIFEXITED(wait_status) ? "exit" : "signal",
-      WIFEXITED(wait_status) ? WEXITSTATUS(wait_status)
-                             : WTERMSIG(wait_status),
-      e->log_path, log_tail[0] ? ":\n" : "", log_tail);
+      WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : WTERMSIG(wait_status),
+      e->log_path, log_tail[0] ? ": " : "", log_tail);
 }
 
 static void* slot_main(void* opaque) {
@@ -472,8 +479,7 @@ pcp_status_t pcp_workloads_compile_queue_create(
     pcp_allocator_t allocator, pcp_workloads_compile_queue_t** out_queue) {
   *out_queue = NULL;
   if (!options->pcp_path || !options->pcp_path[0] || !options->artifact_dir ||
-      !options->artifact_dir[0] ||
-      strlen(options->pcp_path) >= PATH_CAPACITY ||
+      !options->artifact_dir[0] || strlen(options->pcp_path) >= PATH_CAPACITY ||
       strlen(options->artifact_dir) >= PATH_CAPACITY - 100 ||
       options->slot_count > PCP_WORKLOADS_COMPILE_MAX_SLOTS ||
       options->timeout_s < 0) {
@@ -566,8 +572,8 @@ void pcp_workloads_compile_queue_destroy(pcp_workloads_compile_queue_t* q) {
 }
 
 // With |mu| not held: the compiler version, probed once.
-static pcp_status_t version_get(pcp_workloads_compile_queue_t* q,
-                                char* buffer, size_t capacity) {
+static pcp_status_t version_get(pcp_workloads_compile_queue_t* q, char* buffer,
+                                size_t capacity) {
   pthread_mutex_lock(&q->mu);
   bool known = q->version_known;
   if (known) {
@@ -598,7 +604,8 @@ pcp_status_t pcp_workloads_compile_queue_submit(
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_calloc(q->allocator, sizeof(*r), (void**)&r));
   r->queue = q;
-  pcp_status_t status = pcp_workloads_compile_key_compute(spec, version, r->key);
+  pcp_status_t status =
+      pcp_workloads_compile_key_compute(spec, version, r->key);
   if (status) {
     pcp_allocator_free(q->allocator, r);
     return status;

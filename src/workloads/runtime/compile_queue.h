@@ -104,12 +104,12 @@ typedef struct pcp_workloads_compile_queue_options_t {
   // Where artifacts go (created when missing; required). Also the child's
   // --cache-dir.
   const char* artifact_dir;
-  uint32_t slot_count;     // concurrent children, 1..MAX_SLOTS (0 = 2)
-  uint32_t max_pending;    // compiles queued or running (0 = 256)
-  int64_t timeout_s;       // the child's --timeout-s (0 = its default)
+  uint32_t slot_count;   // concurrent children, 1..MAX_SLOTS (0 = 2)
+  uint32_t max_pending;  // compiles queued or running (0 = 256)
+  int64_t timeout_s;     // the child's --timeout-s (0 = its default)
   // NULL: probed once (pcp_compile_compiler_version). Tests give one.
   const char* compiler_version;
-  pcp_clock_t clock;       // timings; {0} = the system clock
+  pcp_clock_t clock;  // timings; {0} = the system clock
   pcp_log_context_t log;
 } pcp_workloads_compile_queue_options_t;
 
@@ -125,8 +125,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_compile_queue_create(
 // server can stop compiles early and free the queue after its users).
 void pcp_workloads_compile_queue_shutdown(pcp_workloads_compile_queue_t* queue);
 
-// Shuts down (above) and drops the creator's reference. Requests not yet released stay valid and are
-// released by their owners as usual (the last one frees the queue).
+// Shuts down (above) and drops the creator's reference. Requests not yet
+// released stay valid and are released by their owners as usual (the last one
+// frees the queue).
 void pcp_workloads_compile_queue_destroy(pcp_workloads_compile_queue_t* queue);
 
 // Submits a compile. An artifact that exists makes a request that is done
@@ -181,7 +182,7 @@ typedef struct pcp_workloads_compile_queue_stats_t {
   uint32_t queued;
   uint32_t running;
   uint32_t running_peak;
-  int64_t last_compile_ns;   // injected clock, start to exit of the last
+  int64_t last_compile_ns;  // injected clock, start to exit of the last
 } pcp_workloads_compile_queue_stats_t;
 
 void pcp_workloads_compile_queue_stats(

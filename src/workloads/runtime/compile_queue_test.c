@@ -241,13 +241,15 @@ static void test_cancel_kills_the_child(void** state) {
   pcp_workloads_compile_queue_stats(q, &stats);
   assert_int_equal(stats.children_killed, 1);
   assert_int_equal(stats.children_started, 1);
-  print_message("cancel: waiter woke after %lld ms, child reaped after %lld "
-                "ms\n",
-                (long long)(w.woke_ms - cancelled_ms),
-                (long long)(reaped_ms - cancelled_ms));
+  print_message(
+      "cancel: waiter woke after %lld ms, child reaped after %lld "
+      "ms\n",
+      (long long)(w.woke_ms - cancelled_ms),
+      (long long)(reaped_ms - cancelled_ms));
   // ~100 ms is the goal; the bound is loose for a loaded machine.
   assert_true(reaped_ms - cancelled_ms < 1000);
-  assert_false(pcp_file_exists(pcp_workloads_compile_request_vmfb_path(w.request)));
+  assert_false(
+      pcp_file_exists(pcp_workloads_compile_request_vmfb_path(w.request)));
   pcp_workloads_compile_request_release(w.request);
   pcp_workloads_compile_request_release(second);
   pcp_workloads_compile_request_release(behind);
@@ -298,6 +300,9 @@ static void test_failure_names_the_log(void** state) {
   assert_non_null(strstr(log, "/compile-"));
   assert_non_null(strstr(pcp_status_message(status), log));
   assert_non_null(strstr(pcp_status_message(status), "exit 3"));
+  // The log's tail, on one line (job errors are stored as one line).
+  assert_non_null(strstr(pcp_status_message(status), "the module is bad"));
+  assert_null(strchr(pcp_status_message(status), '\n'));
   pcp_status_ignore(status);
   void* text = NULL;
   size_t length = 0;
@@ -327,20 +332,49 @@ static void test_key_covers_every_component(void** state) {
     const char* version = "v1";
     unsetenv("PCP_IREE_FLAGS");
     switch (v) {
-      case 0: break;
-      case 1: s.content_hash = "bbbb"; break;
-      case 2: s.program = "train"; break;
-      case 3: s.inner_steps = 9; break;
-      case 4: s.delta_dtype = "bf16"; break;
-      case 5: s.accumulation = 2; break;
-      case 6: s.inner_state_keep = true; break;
-      case 7: s.iree_flags = flag_a; s.iree_flag_count = 1; break;
-      case 8: s.iree_flags = flag_b; s.iree_flag_count = 1; break;
-      case 9: setenv("PCP_IREE_FLAGS", "--iree-opt-level=O1", 1); break;
-      case 10: s.backend = "cuda"; break;
-      case 11: s.target = "x86-64-v3"; break;
-      case 12: version = "v2"; break;
-      case 13: s.content_hash = NULL; break;  // the file's own hash
+      case 0:
+        break;
+      case 1:
+        s.content_hash = "bbbb";
+        break;
+      case 2:
+        s.program = "train";
+        break;
+      case 3:
+        s.inner_steps = 9;
+        break;
+      case 4:
+        s.delta_dtype = "bf16";
+        break;
+      case 5:
+        s.accumulation = 2;
+        break;
+      case 6:
+        s.inner_state_keep = true;
+        break;
+      case 7:
+        s.iree_flags = flag_a;
+        s.iree_flag_count = 1;
+        break;
+      case 8:
+        s.iree_flags = flag_b;
+        s.iree_flag_count = 1;
+        break;
+      case 9:
+        setenv("PCP_IREE_FLAGS", "--iree-opt-level=O1", 1);
+        break;
+      case 10:
+        s.backend = "cuda";
+        break;
+      case 11:
+        s.target = "x86-64-v3";
+        break;
+      case 12:
+        version = "v2";
+        break;
+      case 13:
+        s.content_hash = NULL;
+        break;  // the file's own hash
     }
     PCP_CHECK_OK(pcp_workloads_compile_key_compute(&s, version, keys[v]));
     for (int u = 0; u < v; ++u) {

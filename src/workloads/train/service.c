@@ -21,19 +21,14 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "compile/compile.h"
 #include "workloads/train/service_impl.h"
-
-extern char** environ;
 
 //===----------------------------------------------------------------------===//
 // Metrics
