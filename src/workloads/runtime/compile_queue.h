@@ -132,7 +132,7 @@ void pcp_workloads_compile_queue_destroy(pcp_workloads_compile_queue_t* queue);
 
 // Submits a compile. An artifact that exists makes a request that is done
 // at once; a key already queued or running is joined. RESOURCE_EXHAUSTED
-// when max_pending compiles are in flight; CANCELLED after destroy began;
+// when max_pending compiles are in flight; CANCELLED after shutdown began;
 // errors of pcp_workloads_compile_key_compute.
 PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_compile_queue_submit(
     pcp_workloads_compile_queue_t* queue,
@@ -143,7 +143,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_compile_queue_submit(
 // artifact is at pcp_workloads_compile_request_vmfb_path. CANCELLED after a
 // cancel; the child's failure otherwise: INVALID_ARGUMENT (it exited
 // non-zero) or INTERNAL (killed by a signal, or could not start), the
-// message naming the log file. May be called again (same answer).
+// message naming the log file and ending with the log's last KiB on one
+// line (the compiler's diagnostics). May be called again (same answer).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_workloads_compile_request_wait(pcp_workloads_compile_request_t* request);
 
