@@ -177,4 +177,8 @@ pcp_stop_state_flush(pcp_stop_state_t* state, pcp_string_builder_t* out_text);
 // A generation module on a local backend, weights and KV caches resident.
 #include "workloads/infer/generate.h"  // IWYU pragma: export
 
+//===--- Compile queue (src/workloads/runtime/compile_queue.c) ---===//
+// Bounded slots of child `pcp compile`s, one artifact key, kill on cancel.
+#include "workloads/runtime/compile_queue.h"  // IWYU pragma: export
+
 #endif  // PCP_WORKLOADS_WORKLOADS_H_

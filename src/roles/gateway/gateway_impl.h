@@ -154,6 +154,11 @@ typedef struct pcp_roles_gateway_state_t {
   // Test hook: programs whose text holds "pcp-test:slow-compile" wait this
   // long before compiling (0: off; from PCP_GATEWAY_TEST_COMPILE_DELAY_MS).
   int64_t test_compile_delay_ms;
+  // The one compile queue (workloads/runtime/compile_queue.h) that jobs,
+  // training and inference compile through; created before the inference
+  // service, shut down after the runner and training stopped, destroyed
+  // after the inference service.
+  pcp_workloads_compile_queue_t* compile_queue;
 
   // Training service (training.c). |training_mu| guards the run list (one
   // entry per training job this process ran or runs, with its progress).

@@ -968,8 +968,9 @@ static pcp_status_t job_placement(const pcp_store_job_t* job,
   return pcp_ok_status();
 }
 
-// Pool thread: one StableHLO program to a VMFB (artifact cache under
-// state_dir/artifacts), registered with the fabric.
+// Pool thread: one StableHLO program (the job's program.mlir) to a VMFB
+// through the gateway's compile queue (artifacts under state_dir/artifacts,
+// the log in the job's directory), registered with the fabric.
 static pcp_status_t compile_slot_run(pcp_roles_gateway_state_t* g,
                                      pcp_roles_gateway_compile_slot_t* slot) {
   if (g->test_compile_delay_ms > 0) {
@@ -984,31 +985,46 @@ static pcp_status_t compile_slot_run(pcp_roles_gateway_state_t* g,
   pcp_compile_backend_t compile_backend = PCP_COMPILE_BACKEND_CPU;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_compile_backend_parse(slot->backend, &compile_backend));
-  char cache[PCP_STORE_PATH_MAX_LENGTH + 1];
-  snprintf(cache, sizeof(cache), "%s/artifacts", g->config->file.state_dir);
-  pcp_compile_request_t request = {
-      .mlir_text = (const char*)slot->mlir,
-      .mlir_byte_length = slot->mlir_byte_length,
-      .source_name = "program.mlir",
-      .backend = compile_backend,
+  char dir[PCP_STORE_PATH_MAX_LENGTH + 1];
+  job_dir(g, slot->job_id, dir, sizeof(dir));
+  char path[PCP_STORE_PATH_MAX_LENGTH + 32];
+  snprintf(path, sizeof(path), "%s/program.mlir", dir);
+  // The hash of the text the runner read (the file is the same bytes).
+  pcp_sha256_t digest;
+  pcp_sha256_compute(slot->mlir, slot->mlir_byte_length, &digest);
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, hex);
+  pcp_workloads_compile_spec_t spec = {
+      .mlir_path = path,
+      .content_hash = hex,
+      .backend = slot->backend,
       .target = slot->target,
-      .cache_dir = cache,
-      .timeout_ms = 600000,
+      .log_dir = dir,
+      .label = slot->job_id,
   };
-  pcp_compile_result_t compiled = {0};
-  pcp_status_t status = pcp_compile_module(&request, &compiled);
+  pcp_workloads_compile_request_t* request = NULL;
+  pcp_status_t status =
+      pcp_workloads_compile_queue_submit(g->compile_queue, &spec, &request);
+  if (!status) {
+    status = pcp_workloads_compile_request_wait(request);
+  }
+  void* vmfb = NULL;
+  size_t length = 0;
+  if (!status) {
+    status = pcp_file_read_all(pcp_workloads_compile_request_vmfb_path(request),
+                               (size_t)1 << 30, &vmfb, &length);
+  }
   if (!status) {
     pcp_log_context_t log = g->log;
     log.job_id = slot->job_id;
     PCP_LOG(PCP_LOG_INFO, &log,
-            "program ready backend=%s target=%s cache_hit=%d seconds=%.3f",
-            slot->backend, compiled.flags.effective_target, compiled.cache_hit,
-            compiled.compile_seconds);
-    status = pcp_fabric_program_register(
-        g->fabric, compiled.vmfb, compiled.vmfb_byte_length, slot->backend,
-        slot->target, slot->program);
+            "program ready backend=%s target=%s cache_hit=%d", slot->backend,
+            slot->target, pcp_workloads_compile_request_cache_hit(request));
+    status = pcp_fabric_program_register(g->fabric, vmfb, length, slot->backend,
+                                         slot->target, slot->program);
   }
-  pcp_compile_result_deinitialize(&compiled);
+  free(vmfb);
+  pcp_workloads_compile_request_release(request);
   return status;
 }
 

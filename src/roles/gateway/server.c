@@ -478,6 +478,23 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
       pcp_fabric_endpoint_create(&fabric_options, g->allocator, &g->fabric),
       "starting the worker fabric (gateway config key 'worker_fabric')");
 
+  // One compile queue for every workload: child `pcp compile`s (this
+  // binary), two at a time, artifacts under <state_dir>/artifacts.
+  {
+    char artifacts[PCP_STORE_PATH_MAX_LENGTH + 16];
+    snprintf(artifacts, sizeof(artifacts), "%s/artifacts", c->file.state_dir);
+    pcp_workloads_compile_queue_options_t queue_options = {
+        .pcp_path = "/proc/self/exe",
+        .artifact_dir = artifacts,
+        .slot_count = 2,
+        .clock = g->clock,
+        .log = g->log,
+    };
+    PCP_RETURN_IF_ERROR(pcp_workloads_compile_queue_create(
+                            &queue_options, g->allocator, &g->compile_queue),
+                        "the compile queue");
+  }
+
   // The inference engine: models under <state_dir>/models (training jobs
   // write them there) and the --model-dir ones.
   {
@@ -517,6 +534,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
         .fabric = g->fabric,
         .metrics = g->registry,
         .artifact_dir = artifacts,
+        .compile_queue = g->compile_queue,
         .models_root = models_root,
         .model_dirs = dirs,
         .model_dir_count = dir_count,
@@ -649,8 +667,9 @@ static void stop(pcp_roles_gateway_state_t* g) {
   // running in the store and resume from a checkpoint at the next start.
   pcp_roles_gateway_training_stop(g);
   pcp_services_stop(g->services);
-  // A compile in progress finishes first (iree-compile is a child process
-  // with its own timeout); its job stays compiling and re-runs next start.
+  // A compile in progress is killed (the queue's shutdown); its job stays
+  // compiling and re-runs next start.
+  pcp_workloads_compile_queue_shutdown(g->compile_queue);
   pcp_roles_gateway_compile_pool_stop(g);
   for (uint32_t i = 0; i < g->client_count; ++i) {
     pcp_http_sse_stream_release(g->clients[i].stream);
@@ -659,6 +678,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   pcp_http_server_release(g->http);
   // Before the fabric: its schedulers wait on fabric tasks.
   pcp_infer_service_release(g->infer);
+  pcp_workloads_compile_queue_destroy(g->compile_queue);
   pcp_fabric_endpoint_release(g->fabric);
   pcp_roles_gateway_jobs_active_free(g);
   pcp_services_release(g->services);

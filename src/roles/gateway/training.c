@@ -677,6 +677,7 @@ static void* run_main(void* opaque) {
         .store = g->store,
         .state_dir = g->config->file.state_dir,
         .pcp_path = "/proc/self/exe",
+        .compile_queue = g->compile_queue,
         .metrics = &g->training_metrics,
         .clock = g->clock,
         .log = log,

@@ -56,6 +56,7 @@
 #include "base/base.h"
 #include "fabric/fabric.h"
 #include "obs/obs.h"
+#include "workloads/runtime/compile_queue.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,6 +78,10 @@ typedef struct pcp_infer_service_options_t {
   pcp_fabric_endpoint_t* fabric;  // borrowed
   pcp_obs_registry_t* metrics;    // borrowed; the vllm:* inference metrics
   const char* artifact_dir;       // compile cache (NULL: the default)
+  // The compile queue programs go through (borrowed, thread-safe); NULL: a
+  // queue of this service's own (one slot, this process's binary as `pcp`),
+  // made at the first compile.
+  pcp_workloads_compile_queue_t* compile_queue;
   // Scanned for <models_root>/<name>/model.json (NULL: none).
   const char* models_root;
   // Model directories served from the start (each holds model.json).

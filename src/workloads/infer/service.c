@@ -185,6 +185,10 @@ struct pcp_infer_service_t {
   pthread_cond_t cv;
   bool refusing;  // shutdown started: no new requests
   bool stopping;
+  // The manager's compile in flight (cancelled by shutdown) and the queue
+  // made when options.compile_queue is NULL (manager thread only).
+  pcp_workloads_compile_request_t* compiling;
+  pcp_workloads_compile_queue_t* own_queue;
   bool shut_down;
   model_entry_t models[PCP_INFER_MAX_MODELS];
   size_t model_count;
@@ -1338,43 +1342,93 @@ void pcp_infer_service_dir_notify(pcp_infer_service_t* s, const char* dir) {
   pthread_mutex_unlock(&s->mu);
 }
 
-// Manager thread, without |mu|: the program of |m| for (backend, target).
+// Manager thread, without |mu|: the program of |m| for (backend, target),
+// through the compile queue: the generation module is written under the
+// artifact directory (named by its hash) and compiled by a child.
 static pcp_status_t model_compile(pcp_infer_service_t* s,
                                   const pcp_infer_model_t* m,
                                   const char* backend, const char* target,
                                   uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]) {
   pcp_compile_backend_t cb;
   PCP_RETURN_IF_ERROR_BARE(pcp_compile_backend_parse(backend, &cb));
-  pcp_string_builder_t text;
-  pcp_string_builder_initialize(pcp_allocator_system(),
-                                PCP_COMPILE_MAX_MLIR_BYTES, &text);
-  pcp_status_t status =
-      pcp_models_generation_module_emit(&m->spec, &m->gen, &text);
-  pcp_compile_result_t compiled = {0};
-  if (!status) {
-    pcp_compile_request_t request = {
-        .mlir_text = text.data,
-        .mlir_byte_length = text.size,
-        .source_name = "generate.mlir",
-        .backend = cb,
-        .target = target,
-        .cache_dir = s->artifact_dir[0] ? s->artifact_dir : NULL,
-        .timeout_ms = 1800000,
+  const char* dir =
+      s->artifact_dir[0] ? s->artifact_dir : pcp_compile_default_cache_dir();
+  pcp_workloads_compile_queue_t* queue = s->options.compile_queue;
+  pcp_status_t status = pcp_ok_status();
+  if (!queue && !s->own_queue) {
+    pcp_workloads_compile_queue_options_t queue_options = {
+        .pcp_path = "/proc/self/exe",
+        .artifact_dir = dir,
+        .slot_count = 1,
+        .clock = s->clock,
+        .log = s->options.log,
     };
-    status = pcp_compile_module(&request, &compiled);
+    status = pcp_workloads_compile_queue_create(&queue_options, s->allocator,
+                                                &s->own_queue);
+  }
+  if (!queue) {
+    queue = s->own_queue;
+  }
+  pcp_string_builder_t text;
+  pcp_string_builder_initialize(s->allocator, PCP_COMPILE_MAX_MLIR_BYTES,
+                                &text);
+  if (!status) {
+    status = pcp_models_generation_module_emit(&m->spec, &m->gen, &text);
+  }
+  char hex[PCP_SHA256_HEX_LENGTH + 1] = {0};
+  char path[PCP_INFER_MAX_PATH + 96];
+  if (!status) {
+    pcp_sha256_t digest;
+    pcp_sha256_compute(text.data, text.size, &digest);
+    pcp_sha256_to_hex(&digest, hex);
+    snprintf(path, sizeof(path), "%.*s/generate-%.32s.mlir", PCP_INFER_MAX_PATH,
+             dir, hex);
+    status = pcp_file_make_directories(dir);
+    if (!status && !pcp_file_exists(path)) {
+      status = pcp_file_write_atomic(path, text.data, text.size);
+    }
+  }
+  pcp_string_builder_deinitialize(&text);
+  pcp_workloads_compile_spec_t spec = {
+      .mlir_path = path,
+      .content_hash = hex,
+      .backend = backend,
+      .target = target,
+      .label = m->name,
+  };
+  pcp_workloads_compile_request_t* request = NULL;
+  if (!status) {
+    status = pcp_workloads_compile_queue_submit(queue, &spec, &request);
+  }
+  if (!status) {
+    pthread_mutex_lock(&s->mu);
+    s->compiling = request;
+    if (s->stopping) {
+      pcp_workloads_compile_request_cancel(request);
+    }
+    pthread_mutex_unlock(&s->mu);
+    status = pcp_workloads_compile_request_wait(request);
+    pthread_mutex_lock(&s->mu);
+    s->compiling = NULL;
+    pthread_mutex_unlock(&s->mu);
+  }
+  void* vmfb = NULL;
+  size_t length = 0;
+  if (!status) {
+    status = pcp_file_read_all(pcp_workloads_compile_request_vmfb_path(request),
+                               (size_t)1 << 30, &vmfb, &length);
   }
   if (!status) {
     PCP_LOG(PCP_LOG_INFO, &s->options.log,
             "inference program ready model=%s backend=%s target=%s "
-            "cache_hit=%d seconds=%.3f",
-            m->name, backend, target, compiled.cache_hit,
-            compiled.compile_seconds);
-    status = pcp_fabric_program_register(s->options.fabric, compiled.vmfb,
-                                         compiled.vmfb_byte_length, backend,
-                                         target, out_hash);
+            "cache_hit=%d",
+            m->name, backend, target,
+            pcp_workloads_compile_request_cache_hit(request));
+    status = pcp_fabric_program_register(s->options.fabric, vmfb, length,
+                                         backend, target, out_hash);
   }
-  pcp_compile_result_deinitialize(&compiled);
-  pcp_string_builder_deinitialize(&text);
+  free(vmfb);
+  pcp_workloads_compile_request_release(request);
   return status;
 }
 
@@ -2138,6 +2192,10 @@ void pcp_infer_service_shutdown(pcp_infer_service_t* s, int64_t deadline_ms) {
   }
   pthread_mutex_lock(&s->mu);
   s->stopping = true;
+  // A compile the manager waits for is cancelled (its child killed).
+  if (s->compiling) {
+    pcp_workloads_compile_request_cancel(s->compiling);
+  }
   for (runner_t* r = s->runners; r; r = r->next) {
     r->stop = true;
     pthread_cond_signal(&r->cv);
@@ -2171,6 +2229,7 @@ void pcp_infer_service_release(pcp_infer_service_t* s) {
     pcp_obs_registry_collector_remove(s->registry, kv_usage_collect, s);
   }
   pcp_infer_service_shutdown(s, 0);
+  pcp_workloads_compile_queue_destroy(s->own_queue);
   // Every runner is gone: the entries hold the last references.
   for (size_t i = 0; i < s->model_count; ++i) {
     version_release(s->models[i].current);

@@ -21,19 +21,14 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "compile/compile.h"
 #include "workloads/train/service_impl.h"
-
-extern char** environ;
 
 //===----------------------------------------------------------------------===//
 // Metrics
@@ -941,166 +936,89 @@ pcp_status_t pcp_diloco_job_checkpoint_write(job_t* job) {
 // Programs
 //===----------------------------------------------------------------------===//
 
-// Runs `pcp compile [--program KIND --inner-steps K] MLIR` for (backend,
-// target) in a child process (no MLIR in the gateway), its output in a file
-// named by the content hash of everything that shapes the program, so a
-// restarted job (or the same experiment again) reuses it without deriving
-// anything; then registers it with the fabric. |kind| NULL compiles the
-// module as it is.
+// Compiles `pcp compile [--program KIND --inner-steps K] MLIR` for (backend,
+// target) through the compile queue (a child process: no MLIR in the
+// gateway), whose one artifact key covers everything that shapes the
+// program, so a restarted job (or the same experiment again) reuses it
+// without deriving anything; then registers it with the fabric. |kind| NULL
+// compiles the module as it is. The job's own queue (options.compile_queue)
+// or, without one, a queue of one slot for this compile.
 pcp_status_t pcp_diloco_job_child_compile(
     job_t* job, const char* mlir_path, const char* content_hash,
     const char* kind, int64_t inner_steps, const char* backend,
     const char* target, uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]) {
   const pcp_diloco_job_options_t* o = job->options;
-  const char* delta =
-      job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16 ? "bf16" : "f32";
-  char steps[32];
-  snprintf(steps, sizeof(steps), "%" PRId64, inner_steps);
-  char accumulate[32];
-  snprintf(accumulate, sizeof(accumulate), "%" PRId64, job->accumulation);
-  // v3: @train_steps and @diloco_round take one lr per inner step (a
-  // v2 artifact in an old state directory has the scalar-lr signature).
-  // Extra compiler flags (the experiment's iree_flags, validated at submit,
-  // and $PCP_IREE_FLAGS, which the child inherits) shape the program too.
-  // The DiLoCo round of a keep job carries the inner state in and out
-  // (`--inner-state keep`: another program, so another key).
-  bool keep_round = kind && !strcmp(kind, "diloco") && keeps_state(job);
+  // Extra compiler flags: the experiment's iree_flags (validated at
+  // submit); $PCP_IREE_FLAGS is in the key through the queue. The DiLoCo
+  // round of a keep job carries the inner state in and out (`--inner-state
+  // keep`: another program, so another key).
   const pcp_string_list_t* extra = &job->config.iree_flags;
-  char flag_args[PCP_COMPILE_MAX_EXTRA_FLAGS]
-                [PCP_COMPILE_MAX_FLAG_LENGTH + sizeof("--iree-flag=")];
-  size_t flag_count = extra->count < PCP_COMPILE_MAX_EXTRA_FLAGS
-                          ? extra->count
-                          : PCP_COMPILE_MAX_EXTRA_FLAGS;
-  const char* env_flags = getenv(PCP_COMPILE_FLAGS_ENV);
-  pcp_string_builder_t key_builder;
-  pcp_string_builder_initialize(pcp_allocator_system(), 64 << 10, &key_builder);
-  pcp_status_t key_status = pcp_string_builder_append_f(
-      &key_builder, "pcp.diloco.program.v3|%s|%s|%s|%s|%s|%s%s%s%s", content_hash,
-      kind ? kind : "-", steps, delta, backend, target,
-      kind && job->accumulation > 1 ? "|accumulate=" : "",
-      kind && job->accumulation > 1 ? accumulate : "",
-      keep_round ? "|inner=keep" : "");
-  for (size_t i = 0; i < flag_count; ++i) {
-    snprintf(flag_args[i], sizeof(flag_args[i]), "--iree-flag=%s",
-             extra->items[i]);
-    if (!key_status) {
-      key_status =
-          pcp_string_builder_append_f(&key_builder, "|%s", flag_args[i]);
+  pcp_workloads_compile_spec_t spec = {
+      .mlir_path = mlir_path,
+      .content_hash = content_hash,
+      .program = kind,
+      .inner_steps = inner_steps,
+      .delta_dtype =
+          job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16 ? "bf16" : "f32",
+      .accumulation = job->accumulation,
+      .inner_state_keep = kind && !strcmp(kind, "diloco") && keeps_state(job),
+      .iree_flags = (const char* const*)extra->items,
+      .iree_flag_count = extra->count < PCP_COMPILE_MAX_EXTRA_FLAGS
+                             ? extra->count
+                             : PCP_COMPILE_MAX_EXTRA_FLAGS,
+      .backend = backend,
+      .target = target,
+      .log_dir = job->dir,
+      .label = o->job_id,
+  };
+  pcp_workloads_compile_queue_t* queue = o->compile_queue;
+  pcp_workloads_compile_queue_t* own = NULL;
+  if (!queue) {
+    char artifacts[1100];
+    snprintf(artifacts, sizeof(artifacts), "%s/artifacts", o->state_dir);
+    pcp_workloads_compile_queue_options_t queue_options = {
+        .pcp_path = o->pcp_path,
+        .artifact_dir = artifacts,
+        .slot_count = 1,
+        .clock = o->clock,
+        .log = job->log,
+    };
+    PCP_RETURN_IF_ERROR_BARE(pcp_workloads_compile_queue_create(
+        &queue_options, pcp_allocator_system(), &own));
+    queue = own;
+  }
+  pcp_workloads_compile_request_t* request = NULL;
+  pcp_status_t status =
+      pcp_workloads_compile_queue_submit(queue, &spec, &request);
+  bool stopped = false;
+  // The stop hook is polled (its contract), so the wait is sliced; the
+  // compile's end wakes it at once, and a stop kills the child (cancel).
+  while (!status &&
+         !pcp_workloads_compile_request_wait_for(request, WAIT_SLICE_MS)) {
+    if (pcp_diloco_job_should_stop(job)) {
+      stopped = true;
+      pcp_workloads_compile_request_cancel(request);
     }
   }
-  if (!key_status && env_flags && env_flags[0]) {
-    key_status = pcp_string_builder_append_f(
-        &key_builder, "|" PCP_COMPILE_FLAGS_ENV "=%s", env_flags);
+  if (!status) {
+    status = pcp_workloads_compile_request_wait(request);
   }
-  if (key_status) {
-    pcp_string_builder_deinitialize(&key_builder);
-    return key_status;
-  }
-  pcp_sha256_t digest;
-  pcp_sha256_compute(key_builder.data, key_builder.size, &digest);
-  pcp_string_builder_deinitialize(&key_builder);
-  char hex[PCP_SHA256_HEX_LENGTH + 1];
-  pcp_sha256_to_hex(&digest, hex);
-  char artifacts[1100];
-  snprintf(artifacts, sizeof(artifacts), "%s/artifacts", o->state_dir);
-  PCP_RETURN_IF_ERROR_BARE(pcp_file_make_directories(artifacts));
-  char vmfb[1300];
-  snprintf(vmfb, sizeof(vmfb), "%s/diloco-%.32s.vmfb", artifacts, hex);
-  if (!pcp_file_exists(vmfb)) {
-    char log_path[1300];
-    snprintf(log_path, sizeof(log_path), "%s/compile-%.12s.log", job->dir, hex);
-    char* argv[24 + PCP_COMPILE_MAX_EXTRA_FLAGS];
-    int argc = 0;
-    argv[argc++] = (char*)o->pcp_path;
-    argv[argc++] = "compile";
-    if (kind) {
-      argv[argc++] = "--program";
-      argv[argc++] = (char*)kind;
-      argv[argc++] = "--inner-steps";
-      argv[argc++] = steps;
-      argv[argc++] = "--delta-dtype";
-      argv[argc++] = (char*)delta;
-      if (job->accumulation > 1) {
-        argv[argc++] = "--accumulate";
-        argv[argc++] = accumulate;
-      }
-      if (keep_round) {
-        argv[argc++] = "--inner-state";
-        argv[argc++] = "keep";
-      }
-    }
-    argv[argc++] = "--backend";
-    argv[argc++] = (char*)backend;
-    if (target[0]) {
-      argv[argc++] = "--target";
-      argv[argc++] = (char*)target;
-    }
-    for (size_t i = 0; i < flag_count; ++i) {
-      argv[argc++] = flag_args[i];
-    }
-    argv[argc++] = "--cache-dir";
-    argv[argc++] = artifacts;
-    argv[argc++] = "-o";
-    argv[argc++] = vmfb;
-    argv[argc++] = (char*)mlir_path;
-    argv[argc] = NULL;
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      return pcp_status_from_errno(errno, "open %s", log_path);
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fd, STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, fd, STDERR_FILENO);
-    pid_t pid = 0;
-    PCP_LOG(PCP_LOG_INFO, &job->log,
-            "compiling program=%s inner_steps=%s backend=%s target=%s",
-            kind ? kind : "module", steps, backend,
-            target[0] ? target : "default");
-    int64_t start = pcp_clock_now_ns(o->clock);
-    int rc = posix_spawn(&pid, o->pcp_path, &actions, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    close(fd);
-    if (rc != 0) {
-      return pcp_status_from_errno(rc, "starting %s compile", o->pcp_path);
-    }
-    // Polled, so a cancel (or a stopping gateway) does not wait for a
-    // compile that may take minutes: the child is killed.
-    int wait_status = 0;
-    for (;;) {
-      pid_t done = waitpid(pid, &wait_status, WNOHANG);
-      if (done == pid || (done < 0 && errno != EINTR)) {
-        break;
-      }
-      if (done == 0 && pcp_diloco_job_should_stop(job)) {
-        kill(pid, SIGKILL);
-        while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
-        }
-        return pcp_make_status(PCP_STATUS_CANCELLED,
-                               "training stopped while compiling");
-      }
-      pcp_sleep_ms(WAIT_SLICE_MS);
-    }
-    if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
-      return pcp_make_status(
-          WIFEXITED(wait_status) ? PCP_STATUS_INVALID_ARGUMENT
-                                 : PCP_STATUS_INTERNAL,
-          "pcp compile --program %s for %s/%s failed (%s %d); see %s",
-          kind ? kind : "-", backend, target,
-          WIFEXITED(wait_status) ? "exit" : "signal",
-          WIFEXITED(wait_status) ? WEXITSTATUS(wait_status)
-                                 : WTERMSIG(wait_status),
-          log_path);
-    }
-    PCP_LOG(PCP_LOG_INFO, &job->log, "program compiled seconds=%.1f",
-            (double)(pcp_clock_now_ns(o->clock) - start) / 1e9);
+  if (stopped && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
+    pcp_status_ignore(status);
+    status = pcp_make_status(PCP_STATUS_CANCELLED,
+                             "training stopped while compiling");
   }
   void* bytes = NULL;
   size_t length = 0;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_file_read_all(vmfb, (size_t)1 << 30, &bytes, &length));
-  pcp_status_t status = pcp_fabric_program_register(o->fabric, bytes, length,
-                                                    backend, target, out_hash);
+  if (!status) {
+    status = pcp_file_read_all(pcp_workloads_compile_request_vmfb_path(request),
+                               (size_t)1 << 30, &bytes, &length);
+  }
+  pcp_workloads_compile_request_release(request);
+  pcp_workloads_compile_queue_destroy(own);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  status = pcp_fabric_program_register(o->fabric, bytes, length, backend,
+                                       target, out_hash);
   free(bytes);
   return status;
 }

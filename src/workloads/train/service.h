@@ -52,6 +52,7 @@
 #include "models/models.h"
 #include "obs/obs.h"
 #include "store/store.h"
+#include "workloads/runtime/compile_queue.h"
 #include "workloads/train/diloco.h"
 
 #ifdef __cplusplus
@@ -195,6 +196,9 @@ typedef struct pcp_diloco_job_options_t {
   const char* state_dir;
   // The `pcp` binary that compiles programs in a child ("/proc/self/exe").
   const char* pcp_path;
+  // The compile queue the job's programs go through (borrowed; thread-safe);
+  // NULL: a queue of one slot per compile over <state_dir>/artifacts.
+  pcp_workloads_compile_queue_t* compile_queue;
   const pcp_diloco_metrics_t* metrics;  // optional
   pcp_clock_t clock;
   pcp_log_context_t log;
