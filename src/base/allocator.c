@@ -201,4 +201,6 @@ pcp_status_t pcp_allocator_strdup(pcp_allocator_t allocator, const char* text,
   return pcp_ok_status();
 }
 
-void pcp_libc_free(void* ptr) { free(ptr); }
+void pcp_libc_free(void* ptr) {
+  free(ptr);
+}

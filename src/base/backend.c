@@ -45,9 +45,15 @@ const pcp_backend_kind_info_t* pcp_backend_kind_info(pcp_backend_kind_t kind) {
 }
 
 const char* pcp_backend_kind_name(pcp_backend_kind_t kind) {
-  if ((unsigned)kind < PCP_BACKEND_KIND_COUNT_) return kBackends[kind].name;
-  if (kind == PCP_BACKEND_KIND_ANY) return "any";
-  if (kind == PCP_BACKEND_KIND_AUTO) return "auto";
+  if ((unsigned)kind < PCP_BACKEND_KIND_COUNT_) {
+    return kBackends[kind].name;
+  }
+  if (kind == PCP_BACKEND_KIND_ANY) {
+    return "any";
+  }
+  if (kind == PCP_BACKEND_KIND_AUTO) {
+    return "auto";
+  }
   return "unknown";
 }
 
@@ -80,22 +86,28 @@ bool pcp_backend_kind_parse(pcp_string_view_t name,
   return false;
 }
 
-void pcp_backend_kind_list_format(pcp_backend_parse_flags_t flags,
-                                  char* buffer, size_t capacity) {
-  if (capacity == 0) return;
+void pcp_backend_kind_list_format(pcp_backend_parse_flags_t flags, char* buffer,
+                                  size_t capacity) {
+  if (capacity == 0) {
+    return;
+  }
   buffer[0] = 0;
   size_t at = 0;
   const char* names[PCP_BACKEND_KIND_COUNT_ + 2];
   size_t count = 0;
-  if (flags & PCP_BACKEND_PARSE_FLAG_ANY) names[count++] = "any";
-  if (flags & PCP_BACKEND_PARSE_FLAG_AUTO) names[count++] = "auto";
+  if (flags & PCP_BACKEND_PARSE_FLAG_ANY)
+    names[count++] = "any";
+  if (flags & PCP_BACKEND_PARSE_FLAG_AUTO)
+    names[count++] = "auto";
   for (int i = 0; i < PCP_BACKEND_KIND_COUNT_; ++i) {
     names[count++] = kBackends[i].name;
   }
   for (size_t i = 0; i < count && at < capacity; ++i) {
     const char* separator = i == 0 ? "" : (i + 1 == count ? " or " : ", ");
     int n = snprintf(buffer + at, capacity - at, "%s%s", separator, names[i]);
-    if (n < 0) break;
+    if (n < 0) {
+      break;
+    }
     at += (size_t)n;
   }
 }
@@ -110,8 +122,8 @@ pcp_status_t pcp_backend_kind_parse_or_status(const char* name,
   char expected[96];
   pcp_backend_kind_list_format(flags, expected, sizeof(expected));
   return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                         "unknown backend '%s' (expected %s)",
-                         name ? name : "", expected);
+                         "unknown backend '%s' (expected %s)", name ? name : "",
+                         expected);
 }
 
 const char* pcp_backend_iree_driver_for_name(pcp_string_view_t name) {

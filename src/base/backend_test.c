@@ -32,8 +32,7 @@ static void names_round_trip_in_canonical_order(void** state) {
   }
   assert_string_equal(pcp_backend_kind_name(PCP_BACKEND_KIND_ANY), "any");
   assert_string_equal(pcp_backend_kind_name(PCP_BACKEND_KIND_AUTO), "auto");
-  assert_string_equal(pcp_backend_kind_name((pcp_backend_kind_t)42),
-                      "unknown");
+  assert_string_equal(pcp_backend_kind_name((pcp_backend_kind_t)42), "unknown");
   assert_null(pcp_backend_kind_info(PCP_BACKEND_KIND_ANY));
 }
 
@@ -68,9 +67,8 @@ static void aliases_and_pseudo_kinds_need_their_flag(void** state) {
 static void parse_error_lists_the_table(void** state) {
   (void)state;
   pcp_backend_kind_t kind;
-  pcp_status_t status =
-      pcp_backend_kind_parse_or_status("tpu", PCP_BACKEND_PARSE_FLAG_NONE,
-                                       &kind);
+  pcp_status_t status = pcp_backend_kind_parse_or_status(
+      "tpu", PCP_BACKEND_PARSE_FLAG_NONE, &kind);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   char text[256];
   pcp_status_format(status, text, sizeof(text));
@@ -107,14 +105,18 @@ static void rows_hold_the_iree_names(void** state) {
   struct {
     const char* name;
     const char* driver;
-  } kDrivers[] = {{"cpu", "local-task"}, {"local-task", "local-task"},
-                  {"local-sync", "local-sync"}, {"cuda", "cuda"},
-                  {"rocm", "hip"},        {"hip", "hip"},
-                  {"vulkan", "vulkan"},   {"metal", "metal"}};
+  } kDrivers[] = {{"cpu", "local-task"},
+                  {"local-task", "local-task"},
+                  {"local-sync", "local-sync"},
+                  {"cuda", "cuda"},
+                  {"rocm", "hip"},
+                  {"hip", "hip"},
+                  {"vulkan", "vulkan"},
+                  {"metal", "metal"}};
   for (size_t i = 0; i < PCP_ARRAYSIZE(kDrivers); ++i) {
-    assert_string_equal(
-        pcp_backend_iree_driver_for_name(pcp_make_cstring_view(kDrivers[i].name)),
-        kDrivers[i].driver);
+    assert_string_equal(pcp_backend_iree_driver_for_name(
+                            pcp_make_cstring_view(kDrivers[i].name)),
+                        kDrivers[i].driver);
   }
   assert_null(pcp_backend_iree_driver_for_name(pcp_make_cstring_view("tpu")));
   assert_null(pcp_backend_iree_driver_for_name(pcp_make_cstring_view("any")));

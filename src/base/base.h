@@ -544,10 +544,10 @@ enum pcp_backend_parse_flag_bits_e {
 // One row of the table. Static storage; borrowed forever. Thread-safe.
 typedef struct pcp_backend_kind_info_t {
   pcp_backend_kind_t kind;
-  const char* name;              // canonical: "cpu", "cuda", "rocm", ...
-  const char* iree_driver;       // runtime HAL driver: "local-task", "hip"...
+  const char* name;                // canonical: "cpu", "cuda", "rocm", ...
+  const char* iree_driver;         // runtime HAL driver: "local-task", "hip"...
   const char* iree_target_device;  // --iree-hal-target-device: "local", ...
-  const char* default_target;    // "host", "sm_80", "gfx942", "", "macos"
+  const char* default_target;      // "host", "sm_80", "gfx942", "", "macos"
   // Environment variables that restrict the visible devices, in the order
   // the vendor runtime reads them (the first one set wins); NULL-terminated.
   const char* const* visible_devices_env;
@@ -576,8 +576,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_backend_kind_parse_or_status(
 // Writes the canonical names in table order into |buffer| as "cpu, cuda,
 // rocm, vulkan or metal" (preceded by "any, " / "auto, " when |flags| allow
 // them). Truncates to |capacity|; always NUL-terminated.
-void pcp_backend_kind_list_format(pcp_backend_parse_flags_t flags,
-                                  char* buffer, size_t capacity);
+void pcp_backend_kind_list_format(pcp_backend_parse_flags_t flags, char* buffer,
+                                  size_t capacity);
 
 // The IREE HAL driver that a canonical or driver name selects: "cpu" and
 // "local-task" -> "local-task", "local-sync" -> "local-sync", "rocm" and

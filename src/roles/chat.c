@@ -1130,8 +1130,8 @@ int pcp_roles_chat_cli_main(int argc, char** argv) {
   chat.tty_out = isatty(STDOUT_FILENO) != 0;
   if (options.model) {
     // As before, a failed copy leaves no model (the gateway's first is used).
-    pcp_status_ignore(
-        pcp_allocator_strdup(pcp_allocator_system(), options.model, &chat.model));
+    pcp_status_ignore(pcp_allocator_strdup(pcp_allocator_system(),
+                                           options.model, &chat.model));
   }
   chat.messages = json_array();
   if (options.system) {

@@ -34,7 +34,9 @@ const char* pcp_roles_backend_name(int32_t backend_index) {
         PCP_BACKEND_PARSE_FLAG_AUTO, &kind);
     PCP_ASSERT(known);
   }
-  if (kind == PCP_BACKEND_KIND_AUTO) kind = pcp_backend_kind_host();
+  if (kind == PCP_BACKEND_KIND_AUTO) {
+    kind = pcp_backend_kind_host();
+  }
   return pcp_backend_kind_name(kind);
 }
 

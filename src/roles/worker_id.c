@@ -63,7 +63,8 @@ static const char* visible_devices_env(const char* backend,
                               PCP_BACKEND_PARSE_FLAG_NONE, &kind)) {
     return NULL;
   }
-  for (const char* const* name = pcp_backend_kind_info(kind)->visible_devices_env;
+  for (const char* const* name =
+           pcp_backend_kind_info(kind)->visible_devices_env;
        *name; ++name) {
     const char* value = getenv_fn(user_data, *name);
     if (value) {

@@ -26,9 +26,11 @@ static_assert((int)PCP_SCHED_BACKEND_COUNT_ == (int)PCP_BACKEND_KIND_COUNT_ &&
                   PCP_SCHED_BACKEND_VULKAN == (int)PCP_BACKEND_KIND_VULKAN &&
                   PCP_SCHED_BACKEND_METAL == (int)PCP_BACKEND_KIND_METAL,
               "sched backends are base's backend kinds");
-static_assert((int)PCP_SCHED_WORKER_CLASS_COUNT_ == PCP_BACKEND_KIND_COUNT_ + 1 &&
+static_assert((int)PCP_SCHED_WORKER_CLASS_COUNT_ ==
+                      PCP_BACKEND_KIND_COUNT_ + 1 &&
                   (int)PCP_SCHED_WORKER_CLASS_CPU == PCP_BACKEND_KIND_CPU + 1 &&
-                  (int)PCP_SCHED_WORKER_CLASS_METAL == PCP_BACKEND_KIND_METAL + 1,
+                  (int)PCP_SCHED_WORKER_CLASS_METAL ==
+                      PCP_BACKEND_KIND_METAL + 1,
               "a worker class is a backend kind + 1");
 static const char* const kStateNames[PCP_SCHED_WORKER_STATE_COUNT_] = {
     "joining", "ready", "busy", "draining", "lost"};
@@ -49,7 +51,9 @@ const char* pcp_sched_backend_name(pcp_sched_backend_t backend) {
              : "unknown";
 }
 const char* pcp_sched_worker_class_name(pcp_sched_worker_class_t c) {
-  if (c == PCP_SCHED_WORKER_CLASS_ANY) return "any";
+  if (c == PCP_SCHED_WORKER_CLASS_ANY) {
+    return pcp_backend_kind_name(PCP_BACKEND_KIND_ANY);
+  }
   return (unsigned)c < PCP_SCHED_WORKER_CLASS_COUNT_
              ? pcp_backend_kind_name((pcp_backend_kind_t)(c - 1))
              : "unknown";

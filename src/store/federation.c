@@ -531,8 +531,7 @@ pcp_status_t pcp_store_federation_policy_list(pcp_store_t* store,
     pcp_store_text_column(stmt, 0, namespace_id, sizeof(namespace_id));
     json_t* policy = NULL;
     status = pcp_store_json_column(stmt, 1, &policy);
-    if (!status &&
-        json_object_set_new(policies, namespace_id, policy) != 0) {
+    if (!status && json_object_set_new(policies, namespace_id, policy) != 0) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "policy list");
     }
   }

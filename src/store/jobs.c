@@ -635,8 +635,7 @@ pcp_status_t pcp_store_job_event_list(pcp_store_t* store,
       status = state_column(stmt, 3, &event->from_state);
       event->has_from_state = true;
     }
-    if (!status &&
-        sqlite3_column_type(stmt, 4) != SQLITE_NULL) {
+    if (!status && sqlite3_column_type(stmt, 4) != SQLITE_NULL) {
       status = state_column(stmt, 4, &event->to_state);
       event->has_states = true;
     }

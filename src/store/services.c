@@ -315,8 +315,7 @@ pcp_status_t pcp_store_service_expired_sweep(
     if (!status) {
       status = service_rows(store, stmt, out_expired);
     }
-    for (size_t i = 0; !status && i < out_expired->count;
-         ++i) {
+    for (size_t i = 0; !status && i < out_expired->count; ++i) {
       status = service_delete_locked(store, out_expired->items[i].executor_id);
     }
     status = pcp_store_tx_finish(store, status);

@@ -626,9 +626,9 @@ static pcp_status_t connect_post(void* user_data,
         hub->store, parsed->request.gateway_id, body, connected_at, wall);
     status = pcp_status_annotate_f(status, "persisting the registration");
   }
-  const char* outcome = status ? "rejected"
-                        : recovered               ? "recovered"
-                                                  : "accepted";
+  const char* outcome = status      ? "rejected"
+                        : recovered ? "recovered"
+                                    : "accepted";
   const char* labels[] = {outcome};
   pcp_obs_family_add(hub->families[PCP_ROLES_HUB_METRIC_CONNECTS], labels, 1);
   if (!status && recovered) {

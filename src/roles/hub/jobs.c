@@ -354,8 +354,7 @@ static pcp_status_t submit(pcp_roles_hub_t* hub, const char* kind,
                                       text, strlen(text), &call);
   pcp_libc_free(text);  // json_dumps
   const char* child_id = NULL;
-  if (!status && call.http_status >= 200 &&
-      call.http_status < 300) {
+  if (!status && call.http_status >= 200 && call.http_status < 300) {
     const json_t* id = json_object_get(call.body, "job_id");
     child_id = json_is_string(id) ? json_string_value(id) : NULL;
     if (!child_job_id_ok(child_id)) {

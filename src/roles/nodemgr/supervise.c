@@ -169,9 +169,9 @@ static int run(void* opaque) {
   pcp_string_builder_t builder;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
   if (!status) {
-    status = pcp_allocator_calloc(pcp_allocator_system(),
-                                  (size_t)(argc + 6) * sizeof(char*),
-                                  (void**)&args);
+    status =
+        pcp_allocator_calloc(pcp_allocator_system(),
+                             (size_t)(argc + 6) * sizeof(char*), (void**)&args);
   }
   if (!status && args) {
     args[0] = exe;

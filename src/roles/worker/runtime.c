@@ -1086,9 +1086,9 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
   }
   if (!status) {
     size_t count = result_count ? result_count : 1;
-    status = pcp_allocator_calloc(job->allocator,
-                                  count * sizeof(pcp_host_tensor_t),
-                                  (void**)&job->outputs);
+    status =
+        pcp_allocator_calloc(job->allocator, count * sizeof(pcp_host_tensor_t),
+                             (void**)&job->outputs);
     if (!status) {
       status = pcp_allocator_calloc(job->allocator,
                                     count * sizeof(pcp_proto_tensor_ref_t),

@@ -181,8 +181,8 @@ pcp_status_t pcp_roles_connect_parse(const char* value, char** inout_host,
   }
   // Config strings live in the system allocator (src/config).
   char* copy = NULL;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_allocator_malloc(pcp_allocator_system(), host_length + 1, (void**)&copy));
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
+      pcp_allocator_system(), host_length + 1, (void**)&copy));
   memcpy(copy, host, host_length);
   copy[host_length] = 0;
   pcp_allocator_free(pcp_allocator_system(), *inout_host);
