@@ -57,6 +57,8 @@ image-test: image
 
 lint:
 	@tools/lint/check_includes.py
+	@tools/lint/status_idiom.py
+	@tools/lint/no_raw_malloc.py
 
 clean:
 	rm -rf build build-debug build-asan
