@@ -59,6 +59,8 @@ image-test: image
 lint:
 	@tools/lint/check_includes.py
 	@tools/lint/check_format.py
+	@tools/lint/status_idiom.py
+	@tools/lint/no_raw_malloc.py
 
 # Rewrites every C file clang-format 14 would change (.clang-format); the
 # ctest lint_format fails until this has run.

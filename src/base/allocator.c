@@ -189,3 +189,18 @@ void pcp_allocator_failing_initialize(pcp_allocator_t base,
 pcp_allocator_t pcp_allocator_failing(pcp_allocator_failing_t* failing) {
   return (pcp_allocator_t){.self = failing, .ctl = failing_ctl};
 }
+
+pcp_status_t pcp_allocator_strdup(pcp_allocator_t allocator, const char* text,
+                                  char** out_text) {
+  *out_text = NULL;
+  size_t length = strlen(text);
+  void* copy = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(allocator, length + 1, &copy));
+  memcpy(copy, text, length + 1);
+  *out_text = copy;
+  return pcp_ok_status();
+}
+
+void pcp_libc_free(void* ptr) {
+  free(ptr);
+}

@@ -270,6 +270,17 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_allocator_calloc(pcp_allocator_t allocator,
 PCP_MUST_USE_RESULT pcp_status_t pcp_allocator_realloc(
     pcp_allocator_t allocator, size_t byte_length, void** inout_ptr);
 void pcp_allocator_free(pcp_allocator_t allocator, void* ptr);
+// Frees memory that a C library returned from its own malloc (jansson's
+// json_dumps, getline, realpath), named so that the raw-malloc lint
+// (tools/lint/no_raw_malloc.py) can tell it from PCP's own allocations. Never
+// for memory from a pcp_allocator_t.
+void pcp_libc_free(void* ptr);
+
+// Copies the NUL-terminated |text| into memory from |allocator|; the caller
+// frees it with pcp_allocator_free. RESOURCE_EXHAUSTED when that fails.
+PCP_MUST_USE_RESULT pcp_status_t pcp_allocator_strdup(pcp_allocator_t allocator,
+                                                      const char* text,
+                                                      char** out_text);
 
 // Counts live and peak bytes of everything allocated through it (Redis
 // zmalloc accounting). Embed it; wrap any base allocator. Thread-safe.
@@ -498,6 +509,89 @@ float pcp_bf16_to_f32(uint16_t value);
 
 // Maximum tensor rank accepted anywhere (inputs, files, frames).
 #define PCP_MAX_TENSOR_RANK 16
+
+//===----------------------------------------------------------------------===//
+// Backends: the one table of device kinds
+//===----------------------------------------------------------------------===//
+
+// The device kinds PCP compiles for and runs on, in the one canonical order
+// (the scheduler's and the compiler's enums are these numbers). The names
+// travel in configs, JSON, metrics labels and on the wire; every module that
+// reads or writes one goes through this table (src/base/backend.c), so an
+// alias or a new kind is added in one place. Modules whose own enums predate
+// this order (topology's worker classes, the worker's --backend list, whose
+// order `--help` shows) map through the names, never through the numbers.
+typedef enum pcp_backend_kind_e {
+  PCP_BACKEND_KIND_CPU = 0,
+  PCP_BACKEND_KIND_CUDA = 1,
+  PCP_BACKEND_KIND_ROCM = 2,
+  PCP_BACKEND_KIND_VULKAN = 3,
+  PCP_BACKEND_KIND_METAL = 4,
+  PCP_BACKEND_KIND_COUNT_ = 5,
+  // Pseudo kinds, accepted only where the parse flags allow them.
+  PCP_BACKEND_KIND_ANY = 6,   // "any": a placement that matches every kind
+  PCP_BACKEND_KIND_AUTO = 7,  // "auto": detect at start (the host default)
+} pcp_backend_kind_t;
+
+// What a parse accepts beyond the five canonical names.
+typedef uint32_t pcp_backend_parse_flags_t;
+enum pcp_backend_parse_flag_bits_e {
+  PCP_BACKEND_PARSE_FLAG_NONE = 0u,
+  PCP_BACKEND_PARSE_FLAG_ANY = 1u << 0,   // "any" -> PCP_BACKEND_KIND_ANY
+  PCP_BACKEND_PARSE_FLAG_AUTO = 1u << 1,  // "auto" -> PCP_BACKEND_KIND_AUTO
+  // Vendor API names: "hip" -> rocm (ROCm's runtime is HIP; IREE's driver is
+  // named after it, so users write either).
+  PCP_BACKEND_PARSE_FLAG_ALIASES = 1u << 2,
+  // IREE HAL driver names: "local-task" and "local-sync" -> cpu, "hip" ->
+  // rocm (`pcp run --device`).
+  PCP_BACKEND_PARSE_FLAG_DRIVERS = 1u << 3,
+};
+
+// One row of the table. Static storage; borrowed forever. Thread-safe.
+typedef struct pcp_backend_kind_info_t {
+  pcp_backend_kind_t kind;
+  const char* name;                // canonical: "cpu", "cuda", "rocm", ...
+  const char* iree_driver;         // runtime HAL driver: "local-task", "hip"...
+  const char* iree_target_device;  // --iree-hal-target-device: "local", ...
+  const char* default_target;      // "host", "sm_80", "gfx942", "", "macos"
+  // Environment variables that restrict the visible devices, in the order
+  // the vendor runtime reads them (the first one set wins); NULL-terminated.
+  const char* const* visible_devices_env;
+} pcp_backend_kind_info_t;
+
+// The row of a concrete |kind|; NULL for pseudo kinds and out of range.
+const pcp_backend_kind_info_t* pcp_backend_kind_info(pcp_backend_kind_t kind);
+
+// Canonical name of |kind| ("any" and "auto" for the pseudo kinds); "unknown"
+// out of range. Static string. Thread-safe.
+const char* pcp_backend_kind_name(pcp_backend_kind_t kind);
+
+// Parses |name| (exact, case-sensitive) into |out_kind|, accepting what
+// |flags| allows. False if the name is not accepted; |out_kind| unchanged.
+bool pcp_backend_kind_parse(pcp_string_view_t name,
+                            pcp_backend_parse_flags_t flags,
+                            pcp_backend_kind_t* out_kind);
+
+// As pcp_backend_kind_parse, with an INVALID_ARGUMENT status on failure:
+// "unknown backend 'x' (expected cpu, cuda, rocm, vulkan or metal)", the
+// list written from the table (pcp_backend_kind_list_format).
+PCP_MUST_USE_RESULT pcp_status_t pcp_backend_kind_parse_or_status(
+    const char* name, pcp_backend_parse_flags_t flags,
+    pcp_backend_kind_t* out_kind);
+
+// Writes the canonical names in table order into |buffer| as "cpu, cuda,
+// rocm, vulkan or metal" (preceded by "any, " / "auto, " when |flags| allow
+// them). Truncates to |capacity|; always NUL-terminated.
+void pcp_backend_kind_list_format(pcp_backend_parse_flags_t flags, char* buffer,
+                                  size_t capacity);
+
+// The IREE HAL driver that a canonical or driver name selects: "cpu" and
+// "local-task" -> "local-task", "local-sync" -> "local-sync", "rocm" and
+// "hip" -> "hip", the others their own name. NULL if |name| is neither.
+const char* pcp_backend_iree_driver_for_name(pcp_string_view_t name);
+
+// The kind "auto" resolves to on this machine: metal on Apple, else cpu.
+pcp_backend_kind_t pcp_backend_kind_host(void);
 
 //===----------------------------------------------------------------------===//
 // The project's Python environment

@@ -23,41 +23,33 @@ extern char** environ;
 // Backends and the flag table
 //===----------------------------------------------------------------------===//
 
-static const char* const kBackendNames[PCP_COMPILE_BACKEND_COUNT_] = {
-    "cpu", "cuda", "rocm", "vulkan", "metal"};
+// Names, parse and default targets come from the one backend table in base
+// (base.h "Backends"); the compiler's backend numbers are base's kinds.
+static_assert((int)PCP_COMPILE_BACKEND_COUNT_ == (int)PCP_BACKEND_KIND_COUNT_ &&
+                  PCP_COMPILE_BACKEND_CUDA == (int)PCP_BACKEND_KIND_CUDA &&
+                  PCP_COMPILE_BACKEND_ROCM == (int)PCP_BACKEND_KIND_ROCM &&
+                  PCP_COMPILE_BACKEND_VULKAN == (int)PCP_BACKEND_KIND_VULKAN &&
+                  PCP_COMPILE_BACKEND_METAL == (int)PCP_BACKEND_KIND_METAL,
+              "compile backends are base's backend kinds");
 
 const char* pcp_compile_backend_name(pcp_compile_backend_t backend) {
   if ((unsigned)backend >= PCP_COMPILE_BACKEND_COUNT_) return "unknown";
-  return kBackendNames[backend];
+  return pcp_backend_kind_name((pcp_backend_kind_t)backend);
 }
 
 pcp_status_t pcp_compile_backend_parse(const char* name,
                                        pcp_compile_backend_t* out_backend) {
-  for (int i = 0; i < PCP_COMPILE_BACKEND_COUNT_; ++i) {
-    if (name && strcmp(name, kBackendNames[i]) == 0) {
-      *out_backend = (pcp_compile_backend_t)i;
-      return pcp_ok_status();
-    }
-  }
-  return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                         "unknown backend '%s' (expected cpu, cuda, rocm, "
-                         "vulkan or metal)",
-                         name ? name : "");
+  pcp_backend_kind_t kind;
+  PCP_RETURN_IF_ERROR_BARE(pcp_backend_kind_parse_or_status(
+      name, PCP_BACKEND_PARSE_FLAG_NONE, &kind));
+  *out_backend = (pcp_compile_backend_t)kind;
+  return pcp_ok_status();
 }
 
 const char* pcp_compile_backend_default_target(pcp_compile_backend_t backend) {
-  switch (backend) {
-    case PCP_COMPILE_BACKEND_CPU:
-      return "host";
-    case PCP_COMPILE_BACKEND_CUDA:
-      return "sm_80";
-    case PCP_COMPILE_BACKEND_ROCM:
-      return "gfx942";
-    case PCP_COMPILE_BACKEND_METAL:
-      return "macos";
-    default:
-      return "";
-  }
+  const pcp_backend_kind_info_t* info =
+      pcp_backend_kind_info((pcp_backend_kind_t)backend);
+  return info ? info->default_target : "";
 }
 
 // CUDA targets IREE 3.13's known-target table accepts (checked by
@@ -301,9 +293,12 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
   const char* effective =
       target[0] ? target : pcp_compile_backend_default_target(backend);
   char known[512];
+  // The device flag's value is the table's (rocm compiles for IREE's "hip").
+  const char* device =
+      pcp_backend_kind_info((pcp_backend_kind_t)backend)->iree_target_device;
   switch (backend) {
     case PCP_COMPILE_BACKEND_CPU:
-      add_flag(out_flags, "--iree-hal-target-device", "local");
+      add_flag(out_flags, "--iree-hal-target-device", device);
       add_flag(out_flags, "--iree-hal-local-target-device-backends", "llvm-cpu");
       add_flag(out_flags, "--iree-llvmcpu-target-cpu", effective);
       // Raised from IREE's 32 KiB (docs/decisions.md).
@@ -326,7 +321,7 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
                                "sm_90a and sm_100 compile as sm_80 PTX)",
                                effective, known);
       }
-      add_flag(out_flags, "--iree-hal-target-device", "cuda");
+      add_flag(out_flags, "--iree-hal-target-device", device);
       add_flag(out_flags, "--iree-cuda-target", effective);
       break;
     case PCP_COMPILE_BACKEND_ROCM:
@@ -336,12 +331,12 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
                                "unknown rocm target '%s' (known: %s)", effective,
                                known);
       }
-      add_flag(out_flags, "--iree-hal-target-device", "hip");
+      add_flag(out_flags, "--iree-hal-target-device", device);
       // Renamed from --iree-hip-target, whose alias IREE 3.12 removed.
       add_flag(out_flags, "--iree-rocm-target", effective);
       break;
     case PCP_COMPILE_BACKEND_VULKAN:
-      add_flag(out_flags, "--iree-hal-target-device", "vulkan");
+      add_flag(out_flags, "--iree-hal-target-device", device);
       if (effective[0]) {
         add_flag(out_flags, "--iree-vulkan-target", effective);
       } else {
@@ -359,7 +354,7 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
                                "ios-simulator)",
                                effective);
       }
-      add_flag(out_flags, "--iree-hal-target-device", "metal");
+      add_flag(out_flags, "--iree-hal-target-device", device);
       add_flag(out_flags, "--iree-metal-target-platform", effective);
       // Off Apple machines there is no xcrun: embed MSL source instead of a
       // metallib (the Metal driver compiles it at load).

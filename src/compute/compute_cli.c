@@ -83,12 +83,14 @@ static pcp_status_t parse_device(const char* text, char* driver, size_t capacity
 // Which compiler backend serves a runtime driver (for `pcp run x.mlir`).
 static pcp_status_t backend_for_driver(const char* driver,
                                        pcp_compile_backend_t* out_backend) {
-  if (!strcmp(driver, "cpu") || !strcmp(driver, "local-task") ||
-      !strcmp(driver, "local-sync")) {
-    *out_backend = PCP_COMPILE_BACKEND_CPU;
+  // Driver names ("local-task", "local-sync", "hip") resolve through the
+  // backend table; anything else gets the compiler's own error message.
+  pcp_backend_kind_t kind;
+  if (pcp_backend_kind_parse(pcp_make_cstring_view(driver),
+                             PCP_BACKEND_PARSE_FLAG_DRIVERS, &kind)) {
+    *out_backend = (pcp_compile_backend_t)kind;
     return pcp_ok_status();
   }
-  if (!strcmp(driver, "hip")) driver = "rocm";
   return pcp_compile_backend_parse(driver, out_backend);
 }
 

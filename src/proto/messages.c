@@ -646,7 +646,7 @@ pcp_status_t pcp_proto_error_encode(uint16_t version, uint64_t request_id,
                                     const pcp_proto_limits_t* limits,
                                     pcp_allocator_t allocator,
                                     pcp_proto_encoded_frame_t* out_frame) {
-  if (pcp_status_is_ok(peer_status)) {
+  if (!peer_status) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "ERROR frame needs a failed status");
   }

@@ -752,7 +752,7 @@ static pcp_status_t chat_ask(chat_t* chat) {
   turn_t turn;
   turn_initialize(chat, !chat->options->no_stream, &turn);
   status = turn_run(&turn, body);
-  free(body);
+  pcp_libc_free(body);  // json_dumps
   // The reply ends its line, whatever happened, so a message that follows
   // starts on a line of its own.
   if (turn.reply.size > 0 || !status) {
@@ -824,10 +824,7 @@ static pcp_status_t model_resolve(chat_t* chat) {
             ? "GET /v1/models lists no model; name one with --model"
             : "GET /v1/models: malformed answer (no data[0].id)");
   } else {
-    chat->model = strdup(id);
-    if (!chat->model) {
-      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-    }
+    status = pcp_allocator_strdup(pcp_allocator_system(), id, &chat->model);
   }
   json_decref(list);
   return status;
@@ -919,8 +916,11 @@ static void status_print(pcp_status_t status) {
 
 static int chat_interactive(chat_t* chat) {
   bool tty_in = isatty(STDIN_FILENO) != 0;
-  line_reader_t* reader = calloc(1, sizeof(*reader));
-  if (!reader) {
+  line_reader_t* reader = NULL;
+  pcp_status_t alloc_status = pcp_allocator_calloc(
+      pcp_allocator_system(), sizeof(*reader), (void**)&reader);
+  if (alloc_status) {
+    pcp_status_ignore(alloc_status);
     fprintf(stderr, "pcp chat: out of memory\n");
     return CHAT_EXIT_FAILED;
   }
@@ -996,7 +996,7 @@ static int chat_interactive(chat_t* chat) {
     g_interrupted = 0;
   }
   pcp_string_builder_deinitialize(&line);
-  free(reader);
+  pcp_allocator_free(pcp_allocator_system(), reader);
   return exit_code;
 }
 
@@ -1129,7 +1129,9 @@ int pcp_roles_chat_cli_main(int argc, char** argv) {
   chat.base_url[url_length] = '\0';
   chat.tty_out = isatty(STDOUT_FILENO) != 0;
   if (options.model) {
-    chat.model = strdup(options.model);
+    // As before, a failed copy leaves no model (the gateway's first is used).
+    pcp_status_ignore(pcp_allocator_strdup(pcp_allocator_system(),
+                                           options.model, &chat.model));
   }
   chat.messages = json_array();
   if (options.system) {
@@ -1158,7 +1160,7 @@ int pcp_roles_chat_cli_main(int argc, char** argv) {
 done:
   pcp_http_client_release(chat.client);
   json_decref(chat.messages);
-  free(chat.model);
+  pcp_allocator_free(pcp_allocator_system(), chat.model);
   pcp_string_builder_deinitialize(&prompt);
   pcp_string_list_deinitialize(&positionals);
   pcp_config_deinitialize(&kTable, &options);

@@ -18,18 +18,26 @@
 // Names
 //===----------------------------------------------------------------------===//
 
+// The --backend choices in the order `--help` and the "allowed:" error show
+// them (pinned by roles_test and roles_cli_test, so not base's order). Each
+// is a name in base's backend table; the stored value is an index here.
 const char* const pcp_roles_backend_values[] = {
     "auto", "cpu", "cuda", "metal", "vulkan", "rocm", NULL};
 
 const char* pcp_roles_backend_name(int32_t backend_index) {
-  if (backend_index <= 0 || backend_index >= 6) {
-#if defined(__APPLE__)
-    return "metal";
-#else
-    return "cpu";
-#endif
+  pcp_backend_kind_t kind = PCP_BACKEND_KIND_AUTO;
+  if (backend_index > 0 &&
+      backend_index < (int32_t)PCP_ARRAYSIZE(pcp_roles_backend_values) - 1) {
+    // A value missing from base's table is a programming error.
+    bool known = pcp_backend_kind_parse(
+        pcp_make_cstring_view(pcp_roles_backend_values[backend_index]),
+        PCP_BACKEND_PARSE_FLAG_AUTO, &kind);
+    PCP_ASSERT(known);
   }
-  return pcp_roles_backend_values[backend_index];
+  if (kind == PCP_BACKEND_KIND_AUTO) {
+    kind = pcp_backend_kind_host();
+  }
+  return pcp_backend_kind_name(kind);
 }
 
 const char* pcp_roles_role_name(pcp_roles_role_t role) {
@@ -383,8 +391,14 @@ static void print_role_help(const pcp_roles_def_t* def) {
 
 static int run_role(const pcp_roles_def_t* def, int role_argc, char** role_argv,
                     int child_argc, char** child_argv) {
-  void* config = calloc(1, def->config_size);
-  if (!config) {
+  // The system allocator: this is the process's top, where a failure ends
+  // the command (the role's own allocations take theirs from its config).
+  pcp_allocator_t allocator = pcp_allocator_system();
+  void* config = NULL;
+  pcp_status_t alloc_status =
+      pcp_allocator_calloc(allocator, def->config_size, &config);
+  if (alloc_status) {
+    pcp_status_ignore(alloc_status);
     fprintf(stderr, "pcp %s: out of memory\n", def->flag);
     return 1;
   }
@@ -423,7 +437,7 @@ static int run_role(const pcp_roles_def_t* def, int role_argc, char** role_argv,
     def->cleanup(config);
   }
   pcp_config_deinitialize(def->table, config);
-  free(config);
+  pcp_allocator_free(allocator, config);
   return exit_code;
 }
 

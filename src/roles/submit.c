@@ -108,16 +108,18 @@ static pcp_status_t file_slurp(const char* path, char** out_text,
     return pcp_make_status(PCP_STATUS_NOT_FOUND, "cannot open %s", path);
   }
   // One byte over the cap tells "too large" from "exactly the cap".
-  char* text = malloc(SUBMIT_MAX_EXPERIMENT_BYTES + 2);
-  if (!text) {
+  char* text = NULL;
+  pcp_status_t status = pcp_allocator_malloc(
+      pcp_allocator_system(), SUBMIT_MAX_EXPERIMENT_BYTES + 2, (void**)&text);
+  if (status) {
     fclose(f);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+    return status;
   }
   size_t n = fread(text, 1, SUBMIT_MAX_EXPERIMENT_BYTES + 1, f);
   bool failed = ferror(f) != 0;
   fclose(f);
   if (failed || n > SUBMIT_MAX_EXPERIMENT_BYTES) {
-    free(text);
+    pcp_allocator_free(pcp_allocator_system(), text);
     return pcp_make_status(
         failed ? PCP_STATUS_DATA_LOSS : PCP_STATUS_RESOURCE_EXHAUSTED,
         failed ? "read error on %s" : "%s is over 1 MiB", path);
@@ -242,7 +244,7 @@ static int submit_train(const submit_options_t* options, const char* path) {
   status =
       pcp_http_client_create(&client_options, pcp_allocator_system(), &client);
   if (status) {
-    free(text);
+    pcp_allocator_free(pcp_allocator_system(), text);
     return report_error(status);
   }
   char url[2048];
@@ -251,7 +253,7 @@ static int submit_train(const submit_options_t* options, const char* path) {
   json_t* job = NULL;
   status = request_json(client, "POST", url, token, text, length, &http_status,
                         &job);
-  free(text);
+  pcp_allocator_free(pcp_allocator_system(), text);
   if (status) {
     pcp_http_client_release(client);
     return report_error(status);
@@ -279,7 +281,7 @@ static int submit_train(const submit_options_t* options, const char* path) {
       char* line = json_dumps(json_object_get(job, "training"), JSON_COMPACT);
       char key[2048];
       snprintf(key, sizeof(key), "%s %s", state ? state : "", line ? line : "");
-      free(line);
+      pcp_libc_free(line);  // json_dumps
       if (strcmp(key, last_line) != 0) {
         progress_print(job, tty);
         snprintf(last_line, sizeof(last_line), "%s", key);

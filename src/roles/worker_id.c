@@ -56,18 +56,19 @@ pcp_status_t pcp_roles_worker_id_append_sanitized(pcp_string_builder_t* builder,
 static const char* visible_devices_env(const char* backend,
                                        pcp_roles_getenv_fn_t getenv_fn,
                                        void* user_data) {
-  if (strcmp(backend, "cuda") == 0) {
-    return getenv_fn(user_data, "CUDA_VISIBLE_DEVICES");
+  // The variables and their order are the backend table's (base.h); the
+  // first one that is set wins, even when it is empty.
+  pcp_backend_kind_t kind;
+  if (!pcp_backend_kind_parse(pcp_make_cstring_view(backend),
+                              PCP_BACKEND_PARSE_FLAG_NONE, &kind)) {
+    return NULL;
   }
-  if (strcmp(backend, "rocm") == 0) {
-    // The first variable that is set wins, even when it is empty.
-    static const char* const kRocm[] = {
-        "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"};
-    for (size_t i = 0; i < PCP_ARRAYSIZE(kRocm); ++i) {
-      const char* value = getenv_fn(user_data, kRocm[i]);
-      if (value) {
-        return value;
-      }
+  for (const char* const* name =
+           pcp_backend_kind_info(kind)->visible_devices_env;
+       *name; ++name) {
+    const char* value = getenv_fn(user_data, *name);
+    if (value) {
+      return value;
     }
   }
   return NULL;

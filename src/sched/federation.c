@@ -82,7 +82,7 @@ pcp_status_t pcp_sched_federation_create(
   pcp_status_t status = pcp_allocator_calloc(
       allocator, (size_t)options->max_gateways * sizeof(record_t*),
       (void**)&f->records);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_allocator_free(allocator, f);
     return status;
   }
@@ -434,22 +434,22 @@ static pcp_status_t record_build(pcp_allocator_t allocator,
       pcp_allocator_calloc(allocator, sizeof(*record), (void**)&record));
   pcp_status_t status =
       string_copy(allocator, r->gateway_id, &record->view.gateway_id);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = string_copy(allocator, r->lab_id, &record->view.lab_id);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = string_copy(allocator, r->base_url, &record->view.base_url);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status =
         string_copy(allocator, r->graph_backend, &record->view.graph_backend);
   }
-  if (pcp_status_is_ok(status) && r->service_count) {
+  if (!status && r->service_count) {
     status = pcp_allocator_calloc(
         allocator, (size_t)r->service_count * sizeof(*record->services),
         (void**)&record->services);
   }
-  for (uint32_t i = 0; pcp_status_is_ok(status) && i < r->service_count; ++i) {
+  for (uint32_t i = 0; !status && i < r->service_count; ++i) {
     // Counted before the copy so record_free sees a half-copied service.
     record->view.service_count = i + 1;
     status = service_copy(allocator, r->gateway_id, &r->services[i], wall_ns,
@@ -457,7 +457,7 @@ static pcp_status_t record_build(pcp_allocator_t allocator,
   }
   // One executor per gateway: two entries with the same executor id would
   // make placement answers depend on list order.
-  for (uint32_t i = 0; pcp_status_is_ok(status) && i < r->service_count; ++i) {
+  for (uint32_t i = 0; !status && i < r->service_count; ++i) {
     for (uint32_t j = 0; j < i; ++j) {
       if (strcmp(record->services[i].executor_id,
                  record->services[j].executor_id) == 0) {
@@ -469,7 +469,7 @@ static pcp_status_t record_build(pcp_allocator_t allocator,
       }
     }
   }
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     record_free(allocator, record);
     return status;
   }

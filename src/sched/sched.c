@@ -17,10 +17,21 @@
 // Names
 //===----------------------------------------------------------------------===//
 
-static const char* const kBackendNames[PCP_SCHED_BACKEND_COUNT_] = {
-    "cpu", "cuda", "rocm", "vulkan", "metal"};
-static const char* const kClassNames[PCP_SCHED_WORKER_CLASS_COUNT_] = {
-    "any", "cpu", "cuda", "rocm", "vulkan", "metal"};
+// Backend names come from the one table in base (base.h "Backends"): the
+// scheduler's backend numbers are base's kinds, and a worker class is a kind
+// shifted by one to make room for ANY.
+static_assert((int)PCP_SCHED_BACKEND_COUNT_ == (int)PCP_BACKEND_KIND_COUNT_ &&
+                  PCP_SCHED_BACKEND_CUDA == (int)PCP_BACKEND_KIND_CUDA &&
+                  PCP_SCHED_BACKEND_ROCM == (int)PCP_BACKEND_KIND_ROCM &&
+                  PCP_SCHED_BACKEND_VULKAN == (int)PCP_BACKEND_KIND_VULKAN &&
+                  PCP_SCHED_BACKEND_METAL == (int)PCP_BACKEND_KIND_METAL,
+              "sched backends are base's backend kinds");
+static_assert((int)PCP_SCHED_WORKER_CLASS_COUNT_ ==
+                      PCP_BACKEND_KIND_COUNT_ + 1 &&
+                  (int)PCP_SCHED_WORKER_CLASS_CPU == PCP_BACKEND_KIND_CPU + 1 &&
+                  (int)PCP_SCHED_WORKER_CLASS_METAL ==
+                      PCP_BACKEND_KIND_METAL + 1,
+              "a worker class is a backend kind + 1");
 static const char* const kStateNames[PCP_SCHED_WORKER_STATE_COUNT_] = {
     "joining", "ready", "busy", "draining", "lost"};
 static const char* const kOwnerNames[PCP_SCHED_OWNER_COUNT_] = {
@@ -35,12 +46,17 @@ static const char* const kEventNames[] = {"none",
                                           "reservation_broken"};
 
 const char* pcp_sched_backend_name(pcp_sched_backend_t backend) {
-  return (unsigned)backend < PCP_SCHED_BACKEND_COUNT_ ? kBackendNames[backend]
-                                                      : "unknown";
+  return (unsigned)backend < PCP_SCHED_BACKEND_COUNT_
+             ? pcp_backend_kind_name((pcp_backend_kind_t)backend)
+             : "unknown";
 }
 const char* pcp_sched_worker_class_name(pcp_sched_worker_class_t c) {
-  return (unsigned)c < PCP_SCHED_WORKER_CLASS_COUNT_ ? kClassNames[c]
-                                                     : "unknown";
+  if (c == PCP_SCHED_WORKER_CLASS_ANY) {
+    return pcp_backend_kind_name(PCP_BACKEND_KIND_ANY);
+  }
+  return (unsigned)c < PCP_SCHED_WORKER_CLASS_COUNT_
+             ? pcp_backend_kind_name((pcp_backend_kind_t)(c - 1))
+             : "unknown";
 }
 const char* pcp_sched_worker_state_name(pcp_sched_worker_state_t state) {
   return (unsigned)state < PCP_SCHED_WORKER_STATE_COUNT_ ? kStateNames[state]
@@ -68,21 +84,23 @@ static bool parse_name(pcp_string_view_t name, const char* const* names,
 
 bool pcp_sched_backend_parse(pcp_string_view_t name,
                              pcp_sched_backend_t* out_backend) {
-  int index = 0;
-  if (!parse_name(name, kBackendNames, PCP_SCHED_BACKEND_COUNT_, &index)) {
+  pcp_backend_kind_t kind;
+  if (!pcp_backend_kind_parse(name, PCP_BACKEND_PARSE_FLAG_NONE, &kind)) {
     return false;
   }
-  *out_backend = (pcp_sched_backend_t)index;
+  *out_backend = (pcp_sched_backend_t)kind;
   return true;
 }
 
 bool pcp_sched_worker_class_parse(pcp_string_view_t name,
                                   pcp_sched_worker_class_t* out_class) {
-  int index = 0;
-  if (!parse_name(name, kClassNames, PCP_SCHED_WORKER_CLASS_COUNT_, &index)) {
+  pcp_backend_kind_t kind;
+  if (!pcp_backend_kind_parse(name, PCP_BACKEND_PARSE_FLAG_ANY, &kind)) {
     return false;
   }
-  *out_class = (pcp_sched_worker_class_t)index;
+  *out_class = kind == PCP_BACKEND_KIND_ANY
+                   ? PCP_SCHED_WORKER_CLASS_ANY
+                   : (pcp_sched_worker_class_t)(kind + 1);
   return true;
 }
 

@@ -62,13 +62,13 @@ static pcp_status_t temp_file_write(const char* temp_path, const void* data,
     return pcp_status_from_errno(errno, "creating %s", temp_path);
   }
   pcp_status_t status = write_all(fd, data, byte_length, temp_path);
-  if (pcp_status_is_ok(status) && fsync(fd) != 0) {
+  if (!status && fsync(fd) != 0) {
     status = pcp_status_from_errno(errno, "fsync %s", temp_path);
   }
-  if (close(fd) != 0 && pcp_status_is_ok(status)) {
+  if (close(fd) != 0 && !status) {
     status = pcp_status_from_errno(errno, "closing %s", temp_path);
   }
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     unlink(temp_path);
   }
   return status;
@@ -238,7 +238,7 @@ pcp_status_t pcp_store_checkpoint_write(
       (uint64_t)byte_length, now, &event_id);
   pcp_store_unlock(store);
   status = pcp_store_event_committed(store, status, event_id, NULL);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     // The file may already be in place without its row; a retry renames
     // over it, and the temp name is gone either way.
     unlink(temp_path);
@@ -301,12 +301,12 @@ pcp_status_t pcp_store_checkpoint_get(pcp_store_t* store, const char* job_id,
                 " FROM checkpoints WHERE job_id = ?1 AND ?2 < 0"
                 " ORDER BY step DESC LIMIT 1",
                 &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_text(stmt, 1, job_id, -1, SQLITE_TRANSIENT);
     brc |= sqlite3_bind_int64(stmt, 2, step);
     status = pcp_store_bind_check(store, brc);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
       status = checkpoint_from_row(store, stmt, out_checkpoint);
@@ -339,33 +339,33 @@ pcp_status_t pcp_store_checkpoint_list(pcp_store_t* store, const char* job_id,
       "SELECT job_id, step, path, sha256, byte_length, created_at_ns"
       " FROM checkpoints WHERE job_id = ?1 ORDER BY step LIMIT ?2",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_text(stmt, 1, job_id, -1, SQLITE_TRANSIENT);
     brc |= sqlite3_bind_int64(stmt, 2, PCP_STORE_LIST_LIMIT_MAX);
     status = pcp_store_bind_check(store, brc);
   }
   size_t capacity = 0;
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     status = pcp_store_list_reserve(
         out_list->allocator, sizeof(pcp_store_checkpoint_t), out_list->count,
         &capacity, (void**)&out_list->items);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status =
           checkpoint_from_row(store, stmt, &out_list->items[out_list->count]);
     }
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       ++out_list->count;
     }
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "checkpoint list");
   }
   if (stmt) {
     sqlite3_reset(stmt);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_checkpoint_list_deinitialize(out_list);
   }
   return status;
@@ -387,14 +387,14 @@ pcp_status_t pcp_store_checkpoint_verify(
   // Streamed in 1 MiB pieces: checkpoints can be far larger than memory.
   enum { CHUNK_BYTE_LENGTH = 1 << 20 };
   uint8_t* buffer = NULL;
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     buffer = malloc(CHUNK_BYTE_LENGTH);
     if (!buffer) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                                "out of memory verifying a checkpoint");
     }
   }
-  while (pcp_status_is_ok(status)) {
+  while (!status) {
     ssize_t n = read(fd, buffer, CHUNK_BYTE_LENGTH);
     if (n < 0) {
       if (errno == EINTR) {
@@ -479,7 +479,7 @@ static pcp_status_t leftovers_in_job_dir(pcp_store_t* store, const char* job_id,
   }
   pcp_status_t status = pcp_ok_status();
   struct dirent* file;
-  while (pcp_status_is_ok(status) && (file = readdir(files)) != NULL) {
+  while (!status && (file = readdir(files)) != NULL) {
     int64_t step = 0;
     bool remove = false;
     if (ends_with(file->d_name, ".tmp")) {
@@ -487,7 +487,7 @@ static pcp_status_t leftovers_in_job_dir(pcp_store_t* store, const char* job_id,
     } else if (parse_step_file_name(file->d_name, &step)) {
       bool indexed = false;
       status = checkpoint_exists_locked(store, job_id, step, &indexed);
-      remove = pcp_status_is_ok(status) && !indexed;
+      remove = !status && !indexed;
     }
     if (!remove) {
       continue;
@@ -519,7 +519,7 @@ pcp_status_t pcp_store_checkpoint_leftovers_remove(pcp_store_t* store) {
   }
   pcp_status_t status = pcp_ok_status();
   struct dirent* job;
-  while (pcp_status_is_ok(status) && (job = readdir(jobs)) != NULL) {
+  while (!status && (job = readdir(jobs)) != NULL) {
     if (job->d_name[0] == '.') {
       continue;
     }

@@ -71,14 +71,14 @@ pcp_status_t pcp_store_federation_gateway_put(pcp_store_t* store,
       " connected_at_ns = excluded.connected_at_ns,"
       " last_seen_ns = excluded.last_seen_ns",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_text(stmt, 1, gateway_id, -1, SQLITE_STATIC);
     brc |= sqlite3_bind_text(stmt, 2, text, -1, SQLITE_STATIC);
     brc |= sqlite3_bind_int64(stmt, 3, connected_at_ns);
     brc |= sqlite3_bind_int64(stmt, 4, last_seen_ns);
     status = pcp_store_bind_check(store, brc);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "federation gateway put");
   }
   if (stmt) {
@@ -103,32 +103,32 @@ pcp_status_t pcp_store_federation_gateway_list(
       &stmt);
   size_t capacity = 0;
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     status = pcp_store_list_reserve(
         allocator, sizeof(pcp_store_federation_gateway_t), out_list->count,
         &capacity, (void**)&out_list->items);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     pcp_store_federation_gateway_t* g = &out_list->items[out_list->count];
     memset(g, 0, sizeof(*g));
     pcp_store_text_column(stmt, 0, g->gateway_id, sizeof(g->gateway_id));
     status = pcp_store_json_column(stmt, 1, &g->registration);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     g->connected_at_ns = sqlite3_column_int64(stmt, 2);
     g->last_seen_ns = sqlite3_column_int64(stmt, 3);
     ++out_list->count;
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "federation gateway list");
   }
   if (stmt) {
     sqlite3_reset(stmt);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_federation_gateway_list_deinitialize(out_list);
   }
   return status;
@@ -143,14 +143,14 @@ pcp_status_t pcp_store_federation_gateway_delete(pcp_store_t* store,
   pcp_status_t status = pcp_store_stmt_acquire(
       store, PCP_STORE_STMT_FED_GATEWAY_DELETE,
       "DELETE FROM federation_gateways WHERE gateway_id = ?1", &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_bind_check(
         store, sqlite3_bind_text(stmt, 1, gateway_id, -1, SQLITE_STATIC));
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "federation gateway delete");
   }
-  if (pcp_status_is_ok(status) && sqlite3_changes(store->db) == 0) {
+  if (!status && sqlite3_changes(store->db) == 0) {
     status = pcp_make_status(PCP_STATUS_NOT_FOUND, "gateway %s", gateway_id);
   }
   pcp_store_unlock(store);
@@ -195,7 +195,7 @@ static pcp_status_t global_job_from_row(sqlite3_stmt* stmt,
   pcp_store_text_column(stmt, 3, job->child_job_id, sizeof(job->child_job_id));
   PCP_RETURN_IF_ERROR_BARE(pcp_store_json_column(stmt, 4, &job->assignment));
   pcp_status_t status = pcp_store_json_column(stmt, 5, &job->child);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_global_job_deinitialize(job);
     return status;
   }
@@ -224,16 +224,16 @@ pcp_status_t pcp_store_global_job_create(pcp_store_t* store, const char* kind,
       "INSERT INTO federation_global_jobs(kind, state, assignment,"
       " submitted_at_ns, updated_at_ns) VALUES (?1, 'placing', ?2, ?3, ?3)",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_text(stmt, 1, kind, -1, SQLITE_STATIC);
     brc |= sqlite3_bind_text(stmt, 2, text, -1, SQLITE_STATIC);
     brc |= sqlite3_bind_int64(stmt, 3, now);
     status = pcp_store_bind_check(store, brc);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "global job insert");
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     *out_number = sqlite3_last_insert_rowid(store->db);
   }
   if (stmt) {
@@ -279,7 +279,7 @@ pcp_status_t pcp_store_global_job_update(pcp_store_t* store, int64_t number,
       " child = coalesce(?4, child), error = coalesce(?5, error),"
       " updated_at_ns = ?6 WHERE number = ?1",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_int64(stmt, 1, number);
     brc |= sqlite3_bind_text(stmt, 2, state, -1, SQLITE_STATIC);
     brc |= bind_text_or_null(stmt, 3, child_job_id);
@@ -288,10 +288,10 @@ pcp_status_t pcp_store_global_job_update(pcp_store_t* store, int64_t number,
     brc |= sqlite3_bind_int64(stmt, 6, now);
     status = pcp_store_bind_check(store, brc);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "global job update");
   }
-  if (pcp_status_is_ok(status) && sqlite3_changes(store->db) == 0) {
+  if (!status && sqlite3_changes(store->db) == 0) {
     status = pcp_make_status(PCP_STATUS_NOT_FOUND, "global-job-%lld",
                              (long long)number);
   }
@@ -310,10 +310,10 @@ pcp_status_t pcp_store_global_job_get(pcp_store_t* store, int64_t number,
                              "SELECT " GLOBAL_JOB_COLUMNS
                              " FROM federation_global_jobs WHERE number = ?1",
                              &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_bind_check(store, sqlite3_bind_int64(stmt, 1, number));
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
       status = global_job_from_row(stmt, out_job);
@@ -344,33 +344,33 @@ pcp_status_t pcp_store_global_job_list(pcp_store_t* store, int64_t after_number,
       " FROM federation_global_jobs WHERE number > ?1 ORDER BY number"
       " LIMIT ?2",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_int64(stmt, 1, after_number);
     brc |= sqlite3_bind_int64(stmt, 2, limit);
     status = pcp_store_bind_check(store, brc);
   }
   size_t capacity = 0;
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     status = pcp_store_list_reserve(allocator, sizeof(pcp_store_global_job_t),
                                     out_list->count, &capacity,
                                     (void**)&out_list->items);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = global_job_from_row(stmt, &out_list->items[out_list->count]);
     }
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     ++out_list->count;
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "global job list");
   }
   if (stmt) {
     sqlite3_reset(stmt);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_global_job_list_deinitialize(out_list);
   }
   return status;
@@ -386,7 +386,7 @@ pcp_status_t pcp_store_global_job_counts(
       "SELECT state, count(*) FROM federation_global_jobs GROUP BY state",
       &stmt);
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     const char* state = (const char*)sqlite3_column_text(stmt, 0);
     for (size_t i = 0; state && i < PCP_STORE_GLOBAL_JOB_STATE_COUNT; ++i) {
       if (strcmp(state, pcp_store_global_job_state_names[i]) == 0) {
@@ -394,7 +394,7 @@ pcp_status_t pcp_store_global_job_counts(
       }
     }
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "global job counts");
   }
   if (stmt) {
@@ -420,11 +420,11 @@ pcp_status_t pcp_store_federation_ack_get(pcp_store_t* store,
       store, PCP_STORE_STMT_FED_ACK_GET,
       "SELECT acked_sequence FROM federation_acks WHERE gateway_id = ?1",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_bind_check(
         store, sqlite3_bind_text(stmt, 1, gateway_id, -1, SQLITE_STATIC));
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
       *out_sequence = sqlite3_column_int64(stmt, 0);
@@ -494,13 +494,13 @@ pcp_status_t pcp_store_federation_policy_put(pcp_store_t* store,
       " VALUES (?1, ?2, ?3) ON CONFLICT(namespace_id) DO UPDATE SET"
       " policy = excluded.policy, updated_at_ns = excluded.updated_at_ns",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_text(stmt, 1, namespace_id, -1, SQLITE_STATIC);
     brc |= sqlite3_bind_text(stmt, 2, text, -1, SQLITE_STATIC);
     brc |= sqlite3_bind_int64(stmt, 3, pcp_store_now_ns(store));
     status = pcp_store_bind_check(store, brc);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "federation policy put");
   }
   if (stmt) {
@@ -526,24 +526,23 @@ pcp_status_t pcp_store_federation_policy_list(pcp_store_t* store,
       " ORDER BY namespace_id",
       &stmt);
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     char namespace_id[PCP_STORE_ID_MAX_LENGTH + 1];
     pcp_store_text_column(stmt, 0, namespace_id, sizeof(namespace_id));
     json_t* policy = NULL;
     status = pcp_store_json_column(stmt, 1, &policy);
-    if (pcp_status_is_ok(status) &&
-        json_object_set_new(policies, namespace_id, policy) != 0) {
+    if (!status && json_object_set_new(policies, namespace_id, policy) != 0) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "policy list");
     }
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "federation policy list");
   }
   if (stmt) {
     sqlite3_reset(stmt);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     json_decref(policies);
     return status;
   }

@@ -157,15 +157,15 @@ static pcp_status_t entity_from_row(sqlite3_stmt* stmt,
   pcp_store_text_column(stmt, 2, e->entity_type, sizeof(e->entity_type));
   pcp_store_text_column(stmt, 3, e->display_name, sizeof(e->display_name));
   pcp_status_t status = visibility_column(stmt, 4, &e->visibility);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_json_column(stmt, 5, &e->properties);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_json_column(stmt, 6, &e->provenance);
   }
   e->created_at_ns = sqlite3_column_int64(stmt, 7);
   e->updated_at_ns = sqlite3_column_int64(stmt, 8);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_graph_entity_deinitialize(e);
   }
   return status;
@@ -180,15 +180,15 @@ static pcp_status_t relation_from_row(sqlite3_stmt* stmt,
   pcp_store_text_column(stmt, 3, r->from_entity_id, sizeof(r->from_entity_id));
   pcp_store_text_column(stmt, 4, r->to_entity_id, sizeof(r->to_entity_id));
   pcp_status_t status = visibility_column(stmt, 5, &r->visibility);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_json_column(stmt, 6, &r->properties);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_json_column(stmt, 7, &r->provenance);
   }
   r->created_at_ns = sqlite3_column_int64(stmt, 8);
   r->updated_at_ns = sqlite3_column_int64(stmt, 9);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     relation_deinitialize(r);
   }
   return status;
@@ -204,14 +204,14 @@ static pcp_status_t observation_from_row(sqlite3_stmt* stmt,
   pcp_store_text_column(stmt, 3, o->observation_type,
                         sizeof(o->observation_type));
   pcp_status_t status = visibility_column(stmt, 4, &o->visibility);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_json_column(stmt, 5, &o->payload);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_json_column(stmt, 6, &o->provenance);
   }
   o->created_at_ns = sqlite3_column_int64(stmt, 7);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     observation_deinitialize(o);
   }
   return status;
@@ -431,7 +431,7 @@ pcp_status_t pcp_store_graph_entity_upsert(
     pcp_store_t* store, const pcp_store_graph_entity_t* entity) {
   encoded_json_t json = {0};
   pcp_status_t status = entity_validate(entity, &json);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     pcp_store_lock(store);
     status =
         entity_upsert_locked(store, entity, &json, pcp_store_now_ns(store));
@@ -452,11 +452,11 @@ pcp_status_t pcp_store_graph_entity_get(pcp_store_t* store,
       store, PCP_STORE_STMT_ENTITY_GET,
       "SELECT " ENTITY_COLUMNS " FROM graph_entities WHERE entity_id = ?1",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_bind_check(
         store, sqlite3_bind_text(stmt, 1, entity_id, -1, SQLITE_TRANSIENT));
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
       status = entity_from_row(stmt, out_entity);
@@ -476,7 +476,7 @@ pcp_status_t pcp_store_graph_entity_delete(pcp_store_t* store,
   PCP_RETURN_IF_ERROR_BARE(pcp_store_id_validate("entity_id", entity_id, true));
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_tx_finish(store, entity_delete_locked(store, entity_id));
   }
   pcp_store_unlock(store);
@@ -487,7 +487,7 @@ pcp_status_t pcp_store_graph_relation_upsert(
     pcp_store_t* store, const pcp_store_graph_relation_t* relation) {
   encoded_json_t json = {0};
   pcp_status_t status = relation_validate(relation, &json);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     pcp_store_lock(store);
     status =
         relation_upsert_locked(store, relation, &json, pcp_store_now_ns(store));
@@ -511,7 +511,7 @@ pcp_status_t pcp_store_graph_observation_append(
     pcp_store_t* store, const pcp_store_graph_observation_t* observation) {
   encoded_json_t json = {0};
   pcp_status_t status = observation_validate(observation, &json);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     pcp_store_lock(store);
     status = observation_upsert_locked(store, observation, &json,
                                        pcp_store_now_ns(store));
@@ -535,15 +535,15 @@ static pcp_status_t read_entities(pcp_store_t* store, sqlite3_stmt* stmt,
     status = pcp_store_list_reserve(
         result->allocator, sizeof(pcp_store_graph_entity_t),
         result->entity_count, &capacity, (void**)&result->entities);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = entity_from_row(stmt, &result->entities[result->entity_count]);
     }
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     ++result->entity_count;
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "entity query");
   }
   sqlite3_reset(stmt);
@@ -559,16 +559,16 @@ static pcp_status_t read_relations(pcp_store_t* store, sqlite3_stmt* stmt,
     status = pcp_store_list_reserve(
         result->allocator, sizeof(pcp_store_graph_relation_t),
         result->relation_count, &capacity, (void**)&result->relations);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status =
           relation_from_row(stmt, &result->relations[result->relation_count]);
     }
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     ++result->relation_count;
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "relation query");
   }
   sqlite3_reset(stmt);
@@ -584,16 +584,16 @@ static pcp_status_t read_observations(pcp_store_t* store, sqlite3_stmt* stmt,
     status = pcp_store_list_reserve(
         result->allocator, sizeof(pcp_store_graph_observation_t),
         result->observation_count, &capacity, (void**)&result->observations);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = observation_from_row(
           stmt, &result->observations[result->observation_count]);
     }
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     ++result->observation_count;
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "observation query");
   }
   sqlite3_reset(stmt);
@@ -733,12 +733,12 @@ pcp_status_t pcp_store_graph_query(pcp_store_t* store,
   pcp_store_lock(store);
   // One read transaction, so the three arrays come from the same snapshot.
   pcp_status_t status = pcp_store_tx_begin_read(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = query_locked(store, query, limit, out_result);
     status = pcp_store_tx_finish(store, status);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_graph_result_deinitialize(out_result);
   }
   return status;
@@ -797,10 +797,10 @@ static pcp_status_t neighbors_locked(pcp_store_t* store, const char* entity_id,
       status = pcp_store_list_reserve(
           result->allocator, sizeof(pcp_store_graph_entity_t),
           result->entity_count, &capacity, (void**)&result->entities);
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status = entity_from_row(stmt, &result->entities[result->entity_count]);
       }
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         ++result->entity_count;
       }
     } else if (rc != SQLITE_DONE) {
@@ -823,13 +823,13 @@ pcp_status_t pcp_store_graph_neighbors_list(
   limit = pcp_store_limit_normalize(limit, 20);
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin_read(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = neighbors_locked(store, entity_id, relation_type, direction, limit,
                               out_result);
     status = pcp_store_tx_finish(store, status);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_graph_result_deinitialize(out_result);
   }
   return status;
@@ -998,16 +998,16 @@ static pcp_status_t mutation_apply_locked(pcp_store_t* store,
                                     .provenance = m->provenance};
       status = payload_field(payload, "entity_type", NULL, e.entity_type,
                              sizeof(e.entity_type));
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status = payload_field(payload, "display_name", m->target_id,
                                e.display_name, sizeof(e.display_name));
       }
       snprintf(e.entity_id, sizeof(e.entity_id), "%s", m->target_id);
       snprintf(e.namespace_id, sizeof(e.namespace_id), "%s", m->namespace_id);
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status = entity_validate(&e, &json);
       }
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status = entity_upsert_locked(store, &e, &json, timestamp_ns);
       }
       break;
@@ -1018,20 +1018,20 @@ static pcp_status_t mutation_apply_locked(pcp_store_t* store,
                                       .provenance = m->provenance};
       status = payload_field(payload, "relation_type", NULL, r.relation_type,
                              sizeof(r.relation_type));
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status = payload_field(payload, "from_entity_id", NULL,
                                r.from_entity_id, sizeof(r.from_entity_id));
       }
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status = payload_field(payload, "to_entity_id", NULL, r.to_entity_id,
                                sizeof(r.to_entity_id));
       }
       snprintf(r.relation_id, sizeof(r.relation_id), "%s", m->target_id);
       snprintf(r.namespace_id, sizeof(r.namespace_id), "%s", m->namespace_id);
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status = relation_validate(&r, &json);
       }
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status = relation_upsert_locked(store, &r, &json, timestamp_ns);
       }
       break;
@@ -1044,17 +1044,17 @@ static pcp_status_t mutation_apply_locked(pcp_store_t* store,
           .provenance = m->provenance};
       status = payload_field(payload, "observation_type", NULL,
                              o.observation_type, sizeof(o.observation_type));
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status =
             payload_field(payload, "subject_entity_id", NULL,
                           o.subject_entity_id, sizeof(o.subject_entity_id));
       }
       snprintf(o.observation_id, sizeof(o.observation_id), "%s", m->target_id);
       snprintf(o.namespace_id, sizeof(o.namespace_id), "%s", m->namespace_id);
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status = observation_validate(&o, &json);
       }
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status = observation_upsert_locked(store, &o, &json, timestamp_ns);
       }
       break;
@@ -1087,26 +1087,26 @@ static pcp_status_t mutation_write(pcp_store_t* store,
   }
   encoded_mutation_t encoded = {0};
   pcp_status_t status = mutation_validate(store, mutation, &encoded);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     encoded_mutation_free(&encoded);
     return status;
   }
   pcp_store_lock(store);
   status = pcp_store_tx_begin(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int64_t sequence_no = 0;
     if (mutation->mutation_id[0]) {
       status = mutation_find_locked(store, mutation->mutation_id, &sequence_no);
     }
     bool duplicate = sequence_no != 0;
-    if (pcp_status_is_ok(status) && !duplicate && apply) {
+    if (!status && !duplicate && apply) {
       status = mutation_apply_locked(store, mutation, encoded.timestamp_ns);
     }
-    if (pcp_status_is_ok(status) && !duplicate) {
+    if (!status && !duplicate) {
       status = mutation_insert_locked(store, mutation, &encoded, &sequence_no);
     }
     status = pcp_store_tx_finish(store, status);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       if (out_sequence_no) {
         *out_sequence_no = sequence_no;
       }
@@ -1148,18 +1148,18 @@ pcp_status_t pcp_store_mutation_list(pcp_store_t* store,
       " FROM mutation_log WHERE sequence_no > ?1 ORDER BY sequence_no"
       " LIMIT ?2",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_int64(stmt, 1, after_sequence_no);
     brc |= sqlite3_bind_int64(stmt, 2, limit);
     status = pcp_store_bind_check(store, brc);
   }
   size_t capacity = 0;
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     status = pcp_store_list_reserve(
         out_list->allocator, sizeof(pcp_store_mutation_t), out_list->count,
         &capacity, (void**)&out_list->items);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     pcp_store_mutation_t* m = &out_list->items[out_list->count];
@@ -1179,21 +1179,21 @@ pcp_status_t pcp_store_mutation_list(pcp_store_t* store,
     // Counted before the JSON reads so a failure below frees what was read.
     ++out_list->count;
     status = pcp_store_json_column(stmt, 5, &m->payload);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = visibility_column(stmt, 6, &m->visibility);
     }
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = pcp_store_json_column(stmt, 7, &m->provenance);
     }
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "mutation list");
   }
   if (stmt) {
     sqlite3_reset(stmt);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_mutation_list_deinitialize(out_list);
   }
   return status;
@@ -1223,21 +1223,21 @@ pcp_status_t pcp_store_mutation_log_stats_query(
   pcp_store_lock(store);
   pcp_status_t status =
       last_sequence_locked(store, &out_stats->last_sequence_no);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_meta_get_locked(store, "last_replicated_sequence",
                                        &out_stats->last_replicated_sequence);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     sqlite3_stmt* stmt = NULL;
     status = pcp_store_stmt_acquire(
         store, PCP_STORE_STMT_MUTATION_PENDING,
         "SELECT count(*) FROM mutation_log WHERE sequence_no > ?1", &stmt);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = pcp_store_bind_check(
           store,
           sqlite3_bind_int64(stmt, 1, out_stats->last_replicated_sequence));
     }
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       int rc = sqlite3_step(stmt);
       if (rc == SQLITE_ROW) {
         out_stats->pending_count = sqlite3_column_int64(stmt, 0);
@@ -1261,12 +1261,12 @@ pcp_status_t pcp_store_mutation_replicated_mark(pcp_store_t* store,
   pcp_store_lock(store);
   int64_t last = 0;
   pcp_status_t status = last_sequence_locked(store, &last);
-  if (pcp_status_is_ok(status) && sequence_no > last) {
+  if (!status && sequence_no > last) {
     status = pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
                              "sequence %lld is past the last record %lld",
                              (long long)sequence_no, (long long)last);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_meta_raise_locked(store, "last_replicated_sequence",
                                          sequence_no);
   }
@@ -1358,7 +1358,7 @@ pcp_status_t pcp_store_graph_policy_list(
       &stmt);
   size_t capacity = 0;
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     char namespace_id[PCP_STORE_ID_MAX_LENGTH + 1];
     pcp_store_text_column(stmt, 0, namespace_id, sizeof(namespace_id));
     pcp_store_graph_policy_t* policy = NULL;
@@ -1373,7 +1373,7 @@ pcp_status_t pcp_store_graph_policy_list(
       status = pcp_store_list_reserve(
           out_list->allocator, sizeof(pcp_store_graph_policy_t),
           out_list->count, &capacity, (void**)&out_list->items);
-      if (!pcp_status_is_ok(status)) {
+      if (status) {
         break;
       }
       policy = &out_list->items[out_list->count++];
@@ -1381,7 +1381,7 @@ pcp_status_t pcp_store_graph_policy_list(
     }
     json_t* payload = NULL;
     status = pcp_store_json_column(stmt, 1, &payload);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     policy->default_visibility = PCP_STORE_VISIBILITY_LOCAL;
@@ -1389,12 +1389,12 @@ pcp_status_t pcp_store_graph_policy_list(
     policy->updated_at_ns = sqlite3_column_int64(stmt, 2);
     json_decref(payload);
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE && rc != SQLITE_ROW) {
+  if (!status && rc != SQLITE_DONE && rc != SQLITE_ROW) {
     status = pcp_store_db_status(store, rc, "policy list");
   }
   sqlite3_finalize(stmt);
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_graph_policy_list_deinitialize(out_list);
   }
   return status;
@@ -1409,7 +1409,7 @@ pcp_status_t pcp_store_namespace_stats_list(
   pcp_status_t status =
       pcp_store_meta_get_locked(store, "last_replicated_sequence", &replicated);
   sqlite3_stmt* stmt = NULL;
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = prepare_once(
         store,
         "SELECT namespace_id, count(*), sum(sequence_no > ?1),"
@@ -1423,18 +1423,18 @@ pcp_status_t pcp_store_namespace_stats_list(
         " LIMIT ?2",
         &stmt);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_int64(stmt, 1, replicated);
     brc |= sqlite3_bind_int64(stmt, 2, PCP_STORE_LIST_LIMIT_MAX);
     status = pcp_store_bind_check(store, brc);
   }
   size_t capacity = 0;
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     status = pcp_store_list_reserve(
         out_list->allocator, sizeof(pcp_store_namespace_stats_t),
         out_list->count, &capacity, (void**)&out_list->items);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     pcp_store_namespace_stats_t* s = &out_list->items[out_list->count++];
@@ -1450,12 +1450,12 @@ pcp_status_t pcp_store_namespace_stats_list(
     s->policy_count = sqlite3_column_int64(stmt, 9);
     s->last_sequence_no = sqlite3_column_int64(stmt, 10);
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "namespace stats");
   }
   sqlite3_finalize(stmt);
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_namespace_stats_list_deinitialize(out_list);
   }
   return status;
@@ -1474,7 +1474,7 @@ pcp_status_t pcp_store_graph_log_counts_query(
       " (SELECT count(*) FROM graph_observations),"
       " (SELECT count(*) FROM mutation_log)",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
       out_counts->namespace_count = sqlite3_column_int64(stmt, 0);
@@ -1518,13 +1518,13 @@ pcp_status_t pcp_store_graph_mutation_batch_apply(
     memset(encoded, 0, count * sizeof(*encoded));
   }
   pcp_status_t status = pcp_ok_status();
-  for (size_t i = 0; pcp_status_is_ok(status) && i < count; ++i) {
+  for (size_t i = 0; !status && i < count; ++i) {
     if (!items[i].mutation_id[0]) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "mutations[%zu]: mutation_id is required", i);
     } else {
       status = mutation_validate(store, &items[i], &encoded[i]);
-      if (!pcp_status_is_ok(status)) {
+      if (status) {
         pcp_status_t wrapped =
             pcp_make_status(pcp_status_code(status), "mutations[%zu]: %s", i,
                             pcp_status_message(status));
@@ -1536,19 +1536,19 @@ pcp_status_t pcp_store_graph_mutation_batch_apply(
   char last_key[sizeof(REPLICATION_LAST_PREFIX) + PCP_STORE_ID_MAX_LENGTH];
   snprintf(last_key, sizeof(last_key), REPLICATION_LAST_PREFIX "%s", peer_id);
   size_t applied = 0, duplicates = 0;
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     pcp_store_lock(store);
     status = pcp_store_tx_begin(store);
-    if (pcp_status_is_ok(status)) {
-      for (size_t i = 0; pcp_status_is_ok(status) && i < count; ++i) {
+    if (!status) {
+      for (size_t i = 0; !status && i < count; ++i) {
         int64_t sequence_no = 0;
         status =
             mutation_find_locked(store, items[i].mutation_id, &sequence_no);
-        if (pcp_status_is_ok(status) && sequence_no != 0) {
+        if (!status && sequence_no != 0) {
           ++duplicates;
           continue;
         }
-        if (pcp_status_is_ok(status)) {
+        if (!status) {
           status =
               mutation_apply_locked(store, &items[i], encoded[i].timestamp_ns);
           // A replicated delete of what this store never held (its upsert
@@ -1561,11 +1561,11 @@ pcp_status_t pcp_store_graph_mutation_batch_apply(
             status = pcp_ok_status();
           }
         }
-        if (pcp_status_is_ok(status)) {
+        if (!status) {
           status = mutation_insert_locked(store, &items[i], &encoded[i],
                                           &sequence_no);
         }
-        if (pcp_status_is_ok(status)) {
+        if (!status) {
           ++applied;
         } else {
           pcp_status_t wrapped = pcp_make_status(
@@ -1575,12 +1575,12 @@ pcp_status_t pcp_store_graph_mutation_batch_apply(
           status = wrapped;
         }
       }
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         // The hub's ack table (store/federation.c), in this transaction.
         status = pcp_store_federation_ack_raise_locked(store, peer_id,
                                                        acked_sequence_no);
       }
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         status =
             pcp_store_meta_raise_locked(store, last_key, peer_last_sequence_no);
       }
@@ -1594,7 +1594,7 @@ pcp_status_t pcp_store_graph_mutation_batch_apply(
   if (encoded) {
     pcp_allocator_free(store->allocator, encoded);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     *out_applied_count = applied;
     *out_duplicate_count = duplicates;
   }
@@ -1631,17 +1631,17 @@ pcp_status_t pcp_store_replication_peer_list(
                    "' || a.gateway_id"
                    " ORDER BY a.gateway_id LIMIT ?1",
                    &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_bind_check(
         store, sqlite3_bind_int64(stmt, 1, PCP_STORE_LIST_LIMIT_MAX));
   }
   size_t capacity = 0;
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     status = pcp_store_list_reserve(
         out_list->allocator, sizeof(pcp_store_replication_peer_t),
         out_list->count, &capacity, (void**)&out_list->items);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     pcp_store_replication_peer_t* p = &out_list->items[out_list->count++];
@@ -1649,12 +1649,12 @@ pcp_status_t pcp_store_replication_peer_list(
     p->acked_sequence_no = sqlite3_column_int64(stmt, 1);
     p->last_sequence_no = sqlite3_column_int64(stmt, 2);
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "replication peers");
   }
   sqlite3_finalize(stmt);
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_replication_peer_list_deinitialize(out_list);
   }
   return status;

@@ -135,7 +135,7 @@ static pcp_status_t job_from_row(sqlite3_stmt* stmt, pcp_store_job_t* job) {
   PCP_RETURN_IF_ERROR_BARE(state_column(stmt, 2, &job->state));
   PCP_RETURN_IF_ERROR_BARE(pcp_store_json_column(stmt, 3, &job->spec));
   pcp_status_t status = pcp_store_json_column(stmt, 4, &job->placement);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_job_deinitialize(job);
     return status;
   }
@@ -209,7 +209,7 @@ static pcp_status_t event_insert_json(pcp_store_t* store, const char* job_id,
           : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                             "out of memory building an event");
   json_decref(payload);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = event_insert(store, job_id, type, from_state, to_state, text,
                           out_event_id);
   }
@@ -220,7 +220,7 @@ static pcp_status_t event_insert_json(pcp_store_t* store, const char* job_id,
 pcp_status_t pcp_store_event_committed(pcp_store_t* store, pcp_status_t status,
                                        int64_t event_id,
                                        int64_t* out_event_id) {
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     return status;
   }
   if (out_event_id) {
@@ -278,7 +278,7 @@ pcp_status_t pcp_store_job_create(pcp_store_t* store, const char* id,
   int64_t event_id = 0;
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_tx_finish(
         store, job_create_locked(store, id, kind, spec_text, &event_id));
   }
@@ -367,7 +367,7 @@ pcp_status_t pcp_store_job_transition(
   int64_t event_id = 0;
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_tx_finish(
         store,
         job_transition_locked(store, id, to, placement_text, error, &event_id));
@@ -434,7 +434,7 @@ pcp_status_t pcp_store_job_step_commit(pcp_store_t* store, const char* id,
   int64_t event_id = 0;
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_tx_finish(
         store, pcp_store_job_step_commit_locked(store, id, step, "step", NULL,
                                                 &event_id));
@@ -506,16 +506,16 @@ static pcp_status_t job_list_locked(pcp_store_t* store,
     status = pcp_store_list_reserve(out_list->allocator,
                                     sizeof(pcp_store_job_t), out_list->count,
                                     &capacity, (void**)&out_list->items);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     status = job_from_row(stmt, &out_list->items[out_list->count]);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     ++out_list->count;
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "job list");
   }
   sqlite3_reset(stmt);
@@ -547,7 +547,7 @@ pcp_status_t pcp_store_job_list(pcp_store_t* store,
   pcp_store_lock(store);
   pcp_status_t status = job_list_locked(store, filter, out_list);
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_job_list_deinitialize(out_list);
   }
   return status;
@@ -617,7 +617,7 @@ pcp_status_t pcp_store_job_event_list(pcp_store_t* store,
       " created_at_ns FROM job_events WHERE event_id > ?1"
       " AND (?2 IS NULL OR job_id = ?2) ORDER BY event_id LIMIT ?3",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_int64(stmt, 1, after_event_id);
     brc |= job_id ? sqlite3_bind_text(stmt, 2, job_id, -1, SQLITE_TRANSIENT)
                   : sqlite3_bind_null(stmt, 2);
@@ -626,11 +626,11 @@ pcp_status_t pcp_store_job_event_list(pcp_store_t* store,
   }
   size_t capacity = 0;
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     status = pcp_store_list_reserve(
         out_list->allocator, sizeof(pcp_store_job_event_t), out_list->count,
         &capacity, (void**)&out_list->items);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     pcp_store_job_event_t* event = &out_list->items[out_list->count];
@@ -641,28 +641,27 @@ pcp_status_t pcp_store_job_event_list(pcp_store_t* store,
       status = state_column(stmt, 3, &event->from_state);
       event->has_from_state = true;
     }
-    if (pcp_status_is_ok(status) &&
-        sqlite3_column_type(stmt, 4) != SQLITE_NULL) {
+    if (!status && sqlite3_column_type(stmt, 4) != SQLITE_NULL) {
       status = state_column(stmt, 4, &event->to_state);
       event->has_states = true;
     }
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = pcp_store_json_column(stmt, 5, &event->payload);
     }
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     event->created_at_ns = sqlite3_column_int64(stmt, 6);
     ++out_list->count;
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "event list");
   }
   if (stmt) {
     sqlite3_reset(stmt);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_job_event_list_deinitialize(out_list);
   }
   return status;
@@ -680,7 +679,7 @@ pcp_status_t pcp_store_job_event_last_id(pcp_store_t* store,
                              "SELECT coalesce((SELECT seq FROM sqlite_sequence"
                              " WHERE name = 'job_events'), 0)",
                              &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
       *out_event_id = sqlite3_column_int64(stmt, 0);
@@ -762,7 +761,7 @@ pcp_status_t pcp_store_job_result_put(pcp_store_t* store,
       "INSERT INTO job_results(job_id, name, dtype, shape, byte_length, "
       "sha256, path, created_at_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_text(stmt, 1, result->job_id, -1, SQLITE_TRANSIENT);
     brc |= sqlite3_bind_text(stmt, 2, result->name, -1, SQLITE_TRANSIENT);
     brc |= sqlite3_bind_text(stmt, 3, pcp_element_type_name(result->dtype), -1,
@@ -774,7 +773,7 @@ pcp_status_t pcp_store_job_result_put(pcp_store_t* store,
     brc |= sqlite3_bind_int64(stmt, 8, pcp_store_now_ns(store));
     status = pcp_store_bind_check(store, brc);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "result insert");
   }
   pcp_store_unlock(store);
@@ -845,12 +844,12 @@ pcp_status_t pcp_store_job_result_get(pcp_store_t* store, const char* job_id,
                              " FROM job_results"
                              " WHERE job_id = ?1 AND name = ?2",
                              &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_text(stmt, 1, job_id, -1, SQLITE_TRANSIENT);
     brc |= sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
     status = pcp_store_bind_check(store, brc);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
       status = result_from_row(stmt, out_result);
@@ -879,32 +878,32 @@ pcp_status_t pcp_store_job_result_list(pcp_store_t* store, const char* job_id,
                              " FROM job_results WHERE job_id = ?1"
                              " ORDER BY name LIMIT ?2",
                              &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_text(stmt, 1, job_id, -1, SQLITE_TRANSIENT);
     brc |= sqlite3_bind_int64(stmt, 2, PCP_STORE_LIST_LIMIT_MAX);
     status = pcp_store_bind_check(store, brc);
   }
   size_t capacity = 0;
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     status = pcp_store_list_reserve(
         out_list->allocator, sizeof(pcp_store_job_result_t), out_list->count,
         &capacity, (void**)&out_list->items);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = result_from_row(stmt, &out_list->items[out_list->count]);
     }
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       ++out_list->count;
     }
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "result list");
   }
   if (stmt) {
     sqlite3_reset(stmt);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_job_result_list_deinitialize(out_list);
   }
   return status;

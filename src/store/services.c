@@ -68,15 +68,15 @@ static pcp_status_t service_rows(pcp_store_t* store, sqlite3_stmt* stmt,
     status = pcp_store_list_reserve(
         out_list->allocator, sizeof(pcp_store_service_t), out_list->count,
         &capacity, (void**)&out_list->items);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = service_from_row(stmt, now, &out_list->items[out_list->count]);
     }
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     ++out_list->count;
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "service list");
   }
   sqlite3_reset(stmt);
@@ -121,7 +121,7 @@ pcp_status_t pcp_store_service_register(pcp_store_t* store,
       " heartbeat_at_ns = excluded.heartbeat_at_ns,"
       " expires_at_ns = excluded.expires_at_ns",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc =
         sqlite3_bind_text(stmt, 1, service->executor_id, -1, SQLITE_TRANSIENT);
     brc |=
@@ -135,7 +135,7 @@ pcp_status_t pcp_store_service_register(pcp_store_t* store,
     brc |= sqlite3_bind_int64(stmt, 8, expires);
     status = pcp_store_bind_check(store, brc);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "service register");
   }
   pcp_store_unlock(store);
@@ -159,15 +159,15 @@ pcp_status_t pcp_store_service_heartbeat(pcp_store_t* store,
       "   THEN 9223372036854775807 ELSE ?2 + ttl_ns END"
       " WHERE executor_id = ?1 AND expires_at_ns > ?2",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_text(stmt, 1, executor_id, -1, SQLITE_TRANSIENT);
     brc |= sqlite3_bind_int64(stmt, 2, now);
     status = pcp_store_bind_check(store, brc);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "service heartbeat");
   }
-  if (pcp_status_is_ok(status) && sqlite3_changes(store->db) == 0) {
+  if (!status && sqlite3_changes(store->db) == 0) {
     // Tell "never registered / swept" from "lapsed".
     pcp_store_service_t service;
     sqlite3_stmt* get = NULL;
@@ -175,15 +175,15 @@ pcp_status_t pcp_store_service_heartbeat(pcp_store_t* store,
                                     "SELECT " SERVICE_COLUMNS
                                     " FROM services WHERE executor_id = ?1",
                                     &get);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = pcp_store_bind_check(
           store, sqlite3_bind_text(get, 1, executor_id, -1, SQLITE_TRANSIENT));
     }
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       int rc = sqlite3_step(get);
       if (rc == SQLITE_ROW) {
         status = service_from_row(get, now, &service);
-        if (pcp_status_is_ok(status)) {
+        if (!status) {
           pcp_store_service_deinitialize(&service);
           status = pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                                    "service '%s' expired: register it again",
@@ -212,11 +212,11 @@ pcp_status_t pcp_store_service_get(pcp_store_t* store, const char* executor_id,
   pcp_status_t status = pcp_store_stmt_acquire(
       store, PCP_STORE_STMT_SERVICE_GET,
       "SELECT " SERVICE_COLUMNS " FROM services WHERE executor_id = ?1", &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_bind_check(
         store, sqlite3_bind_text(stmt, 1, executor_id, -1, SQLITE_TRANSIENT));
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
       status = service_from_row(stmt, pcp_store_now_ns(store), out_service);
@@ -251,18 +251,18 @@ pcp_status_t pcp_store_service_list(pcp_store_t* store,
       " FROM services"
       " WHERE ?1 IS NULL OR executor_id > ?1 ORDER BY executor_id LIMIT ?2",
       &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = after_executor_id ? sqlite3_bind_text(stmt, 1, after_executor_id,
                                                     -1, SQLITE_TRANSIENT)
                                 : sqlite3_bind_null(stmt, 1);
     brc |= sqlite3_bind_int64(stmt, 2, limit);
     status = pcp_store_bind_check(store, brc);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = service_rows(store, stmt, out_list);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_service_list_deinitialize(out_list);
   }
   return status;
@@ -299,7 +299,7 @@ pcp_status_t pcp_store_service_expired_sweep(
   out_expired->allocator = store->allocator;
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     sqlite3_stmt* stmt = NULL;
     status =
         pcp_store_stmt_acquire(store, PCP_STORE_STMT_SERVICE_EXPIRED,
@@ -307,22 +307,21 @@ pcp_status_t pcp_store_service_expired_sweep(
                                " FROM services WHERE expires_at_ns <= ?1"
                                " ORDER BY expires_at_ns, executor_id LIMIT ?2",
                                &stmt);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       int brc = sqlite3_bind_int64(stmt, 1, pcp_store_now_ns(store));
       brc |= sqlite3_bind_int64(stmt, 2, PCP_STORE_LIST_LIMIT_MAX);
       status = pcp_store_bind_check(store, brc);
     }
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = service_rows(store, stmt, out_expired);
     }
-    for (size_t i = 0; pcp_status_is_ok(status) && i < out_expired->count;
-         ++i) {
+    for (size_t i = 0; !status && i < out_expired->count; ++i) {
       status = service_delete_locked(store, out_expired->items[i].executor_id);
     }
     status = pcp_store_tx_finish(store, status);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_service_list_deinitialize(out_expired);
   }
   return status;
@@ -427,7 +426,7 @@ pcp_status_t pcp_store_lease_put(pcp_store_t* store,
   PCP_RETURN_IF_ERROR_BARE(lease_validate(lease));
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_tx_finish(store, lease_put_locked(store, lease));
   }
   pcp_store_unlock(store);
@@ -441,14 +440,14 @@ pcp_status_t pcp_store_lease_delete(pcp_store_t* store, uint64_t lease_id) {
   pcp_status_t status =
       pcp_store_stmt_acquire(store, PCP_STORE_STMT_LEASE_DELETE,
                              "DELETE FROM leases WHERE lease_id = ?1", &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_bind_check(
         store, sqlite3_bind_int64(stmt, 1, (int64_t)lease_id));
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "lease delete");
   }
-  if (pcp_status_is_ok(status) && sqlite3_changes(store->db) == 0) {
+  if (!status && sqlite3_changes(store->db) == 0) {
     status = pcp_make_status(PCP_STATUS_NOT_FOUND, "lease %llu",
                              (unsigned long long)lease_id);
   }
@@ -479,11 +478,11 @@ pcp_status_t pcp_store_lease_get(pcp_store_t* store, uint64_t lease_id,
   pcp_status_t status = pcp_store_stmt_acquire(
       store, PCP_STORE_STMT_LEASE_GET,
       "SELECT " LEASE_COLUMNS " FROM leases WHERE lease_id = ?1", &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_bind_check(
         store, sqlite3_bind_int64(stmt, 1, (int64_t)lease_id));
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
       lease_from_row(stmt, out_lease);
@@ -515,29 +514,29 @@ pcp_status_t pcp_store_lease_list(pcp_store_t* store, uint64_t after_lease_id,
                              " FROM leases WHERE lease_id > ?1"
                              " ORDER BY lease_id LIMIT ?2",
                              &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_int64(stmt, 1, (int64_t)after_lease_id);
     brc |= sqlite3_bind_int64(stmt, 2, limit);
     status = pcp_store_bind_check(store, brc);
   }
   size_t capacity = 0;
   int rc = SQLITE_DONE;
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     status = pcp_store_list_reserve(out_list->allocator,
                                     sizeof(pcp_store_lease_t), out_list->count,
                                     &capacity, (void**)&out_list->items);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       lease_from_row(stmt, &out_list->items[out_list->count++]);
     }
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "lease list");
   }
   if (stmt) {
     sqlite3_reset(stmt);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_lease_list_deinitialize(out_list);
   }
   return status;
@@ -640,7 +639,7 @@ pcp_status_t pcp_store_reservation_put(
   }
   pcp_store_lock(store);
   pcp_status_t status = pcp_store_tx_begin(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status =
         pcp_store_tx_finish(store, reservation_put_locked(store, reservation));
   }
@@ -658,14 +657,14 @@ pcp_status_t pcp_store_reservation_delete(pcp_store_t* store,
   pcp_status_t status = pcp_store_stmt_acquire(
       store, PCP_STORE_STMT_RESERVATION_DELETE,
       "DELETE FROM reservations WHERE reservation_id = ?1", &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_bind_check(
         store, sqlite3_bind_int64(stmt, 1, (int64_t)reservation_id));
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "reservation delete");
   }
-  if (pcp_status_is_ok(status) && sqlite3_changes(store->db) == 0) {
+  if (!status && sqlite3_changes(store->db) == 0) {
     status = pcp_make_status(PCP_STATUS_NOT_FOUND, "reservation %llu",
                              (unsigned long long)reservation_id);
   }
@@ -727,7 +726,7 @@ pcp_status_t pcp_store_reservation_list(
   // Headers and workers from one snapshot.
   bool in_transaction = false;
   pcp_status_t status = pcp_store_tx_begin_read(store);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     in_transaction = true;
     status = pcp_store_stmt_acquire(
         store, PCP_STORE_STMT_RESERVATION_LIST,
@@ -736,7 +735,7 @@ pcp_status_t pcp_store_reservation_list(
         " ORDER BY reservation_id LIMIT ?2",
         &stmt);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     int brc = sqlite3_bind_int64(stmt, 1, (int64_t)after_reservation_id);
     brc |= sqlite3_bind_int64(stmt, 2, limit);
     status = pcp_store_bind_check(store, brc);
@@ -745,11 +744,11 @@ pcp_status_t pcp_store_reservation_list(
   int rc = SQLITE_DONE;
   // Headers first, then the workers of each (the worker query reuses the
   // connection, so the outer statement is finished before it runs).
-  while (pcp_status_is_ok(status) && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  while (!status && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     status = pcp_store_list_reserve(
         out_list->allocator, sizeof(pcp_store_reservation_t), out_list->count,
         &capacity, (void**)&out_list->items);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       break;
     }
     pcp_store_reservation_t* r = &out_list->items[out_list->count++];
@@ -760,13 +759,13 @@ pcp_status_t pcp_store_reservation_list(
     r->worker_count = (uint32_t)sqlite3_column_int64(stmt, 4);
     r->created_at_ns = sqlite3_column_int64(stmt, 5);
   }
-  if (pcp_status_is_ok(status) && rc != SQLITE_DONE) {
+  if (!status && rc != SQLITE_DONE) {
     status = pcp_store_db_status(store, rc, "reservation list");
   }
   if (stmt) {
     sqlite3_reset(stmt);
   }
-  for (size_t i = 0; pcp_status_is_ok(status) && i < out_list->count; ++i) {
+  for (size_t i = 0; !status && i < out_list->count; ++i) {
     status = reservation_workers_read(store, out_list->allocator,
                                       &out_list->items[i]);
   }
@@ -774,7 +773,7 @@ pcp_status_t pcp_store_reservation_list(
     status = pcp_store_tx_finish(store, status);
   }
   pcp_store_unlock(store);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_reservation_list_deinitialize(out_list);
   }
   return status;

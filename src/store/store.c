@@ -370,22 +370,22 @@ static void tx_rollback(pcp_store_t* store) {
   sqlite3_stmt* stmt = NULL;
   pcp_status_t status =
       pcp_store_stmt_acquire(store, PCP_STORE_STMT_ROLLBACK, "ROLLBACK", &stmt);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_stmt_run(store, stmt, "rollback");
   }
   pcp_status_ignore(status);
 }
 
 pcp_status_t pcp_store_tx_finish(pcp_store_t* store, pcp_status_t status) {
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     sqlite3_stmt* stmt = NULL;
     status =
         pcp_store_stmt_acquire(store, PCP_STORE_STMT_COMMIT, "COMMIT", &stmt);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = pcp_store_stmt_run(store, stmt, "commit");
     }
   }
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     tx_rollback(store);
   }
   return status;
@@ -718,10 +718,10 @@ static pcp_status_t migrate(pcp_store_t* store, int32_t target_version) {
     // mid-migration leaves the previous version intact and the next open
     // runs it again.
     pcp_status_t status = exec_sql(store, "BEGIN IMMEDIATE", "begin migration");
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = exec_sql(store, kMigrations[next - 1], "migration");
     }
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       char sql[128];
       snprintf(sql, sizeof(sql),
                "INSERT INTO schema_version(version, applied_at_ns) "
@@ -729,10 +729,10 @@ static pcp_status_t migrate(pcp_store_t* store, int32_t target_version) {
                (int)next, (long long)pcp_store_now_ns(store));
       status = exec_sql(store, sql, "record migration");
     }
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       status = exec_sql(store, "COMMIT", "commit migration");
     }
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       if (!sqlite3_get_autocommit(store->db)) {
         pcp_status_ignore(exec_sql(store, "ROLLBACK", "rollback migration"));
       }
@@ -846,10 +846,10 @@ pcp_status_t pcp_store_create(const pcp_store_options_t* options,
                            "cannot initialize the store mutex");
   }
   pcp_status_t status = open_database(store, options);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_store_checkpoint_leftovers_remove(store);
   }
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_store_release(store);
     return status;
   }
@@ -906,7 +906,7 @@ pcp_status_t pcp_store_integrity_check(pcp_store_t* store) {
     }
     sqlite3_finalize(stmt);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     rc = sqlite3_prepare_v2(store->db, "PRAGMA foreign_key_check", -1, &stmt,
                             NULL);
     if (rc != SQLITE_OK) {

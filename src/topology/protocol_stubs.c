@@ -300,19 +300,23 @@ bool pcp_topology_workload_route_regular(const char* body,
 
 bool pcp_topology_worker_class_parse(const char* name,
                                      pcp_topology_worker_class_t* out_class) {
-  static const char* const kNames[] = {"any", "cpu", "cuda", "rocm", "metal",
-                                       "vulkan"};
-  if (strcmp(name, "hip") == 0) {
-    *out_class = PCP_TOPOLOGY_WORKER_CLASS_ROCM;
-    return true;
+  // Names and the "hip" alias come from base's backend table; this enum
+  // keeps its own order (metal before vulkan), so map by kind.
+  static const pcp_topology_worker_class_t kByKind[PCP_BACKEND_KIND_COUNT_] = {
+      [PCP_BACKEND_KIND_CPU] = PCP_TOPOLOGY_WORKER_CLASS_CPU,
+      [PCP_BACKEND_KIND_CUDA] = PCP_TOPOLOGY_WORKER_CLASS_CUDA,
+      [PCP_BACKEND_KIND_ROCM] = PCP_TOPOLOGY_WORKER_CLASS_ROCM,
+      [PCP_BACKEND_KIND_VULKAN] = PCP_TOPOLOGY_WORKER_CLASS_VULKAN,
+      [PCP_BACKEND_KIND_METAL] = PCP_TOPOLOGY_WORKER_CLASS_METAL};
+  pcp_backend_kind_t kind;
+  if (!pcp_backend_kind_parse(
+          pcp_make_cstring_view(name),
+          PCP_BACKEND_PARSE_FLAG_ANY | PCP_BACKEND_PARSE_FLAG_ALIASES, &kind)) {
+    return false;
   }
-  for (size_t i = 0; i < PCP_ARRAYSIZE(kNames); ++i) {
-    if (strcmp(name, kNames[i]) == 0) {
-      *out_class = (pcp_topology_worker_class_t)i;
-      return true;
-    }
-  }
-  return false;
+  *out_class = kind == PCP_BACKEND_KIND_ANY ? PCP_TOPOLOGY_WORKER_CLASS_ANY
+                                            : kByKind[kind];
+  return true;
 }
 
 bool pcp_topology_sched_policy_allows(const pcp_topology_sched_policy_t* policy,
@@ -1056,11 +1060,11 @@ pcp_topology_federation_placement_t pcp_topology_federation_place(
   pcp_status_t status = pcp_sched_federation_create(
       &options, pcp_allocator_system(), &registry);
   const int64_t now_ns = 100;
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = registry_build(f, registry, now_ns);
   }
   pcp_sched_federation_placement_t placement;
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     pcp_sched_federation_selector_t wanted = {
         .capability = selector->service_type,
         .gateway_id = selector->gateway,
@@ -1069,7 +1073,7 @@ pcp_topology_federation_placement_t pcp_topology_federation_place(
     status = pcp_sched_federation_place(registry, &wanted, now_ns, &placement);
   }
   pcp_sched_federation_release(registry);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     place_from_status(status, &p);
     return p;
   }

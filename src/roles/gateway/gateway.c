@@ -381,9 +381,6 @@ static const pcp_config_table_t kSharingTable = {
 // Controller blocks
 //===----------------------------------------------------------------------===//
 
-static const char* const kWorkerClasses[] = {"any", "cpu",   "cuda",   "rocm",
-                                             "hip", "metal", "vulkan", NULL};
-
 static pcp_status_t validate_controller(const pcp_roles_controller_config_t* c,
                                         const char* path) {
   // A disabled block is ignored entirely, as upstream.
@@ -397,11 +394,12 @@ static pcp_status_t validate_controller(const pcp_roles_controller_config_t* c,
                            path, path);
   }
   if (c->worker_class) {
-    bool known = false;
-    for (size_t i = 0; kWorkerClasses[i]; ++i) {
-      known = known || strcmp(kWorkerClasses[i], c->worker_class) == 0;
-    }
-    if (!known) {
+    // Worker classes are base's backend names plus "any" and "hip".
+    pcp_backend_kind_t kind;
+    if (!pcp_backend_kind_parse(
+            pcp_make_cstring_view(c->worker_class),
+            PCP_BACKEND_PARSE_FLAG_ANY | PCP_BACKEND_PARSE_FLAG_ALIASES,
+            &kind)) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "gateway config: key '%s.worker_class': invalid "
                              "value '%s' (allowed: any, cpu, cuda, rocm, hip, "

@@ -161,7 +161,7 @@ void pcp_roles_hub_metrics_refresh(pcp_roles_hub_t* hub) {
   pcp_obs_family_set(hub->families[PCP_ROLES_HUB_METRIC_GATEWAYS], s, stale);
   int64_t counts[PCP_STORE_GLOBAL_JOB_STATE_COUNT];
   pcp_status_t status = pcp_store_global_job_counts(hub->store, counts);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     for (size_t i = 0; i < PCP_STORE_GLOBAL_JOB_STATE_COUNT; ++i) {
       const char* labels[] = {pcp_store_global_job_state_names[i]};
       pcp_obs_family_set(hub->families[PCP_ROLES_HUB_METRIC_GLOBAL_JOBS],
@@ -189,7 +189,8 @@ int64_t pcp_roles_hub_now_ms(const pcp_roles_hub_t* hub) {
 
 void pcp_roles_hub_call_deinitialize(pcp_roles_hub_call_t* call) {
   json_decref(call->body);
-  free(call->raw);
+  // An HTTP client response body: the system allocator (src/http).
+  pcp_allocator_free(pcp_allocator_system(), call->raw);
   memset(call, 0, sizeof(*call));
 }
 
@@ -235,10 +236,10 @@ pcp_status_t pcp_roles_hub_gateway_call(pcp_roles_hub_t* hub,
                       : strncmp(path, "/v1/internal/federation/jobs/", 29) == 0
                           ? "job_get"
                           : "job_submit";
-  const char* labels[] = {route, pcp_status_is_ok(status) ? "ok" : "failed"};
+  const char* labels[] = {route, !status ? "ok" : "failed"};
   pcp_obs_family_add(hub->families[PCP_ROLES_HUB_METRIC_GATEWAY_REQUESTS],
                      labels, 1);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     return pcp_status_annotate_f(status, "%s %s", method ? method : "GET", url);
   }
   out_call->http_status = response.http_status;
@@ -261,7 +262,7 @@ void pcp_roles_hub_gateway_url(pcp_roles_hub_t* hub, const char* gateway_id,
   pcp_status_t status = pcp_sched_federation_gateway_find(
       hub->registry, gateway_id, pcp_clock_now_ns(hub->clock), &g);
   snprintf(out_url, PCP_SCHED_FEDERATION_URL_MAX_LENGTH + 1, "%s",
-           pcp_status_is_ok(status) ? g.base_url : fallback);
+           !status ? g.base_url : fallback);
   pthread_mutex_unlock(&hub->mutex);
   pcp_status_ignore(status);
 }
@@ -512,7 +513,7 @@ static json_t* peers_json_locked(pcp_roles_hub_t* hub, int64_t now) {
     pcp_sched_federation_gateway_t g;
     pcp_status_t status =
         pcp_sched_federation_gateway_at(hub->registry, i, now, &g);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       json_array_append_new(gateways, gateway_json(&g, true));
     }
     pcp_status_ignore(status);
@@ -536,7 +537,7 @@ static bool ready_fn(void* user_data, json_t* details) {
   // still readable (a deleted or corrupt state dir shows here).
   int32_t version = 0;
   pcp_status_t status = pcp_store_schema_version_query(hub->store, &version);
-  bool store_ok = pcp_status_is_ok(status);
+  bool store_ok = !status;
   pcp_status_ignore(status);
   json_object_set_new(details, "mode", json_string("federation-hub"));
   json_object_set_new(details, "store", json_boolean(store_ok));
@@ -583,10 +584,12 @@ static pcp_status_t connect_post(void* user_data,
   pcp_roles_hub_t* hub = user_data;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
-  connect_parse_t* parsed = calloc(1, sizeof(*parsed));
-  if (!parsed) {
+  connect_parse_t* parsed = NULL;
+  pcp_status_t alloc_status =
+      pcp_allocator_calloc(hub->allocator, sizeof(*parsed), (void**)&parsed);
+  if (alloc_status) {
     json_decref(body);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "connect");
+    return pcp_status_annotate_f(alloc_status, "connect");
   }
   pcp_status_t status = connect_parse(body, parsed);
   int64_t now = pcp_clock_now_ns(hub->clock);
@@ -594,15 +597,15 @@ static pcp_status_t connect_post(void* user_data,
   bool recovered = false;
   json_t* answer = NULL;
   int64_t connected_at = 0;
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     pthread_mutex_lock(&hub->mutex);
     status = pcp_sched_federation_connect(hub->registry, &parsed->request, now,
                                           wall, &recovered);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       pcp_sched_federation_gateway_t g;
       status = pcp_sched_federation_gateway_find(
           hub->registry, parsed->request.gateway_id, now, &g);
-      if (pcp_status_is_ok(status)) {
+      if (!status) {
         connected_at = g.connected_at_wall_ns;
         answer = json_pack("{s:b,s:o*,s:o*,s:I,s:I}", "accepted", 1, "gateway",
                            gateway_json(&g, true), "peers",
@@ -615,7 +618,7 @@ static pcp_status_t connect_post(void* user_data,
     }
     pthread_mutex_unlock(&hub->mutex);
   }
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     // Persisted after the registry accepted it (the registry validates);
     // the registration is live in memory even if this write fails, and the
     // gateway's next connect writes it again.
@@ -623,18 +626,18 @@ static pcp_status_t connect_post(void* user_data,
         hub->store, parsed->request.gateway_id, body, connected_at, wall);
     status = pcp_status_annotate_f(status, "persisting the registration");
   }
-  const char* outcome = !pcp_status_is_ok(status) ? "rejected"
-                        : recovered               ? "recovered"
-                                                  : "accepted";
+  const char* outcome = status      ? "rejected"
+                        : recovered ? "recovered"
+                                    : "accepted";
   const char* labels[] = {outcome};
   pcp_obs_family_add(hub->families[PCP_ROLES_HUB_METRIC_CONNECTS], labels, 1);
-  if (pcp_status_is_ok(status) && recovered) {
+  if (!status && recovered) {
     PCP_LOG(PCP_LOG_INFO, &hub->log, "gateway %s is connected again",
             parsed->request.gateway_id);
   }
-  free(parsed);
+  pcp_allocator_free(hub->allocator, parsed);
   json_decref(body);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     json_decref(answer);
     return status;
   }
@@ -665,7 +668,7 @@ static pcp_status_t services_get(void* user_data,
     pcp_sched_federation_gateway_t g;
     pcp_status_t status =
         pcp_sched_federation_gateway_at(hub->registry, i, now, &g);
-    for (uint32_t s = 0; pcp_status_is_ok(status) && s < g.service_count; ++s) {
+    for (uint32_t s = 0; !status && s < g.service_count; ++s) {
       json_t* entry = service_json(&g.services[s]);
       if (entry) {
         json_object_set_new(entry, "gateway_id", json_string(g.gateway_id));
@@ -728,23 +731,25 @@ static pcp_status_t registrations_restore(pcp_roles_hub_t* hub) {
   pcp_store_federation_gateway_list_t list = {.allocator = hub->allocator};
   PCP_RETURN_IF_ERROR(pcp_store_federation_gateway_list(hub->store, &list),
                       "reading registrations");
-  connect_parse_t* parsed = calloc(1, sizeof(*parsed));
-  if (!parsed) {
+  connect_parse_t* parsed = NULL;
+  pcp_status_t alloc_status =
+      pcp_allocator_calloc(hub->allocator, sizeof(*parsed), (void**)&parsed);
+  if (alloc_status) {
     pcp_store_federation_gateway_list_deinitialize(&list);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "restore");
+    return pcp_status_annotate_f(alloc_status, "restore");
   }
   size_t restored = 0;
   for (size_t i = 0; i < list.count; ++i) {
     pcp_store_federation_gateway_t* row = &list.items[i];
     pcp_status_t status = connect_parse(row->registration, parsed);
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       pthread_mutex_lock(&hub->mutex);
       status =
           pcp_sched_federation_restore(hub->registry, &parsed->request,
                                        row->connected_at_ns, row->last_seen_ns);
       pthread_mutex_unlock(&hub->mutex);
     }
-    if (pcp_status_is_ok(status)) {
+    if (!status) {
       ++restored;
     } else {
       pcp_log_status(PCP_LOG_WARN, &hub->log, status,
@@ -752,7 +757,7 @@ static pcp_status_t registrations_restore(pcp_roles_hub_t* hub) {
     }
     pcp_status_ignore(status);
   }
-  free(parsed);
+  pcp_allocator_free(hub->allocator, parsed);
   pcp_store_federation_gateway_list_deinitialize(&list);
   PCP_LOG(PCP_LOG_INFO, &hub->log,
           "restored %zu registration(s), stale until they connect", restored);
@@ -775,7 +780,7 @@ static pcp_status_t interrupted_jobs_mark(pcp_roles_hub_t* hub) {
                             hub->store, after, PCP_STORE_LIST_LIMIT_MAX, &page),
                         "reading global jobs");
     pcp_status_t status = pcp_ok_status();
-    for (size_t i = 0; pcp_status_is_ok(status) && i < page.count; ++i) {
+    for (size_t i = 0; !status && i < page.count; ++i) {
       const pcp_store_global_job_t* job = &page.items[i];
       if (strcmp(job->state, "placing") == 0 && !job->error[0]) {
         status = pcp_store_global_job_update(hub->store, job->number, "placing",
@@ -835,10 +840,9 @@ static pcp_status_t start(pcp_roles_hub_t* hub) {
   hub->api_auth_enabled = api_token != NULL;
   hub->federation_auth_enabled = federation_token != NULL;
   if (federation_token) {
-    hub->federation_token = strdup(federation_token);
-    if (!hub->federation_token) {
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "token copy");
-    }
+    PCP_RETURN_IF_ERROR(pcp_allocator_strdup(hub->allocator, federation_token,
+                                             &hub->federation_token),
+                        "token copy");
   }
   if (!hub->api_auth_enabled) {
     PCP_LOG(PCP_LOG_WARN, &hub->log,
@@ -921,11 +925,11 @@ static int run(void* opaque) {
   hub.started_at_wall_ns = pcp_clock_wall_ns(hub.clock);
   pthread_mutex_init(&hub.mutex, NULL);
   pcp_status_t status = pcp_roles_signals_install();
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = start(&hub);
   }
   int exit_code = 0;
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     char port[16], interval[24];
     snprintf(port, sizeof(port), "%u",
              (unsigned)pcp_http_server_port(hub.http));
@@ -964,7 +968,7 @@ static int run(void* opaque) {
   pcp_sched_federation_release(hub.registry);
   pcp_store_release(hub.store);
   pcp_obs_registry_release(hub.metrics);
-  free(hub.federation_token);
+  pcp_allocator_free(hub.allocator, hub.federation_token);
   pthread_mutex_destroy(&hub.mutex);
   return exit_code;
 }

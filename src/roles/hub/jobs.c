@@ -299,7 +299,7 @@ static pcp_status_t submit(pcp_roles_hub_t* hub, const char* kind,
   memset(&selector, 0, sizeof(selector));
   pcp_status_t status = submit_parse(request, &body, &selector, &job);
   bool training = strcmp(kind, "training") == 0;
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     if (training) {
       status = training_capability(job, &selector.capability);
     } else {
@@ -308,7 +308,7 @@ static pcp_status_t submit(pcp_roles_hub_t* hub, const char* kind,
   }
   pcp_sched_federation_placement_t placement;
   memset(&placement, 0, sizeof(placement));
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     pthread_mutex_lock(&hub->mutex);
     status = pcp_sched_federation_place(
         hub->registry, &selector, pcp_clock_now_ns(hub->clock), &placement);
@@ -318,7 +318,7 @@ static pcp_status_t submit(pcp_roles_hub_t* hub, const char* kind,
                        1);
   }
   json_decref(body);  // |selector| borrowed from it; placement is copied
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     json_decref(job);
     return status;
   }
@@ -335,15 +335,15 @@ static pcp_status_t submit(pcp_roles_hub_t* hub, const char* kind,
   status = pcp_store_global_job_create(hub->store, kind, assignment, &number);
   json_decref(assignment);
   char* text = NULL;
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     text = json_dumps(job, JSON_COMPACT);
     if (!text) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "job body");
     }
   }
   json_decref(job);
-  if (!pcp_status_is_ok(status)) {
-    free(text);
+  if (status) {
+    pcp_libc_free(text);  // json_dumps
     return status;
   }
   char path[64];
@@ -352,10 +352,9 @@ static pcp_status_t submit(pcp_roles_hub_t* hub, const char* kind,
   pcp_roles_hub_call_t call;
   status = pcp_roles_hub_gateway_call(hub, "POST", placement.base_url, path,
                                       text, strlen(text), &call);
-  free(text);
+  pcp_libc_free(text);  // json_dumps
   const char* child_id = NULL;
-  if (pcp_status_is_ok(status) && call.http_status >= 200 &&
-      call.http_status < 300) {
+  if (!status && call.http_status >= 200 && call.http_status < 300) {
     const json_t* id = json_object_get(call.body, "job_id");
     child_id = json_is_string(id) ? json_string_value(id) : NULL;
     if (!child_job_id_ok(child_id)) {
@@ -372,7 +371,7 @@ static pcp_status_t submit(pcp_roles_hub_t* hub, const char* kind,
                                          child_id, call.body, NULL);
   } else {
     char error[512];
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       pcp_status_format_for_user(status, error, sizeof(error));
     } else {
       snprintf(error, sizeof(error), "gateway %s answered HTTP %d",
@@ -381,12 +380,12 @@ static pcp_status_t submit(pcp_roles_hub_t* hub, const char* kind,
     record = pcp_store_global_job_update(hub->store, number, "rejected", NULL,
                                          call.body, error);
   }
-  if (!pcp_status_is_ok(record)) {
+  if (record) {
     pcp_log_status(PCP_LOG_ERROR, &hub->log, record,
                    "recording global job state");
   }
   pcp_status_ignore(record);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     pcp_roles_hub_call_deinitialize(&call);
     char message[512];
     pcp_status_format_for_user(status, message, sizeof(message));
@@ -479,7 +478,7 @@ static pcp_status_t job_get(void* user_data, const pcp_http_request_t* request,
   }
   pcp_roles_hub_call_t call;
   pcp_status_t status = child_fetch(hub, &job, "", "GET", NULL, 0, &call);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     char message[512];
     pcp_status_format_for_user(status, message, sizeof(message));
     pcp_status_ignore(status);
@@ -532,7 +531,7 @@ static pcp_status_t job_cancel(void* user_data,
     json_t* parsed = NULL;
     pcp_status_t status = pcp_http_request_json_parse(request, &parsed);
     json_decref(parsed);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       pcp_store_global_job_deinitialize(&job);
       return status;
     }
@@ -540,7 +539,7 @@ static pcp_status_t job_cancel(void* user_data,
   pcp_roles_hub_call_t call;
   pcp_status_t status =
       child_fetch(hub, &job, "/cancel", "POST", body.data, body.size, &call);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     char message[512];
     pcp_status_format_for_user(status, message, sizeof(message));
     pcp_status_ignore(status);
@@ -596,7 +595,7 @@ static void* fanout_main(void* opaque) {
     }
     pcp_roles_hub_call_t call;
     pcp_status_t status = child_fetch(f->hub, job, "", "GET", NULL, 0, &call);
-    if (!pcp_status_is_ok(status)) {
+    if (status) {
       char message[512];
       pcp_status_format_for_user(status, message, sizeof(message));
       f->fetch[i] = json_pack("{s:b,s:s}", "ok", 0, "error", message);
@@ -640,13 +639,16 @@ static pcp_status_t jobs_list(void* user_data,
       pcp_store_global_job_list(hub->store, after, (uint32_t)limit, &jobs));
   fanout_t f = {.hub = hub, .jobs = &jobs};
   pthread_mutex_init(&f.mutex, NULL);
-  f.fetch = calloc(jobs.count + 1, sizeof(json_t*));
-  f.child = calloc(jobs.count + 1, sizeof(json_t*));
-  pcp_status_t status = pcp_ok_status();
-  if (!f.fetch || !f.child) {
-    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "job list");
+  pcp_status_t status = pcp_allocator_calloc(
+      hub->allocator, (jobs.count + 1) * sizeof(json_t*), (void**)&f.fetch);
+  if (!status) {
+    status = pcp_allocator_calloc(
+        hub->allocator, (jobs.count + 1) * sizeof(json_t*), (void**)&f.child);
   }
-  if (pcp_status_is_ok(status)) {
+  if (status) {
+    status = pcp_status_annotate_f(status, "job list");
+  }
+  if (!status) {
     // Every gateway request runs at once (up to the thread cap), each
     // bounded by --gateway-timeout-ms: the page takes about one timeout in
     // the worst case, not one per job (upstream asks one after another).
@@ -669,7 +671,7 @@ static pcp_status_t jobs_list(void* user_data,
   }
   json_t* list = json_array();
   int64_t failures = 0;
-  for (size_t i = 0; pcp_status_is_ok(status) && list && i < jobs.count; ++i) {
+  for (size_t i = 0; !status && list && i < jobs.count; ++i) {
     pcp_store_global_job_t* job = &jobs.items[i];
     if (f.child[i]) {
       pcp_status_ignore(pcp_store_global_job_update(
@@ -690,11 +692,11 @@ static pcp_status_t jobs_list(void* user_data,
   }
   int64_t next_after =
       jobs.count == (size_t)limit ? jobs.items[jobs.count - 1].number : 0;
-  free(f.fetch);
-  free(f.child);
+  pcp_allocator_free(hub->allocator, f.fetch);
+  pcp_allocator_free(hub->allocator, f.child);
   pthread_mutex_destroy(&f.mutex);
   pcp_store_global_job_list_deinitialize(&jobs);
-  if (!pcp_status_is_ok(status)) {
+  if (status) {
     json_decref(list);
     return status;
   }

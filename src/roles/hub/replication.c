@@ -152,7 +152,7 @@ static bool gateway_registered(pcp_roles_hub_t* hub, const char* gateway_id) {
   pcp_status_t status = pcp_sched_federation_gateway_find(
       hub->registry, gateway_id, pcp_clock_now_ns(hub->clock), &g);
   pthread_mutex_unlock(&hub->mutex);
-  bool found = pcp_status_is_ok(status);
+  bool found = !status;
   pcp_status_ignore(status);
   return found;
 }

@@ -204,6 +204,8 @@ typedef struct slot_snapshot_t {
 } slot_snapshot_t;
 
 typedef struct nodemgr_t {
+  // Every allocation of the node manager's own (slots, argument vectors).
+  pcp_allocator_t allocator;
   const T* config;
   const char* backend;
   const char* target_arch;  // "default" when --target is not given
@@ -388,12 +390,13 @@ typedef struct slot_args_t {
   const char*** args;  // [slot_count] NULL-terminated arrays
 } slot_args_t;
 
-static void slot_args_deinitialize(slot_args_t* sa, uint32_t slot_count) {
+static void slot_args_deinitialize(pcp_allocator_t allocator, slot_args_t* sa,
+                                   uint32_t slot_count) {
   if (sa->args) {
     for (uint32_t i = 0; i < slot_count; ++i) {
-      free(sa->args[i]);
+      pcp_allocator_free(allocator, (void*)sa->args[i]);
     }
-    free(sa->args);
+    pcp_allocator_free(allocator, (void*)sa->args);
   }
   pcp_string_list_deinitialize(&sa->strings);
 }
@@ -414,10 +417,8 @@ static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
   bool v6_api = strchr(config->api_host, ':') != NULL;
   snprintf(connect, sizeof(connect), "%s%s%s:%lld", v6 ? "[" : "",
            config->host, v6 ? "]" : "", (long long)config->port);
-  sa->args = calloc(nm->slot_count, sizeof(*sa->args));
-  if (!sa->args) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+      nm->allocator, nm->slot_count * sizeof(*sa->args), (void**)&sa->args));
   // Collect every string first: the list may move its storage as it grows,
   // so the pointers are taken after.
   size_t per_slot = 0;
@@ -459,10 +460,8 @@ static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
     }
   }
   for (uint32_t i = 0; i < nm->slot_count; ++i) {
-    sa->args[i] = calloc(per_slot + 1, sizeof(char*));
-    if (!sa->args[i]) {
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-    }
+    PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
+        nm->allocator, (per_slot + 1) * sizeof(char*), (void**)&sa->args[i]));
     for (size_t k = 0; k < per_slot; ++k) {
       sa->args[i][k] = sa->strings.items[i * per_slot + k];
     }
@@ -594,7 +593,7 @@ static int nodemgr_run(nodemgr_t* nm, pcp_rng_t* rng) {
     pcp_status_ignore(pcp_http_server_stop(server, 1000));
     pcp_http_server_release(server);
   }
-  slot_args_deinitialize(&slot_args, nm->slot_count);
+  slot_args_deinitialize(nm->allocator, &slot_args, nm->slot_count);
   return exit_code;
 }
 
@@ -618,10 +617,20 @@ static int run(void* opaque) {
   nm.supervisor_id_base =
       (int64_t)pcp_rng_next_below(&rng, UINT64_C(1) << 43) << 10;
   pthread_mutex_init(&nm.mutex, NULL);
-  nm.slots = calloc(nm.slot_count, sizeof(*nm.slots));
-  nm.restart_series = calloc(nm.slot_count, sizeof(pcp_obs_series_t*));
-  nm.restarts_published =
-      calloc(nm.slot_count, sizeof(*nm.restarts_published));
+  nm.allocator = pcp_allocator_system();
+  pcp_status_t status = pcp_allocator_calloc(
+      nm.allocator, nm.slot_count * sizeof(*nm.slots), (void**)&nm.slots);
+  if (!status) {
+    status = pcp_allocator_calloc(nm.allocator,
+                                  nm.slot_count * sizeof(pcp_obs_series_t*),
+                                  (void**)&nm.restart_series);
+  }
+  if (!status) {
+    status = pcp_allocator_calloc(
+        nm.allocator, nm.slot_count * sizeof(*nm.restarts_published),
+        (void**)&nm.restarts_published);
+  }
+  pcp_status_ignore(status);  // exit code 1, as before
   int exit_code = 1;
   if (nm.slots && nm.restart_series && nm.restarts_published) {
     for (uint32_t i = 0; i < nm.slot_count; ++i) {
@@ -630,9 +639,9 @@ static int run(void* opaque) {
     exit_code = nodemgr_run(&nm, &rng);
   }
   pcp_obs_registry_release(nm.registry);
-  free(nm.slots);
-  free(nm.restart_series);
-  free(nm.restarts_published);
+  pcp_allocator_free(nm.allocator, nm.slots);
+  pcp_allocator_free(nm.allocator, nm.restart_series);
+  pcp_allocator_free(nm.allocator, nm.restarts_published);
   pthread_mutex_destroy(&nm.mutex);
   return exit_code;
 }

@@ -165,11 +165,13 @@ static int run(void* opaque) {
   char drain[24];
   snprintf(drain, sizeof(drain), "%" PRId64,
            pcp_roles_worker_drain_timeout_ms(config->policy.stop_grace_ms));
-  const char** args = calloc(argc + 6, sizeof(char*));
+  const char** args = NULL;
   pcp_string_builder_t builder;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
-  if (!status && !args) {
-    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+  if (!status) {
+    status =
+        pcp_allocator_calloc(pcp_allocator_system(),
+                             (size_t)(argc + 6) * sizeof(char*), (void**)&args);
   }
   if (!status && args) {
     args[0] = exe;
@@ -222,7 +224,7 @@ static int run(void* opaque) {
     pcp_roles_log_event("supervise", "stopped", NULL, 0);
   }
   pcp_string_builder_deinitialize(&builder);
-  free(args);
+  pcp_allocator_free(pcp_allocator_system(), (void*)args);
   return exit_code;
 }
 

@@ -75,7 +75,7 @@ pcp_status_t pcp_roles_worker_program_cache_load(
   pcp_sha256_t digest;
   pcp_sha256_compute(data, length, &digest);
   if (memcmp(digest.bytes, program, PCP_SHA256_BYTE_LENGTH) != 0) {
-    free(data);
+    pcp_allocator_free(pcp_allocator_system(), data);  // pcp_file_read_all
     // A torn or corrupted copy: removing it turns the next offer into a
     // fetch instead of a load that fails the same way forever.
     int removed = unlink(path) == 0 ? 0 : errno;
@@ -96,7 +96,7 @@ pcp_status_t pcp_roles_worker_program_cache_lookup(
   size_t length = 0;
   pcp_status_t status =
       pcp_roles_worker_program_cache_load(cache, program, &data, &length);
-  free(data);
+  pcp_allocator_free(pcp_allocator_system(), data);  // pcp_file_read_all
   if (!status) {
     *out_found = true;
     return pcp_ok_status();

@@ -55,6 +55,9 @@ typedef enum job_kind_e {
 typedef struct job_t {
   job_kind_t kind;
   worker_t* worker;
+  // The worker's allocator, kept here so a job can be freed after the loop
+  // that owned it is gone. The job and its result arrays come from it.
+  pcp_allocator_t allocator;
   // Loop thread: the job itself plus each unwritten frame that borrows its
   // buffers (a result and, for large outputs, the blob chunks before it).
   int ref_count;
@@ -94,11 +97,12 @@ static void job_free(job_t* job) {
   for (uint32_t i = 0; job->outputs && i < job->output_count; ++i) {
     pcp_host_tensor_deinitialize(&job->outputs[i]);
   }
-  free(job->outputs);
-  free(job->refs);
-  free(job->sections);
-  free(job->section_names);
-  free(job);
+  pcp_allocator_t allocator = job->allocator;
+  pcp_allocator_free(allocator, job->outputs);
+  pcp_allocator_free(allocator, job->refs);
+  pcp_allocator_free(allocator, job->sections);
+  pcp_allocator_free(allocator, job->section_names);
+  pcp_allocator_free(allocator, job);
 }
 
 // Drops one reference; the last one frees the job. Loop thread (or the
@@ -125,6 +129,7 @@ typedef struct pending_write_t {
   job_t* owner;
   size_t next_segment;
   size_t outstanding;
+  pcp_allocator_t allocator;  // the worker's; this write came from it
 } pending_write_t;
 
 struct conn_state_t {
@@ -137,6 +142,9 @@ struct conn_state_t {
 };
 
 struct worker_t {
+  // Every allocation of the runtime's own: the worker, connections, jobs,
+  // pending writes, task inputs and results.
+  pcp_allocator_t allocator;
   const pcp_roles_worker_config_t* config;
   pcp_log_context_t log;
   pcp_loop_t* loop;
@@ -227,7 +235,7 @@ static void finish(worker_t* w);
 static void pending_write_free(pending_write_t* pw) {
   pcp_proto_encoded_frame_deinitialize(&pw->frame);
   job_unref(pw->owner);
-  free(pw);
+  pcp_allocator_free(pw->allocator, pw);
 }
 
 static void close_conn(conn_state_t* cs) {
@@ -368,7 +376,7 @@ static void on_conn_closed(void* user_data, pcp_tcp_conn_t* conn,
     log_event(w, "disconnected", pairs, 2);
   }
   pcp_status_ignore(status);
-  free(cs);
+  pcp_allocator_free(w->allocator, cs);
   if (was_current && !w->finishing) {
     pcp_status_t s = pcp_proto_worker_on_closed(w->proto, now_ns(w));
     if (s) {
@@ -407,9 +415,13 @@ static void on_connected(void* user_data, pcp_tcp_conn_t* conn,
     pump(w);
     return;
   }
-  conn_state_t* cs = calloc(1, sizeof(*cs));
-  if (!cs || w->finishing) {
-    free(cs);
+  conn_state_t* cs = NULL;
+  pcp_status_t alloc_status = pcp_ok_status();
+  if (!w->finishing) {
+    alloc_status = pcp_allocator_calloc(w->allocator, sizeof(*cs), (void**)&cs);
+  }
+  if (alloc_status || w->finishing) {
+    pcp_status_ignore(alloc_status);
     pcp_tcp_conn_close(conn);  // never started: no close handler
     if (!w->finishing) {
       pcp_status_ignore(pcp_proto_worker_on_closed(w->proto, now_ns(w)));
@@ -428,7 +440,7 @@ static void on_connected(void* user_data, pcp_tcp_conn_t* conn,
   if (s) {
     log_status(w, PCP_LOG_ERROR, s, "fabric connection start");
     pcp_status_ignore(s);
-    free(cs);
+    pcp_allocator_free(w->allocator, cs);
     pcp_tcp_conn_close(conn);
     pcp_status_ignore(pcp_proto_worker_on_closed(w->proto, now_ns(w)));
     pump(w);
@@ -482,13 +494,18 @@ static void in_flight_remove(worker_t* w, job_t* job) {
 }
 
 static job_t* job_create(worker_t* w, job_kind_t kind) {
-  job_t* job = calloc(1, sizeof(*job));
-  if (job) {
-    job->ref_count = 1;
-    job->kind = kind;
-    job->worker = w;
-    atomic_init(&job->cancelled, false);
+  job_t* job = NULL;
+  pcp_status_t status =
+      pcp_allocator_calloc(w->allocator, sizeof(*job), (void**)&job);
+  if (status) {
+    pcp_status_ignore(status);  // callers answer a NULL job as out of memory
+    return NULL;
   }
+  job->ref_count = 1;
+  job->kind = kind;
+  job->worker = w;
+  job->allocator = w->allocator;
+  atomic_init(&job->cancelled, false);
   return job;
 }
 
@@ -511,12 +528,17 @@ static void handle_send(worker_t* w, pcp_proto_action_t* action) {
   // Every frame of a task's answer borrows the job's output buffers, so
   // each holds a reference until it is written.
   job_t* owner = w->pending_owner;
-  pending_write_t* pw = calloc(1, sizeof(*pw));
-  if (!pw || !w->current) {
-    free(pw);
+  pending_write_t* pw = NULL;
+  pcp_status_t status = pcp_ok_status();
+  if (w->current) {
+    status = pcp_allocator_calloc(w->allocator, sizeof(*pw), (void**)&pw);
+  }
+  if (status || !w->current) {
+    pcp_status_ignore(status);
     pcp_proto_encoded_frame_deinitialize(&action->frame);
     return;
   }
+  pw->allocator = w->allocator;
   if (owner) {
     owner->ref_count++;
   }
@@ -722,7 +744,7 @@ static void on_progress(void* user_data, pcp_status_code_t code) {
         pcp_proto_worker_task_progress(w->proto, &progress, now_ns(w)));
     pump(w);
   }
-  free(p);
+  pcp_allocator_free(w->allocator, p);
 }
 
 static void on_job_done(void* user_data, pcp_status_code_t code) {
@@ -885,7 +907,7 @@ static pcp_status_t get_program(worker_t* w, const uint8_t hash[32],
   }
   pcp_program_t* program = NULL;
   status = pcp_program_load(w->backend, data, length, &program);
-  free(data);
+  pcp_allocator_free(pcp_allocator_system(), data);  // the cache read it
   PCP_RETURN_IF_ERROR(status, "loading the task's program");
   size_t slot = w->program_count;
   if (slot == MAX_LOADED_PROGRAMS) {
@@ -968,7 +990,10 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
   }
   // "running" as soon as the compute thread takes the task: from here a
   // cancel no longer skips it outright.
-  progress_t* progress = malloc(sizeof(*progress));
+  progress_t* progress = NULL;
+  pcp_status_t progress_status =
+      pcp_allocator_malloc(w->allocator, sizeof(*progress), (void**)&progress);
+  pcp_status_ignore(progress_status);  // no "running" report: not an error
   if (progress) {
     progress->worker = w;
     progress->task_id = job->task_id;
@@ -988,15 +1013,26 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
 
   pcp_status_t status = pcp_ok_status();
   size_t n = assign.input_count;
-  pcp_host_tensor_t* hosts = calloc(n ? n : 1, sizeof(*hosts));
-  pcp_value_t* values = calloc(n ? n : 1, sizeof(*values));
-  pcp_tensor_t** results = calloc(PCP_PROTO_MAX_TASK_TENSORS, sizeof(void*));
+  pcp_host_tensor_t* hosts = NULL;
+  pcp_value_t* values = NULL;
+  pcp_tensor_t** results = NULL;
   size_t result_count = 0;
-  if (!hosts || !values || !results) {
-    free(results);
-    free(values);
-    free(hosts);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task inputs");
+  status = pcp_allocator_calloc(w->allocator, (n ? n : 1) * sizeof(*hosts),
+                                (void**)&hosts);
+  if (!status) {
+    status = pcp_allocator_calloc(w->allocator, (n ? n : 1) * sizeof(*values),
+                                  (void**)&values);
+  }
+  if (!status) {
+    status = pcp_allocator_calloc(w->allocator,
+                                  PCP_PROTO_MAX_TASK_TENSORS * sizeof(void*),
+                                  (void**)&results);
+  }
+  if (status) {
+    pcp_allocator_free(w->allocator, results);
+    pcp_allocator_free(w->allocator, values);
+    pcp_allocator_free(w->allocator, hosts);
+    return pcp_status_annotate_f(status, "task inputs");
   }
   for (size_t i = 0; i < n && !status; ++i) {
     status =
@@ -1049,16 +1085,27 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     }
   }
   if (!status) {
-    job->outputs =
-        calloc(result_count ? result_count : 1, sizeof(pcp_host_tensor_t));
-    job->refs =
-        calloc(result_count ? result_count : 1, sizeof(pcp_proto_tensor_ref_t));
-    job->sections =
-        calloc(result_count ? result_count : 1, sizeof(pcp_proto_section_t));
-    job->section_names =
-        calloc(result_count ? result_count : 1, sizeof(*job->section_names));
-    if (!job->outputs || !job->refs || !job->sections || !job->section_names) {
-      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task results");
+    size_t count = result_count ? result_count : 1;
+    status =
+        pcp_allocator_calloc(job->allocator, count * sizeof(pcp_host_tensor_t),
+                             (void**)&job->outputs);
+    if (!status) {
+      status = pcp_allocator_calloc(job->allocator,
+                                    count * sizeof(pcp_proto_tensor_ref_t),
+                                    (void**)&job->refs);
+    }
+    if (!status) {
+      status = pcp_allocator_calloc(job->allocator,
+                                    count * sizeof(pcp_proto_section_t),
+                                    (void**)&job->sections);
+    }
+    if (!status) {
+      status = pcp_allocator_calloc(job->allocator,
+                                    count * sizeof(*job->section_names),
+                                    (void**)&job->section_names);
+    }
+    if (status) {
+      status = pcp_status_annotate_f(status, "task results");
     }
   }
   bool allocated =
@@ -1103,9 +1150,9 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
   for (size_t i = 0; hosts && i < n; ++i) {
     pcp_host_tensor_deinitialize(&hosts[i]);
   }
-  free(results);
-  free(values);
-  free(hosts);
+  pcp_allocator_free(w->allocator, results);
+  pcp_allocator_free(w->allocator, values);
+  pcp_allocator_free(w->allocator, hosts);
   return status;
 }
 
@@ -1337,10 +1384,17 @@ static int fail_start(worker_t* w, pcp_status_t status, const char* what) {
 }
 
 int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
-  worker_t* w = calloc(1, sizeof(*w));
-  if (!w) {
+  // The system allocator: the role's top. Everything below takes it from
+  // |w|, so a test that builds a worker with another reaches every site.
+  pcp_allocator_t allocator = pcp_allocator_system();
+  worker_t* w = NULL;
+  pcp_status_t alloc_status =
+      pcp_allocator_calloc(allocator, sizeof(*w), (void**)&w);
+  if (alloc_status) {
+    pcp_status_ignore(alloc_status);
     return 1;
   }
+  w->allocator = allocator;
   w->config = config;
   w->log = (pcp_log_context_t){.role = "worker", .node_id = config->worker_id};
   w->clock = pcp_clock_system();
@@ -1366,7 +1420,10 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
   const char* token = getenv(config->join_token_env);
   if (token && token[0]) {
     w->token_length = strlen(token);
-    w->token = (uint8_t*)strdup(token);
+    char* copy = NULL;
+    pcp_status_t copy_status = pcp_allocator_strdup(w->allocator, token, &copy);
+    pcp_status_ignore(copy_status);  // no copy: joins as without a token
+    w->token = (uint8_t*)copy;
   }
   if (!config->host || strlen(config->host) > PCP_NET_MAX_HOST_LENGTH) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad --host");
@@ -1562,10 +1619,10 @@ cleanup_early:
   pcp_roles_worker_metrics_deinitialize(&w->metrics);
   if (w->token) {
     memset(w->token, 0, w->token_length);
-    free(w->token);
+    pcp_allocator_free(w->allocator, w->token);
   }
   pthread_cond_destroy(&w->startup_cond);
   pthread_mutex_destroy(&w->startup_mutex);
-  free(w);
+  pcp_allocator_free(allocator, w);
   return exit_code;
 }

@@ -179,11 +179,13 @@ pcp_status_t pcp_roles_connect_parse(const char* value, char** inout_host,
                              port_text);
     }
   }
-  char* copy = strndup(host, host_length);
-  if (!copy) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-  }
-  free(*inout_host);
+  // Config strings live in the system allocator (src/config).
+  char* copy = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
+      pcp_allocator_system(), host_length + 1, (void**)&copy));
+  memcpy(copy, host, host_length);
+  copy[host_length] = 0;
+  pcp_allocator_free(pcp_allocator_system(), *inout_host);
   *inout_host = copy;
   *inout_port = port;
   return pcp_ok_status();
@@ -256,7 +258,7 @@ static int run(void* opaque) {
 
 static void cleanup(void* opaque) {
   T* config = opaque;
-  free(config->worker_id);
+  pcp_allocator_free(pcp_allocator_system(), config->worker_id);
   config->worker_id = NULL;
 }
 

@@ -83,11 +83,15 @@ static pcp_status_t char_vocab_parse(const char* dir, const char* text,
                                      pcp_infer_model_t* m) {
   size_t n = strlen(text);
   m->char_count = 0;
-  m->char_offsets = calloc(n + 2, sizeof(uint32_t));
-  m->char_text = strdup(text);
-  if (!m->char_offsets || !m->char_text) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "char vocab");
-  }
+  // The system allocator throughout: callers allocate the model itself with
+  // calloc and pcp_infer_model_free releases it with everything it holds.
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(pcp_allocator_system(), (n + 2) * sizeof(uint32_t),
+                           (void**)&m->char_offsets),
+      "char vocab");
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_strdup(pcp_allocator_system(), text, &m->char_text),
+      "char vocab");
   size_t i = 0;
   while (i < n) {
     unsigned char c = (unsigned char)text[i];
@@ -130,7 +134,7 @@ pcp_status_t pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m) {
       pcp_file_read_all(path, PCP_INFER_MAX_MODEL_JSON_BYTES, &data, &length));
   json_error_t error;
   json_t* root = json_loadb(data, length, 0, &error);
-  free(data);
+  pcp_allocator_free(pcp_allocator_system(), data);  // pcp_file_read_all
   if (!root || !json_is_object(root)) {
     json_decref(root);
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -402,12 +406,18 @@ pcp_status_t pcp_infer_model_weights_load(pcp_infer_model_t* m) {
                            "takes at most %u tensors",
                            m->dir, n, PCP_PROTO_MAX_TASK_TENSORS - 5);
   }
-  m->param_data = calloc(n, sizeof(void*));
-  m->param_sections = calloc(n, sizeof(pcp_proto_section_t));
-  m->param_names = calloc(n, sizeof(*m->param_names));
-  if (!m->param_data || !m->param_sections || !m->param_names) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "weights");
-  }
+  pcp_allocator_t allocator = pcp_allocator_system();
+  PCP_RETURN_IF_ERROR(pcp_allocator_calloc(allocator, n * sizeof(void*),
+                                           (void**)&m->param_data),
+                      "weights");
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(allocator, n * sizeof(pcp_proto_section_t),
+                           (void**)&m->param_sections),
+      "weights");
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(allocator, n * sizeof(*m->param_names),
+                           (void**)&m->param_names),
+      "weights");
   for (size_t i = 0; i < n; ++i) {
     const pcp_models_parameter_t* p = &m->table.parameters[i];
     // 64-byte aligned: the fabric writes sections straight from here.
@@ -491,17 +501,18 @@ void pcp_infer_model_free(pcp_infer_model_t* m) {
   }
   if (m->table_initialized) {
     for (size_t i = 0; m->param_data && i < m->table.count; ++i) {
-      free(m->param_data[i]);
+      pcp_libc_free(m->param_data[i]);  // posix_memalign
     }
     pcp_models_parameter_table_deinitialize(&m->table);
   }
-  free(m->param_data);
-  free(m->param_sections);
-  free(m->param_names);
-  free(m->char_offsets);
-  free(m->char_text);
+  pcp_allocator_t allocator = pcp_allocator_system();
+  pcp_allocator_free(allocator, m->param_data);
+  pcp_allocator_free(allocator, m->param_sections);
+  pcp_allocator_free(allocator, m->param_names);
+  pcp_allocator_free(allocator, m->char_offsets);
+  pcp_allocator_free(allocator, m->char_text);
   pcp_tokenizer_release(m->bpe);
-  free(m);
+  pcp_allocator_free(allocator, m);  // the caller's calloc'd model
 }
 
 //===----------------------------------------------------------------------===//
@@ -567,10 +578,13 @@ pcp_status_t pcp_infer_model_encode(const pcp_infer_model_t* m,
   if (!params->chat) {
     status = encode_text(m, encoder, params->prompt, "prompt", ids);
   } else if (m->chat_template == PCP_INFER_TEMPLATE_QWEN) {
-    pcp_tokenizer_chat_message_t* messages = calloc(
-        params->message_count ? params->message_count : 1, sizeof(*messages));
-    if (!messages) {
-      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "messages");
+    pcp_tokenizer_chat_message_t* messages = NULL;
+    status = pcp_allocator_calloc(
+        pcp_allocator_system(),
+        (params->message_count ? params->message_count : 1) * sizeof(*messages),
+        (void**)&messages);
+    if (status) {
+      status = pcp_status_annotate_f(status, "messages");
     }
     for (size_t i = 0; !status && i < params->message_count; ++i) {
       if (!pcp_tokenizer_chat_role_parse(params->messages[i].role,
@@ -586,7 +600,7 @@ pcp_status_t pcp_infer_model_encode(const pcp_infer_model_t* m,
       status = pcp_tokenizer_chat_encode(encoder, messages,
                                          params->message_count, &options, ids);
     }
-    free(messages);
+    pcp_allocator_free(pcp_allocator_system(), messages);
   } else {
     // "plain": the contents joined by newlines, no role markers (char and
     // byte models trained on raw text).

@@ -72,11 +72,11 @@ pcp_status_t pcp_diloco_checkpoint_serialize(
   }
   size_t length = HEADER_BYTES + 8u * checkpoint->tensor_count + 8u * n +
                   checkpoint->cursor_byte_length + PCP_SHA256_BYTE_LENGTH;
-  uint8_t* buffer = malloc(length);
-  if (buffer == NULL) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                           "checkpoint buffer of %zu bytes", length);
-  }
+  // The system allocator: callers free the buffer with free() (diloco.h).
+  uint8_t* buffer = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_malloc(pcp_allocator_system(), length, (void**)&buffer),
+      "checkpoint buffer of %zu bytes", length);
   uint8_t* p = buffer;
   memcpy(p, kMagic, 8);
   put_u32(p + 8, PCP_DILOCO_CHECKPOINT_VERSION);
@@ -153,15 +153,27 @@ pcp_status_t pcp_diloco_checkpoint_deserialize(
   c.tensor_count = tensors;
   c.parameter_count = (size_t)total;
   c.cursor_byte_length = (size_t)cursor_bytes;
-  c.tensor_elements = malloc(8u * tensors + 1);
-  c.parameters = malloc(4 * c.parameter_count + 1);
-  c.velocity = malloc(4 * c.parameter_count + 1);
-  c.cursor = malloc(c.cursor_byte_length + 1);
-  if (!c.tensor_elements || !c.parameters || !c.velocity || !c.cursor) {
+  // The system allocator, which pcp_diloco_checkpoint_deinitialize frees
+  // with (callers also fill checkpoints with their own malloc'd arrays).
+  pcp_allocator_t allocator = pcp_allocator_system();
+  pcp_status_t status = pcp_allocator_malloc(allocator, 8u * tensors + 1,
+                                             (void**)&c.tensor_elements);
+  if (!status) {
+    status = pcp_allocator_malloc(allocator, 4 * c.parameter_count + 1,
+                                  (void**)&c.parameters);
+  }
+  if (!status) {
+    status = pcp_allocator_malloc(allocator, 4 * c.parameter_count + 1,
+                                  (void**)&c.velocity);
+  }
+  if (!status) {
+    status = pcp_allocator_malloc(allocator, c.cursor_byte_length + 1,
+                                  (void**)&c.cursor);
+  }
+  if (status) {
     pcp_diloco_checkpoint_deinitialize(&c);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                           "diloco checkpoint of %zu parameters",
-                           c.parameter_count);
+    return pcp_status_annotate_f(status, "diloco checkpoint of %zu parameters",
+                                 (size_t)total);
   }
   for (uint32_t i = 0; i < tensors; ++i) {
     c.tensor_elements[i] = get_u64(p + 8 * i);
@@ -178,10 +190,11 @@ pcp_status_t pcp_diloco_checkpoint_deserialize(
 }
 
 void pcp_diloco_checkpoint_deinitialize(pcp_diloco_checkpoint_t* checkpoint) {
-  free(checkpoint->tensor_elements);
-  free(checkpoint->parameters);
-  free(checkpoint->velocity);
-  free(checkpoint->cursor);
+  pcp_allocator_t allocator = pcp_allocator_system();
+  pcp_allocator_free(allocator, checkpoint->tensor_elements);
+  pcp_allocator_free(allocator, checkpoint->parameters);
+  pcp_allocator_free(allocator, checkpoint->velocity);
+  pcp_allocator_free(allocator, checkpoint->cursor);
   memset(checkpoint, 0, sizeof(*checkpoint));
 }
 
@@ -192,7 +205,7 @@ pcp_status_t pcp_diloco_checkpoint_save(
   PCP_RETURN_IF_ERROR_BARE(
       pcp_diloco_checkpoint_serialize(checkpoint, &data, &length));
   pcp_status_t status = pcp_file_write_atomic(path, data, length);
-  free(data);
+  pcp_allocator_free(pcp_allocator_system(), data);
   return status;
 }
 
@@ -206,7 +219,7 @@ pcp_status_t pcp_diloco_checkpoint_load(
       "diloco checkpoint %s", path);
   pcp_status_t status =
       pcp_diloco_checkpoint_deserialize(data, length, out_checkpoint);
-  free(data);
+  pcp_allocator_free(pcp_allocator_system(), data);  // pcp_file_read_all
   return status;
 }
 
@@ -219,6 +232,6 @@ pcp_status_t pcp_diloco_checkpoint_store_write(
       pcp_diloco_checkpoint_serialize(checkpoint, &data, &length));
   pcp_status_t status = pcp_store_checkpoint_write(
       store, job_id, (int64_t)checkpoint->outer_step, data, length, out_row);
-  free(data);
+  pcp_allocator_free(pcp_allocator_system(), data);
   return status;
 }

@@ -382,13 +382,13 @@ pcp_status_t pcp_diloco_config_parse_json(const char* text, size_t byte_length,
                                           pcp_string_list_t* out_unknown_keys) {
   memset(out_config, 0, sizeof(*out_config));
   pcp_status_t status = pcp_config_initialize(&kTable, out_config);
-  if (pcp_status_is_ok(status)) {
+  if (!status) {
     status = pcp_config_parse_json(&kTable, text, byte_length, out_config,
                                    out_unknown_keys);
   }
-  if (pcp_status_is_ok(status))
+  if (!status)
     status = pcp_config_validate(&kTable, out_config);
-  if (!pcp_status_is_ok(status))
+  if (status)
     pcp_diloco_config_deinitialize(out_config);
   return status;
 }

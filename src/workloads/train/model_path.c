@@ -195,7 +195,8 @@ pcp_status_t pcp_diloco_module_load(const pcp_diloco_config_t* config,
 }
 
 void pcp_diloco_module_deinitialize(pcp_diloco_module_t* module) {
-  free(module->text);
+  // From pcp_file_read_all: the system allocator.
+  pcp_allocator_free(pcp_allocator_system(), module->text);
   pcp_models_parameter_table_deinitialize(&module->table);
   memset(module, 0, sizeof(*module));
 }

@@ -660,24 +660,14 @@ static int32_t physical_core_count(void) {
   return count > 0 ? count : 1;
 }
 
-// PCP driver names -> IREE HAL driver names.
-static const struct {
-  const char* name;
-  const char* iree_driver;
-} kDrivers[] = {{"cpu", "local-task"},   {"local-task", "local-task"},
-                {"local-sync", "local-sync"}, {"cuda", "cuda"},
-                {"rocm", "hip"},         {"hip", "hip"},
-                {"vulkan", "vulkan"},    {"metal", "metal"}};
-
 pcp_status_t pcp_iree_backend_create(const pcp_backend_options_t* options,
                                      pcp_backend_t** out_backend) {
   *out_backend = NULL;
   const char* driver = options && options->driver ? options->driver : "cpu";
   int32_t ordinal = options ? options->device_ordinal : 0;
-  const char* iree_driver = NULL;
-  for (size_t i = 0; i < PCP_ARRAYSIZE(kDrivers); ++i) {
-    if (strcmp(driver, kDrivers[i].name) == 0) iree_driver = kDrivers[i].iree_driver;
-  }
+  // PCP and IREE driver names -> the IREE HAL driver (base's backend table).
+  const char* iree_driver =
+      pcp_backend_iree_driver_for_name(pcp_make_cstring_view(driver));
   if (!iree_driver) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "unknown device driver '%s' (expected cpu, local-sync, "
