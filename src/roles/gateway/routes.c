@@ -83,7 +83,7 @@ static pcp_status_t internal_training_submit(void* user_data,
   }
   pcp_status_t status =
       pcp_roles_gateway_training_text_submit(g, text, strlen(text), response);
-  free(text);
+  pcp_libc_free(text);
   if (!status) {
     const char* pairs[] = {"global_job_id",
                            global_copy[0] ? global_copy : "(none)"};

@@ -158,7 +158,7 @@ pcp_status_t pcp_workloads_compile_key_compute(
         "compile input %s", spec->mlir_path);
     pcp_sha256_t digest;
     pcp_sha256_compute(bytes, length, &digest);
-    free(bytes);  // pcp_file_read_all's buffer is free()d by contract
+    pcp_allocator_free(pcp_allocator_system(), bytes);  // read_all: system
     pcp_sha256_to_hex(&digest, content);
   }
   // One line per component, each named, so no two specs share a text: a
