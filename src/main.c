@@ -16,6 +16,7 @@
 #include "mlir/mlir.h"
 #include "models/models.h"
 #include "roles/roles.h"
+#include "sim/sim.h"
 #include "tokenizer/tokenizer.h"
 #include "topology/topology.h"
 
@@ -34,6 +35,7 @@ static const command_t kCommands[] = {
     {"inspect", pcp_mlir_inspect_main, "show a StableHLO module's functions and signatures"},
     {"model", pcp_models_cli_main, "emit a built-in model (gpt, nanochat, qwen3) as StableHLO"},
     {"run", pcp_compute_run_cli_main, "invoke a function of a VMFB (or .mlir) through IREE"},
+    {"sim", pcp_sim_cli_main, "deterministic simulation of gateway, workers and job runner: seeds, replay, shrink"},
     {"submit", pcp_roles_submit_cli_main, "submit a training experiment to a gateway and follow it"},
     {"tokenize", pcp_tokenizer_cli_main, "encode text to ids or decode ids with a tokenizer.json"},
     {"topo", pcp_topology_cli_main, "topology simulator: homology, subdivisions, protocol checks"},

@@ -10,6 +10,6 @@
 # PCP_BUILD_DIR overrides the build directory (default build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${PCP_BUILD_DIR:-build}/pcp-sim
+bin=${PCP_BUILD_DIR:-build}/pcp
 [[ -x "$bin" ]] || { echo "sim: $bin not built (run make build)" >&2; exit 2; }
-exec "$bin" "$@"
+exec "$bin" sim "$@"

@@ -183,6 +183,11 @@ pcp_sim_shrink(const pcp_sim_options_t* options, uint32_t max_runs,
 void pcp_sim_faults_print(const pcp_sim_fault_t* faults, size_t count,
                           FILE* sink);
 
+// `pcp sim [--seeds N] [--seed S] [--shrink] [--trace] ...` (tools/sim.sh):
+// runs seeds of the default scenario, or replays / shrinks one. Returns the
+// exit status: 0 every seed passed, 1 one failed, 2 usage.
+int pcp_sim_cli_main(int argc, char** argv);
+
 #ifdef __cplusplus
 }
 #endif

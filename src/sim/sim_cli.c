@@ -21,7 +21,7 @@
 
 static int usage(void) {
   fprintf(stderr,
-          "usage: pcp-sim [--seeds N] [--first S] [--seed S] [--trace] "
+          "usage: pcp sim [--seeds N] [--first S] [--seed S] [--trace] "
           "[--shrink] [--workers W] [--jobs J] [--steps K] [--no-faults] "
           "[--no-buggify]\n");
   return 2;
@@ -36,7 +36,8 @@ static bool parse_u64(const char* text, uint64_t* out) {
   return true;
 }
 
-int main(int argc, char** argv) {
+int pcp_sim_cli_main(int argc, char** argv) {
+  optind = 1;  // a subcommand of pcp: getopt starts fresh
   enum {
     OPT_SEEDS = 1,
     OPT_FIRST,
