@@ -141,6 +141,9 @@ struct fabric_conn_t {
   bool shutdown_started;
   bool tcp_close_called;
   bool ended;  // loss handled
+  // process_actions is running for this connection (up the stack): a
+  // nested call leaves the queue to it (see process_actions).
+  bool in_actions;
   // Bytes read from / handed to net on this connection (the handshake
   // included); the worker's info adds them up over its connections.
   _Atomic uint64_t bytes_in;
@@ -1576,18 +1579,25 @@ static void on_program_answer(fabric_conn_t* conn, const uint8_t* program,
     pcp_status_t status = hash_set_add(ep->allocator, &w->acked, program);
     if (status) failure = status;
   }
-  pcp_fabric_task_t* t = ep->tasks_head;
-  while (t) {
-    pcp_fabric_task_t* next = t->next;
-    if (t->worker == w && t->state == TASK_AWAIT_PROGRAM &&
-        memcmp(t->program, program, PCP_SHA256_BYTE_LENGTH) == 0) {
-      if (failure) {
-        task_finish(ep, t, pcp_status_clone(failure));
-      } else if (worker_connected(w)) {
-        task_assign(ep, t);
-      }
+  // Each step moves one waiting task out of TASK_AWAIT_PROGRAM (assigned,
+  // back to pending at the in-flight limit, or finished), and the walk
+  // starts over from the head, so it never follows a |next| pointer that
+  // the step may have unlinked.
+  bool connected = worker_connected(w);
+  for (;;) {
+    pcp_fabric_task_t* t = ep->tasks_head;
+    while (t && !(t->worker == w && t->state == TASK_AWAIT_PROGRAM &&
+                  memcmp(t->program, program, PCP_SHA256_BYTE_LENGTH) == 0)) {
+      t = t->next;
     }
-    t = next;
+    if (!t) break;
+    if (failure) {
+      task_finish(ep, t, pcp_status_clone(failure));
+    } else if (connected) {
+      task_assign(ep, t);
+    } else {
+      break;  // conn_ended puts them back to pending
+    }
   }
   pcp_status_ignore(failure);
 }
@@ -1701,12 +1711,23 @@ static void handle_action(fabric_conn_t* conn, pcp_proto_action_t* a) {
   }
 }
 
+// Executes the connection's queued actions in order. Commands issued while
+// handling one (an assignment, say) queue more and call this again; such a
+// nested call returns at once and the running loop takes them next, in the
+// same order. Were the nested call to run the queue itself, an action that
+// arrived in the same read (another task's result) would be handled in the
+// middle of the handler that issued the command, and a handler walking the
+// task list would see tasks finish and leave the list under it (the CI hang:
+// on_program_answer lost its place and never assigned the tasks behind).
 static void process_actions(fabric_conn_t* conn) {
+  if (conn->in_actions) return;
+  conn->in_actions = true;
   pcp_proto_action_t action;
   while (pcp_proto_gateway_conn_next_action(conn->proto, &action)) {
     handle_action(conn, &action);
     pcp_proto_action_deinitialize(&action);
   }
+  conn->in_actions = false;
   if (pcp_proto_gateway_conn_state(conn->proto) ==
       PCP_PROTO_GATEWAY_CLOSED) {
     conn_ended(conn);
