@@ -71,6 +71,12 @@ struct pcp_fabric_task_t {
   uint32_t attempts;
   bool cancel_requested;
   bool cancel_sent;
+  // When TASK_CANCEL went out, on which connection, and that connection's
+  // queued-frame count right after it: once that many frames are written,
+  // nothing of the task's input is still being sent (frames go in order).
+  int64_t cancel_sent_ns;
+  uint64_t cancel_conn_id;
+  uint64_t cancel_write_mark;
   pcp_proto_task_state_t progress_state;
   double progress_fraction;
   uint64_t elapsed_us;
@@ -148,6 +154,10 @@ struct fabric_conn_t {
   // included); the worker's info adds them up over its connections.
   _Atomic uint64_t bytes_in;
   _Atomic uint64_t bytes_out;
+  // Frames handed to the write queue / no longer referenced by it (written
+  // or dropped); both only grow, in queue order.
+  uint64_t frames_queued;
+  uint64_t frames_released;
   // Frame counter by type (a light header scan beside the real decoder).
   uint8_t scan_header[PCP_PROTO_HEADER_BYTE_LENGTH];
   size_t scan_filled;
@@ -772,6 +782,7 @@ static bool worker_connected(const fabric_worker_t* w) {
 static void try_finish_close(fabric_conn_t* conn);
 
 static void write_rec_free(write_rec_t* rec) {
+  rec->conn->frames_released++;
   pcp_allocator_t a = rec->frame.allocator;
   pcp_proto_encoded_frame_deinitialize(&rec->frame);
   pcp_allocator_free(a, rec);
@@ -871,6 +882,7 @@ static void conn_send(fabric_conn_t* conn, pcp_proto_encoded_frame_t* frame) {
     conn->queue_head = rec;
   }
   conn->queue_tail = rec;
+  conn->frames_queued++;
   flush_writes(conn);
 }
 
@@ -1240,13 +1252,35 @@ static void schedule_pass(pcp_fabric_endpoint_t* ep) {
       // Finished by an earlier step of this pass.
     } else if (task->cancel_requested) {
       if (task->state == TASK_RUNNING) {
-        if (!task->cancel_sent && task->worker && task->worker->conn) {
+        fabric_conn_t* conn = task->worker ? task->worker->conn : NULL;
+        if (!task->cancel_sent && conn) {
           task->cancel_sent = true;
           pcp_status_t status = pcp_proto_gateway_conn_cancel_task(
-              task->worker->conn->proto, task->id, "cancelled by the gateway",
-              now_ns(ep));
+              conn->proto, task->id, "cancelled by the gateway", now_ns(ep));
           pcp_status_ignore(status);
-          process_actions(task->worker->conn);
+          process_actions(conn);
+          task->cancel_sent_ns = now_ns(ep);
+          task->cancel_conn_id = conn->id;
+          task->cancel_write_mark = conn->frames_queued;
+        } else if (task->cancel_sent && conn &&
+                   conn->id == task->cancel_conn_id &&
+                   conn->frames_released >= task->cancel_write_mark &&
+                   now_ns(ep) - task->cancel_sent_ns >=
+                       ep->timeouts.resume_window_ns) {
+          // The worker is connected but has not answered the cancel for a
+          // resume window (a wedged compute thread): the caller must not
+          // wait forever. Its inputs are no longer being written, so the
+          // borrowed buffers can go; a late answer is dropped (the task is
+          // gone), and it frees the connection's in-flight slot then.
+          task_finish(ep, task,
+                      pcp_make_status(
+                          PCP_STATUS_DEADLINE_EXCEEDED,
+                          "task %llu: worker '%s' did not answer the cancel "
+                          "within %lld ms",
+                          (unsigned long long)task->id,
+                          task->worker->info.worker_id,
+                          (long long)(ep->timeouts.resume_window_ns /
+                                      1000000)));
         }
       } else {
         task_finish(ep, task,

@@ -355,7 +355,10 @@ void pcp_fabric_task_release(pcp_fabric_task_t* task);
 
 // Asks for cancellation: a queued task ends CANCELLED at once; a running one
 // gets TASK_CANCEL on its worker and ends with the worker's answer (CANCELLED
-// or its result). No-op once done. Thread-safe (also from a callback).
+// or its result), or DEADLINE_EXCEEDED when the worker, still connected,
+// has not answered within the resume window (10H) once its inputs are
+// written, so a wait after a cancel is bounded. No-op once done.
+// Thread-safe (also from a callback).
 void pcp_fabric_task_cancel(pcp_fabric_task_t* task);
 
 // Waits until the task is done or |timeout_ms| passes (-1: forever).

@@ -858,6 +858,58 @@ static void test_program_ack_assigns_every_waiting_task(void** state) {
   fixture_stop(f);
 }
 
+// A running task whose worker stays connected but never answers the
+// cancel (a wedged compute thread) ends DEADLINE_EXCEEDED after the resume
+// window, so a caller that cancels on a deadline never waits forever.
+static void test_unanswered_cancel_ends_in_bounded_time(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* fw = join_worker(f, "wedged", TOKEN);
+  float x[4] = {1, 2, 3, 4};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_F32,
+                               .rank = 1,
+                               .shape = {4},
+                               .data = x};
+  pcp_fabric_task_params_t params = {.function = "main",
+                                     .inputs = &input,
+                                     .input_count = 1,
+                                     .worker_id = "wedged",
+                                     .max_attempts = 1};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t assign;
+  accept_offer_and_assign(fw, &assign);
+  pcp_proto_frame_deinitialize(&assign);
+  int64_t cancelled_at = fake_now_ns();
+  pcp_fabric_task_cancel(task);
+  pcp_proto_frame_t frame;
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_TASK_CANCEL, 3000, &frame));
+  pcp_proto_frame_deinitialize(&frame);
+  // The worker heartbeats and says nothing about the task.
+  int64_t resume_window_ns =
+      pcp_fabric_endpoint_timeouts(f->endpoint).resume_window_ns;
+  while (!pcp_fabric_task_is_done(task) &&
+         fake_now_ns() - cancelled_at < 3 * resume_window_ns) {
+    if (fake_recv_frame(fw, 10, true, &frame)) {
+      pcp_proto_frame_deinitialize(&frame);
+    }
+  }
+  assert_true(pcp_fabric_task_is_done(task));
+  assert_int_equal(pcp_status_code(pcp_fabric_task_status(task)),
+                   PCP_STATUS_DEADLINE_EXCEEDED);
+  int64_t took = fake_now_ns() - cancelled_at;
+  assert_true(took >= resume_window_ns);
+  // The worker stayed connected throughout.
+  pcp_fabric_worker_info_t info;
+  PCP_CHECK_OK(pcp_fabric_worker_query(f->endpoint, "wedged", &info));
+  assert_int_equal(info.state, PCP_FABRIC_WORKER_CONNECTED);
+  pcp_fabric_task_release(task);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
 // A task whose frame cannot be encoded (more input sections than one
 // frame carries) fails with the encoder's reason instead of waiting for an
 // in-flight slot forever (it used to stay pending).
@@ -1393,6 +1445,7 @@ int main(void) {
       cmocka_unit_test(test_program_offer_fetch_chunks_verified),
       cmocka_unit_test(test_task_result_and_cancel),
       cmocka_unit_test(test_program_ack_assigns_every_waiting_task),
+      cmocka_unit_test(test_unanswered_cancel_ends_in_bounded_time),
       cmocka_unit_test(test_unencodable_task_fails),
       cmocka_unit_test(test_large_tensors_travel_as_blobs),
       cmocka_unit_test(test_drained_worker_gets_no_new_task),

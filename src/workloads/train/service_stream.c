@@ -359,19 +359,16 @@ static void masters_round(stream_t* st, uint32_t fragment) {
 // Waits for the current task of every live worker; a failed one marks its
 // worker lost. Returns true when the stop hook fired (tasks cancelled).
 static bool stream_wait(stream_t* st) {
-  bool stopped = false;
+  pcp_fabric_task_t* tasks[MAX_ROUND_WORKERS];
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    tasks[k] = st->workers[k].task;
+  }
+  bool stopped = pcp_diloco_job_tasks_wait(
+      st->job, tasks, st->worker_count,
+      pcp_diloco_job_wait_timeout_ms(st->job, ROUND_WAIT_MIN_MS),
+      "streaming tasks");
   for (uint32_t k = 0; k < st->worker_count; ++k) {
     stream_worker_t* w = &st->workers[k];
-    while (w->task && !pcp_fabric_task_wait(w->task, WAIT_SLICE_MS)) {
-      if (!stopped && pcp_diloco_job_should_stop(st->job)) {
-        stopped = true;
-        for (uint32_t j = 0; j < st->worker_count; ++j) {
-          if (st->workers[j].task) {
-            pcp_fabric_task_cancel(st->workers[j].task);
-          }
-        }
-      }
-    }
     if (w->task && pcp_fabric_task_status(w->task)) {
       PCP_LOG(PCP_LOG_WARN, &st->job->log,
               "streaming worker %s lost: %s; dropped for the rest of the run",
