@@ -343,6 +343,7 @@ void pcp_fabric_endpoint_release(pcp_fabric_endpoint_t* ep) {
     return;
   pthread_mutex_lock(&ep->mu);
   ep->stopping = true;
+  pthread_cond_broadcast(&ep->cv);  // waits return
   pthread_mutex_unlock(&ep->mu);
   pcp_status_t status = pcp_loop_post(ep->loop, on_stop, ep);
   if (status) {

@@ -259,6 +259,7 @@ static void handle_action(fabric_conn_t* conn, pcp_proto_action_t* a) {
     case PCP_PROTO_ACTION_PEER_DRAINING:
       if (conn->worker) {
         conn->worker->info.state = PCP_FABRIC_WORKER_DRAINING;
+        pthread_cond_broadcast(&ep->cv);  // pcp_fabric_workers_wait
         pcp_status_ignore(
             pcp_sched_worker_drain(ep->sched, conn->worker->info.worker_id));
       }

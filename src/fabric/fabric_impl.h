@@ -207,6 +207,7 @@ struct pcp_fabric_endpoint_t {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool stopping;
+  uint64_t wake_count;  // pcp_fabric_endpoint_wake calls
   atomic_bool kick_pending;
   int64_t last_tick_ns;
   bool tick_skipped;

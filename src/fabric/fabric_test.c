@@ -12,6 +12,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1433,6 +1434,90 @@ static void test_worker_list_snapshot(void** state) {
   fixture_stop(f);
 }
 
+//===----------------------------------------------------------------------===//
+// Waiting for workers
+//===----------------------------------------------------------------------===//
+
+typedef struct workers_waiter_t {
+  fixture_t* f;
+  const char* backend;
+  const char* target;
+  uint32_t count;
+  int64_t timeout_ms;
+  atomic_bool stop;
+  pcp_status_code_t code;
+  uint32_t seen;
+  int64_t returned_ns;
+} workers_waiter_t;
+
+static bool waiter_stop(void* user_data) {
+  return atomic_load(&((workers_waiter_t*)user_data)->stop);
+}
+
+static void* waiter_main(void* arg) {
+  workers_waiter_t* w = arg;
+  int64_t deadline = pcp_fabric_endpoint_now_ns(w->f->endpoint) +
+                     w->timeout_ms * 1000000;
+  pcp_status_t status =
+      pcp_fabric_workers_wait(w->f->endpoint, w->backend, w->target, w->count,
+                              deadline, waiter_stop, w, &w->seen);
+  w->code = pcp_status_consume_code(status);
+  w->returned_ns = fake_now_ns();
+  return NULL;
+}
+
+static void test_workers_wait_is_an_event(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  // Satisfied by joins: returns right after the second one (well before
+  // its 10 s deadline).
+  workers_waiter_t w = {.f = f, .backend = "cpu", .target = "host",
+                        .count = 2, .timeout_ms = 10000};
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, waiter_main, &w), 0);
+  fake_worker_t* a = join_worker(f, "wait-a", TOKEN);
+  fake_worker_t* b = join_worker(f, "wait-b", TOKEN);
+  int64_t joined = fake_now_ns();
+  pthread_join(thread, NULL);
+  assert_int_equal(w.code, PCP_STATUS_OK);
+  assert_int_equal(w.seen, 2);
+  assert_true(w.returned_ns - joined < INT64_C(2000) * 1000000);
+  // Already satisfied: at once. Any backend and target count too.
+  workers_waiter_t any = {.f = f, .count = 2, .timeout_ms = 0};
+  waiter_main(&any);
+  assert_int_equal(any.code, PCP_STATUS_OK);
+  // Another backend: none, so the deadline ends it (not before it).
+  workers_waiter_t cuda = {.f = f, .backend = "cuda", .count = 1,
+                           .timeout_ms = 300};
+  int64_t start = fake_now_ns();
+  waiter_main(&cuda);
+  assert_int_equal(cuda.code, PCP_STATUS_DEADLINE_EXCEEDED);
+  assert_int_equal(cuda.seen, 0);
+  assert_true(cuda.returned_ns - start >= INT64_C(300) * 1000000);
+  // A stop request plus a wake ends a long wait at once.
+  workers_waiter_t stopped = {.f = f, .count = 3, .timeout_ms = 60000};
+  assert_int_equal(pthread_create(&thread, NULL, waiter_main, &stopped), 0);
+  pcp_sleep_ms(50);
+  atomic_store(&stopped.stop, true);
+  int64_t asked = fake_now_ns();
+  pcp_fabric_endpoint_wake(f->endpoint);
+  pthread_join(thread, NULL);
+  assert_int_equal(stopped.code, PCP_STATUS_CANCELLED);
+  assert_true(stopped.returned_ns - asked < INT64_C(2000) * 1000000);
+  // A lost worker no longer counts; a returning one wakes the wait.
+  drop_worker(b);
+  assert_true(wait_worker_state(f, "wait-b", PCP_FABRIC_WORKER_LOST, 2000, a));
+  workers_waiter_t again = {.f = f, .backend = "cpu", .count = 2,
+                            .timeout_ms = 10000};
+  assert_int_equal(pthread_create(&thread, NULL, waiter_main, &again), 0);
+  b = join_worker(f, "wait-b", TOKEN);
+  pthread_join(thread, NULL);
+  assert_int_equal(again.code, PCP_STATUS_OK);
+  drop_worker(a);
+  drop_worker(b);
+  fixture_stop(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_table_and_bad_options),
@@ -1454,6 +1539,7 @@ int main(void) {
       cmocka_unit_test(test_rerun_on_rejoin_at_most_n_times),
       cmocka_unit_test(test_registry_recycles_long_lost_workers),
       cmocka_unit_test(test_worker_list_snapshot),
+      cmocka_unit_test(test_workers_wait_is_an_event),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -213,6 +213,7 @@ void pcp_fabric_join_verified(fabric_conn_t* conn) {
   w->conn = conn;
   conn->worker = w;
   wi->state = PCP_FABRIC_WORKER_CONNECTED;
+  pthread_cond_broadcast(&ep->cv);  // pcp_fabric_workers_wait
   wi->join_count++;
   if (resumed)
     wi->resumed_count++;
@@ -247,6 +248,7 @@ void pcp_fabric_conn_ended(fabric_conn_t* conn) {
   w->info.bytes_out += atomic_load(&conn->bytes_out);
   w->conn = NULL;
   w->info.state = PCP_FABRIC_WORKER_LOST;
+  pthread_cond_broadcast(&ep->cv);  // pcp_fabric_workers_wait
   w->lost_at_ns = now;
   w->offered.count = 0;
   for (pcp_fabric_task_t* t = ep->tasks_head; t; t = t->next) {
@@ -391,6 +393,7 @@ static void on_drain(void* user_data, pcp_status_code_t code) {
       pcp_status_ignore(pcp_proto_gateway_conn_drain(
           w->conn->proto, request->deadline_ms, now_ns(ep)));
       w->info.state = PCP_FABRIC_WORKER_DRAINING;
+      pthread_cond_broadcast(&ep->cv);  // pcp_fabric_workers_wait
       pcp_status_ignore(pcp_sched_worker_drain(ep->sched, w->info.worker_id));
       pcp_fabric_conn_process_actions(w->conn);
     }
@@ -423,4 +426,98 @@ pcp_status_t pcp_fabric_worker_drain(pcp_fabric_endpoint_t* ep,
   if (status)
     pcp_allocator_free(ep->allocator, request);
   return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Waiting for workers (public)
+//===----------------------------------------------------------------------===//
+
+// Connected (not draining) workers of (|backend|, |target|). ep->mu held.
+static uint32_t workers_matching(pcp_fabric_endpoint_t* ep, const char* backend,
+                                 const char* target) {
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < ep->worker_count; ++i) {
+    const pcp_fabric_worker_info_t* info = &ep->workers[i]->info;
+    if (info->state == PCP_FABRIC_WORKER_CONNECTED &&
+        (!backend || !backend[0] || strcmp(info->backend, backend) == 0) &&
+        (!target || strcmp(info->target, target) == 0)) {
+      ++count;
+    }
+  }
+  return count;
+}
+
+pcp_status_t pcp_fabric_workers_wait(pcp_fabric_endpoint_t* ep,
+                                     const char* backend, const char* target,
+                                     uint32_t count, int64_t deadline_ns,
+                                     pcp_fabric_stop_fn_t stop,
+                                     void* stop_user_data,
+                                     uint32_t* out_count) {
+  uint32_t matching = 0;
+  pcp_status_t status = pcp_ok_status();
+  pthread_mutex_lock(&ep->mu);
+  for (;;) {
+    matching = workers_matching(ep, backend, target);
+    if (matching >= count)
+      break;
+    if (ep->stopping) {
+      status = pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                               "fabric endpoint is shutting down");
+      break;
+    }
+    if (stop) {
+      // Outside the lock: the request may be slow to read (a store), and
+      // the loop thread needs the lock meanwhile.
+      uint64_t wakes = ep->wake_count;
+      pthread_mutex_unlock(&ep->mu);
+      bool stopped = stop(stop_user_data);
+      pthread_mutex_lock(&ep->mu);
+      if (stopped) {
+        status = pcp_make_status(PCP_STATUS_CANCELLED,
+                                 "stopped while waiting for %u workers", count);
+        break;
+      }
+      // A wake while the lock was dropped: look at the request again.
+      if (ep->wake_count != wakes)
+        continue;
+      if (workers_matching(ep, backend, target) >= count)
+        continue;
+    }
+    int64_t left_ns = deadline_ns - now_ns(ep);
+    if (left_ns <= 0) {
+      status = pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED,
+                               "%u of %u workers of backend '%s' target '%s' "
+                               "connected",
+                               matching, count, backend ? backend : "",
+                               target ? target : "(any)");
+      break;
+    }
+    // Woken by joins, losses, drains, pcp_fabric_endpoint_wake and the
+    // endpoint's release. The endpoint clock may not be the condition's
+    // (an injected one): wait at most a slice of it and look again.
+    if (left_ns > PCP_FABRIC_WAIT_SLICE_NS)
+      left_ns = PCP_FABRIC_WAIT_SLICE_NS;
+    struct timespec now_ts;
+    clock_gettime(CLOCK_MONOTONIC, &now_ts);
+    int64_t until =
+        (int64_t)now_ts.tv_sec * 1000000000 + now_ts.tv_nsec + left_ns;
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000000000),
+                          .tv_nsec = (long)(until % 1000000000)};
+    pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
+  }
+  pthread_mutex_unlock(&ep->mu);
+  if (out_count)
+    *out_count = matching;
+  return status;
+}
+
+void pcp_fabric_endpoint_wake(pcp_fabric_endpoint_t* ep) {
+  pthread_mutex_lock(&ep->mu);
+  ep->wake_count++;
+  pthread_cond_broadcast(&ep->cv);
+  pthread_mutex_unlock(&ep->mu);
+}
+
+int64_t pcp_fabric_endpoint_now_ns(const pcp_fabric_endpoint_t* ep) {
+  return pcp_clock_now_ns(ep->clock);
 }
