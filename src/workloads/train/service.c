@@ -1201,6 +1201,19 @@ bool pcp_diloco_job_tasks_wait(job_t* job, pcp_fabric_task_t* const* tasks,
   return stopped;
 }
 
+bool pcp_diloco_job_stop_fn(void* user_data) {
+  return pcp_diloco_job_should_stop(user_data);
+}
+
+pcp_status_t pcp_diloco_job_workers_wait(job_t* job, uint32_t count,
+                                         int64_t timeout_ms) {
+  pcp_fabric_endpoint_t* fabric = job->options->fabric;
+  int64_t deadline =
+      pcp_fabric_endpoint_now_ns(fabric) + timeout_ms * 1000000;
+  return pcp_fabric_workers_wait(fabric, NULL, NULL, count, deadline,
+                                 pcp_diloco_job_stop_fn, job, NULL);
+}
+
 int64_t pcp_diloco_job_wait_timeout_ms(const job_t* job, int64_t floor_ms) {
   int64_t scaled = job->last_step_ns / 1000000 * WAIT_STEP_MULTIPLE;
   return scaled > floor_ms ? scaled : floor_ms;
@@ -2218,21 +2231,32 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   *out_advanced = false;
   const pcp_diloco_job_options_t* o = job->options;
   int64_t start = pcp_clock_now_ns(o->clock);
-  // Wait (bounded) for as many workers as the last step averaged.
-  int64_t grace_end = start + (int64_t)WORKER_GRACE_MS * 1000000;
-  while (job->expected_workers > 1 &&
-         pcp_fabric_worker_count(o->fabric, PCP_FABRIC_WORKER_CONNECTED) <
-             job->expected_workers &&
-         pcp_clock_now_ns(o->clock) < grace_end &&
-         !pcp_diloco_job_should_stop(job)) {
-    pcp_sleep_ms(WAIT_SLICE_MS);
+  // Wait (bounded) for as many workers as the last step averaged: woken
+  // by the fabric's joins, not by polling. Short of them at the deadline,
+  // the round goes on with those there; a stop is seen by the caller.
+  if (job->expected_workers > 1) {
+    pcp_status_ignore(pcp_diloco_job_workers_wait(
+        job, job->expected_workers, WORKER_GRACE_MS));
   }
   round_t round;
   memset(&round, 0, sizeof(round));
   pcp_status_t status = round_workers(job, &round);
   if (!status && round.count == 0) {
     round_release(&round);
-    pcp_sleep_ms(200);  // nobody to train on yet
+    // Nobody to train on yet: back to the job loop (which looks at the stop
+    // request, once per pass) as soon as one more worker joins, or after
+    // NOBODY_WAIT_MS.
+    uint32_t connected =
+        pcp_fabric_worker_count(o->fabric, PCP_FABRIC_WORKER_CONNECTED);
+    pcp_fabric_endpoint_t* fabric = o->fabric;
+    pcp_status_t waited = pcp_fabric_workers_wait(
+        fabric, NULL, NULL, connected + 1,
+        pcp_fabric_endpoint_now_ns(fabric) + (int64_t)NOBODY_WAIT_MS * 1000000,
+        NULL, NULL, NULL);
+    if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
+      return waited;  // the fabric is going away
+    }
+    pcp_status_ignore(waited);
     return pcp_ok_status();
   }
   if (!status) {

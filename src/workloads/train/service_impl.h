@@ -28,6 +28,9 @@
 #define WAIT_SLICE_MS 100
 // How long a round waits for the previous round's worker count.
 #define WORKER_GRACE_MS 15000
+// With no worker to train on, how long a round waits for one to join
+// before it goes back to the job loop.
+#define NOBODY_WAIT_MS 200
 // Task-wait deadlines (pcp_diloco_job_tasks_wait): at least these, or a
 // multiple of the last outer step's time when that is longer, so a task
 // lost between the gateway and a worker fails its round or evaluation
@@ -211,6 +214,17 @@ bool pcp_diloco_job_should_stop(job_t* job);
 bool pcp_diloco_job_tasks_wait(job_t* job, pcp_fabric_task_t* const* tasks,
                                size_t count, int64_t timeout_ms,
                                const char* what);
+
+// pcp_diloco_job_should_stop for a pcp_fabric_stop_fn_t (|user_data| is
+// the job).
+bool pcp_diloco_job_stop_fn(void* user_data);
+
+// Waits (pcp_fabric_workers_wait, any backend and target) until |count|
+// workers are connected, for at most |timeout_ms|, or until the stop hook
+// says stop: OK, DEADLINE_EXCEEDED, CANCELLED, or FAILED_PRECONDITION when
+// the fabric is being released.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_workers_wait(
+    job_t* job, uint32_t count, int64_t timeout_ms);
 
 // The deadline for waiting on one batch of tasks: |floor_ms|, or
 // WAIT_STEP_MULTIPLE times the last outer step when that is longer.

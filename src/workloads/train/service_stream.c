@@ -1224,6 +1224,7 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       matching += !strcmp(infos[i].backend, st.backend) &&
                   !strcmp(infos[i].target, st.target);
     }
+    uint32_t seen = matching;
     bool graced =
         (pcp_clock_now_ns(o->clock) - wait_start) / 1000000 >= WORKER_GRACE_MS;
     if (resume_workers && matching < resume_workers && !graced) {
@@ -1246,7 +1247,21 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       w->alive = true;
     }
     if (!st.worker_count) {
-      pcp_sleep_ms(200);
+      // Until one more worker of the kind joins (a fabric event), for at
+      // most NOBODY_WAIT_MS; the loop then looks at the stop hook (once per
+      // pass, as before).
+      pcp_fabric_endpoint_t* fabric = o->fabric;
+      pcp_status_t waited = pcp_fabric_workers_wait(
+          fabric, st.backend[0] ? st.backend : NULL,
+          st.backend[0] ? st.target : NULL, seen + 1,
+          pcp_fabric_endpoint_now_ns(fabric) +
+              (int64_t)NOBODY_WAIT_MS * 1000000,
+          NULL, NULL, NULL);
+      if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
+        status = waited;  // the fabric is going away
+      } else {
+        pcp_status_ignore(waited);
+      }
     }
   }
   free(infos);
