@@ -1208,8 +1208,7 @@ bool pcp_diloco_job_stop_fn(void* user_data) {
 pcp_status_t pcp_diloco_job_workers_wait(job_t* job, uint32_t count,
                                          int64_t timeout_ms) {
   pcp_fabric_endpoint_t* fabric = job->options->fabric;
-  int64_t deadline =
-      pcp_fabric_endpoint_now_ns(fabric) + timeout_ms * 1000000;
+  int64_t deadline = pcp_fabric_endpoint_now_ns(fabric) + timeout_ms * 1000000;
   return pcp_fabric_workers_wait(fabric, NULL, NULL, count, deadline,
                                  pcp_diloco_job_stop_fn, job, NULL);
 }
@@ -2235,8 +2234,8 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   // by the fabric's joins, not by polling. Short of them at the deadline,
   // the round goes on with those there; a stop is seen by the caller.
   if (job->expected_workers > 1) {
-    pcp_status_ignore(pcp_diloco_job_workers_wait(
-        job, job->expected_workers, WORKER_GRACE_MS));
+    pcp_status_ignore(pcp_diloco_job_workers_wait(job, job->expected_workers,
+                                                  WORKER_GRACE_MS));
   }
   round_t round;
   memset(&round, 0, sizeof(round));

@@ -223,8 +223,8 @@ bool pcp_diloco_job_stop_fn(void* user_data);
 // workers are connected, for at most |timeout_ms|, or until the stop hook
 // says stop: OK, DEADLINE_EXCEEDED, CANCELLED, or FAILED_PRECONDITION when
 // the fabric is being released.
-PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_workers_wait(
-    job_t* job, uint32_t count, int64_t timeout_ms);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_diloco_job_workers_wait(job_t* job, uint32_t count, int64_t timeout_ms);
 
 // The deadline for waiting on one batch of tasks: |floor_ms|, or
 // WAIT_STEP_MULTIPLE times the last outer step when that is longer.

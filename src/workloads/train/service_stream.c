@@ -1251,12 +1251,12 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       // most NOBODY_WAIT_MS; the loop then looks at the stop hook (once per
       // pass, as before).
       pcp_fabric_endpoint_t* fabric = o->fabric;
-      pcp_status_t waited = pcp_fabric_workers_wait(
-          fabric, st.backend[0] ? st.backend : NULL,
-          st.backend[0] ? st.target : NULL, seen + 1,
-          pcp_fabric_endpoint_now_ns(fabric) +
-              (int64_t)NOBODY_WAIT_MS * 1000000,
-          NULL, NULL, NULL);
+      pcp_status_t waited =
+          pcp_fabric_workers_wait(fabric, st.backend[0] ? st.backend : NULL,
+                                  st.backend[0] ? st.target : NULL, seen + 1,
+                                  pcp_fabric_endpoint_now_ns(fabric) +
+                                      (int64_t)NOBODY_WAIT_MS * 1000000,
+                                  NULL, NULL, NULL);
       if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
         status = waited;  // the fabric is going away
       } else {
