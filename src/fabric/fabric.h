@@ -263,6 +263,38 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_worker_drain(
     pcp_fabric_endpoint_t* endpoint, const char* worker_id,
     uint64_t deadline_ms);
 
+// A caller's stop request, read (without the endpoint's lock) on every wake
+// of a wait. True: stop waiting.
+typedef bool (*pcp_fabric_stop_fn_t)(void* user_data);
+
+// The longest a wait sleeps before it looks at its deadline and stop
+// request again when nothing wakes it (an injected clock is not the
+// condition variable's).
+#define PCP_FABRIC_WAIT_SLICE_NS (INT64_C(100) * 1000000)
+
+// Waits until at least |count| workers of |backend| ("" or NULL: any) and
+// |target| (NULL: any; "": the default target) are connected and not
+// draining: OK, with *out_count (optional) the number seen. Woken by every
+// join, loss and drain, not by polling. DEADLINE_EXCEEDED once the
+// endpoint clock (pcp_fabric_endpoint_now_ns) passes |deadline_ns|;
+// CANCELLED as soon as |stop| (optional) returns true, which is checked on
+// every wake: whoever sets what |stop| reads calls pcp_fabric_endpoint_wake
+// to end the wait at once (otherwise it ends within
+// PCP_FABRIC_WAIT_SLICE_NS); FAILED_PRECONDITION when the endpoint is
+// being released. Thread-safe; not from a task callback.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_workers_wait(
+    pcp_fabric_endpoint_t* endpoint, const char* backend, const char* target,
+    uint32_t count, int64_t deadline_ns, pcp_fabric_stop_fn_t stop,
+    void* stop_user_data, uint32_t* out_count);
+
+// Wakes every pcp_fabric_workers_wait (and pcp_fabric_task_wait) of the
+// endpoint so it looks at its stop request now. Thread-safe.
+void pcp_fabric_endpoint_wake(pcp_fabric_endpoint_t* endpoint);
+
+// The endpoint's clock (options.clock), the one deadlines are on.
+// Thread-safe.
+int64_t pcp_fabric_endpoint_now_ns(const pcp_fabric_endpoint_t* endpoint);
+
 //===----------------------------------------------------------------------===//
 // Programs
 //===----------------------------------------------------------------------===//
@@ -355,7 +387,10 @@ void pcp_fabric_task_release(pcp_fabric_task_t* task);
 
 // Asks for cancellation: a queued task ends CANCELLED at once; a running one
 // gets TASK_CANCEL on its worker and ends with the worker's answer (CANCELLED
-// or its result). No-op once done. Thread-safe (also from a callback).
+// or its result), or DEADLINE_EXCEEDED when the worker, still connected,
+// has not answered within the resume window (10H) once its inputs are
+// written, so a wait after a cancel is bounded. No-op once done.
+// Thread-safe (also from a callback).
 void pcp_fabric_task_cancel(pcp_fabric_task_t* task);
 
 // Waits until the task is done or |timeout_ms| passes (-1: forever).

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -705,6 +706,211 @@ static void test_task_result_and_cancel(void** state) {
 }
 
 
+// Regression (CI hang of integration_training_e2e, run B): tasks waiting for
+// a program offer must all be assigned when the worker's ACK arrives, even
+// when another task of the same worker finishes in the same read. The ACK
+// and the other task's RESULT come in one TCP write, so the endpoint handles
+// them in one batch of actions; answering the first waiting task used to
+// handle the RESULT in the middle of the walk over the task list, and when
+// the finished task was the walk's next one the rest of the waiting tasks
+// were never assigned (they waited forever).
+static void test_program_ack_assigns_every_waiting_task(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* fw = join_worker(f, "evaluator", TOKEN);
+  float x[4] = {1, 2, 3, 4};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_F32,
+                               .rank = 1,
+                               .shape = {4},
+                               .data = x};
+  pcp_fabric_task_params_t params = {.function = "main",
+                                     .inputs = &input,
+                                     .input_count = 1,
+                                     .worker_id = "evaluator",
+                                     .max_attempts = 1};
+  // The worker learns program A (the "inference" program) first.
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* warm = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &warm));
+  pcp_proto_frame_t assign;
+  accept_offer_and_assign(fw, &assign);
+  pcp_proto_task_assign_t parsed;
+  PCP_CHECK_OK(pcp_proto_task_assign_parse(&assign, &parsed));
+  send_result(fw, assign.header.request_id, parsed.task_id, x, 4);
+  pcp_proto_frame_deinitialize(&assign);
+  assert_true(pcp_fabric_task_wait(warm, 3000));
+  assert_null(pcp_fabric_task_status(warm));
+  pcp_fabric_task_release(warm);
+  // Program B (the "eval" program) is new to the worker. List order:
+  // B0, then A's task, then B1..B3.
+  static uint8_t eval_bytes[4096];
+  for (size_t i = 0; i < sizeof(eval_bytes); ++i) {
+    eval_bytes[i] = (uint8_t)(i * 29 + 3);
+  }
+  uint8_t eval_program[PCP_SHA256_BYTE_LENGTH];
+  PCP_CHECK_OK(pcp_fabric_program_register(f->endpoint, eval_bytes,
+                                           sizeof(eval_bytes), "cpu", "host",
+                                           eval_program));
+  enum { kEval = 4 };
+  pcp_fabric_task_t* evals[kEval] = {0};
+  pcp_fabric_task_t* probe = NULL;
+  memcpy(params.program, eval_program, sizeof(params.program));
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &evals[0]));
+  memcpy(params.program, f->program, sizeof(params.program));
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &probe));
+  memcpy(params.program, eval_program, sizeof(params.program));
+  for (int i = 1; i < kEval; ++i) {
+    PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &evals[i]));
+  }
+  // The worker sees B's offer and the assignment of A's task (either order;
+  // fake_expect would drop the other one).
+  pcp_proto_frame_t offer = {0}, probe_assign = {0};
+  bool have_offer = false, have_assign = false;
+  int64_t deadline = fake_now_ns() + INT64_C(3000) * 1000000;
+  while ((!have_offer || !have_assign) && fake_now_ns() < deadline) {
+    pcp_proto_frame_t frame;
+    if (!fake_recv_frame(fw, 50, true, &frame)) continue;
+    if (frame.header.type == PCP_PROTO_MESSAGE_PROGRAM_OFFER && !have_offer) {
+      offer = frame;
+      have_offer = true;
+    } else if (frame.header.type == PCP_PROTO_MESSAGE_TASK_ASSIGN &&
+               !have_assign) {
+      probe_assign = frame;
+      have_assign = true;
+    } else {
+      pcp_proto_frame_deinitialize(&frame);
+    }
+  }
+  assert_true(have_offer && have_assign);
+  pcp_proto_task_assign_t probe_parsed;
+  PCP_CHECK_OK(pcp_proto_task_assign_parse(&probe_assign, &probe_parsed));
+  assert_int_equal(probe_parsed.task_id, pcp_fabric_task_id(probe));
+  // Let every eval task reach the endpoint's placement (they wait for the
+  // offer's answer): a few ticks, heartbeating (only heartbeats come).
+  int64_t settle = fake_now_ns() + 2 * H_MS * 1000000;
+  while (fake_now_ns() < settle) {
+    pcp_proto_frame_t frame;
+    if (fake_recv_frame(fw, 10, true, &frame)) {
+      assert_int_equal(frame.header.type, PCP_PROTO_MESSAGE_HEARTBEAT);
+      pcp_proto_frame_deinitialize(&frame);
+    }
+  }
+  // One write: ACK of B, then the RESULT of A's task.
+  pcp_proto_program_offer_t parsed_offer;
+  PCP_CHECK_OK(pcp_proto_program_offer_parse(&offer, &parsed_offer));
+  assert_memory_equal(parsed_offer.program, eval_program,
+                      PCP_SHA256_BYTE_LENGTH);
+  pcp_proto_program_ack_t ack = {.status = PCP_PROTO_PROGRAM_CACHED};
+  memcpy(ack.program, eval_program, sizeof(ack.program));
+  pcp_proto_encoded_frame_t enc_ack, enc_result;
+  PCP_CHECK_OK(pcp_proto_program_ack_encode(1, offer.header.request_id, &ack,
+                                            &fw->limits,
+                                            pcp_allocator_system(), &enc_ack));
+  pcp_proto_section_t out = {.name = "y",
+                             .element_type = PCP_ELEMENT_TYPE_F32,
+                             .rank = 1,
+                             .shape = {4},
+                             .data = x};
+  pcp_proto_tensor_ref_t ref = {.kind = PCP_PROTO_TENSOR_REF_SECTION,
+                                .section = 0};
+  pcp_proto_task_result_t result = {
+      .task_id = probe_parsed.task_id, .outputs = &ref, .output_count = 1};
+  PCP_CHECK_OK(pcp_proto_task_result_encode(
+      1, probe_assign.header.request_id, &result, &out, 1, &fw->limits,
+      pcp_allocator_system(), &enc_result));
+  uint8_t* flat_ack = NULL;
+  uint8_t* flat_result = NULL;
+  size_t ack_length = 0, result_length = 0;
+  PCP_CHECK_OK(pcp_proto_encoded_frame_flatten(&enc_ack, pcp_allocator_system(),
+                                               &flat_ack, &ack_length));
+  PCP_CHECK_OK(pcp_proto_encoded_frame_flatten(
+      &enc_result, pcp_allocator_system(), &flat_result, &result_length));
+  pcp_proto_encoded_frame_deinitialize(&enc_ack);
+  pcp_proto_encoded_frame_deinitialize(&enc_result);
+  uint8_t* both = malloc(ack_length + result_length);
+  PCP_ASSERT(both);
+  memcpy(both, flat_ack, ack_length);
+  memcpy(both + ack_length, flat_result, result_length);
+  assert_true(fake_send_all(fw->fd, both, ack_length + result_length));
+  free(both);
+  pcp_allocator_free(pcp_allocator_system(), flat_ack);
+  pcp_allocator_free(pcp_allocator_system(), flat_result);
+  pcp_proto_frame_deinitialize(&offer);
+  pcp_proto_frame_deinitialize(&probe_assign);
+  assert_true(pcp_fabric_task_wait(probe, 3000));
+  assert_null(pcp_fabric_task_status(probe));
+  // Every eval task is assigned (and completes once answered).
+  for (int i = 0; i < kEval; ++i) {
+    if (!fake_expect(fw, PCP_PROTO_MESSAGE_TASK_ASSIGN, 3000, &assign)) {
+      fail_msg("eval task %d of %d never assigned", i + 1, (int)kEval);
+    }
+    PCP_CHECK_OK(pcp_proto_task_assign_parse(&assign, &parsed));
+    send_result(fw, assign.header.request_id, parsed.task_id, x, 4);
+    pcp_proto_frame_deinitialize(&assign);
+  }
+  for (int i = 0; i < kEval; ++i) {
+    assert_true(pcp_fabric_task_wait(evals[i], 3000));
+    assert_null(pcp_fabric_task_status(evals[i]));
+    pcp_fabric_task_release(evals[i]);
+  }
+  pcp_fabric_task_release(probe);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
+// A running task whose worker stays connected but never answers the
+// cancel (a wedged compute thread) ends DEADLINE_EXCEEDED after the resume
+// window, so a caller that cancels on a deadline never waits forever.
+static void test_unanswered_cancel_ends_in_bounded_time(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* fw = join_worker(f, "wedged", TOKEN);
+  float x[4] = {1, 2, 3, 4};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_F32,
+                               .rank = 1,
+                               .shape = {4},
+                               .data = x};
+  pcp_fabric_task_params_t params = {.function = "main",
+                                     .inputs = &input,
+                                     .input_count = 1,
+                                     .worker_id = "wedged",
+                                     .max_attempts = 1};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t assign;
+  accept_offer_and_assign(fw, &assign);
+  pcp_proto_frame_deinitialize(&assign);
+  int64_t cancelled_at = fake_now_ns();
+  pcp_fabric_task_cancel(task);
+  pcp_proto_frame_t frame;
+  assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_TASK_CANCEL, 3000, &frame));
+  pcp_proto_frame_deinitialize(&frame);
+  // The worker heartbeats and says nothing about the task.
+  int64_t resume_window_ns =
+      pcp_fabric_endpoint_timeouts(f->endpoint).resume_window_ns;
+  while (!pcp_fabric_task_is_done(task) &&
+         fake_now_ns() - cancelled_at < 3 * resume_window_ns) {
+    if (fake_recv_frame(fw, 10, true, &frame)) {
+      pcp_proto_frame_deinitialize(&frame);
+    }
+  }
+  assert_true(pcp_fabric_task_is_done(task));
+  assert_int_equal(pcp_status_code(pcp_fabric_task_status(task)),
+                   PCP_STATUS_DEADLINE_EXCEEDED);
+  int64_t took = fake_now_ns() - cancelled_at;
+  assert_true(took >= resume_window_ns);
+  // The worker stayed connected throughout.
+  pcp_fabric_worker_info_t info;
+  PCP_CHECK_OK(pcp_fabric_worker_query(f->endpoint, "wedged", &info));
+  assert_int_equal(info.state, PCP_FABRIC_WORKER_CONNECTED);
+  pcp_fabric_task_release(task);
+  drop_worker(fw);
+  fixture_stop(f);
+}
+
 // A task whose frame cannot be encoded (more input sections than one
 // frame carries) fails with the encoder's reason instead of waiting for an
 // in-flight slot forever (it used to stay pending).
@@ -1228,6 +1434,90 @@ static void test_worker_list_snapshot(void** state) {
   fixture_stop(f);
 }
 
+//===----------------------------------------------------------------------===//
+// Waiting for workers
+//===----------------------------------------------------------------------===//
+
+typedef struct workers_waiter_t {
+  fixture_t* f;
+  const char* backend;
+  const char* target;
+  uint32_t count;
+  int64_t timeout_ms;
+  atomic_bool stop;
+  pcp_status_code_t code;
+  uint32_t seen;
+  int64_t returned_ns;
+} workers_waiter_t;
+
+static bool waiter_stop(void* user_data) {
+  return atomic_load(&((workers_waiter_t*)user_data)->stop);
+}
+
+static void* waiter_main(void* arg) {
+  workers_waiter_t* w = arg;
+  int64_t deadline = pcp_fabric_endpoint_now_ns(w->f->endpoint) +
+                     w->timeout_ms * 1000000;
+  pcp_status_t status =
+      pcp_fabric_workers_wait(w->f->endpoint, w->backend, w->target, w->count,
+                              deadline, waiter_stop, w, &w->seen);
+  w->code = pcp_status_consume_code(status);
+  w->returned_ns = fake_now_ns();
+  return NULL;
+}
+
+static void test_workers_wait_is_an_event(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  // Satisfied by joins: returns right after the second one (well before
+  // its 10 s deadline).
+  workers_waiter_t w = {.f = f, .backend = "cpu", .target = "host",
+                        .count = 2, .timeout_ms = 10000};
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, waiter_main, &w), 0);
+  fake_worker_t* a = join_worker(f, "wait-a", TOKEN);
+  fake_worker_t* b = join_worker(f, "wait-b", TOKEN);
+  int64_t joined = fake_now_ns();
+  pthread_join(thread, NULL);
+  assert_int_equal(w.code, PCP_STATUS_OK);
+  assert_int_equal(w.seen, 2);
+  assert_true(w.returned_ns - joined < INT64_C(2000) * 1000000);
+  // Already satisfied: at once. Any backend and target count too.
+  workers_waiter_t any = {.f = f, .count = 2, .timeout_ms = 0};
+  waiter_main(&any);
+  assert_int_equal(any.code, PCP_STATUS_OK);
+  // Another backend: none, so the deadline ends it (not before it).
+  workers_waiter_t cuda = {.f = f, .backend = "cuda", .count = 1,
+                           .timeout_ms = 300};
+  int64_t start = fake_now_ns();
+  waiter_main(&cuda);
+  assert_int_equal(cuda.code, PCP_STATUS_DEADLINE_EXCEEDED);
+  assert_int_equal(cuda.seen, 0);
+  assert_true(cuda.returned_ns - start >= INT64_C(300) * 1000000);
+  // A stop request plus a wake ends a long wait at once.
+  workers_waiter_t stopped = {.f = f, .count = 3, .timeout_ms = 60000};
+  assert_int_equal(pthread_create(&thread, NULL, waiter_main, &stopped), 0);
+  pcp_sleep_ms(50);
+  atomic_store(&stopped.stop, true);
+  int64_t asked = fake_now_ns();
+  pcp_fabric_endpoint_wake(f->endpoint);
+  pthread_join(thread, NULL);
+  assert_int_equal(stopped.code, PCP_STATUS_CANCELLED);
+  assert_true(stopped.returned_ns - asked < INT64_C(2000) * 1000000);
+  // A lost worker no longer counts; a returning one wakes the wait.
+  drop_worker(b);
+  assert_true(wait_worker_state(f, "wait-b", PCP_FABRIC_WORKER_LOST, 2000, a));
+  workers_waiter_t again = {.f = f, .backend = "cpu", .count = 2,
+                            .timeout_ms = 10000};
+  assert_int_equal(pthread_create(&thread, NULL, waiter_main, &again), 0);
+  b = join_worker(f, "wait-b", TOKEN);
+  pthread_join(thread, NULL);
+  assert_int_equal(again.code, PCP_STATUS_OK);
+  drop_worker(a);
+  drop_worker(b);
+  fixture_stop(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_table_and_bad_options),
@@ -1239,6 +1529,8 @@ int main(void) {
       cmocka_unit_test(test_reconnect_keeps_identity),
       cmocka_unit_test(test_program_offer_fetch_chunks_verified),
       cmocka_unit_test(test_task_result_and_cancel),
+      cmocka_unit_test(test_program_ack_assigns_every_waiting_task),
+      cmocka_unit_test(test_unanswered_cancel_ends_in_bounded_time),
       cmocka_unit_test(test_unencodable_task_fails),
       cmocka_unit_test(test_large_tensors_travel_as_blobs),
       cmocka_unit_test(test_drained_worker_gets_no_new_task),
@@ -1247,6 +1539,7 @@ int main(void) {
       cmocka_unit_test(test_rerun_on_rejoin_at_most_n_times),
       cmocka_unit_test(test_registry_recycles_long_lost_workers),
       cmocka_unit_test(test_worker_list_snapshot),
+      cmocka_unit_test(test_workers_wait_is_an_event),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

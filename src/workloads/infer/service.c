@@ -183,6 +183,10 @@ struct pcp_infer_service_t {
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  // Broadcast when a request leaves a runner (pcp_infer_service_shutdown
+  // waits on it for the ones in flight); its own, so the manager, which
+  // waits on |cv|, is not woken per request.
+  pthread_cond_t idle_cv;
   bool refusing;  // shutdown started: no new requests
   bool stopping;
   // The manager's compile in flight (cancelled by shutdown) and the queue
@@ -433,6 +437,7 @@ static void req_finish(runner_t* runner, req_t* r, pcp_status_t status,
     slot->last_used = ++runner->tick;
     pthread_mutex_lock(&s->mu);
     runner->active--;
+    pthread_cond_broadcast(&s->idle_cv);
     if (!r->probe && !status && r->count > r->prompt_count) {
       runner->served_ok_ns = now_ns(s);
     }
@@ -864,6 +869,7 @@ static void fail_all(runner_t* runner, pcp_status_t status) {
   runner->waiting_head = runner->waiting_tail = NULL;
   uint32_t n = runner->waiting;
   runner->waiting = 0;
+  pthread_cond_broadcast(&s->idle_cv);
   pthread_mutex_unlock(&s->mu);
   while (list) {
     req_t* r = list;
@@ -2117,6 +2123,7 @@ pcp_status_t pcp_infer_service_create(
   s->options.models_root = NULL;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
+  pthread_cond_init(&s->idle_cv, NULL);
   pcp_status_t status = pcp_ok_status();
   if (options->metrics) {
     pcp_obs_family_t* f[PCP_ARRAYSIZE(kMetrics)];
@@ -2177,20 +2184,22 @@ void pcp_infer_service_shutdown(pcp_infer_service_t* s, int64_t deadline_ms) {
   pthread_mutex_lock(&s->mu);
   s->refusing = true;
   pthread_mutex_unlock(&s->mu);
+  // Until the requests in flight end (every end broadcasts |idle_cv|) or the
+  // deadline: no polling.
   int64_t end = now_ns(s) + deadline_ms * 1000000;
+  pthread_mutex_lock(&s->mu);
   for (;;) {
     bool busy = false;
-    pthread_mutex_lock(&s->mu);
     for (runner_t* r = s->runners; r && !busy; r = r->next) {
       busy = r->waiting > 0 || r->active > 0;
     }
-    pthread_mutex_unlock(&s->mu);
-    if (!busy || now_ns(s) >= end) {
+    int64_t left_ms = (end - now_ns(s)) / 1000000;
+    if (!busy || left_ms <= 0) {
       break;
     }
-    pcp_sleep_ms(20);
+    struct timespec until = pcp_realtime_deadline_ms(left_ms);
+    pthread_cond_timedwait(&s->idle_cv, &s->mu, &until);
   }
-  pthread_mutex_lock(&s->mu);
   s->stopping = true;
   // A compile the manager waits for is cancelled (its child killed).
   if (s->compiling) {
@@ -2236,6 +2245,7 @@ void pcp_infer_service_release(pcp_infer_service_t* s) {
     version_release(s->models[i].next);
   }
   pthread_cond_destroy(&s->cv);
+  pthread_cond_destroy(&s->idle_cv);
   pthread_mutex_destroy(&s->mu);
   free(s->model_dirs);
   free(s);

@@ -1084,6 +1084,58 @@ static pcp_status_t eval_program_get(job_t* job, const char* backend,
   return pcp_ok_status();
 }
 
+bool pcp_diloco_job_tasks_wait(job_t* job, pcp_fabric_task_t* const* tasks,
+                               size_t count, int64_t timeout_ms,
+                               const char* what) {
+  pcp_clock_t clock = job->options->clock;
+  int64_t deadline = pcp_clock_now_ns(clock) + timeout_ms * 1000000;
+  bool stopped = false;
+  bool expired = false;
+  for (size_t k = 0; k < count; ++k) {
+    while (tasks[k] && !pcp_fabric_task_wait(tasks[k], WAIT_SLICE_MS)) {
+      bool stop = !stopped && pcp_diloco_job_should_stop(job);
+      bool late = !expired && pcp_clock_now_ns(clock) >= deadline;
+      if (!stop && !late) {
+        continue;
+      }
+      if (late) {
+        size_t left = 0;
+        for (size_t j = 0; j < count; ++j) {
+          left += tasks[j] && !pcp_fabric_task_is_done(tasks[j]);
+        }
+        PCP_LOG(PCP_LOG_WARN, &job->log,
+                "%s: %zu of %zu tasks not done after %lld s: cancelled", what,
+                left, count, (long long)(timeout_ms / 1000));
+      }
+      stopped = stopped || stop;
+      expired = expired || late;
+      for (size_t j = 0; j < count; ++j) {
+        if (tasks[j]) {
+          pcp_fabric_task_cancel(tasks[j]);
+        }
+      }
+    }
+  }
+  return stopped;
+}
+
+bool pcp_diloco_job_stop_fn(void* user_data) {
+  return pcp_diloco_job_should_stop(user_data);
+}
+
+pcp_status_t pcp_diloco_job_workers_wait(job_t* job, uint32_t count,
+                                         int64_t timeout_ms) {
+  pcp_fabric_endpoint_t* fabric = job->options->fabric;
+  int64_t deadline = pcp_fabric_endpoint_now_ns(fabric) + timeout_ms * 1000000;
+  return pcp_fabric_workers_wait(fabric, NULL, NULL, count, deadline,
+                                 pcp_diloco_job_stop_fn, job, NULL);
+}
+
+int64_t pcp_diloco_job_wait_timeout_ms(const job_t* job, int64_t floor_ms) {
+  int64_t scaled = job->last_step_ns / 1000000 * WAIT_STEP_MULTIPLE;
+  return scaled > floor_ms ? scaled : floor_ms;
+}
+
 pcp_status_t pcp_diloco_job_evaluate(job_t* job, const char* worker_id,
                                      const char* backend, const char* target) {
   if (!job->eval_enabled) {
@@ -1142,20 +1194,11 @@ pcp_status_t pcp_diloco_job_evaluate(job_t* job, const char* worker_id,
       break;
     }
   }
-  // Every task borrows |inputs|' data: wait for all, cancelling on stop.
-  bool stopped = false;
-  for (size_t k = 0; k < batches; ++k) {
-    while (tasks[k] && !pcp_fabric_task_wait(tasks[k], WAIT_SLICE_MS)) {
-      if (!stopped && pcp_diloco_job_should_stop(job)) {
-        stopped = true;
-        for (size_t j = 0; j < batches; ++j) {
-          if (tasks[j]) {
-            pcp_fabric_task_cancel(tasks[j]);
-          }
-        }
-      }
-    }
-  }
+  // Every task borrows |inputs|' data: wait for all, cancelling on stop
+  // or past the deadline (then the evaluation fails below, logged).
+  bool stopped = pcp_diloco_job_tasks_wait(
+      job, tasks, batches,
+      pcp_diloco_job_wait_timeout_ms(job, SHORT_WAIT_MIN_MS), "evaluation");
   double sum = 0;
   size_t done = 0;
   for (size_t k = 0; k < batches; ++k) {
@@ -1532,19 +1575,9 @@ static pcp_status_t moments_copy(job_t* job, round_task_t** tasks,
       }
     }
   }
-  bool stopped = false;
-  for (uint32_t h = 0; h < 2 * count; ++h) {
-    while (handles[h] && !pcp_fabric_task_wait(handles[h], WAIT_SLICE_MS)) {
-      if (!stopped && pcp_diloco_job_should_stop(job)) {
-        stopped = true;
-        for (uint32_t j = 0; j < 2 * count; ++j) {
-          if (handles[j]) {
-            pcp_fabric_task_cancel(handles[j]);
-          }
-        }
-      }
-    }
-  }
+  bool stopped = pcp_diloco_job_tasks_wait(
+      job, handles, 2 * (size_t)count,
+      pcp_diloco_job_wait_timeout_ms(job, SHORT_WAIT_MIN_MS), "moment copy");
   for (uint32_t k = 0; k < count; ++k) {
     for (uint32_t g = 0; g < 2; ++g) {
       pcp_fabric_task_t* h = handles[2 * k + g];
@@ -1807,21 +1840,16 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
 // Waits for every task; on stop cancels them and waits for them still (they
 // borrow the round's buffers). Returns true when stopped.
 static bool round_wait(job_t* job, round_t* round) {
-  bool stopped = false;
+  pcp_fabric_task_t* tasks[MAX_ROUND_WORKERS];
   for (uint32_t k = 0; k < round->count; ++k) {
-    pcp_fabric_task_t* task = round->tasks[k].task;
-    while (task && !pcp_fabric_task_wait(task, WAIT_SLICE_MS)) {
-      if (!stopped && pcp_diloco_job_should_stop(job)) {
-        stopped = true;
-        for (uint32_t j = 0; j < round->count; ++j) {
-          if (round->tasks[j].task) {
-            pcp_fabric_task_cancel(round->tasks[j].task);
-          }
-        }
-      }
-    }
+    tasks[k] = round->tasks[k].task;
   }
-  return stopped;
+  char what[64];
+  snprintf(what, sizeof(what), "round of outer_step=%" PRIu64,
+           job->outer_step + 1);
+  return pcp_diloco_job_tasks_wait(
+      job, tasks, round->count,
+      pcp_diloco_job_wait_timeout_ms(job, ROUND_WAIT_MIN_MS), what);
 }
 
 // Adds every successful task's delta to the accumulator (in worker-id
@@ -2120,21 +2148,32 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   *out_advanced = false;
   const pcp_diloco_job_options_t* o = job->options;
   int64_t start = pcp_clock_now_ns(o->clock);
-  // Wait (bounded) for as many workers as the last step averaged.
-  int64_t grace_end = start + (int64_t)WORKER_GRACE_MS * 1000000;
-  while (job->expected_workers > 1 &&
-         pcp_fabric_worker_count(o->fabric, PCP_FABRIC_WORKER_CONNECTED) <
-             job->expected_workers &&
-         pcp_clock_now_ns(o->clock) < grace_end &&
-         !pcp_diloco_job_should_stop(job)) {
-    pcp_sleep_ms(WAIT_SLICE_MS);
+  // Wait (bounded) for as many workers as the last step averaged: woken
+  // by the fabric's joins, not by polling. Short of them at the deadline,
+  // the round goes on with those there; a stop is seen by the caller.
+  if (job->expected_workers > 1) {
+    pcp_status_ignore(pcp_diloco_job_workers_wait(job, job->expected_workers,
+                                                  WORKER_GRACE_MS));
   }
   round_t round;
   memset(&round, 0, sizeof(round));
   pcp_status_t status = round_workers(job, &round);
   if (!status && round.count == 0) {
     round_release(&round);
-    pcp_sleep_ms(200);  // nobody to train on yet
+    // Nobody to train on yet: back to the job loop (which looks at the stop
+    // request, once per pass) as soon as one more worker joins, or after
+    // NOBODY_WAIT_MS.
+    uint32_t connected =
+        pcp_fabric_worker_count(o->fabric, PCP_FABRIC_WORKER_CONNECTED);
+    pcp_fabric_endpoint_t* fabric = o->fabric;
+    pcp_status_t waited = pcp_fabric_workers_wait(
+        fabric, NULL, NULL, connected + 1,
+        pcp_fabric_endpoint_now_ns(fabric) + (int64_t)NOBODY_WAIT_MS * 1000000,
+        NULL, NULL, NULL);
+    if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
+      return waited;  // the fabric is going away
+    }
+    pcp_status_ignore(waited);
     return pcp_ok_status();
   }
   if (!status) {
@@ -2191,6 +2230,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
       &job->nesterov, 0, job->parameter_count, average, job->parameters));
   ++job->outer_step;
   *out_advanced = true;
+  job->last_step_ns = pcp_clock_now_ns(o->clock) - start;
   job->last_lr = pcp_diloco_lr_schedule_at(
       &job->schedule, job->outer_step * (uint64_t)job->config.tau - 1);
   job->expected_workers = outcome.reporters;

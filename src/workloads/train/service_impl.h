@@ -28,6 +28,17 @@
 #define WAIT_SLICE_MS 100
 // How long a round waits for the previous round's worker count.
 #define WORKER_GRACE_MS 15000
+// With no worker to train on, how long a round waits for one to join
+// before it goes back to the job loop.
+#define NOBODY_WAIT_MS 200
+// Task-wait deadlines (pcp_diloco_job_tasks_wait): at least these, or a
+// multiple of the last outer step's time when that is longer, so a task
+// lost between the gateway and a worker fails its round or evaluation
+// (logged; the job goes on) instead of hanging the job. Generous: a round
+// includes a first program fetch and load on its worker.
+#define ROUND_WAIT_MIN_MS (30 * 60 * 1000)
+#define SHORT_WAIT_MIN_MS (5 * 60 * 1000)
+#define WAIT_STEP_MULTIPLE 10
 
 // Cursor kinds of the checkpoint image (its opaque cursor is JSON).
 #define CURSOR_KIND_CLASSIC "pcp.diloco.stateless.v1"
@@ -127,6 +138,7 @@ typedef struct job_t {
   bool accumulator_ready;
   void* scratch;        // one worker's flat delta (f32 or bf16)
   uint64_t outer_step;  // completed outer steps
+  int64_t last_step_ns;  // wall time of the last completed outer step
   pcp_rng_t rng;
   // Totals (also in checkpoints' cursor JSON so a resume continues them).
   uint64_t wire_bytes;
@@ -189,6 +201,34 @@ json_t* pcp_diloco_json_number_or_null(double value);
 
 // The job's stop hook fired (cancel, or a stopping gateway).
 bool pcp_diloco_job_should_stop(job_t* job);
+
+// Waits for |count| tasks (NULL entries skipped) until they are all done.
+// A stop request cancels every unfinished one (and the wait goes on until
+// they end: they borrow the caller's buffers). Past |timeout_ms| the
+// unfinished ones are cancelled too, with a warning naming |what|; their
+// status then says CANCELLED (or DEADLINE_EXCEEDED), which the caller
+// treats as any failed task. After a cancel the fabric bounds the rest:
+// an unsent task ends at once, a running one when its worker answers, is
+// lost, or stays silent on it for the resume window. Returns true when
+// stopped.
+bool pcp_diloco_job_tasks_wait(job_t* job, pcp_fabric_task_t* const* tasks,
+                               size_t count, int64_t timeout_ms,
+                               const char* what);
+
+// pcp_diloco_job_should_stop for a pcp_fabric_stop_fn_t (|user_data| is
+// the job).
+bool pcp_diloco_job_stop_fn(void* user_data);
+
+// Waits (pcp_fabric_workers_wait, any backend and target) until |count|
+// workers are connected, for at most |timeout_ms|, or until the stop hook
+// says stop: OK, DEADLINE_EXCEEDED, CANCELLED, or FAILED_PRECONDITION when
+// the fabric is being released.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_diloco_job_workers_wait(job_t* job, uint32_t count, int64_t timeout_ms);
+
+// The deadline for waiting on one batch of tasks: |floor_ms|, or
+// WAIT_STEP_MULTIPLE times the last outer step when that is longer.
+int64_t pcp_diloco_job_wait_timeout_ms(const job_t* job, int64_t floor_ms);
 
 // Tensor |index|'s start in the parameter vector (elements).
 size_t pcp_diloco_job_tensor_offset(const job_t* job, size_t index);

@@ -359,19 +359,16 @@ static void masters_round(stream_t* st, uint32_t fragment) {
 // Waits for the current task of every live worker; a failed one marks its
 // worker lost. Returns true when the stop hook fired (tasks cancelled).
 static bool stream_wait(stream_t* st) {
-  bool stopped = false;
+  pcp_fabric_task_t* tasks[MAX_ROUND_WORKERS];
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    tasks[k] = st->workers[k].task;
+  }
+  bool stopped = pcp_diloco_job_tasks_wait(
+      st->job, tasks, st->worker_count,
+      pcp_diloco_job_wait_timeout_ms(st->job, ROUND_WAIT_MIN_MS),
+      "streaming tasks");
   for (uint32_t k = 0; k < st->worker_count; ++k) {
     stream_worker_t* w = &st->workers[k];
-    while (w->task && !pcp_fabric_task_wait(w->task, WAIT_SLICE_MS)) {
-      if (!stopped && pcp_diloco_job_should_stop(st->job)) {
-        stopped = true;
-        for (uint32_t j = 0; j < st->worker_count; ++j) {
-          if (st->workers[j].task) {
-            pcp_fabric_task_cancel(st->workers[j].task);
-          }
-        }
-      }
-    }
     if (w->task && pcp_fabric_task_status(w->task)) {
       PCP_LOG(PCP_LOG_WARN, &st->job->log,
               "streaming worker %s lost: %s; dropped for the rest of the run",
@@ -1227,6 +1224,7 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       matching += !strcmp(infos[i].backend, st.backend) &&
                   !strcmp(infos[i].target, st.target);
     }
+    uint32_t seen = matching;
     bool graced =
         (pcp_clock_now_ns(o->clock) - wait_start) / 1000000 >= WORKER_GRACE_MS;
     if (resume_workers && matching < resume_workers && !graced) {
@@ -1249,7 +1247,21 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       w->alive = true;
     }
     if (!st.worker_count) {
-      pcp_sleep_ms(200);
+      // Until one more worker of the kind joins (a fabric event), for at
+      // most NOBODY_WAIT_MS; the loop then looks at the stop hook (once per
+      // pass, as before).
+      pcp_fabric_endpoint_t* fabric = o->fabric;
+      pcp_status_t waited =
+          pcp_fabric_workers_wait(fabric, st.backend[0] ? st.backend : NULL,
+                                  st.backend[0] ? st.target : NULL, seen + 1,
+                                  pcp_fabric_endpoint_now_ns(fabric) +
+                                      (int64_t)NOBODY_WAIT_MS * 1000000,
+                                  NULL, NULL, NULL);
+      if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
+        status = waited;  // the fabric is going away
+      } else {
+        pcp_status_ignore(waited);
+      }
     }
   }
   free(infos);
