@@ -97,11 +97,14 @@ void pcp_fabric_join_verified(fabric_conn_t* conn) {
     }
     // The old connection is past its silence deadline: the worker lost it
     // without us noticing. Evict it first (protocol s.5).
-    pcp_status_ignore(pcp_proto_gateway_conn_fail(
-        old->proto,
+    // conn_fail clones the reason, so the reason is ours to free (the
+    // deterministic simulation's LeakSanitizer run found it leaking once
+    // per replaced connection).
+    pcp_status_t reason =
         pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED,
-                        "replaced by a new connection of the same worker"),
-        now));
+                        "replaced by a new connection of the same worker");
+    pcp_status_ignore(pcp_proto_gateway_conn_fail(old->proto, reason, now));
+    pcp_status_ignore(reason);
     pcp_fabric_conn_process_actions(old);
   }
   if (!w) {
