@@ -625,6 +625,33 @@ static void reconnects_with_the_same_id(void** state) {
   CHECK(count_in_log("sessions dropped") == 1);
 }
 
+// A task still running when a new gateway session starts (the lease not
+// resumed: a restarted gateway, whose task ids start again at 1) must not
+// answer the new session's task that reuses its id.
+static void old_session_answers_are_dropped(void** state) {
+  (void)state;
+  float y[4];
+  expected_main(y);
+  assign_main(60, "", NULL, false);
+  pcp_proto_frame_t running;
+  CHECK(fake_gateway_recv(&g.gw, 20000, &running));
+  CHECK(running.header.type == PCP_PROTO_MESSAGE_TASK_PROGRESS);
+  pcp_proto_frame_deinitialize(&running);
+  // The old task has 250 ms of test delay left; the new session is up and
+  // assigns its own task 60 well within that.
+  fake_gateway_disconnect(&g.gw);
+  CHECK(fake_gateway_accept(&g.gw, 10000));
+  pcp_proto_accept_t accept;
+  accept_params(&accept, 3, false);
+  fake_join_t join;
+  CHECK(fake_gateway_handshake(&g.gw, TOKEN, &accept, &join));
+  assign_main(60, "", NULL, false);
+  // The first answer about task 60 is the new task's result (before the
+  // fix: the old task's CANCELLED error), and nothing else follows.
+  expect_result(60, y, NULL);
+  CHECK(fake_gateway_idle(&g.gw, 600) == 0);
+}
+
 static void drains_and_exits_on_sigterm(void** state) {
   (void)state;
   float y[4];
@@ -767,6 +794,7 @@ int main(void) {
       cmocka_unit_test(honours_a_cancel),
       cmocka_unit_test(survives_a_short_sigstop),
       cmocka_unit_test(reconnects_with_the_same_id),
+      cmocka_unit_test(old_session_answers_are_dropped),
       cmocka_unit_test(drains_and_exits_on_sigterm),
       cmocka_unit_test(restarted_worker_uses_its_cache),
       cmocka_unit_test(corrupt_cached_program_is_fetched_again),

@@ -64,6 +64,10 @@ typedef struct job_t {
   struct job_t* next;  // loop thread: the in-flight task list
   uint64_t request_id;
   uint64_t task_id;
+  // TASK: the gateway session it came from (worker_t.task_generation when
+  // it arrived). Task ids restart at 1 with each gateway process, so an
+  // answer is only sent while the session it belongs to is current.
+  uint64_t generation;
   uint8_t program[PCP_SHA256_BYTE_LENGTH];
   uint8_t* blob;  // STORE: owned (pcp_proto_blob_free)
   uint64_t blob_length;
@@ -161,6 +165,9 @@ struct worker_t {
   pcp_loop_timer_t* tick;
   int64_t last_tick_ns;
   job_t* in_flight;      // tasks handed to the compute thread
+  // Bumped when the gateway did not resume our lease (a new gateway
+  // process): tasks still running from before belong to a dead session.
+  uint64_t task_generation;
   job_t* pending_owner;  // attached to each SEND of a task's answer
   pcp_loop_signal_t* sigterm;
   pcp_loop_signal_t* sigint;
@@ -660,6 +667,7 @@ static void handle_action(worker_t* w, pcp_proto_action_t* a) {
       } else {
         job->request_id = a->request_id;
         job->task_id = a->task_id;
+        job->generation = w->task_generation;
         pcp_proto_frame_move(&a->received, &job->frame);
         job->blobs.allocator = a->allocator;
         job->blobs.tensor_blobs = a->tensor_blobs;
@@ -678,12 +686,19 @@ static void handle_action(worker_t* w, pcp_proto_action_t* a) {
     }
     case PCP_PROTO_ACTION_CANCEL_TASK:
       for (job_t* job = w->in_flight; job; job = job->next) {
-        if (job->task_id == a->task_id) {
+        if (job->task_id == a->task_id &&
+            job->generation == w->task_generation) {
           atomic_store(&job->cancelled, true);
         }
       }
       return;
     case PCP_PROTO_ACTION_DROP_SESSIONS: {
+      // A new gateway session: what still runs from the old one is
+      // cancelled, and its answers are dropped (its ids may be reused).
+      ++w->task_generation;
+      for (job_t* old = w->in_flight; old; old = old->next) {
+        atomic_store(&old->cancelled, true);
+      }
       job_t* job = job_create(w, JOB_DROP_SESSIONS);
       status = job ? submit(w, job)
                    : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "job");
@@ -788,6 +803,15 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
     }
     case JOB_TASK: {
       in_flight_remove(w, job);
+      if (job->generation != w->task_generation) {
+        // From a gateway session that is gone: its task id may name a task
+        // of the new session, which must not get this answer.
+        char task[32];
+        snprintf(task, sizeof(task), "%llu", (unsigned long long)job->task_id);
+        const char* pairs[] = {"task_id", task};
+        log_event_at(w, PCP_LOG_DEBUG, "answer of a previous gateway session dropped", pairs, 1);
+        break;
+      }
       pcp_roles_worker_metrics_add(
           job->status ? w->metrics.tasks_failed : w->metrics.tasks_succeeded,
           1);
