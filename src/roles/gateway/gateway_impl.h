@@ -57,10 +57,8 @@ typedef pcp_status_t (*pcp_roles_gateway_federation_step_fn_t)(
     pcp_roles_gateway_state_t* gateway,
     const pcp_roles_gateway_federation_link_t* link);
 
-typedef struct pcp_roles_gateway_training_run_t
-    pcp_roles_gateway_training_run_t;
-// Training jobs running at once (one thread each).
-#define PCP_GATEWAY_MAX_TRAINING_JOBS 4
+// Training jobs running at once (the runner's pool: one thread each).
+#define PCP_GATEWAY_MAX_TRAINING_JOBS PCP_WORKLOADS_TRAIN_MAX_RUNNING
 
 // Compile pool: a fixed number of threads take StableHLO programs from a
 // fixed number of slots, so a long compile holds one pool thread and one
@@ -172,14 +170,16 @@ typedef struct pcp_roles_gateway_state_t {
   // long before compiling (0: off; from PCP_GATEWAY_TEST_COMPILE_DELAY_MS).
   int64_t test_compile_delay_ms;
 
-  // Training service (training.c). |training_mu| guards the run list (one
-  // entry per training job this process ran or runs, with its progress).
+  // The workload runner (src/workloads/runtime): every job's transitions
+  // and recovery, and the kinds it runs (training). Created by
+  // pcp_roles_gateway_jobs_recover, started by _training_start, stopped by
+  // _training_stop, released by _jobs_active_free.
+  pcp_workloads_runner_t* runner;
+  // The training kind's state (its options are filled at _training_start,
+  // once the fabric and the inference service exist).
+  pcp_workloads_train_t train_kind;
   pcp_diloco_metrics_t training_metrics;
-  pthread_mutex_t training_mu;
   pcp_roles_gateway_training_policy_t training_policy;
-  pcp_roles_gateway_training_run_t* training_runs;
-  pthread_t training_thread;
-  bool training_started;
 
   // Graph replication (replication.c): policies, push thread, status.
   pcp_roles_gateway_replication_t* replication;
@@ -278,6 +278,8 @@ json_t* pcp_roles_gateway_replication_status_json(
     pcp_roles_gateway_state_t* gateway);
 
 // jobs.c
+// Creates the workload runner (gateway->runner) over the store and
+// recovers the jobs a crash or stop left mid-flight (every kind).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* gateway);
 void* pcp_roles_gateway_jobs_runner_main(void* opaque);
@@ -286,8 +288,9 @@ void* pcp_roles_gateway_jobs_runner_main(void* opaque);
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_compile_pool_start(pcp_roles_gateway_state_t* gateway);
 void pcp_roles_gateway_compile_pool_stop(pcp_roles_gateway_state_t* gateway);
-// Frees the jobs the runner left active; only after the fabric endpoint is
-// released (its tasks borrow their input buffers until then).
+// Frees the jobs the runner left active and releases the workload runner;
+// only after the fabric endpoint is released (its tasks borrow their input
+// buffers until then).
 void pcp_roles_gateway_jobs_active_free(pcp_roles_gateway_state_t* gateway);
 pcp_status_t pcp_roles_gateway_job_submit(void* user_data,
                                           const pcp_http_request_t* request,
@@ -358,9 +361,10 @@ pcp_status_t pcp_roles_gateway_training_text_submit(
 pcp_status_t pcp_roles_gateway_training_get(void* user_data,
                                             const pcp_http_request_t* request,
                                             pcp_http_response_t* response);
-// The training service's scheduler thread: starts a thread per queued
-// training job (up to PCP_GATEWAY_MAX_TRAINING_JOBS) running
-// pcp_diloco_job_run; returns at stop after joining them.
+// Starts the workload runner: its scheduler starts queued training jobs on
+// its pool (up to PCP_GATEWAY_MAX_TRAINING_JOBS at once; the training kind,
+// src/workloads/train/job.c, runs pcp_diloco_job_run). _stop asks the runs
+// to stop and joins them (their jobs stay running in the store).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* gateway);
 void pcp_roles_gateway_training_stop(pcp_roles_gateway_state_t* gateway);

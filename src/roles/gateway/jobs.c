@@ -724,42 +724,27 @@ pcp_status_t pcp_roles_gateway_job_cancel(void* user_data,
                                           pcp_http_response_t* response) {
   pcp_roles_gateway_state_t* g = user_data;
   const char* id = pcp_http_request_param(request, "id");
-  // The store is the arbiter: racing the runner, exactly one transition
-  // wins and the other side sees FAILED_PRECONDITION and re-reads.
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    pcp_store_job_t job;
-    PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, id, &job));
-    pcp_store_job_state_t state = job.state;
-    pcp_store_job_deinitialize(&job);
-    if (pcp_store_job_state_is_terminal(state) ||
-        state == PCP_STORE_JOB_STATE_CANCELLING) {
-      return pcp_http_response_json_take(
-          response, 200,
-          json_pack("{s:b, s:s, s:s}", "accepted",
-                    state == PCP_STORE_JOB_STATE_CANCELLING, "status",
-                    pcp_store_job_state_name(state), "job_id", id));
-    }
-    pcp_store_job_state_t to = state == PCP_STORE_JOB_STATE_QUEUED
-                                   ? PCP_STORE_JOB_STATE_CANCELLED
-                                   : PCP_STORE_JOB_STATE_CANCELLING;
-    pcp_status_t status =
-        pcp_store_job_transition(g->store, id, to, NULL, NULL);
-    atomic_fetch_add(&g->job_generation, 1);
-    if (!status) {
-      pthread_mutex_lock(&g->mu);
-      pthread_cond_broadcast(&g->cv);
-      pthread_mutex_unlock(&g->mu);
-      return pcp_http_response_json_take(
-          response, to == PCP_STORE_JOB_STATE_CANCELLING ? 202 : 200,
-          json_pack("{s:b, s:s, s:s}", "accepted", 1, "status",
-                    pcp_store_job_state_name(to), "job_id", id));
-    }
-    if (pcp_status_code(status) != PCP_STATUS_FAILED_PRECONDITION) {
-      return status;
-    }
-    pcp_status_ignore(status);
+  // The runner's cancel: the store arbitrates a race with the job's own
+  // moves; a running training job is woken through its condition variable.
+  pcp_store_job_state_t state = PCP_STORE_JOB_STATE_QUEUED;
+  bool changed = false;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_workloads_runner_job_cancel(g->runner, id, &state, &changed));
+  if (!changed) {
+    return pcp_http_response_json_take(
+        response, 200,
+        json_pack("{s:b, s:s, s:s}", "accepted",
+                  state == PCP_STORE_JOB_STATE_CANCELLING, "status",
+                  pcp_store_job_state_name(state), "job_id", id));
   }
-  return pcp_make_status(PCP_STATUS_ABORTED, "job %s kept changing state", id);
+  // The generic runner notices at once.
+  pthread_mutex_lock(&g->mu);
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+  return pcp_http_response_json_take(
+      response, state == PCP_STORE_JOB_STATE_CANCELLING ? 202 : 200,
+      json_pack("{s:b, s:s, s:s}", "accepted", 1, "status",
+                pcp_store_job_state_name(state), "job_id", id));
 }
 
 pcp_status_t pcp_roles_gateway_job_events(void* user_data,
@@ -879,15 +864,14 @@ pcp_status_t pcp_roles_gateway_job_result_get(void* user_data,
 // Runner
 //===----------------------------------------------------------------------===//
 
+// Every move goes through the runner's one transition function (the
+// answer cache is told through its |changed| hook).
 static pcp_status_t transition(pcp_roles_gateway_state_t* g, const char* id,
                                pcp_store_job_state_t to, const char* error,
                                const json_t* placement) {
   pcp_store_job_transition_params_t params = {.placement = placement,
                                               .error = error};
-  pcp_status_t status =
-      pcp_store_job_transition(g->store, id, to, &params, NULL);
-  atomic_fetch_add(&g->job_generation, 1);
-  return status;
+  return pcp_workloads_runner_transition(g->runner, id, to, &params);
 }
 
 static void fail_job(pcp_roles_gateway_state_t* g, const char* id,
@@ -1351,42 +1335,49 @@ static void job_finish(pcp_roles_gateway_state_t* g,
   json_decref(record);
 }
 
+// The runner's hooks: answers cached from the store are stale after every
+// write; outcomes feed pcp_gateway_job_outcomes_total; no job starts while
+// the gateway drains.
+static void runner_changed(void* user_data, const char* job_id) {
+  (void)job_id;
+  pcp_roles_gateway_state_t* g = user_data;
+  atomic_fetch_add(&g->job_generation, 1);
+}
+
+static void runner_outcome(void* user_data, const char* kind,
+                           const char* outcome) {
+  (void)kind;
+  pcp_roles_gateway_state_t* g = user_data;
+  pcp_obs_family_add(g->job_runs_family, (const char*[]){outcome}, 1);
+}
+
+static bool runner_draining(void* user_data) {
+  pcp_roles_gateway_state_t* g = user_data;
+  return atomic_load(&g->draining);
+}
+
 pcp_status_t pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* g) {
+  // The kinds the runner schedules: training (adding one is one more line).
+  // Generic jobs keep the runner thread below and only share the runner's
+  // transition function and recovery.
+  const pcp_workloads_kind_t kinds[] = {
+      pcp_workloads_train_kind(&g->train_kind),
+  };
+  pcp_workloads_runner_options_t options = {
+      .store = g->store,
+      .clock = g->clock,
+      .log = g->log,
+      .kinds = kinds,
+      .kind_count = PCP_ARRAYSIZE(kinds),
+      .hooks = {.changed = runner_changed,
+                .outcome = runner_outcome,
+                .draining = runner_draining,
+                .user_data = g},
+  };
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_workloads_runner_create(&options, g->allocator, &g->runner));
   // Jobs caught mid-flight by a crash or a stop: re-run or finish cancel.
-  const char* after = NULL;
-  char after_buffer[PCP_STORE_ID_MAX_LENGTH + 1];
-  for (;;) {
-    pcp_store_job_list_t list = {0};
-    PCP_RETURN_IF_ERROR_BARE(
-        pcp_store_job_resume_list(g->store, after, 0, &list));
-    for (size_t i = 0; i < list.count; ++i) {
-      pcp_store_job_t* job = &list.items[i];
-      pcp_store_job_state_t to = job->state == PCP_STORE_JOB_STATE_CANCELLING
-                                     ? PCP_STORE_JOB_STATE_CANCELLED
-                                     : PCP_STORE_JOB_STATE_QUEUED;
-      pcp_status_t status = transition(g, job->id, to,
-                                       to == PCP_STORE_JOB_STATE_QUEUED
-                                           ? "re-run after a gateway restart"
-                                           : NULL,
-                                       NULL);
-      pcp_log_context_t log = g->log;
-      log.job_id = job->id;
-      PCP_LOG(PCP_LOG_INFO, &log, "recovered job from=%s to=%s",
-              pcp_store_job_state_name(job->state),
-              pcp_store_job_state_name(to));
-      pcp_status_ignore(status);
-    }
-    size_t count = list.count;
-    if (count) {
-      snprintf(after_buffer, sizeof(after_buffer), "%s",
-               list.items[count - 1].id);
-      after = after_buffer;
-    }
-    pcp_store_job_list_deinitialize(&list);
-    if (count < PCP_STORE_LIST_LIMIT_DEFAULT) {
-      return pcp_ok_status();
-    }
-  }
+  return pcp_workloads_runner_recover(g->runner);
 }
 
 void pcp_roles_gateway_jobs_metrics_update(pcp_roles_gateway_state_t* g) {
@@ -1638,4 +1629,6 @@ void pcp_roles_gateway_jobs_active_free(pcp_roles_gateway_state_t* g) {
     active_free(a);
   }
   g->active_count = 0;
+  pcp_workloads_runner_release(g->runner);
+  g->runner = NULL;
 }

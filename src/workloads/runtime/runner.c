@@ -252,10 +252,10 @@ pcp_status_t pcp_workloads_runner_transition(
   return status;
 }
 
-pcp_status_t pcp_workloads_runner_job_submit(pcp_workloads_runner_t* r,
-                                             const char* id, const char* kind,
-                                             const json_t* spec,
-                                             int64_t* out_event_id) {
+pcp_status_t pcp_workloads_runner_job_submit(
+    pcp_workloads_runner_t* r, const char* id, const char* kind,
+    const json_t* spec, const char* event_type, const json_t* event_payload,
+    int64_t* out_event_id) {
   int k = kind_find(r, kind);
   if (k < 0) {
     return pcp_make_status(PCP_STATUS_NOT_FOUND, "unknown job kind '%s'",
@@ -267,6 +267,10 @@ pcp_status_t pcp_workloads_runner_job_submit(pcp_workloads_runner_t* r,
   pcp_status_t status =
       pcp_store_job_create(r->store, id, kind, spec, out_event_id);
   changed(r, id);
+  if (!status && event_type) {
+    status = pcp_store_job_event_append(r->store, id, event_type,
+                                        event_payload, NULL);
+  }
   if (!status) {
     pcp_workloads_runner_wake(r);
   }

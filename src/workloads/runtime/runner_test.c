@@ -195,7 +195,8 @@ static pcp_store_job_state_t state_of(harness_t* h, const char* id) {
 
 static void submit(harness_t* h, const char* id) {
   json_t* spec = json_pack("{s:i}", "n", 1);
-  EXPECT_OK(pcp_workloads_runner_job_submit(h->runner, id, "test", spec, NULL));
+  EXPECT_OK(pcp_workloads_runner_job_submit(h->runner, id, "test", spec,
+                                            NULL, NULL, NULL));
   json_decref(spec);
 }
 
@@ -224,10 +225,10 @@ static void transition_legality(void** state) {
   // validate names the key; an unknown kind is NOT_FOUND.
   json_t* bad = json_pack("{s:s}", "n", "x");
   EXPECT_CODE(pcp_workloads_runner_job_submit(h.runner, "j0", "test", bad,
-                                              NULL),
+                                              NULL, NULL, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "key 'n'");
   EXPECT_CODE(pcp_workloads_runner_job_submit(h.runner, "j0", "nope", bad,
-                                              NULL),
+                                              NULL, NULL, NULL),
               PCP_STATUS_NOT_FOUND, "nope");
   json_decref(bad);
   submit(&h, "j1");

@@ -194,12 +194,15 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_runner_transition(
     pcp_workloads_runner_t* runner, const char* id, pcp_store_job_state_t to,
     const pcp_store_job_transition_params_t* params);
 
-// Checks |spec| with the kind's validate, stores job |id| queued and wakes
-// the scheduler. NOT_FOUND naming an unknown kind; validate's errors;
-// the store's.
+// Checks |spec| with the kind's validate, stores job |id| queued, appends
+// the event |event_type| with |event_payload| when |event_type| is not NULL
+// (before the job can start, so it follows "queued" in the job's events),
+// then wakes the scheduler. |out_event_id| (optional): the "queued" event.
+// NOT_FOUND naming an unknown kind; validate's errors; the store's.
 PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_runner_job_submit(
     pcp_workloads_runner_t* runner, const char* id, const char* kind,
-    const json_t* spec, int64_t* out_event_id);
+    const json_t* spec, const char* event_type, const json_t* event_payload,
+    int64_t* out_event_id);
 
 // Cancel, with the store as the arbiter (a race with the job's own moves
 // has exactly one winner; the loser re-reads): a queued job ends cancelled
