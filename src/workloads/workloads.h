@@ -36,6 +36,8 @@
 #include "workloads/runtime/runtime.h"  // IWYU pragma: export
 // The training kind on the runner (src/workloads/train/job.c).
 #include "workloads/train/job.h"  // IWYU pragma: export
+// The generic job kind on the runner (src/workloads/jobs/jobs.c).
+#include "workloads/jobs/jobs.h"  // IWYU pragma: export
 
 #ifdef __cplusplus
 extern "C" {

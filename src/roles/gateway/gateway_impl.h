@@ -25,19 +25,15 @@
 #include "store/store.h"
 #include "workloads/workloads.h"
 
-// Largest job submission body: programs and inputs travel in it.
-#define PCP_GATEWAY_JOB_MAX_BODY_BYTES ((size_t)64 << 20)
-// Inputs per job, workers per job, jobs running at once.
-#define PCP_GATEWAY_JOB_MAX_INPUTS 64
-#define PCP_GATEWAY_JOB_MAX_WORKERS 64
-#define PCP_GATEWAY_MAX_ACTIVE_JOBS 32
+// Largest job submission body: programs and inputs travel in it (the
+// generic job kind's limit, src/workloads/jobs/jobs.h).
+#define PCP_GATEWAY_JOB_MAX_BODY_BYTES PCP_WORKLOADS_JOBS_MAX_BODY_BYTES
 // Workers one GET /v1/workers lists (the fabric's registry holds up to
 // options.max_workers, 1024 by default).
 #define PCP_GATEWAY_MAX_LISTED_WORKERS 1024u
 // Open /v1/events streams.
 #define PCP_GATEWAY_MAX_EVENT_STREAMS 64
 
-typedef struct pcp_roles_gateway_active_job_t pcp_roles_gateway_active_job_t;
 typedef struct pcp_roles_gateway_federation_t pcp_roles_gateway_federation_t;
 typedef struct pcp_roles_gateway_state_t pcp_roles_gateway_state_t;
 
@@ -59,31 +55,6 @@ typedef pcp_status_t (*pcp_roles_gateway_federation_step_fn_t)(
 
 // Training jobs running at once (the runner's pool: one thread each).
 #define PCP_GATEWAY_MAX_TRAINING_JOBS PCP_WORKLOADS_TRAIN_MAX_RUNNING
-
-// Compile pool: a fixed number of threads take StableHLO programs from a
-// fixed number of slots, so a long compile holds one pool thread and one
-// slot, never the runner (which keeps placing jobs that are ready). A job
-// that finds every slot taken stays queued until one frees.
-#define PCP_GATEWAY_COMPILE_THREADS 2
-#define PCP_GATEWAY_COMPILE_SLOTS 16
-
-typedef enum pcp_roles_gateway_compile_slot_state_e {
-  PCP_GATEWAY_COMPILE_SLOT_FREE = 0,
-  PCP_GATEWAY_COMPILE_SLOT_QUEUED = 1,   // waiting for a pool thread
-  PCP_GATEWAY_COMPILE_SLOT_RUNNING = 2,  // a pool thread compiles it
-  PCP_GATEWAY_COMPILE_SLOT_DONE = 3,     // |status| / |program| set
-} pcp_roles_gateway_compile_slot_state_t;
-
-typedef struct pcp_roles_gateway_compile_slot_t {
-  pcp_roles_gateway_compile_slot_state_t state;
-  char job_id[PCP_STORE_ID_MAX_LENGTH + 1];
-  char backend[32];
-  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
-  uint8_t* mlir;  // malloc'd; freed by the pool thread after the compile
-  size_t mlir_byte_length;
-  pcp_status_t status;  // owned by the slot until the runner takes it
-  uint8_t program[PCP_SHA256_BYTE_LENGTH];  // registered with the fabric
-} pcp_roles_gateway_compile_slot_t;
 
 // Serialized answers of GET /v1/jobs/{id}, valid while no job has been
 // written since (|generation|). Slots by hash of the id.
@@ -146,8 +117,6 @@ typedef struct pcp_roles_gateway_state_t {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   // Guarded by |mu|.
-  pcp_roles_gateway_active_job_t* active;  // linked list
-  uint32_t active_count;
   pcp_roles_gateway_event_client_t clients[PCP_GATEWAY_MAX_EVENT_STREAMS];
   uint32_t client_count;
   uint32_t last_worker_counts[PCP_FABRIC_WORKER_STATE_COUNT_];
@@ -159,22 +128,13 @@ typedef struct pcp_roles_gateway_state_t {
   pthread_mutex_t cache_mu;
   pcp_roles_gateway_job_cache_entry_t job_cache[PCP_GATEWAY_JOB_CACHE_SLOTS];
 
-  // Compile pool. Slots are guarded by |compile_mu|; pool threads wait on
-  // |compile_cv| and wake the runner through |cv| when a compile is done.
-  pthread_mutex_t compile_mu;
-  pthread_cond_t compile_cv;
-  pcp_roles_gateway_compile_slot_t compile_slots[PCP_GATEWAY_COMPILE_SLOTS];
-  pthread_t compile_threads[PCP_GATEWAY_COMPILE_THREADS];
-  uint32_t compile_thread_count;
-  // Test hook: programs whose text holds "pcp-test:slow-compile" wait this
-  // long before compiling (0: off; from PCP_GATEWAY_TEST_COMPILE_DELAY_MS).
-  int64_t test_compile_delay_ms;
-
-  // The workload runner (src/workloads/runtime): every job's transitions
-  // and recovery, and the kinds it runs (training). Created by
-  // pcp_roles_gateway_jobs_recover, started by _training_start, stopped by
-  // _training_stop, released by _jobs_active_free.
+  // The workload runner (src/workloads/runtime): every job's transitions,
+  // recovery and cancel, and the kinds it runs (generic, training). Created
+  // by pcp_roles_gateway_jobs_recover, started by _training_start, stopped
+  // by _training_stop, released by _jobs_active_free.
   pcp_workloads_runner_t* runner;
+  // The generic job kind (files, compile pool); created with the runner.
+  pcp_workloads_jobs_t* jobs;
   // The training kind's state (its options are filled at _training_start,
   // once the fabric and the inference service exist).
   pcp_workloads_train_t train_kind;
@@ -277,11 +237,14 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_replication_query_run(
 json_t* pcp_roles_gateway_replication_status_json(
     pcp_roles_gateway_state_t* gateway);
 
-// jobs.c
+// workload_routes.c: the /v1/jobs handlers over the workloads JSON API,
+// the runner's set-up and the gateway's housekeeping thread.
 // Creates the workload runner (gateway->runner) over the store and
 // recovers the jobs a crash or stop left mid-flight (every kind).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* gateway);
+// The housekeeping thread: worker-count events, the job metrics and the
+// sweep of expired services (the jobs themselves run on the runner).
 void* pcp_roles_gateway_jobs_runner_main(void* opaque);
 // Starts the compile pool threads (before the runner) / stops and joins
 // them, waiting for compiles in progress (after the runner has stopped).
@@ -315,7 +278,7 @@ pcp_status_t pcp_roles_gateway_job_result_get(void* user_data,
                                               pcp_http_response_t* response);
 // Frees the job cache (at stop, no handler running).
 void pcp_roles_gateway_jobs_cache_free(pcp_roles_gateway_state_t* gateway);
-// Jobs by state into the metrics (runner thread).
+// Jobs by state into the metrics (housekeeping thread).
 void pcp_roles_gateway_jobs_metrics_update(pcp_roles_gateway_state_t* gateway);
 // A job record as API JSON (new reference; NULL on OOM).
 json_t* pcp_roles_gateway_job_json(const pcp_store_job_t* job);

@@ -543,7 +543,10 @@ pcp_status_t pcp_roles_gateway_training_text_submit(
   snprintf(location, sizeof(location), "/v1/training/jobs/%s", id);
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_response_header_add(response, "Location", location));
-  return training_job_answer(g, id, 202, response);
+  status = training_job_answer(g, id, 202, response);
+  // Only now, so the answer shows "queued".
+  pcp_workloads_runner_wake(g->runner);
+  return status;
 }
 
 pcp_status_t pcp_roles_gateway_training_get(void* user_data,

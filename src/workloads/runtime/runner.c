@@ -211,6 +211,7 @@ void pcp_workloads_runner_release(pcp_workloads_runner_t* r) {
     pcp_workloads_job_t* j = r->jobs;
     r->jobs = j->next;
     json_decref(j->progress);
+    json_decref(j->placement);
     pthread_cond_destroy(&j->cv);
     pcp_allocator_free(r->allocator, j);
   }
@@ -271,9 +272,6 @@ pcp_status_t pcp_workloads_runner_job_submit(
     status = pcp_store_job_event_append(r->store, id, event_type,
                                         event_payload, NULL);
   }
-  if (!status) {
-    pcp_workloads_runner_wake(r);
-  }
   return status;
 }
 
@@ -302,6 +300,17 @@ pcp_status_t pcp_workloads_runner_job_cancel(pcp_workloads_runner_t* r,
     if (!status) {
       *out_state = to;
       *out_changed = true;
+      if (to == PCP_STORE_JOB_STATE_CANCELLED) {
+        // Started by a scheduling round but not yet out of queued (e.g.
+        // waiting for a compile slot): its run ends now.
+        pthread_mutex_lock(&r->mu);
+        pcp_workloads_job_t* j = job_find_locked(r, id);
+        bool running = j && j->running;
+        pthread_mutex_unlock(&r->mu);
+        if (running) {
+          job_stop_request(r, j, true);
+        }
+      }
       return pcp_ok_status();
     }
     if (pcp_status_code(status) != PCP_STATUS_FAILED_PRECONDITION) {
@@ -384,6 +393,24 @@ pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
 // Running one job
 //===----------------------------------------------------------------------===//
 
+// A final transition the store refused because a cancel won the race
+// (the job is cancelling now): it ends cancelled. Returns the outcome.
+static const char* final_transition(pcp_workloads_runner_t* r,
+                                    pcp_workloads_job_t* j,
+                                    pcp_store_job_state_t to,
+                                    const pcp_store_job_transition_params_t* p,
+                                    const char* what) {
+  pcp_status_t status = pcp_workloads_runner_transition(r, j->id, to, p);
+  if (status && pcp_status_code(status) == PCP_STATUS_FAILED_PRECONDITION) {
+    pcp_status_ignore(status);
+    status = pcp_workloads_runner_transition(
+        r, j->id, PCP_STORE_JOB_STATE_CANCELLED, NULL);
+    what = status ? what : "cancelled";
+  }
+  pcp_status_ignore(status);
+  return what;
+}
+
 // After the kind's run: the one place a job's end is recorded.
 static void job_finish(pcp_workloads_runner_t* r, pcp_workloads_job_t* j,
                        pcp_status_t status) {
@@ -398,18 +425,21 @@ static void job_finish(pcp_workloads_runner_t* r, pcp_workloads_job_t* j,
   }
   pcp_status_ignore(got);
   pcp_store_job_transition_params_t params = {0};
-  if (!status) {
-    params.error = "";
-    pcp_status_ignore(pcp_workloads_runner_transition(
-        r, j->id, PCP_STORE_JOB_STATE_SUCCEEDED, &params));
-    outcome(r, j->kind_index, "succeeded");
-    PCP_LOG(PCP_LOG_INFO, &log, "%s job succeeded", kind);
-  } else if (state == PCP_STORE_JOB_STATE_CANCELLING) {
+  if (state == PCP_STORE_JOB_STATE_CANCELLING) {
+    // The user asked for a cancel: it ends cancelled, whatever the run
+    // returned (a failure it caused, or work that finished anyway).
     pcp_status_ignore(status);
     pcp_status_ignore(pcp_workloads_runner_transition(
         r, j->id, PCP_STORE_JOB_STATE_CANCELLED, NULL));
     outcome(r, j->kind_index, "cancelled");
     PCP_LOG(PCP_LOG_INFO, &log, "%s job cancelled", kind);
+  } else if (!status) {
+    params.error = "";
+    params.placement = j->placement;
+    const char* what = final_transition(r, j, PCP_STORE_JOB_STATE_SUCCEEDED,
+                                        &params, "succeeded");
+    outcome(r, j->kind_index, what);
+    PCP_LOG(PCP_LOG_INFO, &log, "%s job %s", kind, what);
   } else if (atomic_load(&r->stopping) &&
              pcp_status_code(status) == PCP_STATUS_CANCELLED) {
     // Stopping: the job stays where it is; the next start resumes it.
@@ -422,9 +452,9 @@ static void job_finish(pcp_workloads_runner_t* r, pcp_workloads_job_t* j,
     pcp_status_ignore(status);
     PCP_LOG(PCP_LOG_WARN, &log, "%s job failed: %s", kind, message);
     params.error = message;
-    pcp_status_ignore(pcp_workloads_runner_transition(
-        r, j->id, PCP_STORE_JOB_STATE_FAILED, &params));
-    outcome(r, j->kind_index, "failed");
+    outcome(r, j->kind_index,
+            final_transition(r, j, PCP_STORE_JOB_STATE_FAILED, &params,
+                             "failed"));
   } else {
     pcp_status_ignore(status);
   }
@@ -478,6 +508,11 @@ pcp_status_t pcp_workloads_runner_step(pcp_workloads_runner_t* r,
         pthread_mutex_unlock(&r->mu);
         continue;
       }
+      if (r->kinds[k].admit &&
+          !r->kinds[k].admit(r->kinds[k].self, &list.items[i])) {
+        pthread_mutex_unlock(&r->mu);
+        break;  // oldest first: the younger ones wait too
+      }
       if (!j) {
         // Kept after the run ends (its progress stays readable), as the
         // training run list did.
@@ -496,6 +531,9 @@ pcp_status_t pcp_workloads_runner_step(pcp_workloads_runner_t* r,
       j->running = true;
       atomic_store(&j->cancel, false);
       atomic_store(&j->stop, false);
+      atomic_store(&j->user_data, NULL);
+      json_decref(j->placement);
+      j->placement = NULL;
       pthread_mutex_unlock(&r->mu);
       status = r->executor.submit(r->executor.self, job_execute, j);
       if (status) {
@@ -512,6 +550,27 @@ pcp_status_t pcp_workloads_runner_step(pcp_workloads_runner_t* r,
       pcp_status_ignore(status);
       break;
     }
+  }
+  // Cancelling jobs of a kind here that no run holds (its run ended just
+  // as the cancel came, or a stop interrupted it): nothing is left to
+  // stop, so they end cancelled.
+  for (uint32_t k = 0; k < r->kind_count; ++k) {
+    pcp_store_job_filter_t filter = {
+        .states = PCP_STORE_JOB_STATE_BIT(PCP_STORE_JOB_STATE_CANCELLING),
+        .kind = r->kind_names[k]};
+    pcp_store_job_list_t list = {0};
+    PCP_RETURN_IF_ERROR_BARE(pcp_store_job_list(r->store, &filter, &list));
+    for (size_t i = 0; i < list.count; ++i) {
+      pthread_mutex_lock(&r->mu);
+      pcp_workloads_job_t* j = job_find_locked(r, list.items[i].id);
+      bool running = j && j->running;
+      pthread_mutex_unlock(&r->mu);
+      if (!running) {
+        pcp_status_ignore(pcp_workloads_runner_transition(
+            r, list.items[i].id, PCP_STORE_JOB_STATE_CANCELLED, NULL));
+      }
+    }
+    pcp_store_job_list_deinitialize(&list);
   }
   if (out_started) {
     *out_started = started;
@@ -680,4 +739,51 @@ void pcp_workloads_job_progress_publish(pcp_workloads_job_t* job,
   job->progress = copy;
   pthread_mutex_unlock(&r->mu);
   changed(r, job->id);
+}
+
+void pcp_workloads_job_signal(pcp_workloads_job_t* job) {
+  pcp_workloads_runner_t* r = job->runner;
+  pthread_mutex_lock(&r->mu);
+  pthread_cond_broadcast(&job->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+bool pcp_workloads_job_wait_for(pcp_workloads_job_t* job,
+                                bool (*ready)(void* arg), void* arg,
+                                bool stop_wakes, int64_t timeout_ms) {
+  pcp_workloads_runner_t* r = job->runner;
+  struct timespec deadline =
+      pcp_realtime_deadline_ms(timeout_ms < 0 ? 0 : timeout_ms);
+  pthread_mutex_lock(&r->mu);
+  bool done = ready(arg);
+  while (!done && !(stop_wakes && pcp_workloads_job_should_stop(job))) {
+    if (timeout_ms < 0) {
+      pthread_cond_wait(&job->cv, &r->mu);
+    } else if (pthread_cond_timedwait(&job->cv, &r->mu, &deadline) != 0) {
+      done = ready(arg);
+      break;
+    }
+    done = ready(arg);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return done;
+}
+
+void pcp_workloads_job_placement_set(pcp_workloads_job_t* job,
+                                     const json_t* placement) {
+  json_decref(job->placement);
+  job->placement = placement ? json_deep_copy(placement) : NULL;
+}
+
+void pcp_workloads_job_user_data_set(pcp_workloads_job_t* job,
+                                     void* user_data) {
+  atomic_store(&job->user_data, user_data);
+}
+
+void* pcp_workloads_job_user_data(const pcp_workloads_job_t* job) {
+  return atomic_load(&((pcp_workloads_job_t*)job)->user_data);
+}
+
+bool pcp_workloads_job_runner_stopping(const pcp_workloads_job_t* job) {
+  return atomic_load(&job->runner->stopping);
 }

@@ -198,6 +198,7 @@ static void submit(harness_t* h, const char* id) {
   EXPECT_OK(pcp_workloads_runner_job_submit(h->runner, id, "test", spec,
                                             NULL, NULL, NULL));
   json_decref(spec);
+  pcp_workloads_runner_wake(h->runner);
 }
 
 // Polls the store (the test's view only) until |id| is in |state|.
@@ -354,9 +355,9 @@ static void cancel_wakes_waiting_job(void** state) {
   assert_true(state_wait(&h, "c1", PCP_STORE_JOB_STATE_CANCELLED, 5000));
   int64_t elapsed_ms = (pcp_clock_now_ns(clock) - t0) / 1000000;
   assert_true(elapsed_ms < 5000);
+  assert_true(pcp_workloads_runner_idle_wait(h.runner, 5000));
   assert_int_equal(atomic_load(&k.cancels), 1);
   assert_int_equal(atomic_load(&h.outcomes[2]), 1);
-  assert_true(pcp_workloads_runner_idle_wait(h.runner, 5000));
   harness_close(&h);
 }
 

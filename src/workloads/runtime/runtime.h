@@ -79,6 +79,10 @@ typedef struct pcp_workloads_kind_t {
   // Optional. Checks a job's |spec| before it is stored: INVALID_ARGUMENT
   // naming the key.
   pcp_status_t (*validate)(void* self, const json_t* spec);
+  // Optional. Asked in each scheduling round before queued |job| starts:
+  // false keeps it (and this kind's younger jobs) queued for this round,
+  // e.g. while a resource the kind bounds is taken. Must not block.
+  bool (*admit)(void* self, const pcp_store_job_t* job);
   // Required. Runs one job to its end on the calling thread. Moves the job
   // out of queued with pcp_workloads_job_transition (placing, compiling,
   // running); returns OK when the work is done (the runner records
@@ -196,8 +200,10 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_runner_transition(
 
 // Checks |spec| with the kind's validate, stores job |id| queued, appends
 // the event |event_type| with |event_payload| when |event_type| is not NULL
-// (before the job can start, so it follows "queued" in the job's events),
-// then wakes the scheduler. |out_event_id| (optional): the "queued" event.
+// (so it follows "queued" in the job's events). Does not wake the
+// scheduler: the caller reads its answer first (so it shows "queued"), then
+// calls _wake (else the next round, within 200 ms, starts it).
+// |out_event_id| (optional): the "queued" event.
 // NOT_FOUND naming an unknown kind; validate's errors; the store's.
 PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_runner_job_submit(
     pcp_workloads_runner_t* runner, const char* id, const char* kind,
@@ -243,6 +249,31 @@ bool pcp_workloads_job_cancel_requested(const pcp_workloads_job_t* job);
 // Waits on the job's condition variable until it should stop or
 // |timeout_ms| passed (real time). Returns pcp_workloads_job_should_stop.
 bool pcp_workloads_job_wait(pcp_workloads_job_t* job, int64_t timeout_ms);
+
+// Wakes pcp_workloads_job_wait / _wait_for of this job, e.g. from a fabric
+// task callback (takes the runner's lock briefly; never call it with a lock
+// that a kind's run holds while waiting).
+void pcp_workloads_job_signal(pcp_workloads_job_t* job);
+// Waits on the job's condition variable until |ready|(|arg|) (evaluated
+// under the runner's lock: whoever makes it true sets its state first, then
+// calls pcp_workloads_job_signal), the job should stop (when |stop_wakes|),
+// or |timeout_ms| passed (-1: no limit). Returns |ready|(|arg|).
+bool pcp_workloads_job_wait_for(pcp_workloads_job_t* job,
+                                bool (*ready)(void* arg), void* arg,
+                                bool stop_wakes, int64_t timeout_ms);
+// True once the runner stops (not a cancel). An atomic read.
+bool pcp_workloads_job_runner_stopping(const pcp_workloads_job_t* job);
+
+// The placement recorded with the job's succeeded transition (a copy;
+// NULL: none). Call from run before it returns OK.
+void pcp_workloads_job_placement_set(pcp_workloads_job_t* job,
+                                     const json_t* placement);
+
+// One pointer a kind keeps with the job while it runs (e.g. what its cancel
+// function must reach); NULL at every start. Thread-safe.
+void pcp_workloads_job_user_data_set(pcp_workloads_job_t* job,
+                                     void* user_data);
+void* pcp_workloads_job_user_data(const pcp_workloads_job_t* job);
 
 // Keeps a copy of |progress| as the job's live progress (merged into its
 // API JSON by the kind's progress function) and calls |changed|.

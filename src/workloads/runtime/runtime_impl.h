@@ -26,6 +26,8 @@ struct pcp_workloads_job_t {
   atomic_bool cancel;    // a cancel reached it
   atomic_bool stop;      // cancel or runner stop
   pthread_cond_t cv;     // with runner->mu: pcp_workloads_job_wait
+  json_t* placement;     // for the succeeded transition; run's thread only
+  _Atomic(void*) user_data;  // the kind's; NULL at every start
 };
 
 // One queued call of the runner's own pool.
