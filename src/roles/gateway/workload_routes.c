@@ -381,7 +381,8 @@ pcp_status_t pcp_roles_gateway_job_results(void* user_data,
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_result_list(g->store, id, &list));
   json_t* results = json_array();
   for (size_t i = 0; i < list.count; ++i) {
-    json_array_append_new(results, pcp_workloads_job_result_json(&list.items[i]));
+    json_array_append_new(results,
+                          pcp_workloads_job_result_json(&list.items[i]));
   }
   pcp_store_job_result_list_deinitialize(&list);
   return pcp_http_response_json_take(response, 200,
@@ -524,4 +525,3 @@ void* pcp_roles_gateway_jobs_runner_main(void* opaque) {
   }
   return NULL;
 }
-

@@ -330,8 +330,8 @@ static pcp_status_t submission_from_json(submission_t* s, json_t* body) {
     }
   } else if (json_is_string(text) && !vmfb) {
     length = json_string_length(text);
-    PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(s->jobs->allocator,
-                                                  length + 1, (void**)&bytes));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_allocator_malloc(s->jobs->allocator, length + 1, (void**)&bytes));
     memcpy(bytes, json_string_value(text), length);
   } else {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -447,9 +447,9 @@ pcp_status_t pcp_workloads_jobs_submit(pcp_workloads_jobs_t* jobs,
   job_dir(jobs, s.id, s.dir, sizeof(s.dir));
   PCP_RETURN_IF_ERROR_BARE(pcp_file_make_directories(s.dir));
   s.spec = json_object();
-  pcp_status_t status = s.spec ? submission_from_json(&s, (json_t*)body)
-                               : pcp_make_status(
-                                     PCP_STATUS_RESOURCE_EXHAUSTED, "spec");
+  pcp_status_t status =
+      s.spec ? submission_from_json(&s, (json_t*)body)
+             : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "spec");
   if (!status) {
     status = pcp_workloads_runner_job_submit(runner, s.id, "generic", s.spec,
                                              NULL, NULL, NULL);
@@ -471,8 +471,8 @@ pcp_status_t pcp_workloads_jobs_submit(pcp_workloads_jobs_t* jobs,
 }
 
 pcp_status_t pcp_workloads_jobs_result_npy_write(
-    pcp_workloads_jobs_t* jobs, const pcp_store_job_result_t* r,
-    char* out_path, size_t capacity) {
+    pcp_workloads_jobs_t* jobs, const pcp_store_job_result_t* r, char* out_path,
+    size_t capacity) {
   uint8_t* data = NULL;
   size_t length = 0;
   PCP_RETURN_IF_ERROR_BARE(
@@ -686,8 +686,7 @@ static void active_free(active_t* a) {
 static pcp_status_t job_launch(
     pcp_workloads_jobs_t* jobs, pcp_workloads_job_t* run_job,
     const pcp_store_job_t* job,
-    const uint8_t program_hash[PCP_SHA256_BYTE_LENGTH],
-    active_t** out_active) {
+    const uint8_t program_hash[PCP_SHA256_BYTE_LENGTH], active_t** out_active) {
   *out_active = NULL;
   json_int_t workers = 1;
   pcp_sched_worker_class_t worker_class;
@@ -751,8 +750,8 @@ static pcp_status_t job_launch(
     // on one worker one after another, and a partial placement could hold
     // some workers while the rest wait. The group is placed all at once on
     // distinct workers or waits whole.
-    status = pcp_fabric_task_submit_group(jobs->fabric, &params, (uint32_t)workers,
-                                          a->tasks);
+    status = pcp_fabric_task_submit_group(jobs->fabric, &params,
+                                          (uint32_t)workers, a->tasks);
     if (!status) {
       a->task_count = (uint32_t)workers;
     }
@@ -772,8 +771,7 @@ static pcp_status_t job_launch(
 
 // Stores every output of every task (the run then returns OK: the runner
 // turns the job succeeded).
-static pcp_status_t job_results_store(pcp_workloads_jobs_t* jobs,
-                                      active_t* a,
+static pcp_status_t job_results_store(pcp_workloads_jobs_t* jobs, active_t* a,
                                       json_t* worker_ids) {
   char dir[PCP_STORE_PATH_MAX_LENGTH + 1];
   job_dir(jobs, a->id, dir, sizeof(dir));
@@ -823,7 +821,6 @@ static pcp_status_t job_results_store(pcp_workloads_jobs_t* jobs,
   return pcp_ok_status();
 }
 
-
 // Predicates of pcp_workloads_job_wait_for (evaluated under the runner's
 // lock; the pool thread / the fabric callback set the state, then signal).
 typedef struct slot_wait_t {
@@ -857,12 +854,11 @@ static void admission_release(pcp_workloads_jobs_t* jobs, bool* inout_held) {
 // The compile phase of a StableHLO program: a free slot (the admission
 // this run holds keeps one for it; the loop only guards the invariant),
 // then the pool's answer. |*inout_bytes| is handed to the slot.
-static pcp_status_t program_compile(pcp_workloads_jobs_t* jobs,
-                                    pcp_workloads_job_t* run_job,
-                                    bool* inout_admitted, const char* backend,
-                                    const char* target, uint8_t** inout_bytes,
-                                    size_t length,
-                                    uint8_t out_program[PCP_SHA256_BYTE_LENGTH]) {
+static pcp_status_t program_compile(
+    pcp_workloads_jobs_t* jobs, pcp_workloads_job_t* run_job,
+    bool* inout_admitted, const char* backend, const char* target,
+    uint8_t** inout_bytes, size_t length,
+    uint8_t out_program[PCP_SHA256_BYTE_LENGTH]) {
   if (strlen(backend) >= sizeof(jobs->compile_slots[0].backend) ||
       strlen(target) >= sizeof(jobs->compile_slots[0].target)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -1003,8 +999,8 @@ static pcp_status_t jobs_run(void* self, pcp_workloads_job_t* run_job) {
     status = pcp_allocator_malloc(jobs->allocator, length + 1, (void**)&text);
     if (!status) {
       memcpy(text, bytes, length);
-      status = program_compile(jobs, run_job, &admitted, backend, target,
-                               &text, length, program_hash);
+      status = program_compile(jobs, run_job, &admitted, backend, target, &text,
+                               length, program_hash);
       pcp_allocator_free(jobs->allocator, text);
     }
   }
@@ -1047,11 +1043,11 @@ static pcp_status_t jobs_run(void* self, pcp_workloads_job_t* run_job) {
     status = pcp_make_status(PCP_STATUS_CANCELLED, "cancelled");
   }
   if (!status) {
-    json_t* record = json_pack("{s:O?, s:[]}", "requested", placement,
-                               "workers");
-    status = record ? job_results_store(jobs, a,
-                                        json_object_get(record, "workers"))
-                    : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "record");
+    json_t* record =
+        json_pack("{s:O?, s:[]}", "requested", placement, "workers");
+    status =
+        record ? job_results_store(jobs, a, json_object_get(record, "workers"))
+               : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "record");
     if (!status) {
       pcp_workloads_job_placement_set(run_job, record);
     }

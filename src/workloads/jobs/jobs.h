@@ -82,9 +82,8 @@ pcp_workloads_kind_t pcp_workloads_jobs_kind(pcp_workloads_jobs_t* jobs);
 // compile are registered there). Before the runner starts. UNAVAILABLE.
 // The environment PCP_GATEWAY_TEST_COMPILE_DELAY_MS (test hook) delays
 // compiles of programs holding "pcp-test:slow-compile".
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_workloads_jobs_start(pcp_workloads_jobs_t* jobs,
-                         pcp_fabric_endpoint_t* fabric);
+PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_jobs_start(
+    pcp_workloads_jobs_t* jobs, pcp_fabric_endpoint_t* fabric);
 // Joins the compile threads (a compile in progress finishes first; queued
 // ones are left, their jobs re-run at the next start). After the runner
 // stopped.

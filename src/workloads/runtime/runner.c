@@ -189,9 +189,9 @@ pcp_status_t pcp_workloads_runner_create(
         allocator, r->pool_capacity * sizeof(*r->pool_items),
         (void**)&r->pool_items);
     if (!status) {
-      status = pcp_allocator_calloc(allocator,
-                                    r->pool_capacity * sizeof(pthread_t),
-                                    (void**)&r->pool_threads);
+      status =
+          pcp_allocator_calloc(allocator, r->pool_capacity * sizeof(pthread_t),
+                               (void**)&r->pool_threads);
     }
     if (status) {
       pcp_workloads_runner_release(r);
@@ -253,10 +253,12 @@ pcp_status_t pcp_workloads_runner_transition(
   return status;
 }
 
-pcp_status_t pcp_workloads_runner_job_submit(
-    pcp_workloads_runner_t* r, const char* id, const char* kind,
-    const json_t* spec, const char* event_type, const json_t* event_payload,
-    int64_t* out_event_id) {
+pcp_status_t pcp_workloads_runner_job_submit(pcp_workloads_runner_t* r,
+                                             const char* id, const char* kind,
+                                             const json_t* spec,
+                                             const char* event_type,
+                                             const json_t* event_payload,
+                                             int64_t* out_event_id) {
   int k = kind_find(r, kind);
   if (k < 0) {
     return pcp_make_status(PCP_STATUS_NOT_FOUND, "unknown job kind '%s'",
@@ -269,8 +271,8 @@ pcp_status_t pcp_workloads_runner_job_submit(
       pcp_store_job_create(r->store, id, kind, spec, out_event_id);
   changed(r, id);
   if (!status && event_type) {
-    status = pcp_store_job_event_append(r->store, id, event_type,
-                                        event_payload, NULL);
+    status = pcp_store_job_event_append(r->store, id, event_type, event_payload,
+                                        NULL);
   }
   return status;
 }
@@ -452,9 +454,9 @@ static void job_finish(pcp_workloads_runner_t* r, pcp_workloads_job_t* j,
     pcp_status_ignore(status);
     PCP_LOG(PCP_LOG_WARN, &log, "%s job failed: %s", kind, message);
     params.error = message;
-    outcome(r, j->kind_index,
-            final_transition(r, j, PCP_STORE_JOB_STATE_FAILED, &params,
-                             "failed"));
+    outcome(
+        r, j->kind_index,
+        final_transition(r, j, PCP_STORE_JOB_STATE_FAILED, &params, "failed"));
   } else {
     pcp_status_ignore(status);
   }

@@ -41,10 +41,10 @@ static void expect_code_at(pcp_status_t status, pcp_status_code_t code,
 //===----------------------------------------------------------------------===//
 
 typedef enum test_mode_e {
-  MODE_SUCCEED = 0,     // placing -> compiling -> running -> OK
-  MODE_FAIL = 1,        // placing, then INVALID_ARGUMENT
-  MODE_WAIT = 2,        // running, then waits on the job's cv until stopped
-  MODE_WAIT_STOP = 3,   // as WAIT, returns CANCELLED (a stop leaves it)
+  MODE_SUCCEED = 0,    // placing -> compiling -> running -> OK
+  MODE_FAIL = 1,       // placing, then INVALID_ARGUMENT
+  MODE_WAIT = 2,       // running, then waits on the job's cv until stopped
+  MODE_WAIT_STOP = 3,  // as WAIT, returns CANCELLED (a stop leaves it)
 } test_mode_t;
 
 typedef struct test_kind_t {
@@ -72,8 +72,8 @@ static pcp_status_t test_run(void* self, pcp_workloads_job_t* job) {
   atomic_fetch_add(&k->runs, 1);
   int now = atomic_fetch_add(&k->running_now, 1) + 1;
   int max = atomic_load(&k->running_max);
-  while (now > max && !atomic_compare_exchange_weak(&k->running_max, &max,
-                                                    now)) {
+  while (now > max &&
+         !atomic_compare_exchange_weak(&k->running_max, &max, now)) {
   }
   pcp_status_t status =
       pcp_workloads_job_transition(job, PCP_STORE_JOB_STATE_PLACING, NULL);
@@ -144,8 +144,9 @@ static void on_changed(void* user_data, const char* id) {
 static void on_outcome(void* user_data, const char* kind, const char* what) {
   harness_t* h = user_data;
   assert_string_equal(kind, "test");
-  int i = strcmp(what, "succeeded") == 0 ? 0 : strcmp(what, "failed") == 0 ? 1
-                                                                           : 2;
+  int i = strcmp(what, "succeeded") == 0 ? 0
+          : strcmp(what, "failed") == 0  ? 1
+                                         : 2;
   atomic_fetch_add(&h->outcomes[i], 1);
 }
 
@@ -195,8 +196,8 @@ static pcp_store_job_state_t state_of(harness_t* h, const char* id) {
 
 static void submit(harness_t* h, const char* id) {
   json_t* spec = json_pack("{s:i}", "n", 1);
-  EXPECT_OK(pcp_workloads_runner_job_submit(h->runner, id, "test", spec,
-                                            NULL, NULL, NULL));
+  EXPECT_OK(pcp_workloads_runner_job_submit(h->runner, id, "test", spec, NULL,
+                                            NULL, NULL));
   json_decref(spec);
   pcp_workloads_runner_wake(h->runner);
 }
@@ -225,11 +226,11 @@ static void transition_legality(void** state) {
   harness_open(&h, &kind);
   // validate names the key; an unknown kind is NOT_FOUND.
   json_t* bad = json_pack("{s:s}", "n", "x");
-  EXPECT_CODE(pcp_workloads_runner_job_submit(h.runner, "j0", "test", bad,
-                                              NULL, NULL, NULL),
+  EXPECT_CODE(pcp_workloads_runner_job_submit(h.runner, "j0", "test", bad, NULL,
+                                              NULL, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "key 'n'");
-  EXPECT_CODE(pcp_workloads_runner_job_submit(h.runner, "j0", "nope", bad,
-                                              NULL, NULL, NULL),
+  EXPECT_CODE(pcp_workloads_runner_job_submit(h.runner, "j0", "nope", bad, NULL,
+                                              NULL, NULL),
               PCP_STATUS_NOT_FOUND, "nope");
   json_decref(bad);
   submit(&h, "j1");
@@ -290,8 +291,8 @@ static void recovery(void** state) {
                                     PCP_STORE_JOB_STATE_COMPILING,
                                     PCP_STORE_JOB_STATE_RUNNING};
     for (int s = 0; s < 3; ++s) {
-      EXPECT_OK(pcp_workloads_runner_transition(h.runner, ids[i], path[s],
-                                                NULL));
+      EXPECT_OK(
+          pcp_workloads_runner_transition(h.runner, ids[i], path[s], NULL));
     }
   }
   EXPECT_OK(pcp_workloads_runner_transition(
@@ -339,10 +340,9 @@ static void cancel_wakes_waiting_job(void** state) {
   // The live progress reaches the job JSON through the kind.
   json_t* view = json_pack("{s:s, s:s}", "job_id", "c1", "kind", "test");
   pcp_workloads_runner_job_json_merge(h.runner, view);
-  assert_int_equal(
-      json_integer_value(json_object_get(json_object_get(view, "live"),
-                                         "outer_step")),
-      7);
+  assert_int_equal(json_integer_value(json_object_get(
+                       json_object_get(view, "live"), "outer_step")),
+                   7);
   json_decref(view);
   pcp_clock_t clock = pcp_clock_system();
   int64_t t0 = pcp_clock_now_ns(clock);
@@ -402,8 +402,8 @@ static void bound_per_kind(void** state) {
   for (int i = 0; i < 5; ++i) {
     pcp_store_job_state_t after;
     bool moved;
-    EXPECT_OK(pcp_workloads_runner_job_cancel(h.runner, ids[i], &after,
-                                              &moved));
+    EXPECT_OK(
+        pcp_workloads_runner_job_cancel(h.runner, ids[i], &after, &moved));
   }
   assert_true(pcp_workloads_runner_idle_wait(h.runner, 10000));
   assert_int_equal(atomic_load(&k.running_max), 2);
@@ -438,9 +438,9 @@ static void step_without_threads(void** state) {
   assert_non_null(mkdtemp(h.dir));
   store_open(&h);
   inline_executor_t executor = {0};
-  runner_open(&h, &kind,
-              (pcp_workloads_executor_t){.self = &executor,
-                                         .submit = inline_submit});
+  runner_open(
+      &h, &kind,
+      (pcp_workloads_executor_t){.self = &executor, .submit = inline_submit});
   submit(&h, "t1");
   submit(&h, "t2");
   submit(&h, "t3");
@@ -477,9 +477,9 @@ static void options_errors(void** state) {
   (void)state;
   pcp_workloads_runner_t* runner = NULL;
   pcp_workloads_runner_options_t options = {0};
-  EXPECT_CODE(pcp_workloads_runner_create(&options, pcp_allocator_system(),
-                                          &runner),
-              PCP_STATUS_INVALID_ARGUMENT, "'store'");
+  EXPECT_CODE(
+      pcp_workloads_runner_create(&options, pcp_allocator_system(), &runner),
+      PCP_STATUS_INVALID_ARGUMENT, "'store'");
   harness_t h;
   memset(&h, 0, sizeof(h));
   snprintf(h.dir, sizeof(h.dir), "/tmp/pcp-runtime-test-XXXXXX");
@@ -490,25 +490,24 @@ static void options_errors(void** state) {
   options.store = h.store;
   options.kinds = kinds;
   options.kind_count = 2;
-  EXPECT_CODE(pcp_workloads_runner_create(&options, pcp_allocator_system(),
-                                          &runner),
-              PCP_STATUS_INVALID_ARGUMENT, "kind 'test' given twice");
+  EXPECT_CODE(
+      pcp_workloads_runner_create(&options, pcp_allocator_system(), &runner),
+      PCP_STATUS_INVALID_ARGUMENT, "kind 'test' given twice");
   kinds[0].max_running = 0;
   options.kind_count = 1;
-  EXPECT_CODE(pcp_workloads_runner_create(&options, pcp_allocator_system(),
-                                          &runner),
-              PCP_STATUS_INVALID_ARGUMENT, "kinds[0].max_running");
+  EXPECT_CODE(
+      pcp_workloads_runner_create(&options, pcp_allocator_system(), &runner),
+      PCP_STATUS_INVALID_ARGUMENT, "kinds[0].max_running");
   kinds[0].max_running = 1;
   kinds[0].run = NULL;
-  EXPECT_CODE(pcp_workloads_runner_create(&options, pcp_allocator_system(),
-                                          &runner),
-              PCP_STATUS_INVALID_ARGUMENT, "kinds[0]");
+  EXPECT_CODE(
+      pcp_workloads_runner_create(&options, pcp_allocator_system(), &runner),
+      PCP_STATUS_INVALID_ARGUMENT, "kinds[0]");
   // Out of memory: every allocation of create fails cleanly.
   kinds[0].run = test_run;
   for (int64_t n = 0; n < 3; ++n) {
     pcp_allocator_failing_t failing;
-    pcp_allocator_failing_initialize(pcp_allocator_system(), n, true,
-                                     &failing);
+    pcp_allocator_failing_initialize(pcp_allocator_system(), n, true, &failing);
     EXPECT_CODE(pcp_workloads_runner_create(
                     &options, pcp_allocator_failing(&failing), &runner),
                 PCP_STATUS_RESOURCE_EXHAUSTED, NULL);

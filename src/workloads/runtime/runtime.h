@@ -238,9 +238,8 @@ pcp_workloads_runner_t* pcp_workloads_job_runner(
 pcp_clock_t pcp_workloads_job_clock(const pcp_workloads_job_t* job);
 
 // pcp_workloads_runner_transition of this job; |error| NULL: unchanged.
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_workloads_job_transition(pcp_workloads_job_t* job,
-                             pcp_store_job_state_t to, const char* error);
+PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_job_transition(
+    pcp_workloads_job_t* job, pcp_store_job_state_t to, const char* error);
 
 // True once the job was cancelled or the runner stops. An atomic read.
 bool pcp_workloads_job_should_stop(const pcp_workloads_job_t* job);
@@ -271,8 +270,7 @@ void pcp_workloads_job_placement_set(pcp_workloads_job_t* job,
 
 // One pointer a kind keeps with the job while it runs (e.g. what its cancel
 // function must reach); NULL at every start. Thread-safe.
-void pcp_workloads_job_user_data_set(pcp_workloads_job_t* job,
-                                     void* user_data);
+void pcp_workloads_job_user_data_set(pcp_workloads_job_t* job, void* user_data);
 void* pcp_workloads_job_user_data(const pcp_workloads_job_t* job);
 
 // Keeps a copy of |progress| as the job's live progress (merged into its

@@ -21,12 +21,12 @@ struct pcp_workloads_job_t {
   pcp_workloads_runner_t* runner;
   uint32_t kind_index;
   char id[PCP_STORE_ID_MAX_LENGTH + 1];
-  bool running;          // guarded by runner->mu
-  json_t* progress;      // guarded by runner->mu; NULL: none published
-  atomic_bool cancel;    // a cancel reached it
-  atomic_bool stop;      // cancel or runner stop
-  pthread_cond_t cv;     // with runner->mu: pcp_workloads_job_wait
-  json_t* placement;     // for the succeeded transition; run's thread only
+  bool running;              // guarded by runner->mu
+  json_t* progress;          // guarded by runner->mu; NULL: none published
+  atomic_bool cancel;        // a cancel reached it
+  atomic_bool stop;          // cancel or runner stop
+  pthread_cond_t cv;         // with runner->mu: pcp_workloads_job_wait
+  json_t* placement;         // for the succeeded transition; run's thread only
   _Atomic(void*) user_data;  // the kind's; NULL at every start
 };
 

@@ -62,8 +62,8 @@ static pcp_status_t train_run(void* self, pcp_workloads_job_t* job) {
     }
   }
   if (!status) {
-    status = pcp_workloads_job_transition(job, PCP_STORE_JOB_STATE_PLACING,
-                                          NULL);
+    status =
+        pcp_workloads_job_transition(job, PCP_STORE_JOB_STATE_PLACING, NULL);
   }
   if (!status && o->experiment_check) {
     // The same checks as at submit, again before anything is opened (a
@@ -78,8 +78,8 @@ static pcp_status_t train_run(void* self, pcp_workloads_job_t* job) {
     }
   }
   if (!status) {
-    status = pcp_workloads_job_transition(job, PCP_STORE_JOB_STATE_COMPILING,
-                                          NULL);
+    status =
+        pcp_workloads_job_transition(job, PCP_STORE_JOB_STATE_COMPILING, NULL);
   }
   if (!status) {
     train_run_t run = {.train = train, .job = job};

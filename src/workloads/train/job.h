@@ -31,10 +31,10 @@ extern "C" {
 #define PCP_WORKLOADS_TRAIN_MAX_RUNNING 4
 
 typedef struct pcp_workloads_train_options_t {
-  pcp_fabric_endpoint_t* fabric;   // borrowed; set before the runner starts
-  const char* state_dir;           // borrowed
-  pcp_diloco_metrics_t* metrics;   // borrowed; may be NULL
-  pcp_store_t* store;              // borrowed
+  pcp_fabric_endpoint_t* fabric;  // borrowed; set before the runner starts
+  const char* state_dir;          // borrowed
+  pcp_diloco_metrics_t* metrics;  // borrowed; may be NULL
+  pcp_store_t* store;             // borrowed
   pcp_clock_t clock;
   pcp_log_context_t log;
   // Optional: the owner's checks of a stored experiment, again at placing
