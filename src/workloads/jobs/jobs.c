@@ -41,9 +41,11 @@ typedef struct compile_slot_t {
   size_t mlir_byte_length;
   pcp_status_t status;  // owned by the slot until the run takes it
   uint8_t program[PCP_SHA256_BYTE_LENGTH];  // registered with the fabric
-  // The run waiting for it (signalled when DONE); NULL once it gave the
-  // slot up (cancel or stop): the pool thread frees the slot when done.
+  // The run waiting for it (signalled when DONE, by id through |runner|);
+  // NULL once it gave the slot up (cancel or stop): the pool thread frees
+  // the slot when done.
   pcp_workloads_job_t* waiter;
+  pcp_workloads_runner_t* runner;
 } compile_slot_t;
 
 // One job's tasks and the input buffers they borrow until DONE.
@@ -563,8 +565,12 @@ static void* compile_thread_main(void* opaque) {
     pcp_allocator_free(jobs->allocator, slot->mlir);
     slot->mlir = NULL;
     pthread_mutex_lock(&jobs->compile_mu);
-    pcp_workloads_job_t* waiter = slot->waiter;
-    if (waiter) {
+    // The waiter is woken by id (its context may end as soon as it sees
+    // DONE).
+    pcp_workloads_runner_t* runner = slot->waiter ? slot->runner : NULL;
+    char waiter_id[PCP_STORE_ID_MAX_LENGTH + 1];
+    snprintf(waiter_id, sizeof(waiter_id), "%s", slot->job_id);
+    if (runner) {
       slot->status = status;
       slot->state = COMPILE_SLOT_DONE;
     } else {
@@ -575,8 +581,8 @@ static void* compile_thread_main(void* opaque) {
     }
     pthread_mutex_unlock(&jobs->compile_mu);
     // The state is set first, then the run is woken (no lost wake-up).
-    if (waiter) {
-      pcp_workloads_job_signal(waiter);
+    if (runner) {
+      pcp_workloads_runner_job_signal(runner, waiter_id);
     }
     pthread_mutex_lock(&jobs->compile_mu);
   }
@@ -663,11 +669,17 @@ static void task_done(void* user_data, pcp_fabric_task_t* task,
   pcp_workloads_jobs_t* jobs = a->jobs;
   pthread_mutex_lock(&jobs->mu);
   atomic_fetch_add(&a->done_count, 1);
-  // NULL once the run left it behind at a stop.
-  pcp_workloads_job_t* job = a->job;
+  // NULL once the run left it behind at a stop. By id: the run may end
+  // (and its context with it) as soon as the count is complete.
+  // Everything is copied under the lock: the run frees |a| once it has
+  // taken the lock after the count is complete.
+  pcp_workloads_runner_t* runner =
+      a->job ? pcp_workloads_job_runner(a->job) : NULL;
+  char id[PCP_STORE_ID_MAX_LENGTH + 1];
+  snprintf(id, sizeof(id), "%s", a->id);
   pthread_mutex_unlock(&jobs->mu);
-  if (job) {
-    pcp_workloads_job_signal(job);
+  if (runner) {
+    pcp_workloads_runner_job_signal(runner, id);
   }
 }
 
@@ -882,6 +894,7 @@ static pcp_status_t program_compile(
       slot->mlir_byte_length = length;
       slot->status = pcp_ok_status();
       slot->waiter = run_job;
+      slot->runner = pcp_workloads_job_runner(run_job);
       slot->state = COMPILE_SLOT_QUEUED;
       if (*inout_admitted) {
         // The slot now counts in place of the admission.

@@ -92,8 +92,7 @@ static void submit_json_api(void** state) {
   } bad[] = {
       {"[]", "JSON object"},
       {"{}", "field 'program'"},
-      {"{\"program\": {\"format\": \"x\", \"text\": \"a\"}}",
-       "program.format"},
+      {"{\"program\": {\"format\": \"x\", \"text\": \"a\"}}", "program.format"},
       {"{\"program\": {\"format\": \"vmfb\", \"base64\": \"@@\"}}",
        "program.base64"},
       {"{\"program\": {\"format\": \"stablehlo\", \"text\": \"m\"}, "

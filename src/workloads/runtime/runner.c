@@ -55,22 +55,58 @@ static void outcome(pcp_workloads_runner_t* r, uint32_t kind_index,
   }
 }
 
-// Sets the job's stop flags and wakes its waits; then the kind's cancel
-// (outside the lock: it may block on the fabric).
-static void job_stop_request(pcp_workloads_runner_t* r, pcp_workloads_job_t* j,
-                             bool is_cancel) {
+static void job_free(pcp_workloads_runner_t* r, pcp_workloads_job_t* j) {
+  json_decref(j->progress);
+  json_decref(j->placement);
+  pthread_cond_destroy(&j->cv);
+  pcp_allocator_free(r->allocator, j);
+}
+
+// Drops a reference taken under |mu|; the last one frees a job that ended
+// and was unlinked meanwhile.
+static void job_unref(pcp_workloads_runner_t* r, pcp_workloads_job_t* j) {
   pthread_mutex_lock(&r->mu);
-  bool running = j->running;
+  bool free_it = --j->refs == 0 && j->dropped;
+  pthread_mutex_unlock(&r->mu);
+  if (free_it) {
+    job_free(r, j);
+  }
+}
+
+// |mu| held: sets a running job's stop flags and wakes its waits. True
+// when the kind's cancel must be called (first request, the kind has one):
+// a reference is taken for it; call job_cancel_call after unlocking (the
+// kind's cancel may block on the fabric).
+static bool job_stop_locked(pcp_workloads_runner_t* r, pcp_workloads_job_t* j,
+                            bool is_cancel) {
+  if (!j || !j->running) {
+    return false;
+  }
   bool first = !atomic_load(&j->stop);
   if (is_cancel) {
     atomic_store(&j->cancel, true);
   }
   atomic_store(&j->stop, true);
   pthread_cond_broadcast(&j->cv);
-  pthread_mutex_unlock(&r->mu);
+  bool call = first && r->kinds[j->kind_index].cancel;
+  j->refs += call;
+  return call;
+}
+
+static void job_cancel_call(pcp_workloads_runner_t* r, pcp_workloads_job_t* j) {
   const pcp_workloads_kind_t* kind = &r->kinds[j->kind_index];
-  if (first && running && kind->cancel) {
-    kind->cancel(kind->self, j);
+  kind->cancel(kind->self, j);
+  job_unref(r, j);
+}
+
+// A cancel reached job |id|: if it runs here, it is asked to stop.
+static void job_cancel_request(pcp_workloads_runner_t* r, const char* id) {
+  pthread_mutex_lock(&r->mu);
+  pcp_workloads_job_t* j = job_find_locked(r, id);
+  bool call = job_stop_locked(r, j, true);
+  pthread_mutex_unlock(&r->mu);
+  if (call) {
+    job_cancel_call(r, j);
   }
 }
 
@@ -210,10 +246,7 @@ void pcp_workloads_runner_release(pcp_workloads_runner_t* r) {
   while (r->jobs) {
     pcp_workloads_job_t* j = r->jobs;
     r->jobs = j->next;
-    json_decref(j->progress);
-    json_decref(j->placement);
-    pthread_cond_destroy(&j->cv);
-    pcp_allocator_free(r->allocator, j);
+    job_free(r, j);
   }
   pcp_allocator_free(r->allocator, r->pool_items);
   pcp_allocator_free(r->allocator, r->pool_threads);
@@ -235,17 +268,10 @@ pcp_status_t pcp_workloads_runner_transition(
   // Even a refused move may mean the caller's view was stale: the hook
   // invalidates, it does not claim a change.
   changed(r, id);
-  if (!status && (to == PCP_STORE_JOB_STATE_CANCELLING ||
-                  pcp_store_job_state_is_terminal(to))) {
-    pthread_mutex_lock(&r->mu);
-    pcp_workloads_job_t* j = job_find_locked(r, id);
-    bool running = j && j->running;
-    pthread_mutex_unlock(&r->mu);
-    // A running job's own terminal move is not a request to stop; a cancel
-    // (to cancelling, or a job ended by someone else) is.
-    if (running && to == PCP_STORE_JOB_STATE_CANCELLING) {
-      job_stop_request(r, j, true);
-    }
+  // A running job's own terminal move is not a request to stop; a cancel
+  // (to cancelling) is.
+  if (!status && to == PCP_STORE_JOB_STATE_CANCELLING) {
+    job_cancel_request(r, id);
   }
   pthread_mutex_lock(&r->mu);
   pthread_cond_broadcast(&r->cv);
@@ -303,15 +329,9 @@ pcp_status_t pcp_workloads_runner_job_cancel(pcp_workloads_runner_t* r,
       *out_state = to;
       *out_changed = true;
       if (to == PCP_STORE_JOB_STATE_CANCELLED) {
-        // Started by a scheduling round but not yet out of queued (e.g.
-        // waiting for a compile slot): its run ends now.
-        pthread_mutex_lock(&r->mu);
-        pcp_workloads_job_t* j = job_find_locked(r, id);
-        bool running = j && j->running;
-        pthread_mutex_unlock(&r->mu);
-        if (running) {
-          job_stop_request(r, j, true);
-        }
+        // Started by a scheduling round but not yet out of queued: its run
+        // ends now.
+        job_cancel_request(r, id);
       }
       return pcp_ok_status();
     }
@@ -466,12 +486,33 @@ static void job_execute(void* arg) {
   pcp_workloads_job_t* j = arg;
   pcp_workloads_runner_t* r = j->runner;
   const pcp_workloads_kind_t* kind = &r->kinds[j->kind_index];
-  pcp_status_t status = kind->run(kind->self, j);
+  // Started just before a stop: not begun at all (the job stays queued).
+  pcp_status_t status =
+      atomic_load(&r->stopping)
+          ? pcp_make_status(PCP_STATUS_CANCELLED, "the runner stops")
+          : kind->run(kind->self, j);
   job_finish(r, j, status);
   pthread_mutex_lock(&r->mu);
   j->running = false;
+  // A job with no live progress to show is forgotten (a kind like generic
+  // would otherwise grow the list by every job); one with progress stays,
+  // so its API JSON keeps the last progress, as the training runs did.
+  bool free_it = false;
+  if (!j->progress) {
+    for (pcp_workloads_job_t** link = &r->jobs; *link; link = &(*link)->next) {
+      if (*link == j) {
+        *link = j->next;
+        break;
+      }
+    }
+    j->dropped = true;
+    free_it = j->refs == 0;
+  }
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
+  if (free_it) {
+    job_free(r, j);
+  }
 }
 
 pcp_status_t pcp_workloads_runner_step(pcp_workloads_runner_t* r,
@@ -629,17 +670,21 @@ void pcp_workloads_runner_stop(pcp_workloads_runner_t* r) {
   // Every job this runner runs sees should_stop and returns.
   for (;;) {
     pcp_workloads_job_t* target = NULL;
+    bool call = false;
     pthread_mutex_lock(&r->mu);
     for (pcp_workloads_job_t* j = r->jobs; j && !target; j = j->next) {
       if (j->running && !atomic_load(&j->stop)) {
         target = j;
+        call = job_stop_locked(r, j, false);
       }
     }
     pthread_mutex_unlock(&r->mu);
     if (!target) {
       break;
     }
-    job_stop_request(r, target, false);
+    if (call) {
+      job_cancel_call(r, target);
+    }
   }
   pthread_mutex_lock(&r->mu);
   pthread_cond_broadcast(&r->cv);
@@ -741,6 +786,16 @@ void pcp_workloads_job_progress_publish(pcp_workloads_job_t* job,
   job->progress = copy;
   pthread_mutex_unlock(&r->mu);
   changed(r, job->id);
+}
+
+void pcp_workloads_runner_job_signal(pcp_workloads_runner_t* r,
+                                     const char* id) {
+  pthread_mutex_lock(&r->mu);
+  pcp_workloads_job_t* j = job_find_locked(r, id);
+  if (j) {
+    pthread_cond_broadcast(&j->cv);
+  }
+  pthread_mutex_unlock(&r->mu);
 }
 
 void pcp_workloads_job_signal(pcp_workloads_job_t* job) {

@@ -61,9 +61,10 @@ extern "C" {
 #define PCP_WORKLOADS_MAX_RUNNING_PER_KIND 64
 
 typedef struct pcp_workloads_runner_t pcp_workloads_runner_t;
-// One job while the runner knows it (running, or run by this process):
-// the context a kind's functions get. Owned by the runner; valid until the
-// runner is released.
+// One job while the runner knows it: the context a kind's functions get.
+// Owned by the runner; valid while its run runs (a job that published
+// progress is kept until the runner is released, so its API JSON keeps the
+// last progress; others are freed when their run ends).
 typedef struct pcp_workloads_job_t pcp_workloads_job_t;
 
 //===----------------------------------------------------------------------===//
@@ -249,10 +250,14 @@ bool pcp_workloads_job_cancel_requested(const pcp_workloads_job_t* job);
 // |timeout_ms| passed (real time). Returns pcp_workloads_job_should_stop.
 bool pcp_workloads_job_wait(pcp_workloads_job_t* job, int64_t timeout_ms);
 
-// Wakes pcp_workloads_job_wait / _wait_for of this job, e.g. from a fabric
-// task callback (takes the runner's lock briefly; never call it with a lock
-// that a kind's run holds while waiting).
+// Wakes pcp_workloads_job_wait / _wait_for of this job (takes the runner's
+// lock briefly; never call it with a lock that a kind's run holds while
+// waiting). Only while the job's run runs (the context may be freed after).
 void pcp_workloads_job_signal(pcp_workloads_job_t* job);
+// The same by id, safe from any thread at any time (a fabric task callback,
+// a compile thread): a no-op when the job does not run here.
+void pcp_workloads_runner_job_signal(pcp_workloads_runner_t* runner,
+                                     const char* id);
 // Waits on the job's condition variable until |ready|(|arg|) (evaluated
 // under the runner's lock: whoever makes it true sets its state first, then
 // calls pcp_workloads_job_signal), the job should stop (when |stop_wakes|),

@@ -28,6 +28,8 @@ struct pcp_workloads_job_t {
   pthread_cond_t cv;         // with runner->mu: pcp_workloads_job_wait
   json_t* placement;         // for the succeeded transition; run's thread only
   _Atomic(void*) user_data;  // the kind's; NULL at every start
+  uint32_t refs;  // users outside runner->mu (a kind's cancel); under it
+  bool dropped;   // unlinked after its run ended; under runner->mu
 };
 
 // One queued call of the runner's own pool.
