@@ -473,6 +473,41 @@ static void step_without_threads(void** state) {
   harness_close(&h);
 }
 
+// A cancelling job that no run holds (its run ended as the cancel came,
+// or a stop interrupted it) ends cancelled at the next round; a job of an
+// unknown kind is left alone.
+static void orphaned_cancel_swept(void** state) {
+  (void)state;
+  test_kind_t k = {.mode = MODE_SUCCEED};
+  pcp_workloads_kind_t kind = test_kind(&k, 1);
+  harness_t h;
+  memset(&h, 0, sizeof(h));
+  snprintf(h.dir, sizeof(h.dir), "/tmp/pcp-runtime-test-XXXXXX");
+  assert_non_null(mkdtemp(h.dir));
+  store_open(&h);
+  inline_executor_t executor = {0};
+  runner_open(
+      &h, &kind,
+      (pcp_workloads_executor_t){.self = &executor, .submit = inline_submit});
+  submit(&h, "o1");
+  json_t* spec = json_object();
+  EXPECT_OK(pcp_store_job_create(h.store, "o2", "other", spec, NULL));
+  json_decref(spec);
+  const char* ids[] = {"o1", "o2"};
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_OK(pcp_workloads_runner_transition(
+        h.runner, ids[i], PCP_STORE_JOB_STATE_PLACING, NULL));
+    EXPECT_OK(pcp_workloads_runner_transition(
+        h.runner, ids[i], PCP_STORE_JOB_STATE_CANCELLING, NULL));
+  }
+  uint32_t started = 0;
+  EXPECT_OK(pcp_workloads_runner_step(h.runner, &started));
+  assert_int_equal(started, 0);
+  assert_int_equal(state_of(&h, "o1"), PCP_STORE_JOB_STATE_CANCELLED);
+  assert_int_equal(state_of(&h, "o2"), PCP_STORE_JOB_STATE_CANCELLING);
+  harness_close(&h);
+}
+
 static void options_errors(void** state) {
   (void)state;
   pcp_workloads_runner_t* runner = NULL;
@@ -524,6 +559,7 @@ int main(void) {
       cmocka_unit_test(stop_leaves_job_for_restart),
       cmocka_unit_test(bound_per_kind),
       cmocka_unit_test(step_without_threads),
+      cmocka_unit_test(orphaned_cancel_swept),
       cmocka_unit_test(options_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
