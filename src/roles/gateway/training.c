@@ -13,9 +13,9 @@
 // succeeded | failed, cancelling -> cancelled); a cancel reaches the run
 // through its condition variable. Here are the API, the paths-and-limits
 // policy and the hooks the kind calls back (the policy re-check at placing,
-// the inference reload on export). The generic job runner leaves kind
-// "training" alone (jobs.c filters on kind "generic"). A gateway stopped
-// (or killed) mid-run leaves the job running in the store; the restart
+// the inference reload on export). The runner schedules each kind on its
+// own (a queued list per kind, a limit per kind). A gateway stopped (or
+// killed) mid-run leaves the job running in the store; the restart
 // re-queues it (the runner's recovery) and the service resumes it from its
 // newest checkpoint.
 //
