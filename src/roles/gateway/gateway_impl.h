@@ -4,9 +4,11 @@
 //
 // One pcp_roles_gateway_state_t per process, owned by pcp_roles_gateway_serve
 // on the main thread. Threads that touch it: libmicrohttpd's handler threads
-// (routes.c, jobs.c handlers), the job runner thread (jobs.c) and the event
-// pump thread (events.c). Everything shared is either thread-safe by itself
-// (the store, the fabric endpoint, the metrics registry) or guarded by |mu|.
+// (routes.c, workload_routes.c handlers), the housekeeping thread
+// (workload_routes.c), the workload runner's threads (its hooks) and the
+// event pump thread (events.c). Everything shared is either thread-safe by
+// itself (the store, the fabric endpoint, the runner, the metrics registry)
+// or guarded by |mu|.
 
 #ifndef PCP_ROLES_GATEWAY_GATEWAY_IMPL_H_
 #define PCP_ROLES_GATEWAY_GATEWAY_IMPL_H_
