@@ -702,6 +702,27 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_file_sha256(const char* path,
                                                  uint64_t* out_byte_length);
 
 //===----------------------------------------------------------------------===//
+// Base64 (RFC 4648)
+//===----------------------------------------------------------------------===//
+
+// Decodes |length| characters of |text| (padding optional) into
+// |*out_data| (allocated from |allocator|, at least one byte; caller frees)
+// and |*out_length|. INVALID_ARGUMENT naming the offset of a bad character
+// or a truncated input; RESOURCE_EXHAUSTED. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_base64_decode(pcp_allocator_t allocator,
+                                                   const char* text,
+                                                   size_t length,
+                                                   uint8_t** out_data,
+                                                   size_t* out_length);
+// Encodes |length| bytes with padding into |*out_text| (NUL-terminated,
+// from |allocator|; caller frees) and |*out_text_length|. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_base64_encode(pcp_allocator_t allocator,
+                                                   const void* data,
+                                                   size_t length,
+                                                   char** out_text,
+                                                   size_t* out_text_length);
+
+//===----------------------------------------------------------------------===//
 // Libraries loaded at first use
 //===----------------------------------------------------------------------===//
 

@@ -181,3 +181,82 @@ pcp_status_t pcp_string_builder_take(pcp_string_builder_t* builder,
 const char* pcp_string_builder_cstring(const pcp_string_builder_t* builder) {
   return builder->data ? builder->data : "";
 }
+
+//===----------------------------------------------------------------------===//
+// Base64 (RFC 4648)
+//===----------------------------------------------------------------------===//
+
+static const char kBase64Alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+pcp_status_t pcp_base64_decode(pcp_allocator_t allocator, const char* text,
+                               size_t length, uint8_t** out_data,
+                               size_t* out_length) {
+  *out_data = NULL;
+  *out_length = 0;
+  while (length > 0 && text[length - 1] == '=') {
+    --length;
+  }
+  if (length % 4 == 1) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "base64: truncated input");
+  }
+  // 0: not in the alphabet; else the 6-bit value + 1.
+  uint8_t values[256] = {0};
+  for (int i = 0; i < 64; ++i) {
+    values[(unsigned char)kBase64Alphabet[i]] = (uint8_t)(i + 1);
+  }
+  uint8_t* data = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_malloc(allocator, length / 4 * 3 + 3, (void**)&data));
+  size_t n = 0;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (size_t i = 0; i < length; ++i) {
+    int v = values[(unsigned char)text[i]];
+    if (v == 0) {
+      pcp_allocator_free(allocator, data);
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "base64: invalid character at offset %zu", i);
+    }
+    acc = (acc << 6) | (uint32_t)(v - 1);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      data[n++] = (uint8_t)(acc >> bits);
+    }
+  }
+  *out_data = data;
+  *out_length = n;
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_base64_encode(pcp_allocator_t allocator, const void* data,
+                               size_t length, char** out_text,
+                               size_t* out_text_length) {
+  *out_text = NULL;
+  *out_text_length = 0;
+  size_t n = (length + 2) / 3 * 4;
+  char* text = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_malloc(allocator, n + 1, (void**)&text));
+  const uint8_t* in = data;
+  size_t o = 0;
+  for (size_t i = 0; i < length; i += 3) {
+    uint32_t v = (uint32_t)in[i] << 16;
+    if (i + 1 < length) {
+      v |= (uint32_t)in[i + 1] << 8;
+    }
+    if (i + 2 < length) {
+      v |= in[i + 2];
+    }
+    text[o++] = kBase64Alphabet[(v >> 18) & 63];
+    text[o++] = kBase64Alphabet[(v >> 12) & 63];
+    text[o++] = i + 1 < length ? kBase64Alphabet[(v >> 6) & 63] : '=';
+    text[o++] = i + 2 < length ? kBase64Alphabet[v & 63] : '=';
+  }
+  text[o] = 0;
+  *out_text = text;
+  *out_text_length = o;
+  return pcp_ok_status();
+}

@@ -30,6 +30,14 @@
 //===--- DiLoCo training service (src/workloads/train/service.c) ---===//
 // The outer loop of a training job over the worker fabric.
 #include "workloads/train/service.h"  // IWYU pragma: export
+//===--- Workload runtime (src/workloads/runtime/) ---===//
+// The job runner every workload kind shares: kinds, transitions, recovery,
+// cancel, the bounded pool.
+#include "workloads/runtime/runtime.h"  // IWYU pragma: export
+// The training kind on the runner (src/workloads/train/job.c).
+#include "workloads/train/job.h"  // IWYU pragma: export
+// The generic job kind on the runner (src/workloads/jobs/jobs.c).
+#include "workloads/jobs/jobs.h"  // IWYU pragma: export
 
 #ifdef __cplusplus
 extern "C" {

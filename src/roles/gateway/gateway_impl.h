@@ -4,9 +4,11 @@
 //
 // One pcp_roles_gateway_state_t per process, owned by pcp_roles_gateway_serve
 // on the main thread. Threads that touch it: libmicrohttpd's handler threads
-// (routes.c, jobs.c handlers), the job runner thread (jobs.c) and the event
-// pump thread (events.c). Everything shared is either thread-safe by itself
-// (the store, the fabric endpoint, the metrics registry) or guarded by |mu|.
+// (routes.c, workload_routes.c handlers), the housekeeping thread
+// (workload_routes.c), the workload runner's threads (its hooks) and the
+// event pump thread (events.c). Everything shared is either thread-safe by
+// itself (the store, the fabric endpoint, the runner, the metrics registry)
+// or guarded by |mu|.
 
 #ifndef PCP_ROLES_GATEWAY_GATEWAY_IMPL_H_
 #define PCP_ROLES_GATEWAY_GATEWAY_IMPL_H_
@@ -26,50 +28,19 @@
 #include "store/store.h"
 #include "workloads/workloads.h"
 
-// Largest job submission body: programs and inputs travel in it.
-#define PCP_GATEWAY_JOB_MAX_BODY_BYTES ((size_t)64 << 20)
-// Inputs per job, workers per job, jobs running at once.
-#define PCP_GATEWAY_JOB_MAX_INPUTS 64
-#define PCP_GATEWAY_JOB_MAX_WORKERS 64
-#define PCP_GATEWAY_MAX_ACTIVE_JOBS 32
+// Largest job submission body: programs and inputs travel in it (the
+// generic job kind's limit, src/workloads/jobs/jobs.h).
+#define PCP_GATEWAY_JOB_MAX_BODY_BYTES PCP_WORKLOADS_JOBS_MAX_BODY_BYTES
 // Workers one GET /v1/workers lists (the fabric's registry holds up to
 // options.max_workers, 1024 by default).
 #define PCP_GATEWAY_MAX_LISTED_WORKERS 1024u
 // Open /v1/events streams.
 #define PCP_GATEWAY_MAX_EVENT_STREAMS 64
 
-typedef struct pcp_roles_gateway_active_job_t pcp_roles_gateway_active_job_t;
 typedef struct pcp_roles_gateway_state_t pcp_roles_gateway_state_t;
 
-typedef struct pcp_roles_gateway_training_run_t
-    pcp_roles_gateway_training_run_t;
-// Training jobs running at once (one thread each).
-#define PCP_GATEWAY_MAX_TRAINING_JOBS 4
-
-// Compile pool: a fixed number of threads take StableHLO programs from a
-// fixed number of slots, so a long compile holds one pool thread and one
-// slot, never the runner (which keeps placing jobs that are ready). A job
-// that finds every slot taken stays queued until one frees.
-#define PCP_GATEWAY_COMPILE_THREADS 2
-#define PCP_GATEWAY_COMPILE_SLOTS 16
-
-typedef enum pcp_roles_gateway_compile_slot_state_e {
-  PCP_GATEWAY_COMPILE_SLOT_FREE = 0,
-  PCP_GATEWAY_COMPILE_SLOT_QUEUED = 1,   // waiting for a pool thread
-  PCP_GATEWAY_COMPILE_SLOT_RUNNING = 2,  // a pool thread compiles it
-  PCP_GATEWAY_COMPILE_SLOT_DONE = 3,     // |status| / |program| set
-} pcp_roles_gateway_compile_slot_state_t;
-
-typedef struct pcp_roles_gateway_compile_slot_t {
-  pcp_roles_gateway_compile_slot_state_t state;
-  char job_id[PCP_STORE_ID_MAX_LENGTH + 1];
-  char backend[32];
-  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
-  uint8_t* mlir;  // malloc'd; freed by the pool thread after the compile
-  size_t mlir_byte_length;
-  pcp_status_t status;  // owned by the slot until the runner takes it
-  uint8_t program[PCP_SHA256_BYTE_LENGTH];  // registered with the fabric
-} pcp_roles_gateway_compile_slot_t;
+// Training jobs running at once (the runner's pool: one thread each).
+#define PCP_GATEWAY_MAX_TRAINING_JOBS PCP_WORKLOADS_TRAIN_MAX_RUNNING
 
 // Serialized answers of GET /v1/jobs/{id}, valid while no job has been
 // written since (|generation|). Slots by hash of the id.
@@ -131,8 +102,6 @@ typedef struct pcp_roles_gateway_state_t {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   // Guarded by |mu|.
-  pcp_roles_gateway_active_job_t* active;  // linked list
-  uint32_t active_count;
   pcp_roles_gateway_event_client_t clients[PCP_GATEWAY_MAX_EVENT_STREAMS];
   uint32_t client_count;
   uint32_t last_worker_counts[PCP_FABRIC_WORKER_STATE_COUNT_];
@@ -144,30 +113,24 @@ typedef struct pcp_roles_gateway_state_t {
   pthread_mutex_t cache_mu;
   pcp_roles_gateway_job_cache_entry_t job_cache[PCP_GATEWAY_JOB_CACHE_SLOTS];
 
-  // Compile pool. Slots are guarded by |compile_mu|; pool threads wait on
-  // |compile_cv| and wake the runner through |cv| when a compile is done.
-  pthread_mutex_t compile_mu;
-  pthread_cond_t compile_cv;
-  pcp_roles_gateway_compile_slot_t compile_slots[PCP_GATEWAY_COMPILE_SLOTS];
-  pthread_t compile_threads[PCP_GATEWAY_COMPILE_THREADS];
-  uint32_t compile_thread_count;
-  // Test hook: programs whose text holds "pcp-test:slow-compile" wait this
-  // long before compiling (0: off; from PCP_GATEWAY_TEST_COMPILE_DELAY_MS).
-  int64_t test_compile_delay_ms;
   // The one compile queue (workloads/runtime/compile_queue.h) that jobs,
   // training and inference compile through; created before the inference
   // service, shut down after the runner and training stopped, destroyed
   // after the inference service.
   pcp_workloads_compile_queue_t* compile_queue;
 
-  // Training service (training.c). |training_mu| guards the run list (one
-  // entry per training job this process ran or runs, with its progress).
+  // The workload runner (src/workloads/runtime): every job's transitions,
+  // recovery and cancel, and the kinds it runs (generic, training). Created
+  // by pcp_roles_gateway_jobs_recover, started by _training_start, stopped
+  // by _training_stop, released by _jobs_active_free.
+  pcp_workloads_runner_t* runner;
+  // The generic job kind (files, compile pool); created with the runner.
+  pcp_workloads_jobs_t* jobs;
+  // The training kind's state (its options are filled at _training_start,
+  // once the fabric and the inference service exist).
+  pcp_workloads_train_t train_kind;
   pcp_diloco_metrics_t training_metrics;
-  pthread_mutex_t training_mu;
   pcp_roles_gateway_training_policy_t training_policy;
-  pcp_roles_gateway_training_run_t* training_runs;
-  pthread_t training_thread;
-  bool training_started;
 
   pthread_t runner_thread;
   pthread_t pump_thread;
@@ -225,17 +188,23 @@ pcp_status_t pcp_roles_gateway_training_history(
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_inference_routes_add(pcp_roles_gateway_state_t* gateway);
 
-// jobs.c
+// workload_routes.c: the /v1/jobs handlers over the workloads JSON API,
+// the runner's set-up and the gateway's housekeeping thread.
+// Creates the workload runner (gateway->runner) over the store and
+// recovers the jobs a crash or stop left mid-flight (every kind).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* gateway);
+// The housekeeping thread: worker-count events, the job metrics and the
+// sweep of expired services (the jobs themselves run on the runner).
 void* pcp_roles_gateway_jobs_runner_main(void* opaque);
 // Starts the compile pool threads (before the runner) / stops and joins
 // them, waiting for compiles in progress (after the runner has stopped).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_compile_pool_start(pcp_roles_gateway_state_t* gateway);
 void pcp_roles_gateway_compile_pool_stop(pcp_roles_gateway_state_t* gateway);
-// Frees the jobs the runner left active; only after the fabric endpoint is
-// released (its tasks borrow their input buffers until then).
+// Frees the jobs the runner left active and releases the workload runner;
+// only after the fabric endpoint is released (its tasks borrow their input
+// buffers until then).
 void pcp_roles_gateway_jobs_active_free(pcp_roles_gateway_state_t* gateway);
 pcp_status_t pcp_roles_gateway_job_submit(void* user_data,
                                           const pcp_http_request_t* request,
@@ -260,7 +229,7 @@ pcp_status_t pcp_roles_gateway_job_result_get(void* user_data,
                                               pcp_http_response_t* response);
 // Frees the job cache (at stop, no handler running).
 void pcp_roles_gateway_jobs_cache_free(pcp_roles_gateway_state_t* gateway);
-// Jobs by state into the metrics (runner thread).
+// Jobs by state into the metrics (housekeeping thread).
 void pcp_roles_gateway_jobs_metrics_update(pcp_roles_gateway_state_t* gateway);
 // A job record as API JSON (new reference; NULL on OOM).
 json_t* pcp_roles_gateway_job_json(const pcp_store_job_t* job);
@@ -306,9 +275,10 @@ pcp_status_t pcp_roles_gateway_training_text_submit(
 pcp_status_t pcp_roles_gateway_training_get(void* user_data,
                                             const pcp_http_request_t* request,
                                             pcp_http_response_t* response);
-// The training service's scheduler thread: starts a thread per queued
-// training job (up to PCP_GATEWAY_MAX_TRAINING_JOBS) running
-// pcp_diloco_job_run; returns at stop after joining them.
+// Starts the workload runner: its scheduler starts queued training jobs on
+// its pool (up to PCP_GATEWAY_MAX_TRAINING_JOBS at once; the training kind,
+// src/workloads/train/job.c, runs pcp_diloco_job_run). _stop asks the runs
+// to stop and joins them (their jobs stay running in the store).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* gateway);
 void pcp_roles_gateway_training_stop(pcp_roles_gateway_state_t* gateway);

@@ -120,57 +120,12 @@ static bool ready(void* user_data, json_t* details) {
 // Helpers shared by the handlers
 //===----------------------------------------------------------------------===//
 
-// 0: not in the alphabet; else the 6-bit value + 1.
-static const uint8_t kBase64Values[256] = {
-    ['A'] = 1,  ['B'] = 2,  ['C'] = 3,  ['D'] = 4,  ['E'] = 5,  ['F'] = 6,
-    ['G'] = 7,  ['H'] = 8,  ['I'] = 9,  ['J'] = 10, ['K'] = 11, ['L'] = 12,
-    ['M'] = 13, ['N'] = 14, ['O'] = 15, ['P'] = 16, ['Q'] = 17, ['R'] = 18,
-    ['S'] = 19, ['T'] = 20, ['U'] = 21, ['V'] = 22, ['W'] = 23, ['X'] = 24,
-    ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28, ['c'] = 29, ['d'] = 30,
-    ['e'] = 31, ['f'] = 32, ['g'] = 33, ['h'] = 34, ['i'] = 35, ['j'] = 36,
-    ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40, ['o'] = 41, ['p'] = 42,
-    ['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48,
-    ['w'] = 49, ['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54,
-    ['2'] = 55, ['3'] = 56, ['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60,
-    ['8'] = 61, ['9'] = 62, ['+'] = 63, ['/'] = 64,
-};
-
+// The one decoder lives in base (pcp_base64_decode); malloc'd result.
 pcp_status_t pcp_roles_gateway_base64_decode(const char* text, size_t length,
                                              uint8_t** out_data,
                                              size_t* out_length) {
-  *out_data = NULL;
-  *out_length = 0;
-  while (length > 0 && text[length - 1] == '=') {
-    --length;
-  }
-  if (length % 4 == 1) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "base64: truncated input");
-  }
-  uint8_t* data = malloc(length / 4 * 3 + 3);
-  if (!data) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "base64: oom");
-  }
-  size_t n = 0;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (size_t i = 0; i < length; ++i) {
-    int v = kBase64Values[(unsigned char)text[i]];
-    if (v == 0) {
-      free(data);
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "base64: invalid character at offset %zu", i);
-    }
-    acc = (acc << 6) | (uint32_t)(v - 1);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      data[n++] = (uint8_t)(acc >> bits);
-    }
-  }
-  *out_data = data;
-  *out_length = n;
-  return pcp_ok_status();
+  return pcp_base64_decode(pcp_allocator_system(), text, length, out_data,
+                           out_length);
 }
 
 //===----------------------------------------------------------------------===//
@@ -705,8 +660,6 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
   pthread_mutex_init(&g->mu, NULL);
   pthread_mutex_init(&g->cache_mu, NULL);
   pthread_cond_init(&g->cv, NULL);
-  pthread_mutex_init(&g->compile_mu, NULL);
-  pthread_cond_init(&g->compile_cv, NULL);
   int exit_code = 0;
   pcp_status_t status = pcp_roles_signals_install();
   if (!status) {
@@ -743,8 +696,6 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
   stop(g);
   pcp_roles_gateway_jobs_cache_free(g);
   pthread_cond_destroy(&g->cv);
-  pthread_cond_destroy(&g->compile_cv);
-  pthread_mutex_destroy(&g->compile_mu);
   pthread_mutex_destroy(&g->cache_mu);
   pthread_mutex_destroy(&g->mu);
   free(g);

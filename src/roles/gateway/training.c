@@ -6,19 +6,21 @@
 // /v1/training/jobs/{id} answers the job with its training progress.
 //
 // The outer loop itself is src/workloads/train/service.c
-// (pcp_diloco_job_run); here is only its wiring: a scheduler thread starts
-// one thread per queued training job, moves the job through the store's
-// states (queued -> placing -> compiling -> running -> succeeded | failed,
-// cancelling -> cancelled), answers cancel and stop through the service's
-// should_stop hook, and keeps each job's live progress for the job JSON.
-// The generic job runner leaves kind "training" alone (jobs.c filters on
-// kind "generic"). A gateway stopped (or killed) mid-run leaves the job
-// running in the store; the restart re-queues it (jobs_recover) and the
-// service resumes it from its newest checkpoint.
+// (pcp_diloco_job_run) and the job's lifecycle is the training kind on the
+// shared workload runner (src/workloads/train/job.c, runtime.h): its
+// scheduler starts queued training jobs on its bounded pool and moves them
+// through the store's states (queued -> placing -> compiling -> running ->
+// succeeded | failed, cancelling -> cancelled); a cancel reaches the run
+// through its condition variable. Here are the API, the paths-and-limits
+// policy and the hooks the kind calls back (the policy re-check at placing,
+// the inference reload on export). The runner schedules each kind on its
+// own (a queued list per kind, a limit per kind). A gateway stopped (or
+// killed) mid-run leaves the job running in the store; the restart
+// re-queues it (the runner's recovery) and the service resumes it from its
+// newest checkpoint.
 //
 // Thread-safety: the handlers run on libmicrohttpd's threads and touch only
-// the store (thread-safe), the gateway's atomics and the run list under
-// |training_mu|.
+// the store and the runner (both thread-safe) and the gateway's atomics.
 
 // realpath(3) is XSI: glibc declares it only with _XOPEN_SOURCE.
 #define _XOPEN_SOURCE 700
@@ -531,22 +533,20 @@ pcp_status_t pcp_roles_gateway_training_text_submit(
   snprintf(id, sizeof(id), "train-%" PRIx64 "-%" PRIu64,
            (uint64_t)pcp_clock_wall_ns(g->clock),
            (uint64_t)atomic_fetch_add(&g_training_counter, 1));
-  pcp_status_t status =
-      pcp_store_job_create(g->store, id, "training", spec, NULL);
-  atomic_fetch_add(&g->job_generation, 1);
-  if (!status) {
-    json_t* payload = json_deep_copy(json_object_get(spec, "training"));
-    status = pcp_store_job_event_append(g->store, id, "training.accepted",
-                                        payload, NULL);
-    json_decref(payload);
-  }
+  // "training.accepted" follows "queued" before the job can start.
+  pcp_status_t status = pcp_workloads_runner_job_submit(
+      g->runner, id, "training", spec, "training.accepted",
+      json_object_get(spec, "training"), NULL);
   json_decref(spec);
   PCP_RETURN_IF_ERROR_BARE(status);
   char location[128];
   snprintf(location, sizeof(location), "/v1/training/jobs/%s", id);
   PCP_RETURN_IF_ERROR_BARE(
       pcp_http_response_header_add(response, "Location", location));
-  return training_job_answer(g, id, 202, response);
+  status = training_job_answer(g, id, 202, response);
+  // Only now, so the answer shows "queued".
+  pcp_workloads_runner_wake(g->runner);
+  return status;
 }
 
 pcp_status_t pcp_roles_gateway_training_get(void* user_data,
@@ -561,279 +561,33 @@ pcp_status_t pcp_roles_gateway_training_get(void* user_data,
 }
 
 //===----------------------------------------------------------------------===//
-// The service's wiring
+// The training kind's hooks (the kind itself: src/workloads/train/job.c)
 //===----------------------------------------------------------------------===//
 
-struct pcp_roles_gateway_training_run_t {
-  pcp_roles_gateway_training_run_t* next;
-  pcp_roles_gateway_state_t* g;
-  char id[PCP_STORE_ID_MAX_LENGTH + 1];
-  json_t* progress;  // guarded by training_mu
-  bool running;      // guarded by training_mu
-  bool joined;       // the thread was joined (scheduler thread only)
-  pthread_t thread;
-};
-
-static pcp_status_t run_transition(pcp_roles_gateway_state_t* g, const char* id,
-                                   pcp_store_job_state_t to,
-                                   const char* error) {
-  pcp_store_job_transition_params_t params = {.error = error};
-  pcp_status_t status =
-      pcp_store_job_transition(g->store, id, to, &params, NULL);
-  atomic_fetch_add(&g->job_generation, 1);
-  return status;
-}
-
-static pcp_status_t run_phase(void* user_data, pcp_diloco_job_phase_t phase) {
-  pcp_roles_gateway_training_run_t* run = user_data;
-  if (phase != PCP_DILOCO_JOB_PHASE_RUNNING) {
-    return pcp_ok_status();
+// The submit-time checks again, at placing, under today's policy.
+static pcp_status_t experiment_check(void* user_data, const char* experiment,
+                                     char** out_checked) {
+  pcp_roles_gateway_state_t* g = user_data;
+  *out_checked = NULL;
+  json_t* spec = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_training_spec_build(
+      &g->training_policy, experiment, strlen(experiment), &spec));
+  *out_checked = json_dumps(json_object_get(spec, "experiment"), JSON_COMPACT);
+  json_decref(spec);
+  if (!*out_checked) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "experiment");
   }
-  return run_transition(run->g, run->id, PCP_STORE_JOB_STATE_RUNNING, NULL);
-}
-
-static void run_progress(void* user_data, const json_t* progress) {
-  pcp_roles_gateway_training_run_t* run = user_data;
-  json_t* copy = json_deep_copy(progress);
-  pthread_mutex_lock(&run->g->training_mu);
-  json_decref(run->progress);
-  run->progress = copy;
-  pthread_mutex_unlock(&run->g->training_mu);
-  // Cached job answers are stale now.
-  atomic_fetch_add(&run->g->job_generation, 1);
-}
-
-static bool run_should_stop(void* user_data) {
-  pcp_roles_gateway_training_run_t* run = user_data;
-  if (atomic_load(&run->g->stopping)) {
-    return true;
-  }
-  pcp_store_job_t job;
-  if (pcp_store_job_get(run->g->store, run->id, &job)) {
-    return false;  // a store hiccup is not a cancel
-  }
-  bool stop = job.state == PCP_STORE_JOB_STATE_CANCELLING ||
-              pcp_store_job_state_is_terminal(job.state);
-  pcp_store_job_deinitialize(&job);
-  return stop;
+  return pcp_ok_status();
 }
 
 // A checkpoint's export was written: the inference service reloads the
 // model now rather than at its next periodic scan.
-static void run_exported(void* user_data, const char* model_dir) {
-  pcp_roles_gateway_training_run_t* run = user_data;
-  pcp_infer_service_dir_notify(run->g->infer, model_dir);
-}
-
-static void* run_main(void* opaque) {
-  pcp_roles_gateway_training_run_t* run = opaque;
-  pcp_roles_gateway_state_t* g = run->g;
-  pcp_log_context_t log = g->log;
-  log.job_id = run->id;
-  pcp_store_job_t job;
-  pcp_status_t status = pcp_store_job_get(g->store, run->id, &job);
-  char* experiment = NULL;
-  if (!status) {
-    experiment =
-        json_dumps(json_object_get(job.spec, "experiment"), JSON_COMPACT);
-    pcp_store_job_deinitialize(&job);
-    if (!experiment) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "the job has no experiment");
-    }
-  }
-  if (!status) {
-    status = run_transition(g, run->id, PCP_STORE_JOB_STATE_PLACING, NULL);
-  }
-  if (!status) {
-    // The same checks as at submit, again before anything is opened (a
-    // failure here fails the job from placing): a job
-    // stored by an older gateway, or under roots since narrowed, must not
-    // reach files outside today's roots (a restart re-runs stored jobs).
-    json_t* spec = NULL;
-    status = pcp_roles_gateway_training_spec_build(
-        &g->training_policy, experiment, strlen(experiment), &spec);
-    if (!status) {
-      char* checked =
-          json_dumps(json_object_get(spec, "experiment"), JSON_COMPACT);
-      json_decref(spec);
-      if (checked) {
-        free(experiment);
-        experiment = checked;
-      } else {
-        status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "experiment");
-      }
-    }
-  }
-  if (!status) {
-    status = run_transition(g, run->id, PCP_STORE_JOB_STATE_COMPILING, NULL);
-  }
-  if (!status) {
-    pcp_diloco_job_options_t options = {
-        .job_id = run->id,
-        .experiment_json = experiment,
-        .experiment_byte_length = strlen(experiment),
-        .fabric = g->fabric,
-        .store = g->store,
-        .state_dir = g->config->file.state_dir,
-        .pcp_path = "/proc/self/exe",
-        .compile_queue = g->compile_queue,
-        .metrics = &g->training_metrics,
-        .clock = g->clock,
-        .log = log,
-        .hooks = {.phase = run_phase,
-                  .progress = run_progress,
-                  .should_stop = run_should_stop,
-                  .exported = run_exported,
-                  .user_data = run},
-    };
-    status = pcp_diloco_job_run(&options);
-  }
-  free(experiment);
-  pcp_store_job_t now;
-  pcp_status_t got = pcp_store_job_get(g->store, run->id, &now);
-  pcp_store_job_state_t state = got ? PCP_STORE_JOB_STATE_FAILED : now.state;
-  if (!got) {
-    pcp_store_job_deinitialize(&now);
-  }
-  pcp_status_ignore(got);
-  if (!status) {
-    pcp_status_ignore(
-        run_transition(g, run->id, PCP_STORE_JOB_STATE_SUCCEEDED, ""));
-    pcp_obs_family_add(g->job_runs_family, (const char*[]){"succeeded"}, 1);
-    PCP_LOG(PCP_LOG_INFO, &log, "training job succeeded");
-  } else if (state == PCP_STORE_JOB_STATE_CANCELLING) {
-    pcp_status_ignore(status);
-    pcp_status_ignore(
-        run_transition(g, run->id, PCP_STORE_JOB_STATE_CANCELLED, NULL));
-    pcp_obs_family_add(g->job_runs_family, (const char*[]){"cancelled"}, 1);
-    PCP_LOG(PCP_LOG_INFO, &log, "training job cancelled");
-  } else if (atomic_load(&g->stopping) &&
-             pcp_status_code(status) == PCP_STATUS_CANCELLED) {
-    // Stopping: the job stays where it is; the next start resumes it.
-    pcp_status_ignore(status);
-  } else if (!pcp_store_job_state_is_terminal(state)) {
-    char message[PCP_STORE_ERROR_MAX_LENGTH + 1];
-    snprintf(message, sizeof(message), "%s: %s",
-             pcp_status_code_string(pcp_status_code(status)),
-             pcp_status_message(status));
-    pcp_status_ignore(status);
-    PCP_LOG(PCP_LOG_WARN, &log, "training job failed: %s", message);
-    pcp_status_ignore(
-        run_transition(g, run->id, PCP_STORE_JOB_STATE_FAILED, message));
-    pcp_obs_family_add(g->job_runs_family, (const char*[]){"failed"}, 1);
-  } else {
-    pcp_status_ignore(status);
-  }
-  pthread_mutex_lock(&g->training_mu);
-  run->running = false;
-  pthread_mutex_unlock(&g->training_mu);
-  pthread_mutex_lock(&g->mu);
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-  return NULL;
-}
-
-static pcp_roles_gateway_training_run_t* run_find_locked(
-    pcp_roles_gateway_state_t* g, const char* id) {
-  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r; r = r->next) {
-    if (strcmp(r->id, id) == 0) {
-      return r;
-    }
-  }
-  return NULL;
-}
-
-static void training_tick(pcp_roles_gateway_state_t* g) {
-  // Join finished threads; count running ones.
-  uint32_t running = 0;
-  pthread_mutex_lock(&g->training_mu);
-  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r; r = r->next) {
-    if (!r->running && !r->joined) {
-      pthread_mutex_unlock(&g->training_mu);
-      pthread_join(r->thread, NULL);
-      pthread_mutex_lock(&g->training_mu);
-      r->joined = true;
-    }
-    running += r->running;
-  }
-  pthread_mutex_unlock(&g->training_mu);
-  if (running >= PCP_GATEWAY_MAX_TRAINING_JOBS || atomic_load(&g->draining)) {
-    return;
-  }
-  pcp_store_job_filter_t filter = {
-      .states = PCP_STORE_JOB_STATE_BIT(PCP_STORE_JOB_STATE_QUEUED),
-      .kind = "training",
-      .limit = PCP_GATEWAY_MAX_TRAINING_JOBS - running,
-  };
-  pcp_store_job_list_t list = {0};
-  if (pcp_store_job_list(g->store, &filter, &list)) {
-    return;
-  }
-  for (size_t i = 0; i < list.count; ++i) {
-    pthread_mutex_lock(&g->training_mu);
-    pcp_roles_gateway_training_run_t* run =
-        run_find_locked(g, list.items[i].id);
-    bool busy = run && run->running;
-    pthread_mutex_unlock(&g->training_mu);
-    if (busy) {
-      continue;
-    }
-    if (!run) {
-      run = calloc(1, sizeof(*run));
-      if (!run) {
-        break;
-      }
-      run->g = g;
-      run->joined = true;
-      snprintf(run->id, sizeof(run->id), "%s", list.items[i].id);
-      pthread_mutex_lock(&g->training_mu);
-      run->next = g->training_runs;
-      g->training_runs = run;
-      pthread_mutex_unlock(&g->training_mu);
-    }
-    pthread_mutex_lock(&g->training_mu);
-    run->running = true;
-    run->joined = false;
-    pthread_mutex_unlock(&g->training_mu);
-    if (pthread_create(&run->thread, NULL, run_main, run) != 0) {
-      pthread_mutex_lock(&g->training_mu);
-      run->running = false;
-      run->joined = true;
-      pthread_mutex_unlock(&g->training_mu);
-      break;
-    }
-  }
-  pcp_store_job_list_deinitialize(&list);
-}
-
-static void* training_main(void* opaque) {
-  pcp_roles_gateway_state_t* g = opaque;
-  while (!atomic_load(&g->stopping)) {
-    training_tick(g);
-    pthread_mutex_lock(&g->mu);
-    if (!atomic_load(&g->stopping)) {
-      struct timespec deadline = pcp_realtime_deadline_ms(200);
-      pthread_cond_timedwait(&g->cv, &g->mu, &deadline);
-    }
-    pthread_mutex_unlock(&g->mu);
-  }
-  // Stopping: every run sees should_stop and returns; join them all.
-  pthread_mutex_lock(&g->training_mu);
-  for (pcp_roles_gateway_training_run_t* r = g->training_runs; r; r = r->next) {
-    if (!r->joined) {
-      pthread_mutex_unlock(&g->training_mu);
-      pthread_join(r->thread, NULL);
-      pthread_mutex_lock(&g->training_mu);
-      r->joined = true;
-    }
-  }
-  pthread_mutex_unlock(&g->training_mu);
-  return NULL;
+static void model_exported(void* user_data, const char* model_dir) {
+  pcp_roles_gateway_state_t* g = user_data;
+  pcp_infer_service_dir_notify(g->infer, model_dir);
 }
 
 pcp_status_t pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* g) {
-  pthread_mutex_init(&g->training_mu, NULL);
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_training_policy_initialize(
       &g->config->file, "/proc/self/exe",
       pcp_roles_gateway_memory_total_bytes(), &g->training_policy));
@@ -851,60 +605,33 @@ pcp_status_t pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* g) {
   }
   PCP_RETURN_IF_ERROR_BARE(
       pcp_diloco_metrics_register(g->registry, &g->training_metrics));
-  if (pthread_create(&g->training_thread, NULL, training_main, g) != 0) {
-    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "training thread");
-  }
-  g->training_started = true;
-  return pcp_ok_status();
+  g->train_kind.options = (pcp_workloads_train_options_t){
+      .fabric = g->fabric,
+      .state_dir = g->config->file.state_dir,
+      .metrics = &g->training_metrics,
+      .compile_queue = g->compile_queue,
+      .store = g->store,
+      .clock = g->clock,
+      .log = g->log,
+      .experiment_check = experiment_check,
+      .exported = model_exported,
+      .user_data = g,
+  };
+  return pcp_workloads_runner_start(g->runner);
 }
 
 void pcp_roles_gateway_training_stop(pcp_roles_gateway_state_t* g) {
-  if (g->training_started) {
-    // |stopping| is set by the caller; the thread joins every run.
-    pthread_join(g->training_thread, NULL);
-    g->training_started = false;
-  }
-  while (g->training_runs) {
-    pcp_roles_gateway_training_run_t* r = g->training_runs;
-    g->training_runs = r->next;
-    json_decref(r->progress);
-    free(r);
+  // Every run sees should_stop and returns; its job stays running in the
+  // store and resumes from a checkpoint at the next start.
+  if (g->runner) {
+    pcp_workloads_runner_stop(g->runner);
   }
   pcp_roles_gateway_training_policy_deinitialize(&g->training_policy);
 }
 
 void pcp_roles_gateway_training_json_merge(pcp_roles_gateway_state_t* g,
                                            json_t* job_json) {
-  json_t* id = json_object_get(job_json, "job_id");
-  json_t* kind = json_object_get(job_json, "kind");
-  if (!json_is_string(id) || !json_is_string(kind) ||
-      strcmp(json_string_value(kind), "training") != 0) {
-    return;
+  if (g->runner) {
+    pcp_workloads_runner_job_json_merge(g->runner, job_json);
   }
-  json_t* progress = NULL;
-  pthread_mutex_lock(&g->training_mu);
-  pcp_roles_gateway_training_run_t* run =
-      run_find_locked(g, json_string_value(id));
-  if (run && run->progress) {
-    progress = json_deep_copy(run->progress);
-  }
-  pthread_mutex_unlock(&g->training_mu);
-  if (!progress) {
-    return;
-  }
-  // Keep the submit-time fields (tau, parameter_count, ...) and overwrite
-  // the live ones.
-  json_t* spec = json_object_get(job_json, "spec");
-  json_t* stored = json_object_get(spec, "training");
-  json_t* merged =
-      json_is_object(stored) ? json_deep_copy(stored) : json_object();
-  if (merged) {
-    json_object_update(merged, progress);
-    json_object_set(job_json, "training", merged);
-    if (json_is_object(spec)) {
-      json_object_set(spec, "training", merged);
-    }
-    json_decref(merged);
-  }
-  json_decref(progress);
 }
