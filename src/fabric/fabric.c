@@ -261,6 +261,15 @@ pcp_status_t pcp_fabric_endpoint_create(const pcp_fabric_options_t* options,
       pcp_proto_timeouts_from_heartbeat(options->heartbeat_interval_ms);
   ep->options.heartbeat_interval_ms =
       (uint32_t)(ep->timeouts.heartbeat_interval_ns / 1000000);
+  ep->cancel_answer_timeout_ns =
+      (int64_t)options->cancel_answer_timeout_ms * 1000000;
+  if (ep->cancel_answer_timeout_ns == 0) {
+    const int64_t five_minutes_ns = (int64_t)300 * 1000000000;
+    ep->cancel_answer_timeout_ns =
+        ep->timeouts.resume_window_ns > five_minutes_ns
+            ? ep->timeouts.resume_window_ns
+            : five_minutes_ns;
+  }
   ep->next_task_id = 1;
   pthread_mutex_init(&ep->mu, NULL);
   pthread_condattr_t attr;

@@ -100,6 +100,12 @@ typedef struct pcp_fabric_options_t {
   // Metrics go here when set (borrowed; must outlive the endpoint);
   // otherwise the endpoint makes its own (pcp_fabric_endpoint_metrics).
   pcp_obs_registry_t* metrics;
+  // How long a running task's worker, still connected, may stay silent
+  // after TASK_CANCEL before the task ends DEADLINE_EXCEEDED. 0: the
+  // default, the larger of the resume window (10H) and 5 minutes: a worker
+  // inside one long IREE call (a training round) answers only when the
+  // call returns, and a cancel answered late is still a cancel.
+  uint32_t cancel_answer_timeout_ms;
   pcp_clock_t clock;         // {0}: the system clock
   const char* software;      // HELLO text; borrowed; NULL: "pcp"
   pcp_log_context_t log;     // role/node fields for log lines; borrowed
@@ -388,8 +394,8 @@ void pcp_fabric_task_release(pcp_fabric_task_t* task);
 // Asks for cancellation: a queued task ends CANCELLED at once; a running one
 // gets TASK_CANCEL on its worker and ends with the worker's answer (CANCELLED
 // or its result), or DEADLINE_EXCEEDED when the worker, still connected,
-// has not answered within the resume window (10H) once its inputs are
-// written, so a wait after a cancel is bounded. No-op once done.
+// has not answered within the options' cancel_answer_timeout_ms once its
+// inputs are written, so a wait after a cancel is bounded. No-op once done.
 // Thread-safe (also from a callback).
 void pcp_fabric_task_cancel(pcp_fabric_task_t* task);
 

@@ -191,6 +191,7 @@ struct pcp_fabric_endpoint_t {
   pcp_allocator_t allocator;
   pcp_fabric_options_t options;
   pcp_proto_timeouts_t timeouts;
+  int64_t cancel_answer_timeout_ns;  // options.cancel_answer_timeout_ms
   pcp_clock_t clock;
   pcp_log_context_t log;
   char software[64];

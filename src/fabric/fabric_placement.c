@@ -371,9 +371,9 @@ void pcp_fabric_schedule_pass(pcp_fabric_endpoint_t* ep) {
                    conn->id == task->cancel_conn_id &&
                    conn->frames_released >= task->cancel_write_mark &&
                    now_ns(ep) - task->cancel_sent_ns >=
-                       ep->timeouts.resume_window_ns) {
-          // The worker is connected but has not answered the cancel for a
-          // resume window (a wedged compute thread): the caller must not
+                       ep->cancel_answer_timeout_ns) {
+          // The worker is connected but has not answered the cancel within
+          // the cancel-answer timeout (a wedged compute thread): the caller must not
           // wait forever. Its inputs are no longer being written, so the
           // borrowed buffers can go; a late answer is dropped (the task is
           // gone), and it frees the connection's in-flight slot then.
@@ -384,7 +384,7 @@ void pcp_fabric_schedule_pass(pcp_fabric_endpoint_t* ep) {
                   "task %llu: worker '%s' did not answer the cancel "
                   "within %lld ms",
                   (unsigned long long)task->id, task->worker->info.worker_id,
-                  (long long)(ep->timeouts.resume_window_ns / 1000000)));
+                  (long long)(ep->cancel_answer_timeout_ns / 1000000)));
         }
       } else {
         pcp_fabric_task_finish(

@@ -39,6 +39,8 @@ static fixture_t* fixture_start(uint64_t chunk_bytes) {
   setenv(TOKEN_ENV, TOKEN, 1);
   pcp_fabric_options_initialize(&f->options);
   f->options.heartbeat_interval_ms = (uint32_t)H_MS;
+  // The unanswered-cancel test waits for this bound: one resume window.
+  f->options.cancel_answer_timeout_ms = (uint32_t)(10 * H_MS);
   f->options.join_token_env = TOKEN_ENV;
   if (chunk_bytes) f->options.limits.chunk_bytes = chunk_bytes;
   PCP_CHECK_OK(pcp_fabric_endpoint_create(&f->options, pcp_allocator_system(),
