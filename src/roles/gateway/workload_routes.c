@@ -290,7 +290,7 @@ pcp_status_t pcp_roles_gateway_job_get(void* user_data,
     // between makes the entry stale at once, never wrongly fresh.
     pthread_mutex_lock(&g->cache_mu);
     pcp_roles_gateway_job_cache_entry_t* e = &g->job_cache[slot];
-    free(e->json);
+    pcp_libc_free(e->json);
     snprintf(e->id, sizeof(e->id), "%s", id);
     e->generation = generation;
     e->json = text;
@@ -298,13 +298,13 @@ pcp_status_t pcp_roles_gateway_job_get(void* user_data,
     text = NULL;
     pthread_mutex_unlock(&g->cache_mu);
   }
-  free(text);
+  pcp_libc_free(text);
   return status;
 }
 
 void pcp_roles_gateway_jobs_cache_free(pcp_roles_gateway_state_t* g) {
   for (size_t i = 0; i < PCP_GATEWAY_JOB_CACHE_SLOTS; ++i) {
-    free(g->job_cache[i].json);
+    pcp_libc_free(g->job_cache[i].json);
     g->job_cache[i].json = NULL;
   }
 }
@@ -494,7 +494,7 @@ static void services_sweep(pcp_roles_gateway_state_t* g) {
       if (text) {
         pcp_roles_gateway_events_broadcast(g, "service", text);
       }
-      free(text);
+      pcp_libc_free(text);
       json_decref(data);
     }
     size_t count = expired.count;

@@ -492,7 +492,7 @@ pcp_status_t pcp_workloads_jobs_result_npy_write(
   if (!status) {
     status = pcp_host_tensor_write_npy(&tensor, out_path, false);
   }
-  free(data);
+  pcp_allocator_free(pcp_allocator_system(), data);
   return status;
 }
 
@@ -712,7 +712,7 @@ static void active_free(active_t* a) {
     pcp_fabric_task_release(a->tasks[i]);
   }
   for (uint32_t i = 0; i < a->input_count; ++i) {
-    free(a->input_data[i]);  // pcp_file_read_all's buffers
+    pcp_allocator_free(pcp_allocator_system(), a->input_data[i]);  // pcp_file_read_all's buffers
   }
   pcp_allocator_free(a->jobs->allocator, a);
 }
@@ -1041,7 +1041,7 @@ static pcp_status_t jobs_run(void* self, pcp_workloads_job_t* run_job) {
       pcp_allocator_free(jobs->allocator, text);
     }
   }
-  free(bytes);
+  pcp_allocator_free(pcp_allocator_system(), bytes);
   admission_release(jobs, &admitted);  // VMFB, or a failure before a slot
   active_t* a = NULL;
   if (!status && pcp_workloads_job_should_stop(run_job)) {

@@ -73,7 +73,7 @@ static pcp_status_t train_run(void* self, pcp_workloads_job_t* job) {
     char* checked = NULL;
     status = o->experiment_check(o->user_data, experiment, &checked);
     if (!status) {
-      free(experiment);
+      pcp_libc_free(experiment);
       experiment = checked;
     }
   }
@@ -103,7 +103,7 @@ static pcp_status_t train_run(void* self, pcp_workloads_job_t* job) {
     };
     status = pcp_diloco_job_run(&options);
   }
-  free(experiment);
+  pcp_libc_free(experiment);
   return status;
 }
 
