@@ -622,7 +622,9 @@ pcp_status_t pcp_workloads_compile_queue_submit(
     status = pcp_make_status(PCP_STATUS_CANCELLED, "compile queue stopping");
   }
   for (entry_t* it = q->entries; !status && it && !e; it = it->next) {
-    if (strcmp(it->key, r->key) == 0) {
+    // A killed child (every waiter cancelled) is not joined: it ends
+    // "compile cancelled"; this request gets a child of its own.
+    if (!it->killed && strcmp(it->key, r->key) == 0) {
       e = it;
     }
   }

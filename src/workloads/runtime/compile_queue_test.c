@@ -256,6 +256,41 @@ static void test_cancel_kills_the_child(void** state) {
   pcp_workloads_compile_queue_destroy(q);
 }
 
+// A compile whose every waiter cancelled has its child killed; a new
+// request for the same key arriving before the slot reaps that child must
+// not join it (it would get "compile cancelled" without having cancelled).
+// content_hash gives both specs one key while the second input succeeds.
+static void test_new_request_skips_a_killed_compile(void** state) {
+  (void)state;
+  pcp_workloads_compile_queue_t* q = queue_make("killed_join", 2);
+  char hang[600];
+  char ok[600];
+  input_make("kj_hang", "hang", hang, sizeof(hang));
+  input_make("kj_ok", "ok", ok, sizeof(ok));
+  // Several rounds: the window (kill to reap) is short.
+  for (int round = 0; round < 10; ++round) {
+    char hash[PCP_SHA256_HEX_LENGTH + 1];
+    snprintf(hash, sizeof(hash), "%064d", round);
+    pcp_workloads_compile_spec_t first = spec_make(hang);
+    first.content_hash = hash;
+    pcp_workloads_compile_spec_t second = spec_make(ok);
+    second.content_hash = hash;
+    pcp_workloads_compile_request_t* a = NULL;
+    PCP_CHECK_OK(pcp_workloads_compile_queue_submit(q, &first, &a));
+    running_wait(q, 1, (uint64_t)round * 2 + 1);
+    pcp_workloads_compile_request_cancel(a);
+    pcp_workloads_compile_request_t* b = NULL;
+    PCP_CHECK_OK(pcp_workloads_compile_queue_submit(q, &second, &b));
+    PCP_CHECK_OK(pcp_workloads_compile_request_wait(b));
+    assert_true(
+        pcp_file_exists(pcp_workloads_compile_request_vmfb_path(b)));
+    pcp_workloads_compile_request_release(a);
+    pcp_workloads_compile_request_release(b);
+    running_wait(q, 0, (uint64_t)round * 2 + 2);
+  }
+  pcp_workloads_compile_queue_destroy(q);
+}
+
 static void test_destroy_kills_and_wakes(void** state) {
   (void)state;
   pcp_workloads_compile_queue_t* q = queue_make("destroy", 1);
@@ -473,6 +508,7 @@ int main(void) {
       cmocka_unit_test(test_same_key_shares_one_child),
       cmocka_unit_test(test_cancel_kills_the_child),
       cmocka_unit_test(test_destroy_kills_and_wakes),
+      cmocka_unit_test(test_new_request_skips_a_killed_compile),
       cmocka_unit_test(test_failure_names_the_log),
       cmocka_unit_test(test_real_pcp_compile),
   };
