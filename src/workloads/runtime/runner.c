@@ -42,6 +42,12 @@ static pcp_workloads_job_t* job_find_locked(pcp_workloads_runner_t* r,
   return NULL;
 }
 
+// |mu| held: wakes the scheduler and every idle waiter.
+static void scheduler_wake_locked(pcp_workloads_runner_t* r) {
+  ++r->wake_count;
+  pthread_cond_broadcast(&r->cv);
+}
+
 static void changed(pcp_workloads_runner_t* r, const char* id) {
   if (r->hooks.changed) {
     r->hooks.changed(r->hooks.user_data, id);
@@ -274,7 +280,7 @@ pcp_status_t pcp_workloads_runner_transition(
     job_cancel_request(r, id);
   }
   pthread_mutex_lock(&r->mu);
-  pthread_cond_broadcast(&r->cv);
+  scheduler_wake_locked(r);
   pthread_mutex_unlock(&r->mu);
   return status;
 }
@@ -508,7 +514,7 @@ static void job_execute(void* arg) {
     j->dropped = true;
     free_it = j->refs == 0;
   }
-  pthread_cond_broadcast(&r->cv);
+  scheduler_wake_locked(r);
   pthread_mutex_unlock(&r->mu);
   if (free_it) {
     job_free(r, j);
@@ -628,13 +634,18 @@ pcp_status_t pcp_workloads_runner_step(pcp_workloads_runner_t* r,
 static void* scheduler_main(void* opaque) {
   pcp_workloads_runner_t* r = opaque;
   while (!atomic_load(&r->stopping)) {
+    pthread_mutex_lock(&r->mu);
+    uint64_t seen = r->wake_count;
+    pthread_mutex_unlock(&r->mu);
     pcp_status_t status = pcp_workloads_runner_step(r, NULL);
     if (status) {
       log_status(r, NULL, "job scheduling", status);
       pcp_status_ignore(status);
     }
     pthread_mutex_lock(&r->mu);
-    if (!atomic_load(&r->stopping)) {
+    // A wake during the round (a submit after its store read) is not
+    // waited out: the next round starts at once.
+    if (!atomic_load(&r->stopping) && r->wake_count == seen) {
       struct timespec deadline =
           pcp_realtime_deadline_ms(SCHEDULER_MAX_SLEEP_MS);
       pthread_cond_timedwait(&r->cv, &r->mu, &deadline);
@@ -687,7 +698,7 @@ void pcp_workloads_runner_stop(pcp_workloads_runner_t* r) {
     }
   }
   pthread_mutex_lock(&r->mu);
-  pthread_cond_broadcast(&r->cv);
+  scheduler_wake_locked(r);
   pthread_cond_broadcast(&r->pool_cv);
   pthread_mutex_unlock(&r->mu);
   if (r->scheduler_started) {
@@ -707,7 +718,7 @@ void pcp_workloads_runner_draining_set(pcp_workloads_runner_t* r,
 
 void pcp_workloads_runner_wake(pcp_workloads_runner_t* r) {
   pthread_mutex_lock(&r->mu);
-  pthread_cond_broadcast(&r->cv);
+  scheduler_wake_locked(r);
   pthread_mutex_unlock(&r->mu);
 }
 

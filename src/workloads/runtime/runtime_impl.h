@@ -52,6 +52,9 @@ struct pcp_workloads_runner_t {
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  // Bumped with every broadcast of |cv| (|mu| held): the scheduler sleeps
+  // only when none came during its round, so a wake is never lost.
+  uint64_t wake_count;
   pcp_workloads_job_t* jobs;  // every job run here; guarded by |mu|
   atomic_bool draining;
   atomic_bool stopping;
