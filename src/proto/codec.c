@@ -692,8 +692,41 @@ pcp_status_t pcp_proto_json_set_hex(json_t* object, const char* key,
   return pcp_proto_json_set(object, key, json_string(hex));
 }
 
-pcp_status_t pcp_proto_json_set_string(json_t* object, const char* key,
-                                       const char* value, size_t max_length) {
+// Strict UTF-8 as jansson checks it (no overlong forms, no surrogates,
+// nothing above U+10FFFF), so that a NULL from the unchecked constructor
+// can only mean out of memory.
+static bool utf8_valid(const char* text, size_t n) {
+  const uint8_t* p = (const uint8_t*)text;
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = p[i];
+    size_t extra = c < 0x80             ? 0
+                   : (c & 0xe0) == 0xc0 ? 1
+                   : (c & 0xf0) == 0xe0 ? 2
+                   : (c & 0xf8) == 0xf0 ? 3
+                                        : 4;
+    if (extra == 4 || i + extra >= n + (extra == 0)) {
+      return false;
+    }
+    uint32_t cp = extra == 0 ? c : c & (0x3f >> extra);
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) {
+        return false;
+      }
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    static const uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+pcp_status_t pcp_proto_json_string_make(const char* key, const char* value,
+                                        size_t max_length, json_t** out) {
+  *out = NULL;
   if (!value)
     value = "";
   size_t n = strlen(value);
@@ -702,11 +735,23 @@ pcp_status_t pcp_proto_json_set_string(json_t* object, const char* key,
                            "key '%s': %zu bytes, at most %zu", key, n,
                            max_length);
   }
-  json_t* s = json_stringn(value, n);
-  if (!s) {
+  if (!utf8_valid(value, n)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key '%s': not valid UTF-8", key);
   }
+  *out = json_stringn_nocheck(value, n);
+  if (!*out) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "out of memory building key '%s'", key);
+  }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_proto_json_set_string(json_t* object, const char* key,
+                                       const char* value, size_t max_length) {
+  json_t* s = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_proto_json_string_make(key, value, max_length, &s));
   return pcp_proto_json_set(object, key, s);
 }
 
@@ -916,9 +961,16 @@ pcp_status_t pcp_proto_frame_encode(uint16_t version, uint16_t type,
     // json_copy is shallow and does not modify its argument; jansson's
     // prototype just lacks the const.
     object = json_copy((json_t*)control);
-    if (!object || json_object_set_new(object, "sections", array) != 0) {
+    // jansson's json_copy drops a key it cannot insert (out of memory)
+    // without saying so: a short copy is a failure, not a smaller message.
+    if (!object || json_object_size(object) != json_object_size(control)) {
       json_decref(object);
       json_decref(array);
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    // set_new takes |array| even when it fails.
+    if (json_object_set_new(object, "sections", array) != 0) {
+      json_decref(object);
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     }
   }

@@ -144,12 +144,23 @@ static pcp_status_t refs_to_json(const char* key,
       case PCP_PROTO_TENSOR_REF_BLOB: {
         TRY_(pcp_proto_json_set_string(e, "blob", r->name, STR_MAX_));
         TRY_(pcp_proto_json_set(e, "dtype", json_integer(r->element_type)));
-        json_t* shape = json_array();
-        for (uint32_t d = 0; shape && d < r->rank && d < PCP_MAX_TENSOR_RANK;
-             ++d) {
-          json_array_append_new(shape, json_integer(r->shape[d]));
+        // Every dimension or an error: a dimension dropped for want of
+        // memory would send a different shape.
+        json_t* shape = status ? NULL : json_array();
+        if (!status && !shape) {
+          status = oom();
         }
-        TRY_(pcp_proto_json_set(e, "shape", shape));
+        for (uint32_t d = 0; !status && d < r->rank && d < PCP_MAX_TENSOR_RANK;
+             ++d) {
+          if (json_array_append_new(shape, json_integer(r->shape[d])) != 0) {
+            status = oom();
+          }
+        }
+        if (status) {
+          json_decref(shape);
+        } else {
+          status = pcp_proto_json_set(e, "shape", shape);
+        }
         break;
       }
       default:
@@ -309,11 +320,15 @@ static pcp_status_t encode_field(const pcp_proto_field_t* f,
       json_t* array = json_array();
       pcp_status_t status = array ? pcp_ok_status() : oom();
       for (uint32_t i = 0; i < count && !status; ++i) {
-        const char* d = items[i] ? items[i] : "";
-        if (strlen(d) > STR_MAX_ ||
-            json_array_append_new(array, json_string(d))) {
+        json_t* item = NULL;
+        status = pcp_proto_json_string_make(f->key, items[i], STR_MAX_, &item);
+        if (status &&
+            pcp_status_code(status) != PCP_STATUS_RESOURCE_EXHAUSTED) {
+          pcp_status_ignore(status);
           status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                    "key '%s': bad item %u", f->key, i);
+        } else if (!status && json_array_append_new(array, item)) {
+          status = oom();
         }
       }
       if (status) {

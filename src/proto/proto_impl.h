@@ -103,6 +103,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_set_hex(json_t* object,
                                                         const uint8_t* bytes,
                                                         size_t byte_length);
 // Strings longer than |max_length| are INVALID_ARGUMENT (senders fail first).
+// A JSON string of |value| (NULL: ""): INVALID_ARGUMENT when longer than
+// |max_length| or not UTF-8, RESOURCE_EXHAUSTED when out of memory.
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_string_make(const char* key,
+                                                            const char* value,
+                                                            size_t max_length,
+                                                            json_t** out);
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_json_set_string(json_t* object,
                                                            const char* key,
                                                            const char* value,
