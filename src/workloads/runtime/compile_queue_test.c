@@ -282,8 +282,7 @@ static void test_new_request_skips_a_killed_compile(void** state) {
     pcp_workloads_compile_request_t* b = NULL;
     PCP_CHECK_OK(pcp_workloads_compile_queue_submit(q, &second, &b));
     PCP_CHECK_OK(pcp_workloads_compile_request_wait(b));
-    assert_true(
-        pcp_file_exists(pcp_workloads_compile_request_vmfb_path(b)));
+    assert_true(pcp_file_exists(pcp_workloads_compile_request_vmfb_path(b)));
     pcp_workloads_compile_request_release(a);
     pcp_workloads_compile_request_release(b);
     running_wait(q, 0, (uint64_t)round * 2 + 2);

@@ -547,8 +547,8 @@ static void wake_during_round_not_lost(void** state) {
       .kind_count = 2,
       .hooks = {.draining = late_submit_draining, .user_data = &l},
   };
-  EXPECT_OK(pcp_workloads_runner_create(&options, pcp_allocator_system(),
-                                        &h.runner));
+  EXPECT_OK(
+      pcp_workloads_runner_create(&options, pcp_allocator_system(), &h.runner));
   EXPECT_OK(pcp_workloads_runner_start(h.runner));
   pcp_sleep_ms(50);  // the first round is over: the scheduler sleeps
   atomic_store(&l.armed, true);
