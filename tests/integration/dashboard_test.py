@@ -263,7 +263,10 @@ def main():
         no_errors(page, "models page")
 
         # 5. Cancel from the overview.
-        long_job = submit(experiment(1000, name="dash-long"))
+        # Long enough to outlast the clicks: since the training service waits
+        # on fabric events instead of polling (issue 14), 1,000 steps of
+        # this model finish in about 40 s, inside this part's windows.
+        long_job = submit(experiment(100000, name="dash-long"))
         check(wait_for(lambda: state_of(long_job) == "running", 60,
                        "long job running"), "long job running")
         page.evaluate("location.hash = '#/'")
