@@ -367,8 +367,14 @@ void pcp_workloads_runner_job_json_merge(pcp_workloads_runner_t* r,
 // Recovery
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
-  // Jobs caught mid-flight by a crash or a stop: re-run or finish cancel.
+// One recovery pass over the jobs caught mid-flight. A job a run holds
+// here is skipped (a later pass runs while jobs run). |*out_failed|: a
+// transition the store failed to write (not a refused one): that job is
+// still where the crash left it, with nobody to run it, so the scheduling
+// rounds run the pass again (found by the deterministic simulation, seed
+// 854).
+static pcp_status_t recover_pass(pcp_workloads_runner_t* r, bool* out_failed) {
+  *out_failed = false;
   const char* after = NULL;
   char after_buffer[PCP_STORE_ID_MAX_LENGTH + 1];
   for (;;) {
@@ -377,6 +383,13 @@ pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
         pcp_store_job_resume_list(r->store, after, 0, &list));
     for (size_t i = 0; i < list.count; ++i) {
       pcp_store_job_t* job = &list.items[i];
+      pthread_mutex_lock(&r->mu);
+      pcp_workloads_job_t* held = job_find_locked(r, job->id);
+      bool skip = held && (held->running || held->end_pending);
+      pthread_mutex_unlock(&r->mu);
+      if (skip) {
+        continue;
+      }
       pcp_store_job_state_t to = job->state == PCP_STORE_JOB_STATE_CANCELLING
                                      ? PCP_STORE_JOB_STATE_CANCELLED
                                      : PCP_STORE_JOB_STATE_QUEUED;
@@ -396,6 +409,11 @@ pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
       PCP_LOG(PCP_LOG_INFO, &log, "recovered job from=%s to=%s",
               pcp_store_job_state_name(job->state),
               pcp_store_job_state_name(to));
+      if (status &&
+          pcp_status_code(status) != PCP_STATUS_FAILED_PRECONDITION) {
+        log_status(r, job->id, "recovering a job (retried)", status);
+        *out_failed = true;
+      }
       pcp_status_ignore(status);
     }
     size_t count = list.count;
@@ -409,6 +427,14 @@ pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
       return pcp_ok_status();
     }
   }
+}
+
+pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
+  // Jobs caught mid-flight by a crash or a stop: re-run or finish cancel.
+  bool failed = false;
+  PCP_RETURN_IF_ERROR_BARE(recover_pass(r, &failed));
+  atomic_store(&r->recover_pending, failed);
+  return pcp_ok_status();
 }
 
 //===----------------------------------------------------------------------===//
@@ -628,6 +654,11 @@ pcp_status_t pcp_workloads_runner_step(pcp_workloads_runner_t* r,
     *out_started = 0;
   }
   job_ends_retry(r);
+  if (atomic_load(&r->recover_pending)) {
+    bool failed = false;
+    PCP_RETURN_IF_ERROR_BARE(recover_pass(r, &failed));
+    atomic_store(&r->recover_pending, failed);
+  }
   for (uint32_t k = 0; k < r->kind_count; ++k) {
     if (atomic_load(&r->draining) || atomic_load(&r->stopping) ||
         (r->hooks.draining && r->hooks.draining(r->hooks.user_data))) {

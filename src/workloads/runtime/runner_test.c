@@ -522,6 +522,44 @@ static void failed_end_write_retried(void** state) {
   harness_close(&h);
 }
 
+// The store fails recovery's write for a running job: it must not stay
+// running with nobody to run it until the next restart (the simulation
+// found it, seed 854): the next scheduling round recovers it.
+static void failed_recovery_write_retried(void** state) {
+  (void)state;
+  test_kind_t k = {.mode = MODE_SUCCEED};
+  pcp_workloads_kind_t kind = test_kind(&k, 2);
+  harness_t h;
+  memset(&h, 0, sizeof(h));
+  snprintf(h.dir, sizeof(h.dir), "/tmp/pcp-runtime-test-XXXXXX");
+  assert_non_null(mkdtemp(h.dir));
+  store_open(&h);
+  inline_executor_t executor = {0};
+  pcp_workloads_executor_t e = {.self = &executor, .submit = inline_submit};
+  runner_open(&h, &kind, e);
+  submit(&h, "t1");
+  pcp_store_job_state_t path[] = {PCP_STORE_JOB_STATE_PLACING,
+                                  PCP_STORE_JOB_STATE_COMPILING,
+                                  PCP_STORE_JOB_STATE_RUNNING};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_OK(pcp_workloads_runner_transition(h.runner, "t1", path[i], NULL));
+  }
+  pcp_workloads_runner_release(h.runner);  // "restart"
+  runner_open(&h, &kind, e);
+  transition_fault_t fault = {.fire_at = 1};
+  pcp_buggify_install(transition_fault_hook, &fault);
+  EXPECT_OK(pcp_workloads_runner_recover(h.runner));
+  pcp_buggify_install(NULL, NULL);
+  assert_int_equal(fault.calls, 1);
+  assert_int_equal(state_of(&h, "t1"), PCP_STORE_JOB_STATE_RUNNING);
+  uint32_t started = 0;
+  EXPECT_OK(pcp_workloads_runner_step(h.runner, &started));
+  assert_int_equal(started, 1);  // recovered to queued, then started
+  executor.fn[0](executor.arg[0]);
+  assert_int_equal(state_of(&h, "t1"), PCP_STORE_JOB_STATE_SUCCEEDED);
+  harness_close(&h);
+}
+
 // A cancelling job that no run holds (its run ended as the cancel came,
 // or a stop interrupted it) ends cancelled at the next round; a job of an
 // unknown kind is left alone.
@@ -610,6 +648,7 @@ int main(void) {
       cmocka_unit_test(step_without_threads),
       cmocka_unit_test(orphaned_cancel_swept),
       cmocka_unit_test(failed_end_write_retried),
+      cmocka_unit_test(failed_recovery_write_retried),
       cmocka_unit_test(options_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

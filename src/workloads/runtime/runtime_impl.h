@@ -61,6 +61,8 @@ struct pcp_workloads_runner_t {
   pcp_workloads_job_t* jobs;  // every job run here; guarded by |mu|
   atomic_bool draining;
   atomic_bool stopping;
+  // A recovery write failed: each scheduling round runs the pass again.
+  atomic_bool recover_pending;
   bool started;  // main thread
 
   // The own pool: |pool_threads| threads take items from a ring of
