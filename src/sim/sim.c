@@ -3,7 +3,7 @@
 // The deterministic simulation (sim.h): names and options, the trace, the
 // BUGGIFY hook, the event queue, the simulated network, faults, the run and
 // the shrinker. The gateway and workers are in sim_nodes.c, the job runner
-// adapter in sim_runner.c, the checkers in sim_check.c (sim_impl.h).
+// kind in sim_runner.c, the checkers in sim_check.c (sim_impl.h).
 
 #define _XOPEN_SOURCE 700  // nftw, mkdtemp (the temporary state dir)
 

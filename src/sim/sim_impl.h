@@ -3,7 +3,7 @@
 // sim_impl.h: what the files of src/sim share (never included outside this
 // folder). sim.c: the event engine, the network, faults, the run and the
 // shrinker; sim_nodes.c: the simulated gateway and workers; sim_runner.c:
-// the job runner adapter (sim_runner_*); sim_check.c: the checkers. One
+// the "sim" kind on the real workload runner; sim_check.c: the checkers. One
 // struct, sim_t, holds a whole run; everything here is single-threaded.
 
 #ifndef PCP_SIM_SIM_IMPL_H_
@@ -281,7 +281,7 @@ void pcp_sim_check_acked_durable(sim_t* sim, const char* when);
 void pcp_sim_check_after_event(sim_t* sim);
 
 //===----------------------------------------------------------------------===//
-// sim_runner: the job runner adapter (sim_runner.c)
+// sim_runner: the "sim" kind on the real runner (sim_runner.c)
 //===----------------------------------------------------------------------===//
 
 void pcp_sim_job_id_format(uint32_t j, char id[32]);
