@@ -483,7 +483,6 @@ void pcp_sim_runner_on_sched_event(sim_t* sim, const pcp_sched_event_t* event) {
   }
 }
 
-
 //===----------------------------------------------------------------------===//
 // The kind, the executor and the runner's life
 //===----------------------------------------------------------------------===//

@@ -409,8 +409,7 @@ static pcp_status_t recover_pass(pcp_workloads_runner_t* r, bool* out_failed) {
       PCP_LOG(PCP_LOG_INFO, &log, "recovered job from=%s to=%s",
               pcp_store_job_state_name(job->state),
               pcp_store_job_state_name(to));
-      if (status &&
-          pcp_status_code(status) != PCP_STATUS_FAILED_PRECONDITION) {
+      if (status && pcp_status_code(status) != PCP_STATUS_FAILED_PRECONDITION) {
         log_status(r, job->id, "recovering a job (retried)", status);
         *out_failed = true;
       }
@@ -457,10 +456,10 @@ static const char* final_transition(pcp_workloads_runner_t* r,
         r, j->id, PCP_STORE_JOB_STATE_CANCELLED, NULL);
     what = status ? what : "cancelled";
   }
-  *out_written = !status ||
-                 pcp_status_code(status) == PCP_STATUS_FAILED_PRECONDITION;
-  if (status) {
-    log_status(r, j->id, "recording the job's end", status);
+  *out_written =
+      !status || pcp_status_code(status) == PCP_STATUS_FAILED_PRECONDITION;
+  if (!*out_written) {
+    log_status(r, j->id, "recording the job's end (retried)", status);
   }
   pcp_status_ignore(status);
   return what;
