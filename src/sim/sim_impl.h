@@ -217,6 +217,7 @@ typedef struct sim_t {
   pcp_sched_t* sched;
   pcp_workloads_runner_t* runner;  // the real one (sim_runner.c)
   bool runner_releasing;
+  bool runner_wake;  // a scheduling round is due (sim_runner.c)
   gw_worker_t gw_workers[PCP_SIM_MAX_WORKERS];
   uint64_t next_task_seq;
   sim_runner_job_t jobs[PCP_SIM_MAX_JOBS];

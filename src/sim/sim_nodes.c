@@ -287,6 +287,7 @@ void pcp_sim_gateway_crash(sim_t* sim) {
 }
 
 void pcp_sim_gateway_tick(sim_t* sim) {
+  sim->runner_wake = true;  // the scheduler's timer
   for (size_t i = 0; i < sim->conn_count && !sim->failed; ++i) {
     conn_t* conn = &sim->conns[i];
     if (!conn->gw_open)

@@ -571,6 +571,11 @@ static pcp_store_job_state_t sim_kind_recover(void* self,
 }
 #endif
 
+static void sim_runner_changed(void* user_data, const char* job_id) {
+  (void)job_id;
+  ((sim_t*)user_data)->runner_wake = true;
+}
+
 pcp_status_t pcp_sim_runner_create(sim_t* sim) {
   pcp_workloads_kind_t kind = {.name = "sim",
                                .max_running = PCP_SIM_MAX_JOBS,
@@ -585,7 +590,9 @@ pcp_status_t pcp_sim_runner_create(sim_t* sim) {
       .clock = pcp_clock_manual(&sim->clock_state),
       .kinds = &kind,
       .kind_count = 1,
-      .executor = {.self = sim, .submit = sim_executor_submit}};
+      .executor = {.self = sim, .submit = sim_executor_submit},
+      .hooks = {.changed = sim_runner_changed, .user_data = sim}};
+  sim->runner_wake = true;
   return pcp_workloads_runner_create(&options, sim->allocator, &sim->runner);
 }
 
@@ -609,8 +616,11 @@ void pcp_sim_runner_step(sim_t* sim) {
       if (sim->jobs[j].tracked)
         sim_runner_job_step(sim, j);
     }
-    if (sim->failed)
+    if (sim->failed || !sim->runner_wake)
       return;
+    // As the gateway's scheduler thread: a round when woken (the runner's
+    // changed hook: a submit, a cancel, any transition) or at a tick.
+    sim->runner_wake = false;
     uint32_t started = 0;
     pcp_status_t status = pcp_workloads_runner_step(sim->runner, &started);
     sim->store_dirty = true;
