@@ -9,7 +9,8 @@
 // task whose fake compute takes 5..80 ms and returns 8 deterministic bytes;
 // every job is created, moved through placing/compiling/running, its steps
 // committed and its result put in a SQLite store, as the simulation's
-// runner does. No faults (a real run cannot replay them).
+// "sim" kind does on the real workload runner (src/workloads/runtime). No
+// faults (a real run cannot replay them).
 //   - sim: pcp_sim_run with faults and buggify off, seeds 1..R.
 //   - real: the fabric endpoint (libuv loop thread, sched) on 127.0.0.1 and
 //     4 worker threads, each a proto worker on a blocking TCP socket, with

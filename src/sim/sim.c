@@ -3,7 +3,7 @@
 // The deterministic simulation (sim.h): names and options, the trace, the
 // BUGGIFY hook, the event queue, the simulated network, faults, the run and
 // the shrinker. The gateway and workers are in sim_nodes.c, the job runner
-// adapter in sim_runner.c, the checkers in sim_check.c (sim_impl.h).
+// kind in sim_runner.c, the checkers in sim_check.c (sim_impl.h).
 
 #define _XOPEN_SOURCE 700  // nftw, mkdtemp (the temporary state dir)
 
@@ -693,6 +693,9 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
   }
 
   pcp_buggify_install(buggify_hook, sim);
+  // The runner logs every job's end and recovery; the trace has it all.
+  pcp_log_level_t log_level = pcp_log_level();
+  pcp_log_set_level(PCP_LOG_ERROR);
   if (!status) {
     draw_scenario(sim);
     pcp_sim_trace(
@@ -760,6 +763,7 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
       sim_final_checks(sim);
   }
   pcp_buggify_install(NULL, NULL);
+  pcp_log_set_level(log_level);
   out_result->failed = sim->failed;
   out_result->end_ns = sim->now_ns;
 
@@ -775,6 +779,7 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
   for (uint32_t w = 0; w < PCP_SIM_MAX_WORKERS; ++w) {
     pcp_proto_worker_release(sim->workers[w].proto);
   }
+  pcp_sim_runner_release(sim);
   pcp_sched_release(sim->sched);
   pcp_store_release(sim->store);
   pcp_sim_state_dir_remove(sim->run_dir);

@@ -7,9 +7,9 @@
 // priority queue of events in virtual time (a manual pcp_clock_t); ties are
 // broken by the seeded RNG. It drives the real code that the fabric drives:
 //   - the gateway: one proto gateway_conn per connection, the sched
-//     scheduler, and a job runner (sim_runner_*, an adapter over the store's
-//     job states until the shared workload runner lands) over a real SQLite
-//     store in a temporary directory;
+//     scheduler, and the real workload runner (src/workloads/runtime) with a
+//     "sim" kind (sim_runner.c), over a real SQLite store in a temporary
+//     directory;
 //   - N workers: proto worker state machines plus a fake compute that
 //     "runs" a task for a seeded time and returns deterministic bytes.
 // Every byte between them goes through the event queue with a seeded delay;

@@ -3,7 +3,7 @@
 // sim_impl.h: what the files of src/sim share (never included outside this
 // folder). sim.c: the event engine, the network, faults, the run and the
 // shrinker; sim_nodes.c: the simulated gateway and workers; sim_runner.c:
-// the job runner adapter (sim_runner_*); sim_check.c: the checkers. One
+// the "sim" kind on the real workload runner; sim_check.c: the checkers. One
 // struct, sim_t, holds a whole run; everything here is single-threaded.
 
 #ifndef PCP_SIM_SIM_IMPL_H_
@@ -21,6 +21,7 @@
 #include "sched/sched.h"
 #include "sim/sim.h"
 #include "store/store.h"
+#include "workloads/workloads.h"
 
 //===----------------------------------------------------------------------===//
 // Constants of the scenario
@@ -136,11 +137,15 @@ typedef struct gw_worker_t {
   int32_t last_job;  // the job it last ran a task of (-1: none)
 } gw_worker_t;
 
-// sim_runner: the job runner adapter (see sim.h; to be replaced by the
-// shared workload runner of src/workloads/runtime). Per job, what the
-// gateway process holds in memory; rebuilt from the store on restart.
+// sim_runner: the "sim" kind's view of a job the real runner
+// (src/workloads/runtime) started and still holds (|tracked|): what the
+// kind keeps in memory while the job runs; rebuilt from the store at each
+// start.
 typedef struct sim_runner_job_t {
-  bool tracked;
+  bool tracked;  // started by the runner, its work item not run yet
+  // Its run returned but the store has not recorded the end yet (a failed
+  // write the runner retries each round); |steps| and |result_sha| kept.
+  bool ending;
   pcp_store_job_state_t state;
   uint32_t steps;
   int64_t last_committed_step;
@@ -152,6 +157,10 @@ typedef struct sim_runner_job_t {
   bool cancel_sent;
   bool result_stored;
   pcp_sha256_t result_sha;
+  int run_result;  // sim_run_result_t (sim_runner.c): what run returns
+  // The runner's work item for this job (its executor's fn, arg).
+  void (*work_fn)(void* arg);
+  void* work_arg;
 } sim_runner_job_t;
 
 typedef struct inflight_t {
@@ -206,6 +215,9 @@ typedef struct sim_t {
   uint32_t gw_incarnation;
   pcp_store_t* store;
   pcp_sched_t* sched;
+  pcp_workloads_runner_t* runner;  // the real one (sim_runner.c)
+  bool runner_releasing;
+  bool runner_wake;  // a scheduling round is due (sim_runner.c)
   gw_worker_t gw_workers[PCP_SIM_MAX_WORKERS];
   uint64_t next_task_seq;
   sim_runner_job_t jobs[PCP_SIM_MAX_JOBS];
@@ -270,7 +282,7 @@ void pcp_sim_check_acked_durable(sim_t* sim, const char* when);
 void pcp_sim_check_after_event(sim_t* sim);
 
 //===----------------------------------------------------------------------===//
-// sim_runner: the job runner adapter (sim_runner.c)
+// sim_runner: the "sim" kind on the real runner (sim_runner.c)
 //===----------------------------------------------------------------------===//
 
 void pcp_sim_job_id_format(uint32_t j, char id[32]);
@@ -285,6 +297,10 @@ void pcp_sim_runner_on_failed(sim_t* sim, uint64_t task_id);
 void pcp_sim_runner_on_lost(sim_t* sim, uint64_t task_id);
 void pcp_sim_runner_on_sched_event(sim_t* sim, const pcp_sched_event_t* event);
 void pcp_sim_runner_recover(sim_t* sim);
+PCP_MUST_USE_RESULT pcp_status_t pcp_sim_runner_create(sim_t* sim);
+void pcp_sim_runner_release(sim_t* sim);
+void pcp_sim_runner_submit(sim_t* sim, uint32_t j);
+void pcp_sim_runner_cancel(sim_t* sim, uint32_t j);
 
 //===----------------------------------------------------------------------===//
 // Gateway and workers (sim_nodes.c)

@@ -231,6 +231,14 @@ pcp_status_t pcp_sim_gateway_boot(sim_t* sim) {
     sim->store = NULL;
     return status;
   }
+  status = pcp_sim_runner_create(sim);
+  if (status) {
+    pcp_sched_release(sim->sched);
+    sim->sched = NULL;
+    pcp_store_release(sim->store);
+    sim->store = NULL;
+    return status;
+  }
   sim->gw_up = true;
   sim->gw_incarnation++;
   sim->inflight_count = 0;
@@ -261,6 +269,7 @@ void pcp_sim_gateway_crash(sim_t* sim) {
   }
   // The files as the killed process leaves them (committed transactions in
   // the WAL, no clean close), copied before the connection is closed.
+  pcp_sim_runner_release(sim);
   char old_dir[600];
   pcp_status_t status =
       pcp_sim_state_dir_snapshot(sim, old_dir, sizeof(old_dir));
@@ -278,6 +287,7 @@ void pcp_sim_gateway_crash(sim_t* sim) {
 }
 
 void pcp_sim_gateway_tick(sim_t* sim) {
+  sim->runner_wake = true;  // the scheduler's timer
   for (size_t i = 0; i < sim->conn_count && !sim->failed; ++i) {
     conn_t* conn = &sim->conns[i];
     if (!conn->gw_open)
@@ -311,38 +321,13 @@ void pcp_sim_gateway_submit(sim_t* sim, uint32_t j) {
                      0);  // client retry
     return;
   }
-  char id[32];
-  pcp_sim_job_id_format(j, id);
-  json_t* spec = json_pack("{s:i}", "steps", (json_int_t)sim->job_steps[j]);
-  pcp_status_t status =
-      spec ? pcp_store_job_create(sim->store, id, "sim", spec, NULL)
-           : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "spec");
-  json_decref(spec);
-  sim->store_dirty = true;
-  if (status) {
-    pcp_sim_fail_status(sim, status, "job create");
-    return;
-  }
-  sim->job_submitted[j] = true;
-  sim->jobs[j] = (sim_runner_job_t){.tracked = true,
-                                    .state = PCP_STORE_JOB_STATE_QUEUED,
-                                    .steps = sim->job_steps[j],
-                                    .last_committed_step = -1};
-  pcp_sim_trace(sim, "submit %s steps %u", id, sim->job_steps[j]);
+  pcp_sim_runner_submit(sim, j);
 }
 
 void pcp_sim_gateway_cancel(sim_t* sim, uint32_t j) {
-  if (!sim->gw_up || !sim->jobs[j].tracked)
+  if (!sim->gw_up || !sim->job_submitted[j])
     return;
-  pcp_store_job_state_t to = sim->jobs[j].state == PCP_STORE_JOB_STATE_QUEUED
-                                 ? PCP_STORE_JOB_STATE_CANCELLED
-                                 : PCP_STORE_JOB_STATE_CANCELLING;
-  if (!pcp_store_job_transition_is_allowed(sim->jobs[j].state, to))
-    return;
-  if (pcp_sim_runner_transition(sim, j, to, NULL) &&
-      to == PCP_STORE_JOB_STATE_CANCELLED) {
-    sim->jobs[j].tracked = false;
-  }
+  pcp_sim_runner_cancel(sim, j);
 }
 
 //===----------------------------------------------------------------------===//

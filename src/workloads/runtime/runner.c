@@ -373,8 +373,14 @@ void pcp_workloads_runner_job_json_merge(pcp_workloads_runner_t* r,
 // Recovery
 //===----------------------------------------------------------------------===//
 
-pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
-  // Jobs caught mid-flight by a crash or a stop: re-run or finish cancel.
+// One recovery pass over the jobs caught mid-flight. A job a run holds
+// here is skipped (a later pass runs while jobs run). |*out_failed|: a
+// transition the store failed to write (not a refused one): that job is
+// still where the crash left it, with nobody to run it, so the scheduling
+// rounds run the pass again (found by the deterministic simulation, seed
+// 854).
+static pcp_status_t recover_pass(pcp_workloads_runner_t* r, bool* out_failed) {
+  *out_failed = false;
   const char* after = NULL;
   char after_buffer[PCP_STORE_ID_MAX_LENGTH + 1];
   for (;;) {
@@ -383,6 +389,13 @@ pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
         pcp_store_job_resume_list(r->store, after, 0, &list));
     for (size_t i = 0; i < list.count; ++i) {
       pcp_store_job_t* job = &list.items[i];
+      pthread_mutex_lock(&r->mu);
+      pcp_workloads_job_t* held = job_find_locked(r, job->id);
+      bool skip = held && (held->running || held->end_pending);
+      pthread_mutex_unlock(&r->mu);
+      if (skip) {
+        continue;
+      }
       pcp_store_job_state_t to = job->state == PCP_STORE_JOB_STATE_CANCELLING
                                      ? PCP_STORE_JOB_STATE_CANCELLED
                                      : PCP_STORE_JOB_STATE_QUEUED;
@@ -402,6 +415,10 @@ pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
       PCP_LOG(PCP_LOG_INFO, &log, "recovered job from=%s to=%s",
               pcp_store_job_state_name(job->state),
               pcp_store_job_state_name(to));
+      if (status && pcp_status_code(status) != PCP_STATUS_FAILED_PRECONDITION) {
+        log_status(r, job->id, "recovering a job (retried)", status);
+        *out_failed = true;
+      }
       pcp_status_ignore(status);
     }
     size_t count = list.count;
@@ -417,17 +434,27 @@ pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
   }
 }
 
+pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
+  // Jobs caught mid-flight by a crash or a stop: re-run or finish cancel.
+  bool failed = false;
+  PCP_RETURN_IF_ERROR_BARE(recover_pass(r, &failed));
+  atomic_store(&r->recover_pending, failed);
+  return pcp_ok_status();
+}
+
 //===----------------------------------------------------------------------===//
 // Running one job
 //===----------------------------------------------------------------------===//
 
 // A final transition the store refused because a cancel won the race
-// (the job is cancelling now): it ends cancelled. Returns the outcome.
+// (the job is cancelling now): it ends cancelled. Returns the outcome;
+// |*out_written| false when the store failed the write (the job is still
+// where it was: job_end_retry writes it again).
 static const char* final_transition(pcp_workloads_runner_t* r,
                                     pcp_workloads_job_t* j,
                                     pcp_store_job_state_t to,
                                     const pcp_store_job_transition_params_t* p,
-                                    const char* what) {
+                                    const char* what, bool* out_written) {
   pcp_status_t status = pcp_workloads_runner_transition(r, j->id, to, p);
   if (status && pcp_status_code(status) == PCP_STATUS_FAILED_PRECONDITION) {
     pcp_status_ignore(status);
@@ -435,8 +462,74 @@ static const char* final_transition(pcp_workloads_runner_t* r,
         r, j->id, PCP_STORE_JOB_STATE_CANCELLED, NULL);
     what = status ? what : "cancelled";
   }
+  *out_written =
+      !status || pcp_status_code(status) == PCP_STATUS_FAILED_PRECONDITION;
+  if (!*out_written) {
+    log_status(r, j->id, "recording the job's end (retried)", status);
+  }
   pcp_status_ignore(status);
   return what;
+}
+
+// The store failed the write of a job's end: without this the job would
+// stay placing/compiling/running in the store with no run holding it until
+// the next restart (found by the deterministic simulation, seed 921).
+static void job_end_pending_set(pcp_workloads_runner_t* r,
+                                pcp_workloads_job_t* j,
+                                pcp_store_job_state_t to, const char* error) {
+  pthread_mutex_lock(&r->mu);
+  j->end_pending = true;
+  j->end_to = to;
+  snprintf(j->end_error, sizeof(j->end_error), "%s", error ? error : "");
+  pthread_mutex_unlock(&r->mu);
+}
+
+// One more try at a pending end (a scheduling round, no run holds |j|).
+static void job_end_retry(pcp_workloads_runner_t* r, pcp_workloads_job_t* j) {
+  pcp_store_job_t now;
+  pcp_status_t got = pcp_store_job_get(r->store, j->id, &now);
+  if (got) {
+    pcp_status_ignore(got);
+    return;
+  }
+  pcp_store_job_state_t state = now.state;
+  pcp_store_job_deinitialize(&now);
+  bool written = true;
+  const char* what = NULL;
+  if (state == PCP_STORE_JOB_STATE_CANCELLING) {
+    // Cancelled meanwhile: the round's cancelling sweep ends it.
+    what = NULL;
+  } else if (!pcp_store_job_state_is_terminal(state) &&
+             state != PCP_STORE_JOB_STATE_QUEUED) {
+    pcp_store_job_transition_params_t params = {.error = j->end_error};
+    if (j->end_to == PCP_STORE_JOB_STATE_SUCCEEDED) {
+      params.placement = j->placement;
+    }
+    what = final_transition(
+        r, j, j->end_to, &params,
+        j->end_to == PCP_STORE_JOB_STATE_SUCCEEDED ? "succeeded" : "failed",
+        &written);
+  }
+  if (!written) {
+    return;
+  }
+  if (what) {
+    outcome(r, j->kind_index, what);
+  }
+  // Recorded: a job with no live progress is forgotten now, as after a run
+  // (the caller's reference frees it).
+  pthread_mutex_lock(&r->mu);
+  j->end_pending = false;
+  if (!j->progress && !j->running && !j->dropped) {
+    for (pcp_workloads_job_t** link = &r->jobs; *link; link = &(*link)->next) {
+      if (*link == j) {
+        *link = j->next;
+        break;
+      }
+    }
+    j->dropped = true;
+  }
+  pthread_mutex_unlock(&r->mu);
 }
 
 // After the kind's run: the one place a job's end is recorded.
@@ -464,8 +557,13 @@ static void job_finish(pcp_workloads_runner_t* r, pcp_workloads_job_t* j,
   } else if (!status) {
     params.error = "";
     params.placement = j->placement;
+    bool written = true;
     const char* what = final_transition(r, j, PCP_STORE_JOB_STATE_SUCCEEDED,
-                                        &params, "succeeded");
+                                        &params, "succeeded", &written);
+    if (!written) {
+      job_end_pending_set(r, j, PCP_STORE_JOB_STATE_SUCCEEDED, "");
+      return;
+    }
     outcome(r, j->kind_index, what);
     PCP_LOG(PCP_LOG_INFO, &log, "%s job %s", kind, what);
   } else if (atomic_load(&r->stopping) &&
@@ -480,9 +578,14 @@ static void job_finish(pcp_workloads_runner_t* r, pcp_workloads_job_t* j,
     pcp_status_ignore(status);
     PCP_LOG(PCP_LOG_WARN, &log, "%s job failed: %s", kind, message);
     params.error = message;
-    outcome(
-        r, j->kind_index,
-        final_transition(r, j, PCP_STORE_JOB_STATE_FAILED, &params, "failed"));
+    bool written = true;
+    const char* what = final_transition(r, j, PCP_STORE_JOB_STATE_FAILED,
+                                        &params, "failed", &written);
+    if (!written) {
+      job_end_pending_set(r, j, PCP_STORE_JOB_STATE_FAILED, message);
+      return;
+    }
+    outcome(r, j->kind_index, what);
   } else {
     pcp_status_ignore(status);
   }
@@ -504,7 +607,7 @@ static void job_execute(void* arg) {
   // would otherwise grow the list by every job); one with progress stays,
   // so its API JSON keeps the last progress, as the training runs did.
   bool free_it = false;
-  if (!j->progress) {
+  if (!j->progress && !j->end_pending) {
     for (pcp_workloads_job_t** link = &r->jobs; *link; link = &(*link)->next) {
       if (*link == j) {
         *link = j->next;
@@ -521,11 +624,45 @@ static void job_execute(void* arg) {
   }
 }
 
+// Ends the store refused to record (job_end_pending_set), oldest first.
+static void job_ends_retry(pcp_workloads_runner_t* r) {
+  for (;;) {
+    pcp_workloads_job_t* target = NULL;
+    pthread_mutex_lock(&r->mu);
+    for (pcp_workloads_job_t* j = r->jobs; j; j = j->next) {
+      if (j->end_pending && !j->running && !j->end_tried) {
+        target = j;
+      }
+    }
+    if (target) {
+      target->end_tried = true;
+      ++target->refs;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!target) {
+      break;
+    }
+    job_end_retry(r, target);
+    job_unref(r, target);
+  }
+  pthread_mutex_lock(&r->mu);
+  for (pcp_workloads_job_t* j = r->jobs; j; j = j->next) {
+    j->end_tried = false;
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
 pcp_status_t pcp_workloads_runner_step(pcp_workloads_runner_t* r,
                                        uint32_t* out_started) {
   uint32_t started = 0;
   if (out_started) {
     *out_started = 0;
+  }
+  job_ends_retry(r);
+  if (atomic_load(&r->recover_pending)) {
+    bool failed = false;
+    PCP_RETURN_IF_ERROR_BARE(recover_pass(r, &failed));
+    atomic_store(&r->recover_pending, failed);
   }
   for (uint32_t k = 0; k < r->kind_count; ++k) {
     if (atomic_load(&r->draining) || atomic_load(&r->stopping) ||
@@ -578,6 +715,7 @@ pcp_status_t pcp_workloads_runner_step(pcp_workloads_runner_t* r,
         r->jobs = j;
       }
       j->running = true;
+      j->end_pending = false;
       atomic_store(&j->cancel, false);
       atomic_store(&j->stop, false);
       atomic_store(&j->user_data, NULL);

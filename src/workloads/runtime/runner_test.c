@@ -473,6 +473,93 @@ static void step_without_threads(void** state) {
   harness_close(&h);
 }
 
+// Fails the |fire_at|-th job transition the store is asked for.
+typedef struct transition_fault_t {
+  int calls;
+  int fire_at;
+} transition_fault_t;
+
+static bool transition_fault_hook(void* user_data, const char* site) {
+  transition_fault_t* f = user_data;
+  return strcmp(site, "store.job_transition") == 0 && ++f->calls == f->fire_at;
+}
+
+// The store fails the write of a job's end (succeeded): the job must not
+// stay running with no run holding it (it did until the next restart; the
+// deterministic simulation found it, seed 921): the next scheduling round
+// writes the end again.
+static void failed_end_write_retried(void** state) {
+  (void)state;
+  test_kind_t k = {.mode = MODE_SUCCEED};
+  pcp_workloads_kind_t kind = test_kind(&k, 2);
+  harness_t h;
+  memset(&h, 0, sizeof(h));
+  snprintf(h.dir, sizeof(h.dir), "/tmp/pcp-runtime-test-XXXXXX");
+  assert_non_null(mkdtemp(h.dir));
+  store_open(&h);
+  inline_executor_t executor = {0};
+  runner_open(
+      &h, &kind,
+      (pcp_workloads_executor_t){.self = &executor, .submit = inline_submit});
+  submit(&h, "t1");
+  uint32_t started = 0;
+  EXPECT_OK(pcp_workloads_runner_step(h.runner, &started));
+  assert_int_equal(started, 1);
+  // placing, compiling, running, then the end: the 4th write fails.
+  transition_fault_t fault = {.fire_at = 4};
+  pcp_buggify_install(transition_fault_hook, &fault);
+  executor.fn[0](executor.arg[0]);
+  pcp_buggify_install(NULL, NULL);
+  assert_int_equal(fault.calls, 4);
+  assert_int_equal(state_of(&h, "t1"), PCP_STORE_JOB_STATE_RUNNING);
+  assert_int_equal(atomic_load(&h.outcomes[0]), 0);
+  EXPECT_OK(pcp_workloads_runner_step(h.runner, &started));
+  assert_int_equal(started, 0);
+  assert_int_equal(state_of(&h, "t1"), PCP_STORE_JOB_STATE_SUCCEEDED);
+  assert_int_equal(atomic_load(&h.outcomes[0]), 1);
+  EXPECT_OK(pcp_workloads_runner_step(h.runner, &started));
+  assert_int_equal(atomic_load(&h.outcomes[0]), 1);  // recorded once
+  harness_close(&h);
+}
+
+// The store fails recovery's write for a running job: it must not stay
+// running with nobody to run it until the next restart (the simulation
+// found it, seed 854): the next scheduling round recovers it.
+static void failed_recovery_write_retried(void** state) {
+  (void)state;
+  test_kind_t k = {.mode = MODE_SUCCEED};
+  pcp_workloads_kind_t kind = test_kind(&k, 2);
+  harness_t h;
+  memset(&h, 0, sizeof(h));
+  snprintf(h.dir, sizeof(h.dir), "/tmp/pcp-runtime-test-XXXXXX");
+  assert_non_null(mkdtemp(h.dir));
+  store_open(&h);
+  inline_executor_t executor = {0};
+  pcp_workloads_executor_t e = {.self = &executor, .submit = inline_submit};
+  runner_open(&h, &kind, e);
+  submit(&h, "t1");
+  pcp_store_job_state_t path[] = {PCP_STORE_JOB_STATE_PLACING,
+                                  PCP_STORE_JOB_STATE_COMPILING,
+                                  PCP_STORE_JOB_STATE_RUNNING};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_OK(pcp_workloads_runner_transition(h.runner, "t1", path[i], NULL));
+  }
+  pcp_workloads_runner_release(h.runner);  // "restart"
+  runner_open(&h, &kind, e);
+  transition_fault_t fault = {.fire_at = 1};
+  pcp_buggify_install(transition_fault_hook, &fault);
+  EXPECT_OK(pcp_workloads_runner_recover(h.runner));
+  pcp_buggify_install(NULL, NULL);
+  assert_int_equal(fault.calls, 1);
+  assert_int_equal(state_of(&h, "t1"), PCP_STORE_JOB_STATE_RUNNING);
+  uint32_t started = 0;
+  EXPECT_OK(pcp_workloads_runner_step(h.runner, &started));
+  assert_int_equal(started, 1);  // recovered to queued, then started
+  executor.fn[0](executor.arg[0]);
+  assert_int_equal(state_of(&h, "t1"), PCP_STORE_JOB_STATE_SUCCEEDED);
+  harness_close(&h);
+}
+
 // A cancelling job that no run holds (its run ended as the cancel came,
 // or a stop interrupted it) ends cancelled at the next round; a job of an
 // unknown kind is left alone.
@@ -617,6 +704,8 @@ int main(void) {
       cmocka_unit_test(bound_per_kind),
       cmocka_unit_test(step_without_threads),
       cmocka_unit_test(orphaned_cancel_swept),
+      cmocka_unit_test(failed_end_write_retried),
+      cmocka_unit_test(failed_recovery_write_retried),
       cmocka_unit_test(options_errors),
       cmocka_unit_test(wake_during_round_not_lost),
   };

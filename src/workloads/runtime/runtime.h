@@ -112,7 +112,10 @@ typedef struct pcp_workloads_kind_t {
 //===----------------------------------------------------------------------===//
 
 // Where started jobs run. |submit| runs fn(arg) exactly once, now or later,
-// on any thread; an error means fn never runs (libuv's rule).
+// on any thread; an error means fn never runs (libuv's rule). |arg| is the
+// started job (a pcp_workloads_job_t*, valid until fn returns), so an
+// executor may name it (pcp_workloads_job_id) and order the jobs it holds:
+// the simulation runs fn once the job's outcome is known.
 typedef struct pcp_workloads_executor_t {
   void* self;
   pcp_status_t (*submit)(void* self, void (*fn)(void* arg), void* arg);

@@ -30,6 +30,12 @@ struct pcp_workloads_job_t {
   _Atomic(void*) user_data;  // the kind's; NULL at every start
   uint32_t refs;  // users outside runner->mu (a kind's cancel); under it
   bool dropped;   // unlinked after its run ended; under runner->mu
+  // The run ended but the store refused its end (a failed write): the
+  // next scheduling rounds write it again. Guarded by runner->mu.
+  bool end_pending;
+  pcp_store_job_state_t end_to;  // succeeded or failed
+  char end_error[PCP_STORE_ERROR_MAX_LENGTH + 1];
+  bool end_tried;  // in this round's retries; under runner->mu
 };
 
 // One queued call of the runner's own pool.
@@ -58,6 +64,8 @@ struct pcp_workloads_runner_t {
   pcp_workloads_job_t* jobs;  // every job run here; guarded by |mu|
   atomic_bool draining;
   atomic_bool stopping;
+  // A recovery write failed: each scheduling round runs the pass again.
+  atomic_bool recover_pending;
   bool started;  // main thread
 
   // The own pool: |pool_threads| threads take items from a ring of
