@@ -31,15 +31,8 @@ ALLOWED = {
     "src/roles/gateway/jobs.c",
     "src/roles/gateway/server.c",
     "src/roles/gateway/training.c",
-    # Moved out of roles/gateway into src/services (issue 14) unchanged.
-    "src/services/federation.c",
-    "src/services/openai.c",
-    "src/services/proxy.c",
-    "src/services/replication.c",
-    "src/services/replication_common.c",
+    # Moved out of roles/gateway (issue 14) unchanged.
     "src/workloads/infer/service.c",
-    "src/workloads/train/service.c",
-    "src/workloads/train/service_stream.c",
     # A test driver (tests/workloads/diloco_numpy_test.py runs it); tests
     # are not rewritten by a refactor.
     "src/workloads/train/diloco_npy_driver.c",
