@@ -38,11 +38,6 @@ ALLOWED = {
     # pcp_file_read_all, the module's own encoders): check each origin, then
     # pcp_libc_free or the matching allocator.
     "src/models/safetensors.c",
-    "src/store/federation.c",
-    "src/store/graph.c",
-    "src/store/graph_falkordb.c",
-    "src/store/jobs.c",
-    "src/store/services.c",
     # Library code with its own copies (strdup/realloc of lists, bodies,
     # headers): needs an allocator in the module's create/initialize.
     "src/compute/backend.c",
@@ -54,7 +49,6 @@ ALLOWED = {
     "src/http/server.c",
     "src/http/sse.c",
     "src/store/checkpoints.c",
-    "src/store/store.c",
     "src/tokenizer/unicode.c",
     "src/topology/solver_z3.c",
     # Command-line tools, test drivers and fuzz harnesses (short-lived
