@@ -554,8 +554,9 @@ bool pcp_services_federation_scope(const pcp_services_t* g,
 pcp_status_t pcp_services_federation_create(pcp_services_t* g) {
   const pcp_services_config_t* c = &g->config;
   pcp_services_federation_t* f = NULL;
-  PCP_RETURN_IF_ERROR(pcp_allocator_calloc(g->allocator, sizeof(*f), (void**)&f),
-                      "federation state");
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(g->allocator, sizeof(*f), (void**)&f),
+      "federation state");
   f->g = g;
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);

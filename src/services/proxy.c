@@ -321,8 +321,7 @@ static pcp_status_t proxy_run_waiting(pcp_allocator_t allocator,
         PROXY_MAX_CALLS);
   }
   proxy_call_t* c = NULL;
-  pcp_status_t status =
-      pcp_allocator_calloc(allocator, sizeof(*c), (void**)&c);
+  pcp_status_t status = pcp_allocator_calloc(allocator, sizeof(*c), (void**)&c);
   if (status) {
     atomic_fetch_sub(&g_proxy_calls, 1);
     pcp_allocator_free(allocator, body);
@@ -514,8 +513,7 @@ pcp_status_t pcp_services_inference_proxy_post(
   }
   char* copy = NULL;
   PCP_RETURN_IF_ERROR(
-      pcp_allocator_malloc(g->allocator, body.size + 1, (void**)&copy),
-      "body");
+      pcp_allocator_malloc(g->allocator, body.size + 1, (void**)&copy), "body");
   memcpy(copy, body.data, body.size);
   copy[body.size] = 0;
   if (strlen(copy) != body.size) {
@@ -585,7 +583,8 @@ static char* dumps(pcp_allocator_t allocator, const json_t* value) {
   if (size == 0) {
     return NULL;
   }
-  pcp_status_t status = pcp_allocator_malloc(allocator, size + 1, (void**)&text);
+  pcp_status_t status =
+      pcp_allocator_malloc(allocator, size + 1, (void**)&text);
   if (status) {
     pcp_status_ignore(status);
     return NULL;

@@ -483,8 +483,8 @@ pcp_status_t pcp_store_json_encode(const char* field, const json_t* value,
         pcp_allocator_strdup(pcp_allocator_system(), default_text, out_text);
     if (status) {
       pcp_status_ignore(status);
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                             "%s: out of memory", field);
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%s: out of memory",
+                             field);
     }
     return pcp_ok_status();
   }

@@ -1138,8 +1138,8 @@ static pcp_status_t runner_start(
   memcpy(runner->program, program, PCP_SHA256_BYTE_LENGTH);
   size_t slots = (size_t)m->gen.slots;
   pcp_allocator_t allocator = s->allocator;
-  pcp_status_t status = pcp_allocator_calloc(
-      allocator, slots * sizeof(slot_t), (void**)&runner->slots);
+  pcp_status_t status = pcp_allocator_calloc(allocator, slots * sizeof(slot_t),
+                                             (void**)&runner->slots);
   if (!status) {
     status = pcp_allocator_calloc(
         allocator, slots * (size_t)m->gen.prefill_length * sizeof(int32_t),
@@ -1154,14 +1154,14 @@ static pcp_status_t runner_start(
                                   (void**)&runner->lengths);
   }
   if (!status) {
-    status = pcp_allocator_calloc(
-        allocator, slots * (size_t)m->spec.vocab * sizeof(float),
-        (void**)&runner->logits);
+    status = pcp_allocator_calloc(allocator,
+                                  slots * (size_t)m->spec.vocab * sizeof(float),
+                                  (void**)&runner->logits);
   }
   for (size_t b = 0; !status && b < slots; ++b) {
-    status = pcp_allocator_calloc(
-        allocator, (size_t)m->gen.max_length * sizeof(int32_t),
-        (void**)&runner->slots[b].tokens);
+    status = pcp_allocator_calloc(allocator,
+                                  (size_t)m->gen.max_length * sizeof(int32_t),
+                                  (void**)&runner->slots[b].tokens);
   }
   if (status) {
     runner_free(runner);
@@ -1530,8 +1530,8 @@ static pcp_status_t req_create(pcp_allocator_t allocator,
                                req_t** out) {
   *out = NULL;
   req_t* r = NULL;
-  PCP_RETURN_IF_ERROR(
-      pcp_allocator_calloc(allocator, sizeof(*r), (void**)&r), "request");
+  PCP_RETURN_IF_ERROR(pcp_allocator_calloc(allocator, sizeof(*r), (void**)&r),
+                      "request");
   r->allocator = allocator;
   r->model = m;
   r->slot = -1;
@@ -1793,8 +1793,8 @@ static void probe_start(pcp_infer_service_t* s) {
   pcp_sampling_params_initialize(&params.sampling);
   int32_t token = 0;
   req_t* r = NULL;
-  pcp_status_t status = req_create(s->allocator, runner->model, &params, &token, 1,
-                                   &r);
+  pcp_status_t status =
+      req_create(s->allocator, runner->model, &params, &token, 1, &r);
   if (status) {
     pcp_status_ignore(status);
     return;
@@ -2126,8 +2126,8 @@ pcp_status_t pcp_infer_service_create(
                            PCP_INFER_MAX_MODEL_DIRS);
   }
   pcp_infer_service_t* s = NULL;
-  PCP_RETURN_IF_ERROR(
-      pcp_allocator_calloc(allocator, sizeof(*s), (void**)&s), "inference");
+  PCP_RETURN_IF_ERROR(pcp_allocator_calloc(allocator, sizeof(*s), (void**)&s),
+                      "inference");
   s->allocator = allocator;
   s->options = *options;
   s->clock = pcp_clock_system();

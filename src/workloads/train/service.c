@@ -251,8 +251,7 @@ static void job_deinitialize(job_t* job) {
 // JSON has no NaN: a loss not known yet (or diverged) is null.
 void* pcp_diloco_job_malloc(job_t* job, size_t byte_length) {
   void* ptr = NULL;
-  pcp_status_t status =
-      pcp_allocator_malloc(job->allocator, byte_length, &ptr);
+  pcp_status_t status = pcp_allocator_malloc(job->allocator, byte_length, &ptr);
   if (status) {
     pcp_status_ignore(status);
     return NULL;
@@ -548,13 +547,16 @@ static pcp_status_t job_setup(job_t* job) {
   size_t n = (size_t)job->table.total_elements;
   job->parameter_count = n;
   job->parameters = pcp_diloco_job_calloc(job, n ? n : 1, sizeof(float));
-  job->tensor_elements = pcp_diloco_job_calloc(job, job->table.count + 1, sizeof(uint64_t));
+  job->tensor_elements =
+      pcp_diloco_job_calloc(job, job->table.count + 1, sizeof(uint64_t));
   job->scratch = pcp_diloco_job_calloc(job, n ? n : 1, sizeof(float));
   bool bf16 = job->param_type == PCP_ELEMENT_TYPE_BF16;
   if (bf16) {
-    job->wire_parameters = pcp_diloco_job_calloc(job, n ? n : 1, sizeof(uint16_t));
+    job->wire_parameters =
+        pcp_diloco_job_calloc(job, n ? n : 1, sizeof(uint16_t));
   }
-  void** buffers = pcp_diloco_job_calloc(job, job->table.count + 1, sizeof(void*));
+  void** buffers =
+      pcp_diloco_job_calloc(job, job->table.count + 1, sizeof(void*));
   if (!job->parameters || !job->tensor_elements || !job->scratch || !buffers ||
       (bf16 && !job->wire_parameters)) {
     pcp_diloco_job_free(job, buffers);
@@ -672,7 +674,8 @@ static pcp_status_t inner_resume_load(job_t* job, json_t* inner,
                            "checkpoint expects %zu bytes, %s",
                            path, length, got, bytes, want);
   }
-  job->inner_resume_steps = pcp_diloco_job_calloc(job, count + 1, sizeof(uint64_t));
+  job->inner_resume_steps =
+      pcp_diloco_job_calloc(job, count + 1, sizeof(uint64_t));
   if (!job->inner_resume_steps) {
     pcp_allocator_free(pcp_allocator_system(), data);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inner steps");
@@ -809,7 +812,8 @@ static pcp_status_t job_resume(job_t* job) {
 // Writes the masters in the model's dtype (bf16 rounded to nearest even)
 // as |path|, named as the table names them.
 static pcp_status_t weights_save(job_t* job, const char* path) {
-  const void** buffers = pcp_diloco_job_calloc(job, job->table.count + 1, sizeof(void*));
+  const void** buffers =
+      pcp_diloco_job_calloc(job, job->table.count + 1, sizeof(void*));
   if (!buffers) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "export buffers");
   }
@@ -1182,8 +1186,10 @@ pcp_status_t pcp_diloco_job_evaluate(job_t* job, const char* worker_id,
     pcp_diloco_bf16_quantize(job->parameters, job->parameter_count,
                              job->wire_parameters);
   }
-  pcp_proto_section_t* inputs = pcp_diloco_job_calloc(job, n + 2, sizeof(*inputs));
-  pcp_fabric_task_t** tasks = pcp_diloco_job_calloc(job, batches, sizeof(*tasks));
+  pcp_proto_section_t* inputs =
+      pcp_diloco_job_calloc(job, n + 2, sizeof(*inputs));
+  pcp_fabric_task_t** tasks =
+      pcp_diloco_job_calloc(job, batches, sizeof(*tasks));
   if (!inputs || !tasks) {
     pcp_diloco_job_free(job, inputs);
     pcp_diloco_job_free(job, tasks);
@@ -1391,7 +1397,8 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
                           job->outer_step, job->seed, plan);
   for (uint32_t k = 0; k < w && !status; ++k) {
     round_task_t* task = &round->tasks[k];
-    task->tokens = pcp_diloco_job_malloc(job, 2 * tau * per_step * sizeof(int32_t));
+    task->tokens =
+        pcp_diloco_job_malloc(job, 2 * tau * per_step * sizeof(int32_t));
     if (!task->tokens) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "batches");
       break;
@@ -1549,13 +1556,19 @@ static pcp_status_t moments_copy(job_t* job, round_task_t** tasks,
                                  float* const* vectors, bool* failed) {
   size_t n = job->table.count;
   size_t N = job->parameter_count;
-  char (*names)[24] = pcp_diloco_job_calloc(job, 2 * n + 1, sizeof(*names));
-  pcp_proto_section_t* sections = pcp_diloco_job_calloc(job, n + 1, sizeof(*sections));
-  pcp_proto_tensor_ref_t* refs = pcp_diloco_job_calloc(job, n + 1, sizeof(*refs));
-  pcp_proto_keep_resident_t* keep = pcp_diloco_job_calloc(job, n + 1, sizeof(*keep));
-  pcp_fabric_task_t** handles = pcp_diloco_job_calloc(job, 2 * (size_t)count + 1, sizeof(*handles));
+  char(*names)[24] = pcp_diloco_job_calloc(job, 2 * n + 1, sizeof(*names));
+  pcp_proto_section_t* sections =
+      pcp_diloco_job_calloc(job, n + 1, sizeof(*sections));
+  pcp_proto_tensor_ref_t* refs =
+      pcp_diloco_job_calloc(job, n + 1, sizeof(*refs));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, n + 1, sizeof(*keep));
+  pcp_fabric_task_t** handles =
+      pcp_diloco_job_calloc(job, 2 * (size_t)count + 1, sizeof(*handles));
   if (!names || !sections || !refs || !keep || !handles) {
-    pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, sections), pcp_diloco_job_free(job, refs), pcp_diloco_job_free(job, keep), pcp_diloco_job_free(job, handles);
+    pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, sections),
+        pcp_diloco_job_free(job, refs), pcp_diloco_job_free(job, keep),
+        pcp_diloco_job_free(job, handles);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "moment copies");
   }
   for (size_t i = 0; i < n; ++i) {
@@ -1649,7 +1662,9 @@ static pcp_status_t moments_copy(job_t* job, round_task_t** tasks,
   for (uint32_t h = 0; h < 2 * count; ++h) {
     pcp_fabric_task_release(handles[h]);
   }
-  pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, sections), pcp_diloco_job_free(job, refs), pcp_diloco_job_free(job, keep), pcp_diloco_job_free(job, handles);
+  pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, sections),
+      pcp_diloco_job_free(job, refs), pcp_diloco_job_free(job, keep),
+      pcp_diloco_job_free(job, handles);
   if (!status && stopped) {
     status = pcp_make_status(PCP_STATUS_CANCELLED,
                              "training stopped while moving inner state");
@@ -1727,8 +1742,9 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   // Sections: n parameters (shared), then per task [step +] lr + ids +
   // targets.
   size_t per_task = keep ? 4 : 3;
-  round->sections = pcp_diloco_job_calloc(job, n + per_task * (size_t)round->count + 1,
-                           sizeof(pcp_proto_section_t));
+  round->sections =
+      pcp_diloco_job_calloc(job, n + per_task * (size_t)round->count + 1,
+                            sizeof(pcp_proto_section_t));
   if (!round->sections) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "sections");
   }
@@ -1751,13 +1767,15 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   }
   size_t tau = batches_per_round(job);
   size_t per_step = (size_t)(job->spec.batch * job->spec.block_size);
-  char (*names)[24] = keep ? pcp_diloco_job_calloc(job, 2 * n + 1, sizeof(*names)) : NULL;
+  char(*names)[24] =
+      keep ? pcp_diloco_job_calloc(job, 2 * n + 1, sizeof(*names)) : NULL;
   pcp_proto_tensor_ref_t* refs =
       keep ? pcp_diloco_job_calloc(job, 3 * n + per_task, sizeof(*refs)) : NULL;
   pcp_proto_keep_resident_t* kept =
       keep ? pcp_diloco_job_calloc(job, 2 * n + 1, sizeof(*kept)) : NULL;
   if (keep && (!names || !refs || !kept)) {
-    pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, refs), pcp_diloco_job_free(job, kept);
+    pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, refs),
+        pcp_diloco_job_free(job, kept);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task refs");
   }
   for (size_t i = 0; keep && i < n; ++i) {
@@ -1808,9 +1826,11 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
                      : (const void*)(t->tokens + (size_t)j * tau * per_step);
     }
     // Argument order: parameters, [m, v, step,] lr, ids, targets.
-    pcp_proto_section_t* inputs = pcp_diloco_job_calloc(job, n + per_task, sizeof(*inputs));
+    pcp_proto_section_t* inputs =
+        pcp_diloco_job_calloc(job, n + per_task, sizeof(*inputs));
     if (!inputs) {
-      pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, refs), pcp_diloco_job_free(job, kept);
+      pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, refs),
+          pcp_diloco_job_free(job, kept);
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task inputs");
     }
     // The task params copy the section array (struct array copied, data
@@ -1862,7 +1882,8 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
       }
     }
   }
-  pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, refs), pcp_diloco_job_free(job, kept);
+  pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, refs),
+      pcp_diloco_job_free(job, kept);
   return pcp_ok_status();
 }
 

@@ -434,9 +434,12 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
   job_t* job = st->job;
   size_t n = job->table.count;
   uint32_t B = (uint32_t)job->spec.batch, T = (uint32_t)job->spec.block_size;
-  pcp_proto_tensor_ref_t* refs = pcp_diloco_job_calloc(job, 3 * n + 4, sizeof(*refs));
-  pcp_proto_section_t* sections = pcp_diloco_job_calloc(job, 3 * n + 4, sizeof(*sections));
-  pcp_proto_keep_resident_t* keep = pcp_diloco_job_calloc(job, 3 * n, sizeof(*keep));
+  pcp_proto_tensor_ref_t* refs =
+      pcp_diloco_job_calloc(job, 3 * n + 4, sizeof(*refs));
+  pcp_proto_section_t* sections =
+      pcp_diloco_job_calloc(job, 3 * n + 4, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, 3 * n, sizeof(*keep));
   if (!refs || !sections || !keep) {
     pcp_diloco_job_free(job, refs);
     pcp_diloco_job_free(job, sections);
@@ -551,8 +554,10 @@ static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
     ++count;
   }
   masters_round(st, fragment);
-  pcp_proto_section_t* sections = pcp_diloco_job_calloc(job, count + 1, sizeof(*sections));
-  pcp_proto_keep_resident_t* keep = pcp_diloco_job_calloc(job, 4 * count + 1, sizeof(*keep));
+  pcp_proto_section_t* sections =
+      pcp_diloco_job_calloc(job, count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, 4 * count + 1, sizeof(*keep));
   if (!sections || !keep) {
     pcp_diloco_job_free(job, sections);
     pcp_diloco_job_free(job, keep);
@@ -592,9 +597,12 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
   for (size_t i = fragment; i < job->table.count; i += P) {
     ++count;
   }
-  pcp_proto_tensor_ref_t* refs = pcp_diloco_job_calloc(job, 2 * count + 1, sizeof(*refs));
-  pcp_proto_section_t* sections = pcp_diloco_job_calloc(job, 2 * count + 1, sizeof(*sections));
-  pcp_proto_keep_resident_t* keep = pcp_diloco_job_calloc(job, 2 * count, sizeof(*keep));
+  pcp_proto_tensor_ref_t* refs =
+      pcp_diloco_job_calloc(job, 2 * count + 1, sizeof(*refs));
+  pcp_proto_section_t* sections =
+      pcp_diloco_job_calloc(job, 2 * count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, 2 * count, sizeof(*keep));
   if (!refs || !sections || !keep) {
     pcp_diloco_job_free(job, refs);
     pcp_diloco_job_free(job, sections);
@@ -761,10 +769,14 @@ static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
   for (size_t i = fragment; i < job->table.count; i += P) {
     ++count;
   }
-  pcp_proto_tensor_ref_t* refs = pcp_diloco_job_calloc(job, count + 1, sizeof(*refs));
-  pcp_proto_section_t* sections = pcp_diloco_job_calloc(job, count + 1, sizeof(*sections));
-  pcp_proto_keep_resident_t* keep = pcp_diloco_job_calloc(job, count + 1, sizeof(*keep));
-  uint32_t* slots = pcp_diloco_job_calloc(job, st->worker_count + 1, sizeof(*slots));
+  pcp_proto_tensor_ref_t* refs =
+      pcp_diloco_job_calloc(job, count + 1, sizeof(*refs));
+  pcp_proto_section_t* sections =
+      pcp_diloco_job_calloc(job, count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, count + 1, sizeof(*keep));
+  uint32_t* slots =
+      pcp_diloco_job_calloc(job, st->worker_count + 1, sizeof(*slots));
   if (!refs || !sections || !keep || !slots) {
     pcp_diloco_job_free(job, refs);
     pcp_diloco_job_free(job, sections);
@@ -779,7 +791,8 @@ static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
   const char* function = st->bf16_params && !low ? "copy_moments" : "copy";
   uint16_t* narrow = NULL;
   if (low && upload) {
-    narrow = pcp_diloco_job_calloc(job, (size_t)st->worker_count * N + 1, sizeof(uint16_t));
+    narrow = pcp_diloco_job_calloc(job, (size_t)st->worker_count * N + 1,
+                                   sizeof(uint16_t));
     if (!narrow) {
       pcp_diloco_job_free(job, refs);
       pcp_diloco_job_free(job, sections);
@@ -1177,8 +1190,10 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
         stream_resume_load(&st, &loop, &resume_state, &resume_workers));
   }
   st.sync_total = (uint64_t)st.schedule.fragments * st.schedule.max_rounds;
-  st.names = pcp_diloco_job_calloc(job, 4 * job->table.count, sizeof(*st.names));
-  st.zeros = pcp_diloco_job_calloc(job, job->parameter_count + 1, sizeof(float));
+  st.names =
+      pcp_diloco_job_calloc(job, 4 * job->table.count, sizeof(*st.names));
+  st.zeros =
+      pcp_diloco_job_calloc(job, job->parameter_count + 1, sizeof(float));
   if (!st.names || !st.zeros) {
     pcp_diloco_job_free(job, st.names);
     pcp_diloco_job_free(job, st.zeros);
@@ -1197,7 +1212,8 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
   // WORKER_GRACE_MS for the checkpoint's worker count of its kind, then
   // goes on with those there (the others' state is dropped, as a worker
   // lost mid-run).
-  pcp_fabric_worker_info_t* infos = pcp_diloco_job_calloc(job, MAX_ROUND_WORKERS, sizeof(*infos));
+  pcp_fabric_worker_info_t* infos =
+      pcp_diloco_job_calloc(job, MAX_ROUND_WORKERS, sizeof(*infos));
   int64_t wait_start = pcp_clock_now_ns(o->clock);
   // Session ids of this run only: a restarted gateway's must not meet what
   // a worker may still hold of the dead one's.
@@ -1285,7 +1301,8 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       snprintf(storage[k], sizeof(storage[k]), "shard-%04u", k);
       names[k] = storage[k];
     }
-    pcp_data_assignment_t* plan = pcp_diloco_job_calloc(job, st.shard_count, sizeof(*plan));
+    pcp_data_assignment_t* plan =
+        pcp_diloco_job_calloc(job, st.shard_count, sizeof(*plan));
     status = plan ? pcp_data_shard_plan(job->dataset, job->train_range,
                                         (uint32_t)job->spec.block_size, names,
                                         st.shard_count, 0, job->seed, plan)
@@ -1324,7 +1341,9 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       }
       size_t rows = (size_t)job->accumulation *
                     (size_t)(job->spec.batch * job->spec.block_size);
-      w->tokens = status ? NULL : pcp_diloco_job_malloc(job, 2 * rows * sizeof(int32_t));
+      w->tokens = status
+                      ? NULL
+                      : pcp_diloco_job_malloc(job, 2 * rows * sizeof(int32_t));
       if (!status && job->data_type == PCP_ELEMENT_TYPE_I64) {
         w->tokens64 = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int64_t));
         if (!w->tokens64) {
