@@ -716,7 +716,7 @@ static bool cache_lookup(const char* dir, const char* key,
   status = pcp_file_read_all(vmfb_path, (size_t)4 << 30, &data, &length);
   if (status) {
     pcp_status_ignore(status);
-    free(meta);
+    pcp_allocator_free(pcp_allocator_system(), meta);
     return false;
   }
   pcp_sha256_t digest;
@@ -725,9 +725,9 @@ static bool cache_lookup(const char* dir, const char* key,
   pcp_sha256_to_hex(&digest, hex);
   bool ok = meta_length >= PCP_SHA256_HEX_LENGTH &&
             memcmp(meta, hex, PCP_SHA256_HEX_LENGTH) == 0;
-  free(meta);
+  pcp_allocator_free(pcp_allocator_system(), meta);
   if (!ok) {
-    free(data);
+    pcp_allocator_free(pcp_allocator_system(), data);
     return false;
   }
   result->vmfb = data;
@@ -1066,7 +1066,7 @@ pcp_status_t pcp_compile_module(const pcp_compile_request_t* request,
     size_t length = 0;
     status = pcp_file_read_all(output_path, (size_t)4 << 30, &data, &length);
     if (!status && length == 0) {
-      free(data);
+      pcp_allocator_free(pcp_allocator_system(), data);
       status = pcp_make_status(PCP_STATUS_INTERNAL, "iree-compile wrote an empty VMFB");
     } else if (!status) {
       out_result->vmfb = data;
@@ -1086,7 +1086,7 @@ pcp_status_t pcp_compile_module(const pcp_compile_request_t* request,
 }
 
 void pcp_compile_result_deinitialize(pcp_compile_result_t* result) {
-  free(result->vmfb);
+  pcp_allocator_free(pcp_allocator_system(), result->vmfb);
   result->vmfb = NULL;
   result->vmfb_byte_length = 0;
 }

@@ -109,7 +109,7 @@ pcp_status_t pcp_http_error_json_format(const char* code, const char* message,
                            "out of memory building an error body");
   }
   pcp_status_t status = pcp_string_builder_append_cstring(builder, text);
-  free(text);
+  pcp_libc_free(text);
   return status;
 }
 

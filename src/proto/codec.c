@@ -982,7 +982,7 @@ pcp_status_t pcp_proto_frame_encode(uint16_t version, uint16_t type,
   }
   size_t json_length = strlen(text);
   if (json_length > limits->max_json_bytes) {
-    free(text);
+    pcp_libc_free(text);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "fabric frame: JSON part of %zu bytes exceeds %u",
                            json_length, limits->max_json_bytes);
@@ -993,7 +993,7 @@ pcp_status_t pcp_proto_frame_encode(uint16_t version, uint16_t type,
   uint64_t payload_length = data_area + data_length;
   uint64_t total = PCP_PROTO_HEADER_BYTE_LENGTH + payload_length;
   if (total > limits->max_frame_bytes) {
-    free(text);
+    pcp_libc_free(text);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "fabric frame: %llu bytes exceed the frame limit "
                            "%llu",
@@ -1010,7 +1010,7 @@ pcp_status_t pcp_proto_frame_encode(uint16_t version, uint16_t type,
         allocator, segment_capacity * sizeof(pcp_proto_iovec_t), &segments);
   }
   if (status) {
-    free(text);
+    pcp_libc_free(text);
     pcp_allocator_free(allocator, head);
     return status;
   }
@@ -1029,7 +1029,7 @@ pcp_status_t pcp_proto_frame_encode(uint16_t version, uint16_t type,
   // The JSON part is length-prefixed, never NUL-terminated on the wire.
   // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
   memcpy(payload + PCP_PROTO_PAYLOAD_PREFIX_BYTE_LENGTH, text, json_length);
-  free(text);
+  pcp_libc_free(text);
 
   pcp_proto_iovec_t* iov = segments;
   size_t n = 0;

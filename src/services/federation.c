@@ -92,9 +92,12 @@ static uint32_t worker_groups_query(pcp_services_t* g, worker_group_t* groups,
   if (!g->fabric) {
     return 0;
   }
-  pcp_fabric_worker_info_t* infos =
-      calloc(PCP_SERVICES_MAX_LISTED_WORKERS, sizeof(*infos));
-  if (!infos) {
+  pcp_fabric_worker_info_t* infos = NULL;
+  pcp_status_t status = pcp_allocator_calloc(
+      g->allocator, PCP_SERVICES_MAX_LISTED_WORKERS * sizeof(*infos),
+      (void**)&infos);
+  if (status) {
+    pcp_status_ignore(status);
     return 0;
   }
   uint32_t count = pcp_fabric_worker_list(
@@ -128,7 +131,7 @@ static uint32_t worker_groups_query(pcp_services_t* g, worker_group_t* groups,
       ++groups[k].available;
     }
   }
-  free(infos);
+  pcp_allocator_free(g->allocator, infos);
   return group_count;
 }
 
@@ -366,7 +369,7 @@ static pcp_status_t connect_once(pcp_services_federation_t* f,
   };
   pcp_http_client_response_t response;
   pcp_status_t status = pcp_http_client_send(client, &request, &response);
-  free(text);
+  pcp_libc_free(text);
   if (status) {
     return pcp_status_annotate_f(status, "POST %s", url);
   }
@@ -550,10 +553,10 @@ bool pcp_services_federation_scope(const pcp_services_t* g,
 
 pcp_status_t pcp_services_federation_create(pcp_services_t* g) {
   const pcp_services_config_t* c = &g->config;
-  pcp_services_federation_t* f = calloc(1, sizeof(*f));
-  if (!f) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "federation state");
-  }
+  pcp_services_federation_t* f = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(g->allocator, sizeof(*f), (void**)&f),
+      "federation state");
   f->g = g;
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
@@ -585,10 +588,11 @@ pcp_status_t pcp_services_federation_create(pcp_services_t* g) {
     while (n > 0 && upstream[n - 1] == '/') {
       --n;
     }
-    f->upstream = strndup(upstream, n);
-    if (!f->upstream) {
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "upstream");
-    }
+    PCP_RETURN_IF_ERROR(
+        pcp_allocator_malloc(g->allocator, n + 1, (void**)&f->upstream),
+        "upstream");
+    memcpy(f->upstream, upstream, n);
+    f->upstream[n] = '\0';
   }
   const char* advertise =
       c->federation_present ? c->federation_advertise_url : NULL;
@@ -604,10 +608,8 @@ pcp_status_t pcp_services_federation_create(pcp_services_t* g) {
   const char* env = c->federation_token_env;
   const char* token = env ? getenv(env) : NULL;
   if (token && token[0]) {
-    f->token = strdup(token);
-    if (!f->token) {
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "token");
-    }
+    PCP_RETURN_IF_ERROR(pcp_allocator_strdup(g->allocator, token, &f->token),
+                        "token");
   } else if (f->enabled) {
     // The hub will most likely refuse us; say why here, once.
     PCP_LOG(PCP_LOG_WARN, &g->log,
@@ -684,11 +686,11 @@ void pcp_services_federation_stop(pcp_services_t* g) {
   g->federation = NULL;
   json_decref(f->peers);
   json_decref(f->self);
-  free(f->upstream);
-  free(f->token);
+  pcp_allocator_free(g->allocator, f->upstream);
+  pcp_allocator_free(g->allocator, f->token);
   pthread_cond_destroy(&f->cv);
   pthread_mutex_destroy(&f->mu);
-  free(f);
+  pcp_allocator_free(g->allocator, f);
 }
 
 //===----------------------------------------------------------------------===//

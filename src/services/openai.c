@@ -43,6 +43,6 @@ pcp_status_t pcp_services_openai_sse_json_send(pcp_http_sse_stream_t* stream,
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "event body");
   }
   pcp_status_t status = pcp_http_sse_stream_send(stream, NULL, event, text);
-  free(text);
+  pcp_libc_free(text);
   return status;
 }

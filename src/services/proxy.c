@@ -70,6 +70,7 @@ static pcp_status_t bad_request(pcp_http_response_t* response,
 //===----------------------------------------------------------------------===//
 
 typedef struct proxy_call_t {
+  pcp_allocator_t allocator;  // of |body| and of this call
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int refs;  // the handler and the thread
@@ -108,8 +109,9 @@ static void call_release(proxy_call_t* c) {
   pcp_http_sse_stream_release(c->sse);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
-  free(c->body);
-  free(c);
+  pcp_allocator_t allocator = c->allocator;
+  pcp_allocator_free(allocator, c->body);
+  pcp_allocator_free(allocator, c);
   atomic_fetch_sub(&g_proxy_calls, 1);
 }
 
@@ -269,7 +271,8 @@ static void* call_thread(void* arg) {
 // it); NULL relays it as it is.
 typedef json_t* (*wrap_fn_t)(void* user_data, json_t* completion);
 
-static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
+static pcp_status_t proxy_run_waiting(pcp_allocator_t allocator,
+                                      const pcp_http_request_t* request,
                                       pcp_http_response_t* response,
                                       const char* url, char* body,
                                       char* first_event, wrap_fn_t wrap,
@@ -277,8 +280,9 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
 
 // Runs one call to |url| with |body| (taken) and answers |response|.
 // |first_event| (taken; may be NULL) is sent before the downstream events
-// when the answer is streamed.
-static pcp_status_t proxy_run(const pcp_http_request_t* request,
+// when the answer is streamed. Both come from |allocator|.
+static pcp_status_t proxy_run(pcp_allocator_t allocator,
+                              const pcp_http_request_t* request,
                               pcp_http_response_t* response, const char* url,
                               char* body, char* first_event, wrap_fn_t wrap,
                               void* wrap_data) {
@@ -286,42 +290,45 @@ static pcp_status_t proxy_run(const pcp_http_request_t* request,
   // downstreams would hold every HTTP thread of the gateway.
   if (atomic_fetch_add(&g_proxy_waiting, 1) >= PROXY_MAX_WAITING) {
     atomic_fetch_sub(&g_proxy_waiting, 1);
-    free(body);
-    free(first_event);
+    pcp_allocator_free(allocator, body);
+    pcp_allocator_free(allocator, first_event);
     return pcp_services_openai_error_reply(
         response, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
         "too many proxied inference calls waiting on their "
         "inference service at once (%d); retry later",
         PROXY_MAX_WAITING);
   }
-  pcp_status_t status = proxy_run_waiting(request, response, url, body,
-                                          first_event, wrap, wrap_data);
+  pcp_status_t status = proxy_run_waiting(allocator, request, response, url,
+                                          body, first_event, wrap, wrap_data);
   atomic_fetch_sub(&g_proxy_waiting, 1);
   return status;
 }
 
-static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
+static pcp_status_t proxy_run_waiting(pcp_allocator_t allocator,
+                                      const pcp_http_request_t* request,
                                       pcp_http_response_t* response,
                                       const char* url, char* body,
                                       char* first_event, wrap_fn_t wrap,
                                       void* wrap_data) {
   if (atomic_fetch_add(&g_proxy_calls, 1) >= PROXY_MAX_CALLS) {
     atomic_fetch_sub(&g_proxy_calls, 1);
-    free(body);
-    free(first_event);
+    pcp_allocator_free(allocator, body);
+    pcp_allocator_free(allocator, first_event);
     return pcp_services_openai_error_reply(
         response, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
         "too many proxied inference calls at once (%d); retry "
         "later",
         PROXY_MAX_CALLS);
   }
-  proxy_call_t* c = calloc(1, sizeof(*c));
-  if (!c) {
+  proxy_call_t* c = NULL;
+  pcp_status_t status = pcp_allocator_calloc(allocator, sizeof(*c), (void**)&c);
+  if (status) {
     atomic_fetch_sub(&g_proxy_calls, 1);
-    free(body);
-    free(first_event);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "proxy call");
+    pcp_allocator_free(allocator, body);
+    pcp_allocator_free(allocator, first_event);
+    return pcp_status_annotate_f(status, "proxy call");
   }
+  c->allocator = allocator;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   c->refs = 2;
@@ -345,7 +352,7 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
     pthread_attr_destroy(&attr);
     c->refs = 1;
     call_release(c);
-    free(first_event);
+    pcp_allocator_free(allocator, first_event);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "proxy thread");
   }
   pthread_attr_destroy(&attr);
@@ -359,18 +366,17 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
       pthread_cond_broadcast(&c->cv);
       pthread_mutex_unlock(&c->mu);
       call_release(c);
-      free(first_event);
+      pcp_allocator_free(allocator, first_event);
       return pcp_make_status(PCP_STATUS_CANCELLED,
                              "the client closed the connection");
     }
   }
-  pcp_status_t status = pcp_ok_status();
   if (!c->head) {
     char text[640];
     snprintf(text, sizeof(text), "%s", c->error_text);
     pthread_mutex_unlock(&c->mu);
     call_release(c);
-    free(first_event);
+    pcp_allocator_free(allocator, first_event);
     return pcp_services_openai_error_reply(
         response, 502, "bad_gateway", NULL, "service_proxy_failed",
         "inference service at %s did not answer: %s", url, text);
@@ -388,10 +394,10 @@ static pcp_status_t proxy_run_waiting(const pcp_http_request_t* request,
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     call_release(c);
-    free(first_event);
+    pcp_allocator_free(allocator, first_event);
     return status;
   }
-  free(first_event);
+  pcp_allocator_free(allocator, first_event);
   // Not streamed: the thread collects the (bounded) body.
   c->go = true;
   pthread_cond_broadcast(&c->cv);
@@ -505,17 +511,17 @@ pcp_status_t pcp_services_inference_proxy_post(
         "no inference service with a base_url is registered "
         "(POST /v1/services/register)");
   }
-  char* copy = malloc(body.size + 1);
-  if (!copy) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "body");
-  }
+  char* copy = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_malloc(g->allocator, body.size + 1, (void**)&copy), "body");
   memcpy(copy, body.data, body.size);
   copy[body.size] = 0;
   if (strlen(copy) != body.size) {
-    free(copy);
+    pcp_allocator_free(g->allocator, copy);
     return bad_request(response, "body", "must not contain NUL bytes");
   }
-  return proxy_run(request, response, url, copy, NULL, NULL, NULL);
+  return proxy_run(g->allocator, request, response, url, copy, NULL, NULL,
+                   NULL);
 }
 
 //===----------------------------------------------------------------------===//
@@ -548,7 +554,7 @@ static json_t* context_lines(json_t* result) {
         json_sprintf("entity %s (%s) \"%s\" %s", item_string(e, "entity_id"),
                      item_string(e, "entity_type"),
                      item_string(e, "display_name"), props ? props : "{}"));
-    free(props);
+    pcp_libc_free(props);
   }
   json_array_foreach(json_object_get(result, "relations"), i, e) {
     json_array_append_new(lines, json_sprintf("relation %s -%s-> %s",
@@ -564,16 +570,36 @@ static json_t* context_lines(json_t* result) {
                                        item_string(e, "observation_type"),
                                        item_string(e, "subject_entity_id"),
                                        payload ? payload : "null"));
-    free(payload);
+    pcp_libc_free(payload);
   }
   return lines;
 }
 
-// The system message with the first |k| of |lines| (a note when k < n).
-static char* context_text(json_t* lines, size_t k) {
+// |value| as compact JSON text in memory from |allocator| (what proxy_run
+// takes); NULL when it cannot be encoded or allocated.
+static char* dumps(pcp_allocator_t allocator, const json_t* value) {
+  size_t size = json_dumpb(value, NULL, 0, JSON_COMPACT);
+  char* text = NULL;
+  if (size == 0) {
+    return NULL;
+  }
+  pcp_status_t status =
+      pcp_allocator_malloc(allocator, size + 1, (void**)&text);
+  if (status) {
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  json_dumpb(value, text, size, JSON_COMPACT);
+  text[size] = '\0';
+  return text;
+}
+
+// The system message with the first |k| of |lines| (a note when k < n), from
+// |allocator|.
+static char* context_text(pcp_allocator_t allocator, json_t* lines, size_t k) {
   size_t n = json_array_size(lines);
   pcp_string_builder_t b;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &b);
+  pcp_string_builder_initialize(allocator, 0, &b);
   pcp_status_t status =
       pcp_string_builder_append(&b, pcp_make_cstring_view(kContextHeader));
   for (size_t i = 0; !status && i < k; ++i) {
@@ -592,7 +618,7 @@ static char* context_text(json_t* lines, size_t k) {
   }
   char* text = NULL;
   if (!status) {
-    text = strndup(b.data ? b.data : "", b.size);
+    status = pcp_string_builder_take(&b, &text);
   }
   pcp_status_ignore(status);
   pcp_string_builder_deinitialize(&b);
@@ -660,10 +686,10 @@ static pcp_status_t fit_tokens(pcp_services_t* g, const char* model,
                                int64_t max_tokens, size_t* out_k,
                                int64_t* out_tokens, int64_t* out_window) {
   size_t count = json_array_size(messages);
-  pcp_infer_message_t* m = calloc(count + 1, sizeof(*m));
-  if (!m) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "messages");
-  }
+  pcp_infer_message_t* m = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(g->allocator, (count + 1) * sizeof(*m), (void**)&m),
+      "messages");
   for (size_t i = 0; i < count; ++i) {
     json_t* message = json_array_get(messages, i);
     json_t* role = json_object_get(message, "role");
@@ -684,7 +710,7 @@ static pcp_status_t fit_tokens(pcp_services_t* g, const char* model,
   // Invariant: lo fits (or is 0); every k > hi does not.
   while (!status) {
     size_t k = lo == hi ? lo : lo + (hi - lo + 1) / 2;
-    char* text = context_text(lines, k);
+    char* text = context_text(g->allocator, lines, k);
     if (!text) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "context");
       break;
@@ -692,7 +718,7 @@ static pcp_status_t fit_tokens(pcp_services_t* g, const char* model,
     m[0].content = pcp_make_cstring_view(text);
     int64_t n = 0;
     status = pcp_infer_prompt_tokens_count(g->infer, &params, &n, &window);
-    free(text);
+    pcp_allocator_free(g->allocator, text);
     if (status) {
       break;
     }
@@ -708,7 +734,7 @@ static pcp_status_t fit_tokens(pcp_services_t* g, const char* model,
       hi = k - 1;
     }
   }
-  free(m);
+  pcp_allocator_free(g->allocator, m);
   *out_k = lo;
   *out_tokens = tokens;
   *out_window = window;
@@ -878,7 +904,7 @@ pcp_status_t pcp_services_query_infer_post(void* user_data,
     return reply;
   }
   query_answer_t answer = {.graph_query = graph_json,
-                           .prompt = context_text(lines, k),
+                           .prompt = context_text(g->allocator, lines, k),
                            .truncated = k < n};
   answer.stats = json_pack(
       "{s:s, s:I, s:I, s:o, s:o, s:I}", "target", target, "items_total",
@@ -901,7 +927,7 @@ pcp_status_t pcp_services_query_infer_post(void* user_data,
     json_object_set_new(downstream, "stream_options",
                         json_pack("{s:b}", "include_usage", 1));
   }
-  char* text = json_dumps(downstream, JSON_COMPACT);
+  char* text = dumps(g->allocator, downstream);
   json_decref(downstream);
   json_decref(body);
   char* first = NULL;
@@ -911,23 +937,23 @@ pcp_status_t pcp_services_query_infer_post(void* user_data,
                   "graph_query", answer.graph_query, "graph_context_prompt",
                   answer.prompt ? answer.prompt : "", "graph_context_truncated",
                   answer.truncated, "graph_context", answer.stats);
-    first = event ? json_dumps(event, JSON_COMPACT) : NULL;
+    first = event ? dumps(g->allocator, event) : NULL;
     json_decref(event);
   }
   if (!text || !answer.prompt || (streamed && !first)) {
-    free(text);
-    free(first);
+    pcp_allocator_free(g->allocator, text);
+    pcp_allocator_free(g->allocator, first);
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "request");
   } else if (strlen(text) > PROXY_MAX_REQUEST_BYTES) {
-    free(text);
-    free(first);
+    pcp_allocator_free(g->allocator, text);
+    pcp_allocator_free(g->allocator, first);
     status = bad_request(response, "inference.messages",
                          "longer than 2 MiB with the graph context");
   } else {
-    status =
-        proxy_run(request, response, url, text, first, query_wrap, &answer);
+    status = proxy_run(g->allocator, request, response, url, text, first,
+                       query_wrap, &answer);
   }
-  free(answer.prompt);
+  pcp_allocator_free(g->allocator, answer.prompt);
   json_decref(answer.graph_query);
   json_decref(answer.stats);
   return status;

@@ -437,7 +437,7 @@ static pcp_status_t hub_post(pcp_services_t* g, pcp_http_client_t* client,
                                        .body = text,
                                        .body_length = strlen(text)};
   pcp_status_t status = pcp_http_client_send(client, &request, out_answer);
-  free(text);
+  pcp_libc_free(text);
   PCP_RETURN_IF_ERROR(status, "POST %s", url);
   return pcp_ok_status();
 }

@@ -129,23 +129,24 @@ pcp_status_t pcp_services_replication_policy_update(
 }
 
 json_t* pcp_services_replication_item_json(const pcp_store_mutation_t* m) {
-  char* payload =
-      m->payload ? json_dumps(m->payload, JSON_COMPACT) : strdup("{}");
+  // An absent payload or provenance reads "{}"; only json_dumps allocates.
+  char* payload = m->payload ? json_dumps(m->payload, JSON_COMPACT) : NULL;
   char* provenance =
-      m->provenance ? json_dumps(m->provenance, JSON_COMPACT) : strdup("{}");
+      m->provenance ? json_dumps(m->provenance, JSON_COMPACT) : NULL;
   json_t* item = NULL;
-  if (payload && provenance) {
+  if ((payload || !m->payload) && (provenance || !m->provenance)) {
     item = json_pack(
         "{s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I}", "sequence_no",
         (json_int_t)m->sequence_no, "mutation_id", m->mutation_id,
         "namespace_id", m->namespace_id, "mutation_type",
         pcp_store_mutation_type_name(m->mutation_type), "target_id",
-        m->target_id, "payload_json", payload, "visibility",
-        pcp_store_visibility_name(m->visibility), "provenance_json", provenance,
-        "timestamp_ns", (json_int_t)m->timestamp_ns);
+        m->target_id, "payload_json", payload ? payload : "{}", "visibility",
+        pcp_store_visibility_name(m->visibility), "provenance_json",
+        provenance ? provenance : "{}", "timestamp_ns",
+        (json_int_t)m->timestamp_ns);
   }
-  free(payload);
-  free(provenance);
+  pcp_libc_free(payload);
+  pcp_libc_free(provenance);
   return item;
 }
 

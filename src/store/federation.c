@@ -85,7 +85,7 @@ pcp_status_t pcp_store_federation_gateway_put(pcp_store_t* store,
     sqlite3_clear_bindings(stmt);
   }
   pcp_store_unlock(store);
-  free(text);
+  pcp_allocator_free(pcp_allocator_system(), text);
   return status;
 }
 
@@ -240,7 +240,7 @@ pcp_status_t pcp_store_global_job_create(pcp_store_t* store, const char* kind,
     sqlite3_clear_bindings(stmt);
   }
   pcp_store_unlock(store);
-  free(text);
+  pcp_allocator_free(pcp_allocator_system(), text);
   return status;
 }
 
@@ -296,7 +296,7 @@ pcp_status_t pcp_store_global_job_update(pcp_store_t* store, int64_t number,
                              (long long)number);
   }
   pcp_store_unlock(store);
-  free(text);
+  pcp_allocator_free(pcp_allocator_system(), text);
   return status;
 }
 
@@ -507,7 +507,7 @@ pcp_status_t pcp_store_federation_policy_put(pcp_store_t* store,
     sqlite3_clear_bindings(stmt);
   }
   pcp_store_unlock(store);
-  free(text);
+  pcp_allocator_free(pcp_allocator_system(), text);
   return status;
 }
 

@@ -227,8 +227,8 @@ typedef struct encoded_json_t {
 } encoded_json_t;
 
 static void encoded_json_free(encoded_json_t* encoded) {
-  free(encoded->first);
-  free(encoded->second);
+  pcp_allocator_free(pcp_allocator_system(), encoded->first);
+  pcp_allocator_free(pcp_allocator_system(), encoded->second);
 }
 
 static pcp_status_t entity_upsert_locked(pcp_store_t* store,
@@ -872,8 +872,8 @@ static pcp_status_t mutation_validate(pcp_store_t* store,
 }
 
 static void encoded_mutation_free(encoded_mutation_t* encoded) {
-  free(encoded->payload);
-  free(encoded->provenance);
+  pcp_allocator_free(pcp_allocator_system(), encoded->payload);
+  pcp_allocator_free(pcp_allocator_system(), encoded->provenance);
 }
 
 // Finds a record by mutation_id: *out_sequence_no 0 when absent.

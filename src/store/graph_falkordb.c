@@ -799,8 +799,8 @@ static pcp_status_t statement_build(pcp_store_t* store,
       break;
   }
   cypher_raw(b, kMetaSet);
-  free(properties);
-  free(provenance);
+  pcp_allocator_free(pcp_allocator_system(), properties);
+  pcp_allocator_free(pcp_allocator_system(), provenance);
   json_decref(empty);
   if (!status && out->params.status)
     status = pcp_status_clone(out->params.status);

@@ -213,7 +213,7 @@ static pcp_status_t event_insert_json(pcp_store_t* store, const char* job_id,
     status = event_insert(store, job_id, type, from_state, to_state, text,
                           out_event_id);
   }
-  free(text);
+  pcp_allocator_free(pcp_allocator_system(), text);
   return status;
 }
 
@@ -283,7 +283,7 @@ pcp_status_t pcp_store_job_create(pcp_store_t* store, const char* id,
         store, job_create_locked(store, id, kind, spec_text, &event_id));
   }
   pcp_store_unlock(store);
-  free(spec_text);
+  pcp_allocator_free(pcp_allocator_system(), spec_text);
   return pcp_store_event_committed(store, status, event_id, out_event_id);
 }
 
@@ -373,7 +373,7 @@ pcp_status_t pcp_store_job_transition(
         job_transition_locked(store, id, to, placement_text, error, &event_id));
   }
   pcp_store_unlock(store);
-  free(placement_text);
+  pcp_allocator_free(pcp_allocator_system(), placement_text);
   return pcp_store_event_committed(store, status, event_id, out_event_id);
 }
 
@@ -590,7 +590,7 @@ pcp_status_t pcp_store_job_event_append(pcp_store_t* store, const char* id,
   pcp_status_t status =
       event_insert(store, id, type, NULL, NULL, text, &event_id);
   pcp_store_unlock(store);
-  free(text);
+  pcp_allocator_free(pcp_allocator_system(), text);
   if (pcp_status_code(status) == PCP_STATUS_FAILED_PRECONDITION) {
     // The only constraint an append can break is the job's foreign key.
     pcp_status_ignore(status);
@@ -777,7 +777,7 @@ pcp_status_t pcp_store_job_result_put(pcp_store_t* store,
     status = pcp_store_stmt_run(store, stmt, "result insert");
   }
   pcp_store_unlock(store);
-  free(shape_text);
+  pcp_libc_free(shape_text);
   switch (pcp_status_code(status)) {
     case PCP_STATUS_ALREADY_EXISTS:
       pcp_status_ignore(status);

@@ -139,7 +139,7 @@ pcp_status_t pcp_store_service_register(pcp_store_t* store,
     status = pcp_store_stmt_run(store, stmt, "service register");
   }
   pcp_store_unlock(store);
-  free(attributes);
+  pcp_allocator_free(pcp_allocator_system(), attributes);
   return status;
 }
 

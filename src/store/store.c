@@ -479,10 +479,14 @@ pcp_status_t pcp_store_json_encode(const char* field, const json_t* value,
                                    bool require_object, char** out_text) {
   *out_text = NULL;
   if (!value) {
-    *out_text = strdup(default_text);
-    return *out_text ? pcp_ok_status()
-                     : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                                       "%s: out of memory", field);
+    pcp_status_t status =
+        pcp_allocator_strdup(pcp_allocator_system(), default_text, out_text);
+    if (status) {
+      pcp_status_ignore(status);
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%s: out of memory",
+                             field);
+    }
+    return pcp_ok_status();
   }
   if (require_object && !json_is_object(value)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -513,15 +517,18 @@ pcp_status_t pcp_store_json_encode(const char* field, const json_t* value,
   // and returns text with the key missing (`{"from":null,":"queued"}`), which
   // the OOM sweep caught being stored. Dumping into a fixed buffer needs no
   // growth, so that append cannot fail, and the length is checked anyway.
-  char* text = malloc(size + 1);
-  if (!text) {
+  char* text = NULL;
+  pcp_status_t allocated =
+      pcp_allocator_malloc(pcp_allocator_system(), size + 1, (void**)&text);
+  if (allocated) {
+    pcp_status_ignore(allocated);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "%s: out of memory serializing JSON", field);
   }
   size_t written =
       json_dumpb(value, text, size, JSON_COMPACT | JSON_ENCODE_ANY);
   if (written != size) {
-    free(text);
+    pcp_allocator_free(pcp_allocator_system(), text);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "%s: out of memory serializing JSON", field);
   }

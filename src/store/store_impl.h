@@ -150,7 +150,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_name_validate(const char* field,
                                                          size_t max_length,
                                                          bool allow_empty);
 // Serializes |value| (NULL -> |default_text|) after checking size and depth;
-// |require_object| refuses non-objects. Caller frees with free().
+// |require_object| refuses non-objects. The text comes from the system
+// allocator: the caller frees it with
+// pcp_allocator_free(pcp_allocator_system()).
 PCP_MUST_USE_RESULT pcp_status_t pcp_store_json_encode(const char* field,
                                                        const json_t* value,
                                                        const char* default_text,

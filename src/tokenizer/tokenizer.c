@@ -909,7 +909,7 @@ pcp_status_t pcp_tokenizer_create_from_file(
       "reading tokenizer %s", path);
   pcp_status_t status = pcp_tokenizer_create_from_json(
       data, length, limits, allocator, out_tokenizer);
-  free(data);
+  pcp_allocator_free(pcp_allocator_system(), data);
   return pcp_status_annotate_f(status, "loading %s", path);
 }
 

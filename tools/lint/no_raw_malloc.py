@@ -8,8 +8,9 @@ reach it. base/ implements the allocators and is exempt. Comments and string
 literals are ignored; `x->free(` and `x.free(` (vtable members) are not calls
 of libc's free.
 
-Scope: src/roles and src/workloads (issue 14, Deliver 3). The other modules
-above base are the next step: add them to SCOPES with their own allow-list.
+Scope: every module above base (issue 14, Deliver 3), so the rule holds for
+new code everywhere; the files not converted yet are allow-listed below, one
+comment per group saying what is left.
 
 Prints one line per violation and 'N passed, M failed' (files checked).
 """
@@ -17,7 +18,10 @@ import os
 import re
 import sys
 
-SCOPES = ["src/roles", "src/services", "src/workloads"]
+SCOPES = ["src/%s" % m for m in (
+    "compile", "compute", "config", "data", "fabric", "http", "mlir",
+    "models", "net", "obs", "proto", "roles", "sched", "services", "sim",
+    "store", "tokenizer", "topology", "workloads")]
 
 # Files not converted yet, and why. Shrink, never grow: a new file starts on
 # pcp_allocator_t.
@@ -28,18 +32,41 @@ ALLOWED = {
     "src/roles/gateway/gateway.c",
     "src/roles/gateway/gateway_impl.h",
     "src/roles/gateway/inference.c",
-    "src/roles/gateway/jobs.c",
     "src/roles/gateway/server.c",
     "src/roles/gateway/training.c",
-    # Moved out of roles/gateway into src/services (issue 14) unchanged.
-    "src/services/federation.c",
-    "src/services/openai.c",
-    "src/services/proxy.c",
-    "src/services/replication.c",
-    "src/services/replication_common.c",
-    "src/workloads/infer/service.c",
-    "src/workloads/train/service.c",
-    "src/workloads/train/service_stream.c",
+    # Only free() of memory another function returned (json_dumps,
+    # pcp_file_read_all, the module's own encoders): check each origin, then
+    # pcp_libc_free or the matching allocator.
+    "src/models/safetensors.c",
+    # Library code with its own copies (strdup/realloc of lists, bodies,
+    # headers): needs an allocator in the module's create/initialize.
+    "src/compute/backend.c",
+    "src/compute/backends/iree/iree_backend.c",
+    "src/compute/host_tensor.c",
+    "src/config/config.c",
+    "src/http/client.c",
+    "src/http/response.c",
+    "src/http/server.c",
+    "src/http/sse.c",
+    "src/store/checkpoints.c",
+    "src/tokenizer/unicode.c",
+    "src/topology/solver_z3.c",
+    # Command-line tools, test drivers and fuzz harnesses (short-lived
+    # processes; tests run them).
+    "src/compile/compile_cli.c",
+    "src/compute/compute_cli.c",
+    "src/config/config_fuzz.c",
+    "src/data/data_batch_tool.c",
+    "src/http/http_fuzz.c",
+    "src/mlir/mlir_cli.c",
+    "src/models/models_cli.c",
+    "src/models/safetensors_driver.c",
+    "src/models/safetensors_fuzz.c",
+    "src/tokenizer/tokenizer_cli.c",
+    "src/tokenizer/tokenizer_fuzz.c",
+    "src/tokenizer/tokenizer_tool.c",
+    "src/topology/topology_cli.c",
+    "src/topology/topology_cli_solving.c",
     # A test driver (tests/workloads/diloco_numpy_test.py runs it); tests
     # are not rewritten by a refactor.
     "src/workloads/train/diloco_npy_driver.c",

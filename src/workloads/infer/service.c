@@ -42,6 +42,8 @@ typedef struct program_entry_t {
 // same name becomes a new version; the old one lives while a runner (and so
 // a request) or a submit still holds it.
 typedef struct version_t {
+  // The service's allocator: this version's memory.
+  pcp_allocator_t allocator;
   pcp_infer_model_t* model;  // immutable once |state| is LOADED
   uint32_t number;           // 1, 2, ... per model name
   model_state_t state;
@@ -75,6 +77,8 @@ typedef enum req_phase_e {
 } req_phase_t;
 
 struct req_t {
+  // The service's allocator: this request's memory and |ids|.
+  pcp_allocator_t allocator;
   req_t* next;  // waiting queue
   runner_t* runner;
   const pcp_infer_model_t* model;
@@ -377,13 +381,18 @@ static void stats_add(runner_t* runner, const req_t* r, pcp_status_t status) {
 // Versions
 //===----------------------------------------------------------------------===//
 
-// A version holding |m| (taken) with one reference (the caller's).
-static version_t* version_create(pcp_infer_model_t* m, uint32_t number) {
-  version_t* v = calloc(1, sizeof(*v));
-  if (!v) {
+// A version holding |m| (taken) with one reference (the caller's), from
+// |allocator|.
+static version_t* version_create(pcp_allocator_t allocator,
+                                 pcp_infer_model_t* m, uint32_t number) {
+  version_t* v = NULL;
+  pcp_status_t status = pcp_allocator_calloc(allocator, sizeof(*v), (void**)&v);
+  if (status) {
+    pcp_status_ignore(status);
     pcp_infer_model_free(m);
     return NULL;
   }
+  v->allocator = allocator;
   v->model = m;
   v->number = number;
   v->state = MODEL_NEW;
@@ -403,7 +412,7 @@ static void version_retain(version_t* v) {
 static void version_release(version_t* v) {
   if (v && --v->refs == 0) {
     pcp_infer_model_free(v->model);
-    free(v);
+    pcp_allocator_free(v->allocator, v);
   }
 }
 
@@ -419,8 +428,9 @@ static void req_free(req_t* r) {
   pcp_stop_state_deinitialize(&r->stop);
   pcp_string_builder_deinitialize(&r->text);
   pcp_string_builder_deinitialize(&r->shown);
-  free(r->ids);
-  free(r);
+  pcp_allocator_t allocator = r->allocator;
+  pcp_allocator_free(allocator, r->ids);
+  pcp_allocator_free(allocator, r);
 }
 
 // Ends |r| (on_done), frees its slot for the next request and the record.
@@ -665,10 +675,11 @@ static pcp_status_t call(runner_t* runner, pcp_fabric_task_params_t* params,
 static pcp_status_t runner_load(runner_t* runner) {
   const pcp_infer_model_t* m = runner->model;
   size_t n = m->table.count;
-  pcp_proto_keep_resident_t* keep = calloc(n + 2, sizeof(*keep));
-  if (!keep) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "load");
-  }
+  pcp_allocator_t allocator = runner->service->allocator;
+  pcp_proto_keep_resident_t* keep = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(allocator, (n + 2) * sizeof(*keep), (void**)&keep),
+      "load");
   for (size_t i = 0; i < n; ++i) {
     keep[i].output = (uint32_t)i;
     keep[i].as = m->param_names[i];
@@ -685,7 +696,7 @@ static pcp_status_t runner_load(runner_t* runner) {
   pcp_fabric_task_t* task = NULL;
   pcp_status_t status = call(runner, &params, &task);
   pcp_fabric_task_release(task);
-  free(keep);
+  pcp_allocator_free(allocator, keep);
   return status;
 }
 
@@ -1063,17 +1074,18 @@ static void runner_free(runner_t* runner) {
   if (runner->thread_started) {
     pthread_cond_destroy(&runner->cv);
   }
+  pcp_allocator_t allocator = runner->service->allocator;
   if (runner->slots) {
     for (int64_t b = 0; b < runner->model->gen.slots; ++b) {
-      free(runner->slots[b].tokens);
+      pcp_allocator_free(allocator, runner->slots[b].tokens);
     }
   }
-  free(runner->slots);
-  free(runner->ids);
-  free(runner->positions);
-  free(runner->lengths);
-  free(runner->logits);
-  free(runner);
+  pcp_allocator_free(allocator, runner->slots);
+  pcp_allocator_free(allocator, runner->ids);
+  pcp_allocator_free(allocator, runner->positions);
+  pcp_allocator_free(allocator, runner->lengths);
+  pcp_allocator_free(allocator, runner->logits);
+  pcp_allocator_free(allocator, runner);
 }
 
 // A runner whose thread was joined: drops its version reference (|mu|
@@ -1092,10 +1104,10 @@ static pcp_status_t runner_start(
     pcp_infer_service_t* s, model_entry_t* e, version_t* v,
     const char* worker_id, const uint8_t program[PCP_SHA256_BYTE_LENGTH]) {
   const pcp_infer_model_t* m = v->model;
-  runner_t* runner = calloc(1, sizeof(*runner));
-  if (!runner) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "runner");
-  }
+  runner_t* runner = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(s->allocator, sizeof(*runner), (void**)&runner),
+      "runner");
   runner->service = s;
   runner->entry = e;
   runner->version = v;
@@ -1125,21 +1137,35 @@ static pcp_status_t runner_start(
   }
   memcpy(runner->program, program, PCP_SHA256_BYTE_LENGTH);
   size_t slots = (size_t)m->gen.slots;
-  runner->slots = calloc(slots, sizeof(slot_t));
-  runner->ids = calloc(slots * (size_t)m->gen.prefill_length, sizeof(int32_t));
-  runner->positions = calloc(slots, sizeof(int32_t));
-  runner->lengths = calloc(slots, sizeof(int32_t));
-  runner->logits = calloc(slots * (size_t)m->spec.vocab, sizeof(float));
-  bool ok = runner->slots && runner->ids && runner->positions &&
-            runner->lengths && runner->logits;
-  for (size_t b = 0; ok && b < slots; ++b) {
-    runner->slots[b].tokens =
-        calloc((size_t)m->gen.max_length, sizeof(int32_t));
-    ok = runner->slots[b].tokens != NULL;
+  pcp_allocator_t allocator = s->allocator;
+  pcp_status_t status = pcp_allocator_calloc(allocator, slots * sizeof(slot_t),
+                                             (void**)&runner->slots);
+  if (!status) {
+    status = pcp_allocator_calloc(
+        allocator, slots * (size_t)m->gen.prefill_length * sizeof(int32_t),
+        (void**)&runner->ids);
   }
-  if (!ok) {
+  if (!status) {
+    status = pcp_allocator_calloc(allocator, slots * sizeof(int32_t),
+                                  (void**)&runner->positions);
+  }
+  if (!status) {
+    status = pcp_allocator_calloc(allocator, slots * sizeof(int32_t),
+                                  (void**)&runner->lengths);
+  }
+  if (!status) {
+    status = pcp_allocator_calloc(allocator,
+                                  slots * (size_t)m->spec.vocab * sizeof(float),
+                                  (void**)&runner->logits);
+  }
+  for (size_t b = 0; !status && b < slots; ++b) {
+    status = pcp_allocator_calloc(allocator,
+                                  (size_t)m->gen.max_length * sizeof(int32_t),
+                                  (void**)&runner->slots[b].tokens);
+  }
+  if (status) {
     runner_free(runner);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "runner");
+    return pcp_status_annotate_f(status, "runner");
   }
   atomic_store(&runner->state, RUNNER_LOADING);
   pthread_cond_init(&runner->cv, NULL);
@@ -1215,8 +1241,12 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
   s->seen_stamp[seen].inode = (uint64_t)st.st_ino;
   s->seen_stamp[seen].mtime_ns = mtime_ns;
   s->seen_stamp[seen].size = (int64_t)st.st_size;
-  pcp_infer_model_t* m = calloc(1, sizeof(*m));
-  if (!m) {
+  // The system allocator: pcp_infer_model_free's contract (model_dir.c).
+  pcp_infer_model_t* m = NULL;
+  pcp_status_t allocated =
+      pcp_allocator_calloc(pcp_allocator_system(), sizeof(*m), (void**)&m);
+  if (allocated) {
+    pcp_status_ignore(allocated);
     return;
   }
   pcp_status_t status = pcp_infer_model_json_load(dir, m);
@@ -1253,7 +1283,7 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
       pcp_infer_model_free(m);
       return;
     }
-    version_t* v = version_create(m, ++e->versions);
+    version_t* v = version_create(s->allocator, m, ++e->versions);
     if (!v) {
       return;
     }
@@ -1287,7 +1317,7 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
     pcp_infer_model_free(m);
     return;
   }
-  version_t* v = version_create(m, 1);
+  version_t* v = version_create(s->allocator, m, 1);
   if (!v) {
     return;
   }
@@ -1433,7 +1463,7 @@ static pcp_status_t model_compile(pcp_infer_service_t* s,
     status = pcp_fabric_program_register(s->options.fabric, vmfb, length,
                                          backend, target, out_hash);
   }
-  free(vmfb);
+  pcp_allocator_free(pcp_allocator_system(), vmfb);  // pcp_file_read_all
   pcp_workloads_compile_request_release(request);
   return status;
 }
@@ -1493,15 +1523,16 @@ static runner_t* route(pcp_infer_service_t* s, const version_t* v,
   return best;
 }
 
-static pcp_status_t req_create(const pcp_infer_model_t* m,
+static pcp_status_t req_create(pcp_allocator_t allocator,
+                               const pcp_infer_model_t* m,
                                const pcp_infer_request_params_t* params,
                                const int32_t* ids, size_t id_count,
                                req_t** out) {
   *out = NULL;
-  req_t* r = calloc(1, sizeof(*r));
-  if (!r) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "request");
-  }
+  req_t* r = NULL;
+  PCP_RETURN_IF_ERROR(pcp_allocator_calloc(allocator, sizeof(*r), (void**)&r),
+                      "request");
+  r->allocator = allocator;
   r->model = m;
   r->slot = -1;
   r->on_text = params->on_text;
@@ -1514,10 +1545,12 @@ static pcp_status_t req_create(const pcp_infer_model_t* m,
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &r->shown);
   pcp_tokenizer_decode_stream_initialize(
       m->bpe, PCP_TOKENIZER_DECODE_FLAG_SKIP_SPECIAL, &r->decode);
-  r->ids = calloc((size_t)m->gen.max_length + 1, sizeof(int32_t));
-  if (!r->ids) {
+  pcp_status_t status = pcp_allocator_calloc(
+      allocator, ((size_t)m->gen.max_length + 1) * sizeof(int32_t),
+      (void**)&r->ids);
+  if (status) {
     req_free(r);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "request");
+    return pcp_status_annotate_f(status, "request");
   }
   memcpy(r->ids, ids, id_count * sizeof(int32_t));
   r->prompt_count = r->count = (int64_t)id_count;
@@ -1532,8 +1565,8 @@ static pcp_status_t req_create(const pcp_infer_model_t* m,
   for (size_t i = 0; i < m->stop_count; ++i) {
     stops[stop_count++] = m->stop[i];
   }
-  pcp_status_t status = pcp_sampler_initialize(
-      &params->sampling, m->spec.vocab, pcp_allocator_system(), &r->sampler);
+  status = pcp_sampler_initialize(&params->sampling, m->spec.vocab,
+                                  pcp_allocator_system(), &r->sampler);
   if (!status) {
     status =
         pcp_stop_state_initialize(max_tokens, m->eos_ids, m->eos_count, stops,
@@ -1635,7 +1668,7 @@ static pcp_status_t submit_once(pcp_infer_service_t* s,
   }
   req_t* r = NULL;
   if (!status) {
-    status = req_create(m, params, ids.values, ids.count, &r);
+    status = req_create(s->allocator, m, params, ids.values, ids.count, &r);
   }
   pcp_tokenizer_id_list_deinitialize(&ids);
 
@@ -1760,7 +1793,8 @@ static void probe_start(pcp_infer_service_t* s) {
   pcp_sampling_params_initialize(&params.sampling);
   int32_t token = 0;
   req_t* r = NULL;
-  pcp_status_t status = req_create(runner->model, &params, &token, 1, &r);
+  pcp_status_t status =
+      req_create(s->allocator, runner->model, &params, &token, 1, &r);
   if (status) {
     pcp_status_ignore(status);
     return;
@@ -1861,8 +1895,11 @@ static void manage_models(pcp_infer_service_t* s) {
 // being prepared gets its runners beside the served one's.
 static void manage_workers(pcp_infer_service_t* s) {
   enum { kMaxListed = 64 };
-  pcp_fabric_worker_info_t* infos = calloc(kMaxListed, sizeof(*infos));
-  if (!infos) {
+  pcp_fabric_worker_info_t* infos = NULL;
+  pcp_status_t allocated = pcp_allocator_calloc(
+      s->allocator, kMaxListed * sizeof(*infos), (void**)&infos);
+  if (allocated) {
+    pcp_status_ignore(allocated);
     return;
   }
   uint32_t count =
@@ -1935,7 +1972,7 @@ static void manage_workers(pcp_infer_service_t* s) {
       }
     }
   }
-  free(infos);
+  pcp_allocator_free(s->allocator, infos);
 }
 
 // Makes a prepared version the served one as soon as one of its runners is
@@ -2088,10 +2125,9 @@ pcp_status_t pcp_infer_service_create(
                            "model dirs",
                            PCP_INFER_MAX_MODEL_DIRS);
   }
-  pcp_infer_service_t* s = calloc(1, sizeof(*s));
-  if (!s) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inference");
-  }
+  pcp_infer_service_t* s = NULL;
+  PCP_RETURN_IF_ERROR(pcp_allocator_calloc(allocator, sizeof(*s), (void**)&s),
+                      "inference");
   s->allocator = allocator;
   s->options = *options;
   s->clock = pcp_clock_system();
@@ -2108,10 +2144,12 @@ pcp_status_t pcp_infer_service_create(
            options->artifact_dir ? options->artifact_dir : "");
   snprintf(s->models_root, sizeof(s->models_root), "%s",
            options->models_root ? options->models_root : "");
-  s->model_dirs = calloc(options->model_dir_count + 1, sizeof(*s->model_dirs));
-  if (!s->model_dirs) {
-    free(s);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inference");
+  pcp_status_t allocated = pcp_allocator_calloc(
+      allocator, (options->model_dir_count + 1) * sizeof(*s->model_dirs),
+      (void**)&s->model_dirs);
+  if (allocated) {
+    pcp_allocator_free(allocator, s);
+    return pcp_status_annotate_f(allocated, "inference");
   }
   for (size_t i = 0; i < options->model_dir_count; ++i) {
     snprintf(s->model_dirs[i], sizeof(s->model_dirs[i]), "%s",
@@ -2157,8 +2195,9 @@ pcp_status_t pcp_infer_service_create(
       snprintf(path, sizeof(path), "%s/model.json", s->model_dirs[i]);
       pcp_infer_model_t probe = {0};
       status = pcp_infer_model_json_load(s->model_dirs[i], &probe);
-      free(probe.char_offsets);
-      free(probe.char_text);
+      // pcp_infer_model_json_load allocates these from the system allocator.
+      pcp_allocator_free(pcp_allocator_system(), probe.char_offsets);
+      pcp_allocator_free(pcp_allocator_system(), probe.char_text);
     }
   }
   if (!status) {
@@ -2247,8 +2286,9 @@ void pcp_infer_service_release(pcp_infer_service_t* s) {
   pthread_cond_destroy(&s->cv);
   pthread_cond_destroy(&s->idle_cv);
   pthread_mutex_destroy(&s->mu);
-  free(s->model_dirs);
-  free(s);
+  pcp_allocator_t allocator = s->allocator;
+  pcp_allocator_free(allocator, s->model_dirs);
+  pcp_allocator_free(allocator, s);
 }
 
 static int info_compare(const void* a, const void* b) {

@@ -222,15 +222,15 @@ pcp_status_t pcp_diloco_experiment_check(const pcp_diloco_config_t* config,
 //===----------------------------------------------------------------------===//
 
 static void job_deinitialize(job_t* job) {
-  free(job->model_text);
-  free(job->parameters);
-  free(job->wire_parameters);
-  free(job->tensor_elements);
-  free(job->scratch);
-  free(job->eval_tokens);
-  free(job->eval_tokens64);
-  free(job->inner_resume);
-  free(job->inner_resume_steps);
+  pcp_diloco_job_free(job, job->model_text);
+  pcp_diloco_job_free(job, job->parameters);
+  pcp_diloco_job_free(job, job->wire_parameters);
+  pcp_diloco_job_free(job, job->tensor_elements);
+  pcp_diloco_job_free(job, job->scratch);
+  pcp_diloco_job_free(job, job->eval_tokens);
+  pcp_diloco_job_free(job, job->eval_tokens64);
+  pcp_allocator_free(pcp_allocator_system(), job->inner_resume);
+  pcp_diloco_job_free(job, job->inner_resume_steps);
   if (job->nesterov_ready) {
     pcp_diloco_nesterov_deinitialize(&job->nesterov);
   }
@@ -249,6 +249,34 @@ static void job_deinitialize(job_t* job) {
 }
 
 // JSON has no NaN: a loss not known yet (or diverged) is null.
+void* pcp_diloco_job_malloc(job_t* job, size_t byte_length) {
+  void* ptr = NULL;
+  pcp_status_t status = pcp_allocator_malloc(job->allocator, byte_length, &ptr);
+  if (status) {
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  return ptr;
+}
+
+void* pcp_diloco_job_calloc(job_t* job, size_t count, size_t size) {
+  if (size != 0 && count > SIZE_MAX / size) {
+    return NULL;
+  }
+  void* ptr = NULL;
+  pcp_status_t status =
+      pcp_allocator_calloc(job->allocator, count * size, &ptr);
+  if (status) {
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  return ptr;
+}
+
+void pcp_diloco_job_free(job_t* job, void* ptr) {
+  pcp_allocator_free(job->allocator, ptr);
+}
+
 json_t* pcp_diloco_json_number_or_null(double value) {
   return isfinite(value) ? json_real(value) : json_null();
 }
@@ -312,7 +340,7 @@ static pcp_status_t eval_batches_save(job_t* job) {
   size_t rows = (size_t)job->config.eval_batches *
                 (size_t)(job->spec.batch * job->spec.block_size);
   size_t bytes = padded + 2 * rows * sizeof(int32_t);
-  uint8_t* out = malloc(bytes);
+  uint8_t* out = pcp_diloco_job_malloc(job, bytes);
   if (!out) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "eval batches");
   }
@@ -327,7 +355,7 @@ static pcp_status_t eval_batches_save(job_t* job) {
   char path[1200];
   snprintf(path, sizeof(path), "%s/eval_batches.npy", job->dir);
   pcp_status_t status = pcp_file_write_atomic(path, out, bytes);
-  free(out);
+  pcp_diloco_job_free(job, out);
   return status;
 }
 
@@ -359,9 +387,9 @@ static pcp_status_t eval_batches_sample(job_t* job) {
     pcp_status_ignore(status);
     return wrapped;
   }
-  job->eval_tokens = malloc(2 * rows * sizeof(int32_t));
+  job->eval_tokens = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int32_t));
   if (job->data_type == PCP_ELEMENT_TYPE_I64) {
-    job->eval_tokens64 = malloc(2 * rows * sizeof(int64_t));
+    job->eval_tokens64 = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int64_t));
   }
   if (!job->eval_tokens ||
       (job->data_type == PCP_ELEMENT_TYPE_I64 && !job->eval_tokens64)) {
@@ -518,17 +546,20 @@ static pcp_status_t job_setup(job_t* job) {
   // Global state: parameters (seeded init), velocity, accumulator.
   size_t n = (size_t)job->table.total_elements;
   job->parameter_count = n;
-  job->parameters = calloc(n ? n : 1, sizeof(float));
-  job->tensor_elements = calloc(job->table.count + 1, sizeof(uint64_t));
-  job->scratch = calloc(n ? n : 1, sizeof(float));
+  job->parameters = pcp_diloco_job_calloc(job, n ? n : 1, sizeof(float));
+  job->tensor_elements =
+      pcp_diloco_job_calloc(job, job->table.count + 1, sizeof(uint64_t));
+  job->scratch = pcp_diloco_job_calloc(job, n ? n : 1, sizeof(float));
   bool bf16 = job->param_type == PCP_ELEMENT_TYPE_BF16;
   if (bf16) {
-    job->wire_parameters = calloc(n ? n : 1, sizeof(uint16_t));
+    job->wire_parameters =
+        pcp_diloco_job_calloc(job, n ? n : 1, sizeof(uint16_t));
   }
-  void** buffers = calloc(job->table.count + 1, sizeof(void*));
+  void** buffers =
+      pcp_diloco_job_calloc(job, job->table.count + 1, sizeof(void*));
   if (!job->parameters || !job->tensor_elements || !job->scratch || !buffers ||
       (bf16 && !job->wire_parameters)) {
-    free(buffers);
+    pcp_diloco_job_free(job, buffers);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%zu parameters", n);
   }
   for (size_t i = 0; i < job->table.count; ++i) {
@@ -542,7 +573,7 @@ static pcp_status_t job_setup(job_t* job) {
     job->tensor_elements[i] = (uint64_t)job->table.parameters[i].element_count;
   }
   pcp_models_parameters_initialize(&job->table, job->seed, buffers);
-  free(buffers);
+  pcp_diloco_job_free(job, buffers);
   if (bf16) {
     pcp_diloco_bf16_dequantize(job->wire_parameters, n, job->parameters);
   }
@@ -637,15 +668,16 @@ static pcp_status_t inner_resume_load(job_t* job, json_t* inner,
   char got[PCP_SHA256_HEX_LENGTH + 1];
   pcp_sha256_to_hex(&digest, got);
   if (length != bytes || strcmp(got, want) != 0) {
-    free(data);
+    pcp_allocator_free(pcp_allocator_system(), data);
     return pcp_make_status(PCP_STATUS_DATA_LOSS,
                            "inner state file %s: %zu bytes, SHA-256 %s; the "
                            "checkpoint expects %zu bytes, %s",
                            path, length, got, bytes, want);
   }
-  job->inner_resume_steps = calloc(count + 1, sizeof(uint64_t));
+  job->inner_resume_steps =
+      pcp_diloco_job_calloc(job, count + 1, sizeof(uint64_t));
   if (!job->inner_resume_steps) {
-    free(data);
+    pcp_allocator_free(pcp_allocator_system(), data);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inner steps");
   }
   for (size_t k = 0; k < count; ++k) {
@@ -780,7 +812,8 @@ static pcp_status_t job_resume(job_t* job) {
 // Writes the masters in the model's dtype (bf16 rounded to nearest even)
 // as |path|, named as the table names them.
 static pcp_status_t weights_save(job_t* job, const char* path) {
-  const void** buffers = calloc(job->table.count + 1, sizeof(void*));
+  const void** buffers =
+      pcp_diloco_job_calloc(job, job->table.count + 1, sizeof(void*));
   if (!buffers) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "export buffers");
   }
@@ -797,7 +830,7 @@ static pcp_status_t weights_save(job_t* job, const char* path) {
   }
   pcp_status_t status = pcp_models_safetensors_save(
       &job->table, (const void* const*)buffers, path);
-  free(buffers);
+  pcp_diloco_job_free(job, buffers);
   return status;
 }
 
@@ -833,8 +866,8 @@ pcp_status_t pcp_diloco_job_model_export(job_t* job) {
     // The vocabulary in id order is the decoding of ids 0..count-1.
     size_t count = 0;
     pcp_data_dataset_symbols(job->dataset, &count);
-    int32_t* ids = malloc((count + 1) * sizeof(int32_t));
-    char* text = malloc(count * 4 + 1);
+    int32_t* ids = pcp_diloco_job_malloc(job, (count + 1) * sizeof(int32_t));
+    char* text = pcp_diloco_job_malloc(job, count * 4 + 1);
     size_t used = 0;
     pcp_status_t decoded =
         ids && text ? pcp_ok_status()
@@ -846,13 +879,13 @@ pcp_status_t pcp_diloco_job_model_export(job_t* job) {
       decoded = pcp_data_dataset_decode(job->dataset, ids, count, text,
                                         count * 4 + 1, &used);
     }
-    free(ids);
+    pcp_diloco_job_free(job, ids);
     if (decoded) {
-      free(text);
+      pcp_diloco_job_free(job, text);
       return decoded;
     }
     tokenizer = json_pack("{s:s, s:s%}", "kind", "char", "vocab", text, used);
-    free(text);
+    pcp_diloco_job_free(job, text);
   } else if (pcp_data_dataset_format(job->dataset) == PCP_DATA_FORMAT_BYTE) {
     tokenizer = json_pack("{s:s}", "kind", "byte");
   } else {
@@ -885,7 +918,7 @@ pcp_status_t pcp_diloco_job_model_export(job_t* job) {
   }
   snprintf(path, sizeof(path), "%s/model.json", dir);
   status = pcp_file_write_atomic(path, text, strlen(text));
-  free(text);
+  pcp_libc_free(text);
   if (!status && o->hooks.exported) {
     o->hooks.exported(o->hooks.user_data, dir);
   }
@@ -925,7 +958,7 @@ pcp_status_t pcp_diloco_job_checkpoint_write(job_t* job) {
       status = pcp_diloco_checkpoint_save(&c, path);
     }
   }
-  free(cursor);
+  pcp_libc_free(cursor);
   PCP_RETURN_IF_ERROR_BARE(status);
   PCP_LOG(PCP_LOG_INFO, &job->log, "checkpoint outer_step=%" PRIu64,
           job->outer_step);
@@ -1019,7 +1052,7 @@ pcp_status_t pcp_diloco_job_child_compile(
   PCP_RETURN_IF_ERROR_BARE(status);
   status = pcp_fabric_program_register(o->fabric, bytes, length, backend,
                                        target, out_hash);
-  free(bytes);
+  pcp_allocator_free(pcp_allocator_system(), bytes);
   return status;
 }
 
@@ -1153,11 +1186,13 @@ pcp_status_t pcp_diloco_job_evaluate(job_t* job, const char* worker_id,
     pcp_diloco_bf16_quantize(job->parameters, job->parameter_count,
                              job->wire_parameters);
   }
-  pcp_proto_section_t* inputs = calloc(n + 2, sizeof(*inputs));
-  pcp_fabric_task_t** tasks = calloc(batches, sizeof(*tasks));
+  pcp_proto_section_t* inputs =
+      pcp_diloco_job_calloc(job, n + 2, sizeof(*inputs));
+  pcp_fabric_task_t** tasks =
+      pcp_diloco_job_calloc(job, batches, sizeof(*tasks));
   if (!inputs || !tasks) {
-    free(inputs);
-    free(tasks);
+    pcp_diloco_job_free(job, inputs);
+    pcp_diloco_job_free(job, tasks);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "eval tasks");
   }
   for (size_t i = 0; i < n; ++i) {
@@ -1222,8 +1257,8 @@ pcp_status_t pcp_diloco_job_evaluate(job_t* job, const char* worker_id,
     }
     pcp_fabric_task_release(tasks[k]);
   }
-  free(tasks);
-  free(inputs);
+  pcp_diloco_job_free(job, tasks);
+  pcp_diloco_job_free(job, inputs);
   if (stopped) {
     return pcp_make_status(PCP_STATUS_CANCELLED,
                            "training stopped while evaluating");
@@ -1283,7 +1318,7 @@ static int compare_ids(const void* a, const void* b) {
 // (backend, target) kinds are compiled first (the kind joins this round).
 static pcp_status_t round_workers(job_t* job, round_t* round) {
   pcp_fabric_worker_info_t* infos =
-      calloc(MAX_ROUND_WORKERS * 4, sizeof(*infos));
+      pcp_diloco_job_calloc(job, MAX_ROUND_WORKERS * 4, sizeof(*infos));
   if (!infos) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "worker list");
   }
@@ -1320,19 +1355,19 @@ static pcp_status_t round_workers(job_t* job, round_t* round) {
     t->program = program;
     t->lost_joins = w->join_count - w->resumed_count;
   }
-  free(infos);
+  pcp_diloco_job_free(job, infos);
   qsort(round->tasks, round->count, sizeof(round->tasks[0]), compare_ids);
   return status;
 }
 
-static void round_release(round_t* round) {
+static void round_release(job_t* job, round_t* round) {
   for (uint32_t i = 0; i < round->count; ++i) {
     pcp_fabric_task_release(round->tasks[i].task);
-    free(round->tasks[i].tokens);
-    free(round->tasks[i].tokens64);
+    pcp_diloco_job_free(job, round->tasks[i].tokens);
+    pcp_diloco_job_free(job, round->tasks[i].tokens64);
   }
-  free(round->sections);
-  free(round->lr);
+  pcp_diloco_job_free(job, round->sections);
+  pcp_diloco_job_free(job, round->lr);
   memset(round, 0, sizeof(*round));
 }
 
@@ -1347,7 +1382,7 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
     snprintf(name_storage[k], sizeof(name_storage[k]), "shard-%04u", k);
     names[k] = name_storage[k];
   }
-  pcp_data_assignment_t* plan = calloc(w, sizeof(*plan));
+  pcp_data_assignment_t* plan = pcp_diloco_job_calloc(job, w, sizeof(*plan));
   if (!plan) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "shard plan");
   }
@@ -1362,7 +1397,8 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
                           job->outer_step, job->seed, plan);
   for (uint32_t k = 0; k < w && !status; ++k) {
     round_task_t* task = &round->tasks[k];
-    task->tokens = malloc(2 * tau * per_step * sizeof(int32_t));
+    task->tokens =
+        pcp_diloco_job_malloc(job, 2 * tau * per_step * sizeof(int32_t));
     if (!task->tokens) {
       status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "batches");
       break;
@@ -1404,7 +1440,7 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
     pcp_data_sampler_release(sampler);
     if (job->data_type == PCP_ELEMENT_TYPE_I64) {
       size_t count = 2 * tau * per_step;
-      task->tokens64 = malloc(count * sizeof(int64_t));
+      task->tokens64 = pcp_diloco_job_malloc(job, count * sizeof(int64_t));
       if (!task->tokens64) {
         status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "batches");
         break;
@@ -1414,7 +1450,7 @@ static pcp_status_t round_sample(job_t* job, round_t* round) {
       }
     }
   }
-  free(plan);
+  pcp_diloco_job_free(job, plan);
   return status;
 }
 
@@ -1520,13 +1556,19 @@ static pcp_status_t moments_copy(job_t* job, round_task_t** tasks,
                                  float* const* vectors, bool* failed) {
   size_t n = job->table.count;
   size_t N = job->parameter_count;
-  char (*names)[24] = calloc(2 * n + 1, sizeof(*names));
-  pcp_proto_section_t* sections = calloc(n + 1, sizeof(*sections));
-  pcp_proto_tensor_ref_t* refs = calloc(n + 1, sizeof(*refs));
-  pcp_proto_keep_resident_t* keep = calloc(n + 1, sizeof(*keep));
-  pcp_fabric_task_t** handles = calloc(2 * (size_t)count + 1, sizeof(*handles));
+  char(*names)[24] = pcp_diloco_job_calloc(job, 2 * n + 1, sizeof(*names));
+  pcp_proto_section_t* sections =
+      pcp_diloco_job_calloc(job, n + 1, sizeof(*sections));
+  pcp_proto_tensor_ref_t* refs =
+      pcp_diloco_job_calloc(job, n + 1, sizeof(*refs));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, n + 1, sizeof(*keep));
+  pcp_fabric_task_t** handles =
+      pcp_diloco_job_calloc(job, 2 * (size_t)count + 1, sizeof(*handles));
   if (!names || !sections || !refs || !keep || !handles) {
-    free(names), free(sections), free(refs), free(keep), free(handles);
+    pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, sections),
+        pcp_diloco_job_free(job, refs), pcp_diloco_job_free(job, keep),
+        pcp_diloco_job_free(job, handles);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "moment copies");
   }
   for (size_t i = 0; i < n; ++i) {
@@ -1620,7 +1662,9 @@ static pcp_status_t moments_copy(job_t* job, round_task_t** tasks,
   for (uint32_t h = 0; h < 2 * count; ++h) {
     pcp_fabric_task_release(handles[h]);
   }
-  free(names), free(sections), free(refs), free(keep), free(handles);
+  pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, sections),
+      pcp_diloco_job_free(job, refs), pcp_diloco_job_free(job, keep),
+      pcp_diloco_job_free(job, handles);
   if (!status && stopped) {
     status = pcp_make_status(PCP_STATUS_CANCELLED,
                              "training stopped while moving inner state");
@@ -1661,7 +1705,7 @@ static pcp_status_t round_inner_prepare(job_t* job, round_t* round) {
       slot->step = job->inner_resume_steps[k];
     } else {
       if (!zeros) {
-        zeros = calloc(2 * N + 1, sizeof(float));
+        zeros = pcp_diloco_job_calloc(job, 2 * N + 1, sizeof(float));
         if (!zeros) {
           return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "moments");
         }
@@ -1683,12 +1727,12 @@ static pcp_status_t round_inner_prepare(job_t* job, round_t* round) {
     }
   }
   // The resumed state is handed out once (to the first round's workers).
-  free(job->inner_resume);
-  free(job->inner_resume_steps);
+  pcp_allocator_free(pcp_allocator_system(), job->inner_resume);
+  pcp_diloco_job_free(job, job->inner_resume_steps);
   job->inner_resume = NULL;
   job->inner_resume_steps = NULL;
   job->inner_resume_count = 0;
-  free(zeros);
+  pcp_diloco_job_free(job, zeros);
   return status;
 }
 
@@ -1698,15 +1742,16 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   // Sections: n parameters (shared), then per task [step +] lr + ids +
   // targets.
   size_t per_task = keep ? 4 : 3;
-  round->sections = calloc(n + per_task * (size_t)round->count + 1,
-                           sizeof(pcp_proto_section_t));
+  round->sections =
+      pcp_diloco_job_calloc(job, n + per_task * (size_t)round->count + 1,
+                            sizeof(pcp_proto_section_t));
   if (!round->sections) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "sections");
   }
   // One rate per fused inner step: step i of outer step s is the job's
   // inner step s * tau + i (the same on every worker).
   size_t steps = (size_t)job->config.tau;
-  round->lr = calloc(steps, sizeof(float));
+  round->lr = pcp_diloco_job_calloc(job, steps, sizeof(float));
   if (!round->lr) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "rates");
   }
@@ -1722,13 +1767,15 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   }
   size_t tau = batches_per_round(job);
   size_t per_step = (size_t)(job->spec.batch * job->spec.block_size);
-  char (*names)[24] = keep ? calloc(2 * n + 1, sizeof(*names)) : NULL;
+  char(*names)[24] =
+      keep ? pcp_diloco_job_calloc(job, 2 * n + 1, sizeof(*names)) : NULL;
   pcp_proto_tensor_ref_t* refs =
-      keep ? calloc(3 * n + per_task, sizeof(*refs)) : NULL;
+      keep ? pcp_diloco_job_calloc(job, 3 * n + per_task, sizeof(*refs)) : NULL;
   pcp_proto_keep_resident_t* kept =
-      keep ? calloc(2 * n + 1, sizeof(*kept)) : NULL;
+      keep ? pcp_diloco_job_calloc(job, 2 * n + 1, sizeof(*kept)) : NULL;
   if (keep && (!names || !refs || !kept)) {
-    free(names), free(refs), free(kept);
+    pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, refs),
+        pcp_diloco_job_free(job, kept);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task refs");
   }
   for (size_t i = 0; keep && i < n; ++i) {
@@ -1779,9 +1826,11 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
                      : (const void*)(t->tokens + (size_t)j * tau * per_step);
     }
     // Argument order: parameters, [m, v, step,] lr, ids, targets.
-    pcp_proto_section_t* inputs = calloc(n + per_task, sizeof(*inputs));
+    pcp_proto_section_t* inputs =
+        pcp_diloco_job_calloc(job, n + per_task, sizeof(*inputs));
     if (!inputs) {
-      free(names), free(refs), free(kept);
+      pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, refs),
+          pcp_diloco_job_free(job, kept);
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "task inputs");
     }
     // The task params copy the section array (struct array copied, data
@@ -1821,7 +1870,7 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
     }
     pcp_status_t status =
         pcp_fabric_task_submit(job->options->fabric, &params, &t->task);
-    free(inputs);
+    pcp_diloco_job_free(job, inputs);
     if (status) {
       // A worker gone between the list and the submit: not in this round.
       PCP_LOG(PCP_LOG_WARN, &job->log, "round task for %s not submitted: %s",
@@ -1833,7 +1882,8 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
       }
     }
   }
-  free(names), free(refs), free(kept);
+  pcp_diloco_job_free(job, names), pcp_diloco_job_free(job, refs),
+      pcp_diloco_job_free(job, kept);
   return pcp_ok_status();
 }
 
@@ -2070,11 +2120,11 @@ static pcp_status_t inner_checkpoint_prepare(job_t* job) {
   qsort(slots, count, sizeof(slots[0]), compare_slots);
   size_t N = job->parameter_count;
   size_t bytes = (size_t)count * 2 * N * sizeof(float);
-  float* state = malloc(bytes ? bytes : 1);
-  round_task_t* tasks = calloc(count + 1, sizeof(*tasks));
+  float* state = pcp_diloco_job_malloc(job, bytes ? bytes : 1);
+  round_task_t* tasks = pcp_diloco_job_calloc(job, count + 1, sizeof(*tasks));
   if (!state || !tasks) {
-    free(state);
-    free(tasks);
+    pcp_diloco_job_free(job, state);
+    pcp_diloco_job_free(job, tasks);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "%zu bytes of inner state", bytes);
   }
@@ -2094,7 +2144,7 @@ static pcp_status_t inner_checkpoint_prepare(job_t* job) {
   pcp_status_t status =
       count ? moments_copy(job, pointers, count, false, vectors, failed)
             : pcp_ok_status();
-  free(tasks);
+  pcp_diloco_job_free(job, tasks);
   bool complete = true;
   for (uint32_t k = 0; k < count && !status; ++k) {
     if (failed[k]) {
@@ -2103,7 +2153,7 @@ static pcp_status_t inner_checkpoint_prepare(job_t* job) {
     }
   }
   if (status || !complete) {
-    free(state);
+    pcp_diloco_job_free(job, state);
     if (!status) {
       PCP_LOG(PCP_LOG_WARN, &job->log,
               "inner state of a worker could not be read: the checkpoint at "
@@ -2116,7 +2166,7 @@ static pcp_status_t inner_checkpoint_prepare(job_t* job) {
   char hex[PCP_SHA256_HEX_LENGTH + 1];
   status = pcp_diloco_job_state_file_write(job, "classic", state, bytes, name,
                                            hex);
-  free(state);
+  pcp_diloco_job_free(job, state);
   PCP_RETURN_IF_ERROR_BARE(status);
   json_t* steps = json_array();
   json_t* ids = json_array();
@@ -2159,7 +2209,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   memset(&round, 0, sizeof(round));
   pcp_status_t status = round_workers(job, &round);
   if (!status && round.count == 0) {
-    round_release(&round);
+    round_release(job, &round);
     // Nobody to train on yet: back to the job loop (which looks at the stop
     // request, once per pass) as soon as one more worker joins, or after
     // NOBODY_WAIT_MS.
@@ -2183,7 +2233,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
     status = round_inner_prepare(job, &round);
     if (status && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
       pcp_status_ignore(status);
-      round_release(&round);
+      round_release(job, &round);
       *out_stopped = true;
       return pcp_ok_status();
     }
@@ -2194,7 +2244,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   if (status) {
     // Tasks submitted before the failure still borrow the buffers.
     round_wait(job, &round);
-    round_release(&round);
+    round_release(job, &round);
     return status;
   }
   *out_stopped = round_wait(job, &round);
@@ -2210,7 +2260,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
       eval_kind = round.tasks[k].program;
     }
   }
-  round_release(&round);
+  round_release(job, &round);
   PCP_RETURN_IF_ERROR_BARE(status);
   if (*out_stopped) {
     return pcp_ok_status();
@@ -2333,6 +2383,8 @@ static pcp_status_t job_run(const pcp_diloco_job_options_t* options) {
   job_t job;
   memset(&job, 0, sizeof(job));
   job.options = options;
+  job.allocator =
+      options->allocator.ctl ? options->allocator : pcp_allocator_system();
   job.log = options->log;
   job.log.job_id = options->job_id;
   job.last_loss = NAN;

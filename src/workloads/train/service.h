@@ -203,6 +203,8 @@ typedef struct pcp_diloco_job_options_t {
   pcp_clock_t clock;
   pcp_log_context_t log;
   pcp_diloco_job_hooks_t hooks;
+  // The job's buffers; unset ({NULL, NULL}): the system allocator.
+  pcp_allocator_t allocator;
 } pcp_diloco_job_options_t;
 
 // Runs the job until it has made outer_loop_steps outer steps (OK), a hook

@@ -79,6 +79,9 @@ typedef struct eval_program_t {
 
 typedef struct job_t {
   const pcp_diloco_job_options_t* options;
+  // options->allocator, or the system allocator when that is unset: every
+  // buffer of the job comes from it (pcp_diloco_job_malloc and friends).
+  pcp_allocator_t allocator;
   pcp_log_context_t log;
   pcp_diloco_config_t config;
   json_t* experiment;
@@ -298,5 +301,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_state_program_build(
 // Streaming DiLoCo (service_stream.c): runs the set-up job to its end
 // (OK), a stop (CANCELLED) or a failure; resumes from job->stream_resume.
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_stream_run(job_t* job);
+
+// Memory of a job from job->allocator, NULL when it fails, like malloc and
+// calloc (the callers check for NULL and say RESOURCE_EXHAUSTED with what
+// they were allocating). calloc zeroes and refuses a product that overflows.
+void* pcp_diloco_job_malloc(job_t* job, size_t byte_length);
+void* pcp_diloco_job_calloc(job_t* job, size_t count, size_t size);
+void pcp_diloco_job_free(job_t* job, void* ptr);
 
 #endif  // PCP_WORKLOADS_TRAIN_SERVICE_IMPL_H_

@@ -434,13 +434,16 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
   job_t* job = st->job;
   size_t n = job->table.count;
   uint32_t B = (uint32_t)job->spec.batch, T = (uint32_t)job->spec.block_size;
-  pcp_proto_tensor_ref_t* refs = calloc(3 * n + 4, sizeof(*refs));
-  pcp_proto_section_t* sections = calloc(3 * n + 4, sizeof(*sections));
-  pcp_proto_keep_resident_t* keep = calloc(3 * n, sizeof(*keep));
+  pcp_proto_tensor_ref_t* refs =
+      pcp_diloco_job_calloc(job, 3 * n + 4, sizeof(*refs));
+  pcp_proto_section_t* sections =
+      pcp_diloco_job_calloc(job, 3 * n + 4, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, 3 * n, sizeof(*keep));
   if (!refs || !sections || !keep) {
-    free(refs);
-    free(sections);
-    free(keep);
+    pcp_diloco_job_free(job, refs);
+    pcp_diloco_job_free(job, sections);
+    pcp_diloco_job_free(job, keep);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "step refs");
   }
   st->step_value = (float)step;
@@ -534,9 +537,9 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
     }
   }
   stream_tasks_release(st);
-  free(refs);
-  free(sections);
-  free(keep);
+  pcp_diloco_job_free(job, refs);
+  pcp_diloco_job_free(job, sections);
+  pcp_diloco_job_free(job, keep);
   return pcp_ok_status();
 }
 
@@ -551,11 +554,13 @@ static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
     ++count;
   }
   masters_round(st, fragment);
-  pcp_proto_section_t* sections = calloc(count + 1, sizeof(*sections));
-  pcp_proto_keep_resident_t* keep = calloc(4 * count + 1, sizeof(*keep));
+  pcp_proto_section_t* sections =
+      pcp_diloco_job_calloc(job, count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, 4 * count + 1, sizeof(*keep));
   if (!sections || !keep) {
-    free(sections);
-    free(keep);
+    pcp_diloco_job_free(job, sections);
+    pcp_diloco_job_free(job, keep);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "init refs");
   }
   size_t j = 0;
@@ -577,8 +582,8 @@ static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
   }
   *out_stopped = stream_wait(st);
   stream_tasks_release(st);
-  free(sections);
-  free(keep);
+  pcp_diloco_job_free(job, sections);
+  pcp_diloco_job_free(job, keep);
   return pcp_ok_status();
 }
 
@@ -592,13 +597,16 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
   for (size_t i = fragment; i < job->table.count; i += P) {
     ++count;
   }
-  pcp_proto_tensor_ref_t* refs = calloc(2 * count + 1, sizeof(*refs));
-  pcp_proto_section_t* sections = calloc(2 * count + 1, sizeof(*sections));
-  pcp_proto_keep_resident_t* keep = calloc(2 * count, sizeof(*keep));
+  pcp_proto_tensor_ref_t* refs =
+      pcp_diloco_job_calloc(job, 2 * count + 1, sizeof(*refs));
+  pcp_proto_section_t* sections =
+      pcp_diloco_job_calloc(job, 2 * count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, 2 * count, sizeof(*keep));
   if (!refs || !sections || !keep) {
-    free(refs);
-    free(sections);
-    free(keep);
+    pcp_diloco_job_free(job, refs);
+    pcp_diloco_job_free(job, sections);
+    pcp_diloco_job_free(job, keep);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "fragment refs");
   }
   uint32_t section_count = 0;
@@ -724,9 +732,9 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
     up_bytes = master_bytes * reporters;
   }
   stream_tasks_release(st);
-  free(refs);
-  free(sections);
-  free(keep);
+  pcp_diloco_job_free(job, refs);
+  pcp_diloco_job_free(job, sections);
+  pcp_diloco_job_free(job, keep);
   *out_bytes = init ? 0 : up_bytes;
   return status;
 }
@@ -761,15 +769,19 @@ static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
   for (size_t i = fragment; i < job->table.count; i += P) {
     ++count;
   }
-  pcp_proto_tensor_ref_t* refs = calloc(count + 1, sizeof(*refs));
-  pcp_proto_section_t* sections = calloc(count + 1, sizeof(*sections));
-  pcp_proto_keep_resident_t* keep = calloc(count + 1, sizeof(*keep));
-  uint32_t* slots = calloc(st->worker_count + 1, sizeof(*slots));
+  pcp_proto_tensor_ref_t* refs =
+      pcp_diloco_job_calloc(job, count + 1, sizeof(*refs));
+  pcp_proto_section_t* sections =
+      pcp_diloco_job_calloc(job, count + 1, sizeof(*sections));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, count + 1, sizeof(*keep));
+  uint32_t* slots =
+      pcp_diloco_job_calloc(job, st->worker_count + 1, sizeof(*slots));
   if (!refs || !sections || !keep || !slots) {
-    free(refs);
-    free(sections);
-    free(keep);
-    free(slots);
+    pcp_diloco_job_free(job, refs);
+    pcp_diloco_job_free(job, sections);
+    pcp_diloco_job_free(job, keep);
+    pcp_diloco_job_free(job, slots);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "copy refs");
   }
   const char k = "pmvs"[kind];
@@ -779,12 +791,13 @@ static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
   const char* function = st->bf16_params && !low ? "copy_moments" : "copy";
   uint16_t* narrow = NULL;
   if (low && upload) {
-    narrow = calloc((size_t)st->worker_count * N + 1, sizeof(uint16_t));
+    narrow = pcp_diloco_job_calloc(job, (size_t)st->worker_count * N + 1,
+                                   sizeof(uint16_t));
     if (!narrow) {
-      free(refs);
-      free(sections);
-      free(keep);
-      free(slots);
+      pcp_diloco_job_free(job, refs);
+      pcp_diloco_job_free(job, sections);
+      pcp_diloco_job_free(job, keep);
+      pcp_diloco_job_free(job, slots);
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "copy buffer");
     }
   }
@@ -872,11 +885,11 @@ static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
     }
   }
   stream_tasks_release(st);
-  free(narrow);
-  free(refs);
-  free(sections);
-  free(keep);
-  free(slots);
+  pcp_diloco_job_free(job, narrow);
+  pcp_diloco_job_free(job, refs);
+  pcp_diloco_job_free(job, sections);
+  pcp_diloco_job_free(job, keep);
+  pcp_diloco_job_free(job, slots);
   return status;
 }
 
@@ -911,7 +924,7 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
   uint32_t alive = stream_alive(st);
   size_t N = job->parameter_count;
   size_t bytes = (size_t)alive * 4 * N * sizeof(float);
-  float* state = malloc(bytes ? bytes : 1);
+  float* state = pcp_diloco_job_malloc(job, bytes ? bytes : 1);
   if (!state) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "%zu bytes of worker state", bytes);
@@ -924,7 +937,7 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
     }
   }
   if (status || *out_stopped) {
-    free(state);
+    pcp_diloco_job_free(job, state);
     return status;
   }
   if (stream_alive(st) != alive) {
@@ -932,14 +945,14 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
             "a worker was lost while the state was read: no checkpoint at "
             "sync %" PRIu64,
             job->outer_step);
-    free(state);
+    pcp_diloco_job_free(job, state);
     return pcp_ok_status();
   }
   char name[64];
   char hex[PCP_SHA256_HEX_LENGTH + 1];
   status = pcp_diloco_job_state_file_write(job, "stream", state, bytes, name,
                                            hex);
-  free(state);
+  pcp_diloco_job_free(job, state);
   PCP_RETURN_IF_ERROR_BARE(status);
   PCP_LOG(PCP_LOG_INFO, &job->log,
           "streaming worker state for sync %" PRIu64
@@ -1129,7 +1142,7 @@ static pcp_status_t stream_resume_load(stream_t* st, stream_loop_t* loop,
   char got[PCP_SHA256_HEX_LENGTH + 1];
   pcp_sha256_to_hex(&digest, got);
   if (length != want || strcmp(got, hex) != 0) {
-    free(data);
+    pcp_allocator_free(pcp_allocator_system(), data);
     return pcp_make_status(PCP_STATUS_DATA_LOSS,
                            "streaming checkpoint's worker state %s does not "
                            "match its checkpoint (%zu bytes, SHA-256 %s; "
@@ -1177,12 +1190,14 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
         stream_resume_load(&st, &loop, &resume_state, &resume_workers));
   }
   st.sync_total = (uint64_t)st.schedule.fragments * st.schedule.max_rounds;
-  st.names = calloc(4 * job->table.count, sizeof(*st.names));
-  st.zeros = calloc(job->parameter_count + 1, sizeof(float));
+  st.names =
+      pcp_diloco_job_calloc(job, 4 * job->table.count, sizeof(*st.names));
+  st.zeros =
+      pcp_diloco_job_calloc(job, job->parameter_count + 1, sizeof(float));
   if (!st.names || !st.zeros) {
-    free(st.names);
-    free(st.zeros);
-    free(resume_state);
+    pcp_diloco_job_free(job, st.names);
+    pcp_diloco_job_free(job, st.zeros);
+    pcp_allocator_free(pcp_allocator_system(), resume_state);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "streaming state");
   }
   for (size_t i = 0; i < job->table.count; ++i) {
@@ -1197,7 +1212,8 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
   // WORKER_GRACE_MS for the checkpoint's worker count of its kind, then
   // goes on with those there (the others' state is dropped, as a worker
   // lost mid-run).
-  pcp_fabric_worker_info_t* infos = calloc(MAX_ROUND_WORKERS, sizeof(*infos));
+  pcp_fabric_worker_info_t* infos =
+      pcp_diloco_job_calloc(job, MAX_ROUND_WORKERS, sizeof(*infos));
   int64_t wait_start = pcp_clock_now_ns(o->clock);
   // Session ids of this run only: a restarted gateway's must not meet what
   // a worker may still hold of the dead one's.
@@ -1264,7 +1280,7 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       }
     }
   }
-  free(infos);
+  pcp_diloco_job_free(job, infos);
   if (!status && resume_workers && st.worker_count < resume_workers) {
     PCP_LOG(PCP_LOG_WARN, &job->log,
             "resuming with %u of the checkpoint's %u streaming workers",
@@ -1285,7 +1301,8 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       snprintf(storage[k], sizeof(storage[k]), "shard-%04u", k);
       names[k] = storage[k];
     }
-    pcp_data_assignment_t* plan = calloc(st.shard_count, sizeof(*plan));
+    pcp_data_assignment_t* plan =
+        pcp_diloco_job_calloc(job, st.shard_count, sizeof(*plan));
     status = plan ? pcp_data_shard_plan(job->dataset, job->train_range,
                                         (uint32_t)job->spec.block_size, names,
                                         st.shard_count, 0, job->seed, plan)
@@ -1324,11 +1341,13 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       }
       size_t rows = (size_t)job->accumulation *
                     (size_t)(job->spec.batch * job->spec.block_size);
-      w->tokens = status ? NULL : malloc(2 * rows * sizeof(int32_t));
+      w->tokens = status
+                      ? NULL
+                      : pcp_diloco_job_malloc(job, 2 * rows * sizeof(int32_t));
       if (!status && job->data_type == PCP_ELEMENT_TYPE_I64) {
-        w->tokens64 = malloc(2 * rows * sizeof(int64_t));
+        w->tokens64 = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int64_t));
         if (!w->tokens64) {
-          free(w->tokens);
+          pcp_diloco_job_free(job, w->tokens);
           w->tokens = NULL;
         }
       }
@@ -1336,7 +1355,7 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
         status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "tokens");
       }
     }
-    free(plan);
+    pcp_diloco_job_free(job, plan);
   }
   const pcp_diloco_job_hooks_t* hooks = &o->hooks;
   if (!status && hooks->phase) {
@@ -1352,7 +1371,7 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       status = stream_copy_call(&st, p, kind, true, resume_state, &stopped);
     }
   }
-  free(resume_state);
+  pcp_allocator_free(pcp_allocator_system(), resume_state);
   if (!status && resume_workers) {
     PCP_LOG(PCP_LOG_INFO, &job->log,
             "streaming resumed at step %" PRIu64 " sync %" PRIu64
@@ -1523,10 +1542,10 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
   for (uint32_t k = 0; k < st.worker_count; ++k) {
     pcp_fabric_task_release(st.workers[k].task);
     pcp_data_sampler_release(st.workers[k].sampler);
-    free(st.workers[k].tokens);
-    free(st.workers[k].tokens64);
+    pcp_diloco_job_free(job, st.workers[k].tokens);
+    pcp_diloco_job_free(job, st.workers[k].tokens64);
   }
-  free(st.names);
-  free(st.zeros);
+  pcp_diloco_job_free(job, st.names);
+  pcp_diloco_job_free(job, st.zeros);
   return status;
 }
