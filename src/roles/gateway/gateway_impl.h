@@ -102,20 +102,20 @@ typedef struct pcp_roles_gateway_state_t {
 
   // The workload runner (src/workloads/runtime): every job's transitions,
   // recovery and cancel, and the kinds it runs (generic, training). Created
-  // by pcp_roles_gateway_jobs_recover, started by _training_start, stopped
-  // by _training_stop, released by _jobs_active_free.
+  // by pcp_roles_gateway_jobs_recover, started by _workloads_start, stopped
+  // by _workloads_stop, released by _jobs_active_free.
   pcp_workloads_runner_t* runner;
-  // The generic job kind (files, compile pool); created with the runner.
+  // The generic job kind (files, compile threads); created with the runner.
   pcp_workloads_jobs_t* jobs;
-  // The training kind's state (its options are filled at _training_start,
+  // The training kind's state (its options are filled at _workloads_start,
   // once the fabric and the inference service exist).
   pcp_workloads_train_t train_kind;
   pcp_diloco_metrics_t training_metrics;
   pcp_workloads_train_policy_t training_policy;
 
-  pthread_t runner_thread;
+  pthread_t housekeeping_thread;
   pthread_t pump_thread;
-  bool runner_started;
+  bool housekeeping_started;
   bool pump_started;
 } pcp_roles_gateway_state_t;
 
@@ -155,11 +155,8 @@ pcp_status_t pcp_roles_gateway_worker_get(void* user_data,
                                           const pcp_http_request_t* request,
                                           pcp_http_response_t* response);
 
-// dashboard.c: GET /v1/training/jobs/{id}/history (the dashboard's
-// charts): at most PCP_GATEWAY_HISTORY_MAX_POINTS outer steps, read from at
-// most PCP_GATEWAY_HISTORY_MAX_PAGES pages of the job's events.
-#define PCP_GATEWAY_HISTORY_MAX_POINTS 100000u
-#define PCP_GATEWAY_HISTORY_MAX_PAGES 200u
+// training.c: GET /v1/training/jobs/{id}/history (the dashboard's charts;
+// pcp_workloads_train_history_json).
 pcp_status_t pcp_roles_gateway_training_history(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response);
@@ -172,12 +169,13 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* gateway);
 // The housekeeping thread: worker-count events, the job metrics and the
 // sweep of expired services (the jobs themselves run on the runner).
-void* pcp_roles_gateway_jobs_runner_main(void* opaque);
-// Starts the compile pool threads (before the runner) / stops and joins
-// them, waiting for compiles in progress (after the runner has stopped).
+void* pcp_roles_gateway_housekeeping_main(void* opaque);
+// Starts the generic job kind (its compile threads, over the fabric and
+// the compile queue; before the runner) / stops it, joining them and
+// waiting for compiles in progress (after the runner has stopped).
 PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_compile_pool_start(pcp_roles_gateway_state_t* gateway);
-void pcp_roles_gateway_compile_pool_stop(pcp_roles_gateway_state_t* gateway);
+pcp_roles_gateway_jobs_kind_start(pcp_roles_gateway_state_t* gateway);
+void pcp_roles_gateway_jobs_kind_stop(pcp_roles_gateway_state_t* gateway);
 // Frees the jobs the runner left active and releases the workload runner;
 // only after the fabric endpoint is released (its tasks borrow their input
 // buffers until then).
@@ -224,13 +222,14 @@ pcp_status_t pcp_roles_gateway_training_text_submit(
 pcp_status_t pcp_roles_gateway_training_get(void* user_data,
                                             const pcp_http_request_t* request,
                                             pcp_http_response_t* response);
-// Starts the workload runner: its scheduler starts queued training jobs on
-// its pool (up to PCP_GATEWAY_MAX_TRAINING_JOBS at once; the training kind,
-// src/workloads/train/job.c, runs pcp_diloco_job_run). _stop asks the runs
-// to stop and joins them (their jobs stay running in the store).
+// Starts the workload runner with the training kind's options (the policy,
+// the metrics, the hooks): its scheduler starts queued jobs of every kind
+// on its pool (training: up to PCP_GATEWAY_MAX_TRAINING_JOBS at once,
+// src/workloads/train/job.c). _stop asks the runs to stop and joins them
+// (their jobs stay running in the store).
 PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* gateway);
-void pcp_roles_gateway_training_stop(pcp_roles_gateway_state_t* gateway);
+pcp_roles_gateway_workloads_start(pcp_roles_gateway_state_t* gateway);
+void pcp_roles_gateway_workloads_stop(pcp_roles_gateway_state_t* gateway);
 // Replaces "training" (top level and in "spec") of a job's API JSON with
 // the live progress of a training job this process ran. Thread-safe.
 void pcp_roles_gateway_training_json_merge(pcp_roles_gateway_state_t* gateway,

@@ -231,7 +231,7 @@ static const route_t kRoutes[] = {
      PCP_SERVICES_PROXY_MAX_REQUEST_BYTES},
     {"POST", "/v1/inference/query/chat/completions", ROUTE_API,
      pcp_services_query_infer_post, SV, PCP_SERVICES_PROXY_MAX_REQUEST_BYTES},
-    // The dashboard's charts (dashboard.c).
+    // The dashboard's charts (training.c; workloads/train/history.c).
     {"GET", "/v1/training/jobs/{id}/history", ROUTE_API,
      pcp_roles_gateway_training_history, GW, 0},
     // OpenAI-compatible inference (services/openai.c); last, as they were

@@ -103,6 +103,20 @@ pcp_status_t pcp_roles_gateway_training_get(void* user_data,
   return training_job_answer(g, id, 200, response);
 }
 
+pcp_status_t pcp_roles_gateway_training_history(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
+  const char* id = pcp_http_request_param(request, "id");
+  if (!id) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "missing job id");
+  }
+  json_t* history = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_workloads_train_history_json(g->store, id, &history));
+  return pcp_http_response_json_take(response, 200, history);
+}
+
 //===----------------------------------------------------------------------===//
 // The training kind's hooks (the kind itself: src/workloads/train/job.c)
 //===----------------------------------------------------------------------===//
@@ -130,7 +144,7 @@ static void model_exported(void* user_data, const char* model_dir) {
   pcp_infer_service_dir_notify(g->infer, model_dir);
 }
 
-pcp_status_t pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* g) {
+pcp_status_t pcp_roles_gateway_workloads_start(pcp_roles_gateway_state_t* g) {
   const pcp_roles_gateway_file_config_t* file = &g->config->file;
   pcp_workloads_train_policy_config_t policy_config = {
       .state_dir = file->state_dir,
@@ -167,7 +181,7 @@ pcp_status_t pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* g) {
   return pcp_workloads_runner_start(g->runner);
 }
 
-void pcp_roles_gateway_training_stop(pcp_roles_gateway_state_t* g) {
+void pcp_roles_gateway_workloads_stop(pcp_roles_gateway_state_t* g) {
   // Every run sees should_stop and returns; its job stays running in the
   // store and resumes from a checkpoint at the next start.
   if (g->runner) {

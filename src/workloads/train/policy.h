@@ -2,7 +2,7 @@
 //
 // The training kind's validation (src/workloads/train/policy.c): what a
 // DiLoCo experiment may reach and how big it may be, and the stored spec of
-// an accepted one. Part of the workloads module's public surface: include
+// an accepted one; and a job's step history (history.c). Part of the workloads module's public surface: include
 // "workloads/workloads.h", which includes this file.
 //
 // Threading: a policy is read-only after initialize (thread-safe to share).
@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "base/base.h"
+#include "store/store.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -87,6 +88,20 @@ uint64_t pcp_workloads_train_memory_total_bytes(void);
 PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_train_spec_build(
     const pcp_workloads_train_policy_t* policy, const char* text,
     size_t byte_length, json_t** out_spec);
+
+// A training job's history (src/workloads/train/history.c): its
+// "training.step" events as columns, one entry per outer step (the last
+// event of a step wins), {"job_id", "state", "outer_loop_steps", "points",
+// "truncated", "max_points", "outer_step", "time_ms", "loss", "val_loss",
+// "tokens_per_second", "wire_bytes", "step_wire_bytes", "seconds", "lr"}:
+// at most PCP_WORKLOADS_TRAIN_HISTORY_MAX_POINTS steps, read from at most
+// PCP_WORKLOADS_TRAIN_HISTORY_MAX_PAGES pages of the job's events.
+// NOT_FOUND for a job that is not a training job. |*out_history| is a new
+// reference on success. Thread-safe.
+#define PCP_WORKLOADS_TRAIN_HISTORY_MAX_POINTS 100000u
+#define PCP_WORKLOADS_TRAIN_HISTORY_MAX_PAGES 200u
+PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_train_history_json(
+    pcp_store_t* store, const char* id, json_t** out_history);
 
 #ifdef __cplusplus
 }
