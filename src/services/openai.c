@@ -136,7 +136,8 @@ static json_t* status_error_json(pcp_status_t status, int* out_http) {
       break;
   }
   *out_http = http;
-  return pcp_services_openai_error_json(message, type, param[0] ? param : NULL, code);
+  return pcp_services_openai_error_json(message, type, param[0] ? param : NULL,
+                                        code);
 }
 
 static pcp_status_t status_error_set(pcp_http_response_t* response,

@@ -241,8 +241,8 @@ static const route_t kRoutes[] = {
     {"POST", "/v1/chat/completions", ROUTE_API,
      pcp_services_openai_chat_completions_post, SV,
      2 * PCP_INFER_MAX_PROMPT_BYTES},
-    {"POST", "/v1/completions", ROUTE_API,
-     pcp_services_openai_completions_post, SV, 2 * PCP_INFER_MAX_PROMPT_BYTES},
+    {"POST", "/v1/completions", ROUTE_API, pcp_services_openai_completions_post,
+     SV, 2 * PCP_INFER_MAX_PROMPT_BYTES},
 };
 
 #undef GW

@@ -75,8 +75,7 @@ pcp_status_t pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* g) {
   return pcp_workloads_runner_recover(g->runner);
 }
 
-pcp_status_t pcp_roles_gateway_jobs_kind_start(
-    pcp_roles_gateway_state_t* g) {
+pcp_status_t pcp_roles_gateway_jobs_kind_start(pcp_roles_gateway_state_t* g) {
   return pcp_workloads_jobs_start(g->jobs, g->fabric, g->compile_queue);
 }
 

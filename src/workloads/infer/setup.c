@@ -42,7 +42,9 @@ pcp_status_t pcp_infer_service_create_in_state_dir(
     char* save = NULL;
     for (char* part = strtok_r(copy, ",", &save); part;
          part = strtok_r(NULL, ",", &save)) {
-      if (!part[0]) continue;
+      if (!part[0]) {
+        continue;
+      }
       if (dir_count >= PCP_INFER_MAX_MODEL_DIRS) {
         status = too_many_dirs();
         break;

@@ -9,8 +9,8 @@
 // The history is not a second copy: it is read from the job's
 // "training.step" events in the store (one per outer step, written by the
 // outer loop; the store keeps them durable and append-only), at most
-// PCP_WORKLOADS_TRAIN_HISTORY_MAX_POINTS of them. A resumed job repeats the steps
-// after its checkpoint: the last event of an outer step wins, as the
+// PCP_WORKLOADS_TRAIN_HISTORY_MAX_POINTS of them. A resumed job repeats the
+// steps after its checkpoint: the last event of an outer step wins, as the
 // resumed run's numbers are the ones the model carries on from.
 //
 // Thread-safety: touches only the store (thread-safe).
@@ -128,8 +128,8 @@ pcp_status_t pcp_workloads_train_history_json(pcp_store_t* store,
   int64_t after = 0;
   size_t steps_seen = 0;
   bool truncated = false;
-  for (uint32_t page = 0; ok && !status && page < PCP_WORKLOADS_TRAIN_HISTORY_MAX_PAGES;
-       ++page) {
+  for (uint32_t page = 0;
+       ok && !status && page < PCP_WORKLOADS_TRAIN_HISTORY_MAX_PAGES; ++page) {
     pcp_store_job_event_list_t list = {0};
     status = pcp_store_job_event_list(store, after, id,
                                       PCP_STORE_LIST_LIMIT_MAX, &list);
@@ -165,11 +165,11 @@ pcp_status_t pcp_workloads_train_history_json(pcp_store_t* store,
     return status ? status
                   : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "history");
   }
-  json_t* out =
-      json_pack("{s:s, s:s, s:I, s:I, s:b, s:I}", "job_id", id, "state", state,
-                "outer_loop_steps", planned, "points",
-                (json_int_t)json_array_size(columns[0]), "truncated", truncated,
-                "max_points", (json_int_t)PCP_WORKLOADS_TRAIN_HISTORY_MAX_POINTS);
+  json_t* out = json_pack("{s:s, s:s, s:I, s:I, s:b, s:I}", "job_id", id,
+                          "state", state, "outer_loop_steps", planned, "points",
+                          (json_int_t)json_array_size(columns[0]), "truncated",
+                          truncated, "max_points",
+                          (json_int_t)PCP_WORKLOADS_TRAIN_HISTORY_MAX_POINTS);
   for (int c = 0; c < COLUMN_COUNT_; ++c) {
     if (out) {
       json_object_set_new(out, kColumnNames[c], columns[c]);

@@ -206,8 +206,7 @@ pcp_status_t pcp_workloads_train_policy_initialize(
   out_policy->max_parameters =
       file->max_job_parameters > 0
           ? file->max_job_parameters
-          : out_policy->max_job_bytes /
-                PCP_WORKLOADS_TRAIN_BYTES_PER_PARAMETER;
+          : out_policy->max_job_bytes / PCP_WORKLOADS_TRAIN_BYTES_PER_PARAMETER;
   if (out_policy->max_parameters < 1) {
     out_policy->max_parameters = 1;
   }
@@ -292,8 +291,7 @@ static pcp_status_t data_file_check(const char* key, const char* path) {
 // under the state dir (as the service does), an absolute one must lie
 // there too.
 static pcp_status_t experiment_paths_confine(
-    const pcp_workloads_train_policy_t* policy,
-    pcp_diloco_config_t* config) {
+    const pcp_workloads_train_policy_t* policy, pcp_diloco_config_t* config) {
   if (config->model_path && config->model_path[0]) {
     PCP_RETURN_IF_ERROR_BARE(path_confine("model_path", "the model roots",
                                           &policy->model_roots, "model_roots",
@@ -326,9 +324,9 @@ static pcp_status_t experiment_paths_confine(
 // The caps: parameters, and the gateway memory they need (checked 64-bit
 // products; a parameter count from the models module is below 2^46 and a
 // module's below 2^40, but the arithmetic does not rely on it).
-static pcp_status_t job_size_check(
-    const pcp_workloads_train_policy_t* policy,
-    const pcp_diloco_config_t* config, int64_t parameter_count) {
+static pcp_status_t job_size_check(const pcp_workloads_train_policy_t* policy,
+                                   const pcp_diloco_config_t* config,
+                                   int64_t parameter_count) {
   const char* key = config->model.present ? "model" : "model_path";
   uint64_t per = config->dtype == PCP_DILOCO_DTYPE_BF16
                      ? PCP_WORKLOADS_TRAIN_BYTES_PER_BF16_PARAMETER
@@ -379,7 +377,8 @@ pcp_status_t pcp_workloads_train_spec_build(
   if (byte_length > PCP_WORKLOADS_TRAIN_MAX_EXPERIMENT_BYTES) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "experiment of %zu bytes; the limit is %zu",
-                           byte_length, PCP_WORKLOADS_TRAIN_MAX_EXPERIMENT_BYTES);
+                           byte_length,
+                           PCP_WORKLOADS_TRAIN_MAX_EXPERIMENT_BYTES);
   }
   pcp_diloco_config_t config;
   pcp_string_list_t unknown = {0};

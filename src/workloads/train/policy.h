@@ -2,8 +2,9 @@
 //
 // The training kind's validation (src/workloads/train/policy.c): what a
 // DiLoCo experiment may reach and how big it may be, and the stored spec of
-// an accepted one; and a job's step history (history.c). Part of the workloads module's public surface: include
-// "workloads/workloads.h", which includes this file.
+// an accepted one; and a job's step history (history.c). Part of the workloads
+// module's public surface: include "workloads/workloads.h", which includes this
+// file.
 //
 // Threading: a policy is read-only after initialize (thread-safe to share).
 // Ownership: the policy owns its strings; free with _deinitialize.

@@ -65,7 +65,7 @@ static int teardown(void** state) {
 
 static pcp_status_t build(const char* text, json_t** out_spec) {
   return pcp_workloads_train_spec_build(&g_policy, text, strlen(text),
-                                               out_spec);
+                                        out_spec);
 }
 
 static void test_valid_experiment(void** state) {
@@ -141,8 +141,8 @@ static void test_model_path_is_read_at_submit(void** state) {
       "tensor<8xbf16>, %x: tensor<2x16xi32>, %y: tensor<2x16xi32>) -> "
       "tensor<bf16> {\n    %c = stablehlo.constant dense<0.0> : "
       "tensor<bf16>\n    return %c : tensor<bf16>\n  }\n}\n";
-  assert_true(pcp_status_is_ok(
-      pcp_file_write_atomic(path, kModule, strlen(kModule))));
+  assert_true(
+      pcp_status_is_ok(pcp_file_write_atomic(path, kModule, strlen(kModule))));
   char text[PATH_MAX + 256];
   snprintf(text, sizeof(text),
            "{\"model_path\":\"%s\",\"data_path\":\"d\","
@@ -161,8 +161,8 @@ static void test_model_path_is_read_at_submit(void** state) {
                    (65 * 8 + 8) * 6);
   json_decref(spec);
   // The same module as f32: the dtype key disagrees with it.
-  snprintf(text, sizeof(text),
-           "{\"model_path\":\"%s\",\"data_path\":\"d\"}", path);
+  snprintf(text, sizeof(text), "{\"model_path\":\"%s\",\"data_path\":\"d\"}",
+           path);
   spec = NULL;
   status = build(text, &spec);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
@@ -322,8 +322,8 @@ static void test_job_size_is_capped(void** state) {
   static const char kSmall[] =
       "{\"model\":{\"kind\":\"gpt\",\"layers\":1,\"batch\":4},"
       "\"data_path\":\"d\"}";
-  status = pcp_workloads_train_spec_build(&small, kSmall, strlen(kSmall),
-                                                 &spec);
+  status =
+      pcp_workloads_train_spec_build(&small, kSmall, strlen(kSmall), &spec);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   assert_non_null(strstr(pcp_status_message(status), "max_job_parameters"));
   pcp_status_ignore(status);
