@@ -35,6 +35,7 @@ pcp_status_t pcp_services_start(pcp_services_t* svc,
   PCP_RETURN_IF_ERROR_BARE(pcp_services_replication_start(svc));
   PCP_RETURN_IF_ERROR_BARE(pcp_services_federation_create(svc));
   pcp_services_proxy_reset();
+  pcp_services_openai_limits_reset();
   return pcp_ok_status();
 }
 

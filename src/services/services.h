@@ -265,6 +265,25 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_services_openai_error_reply(
 // serialized; errors as pcp_http_sse_stream_send.
 PCP_MUST_USE_RESULT pcp_status_t pcp_services_openai_sse_json_send(
     pcp_http_sse_stream_t* stream, const char* event, json_t* value);
+// The OpenAI-compatible inference routes over the services' inference
+// engine (|user_data| the pcp_services_t, after pcp_services_start): GET
+// /v1/models, GET /v1/models/* (404 model_not_found), POST
+// /v1/chat/completions and POST /v1/completions (bodies up to
+// 2 * PCP_INFER_MAX_PROMPT_BYTES; "stream": true answers SSE chunks and
+// "[DONE]"). Errors are OpenAI's body, 429 past 24 requests without
+// streaming at once. Thread-safe.
+pcp_status_t pcp_services_openai_models_list(void* user_data,
+                                             const pcp_http_request_t* request,
+                                             pcp_http_response_t* response);
+pcp_status_t pcp_services_openai_model_get(void* user_data,
+                                           const pcp_http_request_t* request,
+                                           pcp_http_response_t* response);
+pcp_status_t pcp_services_openai_chat_completions_post(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response);
+pcp_status_t pcp_services_openai_completions_post(
+    void* user_data, const pcp_http_request_t* request,
+    pcp_http_response_t* response);
 
 //===----------------------------------------------------------------------===//
 // Graph replication shared with the hub

@@ -80,6 +80,9 @@ void pcp_services_graph_close(pcp_services_t* svc);
 // proxy.c: clears the process-wide stop flag (a test may serve several
 // gateways in turn).
 void pcp_services_proxy_reset(void);
+// openai.c: the cap on requests without streaming at once, re-read from
+// the test hook PCP_GATEWAY_TEST_INFER_MAX_BLOCKING (pcp_services_start).
+void pcp_services_openai_limits_reset(void);
 
 // replication.c: graph replication (docs/federation.md "Graph
 // replication"). _start before the federation state is made (it installs

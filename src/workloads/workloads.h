@@ -36,6 +36,9 @@
 #include "workloads/runtime/runtime.h"  // IWYU pragma: export
 // The training kind on the runner (src/workloads/train/job.c).
 #include "workloads/train/job.h"  // IWYU pragma: export
+// The training kind's validation: paths, caps, the stored spec
+// (src/workloads/train/policy.c).
+#include "workloads/train/policy.h"  // IWYU pragma: export
 // The generic job kind on the runner (src/workloads/jobs/jobs.c).
 #include "workloads/jobs/jobs.h"  // IWYU pragma: export
 

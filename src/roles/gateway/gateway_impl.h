@@ -52,25 +52,6 @@ typedef struct pcp_roles_gateway_job_cache_entry_t {
   size_t length;
 } pcp_roles_gateway_job_cache_entry_t;
 
-// What a training experiment may reach, derived once from the gateway
-// config (docs/training.md "Paths and limits"): every path key must resolve
-// (realpath, no link or `..` escape) under its roots, checkpoint_dir under
-// the state dir; the job's parameters and the gateway memory they need are
-// capped. Read-only after initialize: thread-safe.
-typedef struct pcp_roles_gateway_training_policy_t {
-  char* state_dir;                // resolved; checkpoint_dir lies below it
-  pcp_string_list_t data_roots;   // resolved
-  pcp_string_list_t model_roots;  // resolved
-  int64_t max_parameters;         // > 0
-  int64_t max_job_bytes;          // > 0
-} pcp_roles_gateway_training_policy_t;
-
-// Gateway memory a training job holds per parameter: f32 masters, the
-// outer step's scratch, Nesterov velocity and the delta accumulator (4
-// bytes each, service.c), plus a bf16 wire copy for bf16 parameters.
-#define PCP_GATEWAY_TRAINING_BYTES_PER_PARAMETER 16
-#define PCP_GATEWAY_TRAINING_BYTES_PER_BF16_PARAMETER 18
-
 typedef struct pcp_roles_gateway_event_client_t {
   pcp_http_sse_stream_t* stream;  // one reference
   int64_t cursor;                 // last store event id sent
@@ -121,20 +102,20 @@ typedef struct pcp_roles_gateway_state_t {
 
   // The workload runner (src/workloads/runtime): every job's transitions,
   // recovery and cancel, and the kinds it runs (generic, training). Created
-  // by pcp_roles_gateway_jobs_recover, started by _training_start, stopped
-  // by _training_stop, released by _jobs_active_free.
+  // by pcp_roles_gateway_jobs_recover, started by _workloads_start, stopped
+  // by _workloads_stop, released by _jobs_active_free.
   pcp_workloads_runner_t* runner;
-  // The generic job kind (files, compile pool); created with the runner.
+  // The generic job kind (files, compile threads); created with the runner.
   pcp_workloads_jobs_t* jobs;
-  // The training kind's state (its options are filled at _training_start,
+  // The training kind's state (its options are filled at _workloads_start,
   // once the fabric and the inference service exist).
   pcp_workloads_train_t train_kind;
   pcp_diloco_metrics_t training_metrics;
-  pcp_roles_gateway_training_policy_t training_policy;
+  pcp_workloads_train_policy_t training_policy;
 
-  pthread_t runner_thread;
+  pthread_t housekeeping_thread;
   pthread_t pump_thread;
-  bool runner_started;
+  bool housekeeping_started;
   bool pump_started;
 } pcp_roles_gateway_state_t;
 
@@ -149,8 +130,7 @@ typedef struct pcp_roles_gateway_route_tokens_t {
   bool internal;    // an internal token: POST /v1/internal/events needs it
   bool federation;  // a federation token: /v1/internal/federation/* need it
 } pcp_roles_gateway_route_tokens_t;
-// Routes in the table (pcp_roles_gateway_routes_add adds the inference
-// routes after them).
+// Routes in the table (the inference routes included).
 size_t pcp_roles_gateway_route_count(void);
 // The table as HTTP routes under |tokens| into |out_routes| (route_count
 // entries): scopes resolved, |user_data| |gateway| or |services| by the
@@ -175,18 +155,11 @@ pcp_status_t pcp_roles_gateway_worker_get(void* user_data,
                                           const pcp_http_request_t* request,
                                           pcp_http_response_t* response);
 
-// dashboard.c: GET /v1/training/jobs/{id}/history (the dashboard's
-// charts): at most PCP_GATEWAY_HISTORY_MAX_POINTS outer steps, read from at
-// most PCP_GATEWAY_HISTORY_MAX_PAGES pages of the job's events.
-#define PCP_GATEWAY_HISTORY_MAX_POINTS 100000u
-#define PCP_GATEWAY_HISTORY_MAX_PAGES 200u
+// training.c: GET /v1/training/jobs/{id}/history (the dashboard's charts;
+// pcp_workloads_train_history_json).
 pcp_status_t pcp_roles_gateway_training_history(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response);
-
-// inference.c: /v1/models, /v1/chat/completions, /v1/completions.
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_inference_routes_add(pcp_roles_gateway_state_t* gateway);
 
 // workload_routes.c: the /v1/jobs handlers over the workloads JSON API,
 // the runner's set-up and the gateway's housekeeping thread.
@@ -196,12 +169,13 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* gateway);
 // The housekeeping thread: worker-count events, the job metrics and the
 // sweep of expired services (the jobs themselves run on the runner).
-void* pcp_roles_gateway_jobs_runner_main(void* opaque);
-// Starts the compile pool threads (before the runner) / stops and joins
-// them, waiting for compiles in progress (after the runner has stopped).
+void* pcp_roles_gateway_housekeeping_main(void* opaque);
+// Starts the generic job kind (its compile threads, over the fabric and
+// the compile queue; before the runner) / stops it, joining them and
+// waiting for compiles in progress (after the runner has stopped).
 PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_compile_pool_start(pcp_roles_gateway_state_t* gateway);
-void pcp_roles_gateway_compile_pool_stop(pcp_roles_gateway_state_t* gateway);
+pcp_roles_gateway_jobs_kind_start(pcp_roles_gateway_state_t* gateway);
+void pcp_roles_gateway_jobs_kind_stop(pcp_roles_gateway_state_t* gateway);
 // Frees the jobs the runner left active and releases the workload runner;
 // only after the fabric endpoint is released (its tasks borrow their input
 // buffers until then).
@@ -234,36 +208,9 @@ void pcp_roles_gateway_jobs_metrics_update(pcp_roles_gateway_state_t* gateway);
 // A job record as API JSON (new reference; NULL on OOM).
 json_t* pcp_roles_gateway_job_json(const pcp_store_job_t* job);
 
-// training.c: the DiLoCo training API (front half; see the file).
+// training.c: the DiLoCo training API's handlers (the validation is the
+// training kind's: pcp_workloads_train_spec_build).
 
-// Fills |out_policy| from |file|: the roots given or the defaults
-// (<state_dir>/data and <state_dir>/models, plus the project's data/ when
-// |exe_path| is a build-tree binary: <exe dir>/../data beside a
-// CMakeLists.txt), the caps given or derived from |memory_bytes| (the
-// machine's MemTotal; half of it for one job). Roots are resolved with
-// pcp_file_path_resolve. INVALID_ARGUMENT naming the key for a root that
-// cannot be resolved. Free with _deinitialize.
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_training_policy_initialize(
-    const pcp_roles_gateway_file_config_t* file, const char* exe_path,
-    uint64_t memory_bytes, pcp_roles_gateway_training_policy_t* out_policy);
-void pcp_roles_gateway_training_policy_deinitialize(
-    pcp_roles_gateway_training_policy_t* policy);
-// The machine's memory (MemTotal of /proc/meminfo); 0 when unknown.
-uint64_t pcp_roles_gateway_memory_total_bytes(void);
-
-// Builds the stored spec of a training job from experiment JSON |text|:
-// {"experiment", "unknown_keys", "training": progress}. The experiment is
-// stored with its path keys replaced by the resolved absolute paths (a
-// resume reads the same files whatever the gateway's working directory).
-// INVALID_ARGUMENT naming the key (config table; a data or model file that
-// is missing or unreadable; a job over the caps, with the bytes it needs),
-// PERMISSION_DENIED naming the key and the allowed roots for a path outside
-// them (nothing about the file), RESOURCE_EXHAUSTED over 1 MiB.
-// |*out_spec| is a new reference on success. Thread-safe (|policy| is
-// only read).
-PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_training_spec_build(
-    const pcp_roles_gateway_training_policy_t* policy, const char* text,
-    size_t byte_length, json_t** out_spec);
 pcp_status_t pcp_roles_gateway_training_submit(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response);
@@ -275,13 +222,14 @@ pcp_status_t pcp_roles_gateway_training_text_submit(
 pcp_status_t pcp_roles_gateway_training_get(void* user_data,
                                             const pcp_http_request_t* request,
                                             pcp_http_response_t* response);
-// Starts the workload runner: its scheduler starts queued training jobs on
-// its pool (up to PCP_GATEWAY_MAX_TRAINING_JOBS at once; the training kind,
-// src/workloads/train/job.c, runs pcp_diloco_job_run). _stop asks the runs
-// to stop and joins them (their jobs stay running in the store).
+// Starts the workload runner with the training kind's options (the policy,
+// the metrics, the hooks): its scheduler starts queued jobs of every kind
+// on its pool (training: up to PCP_GATEWAY_MAX_TRAINING_JOBS at once,
+// src/workloads/train/job.c). _stop asks the runs to stop and joins them
+// (their jobs stay running in the store).
 PCP_MUST_USE_RESULT pcp_status_t
-pcp_roles_gateway_training_start(pcp_roles_gateway_state_t* gateway);
-void pcp_roles_gateway_training_stop(pcp_roles_gateway_state_t* gateway);
+pcp_roles_gateway_workloads_start(pcp_roles_gateway_state_t* gateway);
+void pcp_roles_gateway_workloads_stop(pcp_roles_gateway_state_t* gateway);
 // Replaces "training" (top level and in "spec") of a job's API JSON with
 // the live progress of a training job this process ran. Thread-safe.
 void pcp_roles_gateway_training_json_merge(pcp_roles_gateway_state_t* gateway,

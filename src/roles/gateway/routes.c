@@ -2,9 +2,8 @@
 // The gateway's HTTP API in one table: every route with its method, path
 // pattern, token scope, handler and whose state the handler gets (the
 // gateway's or the embedded services'). The probes (/healthz, /readyz) are
-// the http module's; the inference routes are still registered by
-// inference.c (its handlers are private to the inference workload's front
-// half), right after this table.
+// the http module's. The OpenAI inference routes are the table's last rows
+// (their handlers are services/openai.c's).
 //
 // Scopes are declared by intent and resolved once against the tokens the
 // config names, so a route never names a scope the server does not have:
@@ -232,9 +231,18 @@ static const route_t kRoutes[] = {
      PCP_SERVICES_PROXY_MAX_REQUEST_BYTES},
     {"POST", "/v1/inference/query/chat/completions", ROUTE_API,
      pcp_services_query_infer_post, SV, PCP_SERVICES_PROXY_MAX_REQUEST_BYTES},
-    // The dashboard's charts (dashboard.c).
+    // The dashboard's charts (training.c; workloads/train/history.c).
     {"GET", "/v1/training/jobs/{id}/history", ROUTE_API,
      pcp_roles_gateway_training_history, GW, 0},
+    // OpenAI-compatible inference (services/openai.c); last, as they were
+    // registered after the table before (no pattern above overlaps them).
+    {"GET", "/v1/models", ROUTE_API, pcp_services_openai_models_list, SV, 0},
+    {"GET", "/v1/models/*", ROUTE_API, pcp_services_openai_model_get, SV, 0},
+    {"POST", "/v1/chat/completions", ROUTE_API,
+     pcp_services_openai_chat_completions_post, SV,
+     2 * PCP_INFER_MAX_PROMPT_BYTES},
+    {"POST", "/v1/completions", ROUTE_API, pcp_services_openai_completions_post,
+     SV, 2 * PCP_INFER_MAX_PROMPT_BYTES},
 };
 
 #undef GW
@@ -289,10 +297,5 @@ pcp_status_t pcp_roles_gateway_routes_add(pcp_roles_gateway_state_t* g) {
   };
   pcp_http_route_t routes[PCP_ARRAYSIZE(kRoutes)];
   pcp_roles_gateway_routes_resolve(&tokens, g, g->services, routes);
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes)));
-  // /v1/models, /v1/models/*, /v1/chat/completions, /v1/completions: no
-  // pattern above overlaps them, so registering them after the table
-  // changes no match.
-  return pcp_roles_gateway_inference_routes_add(g);
+  return pcp_http_server_routes_add(g->http, routes, PCP_ARRAYSIZE(routes));
 }

@@ -452,64 +452,17 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
 
   // The inference engine: models under <state_dir>/models (training jobs
   // write them there) and the --model-dir ones.
-  {
-    const char* dirs[PCP_INFER_MAX_MODEL_DIRS];
-    size_t dir_count = 0;
-    char* copies[PCP_INFER_MAX_MODEL_DIRS];
-    size_t copy_count = 0;
-    pcp_status_t status = pcp_ok_status();
-    for (size_t i = 0; i < c->model_dirs.count && !status; ++i) {
-      char* copy = strdup(c->model_dirs.items[i]);
-      if (!copy || copy_count >= PCP_INFER_MAX_MODEL_DIRS) {
-        free(copy);
-        status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                                 "--model-dir: at most %d directories",
-                                 PCP_INFER_MAX_MODEL_DIRS);
-        break;
-      }
-      copies[copy_count++] = copy;
-      char* save = NULL;
-      for (char* part = strtok_r(copy, ",", &save); part;
-           part = strtok_r(NULL, ",", &save)) {
-        if (!part[0]) continue;
-        if (dir_count >= PCP_INFER_MAX_MODEL_DIRS) {
-          status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                                   "--model-dir: at most %d directories",
-                                   PCP_INFER_MAX_MODEL_DIRS);
-          break;
-        }
-        dirs[dir_count++] = part;
-      }
-    }
-    char models_root[PCP_STORE_PATH_MAX_LENGTH + 16];
-    char artifacts[PCP_STORE_PATH_MAX_LENGTH + 16];
-    snprintf(models_root, sizeof(models_root), "%s/models", c->file.state_dir);
-    snprintf(artifacts, sizeof(artifacts), "%s/artifacts", c->file.state_dir);
-    pcp_infer_service_options_t infer_options = {
-        .fabric = g->fabric,
-        .metrics = g->registry,
-        .artifact_dir = artifacts,
-        .compile_queue = g->compile_queue,
-        .models_root = models_root,
-        .model_dirs = dirs,
-        .model_dir_count = dir_count,
-        .log = g->log,
-    };
-    // Test hook: a pause per scheduling round, so a test can hold a request
-    // in flight across a model reload (tests/integration).
-    const char* delay = getenv("PCP_GATEWAY_TEST_INFER_STEP_DELAY_MS");
-    if (delay && atoll(delay) > 0 && atoll(delay) <= 10000) {
-      infer_options.test_step_delay_ms = atoll(delay);
-    }
-    if (!status) {
-      status = pcp_infer_service_create(&infer_options, g->allocator,
-                                        &g->infer);
-    }
-    for (size_t i = 0; i < copy_count; ++i) {
-      free(copies[i]);
-    }
-    PCP_RETURN_IF_ERROR(status, "the inference service (--model-dir)");
-  }
+  const pcp_infer_service_options_t infer_options = {
+      .fabric = g->fabric,
+      .metrics = g->registry,
+      .compile_queue = g->compile_queue,
+      .log = g->log,
+  };
+  PCP_RETURN_IF_ERROR(pcp_infer_service_create_in_state_dir(
+                          &infer_options, c->file.state_dir,
+                          (const char* const*)c->model_dirs.items,
+                          c->model_dirs.count, g->allocator, &g->infer),
+                      "the inference service (--model-dir)");
 
   pcp_http_scope_t scopes[3];
   size_t scope_count = 0;
@@ -571,13 +524,13 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   PCP_RETURN_IF_ERROR_BARE(pcp_services_start(g->services, &links));
   PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_routes_add(g));
 
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_compile_pool_start(g));
-  if (pthread_create(&g->runner_thread, NULL,
-                     pcp_roles_gateway_jobs_runner_main, g)) {
-    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "job runner thread");
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_jobs_kind_start(g));
+  if (pthread_create(&g->housekeeping_thread, NULL,
+                     pcp_roles_gateway_housekeeping_main, g)) {
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "housekeeping thread");
   }
-  g->runner_started = true;
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_training_start(g));
+  g->housekeeping_started = true;
+  PCP_RETURN_IF_ERROR_BARE(pcp_roles_gateway_workloads_start(g));
   if (pthread_create(&g->pump_thread, NULL, pcp_roles_gateway_events_pump_main,
                      g)) {
     return pcp_make_status(PCP_STATUS_UNAVAILABLE, "event pump thread");
@@ -613,19 +566,18 @@ static void stop(pcp_roles_gateway_state_t* g) {
   if (g->pump_started) {
     pthread_join(g->pump_thread, NULL);
   }
-  if (g->runner_started) {
-    // The runner leaves running jobs as they are in the store: the next
-    // start re-runs them (a drain does not wait for long jobs).
-    pthread_join(g->runner_thread, NULL);
+  if (g->housekeeping_started) {
+    pthread_join(g->housekeeping_thread, NULL);
   }
-  // Training runs cancel their round's tasks and return; their jobs stay
-  // running in the store and resume from a checkpoint at the next start.
-  pcp_roles_gateway_training_stop(g);
+  // The runner leaves running jobs as they are in the store: the next start
+  // re-runs them (a drain does not wait for long jobs); training runs
+  // cancel their round's tasks and resume from a checkpoint then.
+  pcp_roles_gateway_workloads_stop(g);
   pcp_services_stop(g->services);
   // A compile in progress is killed (the queue's shutdown); its job stays
   // compiling and re-runs next start.
   pcp_workloads_compile_queue_shutdown(g->compile_queue);
-  pcp_roles_gateway_compile_pool_stop(g);
+  pcp_roles_gateway_jobs_kind_stop(g);
   for (uint32_t i = 0; i < g->client_count; ++i) {
     pcp_http_sse_stream_release(g->clients[i].stream);
   }

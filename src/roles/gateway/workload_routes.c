@@ -2,7 +2,7 @@
 // The gateway's side of the workloads (issue 14): the /v1/jobs handlers
 // (parse the request, call the workloads JSON API, write the response), the
 // workload runner's set-up with its kinds, and the housekeeping thread.
-// The generic job itself (files, submission, compile pool, run) is
+// The generic job itself (files, submission, compile threads, run) is
 // src/workloads/jobs/jobs.c; its lifecycle is the runner's
 // (src/workloads/runtime/runner.c).
 //
@@ -75,12 +75,11 @@ pcp_status_t pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* g) {
   return pcp_workloads_runner_recover(g->runner);
 }
 
-pcp_status_t pcp_roles_gateway_compile_pool_start(
-    pcp_roles_gateway_state_t* g) {
+pcp_status_t pcp_roles_gateway_jobs_kind_start(pcp_roles_gateway_state_t* g) {
   return pcp_workloads_jobs_start(g->jobs, g->fabric, g->compile_queue);
 }
 
-void pcp_roles_gateway_compile_pool_stop(pcp_roles_gateway_state_t* g) {
+void pcp_roles_gateway_jobs_kind_stop(pcp_roles_gateway_state_t* g) {
   if (g->jobs) {
     pcp_workloads_jobs_stop(g->jobs);
   }
@@ -505,7 +504,7 @@ static void services_sweep(pcp_roles_gateway_state_t* g) {
   }
 }
 
-void* pcp_roles_gateway_jobs_runner_main(void* opaque) {
+void* pcp_roles_gateway_housekeeping_main(void* opaque) {
   pcp_roles_gateway_state_t* g = opaque;
   int64_t next_metrics_ns = 0;
   while (!atomic_load(&g->stopping)) {

@@ -106,6 +106,17 @@ typedef struct pcp_infer_service_t pcp_infer_service_t;
 PCP_MUST_USE_RESULT pcp_status_t pcp_infer_service_create(
     const pcp_infer_service_options_t* options, pcp_allocator_t allocator,
     pcp_infer_service_t** out_service);
+// The service as the gateway serves it (setup.c): |base| with
+// <state_dir>/models as the models root, <state_dir>/artifacts as the
+// compile cache and the directories of |model_dir_values| (each a
+// comma-separated list; empty parts skipped) as model_dirs.
+// INVALID_ARGUMENT past PCP_INFER_MAX_MODEL_DIRS; else as _create. The test
+// hook PCP_GATEWAY_TEST_INFER_STEP_DELAY_MS (1..10000) sets
+// test_step_delay_ms.
+PCP_MUST_USE_RESULT pcp_status_t pcp_infer_service_create_in_state_dir(
+    const pcp_infer_service_options_t* base, const char* state_dir,
+    const char* const* model_dir_values, size_t model_dir_value_count,
+    pcp_allocator_t allocator, pcp_infer_service_t** out_service);
 // Refuses new requests (UNAVAILABLE), lets the running and waiting ones
 // finish for up to |deadline_ms|, then stops every thread; requests still
 // in flight end with CANCELLED (their done callback runs). Idempotent.

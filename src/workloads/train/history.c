@@ -1,20 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// What the operator dashboard (static/dashboard.{html,js,css}) reads beyond
-// the generic job and worker routes: GET /v1/training/jobs/{id}/history,
-// a training job's per-outer-step series (loss, val_loss, tokens/s, bytes on
-// the wire, time) as columns, so a chart of a 1,000-step job is one small
-// request instead of a walk over the job's raw events.
+// A training job's history (moved from src/roles/gateway/dashboard.c, issue
+// 14; the gateway's GET /v1/training/jobs/{id}/history answers it and the
+// operator dashboard charts it): the per-outer-step series (loss, val_loss,
+// tokens/s, bytes on the wire, time) as columns, so a chart of a 1,000-step
+// job is one small request instead of a walk over the job's raw events.
 //
 // The history is not a second copy: it is read from the job's
 // "training.step" events in the store (one per outer step, written by the
 // outer loop; the store keeps them durable and append-only), at most
-// PCP_GATEWAY_HISTORY_MAX_POINTS of them. A resumed job repeats the steps
-// after its checkpoint: the last event of an outer step wins, as the
+// PCP_WORKLOADS_TRAIN_HISTORY_MAX_POINTS of them. A resumed job repeats the
+// steps after its checkpoint: the last event of an outer step wins, as the
 // resumed run's numbers are the ones the model carries on from.
 //
-// Thread-safety: the handler runs on libmicrohttpd's threads and touches
-// only the store (thread-safe).
+// Thread-safety: touches only the store (thread-safe).
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -23,7 +22,7 @@
 
 #include <jansson.h>
 
-#include "roles/gateway/gateway_impl.h"
+#include "workloads/workloads.h"
 
 // Columns of the history answer, in order; each is one array of the answer
 // with one entry per outer step.
@@ -98,16 +97,12 @@ static void columns_append(json_t* const* columns,
   json_array_append_new(columns[COLUMN_LR], number_or_null(p, "lr"));
 }
 
-pcp_status_t pcp_roles_gateway_training_history(
-    void* user_data, const pcp_http_request_t* request,
-    pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
-  const char* id = pcp_http_request_param(request, "id");
-  if (!id) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "missing job id");
-  }
+pcp_status_t pcp_workloads_train_history_json(pcp_store_t* store,
+                                              const char* id,
+                                              json_t** out_history) {
+  *out_history = NULL;
   pcp_store_job_t job;
-  PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, id, &job));
+  PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(store, id, &job));
   bool training = strcmp(job.kind, "training") == 0;
   json_t* outer_loop_steps = json_object_get(
       json_object_get(job.spec, "training"), "outer_loop_steps");
@@ -133,10 +128,10 @@ pcp_status_t pcp_roles_gateway_training_history(
   int64_t after = 0;
   size_t steps_seen = 0;
   bool truncated = false;
-  for (uint32_t page = 0; ok && !status && page < PCP_GATEWAY_HISTORY_MAX_PAGES;
-       ++page) {
+  for (uint32_t page = 0;
+       ok && !status && page < PCP_WORKLOADS_TRAIN_HISTORY_MAX_PAGES; ++page) {
     pcp_store_job_event_list_t list = {0};
-    status = pcp_store_job_event_list(g->store, after, id,
+    status = pcp_store_job_event_list(store, after, id,
                                       PCP_STORE_LIST_LIMIT_MAX, &list);
     if (status) {
       break;
@@ -147,7 +142,7 @@ pcp_status_t pcp_roles_gateway_training_history(
       if (strcmp(e->type, "training.step") != 0) {
         continue;
       }
-      if (steps_seen >= PCP_GATEWAY_HISTORY_MAX_POINTS) {
+      if (steps_seen >= PCP_WORKLOADS_TRAIN_HISTORY_MAX_POINTS) {
         truncated = true;
         continue;
       }
@@ -159,7 +154,7 @@ pcp_status_t pcp_roles_gateway_training_history(
     if (count < PCP_STORE_LIST_LIMIT_MAX) {
       break;
     }
-    if (page + 1 == PCP_GATEWAY_HISTORY_MAX_PAGES) {
+    if (page + 1 == PCP_WORKLOADS_TRAIN_HISTORY_MAX_PAGES) {
       truncated = true;
     }
   }
@@ -170,11 +165,11 @@ pcp_status_t pcp_roles_gateway_training_history(
     return status ? status
                   : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "history");
   }
-  json_t* out =
-      json_pack("{s:s, s:s, s:I, s:I, s:b, s:I}", "job_id", id, "state", state,
-                "outer_loop_steps", planned, "points",
-                (json_int_t)json_array_size(columns[0]), "truncated", truncated,
-                "max_points", (json_int_t)PCP_GATEWAY_HISTORY_MAX_POINTS);
+  json_t* out = json_pack("{s:s, s:s, s:I, s:I, s:b, s:I}", "job_id", id,
+                          "state", state, "outer_loop_steps", planned, "points",
+                          (json_int_t)json_array_size(columns[0]), "truncated",
+                          truncated, "max_points",
+                          (json_int_t)PCP_WORKLOADS_TRAIN_HISTORY_MAX_POINTS);
   for (int c = 0; c < COLUMN_COUNT_; ++c) {
     if (out) {
       json_object_set_new(out, kColumnNames[c], columns[c]);
@@ -185,5 +180,6 @@ pcp_status_t pcp_roles_gateway_training_history(
   if (!out) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "history");
   }
-  return pcp_http_response_json_take(response, 200, out);
+  *out_history = out;
+  return pcp_ok_status();
 }

@@ -22,13 +22,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "roles/gateway/gateway_impl.h"
+#include "workloads/workloads.h"
 
 // Every test runs in a fresh state dir (the working directory, so relative
 // data paths resolve there) whose data/ holds the files the experiments
 // name; data and model roots are the state dir itself.
 static char g_state_dir[PATH_MAX];
-static pcp_roles_gateway_training_policy_t g_policy;
+static pcp_workloads_train_policy_t g_policy;
 
 static void write_file(const char* path, const char* text) {
   assert_true(
@@ -44,28 +44,28 @@ static int setup(void** state) {
   mkdir("data", 0755);
   write_file("data/tiny_shakespeare.txt", "First Citizen:\n");
   write_file("d", "hello\n");
-  pcp_roles_gateway_file_config_t file;
+  pcp_workloads_train_policy_config_t file;
   memset(&file, 0, sizeof(file));
   file.state_dir = g_state_dir;
   char* roots[] = {g_state_dir};
   file.data_roots = (pcp_string_list_t){.items = roots, .count = 1};
   file.model_roots = (pcp_string_list_t){.items = roots, .count = 1};
-  pcp_status_t status = pcp_roles_gateway_training_policy_initialize(
+  pcp_status_t status = pcp_workloads_train_policy_initialize(
       &file, NULL, (uint64_t)8 << 30, &g_policy);
   return pcp_status_is_ok(status) ? 0 : -1;
 }
 
 static int teardown(void** state) {
   (void)state;
-  pcp_roles_gateway_training_policy_deinitialize(&g_policy);
+  pcp_workloads_train_policy_deinitialize(&g_policy);
   char command[PATH_MAX + 16];
   snprintf(command, sizeof(command), "rm -rf '%s'", g_state_dir);
   return system(command) == 0 ? 0 : -1;
 }
 
 static pcp_status_t build(const char* text, json_t** out_spec) {
-  return pcp_roles_gateway_training_spec_build(&g_policy, text, strlen(text),
-                                               out_spec);
+  return pcp_workloads_train_spec_build(&g_policy, text, strlen(text),
+                                        out_spec);
 }
 
 static void test_valid_experiment(void** state) {
@@ -141,8 +141,8 @@ static void test_model_path_is_read_at_submit(void** state) {
       "tensor<8xbf16>, %x: tensor<2x16xi32>, %y: tensor<2x16xi32>) -> "
       "tensor<bf16> {\n    %c = stablehlo.constant dense<0.0> : "
       "tensor<bf16>\n    return %c : tensor<bf16>\n  }\n}\n";
-  assert_true(pcp_status_is_ok(
-      pcp_file_write_atomic(path, kModule, strlen(kModule))));
+  assert_true(
+      pcp_status_is_ok(pcp_file_write_atomic(path, kModule, strlen(kModule))));
   char text[PATH_MAX + 256];
   snprintf(text, sizeof(text),
            "{\"model_path\":\"%s\",\"data_path\":\"d\","
@@ -161,8 +161,8 @@ static void test_model_path_is_read_at_submit(void** state) {
                    (65 * 8 + 8) * 6);
   json_decref(spec);
   // The same module as f32: the dtype key disagrees with it.
-  snprintf(text, sizeof(text),
-           "{\"model_path\":\"%s\",\"data_path\":\"d\"}", path);
+  snprintf(text, sizeof(text), "{\"model_path\":\"%s\",\"data_path\":\"d\"}",
+           path);
   spec = NULL;
   status = build(text, &spec);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
@@ -300,9 +300,9 @@ static void test_job_size_is_capped(void** state) {
     fail_msg("over the cap: \"%s\"", message);
   }
   pcp_status_ignore(status);
-  pcp_roles_gateway_training_policy_t small = g_policy;
+  pcp_workloads_train_policy_t small = g_policy;
   small.max_job_bytes = 1 << 20;
-  status = pcp_roles_gateway_training_spec_build(
+  status = pcp_workloads_train_spec_build(
       &small,
       "{\"model\":{\"kind\":\"gpt\",\"layers\":2,\"batch\":4},"
       "\"data_path\":\"d\"}",
@@ -322,8 +322,8 @@ static void test_job_size_is_capped(void** state) {
   static const char kSmall[] =
       "{\"model\":{\"kind\":\"gpt\",\"layers\":1,\"batch\":4},"
       "\"data_path\":\"d\"}";
-  status = pcp_roles_gateway_training_spec_build(&small, kSmall, strlen(kSmall),
-                                                 &spec);
+  status =
+      pcp_workloads_train_spec_build(&small, kSmall, strlen(kSmall), &spec);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
   assert_non_null(strstr(pcp_status_message(status), "max_job_parameters"));
   pcp_status_ignore(status);
@@ -338,7 +338,7 @@ static void test_oversized_body(void** state) {
   text[length] = '\0';
   json_t* spec = NULL;
   pcp_status_t status =
-      pcp_roles_gateway_training_spec_build(&g_policy, text, length, &spec);
+      pcp_workloads_train_spec_build(&g_policy, text, length, &spec);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_RESOURCE_EXHAUSTED);
   assert_null(spec);
   pcp_status_ignore(status);
