@@ -50,7 +50,9 @@ typedef struct role_report_t {
   int ok;
 } role_report_t;
 
-static int64_t now_ns(void) { return pcp_clock_now_ns(pcp_clock_system()); }
+static int64_t now_ns(void) {
+  return pcp_clock_now_ns(pcp_clock_system());
+}
 
 // Sender chunk size for tensors over it (both sides); 0 keeps proto's
 // default (16 MiB).
@@ -58,7 +60,8 @@ static uint64_t g_chunk_bytes = 0;
 
 static pcp_proto_limits_t bench_limits(void) {
   pcp_proto_limits_t limits = pcp_proto_limits_default();
-  if (g_chunk_bytes) limits.chunk_bytes = g_chunk_bytes;
+  if (g_chunk_bytes)
+    limits.chunk_bytes = g_chunk_bytes;
   return limits;
 }
 
@@ -78,10 +81,13 @@ static int64_t rss_mark_idle(void) {
   return read_status_bytes("VmRSS:");
 }
 
-static int64_t rss_peak(void) { return read_status_bytes("VmHWM:"); }
+static int64_t rss_peak(void) {
+  return read_status_bytes("VmHWM:");
+}
 
 static void touch(uint8_t* data, size_t length) {
-  for (size_t i = 0; i < length; ++i) data[i] = (uint8_t)(i * 2654435761u >> 13);
+  for (size_t i = 0; i < length; ++i)
+    data[i] = (uint8_t)(i * 2654435761u >> 13);
 }
 
 static void write_report(int fd, const role_report_t* r) {
@@ -98,8 +104,10 @@ static bool send_all(int fd, const void* data, size_t length) {
   const uint8_t* p = data;
   while (length) {
     ssize_t n = send(fd, p, length, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
     p += n;
     length -= (size_t)n;
   }
@@ -110,8 +118,10 @@ static bool recv_all(int fd, void* data, size_t length) {
   uint8_t* p = data;
   while (length) {
     ssize_t n = recv(fd, p, length, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
     p += n;
     length -= (size_t)n;
   }
@@ -189,8 +199,10 @@ static bool write_frame(int fd, const pcp_proto_encoded_frame_t* frame) {
     int first = 0;
     while (first < n) {
       ssize_t w = writev(fd, iov + first, n - first);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0)
+        return false;
       size_t left = (size_t)w;
       while (first < n && left >= iov[first].iov_len) {
         left -= iov[first].iov_len;
@@ -241,7 +253,8 @@ static void fabric_worker_main(uint16_t port, int report_fd) {
                                : pcp_proto_worker_on_closed(worker, now_ns()));
           break;
         case PCP_PROTO_ACTION_SEND:
-          if (!write_frame(fd, &a.frame)) done = true;
+          if (!write_frame(fd, &a.frame))
+            done = true;
           break;
         case PCP_PROTO_ACTION_CLOSE:
         case PCP_PROTO_ACTION_SHUTDOWN:
@@ -286,9 +299,8 @@ static void fabric_worker_main(uint16_t port, int report_fd) {
             refs[i] = (pcp_proto_tensor_ref_t){
                 .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = i};
           }
-          pcp_proto_task_result_t result = {.task_id = assign.task_id,
-                                            .outputs = refs,
-                                            .output_count = n};
+          pcp_proto_task_result_t result = {
+              .task_id = assign.task_id, .outputs = refs, .output_count = n};
           PCP_CHECK_OK(pcp_proto_worker_task_complete(worker, &result, sections,
                                                       n, now_ns()));
           break;
@@ -298,7 +310,8 @@ static void fabric_worker_main(uint16_t port, int report_fd) {
       }
       pcp_proto_action_deinitialize(&a);
     }
-    if (done || fd < 0) break;
+    if (done || fd < 0)
+      break;
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     int ready = poll(&pfd, 1, 100);
     if (ready > 0) {
@@ -308,9 +321,9 @@ static void fabric_worker_main(uint16_t port, int report_fd) {
       size_t capacity = 0;
       PCP_CHECK_OK(pcp_proto_worker_read_window(worker, &window, &capacity));
       ssize_t got = recv(fd, window, capacity, 0);
-      if (got <= 0) break;
-      PCP_CHECK_OK(
-          pcp_proto_worker_read_commit(worker, (size_t)got, now_ns()));
+      if (got <= 0)
+        break;
+      PCP_CHECK_OK(pcp_proto_worker_read_commit(worker, (size_t)got, now_ns()));
     }
     PCP_CHECK_OK(pcp_proto_worker_on_tick(worker, now_ns()));
   }
@@ -319,7 +332,8 @@ static void fabric_worker_main(uint16_t port, int report_fd) {
   write_report(report_fd, &r);
   pcp_proto_action_deinitialize(&task_action);
   pcp_proto_worker_release(worker);
-  if (fd >= 0) close(fd);
+  if (fd >= 0)
+    close(fd);
 }
 
 //===----------------------------------------------------------------------===//
@@ -342,9 +356,8 @@ static void fabric_gateway_main(size_t length, int port_fd, int report_fd) {
   (void)w;
   static const uint8_t program_bytes[4096] = {1, 2, 3};
   uint8_t program[PCP_SHA256_BYTE_LENGTH];
-  PCP_CHECK_OK(pcp_fabric_program_register(endpoint, program_bytes,
-                                           sizeof(program_bytes), "cpu", "host",
-                                           program));
+  PCP_CHECK_OK(pcp_fabric_program_register(
+      endpoint, program_bytes, sizeof(program_bytes), "cpu", "host", program));
   uint8_t* tensor = malloc(length);
   touch(tensor, length);
   while (pcp_fabric_worker_count(endpoint, PCP_FABRIC_WORKER_CONNECTED) < 1) {
@@ -356,9 +369,8 @@ static void fabric_gateway_main(size_t length, int port_fd, int report_fd) {
                                .rank = 1,
                                .shape = {(int64_t)length},
                                .data = tensor};
-  pcp_fabric_task_params_t params = {.function = "echo",
-                                     .inputs = &input,
-                                     .input_count = 1};
+  pcp_fabric_task_params_t params = {
+      .function = "echo", .inputs = &input, .input_count = 1};
   memcpy(params.program, program, sizeof(program));
   pcp_fabric_task_t* task = NULL;
   int64_t start = now_ns();
@@ -449,7 +461,8 @@ static bool run_fabric(size_t length, role_report_t* gateway,
     fabric_worker_main(port, pipes[1][1]);
     _exit(0);
   }
-  bool ok = read_report(pipes[0][0], gateway) && read_report(pipes[1][0], worker);
+  bool ok =
+      read_report(pipes[0][0], gateway) && read_report(pipes[1][0], worker);
   waitpid(g, NULL, 0);
   waitpid(w, NULL, 0);
   for (int i = 0; i < 3; ++i) {
@@ -461,9 +474,11 @@ static bool run_fabric(size_t length, role_report_t* gateway,
 
 int main(int argc, char** argv) {
   size_t mib = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : 256;
-  if (mib == 0) mib = 256;
+  if (mib == 0)
+    mib = 256;
   size_t length = mib << 20;
-  if (argc > 2) g_chunk_bytes = (uint64_t)strtoull(argv[2], NULL, 10) << 20;
+  if (argc > 2)
+    g_chunk_bytes = (uint64_t)strtoull(argv[2], NULL, 10) << 20;
   // --check (third argument): one run as a test (ctest
   // fabric_round_trip_256mib): fails unless the tensor comes back intact and
   // both fabric sides stay within 1.1x of it above idle (no extra copies).
@@ -503,11 +518,12 @@ int main(int argc, char** argv) {
          best_plain, plain_rate,
          (double)plain_sender.peak_growth / (double)length,
          (double)plain_echo.peak_growth / (double)length);
-  printf("fabric : %.3f s  %.2f GiB/s  gateway peak +%.2fx  worker peak "
-         "+%.2fx (of the tensor, above idle)\n",
-         best_fabric, fabric_rate,
-         (double)fabric_gateway.peak_growth / (double)length,
-         (double)fabric_worker.peak_growth / (double)length);
+  printf(
+      "fabric : %.3f s  %.2f GiB/s  gateway peak +%.2fx  worker peak "
+      "+%.2fx (of the tensor, above idle)\n",
+      best_fabric, fabric_rate,
+      (double)fabric_gateway.peak_growth / (double)length,
+      (double)fabric_worker.peak_growth / (double)length);
   // Where the fabric's extra time goes: the per-byte work the protocol
   // asks of each side (SHA-256 of every blob, CRC32C of every section, the
   // copy from the frame into the reassembled blob), measured here.
@@ -523,10 +539,11 @@ int main(int argc, char** argv) {
   int64_t t2 = now_ns();
   memcpy(b, a, length);
   int64_t t3 = now_ns();
-  printf("per-byte work on one %zu MiB pass: sha256 %.3f s, crc32c %.3f s, "
-         "memcpy %.3f s (crc %08x)\n",
-         mib, (double)(t1 - t0) / 1e9, (double)(t2 - t1) / 1e9,
-         (double)(t3 - t2) / 1e9, crc ^ b[0]);
+  printf(
+      "per-byte work on one %zu MiB pass: sha256 %.3f s, crc32c %.3f s, "
+      "memcpy %.3f s (crc %08x)\n",
+      mib, (double)(t1 - t0) / 1e9, (double)(t2 - t1) / 1e9,
+      (double)(t3 - t2) / 1e9, crc ^ b[0]);
   free(a);
   free(b);
   // Goals (docs/performance.md): throughput >= 0.8 of the plain sockets,

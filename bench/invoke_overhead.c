@@ -73,8 +73,9 @@ static void compile_case(bench_case_t* c, const char* dir) {
   pcp_compile_result_t result;
   check(pcp_compile_module(&request, &result), "compile");
   snprintf(c->vmfb_path, sizeof(c->vmfb_path), "%s/%s.vmfb", dir, c->name);
-  check(pcp_file_write_atomic(c->vmfb_path, result.vmfb, result.vmfb_byte_length),
-        "write vmfb");
+  check(
+      pcp_file_write_atomic(c->vmfb_path, result.vmfb, result.vmfb_byte_length),
+      "write vmfb");
   pcp_compile_result_deinitialize(&result);
 }
 
@@ -101,7 +102,8 @@ static void measure_iree_once(bench_case_t* c, double* out_us);
 static void measure_pcp(bench_case_t* c, pcp_backend_t* backend) {
   void* vmfb = NULL;
   size_t length = 0;
-  check(pcp_file_read_all(c->vmfb_path, PCP_MAX_PROGRAM_BYTES, &vmfb, &length), "read");
+  check(pcp_file_read_all(c->vmfb_path, PCP_MAX_PROGRAM_BYTES, &vmfb, &length),
+        "read");
   pcp_program_t* program = NULL;
   check(pcp_program_load(backend, vmfb, length, &program), "load");
   free(vmfb);
@@ -109,11 +111,13 @@ static void measure_pcp(bench_case_t* c, pcp_backend_t* backend) {
   check(pcp_host_tensor_parse(c->input_text, &host), "input");
   pcp_tensor_t* input = NULL;
   check(pcp_tensor_upload(backend, &host, &input), "upload");
-  pcp_value_t inputs[2] = {pcp_value_resident(input), pcp_value_resident(input)};
+  pcp_value_t inputs[2] = {pcp_value_resident(input),
+                           pcp_value_resident(input)};
   pcp_tensor_t* result = NULL;
   size_t count = 0;
   for (int i = 0; i < 20; ++i) {  // warm up
-    check(pcp_program_invoke(program, "main", inputs, 2, &result, 1, &count), "invoke");
+    check(pcp_program_invoke(program, "main", inputs, 2, &result, 1, &count),
+          "invoke");
     pcp_tensor_release(result);
   }
   double batches[ROUNDS], iree[ROUNDS];
@@ -122,8 +126,9 @@ static void measure_pcp(bench_case_t* c, pcp_backend_t* backend) {
     double start = now_seconds(), elapsed = 0;
     while (elapsed < c->min_seconds / ROUNDS) {
       for (int i = 0; i < 10; ++i) {
-        check(pcp_program_invoke(program, "main", inputs, 2, &result, 1, &count),
-              "invoke");
+        check(
+            pcp_program_invoke(program, "main", inputs, 2, &result, 1, &count),
+            "invoke");
         pcp_tensor_release(result);
       }
       iterations += 10;
@@ -150,7 +155,8 @@ static long run_tool(char* const* argv, char** out_stdout) {
   int rc = posix_spawn(&pid, argv[0], &actions, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
-    fprintf(stderr, "invoke_overhead: cannot start %s: %s\n", argv[0], strerror(rc));
+    fprintf(stderr, "invoke_overhead: cannot start %s: %s\n", argv[0],
+            strerror(rc));
     exit(1);
   }
   int status = 0;
@@ -158,7 +164,8 @@ static long run_tool(char* const* argv, char** out_stdout) {
   while (wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "invoke_overhead: %s failed (status %d)\n", argv[0], status);
+    fprintf(stderr, "invoke_overhead: %s failed (status %d)\n", argv[0],
+            status);
     exit(1);
   }
   if (out_stdout) {
@@ -185,8 +192,11 @@ static void measure_iree_once(bench_case_t* c, double* out_us) {
   snprintf(input, sizeof(input), "--input=%s", c->input_text);
   snprintf(min_time, sizeof(min_time), "--benchmark_min_time=%.2fs",
            c->min_seconds / ROUNDS);
-  char* argv[] = {tool, "--device=local-task", module, "--function=main", input, input,
-                  min_time, "--benchmark_format=json", NULL};
+  char* argv[] = {tool,     "--device=local-task",
+                  module,   "--function=main",
+                  input,    input,
+                  min_time, "--benchmark_format=json",
+                  NULL};
   char* out = NULL;
   run_tool(argv, &out);
   json_error_t error;
@@ -197,18 +207,22 @@ static void measure_iree_once(bench_case_t* c, double* out_us) {
   size_t i;
   json_t* entry;
   json_array_foreach(list, i, entry) {
-    const char* run_type = json_string_value(json_object_get(entry, "run_type"));
+    const char* run_type =
+        json_string_value(json_object_get(entry, "run_type"));
     if (run_type && strcmp(run_type, "iteration") == 0) {
       double t = json_number_value(json_object_get(entry, "real_time"));
       const char* unit = json_string_value(json_object_get(entry, "time_unit"));
-      double scale = !unit ? 1 : !strcmp(unit, "ns") ? 1e-3 : !strcmp(unit, "ms") ? 1e3
-                                                                                : 1;
+      double scale = !unit                 ? 1
+                     : !strcmp(unit, "ns") ? 1e-3
+                     : !strcmp(unit, "ms") ? 1e3
+                                           : 1;
       measured = t * scale;
     }
   }
   json_decref(root);
   if (measured <= 0) {
-    fprintf(stderr, "invoke_overhead: could not read iree-benchmark-module's time\n");
+    fprintf(stderr,
+            "invoke_overhead: could not read iree-benchmark-module's time\n");
     exit(1);
   }
   *out_us = measured;
@@ -217,11 +231,16 @@ static void measure_iree_once(bench_case_t* c, double* out_us) {
 int main(int argc, char** argv) {
   double min_seconds = argc > 1 ? atof(argv[1]) : 3.0;
   char dir[] = "/tmp/pcp-bench-XXXXXX";
-  if (!mkdtemp(dir)) return 1;
+  if (!mkdtemp(dir))
+    return 1;
   bench_case_t cases[2] = {
-      {.name = "tiny", .mlir = kTiny, .input_text = "4xf32=1,2,3,4",
+      {.name = "tiny",
+       .mlir = kTiny,
+       .input_text = "4xf32=1,2,3,4",
        .min_seconds = min_seconds},
-      {.name = "matmul", .mlir = kMatmul, .input_text = "512x512xf32=0.5",
+      {.name = "matmul",
+       .mlir = kMatmul,
+       .input_text = "512x512xf32=0.5",
        .min_seconds = min_seconds},
   };
   for (int i = 0; i < 2; ++i) compile_case(&cases[i], dir);
@@ -233,15 +252,21 @@ int main(int argc, char** argv) {
   ssize_t n = readlink("/proc/self/exe", pcp_path, sizeof(pcp_path) - 1);
   pcp_path[n > 0 ? n : 0] = 0;
   char* slash = strrchr(pcp_path, '/');
-  if (slash) *slash = 0;
+  if (slash)
+    *slash = 0;
   strncat(pcp_path, "/../pcp", sizeof(pcp_path) - strlen(pcp_path) - 1);
   char run_module[PATH_MAX], module_flag[PATH_MAX + 16];
   tool_path("iree-run-module", run_module, sizeof(run_module));
   snprintf(module_flag, sizeof(module_flag), "--module=%s", cases[0].vmfb_path);
-  char* pcp_argv[] = {pcp_path, "run", cases[0].vmfb_path, "--input", "4xf32=1,2,3,4",
-                      "--input", "4xf32=1,2,3,4", NULL};
-  char* iree_argv[] = {run_module, "--device=local-task", module_flag, "--function=main",
-                       "--input=4xf32=1,2,3,4", "--input=4xf32=1,2,3,4", NULL};
+  char* pcp_argv[] = {pcp_path,        "run",     cases[0].vmfb_path, "--input",
+                      "4xf32=1,2,3,4", "--input", "4xf32=1,2,3,4",    NULL};
+  char* iree_argv[] = {run_module,
+                       "--device=local-task",
+                       module_flag,
+                       "--function=main",
+                       "--input=4xf32=1,2,3,4",
+                       "--input=4xf32=1,2,3,4",
+                       NULL};
   long pcp_rss = run_tool(pcp_argv, NULL);
   long iree_rss = run_tool(iree_argv, NULL);
   pcp_backend_options_t options = {.driver = "cpu"};
@@ -249,18 +274,21 @@ int main(int argc, char** argv) {
   check(pcp_backend_create(&options, &backend), "backend");
   for (int i = 0; i < 2; ++i) {
     measure_pcp(&cases[i], backend);
-    printf("%-7s pcp_backend %10.2f us/call  iree-benchmark-module %10.2f us/call  "
-           "pcp/iree %.3f\n",
-           cases[i].name, cases[i].pcp_us, cases[i].iree_us,
-           cases[i].pcp_us / cases[i].iree_us);
+    printf(
+        "%-7s pcp_backend %10.2f us/call  iree-benchmark-module %10.2f us/call "
+        " "
+        "pcp/iree %.3f\n",
+        cases[i].name, cases[i].pcp_us, cases[i].iree_us,
+        cases[i].pcp_us / cases[i].iree_us);
   }
   pcp_backend_release(backend);
 
   char command[PATH_MAX + 16];
   snprintf(command, sizeof(command), "rm -rf %s", dir);
-  if (system(command) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  printf("rss     pcp run %ld KiB  iree-run-module %ld KiB  pcp/iree %.3f\n", pcp_rss,
-         iree_rss, (double)pcp_rss / (double)iree_rss);
+  if (system(command) != 0)
+    fprintf(stderr, "could not remove %s\n", dir);
+  printf("rss     pcp run %ld KiB  iree-run-module %ld KiB  pcp/iree %.3f\n",
+         pcp_rss, iree_rss, (double)pcp_rss / (double)iree_rss);
   // Goals as pcp / iree (lower is better), one line each.
   static const double kGoals[2] = {1.5, 1.05};
   bool met = true;
@@ -274,9 +302,8 @@ int main(int argc, char** argv) {
   double rss_ratio = (double)pcp_rss / (double)iree_rss;
   snprintf(goal, sizeof(goal),
            "peak RSS pcp run / iree-run-module <= 1.30x (%.3fx)", rss_ratio);
-  met &= pcp_bench_goal("invoke_overhead", pcp_rss > 0 && iree_rss > 0 &&
-                                               rss_ratio <= 1.3,
-                        goal);
+  met &= pcp_bench_goal("invoke_overhead",
+                        pcp_rss > 0 && iree_rss > 0 && rss_ratio <= 1.3, goal);
   printf("invoke_overhead ratio=%.3f\n", cases[0].iree_us / cases[0].pcp_us);
   return pcp_bench_exit_code(met);
 }

@@ -156,27 +156,28 @@ static int pcp_side(const char* dir) {
 
   // One call, as a worker makes it each round: state resident, data and
   // scalars from the host, the new state kept, the losses downloaded.
-#define CALL()                                                                 \
-  do {                                                                         \
-    *(float*)step.data = next_step;                                            \
-    for (size_t i = 0; i < 3 * n; ++i) inputs[i] = pcp_value_resident(state[i]); \
-    inputs[3 * n] = pcp_value_host(&step);                                     \
-    inputs[3 * n + 1] = pcp_value_host(&lr);                                   \
-    inputs[3 * n + 2] = pcp_value_host(&ids);                                  \
-    inputs[3 * n + 3] = pcp_value_host(&targets);                              \
-    size_t count = 0;                                                          \
-    check(pcp_program_invoke(program, "train_steps", inputs, 3 * n + 4,        \
-                             results, 3 * n + 2, &count),                      \
-          "train_steps");                                                      \
-    for (size_t i = 0; i < 3 * n; ++i) {                                       \
-      pcp_tensor_release(state[i]);                                            \
-      state[i] = results[i];                                                   \
-    }                                                                          \
-    pcp_tensor_release(results[3 * n]); /* step + K: counted on the host */   \
-    check(pcp_tensor_download(results[3 * n + 1], losses, sizeof(losses)),    \
-          "losses");                                                           \
-    pcp_tensor_release(results[3 * n + 1]);                                    \
-    next_step += (float)K;                                                     \
+#define CALL()                                                              \
+  do {                                                                      \
+    *(float*)step.data = next_step;                                         \
+    for (size_t i = 0; i < 3 * n; ++i)                                      \
+      inputs[i] = pcp_value_resident(state[i]);                             \
+    inputs[3 * n] = pcp_value_host(&step);                                  \
+    inputs[3 * n + 1] = pcp_value_host(&lr);                                \
+    inputs[3 * n + 2] = pcp_value_host(&ids);                               \
+    inputs[3 * n + 3] = pcp_value_host(&targets);                           \
+    size_t count = 0;                                                       \
+    check(pcp_program_invoke(program, "train_steps", inputs, 3 * n + 4,     \
+                             results, 3 * n + 2, &count),                   \
+          "train_steps");                                                   \
+    for (size_t i = 0; i < 3 * n; ++i) {                                    \
+      pcp_tensor_release(state[i]);                                         \
+      state[i] = results[i];                                                \
+    }                                                                       \
+    pcp_tensor_release(results[3 * n]); /* step + K: counted on the host */ \
+    check(pcp_tensor_download(results[3 * n + 1], losses, sizeof(losses)),  \
+          "losses");                                                        \
+    pcp_tensor_release(results[3 * n + 1]);                                 \
+    next_step += (float)K;                                                  \
   } while (0)
 
   CALL();  // warm-up
@@ -321,7 +322,8 @@ static int worker_thread_count(pid_t pid) {
   int count = 0;
   for (struct dirent* entry = dir ? readdir(dir) : NULL; entry;
        entry = readdir(dir)) {
-    if (entry->d_name[0] == '.') continue;
+    if (entry->d_name[0] == '.')
+      continue;
     char comm_path[64 + sizeof(entry->d_name) + 8], comm[64] = "";
     snprintf(comm_path, sizeof(comm_path), "%s/%s/comm", path, entry->d_name);
     FILE* f = fopen(comm_path, "r");
@@ -333,7 +335,8 @@ static int worker_thread_count(pid_t pid) {
       fclose(f);
     }
   }
-  if (dir) closedir(dir);
+  if (dir)
+    closedir(dir);
   return count > 0 ? count : 1;
 }
 
@@ -413,11 +416,12 @@ static void write_inputs(const pcp_models_spec_t* spec, const char* dir) {
     free(buffers[i]);
   }
   free(buffers);
-  printf("model: gpt, %lld parameters in %zu tensors, batch %lld x block "
-         "%lld, %d steps per call (%lld tokens)\n",
-         (long long)table.total_elements, table.count,
-         (long long)spec->batch, (long long)spec->block_size, K,
-         (long long)(K * spec->batch * spec->block_size));
+  printf(
+      "model: gpt, %lld parameters in %zu tensors, batch %lld x block "
+      "%lld, %d steps per call (%lld tokens)\n",
+      (long long)table.total_elements, table.count, (long long)spec->batch,
+      (long long)spec->block_size, K,
+      (long long)(K * spec->batch * spec->block_size));
 
   int64_t b = spec->batch, t = spec->block_size;
   size_t count = (size_t)(K * b * t);
@@ -433,9 +437,8 @@ static void write_inputs(const pcp_models_spec_t* spec, const char* dir) {
     previous = (int32_t)(x % (uint64_t)spec->vocab);
     targets[i] = previous;
   }
-  pcp_tensor_shape_t data = {.element_type = PCP_ELEMENT_TYPE_I32,
-                             .rank = 3,
-                             .dims = {K, b, t}};
+  pcp_tensor_shape_t data = {
+      .element_type = PCP_ELEMENT_TYPE_I32, .rank = 3, .dims = {K, b, t}};
   write_npy(dir, "ids.npy", &data, ids);
   write_npy(dir, "targets.npy", &data, targets);
   free(ids);
@@ -491,7 +494,7 @@ int main(int argc, char** argv) {
   char* pcp_argv[] = {self, pcp_flag, dir, NULL};
   char* iree_argv[] = {python, script,  iree_word,    dir,
                        k_text, lr_text, workers_flag, NULL};
-  char* iree_default_argv[] = {python,  script,  iree_word, dir,
+  char* iree_default_argv[] = {python, script,  iree_word, dir,
                                k_text, lr_text, NULL};
   char* jax_argv[] = {python, script, jax_word, dir, k_text, lr_text, NULL};
   char** argvs[SIDES] = {pcp_argv, iree_argv, iree_default_argv, jax_argv};
@@ -522,11 +525,12 @@ int main(int argc, char** argv) {
     same = same && fabs(sides[s].first_loss - sides[0].first_loss) <= 1e-4 &&
            fabs(sides[s].last_loss - sides[0].last_loss) <= 1e-3;
   }
-  printf("first call's loss, step 1 / step %d: pcp %.5f / %.5f, "
-         "iree.runtime %.5f / %.5f, jax %.5f / %.5f%s\n",
-         K, sides[0].first_loss, sides[0].last_loss, sides[1].first_loss,
-         sides[1].last_loss, sides[3].first_loss, sides[3].last_loss,
-         same ? "" : "  MISMATCH");
+  printf(
+      "first call's loss, step 1 / step %d: pcp %.5f / %.5f, "
+      "iree.runtime %.5f / %.5f, jax %.5f / %.5f%s\n",
+      K, sides[0].first_loss, sides[0].last_loss, sides[1].first_loss,
+      sides[1].last_loss, sides[3].first_loss, sides[3].last_loss,
+      same ? "" : "  MISMATCH");
   if (!same) {
     return 1;
   }
@@ -556,26 +560,30 @@ int main(int argc, char** argv) {
       low = fmin(low, sides[s].rates[r]);
       high = fmax(high, sides[s].rates[r]);
     }
-    printf("%-13s tokens/s: median %.0f over %d rounds of %d calls "
-           "(min %.0f, max %.0f); CPU per call %.3f s (median)\n",
-           sides[s].name, sides[s].median, ROUNDS, CALLS, low, high,
-           median(sides[s].cpu_per_call, ROUNDS));
+    printf(
+        "%-13s tokens/s: median %.0f over %d rounds of %d calls "
+        "(min %.0f, max %.0f); CPU per call %.3f s (median)\n",
+        sides[s].name, sides[s].median, ROUNDS, CALLS, low, high,
+        median(sides[s].cpu_per_call, ROUNDS));
   }
   double to_iree = paired_ratio(&sides[0], &sides[1]);
   double to_iree_default = paired_ratio(&sides[0], &sides[2]);
   double to_jax = paired_ratio(&sides[0], &sides[3]);
   double rss = (double)sides[0].rss_kib / (double)sides[1].rss_kib;
-  printf("pcp vs iree.runtime loop: %.3f (median of per-round ratios; goal "
-         ">= 0.95)\n",
-         to_iree);
-  printf("pcp vs iree.runtime loop with IREE's default pinned workers: "
-         "%.3f\n",
-         to_iree_default);
-  printf("peak RSS: pcp side %.1f MB, iree.runtime loop %.1f MB (default "
-         "set-up %.1f MB), jax %.1f MB; pcp / iree.runtime %.3f (goal <= "
-         "1.2)\n",
-         sides[0].rss_kib / 1024.0, sides[1].rss_kib / 1024.0,
-         sides[2].rss_kib / 1024.0, sides[3].rss_kib / 1024.0, rss);
+  printf(
+      "pcp vs iree.runtime loop: %.3f (median of per-round ratios; goal "
+      ">= 0.95)\n",
+      to_iree);
+  printf(
+      "pcp vs iree.runtime loop with IREE's default pinned workers: "
+      "%.3f\n",
+      to_iree_default);
+  printf(
+      "peak RSS: pcp side %.1f MB, iree.runtime loop %.1f MB (default "
+      "set-up %.1f MB), jax %.1f MB; pcp / iree.runtime %.3f (goal <= "
+      "1.2)\n",
+      sides[0].rss_kib / 1024.0, sides[1].rss_kib / 1024.0,
+      sides[2].rss_kib / 1024.0, sides[3].rss_kib / 1024.0, rss);
   printf("pcp vs jax.jit: %.3f (median of per-round ratios; goal >= 1.0)\n",
          to_jax);
   char cleanup[4200];

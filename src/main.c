@@ -30,15 +30,24 @@ typedef struct command_t {
 
 // Tool subcommands, one line each. Keep sorted by name.
 static const command_t kCommands[] = {
-    {"chat", pcp_roles_chat_cli_main, "chat with a served model (OpenAI-compatible API), streaming"},
+    {"chat", pcp_roles_chat_cli_main,
+     "chat with a served model (OpenAI-compatible API), streaming"},
     {"compile", pcp_compile_cli_main, "compile StableHLO MLIR to an IREE VMFB"},
-    {"inspect", pcp_mlir_inspect_main, "show a StableHLO module's functions and signatures"},
-    {"model", pcp_models_cli_main, "emit a built-in model (gpt, nanochat, qwen3) as StableHLO"},
-    {"run", pcp_compute_run_cli_main, "invoke a function of a VMFB (or .mlir) through IREE"},
-    {"sim", pcp_sim_cli_main, "deterministic simulation of gateway, workers and job runner: seeds, replay, shrink"},
-    {"submit", pcp_roles_submit_cli_main, "submit a training experiment to a gateway and follow it"},
-    {"tokenize", pcp_tokenizer_cli_main, "encode text to ids or decode ids with a tokenizer.json"},
-    {"topo", pcp_topology_cli_main, "topology simulator: homology, subdivisions, protocol checks"},
+    {"inspect", pcp_mlir_inspect_main,
+     "show a StableHLO module's functions and signatures"},
+    {"model", pcp_models_cli_main,
+     "emit a built-in model (gpt, nanochat, qwen3) as StableHLO"},
+    {"run", pcp_compute_run_cli_main,
+     "invoke a function of a VMFB (or .mlir) through IREE"},
+    {"sim", pcp_sim_cli_main,
+     "deterministic simulation of gateway, workers and job runner: seeds, "
+     "replay, shrink"},
+    {"submit", pcp_roles_submit_cli_main,
+     "submit a training experiment to a gateway and follow it"},
+    {"tokenize", pcp_tokenizer_cli_main,
+     "encode text to ids or decode ids with a tokenizer.json"},
+    {"topo", pcp_topology_cli_main,
+     "topology simulator: homology, subdivisions, protocol checks"},
     {NULL, NULL, NULL},
 };
 
@@ -47,7 +56,7 @@ static const struct {
   const char* name;
   const char* flag;
 } kRoles[] = {
-    {"gateway", "--gateway"},         {"worker", "--worker"},
+    {"gateway", "--gateway"},           {"worker", "--worker"},
     {"node-manager", "--node-manager"}, {"federation-hub", "--federation-hub"},
     {"supervise", "--supervise"},
 };
@@ -90,8 +99,8 @@ static int unknown_command(const char* what, const char* name) {
     role_flag |= suggestion == candidates[i] && strcmp(what, "command") == 0;
   }
   if (suggestion) {
-    fprintf(stderr, "pcp: unknown %s '%s' (did you mean '%s%s'?)\n", what,
-            name, role_flag ? "--" : "", suggestion);
+    fprintf(stderr, "pcp: unknown %s '%s' (did you mean '%s%s'?)\n", what, name,
+            role_flag ? "--" : "", suggestion);
   } else {
     fprintf(stderr, "pcp: unknown %s '%s'\n", what, name);
   }
@@ -140,8 +149,9 @@ static int help_main(int argc, char** argv) {
     return 0;
   }
   if (strcmp(name, "version") == 0) {
-    printf("usage: pcp version (or pcp --version)\n\nPrints pcp's version "
-           "and the IREE compiler and runtime it uses.\n");
+    printf(
+        "usage: pcp version (or pcp --version)\n\nPrints pcp's version "
+        "and the IREE compiler and runtime it uses.\n");
     return 0;
   }
   char help_flag[] = "--help";
@@ -181,12 +191,15 @@ int main(int argc, char** argv) {
     }
     return print_version();
   }
-  if (strcmp(first, "help") == 0) return help_main(argc - 1, argv + 1);
+  if (strcmp(first, "help") == 0)
+    return help_main(argc - 1, argv + 1);
   // A flag first selects a process role (upstream style: `pcp --worker`);
   // the role driver also reports flags that are no role's ("--verison").
-  if (strncmp(first, "--", 2) == 0) return pcp_roles_main(argc - 1, argv + 1);
+  if (strncmp(first, "--", 2) == 0)
+    return pcp_roles_main(argc - 1, argv + 1);
   for (const command_t* c = kCommands; c->name; ++c) {
-    if (strcmp(first, c->name) == 0) return c->main(argc - 1, argv + 1);
+    if (strcmp(first, c->name) == 0)
+      return c->main(argc - 1, argv + 1);
   }
   return unknown_command("command", first);
 }

@@ -20,7 +20,8 @@ static pcp_status_t system_ctl(void* self, pcp_allocator_command_t command,
       result = calloc(1, params->byte_length ? params->byte_length : 1);
       break;
     case PCP_ALLOCATOR_COMMAND_REALLOC:
-      result = realloc(*inout_ptr, params->byte_length ? params->byte_length : 1);
+      result =
+          realloc(*inout_ptr, params->byte_length ? params->byte_length : 1);
       break;
     case PCP_ALLOCATOR_COMMAND_FREE:
       free(*inout_ptr);
@@ -48,7 +49,8 @@ static pcp_status_t allocator_call(pcp_allocator_t allocator,
                                    pcp_allocator_command_t command,
                                    size_t byte_length, void** inout_ptr) {
   if (!allocator.ctl) {
-    if (command == PCP_ALLOCATOR_COMMAND_FREE) return pcp_ok_status();
+    if (command == PCP_ALLOCATOR_COMMAND_FREE)
+      return pcp_ok_status();
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "null allocator cannot allocate %zu bytes",
                            byte_length);
@@ -71,18 +73,20 @@ pcp_status_t pcp_allocator_calloc(pcp_allocator_t allocator, size_t byte_length,
                         out_ptr);
 }
 
-pcp_status_t pcp_allocator_realloc(pcp_allocator_t allocator, size_t byte_length,
-                                   void** inout_ptr) {
+pcp_status_t pcp_allocator_realloc(pcp_allocator_t allocator,
+                                   size_t byte_length, void** inout_ptr) {
   void* ptr = *inout_ptr;
   pcp_status_t status = allocator_call(allocator, PCP_ALLOCATOR_COMMAND_REALLOC,
                                        byte_length, &ptr);
-  if (status) return status;
+  if (status)
+    return status;
   *inout_ptr = ptr;
   return status;
 }
 
 void pcp_allocator_free(pcp_allocator_t allocator, void* ptr) {
-  if (!ptr) return;
+  if (!ptr)
+    return;
   pcp_status_ignore(
       allocator_call(allocator, PCP_ALLOCATOR_COMMAND_FREE, 0, &ptr));
 }
@@ -108,7 +112,8 @@ static pcp_status_t counting_ctl(void* self, pcp_allocator_command_t command,
                                  void** inout_ptr) {
   pcp_allocator_counting_t* c = self;
   if (command == PCP_ALLOCATOR_COMMAND_FREE) {
-    if (!*inout_ptr) return pcp_ok_status();
+    if (!*inout_ptr)
+      return pcp_ok_status();
     uint8_t* block = (uint8_t*)*inout_ptr - COUNTING_HEADER;
     size_t size;
     memcpy(&size, block, sizeof(size));
@@ -118,7 +123,8 @@ static pcp_status_t counting_ctl(void* self, pcp_allocator_command_t command,
     return pcp_ok_status();
   }
   if (params->byte_length > SIZE_MAX - COUNTING_HEADER) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "allocation too large");
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "allocation too large");
   }
   size_t total = params->byte_length + COUNTING_HEADER;
   size_t old_size = 0;
@@ -133,10 +139,12 @@ static pcp_status_t counting_ctl(void* self, pcp_allocator_command_t command,
   } else {
     status = pcp_allocator_malloc(c->base, total, &block);
   }
-  if (status) return status;
+  if (status)
+    return status;
   memcpy(block, &params->byte_length, sizeof(size_t));
   counting_add(c, (int64_t)params->byte_length - (int64_t)old_size);
-  if (!old_size) atomic_fetch_add(&c->allocation_count, 1);
+  if (!old_size)
+    atomic_fetch_add(&c->allocation_count, 1);
   *inout_ptr = (uint8_t*)block + COUNTING_HEADER;
   return pcp_ok_status();
 }

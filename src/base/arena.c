@@ -30,8 +30,9 @@ struct pcp_arena_block_pool_t {
   size_t free_count;
 };
 
-#define BLOCK_HEADER \
-  ((sizeof(pcp_arena_block_t) + ARENA_ALIGNMENT - 1) & ~(size_t)(ARENA_ALIGNMENT - 1))
+#define BLOCK_HEADER                                   \
+  ((sizeof(pcp_arena_block_t) + ARENA_ALIGNMENT - 1) & \
+   ~(size_t)(ARENA_ALIGNMENT - 1))
 
 static uint8_t* block_data(pcp_arena_block_t* block) {
   return (uint8_t*)block + BLOCK_HEADER;
@@ -41,12 +42,14 @@ pcp_status_t pcp_arena_block_pool_create(size_t block_byte_length,
                                          pcp_allocator_t allocator,
                                          pcp_arena_block_pool_t** out_pool) {
   *out_pool = NULL;
-  if (block_byte_length < 256) block_byte_length = 256;
+  if (block_byte_length < 256)
+    block_byte_length = 256;
   block_byte_length = (block_byte_length + ARENA_ALIGNMENT - 1) &
                       ~(size_t)(ARENA_ALIGNMENT - 1);
   pcp_arena_block_pool_t* pool = NULL;
-  PCP_RETURN_IF_ERROR(pcp_allocator_calloc(allocator, sizeof(*pool), (void**)&pool),
-                      "creating arena block pool");
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(allocator, sizeof(*pool), (void**)&pool),
+      "creating arena block pool");
   pool->allocator = allocator;
   pool->block_byte_length = block_byte_length;
   pthread_mutex_init(&pool->mutex, NULL);
@@ -55,7 +58,8 @@ pcp_status_t pcp_arena_block_pool_create(size_t block_byte_length,
 }
 
 void pcp_arena_block_pool_release(pcp_arena_block_pool_t* pool) {
-  if (!pool) return;
+  if (!pool)
+    return;
   pcp_arena_block_t* block = pool->free_list;
   while (block) {
     pcp_arena_block_t* next = block->next;
@@ -84,7 +88,8 @@ static pcp_status_t pool_acquire(pcp_arena_block_pool_t* pool,
   pthread_mutex_unlock(&pool->mutex);
   if (!block) {
     PCP_RETURN_IF_ERROR(
-        pcp_allocator_malloc(pool->allocator, BLOCK_HEADER + pool->block_byte_length,
+        pcp_allocator_malloc(pool->allocator,
+                             BLOCK_HEADER + pool->block_byte_length,
                              (void**)&block),
         "growing arena block pool");
     block->byte_length = pool->block_byte_length;
@@ -95,7 +100,8 @@ static pcp_status_t pool_acquire(pcp_arena_block_pool_t* pool,
 }
 
 static void pool_return(pcp_arena_block_pool_t* pool, pcp_arena_block_t* list) {
-  if (!list) return;
+  if (!list)
+    return;
   pcp_arena_block_t* tail = list;
   size_t count = 1;
   while (tail->next) {
@@ -109,7 +115,8 @@ static void pool_return(pcp_arena_block_pool_t* pool, pcp_arena_block_t* list) {
   pthread_mutex_unlock(&pool->mutex);
 }
 
-void pcp_arena_initialize(pcp_arena_block_pool_t* pool, pcp_arena_t* out_arena) {
+void pcp_arena_initialize(pcp_arena_block_pool_t* pool,
+                          pcp_arena_t* out_arena) {
   memset(out_arena, 0, sizeof(*out_arena));
   out_arena->pool = pool;
 }
@@ -136,14 +143,18 @@ void pcp_arena_reset(pcp_arena_t* arena) {
   arena->total_byte_length = 0;
 }
 
-void pcp_arena_deinitialize(pcp_arena_t* arena) { pcp_arena_reset(arena); }
+void pcp_arena_deinitialize(pcp_arena_t* arena) {
+  pcp_arena_reset(arena);
+}
 
 pcp_status_t pcp_arena_allocate(pcp_arena_t* arena, size_t byte_length,
                                 void** out_ptr) {
   *out_ptr = NULL;
-  size_t aligned = (byte_length + ARENA_ALIGNMENT - 1) & ~(size_t)(ARENA_ALIGNMENT - 1);
+  size_t aligned =
+      (byte_length + ARENA_ALIGNMENT - 1) & ~(size_t)(ARENA_ALIGNMENT - 1);
   if (aligned < byte_length) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "arena request overflow");
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "arena request overflow");
   }
   size_t block_size = arena->pool->block_byte_length;
   if (aligned > block_size / 2) {
@@ -151,11 +162,13 @@ pcp_status_t pcp_arena_allocate(pcp_arena_t* arena, size_t byte_length,
     // not waste the tail of a pool block.
     pcp_arena_block_t* big = NULL;
     if (aligned > SIZE_MAX - BLOCK_HEADER) {
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "arena request overflow");
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "arena request overflow");
     }
-    PCP_RETURN_IF_ERROR(pcp_allocator_malloc(arena->pool->allocator,
-                                             BLOCK_HEADER + aligned, (void**)&big),
-                        "arena oversized allocation");
+    PCP_RETURN_IF_ERROR(
+        pcp_allocator_malloc(arena->pool->allocator, BLOCK_HEADER + aligned,
+                             (void**)&big),
+        "arena oversized allocation");
     big->byte_length = aligned;
     big->next = arena->oversized;
     arena->oversized = big;
@@ -176,8 +189,8 @@ pcp_status_t pcp_arena_allocate(pcp_arena_t* arena, size_t byte_length,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_arena_cleanup_add(pcp_arena_t* arena, pcp_arena_cleanup_fn_t fn,
-                                   void* user_data) {
+pcp_status_t pcp_arena_cleanup_add(pcp_arena_t* arena,
+                                   pcp_arena_cleanup_fn_t fn, void* user_data) {
   pcp_arena_cleanup_t* cleanup = NULL;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_arena_allocate(arena, sizeof(*cleanup), (void**)&cleanup));

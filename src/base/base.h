@@ -14,7 +14,8 @@
 //     the object it came from is alive and unchanged.
 //   - A callee that keeps a pointer beyond the call retains (or copies) it.
 //   - A pcp_status_t that is not OK owns a heap payload: it must be returned,
-//     consumed (pcp_status_consume_code), joined or ignored (pcp_status_ignore).
+//     consumed (pcp_status_consume_code), joined or ignored
+//     (pcp_status_ignore).
 //
 // Thread-safety: status values, string views and the system allocator are
 // thread-safe. Arenas are thread-compatible (one owner at a time); the block
@@ -49,15 +50,15 @@ extern "C" {
 
 // Aborts with file:line and a message. Used for invariants only: input from a
 // user, a peer or a file never reaches an assert (it gets a status).
-PCP_NORETURN void pcp_abort_at(const char* file, int line, const char* fmt,
-                               ...) PCP_PRINTF_ATTR(3, 4);
+PCP_NORETURN void pcp_abort_at(const char* file, int line, const char* fmt, ...)
+    PCP_PRINTF_ATTR(3, 4);
 
 // Always on, in every build type (release included).
-#define PCP_ASSERT(cond)                                          \
-  do {                                                            \
-    if (__builtin_expect(!(cond), 0)) {                           \
+#define PCP_ASSERT(cond)                                               \
+  do {                                                                 \
+    if (__builtin_expect(!(cond), 0)) {                                \
       pcp_abort_at(__FILE__, __LINE__, "assertion failed: %s", #cond); \
-    }                                                             \
+    }                                                                  \
   } while (0)
 
 // Expensive checks compiled only into debug builds.
@@ -133,12 +134,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_status_allocate_f(pcp_status_code_t code,
                                                        int line,
                                                        const char* fmt, ...)
     PCP_PRINTF_ATTR(4, 5);
-PCP_MUST_USE_RESULT pcp_status_t pcp_status_allocate_v(pcp_status_code_t code,
-                                                       const char* file,
-                                                       int line,
-                                                       const char* fmt,
-                                                       va_list args)
-    PCP_PRINTF_ATTR(4, 0);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_status_allocate_v(pcp_status_code_t code, const char* file, int line,
+                      const char* fmt, va_list args) PCP_PRINTF_ATTR(4, 0);
 
 #define pcp_make_status(code, ...) \
   pcp_status_allocate_f((code), __FILE__, __LINE__, __VA_ARGS__)
@@ -197,12 +195,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_status_from_errno_f(int error_number,
 
 // Returns |expr| from the enclosing function if it failed, annotated with a
 // printf-style context message.
-#define PCP_RETURN_IF_ERROR(expr, ...)                    \
-  do {                                                    \
-    pcp_status_t pcp_status_tmp_ = (expr);                \
-    if (__builtin_expect(pcp_status_tmp_ != NULL, 0)) {   \
+#define PCP_RETURN_IF_ERROR(expr, ...)                            \
+  do {                                                            \
+    pcp_status_t pcp_status_tmp_ = (expr);                        \
+    if (__builtin_expect(pcp_status_tmp_ != NULL, 0)) {           \
       return pcp_status_annotate_f(pcp_status_tmp_, __VA_ARGS__); \
-    }                                                     \
+    }                                                             \
   } while (0)
 
 // Returns |expr| unannotated if it failed.
@@ -216,14 +214,14 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_status_from_errno_f(int error_number,
 
 // Aborts with the formatted status if |expr| failed. For tests and for main()
 // paths where failure means a programming error.
-#define PCP_CHECK_OK(expr)                                                 \
-  do {                                                                     \
-    pcp_status_t pcp_status_tmp_ = (expr);                                 \
-    if (pcp_status_tmp_) {                                                 \
-      char pcp_buf_[1024];                                                 \
-      pcp_status_format(pcp_status_tmp_, pcp_buf_, sizeof(pcp_buf_));      \
+#define PCP_CHECK_OK(expr)                                                \
+  do {                                                                    \
+    pcp_status_t pcp_status_tmp_ = (expr);                                \
+    if (pcp_status_tmp_) {                                                \
+      char pcp_buf_[1024];                                                \
+      pcp_status_format(pcp_status_tmp_, pcp_buf_, sizeof(pcp_buf_));     \
       pcp_abort_at(__FILE__, __LINE__, "%s failed: %s", #expr, pcp_buf_); \
-    }                                                                      \
+    }                                                                     \
   } while (0)
 
 //===----------------------------------------------------------------------===//
@@ -300,10 +298,10 @@ pcp_allocator_t pcp_allocator_counting(pcp_allocator_counting_t* counter);
 // thread-safe (tests drive it from one thread).
 typedef struct pcp_allocator_failing_t {
   pcp_allocator_t base;
-  int64_t fail_at_index;   // -1: never fail
+  int64_t fail_at_index;  // -1: never fail
   bool fail_forever;
-  int64_t request_count;   // requests seen so far
-  int64_t failure_count;   // requests failed so far
+  int64_t request_count;  // requests seen so far
+  int64_t failure_count;  // requests failed so far
 } pcp_allocator_failing_t;
 
 void pcp_allocator_failing_initialize(pcp_allocator_t base,
@@ -320,9 +318,9 @@ pcp_allocator_t pcp_allocator_failing(pcp_allocator_failing_t* failing);
 typedef struct pcp_arena_block_pool_t pcp_arena_block_pool_t;
 
 // |block_byte_length| is the usable size of each block (min 256).
-PCP_MUST_USE_RESULT pcp_status_t pcp_arena_block_pool_create(
-    size_t block_byte_length, pcp_allocator_t allocator,
-    pcp_arena_block_pool_t** out_pool);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_arena_block_pool_create(size_t block_byte_length, pcp_allocator_t allocator,
+                            pcp_arena_block_pool_t** out_pool);
 // All arenas using |pool| must be deinitialized first.
 void pcp_arena_block_pool_release(pcp_arena_block_pool_t* pool);
 // Number of blocks held in the free list (tests, metrics).
@@ -337,11 +335,11 @@ typedef struct pcp_arena_cleanup_t pcp_arena_cleanup_t;
 // straight to the pool's allocator and are freed at reset. Thread-compatible.
 typedef struct pcp_arena_t {
   pcp_arena_block_pool_t* pool;
-  pcp_arena_block_t* blocks;       // used pool blocks, newest first
-  pcp_arena_block_t* oversized;    // large allocations, freed on reset
-  pcp_arena_cleanup_t* cleanups;   // run in reverse order on reset
-  size_t block_offset;             // bytes used in the newest block
-  size_t total_byte_length;        // bytes handed out since the last reset
+  pcp_arena_block_t* blocks;      // used pool blocks, newest first
+  pcp_arena_block_t* oversized;   // large allocations, freed on reset
+  pcp_arena_cleanup_t* cleanups;  // run in reverse order on reset
+  size_t block_offset;            // bytes used in the newest block
+  size_t total_byte_length;       // bytes handed out since the last reset
 } pcp_arena_t;
 
 void pcp_arena_initialize(pcp_arena_block_pool_t* pool, pcp_arena_t* out_arena);
@@ -355,9 +353,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_arena_allocate(pcp_arena_t* arena,
                                                     void** out_ptr);
 // Registers |fn(user_data)| to run at reset (nginx pool cleanups: close fds,
 // unlink temp files). Cleanups run newest first.
-PCP_MUST_USE_RESULT pcp_status_t pcp_arena_cleanup_add(pcp_arena_t* arena,
-                                                       pcp_arena_cleanup_fn_t fn,
-                                                       void* user_data);
+PCP_MUST_USE_RESULT pcp_status_t pcp_arena_cleanup_add(
+    pcp_arena_t* arena, pcp_arena_cleanup_fn_t fn, void* user_data);
 // Copies a NUL-terminated string into the arena.
 PCP_MUST_USE_RESULT pcp_status_t pcp_arena_strdup(pcp_arena_t* arena,
                                                   const char* value,
@@ -413,8 +410,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_string_builder_append_f(
     pcp_string_builder_t* builder, const char* fmt, ...) PCP_PRINTF_ATTR(2, 3);
 // Returns the buffer (caller frees with the builder's allocator) and resets
 // the builder to empty. Never NULL: an empty builder yields "".
-PCP_MUST_USE_RESULT pcp_status_t pcp_string_builder_take(
-    pcp_string_builder_t* builder, char** out_value);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_string_builder_take(pcp_string_builder_t* builder, char** out_value);
 // Borrowed NUL-terminated contents ("" when empty).
 const char* pcp_string_builder_cstring(const pcp_string_builder_t* builder);
 
@@ -481,7 +478,7 @@ typedef enum pcp_element_type_e {
   PCP_ELEMENT_TYPE_F16 = 2,
   PCP_ELEMENT_TYPE_BF16 = 3,
   PCP_ELEMENT_TYPE_F64 = 4,
-  PCP_ELEMENT_TYPE_I1 = 5,   // bool, one byte per element in memory
+  PCP_ELEMENT_TYPE_I1 = 5,  // bool, one byte per element in memory
   PCP_ELEMENT_TYPE_I8 = 6,
   PCP_ELEMENT_TYPE_I16 = 7,
   PCP_ELEMENT_TYPE_I32 = 8,
@@ -615,8 +612,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_venv_site_packages(char* buffer,
 // deterministic simulator replaces the clock.
 typedef struct pcp_clock_t {
   void* self;
-  int64_t (*now_ns)(void* self);       // monotonic nanoseconds
-  int64_t (*wall_ns)(void* self);      // Unix epoch nanoseconds
+  int64_t (*now_ns)(void* self);   // monotonic nanoseconds
+  int64_t (*wall_ns)(void* self);  // Unix epoch nanoseconds
 } pcp_clock_t;
 
 // CLOCK_MONOTONIC / CLOCK_REALTIME. Thread-safe.
@@ -694,8 +691,9 @@ void pcp_sha256_stream_finish(pcp_sha256_stream_t* stream,
 // offset to the end, read in 1 MiB pieces) and their count. The caller keeps
 // the descriptor: hashing an fd pins the inode, so a file replaced by
 // rename meanwhile cannot mix two versions. Errors: errno statuses.
-PCP_MUST_USE_RESULT pcp_status_t pcp_file_sha256_fd(
-    int fd, pcp_sha256_t* out_digest, uint64_t* out_byte_length);
+PCP_MUST_USE_RESULT pcp_status_t pcp_file_sha256_fd(int fd,
+                                                    pcp_sha256_t* out_digest,
+                                                    uint64_t* out_byte_length);
 // The same for the file at |path| (opened and closed here).
 PCP_MUST_USE_RESULT pcp_status_t pcp_file_sha256(const char* path,
                                                  pcp_sha256_t* out_digest,
@@ -745,8 +743,7 @@ typedef struct pcp_dynlib_symbol_t {
 // used). Thread-compatible: callers serialise (pthread_once).
 PCP_MUST_USE_RESULT pcp_status_t pcp_dynlib_load(
     const char* const* sonames, const char* what, const char* package,
-    const pcp_dynlib_symbol_t* symbols, size_t symbol_count,
-    void* inout_table);
+    const pcp_dynlib_symbol_t* symbols, size_t symbol_count, void* inout_table);
 
 //===----------------------------------------------------------------------===//
 // Logging
@@ -789,11 +786,11 @@ void pcp_log_write(pcp_log_level_t level, const pcp_log_context_t* context,
                    const char* file, int line, const char* fmt, ...)
     PCP_PRINTF_ATTR(5, 6);
 
-#define PCP_LOG(level, context, ...)                                    \
-  do {                                                                  \
+#define PCP_LOG(level, context, ...)                                       \
+  do {                                                                     \
     if ((level) >= PCP_LOG_COMPILED_LEVEL && (level) >= pcp_log_level()) { \
       pcp_log_write((level), (context), __FILE__, __LINE__, __VA_ARGS__);  \
-    }                                                                   \
+    }                                                                      \
   } while (0)
 
 // Logs a status at |level| with a message prefix; does not consume it.

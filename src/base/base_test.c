@@ -2,6 +2,8 @@
 
 // realpath(3) is XSI: glibc declares it only with _XOPEN_SOURCE.
 #define _XOPEN_SOURCE 700
+#include "base/base.h"
+
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,8 +14,6 @@
 #include <unistd.h>
 
 #include <cmocka.h>
-
-#include "base/base.h"
 
 static void status_ok_is_null(void** state) {
   (void)state;
@@ -165,8 +165,8 @@ static void strings_parse_strictly(void** state) {
   assert_true(pcp_string_view_parse_double(pcp_make_cstring_view("1e-3"), &d));
   assert_true(d == 1e-3);
   pcp_string_view_t head, tail;
-  assert_true(pcp_string_view_split(pcp_make_cstring_view("host:80"), ':', &head,
-                                    &tail));
+  assert_true(pcp_string_view_split(pcp_make_cstring_view("host:80"), ':',
+                                    &head, &tail));
   assert_true(pcp_string_view_equal(head, pcp_make_cstring_view("host")));
   assert_true(pcp_string_view_equal(tail, pcp_make_cstring_view("80")));
 }
@@ -249,9 +249,9 @@ static void realtime_deadline_is_normalised(void** state) {
     clock_gettime(CLOCK_REALTIME, &now);
     struct timespec d = pcp_realtime_deadline_ms(cases[i]);
     assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
-    int64_t ahead_ns = ((int64_t)d.tv_sec - (int64_t)now.tv_sec) *
-                           1000000000LL +
-                       ((int64_t)d.tv_nsec - (int64_t)now.tv_nsec);
+    int64_t ahead_ns =
+        ((int64_t)d.tv_sec - (int64_t)now.tv_sec) * 1000000000LL +
+        ((int64_t)d.tv_nsec - (int64_t)now.tv_nsec);
     assert_true(ahead_ns >= cases[i] * 1000000LL);
     assert_true(ahead_ns < cases[i] * 1000000LL + 100000000LL);
   }
@@ -269,8 +269,9 @@ static void log_lines_are_key_value(void** state) {
   PCP_LOG(PCP_LOG_INFO, &ctx, "joined %s", "gateway \"a\"");
   pcp_log_set_sink(NULL);
   fclose(sink);
-  assert_non_null(strstr(buffer, " level=info role=worker node=n1 "
-                                 "msg=\"joined gateway \\\"a\\\"\"\n"));
+  assert_non_null(strstr(buffer,
+                         " level=info role=worker node=n1 "
+                         "msg=\"joined gateway \\\"a\\\"\"\n"));
   assert_null(strstr(buffer, "hidden"));
   assert_non_null(strstr(buffer, "ts="));
   free(buffer);
@@ -332,8 +333,7 @@ static void dynlib_load_fills_table_or_names_package(void** state) {
   (void)state;
   const pcp_dynlib_symbol_t symbols[] = {{"cos", offsetof(math_api_t, cos)}};
   math_api_t api = {0};
-  const char* const good[] = {"libpcp-no-such-library.so.9", "libm.so.6",
-                              NULL};
+  const char* const good[] = {"libpcp-no-such-library.so.9", "libm.so.6", NULL};
   assert_null(pcp_dynlib_load(good, "the test", "libc6", symbols, 1, &api));
   assert_non_null(api.cos);
   assert_true(api.cos(0.0) == 1.0);

@@ -32,12 +32,14 @@ static const struct {
 };
 
 const char* pcp_element_type_name(pcp_element_type_t type) {
-  if ((unsigned)type >= PCP_ELEMENT_TYPE_COUNT_) return "unknown";
+  if ((unsigned)type >= PCP_ELEMENT_TYPE_COUNT_)
+    return "unknown";
   return kElementTypes[type].name;
 }
 
 size_t pcp_element_type_byte_size(pcp_element_type_t type) {
-  if ((unsigned)type >= PCP_ELEMENT_TYPE_COUNT_) return 0;
+  if ((unsigned)type >= PCP_ELEMENT_TYPE_COUNT_)
+    return 0;
   return kElementTypes[type].byte_size;
 }
 
@@ -51,7 +53,8 @@ bool pcp_element_type_parse(pcp_string_view_t name,
                   {"bool", PCP_ELEMENT_TYPE_I1}, {"si32", PCP_ELEMENT_TYPE_I32},
                   {"si64", PCP_ELEMENT_TYPE_I64}};
   for (int i = 1; i < PCP_ELEMENT_TYPE_COUNT_; ++i) {
-    if (pcp_string_view_equal(name, pcp_make_cstring_view(kElementTypes[i].name))) {
+    if (pcp_string_view_equal(name,
+                              pcp_make_cstring_view(kElementTypes[i].name))) {
       *out_type = (pcp_element_type_t)i;
       return true;
     }

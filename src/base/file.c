@@ -15,12 +15,12 @@
 #include "base.h"
 
 pcp_status_t pcp_file_read_all(const char* path, size_t max_byte_length,
-                               void** out_data,
-                               size_t* out_byte_length) {
+                               void** out_data, size_t* out_byte_length) {
   *out_data = NULL;
   *out_byte_length = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return pcp_status_from_errno(errno, "opening '%s'", path);
+  if (fd < 0)
+    return pcp_status_from_errno(errno, "opening '%s'", path);
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int err = errno;
@@ -29,8 +29,8 @@ pcp_status_t pcp_file_read_all(const char* path, size_t max_byte_length,
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "'%s' is not a regular file",
-                           path);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "'%s' is not a regular file", path);
   }
   if ((uint64_t)st.st_size > max_byte_length) {
     close(fd);
@@ -44,13 +44,15 @@ pcp_status_t pcp_file_read_all(const char* path, size_t max_byte_length,
   if (posix_memalign(&raw, 64, size + 1) != 0 || !raw) {
     close(fd);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                           "out of memory reading '%s' (%zu bytes)", path, size);
+                           "out of memory reading '%s' (%zu bytes)", path,
+                           size);
   }
   uint8_t* aligned = raw;
   size_t done = 0;
   while (done < size) {
     ssize_t n = read(fd, aligned + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR)
+      continue;
     if (n <= 0) {
       int err = n < 0 ? errno : EIO;
       close(fd);
@@ -71,15 +73,18 @@ pcp_status_t pcp_file_write_atomic(const char* path, const void* data,
   char temp[PATH_MAX];
   int n = snprintf(temp, sizeof(temp), "%s.tmp.%ld", path, (long)getpid());
   if (n < 0 || (size_t)n >= sizeof(temp)) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "path too long: '%s'", path);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "path too long: '%s'",
+                           path);
   }
   int fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return pcp_status_from_errno(errno, "creating '%s'", temp);
+  if (fd < 0)
+    return pcp_status_from_errno(errno, "creating '%s'", temp);
   const uint8_t* bytes = data;
   size_t done = 0;
   while (done < byte_length) {
     ssize_t w = write(fd, bytes + done, byte_length - done);
-    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EINTR)
+      continue;
     if (w < 0) {
       int err = errno;
       close(fd);
@@ -107,8 +112,8 @@ pcp_status_t pcp_file_make_directories(const char* path) {
   char buffer[PATH_MAX];
   size_t len = strlen(path);
   if (len == 0 || len >= sizeof(buffer)) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad directory path '%s'",
-                           path);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "bad directory path '%s'", path);
   }
   memcpy(buffer, path, len + 1);
   for (size_t i = 1; i <= len; ++i) {

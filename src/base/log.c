@@ -34,24 +34,32 @@ bool pcp_log_level_parse(const char* name, pcp_log_level_t* out_level) {
   return false;
 }
 
-void pcp_log_set_level(pcp_log_level_t level) { atomic_store(&g_level, (int)level); }
+void pcp_log_set_level(pcp_log_level_t level) {
+  atomic_store(&g_level, (int)level);
+}
 
 pcp_log_level_t pcp_log_level(void) {
   int level = atomic_load(&g_level);
-  if (level >= 0) return (pcp_log_level_t)level;
+  if (level >= 0)
+    return (pcp_log_level_t)level;
   pcp_log_level_t parsed = PCP_LOG_INFO;
   const char* env = getenv("PCP_LOG_LEVEL");
-  if (env && !pcp_log_level_parse(env, &parsed)) parsed = PCP_LOG_INFO;
+  if (env && !pcp_log_level_parse(env, &parsed))
+    parsed = PCP_LOG_INFO;
   atomic_store(&g_level, (int)parsed);
   return parsed;
 }
 
-void pcp_log_set_sink(FILE* sink) { g_sink = sink; }
+void pcp_log_set_sink(FILE* sink) {
+  g_sink = sink;
+}
 
 // Appends value, quoting it when it holds spaces, quotes or '='.
-static size_t append_value(char* line, size_t at, size_t cap, const char* value) {
+static size_t append_value(char* line, size_t at, size_t cap,
+                           const char* value) {
   bool quote = value[0] == 0 || strpbrk(value, " \"=\t") != NULL;
-  if (at < cap && quote) line[at++] = '"';
+  if (at < cap && quote)
+    line[at++] = '"';
   for (const char* p = value; *p && at + 2 < cap; ++p) {
     char c = *p;
     if (c == '"' || c == '\\') {
@@ -64,16 +72,20 @@ static size_t append_value(char* line, size_t at, size_t cap, const char* value)
       line[at++] = c;
     }
   }
-  if (at < cap && quote) line[at++] = '"';
+  if (at < cap && quote)
+    line[at++] = '"';
   return at;
 }
 
 static size_t append_field(char* line, size_t at, size_t cap, const char* key,
                            const char* value) {
-  if (!value) return at;
+  if (!value)
+    return at;
   int n = snprintf(line + at, at < cap ? cap - at : 0, " %s=", key);
-  if (n > 0) at += (size_t)n;
-  if (at >= cap) return cap;
+  if (n > 0)
+    at += (size_t)n;
+  if (at >= cap)
+    return cap;
   return append_value(line, at, cap, value);
 }
 
@@ -91,10 +103,10 @@ void pcp_log_write(pcp_log_level_t level, const pcp_log_context_t* context,
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
-  int n = snprintf(line, cap, "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s",
-                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                   tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000L,
-                   pcp_log_level_name(level));
+  int n = snprintf(
+      line, cap, "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s",
+      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+      tm.tm_sec, ts.tv_nsec / 1000000L, pcp_log_level_name(level));
   size_t at = n > 0 ? (size_t)n : 0;
   if (context) {
     at = append_field(line, at, cap, "role", context->role);
@@ -108,10 +120,12 @@ void pcp_log_write(pcp_log_level_t level, const pcp_log_context_t* context,
   if (pcp_log_level() == PCP_LOG_DEBUG) {
     const char* slash = strrchr(file, '/');
     char where[256];
-    snprintf(where, sizeof(where), "%s:%d", slash ? slash + 1 : file, line_number);
+    snprintf(where, sizeof(where), "%s:%d", slash ? slash + 1 : file,
+             line_number);
     at = append_field(line, at, cap, "src", where);
   }
-  if (at > cap) at = cap;
+  if (at > cap)
+    at = cap;
   line[at++] = '\n';
   if (g_sink) {
     fwrite(line, 1, at, g_sink);

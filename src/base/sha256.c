@@ -28,7 +28,8 @@ pcp_status_t pcp_sha256_stream_create(pcp_sha256_stream_t** out_stream) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
     EVP_MD_CTX_free(ctx);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "creating SHA-256 context");
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "creating SHA-256 context");
   }
   // The handle is the context itself; no extra allocation.
   *out_stream = (pcp_sha256_stream_t*)ctx;
@@ -43,6 +44,7 @@ void pcp_sha256_stream_update(pcp_sha256_stream_t* stream, const void* data,
 void pcp_sha256_stream_finish(pcp_sha256_stream_t* stream,
                               pcp_sha256_t* out_digest) {
   unsigned int length = 0;
-  PCP_ASSERT(EVP_DigestFinal_ex((EVP_MD_CTX*)stream, out_digest->bytes, &length) == 1);
+  PCP_ASSERT(
+      EVP_DigestFinal_ex((EVP_MD_CTX*)stream, out_digest->bytes, &length) == 1);
   EVP_MD_CTX_free((EVP_MD_CTX*)stream);
 }

@@ -12,9 +12,9 @@
 typedef struct status_payload_t {
   pcp_status_code_t code;
   int line;
-  const char* file;  // static string from __FILE__
-  char* message;     // owned, never NULL
-  char* annotations; // owned, "; "-separated, NULL when none
+  const char* file;   // static string from __FILE__
+  char* message;      // owned, never NULL
+  char* annotations;  // owned, "; "-separated, NULL when none
 } status_payload_t;
 
 static const char* const kCodeNames[PCP_STATUS_CODE_COUNT_] = {
@@ -40,7 +40,8 @@ static const char* const kCodeNames[PCP_STATUS_CODE_COUNT_] = {
 };
 
 const char* pcp_status_code_string(pcp_status_code_t code) {
-  if ((unsigned)code < PCP_STATUS_CODE_COUNT_) return kCodeNames[code];
+  if ((unsigned)code < PCP_STATUS_CODE_COUNT_)
+    return kCodeNames[code];
   return "UNKNOWN";
 }
 
@@ -56,7 +57,8 @@ bool pcp_status_code_from_string(const char* name,
 }
 
 static status_payload_t* payload_of(pcp_status_t status) {
-  return (status_payload_t*)((uintptr_t)status & ~(uintptr_t)PCP_STATUS_CODE_MASK);
+  return (status_payload_t*)((uintptr_t)status &
+                             ~(uintptr_t)PCP_STATUS_CODE_MASK);
 }
 
 static pcp_status_t bare_status(pcp_status_code_t code) {
@@ -69,9 +71,11 @@ static char* vformat_alloc(const char* fmt, va_list args) {
   va_copy(copy, args);
   int n = vsnprintf(NULL, 0, fmt, copy);
   va_end(copy);
-  if (n < 0) return NULL;
+  if (n < 0)
+    return NULL;
   char* text = malloc((size_t)n + 1);
-  if (!text) return NULL;
+  if (!text)
+    return NULL;
   vsnprintf(text, (size_t)n + 1, fmt, args);
   return text;
 }
@@ -90,17 +94,19 @@ pcp_status_t pcp_status_allocate_v(pcp_status_code_t code, const char* file,
   (void)args;
   return bare_status(code);
 #else
-  status_payload_t* payload =
-      aligned_alloc(PCP_STATUS_PAYLOAD_ALIGNMENT,
-                    (sizeof(status_payload_t) + PCP_STATUS_PAYLOAD_ALIGNMENT - 1) &
-                        ~(size_t)(PCP_STATUS_PAYLOAD_ALIGNMENT - 1));
-  if (!payload) return bare_status(code);
+  status_payload_t* payload = aligned_alloc(
+      PCP_STATUS_PAYLOAD_ALIGNMENT,
+      (sizeof(status_payload_t) + PCP_STATUS_PAYLOAD_ALIGNMENT - 1) &
+          ~(size_t)(PCP_STATUS_PAYLOAD_ALIGNMENT - 1));
+  if (!payload)
+    return bare_status(code);
   payload->code = code;
   payload->file = file;
   payload->line = line;
   payload->annotations = NULL;
   payload->message = fmt ? vformat_alloc(fmt, args) : NULL;
-  if (!payload->message) payload->message = strdup("");
+  if (!payload->message)
+    payload->message = strdup("");
   if (!payload->message) {
     free(payload);
     return bare_status(code);
@@ -119,11 +125,13 @@ pcp_status_t pcp_status_allocate_f(pcp_status_code_t code, const char* file,
 }
 
 static void append_annotation(status_payload_t* payload, const char* text) {
-  if (!text || !text[0]) return;
+  if (!text || !text[0])
+    return;
   size_t old_len = payload->annotations ? strlen(payload->annotations) : 0;
   size_t add_len = strlen(text);
   char* joined = realloc(payload->annotations, old_len + add_len + 3);
-  if (!joined) return;  // keep the status; losing context beats losing the error
+  if (!joined)
+    return;  // keep the status; losing context beats losing the error
   if (old_len) {
     memcpy(joined + old_len, "; ", 2);
     memcpy(joined + old_len + 2, text, add_len + 1);
@@ -134,10 +142,12 @@ static void append_annotation(status_payload_t* payload, const char* text) {
 }
 
 pcp_status_t pcp_status_annotate_f(pcp_status_t base, const char* fmt, ...) {
-  if (!base) return base;
+  if (!base)
+    return base;
 #if PCP_STATUS_MODE >= 2
   status_payload_t* payload = payload_of(base);
-  if (!payload || !fmt || !fmt[0]) return base;
+  if (!payload || !fmt || !fmt[0])
+    return base;
   va_list args;
   va_start(args, fmt);
   char* text = vformat_alloc(fmt, args);
@@ -152,7 +162,8 @@ pcp_status_t pcp_status_annotate_f(pcp_status_t base, const char* fmt, ...) {
 
 void pcp_status_ignore(pcp_status_t status) {
   status_payload_t* payload = payload_of(status);
-  if (!payload) return;
+  if (!payload)
+    return;
   free(payload->message);
   free(payload->annotations);
   free(payload);
@@ -170,12 +181,13 @@ const char* pcp_status_message(pcp_status_t status) {
 }
 
 pcp_status_t pcp_status_clone(pcp_status_t status) {
-  if (!status) return status;
+  if (!status)
+    return status;
   status_payload_t* payload = payload_of(status);
-  if (!payload) return status;  // bare codes are values
-  pcp_status_t copy = pcp_status_allocate_f(payload->code, payload->file,
-                                            payload->line, "%s",
-                                            payload->message);
+  if (!payload)
+    return status;  // bare codes are values
+  pcp_status_t copy = pcp_status_allocate_f(
+      payload->code, payload->file, payload->line, "%s", payload->message);
   status_payload_t* copy_payload = payload_of(copy);
   if (copy_payload && payload->annotations) {
     copy_payload->annotations = strdup(payload->annotations);
@@ -184,8 +196,10 @@ pcp_status_t pcp_status_clone(pcp_status_t status) {
 }
 
 pcp_status_t pcp_status_join(pcp_status_t a, pcp_status_t b) {
-  if (!a) return b;
-  if (!b) return a;
+  if (!a)
+    return b;
+  if (!b)
+    return a;
   char* text = pcp_status_to_string(b);
   a = pcp_status_annotate_f(a, "also: %s", text ? text : "(unformattable)");
   free(text);
@@ -203,12 +217,12 @@ size_t pcp_status_format(pcp_status_t status, char* buffer, size_t capacity) {
 #if PCP_STATUS_MODE >= 2
     const char* file = payload->file ? payload->file : "?";
     const char* slash = strrchr(file, '/');
-    if (slash) file = slash + 1;
-    n = snprintf(buffer, capacity, "%s: %s%s%s (%s:%d)",
-                 pcp_status_code_string(code), payload->message,
-                 payload->annotations ? "; " : "",
-                 payload->annotations ? payload->annotations : "", file,
-                 payload->line);
+    if (slash)
+      file = slash + 1;
+    n = snprintf(
+        buffer, capacity, "%s: %s%s%s (%s:%d)", pcp_status_code_string(code),
+        payload->message, payload->annotations ? "; " : "",
+        payload->annotations ? payload->annotations : "", file, payload->line);
 #else
     n = snprintf(buffer, capacity, "%s: %s", pcp_status_code_string(code),
                  payload->message);
@@ -245,7 +259,8 @@ size_t pcp_status_format_for_user(pcp_status_t status, char* buffer,
 char* pcp_status_to_string(pcp_status_t status) {
   size_t n = pcp_status_format(status, NULL, 0);
   char* text = malloc(n + 1);
-  if (!text) return NULL;
+  if (!text)
+    return NULL;
   pcp_status_format(status, text, n + 1);
   return text;
 }

@@ -19,13 +19,15 @@ pcp_string_view_t pcp_make_cstring_view(const char* value) {
 }
 
 bool pcp_string_view_equal(pcp_string_view_t a, pcp_string_view_t b) {
-  return a.size == b.size && (a.size == 0 || memcmp(a.data, b.data, a.size) == 0);
+  return a.size == b.size &&
+         (a.size == 0 || memcmp(a.data, b.data, a.size) == 0);
 }
 
 bool pcp_string_view_starts_with(pcp_string_view_t value,
                                  pcp_string_view_t prefix) {
   return value.size >= prefix.size &&
-         (prefix.size == 0 || memcmp(value.data, prefix.data, prefix.size) == 0);
+         (prefix.size == 0 ||
+          memcmp(value.data, prefix.data, prefix.size) == 0);
 }
 
 pcp_string_view_t pcp_string_view_trim(pcp_string_view_t value) {
@@ -42,7 +44,8 @@ pcp_string_view_t pcp_string_view_trim(pcp_string_view_t value) {
 bool pcp_string_view_split(pcp_string_view_t value, char separator,
                            pcp_string_view_t* out_head,
                            pcp_string_view_t* out_tail) {
-  const char* hit = value.size ? memchr(value.data, separator, value.size) : NULL;
+  const char* hit =
+      value.size ? memchr(value.data, separator, value.size) : NULL;
   if (!hit) {
     *out_head = value;
     *out_tail = pcp_make_string_view(value.data + value.size, 0);
@@ -56,7 +59,8 @@ bool pcp_string_view_split(pcp_string_view_t value, char separator,
 
 // Copies a short view into a NUL-terminated stack buffer for strto*.
 static bool view_to_buffer(pcp_string_view_t value, char* buffer, size_t cap) {
-  if (value.size == 0 || value.size >= cap) return false;
+  if (value.size == 0 || value.size >= cap)
+    return false;
   memcpy(buffer, value.data, value.size);
   buffer[value.size] = 0;
   return !isspace((unsigned char)buffer[0]);
@@ -64,34 +68,42 @@ static bool view_to_buffer(pcp_string_view_t value, char* buffer, size_t cap) {
 
 bool pcp_string_view_parse_int64(pcp_string_view_t value, int64_t* out_value) {
   char buffer[32];
-  if (!view_to_buffer(value, buffer, sizeof(buffer))) return false;
+  if (!view_to_buffer(value, buffer, sizeof(buffer)))
+    return false;
   char* end = NULL;
   errno = 0;
   long long parsed = strtoll(buffer, &end, 10);
-  if (errno || *end) return false;
+  if (errno || *end)
+    return false;
   *out_value = parsed;
   return true;
 }
 
-bool pcp_string_view_parse_uint64(pcp_string_view_t value, uint64_t* out_value) {
+bool pcp_string_view_parse_uint64(pcp_string_view_t value,
+                                  uint64_t* out_value) {
   char buffer[32];
-  if (!view_to_buffer(value, buffer, sizeof(buffer))) return false;
-  if (buffer[0] == '-') return false;
+  if (!view_to_buffer(value, buffer, sizeof(buffer)))
+    return false;
+  if (buffer[0] == '-')
+    return false;
   char* end = NULL;
   errno = 0;
   unsigned long long parsed = strtoull(buffer, &end, 10);
-  if (errno || *end) return false;
+  if (errno || *end)
+    return false;
   *out_value = parsed;
   return true;
 }
 
 bool pcp_string_view_parse_double(pcp_string_view_t value, double* out_value) {
   char buffer[64];
-  if (!view_to_buffer(value, buffer, sizeof(buffer))) return false;
+  if (!view_to_buffer(value, buffer, sizeof(buffer)))
+    return false;
   char* end = NULL;
   errno = 0;
   double parsed = strtod(buffer, &end);
-  if (errno || *end) return false;
+  if (errno || *end)
+    return false;
   *out_value = parsed;
   return true;
 }
@@ -111,7 +123,8 @@ void pcp_string_builder_deinitialize(pcp_string_builder_t* builder) {
 
 void pcp_string_builder_reset(pcp_string_builder_t* builder) {
   builder->size = 0;
-  if (builder->data) builder->data[0] = 0;
+  if (builder->data)
+    builder->data[0] = 0;
 }
 
 static pcp_status_t builder_reserve(pcp_string_builder_t* builder,
@@ -122,7 +135,8 @@ static pcp_status_t builder_reserve(pcp_string_builder_t* builder,
                            builder->max_size);
   }
   size_t need = builder->size + extra + 1;
-  if (need <= builder->capacity) return pcp_ok_status();
+  if (need <= builder->capacity)
+    return pcp_ok_status();
   size_t capacity = builder->capacity ? builder->capacity : 64;
   while (capacity < need) capacity *= 2;
   void* data = builder->data;
@@ -137,7 +151,8 @@ static pcp_status_t builder_reserve(pcp_string_builder_t* builder,
 pcp_status_t pcp_string_builder_append(pcp_string_builder_t* builder,
                                        pcp_string_view_t value) {
   PCP_RETURN_IF_ERROR_BARE(builder_reserve(builder, value.size));
-  if (value.size) memcpy(builder->data + builder->size, value.data, value.size);
+  if (value.size)
+    memcpy(builder->data + builder->size, value.data, value.size);
   builder->size += value.size;
   builder->data[builder->size] = 0;
   return pcp_ok_status();

@@ -24,8 +24,8 @@ static int64_t system_wall_ns(void* self) {
 }
 
 pcp_clock_t pcp_clock_system(void) {
-  return (pcp_clock_t){.self = NULL, .now_ns = system_now_ns,
-                       .wall_ns = system_wall_ns};
+  return (pcp_clock_t){
+      .self = NULL, .now_ns = system_now_ns, .wall_ns = system_wall_ns};
 }
 
 static int64_t manual_now_ns(void* self) {
@@ -37,8 +37,8 @@ static int64_t manual_wall_ns(void* self) {
 }
 
 pcp_clock_t pcp_clock_manual(pcp_clock_manual_t* state) {
-  return (pcp_clock_t){.self = state, .now_ns = manual_now_ns,
-                       .wall_ns = manual_wall_ns};
+  return (pcp_clock_t){
+      .self = state, .now_ns = manual_now_ns, .wall_ns = manual_wall_ns};
 }
 
 void pcp_clock_manual_advance(pcp_clock_manual_t* state, int64_t delta_ns) {
@@ -47,7 +47,8 @@ void pcp_clock_manual_advance(pcp_clock_manual_t* state, int64_t delta_ns) {
 }
 
 void pcp_sleep_ms(int64_t duration_ms) {
-  if (duration_ms <= 0) return;
+  if (duration_ms <= 0)
+    return;
   struct timespec ts = {.tv_sec = duration_ms / 1000,
                         .tv_nsec = (duration_ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -74,7 +75,9 @@ static uint64_t splitmix64(uint64_t* x) {
   return z ^ (z >> 31);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 
 void pcp_rng_initialize(uint64_t seed, pcp_rng_t* out_rng) {
   uint64_t x = seed;
@@ -104,13 +107,15 @@ uint64_t pcp_rng_next_below(pcp_rng_t* rng, uint64_t bound) {
   uint64_t threshold = (0 - bound) % bound;
   for (;;) {
     uint64_t r = pcp_rng_next_u64(rng);
-    if (r >= threshold) return r % bound;
+    if (r >= threshold)
+      return r % bound;
   }
 }
 
 double pcp_rng_next_normal(pcp_rng_t* rng) {
   double u1 = pcp_rng_next_double(rng);
   double u2 = pcp_rng_next_double(rng);
-  if (u1 < 1e-300) u1 = 1e-300;
+  if (u1 < 1e-300)
+    u1 = 1e-300;
   return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
 }

@@ -1111,13 +1111,17 @@ static void rule_gather(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
   pcp_autodiff_emit_f(e,
                       "      \"stablehlo.return\"(%s) : (tensor<%s>) -> ()\n",
                       sum.name, scalar.element);
-  const scatter_dims_t dims = {
-      .window = offset, .window_count = n_offset,
-      .inserted = collapsed, .inserted_count = n_collapsed,
-      .input_batching = operand_batching, .input_batching_count = n_ob,
-      .indices_batching = indices_batching, .indices_batching_count = n_ib,
-      .to_operand = start_map, .to_operand_count = n_map,
-      .index_vector_dim = index_vector_dim};
+  const scatter_dims_t dims = {.window = offset,
+                               .window_count = n_offset,
+                               .inserted = collapsed,
+                               .inserted_count = n_collapsed,
+                               .input_batching = operand_batching,
+                               .input_batching_count = n_ob,
+                               .indices_batching = indices_batching,
+                               .indices_batching_count = n_ib,
+                               .to_operand = start_map,
+                               .to_operand_count = n_map,
+                               .index_vector_dim = index_vector_dim};
   emit_scatter_attributes(ad, &dims);
   ref_t operands[3] = {zeros, indices, g};
   pcp_autodiff_emit_f(e, " : (");
@@ -1220,13 +1224,17 @@ static void rule_scatter(ad_t* ad, const pcp_mlir_op_t* op, ref_t g, ref_t y) {
       pcp_autodiff_emit_f(
           e, "      \"stablehlo.return\"(%s) : (tensor<%s>) -> ()\n", rhs.name,
           scalar.element);
-      const scatter_dims_t dims = {
-          .window = window, .window_count = n_window,
-          .inserted = inserted, .inserted_count = n_inserted,
-          .input_batching = input_batching, .input_batching_count = n_ib,
-          .indices_batching = indices_batching, .indices_batching_count = n_sb,
-          .to_operand = to_operand, .to_operand_count = n_map,
-          .index_vector_dim = index_vector_dim};
+      const scatter_dims_t dims = {.window = window,
+                                   .window_count = n_window,
+                                   .inserted = inserted,
+                                   .inserted_count = n_inserted,
+                                   .input_batching = input_batching,
+                                   .input_batching_count = n_ib,
+                                   .indices_batching = indices_batching,
+                                   .indices_batching_count = n_sb,
+                                   .to_operand = to_operand,
+                                   .to_operand_count = n_map,
+                                   .index_vector_dim = index_vector_dim};
       emit_scatter_attributes(ad, &dims);
       pcp_autodiff_emit_f(e, " : (");
       pcp_autodiff_type_append(e, &g.type);

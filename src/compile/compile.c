@@ -33,7 +33,8 @@ static_assert((int)PCP_COMPILE_BACKEND_COUNT_ == (int)PCP_BACKEND_KIND_COUNT_ &&
               "compile backends are base's backend kinds");
 
 const char* pcp_compile_backend_name(pcp_compile_backend_t backend) {
-  if ((unsigned)backend >= PCP_COMPILE_BACKEND_COUNT_) return "unknown";
+  if ((unsigned)backend >= PCP_COMPILE_BACKEND_COUNT_)
+    return "unknown";
   return pcp_backend_kind_name((pcp_backend_kind_t)backend);
 }
 
@@ -56,8 +57,8 @@ const char* pcp_compile_backend_default_target(pcp_compile_backend_t backend) {
 // compile_test). sm_90/sm_90a/sm_100 are missing from that table ("missing
 // GPU target in #hal.executable.target", IREE issue 22147): we compile sm_80
 // PTX for them, which the driver JIT-compiles forward on Hopper/Blackwell.
-static const char* const kCudaTargets[] = {"sm_60", "sm_61", "sm_70", "sm_75",
-                                           "sm_80", "sm_86", "sm_87", "sm_89",
+static const char* const kCudaTargets[] = {"sm_60",  "sm_61",  "sm_70", "sm_75",
+                                           "sm_80",  "sm_86",  "sm_87", "sm_89",
                                            "sm_120", "sm_121", NULL};
 static const struct {
   const char* requested;
@@ -70,14 +71,16 @@ static const struct {
 
 // ROCm targets: chips plus IREE's product aliases.
 static const char* const kRocmTargets[] = {
-    "gfx908", "gfx90a", "gfx940", "gfx941", "gfx942",  "gfx950",
-    "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201",
-    "mi300x", "mi300a", "mi308x", "mi325x", "mi250x", "mi250",
-    "mi210", "mi100", "rdna3", "rdna4", "w7900", "rx7900xtx", NULL};
+    "gfx908",  "gfx90a",  "gfx940",  "gfx941",    "gfx942",
+    "gfx950",  "gfx1030", "gfx1100", "gfx1101",   "gfx1102",
+    "gfx1200", "gfx1201", "mi300x",  "mi300a",    "mi308x",
+    "mi325x",  "mi250x",  "mi250",   "mi210",     "mi100",
+    "rdna3",   "rdna4",   "w7900",   "rx7900xtx", NULL};
 
 static bool in_list(const char* const* list, const char* value) {
   for (; *list; ++list) {
-    if (strcmp(*list, value) == 0) return true;
+    if (strcmp(*list, value) == 0)
+      return true;
   }
   return false;
 }
@@ -87,19 +90,22 @@ static void join_list(const char* const* list, char* out, size_t cap) {
   out[0] = 0;
   for (; *list && at < cap; ++list) {
     int n = snprintf(out + at, cap - at, "%s%s", at ? ", " : "", *list);
-    if (n < 0) break;
+    if (n < 0)
+      break;
     at += (size_t)n;
   }
 }
 
 // Targets are spliced into a flag, so only a plain identifier is allowed.
 static bool target_spelling_ok(const char* target) {
-  if (!target[0] || strlen(target) >= 64) return false;
+  if (!target[0] || strlen(target) >= 64)
+    return false;
   for (const char* p = target; *p; ++p) {
     char c = *p;
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
               (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-    if (!ok) return false;
+    if (!ok)
+      return false;
   }
   return true;
 }
@@ -281,7 +287,8 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
                            (int)backend);
   }
   out_flags->backend = backend;
-  if (!target) target = "";
+  if (!target)
+    target = "";
   if (target[0] && !target_spelling_ok(target)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "bad target '%s': expected a name like sm_80, "
@@ -299,7 +306,8 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
   switch (backend) {
     case PCP_COMPILE_BACKEND_CPU:
       add_flag(out_flags, "--iree-hal-target-device", device);
-      add_flag(out_flags, "--iree-hal-local-target-device-backends", "llvm-cpu");
+      add_flag(out_flags, "--iree-hal-local-target-device-backends",
+               "llvm-cpu");
       add_flag(out_flags, "--iree-llvmcpu-target-cpu", effective);
       // Raised from IREE's 32 KiB (docs/decisions.md).
       add_flag(out_flags, PCP_COMPILE_CPU_STACK_ALLOCATION_LIMIT, NULL);
@@ -328,8 +336,8 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
       if (!in_list(kRocmTargets, effective)) {
         join_list(kRocmTargets, known, sizeof(known));
         return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "unknown rocm target '%s' (known: %s)", effective,
-                               known);
+                               "unknown rocm target '%s' (known: %s)",
+                               effective, known);
       }
       add_flag(out_flags, "--iree-hal-target-device", device);
       // Renamed from --iree-hip-target, whose alias IREE 3.12 removed.
@@ -363,8 +371,8 @@ pcp_status_t pcp_compile_flags_resolve(pcp_compile_backend_t backend,
     default:
       break;
   }
-  snprintf(out_flags->effective_target, sizeof(out_flags->effective_target), "%s",
-           effective);
+  snprintf(out_flags->effective_target, sizeof(out_flags->effective_target),
+           "%s", effective);
   add_flag(out_flags, "--iree-input-type", "stablehlo");
   add_flag(out_flags, "--iree-opt-level", "O2");
   if (backend == PCP_COMPILE_BACKEND_VULKAN ||
@@ -403,10 +411,11 @@ pcp_status_t pcp_compile_compiler_path(char* buffer, size_t capacity) {
     return pcp_make_status(PCP_STATUS_OUT_OF_RANGE, "compiler path too long");
   }
   if (access(buffer, X_OK) != 0) {
-    return pcp_make_status(PCP_STATUS_NOT_FOUND,
-                           "iree-compile not found at %s: the iree-base-compiler "
-                           "wheel is missing; run 'make setup'",
-                           buffer);
+    return pcp_make_status(
+        PCP_STATUS_NOT_FOUND,
+        "iree-compile not found at %s: the iree-base-compiler "
+        "wheel is missing; run 'make setup'",
+        buffer);
   }
   return pcp_ok_status();
 }
@@ -419,12 +428,14 @@ typedef struct child_output_t {
 
 static void set_cloexec(int fd) {
   int flags = fcntl(fd, F_GETFD);
-  if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  if (flags >= 0)
+    fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
 }
 
 static void set_nonblocking(int fd) {
   int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  if (flags >= 0)
+    fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
 // Appends up to the builder's cap, remembering that output was dropped
@@ -434,9 +445,12 @@ static void append_capped(pcp_string_builder_t* b, const char* data, size_t n,
   size_t room = b->max_size - b->size;
   if (n > room) {
     n = room;
-    if (truncated) *truncated = true;
+    if (truncated)
+      *truncated = true;
   }
-  if (n) pcp_status_ignore(pcp_string_builder_append(b, pcp_make_string_view(data, n)));
+  if (n)
+    pcp_status_ignore(
+        pcp_string_builder_append(b, pcp_make_string_view(data, n)));
 }
 
 // Runs argv[0] with |input| on stdin, collecting stdout and stderr, killing
@@ -445,7 +459,8 @@ static pcp_status_t run_child(char* const* argv, const void* input,
                               size_t input_length, int64_t timeout_ms,
                               child_output_t* output, int* out_wait_status) {
   int in_pipe[2], out_pipe[2], err_pipe[2];
-  if (pipe(in_pipe) != 0) return pcp_status_from_errno(errno, "pipe");
+  if (pipe(in_pipe) != 0)
+    return pcp_status_from_errno(errno, "pipe");
   if (pipe(out_pipe) != 0) {
     int err = errno;
     close(in_pipe[0]);
@@ -489,29 +504,38 @@ static pcp_status_t run_child(char* const* argv, const void* input,
   int64_t deadline = pcp_clock_now_ns(clock) + timeout_ms * 1000000LL;
   size_t written = 0;
   int in_fd = input_length ? in_pipe[1] : -1;
-  if (in_fd < 0) close(in_pipe[1]);
+  if (in_fd < 0)
+    close(in_pipe[1]);
   int out_fd = out_pipe[0], err_fd = err_pipe[0];
   bool timed_out = false;
   char chunk[16384];
   while (out_fd >= 0 || err_fd >= 0) {
     struct pollfd fds[3];
     int n = 0;
-    if (in_fd >= 0) fds[n++] = (struct pollfd){.fd = in_fd, .events = POLLOUT};
-    if (out_fd >= 0) fds[n++] = (struct pollfd){.fd = out_fd, .events = POLLIN};
-    if (err_fd >= 0) fds[n++] = (struct pollfd){.fd = err_fd, .events = POLLIN};
+    if (in_fd >= 0)
+      fds[n++] = (struct pollfd){.fd = in_fd, .events = POLLOUT};
+    if (out_fd >= 0)
+      fds[n++] = (struct pollfd){.fd = out_fd, .events = POLLIN};
+    if (err_fd >= 0)
+      fds[n++] = (struct pollfd){.fd = err_fd, .events = POLLIN};
     int64_t left_ms = (deadline - pcp_clock_now_ns(clock)) / 1000000LL;
     if (left_ms <= 0) {
       timed_out = true;
       break;
     }
     int ready = poll(fds, (nfds_t)n, left_ms > 1000 ? 1000 : (int)left_ms);
-    if (ready < 0 && errno != EINTR) break;
+    if (ready < 0 && errno != EINTR)
+      break;
     for (int i = 0; i < n && ready > 0; ++i) {
-      if (!fds[i].revents) continue;
+      if (!fds[i].revents)
+        continue;
       if (fds[i].fd == in_fd) {
-        ssize_t w = write(in_fd, (const char*)input + written, input_length - written);
-        if (w > 0) written += (size_t)w;
-        if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == input_length) {
+        ssize_t w =
+            write(in_fd, (const char*)input + written, input_length - written);
+        if (w > 0)
+          written += (size_t)w;
+        if ((w < 0 && errno != EAGAIN && errno != EINTR) ||
+            written == input_length) {
           close(in_fd);
           in_fd = -1;
         }
@@ -521,20 +545,27 @@ static pcp_status_t run_child(char* const* argv, const void* input,
           if (fds[i].fd == out_fd) {
             append_capped(&output->out, chunk, (size_t)r, NULL);
           } else {
-            append_capped(&output->err, chunk, (size_t)r, &output->err_truncated);
+            append_capped(&output->err, chunk, (size_t)r,
+                          &output->err_truncated);
           }
         } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
           close(fds[i].fd);
-          if (fds[i].fd == out_fd) out_fd = -1;
-          else err_fd = -1;
+          if (fds[i].fd == out_fd)
+            out_fd = -1;
+          else
+            err_fd = -1;
         }
       }
     }
   }
-  if (in_fd >= 0) close(in_fd);
-  if (out_fd >= 0) close(out_fd);
-  if (err_fd >= 0) close(err_fd);
-  if (timed_out) kill(pid, SIGKILL);
+  if (in_fd >= 0)
+    close(in_fd);
+  if (out_fd >= 0)
+    close(out_fd);
+  if (err_fd >= 0)
+    close(err_fd);
+  if (timed_out)
+    kill(pid, SIGKILL);
   int wait_status = 0;
   while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
   }
@@ -554,7 +585,8 @@ static char g_version_compiler[PATH_MAX];
 
 pcp_status_t pcp_compile_compiler_version(char* buffer, size_t capacity) {
   char compiler[PATH_MAX];
-  PCP_RETURN_IF_ERROR_BARE(pcp_compile_compiler_path(compiler, sizeof(compiler)));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_compile_compiler_path(compiler, sizeof(compiler)));
   pthread_mutex_lock(&g_version_mutex);
   if (g_version[0] && strcmp(g_version_compiler, compiler) == 0) {
     snprintf(buffer, capacity, "%s", g_version);
@@ -578,7 +610,8 @@ pcp_status_t pcp_compile_compiler_version(char* buffer, size_t capacity) {
     } else {
       marker += strlen("IREE compiler version ");
       size_t n = strcspn(marker, "\n");
-      if (n >= sizeof(g_version)) n = sizeof(g_version) - 1;
+      if (n >= sizeof(g_version))
+        n = sizeof(g_version) - 1;
       memcpy(g_version, marker, n);
       g_version[n] = 0;
       snprintf(g_version_compiler, sizeof(g_version_compiler), "%s", compiler);
@@ -622,11 +655,13 @@ const char* pcp_compile_default_cache_dir(void) {
 // "host" code depends on this machine's CPU, so its identity joins the key.
 static void append_host_cpu_identity(pcp_string_builder_t* key) {
   FILE* f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
+  if (!f)
+    return;
   char line[4096];
   int wanted = 2;
   while (wanted && fgets(line, sizeof(line), f)) {
-    if (strncmp(line, "model name", 10) == 0 || strncmp(line, "flags", 5) == 0) {
+    if (strncmp(line, "model name", 10) == 0 ||
+        strncmp(line, "flags", 5) == 0) {
       pcp_status_ignore(pcp_string_builder_append_cstring(key, line));
       wanted--;
     }
@@ -694,8 +729,10 @@ static pcp_status_t compute_cache_key(const pcp_compile_request_t* request,
 static void cache_paths(const char* dir, const char* key, char* vmfb_path,
                         char* meta_path, size_t capacity) {
   // Paths over PATH_MAX fail at open() with a clear errno; no need to warn.
-  if (snprintf(vmfb_path, capacity, "%s/%s.vmfb", dir, key) < 0) vmfb_path[0] = 0;
-  if (snprintf(meta_path, capacity, "%s/%s.sha256", dir, key) < 0) meta_path[0] = 0;
+  if (snprintf(vmfb_path, capacity, "%s/%s.vmfb", dir, key) < 0)
+    vmfb_path[0] = 0;
+  if (snprintf(meta_path, capacity, "%s/%s.sha256", dir, key) < 0)
+    meta_path[0] = 0;
 }
 
 // A hit needs both files and a matching digest: a truncated or corrupted
@@ -740,7 +777,8 @@ static void cache_store(const char* dir, const char* key, const void* data,
   pcp_status_t status = pcp_file_make_directories(dir);
   char vmfb_path[PATH_MAX], meta_path[PATH_MAX];
   cache_paths(dir, key, vmfb_path, meta_path, sizeof(vmfb_path));
-  if (!status) status = pcp_file_write_atomic(vmfb_path, data, length);
+  if (!status)
+    status = pcp_file_write_atomic(vmfb_path, data, length);
   if (!status) {
     pcp_sha256_t digest;
     pcp_sha256_compute(data, length, &digest);
@@ -869,7 +907,8 @@ static pcp_status_t invoke_compiler(const pcp_compile_request_t* request,
                                     const char* input_path,
                                     const char* output_path) {
   char compiler[PATH_MAX];
-  PCP_RETURN_IF_ERROR_BARE(pcp_compile_compiler_path(compiler, sizeof(compiler)));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_compile_compiler_path(compiler, sizeof(compiler)));
   char* argv[PCP_COMPILE_MAX_FLAGS + 8];
   int argc = 0;
   argv[argc++] = compiler;
@@ -888,7 +927,8 @@ static pcp_status_t invoke_compiler(const pcp_compile_request_t* request,
   pcp_string_builder_initialize(pcp_allocator_system(),
                                 PCP_COMPILE_MAX_DIAGNOSTIC_BYTES, &output.err);
   output.err_truncated = false;
-  int64_t timeout_ms = request->timeout_ms > 0 ? request->timeout_ms : 30 * 60 * 1000;
+  int64_t timeout_ms =
+      request->timeout_ms > 0 ? request->timeout_ms : 30 * 60 * 1000;
   int wait_status = 0;
   pcp_status_t status = run_child(argv, input_path ? NULL : request->mlir_text,
                                   input_path ? 0 : request->mlir_byte_length,
@@ -896,14 +936,12 @@ static pcp_status_t invoke_compiler(const pcp_compile_request_t* request,
   // Through stdin a derived module's lines are not the user's file's:
   // "model.mlir (derived train module):1227:13" says so.
   char derived_name[512];
-  const char* source =
-      request->source_name ? request->source_name : "<input>";
+  const char* source = request->source_name ? request->source_name : "<input>";
   if (input_path) {
     source = input_path;
   } else if (request->derived_program) {
     snprintf(derived_name, sizeof(derived_name),
-             "%.400s (derived %.32s module)", source,
-             request->derived_program);
+             "%.400s (derived %.32s module)", source, request->derived_program);
     source = derived_name;
   }
   // Diagnostics name the input "<stdin>"; the user knows it by its file name.
@@ -913,8 +951,10 @@ static pcp_status_t invoke_compiler(const pcp_compile_request_t* request,
   for (const char* p = pcp_string_builder_cstring(&output.err); *p;) {
     const char* hit = strstr(p, "<stdin>");
     size_t n = hit ? (size_t)(hit - p) : strlen(p);
-    pcp_status_ignore(pcp_string_builder_append(&renamed, pcp_make_string_view(p, n)));
-    if (!hit) break;
+    pcp_status_ignore(
+        pcp_string_builder_append(&renamed, pcp_make_string_view(p, n)));
+    if (!hit)
+      break;
     pcp_status_ignore(pcp_string_builder_append_cstring(&renamed, source));
     p = hit + strlen("<stdin>");
   }
@@ -922,13 +962,12 @@ static pcp_status_t invoke_compiler(const pcp_compile_request_t* request,
   if (status) {
     status = pcp_status_annotate_f(status, "compiling %s", source);
   } else if (WIFSIGNALED(wait_status)) {
-    status = pcp_make_status(PCP_STATUS_INTERNAL,
-                             "iree-compile crashed (signal %d) compiling %s "
-                             "for %s/%s%s%s",
-                             WTERMSIG(wait_status), source,
-                             pcp_compile_backend_name(flags->backend),
-                             flags->effective_target,
-                             diagnostics[0] ? ":\n" : "", diagnostics);
+    status = pcp_make_status(
+        PCP_STATUS_INTERNAL,
+        "iree-compile crashed (signal %d) compiling %s "
+        "for %s/%s%s%s",
+        WTERMSIG(wait_status), source, pcp_compile_backend_name(flags->backend),
+        flags->effective_target, diagnostics[0] ? ":\n" : "", diagnostics);
   } else if (WEXITSTATUS(wait_status) != 0) {
     pcp_string_builder_t traced;
     pcp_string_builder_initialize(pcp_allocator_system(), 8192, &traced);
@@ -965,7 +1004,8 @@ pcp_status_t pcp_compile_module(const pcp_compile_request_t* request,
   if (request->mlir_byte_length > PCP_COMPILE_MAX_MLIR_BYTES) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "MLIR input is %zu bytes; the limit is %zu",
-                           request->mlir_byte_length, PCP_COMPILE_MAX_MLIR_BYTES);
+                           request->mlir_byte_length,
+                           PCP_COMPILE_MAX_MLIR_BYTES);
   }
   PCP_RETURN_IF_ERROR_BARE(pcp_compile_flags_resolve(
       request->backend, request->target, &out_result->flags));
@@ -996,8 +1036,8 @@ pcp_status_t pcp_compile_module(const pcp_compile_request_t* request,
   char version[256];
   PCP_RETURN_IF_ERROR(pcp_compile_compiler_version(version, sizeof(version)),
                       "probing the compiler version");
-  PCP_RETURN_IF_ERROR_BARE(compute_cache_key(request, &out_result->flags, version,
-                                             out_result->cache_key));
+  PCP_RETURN_IF_ERROR_BARE(compute_cache_key(request, &out_result->flags,
+                                             version, out_result->cache_key));
   const char* cache_dir =
       request->cache_dir ? request->cache_dir : pcp_compile_default_cache_dir();
   if (!request->disable_cache &&
@@ -1067,7 +1107,8 @@ pcp_status_t pcp_compile_module(const pcp_compile_request_t* request,
     status = pcp_file_read_all(output_path, (size_t)4 << 30, &data, &length);
     if (!status && length == 0) {
       pcp_allocator_free(pcp_allocator_system(), data);
-      status = pcp_make_status(PCP_STATUS_INTERNAL, "iree-compile wrote an empty VMFB");
+      status = pcp_make_status(PCP_STATUS_INTERNAL,
+                               "iree-compile wrote an empty VMFB");
     } else if (!status) {
       out_result->vmfb = data;
       out_result->vmfb_byte_length = length;
@@ -1077,7 +1118,8 @@ pcp_status_t pcp_compile_module(const pcp_compile_request_t* request,
   }
   unlink(output_path);
   rmdir(temp_dir);
-  if (status) return status;
+  if (status)
+    return status;
   if (!request->disable_cache) {
     cache_store(cache_dir, out_result->cache_key, out_result->vmfb,
                 out_result->vmfb_byte_length);

@@ -84,9 +84,9 @@ typedef struct pcp_compile_flags_t {
 // Unknown CUDA and ROCm targets are INVALID_ARGUMENT listing the known ones;
 // CPU and Vulkan targets are checked for a sane spelling and otherwise passed
 // through (LLVM and IREE know more names than we could list).
-PCP_MUST_USE_RESULT pcp_status_t pcp_compile_flags_resolve(
-    pcp_compile_backend_t backend, const char* target,
-    pcp_compile_flags_t* out_flags);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_compile_flags_resolve(pcp_compile_backend_t backend, const char* target,
+                          pcp_compile_flags_t* out_flags);
 
 // Checks one extra flag as a user gives it: "--name" or "--name=value",
 // at most PCP_COMPILE_MAX_FLAG_LENGTH - 1 bytes, no whitespace or control
@@ -135,16 +135,16 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_compile_compiler_version(char* buffer,
 #define PCP_COMPILE_MAX_DIAGNOSTIC_BYTES ((size_t)16 << 10)
 
 typedef struct pcp_compile_request_t {
-  const char* mlir_text;     // borrowed
+  const char* mlir_text;  // borrowed
   size_t mlir_byte_length;
-  const char* source_name;   // for messages ("model.mlir"); may be NULL
+  const char* source_name;  // for messages ("model.mlir"); may be NULL
   pcp_compile_backend_t backend;
-  const char* target;        // NULL or "" = backend default
+  const char* target;  // NULL or "" = backend default
   // Cache directory: NULL = default ($PCP_CACHE_DIR, else
   // $XDG_CACHE_HOME/pcp/artifacts, else ~/.cache/pcp/artifacts).
   const char* cache_dir;
-  bool disable_cache;        // always compile, never read or write the cache
-  int64_t timeout_ms;        // 0 = 30 minutes
+  bool disable_cache;  // always compile, never read or write the cache
+  int64_t timeout_ms;  // 0 = 30 minutes
   // Extra iree-compile flags (borrowed), added after the table's flags and
   // $PCP_IREE_FLAGS (pcp_compile_flags_add_extra); part of the cache key.
   const char* const* iree_flags;
@@ -165,12 +165,12 @@ typedef struct pcp_compile_request_t {
 #define PCP_COMPILE_DERIVED_DIRECTORY "derived"
 
 typedef struct pcp_compile_result_t {
-  uint8_t* vmfb;             // owned, 64-byte aligned; free() it
+  uint8_t* vmfb;  // owned, 64-byte aligned; free() it
   size_t vmfb_byte_length;
   bool cache_hit;
   char cache_key[PCP_SHA256_HEX_LENGTH + 1];
   pcp_compile_flags_t flags;
-  double compile_seconds;    // 0 on a cache hit
+  double compile_seconds;  // 0 on a cache hit
   // The saved derived module (request.derived_program), "" when none.
   char derived_path[1024];
 } pcp_compile_result_t;

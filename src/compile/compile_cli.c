@@ -46,90 +46,157 @@ static pcp_status_t validate_backend(const void* config,
 #define OFFSET(member) offsetof(compile_cli_options_t, member)
 
 static const pcp_config_field_t kFields[] = {
-    {.name = "backend", .type = PCP_CONFIG_TYPE_STRING, .offset = OFFSET(backend),
-     .default_value = "cpu", .value_name = "NAME",
+    {.name = "backend",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(backend),
+     .default_value = "cpu",
+     .value_name = "NAME",
      .help = "device kind: cpu, cuda, rocm, vulkan or metal",
      .validate = validate_backend},
-    {.name = "target", .type = PCP_CONFIG_TYPE_STRING, .offset = OFFSET(target),
+    {.name = "target",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(target),
      .value_name = "NAME",
      .help = "device target: host or x86-64-v3 (cpu), sm_80 (cuda), gfx942 "
              "(rocm), ... (empty: the backend default)"},
-    {.name = "output", .type = PCP_CONFIG_TYPE_STRING, .offset = OFFSET(output),
-     .value_name = "PATH", .help = "where to write the VMFB (also -o)"},
-    {.name = "cache-dir", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = OFFSET(cache_dir), .value_name = "DIR",
-     .help = "artifact cache (default: $PCP_CACHE_DIR or ~/.cache/pcp/artifacts)"},
-    {.name = "no-cache", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(no_cache),
+    {.name = "output",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(output),
+     .value_name = "PATH",
+     .help = "where to write the VMFB (also -o)"},
+    {.name = "cache-dir",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(cache_dir),
+     .value_name = "DIR",
+     .help =
+         "artifact cache (default: $PCP_CACHE_DIR or ~/.cache/pcp/artifacts)"},
+    {.name = "no-cache",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(no_cache),
      .default_value = "false",
      .help = "always run the compiler; neither read nor write the cache"},
-    {.name = "print-flags", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = OFFSET(print_flags), .default_value = "false",
+    {.name = "print-flags",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(print_flags),
+     .default_value = "false",
      .help = "print the compiler flags for this backend/target and exit"},
-    {.name = "timeout-s", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = OFFSET(timeout_s), .default_value = "1800", .min = 1,
-     .max = 86400, .value_name = "SECONDS",
+    {.name = "timeout-s",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(timeout_s),
+     .default_value = "1800",
+     .min = 1,
+     .max = 86400,
+     .value_name = "SECONDS",
      .help = "kill the compiler after this long"},
-    {.name = "program", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = OFFSET(program), .value_name = "grad|train|diloco",
+    {.name = "program",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(program),
+     .value_name = "grad|train|diloco",
      .help = "derive a training program from a forward-loss @main first: grad "
              "(@compute_gradients), train (+ @apply_optimizer, "
              "@train_steps) or diloco (+ @diloco_round)"},
-    {.name = "delta-dtype", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = OFFSET(delta_dtype), .default_value = "f32",
+    {.name = "delta-dtype",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(delta_dtype),
+     .default_value = "f32",
      .value_name = "f32|bf16",
      .help = "diloco: element type of the deltas @diloco_round returns"},
     // No default, so that giving it without --program diloco can be
     // refused; not given is reset.
-    {.name = "inner-state", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = OFFSET(inner_state), .value_name = "reset|keep",
+    {.name = "inner-state",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(inner_state),
+     .value_name = "reset|keep",
      .help = "diloco: reset (default) starts the inner AdamW afresh every "
              "round; keep makes @diloco_round take and return m, v and the "
              "step so a worker can keep them across rounds"},
-    {.name = "inner-steps", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = OFFSET(inner_steps), .default_value = "0", .min = 0,
-     .max = 4096, .value_name = "K",
+    {.name = "inner-steps",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(inner_steps),
+     .default_value = "0",
+     .min = 0,
+     .max = 4096,
+     .value_name = "K",
      .help = "train: fuse K optimizer steps into @train_steps (0: none)"},
     // No default: 0 means "not given", so an explicit --accumulate 0 is
     // out of range rather than silently "none", and --accumulate without
     // --program can be refused.
-    {.name = "accumulate", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = OFFSET(accumulate), .min = 1,
-     .max = PCP_COMPILE_MAX_ACCUMULATION_STEPS, .value_name = "A",
+    {.name = "accumulate",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(accumulate),
+     .min = 1,
+     .max = PCP_COMPILE_MAX_ACCUMULATION_STEPS,
+     .value_name = "A",
      .help = "gradient accumulation: each optimizer step averages A "
              "micro-batches (adds @compute_gradients_accumulated; "
              "@train_steps and @diloco_round take data [K, A, ...]; 1, or 0 "
              "= not given: none)"},
-    {.name = "data-args", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = OFFSET(data_args), .default_value = "-1", .min = -1,
-     .max = 1024, .value_name = "N",
+    {.name = "data-args",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(data_args),
+     .default_value = "-1",
+     .min = -1,
+     .max = 1024,
+     .value_name = "N",
      .help = "trailing arguments that are data, not parameters (-1: the "
              "trailing non-float ones)"},
-    {.name = "function", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = OFFSET(function), .value_name = "NAME",
+    {.name = "function",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(function),
+     .value_name = "NAME",
      .help = "the forward-loss function (default main)"},
-    {.name = "emit-mlir", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = OFFSET(emit_mlir), .value_name = "PATH",
+    {.name = "emit-mlir",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(emit_mlir),
+     .value_name = "PATH",
      .help = "write the derived MLIR here (then -o is optional)"},
-    {.name = "beta1", .type = PCP_CONFIG_TYPE_DOUBLE, .offset = OFFSET(beta1),
-     .default_value = "0.9", .min = 0, .max = 1, .help = "AdamW beta1"},
-    {.name = "beta2", .type = PCP_CONFIG_TYPE_DOUBLE, .offset = OFFSET(beta2),
-     .default_value = "0.999", .min = 0, .max = 1, .help = "AdamW beta2"},
-    {.name = "epsilon", .type = PCP_CONFIG_TYPE_DOUBLE,
-     .offset = OFFSET(epsilon), .default_value = "1e-8", .min = 0, .max = 1,
+    {.name = "beta1",
+     .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = OFFSET(beta1),
+     .default_value = "0.9",
+     .min = 0,
+     .max = 1,
+     .help = "AdamW beta1"},
+    {.name = "beta2",
+     .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = OFFSET(beta2),
+     .default_value = "0.999",
+     .min = 0,
+     .max = 1,
+     .help = "AdamW beta2"},
+    {.name = "epsilon",
+     .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = OFFSET(epsilon),
+     .default_value = "1e-8",
+     .min = 0,
+     .max = 1,
      .help = "AdamW epsilon"},
-    {.name = "weight-decay", .type = PCP_CONFIG_TYPE_DOUBLE,
-     .offset = OFFSET(weight_decay), .default_value = "0.01", .min = 0,
-     .max = 10, .help = "AdamW decoupled weight decay"},
-    {.name = "max-grad-norm", .type = PCP_CONFIG_TYPE_DOUBLE,
-     .offset = OFFSET(max_grad_norm), .default_value = "1.0", .min = 0,
-     .max = 1e30, .help = "global gradient-norm clip (0: none)"},
-    {.name = "iree-flag", .type = PCP_CONFIG_TYPE_STRING_LIST,
-     .offset = OFFSET(iree_flags), .value_name = "FLAG",
+    {.name = "weight-decay",
+     .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = OFFSET(weight_decay),
+     .default_value = "0.01",
+     .min = 0,
+     .max = 10,
+     .help = "AdamW decoupled weight decay"},
+    {.name = "max-grad-norm",
+     .type = PCP_CONFIG_TYPE_DOUBLE,
+     .offset = OFFSET(max_grad_norm),
+     .default_value = "1.0",
+     .min = 0,
+     .max = 1e30,
+     .help = "global gradient-norm clip (0: none)"},
+    {.name = "iree-flag",
+     .type = PCP_CONFIG_TYPE_STRING_LIST,
+     .offset = OFFSET(iree_flags),
+     .value_name = "FLAG",
      .help = "pass FLAG (--name=value) to iree-compile; repeatable, after "
              "$PCP_IREE_FLAGS; replaces a default flag of the same name; "
              "part of the cache key"},
-    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(help),
-     .default_value = "false", .help = "show this help"},
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(help),
+     .default_value = "false",
+     .help = "show this help"},
 };
 
 static const pcp_config_table_t kTable = {
@@ -141,11 +208,13 @@ static const pcp_config_table_t kTable = {
 static void print_help(void) {
   printf(
       "usage: pcp compile MODEL.mlir [--backend B] [--target T] -o OUT.vmfb\n"
-      "       pcp compile --program grad|train|diloco MODEL.mlir [--inner-steps K]\n"
+      "       pcp compile --program grad|train|diloco MODEL.mlir "
+      "[--inner-steps K]\n"
       "               [--accumulate A] [--inner-state reset|keep]\n"
       "               [--emit-mlir OUT.mlir] [-o OUT.vmfb]\n"
       "       ... [--iree-flag=--name=value]...   (also $PCP_IREE_FLAGS)\n\n"
-      "Compiles a StableHLO module to an IREE VMFB with the wheel's iree-compile "
+      "Compiles a StableHLO module to an IREE VMFB with the wheel's "
+      "iree-compile "
       "(in a child\nprocess), reusing the artifact cache when the same module "
       "was compiled before.\n\nflags:\n");
   pcp_config_print_help(&kTable, stdout);
@@ -154,7 +223,8 @@ static void print_help(void) {
 int pcp_compile_cli_main(int argc, char** argv) {
   // -o is the one short flag, kept for iree-compile muscle memory.
   char** args = calloc((size_t)argc + 1, sizeof(char*));
-  if (!args) return 1;
+  if (!args)
+    return 1;
   for (int i = 1; i < argc; ++i) {
     args[i - 1] = strcmp(argv[i], "-o") == 0 ? "--output" : argv[i];
   }
@@ -162,7 +232,8 @@ int pcp_compile_cli_main(int argc, char** argv) {
   pcp_string_list_t positionals = {0};
   pcp_status_t status = pcp_config_initialize(&kTable, &options);
   if (!status) {
-    status = pcp_config_parse_argv(&kTable, argc - 1, args, &options, &positionals);
+    status =
+        pcp_config_parse_argv(&kTable, argc - 1, args, &options, &positionals);
   }
   free(args);
   if (!status && options.help) {
@@ -171,12 +242,14 @@ int pcp_compile_cli_main(int argc, char** argv) {
     pcp_string_list_deinitialize(&positionals);
     return 0;
   }
-  if (!status) status = pcp_config_validate(&kTable, &options);
+  if (!status)
+    status = pcp_config_validate(&kTable, &options);
   if (!status && !options.print_flags && positionals.count != 1) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             positionals.count ? "expected one MLIR file, got %zu"
-                                               : "missing the MLIR file to compile",
-                             positionals.count);
+    status =
+        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                        positionals.count ? "expected one MLIR file, got %zu"
+                                          : "missing the MLIR file to compile",
+                        positionals.count);
   }
   if (!status && options.program && strcmp(options.program, "grad") != 0 &&
       strcmp(options.program, "train") != 0 &&
@@ -208,8 +281,7 @@ int pcp_compile_cli_main(int argc, char** argv) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "--inner-state needs --program diloco");
     } else {
-      status = pcp_compile_inner_state_parse(options.inner_state,
-                                             &inner_state);
+      status = pcp_compile_inner_state_parse(options.inner_state, &inner_state);
     }
   }
   if (!status && options.accumulate && !options.program) {
@@ -222,11 +294,13 @@ int pcp_compile_cli_main(int argc, char** argv) {
   }
   if (!status && !options.print_flags && !options.output &&
       !options.emit_mlir) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "missing -o OUT.vmfb (where to write the program)");
+    status =
+        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                        "missing -o OUT.vmfb (where to write the program)");
   }
   pcp_compile_backend_t backend = PCP_COMPILE_BACKEND_CPU;
-  if (!status) status = pcp_compile_backend_parse(options.backend, &backend);
+  if (!status)
+    status = pcp_compile_backend_parse(options.backend, &backend);
   if (!status) {
     // --target and --iree-flag are flag values: a bad one is a usage error
     // (exit 2) before any work, like every other flag.
@@ -248,7 +322,8 @@ int pcp_compile_cli_main(int argc, char** argv) {
   if (options.print_flags) {
     pcp_compile_flags_t flags;
     status = pcp_compile_flags_resolve(backend, options.target, &flags);
-    if (!status) status = pcp_compile_flags_add_environment(&flags);
+    if (!status)
+      status = pcp_compile_flags_add_environment(&flags);
     if (!status) {
       status = pcp_compile_flags_add_extra(
           &flags, (const char* const*)options.iree_flags.items,
@@ -256,21 +331,22 @@ int pcp_compile_cli_main(int argc, char** argv) {
     }
     if (!status) {
       for (int i = 0; i < flags.count; ++i) printf("%s\n", flags.flags[i]);
-      if (flags.note[0]) fprintf(stderr, "note: %s\n", flags.note);
+      if (flags.note[0])
+        fprintf(stderr, "note: %s\n", flags.note);
     }
   } else {
     const char* path = positionals.items[0];
     void* text = NULL;
     size_t length = 0;
-    status = pcp_file_read_all(path, PCP_COMPILE_MAX_MLIR_BYTES, &text, &length);
+    status =
+        pcp_file_read_all(path, PCP_COMPILE_MAX_MLIR_BYTES, &text, &length);
     if (!status && options.program) {
       pcp_compile_training_options_t training;
       pcp_compile_training_options_initialize(&training);
-      training.program = strcmp(options.program, "train") == 0
-                             ? PCP_COMPILE_PROGRAM_TRAIN
-                         : strcmp(options.program, "diloco") == 0
-                             ? PCP_COMPILE_PROGRAM_DILOCO
-                             : PCP_COMPILE_PROGRAM_GRAD;
+      training.program =
+          strcmp(options.program, "train") == 0    ? PCP_COMPILE_PROGRAM_TRAIN
+          : strcmp(options.program, "diloco") == 0 ? PCP_COMPILE_PROGRAM_DILOCO
+                                                   : PCP_COMPILE_PROGRAM_GRAD;
       training.delta_element = options.delta_dtype;
       training.inner_state = inner_state;
       training.function_name = options.function;
@@ -284,9 +360,9 @@ int pcp_compile_cli_main(int argc, char** argv) {
       training.max_grad_norm = options.max_grad_norm;
       char* derived = NULL;
       size_t derived_length = 0;
-      status = pcp_compile_training_module_build(
-          text, length, path, &training, pcp_allocator_system(), &derived,
-          &derived_length);
+      status = pcp_compile_training_module_build(text, length, path, &training,
+                                                 pcp_allocator_system(),
+                                                 &derived, &derived_length);
       if (!status) {
         free(text);
         text = derived;
@@ -325,13 +401,15 @@ int pcp_compile_cli_main(int argc, char** argv) {
                 result.derived_path);
       }
       if (!status) {
-        if (result.flags.note[0]) fprintf(stderr, "note: %s\n", result.flags.note);
+        if (result.flags.note[0])
+          fprintf(stderr, "note: %s\n", result.flags.note);
         status = pcp_file_write_atomic(options.output, result.vmfb,
                                        result.vmfb_byte_length);
         if (!status) {
           fprintf(stderr, "pcp compile: wrote %s (%zu bytes, %s, key %.12s)\n",
                   options.output, result.vmfb_byte_length,
-                  result.cache_hit ? "cache hit" : "compiled", result.cache_key);
+                  result.cache_hit ? "cache hit" : "compiled",
+                  result.cache_key);
           if (!result.cache_hit) {
             fprintf(stderr, "pcp compile: compiled in %.2f s\n",
                     result.compile_seconds);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The compile driver against the real iree-compile from the .venv.
 
+#include "compile/compile.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,8 +13,6 @@
 #include <unistd.h>
 
 #include <cmocka.h>
-
-#include "compile/compile.h"
 
 static const char kAddModule[] =
     "func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {\n"
@@ -25,7 +25,8 @@ static char g_dir[64];
 static int setup(void** state) {
   (void)state;
   snprintf(g_dir, sizeof(g_dir), "/tmp/pcp-compile-test-XXXXXX");
-  if (!mkdtemp(g_dir)) return -1;
+  if (!mkdtemp(g_dir))
+    return -1;
   unsetenv("PCP_IREE_COMPILE");
   return 0;
 }
@@ -50,7 +51,8 @@ static pcp_compile_request_t request_for(const char* text, const char* cache) {
 
 static bool has_flag(const pcp_compile_flags_t* f, const char* flag) {
   for (int i = 0; i < f->count; ++i) {
-    if (strcmp(f->flags[i], flag) == 0) return true;
+    if (strcmp(f->flags[i], flag) == 0)
+      return true;
   }
   return false;
 }
@@ -65,12 +67,14 @@ static void flag_table_rows(void** state) {
   assert_true(has_flag(&f, "--iree-cuda-target=sm_86"));
   assert_string_equal(f.note, "");
   // The sm_90a caveat: IREE has no Hopper target, so sm_80 PTX is used.
-  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CUDA, "sm_90a", &f));
+  assert_null(
+      pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_CUDA, "sm_90a", &f));
   assert_true(has_flag(&f, "--iree-cuda-target=sm_80"));
   assert_string_equal(f.requested_target, "sm_90a");
   assert_non_null(strstr(f.note, "sm_80 PTX"));
   // The renamed ROCm flag.
-  assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_ROCM, "gfx1101", &f));
+  assert_null(
+      pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_ROCM, "gfx1101", &f));
   assert_true(has_flag(&f, "--iree-rocm-target=gfx1101"));
   assert_true(has_flag(&f, "--iree-hal-target-device=hip"));
   assert_null(pcp_compile_flags_resolve(PCP_COMPILE_BACKEND_METAL, NULL, &f));
@@ -231,9 +235,10 @@ static void compiler_crash_and_hang_are_reported(void** state) {
   char script[128];
   snprintf(script, sizeof(script), "%s/crash.sh", g_dir);
   // Answers --version like the real compiler, crashes on a compile.
-  write_script(script,
-               "if [ \"$1\" = --version ]; then echo 'IREE compiler version "
-               "fake-crash'; exit 0; fi\necho 'about to crash' >&2\nkill -SEGV $$");
+  write_script(
+      script,
+      "if [ \"$1\" = --version ]; then echo 'IREE compiler version "
+      "fake-crash'; exit 0; fi\necho 'about to crash' >&2\nkill -SEGV $$");
   setenv("PCP_IREE_COMPILE", script, 1);
   pcp_compile_request_t request = request_for(kAddModule, NULL);
   request.disable_cache = true;
@@ -280,11 +285,13 @@ static void oversized_and_empty_inputs_are_refused(void** state) {
   pcp_compile_request_t request = request_for(kAddModule, NULL);
   request.mlir_byte_length = PCP_COMPILE_MAX_MLIR_BYTES + 1;
   pcp_compile_result_t result;
-  assert_int_equal(pcp_status_consume_code(pcp_compile_module(&request, &result)),
-                   PCP_STATUS_RESOURCE_EXHAUSTED);
+  assert_int_equal(
+      pcp_status_consume_code(pcp_compile_module(&request, &result)),
+      PCP_STATUS_RESOURCE_EXHAUSTED);
   request.mlir_byte_length = 0;
-  assert_int_equal(pcp_status_consume_code(pcp_compile_module(&request, &result)),
-                   PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(
+      pcp_status_consume_code(pcp_compile_module(&request, &result)),
+      PCP_STATUS_INVALID_ARGUMENT);
 }
 
 // Derives a training module from |text| with |accumulation_steps|; returns
@@ -429,7 +436,8 @@ static void extra_flags_are_checked_merged_and_keyed(void** state) {
 static void training_module_functions_and_errors(void** state) {
   (void)state;
   static const char kLoss[] =
-      "func.func @main(%w: tensor<3xf32>, %ids: tensor<3xi32>) -> tensor<f32> {\n"
+      "func.func @main(%w: tensor<3xf32>, %ids: tensor<3xi32>) -> tensor<f32> "
+      "{\n"
       "  %z = stablehlo.constant dense<0.0> : tensor<f32>\n"
       "  %0 = stablehlo.multiply %w, %w : tensor<3xf32>\n"
       "  %1 = stablehlo.reduce(%0 init: %z) applies stablehlo.add across "
@@ -523,9 +531,9 @@ static void training_module_accumulation(void** state) {
   assert_non_null(strstr(two, "%d0: tensor<4x4xi32>) -> (tensor<f32>"));
   assert_null(strstr(two, "@apply_optimizer"));
   free(two);
-  expect_code(
-      derive_accumulated(kLoss, 3, PCP_COMPILE_PROGRAM_TRAIN, -1, NULL),
-      PCP_STATUS_INVALID_ARGUMENT, "accumulation steps must be within 0..4096");
+  expect_code(derive_accumulated(kLoss, 3, PCP_COMPILE_PROGRAM_TRAIN, -1, NULL),
+              PCP_STATUS_INVALID_ARGUMENT,
+              "accumulation steps must be within 0..4096");
   expect_code(
       derive_accumulated(kLoss, 3, PCP_COMPILE_PROGRAM_TRAIN, 4097, NULL),
       PCP_STATUS_INVALID_ARGUMENT, "got 4097");

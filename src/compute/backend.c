@@ -21,7 +21,8 @@ pcp_status_t pcp_backend_create(const pcp_backend_options_t* options,
 }
 
 void pcp_backend_release(pcp_backend_t* backend) {
-  if (backend) backend->vtable->destroy(backend);
+  if (backend)
+    backend->vtable->destroy(backend);
 }
 
 pcp_status_t pcp_backend_memory_query(pcp_backend_t* backend,
@@ -56,9 +57,11 @@ pcp_status_t pcp_compute_runtime_version(char* buffer, size_t capacity) {
   while ((entry = readdir(dir)) != NULL) {
     const char* name = entry->d_name;
     const char* suffix = strstr(name, ".dist-info");
-    if (strncmp(name, prefix, sizeof(prefix) - 1) != 0 || !suffix) continue;
+    if (strncmp(name, prefix, sizeof(prefix) - 1) != 0 || !suffix)
+      continue;
     size_t n = (size_t)(suffix - name) - (sizeof(prefix) - 1);
-    if (n >= capacity) n = capacity - 1;
+    if (n >= capacity)
+      n = capacity - 1;
     memcpy(buffer, name + sizeof(prefix) - 1, n);
     buffer[n] = 0;
     pcp_status_ignore(status);
@@ -81,14 +84,15 @@ pcp_status_t pcp_program_load(pcp_backend_t* backend, const void* vmfb,
   }
   if (byte_length > PCP_MAX_PROGRAM_BYTES) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                           "program is %zu bytes; the limit is %zu", byte_length,
-                           PCP_MAX_PROGRAM_BYTES);
+                           "program is %zu bytes; the limit is %zu",
+                           byte_length, PCP_MAX_PROGRAM_BYTES);
   }
   return backend->vtable->program_load(backend, vmfb, byte_length, out_program);
 }
 
 void pcp_program_release(pcp_program_t* program) {
-  if (!program) return;
+  if (!program)
+    return;
   program->backend->vtable->program_destroy(program);
 }
 
@@ -97,8 +101,9 @@ size_t pcp_program_function_count(const pcp_program_t* program) {
 }
 
 const char* pcp_program_function_name(const pcp_program_t* program,
-                                       size_t index) {
-  return index < program->function_count ? program->function_names[index] : NULL;
+                                      size_t index) {
+  return index < program->function_count ? program->function_names[index]
+                                         : NULL;
 }
 
 static pcp_status_t resolve_function(pcp_program_t* program, const char* name,
@@ -110,7 +115,8 @@ static pcp_status_t resolve_function(pcp_program_t* program, const char* name,
     }
   }
   if (program->resolved_count == program->resolved_capacity) {
-    size_t capacity = program->resolved_capacity ? program->resolved_capacity * 2 : 4;
+    size_t capacity =
+        program->resolved_capacity ? program->resolved_capacity * 2 : 4;
     pcp_program_function_t* grown =
         realloc(program->resolved, capacity * sizeof(*grown));
     if (!grown) {
@@ -119,7 +125,8 @@ static pcp_status_t resolve_function(pcp_program_t* program, const char* name,
     program->resolved = grown;
     program->resolved_capacity = capacity;
   }
-  pcp_program_function_t* function = &program->resolved[program->resolved_count];
+  pcp_program_function_t* function =
+      &program->resolved[program->resolved_count];
   memset(function, 0, sizeof(*function));
   PCP_RETURN_IF_ERROR_BARE(program->backend->vtable->function_resolve(
       program, name, &function->signature, &function->handle));
@@ -156,19 +163,22 @@ pcp_status_t pcp_tensor_upload(pcp_backend_t* backend,
     char shape[96];
     pcp_tensor_shape_format(&host->shape, shape, sizeof(shape));
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "tensor %s needs %zu bytes, got %zu", shape, expected,
-                           host->byte_length);
+                           "tensor %s needs %zu bytes, got %zu", shape,
+                           expected, host->byte_length);
   }
   return backend->vtable->tensor_upload(backend, host, out_tensor);
 }
 
 void pcp_tensor_retain(pcp_tensor_t* tensor) {
-  if (tensor) atomic_fetch_add_explicit(&tensor->ref_count, 1, memory_order_relaxed);
+  if (tensor)
+    atomic_fetch_add_explicit(&tensor->ref_count, 1, memory_order_relaxed);
 }
 
 void pcp_tensor_release(pcp_tensor_t* tensor) {
-  if (!tensor) return;
-  if (atomic_fetch_sub_explicit(&tensor->ref_count, 1, memory_order_acq_rel) == 1) {
+  if (!tensor)
+    return;
+  if (atomic_fetch_sub_explicit(&tensor->ref_count, 1, memory_order_acq_rel) ==
+      1) {
     tensor->backend->vtable->tensor_destroy(tensor);
   }
 }
@@ -188,7 +198,8 @@ pcp_status_t pcp_tensor_download(pcp_tensor_t* tensor, void* buffer,
                            "download buffer is %zu bytes; the tensor has %zu",
                            byte_length, tensor->byte_length);
   }
-  if (byte_length == 0) return pcp_ok_status();
+  if (byte_length == 0)
+    return pcp_ok_status();
   return tensor->backend->vtable->tensor_download(tensor, buffer, byte_length);
 }
 
@@ -197,7 +208,8 @@ pcp_status_t pcp_tensor_download_host(pcp_tensor_t* tensor,
   PCP_RETURN_IF_ERROR_BARE(pcp_host_tensor_allocate(&tensor->shape, out_host));
   pcp_status_t status =
       pcp_tensor_download(tensor, out_host->data, out_host->byte_length);
-  if (status) pcp_host_tensor_deinitialize(out_host);
+  if (status)
+    pcp_host_tensor_deinitialize(out_host);
   return status;
 }
 
@@ -208,20 +220,22 @@ pcp_status_t pcp_tensor_download_host(pcp_tensor_t* tensor,
 static pcp_status_t check_input(const char* function, size_t index,
                                 const pcp_tensor_shape_t* expected,
                                 const pcp_tensor_shape_t* actual) {
-  if (expected->rank < 0) return pcp_ok_status();  // not declared: IREE checks
+  if (expected->rank < 0)
+    return pcp_ok_status();  // not declared: IREE checks
   bool ok = expected->rank == actual->rank &&
             (expected->element_type == actual->element_type ||
              expected->element_type == PCP_ELEMENT_TYPE_UNKNOWN);
   for (int32_t d = 0; ok && d < expected->rank; ++d) {
     ok = expected->dims[d] < 0 || expected->dims[d] == actual->dims[d];
   }
-  if (ok) return pcp_ok_status();
+  if (ok)
+    return pcp_ok_status();
   char want[128], got[128];
   pcp_tensor_shape_format(expected, want, sizeof(want));
   pcp_tensor_shape_format(actual, got, sizeof(got));
   return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                         "function '%s' input %zu: expected %s, got %s", function,
-                         index, want, got);
+                         "function '%s' input %zu: expected %s, got %s",
+                         function, index, want, got);
 }
 
 pcp_status_t pcp_program_invoke(pcp_program_t* program, const char* function,
@@ -235,8 +249,8 @@ pcp_status_t pcp_program_invoke(pcp_program_t* program, const char* function,
   const pcp_function_signature_t* signature = &resolved->signature;
   if ((int64_t)input_count != signature->input_count) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "function '%s' takes %d inputs, got %zu (%s)", function,
-                           signature->input_count, input_count,
+                           "function '%s' takes %d inputs, got %zu (%s)",
+                           function, signature->input_count, input_count,
                            signature->declaration);
   }
   if ((size_t)signature->result_count > result_capacity) {
@@ -247,8 +261,9 @@ pcp_status_t pcp_program_invoke(pcp_program_t* program, const char* function,
   for (size_t i = 0; i < input_count; ++i) {
     const pcp_value_t* value = &inputs[i];
     if ((value->resident == NULL) == (value->host == NULL)) {
-      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "input %zu must be exactly one of resident or host", i);
+      return pcp_make_status(
+          PCP_STATUS_INVALID_ARGUMENT,
+          "input %zu must be exactly one of resident or host", i);
     }
     if (value->resident && value->resident->backend != program->backend) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -288,15 +303,16 @@ static void parse_abi_type(pcp_string_view_t text, pcp_tensor_shape_t* out) {
   out->rank = -1;
   text = pcp_string_view_trim(text);
   pcp_string_view_t prefix = pcp_make_cstring_view("tensor<");
-  if (!pcp_string_view_starts_with(text, prefix) || text.size < prefix.size + 2 ||
-      text.data[text.size - 1] != '>') {
+  if (!pcp_string_view_starts_with(text, prefix) ||
+      text.size < prefix.size + 2 || text.data[text.size - 1] != '>') {
     return;
   }
-  pcp_string_view_t inner =
-      pcp_make_string_view(text.data + prefix.size, text.size - prefix.size - 1);
+  pcp_string_view_t inner = pcp_make_string_view(text.data + prefix.size,
+                                                 text.size - prefix.size - 1);
   // Encodings or layouts after a comma ("tensor<4xf32, #enc>") are ignored.
   const char* comma = memchr(inner.data, ',', inner.size);
-  if (comma) inner.size = (size_t)(comma - inner.data);
+  if (comma)
+    inner.size = (size_t)(comma - inner.data);
   pcp_tensor_shape_t parsed;
   pcp_status_t status = pcp_tensor_shape_parse(inner, &parsed);
   if (status) {
@@ -314,19 +330,23 @@ static void parse_abi_list(pcp_string_view_t list, pcp_tensor_shape_t* types,
   size_t start = 0;
   for (size_t i = 0; i <= list.size; ++i) {
     char c = i < list.size ? list.data[i] : ',';
-    if (c == '<' || c == '(') depth++;
-    if (c == '>' || c == ')') depth--;
+    if (c == '<' || c == '(')
+      depth++;
+    if (c == '>' || c == ')')
+      depth--;
     if (c == ',' && depth == 0) {
-      pcp_string_view_t item =
-          pcp_string_view_trim(pcp_make_string_view(list.data + start, i - start));
+      pcp_string_view_t item = pcp_string_view_trim(
+          pcp_make_string_view(list.data + start, i - start));
       start = i + 1;
-      if (item.size == 0) continue;
+      if (item.size == 0)
+        continue;
       const char* colon = memchr(item.data, ':', item.size);
       pcp_string_view_t type =
-          colon ? pcp_make_string_view(colon + 1,
-                                       item.size - (size_t)(colon + 1 - item.data))
+          colon ? pcp_make_string_view(
+                      colon + 1, item.size - (size_t)(colon + 1 - item.data))
                 : item;
-      if (count < PCP_SIGNATURE_MAX_TYPES) parse_abi_type(type, &types[count]);
+      if (count < PCP_SIGNATURE_MAX_TYPES)
+        parse_abi_type(type, &types[count]);
       count++;
     }
   }
@@ -337,8 +357,10 @@ static void parse_abi_list(pcp_string_view_t list, pcp_tensor_shape_t* types,
 static const char* matching_paren(const char* open) {
   int depth = 0;
   for (const char* p = open; *p; ++p) {
-    if (*p == '(') depth++;
-    if (*p == ')' && --depth == 0) return p;
+    if (*p == '(')
+      depth++;
+    if (*p == ')' && --depth == 0)
+      return p;
   }
   return NULL;
 }
@@ -349,10 +371,11 @@ pcp_status_t pcp_compute_parse_abi_declaration(
     inout_signature->inputs[i].rank = -1;
     inout_signature->results[i].rank = -1;
   }
-  snprintf(inout_signature->declaration, sizeof(inout_signature->declaration), "%s",
-           declaration);
+  snprintf(inout_signature->declaration, sizeof(inout_signature->declaration),
+           "%s", declaration);
   const char* open = strchr(declaration, '(');
-  if (!open) return pcp_ok_status();  // nothing declared: counts only
+  if (!open)
+    return pcp_ok_status();  // nothing declared: counts only
   const char* close = matching_paren(open);
   if (!close) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -368,20 +391,24 @@ pcp_status_t pcp_compute_parse_abi_declaration(
     if (*rest == '(') {
       const char* rclose = matching_paren(rest);
       if (rclose) {
-        parse_abi_list(pcp_make_string_view(rest + 1, (size_t)(rclose - rest - 1)),
-                       inout_signature->results, &results);
+        parse_abi_list(
+            pcp_make_string_view(rest + 1, (size_t)(rclose - rest - 1)),
+            inout_signature->results, &results);
       }
     } else {
-      parse_abi_list(pcp_make_cstring_view(rest), inout_signature->results, &results);
+      parse_abi_list(pcp_make_cstring_view(rest), inout_signature->results,
+                     &results);
     }
   }
   // Counts come from the calling convention; a declaration that disagrees
   // is not trusted for types.
   if (inputs != inout_signature->input_count) {
-    for (int i = 0; i < PCP_SIGNATURE_MAX_TYPES; ++i) inout_signature->inputs[i].rank = -1;
+    for (int i = 0; i < PCP_SIGNATURE_MAX_TYPES; ++i)
+      inout_signature->inputs[i].rank = -1;
   }
   if (results != inout_signature->result_count) {
-    for (int i = 0; i < PCP_SIGNATURE_MAX_TYPES; ++i) inout_signature->results[i].rank = -1;
+    for (int i = 0; i < PCP_SIGNATURE_MAX_TYPES; ++i)
+      inout_signature->results[i].rank = -1;
   }
   return pcp_ok_status();
 }

@@ -63,8 +63,8 @@ void pcp_tensor_shape_format(const pcp_tensor_shape_t* shape, char* buffer,
                              size_t capacity);
 
 // Parses "2x3xf32" / "f32" / "?x3xi64".
-PCP_MUST_USE_RESULT pcp_status_t pcp_tensor_shape_parse(
-    pcp_string_view_t text, pcp_tensor_shape_t* out_shape);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_tensor_shape_parse(pcp_string_view_t text, pcp_tensor_shape_t* out_shape);
 
 bool pcp_tensor_shape_equal(const pcp_tensor_shape_t* a,
                             const pcp_tensor_shape_t* b);
@@ -81,9 +81,9 @@ typedef struct pcp_host_tensor_t {
 PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_allocate(
     const pcp_tensor_shape_t* shape, pcp_host_tensor_t* out_tensor);
 // Wraps caller memory (not owned). |byte_length| must match the shape.
-PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_wrap(
-    const pcp_tensor_shape_t* shape, void* data, size_t byte_length,
-    pcp_host_tensor_t* out_tensor);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_host_tensor_wrap(const pcp_tensor_shape_t* shape, void* data,
+                     size_t byte_length, pcp_host_tensor_t* out_tensor);
 void pcp_host_tensor_deinitialize(pcp_host_tensor_t* tensor);
 
 // Parses an iree-run-module style input:
@@ -94,25 +94,25 @@ void pcp_host_tensor_deinitialize(pcp_host_tensor_t* tensor);
 //   "@x.npy"                a NumPy .npy file (v1-v3, C order)
 // f16 and bf16 values are written as decimals and rounded to nearest even.
 // Errors name the input and the problem (count mismatch, bad number, ...).
-PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_parse(
-    const char* text, pcp_host_tensor_t* out_tensor);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_host_tensor_parse(const char* text, pcp_host_tensor_t* out_tensor);
 
 // .npy files. Reading checks the header (size <= 64 KiB, C order, known
 // dtype, rank) and that the data length matches before allocating.
 // bf16 has no NumPy descr: it is written as '<V2' (as ml_dtypes does) and a
 // '<V2' file is read only when |expected_type| says bf16 (else an error).
-PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_read_npy(
-    const char* path, pcp_element_type_t expected_type,
-    pcp_host_tensor_t* out_tensor);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_host_tensor_read_npy(const char* path, pcp_element_type_t expected_type,
+                         pcp_host_tensor_t* out_tensor);
 // |append|: add to an existing file as iree-run-module's "+file.npy" does.
 PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_write_npy(
     const pcp_host_tensor_t* tensor, const char* path, bool append);
 
 // Prints like iree-run-module: "2x3xf32=[1 2 3][4 5 6]", at most
 // |max_elements| elements (then "...").
-PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_format(
-    const pcp_host_tensor_t* tensor, size_t max_elements,
-    pcp_string_builder_t* builder);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_host_tensor_format(const pcp_host_tensor_t* tensor, size_t max_elements,
+                       pcp_string_builder_t* builder);
 
 // Scalar f16/bf16 conversions: pcp_f32_to_f16 and friends (base/base.h).
 
@@ -135,7 +135,7 @@ typedef struct pcp_backend_options_t {
 } pcp_backend_options_t;
 
 typedef struct pcp_backend_info_t {
-  char driver[32];      // the IREE driver in use ("local-task", "cuda", ...)
+  char driver[32];  // the IREE driver in use ("local-task", "cuda", ...)
   int32_t device_ordinal;
   char device_name[128];
   char runtime_version[64];  // iree-base-runtime version
@@ -200,21 +200,21 @@ void pcp_program_release(pcp_program_t* program);
 // Exported function names (borrowed until the program is released).
 size_t pcp_program_function_count(const pcp_program_t* program);
 const char* pcp_program_function_name(const pcp_program_t* program,
-                                       size_t index);
+                                      size_t index);
 
 // NOT_FOUND listing the exported functions when |name| is absent.
-PCP_MUST_USE_RESULT pcp_status_t pcp_program_function_signature(
-    pcp_program_t* program, const char* name,
-    pcp_function_signature_t* out_signature);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_program_function_signature(pcp_program_t* program, const char* name,
+                               pcp_function_signature_t* out_signature);
 
 //===----------------------------------------------------------------------===//
 // Device-resident tensors
 //===----------------------------------------------------------------------===//
 
 // Copies |host| to the device. The result starts with one reference.
-PCP_MUST_USE_RESULT pcp_status_t pcp_tensor_upload(
-    pcp_backend_t* backend, const pcp_host_tensor_t* host,
-    pcp_tensor_t** out_tensor);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_tensor_upload(pcp_backend_t* backend, const pcp_host_tensor_t* host,
+                  pcp_tensor_t** out_tensor);
 void pcp_tensor_retain(pcp_tensor_t* tensor);
 void pcp_tensor_release(pcp_tensor_t* tensor);
 const pcp_tensor_shape_t* pcp_tensor_shape(const pcp_tensor_t* tensor);
@@ -225,8 +225,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_tensor_download(pcp_tensor_t* tensor,
                                                      void* buffer,
                                                      size_t byte_length);
 // Allocates a host tensor and downloads into it.
-PCP_MUST_USE_RESULT pcp_status_t pcp_tensor_download_host(
-    pcp_tensor_t* tensor, pcp_host_tensor_t* out_host);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_tensor_download_host(pcp_tensor_t* tensor, pcp_host_tensor_t* out_host);
 
 //===----------------------------------------------------------------------===//
 // Invocation

@@ -24,27 +24,53 @@ typedef struct run_options_t {
 #define OFFSET(member) offsetof(run_options_t, member)
 
 static const pcp_config_field_t kFields[] = {
-    {.name = "function", .type = PCP_CONFIG_TYPE_STRING, .offset = OFFSET(function),
-     .default_value = "main", .value_name = "NAME", .help = "function to invoke"},
-    {.name = "input", .type = PCP_CONFIG_TYPE_STRING_LIST, .offset = OFFSET(inputs),
+    {.name = "function",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(function),
+     .default_value = "main",
+     .value_name = "NAME",
+     .help = "function to invoke"},
+    {.name = "input",
+     .type = PCP_CONFIG_TYPE_STRING_LIST,
+     .offset = OFFSET(inputs),
      .value_name = "VALUE",
-     .help = "one per argument, in order: 2x3xf32=1,2,3,4,5,6 | 4xf32=0 (splat) "
-             "| f32=1.5 | 2xbf16=@raw.bin | @x.npy"},
-    {.name = "output", .type = PCP_CONFIG_TYPE_STRING_LIST, .offset = OFFSET(outputs),
+     .help =
+         "one per argument, in order: 2x3xf32=1,2,3,4,5,6 | 4xf32=0 (splat) "
+         "| f32=1.5 | 2xbf16=@raw.bin | @x.npy"},
+    {.name = "output",
+     .type = PCP_CONFIG_TYPE_STRING_LIST,
+     .offset = OFFSET(outputs),
      .value_name = "TARGET",
      .help = "one per result, in order: - (print) | @y.npy (write) | +y.npy "
              "(append) | empty (ignore); default: print all"},
-    {.name = "device", .type = PCP_CONFIG_TYPE_STRING, .offset = OFFSET(device),
-     .default_value = "cpu", .value_name = "DRIVER[:N]",
-     .help = "cpu, local-sync, cuda, rocm, vulkan or metal, with a device ordinal"},
-    {.name = "print-max-elements", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = OFFSET(print_max_elements), .default_value = "1024", .min = 1,
-     .max = 1e12, .value_name = "N", .help = "elements printed per result"},
-    {.name = "cpu-threads", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = OFFSET(cpu_threads), .default_value = "0", .min = 0, .max = 1024,
-     .value_name = "N", .help = "CPU worker threads (0: one per core)"},
-    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = OFFSET(help),
-     .default_value = "false", .help = "show this help"},
+    {.name = "device",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = OFFSET(device),
+     .default_value = "cpu",
+     .value_name = "DRIVER[:N]",
+     .help =
+         "cpu, local-sync, cuda, rocm, vulkan or metal, with a device ordinal"},
+    {.name = "print-max-elements",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(print_max_elements),
+     .default_value = "1024",
+     .min = 1,
+     .max = 1e12,
+     .value_name = "N",
+     .help = "elements printed per result"},
+    {.name = "cpu-threads",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = OFFSET(cpu_threads),
+     .default_value = "0",
+     .min = 0,
+     .max = 1024,
+     .value_name = "N",
+     .help = "CPU worker threads (0: one per core)"},
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = OFFSET(help),
+     .default_value = "false",
+     .help = "show this help"},
 };
 
 static const pcp_config_table_t kTable = {
@@ -56,19 +82,21 @@ static bool ends_with(const char* s, const char* suffix) {
 }
 
 // "cuda:1" -> driver "cuda", ordinal 1. Also accepts IREE's "cuda://1".
-static pcp_status_t parse_device(const char* text, char* driver, size_t capacity,
-                                 int32_t* out_ordinal) {
+static pcp_status_t parse_device(const char* text, char* driver,
+                                 size_t capacity, int32_t* out_ordinal) {
   *out_ordinal = 0;
   const char* colon = strchr(text, ':');
   size_t n = colon ? (size_t)(colon - text) : strlen(text);
   if (n == 0 || n >= capacity) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad --device '%s'", text);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad --device '%s'",
+                           text);
   }
   memcpy(driver, text, n);
   driver[n] = 0;
   if (colon) {
     const char* number = colon + 1;
-    if (strncmp(number, "//", 2) == 0) number += 2;
+    if (strncmp(number, "//", 2) == 0)
+      number += 2;
     int64_t ordinal = 0;
     if (!pcp_string_view_parse_int64(pcp_make_cstring_view(number), &ordinal) ||
         ordinal < 0 || ordinal > 4096) {
@@ -112,7 +140,8 @@ static pcp_status_t load_program_bytes(const char* path, const char* driver,
   pcp_compile_result_t result;
   pcp_status_t status = pcp_compile_module(&request, &result);
   free(text);
-  if (status) return status;
+  if (status)
+    return status;
   *out_data = result.vmfb;
   *out_length = result.vmfb_byte_length;
   return pcp_ok_status();
@@ -120,16 +149,18 @@ static pcp_status_t load_program_bytes(const char* path, const char* driver,
 
 static pcp_status_t emit_result(size_t index, pcp_tensor_t* tensor,
                                 const char* target, int64_t print_max) {
-  if (target && !target[0]) return pcp_ok_status();  // ignored
+  if (target && !target[0])
+    return pcp_ok_status();  // ignored
   pcp_host_tensor_t host;
-  PCP_RETURN_IF_ERROR(pcp_tensor_download_host(tensor, &host), "result %zu", index);
+  PCP_RETURN_IF_ERROR(pcp_tensor_download_host(tensor, &host), "result %zu",
+                      index);
   pcp_status_t status = pcp_ok_status();
   if (target && (target[0] == '@' || target[0] == '+')) {
     status = pcp_host_tensor_write_npy(&host, target + 1, target[0] == '+');
   } else if (target && strcmp(target, "-") != 0) {
-    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "--output '%s': expected -, @file.npy, +file.npy or empty",
-                             target);
+    status = pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "--output '%s': expected -, @file.npy, +file.npy or empty", target);
   } else {
     pcp_string_builder_t text;
     pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
@@ -147,8 +178,10 @@ static pcp_status_t emit_result(size_t index, pcp_tensor_t* tensor,
 static pcp_status_t run(const char* path, const run_options_t* options) {
   char driver[32];
   int32_t ordinal = 0;
-  PCP_RETURN_IF_ERROR_BARE(parse_device(options->device, driver, sizeof(driver), &ordinal));
-  pcp_host_tensor_t* inputs = calloc(options->inputs.count + 1, sizeof(*inputs));
+  PCP_RETURN_IF_ERROR_BARE(
+      parse_device(options->device, driver, sizeof(driver), &ordinal));
+  pcp_host_tensor_t* inputs =
+      calloc(options->inputs.count + 1, sizeof(*inputs));
   pcp_value_t* values = calloc(options->inputs.count + 1, sizeof(*values));
   pcp_tensor_t* results[PCP_MAX_FUNCTION_ARITY];
   size_t result_count = 0, parsed = 0;
@@ -156,21 +189,29 @@ static pcp_status_t run(const char* path, const run_options_t* options) {
   size_t vmfb_length = 0;
   pcp_backend_t* backend = NULL;
   pcp_program_t* program = NULL;
-  pcp_status_t status = inputs && values ? pcp_ok_status()
-                                         : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inputs");
+  pcp_status_t status =
+      inputs && values
+          ? pcp_ok_status()
+          : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inputs");
   for (; !status && parsed < options->inputs.count; ++parsed) {
-    status = pcp_host_tensor_parse(options->inputs.items[parsed], &inputs[parsed]);
-    if (status) status = pcp_status_annotate_f(status, "--input %zu", parsed);
-    else values[parsed] = pcp_value_host(&inputs[parsed]);
+    status =
+        pcp_host_tensor_parse(options->inputs.items[parsed], &inputs[parsed]);
+    if (status)
+      status = pcp_status_annotate_f(status, "--input %zu", parsed);
+    else
+      values[parsed] = pcp_value_host(&inputs[parsed]);
   }
-  if (!status) status = load_program_bytes(path, driver, &vmfb, &vmfb_length);
+  if (!status)
+    status = load_program_bytes(path, driver, &vmfb, &vmfb_length);
   if (!status) {
-    pcp_backend_options_t backend_options = {.driver = driver,
-                                             .device_ordinal = ordinal,
-                                             .cpu_threads = (int32_t)options->cpu_threads};
+    pcp_backend_options_t backend_options = {
+        .driver = driver,
+        .device_ordinal = ordinal,
+        .cpu_threads = (int32_t)options->cpu_threads};
     status = pcp_backend_create(&backend_options, &backend);
   }
-  if (!status) status = pcp_program_load(backend, vmfb, vmfb_length, &program);
+  if (!status)
+    status = pcp_program_load(backend, vmfb, vmfb_length, &program);
   if (!status) {
     status = pcp_program_invoke(program, options->function, values,
                                 options->inputs.count, results,
@@ -223,7 +264,8 @@ static pcp_status_t check_flag_values(const run_options_t* options) {
   }
   for (size_t i = 0; i < options->inputs.count; ++i) {
     const char* text = options->inputs.items[i];
-    if (text[0] == '@' || strstr(text, "=@")) continue;
+    if (text[0] == '@' || strstr(text, "=@"))
+      continue;
     pcp_host_tensor_t tensor;
     status = pcp_host_tensor_parse(text, &tensor);
     if (status) {
@@ -252,13 +294,16 @@ int pcp_compute_run_cli_main(int argc, char** argv) {
   pcp_string_list_t positionals = {0};
   pcp_status_t status = pcp_config_initialize(&kTable, &options);
   if (!status) {
-    status = pcp_config_parse_argv(&kTable, argc - 1, argv + 1, &options, &positionals);
+    status = pcp_config_parse_argv(&kTable, argc - 1, argv + 1, &options,
+                                   &positionals);
   }
   if (!status && options.help) {
-    printf("usage: pcp run PROGRAM.vmfb|MODEL.mlir [--function F] [--input V]... "
-           "[--device D] [--output T]...\n\nInvokes one function of a compiled "
-           "program through the IREE runtime and prints\nits results like "
-           "iree-run-module (a .mlir is compiled for the device first).\n\nflags:\n");
+    printf(
+        "usage: pcp run PROGRAM.vmfb|MODEL.mlir [--function F] [--input V]... "
+        "[--device D] [--output T]...\n\nInvokes one function of a compiled "
+        "program through the IREE runtime and prints\nits results like "
+        "iree-run-module (a .mlir is compiled for the device "
+        "first).\n\nflags:\n");
     pcp_config_print_help(&kTable, stdout);
     pcp_config_deinitialize(&kTable, &options);
     pcp_string_list_deinitialize(&positionals);
@@ -266,11 +311,13 @@ int pcp_compute_run_cli_main(int argc, char** argv) {
   }
   if (!status && positionals.count != 1) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             positionals.count ? "expected one program, got %zu"
-                                               : "missing the program (.vmfb or .mlir)",
+                             positionals.count
+                                 ? "expected one program, got %zu"
+                                 : "missing the program (.vmfb or .mlir)",
                              positionals.count);
   }
-  if (!status) status = check_flag_values(&options);
+  if (!status)
+    status = check_flag_values(&options);
   if (status) {
     pcp_config_deinitialize(&kTable, &options);
     pcp_string_list_deinitialize(&positionals);

@@ -46,12 +46,11 @@ struct pcp_backend_t {
   pcp_backend_info_t info;
 };
 
-
 struct pcp_program_t {
   pcp_backend_t* backend;
   size_t function_count;
-  char** function_names;            // exported names, owned
-  pcp_program_function_t* resolved; // cache, owned
+  char** function_names;             // exported names, owned
+  pcp_program_function_t* resolved;  // cache, owned
   size_t resolved_count;
   size_t resolved_capacity;
 };

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // pcp_backend_t over real IREE (CPU): programs compiled by the real compiler.
 
+#include "compute/compute.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,13 +14,13 @@
 #include <cmocka.h>
 
 #include "compile/compile.h"
-#include "compute/compute.h"
 #include "compute/compute_impl.h"
 
 static pcp_backend_t* g_backend;
 
 static void fail_status(pcp_status_t status, const char* what) {
-  if (!status) return;
+  if (!status)
+    return;
   char text[4096];
   pcp_status_format(status, text, sizeof(text));
   fail_msg("%s: %s", what, text);
@@ -32,8 +34,8 @@ static pcp_program_t* load_module(const char* mlir) {
   pcp_compile_result_t compiled;
   fail_status(pcp_compile_module(&request, &compiled), "compile");
   pcp_program_t* program = NULL;
-  fail_status(pcp_program_load(g_backend, compiled.vmfb, compiled.vmfb_byte_length,
-                               &program),
+  fail_status(pcp_program_load(g_backend, compiled.vmfb,
+                               compiled.vmfb_byte_length, &program),
               "load");
   pcp_compile_result_deinitialize(&compiled);
   return program;
@@ -60,17 +62,20 @@ static int teardown(void** state) {
 }
 
 static const char kAffine[] =
-    "func.func @affine(%x: tensor<2x3xf32>, %w: tensor<3x2xf32>, %b: tensor<2xf32>)"
+    "func.func @affine(%x: tensor<2x3xf32>, %w: tensor<3x2xf32>, %b: "
+    "tensor<2xf32>)"
     " -> tensor<2x2xf32> {\n"
     "  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] :"
     " (tensor<2x3xf32>, tensor<3x2xf32>) -> tensor<2x2xf32>\n"
-    "  %1 = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<2xf32>) -> tensor<2x2xf32>\n"
+    "  %1 = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<2xf32>) -> "
+    "tensor<2x2xf32>\n"
     "  %2 = stablehlo.add %0, %1 : tensor<2x2xf32>\n"
     "  return %2 : tensor<2x2xf32>\n}\n"
     "func.func @twice(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<f32>) {\n"
     "  %0 = stablehlo.add %x, %x : tensor<4xf32>\n"
     "  %z = stablehlo.constant dense<0.0> : tensor<f32>\n"
-    "  %1 = stablehlo.reduce(%0 init: %z) applies stablehlo.add across dimensions = [0]"
+    "  %1 = stablehlo.reduce(%0 init: %z) applies stablehlo.add across "
+    "dimensions = [0]"
     " : (tensor<4xf32>, tensor<f32>) -> tensor<f32>\n"
     "  return %0, %1 : tensor<4xf32>, tensor<f32>\n}\n";
 
@@ -100,8 +105,9 @@ static void invokes_with_host_and_resident_inputs(void** state) {
                            pcp_value_host(&hb)};
   pcp_tensor_t* results[4];
   size_t count = 0;
-  fail_status(pcp_program_invoke(program, "affine", inputs, 3, results, 4, &count),
-              "invoke");
+  fail_status(
+      pcp_program_invoke(program, "affine", inputs, 3, results, 4, &count),
+      "invoke");
   assert_int_equal(count, 1);
   float y[4];
   fail_status(pcp_tensor_download(results[0], y, sizeof(y)), "download");
@@ -116,10 +122,12 @@ static void invokes_with_host_and_resident_inputs(void** state) {
   pcp_host_tensor_t hv;
   fail_status(pcp_host_tensor_wrap(&sv, v, sizeof(v), &hv), "wrap");
   pcp_value_t in1 = pcp_value_host(&hv);
-  fail_status(pcp_program_invoke(program, "twice", &in1, 1, twice, 2, &count), "twice");
+  fail_status(pcp_program_invoke(program, "twice", &in1, 1, twice, 2, &count),
+              "twice");
   pcp_value_t in2 = pcp_value_resident(twice[0]);
   pcp_tensor_t* again[2];
-  fail_status(pcp_program_invoke(program, "twice", &in2, 1, again, 2, &count), "again");
+  fail_status(pcp_program_invoke(program, "twice", &in2, 1, again, 2, &count),
+              "again");
   float sum = 0;
   fail_status(pcp_tensor_download(again[1], &sum, sizeof(sum)), "sum");
   assert_true(sum == 40.0f);
@@ -136,16 +144,18 @@ static void invokes_with_host_and_resident_inputs(void** state) {
 static const char kIdentities[] =
     "func.func @ids(%a: tensor<3xbf16>, %b: tensor<2xf16>, %c: tensor<4xi1>,"
     " %d: tensor<2xi32>, %e: tensor<2xi64>, %f: tensor<?x2xf32>) ->"
-    " (tensor<3xbf16>, tensor<2xf16>, tensor<4xi1>, tensor<2xi32>, tensor<2xi64>,"
+    " (tensor<3xbf16>, tensor<2xf16>, tensor<4xi1>, tensor<2xi32>, "
+    "tensor<2xi64>,"
     " tensor<?x2xf32>) {\n"
     "  %0 = stablehlo.not %c : tensor<4xi1>\n"
-    "  return %a, %b, %0, %d, %e, %f : tensor<3xbf16>, tensor<2xf16>, tensor<4xi1>,"
+    "  return %a, %b, %0, %d, %e, %f : tensor<3xbf16>, tensor<2xf16>, "
+    "tensor<4xi1>,"
     " tensor<2xi32>, tensor<2xi64>, tensor<?x2xf32>\n}\n";
 
 static void every_dtype_round_trips(void** state) {
   (void)state;
   pcp_program_t* program = load_module(kIdentities);
-  const char* texts[6] = {"3xbf16=1.5,-2,0.25", "2xf16=0.5,-65504",
+  const char* texts[6] = {"3xbf16=1.5,-2,0.25",  "2xf16=0.5,-65504",
                           "4xi1=1,0,true,false", "2xi32=-7,2147483647",
                           "2xi64=-9000000000,5", "3x2xf32=1,2,3,4,5,6"};
   pcp_host_tensor_t hosts[6];
@@ -156,7 +166,8 @@ static void every_dtype_round_trips(void** state) {
   }
   pcp_tensor_t* results[6];
   size_t count = 0;
-  fail_status(pcp_program_invoke(program, "ids", values, 6, results, 6, &count), "ids");
+  fail_status(pcp_program_invoke(program, "ids", values, 6, results, 6, &count),
+              "ids");
   assert_int_equal(count, 6);
   for (int i = 0; i < 6; ++i) {
     pcp_host_tensor_t out;
@@ -183,18 +194,19 @@ static void allocator_statistics_count_real_buffers(void** state) {
   pcp_backend_memory_t before, during, after;
   fail_status(pcp_backend_memory_query(g_backend, &before), "memory");
   pcp_host_tensor_t host;
-  pcp_tensor_shape_t shape = {.element_type = PCP_ELEMENT_TYPE_F32,
-                              .rank = 2,
-                              .dims = {512, 512}};
+  pcp_tensor_shape_t shape = {
+      .element_type = PCP_ELEMENT_TYPE_F32, .rank = 2, .dims = {512, 512}};
   fail_status(pcp_host_tensor_allocate(&shape, &host), "allocate");
   memset(host.data, 0, host.byte_length);
   pcp_tensor_t* tensor = NULL;
   fail_status(pcp_tensor_upload(g_backend, &host, &tensor), "upload");
   fail_status(pcp_backend_memory_query(g_backend, &during), "memory");
-  assert_true(during.device_bytes_live >= before.device_bytes_live + (1u << 20));
+  assert_true(during.device_bytes_live >=
+              before.device_bytes_live + (1u << 20));
   assert_true(during.device_bytes_live < before.device_bytes_live + (2u << 20));
   assert_true(during.device_bytes_peak >= during.device_bytes_live);
-  assert_true(during.device_bytes_allocated >= before.device_bytes_allocated + (1u << 20));
+  assert_true(during.device_bytes_allocated >=
+              before.device_bytes_allocated + (1u << 20));
   pcp_tensor_release(tensor);
   pcp_host_tensor_deinitialize(&host);
   fail_status(pcp_backend_memory_query(g_backend, &after), "memory");
@@ -206,9 +218,11 @@ static long rss_kib(void) {
   char line[256];
   long kib = -1;
   while (f && fgets(line, sizeof(line), f)) {
-    if (strncmp(line, "VmRSS:", 6) == 0) kib = strtol(line + 6, NULL, 10);
+    if (strncmp(line, "VmRSS:", 6) == 0)
+      kib = strtol(line + 6, NULL, 10);
   }
-  if (f) fclose(f);
+  if (f)
+    fclose(f);
   return kib;
 }
 
@@ -231,13 +245,17 @@ static void resident_tensors_survive_1000_calls_with_flat_memory(void** state) {
   fail_status(pcp_tensor_upload(g_backend, &ones, &params), "upload");
   long rss_after_warmup = 0;
   for (int step = 0; step < 1000; ++step) {
-    pcp_value_t inputs[2] = {pcp_value_resident(params), pcp_value_resident(gradient)};
+    pcp_value_t inputs[2] = {pcp_value_resident(params),
+                             pcp_value_resident(gradient)};
     pcp_tensor_t* next = NULL;
     size_t count = 0;
-    fail_status(pcp_program_invoke(program, "step", inputs, 2, &next, 1, &count), "step");
+    fail_status(
+        pcp_program_invoke(program, "step", inputs, 2, &next, 1, &count),
+        "step");
     pcp_tensor_release(params);  // the old parameters die here
     params = next;
-    if (step == 99) rss_after_warmup = rss_kib();
+    if (step == 99)
+      rss_after_warmup = rss_kib();
   }
   long rss_end = rss_kib();
   pcp_host_tensor_t out;
@@ -264,9 +282,11 @@ static void bad_calls_are_clear_errors(void** state) {
   pcp_program_t* program = load_module(kAffine);
   pcp_tensor_t* results[4];
   size_t count = 0;
-  pcp_status_t s = pcp_program_invoke(program, "nope", NULL, 0, results, 4, &count);
+  pcp_status_t s =
+      pcp_program_invoke(program, "nope", NULL, 0, results, 4, &count);
   assert_int_equal(pcp_status_code(s), PCP_STATUS_NOT_FOUND);
-  assert_non_null(strstr(pcp_status_message(s), "affine"));  // lists what exists
+  assert_non_null(
+      strstr(pcp_status_message(s), "affine"));  // lists what exists
   pcp_status_ignore(s);
 
   pcp_host_tensor_t v;
@@ -358,19 +378,22 @@ static void host_tensor_text_and_npy(void** state) {
   assert_true(fd >= 0);
   fail_status(pcp_host_tensor_write_npy(&t, path, false), "write");
   pcp_host_tensor_t back;
-  fail_status(pcp_host_tensor_read_npy(path, PCP_ELEMENT_TYPE_UNKNOWN, &back), "read");
+  fail_status(pcp_host_tensor_read_npy(path, PCP_ELEMENT_TYPE_UNKNOWN, &back),
+              "read");
   assert_true(pcp_tensor_shape_equal(&t.shape, &back.shape));
   assert_memory_equal(t.data, back.data, t.byte_length);
   pcp_host_tensor_deinitialize(&back);
   // A truncated file is refused before any large allocation.
   assert_int_equal(truncate(path, 80), 0);
-  pcp_status_t s = pcp_host_tensor_read_npy(path, PCP_ELEMENT_TYPE_UNKNOWN, &back);
+  pcp_status_t s =
+      pcp_host_tensor_read_npy(path, PCP_ELEMENT_TYPE_UNKNOWN, &back);
   assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_INVALID_ARGUMENT);
   unlink(path);
   close(fd);
   // Text errors.
-  const char* bad[] = {"2x2xi32=1,2,3", "4xf99=1", "2xi8=1,300", "4xf32=1,x,2,3",
-                       "1x2", "-1xf32=1", "@/nonexistent.npy"};
+  const char* bad[] = {"2x2xi32=1,2,3",    "4xf99=1", "2xi8=1,300",
+                       "4xf32=1,x,2,3",    "1x2",     "-1xf32=1",
+                       "@/nonexistent.npy"};
   for (size_t i = 0; i < PCP_ARRAYSIZE(bad); ++i) {
     s = pcp_host_tensor_parse(bad[i], &back);
     assert_true(s != NULL);
@@ -380,7 +403,8 @@ static void host_tensor_text_and_npy(void** state) {
   assert_int_equal(pcp_f32_to_f16(1.0f), 0x3C00);
   assert_int_equal(pcp_f32_to_f16(65504.0f), 0x7BFF);
   assert_int_equal(pcp_f32_to_f16(1e-7f), 0x0002);  // subnormal
-  assert_true(pcp_f16_to_f32(0x3555) > 0.333f && pcp_f16_to_f32(0x3555) < 0.3334f);
+  assert_true(pcp_f16_to_f32(0x3555) > 0.333f &&
+              pcp_f16_to_f32(0x3555) < 0.3334f);
   assert_int_equal(pcp_f32_to_bf16(1.0f), 0x3F80);
   assert_true(pcp_bf16_to_f32(0x4049) == 3.140625f);
   pcp_string_builder_deinitialize(&b);

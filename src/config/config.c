@@ -1162,7 +1162,8 @@ static void print_cli_status(const char* command, pcp_status_t status) {
   }
   pcp_status_format_for_user(status, message, length + 1);
   fprintf(stderr, "pcp %s: %s\n", command, message);
-  if (message != fixed) free(message);
+  if (message != fixed)
+    free(message);
 }
 
 int pcp_config_cli_usage_error(const char* command, pcp_status_t status) {

@@ -106,9 +106,9 @@ typedef struct pcp_fabric_options_t {
   // inside one long IREE call (a training round) answers only when the
   // call returns, and a cancel answered late is still a cancel.
   uint32_t cancel_answer_timeout_ms;
-  pcp_clock_t clock;         // {0}: the system clock
-  const char* software;      // HELLO text; borrowed; NULL: "pcp"
-  pcp_log_context_t log;     // role/node fields for log lines; borrowed
+  pcp_clock_t clock;      // {0}: the system clock
+  const char* software;   // HELLO text; borrowed; NULL: "pcp"
+  pcp_log_context_t log;  // role/node fields for log lines; borrowed
 } pcp_fabric_options_t;
 
 // 127.0.0.1:0, H = 1000 ms, token env PCP_WORKER_JOIN_TOKEN, proto default
@@ -156,7 +156,7 @@ pcp_proto_timeouts_t pcp_fabric_endpoint_timeouts(
     const pcp_fabric_endpoint_t* endpoint);
 
 typedef struct pcp_fabric_endpoint_stats_t {
-  uint32_t connections;       // open TCP connections
+  uint32_t connections;        // open TCP connections
   uint32_t workers_connected;  // accepted and not closed
   uint64_t bytes_in;
   uint64_t bytes_out;
@@ -164,8 +164,8 @@ typedef struct pcp_fabric_endpoint_stats_t {
   uint64_t frames_out;
   uint64_t evictions;
   uint64_t rejected_joins;
-  uint64_t protocol_errors;   // connections closed for a peer error
-  uint64_t events_handled;    // read events handled on the loop thread
+  uint64_t protocol_errors;  // connections closed for a peer error
+  uint64_t events_handled;   // read events handled on the loop thread
   // Loop-thread time spent handling one read event (decode, state machine,
   // actions): percentiles in ns from a log-linear histogram (upper bounds,
   // within 1/16 of the true value).
@@ -214,14 +214,14 @@ typedef struct pcp_fabric_worker_info_t {
   pcp_fabric_worker_state_t state;
   pcp_sched_worker_state_t sched_state;
   uint64_t lease_epoch;
-  uint32_t join_count;        // accepted joins under this id
-  uint32_t resumed_count;     // joins that resumed the lease
-  uint64_t eviction_count;    // silences that ended a connection
-  int64_t heartbeat_age_ns;   // since the last frame (connected only)
-  int64_t lost_at_ns;         // when last lost (endpoint clock); 0: never
-  uint32_t in_flight;         // tasks assigned and unanswered
-  uint64_t lease_id;          // sched lease the worker holds; 0: none
-  uint32_t program_count;     // programs the worker acknowledged
+  uint32_t join_count;       // accepted joins under this id
+  uint32_t resumed_count;    // joins that resumed the lease
+  uint64_t eviction_count;   // silences that ended a connection
+  int64_t heartbeat_age_ns;  // since the last frame (connected only)
+  int64_t lost_at_ns;        // when last lost (endpoint clock); 0: never
+  uint32_t in_flight;        // tasks assigned and unanswered
+  uint64_t lease_id;         // sched lease the worker holds; 0: none
+  uint32_t program_count;    // programs the worker acknowledged
   // Bytes read from (in) and handed to the socket for (out) this worker,
   // over every connection it was accepted on, handshake and framing
   // included: the real traffic of the gateway's link to it.
@@ -239,9 +239,9 @@ typedef struct pcp_fabric_worker_info_t {
 // Copies what the endpoint knows about |worker_id| into |out_info|
 // (overwritten). NOT_FOUND for an id never accepted (or whose registry slot
 // was recycled). Thread-safe.
-PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_worker_query(
-    pcp_fabric_endpoint_t* endpoint, const char* worker_id,
-    pcp_fabric_worker_info_t* out_info);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_fabric_worker_query(pcp_fabric_endpoint_t* endpoint, const char* worker_id,
+                        pcp_fabric_worker_info_t* out_info);
 
 // A snapshot of every known worker (connected, draining and lost ones whose
 // registry slot is kept), each as pcp_fabric_worker_query fills it, taken
@@ -265,9 +265,9 @@ uint32_t pcp_fabric_worker_count(pcp_fabric_endpoint_t* endpoint,
 // leaves shortly after the call. NOT_FOUND, FAILED_PRECONDITION when not
 // connected, RESOURCE_EXHAUSTED when the loop's post queue is full.
 // Thread-safe.
-PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_worker_drain(
-    pcp_fabric_endpoint_t* endpoint, const char* worker_id,
-    uint64_t deadline_ms);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_fabric_worker_drain(pcp_fabric_endpoint_t* endpoint, const char* worker_id,
+                        uint64_t deadline_ms);
 
 // A caller's stop request, read (without the endpoint's lock) on every wake
 // of a wait. True: stop waiting.
@@ -359,7 +359,7 @@ typedef struct pcp_fabric_task_params_t {
   // Session on the worker ("" or NULL: none). The first task of a session is
   // placed by the constraint; later ones go to the same worker.
   const char* session_id;
-  uint32_t max_attempts;  // 0: the endpoint's default
+  uint32_t max_attempts;          // 0: the endpoint's default
   pcp_fabric_task_fn_t callback;  // optional
   void* user_data;
 } pcp_fabric_task_params_t;
@@ -411,8 +411,8 @@ bool pcp_fabric_task_is_done(pcp_fabric_task_t* task);
 
 // The final status once done (borrowed from the handle: do not ignore or
 // join it; OK for a result), else OK. Thread-safe.
-PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_status(
-    pcp_fabric_task_t* task);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_fabric_task_status(pcp_fabric_task_t* task);
 
 // Outputs once done with a result: one section per output in order, |data|
 // pointing into the received frame (64-byte aligned) and valid while the
@@ -424,7 +424,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_outputs(
 
 typedef struct pcp_fabric_task_info_t {
   uint64_t task_id;
-  uint32_t attempts;   // assignments sent so far
+  uint32_t attempts;  // assignments sent so far
   bool done;
   pcp_sched_worker_id_t worker_id;  // last worker it ran on ("" if none)
   // Last progress report.

@@ -373,9 +373,9 @@ void pcp_fabric_schedule_pass(pcp_fabric_endpoint_t* ep) {
                    now_ns(ep) - task->cancel_sent_ns >=
                        ep->cancel_answer_timeout_ns) {
           // The worker is connected but has not answered the cancel within
-          // the cancel-answer timeout (a wedged compute thread): the caller must not
-          // wait forever. Its inputs are no longer being written, so the
-          // borrowed buffers can go; a late answer is dropped (the task is
+          // the cancel-answer timeout (a wedged compute thread): the caller
+          // must not wait forever. Its inputs are no longer being written, so
+          // the borrowed buffers can go; a late answer is dropped (the task is
           // gone), and it frees the connection's in-flight slot then.
           pcp_fabric_task_finish(
               ep, task,

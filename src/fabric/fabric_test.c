@@ -12,13 +12,14 @@
 #include <cmocka.h>
 // clang-format on
 
+#include "fabric/fabric.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fabric/fabric.h"
 #include "fabric/fake_worker.h"
 
 #define TOKEN_ENV "PCP_FABRIC_TEST_TOKEN"
@@ -42,7 +43,8 @@ static fixture_t* fixture_start(uint64_t chunk_bytes) {
   // The unanswered-cancel test waits for this bound: one resume window.
   f->options.cancel_answer_timeout_ms = (uint32_t)(10 * H_MS);
   f->options.join_token_env = TOKEN_ENV;
-  if (chunk_bytes) f->options.limits.chunk_bytes = chunk_bytes;
+  if (chunk_bytes)
+    f->options.limits.chunk_bytes = chunk_bytes;
   PCP_CHECK_OK(pcp_fabric_endpoint_create(&f->options, pcp_allocator_system(),
                                           &f->endpoint));
   f->port = pcp_fabric_endpoint_port(f->endpoint);
@@ -68,7 +70,8 @@ static fake_worker_t* join_worker(fixture_t* f, const char* id,
   pcp_proto_join_t join;
   fake_default_join(id, &join);
   bool accepted = fake_handshake(fw, &join, token);
-  if (strcmp(token, TOKEN) == 0) assert_true(accepted);
+  if (strcmp(token, TOKEN) == 0)
+    assert_true(accepted);
   return fw;
 }
 
@@ -85,7 +88,8 @@ static bool wait_worker_state(fixture_t* f, const char* id,
   while (fake_now_ns() < deadline) {
     pcp_fabric_worker_info_t info;
     pcp_status_t status = pcp_fabric_worker_query(f->endpoint, id, &info);
-    if (!status && info.state == state) return true;
+    if (!status && info.state == state)
+      return true;
     pcp_status_ignore(status);
     if (keep_alive) {
       pcp_proto_frame_t frame;
@@ -130,9 +134,8 @@ static void test_join_registers_every_field(void** state) {
   assert_int_equal(info.sched_state, PCP_SCHED_WORKER_STATE_READY);
   assert_int_equal(info.lease_epoch, 1);
   assert_int_equal(info.join_count, 1);
-  assert_int_equal(pcp_fabric_worker_count(f->endpoint,
-                                           PCP_FABRIC_WORKER_CONNECTED),
-                   1);
+  assert_int_equal(
+      pcp_fabric_worker_count(f->endpoint, PCP_FABRIC_WORKER_CONNECTED), 1);
   // Metrics: the workers gauge carries state, backend and target. The gauge
   // is refreshed on the endpoint's timer: polled until it shows (bounded).
   static const char kConnected[] =
@@ -152,8 +155,8 @@ static void test_join_registers_every_field(void** state) {
   }
   const char* rendered = pcp_string_builder_cstring(&text);
   assert_non_null(strstr(rendered, kConnected));
-  assert_non_null(
-      strstr(rendered, "pcp_fabric_frames_total{direction=\"in\",type=\"JOIN\"} 1"));
+  assert_non_null(strstr(
+      rendered, "pcp_fabric_frames_total{direction=\"in\",type=\"JOIN\"} 1"));
   pcp_string_builder_deinitialize(&text);
   drop_worker(fw);
   fixture_stop(f);
@@ -178,8 +181,8 @@ static void test_wrong_token_rejected_others_unaffected(void** state) {
   pcp_status_t status = pcp_fabric_worker_query(f->endpoint, "intruder", &info);
   assert_int_equal(pcp_status_consume_code(status), PCP_STATUS_NOT_FOUND);
   fake_worker_t* later = join_worker(f, "good-2", TOKEN);
-  assert_true(wait_worker_state(f, "good-1", PCP_FABRIC_WORKER_CONNECTED, 10,
-                                good));
+  assert_true(
+      wait_worker_state(f, "good-1", PCP_FABRIC_WORKER_CONNECTED, 10, good));
   pcp_fabric_endpoint_stats_t stats;
   pcp_fabric_endpoint_stats_query(f->endpoint, &stats);
   assert_int_equal(stats.rejected_joins, 1);
@@ -239,8 +242,8 @@ static void expect_bad_input_closes(fixture_t* f, bool accepted,
   assert_true(fake_expect_eof(fw, 2000));
   drop_worker(fw);
   if (accepted) {
-    assert_true(wait_worker_state(f, "bad-input-worker",
-                                  PCP_FABRIC_WORKER_LOST, 2000, NULL));
+    assert_true(wait_worker_state(f, "bad-input-worker", PCP_FABRIC_WORKER_LOST,
+                                  2000, NULL));
   }
 }
 
@@ -256,8 +259,7 @@ static void test_malformed_frames_close_only_that_connection(void** state) {
                           PCP_PROTO_MESSAGE_REJECT, PCP_STATUS_OK);
   // Garbage after ACCEPT: ERROR INVALID_ARGUMENT (bad magic).
   expect_bad_input_closes(f, true, garbage, sizeof(garbage),
-                          PCP_PROTO_MESSAGE_ERROR,
-                          PCP_STATUS_INVALID_ARGUMENT);
+                          PCP_PROTO_MESSAGE_ERROR, PCP_STATUS_INVALID_ARGUMENT);
   // A valid header announcing more than the frame limit: RESOURCE_EXHAUSTED
   // before any payload is read or allocated.
   uint8_t header[PCP_PROTO_HEADER_BYTE_LENGTH];
@@ -297,14 +299,14 @@ static void test_malformed_frames_close_only_that_connection(void** state) {
   // A well-formed heartbeat before authentication (right after HELLO would
   // need the nonce; before HELLO it is out of order): REJECT + close.
   flat[16] ^= 0x5A;
-  expect_bad_input_closes(f, false, flat, flat_length,
-                          PCP_PROTO_MESSAGE_REJECT, PCP_STATUS_OK);
+  expect_bad_input_closes(f, false, flat, flat_length, PCP_PROTO_MESSAGE_REJECT,
+                          PCP_STATUS_OK);
   pcp_allocator_free(pcp_allocator_system(), flat);
 
   // The endpoint kept serving: the steady worker is connected and a new one
   // joins.
-  assert_true(wait_worker_state(f, "steady", PCP_FABRIC_WORKER_CONNECTED, 10,
-                                good));
+  assert_true(
+      wait_worker_state(f, "steady", PCP_FABRIC_WORKER_CONNECTED, 10, good));
   fake_worker_t* later = join_worker(f, "after-the-storm", TOKEN);
   pcp_fabric_endpoint_stats_t stats;
   pcp_fabric_endpoint_stats_query(f->endpoint, &stats);
@@ -375,8 +377,8 @@ static void accept_offer(fake_worker_t* fw) {
   memcpy(ack.program, offer.program, sizeof(ack.program));
   pcp_proto_encoded_frame_t enc;
   PCP_CHECK_OK(pcp_proto_program_ack_encode(1, frame.header.request_id, &ack,
-                                            &fw->limits,
-                                            pcp_allocator_system(), &enc));
+                                            &fw->limits, pcp_allocator_system(),
+                                            &enc));
   pcp_proto_frame_deinitialize(&frame);
   assert_true(fake_send_frame(fw, &enc));
 }
@@ -397,14 +399,12 @@ static void send_result(fake_worker_t* fw, uint64_t request_id,
                              .data = values};
   pcp_proto_tensor_ref_t ref = {.kind = PCP_PROTO_TENSOR_REF_SECTION,
                                 .section = 0};
-  pcp_proto_task_result_t result = {.task_id = task_id,
-                                    .outputs = &ref,
-                                    .output_count = 1,
-                                    .elapsed_us = 42};
+  pcp_proto_task_result_t result = {
+      .task_id = task_id, .outputs = &ref, .output_count = 1, .elapsed_us = 42};
   pcp_proto_encoded_frame_t enc;
   PCP_CHECK_OK(pcp_proto_task_result_encode(1, request_id, &result, &out, 1,
-                                            &fw->limits,
-                                            pcp_allocator_system(), &enc));
+                                            &fw->limits, pcp_allocator_system(),
+                                            &enc));
   assert_true(fake_send_frame(fw, &enc));
 }
 
@@ -476,8 +476,8 @@ static void test_reconnect_keeps_identity(void** state) {
   uint8_t token[PCP_PROTO_RESUME_TOKEN_BYTE_LENGTH];
   memcpy(token, fw->resume_token, sizeof(token));
   drop_worker(fw);
-  assert_true(wait_worker_state(f, "phoenix", PCP_FABRIC_WORKER_LOST, 2000,
-                                NULL));
+  assert_true(
+      wait_worker_state(f, "phoenix", PCP_FABRIC_WORKER_LOST, 2000, NULL));
   // Same process: resumes the lease (same epoch).
   fw = malloc(sizeof(fake_worker_t));
   PCP_ASSERT(fw);
@@ -499,8 +499,8 @@ static void test_reconnect_keeps_identity(void** state) {
   assert_int_equal(twin.reject_reason, PCP_PROTO_REJECT_DUPLICATE_WORKER);
   fake_worker_close(&twin);
   drop_worker(fw);
-  assert_true(wait_worker_state(f, "phoenix", PCP_FABRIC_WORKER_LOST, 2000,
-                                NULL));
+  assert_true(
+      wait_worker_state(f, "phoenix", PCP_FABRIC_WORKER_LOST, 2000, NULL));
   // A new process (no resume block): same identity, fresh lease.
   fw = join_worker(f, "phoenix", TOKEN);
   assert_false(fw->resumed);
@@ -509,9 +509,8 @@ static void test_reconnect_keeps_identity(void** state) {
   PCP_CHECK_OK(pcp_fabric_worker_query(f->endpoint, "phoenix", &info));
   assert_int_equal(info.join_count, 3);
   assert_int_equal(info.resumed_count, 1);
-  assert_int_equal(pcp_fabric_worker_count(f->endpoint,
-                                           PCP_FABRIC_WORKER_STATE_COUNT_),
-                   1);
+  assert_int_equal(
+      pcp_fabric_worker_count(f->endpoint, PCP_FABRIC_WORKER_STATE_COUNT_), 1);
   drop_worker(fw);
   fixture_stop(f);
 }
@@ -530,9 +529,8 @@ static void test_program_offer_fetch_chunks_verified(void** state) {
                                .rank = 1,
                                .shape = {2},
                                .data = x};
-  pcp_fabric_task_params_t params = {.function = "main",
-                                     .inputs = &input,
-                                     .input_count = 1};
+  pcp_fabric_task_params_t params = {
+      .function = "main", .inputs = &input, .input_count = 1};
   memcpy(params.program, f->program, sizeof(params.program));
   pcp_fabric_task_t* task = NULL;
   PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
@@ -585,8 +583,7 @@ static void test_program_offer_fetch_chunks_verified(void** state) {
   pcp_proto_blob_free(pcp_allocator_system(), data);
   pcp_proto_program_ack_t ack = {.status = PCP_PROTO_PROGRAM_STORED};
   memcpy(ack.program, f->program, sizeof(ack.program));
-  PCP_CHECK_OK(pcp_proto_program_ack_encode(1, offer_request, &ack,
-                                            &fw->limits,
+  PCP_CHECK_OK(pcp_proto_program_ack_encode(1, offer_request, &ack, &fw->limits,
                                             pcp_allocator_system(), &enc));
   assert_true(fake_send_frame(fw, &enc));
   assert_true(fake_expect(fw, PCP_PROTO_MESSAGE_TASK_ASSIGN, 3000, &frame));
@@ -707,7 +704,6 @@ static void test_task_result_and_cancel(void** state) {
   fixture_stop(f);
 }
 
-
 // Regression (CI hang of integration_training_e2e, run B): tasks waiting for
 // a program offer must all be assigned when the worker's ACK arrives, even
 // when another task of the same worker finishes in the same read. The ACK
@@ -772,7 +768,8 @@ static void test_program_ack_assigns_every_waiting_task(void** state) {
   int64_t deadline = fake_now_ns() + INT64_C(3000) * 1000000;
   while ((!have_offer || !have_assign) && fake_now_ns() < deadline) {
     pcp_proto_frame_t frame;
-    if (!fake_recv_frame(fw, 50, true, &frame)) continue;
+    if (!fake_recv_frame(fw, 50, true, &frame))
+      continue;
     if (frame.header.type == PCP_PROTO_MESSAGE_PROGRAM_OFFER && !have_offer) {
       offer = frame;
       have_offer = true;
@@ -807,8 +804,8 @@ static void test_program_ack_assigns_every_waiting_task(void** state) {
   memcpy(ack.program, eval_program, sizeof(ack.program));
   pcp_proto_encoded_frame_t enc_ack, enc_result;
   PCP_CHECK_OK(pcp_proto_program_ack_encode(1, offer.header.request_id, &ack,
-                                            &fw->limits,
-                                            pcp_allocator_system(), &enc_ack));
+                                            &fw->limits, pcp_allocator_system(),
+                                            &enc_ack));
   pcp_proto_section_t out = {.name = "y",
                              .element_type = PCP_ELEMENT_TYPE_F32,
                              .rank = 1,
@@ -987,9 +984,8 @@ static void test_large_tensors_travel_as_blobs(void** state) {
                                .rank = 1,
                                .shape = {kCount},
                                .data = x};
-  pcp_fabric_task_params_t params = {.function = "negate",
-                                     .inputs = &input,
-                                     .input_count = 1};
+  pcp_fabric_task_params_t params = {
+      .function = "negate", .inputs = &input, .input_count = 1};
   memcpy(params.program, f->program, sizeof(params.program));
   pcp_fabric_task_t* task = NULL;
   PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
@@ -999,8 +995,8 @@ static void test_large_tensors_travel_as_blobs(void** state) {
   memcpy(ack.program, f->program, sizeof(ack.program));
   pcp_proto_encoded_frame_t enc;
   PCP_CHECK_OK(pcp_proto_program_ack_encode(1, frame.header.request_id, &ack,
-                                            &fw->limits,
-                                            pcp_allocator_system(), &enc));
+                                            &fw->limits, pcp_allocator_system(),
+                                            &enc));
   pcp_proto_frame_deinitialize(&frame);
   assert_true(fake_send_frame(fw, &enc));
   // Input chunks, then the assign that names the blob.
@@ -1015,8 +1011,8 @@ static void test_large_tensors_travel_as_blobs(void** state) {
     assert_int_equal(chunk.kind, PCP_PROTO_BLOB_TENSOR);
     if (chunks++ == 0) {
       PCP_CHECK_OK(pcp_proto_blob_assembly_initialize(
-          frame.header.request_id, &chunk, &fw->limits,
-          pcp_allocator_system(), &assembly));
+          frame.header.request_id, &chunk, &fw->limits, pcp_allocator_system(),
+          &assembly));
       complete = chunk.count == 1;
     } else {
       PCP_CHECK_OK(pcp_proto_blob_assembly_add(&assembly, &chunk, &complete));
@@ -1048,9 +1044,8 @@ static void test_large_tensors_travel_as_blobs(void** state) {
                                 .element_type = PCP_ELEMENT_TYPE_F32,
                                 .rank = 1,
                                 .shape = {kCount}};
-  pcp_proto_task_result_t result = {.task_id = parsed.task_id,
-                                    .outputs = &ref,
-                                    .output_count = 1};
+  pcp_proto_task_result_t result = {
+      .task_id = parsed.task_id, .outputs = &ref, .output_count = 1};
   PCP_CHECK_OK(pcp_proto_task_result_encode(1, assign.header.request_id,
                                             &result, NULL, 0, &fw->limits,
                                             pcp_allocator_system(), &enc));
@@ -1104,9 +1099,8 @@ static void test_drained_worker_gets_no_new_task(void** state) {
                                .rank = 1,
                                .shape = {4},
                                .data = x};
-  pcp_fabric_task_params_t params = {.function = "main",
-                                     .inputs = &input,
-                                     .input_count = 1};
+  pcp_fabric_task_params_t params = {
+      .function = "main", .inputs = &input, .input_count = 1};
   memcpy(params.program, f->program, sizeof(params.program));
   pcp_fabric_task_t* task = NULL;
   PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
@@ -1125,8 +1119,8 @@ static void test_drained_worker_gets_no_new_task(void** state) {
   // The metrics count the outcome.
   pcp_string_builder_t text;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
-  PCP_CHECK_OK(pcp_obs_registry_render(
-      pcp_fabric_endpoint_metrics(f->endpoint), &text));
+  PCP_CHECK_OK(
+      pcp_obs_registry_render(pcp_fabric_endpoint_metrics(f->endpoint), &text));
   assert_non_null(strstr(pcp_string_builder_cstring(&text),
                          "pcp_fabric_tasks_total{outcome=\"succeeded\"} 1"));
   pcp_string_builder_deinitialize(&text);
@@ -1144,7 +1138,8 @@ static void stall_in_callback(void* user_data, pcp_fabric_task_t* task,
                               pcp_fabric_task_event_t event) {
   (void)task;
   stall_t* stall = user_data;
-  if (event != PCP_FABRIC_TASK_EVENT_DONE) return;
+  if (event != PCP_FABRIC_TASK_EVENT_DONE)
+    return;
   pcp_sleep_ms(stall->stall_ms);  // the loop thread is stuck here
   stall->done = 1;
 }
@@ -1183,8 +1178,10 @@ static void test_loop_stall_does_not_evict_talking_workers(void** state) {
   int64_t end = fake_now_ns() + 8 * H_MS * 1000000;
   while (fake_now_ns() < end) {
     pcp_proto_frame_t frame;
-    if (fake_recv_frame(a, 5, true, &frame)) pcp_proto_frame_deinitialize(&frame);
-    if (fake_recv_frame(b, 5, true, &frame)) pcp_proto_frame_deinitialize(&frame);
+    if (fake_recv_frame(a, 5, true, &frame))
+      pcp_proto_frame_deinitialize(&frame);
+    if (fake_recv_frame(b, 5, true, &frame))
+      pcp_proto_frame_deinitialize(&frame);
   }
   assert_int_equal(stall.done, 1);
   pcp_fabric_endpoint_stats_t stats;
@@ -1200,14 +1197,15 @@ static void test_loop_stall_does_not_evict_talking_workers(void** state) {
 // Pumps |workers| until |results| TASK_RESULTs were sent: answers offers with
 // "cached" and every assign with a one-float result. Records which worker
 // ran each assign.
-static int pump_assigns(fake_worker_t** workers, int worker_count,
-                        int results, int64_t timeout_ms, int* out_runs) {
+static int pump_assigns(fake_worker_t** workers, int worker_count, int results,
+                        int64_t timeout_ms, int* out_runs) {
   int sent = 0;
   int64_t deadline = fake_now_ns() + timeout_ms * 1000000;
   while (sent < results && fake_now_ns() < deadline) {
     for (int i = 0; i < worker_count; ++i) {
       pcp_proto_frame_t frame;
-      if (!fake_recv_frame(workers[i], 2, true, &frame)) continue;
+      if (!fake_recv_frame(workers[i], 2, true, &frame))
+        continue;
       if (frame.header.type == PCP_PROTO_MESSAGE_PROGRAM_OFFER) {
         pcp_proto_program_offer_t offer;
         PCP_CHECK_OK(pcp_proto_program_offer_parse(&frame, &offer));
@@ -1232,22 +1230,20 @@ static int pump_assigns(fake_worker_t** workers, int worker_count,
   return sent;
 }
 
-static void test_group_is_placed_all_at_once_on_distinct_workers(
-    void** state) {
+static void test_group_is_placed_all_at_once_on_distinct_workers(void** state) {
   (void)state;
   fixture_t* f = fixture_start(0);
-  fake_worker_t* workers[4] = {
-      join_worker(f, "gang-0", TOKEN), join_worker(f, "gang-1", TOKEN),
-      join_worker(f, "gang-2", TOKEN), NULL};
+  fake_worker_t* workers[4] = {join_worker(f, "gang-0", TOKEN),
+                               join_worker(f, "gang-1", TOKEN),
+                               join_worker(f, "gang-2", TOKEN), NULL};
   uint8_t x[4] = {1, 2, 3, 4};
   pcp_proto_section_t input = {.name = "x",
                                .element_type = PCP_ELEMENT_TYPE_U8,
                                .rank = 1,
                                .shape = {4},
                                .data = x};
-  pcp_fabric_task_params_t params = {.function = "shard",
-                                     .inputs = &input,
-                                     .input_count = 1};
+  pcp_fabric_task_params_t params = {
+      .function = "shard", .inputs = &input, .input_count = 1};
   memcpy(params.program, f->program, sizeof(params.program));
   pcp_fabric_task_t* tasks[4] = {0};
   PCP_CHECK_OK(pcp_fabric_task_submit_group(f->endpoint, &params, 2, tasks));
@@ -1311,8 +1307,8 @@ static void test_rerun_on_rejoin_at_most_n_times(void** state) {
     // The worker process dies; a new one with the same id comes back and
     // gets the same task again (sched: the detached lease resumes on it).
     drop_worker(fw);
-    assert_true(wait_worker_state(f, "flaky", PCP_FABRIC_WORKER_LOST, 2000,
-                                  NULL));
+    assert_true(
+        wait_worker_state(f, "flaky", PCP_FABRIC_WORKER_LOST, 2000, NULL));
     fw = join_worker(f, "flaky", TOKEN);
   }
   // Two runs were the limit: the task fails instead of a third run.
@@ -1360,9 +1356,8 @@ static void test_registry_recycles_long_lost_workers(void** state) {
   pcp_fabric_worker_info_t info;
   pcp_status_t status = pcp_fabric_worker_query(f->endpoint, "pod-a", &info);
   assert_int_equal(pcp_status_consume_code(status), PCP_STATUS_NOT_FOUND);
-  assert_int_equal(pcp_fabric_worker_count(f->endpoint,
-                                           PCP_FABRIC_WORKER_CONNECTED),
-                   2);
+  assert_int_equal(
+      pcp_fabric_worker_count(f->endpoint, PCP_FABRIC_WORKER_CONNECTED), 2);
   drop_worker(d);
   drop_worker(b);
   fixture_stop(f);
@@ -1458,8 +1453,8 @@ static bool waiter_stop(void* user_data) {
 
 static void* waiter_main(void* arg) {
   workers_waiter_t* w = arg;
-  int64_t deadline = pcp_fabric_endpoint_now_ns(w->f->endpoint) +
-                     w->timeout_ms * 1000000;
+  int64_t deadline =
+      pcp_fabric_endpoint_now_ns(w->f->endpoint) + w->timeout_ms * 1000000;
   pcp_status_t status =
       pcp_fabric_workers_wait(w->f->endpoint, w->backend, w->target, w->count,
                               deadline, waiter_stop, w, &w->seen);
@@ -1473,8 +1468,11 @@ static void test_workers_wait_is_an_event(void** state) {
   fixture_t* f = fixture_start(0);
   // Satisfied by joins: returns right after the second one (well before
   // its 10 s deadline).
-  workers_waiter_t w = {.f = f, .backend = "cpu", .target = "host",
-                        .count = 2, .timeout_ms = 10000};
+  workers_waiter_t w = {.f = f,
+                        .backend = "cpu",
+                        .target = "host",
+                        .count = 2,
+                        .timeout_ms = 10000};
   pthread_t thread;
   assert_int_equal(pthread_create(&thread, NULL, waiter_main, &w), 0);
   fake_worker_t* a = join_worker(f, "wait-a", TOKEN);
@@ -1489,8 +1487,8 @@ static void test_workers_wait_is_an_event(void** state) {
   waiter_main(&any);
   assert_int_equal(any.code, PCP_STATUS_OK);
   // Another backend: none, so the deadline ends it (not before it).
-  workers_waiter_t cuda = {.f = f, .backend = "cuda", .count = 1,
-                           .timeout_ms = 300};
+  workers_waiter_t cuda = {
+      .f = f, .backend = "cuda", .count = 1, .timeout_ms = 300};
   int64_t start = fake_now_ns();
   waiter_main(&cuda);
   assert_int_equal(cuda.code, PCP_STATUS_DEADLINE_EXCEEDED);
@@ -1509,8 +1507,8 @@ static void test_workers_wait_is_an_event(void** state) {
   // A lost worker no longer counts; a returning one wakes the wait.
   drop_worker(b);
   assert_true(wait_worker_state(f, "wait-b", PCP_FABRIC_WORKER_LOST, 2000, a));
-  workers_waiter_t again = {.f = f, .backend = "cpu", .count = 2,
-                            .timeout_ms = 10000};
+  workers_waiter_t again = {
+      .f = f, .backend = "cpu", .count = 2, .timeout_ms = 10000};
   assert_int_equal(pthread_create(&thread, NULL, waiter_main, &again), 0);
   b = join_worker(f, "wait-b", TOKEN);
   pthread_join(thread, NULL);

@@ -419,9 +419,10 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_http_server_routes_add(pcp_http_server_t* server,
                            const pcp_http_route_t* routes, size_t route_count);
 
-// Binds and starts the threads. A server starts once (stop is final). UNAVAILABLE when the address cannot be
-// bound; INVALID_ARGUMENT for a bad host; NOT_FOUND / RESOURCE_EXHAUSTED for
-// unreadable TLS files; UNIMPLEMENTED when libmicrohttpd lacks TLS.
+// Binds and starts the threads. A server starts once (stop is final).
+// UNAVAILABLE when the address cannot be bound; INVALID_ARGUMENT for a bad
+// host; NOT_FOUND / RESOURCE_EXHAUSTED for unreadable TLS files; UNIMPLEMENTED
+// when libmicrohttpd lacks TLS.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_http_server_start(pcp_http_server_t* server);
 

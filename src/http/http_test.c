@@ -1306,11 +1306,11 @@ static void protocol_errors_are_json_and_prompt(void** state) {
        params <= PCP_HTTP_MAX_QUERY_PARAMS + 1; ++params) {
     n = snprintf(request, capacity, "GET /healthz?");
     for (int i = 0; i < params; ++i) {
-      n += snprintf(request + n, capacity - (size_t)n, "%sq%d=%d",
-                    i ? "&" : "", i, i);
+      n += snprintf(request + n, capacity - (size_t)n, "%sq%d=%d", i ? "&" : "",
+                    i, i);
     }
-    n += snprintf(request + n, capacity - (size_t)n,
-                  " HTTP/1.1\r\nHost: x\r\n");
+    n +=
+        snprintf(request + n, capacity - (size_t)n, " HTTP/1.1\r\nHost: x\r\n");
     for (int i = 0; i < 98; ++i) {
       n += snprintf(request + n, capacity - (size_t)n, "X-H-%02d: ", i);
       memset(request + n, 'v', 600);

@@ -1309,8 +1309,7 @@ pcp_status_t pcp_http_server_start(pcp_http_server_t* server) {
   // /healthz from ~0.95 to 0.57 of a bare libmicrohttpd server's rate).
   size_t pool_bytes =
       server->max_header_bytes + server->max_url_bytes +
-      (PCP_HTTP_MAX_QUERY_PARAMS + server->max_header_count) * 64 +
-      (32u << 10);
+      (PCP_HTTP_MAX_QUERY_PARAMS + server->max_header_count) * 64 + (32u << 10);
   server->daemon = MHD_start_daemon(
       flags, 0, NULL, NULL, on_access, server,
       // The logger must come first to catch messages about later options.

@@ -967,7 +967,7 @@ typedef struct body_builder_t {
   pcp_string_builder_t strings;
   pcp_string_builder_t scratch;
   value_slot_t* slots;
-  size_t slot_capacity;   // power of two, at least twice the value count
+  size_t slot_capacity;  // power of two, at least twice the value count
 } body_builder_t;
 
 static pcp_status_t grow_array(pcp_allocator_t allocator, void** items,
@@ -1033,9 +1033,9 @@ static pcp_status_t body_add_value(body_builder_t* b, MlirValue value) {
     b->slots = slots;
     b->slot_capacity = capacity;
   }
-  PCP_RETURN_IF_ERROR_BARE(describe_type(
-      b->api, b->api->mlirValueGetType(value), "a value", &b->strings,
-      &body->values[id], &b->value_offsets[2 * id]));
+  PCP_RETURN_IF_ERROR_BARE(
+      describe_type(b->api, b->api->mlirValueGetType(value), "a value",
+                    &b->strings, &body->values[id], &b->value_offsets[2 * id]));
   slot_insert(b->slots, b->slot_capacity, value.ptr, (uint32_t)id);
   body->value_count = id + 1;
   return pcp_ok_status();
@@ -1150,10 +1150,9 @@ static pcp_status_t body_append_location(body_builder_t* b,
       PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
           &b->strings, "%s:%d:%d", b->buffer_name, line, column));
     } else {
-      PCP_RETURN_IF_ERROR_BARE(
-          pcp_string_builder_append_f(&b->strings, "%.*s:%d:%d",
-                                      (int)file.length, file.data, line,
-                                      column));
+      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+          &b->strings, "%.*s:%d:%d", (int)file.length, file.data, line,
+          column));
     }
   } else {
     sink_t sink = {&b->strings, pcp_ok_status()};
@@ -1243,9 +1242,9 @@ static pcp_status_t body_walk_regions(body_builder_t* b, MlirOperation op,
     return pcp_ok_status();
   }
   size_t first_block = body->block_count;
-  PCP_RETURN_IF_ERROR_BARE(grow_array(
-      body->allocator, (void**)&body->blocks, &b->block_capacity,
-      first_block + (size_t)region_count, sizeof(pcp_mlir_block_t)));
+  PCP_RETURN_IF_ERROR_BARE(
+      grow_array(body->allocator, (void**)&body->blocks, &b->block_capacity,
+                 first_block + (size_t)region_count, sizeof(pcp_mlir_block_t)));
   body->block_count += (size_t)region_count;
   body->ops[op_index].region_count = (uint32_t)region_count;
   body->ops[op_index].first_block = (uint32_t)first_block;
@@ -1254,11 +1253,11 @@ static pcp_status_t body_walk_regions(body_builder_t* b, MlirOperation op,
         api->mlirRegionGetFirstBlock(api->mlirOperationGetRegion(op, r));
     if (mlirBlockIsNull(block) ||
         !mlirBlockIsNull(api->mlirBlockGetNextInRegion(block))) {
-      return pcp_make_status(
-          PCP_STATUS_UNIMPLEMENTED,
-          "%s at %s: region %d must have exactly one block",
-          b->strings.data + b->op_offsets[4 * op_index],
-          b->strings.data + b->op_offsets[4 * op_index + 1], (int)r);
+      return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
+                             "%s at %s: region %d must have exactly one block",
+                             b->strings.data + b->op_offsets[4 * op_index],
+                             b->strings.data + b->op_offsets[4 * op_index + 1],
+                             (int)r);
     }
     PCP_RETURN_IF_ERROR_BARE(
         body_walk_block(b, block, first_block + (size_t)r));
@@ -1319,21 +1318,20 @@ pcp_status_t pcp_mlir_module_function_body(pcp_mlir_module_t* module,
     return function_not_found(module, function_name);
   }
   const pcp_mlir_api_t* api = module->context->api;
-  body_builder_t b = {.api = api,
-                      .buffer_name = module->buffer_name,
-                      .body = out_body};
+  body_builder_t b = {
+      .api = api, .buffer_name = module->buffer_name, .body = out_body};
   pcp_string_builder_initialize(allocator, 0, &b.strings);
   pcp_string_builder_initialize(allocator, 0, &b.scratch);
-  MlirBlock entry_block = api->mlirRegionGetFirstBlock(
-      api->mlirOperationGetRegion(entry->op, 0));
+  MlirBlock entry_block =
+      api->mlirRegionGetFirstBlock(api->mlirOperationGetRegion(entry->op, 0));
   pcp_status_t status = pcp_ok_status();
   if (mlirBlockIsNull(entry_block)) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "@%s has no body (a declaration)", entry->name);
   }
   if (!status) {
-    status = grow_array(allocator, (void**)&out_body->blocks,
-                        &b.block_capacity, 1, sizeof(pcp_mlir_block_t));
+    status = grow_array(allocator, (void**)&out_body->blocks, &b.block_capacity,
+                        1, sizeof(pcp_mlir_block_t));
   }
   if (!status) {
     out_body->block_count = 1;

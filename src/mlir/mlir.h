@@ -280,7 +280,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_mlir_type_check_tensor(
 // block's arguments first, then block arguments and results in the order the
 // walk meets them. Strings are owned by the body.
 typedef struct pcp_mlir_op_t {
-  const char* name;      // "stablehlo.add"
+  const char* name;  // "stablehlo.add"
   // Innermost "file:line:col" of the op's location (JAX and torch-mlir wrap
   // them), or the printed location when it has none.
   const char* location;
@@ -292,16 +292,16 @@ typedef struct pcp_mlir_op_t {
   uint32_t operand_count;
   uint32_t first_operand;  // index into pcp_mlir_function_body_t.operands
   uint32_t result_count;
-  uint32_t first_result;   // value id of result 0; the others follow
-  uint32_t region_count;   // one block per region
-  uint32_t first_block;    // index of region 0's block; the others follow
+  uint32_t first_result;  // value id of result 0; the others follow
+  uint32_t region_count;  // one block per region
+  uint32_t first_block;   // index of region 0's block; the others follow
 } pcp_mlir_op_t;
 
 typedef struct pcp_mlir_block_t {
   uint32_t argument_count;
   uint32_t first_argument;  // value id of argument 0
   uint32_t op_count;
-  uint32_t first_op;        // ops of one block are contiguous
+  uint32_t first_op;  // ops of one block are contiguous
 } pcp_mlir_block_t;
 
 // A function's body flattened. Block 0 is the entry block; its arguments are
@@ -310,13 +310,13 @@ typedef struct pcp_mlir_block_t {
 typedef struct pcp_mlir_function_body_t {
   pcp_allocator_t allocator;
   size_t value_count;
-  pcp_mlir_type_t* values;    // type of each value
+  pcp_mlir_type_t* values;  // type of each value
   size_t op_count;
   pcp_mlir_op_t* ops;
   size_t block_count;
   pcp_mlir_block_t* blocks;
   size_t operand_count;
-  uint32_t* operands;         // value ids
+  uint32_t* operands;  // value ids
   char* strings_;
 } pcp_mlir_function_body_t;
 

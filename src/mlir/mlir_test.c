@@ -695,7 +695,8 @@ static void test_print_resources(void** state) {
 static void test_function_body(void** state) {
   (void)state;
   static const char kText[] =
-      "func.func @main(%x: tensor<2x3xf32>, %i: tensor<2xi32>) -> tensor<2xf32> {\n"
+      "func.func @main(%x: tensor<2x3xf32>, %i: tensor<2xi32>) -> "
+      "tensor<2xf32> {\n"
       "  %z = stablehlo.constant dense<0.0> : tensor<f32>\n"
       "  %0 = stablehlo.reduce(%x init: %z) applies stablehlo.add across "
       "dimensions = [1] : (tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32>\n"

@@ -1096,9 +1096,8 @@ static void emit_load_function(emitter_t* e,
   }
   for (size_t i = 0; i < table->count && !e->status; ++i) {
     type_of(&params[i], type);
-    e->status = pcp_string_builder_append_f(e->builder, "%s%s: %s",
-                                            i ? ", " : "", params[i].name,
-                                            type);
+    e->status = pcp_string_builder_append_f(
+        e->builder, "%s%s: %s", i ? ", " : "", params[i].name, type);
   }
   if (!e->status) {
     e->status = pcp_string_builder_append_cstring(e->builder, ") -> (");
@@ -1115,8 +1114,7 @@ static void emit_load_function(emitter_t* e,
         cache_type, cache_type, cache_type, cache_type);
   }
   for (size_t i = 0; i < table->count && !e->status; ++i) {
-    e->status =
-        pcp_string_builder_append_f(e->builder, "%s, ", params[i].name);
+    e->status = pcp_string_builder_append_f(e->builder, "%s, ", params[i].name);
   }
   if (!e->status) {
     e->status = pcp_string_builder_append_cstring(e->builder, "%k, %v : ");

@@ -378,8 +378,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_models_generation_validate(
 uint64_t pcp_models_generation_cache_byte_length(
     const pcp_models_spec_t* spec, const pcp_models_generation_t* gen);
 
-// Appends `module @pcp_<arch>_generate { @prefill @decode @load }` (deterministic
-// text, as pcp_models_module_emit). Thread-safe.
+// Appends `module @pcp_<arch>_generate { @prefill @decode @load }`
+// (deterministic text, as pcp_models_module_emit). Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_models_generation_module_emit(
     const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,
     pcp_string_builder_t* builder);

@@ -203,13 +203,12 @@ void pcp_roles_log_event_at(pcp_log_level_t level, const char* role,
   time_t seconds = (time_t)(wall_ns / 1000000000LL);
   struct tm tm;
   gmtime_r(&seconds, &tm);
-  int n =
-      snprintf(line, capacity,
-               "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ level=%s role=%s "
-               "msg=",
-               tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-               tm.tm_min, tm.tm_sec, (int)((wall_ns / 1000000LL) % 1000),
-               pcp_log_level_name(level), role);
+  int n = snprintf(line, capacity,
+                   "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ level=%s role=%s "
+                   "msg=",
+                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                   tm.tm_min, tm.tm_sec, (int)((wall_ns / 1000000LL) % 1000),
+                   pcp_log_level_name(level), role);
   size_t at = n > 0 ? (size_t)n : 0;
   if (at > capacity) {
     at = capacity;

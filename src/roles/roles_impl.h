@@ -91,16 +91,16 @@ typedef struct pcp_roles_worker_config_t {
   int64_t device_id;
   int64_t supervisor_id;  // -1: none
   // Runtime settings (src/roles/worker).
-  char* join_token_env;          // names the env var holding the join token
-  char* cache_dir;               // program cache; NULL: derived default
-  int64_t device_memory_bytes;   // 0: query the device
-  int64_t resident_memory_bytes; // session tensor limit; 0: unlimited
+  char* join_token_env;           // names the env var holding the join token
+  char* cache_dir;                // program cache; NULL: derived default
+  int64_t device_memory_bytes;    // 0: query the device
+  int64_t resident_memory_bytes;  // session tensor limit; 0: unlimited
   char* node_manager_id;
   char* worker_class;
   int64_t drain_timeout_ms;
   int64_t cpu_threads;
-  int64_t test_task_delay_ms;    // hidden: tests of cancel and drain
-  char* metrics_listen;          // HOST:PORT of the worker's /metrics; NULL
+  int64_t test_task_delay_ms;  // hidden: tests of cancel and drain
+  char* metrics_listen;        // HOST:PORT of the worker's /metrics; NULL
   // Derived by prepare: the stable worker id.
   char* worker_id;
 } pcp_roles_worker_config_t;
@@ -267,9 +267,9 @@ typedef struct pcp_roles_controllers_config_t {
 typedef struct pcp_roles_fabric_config_t {
   bool present;
   char* host;
-  int64_t port;            // 0: not set
-  char* join_token_env;    // NAME of the variable holding the join token
-  int64_t heartbeat_ms;    // H: every fabric timeout derives from it
+  int64_t port;          // 0: not set
+  char* join_token_env;  // NAME of the variable holding the join token
+  int64_t heartbeat_ms;  // H: every fabric timeout derives from it
 } pcp_roles_fabric_config_t;
 
 // TLS for the gateway API: both PEM paths or neither.

@@ -214,11 +214,12 @@ static void progress_print(json_t* job, bool tty) {
   if (json_is_number(lr)) {
     snprintf(lr_text, sizeof(lr_text), "%.2e", json_number_value(lr));
   }
-  printf("%s[%s] step %lld/%lld loss %s val %s lr %s tok/s %s wire %.2f MiB "
-         "%s%s",
-         tty ? "\r" : "", bar, (long long)step, (long long)steps, loss_text,
-         val_text, lr_text, rate_text, (double)wire / (1024.0 * 1024.0),
-         state ? state : "?", tty ? "\033[K" : "\n");
+  printf(
+      "%s[%s] step %lld/%lld loss %s val %s lr %s tok/s %s wire %.2f MiB "
+      "%s%s",
+      tty ? "\r" : "", bar, (long long)step, (long long)steps, loss_text,
+      val_text, lr_text, rate_text, (double)wire / (1024.0 * 1024.0),
+      state ? state : "?", tty ? "\033[K" : "\n");
   fflush(stdout);
 }
 
@@ -294,8 +295,8 @@ static int submit_train(const submit_options_t* options, const char* path) {
         printf("job %s %s%s%s\n", id, state, error ? ": " : "",
                error ? error : "");
         // The end of a run: its final held-out loss, when it has one.
-        json_t* val = json_object_get(json_object_get(job, "training"),
-                                      "val_loss");
+        json_t* val =
+            json_object_get(json_object_get(job, "training"), "val_loss");
         if (json_is_number(val)) {
           printf("final val_loss %.4f\n", json_number_value(val));
         }

@@ -674,8 +674,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_connect(
 // connects. Same validation as connect; ALREADY_EXISTS for a known id.
 PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_restore(
     pcp_sched_federation_t* federation,
-    const pcp_sched_federation_connect_t* request,
-    int64_t connected_at_wall_ns, int64_t last_seen_wall_ns);
+    const pcp_sched_federation_connect_t* request, int64_t connected_at_wall_ns,
+    int64_t last_seen_wall_ns);
 
 // Forgets gateway |gateway_id|. NOT_FOUND.
 PCP_MUST_USE_RESULT pcp_status_t pcp_sched_federation_remove(

@@ -830,9 +830,8 @@ typedef struct pcp_store_graph_log_counts_t {
   int64_t observation_count;
   int64_t mutation_count;
 } pcp_store_graph_log_counts_t;
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_store_graph_log_counts_query(pcp_store_t* store,
-                             pcp_store_graph_log_counts_t* out_counts);
+PCP_MUST_USE_RESULT pcp_status_t pcp_store_graph_log_counts_query(
+    pcp_store_t* store, pcp_store_graph_log_counts_t* out_counts);
 
 // What the receiving side (the hub) knows of one sender (a gateway): the
 // highest sequence number it acknowledged and the sender's own last
@@ -871,9 +870,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_graph_mutation_batch_apply(
     size_t* out_applied_count, size_t* out_duplicate_count);
 
 // The acknowledged sequence of |peer_id| (0 when it never sent). Thread-safe.
-PCP_MUST_USE_RESULT pcp_status_t pcp_store_replication_peer_get(
-    pcp_store_t* store, const char* peer_id,
-    pcp_store_replication_peer_t* out_peer);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_store_replication_peer_get(pcp_store_t* store, const char* peer_id,
+                               pcp_store_replication_peer_t* out_peer);
 
 // Every peer that sent a batch, by id (at most PCP_STORE_LIST_LIMIT_MAX).
 // Thread-safe.
@@ -946,7 +945,7 @@ pcp_store_checkpoint_verify(const pcp_store_checkpoint_t* checkpoint);
 
 typedef struct pcp_store_federation_gateway_t {
   char gateway_id[PCP_STORE_ID_MAX_LENGTH + 1];
-  json_t* registration;  // the connect request as accepted (one reference)
+  json_t* registration;     // the connect request as accepted (one reference)
   int64_t connected_at_ns;  // wall
   int64_t last_seen_ns;     // wall
 } pcp_store_federation_gateway_t;
@@ -991,8 +990,8 @@ typedef struct pcp_store_global_job_t {
   char kind[16];   // "training" | "rl"
   char state[16];
   char child_job_id[PCP_STORE_ID_MAX_LENGTH + 1];  // "" until submitted
-  json_t* assignment;  // object (one reference)
-  json_t* child;       // the gateway's last answer, or NULL
+  json_t* assignment;                              // object (one reference)
+  json_t* child;  // the gateway's last answer, or NULL
   char error[PCP_STORE_ERROR_MAX_LENGTH + 1];
   int64_t submitted_at_ns;  // wall
   int64_t updated_at_ns;    // wall
@@ -1010,9 +1009,9 @@ void pcp_store_global_job_list_deinitialize(pcp_store_global_job_list_t* list);
 // Records a new global job of |kind| in state "placing" and returns its
 // number (1, 2, ...; never reused). INVALID_ARGUMENT for a bad kind or
 // assignment. Thread-safe.
-PCP_MUST_USE_RESULT pcp_status_t pcp_store_global_job_create(
-    pcp_store_t* store, const char* kind, const json_t* assignment,
-    int64_t* out_number);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_store_global_job_create(pcp_store_t* store, const char* kind,
+                            const json_t* assignment, int64_t* out_number);
 
 // Sets job |number|'s |state| and, when not NULL, its |child_job_id| (an id),
 // |child| answer and |error| text. NOT_FOUND; INVALID_ARGUMENT for an
@@ -1048,8 +1047,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_policy_put(
     pcp_store_t* store, const char* namespace_id, const json_t* policy);
 // Every policy as {namespace_id: policy} in id order (caller owns
 // |*out_policies|). Thread-safe.
-PCP_MUST_USE_RESULT pcp_status_t pcp_store_federation_policy_list(
-    pcp_store_t* store, json_t** out_policies);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_store_federation_policy_list(pcp_store_t* store, json_t** out_policies);
 
 #ifdef __cplusplus
 }

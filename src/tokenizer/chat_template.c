@@ -25,9 +25,11 @@ bool pcp_tokenizer_chat_role_parse(pcp_string_view_t name,
 // Last occurrence of |needle| in |haystack|, or NULL.
 static const char* find_last(pcp_string_view_t haystack, const char* needle) {
   size_t n = strlen(needle);
-  if (haystack.size < n) return NULL;
+  if (haystack.size < n)
+    return NULL;
   for (size_t i = haystack.size - n + 1; i-- > 0;) {
-    if (memcmp(haystack.data + i, needle, n) == 0) return haystack.data + i;
+    if (memcmp(haystack.data + i, needle, n) == 0)
+      return haystack.data + i;
   }
   return NULL;
 }
@@ -36,7 +38,8 @@ static const char* find_last(pcp_string_view_t haystack, const char* needle) {
 static const char* find_first(pcp_string_view_t haystack, const char* needle) {
   size_t n = strlen(needle);
   for (size_t i = 0; i + n <= haystack.size; ++i) {
-    if (memcmp(haystack.data + i, needle, n) == 0) return haystack.data + i;
+    if (memcmp(haystack.data + i, needle, n) == 0)
+      return haystack.data + i;
   }
   return NULL;
 }
@@ -74,8 +77,7 @@ pcp_status_t pcp_tokenizer_chat_render(
     }
   }
   bool has_system =
-      message_count > 0 &&
-      messages[0].role == PCP_TOKENIZER_CHAT_ROLE_SYSTEM;
+      message_count > 0 && messages[0].role == PCP_TOKENIZER_CHAT_ROLE_SYSTEM;
   if (!has_system && options && options->default_system_prompt.data) {
     PCP_RETURN_IF_ERROR_BARE(
         append_turn(out_text, "system", options->default_system_prompt));
@@ -88,7 +90,8 @@ pcp_status_t pcp_tokenizer_chat_render(
     bool tool_response =
         pcp_string_view_starts_with(c,
                                     pcp_make_cstring_view("<tool_response>")) &&
-        c.size >= 16 && memcmp(c.data + c.size - 16, "</tool_response>", 16) == 0;
+        c.size >= 16 &&
+        memcmp(c.data + c.size - 16, "</tool_response>", 16) == 0;
     if (messages[i].role == PCP_TOKENIZER_CHAT_ROLE_USER && !tool_response) {
       last_query = i;
     }

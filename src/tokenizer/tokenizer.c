@@ -9,12 +9,14 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 
-#include <jansson.h>
-#include <pcre2.h>
+#include "tokenizer/tokenizer.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/tokenizer.h"
+#include <jansson.h>
+#include <pcre2.h>
+
 #include "tokenizer/tokenizer_impl.h"
 
 //===----------------------------------------------------------------------===//
@@ -46,7 +48,8 @@ void pcp_tokenizer_id_list_deinitialize(pcp_tokenizer_id_list_t* list) {
 
 static pcp_status_t id_list_reserve(pcp_tokenizer_id_list_t* list,
                                     size_t extra) {
-  if (list->count + extra <= list->capacity) return pcp_ok_status();
+  if (list->count + extra <= list->capacity)
+    return pcp_ok_status();
   size_t capacity = list->capacity ? list->capacity * 2 : 64;
   while (capacity < list->count + extra) capacity *= 2;
   void* values = list->values;
@@ -71,16 +74,16 @@ pcp_status_t pcp_tokenizer_id_list_append(pcp_tokenizer_id_list_t* list,
 //===----------------------------------------------------------------------===//
 
 enum {
-  kTokenInVocab = 1u << 0,     // a model vocab entry (BPE can produce it)
-  kTokenAdded = 1u << 1,       // an added token
-  kTokenSpecial = 1u << 2,     // an added token marked special
-  kTokenByteForm = 1u << 3,    // spelling maps fully to bytes
+  kTokenInVocab = 1u << 0,   // a model vocab entry (BPE can produce it)
+  kTokenAdded = 1u << 1,     // an added token
+  kTokenSpecial = 1u << 2,   // an added token marked special
+  kTokenByteForm = 1u << 3,  // spelling maps fully to bytes
 };
 
 typedef struct token_entry_t {
   uint32_t spelling_offset;  // into the tokenizer's string pool
   uint32_t spelling_length;
-  uint32_t bytes_offset;     // decoded form, also into the pool
+  uint32_t bytes_offset;  // decoded form, also into the pool
   uint32_t bytes_length;
   uint32_t flags;
 } token_entry_t;
@@ -93,8 +96,8 @@ typedef struct added_token_t {
 } added_token_t;
 
 typedef struct merge_slot_t {
-  uint64_t key;     // left << 32 | right
-  uint32_t rank;    // UINT32_MAX: empty
+  uint64_t key;   // left << 32 | right
+  uint32_t rank;  // UINT32_MAX: empty
   int32_t merged_id;
 } merge_slot_t;
 
@@ -146,7 +149,7 @@ struct pcp_tokenizer_t {
   int32_t unk_id;
   stage_t stages[MAX_STAGES];
   uint32_t stage_count;
-  uint8_t byte_of_char[324];   // byte-level alphabet: code point -> byte
+  uint8_t byte_of_char[324];  // byte-level alphabet: code point -> byte
   bool char_mapped[324];
   uint32_t char_of_byte[256];  // byte -> code point
 };
@@ -201,10 +204,12 @@ static int32_t byte_table_find(const pcp_tokenizer_t* t, const uint8_t* data,
   size_t i = hash_bytes(data, n) & t->byte_table_mask;
   for (;;) {
     int32_t id = t->byte_table[i];
-    if (id < 0) return -1;
+    if (id < 0)
+      return -1;
     size_t length;
     const char* bytes = token_bytes(t, id, &length);
-    if (length == n && memcmp(bytes, data, n) == 0) return id;
+    if (length == n && memcmp(bytes, data, n) == 0)
+      return id;
     i = (i + 1) & t->byte_table_mask;
   }
 }
@@ -215,8 +220,10 @@ static inline const merge_slot_t* merge_find(const pcp_tokenizer_t* t,
   size_t i = hash_u64(key) & t->merge_mask;
   for (;;) {
     const merge_slot_t* s = &t->merges[i];
-    if (s->rank == UINT32_MAX) return NULL;
-    if (s->key == key) return s;
+    if (s->rank == UINT32_MAX)
+      return NULL;
+    if (s->key == key)
+      return s;
     i = (i + 1) & t->merge_mask;
   }
 }
@@ -296,16 +303,24 @@ static pcp_status_t json_check_depth(const char* data, size_t n,
 }
 
 static const char* json_type_name(const json_t* value) {
-  if (!value) return "missing";
+  if (!value)
+    return "missing";
   switch (json_typeof(value)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER: return "integer";
-    case JSON_REAL: return "number";
+    case JSON_OBJECT:
+      return "object";
+    case JSON_ARRAY:
+      return "array";
+    case JSON_STRING:
+      return "string";
+    case JSON_INTEGER:
+      return "integer";
+    case JSON_REAL:
+      return "number";
     case JSON_TRUE:
-    case JSON_FALSE: return "boolean";
-    default: return "null";
+    case JSON_FALSE:
+      return "boolean";
+    default:
+      return "null";
   }
 }
 
@@ -316,14 +331,15 @@ static bool json_flag(const json_t* object, const char* key, bool fallback) {
 
 // Maps a spelling in the byte-level alphabet to bytes. Returns false if any
 // character is outside it (the decoder then uses the spelling's UTF-8).
-static bool spelling_to_bytes(const pcp_tokenizer_t* t, const char* s,
-                              size_t n, uint8_t* out, size_t* out_length) {
+static bool spelling_to_bytes(const pcp_tokenizer_t* t, const char* s, size_t n,
+                              uint8_t* out, size_t* out_length) {
   size_t o = 0;
   for (size_t i = 0; i < n;) {
     size_t length = 1;
-    int32_t cp = pcp_tokenizer_utf8_decode((const uint8_t*)s + i, n - i,
-                                           &length);
-    if (cp < 0 || cp >= 324 || !t->char_mapped[cp]) return false;
+    int32_t cp =
+        pcp_tokenizer_utf8_decode((const uint8_t*)s + i, n - i, &length);
+    if (cp < 0 || cp >= 324 || !t->char_mapped[cp])
+      return false;
     out[o++] = t->byte_of_char[cp];
     i += length;
   }
@@ -385,8 +401,8 @@ static pcp_status_t compile_regex(const char* pattern, size_t length,
   // PCRE2_LITERAL (a {"String": s} pattern) refuses UCP; it has no classes.
   uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF |
                      (literal ? PCRE2_LITERAL : PCRE2_UCP);
-  stage->code = pcre2_compile((PCRE2_SPTR)pattern, length, options,
-                              &error_code, &error_offset, NULL);
+  stage->code = pcre2_compile((PCRE2_SPTR)pattern, length, options, &error_code,
+                              &error_offset, NULL);
   if (!stage->code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
@@ -426,7 +442,8 @@ static pcp_status_t parse_split(pcp_tokenizer_t* t, const json_t* pt) {
                                            "MergedWithNext", "Contiguous"};
   int found = -1;
   for (int i = 0; behavior && i < (int)PCP_ARRAYSIZE(kBehaviors); ++i) {
-    if (strcmp(behavior, kBehaviors[i]) == 0) found = i;
+    if (strcmp(behavior, kBehaviors[i]) == 0)
+      found = i;
   }
   if (found < 0) {
     return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
@@ -509,7 +526,8 @@ static pcp_status_t parse_pre_tokenizer(pcp_tokenizer_t* t, const json_t* pt) {
 }
 
 static pcp_status_t parse_normalizer(pcp_tokenizer_t* t, const json_t* n) {
-  if (!n || json_is_null(n)) return pcp_ok_status();
+  if (!n || json_is_null(n))
+    return pcp_ok_status();
   const char* type = json_string_value(json_object_get(n, "type"));
   if (type && strcmp(type, "Sequence") == 0) {
     const json_t* list = json_object_get(n, "normalizers");
@@ -530,17 +548,18 @@ static pcp_status_t parse_normalizer(pcp_tokenizer_t* t, const json_t* n) {
 }
 
 static pcp_status_t parse_decoder(const json_t* d) {
-  if (!d || json_is_null(d)) return pcp_ok_status();
+  if (!d || json_is_null(d))
+    return pcp_ok_status();
   const char* type = json_string_value(json_object_get(d, "type"));
-  if (type && strcmp(type, "ByteLevel") == 0) return pcp_ok_status();
+  if (type && strcmp(type, "ByteLevel") == 0)
+    return pcp_ok_status();
   return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
                          "decoder type '%s' not supported (ByteLevel is)",
                          type ? type : "(missing)");
 }
 
 static pcp_status_t merge_insert(pcp_tokenizer_t* t, int32_t left,
-                                 int32_t right, uint32_t rank,
-                                 int32_t merged) {
+                                 int32_t right, uint32_t rank, int32_t merged) {
   uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
   size_t i = hash_u64(key) & t->merge_mask;
   for (;;) {
@@ -552,7 +571,8 @@ static pcp_status_t merge_insert(pcp_tokenizer_t* t, int32_t left,
       return pcp_ok_status();
     }
     // A repeated pair keeps its first (lowest) rank.
-    if (s->key == key) return pcp_ok_status();
+    if (s->key == key)
+      return pcp_ok_status();
     i = (i + 1) & t->merge_mask;
   }
 }
@@ -694,10 +714,11 @@ static pcp_status_t parse_model(pcp_tokenizer_t* t, const json_t* model,
   const json_t* value;
   json_object_foreach((json_t*)vocab, key, value) {
     int32_t id;
-    PCP_RETURN_IF_ERROR(parse_id(value, "model.vocab", t->limits.max_vocab_size,
-                                 &id),
-                        "token '%.32s'", key);
-    if ((uint32_t)id + 1 > size) size = (uint32_t)id + 1;
+    PCP_RETURN_IF_ERROR(
+        parse_id(value, "model.vocab", t->limits.max_vocab_size, &id),
+        "token '%.32s'", key);
+    if ((uint32_t)id + 1 > size)
+      size = (uint32_t)id + 1;
   }
   size_t i;
   json_array_foreach(added_list, i, value) {
@@ -705,7 +726,8 @@ static pcp_status_t parse_model(pcp_tokenizer_t* t, const json_t* model,
     PCP_RETURN_IF_ERROR(parse_id(json_object_get(value, "id"), "added_tokens",
                                  t->limits.max_vocab_size, &id),
                         "added token %zu", i);
-    if ((uint32_t)id + 1 > size) size = (uint32_t)id + 1;
+    if ((uint32_t)id + 1 > size)
+      size = (uint32_t)id + 1;
   }
   t->vocab_size = size;
   void* tokens = NULL;
@@ -726,15 +748,16 @@ static pcp_status_t parse_model(pcp_tokenizer_t* t, const json_t* model,
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "model.vocab: id %d is used twice", id);
     }
-    PCP_RETURN_IF_ERROR_BARE(
-        token_set(t, id, key, strlen(key), kTokenInVocab));
-    if (!(t->tokens[id].flags & kTokenByteForm)) continue;  // unreachable
+    PCP_RETURN_IF_ERROR_BARE(token_set(t, id, key, strlen(key), kTokenInVocab));
+    if (!(t->tokens[id].flags & kTokenByteForm))
+      continue;  // unreachable
     size_t length;
     const uint8_t* bytes = (const uint8_t*)token_bytes(t, id, &length);
     size_t slot = hash_bytes(bytes, length) & t->byte_table_mask;
     while (t->byte_table[slot] >= 0) slot = (slot + 1) & t->byte_table_mask;
     t->byte_table[slot] = id;
-    if (length == 1) t->single_byte_id[bytes[0]] = id;
+    if (length == 1)
+      t->single_byte_id[bytes[0]] = id;
   }
   t->unk_id = -1;
   const json_t* unk = json_object_get(model, "unk_token");
@@ -756,8 +779,10 @@ static int compare_added_by_length(const void* a, const void* b,
   const added_token_t* x = &t->added[*(const uint32_t*)a];
   const added_token_t* y = &t->added[*(const uint32_t*)b];
   uint8_t fx = (uint8_t)t->pool[x->offset], fy = (uint8_t)t->pool[y->offset];
-  if (fx != fy) return fx < fy ? -1 : 1;
-  if (x->length != y->length) return x->length > y->length ? -1 : 1;
+  if (fx != fy)
+    return fx < fy ? -1 : 1;
+  if (x->length != y->length)
+    return x->length > y->length ? -1 : 1;
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
@@ -775,8 +800,7 @@ static void sort_added(pcp_tokenizer_t* t, uint32_t* order, uint32_t n) {
   }
 }
 
-static pcp_status_t parse_added_tokens(pcp_tokenizer_t* t,
-                                       const json_t* list) {
+static pcp_status_t parse_added_tokens(pcp_tokenizer_t* t, const json_t* list) {
   size_t count = json_array_size(list);
   if (count > t->limits.max_added_token_count) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
@@ -844,9 +868,10 @@ static pcp_status_t tokenizer_parse(pcp_tokenizer_t* t, const json_t* root) {
                            "added_tokens must be an array, not %s",
                            json_type_name(added));
   }
-  if (json_is_null(added)) added = NULL;
-  PCP_RETURN_IF_ERROR_BARE(parse_normalizer(t, json_object_get(root,
-                                                               "normalizer")));
+  if (json_is_null(added))
+    added = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      parse_normalizer(t, json_object_get(root, "normalizer")));
   PCP_RETURN_IF_ERROR_BARE(
       parse_pre_tokenizer(t, json_object_get(root, "pre_tokenizer")));
   PCP_RETURN_IF_ERROR_BARE(parse_decoder(json_object_get(root, "decoder")));
@@ -861,7 +886,8 @@ pcp_status_t pcp_tokenizer_create_from_json(
   *out_tokenizer = NULL;
   pcp_tokenizer_limits_t defaults;
   pcp_tokenizer_limits_initialize(&defaults);
-  if (!limits) limits = &defaults;
+  if (!limits)
+    limits = &defaults;
   if (byte_length > limits->max_file_byte_length) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "tokenizer.json is %zu bytes, over the limit of %zu",
@@ -877,8 +903,7 @@ pcp_status_t pcp_tokenizer_create_from_json(
                            error.text, error.line, error.column);
   }
   pcp_tokenizer_t* t = NULL;
-  pcp_status_t status =
-      pcp_allocator_calloc(allocator, sizeof(*t), (void**)&t);
+  pcp_status_t status = pcp_allocator_calloc(allocator, sizeof(*t), (void**)&t);
   if (!status) {
     t->allocator = allocator;
     t->limits = *limits;
@@ -901,7 +926,8 @@ pcp_status_t pcp_tokenizer_create_from_file(
   *out_tokenizer = NULL;
   pcp_tokenizer_limits_t defaults;
   pcp_tokenizer_limits_initialize(&defaults);
-  if (!limits) limits = &defaults;
+  if (!limits)
+    limits = &defaults;
   void* data = NULL;
   size_t length = 0;
   PCP_RETURN_IF_ERROR(
@@ -914,7 +940,8 @@ pcp_status_t pcp_tokenizer_create_from_file(
 }
 
 void pcp_tokenizer_release(pcp_tokenizer_t* t) {
-  if (!t) return;
+  if (!t)
+    return;
   for (uint32_t i = 0; i < t->stage_count; ++i) {
     pcre2_code_free(t->stages[i].code);
   }
@@ -952,7 +979,8 @@ bool pcp_tokenizer_token_to_id(const pcp_tokenizer_t* t,
     return false;
   }
   int32_t id = byte_table_find(t, bytes, length);
-  if (id < 0) return false;
+  if (id < 0)
+    return false;
   *out_id = id;
   return true;
 }
@@ -1038,7 +1066,8 @@ pcp_status_t pcp_tokenizer_encoder_create(const pcp_tokenizer_t* tokenizer,
                                 &e->normalized);
   pcp_status_t status = pcp_ok_status();
   for (uint32_t i = 0; i < tokenizer->stage_count && !status; ++i) {
-    if (!tokenizer->stages[i].code) continue;
+    if (!tokenizer->stages[i].code)
+      continue;
     e->match_data[i] =
         pcre2_match_data_create_from_pattern(tokenizer->stages[i].code, NULL);
     if (!e->match_data[i]) {
@@ -1073,7 +1102,8 @@ pcp_status_t pcp_tokenizer_encoder_create(const pcp_tokenizer_t* tokenizer,
 }
 
 void pcp_tokenizer_encoder_release(pcp_tokenizer_encoder_t* e) {
-  if (!e) return;
+  if (!e)
+    return;
   for (int i = 0; i < MAX_STAGES; ++i) {
     pcre2_match_data_free(e->match_data[i]);
     pcp_allocator_free(e->allocator, e->prefix_buffer[i].data);
@@ -1090,7 +1120,8 @@ void pcp_tokenizer_encoder_release(pcp_tokenizer_encoder_t* e) {
 }
 
 static pcp_status_t scratch_reserve(pcp_tokenizer_encoder_t* e, size_t n) {
-  if (n <= e->scratch_capacity) return pcp_ok_status();
+  if (n <= e->scratch_capacity)
+    return pcp_ok_status();
   size_t capacity = e->scratch_capacity ? e->scratch_capacity : 256;
   while (capacity < n) capacity *= 2;
   void* p = e->ids;
@@ -1114,10 +1145,11 @@ static pcp_status_t scratch_reserve(pcp_tokenizer_encoder_t* e, size_t n) {
   return pcp_ok_status();
 }
 
-static inline uint32_t pair_rank(const pcp_tokenizer_t* t, int32_t a,
-                                 int32_t b, int32_t* out_merged) {
+static inline uint32_t pair_rank(const pcp_tokenizer_t* t, int32_t a, int32_t b,
+                                 int32_t* out_merged) {
   const merge_slot_t* s = merge_find(t, a, b);
-  if (!s) return UINT32_MAX;
+  if (!s)
+    return UINT32_MAX;
   *out_merged = s->merged_id;
   return s->rank;
 }
@@ -1140,17 +1172,16 @@ static size_t bpe_merge_linear(const pcp_tokenizer_t* t, int32_t* ids,
         at = i;
       }
     }
-    if (best == UINT32_MAX) break;
+    if (best == UINT32_MAX)
+      break;
     ids[at] = merged_ids[at];
     memmove(ids + at + 1, ids + at + 2, (n - at - 2) * sizeof(int32_t));
-    memmove(ranks + at + 1, ranks + at + 2,
-            (n - at - 2) * sizeof(uint32_t));
+    memmove(ranks + at + 1, ranks + at + 2, (n - at - 2) * sizeof(uint32_t));
     memmove(merged_ids + at + 1, merged_ids + at + 2,
             (n - at - 2) * sizeof(int32_t));
     --n;
     if (at > 0) {
-      ranks[at - 1] =
-          pair_rank(t, ids[at - 1], ids[at], &merged_ids[at - 1]);
+      ranks[at - 1] = pair_rank(t, ids[at - 1], ids[at], &merged_ids[at - 1]);
     }
     if (at + 1 < n) {
       ranks[at] = pair_rank(t, ids[at], ids[at + 1], &merged_ids[at]);
@@ -1167,7 +1198,8 @@ static void heap_push(heap_entry_t* heap, size_t* size, heap_entry_t v) {
   size_t i = (*size)++;
   while (i > 0) {
     size_t parent = (i - 1) / 2;
-    if (!heap_less(&v, &heap[parent])) break;
+    if (!heap_less(&v, &heap[parent]))
+      break;
     heap[i] = heap[parent];
     i = parent;
   }
@@ -1180,13 +1212,17 @@ static heap_entry_t heap_pop(heap_entry_t* heap, size_t* size) {
   size_t i = 0, n = *size;
   for (;;) {
     size_t child = 2 * i + 1;
-    if (child >= n) break;
-    if (child + 1 < n && heap_less(&heap[child + 1], &heap[child])) ++child;
-    if (!heap_less(&heap[child], &last)) break;
+    if (child >= n)
+      break;
+    if (child + 1 < n && heap_less(&heap[child + 1], &heap[child]))
+      ++child;
+    if (!heap_less(&heap[child], &last))
+      break;
     heap[i] = heap[child];
     i = child;
   }
-  if (n) heap[i] = last;
+  if (n)
+    heap[i] = last;
   return top;
 }
 
@@ -1215,13 +1251,16 @@ static size_t bpe_merge_heap(pcp_tokenizer_encoder_t* e, int32_t* ids,
   while (heap_size) {
     heap_entry_t top = heap_pop(heap, &heap_size);
     symbol_t* left = &sym[top.left];
-    if (left->id < 0 || left->next != (int32_t)top.right) continue;
+    if (left->id < 0 || left->next != (int32_t)top.right)
+      continue;
     symbol_t* right = &sym[top.right];
     const merge_slot_t* s = merge_find(t, left->id, right->id);
-    if (!s || s->rank != top.rank) continue;
+    if (!s || s->rank != top.rank)
+      continue;
     left->id = s->merged_id;
     left->next = right->next;
-    if (right->next >= 0) sym[right->next].prev = (int32_t)top.left;
+    if (right->next >= 0)
+      sym[right->next].prev = (int32_t)top.left;
     right->id = -1;
     if (left->prev >= 0) {
       uint32_t r = pair_rank(t, sym[left->prev].id, left->id, &merged);
@@ -1254,7 +1293,8 @@ static pcp_status_t emit_ids(pcp_tokenizer_encoder_t* e, const int32_t* ids,
 
 static pcp_status_t bpe_word(pcp_tokenizer_encoder_t* e, const uint8_t* w,
                              size_t n) {
-  if (n == 0) return pcp_ok_status();
+  if (n == 0)
+    return pcp_ok_status();
   const pcp_tokenizer_t* t = e->tokenizer;
   cache_slot_t* slot = NULL;
   uint64_t hash = 0;
@@ -1268,17 +1308,20 @@ static pcp_status_t bpe_word(pcp_tokenizer_encoder_t* e, const uint8_t* w,
   }
   if (t->ignore_merges) {
     int32_t id = byte_table_find(t, w, n);
-    if (id >= 0) return emit_ids(e, &id, 1);
+    if (id >= 0)
+      return emit_ids(e, &id, 1);
   }
   PCP_RETURN_IF_ERROR_BARE(scratch_reserve(e, n));
   int32_t* ids = e->ids;
   size_t count = 0;
   for (size_t i = 0; i < n; ++i) {
     int32_t id = t->single_byte_id[w[i]];
-    if (id < 0) id = t->unk_id;
+    if (id < 0)
+      id = t->unk_id;
     // A byte with no token and no unk_token is dropped, as `tokenizers`
     // drops characters it cannot represent.
-    if (id >= 0) ids[count++] = id;
+    if (id >= 0)
+      ids[count++] = id;
   }
   if (count > 1) {
     count = count <= 16 ? bpe_merge_linear(t, ids, e->ranks, count)
@@ -1316,13 +1359,16 @@ static pcp_status_t pending_flush(pcp_tokenizer_encoder_t* e, uint32_t stage,
 static pcp_status_t split_span(pcp_tokenizer_encoder_t* e, uint32_t stage,
                                const uint8_t* p, size_t start, size_t end,
                                bool is_match, pending_t* pending) {
-  if (end == start) return pcp_ok_status();
+  if (end == start)
+    return pcp_ok_status();
   const stage_t* s = &e->tokenizer->stages[stage];
-  if (s->invert) is_match = !is_match;
+  if (s->invert)
+    is_match = !is_match;
   int kind = is_match ? 2 : 1;
   switch (s->behavior) {
     case SPLIT_REMOVED:
-      if (is_match) return pcp_ok_status();
+      if (is_match)
+        return pcp_ok_status();
       return process_piece(e, stage + 1, p + start, end - start);
     case SPLIT_ISOLATED:
       return process_piece(e, stage + 1, p + start, end - start);
@@ -1360,11 +1406,11 @@ static pcp_status_t run_split(pcp_tokenizer_encoder_t* e, uint32_t stage,
   pending_t pending = {0, 0, 0};
   size_t offset = 0, gap_start = 0;
   while (offset < n) {
-    int rc = s->jit ? pcre2_jit_match(s->code, p, n, offset, 0, md,
-                                      e->match_context)
-                    : pcre2_match(s->code, p, n, offset, 0, md,
-                                  e->match_context);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
+    int rc =
+        s->jit ? pcre2_jit_match(s->code, p, n, offset, 0, md, e->match_context)
+               : pcre2_match(s->code, p, n, offset, 0, md, e->match_context);
+    if (rc == PCRE2_ERROR_NOMATCH)
+      break;
     if (rc < 0) {
       PCRE2_UCHAR message[128];
       pcre2_get_error_message(rc, message, sizeof(message));
@@ -1392,18 +1438,21 @@ static pcp_status_t run_split(pcp_tokenizer_encoder_t* e, uint32_t stage,
 
 static pcp_status_t process_piece(pcp_tokenizer_encoder_t* e, uint32_t stage,
                                   const uint8_t* p, size_t n) {
-  if (n == 0) return pcp_ok_status();
+  if (n == 0)
+    return pcp_ok_status();
   const pcp_tokenizer_t* t = e->tokenizer;
-  if (stage == t->stage_count) return bpe_word(e, p, n);
-  if (t->stages[stage].kind == STAGE_SPLIT) return run_split(e, stage, p, n);
+  if (stage == t->stage_count)
+    return bpe_word(e, p, n);
+  if (t->stages[stage].kind == STAGE_SPLIT)
+    return run_split(e, stage, p, n);
   // ByteLevel add_prefix_space: every piece that reaches it and does not
   // start with a space gets one.
-  if (p[0] == ' ') return process_piece(e, stage + 1, p, n);
+  if (p[0] == ' ')
+    return process_piece(e, stage + 1, p, n);
   byte_buffer_t* b = &e->prefix_buffer[stage];
   if (b->capacity < n + 1) {
     void* data = b->data;
-    PCP_RETURN_IF_ERROR_BARE(
-        pcp_allocator_realloc(e->allocator, n + 1, &data));
+    PCP_RETURN_IF_ERROR_BARE(pcp_allocator_realloc(e->allocator, n + 1, &data));
     b->data = data;
     b->capacity = n + 1;
   }
@@ -1415,7 +1464,8 @@ static pcp_status_t process_piece(pcp_tokenizer_encoder_t* e, uint32_t stage,
 // Text between added tokens: normalize, then pre-tokenize and BPE.
 static pcp_status_t encode_ordinary(pcp_tokenizer_encoder_t* e,
                                     const uint8_t* p, size_t n) {
-  if (n == 0) return pcp_ok_status();
+  if (n == 0)
+    return pcp_ok_status();
   pcp_string_view_t text = pcp_make_string_view((const char*)p, n);
   if (e->tokenizer->nfc && pcp_tokenizer_nfc_maybe_changes(text)) {
     pcp_string_builder_reset(&e->normalized);
@@ -1429,10 +1479,9 @@ static pcp_status_t encode_ordinary(pcp_tokenizer_encoder_t* e,
 // Unicode White_Space (Rust's char::is_whitespace, which `tokenizers` uses
 // for lstrip/rstrip).
 static bool is_unicode_space(int32_t cp) {
-  return cp == ' ' || (cp >= '\t' && cp <= '\r') || cp == 0x85 ||
-         cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-         cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
+  return cp == ' ' || (cp >= '\t' && cp <= '\r') || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 // Length of the whitespace character ending at |end| (> |floor|), or 0.
@@ -1516,8 +1565,8 @@ pcp_status_t pcp_tokenizer_encode(const pcp_tokenizer_t* tokenizer,
                                   pcp_string_view_t text,
                                   pcp_tokenizer_id_list_t* inout_ids) {
   pcp_tokenizer_encoder_t* e = NULL;
-  PCP_RETURN_IF_ERROR_BARE(pcp_tokenizer_encoder_create(
-      tokenizer, pcp_allocator_system(), &e));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_tokenizer_encoder_create(tokenizer, pcp_allocator_system(), &e));
   pcp_status_t status = pcp_tokenizer_encoder_encode(e, text, inout_ids);
   pcp_tokenizer_encoder_release(e);
   return status;
@@ -1549,7 +1598,8 @@ pcp_status_t pcp_tokenizer_decode(const pcp_tokenizer_t* t, const int32_t* ids,
                                id, i, t->vocab_size);
       break;
     }
-    if (skip_special && (t->tokens[id].flags & kTokenSpecial)) continue;
+    if (skip_special && (t->tokens[id].flags & kTokenSpecial))
+      continue;
     size_t length;
     const char* b = token_bytes(t, id, &length);
     status = pcp_string_builder_append(target, pcp_make_string_view(b, length));
@@ -1567,13 +1617,14 @@ void pcp_tokenizer_decode_stream_initialize(
     pcp_tokenizer_decode_stream_t* out_stream) {
   memset(out_stream, 0, sizeof(*out_stream));
   out_stream->tokenizer = tokenizer;
-  out_stream->flags = flags & ~(pcp_tokenizer_decode_flags_t)
-                                  PCP_TOKENIZER_DECODE_FLAG_RAW_BYTES;
+  out_stream->flags =
+      flags &
+      ~(pcp_tokenizer_decode_flags_t)PCP_TOKENIZER_DECODE_FLAG_RAW_BYTES;
 }
 
 pcp_status_t pcp_tokenizer_decode_stream_push(
-    pcp_tokenizer_decode_stream_t* stream, const int32_t* ids,
-    size_t id_count, pcp_string_builder_t* out_text) {
+    pcp_tokenizer_decode_stream_t* stream, const int32_t* ids, size_t id_count,
+    pcp_string_builder_t* out_text) {
   // The held-back bytes, then the new tokens' bytes; emit the complete
   // prefix through the lossy pass. Splitting there cannot change the lossy
   // result: the cut is never inside a sequence that is valid so far.
@@ -1581,8 +1632,8 @@ pcp_status_t pcp_tokenizer_decode_stream_push(
   pcp_string_builder_initialize(out_text->allocator, out_text->max_size,
                                 &bytes);
   pcp_status_t status = pcp_string_builder_append(
-      &bytes, pcp_make_string_view((const char*)stream->pending,
-                                   stream->pending_size));
+      &bytes,
+      pcp_make_string_view((const char*)stream->pending, stream->pending_size));
   if (!status) {
     status = pcp_tokenizer_decode(
         stream->tokenizer, ids, id_count,
@@ -1631,9 +1682,8 @@ pcp_status_t pcp_tokenizer_chat_encode(
     }
   }
   pcp_string_builder_t text;
-  pcp_string_builder_initialize(e->allocator,
-                                e->tokenizer->limits.max_text_byte_length,
-                                &text);
+  pcp_string_builder_initialize(
+      e->allocator, e->tokenizer->limits.max_text_byte_length, &text);
   pcp_status_t status =
       pcp_tokenizer_chat_render(messages, message_count, options, &text);
   if (!status) {

@@ -49,14 +49,14 @@ extern "C" {
 // Every input has a declared maximum, checked before work or allocation;
 // exceeding one is RESOURCE_EXHAUSTED naming the limit.
 typedef struct pcp_tokenizer_limits_t {
-  size_t max_file_byte_length;    // tokenizer.json size (default 64 MiB)
-  uint32_t max_json_depth;        // nesting of the JSON (default 64)
-  uint32_t max_vocab_size;        // largest id + 1 (default 1 Mi)
-  uint32_t max_merge_count;       // merges (default 1 Mi)
-  uint32_t max_token_byte_length; // one vocab or added token (default 1 KiB)
-  uint32_t max_added_token_count; // added tokens (default 64 Ki)
-  size_t max_text_byte_length;    // one encode input (default 64 MiB)
-  uint32_t word_cache_slots;      // per encoder, 0 disables (default 16 Ki)
+  size_t max_file_byte_length;     // tokenizer.json size (default 64 MiB)
+  uint32_t max_json_depth;         // nesting of the JSON (default 64)
+  uint32_t max_vocab_size;         // largest id + 1 (default 1 Mi)
+  uint32_t max_merge_count;        // merges (default 1 Mi)
+  uint32_t max_token_byte_length;  // one vocab or added token (default 1 KiB)
+  uint32_t max_added_token_count;  // added tokens (default 64 Ki)
+  size_t max_text_byte_length;     // one encode input (default 64 MiB)
+  uint32_t word_cache_slots;       // per encoder, 0 disables (default 16 Ki)
 } pcp_tokenizer_limits_t;
 
 // Fills |out_limits| with the defaults above. Thread-safe.
@@ -151,9 +151,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_encoder_encode(
     pcp_tokenizer_id_list_t* inout_ids);
 
 // Same, with a temporary encoder (no cache kept between calls). Thread-safe.
-PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_encode(
-    const pcp_tokenizer_t* tokenizer, pcp_string_view_t text,
-    pcp_tokenizer_id_list_t* inout_ids);
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_tokenizer_encode(const pcp_tokenizer_t* tokenizer, pcp_string_view_t text,
+                     pcp_tokenizer_id_list_t* inout_ids);
 
 //===----------------------------------------------------------------------===//
 // Decoding
@@ -208,8 +208,8 @@ void pcp_tokenizer_decode_stream_initialize(
 // an unknown id (nothing appended, the stream unchanged); RESOURCE_EXHAUSTED
 // when the builder is full.
 PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_decode_stream_push(
-    pcp_tokenizer_decode_stream_t* stream, const int32_t* ids,
-    size_t id_count, pcp_string_builder_t* out_text);
+    pcp_tokenizer_decode_stream_t* stream, const int32_t* ids, size_t id_count,
+    pcp_string_builder_t* out_text);
 
 // Appends what is still held back (as U+FFFD) and resets the stream.
 PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_decode_stream_finish(
@@ -275,10 +275,11 @@ bool pcp_tokenizer_chat_role_parse(pcp_string_view_t name,
 // "<|im_start|>assistant\n" when asked. The same text as the official Jinja
 // templates of Qwen2.5 (default system prompt set) and Qwen3
 // (qwen3_reasoning) for text-only system/user/assistant conversations
-// (tests/tokenizer/equivalence_test.py renders both with jinja2). Content is copied verbatim; special
-// token text inside content is matched as special tokens when encoded (as
-// `apply_chat_template` + encode does). INVALID_ARGUMENT for an unknown role;
-// RESOURCE_EXHAUSTED when the builder is full. Thread-safe.
+// (tests/tokenizer/equivalence_test.py renders both with jinja2). Content is
+// copied verbatim; special token text inside content is matched as special
+// tokens when encoded (as `apply_chat_template` + encode does).
+// INVALID_ARGUMENT for an unknown role; RESOURCE_EXHAUSTED when the builder is
+// full. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_chat_render(
     const pcp_tokenizer_chat_message_t* messages, size_t message_count,
     const pcp_tokenizer_chat_options_t* options,

@@ -85,13 +85,13 @@ static int run_decode(const pcp_tokenizer_t* t, const char* text,
     if (length == 0 ||
         !pcp_string_view_parse_int64(pcp_make_string_view(p, length), &id) ||
         id < INT32_MIN || id > INT32_MAX) {
-      fprintf(stderr, "pcp tokenize: --decode: '%.20s' is not a token id\n",
-              p);
+      fprintf(stderr, "pcp tokenize: --decode: '%.20s' is not a token id\n", p);
       rc = 2;
       break;
     }
     pcp_status_t status = pcp_tokenizer_id_list_append(&ids, (int32_t)id);
-    if (status) rc = report(status, "decode");
+    if (status)
+      rc = report(status, "decode");
     p += length;
   }
   if (rc == 0) {
@@ -160,7 +160,8 @@ static int tokenize_run(const tokenize_options_t* options, const char* input) {
   if (input[0] == '@') {
     pcp_status_t status =
         pcp_file_read_all(input + 1, CLI_MAX_INPUT_BYTES, &file_data, &size);
-    if (status) return report(status, input + 1);
+    if (status)
+      return report(status, input + 1);
     text = file_data;
   }
   pcp_tokenizer_t* t = NULL;

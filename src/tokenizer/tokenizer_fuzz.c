@@ -51,9 +51,8 @@ static void append_char(pcp_string_builder_t* b, int byte) {
   } else if (cp < 0x80) {
     PCP_CHECK_OK(pcp_string_builder_append_f(b, "%c", (char)cp));
   } else {
-    PCP_CHECK_OK(pcp_string_builder_append_f(b, "%c%c",
-                                             (char)(0xC0 | (cp >> 6)),
-                                             (char)(0x80 | (cp & 0x3F))));
+    PCP_CHECK_OK(pcp_string_builder_append_f(
+        b, "%c%c", (char)(0xC0 | (cp >> 6)), (char)(0x80 | (cp & 0x3F))));
   }
 }
 
@@ -76,12 +75,11 @@ static pcp_tokenizer_t* fixed_tokenizer(bool nfc) {
     PCP_CHECK_OK(pcp_string_builder_append_f(&b, "\":%d", i));
   }
   // " t", " th", "he", "in", "中" (E4 B8 AD) built from two merges.
-  static const char* const kExtra[] = {" t", " th", "he", "in", "\xe4\xb8",
-                                       "\xe4\xb8\xad"};
-  static const char* const kMerges[][2] = {{" ", "t"}, {" t", "h"},
-                                           {"h", "e"}, {"i", "n"},
-                                           {"\xe4", "\xb8"},
-                                           {"\xe4\xb8", "\xad"}};
+  static const char* const kExtra[] = {" t", " th",      "he",
+                                       "in", "\xe4\xb8", "\xe4\xb8\xad"};
+  static const char* const kMerges[][2] = {
+      {" ", "t"}, {" t", "h"},      {"h", "e"},
+      {"i", "n"}, {"\xe4", "\xb8"}, {"\xe4\xb8", "\xad"}};
   for (size_t i = 0; i < PCP_ARRAYSIZE(kExtra); ++i) {
     PCP_CHECK_OK(pcp_string_builder_append_cstring(&b, ",\""));
     for (const char* p = kExtra[i]; *p; ++p) append_char(&b, (uint8_t)*p);
@@ -121,9 +119,9 @@ static void fuzz_loader(const uint8_t* data, size_t size) {
   if (!status) {
     pcp_string_builder_t out;
     pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
-    pcp_status_ignore(pcp_tokenizer_decode(
-        t, ids.values, ids.count, PCP_TOKENIZER_DECODE_FLAG_SKIP_SPECIAL,
-        &out));
+    pcp_status_ignore(
+        pcp_tokenizer_decode(t, ids.values, ids.count,
+                             PCP_TOKENIZER_DECODE_FLAG_SKIP_SPECIAL, &out));
     pcp_string_builder_deinitialize(&out);
   }
   pcp_status_ignore(status);
@@ -183,7 +181,8 @@ int LLVMFuzzerInitialize(  // NOLINT(readability-identifier-naming)
 
 int LLVMFuzzerTestOneInput(  // NOLINT(readability-identifier-naming)
     const uint8_t* data, size_t size) {
-  if (size == 0) return 0;
+  if (size == 0)
+    return 0;
   switch (data[0] % 3) {
     case 0:
       fuzz_loader(data + 1, size - 1);

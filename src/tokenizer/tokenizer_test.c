@@ -5,6 +5,8 @@
 // limits, malformed tokenizer.json files, the chat template and an OOM sweep.
 // Equivalence with the `tokenizers` package is tests/tokenizer/.
 
+#include "tokenizer/tokenizer.h"
+
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,8 +15,6 @@
 #include <string.h>
 
 #include <cmocka.h>
-
-#include "tokenizer/tokenizer.h"
 
 //===----------------------------------------------------------------------===//
 // Helpers
@@ -74,9 +74,10 @@ static char* make_json(const char* const* extra, size_t extra_count,
   pcp_string_builder_t b;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &b);
   PCP_CHECK_OK(pcp_string_builder_append_f(
-      &b, "{\"version\":\"1.0\",\"normalizer\":%s,\"pre_tokenizer\":%s,"
-          "\"decoder\":{\"type\":\"ByteLevel\"},\"added_tokens\":%s,"
-          "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"vocab\":{",
+      &b,
+      "{\"version\":\"1.0\",\"normalizer\":%s,\"pre_tokenizer\":%s,"
+      "\"decoder\":{\"type\":\"ByteLevel\"},\"added_tokens\":%s,"
+      "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"vocab\":{",
       normalizer ? normalizer : "null",
       pre ? pre
           : "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
@@ -84,7 +85,8 @@ static char* make_json(const char* const* extra, size_t extra_count,
       added ? added : "[]"));
   for (int i = 0; i < 256; ++i) {
     char s[2] = {(char)i, 0};
-    if (i) PCP_CHECK_OK(pcp_string_builder_append_cstring(&b, ","));
+    if (i)
+      PCP_CHECK_OK(pcp_string_builder_append_cstring(&b, ","));
     if (i == 0) {
       // The NUL byte's spelling, written directly.
       PCP_CHECK_OK(pcp_string_builder_append_cstring(&b, "\""));
@@ -102,7 +104,8 @@ static char* make_json(const char* const* extra, size_t extra_count,
   }
   PCP_CHECK_OK(pcp_string_builder_append_cstring(&b, "},\"merges\":["));
   for (size_t i = 0; i < merge_count; ++i) {
-    if (i) PCP_CHECK_OK(pcp_string_builder_append_cstring(&b, ","));
+    if (i)
+      PCP_CHECK_OK(pcp_string_builder_append_cstring(&b, ","));
     if (pair_form) {
       PCP_CHECK_OK(pcp_string_builder_append_cstring(&b, "["));
       append_spelling(&b, merges[i][0]);
@@ -134,11 +137,11 @@ static char* make_json(const char* const* extra, size_t extra_count,
   return out;
 }
 
-static const char* const kExtra[] = {"ab", "abc", " a", "aa", "aaaa", "\xe4\xb8",
-                                     "\xe4\xb8\xad"};
+static const char* const kExtra[] = {"ab",   "abc",      " a",          "aa",
+                                     "aaaa", "\xe4\xb8", "\xe4\xb8\xad"};
 static const char* const kMerges[][2] = {
-    {"a", "b"}, {"ab", "c"}, {" ", "a"}, {"a", "a"}, {"aa", "aa"},
-    {"\xe4", "\xb8"}, {"\xe4\xb8", "\xad"}};
+    {"a", "b"},   {"ab", "c"},      {" ", "a"},          {"a", "a"},
+    {"aa", "aa"}, {"\xe4", "\xb8"}, {"\xe4\xb8", "\xad"}};
 static const char kAdded[] =
     "[{\"id\":263,\"content\":\"<|im_start|>\",\"special\":true},"
     "{\"id\":264,\"content\":\"<|im_end|>\",\"special\":true},"
@@ -213,16 +216,15 @@ static void test_byte_alphabet(void** state) {
   assert_int_equal(pcp_tokenizer_vocab_size(t), 267);
   int32_t id = -1;
   // Space is "Ġ" (U+0120), newline "Ċ" (U+010A), 'A' itself.
-  assert_true(pcp_tokenizer_token_to_id(t, pcp_make_cstring_view("\xc4\xa0"),
-                                        &id));
+  assert_true(
+      pcp_tokenizer_token_to_id(t, pcp_make_cstring_view("\xc4\xa0"), &id));
   assert_int_equal(id, ' ');
-  assert_true(pcp_tokenizer_token_to_id(t, pcp_make_cstring_view("\xc4\x8a"),
-                                        &id));
+  assert_true(
+      pcp_tokenizer_token_to_id(t, pcp_make_cstring_view("\xc4\x8a"), &id));
   assert_int_equal(id, '\n');
   assert_true(pcp_tokenizer_token_to_id(t, pcp_make_cstring_view("A"), &id));
   assert_int_equal(id, 'A');
-  assert_false(
-      pcp_tokenizer_token_to_id(t, pcp_make_cstring_view(" "), &id));
+  assert_false(pcp_tokenizer_token_to_id(t, pcp_make_cstring_view(" "), &id));
   pcp_string_view_t spelling = pcp_tokenizer_id_to_token(t, ' ');
   assert_int_equal(spelling.size, 2);
   assert_memory_equal(spelling.data, "\xc4\xa0", 2);
@@ -275,8 +277,10 @@ static void test_long_word_heap_path(void** state) {
     size_t expect = length / 4 + (length % 4 == 3 ? 2 : length % 4 ? 1 : 0);
     assert_int_equal(n, expect);
     for (size_t i = 0; i < length / 4; ++i) assert_int_equal(ids[i], 260);
-    if (length % 4 >= 2) assert_int_equal(ids[length / 4], 259);
-    if (length % 4 == 1) assert_int_equal(ids[length / 4], 'a');
+    if (length % 4 >= 2)
+      assert_int_equal(ids[length / 4], 259);
+    if (length % 4 == 1)
+      assert_int_equal(ids[length / 4], 'a');
   }
   pcp_tokenizer_release(t);
 }
@@ -343,7 +347,9 @@ static void test_decode_partial_utf8(void** state) {
   // Lossy: each maximal invalid subsequence is one U+FFFD.
   int32_t bad[4] = {0xF0, 0x9F, 'a', 0xFF};
   out = decode(t, bad, 4, PCP_TOKENIZER_DECODE_FLAG_NONE, &size);
-  assert_string_equal(out, "\xef\xbf\xbd" "a\xef\xbf\xbd");
+  assert_string_equal(out,
+                      "\xef\xbf\xbd"
+                      "a\xef\xbf\xbd");
   free(out);
   // Out-of-range ids are an error, not silently dropped.
   int32_t wrong = 5000;
@@ -385,16 +391,16 @@ static void check_nfc(const char* input, const char* expect) {
 static void test_nfc(void** state) {
   (void)state;
   check_nfc("plain ascii", "plain ascii");
-  check_nfc("e\xcc\x81", "\xc3\xa9");                 // e + acute -> é
-  check_nfc("\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8",   // jamo -> 각
+  check_nfc("e\xcc\x81", "\xc3\xa9");                // e + acute -> é
+  check_nfc("\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8",  // jamo -> 각
             "\xea\xb0\x81");
-  check_nfc("\xe2\x84\xab", "\xc3\x85");              // Angstrom -> Å
-  check_nfc("\xe2\x84\xa6", "\xce\xa9");              // Ohm -> Omega
+  check_nfc("\xe2\x84\xab", "\xc3\x85");  // Angstrom -> Å
+  check_nfc("\xe2\x84\xa6", "\xce\xa9");  // Ohm -> Omega
   // Canonical order: dot below (220) before acute (230), then compose.
   check_nfc("a\xcc\x81\xcc\xa3", "\xe1\xba\xa1\xcc\x81");
   // Invalid bytes pass through and block composition.
   check_nfc("e\xff\xcc\x81", "e\xff\xcc\x81");
-  check_nfc("\xef\xac\x81", "\xef\xac\x81");          // fi ligature: NFKC only
+  check_nfc("\xef\xac\x81", "\xef\xac\x81");  // fi ligature: NFKC only
   check_nfc("x\xcc\x81y e\xcc\x81", "x\xcc\x81y \xc3\xa9");
 }
 
@@ -467,9 +473,9 @@ static void test_malformed(void** state) {
       load_code("{\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{}}",
                 NULL, "Whitespace"),
       PCP_STATUS_UNIMPLEMENTED);
-  assert_int_equal(load_code("{\"pre_tokenizer\":null,\"model\":{}}", NULL,
-                             "ByteLevel"),
-                   PCP_STATUS_UNIMPLEMENTED);
+  assert_int_equal(
+      load_code("{\"pre_tokenizer\":null,\"model\":{}}", NULL, "ByteLevel"),
+      PCP_STATUS_UNIMPLEMENTED);
   snprintf(buffer, sizeof(buffer),
            "{\"normalizer\":{\"type\":\"Lowercase\"},\"pre_tokenizer\":%s,"
            "\"model\":{\"vocab\":{},\"merges\":[]}}",
@@ -607,16 +613,16 @@ static void test_chat_template(void** state) {
                       "<|im_start|>user\nHi<|im_end|>\n");
   pcp_tokenizer_chat_message_t bad = {(pcp_tokenizer_chat_role_t)7,
                                       pcp_make_cstring_view("x")};
-  assert_int_equal(pcp_status_consume_code(
-                       pcp_tokenizer_chat_render(&bad, 1, &plain, &b)),
-                   PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(
+      pcp_status_consume_code(pcp_tokenizer_chat_render(&bad, 1, &plain, &b)),
+      PCP_STATUS_INVALID_ARGUMENT);
   pcp_string_builder_deinitialize(&b);
   pcp_tokenizer_chat_role_t role;
   assert_true(
       pcp_tokenizer_chat_role_parse(pcp_make_cstring_view("assistant"), &role));
   assert_int_equal(role, PCP_TOKENIZER_CHAT_ROLE_ASSISTANT);
-  assert_false(pcp_tokenizer_chat_role_parse(pcp_make_cstring_view("tool"),
-                                             &role));
+  assert_false(
+      pcp_tokenizer_chat_role_parse(pcp_make_cstring_view("tool"), &role));
   // Encoding: the markers are added tokens, the rest byte-level BPE.
   pcp_tokenizer_t* t = load_default(true);
   pcp_tokenizer_encoder_t* e = NULL;
@@ -645,10 +651,11 @@ static void test_oom_sweep(void** state) {
                                      &failing);
     pcp_allocator_t allocator = pcp_allocator_failing(&failing);
     pcp_tokenizer_t* t = NULL;
-    pcp_status_t status = pcp_tokenizer_create_from_json(
-        json, strlen(json), NULL, allocator, &t);
+    pcp_status_t status =
+        pcp_tokenizer_create_from_json(json, strlen(json), NULL, allocator, &t);
     pcp_tokenizer_encoder_t* e = NULL;
-    if (!status) status = pcp_tokenizer_encoder_create(t, allocator, &e);
+    if (!status)
+      status = pcp_tokenizer_encoder_create(t, allocator, &e);
     pcp_tokenizer_id_list_t ids;
     pcp_tokenizer_id_list_initialize(allocator, &ids);
     if (!status) {
@@ -677,8 +684,8 @@ static void test_decode_stream(void** state) {
   // Bytes of "中" (one token and its two-byte prefix token), an emoji as
   // four single-byte tokens, a truncated sequence before 'x', a special
   // token, and a lone continuation byte.
-  const int32_t ids[] = {262, 'a', 261, 0xAD, 0xF0, 0x9F, 0x98, 0x80,
-                         0xE4, 'x', 263, 0x80, 'b', 0xF0, 0x9F};
+  const int32_t ids[] = {262,  'a', 261, 0xAD, 0xF0, 0x9F, 0x98, 0x80,
+                         0xE4, 'x', 263, 0x80, 'b',  0xF0, 0x9F};
   const size_t n = PCP_ARRAYSIZE(ids);
   for (int skip = 0; skip < 2; ++skip) {
     pcp_tokenizer_decode_flags_t flags =
@@ -697,14 +704,14 @@ static void test_decode_stream(void** state) {
       while (i < n) {
         size_t step = 1 + p % 3;
         p = p / 3 + 7 * (p % 3);
-        if (step > n - i) step = n - i;
+        if (step > n - i)
+          step = n - i;
         PCP_CHECK_OK(
             pcp_tokenizer_decode_stream_push(&stream, ids + i, step, &out));
         // Nothing emitted so far ends inside a character.
-        assert_int_equal(
-            pcp_tokenizer_utf8_complete_length(out.data ? out.data : "",
-                                               out.size),
-            out.size);
+        assert_int_equal(pcp_tokenizer_utf8_complete_length(
+                             out.data ? out.data : "", out.size),
+                         out.size);
         i += step;
       }
       PCP_CHECK_OK(pcp_tokenizer_decode_stream_finish(&stream, &out));
@@ -749,8 +756,8 @@ static void* encode_thread(void* arg) {
   pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
   for (int i = 0; i < 200; ++i) {
     ids.count = 0;
-    PCP_CHECK_OK(pcp_tokenizer_encoder_encode(
-        e, pcp_make_cstring_view(c->text), &ids));
+    PCP_CHECK_OK(
+        pcp_tokenizer_encoder_encode(e, pcp_make_cstring_view(c->text), &ids));
     if (ids.count != c->expect_count ||
         memcmp(ids.values, c->expect, ids.count * sizeof(int32_t)) != 0) {
       ++c->mismatches;
@@ -773,9 +780,8 @@ static void test_threads(void** state) {
   pthread_t threads[4];
   for (int i = 0; i < 4; ++i) {
     cases[i] = (thread_case_t){t, text, expect, count, 0};
-    assert_int_equal(pthread_create(&threads[i], NULL, encode_thread,
-                                    &cases[i]),
-                     0);
+    assert_int_equal(
+        pthread_create(&threads[i], NULL, encode_thread, &cases[i]), 0);
   }
   for (int i = 0; i < 4; ++i) {
     assert_int_equal(pthread_join(threads[i], NULL), 0);

@@ -14,10 +14,11 @@
 //       "default_system_prompt", "qwen3_reasoning", "disable_thinking"};
 //       prints the rendered text in hex, then its ids, per object
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "tokenizer/tokenizer.h"
 
@@ -36,9 +37,8 @@ static void print_ids(const pcp_tokenizer_id_list_t* ids) {
   putchar('\n');
 }
 
-static bool roundtrip_one(const pcp_tokenizer_t* t,
-                          pcp_tokenizer_encoder_t* e, pcp_string_view_t text,
-                          size_t line) {
+static bool roundtrip_one(const pcp_tokenizer_t* t, pcp_tokenizer_encoder_t* e,
+                          pcp_string_view_t text, size_t line) {
   pcp_tokenizer_id_list_t ids;
   pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
   pcp_string_builder_t out;
@@ -48,7 +48,8 @@ static bool roundtrip_one(const pcp_tokenizer_t* t,
                                     PCP_TOKENIZER_DECODE_FLAG_NONE, &out));
   bool ok = out.size == text.size &&
             memcmp(out.data ? out.data : "", text.data, text.size) == 0;
-  if (!ok) fprintf(stderr, "roundtrip mismatch at line %zu\n", line);
+  if (!ok)
+    fprintf(stderr, "roundtrip mismatch at line %zu\n", line);
   pcp_string_builder_deinitialize(&out);
   pcp_tokenizer_id_list_deinitialize(&ids);
   return ok;
@@ -68,10 +69,9 @@ static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line) {
   for (size_t i = 0; i < count; ++i) {
     const json_t* m = json_array_get(list, i);
     const json_t* content = json_object_get(m, "content");
-    if (!pcp_tokenizer_chat_role_parse(
-            pcp_make_cstring_view(
-                json_string_value(json_object_get(m, "role"))),
-            &messages[i].role)) {
+    if (!pcp_tokenizer_chat_role_parse(pcp_make_cstring_view(json_string_value(
+                                           json_object_get(m, "role"))),
+                                       &messages[i].role)) {
       fprintf(stderr, "tokenizer_tool: chat: bad role in message %zu\n", i);
       return 1;
     }
@@ -101,7 +101,8 @@ static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line) {
   pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
   pcp_status_t status =
       pcp_tokenizer_chat_encode(e, messages, count, &options, &ids);
-  if (status) return fail(status, "chat encode");
+  if (status)
+    return fail(status, "chat encode");
   print_ids(&ids);
   pcp_tokenizer_id_list_deinitialize(&ids);
   pcp_string_builder_deinitialize(&text);
@@ -118,13 +119,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   pcp_tokenizer_t* t = NULL;
-  pcp_status_t status = pcp_tokenizer_create_from_file(
-      argv[1], NULL, pcp_allocator_system(), &t);
-  if (status) return fail(status, "load");
+  pcp_status_t status =
+      pcp_tokenizer_create_from_file(argv[1], NULL, pcp_allocator_system(), &t);
+  if (status)
+    return fail(status, "load");
   void* data = NULL;
   size_t size = 0;
   status = pcp_file_read_all(argv[3], (size_t)1 << 30, &data, &size);
-  if (status) return fail(status, "read");
+  if (status)
+    return fail(status, "read");
   pcp_tokenizer_encoder_t* e = NULL;
   PCP_CHECK_OK(pcp_tokenizer_encoder_create(t, pcp_allocator_system(), &e));
   const char* mode = argv[2];
@@ -133,9 +136,10 @@ int main(int argc, char** argv) {
   pcp_tokenizer_id_list_t ids;
   pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
   if (strcmp(mode, "encode") == 0) {
-    status = pcp_tokenizer_encoder_encode(e, pcp_make_string_view(text, size),
-                                          &ids);
-    if (status) return fail(status, "encode");
+    status =
+        pcp_tokenizer_encoder_encode(e, pcp_make_string_view(text, size), &ids);
+    if (status)
+      return fail(status, "encode");
     print_ids(&ids);
   } else if (strcmp(mode, "lines") == 0 || strcmp(mode, "roundtrip") == 0) {
     bool roundtrip = strcmp(mode, "roundtrip") == 0;
@@ -145,57 +149,68 @@ int main(int argc, char** argv) {
       size_t end = nl ? (size_t)(nl - text) : size;
       pcp_string_view_t v = pcp_make_string_view(text + start, end - start);
       if (roundtrip) {
-        if (!roundtrip_one(t, e, v, line)) rc = 1;
+        if (!roundtrip_one(t, e, v, line))
+          rc = 1;
       } else {
         ids.count = 0;
         status = pcp_tokenizer_encoder_encode(e, v, &ids);
-        if (status) return fail(status, "encode");
+        if (status)
+          return fail(status, "encode");
         print_ids(&ids);
       }
       start = end + 1;
       ++line;
     }
     if (roundtrip) {
-      if (!roundtrip_one(t, e, pcp_make_string_view(text, size), line)) rc = 1;
+      if (!roundtrip_one(t, e, pcp_make_string_view(text, size), line))
+        rc = 1;
       printf(rc ? "roundtrip FAILED\n" : "roundtrip ok\n");
     }
   } else if (strcmp(mode, "decode") == 0 || strcmp(mode, "decode-skip") == 0) {
     pcp_tokenizer_decode_flags_t flags =
-        strcmp(mode, "decode-skip") == 0 ? PCP_TOKENIZER_DECODE_FLAG_SKIP_SPECIAL
-                                         : PCP_TOKENIZER_DECODE_FLAG_NONE;
+        strcmp(mode, "decode-skip") == 0
+            ? PCP_TOKENIZER_DECODE_FLAG_SKIP_SPECIAL
+            : PCP_TOKENIZER_DECODE_FLAG_NONE;
     char* cursor = data;
     char* line_end;
     while (*cursor) {
       line_end = strchr(cursor, '\n');
-      if (line_end) *line_end = '\0';
+      if (line_end)
+        *line_end = '\0';
       ids.count = 0;
       char* p = cursor;
       for (;;) {
         char* next;
         long v = strtol(p, &next, 10);
-        if (next == p) break;
+        if (next == p)
+          break;
         PCP_CHECK_OK(pcp_tokenizer_id_list_append(&ids, (int32_t)v));
         p = next;
       }
       pcp_string_builder_t out;
       pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
       status = pcp_tokenizer_decode(t, ids.values, ids.count, flags, &out);
-      if (status) return fail(status, "decode");
+      if (status)
+        return fail(status, "decode");
       for (size_t i = 0; i < out.size; ++i) {
         printf("%02x", (unsigned char)out.data[i]);
       }
       putchar('\n');
       pcp_string_builder_deinitialize(&out);
-      if (!line_end) break;
+      if (!line_end)
+        break;
       cursor = line_end + 1;
     }
   } else if (strcmp(mode, "chat") == 0) {
     char* cursor = data;
     while (*cursor && rc == 0) {
       char* line_end = strchr(cursor, '\n');
-      if (line_end) *line_end = '\0';
-      if (*cursor) rc = chat_one(e, cursor);
-      if (!line_end) break;
+      if (line_end)
+        *line_end = '\0';
+      if (*cursor)
+        rc = chat_one(e, cursor);
+      if (!line_end)
+        break;
       cursor = line_end + 1;
     }
   } else {

@@ -16,12 +16,16 @@
 
 // Bounds of the second byte for a given lead byte (Unicode Table 3-7); the
 // remaining continuation bytes are always 80..BF.
-static int utf8_sequence_length(uint8_t lead, uint8_t* out_lo, uint8_t* out_hi) {
+static int utf8_sequence_length(uint8_t lead, uint8_t* out_lo,
+                                uint8_t* out_hi) {
   *out_lo = 0x80;
   *out_hi = 0xBF;
-  if (lead < 0x80) return 1;
-  if (lead < 0xC2) return 0;
-  if (lead < 0xE0) return 2;
+  if (lead < 0x80)
+    return 1;
+  if (lead < 0xC2)
+    return 0;
+  if (lead < 0xE0)
+    return 2;
   if (lead == 0xE0) {
     *out_lo = 0xA0;
     return 3;
@@ -30,12 +34,14 @@ static int utf8_sequence_length(uint8_t lead, uint8_t* out_lo, uint8_t* out_hi) 
     *out_hi = 0x9F;
     return 3;
   }
-  if (lead < 0xF0) return 3;
+  if (lead < 0xF0)
+    return 3;
   if (lead == 0xF0) {
     *out_lo = 0x90;
     return 4;
   }
-  if (lead < 0xF4) return 4;
+  if (lead < 0xF4)
+    return 4;
   if (lead == 0xF4) {
     *out_hi = 0x8F;
     return 4;
@@ -50,13 +56,16 @@ static size_t utf8_valid_prefix(const uint8_t* data, size_t byte_length,
   uint8_t lo, hi;
   int need = utf8_sequence_length(data[0], &lo, &hi);
   *out_need = need;
-  if (need == 0) return 0;
+  if (need == 0)
+    return 0;
   size_t valid = 1;
   for (int k = 1; k < need; ++k) {
-    if (valid >= byte_length) break;
+    if (valid >= byte_length)
+      break;
     uint8_t b = data[valid];
     uint8_t blo = k == 1 ? lo : 0x80, bhi = k == 1 ? hi : 0xBF;
-    if (b < blo || b > bhi) break;
+    if (b < blo || b > bhi)
+      break;
     ++valid;
   }
   return valid;
@@ -123,11 +132,13 @@ size_t pcp_tokenizer_utf8_complete_length(const char* data,
   const uint8_t* bytes = (const uint8_t*)data;
   for (size_t k = 1; k <= 3 && k <= byte_length; ++k) {
     uint8_t b = bytes[byte_length - k];
-    if (b >= 0x80 && b <= 0xBF) continue;  // continuation: look further back
+    if (b >= 0x80 && b <= 0xBF)
+      continue;  // continuation: look further back
     int need = 0;
     size_t valid = utf8_valid_prefix(bytes + byte_length - k, k, &need);
     // Hold back only a sequence that is valid so far and still short.
-    if (need > (int)k && valid == k) return byte_length - k;
+    if (need > (int)k && valid == k)
+      return byte_length - k;
     return byte_length;
   }
   return byte_length;
@@ -193,7 +204,8 @@ static bool nfc_maybe(uint32_t cp) {
 // Length of the code point at |data| if it is valid and below U+0300 (the
 // common case, decided without a table), else 0.
 static inline size_t below_u0300_length(const uint8_t* data, size_t n) {
-  if (data[0] < 0x80) return 1;
+  if (data[0] < 0x80)
+    return 1;
   if (data[0] >= 0xC2 && data[0] < 0xCC && n > 1 && (data[1] & 0xC0) == 0x80) {
     return 2;
   }
@@ -212,14 +224,16 @@ bool pcp_tokenizer_nfc_maybe_changes(pcp_string_view_t text) {
     }
     size_t length = 1;
     int32_t cp = pcp_tokenizer_utf8_decode(data + i, text.size - i, &length);
-    if (cp >= 0 && nfc_maybe((uint32_t)cp)) return true;
+    if (cp >= 0 && nfc_maybe((uint32_t)cp))
+      return true;
     i += length;
   }
   return false;
 }
 
 static uint8_t nfc_ccc(uint32_t cp) {
-  if (cp < 0x300 || (cp & NFC_RAW_BYTE)) return 0;
+  if (cp < 0x300 || (cp & NFC_RAW_BYTE))
+    return 0;
   size_t lo = 0, hi = PCP_ARRAYSIZE(kNfcCcc);
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -252,11 +266,13 @@ static const nfc_decomp_t* nfc_decomposition(uint32_t cp) {
 
 // Returns the primary composite of |first| + |second|, or 0.
 static uint32_t nfc_compose(uint32_t first, uint32_t second) {
-  if ((first | second) & NFC_RAW_BYTE) return 0;
+  if ((first | second) & NFC_RAW_BYTE)
+    return 0;
   if (first >= kHangulLBase && first < kHangulLBase + kHangulLCount &&
       second >= kHangulVBase && second < kHangulVBase + kHangulVCount) {
-    return kHangulSBase + ((first - kHangulLBase) * kHangulVCount +
-                           (second - kHangulVBase)) * kHangulTCount;
+    return kHangulSBase +
+           ((first - kHangulLBase) * kHangulVCount + (second - kHangulVBase)) *
+               kHangulTCount;
   }
   if (first >= kHangulSBase && first < kHangulSBase + kHangulSCount &&
       (first - kHangulSBase) % kHangulTCount == 0 && second > kHangulTBase &&
@@ -308,10 +324,11 @@ static pcp_status_t nfc_region(const uint8_t* data, size_t size,
       uint32_t s = (uint32_t)cp - kHangulSBase;
       cps[n++] = kHangulLBase + s / kHangulNCount;
       cps[n++] = kHangulVBase + (s % kHangulNCount) / kHangulTCount;
-      if (s % kHangulTCount) cps[n++] = kHangulTBase + s % kHangulTCount;
+      if (s % kHangulTCount)
+        cps[n++] = kHangulTBase + s % kHangulTCount;
     } else {
-      const nfc_decomp_t* d = cp >= 0xC0 ? nfc_decomposition((uint32_t)cp)
-                                         : NULL;
+      const nfc_decomp_t* d =
+          cp >= 0xC0 ? nfc_decomposition((uint32_t)cp) : NULL;
       if (d) {
         memcpy(cps + n, kNfcDecompData + d->offset,
                d->length * sizeof(uint32_t));
@@ -325,7 +342,8 @@ static pcp_status_t nfc_region(const uint8_t* data, size_t size,
   // 2. Canonical ordering: stable sort of each run of non-starters by class.
   for (size_t i = 1; i < n; ++i) {
     uint8_t c = nfc_ccc(cps[i]);
-    if (c == 0) continue;
+    if (c == 0)
+      continue;
     size_t j = i;
     uint32_t cp = cps[i];
     while (j > 0 && nfc_ccc(cps[j - 1]) > c) {
@@ -349,7 +367,8 @@ static pcp_status_t nfc_region(const uint8_t* data, size_t size,
         cps[starter] = composite;
         continue;
       }
-      if (ch_class == 0) starter = out_n;
+      if (ch_class == 0)
+        starter = out_n;
       last_class = ch_class;
       cps[out_n++] = ch;
     }
@@ -376,7 +395,8 @@ static pcp_status_t nfc_region(const uint8_t* data, size_t size,
     status =
         pcp_string_builder_append(out_text, pcp_make_string_view(buffer, used));
   }
-  if (cps != stack_buffer) free(cps);
+  if (cps != stack_buffer)
+    free(cps);
   return status;
 }
 
@@ -406,10 +426,12 @@ pcp_status_t pcp_tokenizer_nfc_append(pcp_string_view_t text,
     size_t j = i + length;
     while (j < n) {
       int32_t next = pcp_tokenizer_utf8_decode(data + j, n - j, &length);
-      if (next < 0x300 || !nfc_maybe((uint32_t)next)) break;
+      if (next < 0x300 || !nfc_maybe((uint32_t)next))
+        break;
       j += length;
     }
-    if (safe < copied) safe = copied;
+    if (safe < copied)
+      safe = copied;
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append(
         out_text, pcp_make_string_view(text.data + copied, safe - copied)));
     PCP_RETURN_IF_ERROR_BARE(nfc_region(data + safe, j - safe, out_text));

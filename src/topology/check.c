@@ -14,7 +14,8 @@ static const char* const kVerdictNames[] = {"solvable", "decision_escape",
                                             "obstruction", "unknown"};
 
 const char* pcp_topology_verdict_name(pcp_topology_verdict_t verdict) {
-  if ((unsigned)verdict >= PCP_ARRAYSIZE(kVerdictNames)) return "?";
+  if ((unsigned)verdict >= PCP_ARRAYSIZE(kVerdictNames))
+    return "?";
   return kVerdictNames[verdict];
 }
 
@@ -49,7 +50,8 @@ static pcp_status_t copy_vertices(pcp_topology_vertex_list_t* out,
                                   size_t count) {
   pcp_topology_vertex_list_clear(out);
   for (size_t i = 0; i < count; ++i) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_topology_vertex_list_append(out, &vertices[i]));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_topology_vertex_list_append(out, &vertices[i]));
   }
   pcp_topology_vertices_sort(out->items, out->count);
   return pcp_ok_status();
@@ -77,7 +79,8 @@ static pcp_status_t decided_faces(const pcp_topology_complex_t* image,
       for (uint32_t k = 0; k < n; ++k) {
         seen |= pcp_topology_vertex_equal(&mapped[k], &target);
       }
-      if (!seen) mapped[n++] = target;
+      if (!seen)
+        mapped[n++] = target;
     }
     // A collapsed image can repeat a colour; append keeps it as the
     // offending simplex instead of rejecting it.
@@ -108,15 +111,16 @@ pcp_status_t pcp_topology_carrier_escape_find(
     status = pcp_topology_complex_faces(
         pcp_topology_carrier_map_domain(execution), faces);
   }
-  for (size_t f = 0; !status && f < pcp_topology_complex_count(faces) &&
-                     !escape->found;
+  for (size_t f = 0;
+       !status && f < pcp_topology_complex_count(faces) && !escape->found;
        ++f) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, f);
     const pcp_topology_complex_t* xi =
         pcp_topology_carrier_map_lookup(execution, face);
     const pcp_topology_complex_t* allowed =
         pcp_topology_carrier_map_lookup(task, face);
-    if (!xi || !allowed) continue;
+    if (!xi || !allowed)
+      continue;
     pcp_topology_complex_clear(decided);
     status = decided_faces(xi, decision, decided);
     for (size_t d = 0; !status && d < pcp_topology_complex_count(decided);
@@ -134,18 +138,21 @@ pcp_status_t pcp_topology_carrier_escape_find(
       if (!status) {
         status = pcp_topology_complex_create(allocator, &escape->decided_image);
       }
-      if (!status) status = pcp_topology_complex_copy(decided, escape->decided_image);
+      if (!status)
+        status = pcp_topology_complex_copy(decided, escape->decided_image);
       if (!status) {
         status = pcp_topology_complex_create(allocator, &escape->allowed_image);
       }
       if (!status) {
-        status = pcp_topology_subcomplex_closure(allowed, escape->allowed_image);
+        status =
+            pcp_topology_subcomplex_closure(allowed, escape->allowed_image);
       }
       break;
     }
   }
   pcp_topology_complex_release(faces);
-  if (decided) pcp_topology_complex_release(decided);
+  if (decided)
+    pcp_topology_complex_release(decided);
   return status;
 }
 
@@ -164,7 +171,8 @@ void pcp_topology_check_report_initialize(
     pcp_allocator_t allocator, pcp_topology_check_report_t* out_report) {
   memset(out_report, 0, sizeof(*out_report));
   out_report->allocator = allocator;
-  pcp_topology_obstruction_report_initialize(allocator, &out_report->obstruction);
+  pcp_topology_obstruction_report_initialize(allocator,
+                                             &out_report->obstruction);
   pcp_topology_carrier_escape_initialize(allocator, &out_report->escape);
   pcp_topology_trace_initialize(allocator, 0, &out_report->replay);
 }
@@ -179,7 +187,8 @@ void pcp_topology_check_report_deinitialize(
 static pcp_status_t face_count(const pcp_topology_complex_t* complex,
                                size_t* out_count) {
   *out_count = 0;
-  if (!complex) return pcp_ok_status();
+  if (!complex)
+    return pcp_ok_status();
   pcp_topology_complex_t* faces = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_create(
       pcp_topology_complex_allocator(complex), &faces));
@@ -205,9 +214,10 @@ static pcp_status_t copy_trace(const pcp_topology_trace_t* source,
 static pcp_status_t attach_replay(const pcp_topology_model_instance_t* m,
                                   pcp_topology_check_report_t* r) {
   const pcp_topology_task_definition_t* def = m->task.definition;
-  if (!def || m->trace_count == 0) return pcp_ok_status();
-  pcp_topology_simplex_t input = pcp_topology_make_simplex(
-      r->escape.input.items, r->escape.input.count);
+  if (!def || m->trace_count == 0)
+    return pcp_ok_status();
+  pcp_topology_simplex_t input =
+      pcp_topology_make_simplex(r->escape.input.items, r->escape.input.count);
   pcp_topology_vertex_t facet[PCP_TOPOLOGY_TASK_MAX_COLORS];
   size_t trace = 0;
   for (size_t t = 0; t < m->trace_count; ++t) {
@@ -259,7 +269,8 @@ static pcp_status_t run_check(const pcp_topology_model_t* model,
       pcp_status_ignore(carried);
       PCP_RETURN_IF_ERROR_BARE(pcp_topology_carrier_escape_find(
           m->execution, m->task.carrier, m->decision, &r->escape));
-      if (r->escape.found) PCP_RETURN_IF_ERROR_BARE(attach_replay(m, r));
+      if (r->escape.found)
+        PCP_RETURN_IF_ERROR_BARE(attach_replay(m, r));
     }
   } else if (m->decision_error[0]) {
     r->decision_checked = true;
@@ -330,7 +341,8 @@ static pcp_status_t format_escape(const pcp_topology_check_report_t* r,
       b,
       "\npcp topology counterexample\n"
       "violated_rule: %s\n"
-      "seed: %" PRIu64 "\n"
+      "seed: %" PRIu64
+      "\n"
       "events: %zu\n\n",
       r->model->violated_rule ? r->model->violated_rule
                               : "decision_outside_task_carrier",
@@ -343,10 +355,10 @@ static pcp_status_t format_escape(const pcp_topology_check_report_t* r,
       pcp_string_builder_append_cstring(b, "\n  offending_output: "));
   PCP_RETURN_IF_ERROR_BARE(format_vertex_list(&e->offending_output, b));
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n"));
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_topology_complex_format_excerpt("decided_image", e->decided_image, b));
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_topology_complex_format_excerpt("allowed_image", e->allowed_image, b));
+  PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_format_excerpt(
+      "decided_image", e->decided_image, b));
+  PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_format_excerpt(
+      "allowed_image", e->allowed_image, b));
   if (r->has_replay) {
     PCP_RETURN_IF_ERROR_BARE(
         pcp_string_builder_append_cstring(b, "replay_events:\n"));
@@ -369,7 +381,8 @@ pcp_status_t pcp_topology_check_report_format(
       "description: %s\n"
       "solver: %s\n"
       "verdict: %s\n"
-      "search: %s explored=%" PRIu64 "\n"
+      "search: %s explored=%" PRIu64
+      "\n"
       "counts: input_simplexes=%zu protocol_simplexes=%zu "
       "output_simplexes=%zu traces=%zu\n",
       r->model->name, task_name(r->model), r->model->description,
@@ -396,7 +409,8 @@ pcp_status_t pcp_topology_check_report_format(
     PCP_RETURN_IF_ERROR_BARE(
         pcp_topology_obstruction_report_format(&r->obstruction, b));
   }
-  if (r->escape.found) PCP_RETURN_IF_ERROR_BARE(format_escape(r, b));
+  if (r->escape.found)
+    PCP_RETURN_IF_ERROR_BARE(format_escape(r, b));
   return pcp_ok_status();
 }
 
@@ -406,7 +420,8 @@ static pcp_status_t json_vertex_list(const pcp_topology_vertex_list_t* list,
   pcp_string_builder_initialize(b->allocator, 0, &text);
   pcp_status_t status = format_vertex_list(list, &text);
   if (!status) {
-    status = pcp_topology_json_append_string(b, pcp_string_builder_cstring(&text));
+    status =
+        pcp_topology_json_append_string(b, pcp_string_builder_cstring(&text));
   }
   pcp_string_builder_deinitialize(&text);
   return status;
@@ -423,16 +438,17 @@ pcp_status_t pcp_topology_check_report_format_json(
       "\"solvable\":%s,\"search\":{\"status\":\"%s\",\"explored\":%" PRIu64
       ",\"z3_unsat_core_assertions\":%zu},\"counts\":{\"input_simplexes\":%zu,"
       "\"protocol_simplexes\":%zu,\"output_simplexes\":%zu,\"traces\":%zu}",
-      task_name(r->model), r->solver == PCP_TOPOLOGY_SOLVER_Z3 ? "z3" : "native",
+      task_name(r->model),
+      r->solver == PCP_TOPOLOGY_SOLVER_Z3 ? "z3" : "native",
       pcp_topology_verdict_name(r->verdict),
       r->verdict == PCP_TOPOLOGY_VERDICT_SOLVABLE ? "true" : "false",
       pcp_topology_search_status_name(r->search_status), r->explored,
       r->z3_core_size, r->input_simplexes, r->protocol_simplexes,
       r->output_simplexes, r->trace_count));
   if (r->decision_checked) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-        b, ",\"model_decision_carried\":%s",
-        r->decision_error[0] ? "false" : "true"));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_f(b, ",\"model_decision_carried\":%s",
+                                    r->decision_error[0] ? "false" : "true"));
     if (r->decision_error[0]) {
       PCP_RETURN_IF_ERROR_BARE(
           pcp_string_builder_append_cstring(b, ",\"model_decision_error\":"));
@@ -448,8 +464,9 @@ pcp_status_t pcp_topology_check_report_format_json(
   }
   if (r->escape.found) {
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(
-        b, ",\"counterexample\":{\"schema\":\"pcp.topology.analysis.v1\","
-           "\"violated_rule\":"));
+        b,
+        ",\"counterexample\":{\"schema\":\"pcp.topology.analysis.v1\","
+        "\"violated_rule\":"));
     PCP_RETURN_IF_ERROR_BARE(pcp_topology_json_append_string(
         b, r->model->violated_rule ? r->model->violated_rule
                                    : "decision_outside_task_carrier"));
@@ -460,7 +477,8 @@ pcp_status_t pcp_topology_check_report_format_json(
     PCP_RETURN_IF_ERROR_BARE(
         pcp_string_builder_append_cstring(b, ",\"offending_output\":"));
     PCP_RETURN_IF_ERROR_BARE(json_vertex_list(&r->escape.offending_output, b));
-    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "},\"events\":"));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_cstring(b, "},\"events\":"));
     PCP_RETURN_IF_ERROR_BARE(pcp_topology_json_append_events(
         b, r->has_replay ? r->replay.events : NULL,
         r->has_replay ? r->replay.event_count : 0));

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "topology/core_impl.h"
 #include "topology/complex_impl.h"
+#include "topology/core_impl.h"
 
 //===----------------------------------------------------------------------===//
 // Errors
@@ -34,7 +34,8 @@ static const pcp_status_code_t kErrorCodes[PCP_TOPOLOGY_ERROR_COUNT_] = {
 };
 
 const char* pcp_topology_error_name(pcp_topology_error_t error) {
-  if ((int)error < 0 || error >= PCP_TOPOLOGY_ERROR_COUNT_) return "?";
+  if ((int)error < 0 || error >= PCP_TOPOLOGY_ERROR_COUNT_)
+    return "?";
   return kErrorNames[error];
 }
 
@@ -59,11 +60,14 @@ pcp_status_t pcp_topology_status_allocate_f(pcp_topology_error_t error,
 }
 
 pcp_topology_error_t pcp_topology_status_error(pcp_status_t status) {
-  if (!status) return PCP_TOPOLOGY_ERROR_NONE;
+  if (!status)
+    return PCP_TOPOLOGY_ERROR_NONE;
   const char* message = pcp_status_message(status);
-  if (!message) return PCP_TOPOLOGY_ERROR_NONE;
+  if (!message)
+    return PCP_TOPOLOGY_ERROR_NONE;
   const char* colon = strchr(message, ':');
-  if (!colon) return PCP_TOPOLOGY_ERROR_NONE;
+  if (!colon)
+    return PCP_TOPOLOGY_ERROR_NONE;
   size_t length = (size_t)(colon - message);
   for (int i = 1; i < PCP_TOPOLOGY_ERROR_COUNT_; ++i) {
     if (strlen(kErrorNames[i]) == length &&
@@ -83,14 +87,16 @@ static const char* const kColorKindNames[PCP_TOPOLOGY_COLOR_KIND_COUNT_] = {
 };
 
 const char* pcp_topology_color_kind_name(pcp_topology_color_kind_t kind) {
-  if ((unsigned)kind >= PCP_TOPOLOGY_COLOR_KIND_COUNT_) return "?";
+  if ((unsigned)kind >= PCP_TOPOLOGY_COLOR_KIND_COUNT_)
+    return "?";
   return kColorKindNames[kind];
 }
 
 bool pcp_topology_color_kind_parse(pcp_string_view_t name,
                                    pcp_topology_color_kind_t* out_kind) {
   for (int i = 0; i < PCP_TOPOLOGY_COLOR_KIND_COUNT_; ++i) {
-    if (pcp_string_view_equal(name, pcp_make_cstring_view(kColorKindNames[i]))) {
+    if (pcp_string_view_equal(name,
+                              pcp_make_cstring_view(kColorKindNames[i]))) {
       *out_kind = (pcp_topology_color_kind_t)i;
       return true;
     }
@@ -99,8 +105,10 @@ bool pcp_topology_color_kind_parse(pcp_string_view_t name,
 }
 
 int pcp_topology_color_compare(pcp_topology_color_t a, pcp_topology_color_t b) {
-  if (a.kind != b.kind) return a.kind < b.kind ? -1 : 1;
-  if (a.number != b.number) return a.number < b.number ? -1 : 1;
+  if (a.kind != b.kind)
+    return a.kind < b.kind ? -1 : 1;
+  if (a.number != b.number)
+    return a.number < b.number ? -1 : 1;
   return 0;
 }
 
@@ -109,31 +117,39 @@ bool pcp_topology_color_equal(pcp_topology_color_t a, pcp_topology_color_t b) {
 }
 
 static int compare_symbols(const char* a, const char* b) {
-  if (!a) a = "";
-  if (!b) b = "";
+  if (!a)
+    a = "";
+  if (!b)
+    b = "";
   size_t la = strlen(a);
   size_t lb = strlen(b);
   int c = memcmp(a, b, la < lb ? la : lb);
-  if (c != 0) return c < 0 ? -1 : 1;
-  if (la != lb) return la < lb ? -1 : 1;
+  if (c != 0)
+    return c < 0 ? -1 : 1;
+  if (la != lb)
+    return la < lb ? -1 : 1;
   return 0;
 }
 
 int pcp_topology_label_compare(const pcp_topology_label_t* a,
                                const pcp_topology_label_t* b) {
-  if (a->kind != b->kind) return a->kind < b->kind ? -1 : 1;
+  if (a->kind != b->kind)
+    return a->kind < b->kind ? -1 : 1;
   if (a->kind == PCP_TOPOLOGY_LABEL_SYMBOL) {
     return compare_symbols(a->symbol, b->symbol);
   }
-  if (a->kind == PCP_TOPOLOGY_LABEL_EMPTY) return 0;
-  if (a->value != b->value) return a->value < b->value ? -1 : 1;
+  if (a->kind == PCP_TOPOLOGY_LABEL_EMPTY)
+    return 0;
+  if (a->value != b->value)
+    return a->value < b->value ? -1 : 1;
   return 0;
 }
 
 int pcp_topology_vertex_compare(const pcp_topology_vertex_t* a,
                                 const pcp_topology_vertex_t* b) {
   int c = pcp_topology_color_compare(a->color, b->color);
-  if (c != 0) return c;
+  if (c != 0)
+    return c;
   return pcp_topology_label_compare(&a->label, &b->label);
 }
 
@@ -144,7 +160,8 @@ bool pcp_topology_vertex_equal(const pcp_topology_vertex_t* a,
     return false;
   }
   if (a->label.kind == PCP_TOPOLOGY_LABEL_SYMBOL) {
-    if (a->label.symbol == b->label.symbol) return true;
+    if (a->label.symbol == b->label.symbol)
+      return true;
     return compare_symbols(a->label.symbol, b->label.symbol) == 0;
   }
   return a->label.kind == PCP_TOPOLOGY_LABEL_EMPTY ||
@@ -166,9 +183,8 @@ static uint64_t hash_bytes(uint64_t seed, const void* data, size_t length) {
 // Integer words are mixed directly (two fmix64 rounds) rather than fed
 // byte by byte: vertex hashing is the inner loop of every index lookup.
 static uint64_t hash_u64(uint64_t seed, uint64_t value) {
-  return pcp_topology_core_mix(seed ^
-                               pcp_topology_core_mix(value +
-                                                     0x9e3779b97f4a7c15ull));
+  return pcp_topology_core_mix(
+      seed ^ pcp_topology_core_mix(value + 0x9e3779b97f4a7c15ull));
 }
 
 // ASCII "color", "label", "vertex", "simplex" as little-endian integers.
@@ -187,7 +203,8 @@ uint64_t pcp_topology_label_hash(const pcp_topology_label_t* label) {
     const char* s = label->symbol ? label->symbol : "";
     return hash_bytes(h, s, strlen(s));
   }
-  if (label->kind == PCP_TOPOLOGY_LABEL_EMPTY) return h;
+  if (label->kind == PCP_TOPOLOGY_LABEL_EMPTY)
+    return h;
   return hash_u64(h, (uint64_t)label->value);
 }
 
@@ -272,7 +289,8 @@ const char* pcp_topology_simplex_cstr(pcp_topology_simplex_t simplex,
 pcp_status_t pcp_topology_grow(pcp_allocator_t allocator, size_t element_size,
                                size_t needed, void** inout_items,
                                size_t* inout_capacity) {
-  if (needed <= *inout_capacity) return pcp_ok_status();
+  if (needed <= *inout_capacity)
+    return pcp_ok_status();
   size_t capacity = *inout_capacity ? *inout_capacity : 8;
   while (capacity < needed) {
     if (capacity > SIZE_MAX / 2 / element_size) {
@@ -308,11 +326,9 @@ void pcp_topology_vertex_list_clear(pcp_topology_vertex_list_t* list) {
 
 pcp_status_t pcp_topology_vertex_list_append(
     pcp_topology_vertex_list_t* list, const pcp_topology_vertex_t* vertex) {
-  PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(list->allocator,
-                                             sizeof(*list->items),
-                                             list->count + 1,
-                                             (void**)&list->items,
-                                             &list->capacity));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_topology_grow(list->allocator, sizeof(*list->items), list->count + 1,
+                        (void**)&list->items, &list->capacity));
   list->items[list->count++] = *vertex;
   return pcp_ok_status();
 }
@@ -378,7 +394,8 @@ pcp_status_t pcp_topology_simplex_validate(pcp_topology_simplex_t simplex) {
 bool pcp_topology_simplex_contains_vertex(pcp_topology_simplex_t simplex,
                                           const pcp_topology_vertex_t* vertex) {
   for (uint32_t i = 0; i < simplex.count; ++i) {
-    if (pcp_topology_vertex_equal(&simplex.vertices[i], vertex)) return true;
+    if (pcp_topology_vertex_equal(&simplex.vertices[i], vertex))
+      return true;
   }
   return false;
 }
@@ -395,9 +412,11 @@ int32_t pcp_topology_simplex_vertex_with_color(pcp_topology_simplex_t simplex,
 
 bool pcp_topology_simplex_is_subset(pcp_topology_simplex_t a,
                                     pcp_topology_simplex_t b) {
-  if (a.count > b.count) return false;
+  if (a.count > b.count)
+    return false;
   for (uint32_t i = 0; i < a.count; ++i) {
-    if (!pcp_topology_simplex_contains_vertex(b, &a.vertices[i])) return false;
+    if (!pcp_topology_simplex_contains_vertex(b, &a.vertices[i]))
+      return false;
   }
   return true;
 }
@@ -415,7 +434,8 @@ bool pcp_topology_simplex_is_proper_subset(pcp_topology_simplex_t a,
 bool pcp_topology_simplex_disjoint(pcp_topology_simplex_t a,
                                    pcp_topology_simplex_t b) {
   for (uint32_t i = 0; i < a.count; ++i) {
-    if (pcp_topology_simplex_contains_vertex(b, &a.vertices[i])) return false;
+    if (pcp_topology_simplex_contains_vertex(b, &a.vertices[i]))
+      return false;
   }
   return true;
 }
@@ -502,11 +522,13 @@ bool pcp_topology_index_table_find(const pcp_topology_index_table_t* table,
                                    uint64_t hash, pcp_topology_index_eq_fn_t eq,
                                    const void* context, const void* key,
                                    uint32_t* out_value) {
-  if (!table->capacity) return false;
+  if (!table->capacity)
+    return false;
   size_t mask = table->capacity - 1;
   for (size_t i = (size_t)hash & mask;; i = (i + 1) & mask) {
     uint32_t slot = table->slots[i];
-    if (!slot) return false;
+    if (!slot)
+      return false;
     if (table->hashes[i] == hash && eq(context, slot - 1, key)) {
       *out_value = slot - 1;
       return true;
@@ -625,7 +647,8 @@ pcp_status_t pcp_topology_complex_create(pcp_allocator_t allocator,
 }
 
 void pcp_topology_complex_release(pcp_topology_complex_t* complex) {
-  if (!complex) return;
+  if (!complex)
+    return;
   pcp_allocator_t allocator = complex->allocator;
   incidence_drop(complex);
   pcp_topology_index_table_deinitialize(&complex->exact);
@@ -669,15 +692,18 @@ static bool vertices_equal_in_order(const pcp_topology_vertex_t* a,
                                     const pcp_topology_vertex_t* b,
                                     uint32_t count) {
   for (uint32_t i = 0; i < count; ++i) {
-    if (!pcp_topology_vertex_equal(&a[i], &b[i])) return false;
+    if (!pcp_topology_vertex_equal(&a[i], &b[i]))
+      return false;
   }
   return true;
 }
 
 static bool exact_eq(const void* context, uint32_t value, const void* key) {
-  const pcp_topology_complex_t* complex = (const pcp_topology_complex_t*)context;
+  const pcp_topology_complex_t* complex =
+      (const pcp_topology_complex_t*)context;
   const exact_key_t* k = (const exact_key_t*)key;
-  if (complex->counts[value] != k->simplex.count) return false;
+  if (complex->counts[value] != k->simplex.count)
+    return false;
   // Both sorted: the element-wise comparison decides. Otherwise sets.
   if (k->sorted && complex->sorted[value]) {
     return vertices_equal_in_order(listed_vertices(complex, value),
@@ -703,7 +729,8 @@ static bool find_exact(const pcp_topology_complex_t* complex,
   uint32_t value = 0;
   if (pcp_topology_index_table_find(&complex->exact, hash, exact_eq, complex,
                                     &key, &value)) {
-    if (out_index) *out_index = value;
+    if (out_index)
+      *out_index = value;
     return true;
   }
   return false;
@@ -715,10 +742,9 @@ static pcp_status_t append_raw(pcp_topology_complex_t* complex,
                                uint32_t count, uint64_t hash, bool sorted,
                                bool index_it) {
   if (complex->count >= PCP_TOPOLOGY_MAX_COMPLEX_SIMPLICES) {
-    return pcp_topology_make_status(
-        PCP_TOPOLOGY_ERROR_COMPLEX_TOO_LARGE,
-        "a complex may list at most %u simplices",
-        PCP_TOPOLOGY_MAX_COMPLEX_SIMPLICES);
+    return pcp_topology_make_status(PCP_TOPOLOGY_ERROR_COMPLEX_TOO_LARGE,
+                                    "a complex may list at most %u simplices",
+                                    PCP_TOPOLOGY_MAX_COMPLEX_SIMPLICES);
   }
   pcp_allocator_t a = complex->allocator;
   size_t needed = complex->count + 1;
@@ -735,15 +761,15 @@ static pcp_status_t append_raw(pcp_topology_complex_t* complex,
         a, sizeof(*complex->sorted), needed, (void**)&complex->sorted, &c4));
     complex->capacity = c1;
   }
-  PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(
-      a, sizeof(*complex->pool), complex->pool_count + count,
-      (void**)&complex->pool, &complex->pool_capacity));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_topology_grow(a, sizeof(*complex->pool), complex->pool_count + count,
+                        (void**)&complex->pool, &complex->pool_capacity));
   size_t index = complex->count;
   // The last step that can fail: nothing is committed before it, so a
   // failed append leaves the complex exactly as it was.
   if (index_it) {
-    PCP_RETURN_IF_ERROR_BARE(
-        pcp_topology_index_table_insert(&complex->exact, hash, (uint32_t)index));
+    PCP_RETURN_IF_ERROR_BARE(pcp_topology_index_table_insert(
+        &complex->exact, hash, (uint32_t)index));
   }
   if (count) {
     memcpy(complex->pool + complex->pool_count, vertices,
@@ -756,7 +782,8 @@ static pcp_status_t append_raw(pcp_topology_complex_t* complex,
   complex->pool_count += count;
   complex->count = index + 1;
   complex->faces_closed = false;
-  if (complex->incidence_valid) incidence_drop(complex);
+  if (complex->incidence_valid)
+    incidence_drop(complex);
   return pcp_ok_status();
 }
 
@@ -774,20 +801,24 @@ pcp_status_t pcp_topology_complex_append(pcp_topology_complex_t* complex,
 pcp_status_t pcp_topology_complex_insert_sorted(
     pcp_topology_complex_t* complex, const pcp_topology_vertex_t* vertices,
     uint32_t count, bool* out_added) {
-  if (out_added) *out_added = false;
+  if (out_added)
+    *out_added = false;
   pcp_topology_simplex_t simplex = pcp_topology_make_simplex(vertices, count);
   uint64_t hash = pcp_topology_simplex_hash(simplex);
-  if (find_exact(complex, simplex, hash, true, NULL)) return pcp_ok_status();
+  if (find_exact(complex, simplex, hash, true, NULL))
+    return pcp_ok_status();
   PCP_RETURN_IF_ERROR_BARE(
       append_raw(complex, vertices, count, hash, true, true));
-  if (out_added) *out_added = true;
+  if (out_added)
+    *out_added = true;
   return pcp_ok_status();
 }
 
 pcp_status_t pcp_topology_complex_add(pcp_topology_complex_t* complex,
                                       pcp_topology_simplex_t simplex,
                                       bool* out_added) {
-  if (out_added) *out_added = false;
+  if (out_added)
+    *out_added = false;
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_simplex_validate(simplex));
   pcp_topology_vertex_t small[16];
   pcp_topology_vertex_t* sorted = small;
@@ -801,12 +832,13 @@ pcp_status_t pcp_topology_complex_add(pcp_topology_complex_t* complex,
   pcp_topology_vertices_sort(sorted, simplex.count);
   pcp_status_t status = pcp_topology_complex_insert_sorted(
       complex, sorted, simplex.count, out_added);
-  if (sorted != small) pcp_allocator_free(complex->allocator, sorted);
+  if (sorted != small)
+    pcp_allocator_free(complex->allocator, sorted);
   return status;
 }
 
-pcp_status_t pcp_topology_complex_add_all(pcp_topology_complex_t* complex,
-                                          const pcp_topology_complex_t* source) {
+pcp_status_t pcp_topology_complex_add_all(
+    pcp_topology_complex_t* complex, const pcp_topology_complex_t* source) {
   for (size_t i = 0; i < source->count; ++i) {
     PCP_RETURN_IF_ERROR_BARE(
         pcp_topology_complex_add(complex, listed(source, i), NULL));
@@ -833,12 +865,13 @@ bool pcp_topology_complex_find(const pcp_topology_complex_t* complex,
                     is_sorted_run(simplex.vertices, simplex.count), out_index);
 }
 
-bool pcp_topology_complex_find_containing(
-    const pcp_topology_complex_t* complex, pcp_topology_simplex_t simplex,
-    size_t* out_index) {
+bool pcp_topology_complex_find_containing(const pcp_topology_complex_t* complex,
+                                          pcp_topology_simplex_t simplex,
+                                          size_t* out_index) {
   for (size_t i = 0; i < complex->count; ++i) {
     if (pcp_topology_simplex_is_subset(simplex, listed(complex, i))) {
-      if (out_index) *out_index = i;
+      if (out_index)
+        *out_index = i;
       return true;
     }
   }
@@ -848,7 +881,8 @@ bool pcp_topology_complex_find_containing(
 // Builds the vertex -> listed simplices index. On allocation failure the
 // caller falls back to a linear scan, so membership never fails.
 static bool incidence_build(pcp_topology_complex_t* complex) {
-  if (complex->incidence_valid) return true;
+  if (complex->incidence_valid)
+    return true;
   incidence_drop(complex);
   pcp_allocator_t allocator = complex->allocator;
   pcp_topology_vertex_index_t* index = NULL;
@@ -909,8 +943,10 @@ static bool incidence_build(pcp_topology_complex_t* complex) {
 
 bool pcp_topology_complex_contains(const pcp_topology_complex_t* complex,
                                    pcp_topology_simplex_t simplex) {
-  if (complex->count == 0) return false;
-  if (simplex.count == 0) return true;
+  if (complex->count == 0)
+    return false;
+  if (simplex.count == 0)
+    return true;
   size_t index = 0;
   if (find_exact(complex, simplex, pcp_topology_simplex_hash(simplex),
                  is_sorted_run(simplex.vertices, simplex.count), &index)) {
@@ -947,7 +983,8 @@ bool pcp_topology_complex_contains(const pcp_topology_complex_t* complex,
 bool pcp_topology_complex_is_subcomplex(const pcp_topology_complex_t* a,
                                         const pcp_topology_complex_t* b) {
   for (size_t i = 0; i < a->count; ++i) {
-    if (!pcp_topology_complex_contains(b, listed(a, i))) return false;
+    if (!pcp_topology_complex_contains(b, listed(a, i)))
+      return false;
   }
   return true;
 }
@@ -960,9 +997,11 @@ bool pcp_topology_complex_equal_by_closure(const pcp_topology_complex_t* a,
 
 bool pcp_topology_complex_same_listing(const pcp_topology_complex_t* a,
                                        const pcp_topology_complex_t* b) {
-  if (a->count != b->count) return false;
+  if (a->count != b->count)
+    return false;
   for (size_t i = 0; i < a->count; ++i) {
-    if (!pcp_topology_simplex_equal(listed(a, i), listed(b, i))) return false;
+    if (!pcp_topology_simplex_equal(listed(a, i), listed(b, i)))
+      return false;
   }
   return true;
 }
@@ -970,7 +1009,8 @@ bool pcp_topology_complex_same_listing(const pcp_topology_complex_t* a,
 pcp_status_t pcp_topology_complex_validate(
     const pcp_topology_complex_t* complex,
     pcp_topology_complex_witness_t* out_witness) {
-  if (out_witness) memset(out_witness, 0, sizeof(*out_witness));
+  if (out_witness)
+    memset(out_witness, 0, sizeof(*out_witness));
   for (size_t i = 0; i < complex->count; ++i) {
     pcp_status_t status = pcp_topology_simplex_validate(listed(complex, i));
     if (status) {
@@ -1005,7 +1045,8 @@ int32_t pcp_topology_complex_dimension(const pcp_topology_complex_t* complex) {
   int32_t dimension = -1;
   for (size_t i = 0; i < complex->count; ++i) {
     int32_t d = (int32_t)complex->counts[i] - 1;
-    if (d > dimension) dimension = d;
+    if (d > dimension)
+      dimension = d;
   }
   return dimension;
 }
@@ -1038,7 +1079,8 @@ static bool is_maximal(const pcp_topology_complex_t* complex, size_t index) {
 bool pcp_topology_complex_is_pure(const pcp_topology_complex_t* complex) {
   int32_t dimension = -2;
   for (size_t i = 0; i < complex->count; ++i) {
-    if (!is_maximal(complex, i)) continue;
+    if (!is_maximal(complex, i))
+      continue;
     int32_t d = (int32_t)complex->counts[i] - 1;
     if (dimension == -2) {
       dimension = d;
@@ -1077,7 +1119,8 @@ pcp_status_t pcp_topology_simplex_for_each_face(pcp_topology_simplex_t simplex,
   // comes out sorted without a per-face sort.
   pcp_topology_vertex_t canonical[MAX_ENUMERATED_FACE_BITS];
   uint32_t rank[MAX_ENUMERATED_FACE_BITS];
-  if (n) memcpy(canonical, simplex.vertices, n * sizeof(*canonical));
+  if (n)
+    memcpy(canonical, simplex.vertices, n * sizeof(*canonical));
   pcp_topology_vertices_sort(canonical, n);
   for (uint32_t i = 0; i < n; ++i) {
     rank[i] = 0;
@@ -1093,11 +1136,13 @@ pcp_status_t pcp_topology_simplex_for_each_face(pcp_topology_simplex_t simplex,
   for (uint64_t mask = 0; mask < total; ++mask) {
     uint64_t canonical_mask = 0;
     for (uint32_t i = 0; i < n; ++i) {
-      if (mask & ((uint64_t)1 << i)) canonical_mask |= (uint64_t)1 << rank[i];
+      if (mask & ((uint64_t)1 << i))
+        canonical_mask |= (uint64_t)1 << rank[i];
     }
     uint32_t count = 0;
     for (uint32_t j = 0; j < n; ++j) {
-      if (canonical_mask & ((uint64_t)1 << j)) face[count++] = canonical[j];
+      if (canonical_mask & ((uint64_t)1 << j))
+        face[count++] = canonical[j];
     }
     PCP_RETURN_IF_ERROR_BARE(fn(context, face, count));
   }
@@ -1185,24 +1230,28 @@ pcp_status_t pcp_topology_complex_skeleton(
 }
 
 typedef struct boundary_context_t {
-  uint32_t face_count;                // d vertices (dimension d - 1)
+  uint32_t face_count;                        // d vertices (dimension d - 1)
   const pcp_topology_complex_t* codim_faces;  // (d-1)-faces of d-simplices
   const uint32_t* multiplicity;
 } boundary_context_t;
 
 static bool keep_boundary(const void* context, pcp_topology_simplex_t face) {
   const boundary_context_t* c = (const boundary_context_t*)context;
-  if (face.count != c->face_count) return false;
+  if (face.count != c->face_count)
+    return false;
   size_t index = 0;
-  if (!pcp_topology_complex_find(c->codim_faces, face, &index)) return false;
+  if (!pcp_topology_complex_find(c->codim_faces, face, &index))
+    return false;
   return c->multiplicity[index] == 1;
 }
 
 pcp_status_t pcp_topology_complex_boundary(
-    const pcp_topology_complex_t* complex, pcp_topology_complex_t* out_complex) {
+    const pcp_topology_complex_t* complex,
+    pcp_topology_complex_t* out_complex) {
   pcp_topology_complex_clear(out_complex);
   int32_t d = pcp_topology_complex_dimension(complex);
-  if (d <= 0) return pcp_ok_status();
+  if (d <= 0)
+    return pcp_ok_status();
   // Count, for every (d-1)-face, the listed d-simplices containing it.
   pcp_topology_complex_t* codim = NULL;
   PCP_RETURN_IF_ERROR_BARE(
@@ -1212,7 +1261,8 @@ pcp_status_t pcp_topology_complex_boundary(
   pcp_status_t status = pcp_ok_status();
   pcp_topology_vertex_t face[PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES + 1];
   for (size_t s = 0; !status && s < complex->count; ++s) {
-    if ((int32_t)complex->counts[s] - 1 != d) continue;
+    if ((int32_t)complex->counts[s] - 1 != d)
+      continue;
     pcp_topology_simplex_t simplex = listed(complex, s);
     if (simplex.count > PCP_ARRAYSIZE(face)) {
       status = pcp_topology_make_status(
@@ -1223,12 +1273,14 @@ pcp_status_t pcp_topology_complex_boundary(
     for (uint32_t omit = 0; !status && omit < simplex.count; ++omit) {
       uint32_t n = 0;
       for (uint32_t i = 0; i < simplex.count; ++i) {
-        if (i != omit) face[n++] = simplex.vertices[i];
+        if (i != omit)
+          face[n++] = simplex.vertices[i];
       }
       pcp_topology_vertices_sort(face, n);
       size_t before = codim->count;
       status = pcp_topology_complex_insert_sorted(codim, face, n, NULL);
-      if (status) break;
+      if (status)
+        break;
       size_t index = 0;
       pcp_topology_complex_find(codim, pcp_topology_make_simplex(face, n),
                                 &index);
@@ -1236,7 +1288,8 @@ pcp_status_t pcp_topology_complex_boundary(
         status = pcp_topology_grow(complex->allocator, sizeof(*multiplicity),
                                    codim->count, (void**)&multiplicity,
                                    &multiplicity_capacity);
-        if (status) break;
+        if (status)
+          break;
         multiplicity[index] = 0;
       }
       multiplicity[index]++;
@@ -1275,18 +1328,22 @@ pcp_status_t pcp_topology_complex_closed_star(
   PCP_RETURN_IF_ERROR_BARE(
       pcp_topology_complex_create(complex->allocator, &star));
   pcp_status_t status = pcp_topology_complex_star(complex, center, star);
-  if (!status) status = pcp_topology_complex_faces(star, out_complex);
+  if (!status)
+    status = pcp_topology_complex_faces(star, out_complex);
   pcp_topology_complex_release(star);
   return status;
 }
 
 static bool keep_link(const void* context, pcp_topology_simplex_t face) {
   const center_context_t* c = (const center_context_t*)context;
-  if (!pcp_topology_simplex_disjoint(face, c->center)) return false;
-  pcp_topology_vertex_t joined[2 * (PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES +
-                                    1)];
-  if (face.count + c->center.count > PCP_ARRAYSIZE(joined)) return false;
-  if (face.count) memcpy(joined, face.vertices, face.count * sizeof(*joined));
+  if (!pcp_topology_simplex_disjoint(face, c->center))
+    return false;
+  pcp_topology_vertex_t
+      joined[2 * (PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES + 1)];
+  if (face.count + c->center.count > PCP_ARRAYSIZE(joined))
+    return false;
+  if (face.count)
+    memcpy(joined, face.vertices, face.count * sizeof(*joined));
   if (c->center.count) {
     memcpy(joined + face.count, c->center.vertices,
            c->center.count * sizeof(*joined));
@@ -1311,27 +1368,33 @@ pcp_status_t pcp_topology_complex_join(const pcp_topology_complex_t* left,
   pcp_topology_complex_t* lf = NULL;
   pcp_topology_complex_t* rf = NULL;
   pcp_status_t status = pcp_topology_complex_create(left->allocator, &lf);
-  if (!status) status = pcp_topology_complex_create(left->allocator, &rf);
-  if (!status) status = pcp_topology_complex_faces(left, lf);
-  if (!status) status = pcp_topology_complex_faces(right, rf);
+  if (!status)
+    status = pcp_topology_complex_create(left->allocator, &rf);
+  if (!status)
+    status = pcp_topology_complex_faces(left, lf);
+  if (!status)
+    status = pcp_topology_complex_faces(right, rf);
   pcp_topology_vertex_t* joined = NULL;
   size_t joined_capacity = 0;
   for (size_t i = 0; !status && i < lf->count; ++i) {
     for (size_t j = 0; !status && j < rf->count; ++j) {
       pcp_topology_simplex_t a = listed(lf, i);
       pcp_topology_simplex_t b = listed(rf, j);
-      status = pcp_topology_grow(left->allocator, sizeof(*joined),
-                                 a.count + b.count, (void**)&joined,
-                                 &joined_capacity);
-      if (status) break;
-      if (a.count) memcpy(joined, a.vertices, a.count * sizeof(*joined));
+      status =
+          pcp_topology_grow(left->allocator, sizeof(*joined), a.count + b.count,
+                            (void**)&joined, &joined_capacity);
+      if (status)
+        break;
+      if (a.count)
+        memcpy(joined, a.vertices, a.count * sizeof(*joined));
       if (b.count) {
         memcpy(joined + a.count, b.vertices, b.count * sizeof(*joined));
       }
       status = pcp_topology_complex_add(
           out_complex, pcp_topology_make_simplex(joined, a.count + b.count),
           NULL);
-      if (status) status = pcp_status_annotate_f(status, "join of complexes");
+      if (status)
+        status = pcp_status_annotate_f(status, "join of complexes");
     }
   }
   pcp_allocator_free(left->allocator, joined);
@@ -1373,9 +1436,9 @@ pcp_status_t pcp_topology_subcomplex_closure(
   return pcp_topology_complex_faces(sub, out_complex);
 }
 
-pcp_status_t pcp_topology_subcomplex_union(const pcp_topology_complex_t* a,
-                                           const pcp_topology_complex_t* b,
-                                           pcp_topology_complex_t* out_complex) {
+pcp_status_t pcp_topology_subcomplex_union(
+    const pcp_topology_complex_t* a, const pcp_topology_complex_t* b,
+    pcp_topology_complex_t* out_complex) {
   PCP_ASSERT(a != out_complex && b != out_complex);
   pcp_topology_complex_clear(out_complex);
   for (size_t i = 0; i < a->count; ++i) {
@@ -1448,7 +1511,8 @@ pcp_status_t pcp_topology_vertex_index_initialize(
     }
     status = pcp_topology_index_table_insert(
         &out_index->table, hash, (uint32_t)out_index->vertices.count);
-    if (!status) status = pcp_topology_vertex_list_append(&out_index->vertices, v);
+    if (!status)
+      status = pcp_topology_vertex_list_append(&out_index->vertices, v);
   }
   if (!status) {
     pcp_topology_vertices_sort(out_index->vertices.items,
@@ -1460,7 +1524,8 @@ pcp_status_t pcp_topology_vertex_index_initialize(
           pcp_topology_vertex_hash(&out_index->vertices.items[i]), (uint32_t)i);
     }
   }
-  if (status) pcp_topology_vertex_index_deinitialize(out_index);
+  if (status)
+    pcp_topology_vertex_index_deinitialize(out_index);
   return status;
 }
 

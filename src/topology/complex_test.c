@@ -45,10 +45,10 @@ static void add(pcp_topology_complex_t* complex,
   PCP_CHECK_OK(pcp_topology_complex_add(
       complex, pcp_topology_make_simplex(vertices, count), NULL));
 }
-#define ADD(complex, ...)                                              \
-  do {                                                                 \
-    pcp_topology_vertex_t vs_[] = {__VA_ARGS__};                       \
-    add((complex), vs_, PCP_ARRAYSIZE(vs_));                           \
+#define ADD(complex, ...)                        \
+  do {                                           \
+    pcp_topology_vertex_t vs_[] = {__VA_ARGS__}; \
+    add((complex), vs_, PCP_ARRAYSIZE(vs_));     \
   } while (0)
 #define SIMPLEX(array) pcp_topology_make_simplex((array), PCP_ARRAYSIZE(array))
 
@@ -57,9 +57,9 @@ static bool has(const pcp_topology_complex_t* complex,
   return pcp_topology_complex_contains(
       complex, pcp_topology_make_simplex(vertices, count));
 }
-#define HAS(complex, ...)                                   \
-  has((complex), (pcp_topology_vertex_t[]){__VA_ARGS__},    \
-      sizeof((pcp_topology_vertex_t[]){__VA_ARGS__}) /      \
+#define HAS(complex, ...)                                \
+  has((complex), (pcp_topology_vertex_t[]){__VA_ARGS__}, \
+      sizeof((pcp_topology_vertex_t[]){__VA_ARGS__}) /   \
           sizeof(pcp_topology_vertex_t))
 
 static void expect_error(pcp_status_t status, pcp_topology_error_t error) {
@@ -107,8 +107,8 @@ static void test_complex_membership_is_closed_under_faces(void** state) {
   assert_int_equal(index, 0);
   // No listed simplex: the empty simplex is not a member.
   pcp_topology_complex_t* empty = make_complex();
-  assert_false(pcp_topology_complex_contains(
-      empty, pcp_topology_make_simplex(NULL, 0)));
+  assert_false(
+      pcp_topology_complex_contains(empty, pcp_topology_make_simplex(NULL, 0)));
   pcp_topology_complex_release(empty);
   pcp_topology_complex_release(complex);
 }
@@ -470,7 +470,8 @@ static void test_vertex_maps_reject_non_simplicial_images_and_rigid_collapses(
 // Identity-like carrier over the edge {p0, p1}: each face to its copy in
 // |codomain| with protocol labels.
 static pcp_topology_carrier_map_t* edge_carrier(
-    const pcp_topology_complex_t* domain, const pcp_topology_complex_t* codomain,
+    const pcp_topology_complex_t* domain,
+    const pcp_topology_complex_t* codomain,
     pcp_topology_vertex_t (*relabel)(uint32_t, int64_t), int64_t value) {
   pcp_topology_carrier_map_t* carrier = NULL;
   PCP_CHECK_OK(
@@ -507,8 +508,8 @@ static void test_simplicial_carrier_maps_validate_strict_rigid_chromatic(
   pcp_topology_complex_t* sub = make_complex();
   ADD(sub, P(0, 0));
   pcp_topology_carrier_map_t* restricted = NULL;
-  PCP_CHECK_OK(pcp_topology_carrier_map_restrict(carrier, sub, ALLOC,
-                                                 &restricted));
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_restrict(carrier, sub, ALLOC, &restricted));
   assert_int_equal(pcp_topology_carrier_map_count(restricted), 2);
   PCP_CHECK_OK(pcp_topology_carrier_map_validate(restricted, all));
   pcp_topology_carrier_map_release(restricted);
@@ -693,8 +694,8 @@ static void test_carrier_calculus_composes_carrier_maps_and_decision_maps(
   pcp_topology_carrier_map_t* delta = edge_carrier(input, output, O, 2);
   pcp_topology_carrier_map_t* phi = edge_carrier(protocol, output, O, 2);
   pcp_topology_carrier_map_t* composed = NULL;
-  PCP_CHECK_OK(pcp_topology_carrier_map_compose_with_carrier(xi, phi, ALLOC,
-                                                             &composed));
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_compose_with_carrier(xi, phi, ALLOC, &composed));
   pcp_topology_carrier_checks_t checks = pcp_topology_carrier_checks_default();
   PCP_CHECK_OK(pcp_topology_carrier_map_validate(composed, checks));
   pcp_topology_vertex_t e[] = {P(0, 0), P(1, 0)};
@@ -710,8 +711,8 @@ static void test_carrier_calculus_composes_carrier_maps_and_decision_maps(
     PCP_CHECK_OK(pcp_topology_vertex_map_set(decision, &s, &t));
   }
   pcp_topology_carrier_map_t* decided = NULL;
-  PCP_CHECK_OK(pcp_topology_carrier_map_compose_with_map(xi, decision, ALLOC,
-                                                         &decided));
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_compose_with_map(xi, decision, ALLOC, &decided));
   assert_true(
       pcp_topology_carrier_map_carries(decided, SIMPLEX(e), SIMPLEX(oe)));
   PCP_CHECK_OK(pcp_topology_carried_decision_map_validate(xi, delta, decision));
@@ -835,8 +836,8 @@ static void test_execution_carrier_validates_reachable_protocol_decisions(
   pcp_topology_index_carrier_t delta = {f.input, f.output, delta_edges, 2};
   PCP_CHECK_OK(pcp_topology_execution_carrier_validate(&xi));
   pcp_topology_protocol_decision_t decisions[] = {{0, 0}, {1, 1}};
-  PCP_CHECK_OK(pcp_topology_execution_decision_map_validate(&xi, &delta,
-                                                            decisions, 2));
+  PCP_CHECK_OK(
+      pcp_topology_execution_decision_map_validate(&xi, &delta, decisions, 2));
   // A protocol simplex no input reaches.
   pcp_topology_index_edge_t partial_edges[] = {{0, p0, 1}, {1, p0, 1}};
   pcp_topology_index_carrier_t partial = {f.input, f.protocol, partial_edges,
@@ -938,9 +939,8 @@ static void test_decision_map_rejects_incompatible_outputs_for_a_shared_view(
   expect_error(status, PCP_TOPOLOGY_ERROR_INCOMPATIBLE_DECISION_ON_SHARED_VIEW);
   // An output without the shared view's colour.
   pcp_topology_decision_edge_t missing[] = {{0, 0, 0}, {1, 1, 2}};
-  expect_error(
-      pcp_topology_decision_map_validate(protocol, &delta, missing, 2),
-      PCP_TOPOLOGY_ERROR_SHARED_VIEW_MISSING_OUTPUT_VERTEX);
+  expect_error(pcp_topology_decision_map_validate(protocol, &delta, missing, 2),
+               PCP_TOPOLOGY_ERROR_SHARED_VIEW_MISSING_OUTPUT_VERTEX);
   pcp_topology_complex_release(output);
   pcp_topology_complex_release(protocol);
   pcp_topology_complex_release(input);
@@ -1008,19 +1008,21 @@ static void test_allocation_failures_are_statuses(void** state) {
   // failure must come back as a status, never a crash or a leak.
   for (int64_t n = 0; n < 64; ++n) {
     pcp_allocator_failing_t failing;
-    pcp_allocator_failing_initialize(pcp_allocator_system(), n, true,
-                                     &failing);
+    pcp_allocator_failing_initialize(pcp_allocator_system(), n, true, &failing);
     pcp_allocator_t allocator = pcp_allocator_failing(&failing);
     pcp_topology_complex_t* complex = NULL;
     pcp_topology_complex_t* faces = NULL;
     pcp_status_t status = pcp_topology_complex_create(allocator, &complex);
-    if (!status) status = pcp_topology_complex_create(allocator, &faces);
+    if (!status)
+      status = pcp_topology_complex_create(allocator, &faces);
     if (!status) {
       pcp_topology_vertex_t vs[] = {P(0, 0), P(1, 0), P(2, 0)};
       status = pcp_topology_complex_add(complex, SIMPLEX(vs), NULL);
     }
-    if (!status) status = pcp_topology_complex_faces(complex, faces);
-    if (!status) assert_int_equal(pcp_topology_complex_count(faces), 8);
+    if (!status)
+      status = pcp_topology_complex_faces(complex, faces);
+    if (!status)
+      assert_int_equal(pcp_topology_complex_count(faces), 8);
     pcp_status_ignore(status);
     pcp_topology_complex_release(faces);
     pcp_topology_complex_release(complex);
@@ -1065,7 +1067,8 @@ int main(void) {
           test_execution_carrier_validates_reachable_protocol_decisions),
       cmocka_unit_test(
           test_execution_observations_stay_inside_the_execution_carrier),
-      cmocka_unit_test(test_execution_decision_map_rejects_task_carrier_escapes),
+      cmocka_unit_test(
+          test_execution_decision_map_rejects_task_carrier_escapes),
       cmocka_unit_test(test_decision_map_rejects_outputs_outside_the_carrier),
       cmocka_unit_test(
           test_decision_map_rejects_incompatible_outputs_for_a_shared_view),

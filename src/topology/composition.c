@@ -16,8 +16,8 @@ pcp_status_t pcp_topology_projection_create(
     const pcp_topology_complex_t* to_input,
     const pcp_topology_projection_pair_t* pairs, size_t pair_count,
     pcp_allocator_t allocator, pcp_topology_vertex_map_t** out_map) {
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_topology_vertex_map_create(from_output, to_input, allocator, out_map));
+  PCP_RETURN_IF_ERROR_BARE(pcp_topology_vertex_map_create(from_output, to_input,
+                                                          allocator, out_map));
   pcp_status_t status = pcp_ok_status();
   for (size_t i = 0; !status && i < pair_count; ++i) {
     pcp_topology_vertex_t from = pcp_topology_make_vertex(
@@ -69,11 +69,14 @@ pcp_status_t pcp_topology_carriers_compose_projected(
       status = pcp_topology_carrier_map_compose_with_carrier(
           projected, links[i].next, allocator, &next);
     }
-    if (projected) pcp_topology_carrier_map_release(projected);
-    if (current) pcp_topology_carrier_map_release(current);
+    if (projected)
+      pcp_topology_carrier_map_release(projected);
+    if (current)
+      pcp_topology_carrier_map_release(current);
     current = next;
     if (status) {
-      if (current) pcp_topology_carrier_map_release(current);
+      if (current)
+        pcp_topology_carrier_map_release(current);
       return pcp_status_annotate_f(status, "composition link %zu", i);
     }
   }
@@ -103,7 +106,8 @@ pcp_status_t pcp_topology_projected_refinement_validate(
         "the projection does not land in the abstract outputs");
   }
   pcp_topology_complex_t* faces = NULL;
-  if (!status) status = pcp_topology_complex_create(allocator, &faces);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &faces);
   if (!status) {
     status = pcp_topology_complex_faces(
         pcp_topology_carrier_map_domain(projected), faces);
@@ -125,7 +129,8 @@ pcp_status_t pcp_topology_projected_refinement_validate(
       pcp_string_builder_deinitialize(&text);
     }
   }
-  if (faces) pcp_topology_complex_release(faces);
+  if (faces)
+    pcp_topology_complex_release(faces);
   pcp_topology_carrier_map_release(projected);
   return status;
 }
@@ -134,8 +139,10 @@ pcp_status_t pcp_topology_projected_refinement_validate(
 // The global training pipeline
 //===----------------------------------------------------------------------===//
 
-#define C(kind, n) {PCP_TOPOLOGY_COLOR_##kind, (n)}
-#define PAIR(fk, fn, from, tk, tn, to) {C(fk, fn), from, C(tk, tn), to}
+#define C(kind, n) \
+  { PCP_TOPOLOGY_COLOR_##kind, (n) }
+#define PAIR(fk, fn, from, tk, tn, to) \
+  { C(fk, fn), from, C(tk, tn), to }
 
 // workload O -> federation I: accepted requests meet a compatible current
 // gateway (job 30); rejected ones an incompatible gateway (job 32).
@@ -196,8 +203,7 @@ static const pcp_topology_projection_pair_t kLeaseToReservation[] = {
 // reservation O -> fragment I: committed -> an open quorum window (s40);
 // released, expired and canceled -> the canceled window (s45).
 static const pcp_topology_projection_pair_t kReservationToFragment[] = {
-    PAIR(GATEWAY, 0, "reservation.committed", GATEWAY, 0,
-         "window.open.quorum"),
+    PAIR(GATEWAY, 0, "reservation.committed", GATEWAY, 0, "window.open.quorum"),
     PAIR(JOB, 20, "job.queued_reserved", SESSION, 40, "session.active"),
     PAIR(WORKER, 0, "worker.leased.training", WORKER, 0,
          "fragment.fresh.unique_sender.quorum"),
@@ -247,8 +253,10 @@ static const pcp_topology_projection_pair_t kRdaToGlobal[] = {
          "gateway_a.committed"),
     PAIR(SESSION, 50, "merge.committed", JOB, 60, "job.running"),
     PAIR(WORKER, 0, "participants.used", HUB, 0, "global_job.committed"),
-    PAIR(GATEWAY, 0, "rda.output.zero", GATEWAY, 1, "gateway_a.hold_or_release"),
-    PAIR(GATEWAY, 0, "rda.output.none", GATEWAY, 1, "gateway_a.hold_or_release"),
+    PAIR(GATEWAY, 0, "rda.output.zero", GATEWAY, 1,
+         "gateway_a.hold_or_release"),
+    PAIR(GATEWAY, 0, "rda.output.none", GATEWAY, 1,
+         "gateway_a.hold_or_release"),
     PAIR(SESSION, 51, "merge.committed", JOB, 63, "job.queued"),
     PAIR(SESSION, 52, "merge.deferred", JOB, 63, "job.queued"),
     PAIR(WORKER, 0, "participants.canceling_direction", HUB, 0,
@@ -287,10 +295,13 @@ void pcp_topology_global_composition_initialize(
 
 void pcp_topology_global_composition_deinitialize(
     pcp_topology_global_composition_t* c) {
-  if (c->abstract) pcp_topology_carrier_map_release(c->abstract);
-  if (c->detailed) pcp_topology_carrier_map_release(c->detailed);
+  if (c->abstract)
+    pcp_topology_carrier_map_release(c->abstract);
+  if (c->detailed)
+    pcp_topology_carrier_map_release(c->detailed);
   for (size_t i = 0; i < PCP_TOPOLOGY_PIPELINE_STAGES; ++i) {
-    if (c->projections[i]) pcp_topology_vertex_map_release(c->projections[i]);
+    if (c->projections[i])
+      pcp_topology_vertex_map_release(c->projections[i]);
   }
   for (size_t i = 0; i < PCP_TOPOLOGY_PIPELINE_STAGES; ++i) {
     pcp_topology_task_deinitialize(&c->stages[i]);
@@ -306,20 +317,21 @@ void pcp_topology_global_composition_deinitialize(
 static pcp_status_t build_abstract(pcp_topology_global_composition_t* c) {
   pcp_allocator_t a = c->allocator;
   const pcp_topology_complex_t* input = c->stages[0].input;
-  static const pcp_topology_color_t kGlobal[3] = {
-      C(HUB, 0), C(JOB, 60), C(GATEWAY, 1)};
+  static const pcp_topology_color_t kGlobal[3] = {C(HUB, 0), C(JOB, 60),
+                                                  C(GATEWAY, 1)};
   pcp_topology_vertex_t committed[3] = {
-      pcp_topology_make_vertex(kGlobal[0],
-                               pcp_topology_make_symbol("global_job.committed")),
+      pcp_topology_make_vertex(
+          kGlobal[0], pcp_topology_make_symbol("global_job.committed")),
       pcp_topology_make_vertex(kGlobal[1],
                                pcp_topology_make_symbol("job.running")),
-      pcp_topology_make_vertex(kGlobal[2],
-                               pcp_topology_make_symbol("gateway_a.committed"))};
+      pcp_topology_make_vertex(
+          kGlobal[2], pcp_topology_make_symbol("gateway_a.committed"))};
   pcp_topology_vertex_t deferred[3] = {
       pcp_topology_make_vertex(kGlobal[0],
                                pcp_topology_make_symbol("global_job.deferred")),
-      pcp_topology_make_vertex(pcp_topology_make_color(PCP_TOPOLOGY_COLOR_JOB, 63),
-                               pcp_topology_make_symbol("job.queued")),
+      pcp_topology_make_vertex(
+          pcp_topology_make_color(PCP_TOPOLOGY_COLOR_JOB, 63),
+          pcp_topology_make_symbol("job.queued")),
       pcp_topology_make_vertex(
           kGlobal[2], pcp_topology_make_symbol("gateway_a.hold_or_release"))};
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_carrier_map_create(
@@ -333,14 +345,16 @@ static pcp_status_t build_abstract(pcp_topology_global_composition_t* c) {
   pcp_topology_complex_t* image = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_create(a, &faces));
   pcp_status_t status = pcp_topology_complex_create(a, &image);
-  if (!status) status = pcp_topology_complex_faces(input, faces);
+  if (!status)
+    status = pcp_topology_complex_faces(input, faces);
   for (size_t f = 0; !status && f < pcp_topology_complex_count(faces); ++f) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, f);
     pcp_topology_complex_clear(image);
     if (face.count == 0) {
       status = pcp_topology_complex_append(image, face);
     } else if (pcp_topology_simplex_is_subset(
-                   face, pcp_topology_make_simplex(regular, cases[0].color_count))) {
+                   face,
+                   pcp_topology_make_simplex(regular, cases[0].color_count))) {
       status = pcp_topology_complex_add(
           image, pcp_topology_make_simplex(committed, 3), NULL);
       if (!status) {
@@ -348,7 +362,8 @@ static pcp_status_t build_abstract(pcp_topology_global_composition_t* c) {
             image, pcp_topology_make_simplex(deferred, 3), NULL);
       }
     } else if (pcp_topology_simplex_is_subset(
-                   face, pcp_topology_make_simplex(invalid, cases[1].color_count))) {
+                   face,
+                   pcp_topology_make_simplex(invalid, cases[1].color_count))) {
       status = pcp_topology_complex_add(
           image, pcp_topology_make_simplex(deferred, 3), NULL);
     } else {
@@ -356,11 +371,14 @@ static pcp_status_t build_abstract(pcp_topology_global_composition_t* c) {
           PCP_TOPOLOGY_ERROR_UNCOVERED_ABSTRACT_WORKFLOW_FACE,
           "workload face %zu is in neither request", f);
     }
-    if (!status) status = pcp_topology_carrier_map_set(c->abstract, face, image);
+    if (!status)
+      status = pcp_topology_carrier_map_set(c->abstract, face, image);
   }
   pcp_topology_complex_release(faces);
-  if (image) pcp_topology_complex_release(image);
-  if (status) return status;
+  if (image)
+    pcp_topology_complex_release(image);
+  if (status)
+    return status;
   return pcp_topology_carrier_map_validate(
       c->abstract, pcp_topology_carrier_checks_default());
 }
@@ -378,13 +396,14 @@ pcp_status_t pcp_topology_global_composition_build(
                                      a, &c->global);
   }
   for (size_t i = 0; !status && i < PCP_TOPOLOGY_PIPELINE_STAGES; ++i) {
-    const pcp_topology_complex_t* to =
-        i + 1 < PCP_TOPOLOGY_PIPELINE_STAGES ? c->stages[i + 1].input
-                                             : c->global.output;
+    const pcp_topology_complex_t* to = i + 1 < PCP_TOPOLOGY_PIPELINE_STAGES
+                                           ? c->stages[i + 1].input
+                                           : c->global.output;
     status = pcp_topology_projection_create(
         c->stages[i].output, to, kProjections[i].pairs, kProjections[i].count,
         a, &c->projections[i]);
-    if (status) status = pcp_status_annotate_f(status, "projection %zu", i);
+    if (status)
+      status = pcp_status_annotate_f(status, "projection %zu", i);
   }
   if (!status) {
     pcp_topology_composition_link_t links[PCP_TOPOLOGY_PIPELINE_STAGES - 1];
@@ -396,7 +415,9 @@ pcp_status_t pcp_topology_global_composition_build(
         c->stages[0].carrier, links, PCP_TOPOLOGY_PIPELINE_STAGES - 1, a,
         &c->detailed);
   }
-  if (!status) status = build_abstract(c);
-  if (status) pcp_topology_global_composition_deinitialize(c);
+  if (!status)
+    status = build_abstract(c);
+  if (status)
+    pcp_topology_global_composition_deinitialize(c);
   return status;
 }

@@ -81,9 +81,9 @@ static void test_invalid_workload_never_commits(void** state) {
   // An abstract contract that demands a commit for every request is not
   // refined: the invalid request only ever defers.
   pcp_topology_carrier_map_t* committed_only = NULL;
-  PCP_CHECK_OK(pcp_topology_carrier_map_create(
-      c.stages[0].input, c.global.output, pcp_allocator_system(),
-      &committed_only));
+  PCP_CHECK_OK(
+      pcp_topology_carrier_map_create(c.stages[0].input, c.global.output,
+                                      pcp_allocator_system(), &committed_only));
   pcp_topology_complex_t* faces = NULL;
   pcp_topology_complex_t* image = NULL;
   PCP_CHECK_OK(pcp_topology_complex_create(pcp_allocator_system(), &faces));
@@ -167,11 +167,12 @@ static void test_projection_rejects_unknown_vertices(void** state) {
   pcp_topology_task_t a, b;
   PCP_CHECK_OK(pcp_topology_task_build(PCP_TOPOLOGY_TASK_RDA_MERGE,
                                        pcp_allocator_system(), &a));
-  PCP_CHECK_OK(pcp_topology_task_build(PCP_TOPOLOGY_TASK_MULTI_GATEWAY_GLOBAL_JOB,
-                                       pcp_allocator_system(), &b));
-  pcp_topology_projection_pair_t bad = {
-      {PCP_TOPOLOGY_COLOR_GATEWAY, 0}, "rda.output.nope",
-      {PCP_TOPOLOGY_COLOR_HUB, 0}, "global_job.committed"};
+  PCP_CHECK_OK(pcp_topology_task_build(
+      PCP_TOPOLOGY_TASK_MULTI_GATEWAY_GLOBAL_JOB, pcp_allocator_system(), &b));
+  pcp_topology_projection_pair_t bad = {{PCP_TOPOLOGY_COLOR_GATEWAY, 0},
+                                        "rda.output.nope",
+                                        {PCP_TOPOLOGY_COLOR_HUB, 0},
+                                        "global_job.committed"};
   pcp_topology_vertex_map_t* map = NULL;
   pcp_status_t status = pcp_topology_projection_create(
       a.output, b.output, &bad, 1, pcp_allocator_system(), &map);

@@ -34,8 +34,8 @@ typedef struct pcp_topology_index_table_t {
   size_t used;
 } pcp_topology_index_table_t;
 
-typedef bool (*pcp_topology_index_eq_fn_t)(const void* context,
-                                           uint32_t value, const void* key);
+typedef bool (*pcp_topology_index_eq_fn_t)(const void* context, uint32_t value,
+                                           const void* key);
 
 void pcp_topology_index_table_initialize(pcp_allocator_t allocator,
                                          pcp_topology_index_table_t* table);
@@ -66,9 +66,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_complex_insert_sorted(
 
 // Faces of |simplex| in upstream mask order, each sorted, passed to |fn|.
 // |scratch| must hold simplex.count vertices.
-typedef pcp_status_t (*pcp_topology_face_fn_t)(void* context,
-                                               const pcp_topology_vertex_t* face,
-                                               uint32_t count);
+typedef pcp_status_t (*pcp_topology_face_fn_t)(
+    void* context, const pcp_topology_vertex_t* face, uint32_t count);
 PCP_MUST_USE_RESULT pcp_status_t pcp_topology_simplex_for_each_face(
     pcp_topology_simplex_t simplex, pcp_topology_face_fn_t fn, void* context);
 

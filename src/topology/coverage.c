@@ -41,8 +41,8 @@ static const pcp_topology_coverage_path_t kDefaultPaths[] = {
      STUBS "#sched_commit_release_expire", false},
     {"reservation.violation.lifecycle", T(RESERVATION_LIFECYCLE),
      STUBS "#sched_commit_release_expire", false},
-    {"reservation.queue_state", T(RESERVATION_LIFECYCLE),
-     STUBS "#sched_queue", false},
+    {"reservation.queue_state", T(RESERVATION_LIFECYCLE), STUBS "#sched_queue",
+     false},
     {"federation.operations.gateway_connect", T(FEDERATION_PLACEMENT),
      STUBS "#federation_register", false},
     {"federation.operations.mutation_batch", T(FEDERATION_PLACEMENT),
@@ -57,8 +57,8 @@ static const pcp_topology_coverage_path_t kDefaultPaths[] = {
      STUBS "#federation_place", false},
     {"decoupled.worker_status", T(DECOUPLED_FRAGMENT),
      STUBS "#decoupled_window", false},
-    {"decoupled.action_tag", T(DECOUPLED_FRAGMENT),
-     STUBS "#decoupled_apply", false},
+    {"decoupled.action_tag", T(DECOUPLED_FRAGMENT), STUBS "#decoupled_apply",
+     false},
     {"decoupled.decision", T(DECOUPLED_FRAGMENT), STUBS "#decoupled_apply",
      false},
     {"decoupled.violation", T(DECOUPLED_FRAGMENT), STUBS "#decoupled_apply",
@@ -142,7 +142,8 @@ void pcp_topology_coverage_summarize(const pcp_topology_coverage_path_t* paths,
 static const pcp_topology_coverage_path_t* find_path(
     const pcp_topology_coverage_path_t* paths, size_t count, const char* id) {
   for (size_t i = 0; i < count; ++i) {
-    if (strcmp(paths[i].id, id) == 0) return &paths[i];
+    if (strcmp(paths[i].id, id) == 0)
+      return &paths[i];
   }
   return NULL;
 }
@@ -168,7 +169,8 @@ pcp_status_t pcp_topology_coverage_validate(
           "task %s is design-only", tasks[t].name);
     }
     for (size_t i = 0; i < id_count; ++i) {
-      const pcp_topology_coverage_path_t* path = find_path(paths, count, ids[i]);
+      const pcp_topology_coverage_path_t* path =
+          find_path(paths, count, ids[i]);
       if (!path) {
         return pcp_topology_make_status(
             PCP_TOPOLOGY_ERROR_STALE_TASK_COVERAGE_PATH,
@@ -238,8 +240,8 @@ pcp_status_t pcp_topology_coverage_summary_format(
       b,
       "pcp topology coverage summary: total=%zu implemented=%zu covered=%zu "
       "design_only=%zu uncovered=%zu\n",
-      summary.total, summary.implemented, summary.covered,
-      summary.design_only, summary.uncovered));
+      summary.total, summary.implemented, summary.covered, summary.design_only,
+      summary.uncovered));
   size_t task_count = 0;
   const pcp_topology_task_definition_t* tasks =
       pcp_topology_task_catalog(&task_count);
@@ -269,7 +271,8 @@ pcp_status_t pcp_topology_coverage_summary_format(
 const char* pcp_topology_coverage_path_for_message(
     const pcp_topology_message_entry_t* entry,
     pcp_topology_message_aspect_t aspect) {
-  if (!entry) return NULL;  // unknown messages map nowhere
+  if (!entry)
+    return NULL;  // unknown messages map nowhere
   switch (aspect) {
     case PCP_TOPOLOGY_MESSAGE_ASPECT_ENTRY:
       return "message_registry.protocol_messages";
@@ -285,7 +288,8 @@ const char* pcp_topology_coverage_path_for_message(
 
 const char* pcp_topology_coverage_path_for_federation_operation(
     const char* name) {
-  if (!name) return NULL;
+  if (!name)
+    return NULL;
   if (strcmp(name, "gateway_connect") == 0) {
     return "federation.operations.gateway_connect";
   }
@@ -348,7 +352,8 @@ const char* pcp_topology_coverage_path_for_global_job_state(
 }
 
 const char* pcp_topology_coverage_path_for_rda_violation(const char* name) {
-  if (!name) return NULL;
+  if (!name)
+    return NULL;
   return strcmp(name, "incompatible_local_views") == 0
              ? "rda.local_view_compatibility"
              : "rda.violation";

@@ -19,7 +19,8 @@ static bool path_exists(const char* id) {
   const pcp_topology_coverage_path_t* paths =
       pcp_topology_coverage_default_paths(&count);
   for (size_t i = 0; i < count; ++i) {
-    if (strcmp(paths[i].id, id) == 0) return true;
+    if (strcmp(paths[i].id, id) == 0)
+      return true;
   }
   return false;
 }
@@ -94,9 +95,9 @@ static void test_model_state_labels_map(void** state) {
   assert_string_equal(pcp_topology_coverage_path_for_sched_decision(
                           PCP_TOPOLOGY_SCHED_RESERVED),
                       "scheduling.decision.admission");
-  assert_string_equal(pcp_topology_coverage_path_for_sched_decision(
-                          PCP_TOPOLOGY_SCHED_EXPIRED),
-                      "reservation.decision.lifecycle");
+  assert_string_equal(
+      pcp_topology_coverage_path_for_sched_decision(PCP_TOPOLOGY_SCHED_EXPIRED),
+      "reservation.decision.lifecycle");
   size_t admission = 0, lifecycle = 0;
   for (int v = 0; v <= PCP_TOPOLOGY_SCHED_VIOLATION_ACTIVE_JOB_NOT_FOUND; ++v) {
     const char* path = pcp_topology_coverage_path_for_sched_violation(
@@ -106,9 +107,9 @@ static void test_model_state_labels_map(void** state) {
   }
   assert_int_equal(admission, 7);
   assert_int_equal(lifecycle, 6);
-  assert_string_equal(
-      pcp_topology_coverage_path_for_decoupled_action(PCP_TOPOLOGY_DECOUPLED_CRASH),
-      "decoupled.crash_restart_resume");
+  assert_string_equal(pcp_topology_coverage_path_for_decoupled_action(
+                          PCP_TOPOLOGY_DECOUPLED_CRASH),
+                      "decoupled.crash_restart_resume");
   assert_string_equal(pcp_topology_coverage_path_for_decoupled_action(
                           PCP_TOPOLOGY_DECOUPLED_SUBMIT),
                       "decoupled.action_tag");
@@ -156,8 +157,7 @@ static void test_strict_rejects_uncovered(void** state) {
   pcp_string_builder_t b;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &b);
   PCP_CHECK_OK(pcp_topology_coverage_summary_format(paths, count + 1, &b));
-  assert_non_null(strstr(pcp_string_builder_cstring(&b),
-                         "uncovered=1\n"));
+  assert_non_null(strstr(pcp_string_builder_cstring(&b), "uncovered=1\n"));
   assert_non_null(strstr(pcp_string_builder_cstring(&b),
                          "- uncovered: gateway.new_endpoint "
                          "source=src/roles/gateway/gateway.c\n"));

@@ -418,11 +418,13 @@ pcp_status_t pcp_topology_decoupled_explore_exhaustive(
     decoupled_run(actions, depth, out_stats, &hasher);
     int position = (int)depth - 1;
     while (position >= 0) {
-      if (++actions[position] < PCP_TOPOLOGY_DECOUPLED_ACTIONS) break;
+      if (++actions[position] < PCP_TOPOLOGY_DECOUPLED_ACTIONS)
+        break;
       actions[position] = 0;
       --position;
     }
-    if (position < 0) break;
+    if (position < 0)
+      break;
   }
   out_stats->fingerprint = pcp_topology_hasher_finish(&hasher);
   return pcp_ok_status();

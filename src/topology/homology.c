@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "topology/core_impl.h"
 #include "topology/complex_impl.h"
+#include "topology/core_impl.h"
 
 #define NONE UINT32_MAX
 
@@ -27,18 +27,20 @@
 //===----------------------------------------------------------------------===//
 
 static bool is_prime(uint32_t p) {
-  if (p < 2) return false;
+  if (p < 2)
+    return false;
   for (uint32_t d = 2; (uint64_t)d * d <= p; ++d) {
-    if (p % d == 0) return false;
+    if (p % d == 0)
+      return false;
   }
   return true;
 }
 
 pcp_status_t pcp_topology_field_prime_validate(uint32_t prime) {
   if (prime > PCP_TOPOLOGY_MAX_FIELD_PRIME || !is_prime(prime)) {
-    return pcp_topology_make_status(
-        PCP_TOPOLOGY_ERROR_INVALID_FIELD_PRIME,
-        "%u is not a prime in [2, %u]", prime, PCP_TOPOLOGY_MAX_FIELD_PRIME);
+    return pcp_topology_make_status(PCP_TOPOLOGY_ERROR_INVALID_FIELD_PRIME,
+                                    "%u is not a prime in [2, %u]", prime,
+                                    PCP_TOPOLOGY_MAX_FIELD_PRIME);
   }
   return pcp_ok_status();
 }
@@ -53,7 +55,8 @@ static uint32_t inv_mod(uint32_t a, uint32_t p) {
   uint64_t base = a % p;
   uint32_t e = p - 2;
   while (e) {
-    if (e & 1) result = (result * base) % p;
+    if (e & 1)
+      result = (result * base) % p;
     base = (base * base) % p;
     e >>= 1;
   }
@@ -80,7 +83,8 @@ static void vec_free(pcp_allocator_t allocator, sparse_vec_t* v) {
 
 static pcp_status_t vec_reserve(pcp_allocator_t allocator, sparse_vec_t* v,
                                 uint32_t capacity) {
-  if (capacity <= v->capacity) return pcp_ok_status();
+  if (capacity <= v->capacity)
+    return pcp_ok_status();
   uint32_t c = v->capacity ? v->capacity : 8;
   while (c < capacity) c *= 2;
   void* index = v->index;
@@ -95,8 +99,8 @@ static pcp_status_t vec_reserve(pcp_allocator_t allocator, sparse_vec_t* v,
   return pcp_ok_status();
 }
 
-static pcp_status_t vec_copy(pcp_allocator_t allocator, const sparse_vec_t* from,
-                             sparse_vec_t* to) {
+static pcp_status_t vec_copy(pcp_allocator_t allocator,
+                             const sparse_vec_t* from, sparse_vec_t* to) {
   PCP_RETURN_IF_ERROR_BARE(vec_reserve(allocator, to, from->count));
   if (from->count) {
     memcpy(to->index, from->index, from->count * sizeof(uint32_t));
@@ -108,8 +112,8 @@ static pcp_status_t vec_copy(pcp_allocator_t allocator, const sparse_vec_t* from
 
 // a := a - factor * b, through |scratch| (swapped into |a|).
 static pcp_status_t vec_axpy(pcp_allocator_t allocator, sparse_vec_t* a,
-                             uint32_t factor, const sparse_vec_t* b,
-                             uint32_t p, sparse_vec_t* scratch) {
+                             uint32_t factor, const sparse_vec_t* b, uint32_t p,
+                             sparse_vec_t* scratch) {
   PCP_RETURN_IF_ERROR_BARE(
       vec_reserve(allocator, scratch, a->count + b->count));
   uint32_t neg = (p - factor % p) % p;
@@ -182,7 +186,8 @@ static pcp_status_t reducer_initialize(pcp_allocator_t allocator,
 static void reducer_deinitialize(reducer_t* r) {
   for (size_t i = 0; i < r->count; ++i) {
     vec_free(r->allocator, &r->columns[i]);
-    if (r->track) vec_free(r->allocator, &r->tracks[i]);
+    if (r->track)
+      vec_free(r->allocator, &r->tracks[i]);
   }
   pcp_allocator_free(r->allocator, r->columns);
   pcp_allocator_free(r->allocator, r->tracks);
@@ -197,11 +202,11 @@ static pcp_status_t reducer_reduce(reducer_t* r, sparse_vec_t* v,
   while (v->count) {
     uint32_t low = v->index[v->count - 1];
     uint32_t pivot = r->pivot_of_row[low];
-    if (pivot == NONE) break;
+    if (pivot == NONE)
+      break;
     uint32_t factor = v->value[v->count - 1];
-    PCP_RETURN_IF_ERROR_BARE(vec_axpy(r->allocator, v, factor,
-                                      &r->columns[pivot], r->prime,
-                                      &r->scratch));
+    PCP_RETURN_IF_ERROR_BARE(vec_axpy(
+        r->allocator, v, factor, &r->columns[pivot], r->prime, &r->scratch));
     if (track) {
       PCP_RETURN_IF_ERROR_BARE(vec_axpy(r->allocator, track, factor,
                                         &r->tracks[pivot], r->prime,
@@ -217,18 +222,20 @@ static pcp_status_t reducer_insert(reducer_t* r, sparse_vec_t* v,
                                    sparse_vec_t* track, bool* out_added) {
   *out_added = false;
   PCP_RETURN_IF_ERROR_BARE(reducer_reduce(r, v, track));
-  if (!v->count) return pcp_ok_status();
+  if (!v->count)
+    return pcp_ok_status();
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(r->allocator, sizeof(*r->columns),
                                              r->count + 1, (void**)&r->columns,
                                              &r->capacity));
   if (r->track) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(
-        r->allocator, sizeof(*r->tracks), r->count + 1, (void**)&r->tracks,
-        &r->tracks_capacity));
+    PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(r->allocator, sizeof(*r->tracks),
+                                               r->count + 1, (void**)&r->tracks,
+                                               &r->tracks_capacity));
   }
   uint32_t inverse = inv_mod(v->value[v->count - 1], r->prime);
   vec_scale(v, inverse, r->prime);
-  if (track) vec_scale(track, inverse, r->prime);
+  if (track)
+    vec_scale(track, inverse, r->prime);
   r->pivot_of_row[v->index[v->count - 1]] = (uint32_t)r->count;
   r->columns[r->count] = *v;
   memset(v, 0, sizeof(*v));
@@ -374,22 +381,24 @@ static pcp_status_t chain_complex_initialize(
           "a simplex of %u vertices has too many faces", simplex.count);
     }
     for (uint32_t i = 0; i < simplex.count; ++i) {
-      PCP_ASSERT(pcp_topology_vertex_index_find(&out->vertices,
-                                                &simplex.vertices[i],
-                                                &stored[i]));
+      PCP_ASSERT(pcp_topology_vertex_index_find(
+          &out->vertices, &simplex.vertices[i], &stored[i]));
     }
     uint64_t total = (uint64_t)1 << simplex.count;
     for (uint64_t mask = 1; !status && mask < total; ++mask) {
       uint32_t n = 0;
       for (uint32_t i = 0; i < simplex.count; ++i) {
-        if (mask & ((uint64_t)1 << i)) face[n++] = stored[i];
+        if (mask & ((uint64_t)1 << i))
+          face[n++] = stored[i];
       }
       sort_ids(face, n);
       // A non-chromatic literal could repeat a vertex; such a tuple is not
       // a simplex of that dimension.
       bool distinct = true;
-      for (uint32_t i = 1; i < n && distinct; ++i) distinct = face[i] != face[i - 1];
-      if (!distinct) continue;
+      for (uint32_t i = 1; i < n && distinct; ++i)
+        distinct = face[i] != face[i - 1];
+      if (!distinct)
+        continue;
       status = cells_insert(allocator, &out->cells[n - 1], face);
     }
   }
@@ -409,7 +418,8 @@ static pcp_status_t boundary_column(const chain_complex_t* cc, int32_t k,
   for (int32_t omit = 0; omit <= k; ++omit) {
     uint32_t n = 0;
     for (int32_t i = 0; i <= k; ++i) {
-      if (i != omit) face[n++] = ids[i];
+      if (i != omit)
+        face[n++] = ids[i];
     }
     uint32_t row = 0;
     PCP_ASSERT(cells_find(rows, face, &row));
@@ -432,25 +442,30 @@ static pcp_status_t boundary_column(const chain_complex_t* cc, int32_t k,
 // rank of the map from k-chains to (k-1)-chains; ranks[0] = 0.
 static pcp_status_t boundary_ranks(const chain_complex_t* cc, uint32_t prime,
                                    uint64_t* ranks) {
-  memset(ranks, 0, sizeof(uint64_t) * (PCP_TOPOLOGY_MAX_HOMOLOGY_DIMENSION + 2));
+  memset(ranks, 0,
+         sizeof(uint64_t) * (PCP_TOPOLOGY_MAX_HOMOLOGY_DIMENSION + 2));
   pcp_allocator_t allocator = cc->allocator;
-  uint8_t* cleared = NULL;        // over the k-cells, from the k+1 pass
-  uint8_t* next_cleared = NULL;   // over the (k-1)-cells
+  uint8_t* cleared = NULL;       // over the k-cells, from the k+1 pass
+  uint8_t* next_cleared = NULL;  // over the (k-1)-cells
   sparse_vec_t column = {0};
   pcp_status_t status = pcp_ok_status();
   for (int32_t k = cc->top; !status && k >= 1; --k) {
     size_t n = cc->cells[k].count;
     size_t rows = cc->cells[k - 1].count;
     status = pcp_allocator_calloc(allocator, rows + 1, (void**)&next_cleared);
-    if (status) break;
+    if (status)
+      break;
     reducer_t reducer;
     status = reducer_initialize(allocator, prime, rows, false, &reducer);
-    if (status) break;
+    if (status)
+      break;
     uint64_t rank = 0;
     for (size_t j = 0; !status && j < n; ++j) {
-      if (cleared && cleared[j]) continue;
+      if (cleared && cleared[j])
+        continue;
       status = boundary_column(cc, k, j, prime, &column);
-      if (status) break;
+      if (status)
+        break;
       bool added = false;
       status = reducer_insert(&reducer, &column, NULL, &added);
       if (added) {
@@ -476,7 +491,8 @@ static pcp_status_t boundary_ranks(const chain_complex_t* cc, uint32_t prime,
 static void betti_from_ranks(const chain_complex_t* cc, const uint64_t* ranks,
                              pcp_topology_betti_t* out_betti) {
   memset(out_betti, 0, sizeof(*out_betti));
-  if (cc->top < 0) return;
+  if (cc->top < 0)
+    return;
   out_betti->count = (uint32_t)cc->top + 1;
   for (int32_t k = 0; k <= cc->top; ++k) {
     uint64_t upper = k + 1 <= cc->top ? ranks[k + 1] : 0;
@@ -493,8 +509,10 @@ pcp_status_t pcp_topology_complex_betti(const pcp_topology_complex_t* complex,
   pcp_status_t status = chain_complex_initialize(
       complex, pcp_topology_complex_allocator(complex), &cc);
   uint64_t ranks[PCP_TOPOLOGY_MAX_HOMOLOGY_DIMENSION + 2];
-  if (!status) status = boundary_ranks(&cc, prime, ranks);
-  if (!status) betti_from_ranks(&cc, ranks, out_betti);
+  if (!status)
+    status = boundary_ranks(&cc, prime, ranks);
+  if (!status)
+    betti_from_ranks(&cc, ranks, out_betti);
   chain_complex_deinitialize(&cc);
   return status;
 }
@@ -525,9 +543,9 @@ static pcp_status_t graph_build(const chain_complex_t* cc, graph_t* out) {
   out->vertex_count = n;
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
       allocator, (n + 2) * sizeof(uint32_t), (void**)&out->offsets));
-  pcp_status_t status = pcp_allocator_malloc(
-      allocator, (2 * edges->count + 1) * sizeof(uint32_t),
-      (void**)&out->items);
+  pcp_status_t status =
+      pcp_allocator_malloc(allocator, (2 * edges->count + 1) * sizeof(uint32_t),
+                           (void**)&out->items);
   if (status) {
     graph_release(allocator, out);
     return status;
@@ -589,7 +607,8 @@ static pcp_status_t count_components(const chain_complex_t* cc,
   if (!status) {
     memset(parent, 0xFF, (n + 1) * sizeof(uint32_t));
     for (uint32_t v = 0; v < n; ++v) {
-      if (parent[v] != NONE) continue;
+      if (parent[v] != NONE)
+        continue;
       graph_bfs(&g, v, parent, queue);
       ++*out_count;
     }
@@ -606,7 +625,8 @@ pcp_status_t pcp_topology_complex_component_count(
   chain_complex_t cc;
   pcp_status_t status = chain_complex_initialize(
       complex, pcp_topology_complex_allocator(complex), &cc);
-  if (!status) status = count_components(&cc, out_count);
+  if (!status)
+    status = count_components(&cc, out_count);
   chain_complex_deinitialize(&cc);
   return status;
 }
@@ -634,7 +654,8 @@ pcp_status_t pcp_topology_complex_path(const pcp_topology_complex_t* complex,
   graph_t g = {0};
   uint32_t* parent = NULL;
   uint32_t* queue = NULL;
-  if (!status) status = graph_build(&cc, &g);
+  if (!status)
+    status = graph_build(&cc, &g);
   size_t n = g.vertex_count;
   if (!status) {
     status = pcp_allocator_malloc(allocator, (n + 1) * sizeof(uint32_t),
@@ -660,7 +681,8 @@ pcp_status_t pcp_topology_complex_path(const pcp_topology_complex_t* complex,
     size_t length = 0;
     for (uint32_t v = to;; v = parent[v]) {
       queue[length++] = v;
-      if (v == from) break;
+      if (v == from)
+        break;
     }
     for (size_t i = length; !status && i > 0; --i) {
       status = pcp_topology_vertex_list_append(
@@ -680,7 +702,8 @@ pcp_status_t pcp_topology_connectivity_obstruction_find(
     pcp_topology_connectivity_obstruction_t* out_obstruction,
     pcp_topology_vertex_list_t* out_face) {
   memset(out_obstruction, 0, sizeof(*out_obstruction));
-  if (out_face) pcp_topology_vertex_list_clear(out_face);
+  if (out_face)
+    pcp_topology_vertex_list_clear(out_face);
   const pcp_topology_complex_t* input =
       pcp_topology_carrier_map_domain(execution);
   pcp_allocator_t allocator = pcp_topology_complex_allocator(input);
@@ -690,7 +713,8 @@ pcp_status_t pcp_topology_connectivity_obstruction_find(
   size_t count = status ? 0 : pcp_topology_complex_count(faces);
   for (size_t i = 0; !status && i < count; ++i) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, i);
-    if (face.count == 0) continue;
+    if (face.count == 0)
+      continue;
     const pcp_topology_complex_t* xi =
         pcp_topology_carrier_map_lookup(execution, face);
     const pcp_topology_complex_t* delta =
@@ -708,7 +732,8 @@ pcp_status_t pcp_topology_connectivity_obstruction_find(
     if (!status) {
       status = pcp_topology_complex_component_count(delta, &output_components);
     }
-    if (status) break;
+    if (status)
+      break;
     if (protocol_components == 1 && output_components > 1) {
       out_obstruction->found = true;
       out_obstruction->protocol_components = protocol_components;
@@ -764,10 +789,11 @@ static pcp_status_t map_homology_initialize(
   if (!status) {
     status = pcp_topology_vertex_map_image(map, NULL, out->image_complex);
   }
-  if (!status) status = chain_complex_initialize(domain, allocator, &out->source);
+  if (!status)
+    status = chain_complex_initialize(domain, allocator, &out->source);
   if (!status) {
-    status = chain_complex_initialize(out->image_complex, allocator,
-                                      &out->image);
+    status =
+        chain_complex_initialize(out->image_complex, allocator, &out->image);
   }
   size_t n = out->source.vertices.vertices.count;
   if (!status) {
@@ -781,8 +807,10 @@ static pcp_status_t map_homology_initialize(
     PCP_ASSERT(pcp_topology_vertex_index_find(&out->image.vertices, &target,
                                               &out->vertex_map[v]));
   }
-  if (!status) status = boundary_ranks(&out->source, prime, out->source_ranks);
-  if (!status) status = boundary_ranks(&out->image, prime, out->image_ranks);
+  if (!status)
+    status = boundary_ranks(&out->source, prime, out->source_ranks);
+  if (!status)
+    status = boundary_ranks(&out->image, prime, out->image_ranks);
   return status;
 }
 
@@ -802,7 +830,8 @@ static pcp_status_t cycle_basis(const chain_complex_t* cc, int32_t k,
     for (size_t j = 0; !status && j < n; ++j) {
       status = pcp_topology_grow(allocator, sizeof(*basis), count + 1,
                                  (void**)&basis, &capacity);
-      if (status) break;
+      if (status)
+        break;
       memset(&basis[count], 0, sizeof(basis[count]));
       status = vec_reserve(allocator, &basis[count], 1);
       if (status) {
@@ -822,18 +851,22 @@ static pcp_status_t cycle_basis(const chain_complex_t* cc, int32_t k,
     sparse_vec_t track = {0};
     for (size_t j = 0; !status && j < n; ++j) {
       status = boundary_column(cc, k, j, prime, &column);
-      if (!status) status = vec_reserve(allocator, &track, 1);
-      if (status) break;
+      if (!status)
+        status = vec_reserve(allocator, &track, 1);
+      if (status)
+        break;
       track.index[0] = (uint32_t)j;
       track.value[0] = 1;
       track.count = 1;
       bool added = false;
       status = reducer_insert(&reducer, &column, &track, &added);
-      if (status || added) continue;
+      if (status || added)
+        continue;
       // The column reduced to zero: its combination is a cycle.
       status = pcp_topology_grow(allocator, sizeof(*basis), count + 1,
                                  (void**)&basis, &capacity);
-      if (status) break;
+      if (status)
+        break;
       memset(&basis[count], 0, sizeof(basis[count]));
       status = vec_copy(allocator, &track, &basis[count]);
       if (status) {
@@ -844,7 +877,8 @@ static pcp_status_t cycle_basis(const chain_complex_t* cc, int32_t k,
     }
     vec_free(allocator, &column);
     vec_free(allocator, &track);
-    if (reducer.pivot_of_row) reducer_deinitialize(&reducer);
+    if (reducer.pivot_of_row)
+      reducer_deinitialize(&reducer);
   }
   if (status) {
     for (size_t i = 0; i < count; ++i) vec_free(allocator, &basis[i]);
@@ -889,10 +923,12 @@ static pcp_status_t push_forward(const map_homology_t* m, int32_t k,
           collapsed = true;
           break;
         }
-        if (mapped[i] > mapped[j]) ++inversions;
+        if (mapped[i] > mapped[j])
+          ++inversions;
       }
     }
-    if (collapsed) continue;
+    if (collapsed)
+      continue;
     sort_ids(mapped, cells->width);
     uint32_t row = 0;
     if (k > m->image.top || !cells_find(&m->image.cells[k], mapped, &row)) {
@@ -902,7 +938,8 @@ static pcp_status_t push_forward(const map_homology_t* m, int32_t k,
       break;
     }
     uint32_t value = chain->value[e];
-    if (inversions % 2) value = (m->prime - value) % m->prime;
+    if (inversions % 2)
+      value = (m->prime - value) % m->prime;
     unit.index[0] = row;
     unit.value[0] = 1;
     unit.count = 1;
@@ -910,7 +947,8 @@ static pcp_status_t push_forward(const map_homology_t* m, int32_t k,
     status = vec_axpy(m->allocator, &acc, (m->prime - value) % m->prime, &unit,
                       m->prime, &scratch);
   }
-  if (!status) status = vec_copy(m->allocator, &acc, out);
+  if (!status)
+    status = vec_copy(m->allocator, &acc, out);
   vec_free(m->allocator, &acc);
   vec_free(m->allocator, &unit);
   vec_free(m->allocator, &scratch);
@@ -922,13 +960,15 @@ static pcp_status_t boundary_reducer(const chain_complex_t* cc, int32_t k,
                                      uint32_t prime, reducer_t* out) {
   PCP_RETURN_IF_ERROR_BARE(reducer_initialize(
       cc->allocator, prime, k <= cc->top ? cc->cells[k].count : 0, false, out));
-  if (k + 1 > cc->top) return pcp_ok_status();
+  if (k + 1 > cc->top)
+    return pcp_ok_status();
   sparse_vec_t column = {0};
   pcp_status_t status = pcp_ok_status();
   for (size_t j = 0; !status && j < cc->cells[k + 1].count; ++j) {
     status = boundary_column(cc, k + 1, j, prime, &column);
     bool added = false;
-    if (!status) status = reducer_insert(out, &column, NULL, &added);
+    if (!status)
+      status = reducer_insert(out, &column, NULL, &added);
   }
   vec_free(cc->allocator, &column);
   return status;
@@ -939,7 +979,8 @@ static pcp_status_t in_span(reducer_t* r, const sparse_vec_t* v,
                             bool* out_in_span) {
   sparse_vec_t copy = {0};
   pcp_status_t status = vec_copy(r->allocator, v, &copy);
-  if (!status) status = reducer_reduce(r, &copy, NULL);
+  if (!status)
+    status = reducer_reduce(r, &copy, NULL);
   *out_in_span = copy.count == 0;
   vec_free(r->allocator, &copy);
   return status;
@@ -967,12 +1008,14 @@ pcp_status_t pcp_topology_homology_map_check(
     size_t base_rank = r.count;
     sparse_vec_t* basis = NULL;
     size_t basis_count = 0;
-    if (!status) status = cycle_basis(&m.source, k, prime, &basis, &basis_count);
+    if (!status)
+      status = cycle_basis(&m.source, k, prime, &basis, &basis_count);
     sparse_vec_t pushed = {0};
     for (size_t i = 0; !status && i < basis_count; ++i) {
       status = push_forward(&m, k, &basis[i], &pushed);
       bool added = false;
-      if (!status) status = reducer_insert(&r, &pushed, NULL, &added);
+      if (!status)
+        status = reducer_insert(&r, &pushed, NULL, &added);
     }
     vec_free(m.allocator, &pushed);
     uint64_t induced = status ? 0 : r.count - base_rank;
@@ -990,14 +1033,17 @@ pcp_status_t pcp_topology_homology_map_check(
   // Dimensions the image has beyond the source carry no induced classes.
   for (uint32_t k = out_report->source_betti.count;
        k < out_report->image_betti.count; ++k) {
-    if (out_report->image_betti.values[k] != 0) preserves = false;
+    if (out_report->image_betti.values[k] != 0)
+      preserves = false;
   }
   bool same_betti = true;
-  uint32_t longest = out_report->source_betti.count > out_report->image_betti.count
-                         ? out_report->source_betti.count
-                         : out_report->image_betti.count;
+  uint32_t longest =
+      out_report->source_betti.count > out_report->image_betti.count
+          ? out_report->source_betti.count
+          : out_report->image_betti.count;
   for (uint32_t k = 0; k < longest; ++k) {
-    if (out_report->source_betti.values[k] != out_report->image_betti.values[k]) {
+    if (out_report->source_betti.values[k] !=
+        out_report->image_betti.values[k]) {
       same_betti = false;
     }
   }
@@ -1031,7 +1077,8 @@ static pcp_status_t chain_fill(const chain_complex_t* cc, int32_t k,
   pcp_topology_chain_deinitialize(out);
   out->dimension = k;
   out->prime = prime;
-  if (!v->count) return pcp_ok_status();
+  if (!v->count)
+    return pcp_ok_status();
   size_t width = (size_t)k + 1;
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
       out->allocator, v->count * width * sizeof(*out->vertices),
@@ -1091,8 +1138,10 @@ static pcp_status_t witness_in_dimension(const map_homology_t* m, int32_t k,
   size_t image_basis_count = 0;
   sparse_vec_t pushed = {0};
   pcp_status_t status = boundary_reducer(&m->source, k, p, &source_b);
-  if (!status) status = boundary_reducer(&m->image, k, p, &image_b);
-  if (!status) status = boundary_reducer(&m->image, k, p, &span);
+  if (!status)
+    status = boundary_reducer(&m->image, k, p, &image_b);
+  if (!status)
+    status = boundary_reducer(&m->image, k, p, &span);
   if (!status && k <= m->source.top) {
     status = cycle_basis(&m->source, k, p, &basis, &basis_count);
   }
@@ -1100,13 +1149,16 @@ static pcp_status_t witness_in_dimension(const map_homology_t* m, int32_t k,
   for (size_t i = 0; !status && i < basis_count; ++i) {
     bool boundary = false;
     status = in_span(&source_b, &basis[i], &boundary);
-    if (status) break;
+    if (status)
+      break;
     status = push_forward(m, k, &basis[i], &pushed);
-    if (status) break;
+    if (status)
+      break;
     if (!boundary) {
       bool image_boundary = false;
       status = in_span(&image_b, &pushed, &image_boundary);
-      if (status) break;
+      if (status)
+        break;
       if (image_boundary) {
         out->kind = PCP_TOPOLOGY_HOMOLOGY_WITNESS_SOURCE_CYCLE_LOST;
         out->dimension = k;
@@ -1128,7 +1180,8 @@ static pcp_status_t witness_in_dimension(const map_homology_t* m, int32_t k,
   for (size_t i = 0; !status && i < image_basis_count; ++i) {
     bool covered = false;
     status = in_span(&span, &image_basis[i], &covered);
-    if (status || covered) continue;
+    if (status || covered)
+      continue;
     out->kind = PCP_TOPOLOGY_HOMOLOGY_WITNESS_IMAGE_CYCLE_CREATED;
     out->dimension = k;
     out->prime = p;
@@ -1141,9 +1194,12 @@ done:
   vec_free(m->allocator, &pushed);
   basis_free(m->allocator, basis, basis_count);
   basis_free(m->allocator, image_basis, image_basis_count);
-  if (source_b.pivot_of_row) reducer_deinitialize(&source_b);
-  if (image_b.pivot_of_row) reducer_deinitialize(&image_b);
-  if (span.pivot_of_row) reducer_deinitialize(&span);
+  if (source_b.pivot_of_row)
+    reducer_deinitialize(&source_b);
+  if (image_b.pivot_of_row)
+    reducer_deinitialize(&image_b);
+  if (span.pivot_of_row)
+    reducer_deinitialize(&span);
   return status;
 }
 
@@ -1161,9 +1217,11 @@ pcp_status_t pcp_topology_homology_map_witness_find(
   for (int32_t k = 1; !status && k <= top; ++k) {
     bool source_has = k <= m.source.top && m.source.cells[k].count > 0;
     bool image_has = k <= m.image.top && m.image.cells[k].count > 0;
-    if (!source_has && !image_has) continue;
+    if (!source_has && !image_has)
+      continue;
     status = witness_in_dimension(&m, k, out_witness);
-    if (out_witness->kind != PCP_TOPOLOGY_HOMOLOGY_WITNESS_NONE) break;
+    if (out_witness->kind != PCP_TOPOLOGY_HOMOLOGY_WITNESS_NONE)
+      break;
   }
   map_homology_deinitialize(&m);
   return status;
@@ -1221,9 +1279,9 @@ pcp_status_t pcp_topology_fundamental_group_compute(
                                   (void**)&parent);
   }
   if (!status) {
-    status = pcp_allocator_malloc(allocator,
-                                  (edge_count + 1) * sizeof(uint32_t),
-                                  (void**)&generator_of_edge);
+    status =
+        pcp_allocator_malloc(allocator, (edge_count + 1) * sizeof(uint32_t),
+                             (void**)&generator_of_edge);
   }
   if (!status) {
     status = pcp_allocator_calloc(
@@ -1270,7 +1328,8 @@ pcp_status_t pcp_topology_fundamental_group_compute(
       for (int i = 0; i < 3; ++i) {
         uint32_t e = 0;
         PCP_ASSERT(cells_find(&cc.cells[1], pairs[i], &e));
-        if (generator_of_edge[e] == NONE) continue;
+        if (generator_of_edge[e] == NONE)
+          continue;
         pcp_topology_fundamental_group_letter_t* letter =
             &out_group->letters[out_group->letter_count++];
         letter->generator = generator_of_edge[e];
@@ -1283,7 +1342,8 @@ pcp_status_t pcp_topology_fundamental_group_compute(
   pcp_allocator_free(allocator, parent);
   pcp_allocator_free(allocator, generator_of_edge);
   chain_complex_deinitialize(&cc);
-  if (status) pcp_topology_fundamental_group_deinitialize(out_group);
+  if (status)
+    pcp_topology_fundamental_group_deinitialize(out_group);
   return status;
 }
 
@@ -1294,8 +1354,10 @@ pcp_status_t pcp_topology_fundamental_group_compute(
 static int compare_edge(const void* a, const void* b) {
   const uint32_t* x = (const uint32_t*)a;
   const uint32_t* y = (const uint32_t*)b;
-  if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
-  if (x[1] != y[1]) return x[1] < y[1] ? -1 : 1;
+  if (x[0] != y[0])
+    return x[0] < y[0] ? -1 : 1;
+  if (x[1] != y[1])
+    return x[1] < y[1] ? -1 : 1;
   return 0;
 }
 
@@ -1312,10 +1374,11 @@ pcp_status_t pcp_topology_complex_format_dot(
   for (size_t v = 0; !status && v < cc.vertices.vertices.count; ++v) {
     status = pcp_string_builder_append_f(builder, "  v%zu [label=\"", v);
     if (!status) {
-      status = pcp_topology_vertex_format(&cc.vertices.vertices.items[v],
-                                          builder);
+      status =
+          pcp_topology_vertex_format(&cc.vertices.vertices.items[v], builder);
     }
-    if (!status) status = pcp_string_builder_append_cstring(builder, "\"];\n");
+    if (!status)
+      status = pcp_string_builder_append_cstring(builder, "\"];\n");
   }
   size_t edge_count = cc.top >= 1 ? cc.cells[1].count : 0;
   uint32_t* edges = NULL;
@@ -1331,7 +1394,8 @@ pcp_status_t pcp_topology_complex_format_dot(
     status = pcp_string_builder_append_f(builder, "  v%u -- v%u;\n",
                                          edges[2 * e], edges[2 * e + 1]);
   }
-  if (!status) status = pcp_string_builder_append_cstring(builder, "}\n");
+  if (!status)
+    status = pcp_string_builder_append_cstring(builder, "}\n");
   pcp_allocator_free(allocator, edges);
   chain_complex_deinitialize(&cc);
   return status;

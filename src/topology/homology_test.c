@@ -41,8 +41,8 @@ static void add_ids(pcp_topology_complex_t* complex, const uint32_t* ids,
   PCP_CHECK_OK(pcp_topology_complex_add(
       complex, pcp_topology_make_simplex(vs, count), NULL));
 }
-#define ADD(complex, ...)                                         \
-  add_ids((complex), (const uint32_t[]){__VA_ARGS__},             \
+#define ADD(complex, ...)                             \
+  add_ids((complex), (const uint32_t[]){__VA_ARGS__}, \
           sizeof((const uint32_t[]){__VA_ARGS__}) / sizeof(uint32_t))
 
 static void expect_betti(const pcp_topology_complex_t* complex, uint32_t prime,
@@ -59,8 +59,8 @@ static void expect_betti(const pcp_topology_complex_t* complex, uint32_t prime,
     assert_int_equal(betti.values[k], expected[k]);
   }
 }
-#define EXPECT_BETTI(complex, prime, ...)                                 \
-  expect_betti((complex), (prime), (const uint64_t[]){__VA_ARGS__},       \
+#define EXPECT_BETTI(complex, prime, ...)                           \
+  expect_betti((complex), (prime), (const uint64_t[]){__VA_ARGS__}, \
                sizeof((const uint64_t[]){__VA_ARGS__}) / sizeof(uint64_t))
 
 static void expect_error(pcp_status_t status, pcp_topology_error_t error) {
@@ -178,8 +178,9 @@ static void test_betti_numbers_require_a_prime_field(void** state) {
 }
 
 static pcp_topology_vertex_map_t* map_by_ids(
-    const pcp_topology_complex_t* domain, const pcp_topology_complex_t* codomain,
-    const uint32_t* targets, uint32_t count) {
+    const pcp_topology_complex_t* domain,
+    const pcp_topology_complex_t* codomain, const uint32_t* targets,
+    uint32_t count) {
   pcp_topology_vertex_map_t* map = NULL;
   PCP_CHECK_OK(pcp_topology_vertex_map_create(domain, codomain, ALLOC, &map));
   for (uint32_t i = 0; i < count; ++i) {
@@ -359,8 +360,8 @@ static void test_connectivity_obstruction_reports_disconnected_output(
   pcp_topology_connectivity_obstruction_t obstruction;
   pcp_topology_vertex_list_t face;
   pcp_topology_vertex_list_initialize(ALLOC, &face);
-  PCP_CHECK_OK(
-      pcp_topology_connectivity_obstruction_find(xi, delta, &obstruction, &face));
+  PCP_CHECK_OK(pcp_topology_connectivity_obstruction_find(xi, delta,
+                                                          &obstruction, &face));
   assert_true(obstruction.found);
   assert_int_equal(obstruction.protocol_components, 1);
   assert_int_equal(obstruction.output_components, 2);
@@ -389,7 +390,8 @@ static pcp_topology_complex_t* sphere_boundary(uint32_t dim) {
   for (uint32_t omit = 0; omit <= dim + 1; ++omit) {
     uint32_t n = 0;
     for (uint32_t i = 0; i <= dim + 1; ++i) {
-      if (i != omit) ids[n++] = i;
+      if (i != omit)
+        ids[n++] = i;
     }
     add_ids(complex, ids, n);
   }
@@ -410,7 +412,8 @@ static pcp_topology_complex_t* grid_surface(uint32_t n, bool twisted) {
         uint32_t y = j + dj[c];
         if (y == n) {
           y = 0;
-          if (twisted) x = (n - x % n) % n;
+          if (twisted)
+            x = (n - x % n) % n;
         }
         x %= n;
         corner[c] = x * n + y;
@@ -517,9 +520,11 @@ static uint64_t dense_rank(uint32_t* m, size_t rows, size_t cols, uint32_t p) {
   for (size_t c = 0; c < cols && rank < rows; ++c) {
     size_t pivot = rows;
     for (size_t r = rank; r < rows && pivot == rows; ++r) {
-      if (m[r * cols + c]) pivot = r;
+      if (m[r * cols + c])
+        pivot = r;
     }
-    if (pivot == rows) continue;
+    if (pivot == rows)
+      continue;
     for (size_t k = 0; k < cols; ++k) {
       uint32_t t = m[pivot * cols + k];
       m[pivot * cols + k] = m[rank * cols + k];
@@ -529,11 +534,13 @@ static uint64_t dense_rank(uint32_t* m, size_t rows, size_t cols, uint32_t p) {
     uint32_t a = m[rank * cols + c], inverse = 1;
     while ((uint64_t)a * inverse % p != 1) ++inverse;
     for (size_t k = 0; k < cols; ++k) {
-      m[rank * cols + k] = (uint32_t)((uint64_t)m[rank * cols + k] * inverse % p);
+      m[rank * cols + k] =
+          (uint32_t)((uint64_t)m[rank * cols + k] * inverse % p);
     }
     for (size_t r = rank + 1; r < rows; ++r) {
       uint32_t f = m[r * cols + c];
-      if (!f) continue;
+      if (!f)
+        continue;
       for (size_t k = 0; k < cols; ++k) {
         m[r * cols + k] = (uint32_t)((m[r * cols + k] +
                                       (uint64_t)(p - f) * m[rank * cols + k]) %
@@ -556,7 +563,8 @@ static void dense_betti(const pcp_topology_complex_t* complex, uint32_t p,
   assert_non_null(index);
   for (size_t i = 0; i < n; ++i) {
     uint32_t c = pcp_topology_complex_simplex(faces, i).count;
-    if (c) index[i] = counts[c - 1]++;
+    if (c)
+      index[i] = counts[c - 1]++;
   }
   int32_t top = pcp_topology_complex_dimension(complex);
   uint64_t ranks[17] = {0};
@@ -566,12 +574,14 @@ static void dense_betti(const pcp_topology_complex_t* complex, uint32_t p,
     assert_non_null(m);
     for (size_t i = 0; i < n; ++i) {
       pcp_topology_simplex_t s = pcp_topology_complex_simplex(faces, i);
-      if (s.count != (uint32_t)k + 1) continue;
+      if (s.count != (uint32_t)k + 1)
+        continue;
       for (uint32_t omit = 0; omit < s.count; ++omit) {
         pcp_topology_vertex_t face[16];
         uint32_t c = 0;
         for (uint32_t v = 0; v < s.count; ++v) {
-          if (v != omit) face[c++] = s.vertices[v];
+          if (v != omit)
+            face[c++] = s.vertices[v];
         }
         size_t found = 0;
         assert_true(pcp_topology_complex_find(
@@ -603,9 +613,11 @@ static pcp_topology_complex_t* random_complex(pcp_rng_t* rng,
     uint32_t size = 1 + (uint32_t)pcp_rng_next_below(rng, max_size);
     uint32_t n = 0;
     for (uint32_t v = 0; v < vertex_count && n < size; ++v) {
-      if (pcp_rng_next_below(rng, vertex_count) < size) ids[n++] = v;
+      if (pcp_rng_next_below(rng, vertex_count) < size)
+        ids[n++] = v;
     }
-    if (n == 0) ids[n++] = (uint32_t)pcp_rng_next_below(rng, vertex_count);
+    if (n == 0)
+      ids[n++] = (uint32_t)pcp_rng_next_below(rng, vertex_count);
     add_ids(complex, ids, n);
   }
   return complex;
@@ -618,8 +630,9 @@ static void expect_same_betti(const pcp_topology_betti_t* a,
   for (uint32_t k = 0; same && k < a->count; ++k) {
     same = a->values[k] == b->values[k];
   }
-  if (!same) print_error("seed %llu p=%u: Betti vectors differ\n",
-                         (unsigned long long)seed, p);
+  if (!same)
+    print_error("seed %llu p=%u: Betti vectors differ\n",
+                (unsigned long long)seed, p);
   assert_true(same);
 }
 
@@ -642,7 +655,8 @@ static void test_betti_matches_a_dense_reference_on_random_complexes(
       int64_t chi_faces = 0, chi_betti = 0;
       for (size_t f = 0; f < pcp_topology_complex_count(faces); ++f) {
         uint32_t c = pcp_topology_complex_simplex(faces, f).count;
-        if (c) chi_faces += (c % 2) ? 1 : -1;
+        if (c)
+          chi_faces += (c % 2) ? 1 : -1;
       }
       for (uint32_t k = 0; k < sparse.count; ++k) {
         chi_betti += (k % 2 ? -1 : 1) * (int64_t)sparse.values[k];
@@ -668,7 +682,8 @@ static void test_subdivisions_preserve_betti_numbers_of_random_complexes(
         seed % 2 ? PCP_TOPOLOGY_SUBDIVISION_CHROMATIC
                  : PCP_TOPOLOGY_SUBDIVISION_BARYCENTRIC;
     pcp_topology_subdivision_t* sub = NULL;
-    PCP_CHECK_OK(pcp_topology_subdivision_create(complex, kind, 1, ALLOC, &sub));
+    PCP_CHECK_OK(
+        pcp_topology_subdivision_create(complex, kind, 1, ALLOC, &sub));
     for (uint32_t p = 2; p <= 3; ++p) {
       pcp_topology_betti_t before, after;
       PCP_CHECK_OK(pcp_topology_complex_betti(complex, p, &before));
@@ -690,8 +705,7 @@ static void test_dot_export_renders_the_one_skeleton(void** state) {
   ADD(interval, 0, 1);
   pcp_string_builder_t builder;
   pcp_string_builder_initialize(ALLOC, 0, &builder);
-  PCP_CHECK_OK(
-      pcp_topology_complex_format_dot(interval, "interval", &builder));
+  PCP_CHECK_OK(pcp_topology_complex_format_dot(interval, "interval", &builder));
   const char* text = pcp_string_builder_cstring(&builder);
   assert_non_null(strstr(text, "graph \"interval\" {"));
   assert_non_null(strstr(text, "v0 [label=\"process.0:input.0\"]"));

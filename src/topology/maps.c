@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "topology/core_impl.h"
 #include "topology/complex_impl.h"
+#include "topology/core_impl.h"
 
 //===----------------------------------------------------------------------===//
 // Vertex maps
@@ -42,7 +42,8 @@ pcp_status_t pcp_topology_vertex_map_create(
 }
 
 void pcp_topology_vertex_map_release(pcp_topology_vertex_map_t* map) {
-  if (!map) return;
+  if (!map)
+    return;
   pcp_topology_index_table_deinitialize(&map->lookup);
   pcp_allocator_free(map->allocator, map->sources);
   pcp_allocator_free(map->allocator, map->targets);
@@ -80,12 +81,12 @@ pcp_status_t pcp_topology_vertex_map_set(pcp_topology_vertex_map_t* map,
   size_t needed = map->count + 1;
   if (needed > map->capacity) {
     size_t c1 = map->capacity, c2 = map->capacity;
-    PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(
-        map->allocator, sizeof(*map->sources), needed, (void**)&map->sources,
-        &c1));
-    PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(
-        map->allocator, sizeof(*map->targets), needed, (void**)&map->targets,
-        &c2));
+    PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(map->allocator,
+                                               sizeof(*map->sources), needed,
+                                               (void**)&map->sources, &c1));
+    PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(map->allocator,
+                                               sizeof(*map->targets), needed,
+                                               (void**)&map->targets, &c2));
     map->capacity = c1;
   }
   uint32_t existing = 0;
@@ -110,16 +111,20 @@ void pcp_topology_vertex_map_entry(const pcp_topology_vertex_map_t* map,
                                    pcp_topology_vertex_t* out_source,
                                    pcp_topology_vertex_t* out_target) {
   PCP_ASSERT(index < map->count);
-  if (out_source) *out_source = map->sources[index];
-  if (out_target) *out_target = map->targets[index];
+  if (out_source)
+    *out_source = map->sources[index];
+  if (out_target)
+    *out_target = map->targets[index];
 }
 
 bool pcp_topology_vertex_map_lookup(const pcp_topology_vertex_map_t* map,
                                     const pcp_topology_vertex_t* source,
                                     pcp_topology_vertex_t* out_target) {
   uint32_t index = 0;
-  if (!find_source(map, source, &index)) return false;
-  if (out_target) *out_target = map->targets[index];
+  if (!find_source(map, source, &index))
+    return false;
+  if (out_target)
+    *out_target = map->targets[index];
   return true;
 }
 
@@ -132,10 +137,12 @@ pcp_status_t pcp_topology_vertex_map_apply(
     if (!pcp_topology_vertex_map_lookup(map, &simplex.vertices[i], &target)) {
       char text[256];
       return pcp_topology_make_status(
-          PCP_TOPOLOGY_ERROR_MISSING_VERTEX_MAP_ENTRY, "vertex %s is not mapped",
+          PCP_TOPOLOGY_ERROR_MISSING_VERTEX_MAP_ENTRY,
+          "vertex %s is not mapped",
           pcp_topology_vertex_cstr(&simplex.vertices[i], text, sizeof(text)));
     }
-    PCP_RETURN_IF_ERROR_BARE(pcp_topology_vertex_list_append(out_image, &target));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_topology_vertex_list_append(out_image, &target));
   }
   pcp_topology_vertices_sort(out_image->items, out_image->count);
   size_t kept = 0;
@@ -208,7 +215,8 @@ pcp_status_t pcp_topology_vertex_map_validate(
     }
   }
   pcp_topology_vertex_list_deinitialize(&vertices);
-  if (status) return status;
+  if (status)
+    return status;
 
   pcp_topology_complex_t* faces = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_create(allocator, &faces));
@@ -219,7 +227,8 @@ pcp_status_t pcp_topology_vertex_map_validate(
   for (size_t i = 0; !status && i < face_count; ++i) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, i);
     status = pcp_topology_vertex_map_apply(map, face, &image);
-    if (status) break;
+    if (status)
+      break;
     pcp_topology_simplex_t mapped =
         pcp_topology_make_simplex(image.items, image.count);
     if (!pcp_topology_complex_contains(map->codomain, mapped)) {
@@ -258,7 +267,8 @@ static pcp_status_t map_faces(const pcp_topology_vertex_map_t* map,
   for (size_t i = 0; !status && i < face_count; ++i) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, i);
     status = pcp_topology_vertex_map_apply(map, face, &image);
-    if (status) break;
+    if (status)
+      break;
     pcp_topology_simplex_t mapped =
         pcp_topology_make_simplex(image.items, image.count);
     if (target && !pcp_topology_complex_contains(target, mapped)) {
@@ -281,7 +291,8 @@ static pcp_status_t map_faces(const pcp_topology_vertex_map_t* map,
 pcp_status_t pcp_topology_vertex_map_image(
     const pcp_topology_vertex_map_t* map, const pcp_topology_complex_t* source,
     pcp_topology_complex_t* out_complex) {
-  if (!source) source = map->domain;
+  if (!source)
+    source = map->domain;
   if (source != map->domain &&
       !pcp_topology_complex_is_subcomplex(source, map->domain)) {
     return pcp_topology_make_status(PCP_TOPOLOGY_ERROR_COMPLEX_MISMATCH,
@@ -359,7 +370,8 @@ pcp_status_t pcp_topology_carrier_map_create(
 }
 
 void pcp_topology_carrier_map_release(pcp_topology_carrier_map_t* map) {
-  if (!map) return;
+  if (!map)
+    return;
   size_t count = pcp_topology_complex_count(map->keys);
   for (size_t i = 0; i < count; ++i) {
     pcp_topology_complex_release(map->images[i]);
@@ -390,9 +402,8 @@ static pcp_status_t carrier_push(pcp_topology_carrier_map_t* map,
   pcp_topology_vertex_t small[16];
   pcp_topology_vertex_t* sorted = small;
   if (!status && simplex.count > PCP_ARRAYSIZE(small)) {
-    status = pcp_allocator_malloc(map->allocator,
-                                  simplex.count * sizeof(*sorted),
-                                  (void**)&sorted);
+    status = pcp_allocator_malloc(
+        map->allocator, simplex.count * sizeof(*sorted), (void**)&sorted);
   }
   if (status) {
     pcp_topology_complex_release(closed_image);
@@ -404,7 +415,8 @@ static pcp_status_t carrier_push(pcp_topology_carrier_map_t* map,
   pcp_topology_vertices_sort(sorted, simplex.count);
   status = pcp_topology_complex_append(
       map->keys, pcp_topology_make_simplex(sorted, simplex.count));
-  if (sorted != small) pcp_allocator_free(map->allocator, sorted);
+  if (sorted != small)
+    pcp_allocator_free(map->allocator, sorted);
   if (status) {
     pcp_topology_complex_release(closed_image);
     return status;
@@ -417,7 +429,8 @@ pcp_status_t pcp_topology_carrier_map_set(pcp_topology_carrier_map_t* map,
                                           pcp_topology_simplex_t simplex,
                                           const pcp_topology_complex_t* image) {
   pcp_topology_complex_t* closed = NULL;
-  PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_create(map->allocator, &closed));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_topology_complex_create(map->allocator, &closed));
   pcp_status_t status = pcp_topology_complex_faces(image, closed);
   if (status) {
     pcp_topology_complex_release(closed);
@@ -444,7 +457,8 @@ const pcp_topology_complex_t* pcp_topology_carrier_map_entry_image(
 const pcp_topology_complex_t* pcp_topology_carrier_map_lookup(
     const pcp_topology_carrier_map_t* map, pcp_topology_simplex_t simplex) {
   size_t index = 0;
-  if (!pcp_topology_complex_find(map->keys, simplex, &index)) return NULL;
+  if (!pcp_topology_complex_find(map->keys, simplex, &index))
+    return NULL;
   return map->images[index];
 }
 
@@ -465,24 +479,26 @@ typedef struct color_set_t {
 static pcp_status_t color_set_add(pcp_allocator_t allocator, color_set_t* set,
                                   pcp_topology_color_t color) {
   for (size_t i = 0; i < set->count; ++i) {
-    if (pcp_topology_color_equal(set->items[i], color)) return pcp_ok_status();
+    if (pcp_topology_color_equal(set->items[i], color))
+      return pcp_ok_status();
   }
-  PCP_RETURN_IF_ERROR_BARE(pcp_topology_grow(allocator, sizeof(*set->items),
-                                             set->count + 1,
-                                             (void**)&set->items,
-                                             &set->capacity));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_topology_grow(allocator, sizeof(*set->items), set->count + 1,
+                        (void**)&set->items, &set->capacity));
   set->items[set->count++] = color;
   return pcp_ok_status();
 }
 
 static bool color_sets_equal(const color_set_t* a, const color_set_t* b) {
-  if (a->count != b->count) return false;
+  if (a->count != b->count)
+    return false;
   for (size_t i = 0; i < a->count; ++i) {
     bool found = false;
     for (size_t j = 0; j < b->count && !found; ++j) {
       found = pcp_topology_color_equal(a->items[i], b->items[j]);
     }
-    if (!found) return false;
+    if (!found)
+      return false;
   }
   return true;
 }
@@ -529,7 +545,8 @@ static pcp_status_t check_monotone_face(void* context,
   pcp_topology_simplex_t inner = pcp_topology_make_simplex(face, count);
   const pcp_topology_complex_t* image =
       pcp_topology_carrier_map_lookup(c->map, inner);
-  if (!image) return pcp_ok_status();  // reported as missing elsewhere
+  if (!image)
+    return pcp_ok_status();  // reported as missing elsewhere
   if (!pcp_topology_complex_is_subcomplex(image, c->outer_image)) {
     char a[512], b[512];
     return pcp_topology_make_status(
@@ -596,7 +613,8 @@ pcp_status_t pcp_topology_carrier_map_validate(
     }
   }
   pcp_topology_complex_release(faces);
-  if (status) return status;
+  if (status)
+    return status;
 
   if (checks.monotone) {
     for (size_t i = 0; i < count; ++i) {
@@ -608,24 +626,27 @@ pcp_status_t pcp_topology_carrier_map_validate(
   }
   if (checks.strict) {
     pcp_topology_complex_t* meet = NULL;
-    PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_create(map->allocator, &meet));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_topology_complex_create(map->allocator, &meet));
     pcp_topology_vertex_t* common = NULL;
     size_t common_capacity = 0;
     for (size_t i = 0; !status && i < count; ++i) {
       for (size_t j = i + 1; !status && j < count; ++j) {
         pcp_topology_simplex_t s = pcp_topology_complex_simplex(map->keys, i);
         pcp_topology_simplex_t t = pcp_topology_complex_simplex(map->keys, j);
-        status = pcp_topology_grow(map->allocator, sizeof(*common),
-                                   s.count + 1, (void**)&common,
-                                   &common_capacity);
-        if (status) break;
+        status = pcp_topology_grow(map->allocator, sizeof(*common), s.count + 1,
+                                   (void**)&common, &common_capacity);
+        if (status)
+          break;
         uint32_t n = intersect_simplices(s, t, common);
         const pcp_topology_complex_t* image = pcp_topology_carrier_map_lookup(
             map, pcp_topology_make_simplex(common, n));
-        if (!image) continue;
+        if (!image)
+          continue;
         status = pcp_topology_subcomplex_intersection(map->images[i],
                                                       map->images[j], meet);
-        if (status) break;
+        if (status)
+          break;
         if (!pcp_topology_complex_equal_by_closure(image, meet)) {
           char b[512];
           status = pcp_topology_make_status(
@@ -638,7 +659,8 @@ pcp_status_t pcp_topology_carrier_map_validate(
     }
     pcp_allocator_free(map->allocator, common);
     pcp_topology_complex_release(meet);
-    if (status) return status;
+    if (status)
+      return status;
   }
   if (checks.rigid || checks.chromatic) {
     for (size_t i = 0; i < count; ++i) {
@@ -680,14 +702,15 @@ pcp_status_t pcp_topology_carrier_map_compose_with_map(
   for (size_t i = 0; !status && i < count; ++i) {
     pcp_topology_complex_t* image = NULL;
     status = pcp_topology_complex_create(allocator, &image);
-    if (status) break;
+    if (status)
+      break;
     status = map_faces(map, carrier->images[i], NULL, image);
     if (status) {
       pcp_topology_complex_release(image);
       break;
     }
-    status = carrier_push(result,
-                          pcp_topology_complex_simplex(carrier->keys, i), image);
+    status = carrier_push(
+        result, pcp_topology_complex_simplex(carrier->keys, i), image);
   }
   if (status) {
     pcp_topology_carrier_map_release(result);
@@ -719,8 +742,8 @@ static pcp_status_t compose_face(void* context,
   size_t n = pcp_topology_complex_count(image);
   for (size_t i = 0; i < n; ++i) {
     pcp_topology_simplex_t s = pcp_topology_complex_simplex(image, i);
-    PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_insert_sorted(
-        c->out, s.vertices, s.count, NULL));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_topology_complex_insert_sorted(c->out, s.vertices, s.count, NULL));
   }
   return pcp_ok_status();
 }
@@ -738,7 +761,8 @@ pcp_status_t pcp_topology_carrier_map_compose_with_carrier(
   for (size_t i = 0; !status && i < count; ++i) {
     pcp_topology_complex_t* image = NULL;
     status = pcp_topology_complex_create(allocator, &image);
-    if (status) break;
+    if (status)
+      break;
     // Images are closed, so every face of Xi(s) is listed in it.
     const pcp_topology_complex_t* first = carrier->images[i];
     size_t n = pcp_topology_complex_count(first);
@@ -751,8 +775,8 @@ pcp_status_t pcp_topology_carrier_map_compose_with_carrier(
       pcp_topology_complex_release(image);
       break;
     }
-    status = carrier_push(result,
-                          pcp_topology_complex_simplex(carrier->keys, i), image);
+    status = carrier_push(
+        result, pcp_topology_complex_simplex(carrier->keys, i), image);
   }
   if (status) {
     pcp_topology_carrier_map_release(result);
@@ -775,7 +799,8 @@ pcp_status_t pcp_topology_carrier_map_restrict(
     pcp_topology_simplex_t s = pcp_topology_complex_simplex(map->keys, i);
     bool inside = pcp_topology_complex_contains(sub, s) ||
                   (s.count == 0 && pcp_topology_complex_count(sub) == 0);
-    if (!inside) continue;
+    if (!inside)
+      continue;
     status = pcp_topology_carrier_map_set(result, s, map->images[i]);
   }
   if (status) {
@@ -787,13 +812,15 @@ pcp_status_t pcp_topology_carrier_map_restrict(
 }
 
 pcp_status_t pcp_topology_carrier_map_image(
-    const pcp_topology_carrier_map_t* map, pcp_topology_complex_t* out_complex) {
+    const pcp_topology_carrier_map_t* map,
+    pcp_topology_complex_t* out_complex) {
   pcp_topology_complex_clear(out_complex);
   size_t count = pcp_topology_carrier_map_count(map);
   for (size_t i = 0; i < count; ++i) {
     size_t n = pcp_topology_complex_count(map->images[i]);
     for (size_t k = 0; k < n; ++k) {
-      pcp_topology_simplex_t s = pcp_topology_complex_simplex(map->images[i], k);
+      pcp_topology_simplex_t s =
+          pcp_topology_complex_simplex(map->images[i], k);
       PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_insert_sorted(
           out_complex, s.vertices, s.count, NULL));
     }
@@ -809,7 +836,8 @@ pcp_status_t pcp_topology_carried_decision_map_validate(
     const pcp_topology_carrier_map_t* execution,
     const pcp_topology_carrier_map_t* task,
     const pcp_topology_vertex_map_t* decision) {
-  pcp_topology_carrier_checks_t defaults = pcp_topology_carrier_checks_default();
+  pcp_topology_carrier_checks_t defaults =
+      pcp_topology_carrier_checks_default();
   PCP_RETURN_IF_ERROR(pcp_topology_carrier_map_validate(execution, defaults),
                       "execution carrier");
   PCP_RETURN_IF_ERROR(pcp_topology_carrier_map_validate(task, defaults),
@@ -840,7 +868,8 @@ pcp_status_t pcp_topology_carried_decision_map_validate(
       execution, decision, allocator, &decided));
   pcp_topology_complex_t* faces = NULL;
   pcp_status_t status = pcp_topology_complex_create(allocator, &faces);
-  if (!status) status = pcp_topology_complex_faces(execution->domain, faces);
+  if (!status)
+    status = pcp_topology_complex_faces(execution->domain, faces);
   size_t face_count = faces ? pcp_topology_complex_count(faces) : 0;
   for (size_t i = 0; !status && i < face_count; ++i) {
     pcp_topology_simplex_t input = pcp_topology_complex_simplex(faces, i);
@@ -848,7 +877,8 @@ pcp_status_t pcp_topology_carried_decision_map_validate(
         pcp_topology_carrier_map_lookup(decided, input);
     const pcp_topology_complex_t* allowed =
         pcp_topology_carrier_map_lookup(task, input);
-    if (!image || !allowed) continue;  // validation above rules this out
+    if (!image || !allowed)
+      continue;  // validation above rules this out
     size_t n = pcp_topology_complex_count(image);
     for (size_t k = 0; k < n; ++k) {
       pcp_topology_simplex_t output = pcp_topology_complex_simplex(image, k);
@@ -884,7 +914,8 @@ typedef struct index_errors_t {
 static const pcp_topology_index_edge_t* find_edge(
     const pcp_topology_index_carrier_t* carrier, uint32_t input_index) {
   for (size_t i = 0; i < carrier->edge_count; ++i) {
-    if (carrier->edges[i].input_index == input_index) return &carrier->edges[i];
+    if (carrier->edges[i].input_index == input_index)
+      return &carrier->edges[i];
   }
   return NULL;
 }
@@ -892,7 +923,8 @@ static const pcp_topology_index_edge_t* find_edge(
 static bool edge_has_target(const pcp_topology_index_edge_t* edge,
                             uint32_t target) {
   for (uint32_t i = 0; i < edge->target_count; ++i) {
-    if (edge->target_indices[i] == target) return true;
+    if (edge->target_indices[i] == target)
+      return true;
   }
   return false;
 }
@@ -936,16 +968,16 @@ static pcp_status_t validate_index_carrier(
   }
   for (size_t input = 0; input < inputs; ++input) {
     if (!find_edge(carrier, (uint32_t)input)) {
-      return pcp_topology_make_status(errors->missing,
-                                      "%s has no edge for input %zu",
-                                      errors->what, input);
+      return pcp_topology_make_status(
+          errors->missing, "%s has no edge for input %zu", errors->what, input);
     }
   }
   // Monotone between listed simplices: a subset b => targets(a) subset
   // targets(b), as index sets.
   for (size_t a = 0; a < inputs; ++a) {
     for (size_t b = 0; b < inputs; ++b) {
-      if (a == b) continue;
+      if (a == b)
+        continue;
       if (!pcp_topology_simplex_is_subset(
               pcp_topology_complex_simplex(carrier->input, a),
               pcp_topology_complex_simplex(carrier->input, b))) {
@@ -1010,7 +1042,8 @@ pcp_status_t pcp_topology_decisions_check_shared_views(
           pcp_topology_complex_simplex(output, output_indices[j]);
       for (uint32_t v = 0; v < pi.count; ++v) {
         const pcp_topology_vertex_t* shared = &pi.vertices[v];
-        if (!pcp_topology_simplex_contains_vertex(pj, shared)) continue;
+        if (!pcp_topology_simplex_contains_vertex(pj, shared))
+          continue;
         int32_t ki = pcp_topology_simplex_vertex_with_color(oi, shared->color);
         int32_t kj = pcp_topology_simplex_vertex_with_color(oj, shared->color);
         if (ki < 0 || kj < 0) {
@@ -1044,7 +1077,8 @@ static pcp_status_t shared_views(pcp_allocator_t allocator,
                                  const uint32_t* protocol_column,
                                  const uint32_t* output_column, size_t stride,
                                  size_t count) {
-  if (count == 0) return pcp_ok_status();
+  if (count == 0)
+    return pcp_ok_status();
   uint32_t* columns = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
       allocator, 2 * count * sizeof(*columns), (void**)&columns));
@@ -1116,7 +1150,8 @@ pcp_status_t pcp_topology_decision_map_validate(
           d->output_index);
     }
   }
-  if (decision_count == 0) return pcp_ok_status();
+  if (decision_count == 0)
+    return pcp_ok_status();
   return shared_views(pcp_topology_complex_allocator(protocol), protocol,
                       carrier->target, &decisions[0].protocol_index,
                       &decisions[0].output_index, sizeof(*decisions),
@@ -1162,7 +1197,8 @@ pcp_status_t pcp_topology_execution_decision_map_validate(
     bool reached = false;
     for (size_t e = 0; e < execution->edge_count; ++e) {
       const pcp_topology_index_edge_t* edge = &execution->edges[e];
-      if (!edge_has_target(edge, d->protocol_index)) continue;
+      if (!edge_has_target(edge, d->protocol_index))
+        continue;
       reached = true;
       // Every input that can reach this execution must allow the decision:
       // the process cannot tell those inputs apart.
@@ -1183,7 +1219,8 @@ pcp_status_t pcp_topology_execution_decision_map_validate(
           d->protocol_index);
     }
   }
-  if (decision_count == 0) return pcp_ok_status();
+  if (decision_count == 0)
+    return pcp_ok_status();
   return shared_views(pcp_topology_complex_allocator(execution->target),
                       execution->target, carrier->target,
                       &decisions[0].protocol_index, &decisions[0].output_index,

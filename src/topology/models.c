@@ -61,7 +61,8 @@ static void run_decided(case_run_t* run, const char* a, const char* b,
 
 static void run_event(case_run_t* run, pcp_topology_event_tag_t tag,
                       uint16_t actor, uint16_t peer, uint32_t message) {
-  if (run->event_count >= MAX_RUN_EVENTS) return;
+  if (run->event_count >= MAX_RUN_EVENTS)
+    return;
   pcp_topology_event_t e = {(uint8_t)tag, actor, peer, message};
   run->events[run->event_count++] = e;
 }
@@ -88,9 +89,8 @@ static void extract_workload(bool bug, runs_t* runs) {
     const char* session;
   } kRequests[2] = {{"{}", "run-shared"}, {"{}", "invalid-session"}};
   for (uint32_t c = 0; c < 2; ++c) {
-    bool accepted =
-        pcp_topology_workload_route_regular(kRequests[c].body,
-                                            kRequests[c].session);
+    bool accepted = pcp_topology_workload_route_regular(kRequests[c].body,
+                                                        kRequests[c].session);
     case_run_t* run = runs_add(runs, c);
     if (accepted) {
       run_views(run, "view.request.accepted", "view.route.regular_training",
@@ -265,8 +265,8 @@ static void lease_labels(const pcp_topology_sched_t* s, int32_t slot,
   } else if (s->block == PCP_TOPOLOGY_SCHED_BLOCK_RESERVED_CAPACITY) {
     run_views(run, "view.lease.deferred.preserve_capacity",
               "view.reservation.deferred", "view.worker.held_for_inference");
-    run_decided(run, "lease.deferred.preserve_capacity",
-                "reservation.deferred", "worker.reserved_for_inference");
+    run_decided(run, "lease.deferred.preserve_capacity", "reservation.deferred",
+                "worker.reserved_for_inference");
   } else {
     run_views(run, "view.lease.rejected.no_capacity",
               "view.reservation.rejected", "view.worker.unleased");
@@ -280,8 +280,8 @@ static void extract_lease(bool bug, runs_t* runs) {
   // j10: idle capacity.
   sched_two_cuda(&s, 1, bug);
   case_run_t* run = runs_add(runs, 0);
-  int32_t slot = pcp_topology_sched_reserve(
-      &s, 10, PCP_TOPOLOGY_SCHED_OWNER_TRAINING, 1);
+  int32_t slot =
+      pcp_topology_sched_reserve(&s, 10, PCP_TOPOLOGY_SCHED_OWNER_TRAINING, 1);
   lease_labels(&s, slot, run);
   run_event(run, PCP_TOPOLOGY_EVENT_LEASE_RESERVE, 0, 1, 10);
   run->state_hash = sched_hash(&s);
@@ -290,8 +290,8 @@ static void extract_lease(bool bug, runs_t* runs) {
   s.policies[PCP_TOPOLOGY_SCHED_OWNER_TRAINING].max_workers = 1;
   run = runs_add(runs, 1);
   (void)pcp_topology_sched_reserve(&s, 9, PCP_TOPOLOGY_SCHED_OWNER_TRAINING, 1);
-  slot = pcp_topology_sched_reserve(&s, 11, PCP_TOPOLOGY_SCHED_OWNER_TRAINING,
-                                    1);
+  slot =
+      pcp_topology_sched_reserve(&s, 11, PCP_TOPOLOGY_SCHED_OWNER_TRAINING, 1);
   lease_labels(&s, slot, run);
   run_event(run, PCP_TOPOLOGY_EVENT_LEASE_RESERVE, 0, 1, 1);
   run_event(run, PCP_TOPOLOGY_EVENT_LEASE_RESERVE, 0, 1, 11);
@@ -300,8 +300,8 @@ static void extract_lease(bool bug, runs_t* runs) {
   sched_two_cuda(&s, 2, bug);
   s.policies[PCP_TOPOLOGY_SCHED_OWNER_INFERENCE].reserved_workers = 1;
   run = runs_add(runs, 2);
-  slot = pcp_topology_sched_reserve(&s, 12, PCP_TOPOLOGY_SCHED_OWNER_TRAINING,
-                                    2);
+  slot =
+      pcp_topology_sched_reserve(&s, 12, PCP_TOPOLOGY_SCHED_OWNER_TRAINING, 2);
   lease_labels(&s, slot, run);
   run_event(run, PCP_TOPOLOGY_EVENT_LEASE_RESERVE, 0, 1, 12);
   run->state_hash = sched_hash(&s);
@@ -328,8 +328,8 @@ static void extract_reservation(bool bug, runs_t* runs) {
     s.bug_leak_on_cancel = bug;
     uint32_t job = 20 + c;
     case_run_t* run = runs_add(runs, c);
-    (void)pcp_topology_sched_reserve(&s, job,
-                                     PCP_TOPOLOGY_SCHED_OWNER_TRAINING, 1);
+    (void)pcp_topology_sched_reserve(&s, job, PCP_TOPOLOGY_SCHED_OWNER_TRAINING,
+                                     1);
     run_event(run, PCP_TOPOLOGY_EVENT_LEASE_RESERVE, 0, 1, job);
     switch (c) {
       case 0:
@@ -397,10 +397,12 @@ static void extract_federation(bool bug, runs_t* runs) {
     // Case runs 0 and 1 both realise task case 0 (placed, or lost after
     // routing); runs 2 and 3 are the stale and incompatible inputs.
     case_run_t* run = runs_add(runs, c == 0 ? 0 : c - 1);
-    if (c == 2) pcp_topology_federation_mark_stale(&f, 0);
+    if (c == 2)
+      pcp_topology_federation_mark_stale(&f, 0);
     pcp_topology_federation_placement_t placement =
         pcp_topology_federation_place(&f, &selector);
-    if (c == 1) pcp_topology_federation_lose_gateway(&f, 0);
+    if (c == 1)
+      pcp_topology_federation_lose_gateway(&f, 0);
     pcp_topology_federation_violation_t outcome =
         pcp_topology_federation_complete_routed(&f, &placement);
     switch (outcome) {
@@ -468,8 +470,8 @@ static void decoupled_do(pcp_topology_decoupled_t* d, case_run_t* run,
   a.step = d->step;
   a.clock = clock;
   a.payload_mismatch = mismatch;
-  bool duplicate_before =
-      kind == PCP_TOPOLOGY_DECOUPLED_SUBMIT && ((d->accepted_mask >> worker) & 1u);
+  bool duplicate_before = kind == PCP_TOPOLOGY_DECOUPLED_SUBMIT &&
+                          ((d->accepted_mask >> worker) & 1u);
   pcp_topology_decoupled_apply(d, &a);
   if (d->decision == PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED) {
     *inout_rejected = true;
@@ -615,7 +617,7 @@ static void extract_rda(bool bug, runs_t* runs) {
   const uint32_t quorum = 2;
   for (uint32_t c = 0; c < 3; ++c) {
     pcp_topology_rda_update_t updates[2];
-    const double (*values)[2] = c == 1 ? kDegenerate : kDirection;
+    const double(*values)[2] = c == 1 ? kDegenerate : kDirection;
     size_t count = c == 2 ? 1 : 2;
     for (size_t i = 0; i < 2; ++i) {
       updates[i].values = values[i];
@@ -649,8 +651,8 @@ static void extract_rda(bool bug, runs_t* runs) {
       } else {
         run_views(run, "view.rda.output.direction", "view.merge.committed",
                   "view.participants.used");
-        run_decided(run, "rda.output.direction_norm_carried",
-                    "merge.committed", "participants.used");
+        run_decided(run, "rda.output.direction_norm_carried", "merge.committed",
+                    "participants.used");
       }
     }
     for (size_t i = 0; i < count; ++i) {
@@ -677,9 +679,12 @@ void pcp_topology_model_instance_initialize(
 
 void pcp_topology_model_instance_deinitialize(
     pcp_topology_model_instance_t* instance) {
-  if (instance->decision) pcp_topology_vertex_map_release(instance->decision);
-  if (instance->execution) pcp_topology_carrier_map_release(instance->execution);
-  if (instance->protocol) pcp_topology_complex_release(instance->protocol);
+  if (instance->decision)
+    pcp_topology_vertex_map_release(instance->decision);
+  if (instance->execution)
+    pcp_topology_carrier_map_release(instance->execution);
+  if (instance->protocol)
+    pcp_topology_complex_release(instance->protocol);
   pcp_topology_task_deinitialize(&instance->task);
   for (size_t i = 0; i < instance->trace_count; ++i) {
     pcp_topology_trace_deinitialize(&instance->traces[i]);
@@ -721,7 +726,8 @@ static pcp_status_t instance_build_execution(pcp_topology_model_instance_t* m,
   pcp_topology_complex_t* image = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_create(a, &faces));
   pcp_status_t status = pcp_topology_complex_create(a, &image);
-  if (!status) status = pcp_topology_complex_faces(m->task.input, faces);
+  if (!status)
+    status = pcp_topology_complex_faces(m->task.input, faces);
   for (size_t f = 0; !status && f < pcp_topology_complex_count(faces); ++f) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, f);
     pcp_topology_complex_clear(image);
@@ -764,8 +770,10 @@ static pcp_status_t instance_build_execution(pcp_topology_model_instance_t* m,
     }
   }
   pcp_topology_complex_release(faces);
-  if (image) pcp_topology_complex_release(image);
-  if (status) return status;
+  if (image)
+    pcp_topology_complex_release(image);
+  if (status)
+    return status;
   pcp_topology_carrier_checks_t checks = pcp_topology_carrier_checks_default();
   checks.chromatic = true;
   return pcp_topology_carrier_map_validate(m->execution, checks);
@@ -797,7 +805,8 @@ static pcp_status_t instance_build_decision(pcp_topology_model_instance_t* m,
       for (uint32_t k = 0; k < tc->color_count; ++k) {
         pcp_topology_vertex_t view = pcp_topology_make_vertex(
             tc->colors[k], pcp_topology_make_symbol(runs->items[r].views[k]));
-        if (!pcp_topology_vertex_equal(&view, v)) continue;
+        if (!pcp_topology_vertex_equal(&view, v))
+          continue;
         pcp_topology_vertex_t decided = pcp_topology_make_vertex(
             tc->colors[k], pcp_topology_make_symbol(runs->items[r].decided[k]));
         if (have && !pcp_topology_vertex_equal(&decided, &target)) {
@@ -810,8 +819,10 @@ static pcp_status_t instance_build_decision(pcp_topology_model_instance_t* m,
         have = true;
       }
     }
-    if (m->decision_error[0]) break;
-    if (!have) continue;
+    if (m->decision_error[0])
+      break;
+    if (!have)
+      continue;
     if (!pcp_topology_complex_contains(m->task.output,
                                        pcp_topology_make_simplex(&target, 1))) {
       snprintf(m->decision_error, sizeof(m->decision_error),
@@ -827,7 +838,8 @@ static pcp_status_t instance_build_decision(pcp_topology_model_instance_t* m,
     m->decision = map;
     map = NULL;
   }
-  if (map) pcp_topology_vertex_map_release(map);
+  if (map)
+    pcp_topology_vertex_map_release(map);
   return status;
 }
 
@@ -864,7 +876,8 @@ static pcp_status_t instance_record_traces(pcp_topology_model_instance_t* m,
 static pcp_status_t instance_from_runs(pcp_topology_task_kind_t kind,
                                        const runs_t* runs,
                                        pcp_topology_model_instance_t* m) {
-  PCP_RETURN_IF_ERROR_BARE(pcp_topology_task_build(kind, m->allocator, &m->task));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_topology_task_build(kind, m->allocator, &m->task));
   PCP_RETURN_IF_ERROR(instance_build_execution(m, runs), "generated Xi");
   PCP_RETURN_IF_ERROR(instance_build_decision(m, runs), "extracted delta");
   return instance_record_traces(m, runs);
@@ -911,7 +924,8 @@ static pcp_status_t build_partition(pcp_topology_model_instance_t* m) {
   pcp_topology_complex_t* image = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_create(a, &faces));
   pcp_status_t status = pcp_topology_complex_create(a, &image);
-  if (!status) status = pcp_topology_complex_faces(m->task.input, faces);
+  if (!status)
+    status = pcp_topology_complex_faces(m->task.input, faces);
   for (size_t f = 0; !status && f < pcp_topology_complex_count(faces); ++f) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, f);
     pcp_topology_vertex_t projected[2];
@@ -923,9 +937,10 @@ static pcp_status_t build_partition(pcp_topology_model_instance_t* m) {
         projected[n++] = view[i];
       }
     }
-    status = pcp_topology_complex_add(image, pcp_topology_make_simplex(projected, n),
-                                      NULL);
-    if (!status) status = pcp_topology_carrier_map_set(m->execution, face, image);
+    status = pcp_topology_complex_add(
+        image, pcp_topology_make_simplex(projected, n), NULL);
+    if (!status)
+      status = pcp_topology_carrier_map_set(m->execution, face, image);
     // Delta: each process's outcome alone; never the pair.
     pcp_topology_complex_clear(image);
     if (!status && face.count == 0) {
@@ -942,7 +957,8 @@ static pcp_status_t build_partition(pcp_topology_model_instance_t* m) {
     }
   }
   pcp_topology_complex_release(faces);
-  if (image) pcp_topology_complex_release(image);
+  if (image)
+    pcp_topology_complex_release(image);
   return status;
 }
 
@@ -963,8 +979,7 @@ static pcp_status_t build_global_rollback_gap(
   static const char* const kOutputs[4] = {
       "global_job.committed_without_rollback",
       "gateway_a.committed_without_rollback",
-      "gateway_b.failed_without_rollback",
-      "job.running_without_rollback"};
+      "gateway_b.failed_without_rollback", "job.running_without_rollback"};
   pcp_topology_vertex_t in[4], out[4];
   for (int i = 0; i < 4; ++i) {
     in[i] = pcp_topology_make_vertex(kColors[i],
@@ -983,7 +998,8 @@ static pcp_status_t build_global_rollback_gap(
     pcp_topology_vertex_t triangle[3];
     int n = 0;
     for (int i = 0; i < 4; ++i) {
-      if (i != skip) triangle[n++] = out[i];
+      if (i != skip)
+        triangle[n++] = out[i];
     }
     PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_add(
         m->task.output, pcp_topology_make_simplex(triangle, 3), NULL));
@@ -996,19 +1012,21 @@ static pcp_status_t build_global_rollback_gap(
   pcp_topology_complex_t* image = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_create(a, &faces));
   pcp_status_t status = pcp_topology_complex_create(a, &image);
-  if (!status) status = pcp_topology_complex_faces(m->task.input, faces);
+  if (!status)
+    status = pcp_topology_complex_faces(m->task.input, faces);
   for (size_t f = 0; !status && f < pcp_topology_complex_count(faces); ++f) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, f);
     pcp_topology_complex_clear(image);
     status = pcp_topology_complex_add(image, face, NULL);
-    if (!status) status = pcp_topology_carrier_map_set(m->execution, face, image);
+    if (!status)
+      status = pcp_topology_carrier_map_set(m->execution, face, image);
     // Delta: the colour projection when it is an output simplex, else all
     // of O.
     pcp_topology_vertex_t projected[4];
     bool complete = false;
     if (!status) {
-      status = pcp_topology_project_to_colors(
-          pcp_topology_make_simplex(out, 4), face, projected, &complete);
+      status = pcp_topology_project_to_colors(pcp_topology_make_simplex(out, 4),
+                                              face, projected, &complete);
     }
     pcp_topology_simplex_t projection =
         pcp_topology_make_simplex(projected, face.count);
@@ -1024,7 +1042,8 @@ static pcp_status_t build_global_rollback_gap(
     }
   }
   pcp_topology_complex_release(faces);
-  if (image) pcp_topology_complex_release(image);
+  if (image)
+    pcp_topology_complex_release(image);
   return status;
 }
 
@@ -1070,8 +1089,8 @@ static const pcp_topology_model_t kModels[] = {
      NULL,
      "gateway dispatch of fabric messages: commands reach their worker "
      "handler, worker results stay queued, unknown messages fail closed"},
-    {"gateway_lease_scheduling", T(GATEWAY_LEASE_SCHEDULING), false,
-     W(GENERIC), SOLVABLE, 2, NULL,
+    {"gateway_lease_scheduling", T(GATEWAY_LEASE_SCHEDULING), false, W(GENERIC),
+     SOLVABLE, 2, NULL,
      "lease-owner scheduling: idle capacity is leased, max_workers and "
      "other owners' reserved_workers are respected"},
     {"reservation_lifecycle", T(RESERVATION_LIFECYCLE), false, W(GENERIC),
@@ -1100,8 +1119,7 @@ static const pcp_topology_model_t kModels[] = {
      "canceling a queued reserved job releases its workers",
      "regression: cancellation leaves the reserved worker leased"},
     {"federation.stale_gateway", T(FEDERATION_PLACEMENT), true,
-     W(STALE_GATEWAY), OBSTRUCTED, 2,
-     "a stale gateway is never selected",
+     W(STALE_GATEWAY), OBSTRUCTED, 2, "a stale gateway is never selected",
      "regression: the hub places a job on a disconnected gateway"},
     {"diloco.duplicate_quorum", T(DECOUPLED_FRAGMENT), true,
      W(DUPLICATE_QUORUM), OBSTRUCTED, 2,
@@ -1110,8 +1128,8 @@ static const pcp_topology_model_t kModels[] = {
     {"rda.direct_average_escape", T(RDA_MERGE), true, W(GENERIC), ESCAPE, 2,
      "below quorum the RDA merge publishes nothing",
      "regression: the merge averages directly and publishes below quorum"},
-    {"global.partial_loss_without_rollback", T(MULTI_GATEWAY_GLOBAL_JOB),
-     false, W(GLOBAL_ROLLBACK_GAP), OBSTRUCTED, 3,
+    {"global.partial_loss_without_rollback", T(MULTI_GATEWAY_GLOBAL_JOB), false,
+     W(GLOBAL_ROLLBACK_GAP), OBSTRUCTED, 3,
      "a global job that loses a gateway must roll back",
      "design: a two-gateway job committing without rollback (reference "
      "s.3.4)"},

@@ -12,8 +12,9 @@
 #include <cmocka.h>
 // clang-format on
 
-#include <jansson.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "topology/protocols_impl.h"
 
@@ -54,7 +55,8 @@ static void test_every_model_gives_its_verdict(void** state) {
       PCP_CHECK_OK(pcp_topology_check_report_format_json(&report, &b));
       json_error_t error;
       json_t* root = json_loads(pcp_string_builder_cstring(&b), 0, &error);
-      if (!root) fail_msg("%s: %s", error.text, pcp_string_builder_cstring(&b));
+      if (!root)
+        fail_msg("%s: %s", error.text, pcp_string_builder_cstring(&b));
       json_decref(root);
       pcp_string_builder_reset(&b);
       PCP_CHECK_OK(pcp_topology_check_report_format(&report, &b));
@@ -79,7 +81,8 @@ static void test_extracted_carriers_validate(void** state) {
     pcp_topology_model_instance_t m;
     pcp_topology_model_instance_initialize(pcp_allocator_system(), &m);
     PCP_CHECK_OK(pcp_topology_model_build(&models[i], &m));
-    pcp_topology_carrier_checks_t checks = pcp_topology_carrier_checks_default();
+    pcp_topology_carrier_checks_t checks =
+        pcp_topology_carrier_checks_default();
     checks.chromatic = true;
     PCP_CHECK_OK(pcp_topology_carrier_map_validate(m.execution, checks));
     assert_non_null(m.decision);
@@ -323,22 +326,27 @@ static void test_federation_index_model(void** state) {
   const pcp_topology_color_kind_t HUB = PCP_TOPOLOGY_COLOR_HUB;
   const pcp_topology_color_kind_t GW = PCP_TOPOLOGY_COLOR_GATEWAY;
   const pcp_topology_color_kind_t JOB = PCP_TOPOLOGY_COLOR_JOB;
-  pcp_topology_vertex_t in[9] = {
-      sym(HUB, 0, "hub.registry"), sym(GW, 1, "connected.compatible"),
-      sym(JOB, 1, "job.requires.training"),
-      sym(HUB, 0, "hub.registry"), sym(GW, 1, "stale.compatible"),
-      sym(JOB, 1, "job.requires.training"),
-      sym(HUB, 0, "hub.registry"), sym(GW, 1, "connected.incompatible"),
-      sym(JOB, 1, "job.requires.training")};
-  pcp_topology_vertex_t pr[6] = {
-      sym(HUB, 0, "placement.selected"), sym(JOB, 1, "route.forwarded"),
-      sym(HUB, 0, "placement.rejected"), sym(JOB, 1, "job.not_forwarded"),
-      sym(HUB, 0, "placement.lost"), sym(JOB, 1, "gateway.lost_after_route")};
-  pcp_topology_vertex_t out[6] = {
-      sym(HUB, 0, "output.placed"), sym(GW, 1, "gateway.compatible"),
-      sym(HUB, 0, "output.rejected"), sym(JOB, 1, "job.no_compatible_gateway"),
-      sym(HUB, 0, "output.failed_after_loss"),
-      sym(GW, 1, "gateway.unavailable")};
+  pcp_topology_vertex_t in[9] = {sym(HUB, 0, "hub.registry"),
+                                 sym(GW, 1, "connected.compatible"),
+                                 sym(JOB, 1, "job.requires.training"),
+                                 sym(HUB, 0, "hub.registry"),
+                                 sym(GW, 1, "stale.compatible"),
+                                 sym(JOB, 1, "job.requires.training"),
+                                 sym(HUB, 0, "hub.registry"),
+                                 sym(GW, 1, "connected.incompatible"),
+                                 sym(JOB, 1, "job.requires.training")};
+  pcp_topology_vertex_t pr[6] = {sym(HUB, 0, "placement.selected"),
+                                 sym(JOB, 1, "route.forwarded"),
+                                 sym(HUB, 0, "placement.rejected"),
+                                 sym(JOB, 1, "job.not_forwarded"),
+                                 sym(HUB, 0, "placement.lost"),
+                                 sym(JOB, 1, "gateway.lost_after_route")};
+  pcp_topology_vertex_t out[6] = {sym(HUB, 0, "output.placed"),
+                                  sym(GW, 1, "gateway.compatible"),
+                                  sym(HUB, 0, "output.rejected"),
+                                  sym(JOB, 1, "job.no_compatible_gateway"),
+                                  sym(HUB, 0, "output.failed_after_loss"),
+                                  sym(GW, 1, "gateway.unavailable")};
   pcp_topology_complex_t* input = listed(in, 3, 3);
   pcp_topology_complex_t* protocol = listed(pr, 3, 2);
   pcp_topology_complex_t* output = listed(out, 3, 2);
@@ -375,12 +383,21 @@ static void test_extractions_within_bounds(void** state) {
     pcp_topology_extraction_bound_t bound;
     pcp_topology_evidence_t evidence;
   } kBounds[] = {
-      {"workload_contract", {2, 2, 3, 3}, PCP_TOPOLOGY_EVIDENCE_PRODUCTION_FIXTURE},
-      {"message_dispatch", {4, 4, 2, 2}, PCP_TOPOLOGY_EVIDENCE_PRODUCTION_FIXTURE},
-      {"gateway_lease_scheduling", {3, 3, 2, 2},
+      {"workload_contract",
+       {2, 2, 3, 3},
+       PCP_TOPOLOGY_EVIDENCE_PRODUCTION_FIXTURE},
+      {"message_dispatch",
+       {4, 4, 2, 2},
+       PCP_TOPOLOGY_EVIDENCE_PRODUCTION_FIXTURE},
+      {"gateway_lease_scheduling",
+       {3, 3, 2, 2},
        PCP_TOPOLOGY_EVIDENCE_GENERATED_XI},
-      {"reservation_lifecycle", {4, 4, 3, 3}, PCP_TOPOLOGY_EVIDENCE_GENERATED_XI},
-      {"federation_placement", {4, 4, 4, 4}, PCP_TOPOLOGY_EVIDENCE_BOUNDED_MODEL},
+      {"reservation_lifecycle",
+       {4, 4, 3, 3},
+       PCP_TOPOLOGY_EVIDENCE_GENERATED_XI},
+      {"federation_placement",
+       {4, 4, 4, 4},
+       PCP_TOPOLOGY_EVIDENCE_BOUNDED_MODEL},
       {"decoupled_fragment", {6, 6, 7, 7}, PCP_TOPOLOGY_EVIDENCE_GENERATED_XI},
       {"rda_merge", {3, 3, 3, 3}, PCP_TOPOLOGY_EVIDENCE_PRODUCTION_FIXTURE},
   };
@@ -388,8 +405,8 @@ static void test_extractions_within_bounds(void** state) {
     pcp_topology_model_instance_t m;
     pcp_topology_model_instance_initialize(pcp_allocator_system(), &m);
     PCP_CHECK_OK(pcp_topology_model_build(model(kBounds[i].model), &m));
-    PCP_CHECK_OK(pcp_topology_model_instance_check_bound(
-        &m, kBounds[i].bound, kBounds[i].evidence));
+    PCP_CHECK_OK(pcp_topology_model_instance_check_bound(&m, kBounds[i].bound,
+                                                         kBounds[i].evidence));
     // One event fewer than the longest trace is an overflow.
     pcp_topology_extraction_bound_t tight = kBounds[i].bound;
     tight.max_events = 1;
@@ -422,9 +439,9 @@ static void test_rda_bridge(void** state) {
   assert_int_not_equal(bridge.state_hash, 0);
   pcp_topology_model_instance_deinitialize(&m);
   PCP_CHECK_OK(pcp_topology_model_build(model("rda_merge"), &m));
-  assert_int_equal(pcp_status_consume_code(
-                       pcp_topology_rda_bridge_find(&m, &bridge)),
-                   PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(
+      pcp_status_consume_code(pcp_topology_rda_bridge_find(&m, &bridge)),
+      PCP_STATUS_INVALID_ARGUMENT);
   pcp_topology_model_instance_deinitialize(&m);
 }
 

@@ -25,28 +25,39 @@ static const char* const kKindNames[] = {
     "unsupported_dimension",
 };
 static const char* const kInvariantNames[] = {
-    "candidate_carrier",        "connectivity", "betti_number",
-    "induced_homology",         "local_view_compatibility",
-    "decision_search",          "unsupported_dimension",
+    "candidate_carrier",
+    "connectivity",
+    "betti_number",
+    "induced_homology",
+    "local_view_compatibility",
+    "decision_search",
+    "unsupported_dimension",
 };
 static const char* const kWitnessNames[] = {
-    "generic",          "partition",         "stale_gateway",
-    "duplicate_quorum", "cancellation_hole", "global_rollback_gap",
+    "generic",
+    "partition",
+    "stale_gateway",
+    "duplicate_quorum",
+    "cancellation_hole",
+    "global_rollback_gap",
     "lease_owner_conflict",
 };
 
 const char* pcp_topology_obstruction_kind_name(
     pcp_topology_obstruction_kind_t kind) {
-  if ((unsigned)kind >= PCP_ARRAYSIZE(kKindNames)) return "?";
+  if ((unsigned)kind >= PCP_ARRAYSIZE(kKindNames))
+    return "?";
   return kKindNames[kind];
 }
 const char* pcp_topology_failed_invariant_name(
     pcp_topology_failed_invariant_t invariant) {
-  if ((unsigned)invariant >= PCP_ARRAYSIZE(kInvariantNames)) return "?";
+  if ((unsigned)invariant >= PCP_ARRAYSIZE(kInvariantNames))
+    return "?";
   return kInvariantNames[invariant];
 }
 const char* pcp_topology_pcp_witness_name(pcp_topology_pcp_witness_t witness) {
-  if ((unsigned)witness >= PCP_ARRAYSIZE(kWitnessNames)) return "?";
+  if ((unsigned)witness >= PCP_ARRAYSIZE(kWitnessNames))
+    return "?";
   return kWitnessNames[witness];
 }
 bool pcp_topology_pcp_witness_parse(pcp_string_view_t name,
@@ -85,7 +96,8 @@ void pcp_topology_obstruction_report_deinitialize(
   if (report->protocol_image) {
     pcp_topology_complex_release(report->protocol_image);
   }
-  if (report->output_image) pcp_topology_complex_release(report->output_image);
+  if (report->output_image)
+    pcp_topology_complex_release(report->output_image);
   report->protocol_image = NULL;
   report->output_image = NULL;
 }
@@ -98,17 +110,18 @@ static void report_reset(pcp_topology_obstruction_report_t* report) {
 
 // Copies |face| (canonical order) and closed copies of both images; fills
 // the Betti vectors over the options' field.
-static pcp_status_t report_set_face(pcp_topology_obstruction_report_t* report,
-                                    pcp_topology_simplex_t face,
-                                    const pcp_topology_complex_t* protocol,
-                                    const pcp_topology_complex_t* output,
-                                    pcp_topology_obstruction_options_t options) {
+static pcp_status_t report_set_face(
+    pcp_topology_obstruction_report_t* report, pcp_topology_simplex_t face,
+    const pcp_topology_complex_t* protocol,
+    const pcp_topology_complex_t* output,
+    pcp_topology_obstruction_options_t options) {
   pcp_topology_vertex_list_clear(&report->input_face);
   for (uint32_t i = 0; i < face.count; ++i) {
-    PCP_RETURN_IF_ERROR_BARE(
-        pcp_topology_vertex_list_append(&report->input_face, &face.vertices[i]));
+    PCP_RETURN_IF_ERROR_BARE(pcp_topology_vertex_list_append(
+        &report->input_face, &face.vertices[i]));
   }
-  pcp_topology_vertices_sort(report->input_face.items, report->input_face.count);
+  pcp_topology_vertices_sort(report->input_face.items,
+                             report->input_face.count);
   PCP_RETURN_IF_ERROR_BARE(
       pcp_topology_complex_create(report->allocator, &report->protocol_image));
   PCP_RETURN_IF_ERROR_BARE(
@@ -137,8 +150,10 @@ static pcp_status_t report_set_face(pcp_topology_obstruction_report_t* report,
   for (uint32_t k = report->output_betti.count; k < count; ++k) {
     report->output_betti.values[k] = 0;
   }
-  if (report->protocol_betti.count < count) report->protocol_betti.count = count;
-  if (report->output_betti.count < count) report->output_betti.count = count;
+  if (report->protocol_betti.count < count)
+    report->protocol_betti.count = count;
+  if (report->output_betti.count < count)
+    report->output_betti.count = count;
   return pcp_ok_status();
 }
 
@@ -157,19 +172,25 @@ static size_t core_face(const pcp_topology_carrier_map_t* execution,
   size_t first_any = SIZE_MAX;
   for (size_t f = 0; f < pcp_topology_complex_count(faces); ++f) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, f);
-    if (face.count == 0) continue;
-    if (first_nonempty == SIZE_MAX) first_nonempty = f;
+    if (face.count == 0)
+      continue;
+    if (first_nonempty == SIZE_MAX)
+      first_nonempty = f;
     const pcp_topology_complex_t* image =
         pcp_topology_carrier_map_lookup(execution, face);
-    if (!image) continue;
+    if (!image)
+      continue;
     size_t hits = 0;
     for (size_t i = 0; i < core->count; ++i) {
       hits += image_contains_vertex(image, &core->items[i]);
     }
-    if (core->count > 0 && hits == core->count) return f;
-    if (hits > 0 && first_any == SIZE_MAX) first_any = f;
+    if (core->count > 0 && hits == core->count)
+      return f;
+    if (hits > 0 && first_any == SIZE_MAX)
+      first_any = f;
   }
-  if (first_any != SIZE_MAX) return first_any;
+  if (first_any != SIZE_MAX)
+    return first_any;
   return first_nonempty == SIZE_MAX ? 0 : first_nonempty;
 }
 
@@ -177,10 +198,9 @@ static pcp_status_t report_on_face(pcp_topology_obstruction_report_t* report,
                                    const pcp_topology_decision_problem_t* p,
                                    pcp_topology_simplex_t face,
                                    pcp_topology_obstruction_options_t options) {
-  return report_set_face(report, face,
-                         pcp_topology_carrier_map_lookup(p->execution, face),
-                         pcp_topology_carrier_map_lookup(p->task, face),
-                         options);
+  return report_set_face(
+      report, face, pcp_topology_carrier_map_lookup(p->execution, face),
+      pcp_topology_carrier_map_lookup(p->task, face), options);
 }
 
 static int32_t betti_at(const pcp_topology_betti_t* betti, uint32_t k,
@@ -191,21 +211,25 @@ static int32_t betti_at(const pcp_topology_betti_t* betti, uint32_t k,
 
 // Steps 3a-3c: dimension bound, then lost or created holes, face by face.
 static pcp_status_t find_homology_obstruction(
-    const pcp_topology_decision_problem_t* p, const pcp_topology_complex_t* faces,
+    const pcp_topology_decision_problem_t* p,
+    const pcp_topology_complex_t* faces,
     pcp_topology_obstruction_options_t options,
     pcp_topology_obstruction_report_t* report, bool* out_found) {
   *out_found = false;
   for (size_t f = 0; f < pcp_topology_complex_count(faces); ++f) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, f);
-    if (face.count == 0) continue;
+    if (face.count == 0)
+      continue;
     const pcp_topology_complex_t* xi =
         pcp_topology_carrier_map_lookup(p->execution, face);
     const pcp_topology_complex_t* delta =
         pcp_topology_carrier_map_lookup(p->task, face);
-    if (!xi || !delta) continue;
+    if (!xi || !delta)
+      continue;
     int32_t dim = pcp_topology_complex_dimension(xi);
     int32_t delta_dim = pcp_topology_complex_dimension(delta);
-    if (delta_dim > dim) dim = delta_dim;
+    if (delta_dim > dim)
+      dim = delta_dim;
     if (dim > (int32_t)options.max_homology_dimension) {
       report->kind = PCP_TOPOLOGY_OBSTRUCTION_UNSUPPORTED_DIMENSION;
       report->failed_invariant = PCP_TOPOLOGY_INVARIANT_UNSUPPORTED_DIMENSION;
@@ -223,7 +247,8 @@ static pcp_status_t find_homology_obstruction(
       uint64_t a = 0, b = 0;
       betti_at(&xi_betti, k, &a);
       betti_at(&delta_betti, k, &b);
-      if (a == b) continue;
+      if (a == b)
+        continue;
       report->kind = a > b ? PCP_TOPOLOGY_OBSTRUCTION_HOLE_PRESERVATION_FAILURE
                            : PCP_TOPOLOGY_OBSTRUCTION_HOLE_CREATION_FAILURE;
       report->failed_invariant = PCP_TOPOLOGY_INVARIANT_BETTI_NUMBER;
@@ -250,7 +275,8 @@ pcp_status_t pcp_topology_obstruction_diagnose(
   pcp_topology_search_result_t result;
   pcp_topology_search_result_initialize(report->allocator, &result);
   pcp_topology_complex_t* faces = NULL;
-  pcp_status_t status = pcp_topology_decision_map_solve(problem, search, &result);
+  pcp_status_t status =
+      pcp_topology_decision_map_solve(problem, search, &result);
   if (!status && result.status == PCP_TOPOLOGY_SEARCH_SATISFIABLE) {
     pcp_topology_search_result_deinitialize(&result);
     return pcp_ok_status();
@@ -266,7 +292,8 @@ pcp_status_t pcp_topology_obstruction_diagnose(
     status = pcp_topology_vertex_list_append(&report->unsat_core_vertices,
                                              &result.core.items[i]);
   }
-  if (status) goto done;
+  if (status)
+    goto done;
   report->has_unsat_reason = true;
   report->unsat_reason = result.unsat_reason;
   *out_found = true;
@@ -276,8 +303,8 @@ pcp_status_t pcp_topology_obstruction_diagnose(
     report->failed_invariant = PCP_TOPOLOGY_INVARIANT_CANDIDATE_CARRIER;
     status = report_on_face(
         report, problem,
-        pcp_topology_complex_simplex(faces, core_face(problem->execution, faces,
-                                                      &result.core)),
+        pcp_topology_complex_simplex(
+            faces, core_face(problem->execution, faces, &result.core)),
         options);
     goto done;
   }
@@ -291,24 +318,27 @@ pcp_status_t pcp_topology_obstruction_diagnose(
     if (!status && connectivity.found) {
       report->kind = PCP_TOPOLOGY_OBSTRUCTION_DISCONNECTED_TASK_OUTPUT;
       report->failed_invariant = PCP_TOPOLOGY_INVARIANT_CONNECTIVITY;
-      status = report_on_face(
-          report, problem, pcp_topology_make_simplex(face.items, face.count),
-          options);
+      status = report_on_face(report, problem,
+                              pcp_topology_make_simplex(face.items, face.count),
+                              options);
       pcp_topology_vertex_list_deinitialize(&face);
       goto done;
     }
     pcp_topology_vertex_list_deinitialize(&face);
-    if (status) goto done;
+    if (status)
+      goto done;
   }
   // 3. Dimension bound, then holes lost or created.
   {
     bool found = false;
     status = find_homology_obstruction(problem, faces, options, report, &found);
-    if (status || found) goto done;
+    if (status || found)
+      goto done;
   }
   // 4./5. The search's own verdict.
   if (result.unsat_reason == PCP_TOPOLOGY_UNSAT_REASON_LOCAL_INCONSISTENCY) {
-    report->kind = PCP_TOPOLOGY_OBSTRUCTION_INCOMPATIBLE_LOCAL_VIEW_IDENTIFICATION;
+    report->kind =
+        PCP_TOPOLOGY_OBSTRUCTION_INCOMPATIBLE_LOCAL_VIEW_IDENTIFICATION;
     report->failed_invariant = PCP_TOPOLOGY_INVARIANT_LOCAL_VIEW_COMPATIBILITY;
   } else {
     report->kind = PCP_TOPOLOGY_OBSTRUCTION_SOLVER_UNSAT;
@@ -320,15 +350,17 @@ pcp_status_t pcp_topology_obstruction_diagnose(
           faces, core_face(problem->execution, faces, &result.core)),
       options);
 done:
-  if (faces) pcp_topology_complex_release(faces);
+  if (faces)
+    pcp_topology_complex_release(faces);
   pcp_topology_search_result_deinitialize(&result);
-  if (status) *out_found = false;
+  if (status)
+    *out_found = false;
   return status;
 }
 
 pcp_status_t pcp_topology_obstruction_diagnose_map(
-    pcp_topology_simplex_t input_face,
-    const pcp_topology_vertex_map_t* map, pcp_topology_pcp_witness_t witness,
+    pcp_topology_simplex_t input_face, const pcp_topology_vertex_map_t* map,
+    pcp_topology_pcp_witness_t witness,
     pcp_topology_obstruction_options_t options,
     pcp_topology_obstruction_report_t* inout_report, bool* out_found) {
   *out_found = false;
@@ -338,7 +370,8 @@ pcp_status_t pcp_topology_obstruction_diagnose_map(
   pcp_topology_homology_map_report_t homology;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_topology_homology_map_check(map, options.prime, &homology));
-  if (homology.preserves_homology) return pcp_ok_status();
+  if (homology.preserves_homology)
+    return pcp_ok_status();
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_homology_map_witness_find(
       map, options.prime, &report->homology_witness));
   report->kind = report->homology_witness.kind ==
@@ -354,12 +387,13 @@ pcp_status_t pcp_topology_obstruction_diagnose_map(
       pcp_topology_complex_create(report->allocator, &image));
   pcp_status_t status = pcp_topology_vertex_map_image(map, NULL, image);
   if (!status) {
-    status = report_set_face(report, input_face,
-                             pcp_topology_vertex_map_domain(map), image,
-                             options);
+    status =
+        report_set_face(report, input_face, pcp_topology_vertex_map_domain(map),
+                        image, options);
   }
   pcp_topology_complex_release(image);
-  if (!status) *out_found = true;
+  if (!status)
+    *out_found = true;
   return status;
 }
 
@@ -371,7 +405,8 @@ pcp_status_t pcp_topology_simplex_format_canonical(
     pcp_topology_simplex_t simplex, pcp_string_builder_t* builder) {
   pcp_topology_vertex_t sorted[PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES + 1];
   uint32_t count = simplex.count;
-  if (count > PCP_ARRAYSIZE(sorted)) count = PCP_ARRAYSIZE(sorted);
+  if (count > PCP_ARRAYSIZE(sorted))
+    count = PCP_ARRAYSIZE(sorted);
   memcpy(sorted, simplex.vertices, count * sizeof(*sorted));
   pcp_topology_vertices_sort(sorted, count);
   return pcp_topology_simplex_format(pcp_topology_make_simplex(sorted, count),
@@ -400,11 +435,13 @@ pcp_status_t pcp_topology_complex_format_excerpt(
       status = pcp_topology_simplex_format(
           pcp_topology_complex_simplex(complex, i), builder);
     }
-    if (!status) status = pcp_string_builder_append_cstring(builder, "\n");
+    if (!status)
+      status = pcp_string_builder_append_cstring(builder, "\n");
   }
   if (!status && pcp_topology_complex_count(complex) > shown) {
     status = pcp_string_builder_append_f(
-        builder, "  ... %zu more\n", pcp_topology_complex_count(complex) - shown);
+        builder, "  ... %zu more\n",
+        pcp_topology_complex_count(complex) - shown);
   }
   pcp_topology_complex_release(faces);
   return status;
@@ -416,8 +453,8 @@ static pcp_status_t format_betti(const char* name,
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(b, "%s: [", name));
   for (uint32_t k = 0; k < count; ++k) {
     uint64_t value = k < betti->count ? betti->values[k] : 0;
-    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-        b, "%s%" PRIu64, k ? ", " : "", value));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_f(b, "%s%" PRIu64, k ? ", " : "", value));
   }
   return pcp_string_builder_append_cstring(b, "]\n");
 }
@@ -442,7 +479,8 @@ pcp_status_t pcp_topology_obstruction_report_format(
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
         b, "unsupported_dimension: %" PRId32 "\n", r->unsupported_dimension));
   }
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "input_face: "));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append_cstring(b, "input_face: "));
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_simplex_format(
       pcp_topology_make_simplex(r->input_face.items, r->input_face.count), b));
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n"));
@@ -454,7 +492,8 @@ pcp_status_t pcp_topology_obstruction_report_format(
   PCP_RETURN_IF_ERROR_BARE(
       format_betti("output_betti", &r->output_betti, count, b));
   if (r->induced_rank_count) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "induced_ranks: ["));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_cstring(b, "induced_ranks: ["));
     for (uint32_t k = 0; k < r->induced_rank_count; ++k) {
       PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
           b, "%s%" PRIu64, k ? ", " : "", r->induced_ranks[k]));
@@ -508,8 +547,8 @@ static pcp_status_t json_simplex(pcp_topology_simplex_t simplex,
   pcp_string_builder_initialize(out->allocator, 0, &text);
   pcp_status_t status = pcp_topology_simplex_format(simplex, &text);
   if (!status) {
-    status = pcp_topology_json_append_string(out,
-                                             pcp_string_builder_cstring(&text));
+    status =
+        pcp_topology_json_append_string(out, pcp_string_builder_cstring(&text));
   }
   pcp_string_builder_deinitialize(&text);
   return status;
@@ -540,10 +579,10 @@ pcp_status_t pcp_topology_obstruction_report_format_json(
   uint32_t count = r->protocol_betti.count > r->output_betti.count
                        ? r->protocol_betti.count
                        : r->output_betti.count;
-  PCP_RETURN_IF_ERROR_BARE(json_betti("protocol_betti", &r->protocol_betti,
-                                      count, b));
-  PCP_RETURN_IF_ERROR_BARE(json_betti("output_betti", &r->output_betti, count,
-                                      b));
+  PCP_RETURN_IF_ERROR_BARE(
+      json_betti("protocol_betti", &r->protocol_betti, count, b));
+  PCP_RETURN_IF_ERROR_BARE(
+      json_betti("output_betti", &r->output_betti, count, b));
   PCP_RETURN_IF_ERROR_BARE(
       pcp_string_builder_append_cstring(b, ",\"induced_ranks\":["));
   for (uint32_t k = 0; k < r->induced_rank_count; ++k) {
@@ -553,7 +592,8 @@ pcp_status_t pcp_topology_obstruction_report_format_json(
   PCP_RETURN_IF_ERROR_BARE(
       pcp_string_builder_append_cstring(b, "],\"unsat_core_vertices\":["));
   for (size_t i = 0; i < r->unsat_core_vertices.count; ++i) {
-    if (i) PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ","));
+    if (i)
+      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ","));
     PCP_RETURN_IF_ERROR_BARE(json_simplex(
         pcp_topology_make_simplex(&r->unsat_core_vertices.items[i], 1), b));
   }
@@ -563,7 +603,8 @@ pcp_status_t pcp_topology_obstruction_report_format_json(
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
         b,
         ",\"homology_witness\":{\"kind\":\"%s\",\"dimension\":%" PRId32
-        ",\"prime\":%" PRIu32 ",\"source_cycle_simplexes\":%zu,"
+        ",\"prime\":%" PRIu32
+        ",\"source_cycle_simplexes\":%zu,"
         "\"image_cycle_simplexes\":%zu}",
         pcp_topology_homology_witness_kind_name(w->kind), w->dimension,
         w->prime, w->source_chain.count, w->image_chain.count));

@@ -10,8 +10,9 @@
 #include <cmocka.h>
 // clang-format on
 
-#include <jansson.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "topology/protocols_impl.h"
 
@@ -178,8 +179,8 @@ static void test_map_induced_lost_cycle(void** state) {
   pcp_string_builder_t b;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &b);
   PCP_CHECK_OK(pcp_topology_obstruction_report_format(&report, &b));
-  assert_non_null(strstr(pcp_string_builder_cstring(&b),
-                         "source_cycle_simplexes: 3"));
+  assert_non_null(
+      strstr(pcp_string_builder_cstring(&b), "source_cycle_simplexes: 3"));
   pcp_string_builder_deinitialize(&b);
   pcp_topology_obstruction_report_deinitialize(&report);
   pcp_topology_vertex_map_release(map);

@@ -25,7 +25,8 @@ static const char* const kMergeViolationNames[] = {
 
 const char* pcp_topology_merge_violation_name(
     pcp_topology_merge_violation_t violation) {
-  if ((unsigned)violation >= PCP_ARRAYSIZE(kMergeViolationNames)) return "?";
+  if ((unsigned)violation >= PCP_ARRAYSIZE(kMergeViolationNames))
+    return "?";
   return kMergeViolationNames[violation];
 }
 
@@ -80,16 +81,19 @@ pcp_status_t pcp_topology_merge_oracle_run(
   }
   double norm_sum = 0.0;
   for (size_t k = 0; k < out->participants; ++k) {
-    double w = pcp_topology_token_step_weight(included[k].tokens,
-                                              included[k].steps);
+    double w =
+        pcp_topology_token_step_weight(included[k].tokens, included[k].steps);
     out->total_weight += w;
     double n = vector_norm(included[k].values, dimension);
     norm_sum += w * n;
-    if (n > 0.0) out->direction_weight += w;
+    if (n > 0.0)
+      out->direction_weight += w;
     for (size_t i = 0; i < dimension; ++i) {
       double x = included[k].values[i];
-      if (x < out->envelope_min[i]) out->envelope_min[i] = x;
-      if (x > out->envelope_max[i]) out->envelope_max[i] = x;
+      if (x < out->envelope_min[i])
+        out->envelope_min[i] = x;
+      if (x > out->envelope_max[i])
+        out->envelope_max[i] = x;
     }
   }
   out->mean_norm = out->total_weight > 0.0 ? norm_sum / out->total_weight : 0.0;
@@ -154,8 +158,8 @@ pcp_topology_merge_violation_t pcp_topology_merge_oracle_check_claim(
     return PCP_TOPOLOGY_MERGE_VIOLATION_RDA_NORM_MISMATCH;
   }
   for (size_t i = 0; i < d; ++i) {
-    if (fabs(claimed[i] / claimed_norm - merge->output[i] / merge->output_norm) >
-        1e-6) {
+    if (fabs(claimed[i] / claimed_norm -
+             merge->output[i] / merge->output_norm) > 1e-6) {
       return PCP_TOPOLOGY_MERGE_VIOLATION_RDA_DIRECTION_MISMATCH;
     }
   }

@@ -22,8 +22,8 @@
 
 static pcp_topology_merge_update_t up(uint32_t learner, const double* values,
                                       uint64_t tokens, uint64_t steps) {
-  pcp_topology_merge_update_t u = {learner, 0, false, values, tokens, steps,
-                                   learner, 0};
+  pcp_topology_merge_update_t u = {learner, 0,     false,   values,
+                                   tokens,  steps, learner, 0};
   return u;
 }
 
@@ -55,7 +55,8 @@ static void test_rda_envelope_and_rejections(void** state) {
   double a[2] = {1, 1}, b[2] = {1, -1};
   pcp_topology_merge_update_t u[2] = {up(0, a, 10, 1), up(1, b, 10, 1)};
   pcp_topology_merge_result_t r = run(RDA, 2, u, 2, 2);
-  assert_true(fabs(r.output[0] - sqrt(2.0)) < 1e-12 && fabs(r.output[1]) < 1e-12);
+  assert_true(fabs(r.output[0] - sqrt(2.0)) < 1e-12 &&
+              fabs(r.output[1]) < 1e-12);
   assert_int_equal(pcp_topology_merge_oracle_check_claim(RDA, &r, r.output),
                    PCP_TOPOLOGY_MERGE_VIOLATION_NONE);
   double average[2] = {1, 0}, wrong[2] = {0, sqrt(2.0)};
@@ -166,9 +167,8 @@ static void test_shrink_claim_outside_envelope(void** state) {
   shrink_ctx_t ctx = {u, 100.0};
   uint32_t* retained = NULL;
   size_t count = 0;
-  PCP_CHECK_OK(pcp_topology_indices_shrink(pcp_allocator_system(), 4,
-                                           claim_outside, &ctx, &retained,
-                                           &count));
+  PCP_CHECK_OK(pcp_topology_indices_shrink(
+      pcp_allocator_system(), 4, claim_outside, &ctx, &retained, &count));
   assert_int_equal(count, 2);
   assert_true(claim_outside(&ctx, retained, count));
   free(retained);

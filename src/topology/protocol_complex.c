@@ -46,10 +46,10 @@ pcp_status_t pcp_topology_process_set_validate(
                                (unsigned)processes[i].id);
       }
       if (pcp_topology_color_equal(processes[i].color, processes[j].color)) {
-        return pcp_topology_make_status(
-            PCP_TOPOLOGY_ERROR_DUPLICATE_COLOR,
-            "processes %u and %u share a colour", (unsigned)processes[i].id,
-            (unsigned)processes[j].id);
+        return pcp_topology_make_status(PCP_TOPOLOGY_ERROR_DUPLICATE_COLOR,
+                                        "processes %u and %u share a colour",
+                                        (unsigned)processes[i].id,
+                                        (unsigned)processes[j].id);
       }
     }
   }
@@ -59,7 +59,8 @@ pcp_status_t pcp_topology_process_set_validate(
 static const pcp_topology_process_t* find_process(
     const pcp_topology_process_t* processes, size_t count, uint16_t id) {
   for (size_t i = 0; i < count; ++i) {
-    if (processes[i].id == id) return &processes[i];
+    if (processes[i].id == id)
+      return &processes[i];
   }
   return NULL;
 }
@@ -70,8 +71,8 @@ pcp_status_t pcp_topology_event_alphabet_validate(
   for (size_t i = 0; i < event_count; ++i) {
     if (!find_process(processes, process_count, events[i].actor)) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                             "alphabet event %zu: actor %u is not a process",
-                             i, (unsigned)events[i].actor);
+                             "alphabet event %zu: actor %u is not a process", i,
+                             (unsigned)events[i].actor);
     }
     if (events[i].peer != PCP_TOPOLOGY_NO_NODE &&
         !find_process(processes, process_count, events[i].peer)) {
@@ -100,13 +101,17 @@ void pcp_topology_protocol_complex_initialize(
 
 void pcp_topology_protocol_complex_deinitialize(
     pcp_topology_protocol_complex_t* result) {
-  if (result->execution) pcp_topology_carrier_map_release(result->execution);
-  if (result->protocol) pcp_topology_complex_release(result->protocol);
-  if (result->input_faces) pcp_topology_complex_release(result->input_faces);
+  if (result->execution)
+    pcp_topology_carrier_map_release(result->execution);
+  if (result->protocol)
+    pcp_topology_complex_release(result->protocol);
+  if (result->input_faces)
+    pcp_topology_complex_release(result->input_faces);
   for (size_t i = 0; i < result->trace_count; ++i) {
     pcp_topology_trace_deinitialize(&result->traces[i]);
   }
-  if (result->traces) pcp_allocator_free(result->allocator, result->traces);
+  if (result->traces)
+    pcp_allocator_free(result->allocator, result->traces);
   if (result->witnesses) {
     pcp_allocator_free(result->allocator, result->witnesses);
   }
@@ -147,11 +152,13 @@ static void collect_supported(generator_t* g) {
     const pcp_topology_event_t* e = &g->alphabet[i];
     const pcp_topology_process_t* actor =
         find_process(g->processes, g->process_count, e->actor);
-    if (!actor || !color_in_face(g->face, actor->color)) continue;
+    if (!actor || !color_in_face(g->face, actor->color))
+      continue;
     if (e->peer != PCP_TOPOLOGY_NO_NODE) {
       const pcp_topology_process_t* peer =
           find_process(g->processes, g->process_count, e->peer);
-      if (!peer || !color_in_face(g->face, peer->color)) continue;
+      if (!peer || !color_in_face(g->face, peer->color))
+        continue;
     }
     if (g->supported_count < PCP_ARRAYSIZE(g->supported)) {
       g->supported[g->supported_count++] = *e;
@@ -218,8 +225,8 @@ static pcp_status_t record_leaf(generator_t* g, uint64_t seed,
     return pcp_make_status(PCP_STATUS_INTERNAL, "view vanished from P");
   }
   uint32_t trace_index = 0;
-  PCP_RETURN_IF_ERROR_BARE(append_trace(g->result, seed, events, count,
-                                        state_hash, &trace_index));
+  PCP_RETURN_IF_ERROR_BARE(
+      append_trace(g->result, seed, events, count, state_hash, &trace_index));
   pcp_topology_generation_witness_t* w = &g->result->witnesses[trace_index];
   w->input_index = g->face_index;
   w->protocol_index = (uint32_t)protocol_index;
@@ -262,9 +269,10 @@ static pcp_status_t generate(generator_t* g, bool random) {
       pcp_topology_complex_create(r->allocator, &r->protocol));
   PCP_RETURN_IF_ERROR_BARE(
       pcp_topology_complex_create(r->allocator, &r->input_faces));
-  PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_faces(g->input, r->input_faces));
-  PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_create(r->allocator,
-                                                       &g->face_image));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_topology_complex_faces(g->input, r->input_faces));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_topology_complex_create(r->allocator, &g->face_image));
   // Images are collected first and the carrier built afterwards, because P
   // grows while faces are visited and the carrier borrows its codomain.
   size_t face_count = pcp_topology_complex_count(r->input_faces);
@@ -305,7 +313,8 @@ static pcp_status_t generate(generator_t* g, bool random) {
     if (!status) {
       status = pcp_topology_complex_create(r->allocator, &images[f]);
     }
-    if (!status) status = pcp_topology_complex_copy(g->face_image, images[f]);
+    if (!status)
+      status = pcp_topology_complex_copy(g->face_image, images[f]);
   }
   if (!status) {
     status = pcp_topology_carrier_map_create(g->input, r->protocol,
@@ -317,7 +326,8 @@ static pcp_status_t generate(generator_t* g, bool random) {
         images[f]);
   }
   for (size_t f = 0; f < face_count; ++f) {
-    if (images[f]) pcp_topology_complex_release(images[f]);
+    if (images[f])
+      pcp_topology_complex_release(images[f]);
   }
   pcp_allocator_free(r->allocator, images);
   pcp_topology_complex_release(g->face_image);
@@ -327,7 +337,8 @@ static pcp_status_t generate(generator_t* g, bool random) {
   if (!status && !random) {
     status = pcp_topology_carrier_map_validate(
         r->execution, pcp_topology_carrier_checks_default());
-    if (status) status = pcp_status_annotate_f(status, "generated Xi");
+    if (status)
+      status = pcp_status_annotate_f(status, "generated Xi");
   }
   return status;
 }
@@ -353,8 +364,10 @@ static pcp_status_t generate_entry(
   pcp_topology_vertex_list_initialize(result->allocator, &g.view);
   pcp_status_t status = generate(&g, random);
   pcp_topology_vertex_list_deinitialize(&g.view);
-  if (g.face_image) pcp_topology_complex_release(g.face_image);
-  if (status) pcp_topology_protocol_complex_deinitialize(result);
+  if (g.face_image)
+    pcp_topology_complex_release(g.face_image);
+  if (status)
+    pcp_topology_protocol_complex_deinitialize(result);
   return status;
 }
 
@@ -397,8 +410,8 @@ static bool ends_at_target(void* user_data, uint64_t seed,
   same_view_t* s = (same_view_t*)user_data;
   pcp_topology_vertex_list_clear(&s->view);
   uint64_t hash = 0;
-  pcp_status_t status = s->view_fn(s->user_data, s->face, seed, events, count,
-                                   &s->view, &hash);
+  pcp_status_t status =
+      s->view_fn(s->user_data, s->face, seed, events, count, &s->view, &hash);
   if (status) {
     pcp_status_ignore(status);
     return false;
@@ -419,14 +432,14 @@ pcp_status_t pcp_topology_trace_shrink_to_protocol_simplex(
   s.face = input_face;
   s.target = target;
   pcp_topology_vertex_list_initialize(allocator, &s.view);
-  pcp_status_t status =
-      pcp_topology_events_shrink(allocator, seed, events, event_count,
-                                 ends_at_target, &s, out_result);
+  pcp_status_t status = pcp_topology_events_shrink(
+      allocator, seed, events, event_count, ends_at_target, &s, out_result);
   pcp_topology_vertex_list_deinitialize(&s.view);
   if (pcp_status_code(status) == PCP_STATUS_FAILED_PRECONDITION) {
     return pcp_status_annotate_f(
-        status, "PredicateDoesNotHold: the trace does not end at the target "
-                "protocol simplex");
+        status,
+        "PredicateDoesNotHold: the trace does not end at the target "
+        "protocol simplex");
   }
   return status;
 }

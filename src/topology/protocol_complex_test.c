@@ -28,7 +28,8 @@ static pcp_topology_event_t lsc(uint16_t actor) {
 
 static pcp_status_t toy_views(void* user_data, pcp_topology_simplex_t face,
                               uint64_t seed, const pcp_topology_event_t* events,
-                              size_t count, pcp_topology_vertex_list_t* out_view,
+                              size_t count,
+                              pcp_topology_vertex_list_t* out_view,
                               uint64_t* out_state_hash) {
   (void)user_data;
   int64_t steps = 0;
@@ -210,10 +211,11 @@ static void test_trace_shrinking_preserves_protocol_simplex(void** state) {
   };
   pcp_topology_shrink_result_t result;
   PCP_CHECK_OK(pcp_topology_trace_shrink_to_protocol_simplex(
-      toy_views, NULL, face, pcp_topology_make_simplex(target, 2), 5, events,
-      2, pcp_allocator_system(), &result));
+      toy_views, NULL, face, pcp_topology_make_simplex(target, 2), 5, events, 2,
+      pcp_allocator_system(), &result));
   assert_int_equal(result.event_count, 1);
-  assert_int_equal(result.events[0].tag, PCP_TOPOLOGY_EVENT_LOCAL_STEP_COMPLETE);
+  assert_int_equal(result.events[0].tag,
+                   PCP_TOPOLOGY_EVENT_LOCAL_STEP_COMPLETE);
   assert_int_equal(result.deleted, 1);
   pcp_topology_shrink_result_deinitialize(pcp_allocator_system(), &result);
   // A trace that never reaches the target is refused.

@@ -109,13 +109,25 @@ static const pcp_topology_message_entry_t kMessages[] = {
 };
 
 static const char* const kFamilyNames[PCP_TOPOLOGY_FAMILY_COUNT_] = {
-    "worker_control", "artifact_transfer", "regular_training",
-    "streaming_diloco", "decoupled_training", "inference", "rl",
+    "worker_control",
+    "artifact_transfer",
+    "regular_training",
+    "streaming_diloco",
+    "decoupled_training",
+    "inference",
+    "rl",
 };
 
 static const char* const kHandlerNames[PCP_TOPOLOGY_HANDLER_COUNT_] = {
-    "none",      "graph",  "transfer",  "regular_training",
-    "decoupled_training", "streaming_diloco", "rl", "inference", "lifecycle",
+    "none",
+    "graph",
+    "transfer",
+    "regular_training",
+    "decoupled_training",
+    "streaming_diloco",
+    "rl",
+    "inference",
+    "lifecycle",
 };
 
 const pcp_topology_message_entry_t* pcp_topology_message_catalog(
@@ -126,13 +138,15 @@ const pcp_topology_message_entry_t* pcp_topology_message_catalog(
 
 const char* pcp_topology_message_family_name(
     pcp_topology_message_family_t family) {
-  if ((unsigned)family >= PCP_TOPOLOGY_FAMILY_COUNT_) return "?";
+  if ((unsigned)family >= PCP_TOPOLOGY_FAMILY_COUNT_)
+    return "?";
   return kFamilyNames[family];
 }
 
 const char* pcp_topology_worker_handler_name(
     pcp_topology_worker_handler_t handler) {
-  if ((unsigned)handler >= PCP_TOPOLOGY_HANDLER_COUNT_) return "?";
+  if ((unsigned)handler >= PCP_TOPOLOGY_HANDLER_COUNT_)
+    return "?";
   return kHandlerNames[handler];
 }
 
@@ -140,7 +154,8 @@ const pcp_topology_message_entry_t* pcp_topology_message_lookup(
     const pcp_topology_message_entry_t* catalog, size_t count,
     const char* name) {
   for (size_t i = 0; i < count; ++i) {
-    if (strcmp(catalog[i].name, name) == 0) return &catalog[i];
+    if (strcmp(catalog[i].name, name) == 0)
+      return &catalog[i];
   }
   return NULL;
 }
@@ -151,7 +166,8 @@ pcp_topology_dispatch_t pcp_topology_message_dispatch(
   const pcp_topology_message_entry_t* entry =
       pcp_topology_message_lookup(catalog, count, name);
   // Unknown messages fail closed: the gateway neither forwards nor queues.
-  if (!entry) return PCP_TOPOLOGY_DISPATCH_FAIL_CLOSED;
+  if (!entry)
+    return PCP_TOPOLOGY_DISPATCH_FAIL_CLOSED;
   if (entry->direction == C2W) {
     return PCP_TOPOLOGY_DISPATCH_CONTROLLER_TO_WORKER;
   }
@@ -162,11 +178,12 @@ pcp_topology_dispatch_t pcp_topology_message_dispatch(
 }
 
 pcp_topology_handler_verdict_t pcp_topology_worker_handler_check(
-    const pcp_topology_message_entry_t* catalog, size_t count,
-    const char* name, pcp_topology_worker_handler_t claimed) {
+    const pcp_topology_message_entry_t* catalog, size_t count, const char* name,
+    pcp_topology_worker_handler_t claimed) {
   const pcp_topology_message_entry_t* entry =
       pcp_topology_message_lookup(catalog, count, name);
-  if (!entry) return PCP_TOPOLOGY_HANDLER_VERDICT_UNKNOWN_MESSAGE;
+  if (!entry)
+    return PCP_TOPOLOGY_HANDLER_VERDICT_UNKNOWN_MESSAGE;
   if (entry->handler == PCP_TOPOLOGY_HANDLER_NONE) {
     return PCP_TOPOLOGY_HANDLER_VERDICT_NO_WORKER_HANDLER;
   }
@@ -277,9 +294,12 @@ pcp_topology_training_kind_t pcp_topology_training_kind_from_request_body(
   if (!body || !strstr(body, "\"training_kind\"")) {
     return PCP_TOPOLOGY_TRAINING_REGULAR;
   }
-  if (strstr(body, "\"decoupled\"")) return PCP_TOPOLOGY_TRAINING_DECOUPLED;
-  if (strstr(body, "\"streaming\"")) return PCP_TOPOLOGY_TRAINING_STREAMING;
-  if (strstr(body, "\"regular\"")) return PCP_TOPOLOGY_TRAINING_REGULAR;
+  if (strstr(body, "\"decoupled\""))
+    return PCP_TOPOLOGY_TRAINING_DECOUPLED;
+  if (strstr(body, "\"streaming\""))
+    return PCP_TOPOLOGY_TRAINING_STREAMING;
+  if (strstr(body, "\"regular\""))
+    return PCP_TOPOLOGY_TRAINING_REGULAR;
   return PCP_TOPOLOGY_TRAINING_INVALID;
 }
 
@@ -367,7 +387,8 @@ static void sched_reject(pcp_topology_sched_t* s,
 static pcp_topology_sched_worker_t* sched_worker(pcp_topology_sched_t* s,
                                                  uint32_t id) {
   for (uint32_t i = 0; i < s->worker_count; ++i) {
-    if (s->workers[i].id == id) return &s->workers[i];
+    if (s->workers[i].id == id)
+      return &s->workers[i];
   }
   return NULL;
 }
@@ -386,8 +407,10 @@ uint32_t pcp_topology_sched_owner_capacity(const pcp_topology_sched_t* s,
   uint32_t count = 0;
   for (uint32_t i = 0; i < s->worker_count; ++i) {
     const pcp_topology_sched_worker_t* w = &s->workers[i];
-    if (w->state == PCP_TOPOLOGY_WORKER_OFFLINE) continue;
-    if (w->owner >= 0 && w->owner != (int32_t)owner) continue;
+    if (w->state == PCP_TOPOLOGY_WORKER_OFFLINE)
+      continue;
+    if (w->owner >= 0 && w->owner != (int32_t)owner)
+      continue;
     count += pcp_topology_sched_policy_allows(&s->policies[owner],
                                               w->worker_class, w->arch);
   }
@@ -413,9 +436,11 @@ static pcp_topology_sched_block_t sched_can_lease(
       pcp_topology_sched_owner_leases(s, owner) >= policy->max_workers) {
     return PCP_TOPOLOGY_SCHED_BLOCK_MAX_WORKERS;
   }
-  if (s->bug_ignore_reserved_capacity) return PCP_TOPOLOGY_SCHED_BLOCK_NONE;
+  if (s->bug_ignore_reserved_capacity)
+    return PCP_TOPOLOGY_SCHED_BLOCK_NONE;
   for (uint32_t other = 0; other < PCP_TOPOLOGY_SCHED_OWNER_COUNT; ++other) {
-    if (other == owner || s->policies[other].reserved_workers == 0) continue;
+    if (other == owner || s->policies[other].reserved_workers == 0)
+      continue;
     uint32_t capacity = pcp_topology_sched_owner_capacity(s, other);
     bool counted = pcp_topology_sched_policy_allows(&s->policies[other],
                                                     w->worker_class, w->arch);
@@ -454,10 +479,12 @@ static int32_t sched_find_reservation(const pcp_topology_sched_t* s,
 
 static bool sched_job_known(const pcp_topology_sched_t* s, uint32_t job) {
   for (uint32_t i = 0; i < s->queue_count; ++i) {
-    if (s->queue[i].job == job) return true;
+    if (s->queue[i].job == job)
+      return true;
   }
   for (uint32_t i = 0; i < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++i) {
-    if (s->active[i].in_use && s->active[i].job == job) return true;
+    if (s->active[i].in_use && s->active[i].job == job)
+      return true;
   }
   return false;
 }
@@ -466,11 +493,12 @@ static void sched_free_workers(pcp_topology_sched_t* s, int32_t reservation,
                                uint32_t owner, uint32_t job) {
   for (uint32_t i = 0; i < s->worker_count; ++i) {
     pcp_topology_sched_worker_t* w = &s->workers[i];
-    bool mine = reservation >= 0 ? w->reservation == reservation
-                                 : (w->owner == (int32_t)owner &&
-                                    w->job == job &&
-                                    w->state == PCP_TOPOLOGY_WORKER_ASSIGNED);
-    if (!mine) continue;
+    bool mine = reservation >= 0
+                    ? w->reservation == reservation
+                    : (w->owner == (int32_t)owner && w->job == job &&
+                       w->state == PCP_TOPOLOGY_WORKER_ASSIGNED);
+    if (!mine)
+      continue;
     if (w->state != PCP_TOPOLOGY_WORKER_OFFLINE) {
       w->state = PCP_TOPOLOGY_WORKER_IDLE;
     }
@@ -555,7 +583,8 @@ static bool sched_reservation_intact(const pcp_topology_sched_t* s,
   uint32_t held = 0;
   for (uint32_t i = 0; i < s->worker_count; ++i) {
     const pcp_topology_sched_worker_t* w = &s->workers[i];
-    if (w->reservation != slot) continue;
+    if (w->reservation != slot)
+      continue;
     if (w->state != PCP_TOPOLOGY_WORKER_RESERVED ||
         w->owner != (int32_t)r->owner) {
       return false;
@@ -591,7 +620,8 @@ static bool sched_activate(pcp_topology_sched_t* s, uint32_t job,
 
 void pcp_topology_sched_commit(pcp_topology_sched_t* s, uint32_t job) {
   int32_t slot;
-  if (!sched_lookup(s, job, &slot)) return;
+  if (!sched_lookup(s, job, &slot))
+    return;
   if (!s->bug_commit_after_loss && !sched_reservation_intact(s, slot)) {
     sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_ASSIGNMENT_AFTER_WORKER_LOSS);
     return;
@@ -609,10 +639,10 @@ void pcp_topology_sched_commit(pcp_topology_sched_t* s, uint32_t job) {
   s->decision = PCP_TOPOLOGY_SCHED_COMMITTED;
 }
 
-void pcp_topology_sched_commit_to_queue(pcp_topology_sched_t* s,
-                                        uint32_t job) {
+void pcp_topology_sched_commit_to_queue(pcp_topology_sched_t* s, uint32_t job) {
   int32_t slot;
-  if (!sched_lookup(s, job, &slot)) return;
+  if (!sched_lookup(s, job, &slot))
+    return;
   if (s->queue_count >= PCP_TOPOLOGY_SCHED_MAX_QUEUE) {
     sched_reject(s, PCP_TOPOLOGY_SCHED_VIOLATION_QUEUE_FULL);
     return;
@@ -674,7 +704,8 @@ uint32_t pcp_topology_sched_start_next(pcp_topology_sched_t* s) {
     memmove(&s->queue[1], &s->queue[0], s->queue_count * sizeof(s->queue[0]));
     s->queue[0] = q;
     s->queue_count++;
-    if (slot < 0) return 0;
+    if (slot < 0)
+      return 0;
     for (uint32_t i = 0; i < s->worker_count; ++i) {
       if (s->workers[i].reservation == slot) {
         s->workers[i].state = PCP_TOPOLOGY_WORKER_ASSIGNED;
@@ -693,7 +724,8 @@ uint32_t pcp_topology_sched_start_next(pcp_topology_sched_t* s) {
 
 static int32_t sched_find_active(const pcp_topology_sched_t* s, uint32_t job) {
   for (uint32_t i = 0; i < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++i) {
-    if (s->active[i].in_use && s->active[i].job == job) return (int32_t)i;
+    if (s->active[i].in_use && s->active[i].job == job)
+      return (int32_t)i;
   }
   return -1;
 }
@@ -720,7 +752,8 @@ void pcp_topology_sched_cancel_active(pcp_topology_sched_t* s, uint32_t job) {
 
 void pcp_topology_sched_cancel_queued(pcp_topology_sched_t* s, uint32_t job) {
   for (uint32_t i = 0; i < s->queue_count; ++i) {
-    if (s->queue[i].job != job) continue;
+    if (s->queue[i].job != job)
+      continue;
     int32_t reservation = s->queue[i].reservation;
     // The cleanup-leak bug drops the reservation but forgets the workers it
     // holds.
@@ -766,7 +799,8 @@ void pcp_topology_sched_cancel(pcp_topology_sched_t* s, uint32_t job) {
 static void sched_drop_reservation(pcp_topology_sched_t* s, uint32_t job,
                                    pcp_topology_sched_decision_t decision) {
   int32_t slot;
-  if (!sched_lookup(s, job, &slot)) return;
+  if (!sched_lookup(s, job, &slot))
+    return;
   sched_free_workers(s, slot, s->reservations[slot].owner, job);
   s->reservations[slot].active = false;
   s->decision = decision;
@@ -839,7 +873,8 @@ static const char* const kSchedInvariantNames[] = {
 
 const char* pcp_topology_sched_invariant_name(
     pcp_topology_sched_invariant_t invariant) {
-  if ((unsigned)invariant >= PCP_ARRAYSIZE(kSchedInvariantNames)) return "?";
+  if ((unsigned)invariant >= PCP_ARRAYSIZE(kSchedInvariantNames))
+    return "?";
   return kSchedInvariantNames[invariant];
 }
 
@@ -861,11 +896,13 @@ pcp_topology_sched_invariant_t pcp_topology_sched_check_invariants(
         found |= s->active[k].in_use && s->active[k].job == w->job &&
                  (int32_t)s->active[k].owner == w->owner;
       }
-      if (!found) return PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_ASSIGNED_WORKER;
+      if (!found)
+        return PCP_TOPOLOGY_SCHED_INVARIANT_ORPHAN_ASSIGNED_WORKER;
     }
   }
   for (uint32_t r = 0; r < PCP_TOPOLOGY_SCHED_MAX_RESERVATIONS; ++r) {
-    if (!s->reservations[r].active) continue;
+    if (!s->reservations[r].active)
+      continue;
     uint32_t held = 0;
     for (uint32_t i = 0; i < s->worker_count; ++i) {
       held += s->workers[i].reservation == (int32_t)r;
@@ -876,7 +913,8 @@ pcp_topology_sched_invariant_t pcp_topology_sched_check_invariants(
   }
   for (uint32_t o = 0; o < PCP_TOPOLOGY_SCHED_OWNER_COUNT; ++o) {
     const pcp_topology_sched_policy_t* p = &s->policies[o];
-    if (p->max_workers && pcp_topology_sched_owner_leases(s, o) > p->max_workers) {
+    if (p->max_workers &&
+        pcp_topology_sched_owner_leases(s, o) > p->max_workers) {
       return PCP_TOPOLOGY_SCHED_INVARIANT_MAX_WORKERS_EXCEEDED;
     }
     if (p->reserved_workers &&
@@ -930,7 +968,8 @@ int32_t pcp_topology_federation_register(pcp_topology_federation_t* f,
       return (int32_t)i;
     }
   }
-  if (f->gateway_count >= PCP_TOPOLOGY_FEDERATION_MAX_GATEWAYS) return -1;
+  if (f->gateway_count >= PCP_TOPOLOGY_FEDERATION_MAX_GATEWAYS)
+    return -1;
   pcp_topology_federation_gateway_t* g = &f->gateways[f->gateway_count];
   memset(g, 0, sizeof(*g));
   g->name = name;
@@ -942,16 +981,19 @@ int32_t pcp_topology_federation_register(pcp_topology_federation_t* f,
 bool pcp_topology_federation_add_service(
     pcp_topology_federation_t* f, int32_t gateway,
     const pcp_topology_federation_service_t* service) {
-  if (gateway < 0 || (uint32_t)gateway >= f->gateway_count) return false;
+  if (gateway < 0 || (uint32_t)gateway >= f->gateway_count)
+    return false;
   pcp_topology_federation_gateway_t* g = &f->gateways[gateway];
-  if (g->service_count >= PCP_TOPOLOGY_FEDERATION_MAX_SERVICES) return false;
+  if (g->service_count >= PCP_TOPOLOGY_FEDERATION_MAX_SERVICES)
+    return false;
   g->services[g->service_count++] = *service;
   return true;
 }
 
 void pcp_topology_federation_mark_stale(pcp_topology_federation_t* f,
                                         int32_t gateway) {
-  if (gateway < 0 || (uint32_t)gateway >= f->gateway_count) return;
+  if (gateway < 0 || (uint32_t)gateway >= f->gateway_count)
+    return;
   f->gateways[gateway].connected = false;
   f->gateways[gateway].generation++;
 }
@@ -994,12 +1036,13 @@ static pcp_status_t registry_build(const pcp_topology_federation_t* f,
                                    int64_t now_ns) {
   static const char* const kServiceIds[] = {"s0", "s1", "s2", "s3",
                                             "s4", "s5", "s6", "s7"};
-  static_assert(PCP_ARRAYSIZE(kServiceIds) ==
-                    PCP_TOPOLOGY_FEDERATION_MAX_SERVICES,
-                "one service id per model service slot");
+  static_assert(
+      PCP_ARRAYSIZE(kServiceIds) == PCP_TOPOLOGY_FEDERATION_MAX_SERVICES,
+      "one service id per model service slot");
   for (uint32_t g = 0; g < f->gateway_count; ++g) {
     const pcp_topology_federation_gateway_t* gateway = &f->gateways[g];
-    pcp_sched_federation_service_t services[PCP_TOPOLOGY_FEDERATION_MAX_SERVICES];
+    pcp_sched_federation_service_t
+        services[PCP_TOPOLOGY_FEDERATION_MAX_SERVICES];
     const char* caps[PCP_TOPOLOGY_FEDERATION_MAX_SERVICES]
                     [PCP_TOPOLOGY_FEDERATION_MAX_CAPABILITIES + 1];
     for (uint32_t i = 0; i < gateway->service_count; ++i) {
@@ -1057,8 +1100,8 @@ pcp_topology_federation_placement_t pcp_topology_federation_place(
   options.max_gateways = PCP_TOPOLOGY_FEDERATION_MAX_GATEWAYS;
   options.bug_accept_stale = f->bug_accept_stale;
   pcp_sched_federation_t* registry = NULL;
-  pcp_status_t status = pcp_sched_federation_create(
-      &options, pcp_allocator_system(), &registry);
+  pcp_status_t status =
+      pcp_sched_federation_create(&options, pcp_allocator_system(), &registry);
   const int64_t now_ns = 100;
   if (!status) {
     status = registry_build(f, registry, now_ns);
@@ -1093,7 +1136,8 @@ pcp_topology_federation_placement_t pcp_topology_federation_place(
 pcp_topology_federation_violation_t pcp_topology_federation_complete_routed(
     const pcp_topology_federation_t* f,
     const pcp_topology_federation_placement_t* placement) {
-  if (!placement->placed) return placement->violation;
+  if (!placement->placed)
+    return placement->violation;
   const pcp_topology_federation_gateway_t* g = &f->gateways[placement->gateway];
   if (!g->connected || g->generation != placement->generation) {
     return PCP_TOPOLOGY_FEDERATION_VIOLATION_FAILED_AFTER_PLACEMENT_LOSS;
@@ -1107,7 +1151,8 @@ pcp_topology_federation_violation_t pcp_topology_federation_complete_routed(
 
 void pcp_topology_vector_clock_tick(pcp_topology_vector_clock_t* clock,
                                     uint32_t node) {
-  if (node < PCP_TOPOLOGY_VECTOR_CLOCK_NODES) clock->counters[node]++;
+  if (node < PCP_TOPOLOGY_VECTOR_CLOCK_NODES)
+    clock->counters[node]++;
 }
 
 void pcp_topology_vector_clock_observe(
@@ -1205,7 +1250,8 @@ static void decoupled_commit(pcp_topology_decoupled_t* d) {
   // a full tape (a bounded model) only stops recording, never the merge.
   uint64_t tokens = 0;
   for (uint32_t w = 0; w < d->worker_count; ++w) {
-    if ((d->accepted_mask >> w) & 1u) tokens += d->tokens[w];
+    if ((d->accepted_mask >> w) & 1u)
+      tokens += d->tokens[w];
   }
   pcp_topology_tape_entry_t entry;
   memset(&entry, 0, sizeof(entry));
@@ -1225,7 +1271,6 @@ static void decoupled_commit(pcp_topology_decoupled_t* d) {
   d->decision = PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED;
 }
 
-
 void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
                                   const pcp_topology_decoupled_action_t* a) {
   d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE;
@@ -1233,12 +1278,14 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
   bool valid_worker = w < d->worker_count;
   switch (a->kind) {
     case PCP_TOPOLOGY_DECOUPLED_ASSIGN:
-      if (!valid_worker) break;
+      if (!valid_worker)
+        break;
       d->assigned[w] = true;
       d->decision = PCP_TOPOLOGY_DECOUPLED_ASSIGNED;
       return;
     case PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP_COMPLETE:
-      if (!valid_worker || !d->assigned[w] || !d->online[w]) break;
+      if (!valid_worker || !d->assigned[w] || !d->online[w])
+        break;
       d->clock[w]++;
       d->tokens[w] += 8;
       // The learner reports each completed local step with its clock
@@ -1316,12 +1363,14 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
       d->decision = PCP_TOPOLOGY_DECOUPLED_CANCELED;
       return;
     case PCP_TOPOLOGY_DECOUPLED_CRASH:
-      if (!valid_worker) break;
+      if (!valid_worker)
+        break;
       d->online[w] = false;
       d->decision = PCP_TOPOLOGY_DECOUPLED_WORKER_LOST;
       return;
     case PCP_TOPOLOGY_DECOUPLED_RESTART:
-      if (!valid_worker) break;
+      if (!valid_worker)
+        break;
       d->online[w] = true;
       d->decision = PCP_TOPOLOGY_DECOUPLED_RESUMABLE;
       return;
@@ -1336,8 +1385,8 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
   d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED;
 }
 
-void pcp_topology_decoupled_resume(pcp_topology_decoupled_t* d,
-                                   uint32_t worker, uint32_t session) {
+void pcp_topology_decoupled_resume(pcp_topology_decoupled_t* d, uint32_t worker,
+                                   uint32_t session) {
   d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE;
   if (worker >= d->worker_count) {
     d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_WORKER;
@@ -1391,7 +1440,8 @@ void pcp_topology_decoupled_collect(
 //===----------------------------------------------------------------------===//
 
 double pcp_topology_token_step_weight(uint64_t tokens, uint64_t steps) {
-  if (tokens == 0) return 0.0;
+  if (tokens == 0)
+    return 0.0;
   double t = (double)tokens;
   double w = t * t / (double)(steps ? steps : 1);
   return w > 3.4028234663852886e38 ? 3.4028234663852886e38 : w;
@@ -1408,15 +1458,17 @@ bool pcp_topology_rda_merge(const pcp_topology_rda_update_t* updates,
                             double* out) {
   double weight_sum = 0.0, norm_sum = 0.0;
   double u[PCP_TOPOLOGY_RDA_MAX_DIMENSION] = {0};
-  if (dimension > PCP_TOPOLOGY_RDA_MAX_DIMENSION) return false;
+  if (dimension > PCP_TOPOLOGY_RDA_MAX_DIMENSION)
+    return false;
   for (size_t i = 0; i < dimension; ++i) out[i] = 0.0;
   for (size_t k = 0; k < update_count; ++k) {
-    double w = pcp_topology_token_step_weight(updates[k].tokens,
-                                              updates[k].steps);
+    double w =
+        pcp_topology_token_step_weight(updates[k].tokens, updates[k].steps);
     double n = norm(updates[k].values, dimension);
     weight_sum += w;
     norm_sum += w * n;
-    if (n == 0.0) continue;
+    if (n == 0.0)
+      continue;
     for (size_t i = 0; i < dimension; ++i) {
       u[i] += w * updates[k].values[i] / n;
     }
@@ -1437,6 +1489,7 @@ void pcp_topology_direct_average(const pcp_topology_rda_update_t* updates,
   for (size_t i = 0; i < dimension; ++i) {
     out[i] = 0.0;
     for (size_t k = 0; k < update_count; ++k) out[i] += updates[k].values[i];
-    if (update_count) out[i] /= (double)update_count;
+    if (update_count)
+      out[i] /= (double)update_count;
   }
 }

@@ -39,8 +39,8 @@ static void test_sched_reserves_first_matching(void** state) {
   (void)state;
   pcp_topology_sched_t s;
   pcp_topology_sched_initialize(&s);
-  PCP_CHECK_OK(pcp_topology_sched_add_worker(&s, 7, PCP_TOPOLOGY_WORKER_CLASS_CPU,
-                                             NULL));
+  PCP_CHECK_OK(pcp_topology_sched_add_worker(
+      &s, 7, PCP_TOPOLOGY_WORKER_CLASS_CPU, NULL));
   PCP_CHECK_OK(pcp_topology_sched_add_worker(
       &s, 8, PCP_TOPOLOGY_WORKER_CLASS_CUDA, "sm_80"));
   PCP_CHECK_OK(pcp_topology_sched_add_worker(
@@ -91,8 +91,8 @@ static void test_sched_expiry_releases(void** state) {
   assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 2) >= 0);
   pcp_topology_sched_expire(&s, 5);
   assert_int_equal(s.decision, PCP_TOPOLOGY_SCHED_EXPIRED);
-  assert_int_equal(
-      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE), 2);
+  assert_int_equal(pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE),
+                   2);
   assert_int_equal(pcp_topology_sched_active_reservations(&s), 0);
 }
 
@@ -117,8 +117,8 @@ static void test_sched_cross_owner_capacity(void** state) {
   s.policies[INFERENCE].reserved_workers = 1;
   assert_int_equal(pcp_topology_sched_reserve(&s, 5, TRAINING, 2), -1);
   assert_int_equal(s.block, PCP_TOPOLOGY_SCHED_BLOCK_RESERVED_CAPACITY);
-  assert_int_equal(
-      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE), 2);
+  assert_int_equal(pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE),
+                   2);
   assert_int_equal(pcp_topology_sched_owner_leases(&s, TRAINING), 0);
   assert_int_equal(pcp_topology_sched_owner_available(&s, TRAINING), 1);
   assert_int_equal(pcp_topology_sched_owner_capacity(&s, INFERENCE), 2);
@@ -155,23 +155,23 @@ static void test_sched_cancel_releases(void** state) {
   assert_true(pcp_topology_sched_reserve(&s, 5, TRAINING, 1) >= 0);
   pcp_topology_sched_commit_to_queue(&s, 5);
   pcp_topology_sched_cancel_queued(&s, 5);
-  assert_int_equal(
-      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE), 1);
+  assert_int_equal(pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE),
+                   1);
   assert_int_equal(pcp_topology_sched_active_reservations(&s), 0);
   assert_true(pcp_topology_sched_reserve(&s, 6, TRAINING, 1) >= 0);
   pcp_topology_sched_commit_to_queue(&s, 6);
   assert_int_equal(pcp_topology_sched_start_next(&s), 6);
   pcp_topology_sched_cancel_active(&s, 6);
   assert_int_equal(s.decision, PCP_TOPOLOGY_SCHED_CANCELED);
-  assert_int_equal(
-      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE), 1);
+  assert_int_equal(pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE),
+                   1);
   // The injected cleanup leak keeps the worker.
   s.bug_leak_on_cancel = true;
   assert_true(pcp_topology_sched_reserve(&s, 7, TRAINING, 1) >= 0);
   pcp_topology_sched_commit_to_queue(&s, 7);
   pcp_topology_sched_cancel_queued(&s, 7);
-  assert_int_equal(
-      pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE), 0);
+  assert_int_equal(pcp_topology_sched_count_state(&s, PCP_TOPOLOGY_WORKER_IDLE),
+                   0);
 }
 
 // model policy behavior matches gateway scheduling worker class helpers
@@ -181,8 +181,8 @@ static void test_sched_policy_helpers(void** state) {
   assert_true(pcp_topology_worker_class_parse("hip", &c));
   assert_int_equal(c, PCP_TOPOLOGY_WORKER_CLASS_ROCM);
   assert_false(pcp_topology_worker_class_parse("tpu", &c));
-  pcp_topology_sched_policy_t policy = {PCP_TOPOLOGY_WORKER_CLASS_CUDA,
-                                        "sm_80", 0, 0};
+  pcp_topology_sched_policy_t policy = {PCP_TOPOLOGY_WORKER_CLASS_CUDA, "sm_80",
+                                        0, 0};
   assert_true(pcp_topology_sched_policy_allows(
       &policy, PCP_TOPOLOGY_WORKER_CLASS_CUDA, "sm_80"));
   assert_false(pcp_topology_sched_policy_allows(
@@ -264,17 +264,19 @@ static void test_federation_loss_invalidates(void** state) {
   assert_int_equal(pcp_topology_federation_complete_routed(&f, &p),
                    PCP_TOPOLOGY_FEDERATION_VIOLATION_NONE);
   (void)pcp_topology_federation_register(&f, "gateway-a");
-  assert_int_equal(pcp_topology_federation_complete_routed(&f, &p),
-                   PCP_TOPOLOGY_FEDERATION_VIOLATION_FAILED_AFTER_PLACEMENT_LOSS);
+  assert_int_equal(
+      pcp_topology_federation_complete_routed(&f, &p),
+      PCP_TOPOLOGY_FEDERATION_VIOLATION_FAILED_AFTER_PLACEMENT_LOSS);
   p = pcp_topology_federation_place(&f, &selector);
   pcp_topology_federation_lose_gateway(&f, a);
-  assert_int_equal(pcp_topology_federation_complete_routed(&f, &p),
-                   PCP_TOPOLOGY_FEDERATION_VIOLATION_FAILED_AFTER_PLACEMENT_LOSS);
+  assert_int_equal(
+      pcp_topology_federation_complete_routed(&f, &p),
+      PCP_TOPOLOGY_FEDERATION_VIOLATION_FAILED_AFTER_PLACEMENT_LOSS);
 }
 
-static pcp_topology_decoupled_action_t act(pcp_topology_decoupled_t* d,
-                                           pcp_topology_decoupled_action_kind_t k,
-                                           uint32_t worker, uint64_t clock) {
+static pcp_topology_decoupled_action_t act(
+    pcp_topology_decoupled_t* d, pcp_topology_decoupled_action_kind_t k,
+    uint32_t worker, uint64_t clock) {
   pcp_topology_decoupled_action_t a;
   memset(&a, 0, sizeof(a));
   a.kind = k;
@@ -328,8 +330,8 @@ static void test_decoupled_quorum_commit(void** state) {
   assert_int_equal(pcp_topology_vector_clock_counter(&d.vector_clock, 1), 1);
   assert_int_equal(d.fragment, 1);
   // An update for the old step is stale now.
-  pcp_topology_decoupled_action_t old = act(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT,
-                                            0, 2);
+  pcp_topology_decoupled_action_t old =
+      act(&d, PCP_TOPOLOGY_DECOUPLED_SUBMIT, 0, 2);
   old.step = 0;
   old.fragment = 0;
   pcp_topology_decoupled_apply(&d, &old);
@@ -370,9 +372,12 @@ static void test_decoupled_rejections(void** state) {
 }
 
 static const pcp_topology_decoupled_action_kind_t kAlphabet[7] = {
-    PCP_TOPOLOGY_DECOUPLED_ASSIGN,          PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP_COMPLETE,
-    PCP_TOPOLOGY_DECOUPLED_SUBMIT,          PCP_TOPOLOGY_DECOUPLED_SUBMIT,
-    PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW,  PCP_TOPOLOGY_DECOUPLED_CANCEL_SESSION,
+    PCP_TOPOLOGY_DECOUPLED_ASSIGN,
+    PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP_COMPLETE,
+    PCP_TOPOLOGY_DECOUPLED_SUBMIT,
+    PCP_TOPOLOGY_DECOUPLED_SUBMIT,
+    PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW,
+    PCP_TOPOLOGY_DECOUPLED_CANCEL_SESSION,
     PCP_TOPOLOGY_DECOUPLED_CRASH,
 };
 static const uint32_t kAlphabetWorker[7] = {0, 0, 0, 1, 0, 0, 0};
@@ -438,22 +443,21 @@ static void test_message_registry_oracle(void** state) {
     for (size_t j = i + 1; j < count; ++j) {
       assert_int_not_equal(strcmp(catalog[i].name, catalog[j].name), 0);
     }
-    assert_int_not_equal(strcmp(pcp_topology_message_family_name(
-                                    catalog[i].family),
-                                "?"),
-                         0);
+    assert_int_not_equal(
+        strcmp(pcp_topology_message_family_name(catalog[i].family), "?"), 0);
   }
-  assert_int_equal(pcp_topology_worker_handler_check(
-                       catalog, count, "StartGeneration",
-                       PCP_TOPOLOGY_HANDLER_INFERENCE),
-                   PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED);
+  assert_int_equal(
+      pcp_topology_worker_handler_check(catalog, count, "StartGeneration",
+                                        PCP_TOPOLOGY_HANDLER_INFERENCE),
+      PCP_TOPOLOGY_HANDLER_VERDICT_ACCEPTED);
   assert_int_equal(pcp_topology_worker_handler_check(
                        catalog, count, "StartGeneration",
                        PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING),
                    PCP_TOPOLOGY_HANDLER_VERDICT_WRONG_WORKER_HANDLER);
-  assert_int_equal(pcp_topology_worker_handler_check(
-                       catalog, count, "pcp.unknown", PCP_TOPOLOGY_HANDLER_NONE),
-                   PCP_TOPOLOGY_HANDLER_VERDICT_UNKNOWN_MESSAGE);
+  assert_int_equal(
+      pcp_topology_worker_handler_check(catalog, count, "pcp.unknown",
+                                        PCP_TOPOLOGY_HANDLER_NONE),
+      PCP_TOPOLOGY_HANDLER_VERDICT_UNKNOWN_MESSAGE);
   assert_int_equal(pcp_topology_worker_handler_check(
                        catalog, count, "DecoupledFragmentUpdate",
                        PCP_TOPOLOGY_HANDLER_DECOUPLED_TRAINING),
@@ -707,9 +711,10 @@ static void test_decoupled_collectors_and_resume(void** state) {
   (void)state;
   pcp_topology_decoupled_t d;
   pcp_topology_decoupled_initialize(12, 2, 2, 1, &d);
-  pcp_topology_decoupled_response_t metadata[4] = {
-      {0, 12, 0, 0, true}, {1, 12, 0, 0, true}, {0, 12, 0, 0, true},
-      {1, 13, 0, 0, true}};
+  pcp_topology_decoupled_response_t metadata[4] = {{0, 12, 0, 0, true},
+                                                   {1, 12, 0, 0, true},
+                                                   {0, 12, 0, 0, true},
+                                                   {1, 13, 0, 0, true}};
   pcp_topology_decoupled_collection_t c;
   pcp_topology_decoupled_collect(&d, false, metadata, 4, &c);
   assert_int_equal(c.matched, 3);
@@ -1260,8 +1265,7 @@ static void test_federation_oracle(void** state) {
   pcp_topology_federation_initialize(&f);
   int32_t a = pcp_topology_federation_register(&f, "gateway-a");
   int32_t b = pcp_topology_federation_register(&f, "gateway-b");
-  pcp_topology_federation_service_t sick = {
-      "training", {NULL}, 8, 8, false, 9};
+  pcp_topology_federation_service_t sick = {"training", {NULL}, 8, 8, false, 9};
   pcp_topology_federation_service_t capable = {
       "rl", {"training", "inference"}, 2, 2, true, 1};
   assert_true(pcp_topology_federation_add_service(&f, a, &sick));

@@ -5,8 +5,9 @@
 // summary of report signatures.
 
 #include <inttypes.h>
-#include <jansson.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "topology/protocols_impl.h"
 #include "topology/trace_impl.h"
@@ -14,8 +15,8 @@
 pcp_status_t pcp_topology_json_append_string(pcp_string_builder_t* builder,
                                              const char* value) {
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(builder, "\""));
-  for (const unsigned char* p = (const unsigned char*)(value ? value : "");
-       *p; ++p) {
+  for (const unsigned char* p = (const unsigned char*)(value ? value : ""); *p;
+       ++p) {
     switch (*p) {
       case '"':
         PCP_RETURN_IF_ERROR_BARE(
@@ -43,9 +44,9 @@ pcp_status_t pcp_topology_json_append_string(pcp_string_builder_t* builder,
   return pcp_string_builder_append_cstring(builder, "\"");
 }
 
-pcp_status_t pcp_topology_json_append_events(
-    pcp_string_builder_t* builder, const pcp_topology_event_t* events,
-    size_t event_count) {
+pcp_status_t pcp_topology_json_append_events(pcp_string_builder_t* builder,
+                                             const pcp_topology_event_t* events,
+                                             size_t event_count) {
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(builder, "["));
   for (size_t i = 0; i < event_count; ++i) {
     const pcp_topology_event_t* e = &events[i];
@@ -75,7 +76,8 @@ pcp_status_t pcp_topology_counterexample_format(
       "final_protocol_simplex: %s\n"
       "output_decision: %s\n"
       "violated_rule: %s\n"
-      "seed: %" PRIu64 "\n"
+      "seed: %" PRIu64
+      "\n"
       "events: %zu\n",
       report->input_simplex ? report->input_simplex : "",
       report->final_protocol_simplex ? report->final_protocol_simplex : "",
@@ -93,13 +95,14 @@ pcp_status_t pcp_topology_counterexample_format_json(
     const pcp_topology_counterexample_t* report,
     pcp_string_builder_t* builder) {
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-      builder, "{\"schema\":\"pcp.topology.replay.v1\",\"seed\":%" PRIu64
-               ",\"input_simplex\":",
+      builder,
+      "{\"schema\":\"pcp.topology.replay.v1\",\"seed\":%" PRIu64
+      ",\"input_simplex\":",
       report->seed));
   PCP_RETURN_IF_ERROR_BARE(
       pcp_topology_json_append_string(builder, report->input_simplex));
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_string_builder_append_cstring(builder, ",\"final_protocol_simplex\":"));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(
+      builder, ",\"final_protocol_simplex\":"));
   PCP_RETURN_IF_ERROR_BARE(
       pcp_topology_json_append_string(builder, report->final_protocol_simplex));
   PCP_RETURN_IF_ERROR_BARE(
@@ -141,9 +144,8 @@ static pcp_status_t json_required_string(json_t* root, const char* key,
   return pcp_ok_status();
 }
 
-static pcp_status_t json_event_u64(json_t* event, size_t index,
-                                   const char* key, uint64_t max_value,
-                                   uint64_t* out_value) {
+static pcp_status_t json_event_u64(json_t* event, size_t index, const char* key,
+                                   uint64_t max_value, uint64_t* out_value) {
   json_t* value = json_object_get(event, key);
   if (!json_is_integer(value) || json_integer_value(value) < 0 ||
       (uint64_t)json_integer_value(value) > max_value) {
@@ -230,8 +232,8 @@ static pcp_status_t smoke_replay_parse_root(json_t* root, size_t max_events,
     if (!json_is_null(peer_value)) {
       PCP_RETURN_IF_ERROR_BARE(json_event_u64(item, i, "peer", 0xFFFEu, &peer));
     }
-    pcp_topology_event_t event = {(uint8_t)tag, (uint16_t)actor,
-                                  (uint16_t)peer, (uint32_t)message_id};
+    pcp_topology_event_t event = {(uint8_t)tag, (uint16_t)actor, (uint16_t)peer,
+                                  (uint32_t)message_id};
     PCP_RETURN_IF_ERROR_BARE(pcp_topology_trace_append(&out->trace, event));
     pcp_topology_hasher_update_le(&hasher, pcp_topology_event_hash(event), 8);
   }
@@ -249,8 +251,8 @@ pcp_status_t pcp_topology_smoke_replay_parse(
   memset(out_replay, 0, sizeof(*out_replay));
   pcp_topology_trace_initialize(allocator, 0, &out_replay->trace);
   json_error_t error;
-  json_t* root = json_loadb(json_text.data, json_text.size, JSON_REJECT_DUPLICATES,
-                            &error);
+  json_t* root = json_loadb(json_text.data, json_text.size,
+                            JSON_REJECT_DUPLICATES, &error);
   if (!root) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "smoke replay: invalid JSON at line %d: %s",
@@ -259,16 +261,20 @@ pcp_status_t pcp_topology_smoke_replay_parse(
   pcp_status_t status =
       smoke_replay_parse_root(root, max_events, allocator, out_replay);
   json_decref(root);
-  if (status) pcp_topology_smoke_replay_deinitialize(out_replay);
+  if (status)
+    pcp_topology_smoke_replay_deinitialize(out_replay);
   return status;
 }
 
 void pcp_topology_smoke_replay_deinitialize(
     pcp_topology_smoke_replay_t* replay) {
   pcp_allocator_t allocator = replay->trace.allocator;
-  if (replay->trace_id) pcp_allocator_free(allocator, replay->trace_id);
-  if (replay->input) pcp_allocator_free(allocator, replay->input);
-  if (replay->output) pcp_allocator_free(allocator, replay->output);
+  if (replay->trace_id)
+    pcp_allocator_free(allocator, replay->trace_id);
+  if (replay->input)
+    pcp_allocator_free(allocator, replay->input);
+  if (replay->output)
+    pcp_allocator_free(allocator, replay->output);
   replay->trace_id = replay->input = replay->output = NULL;
   pcp_topology_trace_deinitialize(&replay->trace);
 }

@@ -20,15 +20,17 @@ static void hash_face(pcp_topology_hasher_t* hasher,
                       pcp_topology_simplex_t face) {
   pcp_topology_vertex_t sorted[PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES + 1];
   uint32_t count = face.count;
-  if (count > PCP_ARRAYSIZE(sorted)) count = PCP_ARRAYSIZE(sorted);
-  if (count) memcpy(sorted, face.vertices, count * sizeof(*sorted));
+  if (count > PCP_ARRAYSIZE(sorted))
+    count = PCP_ARRAYSIZE(sorted);
+  if (count)
+    memcpy(sorted, face.vertices, count * sizeof(*sorted));
   pcp_topology_vertices_sort(sorted, count);
   pcp_topology_hasher_update_le(hasher, count, 8);
   for (uint32_t i = 0; i < count; ++i) {
-    pcp_topology_hasher_update_le(
-        hasher, pcp_topology_color_hash(sorted[i].color), 8);
-    pcp_topology_hasher_update_le(
-        hasher, pcp_topology_label_hash(&sorted[i].label), 8);
+    pcp_topology_hasher_update_le(hasher,
+                                  pcp_topology_color_hash(sorted[i].color), 8);
+    pcp_topology_hasher_update_le(hasher,
+                                  pcp_topology_label_hash(&sorted[i].label), 8);
   }
 }
 
@@ -55,7 +57,8 @@ pcp_status_t pcp_topology_carrier_signature(
     hash_face(&hasher, face);
     const pcp_topology_complex_t* image =
         pcp_topology_carrier_map_lookup(carrier, face);
-    if (!image) continue;
+    if (!image)
+      continue;
     status = pcp_topology_complex_faces(image, image_faces);
     for (size_t i = 0; !status && i < pcp_topology_complex_count(image_faces);
          ++i) {
@@ -63,8 +66,10 @@ pcp_status_t pcp_topology_carrier_signature(
     }
   }
   pcp_topology_complex_release(faces);
-  if (image_faces) pcp_topology_complex_release(image_faces);
-  if (!status) *out_signature = pcp_topology_hasher_finish(&hasher);
+  if (image_faces)
+    pcp_topology_complex_release(image_faces);
+  if (!status)
+    *out_signature = pcp_topology_hasher_finish(&hasher);
   return status;
 }
 
@@ -82,18 +87,19 @@ pcp_status_t pcp_topology_map_signature(const pcp_topology_vertex_map_t* map,
   for (size_t i = 0; !status && i < vertices.count; ++i) {
     pcp_topology_vertex_t target;
     if (!pcp_topology_vertex_map_lookup(map, &vertices.items[i], &target)) {
-      status = pcp_topology_make_status(
-          PCP_TOPOLOGY_ERROR_MISSING_VERTEX_MAP_ENTRY,
-          "signing a map with an unmapped vertex");
+      status =
+          pcp_topology_make_status(PCP_TOPOLOGY_ERROR_MISSING_VERTEX_MAP_ENTRY,
+                                   "signing a map with an unmapped vertex");
       break;
     }
-    pcp_topology_hasher_update_le(&hasher,
-                                  pcp_topology_vertex_hash(&vertices.items[i]),
+    pcp_topology_hasher_update_le(
+        &hasher, pcp_topology_vertex_hash(&vertices.items[i]), 8);
+    pcp_topology_hasher_update_le(&hasher, pcp_topology_vertex_hash(&target),
                                   8);
-    pcp_topology_hasher_update_le(&hasher, pcp_topology_vertex_hash(&target), 8);
   }
   pcp_topology_vertex_list_deinitialize(&vertices);
-  if (!status) *out_signature = pcp_topology_hasher_finish(&hasher);
+  if (!status)
+    *out_signature = pcp_topology_hasher_finish(&hasher);
   return status;
 }
 
@@ -164,7 +170,8 @@ static pcp_status_t format_carrier_excerpt(
     const pcp_topology_complex_t* image =
         pcp_topology_carrier_map_entry_image(carrier, i);
     for (size_t k = 0; k < pcp_topology_complex_count(image); ++k) {
-      if (k) PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ", "));
+      if (k)
+        PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ", "));
       PCP_RETURN_IF_ERROR_BARE(pcp_topology_simplex_format(
           pcp_topology_complex_simplex(image, k), b));
     }
@@ -203,14 +210,14 @@ static pcp_status_t format_map_excerpt(const pcp_topology_vertex_map_t* map,
 pcp_status_t pcp_topology_analysis_report_format(
     const pcp_topology_analysis_report_t* r, pcp_string_builder_t* b) {
   size_t events = r->replay ? r->replay->event_count : 0;
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-      b,
-      "pcp topology counterexample\n"
-      "violated_rule: %s\n"
-      "seed: %" PRIu64 "\n"
-      "events: %zu\n\n",
-      r->violated_rule ? r->violated_rule : "",
-      r->replay ? r->replay->seed : 0, events));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append_f(b,
+                                  "pcp topology counterexample\n"
+                                  "violated_rule: %s\n"
+                                  "seed: %" PRIu64 "\n"
+                                  "events: %zu\n\n",
+                                  r->violated_rule ? r->violated_rule : "",
+                                  r->replay ? r->replay->seed : 0, events));
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_format_excerpt(
       "I", pcp_topology_carrier_map_domain(r->execution), b));
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_format_excerpt(
@@ -219,7 +226,8 @@ pcp_status_t pcp_topology_analysis_report_format(
       "O", pcp_topology_carrier_map_codomain(r->task), b));
   PCP_RETURN_IF_ERROR_BARE(format_carrier_excerpt("Xi", r->execution, b));
   PCP_RETURN_IF_ERROR_BARE(format_carrier_excerpt("Delta", r->task, b));
-  if (r->decision) PCP_RETURN_IF_ERROR_BARE(format_map_excerpt(r->decision, b));
+  if (r->decision)
+    PCP_RETURN_IF_ERROR_BARE(format_map_excerpt(r->decision, b));
   if (r->escape && r->escape->found) {
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(
         b, "minimal_offending_simplex:\n  input: "));
@@ -258,7 +266,8 @@ static pcp_status_t json_simplex(const pcp_topology_vertex_list_t* list,
   pcp_status_t status = pcp_topology_simplex_format(
       pcp_topology_make_simplex(list->items, list->count), &text);
   if (!status) {
-    status = pcp_topology_json_append_string(b, pcp_string_builder_cstring(&text));
+    status =
+        pcp_topology_json_append_string(b, pcp_string_builder_cstring(&text));
   }
   pcp_string_builder_deinitialize(&text);
   return status;
@@ -274,27 +283,30 @@ pcp_status_t pcp_topology_analysis_report_format_json(
   PCP_RETURN_IF_ERROR_BARE(
       face_count(pcp_topology_carrier_map_codomain(r->task), &output));
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(
-      b, "{\"schema\":\"pcp.topology.analysis.v1\",\"title\":\"pcp topology "
-         "counterexample\",\"violated_rule\":"));
+      b,
+      "{\"schema\":\"pcp.topology.analysis.v1\",\"title\":\"pcp topology "
+      "counterexample\",\"violated_rule\":"));
   PCP_RETURN_IF_ERROR_BARE(
       pcp_topology_json_append_string(b, r->violated_rule));
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
       b,
-      ",\"seed\":%" PRIu64 ",\"counts\":{\"input_simplexes\":%zu,"
+      ",\"seed\":%" PRIu64
+      ",\"counts\":{\"input_simplexes\":%zu,"
       "\"protocol_simplexes\":%zu,\"output_simplexes\":%zu}",
       r->replay ? r->replay->seed : 0, input, protocol, output));
   if (r->escape && r->escape->found) {
-    PCP_RETURN_IF_ERROR_BARE(
-        pcp_string_builder_append_cstring(b, ",\"witness\":{\"input_simplex\":"));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(
+        b, ",\"witness\":{\"input_simplex\":"));
     PCP_RETURN_IF_ERROR_BARE(json_simplex(&r->escape->input, b));
     PCP_RETURN_IF_ERROR_BARE(
         pcp_string_builder_append_cstring(b, ",\"offending_output\":"));
     PCP_RETURN_IF_ERROR_BARE(json_simplex(&r->escape->offending_output, b));
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "}"));
   }
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ",\"events\":"));
-  PCP_RETURN_IF_ERROR_BARE(pcp_topology_json_append_events(
-      b, r->replay ? r->replay->events : NULL,
-      r->replay ? r->replay->event_count : 0));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append_cstring(b, ",\"events\":"));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_topology_json_append_events(b, r->replay ? r->replay->events : NULL,
+                                      r->replay ? r->replay->event_count : 0));
   return pcp_string_builder_append_cstring(b, "}");
 }

@@ -10,8 +10,9 @@
 #include <cmocka.h>
 // clang-format on
 
-#include <jansson.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "topology/protocols_impl.h"
 
@@ -35,21 +36,33 @@ static void test_carrier_escape_report(void** state) {
                                                 m.decision, &escape));
   assert_true(escape.found);
   pcp_topology_analysis_report_t report = {
-      "below quorum the RDA merge publishes nothing", m.execution,
-      m.task.carrier, m.decision, &escape, &m.traces[2]};
+      "below quorum the RDA merge publishes nothing",
+      m.execution,
+      m.task.carrier,
+      m.decision,
+      &escape,
+      &m.traces[2]};
   pcp_string_builder_t b;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &b);
   PCP_CHECK_OK(pcp_topology_analysis_report_format(&report, &b));
   const char* text = pcp_string_builder_cstring(&b);
   static const char* const kNeedles[] = {
-      "pcp topology counterexample\n", "violated_rule: below quorum",
-      "seed: 2\n", "I: simplexes=", "P: simplexes=", "O: simplexes=",
-      "Xi: carrier_entries=", "Delta: carrier_entries=",
-      "delta: vertex_map_entries=", "minimal_offending_simplex:",
+      "pcp topology counterexample\n",
+      "violated_rule: below quorum",
+      "seed: 2\n",
+      "I: simplexes=",
+      "P: simplexes=",
+      "O: simplexes=",
+      "Xi: carrier_entries=",
+      "Delta: carrier_entries=",
+      "delta: vertex_map_entries=",
+      "minimal_offending_simplex:",
       "offending_output: {gateway.0:rda.output.direction_norm_carried}",
-      "replay_events:", "deliver actor=1 peer=0 message=52"};
+      "replay_events:",
+      "deliver actor=1 peer=0 message=52"};
   for (size_t i = 0; i < PCP_ARRAYSIZE(kNeedles); ++i) {
-    if (!strstr(text, kNeedles[i])) fail_msg("missing '%s' in:\n%s", kNeedles[i], text);
+    if (!strstr(text, kNeedles[i]))
+      fail_msg("missing '%s' in:\n%s", kNeedles[i], text);
   }
   pcp_string_builder_reset(&b);
   PCP_CHECK_OK(pcp_topology_analysis_report_format_json(&report, &b));
@@ -61,8 +74,8 @@ static void test_carrier_escape_report(void** state) {
   json_t* counts = json_object_get(root, "counts");
   assert_true(json_integer_value(json_object_get(counts, "input_simplexes")) >
               3);
-  assert_non_null(json_object_get(json_object_get(root, "witness"),
-                                  "offending_output"));
+  assert_non_null(
+      json_object_get(json_object_get(root, "witness"), "offending_output"));
   assert_int_equal(json_array_size(json_object_get(root, "events")), 2);
   json_decref(root);
   pcp_string_builder_deinitialize(&b);
@@ -131,13 +144,15 @@ static void test_regression_corpus(void** state) {
   bool rda = false, global = false;
   for (size_t i = 0; i < count; ++i) {
     rda |= strcmp(corpus[i].name, "rda.direct_average_escape") == 0;
-    global |= strcmp(corpus[i].name, "global.partial_loss_without_rollback") == 0;
+    global |=
+        strcmp(corpus[i].name, "global.partial_loss_without_rollback") == 0;
     // Every entry is backed by a model whose verdict is negative.
     const pcp_topology_model_t* model =
         pcp_topology_model_find(pcp_make_cstring_view(corpus[i].name));
     assert_non_null(model);
     assert_int_not_equal(model->expected, PCP_TOPOLOGY_VERDICT_SOLVABLE);
-    assert_non_null(pcp_topology_task_find(pcp_make_cstring_view(corpus[i].task)));
+    assert_non_null(
+        pcp_topology_task_find(pcp_make_cstring_view(corpus[i].task)));
   }
   assert_true(rda);
   assert_true(global);

@@ -35,8 +35,9 @@ pcp_status_t pcp_topology_events_shrink(
   pcp_topology_event_t* candidate = NULL;
   if (event_count > 0) {
     size_t bytes = event_count * sizeof(*current);
-    PCP_RETURN_IF_ERROR(pcp_allocator_malloc(allocator, bytes, (void**)&current),
-                        "shrink buffer");
+    PCP_RETURN_IF_ERROR(
+        pcp_allocator_malloc(allocator, bytes, (void**)&current),
+        "shrink buffer");
     pcp_status_t status =
         pcp_allocator_malloc(allocator, bytes, (void**)&candidate);
     if (status) {
@@ -78,13 +79,15 @@ pcp_status_t pcp_topology_events_shrink(
         uint64_t next = best / 2;
         while (next > 1) {
           ++calls;
-          if (predicate(user_data, next, current, count)) best = next;
+          if (predicate(user_data, next, current, count))
+            best = next;
           next /= 2;
         }
       }
     }
   }
-  if (candidate) pcp_allocator_free(allocator, candidate);
+  if (candidate)
+    pcp_allocator_free(allocator, candidate);
   if (count == 0 && current) {
     pcp_allocator_free(allocator, current);
     current = NULL;
@@ -99,7 +102,8 @@ pcp_status_t pcp_topology_events_shrink(
 
 void pcp_topology_shrink_result_deinitialize(
     pcp_allocator_t allocator, pcp_topology_shrink_result_t* result) {
-  if (result->events) pcp_allocator_free(allocator, result->events);
+  if (result->events)
+    pcp_allocator_free(allocator, result->events);
   memset(result, 0, sizeof(*result));
 }
 

@@ -11,8 +11,9 @@
 #include <cmocka.h>
 // clang-format on
 
-#include <jansson.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "topology/protocols_impl.h"
 
@@ -29,7 +30,8 @@ static bool sim_fails(void* user_data, uint64_t seed,
   pcp_topology_sim_t sim;
   pcp_topology_sim_initialize(seed, &sim);
   for (size_t i = 0; i < count; ++i) {
-    if (!pcp_topology_sim_step(&sim, events[i])) return true;
+    if (!pcp_topology_sim_step(&sim, events[i]))
+      return true;
   }
   return false;
 }
@@ -85,9 +87,8 @@ static void test_participant_shrinking_below_quorum(void** state) {
   quorum_ctx_t ctx = {valid, 2};
   uint32_t* retained = NULL;
   size_t count = 0;
-  PCP_CHECK_OK(pcp_topology_indices_shrink(pcp_allocator_system(), 4,
-                                           below_quorum_commit, &ctx,
-                                           &retained, &count));
+  PCP_CHECK_OK(pcp_topology_indices_shrink(
+      pcp_allocator_system(), 4, below_quorum_commit, &ctx, &retained, &count));
   assert_int_equal(count, 1);
   assert_int_equal(4 - count, 3);
   assert_int_equal(retained[0], 0);
@@ -99,7 +100,8 @@ static bool duplicate_worker(void* user_data, const uint32_t* retained,
   const uint32_t* workers = (const uint32_t*)user_data;
   for (size_t i = 0; i < count; ++i) {
     for (size_t j = i + 1; j < count; ++j) {
-      if (workers[retained[i]] == workers[retained[j]]) return true;
+      if (workers[retained[i]] == workers[retained[j]])
+        return true;
     }
   }
   return false;
@@ -124,7 +126,8 @@ static bool failing_window_present(void* user_data, const uint32_t* retained,
                                    size_t count) {
   const bool* failing = (const bool*)user_data;
   for (size_t i = 0; i < count; ++i) {
-    if (failing[retained[i]]) return true;
+    if (failing[retained[i]])
+      return true;
   }
   return false;
 }
@@ -146,9 +149,9 @@ static void test_window_shrinking(void** state) {
 // counterexample report includes topology decision and replay fixture fields
 static void test_counterexample_report_fields(void** state) {
   (void)state;
-  pcp_topology_event_t events[] = {ev(PCP_TOPOLOGY_EVENT_DELIVER, 1, 0, 1),
-                                   ev(PCP_TOPOLOGY_EVENT_TIMEOUT, 0,
-                                      PCP_TOPOLOGY_NO_NODE, 0)};
+  pcp_topology_event_t events[] = {
+      ev(PCP_TOPOLOGY_EVENT_DELIVER, 1, 0, 1),
+      ev(PCP_TOPOLOGY_EVENT_TIMEOUT, 0, PCP_TOPOLOGY_NO_NODE, 0)};
   pcp_topology_counterexample_t report = {
       "{gateway.0:input.0, worker.0:input.1}",
       "{gateway.0:protocol.1, worker.0:protocol.0}",
@@ -183,8 +186,8 @@ static void test_counterexample_report_fields(void** state) {
   assert_string_equal(json_string_value(json_object_get(first, "tag")),
                       "deliver");
   assert_int_equal(json_integer_value(json_object_get(first, "peer")), 0);
-  assert_true(json_is_null(
-      json_object_get(json_array_get(events_json, 1), "peer")));
+  assert_true(
+      json_is_null(json_object_get(json_array_get(events_json, 1), "peer")));
   json_decref(root);
   pcp_string_builder_deinitialize(&b);
 }
@@ -200,8 +203,7 @@ static void test_smoke_replay_import(void** state) {
   (void)state;
   pcp_topology_smoke_replay_t replay;
   PCP_CHECK_OK(pcp_topology_smoke_replay_parse(
-      pcp_make_cstring_view(kSmokeReplay), 8, pcp_allocator_system(),
-      &replay));
+      pcp_make_cstring_view(kSmokeReplay), 8, pcp_allocator_system(), &replay));
   assert_string_equal(replay.trace_id, "t1");
   assert_string_equal(replay.input, "request.regular");
   assert_int_equal(replay.trace.seed, 42);
@@ -213,8 +215,7 @@ static void test_smoke_replay_import(void** state) {
   pcp_topology_smoke_replay_deinitialize(&replay);
   // Same input, same checksum.
   PCP_CHECK_OK(pcp_topology_smoke_replay_parse(
-      pcp_make_cstring_view(kSmokeReplay), 8, pcp_allocator_system(),
-      &replay));
+      pcp_make_cstring_view(kSmokeReplay), 8, pcp_allocator_system(), &replay));
   assert_int_equal(replay.trace.final_snapshot.checksum, checksum);
   pcp_topology_smoke_replay_deinitialize(&replay);
 }

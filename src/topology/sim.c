@@ -24,7 +24,8 @@ void pcp_topology_sim_initialize(uint64_t seed, pcp_topology_sim_t* out_sim) {
 
 static pcp_topology_failure_t sim_apply(pcp_topology_sim_t* sim,
                                         pcp_topology_event_t event) {
-  if (event.actor >= SIM_NODE_COUNT) return PCP_TOPOLOGY_FAILURE_INVALID_ACTOR;
+  if (event.actor >= SIM_NODE_COUNT)
+    return PCP_TOPOLOGY_FAILURE_INVALID_ACTOR;
   bool has_peer = event.peer != PCP_TOPOLOGY_NO_NODE;
   if (has_peer && event.peer >= SIM_NODE_COUNT) {
     return PCP_TOPOLOGY_FAILURE_INVALID_PEER;
@@ -37,24 +38,30 @@ static pcp_topology_failure_t sim_apply(pcp_topology_sim_t* sim,
   }
   switch ((pcp_topology_event_tag_t)event.tag) {
     case PCP_TOPOLOGY_EVENT_SEND:
-      if (!has_peer) return PCP_TOPOLOGY_FAILURE_INVALID_PEER;
+      if (!has_peer)
+        return PCP_TOPOLOGY_FAILURE_INVALID_PEER;
       // One message in flight at a time: a second send before delivery is
       // the duplicate-send bug the invalid alphabet is there to find.
-      if (sim->pending != 0) return PCP_TOPOLOGY_FAILURE_DUPLICATE_SEND;
+      if (sim->pending != 0)
+        return PCP_TOPOLOGY_FAILURE_DUPLICATE_SEND;
       sim->pending++;
       break;
     case PCP_TOPOLOGY_EVENT_DELIVER:
-      if (!has_peer) return PCP_TOPOLOGY_FAILURE_INVALID_PEER;
-      if (sim->pending == 0) return PCP_TOPOLOGY_FAILURE_INVALID_DELIVERY;
+      if (!has_peer)
+        return PCP_TOPOLOGY_FAILURE_INVALID_PEER;
+      if (sim->pending == 0)
+        return PCP_TOPOLOGY_FAILURE_INVALID_DELIVERY;
       sim->pending--;
       sim->delivered++;
       break;
     case PCP_TOPOLOGY_EVENT_DUPLICATE:
-      if (sim->pending == 0) return PCP_TOPOLOGY_FAILURE_INVALID_DELIVERY;
+      if (sim->pending == 0)
+        return PCP_TOPOLOGY_FAILURE_INVALID_DELIVERY;
       sim->pending++;
       break;
     case PCP_TOPOLOGY_EVENT_DROP:
-      if (sim->pending == 0) return PCP_TOPOLOGY_FAILURE_INVALID_DELIVERY;
+      if (sim->pending == 0)
+        return PCP_TOPOLOGY_FAILURE_INVALID_DELIVERY;
       sim->pending--;
       break;
     case PCP_TOPOLOGY_EVENT_CRASH:
@@ -76,7 +83,8 @@ static pcp_topology_failure_t sim_apply(pcp_topology_sim_t* sim,
 
 bool pcp_topology_sim_step(pcp_topology_sim_t* sim,
                            pcp_topology_event_t event) {
-  if (sim->failure != PCP_TOPOLOGY_FAILURE_NONE) return false;
+  if (sim->failure != PCP_TOPOLOGY_FAILURE_NONE)
+    return false;
   sim->steps++;
   sim->checksum =
       pcp_topology_fmix64(sim->checksum ^ pcp_topology_event_hash(event));
@@ -98,8 +106,7 @@ void pcp_topology_sim_snapshot(const pcp_topology_sim_t* sim,
 
 pcp_status_t pcp_topology_sim_run(uint64_t seed,
                                   const pcp_topology_event_t* events,
-                                  size_t event_count,
-                                  pcp_allocator_t allocator,
+                                  size_t event_count, pcp_allocator_t allocator,
                                   pcp_topology_trace_t* out_trace) {
   pcp_topology_trace_initialize(allocator, seed, out_trace);
   pcp_topology_sim_t sim;
@@ -110,7 +117,8 @@ pcp_status_t pcp_topology_sim_run(uint64_t seed,
       pcp_topology_trace_deinitialize(out_trace);
       return status;
     }
-    if (!pcp_topology_sim_step(&sim, events[i])) break;
+    if (!pcp_topology_sim_step(&sim, events[i]))
+      break;
   }
   pcp_topology_snapshot_t snapshot;
   pcp_topology_sim_snapshot(&sim, &snapshot);
@@ -148,13 +156,12 @@ pcp_status_t pcp_topology_sim_random_trace(uint64_t seed, size_t event_count,
                                            pcp_topology_trace_t* out_trace) {
   if (event_count > PCP_TOPOLOGY_TRACE_MAX_EVENTS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "random trace of %zu events exceeds %u",
-                           event_count, PCP_TOPOLOGY_TRACE_MAX_EVENTS);
+                           "random trace of %zu events exceeds %u", event_count,
+                           PCP_TOPOLOGY_TRACE_MAX_EVENTS);
   }
   const pcp_topology_event_t* alphabet = NULL;
   size_t alphabet_count = 0;
-  pcp_topology_sim_alphabet(include_invalid_events, &alphabet,
-                            &alphabet_count);
+  pcp_topology_sim_alphabet(include_invalid_events, &alphabet, &alphabet_count);
   pcp_topology_event_t* events = NULL;
   if (event_count > 0) {
     PCP_RETURN_IF_ERROR(
@@ -184,8 +191,7 @@ pcp_status_t pcp_topology_sim_explore_exhaustive(
   }
   const pcp_topology_event_t* alphabet = NULL;
   size_t alphabet_count = 0;
-  pcp_topology_sim_alphabet(include_invalid_events, &alphabet,
-                            &alphabet_count);
+  pcp_topology_sim_alphabet(include_invalid_events, &alphabet, &alphabet_count);
   // An odometer over alphabet indices walks the schedules in lexicographic
   // order without recursion; depth <= 8 keeps it at 3^8 runs.
   uint32_t digits[PCP_TOPOLOGY_SIM_MAX_DEPTH] = {0};
@@ -195,7 +201,8 @@ pcp_status_t pcp_topology_sim_explore_exhaustive(
     pcp_topology_sim_t sim;
     pcp_topology_sim_initialize(seed, &sim);
     for (uint32_t i = 0; i < depth; ++i) {
-      if (!pcp_topology_sim_step(&sim, events[i])) break;
+      if (!pcp_topology_sim_step(&sim, events[i]))
+        break;
     }
     out_result->checked++;
     if (sim.failure != PCP_TOPOLOGY_FAILURE_NONE) {
@@ -205,17 +212,20 @@ pcp_status_t pcp_topology_sim_explore_exhaustive(
         // is by construction what a replay reproduces.
         pcp_status_t status = pcp_topology_sim_run(
             seed, events, depth, allocator, &out_result->first_failure);
-        if (status) return status;
+        if (status)
+          return status;
         out_result->has_failure = true;
       }
     }
     int position = (int)depth - 1;
     while (position >= 0) {
-      if (++digits[position] < alphabet_count) break;
+      if (++digits[position] < alphabet_count)
+        break;
       digits[position] = 0;
       --position;
     }
-    if (position < 0) break;
+    if (position < 0)
+      break;
   }
   return pcp_ok_status();
 }

@@ -38,7 +38,8 @@ void pcp_topology_smt_assertions_deinitialize(
 
 static pcp_status_t assertions_record(pcp_topology_smt_assertions_t* a,
                                       const uint32_t* sources, size_t count) {
-  if (!a) return pcp_ok_status();
+  if (!a)
+    return pcp_ok_status();
   if (a->count + 2 > a->capacity) {
     size_t capacity = a->capacity ? a->capacity * 2 : 64;
     void* items = a->first;
@@ -56,7 +57,8 @@ static pcp_status_t assertions_record(pcp_topology_smt_assertions_t* a,
     a->sources = items;
     a->source_capacity = capacity;
   }
-  if (a->count == 0) a->first[0] = 0;
+  if (a->count == 0)
+    a->first[0] = 0;
   memcpy(a->sources + a->source_count, sources, count * sizeof(uint32_t));
   a->source_count += count;
   a->count++;
@@ -128,7 +130,8 @@ static pcp_status_t write_forbidden_tuples(writer_t* w,
         PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
             scratch, " x_%" PRIu32 "_%" PRIu32, sources[k], digits[k]));
       }
-      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(scratch, "))"));
+      PCP_RETURN_IF_ERROR_BARE(
+          pcp_string_builder_append_cstring(scratch, "))"));
       PCP_RETURN_IF_ERROR_BARE(write_assert(
           w, pcp_string_builder_cstring(scratch), sources, c->count, NULL));
     }
@@ -143,7 +146,8 @@ static pcp_status_t write_forbidden_tuples(writer_t* w,
       digits[position] = 0;
       --position;
     }
-    if (position < 0) break;
+    if (position < 0)
+      break;
   }
   return pcp_ok_status();
 }
@@ -169,8 +173,8 @@ static pcp_status_t write_encoding(writer_t* w,
     const pcp_topology_vertex_t* v = &e->sources.items[i];
     uint32_t k = pcp_topology_encoding_candidate_count(e, i);
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-        b, "; source %zu color=%" PRIu32 ":%" PRIu32 " candidates=%" PRIu32
-           "\n",
+        b,
+        "; source %zu color=%" PRIu32 ":%" PRIu32 " candidates=%" PRIu32 "\n",
         i, v->color.kind, v->color.number, k));
     for (uint32_t j = 0; j < k; ++j) {
       PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
@@ -181,8 +185,8 @@ static pcp_status_t write_encoding(writer_t* w,
     uint32_t k = pcp_topology_encoding_candidate_count(e, i);
     uint32_t source = (uint32_t)i;
     if (k == 0) {
-      PCP_RETURN_IF_ERROR_BARE(
-          write_assert(w, "false", &source, 1, "no color-and-carrier candidate"));
+      PCP_RETURN_IF_ERROR_BARE(write_assert(w, "false", &source, 1,
+                                            "no color-and-carrier candidate"));
       continue;
     }
     pcp_string_builder_reset(scratch);
@@ -198,8 +202,8 @@ static pcp_status_t write_encoding(writer_t* w,
       for (uint32_t c = a + 1; c < k; ++c) {
         pcp_string_builder_reset(scratch);
         PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-            scratch, "(not (and x_%zu_%" PRIu32 " x_%zu_%" PRIu32 "))", i, a,
-            i, c));
+            scratch, "(not (and x_%zu_%" PRIu32 " x_%zu_%" PRIu32 "))", i, a, i,
+            c));
         PCP_RETURN_IF_ERROR_BARE(write_assert(
             w, pcp_string_builder_cstring(scratch), &source, 1, NULL));
       }
@@ -210,10 +214,12 @@ static pcp_status_t write_encoding(writer_t* w,
         write_forbidden_tuples(w, e, &e->constraints[c], scratch));
   }
   if (w->options.include_check_sat) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "(check-sat)\n"));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_cstring(b, "(check-sat)\n"));
   }
   if (w->options.include_model_query && n > 0) {
-    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "(get-value ("));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_cstring(b, "(get-value ("));
     bool first = true;
     for (size_t i = 0; i < n; ++i) {
       uint32_t k = pcp_topology_encoding_candidate_count(e, i);
@@ -270,9 +276,10 @@ static bool is_separator(char c) {
          c == ')';
 }
 
-void pcp_topology_solver_tokens_for_each(
-    pcp_string_view_t text,
-    bool (*fn)(void* user_data, pcp_string_view_t token), void* user_data) {
+void pcp_topology_solver_tokens_for_each(pcp_string_view_t text,
+                                         bool (*fn)(void* user_data,
+                                                    pcp_string_view_t token),
+                                         void* user_data) {
   size_t i = 0;
   while (i < text.size) {
     while (i < text.size && is_separator(text.data[i])) ++i;
@@ -329,9 +336,11 @@ static bool parse_name(pcp_string_view_t token, const char* prefix,
   }
   pcp_string_view_t rest = pcp_make_string_view(token.data + prefix_length,
                                                 token.size - prefix_length);
-  if (!two_numbers) return pcp_string_view_parse_uint64(rest, out_a);
+  if (!two_numbers)
+    return pcp_string_view_parse_uint64(rest, out_a);
   pcp_string_view_t a, b;
-  if (!pcp_string_view_split(rest, '_', &a, &b)) return false;
+  if (!pcp_string_view_split(rest, '_', &a, &b))
+    return false;
   return pcp_string_view_parse_uint64(a, out_a) &&
          pcp_string_view_parse_uint64(b, out_b);
 }
@@ -405,17 +414,17 @@ typedef struct core_scan_t {
 static bool scan_core(void* user_data, pcp_string_view_t token) {
   core_scan_t* scan = (core_scan_t*)user_data;
   uint64_t id = 0;
-  if (!parse_name(token, "c_", false, &id, NULL)) return true;
+  if (!parse_name(token, "c_", false, &id, NULL))
+    return true;
   if (id > UINT32_MAX) {
-    scan->status = pcp_make_status(PCP_STATUS_INTERNAL,
-                                   "solver core name c_%" PRIu64 " out of range",
-                                   id);
+    scan->status = pcp_make_status(
+        PCP_STATUS_INTERNAL, "solver core name c_%" PRIu64 " out of range", id);
     return false;
   }
   if (scan->count >= scan->capacity) {
-    scan->status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                                   "solver core has more than %zu names",
-                                   scan->capacity);
+    scan->status =
+        pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                        "solver core has more than %zu names", scan->capacity);
     return false;
   }
   scan->ids[scan->count++] = (uint32_t)id;

@@ -108,8 +108,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_topology_smtlib_write_encoding(
 
 // Tokens of a solver answer: split on whitespace and parentheses.
 // Calls |fn| for each token; stops early when it returns false.
-void pcp_topology_solver_tokens_for_each(
-    pcp_string_view_t text,
-    bool (*fn)(void* user_data, pcp_string_view_t token), void* user_data);
+void pcp_topology_solver_tokens_for_each(pcp_string_view_t text,
+                                         bool (*fn)(void* user_data,
+                                                    pcp_string_view_t token),
+                                         void* user_data);
 
 #endif  // PCP_TOPOLOGY_SOLVER_IMPL_H_

@@ -20,8 +20,8 @@
 // hours. Upstream has no such cap (it relies on n being small).
 #define CORE_SWEEP_MAX_SUBSETS 200000u
 
-static const char* const kSearchStatusNames[] = {
-    "satisfiable", "unsatisfiable", "limit_exceeded", "unknown"};
+static const char* const kSearchStatusNames[] = {"satisfiable", "unsatisfiable",
+                                                 "limit_exceeded", "unknown"};
 static const char* const kUnsatReasonNames[] = {
     "none",
     "empty_candidate_set",
@@ -32,12 +32,14 @@ static const char* const kUnsatReasonNames[] = {
 };
 
 const char* pcp_topology_search_status_name(pcp_topology_search_status_t s) {
-  if ((unsigned)s >= PCP_ARRAYSIZE(kSearchStatusNames)) return "?";
+  if ((unsigned)s >= PCP_ARRAYSIZE(kSearchStatusNames))
+    return "?";
   return kSearchStatusNames[s];
 }
 
 const char* pcp_topology_unsat_reason_name(pcp_topology_unsat_reason_t r) {
-  if ((unsigned)r >= PCP_ARRAYSIZE(kUnsatReasonNames)) return "?";
+  if ((unsigned)r >= PCP_ARRAYSIZE(kUnsatReasonNames))
+    return "?";
   return kUnsatReasonNames[r];
 }
 
@@ -129,9 +131,9 @@ static bool find_vertex(const pcp_topology_vertex_list_t* sorted,
   return false;
 }
 
-static pcp_status_t encoding_add_constraint(pcp_topology_encoding_t* e,
-                                           pcp_topology_simplex_t face,
-                                           const pcp_topology_complex_t* target) {
+static pcp_status_t encoding_add_constraint(
+    pcp_topology_encoding_t* e, pcp_topology_simplex_t face,
+    const pcp_topology_complex_t* target) {
   if (e->constraint_count >= PCP_TOPOLOGY_MAX_ENCODING_CONSTRAINTS) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "decision problem has more than %u constraints",
@@ -183,7 +185,8 @@ static pcp_status_t encoding_add_faces(pcp_topology_encoding_t* e,
   pcp_status_t status = pcp_topology_complex_faces(complex, faces);
   for (size_t i = 0; !status && i < pcp_topology_complex_count(faces); ++i) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(faces, i);
-    if (face.count < 2) continue;
+    if (face.count < 2)
+      continue;
     status = encoding_add_constraint(e, face, target);
   }
   pcp_topology_complex_release(faces);
@@ -197,10 +200,9 @@ static pcp_status_t encoding_build_candidates(
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
       e->allocator, (n + 1) * sizeof(uint32_t), (void**)&e->candidate_first));
   size_t capacity = n * (e->outputs.count ? e->outputs.count : 1);
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_allocator_malloc(e->allocator, (capacity ? capacity : 1) *
-                                             sizeof(uint32_t),
-                           (void**)&e->candidate_indices));
+  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
+      e->allocator, (capacity ? capacity : 1) * sizeof(uint32_t),
+      (void**)&e->candidate_indices));
   size_t entry_count = pcp_topology_carrier_map_count(problem->execution);
   uint32_t used = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -209,13 +211,15 @@ static pcp_status_t encoding_build_candidates(
     pcp_topology_simplex_t v_simplex = pcp_topology_make_simplex(v, 1);
     for (size_t j = 0; j < e->outputs.count; ++j) {
       const pcp_topology_vertex_t* o = &e->outputs.items[j];
-      if (!pcp_topology_color_equal(v->color, o->color)) continue;
+      if (!pcp_topology_color_equal(v->color, o->color))
+        continue;
       pcp_topology_simplex_t o_simplex = pcp_topology_make_simplex(o, 1);
       bool allowed = true;
       for (size_t k = 0; allowed && k < entry_count; ++k) {
         const pcp_topology_complex_t* image =
             pcp_topology_carrier_map_entry_image(problem->execution, k);
-        if (!pcp_topology_complex_contains(image, v_simplex)) continue;
+        if (!pcp_topology_complex_contains(image, v_simplex))
+          continue;
         const pcp_topology_complex_t* allowed_image =
             pcp_topology_carrier_map_lookup(
                 problem->task,
@@ -223,7 +227,8 @@ static pcp_status_t encoding_build_candidates(
         allowed = allowed_image &&
                   pcp_topology_complex_contains(allowed_image, o_simplex);
       }
-      if (allowed) e->candidate_indices[used++] = (uint32_t)j;
+      if (allowed)
+        e->candidate_indices[used++] = (uint32_t)j;
     }
   }
   e->candidate_first[n] = used;
@@ -236,9 +241,9 @@ static pcp_status_t encoding_index_constraints(pcp_topology_encoding_t* e) {
       pcp_allocator_calloc(e->allocator, (n + 2) * sizeof(uint32_t),
                            (void**)&e->source_constraint_first));
   size_t total = e->constraint_source_count ? e->constraint_source_count : 1;
-  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
-      e->allocator, total * sizeof(uint32_t),
-      (void**)&e->source_constraint_ids));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_malloc(e->allocator, total * sizeof(uint32_t),
+                           (void**)&e->source_constraint_ids));
   // Counting sort: count per source, prefix sums, then place.
   uint32_t* counts = e->source_constraint_first + 1;
   for (size_t i = 0; i < e->constraint_source_count; ++i) {
@@ -271,7 +276,8 @@ static pcp_status_t encoding_fill(
       pcp_topology_carrier_map_codomain(problem->execution);
   const pcp_topology_complex_t* output =
       pcp_topology_carrier_map_codomain(problem->task);
-  PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_vertices(protocol, &e->sources));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_topology_complex_vertices(protocol, &e->sources));
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_vertices(output, &e->outputs));
   PCP_RETURN_IF_ERROR_BARE(encoding_build_candidates(e, problem));
   PCP_RETURN_IF_ERROR(encoding_add_faces(e, protocol, output), "faces of P");
@@ -302,7 +308,8 @@ pcp_status_t pcp_topology_encoding_initialize(
   pcp_topology_vertex_list_initialize(allocator, &out_encoding->sources);
   pcp_topology_vertex_list_initialize(allocator, &out_encoding->outputs);
   pcp_status_t status = encoding_fill(problem, out_encoding);
-  if (status) pcp_topology_encoding_deinitialize(out_encoding);
+  if (status)
+    pcp_topology_encoding_deinitialize(out_encoding);
   return status;
 }
 
@@ -310,14 +317,19 @@ void pcp_topology_encoding_deinitialize(pcp_topology_encoding_t* e) {
   pcp_allocator_t a = e->allocator;
   pcp_topology_vertex_list_deinitialize(&e->sources);
   pcp_topology_vertex_list_deinitialize(&e->outputs);
-  if (e->candidate_first) pcp_allocator_free(a, e->candidate_first);
-  if (e->candidate_indices) pcp_allocator_free(a, e->candidate_indices);
-  if (e->constraints) pcp_allocator_free(a, e->constraints);
-  if (e->constraint_sources) pcp_allocator_free(a, e->constraint_sources);
+  if (e->candidate_first)
+    pcp_allocator_free(a, e->candidate_first);
+  if (e->candidate_indices)
+    pcp_allocator_free(a, e->candidate_indices);
+  if (e->constraints)
+    pcp_allocator_free(a, e->constraints);
+  if (e->constraint_sources)
+    pcp_allocator_free(a, e->constraint_sources);
   if (e->source_constraint_first) {
     pcp_allocator_free(a, e->source_constraint_first);
   }
-  if (e->source_constraint_ids) pcp_allocator_free(a, e->source_constraint_ids);
+  if (e->source_constraint_ids)
+    pcp_allocator_free(a, e->source_constraint_ids);
   memset(e, 0, sizeof(*e));
 }
 
@@ -327,7 +339,8 @@ static bool constraint_holds(const pcp_topology_encoding_t* e,
   pcp_topology_vertex_t mapped[PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES + 1];
   for (uint32_t k = 0; k < c->count; ++k) {
     uint32_t value = assignment[e->constraint_sources[c->first + k]];
-    if (value == UINT32_MAX) return true;  // not fully assigned yet
+    if (value == UINT32_MAX)
+      return true;  // not fully assigned yet
     mapped[k] = e->outputs.items[value];
   }
   return pcp_topology_complex_contains(
@@ -339,7 +352,8 @@ bool pcp_topology_encoding_consistent(const pcp_topology_encoding_t* e,
                                       size_t source) {
   if (source == SIZE_MAX) {
     for (size_t c = 0; c < e->constraint_count; ++c) {
-      if (!constraint_holds(e, &e->constraints[c], assignment)) return false;
+      if (!constraint_holds(e, &e->constraints[c], assignment))
+        return false;
     }
     return true;
   }
@@ -422,12 +436,14 @@ static pcp_status_t search_store_solution(search_t* s) {
   r->solutions = items;
   r->solutions[r->solution_count++] = map;
   s->found = true;
-  if (r->solution_count >= s->options.max_solutions) s->stop = true;
+  if (r->solution_count >= s->options.max_solutions)
+    s->stop = true;
   return pcp_ok_status();
 }
 
 static void search_dfs(search_t* s, size_t depth) {
-  if (s->stop) return;
+  if (s->stop)
+    return;
   if (depth == s->order_count) {
     s->leaves++;
     if (s->leaves > s->leaf_budget) {
@@ -437,7 +453,8 @@ static void search_dfs(search_t* s, size_t depth) {
     }
     if (s->result) {
       s->status = search_store_solution(s);
-      if (s->status) s->stop = true;
+      if (s->status)
+        s->stop = true;
     } else {
       s->found = true;
       s->stop = true;
@@ -467,7 +484,8 @@ static void order_by_mrv(const pcp_topology_encoding_t* e, uint32_t* order,
       uint32_t prev = order[j - 1];
       uint32_t cp = pcp_topology_encoding_candidate_count(e, prev);
       uint32_t cv = pcp_topology_encoding_candidate_count(e, value);
-      if (cp < cv || (cp == cv && prev < value)) break;
+      if (cp < cv || (cp == cv && prev < value))
+        break;
       order[j] = prev;
       --j;
     }
@@ -478,13 +496,14 @@ static void order_by_mrv(const pcp_topology_encoding_t* e, uint32_t* order,
 // Is the sub-problem on the sources in |mask| satisfiable? Only constraints
 // whose sources all lie in the mask can fire, because the others never
 // become fully assigned.
-static bool subset_satisfiable(const pcp_topology_encoding_t* e,
-                               uint64_t mask, uint64_t leaf_budget,
-                               uint32_t* assignment, uint32_t* order) {
+static bool subset_satisfiable(const pcp_topology_encoding_t* e, uint64_t mask,
+                               uint64_t leaf_budget, uint32_t* assignment,
+                               uint32_t* order) {
   size_t count = 0;
   for (size_t i = 0; i < e->sources.count; ++i) {
     assignment[i] = UINT32_MAX;
-    if (mask & (1ull << i)) order[count++] = (uint32_t)i;
+    if (mask & (1ull << i))
+      order[count++] = (uint32_t)i;
   }
   order_by_mrv(e, order, count);
   search_t s;
@@ -526,7 +545,8 @@ pcp_status_t pcp_topology_encoding_unsat_core(
     }
   }
   result->unsat_reason = PCP_TOPOLOGY_UNSAT_REASON_GLOBAL_INCONSISTENCY;
-  if (n >= 64 || n == 0) return core_set_all(e, result);
+  if (n >= 64 || n == 0)
+    return core_set_all(e, result);
   uint32_t* assignment = NULL;
   uint32_t* order = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
@@ -537,9 +557,8 @@ pcp_status_t pcp_topology_encoding_unsat_core(
     pcp_allocator_free(result->allocator, assignment);
     return status;
   }
-  size_t max_k = n < options.max_unsat_core_vertices
-                     ? n
-                     : options.max_unsat_core_vertices;
+  size_t max_k =
+      n < options.max_unsat_core_vertices ? n : options.max_unsat_core_vertices;
   uint64_t examined = 0;
   uint64_t core_mask = 0;
   uint64_t limit = n == 63 ? (1ull << 63) : (1ull << n);
@@ -547,7 +566,8 @@ pcp_status_t pcp_topology_encoding_unsat_core(
     // Gosper's hack walks the k-subsets in increasing numeric order.
     uint64_t mask = (k == 64) ? UINT64_MAX : ((1ull << k) - 1);
     while (mask < limit && !core_mask) {
-      if (++examined > CORE_SWEEP_MAX_SUBSETS) break;
+      if (++examined > CORE_SWEEP_MAX_SUBSETS)
+        break;
       if (!subset_satisfiable(e, mask, options.max_assignments, assignment,
                               order)) {
         core_mask = mask;
@@ -555,14 +575,17 @@ pcp_status_t pcp_topology_encoding_unsat_core(
       }
       uint64_t c = mask & (~mask + 1);
       uint64_t r = mask + c;
-      if (r == 0) break;
+      if (r == 0)
+        break;
       mask = (((r ^ mask) >> 2) / c) | r;
     }
-    if (examined > CORE_SWEEP_MAX_SUBSETS) break;
+    if (examined > CORE_SWEEP_MAX_SUBSETS)
+      break;
   }
   pcp_allocator_free(result->allocator, assignment);
   pcp_allocator_free(result->allocator, order);
-  if (!core_mask) return core_set_all(e, result);
+  if (!core_mask)
+    return core_set_all(e, result);
   result->unsat_reason = PCP_TOPOLOGY_UNSAT_REASON_LOCAL_INCONSISTENCY;
   for (size_t i = 0; i < n; ++i) {
     if (core_mask & (1ull << i)) {
@@ -580,7 +603,8 @@ static pcp_status_t run_search(const pcp_topology_decision_problem_t* problem,
   size_t n = e->sources.count;
   bool any_empty = false;
   for (size_t i = 0; i < n; ++i) {
-    if (pcp_topology_encoding_candidate_count(e, i) == 0) any_empty = true;
+    if (pcp_topology_encoding_candidate_count(e, i) == 0)
+      any_empty = true;
   }
   if (!any_empty && options.max_solutions > 0) {
     uint32_t* assignment = NULL;

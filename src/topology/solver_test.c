@@ -21,7 +21,8 @@
 
 static pcp_topology_vertex_t vx(uint32_t process, pcp_topology_label_kind_t k,
                                 int64_t value) {
-  return pcp_topology_make_vertex(P(process), pcp_topology_make_label(k, value));
+  return pcp_topology_make_vertex(P(process),
+                                  pcp_topology_make_label(k, value));
 }
 
 static pcp_topology_complex_t* complex_new(void) {
@@ -171,17 +172,19 @@ static void test_search_finds_carried_map(void** state) {
   pcp_topology_vertex_t target;
   pcp_topology_vertex_t p0 = vx(0, PCP_TOPOLOGY_LABEL_PROTOCOL, 0);
   pcp_topology_vertex_t p1 = vx(1, PCP_TOPOLOGY_LABEL_PROTOCOL, 1);
-  assert_true(pcp_topology_vertex_map_lookup(result.solutions[0], &p0, &target));
+  assert_true(
+      pcp_topology_vertex_map_lookup(result.solutions[0], &p0, &target));
   assert_int_equal(target.label.value, 0);
-  assert_true(pcp_topology_vertex_map_lookup(result.solutions[0], &p1, &target));
+  assert_true(
+      pcp_topology_vertex_map_lookup(result.solutions[0], &p1, &target));
   assert_int_equal(target.label.value, 1);
-  PCP_CHECK_OK(pcp_topology_carried_decision_map_validate(
-      f.execution, f.task, result.solutions[0]));
+  PCP_CHECK_OK(pcp_topology_carried_decision_map_validate(f.execution, f.task,
+                                                          result.solutions[0]));
   // Enumerating finds no second map: the stray vertex was pruned.
   pcp_topology_search_options_t options = pcp_topology_search_options_default();
   options.max_solutions = 8;
-  PCP_CHECK_OK(pcp_topology_decision_maps_enumerate(&f.problem, options,
-                                                    &result));
+  PCP_CHECK_OK(
+      pcp_topology_decision_maps_enumerate(&f.problem, options, &result));
   assert_int_equal(result.solution_count, 1);
   pcp_topology_search_result_deinitialize(&result);
   fixture_end(&f);
@@ -303,11 +306,10 @@ static void test_solver_parser(void** state) {
       assignment, &assigned));
   assert_int_equal(assigned, 1);
   assert_int_equal(assignment[0], 1);
-  assert_int_equal(
-      pcp_status_consume_code(pcp_topology_solver_parse_model(
-          pcp_make_cstring_view("((x_0_0 true) (x_0_1 true))"), 1, counts,
-          assignment, &assigned)),
-      PCP_STATUS_INTERNAL);
+  assert_int_equal(pcp_status_consume_code(pcp_topology_solver_parse_model(
+                       pcp_make_cstring_view("((x_0_0 true) (x_0_1 true))"), 1,
+                       counts, assignment, &assigned)),
+                   PCP_STATUS_INTERNAL);
   assert_int_equal(pcp_status_consume_code(pcp_topology_solver_parse_model(
                        pcp_make_cstring_view("((x_3_0 true))"), 1, counts,
                        assignment, &assigned)),
@@ -362,8 +364,8 @@ static void test_z3_finds_and_rechecks_map(void** state) {
     options.backend = kBackends[i];
     pcp_topology_search_result_t result;
     pcp_topology_search_result_initialize(pcp_allocator_system(), &result);
-    PCP_CHECK_OK(pcp_topology_decision_map_solve_z3(&f.problem, options,
-                                                    &result));
+    PCP_CHECK_OK(
+        pcp_topology_decision_map_solve_z3(&f.problem, options, &result));
     assert_int_equal(result.status, PCP_TOPOLOGY_SEARCH_SATISFIABLE);
     assert_int_equal(result.solution_count, 1);
     PCP_CHECK_OK(pcp_topology_carried_decision_map_validate(
@@ -389,8 +391,8 @@ static void test_z3_reports_unsat_with_core(void** state) {
     options.backend = kBackends[i];
     pcp_topology_search_result_t result;
     pcp_topology_search_result_initialize(pcp_allocator_system(), &result);
-    PCP_CHECK_OK(pcp_topology_decision_map_solve_z3(&f.problem, options,
-                                                    &result));
+    PCP_CHECK_OK(
+        pcp_topology_decision_map_solve_z3(&f.problem, options, &result));
     assert_int_equal(result.status, PCP_TOPOLOGY_SEARCH_UNSATISFIABLE);
     assert_int_equal(result.unsat_reason,
                      PCP_TOPOLOGY_UNSAT_REASON_SOLVER_CORE);
@@ -403,8 +405,8 @@ static void test_z3_reports_unsat_with_core(void** state) {
     // Empty candidates: the core is the one vertex asserted false.
     fixture_empty_candidates(&f);
     pcp_topology_search_result_initialize(pcp_allocator_system(), &result);
-    PCP_CHECK_OK(pcp_topology_decision_map_solve_z3(&f.problem, options,
-                                                    &result));
+    PCP_CHECK_OK(
+        pcp_topology_decision_map_solve_z3(&f.problem, options, &result));
     assert_int_equal(result.status, PCP_TOPOLOGY_SEARCH_UNSATISFIABLE);
     assert_int_equal(result.core.count, 1);
     assert_int_equal(result.core.items[0].color.number, 1);

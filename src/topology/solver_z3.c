@@ -53,16 +53,16 @@ pcp_topology_solver_options_t pcp_topology_solver_options_default(void) {
 // Every libz3 function the library backend calls. The table stores
 // `__typeof__(fn)*`, so a signature that differs from z3.h is a compile
 // error here, not an ABI break at a call site.
-#define Z3_API_SYMBOLS(X)  \
-  X(Z3_global_param_set)   \
-  X(Z3_mk_config)          \
-  X(Z3_del_config)         \
-  X(Z3_set_param_value)    \
-  X(Z3_mk_context)         \
-  X(Z3_del_context)        \
-  X(Z3_set_error_handler)  \
+#define Z3_API_SYMBOLS(X)   \
+  X(Z3_global_param_set)    \
+  X(Z3_mk_config)           \
+  X(Z3_del_config)          \
+  X(Z3_set_param_value)     \
+  X(Z3_mk_context)          \
+  X(Z3_del_context)         \
+  X(Z3_set_error_handler)   \
   X(Z3_eval_smtlib2_string) \
-  X(Z3_get_error_code)     \
+  X(Z3_get_error_code)      \
   X(Z3_get_error_msg)
 
 typedef struct z3_api_t {
@@ -91,7 +91,8 @@ static void z3_load_once(void) {
   g_z3_load_status =
       pcp_dynlib_load(kSonames, "the Z3 library solver backend", "libz3-4",
                       kZ3Symbols, PCP_ARRAYSIZE(kZ3Symbols), &g_z3);
-  if (!g_z3_load_status) g_z3.Z3_global_param_set("unsat_core", "true");
+  if (!g_z3_load_status)
+    g_z3.Z3_global_param_set("unsat_core", "true");
 }
 
 // Loads libz3 once per process; every caller gets its own copy of a failure.
@@ -160,7 +161,8 @@ static pcp_status_t run_library(const char* text,
                              "Z3 answer exceeds %zu bytes",
                              options.max_output_bytes);
   } else {
-    status = pcp_string_builder_append_cstring(out_answer, answer ? answer : "");
+    status =
+        pcp_string_builder_append_cstring(out_answer, answer ? answer : "");
   }
   g_z3.Z3_del_context(context);
   free(stripped);
@@ -194,7 +196,8 @@ static pcp_status_t run_process(char* const argv[], size_t max_output_bytes,
   if (pid == 0) {
     dup2(pipe_fds[1], STDOUT_FILENO);
     int null_fd = open("/dev/null", O_WRONLY);
-    if (null_fd >= 0) dup2(null_fd, STDERR_FILENO);
+    if (null_fd >= 0)
+      dup2(null_fd, STDERR_FILENO);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
     execvp(argv[0], argv);
@@ -206,18 +209,20 @@ static pcp_status_t run_process(char* const argv[], size_t max_output_bytes,
   size_t total = 0;
   for (;;) {
     ssize_t n = read(pipe_fds[0], buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
     total += (size_t)n;
     if (!status && total > max_output_bytes) {
-      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                               "solver output exceeds %zu bytes",
-                               max_output_bytes);
+      status =
+          pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                          "solver output exceeds %zu bytes", max_output_bytes);
       kill(pid, SIGKILL);
     }
     if (!status) {
-      status = pcp_string_builder_append(out_answer,
-                                         pcp_make_string_view(buffer, (size_t)n));
+      status = pcp_string_builder_append(
+          out_answer, pcp_make_string_view(buffer, (size_t)n));
     }
   }
   close(pipe_fds[0]);
@@ -243,13 +248,15 @@ static pcp_status_t run_binary(const char* text,
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "TMPDIR too long");
   }
   int fd = mkstemp(path);
-  if (fd < 0) return pcp_status_from_errno(errno, "creating %s", path);
+  if (fd < 0)
+    return pcp_status_from_errno(errno, "creating %s", path);
   size_t length = strlen(text);
   size_t offset = 0;
   pcp_status_t status = pcp_ok_status();
   while (offset < length) {
     ssize_t n = write(fd, text + offset, length - offset);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR)
+      continue;
     if (n < 0) {
       status = pcp_status_from_errno(errno, "writing %s", path);
       break;
@@ -266,7 +273,8 @@ static pcp_status_t run_binary(const char* text,
     char* argv[] = {(char*)binary_name(&options), "-smt2", timeout_flag, path,
                     NULL};
     int exit_code = 0;
-    status = run_process(argv, options.max_output_bytes, out_answer, &exit_code);
+    status =
+        run_process(argv, options.max_output_bytes, out_answer, &exit_code);
     if (!status && exit_code != 0) {
       status = pcp_make_status(PCP_STATUS_INTERNAL,
                                "SolverProcessFailed: %s exited with %d",
@@ -285,13 +293,15 @@ static pcp_status_t run_solver(const char* text,
       options.backend == PCP_TOPOLOGY_SOLVER_BACKEND_Z3_LIBRARY
           ? run_library(text, options, out_answer)
           : run_binary(text, options, out_answer);
-  if (status) return status;
+  if (status)
+    return status;
   // Both backends report command errors inline as (error "...").
   const char* answer = pcp_string_builder_cstring(out_answer);
   const char* error = strstr(answer, "(error");
   if (error) {
     return pcp_make_status(PCP_STATUS_INTERNAL,
-                           "SolverProcessFailed: solver reported %.200s", error);
+                           "SolverProcessFailed: solver reported %.200s",
+                           error);
   }
   return pcp_ok_status();
 }
@@ -373,8 +383,8 @@ static pcp_status_t session_model(z3_session_t* s) {
     counts[i] = pcp_topology_encoding_candidate_count(&s->encoding, i);
   }
   size_t assigned = 0;
-  result = pcp_topology_solver_parse_model(answer, n, counts, choice,
-                                           &assigned);
+  result =
+      pcp_topology_solver_parse_model(answer, n, counts, choice, &assigned);
   if (!result && assigned != n) {
     result = pcp_make_status(PCP_STATUS_INTERNAL,
                              "SolverModelIncompleteAssignment: %zu of %zu "
@@ -383,8 +393,9 @@ static pcp_status_t session_model(z3_session_t* s) {
   }
   // Translate candidate numbers into output-vertex indices.
   for (size_t i = 0; !result && i < n; ++i) {
-    choice[i] = s->encoding.candidate_indices[s->encoding.candidate_first[i] +
-                                              choice[i]];
+    choice[i] =
+        s->encoding
+            .candidate_indices[s->encoding.candidate_first[i] + choice[i]];
   }
   pcp_topology_vertex_map_t* map = NULL;
   if (!result) {
@@ -393,18 +404,20 @@ static pcp_status_t session_model(z3_session_t* s) {
   }
   pcp_allocator_free(allocator, counts);
   pcp_allocator_free(allocator, choice);
-  if (result) return result;
+  if (result)
+    return result;
   pcp_status_t check = pcp_topology_carried_decision_map_validate(
       s->problem->execution, s->problem->task, map);
   if (check) {
     pcp_topology_vertex_map_release(map);
     return pcp_status_annotate_f(
-        check, "SolverModelFailsNativeCheck: the Z3 model is not a carried "
-               "decision map");
+        check,
+        "SolverModelFailsNativeCheck: the Z3 model is not a carried "
+        "decision map");
   }
   void* items = NULL;
-  result = pcp_allocator_malloc(allocator, sizeof(*s->result->solutions),
-                                &items);
+  result =
+      pcp_allocator_malloc(allocator, sizeof(*s->result->solutions), &items);
   if (result) {
     pcp_topology_vertex_map_release(map);
     return result;
@@ -460,9 +473,10 @@ static pcp_status_t session_core(z3_session_t* s) {
     char name[24];
     snprintf(name, sizeof(name), "c_%" PRIu32, ids[i]);
     size_t length = strlen(name) + 1;
-    result = pcp_allocator_malloc(r->allocator, length,
-                                  (void**)&r->core_names[i]);
-    if (result) break;
+    result =
+        pcp_allocator_malloc(r->allocator, length, (void**)&r->core_names[i]);
+    if (result)
+      break;
     memcpy(r->core_names[i], name, length);
     r->core_name_count = i + 1;
     if (ids[i] >= s->assertions.count) {
@@ -478,19 +492,22 @@ static pcp_status_t session_core(z3_session_t* s) {
   if (!result) {
     qsort(sources, source_count, sizeof(uint32_t), compare_u32);
     for (size_t i = 0; !result && i < source_count; ++i) {
-      if (i > 0 && sources[i] == sources[i - 1]) continue;
+      if (i > 0 && sources[i] == sources[i - 1])
+        continue;
       result = pcp_topology_vertex_list_append(
           &r->core, &s->encoding.sources.items[sources[i]]);
     }
   }
-  if (sources) pcp_allocator_free(r->allocator, sources);
+  if (sources)
+    pcp_allocator_free(r->allocator, sources);
   pcp_allocator_free(r->allocator, ids);
   r->unsat_reason = PCP_TOPOLOGY_UNSAT_REASON_SOLVER_CORE;
   return result;
 }
 
 static pcp_status_t session_solve(z3_session_t* s) {
-  PCP_RETURN_IF_ERROR_BARE(session_run(s, pcp_topology_smtlib_options_default()));
+  PCP_RETURN_IF_ERROR_BARE(
+      session_run(s, pcp_topology_smtlib_options_default()));
   pcp_topology_search_status_t status;
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_solver_parse_status(
       pcp_make_cstring_view(pcp_string_builder_cstring(&s->answer)), &status));
@@ -499,7 +516,8 @@ static pcp_status_t session_solve(z3_session_t* s) {
     case PCP_TOPOLOGY_SEARCH_SATISFIABLE:
       return session_model(s);
     case PCP_TOPOLOGY_SEARCH_UNSATISFIABLE:
-      if (!s->options.request_unsat_core) return pcp_ok_status();
+      if (!s->options.request_unsat_core)
+        return pcp_ok_status();
       return session_core(s);
     default:
       return pcp_ok_status();

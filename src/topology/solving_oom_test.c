@@ -80,15 +80,16 @@ static pcp_status_t task_build(pcp_allocator_t allocator) {
 }
 
 static pcp_status_t model_check(pcp_allocator_t allocator) {
-  const pcp_topology_model_t* model =
-      pcp_topology_model_find(pcp_make_cstring_view("reservation.cancel_cleanup"));
+  const pcp_topology_model_t* model = pcp_topology_model_find(
+      pcp_make_cstring_view("reservation.cancel_cleanup"));
   pcp_topology_check_report_t report;
   pcp_topology_check_report_initialize(allocator, &report);
   pcp_status_t status = pcp_topology_model_check(
       model, pcp_topology_check_options_default(), &report);
   pcp_string_builder_t text;
   pcp_string_builder_initialize(allocator, 0, &text);
-  if (!status) status = pcp_topology_check_report_format_json(&report, &text);
+  if (!status)
+    status = pcp_topology_check_report_format_json(&report, &text);
   pcp_string_builder_deinitialize(&text);
   pcp_topology_check_report_deinitialize(&report);
   return status;

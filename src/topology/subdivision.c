@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "topology/core_impl.h"
 #include "topology/complex_impl.h"
+#include "topology/core_impl.h"
 
 typedef struct vertex_meta_t {
   pcp_topology_vertex_t vertex;
@@ -98,8 +98,8 @@ typedef struct subface_context_t {
   const pcp_topology_complex_t* faces;
   uint32_t owner;
   uint32_t owner_count;
-  uint32_t* counts;      // pass 1: count per subface
-  uint32_t* cursor;      // pass 2: write position per subface
+  uint32_t* counts;  // pass 1: count per subface
+  uint32_t* cursor;  // pass 2: write position per subface
   uint32_t* items;
 } subface_context_t;
 
@@ -107,7 +107,8 @@ static pcp_status_t visit_subface(void* context,
                                   const pcp_topology_vertex_t* face,
                                   uint32_t count) {
   subface_context_t* c = (subface_context_t*)context;
-  if (count == 0 || count == c->owner_count) return pcp_ok_status();
+  if (count == 0 || count == c->owner_count)
+    return pcp_ok_status();
   size_t index = 0;
   PCP_ASSERT(pcp_topology_complex_find(
       c->faces, pcp_topology_make_simplex(face, count), &index));
@@ -195,7 +196,8 @@ static pcp_status_t chain_walk(chain_walk_t* walk, uint32_t face,
   walk->chain[depth] = walk->round->meta[walk->vertex_of_face[face]].vertex;
   PCP_RETURN_IF_ERROR_BARE(
       emit(walk->round->complex, walk->chain, depth + 1, walk->sorted));
-  if (depth + 1 >= PCP_ARRAYSIZE(walk->chain)) return pcp_ok_status();
+  if (depth + 1 >= PCP_ARRAYSIZE(walk->chain))
+    return pcp_ok_status();
   const superset_lists_t* s = walk->supersets;
   for (uint32_t k = s->offsets[face]; k < s->offsets[face + 1]; ++k) {
     PCP_RETURN_IF_ERROR_BARE(chain_walk(walk, s->items[k], depth + 1));
@@ -207,13 +209,14 @@ static pcp_status_t barycentric_round(round_t* round, uint32_t round_number) {
   (void)round_number;
   size_t n = pcp_topology_complex_count(round->faces);
   uint32_t* vertex_of_face = NULL;
-  PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
-      round->allocator, (n + 1) * sizeof(*vertex_of_face),
-      (void**)&vertex_of_face));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_allocator_calloc(round->allocator, (n + 1) * sizeof(*vertex_of_face),
+                           (void**)&vertex_of_face));
   pcp_status_t status = pcp_ok_status();
   for (size_t f = 0; !status && f < n; ++f) {
     pcp_topology_simplex_t face = pcp_topology_complex_simplex(round->faces, f);
-    if (face.count == 0) continue;
+    if (face.count == 0)
+      continue;
     vertex_meta_t meta;
     memset(&meta, 0, sizeof(meta));
     uint32_t ordinal = (uint32_t)round->meta_count;
@@ -231,15 +234,16 @@ static pcp_status_t barycentric_round(round_t* round, uint32_t round_number) {
   }
   chain_walk_t* walk = NULL;
   if (!status) {
-    status = pcp_allocator_malloc(round->allocator, sizeof(*walk),
-                                  (void**)&walk);
+    status =
+        pcp_allocator_malloc(round->allocator, sizeof(*walk), (void**)&walk);
   }
   if (!status) {
     walk->round = round;
     walk->supersets = &supersets;
     walk->vertex_of_face = vertex_of_face;
     for (size_t f = 0; !status && f < n; ++f) {
-      if (pcp_topology_complex_simplex(round->faces, f).count == 0) continue;
+      if (pcp_topology_complex_simplex(round->faces, f).count == 0)
+        continue;
       status = chain_walk(walk, (uint32_t)f, 0);
     }
   }
@@ -266,7 +270,8 @@ static bool chromatic_compatible(const round_t* round, uint32_t a, uint32_t b) {
       pcp_topology_complex_simplex(round->faces, mb->carrier_face);
   bool a_in_b = pcp_topology_simplex_is_subset(va, vb);
   bool b_in_a = pcp_topology_simplex_is_subset(vb, va);
-  if (!a_in_b && !b_in_a) return false;
+  if (!a_in_b && !b_in_a)
+    return false;
   // If a's process is seen by b, b saw everything a saw (and vice versa).
   if (pcp_topology_simplex_contains_vertex(vb, &ma->source) && !a_in_b) {
     return false;
@@ -311,7 +316,8 @@ static pcp_status_t visit_view_subface(void* context,
                                        const pcp_topology_vertex_t* face,
                                        uint32_t count) {
   group_context_t* c = (group_context_t*)context;
-  if (count == 0) return pcp_ok_status();
+  if (count == 0)
+    return pcp_ok_status();
   size_t index = 0;
   PCP_ASSERT(pcp_topology_complex_find(
       c->faces, pcp_topology_make_simplex(face, count), &index));
@@ -324,7 +330,8 @@ typedef struct snapshot_walk_t {
   const adjacency_t* adjacency;
   uint32_t max_size;
   uint32_t members[PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES + 1];
-  pcp_topology_vertex_t vertices[PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES + 1];
+  pcp_topology_vertex_t
+      vertices[PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES + 1];
   pcp_topology_vertex_t sorted[PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES + 1];
 } snapshot_walk_t;
 
@@ -335,7 +342,8 @@ static pcp_status_t snapshot_walk(snapshot_walk_t* walk, uint32_t size) {
   }
   PCP_RETURN_IF_ERROR_BARE(
       emit(round->complex, walk->vertices, size, walk->sorted));
-  if (size >= walk->max_size) return pcp_ok_status();
+  if (size >= walk->max_size)
+    return pcp_ok_status();
   uint32_t last = walk->members[size - 1];
   const adjacency_t* adj = walk->adjacency;
   for (uint32_t k = adj->offsets[last]; k < adj->offsets[last + 1]; ++k) {
@@ -344,7 +352,8 @@ static pcp_status_t snapshot_walk(snapshot_walk_t* walk, uint32_t size) {
     for (uint32_t i = 0; ok && i + 1 < size; ++i) {
       ok = chromatic_compatible(round, walk->members[i], candidate);
     }
-    if (!ok) continue;
+    if (!ok)
+      continue;
     walk->members[size] = candidate;
     PCP_RETURN_IF_ERROR_BARE(snapshot_walk(walk, size + 1));
   }
@@ -407,23 +416,25 @@ static pcp_status_t chromatic_round(round_t* round) {
     bound += ((size_t)1 << view.count) * view.count;
     status = pcp_topology_grow(allocator, sizeof(*scratch), bound + 1,
                                (void**)&scratch, &scratch_capacity);
-    if (status) break;
-    group_context_t context = {round->faces, group_offsets, round, v, scratch,
-                               0};
-    status = pcp_topology_simplex_for_each_face(view, visit_view_subface,
-                                                &context);
+    if (status)
+      break;
+    group_context_t context = {
+        round->faces, group_offsets, round, v, scratch, 0};
+    status =
+        pcp_topology_simplex_for_each_face(view, visit_view_subface, &context);
     for (size_t k = supersets.offsets[face];
          !status && k < supersets.offsets[face + 1]; ++k) {
       collect_group(&context, supersets.items[k]);
     }
-    if (status) break;
+    if (status)
+      break;
     qsort(scratch, context.scratch_count, sizeof(*scratch), compare_u32);
     size_t base = adjacency.offsets[v];
-    status = pcp_topology_grow(allocator, sizeof(*adjacency.items),
-                               base + context.scratch_count + 1,
-                               (void**)&adjacency.items,
-                               &adjacency.item_capacity);
-    if (status) break;
+    status = pcp_topology_grow(
+        allocator, sizeof(*adjacency.items), base + context.scratch_count + 1,
+        (void**)&adjacency.items, &adjacency.item_capacity);
+    if (status)
+      break;
     if (context.scratch_count) {
       memcpy(adjacency.items + base, scratch,
              context.scratch_count * sizeof(*scratch));
@@ -485,11 +496,11 @@ static pcp_status_t meta_lookup_build(const round_t* round,
 }
 
 static bool meta_find(const meta_lookup_t* lookup,
-                      const pcp_topology_vertex_t* vertex, uint32_t* out_index) {
-  return pcp_topology_index_table_find(&lookup->table,
-                                       pcp_topology_vertex_hash(vertex),
-                                       meta_eq, lookup->round, vertex,
-                                       out_index);
+                      const pcp_topology_vertex_t* vertex,
+                      uint32_t* out_index) {
+  return pcp_topology_index_table_find(
+      &lookup->table, pcp_topology_vertex_hash(vertex), meta_eq, lookup->round,
+      vertex, out_index);
 }
 
 // The support of a subdivided simplex: the union of its vertex carriers.
@@ -524,11 +535,11 @@ static pcp_status_t add_supported(void* context,
                                   const pcp_topology_vertex_t* face,
                                   uint32_t count) {
   carrier_context_t* c = (carrier_context_t*)context;
-  if (count == 0) return pcp_ok_status();
+  if (count == 0)
+    return pcp_ok_status();
   size_t index = 0;
-  if (!pcp_topology_complex_find(c->faces,
-                                 pcp_topology_make_simplex(face, count),
-                                 &index)) {
+  if (!pcp_topology_complex_find(
+          c->faces, pcp_topology_make_simplex(face, count), &index)) {
     return pcp_ok_status();
   }
   for (uint32_t k = c->group_offsets[index]; k < c->group_offsets[index + 1];
@@ -555,19 +566,16 @@ static pcp_status_t round_build_carrier(round_t* round) {
   uint32_t* offsets = NULL;
   uint32_t* items = NULL;
   if (!status) {
-    status = pcp_allocator_malloc(allocator,
-                                  (simplex_count + 1) * sizeof(*support),
-                                  (void**)&support);
+    status = pcp_allocator_malloc(
+        allocator, (simplex_count + 1) * sizeof(*support), (void**)&support);
   }
   if (!status) {
-    status = pcp_allocator_calloc(allocator,
-                                  (face_count + 2) * sizeof(*offsets),
-                                  (void**)&offsets);
+    status = pcp_allocator_calloc(
+        allocator, (face_count + 2) * sizeof(*offsets), (void**)&offsets);
   }
   if (!status) {
-    status = pcp_allocator_malloc(allocator,
-                                  (simplex_count + 1) * sizeof(*items),
-                                  (void**)&items);
+    status = pcp_allocator_malloc(
+        allocator, (simplex_count + 1) * sizeof(*items), (void**)&items);
   }
   if (!status) {
     for (size_t s = 0; s < simplex_count; ++s) {
@@ -581,7 +589,8 @@ static pcp_status_t round_build_carrier(round_t* round) {
     }
   }
   pcp_topology_complex_t* image = NULL;
-  if (!status) status = pcp_topology_complex_create(allocator, &image);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &image);
   carrier_context_t context = {round->faces, offsets, items, round->complex,
                                image};
   for (size_t f = 0; !status && f < face_count; ++f) {
@@ -626,8 +635,7 @@ static pcp_status_t identity_round(round_t* round) {
     meta.source = vertices.items[i];
     size_t face = 0;
     PCP_ASSERT(pcp_topology_complex_find(
-        round->faces, pcp_topology_make_simplex(&vertices.items[i], 1),
-        &face));
+        round->faces, pcp_topology_make_simplex(&vertices.items[i], 1), &face));
     meta.carrier_face = (uint32_t)face;
     status = meta_push(round, &meta);
   }
@@ -645,8 +653,10 @@ static pcp_status_t round_run(const pcp_topology_complex_t* base,
   out_round->kind = kind;
   pcp_status_t status =
       pcp_topology_complex_create(allocator, &out_round->faces);
-  if (!status) status = pcp_topology_complex_create(allocator, &out_round->complex);
-  if (!status) status = pcp_topology_complex_faces(base, out_round->faces);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &out_round->complex);
+  if (!status)
+    status = pcp_topology_complex_faces(base, out_round->faces);
   if (!status) {
     switch (kind) {
       case PCP_TOPOLOGY_SUBDIVISION_IDENTITY:
@@ -663,8 +673,10 @@ static pcp_status_t round_run(const pcp_topology_complex_t* base,
                                  "unknown subdivision kind %d", (int)kind);
     }
   }
-  if (!status) status = round_build_carrier(out_round);
-  if (status) round_deinitialize(out_round);
+  if (!status)
+    status = round_build_carrier(out_round);
+  if (status)
+    round_deinitialize(out_round);
   return status;
 }
 
@@ -694,8 +706,8 @@ pcp_status_t pcp_topology_subdivision_create(
   sub->input = input;
   sub->kind = kind;
   sub->rounds = rounds;
-  pcp_status_t status = round_run(input, kind, rounds ? 1 : 0, allocator,
-                                  &sub->last);
+  pcp_status_t status =
+      round_run(input, kind, rounds ? 1 : 0, allocator, &sub->last);
   if (!status) {
     sub->carrier = sub->last.carrier;
     sub->carrier_is_last = true;
@@ -706,7 +718,8 @@ pcp_status_t pcp_topology_subdivision_create(
     round_t next;
     pcp_topology_complex_t* base = sub->last.complex;
     status = round_run(base, kind, r, allocator, &next);
-    if (status) break;
+    if (status)
+      break;
     pcp_topology_carrier_map_t* composed = NULL;
     status = pcp_topology_carrier_map_compose_with_carrier(
         sub->carrier, next.carrier, allocator, &composed);
@@ -715,7 +728,8 @@ pcp_status_t pcp_topology_subdivision_create(
       break;
     }
     // Retire the previous round but keep its complex as |previous_owned|.
-    if (!sub->carrier_is_last) pcp_topology_carrier_map_release(sub->carrier);
+    if (!sub->carrier_is_last)
+      pcp_topology_carrier_map_release(sub->carrier);
     sub->last.complex = NULL;
     round_deinitialize(&sub->last);
     pcp_topology_complex_release(sub->previous_owned);
@@ -733,7 +747,8 @@ pcp_status_t pcp_topology_subdivision_create(
 }
 
 void pcp_topology_subdivision_release(pcp_topology_subdivision_t* subdivision) {
-  if (!subdivision) return;
+  if (!subdivision)
+    return;
   if (!subdivision->carrier_is_last) {
     pcp_topology_carrier_map_release(subdivision->carrier);
   }
@@ -799,16 +814,20 @@ void pcp_topology_subdivision_counts(
   for (size_t i = 0; i < count; ++i) {
     int32_t d = pcp_topology_simplex_dimension(
         pcp_topology_complex_simplex(complex, i));
-    if (d == dimension) ++facets;
-    if (d == 0) ++vertices;
+    if (d == dimension)
+      ++facets;
+    if (d == 0)
+      ++vertices;
   }
   // Subdivisions list every simplex, so the listed 0-simplices are the
   // vertices; the identity subdivision lists the input as given.
   if (subdivision->kind == PCP_TOPOLOGY_SUBDIVISION_IDENTITY) {
     vertices = subdivision->last.meta_count;
   }
-  if (out_vertex_count) *out_vertex_count = vertices;
-  if (out_facet_count) *out_facet_count = facets;
+  if (out_vertex_count)
+    *out_vertex_count = vertices;
+  if (out_facet_count)
+    *out_facet_count = facets;
 }
 
 pcp_topology_subdivision_options_t pcp_topology_subdivision_options_default(
@@ -827,17 +846,18 @@ pcp_topology_subdivision_options_t pcp_topology_subdivision_options_default(
 // Protocol-power validator
 //===----------------------------------------------------------------------===//
 
-#define META_ERROR(...) \
+#define META_ERROR(...)                                                      \
   pcp_topology_make_status(PCP_TOPOLOGY_ERROR_SUBDIVISION_METADATA_MISMATCH, \
                            __VA_ARGS__)
 
-static pcp_status_t validate_metadata(const pcp_topology_subdivision_t* sub,
-                                      pcp_topology_subdivision_options_t options,
-                                      size_t* out_vertex_count) {
+static pcp_status_t validate_metadata(
+    const pcp_topology_subdivision_t* sub,
+    pcp_topology_subdivision_options_t options, size_t* out_vertex_count) {
   const round_t* round = &sub->last;
   pcp_topology_vertex_list_t vertices;
   pcp_topology_vertex_list_initialize(sub->allocator, &vertices);
-  pcp_status_t status = pcp_topology_complex_vertices(round->complex, &vertices);
+  pcp_status_t status =
+      pcp_topology_complex_vertices(round->complex, &vertices);
   size_t vertex_count = vertices.count;
   pcp_topology_vertex_list_deinitialize(&vertices);
   PCP_RETURN_IF_ERROR_BARE(status);
@@ -847,9 +867,9 @@ static pcp_status_t validate_metadata(const pcp_topology_subdivision_t* sub,
                       round->meta_count, vertex_count);
   }
   if (options.check_kind && options.expected_kind != sub->kind) {
-    return META_ERROR("kind %s, expected %s",
-                      pcp_topology_subdivision_kind_name(sub->kind),
-                      pcp_topology_subdivision_kind_name(options.expected_kind));
+    return META_ERROR(
+        "kind %s, expected %s", pcp_topology_subdivision_kind_name(sub->kind),
+        pcp_topology_subdivision_kind_name(options.expected_kind));
   }
   if (options.check_round && options.expected_round != sub->rounds) {
     return META_ERROR("round %u, expected %u", sub->rounds,
@@ -868,10 +888,10 @@ static pcp_status_t validate_metadata(const pcp_topology_subdivision_t* sub,
         pcp_topology_complex_simplex(round->faces, meta->carrier_face);
     if (carrier.count == 0 ||
         !pcp_topology_complex_contains(round->base, carrier)) {
-      return META_ERROR("vertex %zu has carrier %s outside the subdivided "
-                        "complex",
-                        i, pcp_topology_simplex_cstr(carrier, text,
-                                                     sizeof(text)));
+      return META_ERROR(
+          "vertex %zu has carrier %s outside the subdivided "
+          "complex",
+          i, pcp_topology_simplex_cstr(carrier, text, sizeof(text)));
     }
     switch (sub->kind) {
       case PCP_TOPOLOGY_SUBDIVISION_IDENTITY:
@@ -888,19 +908,20 @@ static pcp_status_t validate_metadata(const pcp_topology_subdivision_t* sub,
                 meta->vertex.color,
                 pcp_topology_make_color(PCP_TOPOLOGY_COLOR_PROCESS,
                                         carrier.count - 1))) {
-          return META_ERROR("barycentric vertex %zu: colour is not "
-                            "process(dim carrier)",
-                            i);
+          return META_ERROR(
+              "barycentric vertex %zu: colour is not "
+              "process(dim carrier)",
+              i);
         }
         break;
       case PCP_TOPOLOGY_SUBDIVISION_CHROMATIC:
         if (!meta->has_source ||
             !pcp_topology_simplex_contains_vertex(carrier, &meta->source) ||
-            !pcp_topology_color_equal(meta->vertex.color,
-                                      meta->source.color)) {
-          return META_ERROR("chromatic vertex %zu: source outside its view or "
-                            "colour changed",
-                            i);
+            !pcp_topology_color_equal(meta->vertex.color, meta->source.color)) {
+          return META_ERROR(
+              "chromatic vertex %zu: source outside its view or "
+              "colour changed",
+              i);
         }
         break;
     }
@@ -918,16 +939,16 @@ static pcp_status_t validate_simplices(const round_t* round,
     for (uint32_t i = 0; i < simplex.count; ++i) {
       uint32_t a = 0;
       if (!meta_find(lookup, &simplex.vertices[i], &a)) {
-        return META_ERROR("vertex of %s has no metadata",
-                          pcp_topology_simplex_cstr(simplex, text,
-                                                    sizeof(text)));
+        return META_ERROR(
+            "vertex of %s has no metadata",
+            pcp_topology_simplex_cstr(simplex, text, sizeof(text)));
       }
       for (uint32_t j = i + 1; j < simplex.count; ++j) {
         uint32_t b = 0;
         if (!meta_find(lookup, &simplex.vertices[j], &b)) {
-          return META_ERROR("vertex of %s has no metadata",
-                            pcp_topology_simplex_cstr(simplex, text,
-                                                      sizeof(text)));
+          return META_ERROR(
+              "vertex of %s has no metadata",
+              pcp_topology_simplex_cstr(simplex, text, sizeof(text)));
         }
         bool ok = true;
         if (round->kind == PCP_TOPOLOGY_SUBDIVISION_BARYCENTRIC) {
@@ -1021,7 +1042,8 @@ static pcp_status_t check_face_restriction(void* context,
   if (count + 1 == c->sigma.count) {
     size_t n = pcp_topology_complex_count(tau_image);
     for (size_t s = 0; s < n; ++s) {
-      pcp_topology_simplex_t simplex = pcp_topology_complex_simplex(tau_image, s);
+      pcp_topology_simplex_t simplex =
+          pcp_topology_complex_simplex(tau_image, s);
       PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_insert_sorted(
           c->boundary_union, simplex.vertices, simplex.count, NULL));
     }
@@ -1037,16 +1059,19 @@ static pcp_status_t check_links(power_context_t* c) {
   pcp_topology_complex_t* link = NULL;
   pcp_status_t status =
       pcp_topology_complex_vertices(c->sigma_image, &vertices);
-  if (!status) status = pcp_topology_complex_create(c->round->allocator, &link);
+  if (!status)
+    status = pcp_topology_complex_create(c->round->allocator, &link);
   pcp_topology_vertex_t joined[PCP_TOPOLOGY_MAX_FACE_ENUMERATION_VERTICES + 2];
   char text[256];
   for (size_t v = 0; !status && v < vertices.count; ++v) {
     uint32_t m = 0;
-    if (!meta_find(c->lookup, &vertices.items[v], &m)) continue;
+    if (!meta_find(c->lookup, &vertices.items[v], &m))
+      continue;
     pcp_topology_simplex_t center =
         pcp_topology_make_simplex(&vertices.items[v], 1);
     status = pcp_topology_complex_link(c->sigma_image, center, link);
-    if (!status) status = pcp_topology_complex_validate(link, NULL);
+    if (!status)
+      status = pcp_topology_complex_validate(link, NULL);
     size_t n = status ? 0 : pcp_topology_complex_count(link);
     for (size_t s = 0; !status && s < n; ++s) {
       pcp_topology_simplex_t face = pcp_topology_complex_simplex(link, s);
@@ -1071,7 +1096,8 @@ static pcp_status_t check_links(power_context_t* c) {
             pcp_topology_vertex_cstr(&vertices.items[v], text, sizeof(text)));
       }
     }
-    if (!status) c->report->link_checks++;
+    if (!status)
+      c->report->link_checks++;
   }
   pcp_topology_complex_release(link);
   pcp_topology_vertex_list_deinitialize(&vertices);
@@ -1108,19 +1134,26 @@ pcp_status_t pcp_topology_subdivision_validate(
   // 3. Per-simplex view rules (last round).
   meta_lookup_t lookup;
   pcp_status_t status = meta_lookup_build(round, &lookup);
-  if (!status) status = validate_simplices(round, &lookup);
+  if (!status)
+    status = validate_simplices(round, &lookup);
   // 4-7 over the last round's carrier (base -> result).
   pcp_topology_complex_t* expected = NULL;
   pcp_topology_complex_t* scratch = NULL;
   pcp_topology_complex_t* boundary = NULL;
   pcp_topology_complex_t* boundary_union = NULL;
   pcp_topology_complex_t* closed = NULL;
-  if (!status) status = pcp_topology_complex_create(allocator, &closed);
-  if (!status) status = pcp_topology_complex_faces(round->complex, closed);
-  if (!status) status = pcp_topology_complex_create(allocator, &expected);
-  if (!status) status = pcp_topology_complex_create(allocator, &scratch);
-  if (!status) status = pcp_topology_complex_create(allocator, &boundary);
-  if (!status) status = pcp_topology_complex_create(allocator, &boundary_union);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &closed);
+  if (!status)
+    status = pcp_topology_complex_faces(round->complex, closed);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &expected);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &scratch);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &boundary);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &boundary_union);
   size_t entries = pcp_topology_carrier_map_count(round->carrier);
   char text[512];
   for (size_t e = 0; !status && e < entries; ++e) {
@@ -1135,7 +1168,8 @@ pcp_status_t pcp_topology_subdivision_validate(
     } else {
       status = carried_part(round, &lookup, closed, sigma, expected);
     }
-    if (status) break;
+    if (status)
+      break;
     if (!pcp_topology_complex_equal_by_closure(image, expected)) {
       status = pcp_topology_make_status(
           PCP_TOPOLOGY_ERROR_SUBDIVISION_CARRIER_MISMATCH,
@@ -1145,15 +1179,17 @@ pcp_status_t pcp_topology_subdivision_validate(
     }
     // 5. Face restrictions (and the codim-1 union for 6).
     pcp_topology_complex_clear(boundary_union);
-    power_context_t context = {round,  &lookup, image,      sigma,
+    power_context_t context = {round,   &lookup,        image,     sigma,
                                scratch, boundary_union, out_report};
     status = pcp_topology_simplex_for_each_face(sigma, check_face_restriction,
                                                 &context);
-    if (status) break;
+    if (status)
+      break;
     // 6. Boundary of the image = union of the codim-1 face images.
     if (options.boundary && sigma.count >= 2) {
       status = pcp_topology_complex_boundary(image, boundary);
-      if (status) break;
+      if (status)
+        break;
       if (!pcp_topology_complex_equal_by_closure(boundary, boundary_union)) {
         status = pcp_topology_make_status(
             PCP_TOPOLOGY_ERROR_SUBDIVISION_BOUNDARY_MISMATCH,
@@ -1164,7 +1200,8 @@ pcp_status_t pcp_topology_subdivision_validate(
       out_report->boundary_checks++;
     }
     // 7. Links.
-    if (options.links && sigma.count > 0) status = check_links(&context);
+    if (options.links && sigma.count > 0)
+      status = check_links(&context);
   }
   pcp_topology_complex_release(closed);
   pcp_topology_complex_release(expected);
@@ -1178,7 +1215,8 @@ pcp_status_t pcp_topology_subdivision_validate(
 pcp_status_t pcp_topology_subdivision_validate_iterated(
     const pcp_topology_complex_t* input, pcp_topology_subdivision_kind_t kind,
     uint32_t rounds, pcp_allocator_t allocator) {
-  if (rounds == 0) return pcp_ok_status();
+  if (rounds == 0)
+    return pcp_ok_status();
   pcp_topology_subdivision_t* full = NULL;
   pcp_topology_subdivision_t* prefix = NULL;
   pcp_topology_subdivision_t* step = NULL;
@@ -1186,8 +1224,8 @@ pcp_status_t pcp_topology_subdivision_validate_iterated(
   pcp_status_t status =
       pcp_topology_subdivision_create(input, kind, rounds, allocator, &full);
   if (!status) {
-    status = pcp_topology_subdivision_create(input, kind, rounds - 1,
-                                             allocator, &prefix);
+    status = pcp_topology_subdivision_create(input, kind, rounds - 1, allocator,
+                                             &prefix);
   }
   if (!status) {
     status = pcp_topology_subdivision_create(
@@ -1197,9 +1235,8 @@ pcp_status_t pcp_topology_subdivision_validate_iterated(
     status = pcp_topology_carrier_map_compose_with_carrier(
         prefix->carrier, step->carrier, allocator, &composed);
   }
-  if (!status &&
-      !pcp_topology_complex_equal_by_closure(full->last.complex,
-                                             step->last.complex)) {
+  if (!status && !pcp_topology_complex_equal_by_closure(full->last.complex,
+                                                        step->last.complex)) {
     status = pcp_topology_make_status(
         PCP_TOPOLOGY_ERROR_SUBDIVISION_EQUIVALENCE_MISMATCH,
         "%u rounds differ from %u rounds plus one", rounds, rounds - 1);
@@ -1210,9 +1247,9 @@ pcp_status_t pcp_topology_subdivision_validate_iterated(
         pcp_topology_carrier_map_entry_simplex(full->carrier, e);
     const pcp_topology_complex_t* other =
         pcp_topology_carrier_map_lookup(composed, sigma);
-    if (!other || !pcp_topology_complex_equal_by_closure(
-                      pcp_topology_carrier_map_entry_image(full->carrier, e),
-                      other)) {
+    if (!other ||
+        !pcp_topology_complex_equal_by_closure(
+            pcp_topology_carrier_map_entry_image(full->carrier, e), other)) {
       char text[512];
       status = pcp_topology_make_status(
           PCP_TOPOLOGY_ERROR_SUBDIVISION_EQUIVALENCE_MISMATCH,

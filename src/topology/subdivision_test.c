@@ -36,7 +36,8 @@ static pcp_topology_subdivision_t* subdivide(
     const pcp_topology_complex_t* input, pcp_topology_subdivision_kind_t kind,
     uint32_t rounds) {
   pcp_topology_subdivision_t* sub = NULL;
-  PCP_CHECK_OK(pcp_topology_subdivision_create(input, kind, rounds, ALLOC, &sub));
+  PCP_CHECK_OK(
+      pcp_topology_subdivision_create(input, kind, rounds, ALLOC, &sub));
   return sub;
 }
 
@@ -102,14 +103,14 @@ static void test_iterated_barycentric_subdivision_composes_carriers(
   assert_int_equal(info.round, 2);
   assert_int_equal(info.kind, PCP_TOPOLOGY_SUBDIVISION_BARYCENTRIC);
   // The carrier of the whole edge is all four small edges.
-  pcp_topology_simplex_t whole =
-      pcp_topology_complex_simplex(edge, 0);
+  pcp_topology_simplex_t whole = pcp_topology_complex_simplex(edge, 0);
   const pcp_topology_complex_t* image = pcp_topology_carrier_map_lookup(
       pcp_topology_subdivision_carrier(sub), whole);
   assert_non_null(image);
   size_t edges = 0;
   for (size_t i = 0; i < pcp_topology_complex_count(image); ++i) {
-    if (pcp_topology_complex_simplex(image, i).count == 2) ++edges;
+    if (pcp_topology_complex_simplex(image, i).count == 2)
+      ++edges;
   }
   assert_int_equal(edges, 4);
   pcp_topology_subdivision_release(sub);
@@ -127,8 +128,7 @@ static void test_subdivision_metadata_explains_chromatic_views(void** state) {
     pcp_topology_subdivision_metadata(sub, i, &info);
     assert_int_equal(info.ordinal, i);
     assert_true(info.has_source);
-    assert_true(
-        pcp_topology_color_equal(info.vertex.color, info.source.color));
+    assert_true(pcp_topology_color_equal(info.vertex.color, info.source.color));
     if (info.carrier.count == 2 &&
         pcp_topology_simplex_contains_vertex(info.carrier, &info.source)) {
       found = true;
@@ -185,7 +185,8 @@ static void test_protocol_power_validator_checks_barycentric_tetrahedron(
       pcp_topology_subdivision_options_default();
   options.check_kind = true;
   options.expected_kind = PCP_TOPOLOGY_SUBDIVISION_CHROMATIC;
-  pcp_status_t status = pcp_topology_subdivision_validate(sub, options, &report);
+  pcp_status_t status =
+      pcp_topology_subdivision_validate(sub, options, &report);
   assert_int_equal(pcp_topology_status_error(status),
                    PCP_TOPOLOGY_ERROR_SUBDIVISION_METADATA_MISMATCH);
   pcp_status_ignore(status);
@@ -200,8 +201,8 @@ static void test_protocol_power_validator_accepts_mixed_complex_subdivisions(
   PCP_CHECK_OK(pcp_topology_complex_create(ALLOC, &input));
   pcp_topology_vertex_t abc[] = {P(0), P(1), P(2)};
   pcp_topology_vertex_t cd[] = {P(2), P(3)};
-  PCP_CHECK_OK(pcp_topology_complex_add(
-      input, pcp_topology_make_simplex(abc, 3), NULL));
+  PCP_CHECK_OK(
+      pcp_topology_complex_add(input, pcp_topology_make_simplex(abc, 3), NULL));
   PCP_CHECK_OK(
       pcp_topology_complex_add(input, pcp_topology_make_simplex(cd, 2), NULL));
   pcp_topology_subdivision_t* sub =
@@ -257,8 +258,8 @@ static pcp_status_t pipeline(pcp_allocator_t allocator) {
   pcp_status_t status = pcp_topology_complex_create(allocator, &edge);
   if (!status) {
     pcp_topology_vertex_t vs[] = {P(0), P(1), P(2)};
-    status = pcp_topology_complex_add(edge, pcp_topology_make_simplex(vs, 3),
-                                      NULL);
+    status =
+        pcp_topology_complex_add(edge, pcp_topology_make_simplex(vs, 3), NULL);
   }
   if (!status) {
     status = pcp_topology_subdivision_create(
@@ -291,10 +292,12 @@ static pcp_status_t pipeline(pcp_allocator_t allocator) {
   }
   // Homology of the collapse onto the input, with its witness.
   pcp_topology_homology_map_report_t homology;
-  if (!status) status = pcp_topology_homology_map_check(map, 2, &homology);
+  if (!status)
+    status = pcp_topology_homology_map_check(map, 2, &homology);
   pcp_topology_homology_witness_t witness;
   pcp_topology_homology_witness_initialize(allocator, &witness);
-  if (!status) status = pcp_topology_homology_map_witness_find(map, 2, &witness);
+  if (!status)
+    status = pcp_topology_homology_map_witness_find(map, 2, &witness);
   pcp_topology_homology_witness_deinitialize(&witness);
   // delta o Xi subset Delta with Xi = Delta = the subdivision carrier and
   // delta the identity on the subdivided complex.
@@ -302,8 +305,8 @@ static pcp_status_t pipeline(pcp_allocator_t allocator) {
   const pcp_topology_complex_t* complex =
       sub ? pcp_topology_subdivision_complex(sub) : NULL;
   if (!status) {
-    status = pcp_topology_vertex_map_create(complex, complex, allocator,
-                                            &identity);
+    status =
+        pcp_topology_vertex_map_create(complex, complex, allocator, &identity);
   }
   for (size_t i = 0;
        !status && i < pcp_topology_subdivision_metadata_count(sub); ++i) {
@@ -324,21 +327,25 @@ static pcp_status_t pipeline(pcp_allocator_t allocator) {
     pcp_topology_subdivision_metadata(sub, 0, &first);
     pcp_topology_subdivision_metadata(
         sub, pcp_topology_subdivision_metadata_count(sub) - 1, &last);
-    status = pcp_topology_complex_path(complex, &first.vertex, &last.vertex,
-                                       &path);
+    status =
+        pcp_topology_complex_path(complex, &first.vertex, &last.vertex, &path);
   }
   pcp_topology_vertex_list_deinitialize(&path);
   pcp_topology_fundamental_group_t group;
   pcp_topology_fundamental_group_initialize(allocator, &group);
-  if (!status) status = pcp_topology_fundamental_group_compute(complex, &group);
+  if (!status)
+    status = pcp_topology_fundamental_group_compute(complex, &group);
   pcp_topology_fundamental_group_deinitialize(&group);
   pcp_string_builder_t builder;
   pcp_string_builder_initialize(allocator, 0, &builder);
-  if (!status) status = pcp_topology_complex_format_dot(complex, "x", &builder);
+  if (!status)
+    status = pcp_topology_complex_format_dot(complex, "x", &builder);
   pcp_string_builder_deinitialize(&builder);
   pcp_topology_complex_t* out = NULL;
-  if (!status) status = pcp_topology_complex_create(allocator, &out);
-  if (!status) status = pcp_topology_complex_boundary(complex, out);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &out);
+  if (!status)
+    status = pcp_topology_complex_boundary(complex, out);
   if (!status) {
     pcp_topology_subdivision_vertex_info_t first;
     pcp_topology_subdivision_metadata(sub, 0, &first);
@@ -346,13 +353,15 @@ static pcp_status_t pipeline(pcp_allocator_t allocator) {
         complex, pcp_topology_make_simplex(&first.vertex, 1), out);
   }
   pcp_topology_complex_t* point = NULL;
-  if (!status) status = pcp_topology_complex_create(allocator, &point);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &point);
   if (!status) {
     pcp_topology_vertex_t far = P(7);
     status = pcp_topology_complex_add(point, pcp_topology_make_simplex(&far, 1),
                                       NULL);
   }
-  if (!status) status = pcp_topology_complex_join(edge, point, out);
+  if (!status)
+    status = pcp_topology_complex_join(edge, point, out);
   pcp_topology_complex_release(point);
   pcp_topology_complex_release(out);
   pcp_topology_vertex_map_release(identity);
@@ -372,13 +381,16 @@ static pcp_status_t pipeline_iterated(pcp_allocator_t allocator) {
   pcp_topology_complex_t* b = NULL;
   pcp_topology_complex_t* out = NULL;
   pcp_status_t status = pcp_topology_complex_create(allocator, &edge);
-  if (!status) status = pcp_topology_complex_create(allocator, &a);
-  if (!status) status = pcp_topology_complex_create(allocator, &b);
-  if (!status) status = pcp_topology_complex_create(allocator, &out);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &a);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &b);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &out);
   pcp_topology_vertex_t vs[] = {P(0), P(1), P(2)};
   if (!status) {
-    status = pcp_topology_complex_add(edge, pcp_topology_make_simplex(vs, 3),
-                                      NULL);
+    status =
+        pcp_topology_complex_add(edge, pcp_topology_make_simplex(vs, 3), NULL);
   }
   if (!status) {
     status = pcp_topology_subdivision_create(
@@ -395,21 +407,25 @@ static pcp_status_t pipeline_iterated(pcp_allocator_t allocator) {
         pcp_topology_subdivision_carrier(sub), &obstruction, NULL);
   }
   if (!status) {
-    status = pcp_topology_complex_add(a, pcp_topology_make_simplex(vs, 2),
-                                      NULL);
+    status =
+        pcp_topology_complex_add(a, pcp_topology_make_simplex(vs, 2), NULL);
   }
   if (!status) {
-    status = pcp_topology_complex_add(b, pcp_topology_make_simplex(vs + 1, 2),
-                                      NULL);
+    status =
+        pcp_topology_complex_add(b, pcp_topology_make_simplex(vs + 1, 2), NULL);
   }
   if (!status) {
     status = pcp_topology_carrier_map_restrict(
         pcp_topology_subdivision_carrier(sub), a, allocator, &restricted);
   }
-  if (!status) status = pcp_topology_carrier_map_image(restricted, out);
-  if (!status) status = pcp_topology_subcomplex_union(a, b, out);
-  if (!status) status = pcp_topology_subcomplex_intersection(a, b, out);
-  if (!status) status = pcp_topology_subcomplex_difference(a, b, out);
+  if (!status)
+    status = pcp_topology_carrier_map_image(restricted, out);
+  if (!status)
+    status = pcp_topology_subcomplex_union(a, b, out);
+  if (!status)
+    status = pcp_topology_subcomplex_intersection(a, b, out);
+  if (!status)
+    status = pcp_topology_subcomplex_difference(a, b, out);
   if (!status) {
     status = pcp_topology_complex_closed_star(
         edge, pcp_topology_make_simplex(vs, 1), out);
@@ -435,8 +451,7 @@ static void sweep(pipeline_fn_t fn) {
   assert_int_equal(counter.live_bytes, 0);
   for (int64_t n = 0; n < total; ++n) {
     pcp_allocator_failing_t failing;
-    pcp_allocator_failing_initialize(pcp_allocator_system(), n, true,
-                                     &failing);
+    pcp_allocator_failing_initialize(pcp_allocator_system(), n, true, &failing);
     pcp_allocator_counting_t live;
     pcp_allocator_counting_initialize(pcp_allocator_failing(&failing), &live);
     pcp_status_t status = fn(pcp_allocator_counting(&live));

@@ -10,12 +10,18 @@
 
 #include "topology/protocols_impl.h"
 
-#define HUB(n) {PCP_TOPOLOGY_COLOR_HUB, (n)}
-#define GW(n) {PCP_TOPOLOGY_COLOR_GATEWAY, (n)}
-#define WK(n) {PCP_TOPOLOGY_COLOR_WORKER, (n)}
-#define API(n) {PCP_TOPOLOGY_COLOR_API_CALLER, (n)}
-#define JOB(n) {PCP_TOPOLOGY_COLOR_JOB, (n)}
-#define SES(n) {PCP_TOPOLOGY_COLOR_SESSION, (n)}
+#define HUB(n) \
+  { PCP_TOPOLOGY_COLOR_HUB, (n) }
+#define GW(n) \
+  { PCP_TOPOLOGY_COLOR_GATEWAY, (n) }
+#define WK(n) \
+  { PCP_TOPOLOGY_COLOR_WORKER, (n) }
+#define API(n) \
+  { PCP_TOPOLOGY_COLOR_API_CALLER, (n) }
+#define JOB(n) \
+  { PCP_TOPOLOGY_COLOR_JOB, (n) }
+#define SES(n) \
+  { PCP_TOPOLOGY_COLOR_SESSION, (n) }
 
 static const pcp_topology_task_case_t kMessageDispatchCases[] = {
     {2,
@@ -179,7 +185,8 @@ static const pcp_topology_task_case_t kRdaCases[] = {
      {"merge_kind.rda.degenerate", "window.quorum",
       "participants.direction_degenerate"},
      1,
-     {{"rda.output.zero", "merge.committed", "participants.canceling_direction"}}},
+     {{"rda.output.zero", "merge.committed",
+       "participants.canceling_direction"}}},
     {3,
      {GW(0), SES(52), WK(0)},
      {"merge_kind.rda.below_quorum", "window.below_quorum",
@@ -261,7 +268,8 @@ static const char* const kEvidenceNames[] = {
 };
 
 const char* pcp_topology_evidence_name(pcp_topology_evidence_t evidence) {
-  if ((unsigned)evidence >= PCP_ARRAYSIZE(kEvidenceNames)) return "?";
+  if ((unsigned)evidence >= PCP_ARRAYSIZE(kEvidenceNames))
+    return "?";
   return kEvidenceNames[evidence];
 }
 
@@ -274,7 +282,8 @@ const pcp_topology_task_definition_t* pcp_topology_task_catalog(
 const pcp_topology_task_definition_t* pcp_topology_task_definition(
     pcp_topology_task_kind_t kind) {
   for (size_t i = 0; i < PCP_ARRAYSIZE(kTasks); ++i) {
-    if (kTasks[i].kind == kind) return &kTasks[i];
+    if (kTasks[i].kind == kind)
+      return &kTasks[i];
   }
   return NULL;
 }
@@ -292,8 +301,8 @@ const pcp_topology_task_definition_t* pcp_topology_task_find(
 void pcp_topology_task_case_vertices(const pcp_topology_task_case_t* task_case,
                                      int output, pcp_topology_vertex_t* out) {
   for (uint32_t i = 0; i < task_case->color_count; ++i) {
-    const char* label = output < 0 ? task_case->input[i]
-                                   : task_case->outputs[output][i];
+    const char* label =
+        output < 0 ? task_case->input[i] : task_case->outputs[output][i];
     out[i] = pcp_topology_make_vertex(task_case->colors[i],
                                       pcp_topology_make_symbol(label));
   }
@@ -305,8 +314,8 @@ pcp_status_t pcp_topology_project_to_colors(pcp_topology_simplex_t simplex,
                                             bool* out_complete) {
   *out_complete = true;
   for (uint32_t i = 0; i < colors.count; ++i) {
-    int32_t index =
-        pcp_topology_simplex_vertex_with_color(simplex, colors.vertices[i].color);
+    int32_t index = pcp_topology_simplex_vertex_with_color(
+        simplex, colors.vertices[i].color);
     if (index < 0) {
       *out_complete = false;
       return pcp_ok_status();
@@ -317,9 +326,12 @@ pcp_status_t pcp_topology_project_to_colors(pcp_topology_simplex_t simplex,
 }
 
 void pcp_topology_task_deinitialize(pcp_topology_task_t* task) {
-  if (task->carrier) pcp_topology_carrier_map_release(task->carrier);
-  if (task->input) pcp_topology_complex_release(task->input);
-  if (task->output) pcp_topology_complex_release(task->output);
+  if (task->carrier)
+    pcp_topology_carrier_map_release(task->carrier);
+  if (task->input)
+    pcp_topology_complex_release(task->input);
+  if (task->output)
+    pcp_topology_complex_release(task->output);
   memset(task, 0, sizeof(*task));
 }
 
@@ -330,7 +342,8 @@ static pcp_status_t build_carrier(const pcp_topology_task_case_t* cases,
   pcp_topology_complex_t* image = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_topology_complex_create(allocator, &faces));
   pcp_status_t status = pcp_topology_complex_create(allocator, &image);
-  if (!status) status = pcp_topology_complex_faces(task->input, faces);
+  if (!status)
+    status = pcp_topology_complex_faces(task->input, faces);
   if (!status) {
     status = pcp_topology_carrier_map_create(task->input, task->output,
                                              allocator, &task->carrier);
@@ -372,18 +385,22 @@ static pcp_status_t build_carrier(const pcp_topology_task_case_t* cases,
         }
         pcp_topology_simplex_t projection =
             pcp_topology_make_simplex(projected, face.count);
-        if (!status && !pcp_topology_complex_contains(task->output, projection)) {
+        if (!status &&
+            !pcp_topology_complex_contains(task->output, projection)) {
           status = pcp_topology_make_status(
               PCP_TOPOLOGY_ERROR_TASK_OUTPUT_PROJECTION_OUTSIDE_OUTPUT_COMPLEX,
               "projection for input face %zu is not in O", f);
         }
-        if (!status) status = pcp_topology_complex_add(image, projection, NULL);
+        if (!status)
+          status = pcp_topology_complex_add(image, projection, NULL);
       }
     }
-    if (!status) status = pcp_topology_carrier_map_set(task->carrier, face, image);
+    if (!status)
+      status = pcp_topology_carrier_map_set(task->carrier, face, image);
   }
   pcp_topology_complex_release(faces);
-  if (image) pcp_topology_complex_release(image);
+  if (image)
+    pcp_topology_complex_release(image);
   return status;
 }
 
@@ -391,17 +408,19 @@ pcp_status_t pcp_topology_task_build_from_cases(
     const pcp_topology_task_case_t* cases, size_t case_count,
     pcp_allocator_t allocator, pcp_topology_task_t* out_task) {
   memset(out_task, 0, sizeof(*out_task));
-  pcp_status_t status = pcp_topology_complex_create(allocator, &out_task->input);
-  if (!status) status = pcp_topology_complex_create(allocator, &out_task->output);
+  pcp_status_t status =
+      pcp_topology_complex_create(allocator, &out_task->input);
+  if (!status)
+    status = pcp_topology_complex_create(allocator, &out_task->output);
   pcp_topology_vertex_t facet[PCP_TOPOLOGY_TASK_MAX_COLORS];
   for (size_t c = 0; !status && c < case_count; ++c) {
     if (cases[c].color_count == 0 ||
         cases[c].color_count > PCP_TOPOLOGY_TASK_MAX_COLORS ||
         cases[c].output_count == 0 ||
         cases[c].output_count > PCP_TOPOLOGY_TASK_MAX_OUTPUTS) {
-      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                               "task case %zu has bad colour or output counts",
-                               c);
+      status =
+          pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                          "task case %zu has bad colour or output counts", c);
       break;
     }
     pcp_topology_task_case_vertices(&cases[c], -1, facet);
@@ -415,13 +434,16 @@ pcp_status_t pcp_topology_task_build_from_cases(
           pcp_topology_make_simplex(facet, cases[c].color_count), NULL);
     }
   }
-  if (!status) status = build_carrier(cases, case_count, out_task, allocator);
+  if (!status)
+    status = build_carrier(cases, case_count, out_task, allocator);
   if (!status) {
-    pcp_topology_carrier_checks_t checks = pcp_topology_carrier_checks_default();
+    pcp_topology_carrier_checks_t checks =
+        pcp_topology_carrier_checks_default();
     checks.chromatic = true;
     status = pcp_topology_carrier_map_validate(out_task->carrier, checks);
   }
-  if (status) pcp_topology_task_deinitialize(out_task);
+  if (status)
+    pcp_topology_task_deinitialize(out_task);
   return status;
 }
 
@@ -436,9 +458,8 @@ pcp_status_t pcp_topology_task_build(pcp_topology_task_kind_t kind,
                            (int)kind);
   }
   PCP_RETURN_IF_ERROR(
-      pcp_topology_task_build_from_cases(definition->cases,
-                                         definition->case_count, allocator,
-                                         out_task),
+      pcp_topology_task_build_from_cases(
+          definition->cases, definition->case_count, allocator, out_task),
       "task %s", definition->name);
   out_task->definition = definition;
   return pcp_ok_status();

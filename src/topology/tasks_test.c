@@ -39,20 +39,22 @@ static void build(pcp_topology_task_kind_t kind, pcp_topology_task_t* task) {
 static void test_catalog_exposes_every_task(void** state) {
   (void)state;
   size_t count = 0;
-  const pcp_topology_task_definition_t* tasks = pcp_topology_task_catalog(&count);
+  const pcp_topology_task_definition_t* tasks =
+      pcp_topology_task_catalog(&count);
   assert_int_equal(count, 8);
   size_t design_only = 0;
   for (size_t i = 0; i < count; ++i) {
     assert_int_equal(tasks[i].kind, (pcp_topology_task_kind_t)i);
     design_only += tasks[i].design_only;
-    assert_ptr_equal(pcp_topology_task_find(pcp_make_cstring_view(tasks[i].name)),
-                     &tasks[i]);
+    assert_ptr_equal(
+        pcp_topology_task_find(pcp_make_cstring_view(tasks[i].name)),
+        &tasks[i]);
   }
   assert_int_equal(design_only, 1);
   assert_true(tasks[PCP_TOPOLOGY_TASK_MULTI_GATEWAY_GLOBAL_JOB].design_only);
   assert_string_equal(
-      pcp_topology_evidence_name(tasks[PCP_TOPOLOGY_TASK_RESERVATION_LIFECYCLE]
-                                     .evidence),
+      pcp_topology_evidence_name(
+          tasks[PCP_TOPOLOGY_TASK_RESERVATION_LIFECYCLE].evidence),
       "generated_Xi");
   assert_null(pcp_topology_task_find(pcp_make_cstring_view("nope")));
 }
@@ -63,7 +65,8 @@ static void test_every_task_builds_chromatic_monotone(void** state) {
   for (int k = 0; k < PCP_TOPOLOGY_TASK_KIND_COUNT_; ++k) {
     pcp_topology_task_t task;
     build((pcp_topology_task_kind_t)k, &task);
-    pcp_topology_carrier_checks_t checks = pcp_topology_carrier_checks_default();
+    pcp_topology_carrier_checks_t checks =
+        pcp_topology_carrier_checks_default();
     checks.chromatic = true;
     PCP_CHECK_OK(pcp_topology_carrier_map_validate(task.carrier, checks));
     assert_int_equal(pcp_topology_complex_count(task.input),

@@ -8,10 +8,11 @@
 // input error. Input files never reach an assert: every malformed shape is a
 // message naming the problem.
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "config/config.h"
 #include "topology/core_impl.h"
@@ -44,7 +45,8 @@ static int subdivide_main(int argc, char** argv);
 
 // One line per subcommand, sorted by name.
 static const topo_subcommand_t kSubcommands[] = {
-    {"betti", betti_main, "Betti numbers over GF(p) of a complex in a JSON file"},
+    {"betti", betti_main,
+     "Betti numbers over GF(p) of a complex in a JSON file"},
     {"check", pcp_topology_cli_check_main,
      "decide a protocol model (native or Z3) and explain obstructions"},
     {"models", pcp_topology_cli_models_main, "list the protocol models"},
@@ -70,7 +72,8 @@ int pcp_topology_cli_main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   for (const topo_subcommand_t* c = kSubcommands; c->name; ++c) {
-    if (strcmp(argv[1], c->name) == 0) return c->main(argc - 1, argv + 1);
+    if (strcmp(argv[1], c->name) == 0)
+      return c->main(argc - 1, argv + 1);
   }
   const char* names[PCP_ARRAYSIZE(kSubcommands)];
   size_t count = 0;
@@ -108,12 +111,19 @@ typedef struct betti_options_t {
 #define BETTI_OFFSET(member) offsetof(betti_options_t, member)
 
 static const pcp_config_field_t kBettiFields[] = {
-    {.name = "field", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = BETTI_OFFSET(field), .default_value = "2", .min = 0,
-     .max = 4294967295.0, .value_name = "P",
+    {.name = "field",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = BETTI_OFFSET(field),
+     .default_value = "2",
+     .min = 0,
+     .max = 4294967295.0,
+     .value_name = "P",
      .help = "compute over GF(P); P must be a prime <= 65521"},
-    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = BETTI_OFFSET(help),
-     .default_value = "false", .help = "show this help"},
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = BETTI_OFFSET(help),
+     .default_value = "false",
+     .help = "show this help"},
 };
 
 static const pcp_config_table_t kBettiTable = {
@@ -139,8 +149,7 @@ static bool name_eq(const void* context, uint32_t value, const void* key) {
          pcp_topology_label_compare(&v->label, &k->label) == 0;
 }
 
-static pcp_status_t name_intern(name_table_t* names,
-                                pcp_topology_label_t label,
+static pcp_status_t name_intern(name_table_t* names, pcp_topology_label_t label,
                                 pcp_topology_vertex_t* out_vertex) {
   pcp_topology_vertex_t key = {{0, 0}, label};
   uint64_t hash = pcp_topology_label_hash(&label);
@@ -247,8 +256,8 @@ static pcp_status_t load_facets(const char* path, json_t* root,
       }
       PCP_RETURN_IF_ERROR_BARE(name_intern(names, label, &vertices[i]));
     }
-    pcp_status_t status = pcp_topology_simplex_validate(
-        pcp_topology_make_simplex(vertices, n));
+    pcp_status_t status =
+        pcp_topology_simplex_validate(pcp_topology_make_simplex(vertices, n));
     if (status) {
       pcp_status_ignore(status);
       // Colours are names here, so a shared colour is a repeated name.
@@ -257,9 +266,9 @@ static pcp_status_t load_facets(const char* path, json_t* root,
           if (pcp_topology_vertex_equal(&vertices[i], &vertices[j])) {
             char text[BETTI_MAX_NAME_BYTES + 8];
             describe_name(&vertices[i], text, sizeof(text));
-            return pcp_topology_make_status(
-                PCP_TOPOLOGY_ERROR_DUPLICATE_COLOR,
-                "%s: facet %zu repeats vertex %s", path, f, text);
+            return pcp_topology_make_status(PCP_TOPOLOGY_ERROR_DUPLICATE_COLOR,
+                                            "%s: facet %zu repeats vertex %s",
+                                            path, f, text);
           }
         }
       }
@@ -299,8 +308,10 @@ static pcp_status_t betti_run(const char* path, uint32_t prime,
   pcp_topology_index_table_initialize(allocator, &names.index);
   pcp_topology_complex_t* complex = NULL;
   status = pcp_topology_complex_create(allocator, &complex);
-  if (!status) status = load_facets(path, root, &names, complex);
-  if (!status) status = pcp_topology_complex_betti(complex, prime, out_betti);
+  if (!status)
+    status = load_facets(path, root, &names, complex);
+  if (!status)
+    status = pcp_topology_complex_betti(complex, prime, out_betti);
   pcp_topology_complex_release(complex);
   pcp_topology_index_table_deinitialize(&names.index);
   pcp_topology_vertex_list_deinitialize(&names.vertices);
@@ -317,21 +328,22 @@ static int betti_main(int argc, char** argv) {
                                    &positionals);
   }
   if (!status && options.help) {
-    printf("usage: pcp topo betti FILE [--field P]\n\n"
-           "FILE is JSON {\"facets\": [[v, ...], ...]} with vertex names given "
-           "as strings or\nintegers. Prints betti=[b0,b1,...] (unreduced: b0 "
-           "counts components).\n\nflags:\n");
+    printf(
+        "usage: pcp topo betti FILE [--field P]\n\n"
+        "FILE is JSON {\"facets\": [[v, ...], ...]} with vertex names given "
+        "as strings or\nintegers. Prints betti=[b0,b1,...] (unreduced: b0 "
+        "counts components).\n\nflags:\n");
     pcp_config_print_help(&kBettiTable, stdout);
     pcp_string_list_deinitialize(&positionals);
     pcp_config_deinitialize(&kBettiTable, &options);
     return 0;
   }
   if (!status && positionals.count != 1) {
-    status = pcp_make_status(
-        PCP_STATUS_INVALID_ARGUMENT,
-        positionals.count ? "expected one FILE, got %zu"
-                          : "missing the FILE with {\"facets\": [...]}",
-        positionals.count);
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             positionals.count
+                                 ? "expected one FILE, got %zu"
+                                 : "missing the FILE with {\"facets\": [...]}",
+                             positionals.count);
   }
   if (!status && options.field > 0xFFFFFFFFll) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -358,7 +370,8 @@ static int betti_main(int argc, char** argv) {
   status = betti_run(positionals.items[0], (uint32_t)options.field, &betti);
   pcp_string_list_deinitialize(&positionals);
   pcp_config_deinitialize(&kBettiTable, &options);
-  if (status) return input_error("betti", status);
+  if (status)
+    return input_error("betti", status);
   printf("betti=[");
   for (uint32_t k = 0; k < betti.count; ++k) {
     printf("%s%llu", k ? "," : "", (unsigned long long)betti.values[k]);
@@ -388,22 +401,35 @@ static const char* const kKindNames[] = {"barycentric", "chromatic", NULL};
 #define SUBDIVIDE_OFFSET(member) offsetof(subdivide_options_t, member)
 
 static const pcp_config_field_t kSubdivideFields[] = {
-    {.name = "kind", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = SUBDIVIDE_OFFSET(kind_name), .flags = PCP_CONFIG_FLAG_REQUIRED,
+    {.name = "kind",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = SUBDIVIDE_OFFSET(kind_name),
+     .flags = PCP_CONFIG_FLAG_REQUIRED,
      .value_name = "KIND",
      .help = "barycentric or chromatic (standard chromatic subdivision)"},
-    {.name = "dim", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = SUBDIVIDE_OFFSET(dim_text), .flags = PCP_CONFIG_FLAG_REQUIRED,
+    {.name = "dim",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = SUBDIVIDE_OFFSET(dim_text),
+     .flags = PCP_CONFIG_FLAG_REQUIRED,
      .value_name = "N",
      .help = "subdivide the standard N-simplex (processes 0..N), N <= 6"},
-    {.name = "rounds", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = SUBDIVIDE_OFFSET(rounds), .default_value = "1", .min = 0,
-     .max = 16, .value_name = "R", .help = "iterate R times (0: identity)"},
-    {.name = "dot", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = SUBDIVIDE_OFFSET(dot), .default_value = "false",
+    {.name = "rounds",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = SUBDIVIDE_OFFSET(rounds),
+     .default_value = "1",
+     .min = 0,
+     .max = 16,
+     .value_name = "R",
+     .help = "iterate R times (0: identity)"},
+    {.name = "dot",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = SUBDIVIDE_OFFSET(dot),
+     .default_value = "false",
      .help = "print the 1-skeleton as Graphviz DOT instead of the counts"},
-    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = SUBDIVIDE_OFFSET(help), .default_value = "false",
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = SUBDIVIDE_OFFSET(help),
+     .default_value = "false",
      .help = "show this help"},
 };
 
@@ -417,7 +443,8 @@ static const pcp_config_table_t kSubdivideTable = {
 // set partitions (Fubini numbers) for chromatic. Each round multiplies.
 static uint64_t facets_per_round(int32_t kind, int64_t dim) {
   static const uint64_t kFubini[] = {1, 3, 13, 75, 541, 4683, 47293};
-  if (kind == 1) return kFubini[dim];
+  if (kind == 1)
+    return kFubini[dim];
   uint64_t f = 1;
   for (int64_t i = 2; i <= dim + 1; ++i) f *= (uint64_t)i;
   return f;
@@ -431,19 +458,22 @@ static int subdivide_main(int argc, char** argv) {
                                    &options, NULL);
   }
   if (!status && options.help) {
-    printf("usage: pcp topo subdivide --kind barycentric|chromatic --dim N "
-           "[--rounds R] [--dot]\n\nPrints vertices=V facets=F for the "
-           "subdivided standard N-simplex, or its\n1-skeleton as DOT.\n\n"
-           "flags:\n");
+    printf(
+        "usage: pcp topo subdivide --kind barycentric|chromatic --dim N "
+        "[--rounds R] [--dot]\n\nPrints vertices=V facets=F for the "
+        "subdivided standard N-simplex, or its\n1-skeleton as DOT.\n\n"
+        "flags:\n");
     pcp_config_print_help(&kSubdivideTable, stdout);
     pcp_config_deinitialize(&kSubdivideTable, &options);
     return 0;
   }
-  if (!status) status = pcp_config_validate(&kSubdivideTable, &options);
+  if (!status)
+    status = pcp_config_validate(&kSubdivideTable, &options);
   if (!status) {
     options.kind = -1;
     for (int32_t i = 0; kKindNames[i]; ++i) {
-      if (strcmp(options.kind_name, kKindNames[i]) == 0) options.kind = i;
+      if (strcmp(options.kind_name, kKindNames[i]) == 0)
+        options.kind = i;
     }
     if (options.kind < 0) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -451,10 +481,9 @@ static int subdivide_main(int argc, char** argv) {
                                options.kind_name);
     }
   }
-  if (!status &&
-      (!pcp_string_view_parse_int64(pcp_make_cstring_view(options.dim_text),
-                                    &options.dim) ||
-       options.dim < 0 || options.dim > SUBDIVIDE_MAX_DIM)) {
+  if (!status && (!pcp_string_view_parse_int64(
+                      pcp_make_cstring_view(options.dim_text), &options.dim) ||
+                  options.dim < 0 || options.dim > SUBDIVIDE_MAX_DIM)) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "--dim '%s': expected an integer in [0, %d]",
                              options.dim_text, SUBDIVIDE_MAX_DIM);
@@ -511,14 +540,16 @@ static int subdivide_main(int argc, char** argv) {
              (long long)options.rounds);
     status = pcp_topology_complex_format_dot(
         pcp_topology_subdivision_complex(sub), name, &builder);
-    if (!status) fputs(pcp_string_builder_cstring(&builder), stdout);
+    if (!status)
+      fputs(pcp_string_builder_cstring(&builder), stdout);
     pcp_string_builder_deinitialize(&builder);
   } else if (!status) {
     size_t vertex_count = 0, facet_count = 0;
     pcp_topology_subdivision_counts(sub, &vertex_count, &facet_count);
     printf("vertices=%zu facets=%zu\n", vertex_count, facet_count);
   }
-  if (status) exit_code = input_error("subdivide", status);
+  if (status)
+    exit_code = input_error("subdivide", status);
   pcp_topology_subdivision_release(sub);
   pcp_topology_complex_release(simplex);
   pcp_config_deinitialize(&kSubdivideTable, &options);

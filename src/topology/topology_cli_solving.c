@@ -38,24 +38,38 @@ static const char* const kBackendNames[] = {"library", "binary", NULL};
 #define CHECK_OFFSET(member) offsetof(check_options_t, member)
 
 static const pcp_config_field_t kCheckFields[] = {
-    {.name = "model", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = CHECK_OFFSET(model), .value_name = "NAME",
+    {.name = "model",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = CHECK_OFFSET(model),
+     .value_name = "NAME",
      .help = "model to check ('pcp topo models' lists them)"},
-    {.name = "all", .type = PCP_CONFIG_TYPE_BOOL, .offset = CHECK_OFFSET(all),
+    {.name = "all",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = CHECK_OFFSET(all),
      .default_value = "false",
      .help = "check every model against its expected verdict (for CI)"},
-    {.name = "solver", .type = PCP_CONFIG_TYPE_ENUM,
-     .offset = CHECK_OFFSET(solver), .default_value = "native",
+    {.name = "solver",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = CHECK_OFFSET(solver),
+     .default_value = "native",
      .enum_values = kSolverNames,
      .help = "native search or Z3 (models are re-checked natively)"},
-    {.name = "z3-backend", .type = PCP_CONFIG_TYPE_ENUM,
-     .offset = CHECK_OFFSET(backend), .default_value = "library",
+    {.name = "z3-backend",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = CHECK_OFFSET(backend),
+     .default_value = "library",
      .enum_values = kBackendNames,
      .help = "libz3 in process, or the z3 executable on SMT-LIB text"},
-    {.name = "json", .type = PCP_CONFIG_TYPE_BOOL, .offset = CHECK_OFFSET(json),
-     .default_value = "false", .help = "print the report as one JSON object"},
-    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = CHECK_OFFSET(help),
-     .default_value = "false", .help = "show this help"},
+    {.name = "json",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = CHECK_OFFSET(json),
+     .default_value = "false",
+     .help = "print the report as one JSON object"},
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = CHECK_OFFSET(help),
+     .default_value = "false",
+     .help = "show this help"},
 };
 
 static const pcp_config_table_t kCheckTable = {
@@ -86,14 +100,16 @@ static int check_all(pcp_topology_check_options_t check, bool json) {
   size_t count = 0;
   const pcp_topology_model_t* models = pcp_topology_model_catalog(&count);
   size_t mismatches = 0;
-  if (json) printf("{\"schema\":\"pcp.topology.check_all.v1\",\"models\":[");
+  if (json)
+    printf("{\"schema\":\"pcp.topology.check_all.v1\",\"models\":[");
   for (size_t i = 0; i < count; ++i) {
     pcp_topology_check_report_t report;
     pcp_topology_check_report_initialize(pcp_allocator_system(), &report);
     pcp_status_t status = pcp_topology_model_check(&models[i], check, &report);
     if (status) {
       pcp_topology_check_report_deinitialize(&report);
-      if (json) printf("]}\n");
+      if (json)
+        printf("]}\n");
       return check_fail(status);
     }
     bool ok = report.verdict == models[i].expected;
@@ -103,12 +119,13 @@ static int check_all(pcp_topology_check_options_t check, bool json) {
             ? pcp_topology_obstruction_kind_name(report.obstruction.kind)
             : "-";
     if (json) {
-      printf("%s{\"model\":\"%s\",\"verdict\":\"%s\",\"expected\":\"%s\","
-             "\"obstruction\":\"%s\",\"ok\":%s}",
-             i ? "," : "", models[i].name,
-             pcp_topology_verdict_name(report.verdict),
-             pcp_topology_verdict_name(models[i].expected), witness,
-             ok ? "true" : "false");
+      printf(
+          "%s{\"model\":\"%s\",\"verdict\":\"%s\",\"expected\":\"%s\","
+          "\"obstruction\":\"%s\",\"ok\":%s}",
+          i ? "," : "", models[i].name,
+          pcp_topology_verdict_name(report.verdict),
+          pcp_topology_verdict_name(models[i].expected), witness,
+          ok ? "true" : "false");
     } else {
       printf("%-38s %-15s expected=%-15s %-40s %s\n", models[i].name,
              pcp_topology_verdict_name(report.verdict),
@@ -130,22 +147,24 @@ int pcp_topology_cli_check_main(int argc, char** argv) {
   check_options_t options;
   pcp_status_t status = pcp_config_initialize(&kCheckTable, &options);
   if (!status) {
-    status = pcp_config_parse_argv(&kCheckTable, argc - 1, argv + 1, &options,
-                                   NULL);
+    status =
+        pcp_config_parse_argv(&kCheckTable, argc - 1, argv + 1, &options, NULL);
   }
   if (!status && options.help) {
-    printf("usage: pcp topo check --model NAME|--all [--solver native|z3] "
-           "[--z3-backend library|binary] [--json]\n\n"
-           "Searches for a decision map that solves the model's task and\n"
-           "holds the model's own decisions to it. Exit 0 when solvable, 1\n"
-           "for an obstruction or a decision escape (the report explains\n"
-           "it), 2 for a usage or input error.\n\nflags:\n");
+    printf(
+        "usage: pcp topo check --model NAME|--all [--solver native|z3] "
+        "[--z3-backend library|binary] [--json]\n\n"
+        "Searches for a decision map that solves the model's task and\n"
+        "holds the model's own decisions to it. Exit 0 when solvable, 1\n"
+        "for an obstruction or a decision escape (the report explains\n"
+        "it), 2 for a usage or input error.\n\nflags:\n");
     pcp_config_print_help(&kCheckTable, stdout);
     print_model_names(stdout);
     pcp_config_deinitialize(&kCheckTable, &options);
     return 0;
   }
-  if (!status) status = pcp_config_validate(&kCheckTable, &options);
+  if (!status)
+    status = pcp_config_validate(&kCheckTable, &options);
   if (!status && !options.model == !options.all) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "give exactly one of --model NAME and --all");
@@ -164,8 +183,8 @@ int pcp_topology_cli_check_main(int argc, char** argv) {
     return pcp_config_cli_usage_error("topo check", status);
   }
   pcp_topology_check_options_t check = pcp_topology_check_options_default();
-  check.solver = options.solver == 1 ? PCP_TOPOLOGY_SOLVER_Z3
-                                     : PCP_TOPOLOGY_SOLVER_NATIVE;
+  check.solver =
+      options.solver == 1 ? PCP_TOPOLOGY_SOLVER_Z3 : PCP_TOPOLOGY_SOLVER_NATIVE;
   check.z3.backend = options.backend == 1
                          ? PCP_TOPOLOGY_SOLVER_BACKEND_Z3_BINARY
                          : PCP_TOPOLOGY_SOLVER_BACKEND_Z3_LIBRARY;
@@ -179,7 +198,8 @@ int pcp_topology_cli_check_main(int argc, char** argv) {
         check.z3.backend == PCP_TOPOLOGY_SOLVER_BACKEND_Z3_BINARY ? "binary"
                                                                   : "library"));
   }
-  if (all) return check_all(check, json);
+  if (all)
+    return check_all(check, json);
   pcp_topology_check_report_t report;
   pcp_topology_check_report_initialize(pcp_allocator_system(), &report);
   status = pcp_topology_model_check(model, check, &report);
@@ -192,7 +212,8 @@ int pcp_topology_cli_check_main(int argc, char** argv) {
   int exit_code = 2;
   if (!status) {
     fputs(pcp_string_builder_cstring(&text), stdout);
-    if (json) fputc('\n', stdout);
+    if (json)
+      fputc('\n', stdout);
     exit_code = report.verdict == PCP_TOPOLOGY_VERDICT_SOLVABLE ? 0 : 1;
   } else {
     exit_code = check_fail(status);
@@ -208,11 +229,15 @@ typedef struct models_options_t {
 } models_options_t;
 
 static const pcp_config_field_t kModelsFields[] = {
-    {.name = "json", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = offsetof(models_options_t, json), .default_value = "false",
+    {.name = "json",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = offsetof(models_options_t, json),
+     .default_value = "false",
      .help = "print the list as one JSON object"},
-    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = offsetof(models_options_t, help), .default_value = "false",
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = offsetof(models_options_t, help),
+     .default_value = "false",
      .help = "show this help"},
 };
 
@@ -245,8 +270,9 @@ static pcp_status_t format_models(bool json, pcp_string_builder_t* b) {
       b, "{\"schema\":\"pcp.topology.models.v1\",\"models\":["));
   for (size_t i = 0; i < count; ++i) {
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-        b, "%s{\"name\":\"%s\",\"task\":\"%s\",\"expected\":\"%s\","
-           "\"pcp_witness\":\"%s\",\"injected_bug\":%s,\"description\":",
+        b,
+        "%s{\"name\":\"%s\",\"task\":\"%s\",\"expected\":\"%s\","
+        "\"pcp_witness\":\"%s\",\"injected_bug\":%s,\"description\":",
         i ? "," : "", models[i].name, model_task_name(&models[i]),
         pcp_topology_verdict_name(models[i].expected),
         pcp_topology_pcp_witness_name(models[i].pcp_witness),
@@ -270,8 +296,9 @@ int pcp_topology_cli_models_main(int argc, char** argv) {
     return pcp_config_cli_usage_error("topo models", status);
   }
   if (options.help) {
-    printf("usage: pcp topo models [--json]\n\nLists the protocol models "
-           "'pcp topo check' accepts.\n\nflags:\n");
+    printf(
+        "usage: pcp topo models [--json]\n\nLists the protocol models "
+        "'pcp topo check' accepts.\n\nflags:\n");
     pcp_config_print_help(&kModelsTable, stdout);
     pcp_config_deinitialize(&kModelsTable, &options);
     return 0;
@@ -311,30 +338,52 @@ typedef struct sim_options_t {
 #define SIM_OFFSET(member) offsetof(sim_options_t, member)
 
 static const pcp_config_field_t kSimFields[] = {
-    {.name = "seed", .type = PCP_CONFIG_TYPE_INT64, .offset = SIM_OFFSET(seed),
-     .default_value = "1", .min = 0, .max = 9007199254740991.0,
+    {.name = "seed",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = SIM_OFFSET(seed),
+     .default_value = "1",
+     .min = 0,
+     .max = 9007199254740991.0,
      .help = "seed of the schedule (printed in the trace header)"},
-    {.name = "events", .type = PCP_CONFIG_TYPE_INT64,
-     .offset = SIM_OFFSET(events), .default_value = "8", .min = 0,
+    {.name = "events",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = SIM_OFFSET(events),
+     .default_value = "8",
+     .min = 0,
      .max = PCP_TOPOLOGY_TRACE_MAX_EVENTS,
      .help = "events in a seeded random schedule"},
-    {.name = "depth", .type = PCP_CONFIG_TYPE_INT64, .offset = SIM_OFFSET(depth),
-     .default_value = "2", .min = 0, .max = PCP_TOPOLOGY_SIM_MAX_DEPTH,
+    {.name = "depth",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = SIM_OFFSET(depth),
+     .default_value = "2",
+     .min = 0,
+     .max = PCP_TOPOLOGY_SIM_MAX_DEPTH,
      .help = "schedule length for --exhaustive"},
-    {.name = "invalid", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = SIM_OFFSET(invalid), .default_value = "false",
+    {.name = "invalid",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = SIM_OFFSET(invalid),
+     .default_value = "false",
      .help = "use the send/deliver alphabet that can fail"},
-    {.name = "exhaustive", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = SIM_OFFSET(exhaustive), .default_value = "false",
+    {.name = "exhaustive",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = SIM_OFFSET(exhaustive),
+     .default_value = "false",
      .help = "run every schedule of --depth events"},
-    {.name = "shrink", .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = SIM_OFFSET(shrink), .default_value = "false",
+    {.name = "shrink",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = SIM_OFFSET(shrink),
+     .default_value = "false",
      .help = "shrink a failing schedule before printing it"},
-    {.name = "replay", .type = PCP_CONFIG_TYPE_STRING,
-     .offset = SIM_OFFSET(replay), .value_name = "FILE",
+    {.name = "replay",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = SIM_OFFSET(replay),
+     .value_name = "FILE",
      .help = "replay a trace file and compare its final snapshot"},
-    {.name = "help", .type = PCP_CONFIG_TYPE_BOOL, .offset = SIM_OFFSET(help),
-     .default_value = "false", .help = "show this help"},
+    {.name = "help",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = SIM_OFFSET(help),
+     .default_value = "false",
+     .help = "show this help"},
 };
 
 static const pcp_config_table_t kSimTable = {
@@ -349,7 +398,8 @@ static bool sim_fails(void* user_data, uint64_t seed,
   pcp_topology_sim_t sim;
   pcp_topology_sim_initialize(seed, &sim);
   for (size_t i = 0; i < count; ++i) {
-    if (!pcp_topology_sim_step(&sim, events[i])) return true;
+    if (!pcp_topology_sim_step(&sim, events[i]))
+      return true;
   }
   return false;
 }
@@ -367,9 +417,9 @@ static int sim_print(const pcp_topology_trace_t* trace, bool shrink) {
                                         trace->events, trace->event_count,
                                         sim_fails, NULL, &result);
     if (!status) {
-      status = pcp_topology_sim_run(result.seed, result.events,
-                                    result.event_count, pcp_allocator_system(),
-                                    &shrunk);
+      status =
+          pcp_topology_sim_run(result.seed, result.events, result.event_count,
+                               pcp_allocator_system(), &shrunk);
       if (!status) {
         printf("shrunk: deleted=%zu seed=%llu\n", result.deleted,
                (unsigned long long)result.seed);
@@ -380,10 +430,13 @@ static int sim_print(const pcp_topology_trace_t* trace, bool shrink) {
   }
   pcp_string_builder_t text;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
-  if (!status) status = pcp_topology_trace_format(shown, &text);
-  if (!status) fputs(pcp_string_builder_cstring(&text), stdout);
+  if (!status)
+    status = pcp_topology_trace_format(shown, &text);
+  if (!status)
+    fputs(pcp_string_builder_cstring(&text), stdout);
   pcp_string_builder_deinitialize(&text);
-  if (shown == &shrunk) pcp_topology_trace_deinitialize(&shrunk);
+  if (shown == &shrunk)
+    pcp_topology_trace_deinitialize(&shrunk);
   if (status) {
     fprintf(stderr, "pcp topo sim: %s\n", pcp_status_message(status));
     pcp_status_ignore(status);
@@ -408,9 +461,9 @@ static int sim_replay(const char* path, bool shrink) {
     pcp_status_ignore(status);
     return 2;
   }
-  status = pcp_topology_sim_run(recorded.seed, recorded.events,
-                                recorded.event_count, pcp_allocator_system(),
-                                &replayed);
+  status =
+      pcp_topology_sim_run(recorded.seed, recorded.events, recorded.event_count,
+                           pcp_allocator_system(), &replayed);
   if (status) {
     pcp_topology_trace_deinitialize(&recorded);
     return check_fail(status);
@@ -418,11 +471,13 @@ static int sim_replay(const char* path, bool shrink) {
   int exit_code = sim_print(&replayed, shrink);
   bool match = pcp_topology_snapshot_hash(&recorded.final_snapshot) ==
                pcp_topology_snapshot_hash(&replayed.final_snapshot);
-  printf("replay: %s\n", match ? "match" : "MISMATCH (the recorded final "
-                                           "snapshot differs)");
+  printf("replay: %s\n", match ? "match"
+                               : "MISMATCH (the recorded final "
+                                 "snapshot differs)");
   pcp_topology_trace_deinitialize(&recorded);
   pcp_topology_trace_deinitialize(&replayed);
-  if (exit_code == 2) return 2;
+  if (exit_code == 2)
+    return 2;
   return match ? 0 : 1;
 }
 
@@ -433,17 +488,19 @@ int pcp_topology_cli_sim_main(int argc, char** argv) {
     status =
         pcp_config_parse_argv(&kSimTable, argc - 1, argv + 1, &options, NULL);
   }
-  if (!status) status = pcp_config_validate(&kSimTable, &options);
+  if (!status)
+    status = pcp_config_validate(&kSimTable, &options);
   if (status) {
     pcp_config_deinitialize(&kSimTable, &options);
     return pcp_config_cli_usage_error("topo sim", status);
   }
   if (options.help) {
-    printf("usage: pcp topo sim [--seed N] [--events K] [--invalid] "
-           "[--exhaustive --depth D] [--replay FILE] [--shrink]\n\n"
-           "The two-node trace simulator (gateway 0, worker 1). Prints the\n"
-           "trace in its replay format; exit 1 when the schedule fails (or a\n"
-           "replay differs from the recorded snapshot).\n\nflags:\n");
+    printf(
+        "usage: pcp topo sim [--seed N] [--events K] [--invalid] "
+        "[--exhaustive --depth D] [--replay FILE] [--shrink]\n\n"
+        "The two-node trace simulator (gateway 0, worker 1). Prints the\n"
+        "trace in its replay format; exit 1 when the schedule fails (or a\n"
+        "replay differs from the recorded snapshot).\n\nflags:\n");
     pcp_config_print_help(&kSimTable, stdout);
     pcp_config_deinitialize(&kSimTable, &options);
     return 0;

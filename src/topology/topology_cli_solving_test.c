@@ -11,11 +11,12 @@
 #include <cmocka.h>
 // clang-format on
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+
+#include <jansson.h>
 
 #include "base/base.h"
 
@@ -59,7 +60,8 @@ static json_t* run_json(const char* args, int exit_code) {
   assert_int_equal(result->exit_code, exit_code);
   json_error_t error;
   json_t* root = json_loads(result->output, 0, &error);
-  if (!root) print_error("not JSON (%s):\n%s\n", error.text, result->output);
+  if (!root)
+    print_error("not JSON (%s):\n%s\n", error.text, result->output);
   assert_non_null(root);
   free(result);
   return root;
@@ -84,9 +86,10 @@ static void test_check_solvable_models_exit_zero(void** state) {
   expect("topo check --model message_dispatch", 0, "verdict: solvable");
   expect("topo check --model federation_placement --solver z3", 0,
          "solver: z3");
-  expect("topo check --model decoupled_fragment --solver z3 --z3-backend "
-         "binary",
-         0, "verdict: solvable");
+  expect(
+      "topo check --model decoupled_fragment --solver z3 --z3-backend "
+      "binary",
+      0, "verdict: solvable");
   json_t* root = run_json("topo check --model rda_merge --json", 0);
   assert_string_equal(json_string_value(json_object_get(root, "verdict")),
                       "solvable");
@@ -98,7 +101,8 @@ static void test_check_obstructions_exit_one(void** state) {
   (void)state;
   expect("topo check --model partition.split_brain", 1,
          "failed_invariant: connectivity");
-  expect("topo check --model partition.split_brain", 1, "pcp_witness: partition");
+  expect("topo check --model partition.split_brain", 1,
+         "pcp_witness: partition");
   expect("topo check --model global.partial_loss_without_rollback", 1,
          "kind: hole_creation_failure");
   expect("topo check --model federation.stale_gateway --solver z3", 1,

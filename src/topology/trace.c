@@ -10,24 +10,26 @@
 #include "topology/trace_impl.h"
 
 static const char* const kEventTagNames[PCP_TOPOLOGY_EVENT_TAG_COUNT_] = {
-    "noop",         "send",
-    "deliver",      "drop",
-    "duplicate",    "timeout",
-    "crash",        "restart",
-    "join",         "leave",
-    "cancel",       "heartbeat",
+    "noop",          "send",
+    "deliver",       "drop",
+    "duplicate",     "timeout",
+    "crash",         "restart",
+    "join",          "leave",
+    "cancel",        "heartbeat",
     "health_update", "local_step_complete",
     "lease_reserve", "lease_commit",
     "lease_release", "lease_expire",
 };
 
 static const char* const kFailureNames[PCP_TOPOLOGY_FAILURE_COUNT_] = {
-    "none",           "invalid_actor",  "invalid_peer",
-    "invalid_delivery", "duplicate_send", "event_on_crashed_node",
+    "none",           "invalid_actor",
+    "invalid_peer",   "invalid_delivery",
+    "duplicate_send", "event_on_crashed_node",
 };
 
 const char* pcp_topology_event_tag_name(pcp_topology_event_tag_t tag) {
-  if ((unsigned)tag >= PCP_TOPOLOGY_EVENT_TAG_COUNT_) return "?";
+  if ((unsigned)tag >= PCP_TOPOLOGY_EVENT_TAG_COUNT_)
+    return "?";
   return kEventTagNames[tag];
 }
 
@@ -43,7 +45,8 @@ bool pcp_topology_event_tag_parse(pcp_string_view_t name,
 }
 
 const char* pcp_topology_failure_name(pcp_topology_failure_t failure) {
-  if ((unsigned)failure >= PCP_TOPOLOGY_FAILURE_COUNT_) return "?";
+  if ((unsigned)failure >= PCP_TOPOLOGY_FAILURE_COUNT_)
+    return "?";
   return kFailureNames[failure];
 }
 
@@ -94,15 +97,18 @@ pcp_status_t pcp_topology_event_format(size_t index, pcp_topology_event_t event,
 
 bool pcp_topology_events_independent(pcp_topology_event_t a,
                                      pcp_topology_event_t b) {
-  if (a.message_id != 0 && a.message_id == b.message_id) return false;
+  if (a.message_id != 0 && a.message_id == b.message_id)
+    return false;
   // Either event touching a node the other acts on or talks to makes them
   // dependent. PCP_TOPOLOGY_NO_NODE never matches a real actor.
-  if (a.actor == b.actor) return false;
+  if (a.actor == b.actor)
+    return false;
   if (a.peer != PCP_TOPOLOGY_NO_NODE &&
       (a.peer == b.actor || a.peer == b.peer)) {
     return false;
   }
-  if (b.peer != PCP_TOPOLOGY_NO_NODE && b.peer == a.actor) return false;
+  if (b.peer != PCP_TOPOLOGY_NO_NODE && b.peer == a.actor)
+    return false;
   return true;
 }
 
@@ -114,9 +120,11 @@ static uint64_t partial_order_key(pcp_topology_event_t e) {
 bool pcp_topology_partial_order_allows(const pcp_topology_event_t* prefix,
                                        size_t prefix_count,
                                        pcp_topology_event_t next) {
-  if (prefix_count == 0) return true;
+  if (prefix_count == 0)
+    return true;
   pcp_topology_event_t last = prefix[prefix_count - 1];
-  if (!pcp_topology_events_independent(last, next)) return true;
+  if (!pcp_topology_events_independent(last, next))
+    return true;
   return partial_order_key(last) <= partial_order_key(next);
 }
 
@@ -153,7 +161,8 @@ void pcp_topology_trace_initialize(pcp_allocator_t allocator, uint64_t seed,
 }
 
 void pcp_topology_trace_deinitialize(pcp_topology_trace_t* trace) {
-  if (trace->events) pcp_allocator_free(trace->allocator, trace->events);
+  if (trace->events)
+    pcp_allocator_free(trace->allocator, trace->events);
   trace->events = NULL;
   trace->event_count = 0;
   trace->event_capacity = 0;
@@ -193,8 +202,8 @@ pcp_status_t pcp_topology_trace_format(const pcp_topology_trace_t* trace,
           trace->seed, trace->event_count),
       "trace header");
   for (size_t i = 0; i < trace->event_count; ++i) {
-    PCP_RETURN_IF_ERROR(
-        pcp_topology_event_format(i, trace->events[i], builder), "event");
+    PCP_RETURN_IF_ERROR(pcp_topology_event_format(i, trace->events[i], builder),
+                        "event");
   }
   return pcp_topology_snapshot_format(&trace->final_snapshot, builder);
 }
@@ -242,8 +251,8 @@ static pcp_status_t parse_u64_field(pcp_string_view_t line, size_t line_number,
   return pcp_ok_status();
 }
 
-static pcp_status_t parse_event_line(pcp_string_view_t line,
-                                     size_t line_number, size_t index,
+static pcp_status_t parse_event_line(pcp_string_view_t line, size_t line_number,
+                                     size_t index,
                                      pcp_topology_event_t* out_event) {
   pcp_string_view_t head, tail;
   if (!pcp_string_view_split(line, ':', &head, &tail)) {
@@ -340,7 +349,8 @@ static pcp_status_t trace_parse_into(pcp_string_view_t text,
     rest = tail;
     ++line_number;
     line = pcp_string_view_trim(line);
-    if (line.size == 0) continue;
+    if (line.size == 0)
+      continue;
     if (have_snapshot) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "trace line %zu: text after the final line",
@@ -393,6 +403,7 @@ pcp_status_t pcp_topology_trace_parse(pcp_string_view_t text,
                                       pcp_topology_trace_t* out_trace) {
   pcp_topology_trace_initialize(allocator, 0, out_trace);
   pcp_status_t status = trace_parse_into(text, out_trace);
-  if (status) pcp_topology_trace_deinitialize(out_trace);
+  if (status)
+    pcp_topology_trace_deinitialize(out_trace);
   return status;
 }

@@ -26,8 +26,8 @@ static void test_event_text_format_is_stable(void** state) {
   (void)state;
   pcp_string_builder_t b;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &b);
-  PCP_CHECK_OK(pcp_topology_event_format(
-      7, ev(PCP_TOPOLOGY_EVENT_SEND, 1, 2, 42), &b));
+  PCP_CHECK_OK(
+      pcp_topology_event_format(7, ev(PCP_TOPOLOGY_EVENT_SEND, 1, 2, 42), &b));
   assert_string_equal(pcp_string_builder_cstring(&b),
                       "7: send actor=1 peer=2 message=42\n");
   pcp_string_builder_reset(&b);
@@ -179,29 +179,28 @@ static void test_exhaustive_control_schedules_stay_valid(void** state) {
   assert_false(result.has_failure);
   assert_int_equal(result.failed, 0);
   pcp_topology_sim_exploration_deinitialize(&result);
-  assert_int_equal(
-      pcp_status_consume_code(pcp_topology_sim_explore_exhaustive(
-          1, PCP_TOPOLOGY_SIM_MAX_DEPTH + 1, false, pcp_allocator_system(),
-          &result)),
-      PCP_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(pcp_status_consume_code(pcp_topology_sim_explore_exhaustive(
+                       1, PCP_TOPOLOGY_SIM_MAX_DEPTH + 1, false,
+                       pcp_allocator_system(), &result)),
+                   PCP_STATUS_INVALID_ARGUMENT);
 }
 
 static void test_sim_failures_are_sticky(void** state) {
   (void)state;
   pcp_topology_sim_t sim;
   pcp_topology_sim_initialize(5, &sim);
-  assert_false(pcp_topology_sim_step(&sim, ev(PCP_TOPOLOGY_EVENT_TIMEOUT, 2,
-                                              PCP_TOPOLOGY_NO_NODE, 0)));
+  assert_false(pcp_topology_sim_step(
+      &sim, ev(PCP_TOPOLOGY_EVENT_TIMEOUT, 2, PCP_TOPOLOGY_NO_NODE, 0)));
   assert_int_equal(sim.failure, PCP_TOPOLOGY_FAILURE_INVALID_ACTOR);
-  assert_false(pcp_topology_sim_step(&sim, ev(PCP_TOPOLOGY_EVENT_TIMEOUT, 0,
-                                              PCP_TOPOLOGY_NO_NODE, 0)));
+  assert_false(pcp_topology_sim_step(
+      &sim, ev(PCP_TOPOLOGY_EVENT_TIMEOUT, 0, PCP_TOPOLOGY_NO_NODE, 0)));
   assert_int_equal(sim.steps, 1);
 
   pcp_topology_sim_initialize(5, &sim);
   assert_true(pcp_topology_sim_step(
       &sim, ev(PCP_TOPOLOGY_EVENT_CRASH, 1, PCP_TOPOLOGY_NO_NODE, 0)));
-  assert_false(pcp_topology_sim_step(
-      &sim, ev(PCP_TOPOLOGY_EVENT_HEARTBEAT, 1, 0, 0)));
+  assert_false(
+      pcp_topology_sim_step(&sim, ev(PCP_TOPOLOGY_EVENT_HEARTBEAT, 1, 0, 0)));
   assert_int_equal(sim.failure, PCP_TOPOLOGY_FAILURE_EVENT_ON_CRASHED_NODE);
 
   pcp_topology_sim_initialize(5, &sim);
@@ -214,10 +213,10 @@ static void test_sim_failures_are_sticky(void** state) {
 
 static void test_partial_order_rule(void** state) {
   (void)state;
-  pcp_topology_event_t lsc0 = ev(PCP_TOPOLOGY_EVENT_LOCAL_STEP_COMPLETE, 0,
-                                 PCP_TOPOLOGY_NO_NODE, 0);
-  pcp_topology_event_t lsc1 = ev(PCP_TOPOLOGY_EVENT_LOCAL_STEP_COMPLETE, 1,
-                                 PCP_TOPOLOGY_NO_NODE, 0);
+  pcp_topology_event_t lsc0 =
+      ev(PCP_TOPOLOGY_EVENT_LOCAL_STEP_COMPLETE, 0, PCP_TOPOLOGY_NO_NODE, 0);
+  pcp_topology_event_t lsc1 =
+      ev(PCP_TOPOLOGY_EVENT_LOCAL_STEP_COMPLETE, 1, PCP_TOPOLOGY_NO_NODE, 0);
   assert_true(pcp_topology_events_independent(lsc0, lsc1));
   assert_true(pcp_topology_partial_order_allows(&lsc0, 1, lsc1));
   assert_false(pcp_topology_partial_order_allows(&lsc1, 1, lsc0));

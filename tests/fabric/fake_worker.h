@@ -58,9 +58,9 @@ static inline bool fake_worker_connect(uint16_t port,
   out_fw->limits = *limits;
   out_fw->heartbeat_interval_ns = 1000000000;
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  struct sockaddr_in addr = {.sin_family = AF_INET,
-                             .sin_port = htons(port)};
+  if (fd < 0)
+    return false;
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, (struct sockaddr*)&addr, sizeof(addr)) != 0) {
     close(fd);
@@ -76,7 +76,8 @@ static inline bool fake_worker_connect(uint16_t port,
 }
 
 static inline void fake_worker_close(fake_worker_t* fw) {
-  if (fw->fd >= 0) close(fw->fd);
+  if (fw->fd >= 0)
+    close(fw->fd);
   fw->fd = -1;
   pcp_proto_frame_decoder_deinitialize(&fw->decoder);
 }
@@ -85,8 +86,10 @@ static inline bool fake_send_all(int fd, const void* data, size_t length) {
   const uint8_t* p = data;
   while (length > 0) {
     ssize_t n = send(fd, p, length, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
     p += n;
     length -= (size_t)n;
   }
@@ -110,7 +113,8 @@ static inline bool fake_send_frame(fake_worker_t* fw,
     int first = 0;
     while (first < n) {
       ssize_t w = writev(fw->fd, iov + first, n - first);
-      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno == EINTR)
+        continue;
       if (w <= 0) {
         ok = false;
         break;
@@ -131,9 +135,11 @@ static inline bool fake_send_frame(fake_worker_t* fw,
 }
 
 static inline void fake_heartbeat_if_due(fake_worker_t* fw) {
-  if (fw->version == 0 || fw->lease_epoch == 0) return;
+  if (fw->version == 0 || fw->lease_epoch == 0)
+    return;
   int64_t now = fake_now_ns();
-  if (now - fw->last_heartbeat_ns < fw->heartbeat_interval_ns) return;
+  if (now - fw->last_heartbeat_ns < fw->heartbeat_interval_ns)
+    return;
   fw->last_heartbeat_ns = now;
   pcp_proto_heartbeat_t hb = {.seq = ++fw->heartbeat_seq, .ack = 0};
   pcp_proto_encoded_frame_t f;
@@ -169,15 +175,19 @@ static inline bool fake_recv_frame(fake_worker_t* fw, int64_t timeout_ms,
         return true;
       }
     }
-    if (keep_alive) fake_heartbeat_if_due(fw);
+    if (keep_alive)
+      fake_heartbeat_if_due(fw);
     int64_t left = (deadline - fake_now_ns()) / 1000000;
-    if (left <= 0) return false;
+    if (left <= 0)
+      return false;
     int wait = (int)(left < 10 ? left : 10);
     struct pollfd pfd = {.fd = fw->fd, .events = POLLIN};
     int r = poll(&pfd, 1, wait);
-    if (r <= 0) continue;
+    if (r <= 0)
+      continue;
     ssize_t n = recv(fw->fd, fw->pending, sizeof(fw->pending), 0);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR)
+      continue;
     if (n <= 0) {
       fw->eof = true;
       return false;
@@ -193,9 +203,12 @@ static inline bool fake_expect(fake_worker_t* fw, uint16_t type,
   int64_t deadline = fake_now_ns() + timeout_ms * 1000000;
   for (;;) {
     int64_t left = (deadline - fake_now_ns()) / 1000000;
-    if (left <= 0) return false;
-    if (!fake_recv_frame(fw, left, true, out)) return false;
-    if (out->header.type == type) return true;
+    if (left <= 0)
+      return false;
+    if (!fake_recv_frame(fw, left, true, out))
+      return false;
+    if (out->header.type == type)
+      return true;
     if (out->header.type == PCP_PROTO_MESSAGE_HEARTBEAT) {
       fw->heartbeats_received++;
     }
@@ -238,14 +251,18 @@ static inline bool fake_handshake(fake_worker_t* fw,
                              .max_version = 1,
                              .role = "worker",
                              .software = "fake-worker"};
-  if (pcp_proto_hello_encode(1, 0, &hello, &fw->limits, a, &f)) return false;
-  if (!fake_send_frame(fw, &f)) return false;
+  if (pcp_proto_hello_encode(1, 0, &hello, &fw->limits, a, &f))
+    return false;
+  if (!fake_send_frame(fw, &f))
+    return false;
   pcp_proto_frame_t frame;
-  if (!fake_recv_frame(fw, 2000, false, &frame)) return false;
+  if (!fake_recv_frame(fw, 2000, false, &frame))
+    return false;
   pcp_proto_frame_deinitialize(&frame);
   fw->version = 1;
   pcp_proto_frame_decoder_set_version(&fw->decoder, 1);
-  if (!fake_recv_frame(fw, 2000, false, &frame)) return false;
+  if (!fake_recv_frame(fw, 2000, false, &frame))
+    return false;
   pcp_proto_challenge_t challenge;
   pcp_status_t status = pcp_proto_challenge_parse(&frame, &challenge);
   if (status) {
@@ -260,7 +277,8 @@ static inline bool fake_handshake(fake_worker_t* fw,
   if (pcp_proto_join_encode(1, join_request, &join, &fw->limits, a, &f)) {
     return false;
   }
-  if (!fake_send_frame(fw, &f)) return false;
+  if (!fake_send_frame(fw, &f))
+    return false;
   pcp_proto_join_proof_t proof = {.worker_id = join.worker_id};
   status = pcp_proto_join_mac_compute((const uint8_t*)token, strlen(token),
                                       fw->nonce, join.worker_id, proof.mac);
@@ -272,8 +290,10 @@ static inline bool fake_handshake(fake_worker_t* fw,
                                   &f)) {
     return false;
   }
-  if (!fake_send_frame(fw, &f)) return false;
-  if (!fake_recv_frame(fw, 3000, false, &frame)) return false;
+  if (!fake_send_frame(fw, &f))
+    return false;
+  if (!fake_recv_frame(fw, 3000, false, &frame))
+    return false;
   bool accepted = false;
   if (frame.header.type == PCP_PROTO_MESSAGE_ACCEPT) {
     pcp_proto_accept_t accept;
@@ -281,8 +301,7 @@ static inline bool fake_handshake(fake_worker_t* fw,
     if (!status) {
       accepted = true;
       fw->lease_epoch = accept.lease_epoch;
-      memcpy(fw->resume_token, accept.resume_token,
-             sizeof(fw->resume_token));
+      memcpy(fw->resume_token, accept.resume_token, sizeof(fw->resume_token));
       fw->resumed = accept.resumed;
       fw->heartbeat_interval_ns =
           (int64_t)accept.heartbeat_interval_ms * 1000000;
@@ -292,7 +311,8 @@ static inline bool fake_handshake(fake_worker_t* fw,
   } else if (frame.header.type == PCP_PROTO_MESSAGE_REJECT) {
     pcp_proto_reject_t reject;
     status = pcp_proto_reject_parse(&frame, &reject);
-    if (!status) fw->reject_reason = reject.reason;
+    if (!status)
+      fw->reject_reason = reject.reason;
     pcp_status_ignore(status);
   }
   pcp_proto_frame_deinitialize(&frame);
@@ -304,16 +324,19 @@ static inline bool fake_expect_eof(fake_worker_t* fw, int64_t timeout_ms) {
   int64_t deadline = fake_now_ns() + timeout_ms * 1000000;
   while (!fw->eof) {
     int64_t left = (deadline - fake_now_ns()) / 1000000;
-    if (left <= 0) return false;
+    if (left <= 0)
+      return false;
     pcp_proto_frame_t frame;
     if (fake_recv_frame(fw, left, false, &frame)) {
       pcp_proto_frame_deinitialize(&frame);
     } else if (!fw->eof) {
       // A decode error: the stream is unusable; treat as closed.
-      if (fake_now_ns() >= deadline) return false;
+      if (fake_now_ns() >= deadline)
+        return false;
       char sink[4096];
       ssize_t n = recv(fw->fd, sink, sizeof(sink), 0);
-      if (n == 0) fw->eof = true;
+      if (n == 0)
+        fw->eof = true;
     }
   }
   return true;

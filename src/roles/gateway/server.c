@@ -91,8 +91,8 @@ static bool ready(void* user_data, json_t* details) {
     pcp_infer_service_readiness(g->infer, &r);
     json_object_set_new(
         details, "inference",
-        json_pack("{s:b, s:I, s:I, s:I, s:s}", "ready", r.ready,
-                  "models_ready", (json_int_t)r.models_ready, "schedulers",
+        json_pack("{s:b, s:I, s:I, s:I, s:s}", "ready", r.ready, "models_ready",
+                  (json_int_t)r.models_ready, "schedulers",
                   (json_int_t)r.schedulers, "probe_age_ms",
                   (json_int_t)r.probe_age_ms, "last_error", r.last_error));
     // Models given with --model-dir must be served through a probe that

@@ -58,8 +58,8 @@ pcp_status_t pcp_roles_gateway_training_submit(
     void* user_data, const pcp_http_request_t* request,
     pcp_http_response_t* response) {
   pcp_string_view_t body = pcp_http_request_body(request);
-  return pcp_roles_gateway_training_text_submit(user_data, body.data,
-                                                body.size, response);
+  return pcp_roles_gateway_training_text_submit(user_data, body.data, body.size,
+                                                response);
 }
 
 pcp_status_t pcp_roles_gateway_training_text_submit(

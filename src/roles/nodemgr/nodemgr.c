@@ -256,8 +256,7 @@ static void publish(void* user_data, const pcp_roles_runner_t* runner) {
                      pcp_roles_supervision_is_ready(sup) ? 1 : 0);
   for (size_t s = 0; s < PCP_ARRAYSIZE(kAllStates); ++s) {
     const char* state_labels[] = {nm->backend, nm->target_arch, kAllStates[s]};
-    pcp_obs_family_set(nm->families[METRIC_SLOTS], state_labels,
-                       per_state[s]);
+    pcp_obs_family_set(nm->families[METRIC_SLOTS], state_labels, per_state[s]);
   }
   for (uint32_t i = 0; i < nm->slot_count; ++i) {
     uint64_t restarts = pcp_roles_supervision_slot(sup, i)->restart_count;
@@ -328,21 +327,19 @@ static bool ready_fn(void* user_data, json_t* details) {
         (json_int_t)i, "supervisor_id",
         (json_int_t)nm->supervisor_id_base + (json_int_t)i, "state",
         pcp_roles_slot_state_name(snap->state), "restarts",
-        (json_int_t)snap->restart_count, "exits",
-        (json_int_t)snap->exit_count);
+        (json_int_t)snap->restart_count, "exits", (json_int_t)snap->exit_count);
     if (entry) {
-      json_object_set_new(entry, "pid",
-                          snap->pid >= 0 ? json_integer(snap->pid)
-                                         : json_null());
+      json_object_set_new(
+          entry, "pid", snap->pid >= 0 ? json_integer(snap->pid) : json_null());
       json_array_append_new(slots, entry);
     }
     if (snap->state != PCP_ROLES_SLOT_STATE_RUNNING) {
       char reason[256];
       slot_reason(nm, snap, reason, sizeof(reason));
       json_array_append_new(
-          not_ready, json_pack("{s:I, s:s, s:s}", "slot", (json_int_t)i,
-                               "state", pcp_roles_slot_state_name(snap->state),
-                               "reason", reason));
+          not_ready,
+          json_pack("{s:I, s:s, s:s}", "slot", (json_int_t)i, "state",
+                    pcp_roles_slot_state_name(snap->state), "reason", reason));
     }
   }
   pthread_mutex_unlock(&nm->mutex);
@@ -415,8 +412,8 @@ static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
   // the right colon.
   bool v6 = strchr(config->host, ':') != NULL;
   bool v6_api = strchr(config->api_host, ':') != NULL;
-  snprintf(connect, sizeof(connect), "%s%s%s:%lld", v6 ? "[" : "",
-           config->host, v6 ? "]" : "", (long long)config->port);
+  snprintf(connect, sizeof(connect), "%s%s%s:%lld", v6 ? "[" : "", config->host,
+           v6 ? "]" : "", (long long)config->port);
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_calloc(
       nm->allocator, nm->slot_count * sizeof(*sa->args), (void**)&sa->args));
   // Collect every string first: the list may move its storage as it grows,
@@ -524,9 +521,9 @@ static int nodemgr_run(nodemgr_t* nm, pcp_rng_t* rng) {
       .user_data = nm,
   };
   if (!status) {
-    status = pcp_roles_policy_flags_to_options(
-        &config->policy, nm->slot_count, config->start_stagger_ms,
-        &runner_options.policy);
+    status = pcp_roles_policy_flags_to_options(&config->policy, nm->slot_count,
+                                               config->start_stagger_ms,
+                                               &runner_options.policy);
   }
   if (!status) {
     status = metrics_register(nm);
@@ -546,18 +543,23 @@ static int nodemgr_run(nodemgr_t* nm, pcp_rng_t* rng) {
             (uint32_t)config->http_max_connections_per_client,
         .registry = nm->registry,
     };
-    status = pcp_http_server_create(&http_options, pcp_allocator_system(),
-                                    &server);
+    status =
+        pcp_http_server_create(&http_options, pcp_allocator_system(), &server);
   }
   if (!status) {
     // Any method, as upstream's probe server.
     const pcp_http_route_t routes[] = {
-        {.method = "*", .pattern = "/healthz",
+        {.method = "*",
+         .pattern = "/healthz",
          .handler = pcp_http_healthz_handler},
-        {.method = "*", .pattern = "/readyz",
-         .handler = pcp_http_readyz_handler, .user_data = &readyz},
-        {.method = "*", .pattern = "/metrics",
-         .handler = pcp_http_metrics_handler, .user_data = nm->registry},
+        {.method = "*",
+         .pattern = "/readyz",
+         .handler = pcp_http_readyz_handler,
+         .user_data = &readyz},
+        {.method = "*",
+         .pattern = "/metrics",
+         .handler = pcp_http_metrics_handler,
+         .user_data = nm->registry},
     };
     status = pcp_http_server_routes_add(server, routes, PCP_ARRAYSIZE(routes));
   }
@@ -572,11 +574,24 @@ static int nodemgr_run(nodemgr_t* nm, pcp_rng_t* rng) {
     snprintf(scale, sizeof(scale), "%lld", (long long)config->scale);
     snprintf(base, sizeof(base), "%" PRId64, nm->supervisor_id_base);
     const char* pairs[] = {
-        "host",     config->host,     "port",    port,
-        "api_host", config->api_host, "api_port", api_port,
-        "scale",    scale,            "backend", nm->backend,
-        "target",   config->target,   "worker_exe", exe,
-        "supervisor_id_base", base,
+        "host",
+        config->host,
+        "port",
+        port,
+        "api_host",
+        config->api_host,
+        "api_port",
+        api_port,
+        "scale",
+        scale,
+        "backend",
+        nm->backend,
+        "target",
+        config->target,
+        "worker_exe",
+        exe,
+        "supervisor_id_base",
+        base,
     };
     runner_options.started_pairs = pairs;
     runner_options.started_pair_count = PCP_ARRAYSIZE(pairs) / 2;
@@ -614,8 +629,8 @@ static int run(void* opaque) {
   // across slots and, with high probability, across node managers (upstream
   // seeded its ids with unix seconds, so supervisors started in the same
   // second collided).
-  nm.supervisor_id_base =
-      (int64_t)pcp_rng_next_below(&rng, UINT64_C(1) << 43) << 10;
+  nm.supervisor_id_base = (int64_t)pcp_rng_next_below(&rng, UINT64_C(1) << 43)
+                          << 10;
   pthread_mutex_init(&nm.mutex, NULL);
   nm.allocator = pcp_allocator_system();
   pcp_status_t status = pcp_allocator_calloc(

@@ -57,9 +57,8 @@ static int64_t now_ms(pcp_roles_runner_t* runner) {
 }
 
 // log_slot(runner, msg, slot, "k", "v", ...): one line with role and slot.
-static void log_slot(pcp_roles_runner_t* runner, const char* msg,
-                     uint32_t slot, const char* const* pairs,
-                     size_t pair_count) {
+static void log_slot(pcp_roles_runner_t* runner, const char* msg, uint32_t slot,
+                     const char* const* pairs, size_t pair_count) {
   const char* all[2 + 16];
   char slot_text[16];
   snprintf(slot_text, sizeof(slot_text), "%" PRIu32, slot);
@@ -113,8 +112,7 @@ static void on_timer(void* user_data, pcp_loop_timer_t* timer,
 
 // Sets the one timer to the policy's next deadline.
 static void timer_arm(pcp_roles_runner_t* runner) {
-  int64_t due_ms =
-      pcp_roles_supervision_next_deadline_ms(runner->supervision);
+  int64_t due_ms = pcp_roles_supervision_next_deadline_ms(runner->supervision);
   if (runner->timer && runner->timer_due_ms == due_ms) {
     return;
   }
@@ -127,8 +125,8 @@ static void timer_arm(pcp_roles_runner_t* runner) {
   }
   int64_t now = now_ms(runner);
   uint64_t timeout_ms = due_ms > now ? (uint64_t)(due_ms - now) : 0;
-  pcp_status_t status = pcp_loop_timer_start(
-      runner->loop, timeout_ms, 0, on_timer, runner, &runner->timer);
+  pcp_status_t status = pcp_loop_timer_start(runner->loop, timeout_ms, 0,
+                                             on_timer, runner, &runner->timer);
   if (status) {
     // Out of memory for a timer: retry on the next event rather than lose
     // the deadline silently; a stop still works through the signals.
@@ -166,10 +164,14 @@ static void on_exit(void* user_data, pcp_loop_process_t* process,
       term_signal ? signal_name(term_signal, signal_text, sizeof(signal_text))
                   : NULL;
   const char* pairs[] = {
-      "pid",          pid_text,
-      "exit_status",  term_signal ? NULL : status_text,
-      "signal",       signal_text_or_null,
-      "next",         pcp_roles_slot_state_name(next),
+      "pid",
+      pid_text,
+      "exit_status",
+      term_signal ? NULL : status_text,
+      "signal",
+      signal_text_or_null,
+      "next",
+      pcp_roles_slot_state_name(next),
       "restart_in_ms",
       next == PCP_ROLES_SLOT_STATE_BACKING_OFF ? delay_text : NULL,
   };
@@ -302,8 +304,8 @@ static void on_signal(void* user_data, int signum) {
     for (uint32_t i = 0; i < count; ++i) {
       if (pcp_roles_supervision_slot(runner->supervision, i)->state ==
           PCP_ROLES_SLOT_STATE_FAILED) {
-        pcp_status_ignore(pcp_roles_supervision_slot_revive(
-            runner->supervision, i, now_ms(runner)));
+        pcp_status_ignore(pcp_roles_supervision_slot_revive(runner->supervision,
+                                                            i, now_ms(runner)));
         log_slot(runner, "slot revived (SIGHUP)", i, NULL, 0);
       }
     }
@@ -348,8 +350,7 @@ static pcp_status_t runner_setup(pcp_roles_runner_t* runner) {
       runner->allocator, slot_count * sizeof(*runner->actions),
       (void**)&runner->actions));
   for (uint32_t i = 0; i < slot_count; ++i) {
-    runner->slots[i] =
-        (runner_slot_t){.runner = runner, .index = i, .pid = -1};
+    runner->slots[i] = (runner_slot_t){.runner = runner, .index = i, .pid = -1};
   }
   size_t env_count = 0;
   while (environ[env_count]) {

@@ -206,10 +206,11 @@ static int run(void* opaque) {
     char port[16];
     snprintf(port, sizeof(port), "%lld", (long long)config->port);
     const char* pairs[] = {
-        "host",  config->host, "port",
-        port,    "supervisor_id", id,
-        "exe",   exe,           "child",
-        pcp_string_builder_cstring(&builder),
+        "host",          config->host,
+        "port",          port,
+        "supervisor_id", id,
+        "exe",           exe,
+        "child",         pcp_string_builder_cstring(&builder),
     };
     runner_options.started_pairs = pairs;
     runner_options.started_pair_count = PCP_ARRAYSIZE(pairs) / 2;

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The supervision policy (supervision_impl.h): pure state, no I/O.
 
-#include "roles/nodemgr/supervision_impl.h"
-
 #include <errno.h>
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "roles/nodemgr/supervision_impl.h"
 
 struct pcp_roles_supervision_t {
   pcp_allocator_t allocator;
@@ -35,11 +35,11 @@ pcp_roles_supervision_options_t pcp_roles_supervision_options_default(void) {
 
 pcp_status_t pcp_roles_supervision_options_check(
     const pcp_roles_supervision_options_t* options) {
-#define CHECK(cond, field)                                            \
-  if (!(cond)) {                                                      \
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,               \
-                           "supervision option '%s' out of range: %s", \
-                           field, #cond);                             \
+#define CHECK(cond, field)                                                    \
+  if (!(cond)) {                                                              \
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,                       \
+                           "supervision option '%s' out of range: %s", field, \
+                           #cond);                                            \
   }
   CHECK(options->slot_count >= 1 &&
             options->slot_count <= PCP_ROLES_SUPERVISION_MAX_SLOTS,
@@ -280,8 +280,7 @@ pcp_roles_slot_state_t pcp_roles_supervision_child_exited(
 }
 
 pcp_roles_slot_state_t pcp_roles_supervision_spawn_failed(
-    pcp_roles_supervision_t* supervision, uint32_t slot_index,
-    int64_t now_ms) {
+    pcp_roles_supervision_t* supervision, uint32_t slot_index, int64_t now_ms) {
   pcp_roles_slot_t* slot = slot_at(supervision, slot_index);
   PCP_ASSERT(slot->state == PCP_ROLES_SLOT_STATE_STARTING ||
              slot->state == PCP_ROLES_SLOT_STATE_STOPPING);
@@ -335,11 +334,10 @@ pcp_status_t pcp_roles_supervision_slot_revive(
     pcp_roles_supervision_t* supervision, uint32_t slot_index, int64_t now_ms) {
   pcp_roles_slot_t* slot = slot_at(supervision, slot_index);
   if (supervision->stopping || slot->state != PCP_ROLES_SLOT_STATE_FAILED) {
-    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
-                           "slot %u is %s, not failed", slot_index,
-                           supervision->stopping
-                               ? "stopping"
-                               : pcp_roles_slot_state_name(slot->state));
+    return pcp_make_status(
+        PCP_STATUS_FAILED_PRECONDITION, "slot %u is %s, not failed", slot_index,
+        supervision->stopping ? "stopping"
+                              : pcp_roles_slot_state_name(slot->state));
   }
   slot->exit_ring_count = 0;
   slot->exit_ring_head = 0;
@@ -372,8 +370,8 @@ uint32_t pcp_roles_supervision_count_in_state(
 bool pcp_roles_supervision_is_ready(
     const pcp_roles_supervision_t* supervision) {
   return !supervision->stopping &&
-         pcp_roles_supervision_count_in_state(
-             supervision, PCP_ROLES_SLOT_STATE_RUNNING) ==
+         pcp_roles_supervision_count_in_state(supervision,
+                                              PCP_ROLES_SLOT_STATE_RUNNING) ==
              supervision->slot_count;
 }
 
@@ -385,8 +383,8 @@ bool pcp_roles_supervision_is_stopping(
 bool pcp_roles_supervision_is_stopped(
     const pcp_roles_supervision_t* supervision) {
   return supervision->stopping &&
-         pcp_roles_supervision_count_in_state(
-             supervision, PCP_ROLES_SLOT_STATE_STOPPED) ==
+         pcp_roles_supervision_count_in_state(supervision,
+                                              PCP_ROLES_SLOT_STATE_STOPPED) ==
              supervision->slot_count;
 }
 

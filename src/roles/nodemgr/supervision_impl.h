@@ -57,11 +57,11 @@
 // Every time is in ms; docs/decisions.md ("node manager") gives the
 // defaults and why.
 typedef struct pcp_roles_supervision_options_t {
-  uint32_t slot_count;       // [1, PCP_ROLES_SUPERVISION_MAX_SLOTS]
-  int64_t stagger_ms;        // >= 0: slot i first starts at t0 + i * this
-  int64_t running_after_ms;  // >= 0: STARTING -> RUNNING after this long
-  int64_t restart_min_ms;    // >= 0: first restart delay, jitter floor
-  int64_t restart_max_ms;    // >= restart_min_ms: the delay's ceiling
+  uint32_t slot_count;        // [1, PCP_ROLES_SUPERVISION_MAX_SLOTS]
+  int64_t stagger_ms;         // >= 0: slot i first starts at t0 + i * this
+  int64_t running_after_ms;   // >= 0: STARTING -> RUNNING after this long
+  int64_t restart_min_ms;     // >= 0: first restart delay, jitter floor
+  int64_t restart_max_ms;     // >= restart_min_ms: the delay's ceiling
   double restart_multiplier;  // >= 1: ceiling growth per restart
   // A run at least this long resets the delay to restart_min_ms.
   int64_t reset_after_ms;
@@ -110,7 +110,7 @@ typedef struct pcp_roles_slot_t {
   // RUNNING; STOPPING: when to SIGKILL (INT64_MAX once sent); else
   // INT64_MAX.
   int64_t deadline_ms;
-  int64_t started_ms;  // last spawn; -1 before the first
+  int64_t started_ms;      // last spawn; -1 before the first
   uint64_t start_count;    // spawns issued (first start included)
   uint64_t restart_count;  // spawns after the first
   uint64_t exit_count;     // exits and failed spawns while not stopping
@@ -119,7 +119,7 @@ typedef struct pcp_roles_slot_t {
   int64_t last_exit_status;
   int32_t last_term_signal;
   bool last_spawn_failed;
-  bool term_pending;  // STOPPING: SIGTERM not yet handed out
+  bool term_pending;      // STOPPING: SIGTERM not yet handed out
   int64_t last_delay_ms;  // the last restart delay drawn
   pcp_backoff_t backoff;
   // Ring of the times of recent exits (crash-loop window).
@@ -270,8 +270,9 @@ bool pcp_roles_supervision_is_stopped(
        .min = 0,                                                            \
        .max = PCP_ROLES_SUPERVISION_MAX_CRASH_LOOP_RESTARTS,                \
        .value_name = "N",                                                   \
-       .help = "restarts allowed within the window; one more exit marks "   \
-               "the slot failed"},                                          \
+       .help =                                                              \
+           "restarts allowed within the window; one more exit marks "       \
+           "the slot failed"},                                              \
       {.name = "crash-loop-window-ms",                                      \
        .type = PCP_CONFIG_TYPE_INT64,                                       \
        .offset = offsetof(T, policy.crash_loop_window_ms),                  \
@@ -291,8 +292,9 @@ bool pcp_roles_supervision_is_stopped(
   {                                                                         \
     .name = "worker-exe", .type = PCP_CONFIG_TYPE_STRING,                   \
     .offset = offsetof(T, policy.worker_exe), .value_name = "PATH",         \
-    .help = "program run as each worker instead of this pcp binary (same "  \
-            "arguments; wrappers, tests)"                                   \
+    .help =                                                                 \
+        "program run as each worker instead of this pcp binary (same "      \
+        "arguments; wrappers, tests)"                                       \
   }
 
 // Options from the flags, for |slot_count| slots and |stagger_ms|.

@@ -31,8 +31,8 @@ static void harness_initialize(harness_t* h,
   memset(h, 0, sizeof(*h));
   pcp_rng_initialize(seed, &h->rng);
   h->now_ms = 1000;  // any base: the machine only uses differences
-  assert_null(pcp_roles_supervision_create(
-      options, h->now_ms, &h->rng, pcp_allocator_system(), &h->sup));
+  assert_null(pcp_roles_supervision_create(options, h->now_ms, &h->rng,
+                                           pcp_allocator_system(), &h->sup));
 }
 
 static void harness_deinitialize(harness_t* h) {
@@ -41,8 +41,8 @@ static void harness_deinitialize(harness_t* h) {
 
 static size_t poll_at(harness_t* h, int64_t now_ms) {
   h->now_ms = now_ms;
-  h->action_count = pcp_roles_supervision_poll(
-      h->sup, now_ms, h->actions, PCP_ARRAYSIZE(h->actions));
+  h->action_count = pcp_roles_supervision_poll(h->sup, now_ms, h->actions,
+                                               PCP_ARRAYSIZE(h->actions));
   return h->action_count;
 }
 
@@ -132,15 +132,15 @@ static void bad_options_are_rejected(void** state) {
   pcp_rng_t rng;
   pcp_rng_initialize(1, &rng);
   pcp_roles_supervision_t* sup = (pcp_roles_supervision_t*)&rng;
-  status = pcp_roles_supervision_create(&o, 0, &rng, pcp_allocator_system(),
-                                        &sup);
+  status =
+      pcp_roles_supervision_create(&o, 0, &rng, pcp_allocator_system(), &sup);
   assert_non_null(status);
   assert_null(sup);
   pcp_status_ignore(status);
 
   o = test_options(4);
-  status = pcp_roles_supervision_create(&o, 0, &rng, pcp_allocator_null(),
-                                        &sup);
+  status =
+      pcp_roles_supervision_create(&o, 0, &rng, pcp_allocator_null(), &sup);
   assert_int_equal(pcp_status_code(status), PCP_STATUS_RESOURCE_EXHAUSTED);
   pcp_status_ignore(status);
 }
@@ -171,9 +171,9 @@ static void staggered_start(void** state) {
   assert_false(pcp_roles_supervision_is_ready(h.sup));
   poll_at(&h, 2400);
   assert_true(pcp_roles_supervision_is_ready(h.sup));
-  assert_int_equal(pcp_roles_supervision_count_in_state(
-                       h.sup, PCP_ROLES_SLOT_STATE_RUNNING),
-                   3);
+  assert_int_equal(
+      pcp_roles_supervision_count_in_state(h.sup, PCP_ROLES_SLOT_STATE_RUNNING),
+      3);
   assert_int_equal(pcp_roles_supervision_next_deadline_ms(h.sup), INT64_MAX);
   for (uint32_t i = 0; i < 3; ++i) {
     const pcp_roles_slot_t* slot = pcp_roles_supervision_slot(h.sup, i);
@@ -461,8 +461,7 @@ static void stop_terminates_then_kills(void** state) {
   expect_action(&h, 0, TERMINATE, 0);
   expect_action(&h, 1, TERMINATE, 1);
   assert_int_equal(poll_at(&h, now), 0);  // SIGTERM once
-  assert_int_equal(pcp_roles_supervision_next_deadline_ms(h.sup),
-                   now + 10000);
+  assert_int_equal(pcp_roles_supervision_next_deadline_ms(h.sup), now + 10000);
   // Slot 0 exits in time; slot 1 ignores SIGTERM.
   assert_int_equal(pcp_roles_supervision_child_exited(h.sup, 0, now + 50, 0, 0),
                    PCP_ROLES_SLOT_STATE_STOPPED);
@@ -551,8 +550,8 @@ static void random_script_keeps_invariants(void** state) {
   for (uint64_t seed = 1; seed <= 50; ++seed) {
     pcp_rng_t script;
     pcp_rng_initialize(seed * 7919, &script);
-    pcp_roles_supervision_options_t options = test_options(
-        1 + (uint32_t)pcp_rng_next_below(&script, 6));
+    pcp_roles_supervision_options_t options =
+        test_options(1 + (uint32_t)pcp_rng_next_below(&script, 6));
     options.crash_loop_restarts = (uint32_t)pcp_rng_next_below(&script, 5);
     options.restart_min_ms = 50;
     options.restart_max_ms = 2000;

@@ -119,9 +119,9 @@ pcp_status_t pcp_roles_worker_metrics_initialize(
 }
 
 pcp_status_t pcp_roles_worker_metrics_listen_parse(const char* value,
-                                                  char* host,
-                                                  size_t host_capacity,
-                                                  uint16_t* out_port) {
+                                                   char* host,
+                                                   size_t host_capacity,
+                                                   uint16_t* out_port) {
   *out_port = 0;
   host[0] = 0;
   const char* h = value;
@@ -162,8 +162,8 @@ pcp_status_t pcp_roles_worker_metrics_listen(
   *out_port = 0;
   char host[PCP_NET_MAX_HOST_LENGTH + 1];
   uint16_t port = 0;
-  PCP_RETURN_IF_ERROR_BARE(pcp_roles_worker_metrics_listen_parse(
-      listen, host, sizeof(host), &port));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_roles_worker_metrics_listen_parse(listen, host, sizeof(host), &port));
   pcp_http_server_options_t options = {
       .name = "worker-metrics",
       .host = host,

@@ -164,7 +164,7 @@ struct worker_t {
   conn_state_t* current;  // the connection the state machine believes in
   pcp_loop_timer_t* tick;
   int64_t last_tick_ns;
-  job_t* in_flight;      // tasks handed to the compute thread
+  job_t* in_flight;  // tasks handed to the compute thread
   // Bumped when the gateway did not resume our lease (a new gateway
   // process): tasks still running from before belong to a dead session.
   uint64_t task_generation;
@@ -809,7 +809,8 @@ static void on_job_done(void* user_data, pcp_status_code_t code) {
         char task[32];
         snprintf(task, sizeof(task), "%llu", (unsigned long long)job->task_id);
         const char* pairs[] = {"task_id", task};
-        log_event_at(w, PCP_LOG_DEBUG, "answer of a previous gateway session dropped", pairs, 1);
+        log_event_at(w, PCP_LOG_DEBUG,
+                     "answer of a previous gateway session dropped", pairs, 1);
         break;
       }
       pcp_roles_worker_metrics_add(

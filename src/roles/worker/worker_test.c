@@ -11,15 +11,14 @@
 #include <cmocka.h>
 // clang-format on
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "roles/worker/worker_impl.h"
 
@@ -454,13 +453,11 @@ static void metrics_listen_parse_checks_the_address(void** state) {
                                                   sizeof(host), &port));
   assert_string_equal(host, "::1");
   assert_int_equal(port, 65535);
-  const char* bad[] = {"nonsense", ":80",     "[::1]",   "[::1]9100",
-                       "h:0",      "h:65536", "h:-1",    "h:",
-                       "h:80x",    "[]:80"};
+  const char* bad[] = {"nonsense", ":80",  "[::1]", "[::1]9100", "h:0",
+                       "h:65536",  "h:-1", "h:",    "h:80x",     "[]:80"};
   for (size_t i = 0; i < PCP_ARRAYSIZE(bad); ++i) {
-    pcp_status_t status =
-        pcp_roles_worker_metrics_listen_parse(bad[i], host, sizeof(host),
-                                              &port);
+    pcp_status_t status = pcp_roles_worker_metrics_listen_parse(
+        bad[i], host, sizeof(host), &port);
     if (!status || !strstr(pcp_status_message(status), "--metrics-listen")) {
       fail_msg("'%s' accepted or the message lacks the flag", bad[i]);
     }
@@ -476,15 +473,13 @@ static void metrics_listen_parse_checks_the_address(void** state) {
 static char* http_get(uint16_t port, const char* path) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   assert_true(fd >= 0);
-  struct sockaddr_in address = {.sin_family = AF_INET,
-                                .sin_port = htons(port)};
+  struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons(port)};
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(
-      connect(fd, (struct sockaddr*)&address, sizeof(address)), 0);
+  assert_int_equal(connect(fd, (struct sockaddr*)&address, sizeof(address)), 0);
   char request[128];
-  int n = snprintf(request, sizeof(request),
-                   "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                   path);
+  int n =
+      snprintf(request, sizeof(request),
+               "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
   assert_int_equal(write(fd, request, (size_t)n), n);
   size_t capacity = 1 << 20, size = 0;
   char* text = calloc(1, capacity);
@@ -509,11 +504,9 @@ static void metrics_served_with_worker_labels(void** state) {
   int probe = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in address = {.sin_family = AF_INET};
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(bind(probe, (struct sockaddr*)&address, sizeof(address)),
-                   0);
+  assert_int_equal(bind(probe, (struct sockaddr*)&address, sizeof(address)), 0);
   socklen_t length = sizeof(address);
-  assert_int_equal(
-      getsockname(probe, (struct sockaddr*)&address, &length), 0);
+  assert_int_equal(getsockname(probe, (struct sockaddr*)&address, &length), 0);
   char listen_text[32];
   snprintf(listen_text, sizeof(listen_text), "127.0.0.1:%u",
            (unsigned)ntohs(address.sin_port));
@@ -540,8 +533,8 @@ static void metrics_served_with_worker_labels(void** state) {
   free(text);
   // The same port again: UNAVAILABLE, and the first server still answers.
   pcp_roles_worker_metrics_t second;
-  expect_ok(pcp_roles_worker_metrics_initialize("cpu", "sm_80", "w-1",
-                                                &second));
+  expect_ok(
+      pcp_roles_worker_metrics_initialize("cpu", "sm_80", "w-1", &second));
   uint16_t second_port = 0;
   pcp_status_t status =
       pcp_roles_worker_metrics_listen(&second, listen_text, &second_port);

@@ -74,7 +74,7 @@ struct pcp_workloads_jobs_t {
   pcp_fabric_endpoint_t* fabric;  // set by _start
   // The gateway's one compile queue (borrowed; set by _start).
   pcp_workloads_compile_queue_t* compile_queue;
-  atomic_uint_fast64_t counter;   // job ids, temp names
+  atomic_uint_fast64_t counter;  // job ids, temp names
 
   // Guards every run's active_t (tasks, cancel_sent) and |leftovers|: runs
   // interrupted by a stop, freed after the fabric endpoint is released.
@@ -548,12 +548,11 @@ static pcp_status_t compile_slot_run(pcp_workloads_jobs_t* jobs,
   if (!status) {
     pcp_log_context_t log = jobs->log;
     log.job_id = slot->job_id;
-    PCP_LOG(PCP_LOG_INFO, &log, "program ready backend=%s target=%s cache_hit=%d",
-            slot->backend, slot->target,
-            pcp_workloads_compile_request_cache_hit(request));
-    status = pcp_fabric_program_register(jobs->fabric, vmfb, length,
-                                         slot->backend, slot->target,
-                                         slot->program);
+    PCP_LOG(PCP_LOG_INFO, &log,
+            "program ready backend=%s target=%s cache_hit=%d", slot->backend,
+            slot->target, pcp_workloads_compile_request_cache_hit(request));
+    status = pcp_fabric_program_register(
+        jobs->fabric, vmfb, length, slot->backend, slot->target, slot->program);
   }
   pcp_allocator_free(pcp_allocator_system(), vmfb);  // read_all: system
   pcp_workloads_compile_request_release(request);
@@ -712,7 +711,8 @@ static void active_free(active_t* a) {
     pcp_fabric_task_release(a->tasks[i]);
   }
   for (uint32_t i = 0; i < a->input_count; ++i) {
-    pcp_allocator_free(pcp_allocator_system(), a->input_data[i]);  // pcp_file_read_all's buffers
+    pcp_allocator_free(pcp_allocator_system(),
+                       a->input_data[i]);  // pcp_file_read_all's buffers
   }
   pcp_allocator_free(a->jobs->allocator, a);
 }

@@ -133,13 +133,13 @@ typedef struct pcp_diloco_config_t {
   // Extra iree-compile flags for this job's programs (--iree-flag each;
   // pcp_compile_flag_check rules, at most PCP_COMPILE_MAX_EXTRA_FLAGS).
   pcp_string_list_t iree_flags;
-  int32_t lr_schedule;     // pcp_diloco_lr_schedule_kind_t
-  int64_t warmup_steps;    // inner steps of linear warmup
-  double min_lr;           // cosine's final rate
-  int32_t inner_state;     // pcp_diloco_inner_state_t
-  double eval_fraction;    // held-out tail of the data (0: no validation)
-  int64_t eval_every;      // outer steps (streaming: syncs) between evals
-  int64_t eval_batches;    // fixed held-out batches per evaluation
+  int32_t lr_schedule;   // pcp_diloco_lr_schedule_kind_t
+  int64_t warmup_steps;  // inner steps of linear warmup
+  double min_lr;         // cosine's final rate
+  int32_t inner_state;   // pcp_diloco_inner_state_t
+  double eval_fraction;  // held-out tail of the data (0: no validation)
+  int64_t eval_every;    // outer steps (streaming: syncs) between evals
+  int64_t eval_batches;  // fixed held-out batches per evaluation
   // Ours beside upstream's keys: the job's display and served-model name
   // (NULL: the job id) and the seed of every random draw (init, batches,
   // the held-out set).

@@ -15,7 +15,7 @@ static const char* const kSamplings[] = {"random", "fifo", NULL};
 static const char* const kDtypes[] = {"f32", "bf16", "f16", NULL};
 static const char* const kWireDtypes[] = {"f32", "bf16", NULL};
 static const char* const kSchedules[] = {"constant", "cosine",
-                                        "warmup_constant", NULL};
+                                         "warmup_constant", NULL};
 static const char* const kInnerStates[] = {"keep", "reset", NULL};
 static const char* const kModelKinds[] = {"none", "gpt", "nanochat", "qwen3",
                                           NULL};

@@ -36,7 +36,7 @@ typedef struct pcp_workloads_train_options_t {
   pcp_diloco_metrics_t* metrics;  // borrowed; may be NULL
   // The one compile queue (borrowed); NULL: a queue per compile.
   pcp_workloads_compile_queue_t* compile_queue;
-  pcp_store_t* store;             // borrowed
+  pcp_store_t* store;  // borrowed
   pcp_clock_t clock;
   pcp_log_context_t log;
   // Optional: the owner's checks of a stored experiment, again at placing

@@ -327,12 +327,12 @@ static pcp_status_t eval_batches_save(job_t* job) {
     return pcp_ok_status();
   }
   char header[128];
-  int used = snprintf(header, sizeof(header),
-                      "{'descr': '<i4', 'fortran_order': False, 'shape': "
-                      "(2, %lld, %lld, %lld), }",
-                      (long long)job->config.eval_batches,
-                      (long long)job->spec.batch,
-                      (long long)job->spec.block_size);
+  int used =
+      snprintf(header, sizeof(header),
+               "{'descr': '<i4', 'fortran_order': False, 'shape': "
+               "(2, %lld, %lld, %lld), }",
+               (long long)job->config.eval_batches, (long long)job->spec.batch,
+               (long long)job->spec.block_size);
   // NPY 1.0: magic, version, u16 header length; the header padded with
   // spaces and ended by a newline so the data starts at a multiple of 64.
   size_t total = (size_t)used + 1 + 10;
@@ -505,9 +505,9 @@ static pcp_status_t job_setup(job_t* job) {
                            "more than the model's vocabulary of %lld",
                            vocab, (long long)job->spec.vocab);
   }
-  PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_split(
-      job->dataset, job->config.eval_fraction, &job->train_range,
-      &job->eval_range));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_data_dataset_split(job->dataset, job->config.eval_fraction,
+                             &job->train_range, &job->eval_range));
   PCP_RETURN_IF_ERROR_BARE(pcp_data_dataset_token_count(
       job->dataset, job->train_range, &job->train_tokens));
   PCP_RETURN_IF_ERROR_BARE(eval_batches_sample(job));
@@ -661,8 +661,7 @@ static pcp_status_t inner_resume_load(job_t* job, json_t* inner,
   size_t bytes = count * 2 * N * sizeof(float);
   void* data = NULL;
   size_t length = 0;
-  PCP_RETURN_IF_ERROR_BARE(
-      pcp_file_read_all(path, bytes + 1, &data, &length));
+  PCP_RETURN_IF_ERROR_BARE(pcp_file_read_all(path, bytes + 1, &data, &length));
   pcp_sha256_t digest;
   pcp_sha256_compute(data, length, &digest);
   char got[PCP_SHA256_HEX_LENGTH + 1];
@@ -686,8 +685,8 @@ static pcp_status_t inner_resume_load(job_t* job, json_t* inner,
   }
   job->inner_resume = data;
   job->inner_resume_count = (uint32_t)count;
-  PCP_LOG(PCP_LOG_INFO, &job->log, "inner state of %zu workers from %s",
-          count, path);
+  PCP_LOG(PCP_LOG_INFO, &job->log, "inner state of %zu workers from %s", count,
+          path);
   return pcp_ok_status();
 }
 
@@ -1265,8 +1264,8 @@ pcp_status_t pcp_diloco_job_evaluate(job_t* job, const char* worker_id,
   }
   if (done != batches) {
     PCP_LOG(PCP_LOG_WARN, &job->log,
-            "evaluation on %s failed (%zu of %zu batches): %s", worker_id,
-            done, batches, error);
+            "evaluation on %s failed (%zu of %zu batches): %s", worker_id, done,
+            batches, error);
     return pcp_ok_status();
   }
   job->last_val_loss = sum / (double)batches;
@@ -1502,8 +1501,8 @@ static inner_slot_t* inner_slot_get(job_t* job, const char* worker_id) {
       }
     }
     memset(&job->inner[oldest], 0, sizeof(job->inner[oldest]));
-    snprintf(job->inner[oldest].worker_id,
-             sizeof(job->inner[oldest].worker_id), "%s", worker_id);
+    snprintf(job->inner[oldest].worker_id, sizeof(job->inner[oldest].worker_id),
+             "%s", worker_id);
     return &job->inner[oldest];
   }
   inner_slot_t* slot = &job->inner[job->inner_count++];
@@ -1586,8 +1585,8 @@ static pcp_status_t moments_copy(job_t* job, round_task_t** tasks,
         if (upload) {
           moment_section(job, i, name, vectors[k] + (size_t)g * N,
                          &sections[i]);
-          keep[i] = (pcp_proto_keep_resident_t){.output = (uint32_t)i,
-                                                .as = name};
+          keep[i] =
+              (pcp_proto_keep_resident_t){.output = (uint32_t)i, .as = name};
         } else {
           refs[i] = (pcp_proto_tensor_ref_t){
               .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = name};
@@ -1609,8 +1608,8 @@ static pcp_status_t moments_copy(job_t* job, round_task_t** tasks,
       pcp_status_t submitted = pcp_fabric_task_submit(
           job->options->fabric, &params, &handles[2 * k + (uint32_t)g]);
       if (submitted) {
-        PCP_LOG(PCP_LOG_WARN, &job->log, "moment copy for %s: %s",
-                t->worker_id, pcp_status_message(submitted));
+        PCP_LOG(PCP_LOG_WARN, &job->log, "moment copy for %s: %s", t->worker_id,
+                pcp_status_message(submitted));
         pcp_status_ignore(submitted);
         handles[2 * k + (uint32_t)g] = NULL;
         failed[k] = true;
@@ -1850,17 +1849,16 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
       // params (sections 0..n-1), m and v (resident), then the sections
       // step, lr, ids, targets; the new m and v stay resident.
       for (size_t i = 0; i < n; ++i) {
-        refs[i] = (pcp_proto_tensor_ref_t){
-            .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (uint32_t)i};
+        refs[i] = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_SECTION,
+                                           .section = (uint32_t)i};
         refs[n + i] = (pcp_proto_tensor_ref_t){
             .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = names[i]};
         refs[2 * n + i] = (pcp_proto_tensor_ref_t){
             .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = names[n + i]};
       }
       for (size_t j = 0; j < per_task; ++j) {
-        refs[3 * n + j] =
-            (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_SECTION,
-                                     .section = (uint32_t)(n + j)};
+        refs[3 * n + j] = (pcp_proto_tensor_ref_t){
+            .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (uint32_t)(n + j)};
       }
       params.input_refs = refs;
       params.input_ref_count = (uint32_t)(3 * n + per_task);
@@ -2069,8 +2067,7 @@ pcp_status_t pcp_diloco_job_state_file_write(
   pcp_sha256_t digest;
   pcp_sha256_compute(state, bytes, &digest);
   pcp_sha256_to_hex(&digest, out_hex);
-  snprintf(out_name, 64, "%s-%020" PRIu64 ".workers", prefix,
-           job->outer_step);
+  snprintf(out_name, 64, "%s-%020" PRIu64 ".workers", prefix, job->outer_step);
   char dir[1200], path[1600];
   snprintf(dir, sizeof(dir), "%s/checkpoints/%s", pcp_store_state_dir(o->store),
            o->job_id);
@@ -2109,11 +2106,9 @@ static pcp_status_t inner_checkpoint_prepare(job_t* job) {
   }
   inner_slot_t* slots[MAX_ROUND_WORKERS];
   uint32_t count = 0;
-  for (uint32_t i = 0; i < job->inner_count && count < MAX_ROUND_WORKERS;
-       ++i) {
+  for (uint32_t i = 0; i < job->inner_count && count < MAX_ROUND_WORKERS; ++i) {
     inner_slot_t* slot = &job->inner[i];
-    if (slot->live && slot->program &&
-        slot->reported_step == job->outer_step) {
+    if (slot->live && slot->program && slot->reported_step == job->outer_step) {
       slots[count++] = slot;
     }
   }
@@ -2164,8 +2159,8 @@ static pcp_status_t inner_checkpoint_prepare(job_t* job) {
   }
   char name[64];
   char hex[PCP_SHA256_HEX_LENGTH + 1];
-  status = pcp_diloco_job_state_file_write(job, "classic", state, bytes, name,
-                                           hex);
+  status =
+      pcp_diloco_job_state_file_write(job, "classic", state, bytes, name, hex);
   pcp_diloco_job_free(job, state);
   PCP_RETURN_IF_ERROR_BARE(status);
   json_t* steps = json_array();
@@ -2256,7 +2251,8 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   program_t* eval_kind = NULL;
   for (uint32_t k = 0; k < round.count && !eval_worker[0]; ++k) {
     if (round.tasks[k].task && !pcp_fabric_task_status(round.tasks[k].task)) {
-      snprintf(eval_worker, sizeof(eval_worker), "%s", round.tasks[k].worker_id);
+      snprintf(eval_worker, sizeof(eval_worker), "%s",
+               round.tasks[k].worker_id);
       eval_kind = round.tasks[k].program;
     }
   }
@@ -2340,11 +2336,11 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
     json_object_set_new(progress, "workers_submitted", json_integer(submitted));
     json_object_set_new(progress, "epoch", json_real(epoch));
     json_object_set_new(progress, "evaluated", json_boolean(evaluated));
-    json_object_set_new(progress, "inner_state",
-                        json_string(job->config.inner_state ==
-                                            PCP_DILOCO_INNER_STATE_RESET
-                                        ? "reset"
-                                        : "keep"));
+    json_object_set_new(
+        progress, "inner_state",
+        json_string(job->config.inner_state == PCP_DILOCO_INNER_STATE_RESET
+                        ? "reset"
+                        : "keep"));
     json_object_set_new(progress, "fresh_inner_state",
                         json_integer(outcome.fresh_inner_state));
     pcp_status_ignore(pcp_store_job_event_append(

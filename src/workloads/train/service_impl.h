@@ -65,7 +65,7 @@ typedef struct inner_slot_t {
   // The worker's joins that did not resume its lease when the session was
   // made: another such join dropped its sessions (it returned: fresh).
   uint32_t lost_joins;
-  uint64_t reported_step;  // outer step of its last delta (0: none)
+  uint64_t reported_step;     // outer step of its last delta (0: none)
   struct program_t* program;  // its kind's programs
 } inner_slot_t;
 
@@ -139,8 +139,8 @@ typedef struct job_t {
   bool nesterov_ready;
   pcp_diloco_accumulator_t accumulator;
   bool accumulator_ready;
-  void* scratch;        // one worker's flat delta (f32 or bf16)
-  uint64_t outer_step;  // completed outer steps
+  void* scratch;         // one worker's flat delta (f32 or bf16)
+  uint64_t outer_step;   // completed outer steps
   int64_t last_step_ns;  // wall time of the last completed outer step
   pcp_rng_t rng;
   // Totals (also in checkpoints' cursor JSON so a resume continues them).

@@ -950,8 +950,8 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
   }
   char name[64];
   char hex[PCP_SHA256_HEX_LENGTH + 1];
-  status = pcp_diloco_job_state_file_write(job, "stream", state, bytes, name,
-                                           hex);
+  status =
+      pcp_diloco_job_state_file_write(job, "stream", state, bytes, name, hex);
   pcp_diloco_job_free(job, state);
   PCP_RETURN_IF_ERROR_BARE(status);
   PCP_LOG(PCP_LOG_INFO, &job->log,
@@ -1453,8 +1453,8 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
         for (uint32_t k = 0; k < st.worker_count && !evaluator; ++k) {
           evaluator = st.workers[k].alive ? st.workers[k].worker_id : NULL;
         }
-        status = evaluator ? pcp_diloco_job_evaluate(job, evaluator,
-                                                     st.backend, st.target)
+        status = evaluator ? pcp_diloco_job_evaluate(job, evaluator, st.backend,
+                                                     st.target)
                            : pcp_ok_status();
         if (status && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
           pcp_status_ignore(status);

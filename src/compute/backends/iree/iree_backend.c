@@ -13,8 +13,12 @@
 // start-up; every entry point takes it with PyGILState_Ensure, so a backend
 // may be used from any thread (one at a time).
 
+// Python.h first: it sets feature macros the system headers below read
+// (CPU_ZERO, sched_getaffinity), so clang-format must not regroup it.
+// clang-format off
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+// clang-format on
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -25,8 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "compute/compute_impl.h"
 #include "compute/backends/iree/iree_helper_source.h"
+#include "compute/compute_impl.h"
 
 //===----------------------------------------------------------------------===//
 // The interpreter
@@ -60,7 +64,8 @@ static pcp_status_t status_from_python(const char* context) {
   pcp_status_code_t code = PCP_STATUS_INTERNAL;
   const char* text = "unknown Python error";
   PyObject* str = value ? PyObject_Str(value) : NULL;
-  if (str) text = PyUnicode_AsUTF8(str);
+  if (str)
+    text = PyUnicode_AsUTF8(str);
   if (!text) {
     PyErr_Clear();
     text = "unprintable Python error";
@@ -81,24 +86,27 @@ static pcp_status_t status_from_python(const char* context) {
   }
   // IREE's "<path>.c:NN: CODE; " is internal: the code maps back below and
   // users see the text around it (PCP_LOG_LEVEL=debug keeps it whole).
-  const char* tail = NULL;     // text after "CODE; "
+  const char* tail = NULL;            // text after "CODE; "
   size_t head_length = strlen(text);  // text before "<path>:NN: "
   for (int c = 1; c < PCP_STATUS_CODE_COUNT_; ++c) {
     char needle[48];
     snprintf(needle, sizeof(needle), ": %s;",
              pcp_status_code_string((pcp_status_code_t)c));
     const char* at = strstr(text, needle);
-    if (!at) continue;
-    if (code == PCP_STATUS_INTERNAL) code = (pcp_status_code_t)c;
+    if (!at)
+      continue;
+    if (code == PCP_STATUS_INTERNAL)
+      code = (pcp_status_code_t)c;
     // Back over ":NN" and the path (no spaces) to the location's start.
     const char* start = at;
     while (start > text && start[-1] >= '0' && start[-1] <= '9') --start;
-    if (start == at || start == text || start[-1] != ':') break;
+    if (start == at || start == text || start[-1] != ':')
+      break;
     --start;
     while (start > text && start[-1] != ' ') --start;
     head_length = (size_t)(start - text);
-    while (head_length > 0 && (text[head_length - 1] == ' ' ||
-                                text[head_length - 1] == ':')) {
+    while (head_length > 0 &&
+           (text[head_length - 1] == ' ' || text[head_length - 1] == ':')) {
       --head_length;
     }
     tail = at + strlen(needle);
@@ -110,13 +118,14 @@ static pcp_status_t status_from_python(const char* context) {
     char needle[48];
     snprintf(needle, sizeof(needle), "%s;",
              pcp_status_code_string((pcp_status_code_t)c));
-    if (strstr(text, needle)) code = (pcp_status_code_t)c;
+    if (strstr(text, needle))
+      code = (pcp_status_code_t)c;
   }
   pcp_status_t status;
   if (tail && pcp_log_level() != PCP_LOG_DEBUG) {
     status = pcp_make_status(code, "%s: %.*s%s%.1500s", context,
-                             (int)(head_length > 300 ? 300 : head_length),
-                             text, head_length ? ": " : "", tail);
+                             (int)(head_length > 300 ? 300 : head_length), text,
+                             head_length ? ": " : "", tail);
   } else {
     status = pcp_make_status(code, "%s: %.1800s", context, text);
   }
@@ -162,12 +171,15 @@ static void python_initialize(void) {
     config.parse_argv = 0;
     char program[PATH_MAX];
     snprintf(program, sizeof(program), "%s/bin/python3", pcp_venv_directory());
-    PyStatus py_status = PyConfig_SetBytesString(&config, &config.program_name, program);
-    if (!PyStatus_Exception(py_status)) py_status = Py_InitializeFromConfig(&config);
+    PyStatus py_status =
+        PyConfig_SetBytesString(&config, &config.program_name, program);
+    if (!PyStatus_Exception(py_status))
+      py_status = Py_InitializeFromConfig(&config);
     PyConfig_Clear(&config);
     if (PyStatus_Exception(py_status)) {
       char message[512];
-      snprintf(message, sizeof(message), "starting the embedded Python failed: %s",
+      snprintf(message, sizeof(message),
+               "starting the embedded Python failed: %s",
                py_status.err_msg ? py_status.err_msg : "unknown error");
       record_python_failure(PCP_STATUS_FAILED_PRECONDITION, message);
       return;
@@ -185,17 +197,19 @@ static void python_initialize(void) {
   }
   Py_XDECREF(site_str);
 
-  PyObject* code = Py_CompileString(kIreeHelperSource, "pcp/iree_helper.py",
-                                    Py_file_input);
+  PyObject* code =
+      Py_CompileString(kIreeHelperSource, "pcp/iree_helper.py", Py_file_input);
   g_helper = code ? PyImport_ExecCodeModule("pcp_iree_helper", code) : NULL;
   Py_XDECREF(code);
   if (!g_helper) {
-    record_python_exception("importing iree.runtime from the .venv (run 'make setup')");
+    record_python_exception(
+        "importing iree.runtime from the .venv (run 'make setup')");
     PyEval_SaveThread();
     return;
   }
   PyObject* binding = PyImport_ImportModule("iree._runtime_libs._runtime");
-  bool ok = binding && cache_attr(binding, "VmVariantList", &g_vm_variant_list) &&
+  bool ok = binding &&
+            cache_attr(binding, "VmVariantList", &g_vm_variant_list) &&
             cache_attr(binding, "HalBufferView", &g_hal_buffer_view);
   Py_XDECREF(binding);
   g_name_push_ref = PyUnicode_InternFromString("push_ref");
@@ -204,7 +218,8 @@ static void python_initialize(void) {
   g_name_element_type = PyUnicode_InternFromString("element_type");
   g_name_shape = PyUnicode_InternFromString("shape");
   g_name_byte_length = PyUnicode_InternFromString("byte_length");
-  PyObject* types = ok ? PyObject_GetAttrString(g_helper, "ELEMENT_TYPES") : NULL;
+  PyObject* types =
+      ok ? PyObject_GetAttrString(g_helper, "ELEMENT_TYPES") : NULL;
   ok = ok && types && cache_attr(g_helper, "RESULT_TYPES", &g_result_types);
   for (int t = 1; ok && t < PCP_ELEMENT_TYPE_COUNT_; ++t) {
     PyObject* key = PyLong_FromLong(t);
@@ -213,7 +228,8 @@ static void python_initialize(void) {
     g_hal_types[t] = value ? PyLong_AsLong(value) : 0;
   }
   Py_XDECREF(types);
-  if (!ok) record_python_exception("reading iree.runtime bindings");
+  if (!ok)
+    record_python_exception("reading iree.runtime bindings");
   PyEval_SaveThread();  // release the GIL; entry points re-take it
 }
 
@@ -280,13 +296,14 @@ static pcp_status_t describe_view(PyObject* view, pcp_tensor_shape_t* out_shape,
   } else {
     PyObject* et_int = PyNumber_Long(et);
     PyObject* mapped = et_int ? PyDict_GetItem(g_result_types, et_int) : NULL;
-    out_shape->element_type =
-        mapped ? (pcp_element_type_t)PyLong_AsLong(mapped) : PCP_ELEMENT_TYPE_UNKNOWN;
+    out_shape->element_type = mapped ? (pcp_element_type_t)PyLong_AsLong(mapped)
+                                     : PCP_ELEMENT_TYPE_UNKNOWN;
     Py_XDECREF(et_int);
     Py_ssize_t rank = PySequence_Size(shape);
     if (rank < 0 || rank > PCP_MAX_TENSOR_RANK) {
       PyErr_Clear();
-      status = pcp_make_status(PCP_STATUS_OUT_OF_RANGE, "result rank %zd", rank);
+      status =
+          pcp_make_status(PCP_STATUS_OUT_OF_RANGE, "result rank %zd", rank);
     } else {
       out_shape->rank = (int32_t)rank;
       for (Py_ssize_t d = 0; d < rank; ++d) {
@@ -304,20 +321,23 @@ static pcp_status_t describe_view(PyObject* view, pcp_tensor_shape_t* out_shape,
 }
 
 // New reference to a HalBufferView holding a copy of |host|.
-static PyObject* upload_view(iree_backend_t* backend, const pcp_host_tensor_t* host) {
+static PyObject* upload_view(iree_backend_t* backend,
+                             const pcp_host_tensor_t* host) {
   // A zero-byte tensor still needs a (1-byte) buffer to wrap.
   static const uint8_t kEmpty[1] = {0};
   const void* data = host->byte_length ? host->data : kEmpty;
   size_t length = host->byte_length ? host->byte_length : 1;
-  PyObject* memory = PyMemoryView_FromMemory((char*)data, (Py_ssize_t)length, PyBUF_READ);
+  PyObject* memory =
+      PyMemoryView_FromMemory((char*)data, (Py_ssize_t)length, PyBUF_READ);
   PyObject* shape = PyList_New(host->shape.rank);
   for (int32_t d = 0; shape && d < host->shape.rank; ++d) {
     PyList_SET_ITEM(shape, d, PyLong_FromLongLong(host->shape.dims[d]));
   }
   PyObject* view = NULL;
   if (memory && shape) {
-    view = PyObject_CallMethod(g_helper, "upload", "OOOl", backend->device, memory,
-                               shape, g_hal_types[host->shape.element_type]);
+    view =
+        PyObject_CallMethod(g_helper, "upload", "OOOl", backend->device, memory,
+                            shape, g_hal_types[host->shape.element_type]);
   }
   Py_XDECREF(memory);
   Py_XDECREF(shape);
@@ -352,16 +372,19 @@ static void backend_destroy(pcp_backend_t* base) {
 }
 
 static pcp_status_t program_load(pcp_backend_t* base, const void* vmfb,
-                                 size_t byte_length, pcp_program_t** out_program) {
+                                 size_t byte_length,
+                                 pcp_program_t** out_program) {
   iree_backend_t* backend = (iree_backend_t*)base;
   iree_program_t* program = calloc(1, sizeof(*program));
-  if (!program) return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "program");
+  if (!program)
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "program");
   program->base.backend = base;
   pcp_status_t status = pcp_ok_status();
   PyGILState_STATE gil = PyGILState_Ensure();
   PyObject* bytes = PyBytes_FromStringAndSize(vmfb, (Py_ssize_t)byte_length);
   PyObject* cls = bytes ? PyObject_GetAttrString(g_helper, "Program") : NULL;
-  program->program = cls ? PyObject_CallFunction(cls, "OO", backend->config, bytes) : NULL;
+  program->program =
+      cls ? PyObject_CallFunction(cls, "OO", backend->config, bytes) : NULL;
   Py_XDECREF(cls);
   Py_XDECREF(bytes);
   if (!program->program) {
@@ -376,13 +399,16 @@ static pcp_status_t program_load(pcp_backend_t* base, const void* vmfb,
   }
   PyObject* names = NULL;
   if (!status) {
-    program->vm_context = PyObject_GetAttrString(program->program, "vm_context");
+    program->vm_context =
+        PyObject_GetAttrString(program->program, "vm_context");
     names = PyObject_GetAttrString(program->program, "names");
-    if (!program->vm_context || !names) status = status_from_python("loading the program");
+    if (!program->vm_context || !names)
+      status = status_from_python("loading the program");
   }
   if (!status) {
     Py_ssize_t count = PyList_Size(names);
-    program->base.function_names = calloc((size_t)(count > 0 ? count : 1), sizeof(char*));
+    program->base.function_names =
+        calloc((size_t)(count > 0 ? count : 1), sizeof(char*));
     for (Py_ssize_t i = 0; program->base.function_names && i < count; ++i) {
       const char* name = PyUnicode_AsUTF8(PyList_GetItem(names, i));
       program->base.function_names[i] = strdup(name ? name : "?");
@@ -411,7 +437,8 @@ static void program_destroy(pcp_program_t* base) {
   Py_XDECREF(program->vm_context);
   Py_XDECREF(program->program);
   PyGILState_Release(gil);
-  for (size_t i = 0; i < base->function_count; ++i) free(base->function_names[i]);
+  for (size_t i = 0; i < base->function_count; ++i)
+    free(base->function_names[i]);
   free(base->function_names);
   free(base->resolved);
   free(program);
@@ -428,13 +455,16 @@ static pcp_status_t function_resolve(pcp_program_t* base, const char* name,
   PyObject* fn = NULL;
   const char* declaration = "";
   long inputs = 0, results = 0;
-  if (!found || !PyArg_ParseTuple(found, "Osll", &fn, &declaration, &inputs, &results)) {
+  if (!found ||
+      !PyArg_ParseTuple(found, "Osll", &fn, &declaration, &inputs, &results)) {
     status = status_from_python("looking up the function");
-  } else if (inputs > PCP_MAX_FUNCTION_ARITY || results > PCP_MAX_FUNCTION_ARITY) {
-    status = pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
-                             "function '%s' has %ld inputs and %ld results; the "
-                             "limit is %d",
-                             name, inputs, results, PCP_MAX_FUNCTION_ARITY);
+  } else if (inputs > PCP_MAX_FUNCTION_ARITY ||
+             results > PCP_MAX_FUNCTION_ARITY) {
+    status =
+        pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
+                        "function '%s' has %ld inputs and %ld results; the "
+                        "limit is %d",
+                        name, inputs, results, PCP_MAX_FUNCTION_ARITY);
   } else {
     out_signature->input_count = (int32_t)inputs;
     out_signature->result_count = (int32_t)results;
@@ -449,7 +479,8 @@ static pcp_status_t function_resolve(pcp_program_t* base, const char* name,
   return status;
 }
 
-static pcp_status_t tensor_upload(pcp_backend_t* base, const pcp_host_tensor_t* host,
+static pcp_status_t tensor_upload(pcp_backend_t* base,
+                                  const pcp_host_tensor_t* host,
                                   pcp_tensor_t** out_tensor) {
   iree_backend_t* backend = (iree_backend_t*)base;
   PyGILState_STATE gil = PyGILState_Ensure();
@@ -466,11 +497,14 @@ static pcp_status_t tensor_download(pcp_tensor_t* base, void* buffer,
   iree_tensor_t* tensor = (iree_tensor_t*)base;
   iree_backend_t* backend = (iree_backend_t*)base->backend;
   PyGILState_STATE gil = PyGILState_Ensure();
-  PyObject* memory = PyMemoryView_FromMemory(buffer, (Py_ssize_t)byte_length, PyBUF_WRITE);
-  PyObject* done = memory ? PyObject_CallMethod(g_helper, "download", "OOO",
-                                                backend->device, tensor->view, memory)
-                          : NULL;
-  pcp_status_t status = done ? pcp_ok_status() : status_from_python("downloading a tensor");
+  PyObject* memory =
+      PyMemoryView_FromMemory(buffer, (Py_ssize_t)byte_length, PyBUF_WRITE);
+  PyObject* done =
+      memory ? PyObject_CallMethod(g_helper, "download", "OOO", backend->device,
+                                   tensor->view, memory)
+             : NULL;
+  pcp_status_t status =
+      done ? pcp_ok_status() : status_from_python("downloading a tensor");
   Py_XDECREF(done);
   Py_XDECREF(memory);
   PyGILState_Release(gil);
@@ -499,7 +533,8 @@ static pcp_status_t invoke(pcp_program_t* base,
   PyObject* count = PyLong_FromSize_t(input_count);
   PyObject* args = count ? PyObject_CallOneArg(g_vm_variant_list, count) : NULL;
   Py_XDECREF(count);
-  if (!args) status = status_from_python("building arguments");
+  if (!args)
+    status = status_from_python("building arguments");
   for (size_t i = 0; !status && i < input_count; ++i) {
     PyObject* view;
     if (inputs[i].resident) {
@@ -508,8 +543,10 @@ static pcp_status_t invoke(pcp_program_t* base,
     } else {
       view = upload_view(backend, inputs[i].host);
     }
-    PyObject* pushed = view ? PyObject_CallMethodOneArg(args, g_name_push_ref, view) : NULL;
-    if (!pushed) status = status_from_python("passing an input");
+    PyObject* pushed =
+        view ? PyObject_CallMethodOneArg(args, g_name_push_ref, view) : NULL;
+    if (!pushed)
+      status = status_from_python("passing an input");
     Py_XDECREF(pushed);
     Py_XDECREF(view);
   }
@@ -523,14 +560,16 @@ static pcp_status_t invoke(pcp_program_t* base,
                                              (PyObject*)function->handle, args,
                                              results, NULL)
                 : NULL;
-    if (!done) status = status_from_python("running the function");
+    if (!done)
+      status = status_from_python("running the function");
     Py_XDECREF(done);
   }
   for (size_t i = 0; !status && i < result_count; ++i) {
     PyObject* index = PyLong_FromSize_t(i);
-    PyObject* view = index ? PyObject_CallMethodObjArgs(results, g_name_get_as_object,
-                                                        index, g_hal_buffer_view, NULL)
-                           : NULL;
+    PyObject* view =
+        index ? PyObject_CallMethodObjArgs(results, g_name_get_as_object, index,
+                                           g_hal_buffer_view, NULL)
+              : NULL;
     Py_XDECREF(index);
     if (!view) {
       status = status_from_python("reading a result");
@@ -556,8 +595,10 @@ static pcp_status_t invoke(pcp_program_t* base,
       Py_DECREF(view);
       break;
     }
-    status = make_tensor(base->backend, view, &shape, byte_length, &out_results[i]);
-    if (!status) produced++;
+    status =
+        make_tensor(base->backend, view, &shape, byte_length, &out_results[i]);
+    if (!status)
+      produced++;
   }
   Py_XDECREF(results);
   Py_XDECREF(args);
@@ -591,7 +632,8 @@ static pcp_status_t memory_query(pcp_backend_t* base,
       status = status_from_python("allocator statistics");
     } else {
       out_memory->device_bytes_allocated = allocated;
-      out_memory->device_bytes_live = allocated >= freed ? allocated - freed : 0;
+      out_memory->device_bytes_live =
+          allocated >= freed ? allocated - freed : 0;
       out_memory->device_bytes_peak = peak;
     }
   }
@@ -624,7 +666,8 @@ static long cpu_topology_value(int cpu, const char* name) {
   FILE* f = fopen(path, "r");
   long value = -1;
   if (f) {
-    if (fscanf(f, "%ld", &value) != 1) value = -1;
+    if (fscanf(f, "%ld", &value) != 1)
+      value = -1;
     fclose(f);
   }
   return value;
@@ -645,16 +688,20 @@ static int32_t physical_core_count(void) {
   int32_t cpus = 0, cores = 0;
   bool known = true;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &set)) continue;
+    if (!CPU_ISSET(cpu, &set))
+      continue;
     ++cpus;
     long package = cpu_topology_value(cpu, "physical_package_id");
     long core = cpu_topology_value(cpu, "core_id");
-    if (package < 0 || core < 0) known = false;
-    if (!known) continue;
+    if (package < 0 || core < 0)
+      known = false;
+    if (!known)
+      continue;
     long key = (package << 20) | core;
     bool repeat = false;
     for (int32_t i = 0; i < cores && !repeat; ++i) repeat = seen[i] == key;
-    if (!repeat) seen[cores++] = key;
+    if (!repeat)
+      seen[cores++] = key;
   }
   int32_t count = known ? cores : cpus;
   return count > 0 ? count : 1;
@@ -669,24 +716,27 @@ pcp_status_t pcp_iree_backend_create(const pcp_backend_options_t* options,
   const char* iree_driver =
       pcp_backend_iree_driver_for_name(pcp_make_cstring_view(driver));
   if (!iree_driver) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "unknown device driver '%s' (expected cpu, local-sync, "
-                           "cuda, rocm, vulkan or metal)",
-                           driver);
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "unknown device driver '%s' (expected cpu, local-sync, "
+        "cuda, rocm, vulkan or metal)",
+        driver);
   }
   if (ordinal < 0) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "negative device ordinal %d",
-                           ordinal);
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "negative device ordinal %d", ordinal);
   }
   PCP_RETURN_IF_ERROR_BARE(python_ready());
   iree_backend_t* backend = calloc(1, sizeof(*backend));
-  if (!backend) return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "backend");
+  if (!backend)
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "backend");
   backend->base.vtable = &kIreeVtable;
   snprintf(backend->base.info.driver, sizeof(backend->base.info.driver), "%s",
            iree_driver);
   backend->base.info.device_ordinal = ordinal;
-  pcp_status_t status = pcp_compute_runtime_version(
-      backend->base.info.runtime_version, sizeof(backend->base.info.runtime_version));
+  pcp_status_t status =
+      pcp_compute_runtime_version(backend->base.info.runtime_version,
+                                  sizeof(backend->base.info.runtime_version));
   pcp_status_ignore(status);  // informational; the import above succeeded
   status = pcp_ok_status();
 
@@ -699,32 +749,37 @@ pcp_status_t pcp_iree_backend_create(const pcp_backend_options_t* options,
     // measured 3.4k tokens/s pinned against 4.6k unpinned with the same two
     // workers on this 2-core machine under load (docs/performance.md,
     // docs/decisions.md "compute").
-    int32_t workers = options && options->cpu_threads > 0 ? options->cpu_threads
-                                                          : physical_core_count();
+    int32_t workers = options && options->cpu_threads > 0
+                          ? options->cpu_threads
+                          : physical_core_count();
     char flag[64];
-    snprintf(flag, sizeof(flag), "--task_topology_group_count=%d", (int)workers);
+    snprintf(flag, sizeof(flag), "--task_topology_group_count=%d",
+             (int)workers);
     // Dispatches may hold up to the compile's stack-allocation limit (4 MiB
     // for cpu, PCP_COMPILE_CPU_STACK_ALLOCATION_LIMIT) on a worker thread's
     // stack; IREE's own default stack is 128 KiB. 8 MiB is glibc's default
     // thread stack (reserved, committed only as touched). docs/decisions.md.
     PyObject* r = PyObject_CallMethod(g_helper, "set_flags", "ss", flag,
                                       "--task_worker_stack_size=8388608");
-    if (!r) status = status_from_python("setting CPU threads");
+    if (!r)
+      status = status_from_python("setting CPU threads");
     Py_XDECREF(r);
   }
-  PyObject* created =
-      status ? NULL
-             : PyObject_CallMethod(g_helper, "create_device", "si", iree_driver, ordinal);
+  PyObject* created = status ? NULL
+                             : PyObject_CallMethod(g_helper, "create_device",
+                                                   "si", iree_driver, ordinal);
   if (!status && !created) {
     status = status_from_python("creating the device");
   } else if (created) {
     PyObject* name = NULL;
-    if (PyArg_ParseTuple(created, "OOO", &backend->device, &backend->config, &name)) {
+    if (PyArg_ParseTuple(created, "OOO", &backend->device, &backend->config,
+                         &name)) {
       Py_INCREF(backend->device);
       Py_INCREF(backend->config);
       const char* text = PyUnicode_AsUTF8(name);
-      snprintf(backend->base.info.device_name, sizeof(backend->base.info.device_name),
-               "%s", text ? text : iree_driver);
+      snprintf(backend->base.info.device_name,
+               sizeof(backend->base.info.device_name), "%s",
+               text ? text : iree_driver);
       PyErr_Clear();
     } else {
       status = status_from_python("creating the device");
@@ -734,7 +789,8 @@ pcp_status_t pcp_iree_backend_create(const pcp_backend_options_t* options,
   PyGILState_Release(gil);
   if (status) {
     backend_destroy(&backend->base);
-    return pcp_status_annotate_f(status, "driver %s, device %d", driver, ordinal);
+    return pcp_status_annotate_f(status, "driver %s, device %d", driver,
+                                 ordinal);
   }
   *out_backend = &backend->base;
   return pcp_ok_status();
