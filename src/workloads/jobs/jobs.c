@@ -46,6 +46,10 @@ typedef struct compile_slot_t {
   // the slot when done.
   pcp_workloads_job_t* waiter;
   pcp_workloads_runner_t* runner;
+  // The queue request while the pool thread waits on it (guarded by
+  // compile_mu): a run that gives the slot up cancels it, so the child
+  // `pcp compile` is killed instead of running on for nobody.
+  pcp_workloads_compile_request_t* request;
 } compile_slot_t;
 
 // One job's tasks and the input buffers they borrow until DONE.
@@ -537,7 +541,17 @@ static pcp_status_t compile_slot_run(pcp_workloads_jobs_t* jobs,
   pcp_status_t status =
       pcp_workloads_compile_queue_submit(jobs->compile_queue, &spec, &request);
   if (!status) {
+    pthread_mutex_lock(&jobs->compile_mu);
+    if (slot->waiter) {
+      slot->request = request;
+    } else {
+      pcp_workloads_compile_request_cancel(request);  // given up meanwhile
+    }
+    pthread_mutex_unlock(&jobs->compile_mu);
     status = pcp_workloads_compile_request_wait(request);
+    pthread_mutex_lock(&jobs->compile_mu);
+    slot->request = NULL;
+    pthread_mutex_unlock(&jobs->compile_mu);
   }
   void* vmfb = NULL;
   size_t length = 0;
@@ -944,11 +958,15 @@ static pcp_status_t program_compile(
     slot->state = COMPILE_SLOT_FREE;
   } else {
     // Cancelled or stopping: a queued compile is withdrawn; a running one
-    // finishes on its pool thread, which frees the slot.
+    // is cancelled (its child killed) and its pool thread frees the slot.
     if (slot->state == COMPILE_SLOT_QUEUED) {
       pcp_allocator_free(jobs->allocator, slot->mlir);
       slot->mlir = NULL;
       slot->state = COMPILE_SLOT_FREE;
+    } else if (slot->request) {
+      // Running: the child is killed (the queue keeps a compile another
+      // request shares); the pool thread then frees the slot.
+      pcp_workloads_compile_request_cancel(slot->request);
     }
     slot->waiter = NULL;
     status = pcp_make_status(PCP_STATUS_CANCELLED, "the job was stopped");
