@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// pcp-sim: runs the deterministic simulation over many seeds, replays one
+// pcp sim: runs the deterministic simulation over many seeds, replays one
 // with its trace, shrinks a failing one (docs/simulation.md; tools/sim.sh).
 //
-//   pcp-sim --seeds N [--first S]     N seeds from S (default 1)
-//   pcp-sim --seed S [--trace]        one seed, its trace on stdout
-//   pcp-sim --seed S --shrink         shrink a failing seed, print the
+//   pcp sim --seeds N [--first S]     N seeds from S (default 1)
+//   pcp sim --seed S [--trace]        one seed, its trace on stdout
+//   pcp sim --seed S --shrink         shrink a failing seed, print the
 //                                     schedule and the trace of the
 //                                     shrunk run
 // Scenario: --workers W --jobs J --steps K --no-faults --no-buggify.
 // Exit status: 0 when every seed passed, 1 when one failed, 2 for usage.
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,18 +20,36 @@
 
 #include "sim/sim.h"
 
-static int usage(void) {
-  fprintf(stderr,
+static void usage_print(FILE* out) {
+  fprintf(out,
           "usage: pcp sim [--seeds N] [--first S] [--seed S] [--trace] "
           "[--shrink] [--workers W] [--jobs J] [--steps K] [--no-faults] "
-          "[--no-buggify]\n");
+          "[--no-buggify]\n"
+          "  --seeds N      seeds to run, 1..100000000 (default 1000)\n"
+          "  --first S      the first of them (default 1)\n"
+          "  --seed S       one seed only; with --trace its trace on stdout,\n"
+          "                 with --shrink the shortest failing schedule\n"
+          "  --workers W    simulated workers, 1..16 (default 4)\n"
+          "  --jobs J       jobs per seed, 1..64 (default 6)\n"
+          "  --steps K      steps per job, 1..8 (default 3)\n"
+          "  --no-faults    no crashes, resets, restarts or store failures\n"
+          "  --no-buggify   no BUGGIFY sites\n"
+          "exit status: 0 every seed passed, 1 one failed, 2 usage\n");
+}
+
+static int usage(void) {
+  usage_print(stderr);
   return 2;
 }
 
+// A decimal integer, no sign (strtoull would wrap "-1" to 2^64 - 1).
 static bool parse_u64(const char* text, uint64_t* out) {
+  if (!(*text >= '0' && *text <= '9'))
+    return false;
   char* end = NULL;
+  errno = 0;
   unsigned long long v = strtoull(text, &end, 10);
-  if (!*text || *end)
+  if (*end || errno == ERANGE)
     return false;
   *out = v;
   return true;
@@ -48,7 +67,8 @@ int pcp_sim_cli_main(int argc, char** argv) {
     OPT_JOBS,
     OPT_STEPS,
     OPT_NO_FAULTS,
-    OPT_NO_BUGGIFY
+    OPT_NO_BUGGIFY,
+    OPT_HELP
   };
   static const struct option long_options[] = {
       {"seeds", required_argument, NULL, OPT_SEEDS},
@@ -61,6 +81,7 @@ int pcp_sim_cli_main(int argc, char** argv) {
       {"steps", required_argument, NULL, OPT_STEPS},
       {"no-faults", no_argument, NULL, OPT_NO_FAULTS},
       {"no-buggify", no_argument, NULL, OPT_NO_BUGGIFY},
+      {"help", no_argument, NULL, OPT_HELP},
       {NULL, 0, NULL, 0},
   };
   uint64_t seeds = 1000, first = 1, one_seed = 0, workers = 4, jobs = 6,
@@ -102,13 +123,24 @@ int pcp_sim_cli_main(int argc, char** argv) {
       case OPT_NO_BUGGIFY:
         buggify = false;
         break;
+      case OPT_HELP:
+        usage_print(stdout);
+        return 0;
       default:
         return usage();
     }
-    if (!ok)
+    if (!ok) {
+      fprintf(stderr, "pcp sim: --%s wants a non-negative integer, got '%s'\n",
+              long_options[opt - 1].name, optarg);
       return usage();
+    }
   }
-  if (optind != argc || seeds == 0 || seeds > UINT64_C(100000000)) {
+  if (optind != argc) {
+    fprintf(stderr, "pcp sim: unexpected argument '%s'\n", argv[optind]);
+    return usage();
+  }
+  if (seeds == 0 || seeds > UINT64_C(100000000)) {
+    fprintf(stderr, "pcp sim: --seeds must be in 1..100000000\n");
     return usage();
   }
   if (have_seed) {
@@ -131,7 +163,7 @@ int pcp_sim_cli_main(int argc, char** argv) {
       char text[512];
       pcp_status_format(status, text, sizeof(text));
       pcp_status_ignore(status);
-      fprintf(stderr, "pcp-sim: %s\n", text);
+      fprintf(stderr, "pcp sim: %s\n", text);
       return 2;
     }
     events += result.event_count;
