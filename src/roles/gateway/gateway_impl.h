@@ -39,9 +39,6 @@
 
 typedef struct pcp_roles_gateway_state_t pcp_roles_gateway_state_t;
 
-// Training jobs running at once (the runner's pool: one thread each).
-#define PCP_GATEWAY_MAX_TRAINING_JOBS PCP_WORKLOADS_TRAIN_MAX_RUNNING
-
 // Serialized answers of GET /v1/jobs/{id}, valid while no job has been
 // written since (|generation|). Slots by hash of the id.
 #define PCP_GATEWAY_JOB_CACHE_SLOTS 256
@@ -224,7 +221,7 @@ pcp_status_t pcp_roles_gateway_training_get(void* user_data,
                                             pcp_http_response_t* response);
 // Starts the workload runner with the training kind's options (the policy,
 // the metrics, the hooks): its scheduler starts queued jobs of every kind
-// on its pool (training: up to PCP_GATEWAY_MAX_TRAINING_JOBS at once,
+// on its pool (training: up to PCP_WORKLOADS_TRAIN_MAX_RUNNING at once,
 // src/workloads/train/job.c). _stop asks the runs to stop and joins them
 // (their jobs stay running in the store).
 PCP_MUST_USE_RESULT pcp_status_t
