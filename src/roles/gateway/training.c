@@ -171,6 +171,7 @@ pcp_status_t pcp_roles_gateway_workloads_start(pcp_roles_gateway_state_t* g) {
       .state_dir = g->config->file.state_dir,
       .metrics = &g->training_metrics,
       .compile_queue = g->compile_queue,
+      .allocator = g->allocator,
       .store = g->store,
       .clock = g->clock,
       .log = g->log,

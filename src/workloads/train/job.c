@@ -92,6 +92,7 @@ static pcp_status_t train_run(void* self, pcp_workloads_job_t* job) {
         .state_dir = o->state_dir,
         .pcp_path = "/proc/self/exe",
         .compile_queue = o->compile_queue,
+        .allocator = o->allocator,
         .metrics = o->metrics,
         .clock = o->clock,
         .log = log,

@@ -36,6 +36,8 @@ typedef struct pcp_workloads_train_options_t {
   pcp_diloco_metrics_t* metrics;  // borrowed; may be NULL
   // The one compile queue (borrowed); NULL: a queue per compile.
   pcp_workloads_compile_queue_t* compile_queue;
+  // Each job's buffers (the DiLoCo service's allocator); unset: system.
+  pcp_allocator_t allocator;
   pcp_store_t* store;  // borrowed
   pcp_clock_t clock;
   pcp_log_context_t log;
