@@ -94,11 +94,16 @@ pcp_status_t pcp_http_client_create(const pcp_http_client_options_t* options,
   client->max_response_bytes = options && options->max_response_bytes
                                    ? options->max_response_bytes
                                    : PCP_HTTP_CLIENT_DEFAULT_MAX_RESPONSE_BYTES;
+  pcp_status_t status = pcp_ok_status();
   if (options && options->ca_path) {
-    client->ca_path = strdup(options->ca_path);
+    status =
+        pcp_allocator_strdup(allocator, options->ca_path, &client->ca_path);
   }
-  client->curl = g_curl.easy_init();
-  if (!client->curl || (options && options->ca_path && !client->ca_path)) {
+  if (!status) {
+    client->curl = g_curl.easy_init();
+  }
+  if (status || !client->curl) {
+    pcp_status_ignore(status);
     pcp_http_client_release(client);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "out of memory creating an HTTP client");
@@ -114,7 +119,7 @@ void pcp_http_client_release(pcp_http_client_t* client) {
   if (client->curl) {
     g_curl.easy_cleanup(client->curl);
   }
-  free(client->ca_path);
+  pcp_allocator_free(client->allocator, client->ca_path);
   pcp_allocator_free(client->allocator, client);
 }
 
@@ -254,13 +259,13 @@ pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
                                   const pcp_http_client_request_t* request,
                                   pcp_http_client_response_t* out_response) {
   memset(out_response, 0, sizeof(*out_response));
+  out_response->allocator = client->allocator;
   transfer_t transfer;
   memset(&transfer, 0, sizeof(transfer));
-  pcp_string_builder_initialize(pcp_allocator_system(),
-                                client->max_response_bytes, &transfer.body);
-  pcp_string_builder_initialize(pcp_allocator_system(),
-                                PCP_HTTP_CLIENT_MAX_HEADER_BYTES,
-                                &transfer.headers);
+  pcp_string_builder_initialize(client->allocator, client->max_response_bytes,
+                                &transfer.body);
+  pcp_string_builder_initialize(
+      client->allocator, PCP_HTTP_CLIENT_MAX_HEADER_BYTES, &transfer.headers);
   struct curl_slist* headers = NULL;
   pcp_status_t status = request_prepare(client, request, &transfer, &headers);
   CURL* curl = client->curl;
@@ -384,7 +389,7 @@ pcp_status_t pcp_http_client_stream(pcp_http_client_t* client,
   stream_transfer_t transfer;
   memset(&transfer, 0, sizeof(transfer));
   transfer.stream = stream;
-  pcp_string_builder_initialize(pcp_allocator_system(),
+  pcp_string_builder_initialize(client->allocator,
                                 PCP_HTTP_CLIENT_MAX_HEADER_BYTES,
                                 &transfer.base.headers);
   struct curl_slist* headers = NULL;
@@ -483,7 +488,7 @@ bool pcp_http_client_response_header(const pcp_http_client_response_t* response,
 
 void pcp_http_client_response_deinitialize(
     pcp_http_client_response_t* response) {
-  free(response->body);
-  free(response->headers);
+  pcp_allocator_free(response->allocator, response->body);
+  pcp_allocator_free(response->allocator, response->headers);
   memset(response, 0, sizeof(*response));
 }

@@ -245,8 +245,10 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_body_set(
     pcp_http_response_t* response, int http_status, const char* content_type,
     const void* data, size_t byte_length);
 
-// Same, taking ownership of |data| (allocated with malloc) instead of
-// copying; freed by the server even on error.
+// Same, taking ownership of |data| instead of copying. |data| must come from
+// libc's malloc (json_dumps output, for one), not from a pcp_allocator_t:
+// the server frees it with free() (libmicrohttpd's MUST_FREE), even on
+// error. Copies made by the other setters go through the server's allocator.
 PCP_MUST_USE_RESULT pcp_status_t pcp_http_response_body_take(
     pcp_http_response_t* response, int http_status, const char* content_type,
     char* data, size_t byte_length);
@@ -514,6 +516,9 @@ typedef struct pcp_http_client_response_t {
   char* headers;  // raw header block of the final response; owned
   // Connections libcurl opened for this request (0 when one was reused).
   int64_t new_connection_count;
+  // Made |body| and |headers| (the client's, set by send); a caller that
+  // takes one of them frees it with pcp_allocator_free on this allocator.
+  pcp_allocator_t allocator;
 } pcp_http_client_response_t;
 
 typedef struct pcp_http_client_t pcp_http_client_t;

@@ -180,8 +180,9 @@ int LLVMFuzzerTestOneInput(  // NOLINT(readability-identifier-naming)
     return 0;
   }
   // NUL-terminated copy: paths and messages arrive as C strings.
-  char* text = malloc(size);
-  PCP_ASSERT(text);
+  pcp_allocator_t allocator = pcp_allocator_system();
+  char* text = NULL;
+  PCP_CHECK_OK(pcp_allocator_malloc(allocator, size, (void**)&text));
   memcpy(text, data + 1, size - 1);
   text[size - 1] = '\0';
   switch (data[0] % 4) {
@@ -199,7 +200,7 @@ int LLVMFuzzerTestOneInput(  // NOLINT(readability-identifier-naming)
       fuzz_error_schema(text);
       break;
   }
-  free(text);
+  pcp_allocator_free(allocator, text);
   return 0;
 }
 
@@ -217,7 +218,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     LLVMFuzzerTestOneInput(data, size);
-    free(data);
+    pcp_libc_free(data);  // pcp_file_read_all's buffer: libc memory
   }
   printf("http_fuzz: replayed %d input(s)\n", argc - 1);
   return 0;

@@ -79,7 +79,21 @@ void pcp_http_router_match(const pcp_http_router_t* router, const char* method,
 // Requests and responses
 //===----------------------------------------------------------------------===//
 
+// A body copied through the server's allocator: one block with the
+// allocator in front, because libmicrohttpd's free callback is handed only a
+// closure pointer (the block), not the allocator.
+typedef struct pcp_http_body_block_t {
+  pcp_allocator_t allocator;
+  char data[];
+} pcp_http_body_block_t;
+
+// libmicrohttpd's free callback for a body in a pcp_http_body_block_t
+// (|block|; NULL is a no-op).
+void pcp_http_body_block_free(void* block);
+
 struct pcp_http_response_t {
+  // The server's: header copies, the content type and copied bodies.
+  pcp_allocator_t allocator;
   int http_status;  // 0: nothing set yet
   // Set by pcp_http_response_sse_start; holds the response's reference.
   pcp_http_sse_stream_t* sse;
@@ -87,15 +101,22 @@ struct pcp_http_response_t {
   // |file_byte_length| bytes are the body; handed to libmicrohttpd.
   int file_fd;
   uint64_t file_byte_length;
-  char* content_type;
-  char* body;  // malloc'd (handed to libmicrohttpd with MUST_FREE)
+  char* content_type;  // |allocator|
+  // The body bytes: inside |body_block| when the response copied them (a
+  // libmicrohttpd free callback returns it to the allocator), else memory
+  // from libc's malloc taken by body_take (json_dumps output; handed to
+  // libmicrohttpd with MUST_FREE, which free()s it).
+  char* body;
+  pcp_http_body_block_t* body_block;
   size_t body_length;
   size_t header_count;
-  char* header_names[PCP_HTTP_MAX_RESPONSE_HEADERS];
-  char* header_values[PCP_HTTP_MAX_RESPONSE_HEADERS];
+  char* header_names[PCP_HTTP_MAX_RESPONSE_HEADERS];   // |allocator|
+  char* header_values[PCP_HTTP_MAX_RESPONSE_HEADERS];  // |allocator|
 };
 
-void pcp_http_response_initialize(pcp_http_response_t* out_response);
+// |allocator| (the server's) makes everything the response copies.
+void pcp_http_response_initialize(pcp_allocator_t allocator,
+                                  pcp_http_response_t* out_response);
 void pcp_http_response_deinitialize(pcp_http_response_t* response);
 
 struct pcp_http_request_t {

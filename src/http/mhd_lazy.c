@@ -27,24 +27,25 @@
 #include "base/base.h"
 
 // NOLINTBEGIN(readability-identifier-naming): libmicrohttpd's names.
-#define MHD_API_SYMBOLS(X)             \
-  X(MHD_add_connection)                \
-  X(MHD_add_response_header)           \
-  X(MHD_create_response_from_buffer)   \
-  X(MHD_create_response_from_callback) \
-  X(MHD_create_response_from_fd64)     \
-  X(MHD_destroy_response)              \
-  X(MHD_get_connection_info)           \
-  X(MHD_get_connection_values)         \
-  X(MHD_get_daemon_info)               \
-  X(MHD_is_feature_supported)          \
-  X(MHD_lookup_connection_value)       \
-  X(MHD_lookup_connection_value_n)     \
-  X(MHD_queue_response)                \
-  X(MHD_quiesce_daemon)                \
-  X(MHD_resume_connection)             \
-  X(MHD_start_daemon_va)               \
-  X(MHD_stop_daemon)                   \
+#define MHD_API_SYMBOLS(X)                                  \
+  X(MHD_add_connection)                                     \
+  X(MHD_add_response_header)                                \
+  X(MHD_create_response_from_buffer)                        \
+  X(MHD_create_response_from_buffer_with_free_callback_cls) \
+  X(MHD_create_response_from_callback)                      \
+  X(MHD_create_response_from_fd64)                          \
+  X(MHD_destroy_response)                                   \
+  X(MHD_get_connection_info)                                \
+  X(MHD_get_connection_values)                              \
+  X(MHD_get_daemon_info)                                    \
+  X(MHD_is_feature_supported)                               \
+  X(MHD_lookup_connection_value)                            \
+  X(MHD_lookup_connection_value_n)                          \
+  X(MHD_queue_response)                                     \
+  X(MHD_quiesce_daemon)                                     \
+  X(MHD_resume_connection)                                  \
+  X(MHD_start_daemon_va)                                    \
+  X(MHD_stop_daemon)                                        \
   X(MHD_suspend_connection)
 
 typedef struct mhd_api_t {
@@ -164,6 +165,13 @@ struct MHD_Response* MHD_create_response_from_callback(
     void* crc_cls, MHD_ContentReaderFreeCallback crfc) {
   return mhd()->MHD_create_response_from_callback(size, block_size, crc,
                                                   crc_cls, crfc);
+}
+
+struct MHD_Response* MHD_create_response_from_buffer_with_free_callback_cls(
+    size_t size, void* buffer, MHD_ContentReaderFreeCallback crfc,
+    void* crfc_cls) {
+  return mhd()->MHD_create_response_from_buffer_with_free_callback_cls(
+      size, buffer, crfc, crfc_cls);
 }
 
 struct MHD_Response* MHD_create_response_from_fd64(uint64_t size, int fd) {

@@ -30,18 +30,20 @@ pcp_status_t pcp_http_metrics_handler(void* user_data,
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "no metrics registry configured");
   }
+  // Rendered through the server's allocator and copied into the body (a
+  // builder's buffer is not libc memory, which body_take needs).
   pcp_string_builder_t builder;
-  pcp_string_builder_initialize(pcp_allocator_system(),
-                                PCP_HTTP_MAX_METRICS_BYTES, &builder);
+  pcp_string_builder_initialize(response->allocator, PCP_HTTP_MAX_METRICS_BYTES,
+                                &builder);
   pcp_status_t status = pcp_obs_registry_render(registry, &builder);
-  char* text = NULL;
   if (!status) {
-    status = pcp_string_builder_take(&builder, &text);
+    status = pcp_http_response_body_set(response, 200, PCP_OBS_CONTENT_TYPE,
+                                        pcp_string_builder_cstring(&builder),
+                                        builder.size);
   }
   pcp_string_builder_deinitialize(&builder);
   PCP_RETURN_IF_ERROR(status, "rendering metrics");
-  return pcp_http_response_body_take(response, 200, PCP_OBS_CONTENT_TYPE, text,
-                                     strlen(text));
+  return pcp_ok_status();
 }
 
 pcp_status_t pcp_http_readyz_handler(void* user_data,

@@ -13,9 +13,28 @@
 
 #include "http/http_impl.h"
 
-void pcp_http_response_initialize(pcp_http_response_t* out_response) {
+void pcp_http_response_initialize(pcp_allocator_t allocator,
+                                  pcp_http_response_t* out_response) {
   memset(out_response, 0, sizeof(*out_response));
+  out_response->allocator = allocator;
   out_response->file_fd = -1;
+}
+
+void pcp_http_body_block_free(void* block) {
+  if (block) {
+    pcp_http_body_block_t* b = block;
+    pcp_allocator_free(b->allocator, b);
+  }
+}
+
+// Frees |body| as body_take's contract says it was made: by libc's malloc
+// (json_dumps and callers' own malloc), or in a block of the allocator.
+static void body_free(char* body, pcp_http_body_block_t* block) {
+  if (block) {
+    pcp_http_body_block_free(block);
+  } else {
+    pcp_libc_free(body);  // libc's malloc (body_take's contract)
+  }
 }
 
 static void response_body_clear(pcp_http_response_t* response) {
@@ -28,9 +47,10 @@ static void response_body_clear(pcp_http_response_t* response) {
     pcp_http_sse_stream_abandon(response->sse);
     response->sse = NULL;
   }
-  free(response->body);
-  free(response->content_type);
+  body_free(response->body, response->body_block);
+  pcp_allocator_free(response->allocator, response->content_type);
   response->body = NULL;
+  response->body_block = NULL;
   response->content_type = NULL;
   response->body_length = 0;
 }
@@ -38,10 +58,12 @@ static void response_body_clear(pcp_http_response_t* response) {
 void pcp_http_response_deinitialize(pcp_http_response_t* response) {
   response_body_clear(response);
   for (size_t i = 0; i < response->header_count; ++i) {
-    free(response->header_names[i]);
-    free(response->header_values[i]);
+    pcp_allocator_free(response->allocator, response->header_names[i]);
+    pcp_allocator_free(response->allocator, response->header_values[i]);
   }
+  pcp_allocator_t allocator = response->allocator;
   memset(response, 0, sizeof(*response));
+  response->allocator = allocator;
   response->file_fd = -1;
 }
 
@@ -67,11 +89,16 @@ pcp_status_t pcp_http_response_header_add(pcp_http_response_t* response,
                            "more than %d response headers",
                            PCP_HTTP_MAX_RESPONSE_HEADERS);
   }
-  char* name_copy = strdup(name);
-  char* value_copy = strdup(value);
-  if (!name_copy || !value_copy) {
-    free(name_copy);
-    free(value_copy);
+  char* name_copy = NULL;
+  char* value_copy = NULL;
+  pcp_status_t status =
+      pcp_allocator_strdup(response->allocator, name, &name_copy);
+  if (!status) {
+    status = pcp_allocator_strdup(response->allocator, value, &value_copy);
+  }
+  if (status) {
+    pcp_status_ignore(status);
+    pcp_allocator_free(response->allocator, name_copy);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "out of memory adding a header");
   }
@@ -81,47 +108,69 @@ pcp_status_t pcp_http_response_header_add(pcp_http_response_t* response,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_http_response_body_take(pcp_http_response_t* response,
-                                         int http_status,
-                                         const char* content_type, char* data,
-                                         size_t byte_length) {
+// Sets the body to |data| (freed as body_free says, on error too).
+static pcp_status_t body_install(pcp_http_response_t* response, int http_status,
+                                 const char* content_type, char* data,
+                                 pcp_http_body_block_t* block,
+                                 size_t byte_length) {
   if (http_status < 100 || http_status > 599) {
-    free(data);
+    body_free(data, block);
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "HTTP status %d out of range", http_status);
   }
   char* type_copy = NULL;
   if (content_type) {
-    if (!header_value_is_safe(content_type) ||
-        !(type_copy = strdup(content_type))) {
-      free(data);
+    if (!header_value_is_safe(content_type)) {
+      body_free(data, block);
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "bad content type");
+    }
+    pcp_status_t status =
+        pcp_allocator_strdup(response->allocator, content_type, &type_copy);
+    if (status) {
+      body_free(data, block);
+      return status;
     }
   }
   response_body_clear(response);
   response->http_status = http_status;
   response->content_type = type_copy;
   response->body = data;
+  response->body_block = data ? block : NULL;
   response->body_length = data ? byte_length : 0;
   return pcp_ok_status();
+}
+
+pcp_status_t pcp_http_response_body_take(pcp_http_response_t* response,
+                                         int http_status,
+                                         const char* content_type, char* data,
+                                         size_t byte_length) {
+  return body_install(response, http_status, content_type, data, NULL,
+                      byte_length);
 }
 
 pcp_status_t pcp_http_response_body_set(pcp_http_response_t* response,
                                         int http_status,
                                         const char* content_type,
                                         const void* data, size_t byte_length) {
-  char* copy = NULL;
+  pcp_http_body_block_t* block = NULL;
   if (byte_length > 0) {
-    copy = malloc(byte_length);
-    if (!copy) {
+    if (byte_length > SIZE_MAX - sizeof(*block)) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "a %zu-byte body is too large", byte_length);
+    }
+    pcp_status_t status = pcp_allocator_malloc(
+        response->allocator, sizeof(*block) + byte_length, (void**)&block);
+    if (status) {
+      pcp_status_ignore(status);
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                              "out of memory copying a %zu-byte body",
                              byte_length);
     }
-    memcpy(copy, data, byte_length);
+    block->allocator = response->allocator;
+    memcpy(block->data, data, byte_length);
   }
-  return pcp_http_response_body_take(response, http_status, content_type, copy,
-                                     byte_length);
+  return body_install(response, http_status, content_type,
+                      block ? block->data : NULL, block, byte_length);
 }
 
 pcp_status_t pcp_http_response_file_set(pcp_http_response_t* response,
@@ -176,17 +225,18 @@ pcp_status_t pcp_http_response_json_take(pcp_http_response_t* response,
 pcp_status_t pcp_http_response_error_set(pcp_http_response_t* response,
                                          int http_status, const char* code,
                                          const char* message) {
+  // Built in a scratch builder and copied into a body block: error bodies
+  // are small, and the block is what lets libmicrohttpd free through the
+  // allocator.
   pcp_string_builder_t builder;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+  pcp_string_builder_initialize(response->allocator, 0, &builder);
   pcp_status_t status = pcp_http_error_json_format(code, message, &builder);
-  char* text = NULL;
   if (!status) {
-    status = pcp_string_builder_take(&builder, &text);
+    status = pcp_http_response_body_set(
+        response, http_status, "application/json", builder.data, builder.size);
   }
   pcp_string_builder_deinitialize(&builder);
-  PCP_RETURN_IF_ERROR_BARE(status);
-  return pcp_http_response_body_take(response, http_status, "application/json",
-                                     text, strlen(text));
+  return status;
 }
 
 pcp_status_t pcp_http_response_status_set(pcp_http_response_t* response,

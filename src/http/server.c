@@ -321,7 +321,17 @@ static enum MHD_Result queue_built(pcp_http_server_t* server,
     response = pcp_http_sse_response_create(built->sse, &server->sse_registry,
                                             request->connection);
     built->sse = NULL;  // the response (or its failure) took the reference
+  } else if (built->body_block) {
+    // Copied through the server's allocator: the callback returns the block
+    // to it once libmicrohttpd is done with the response.
+    response = MHD_create_response_from_buffer_with_free_callback_cls(
+        body_length, built->body, pcp_http_body_block_free, built->body_block);
+    if (response) {
+      built->body = NULL;  // owned by libmicrohttpd now
+      built->body_block = NULL;
+    }
   } else if (built->body) {
+    // libc memory (body_take's contract): libmicrohttpd free()s it.
     response = MHD_create_response_from_buffer(body_length, built->body,
                                                MHD_RESPMEM_MUST_FREE);
     if (response) {
@@ -377,7 +387,7 @@ static enum MHD_Result queue_error(pcp_http_server_t* server,
                                    const char* header_name,
                                    const char* header_value) {
   pcp_http_response_t built;
-  pcp_http_response_initialize(&built);
+  pcp_http_response_initialize(server->allocator, &built);
   pcp_status_t status =
       pcp_http_response_error_set(&built, http_status, code, message);
   if (!status && header_name) {
@@ -793,7 +803,7 @@ static enum MHD_Result run_handler(pcp_http_server_t* server,
                                    pcp_http_request_t* request) {
   const pcp_http_route_entry_t* route = request->route;
   pcp_http_response_t built;
-  pcp_http_response_initialize(&built);
+  pcp_http_response_initialize(server->allocator, &built);
   pcp_status_t status = route->handler(route->user_data, request, &built);
   if (!status && built.http_status == 0) {
     status = pcp_make_status(PCP_STATUS_INTERNAL,
@@ -803,7 +813,7 @@ static enum MHD_Result run_handler(pcp_http_server_t* server,
   if (status) {
     // The handler's partial response is dropped: the status is the answer.
     pcp_http_response_deinitialize(&built);
-    pcp_http_response_initialize(&built);
+    pcp_http_response_initialize(server->allocator, &built);
     int http_status = pcp_http_status_from_code(pcp_status_code(status));
     if (http_status >= 500) {
       pcp_log_status(PCP_LOG_WARN, &server->log_context, status,
@@ -966,7 +976,11 @@ static void client_opened(pcp_http_server_t* server,
   pthread_mutex_lock(&server->clients_mutex);
   client_entry_t* entry = client_find(server, key);
   if (!entry) {
-    entry = calloc(1, sizeof(*entry));
+    // Out of memory: the connection goes uncounted (it is served; only the
+    // per-client limit cannot see it).
+    pcp_status_t status =
+        pcp_allocator_calloc(server->allocator, sizeof(*entry), (void**)&entry);
+    pcp_status_ignore(status);
     if (entry) {
       memcpy(entry->key, key, 16);
       size_t bucket = client_bucket(key);
@@ -994,7 +1008,7 @@ static void client_closed(pcp_http_server_t* server, void** socket_context) {
       link = &(*link)->next;
     }
     *link = entry->next;
-    free(entry);
+    pcp_allocator_free(server->allocator, entry);
   }
   pthread_mutex_unlock(&server->clients_mutex);
 }
@@ -1037,15 +1051,19 @@ size_t pcp_http_server_json_depth_limit(const pcp_http_server_t* server) {
   return server->max_json_depth;
 }
 
-static pcp_status_t copy_option_string(const char* value, char** out_value) {
+static pcp_status_t copy_option_string(pcp_allocator_t allocator,
+                                       const char* value, char** out_value) {
   *out_value = NULL;
   if (!value) {
     return pcp_ok_status();
   }
-  *out_value = strdup(value);
-  return *out_value ? pcp_ok_status()
-                    : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                                      "out of memory copying options");
+  pcp_status_t status = pcp_allocator_strdup(allocator, value, out_value);
+  if (status) {
+    pcp_status_ignore(status);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "out of memory copying options");
+  }
+  return pcp_ok_status();
 }
 
 static pcp_status_t scopes_load(pcp_http_server_t* server,
@@ -1071,10 +1089,11 @@ static pcp_status_t scopes_load(pcp_http_server_t* server,
       }
     }
     scope_entry_t* entry = &server->scopes[i];
-    PCP_RETURN_IF_ERROR_BARE(copy_option_string(scope->name, &entry->name));
+    PCP_RETURN_IF_ERROR_BARE(
+        copy_option_string(server->allocator, scope->name, &entry->name));
     server->scope_count = i + 1;
     PCP_RETURN_IF_ERROR_BARE(
-        copy_option_string(scope->env_var, &entry->env_var));
+        copy_option_string(server->allocator, scope->env_var, &entry->env_var));
     // Read once, here: only the digest is kept, so the token itself never
     // sits in this process's heap beyond the environment block.
     const char* token = getenv(scope->env_var);
@@ -1136,10 +1155,11 @@ pcp_status_t pcp_http_server_create(const pcp_http_server_options_t* options,
   atomic_init(&server->request_id_counter, 1);
   pcp_http_router_initialize(allocator, &server->router);
 
-  pcp_status_t status =
-      copy_option_string(options->tls_cert_path, &server->tls_cert_path);
+  pcp_status_t status = copy_option_string(allocator, options->tls_cert_path,
+                                           &server->tls_cert_path);
   if (!status) {
-    status = copy_option_string(options->tls_key_path, &server->tls_key_path);
+    status = copy_option_string(allocator, options->tls_key_path,
+                                &server->tls_key_path);
   }
   if (!status) {
     status = scopes_load(server, options);
@@ -1442,18 +1462,19 @@ void pcp_http_server_release(pcp_http_server_t* server) {
   for (size_t i = 0; i < PCP_HTTP_CLIENT_BUCKETS; ++i) {
     while (server->clients[i]) {
       client_entry_t* next = server->clients[i]->next;
-      free(server->clients[i]);
+      pcp_allocator_free(server->allocator, server->clients[i]);
       server->clients[i] = next;
     }
   }
   pthread_mutex_destroy(&server->clients_mutex);
   for (size_t i = 0; i < server->scope_count; ++i) {
-    free(server->scopes[i].name);
-    free(server->scopes[i].env_var);
+    pcp_allocator_free(server->allocator, server->scopes[i].name);
+    pcp_allocator_free(server->allocator, server->scopes[i].env_var);
   }
-  free(server->tls_cert_path);
-  free(server->tls_key_path);
-  free(server->tls_cert_pem);
-  free(server->tls_key_pem);
+  pcp_allocator_free(server->allocator, server->tls_cert_path);
+  pcp_allocator_free(server->allocator, server->tls_key_path);
+  // pcp_file_read_all's buffers: libc memory (its contract).
+  pcp_libc_free(server->tls_cert_pem);
+  pcp_libc_free(server->tls_key_pem);
   pcp_allocator_free(server->allocator, server);
 }

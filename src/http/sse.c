@@ -17,11 +17,14 @@
 
 struct pcp_http_sse_stream_t {
   _Atomic int32_t ref_count;
+  // The response's (the server's): the stream, its queue and the events
+  // formatted for it.
+  pcp_allocator_t allocator;
   pthread_mutex_t mutex;
   // Set when the response is queued; NULL before.
   pcp_http_sse_registry_t* registry;
   struct MHD_Connection* connection;
-  char* queue;  // pending bytes [read_offset, queue_length)
+  char* queue;  // |allocator|; pending bytes [read_offset, queue_length)
   size_t queue_length;
   size_t queue_capacity;
   size_t read_offset;
@@ -68,26 +71,31 @@ void pcp_http_sse_stream_release(pcp_http_sse_stream_t* stream) {
     return;
   }
   pthread_mutex_destroy(&stream->mutex);
-  free(stream->queue);
-  free(stream);
+  pcp_allocator_t allocator = stream->allocator;
+  pcp_allocator_free(allocator, stream->queue);
+  pcp_allocator_free(allocator, stream);
 }
 
 pcp_status_t pcp_http_response_sse_start(pcp_http_response_t* response,
                                          size_t max_queued_bytes,
                                          pcp_http_sse_stream_t** out_stream) {
   *out_stream = NULL;
-  pcp_http_sse_stream_t* stream = calloc(1, sizeof(*stream));
-  if (!stream) {
+  pcp_http_sse_stream_t* stream = NULL;
+  pcp_status_t status = pcp_allocator_calloc(response->allocator,
+                                             sizeof(*stream), (void**)&stream);
+  if (status) {
+    pcp_status_ignore(status);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                            "out of memory starting an event stream");
   }
+  stream->allocator = response->allocator;
   // One reference for the caller, one for the response.
   atomic_init(&stream->ref_count, 2);
   pthread_mutex_init(&stream->mutex, NULL);
   stream->max_queued_bytes = max_queued_bytes
                                  ? max_queued_bytes
                                  : PCP_HTTP_SSE_DEFAULT_MAX_QUEUED_BYTES;
-  pcp_status_t status =
+  status =
       pcp_http_response_body_set(response, 200, "text/event-stream", NULL, 0);
   if (!status) {
     status =
@@ -96,7 +104,7 @@ pcp_status_t pcp_http_response_sse_start(pcp_http_response_t* response,
   if (status) {
     // Nobody else has seen the stream yet: free it outright.
     pthread_mutex_destroy(&stream->mutex);
-    free(stream);
+    pcp_allocator_free(stream->allocator, stream);
     return status;
   }
   response->sse = stream;
@@ -200,8 +208,11 @@ static pcp_status_t queue_append(pcp_http_sse_stream_t* stream,
     while (capacity < needed) {
       capacity *= 2;
     }
-    char* queue = realloc(stream->queue, capacity);
-    if (!queue) {
+    void* queue = stream->queue;
+    pcp_status_t status =
+        pcp_allocator_realloc(stream->allocator, capacity, &queue);
+    if (status) {
+      pcp_status_ignore(status);
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                              "out of memory queueing an event");
     }
@@ -254,7 +265,7 @@ pcp_status_t pcp_http_sse_stream_send(pcp_http_sse_stream_t* stream,
                            "event id and type must be one line");
   }
   pcp_string_builder_t builder;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+  pcp_string_builder_initialize(stream->allocator, 0, &builder);
   pcp_status_t status = pcp_ok_status();
   if (id) {
     status = pcp_string_builder_append_f(&builder, "id: %s\n", id);

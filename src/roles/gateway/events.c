@@ -115,7 +115,7 @@ static void client_feed(pcp_roles_gateway_state_t* g,
       snprintf(id, sizeof(id), "%" PRId64, e->event_id);
       status = text ? pcp_http_sse_stream_send(client->stream, id, "job", text)
                     : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-      free(text);
+      pcp_libc_free(text);  // json_dumps's buffer: libc memory
       if (status) {
         // Full queue or gone: resume from the cursor next time.
         pcp_status_ignore(status);

@@ -752,14 +752,19 @@ const pcp_config_table_t pcp_roles_gateway_effective_table = {
 // Deriving the effective settings
 //===----------------------------------------------------------------------===//
 
+// |slot| is a string field of the effective table: the config module owns
+// it and frees it (pcp_config_deinitialize) as it frees the strings it
+// parses, with the system allocator.
 static pcp_status_t set_copy(char** slot, const char* value) {
-  free(*slot);
+  pcp_allocator_free(pcp_allocator_system(), *slot);
   *slot = NULL;
   if (!value) {
     return pcp_ok_status();
   }
-  *slot = strdup(value);
-  if (!*slot) {
+  pcp_status_t status =
+      pcp_allocator_strdup(pcp_allocator_system(), value, slot);
+  if (status) {
+    pcp_status_ignore(status);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
   }
   return pcp_ok_status();

@@ -45,7 +45,7 @@ typedef struct pcp_roles_gateway_state_t pcp_roles_gateway_state_t;
 typedef struct pcp_roles_gateway_job_cache_entry_t {
   char id[64];
   uint64_t generation;
-  char* json;  // malloc'd
+  char* json;  // json_dumps's buffer (libc: pcp_libc_free)
   size_t length;
 } pcp_roles_gateway_job_cache_entry_t;
 
@@ -242,7 +242,8 @@ void pcp_roles_gateway_events_broadcast(pcp_roles_gateway_state_t* gateway,
                                         const char* event, const char* data);
 
 // Base64 (RFC 4648, padding optional on input). decode: INVALID_ARGUMENT for
-// a bad character; |*out_data| is malloc'd (caller frees).
+// a bad character; |*out_data| is made by pcp_allocator_system() (the
+// caller frees it with pcp_allocator_free on that allocator).
 PCP_MUST_USE_RESULT pcp_status_t pcp_roles_gateway_base64_decode(
     const char* text, size_t length, uint8_t** out_data, size_t* out_length);
 

@@ -236,9 +236,12 @@ pcp_status_t pcp_roles_gateway_workers_list(void* user_data,
   // included, in id order. The buffer is per request (a record is a few KiB)
   // and capped, so a huge registry cannot make one request allocate without
   // bound; |truncated| says when the cap cut the list.
-  pcp_fabric_worker_info_t* infos =
-      calloc(PCP_GATEWAY_MAX_LISTED_WORKERS, sizeof(*infos));
-  if (!infos) {
+  pcp_fabric_worker_info_t* infos = NULL;
+  pcp_status_t status = pcp_allocator_calloc(
+      g->allocator, PCP_GATEWAY_MAX_LISTED_WORKERS * sizeof(*infos),
+      (void**)&infos);
+  if (status) {
+    pcp_status_ignore(status);
     json_decref(counts);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "worker list");
   }
@@ -249,7 +252,7 @@ pcp_status_t pcp_roles_gateway_workers_list(void* user_data,
   for (uint32_t i = 0; i < count; ++i) {
     json_array_append_new(workers, worker_json(&infos[i]));
   }
-  free(infos);
+  pcp_allocator_free(g->allocator, infos);
   return pcp_http_response_json_take(
       response, 200,
       json_pack("{s:o, s:o, s:i, s:b}", "counts", counts, "workers", workers,
@@ -598,13 +601,18 @@ static void stop(pcp_roles_gateway_state_t* g) {
 }
 
 int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
-  pcp_roles_gateway_state_t* g = calloc(1, sizeof(*g));
-  if (!g) {
+  // The process's allocator: the state and everything the gateway makes.
+  pcp_allocator_t allocator = pcp_allocator_system();
+  pcp_roles_gateway_state_t* g = NULL;
+  pcp_status_t status = pcp_allocator_calloc(allocator, sizeof(*g), (void**)&g);
+  if (status) {
+    pcp_log_status(PCP_LOG_ERROR, NULL, status, "gateway state");
+    pcp_status_ignore(status);
     return 1;
   }
   g->config = config;
   g->lock_fd = -1;
-  g->allocator = pcp_allocator_system();
+  g->allocator = allocator;
   g->clock = pcp_clock_system();
   g->log.role = "gateway";
   g->log.node_id = config->file.gateway_id;
@@ -613,7 +621,7 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
   pthread_mutex_init(&g->cache_mu, NULL);
   pthread_cond_init(&g->cv, NULL);
   int exit_code = 0;
-  pcp_status_t status = pcp_roles_signals_install();
+  status = pcp_roles_signals_install();
   if (!status) {
     status = start(g);
   }
@@ -650,6 +658,6 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
   pthread_cond_destroy(&g->cv);
   pthread_mutex_destroy(&g->cache_mu);
   pthread_mutex_destroy(&g->mu);
-  free(g);
+  pcp_allocator_free(allocator, g);
   return exit_code;
 }

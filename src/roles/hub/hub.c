@@ -189,8 +189,8 @@ int64_t pcp_roles_hub_now_ms(const pcp_roles_hub_t* hub) {
 
 void pcp_roles_hub_call_deinitialize(pcp_roles_hub_call_t* call) {
   json_decref(call->body);
-  // An HTTP client response body: the system allocator (src/http).
-  pcp_allocator_free(pcp_allocator_system(), call->raw);
+  // An HTTP client response body: the client's allocator (src/http).
+  pcp_allocator_free(call->raw_allocator, call->raw);
   memset(call, 0, sizeof(*call));
 }
 
@@ -245,6 +245,7 @@ pcp_status_t pcp_roles_hub_gateway_call(pcp_roles_hub_t* hub,
   out_call->http_status = response.http_status;
   out_call->raw = response.body;
   out_call->raw_length = response.body_length;
+  out_call->raw_allocator = response.allocator;
   response.body = NULL;
   pcp_http_client_response_deinitialize(&response);
   if (out_call->raw && out_call->raw_length) {

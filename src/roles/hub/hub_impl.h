@@ -105,6 +105,7 @@ typedef struct pcp_roles_hub_call_t {
   json_t* body;     // parsed answer (NULL when empty or not JSON); owned
   char* raw;        // the answer's bytes (NUL-terminated); owned
   size_t raw_length;
+  pcp_allocator_t raw_allocator;  // made |raw| (the HTTP client's)
 } pcp_roles_hub_call_t;
 
 void pcp_roles_hub_call_deinitialize(pcp_roles_hub_call_t* call);
