@@ -55,7 +55,9 @@
 // Ownership: options, routes and tables are copied at create/add, except
 // each route's |user_data| and the registry, which are borrowed and must
 // outlive the server. Request views and response builders are valid only
-// during the handler call.
+// during the handler call. Memory: the server and the client allocate
+// through the pcp_allocator_t given at create (copies, responses, event
+// streams), which must outlive them and every stream they made.
 //
 // Typical wiring (a role's main thread):
 //   pcp_http_scope_t scopes[] = {{"api", "PCP_API_TOKEN"}};
