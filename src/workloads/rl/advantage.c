@@ -16,12 +16,10 @@ void pcp_rl_advantage_options_initialize(
 
 static pcp_status_t validate(const pcp_rl_advantage_options_t* options,
                              const float* rewards, size_t count) {
-  if (options->group_size < 2 ||
-      options->group_size > PCP_RL_MAX_GROUP_SIZE) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "group_size %lld is not in [2, %d]",
-                           (long long)options->group_size,
-                           PCP_RL_MAX_GROUP_SIZE);
+  if (options->group_size < 2 || options->group_size > PCP_RL_MAX_GROUP_SIZE) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT, "group_size %lld is not in [2, %d]",
+        (long long)options->group_size, PCP_RL_MAX_GROUP_SIZE);
   }
   // !(x >= 0) also catches NaN.
   if (!(options->epsilon >= 0.0 && options->epsilon <= 1.0)) {

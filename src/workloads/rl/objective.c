@@ -24,12 +24,12 @@
 
 // Appends one indented line unless an earlier append failed (the builder
 // formats straight into its buffer, hence a macro).
-#define LINE(s, fmt, ...)                                                     \
-  do {                                                                        \
-    if (!(s)->status) {                                                       \
+#define LINE(s, fmt, ...)                                                      \
+  do {                                                                         \
+    if (!(s)->status) {                                                        \
       (s)->status = pcp_string_builder_append_f((s)->builder, "    " fmt "\n", \
-                                                __VA_ARGS__);                 \
-    }                                                                         \
+                                                __VA_ARGS__);                  \
+    }                                                                          \
   } while (0)
 
 typedef struct objective_emitter_t {
@@ -56,8 +56,8 @@ static void append(objective_emitter_t* s, const char* text) {
 static void parameter_type(const pcp_models_parameter_t* p, char out[96]) {
   size_t used = (size_t)snprintf(out, 96, "tensor<");
   for (int32_t i = 0; i < p->rank && used < 96; ++i) {
-    used += (size_t)snprintf(out + used, 96 - used, "%lldx",
-                             (long long)p->dims[i]);
+    used +=
+        (size_t)snprintf(out + used, 96 - used, "%lldx", (long long)p->dims[i]);
   }
   if (used < 96) {
     snprintf(out + used, 96 - used, "%s>",
@@ -115,24 +115,31 @@ static void emit_body(objective_emitter_t* s) {
     s->status = pcp_string_builder_append_f(s->builder, "%s, ", type);
   }
   if (!s->status) {
-    s->status = pcp_string_builder_append_f(s->builder, "%s) -> %s\n", s->bti,
-                                            s->btv);
+    s->status =
+        pcp_string_builder_append_f(s->builder, "%s) -> %s\n", s->bti, s->btv);
   }
-  LINE(s, "%s", "%neg_inf = stablehlo.constant dense<0xFF800000> : tensor<f32>");
+  LINE(s, "%s",
+       "%neg_inf = stablehlo.constant dense<0xFF800000> : tensor<f32>");
   LINE(s, "%s", "%zero = stablehlo.constant dense<0.0> : tensor<f32>");
   LINE(s, "%s", "%one = stablehlo.constant dense<1.0> : tensor<f32>");
-  LINE(s, "%%zeros_bt = stablehlo.broadcast_in_dim %%zero, dims = [] : "
-       "(tensor<f32>) -> %s", s->bt);
-  LINE(s, "%%ones_bt = stablehlo.broadcast_in_dim %%one, dims = [] : "
-       "(tensor<f32>) -> %s", s->bt);
+  LINE(s,
+       "%%zeros_bt = stablehlo.broadcast_in_dim %%zero, dims = [] : "
+       "(tensor<f32>) -> %s",
+       s->bt);
+  LINE(s,
+       "%%ones_bt = stablehlo.broadcast_in_dim %%one, dims = [] : "
+       "(tensor<f32>) -> %s",
+       s->bt);
 
   // logp = log_softmax(logits)[targets] = (l_t - max) - log(sum(exp(l - max))).
   LINE(s,
        "%%row_max = stablehlo.reduce(%%logits init: %%neg_inf) applies "
        "stablehlo.maximum across dimensions = [2] : (%s, tensor<f32>) -> %s",
        s->btv, s->bt);
-  LINE(s, "%%row_max_b = stablehlo.broadcast_in_dim %%row_max, dims = [0, 1] "
-       ": (%s) -> %s", s->bt, s->btv);
+  LINE(s,
+       "%%row_max_b = stablehlo.broadcast_in_dim %%row_max, dims = [0, 1] "
+       ": (%s) -> %s",
+       s->bt, s->btv);
   LINE(s, "%%shifted = stablehlo.subtract %%logits, %%row_max_b : %s", s->btv);
   LINE(s, "%%exp = stablehlo.exponential %%shifted : %s", s->btv);
   LINE(s,
@@ -141,14 +148,22 @@ static void emit_body(objective_emitter_t* s) {
        s->btv, s->bt);
   LINE(s, "%%lse = stablehlo.log %%sum_exp : %s", s->bt);
   LINE(s, "%%vocab = stablehlo.iota dim = 2 : %s", s->btvi);
-  LINE(s, "%%targets_b = stablehlo.broadcast_in_dim %%targets, dims = [0, 1] "
-       ": (%s) -> %s", s->bti, s->btvi);
-  LINE(s, "%%one_hot = stablehlo.compare EQ, %%vocab, %%targets_b : (%s, %s) "
-       "-> %s", s->btvi, s->btvi, s->btv1);
-  LINE(s, "%%zeros_btv = stablehlo.broadcast_in_dim %%zero, dims = [] : "
-       "(tensor<f32>) -> %s", s->btv);
-  LINE(s, "%%picked_all = stablehlo.select %%one_hot, %%shifted, %%zeros_btv "
-       ": %s, %s", s->btv1, s->btv);
+  LINE(s,
+       "%%targets_b = stablehlo.broadcast_in_dim %%targets, dims = [0, 1] "
+       ": (%s) -> %s",
+       s->bti, s->btvi);
+  LINE(s,
+       "%%one_hot = stablehlo.compare EQ, %%vocab, %%targets_b : (%s, %s) "
+       "-> %s",
+       s->btvi, s->btvi, s->btv1);
+  LINE(s,
+       "%%zeros_btv = stablehlo.broadcast_in_dim %%zero, dims = [] : "
+       "(tensor<f32>) -> %s",
+       s->btv);
+  LINE(s,
+       "%%picked_all = stablehlo.select %%one_hot, %%shifted, %%zeros_btv "
+       ": %s, %s",
+       s->btv1, s->btv);
   LINE(s,
        "%%picked = stablehlo.reduce(%%picked_all init: %%zero) applies "
        "stablehlo.add across dimensions = [2] : (%s, tensor<f32>) -> %s",
@@ -158,12 +173,16 @@ static void emit_body(objective_emitter_t* s) {
   // The clipped surrogate.
   LINE(s, "%%log_ratio = stablehlo.subtract %%logp, %%old_logp : %s", s->bt);
   LINE(s, "%%ratio = stablehlo.exponential %%log_ratio : %s", s->bt);
-  LINE(s, "%%adv = stablehlo.broadcast_in_dim %%advantages, dims = [0] : "
-       "(%s) -> %s", s->vb, s->bt);
+  LINE(s,
+       "%%adv = stablehlo.broadcast_in_dim %%advantages, dims = [0] : "
+       "(%s) -> %s",
+       s->vb, s->bt);
   LINE(s, "%s", "%low = stablehlo.subtract %one, %clip_low : tensor<f32>");
   LINE(s, "%s", "%high = stablehlo.add %one, %clip_high : tensor<f32>");
-  LINE(s, "%%clipped = \"stablehlo.clamp\"(%%low, %%ratio, %%high) : "
-       "(tensor<f32>, %s, tensor<f32>) -> %s", s->bt, s->bt);
+  LINE(s,
+       "%%clipped = \"stablehlo.clamp\"(%%low, %%ratio, %%high) : "
+       "(tensor<f32>, %s, tensor<f32>) -> %s",
+       s->bt, s->bt);
   LINE(s, "%%surr_raw = stablehlo.multiply %%ratio, %%adv : %s", s->bt);
   LINE(s, "%%surr_clipped = stablehlo.multiply %%clipped, %%adv : %s", s->bt);
   LINE(s, "%%surr = stablehlo.minimum %%surr_raw, %%surr_clipped : %s", s->bt);
@@ -174,8 +193,10 @@ static void emit_body(objective_emitter_t* s) {
   LINE(s, "%%kl_plus_one = stablehlo.subtract %%ref_ratio, %%ref_delta : %s",
        s->bt);
   LINE(s, "%%kl = stablehlo.subtract %%kl_plus_one, %%ones_bt : %s", s->bt);
-  LINE(s, "%%beta_bt = stablehlo.broadcast_in_dim %%beta, dims = [] : "
-       "(tensor<f32>) -> %s", s->bt);
+  LINE(s,
+       "%%beta_bt = stablehlo.broadcast_in_dim %%beta, dims = [] : "
+       "(tensor<f32>) -> %s",
+       s->bt);
   LINE(s, "%%penalty = stablehlo.multiply %%beta_bt, %%kl : %s", s->bt);
   LINE(s, "%%objective = stablehlo.subtract %%surr, %%penalty : %s", s->bt);
 
@@ -185,7 +206,8 @@ static void emit_body(objective_emitter_t* s) {
   emit_sum(s, "%total", "%masked");
   emit_sum(s, "%mask_sum", "%mask");
   LINE(s, "%s", "%count = stablehlo.maximum %mask_sum, %one : tensor<f32>");
-  LINE(s, "%s", "%mean_objective = stablehlo.divide %total, %count : "
+  LINE(s, "%s",
+       "%mean_objective = stablehlo.divide %total, %count : "
        "tensor<f32>");
   LINE(s, "%s", "%loss = stablehlo.negate %mean_objective : tensor<f32>");
 }
@@ -224,24 +246,36 @@ static void emit_metrics(objective_emitter_t* s) {
   emit_body(s);
   emit_masked_mean(s, "%mean_kl", "%kl");
   emit_masked_mean(s, "%mean_ratio", "%ratio");
-  LINE(s, "%%low_b = stablehlo.broadcast_in_dim %%low, dims = [] : "
-       "(tensor<f32>) -> %s", s->bt);
-  LINE(s, "%%high_b = stablehlo.broadcast_in_dim %%high, dims = [] : "
-       "(tensor<f32>) -> %s", s->bt);
+  LINE(s,
+       "%%low_b = stablehlo.broadcast_in_dim %%low, dims = [] : "
+       "(tensor<f32>) -> %s",
+       s->bt);
+  LINE(s,
+       "%%high_b = stablehlo.broadcast_in_dim %%high, dims = [] : "
+       "(tensor<f32>) -> %s",
+       s->bt);
   LINE(s, "%%below = stablehlo.compare LT, %%ratio, %%low_b : (%s, %s) -> %s",
        s->bt, s->bt, s->bt1);
   LINE(s, "%%above = stablehlo.compare GT, %%ratio, %%high_b : (%s, %s) -> %s",
        s->bt, s->bt, s->bt1);
-  LINE(s, "%%negative = stablehlo.compare LT, %%adv, %%zeros_bt : (%s, %s) -> "
-       "%s", s->bt, s->bt, s->bt1);
-  LINE(s, "%%positive = stablehlo.compare GT, %%adv, %%zeros_bt : (%s, %s) -> "
-       "%s", s->bt, s->bt, s->bt1);
+  LINE(s,
+       "%%negative = stablehlo.compare LT, %%adv, %%zeros_bt : (%s, %s) -> "
+       "%s",
+       s->bt, s->bt, s->bt1);
+  LINE(s,
+       "%%positive = stablehlo.compare GT, %%adv, %%zeros_bt : (%s, %s) -> "
+       "%s",
+       s->bt, s->bt, s->bt1);
   LINE(s, "%%low_hit = stablehlo.and %%below, %%negative : %s", s->bt1);
   LINE(s, "%%high_hit = stablehlo.and %%above, %%positive : %s", s->bt1);
-  LINE(s, "%%low_f = stablehlo.select %%low_hit, %%ones_bt, %%zeros_bt : "
-       "%s, %s", s->bt1, s->bt);
-  LINE(s, "%%high_f = stablehlo.select %%high_hit, %%ones_bt, %%zeros_bt : "
-       "%s, %s", s->bt1, s->bt);
+  LINE(s,
+       "%%low_f = stablehlo.select %%low_hit, %%ones_bt, %%zeros_bt : "
+       "%s, %s",
+       s->bt1, s->bt);
+  LINE(s,
+       "%%high_f = stablehlo.select %%high_hit, %%ones_bt, %%zeros_bt : "
+       "%s, %s",
+       s->bt1, s->bt);
   emit_masked_mean(s, "%low_fraction", "%low_f");
   emit_masked_mean(s, "%high_fraction", "%high_f");
   LINE(s,
@@ -287,10 +321,8 @@ pcp_status_t pcp_rl_objective_module_emit(const pcp_models_spec_t* spec,
   snprintf(s.bti, sizeof(s.bti), "tensor<%lldx%lldxi32>", s.b, s.t);
   snprintf(s.bt1, sizeof(s.bt1), "tensor<%lldx%lldxi1>", s.b, s.t);
   snprintf(s.btv, sizeof(s.btv), "tensor<%lldx%lldx%lldxf32>", s.b, s.t, s.v);
-  snprintf(s.btvi, sizeof(s.btvi), "tensor<%lldx%lldx%lldxi32>", s.b, s.t,
-           s.v);
-  snprintf(s.btv1, sizeof(s.btv1), "tensor<%lldx%lldx%lldxi1>", s.b, s.t,
-           s.v);
+  snprintf(s.btvi, sizeof(s.btvi), "tensor<%lldx%lldx%lldxi32>", s.b, s.t, s.v);
+  snprintf(s.btv1, sizeof(s.btv1), "tensor<%lldx%lldx%lldxi1>", s.b, s.t, s.v);
   snprintf(s.vb, sizeof(s.vb), "tensor<%lldxf32>", s.b);
   append(&s, "  // GRPO objective (docs/rl.md), over @logits.\n");
   emit_grpo(&s);

@@ -177,9 +177,10 @@ static void objective_module_text(void** state) {
                       model_length - 2);
   assert_non_null(strstr(text, "func.func @grpo(%p0: tensor<"));
   assert_non_null(strstr(text, "func.func @grpo_metrics("));
-  assert_non_null(strstr(text, "%advantages: tensor<2xf32>, %clip_low: "
-                               "tensor<f32>, %clip_high: tensor<f32>, "
-                               "%beta: tensor<f32>) -> tensor<f32> {"));
+  assert_non_null(strstr(text,
+                         "%advantages: tensor<2xf32>, %clip_low: "
+                         "tensor<f32>, %clip_high: tensor<f32>, "
+                         "%beta: tensor<f32>) -> tensor<f32> {"));
   assert_non_null(strstr(text, "= func.call @logits(%p0, "));
   assert_int_equal(text[strlen(text) - 2], '}');
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Test driver for the RL core, used by tests/workloads/rl_advantage_numpy_test.py
-// and tests/models/grpo_jax_test.py (which recompute everything
-// independently with NumPy / JAX):
+// Test driver for the RL core, used by
+// tests/workloads/rl_advantage_numpy_test.py and tests/models/grpo_jax_test.py
+// (which recompute everything independently with NumPy / JAX):
 //
 //   rl_tool advantages G EPSILON SCALE(0|1) IN.f32 OUT.f32
 //       raw little-endian f32 rewards in, advantages out; prints
@@ -45,8 +45,8 @@ static int run_advantages(char** argv) {
                                 (count + 1) * sizeof(float), (void**)&out);
   pcp_rl_advantage_stats_t stats;
   if (!status) {
-    status = pcp_rl_advantages_compute(&options, (const float*)data, count,
-                                       out, &stats);
+    status = pcp_rl_advantages_compute(&options, (const float*)data, count, out,
+                                       &stats);
   }
   if (!status) {
     status = pcp_file_write_atomic(argv[4], out, count * sizeof(float));
@@ -89,9 +89,9 @@ static int run_objective(char** argv) {
   if (!status) {
     pcp_compile_training_options_t options;
     pcp_rl_objective_training_options_initialize(&options);
-    status = pcp_compile_training_module_build(
-        text, strlen(text), argv[8], &options, pcp_allocator_system(),
-        &derived, &derived_length);
+    status = pcp_compile_training_module_build(text, strlen(text), argv[8],
+                                               &options, pcp_allocator_system(),
+                                               &derived, &derived_length);
   }
   if (!status) {
     status = pcp_file_write_atomic(argv[9], derived, derived_length);
