@@ -31,10 +31,10 @@ implementations agree on which side each token is (their log-probs differ
 by ~1e-6).
 
 Tolerances (f32): loss and metrics within 1e-5 absolute + 1e-5 relative;
-each gradient within 2e-4 of its tensor's largest reference magnitude (the
-models JAX test's logits tolerance is 1e-4; the backward doubles the
-arithmetic). A wrong sign, a missing clip or KL term or a sequence-level
-mean gives errors of order 1.
+each gradient within 1e-4 of its tensor's largest reference magnitude (the
+models JAX test's logits tolerance; measured at most 1.2e-5 for the GPT and
+1.5e-6 for Qwen3). A wrong sign, a missing clip or KL term or a
+sequence-level mean gives errors of order 1e-2 to 1.
 
 Prints one line per case and 'N passed, M failed'.
 """
@@ -57,7 +57,7 @@ PCP, TOOL = sys.argv[1], sys.argv[2]
 B, T, V = 4, 16, 64
 CLIP_LOW, CLIP_HIGH = 0.2, 0.28  # DAPO's asymmetric clip
 LOSS_TOL = 1e-5
-GRAD_TOL = 2e-4
+GRAD_TOL = 1e-4
 
 # name, architecture, tool sizes (layers heads kv_heads width), pcp model flags
 MODELS = [
