@@ -217,6 +217,43 @@ static void objective_module_text(void** state) {
   pcp_string_builder_deinitialize(&model);
 }
 
+// Every built-in architecture, f32 and bf16 parameters: the module parses
+// and the autodiff derives its gradient (bf16 logits are converted to f32
+// inside @logits, so the objective itself is always f32).
+static void objective_every_architecture(void** state) {
+  (void)state;
+  static const pcp_models_architecture_t kArchs[3] = {
+      PCP_MODELS_ARCHITECTURE_GPT, PCP_MODELS_ARCHITECTURE_NANOCHAT,
+      PCP_MODELS_ARCHITECTURE_QWEN3};
+  for (int a = 0; a < 3; ++a) {
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+      pcp_models_spec_t spec;
+      pcp_models_spec_initialize(kArchs[a], &spec);
+      spec.layers = 1;
+      spec.width = 32;
+      spec.vocab = 17;
+      spec.block_size = 8;
+      spec.batch = 2;
+      spec.dtype = bf16 ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32;
+      pcp_string_builder_t builder;
+      pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+      EXPECT_OK(pcp_rl_objective_module_emit(&spec, &builder));
+      const char* text = pcp_string_builder_cstring(&builder);
+      assert_non_null(strstr(text, bf16 ? "xbf16>" : "xf32>"));
+      pcp_compile_training_options_t options;
+      pcp_rl_objective_training_options_initialize(&options);
+      char* derived = NULL;
+      size_t length = 0;
+      EXPECT_OK(pcp_compile_training_module_build(
+          text, strlen(text), "grpo.mlir", &options, pcp_allocator_system(),
+          &derived, &length));
+      assert_non_null(strstr(derived, "func.func @compute_gradients("));
+      pcp_allocator_free(pcp_allocator_system(), derived);
+      pcp_string_builder_deinitialize(&builder);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(advantages_known_values),
@@ -224,6 +261,7 @@ int main(void) {
       cmocka_unit_test(advantages_unscaled_and_in_place),
       cmocka_unit_test(advantages_refused),
       cmocka_unit_test(objective_module_text),
+      cmocka_unit_test(objective_every_architecture),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
