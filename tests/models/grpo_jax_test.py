@@ -7,7 +7,7 @@ usage: grpo_jax_test.py PCP_BINARY RL_TOOL
 
 For a tiny GPT and a tiny Qwen3: `rl_tool objective` writes the module
 (pcp_rl_objective_module_emit) and the gradient module the C API derives
-from it; `pcp compile --program grad --function grpo --data-args 9
+from it; `pcp compile --program grad --function grpo --data-args 10
 --emit-mlir` must derive the same text from the CLI. Both modules are
 compiled once for IREE's CPU backend and run by `pcp run` per case.
 
@@ -16,7 +16,8 @@ the formulas of docs/rl.md over jax_reference.py's forward (nanoGPT / HF
 Qwen3, not the MLIR), in the PPO "where" form: per token
     A >= 0: min(ratio, 1 + clip_high) A      A < 0: max(ratio, 1 - clip_low) A
 which equals min(ratio A, clip(ratio) A) without using either min or clip
-the way the module does, minus beta times the k3 KL, masked token mean.
+the way the module does, minus beta times the k3 KL, masked sum divided by
+token_normalizer when > 0, else by the masked token count.
 
 Cases (B = 4 is one group of G = 4; advantages come from `rl_tool
 advantages` on the case's rewards): on-policy (ratio 1) with beta 0;
@@ -24,11 +25,17 @@ old_logp perturbed (ratio != 1) with beta 0.04; large perturbations where
 the clip binds on both sides (the reference's clip fractions must both be
 > 0); beta 0.1 with a distant reference policy; every token unmasked; an
 all-equal reward group (A = 0) with beta 0 (loss and every gradient
-exactly 0) and with beta 0.1 (the KL term alone). Each case masks prompt
+exactly 0) and with beta 0.1 (the KL term alone); a given
+token_normalizer. Each case masks prompt
 tokens (the first P_b of row b) and padding (the last tokens of some rows).
 Ratios within 1e-3 of a clip bound are moved off it, so the two
 implementations agree on which side each token is (their log-probs differ
 by ~1e-6).
+
+Accumulation (GPT): `--accumulate 2` over two micro-batches of 4 rows
+with token_normalizer = (completion tokens of both) / 2 must give the
+loss and gradient of the token mean over all 8 rows (the JAX objective on
+the 8-row batch): what docs/rl.md says the update loop passes.
 
 Tolerances (f32): loss and metrics within 1e-5 absolute + 1e-5 relative;
 each gradient within 1e-4 of its tensor's largest reference magnitude (the
@@ -59,12 +66,14 @@ CLIP_LOW, CLIP_HIGH = 0.2, 0.28  # DAPO's asymmetric clip
 LOSS_TOL = 1e-5
 GRAD_TOL = 1e-4
 
-# name, architecture, tool sizes (layers heads kv_heads width), pcp model flags
+# name, architecture, tool sizes (layers heads kv_heads width), pcp model
+# flags, whether to check gradient accumulation
 MODELS = [
     ("gpt", "gpt", ["2", "4", "0", "32"],
-     ["--layers", "2", "--heads", "4", "--width", "32"]),
+     ["--layers", "2", "--heads", "4", "--width", "32"], True),
     ("qwen3", "qwen3", ["1", "4", "2", "32"],
-     ["--layers", "1", "--heads", "4", "--kv-heads", "2", "--width", "32"]),
+     ["--layers", "1", "--heads", "4", "--kv-heads", "2", "--width", "32"],
+     False),
 ]
 
 
@@ -102,7 +111,7 @@ def objective(table):
         return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
 
     def terms(params, ids, targets, mask, old_logp, ref_logp, adv, lo, hi,
-              beta):
+              beta, normalizer):
         logp = token_logp(params, ids, targets)
         ratio = jnp.exp(logp - old_logp)
         a = adv[:, None]
@@ -111,7 +120,8 @@ def objective(table):
         d = ref_logp - logp
         kl = jnp.exp(d) - d - 1.0
         tokens = jnp.maximum(jnp.sum(mask), 1.0)
-        loss = -jnp.sum(mask * (surrogate - beta * kl)) / tokens
+        divisor = jnp.where(normalizer > 0, normalizer, tokens)
+        loss = -jnp.sum(mask * (surrogate - beta * kl)) / divisor
         low = jnp.where((ratio < 1.0 - lo) & (a < 0), 1.0, 0.0)
         high = jnp.where((ratio > 1.0 + hi) & (a > 0), 1.0, 0.0)
         metrics = [jnp.sum(mask * m) / tokens for m in (kl, low, high, ratio)]
@@ -133,7 +143,7 @@ def mask_for(rng, prompt_max=6):
 def advantages(tmp, rewards):
     src, dst = os.path.join(tmp, "r.f32"), os.path.join(tmp, "a.f32")
     np.asarray(rewards, "<f4").tofile(src)
-    run([TOOL, "advantages", str(B), "1e-4", "1", src, dst])
+    run([TOOL, "advantages", "4", "1e-4", "1", src, dst])
     return np.fromfile(dst, "<f4")
 
 
@@ -150,31 +160,35 @@ def away_from_bounds(logp, old):
 
 
 def cases(tmp, rng, logp):
-    """(name, mask, old_logp, ref_logp, advantages, beta, expect)."""
+    """(name, mask, old_logp, ref_logp, advantages, beta, normalizer,
+    expect); normalizer 0 = the batch's token count."""
     rewards = rng.standard_normal(B)
     noise = lambda s: (s * rng.standard_normal((B, T))).astype(np.float32)
     out = []
     out.append(("on-policy beta=0", mask_for(rng), logp.copy(),
-                logp + noise(0.3), advantages(tmp, rewards), 0.0, None))
+                logp + noise(0.3), advantages(tmp, rewards), 0.0, 0.0, None))
     out.append(("ratio!=1 beta=0.04", mask_for(rng),
                 away_from_bounds(logp, logp + noise(0.1)), logp + noise(0.2),
-                advantages(tmp, rng.standard_normal(B)), 0.04, None))
+                advantages(tmp, rng.standard_normal(B)), 0.04, 0.0, None))
     out.append(("clip both sides beta=0.02", mask_for(rng),
                 away_from_bounds(logp, logp + noise(0.6)), logp + noise(0.2),
-                advantages(tmp, [1.0, 0.0, 2.0, -1.5]), 0.02, "clips"))
+                advantages(tmp, [1.0, 0.0, 2.0, -1.5]), 0.02, 0.0, "clips"))
     out.append(("far reference beta=0.1", mask_for(rng),
                 away_from_bounds(logp, logp + noise(0.1)), logp + noise(1.0),
-                advantages(tmp, rng.standard_normal(B)), 0.1, None))
+                advantages(tmp, rng.standard_normal(B)), 0.1, 0.0, None))
     out.append(("no mask beta=0.04", np.ones((B, T), np.float32),
                 away_from_bounds(logp, logp + noise(0.3)), logp + noise(0.2),
-                advantages(tmp, rng.standard_normal(B)), 0.04, None))
+                advantages(tmp, rng.standard_normal(B)), 0.04, 0.0, None))
     equal = advantages(tmp, [0.5, 0.5, 0.5, 0.5])
     out.append(("all-equal group beta=0", mask_for(rng),
                 away_from_bounds(logp, logp + noise(0.3)), logp + noise(0.2),
-                equal, 0.0, "zero"))
+                equal, 0.0, 0.0, "zero"))
     out.append(("all-equal group beta=0.1", mask_for(rng),
                 away_from_bounds(logp, logp + noise(0.3)), logp + noise(0.5),
-                equal, 0.1, "kl-only"))
+                equal, 0.1, 0.0, "kl-only"))
+    out.append(("token_normalizer 50 beta=0.04", mask_for(rng),
+                away_from_bounds(logp, logp + noise(0.3)), logp + noise(0.2),
+                advantages(tmp, rng.standard_normal(B)), 0.04, 50.0, None))
     return out
 
 
@@ -205,14 +219,14 @@ def close(got, want, tol=LOSS_TOL):
     return abs(float(got) - float(want)) <= tol * (1.0 + abs(float(want)))
 
 
-def check_model(tmp, name, arch, sizes, flags, seed):
+def check_model(tmp, name, arch, sizes, flags, accumulate, seed):
     mlir = os.path.join(tmp, name + ".mlir")
     derived = os.path.join(tmp, name + ".grad.mlir")
     run([TOOL, "objective", arch] + sizes + [str(V), str(T), str(B), mlir,
                                              derived])
     cli = os.path.join(tmp, name + ".cli.mlir")
     run([PCP, "compile", "--program", "grad", mlir, "--function", "grpo",
-         "--data-args", "9", "--emit-mlir", cli])
+         "--data-args", "10", "--emit-mlir", cli])
     results = []
     with open(derived) as f, open(cli) as g:
         same = f.read() == g.read()
@@ -240,10 +254,11 @@ def check_model(tmp, name, arch, sizes, flags, seed):
     logp = np.asarray(token_logp(jparams, ids, targets), np.float32)
     runner = Runner(tmp)
     scalars = [np.float32(CLIP_LOW), np.float32(CLIP_HIGH)]
-    for case, mask, old, reflp, adv, beta, expect in cases(tmp, rng, logp):
+    for case, mask, old, reflp, adv, beta, norm, expect in cases(tmp, rng,
+                                                                  logp):
         data = [ids, targets, mask, old.astype(np.float32),
                 reflp.astype(np.float32), adv.astype(np.float32)] + scalars + [
-                    np.float32(beta)]
+                    np.float32(beta), np.float32(norm)]
         (loss, (metrics, ref_logp_out)), grads = value_and_grad(
             jparams, *[jnp.asarray(x) for x in data])
         got = runner.call(grad_vmfb, "compute_gradients",
@@ -291,16 +306,71 @@ def check_model(tmp, name, arch, sizes, flags, seed):
             problems = problems[:4] + ["%d more" % (len(problems) - 4)]
         results.append(("%s: %s" % (name, case), not problems,
                         "; ".join(problems) if problems else detail))
+    if accumulate:
+        results.append(check_accumulation(tmp, name, mlir, table, params,
+                                          value_and_grad, token_logp, rng))
     return results
+
+
+def check_accumulation(tmp, name, mlir, table, params, value_and_grad,
+                       token_logp, rng):
+    """Two micro-batches of B rows with token_normalizer = total / 2 equal
+    the token mean of the 2B-row batch."""
+    acc_vmfb = os.path.join(tmp, name + ".acc.vmfb")
+    run([PCP, "compile", "--program", "grad", "--accumulate", "2", mlir,
+         "--function", "grpo", "--data-args", "10", "-o", acc_vmfb])
+    ids = rng.integers(0, V, size=(2 * B, T), dtype=np.int32)
+    targets = np.roll(ids, -1, axis=1)
+    jparams = [jnp.asarray(p) for p in params]
+    logp = np.asarray(token_logp(jparams, ids, targets), np.float32)
+    # Micro-batch 0 gets many more completion tokens than micro-batch 1, so
+    # a mean of the two micro-batch means would differ from the token mean.
+    mask = np.zeros((2 * B, T), np.float32)
+    mask[:B, 2:] = 1.0
+    mask[B:, T - 3:] = 1.0
+    old = away_from_bounds(logp, logp + (0.3 * rng.standard_normal(
+        (2 * B, T))).astype(np.float32))
+    reflp = logp + (0.2 * rng.standard_normal((2 * B, T))).astype(np.float32)
+    adv = advantages(tmp, rng.standard_normal(2 * B))
+    beta = np.float32(0.04)
+    lo, hi = np.float32(CLIP_LOW), np.float32(CLIP_HIGH)
+    total = float(mask.sum())
+    (loss, _), grads = value_and_grad(
+        jparams, *[jnp.asarray(x) for x in (ids, targets, mask, old, reflp,
+                                            adv, lo, hi, beta,
+                                            np.float32(0.0))])
+    split = lambda x: np.asarray(x).reshape((2, B) + np.asarray(x).shape[1:])
+    stack = lambda x: np.full((2,), x, np.float32)
+    data = [split(ids), split(targets), split(mask), split(old),
+            split(reflp), split(adv), stack(lo), stack(hi), stack(beta),
+            stack(total / 2.0)]
+    got = Runner(tmp).call(acc_vmfb, "compute_gradients_accumulated",
+                           [np.asarray(p) for p in params] + data,
+                           1 + len(params))
+    problems, worst = [], 0.0
+    if not close(got[0], loss):
+        problems.append("loss %.7g vs %.7g" % (got[0], loss))
+    for e, g, w in zip(table["parameters"], got[1:], grads):
+        w = np.asarray(w)
+        rel = float(np.max(np.abs(g - w))) / float(np.max(np.abs(w)))
+        worst = max(worst, rel)
+        if not rel <= GRAD_TOL:
+            problems.append("d%s rel err %.2e" % (e["name"], rel))
+    return ("%s: --accumulate 2 with token_normalizer = tokens / 2" % name,
+            not problems, "; ".join(problems[:4]) if problems else
+            "loss %.6f (%d + %d tokens), grad rel err %.2e (tol %.0e)" % (
+                loss, int(mask[:B].sum()), int(mask[B:].sum()), worst,
+                GRAD_TOL))
 
 
 def main():
     passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("PCP_CACHE_DIR", os.path.join(tmp, "cache"))
-        for i, (name, arch, sizes, flags) in enumerate(MODELS):
+        for i, (name, arch, sizes, flags, accumulate) in enumerate(MODELS):
             try:
-                results = check_model(tmp, name, arch, sizes, flags, 100 + i)
+                results = check_model(tmp, name, arch, sizes, flags,
+                                      accumulate, 100 + i)
             except Exception as exc:  # a failed command fails the model
                 results = [(name, False, str(exc))]
             for label, ok, detail in results:

@@ -15,7 +15,8 @@
 //   ratio   = exp(logp - old_logp)
 //   surr    = min(ratio A, clamp(ratio, 1 - clip_low, 1 + clip_high) A)
 //   kl      = exp(ref_logp - logp) - (ref_logp - logp) - 1     (k3)
-//   loss    = -sum(mask (surr - beta kl)) / max(sum(mask), 1)
+//   loss    = -sum(mask (surr - beta kl)) / N
+// with N = token_normalizer when it is > 0, else max(sum(mask), 1).
 
 #include <stdio.h>
 #include <string.h>
@@ -65,7 +66,8 @@ static void parameter_type(const pcp_models_parameter_t* p, char out[96]) {
   }
 }
 
-// "  func.func @NAME(%p0: ..., %input_ids: ..., ..., %beta: tensor<f32>)"
+// "  func.func @NAME(%p0: ..., %input_ids: ..., ..., %beta: tensor<f32>,
+//    %token_normalizer: tensor<f32>)"
 static void emit_signature(objective_emitter_t* s, const char* name) {
   if (!s->status) {
     s->status =
@@ -82,7 +84,8 @@ static void emit_signature(objective_emitter_t* s, const char* name) {
         s->builder,
         "%%input_ids: %s, %%targets: %s, %%mask: %s, %%old_logp: %s, "
         "%%ref_logp: %s, %%advantages: %s, %%clip_low: tensor<f32>, "
-        "%%clip_high: tensor<f32>, %%beta: tensor<f32>)",
+        "%%clip_high: tensor<f32>, %%beta: tensor<f32>, "
+        "%%token_normalizer: tensor<f32>)",
         s->bti, s->bti, s->bt, s->bt, s->bt, s->vb);
   }
 }
@@ -98,7 +101,8 @@ static void emit_sum(objective_emitter_t* s, const char* result,
 
 // The shared body: per-token log-probabilities, ratio, clipped surrogate,
 // k3 KL and the masked token mean. Leaves %loss, %logp, %ratio, %kl, %adv,
-// %low, %high, %count, %ones_bt and %zeros_bt defined.
+// %low, %high, %count (the batch's completion tokens, at least 1), %ones_bt
+// and %zeros_bt defined.
 static void emit_body(objective_emitter_t* s) {
   // The call to the model's forward.
   if (!s->status) {
@@ -201,13 +205,21 @@ static void emit_body(objective_emitter_t* s) {
   LINE(s, "%%objective = stablehlo.subtract %%surr, %%penalty : %s", s->bt);
 
   // Token-level mean over the masked tokens; max(count, 1) makes a batch
-  // without completion tokens a zero loss instead of 0/0.
+  // without completion tokens a zero loss instead of 0/0. A positive
+  // token_normalizer replaces the count: the tokens of a whole accumulated
+  // step, or Dr. GRPO's constant.
   LINE(s, "%%masked = stablehlo.multiply %%mask, %%objective : %s", s->bt);
   emit_sum(s, "%total", "%masked");
   emit_sum(s, "%mask_sum", "%mask");
   LINE(s, "%s", "%count = stablehlo.maximum %mask_sum, %one : tensor<f32>");
   LINE(s, "%s",
-       "%mean_objective = stablehlo.divide %total, %count : "
+       "%given = stablehlo.compare GT, %token_normalizer, %zero : "
+       "(tensor<f32>, tensor<f32>) -> tensor<i1>");
+  LINE(s, "%s",
+       "%divisor = stablehlo.select %given, %token_normalizer, %count : "
+       "tensor<i1>, tensor<f32>");
+  LINE(s, "%s",
+       "%mean_objective = stablehlo.divide %total, %divisor : "
        "tensor<f32>");
   LINE(s, "%s", "%loss = stablehlo.negate %mean_objective : tensor<f32>");
 }

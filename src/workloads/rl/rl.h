@@ -89,19 +89,25 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_rl_advantages_compute(
 // The loss function, for pcp_compile_training_module_build's function_name:
 //   @grpo(params..., input_ids: BxT i32, targets: BxT i32, mask: BxT f32,
 //         old_logp: BxT f32, ref_logp: BxT f32, advantages: B f32,
-//         clip_low: f32, clip_high: f32, beta: f32) -> loss: f32
+//         clip_low: f32, clip_high: f32, beta: f32,
+//         token_normalizer: f32) -> loss: f32
 // (scalars are rank-0 tensors). targets[b, t] is the token that follows
 // input_ids[b, t]; mask is 1 on completion tokens and 0 on prompt and
 // padding; old_logp and ref_logp are the log-probabilities of targets under
-// the policy that sampled them and under the reference policy.
+// the policy that sampled them and under the reference policy. The loss is
+// -sum(mask * objective) / N: N = token_normalizer when it is > 0 (the
+// completion tokens of a whole accumulated step divided by the number of
+// micro-batches, since accumulation averages them; or a constant, as Dr.
+// GRPO), else this batch's completion tokens, max(sum(mask), 1).
 #define PCP_RL_OBJECTIVE_FUNCTION "grpo"
 // Same arguments -> (loss, mean_kl, clip_low_fraction, clip_high_fraction,
-// mean_ratio, logp: BxT f32), every mean over the masked tokens. Not
+// mean_ratio, logp: BxT f32), the loss as @grpo's, the others means over
+// this batch's masked tokens. Not
 // differentiated; run it on the same batch for the progress metrics.
 #define PCP_RL_OBJECTIVE_METRICS_FUNCTION "grpo_metrics"
 // The trailing arguments of @grpo that are data (no gradient): input_ids
-// through beta.
-#define PCP_RL_OBJECTIVE_DATA_ARGUMENT_COUNT 9
+// through token_normalizer.
+#define PCP_RL_OBJECTIVE_DATA_ARGUMENT_COUNT 10
 
 // Appends a module holding the model's @main and @logits (exactly
 // pcp_models_module_emit's functions) plus @grpo and @grpo_metrics for
