@@ -102,8 +102,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_rl_advantages_compute(
 #define PCP_RL_OBJECTIVE_FUNCTION "grpo"
 // Same arguments -> (loss, mean_kl, clip_low_fraction, clip_high_fraction,
 // mean_ratio, logp: BxT f32), the loss as @grpo's, the others means over
-// this batch's masked tokens. Not
-// differentiated; run it on the same batch for the progress metrics.
+// this batch's masked tokens. Not differentiated; run it on the same batch
+// for the progress metrics.
 #define PCP_RL_OBJECTIVE_METRICS_FUNCTION "grpo_metrics"
 // The trailing arguments of @grpo that are data (no gradient): input_ids
 // through token_normalizer.
