@@ -41,6 +41,9 @@
 #include "workloads/train/policy.h"  // IWYU pragma: export
 // The generic job kind on the runner (src/workloads/jobs/jobs.c).
 #include "workloads/jobs/jobs.h"  // IWYU pragma: export
+//===--- RL (src/workloads/rl/, issue 16) ---===//
+// GRPO core: group-normalised advantages and the @grpo objective module.
+#include "workloads/rl/rl.h"  // IWYU pragma: export
 
 #ifdef __cplusplus
 extern "C" {
