@@ -10,6 +10,14 @@
 
 #include "fabric/fabric.h"
 
+#if defined(PCP_FABRIC_GLUE_SEEDED_BUGS)
+// Test-only: src/sim's seeded-bug build compiles this file a second time
+// with the flag (src/sim/CMakeLists.txt), so that a bug in the shared
+// decision reaches the simulation through the shared code path. The fabric
+// library is never built with it.
+bool pcp_fabric_glue_seeded_epoch_kept = false;
+#endif
+
 static void join_reject(pcp_fabric_join_decision_t* d,
                         pcp_proto_reject_reason_t reason, const char* message) {
   d->verdict = PCP_FABRIC_JOIN_REJECT;
@@ -63,6 +71,10 @@ void pcp_fabric_join_decide(const pcp_proto_join_t* join,
                pcp_proto_join_resume_matches(join, epoch, record->resume_token);
   // A new session fences off everything the old one held: a higher epoch.
   d->lease_epoch = d->resumed ? epoch : epoch + 1;
+#if defined(PCP_FABRIC_GLUE_SEEDED_BUGS)
+  if (pcp_fabric_glue_seeded_epoch_kept && epoch != 0)
+    d->lease_epoch = epoch;  // the seeded bug: no fencing on a new session
+#endif
 }
 
 void pcp_fabric_join_evict(pcp_proto_gateway_conn_t* old, int64_t now_ns) {

@@ -58,6 +58,9 @@ typedef enum sim_program_state_e {
 // so production-shaped code paths carry none of them.
 #if defined(PCP_SIM_SEEDED_BUGS)
 #define SIM_BUG(sim, which) ((sim)->options.bug == (which))
+// The switch of fabric_glue.c's seeded bug; only the seeded-bug build of the
+// simulation compiles that file with it (src/sim/CMakeLists.txt).
+extern bool pcp_fabric_glue_seeded_epoch_kept;
 #else
 #define SIM_BUG(sim, which) ((void)(sim), false)
 #endif
