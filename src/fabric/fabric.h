@@ -437,6 +437,115 @@ typedef struct pcp_fabric_task_info_t {
 void pcp_fabric_task_info_query(pcp_fabric_task_t* task,
                                 pcp_fabric_task_info_t* out_info);
 
+//===----------------------------------------------------------------------===//
+// Connection glue (sans I/O)
+//===----------------------------------------------------------------------===//
+
+// The endpoint's decisions about one connection, with no sockets, libuv,
+// threads or clock (time is an argument): what a verified JOIN leads to and
+// the drain of a proto gateway connection's actions. fabric_workers.c and
+// fabric_conn.c call them for real connections and src/sim for its simulated
+// ones, so the deterministic simulation runs this code, not a copy of it
+// (docs/simulation.md). Everything that changes the endpoint's own tables or
+// writes to a socket stays with the caller. Not thread-safe: the caller
+// serializes (the endpoint lock, or the simulation's one thread).
+
+// What the registry holds for the worker id a JOIN names.
+typedef struct pcp_fabric_join_record_t {
+  bool known;  // the registry has a slot for this id (else the rest is unused)
+  // A connection holds the id (accepted, its end not handled yet), silent
+  // for good once |connection_deadline_ns| has passed.
+  bool connected;
+  int64_t connection_deadline_ns;
+  uint64_t lease_epoch;  // 0: never accepted
+  int64_t lost_at_ns;    // when the last connection was lost
+  uint8_t resume_token[PCP_PROTO_RESUME_TOKEN_BYTE_LENGTH];
+} pcp_fabric_join_record_t;
+
+typedef enum pcp_fabric_join_verdict_e {
+  PCP_FABRIC_JOIN_REJECT = 0,
+  PCP_FABRIC_JOIN_ACCEPT = 1,
+} pcp_fabric_join_verdict_t;
+
+typedef struct pcp_fabric_join_decision_t {
+  pcp_fabric_join_verdict_t verdict;
+  // REJECT: what the REJECT frame carries.
+  pcp_proto_reject_reason_t reject_reason;
+  char message[256];
+  // ACCEPT:
+  bool evict_old;  // fail the old connection first (pcp_fabric_join_evict)
+  bool new_slot;   // the id is new: the caller makes its registry slot
+  bool resumed;    // the session resumes: keep the epoch and the token
+  uint64_t lease_epoch;  // the epoch ACCEPT carries (the next one if new)
+  pcp_sched_backend_t backend;
+} pcp_fabric_join_decision_t;
+
+// Decides a verified JOIN: REJECT (bad backend or field ranges, a duplicate
+// worker id while the old connection is within its silence deadline, a new
+// id with no room in the registry: |registry_has_room| says whether a slot
+// is free or can be freed), or ACCEPT, evicting a silent old connection
+// first, resumed when the worker was lost at most the resume window ago and
+// the JOIN carries the record's epoch and token. |out_decision| overwritten.
+void pcp_fabric_join_decide(const pcp_proto_join_t* join,
+                            const pcp_fabric_join_record_t* record,
+                            bool registry_has_room, int64_t now_ns,
+                            const pcp_proto_timeouts_t* timeouts,
+                            pcp_fabric_join_decision_t* out_decision);
+
+// Fails |old|, the connection an accepted JOIN replaces (ERROR, then
+// CLOSE); the caller drains its actions next.
+void pcp_fabric_join_evict(pcp_proto_gateway_conn_t* old, int64_t now_ns);
+
+// Enters the accepted worker into |sched|. On failure turns |decision| into
+// the REJECT to send (CAPACITY when sched is full, else BAD_JOIN; the
+// status as the message) and returns false.
+bool pcp_fabric_join_sched_enter(pcp_sched_t* sched,
+                                 const pcp_proto_join_t* join, int64_t now_ns,
+                                 pcp_fabric_join_decision_t* decision);
+
+// The ACCEPT parameters of |decision| with the session's |resume_token|
+// (the kept one when resumed, a fresh one otherwise).
+void pcp_fabric_join_accept_params(const pcp_fabric_join_decision_t* decision,
+                                   const uint8_t* resume_token,
+                                   pcp_proto_gateway_accept_params_t* out);
+
+// One handler per gateway-side action; NULL ignores that action. |action|
+// is the caller's to use during the call (a handler may take |frame| or
+// |status|, leaving the field empty); the drain deinitializes it after.
+typedef void (*pcp_fabric_action_fn_t)(void* context,
+                                       pcp_proto_action_t* action);
+
+typedef struct pcp_fabric_action_handlers_t {
+  pcp_fabric_action_fn_t send;
+  pcp_fabric_action_fn_t close;
+  pcp_fabric_action_fn_t join_verified;
+  pcp_fabric_action_fn_t evict;
+  pcp_fabric_action_fn_t program_fetch;
+  pcp_fabric_action_fn_t program_ready;
+  pcp_fabric_action_fn_t program_failed;
+  pcp_fabric_action_fn_t task_progress;
+  pcp_fabric_action_fn_t task_result;
+  pcp_fabric_action_fn_t task_failed;
+  pcp_fabric_action_fn_t task_lost;
+  pcp_fabric_action_fn_t peer_draining;
+} pcp_fabric_action_handlers_t;
+
+// Executes |proto|'s queued actions in order through |handlers|.
+// |*draining| is the connection's own flag (false when idle): a handler
+// that issues a command (an assignment, say) queues more actions and may
+// drain again; that nested call returns false at once and the running loop
+// takes them next, in the same order. Were the nested call to run the queue
+// itself, an action that arrived in the same read (another task's result)
+// would be handled in the middle of the handler that issued the command,
+// and a handler walking a task list would see tasks finish and leave the
+// list under it (run B's CI hang, docs/decisions.md). Returns true when this
+// call drained the queue and the state machine is CLOSED: the caller ends
+// the connection. Handlers must not release |proto|.
+bool pcp_fabric_conn_actions_drain(pcp_proto_gateway_conn_t* proto,
+                                   bool* draining,
+                                   const pcp_fabric_action_handlers_t* handlers,
+                                   void* context);
+
 #ifdef __cplusplus
 }
 #endif

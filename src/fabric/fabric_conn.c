@@ -158,136 +158,149 @@ static bool is_peer_fault(pcp_status_code_t code) {
   }
 }
 
-static void handle_action(fabric_conn_t* conn, pcp_proto_action_t* a) {
+// The handlers of pcp_fabric_conn_actions_drain (fabric_glue.c, shared with
+// src/sim); |context| is the fabric_conn_t.
+
+static void on_send(void* context, pcp_proto_action_t* a) {
+  conn_send(context, &a->frame);
+}
+
+static void on_close_action(void* context, pcp_proto_action_t* a) {
+  fabric_conn_t* conn = context;
   pcp_fabric_endpoint_t* ep = conn->endpoint;
-  switch (a->type) {
-    case PCP_PROTO_ACTION_SEND:
-      conn_send(conn, &a->frame);
-      break;
-    case PCP_PROTO_ACTION_CLOSE: {
-      pcp_status_code_t code = pcp_status_code(a->status);
-      const char* worker = conn->worker ? conn->worker->info.worker_id : "-";
-      char reason[512];
-      pcp_status_format(a->status, reason, sizeof(reason));
-      bool rejected = code == PCP_STATUS_UNAUTHENTICATED ||
-                      code == PCP_STATUS_PERMISSION_DENIED ||
-                      (!conn->worker && code == PCP_STATUS_INVALID_ARGUMENT);
-      if (rejected) {
-        atomic_fetch_add(&ep->rejected_joins, 1);
-        counter_add(ep->m_rejected, 1);
-      }
-      if (is_peer_fault(code))
-        atomic_fetch_add(&ep->protocol_errors, 1);
-      PCP_LOG(code == PCP_STATUS_OK || code == PCP_STATUS_CANCELLED
-                  ? PCP_LOG_INFO
-                  : PCP_LOG_WARN,
-              &ep->log,
-              "fabric connection closed conn=%llu peer=%s worker=%s "
-              "code=%s reason=%s",
-              (unsigned long long)conn->id, conn->peer, worker,
-              pcp_status_code_string(code), reason);
-      conn->close_requested = true;
-      conn->close_requested_ns = now_ns(ep);
-      try_finish_close(conn);
-      break;
-    }
-    case PCP_PROTO_ACTION_JOIN_VERIFIED:
-      pcp_fabric_join_verified(conn);
-      break;
-    case PCP_PROTO_ACTION_EVICT:
-      atomic_fetch_add(&ep->evictions, 1);
-      counter_add(ep->m_evictions, 1);
-      if (conn->worker)
-        conn->worker->info.eviction_count++;
-      PCP_LOG(PCP_LOG_WARN, &ep->log,
-              "fabric worker evicted worker=%s peer=%s silence_limit_ms=%lld",
-              conn->worker ? conn->worker->info.worker_id : "-", conn->peer,
-              (long long)(ep->timeouts.silence_timeout_ns / 1000000));
-      break;
-    case PCP_PROTO_ACTION_PROGRAM_FETCH: {
-      program_t* p = pcp_fabric_program_find(ep, a->program);
-      pcp_status_t status =
-          p ? pcp_proto_gateway_conn_send_program(conn->proto, a->request_id,
-                                                  p->data, p->byte_length,
-                                                  now_ns(ep))
-            : pcp_make_status(PCP_STATUS_NOT_FOUND, "program not registered");
-      if (status) {
-        pcp_status_ignore(
-            pcp_proto_gateway_conn_fail(conn->proto, status, now_ns(ep)));
-        pcp_status_ignore(status);
-      }
-      break;
-    }
-    case PCP_PROTO_ACTION_PROGRAM_READY:
-      pcp_fabric_program_answer(conn, a->program, pcp_ok_status());
-      break;
-    case PCP_PROTO_ACTION_PROGRAM_FAILED:
-      pcp_fabric_program_answer(conn, a->program, a->status);
-      a->status = pcp_ok_status();
-      break;
-    case PCP_PROTO_ACTION_TASK_PROGRESS: {
-      pcp_fabric_task_t* task = pcp_fabric_task_find(ep, a->task_id);
-      pcp_proto_task_progress_t progress;
-      pcp_status_t status =
-          pcp_proto_task_progress_parse(&a->received, &progress);
-      if (status) {
-        pcp_status_ignore(status);
-        break;
-      }
-      if (task && task->state == TASK_RUNNING && task->worker == conn->worker) {
-        task->progress_state = progress.state;
-        if (progress.has_fraction)
-          task->progress_fraction = progress.fraction;
-        pcp_fabric_task_notify(ep, task, PCP_FABRIC_TASK_EVENT_PROGRESS);
-      }
-      break;
-    }
-    case PCP_PROTO_ACTION_TASK_RESULT:
-      pcp_fabric_task_result_receive(conn, a);
-      break;
-    case PCP_PROTO_ACTION_TASK_FAILED: {
-      pcp_fabric_task_t* task = pcp_fabric_task_find(ep, a->task_id);
-      if (task && task->state == TASK_RUNNING && task->worker == conn->worker) {
-        pcp_fabric_worker_task_answered(conn->worker, task, true);
-        pcp_fabric_task_finish(ep, task, a->status);
-        a->status = pcp_ok_status();
-      }
-      break;
-    }
-    case PCP_PROTO_ACTION_TASK_LOST:
-      break;  // conn_ended moves every task of the worker
-    case PCP_PROTO_ACTION_PEER_DRAINING:
-      if (conn->worker) {
-        conn->worker->info.state = PCP_FABRIC_WORKER_DRAINING;
-        pthread_cond_broadcast(&ep->cv);  // pcp_fabric_workers_wait
-        pcp_status_ignore(
-            pcp_sched_worker_drain(ep->sched, conn->worker->info.worker_id));
-      }
-      break;
-    default:
-      break;
+  pcp_status_code_t code = pcp_status_code(a->status);
+  const char* worker = conn->worker ? conn->worker->info.worker_id : "-";
+  char reason[512];
+  pcp_status_format(a->status, reason, sizeof(reason));
+  bool rejected = code == PCP_STATUS_UNAUTHENTICATED ||
+                  code == PCP_STATUS_PERMISSION_DENIED ||
+                  (!conn->worker && code == PCP_STATUS_INVALID_ARGUMENT);
+  if (rejected) {
+    atomic_fetch_add(&ep->rejected_joins, 1);
+    counter_add(ep->m_rejected, 1);
+  }
+  if (is_peer_fault(code))
+    atomic_fetch_add(&ep->protocol_errors, 1);
+  PCP_LOG(code == PCP_STATUS_OK || code == PCP_STATUS_CANCELLED ? PCP_LOG_INFO
+                                                                : PCP_LOG_WARN,
+          &ep->log,
+          "fabric connection closed conn=%llu peer=%s worker=%s "
+          "code=%s reason=%s",
+          (unsigned long long)conn->id, conn->peer, worker,
+          pcp_status_code_string(code), reason);
+  conn->close_requested = true;
+  conn->close_requested_ns = now_ns(ep);
+  try_finish_close(conn);
+}
+
+static void on_join_verified(void* context, pcp_proto_action_t* a) {
+  (void)a;
+  pcp_fabric_join_verified(context);
+}
+
+static void on_evict(void* context, pcp_proto_action_t* a) {
+  (void)a;
+  fabric_conn_t* conn = context;
+  pcp_fabric_endpoint_t* ep = conn->endpoint;
+  atomic_fetch_add(&ep->evictions, 1);
+  counter_add(ep->m_evictions, 1);
+  if (conn->worker)
+    conn->worker->info.eviction_count++;
+  PCP_LOG(PCP_LOG_WARN, &ep->log,
+          "fabric worker evicted worker=%s peer=%s silence_limit_ms=%lld",
+          conn->worker ? conn->worker->info.worker_id : "-", conn->peer,
+          (long long)(ep->timeouts.silence_timeout_ns / 1000000));
+}
+
+static void on_program_fetch(void* context, pcp_proto_action_t* a) {
+  fabric_conn_t* conn = context;
+  pcp_fabric_endpoint_t* ep = conn->endpoint;
+  program_t* p = pcp_fabric_program_find(ep, a->program);
+  pcp_status_t status =
+      p ? pcp_proto_gateway_conn_send_program(
+              conn->proto, a->request_id, p->data, p->byte_length, now_ns(ep))
+        : pcp_make_status(PCP_STATUS_NOT_FOUND, "program not registered");
+  if (status) {
+    pcp_status_ignore(
+        pcp_proto_gateway_conn_fail(conn->proto, status, now_ns(ep)));
+    pcp_status_ignore(status);
   }
 }
 
-// Executes the connection's queued actions in order. Commands issued while
-// handling one (an assignment, say) queue more and call this again; such a
-// nested call returns at once and the running loop takes them next, in the
-// same order. Were the nested call to run the queue itself, an action that
-// arrived in the same read (another task's result) would be handled in the
-// middle of the handler that issued the command, and a handler walking the
-// task list would see tasks finish and leave the list under it (the CI hang:
-// on_program_answer lost its place and never assigned the tasks behind).
-void pcp_fabric_conn_process_actions(fabric_conn_t* conn) {
-  if (conn->in_actions)
+static void on_program_ready(void* context, pcp_proto_action_t* a) {
+  pcp_fabric_program_answer(context, a->program, pcp_ok_status());
+}
+
+static void on_program_failed(void* context, pcp_proto_action_t* a) {
+  pcp_fabric_program_answer(context, a->program, a->status);
+  a->status = pcp_ok_status();
+}
+
+static void on_task_progress(void* context, pcp_proto_action_t* a) {
+  fabric_conn_t* conn = context;
+  pcp_fabric_endpoint_t* ep = conn->endpoint;
+  pcp_fabric_task_t* task = pcp_fabric_task_find(ep, a->task_id);
+  pcp_proto_task_progress_t progress;
+  pcp_status_t status = pcp_proto_task_progress_parse(&a->received, &progress);
+  if (status) {
+    pcp_status_ignore(status);
     return;
-  conn->in_actions = true;
-  pcp_proto_action_t action;
-  while (pcp_proto_gateway_conn_next_action(conn->proto, &action)) {
-    handle_action(conn, &action);
-    pcp_proto_action_deinitialize(&action);
   }
-  conn->in_actions = false;
-  if (pcp_proto_gateway_conn_state(conn->proto) == PCP_PROTO_GATEWAY_CLOSED) {
+  if (task && task->state == TASK_RUNNING && task->worker == conn->worker) {
+    task->progress_state = progress.state;
+    if (progress.has_fraction)
+      task->progress_fraction = progress.fraction;
+    pcp_fabric_task_notify(ep, task, PCP_FABRIC_TASK_EVENT_PROGRESS);
+  }
+}
+
+static void on_task_result(void* context, pcp_proto_action_t* a) {
+  pcp_fabric_task_result_receive(context, a);
+}
+
+static void on_task_failed(void* context, pcp_proto_action_t* a) {
+  fabric_conn_t* conn = context;
+  pcp_fabric_endpoint_t* ep = conn->endpoint;
+  pcp_fabric_task_t* task = pcp_fabric_task_find(ep, a->task_id);
+  if (task && task->state == TASK_RUNNING && task->worker == conn->worker) {
+    pcp_fabric_worker_task_answered(conn->worker, task, true);
+    pcp_fabric_task_finish(ep, task, a->status);
+    a->status = pcp_ok_status();
+  }
+}
+
+static void on_peer_draining(void* context, pcp_proto_action_t* a) {
+  (void)a;
+  fabric_conn_t* conn = context;
+  pcp_fabric_endpoint_t* ep = conn->endpoint;
+  if (conn->worker) {
+    conn->worker->info.state = PCP_FABRIC_WORKER_DRAINING;
+    pthread_cond_broadcast(&ep->cv);  // pcp_fabric_workers_wait
+    pcp_status_ignore(
+        pcp_sched_worker_drain(ep->sched, conn->worker->info.worker_id));
+  }
+}
+
+static const pcp_fabric_action_handlers_t kConnHandlers = {
+    .send = on_send,
+    .close = on_close_action,
+    .join_verified = on_join_verified,
+    .evict = on_evict,
+    .program_fetch = on_program_fetch,
+    .program_ready = on_program_ready,
+    .program_failed = on_program_failed,
+    .task_progress = on_task_progress,
+    .task_result = on_task_result,
+    .task_failed = on_task_failed,
+    .task_lost = NULL,  // conn_ended moves every task of the worker
+    .peer_draining = on_peer_draining,
+};
+
+// The drain, its order and its re-entrancy guard are
+// pcp_fabric_conn_actions_drain's (fabric.h).
+void pcp_fabric_conn_process_actions(fabric_conn_t* conn) {
+  if (pcp_fabric_conn_actions_drain(conn->proto, &conn->in_actions,
+                                    &kConnHandlers, conn)) {
     pcp_fabric_conn_ended(conn);
   }
 }

@@ -14,8 +14,9 @@
 // after its first task) hold no lease and wait for that worker instead.
 //
 // Files: fabric.c (endpoint, loop thread, config), fabric_conn.c
-// (connections, writes, actions), fabric_workers.c (joins, losses, worker
-// API), fabric_tasks.c (task handles, outcomes, task API),
+// (connections, writes, actions), fabric_glue.c (the sans-I/O join decision
+// and action drain, shared with src/sim), fabric_workers.c (joins, losses,
+// worker API), fabric_tasks.c (task handles, outcomes, task API),
 // fabric_placement.c (placement and the scheduling pass),
 // fabric_programs.c (programs, offers, sessions), fabric_metrics.c
 // (metrics, latency histogram, stats). Every function declared here runs
@@ -157,8 +158,8 @@ struct fabric_conn_t {
   bool shutdown_started;
   bool tcp_close_called;
   bool ended;  // loss handled
-  // process_actions is running for this connection (up the stack): a
-  // nested call leaves the queue to it (see process_actions).
+  // The drain guard of pcp_fabric_conn_actions_drain: it runs for this
+  // connection up the stack, so a nested call leaves the queue to it.
   bool in_actions;
   // Bytes read from / handed to net on this connection (the handshake
   // included); the worker's info adds them up over its connections.
@@ -334,14 +335,12 @@ void pcp_fabric_kick(pcp_fabric_endpoint_t* ep);
 // Connections (fabric_conn.c)
 //===----------------------------------------------------------------------===//
 
-// Executes the connection's queued actions in order. Commands issued while
-// handling one (an assignment, say) queue more and call this again; such a
-// nested call returns at once and the running loop takes them next, in the
-// same order. Were the nested call to run the queue itself, an action that
-// arrived in the same read (another task's result) would be handled in the
-// middle of the handler that issued the command, and a handler walking the
-// task list would see tasks finish and leave the list under it (the CI hang:
+// Executes the connection's queued actions in order through
+// pcp_fabric_conn_actions_drain (fabric_glue.c, shared with src/sim), whose
+// guard makes a nested call (a command issued while handling an action)
+// return at once and leave the queue to the running loop (the CI hang:
 // on_program_answer lost its place and never assigned the tasks behind).
+// Ends the connection when its state machine is CLOSED.
 void pcp_fabric_conn_process_actions(fabric_conn_t* conn);
 
 // A command or event failed on our side (out of memory): end the connection.

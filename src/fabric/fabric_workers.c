@@ -15,10 +15,9 @@ fabric_worker_t* pcp_fabric_worker_find(pcp_fabric_endpoint_t* ep,
   return NULL;
 }
 
-// Frees the registry slot of the worker lost longest ago, once its resume
-// window has passed, so that a fleet whose ids churn (pods with new names)
-// does not fill the registry. False when none can go.
-static bool worker_recycle_one(pcp_fabric_endpoint_t* ep, int64_t now) {
+// The registry slot of the worker lost longest ago, once its resume window
+// has passed (UINT32_MAX: none can go).
+static uint32_t worker_recycle_victim(pcp_fabric_endpoint_t* ep, int64_t now) {
   uint32_t victim = UINT32_MAX;
   for (uint32_t i = 0; i < ep->worker_count; ++i) {
     fabric_worker_t* w = ep->workers[i];
@@ -30,6 +29,14 @@ static bool worker_recycle_one(pcp_fabric_endpoint_t* ep, int64_t now) {
       victim = i;
     }
   }
+  return victim;
+}
+
+// Frees the registry slot of worker_recycle_victim, so that a fleet whose
+// ids churn (pods with new names) does not fill the registry. False when
+// none can go.
+static bool worker_recycle_one(pcp_fabric_endpoint_t* ep, int64_t now) {
+  uint32_t victim = worker_recycle_victim(ep, now);
   if (victim == UINT32_MAX)
     return false;
   fabric_worker_t* w = ep->workers[victim];
@@ -69,42 +76,36 @@ static void reject(fabric_conn_t* conn, pcp_proto_reject_reason_t reason,
   pcp_status_ignore(status);
 }
 
+// Acts on pcp_fabric_join_decide (fabric_glue.c, shared with src/sim): the
+// registry slot, the eviction, sched, the token and ACCEPT are ours.
 void pcp_fabric_join_verified(fabric_conn_t* conn) {
   pcp_fabric_endpoint_t* ep = conn->endpoint;
   const pcp_proto_join_t* join = pcp_proto_gateway_conn_join(conn->proto);
   int64_t now = now_ns(ep);
-  pcp_sched_backend_t backend;
-  if (!pcp_sched_backend_parse(pcp_make_cstring_view(join->backend),
-                               &backend)) {
-    reject(conn, PCP_PROTO_REJECT_BAD_JOIN, "unknown backend");
-    return;
-  }
-  if (strlen(join->worker_id) > PCP_SCHED_WORKER_ID_MAX_LENGTH ||
-      strlen(join->target) > PCP_SCHED_TARGET_MAX_LENGTH ||
-      strlen(join->node_manager_id) > PCP_SCHED_WORKER_ID_MAX_LENGTH ||
-      join->device_id < 0) {
-    reject(conn, PCP_PROTO_REJECT_BAD_JOIN,
-           "worker id, target, node manager id or device id out of range");
-    return;
-  }
   fabric_worker_t* w = pcp_fabric_worker_find(ep, join->worker_id);
-  if (w && w->conn) {
-    fabric_conn_t* old = w->conn;
-    if (now < pcp_proto_gateway_conn_deadline_ns(old->proto)) {
-      reject(conn, PCP_PROTO_REJECT_DUPLICATE_WORKER,
-             "another live connection holds this worker id");
-      return;
+  pcp_fabric_join_record_t record = {0};
+  if (w) {
+    record.known = true;
+    record.connected = w->conn != NULL;
+    if (w->conn) {
+      record.connection_deadline_ns =
+          pcp_proto_gateway_conn_deadline_ns(w->conn->proto);
     }
-    // The old connection is past its silence deadline: the worker lost it
-    // without us noticing. Evict it first (protocol s.5).
-    // conn_fail clones the reason, so the reason is ours to free (the
-    // deterministic simulation's LeakSanitizer run found it leaking once
-    // per replaced connection).
-    pcp_status_t reason =
-        pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED,
-                        "replaced by a new connection of the same worker");
-    pcp_status_ignore(pcp_proto_gateway_conn_fail(old->proto, reason, now));
-    pcp_status_ignore(reason);
+    record.lease_epoch = w->info.lease_epoch;
+    record.lost_at_ns = w->lost_at_ns;
+    memcpy(record.resume_token, w->resume_token, sizeof(record.resume_token));
+  }
+  bool room = w || ep->worker_count < ep->options.max_workers ||
+              worker_recycle_victim(ep, now) != UINT32_MAX;
+  pcp_fabric_join_decision_t decision;
+  pcp_fabric_join_decide(join, &record, room, now, &ep->timeouts, &decision);
+  if (decision.verdict == PCP_FABRIC_JOIN_REJECT) {
+    reject(conn, decision.reject_reason, decision.message);
+    return;
+  }
+  if (decision.evict_old) {
+    fabric_conn_t* old = w->conn;
+    pcp_fabric_join_evict(old->proto, now);
     pcp_fabric_conn_process_actions(old);
   }
   if (!w) {
@@ -139,30 +140,12 @@ void pcp_fabric_join_verified(fabric_conn_t* conn) {
     w->info.state = PCP_FABRIC_WORKER_LOST;
     ep->workers[ep->worker_count++] = w;
   }
-  bool resumed =
-      w->info.lease_epoch != 0 &&
-      now - w->lost_at_ns <= ep->timeouts.resume_window_ns &&
-      pcp_proto_join_resume_matches(join, w->info.lease_epoch, w->resume_token);
-  pcp_sched_worker_info_t info = {
-      .id = join->worker_id,
-      .backend = backend,
-      .target = join->target,
-      .device_id = join->device_id,
-      .device_memory_bytes = join->device_memory_bytes,
-      .node_manager_id = join->node_manager_id,
-  };
-  pcp_status_t status = pcp_sched_worker_join(ep->sched, &info, now);
-  if (status) {
-    char message[256];
-    pcp_status_format(status, message, sizeof(message));
-    reject(conn,
-           pcp_status_code(status) == PCP_STATUS_RESOURCE_EXHAUSTED
-               ? PCP_PROTO_REJECT_CAPACITY
-               : PCP_PROTO_REJECT_BAD_JOIN,
-           message);
-    pcp_status_ignore(status);
+  bool resumed = decision.resumed;
+  if (!pcp_fabric_join_sched_enter(ep->sched, join, now, &decision)) {
+    reject(conn, decision.reject_reason, decision.message);
     return;
   }
+  pcp_status_t status = pcp_ok_status();
   uint8_t token[PCP_PROTO_RESUME_TOKEN_BYTE_LENGTH];
   if (!resumed) {
     status = pcp_proto_random_bytes(token, sizeof(token));
@@ -193,17 +176,14 @@ void pcp_fabric_join_verified(fabric_conn_t* conn) {
   copy_text(wi->worker_class, sizeof(wi->worker_class), join->worker_class);
   w->gauge_key = pcp_fabric_gauge_key_of(ep, w);
   if (!resumed) {
-    wi->lease_epoch++;
+    wi->lease_epoch = decision.lease_epoch;
     memcpy(w->resume_token, token, sizeof(token));
     // A different process may have a different disk cache: ask again.
     w->acked.count = 0;
   }
   w->offered.count = 0;
-  pcp_proto_gateway_accept_params_t params = {
-      .lease_epoch = wi->lease_epoch,
-      .resumed = resumed,
-  };
-  memcpy(params.resume_token, w->resume_token, sizeof(params.resume_token));
+  pcp_proto_gateway_accept_params_t params;
+  pcp_fabric_join_accept_params(&decision, w->resume_token, &params);
   status = pcp_proto_gateway_conn_accept(conn->proto, &params, now);
   if (status) {
     log_status(ep, PCP_LOG_ERROR, status, "fabric: accept");

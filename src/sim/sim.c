@@ -56,6 +56,8 @@ const char* pcp_sim_bug_name(pcp_sim_bug_t bug) {
       return "recovery_drops_running";
     case PCP_SIM_BUG_DOUBLE_ASSIGN_ON_RECONNECT:
       return "double_assign_on_reconnect";
+    case PCP_SIM_BUG_EPOCH_KEPT_ON_REJOIN:
+      return "epoch_kept_on_rejoin";
     default:
       return "unknown";
   }
@@ -628,6 +630,10 @@ pcp_status_t pcp_sim_run(const pcp_sim_options_t* options,
   sim = p;
   sim->options = *options;
   sim->result = out_result;
+#if defined(PCP_SIM_SEEDED_BUGS)
+  pcp_fabric_glue_seeded_epoch_kept =
+      SIM_BUG(sim, PCP_SIM_BUG_EPOCH_KEPT_ON_REJOIN);
+#endif
   sim->allocator = allocator;
   sim->timeouts = pcp_proto_timeouts_from_heartbeat(SIM_HEARTBEAT_MS);
   sim->clock_state.now_ns = 0;

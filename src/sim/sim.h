@@ -105,7 +105,11 @@ typedef enum pcp_sim_bug_e {
   // A rejoining worker is handed the job it ran last again, although the
   // job was requeued (and may be placed elsewhere) meanwhile.
   PCP_SIM_BUG_DOUBLE_ASSIGN_ON_RECONNECT = 3,
-  PCP_SIM_BUG_COUNT_ = 4,
+  // fabric's join decision (pcp_fabric_join_decide, the shared code itself,
+  // built again with PCP_FABRIC_GLUE_SEEDED_BUGS) keeps the lease epoch on
+  // a new, not resumed, session, so the old session is not fenced off.
+  PCP_SIM_BUG_EPOCH_KEPT_ON_REJOIN = 4,
+  PCP_SIM_BUG_COUNT_ = 5,
 } pcp_sim_bug_t;
 
 const char* pcp_sim_bug_name(pcp_sim_bug_t bug);

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "fabric/fabric.h"
 #include "proto/proto.h"
 #include "sched/sched.h"
 #include "sim/sim.h"
@@ -57,6 +58,9 @@ typedef enum sim_program_state_e {
 // so production-shaped code paths carry none of them.
 #if defined(PCP_SIM_SEEDED_BUGS)
 #define SIM_BUG(sim, which) ((sim)->options.bug == (which))
+// The switch of fabric_glue.c's seeded bug; only the seeded-bug build of the
+// simulation compiles that file with it (src/sim/CMakeLists.txt).
+extern bool pcp_fabric_glue_seeded_epoch_kept;
 #else
 #define SIM_BUG(sim, which) ((void)(sim), false)
 #endif
@@ -100,7 +104,9 @@ typedef struct conn_t {
   pcp_proto_gateway_conn_t* gw;  // while the gateway side is open
   bool gw_open;
   bool wk_open;
-  bool ended;             // the gateway ran conn_ended for it
+  bool ended;  // the gateway ran conn_ended for it
+  // pcp_fabric_conn_actions_drain runs for it up the stack (its guard).
+  bool gw_draining;
   int64_t to_gw_last_ns;  // FIFO: the last delivery time each way
   int64_t to_wk_last_ns;
   sim_program_state_t program_state;  // the gateway's view, per connection

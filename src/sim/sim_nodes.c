@@ -44,9 +44,14 @@ static void gw_reject(sim_t* sim, conn_t* conn, pcp_proto_reject_reason_t r,
       pcp_proto_gateway_conn_reject(conn->gw, r, message, sim->now_ns));
 }
 
+// JOIN_VERIFIED: fabric's decision (pcp_fabric_join_decide), acted on with
+// the simulation's registry (one slot per worker, made at boot) and its
+// seeded RNG for the resume token.
 static void gw_on_join_verified(sim_t* sim, conn_t* conn) {
   const pcp_proto_join_t* join = pcp_proto_gateway_conn_join(conn->gw);
   unsigned w = 0;
+  // The simulation's own precondition (its tables are indexed by worker),
+  // not fabric's: a simulated worker always names itself.
   if (sscanf(join->worker_id, "w%u", &w) != 1 ||
       w >= sim->options.worker_count || w != conn->worker) {
     gw_reject(sim, conn, PCP_PROTO_REJECT_BAD_JOIN, "unknown worker");
@@ -54,50 +59,42 @@ static void gw_on_join_verified(sim_t* sim, conn_t* conn) {
   }
   gw_worker_t* gw = &sim->gw_workers[w];
   conn_t* old = pcp_sim_conn_get(sim, gw->conn_id);
-  if (old && old->gw_open) {
-    if (sim->now_ns < pcp_proto_gateway_conn_deadline_ns(old->gw)) {
-      gw_reject(sim, conn, PCP_PROTO_REJECT_DUPLICATE_WORKER,
-                "another live connection holds this worker id");
-      return;
-    }
-    // conn_fail borrows the status (fabric.c's copy of this path passes a
-    // fresh one and leaks it; docs/simulation.md "Bugs found").
-    pcp_status_t why =
-        pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED, "replaced");
-    pcp_status_ignore(pcp_proto_gateway_conn_fail(old->gw, why, sim->now_ns));
-    pcp_status_ignore(why);
+  pcp_fabric_join_record_t record = {
+      .known = true,
+      .connected = old && old->gw_open,
+      .lease_epoch = gw->lease_epoch,
+      .lost_at_ns = gw->lost_at_ns,
+  };
+  if (record.connected) {
+    record.connection_deadline_ns = pcp_proto_gateway_conn_deadline_ns(old->gw);
+  }
+  memcpy(record.resume_token, gw->resume_token, sizeof(record.resume_token));
+  pcp_fabric_join_decision_t decision;
+  pcp_fabric_join_decide(join, &record, true, sim->now_ns, &sim->timeouts,
+                         &decision);
+  if (decision.verdict == PCP_FABRIC_JOIN_REJECT) {
+    gw_reject(sim, conn, decision.reject_reason, decision.message);
+    return;
+  }
+  if (decision.evict_old) {
+    pcp_fabric_join_evict(old->gw, sim->now_ns);
     pcp_sim_gateway_actions_process(sim, old);
   }
-  bool resumed =
-      gw->lease_epoch != 0 &&
-      sim->now_ns - gw->lost_at_ns <= sim->timeouts.resume_window_ns &&
-      pcp_proto_join_resume_matches(join, gw->lease_epoch, gw->resume_token);
-  pcp_sched_worker_info_t info = {
-      .id = join->worker_id,
-      .backend = PCP_SCHED_BACKEND_CPU,
-      .target = join->target,
-      .device_id = join->device_id,
-      .device_memory_bytes = join->device_memory_bytes,
-      .node_manager_id = join->node_manager_id,
-  };
-  pcp_status_t status = pcp_sched_worker_join(sim->sched, &info, sim->now_ns);
-  if (status) {
-    char text[160];
-    pcp_status_format(status, text, sizeof(text));
-    pcp_status_ignore(status);
-    gw_reject(sim, conn, PCP_PROTO_REJECT_BAD_JOIN, text);
+  bool resumed = decision.resumed;
+  if (!pcp_fabric_join_sched_enter(sim->sched, join, sim->now_ns, &decision)) {
+    gw_reject(sim, conn, decision.reject_reason, decision.message);
     return;
   }
   if (!resumed) {
-    gw->lease_epoch++;
+    gw->lease_epoch = decision.lease_epoch;
     for (size_t i = 0; i < sizeof(gw->resume_token); ++i) {
       gw->resume_token[i] = (uint8_t)pcp_rng_next_u64(&sim->rng);
     }
   }
-  pcp_proto_gateway_accept_params_t params = {.lease_epoch = gw->lease_epoch,
-                                              .resumed = resumed};
-  memcpy(params.resume_token, gw->resume_token, sizeof(params.resume_token));
-  status = pcp_proto_gateway_conn_accept(conn->gw, &params, sim->now_ns);
+  pcp_proto_gateway_accept_params_t params;
+  pcp_fabric_join_accept_params(&decision, gw->resume_token, &params);
+  pcp_status_t status =
+      pcp_proto_gateway_conn_accept(conn->gw, &params, sim->now_ns);
   if (status) {
     pcp_sim_fail_status(sim, status, "accept");
     return;
@@ -132,81 +129,123 @@ static void gw_on_join_verified(sim_t* sim, conn_t* conn) {
   }
 }
 
-void pcp_sim_gateway_actions_process(sim_t* sim, conn_t* conn) {
-  pcp_proto_action_t a;
-  bool closed = false;
-  while (conn->gw && pcp_proto_gateway_conn_next_action(conn->gw, &a)) {
-    switch (a.type) {
-      case PCP_PROTO_ACTION_SEND:
-        pcp_sim_net_send(sim, conn, false, &a.frame);
-        break;
-      case PCP_PROTO_ACTION_CLOSE:
-        if (conn->gw_open) {
-          pcp_sim_net_close_toward(sim, conn, false);
-          closed = true;
-        }
-        break;
-      case PCP_PROTO_ACTION_JOIN_VERIFIED:
-        gw_on_join_verified(sim, conn);
-        break;
-      case PCP_PROTO_ACTION_EVICT:
-        pcp_sim_trace(sim, "gateway evict w%u conn %llu", conn->worker,
-                      (unsigned long long)conn->id);
-        break;
-      case PCP_PROTO_ACTION_PROGRAM_FETCH: {
-        pcp_sim_trace(sim, "gateway sends the program on conn %llu",
-                      (unsigned long long)conn->id);
-        pcp_status_t status = pcp_proto_gateway_conn_send_program(
-            conn->gw, a.request_id, sim->program, SIM_PROGRAM_BYTES,
-            sim->now_ns);
-        if (status) {
-          pcp_status_ignore(
-              pcp_proto_gateway_conn_fail(conn->gw, status, sim->now_ns));
-          pcp_status_ignore(status);
-        }
-        break;
-      }
-      case PCP_PROTO_ACTION_PROGRAM_READY:
-        if (memcmp(a.program, sim->program_sha.bytes, sizeof(a.program)) != 0) {
-          pcp_sim_fail(sim, "conn %llu: PROGRAM_READY for another program",
-                       (unsigned long long)conn->id);
-        }
-        conn->program_state = SIM_PROGRAM_READY;
-        pcp_sim_trace(sim, "gateway program ready on conn %llu",
-                      (unsigned long long)conn->id);
-        break;
-      case PCP_PROTO_ACTION_PROGRAM_FAILED:
-        conn->program_state = SIM_PROGRAM_NONE;  // offered again later
-        pcp_sim_trace(sim, "gateway program failed on conn %llu",
-                      (unsigned long long)conn->id);
-        break;
-      case PCP_PROTO_ACTION_TASK_RESULT:
-        pcp_sim_trace(sim, "gateway result task %llx",
-                      (unsigned long long)a.task_id);
-        pcp_sim_runner_on_result(sim, a.task_id, &a.received);
-        break;
-      case PCP_PROTO_ACTION_TASK_FAILED:
-        pcp_sim_trace(sim, "gateway task %llx failed: %s",
-                      (unsigned long long)a.task_id,
-                      pcp_status_code_string(pcp_status_code(a.status)));
-        pcp_sim_runner_on_failed(sim, a.task_id);
-        break;
-      case PCP_PROTO_ACTION_TASK_LOST:
-        pcp_sim_trace(sim, "gateway task %llx lost",
-                      (unsigned long long)a.task_id);
-        pcp_sim_runner_on_lost(sim, a.task_id);
-        break;
-      case PCP_PROTO_ACTION_PEER_DRAINING:
-        pcp_status_ignore(
-            pcp_sched_worker_drain(sim->sched, sim->workers[conn->worker].id));
-        break;
-      default:
-        break;
-    }
-    pcp_proto_action_deinitialize(&a);
+// The handlers of pcp_fabric_conn_actions_drain for a simulated gateway
+// connection: the drain loop and its re-entrancy guard are fabric's.
+typedef struct gw_drain_t {
+  sim_t* sim;
+  conn_t* conn;
+} gw_drain_t;
+
+static void gw_on_send(void* context, pcp_proto_action_t* a) {
+  gw_drain_t* d = context;
+  pcp_sim_net_send(d->sim, d->conn, false, &a->frame);
+}
+
+static void gw_on_close(void* context, pcp_proto_action_t* a) {
+  (void)a;
+  gw_drain_t* d = context;
+  if (d->conn->gw_open)
+    pcp_sim_net_close_toward(d->sim, d->conn, false);
+}
+
+static void gw_on_join(void* context, pcp_proto_action_t* a) {
+  (void)a;
+  gw_drain_t* d = context;
+  gw_on_join_verified(d->sim, d->conn);
+}
+
+static void gw_on_evict(void* context, pcp_proto_action_t* a) {
+  (void)a;
+  gw_drain_t* d = context;
+  pcp_sim_trace(d->sim, "gateway evict w%u conn %llu", d->conn->worker,
+                (unsigned long long)d->conn->id);
+}
+
+static void gw_on_program_fetch(void* context, pcp_proto_action_t* a) {
+  gw_drain_t* d = context;
+  sim_t* sim = d->sim;
+  pcp_sim_trace(sim, "gateway sends the program on conn %llu",
+                (unsigned long long)d->conn->id);
+  pcp_status_t status = pcp_proto_gateway_conn_send_program(
+      d->conn->gw, a->request_id, sim->program, SIM_PROGRAM_BYTES, sim->now_ns);
+  if (status) {
+    pcp_status_ignore(
+        pcp_proto_gateway_conn_fail(d->conn->gw, status, sim->now_ns));
+    pcp_status_ignore(status);
   }
-  if (closed)
+}
+
+static void gw_on_program_ready(void* context, pcp_proto_action_t* a) {
+  gw_drain_t* d = context;
+  if (memcmp(a->program, d->sim->program_sha.bytes, sizeof(a->program)) != 0) {
+    pcp_sim_fail(d->sim, "conn %llu: PROGRAM_READY for another program",
+                 (unsigned long long)d->conn->id);
+  }
+  d->conn->program_state = SIM_PROGRAM_READY;
+  pcp_sim_trace(d->sim, "gateway program ready on conn %llu",
+                (unsigned long long)d->conn->id);
+}
+
+static void gw_on_program_failed(void* context, pcp_proto_action_t* a) {
+  (void)a;
+  gw_drain_t* d = context;
+  d->conn->program_state = SIM_PROGRAM_NONE;  // offered again later
+  pcp_sim_trace(d->sim, "gateway program failed on conn %llu",
+                (unsigned long long)d->conn->id);
+}
+
+static void gw_on_task_result(void* context, pcp_proto_action_t* a) {
+  gw_drain_t* d = context;
+  pcp_sim_trace(d->sim, "gateway result task %llx",
+                (unsigned long long)a->task_id);
+  pcp_sim_runner_on_result(d->sim, a->task_id, &a->received);
+}
+
+static void gw_on_task_failed(void* context, pcp_proto_action_t* a) {
+  gw_drain_t* d = context;
+  pcp_sim_trace(d->sim, "gateway task %llx failed: %s",
+                (unsigned long long)a->task_id,
+                pcp_status_code_string(pcp_status_code(a->status)));
+  pcp_sim_runner_on_failed(d->sim, a->task_id);
+}
+
+static void gw_on_task_lost(void* context, pcp_proto_action_t* a) {
+  gw_drain_t* d = context;
+  pcp_sim_trace(d->sim, "gateway task %llx lost",
+                (unsigned long long)a->task_id);
+  pcp_sim_runner_on_lost(d->sim, a->task_id);
+}
+
+static void gw_on_peer_draining(void* context, pcp_proto_action_t* a) {
+  (void)a;
+  gw_drain_t* d = context;
+  pcp_status_ignore(pcp_sched_worker_drain(
+      d->sim->sched, d->sim->workers[d->conn->worker].id));
+}
+
+static const pcp_fabric_action_handlers_t kGatewayHandlers = {
+    .send = gw_on_send,
+    .close = gw_on_close,
+    .join_verified = gw_on_join,
+    .evict = gw_on_evict,
+    .program_fetch = gw_on_program_fetch,
+    .program_ready = gw_on_program_ready,
+    .program_failed = gw_on_program_failed,
+    .task_progress = NULL,  // the fake compute reports none
+    .task_result = gw_on_task_result,
+    .task_failed = gw_on_task_failed,
+    .task_lost = gw_on_task_lost,
+    .peer_draining = gw_on_peer_draining,
+};
+
+void pcp_sim_gateway_actions_process(sim_t* sim, conn_t* conn) {
+  if (!conn->gw)
+    return;
+  gw_drain_t drain = {.sim = sim, .conn = conn};
+  if (pcp_fabric_conn_actions_drain(conn->gw, &conn->gw_draining,
+                                    &kGatewayHandlers, &drain)) {
     pcp_sim_gateway_conn_ended(sim, conn);
+  }
 }
 
 pcp_status_t pcp_sim_gateway_boot(sim_t* sim) {
