@@ -41,6 +41,9 @@
 #include "workloads/train/policy.h"  // IWYU pragma: export
 // The generic job kind on the runner (src/workloads/jobs/jobs.c).
 #include "workloads/jobs/jobs.h"  // IWYU pragma: export
+//===--- RL rewards (src/workloads/rl/reward.c, issue 16) ---===//
+// Built-in verifiable rewards and the batch verifier interface.
+#include "workloads/rl/reward.h"  // IWYU pragma: export
 
 #ifdef __cplusplus
 extern "C" {
