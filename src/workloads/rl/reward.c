@@ -45,6 +45,7 @@ struct pcp_workloads_rl_reward_t {
   // regex.
   regex_t regex;
   bool regex_compiled;
+  size_t max_input_bytes;
   // length: -1 where unset.
   int64_t min_tokens;
   int64_t max_tokens;
@@ -240,9 +241,116 @@ static pcp_status_t pattern_check(const char* path, const char* pattern,
   return NULL;
 }
 
+// Size of the automaton glibc builds, estimated in pattern atoms: a bounded
+// repetition is expanded into copies, so "((a{100}){100}){100}" is a million
+// states (a quarter second and hundreds of MiB to compile) and one more
+// level exhausts memory after seconds. Above this, a config is refused.
+#define MAX_PATTERN_STATES 100000.0
+
+static pcp_status_t pattern_size_check(const char* path, const char* p,
+                                       size_t n) {
+  double group[33] = {0};  // size of each open group, outermost first
+  int depth = 0;
+  double last = 0;  // size of the last atom or group (what a count repeats)
+  bool after_repeat = false;
+  for (size_t i = 0; i < n; ++i) {
+    char c = p[i];
+    bool repeat = c == '*' || c == '+' || c == '?' || c == '{';
+    // POSIX leaves adjacent duplication symbols undefined, and glibc's
+    // compile time grows exponentially in them ("e*+++++++" stalls it).
+    if (repeat && after_repeat &&
+        (c != '{' || (i + 1 < n && p[i + 1] >= '0' && p[i + 1] <= '9'))) {
+      return bad(path, "pattern",
+                 "adjacent repetition operators (such as *+ or {2}{3}) are "
+                 "undefined in POSIX: use a group");
+    }
+    after_repeat = false;
+    if (c == '(') {
+      if (depth + 1 >= (int)PCP_ARRAYSIZE(group)) {
+        return bad(path, "pattern", "groups nest deeper than 32");
+      }
+      group[++depth] = 0;
+      last = 0;
+      continue;
+    }
+    if (c == ')' && depth > 0) {
+      last = group[depth--];
+      group[depth] += last;
+    } else if (c == '{') {
+      size_t j = i + 1;
+      double low = 0, high = -1;
+      while (j < n && p[j] >= '0' && p[j] <= '9')
+        low = low * 10 + (p[j++] - '0');
+      bool comma = j < n && p[j] == ',';
+      if (comma) {
+        ++j;
+        if (j < n && p[j] >= '0' && p[j] <= '9')
+          high = 0;
+        while (j < n && p[j] >= '0' && p[j] <= '9') {
+          high = high * 10 + (p[j++] - '0');
+        }
+      }
+      if (j < n && p[j] == '}' && j > i + 1) {
+        // {m}: m copies; {m,n}: n; {m,}: m + 1 (the last one starred).
+        double times = high >= 0 ? high : comma ? low + 1 : low;
+        if (times < 1)
+          times = 1;
+        group[depth] += last * (times - 1);
+        last *= times;
+        i = j;
+        after_repeat = true;
+      } else {
+        last = 1;  // a literal '{' (regcomp decides whether it is valid)
+        group[depth] += 1;
+      }
+    } else if (c == '+') {
+      group[depth] += last;  // "a+" is "aa*"
+      last *= 2;
+      after_repeat = true;
+    } else if (c == '*' || c == '?') {
+      after_repeat = true;  // no copies
+    } else if (c == '|' || c == '^' || c == '$') {
+      // No copies.
+    } else {
+      if (c == '\\' && i + 1 < n) {
+        ++i;
+      } else if (c == '[') {
+        // A bracket expression is one atom: skip to its ']' ("[]a]",
+        // "[^]a]" and "[[:digit:]]" included).
+        size_t j = i + 1;
+        if (j < n && p[j] == '^')
+          ++j;
+        if (j < n && p[j] == ']')
+          ++j;
+        while (j < n && p[j] != ']') {
+          if (p[j] == '[' && j + 1 < n &&
+              (p[j + 1] == ':' || p[j + 1] == '.' || p[j + 1] == '=')) {
+            char kind = p[j + 1];
+            size_t k = j + 2;
+            while (k + 1 < n && !(p[k] == kind && p[k + 1] == ']')) ++k;
+            j = k + 2;
+          } else {
+            ++j;
+          }
+        }
+        i = j < n ? j : n;
+      }
+      last = 1;
+      group[depth] += 1;
+    }
+    if (group[depth] > MAX_PATTERN_STATES) {
+      return bad(path, "pattern",
+                 "expands to more than 100000 states (nested counted "
+                 "repetitions multiply: (a{100}){100} is 10000)");
+    }
+  }
+  return NULL;
+}
+
 static pcp_status_t regex_node_parse(const json_t* config,
                                      pcp_workloads_rl_reward_t* node) {
-  static const char* const kAllowed[] = {"type", "pattern", "flags", NULL};
+  static const char* const kAllowed[] = {"type", "pattern", "flags",
+                                         "max_input_bytes", NULL};
   PCP_RETURN_IF_ERROR_BARE(keys_check(config, node->key_path, kAllowed));
   const char* pattern = NULL;
   size_t length = 0;
@@ -250,6 +358,18 @@ static pcp_status_t regex_node_parse(const json_t* config,
                                     PCP_WORKLOADS_RL_REWARD_MAX_PATTERN_BYTES,
                                     &pattern, &length));
   PCP_RETURN_IF_ERROR_BARE(pattern_check(node->key_path, pattern, length));
+  PCP_RETURN_IF_ERROR_BARE(pattern_size_check(node->key_path, pattern, length));
+  json_t* max_input = json_object_get(config, "max_input_bytes");
+  node->max_input_bytes = PCP_WORKLOADS_RL_REWARD_DEFAULT_REGEX_INPUT_BYTES;
+  if (max_input) {
+    if (!json_is_integer(max_input) || json_integer_value(max_input) < 1 ||
+        json_integer_value(max_input) >
+            PCP_WORKLOADS_RL_REWARD_MAX_REGEX_INPUT_BYTES) {
+      return bad(node->key_path, "max_input_bytes",
+                 "must be an integer in [1, 1048576]");
+    }
+    node->max_input_bytes = (size_t)json_integer_value(max_input);
+  }
   int cflags = REG_EXTENDED | REG_NOSUB;
   json_t* flags = json_object_get(config, "flags");
   if (flags) {
@@ -707,11 +827,27 @@ static pcp_status_t node_score(const pcp_workloads_rl_reward_t* node,
       return NULL;
     }
     case NODE_REGEX: {
-      // REG_STARTEND bounds the match by the view's length: no NUL-terminated
-      // copy, and a NUL byte inside a completion does not end it early.
+      if (completion.size > node->max_input_bytes) {
+        return pcp_make_status(
+            PCP_STATUS_INVALID_ARGUMENT,
+            "%s: the completion is %zu bytes, longer than max_input_bytes "
+            "%zu (regex matching time grows faster than the text: raise "
+            "max_input_bytes or shorten the rollouts)",
+            node->key_path, completion.size, node->max_input_bytes);
+      }
+      // REG_STARTEND bounds the match by the view's length, so a NUL byte
+      // inside a completion does not end it early. The text is still copied
+      // with a terminating NUL: sanitizers' regexec interceptors read up to
+      // the first NUL whatever the flags (bounded: max_input_bytes).
+      char* text = NULL;
+      PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
+          node->allocator, completion.size + 1, (void**)&text));
+      if (completion.size)
+        memcpy(text, completion.data, completion.size);
+      text[completion.size] = '\0';
       regmatch_t range = {.rm_so = 0, .rm_eo = (regoff_t)completion.size};
-      int rc = regexec(&node->regex, completion.data ? completion.data : "", 1,
-                       &range, REG_STARTEND);
+      int rc = regexec(&node->regex, text, 1, &range, REG_STARTEND);
+      pcp_allocator_free(node->allocator, text);
       if (rc != 0 && rc != REG_NOMATCH) {
         return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                                "%s: regexec failed (%d)", node->key_path, rc);

@@ -21,3 +21,20 @@ add_test(NAME workloads_rl_reward_python_test
           $<TARGET_FILE:reward_score_tool>)
 set_tests_properties(workloads_rl_reward_python_test PROPERTIES
   ENVIRONMENT "${PCP_TEST_ENV}" TIMEOUT 120 LABELS "unit;workloads")
+# Fuzz target (rl/reward_fuzz.c): libFuzzer under clang with -DPCP_FUZZ=ON,
+# otherwise a replay tool that ctest runs over tests/fuzz/rl_reward.
+add_executable(rl_reward_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/rl/reward_fuzz.c)
+target_link_libraries(rl_reward_fuzz PRIVATE pcp_workloads)
+if(PCP_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang")
+  target_compile_definitions(rl_reward_fuzz PRIVATE PCP_FUZZ_LIBFUZZER)
+  target_compile_options(rl_reward_fuzz PRIVATE
+    -fsanitize=fuzzer,address,undefined)
+  target_link_options(rl_reward_fuzz PRIVATE
+    -fsanitize=fuzzer,address,undefined)
+else()
+  file(GLOB PCP_RL_REWARD_FUZZ_SEEDS ${CMAKE_SOURCE_DIR}/tests/fuzz/rl_reward/*)
+  add_test(NAME workloads_rl_reward_fuzz_replay
+    COMMAND rl_reward_fuzz ${PCP_RL_REWARD_FUZZ_SEEDS})
+  set_tests_properties(workloads_rl_reward_fuzz_replay PROPERTIES
+    ENVIRONMENT "${PCP_TEST_ENV}" TIMEOUT 120 LABELS "unit;fuzz;workloads")
+endif()

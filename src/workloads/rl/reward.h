@@ -69,6 +69,11 @@ extern "C" {
 #define PCP_WORKLOADS_RL_REWARD_MAX_NODES 64
 // Bytes of a regex pattern.
 #define PCP_WORKLOADS_RL_REWARD_MAX_PATTERN_BYTES 1024
+// Default and largest max_input_bytes of a regex reward: glibc's matcher is
+// not linear (an unanchored "([a-z]+ )+[0-9]$" takes 0.1 s on 4 KiB, 1.4 s
+// on 16 KiB and 29 s on 64 KiB of letters), so a regex sees a bounded text.
+#define PCP_WORKLOADS_RL_REWARD_DEFAULT_REGEX_INPUT_BYTES (16u << 10)
+#define PCP_WORKLOADS_RL_REWARD_MAX_REGEX_INPUT_BYTES (1u << 20)
 // Bytes of a contains / not_contains text.
 #define PCP_WORKLOADS_RL_REWARD_MAX_TEXT_BYTES 4096
 // Bytes of each of prompt, completion and answer given to score.

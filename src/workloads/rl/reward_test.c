@@ -198,6 +198,28 @@ static void test_regex(void** state) {
   EXPECT_OK(pcp_workloads_rl_reward_score(r, &s, &value));
   assert_true(value == 0.0);
   pcp_workloads_rl_reward_release(r);
+  // Past max_input_bytes (16 KiB by default) a regex refuses the text.
+  r = make("{\"type\":\"regex\",\"pattern\":\"b$\"}");
+  char* text = calloc(1, 16385);
+  memset(text, 'a', 16384);
+  text[16383] = 'b';
+  s.completion = pcp_make_string_view(text, 16384);
+  EXPECT_OK(pcp_workloads_rl_reward_score(r, &s, &value));
+  assert_true(value == 1.0);
+  text[16384] = 'b';
+  s.completion = pcp_make_string_view(text, 16385);
+  EXPECT_CODE(pcp_workloads_rl_reward_score(r, &s, &value),
+              PCP_STATUS_INVALID_ARGUMENT,
+              "reward: the completion is 16385 bytes, longer than "
+              "max_input_bytes 16384");
+  pcp_workloads_rl_reward_release(r);
+  r = make("{\"type\":\"regex\",\"pattern\":\"b$\",\"max_input_bytes\":16385}");
+  EXPECT_OK(pcp_workloads_rl_reward_score(r, &s, &value));
+  assert_true(value == 1.0);
+  pcp_workloads_rl_reward_release(r);
+  free(text);
+  refuse("{\"type\":\"regex\",\"pattern\":\"b\",\"max_input_bytes\":0}",
+         "reward.max_input_bytes: must be an integer in [1, 1048576]");
   // The empty pattern is refused, an empty completion matches ".*"-likes.
   r = make("{\"type\":\"regex\",\"pattern\":\"^$\"}");
   assert_true(score(r, "", NULL) == 1.0);
@@ -305,6 +327,27 @@ static void test_config_refusals(void** state) {
          "reward.pattern: does not compile");
   refuse("{\"type\":\"regex\",\"pattern\":\"(a)\\\\1\"}", "back-references");
   refuse("{\"type\":\"regex\",\"pattern\":\"\\\\d+\"}", "no \\d");
+  // Nested counts multiply the automaton glibc builds: refused before
+  // regcomp spends seconds and GiBs on it.
+  refuse("{\"type\":\"regex\",\"pattern\":\"((a{100}){100}){100}\"}",
+         "reward.pattern: expands to more than 100000 states");
+  refuse("{\"type\":\"regex\",\"pattern\":\"(a{32767}){32767}\"}",
+         "expands to more than 100000 states");
+  refuse("{\"type\":\"regex\",\"pattern\":\"(((x|[a-z]{9}){400,}){30})+\"}",
+         "expands to more than 100000 states");
+  pcp_workloads_rl_reward_release(
+      make("{\"type\":\"regex\",\"pattern\":\"(a{100}){100}\"}"));
+  // Adjacent repetition operators: undefined in POSIX, exponential in glibc.
+  refuse("{\"type\":\"regex\",\"pattern\":\"^e*+++++++e\"}",
+         "reward.pattern: adjacent repetition operators");
+  refuse("{\"type\":\"regex\",\"pattern\":\"a{2}{3}\"}",
+         "adjacent repetition operators");
+  refuse("{\"type\":\"regex\",\"pattern\":\"a?*\"}",
+         "adjacent repetition operators");
+  pcp_workloads_rl_reward_release(
+      make("{\"type\":\"regex\",\"pattern\":\"(a*)+[*+]\\\\+x{2}\"}"));
+  pcp_workloads_rl_reward_release(
+      make("{\"type\":\"regex\",\"pattern\":\"[]{}[:digit:]]{3}x{2,}\"}"));
   refuse("{\"type\":\"regex\",\"pattern\":\"a\",\"flags\":\"x\"}",
          "reward.flags: unknown flag");
   refuse("{\"type\":\"regex\",\"pattern\":\"a\",\"flags\":\"ii\"}",
@@ -417,7 +460,8 @@ static void test_input_limits(void** state) {
       "{\"type\":\"sum\",\"terms\":["
       "{\"reward\":{\"type\":\"contains\",\"text\":\"needle\","
       "\"case_insensitive\":true}},"
-      "{\"reward\":{\"type\":\"regex\",\"pattern\":\"NEEDLE [0-9]+$\"}},"
+      "{\"reward\":{\"type\":\"regex\",\"pattern\":\"NEEDLE [0-9]+$\","
+      "\"max_input_bytes\":1048576}},"
       "{\"reward\":{\"type\":\"numeric\"}},"
       "{\"reward\":{\"type\":\"length\",\"min_chars\":1048576}}]}");
   size_t n = PCP_WORKLOADS_RL_REWARD_MAX_INPUT_BYTES;
@@ -533,8 +577,8 @@ static void test_verifier_contract(void** state) {
               PCP_STATUS_INTERNAL, "item 1");
 }
 
-// Every allocation of create fails once in turn: a clean error, no leak
-// (the counting allocator ends at zero bytes).
+// Every allocation of create and score fails once in turn: a clean error,
+// no leak (the counting allocator ends at zero bytes).
 static void test_oom_sweep(void** state) {
   (void)state;
   const char* config =
@@ -559,8 +603,20 @@ static void test_oom_sweep(void** state) {
       pcp_status_ignore(status);
       assert_null(r);
     } else {
-      succeeded = true;
-      assert_true(score(r, "aaa x", NULL) == 3.0);
+      // Scoring allocates too (the regex's copy of the text): the same
+      // failure there is a status, not a wrong reward.
+      pcp_workloads_rl_sample_t s = sample("aaa x", NULL);
+      double value = -1;
+      status = pcp_workloads_rl_reward_score(r, &s, &value);
+      if (status) {
+        assert_int_equal(pcp_status_code(status),
+                         PCP_STATUS_RESOURCE_EXHAUSTED);
+        assert_true(value == 0.0);
+        pcp_status_ignore(status);
+      } else {
+        assert_true(value == 3.0);
+        succeeded = true;
+      }
       pcp_workloads_rl_reward_release(r);
     }
     assert_int_equal(atomic_load(&counting.live_bytes), 0);
