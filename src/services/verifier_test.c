@@ -399,7 +399,7 @@ static void* call_loop(void* opaque) {
   caller_t* caller = opaque;
   for (int round = 0; round < 20; ++round) {
     pcp_workloads_rl_sample_t items[5];
-    for (int i = 0; i < 5; ++i) items[i] = item("abcdefgh" + i, NULL);
+    for (int i = 0; i < 5; ++i) items[i] = item(&"abcdefgh"[i], NULL);
     double rewards[5];
     pcp_status_t status = pcp_workloads_rl_verifier_score_batch(
         caller->verifier, items, 5, rewards);
