@@ -432,4 +432,34 @@ const char* pcp_services_graph_query_parse(json_t* body,
 PCP_MUST_USE_RESULT pcp_status_t pcp_services_graph_query_read(
     json_t* body, pcp_store_graph_query_t* out_query, const char** out_mode);
 
+//===----------------------------------------------------------------------===//
+// External reward verifier (verifier.c, issue 16; docs/rl.md "Rewards")
+//===----------------------------------------------------------------------===//
+
+// Items in one POST; a larger batch is sent in slices of max_batch.
+#define PCP_SERVICES_VERIFIER_MAX_BATCH 1024
+// Largest max_response_bytes a config may set.
+#define PCP_SERVICES_VERIFIER_MAX_RESPONSE_BYTES (64 << 20)
+
+// Builds the external verifier of an RL experiment's reward config
+// {"type":"verifier", "url", "timeout_ms", "max_retries", "backoff_ms",
+// "max_batch", "max_response_bytes", "token_env", "ca_path",
+// "insecure_http"} (|config| borrowed; |key_path| prefixes errors, "reward"
+// when NULL). Its score_batch POSTs {"items":[{"prompt","completion",
+// "answer","metadata"}...]} and reads {"rewards":[...]} of the same length;
+// it retries connection failures, timeouts, 5xx and 429 with doubling
+// backoff and fails on anything else, never answering a zero it did not get.
+// The bearer token is read from the environment variable token_env here,
+// once. Release with pcp_workloads_rl_verifier_release.
+// INVALID_ARGUMENT naming the key for a bad config (plain http:// to a host
+// other than loopback without insecure_http); FAILED_PRECONDITION when
+// token_env names an unset variable. score_batch: thread-safe (calls are
+// serialised on one keep-alive connection); UNAVAILABLE /
+// DEADLINE_EXCEEDED after the last retry; FAILED_PRECONDITION for a 4xx;
+// DATA_LOSS for a body that is not the expected JSON; RESOURCE_EXHAUSTED past
+// max_response_bytes. Messages quote the first 200 bytes of a bad body.
+PCP_MUST_USE_RESULT pcp_status_t pcp_services_verifier_create(
+    const json_t* config, const char* key_path, pcp_allocator_t allocator,
+    pcp_workloads_rl_verifier_t* out_verifier);
+
 #endif  // PCP_SERVICES_SERVICES_H_

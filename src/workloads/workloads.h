@@ -44,6 +44,9 @@
 //===--- RL (src/workloads/rl/, issue 16) ---===//
 // GRPO core: group-normalised advantages and the @grpo objective module.
 #include "workloads/rl/rl.h"  // IWYU pragma: export
+//===--- RL rewards (src/workloads/rl/reward.c, issue 16) ---===//
+// Built-in verifiable rewards and the batch verifier interface.
+#include "workloads/rl/reward.h"  // IWYU pragma: export
 
 #ifdef __cplusplus
 extern "C" {
