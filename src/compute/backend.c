@@ -114,25 +114,31 @@ static pcp_status_t resolve_function(pcp_program_t* program, const char* name,
       return pcp_ok_status();
     }
   }
+  pcp_allocator_t allocator = program->backend->allocator;
   if (program->resolved_count == program->resolved_capacity) {
     size_t capacity =
         program->resolved_capacity ? program->resolved_capacity * 2 : 4;
-    pcp_program_function_t* grown =
-        realloc(program->resolved, capacity * sizeof(*grown));
-    if (!grown) {
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "function cache");
-    }
+    void* grown = program->resolved;
+    PCP_RETURN_IF_ERROR(
+        pcp_allocator_realloc(
+            allocator, capacity * sizeof(pcp_program_function_t), &grown),
+        "function cache");
     program->resolved = grown;
     program->resolved_capacity = capacity;
   }
   pcp_program_function_t* function =
       &program->resolved[program->resolved_count];
   memset(function, 0, sizeof(*function));
-  PCP_RETURN_IF_ERROR_BARE(program->backend->vtable->function_resolve(
-      program, name, &function->signature, &function->handle));
-  function->name = strdup(name);
-  if (!function->name) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "function cache");
+  // The name first: once resolved, the handle is the program's to release,
+  // so nothing may fail after it.
+  PCP_RETURN_IF_ERROR(pcp_allocator_strdup(allocator, name, &function->name),
+                      "function cache");
+  pcp_status_t status = program->backend->vtable->function_resolve(
+      program, name, &function->signature, &function->handle);
+  if (status) {
+    pcp_allocator_free(allocator, function->name);
+    function->name = NULL;
+    return status;
   }
   program->resolved_count++;
   *out_function = function;
@@ -205,7 +211,8 @@ pcp_status_t pcp_tensor_download(pcp_tensor_t* tensor, void* buffer,
 
 pcp_status_t pcp_tensor_download_host(pcp_tensor_t* tensor,
                                       pcp_host_tensor_t* out_host) {
-  PCP_RETURN_IF_ERROR_BARE(pcp_host_tensor_allocate(&tensor->shape, out_host));
+  PCP_RETURN_IF_ERROR_BARE(pcp_host_tensor_allocate_with_allocator(
+      &tensor->shape, tensor->backend->allocator, out_host));
   pcp_status_t status =
       pcp_tensor_download(tensor, out_host->data, out_host->byte_length);
   if (status)

@@ -74,12 +74,19 @@ typedef struct pcp_host_tensor_t {
   pcp_tensor_shape_t shape;
   void* data;
   size_t byte_length;
-  bool owns_data;  // free(data) on deinitialize
+  bool owns_data;  // |allocation| goes back to |allocator| on deinitialize
+  pcp_allocator_t allocator;  // owned storage only
+  void* allocation;           // the block |data| lies in (aligned inside it)
 } pcp_host_tensor_t;
 
-// Allocates zeroed storage for |shape|.
+// Allocates zeroed storage for |shape| from pcp_allocator_system().
 PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_allocate(
     const pcp_tensor_shape_t* shape, pcp_host_tensor_t* out_tensor);
+// The same from |allocator| (RESOURCE_EXHAUSTED when it fails); the tensor
+// remembers it for pcp_host_tensor_deinitialize.
+PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_allocate_with_allocator(
+    const pcp_tensor_shape_t* shape, pcp_allocator_t allocator,
+    pcp_host_tensor_t* out_tensor);
 // Wraps caller memory (not owned). |byte_length| must match the shape.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_host_tensor_wrap(const pcp_tensor_shape_t* shape, void* data,
@@ -96,6 +103,9 @@ void pcp_host_tensor_deinitialize(pcp_host_tensor_t* tensor);
 // Errors name the input and the problem (count mismatch, bad number, ...).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_host_tensor_parse(const char* text, pcp_host_tensor_t* out_tensor);
+// The same with the tensor's storage (and scratch) from |allocator|.
+PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_parse_with_allocator(
+    const char* text, pcp_allocator_t allocator, pcp_host_tensor_t* out_tensor);
 
 // .npy files. Reading checks the header (size <= 64 KiB, C order, known
 // dtype, rank) and that the data length matches before allocating.
@@ -104,6 +114,10 @@ pcp_host_tensor_parse(const char* text, pcp_host_tensor_t* out_tensor);
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_host_tensor_read_npy(const char* path, pcp_element_type_t expected_type,
                          pcp_host_tensor_t* out_tensor);
+// The same with the tensor's storage (and the header) from |allocator|.
+PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_read_npy_with_allocator(
+    const char* path, pcp_element_type_t expected_type,
+    pcp_allocator_t allocator, pcp_host_tensor_t* out_tensor);
 // |append|: add to an existing file as iree-run-module's "+file.npy" does.
 PCP_MUST_USE_RESULT pcp_status_t pcp_host_tensor_write_npy(
     const pcp_host_tensor_t* tensor, const char* path, bool append);
@@ -132,6 +146,10 @@ typedef struct pcp_backend_options_t {
   // CPU only: worker threads of local-task (0 = one per physical core the
   // process may run on). The workers are not pinned to cores.
   int32_t cpu_threads;
+  // PCP's own host memory of the backend and everything it creates
+  // (programs, function caches, tensor handles, downloaded host tensors);
+  // IREE allocates its own. Unset ({NULL, NULL}): the system allocator.
+  pcp_allocator_t allocator;
 } pcp_backend_options_t;
 
 typedef struct pcp_backend_info_t {

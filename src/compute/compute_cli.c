@@ -139,7 +139,7 @@ static pcp_status_t load_program_bytes(const char* path, const char* driver,
                                    .backend = backend};
   pcp_compile_result_t result;
   pcp_status_t status = pcp_compile_module(&request, &result);
-  free(text);
+  pcp_libc_free(text);  // pcp_file_read_all's buffer: posix_memalign
   if (status)
     return status;
   *out_data = result.vmfb;
@@ -147,8 +147,9 @@ static pcp_status_t load_program_bytes(const char* path, const char* driver,
   return pcp_ok_status();
 }
 
-static pcp_status_t emit_result(size_t index, pcp_tensor_t* tensor,
-                                const char* target, int64_t print_max) {
+static pcp_status_t emit_result(pcp_allocator_t allocator, size_t index,
+                                pcp_tensor_t* tensor, const char* target,
+                                int64_t print_max) {
   if (target && !target[0])
     return pcp_ok_status();  // ignored
   pcp_host_tensor_t host;
@@ -163,7 +164,7 @@ static pcp_status_t emit_result(size_t index, pcp_tensor_t* tensor,
         "--output '%s': expected -, @file.npy, +file.npy or empty", target);
   } else {
     pcp_string_builder_t text;
-    pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
+    pcp_string_builder_initialize(allocator, 0, &text);
     status = pcp_host_tensor_format(&host, (size_t)print_max, &text);
     if (!status) {
       printf("result[%zu]: hal.buffer_view\n%s\n", index,
@@ -175,14 +176,17 @@ static pcp_status_t emit_result(size_t index, pcp_tensor_t* tensor,
   return status;
 }
 
-static pcp_status_t run(const char* path, const run_options_t* options) {
+static pcp_status_t run(pcp_allocator_t allocator, const char* path,
+                        const run_options_t* options) {
   char driver[32];
   int32_t ordinal = 0;
   PCP_RETURN_IF_ERROR_BARE(
       parse_device(options->device, driver, sizeof(driver), &ordinal));
-  pcp_host_tensor_t* inputs =
-      calloc(options->inputs.count + 1, sizeof(*inputs));
-  pcp_value_t* values = calloc(options->inputs.count + 1, sizeof(*values));
+  // --input is a string list (at most PCP_CONFIG_MAX_LIST_ITEMS), so the
+  // products cannot overflow.
+  size_t slots = options->inputs.count + 1;
+  pcp_host_tensor_t* inputs = NULL;
+  pcp_value_t* values = NULL;
   pcp_tensor_t* results[PCP_MAX_FUNCTION_ARITY];
   size_t result_count = 0, parsed = 0;
   void* vmfb = NULL;
@@ -190,12 +194,16 @@ static pcp_status_t run(const char* path, const run_options_t* options) {
   pcp_backend_t* backend = NULL;
   pcp_program_t* program = NULL;
   pcp_status_t status =
-      inputs && values
-          ? pcp_ok_status()
-          : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "inputs");
+      pcp_allocator_calloc(allocator, slots * sizeof(*inputs), (void**)&inputs);
+  if (!status) {
+    status = pcp_allocator_calloc(allocator, slots * sizeof(*values),
+                                  (void**)&values);
+  }
+  if (status)
+    status = pcp_status_annotate_f(status, "inputs");
   for (; !status && parsed < options->inputs.count; ++parsed) {
-    status =
-        pcp_host_tensor_parse(options->inputs.items[parsed], &inputs[parsed]);
+    status = pcp_host_tensor_parse_with_allocator(options->inputs.items[parsed],
+                                                  allocator, &inputs[parsed]);
     if (status)
       status = pcp_status_annotate_f(status, "--input %zu", parsed);
     else
@@ -207,7 +215,8 @@ static pcp_status_t run(const char* path, const run_options_t* options) {
     pcp_backend_options_t backend_options = {
         .driver = driver,
         .device_ordinal = ordinal,
-        .cpu_threads = (int32_t)options->cpu_threads};
+        .cpu_threads = (int32_t)options->cpu_threads,
+        .allocator = allocator};
     status = pcp_backend_create(&backend_options, &backend);
   }
   if (!status)
@@ -229,17 +238,19 @@ static pcp_status_t run(const char* path, const run_options_t* options) {
       if (options->outputs.count) {
         target = i < options->outputs.count ? options->outputs.items[i] : "";
       }
-      status = emit_result(i, results[i], target, options->print_max_elements);
+      status = emit_result(allocator, i, results[i], target,
+                           options->print_max_elements);
     }
     fflush(stdout);
   }
   for (size_t i = 0; i < result_count; ++i) pcp_tensor_release(results[i]);
   pcp_program_release(program);
   pcp_backend_release(backend);
-  free(vmfb);
+  // The file's or the compiler's VMFB: pcp_file_read_all (posix_memalign).
+  pcp_libc_free(vmfb);
   for (size_t i = 0; i < parsed; ++i) pcp_host_tensor_deinitialize(&inputs[i]);
-  free(inputs);
-  free(values);
+  pcp_allocator_free(allocator, inputs);
+  pcp_allocator_free(allocator, values);
   return status;
 }
 
@@ -247,7 +258,8 @@ static pcp_status_t run(const char* path, const run_options_t* options) {
 // (exit 2) before any work, like every flag (docs/cli.md). Inputs from files
 // (@x.npy, =@raw.bin) and the match against the program are checked by the
 // run (exit 1).
-static pcp_status_t check_flag_values(const run_options_t* options) {
+static pcp_status_t check_flag_values(pcp_allocator_t allocator,
+                                      const run_options_t* options) {
   char driver[32];
   int32_t ordinal = 0;
   PCP_RETURN_IF_ERROR_BARE(
@@ -267,7 +279,7 @@ static pcp_status_t check_flag_values(const run_options_t* options) {
     if (text[0] == '@' || strstr(text, "=@"))
       continue;
     pcp_host_tensor_t tensor;
-    status = pcp_host_tensor_parse(text, &tensor);
+    status = pcp_host_tensor_parse_with_allocator(text, allocator, &tensor);
     if (status) {
       pcp_status_t named = pcp_make_status(
           pcp_status_code(status), "--input '%.40s%s': %s", text,
@@ -290,12 +302,15 @@ static pcp_status_t check_flag_values(const run_options_t* options) {
 }
 
 int pcp_compute_run_cli_main(int argc, char** argv) {
+  // A command's memory: one allocator for all of it (STYLE.md s.3.5).
+  pcp_allocator_t allocator = pcp_allocator_system();
   run_options_t options;
-  pcp_string_list_t positionals = {0};
-  pcp_status_t status = pcp_config_initialize(&kTable, &options);
+  pcp_string_list_t positionals = {.allocator = allocator};
+  pcp_status_t status =
+      pcp_config_initialize_with_allocator(&kTable, allocator, &options);
   if (!status) {
-    status = pcp_config_parse_argv(&kTable, argc - 1, argv + 1, &options,
-                                   &positionals);
+    status = pcp_config_parse_argv_with_allocator(
+        &kTable, allocator, argc - 1, argv + 1, &options, &positionals);
   }
   if (!status && options.help) {
     printf(
@@ -305,7 +320,7 @@ int pcp_compute_run_cli_main(int argc, char** argv) {
         "iree-run-module (a .mlir is compiled for the device "
         "first).\n\nflags:\n");
     pcp_config_print_help(&kTable, stdout);
-    pcp_config_deinitialize(&kTable, &options);
+    pcp_config_deinitialize_with_allocator(&kTable, allocator, &options);
     pcp_string_list_deinitialize(&positionals);
     return 0;
   }
@@ -317,18 +332,18 @@ int pcp_compute_run_cli_main(int argc, char** argv) {
                              positionals.count);
   }
   if (!status)
-    status = check_flag_values(&options);
+    status = check_flag_values(allocator, &options);
   if (status) {
-    pcp_config_deinitialize(&kTable, &options);
+    pcp_config_deinitialize_with_allocator(&kTable, allocator, &options);
     pcp_string_list_deinitialize(&positionals);
     return pcp_config_cli_usage_error("run", status);
   }
-  status = run(positionals.items[0], &options);
+  status = run(allocator, positionals.items[0], &options);
   int exit_code = 0;
   if (status) {
     exit_code = pcp_config_cli_failure("run", status);
   }
-  pcp_config_deinitialize(&kTable, &options);
+  pcp_config_deinitialize_with_allocator(&kTable, allocator, &options);
   pcp_string_list_deinitialize(&positionals);
   return exit_code;
 }

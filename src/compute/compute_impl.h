@@ -44,6 +44,9 @@ typedef struct pcp_backend_vtable_t {
 struct pcp_backend_t {
   const pcp_backend_vtable_t* vtable;
   pcp_backend_info_t info;
+  // PCP's host memory for the backend and what it creates (the options'
+  // allocator, or the system allocator when unset).
+  pcp_allocator_t allocator;
 };
 
 struct pcp_program_t {
@@ -51,6 +54,7 @@ struct pcp_program_t {
   size_t function_count;
   char** function_names;             // exported names, owned
   pcp_program_function_t* resolved;  // cache, owned
+  // Everything above from backend->allocator.
   size_t resolved_count;
   size_t resolved_capacity;
 };

@@ -114,19 +114,38 @@ bool pcp_tensor_shape_equal(const pcp_tensor_shape_t* a,
 
 pcp_status_t pcp_host_tensor_allocate(const pcp_tensor_shape_t* shape,
                                       pcp_host_tensor_t* out_tensor) {
+  return pcp_host_tensor_allocate_with_allocator(shape, pcp_allocator_system(),
+                                                 out_tensor);
+}
+
+// A pcp_allocator_t promises no alignment beyond malloc's, so the block is
+// over-allocated by the alignment and |data| rounded up inside it.
+enum { HOST_TENSOR_ALIGNMENT = 64 };
+
+pcp_status_t pcp_host_tensor_allocate_with_allocator(
+    const pcp_tensor_shape_t* shape, pcp_allocator_t allocator,
+    pcp_host_tensor_t* out_tensor) {
   memset(out_tensor, 0, sizeof(*out_tensor));
   size_t bytes = 0;
   PCP_RETURN_IF_ERROR_BARE(pcp_tensor_shape_byte_length(shape, &bytes));
-  void* data = NULL;
-  if (posix_memalign(&data, 64, bytes ? bytes : 1) != 0) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                           "out of memory for a %zu byte tensor", bytes);
+  // pcp_tensor_shape_byte_length caps |bytes| at PCP_MAX_TENSOR_BYTES, so
+  // adding the alignment cannot overflow.
+  void* allocation = NULL;
+  pcp_status_t status = pcp_allocator_calloc(
+      allocator, bytes + HOST_TENSOR_ALIGNMENT, &allocation);
+  if (status) {
+    return pcp_status_annotate_f(status, "out of memory for a %zu byte tensor",
+                                 bytes);
   }
-  memset(data, 0, bytes);
+  uintptr_t address = (uintptr_t)allocation;
+  address = (address + HOST_TENSOR_ALIGNMENT - 1) &
+            ~(uintptr_t)(HOST_TENSOR_ALIGNMENT - 1);
   out_tensor->shape = *shape;
-  out_tensor->data = data;
+  out_tensor->data = (void*)address;
   out_tensor->byte_length = bytes;
   out_tensor->owns_data = true;
+  out_tensor->allocator = allocator;
+  out_tensor->allocation = allocation;
   return pcp_ok_status();
 }
 
@@ -149,7 +168,7 @@ pcp_status_t pcp_host_tensor_wrap(const pcp_tensor_shape_t* shape, void* data,
 
 void pcp_host_tensor_deinitialize(pcp_host_tensor_t* tensor) {
   if (tensor->owns_data)
-    free(tensor->data);
+    pcp_allocator_free(tensor->allocator, tensor->allocation);
   memset(tensor, 0, sizeof(*tensor));
 }
 
@@ -286,8 +305,9 @@ static pcp_status_t read_raw_file(const char* path, pcp_host_tensor_t* tensor) {
   size_t length = 0;
   PCP_RETURN_IF_ERROR_BARE(
       pcp_file_read_all(path, PCP_MAX_TENSOR_BYTES, &data, &length));
+  // |data| is pcp_file_read_all's buffer (posix_memalign): libc frees it.
   if (length != tensor->byte_length) {
-    free(data);
+    pcp_libc_free(data);
     char shape[96];
     pcp_tensor_shape_format(&tensor->shape, shape, sizeof(shape));
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -295,7 +315,7 @@ static pcp_status_t read_raw_file(const char* path, pcp_host_tensor_t* tensor) {
                            shape, tensor->byte_length);
   }
   memcpy(tensor->data, data, length);
-  free(data);
+  pcp_libc_free(data);
   return pcp_ok_status();
 }
 
@@ -305,13 +325,20 @@ static bool is_separator(char c) {
 
 pcp_status_t pcp_host_tensor_parse(const char* text,
                                    pcp_host_tensor_t* out_tensor) {
+  return pcp_host_tensor_parse_with_allocator(text, pcp_allocator_system(),
+                                              out_tensor);
+}
+
+pcp_status_t pcp_host_tensor_parse_with_allocator(
+    const char* text, pcp_allocator_t allocator,
+    pcp_host_tensor_t* out_tensor) {
   memset(out_tensor, 0, sizeof(*out_tensor));
   if (!text || !text[0]) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "empty input");
   }
   if (text[0] == '@') {
-    return pcp_host_tensor_read_npy(text + 1, PCP_ELEMENT_TYPE_UNKNOWN,
-                                    out_tensor);
+    return pcp_host_tensor_read_npy_with_allocator(
+        text + 1, PCP_ELEMENT_TYPE_UNKNOWN, allocator, out_tensor);
   }
   const char* equals = strchr(text, '=');
   if (!equals) {
@@ -324,8 +351,9 @@ pcp_status_t pcp_host_tensor_parse(const char* text,
       pcp_tensor_shape_parse(
           pcp_make_string_view(text, (size_t)(equals - text)), &shape),
       "input '%.40s'", text);
-  PCP_RETURN_IF_ERROR(pcp_host_tensor_allocate(&shape, out_tensor),
-                      "input '%.40s'", text);
+  PCP_RETURN_IF_ERROR(
+      pcp_host_tensor_allocate_with_allocator(&shape, allocator, out_tensor),
+      "input '%.40s'", text);
   const char* values = equals + 1;
   if (values[0] == '@') {
     pcp_status_t status = read_raw_file(values + 1, out_tensor);
@@ -600,6 +628,13 @@ static pcp_status_t npy_parse_header(const char* path, const char* header,
 pcp_status_t pcp_host_tensor_read_npy(const char* path,
                                       pcp_element_type_t expected_type,
                                       pcp_host_tensor_t* out_tensor) {
+  return pcp_host_tensor_read_npy_with_allocator(
+      path, expected_type, pcp_allocator_system(), out_tensor);
+}
+
+pcp_status_t pcp_host_tensor_read_npy_with_allocator(
+    const char* path, pcp_element_type_t expected_type,
+    pcp_allocator_t allocator, pcp_host_tensor_t* out_tensor) {
   memset(out_tensor, 0, sizeof(*out_tensor));
   FILE* f = fopen(path, "rb");
   if (!f)
@@ -635,15 +670,18 @@ pcp_status_t pcp_host_tensor_read_npy(const char* path,
   char* header = NULL;
   pcp_tensor_shape_t shape;
   if (!status) {
-    header = calloc(1, header_length + 1);
-    if (!header || fread(header, 1, header_length, f) != header_length) {
+    status = pcp_allocator_calloc(allocator, (size_t)header_length + 1,
+                                  (void**)&header);
+    if (status) {
+      status = pcp_status_annotate_f(status, "reading '%s'", path);
+    } else if (fread(header, 1, header_length, f) != header_length) {
       status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "'%s' is truncated",
                                path);
     }
   }
   if (!status)
     status = npy_parse_header(path, header, expected_type, &shape);
-  free(header);
+  pcp_allocator_free(allocator, header);
   if (!status) {
     // Check the data length against the file size before allocating.
     long here = ftell(f);
@@ -661,7 +699,8 @@ pcp_status_t pcp_host_tensor_read_npy(const char* path,
     (void)preamble_length;
   }
   if (!status)
-    status = pcp_host_tensor_allocate(&shape, out_tensor);
+    status =
+        pcp_host_tensor_allocate_with_allocator(&shape, allocator, out_tensor);
   if (!status && out_tensor->byte_length &&
       fread(out_tensor->data, 1, out_tensor->byte_length, f) !=
           out_tensor->byte_length) {

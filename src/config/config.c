@@ -164,6 +164,19 @@ static const pcp_config_field_t* alias_target(const pcp_config_table_t* table,
 // String lists
 //===----------------------------------------------------------------------===//
 
+// Unset ({NULL, NULL}): the system allocator, so a zeroed list works.
+static pcp_allocator_t list_allocator(const pcp_string_list_t* list) {
+  return list->allocator.ctl ? list->allocator : pcp_allocator_system();
+}
+
+// An empty list that names no allocator takes the config's, so the items a
+// parse appends come from the allocator the parse was given.
+static void list_adopt(pcp_string_list_t* list, pcp_allocator_t allocator) {
+  if (!list->items && !list->allocator.ctl) {
+    list->allocator = allocator;
+  }
+}
+
 pcp_status_t pcp_string_list_append(pcp_string_list_t* list,
                                     const char* value) {
   if (list->count >= PCP_CONFIG_MAX_LIST_ITEMS) {
@@ -171,25 +184,28 @@ pcp_status_t pcp_string_list_append(pcp_string_list_t* list,
                            "list holds more than %u items",
                            (unsigned)PCP_CONFIG_MAX_LIST_ITEMS);
   }
-  char* copy = strdup(value);
-  if (!copy) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  pcp_allocator_t allocator = list_allocator(list);
+  char* copy = NULL;
+  PCP_RETURN_IF_ERROR(pcp_allocator_strdup(allocator, value, &copy),
+                      "out of memory");
+  void* items = list->items;
+  pcp_status_t status = pcp_allocator_realloc(
+      allocator, (list->count + 1) * sizeof(char*), &items);
+  if (status) {
+    pcp_allocator_free(allocator, copy);
+    return pcp_status_annotate_f(status, "out of memory");
   }
-  char** items = realloc(list->items, (list->count + 1) * sizeof(char*));
-  if (!items) {
-    free(copy);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  items[list->count++] = copy;
   list->items = items;
+  list->items[list->count++] = copy;
   return pcp_ok_status();
 }
 
 void pcp_string_list_deinitialize(pcp_string_list_t* list) {
+  pcp_allocator_t allocator = list_allocator(list);
   for (size_t i = 0; i < list->count; ++i) {
-    free(list->items[i]);
+    pcp_allocator_free(allocator, list->items[i]);
   }
-  free(list->items);
+  pcp_allocator_free(allocator, list->items);
   list->items = NULL;
   list->count = 0;
 }
@@ -198,30 +214,31 @@ void pcp_string_list_deinitialize(pcp_string_list_t* list) {
 // Setting values
 //===----------------------------------------------------------------------===//
 
-static pcp_status_t set_string(void* slot, const char* value,
-                               const char* what) {
+static pcp_status_t set_string(pcp_allocator_t allocator, void* slot,
+                               const char* value, const char* what) {
   if (strlen(value) > PCP_CONFIG_MAX_STRING_BYTES) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "%s: value is longer than %u bytes", what,
                            (unsigned)PCP_CONFIG_MAX_STRING_BYTES);
   }
-  char* copy = strdup(value);
-  if (!copy) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-  }
+  char* copy = NULL;
+  PCP_RETURN_IF_ERROR(pcp_allocator_strdup(allocator, value, &copy), "%s",
+                      what);
   char** target = (char**)slot;
-  free(*target);
+  pcp_allocator_free(allocator, *target);
   *target = copy;
   return pcp_ok_status();
 }
 
-static pcp_status_t list_append(pcp_string_list_t* list, const char* value,
+static pcp_status_t list_append(pcp_allocator_t allocator,
+                                pcp_string_list_t* list, const char* value,
                                 const char* what) {
   if (strlen(value) > PCP_CONFIG_MAX_STRING_BYTES) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "%s: value is longer than %u bytes", what,
                            (unsigned)PCP_CONFIG_MAX_STRING_BYTES);
   }
+  list_adopt(list, allocator);
   PCP_RETURN_IF_ERROR(pcp_string_list_append(list, value), "%s", what);
   return pcp_ok_status();
 }
@@ -265,7 +282,8 @@ static bool number_text_ok(const char* text) {
 
 // Parses |text| into the field as the CLI, defaults and pcp_config_set do.
 // STRING_LIST appends one item.
-static pcp_status_t set_from_text(const pcp_config_field_t* field, void* config,
+static pcp_status_t set_from_text(pcp_allocator_t allocator,
+                                  const pcp_config_field_t* field, void* config,
                                   const char* text, const char* what) {
   void* slot = field_ptr(config, field);
   switch (field->type) {
@@ -303,11 +321,11 @@ static pcp_status_t set_from_text(const pcp_config_field_t* field, void* config,
       return pcp_ok_status();
     }
     case PCP_CONFIG_TYPE_STRING:
-      return set_string(slot, text, what);
+      return set_string(allocator, slot, text, what);
     case PCP_CONFIG_TYPE_ENUM:
       return set_enum(field, slot, text, what);
     case PCP_CONFIG_TYPE_STRING_LIST:
-      return list_append((pcp_string_list_t*)slot, text, what);
+      return list_append(allocator, (pcp_string_list_t*)slot, text, what);
     case PCP_CONFIG_TYPE_OBJECT:
       break;
   }
@@ -349,6 +367,7 @@ static void clear_field(const pcp_config_field_t* field, void* config) {
 // Sets one field to its default. The struct's size is unknown here, so
 // "zeroed first" means every field the table describes.
 static pcp_status_t initialize_field(const pcp_config_table_t* table,
+                                     pcp_allocator_t allocator,
                                      const pcp_config_field_t* field,
                                      void* config) {
   if (is_alias(field)) {
@@ -357,7 +376,8 @@ static pcp_status_t initialize_field(const pcp_config_table_t* table,
   clear_field(field, config);
   if (field->type == PCP_CONFIG_TYPE_OBJECT) {
     PCP_ASSERT(field->object_table != NULL);
-    return pcp_config_initialize(field->object_table, field_ptr(config, field));
+    return pcp_config_initialize_with_allocator(field->object_table, allocator,
+                                                field_ptr(config, field));
   }
   if (!field->default_value) {
     return pcp_ok_status();
@@ -365,19 +385,20 @@ static pcp_status_t initialize_field(const pcp_config_table_t* table,
   char what[160];
   snprintf(what, sizeof(what), "%s: default of '%s'", table->name, field->name);
   if (field->type != PCP_CONFIG_TYPE_STRING_LIST) {
-    return set_from_text(field, config, field->default_value, what);
+    return set_from_text(allocator, field, config, field->default_value, what);
   }
   // List defaults are comma-separated ("" is the empty list).
   const char* start = field->default_value;
   while (*start) {
     const char* comma = strchr(start, ',');
     size_t length = comma ? (size_t)(comma - start) : strlen(start);
-    char* item = strndup(start, length);
-    if (!item) {
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
-    }
-    pcp_status_t status = set_from_text(field, config, item, what);
-    free(item);
+    char* item = NULL;
+    PCP_RETURN_IF_ERROR(
+        pcp_allocator_malloc(allocator, length + 1, (void**)&item), "%s", what);
+    memcpy(item, start, length);
+    item[length] = 0;
+    pcp_status_t status = set_from_text(allocator, field, config, item, what);
+    pcp_allocator_free(allocator, item);
     PCP_RETURN_IF_ERROR_BARE(status);
     if (!comma) {
       break;
@@ -389,6 +410,12 @@ static pcp_status_t initialize_field(const pcp_config_table_t* table,
 
 pcp_status_t pcp_config_initialize(const pcp_config_table_t* table,
                                    void* config) {
+  return pcp_config_initialize_with_allocator(table, pcp_allocator_system(),
+                                              config);
+}
+
+pcp_status_t pcp_config_initialize_with_allocator(
+    const pcp_config_table_t* table, pcp_allocator_t allocator, void* config) {
   for (size_t i = 0; i < table->field_count; ++i) {
     if (is_alias(&table->fields[i])) {
       continue;
@@ -397,12 +424,13 @@ pcp_status_t pcp_config_initialize(const pcp_config_table_t* table,
   }
   for (size_t i = 0; i < table->field_count; ++i) {
     PCP_RETURN_IF_ERROR_BARE(
-        initialize_field(table, &table->fields[i], config));
+        initialize_field(table, allocator, &table->fields[i], config));
   }
   return pcp_ok_status();
 }
 
-static void deinitialize_field(const pcp_config_field_t* field, void* config) {
+static void deinitialize_field(pcp_allocator_t allocator,
+                               const pcp_config_field_t* field, void* config) {
   // The aliased field owns the member; freeing it twice would be a bug.
   if (is_alias(field)) {
     return;
@@ -410,14 +438,15 @@ static void deinitialize_field(const pcp_config_field_t* field, void* config) {
   void* slot = field_ptr(config, field);
   switch (field->type) {
     case PCP_CONFIG_TYPE_STRING:
-      free(*(char**)slot);
+      pcp_allocator_free(allocator, *(char**)slot);
       *(char**)slot = NULL;
       break;
     case PCP_CONFIG_TYPE_STRING_LIST:
       pcp_string_list_deinitialize((pcp_string_list_t*)slot);
       break;
     case PCP_CONFIG_TYPE_OBJECT:
-      pcp_config_deinitialize(field->object_table, slot);
+      pcp_config_deinitialize_with_allocator(field->object_table, allocator,
+                                             slot);
       *(bool*)slot = false;
       break;
     default:
@@ -426,8 +455,14 @@ static void deinitialize_field(const pcp_config_field_t* field, void* config) {
 }
 
 void pcp_config_deinitialize(const pcp_config_table_t* table, void* config) {
+  pcp_config_deinitialize_with_allocator(table, pcp_allocator_system(), config);
+}
+
+void pcp_config_deinitialize_with_allocator(const pcp_config_table_t* table,
+                                            pcp_allocator_t allocator,
+                                            void* config) {
   for (size_t i = 0; i < table->field_count; ++i) {
-    deinitialize_field(&table->fields[i], config);
+    deinitialize_field(allocator, &table->fields[i], config);
   }
 }
 
@@ -559,6 +594,14 @@ static pcp_status_t renamed_flag_status(const pcp_config_table_t* table,
 
 pcp_status_t pcp_config_set(const pcp_config_table_t* table, void* config,
                             const char* name, const char* value) {
+  return pcp_config_set_with_allocator(table, pcp_allocator_system(), config,
+                                       name, value);
+}
+
+pcp_status_t pcp_config_set_with_allocator(const pcp_config_table_t* table,
+                                           pcp_allocator_t allocator,
+                                           void* config, const char* name,
+                                           const char* value) {
   const pcp_config_field_t* field =
       find_field(table, name, strlen(name), LOOKUP_ANY);
   if (!field || field->type == PCP_CONFIG_TYPE_OBJECT) {
@@ -570,10 +613,11 @@ pcp_status_t pcp_config_set(const pcp_config_table_t* table, void* config,
   }
   char what[160];
   snprintf(what, sizeof(what), "flag '--%s'", field->name);
-  return set_from_text(field, config, value, what);
+  return set_from_text(allocator, field, config, value, what);
 }
 
-static pcp_status_t parse_argv_impl(const pcp_config_table_t* table, int argc,
+static pcp_status_t parse_argv_impl(const pcp_config_table_t* table,
+                                    pcp_allocator_t allocator, int argc,
                                     char** argv, void* config,
                                     pcp_string_list_t* out_positionals,
                                     bool* list_seen) {
@@ -585,6 +629,7 @@ static pcp_status_t parse_argv_impl(const pcp_config_table_t* table, int argc,
         return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                "unexpected argument '%s'", arg);
       }
+      list_adopt(out_positionals, allocator);
       PCP_RETURN_IF_ERROR_BARE(pcp_string_list_append(out_positionals, arg));
       continue;
     }
@@ -638,7 +683,8 @@ static pcp_status_t parse_argv_impl(const pcp_config_table_t* table, int argc,
         list_seen[index] = true;
       }
     }
-    PCP_RETURN_IF_ERROR_BARE(set_from_text(field, config, value, what));
+    PCP_RETURN_IF_ERROR_BARE(
+        set_from_text(allocator, field, config, value, what));
   }
   return pcp_ok_status();
 }
@@ -646,13 +692,21 @@ static pcp_status_t parse_argv_impl(const pcp_config_table_t* table, int argc,
 pcp_status_t pcp_config_parse_argv(const pcp_config_table_t* table, int argc,
                                    char** argv, void* config,
                                    pcp_string_list_t* out_positionals) {
-  bool* list_seen = calloc(table->field_count + 1, sizeof(bool));
-  if (!list_seen) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  pcp_status_t status =
-      parse_argv_impl(table, argc, argv, config, out_positionals, list_seen);
-  free(list_seen);
+  return pcp_config_parse_argv_with_allocator(
+      table, pcp_allocator_system(), argc, argv, config, out_positionals);
+}
+
+pcp_status_t pcp_config_parse_argv_with_allocator(
+    const pcp_config_table_t* table, pcp_allocator_t allocator, int argc,
+    char** argv, void* config, pcp_string_list_t* out_positionals) {
+  bool* list_seen = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(allocator, (table->field_count + 1) * sizeof(bool),
+                           (void**)&list_seen),
+      "out of memory");
+  pcp_status_t status = parse_argv_impl(table, allocator, argc, argv, config,
+                                        out_positionals, list_seen);
+  pcp_allocator_free(allocator, list_seen);
   return status;
 }
 
@@ -719,6 +773,7 @@ static const char* json_type_name(json_t* value) {
 }
 
 static pcp_status_t apply_json_object(const pcp_config_table_t* table,
+                                      pcp_allocator_t allocator,
                                       const char* table_name, json_t* object,
                                       void* config, const char* prefix,
                                       pcp_string_list_t* out_unknown_keys);
@@ -729,12 +784,10 @@ static pcp_status_t expected(const char* what, const char* type,
                          what, type, json_type_name(value));
 }
 
-static pcp_status_t apply_json_value(const pcp_config_table_t* table,
-                                     const char* table_name,
-                                     const pcp_config_field_t* field,
-                                     json_t* value, void* config,
-                                     const char* path,
-                                     pcp_string_list_t* out_unknown_keys) {
+static pcp_status_t apply_json_value(
+    const pcp_config_table_t* table, pcp_allocator_t allocator,
+    const char* table_name, const pcp_config_field_t* field, json_t* value,
+    void* config, const char* path, pcp_string_list_t* out_unknown_keys) {
   char what[384];
   snprintf(what, sizeof(what), "%s: key '%s'", table_name, path);
   void* slot = field_ptr(config, field);
@@ -742,8 +795,8 @@ static pcp_status_t apply_json_value(const pcp_config_table_t* table,
   // optional fields are written as null in real configs).
   if (json_is_null(value)) {
     const pcp_config_field_t* target = alias_target(table, field);
-    deinitialize_field(target, config);
-    return initialize_field(table, target, config);
+    deinitialize_field(allocator, target, config);
+    return initialize_field(table, allocator, target, config);
   }
   switch (field->type) {
     case PCP_CONFIG_TYPE_BOOL:
@@ -778,7 +831,7 @@ static pcp_status_t apply_json_value(const pcp_config_table_t* table,
       if (!json_is_string(value)) {
         return expected(what, "a string", value);
       }
-      return set_string(slot, json_string_value(value), what);
+      return set_string(allocator, slot, json_string_value(value), what);
     case PCP_CONFIG_TYPE_ENUM:
       if (!json_is_string(value)) {
         return expected(what, "a string", value);
@@ -799,7 +852,7 @@ static pcp_status_t apply_json_value(const pcp_config_table_t* table,
                                  index, json_type_name(item));
         }
         PCP_RETURN_IF_ERROR_BARE(
-            list_append(list, json_string_value(item), what));
+            list_append(allocator, list, json_string_value(item), what));
       }
       return pcp_ok_status();
     }
@@ -808,13 +861,14 @@ static pcp_status_t apply_json_value(const pcp_config_table_t* table,
         return expected(what, "an object", value);
       }
       *(bool*)slot = true;
-      return apply_json_object(field->object_table, table_name, value, slot,
-                               path, out_unknown_keys);
+      return apply_json_object(field->object_table, allocator, table_name,
+                               value, slot, path, out_unknown_keys);
   }
   return pcp_make_status(PCP_STATUS_INTERNAL, "%s: bad field type", what);
 }
 
 static pcp_status_t apply_json_object(const pcp_config_table_t* table,
+                                      pcp_allocator_t allocator,
                                       const char* table_name, json_t* object,
                                       void* config, const char* prefix,
                                       pcp_string_list_t* out_unknown_keys) {
@@ -831,6 +885,7 @@ static pcp_status_t apply_json_object(const pcp_config_table_t* table,
         find_field(table, key, strlen(key), LOOKUP_JSON);
     if (!field) {
       if (out_unknown_keys) {
+        list_adopt(out_unknown_keys, allocator);
         PCP_RETURN_IF_ERROR_BARE(
             pcp_string_list_append(out_unknown_keys, path));
       }
@@ -843,8 +898,9 @@ static pcp_status_t apply_json_object(const pcp_config_table_t* table,
                              "%s: key '%s' was renamed to '%s'", table_name,
                              path, renamed);
     }
-    PCP_RETURN_IF_ERROR_BARE(apply_json_value(table, table_name, field, value,
-                                              config, path, out_unknown_keys));
+    PCP_RETURN_IF_ERROR_BARE(apply_json_value(table, allocator, table_name,
+                                              field, value, config, path,
+                                              out_unknown_keys));
   }
   return pcp_ok_status();
 }
@@ -853,6 +909,15 @@ pcp_status_t pcp_config_parse_json(const pcp_config_table_t* table,
                                    const char* text, size_t byte_length,
                                    void* config,
                                    pcp_string_list_t* out_unknown_keys) {
+  return pcp_config_parse_json_with_allocator(table, pcp_allocator_system(),
+                                              text, byte_length, config,
+                                              out_unknown_keys);
+}
+
+pcp_status_t pcp_config_parse_json_with_allocator(
+    const pcp_config_table_t* table, pcp_allocator_t allocator,
+    const char* text, size_t byte_length, void* config,
+    pcp_string_list_t* out_unknown_keys) {
   if (byte_length > PCP_CONFIG_MAX_FILE_BYTES) {
     return pcp_make_status(
         PCP_STATUS_RESOURCE_EXHAUSTED, "%s: JSON is %zu bytes; the limit is %u",
@@ -879,7 +944,7 @@ pcp_status_t pcp_config_parse_json(const pcp_config_table_t* table,
                              "%s: JSON nests deeper than %d levels",
                              table->name, PCP_CONFIG_MAX_JSON_DEPTH);
   } else {
-    status = apply_json_object(table, table->name, root, config, "",
+    status = apply_json_object(table, allocator, table->name, root, config, "",
                                out_unknown_keys);
   }
   json_decref(root);
@@ -889,14 +954,22 @@ pcp_status_t pcp_config_parse_json(const pcp_config_table_t* table,
 pcp_status_t pcp_config_load_json_file(const pcp_config_table_t* table,
                                        const char* path, void* config,
                                        pcp_string_list_t* out_unknown_keys) {
+  return pcp_config_load_json_file_with_allocator(
+      table, pcp_allocator_system(), path, config, out_unknown_keys);
+}
+
+pcp_status_t pcp_config_load_json_file_with_allocator(
+    const pcp_config_table_t* table, pcp_allocator_t allocator,
+    const char* path, void* config, pcp_string_list_t* out_unknown_keys) {
   void* data = NULL;
   size_t byte_length = 0;
   PCP_RETURN_IF_ERROR(
       pcp_file_read_all(path, PCP_CONFIG_MAX_FILE_BYTES, &data, &byte_length),
       "loading %s", table->name);
-  pcp_status_t status = pcp_config_parse_json(
-      table, (const char*)data, byte_length, config, out_unknown_keys);
-  free(data);
+  pcp_status_t status = pcp_config_parse_json_with_allocator(
+      table, allocator, (const char*)data, byte_length, config,
+      out_unknown_keys);
+  pcp_libc_free(data);  // pcp_file_read_all's buffer: posix_memalign
   return status;
 }
 
@@ -1153,17 +1226,25 @@ static void print_cli_status(const char* command, pcp_status_t status) {
   // Sized to the message: a compiler's diagnostics run to many kilobytes,
   // and their last lines (where the derived module's lines are traced back
   // to the user's ops) matter most.
+  // A CLI's last words before exiting: the system allocator (no caller's
+  // allocator is in reach, and failure falls back to the fixed buffer).
+  pcp_allocator_t allocator = pcp_allocator_system();
   char fixed[2048];
   size_t length = pcp_status_format_for_user(status, NULL, 0);
-  char* message = length < sizeof(fixed) ? fixed : malloc(length + 1);
-  if (!message) {
-    message = fixed;
-    length = sizeof(fixed) - 1;
+  char* message = fixed;
+  if (length >= sizeof(fixed)) {
+    pcp_status_t oom =
+        pcp_allocator_malloc(allocator, length + 1, (void**)&message);
+    if (oom) {
+      pcp_status_ignore(oom);
+      message = fixed;
+      length = sizeof(fixed) - 1;
+    }
   }
   pcp_status_format_for_user(status, message, length + 1);
   fprintf(stderr, "pcp %s: %s\n", command, message);
   if (message != fixed)
-    free(message);
+    pcp_allocator_free(allocator, message);
 }
 
 int pcp_config_cli_usage_error(const char* command, pcp_status_t status) {

@@ -16,7 +16,10 @@
 // |out_unknown_keys| so a caller can warn; unknown CLI flags are an error.
 //
 // Ownership: STRING and STRING_LIST fields are heap-owned by the struct once
-// parsed; release them with pcp_config_deinitialize. Thread-compatible.
+// parsed; release them with pcp_config_deinitialize. The entry points below
+// allocate from pcp_allocator_system(); their _with_allocator forms take the
+// allocator (STYLE.md s.3.5) and the struct is then released with the same
+// allocator. Thread-compatible.
 
 #ifndef PCP_CONFIG_CONFIG_H_
 #define PCP_CONFIG_CONFIG_H_
@@ -55,6 +58,10 @@ typedef enum pcp_config_type_e {
 typedef struct pcp_string_list_t {
   char** items;  // owned
   size_t count;
+  // Where items come from. Unset ({NULL, NULL}): the system allocator, so a
+  // zeroed list works; an empty unset list that a config parse appends to
+  // takes the parse's allocator. Kept across pcp_string_list_deinitialize.
+  pcp_allocator_t allocator;
 } pcp_string_list_t;
 
 typedef uint32_t pcp_config_flags_t;
@@ -181,7 +188,30 @@ typedef struct pcp_config_section_t {
 void pcp_config_dump_json_sections(const pcp_config_section_t* sections,
                                    size_t section_count, FILE* out);
 
-// String lists.
+// The entry points above with the allocator of every string and list item
+// the struct (and the positional or unknown-key list) owns; they use
+// pcp_allocator_system(). Out of memory is RESOURCE_EXHAUSTED, and what was
+// set before the failure stays owned by the struct.
+PCP_MUST_USE_RESULT pcp_status_t pcp_config_initialize_with_allocator(
+    const pcp_config_table_t* table, pcp_allocator_t allocator, void* config);
+void pcp_config_deinitialize_with_allocator(const pcp_config_table_t* table,
+                                            pcp_allocator_t allocator,
+                                            void* config);
+PCP_MUST_USE_RESULT pcp_status_t pcp_config_set_with_allocator(
+    const pcp_config_table_t* table, pcp_allocator_t allocator, void* config,
+    const char* name, const char* value);
+PCP_MUST_USE_RESULT pcp_status_t pcp_config_parse_argv_with_allocator(
+    const pcp_config_table_t* table, pcp_allocator_t allocator, int argc,
+    char** argv, void* config, pcp_string_list_t* out_positionals);
+PCP_MUST_USE_RESULT pcp_status_t pcp_config_parse_json_with_allocator(
+    const pcp_config_table_t* table, pcp_allocator_t allocator,
+    const char* text, size_t byte_length, void* config,
+    pcp_string_list_t* out_unknown_keys);
+PCP_MUST_USE_RESULT pcp_status_t pcp_config_load_json_file_with_allocator(
+    const pcp_config_table_t* table, pcp_allocator_t allocator,
+    const char* path, void* config, pcp_string_list_t* out_unknown_keys);
+
+// String lists: items come from the list's allocator (see above).
 PCP_MUST_USE_RESULT pcp_status_t pcp_string_list_append(pcp_string_list_t* list,
                                                         const char* value);
 void pcp_string_list_deinitialize(pcp_string_list_t* list);

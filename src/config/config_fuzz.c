@@ -96,19 +96,25 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) {
     return 0;
   }
+  // Counted, so that every input also checks that parsing and
+  // deinitializing leave nothing behind.
+  pcp_allocator_counting_t counter;
+  pcp_allocator_counting_initialize(pcp_allocator_system(), &counter);
+  pcp_allocator_t allocator = pcp_allocator_counting(&counter);
   fuzz_config_t config;
   memset(&config, 0, sizeof(config));
-  PCP_CHECK_OK(pcp_config_initialize(&kTable, &config));
+  PCP_CHECK_OK(
+      pcp_config_initialize_with_allocator(&kTable, allocator, &config));
   pcp_status_t status = pcp_ok_status();
   if ((data[0] & 1) == 0) {
     pcp_string_list_t unknown = {0};
-    status = pcp_config_parse_json(&kTable, (const char*)data + 1, size - 1,
-                                   &config, &unknown);
+    status = pcp_config_parse_json_with_allocator(
+        &kTable, allocator, (const char*)data + 1, size - 1, &config, &unknown);
     pcp_string_list_deinitialize(&unknown);
   } else {
     // Copy into NUL-terminated pieces; at most 64 arguments.
-    char* text = malloc(size);
-    PCP_ASSERT(text != NULL);
+    char* text = NULL;
+    PCP_CHECK_OK(pcp_allocator_malloc(allocator, size, (void**)&text));
     memcpy(text, data + 1, size - 1);
     text[size - 1] = 0;
     char* argv[64];
@@ -118,9 +124,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       at += strlen(text + at) + 1;
     }
     pcp_string_list_t positionals = {0};
-    status = pcp_config_parse_argv(&kTable, argc, argv, &config, &positionals);
+    status = pcp_config_parse_argv_with_allocator(&kTable, allocator, argc,
+                                                  argv, &config, &positionals);
     pcp_string_list_deinitialize(&positionals);
-    free(text);
+    pcp_allocator_free(allocator, text);
   }
   if (!status) {
     status = pcp_config_validate(&kTable, &config);
@@ -136,7 +143,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fclose(sink);
     }
   }
-  pcp_config_deinitialize(&kTable, &config);
+  pcp_config_deinitialize_with_allocator(&kTable, allocator, &config);
+  PCP_ASSERT(counter.live_bytes == 0);
   return 0;
 }
 
@@ -154,7 +162,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     LLVMFuzzerTestOneInput(data, size);
-    free(data);
+    pcp_libc_free(data);  // pcp_file_read_all's buffer: posix_memalign
   }
   printf("config_fuzz: replayed %d input(s)\n", argc - 1);
   return 0;

@@ -557,15 +557,16 @@ pcp_status_t pcp_safetensors_write(const char* path,
   char temp_path[PATH_MAX];
   int n =
       snprintf(temp_path, sizeof(temp_path), "%s.tmp.%d", path, (int)getpid());
+  // |header| is json_dumps' text (jansson allocates it with libc malloc).
   if (n < 0 || (size_t)n >= sizeof(temp_path)) {
-    free(header);
+    pcp_libc_free(header);
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "path too long: %s",
                            path);
   }
   FILE* stream = fopen(temp_path, "wb");
   if (stream == NULL) {
     int err = errno;
-    free(header);
+    pcp_libc_free(header);
     return pcp_status_from_errno(err, "create %s", temp_path);
   }
   uint8_t length_bytes[8];
@@ -579,7 +580,7 @@ pcp_status_t pcp_safetensors_write(const char* path,
   for (size_t i = header_length; i < padded && !status; ++i) {
     status = write_bytes(stream, temp_path, " ", 1);
   }
-  free(header);
+  pcp_libc_free(header);
   for (size_t i = 0; i < tensor_count && !status; ++i) {
     status =
         write_bytes(stream, temp_path, tensors[i].data, tensors[i].byte_length);

@@ -385,13 +385,17 @@ pcp_status_t pcp_store_checkpoint_verify(
   pcp_status_t status = pcp_sha256_stream_create(&stream);
   uint64_t total = 0;
   // Streamed in 1 MiB pieces: checkpoints can be far larger than memory.
+  // A record carries no allocator and callers verify without a store, so
+  // the scratch buffer comes from the system allocator.
   enum { CHUNK_BYTE_LENGTH = 1 << 20 };
+  pcp_allocator_t allocator = pcp_allocator_system();
   uint8_t* buffer = NULL;
   if (!status) {
-    buffer = malloc(CHUNK_BYTE_LENGTH);
-    if (!buffer) {
-      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                               "out of memory verifying a checkpoint");
+    status =
+        pcp_allocator_malloc(allocator, CHUNK_BYTE_LENGTH, (void**)&buffer);
+    if (status) {
+      status =
+          pcp_status_annotate_f(status, "out of memory verifying a checkpoint");
     }
   }
   while (!status) {
@@ -413,7 +417,7 @@ pcp_status_t pcp_store_checkpoint_verify(
     pcp_sha256_stream_update(stream, buffer, (size_t)n);
   }
   close(fd);
-  free(buffer);
+  pcp_allocator_free(allocator, buffer);
   pcp_sha256_t digest;
   memset(&digest, 0, sizeof(digest));
   if (stream) {

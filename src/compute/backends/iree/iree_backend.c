@@ -268,10 +268,12 @@ static const pcp_backend_vtable_t kIreeVtable;
 static pcp_status_t make_tensor(pcp_backend_t* backend, PyObject* view,
                                 const pcp_tensor_shape_t* shape,
                                 size_t byte_length, pcp_tensor_t** out) {
-  iree_tensor_t* tensor = malloc(sizeof(*tensor));
-  if (!tensor) {
+  iree_tensor_t* tensor = NULL;
+  pcp_status_t status = pcp_allocator_malloc(backend->allocator,
+                                             sizeof(*tensor), (void**)&tensor);
+  if (status) {
     Py_DECREF(view);
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "tensor handle");
+    return pcp_status_annotate_f(status, "tensor handle");
   }
   atomic_init(&tensor->base.ref_count, 1);
   tensor->base.backend = backend;
@@ -368,16 +370,28 @@ static void backend_destroy(pcp_backend_t* base) {
   }
   Py_XDECREF(backend->device);
   PyGILState_Release(gil);
-  free(backend);
+  pcp_allocator_free(base->allocator, backend);
+}
+
+// Frees the exported names (NULL-safe entries), as far as they were copied.
+static void free_function_names(pcp_program_t* base) {
+  pcp_allocator_t allocator = base->backend->allocator;
+  for (size_t i = 0; base->function_names && i < base->function_count; ++i)
+    pcp_allocator_free(allocator, base->function_names[i]);
+  pcp_allocator_free(allocator, base->function_names);
+  base->function_names = NULL;
+  base->function_count = 0;
 }
 
 static pcp_status_t program_load(pcp_backend_t* base, const void* vmfb,
                                  size_t byte_length,
                                  pcp_program_t** out_program) {
   iree_backend_t* backend = (iree_backend_t*)base;
-  iree_program_t* program = calloc(1, sizeof(*program));
-  if (!program)
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "program");
+  pcp_allocator_t allocator = base->allocator;
+  iree_program_t* program = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(allocator, sizeof(*program), (void**)&program),
+      "program");
   program->base.backend = base;
   pcp_status_t status = pcp_ok_status();
   PyGILState_STATE gil = PyGILState_Ensure();
@@ -407,19 +421,25 @@ static pcp_status_t program_load(pcp_backend_t* base, const void* vmfb,
   }
   if (!status) {
     Py_ssize_t count = PyList_Size(names);
-    program->base.function_names =
-        calloc((size_t)(count > 0 ? count : 1), sizeof(char*));
-    for (Py_ssize_t i = 0; program->base.function_names && i < count; ++i) {
+    size_t slots = (size_t)(count > 0 ? count : 1);
+    status = pcp_allocator_calloc(allocator, slots * sizeof(char*),
+                                  (void**)&program->base.function_names);
+    if (!status)
+      program->base.function_count = (size_t)(count > 0 ? count : 0);
+    for (Py_ssize_t i = 0; !status && i < count; ++i) {
       const char* name = PyUnicode_AsUTF8(PyList_GetItem(names, i));
-      program->base.function_names[i] = strdup(name ? name : "?");
+      status = pcp_allocator_strdup(allocator, name ? name : "?",
+                                    &program->base.function_names[i]);
     }
-    program->base.function_count = (size_t)count;
+    if (status)
+      status = pcp_status_annotate_f(status, "function names");
   }
   Py_XDECREF(names);
   if (status) {
+    free_function_names(&program->base);
     Py_XDECREF(program->vm_context);
     Py_XDECREF(program->program);
-    free(program);
+    pcp_allocator_free(allocator, program);
     program = NULL;
   }
   PyGILState_Release(gil);
@@ -429,19 +449,18 @@ static pcp_status_t program_load(pcp_backend_t* base, const void* vmfb,
 
 static void program_destroy(pcp_program_t* base) {
   iree_program_t* program = (iree_program_t*)base;
+  pcp_allocator_t allocator = base->backend->allocator;
   PyGILState_STATE gil = PyGILState_Ensure();
   for (size_t i = 0; i < base->resolved_count; ++i) {
     Py_XDECREF((PyObject*)base->resolved[i].handle);
-    free(base->resolved[i].name);
+    pcp_allocator_free(allocator, base->resolved[i].name);
   }
   Py_XDECREF(program->vm_context);
   Py_XDECREF(program->program);
   PyGILState_Release(gil);
-  for (size_t i = 0; i < base->function_count; ++i)
-    free(base->function_names[i]);
-  free(base->function_names);
-  free(base->resolved);
-  free(program);
+  free_function_names(base);
+  pcp_allocator_free(allocator, base->resolved);
+  pcp_allocator_free(allocator, program);
 }
 
 static pcp_status_t function_resolve(pcp_program_t* base, const char* name,
@@ -516,7 +535,7 @@ static void tensor_destroy(pcp_tensor_t* base) {
   PyGILState_STATE gil = PyGILState_Ensure();
   Py_XDECREF(tensor->view);
   PyGILState_Release(gil);
-  free(tensor);
+  pcp_allocator_free(base->backend->allocator, tensor);
 }
 
 static pcp_status_t invoke(pcp_program_t* base,
@@ -727,10 +746,15 @@ pcp_status_t pcp_iree_backend_create(const pcp_backend_options_t* options,
                            "negative device ordinal %d", ordinal);
   }
   PCP_RETURN_IF_ERROR_BARE(python_ready());
-  iree_backend_t* backend = calloc(1, sizeof(*backend));
-  if (!backend)
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "backend");
+  pcp_allocator_t allocator = options && options->allocator.ctl
+                                  ? options->allocator
+                                  : pcp_allocator_system();
+  iree_backend_t* backend = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(allocator, sizeof(*backend), (void**)&backend),
+      "backend");
   backend->base.vtable = &kIreeVtable;
+  backend->base.allocator = allocator;
   snprintf(backend->base.info.driver, sizeof(backend->base.info.driver), "%s",
            iree_driver);
   backend->base.info.device_ordinal = ordinal;
