@@ -274,6 +274,9 @@ pcp_status_t pcp_roles_gateway_job_get(void* user_data,
   }
   pcp_store_job_t job;
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, id, &job));
+  // An inference job's live numbers (requests, tokens) change without a
+  // job write: never cached.
+  cacheable = cacheable && strcmp(job.kind, "inference") != 0;
   json_t* out = pcp_workloads_job_json(&job);
   pcp_store_job_deinitialize(&job);
   if (out) {

@@ -6,9 +6,9 @@
 // restart resumes the same job id (no second job); a cancel ends it
 // cancelled and withdraws the model (not listed, NOT_FOUND, not back at a
 // rescan or a restart) until its model.json changes, which is a new job;
-// weights that do not load fail the job with the listing's error; the
-// spec's keys are checked. Serving (running, replaced) needs workers:
-// tests/integration/inference_jobs_test.py.
+// weights that do not load fail the job with the listing's error, and so
+// does a directory gone at a restart; the spec's keys are checked. Serving
+// (running, replaced) needs workers: tests/integration/inference_jobs_test.py.
 
 // clang-format off
 #include <stdarg.h>
@@ -325,6 +325,32 @@ static void test_load_failure_fails_the_job(void** state) {
   world_close(&w);
 }
 
+// A job recovered after a restart whose directory is gone fails with a
+// clear error (the runner's default recovery re-queues it; its run looks).
+static void test_gone_dir_fails_after_restart(void** state) {
+  (void)state;
+  char dir[512];
+  model_dir_write("gamma", "", WEIGHTS_OK, dir, sizeof(dir));
+  char id[PCP_INFER_JOB_ID_MAX_LENGTH + 1];
+  expected_id(dir, id);
+  world_t w;
+  world_open(&w);
+  pcp_store_job_t job;
+  state_wait(&w, id, PCP_STORE_JOB_STATE_PLACING, &job);
+  pcp_store_job_deinitialize(&job);
+  world_close(&w);
+  char moved[600];
+  snprintf(moved, sizeof(moved), "%s/gamma-moved", g_root);
+  assert_int_equal(rename(dir, moved), 0);
+  world_open(&w);
+  state_wait(&w, id, PCP_STORE_JOB_STATE_FAILED, &job);
+  if (!strstr(job.error, "is gone")) {
+    fail_msg("error '%s'", job.error);
+  }
+  pcp_store_job_deinitialize(&job);
+  world_close(&w);
+}
+
 static void expect_invalid(const pcp_workloads_kind_t* kind, const char* text,
                            const char* key) {
   json_t* spec = json_loads(text, 0, NULL);
@@ -380,6 +406,7 @@ int main(void) {
       cmocka_unit_test(test_validate_names_the_key),
       cmocka_unit_test(test_lifecycle_restart_cancel),
       cmocka_unit_test(test_load_failure_fails_the_job),
+      cmocka_unit_test(test_gone_dir_fails_after_restart),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   if (!failed) {
