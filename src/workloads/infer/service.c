@@ -59,8 +59,12 @@ typedef struct version_t {
   pcp_status_code_t error_code;  // of |error| (OK: none)
   char error_message[256];       // |error| without the code
   uint32_t compiling;            // compiles in flight for it
-  uint32_t replaced_by;          // the version that replaced it (0: none)
-  bool cancelled;                // its job was cancelled: it serves no more
+  // The manager's pass (|manage_passes|) in which a compile of it failed
+  // last; its job fails only once that pass over every worker ended.
+  uint64_t compile_failed_pass;
+  bool compile_failure_told;  // its job was signalled after that pass
+  uint32_t replaced_by;       // the version that replaced it (0: none)
+  bool cancelled;             // its job was cancelled: it serves no more
 } version_t;
 
 typedef struct model_entry_t {
@@ -234,6 +238,8 @@ struct pcp_infer_service_t {
   // Bumped (under |mu|) with every change a version's job may care about,
   // before its job is signalled: the job's wait reads it without |mu|.
   _Atomic uint64_t job_generation;
+  // manage_workers passes ended (under |mu|).
+  uint64_t manage_passes;
 };
 
 //===----------------------------------------------------------------------===//
@@ -2106,6 +2112,8 @@ static void manage_workers(pcp_infer_service_t* s) {
         pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
                        "inference compile failed");
         version_error_set(v, status);
+        v->compile_failed_pass = s->manage_passes;
+        v->compile_failure_told = false;
         if (v == e->next) {
           snprintf(e->reload_error, sizeof(e->reload_error), "%s", v->error);
         }
@@ -2120,6 +2128,19 @@ static void manage_workers(pcp_infer_service_t* s) {
     }
   }
   pcp_allocator_free(s->allocator, infos);
+  // A pass over every connected worker ended: a version whose compile
+  // failed before it has had each worker's target tried; its job looks.
+  pthread_mutex_lock(&s->mu);
+  s->manage_passes++;
+  for (size_t i = 0; i < 2 * s->model_count; ++i) {
+    version_t* v = entry_version(&s->models[i / 2], i % 2);
+    if (v && v->error_code && !v->compile_failure_told &&
+        v->compile_failed_pass < s->manage_passes) {
+      v->compile_failure_told = true;
+      version_job_signal(s, v);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
 }
 
 // Makes a prepared version the served one as soon as one of its runners is
@@ -2378,8 +2399,12 @@ static void job_view(pcp_infer_service_t* s, model_entry_t* e, version_t* v,
   for (size_t k = 0; k < v->program_count; ++k) {
     compile_failed = compile_failed || v->programs[k].failed;
   }
+  // A compile failure ends the job once no runner has the version, none of
+  // its compiles runs and the manager's pass that saw it fail ended (every
+  // connected worker's target was tried: another target may serve it).
   if (v->state == MODEL_FAILED ||
-      (compile_failed && !has_runner && v->compiling == 0)) {
+      (compile_failed && !has_runner && v->compiling == 0 &&
+       s->manage_passes > v->compile_failed_pass)) {
     // The listing's error (or reload_error) for this version: a load
     // failure, or a compile that left no worker able to serve it.
     out->failed = true;
