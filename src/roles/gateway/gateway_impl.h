@@ -107,6 +107,9 @@ typedef struct pcp_roles_gateway_state_t {
   // The training kind's state (its options are filled at _workloads_start,
   // once the fabric and the inference service exist).
   pcp_workloads_train_t train_kind;
+  // The inference kind's self: the runner and store at the runner's
+  // creation, the service once it exists (served versions are jobs).
+  pcp_infer_kind_t infer_kind;
   pcp_diloco_metrics_t training_metrics;
   pcp_workloads_train_policy_t training_policy;
 

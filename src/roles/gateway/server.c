@@ -460,6 +460,7 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
       .metrics = g->registry,
       .compile_queue = g->compile_queue,
       .log = g->log,
+      .kind = &g->infer_kind,  // served versions are inference jobs
   };
   PCP_RETURN_IF_ERROR(pcp_infer_service_create_in_state_dir(
                           &infer_options, c->file.state_dir,

@@ -57,6 +57,7 @@ pcp_status_t pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* g) {
   const pcp_workloads_kind_t kinds[] = {
       pcp_workloads_jobs_kind(g->jobs),
       pcp_workloads_train_kind(&g->train_kind),
+      pcp_infer_kind(&g->infer_kind),
   };
   pcp_workloads_runner_options_t options = {
       .store = g->store,
@@ -71,6 +72,8 @@ pcp_status_t pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* g) {
   };
   PCP_RETURN_IF_ERROR_BARE(
       pcp_workloads_runner_create(&options, g->allocator, &g->runner));
+  g->infer_kind.runner = g->runner;
+  g->infer_kind.store = g->store;
   // Jobs caught mid-flight by a crash or a stop: re-run or finish cancel.
   return pcp_workloads_runner_recover(g->runner);
 }
@@ -271,6 +274,9 @@ pcp_status_t pcp_roles_gateway_job_get(void* user_data,
   }
   pcp_store_job_t job;
   PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(g->store, id, &job));
+  // An inference job's live numbers (requests, tokens) change without a
+  // job write: never cached.
+  cacheable = cacheable && strcmp(job.kind, "inference") != 0;
   json_t* out = pcp_workloads_job_json(&job);
   pcp_store_job_deinitialize(&job);
   if (out) {

@@ -56,7 +56,9 @@
 #include "base/base.h"
 #include "fabric/fabric.h"
 #include "obs/obs.h"
+#include "store/store.h"
 #include "workloads/runtime/compile_queue.h"
+#include "workloads/runtime/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -73,6 +75,36 @@ extern "C" {
 // Slots of the generation module unless model.json says otherwise.
 #define PCP_INFER_DEFAULT_SLOTS 8
 #define PCP_INFER_MAX_SLOTS 64
+
+typedef struct pcp_infer_service_t pcp_infer_service_t;
+
+// Inference as a job kind (job.c, issue 14): each served model version is
+// a job of kind "inference" on the workload runner. Its run follows the
+// version through the store states (placing while its weights load and no
+// worker has it, compiling while its programs compile or load on workers,
+// running once a worker serves it) and ends it: succeeded when a newer
+// version replaced it (placement {"replaced_by_version": N, "reason"}),
+// failed with the load or compile error, cancelled by a client (the
+// version stops serving; a model left with no version is withdrawn: not
+// listed, its requests NOT_FOUND, until a new model.json of its name). A
+// runner stop leaves the job where it is; the next start resumes it.
+//
+// The owner keeps one of these where the runner's kinds are built (it
+// exists before the service): |runner| and |store| filled before the
+// service is created with options.kind pointing here; the service sets
+// |service| at create and clears it at release. Stop the runner before
+// releasing the service.
+typedef struct pcp_infer_kind_t {
+  pcp_workloads_runner_t* runner;  // borrowed
+  pcp_store_t* store;              // borrowed; the runner's
+  pcp_infer_service_t* service;    // read with __atomic builtins
+} pcp_infer_kind_t;
+
+// The kind's table: validate (the spec's keys), run, progress (the job
+// JSON gets "inference": {model, version, workers, requests,
+// generated_tokens, ttft_seconds_mean}), cancel. max_running
+// 2 * PCP_INFER_MAX_MODELS (a current and a next version per model).
+pcp_workloads_kind_t pcp_infer_kind(pcp_infer_kind_t* kind);
 
 typedef struct pcp_infer_service_options_t {
   pcp_fabric_endpoint_t* fabric;  // borrowed
@@ -98,9 +130,10 @@ typedef struct pcp_infer_service_options_t {
   // request stays in flight long enough to watch a reload around it.
   int64_t test_step_delay_ms;
   pcp_log_context_t log;
+  // Served versions become jobs of this kind's runner (borrowed; NULL: no
+  // jobs, the service alone, as in tests and standalone use).
+  pcp_infer_kind_t* kind;
 } pcp_infer_service_options_t;
-
-typedef struct pcp_infer_service_t pcp_infer_service_t;
 
 // Registers the metrics, loads nothing yet and starts the manager thread.
 PCP_MUST_USE_RESULT pcp_status_t pcp_infer_service_create(

@@ -85,4 +85,30 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_infer_model_encode(
     const pcp_infer_model_t* m, const pcp_infer_request_params_t* params,
     pcp_tokenizer_id_list_t* ids);
 
+//===----------------------------------------------------------------------===//
+// Versions as jobs (service.c, for the kind in job.c)
+//===----------------------------------------------------------------------===//
+
+// "infer-" and 32 hex digits.
+#define PCP_INFER_JOB_ID_MAX_LENGTH 38
+
+// The job id of the version read from <dir>/model.json with that identity:
+// "infer-" + the first 16 bytes of SHA-256 over them, in hex.
+void pcp_infer_job_id_make(const char* dir, uint64_t inode, int64_t mtime_ns,
+                           int64_t size,
+                           char out[PCP_INFER_JOB_ID_MAX_LENGTH + 1]);
+
+// The kind's run: follows the version whose job |job| is until it ends
+// (the kind's header in infer.h). Returns when pcp_workloads_job_should_stop.
+PCP_MUST_USE_RESULT pcp_status_t pcp_infer_service_job_run(
+    pcp_infer_service_t* service, pcp_workloads_job_t* job);
+// A client cancelled job |id|: its version stops serving (its runners
+// finish what they hold and retire). A no-op for an unknown id.
+void pcp_infer_service_job_cancel(pcp_infer_service_t* service, const char* id);
+// Folds the live state of job |id|'s version (workers serving, version,
+// the model's request stats) into |progress|. False when no version of
+// this service has that job.
+bool pcp_infer_service_job_progress(pcp_infer_service_t* service,
+                                    const char* id, json_t* progress);
+
 #endif  // PCP_WORKLOADS_INFER_INFER_IMPL_H_

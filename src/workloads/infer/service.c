@@ -53,6 +53,18 @@ typedef struct version_t {
   // Guarded by the service's |mu|: the entry's reference (as current or
   // next), one per runner, and one per thread reading it without the lock.
   uint32_t refs;
+  // The version as a job of kind "inference" (job.c), with a runner
+  // attached (options.kind); guarded by |mu|. |job_id| "" when none.
+  char job_id[PCP_INFER_JOB_ID_MAX_LENGTH + 1];
+  pcp_status_code_t error_code;  // of |error| (OK: none)
+  char error_message[256];       // |error| without the code
+  uint32_t compiling;            // compiles in flight for it
+  // The manager's pass (|manage_passes|) in which a compile of it failed
+  // last; its job fails only once that pass over every worker ended.
+  uint64_t compile_failed_pass;
+  bool compile_failure_told;  // its job was signalled after that pass
+  uint32_t replaced_by;       // the version that replaced it (0: none)
+  bool cancelled;             // its job was cancelled: it serves no more
 } version_t;
 
 typedef struct model_entry_t {
@@ -65,6 +77,9 @@ typedef struct model_entry_t {
   uint32_t versions;       // numbers handed out so far
   char reload_error[256];  // why the last newer export failed ("" if none)
   bool pinned;             // from --model-dir (readiness depends on it)
+  // Its only version's job was cancelled: not listed, not found by
+  // requests, until a new model.json of the name (docs/decisions.md).
+  bool withdrawn;
   // Requests served under this name, every version (not probes), for the
   // dashboard's models page; guarded by the service's |mu|.
   pcp_infer_model_stats_t stats;
@@ -220,6 +235,11 @@ struct pcp_infer_service_t {
   size_t probe_cursor;
   pthread_t manager;
   bool manager_started;
+  // Bumped (under |mu|) with every change a version's job may care about,
+  // before its job is signalled: the job's wait reads it without |mu|.
+  _Atomic uint64_t job_generation;
+  // manage_workers passes ended (under |mu|).
+  uint64_t manage_passes;
 };
 
 //===----------------------------------------------------------------------===//
@@ -414,6 +434,33 @@ static void version_release(version_t* v) {
     pcp_infer_model_free(v->model);
     pcp_allocator_free(v->allocator, v);
   }
+}
+
+// Service |mu| held: |v|'s job (if it has one) looks at its version again.
+// Taking the runner's lock under |mu| is the one order: the job's wait
+// reads only |job_generation|, never |mu|.
+static void version_job_signal(pcp_infer_service_t* s, const version_t* v) {
+  if (!v || !v->job_id[0] || !s->options.kind) {
+    return;
+  }
+  atomic_fetch_add(&s->job_generation, 1);
+  pcp_workloads_runner_job_signal(s->options.kind->runner, v->job_id);
+}
+
+// Service |mu| held: records why |v| failed (the listing's |error|, and
+// its code and message for its job's error).
+static void version_error_set(version_t* v, pcp_status_t status) {
+  pcp_status_format(status, v->error, sizeof(v->error));
+  v->error_code = pcp_status_code(status);
+  // The job's error is "<CODE>: <message>" (the runner's format): the
+  // listing's text without its code, so that both read the same.
+  const char* code = pcp_status_code_string(v->error_code);
+  size_t n = strlen(code);
+  const char* rest = v->error;
+  if (strncmp(rest, code, n) == 0 && strncmp(rest + n, ": ", 2) == 0) {
+    rest += n + 2;
+  }
+  snprintf(v->error_message, sizeof(v->error_message), "%s", rest);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1000,8 +1047,9 @@ static pcp_status_t round_run(runner_t* runner) {
 // Service |mu| held: the runner's version is neither the one served nor
 // the one being prepared (a newer export replaced it).
 static bool runner_superseded(const runner_t* runner) {
-  return runner->version != runner->entry->current &&
-         runner->version != runner->entry->next;
+  return (runner->version != runner->entry->current &&
+          runner->version != runner->entry->next) ||
+         runner->version->cancelled;
 }
 
 static void* runner_main(void* opaque) {
@@ -1027,6 +1075,7 @@ static void* runner_main(void* opaque) {
   atomic_store(&runner->state, RUNNER_READY);
   // The manager promotes a newer version once one of its runners is ready.
   pthread_cond_broadcast(&s->cv);
+  version_job_signal(s, runner->version);
   pthread_mutex_unlock(&s->mu);
   for (;;) {
     pthread_mutex_lock(&s->mu);
@@ -1178,6 +1227,7 @@ static pcp_status_t runner_start(
   version_retain(v);
   runner->next = s->runners;
   s->runners = runner;
+  version_job_signal(s, v);
   return pcp_ok_status();
 }
 
@@ -1195,8 +1245,13 @@ static void entry_next_set(pcp_infer_service_t* s, model_entry_t* e,
     PCP_LOG(PCP_LOG_INFO, &s->options.log,
             "model version dropped before it was served name=%s version=%u",
             old->model->name, old->number);
+    if (v) {
+      old->replaced_by = v->number;
+    }
+    version_job_signal(s, old);
     version_release(old);
   }
+  version_job_signal(s, v);
   // Runners of a replaced version retire once idle.
   for (runner_t* r = s->runners; r; r = r->next) {
     if (r->entry == e) {
@@ -1204,6 +1259,77 @@ static void entry_next_set(pcp_infer_service_t* s, model_entry_t* e,
     }
   }
   pthread_cond_broadcast(&s->cv);
+}
+
+// Service |mu| held, with a runner attached (options.kind): whether the
+// model.json |m| may be served, and its job's id in |id|. The id is
+// deterministic over (dir, model.json identity), so the scan after a
+// gateway restart finds the job the runner recovered instead of making a
+// second one. False when that job ended (cancelled, failed, replaced):
+// that model.json is not served again; a new model.json is a new job.
+// |*out_exists|: the job is stored already (not submitted again).
+static bool version_job_admit(pcp_infer_service_t* s,
+                              const pcp_infer_model_t* m,
+                              char id[PCP_INFER_JOB_ID_MAX_LENGTH + 1],
+                              bool* out_exists) {
+  *out_exists = false;
+  id[0] = 0;
+  if (!s->options.kind) {
+    return true;
+  }
+  pcp_infer_job_id_make(m->dir, m->json_inode, m->json_mtime_ns, m->json_size,
+                        id);
+  pcp_store_job_t job;
+  pcp_status_t status = pcp_store_job_get(s->options.kind->store, id, &job);
+  if (status) {
+    // NOT_FOUND: a new version, submitted once it exists.
+    pcp_status_ignore(status);
+    return true;
+  }
+  pcp_store_job_state_t state = job.state;
+  pcp_store_job_deinitialize(&job);
+  *out_exists = true;
+  if (pcp_store_job_state_is_terminal(state)) {
+    PCP_LOG(PCP_LOG_INFO, &s->options.log,
+            "model directory skipped name=%s dir=%s: its job %s ended %s",
+            m->name, m->dir, id, pcp_store_job_state_name(state));
+    return false;
+  }
+  return true;
+}
+
+// Service |mu| held: |v| gets the job |id| (from version_job_admit),
+// submitted queued unless |exists|. A store error leaves the version
+// served without a job (serving does not depend on the store).
+static void version_job_submit(pcp_infer_service_t* s, version_t* v,
+                               const char* id, bool exists, bool pinned) {
+  if (!s->options.kind || !id[0]) {
+    return;
+  }
+  const pcp_infer_model_t* m = v->model;
+  pcp_status_t status = pcp_ok_status();
+  if (!exists) {
+    json_t* spec =
+        json_pack("{s:s, s:s, s:i, s:I, s:b}", "name", m->name, "dir", m->dir,
+                  "version", (int)v->number, "outer_step",
+                  (json_int_t)m->outer_step, "pinned", pinned);
+    if (spec && m->job_id[0]) {
+      json_object_set_new(spec, "job_id", json_string(m->job_id));
+    }
+    status = spec ? pcp_workloads_runner_job_submit(s->options.kind->runner, id,
+                                                    "inference", spec, NULL,
+                                                    NULL, NULL)
+                  : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "oom");
+    json_decref(spec);
+  }
+  if (status) {
+    pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
+                   "inference job not stored; the version is served anyway");
+    pcp_status_ignore(status);
+    return;
+  }
+  snprintf(v->job_id, sizeof(v->job_id), "%s", id);
+  pcp_workloads_runner_wake(s->options.kind->runner);
 }
 
 // Service |mu| held. Reads |dir|/model.json if it is new or changed. A
@@ -1271,11 +1397,20 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
     pcp_infer_model_free(m);
     return;
   }
+  char job_id[PCP_INFER_JOB_ID_MAX_LENGTH + 1];
+  bool job_exists = false;
+  if (!version_job_admit(s, m, job_id, &job_exists)) {
+    pcp_infer_model_free(m);
+    return;
+  }
   if (e) {
     const pcp_infer_model_t* served = e->current->model;
     bool same_dir = strcmp(served->dir, dir) == 0 ||
                     (e->next && strcmp(e->next->model->dir, dir) == 0);
-    if (!same_dir && m->json_mtime_ns <= served->json_mtime_ns) {
+    // A withdrawn model (its job cancelled) comes back with any new
+    // model.json of its name.
+    if (!same_dir && !e->withdrawn &&
+        m->json_mtime_ns <= served->json_mtime_ns) {
       PCP_LOG(PCP_LOG_INFO, &s->options.log,
               "model directory skipped name=%s dir=%s: a newer model.json "
               "from %s serves it",
@@ -1287,16 +1422,23 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
     if (!v) {
       return;
     }
+    version_job_submit(s, v, job_id, job_exists, pinned);
     e->pinned = e->pinned || pinned;
-    if (e->current->state == MODEL_FAILED || e->current->state == MODEL_NEW) {
+    if (e->current->state == MODEL_FAILED || e->current->state == MODEL_NEW ||
+        e->withdrawn) {
       // Nothing serves the current version yet (it failed or is still
-      // loading): the new one takes its place at once. A load in progress
-      // holds its own reference.
+      // loading, or its job was cancelled): the new one takes its place at
+      // once. A load in progress holds its own reference.
       PCP_LOG(PCP_LOG_INFO, &s->options.log,
               "model dir changed, reloading name=%s version=%u dir=%s", m->name,
               v->number, dir);
       version_t* old = e->current;
       e->current = v;
+      e->withdrawn = false;
+      if (!old->cancelled) {
+        old->replaced_by = v->number;
+      }
+      version_job_signal(s, old);
       version_release(old);
       entry_next_set(s, e, NULL);
       return;
@@ -1326,6 +1468,7 @@ static void dir_consider(pcp_infer_service_t* s, const char* dir, bool pinned) {
   e->current = v;
   e->versions = 1;
   e->pinned = pinned;
+  version_job_submit(s, v, job_id, job_exists, pinned);
   PCP_LOG(PCP_LOG_INFO, &s->options.log, "model found name=%s dir=%s", m->name,
           dir);
   pthread_cond_broadcast(&s->cv);
@@ -1474,7 +1617,8 @@ static pcp_status_t model_compile(pcp_infer_service_t* s,
 
 static model_entry_t* model_find(pcp_infer_service_t* s, const char* name) {
   for (size_t i = 0; i < s->model_count; ++i) {
-    if (strcmp(s->models[i].current->model->name, name) == 0) {
+    if (!s->models[i].withdrawn &&
+        strcmp(s->models[i].current->model->name, name) == 0) {
       return &s->models[i];
     }
   }
@@ -1484,7 +1628,7 @@ static model_entry_t* model_find(pcp_infer_service_t* s, const char* name) {
 // Service |mu| held: runners of |v| that take requests.
 static uint32_t runners_serving(pcp_infer_service_t* s, const version_t* v) {
   uint32_t n = 0;
-  for (runner_t* r = s->runners; r; r = r->next) {
+  for (runner_t* r = s->runners; r && !v->cancelled; r = r->next) {
     if (r->version == v && atomic_load(&r->state) == RUNNER_READY && !r->stop) {
       ++n;
     }
@@ -1496,7 +1640,7 @@ static uint32_t runners_serving(pcp_infer_service_t* s, const version_t* v) {
 // version its model serves now).
 static bool runner_serving(const runner_t* r) {
   return atomic_load(&r->state) == RUNNER_READY && !r->stop &&
-         r->version == r->entry->current;
+         r->version == r->entry->current && !r->version->cancelled;
 }
 
 // Service |mu| held: the runner of version |v| for a request.
@@ -1504,7 +1648,8 @@ static runner_t* route(pcp_infer_service_t* s, const version_t* v,
                        const char* session) {
   runner_t* best = NULL;
   for (runner_t* r = s->runners; r; r = r->next) {
-    if (r->version != v || atomic_load(&r->state) != RUNNER_READY || r->stop) {
+    if (r->version != v || atomic_load(&r->state) != RUNNER_READY || r->stop ||
+        v->cancelled) {
       continue;
     }
     if (session && session[0]) {
@@ -1811,6 +1956,9 @@ void pcp_infer_service_readiness(pcp_infer_service_t* s,
   pthread_mutex_lock(&s->mu);
   uint32_t pinned_waiting = 0;
   for (size_t i = 0; i < s->model_count; ++i) {
+    if (s->models[i].withdrawn) {
+      continue;  // cancelled through its job: not awaited
+    }
     if (runners_serving(s, s->models[i].current) > 0) {
       out->models_ready++;
     } else if (s->models[i].pinned) {
@@ -1853,7 +2001,7 @@ static void manage_models(pcp_infer_service_t* s) {
     for (size_t i = 0; i < s->model_count && !v; ++i) {
       for (size_t k = 0; k < 2 && !v; ++k) {
         version_t* c = entry_version(&s->models[i], k);
-        if (c && c->state == MODEL_NEW) {
+        if (c && c->state == MODEL_NEW && !c->cancelled) {
           e = &s->models[i];
           v = c;
         }
@@ -1871,7 +2019,7 @@ static void manage_models(pcp_infer_service_t* s) {
     if (status) {
       pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
                      "model load failed");
-      pcp_status_format(status, v->error, sizeof(v->error));
+      version_error_set(v, status);
       pcp_status_ignore(status);
       v->state = MODEL_FAILED;
       if (v == e->next) {
@@ -1885,6 +2033,7 @@ static void manage_models(pcp_infer_service_t* s) {
     } else {
       v->state = MODEL_LOADED;
     }
+    version_job_signal(s, v);
     version_release(v);
     pthread_mutex_unlock(&s->mu);
   }
@@ -1917,7 +2066,7 @@ static void manage_workers(pcp_infer_service_t* s) {
       }
       model_entry_t* e = &s->models[j / 2];
       version_t* v = entry_version(e, j % 2);
-      bool has = !v || v->state != MODEL_LOADED;
+      bool has = !v || v->state != MODEL_LOADED || v->cancelled;
       for (runner_t* r = s->runners; r && !has; r = r->next) {
         has = r->version == v && strcmp(r->worker_id, infos[w].worker_id) == 0;
       }
@@ -1943,11 +2092,14 @@ static void manage_workers(pcp_infer_service_t* s) {
         continue;
       }
       version_retain(v);
+      v->compiling++;
+      version_job_signal(s, v);
       pthread_mutex_unlock(&s->mu);
       uint8_t hash[PCP_SHA256_BYTE_LENGTH];
       pcp_status_t status =
           model_compile(s, v->model, infos[w].backend, infos[w].target, hash);
       pthread_mutex_lock(&s->mu);
+      v->compiling--;
       bool recorded = v->program_count < MAX_PROGRAMS;
       if (recorded) {
         prog = &v->programs[v->program_count++];
@@ -1959,12 +2111,15 @@ static void manage_workers(pcp_infer_service_t* s) {
       if (status) {
         pcp_log_status(PCP_LOG_WARN, &s->options.log, status,
                        "inference compile failed");
-        pcp_status_format(status, v->error, sizeof(v->error));
+        version_error_set(v, status);
+        v->compile_failed_pass = s->manage_passes;
+        v->compile_failure_told = false;
         if (v == e->next) {
           snprintf(e->reload_error, sizeof(e->reload_error), "%s", v->error);
         }
         pcp_status_ignore(status);
       }
+      version_job_signal(s, v);
       version_release(v);
       pthread_mutex_unlock(&s->mu);
       if (recorded) {
@@ -1973,6 +2128,19 @@ static void manage_workers(pcp_infer_service_t* s) {
     }
   }
   pcp_allocator_free(s->allocator, infos);
+  // A pass over every connected worker ended: a version whose compile
+  // failed before it has had each worker's target tried; its job looks.
+  pthread_mutex_lock(&s->mu);
+  s->manage_passes++;
+  for (size_t i = 0; i < 2 * s->model_count; ++i) {
+    version_t* v = entry_version(&s->models[i / 2], i % 2);
+    if (v && v->error_code && !v->compile_failure_told &&
+        v->compile_failed_pass < s->manage_passes) {
+      v->compile_failure_told = true;
+      version_job_signal(s, v);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
 }
 
 // Makes a prepared version the served one as soon as one of its runners is
@@ -2000,7 +2168,13 @@ static void promote(pcp_infer_service_t* s) {
     e->current = v;
     e->next = NULL;
     e->reload_error[0] = 0;
+    e->withdrawn = false;
     metric_reload(s, v->model, true);
+    if (!old->cancelled) {
+      old->replaced_by = v->number;
+    }
+    version_job_signal(s, old);
+    version_job_signal(s, v);
     version_release(old);
     for (runner_t* r = s->runners; r; r = r->next) {
       if (r->entry == e) {
@@ -2022,6 +2196,7 @@ static void reap(pcp_infer_service_t* s) {
       *link = r->next;
       r->next = dead;
       dead = r;
+      version_job_signal(s, r->version);
     } else {
       link = &r->next;
     }
@@ -2062,6 +2237,7 @@ static void watch_workers(pcp_infer_service_t* s) {
       *link = r->next;
       r->next = stopped;
       stopped = r;
+      version_job_signal(s, r->version);
     } else {
       link = &r->next;
     }
@@ -2109,6 +2285,276 @@ static void* manager_main(void* opaque) {
     pthread_mutex_unlock(&s->mu);
   }
   return NULL;
+}
+
+//===----------------------------------------------------------------------===//
+// Versions as jobs (the "inference" kind's run; job.c holds its table)
+//===----------------------------------------------------------------------===//
+
+// Service |mu| held: the version whose job is |id| (a model's current or
+// next), or NULL; |*out_entry| its model.
+static version_t* version_of_job(pcp_infer_service_t* s, const char* id,
+                                 model_entry_t** out_entry) {
+  for (size_t i = 0; i < s->model_count; ++i) {
+    for (size_t k = 0; k < 2; ++k) {
+      version_t* v = entry_version(&s->models[i], k);
+      if (v && v->job_id[0] && strcmp(v->job_id, id) == 0) {
+        *out_entry = &s->models[i];
+        return v;
+      }
+    }
+  }
+  *out_entry = NULL;
+  return NULL;
+}
+
+// Service |mu| held: the live fields of |v| (of |e|) into |progress|.
+static void version_progress_fill(pcp_infer_service_t* s, model_entry_t* e,
+                                  const version_t* v, json_t* progress) {
+  const pcp_infer_model_stats_t* st = &e->stats;
+  json_object_set_new(progress, "model", json_string(v->model->name));
+  json_object_set_new(progress, "version", json_integer(v->number));
+  json_object_set_new(
+      progress, "workers",
+      json_integer(v == e->current ? runners_serving(s, v) : 0));
+  json_object_set_new(progress, "requests",
+                      json_integer((json_int_t)st->requests));
+  json_object_set_new(progress, "generated_tokens",
+                      json_integer((json_int_t)st->generated_tokens));
+  json_object_set_new(
+      progress, "ttft_seconds_mean",
+      st->ttft_count ? json_real(st->ttft_seconds_sum / (double)st->ttft_count)
+                     : json_null());
+}
+
+bool pcp_infer_service_job_progress(pcp_infer_service_t* s, const char* id,
+                                    json_t* progress) {
+  pthread_mutex_lock(&s->mu);
+  model_entry_t* e = NULL;
+  version_t* v = version_of_job(s, id, &e);
+  if (v) {
+    version_progress_fill(s, e, v, progress);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return v != NULL;
+}
+
+void pcp_infer_service_job_cancel(pcp_infer_service_t* s, const char* id) {
+  pthread_mutex_lock(&s->mu);
+  model_entry_t* e = NULL;
+  version_t* v = version_of_job(s, id, &e);
+  if (v && !v->cancelled) {
+    PCP_LOG(PCP_LOG_INFO, &s->options.log,
+            "model version cancelled name=%s version=%u job=%s", v->model->name,
+            v->number, id);
+    v->cancelled = true;
+    if (v == e->next) {
+      entry_next_set(s, e, NULL);
+    } else if (!e->next) {
+      // The only version: the model is withdrawn until a new model.json.
+      e->withdrawn = true;
+    }
+    // Its runners finish what they hold and retire (runner_superseded).
+    for (runner_t* r = s->runners; r; r = r->next) {
+      if (r->entry == e) {
+        pthread_cond_signal(&r->cv);
+      }
+    }
+    pthread_cond_broadcast(&s->cv);
+    version_job_signal(s, v);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+typedef struct job_wait_t {
+  pcp_infer_service_t* service;
+  uint64_t seen;
+} job_wait_t;
+
+// Under the runner's lock: something changed since the run looked.
+static bool job_changed(void* arg) {
+  job_wait_t* w = arg;
+  return atomic_load(&w->service->job_generation) != w->seen;
+}
+
+// What a run makes of its version, read under |mu|.
+typedef struct job_view_t {
+  pcp_store_job_state_t target;  // placing, compiling or running
+  bool failed;
+  pcp_status_code_t error_code;
+  char error[256];
+  uint32_t replaced_by;  // 0: not replaced
+} job_view_t;
+
+// Service |mu| held.
+static void job_view(pcp_infer_service_t* s, model_entry_t* e, version_t* v,
+                     job_view_t* out) {
+  memset(out, 0, sizeof(*out));
+  out->target = PCP_STORE_JOB_STATE_PLACING;
+  bool has_runner = false;
+  for (runner_t* r = s->runners; r && !has_runner; r = r->next) {
+    has_runner = r->version == v;
+  }
+  bool compile_failed = false;
+  for (size_t k = 0; k < v->program_count; ++k) {
+    compile_failed = compile_failed || v->programs[k].failed;
+  }
+  // A compile failure ends the job once no runner has the version, none of
+  // its compiles runs and the manager's pass that saw it fail ended (every
+  // connected worker's target was tried: another target may serve it).
+  if (v->state == MODEL_FAILED ||
+      (compile_failed && !has_runner && v->compiling == 0 &&
+       s->manage_passes > v->compile_failed_pass)) {
+    // The listing's error (or reload_error) for this version: a load
+    // failure, or a compile that left no worker able to serve it.
+    out->failed = true;
+    out->error_code =
+        v->error_code ? v->error_code : PCP_STATUS_FAILED_PRECONDITION;
+    snprintf(out->error, sizeof(out->error), "%s",
+             v->error_message[0] ? v->error_message : v->error);
+    return;
+  }
+  out->replaced_by = v->replaced_by;
+  if (v->state != MODEL_LOADED) {
+    return;
+  }
+  if (v == e->current && runners_serving(s, v) > 0) {
+    out->target = PCP_STORE_JOB_STATE_RUNNING;
+  } else if (v->compiling > 0 || has_runner) {
+    out->target = PCP_STORE_JOB_STATE_COMPILING;
+  }
+}
+
+// No version has job |id| (the service is not stopping): one that was
+// replaced before its run started, a model.json rewritten while the
+// gateway was down, or a directory that is gone. |dir| from the spec.
+static pcp_status_t job_unbound(pcp_infer_service_t* s,
+                                pcp_workloads_job_t* job, const char* dir) {
+  char path[PCP_INFER_MAX_PATH + 16];
+  snprintf(path, sizeof(path), "%s/model.json", dir);
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "model directory %s is gone (no model.json)", dir);
+  }
+  (void)s;
+  json_t* placement =
+      json_pack("{s:s}", "reason", "replaced by a newer model.json");
+  pcp_workloads_job_placement_set(job, placement);
+  json_decref(placement);
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_infer_service_job_run(pcp_infer_service_t* s,
+                                       pcp_workloads_job_t* job) {
+  const char* id = pcp_workloads_job_id(job);
+  pcp_status_t status = pcp_ok_status();
+  char dir[PCP_INFER_MAX_PATH] = "";
+  {
+    pcp_store_job_t stored;
+    status = pcp_store_job_get(s->options.kind->store, id, &stored);
+    if (status) {
+      return status;
+    }
+    snprintf(dir, sizeof(dir), "%s",
+             json_string_value(json_object_get(stored.spec, "dir"))
+                 ? json_string_value(json_object_get(stored.spec, "dir"))
+                 : "");
+    pcp_store_job_deinitialize(&stored);
+  }
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_workloads_job_transition(job, PCP_STORE_JOB_STATE_PLACING, NULL));
+  pthread_mutex_lock(&s->mu);
+  model_entry_t* e = NULL;
+  version_t* v = version_of_job(s, id, &e);
+  if (!v && !s->stopping && dir[0]) {
+    // A directory not looked at since (or changed): look now.
+    dir_consider(s, dir, false);
+    v = version_of_job(s, id, &e);
+  }
+  version_retain(v);
+  bool stopping = s->stopping;
+  pthread_mutex_unlock(&s->mu);
+  if (!v && !stopping) {
+    return job_unbound(s, job, dir);
+  }
+  static const pcp_store_job_state_t kPath[] = {PCP_STORE_JOB_STATE_PLACING,
+                                                PCP_STORE_JOB_STATE_COMPILING,
+                                                PCP_STORE_JOB_STATE_RUNNING};
+  size_t reached = 0;  // index in kPath
+  char published[512] = "";
+  for (;;) {
+    job_wait_t w = {.service = s};
+    job_view_t view = {.target = PCP_STORE_JOB_STATE_PLACING};
+    json_t* progress = json_object();
+    pthread_mutex_lock(&s->mu);
+    w.seen = atomic_load(&s->job_generation);
+    // Once the service stops, nothing serves and nothing changes: the run
+    // waits for the runner's stop, which comes next (the job resumes at
+    // the next start).
+    stopping = s->stopping;
+    if (v && !stopping) {
+      job_view(s, e, v, &view);
+      if (progress) {
+        version_progress_fill(s, e, v, progress);
+      }
+    }
+    pthread_mutex_unlock(&s->mu);
+    // Published when it changed (the listing folds the live numbers in).
+    char* text = progress ? json_dumps(progress, JSON_COMPACT) : NULL;
+    if (text && v && !stopping && strcmp(text, published) != 0) {
+      snprintf(published, sizeof(published), "%s", text);
+      pcp_workloads_job_progress_publish(job, progress);
+    }
+    pcp_libc_free(text);
+    json_decref(progress);
+    if (pcp_workloads_job_should_stop(job)) {
+      if (pcp_workloads_job_cancel_requested(job)) {
+        // The kind's cancel did this already; again for a cancel that came
+        // before the run found its version.
+        pcp_infer_service_job_cancel(s, id);
+      }
+      status =
+          pcp_make_status(PCP_STATUS_CANCELLED, "inference job %s stopped", id);
+      break;
+    }
+    if (view.failed) {
+      status = pcp_make_status(view.error_code, "%s", view.error);
+      break;
+    }
+    if (view.replaced_by) {
+      char reason[64];
+      snprintf(reason, sizeof(reason), "replaced by version %u",
+               view.replaced_by);
+      json_t* placement = json_pack("{s:i, s:s}", "replaced_by_version",
+                                    (int)view.replaced_by, "reason", reason);
+      pcp_workloads_job_placement_set(job, placement);
+      json_decref(placement);
+      PCP_LOG(PCP_LOG_INFO, &s->options.log, "inference job %s %s", id, reason);
+      break;
+    }
+    // Forward only: placing, compiling, running (a lost worker shows in
+    // "workers", not as a step back).
+    size_t target = 0;
+    while (kPath[target] != view.target) {
+      ++target;
+    }
+    while (!stopping && reached < target) {
+      pcp_status_t moved =
+          pcp_workloads_job_transition(job, kPath[reached + 1], NULL);
+      if (moved) {
+        // A cancel won the race: the next look sees should_stop.
+        pcp_status_ignore(moved);
+        break;
+      }
+      ++reached;
+    }
+    pcp_workloads_job_wait_for(job, job_changed, &w, true, -1);
+  }
+  pthread_mutex_lock(&s->mu);
+  version_release(v);
+  pthread_mutex_unlock(&s->mu);
+  return status;
 }
 
 //===----------------------------------------------------------------------===//
@@ -2201,7 +2647,12 @@ pcp_status_t pcp_infer_service_create(
     }
   }
   if (!status) {
+    pthread_mutex_lock(&s->mu);
     scan_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    if (s->options.kind) {
+      __atomic_store_n(&s->options.kind->service, s, __ATOMIC_RELEASE);
+    }
     if (pthread_create(&s->manager, NULL, manager_main, s) != 0) {
       status = pcp_make_status(PCP_STATUS_UNAVAILABLE, "inference manager");
     } else {
@@ -2277,6 +2728,9 @@ void pcp_infer_service_release(pcp_infer_service_t* s) {
     pcp_obs_registry_collector_remove(s->registry, kv_usage_collect, s);
   }
   pcp_infer_service_shutdown(s, 0);
+  if (s->options.kind) {
+    __atomic_store_n(&s->options.kind->service, NULL, __ATOMIC_RELEASE);
+  }
   pcp_workloads_compile_queue_destroy(s->own_queue);
   // Every runner is gone: the entries hold the last references.
   for (size_t i = 0; i < s->model_count; ++i) {
@@ -2302,8 +2756,12 @@ size_t pcp_infer_service_model_list(pcp_infer_service_t* s,
   pthread_mutex_lock(&s->mu);
   scan_locked(s);
   size_t n = 0;
+  size_t total = 0;
   for (size_t i = 0; i < s->model_count && n < capacity; ++i) {
     model_entry_t* e = &s->models[i];
+    if (e->withdrawn) {
+      continue;  // its job was cancelled (docs/decisions.md)
+    }
     const version_t* v = e->current;
     const pcp_infer_model_t* m = v->model;
     pcp_infer_model_info_t* info = &out_infos[n++];
@@ -2326,8 +2784,11 @@ size_t pcp_infer_service_model_list(pcp_infer_service_t* s,
              e->reload_error);
     info->stats = e->stats;
   }
+  for (size_t i = 0; i < s->model_count; ++i) {
+    total += s->models[i].withdrawn ? 0 : 1;
+  }
   if (out_total) {
-    *out_total = s->model_count;
+    *out_total = total;
   }
   pthread_mutex_unlock(&s->mu);
   qsort(out_infos, n, sizeof(*out_infos), info_compare);

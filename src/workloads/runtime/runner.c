@@ -120,6 +120,25 @@ static void job_cancel_request(pcp_workloads_runner_t* r, const char* id) {
 // The own pool
 //===----------------------------------------------------------------------===//
 
+static void* pool_main(void* opaque);
+
+// |mu| held: one more pool thread when the queued items outnumber the idle
+// threads. False when none could be made and none exists (nothing would
+// run the items).
+static bool pool_grow_locked(pcp_workloads_runner_t* r) {
+  while (r->pool_started && r->pool_idle < r->pool_count &&
+         r->pool_thread_count < r->pool_capacity) {
+    if (pthread_create(&r->pool_threads[r->pool_thread_count], NULL, pool_main,
+                       r) != 0) {
+      return r->pool_thread_count > 0;
+    }
+    // Counted idle until it takes an item, so one item makes one thread.
+    ++r->pool_thread_count;
+    ++r->pool_idle;
+  }
+  return true;
+}
+
 static pcp_status_t pool_submit(void* self, void (*fn)(void* arg), void* arg) {
   pcp_workloads_runner_t* r = self;
   pthread_mutex_lock(&r->mu);
@@ -131,6 +150,11 @@ static pcp_status_t pool_submit(void* self, void (*fn)(void* arg), void* arg) {
   uint32_t tail = (r->pool_head + r->pool_count) % r->pool_capacity;
   r->pool_items[tail] = (pcp_workloads_pool_item_t){fn, arg};
   ++r->pool_count;
+  if (!pool_grow_locked(r)) {
+    --r->pool_count;
+    pthread_mutex_unlock(&r->mu);
+    return pcp_make_status(PCP_STATUS_UNAVAILABLE, "job pool thread");
+  }
   pthread_cond_signal(&r->pool_cv);
   pthread_mutex_unlock(&r->mu);
   return pcp_ok_status();
@@ -139,11 +163,14 @@ static pcp_status_t pool_submit(void* self, void (*fn)(void* arg), void* arg) {
 static void* pool_main(void* opaque) {
   pcp_workloads_runner_t* r = opaque;
   pthread_mutex_lock(&r->mu);
+  --r->pool_idle;  // pool_grow_locked counted it idle
   for (;;) {
     // Items queued before a stop still run: each is a job marked running,
     // and its run returns at once (should_stop), leaving its state as is.
     while (r->pool_count == 0 && !atomic_load(&r->stopping)) {
+      ++r->pool_idle;
       pthread_cond_wait(&r->pool_cv, &r->mu);
+      --r->pool_idle;
     }
     if (r->pool_count == 0) {
       break;
@@ -800,11 +827,13 @@ pcp_status_t pcp_workloads_runner_start(pcp_workloads_runner_t* r) {
   }
   r->started = true;
   if (r->own_pool) {
-    for (uint32_t i = 0; i < r->pool_capacity; ++i) {
-      if (pthread_create(&r->pool_threads[i], NULL, pool_main, r) != 0) {
-        return pcp_make_status(PCP_STATUS_UNAVAILABLE, "job pool thread");
-      }
-      ++r->pool_thread_count;
+    // Threads come with the items (pool_submit); these were queued before.
+    pthread_mutex_lock(&r->mu);
+    r->pool_started = true;
+    bool grown = pool_grow_locked(r);
+    pthread_mutex_unlock(&r->mu);
+    if (!grown) {
+      return pcp_make_status(PCP_STATUS_UNAVAILABLE, "job pool thread");
     }
   }
   if (pthread_create(&r->scheduler_thread, NULL, scheduler_main, r) != 0) {
@@ -843,10 +872,16 @@ void pcp_workloads_runner_stop(pcp_workloads_runner_t* r) {
     pthread_join(r->scheduler_thread, NULL);
     r->scheduler_started = false;
   }
-  for (uint32_t i = 0; i < r->pool_thread_count; ++i) {
+  pthread_mutex_lock(&r->mu);
+  uint32_t threads = r->pool_thread_count;
+  pthread_mutex_unlock(&r->mu);
+  for (uint32_t i = 0; i < threads; ++i) {
     pthread_join(r->pool_threads[i], NULL);
   }
+  pthread_mutex_lock(&r->mu);
   r->pool_thread_count = 0;
+  r->pool_idle = 0;
+  pthread_mutex_unlock(&r->mu);
 }
 
 void pcp_workloads_runner_draining_set(pcp_workloads_runner_t* r,

@@ -23,8 +23,8 @@
 //     pcp_workloads_job_wait wakes at once and pcp_workloads_job_should_stop
 //     reads an atomic, never the store;
 //   - a bounded pool: at most |max_running| jobs of a kind run at once, each
-//     on one pool thread (the pool has the sum of the kinds' limits), instead
-//     of one new thread per job.
+//     on one pool thread (the pool has the sum of the kinds' limits, its
+//     threads made as jobs start), instead of one new thread per job.
 //
 // The simulation seam (helper G, issue 14 item 4): the scheduling round is
 // pcp_workloads_runner_step, which takes no lock it keeps, starts no thread
@@ -58,7 +58,9 @@ extern "C" {
 
 // Kinds one runner holds, and jobs of one kind running at once.
 #define PCP_WORKLOADS_MAX_KINDS 8
-#define PCP_WORKLOADS_MAX_RUNNING_PER_KIND 64
+// 128: inference runs one job per served model version (current and next
+// of up to 64 models); the pool makes its threads lazily.
+#define PCP_WORKLOADS_MAX_RUNNING_PER_KIND 128
 
 typedef struct pcp_workloads_runner_t pcp_workloads_runner_t;
 // One job while the runner knows it: the context a kind's functions get.

@@ -78,6 +78,11 @@ struct pcp_workloads_runner_t {
   pcp_workloads_pool_item_t* pool_items;
   uint32_t pool_head;
   uint32_t pool_count;
+  // Lazy threads (the inference kind alone allows 128 runs): a thread is
+  // made when an item finds none idle, up to |pool_capacity|; none before
+  // _start. Guarded by |mu|.
+  uint32_t pool_idle;
+  bool pool_started;
 
   pthread_t scheduler_thread;
   bool scheduler_started;
