@@ -142,6 +142,15 @@ static void infer_cancel(void* self, pcp_workloads_job_t* job) {
   }
 }
 
+// A version is bound to its job before the job runs: a cancel that ends
+// the job while queued must withdraw the version as a running one's does.
+static void infer_cancel_queued(void* self, const char* id) {
+  pcp_infer_service_t* s = kind_service(self);
+  if (s) {
+    pcp_infer_service_job_cancel(s, id);
+  }
+}
+
 pcp_workloads_kind_t pcp_infer_kind(pcp_infer_kind_t* kind) {
   return (pcp_workloads_kind_t){
       .name = "inference",
@@ -151,5 +160,6 @@ pcp_workloads_kind_t pcp_infer_kind(pcp_infer_kind_t* kind) {
       .run = infer_run,
       .progress = infer_progress,
       .cancel = infer_cancel,
+      .cancel_queued = infer_cancel_queued,
   };
 }

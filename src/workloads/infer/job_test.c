@@ -26,6 +26,8 @@
 #include "workloads/infer/infer_impl.h"
 
 static char g_root[] = "/tmp/pcp-infer-job-test-XXXXXX";
+// world_open leaves the runner unstarted (jobs stay queued).
+static bool g_runner_unstarted = false;
 
 #define MODEL_JSON                                                  \
   "{\"name\": \"%s\", \"architecture\": \"gpt\", \"layers\": 1, "   \
@@ -130,7 +132,9 @@ static void world_open(world_t* w) {
   PCP_CHECK_OK(pcp_infer_service_create(&service_options,
                                         pcp_allocator_system(), &w->service));
   assert_ptr_equal(w->kind.service, w->service);
-  PCP_CHECK_OK(pcp_workloads_runner_start(w->runner));
+  if (!g_runner_unstarted) {
+    PCP_CHECK_OK(pcp_workloads_runner_start(w->runner));
+  }
 }
 
 static void world_close(world_t* w) {
@@ -299,6 +303,40 @@ static void test_lifecycle_restart_cancel(void** state) {
   world_close(&w);
 }
 
+// A cancel that ends the job while it is still queued (its run never
+// started) withdraws the version too, through the kind's cancel_queued.
+static void test_cancel_while_queued_withdraws(void** state) {
+  (void)state;
+  char dir[512];
+  model_dir_write("gamma", "", WEIGHTS_OK, dir, sizeof(dir));
+  char id[PCP_INFER_JOB_ID_MAX_LENGTH + 1];
+  expected_id(dir, id);
+  g_runner_unstarted = true;
+  world_t w;
+  world_open(&w);
+  g_runner_unstarted = false;
+  pcp_store_job_t job;
+  state_wait(&w, id, PCP_STORE_JOB_STATE_QUEUED, &job);
+  pcp_store_job_deinitialize(&job);
+  size_t listed = models_listed(&w);
+  assert_true(listed >= 1);
+  pcp_store_job_state_t after;
+  bool changed = false;
+  PCP_CHECK_OK(pcp_workloads_runner_job_cancel(w.runner, id, &after, &changed));
+  assert_true(changed);
+  assert_int_equal(after, PCP_STORE_JOB_STATE_CANCELLED);
+  assert_int_equal(models_listed(&w), listed - 1);
+  pcp_infer_request_params_t params = {.model = "gamma",
+                                       .prompt = {"ab", 2},
+                                       .on_text = on_text,
+                                       .on_done = on_done};
+  pcp_sampling_params_initialize(&params.sampling);
+  pcp_status_t status = pcp_infer_request_submit(w.service, &params, NULL);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_NOT_FOUND);
+  pcp_status_ignore(status);
+  world_close(&w);
+}
+
 static void test_load_failure_fails_the_job(void** state) {
   (void)state;
   char dir[512];
@@ -405,6 +443,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_validate_names_the_key),
       cmocka_unit_test(test_lifecycle_restart_cancel),
+      cmocka_unit_test(test_cancel_while_queued_withdraws),
       cmocka_unit_test(test_load_failure_fails_the_job),
       cmocka_unit_test(test_gone_dir_fails_after_restart),
   };

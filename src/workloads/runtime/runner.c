@@ -348,6 +348,8 @@ pcp_status_t pcp_workloads_runner_job_cancel(pcp_workloads_runner_t* r,
     pcp_store_job_t job;
     PCP_RETURN_IF_ERROR_BARE(pcp_store_job_get(r->store, id, &job));
     pcp_store_job_state_t state = job.state;
+    char kind[PCP_STORE_NAME_MAX_LENGTH + 1];
+    snprintf(kind, sizeof(kind), "%s", job.kind);
     pcp_store_job_deinitialize(&job);
     *out_state = state;
     if (pcp_store_job_state_is_terminal(state) ||
@@ -365,6 +367,10 @@ pcp_status_t pcp_workloads_runner_job_cancel(pcp_workloads_runner_t* r,
         // Started by a scheduling round but not yet out of queued: its run
         // ends now.
         job_cancel_request(r, id);
+        int k = kind_find(r, kind);
+        if (k >= 0 && r->kinds[k].cancel_queued) {
+          r->kinds[k].cancel_queued(r->kinds[k].self, id);
+        }
       }
       return pcp_ok_status();
     }

@@ -107,6 +107,12 @@ typedef struct pcp_workloads_kind_t {
   // runner stop), after its flag is set and its condition variable
   // signalled; for work the flag cannot reach (e.g. tasks on workers).
   void (*cancel)(void* self, pcp_workloads_job_t* job);
+  // Optional. Told when a client's cancel ends job |id| of this kind while
+  // it is still queued (queued -> cancelled; its run never starts, or sees
+  // the cancel at once), for state the kind keeps outside the store: e.g.
+  // the inference kind's served version, which exists before its job runs.
+  // Caller's thread; must not call back into the runner.
+  void (*cancel_queued)(void* self, const char* id);
 } pcp_workloads_kind_t;
 
 //===----------------------------------------------------------------------===//
