@@ -550,6 +550,7 @@ pcp_status_t pcp_safetensors_write(const char* path,
   PCP_RETURN_IF_ERROR(
       build_header(tensors, tensor_count, metadata, metadata_count, &header),
       "writing %s", path);
+  // |header| is json_dumps's (jansson's malloc): pcp_libc_free below.
   size_t header_length = strlen(header);
   // The format pads the header with spaces so the data region starts on an
   // 8-byte boundary (the reference writer does the same).
@@ -558,14 +559,14 @@ pcp_status_t pcp_safetensors_write(const char* path,
   int n =
       snprintf(temp_path, sizeof(temp_path), "%s.tmp.%d", path, (int)getpid());
   if (n < 0 || (size_t)n >= sizeof(temp_path)) {
-    free(header);
+    pcp_libc_free(header);
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "path too long: %s",
                            path);
   }
   FILE* stream = fopen(temp_path, "wb");
   if (stream == NULL) {
     int err = errno;
-    free(header);
+    pcp_libc_free(header);
     return pcp_status_from_errno(err, "create %s", temp_path);
   }
   uint8_t length_bytes[8];
@@ -579,7 +580,7 @@ pcp_status_t pcp_safetensors_write(const char* path,
   for (size_t i = header_length; i < padded && !status; ++i) {
     status = write_bytes(stream, temp_path, " ", 1);
   }
-  free(header);
+  pcp_libc_free(header);
   for (size_t i = 0; i < tensor_count && !status; ++i) {
     status =
         write_bytes(stream, temp_path, tensors[i].data, tensors[i].byte_length);

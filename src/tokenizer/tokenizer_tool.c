@@ -38,11 +38,12 @@ static void print_ids(const pcp_tokenizer_id_list_t* ids) {
 }
 
 static bool roundtrip_one(const pcp_tokenizer_t* t, pcp_tokenizer_encoder_t* e,
-                          pcp_string_view_t text, size_t line) {
+                          pcp_string_view_t text, size_t line,
+                          pcp_allocator_t allocator) {
   pcp_tokenizer_id_list_t ids;
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  pcp_tokenizer_id_list_initialize(allocator, &ids);
   pcp_string_builder_t out;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
+  pcp_string_builder_initialize(allocator, 0, &out);
   PCP_CHECK_OK(pcp_tokenizer_encoder_encode(e, text, &ids));
   PCP_CHECK_OK(pcp_tokenizer_decode(t, ids.values, ids.count,
                                     PCP_TOKENIZER_DECODE_FLAG_NONE, &out));
@@ -55,7 +56,8 @@ static bool roundtrip_one(const pcp_tokenizer_t* t, pcp_tokenizer_encoder_t* e,
   return ok;
 }
 
-static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line) {
+static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line,
+                    pcp_allocator_t allocator) {
   json_error_t error;
   json_t* root = json_loads(json_line, 0, &error);
   if (!root) {
@@ -64,8 +66,14 @@ static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line) {
   }
   const json_t* list = json_object_get(root, "messages");
   size_t count = json_array_size(list);
-  pcp_tokenizer_chat_message_t* messages =
-      calloc(count ? count : 1, sizeof(*messages));
+  // json_array_size counts objects already in memory: no overflow.
+  pcp_tokenizer_chat_message_t* messages = NULL;
+  pcp_status_t alloc_status = pcp_allocator_calloc(
+      allocator, (count ? count : 1) * sizeof(*messages), (void**)&messages);
+  if (alloc_status) {
+    json_decref(root);
+    return fail(alloc_status, "chat messages");
+  }
   for (size_t i = 0; i < count; ++i) {
     const json_t* m = json_array_get(list, i);
     const json_t* content = json_object_get(m, "content");
@@ -91,14 +99,14 @@ static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line) {
         json_string_value(system), json_string_length(system));
   }
   pcp_string_builder_t text;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
+  pcp_string_builder_initialize(allocator, 0, &text);
   PCP_CHECK_OK(pcp_tokenizer_chat_render(messages, count, &options, &text));
   for (size_t i = 0; i < text.size; ++i) {
     printf("%02x", (unsigned char)text.data[i]);
   }
   putchar('\n');
   pcp_tokenizer_id_list_t ids;
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  pcp_tokenizer_id_list_initialize(allocator, &ids);
   pcp_status_t status =
       pcp_tokenizer_chat_encode(e, messages, count, &options, &ids);
   if (status)
@@ -106,7 +114,7 @@ static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line) {
   print_ids(&ids);
   pcp_tokenizer_id_list_deinitialize(&ids);
   pcp_string_builder_deinitialize(&text);
-  free(messages);
+  pcp_allocator_free(allocator, messages);
   json_decref(root);
   return 0;
 }
@@ -118,9 +126,10 @@ int main(int argc, char** argv) {
             "encode|lines|decode|decode-skip|roundtrip FILE\n");
     return 2;
   }
+  pcp_allocator_t allocator = pcp_allocator_system();
   pcp_tokenizer_t* t = NULL;
   pcp_status_t status =
-      pcp_tokenizer_create_from_file(argv[1], NULL, pcp_allocator_system(), &t);
+      pcp_tokenizer_create_from_file(argv[1], NULL, allocator, &t);
   if (status)
     return fail(status, "load");
   void* data = NULL;
@@ -129,12 +138,12 @@ int main(int argc, char** argv) {
   if (status)
     return fail(status, "read");
   pcp_tokenizer_encoder_t* e = NULL;
-  PCP_CHECK_OK(pcp_tokenizer_encoder_create(t, pcp_allocator_system(), &e));
+  PCP_CHECK_OK(pcp_tokenizer_encoder_create(t, allocator, &e));
   const char* mode = argv[2];
   const char* text = data;
   int rc = 0;
   pcp_tokenizer_id_list_t ids;
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  pcp_tokenizer_id_list_initialize(allocator, &ids);
   if (strcmp(mode, "encode") == 0) {
     status =
         pcp_tokenizer_encoder_encode(e, pcp_make_string_view(text, size), &ids);
@@ -149,7 +158,7 @@ int main(int argc, char** argv) {
       size_t end = nl ? (size_t)(nl - text) : size;
       pcp_string_view_t v = pcp_make_string_view(text + start, end - start);
       if (roundtrip) {
-        if (!roundtrip_one(t, e, v, line))
+        if (!roundtrip_one(t, e, v, line, allocator))
           rc = 1;
       } else {
         ids.count = 0;
@@ -162,7 +171,8 @@ int main(int argc, char** argv) {
       ++line;
     }
     if (roundtrip) {
-      if (!roundtrip_one(t, e, pcp_make_string_view(text, size), line))
+      if (!roundtrip_one(t, e, pcp_make_string_view(text, size), line,
+                         allocator))
         rc = 1;
       printf(rc ? "roundtrip FAILED\n" : "roundtrip ok\n");
     }
@@ -188,7 +198,7 @@ int main(int argc, char** argv) {
         p = next;
       }
       pcp_string_builder_t out;
-      pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
+      pcp_string_builder_initialize(allocator, 0, &out);
       status = pcp_tokenizer_decode(t, ids.values, ids.count, flags, &out);
       if (status)
         return fail(status, "decode");
@@ -208,7 +218,7 @@ int main(int argc, char** argv) {
       if (line_end)
         *line_end = '\0';
       if (*cursor)
-        rc = chat_one(e, cursor);
+        rc = chat_one(e, cursor, allocator);
       if (!line_end)
         break;
       cursor = line_end + 1;
@@ -220,6 +230,6 @@ int main(int argc, char** argv) {
   pcp_tokenizer_id_list_deinitialize(&ids);
   pcp_tokenizer_encoder_release(e);
   pcp_tokenizer_release(t);
-  free(data);
+  pcp_libc_free(data);  // pcp_file_read_all's buffer
   return rc;
 }
