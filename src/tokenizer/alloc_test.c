@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// NFC under memory pressure: a long run of combining marks is normalized in
-// a heap buffer that comes from the output builder's allocator, so the
-// counting allocator sees it and a failing allocator turns it into
-// RESOURCE_EXHAUSTED (never a crash; under ASan nothing leaks).
+// Memory the tokenizer takes for a call comes from the caller's allocator:
+// NFC's heap buffer for a long region from the output builder's, and the
+// temporary encoder of pcp_tokenizer_encode from the id list's. A counting
+// allocator sees it and a failing allocator turns it into RESOURCE_EXHAUSTED
+// (never a crash; under ASan nothing leaks).
 
 // clang-format off
 #include <setjmp.h>
@@ -91,10 +92,83 @@ static void test_nfc_oom_sweep(void** state) {
   assert_true(failures >= 2);
 }
 
+// The smallest byte-level BPE: "ab" is one merge.
+static const char kTinyTokenizer[] =
+    "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+    "\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,"
+    "\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}}";
+
+static pcp_tokenizer_t* tiny_tokenizer(void) {
+  pcp_tokenizer_t* t = NULL;
+  PCP_CHECK_OK(pcp_tokenizer_create_from_json(kTinyTokenizer,
+                                              strlen(kTinyTokenizer), NULL,
+                                              pcp_allocator_system(), &t));
+  return t;
+}
+
+static void check_ids(const pcp_tokenizer_id_list_t* ids) {
+  assert_int_equal(ids->count, 2);
+  assert_int_equal(ids->values[0], 2);
+  assert_int_equal(ids->values[1], 2);
+}
+
+// With room for the ids already, every allocation the call makes through
+// the list's allocator is the temporary encoder's, freed before it returns.
+static void test_encode_uses_id_list_allocator(void** state) {
+  (void)state;
+  pcp_tokenizer_t* t = tiny_tokenizer();
+  pcp_allocator_counting_t counting;
+  pcp_allocator_counting_initialize(pcp_allocator_system(), &counting);
+  pcp_tokenizer_id_list_t ids;
+  pcp_tokenizer_id_list_initialize(pcp_allocator_counting(&counting), &ids);
+  for (int i = 0; i < 16; ++i) {
+    PCP_CHECK_OK(pcp_tokenizer_id_list_append(&ids, 0));
+  }
+  ids.count = 0;
+  int64_t allocations = counting.allocation_count;
+  int64_t live = counting.live_bytes;
+  PCP_CHECK_OK(pcp_tokenizer_encode(t, pcp_make_cstring_view("abab"), &ids));
+  check_ids(&ids);
+  assert_true(counting.allocation_count > allocations);
+  assert_int_equal(counting.live_bytes, live);
+  pcp_tokenizer_id_list_deinitialize(&ids);
+  assert_int_equal(counting.live_bytes, 0);
+  pcp_tokenizer_release(t);
+}
+
+static void test_encode_oom_sweep(void** state) {
+  (void)state;
+  pcp_tokenizer_t* t = tiny_tokenizer();
+  bool succeeded = false;
+  int64_t failures = 0;
+  for (int64_t n = 0; n < 1000 && !succeeded; ++n) {
+    pcp_allocator_failing_t failing;
+    pcp_allocator_failing_initialize(pcp_allocator_system(), n, true, &failing);
+    pcp_tokenizer_id_list_t ids;
+    pcp_tokenizer_id_list_initialize(pcp_allocator_failing(&failing), &ids);
+    pcp_status_t status =
+        pcp_tokenizer_encode(t, pcp_make_cstring_view("abab"), &ids);
+    if (status) {
+      assert_int_equal(pcp_status_consume_code(status),
+                       PCP_STATUS_RESOURCE_EXHAUSTED);
+      ++failures;
+    } else {
+      check_ids(&ids);
+      succeeded = true;
+    }
+    pcp_tokenizer_id_list_deinitialize(&ids);
+  }
+  assert_true(succeeded);
+  assert_true(failures >= 2);
+  pcp_tokenizer_release(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nfc_buffer_uses_builder_allocator),
       cmocka_unit_test(test_nfc_oom_sweep),
+      cmocka_unit_test(test_encode_uses_id_list_allocator),
+      cmocka_unit_test(test_encode_oom_sweep),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
