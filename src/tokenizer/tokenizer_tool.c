@@ -44,13 +44,19 @@ static bool roundtrip_one(const pcp_tokenizer_t* t, pcp_tokenizer_encoder_t* e,
   pcp_tokenizer_id_list_initialize(allocator, &ids);
   pcp_string_builder_t out;
   pcp_string_builder_initialize(allocator, 0, &out);
-  PCP_CHECK_OK(pcp_tokenizer_encoder_encode(e, text, &ids));
-  PCP_CHECK_OK(pcp_tokenizer_decode(t, ids.values, ids.count,
-                                    PCP_TOKENIZER_DECODE_FLAG_NONE, &out));
-  bool ok = out.size == text.size &&
+  // A failed call (out of memory, a limit) is reported, never an abort.
+  pcp_status_t status = pcp_tokenizer_encoder_encode(e, text, &ids);
+  if (!status) {
+    status = pcp_tokenizer_decode(t, ids.values, ids.count,
+                                  PCP_TOKENIZER_DECODE_FLAG_NONE, &out);
+  }
+  bool ok = !status && out.size == text.size &&
             memcmp(out.data ? out.data : "", text.data, text.size) == 0;
-  if (!ok)
+  if (status) {
+    fail(status, "roundtrip");
+  } else if (!ok) {
     fprintf(stderr, "roundtrip mismatch at line %zu\n", line);
+  }
   pcp_string_builder_deinitialize(&out);
   pcp_tokenizer_id_list_deinitialize(&ids);
   return ok;
@@ -100,15 +106,21 @@ static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line,
   }
   pcp_string_builder_t text;
   pcp_string_builder_initialize(allocator, 0, &text);
-  PCP_CHECK_OK(pcp_tokenizer_chat_render(messages, count, &options, &text));
+  pcp_status_t status =
+      pcp_tokenizer_chat_render(messages, count, &options, &text);
+  if (status) {
+    pcp_string_builder_deinitialize(&text);
+    pcp_allocator_free(allocator, messages);
+    json_decref(root);
+    return fail(status, "chat render");
+  }
   for (size_t i = 0; i < text.size; ++i) {
     printf("%02x", (unsigned char)text.data[i]);
   }
   putchar('\n');
   pcp_tokenizer_id_list_t ids;
   pcp_tokenizer_id_list_initialize(allocator, &ids);
-  pcp_status_t status =
-      pcp_tokenizer_chat_encode(e, messages, count, &options, &ids);
+  status = pcp_tokenizer_chat_encode(e, messages, count, &options, &ids);
   if (status)
     return fail(status, "chat encode");
   print_ids(&ids);
@@ -138,7 +150,9 @@ int main(int argc, char** argv) {
   if (status)
     return fail(status, "read");
   pcp_tokenizer_encoder_t* e = NULL;
-  PCP_CHECK_OK(pcp_tokenizer_encoder_create(t, allocator, &e));
+  status = pcp_tokenizer_encoder_create(t, allocator, &e);
+  if (status)
+    return fail(status, "encoder");
   const char* mode = argv[2];
   const char* text = data;
   int rc = 0;
@@ -194,7 +208,9 @@ int main(int argc, char** argv) {
         long v = strtol(p, &next, 10);
         if (next == p)
           break;
-        PCP_CHECK_OK(pcp_tokenizer_id_list_append(&ids, (int32_t)v));
+        status = pcp_tokenizer_id_list_append(&ids, (int32_t)v);
+        if (status)
+          return fail(status, "decode ids");
         p = next;
       }
       pcp_string_builder_t out;
