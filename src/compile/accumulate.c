@@ -83,11 +83,10 @@ void pcp_autodiff_emit_gradients_accumulated(
   ref_t* refs = NULL;
   const type_t** result_types = NULL;
   pcp_status_t status = pcp_allocator_calloc(
-      pcp_allocator_system(), ref_count * sizeof(ref_t), (void**)&refs);
+      e->out->allocator, ref_count * sizeof(ref_t), (void**)&refs);
   if (!status) {
-    status =
-        pcp_allocator_calloc(pcp_allocator_system(), (n + 1) * sizeof(type_t*),
-                             (void**)&result_types);
+    status = pcp_allocator_calloc(e->out->allocator, (n + 1) * sizeof(type_t*),
+                                  (void**)&result_types);
   }
   if (status) {
     if (!e->status) {
@@ -95,7 +94,7 @@ void pcp_autodiff_emit_gradients_accumulated(
     } else {
       pcp_status_ignore(status);
     }
-    pcp_allocator_free(pcp_allocator_system(), refs);
+    pcp_allocator_free(e->out->allocator, refs);
     return;
   }
   ref_t* init = refs;
@@ -179,6 +178,6 @@ void pcp_autodiff_emit_gradients_accumulated(
   pcp_autodiff_emit_f(e, ") : (");
   pcp_autodiff_emit_type_list(e, next + 1, carried - 1);
   pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
-  pcp_allocator_free(pcp_allocator_system(), refs);
-  pcp_allocator_free(pcp_allocator_system(), result_types);
+  pcp_allocator_free(e->out->allocator, refs);
+  pcp_allocator_free(e->out->allocator, result_types);
 }

@@ -58,13 +58,13 @@ void pcp_autodiff_emit_f(pcp_autodiff_emitter_t* e, const char* fmt, ...) {
   // Long lines (big constants): format straight into the builder.
   va_start(args, fmt);
   char* heap = NULL;
-  pcp_status_t status = pcp_allocator_malloc(pcp_allocator_system(),
+  pcp_status_t status = pcp_allocator_malloc(e->out->allocator,
                                              (size_t)length + 1, (void**)&heap);
   if (!status) {
     vsnprintf(heap, (size_t)length + 1, fmt, args);
     status = pcp_string_builder_append(
         e->out, pcp_make_string_view(heap, (size_t)length));
-    pcp_allocator_free(pcp_allocator_system(), heap);
+    pcp_allocator_free(e->out->allocator, heap);
   }
   va_end(args);
   e->status = status;

@@ -221,10 +221,13 @@ static void print_help(void) {
 }
 
 int pcp_compile_cli_main(int argc, char** argv) {
+  pcp_allocator_t allocator = pcp_allocator_system();
   // -o is the one short flag, kept for iree-compile muscle memory.
-  char** args = calloc((size_t)argc + 1, sizeof(char*));
-  if (!args)
-    return 1;
+  char** args = NULL;
+  pcp_status_t alloc_status = pcp_allocator_calloc(
+      allocator, ((size_t)argc + 1) * sizeof(char*), (void**)&args);
+  if (alloc_status)
+    return pcp_config_cli_failure("compile", alloc_status);
   for (int i = 1; i < argc; ++i) {
     args[i - 1] = strcmp(argv[i], "-o") == 0 ? "--output" : argv[i];
   }
@@ -235,7 +238,7 @@ int pcp_compile_cli_main(int argc, char** argv) {
     status =
         pcp_config_parse_argv(&kTable, argc - 1, args, &options, &positionals);
   }
-  free(args);
+  pcp_allocator_free(allocator, args);
   if (!status && options.help) {
     print_help();
     pcp_config_deinitialize(&kTable, &options);
@@ -336,8 +339,11 @@ int pcp_compile_cli_main(int argc, char** argv) {
     }
   } else {
     const char* path = positionals.items[0];
+    // |text| is the file (pcp_file_read_all: libc memory) until a training
+    // program replaces it with the derived module (from |allocator|).
     void* text = NULL;
     size_t length = 0;
+    bool text_is_derived = false;
     status =
         pcp_file_read_all(path, PCP_COMPILE_MAX_MLIR_BYTES, &text, &length);
     if (!status && options.program) {
@@ -360,13 +366,13 @@ int pcp_compile_cli_main(int argc, char** argv) {
       training.max_grad_norm = options.max_grad_norm;
       char* derived = NULL;
       size_t derived_length = 0;
-      status = pcp_compile_training_module_build(text, length, path, &training,
-                                                 pcp_allocator_system(),
-                                                 &derived, &derived_length);
+      status = pcp_compile_training_module_build(
+          text, length, path, &training, allocator, &derived, &derived_length);
       if (!status) {
-        free(text);
+        pcp_libc_free(text);  // pcp_file_read_all's buffer
         text = derived;
         length = derived_length;
+        text_is_derived = true;
         if (options.emit_mlir) {
           status = pcp_file_write_atomic(options.emit_mlir, text, length);
           if (!status) {
@@ -418,7 +424,11 @@ int pcp_compile_cli_main(int argc, char** argv) {
         pcp_compile_result_deinitialize(&result);
       }
     }
-    free(text);
+    if (text_is_derived) {
+      pcp_allocator_free(allocator, text);
+    } else {
+      pcp_libc_free(text);  // pcp_file_read_all's buffer
+    }
   }
   if (status) {
     // Bad input (the module, the target) is the user's to fix: exit 1;

@@ -85,11 +85,11 @@ void pcp_autodiff_emit_diloco_round(
   ref_t* refs = NULL;
   const type_t** result_types = NULL;
   pcp_status_t status = pcp_allocator_calloc(
-      pcp_allocator_system(), ref_count * sizeof(ref_t), (void**)&refs);
+      e->out->allocator, ref_count * sizeof(ref_t), (void**)&refs);
   if (!status) {
-    status = pcp_allocator_calloc(pcp_allocator_system(),
-                                  (3 * n + 2) * sizeof(type_t*),
-                                  (void**)&result_types);
+    status =
+        pcp_allocator_calloc(e->out->allocator, (3 * n + 2) * sizeof(type_t*),
+                             (void**)&result_types);
   }
   if (status) {
     if (!e->status) {
@@ -97,7 +97,7 @@ void pcp_autodiff_emit_diloco_round(
     } else {
       pcp_status_ignore(status);
     }
-    pcp_allocator_free(pcp_allocator_system(), refs);
+    pcp_allocator_free(e->out->allocator, refs);
     return;
   }
   ref_t* call_args = refs;              // params, m, v, step, lr, data
@@ -183,6 +183,6 @@ void pcp_autodiff_emit_diloco_round(
   pcp_autodiff_emit_f(e, ") : (");
   pcp_autodiff_emit_type_list(e, results, count);
   pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
-  pcp_allocator_free(pcp_allocator_system(), refs);
-  pcp_allocator_free(pcp_allocator_system(), result_types);
+  pcp_allocator_free(e->out->allocator, refs);
+  pcp_allocator_free(e->out->allocator, result_types);
 }

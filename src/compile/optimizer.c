@@ -136,7 +136,7 @@ void pcp_autodiff_emit_optimizer(
 
   ref_t* results = NULL;
   pcp_status_t status = pcp_allocator_calloc(
-      pcp_allocator_system(), (3 * n + 1) * sizeof(ref_t), (void**)&results);
+      e->out->allocator, (3 * n + 1) * sizeof(ref_t), (void**)&results);
   if (status) {
     if (!e->status) {
       e->status = status;
@@ -208,7 +208,7 @@ void pcp_autodiff_emit_optimizer(
     pcp_autodiff_type_append(e, &results[i].type);
   }
   pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
-  pcp_allocator_free(pcp_allocator_system(), results);
+  pcp_allocator_free(e->out->allocator, results);
 }
 
 // The learning-rate argument of @train_steps and @diloco_round: one f32 rate
@@ -226,7 +226,7 @@ static type_t* state_types_new(pcp_autodiff_emitter_t* e, const type_t* types,
                                size_t n) {
   type_t* state = NULL;
   pcp_status_t status = pcp_allocator_calloc(
-      pcp_allocator_system(), (3 * n + 1) * sizeof(type_t), (void**)&state);
+      e->out->allocator, (3 * n + 1) * sizeof(type_t), (void**)&state);
   if (status) {
     if (!e->status) {
       e->status = status;
@@ -296,11 +296,11 @@ static void emit_train_steps_unrolled(
   ref_t* refs = NULL;
   const type_t** result_types = NULL;
   pcp_status_t status = pcp_allocator_calloc(
-      pcp_allocator_system(), ref_count * sizeof(ref_t), (void**)&refs);
+      e->out->allocator, ref_count * sizeof(ref_t), (void**)&refs);
   if (!status) {
-    status = pcp_allocator_calloc(pcp_allocator_system(),
-                                  (3 * n + 1) * sizeof(type_t*),
-                                  (void**)&result_types);
+    status =
+        pcp_allocator_calloc(e->out->allocator, (3 * n + 1) * sizeof(type_t*),
+                             (void**)&result_types);
   }
   if (status) {
     if (!e->status) {
@@ -308,8 +308,8 @@ static void emit_train_steps_unrolled(
     } else {
       pcp_status_ignore(status);
     }
-    pcp_allocator_free(pcp_allocator_system(), refs);
-    pcp_allocator_free(pcp_allocator_system(), st);
+    pcp_allocator_free(e->out->allocator, refs);
+    pcp_allocator_free(e->out->allocator, st);
     return;
   }
   ref_t* state = refs;                    // p, m, v
@@ -420,9 +420,9 @@ static void emit_train_steps_unrolled(
   pcp_autodiff_emit_f(e, "tensor<f32>, ");
   pcp_autodiff_type_append(e, &losses_type);
   pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
-  pcp_allocator_free(pcp_allocator_system(), refs);
-  pcp_allocator_free(pcp_allocator_system(), result_types);
-  pcp_allocator_free(pcp_allocator_system(), st);
+  pcp_allocator_free(e->out->allocator, refs);
+  pcp_allocator_free(e->out->allocator, result_types);
+  pcp_allocator_free(e->out->allocator, st);
 }
 
 static void set_error(pcp_autodiff_emitter_t* e, pcp_status_t status) {
@@ -465,16 +465,16 @@ void pcp_autodiff_emit_train_steps(
     return;
   }
   pcp_status_t status = pcp_allocator_calloc(
-      pcp_allocator_system(), ref_count * sizeof(ref_t), (void**)&refs);
+      e->out->allocator, ref_count * sizeof(ref_t), (void**)&refs);
   if (!status) {
-    status = pcp_allocator_calloc(pcp_allocator_system(),
-                                  (3 * n + 1) * sizeof(type_t*),
-                                  (void**)&result_types);
+    status =
+        pcp_allocator_calloc(e->out->allocator, (3 * n + 1) * sizeof(type_t*),
+                             (void**)&result_types);
   }
   if (status) {
     set_error(e, status);
-    pcp_allocator_free(pcp_allocator_system(), refs);
-    pcp_allocator_free(pcp_allocator_system(), st);
+    pcp_allocator_free(e->out->allocator, refs);
+    pcp_allocator_free(e->out->allocator, st);
     return;
   }
   ref_t* init = refs;                      // the loop's initial values
@@ -575,7 +575,7 @@ void pcp_autodiff_emit_train_steps(
   pcp_autodiff_emit_f(e, ", tensor<f32>, ");
   pcp_autodiff_type_append(e, &losses_type);
   pcp_autodiff_emit_f(e, ") -> ()\n  }\n");
-  pcp_allocator_free(pcp_allocator_system(), refs);
-  pcp_allocator_free(pcp_allocator_system(), result_types);
-  pcp_allocator_free(pcp_allocator_system(), st);
+  pcp_allocator_free(e->out->allocator, refs);
+  pcp_allocator_free(e->out->allocator, result_types);
+  pcp_allocator_free(e->out->allocator, st);
 }

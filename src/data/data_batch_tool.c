@@ -48,11 +48,12 @@ int main(int argc, char** argv) {
       (argc >= 8 && (!parse_u64(argv[7], &batches) || batches > 1024))) {
     return usage();
   }
+  pcp_allocator_t allocator = pcp_allocator_system();
   pcp_data_dataset_options_t options;
   pcp_data_dataset_options_initialize(format, &options);
   pcp_data_dataset_t* dataset = NULL;
-  pcp_status_t status = pcp_data_dataset_open(argv[1], &options,
-                                              pcp_allocator_system(), &dataset);
+  pcp_status_t status =
+      pcp_data_dataset_open(argv[1], &options, allocator, &dataset);
   if (status)
     return fail(status);
   pcp_data_range_t range = pcp_data_dataset_full_range(dataset);
@@ -68,17 +69,34 @@ int main(int argc, char** argv) {
       .seed = seed,
   };
   pcp_data_sampler_t* sampler = NULL;
-  status = pcp_data_sampler_create(dataset, range, &sampler_options,
-                                   pcp_allocator_system(), &sampler);
+  status = pcp_data_sampler_create(dataset, range, &sampler_options, allocator,
+                                   &sampler);
   if (status) {
     pcp_data_dataset_release(dataset);
     return fail(status);
   }
+  // batch <= 4096 and block <= 65536 (checked above): no overflow.
   size_t count = (size_t)(batch * block);
-  int32_t* inputs = malloc(count * sizeof(int32_t));
-  int32_t* targets = malloc(count * sizeof(int32_t));
-  uint64_t* offsets = malloc((size_t)batch * sizeof(uint64_t));
-  PCP_ASSERT(inputs && targets && offsets);
+  int32_t* inputs = NULL;
+  int32_t* targets = NULL;
+  uint64_t* offsets = NULL;
+  status =
+      pcp_allocator_malloc(allocator, count * sizeof(int32_t), (void**)&inputs);
+  if (!status) {
+    status = pcp_allocator_malloc(allocator, count * sizeof(int32_t),
+                                  (void**)&targets);
+  }
+  if (!status) {
+    status = pcp_allocator_malloc(allocator, (size_t)batch * sizeof(uint64_t),
+                                  (void**)&offsets);
+  }
+  if (status) {
+    pcp_allocator_free(allocator, inputs);
+    pcp_allocator_free(allocator, targets);
+    pcp_data_sampler_release(sampler);
+    pcp_data_dataset_release(dataset);
+    return fail(status);
+  }
 
   printf("{\"format\":\"%s\",\"vocab_size\":%u,\"symbols\":[",
          pcp_data_format_name(format), pcp_data_dataset_vocab_size(dataset));
@@ -107,9 +125,9 @@ int main(int argc, char** argv) {
   pcp_data_sampler_cursor(sampler, &cursor);
   printf("],\"position\":%" PRIu64 ",\"epoch\":%" PRIu64 "}\n", cursor.position,
          cursor.epoch);
-  free(inputs);
-  free(targets);
-  free(offsets);
+  pcp_allocator_free(allocator, inputs);
+  pcp_allocator_free(allocator, targets);
+  pcp_allocator_free(allocator, offsets);
   pcp_data_sampler_release(sampler);
   pcp_data_dataset_release(dataset);
   return 0;

@@ -138,14 +138,15 @@ static void print_function_list(const pcp_mlir_module_t* module, bool is_public,
 
 static pcp_status_t print_text_summary(
     const pcp_mlir_module_t* module,
-    const pcp_mlir_function_signature_t* signature, FILE* out) {
+    const pcp_mlir_function_signature_t* signature, pcp_allocator_t allocator,
+    FILE* out) {
   const char* name = pcp_mlir_module_name(module);
   fprintf(out, "module%s%s (%s)\n", name[0] ? " @" : "", name,
           pcp_mlir_module_buffer_name(module));
   print_function_list(module, true, out);
   print_function_list(module, false, out);
   pcp_string_builder_t builder;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+  pcp_string_builder_initialize(allocator, 0, &builder);
   pcp_status_t status = pcp_mlir_function_signature_format(signature, &builder);
   if (!status) {
     fprintf(out, "%s%s\n", pcp_string_builder_cstring(&builder),
@@ -191,7 +192,7 @@ static json_t* types_to_json(const pcp_mlir_type_t* types, size_t count) {
 static pcp_status_t print_json_summary(
     const pcp_mlir_module_t* module,
     const pcp_mlir_function_signature_t* signature, const char* text,
-    FILE* out) {
+    pcp_allocator_t allocator, FILE* out) {
   json_t* root = json_object();
   const char* name = pcp_mlir_module_name(module);
   json_object_set_new(root, "file",
@@ -212,7 +213,7 @@ static pcp_status_t print_json_summary(
   json_object_set_new(root, "functions", functions);
 
   pcp_string_builder_t builder;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+  pcp_string_builder_initialize(allocator, 0, &builder);
   pcp_status_t status = pcp_mlir_function_signature_format(signature, &builder);
   json_t* function = json_object();
   json_object_set_new(function, "name", json_string(signature->function_name));
@@ -238,7 +239,7 @@ static pcp_status_t print_json_summary(
                                "cannot render the JSON summary");
     } else {
       fprintf(out, "%s\n", dumped);
-      free(dumped);
+      pcp_libc_free(dumped);  // json_dumps: jansson's malloc
     }
   }
   json_decref(root);
@@ -249,8 +250,8 @@ static pcp_status_t print_json_summary(
 // Main
 //===----------------------------------------------------------------------===//
 
-static pcp_status_t inspect(const char* path,
-                            const inspect_options_t* options) {
+static pcp_status_t inspect(const char* path, const inspect_options_t* options,
+                            pcp_allocator_t allocator) {
   void* data = NULL;
   size_t length = 0;
   PCP_RETURN_IF_ERROR_BARE(
@@ -259,19 +260,18 @@ static pcp_status_t inspect(const char* path,
   pcp_mlir_module_t* module = NULL;
   pcp_mlir_function_signature_t signature;
   memset(&signature, 0, sizeof(signature));
-  signature.allocator = pcp_allocator_system();
+  signature.allocator = allocator;
   char* text = NULL;
-  pcp_status_t status =
-      pcp_mlir_context_create(NULL, pcp_allocator_system(), &context);
+  pcp_status_t status = pcp_mlir_context_create(NULL, allocator, &context);
   if (!status) {
     status = pcp_mlir_module_parse(context, (const char*)data, length, path,
                                    &module);
   }
-  free(data);
+  pcp_libc_free(data);  // pcp_file_read_all's buffer
   bool print = options->print || options->generic;
   if (!status && print) {
     pcp_string_builder_t builder;
-    pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+    pcp_string_builder_initialize(allocator, 0, &builder);
     status =
         pcp_mlir_module_print(module,
                               options->generic ? PCP_MLIR_PRINT_FLAG_GENERIC
@@ -287,15 +287,16 @@ static pcp_status_t inspect(const char* path,
     fprintf(stdout, "%s\n", text);
   } else if (!status) {
     status = pcp_mlir_module_function_signature(
-        module, pick_function(module, options->function),
-        pcp_allocator_system(), &signature);
+        module, pick_function(module, options->function), allocator,
+        &signature);
     if (!status) {
-      status = options->json
-                   ? print_json_summary(module, &signature, text, stdout)
-                   : print_text_summary(module, &signature, stdout);
+      status =
+          options->json
+              ? print_json_summary(module, &signature, text, allocator, stdout)
+              : print_text_summary(module, &signature, allocator, stdout);
     }
   }
-  free(text);
+  pcp_allocator_free(allocator, text);
   pcp_mlir_function_signature_deinitialize(&signature);
   pcp_mlir_module_release(module);
   pcp_mlir_context_release(context);
@@ -303,6 +304,7 @@ static pcp_status_t inspect(const char* path,
 }
 
 int pcp_mlir_inspect_main(int argc, char** argv) {
+  pcp_allocator_t allocator = pcp_allocator_system();
   inspect_options_t options;
   pcp_string_list_t positionals = {0};
   pcp_status_t status = pcp_config_initialize(&kTable, &options);
@@ -333,7 +335,7 @@ int pcp_mlir_inspect_main(int argc, char** argv) {
   }
 
   int exit_code = 0;
-  status = inspect(positionals.items[0], &options);
+  status = inspect(positionals.items[0], &options, allocator);
   if (status) {
     // The message carries MLIR's diagnostics ("file:line:col: error: ...").
     exit_code = pcp_config_cli_failure("inspect", status);

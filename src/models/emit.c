@@ -893,12 +893,14 @@ static void emit_function(emitter_t* e,
 
 pcp_status_t pcp_models_module_emit(const pcp_models_spec_t* spec,
                                     pcp_string_builder_t* builder) {
+  // Scratch comes from the output builder's allocator: the caller's.
+  pcp_allocator_t allocator = builder->allocator;
   pcp_models_parameter_table_t table;
-  PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
-      spec, pcp_allocator_system(), &table));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_models_parameter_table_initialize(spec, allocator, &table));
   val_t* params = NULL;
   pcp_status_t status = pcp_allocator_calloc(
-      pcp_allocator_system(), table.count * sizeof(val_t), (void**)&params);
+      allocator, table.count * sizeof(val_t), (void**)&params);
   if (status) {
     pcp_models_parameter_table_deinitialize(&table);
     return status;
@@ -944,7 +946,7 @@ pcp_status_t pcp_models_module_emit(const pcp_models_spec_t* spec,
   if (!e.status) {
     e.status = pcp_string_builder_append_cstring(builder, "}\n");
   }
-  pcp_allocator_free(pcp_allocator_system(), params);
+  pcp_allocator_free(allocator, params);
   pcp_models_parameter_table_deinitialize(&table);
   return e.status;
 }
@@ -1133,12 +1135,14 @@ pcp_status_t pcp_models_generation_module_emit(
     const pcp_models_spec_t* spec, const pcp_models_generation_t* gen,
     pcp_string_builder_t* builder) {
   PCP_RETURN_IF_ERROR_BARE(pcp_models_generation_validate(spec, gen));
+  // Scratch comes from the output builder's allocator: the caller's.
+  pcp_allocator_t allocator = builder->allocator;
   pcp_models_parameter_table_t table;
-  PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
-      spec, pcp_allocator_system(), &table));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_models_parameter_table_initialize(spec, allocator, &table));
   val_t* params = NULL;
   pcp_status_t status = pcp_allocator_calloc(
-      pcp_allocator_system(), table.count * sizeof(val_t), (void**)&params);
+      allocator, table.count * sizeof(val_t), (void**)&params);
   if (status) {
     pcp_models_parameter_table_deinitialize(&table);
     return status;
@@ -1184,7 +1188,7 @@ pcp_status_t pcp_models_generation_module_emit(
   if (!e.status) {
     e.status = pcp_string_builder_append_cstring(builder, "}\n");
   }
-  pcp_allocator_free(pcp_allocator_system(), params);
+  pcp_allocator_free(allocator, params);
   pcp_models_parameter_table_deinitialize(&table);
   return e.status;
 }

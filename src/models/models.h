@@ -199,7 +199,8 @@ void pcp_models_parameters_initialize(const pcp_models_parameter_table_t* table,
 // The text is deterministic: the same spec gives the same bytes (artifact
 // cache keys depend on it), whichever compiler built pcp (every op is
 // emitted in statement order, never from unordered argument evaluation).
-// RESOURCE_EXHAUSTED when the builder's cap is reached.
+// RESOURCE_EXHAUSTED when the builder's cap is reached or its allocator
+// fails (scratch memory comes from the builder's allocator too).
 PCP_MUST_USE_RESULT pcp_status_t pcp_models_module_emit(
     const pcp_models_spec_t* spec, pcp_string_builder_t* builder);
 

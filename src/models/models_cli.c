@@ -222,7 +222,7 @@ static pcp_status_t write_text(const char* path, const char* text,
 // One .npy (v1.0) file: magic, header dict padded to 64 bytes, data.
 static pcp_status_t write_npy_f32(const char* path,
                                   const pcp_models_parameter_t* p,
-                                  const void* data) {
+                                  const void* data, pcp_allocator_t allocator) {
   char dict[128];
   int n = p->rank == 2 ? snprintf(dict, sizeof(dict),
                                   "{'descr': '<f4', 'fortran_order': False, "
@@ -236,11 +236,9 @@ static pcp_status_t write_npy_f32(const char* path,
   size_t header = 10 + (size_t)n + 1;  // magic+version+length, dict, '\n'
   size_t padded = (header + 63) / 64 * 64;
   size_t total = padded + p->byte_length;
-  uint8_t* buffer = malloc(total);
-  if (!buffer) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%zu bytes for %s",
-                           total, path);
-  }
+  uint8_t* buffer = NULL;
+  PCP_RETURN_IF_ERROR(pcp_allocator_malloc(allocator, total, (void**)&buffer),
+                      "%zu bytes for %s", total, path);
   static const uint8_t kMagic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
   memcpy(buffer, kMagic, sizeof(kMagic));
   size_t dict_length = padded - 10;
@@ -251,25 +249,29 @@ static pcp_status_t write_npy_f32(const char* path,
   buffer[padded - 1] = '\n';
   memcpy(buffer + padded, data, p->byte_length);
   pcp_status_t status = pcp_file_write_atomic(path, buffer, total);
-  free(buffer);
+  pcp_allocator_free(allocator, buffer);
   return status;
 }
 
 // Writes the seeded initial values of every parameter under |dir|.
 static pcp_status_t write_initial_values(
-    const pcp_models_parameter_table_t* table, const char* dir, uint64_t seed) {
+    const pcp_models_parameter_table_t* table, const char* dir, uint64_t seed,
+    pcp_allocator_t allocator) {
   PCP_RETURN_IF_ERROR(pcp_file_make_directories(dir), "creating %s", dir);
-  void** buffers = calloc(table->count, sizeof(void*));
-  if (!buffers) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "buffer table");
-  }
+  // The table's count is bounded by the validated spec: no overflow.
+  void** buffers = NULL;
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(allocator, table->count * sizeof(void*),
+                           (void**)&buffers),
+      "buffer table");
   pcp_status_t status = pcp_ok_status();
   for (size_t i = 0; i < table->count && !status; ++i) {
-    buffers[i] = malloc(table->parameters[i].byte_length);
-    if (!buffers[i]) {
-      status = pcp_make_status(
-          PCP_STATUS_RESOURCE_EXHAUSTED, "%zu bytes for %s",
-          table->parameters[i].byte_length, table->parameters[i].name);
+    status = pcp_allocator_malloc(allocator, table->parameters[i].byte_length,
+                                  &buffers[i]);
+    if (status) {
+      status = pcp_status_annotate_f(status, "%zu bytes for %s",
+                                     table->parameters[i].byte_length,
+                                     table->parameters[i].name);
     }
   }
   if (!status)
@@ -287,22 +289,25 @@ static pcp_status_t write_initial_values(
       // NumPy has no bf16 type; `pcp run` takes SHAPExbf16=@file.bin.
       status = pcp_file_write_atomic(path, buffers[i], p->byte_length);
     } else {
-      status = write_npy_f32(path, p, buffers[i]);
+      status = write_npy_f32(path, p, buffers[i], allocator);
     }
   }
-  for (size_t i = 0; i < table->count; ++i) free(buffers[i]);
-  free(buffers);
+  for (size_t i = 0; i < table->count; ++i) {
+    pcp_allocator_free(allocator, buffers[i]);
+  }
+  pcp_allocator_free(allocator, buffers);
   return status;
 }
 
 static pcp_status_t run(const pcp_models_spec_t* spec,
-                        const model_cli_options_t* options) {
+                        const model_cli_options_t* options,
+                        pcp_allocator_t allocator) {
   PCP_ASSERT(options->output);  // checked by the caller
   pcp_models_parameter_table_t table;
-  PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
-      spec, pcp_allocator_system(), &table));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_models_parameter_table_initialize(spec, allocator, &table));
   pcp_string_builder_t builder;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
+  pcp_string_builder_initialize(allocator, 0, &builder);
   pcp_status_t status;
   if (options->generate) {
     pcp_models_generation_t gen = {
@@ -338,7 +343,7 @@ static pcp_status_t run(const pcp_models_spec_t* spec,
   }
   if (!status && options->init_dir) {
     status = write_initial_values(&table, options->init_dir,
-                                  (uint64_t)options->seed);
+                                  (uint64_t)options->seed, allocator);
   }
   if (!status) {
     // With -o - the MLIR owns stdout, so the summary goes to stderr.
@@ -358,10 +363,13 @@ static pcp_status_t run(const pcp_models_spec_t* spec,
 }
 
 int pcp_models_cli_main(int argc, char** argv) {
+  pcp_allocator_t allocator = pcp_allocator_system();
   // -o is the one short flag, as in `pcp compile`.
-  char** args = calloc((size_t)argc + 1, sizeof(char*));
-  if (!args) {
-    return 1;
+  char** args = NULL;
+  pcp_status_t alloc_status = pcp_allocator_calloc(
+      allocator, ((size_t)argc + 1) * sizeof(char*), (void**)&args);
+  if (alloc_status) {
+    return pcp_config_cli_failure("model", alloc_status);
   }
   for (int i = 1; i < argc; ++i) {
     args[i - 1] = strcmp(argv[i], "-o") == 0 ? "--output" : argv[i];
@@ -374,7 +382,7 @@ int pcp_models_cli_main(int argc, char** argv) {
     status =
         pcp_config_parse_argv(&kTable, argc - 1, args, &options, &positionals);
   }
-  free(args);
+  pcp_allocator_free(allocator, args);
   if (!status && options.help) {
     print_help();
     pcp_config_deinitialize(&kTable, &options);
@@ -424,7 +432,7 @@ int pcp_models_cli_main(int argc, char** argv) {
     pcp_string_list_deinitialize(&positionals);
     return pcp_config_cli_usage_error("model", status);
   }
-  status = run(&spec, &options);
+  status = run(&spec, &options, allocator);
   int exit_code = 0;
   if (status) {
     exit_code = pcp_config_cli_failure("model", status);

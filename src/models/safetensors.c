@@ -550,6 +550,7 @@ pcp_status_t pcp_safetensors_write(const char* path,
   PCP_RETURN_IF_ERROR(
       build_header(tensors, tensor_count, metadata, metadata_count, &header),
       "writing %s", path);
+  // |header| is json_dumps's (jansson's malloc): pcp_libc_free below.
   size_t header_length = strlen(header);
   // The format pads the header with spaces so the data region starts on an
   // 8-byte boundary (the reference writer does the same).

@@ -18,10 +18,10 @@
 
 #include "models/models.h"
 
-static int dump(const char* path) {
+static int dump(const char* path, pcp_allocator_t allocator) {
   pcp_safetensors_checkpoint_t* checkpoint = NULL;
-  pcp_status_t status = pcp_safetensors_checkpoint_open(
-      path, pcp_allocator_system(), &checkpoint);
+  pcp_status_t status =
+      pcp_safetensors_checkpoint_open(path, allocator, &checkpoint);
   if (status) {
     char text[1024];
     pcp_status_format(status, text, sizeof(text));
@@ -131,6 +131,7 @@ static void print_status(pcp_status_t status) {
 // The tiny Qwen3 of the interop test: 2 layers, width 32, 4 heads, 2 kv
 // heads, vocab 50.
 static pcp_status_t qwen3_table(const char* dtype, bool tied,
+                                pcp_allocator_t allocator,
                                 pcp_models_parameter_table_t* out_table) {
   pcp_models_spec_t spec;
   pcp_models_spec_initialize(PCP_MODELS_ARCHITECTURE_QWEN3, &spec);
@@ -144,13 +145,12 @@ static pcp_status_t qwen3_table(const char* dtype, bool tied,
   spec.dtype =
       strcmp(dtype, "bf16") == 0 ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32;
   spec.tie_embeddings = tied;
-  return pcp_models_parameter_table_initialize(&spec, pcp_allocator_system(),
-                                               out_table);
+  return pcp_models_parameter_table_initialize(&spec, allocator, out_table);
 }
 
-static int qwen3_params(bool tied) {
+static int qwen3_params(bool tied, pcp_allocator_t allocator) {
   pcp_models_parameter_table_t table;
-  pcp_status_t status = qwen3_table("f32", tied, &table);
+  pcp_status_t status = qwen3_table("f32", tied, allocator, &table);
   if (status) {
     print_status(status);
     return 1;
@@ -168,20 +168,25 @@ static int qwen3_params(bool tied) {
 }
 
 static int qwen3_load(const char* path, const char* dtype, bool tied,
-                      bool tie_word_embeddings) {
+                      bool tie_word_embeddings, pcp_allocator_t allocator) {
   pcp_models_parameter_table_t table;
-  pcp_status_t status = qwen3_table(dtype, tied, &table);
+  pcp_status_t status = qwen3_table(dtype, tied, allocator, &table);
   if (status) {
     print_status(status);
     return 1;
   }
-  void** buffers = calloc(table.count, sizeof(void*));
-  for (size_t i = 0; i < table.count; ++i) {
-    buffers[i] = calloc(1, table.parameters[i].byte_length);
+  // The table of the tiny model above has a handful of entries: no overflow.
+  void** buffers = NULL;
+  status = pcp_allocator_calloc(allocator, table.count * sizeof(void*),
+                                (void**)&buffers);
+  for (size_t i = 0; i < table.count && !status; ++i) {
+    status = pcp_allocator_calloc(allocator, table.parameters[i].byte_length,
+                                  &buffers[i]);
   }
   pcp_safetensors_checkpoint_t* checkpoint = NULL;
-  status = pcp_safetensors_checkpoint_open(path, pcp_allocator_system(),
-                                           &checkpoint);
+  if (!status) {
+    status = pcp_safetensors_checkpoint_open(path, allocator, &checkpoint);
+  }
   if (!status) {
     status = pcp_models_safetensors_load(&table, checkpoint,
                                          tie_word_embeddings, buffers);
@@ -200,24 +205,25 @@ static int qwen3_load(const char* path, const char* dtype, bool tied,
       printf("%s %s\n", table.parameters[i].name, hex);
     }
   }
-  for (size_t i = 0; i < table.count; ++i) {
-    free(buffers[i]);
+  for (size_t i = 0; buffers && i < table.count; ++i) {
+    pcp_allocator_free(allocator, buffers[i]);
   }
-  free(buffers);
+  pcp_allocator_free(allocator, buffers);
   pcp_models_parameter_table_deinitialize(&table);
   return rc;
 }
 
 int main(int argc, char** argv) {
+  pcp_allocator_t allocator = pcp_allocator_system();
   if (argc == 3 && strcmp(argv[1], "qwen3-params") == 0) {
-    return qwen3_params(strcmp(argv[2], "1") == 0);
+    return qwen3_params(strcmp(argv[2], "1") == 0, allocator);
   }
   if (argc == 6 && strcmp(argv[1], "qwen3-load") == 0) {
     return qwen3_load(argv[2], argv[3], strcmp(argv[4], "1") == 0,
-                      strcmp(argv[5], "1") == 0);
+                      strcmp(argv[5], "1") == 0, allocator);
   }
   if (argc == 3 && strcmp(argv[1], "dump") == 0) {
-    return dump(argv[2]);
+    return dump(argv[2], allocator);
   }
   if (argc == 3 && strcmp(argv[1], "write") == 0) {
     return write_fixed(argv[2]);

@@ -16,10 +16,15 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
+// The fuzz entry point has no caller to take an allocator from.
+static pcp_allocator_t fuzz_allocator(void) {
+  return pcp_allocator_system();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pcp_safetensors_file_t* file = NULL;
   pcp_status_t status =
-      pcp_safetensors_file_parse(data, size, pcp_allocator_system(), &file);
+      pcp_safetensors_file_parse(data, size, fuzz_allocator(), &file);
   if (status) {
     // Every failure is a status with a message, never a crash.
     PCP_ASSERT(pcp_status_message(status)[0] != 0);
@@ -57,7 +62,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     LLVMFuzzerTestOneInput(data, size);
-    free(data);
+    pcp_libc_free(data);  // pcp_file_read_all's buffer
   }
   printf("safetensors_fuzz: replayed %d input(s)\n", argc - 1);
   return 0;

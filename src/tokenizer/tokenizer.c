@@ -1564,9 +1564,10 @@ pcp_status_t pcp_tokenizer_encoder_encode(pcp_tokenizer_encoder_t* e,
 pcp_status_t pcp_tokenizer_encode(const pcp_tokenizer_t* tokenizer,
                                   pcp_string_view_t text,
                                   pcp_tokenizer_id_list_t* inout_ids) {
+  // The temporary encoder uses the caller's allocator (the id list's).
   pcp_tokenizer_encoder_t* e = NULL;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_tokenizer_encoder_create(tokenizer, pcp_allocator_system(), &e));
+      pcp_tokenizer_encoder_create(tokenizer, inout_ids->allocator, &e));
   pcp_status_t status = pcp_tokenizer_encoder_encode(e, text, inout_ids);
   pcp_tokenizer_encoder_release(e);
   return status;

@@ -150,7 +150,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_tokenizer_encoder_encode(
     pcp_tokenizer_encoder_t* encoder, pcp_string_view_t text,
     pcp_tokenizer_id_list_t* inout_ids);
 
-// Same, with a temporary encoder (no cache kept between calls). Thread-safe.
+// Same, with a temporary encoder (no cache kept between calls) from
+// |inout_ids|'s allocator. Thread-safe.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_tokenizer_encode(const pcp_tokenizer_t* tokenizer, pcp_string_view_t text,
                      pcp_tokenizer_id_list_t* inout_ids);

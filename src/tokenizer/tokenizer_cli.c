@@ -70,9 +70,10 @@ static int report(pcp_status_t status, const char* what) {
 }
 
 static int run_decode(const pcp_tokenizer_t* t, const char* text,
-                      pcp_tokenizer_decode_flags_t flags) {
+                      pcp_tokenizer_decode_flags_t flags,
+                      pcp_allocator_t allocator) {
   pcp_tokenizer_id_list_t ids;
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  pcp_tokenizer_id_list_initialize(allocator, &ids);
   const char* p = text;
   int rc = 0;
   while (*p && rc == 0) {
@@ -96,7 +97,7 @@ static int run_decode(const pcp_tokenizer_t* t, const char* text,
   }
   if (rc == 0) {
     pcp_string_builder_t out;
-    pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
+    pcp_string_builder_initialize(allocator, 0, &out);
     pcp_status_t status =
         pcp_tokenizer_decode(t, ids.values, ids.count, flags, &out);
     if (status) {
@@ -111,9 +112,11 @@ static int run_decode(const pcp_tokenizer_t* t, const char* text,
   return rc;
 }
 
-static int tokenize_run(const tokenize_options_t* options, const char* input);
+static int tokenize_run(const tokenize_options_t* options, const char* input,
+                        pcp_allocator_t allocator);
 
 int pcp_tokenizer_cli_main(int argc, char** argv) {
+  pcp_allocator_t allocator = pcp_allocator_system();
   for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; ++i) {
     if (strcmp(argv[i], "-h") == 0) {
       print_usage(stdout);
@@ -141,14 +144,15 @@ int pcp_tokenizer_cli_main(int argc, char** argv) {
           "expected one TEXT or @FILE argument, got %zu", positionals.count);
     }
     rc = parse_status ? pcp_config_cli_usage_error("tokenize", parse_status)
-                      : tokenize_run(&options, positionals.items[0]);
+                      : tokenize_run(&options, positionals.items[0], allocator);
   }
   pcp_config_deinitialize(&kTable, &options);
   pcp_string_list_deinitialize(&positionals);
   return rc;
 }
 
-static int tokenize_run(const tokenize_options_t* options, const char* input) {
+static int tokenize_run(const tokenize_options_t* options, const char* input,
+                        pcp_allocator_t allocator) {
   const char* tokenizer_path = options->tokenizer;
   bool decode = options->decode;
   pcp_tokenizer_decode_flags_t flags =
@@ -165,16 +169,16 @@ static int tokenize_run(const tokenize_options_t* options, const char* input) {
     text = file_data;
   }
   pcp_tokenizer_t* t = NULL;
-  pcp_status_t status = pcp_tokenizer_create_from_file(
-      tokenizer_path, NULL, pcp_allocator_system(), &t);
+  pcp_status_t status =
+      pcp_tokenizer_create_from_file(tokenizer_path, NULL, allocator, &t);
   int rc = 0;
   if (status) {
     rc = report(status, "loading the tokenizer");
   } else if (decode) {
-    rc = run_decode(t, text, flags);
+    rc = run_decode(t, text, flags, allocator);
   } else {
     pcp_tokenizer_id_list_t ids;
-    pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+    pcp_tokenizer_id_list_initialize(allocator, &ids);
     status = pcp_tokenizer_encode(t, pcp_make_string_view(text, size), &ids);
     if (status) {
       rc = report(status, "encode");
@@ -187,6 +191,6 @@ static int tokenize_run(const tokenize_options_t* options, const char* input) {
     pcp_tokenizer_id_list_deinitialize(&ids);
   }
   pcp_tokenizer_release(t);
-  free(file_data);
+  pcp_libc_free(file_data);  // pcp_file_read_all's buffer
   return rc;
 }

@@ -25,6 +25,9 @@ int LLVMFuzzerTestOneInput(  // NOLINT(readability-identifier-naming)
 // see them.
 static pcp_tokenizer_t* g_plain = NULL;
 static pcp_tokenizer_t* g_nfc = NULL;
+// The fuzz entry points have no caller to take an allocator from; set by
+// LLVMFuzzerInitialize, before any input.
+static pcp_allocator_t g_allocator;
 
 static const char kQwen2Pattern[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|"
@@ -58,7 +61,7 @@ static void append_char(pcp_string_builder_t* b, int byte) {
 
 static pcp_tokenizer_t* fixed_tokenizer(bool nfc) {
   pcp_string_builder_t b;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &b);
+  pcp_string_builder_initialize(g_allocator, 0, &b);
   PCP_CHECK_OK(pcp_string_builder_append_f(
       &b,
       "{\"normalizer\":%s,\"pre_tokenizer\":{\"type\":\"Sequence\","
@@ -95,8 +98,8 @@ static pcp_tokenizer_t* fixed_tokenizer(bool nfc) {
   }
   PCP_CHECK_OK(pcp_string_builder_append_cstring(&b, "]}}"));
   pcp_tokenizer_t* t = NULL;
-  PCP_CHECK_OK(pcp_tokenizer_create_from_json(b.data, b.size, NULL,
-                                              pcp_allocator_system(), &t));
+  PCP_CHECK_OK(
+      pcp_tokenizer_create_from_json(b.data, b.size, NULL, g_allocator, &t));
   pcp_string_builder_deinitialize(&b);
   return t;
 }
@@ -107,18 +110,18 @@ static void fuzz_loader(const uint8_t* data, size_t size) {
   limits.max_vocab_size = 1u << 16;  // keep each run small
   pcp_tokenizer_t* t = NULL;
   pcp_status_t status = pcp_tokenizer_create_from_json(
-      (const char*)data, size, &limits, pcp_allocator_system(), &t);
+      (const char*)data, size, &limits, g_allocator, &t);
   if (status) {
     pcp_status_ignore(status);
     return;
   }
   pcp_tokenizer_id_list_t ids;
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  pcp_tokenizer_id_list_initialize(g_allocator, &ids);
   status = pcp_tokenizer_encode(
       t, pcp_make_cstring_view("Hello <|im_start|> wörld 123 \xff 中文"), &ids);
   if (!status) {
     pcp_string_builder_t out;
-    pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
+    pcp_string_builder_initialize(g_allocator, 0, &out);
     pcp_status_ignore(
         pcp_tokenizer_decode(t, ids.values, ids.count,
                              PCP_TOKENIZER_DECODE_FLAG_SKIP_SPECIAL, &out));
@@ -132,11 +135,11 @@ static void fuzz_loader(const uint8_t* data, size_t size) {
 static void fuzz_roundtrip(pcp_tokenizer_t* t, const uint8_t* data,
                            size_t size) {
   pcp_tokenizer_id_list_t ids;
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  pcp_tokenizer_id_list_initialize(g_allocator, &ids);
   PCP_CHECK_OK(pcp_tokenizer_encode(
       t, pcp_make_string_view((const char*)data, size), &ids));
   pcp_string_builder_t out;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
+  pcp_string_builder_initialize(g_allocator, 0, &out);
   PCP_CHECK_OK(pcp_tokenizer_decode(t, ids.values, ids.count,
                                     PCP_TOKENIZER_DECODE_FLAG_RAW_BYTES, &out));
   PCP_ASSERT(out.size == size);
@@ -147,8 +150,8 @@ static void fuzz_roundtrip(pcp_tokenizer_t* t, const uint8_t* data,
 
 static void fuzz_nfc(pcp_tokenizer_t* t, const uint8_t* data, size_t size) {
   pcp_string_builder_t once, twice;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &once);
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &twice);
+  pcp_string_builder_initialize(g_allocator, 0, &once);
+  pcp_string_builder_initialize(g_allocator, 0, &twice);
   PCP_CHECK_OK(pcp_tokenizer_nfc_append(
       pcp_make_string_view((const char*)data, size), &once));
   PCP_CHECK_OK(pcp_tokenizer_nfc_append(
@@ -156,8 +159,8 @@ static void fuzz_nfc(pcp_tokenizer_t* t, const uint8_t* data, size_t size) {
   PCP_ASSERT(once.size == twice.size);
   PCP_ASSERT(once.size == 0 || memcmp(once.data, twice.data, once.size) == 0);
   pcp_tokenizer_id_list_t a, b;
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &a);
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &b);
+  pcp_tokenizer_id_list_initialize(g_allocator, &a);
+  pcp_tokenizer_id_list_initialize(g_allocator, &b);
   pcp_string_view_t text = pcp_make_string_view((const char*)data, size);
   PCP_CHECK_OK(pcp_tokenizer_encode(t, text, &a));
   PCP_CHECK_OK(pcp_tokenizer_encode(t, text, &b));
@@ -174,6 +177,7 @@ int LLVMFuzzerInitialize(  // NOLINT(readability-identifier-naming)
     int* argc, char*** argv) {
   PCP_UNUSED(argc);
   PCP_UNUSED(argv);
+  g_allocator = pcp_allocator_system();
   g_plain = fixed_tokenizer(false);
   g_nfc = fixed_tokenizer(true);
   return 0;
@@ -212,7 +216,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     LLVMFuzzerTestOneInput(data, size);
-    free(data);
+    pcp_libc_free(data);  // pcp_file_read_all's buffer
   }
   printf("tokenizer_fuzz: replayed %d input(s)\n", argc - 1);
   pcp_tokenizer_release(g_plain);

@@ -38,24 +38,32 @@ static void print_ids(const pcp_tokenizer_id_list_t* ids) {
 }
 
 static bool roundtrip_one(const pcp_tokenizer_t* t, pcp_tokenizer_encoder_t* e,
-                          pcp_string_view_t text, size_t line) {
+                          pcp_string_view_t text, size_t line,
+                          pcp_allocator_t allocator) {
   pcp_tokenizer_id_list_t ids;
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  pcp_tokenizer_id_list_initialize(allocator, &ids);
   pcp_string_builder_t out;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
-  PCP_CHECK_OK(pcp_tokenizer_encoder_encode(e, text, &ids));
-  PCP_CHECK_OK(pcp_tokenizer_decode(t, ids.values, ids.count,
-                                    PCP_TOKENIZER_DECODE_FLAG_NONE, &out));
-  bool ok = out.size == text.size &&
+  pcp_string_builder_initialize(allocator, 0, &out);
+  // A failed call (out of memory, a limit) is reported, never an abort.
+  pcp_status_t status = pcp_tokenizer_encoder_encode(e, text, &ids);
+  if (!status) {
+    status = pcp_tokenizer_decode(t, ids.values, ids.count,
+                                  PCP_TOKENIZER_DECODE_FLAG_NONE, &out);
+  }
+  bool ok = !status && out.size == text.size &&
             memcmp(out.data ? out.data : "", text.data, text.size) == 0;
-  if (!ok)
+  if (status) {
+    fail(status, "roundtrip");
+  } else if (!ok) {
     fprintf(stderr, "roundtrip mismatch at line %zu\n", line);
+  }
   pcp_string_builder_deinitialize(&out);
   pcp_tokenizer_id_list_deinitialize(&ids);
   return ok;
 }
 
-static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line) {
+static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line,
+                    pcp_allocator_t allocator) {
   json_error_t error;
   json_t* root = json_loads(json_line, 0, &error);
   if (!root) {
@@ -64,8 +72,14 @@ static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line) {
   }
   const json_t* list = json_object_get(root, "messages");
   size_t count = json_array_size(list);
-  pcp_tokenizer_chat_message_t* messages =
-      calloc(count ? count : 1, sizeof(*messages));
+  // json_array_size counts objects already in memory: no overflow.
+  pcp_tokenizer_chat_message_t* messages = NULL;
+  pcp_status_t alloc_status = pcp_allocator_calloc(
+      allocator, (count ? count : 1) * sizeof(*messages), (void**)&messages);
+  if (alloc_status) {
+    json_decref(root);
+    return fail(alloc_status, "chat messages");
+  }
   for (size_t i = 0; i < count; ++i) {
     const json_t* m = json_array_get(list, i);
     const json_t* content = json_object_get(m, "content");
@@ -91,22 +105,28 @@ static int chat_one(pcp_tokenizer_encoder_t* e, const char* json_line) {
         json_string_value(system), json_string_length(system));
   }
   pcp_string_builder_t text;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
-  PCP_CHECK_OK(pcp_tokenizer_chat_render(messages, count, &options, &text));
+  pcp_string_builder_initialize(allocator, 0, &text);
+  pcp_status_t status =
+      pcp_tokenizer_chat_render(messages, count, &options, &text);
+  if (status) {
+    pcp_string_builder_deinitialize(&text);
+    pcp_allocator_free(allocator, messages);
+    json_decref(root);
+    return fail(status, "chat render");
+  }
   for (size_t i = 0; i < text.size; ++i) {
     printf("%02x", (unsigned char)text.data[i]);
   }
   putchar('\n');
   pcp_tokenizer_id_list_t ids;
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
-  pcp_status_t status =
-      pcp_tokenizer_chat_encode(e, messages, count, &options, &ids);
+  pcp_tokenizer_id_list_initialize(allocator, &ids);
+  status = pcp_tokenizer_chat_encode(e, messages, count, &options, &ids);
   if (status)
     return fail(status, "chat encode");
   print_ids(&ids);
   pcp_tokenizer_id_list_deinitialize(&ids);
   pcp_string_builder_deinitialize(&text);
-  free(messages);
+  pcp_allocator_free(allocator, messages);
   json_decref(root);
   return 0;
 }
@@ -118,9 +138,10 @@ int main(int argc, char** argv) {
             "encode|lines|decode|decode-skip|roundtrip FILE\n");
     return 2;
   }
+  pcp_allocator_t allocator = pcp_allocator_system();
   pcp_tokenizer_t* t = NULL;
   pcp_status_t status =
-      pcp_tokenizer_create_from_file(argv[1], NULL, pcp_allocator_system(), &t);
+      pcp_tokenizer_create_from_file(argv[1], NULL, allocator, &t);
   if (status)
     return fail(status, "load");
   void* data = NULL;
@@ -129,12 +150,14 @@ int main(int argc, char** argv) {
   if (status)
     return fail(status, "read");
   pcp_tokenizer_encoder_t* e = NULL;
-  PCP_CHECK_OK(pcp_tokenizer_encoder_create(t, pcp_allocator_system(), &e));
+  status = pcp_tokenizer_encoder_create(t, allocator, &e);
+  if (status)
+    return fail(status, "encoder");
   const char* mode = argv[2];
   const char* text = data;
   int rc = 0;
   pcp_tokenizer_id_list_t ids;
-  pcp_tokenizer_id_list_initialize(pcp_allocator_system(), &ids);
+  pcp_tokenizer_id_list_initialize(allocator, &ids);
   if (strcmp(mode, "encode") == 0) {
     status =
         pcp_tokenizer_encoder_encode(e, pcp_make_string_view(text, size), &ids);
@@ -149,7 +172,7 @@ int main(int argc, char** argv) {
       size_t end = nl ? (size_t)(nl - text) : size;
       pcp_string_view_t v = pcp_make_string_view(text + start, end - start);
       if (roundtrip) {
-        if (!roundtrip_one(t, e, v, line))
+        if (!roundtrip_one(t, e, v, line, allocator))
           rc = 1;
       } else {
         ids.count = 0;
@@ -162,7 +185,8 @@ int main(int argc, char** argv) {
       ++line;
     }
     if (roundtrip) {
-      if (!roundtrip_one(t, e, pcp_make_string_view(text, size), line))
+      if (!roundtrip_one(t, e, pcp_make_string_view(text, size), line,
+                         allocator))
         rc = 1;
       printf(rc ? "roundtrip FAILED\n" : "roundtrip ok\n");
     }
@@ -184,11 +208,13 @@ int main(int argc, char** argv) {
         long v = strtol(p, &next, 10);
         if (next == p)
           break;
-        PCP_CHECK_OK(pcp_tokenizer_id_list_append(&ids, (int32_t)v));
+        status = pcp_tokenizer_id_list_append(&ids, (int32_t)v);
+        if (status)
+          return fail(status, "decode ids");
         p = next;
       }
       pcp_string_builder_t out;
-      pcp_string_builder_initialize(pcp_allocator_system(), 0, &out);
+      pcp_string_builder_initialize(allocator, 0, &out);
       status = pcp_tokenizer_decode(t, ids.values, ids.count, flags, &out);
       if (status)
         return fail(status, "decode");
@@ -208,7 +234,7 @@ int main(int argc, char** argv) {
       if (line_end)
         *line_end = '\0';
       if (*cursor)
-        rc = chat_one(e, cursor);
+        rc = chat_one(e, cursor, allocator);
       if (!line_end)
         break;
       cursor = line_end + 1;
@@ -220,6 +246,6 @@ int main(int argc, char** argv) {
   pcp_tokenizer_id_list_deinitialize(&ids);
   pcp_tokenizer_encoder_release(e);
   pcp_tokenizer_release(t);
-  free(data);
+  pcp_libc_free(data);  // pcp_file_read_all's buffer
   return rc;
 }

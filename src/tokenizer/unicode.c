@@ -306,11 +306,12 @@ static pcp_status_t nfc_region(const uint8_t* data, size_t size,
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
                              "NFC input too long");
     }
-    cps = malloc(size * 4 * sizeof(uint32_t));
-    if (!cps) {
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
-                             "NFC buffer for %zu bytes", size);
-    }
+    // The output builder's allocator: the caller's (no API change needed).
+    cps = NULL;
+    PCP_RETURN_IF_ERROR(
+        pcp_allocator_malloc(out_text->allocator, size * 4 * sizeof(uint32_t),
+                             (void**)&cps),
+        "NFC buffer for %zu bytes", size);
   }
   pcp_string_view_t text = pcp_make_string_view((const char*)data, size);
   // 1. Decompose.
@@ -396,7 +397,7 @@ static pcp_status_t nfc_region(const uint8_t* data, size_t size,
         pcp_string_builder_append(out_text, pcp_make_string_view(buffer, used));
   }
   if (cps != stack_buffer)
-    free(cps);
+    pcp_allocator_free(out_text->allocator, cps);
   return status;
 }
 

@@ -118,15 +118,16 @@ static pcp_status_t run_library(const char* text,
 #if defined(PCP_TOPOLOGY_HAVE_Z3)
   PCP_RETURN_IF_ERROR_BARE(z3_load());
   // The in-text core option would be reported as an error here (see above).
+  // The copy comes from the answer builder's allocator: the caller's.
+  pcp_allocator_t allocator = out_answer->allocator;
   char* stripped = NULL;
   const char* option = strstr(text, kCoreOption);
   if (option) {
     size_t length = strlen(text);
     size_t skip = sizeof(kCoreOption) - 1;
-    stripped = malloc(length - skip + 1);
-    if (!stripped) {
-      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "solver text");
-    }
+    PCP_RETURN_IF_ERROR(
+        pcp_allocator_malloc(allocator, length - skip + 1, (void**)&stripped),
+        "solver text");
     size_t head = (size_t)(option - text);
     memcpy(stripped, text, head);
     memcpy(stripped + head, option + skip, length - head - skip + 1);
@@ -134,7 +135,7 @@ static pcp_status_t run_library(const char* text,
   }
   Z3_config config = g_z3.Z3_mk_config();
   if (!config) {
-    free(stripped);
+    pcp_allocator_free(allocator, stripped);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "Z3_mk_config");
   }
   if (options.timeout_ms) {
@@ -145,7 +146,7 @@ static pcp_status_t run_library(const char* text,
   Z3_context context = g_z3.Z3_mk_context(config);
   g_z3.Z3_del_config(config);
   if (!context) {
-    free(stripped);
+    pcp_allocator_free(allocator, stripped);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "Z3_mk_context");
   }
   g_z3.Z3_set_error_handler(context, z3_ignore_error);
@@ -164,8 +165,9 @@ static pcp_status_t run_library(const char* text,
     status =
         pcp_string_builder_append_cstring(out_answer, answer ? answer : "");
   }
+  // |answer| belongs to |context| (Z3 frees it with the context).
   g_z3.Z3_del_context(context);
-  free(stripped);
+  pcp_allocator_free(allocator, stripped);
   return status;
 #else
   (void)text;

@@ -280,8 +280,8 @@ static pcp_status_t load_facets(const char* path, json_t* root,
 }
 
 static pcp_status_t betti_run(const char* path, uint32_t prime,
+                              pcp_allocator_t allocator,
                               pcp_topology_betti_t* out_betti) {
-  pcp_allocator_t allocator = pcp_allocator_system();
   void* data = NULL;
   size_t length = 0;
   pcp_status_t status =
@@ -297,7 +297,7 @@ static pcp_status_t betti_run(const char* path, uint32_t prime,
   json_error_t error;
   json_t* root = json_loadb((const char*)data, length,
                             JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &error);
-  free(data);
+  pcp_libc_free(data);  // pcp_file_read_all's buffer
   if (!root) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "%s: invalid JSON at line %d column %d: %s", path,
@@ -320,6 +320,7 @@ static pcp_status_t betti_run(const char* path, uint32_t prime,
 }
 
 static int betti_main(int argc, char** argv) {
+  pcp_allocator_t allocator = pcp_allocator_system();
   betti_options_t options;
   pcp_string_list_t positionals = {0};
   pcp_status_t status = pcp_config_initialize(&kBettiTable, &options);
@@ -367,7 +368,8 @@ static int betti_main(int argc, char** argv) {
     return pcp_config_cli_usage_error("topo betti", status);
   }
   pcp_topology_betti_t betti;
-  status = betti_run(positionals.items[0], (uint32_t)options.field, &betti);
+  status = betti_run(positionals.items[0], (uint32_t)options.field, allocator,
+                     &betti);
   pcp_string_list_deinitialize(&positionals);
   pcp_config_deinitialize(&kBettiTable, &options);
   if (status)

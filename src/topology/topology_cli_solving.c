@@ -96,7 +96,8 @@ static int check_fail(pcp_status_t status) {
 
 // Every model against its expected verdict: one line each (or one JSON
 // object), exit 0 when all match, 1 when any differs.
-static int check_all(pcp_topology_check_options_t check, bool json) {
+static int check_all(pcp_topology_check_options_t check, bool json,
+                     pcp_allocator_t allocator) {
   size_t count = 0;
   const pcp_topology_model_t* models = pcp_topology_model_catalog(&count);
   size_t mismatches = 0;
@@ -104,7 +105,7 @@ static int check_all(pcp_topology_check_options_t check, bool json) {
     printf("{\"schema\":\"pcp.topology.check_all.v1\",\"models\":[");
   for (size_t i = 0; i < count; ++i) {
     pcp_topology_check_report_t report;
-    pcp_topology_check_report_initialize(pcp_allocator_system(), &report);
+    pcp_topology_check_report_initialize(allocator, &report);
     pcp_status_t status = pcp_topology_model_check(&models[i], check, &report);
     if (status) {
       pcp_topology_check_report_deinitialize(&report);
@@ -144,6 +145,7 @@ static int check_all(pcp_topology_check_options_t check, bool json) {
 }
 
 int pcp_topology_cli_check_main(int argc, char** argv) {
+  pcp_allocator_t allocator = pcp_allocator_system();
   check_options_t options;
   pcp_status_t status = pcp_config_initialize(&kCheckTable, &options);
   if (!status) {
@@ -199,12 +201,12 @@ int pcp_topology_cli_check_main(int argc, char** argv) {
                                                                   : "library"));
   }
   if (all)
-    return check_all(check, json);
+    return check_all(check, json, allocator);
   pcp_topology_check_report_t report;
-  pcp_topology_check_report_initialize(pcp_allocator_system(), &report);
+  pcp_topology_check_report_initialize(allocator, &report);
   status = pcp_topology_model_check(model, check, &report);
   pcp_string_builder_t text;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
+  pcp_string_builder_initialize(allocator, 0, &text);
   if (!status) {
     status = json ? pcp_topology_check_report_format_json(&report, &text)
                   : pcp_topology_check_report_format(&report, &text);
@@ -285,6 +287,7 @@ static pcp_status_t format_models(bool json, pcp_string_builder_t* b) {
 }
 
 int pcp_topology_cli_models_main(int argc, char** argv) {
+  pcp_allocator_t allocator = pcp_allocator_system();
   models_options_t options;
   pcp_status_t status = pcp_config_initialize(&kModelsTable, &options);
   if (!status) {
@@ -304,7 +307,7 @@ int pcp_topology_cli_models_main(int argc, char** argv) {
     return 0;
   }
   pcp_string_builder_t text;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
+  pcp_string_builder_initialize(allocator, 0, &text);
   status = format_models(options.json, &text);
   pcp_config_deinitialize(&kModelsTable, &options);
   if (status) {
@@ -406,30 +409,30 @@ static bool sim_fails(void* user_data, uint64_t seed,
 
 // Prints |trace| (shrunk first when asked and failing); returns 1 when it
 // fails, 0 otherwise, 2 on error.
-static int sim_print(const pcp_topology_trace_t* trace, bool shrink) {
+static int sim_print(const pcp_topology_trace_t* trace, bool shrink,
+                     pcp_allocator_t allocator) {
   pcp_topology_trace_t shrunk;
   const pcp_topology_trace_t* shown = trace;
   bool failing = trace->final_snapshot.failure != PCP_TOPOLOGY_FAILURE_NONE;
   pcp_status_t status = pcp_ok_status();
   if (shrink && failing) {
     pcp_topology_shrink_result_t result;
-    status = pcp_topology_events_shrink(pcp_allocator_system(), trace->seed,
-                                        trace->events, trace->event_count,
-                                        sim_fails, NULL, &result);
+    status = pcp_topology_events_shrink(allocator, trace->seed, trace->events,
+                                        trace->event_count, sim_fails, NULL,
+                                        &result);
     if (!status) {
-      status =
-          pcp_topology_sim_run(result.seed, result.events, result.event_count,
-                               pcp_allocator_system(), &shrunk);
+      status = pcp_topology_sim_run(result.seed, result.events,
+                                    result.event_count, allocator, &shrunk);
       if (!status) {
         printf("shrunk: deleted=%zu seed=%llu\n", result.deleted,
                (unsigned long long)result.seed);
         shown = &shrunk;
       }
-      pcp_topology_shrink_result_deinitialize(pcp_allocator_system(), &result);
+      pcp_topology_shrink_result_deinitialize(allocator, &result);
     }
   }
   pcp_string_builder_t text;
-  pcp_string_builder_initialize(pcp_allocator_system(), 0, &text);
+  pcp_string_builder_initialize(allocator, 0, &text);
   if (!status)
     status = pcp_topology_trace_format(shown, &text);
   if (!status)
@@ -445,7 +448,8 @@ static int sim_print(const pcp_topology_trace_t* trace, bool shrink) {
   return failing ? 1 : 0;
 }
 
-static int sim_replay(const char* path, bool shrink) {
+static int sim_replay(const char* path, bool shrink,
+                      pcp_allocator_t allocator) {
   void* data = NULL;
   size_t length = 0;
   pcp_status_t status =
@@ -453,22 +457,21 @@ static int sim_replay(const char* path, bool shrink) {
   pcp_topology_trace_t recorded, replayed;
   if (!status) {
     status = pcp_topology_trace_parse(pcp_make_string_view(data, length),
-                                      pcp_allocator_system(), &recorded);
+                                      allocator, &recorded);
   }
-  free(data);
+  pcp_libc_free(data);  // pcp_file_read_all's buffer
   if (status) {
     fprintf(stderr, "pcp topo sim: %s: %s\n", path, pcp_status_message(status));
     pcp_status_ignore(status);
     return 2;
   }
-  status =
-      pcp_topology_sim_run(recorded.seed, recorded.events, recorded.event_count,
-                           pcp_allocator_system(), &replayed);
+  status = pcp_topology_sim_run(recorded.seed, recorded.events,
+                                recorded.event_count, allocator, &replayed);
   if (status) {
     pcp_topology_trace_deinitialize(&recorded);
     return check_fail(status);
   }
-  int exit_code = sim_print(&replayed, shrink);
+  int exit_code = sim_print(&replayed, shrink, allocator);
   bool match = pcp_topology_snapshot_hash(&recorded.final_snapshot) ==
                pcp_topology_snapshot_hash(&replayed.final_snapshot);
   printf("replay: %s\n", match ? "match"
@@ -482,6 +485,7 @@ static int sim_replay(const char* path, bool shrink) {
 }
 
 int pcp_topology_cli_sim_main(int argc, char** argv) {
+  pcp_allocator_t allocator = pcp_allocator_system();
   sim_options_t options;
   pcp_status_t status = pcp_config_initialize(&kSimTable, &options);
   if (!status) {
@@ -507,31 +511,31 @@ int pcp_topology_cli_sim_main(int argc, char** argv) {
   }
   int exit_code = 0;
   if (options.replay) {
-    exit_code = sim_replay(options.replay, options.shrink);
+    exit_code = sim_replay(options.replay, options.shrink, allocator);
   } else if (options.exhaustive) {
     pcp_topology_sim_exploration_t result;
     status = pcp_topology_sim_explore_exhaustive(
         (uint64_t)options.seed, (uint32_t)options.depth, options.invalid,
-        pcp_allocator_system(), &result);
+        allocator, &result);
     if (status) {
       exit_code = check_fail(status);
     } else {
       printf("checked=%llu failed=%llu\n", (unsigned long long)result.checked,
              (unsigned long long)result.failed);
-      exit_code = result.has_failure
-                      ? sim_print(&result.first_failure, options.shrink)
-                      : 0;
+      exit_code = result.has_failure ? sim_print(&result.first_failure,
+                                                 options.shrink, allocator)
+                                     : 0;
       pcp_topology_sim_exploration_deinitialize(&result);
     }
   } else {
     pcp_topology_trace_t trace;
-    status = pcp_topology_sim_random_trace(
-        (uint64_t)options.seed, (size_t)options.events, options.invalid,
-        pcp_allocator_system(), &trace);
+    status = pcp_topology_sim_random_trace((uint64_t)options.seed,
+                                           (size_t)options.events,
+                                           options.invalid, allocator, &trace);
     if (status) {
       exit_code = check_fail(status);
     } else {
-      exit_code = sim_print(&trace, options.shrink);
+      exit_code = sim_print(&trace, options.shrink, allocator);
       pcp_topology_trace_deinitialize(&trace);
     }
   }
