@@ -65,14 +65,6 @@ ALLOWED = {
     "src/tokenizer/tokenizer_tool.c",
     "src/topology/topology_cli.c",
     "src/topology/topology_cli_solving.c",
-    # Moved from src/roles/gateway/training.c (issue 14) unchanged.
-    "src/workloads/train/policy.c",
-    # A test driver (tests/workloads/diloco_numpy_test.py runs it); tests
-    # are not rewritten by a refactor.
-    "src/workloads/train/diloco_npy_driver.c",
-    # Moved from src/models (issue 14): the generation test driver
-    # (tests/models/generate_jax_test.py runs it).
-    "src/workloads/infer/generate_tool.c",
 }
 CALL = re.compile(r"(?<![\w.>])(malloc|calloc|realloc|free|strdup|strndup)\s*\(")
 # Comments, then string and character literals.
