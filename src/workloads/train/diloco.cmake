@@ -48,6 +48,12 @@ pcp_cmocka_test(workloads_training_service_test
   DEPS pcp_workloads PkgConfig::JANSSON)
 target_compile_definitions(workloads_training_service_test PRIVATE
   PCP_TEST_DATA="${CMAKE_SOURCE_DIR}/data/tiny_shakespeare.txt")
+# The service's task waits on the runner and a fabric with no worker: a
+# cancel, a task's end and the deadline end them (the hooks' wait/signal
+# pair), a cancel the sliced fallback; prints cancel -> run returned.
+pcp_cmocka_test(workloads_training_waits_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train/waits_test.c
+  DEPS pcp_workloads PkgConfig::JANSSON)
 # @diloco_round (`pcp compile --program diloco`, f32 and bf16 deltas, inner
 # state reset and keep) run by `pcp run` against its definition: params -
 # @train_steps(params, m, v, step, ...) of the same program (reset: 0, 0,
