@@ -7,7 +7,8 @@ target_sources(pcp_workloads PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/train/diloco_checkpoint.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/model_path.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/service.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/train/service_stream.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/service_stream.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/waits.c)
 target_link_libraries(pcp_workloads PUBLIC pcp_config pcp_store pcp_fabric
   pcp_models pcp_data pcp_mlir m)
 # The outer-step arithmetic is compared bit for bit with NumPy float32: no
