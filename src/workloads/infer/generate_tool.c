@@ -90,6 +90,22 @@ static pcp_status_t generate(run_t* r, int which, int32_t* tokens,
   return pcp_ok_status();
 }
 
+// Zeroed memory for |count| elements of |size| bytes, or NULL (the caller
+// reports RESOURCE_EXHAUSTED).
+static void* zalloc(pcp_allocator_t allocator, size_t count, size_t size) {
+  size_t bytes = 0;
+  void* p = NULL;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    return NULL;
+  }
+  pcp_status_t status = pcp_allocator_calloc(allocator, bytes, &p);
+  if (status) {
+    pcp_status_ignore(status);
+    return NULL;
+  }
+  return p;
+}
+
 // A whole decimal argument, or exit 2 (a test driver: no status to return).
 static int64_t arg_int(const char* text) {
   char* end = NULL;
@@ -106,6 +122,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: see the header of generate_tool.c\n");
     return 2;
   }
+  // The one allocator of this process, passed to everything below.
+  pcp_allocator_t allocator = pcp_allocator_system();
   pcp_models_spec_t spec;
   char arch[32];
   snprintf(arch, sizeof(arch), "%s", argv[2]);
@@ -147,8 +165,7 @@ int main(int argc, char** argv) {
   size_t vmfb_length = 0;
   pcp_backend_t* backend = NULL;
   pcp_program_t* program = NULL;
-  status = pcp_models_parameter_table_initialize(&spec, pcp_allocator_system(),
-                                                 &table);
+  status = pcp_models_parameter_table_initialize(&spec, allocator, &table);
   if (!status && table.count > 1024) {
     status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "too many params");
   }
@@ -159,7 +176,7 @@ int main(int argc, char** argv) {
     param_data[i] = params[i].data;
     if (!status && bf16) {
       size_t count = params[i].byte_length / sizeof(float);
-      uint16_t* to = calloc(count ? count : 1, sizeof(uint16_t));
+      uint16_t* to = zalloc(allocator, count ? count : 1, sizeof(uint16_t));
       if (!to) {
         status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "bf16");
         break;
@@ -187,17 +204,19 @@ int main(int argc, char** argv) {
     status = pcp_program_load(backend, vmfb, vmfb_length, &program);
   if (!status) {
     status = pcp_infer_generator_create(backend, program, &spec, &g, param_data,
-                                        pcp_allocator_system(), &r.gen);
+                                        allocator, &r.gen);
   }
   size_t row = (size_t)g.slots * (size_t)spec.vocab;
   size_t nv = (size_t)r.n * (size_t)spec.vocab;
   size_t steps = (size_t)(r.new_tokens > 1 ? r.new_tokens - 1 : 1);
-  r.logits = calloc(row, sizeof(float));
-  r.scratch = calloc(row, sizeof(float));
-  float* prefill_logits = calloc(nv, sizeof(float));
-  float* decode_logits = calloc(steps * nv, sizeof(float));
-  int32_t* tokens = calloc((size_t)r.n * (size_t)r.new_tokens, sizeof(int32_t));
-  int32_t* alone = calloc((size_t)r.n * (size_t)r.new_tokens, sizeof(int32_t));
+  r.logits = zalloc(allocator, row, sizeof(float));
+  r.scratch = zalloc(allocator, row, sizeof(float));
+  float* prefill_logits = zalloc(allocator, nv, sizeof(float));
+  float* decode_logits = zalloc(allocator, steps * nv, sizeof(float));
+  int32_t* tokens =
+      zalloc(allocator, (size_t)r.n * (size_t)r.new_tokens, sizeof(int32_t));
+  int32_t* alone =
+      zalloc(allocator, (size_t)r.n * (size_t)r.new_tokens, sizeof(int32_t));
   if (!status && (!r.logits || !r.scratch || !prefill_logits ||
                   !decode_logits || !tokens || !alone)) {
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "buffers");
@@ -234,26 +253,26 @@ int main(int argc, char** argv) {
             r.gen),
         (unsigned long long)pcp_models_generation_cache_byte_length(&spec, &g));
   }
-  free(r.logits);
-  free(r.scratch);
-  free(prefill_logits);
-  free(decode_logits);
-  free(tokens);
-  free(alone);
+  pcp_allocator_free(allocator, r.logits);
+  pcp_allocator_free(allocator, r.scratch);
+  pcp_allocator_free(allocator, prefill_logits);
+  pcp_allocator_free(allocator, decode_logits);
+  pcp_allocator_free(allocator, tokens);
+  pcp_allocator_free(allocator, alone);
   pcp_infer_generator_release(r.gen);
   pcp_program_release(program);
   pcp_backend_release(backend);
-  free(vmfb);
+  pcp_libc_free(vmfb);  // pcp_file_read_all: libc memory
   for (size_t i = 0; i < table.count; ++i) {
     pcp_host_tensor_deinitialize(&params[i]);
-    free(bf16_data[i]);
+    pcp_allocator_free(allocator, bf16_data[i]);
   }
   for (int i = 0; i < r.n; ++i) pcp_host_tensor_deinitialize(&prompts[i]);
   pcp_models_parameter_table_deinitialize(&table);
   if (status) {
     char* message = pcp_status_to_string(status);
     fprintf(stderr, "infer_generate_tool: %s\n", message ? message : "error");
-    free(message);
+    pcp_libc_free(message);  // pcp_status_to_string: libc memory
     pcp_status_ignore(status);
     return 1;
   }

@@ -47,6 +47,9 @@ typedef struct entry_t {
   bool killed;
   pcp_status_t status;  // DONE: the result (each waiter gets a clone)
   pthread_cond_t done_cv;
+  // Requests with a notification to run when |e| finishes (linked through
+  // notify_next; a cancel unlinks its request).
+  struct pcp_workloads_compile_request_t* notify_head;
   char key[PCP_SHA256_HEX_LENGTH + 1];
   char vmfb_path[PATH_CAPACITY];
   char log_path[PATH_CAPACITY];
@@ -65,6 +68,10 @@ struct pcp_workloads_compile_request_t {
   entry_t* entry;  // NULL for a cache hit
   bool cancelled;
   bool cache_hit;
+  // pcp_workloads_compile_request_notify: run once, then cleared.
+  void (*notify)(void* user_data);
+  void* notify_user_data;
+  struct pcp_workloads_compile_request_t* notify_next;
   char key[PCP_SHA256_HEX_LENGTH + 1];
   char vmfb_path[PATH_CAPACITY];
   char log_path[PATH_CAPACITY];
@@ -297,6 +304,16 @@ static void entry_unlink(pcp_workloads_compile_queue_t* q, entry_t* e) {
   }
 }
 
+// With |mu|: runs |r|'s notification, at most once.
+static void request_notify(struct pcp_workloads_compile_request_t* r) {
+  void (*notify)(void*) = r->notify;
+  r->notify = NULL;
+  r->notify_next = NULL;
+  if (notify) {
+    notify(r->notify_user_data);
+  }
+}
+
 // With |mu|: |e| is done with |status| (taken); wakes its waiters.
 static void entry_finish(pcp_workloads_compile_queue_t* q, entry_t* e,
                          pcp_status_t status) {
@@ -304,6 +321,13 @@ static void entry_finish(pcp_workloads_compile_queue_t* q, entry_t* e,
   e->state = ENTRY_DONE;
   e->status = status;
   pthread_cond_broadcast(&e->done_cv);
+  struct pcp_workloads_compile_request_t* r = e->notify_head;
+  e->notify_head = NULL;
+  while (r) {
+    struct pcp_workloads_compile_request_t* next = r->notify_next;
+    request_notify(r);
+    r = next;
+  }
 }
 
 // With |mu|: nobody waits for |e| any more; a queued compile is dropped, a
@@ -735,6 +759,22 @@ bool pcp_workloads_compile_request_wait_for(pcp_workloads_compile_request_t* r,
   return finished;
 }
 
+void pcp_workloads_compile_request_notify(pcp_workloads_compile_request_t* r,
+                                          void (*notify)(void* user_data),
+                                          void* user_data) {
+  pcp_workloads_compile_queue_t* q = r->queue;
+  pthread_mutex_lock(&q->mu);
+  r->notify = notify;
+  r->notify_user_data = user_data;
+  if (request_finished(r)) {
+    request_notify(r);
+  } else {
+    r->notify_next = r->entry->notify_head;
+    r->entry->notify_head = r;
+  }
+  pthread_mutex_unlock(&q->mu);
+}
+
 void pcp_workloads_compile_request_cancel(pcp_workloads_compile_request_t* r) {
   pcp_workloads_compile_queue_t* q = r->queue;
   pthread_mutex_lock(&q->mu);
@@ -743,6 +783,14 @@ void pcp_workloads_compile_request_cancel(pcp_workloads_compile_request_t* r) {
     r->cancelled = true;
     // Wakes this waiter (and, harmlessly, the others sharing |e|).
     pthread_cond_broadcast(&e->done_cv);
+    for (pcp_workloads_compile_request_t** link = &e->notify_head; *link;
+         link = &(*link)->notify_next) {
+      if (*link == r) {
+        *link = r->notify_next;
+        break;
+      }
+    }
+    request_notify(r);
     if (e->live_waiters > 0 && --e->live_waiters == 0) {
       entry_abandon(q, e);
     }

@@ -13,3 +13,9 @@ pcp_cmocka_test(workloads_compile_queue_test
 target_compile_definitions(workloads_compile_queue_test PRIVATE
   PCP_BINARY="$<TARGET_FILE:pcp>")
 add_dependencies(workloads_compile_queue_test pcp)
+# The request notification (pcp_workloads_compile_request_notify) with the
+# same kind of fake `pcp`: once per request, at the finish, a cancel, a
+# release or shutdown, at once for an artifact that exists.
+pcp_cmocka_test(workloads_compile_notify_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/runtime/compile_notify_test.c
+  DEPS pcp_workloads LABELS workloads)

@@ -155,6 +155,18 @@ pcp_workloads_compile_request_wait(pcp_workloads_compile_request_t* request);
 bool pcp_workloads_compile_request_wait_for(
     pcp_workloads_compile_request_t* request, int64_t timeout_ms);
 
+// Runs |notify|(|user_data|) once when |request| finishes (done or
+// cancelled), so a caller can sleep on a condition variable of its own and
+// watch other events too; at once when it has finished already. It runs
+// with the queue's lock held, on the thread that finishes the request (a
+// slot thread, a cancelling or releasing thread, or this caller): it must
+// not call into the queue nor block, and any lock it takes must never be
+// held while calling into the queue. At most once per request;
+// |user_data| must live until the request has finished.
+void pcp_workloads_compile_request_notify(
+    pcp_workloads_compile_request_t* request, void (*notify)(void* user_data),
+    void* user_data);
+
 // Cancels |request| (idempotent; a done request stays done). Any thread.
 void pcp_workloads_compile_request_cancel(
     pcp_workloads_compile_request_t* request);

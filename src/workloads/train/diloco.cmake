@@ -7,7 +7,8 @@ target_sources(pcp_workloads PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/train/diloco_checkpoint.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/model_path.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/service.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/train/service_stream.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/service_stream.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/waits.c)
 target_link_libraries(pcp_workloads PUBLIC pcp_config pcp_store pcp_fabric
   pcp_models pcp_data pcp_mlir m)
 # The outer-step arithmetic is compared bit for bit with NumPy float32: no
@@ -48,6 +49,12 @@ pcp_cmocka_test(workloads_training_service_test
   DEPS pcp_workloads PkgConfig::JANSSON)
 target_compile_definitions(workloads_training_service_test PRIVATE
   PCP_TEST_DATA="${CMAKE_SOURCE_DIR}/data/tiny_shakespeare.txt")
+# The service's task waits on the runner and a fabric with no worker: a
+# cancel, a task's end and the deadline end them (the hooks' wait/signal
+# pair), a cancel the sliced fallback; prints cancel -> run returned.
+pcp_cmocka_test(workloads_training_waits_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train/waits_test.c
+  DEPS pcp_workloads PkgConfig::JANSSON)
 # @diloco_round (`pcp compile --program diloco`, f32 and bf16 deltas, inner
 # state reset and keep) run by `pcp run` against its definition: params -
 # @train_steps(params, m, v, step, ...) of the same program (reset: 0, 0,

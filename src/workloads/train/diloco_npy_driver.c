@@ -40,11 +40,23 @@ static void write_npy(const char* name, pcp_element_type_t type, int rank,
   CHECK(pcp_host_tensor_write_npy(&tensor, path, false));
 }
 
-static float* falloc(size_t n) {
-  float* p = calloc(n + 1, sizeof(float));
-  if (p == NULL)
+// Zeroed memory for |count| elements of |size| bytes from |allocator|, or
+// exit 1 naming the size (a test driver: nothing to recover).
+static void* zalloc(pcp_allocator_t allocator, size_t count, size_t size) {
+  size_t bytes = 0;
+  void* p = NULL;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    fprintf(stderr, "diloco_npy_driver: %zu x %zu bytes overflows\n", count,
+            size);
     exit(1);
+  }
+  CHECK(pcp_allocator_calloc(allocator, bytes, &p));
   return p;
+}
+
+// One spare element past |n|, as before.
+static float* falloc(pcp_allocator_t allocator, size_t n) {
+  return zalloc(allocator, n + 1, sizeof(float));
 }
 
 // Classic DiLoCo: W workers, K rounds; rounds 1, 3 carry bf16 deltas; worker
@@ -52,19 +64,19 @@ static float* falloc(size_t n) {
 enum { kW = 3, kK = 4, kTensors = 4 };
 static const int64_t kSizes[kTensors] = {7, 16, 5, 33};
 
-static void run_classic(pcp_rng_t* rng) {
+static void run_classic(pcp_allocator_t allocator, pcp_rng_t* rng) {
   size_t n = 0;
   for (int i = 0; i < kTensors; ++i) n += (size_t)kSizes[i];
-  float* theta = falloc(n);
-  float* theta0 = falloc(n);
-  float* pert = falloc((size_t)kK * kW * n);
-  float* wire = falloc((size_t)kK * kW * n);
-  float* avg = falloc((size_t)kK * n);
-  float* theta_hist = falloc((size_t)kK * n);
-  float* vel_hist = falloc((size_t)kK * n);
-  float* local = falloc(n);
-  float* delta = falloc(n);
-  uint16_t* q = calloc(n, sizeof(uint16_t));
+  float* theta = falloc(allocator, n);
+  float* theta0 = falloc(allocator, n);
+  float* pert = falloc(allocator, (size_t)kK * kW * n);
+  float* wire = falloc(allocator, (size_t)kK * kW * n);
+  float* avg = falloc(allocator, (size_t)kK * n);
+  float* theta_hist = falloc(allocator, (size_t)kK * n);
+  float* vel_hist = falloc(allocator, (size_t)kK * n);
+  float* local = falloc(allocator, n);
+  float* delta = falloc(allocator, n);
+  uint16_t* q = zalloc(allocator, n, sizeof(uint16_t));
   int32_t reported[kK][kW] = {{1, 1, 1}, {1, 1, 0}, {1, 0, 0}, {1, 1, 1}};
   int32_t bf16_round[kK] = {0, 1, 0, 1};
   for (size_t i = 0; i < n; ++i)
@@ -73,10 +85,9 @@ static void run_classic(pcp_rng_t* rng) {
     pert[i] = (float)(0.01 * pcp_rng_next_normal(rng));
   }
   pcp_diloco_accumulator_t acc;
-  CHECK(pcp_diloco_accumulator_initialize(pcp_allocator_system(), n, &acc));
+  CHECK(pcp_diloco_accumulator_initialize(allocator, n, &acc));
   pcp_diloco_nesterov_t nest;
-  CHECK(pcp_diloco_nesterov_initialize(pcp_allocator_system(), n, 0.7f, 0.9f,
-                                       &nest));
+  CHECK(pcp_diloco_nesterov_initialize(allocator, n, 0.7f, 0.9f, &nest));
   for (int k = 0; k < kK; ++k) {
     pcp_diloco_accumulator_reset(&acc);
     for (int w = 0; w < kW; ++w) {
@@ -123,31 +134,34 @@ static void run_classic(pcp_rng_t* rng) {
   write_npy("classic_velocity", PCP_ELEMENT_TYPE_F32, 2, d2, vel_hist);
   pcp_diloco_accumulator_deinitialize(&acc);
   pcp_diloco_nesterov_deinitialize(&nest);
-  free(theta), free(theta0), free(pert), free(wire), free(avg);
-  free(theta_hist), free(vel_hist), free(local), free(delta), free(q);
+  void* owned[] = {theta,      theta0,   pert,  wire,  avg,
+                   theta_hist, vel_hist, local, delta, q};
+  for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); ++i) {
+    pcp_allocator_free(allocator, owned[i]);
+  }
 }
 
 // Streaming DiLoCo: W workers in lock step, T tensors, P fragments.
 enum { kSW = 2, kST = 7 };
 static const int64_t kSSizes[kST] = {4, 9, 3, 12, 6, 5, 8};
 
-static void run_streaming(pcp_rng_t* rng) {
+static void run_streaming(pcp_allocator_t allocator, pcp_rng_t* rng) {
   const pcp_streaming_diloco_schedule_t sched = {3, 4, 1, 3};
   const float alpha = 0.5f;
   size_t n = 0, off[kST];
   for (int i = 0; i < kST; ++i) off[i] = n, n += (size_t)kSSizes[i];
   const uint64_t steps = pcp_streaming_diloco_max_steps(&sched);
-  float* master = falloc(n);
-  float* master0 = falloc(n);
-  float* local = falloc(kSW * n);
-  float* snap = falloc(kSW * n);
-  float* delta = falloc(n);
-  float* avg = falloc(n);
-  float* pert = falloc(steps * kSW * n);
-  float* master_hist = falloc(steps * n);
-  float* local_hist = falloc(steps * kSW * n);
-  int32_t* sends = malloc(steps * sched.fragments * sizeof(int32_t));
-  int32_t* recvs = malloc(steps * sched.fragments * sizeof(int32_t));
+  float* master = falloc(allocator, n);
+  float* master0 = falloc(allocator, n);
+  float* local = falloc(allocator, kSW * n);
+  float* snap = falloc(allocator, kSW * n);
+  float* delta = falloc(allocator, n);
+  float* avg = falloc(allocator, n);
+  float* pert = falloc(allocator, steps * kSW * n);
+  float* master_hist = falloc(allocator, steps * n);
+  float* local_hist = falloc(allocator, steps * kSW * n);
+  int32_t* sends = zalloc(allocator, steps * sched.fragments, sizeof(int32_t));
+  int32_t* recvs = zalloc(allocator, steps * sched.fragments, sizeof(int32_t));
   for (size_t i = 0; i < n; ++i) {
     master0[i] = master[i] = (float)(0.02 * pcp_rng_next_normal(rng));
   }
@@ -160,12 +174,11 @@ static void run_streaming(pcp_rng_t* rng) {
   }
   pcp_diloco_accumulator_t acc[kST];
   for (int i = 0; i < kST; ++i) {
-    CHECK(pcp_diloco_accumulator_initialize(pcp_allocator_system(),
-                                            (size_t)kSSizes[i], &acc[i]));
+    CHECK(pcp_diloco_accumulator_initialize(allocator, (size_t)kSSizes[i],
+                                            &acc[i]));
   }
   pcp_diloco_nesterov_t nest;
-  CHECK(pcp_diloco_nesterov_initialize(pcp_allocator_system(), n, 0.7f, 0.9f,
-                                       &nest));
+  CHECK(pcp_diloco_nesterov_initialize(allocator, n, 0.7f, 0.9f, &nest));
   for (uint64_t t = 1; t <= steps; ++t) {
     for (uint32_t p = 0; p < sched.fragments; ++p) {
       uint32_t r = 0;
@@ -226,9 +239,11 @@ static void run_streaming(pcp_rng_t* rng) {
   write_npy("stream_velocity", PCP_ELEMENT_TYPE_F32, 1, dv, nest.velocity);
   for (int i = 0; i < kST; ++i) pcp_diloco_accumulator_deinitialize(&acc[i]);
   pcp_diloco_nesterov_deinitialize(&nest);
-  free(master), free(master0), free(local), free(snap), free(delta);
-  free(avg), free(pert), free(master_hist), free(local_hist);
-  free(sends), free(recvs);
+  void* owned[] = {master, master0,     local,      snap,  delta, avg,
+                   pert,   master_hist, local_hist, sends, recvs};
+  for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); ++i) {
+    pcp_allocator_free(allocator, owned[i]);
+  }
 }
 
 // Inner learning-rate schedules: each case (kind, base, min_lr, warmup,
@@ -236,7 +251,7 @@ static void run_streaming(pcp_rng_t* rng) {
 // min_lr there).
 enum { kLrCases = 7, kLrSteps = 64 };
 
-static void run_schedule(pcp_rng_t* rng) {
+static void run_schedule(pcp_allocator_t allocator, pcp_rng_t* rng) {
   double cases[kLrCases][5] = {
       {PCP_DILOCO_LR_CONSTANT, 3e-3, 0, 0, 40},
       {PCP_DILOCO_LR_COSINE, 3e-3, 0, 0, 40},
@@ -250,7 +265,7 @@ static void run_schedule(pcp_rng_t* rng) {
   cases[6][2] = cases[6][1] * 0.1 * pcp_rng_next_double(rng);
   cases[6][3] = (double)(pcp_rng_next_u64(rng) % 20);
   cases[6][4] = cases[6][3] + 1 + (double)(pcp_rng_next_u64(rng) % 40);
-  float* rates = falloc((size_t)kLrCases * kLrSteps);
+  float* rates = falloc(allocator, (size_t)kLrCases * kLrSteps);
   for (int c = 0; c < kLrCases; ++c) {
     pcp_diloco_lr_schedule_t schedule = {
         .kind = (pcp_diloco_lr_schedule_kind_t)cases[c][0],
@@ -263,7 +278,7 @@ static void run_schedule(pcp_rng_t* rng) {
   int64_t dc[2] = {kLrCases, 5}, dr[2] = {kLrCases, kLrSteps};
   write_npy("lr_cases", PCP_ELEMENT_TYPE_F64, 2, dc, cases);
   write_npy("lr_rates", PCP_ELEMENT_TYPE_F32, 2, dr, rates);
-  free(rates);
+  pcp_allocator_free(allocator, rates);
 }
 
 int main(int argc, char** argv) {
@@ -272,10 +287,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   g_dir = argv[1];
+  // The one allocator of this process, passed to everything below.
+  pcp_allocator_t allocator = pcp_allocator_system();
   pcp_rng_t rng;
   pcp_rng_initialize(strtoull(argv[2], NULL, 10), &rng);
-  run_classic(&rng);
-  run_streaming(&rng);
-  run_schedule(&rng);
+  run_classic(allocator, &rng);
+  run_streaming(allocator, &rng);
+  run_schedule(allocator, &rng);
   return 0;
 }

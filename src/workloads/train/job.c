@@ -35,6 +35,19 @@ static bool run_should_stop(void* user_data) {
   return pcp_workloads_job_should_stop(((train_run_t*)user_data)->job);
 }
 
+// The job's waits on its fabric tasks sleep on the runner's condition
+// variable, woken by a task's end (run_signal, from the fabric's loop
+// thread) and by a cancel or stop (the runner signals it), not by polling.
+static bool run_wait(void* user_data, bool (*ready)(void* arg), void* arg,
+                     bool stop_wakes, int64_t timeout_ms) {
+  return pcp_workloads_job_wait_for(((train_run_t*)user_data)->job, ready, arg,
+                                    stop_wakes, timeout_ms);
+}
+
+static void run_signal(void* user_data) {
+  pcp_workloads_job_signal(((train_run_t*)user_data)->job);
+}
+
 static void run_exported(void* user_data, const char* model_dir) {
   const pcp_workloads_train_options_t* o =
       &((train_run_t*)user_data)->train->options;
@@ -99,6 +112,8 @@ static pcp_status_t train_run(void* self, pcp_workloads_job_t* job) {
         .hooks = {.phase = run_phase,
                   .progress = run_progress,
                   .should_stop = run_should_stop,
+                  .wait = run_wait,
+                  .signal = run_signal,
                   .exported = run_exported,
                   .user_data = &run},
     };
@@ -132,6 +147,17 @@ static void train_progress(void* self, const json_t* published,
   pcp_workloads_train_progress_merge(published, job_json);
 }
 
+// A stop reaches the waits the job's condition variable does not: the
+// fabric's worker waits (pcp_fabric_workers_wait with the stop hook) wake
+// now instead of at their next slice.
+static void train_cancel(void* self, pcp_workloads_job_t* job) {
+  (void)job;
+  pcp_workloads_train_t* train = self;
+  if (train->options.fabric) {
+    pcp_fabric_endpoint_wake(train->options.fabric);
+  }
+}
+
 pcp_workloads_kind_t pcp_workloads_train_kind(pcp_workloads_train_t* train) {
   return (pcp_workloads_kind_t){
       .name = "training",
@@ -139,5 +165,6 @@ pcp_workloads_kind_t pcp_workloads_train_kind(pcp_workloads_train_t* train) {
       .self = train,
       .run = train_run,
       .progress = train_progress,
+      .cancel = train_cancel,
   };
 }

@@ -168,6 +168,8 @@ pcp_status_t pcp_workloads_train_policy_initialize(
     const pcp_workloads_train_policy_config_t* file, const char* exe_path,
     uint64_t memory_bytes, pcp_workloads_train_policy_t* out_policy) {
   memset(out_policy, 0, sizeof(*out_policy));
+  out_policy->allocator =
+      file->allocator.ctl ? file->allocator : pcp_allocator_system();
   const char* state_dir =
       file->state_dir && file->state_dir[0] ? file->state_dir : ".";
   char resolved[PATH_MAX];
@@ -180,8 +182,10 @@ pcp_status_t pcp_workloads_train_policy_initialize(
                            "resolved",
                            state_dir);
   }
-  out_policy->state_dir = strdup(resolved);
-  if (!out_policy->state_dir) {
+  status = pcp_allocator_strdup(out_policy->allocator, resolved,
+                                &out_policy->state_dir);
+  if (status) {
+    pcp_status_ignore(status);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "state dir");
   }
   char project_data[PATH_MAX];
@@ -215,7 +219,7 @@ pcp_status_t pcp_workloads_train_policy_initialize(
 
 void pcp_workloads_train_policy_deinitialize(
     pcp_workloads_train_policy_t* policy) {
-  free(policy->state_dir);
+  pcp_allocator_free(policy->allocator, policy->state_dir);
   pcp_string_list_deinitialize(&policy->data_roots);
   pcp_string_list_deinitialize(&policy->model_roots);
   memset(policy, 0, sizeof(*policy));
@@ -236,8 +240,15 @@ static pcp_status_t path_outside(const char* key, const char* what,
                          config_key ? config_key : "", config_key ? "')" : "");
 }
 
+// The strings of a pcp_diloco_config_t belong to the config module, which
+// frees them with the system allocator (pcp_config_deinitialize); a string
+// put in their place must come from the same one.
+static pcp_allocator_t config_string_allocator(void) {
+  return pcp_allocator_system();
+}
+
 // Confines |*inout_path| (key |key|) under |roots| and replaces it with the
-// resolved path (owned, malloc'd).
+// resolved path (owned, from config_string_allocator).
 static pcp_status_t path_confine(const char* key, const char* what,
                                  const pcp_string_list_t* roots,
                                  const char* config_key, char** inout_path) {
@@ -254,11 +265,13 @@ static pcp_status_t path_confine(const char* key, const char* what,
     }
     return path_outside(key, what, roots, config_key);
   }
-  char* copy = strdup(resolved);
-  if (!copy) {
+  char* copy = NULL;
+  status = pcp_allocator_strdup(config_string_allocator(), resolved, &copy);
+  if (status) {
+    pcp_status_ignore(status);
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "path");
   }
-  free(*inout_path);
+  pcp_allocator_free(config_string_allocator(), *inout_path);
   *inout_path = copy;
   return pcp_ok_status();
 }
@@ -304,12 +317,15 @@ static pcp_status_t experiment_paths_confine(
   if (config->checkpoint_dir && config->checkpoint_dir[0]) {
     if (config->checkpoint_dir[0] != '/') {
       size_t n = strlen(policy->state_dir) + strlen(config->checkpoint_dir) + 2;
-      char* joined = malloc(n);
-      if (!joined) {
+      char* joined = NULL;
+      pcp_status_t status =
+          pcp_allocator_malloc(config_string_allocator(), n, (void**)&joined);
+      if (status) {
+        pcp_status_ignore(status);
         return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "path");
       }
       snprintf(joined, n, "%s/%s", policy->state_dir, config->checkpoint_dir);
-      free(config->checkpoint_dir);
+      pcp_allocator_free(config_string_allocator(), config->checkpoint_dir);
       config->checkpoint_dir = joined;
     }
     // Read only: path_confine takes the list as roots.

@@ -44,6 +44,8 @@ typedef struct pcp_workloads_train_policy_config_t {
   pcp_string_list_t model_roots;
   int64_t max_job_parameters;     // <= 0: derived from the memory cap
   int64_t max_job_gateway_bytes;  // <= 0: half the machine's memory
+  // The policy's own memory; {0} (ctl NULL): pcp_allocator_system().
+  pcp_allocator_t allocator;
 } pcp_workloads_train_policy_config_t;
 
 // What a training experiment may reach (docs/training.md "Paths and
@@ -56,6 +58,7 @@ typedef struct pcp_workloads_train_policy_t {
   pcp_string_list_t model_roots;  // resolved
   int64_t max_parameters;         // > 0
   int64_t max_job_bytes;          // > 0
+  pcp_allocator_t allocator;      // state_dir's
 } pcp_workloads_train_policy_t;
 
 // Fills |out_policy| from |file|: the roots given or the defaults

@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -968,6 +969,25 @@ pcp_status_t pcp_diloco_job_checkpoint_write(job_t* job) {
 // Programs
 //===----------------------------------------------------------------------===//
 
+// A compile waited on through the hooks' waiter (pcp_diloco_job_child_compile).
+typedef struct compile_wait_t {
+  const pcp_diloco_job_hooks_t* hooks;
+  _Atomic bool finished;
+} compile_wait_t;
+
+// The queue's notification (under its lock, any thread): the job's thread
+// sleeps until the request finished, so |wait| and the hooks are alive.
+static void compile_finished(void* user_data) {
+  compile_wait_t* wait = user_data;
+  atomic_store(&wait->finished, true);
+  wait->hooks->signal(wait->hooks->user_data);
+}
+
+// Under the waiter's lock: an atomic read.
+static bool compile_ready(void* arg) {
+  return atomic_load(&((compile_wait_t*)arg)->finished);
+}
+
 // Compiles `pcp compile [--program KIND --inner-steps K] MLIR` for (backend,
 // target) through the compile queue (a child process: no MLIR in the
 // gateway), whose one artifact key covers everything that shapes the
@@ -1023,9 +1043,22 @@ pcp_status_t pcp_diloco_job_child_compile(
   pcp_status_t status =
       pcp_workloads_compile_queue_submit(queue, &spec, &request);
   bool stopped = false;
-  // The stop hook is polled (its contract), so the wait is sliced; the
-  // compile's end wakes it at once, and a stop kills the child (cancel).
-  while (!status &&
+  if (!status && job->waker) {
+    // One wait on the hooks' waiter: the compile's end signals it (the
+    // queue's notification) and so does a stop, which kills the child.
+    compile_wait_t wait = {.hooks = &job->options->hooks};
+    atomic_init(&wait.finished, false);
+    pcp_workloads_compile_request_notify(request, compile_finished, &wait);
+    if (!wait.hooks->wait(wait.hooks->user_data, compile_ready, &wait, true,
+                          -1)) {
+      stopped = true;
+      pcp_workloads_compile_request_cancel(request);
+    }
+  }
+  // Without a waiter the stop hook is polled (its contract), so the wait
+  // is sliced; the compile's end wakes it at once, and a stop kills the
+  // child (cancel).
+  while (!status && !job->waker &&
          !pcp_workloads_compile_request_wait_for(request, WAIT_SLICE_MS)) {
     if (pcp_diloco_job_should_stop(job)) {
       stopped = true;
@@ -1116,53 +1149,6 @@ static pcp_status_t eval_program_get(job_t* job, const char* backend,
   return pcp_ok_status();
 }
 
-bool pcp_diloco_job_tasks_wait(job_t* job, pcp_fabric_task_t* const* tasks,
-                               size_t count, int64_t timeout_ms,
-                               const char* what) {
-  pcp_clock_t clock = job->options->clock;
-  int64_t deadline = pcp_clock_now_ns(clock) + timeout_ms * 1000000;
-  bool stopped = false;
-  bool expired = false;
-  for (size_t k = 0; k < count; ++k) {
-    while (tasks[k] && !pcp_fabric_task_wait(tasks[k], WAIT_SLICE_MS)) {
-      bool stop = !stopped && pcp_diloco_job_should_stop(job);
-      bool late = !expired && pcp_clock_now_ns(clock) >= deadline;
-      if (!stop && !late) {
-        continue;
-      }
-      if (late) {
-        size_t left = 0;
-        for (size_t j = 0; j < count; ++j) {
-          left += tasks[j] && !pcp_fabric_task_is_done(tasks[j]);
-        }
-        PCP_LOG(PCP_LOG_WARN, &job->log,
-                "%s: %zu of %zu tasks not done after %lld s: cancelled", what,
-                left, count, (long long)(timeout_ms / 1000));
-      }
-      stopped = stopped || stop;
-      expired = expired || late;
-      for (size_t j = 0; j < count; ++j) {
-        if (tasks[j]) {
-          pcp_fabric_task_cancel(tasks[j]);
-        }
-      }
-    }
-  }
-  return stopped;
-}
-
-bool pcp_diloco_job_stop_fn(void* user_data) {
-  return pcp_diloco_job_should_stop(user_data);
-}
-
-pcp_status_t pcp_diloco_job_workers_wait(job_t* job, uint32_t count,
-                                         int64_t timeout_ms) {
-  pcp_fabric_endpoint_t* fabric = job->options->fabric;
-  int64_t deadline = pcp_fabric_endpoint_now_ns(fabric) + timeout_ms * 1000000;
-  return pcp_fabric_workers_wait(fabric, NULL, NULL, count, deadline,
-                                 pcp_diloco_job_stop_fn, job, NULL);
-}
-
 int64_t pcp_diloco_job_wait_timeout_ms(const job_t* job, int64_t floor_ms) {
   int64_t scaled = job->last_step_ns / 1000000 * WAIT_STEP_MULTIPLE;
   return scaled > floor_ms ? scaled : floor_ms;
@@ -1219,8 +1205,7 @@ pcp_status_t pcp_diloco_job_evaluate(job_t* job, const char* worker_id,
     params.input_count = (uint32_t)(n + 2);
     params.worker_id = worker_id;
     params.max_attempts = 1;
-    pcp_status_t status =
-        pcp_fabric_task_submit(job->options->fabric, &params, &tasks[k]);
+    pcp_status_t status = pcp_diloco_job_task_submit(job, &params, &tasks[k]);
     if (status) {
       snprintf(error, sizeof(error), "%s", pcp_status_message(status));
       pcp_status_ignore(status);
@@ -1605,8 +1590,8 @@ static pcp_status_t moments_copy(job_t* job, round_task_t** tasks,
       params.worker_id = t->worker_id;
       params.session_id = t->slot->session;
       params.max_attempts = 1;
-      pcp_status_t submitted = pcp_fabric_task_submit(
-          job->options->fabric, &params, &handles[2 * k + (uint32_t)g]);
+      pcp_status_t submitted = pcp_diloco_job_task_submit(
+          job, &params, &handles[2 * k + (uint32_t)g]);
       if (submitted) {
         PCP_LOG(PCP_LOG_WARN, &job->log, "moment copy for %s: %s", t->worker_id,
                 pcp_status_message(submitted));
@@ -1866,8 +1851,7 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
       params.keep_resident_count = (uint32_t)(2 * n);
       params.session_id = t->slot->session;
     }
-    pcp_status_t status =
-        pcp_fabric_task_submit(job->options->fabric, &params, &t->task);
+    pcp_status_t status = pcp_diloco_job_task_submit(job, &params, &t->task);
     pcp_diloco_job_free(job, inputs);
     if (status) {
       // A worker gone between the list and the submit: not in this round.
@@ -2207,14 +2191,17 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
     round_release(job, &round);
     // Nobody to train on yet: back to the job loop (which looks at the stop
     // request, once per pass) as soon as one more worker joins, or after
-    // NOBODY_WAIT_MS.
+    // NOBODY_WAIT_MS. With a waker the stop ends the wait too (the training
+    // kind's cancel wakes the fabric's waits); without one the stop hook is
+    // polled only by the loop, as its fake in service_test counts.
     uint32_t connected =
         pcp_fabric_worker_count(o->fabric, PCP_FABRIC_WORKER_CONNECTED);
     pcp_fabric_endpoint_t* fabric = o->fabric;
     pcp_status_t waited = pcp_fabric_workers_wait(
         fabric, NULL, NULL, connected + 1,
         pcp_fabric_endpoint_now_ns(fabric) + (int64_t)NOBODY_WAIT_MS * 1000000,
-        NULL, NULL, NULL);
+        job->waker ? pcp_diloco_job_stop_fn : NULL, job->waker ? job : NULL,
+        NULL);
     if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
       return waited;  // the fabric is going away
     }
@@ -2386,7 +2373,10 @@ static pcp_status_t job_run(const pcp_diloco_job_options_t* options) {
   job.last_loss = NAN;
   job.last_loss_mean = NAN;
   job.last_val_loss = NAN;
-  pcp_status_t status = job_setup(&job);
+  pcp_status_t status = pcp_diloco_job_waker_create(&job);
+  if (!status) {
+    status = job_setup(&job);
+  }
   if (!status) {
     pcp_sha256_t digest;
     pcp_sha256_compute(job.model_text, job.model_length, &digest);
@@ -2397,6 +2387,7 @@ static pcp_status_t job_run(const pcp_diloco_job_options_t* options) {
   }
   if (!status && job.config.streaming.present) {
     status = pcp_diloco_stream_run(&job);
+    pcp_diloco_job_waker_detach(&job);
     job_deinitialize(&job);
     return status;
   }
@@ -2447,6 +2438,7 @@ static pcp_status_t job_run(const pcp_diloco_job_options_t* options) {
     // outer_loop_steps reached with nothing run (0 steps): still export.
     status = pcp_diloco_job_model_export(&job);
   }
+  pcp_diloco_job_waker_detach(&job);
   job_deinitialize(&job);
   return status;
 }

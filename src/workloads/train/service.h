@@ -179,6 +179,18 @@ typedef struct pcp_diloco_job_hooks_t {
   void (*progress)(void* user_data, const json_t* progress);
   // Polled between waits: true stops the run (CANCELLED returned).
   bool (*should_stop)(void* user_data);
+  // Optional pair (both or neither): the run's waits on fabric tasks block
+  // in |wait| until |ready|(|arg|) (evaluated under the waiter's lock; it
+  // only reads atomics), until should_stop turns true (when |stop_wakes|;
+  // whoever sets it signals the same waiter), or until |timeout_ms| passed
+  // (-1: no limit); it returns |ready|(|arg|). |signal| wakes it: the run
+  // calls it from the fabric's loop thread when one of its tasks ends, and
+  // never after pcp_diloco_job_run returned. The runner's job condition
+  // variable (pcp_workloads_job_wait_for / _signal) fits. NULL: the waits
+  // poll should_stop every WAIT_SLICE_MS (100 ms) instead.
+  bool (*wait)(void* user_data, bool (*ready)(void* arg), void* arg,
+               bool stop_wakes, int64_t timeout_ms);
+  void (*signal)(void* user_data);
   // After each export of the model for the inference service (optional):
   // |model_dir| (borrowed for the call) holds the new model.json, in place.
   // The gateway tells its inference service, which reloads the model.

@@ -77,8 +77,19 @@ typedef struct eval_program_t {
   uint8_t hash[PCP_SHA256_BYTE_LENGTH];
 } eval_program_t;
 
+// What wakes a job's task waits when one of its fabric tasks ends: each
+// task submitted through pcp_diloco_job_task_submit holds a reference and
+// signals the hooks' waiter from its DONE callback (the fabric's loop
+// thread). Reference counted because a task may end after the job's run
+// returned (a cancelled task answers late, or the endpoint is released
+// later): the run detaches it first (|hooks| NULL under |mu|), so no
+// signal reaches a run that is gone.
+typedef struct pcp_diloco_waker_t pcp_diloco_waker_t;
+
 typedef struct job_t {
   const pcp_diloco_job_options_t* options;
+  // Set when the hooks have a wait/signal pair; NULL: sliced polling.
+  pcp_diloco_waker_t* waker;
   // options->allocator, or the system allocator when that is unset: every
   // buffer of the job comes from it (pcp_diloco_job_malloc and friends).
   pcp_allocator_t allocator;
@@ -213,10 +224,27 @@ bool pcp_diloco_job_should_stop(job_t* job);
 // treats as any failed task. After a cancel the fabric bounds the rest:
 // an unsent task ends at once, a running one when its worker answers, is
 // lost, or stays silent on it for the resume window. Returns true when
-// stopped.
+// stopped. With a waker (the hooks' wait/signal pair) the wait sleeps on
+// the hooks' waiter, woken by a task's end and by a stop; without one it
+// polls should_stop every WAIT_SLICE_MS.
 bool pcp_diloco_job_tasks_wait(job_t* job, pcp_fabric_task_t* const* tasks,
                                size_t count, int64_t timeout_ms,
                                const char* what);
+
+// Gives |job| its waker when the hooks have a wait/signal pair (else
+// leaves it NULL). RESOURCE_EXHAUSTED when it cannot be allocated.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_waker_create(job_t* job);
+// The job's end: no signal reaches the hooks after this returns (their user
+// data may die with the run); tasks still out keep the waker until their
+// DONE. No-op without a waker.
+void pcp_diloco_job_waker_detach(job_t* job);
+
+// pcp_fabric_task_submit on the job's fabric, with the job's waker as the
+// task's callback when it has one (|params|' callback and user_data are
+// overwritten then). Use it for every task a pcp_diloco_job_tasks_wait
+// waits on: with a waker, nothing else wakes that wait when a task ends.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_task_submit(
+    job_t* job, pcp_fabric_task_params_t* params, pcp_fabric_task_t** out_task);
 
 // pcp_diloco_job_should_stop for a pcp_fabric_stop_fn_t (|user_data| is
 // the job).

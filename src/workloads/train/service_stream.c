@@ -409,8 +409,7 @@ static void stream_submit(
   params.worker_id = w->worker_id;
   params.session_id = w->session;
   params.max_attempts = 1;
-  pcp_status_t status =
-      pcp_fabric_task_submit(st->job->options->fabric, &params, &w->task);
+  pcp_status_t status = pcp_diloco_job_task_submit(st->job, &params, &w->task);
   if (status) {
     PCP_LOG(PCP_LOG_WARN, &st->job->log, "streaming task for %s: %s",
             w->worker_id, pcp_status_message(status));
@@ -1265,14 +1264,16 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
     if (!st.worker_count) {
       // Until one more worker of the kind joins (a fabric event), for at
       // most NOBODY_WAIT_MS; the loop then looks at the stop hook (once per
-      // pass, as before).
+      // pass, as before). With a waker a stop ends the wait at once (the
+      // training kind's cancel wakes the fabric's waits).
       pcp_fabric_endpoint_t* fabric = o->fabric;
       pcp_status_t waited =
           pcp_fabric_workers_wait(fabric, st.backend[0] ? st.backend : NULL,
                                   st.backend[0] ? st.target : NULL, seen + 1,
                                   pcp_fabric_endpoint_now_ns(fabric) +
                                       (int64_t)NOBODY_WAIT_MS * 1000000,
-                                  NULL, NULL, NULL);
+                                  job->waker ? pcp_diloco_job_stop_fn : NULL,
+                                  job->waker ? job : NULL, NULL);
       if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
         status = waited;  // the fabric is going away
       } else {
