@@ -152,6 +152,7 @@ pcp_status_t pcp_roles_gateway_workloads_start(pcp_roles_gateway_state_t* g) {
       .model_roots = file->model_roots,
       .max_job_parameters = file->max_job_parameters,
       .max_job_gateway_bytes = file->max_job_gateway_bytes,
+      .allocator = g->allocator,
   };
   PCP_RETURN_IF_ERROR_BARE(pcp_workloads_train_policy_initialize(
       &policy_config, "/proc/self/exe",
