@@ -4,11 +4,15 @@
 // misses nothing that was committed) and live worker events (not stored:
 // they carry no id and are not replayed).
 //
-// One pump thread feeds every stream from the store every 100 ms. Pulling
-// from the store instead of pushing from each writer keeps one source of
-// truth and one order (commit order), and a slow client never slows a
-// writer: when its queue is full the pump simply retries later from the
-// client's cursor.
+// One pump thread feeds every stream from the store. It sleeps until the
+// store's event callback says a job event committed (or a stream opened,
+// or the gateway stops), so an event reaches clients at once and an idle
+// gateway does no work; it also wakes every second to release streams
+// whose client left, and every 100 ms while a client's queue is full.
+// Pulling from the store instead of pushing from each writer keeps one
+// source of truth and one order (commit order), and a slow client never
+// slows a writer: when its queue is full the pump simply retries later
+// from the client's cursor.
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,7 +22,10 @@
 
 #include "roles/gateway/gateway_impl.h"
 
-#define PUMP_INTERVAL_MS 100
+// A full client queue is retried this often; otherwise the pump waits for
+// a wake-up, at most PUMP_IDLE_MS (closed streams are noticed then).
+#define PUMP_RETRY_MS 100
+#define PUMP_IDLE_MS 1000
 #define PUMP_PAGE 200
 #define HEARTBEAT_INTERVAL_NS INT64_C(10000000000)
 
@@ -73,8 +80,19 @@ pcp_status_t pcp_roles_gateway_events_stream(void* user_data,
   if (stream) {
     pcp_http_sse_stream_close(stream);
     pcp_http_sse_stream_release(stream);
+  } else {
+    pcp_roles_gateway_events_wake(g, 0);
   }
   return pcp_ok_status();
+}
+
+void pcp_roles_gateway_events_wake(void* user_data, int64_t event_id) {
+  (void)event_id;
+  pcp_roles_gateway_state_t* g = user_data;
+  pthread_mutex_lock(&g->pump_mu);
+  g->pump_seq++;
+  pthread_cond_signal(&g->pump_cv);
+  pthread_mutex_unlock(&g->pump_mu);
 }
 
 void pcp_roles_gateway_events_broadcast(pcp_roles_gateway_state_t* g,
@@ -87,8 +105,9 @@ void pcp_roles_gateway_events_broadcast(pcp_roles_gateway_state_t* g,
   pthread_mutex_unlock(&g->mu);
 }
 
-// Sends what |client| has not seen yet. Called with g->mu held.
-static void client_feed(pcp_roles_gateway_state_t* g,
+// Sends what |client| has not seen yet. Called with g->mu held. True when
+// its queue was full (or the store refused): the pump retries soon.
+static bool client_feed(pcp_roles_gateway_state_t* g,
                         pcp_roles_gateway_event_client_t* client) {
   for (int page = 0; page < 8; ++page) {
     pcp_store_job_event_list_t list = {0};
@@ -96,7 +115,7 @@ static void client_feed(pcp_roles_gateway_state_t* g,
                                                    NULL, PUMP_PAGE, &list);
     if (status) {
       pcp_status_ignore(status);
-      return;
+      return true;
     }
     size_t count = list.count;
     bool blocked = false;
@@ -126,15 +145,22 @@ static void client_feed(pcp_roles_gateway_state_t* g,
     }
     pcp_store_job_event_list_deinitialize(&list);
     if (blocked || count < PUMP_PAGE) {
-      return;
+      return blocked;
     }
   }
+  return true;  // more pages than one round takes: go on soon
 }
 
 void* pcp_roles_gateway_events_pump_main(void* opaque) {
   pcp_roles_gateway_state_t* g = opaque;
+  uint64_t seen = 0;
   while (!atomic_load(&g->stopping)) {
+    // Wake-ups from here on are for events this round may not see.
+    pthread_mutex_lock(&g->pump_mu);
+    seen = g->pump_seq;
+    pthread_mutex_unlock(&g->pump_mu);
     int64_t now = pcp_clock_now_ns(g->clock);
+    bool retry = false;
     pthread_mutex_lock(&g->mu);
     uint32_t kept = 0;
     for (uint32_t i = 0; i < g->client_count; ++i) {
@@ -148,12 +174,18 @@ void* pcp_roles_gateway_events_pump_main(void* opaque) {
         pcp_http_sse_stream_release(c->stream);
         continue;
       }
-      client_feed(g, c);
+      retry = client_feed(g, c) || retry;
       g->clients[kept++] = *c;
     }
     g->client_count = kept;
     pthread_mutex_unlock(&g->mu);
-    pcp_sleep_ms(PUMP_INTERVAL_MS);
+    pthread_mutex_lock(&g->pump_mu);
+    if (g->pump_seq == seen && !atomic_load(&g->stopping)) {
+      struct timespec until =
+          pcp_realtime_deadline_ms(retry ? PUMP_RETRY_MS : PUMP_IDLE_MS);
+      pthread_cond_timedwait(&g->pump_cv, &g->pump_mu, &until);
+    }
+    pthread_mutex_unlock(&g->pump_mu);
   }
   return NULL;
 }

@@ -83,6 +83,13 @@ typedef struct pcp_roles_gateway_state_t {
   pcp_roles_gateway_event_client_t clients[PCP_GATEWAY_MAX_EVENT_STREAMS];
   uint32_t client_count;
   uint32_t last_worker_counts[PCP_FABRIC_WORKER_STATE_COUNT_];
+  // Wakes the event pump (events.c): bumped by the store's event callback
+  // after every committed job event, by a new stream and by the stop. Its
+  // own lock, never held across a store call: the callback runs on whatever
+  // thread wrote the event, which may hold |mu|.
+  pthread_mutex_t pump_mu;
+  pthread_cond_t pump_cv;
+  uint64_t pump_seq;  // guarded by |pump_mu|
 
   // Bumped after every write of a job row (create, transition): only this
   // process writes the store (the state dir lock), so an unchanged value
@@ -237,6 +244,8 @@ void pcp_roles_gateway_training_json_merge(pcp_roles_gateway_state_t* gateway,
 
 // events.c
 void* pcp_roles_gateway_events_pump_main(void* opaque);
+// The store's event callback (pcp_store_event_callback_t): wakes the pump.
+void pcp_roles_gateway_events_wake(void* user_data, int64_t event_id);
 pcp_status_t pcp_roles_gateway_events_stream(void* user_data,
                                              const pcp_http_request_t* request,
                                              pcp_http_response_t* response);

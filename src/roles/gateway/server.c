@@ -403,6 +403,9 @@ static pcp_status_t start(pcp_roles_gateway_state_t* g) {
   pcp_store_options_initialize(&store_options);
   store_options.state_dir = c->file.state_dir;
   store_options.clock = g->clock;
+  // Every committed job event wakes the SSE pump (events.c) at once.
+  store_options.event_callback = (pcp_store_event_callback_t){
+      .fn = pcp_roles_gateway_events_wake, .user_data = g};
   PCP_RETURN_IF_ERROR(pcp_store_create(&store_options, g->allocator, &g->store),
                       "opening the state dir (gateway config key 'state_dir')");
   {
@@ -567,6 +570,7 @@ static void stop(pcp_roles_gateway_state_t* g) {
   pthread_mutex_lock(&g->mu);
   pthread_cond_broadcast(&g->cv);
   pthread_mutex_unlock(&g->mu);
+  pcp_roles_gateway_events_wake(g, 0);
   if (g->pump_started) {
     pthread_join(g->pump_thread, NULL);
   }
@@ -621,6 +625,8 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
   pthread_mutex_init(&g->mu, NULL);
   pthread_mutex_init(&g->cache_mu, NULL);
   pthread_cond_init(&g->cv, NULL);
+  pthread_mutex_init(&g->pump_mu, NULL);
+  pthread_cond_init(&g->pump_cv, NULL);
   int exit_code = 0;
   status = pcp_roles_signals_install();
   if (!status) {
@@ -656,6 +662,8 @@ int pcp_roles_gateway_serve(const pcp_roles_gateway_config_t* config) {
   }
   stop(g);
   pcp_roles_gateway_jobs_cache_free(g);
+  pthread_cond_destroy(&g->pump_cv);
+  pthread_mutex_destroy(&g->pump_mu);
   pthread_cond_destroy(&g->cv);
   pthread_mutex_destroy(&g->cache_mu);
   pthread_mutex_destroy(&g->mu);
