@@ -6,7 +6,7 @@ PCP's autodiff, against an independent JAX implementation.
 usage: grpo_jax_test.py PCP_BINARY RL_TOOL
 
 For a tiny GPT and a tiny Qwen3: `rl_tool objective` writes the module
-(pcp_rl_objective_module_emit) and the gradient module the C API derives
+(pcp_workloads_rl_objective_module_emit) and the gradient module the C API derives
 from it; `pcp compile --program grad --function grpo --data-args 10
 --emit-mlir` must derive the same text from the CLI. Both modules are
 compiled once for IREE's CPU backend and run by `pcp run` per case.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Group-normalised advantages (pcp_rl_advantages_compute, through
+"""Group-normalised advantages (pcp_workloads_rl_advantages_compute, through
 `rl_tool advantages`) against an independent NumPy implementation.
 
 usage: rl_advantage_numpy_test.py RL_TOOL

@@ -7,15 +7,16 @@
 
 #include "workloads/rl/rl.h"
 
-void pcp_rl_advantage_options_initialize(
-    pcp_rl_advantage_options_t* out_options) {
+void pcp_workloads_rl_advantage_options_initialize(
+    pcp_workloads_rl_advantage_options_t* out_options) {
   out_options->group_size = 0;
   out_options->epsilon = PCP_RL_DEFAULT_ADVANTAGE_EPSILON;
   out_options->scale_by_std = true;
 }
 
-static pcp_status_t validate(const pcp_rl_advantage_options_t* options,
-                             const float* rewards, size_t count) {
+static pcp_status_t validate(
+    const pcp_workloads_rl_advantage_options_t* options, const float* rewards,
+    size_t count) {
   if (options->group_size < 2 || options->group_size > PCP_RL_MAX_GROUP_SIZE) {
     return pcp_make_status(
         PCP_STATUS_INVALID_ARGUMENT, "group_size %lld is not in [2, %d]",
@@ -51,16 +52,18 @@ static pcp_status_t validate(const pcp_rl_advantage_options_t* options,
   return pcp_ok_status();
 }
 
-pcp_status_t pcp_rl_advantages_compute(
-    const pcp_rl_advantage_options_t* options, const float* rewards,
-    size_t count, float* out_advantages, pcp_rl_advantage_stats_t* out_stats) {
+pcp_status_t pcp_workloads_rl_advantages_compute(
+    const pcp_workloads_rl_advantage_options_t* options, const float* rewards,
+    size_t count, float* out_advantages,
+    pcp_workloads_rl_advantage_stats_t* out_stats) {
   PCP_RETURN_IF_ERROR_BARE(validate(options, rewards, count));
   if (out_advantages == NULL) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "out_advantages is NULL");
   }
   const size_t g = (size_t)options->group_size;
-  pcp_rl_advantage_stats_t stats = {.group_count = (int64_t)(count / g)};
+  pcp_workloads_rl_advantage_stats_t stats = {.group_count =
+                                                  (int64_t)(count / g)};
   // Overall stats first: |out_advantages| may alias |rewards|.
   double sum = 0.0;
   for (size_t i = 0; i < count; ++i) sum += rewards[i];

@@ -298,8 +298,8 @@ static void emit_metrics(objective_emitter_t* s) {
   append(s, "  }\n");
 }
 
-pcp_status_t pcp_rl_objective_module_emit(const pcp_models_spec_t* spec,
-                                          pcp_string_builder_t* builder) {
+pcp_status_t pcp_workloads_rl_objective_module_emit(
+    const pcp_models_spec_t* spec, pcp_string_builder_t* builder) {
   // The model module first, into a scratch builder: its closing "}\n" is
   // dropped so the GRPO functions land inside it.
   pcp_string_builder_t model;
@@ -344,7 +344,7 @@ pcp_status_t pcp_rl_objective_module_emit(const pcp_models_spec_t* spec,
   return s.status;
 }
 
-void pcp_rl_objective_training_options_initialize(
+void pcp_workloads_rl_objective_training_options_initialize(
     pcp_compile_training_options_t* out_options) {
   pcp_compile_training_options_initialize(out_options);
   out_options->program = PCP_COMPILE_PROGRAM_GRAD;

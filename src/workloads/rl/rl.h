@@ -39,7 +39,7 @@ extern "C" {
 // rounding noise does not blow up to +-1/eps advantages.
 #define PCP_RL_DEFAULT_ADVANTAGE_EPSILON 1e-4
 
-typedef struct pcp_rl_advantage_options_t {
+typedef struct pcp_workloads_rl_advantage_options_t {
   // G: consecutive runs of |group_size| rewards belong to one prompt.
   int64_t group_size;
   // Added to the group's standard deviation; in [0, 1].
@@ -47,14 +47,14 @@ typedef struct pcp_rl_advantage_options_t {
   // true (GRPO): A = (r - mean) / (std + epsilon). false (Dr. GRPO's
   // unbiased variant): A = r - mean, no division.
   bool scale_by_std;
-} pcp_rl_advantage_options_t;
+} pcp_workloads_rl_advantage_options_t;
 
 // group_size 0 (must be set), epsilon PCP_RL_DEFAULT_ADVANTAGE_EPSILON,
 // scale_by_std true.
-void pcp_rl_advantage_options_initialize(
-    pcp_rl_advantage_options_t* out_options);
+void pcp_workloads_rl_advantage_options_initialize(
+    pcp_workloads_rl_advantage_options_t* out_options);
 
-typedef struct pcp_rl_advantage_stats_t {
+typedef struct pcp_workloads_rl_advantage_stats_t {
   int64_t group_count;
   // Groups whose rewards are all equal: their advantages are exactly 0, so
   // they carry no learning signal (a caller counts them; DAPO resamples).
@@ -63,7 +63,7 @@ typedef struct pcp_rl_advantage_stats_t {
   // progress line reports as "reward mean / std".
   double reward_mean;
   double reward_std;
-} pcp_rl_advantage_stats_t;
+} pcp_workloads_rl_advantage_stats_t;
 
 // Per group g of G rewards r_1..r_G (computed in double):
 //   mean = sum(r) / G
@@ -78,9 +78,10 @@ typedef struct pcp_rl_advantage_stats_t {
 // over PCP_RL_MAX_SAMPLES or not a multiple of group_size, or a reward that
 // is not finite (naming its index); nothing is written then.
 // |out_stats| may be NULL.
-PCP_MUST_USE_RESULT pcp_status_t pcp_rl_advantages_compute(
-    const pcp_rl_advantage_options_t* options, const float* rewards,
-    size_t count, float* out_advantages, pcp_rl_advantage_stats_t* out_stats);
+PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_rl_advantages_compute(
+    const pcp_workloads_rl_advantage_options_t* options, const float* rewards,
+    size_t count, float* out_advantages,
+    pcp_workloads_rl_advantage_stats_t* out_stats);
 
 //===----------------------------------------------------------------------===//
 // The GRPO objective (src/workloads/rl/objective.c)
@@ -114,7 +115,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_rl_advantages_compute(
 // |spec| (validated first; B and T are the spec's batch and block size).
 // @grpo calls @logits; the autodiff inlines the call. Deterministic text.
 // RESOURCE_EXHAUSTED when the builder's cap is reached.
-PCP_MUST_USE_RESULT pcp_status_t pcp_rl_objective_module_emit(
+PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_rl_objective_module_emit(
     const pcp_models_spec_t* spec, pcp_string_builder_t* builder);
 
 // Training options that derive d loss / d params of @grpo: GRAD,
@@ -123,7 +124,7 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_rl_objective_module_emit(
 // pcp_compile_training_options_initialize. A caller may then set TRAIN and
 // the AdamW fields; the derived module's @main is @grpo and
 // @compute_gradients returns (loss, dparams...).
-void pcp_rl_objective_training_options_initialize(
+void pcp_workloads_rl_objective_training_options_initialize(
     pcp_compile_training_options_t* out_options);
 
 #ifdef __cplusplus

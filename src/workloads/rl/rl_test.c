@@ -34,9 +34,9 @@ static void expect_code_at(pcp_status_t status, pcp_status_code_t code,
   expect_code_at((expr), (code), (needle), __FILE__, __LINE__)
 #define EXPECT_OK(expr) EXPECT_CODE((expr), PCP_STATUS_OK, NULL)
 
-static pcp_rl_advantage_options_t options_of(int64_t group_size) {
-  pcp_rl_advantage_options_t options;
-  pcp_rl_advantage_options_initialize(&options);
+static pcp_workloads_rl_advantage_options_t options_of(int64_t group_size) {
+  pcp_workloads_rl_advantage_options_t options;
+  pcp_workloads_rl_advantage_options_initialize(&options);
   options.group_size = group_size;
   return options;
 }
@@ -47,9 +47,10 @@ static void advantages_known_values(void** state) {
   // Group 2: 0, 0, 0, 1: mean 0.25, sample std 0.5.
   const float rewards[8] = {1, 2, 3, 4, 0, 0, 0, 1};
   float a[8];
-  pcp_rl_advantage_options_t options = options_of(4);
-  pcp_rl_advantage_stats_t stats;
-  EXPECT_OK(pcp_rl_advantages_compute(&options, rewards, 8, a, &stats));
+  pcp_workloads_rl_advantage_options_t options = options_of(4);
+  pcp_workloads_rl_advantage_stats_t stats;
+  EXPECT_OK(
+      pcp_workloads_rl_advantages_compute(&options, rewards, 8, a, &stats));
   double s1 = sqrt(5.0 / 3.0) + 1e-4;
   assert_float_equal(a[0], -1.5 / s1, 1e-6);
   assert_float_equal(a[1], -0.5 / s1, 1e-6);
@@ -73,9 +74,10 @@ static void advantages_all_equal_group(void** state) {
   // which / epsilon is a fake signal. Must be exactly 0 and counted.
   const float rewards[9] = {0.1f, 0.1f, 0.1f, 1, 0, 1, -3, -3, -3};
   float a[9];
-  pcp_rl_advantage_options_t options = options_of(3);
-  pcp_rl_advantage_stats_t stats;
-  EXPECT_OK(pcp_rl_advantages_compute(&options, rewards, 9, a, &stats));
+  pcp_workloads_rl_advantage_options_t options = options_of(3);
+  pcp_workloads_rl_advantage_stats_t stats;
+  EXPECT_OK(
+      pcp_workloads_rl_advantages_compute(&options, rewards, 9, a, &stats));
   for (int i = 0; i < 3; ++i) {
     assert_true(a[i] == 0.0f && !signbit(a[i]));
     assert_true(a[6 + i] == 0.0f);
@@ -86,8 +88,8 @@ static void advantages_all_equal_group(void** state) {
   // Nearly equal is not equal: one ulp apart still gets advantages, and
   // epsilon keeps them bounded (|A| <= (r - mean) / epsilon).
   const float close[2] = {1.0f, nextafterf(1.0f, 2.0f)};
-  pcp_rl_advantage_options_t pair = options_of(2);
-  EXPECT_OK(pcp_rl_advantages_compute(&pair, close, 2, a, &stats));
+  pcp_workloads_rl_advantage_options_t pair = options_of(2);
+  EXPECT_OK(pcp_workloads_rl_advantages_compute(&pair, close, 2, a, &stats));
   assert_int_equal(stats.degenerate_group_count, 0);
   assert_true(a[0] < 0 && a[1] > 0 && fabsf(a[1]) < 1e-2f);
 }
@@ -95,9 +97,9 @@ static void advantages_all_equal_group(void** state) {
 static void advantages_unscaled_and_in_place(void** state) {
   (void)state;
   float r[4] = {2, 4, 10, 0};
-  pcp_rl_advantage_options_t options = options_of(2);
+  pcp_workloads_rl_advantage_options_t options = options_of(2);
   options.scale_by_std = false;  // Dr. GRPO: r - mean only
-  EXPECT_OK(pcp_rl_advantages_compute(&options, r, 4, r, NULL));
+  EXPECT_OK(pcp_workloads_rl_advantages_compute(&options, r, 4, r, NULL));
   assert_float_equal(r[0], -1, 0);
   assert_float_equal(r[1], 1, 0);
   assert_float_equal(r[2], 5, 0);
@@ -106,7 +108,7 @@ static void advantages_unscaled_and_in_place(void** state) {
   float s[2] = {3, 7};
   options.scale_by_std = true;
   options.epsilon = 0;
-  EXPECT_OK(pcp_rl_advantages_compute(&options, s, 2, s, NULL));
+  EXPECT_OK(pcp_workloads_rl_advantages_compute(&options, s, 2, s, NULL));
   assert_float_equal(s[0], -1 / sqrt(2.0), 1e-7);
   assert_float_equal(s[1], 1 / sqrt(2.0), 1e-7);
 }
@@ -115,34 +117,34 @@ static void advantages_refused(void** state) {
   (void)state;
   float r[6] = {1, 2, 3, 4, 5, 6};
   float a[6] = {42, 42, 42, 42, 42, 42};
-  pcp_rl_advantage_options_t options = options_of(1);
-  EXPECT_CODE(pcp_rl_advantages_compute(&options, r, 6, a, NULL),
+  pcp_workloads_rl_advantage_options_t options = options_of(1);
+  EXPECT_CODE(pcp_workloads_rl_advantages_compute(&options, r, 6, a, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "group_size 1");
   options = options_of(PCP_RL_MAX_GROUP_SIZE + 1);
-  EXPECT_CODE(pcp_rl_advantages_compute(&options, r, 6, a, NULL),
+  EXPECT_CODE(pcp_workloads_rl_advantages_compute(&options, r, 6, a, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "group_size 1025");
   options = options_of(4);
-  EXPECT_CODE(pcp_rl_advantages_compute(&options, r, 6, a, NULL),
+  EXPECT_CODE(pcp_workloads_rl_advantages_compute(&options, r, 6, a, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "not a multiple of group_size 4");
-  EXPECT_CODE(pcp_rl_advantages_compute(&options, r, 0, a, NULL),
+  EXPECT_CODE(pcp_workloads_rl_advantages_compute(&options, r, 0, a, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "reward count 0");
-  EXPECT_CODE(pcp_rl_advantages_compute(&options, NULL, 4, a, NULL),
+  EXPECT_CODE(pcp_workloads_rl_advantages_compute(&options, NULL, 4, a, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "rewards");
-  EXPECT_CODE(pcp_rl_advantages_compute(&options, r, 4, NULL, NULL),
+  EXPECT_CODE(pcp_workloads_rl_advantages_compute(&options, r, 4, NULL, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "out_advantages");
   options = options_of(2);
   options.epsilon = -1e-3;
-  EXPECT_CODE(pcp_rl_advantages_compute(&options, r, 6, a, NULL),
+  EXPECT_CODE(pcp_workloads_rl_advantages_compute(&options, r, 6, a, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "epsilon");
   options.epsilon = NAN;
-  EXPECT_CODE(pcp_rl_advantages_compute(&options, r, 6, a, NULL),
+  EXPECT_CODE(pcp_workloads_rl_advantages_compute(&options, r, 6, a, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "epsilon");
   options = options_of(2);
   r[3] = NAN;
-  EXPECT_CODE(pcp_rl_advantages_compute(&options, r, 6, a, NULL),
+  EXPECT_CODE(pcp_workloads_rl_advantages_compute(&options, r, 6, a, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "reward 3 (group 1) is not finite");
   r[3] = INFINITY;
-  EXPECT_CODE(pcp_rl_advantages_compute(&options, r, 6, a, NULL),
+  EXPECT_CODE(pcp_workloads_rl_advantages_compute(&options, r, 6, a, NULL),
               PCP_STATUS_INVALID_ARGUMENT, "reward 3");
   for (int i = 0; i < 6; ++i) assert_float_equal(a[i], 42, 0);
 }
@@ -166,8 +168,8 @@ static void objective_module_text(void** state) {
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &a);
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &b);
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &model);
-  EXPECT_OK(pcp_rl_objective_module_emit(&spec, &a));
-  EXPECT_OK(pcp_rl_objective_module_emit(&spec, &b));
+  EXPECT_OK(pcp_workloads_rl_objective_module_emit(&spec, &a));
+  EXPECT_OK(pcp_workloads_rl_objective_module_emit(&spec, &b));
   EXPECT_OK(pcp_models_module_emit(&spec, &model));
   const char* text = pcp_string_builder_cstring(&a);
   // Deterministic, and the model's functions are there unchanged.
@@ -187,7 +189,7 @@ static void objective_module_text(void** state) {
 
   // The autodiff derives the gradient of @grpo.
   pcp_compile_training_options_t options;
-  pcp_rl_objective_training_options_initialize(&options);
+  pcp_workloads_rl_objective_training_options_initialize(&options);
   assert_string_equal(options.function_name, "grpo");
   assert_int_equal(options.data_argument_count, 10);
   char* derived = NULL;
@@ -202,7 +204,7 @@ static void objective_module_text(void** state) {
   // A bad spec is the models module's error, nothing appended.
   pcp_string_builder_reset(&b);
   spec.width = 15;
-  EXPECT_CODE(pcp_rl_objective_module_emit(&spec, &b),
+  EXPECT_CODE(pcp_workloads_rl_objective_module_emit(&spec, &b),
               PCP_STATUS_INVALID_ARGUMENT, "width");
   assert_int_equal(strlen(pcp_string_builder_cstring(&b)), 0);
   // A capped builder: RESOURCE_EXHAUSTED, not a truncated module.
@@ -210,7 +212,7 @@ static void objective_module_text(void** state) {
   pcp_string_builder_initialize(pcp_allocator_system(), model_length + 100,
                                 &small);
   spec = tiny_gpt();
-  EXPECT_CODE(pcp_rl_objective_module_emit(&spec, &small),
+  EXPECT_CODE(pcp_workloads_rl_objective_module_emit(&spec, &small),
               PCP_STATUS_RESOURCE_EXHAUSTED, NULL);
   pcp_string_builder_deinitialize(&small);
   pcp_string_builder_deinitialize(&a);
@@ -238,11 +240,11 @@ static void objective_every_architecture(void** state) {
       spec.dtype = bf16 ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32;
       pcp_string_builder_t builder;
       pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
-      EXPECT_OK(pcp_rl_objective_module_emit(&spec, &builder));
+      EXPECT_OK(pcp_workloads_rl_objective_module_emit(&spec, &builder));
       const char* text = pcp_string_builder_cstring(&builder);
       assert_non_null(strstr(text, bf16 ? "xbf16>" : "xf32>"));
       pcp_compile_training_options_t options;
-      pcp_rl_objective_training_options_initialize(&options);
+      pcp_workloads_rl_objective_training_options_initialize(&options);
       char* derived = NULL;
       size_t length = 0;
       EXPECT_OK(pcp_compile_training_module_build(

@@ -8,9 +8,9 @@
 //       "groups=N degenerate=N mean=X std=X" (or the error, exit 1)
 //   rl_tool objective ARCH LAYERS HEADS KV_HEADS WIDTH VOCAB T B OUT.mlir
 //                     DERIVED.mlir
-//       the @grpo module (pcp_rl_objective_module_emit) and the module
-//       pcp_compile_training_module_build derives from it with
-//       pcp_rl_objective_training_options_initialize
+//       the @grpo module (pcp_workloads_rl_objective_module_emit) and the
+//       module pcp_compile_training_module_build derives from it with
+//       pcp_workloads_rl_objective_training_options_initialize
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +27,8 @@ static int fail(pcp_status_t status) {
 }
 
 static int run_advantages(char** argv) {
-  pcp_rl_advantage_options_t options;
-  pcp_rl_advantage_options_initialize(&options);
+  pcp_workloads_rl_advantage_options_t options;
+  pcp_workloads_rl_advantage_options_initialize(&options);
   options.group_size = strtoll(argv[0], NULL, 10);
   options.epsilon = strtod(argv[1], NULL);
   options.scale_by_std = strcmp(argv[2], "0") != 0;
@@ -43,10 +43,10 @@ static int run_advantages(char** argv) {
   float* out = NULL;
   status = pcp_allocator_calloc(pcp_allocator_system(),
                                 (count + 1) * sizeof(float), (void**)&out);
-  pcp_rl_advantage_stats_t stats;
+  pcp_workloads_rl_advantage_stats_t stats;
   if (!status) {
-    status = pcp_rl_advantages_compute(&options, (const float*)data, count, out,
-                                       &stats);
+    status = pcp_workloads_rl_advantages_compute(&options, (const float*)data,
+                                                 count, out, &stats);
   }
   if (!status) {
     status = pcp_file_write_atomic(argv[4], out, count * sizeof(float));
@@ -79,7 +79,7 @@ static int run_objective(char** argv) {
   spec.batch = strtoll(argv[7], NULL, 10);
   pcp_string_builder_t builder;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &builder);
-  status = pcp_rl_objective_module_emit(&spec, &builder);
+  status = pcp_workloads_rl_objective_module_emit(&spec, &builder);
   const char* text = pcp_string_builder_cstring(&builder);
   if (!status) {
     status = pcp_file_write_atomic(argv[8], text, strlen(text));
@@ -88,7 +88,7 @@ static int run_objective(char** argv) {
   size_t derived_length = 0;
   if (!status) {
     pcp_compile_training_options_t options;
-    pcp_rl_objective_training_options_initialize(&options);
+    pcp_workloads_rl_objective_training_options_initialize(&options);
     status = pcp_compile_training_module_build(text, strlen(text), argv[8],
                                                &options, pcp_allocator_system(),
                                                &derived, &derived_length);
