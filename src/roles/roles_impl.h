@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "obs/obs.h"
 #include "roles/roles.h"
+#include "services/services.h"
 
 // Fields every role table starts with (offset 0 in every role struct, so
 // the shared driver reads them without knowing the role).
@@ -187,28 +188,6 @@ typedef struct pcp_roles_endpoint_config_t {
   int64_t port;  // 0: not set
 } pcp_roles_endpoint_config_t;
 
-typedef struct pcp_roles_neo4j_config_t {
-  bool present;
-  char* uri;
-  char* http_uri;
-  char* user;
-  char* password_env;
-  char* database;
-  int64_t query_timeout_ms;
-  bool bootstrap_on_connect;
-} pcp_roles_neo4j_config_t;
-
-// graph_backend "falkordb" (src/store/graph_backend.h).
-typedef struct pcp_roles_falkordb_config_t {
-  bool present;
-  char* host;    // default 127.0.0.1
-  int64_t port;  // default 6379
-  char* password_env;
-  char* graph;  // graph key, default "pcp"
-  int64_t connect_timeout_ms;
-  int64_t command_timeout_ms;
-} pcp_roles_falkordb_config_t;
-
 typedef struct pcp_roles_api_config_t {
   bool present;
   char* host;
@@ -216,22 +195,6 @@ typedef struct pcp_roles_api_config_t {
   char* token_env;
   char* internal_token_env;
 } pcp_roles_api_config_t;
-
-typedef struct pcp_roles_federation_config_t {
-  bool present;
-  bool enabled;
-  char* upstream;
-  char* token_env;
-  int64_t heartbeat_interval_ms;
-  // The gateway's API URL as the hub and its peers should call it (NULL:
-  // http(s)://<--api-host>:<bound port>, 127.0.0.1 for a wildcard host).
-  char* advertise_url;
-} pcp_roles_federation_config_t;
-
-typedef struct pcp_roles_sharing_config_t {
-  bool present;
-  int32_t default_visibility;  // local | shared | global
-} pcp_roles_sharing_config_t;
 
 // One embedded controller block; the three kinds share the struct, each
 // has its own table (keys and defaults differ).
@@ -296,15 +259,15 @@ typedef struct pcp_roles_gateway_file_config_t {
   char* lab_id;
   int32_t graph_backend;  // memory (= sqlite) | sqlite | falkordb
   char* policy_store_path;
-  pcp_roles_neo4j_config_t neo4j;  // parsed, unused (neo4j is refused)
-  pcp_roles_falkordb_config_t falkordb;
+  pcp_services_neo4j_config_t neo4j;  // parsed, unused (neo4j is refused)
+  pcp_services_falkordb_config_t falkordb;
   pcp_roles_api_config_t api;
   char* api_token_env;
   char* internal_api_token_env;
-  pcp_roles_federation_config_t federation;
+  pcp_services_federation_config_t federation;
   char* federation_hub_endpoint;
   pcp_roles_fabric_config_t worker_fabric;
-  pcp_roles_sharing_config_t sharing_defaults;
+  pcp_services_sharing_config_t sharing_defaults;
   pcp_roles_controllers_config_t controllers;
   char* state_dir;  // SQLite state, job files; required to serve
   pcp_roles_tls_config_t tls;

@@ -38,6 +38,7 @@
 
 #include <jansson.h>
 
+#include "config/config.h"
 #include "fabric/fabric.h"
 #include "http/http.h"
 #include "store/store.h"
@@ -57,6 +58,43 @@ typedef struct pcp_services_falkordb_config_t {
   int64_t connect_timeout_ms;
   int64_t command_timeout_ms;
 } pcp_services_falkordb_config_t;
+
+// The gateway config's other service blocks, parsed by the tables below.
+// Key 'neo4j': parsed and refused (graph_backend neo4j is not offered).
+typedef struct pcp_services_neo4j_config_t {
+  bool present;
+  char* uri;
+  char* http_uri;
+  char* user;
+  char* password_env;
+  char* database;
+  int64_t query_timeout_ms;
+  bool bootstrap_on_connect;
+} pcp_services_neo4j_config_t;
+
+typedef struct pcp_services_federation_config_t {
+  bool present;
+  bool enabled;
+  char* upstream;
+  char* token_env;
+  int64_t heartbeat_interval_ms;
+  // The gateway's API URL as the hub and its peers should call it (NULL:
+  // http(s)://<--api-host>:<bound port>, 127.0.0.1 for a wildcard host).
+  char* advertise_url;
+} pcp_services_federation_config_t;
+
+typedef struct pcp_services_sharing_config_t {
+  bool present;
+  int32_t default_visibility;  // local | shared | global
+} pcp_services_sharing_config_t;
+
+// The config tables of those blocks (services/config.c): the gateway's
+// file table nests them under 'neo4j', 'falkordb', 'federation' and
+// 'sharing_defaults'; the services own their keys, ranges and defaults.
+extern const pcp_config_table_t pcp_services_neo4j_config_table;
+extern const pcp_config_table_t pcp_services_falkordb_config_table;
+extern const pcp_config_table_t pcp_services_federation_config_table;
+extern const pcp_config_table_t pcp_services_sharing_config_table;
 
 // What the services read of the gateway's config (strings borrowed).
 typedef struct pcp_services_config_t {

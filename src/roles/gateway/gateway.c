@@ -226,87 +226,6 @@ static const pcp_config_table_t kHttpLimitsTable = {
 static const pcp_config_table_t kOpaqueTable = {"gateway config", NULL, 0,
                                                 NULL};
 
-#define N pcp_roles_neo4j_config_t
-static const pcp_config_field_t kNeo4jFields[] = {
-    {.name = "uri",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(N, uri),
-     .flags = J | PCP_CONFIG_FLAG_REQUIRED},
-    {.name = "http_uri",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(N, http_uri),
-     .flags = J},
-    {.name = "user",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(N, user),
-     .flags = J | PCP_CONFIG_FLAG_REQUIRED},
-    {.name = "password_env",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(N, password_env),
-     .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "database",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(N, database),
-     .flags = J},
-    {.name = "query_timeout_ms",
-     .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(N, query_timeout_ms),
-     .default_value = "5000",
-     .min = 0,
-     .max = 4294967295.0,
-     .flags = J},
-    {.name = "bootstrap_on_connect",
-     .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = offsetof(N, bootstrap_on_connect),
-     .default_value = "true",
-     .flags = J},
-};
-#undef N
-static const pcp_config_table_t kNeo4jTable = {
-    "gateway config", kNeo4jFields, PCP_ARRAYSIZE(kNeo4jFields), NULL};
-
-#define FK pcp_roles_falkordb_config_t
-static const pcp_config_field_t kFalkordbFields[] = {
-    {.name = "host",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(FK, host),
-     .default_value = "127.0.0.1",
-     .flags = J},
-    {.name = "port",
-     .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(FK, port),
-     .default_value = "6379",
-     .min = 1,
-     .max = 65535,
-     .flags = J},
-    {.name = "password_env",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(FK, password_env),
-     .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "graph",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(FK, graph),
-     .default_value = "pcp",
-     .flags = J},
-    {.name = "connect_timeout_ms",
-     .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(FK, connect_timeout_ms),
-     .default_value = "2000",
-     .min = 1,
-     .max = 600000,
-     .flags = J},
-    {.name = "command_timeout_ms",
-     .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(FK, command_timeout_ms),
-     .default_value = "5000",
-     .min = 1,
-     .max = 600000,
-     .flags = J},
-};
-#undef FK
-static const pcp_config_table_t kFalkordbTable = {
-    "gateway config", kFalkordbFields, PCP_ARRAYSIZE(kFalkordbFields), NULL};
-
 #define A pcp_roles_api_config_t
 static const pcp_config_field_t kApiFields[] = {
     {.name = "host",
@@ -331,51 +250,6 @@ static const pcp_config_field_t kApiFields[] = {
 #undef A
 static const pcp_config_table_t kApiTable = {"gateway config", kApiFields,
                                              PCP_ARRAYSIZE(kApiFields), NULL};
-
-#define F pcp_roles_federation_config_t
-static const pcp_config_field_t kFederationFields[] = {
-    {.name = "enabled",
-     .type = PCP_CONFIG_TYPE_BOOL,
-     .offset = offsetof(F, enabled),
-     .flags = J},
-    {.name = "upstream",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(F, upstream),
-     .flags = J},
-    {.name = "token_env",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(F, token_env),
-     .flags = J | PCP_CONFIG_FLAG_ENV_NAME},
-    {.name = "heartbeat_interval_ms",
-     .type = PCP_CONFIG_TYPE_INT64,
-     .offset = offsetof(F, heartbeat_interval_ms),
-     .default_value = "5000",
-     .min = 100,
-     .max = 86400000,
-     .flags = J},
-    {.name = "advertise_url",
-     .type = PCP_CONFIG_TYPE_STRING,
-     .offset = offsetof(F, advertise_url),
-     .flags = J,
-     .help = "the gateway API URL the hub calls back (default: from "
-             "--api-host and the bound port)"},
-};
-#undef F
-static const pcp_config_table_t kFederationTable = {
-    "gateway config", kFederationFields, PCP_ARRAYSIZE(kFederationFields),
-    NULL};
-
-static const char* const kVisibilities[] = {"local", "shared", "global", NULL};
-static const pcp_config_field_t kSharingFields[] = {
-    {.name = "default_visibility",
-     .type = PCP_CONFIG_TYPE_ENUM,
-     .offset = offsetof(pcp_roles_sharing_config_t, default_visibility),
-     .default_value = "local",
-     .enum_values = kVisibilities,
-     .flags = J},
-};
-static const pcp_config_table_t kSharingTable = {
-    "gateway config", kSharingFields, PCP_ARRAYSIZE(kSharingFields), NULL};
 
 //===----------------------------------------------------------------------===//
 // Controller blocks
@@ -604,12 +478,12 @@ static const pcp_config_field_t kFileFields[] = {
      .type = PCP_CONFIG_TYPE_OBJECT,
      .offset = offsetof(G, neo4j),
      .flags = J,
-     .object_table = &kNeo4jTable},
+     .object_table = &pcp_services_neo4j_config_table},
     {.name = "falkordb",
      .type = PCP_CONFIG_TYPE_OBJECT,
      .offset = offsetof(G, falkordb),
      .flags = J,
-     .object_table = &kFalkordbTable},
+     .object_table = &pcp_services_falkordb_config_table},
     {.name = "api",
      .type = PCP_CONFIG_TYPE_OBJECT,
      .offset = offsetof(G, api),
@@ -627,7 +501,7 @@ static const pcp_config_field_t kFileFields[] = {
      .type = PCP_CONFIG_TYPE_OBJECT,
      .offset = offsetof(G, federation),
      .flags = J,
-     .object_table = &kFederationTable},
+     .object_table = &pcp_services_federation_config_table},
     {.name = "federation_hub_endpoint",
      .type = PCP_CONFIG_TYPE_STRING,
      .offset = offsetof(G, federation_hub_endpoint),
@@ -641,7 +515,7 @@ static const pcp_config_field_t kFileFields[] = {
      .type = PCP_CONFIG_TYPE_OBJECT,
      .offset = offsetof(G, sharing_defaults),
      .flags = J,
-     .object_table = &kSharingTable},
+     .object_table = &pcp_services_sharing_config_table},
     {.name = "controllers",
      .type = PCP_CONFIG_TYPE_OBJECT,
      .offset = offsetof(G, controllers),

@@ -316,7 +316,7 @@ pcp_status_t pcp_roles_gateway_static_get(void* user_data,
 static void services_config_fill(const pcp_roles_gateway_config_t* c,
                                  pcp_services_config_t* out) {
   const pcp_roles_gateway_file_config_t* file = &c->file;
-  const pcp_roles_falkordb_config_t* falkordb = &file->falkordb;
+  const pcp_services_falkordb_config_t* falkordb = &file->falkordb;
   const pcp_roles_controllers_config_t* controllers = &file->controllers;
   // controllers.<kind>.service_id when set, else the kind's default.
   const pcp_roles_controller_config_t* training = &controllers->training;
