@@ -1251,6 +1251,12 @@ static void entry_next_set(pcp_infer_service_t* s, model_entry_t* e,
     version_job_signal(s, old);
     version_release(old);
   }
+  if (!v && e->current->cancelled) {
+    // No next and the current's job was cancelled: no version is left to
+    // serve, so the model is withdrawn (as in pcp_infer_service_job_cancel
+    // for an only version).
+    e->withdrawn = true;
+  }
   version_job_signal(s, v);
   // Runners of a replaced version retire once idle.
   for (runner_t* r = s->runners; r; r = r->next) {
