@@ -104,10 +104,11 @@ static void url_host(const char* url, char* out_host, size_t capacity) {
   const char* start = strstr(url, "://");
   start = start ? start + 3 : url;
   const char* at = start;
-  // Skip "user:pass@" if present before the first '/'.
-  const char* slash = strchr(start, '/');
+  // Skip "user:pass@" if present in the authority, which ends at the first
+  // '/', '?' or '#' as libcurl reads it (an '@' after a '?' is the query's).
+  const char* slash = start + strcspn(start, "/?#");
   const char* user_end = strchr(start, '@');
-  if (user_end && (!slash || user_end < slash))
+  if (user_end && user_end < slash)
     at = user_end + 1;
   size_t length = 0;
   if (*at == '[') {

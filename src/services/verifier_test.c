@@ -516,6 +516,20 @@ static void test_config_refusals(void** state) {
     json_decref(json);
   }
 }
+// The plain-HTTP check reads the host as libcurl does: the authority ends
+// at the first '/', '?' or '#', so an '@' after a '?' or '#' is not user
+// info (review: "http://evil?@127.0.0.1/" passed as loopback while curl
+// connects to "evil").
+static void test_http_host_after_query_or_fragment(void** state) {
+  (void)state;
+  const pcp_status_code_t kBad = PCP_STATUS_INVALID_ARGUMENT;
+  refuse("{\"type\":\"verifier\",\"url\":\"http://evil?@127.0.0.1/x\"}",
+         kBad, "http:// is only allowed");
+  refuse("{\"type\":\"verifier\",\"url\":\"http://evil#@127.0.0.1/x\"}",
+         kBad, "http:// is only allowed");
+  refuse("{\"type\":\"verifier\",\"url\":\"http://evil:80?@localhost/\"}",
+         kBad, "http:// is only allowed");
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -525,6 +539,7 @@ int main(void) {
       cmocka_unit_test(test_bad_answers),
       cmocka_unit_test(test_concurrent_callers),
       cmocka_unit_test(test_config_refusals),
+      cmocka_unit_test(test_http_host_after_query_or_fragment),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
