@@ -523,12 +523,12 @@ static void test_config_refusals(void** state) {
 static void test_http_host_after_query_or_fragment(void** state) {
   (void)state;
   const pcp_status_code_t kBad = PCP_STATUS_INVALID_ARGUMENT;
-  refuse("{\"type\":\"verifier\",\"url\":\"http://evil?@127.0.0.1/x\"}",
-         kBad, "http:// is only allowed");
-  refuse("{\"type\":\"verifier\",\"url\":\"http://evil#@127.0.0.1/x\"}",
-         kBad, "http:// is only allowed");
-  refuse("{\"type\":\"verifier\",\"url\":\"http://evil:80?@localhost/\"}",
-         kBad, "http:// is only allowed");
+  refuse("{\"type\":\"verifier\",\"url\":\"http://evil?@127.0.0.1/x\"}", kBad,
+         "http:// is only allowed");
+  refuse("{\"type\":\"verifier\",\"url\":\"http://evil#@127.0.0.1/x\"}", kBad,
+         "http:// is only allowed");
+  refuse("{\"type\":\"verifier\",\"url\":\"http://evil:80?@localhost/\"}", kBad,
+         "http:// is only allowed");
 }
 
 int main(void) {
