@@ -252,7 +252,19 @@ static pcp_status_t config_parse(const json_t* config, const char* path,
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_strdup(v->allocator, url, &v->url));
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_strdup(v->allocator, url, &v->url_for_messages));
-  v->url_for_messages[strcspn(v->url_for_messages, "?#")] = '\0';
+  char* m = v->url_for_messages;
+  m[strcspn(m, "?#")] = '\0';
+  // Nor "user:password@" (a credential): the authority after its last '@'.
+  char* authority = strstr(m, "://");
+  authority = authority ? authority + 3 : m;
+  size_t authority_length = strcspn(authority, "/");
+  char* at = NULL;
+  for (size_t i = 0; i < authority_length; ++i) {
+    if (authority[i] == '@')
+      at = authority + i;
+  }
+  if (at)
+    memmove(authority, at + 1, strlen(at + 1) + 1);
   return NULL;
 }
 
