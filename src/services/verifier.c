@@ -104,10 +104,11 @@ static void url_host(const char* url, char* out_host, size_t capacity) {
   const char* start = strstr(url, "://");
   start = start ? start + 3 : url;
   const char* at = start;
-  // Skip "user:pass@" if present before the first '/'.
-  const char* slash = strchr(start, '/');
+  // Skip "user:pass@" if present in the authority, which ends at the first
+  // '/', '?' or '#' as libcurl reads it (an '@' after a '?' is the query's).
+  const char* slash = start + strcspn(start, "/?#");
   const char* user_end = strchr(start, '@');
-  if (user_end && (!slash || user_end < slash))
+  if (user_end && user_end < slash)
     at = user_end + 1;
   size_t length = 0;
   if (*at == '[') {
@@ -251,7 +252,19 @@ static pcp_status_t config_parse(const json_t* config, const char* path,
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_strdup(v->allocator, url, &v->url));
   PCP_RETURN_IF_ERROR_BARE(
       pcp_allocator_strdup(v->allocator, url, &v->url_for_messages));
-  v->url_for_messages[strcspn(v->url_for_messages, "?#")] = '\0';
+  char* m = v->url_for_messages;
+  m[strcspn(m, "?#")] = '\0';
+  // Nor "user:password@" (a credential): the authority after its last '@'.
+  char* authority = strstr(m, "://");
+  authority = authority ? authority + 3 : m;
+  size_t authority_length = strcspn(authority, "/");
+  char* at = NULL;
+  for (size_t i = 0; i < authority_length; ++i) {
+    if (authority[i] == '@')
+      at = authority + i;
+  }
+  if (at)
+    memmove(authority, at + 1, strlen(at + 1) + 1);
   return NULL;
 }
 

@@ -516,6 +516,55 @@ static void test_config_refusals(void** state) {
     json_decref(json);
   }
 }
+// The plain-HTTP check reads the host as libcurl does: the authority ends
+// at the first '/', '?' or '#', so an '@' after a '?' or '#' is not user
+// info (review: "http://evil?@127.0.0.1/" passed as loopback while curl
+// connects to "evil").
+static void test_http_host_after_query_or_fragment(void** state) {
+  (void)state;
+  const pcp_status_code_t kBad = PCP_STATUS_INVALID_ARGUMENT;
+  refuse("{\"type\":\"verifier\",\"url\":\"http://evil?@127.0.0.1/x\"}", kBad,
+         "http:// is only allowed");
+  refuse("{\"type\":\"verifier\",\"url\":\"http://evil#@127.0.0.1/x\"}", kBad,
+         "http:// is only allowed");
+  refuse("{\"type\":\"verifier\",\"url\":\"http://evil:80?@localhost/\"}", kBad,
+         "http:// is only allowed");
+}
+// User info in the URL ("user:password@") is a credential: messages name
+// the verifier by scheme, host and path only (review: it was quoted).
+static void test_url_user_info_not_in_messages(void** state) {
+  (void)state;
+  assert_int_equal(strncmp(g_base, "http://", 7), 0);
+  char text[1024];
+  snprintf(text, sizeof(text),
+           "{\"type\":\"verifier\",\"url\":\"http://user:pw-l34k@%s/score/"
+           "e500\",\"max_retries\":0}",
+           g_base + 7);
+  json_t* config = json_loads(text, 0, NULL);
+  assert_non_null(config);
+  pcp_workloads_rl_verifier_t v;
+  EXPECT_OK(pcp_services_verifier_create(config, "exp.reward",
+                                         pcp_allocator_system(), &v));
+  json_decref(config);
+  pcp_workloads_rl_sample_t items[1] = {item("a", NULL)};
+  double rewards[1];
+  pcp_status_t status =
+      pcp_workloads_rl_verifier_score_batch(&v, items, 1, rewards);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_UNAVAILABLE);
+  char message[1024];
+  pcp_status_format(status, message, sizeof(message));
+  pcp_status_ignore(status);
+  if (strstr(message, "pw-l34k") || strstr(message, "user:")) {
+    fail_msg("user info in '%s'", message);
+  }
+  char expected[128];
+  snprintf(expected, sizeof(expected), "verifier %s/score/e500 answered",
+           g_base);
+  if (!strstr(message, expected)) {
+    fail_msg("'%s' does not name %s", message, expected);
+  }
+  pcp_workloads_rl_verifier_release(&v);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -525,6 +574,8 @@ int main(void) {
       cmocka_unit_test(test_bad_answers),
       cmocka_unit_test(test_concurrent_callers),
       cmocka_unit_test(test_config_refusals),
+      cmocka_unit_test(test_http_host_after_query_or_fragment),
+      cmocka_unit_test(test_url_user_info_not_in_messages),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

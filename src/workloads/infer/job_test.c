@@ -436,6 +436,64 @@ static void test_validate_names_the_key(void** state) {
   expect_invalid(&kind, text, "'name'");
 }
 
+// Whether model |name| is listed.
+static bool model_listed(world_t* w, const char* name) {
+  pcp_infer_model_info_t infos[8];
+  size_t n = pcp_infer_service_model_list(w->service, infos, 8, NULL);
+  for (size_t i = 0; i < n; ++i) {
+    if (strcmp(infos[i].name, name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The served version's job cancelled while a newer one is being prepared,
+// then the newer one's job cancelled too: the model is left with no
+// version and is withdrawn, as when its only version's job is cancelled
+// (review: the order current-then-next left it listed with a cancelled
+// version, its requests not NOT_FOUND).
+static void test_cancel_current_then_next_withdraws(void** state) {
+  (void)state;
+  char dir[512];
+  model_dir_write("delta", "", WEIGHTS_OK, dir, sizeof(dir));
+  char id1[PCP_INFER_JOB_ID_MAX_LENGTH + 1];
+  expected_id(dir, id1);
+  world_t w;
+  world_open(&w);
+  pcp_store_job_t job;
+  state_wait(&w, id1, PCP_STORE_JOB_STATE_PLACING, &job);
+  pcp_store_job_deinitialize(&job);
+  // A newer model.json in the same directory: version 2, the next one
+  // (no worker, so never promoted).
+  model_dir_write("delta", ", \"slots\": 2", WEIGHTS_KEEP, dir, sizeof(dir));
+  char id2[PCP_INFER_JOB_ID_MAX_LENGTH + 1];
+  expected_id(dir, id2);
+  pcp_infer_service_scan(w.service);
+  state_wait(&w, id2, PCP_STORE_JOB_STATE_PLACING, &job);
+  pcp_store_job_deinitialize(&job);
+  pcp_store_job_state_t after;
+  bool changed = false;
+  PCP_CHECK_OK(
+      pcp_workloads_runner_job_cancel(w.runner, id1, &after, &changed));
+  state_wait(&w, id1, PCP_STORE_JOB_STATE_CANCELLED, &job);
+  pcp_store_job_deinitialize(&job);
+  PCP_CHECK_OK(
+      pcp_workloads_runner_job_cancel(w.runner, id2, &after, &changed));
+  state_wait(&w, id2, PCP_STORE_JOB_STATE_CANCELLED, &job);
+  pcp_store_job_deinitialize(&job);
+  assert_false(model_listed(&w, "delta"));
+  pcp_infer_request_params_t params = {.model = "delta",
+                                       .prompt = {"ab", 2},
+                                       .on_text = on_text,
+                                       .on_done = on_done};
+  pcp_sampling_params_initialize(&params.sampling);
+  pcp_status_t status = pcp_infer_request_submit(w.service, &params, NULL);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_NOT_FOUND);
+  pcp_status_ignore(status);
+  world_close(&w);
+}
+
 int main(void) {
   if (!mkdtemp(g_root)) {
     return 1;
@@ -446,6 +504,7 @@ int main(void) {
       cmocka_unit_test(test_cancel_while_queued_withdraws),
       cmocka_unit_test(test_load_failure_fails_the_job),
       cmocka_unit_test(test_gone_dir_fails_after_restart),
+      cmocka_unit_test(test_cancel_current_then_next_withdraws),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   if (!failed) {

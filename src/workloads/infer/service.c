@@ -1251,6 +1251,12 @@ static void entry_next_set(pcp_infer_service_t* s, model_entry_t* e,
     version_job_signal(s, old);
     version_release(old);
   }
+  if (!v && e->current->cancelled) {
+    // No next and the current's job was cancelled: no version is left to
+    // serve, so the model is withdrawn (as in pcp_infer_service_job_cancel
+    // for an only version).
+    e->withdrawn = true;
+  }
   version_job_signal(s, v);
   // Runners of a replaced version retire once idle.
   for (runner_t* r = s->runners; r; r = r->next) {
@@ -2396,14 +2402,18 @@ static void job_view(pcp_infer_service_t* s, model_entry_t* e, version_t* v,
     has_runner = r->version == v;
   }
   bool compile_failed = false;
+  bool compile_ok = false;
   for (size_t k = 0; k < v->program_count; ++k) {
     compile_failed = compile_failed || v->programs[k].failed;
+    compile_ok = compile_ok || !v->programs[k].failed;
   }
   // A compile failure ends the job once no runner has the version, none of
   // its compiles runs and the manager's pass that saw it fail ended (every
-  // connected worker's target was tried: another target may serve it).
+  // connected worker's target was tried: another target may serve it). A
+  // version that some target compiled is not failed by one that did not:
+  // with no runner (its worker lost) it waits for a worker of that target.
   if (v->state == MODEL_FAILED ||
-      (compile_failed && !has_runner && v->compiling == 0 &&
+      (compile_failed && !compile_ok && !has_runner && v->compiling == 0 &&
        s->manage_passes > v->compile_failed_pass)) {
     // The listing's error (or reload_error) for this version: a load
     // failure, or a compile that left no worker able to serve it.
