@@ -510,8 +510,7 @@ static pcp_status_t parse(pcp_allocator_t allocator,
     p->top_logprobs = json_integer_value(v);
   }
   for (const char* const* k =
-           (const char* const[]){"echo", "suffix", "tools", "functions",
-                                 NULL};
+           (const char* const[]){"echo", "suffix", "tools", "functions", NULL};
        *k; ++k) {
     json_t* x = json_object_get(b, *k);
     if (x && !json_is_null(x) && !json_is_false(x) &&
@@ -711,8 +710,7 @@ static json_t* logprobs_take(call_t* c) {
     }
     json_array_append_new(tops, top);
     json_array_append_new(offsets, json_integer(c->text_offset));
-    c->text_offset +=
-        (int64_t)json_array_size(json_object_get(e, "bytes"));
+    c->text_offset += (int64_t)json_array_size(json_object_get(e, "bytes"));
   }
   json_decref(entries);
   return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs",
@@ -721,8 +719,8 @@ static json_t* logprobs_take(call_t* c) {
 
 // A chunk object with one choice: |delta_text| (NULL: none), |role| in the
 // delta, |finish| (NULL: null).
-static json_t* chunk_json(call_t* c, const char* text, size_t length,
-                          bool role, const char* finish) {
+static json_t* chunk_json(call_t* c, const char* text, size_t length, bool role,
+                          const char* finish) {
   json_t* choice;
   if (c->chat) {
     json_t* delta = json_object();
@@ -736,11 +734,11 @@ static json_t* chunk_json(call_t* c, const char* text, size_t length,
                        "logprobs", logprobs_take(c), "finish_reason",
                        finish ? json_string(finish) : json_null());
   } else {
-    choice = json_pack("{s:o, s:i, s:o, s:o}", "text",
-                       json_stringn(text ? text : "", text ? length : 0),
-                       "index", 0, "logprobs", logprobs_take(c),
-                       "finish_reason",
-                       finish ? json_string(finish) : json_null());
+    choice =
+        json_pack("{s:o, s:i, s:o, s:o}", "text",
+                  json_stringn(text ? text : "", text ? length : 0), "index", 0,
+                  "logprobs", logprobs_take(c), "finish_reason",
+                  finish ? json_string(finish) : json_null());
   }
   json_t* chunk =
       json_pack("{s:s, s:s, s:I, s:s, s:n, s:[o]}", "id", c->id, "object",
@@ -987,14 +985,14 @@ static pcp_status_t complete(pcp_services_t* svc,
   json_t* choice;
   json_t* text = json_stringn(c->text.data ? c->text.data : "", c->text.size);
   if (chat) {
-    choice = json_pack("{s:i, s:{s:s, s:o, s:n}, s:o, s:s}", "index", 0,
-                       "message", "role", "assistant", "content", text,
-                       "refusal", "logprobs", logprobs_take(c),
-                       "finish_reason", finish ? finish : "stop");
+    choice =
+        json_pack("{s:i, s:{s:s, s:o, s:n}, s:o, s:s}", "index", 0, "message",
+                  "role", "assistant", "content", text, "refusal", "logprobs",
+                  logprobs_take(c), "finish_reason", finish ? finish : "stop");
   } else {
-    choice = json_pack("{s:o, s:i, s:o, s:s}", "text", text, "index", 0,
-                       "logprobs", logprobs_take(c), "finish_reason",
-                       finish ? finish : "stop");
+    choice =
+        json_pack("{s:o, s:i, s:o, s:s}", "text", text, "index", 0, "logprobs",
+                  logprobs_take(c), "finish_reason", finish ? finish : "stop");
   }
   json_t* body =
       json_pack("{s:s, s:s, s:I, s:s, s:n, s:[o], s:o}", "id", c->id, "object",

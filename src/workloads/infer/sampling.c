@@ -286,11 +286,11 @@ static pcp_status_t sample(pcp_sampler_t* sampler, const float* logits,
     if (out) {
       // The candidates buffer is free on this path: the best weights.
       candidate_t* order = sampler->candidates;
-      size_t kept = select_top_k(
-          s, n, top_count < PCP_SAMPLER_MAX_TOP_LOGPROBS
-                    ? top_count
-                    : PCP_SAMPLER_MAX_TOP_LOGPROBS,
-          order);
+      size_t kept = select_top_k(s, n,
+                                 top_count < PCP_SAMPLER_MAX_TOP_LOGPROBS
+                                     ? top_count
+                                     : PCP_SAMPLER_MAX_TOP_LOGPROBS,
+                                 order);
       qsort(order, kept, sizeof(candidate_t), candidate_compare);
       logprobs_fill(order, kept, total, s[chosen], top_count, out);
     }

@@ -55,11 +55,11 @@ int main(int argc, char** argv) {
   }
   pcp_sampler_t with;
   pcp_sampler_t plain;
-  status = pcp_sampler_initialize(&params, vocab, pcp_allocator_system(),
-                                  &with);
+  status =
+      pcp_sampler_initialize(&params, vocab, pcp_allocator_system(), &with);
   if (!status) {
-    status = pcp_sampler_initialize(&params, vocab, pcp_allocator_system(),
-                                    &plain);
+    status =
+        pcp_sampler_initialize(&params, vocab, pcp_allocator_system(), &plain);
     if (status) {
       pcp_sampler_deinitialize(&with);
     }
@@ -84,8 +84,8 @@ int main(int argc, char** argv) {
       break;
     }
     if (token != expected) {
-      fprintf(stderr, "row %lld: %d with log-probs, %d without\n",
-              (long long)r, token, expected);
+      fprintf(stderr, "row %lld: %d with log-probs, %d without\n", (long long)r,
+              token, expected);
       rc = 2;
       break;
     }

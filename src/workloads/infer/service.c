@@ -666,9 +666,9 @@ static bool req_token(runner_t* runner, req_t* r, const float* logits) {
   int32_t token = -1;
   pcp_sampler_logprobs_t lp;
   pcp_status_t status =
-      r->on_token ? pcp_sampler_sample_logprobs(
-                        &r->sampler, logits, r->ids, (size_t)r->count,
-                        r->top_logprobs, &token, &lp)
+      r->on_token ? pcp_sampler_sample_logprobs(&r->sampler, logits, r->ids,
+                                                (size_t)r->count,
+                                                r->top_logprobs, &token, &lp)
                   : pcp_sampler_sample(&r->sampler, logits, r->ids,
                                        (size_t)r->count, &token);
   if (status) {
@@ -678,11 +678,11 @@ static bool req_token(runner_t* runner, req_t* r, const float* logits) {
   // Before the token's text: a caller pairs the text it gets next with the
   // tokens reported since its last text.
   if (r->on_token && !token_report(r, token, &lp, &status)) {
-    req_finish(runner, r,
-               status ? status
-                      : pcp_make_status(PCP_STATUS_CANCELLED,
-                                        "the client went away"),
-               PCP_FINISH_REASON_NONE);
+    req_finish(
+        runner, r,
+        status ? status
+               : pcp_make_status(PCP_STATUS_CANCELLED, "the client went away"),
+        PCP_FINISH_REASON_NONE);
     return false;
   }
   int64_t t = now_ns(s);
@@ -1940,8 +1940,7 @@ pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
   if (params->top_logprobs > PCP_SAMPLER_MAX_TOP_LOGPROBS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "top_logprobs: must be in [0, %d], not %u",
-                           PCP_SAMPLER_MAX_TOP_LOGPROBS,
-                           params->top_logprobs);
+                           PCP_SAMPLER_MAX_TOP_LOGPROBS, params->top_logprobs);
   }
   // A version switch between encoding and routing is rare (one per
   // export); a few tries cover back-to-back exports.
