@@ -705,8 +705,10 @@ static json_t* logprobs_take(call_t* c) {
     size_t j;
     json_t* t;
     json_array_foreach(json_object_get(e, "top_logprobs"), j, t) {
-      json_object_set(top, json_string_value(json_object_get(t, "token")),
-                      json_object_get(t, "logprob"));
+      // setn: a token may hold a NUL byte (json_string_length counts it).
+      json_t* key = json_object_get(t, "token");
+      json_object_setn(top, json_string_value(key), json_string_length(key),
+                       json_object_get(t, "logprob"));
     }
     json_array_append_new(tops, top);
     json_array_append_new(offsets, json_integer(c->text_offset));

@@ -147,9 +147,10 @@ def main():
         base = stack.base
         prompt = "the quick brown fox"
 
-        # 1 + 2. Completions (legacy shape) on the char GPT, recomputed.
+        # 1 + 2. Completions (legacy shape) on the Qwen model, recomputed
+        # (the toy GPT's distributions are too peaked to tell much).
         for t, top_p in ((1.0, 1.0), (0.7, 0.9), (1.3, 0.8)):
-            body = {"model": "gpt-char", "prompt": prompt, "max_tokens": 24,
+            body = {"model": "qwen3-bpe", "prompt": prompt, "max_tokens": 24,
                     "temperature": t, "top_p": top_p, "seed": 5,
                     "logprobs": 5}
             status, r = it.post(base, "/v1/completions", body)
@@ -159,29 +160,34 @@ def main():
                   set(lp) == {"tokens", "token_logprobs", "top_logprobs",
                               "text_offset"} and
                   len(lp["tokens"]) == r["usage"]["completion_tokens"] and
-                  "".join(lp["tokens"]) == r["choices"][0]["text"] and
-                  lp["text_offset"] == list(range(len(lp["tokens"]))),
+                  lp["text_offset"] == offsets(lp["tokens"]),
                   what + ": legacy shape %s" % str(r)[:300])
             if not lp:
                 continue
-            seq = gpt.encode_prompt(prompt)
-            ids = [im.CHAR_VOCAB.index(c) for c in lp["tokens"]]
-            logits = forward_logits(gpt, seq + ids)
-            worst, tops_ok = 0.0, True
+            seq = qwen.encode_prompt(prompt)
+            ids = [bpe_id(qwen, {"bytes": list(token_bytes(x))})
+                   for x in lp["tokens"]]
+            logits = forward_logits(qwen, seq + ids)
+            worst, tops_ok, bad_top = 0.0, True, None
             for j, token in enumerate(ids):
                 order, ref = kept_logprobs(logits[len(seq) - 1 + j], t, top_p)
                 got = lp["token_logprobs"][j]
                 worst = max(worst, abs(got - ref.get(token, -1e9)))
-                want_top = [im.CHAR_VOCAB[i] for i in order[:5]]
+                want_top = [bpe_text(qwen, i) for i in order[:5]]
                 tops_ok = tops_ok and list(lp["top_logprobs"][j]) == \
                     want_top and all(
-                        abs(v - ref[im.CHAR_VOCAB.index(k)]) <= TOL
+                        abs(v - ref[bpe_id(qwen, {"bytes": list(
+                            token_bytes(k))})]) <= TOL
                         for k, v in lp["top_logprobs"][j].items()) and \
                     sum(np.exp(v) for v in lp["top_logprobs"][j].values()) \
                     <= 1 + 1e-5
+                if not tops_ok and bad_top is None:
+                    bad_top = (j, lp["top_logprobs"][j], want_top,
+                               [ref[i] for i in order[:5]])
             check(worst <= TOL, what + ": sampled tokens' logprobs equal the "
                   "JAX recomputation (max error %.2e)" % worst)
-            check(tops_ok, what + ": top_logprobs equal the recomputation")
+            check(tops_ok, what + ": top_logprobs equal the recomputation%s"
+                  % ("" if tops_ok else " (first mismatch %s)" % (bad_top,)))
             text, entries, _ = stream_entries(base, "/v1/completions", body)
             check(text == r["choices"][0]["text"] and
                   [e["token"] for e in entries] == lp["tokens"] and
@@ -214,7 +220,7 @@ def main():
         # 3. Four seeds: distinct samples, each reproducible.
         samples = []
         for seed in range(100, 104):
-            body = {"model": "gpt-char", "prompt": prompt, "max_tokens": 32,
+            body = {"model": "qwen3-bpe", "prompt": prompt, "max_tokens": 32,
                     "temperature": 1.0, "seed": seed, "logprobs": True}
             runs = [it.post(base, "/v1/completions", body)[1]
                     for _ in range(2)]
@@ -291,6 +297,33 @@ def bpe_id(model, entry):
     return model.tokenizer.token_to_id("".join(BYTE_TO_CHAR[b] for b in raw))
 
 
+def token_bytes(text):
+    """The bytes of a legacy `tokens` string ("bytes:\\xNN..." or text)."""
+    if text.startswith("bytes:"):
+        return bytes(int(h, 16) for h in text[6:].split("\\x")[1:])
+    return text.encode()
+
+
+def bpe_text(model, i):
+    """A BPE id's `token` string as the server writes it."""
+    name = model.tokenizer.id_to_token(int(i))
+    if name in im.SPECIAL:
+        return name
+    raw = bytes(CHAR_TO_BYTE[c] for c in name)
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return "bytes:" + "".join("\\x%02x" % b for b in raw)
+
+
+def offsets(tokens):
+    out, at = [], 0
+    for t in tokens:
+        out.append(at)
+        at += len(token_bytes(t))
+    return out
+
+
 def byte_to_char():
     """GPT-2's byte-level alphabet: byte -> the character in the vocab."""
     bs = list(range(ord("!"), ord("~") + 1)) + \
@@ -307,6 +340,7 @@ def byte_to_char():
 
 
 BYTE_TO_CHAR = byte_to_char()
+CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
 
 if __name__ == "__main__":
     main()
