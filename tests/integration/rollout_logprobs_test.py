@@ -280,6 +280,14 @@ def main():
         ok = True
     finally:
         stack.stop()
+    # SIGTERM drains: exit 0, and no sanitizer report (ASan builds run this
+    # test too: the logprobs JSON and the token callback's buffers).
+    with open(os.path.join(work, "gateway.err")) as f:
+        err = f.read()
+    check(stack.gateway.returncode == 0 and "Sanitizer" not in err,
+          "gateway exit %s, no sanitizer report%s" %
+          (stack.gateway.returncode, "" if "Sanitizer" not in err else
+           ": " + err[err.index("Sanitizer"):][:2000]))
     if ok and not it.FAILURES:
         shutil.rmtree(work, ignore_errors=True)
     else:
