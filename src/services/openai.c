@@ -289,6 +289,9 @@ typedef struct parsed_t {
   const char* stop[4];
   size_t stop_count;
   const char* user;
+  // `logprobs` asked for, with |top_logprobs| entries per token.
+  bool logprobs;
+  int64_t top_logprobs;
   pcp_string_builder_t* builders;  // one per message (joined text parts)
   size_t builder_count;
 } parsed_t;
@@ -479,9 +482,35 @@ static pcp_status_t parse(pcp_allocator_t allocator,
     }
     p->user = json_string_value(v);
   }
+  // Chat: `logprobs` a boolean and `top_logprobs` 0..20 beside it.
+  // Completions: OpenAI's legacy integer `logprobs` (the top count; 0..20
+  // here, 5 at OpenAI), or `true` with `top_logprobs` as chat has it.
+  v = json_object_get(b, "logprobs");
+  if (v && !json_is_null(v)) {
+    if (json_is_boolean(v)) {
+      p->logprobs = json_is_true(v);
+    } else if (!chat && json_is_integer(v) && json_integer_value(v) >= 0 &&
+               json_integer_value(v) <= PCP_SAMPLER_MAX_TOP_LOGPROBS) {
+      p->logprobs = true;
+      p->top_logprobs = json_integer_value(v);
+    } else {
+      return bad("logprobs", chat ? "must be a boolean"
+                                  : "must be a boolean or an integer 0..20");
+    }
+  }
+  v = json_object_get(b, "top_logprobs");
+  if (v && !json_is_null(v)) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > PCP_SAMPLER_MAX_TOP_LOGPROBS) {
+      return bad("top_logprobs", "must be an integer 0..20");
+    }
+    if (!p->logprobs) {
+      return bad("top_logprobs", "needs 'logprobs' set to true");
+    }
+    p->top_logprobs = json_integer_value(v);
+  }
   for (const char* const* k =
-           (const char* const[]){"logprobs", "echo", "suffix", "tools",
-                                 "functions", NULL};
+           (const char* const[]){"echo", "suffix", "tools", "functions", NULL};
        *k; ++k) {
     json_t* x = json_object_get(b, *k);
     if (x && !json_is_null(x) && !json_is_false(x) &&
@@ -587,6 +616,12 @@ typedef struct call_t {
   bool gone;                   // the stream could not be written
   // Not streamed: the text and the outcome.
   pcp_string_builder_t text;
+  // `logprobs`: the entries of the tokens not yet sent (streamed) or all of
+  // them (not streamed), chat's shape; |text_offset| counts their bytes
+  // for the legacy completions shape.
+  bool logprobs;
+  json_t* tokens;
+  int64_t text_offset;
   bool done;
   pcp_infer_result_t result;
   char error_text[512];
@@ -594,6 +629,7 @@ typedef struct call_t {
 } call_t;
 
 static void call_free(call_t* c) {
+  json_decref(c->tokens);
   pcp_string_builder_deinitialize(&c->text);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
@@ -613,10 +649,80 @@ static json_t* usage_json(const call_t* c, const pcp_infer_result_t* r) {
   return u;
 }
 
+// A token's text for `token`: its bytes when they are UTF-8, else OpenAI's
+// "bytes:\xNN..." form (a byte-level token may hold part of a character).
+static json_t* token_string(pcp_string_view_t bytes) {
+  json_t* text = json_stringn(bytes.data, bytes.size);
+  if (text) {
+    return text;
+  }
+  char buffer[6 + 4 * 64 + 1] = "bytes:";
+  size_t at = 6;
+  for (size_t i = 0; i < bytes.size && at + 5 <= sizeof(buffer); ++i) {
+    at += (size_t)snprintf(buffer + at, sizeof(buffer) - at, "\\x%02x",
+                           (unsigned)(uint8_t)bytes.data[i]);
+  }
+  return json_string(buffer);
+}
+
+static json_t* bytes_json(pcp_string_view_t bytes) {
+  json_t* list = json_array();
+  for (size_t i = 0; list && i < bytes.size; ++i) {
+    json_array_append_new(list, json_integer((uint8_t)bytes.data[i]));
+  }
+  return list;
+}
+
+// One entry of chat's logprobs.content[].
+static json_t* token_json(const pcp_infer_token_t* t) {
+  return json_pack("{s:o, s:f, s:o}", "token", token_string(t->bytes),
+                   "logprob", (double)t->logprob, "bytes",
+                   bytes_json(t->bytes));
+}
+
+// Takes the pending entries (NULL: none asked for) as a choice's
+// `logprobs`: chat's {content: [...], refusal: null}, or the legacy
+// completions shape {tokens, token_logprobs, top_logprobs, text_offset}.
+static json_t* logprobs_take(call_t* c) {
+  if (!c->logprobs) {
+    return json_null();
+  }
+  json_t* entries = c->tokens ? c->tokens : json_array();
+  c->tokens = NULL;
+  if (c->chat) {
+    return json_pack("{s:o, s:n}", "content", entries, "refusal");
+  }
+  json_t* tokens = json_array();
+  json_t* logprobs = json_array();
+  json_t* tops = json_array();
+  json_t* offsets = json_array();
+  size_t i;
+  json_t* e;
+  json_array_foreach(entries, i, e) {
+    json_array_append(tokens, json_object_get(e, "token"));
+    json_array_append(logprobs, json_object_get(e, "logprob"));
+    json_t* top = json_object();
+    size_t j;
+    json_t* t;
+    json_array_foreach(json_object_get(e, "top_logprobs"), j, t) {
+      // setn: a token may hold a NUL byte (json_string_length counts it).
+      json_t* key = json_object_get(t, "token");
+      json_object_setn(top, json_string_value(key), json_string_length(key),
+                       json_object_get(t, "logprob"));
+    }
+    json_array_append_new(tops, top);
+    json_array_append_new(offsets, json_integer(c->text_offset));
+    c->text_offset += (int64_t)json_array_size(json_object_get(e, "bytes"));
+  }
+  json_decref(entries);
+  return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs",
+                   logprobs, "top_logprobs", tops, "text_offset", offsets);
+}
+
 // A chunk object with one choice: |delta_text| (NULL: none), |role| in the
 // delta, |finish| (NULL: null).
-static json_t* chunk_json(const call_t* c, const char* text, size_t length,
-                          bool role, const char* finish) {
+static json_t* chunk_json(call_t* c, const char* text, size_t length, bool role,
+                          const char* finish) {
   json_t* choice;
   if (c->chat) {
     json_t* delta = json_object();
@@ -626,14 +732,15 @@ static json_t* chunk_json(const call_t* c, const char* text, size_t length,
     if (text) {
       json_object_set_new(delta, "content", json_stringn(text, length));
     }
-    choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta,
-                       "logprobs", "finish_reason",
+    choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta,
+                       "logprobs", logprobs_take(c), "finish_reason",
                        finish ? json_string(finish) : json_null());
   } else {
-    choice = json_pack("{s:o, s:i, s:n, s:o}", "text",
-                       json_stringn(text ? text : "", text ? length : 0),
-                       "index", 0, "logprobs", "finish_reason",
-                       finish ? json_string(finish) : json_null());
+    choice =
+        json_pack("{s:o, s:i, s:o, s:o}", "text",
+                  json_stringn(text ? text : "", text ? length : 0), "index", 0,
+                  "logprobs", logprobs_take(c), "finish_reason",
+                  finish ? json_string(finish) : json_null());
   }
   json_t* chunk =
       json_pack("{s:s, s:s, s:I, s:s, s:n, s:[o]}", "id", c->id, "object",
@@ -661,6 +768,30 @@ static void sse_json(call_t* c, json_t* value) {
     pcp_status_ignore(status);
     c->gone = true;
   }
+}
+
+// Collects the token's entry; the next text (or the end) carries it.
+static bool on_token(void* user_data, const pcp_infer_token_t* token,
+                     const pcp_infer_token_t* top, size_t top_count) {
+  call_t* c = user_data;
+  pthread_mutex_lock(&c->mu);
+  if (!c->tokens) {
+    c->tokens = json_array();
+  }
+  json_t* entry = token_json(token);
+  json_t* list = json_array();
+  for (size_t i = 0; list && i < top_count; ++i) {
+    json_array_append_new(list, token_json(&top[i]));
+  }
+  bool keep = c->tokens && entry && list && !c->gone;
+  if (entry) {
+    json_object_set_new(entry, "top_logprobs", list);
+    json_array_append_new(c->tokens, entry);
+  } else {
+    json_decref(list);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return keep;
 }
 
 static bool on_text(void* user_data, const char* text, size_t length) {
@@ -771,6 +902,7 @@ static pcp_status_t complete(pcp_services_t* svc,
   c->chat = chat;
   c->stream = p.stream;
   c->include_usage = p.include_usage;
+  c->logprobs = p.logprobs;
   c->created = pcp_clock_wall_ns(pcp_clock_system()) / 1000000000;
   snprintf(c->id, sizeof(c->id), "%s-%llx%08llx", chat ? "chatcmpl" : "cmpl",
            (unsigned long long)c->created,
@@ -798,6 +930,8 @@ static pcp_status_t complete(pcp_services_t* svc,
       .on_text = on_text,
       .on_done = on_done,
       .user_data = c,
+      .on_token = p.logprobs ? on_token : NULL,
+      .top_logprobs = (uint32_t)p.top_logprobs,
   };
   // Held across submit and the stream's start, so that the first text
   // callback finds the stream (or learns that it could not start).
@@ -854,12 +988,13 @@ static pcp_status_t complete(pcp_services_t* svc,
   json_t* text = json_stringn(c->text.data ? c->text.data : "", c->text.size);
   if (chat) {
     choice =
-        json_pack("{s:i, s:{s:s, s:o, s:n}, s:n, s:s}", "index", 0, "message",
+        json_pack("{s:i, s:{s:s, s:o, s:n}, s:o, s:s}", "index", 0, "message",
                   "role", "assistant", "content", text, "refusal", "logprobs",
-                  "finish_reason", finish ? finish : "stop");
+                  logprobs_take(c), "finish_reason", finish ? finish : "stop");
   } else {
-    choice = json_pack("{s:o, s:i, s:n, s:s}", "text", text, "index", 0,
-                       "logprobs", "finish_reason", finish ? finish : "stop");
+    choice =
+        json_pack("{s:o, s:i, s:o, s:s}", "text", text, "index", 0, "logprobs",
+                  logprobs_take(c), "finish_reason", finish ? finish : "stop");
   }
   json_t* body =
       json_pack("{s:s, s:s, s:I, s:s, s:n, s:[o], s:o}", "id", c->id, "object",

@@ -114,6 +114,36 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_sampler_sample(pcp_sampler_t* sampler,
                                                     size_t history_count,
                                                     int32_t* out_token);
 
+// Log-probabilities of a sampled token (issue 16: a rollout's old_logp and
+// OpenAI's `logprobs`). They are those of the distribution the token was
+// drawn from: the logits after the penalties, divided by the temperature,
+// restricted to the kept set of top-k / top-p and renormalised over it, so
+// that exp(logprob) is the probability the sampler gave the token (what
+// GRPO's importance ratio needs; a token outside the kept set could not
+// have been drawn). log-sum-exp is stable (the maximum subtracted) in f64,
+// reported as f32. Greedy (temperature 0 or top_k 1) is a point mass on
+// the argmax: logprob 0 and one top entry.
+#define PCP_SAMPLER_MAX_TOP_LOGPROBS 20
+typedef struct pcp_token_logprob_t {
+  int32_t token;
+  float logprob;
+} pcp_token_logprob_t;
+typedef struct pcp_sampler_logprobs_t {
+  float logprob;  // of the sampled token
+  // The most likely tokens of the kept set, most likely first (ties:
+  // lowest id), at most the count asked for and the kept set's size.
+  size_t top_count;
+  pcp_token_logprob_t top[PCP_SAMPLER_MAX_TOP_LOGPROBS];
+} pcp_sampler_logprobs_t;
+
+// pcp_sampler_sample that also reports the log-probabilities above, with
+// |top_count| (0..PCP_SAMPLER_MAX_TOP_LOGPROBS, else INVALID_ARGUMENT) top
+// entries. Draws the same tokens as pcp_sampler_sample for the same seed.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sampler_sample_logprobs(
+    pcp_sampler_t* sampler, const float* logits, const int32_t* history,
+    size_t history_count, size_t top_count, int32_t* out_token,
+    pcp_sampler_logprobs_t* out_logprobs);
+
 // Batch form: |samplers[b]| samples row b of |logits| (B x vocab, all the
 // samplers with the same vocab); |histories[b]| / |history_counts[b]| as
 // above (|histories| may be NULL). Rows are independent: the result of a

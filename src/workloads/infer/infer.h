@@ -270,6 +270,28 @@ typedef bool (*pcp_infer_text_fn_t)(void* user_data, const char* text,
 typedef void (*pcp_infer_done_fn_t)(void* user_data,
                                     const pcp_infer_result_t* result);
 
+// One generated token for pcp_infer_token_fn_t: its id, its
+// log-probability under the distribution it was sampled from
+// (pcp_sampler_sample_logprobs: after penalties, temperature, top-k and
+// top-p, renormalised; 0 for greedy) and its own bytes (borrowed for the
+// call; part of a UTF-8 character for a byte-level token, a special
+// token's text as written; empty for an id without text).
+typedef struct pcp_infer_token_t {
+  int32_t id;
+  float logprob;
+  pcp_string_view_t bytes;
+} pcp_infer_token_t;
+
+// Called once per sampled token, EOS and tokens of a stop string included
+// (what completion_tokens counts), before any text that token completes
+// goes to on_text; |top| holds up to the request's top_logprobs most likely
+// tokens of the sampled distribution, most likely first. Returning false
+// stops the generation as on_text does.
+typedef bool (*pcp_infer_token_fn_t)(void* user_data,
+                                     const pcp_infer_token_t* token,
+                                     const pcp_infer_token_t* top,
+                                     size_t top_count);
+
 typedef struct pcp_infer_request_params_t {
   const char* model;
   // Chat: |messages| rendered by the model's chat template. Otherwise
@@ -286,6 +308,11 @@ typedef struct pcp_infer_request_params_t {
   pcp_infer_text_fn_t on_text;
   pcp_infer_done_fn_t on_done;
   void* user_data;
+  // Optional (NULL: none; the sampled tokens are the same either way, for
+  // the same seed): per-token log-probabilities, with |top_logprobs|
+  // (0..PCP_SAMPLER_MAX_TOP_LOGPROBS, else INVALID_ARGUMENT) top entries.
+  pcp_infer_token_fn_t on_token;
+  uint32_t top_logprobs;
 } pcp_infer_request_params_t;
 
 // Tokenizes and queues a request. Errors (no callback runs): NOT_FOUND for

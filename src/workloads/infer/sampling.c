@@ -191,10 +191,39 @@ static void apply_penalties(pcp_sampler_t* sampler, const int32_t* history,
   }
 }
 
-pcp_status_t pcp_sampler_sample(pcp_sampler_t* sampler, const float* logits,
-                                const int32_t* history, size_t history_count,
-                                int32_t* out_token) {
+// Fills |out| (when not NULL): the sampled token's log-probability from its
+// weight |token_weight| (exp((x - max) / T)) over |total|, the weights'
+// sum over the set the token was drawn from, and the first |top_count| of
+// |order| (sorted by candidate_compare; |logit| fields hold weights).
+// Entries of zero weight (exp underflow) have no finite log-probability
+// and are not listed.
+static void logprobs_fill(const candidate_t* order, size_t count, double total,
+                          double token_weight, size_t top_count,
+                          pcp_sampler_logprobs_t* out) {
+  if (!out) {
+    return;
+  }
+  double log_total = log(total);
+  out->logprob = (float)(log(token_weight) - log_total);
+  out->top_count = 0;
+  for (size_t j = 0; j < count && j < top_count; ++j) {
+    if (!(order[j].logit > 0)) {
+      break;
+    }
+    out->top[j].token = order[j].id;
+    out->top[j].logprob = (float)(log(order[j].logit) - log_total);
+    out->top_count = j + 1;
+  }
+}
+
+static pcp_status_t sample(pcp_sampler_t* sampler, const float* logits,
+                           const int32_t* history, size_t history_count,
+                           size_t top_count, int32_t* out_token,
+                           pcp_sampler_logprobs_t* out) {
   *out_token = -1;
+  if (out) {
+    memset(out, 0, sizeof(*out));
+  }
   const pcp_sampling_params_t* p = &sampler->params;
   size_t n = (size_t)sampler->vocab;
   double* s = sampler->scratch;
@@ -217,7 +246,12 @@ pcp_status_t pcp_sampler_sample(pcp_sampler_t* sampler, const float* logits,
                            "or +inf)");
   }
   if (p->temperature == 0 || p->top_k == 1) {
+    // Greedy: the sampling policy is a point mass on the argmax.
     *out_token = (int32_t)best;
+    if (out && top_count > 0) {
+      out->top[0].token = (int32_t)best;
+      out->top_count = 1;
+    }
     return pcp_ok_status();
   }
   double inverse_t = 1.0 / p->temperature;
@@ -232,6 +266,7 @@ pcp_status_t pcp_sampler_sample(pcp_sampler_t* sampler, const float* logits,
     double u = pcp_rng_next_double(&sampler->rng) * total;
     double cumulative = 0;
     size_t last_positive = best;
+    size_t chosen = SIZE_MAX;
     for (size_t i = 0; i < n; ++i) {
       if (s[i] <= 0) {
         continue;
@@ -239,12 +274,26 @@ pcp_status_t pcp_sampler_sample(pcp_sampler_t* sampler, const float* logits,
       cumulative += s[i];
       last_positive = i;
       if (u < cumulative) {
-        *out_token = (int32_t)i;
-        return pcp_ok_status();
+        chosen = i;
+        break;
       }
     }
-    // Rounding left u at the very top: the last token with mass.
-    *out_token = (int32_t)last_positive;
+    if (chosen == SIZE_MAX) {
+      // Rounding left u at the very top: the last token with mass.
+      chosen = last_positive;
+    }
+    *out_token = (int32_t)chosen;
+    if (out) {
+      // The candidates buffer is free on this path: the best weights.
+      candidate_t* order = sampler->candidates;
+      size_t kept = select_top_k(s, n,
+                                 top_count < PCP_SAMPLER_MAX_TOP_LOGPROBS
+                                     ? top_count
+                                     : PCP_SAMPLER_MAX_TOP_LOGPROBS,
+                                 order);
+      qsort(order, kept, sizeof(candidate_t), candidate_compare);
+      logprobs_fill(order, kept, total, s[chosen], top_count, out);
+    }
     return pcp_ok_status();
   }
   // top-k / top-p: the candidates that can be kept, sorted by probability.
@@ -310,15 +359,40 @@ pcp_status_t pcp_sampler_sample(pcp_sampler_t* sampler, const float* logits,
   }
   double u = pcp_rng_next_double(&sampler->rng) * total;
   double cumulative = 0;
+  size_t chosen = count - 1;
   for (size_t j = 0; j < count; ++j) {
     cumulative += order[j].logit;
     if (u < cumulative) {
-      *out_token = order[j].id;
-      return pcp_ok_status();
+      chosen = j;
+      break;
     }
   }
-  *out_token = order[count - 1].id;
+  *out_token = order[chosen].id;
+  // The kept set renormalised: what the token was drawn from.
+  logprobs_fill(order, count, total, order[chosen].logit, top_count, out);
   return pcp_ok_status();
+}
+
+pcp_status_t pcp_sampler_sample(pcp_sampler_t* sampler, const float* logits,
+                                const int32_t* history, size_t history_count,
+                                int32_t* out_token) {
+  return sample(sampler, logits, history, history_count, 0, out_token, NULL);
+}
+
+pcp_status_t pcp_sampler_sample_logprobs(pcp_sampler_t* sampler,
+                                         const float* logits,
+                                         const int32_t* history,
+                                         size_t history_count, size_t top_count,
+                                         int32_t* out_token,
+                                         pcp_sampler_logprobs_t* out_logprobs) {
+  if (top_count > PCP_SAMPLER_MAX_TOP_LOGPROBS) {
+    *out_token = -1;
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "top_logprobs must be in [0, %d], not %zu",
+                           PCP_SAMPLER_MAX_TOP_LOGPROBS, top_count);
+  }
+  return sample(sampler, logits, history, history_count, top_count, out_token,
+                out_logprobs);
 }
 
 pcp_status_t pcp_sampler_sample_batch(pcp_sampler_t* samplers, size_t batch,

@@ -101,6 +101,10 @@ struct req_t {
   pcp_infer_text_fn_t on_text;
   pcp_infer_done_fn_t on_done;
   void* user_data;
+  // Per-token log-probabilities (NULL: none, and the plain sampler runs).
+  pcp_infer_token_fn_t on_token;
+  uint32_t top_logprobs;
+  pcp_string_builder_t token_bytes;  // scratch for on_token's bytes
   char session[PCP_INFER_MAX_MODEL_NAME + 1];
   pcp_sampler_t sampler;
   pcp_stop_state_t stop;
@@ -475,6 +479,7 @@ static void req_free(req_t* r) {
   pcp_stop_state_deinitialize(&r->stop);
   pcp_string_builder_deinitialize(&r->text);
   pcp_string_builder_deinitialize(&r->shown);
+  pcp_string_builder_deinitialize(&r->token_bytes);
   pcp_allocator_t allocator = r->allocator;
   pcp_allocator_free(allocator, r->ids);
   pcp_allocator_free(allocator, r);
@@ -585,6 +590,66 @@ static pcp_status_t text_finish(req_t* r) {
   return status;
 }
 
+// The bytes of token |id| alone (not the decoded text so far: a token may
+// hold part of a UTF-8 character, or a special token's text), appended to
+// |out|. Ids without text (padding past the tokenizer) append nothing.
+static pcp_status_t token_bytes(const pcp_infer_model_t* m, int32_t id,
+                                pcp_string_builder_t* out) {
+  switch (m->tokenizer_kind) {
+    case PCP_INFER_TOKENIZER_CHAR:
+      if (id >= 0 && (uint32_t)id < m->char_count) {
+        uint32_t o = m->char_offsets[id];
+        return pcp_string_builder_append(
+            out, pcp_make_string_view(m->char_text + o,
+                                      m->char_offsets[id + 1] - o));
+      }
+      return pcp_ok_status();
+    case PCP_INFER_TOKENIZER_BYTE: {
+      if (id < 0 || id > 255) {
+        return pcp_ok_status();
+      }
+      char byte = (char)id;
+      return pcp_string_builder_append(out, pcp_make_string_view(&byte, 1));
+    }
+    case PCP_INFER_TOKENIZER_BPE:
+      if (id < 0 || (uint32_t)id >= pcp_tokenizer_vocab_size(m->bpe)) {
+        return pcp_ok_status();
+      }
+      return pcp_tokenizer_decode(m->bpe, &id, 1,
+                                  PCP_TOKENIZER_DECODE_FLAG_RAW_BYTES, out);
+  }
+  return pcp_ok_status();
+}
+
+// Hands |token| and its log-probabilities to r->on_token. False: the
+// caller asked to stop, or an error (|out_status|).
+static bool token_report(req_t* r, int32_t token,
+                         const pcp_sampler_logprobs_t* lp,
+                         pcp_status_t* out_status) {
+  *out_status = pcp_ok_status();
+  pcp_infer_token_t entries[1 + PCP_SAMPLER_MAX_TOP_LOGPROBS];
+  size_t ends[1 + PCP_SAMPLER_MAX_TOP_LOGPROBS];
+  size_t count = 1 + lp->top_count;
+  pcp_string_builder_reset(&r->token_bytes);
+  for (size_t i = 0; i < count && !*out_status; ++i) {
+    entries[i].id = i == 0 ? token : lp->top[i - 1].token;
+    entries[i].logprob = i == 0 ? lp->logprob : lp->top[i - 1].logprob;
+    *out_status = token_bytes(r->model, entries[i].id, &r->token_bytes);
+    ends[i] = r->token_bytes.size;
+  }
+  if (*out_status) {
+    return false;
+  }
+  // Views are made once the builder stops growing (it may move).
+  for (size_t i = 0; i < count; ++i) {
+    size_t begin = i == 0 ? 0 : ends[i - 1];
+    entries[i].bytes = pcp_make_string_view(
+        r->token_bytes.data ? r->token_bytes.data + begin : "",
+        ends[i] - begin);
+  }
+  return r->on_token(r->user_data, &entries[0], entries + 1, count - 1);
+}
+
 static bool show(req_t* r) {
   if (r->shown.size == 0) {
     return true;
@@ -599,10 +664,25 @@ static bool show(req_t* r) {
 static bool req_token(runner_t* runner, req_t* r, const float* logits) {
   pcp_infer_service_t* s = runner->service;
   int32_t token = -1;
+  pcp_sampler_logprobs_t lp;
   pcp_status_t status =
-      pcp_sampler_sample(&r->sampler, logits, r->ids, (size_t)r->count, &token);
+      r->on_token ? pcp_sampler_sample_logprobs(&r->sampler, logits, r->ids,
+                                                (size_t)r->count,
+                                                r->top_logprobs, &token, &lp)
+                  : pcp_sampler_sample(&r->sampler, logits, r->ids,
+                                       (size_t)r->count, &token);
   if (status) {
     req_finish(runner, r, status, PCP_FINISH_REASON_NONE);
+    return false;
+  }
+  // Before the token's text: a caller pairs the text it gets next with the
+  // tokens reported since its last text.
+  if (r->on_token && !token_report(r, token, &lp, &status)) {
+    req_finish(
+        runner, r,
+        status ? status
+               : pcp_make_status(PCP_STATUS_CANCELLED, "the client went away"),
+        PCP_FINISH_REASON_NONE);
     return false;
   }
   int64_t t = now_ns(s);
@@ -1689,6 +1769,9 @@ static pcp_status_t req_create(pcp_allocator_t allocator,
   r->on_text = params->on_text;
   r->on_done = params->on_done;
   r->user_data = params->user_data;
+  r->on_token = params->on_token;
+  r->top_logprobs = params->top_logprobs;
+  pcp_string_builder_initialize(pcp_allocator_system(), 0, &r->token_bytes);
   if (params->session_key) {
     snprintf(r->session, sizeof(r->session), "%s", params->session_key);
   }
@@ -1859,6 +1942,11 @@ pcp_status_t pcp_infer_request_submit(pcp_infer_service_t* s,
   }
   if (!params->model || !params->on_text || !params->on_done) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "model: required");
+  }
+  if (params->top_logprobs > PCP_SAMPLER_MAX_TOP_LOGPROBS) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "top_logprobs: must be in [0, %d], not %u",
+                           PCP_SAMPLER_MAX_TOP_LOGPROBS, params->top_logprobs);
   }
   // A version switch between encoding and routing is rare (one per
   // export); a few tries cover back-to-back exports.
