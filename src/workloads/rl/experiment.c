@@ -466,7 +466,8 @@ static pcp_status_t cross_check(const pcp_workloads_rl_experiment_t* e,
              (long long)PCP_WORKLOADS_RL_MAX_ROLLOUTS_PER_ITERATION);
     return bad("num_prompts", what);
   }
-  if (json_object_get(root, "eval_every") && !e->eval_prompts_path)
+  json_t* eval_every = json_object_get(root, "eval_every");
+  if (eval_every && !json_is_null(eval_every) && !e->eval_prompts_path)
     return bad("eval_every", "needs eval_prompts_path (the held-out prompts)");
   if (e->warmup_steps > 0 && e->lr_schedule == PCP_DILOCO_LR_CONSTANT)
     return bad("warmup_steps", "needs lr_schedule cosine or warmup_constant");

@@ -322,6 +322,7 @@ static void test_required_and_unknown(void** state) {
                      PCP_STATUS_INVALID_ARGUMENT);
   }
   BAD(",\"eval_every\":5", "eval_every: needs eval_prompts_path");
+  OK(",\"eval_every\":null");
   // Over the size cap, refused before parsing.
   size_t big = PCP_WORKLOADS_RL_EXPERIMENT_MAX_BYTES + 1;
   char* text = NULL;
