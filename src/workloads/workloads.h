@@ -47,6 +47,9 @@
 //===--- RL rewards (src/workloads/rl/reward.c, issue 16) ---===//
 // Built-in verifiable rewards and the batch verifier interface.
 #include "workloads/rl/reward.h"  // IWYU pragma: export
+//===--- RL experiment (src/workloads/rl/experiment.c, prompts.c) ---===//
+// The GRPO job's experiment JSON and its prompts JSONL (issue 16).
+#include "workloads/rl/experiment.h"  // IWYU pragma: export
 
 #ifdef __cplusplus
 extern "C" {

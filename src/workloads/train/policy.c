@@ -240,6 +240,25 @@ static pcp_status_t path_outside(const char* key, const char* what,
                          config_key ? config_key : "", config_key ? "')" : "");
 }
 
+pcp_status_t pcp_workloads_train_policy_path_confine(
+    const pcp_workloads_train_policy_t* policy, bool model_roots,
+    const char* key, const char* path, char* out_path, size_t out_capacity) {
+  const pcp_string_list_t* roots =
+      model_roots ? &policy->model_roots : &policy->data_roots;
+  pcp_status_t status =
+      pcp_file_path_confine(path, (const char* const*)roots->items,
+                            roots->count, out_path, out_capacity);
+  if (!status)
+    return pcp_ok_status();
+  pcp_status_code_t code = pcp_status_consume_code(status);
+  if (code == PCP_STATUS_INVALID_ARGUMENT) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "key '%s': empty path",
+                           key);
+  }
+  return path_outside(key, model_roots ? "the model roots" : "the data roots",
+                      roots, model_roots ? "model_roots" : "data_roots");
+}
+
 // The strings of a pcp_diloco_config_t belong to the config module, which
 // frees them with the system allocator (pcp_config_deinitialize); a string
 // put in their place must come from the same one.

@@ -93,6 +93,16 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_train_spec_build(
     const pcp_workloads_train_policy_t* policy, const char* text,
     size_t byte_length, json_t** out_spec);
 
+// Confines |path| (experiment key |key|) under |policy|'s model roots
+// (|model_roots| true) or data roots, writing the resolved path into
+// |out_path| (|out_capacity| bytes): the rule every experiment path key
+// follows (the RL experiment reuses it). INVALID_ARGUMENT for an empty path,
+// PERMISSION_DENIED naming the key and the roots for a path outside them.
+// Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_train_policy_path_confine(
+    const pcp_workloads_train_policy_t* policy, bool model_roots,
+    const char* key, const char* path, char* out_path, size_t out_capacity);
+
 // A training job's history (src/workloads/train/history.c): its
 // "training.step" events as columns, one entry per outer step (the last
 // event of a step wins), {"job_id", "state", "outer_loop_steps", "points",
