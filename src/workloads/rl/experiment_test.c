@@ -33,8 +33,7 @@ static char g_outside_dir[PATH_MAX];
 static pcp_workloads_train_policy_t g_policy;
 
 static void write_file(const char* path, const char* text) {
-  assert_true(
-      pcp_status_is_ok(pcp_file_write_atomic(path, text, strlen(text))));
+  assert_true(!pcp_file_write_atomic(path, text, strlen(text)));
 }
 
 static int setup(void** state) {
@@ -66,7 +65,7 @@ static int setup(void** state) {
   file.model_roots = (pcp_string_list_t){.items = roots, .count = 1};
   pcp_status_t status = pcp_workloads_train_policy_initialize(
       &file, NULL, (uint64_t)8 << 30, &g_policy);
-  return pcp_status_is_ok(status) ? 0 : -1;
+  return !status ? 0 : -1;
 }
 
 static int teardown(void** state) {
