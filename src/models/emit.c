@@ -437,16 +437,26 @@ static val_t gather_cache_rows(emitter_t* e, val_t table, val_t indices) {
 // updates the tied cache in place.
 static val_t scatter_cache_rows(emitter_t* e, val_t table, val_t indices,
                                 val_t updates) {
+  // The barrier keeps the rows' producers (projection, gather, select) out
+  // of the scatter's dispatch: IREE 3.13 fuses them into it for some shapes
+  // (GPT, bf16) and then fails to compile the in-place write ("write
+  // affecting operations on global resources are restricted to workgroup
+  // distributed contexts").
+  val_t rows = fresh(e, updates.rank, updates.dims, updates.et);
+  char tu[128];
+  type_of(&updates, tu);
+  EMIT_LINE(e, "%s = stablehlo.optimization_barrier %s : %s", rows.name,
+            updates.name, tu);
+  updates = rows;
   val_t r = fresh(e, table.rank, table.dims, table.et);
   // Region arguments get ids of their own: names must not repeat within a
   // function, nested regions included.
   long long old_id = (long long)e->next_id++;
   long long new_id = (long long)e->next_id++;
   const char* et = pcp_element_type_name(table.et);
-  char tt[128], ti[128], tu[128];
+  char tt[128], ti[128];
   type_of(&table, tt);
   type_of(&indices, ti);
-  type_of(&updates, tu);
   EMIT_LINE(e,
             "%s = \"stablehlo.scatter\"(%s, %s, %s) ({\n"
             "    ^bb0(%%%lld: tensor<%s>, %%%lld: tensor<%s>):\n"
