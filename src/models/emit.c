@@ -725,9 +725,10 @@ static val_t write_decode_rows(emitter_t* e, val_t cache, int64_t layer,
 
 // Cached attention of one layer: k, v [B, S, KV, hd] (after norm and RoPE)
 // are written into the layer's cache rows, then q [B, S, H, hd] attends to
-// all L rows under gen_allowed. The cache is updated by select with a
-// one-hot matmul rather than a scatter: every op stays in the training op
-// set, and in f32 the one-hot product is exact. GQA needs no repeat: q is
+// all L rows under gen_allowed. @prefill updates the cache by select with
+// a one-hot matmul rather than a scatter: every op stays in the training op
+// set, and in f32 the one-hot product is exact. @decode scatters its rows
+// into the tied cache instead (write_decode_rows). GQA needs no repeat: q is
 // viewed as [B, KV, G, S, hd] and KV is a batch dim of both dots.
 static val_t attend_cache(emitter_t* e, val_t q, val_t k, val_t v) {
   int64_t layer = e->layer++;
