@@ -61,7 +61,6 @@ typedef struct emitter_t {
   // "generation"); @prefill keeps the one-hot rewrite.
   bool decode_rows;
   val_t gen_row_tail;  // [B, KV, 3] i32: (slot, kv head, row) per update
-  val_t gen_row_keep;  // [B * KV, hd] i1: false where pos >= L (no write)
 } emitter_t;
 
 //===----------------------------------------------------------------------===//
@@ -411,52 +410,22 @@ static val_t gather_rows(emitter_t* e, val_t table, val_t indices) {
   return r;
 }
 
-// |table| [layers, B, KV, L, hd] at the [N, 4] i32 |indices| (layer, slot,
-// kv head, row) -> [N, hd]: the cache rows a decode step is about to write.
-static val_t gather_cache_rows(emitter_t* e, val_t table, val_t indices) {
-  int64_t dims[2] = {indices.dims[0], table.dims[4]};
-  val_t r = fresh(e, 2, dims, table.et);
-  char tt[128], ti[128], tr[128];
-  type_of(&table, tt);
-  type_of(&indices, ti);
-  type_of(&r, tr);
-  EMIT_LINE(e,
-            "%s = \"stablehlo.gather\"(%s, %s) {dimension_numbers = "
-            "#stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0, "
-            "1, 2, 3], start_index_map = [0, 1, 2, 3], index_vector_dim = 1>, "
-            "slice_sizes = array<i64: 1, 1, 1, 1, %lld>, indices_are_sorted = "
-            "true} : (%s, %s) -> %s",
-            r.name, table.name, indices.name, (long long)table.dims[4], tt, ti,
-            tr);
-  return r;
-}
-
 // |table| [layers, B, KV, L, hd] with the rows [N, hd] |updates| written at
 // the [N, 4] |indices| (sorted and unique: one row per slot and kv head).
 // A scatter, unlike the one-hot rewrite, touches only those rows, so IREE
 // updates the tied cache in place.
 static val_t scatter_cache_rows(emitter_t* e, val_t table, val_t indices,
                                 val_t updates) {
-  // The barrier keeps the rows' producers (projection, gather, select) out
-  // of the scatter's dispatch: IREE 3.13 fuses them into it for some shapes
-  // (GPT, bf16) and then fails to compile the in-place write ("write
-  // affecting operations on global resources are restricted to workgroup
-  // distributed contexts").
-  val_t rows = fresh(e, updates.rank, updates.dims, updates.et);
-  char tu[128];
-  type_of(&updates, tu);
-  EMIT_LINE(e, "%s = stablehlo.optimization_barrier %s : %s", rows.name,
-            updates.name, tu);
-  updates = rows;
   val_t r = fresh(e, table.rank, table.dims, table.et);
   // Region arguments get ids of their own: names must not repeat within a
   // function, nested regions included.
   long long old_id = (long long)e->next_id++;
   long long new_id = (long long)e->next_id++;
   const char* et = pcp_element_type_name(table.et);
-  char tt[128], ti[128];
+  char tt[128], ti[128], tu[128];
   type_of(&table, tt);
   type_of(&indices, ti);
+  type_of(&updates, tu);
   EMIT_LINE(e,
             "%s = \"stablehlo.scatter\"(%s, %s, %s) ({\n"
             "    ^bb0(%%%lld: tensor<%s>, %%%lld: tensor<%s>):\n"
@@ -683,24 +652,20 @@ static void build_gen_masks(emitter_t* e, val_t positions, val_t lengths) {
 
 // @decode's row addresses, built once from the slot positions [B]: slot b
 // writes row pos_b of each kv head. A slot at pos_b >= L (full, idle in the
-// batch) must write nothing, as in the one-hot form: its row index is
-// clamped to L - 1 and the row's old value is written back.
+// batch) writes row L - 1 instead: the scatter must stay in bounds, and a
+// full slot's last row is never read again (it cannot decode or prefill
+// more; a session that reuses the slot keeps at most L - 1 rows, and a
+// reset starts from row 0). The one-hot @prefill writes nothing there.
 static void build_decode_rows(emitter_t* e, val_t positions) {
   int64_t bk1[3] = {e->b, e->kv, 1};
   static const int64_t kB[1] = {0};
-  val_t limit = splat(e, (double)e->max_len, PCP_ELEMENT_TYPE_I32, &positions);
-  val_t inside = compare(e, "LT", positions, limit);
   val_t last =
       splat(e, (double)(e->max_len - 1), PCP_ELEMENT_TYPE_I32, &positions);
-  val_t row = select_op(e, inside, positions, last);
+  val_t row = op_binary(e, "minimum", positions, last);
   val_t slot = iota(e, 3, bk1, 0, PCP_ELEMENT_TYPE_I32);
   val_t head = iota(e, 3, bk1, 1, PCP_ELEMENT_TYPE_I32);
   e->gen_row_tail = concat(e, concat(e, slot, head, 2),
                            broadcast(e, row, 3, bk1, kB, PCP_ARRAYSIZE(kB)), 2);
-  int64_t bkd[3] = {e->b, e->kv, e->hd};
-  int64_t nd[2] = {e->b * e->kv, e->hd};
-  e->gen_row_keep =
-      reshape(e, broadcast(e, inside, 3, bkd, kB, PCP_ARRAYSIZE(kB)), 2, nd);
 }
 
 // Writes one layer's new rows |rows| [B, 1, KV, hd] into |cache| [layers,
@@ -717,9 +682,7 @@ static val_t write_decode_rows(emitter_t* e, val_t cache, int64_t layer,
               concat(e, splat(e, (double)layer, PCP_ELEMENT_TYPE_I32, &like),
                      e->gen_row_tail, 2),
               2, n4);
-  val_t fresh_rows = reshape(e, rows, 2, nd);
-  val_t old_rows = gather_cache_rows(e, cache, index);
-  val_t update = select_op(e, e->gen_row_keep, fresh_rows, old_rows);
+  val_t update = reshape(e, rows, 2, nd);
   return scatter_cache_rows(e, cache, index, update);
 }
 
