@@ -57,8 +57,8 @@ typedef struct emitter_t {
   val_t k_cache_in, v_cache_in;    // [layers, B, KV, L, hd]
   val_t k_cache_out, v_cache_out;  // concatenation of the layers so far
   // @decode writes only its rows (scatter) into a cache tied to its
-  // argument, so the cache is updated in place (docs/decisions.md,
-  // "generation"); @prefill keeps the one-hot rewrite.
+  // argument, so the cache is updated in place (docs/decisions.md, "@decode
+  // updates the KV cache in place"); @prefill keeps the one-hot rewrite.
   bool decode_rows;
   val_t gen_row_tail;  // [B, KV, 3] i32: (slot, kv head, row) per update
 } emitter_t;
