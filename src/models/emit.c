@@ -56,6 +56,11 @@ typedef struct emitter_t {
   val_t gen_neg_inf;  // [B, KV, G, S, L] f32
   val_t k_cache_in, v_cache_in;    // [layers, B, KV, L, hd]
   val_t k_cache_out, v_cache_out;  // concatenation of the layers so far
+  // @decode writes only its rows (scatter) into a cache tied to its
+  // argument, so the cache is updated in place (docs/decisions.md, "@decode
+  // updates the KV cache in place"); @prefill keeps the one-hot rewrite.
+  bool decode_rows;
+  val_t gen_row_tail;  // [B, KV, 3] i32: (slot, kv head, row) per update
 } emitter_t;
 
 //===----------------------------------------------------------------------===//
@@ -405,6 +410,36 @@ static val_t gather_rows(emitter_t* e, val_t table, val_t indices) {
   return r;
 }
 
+// |table| [layers, B, KV, L, hd] with the rows [N, hd] |updates| written at
+// the [N, 4] |indices| (sorted and unique: one row per slot and kv head).
+// A scatter, unlike the one-hot rewrite, touches only those rows, so IREE
+// updates the tied cache in place.
+static val_t scatter_cache_rows(emitter_t* e, val_t table, val_t indices,
+                                val_t updates) {
+  val_t r = fresh(e, table.rank, table.dims, table.et);
+  // Region arguments get ids of their own: names must not repeat within a
+  // function, nested regions included.
+  long long old_id = (long long)e->next_id++;
+  long long new_id = (long long)e->next_id++;
+  const char* et = pcp_element_type_name(table.et);
+  char tt[128], ti[128], tu[128];
+  type_of(&table, tt);
+  type_of(&indices, ti);
+  type_of(&updates, tu);
+  EMIT_LINE(e,
+            "%s = \"stablehlo.scatter\"(%s, %s, %s) ({\n"
+            "    ^bb0(%%%lld: tensor<%s>, %%%lld: tensor<%s>):\n"
+            "      stablehlo.return %%%lld : tensor<%s>\n"
+            "    }) {scatter_dimension_numbers = #stablehlo.scatter<"
+            "update_window_dims = [1], inserted_window_dims = [0, 1, 2, 3], "
+            "scatter_dims_to_operand_dims = [0, 1, 2, 3], index_vector_dim = "
+            "1>, indices_are_sorted = true, unique_indices = true} : (%s, %s, "
+            "%s) -> %s",
+            r.name, table.name, indices.name, updates.name, old_id, et, new_id,
+            et, new_id, et, tt, ti, tu, tt);
+  return r;
+}
+
 //===----------------------------------------------------------------------===//
 // Layers
 //===----------------------------------------------------------------------===//
@@ -615,11 +650,48 @@ static void build_gen_masks(emitter_t* e, val_t positions, val_t lengths) {
   e->gen_neg_inf = splat(e, -INFINITY, PCP_ELEMENT_TYPE_F32, &f32_like);
 }
 
+// @decode's row addresses, built once from the slot positions [B]: slot b
+// writes row pos_b of each kv head. A slot at pos_b >= L (full, idle in the
+// batch) writes row L - 1 instead: the scatter must stay in bounds, and a
+// full slot's last row is never read again (it cannot decode or prefill
+// more; a session that reuses the slot keeps at most L - 1 rows, and a
+// reset starts from row 0). The one-hot @prefill writes nothing there.
+static void build_decode_rows(emitter_t* e, val_t positions) {
+  int64_t bk1[3] = {e->b, e->kv, 1};
+  static const int64_t kB[1] = {0};
+  val_t last =
+      splat(e, (double)(e->max_len - 1), PCP_ELEMENT_TYPE_I32, &positions);
+  val_t row = op_binary(e, "minimum", positions, last);
+  val_t slot = iota(e, 3, bk1, 0, PCP_ELEMENT_TYPE_I32);
+  val_t head = iota(e, 3, bk1, 1, PCP_ELEMENT_TYPE_I32);
+  e->gen_row_tail = concat(e, concat(e, slot, head, 2),
+                           broadcast(e, row, 3, bk1, kB, PCP_ARRAYSIZE(kB)), 2);
+}
+
+// Writes one layer's new rows |rows| [B, 1, KV, hd] into |cache| [layers,
+// B, KV, L, hd] at the decode positions (build_decode_rows).
+static val_t write_decode_rows(emitter_t* e, val_t cache, int64_t layer,
+                               val_t rows) {
+  int64_t bk1[3] = {e->b, e->kv, 1};
+  int64_t n4[2] = {e->b * e->kv, 4};
+  int64_t nd[2] = {e->b * e->kv, e->hd};
+  val_t like = {.rank = 3, .et = PCP_ELEMENT_TYPE_I32};  // shape only
+  memcpy(like.dims, bk1, sizeof(bk1));
+  val_t index =
+      reshape(e,
+              concat(e, splat(e, (double)layer, PCP_ELEMENT_TYPE_I32, &like),
+                     e->gen_row_tail, 2),
+              2, n4);
+  val_t update = reshape(e, rows, 2, nd);
+  return scatter_cache_rows(e, cache, index, update);
+}
+
 // Cached attention of one layer: k, v [B, S, KV, hd] (after norm and RoPE)
 // are written into the layer's cache rows, then q [B, S, H, hd] attends to
-// all L rows under gen_allowed. The cache is updated by select with a
-// one-hot matmul rather than a scatter: every op stays in the training op
-// set, and in f32 the one-hot product is exact. GQA needs no repeat: q is
+// all L rows under gen_allowed. @prefill updates the cache by select with
+// a one-hot matmul rather than a scatter: every op stays in the training op
+// set, and in f32 the one-hot product is exact. @decode scatters its rows
+// into the tied cache instead (write_decode_rows). GQA needs no repeat: q is
 // viewed as [B, KV, G, S, hd] and KV is a batch dim of both dots.
 static val_t attend_cache(emitter_t* e, val_t q, val_t k, val_t v) {
   int64_t layer = e->layer++;
@@ -631,6 +703,14 @@ static val_t attend_cache(emitter_t* e, val_t q, val_t k, val_t v) {
   val_t* outs[2] = {&e->k_cache_out, &e->v_cache_out};
   val_t caches[2];
   for (int i = 0; i < 2; ++i) {
+    if (e->decode_rows) {
+      // The layer's rows go into the whole cache; attention reads the
+      // layer's slice of the updated cache (this step's row included).
+      *outs[i] =
+          write_decode_rows(e, layer == 0 ? *ins[i] : *outs[i], layer, news[i]);
+      caches[i] = reshape(e, slice(e, *outs[i], 0, layer, layer + 1), 4, cd);
+      continue;
+    }
     val_t c = reshape(e, slice(e, *ins[i], 0, layer, layer + 1), 4, cd);
     val_t rows =
         transpose(e, dot(e, e->gen_onehot, news[i], 1, 1, 1), kCacheOrder);
@@ -1010,6 +1090,7 @@ static void emit_generation_function(emitter_t* e,
   e->layer = 0;
   e->t = prefill ? e->t : 1;
   e->n = e->b * e->t;
+  e->decode_rows = !prefill;
   char type[128], cache_type[128], vec_type[128];
   int64_t bs[2] = {e->b, e->t};
   val_t ids = {.name = "%input_ids", .rank = 2, .et = PCP_ELEMENT_TYPE_I32};
@@ -1042,16 +1123,24 @@ static void emit_generation_function(emitter_t* e,
   if (!e->status) {
     e->status = pcp_string_builder_append_f(
         e->builder,
-        "%%input_ids: %s, %%positions: %s, %s%s%s%%k_cache: %s, "
-        "%%v_cache: %s) -> (tensor<%lldx%lldxf32>, %s, %s) {\n",
+        "%%input_ids: %s, %%positions: %s, %s%s%s%%k_cache: %s%s, "
+        "%%v_cache: %s%s) -> (tensor<%lldx%lldxf32>, %s, %s) {\n",
         type, vec_type, prefill ? "%lengths: " : "", prefill ? vec_type : "",
-        prefill ? ", " : "", cache_type, cache_type, (long long)e->b,
+        prefill ? ", " : "", cache_type,
+        // @decode's caches are results 1 and 2 written into the argument's
+        // storage (IREE's iree.abi.output): the caller's resident cache is
+        // updated in place and comes back as the result.
+        prefill ? "" : " {iree.abi.output = 1 : index}", cache_type,
+        prefill ? "" : " {iree.abi.output = 2 : index}", (long long)e->b,
         (long long)e->v, cache_type, cache_type);
   }
   if (!prefill) {
     lengths = splat(e, 1.0, PCP_ELEMENT_TYPE_I32, &positions);
   }
   build_gen_masks(e, positions, lengths);
+  if (!prefill) {
+    build_decode_rows(e, positions);
+  }
   val_t logits = forward(e, params, ids);  // [B * S, V]
   int64_t bv[2] = {e->b, e->v};
   if (prefill) {
