@@ -467,6 +467,10 @@ static pcp_status_t recover_pass(pcp_workloads_runner_t* r, bool* out_failed) {
   }
 }
 
+bool pcp_workloads_runner_recovery_pending(pcp_workloads_runner_t* r) {
+  return atomic_load(&r->recover_pending);
+}
+
 pcp_status_t pcp_workloads_runner_recover(pcp_workloads_runner_t* r) {
   // Jobs caught mid-flight by a crash or a stop: re-run or finish cancel.
   bool failed = false;

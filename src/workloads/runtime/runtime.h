@@ -191,6 +191,12 @@ void pcp_workloads_runner_draining_set(pcp_workloads_runner_t* runner,
 // Wakes the scheduler (e.g. after a job was stored by other means).
 void pcp_workloads_runner_wake(pcp_workloads_runner_t* runner);
 
+// True while a recovery pass could not write some job's recovery (a store
+// write failed): that job is still in the state the crash left it, and
+// every scheduling round runs the pass again until it succeeds. For the
+// simulation's "no job lost" checker and tests.
+bool pcp_workloads_runner_recovery_pending(pcp_workloads_runner_t* runner);
+
 // Waits until no job runs here or |timeout_ms| passed (real time; tests
 // and shutdown). True when idle.
 bool pcp_workloads_runner_idle_wait(pcp_workloads_runner_t* runner,
