@@ -33,3 +33,8 @@ add_test(NAME models_grpo_jax_test
           $<TARGET_FILE:pcp> $<TARGET_FILE:rl_tool>)
 set_tests_properties(models_grpo_jax_test PROPERTIES
   ENVIRONMENT "${PCP_TEST_ENV}" TIMEOUT 900 LABELS "models;e2e;noasan")
+# The RL job kind (rl/job.c: the GRPO loop on the runner; rl/job_state.c:
+# its state, checkpoints and served directory, docs/rl.md "The job").
+target_sources(pcp_workloads PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/rl/job.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/rl/job_state.c)
