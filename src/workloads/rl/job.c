@@ -719,7 +719,7 @@ static uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Evaluation: the first (at most 256) held-out prompts, a few samples each
+// Evaluation: the first (at most 256) held-out prompts, up to 8 samples each
 // at the experiment's temperature with a fixed seed, on the newest version.
 static pcp_status_t evaluate(rl_run_t* run, double* out_mean) {
   *out_mean = NAN;
@@ -729,7 +729,7 @@ static pcp_status_t evaluate(rl_run_t* run, double* out_mean) {
                      ? run->eval_prompts.count
                      : PCP_WORKLOADS_RL_MAX_EVAL_PROMPTS;
   int64_t samples = (int64_t)(PCP_WORKLOADS_RL_MAX_EVAL_PROMPTS / count);
-  samples = samples < 1 ? 1 : samples > 4 ? 4 : samples;
+  samples = samples < 1 ? 1 : samples > 8 ? 8 : samples;
   uint32_t* indices = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
       run->allocator, count * sizeof(uint32_t), (void**)&indices));
@@ -768,7 +768,9 @@ static pcp_status_t evaluate(rl_run_t* run, double* out_mean) {
   return status;
 }
 
-static void progress_publish(rl_run_t* run) {
+// |event|: also a "rl.iteration" store event (one per iteration; the
+// publishes at start and after the base evaluation add none).
+static void progress_publish(rl_run_t* run, bool event_too) {
   json_t* progress = pcp_workloads_rl_progress_json(
       run->state, run->experiment.num_iterations, run->served_name);
   if (!progress) {
@@ -777,7 +779,7 @@ static void progress_publish(rl_run_t* run) {
   pcp_workloads_job_progress_publish(run->job, progress);
   // The SSE stream carries store events: one per iteration, the curve's
   // newest point without the whole history.
-  json_t* event = json_deep_copy(progress);
+  json_t* event = event_too ? json_deep_copy(progress) : NULL;
   if (event) {
     json_object_del(event, "history");
     pcp_status_ignore(pcp_store_job_event_append(
@@ -1026,7 +1028,7 @@ static pcp_status_t iteration_run(rl_run_t* run, int64_t i) {
     s->checkpoint_iteration = s->iteration;
   }
   metrics_update(run, rollout_tokens, dropped);
-  progress_publish(run);
+  progress_publish(run, true);
   return pcp_ok_status();
 }
 
@@ -1158,7 +1160,7 @@ static pcp_status_t run_body(rl_run_t* run, const char* text) {
       run->job, PCP_STORE_JOB_STATE_PLACING, NULL));
   PCP_RETURN_IF_ERROR_BARE(run_prepare(run, text));
   metrics_get(run->rl->options.metrics, &run->metrics);
-  progress_publish(run);
+  progress_publish(run, false);
   PCP_RETURN_IF_ERROR_BARE(pcp_workloads_job_transition(
       run->job, PCP_STORE_JOB_STATE_COMPILING, NULL));
   // The policy's current version is served while the trainer compiles.
@@ -1187,7 +1189,7 @@ static pcp_status_t run_body(rl_run_t* run, const char* text) {
         .eval_reward_mean = mean,
     };
     pcp_workloads_rl_state_history_append(run->state, &point);
-    progress_publish(run);
+    progress_publish(run, false);
   }
   for (int64_t i = run->state->iteration; i < e->num_iterations; ++i) {
     if (pcp_workloads_job_should_stop(run->job)) {
