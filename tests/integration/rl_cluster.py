@@ -165,7 +165,8 @@ class Cluster:
             "seed": 3}
         t0 = time.time()
         status, job = self.request("POST", "/v1/training/jobs", experiment)
-        check(status == 202, "training job accepted: %s %s" % (status, job))
+        check(status == 202, "training job accepted: %s %s" %
+              (status, job.get("job_id") or job))
         job_id = job.get("job_id")
         if not job_id:
             return None

@@ -53,7 +53,8 @@ def main():
             "seed": 5, "reward": {"type": "contains", "text": "e"},
             "base_model": {"train_job": train_job, "spec": rc.SPEC}}
         status, job = c.request("POST", "/v1/rl/jobs", experiment)
-        check(status == 202, "rl job accepted: %s %s" % (status, job))
+        check(status == 202, "rl job accepted: %s %s" %
+              (status, job.get("job_id") or job))
         job_id = job.get("job_id")
         if not job_id:
             return False
