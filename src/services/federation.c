@@ -917,8 +917,8 @@ static const capability_t kCapabilities[] = {
     {"federation.replication.inspect", NULL},  // GET /v1/federation/replication
     {"federation.connect", federation_on},     // the connect loop runs
     {"federation.training.jobs", federation_jobs_on},  // internal routes
-    {"rl.grpo", NULL},                            // POST /v1/rl/jobs
-    {"federation.rl.jobs", federation_jobs_on},  // the internal rl route
+    {"rl.grpo", NULL},                                 // POST /v1/rl/jobs
+    {"federation.rl.jobs", federation_jobs_on},        // the internal rl route
 };
 
 pcp_status_t pcp_services_capabilities_get(void* user_data,
