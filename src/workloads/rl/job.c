@@ -315,8 +315,39 @@ static pcp_allocator_t allocator_of(const pcp_workloads_rl_t* rl) {
                                    : pcp_allocator_system();
 }
 
+// The gateway memory a job holds per parameter: f32 policy, AdamW m and v
+// and the reference (4 x 4 bytes), the training kind's figure.
+#define RL_BYTES_PER_PARAMETER 16
+
+// The policy's caps (the training policy's: max_job_parameters,
+// max_job_gateway_bytes) against |spec|'s parameter count.
+static pcp_status_t size_check(const pcp_workloads_train_policy_t* policy,
+                               const pcp_models_spec_t* spec) {
+  pcp_models_parameter_table_t table;
+  PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
+      spec, pcp_allocator_system(), &table));
+  int64_t count = table.total_elements;
+  pcp_models_parameter_table_deinitialize(&table);
+  if (!policy) {
+    return pcp_ok_status();
+  }
+  if (count > policy->max_parameters ||
+      count > policy->max_job_bytes / RL_BYTES_PER_PARAMETER) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "base_model: %" PRId64 " parameters (%" PRId64
+        " bytes of gateway memory at %d per parameter); the caps are %" PRId64
+        " parameters and %" PRId64
+        " bytes (gateway config 'max_job_parameters', "
+        "'max_job_gateway_bytes')",
+        count, count * RL_BYTES_PER_PARAMETER, RL_BYTES_PER_PARAMETER,
+        policy->max_parameters, policy->max_job_bytes);
+  }
+  return pcp_ok_status();
+}
+
 // The checks that need the service's state: the store's training jobs, the
-// model.json of the other forms, a verifier builder.
+// model.json of every model, the size caps, a verifier builder.
 static pcp_status_t experiment_service_check(
     pcp_workloads_rl_t* rl, const pcp_workloads_rl_experiment_t* e) {
   const pcp_workloads_rl_model_t* models[] = {&e->base_model,
@@ -326,16 +357,13 @@ static pcp_status_t experiment_service_check(
     if (models[i]->source == PCP_WORKLOADS_RL_MODEL_NONE) {
       continue;
     }
-    if (models[i]->source == PCP_WORKLOADS_RL_MODEL_TRAIN_JOB) {
-      PCP_RETURN_IF_ERROR_BARE(
-          train_job_check(rl->options.store, keys[i], models[i]->train_job));
-    } else {
-      model_source_t source;
-      pcp_status_t status =
-          model_source_resolve(rl, keys[i], models[i], &source);
-      model_source_deinitialize(&source);
-      PCP_RETURN_IF_ERROR_BARE(status);
+    model_source_t source;
+    pcp_status_t status = model_source_resolve(rl, keys[i], models[i], &source);
+    if (!status && i == 0) {
+      status = size_check(rl->options.policy, &source.spec);
     }
+    model_source_deinitialize(&source);
+    PCP_RETURN_IF_ERROR_BARE(status);
   }
   if (!e->reward && !rl->options.verifier_create) {
     return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
@@ -1046,6 +1074,7 @@ static pcp_status_t run_prepare(rl_run_t* run, const char* text) {
   }
   PCP_RETURN_IF_ERROR_BARE(
       model_source_resolve(rl, "base_model", &e->base_model, &run->base));
+  PCP_RETURN_IF_ERROR_BARE(size_check(rl->options.policy, &run->base.spec));
   PCP_RETURN_IF_ERROR_BARE(pcp_models_parameter_table_initialize(
       &run->base.spec, run->allocator, &run->table));
   PCP_RETURN_IF_ERROR_BARE(buffers_allocate(run));
