@@ -35,8 +35,10 @@ docs/autodiff.md's formulas. Checks:
     norm before the clip, tokens, workers) equal the reference's;
   - one worker and two workers give the same parameters;
   - a stop hook that turns true during the update ends it CANCELLED with
-    nothing written, soon after (workers delayed 400 ms per task, so a
-    task is running when it fires).
+    nothing written, within 300 ms of the stop, although the worker's
+    running task goes on for 1.5 s (workers delayed 1500 ms per task): the
+    trainer cancels, returns, and keeps what the task borrows until it
+    ends.
 
 Tolerances (f32): ref_logp 1e-4 absolute; gradient 1e-4 of its tensor's
 largest magnitude (the models' JAX tests' tolerance); params' within 1e-3
@@ -365,19 +367,20 @@ def main():
         # Stop during the update: CANCELLED, nothing written.
         cfg = dict(config, workers=1, max_workers=1, stop_after_ms=200)
         try:
-            d = run_tool(work, "stop", cfg, arrays, 1, delay_ms=400)
+            d = run_tool(work, "stop", cfg, arrays, 1, delay_ms=1500)
             with open(os.path.join(d, "result.json")) as f:
                 r = json.load(f)
             same = np.array_equal(load(d, "params_out.f32", count),
                                   flat(params))
             same = same and np.array_equal(load(d, "m_out.f32", count),
                                            flat(m0))
-            check("stop during the update: CANCELLED, nothing written",
-                  r.get("status") == "CANCELLED" and same and
-                  r["update_wall_s"] < 0.2 + 0.4 + 0.5,
-                  "%s after %.3f s (stop at 0.2 s, tasks 0.4 s), params "
-                  "%s" % (r.get("status"), r["update_wall_s"],
-                          "unchanged" if same else "CHANGED"))
+            latency = r["update_wall_s"] - 0.2
+            check("stop during the update: CANCELLED within 300 ms, nothing "
+                  "written",
+                  r.get("status") == "CANCELLED" and same and latency < 0.3,
+                  "%s %.0f ms after the stop (the running task takes 1.5 s), "
+                  "params %s" % (r.get("status"), 1000 * latency,
+                                 "unchanged" if same else "CHANGED"))
         except Exception as exc:
             check("stop during the update", False, str(exc))
 
