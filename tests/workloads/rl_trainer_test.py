@@ -34,6 +34,8 @@ docs/autodiff.md's formulas. Checks:
   - the metrics (loss, mean KL, clip fractions, mean ratio, gradient
     norm before the clip, tokens, workers) equal the reference's;
   - one worker and two workers give the same parameters;
+  - with worker_class "rl" and two workers of classes "other" and "rl",
+    only the "rl" worker takes part (and the step is the same);
   - a stop hook that turns true during the update ends it CANCELLED with
     nothing written, within 300 ms of the stop, although the worker's
     running task goes on for 1.5 s (workers delayed 1500 ms per task): the
@@ -148,7 +150,7 @@ def batch(rng, policy_logp_fn):
     return ids, targets, mask, old, adv.astype(np.float32)
 
 
-def start_worker(work, port, device, delay_ms=0):
+def start_worker(work, port, device, delay_ms=0, worker_class=None):
     env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=JOIN)
     name = "worker%d" % device
     args = [PCP, "--worker", "--connect", "127.0.0.1:%d" % port,
@@ -156,12 +158,14 @@ def start_worker(work, port, device, delay_ms=0):
             "--cache-dir", os.path.join(work, "cache-" + name)]
     if delay_ms:
         args += ["--test-task-delay-ms", str(delay_ms)]
+    if worker_class:
+        args += ["--worker-class", worker_class]
     err = open(os.path.join(work, name + ".err"), "a")
     return subprocess.Popen(args, env=env, stderr=err,
                             stdout=subprocess.DEVNULL)
 
 
-def run_tool(work, name, config, arrays, workers, delay_ms=0):
+def run_tool(work, name, config, arrays, workers, delay_ms=0, classes=None):
     """One tool run with |workers| real workers; returns its directory."""
     d = os.path.join(work, name)
     os.makedirs(d)
@@ -179,7 +183,9 @@ def run_tool(work, name, config, arrays, workers, delay_ms=0):
         if not line.startswith("port "):
             raise RuntimeError("tool did not print its port: %r" % line)
         port = int(line.split()[1])
-        procs = [start_worker(d, port, i, delay_ms) for i in range(workers)]
+        procs = [start_worker(d, port, i, delay_ms,
+                              classes[i] if classes else None)
+                 for i in range(workers)]
         rc = tool.wait(timeout=600)
         if rc != 0:
             with open(os.path.join(d, "tool.err")) as f:
@@ -363,6 +369,25 @@ def main():
                   "max diff %.2e (%s)" % (diff, "bitwise equal"
                                           if np.array_equal(a, b) else
                                           "not bitwise"))
+
+        # Worker classes: two workers, one of the trainer's class; the
+        # step runs on that one alone and equals the 1-worker step.
+        cfg = dict(config, workers=2, max_workers=2, worker_class="rl")
+        try:
+            d = run_tool(work, "class", cfg, arrays, 2,
+                         classes=["other", "rl"])
+            with open(os.path.join(d, "result.json")) as f:
+                r = json.load(f)
+            same = 1 in outs and np.array_equal(
+                load(d, "params_out.f32", count),
+                load(outs[1], "params_out.f32", count))
+            check("worker_class 'rl' with workers of classes 'other' and "
+                  "'rl': only the 'rl' worker computes, same step",
+                  r["workers"] == 1 and same,
+                  "%d worker(s), params %s the 1-worker run's" % (
+                      r["workers"], "equal to" if same else "DIFFERENT from"))
+        except Exception as exc:
+            check("worker_class", False, str(exc))
 
         # Stop during the update: CANCELLED, nothing written.
         cfg = dict(config, workers=1, max_workers=1, stop_after_ms=200)

@@ -18,9 +18,10 @@
 // Placement is by worker id: the trainer lists the connected workers whose
 // JOIN named its worker class (pcp_fabric_worker_info_t.worker_class; ""
 // takes every worker), in worker id order, and pins each task to one of
-// them. That gives the data-parallel split the update needs (whole
-// micro-batches per task) without a gang: a step never waits for W workers
-// to be free at once, and the same split is reproducible.
+// them (naming the class too, which the fabric checks). That gives the
+// data-parallel split the update needs (whole micro-batches per task) without a
+// gang: a step never waits for W workers to be free at once, and the same split
+// is reproducible.
 //
 // Every worker taking part holds one session "<prefix>:<k>" (k a counter,
 // fresh after the worker was lost or failed, since a lost worker's sessions
@@ -198,9 +199,10 @@ static pcp_status_t options_validate(
         PCP_STATUS_INVALID_ARGUMENT, "accumulation_steps: %lld not in [1, %d]",
         (long long)o->accumulation_steps, PCP_COMPILE_MAX_ACCUMULATION_STEPS);
   }
-  if (o->worker_class && strlen(o->worker_class) > MAX_CLASS_LENGTH) {
+  if (o->worker_class && o->worker_class[0] &&
+      !pcp_sched_class_name_is_valid(o->worker_class)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "worker_class: longer than %u bytes",
+                           "worker_class: not 1..%u bytes of [A-Za-z0-9._-]",
                            MAX_CLASS_LENGTH);
   }
   if (o->max_workers < 1 || o->max_workers > MAX_WORKERS) {
@@ -530,9 +532,9 @@ static worker_slot_t* slot_get(pcp_workloads_rl_trainer_t* t,
   return slot;
 }
 
-// The connected workers of the class (worker id order). With |prepared|
-// only those whose (backend, target) has programs, at most |max| of them,
-// each with its slot.
+// The connected workers of the class whose (backend, target) has programs
+// (worker id order), at most |max| of them, each with its slot.
+// UNAVAILABLE when there is none.
 static pcp_status_t workers_choose(pcp_workloads_rl_trainer_t* t, uint32_t max,
                                    chosen_t* out, uint32_t* out_count) {
   *out_count = 0;
@@ -637,6 +639,9 @@ static pcp_status_t task_submit(pcp_workloads_rl_trainer_t* t,
                                 pcp_fabric_task_params_t* params) {
   PCP_ASSERT(b->count < b->capacity);
   params->worker_id = slot->worker_id;
+  // The fabric checks the class too: a worker that joined again with
+  // another class fails the task instead of running it.
+  params->worker_class_name = t->worker_class[0] ? t->worker_class : NULL;
   params->session_id = slot->session;
   params->max_attempts = 1;
   pcp_fabric_task_t* task = NULL;
