@@ -480,6 +480,17 @@ static void test_config_worker_class(void** state) {
       "{\"model_path\":\"m\",\"data_path\":\"d\",\"worker_class\":3}",
       "worker_class");
   expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\","
+      "\"serve_worker_class\":\"x y\"}",
+      "serve_worker_class");
+  EXPECT_CODE(parse("{\"model_path\":\"m\",\"data_path\":\"d\","
+                    "\"serve_worker_class\":\"gen\"}",
+                    &c, NULL),
+              PCP_STATUS_OK);
+  assert_string_equal(c.serve_worker_class, "gen");
+  assert_null(c.worker_class);
+  pcp_diloco_config_deinitialize(&c);
+  expect_error_naming(
       "{\"model_path\":\"m\",\"data_path\":\"d\",\"worker_class\":"
       "\"0123456789012345678901234567890123456789012345678901234567890123\"}",
       "worker_class");

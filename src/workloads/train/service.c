@@ -910,6 +910,11 @@ pcp_status_t pcp_diloco_job_model_export(job_t* job) {
     json_object_set_new(model, "weights_sha256", json_string(digest_hex));
     json_object_set_new(model, "val_loss",
                         pcp_diloco_json_number_or_null(job->last_val_loss));
+    if (job->config.serve_worker_class) {
+      // Served only there (docs/api.md), away from the training workers.
+      json_object_set_new(model, "worker_class",
+                          json_string(job->config.serve_worker_class));
+    }
   }
   char* text = model ? json_dumps(model, JSON_INDENT(2)) : NULL;
   json_decref(model);
