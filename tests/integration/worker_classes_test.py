@@ -244,6 +244,29 @@ def main():
 
         # 5. Bad names.
         bad_names(work, fabric_port)
+
+        # 6. A node manager hands its class to its children.
+        nm = subprocess.Popen(
+            [gt.PCP, "--node-manager", "--scale", "1", "--host", "127.0.0.1",
+             "--port", str(fabric_port), "--backend", "cpu", "--api-port",
+             "0", "--worker-class", "nm-pool"],
+            env=dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN),
+            stderr=open(os.path.join(work, "nm.err"), "w"))
+        workers.append(nm)
+        joined = wait_for(lambda: [
+            w for w in request("GET", "/v1/workers")[1].get("workers", [])
+            if w["worker_class"] == "nm-pool" and w["state"] == "connected"],
+            60, "the node manager's worker joined")
+        check(bool(joined) and len(joined) == 1,
+              "the node manager's child joined with --worker-class nm-pool")
+        p = subprocess.run(
+            [gt.PCP, "--node-manager", "--scale", "1", "--host", "127.0.0.1",
+             "--port", str(fabric_port), "--api-port", "0",
+             "--worker-class", "bad:class"],
+            capture_output=True, timeout=30)
+        check(p.returncode != 0 and b"--worker-class" in p.stderr,
+              "a node manager with a malformed class is a usage error: "
+              "rc=%d %s" % (p.returncode, p.stderr[-200:]))
         ok = not gt.FAILURES
     finally:
         for p in workers:
