@@ -97,12 +97,16 @@ class Cluster:
         return wait_for(lambda: self.request("GET", "/healthz")[0] == 200, 60,
                         "the gateway answers")
 
-    def workers_start(self, count=2):
+    def workers_start(self, count=2, classes=None):
+        """|classes|: each worker's --worker-class (None: none)."""
         for device in range(count):
+            extra = (["--worker-class", classes[device]]
+                     if classes and classes[device] else [])
             self.workers.append(subprocess.Popen(
                 [self.pcp, "--worker", "--connect",
                  "127.0.0.1:%d" % self.fabric, "--device-id", str(device),
-                 "--cache-dir", os.path.join(self.work, "cache%d" % device)],
+                 "--cache-dir", os.path.join(self.work, "cache%d" % device)]
+                + extra,
                 env=dict(os.environ, PCP_WORKER_JOIN_TOKEN=JOIN),
                 stderr=open(os.path.join(self.work, "worker%d.err" % device),
                             "a")))

@@ -6,15 +6,20 @@ A real gateway and two workers (rl_cluster.py) train a small base model
 briefly (learning is not what this test measures), then run a GRPO job of
 8 iterations with a checkpoint every 2. Once a checkpoint exists and the
 next iteration ran, the gateway is SIGKILLed mid-run and restarted on the
-same state dir (the workers reconnect). Asserted:
+same state dir (the workers reconnect). The workers have classes: the
+policy is served (rollouts decode) on "gen", the update runs on "train".
+Asserted:
   - right after the restart, before the run publishes, the job's "rl"
     object is the checkpoint's (iteration = the checkpoint's, history kept);
   - the iteration never goes back below the checkpoint's (sampled while
     the resumed run works), and the first rl.iteration event after the
     restart is checkpoint + 1 (nothing before it is repeated);
   - the history's points up to the checkpoint are the ones the first run
-    published, bit for bit;
-  - the job succeeds with all 8 iterations, a point for each.
+    published, bit for bit, and the iteration after it, which the killed
+    run had done, is done again to the same point bit for bit (same
+    prompts, seeds, weights and AdamW state; one update worker);
+  - the job succeeds with all 8 iterations, a point for each;
+  - the final policy is served on the "gen" worker only.
 
 usage: rl_resume_test.py PCP
 """
@@ -39,7 +44,9 @@ def main():
     ok = False
     t0 = time.time()
     try:
-        if not c.gateway_start() or not c.workers_start(2):
+        # Worker classes (issue 16 Deliver 2): rollouts decode on "gen",
+        # the update runs on "train".
+        if not c.gateway_start() or not c.workers_start(2, ["gen", "train"]):
             return False
         train_job = c.train_base(steps=4)
         if not train_job:
@@ -51,7 +58,9 @@ def main():
             "temperature": 1.0, "max_off_policy_steps": 0,
             "prompts_path": prompts, "checkpoint_every": CHECKPOINT_EVERY,
             "seed": 5, "reward": {"type": "contains", "text": "e"},
-            "base_model": {"train_job": train_job, "spec": rc.SPEC}}
+            "base_model": {"train_job": train_job, "spec": rc.SPEC},
+            "rollout_worker_class": "gen", "trainer_worker_class": "train",
+            "served_model_name": "rl-resume"}
         status, job = c.request("POST", "/v1/rl/jobs", experiment)
         check(status == 202, "rl job accepted: %s %s" %
               (status, job.get("job_id") or job))
@@ -110,6 +119,15 @@ def main():
         check(history[:len(kept)] == kept,
               "the %d points up to the checkpoint are kept bit for bit" %
               len(kept))
+        # The iteration the killed run did after the checkpoint, done again
+        # from the checkpoint: the same prompts, rollout seeds and weights,
+        # so the same rewards and the same update.
+        redone = [p for p in before["history"] if p["iteration"] == ckpt + 1]
+        again = [p for p in history if p["iteration"] == ckpt + 1]
+        check(redone and again and redone[0] == again[0],
+              "iteration %d redone after the restart is the same point (its "
+              "rewards, and the update's KL and clip fraction, bit for bit): "
+              "%s vs %s" % (ckpt + 1, redone, again))
         _, events = c.request("GET", "/v1/jobs/%s/events" % job_id)
         evs = events.get("events", [])
         # The recovery's transition back to queued marks the restart.
@@ -122,6 +140,14 @@ def main():
         check(first == ckpt + 1,
               "the first iteration after the restart is %d: %s" %
               (ckpt + 1, first))
+        _, models = c.request("GET", "/v1/models")
+        served = [m for m in models.get("data", [])
+                  if m.get("id") == "rl-resume"]
+        check(served and served[0].get("worker_class") == "gen" and
+              served[0].get("workers") == 1 and
+              served[0].get("outer_step") == ITERATIONS,
+              "the policy is served on the gen worker only, at version %d: "
+              "%s" % (ITERATIONS, served))
         print("wall time %.0f s" % (time.time() - t0))
         ok = True
     finally:

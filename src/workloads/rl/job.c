@@ -684,7 +684,8 @@ static pcp_status_t served_wait(rl_run_t* run, int64_t lowest) {
 // Exports the current parameters as version state->version and tells the
 // inference service.
 static pcp_status_t policy_export(rl_run_t* run) {
-  const char* worker_class = NULL;
+  // Only the rollout class's workers get the policy's runners.
+  const char* worker_class = run->experiment.rollout_worker_class;
   pcp_workloads_rl_export_t e = {
       .dir = run->served_dir,
       .name = run->served_name,
@@ -1147,13 +1148,52 @@ static pcp_status_t run_prepare(rl_run_t* run, const char* text) {
   return pcp_ok_status();
 }
 
+// The trainer's data-parallel width: the connected workers of its class
+// (none: every worker), at most RL_MAX_TRAINER_WORKERS. A restarted
+// gateway's run starts before its workers are back: it waits for the first
+// (as long as a version may take to be served), and for as many as the
+// checkpoint's run had for up to 60 s more, so its batches split over the
+// same number of workers (the sums, and so the numbers, are the first
+// run's); it never takes more than that.
+static pcp_status_t trainer_workers_wait(rl_run_t* run) {
+  pcp_fabric_endpoint_t* fabric = run->rl->options.fabric;
+  const char* worker_class = run->experiment.trainer_worker_class;
+  int64_t timeout_ms = run->rl->options.serve_timeout_ms > 0
+                           ? run->rl->options.serve_timeout_ms
+                           : 600000;
+  PCP_RETURN_IF_ERROR(
+      pcp_fabric_workers_wait_class(
+          fabric, NULL, NULL, worker_class, 1,
+          pcp_fabric_endpoint_now_ns(fabric) + timeout_ms * 1000000, run_stop,
+          run, NULL),
+      "waiting for a worker%s%s for the update",
+      worker_class ? " of class " : "", worker_class ? worker_class : "");
+  int64_t want = run->state->workers;
+  if (want > 1) {
+    pcp_status_t status = pcp_fabric_workers_wait_class(
+        fabric, NULL, NULL, worker_class, (uint32_t)want,
+        pcp_fabric_endpoint_now_ns(fabric) + INT64_C(60000000000), run_stop,
+        run, NULL);
+    if (pcp_status_code(status) == PCP_STATUS_CANCELLED) {
+      return status;
+    }
+    pcp_status_ignore(status);  // a late worker: go on with fewer
+  }
+  int64_t workers = pcp_fabric_workers_count(fabric, NULL, NULL, worker_class);
+  workers = workers < 1 ? 1 : workers;
+  workers = workers > RL_MAX_TRAINER_WORKERS ? RL_MAX_TRAINER_WORKERS : workers;
+  if (want > 0 && workers > want) {
+    workers = want;
+  }
+  run->state->workers = workers;
+  return pcp_ok_status();
+}
+
 // Compiling: the trainer for the connected workers.
 static pcp_status_t trainer_start(rl_run_t* run) {
   const pcp_workloads_rl_experiment_t* e = &run->experiment;
-  uint32_t workers = pcp_fabric_worker_count(run->rl->options.fabric,
-                                             PCP_FABRIC_WORKER_CONNECTED);
-  workers = workers < 1 ? 1 : workers;
-  workers = workers > RL_MAX_TRAINER_WORKERS ? RL_MAX_TRAINER_WORKERS : workers;
+  PCP_RETURN_IF_ERROR_BARE(trainer_workers_wait(run));
+  uint32_t workers = (uint32_t)run->state->workers;
   run->workers = workers;
   run->micro_batch = run->base.spec.batch;
   int64_t rollouts = e->num_prompts * e->group_size;
@@ -1165,7 +1205,7 @@ static pcp_status_t trainer_start(rl_run_t* run) {
       .compile_queue = run->rl->options.compile_queue,
       .spec = run->base.spec,
       .accumulation_steps = run->accumulation,
-      .worker_class = NULL,
+      .worker_class = e->trainer_worker_class,
       .max_workers = workers,
       .beta1 = e->beta1,
       .beta2 = e->beta2,

@@ -66,7 +66,10 @@ typedef struct pcp_workloads_rl_state_t {
   int64_t stale_dropped;  // rollouts
   int64_t degenerate_groups;
   int64_t truncated_tokens;
-  int64_t skipped_updates;       // iterations whose every group was stale
+  int64_t skipped_updates;  // iterations whose every group was stale
+  // The trainer's data-parallel width (0: not chosen yet): a resumed run
+  // waits a while for as many workers, so its batches split as before.
+  int64_t workers;
   double eval_reward_mean;       // the last evaluation's; NaN: none
   int64_t checkpoint_iteration;  // of the newest checkpoint; -1: none
   pcp_workloads_rl_last_t last;

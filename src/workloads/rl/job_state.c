@@ -104,7 +104,7 @@ static json_t* last_json(const pcp_workloads_rl_last_t* l) {
 json_t* pcp_workloads_rl_state_json(const pcp_workloads_rl_state_t* state) {
   return json_pack(
       "{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:o, "
-      "s:o}",
+      "s:o, s:I}",
       "format", 1, "iteration", (json_int_t)state->iteration, "step",
       (json_int_t)state->step, "version", (json_int_t)state->version, "seed",
       (json_int_t)state->seed, "rollout_tokens",
@@ -115,7 +115,7 @@ json_t* pcp_workloads_rl_state_json(const pcp_workloads_rl_state_t* state) {
       (json_int_t)state->skipped_updates, "eval_reward_mean",
       number_or_null(state->eval_reward_mean), "checkpoint_iteration",
       (json_int_t)state->checkpoint_iteration, "last", last_json(&state->last),
-      "history", history_json(state));
+      "history", history_json(state), "workers", (json_int_t)state->workers);
 }
 
 static pcp_status_t bad_state(const char* key) {
@@ -175,6 +175,7 @@ pcp_status_t pcp_workloads_rl_state_from_json(
       int_read(json, "truncated_tokens", 0, &s->truncated_tokens));
   PCP_RETURN_IF_ERROR_BARE(
       int_read(json, "skipped_updates", 0, &s->skipped_updates));
+  PCP_RETURN_IF_ERROR_BARE(int_read(json, "workers", 0, &s->workers));
   PCP_RETURN_IF_ERROR_BARE(
       real_read(json, "eval_reward_mean", &s->eval_reward_mean));
   PCP_RETURN_IF_ERROR_BARE(

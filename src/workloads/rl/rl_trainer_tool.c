@@ -16,7 +16,9 @@
 // params_out.f32, m_out.f32, v_out.f32 and result.json (the metrics, or
 // the update's status with "stop_after_ms" set: the stop hook turns true
 // that long after the update starts, and the update's wall time is
-// reported).
+// reported; or with "capture_status"). "updates": 2 runs a second update
+// (step + 1, same batch) and writes params_out2.f32, m_out2.f32,
+// v_out2.f32; "report_update" prints "update" just before the first.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,6 +233,13 @@ static pcp_status_t run(tool_t* tool) {
   memset(&metrics, 0, sizeof(metrics));
   json_t* result = json_object();
   int64_t stop_after_ms = (int64_t)number(c, "stop_after_ms", -1);
+  // With a stop or "capture_status" the update's status is the result (the
+  // caller checks the code and that nothing was written).
+  bool capture = stop_after_ms >= 0 || number(c, "capture_status", 0) != 0;
+  if (!status && number(c, "report_update", 0) != 0) {
+    printf("update\n");  // the test acts on the workers now
+    fflush(stdout);
+  }
   if (!status) {
     int64_t started = pcp_clock_now_ns(pcp_clock_system());
     if (stop_after_ms >= 0) {
@@ -240,8 +249,7 @@ static pcp_status_t run(tool_t* tool) {
         tool->trainer, &step, &batch, params, m, v, &metrics);
     double wall =
         (double)(pcp_clock_now_ns(pcp_clock_system()) - started) / 1e9;
-    if (stop_after_ms >= 0) {
-      // The caller checks the code and that nothing was written.
+    if (capture) {
       json_object_set_new(
           result, "status",
           json_string(pcp_status_code_string(pcp_status_code(updated))));
@@ -253,15 +261,28 @@ static pcp_status_t run(tool_t* tool) {
       status = updated;
     }
   }
-  if (!status) {
-    status =
-        write_file(tool->dir, "params_out.f32", tool->files[0], params_bytes);
-  }
-  if (!status) {
-    status = write_file(tool->dir, "m_out.f32", tool->files[2], params_bytes);
-  }
-  if (!status) {
-    status = write_file(tool->dir, "v_out.f32", tool->files[3], params_bytes);
+  static const char* const kOut[2][3] = {
+      {"params_out.f32", "m_out.f32", "v_out.f32"},
+      {"params_out2.f32", "m_out2.f32", "v_out2.f32"}};
+  int updates = capture ? 1 : (int)number(c, "updates", 1);
+  for (int u = 0; u < updates && u < 2 && !status; ++u) {
+    if (u == 1) {
+      // The next step from the first one's results, on the same batch:
+      // the sessions' resident tensors are overwritten, not reused stale.
+      ++step.step;
+      pcp_workloads_rl_update_metrics_t second;
+      status = pcp_workloads_rl_trainer_update(tool->trainer, &step, &batch,
+                                               params, m, v, &second);
+      if (!status) {
+        json_object_set_new(result, "second_loss", json_real(second.loss));
+        json_object_set_new(result, "second_grad_norm",
+                            json_real(second.grad_norm));
+      }
+    }
+    for (int k = 0; k < 3 && !status; ++k) {
+      status = write_file(tool->dir, kOut[u][k], tool->files[k ? k + 1 : 0],
+                          params_bytes);
+    }
   }
   if (!status) {
     json_object_set_new(result, "loss", json_real(metrics.loss));

@@ -115,6 +115,8 @@ static void create_validates_every_option(void** state) {
   long_class[sizeof(long_class) - 1] = '\0';
   o.worker_class = long_class;
   create_refuses(o, "worker_class");
+  o.worker_class = "rl trainers";  // not a class name
+  create_refuses(o, "worker_class");
   o = valid_options();
   o.beta1 = 1.0;
   create_refuses(o, "beta1");
