@@ -21,7 +21,8 @@ A real `pcp --gateway` and two real `pcp --worker`s (CPU, IREE) on
      are not degenerate (>= 15 distinct characters over the held-out
      completions, no character above 40% of them); the progress JSON has
      every published key, one history point per iteration and a
-     checkpoint at the end; one rl.iteration event per iteration; the
+     checkpoint at the end; one rl.iteration event per iteration, and
+     GET /v1/events streams them; the
      pcp_rl_* metrics; the final policy is served under its name (listed by
      /v1/models with outer_step = the last version, chat answers);
   5. a second, long job is cancelled mid-run: cancelled within 3 s.
@@ -190,6 +191,9 @@ def main():
               "one rl.iteration event per iteration: %d" %
               len(iteration_events))
 
+        check(sse_sees_iteration(c, job_id),
+              "GET /v1/events streams the job's rl.iteration events")
+
         metrics = metrics_text(c)
         for name in ("pcp_rl_iterations_total", "pcp_rl_reward_mean",
                      "pcp_rl_rollout_tokens_total",
@@ -253,6 +257,27 @@ def cancel_check(c, train_job, prompts, eval_prompts):
     check(status in (200, 202) and done and seconds <= 3.0,
           "cancel of a running rl job: cancelled in %.2f s (<= 3 s on this "
           "shared machine; ~1 s asked)" % seconds)
+
+
+def sse_sees_iteration(c, job_id):
+    """The SSE stream from the start (Last-Event-ID: 0) carries an
+    rl.iteration event of |job_id|."""
+    import urllib.request
+    req = urllib.request.Request(c.base + "/v1/events",
+                                 headers={"Last-Event-ID": "0"})
+    deadline = time.time() + 30
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            while time.time() < deadline:
+                line = r.readline().decode(errors="replace")
+                if not line:
+                    return False
+                if (line.startswith("data:") and '"rl.iteration"' in line
+                        and job_id in line):
+                    return True
+    except OSError:
+        return False
+    return False
 
 
 def fmt(v):
