@@ -98,6 +98,8 @@ set_source_files_properties(
 pcp_cmocka_test(workloads_decoupled_test
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_test.c
   DEPS pcp_workloads LABELS workloads)
+target_compile_definitions(workloads_decoupled_test PRIVATE
+  PCP_DECOUPLED_SEED_DIR="${CMAKE_SOURCE_DIR}/tests/fuzz/decoupled")
 # Merges, Nesterov, blending and the int4 codec on seeded random data
 # against an independent NumPy implementation.
 add_executable(decoupled_npy_driver
@@ -109,3 +111,24 @@ add_test(NAME workloads_decoupled_numpy_test
           $<TARGET_FILE:decoupled_npy_driver>)
 set_tests_properties(workloads_decoupled_numpy_test PROPERTIES
   TIMEOUT 120 ENVIRONMENT "${PCP_TEST_ENV}" LABELS "unit;python")
+# Fuzz target for the decoupled decoders (train/decoupled_fuzz.c: the
+# event tape, replayed and planned; int4 payloads, re-encoded under the
+# bound): libFuzzer under clang with -DPCP_FUZZ=ON, otherwise a replay tool
+# that ctest runs over tests/fuzz/decoupled.
+add_executable(decoupled_fuzz
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_fuzz.c)
+target_link_libraries(decoupled_fuzz PRIVATE pcp_workloads)
+if(PCP_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang")
+  target_compile_definitions(decoupled_fuzz PRIVATE PCP_FUZZ_LIBFUZZER)
+  target_compile_options(decoupled_fuzz PRIVATE
+    -fsanitize=fuzzer,address,undefined)
+  target_link_options(decoupled_fuzz PRIVATE
+    -fsanitize=fuzzer,address,undefined)
+else()
+  file(GLOB PCP_DECOUPLED_FUZZ_SEEDS
+    ${CMAKE_SOURCE_DIR}/tests/fuzz/decoupled/*)
+  add_test(NAME workloads_decoupled_fuzz_replay
+    COMMAND decoupled_fuzz ${PCP_DECOUPLED_FUZZ_SEEDS})
+  set_tests_properties(workloads_decoupled_fuzz_replay PROPERTIES
+    ENVIRONMENT "${PCP_TEST_ENV}" TIMEOUT 120 LABELS "unit;fuzz;workloads")
+endif()

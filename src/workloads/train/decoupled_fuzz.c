@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fuzz target for the decoupled DiLoCo decoders, the two that read bytes
+// from a peer or a disk: the event tape (then replayed into a syncer state
+// and turned into a recovery plan) and the int4 payload (then re-encoded:
+// the bound |x - dec(enc(x))| <= scale/2 must hold for every value a
+// decoder can produce, or the target aborts).
+//
+// Input: byte 0 selects the decoder (even: tape, odd: int4). int4: byte 1
+// gives the block size (1 + b % 128), bytes 2-3 the value count (LE, mod
+// 4096), the rest is the payload.
+//
+// Built two ways, as config_fuzz.c: libFuzzer under clang with
+// -DPCP_FUZZ=ON, otherwise a replay tool that ctest runs over
+// tests/fuzz/decoupled.
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "workloads/workloads.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+static void fuzz_tape(const uint8_t* data, size_t size) {
+  pcp_allocator_t a = pcp_allocator_system();
+  pcp_decoupled_tape_t tape;
+  pcp_decoupled_tape_initialize(a, &tape);
+  pcp_status_t status = pcp_decoupled_tape_decode(data, size, &tape);
+  if (status != NULL) {
+    // A failed decode leaves the tape empty.
+    PCP_ASSERT(tape.count == 0);
+    pcp_status_ignore(status);
+    return;
+  }
+  // A decoded tape encodes back to the same bytes.
+  uint8_t* again = NULL;
+  size_t again_size = 0;
+  PCP_CHECK_OK(pcp_decoupled_tape_encode(&tape, &again, &again_size));
+  PCP_ASSERT(again_size == size && memcmp(again, data, size) == 0);
+  pcp_allocator_free(a, again);
+  static pcp_decoupled_syncer_state_t state;
+  status = pcp_decoupled_syncer_state_replay(a, 8, &tape, &state);
+  if (status == NULL) {
+    pcp_decoupled_live_learner_t live[2] = {{1, state.global_step}, {2, 0}};
+    pcp_decoupled_recovery_plan_t plan;
+    status = pcp_decoupled_recovery_plan_initialize(a, &state, &tape, live, 2,
+                                                    4, &plan);
+    if (status == NULL)
+      pcp_decoupled_recovery_plan_deinitialize(&plan);
+    pcp_decoupled_syncer_state_deinitialize(&state);
+  }
+  pcp_status_ignore(status);
+  pcp_decoupled_tape_deinitialize(&tape);
+}
+
+static void fuzz_int4(const uint8_t* data, size_t size) {
+  if (size < 4)
+    return;
+  uint32_t block = 1u + data[1] % 128u;
+  size_t count = ((size_t)data[2] | ((size_t)data[3] << 8)) % 4096u;
+  static float values[4096];
+  static float back[4096];
+  static uint8_t encoded[4 * 4096 + 2048];
+  pcp_status_t status =
+      pcp_decoupled_int4_decode(data + 4, size - 4, count, block, values);
+  if (status != NULL) {
+    pcp_status_ignore(status);
+    return;
+  }
+  size_t bytes = pcp_decoupled_int4_encoded_size(count, block);
+  PCP_ASSERT(bytes == size - 4);
+  for (size_t i = 0; i < count; ++i) PCP_ASSERT(isfinite(values[i]));
+  PCP_CHECK_OK(pcp_decoupled_int4_encode(values, count, block, encoded,
+                                         sizeof(encoded)));
+  PCP_CHECK_OK(pcp_decoupled_int4_decode(encoded, bytes, count, block, back));
+  for (size_t i = 0; i < count; ++i) {
+    float s = 0;
+    memcpy(&s, encoded + (i / block) * 4, 4);
+    PCP_ASSERT(fabs((double)values[i] - (double)back[i]) <= (double)s / 2);
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0)
+    return 0;
+  if (data[0] % 2 == 0) {
+    fuzz_tape(data + 1, size - 1);
+  } else {
+    fuzz_int4(data, size);
+  }
+  return 0;
+}
+
+#ifndef PCP_FUZZ_LIBFUZZER
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    void* data = NULL;
+    size_t size = 0;
+    pcp_status_t status = pcp_file_read_all(argv[i], 1u << 22, &data, &size);
+    if (status) {
+      char text[512];
+      pcp_status_format(status, text, sizeof(text));
+      fprintf(stderr, "decoupled_fuzz: %s\n", text);
+      pcp_status_ignore(status);
+      return 1;
+    }
+    LLVMFuzzerTestOneInput(data, size);
+    pcp_libc_free(data);  // pcp_file_read_all's buffer: posix_memalign
+  }
+  printf("decoupled_fuzz: replayed %d input(s)\n", argc - 1);
+  return 0;
+}
+#endif
