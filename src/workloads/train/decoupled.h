@@ -731,20 +731,24 @@ void pcp_decoupled_recovery_plan_deinitialize(
 // to zeros.
 #define PCP_DECOUPLED_INT4_DEFAULT_BLOCK 64u
 #define PCP_DECOUPLED_INT4_MAX_BLOCK 65536u
+// Values in one payload (a tensor or fragment; 8 GiB of f32).
+#define PCP_DECOUPLED_INT4_MAX_VALUES ((size_t)1 << 31)
 
 // Encoded size of |count| values: 4*ceil(count/block) + ceil(count/2).
-// 0 when block_size is 0.
+// 0 when block_size is 0 or count is above PCP_DECOUPLED_INT4_MAX_VALUES.
 size_t pcp_decoupled_int4_encoded_size(size_t count, uint32_t block_size);
 // INVALID_ARGUMENT naming the first element that is NaN or infinite (the
 // codec refuses them rather than silently zeroing them), a block size of 0
-// or above the max, or an |out_capacity| below the encoded size.
+// or above the max, a count above the max, or an |out_capacity| below the
+// encoded size.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_int4_encode(const float* values,
                                                            size_t count,
                                                            uint32_t block_size,
                                                            uint8_t* out_data,
                                                            size_t out_capacity);
 // DATA_LOSS when |byte_length| is not the encoded size of |count| or a scale
-// is negative or not finite; INVALID_ARGUMENT for the block size.
+// is negative or not finite, or a code is 0 (never written);
+// INVALID_ARGUMENT for the block size or a count above the max.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_int4_decode(const uint8_t* data,
                                                            size_t byte_length,
                                                            size_t count,

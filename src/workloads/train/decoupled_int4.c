@@ -9,7 +9,7 @@
 #include "workloads/workloads.h"
 
 size_t pcp_decoupled_int4_encoded_size(size_t count, uint32_t block_size) {
-  if (block_size == 0)
+  if (block_size == 0 || count > PCP_DECOUPLED_INT4_MAX_VALUES)
     return 0;
   size_t blocks = count / block_size + (count % block_size != 0);
   return blocks * sizeof(float) + count / 2 + (count & 1u);
@@ -56,11 +56,16 @@ static float get_f32(const uint8_t* p) {
   return bits_float(b);
 }
 
-static pcp_status_t check_block(uint32_t block_size) {
+static pcp_status_t check_shape(size_t count, uint32_t block_size) {
   if (block_size == 0 || block_size > PCP_DECOUPLED_INT4_MAX_BLOCK) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "int4 block size %u: must be in [1, %u]", block_size,
                            PCP_DECOUPLED_INT4_MAX_BLOCK);
+  }
+  if (count > PCP_DECOUPLED_INT4_MAX_VALUES) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "int4 payload of %zu values, limit %zu", count,
+                           PCP_DECOUPLED_INT4_MAX_VALUES);
   }
   return pcp_ok_status();
 }
@@ -68,7 +73,7 @@ static pcp_status_t check_block(uint32_t block_size) {
 pcp_status_t pcp_decoupled_int4_encode(const float* values, size_t count,
                                        uint32_t block_size, uint8_t* out_data,
                                        size_t out_capacity) {
-  PCP_RETURN_IF_ERROR_BARE(check_block(block_size));
+  PCP_RETURN_IF_ERROR_BARE(check_shape(count, block_size));
   size_t need = pcp_decoupled_int4_encoded_size(count, block_size);
   if (out_capacity < need) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -119,7 +124,7 @@ pcp_status_t pcp_decoupled_int4_encode(const float* values, size_t count,
 pcp_status_t pcp_decoupled_int4_decode(const uint8_t* data, size_t byte_length,
                                        size_t count, uint32_t block_size,
                                        float* out_values) {
-  PCP_RETURN_IF_ERROR_BARE(check_block(block_size));
+  PCP_RETURN_IF_ERROR_BARE(check_shape(count, block_size));
   size_t need = pcp_decoupled_int4_encoded_size(count, block_size);
   if (byte_length != need) {
     return pcp_make_status(PCP_STATUS_DATA_LOSS,

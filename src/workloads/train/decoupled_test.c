@@ -1127,6 +1127,12 @@ static void test_int4_refusals(void** state) {
                PCP_STATUS_INVALID_ARGUMENT, "needs 6 bytes");
   EXPECT_CODE(pcp_decoupled_int4_encode(x, 4, 0, data, sizeof(data)),
               PCP_STATUS_INVALID_ARGUMENT);
+  EXPECT_ERROR(pcp_decoupled_int4_encode(x, PCP_DECOUPLED_INT4_MAX_VALUES + 1,
+                                         64, data, sizeof(data)),
+               PCP_STATUS_INVALID_ARGUMENT, "limit");
+  assert_int_equal(
+      pcp_decoupled_int4_encoded_size(PCP_DECOUPLED_INT4_MAX_VALUES + 1, 64),
+      0);
   EXPECT_OK(pcp_decoupled_int4_encode(x, 4, 64, data, sizeof(data)));
   float back[4];
   EXPECT_ERROR(pcp_decoupled_int4_decode(data, 7, 4, 64, back),
