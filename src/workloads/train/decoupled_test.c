@@ -1018,6 +1018,75 @@ static void test_recovery_plan(void** state) {
   pcp_decoupled_syncer_state_deinitialize(&replayed);
 }
 
+// Every allocation of decode, replay, encode, the recovery plan and the
+// live recording failed in turn: a clean RESOURCE_EXHAUSTED each time, the
+// outputs left empty, nothing leaked (the ASan build checks), and the run
+// that fails nothing gives the same state as the system allocator's.
+static void test_tape_allocation_failures(void** state) {
+  (void)state;
+  static pcp_decoupled_syncer_state_t live;
+  pcp_decoupled_tape_t tape;
+  run_live(&live, &tape);
+  uint8_t* bytes = NULL;
+  size_t length = 0;
+  EXPECT_OK(pcp_decoupled_tape_encode(&tape, &bytes, &length));
+  pcp_decoupled_live_learner_t alive[2] = {{1, 5}, {4, 0}};
+  bool finished = false;
+  for (int64_t k = 0; !finished; ++k) {
+    assert_true(k < 1000);
+    pcp_allocator_failing_t failing;
+    pcp_allocator_failing_initialize(sys(), k, false, &failing);
+    pcp_allocator_t a = pcp_allocator_failing(&failing);
+    pcp_decoupled_tape_t decoded;
+    pcp_decoupled_tape_initialize(a, &decoded);
+    static pcp_decoupled_syncer_state_t replayed;
+    pcp_decoupled_recovery_plan_t plan;
+    uint8_t* again = NULL;
+    size_t again_length = 0;
+    pcp_status_t status = pcp_decoupled_tape_decode(bytes, length, &decoded);
+    bool decoded_ok = status == NULL;
+    bool have_state = false;
+    bool have_plan = false;
+    if (status == NULL) {
+      status = pcp_decoupled_syncer_state_replay(a, 3, &decoded, &replayed);
+      have_state = status == NULL;
+    }
+    if (status == NULL) {
+      status = pcp_decoupled_recovery_plan_initialize(a, &replayed, &decoded,
+                                                      alive, 2, 24, &plan);
+      have_plan = status == NULL;
+    }
+    if (status == NULL) {
+      status = pcp_decoupled_tape_encode(&decoded, &again, &again_length);
+    }
+    if (status == NULL) {
+      pcp_decoupled_participant_t one = {1, 50, 1, 1, 1.0};
+      status =
+          pcp_decoupled_syncer_record_sync(&replayed, &decoded, 6, 0, &one, 1);
+    }
+    if (failing.failure_count == 0) {
+      EXPECT_OK(status);
+      assert_int_equal(again_length, length);
+      assert_memory_equal(again, bytes, length);
+      assert_int_equal(decoded.count, tape.count + 1);
+      finished = true;
+    } else {
+      EXPECT_CODE(status, PCP_STATUS_RESOURCE_EXHAUSTED);
+      if (!decoded_ok)
+        assert_int_equal(decoded.count, 0);
+    }
+    pcp_allocator_free(a, again);
+    if (have_plan)
+      pcp_decoupled_recovery_plan_deinitialize(&plan);
+    if (have_state)
+      pcp_decoupled_syncer_state_deinitialize(&replayed);
+    pcp_decoupled_tape_deinitialize(&decoded);
+  }
+  pcp_allocator_free(sys(), bytes);
+  pcp_decoupled_tape_deinitialize(&tape);
+  pcp_decoupled_syncer_state_deinitialize(&live);
+}
+
 //===----------------------------------------------------------------------===//
 // int4
 //===----------------------------------------------------------------------===//
@@ -1172,6 +1241,7 @@ int main(void) {
       cmocka_unit_test(test_tape_corruption),
       cmocka_unit_test(test_tape_seed_from_spec),
       cmocka_unit_test(test_recovery_plan),
+      cmocka_unit_test(test_tape_allocation_failures),
       cmocka_unit_test(test_int4_bytes_and_bound),
       cmocka_unit_test(test_int4_refusals),
   };
