@@ -376,7 +376,8 @@ void pcp_decoupled_grace_observe_quorum_wait(pcp_decoupled_grace_t* grace,
 void pcp_decoupled_grace_observe_sync_send(pcp_decoupled_grace_t* grace,
                                            double send_ms);
 
-// One fragment round as a state machine: opened at a time, fed arrivals
+// One fragment round as a state machine (a plain value of about 25 KiB:
+// keep it off small stacks): opened at a time, fed arrivals
 // with their times, polled with the current time. It closes
 //   * QUORUM + GRACE: at quorum_wait + grace once min_quorum learners came;
 //   * EARLY: as soon as every expected learner came (nothing left to wait
@@ -414,8 +415,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_round_open(
     uint64_t now_ms, const uint32_t* expected_ids, uint32_t expected_count,
     uint32_t min_quorum, uint64_t grace_ms, uint64_t collection_timeout_ms,
     pcp_decoupled_round_t* out_round);
-// Records |learner_id|'s update at |now_ms| (>= the open time; earlier
-// times count as the open time), then advances like _poll.
+// Records |learner_id|'s update at |now_ms|, then advances like _poll. A
+// time before the open time counts as the open time, one before the
+// previous arrival as that arrival's (arrivals stay in time order).
 void pcp_decoupled_round_arrive(pcp_decoupled_round_t* round,
                                 uint32_t learner_id, uint64_t now_ms);
 // Advances the machine to |now_ms| and returns its state.
@@ -556,7 +558,8 @@ pcp_decoupled_tape_encode(const pcp_decoupled_tape_t* tape, uint8_t** out_data,
 // Parses |data| into an empty, initialized |inout_tape|. DATA_LOSS naming
 // the byte offset and record for a bad magic/header CRC, a truncated
 // record, a CRC mismatch, ids out of sequence or an unknown kind;
-// INCOMPATIBLE for another version. On failure the tape is left empty.
+// INCOMPATIBLE for another version; FAILED_PRECONDITION when |inout_tape|
+// is not empty. On failure the tape is left empty.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_tape_decode(
     const uint8_t* data, size_t byte_length, pcp_decoupled_tape_t* inout_tape);
 // Replays the next FRAGMENT_SYNC record: it must be for (|syncer_step|,
@@ -585,7 +588,8 @@ typedef struct pcp_decoupled_syncer_learner_t {
 } pcp_decoupled_syncer_learner_t;
 
 // The syncer's bookkeeping (the parameters and velocities live in the
-// checkpoint; this is what the tape alone determines).
+// checkpoint; this is what the tape alone determines). About 40 KiB with
+// the per-learner table and the clock: keep it off small stacks.
 typedef struct pcp_decoupled_syncer_state_t {
   pcp_allocator_t allocator;
   uint32_t fragment_count;
@@ -620,6 +624,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_syncer_record_sync(
     uint32_t participant_count);
 // Live path for the other kinds (learner_apply, failure, recovery,
 // snapshot markers, in-flight pulls): updates |state| and appends.
+// INVALID_ARGUMENT for FRAGMENT_SYNC (use _record_sync), a learner id or a
+// fragment out of range; the state is unchanged on any error.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_syncer_record_event(
     pcp_decoupled_syncer_state_t* state, pcp_decoupled_tape_t* tape,
     const pcp_decoupled_event_t* event);
