@@ -752,8 +752,9 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_int4_encode(const float* values,
                                                            uint32_t block_size,
                                                            uint8_t* out_data,
                                                            size_t out_capacity);
-// DATA_LOSS when |byte_length| is not the encoded size of |count| or a scale
-// is negative or not finite, or a code is 0 (never written);
+// DATA_LOSS when |byte_length| is not the encoded size of |count|, a scale
+// is negative, not finite or so large that 7*scale overflows, or a code is
+// 0 (none of which the encoder writes);
 // INVALID_ARGUMENT for the block size or a count above the max.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_int4_decode(const uint8_t* data,
                                                            size_t byte_length,

@@ -5,7 +5,9 @@
 // the bound |x - dec(enc(x))| <= scale/2 must hold for every value a
 // decoder can produce, or the target aborts).
 //
-// Input: byte 0 selects the decoder (even: tape, odd: int4). int4: byte 1
+// Input: byte 0 selects the decoder (0 mod 4: tape as is; 2 mod 4: tape
+// with the header and record CRCs fixed up first, so mutations reach the
+// payload parser, the replay and the recovery plan; odd: int4). int4: byte 1
 // gives the block size (1 + b % 128), bytes 2-3 the value count (LE, mod
 // 4096), the rest is the payload.
 //
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/proto.h"
 #include "workloads/workloads.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -55,6 +58,31 @@ static void fuzz_tape(const uint8_t* data, size_t size) {
   pcp_decoupled_tape_deinitialize(&tape);
 }
 
+static void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+// Rewrites the header CRC and every record CRC that its length field lets
+// us find, in a copy, then decodes that.
+static void fuzz_tape_fixed(const uint8_t* data, size_t size) {
+  static uint8_t copy[1u << 16];
+  if (size > sizeof(copy))
+    return;
+  memcpy(copy, data, size);
+  if (size >= 16)
+    put_u32(copy + 12, pcp_proto_crc32c(copy, 12));
+  size_t at = 16;
+  while (at + 8 <= size) {
+    uint32_t length = 0;
+    for (int i = 0; i < 4; ++i) length |= (uint32_t)copy[at + i] << (8 * i);
+    if (length > size - at - 8)
+      break;
+    put_u32(copy + at + 4, pcp_proto_crc32c(copy + at + 8, length));
+    at += 8 + (size_t)length;
+  }
+  fuzz_tape(copy, size);
+}
+
 static void fuzz_int4(const uint8_t* data, size_t size) {
   if (size < 4)
     return;
@@ -85,8 +113,10 @@ static void fuzz_int4(const uint8_t* data, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0)
     return 0;
-  if (data[0] % 2 == 0) {
+  if (data[0] % 4 == 0) {
     fuzz_tape(data + 1, size - 1);
+  } else if (data[0] % 4 == 2) {
+    fuzz_tape_fixed(data + 1, size - 1);
   } else {
     fuzz_int4(data, size);
   }

@@ -711,11 +711,13 @@ pcp_status_t pcp_decoupled_syncer_state_replay(
   for (uint64_t i = 0; i < tape->count && status == NULL; ++i) {
     const pcp_decoupled_event_t* e = &tape->events[i];
     if (e->kind != PCP_DECOUPLED_EVENT_FRAGMENT_SYNC) {
-      status = apply_other(out_state, e);
-      if (status != NULL) {
+      pcp_status_t inner = apply_other(out_state, e);
+      if (inner != NULL) {
+        // A tape record that does not apply is damage, not a bad argument.
         status = pcp_make_status(
             PCP_STATUS_DATA_LOSS, "replay: record %llu does not apply: %s",
-            (unsigned long long)e->id, pcp_status_message(status));
+            (unsigned long long)e->id, pcp_status_message(inner));
+        pcp_status_ignore(inner);
       }
       continue;
     }

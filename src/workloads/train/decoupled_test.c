@@ -905,6 +905,17 @@ static void test_tape_corruption(void** state) {
   EXPECT_ERROR(pcp_decoupled_syncer_state_replay(sys(), 3, &odd, &bad),
                PCP_STATUS_DATA_LOSS, "record 1 syncs fragment 3");
   pcp_decoupled_tape_deinitialize(&odd);
+  // A learner_apply of a fragment the syncer does not have.
+  pcp_decoupled_tape_initialize(sys(), &odd);
+  pcp_decoupled_event_t apply = {0};
+  apply.kind = PCP_DECOUPLED_EVENT_LEARNER_APPLY;
+  apply.learner_id = 1;
+  apply.fragment_id = 5;
+  EXPECT_OK(pcp_decoupled_tape_append(&odd, &apply, NULL));
+  EXPECT_ERROR(pcp_decoupled_syncer_state_replay(sys(), 3, &odd, &bad),
+               PCP_STATUS_DATA_LOSS,
+               "record 1 does not apply: learner_apply of fragment 5 of 3");
+  pcp_decoupled_tape_deinitialize(&odd);
   pcp_decoupled_tape_deinitialize(&tape);
   pcp_decoupled_syncer_state_deinitialize(&live);
 }
@@ -1210,6 +1221,10 @@ static void test_int4_refusals(void** state) {
   memcpy(bad, data, 6);
   float neg = -1.0f;
   memcpy(bad, &neg, 4);
+  EXPECT_ERROR(pcp_decoupled_int4_decode(bad, 6, 4, 64, back),
+               PCP_STATUS_DATA_LOSS, "scale");
+  float huge = FLT_MAX / 6.0f;  // 7 * huge overflows: never encoded
+  memcpy(bad, &huge, 4);
   EXPECT_ERROR(pcp_decoupled_int4_decode(bad, 6, 4, 64, back),
                PCP_STATUS_DATA_LOSS, "scale");
   memcpy(bad, data, 6);
