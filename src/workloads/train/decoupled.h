@@ -415,7 +415,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_round_open(
     uint64_t now_ms, const uint32_t* expected_ids, uint32_t expected_count,
     uint32_t min_quorum, uint64_t grace_ms, uint64_t collection_timeout_ms,
     pcp_decoupled_round_t* out_round);
-// Records |learner_id|'s update at |now_ms|, then advances like _poll. A
+// Records |learner_id|'s update at |now_ms|, then advances like _poll; an
+// update at exactly the deadline is inside the window (as in _select). A
 // time before the open time counts as the open time, one before the
 // previous arrival as that arrival's (arrivals stay in time order).
 void pcp_decoupled_round_arrive(pcp_decoupled_round_t* round,

@@ -248,8 +248,12 @@ static void round_close(pcp_decoupled_round_t* round, uint64_t now_ms) {
   round->state = PCP_DECOUPLED_ROUND_CLOSED;
 }
 
-pcp_decoupled_round_state_t pcp_decoupled_round_poll(
-    pcp_decoupled_round_t* round, uint64_t now_ms) {
+// Advances to |now_ms|. An arrival at exactly the deadline is inside the
+// window (selection keeps arrival <= deadline), so the arrival path closes
+// only once time is strictly past it; a bare poll at the deadline closes.
+static pcp_decoupled_round_state_t round_advance(pcp_decoupled_round_t* round,
+                                                 uint64_t now_ms,
+                                                 bool arriving) {
   if (round->state != PCP_DECOUPLED_ROUND_COLLECTING) {
     return (pcp_decoupled_round_state_t)round->state;
   }
@@ -257,18 +261,22 @@ pcp_decoupled_round_state_t pcp_decoupled_round_poll(
   uint64_t close_at = round_close_at(round);
   if (everyone) {
     round_close(round, now_ms);
-  } else if (now_ms >= close_at) {
+  } else if (arriving ? now_ms > close_at : now_ms >= close_at) {
     round_close(round, close_at);
   }
   return (pcp_decoupled_round_state_t)round->state;
+}
+
+pcp_decoupled_round_state_t pcp_decoupled_round_poll(
+    pcp_decoupled_round_t* round, uint64_t now_ms) {
+  return round_advance(round, now_ms, false);
 }
 
 void pcp_decoupled_round_arrive(pcp_decoupled_round_t* round,
                                 uint32_t learner_id, uint64_t now_ms) {
   // Time passes first: an update landing after the deadline is late even
   // if nobody polled in between.
-  if (pcp_decoupled_round_poll(round, now_ms) !=
-      PCP_DECOUPLED_ROUND_COLLECTING) {
+  if (round_advance(round, now_ms, true) != PCP_DECOUPLED_ROUND_COLLECTING) {
     round->late_count++;
     return;
   }

@@ -624,7 +624,8 @@ static void test_round_machine(void** state) {
   assert_int_equal(pcp_decoupled_round_next_deadline_ms(&round), 1009);
   assert_int_equal(pcp_decoupled_round_poll(&round, 1008),
                    PCP_DECOUPLED_ROUND_COLLECTING);
-  // Learner 3 lands at 1010: the window closed at 1009 first.
+  // Learner 3 lands at 1010: the window closed at 1009 first (at exactly
+  // 1009 it would have been in: see the boundary case below).
   pcp_decoupled_round_arrive(&round, 3, 1010);
   assert_int_equal(round.state, PCP_DECOUPLED_ROUND_CLOSED);
   assert_int_equal(round.closed_at_ms, 1009);
@@ -635,6 +636,23 @@ static void test_round_machine(void** state) {
   assert_int_equal(round.duplicate_count, 1);
   assert_int_equal(round.unexpected_count, 1);
   assert_int_equal(pcp_decoupled_round_next_deadline_ms(&round), UINT64_MAX);
+
+  // Boundary: an update at exactly quorum_wait + grace is in the window,
+  // as pcp_decoupled_select keeps arrival <= deadline.
+  EXPECT_OK(pcp_decoupled_round_open(1000, expected, 3, 2, 5, 30000, &round));
+  pcp_decoupled_round_arrive(&round, 1, 1000);
+  pcp_decoupled_round_arrive(&round, 2, 1004);
+  pcp_decoupled_round_arrive(&round, 3, 1009);
+  assert_int_equal(round.state, PCP_DECOUPLED_ROUND_CLOSED);
+  assert_int_equal(round.selection.participant_count, 3);
+  assert_int_equal(round.selection.grace_inclusion_count, 1);
+  assert_int_equal(round.late_count, 0);
+  // A bare poll at the deadline closes it.
+  EXPECT_OK(pcp_decoupled_round_open(1000, expected, 3, 2, 5, 30000, &round));
+  pcp_decoupled_round_arrive(&round, 1, 1000);
+  pcp_decoupled_round_arrive(&round, 2, 1004);
+  assert_int_equal(pcp_decoupled_round_poll(&round, 1009),
+                   PCP_DECOUPLED_ROUND_CLOSED);
 
   // Inside the grace window a late learner is included (grace inclusion);
   // once everyone is in, the round closes without waiting out the window.
@@ -1029,6 +1047,225 @@ static void test_recovery_plan(void** state) {
   pcp_decoupled_syncer_state_deinitialize(&replayed);
 }
 
+// The pieces driven together as the service will drive them, over
+// simulated time: three learners with step times 10, 11 and 30 ms train
+// without stopping; at each syncer step (P = H = 3, overlap_tau 2) a round
+// opens, each learner's reply lands when its current step ends, the round
+// machine closes it with adaptive grace (gamma 1, cap 1 step, EMA alpha
+// 0.5), the participants' outer gradients travel as int4, are merged
+// (weighted_average, token weights) and applied by Nesterov, every learner
+// overwrites the fragment (alpha 0), and the tape records it all.
+// Asserted: the first round has no grace (no step time known yet) and
+// leaves the slow learner out; grace is later positive and within one
+// step; each selection is exactly the learners within quorum_wait + grace;
+// the int4 merge is within half a scale of the exact merge; after every
+// sync every learner's copy of the fragment is bit-identical to the
+// global one; the tape replays to the live state.
+static void test_simulated_syncer(void** state) {
+  (void)state;
+  enum { kLearners = 3, kSteps = 9, kN = 12, kFragValues = 4 };
+  uint64_t values[3] = {4, 4, 4};
+  pcp_decoupled_tensor_spec_t specs[3];
+  spec_fill(specs, values, 3);
+  pcp_decoupled_plan_t plan;
+  EXPECT_OK(pcp_decoupled_plan_initialize(
+      sys(), PCP_DECOUPLED_FRAGMENTS_STRIDED, specs, 3, NULL, 0, 3, 3, &plan));
+  pcp_decoupled_schedule_t schedule = {3, 3, 2};
+  pcp_decoupled_nesterov_t nesterov;
+  EXPECT_OK(
+      pcp_decoupled_nesterov_initialize(sys(), kN, 0.7f, 0.9f, &nesterov));
+  static pcp_decoupled_syncer_state_t live;
+  static pcp_decoupled_syncer_state_t replayed;
+  EXPECT_OK(pcp_decoupled_syncer_state_initialize(sys(), 3, &live));
+  pcp_decoupled_tape_t tape;
+  pcp_decoupled_tape_initialize(sys(), &tape);
+  pcp_decoupled_grace_t grace;
+  memset(&grace, 0, sizeof(grace));
+  grace.config = (pcp_decoupled_grace_config_t){0, true, 1.0, 1, 2, 0.5};
+
+  static const uint32_t ids[kLearners] = {1, 2, 3};
+  static const uint64_t step_ms[kLearners] = {10, 11, 30};
+  float global[kN];
+  float local[kLearners][kN];
+  pcp_decoupled_learner_t counters[kLearners];
+  uint64_t next_step_end[kLearners];
+  for (int j = 0; j < kN; ++j) global[j] = 0.01f * (float)j;
+  for (int l = 0; l < kLearners; ++l) {
+    memcpy(local[l], global, sizeof(global));
+    EXPECT_OK(pcp_decoupled_learner_initialize(sys(), 3, &counters[l]));
+    next_step_end[l] = step_ms[l];
+  }
+  static pcp_decoupled_round_t round;
+  uint64_t now = 0;
+  uint64_t participants_total = 0;
+  uint64_t wire_bytes = 0;
+  bool slow_learner_ever_in = false;
+  for (uint64_t s = 1; s <= kSteps; ++s) {
+    uint32_t f = 0;
+    assert_true(pcp_decoupled_schedule_fragment_at(&schedule, s, &f));
+    uint64_t grace_ms = pcp_decoupled_grace_ms(&grace);
+    if (s == 1) {
+      assert_int_equal(grace_ms, 0);
+    } else {
+      assert_true(grace_ms > 0);
+      assert_true((double)grace_ms <= grace.step_ema.value);
+    }
+    EXPECT_OK(pcp_decoupled_round_open(now, ids, kLearners, 2, grace_ms, 30000,
+                                       &round));
+    // The pull reads each learner's values now; the reply lands when the
+    // learner's current step ends.
+    float sent[kLearners][kFragValues];
+    for (int l = 0; l < kLearners; ++l) {
+      EXPECT_OK(pcp_decoupled_plan_gather(&plan, f, local[l], sent[l]));
+    }
+    uint64_t arrival[kLearners];
+    int order[kLearners] = {0, 1, 2};
+    for (int l = 0; l < kLearners; ++l) arrival[l] = next_step_end[l];
+    for (int a = 0; a < kLearners; ++a) {
+      for (int b = a + 1; b < kLearners; ++b) {
+        if (arrival[order[b]] < arrival[order[a]]) {
+          int t = order[a];
+          order[a] = order[b];
+          order[b] = t;
+        }
+      }
+    }
+    for (int k = 0; k < kLearners; ++k) {
+      pcp_decoupled_round_arrive(&round, ids[order[k]], arrival[order[k]]);
+    }
+    if (round.state == PCP_DECOUPLED_ROUND_COLLECTING) {
+      (void)pcp_decoupled_round_poll(
+          &round, pcp_decoupled_round_next_deadline_ms(&round));
+    }
+    assert_int_equal(round.state, PCP_DECOUPLED_ROUND_CLOSED);
+    const pcp_decoupled_selection_t* sel = &round.selection;
+    for (int l = 0; l < kLearners; ++l) {
+      bool in = false;
+      for (uint32_t p = 0; p < sel->participant_count; ++p) {
+        in = in || sel->participants[p] == ids[l];
+      }
+      assert_int_equal(in, arrival[l] - now <= sel->deadline_ms);
+      if (in && l == 2)
+        slow_learner_ever_in = true;
+    }
+    if (s == 1) {
+      assert_int_equal(sel->participant_count, 2);  // 10 and 11 ms, not 30
+      assert_int_equal(sel->skipped_count, 1);
+    }
+    print_message(
+        "simulated step %llu: fragment %u grace %llu ms quorum "
+        "wait %llu ms participants %u skipped %u\n",
+        (unsigned long long)s, f, (unsigned long long)grace_ms,
+        (unsigned long long)sel->quorum_wait_ms, sel->participant_count,
+        sel->skipped_count);
+    pcp_decoupled_grace_observe_quorum_wait(&grace,
+                                            (double)sel->quorum_wait_ms);
+
+    // Learner side: outer gradient against the global fragment, int4 on
+    // the wire. Syncer side: decode, rebuild the learner's values, merge.
+    float global_frag[kFragValues];
+    EXPECT_OK(pcp_decoupled_plan_gather(&plan, f, global, global_frag));
+    float rebuilt[kLearners][kFragValues];
+    const float* views[kLearners];
+    const float* exact_views[kLearners];
+    double weights[kLearners];
+    pcp_decoupled_participant_t parts[kLearners];
+    double max_scale = 0.0;
+    for (uint32_t p = 0; p < sel->participant_count; ++p) {
+      int l = (int)sel->participants[p] - 1;
+      float delta[kFragValues];
+      for (int j = 0; j < kFragValues; ++j) {
+        delta[j] = global_frag[j] - sent[l][j];
+      }
+      uint8_t payload[16];
+      size_t bytes = pcp_decoupled_int4_encoded_size(kFragValues, 64);
+      EXPECT_OK(pcp_decoupled_int4_encode(delta, kFragValues, 64, payload,
+                                          sizeof(payload)));
+      wire_bytes += bytes;
+      float scale = 0;
+      memcpy(&scale, payload, 4);
+      if (scale > max_scale)
+        max_scale = scale;
+      float decoded[kFragValues];
+      EXPECT_OK(
+          pcp_decoupled_int4_decode(payload, bytes, kFragValues, 64, decoded));
+      for (int j = 0; j < kFragValues; ++j) {
+        rebuilt[p][j] = global_frag[j] - decoded[j];
+      }
+      views[p] = rebuilt[p];
+      exact_views[p] = sent[l];
+      weights[p] = pcp_decoupled_merge_weight(counters[l].tokens_since[f],
+                                              counters[l].steps_since[f]);
+      parts[p] = (pcp_decoupled_participant_t){
+          ids[l], counters[l].learner_step, counters[l].steps_since[f],
+          counters[l].tokens_since[f], weights[p]};
+    }
+    float merged[kFragValues];
+    float exact[kFragValues];
+    EXPECT_OK(pcp_decoupled_merge_tensor(
+        PCP_DECOUPLED_MERGE_WEIGHTED_AVERAGE, global_frag, views, weights,
+        sel->participant_count, kFragValues, merged, NULL));
+    EXPECT_OK(pcp_decoupled_merge_tensor(
+        PCP_DECOUPLED_MERGE_WEIGHTED_AVERAGE, global_frag, exact_views, weights,
+        sel->participant_count, kFragValues, exact, NULL));
+    for (int j = 0; j < kFragValues; ++j) {
+      // A weighted mean of values each within s/2 (plus the f32 rounding
+      // of rebuilding global - decoded).
+      assert_true(fabs((double)merged[j] - (double)exact[j]) <=
+                  max_scale / 2 + 1e-6);
+    }
+    EXPECT_OK(pcp_decoupled_nesterov_step_fragment(&nesterov, &plan, f, merged,
+                                                   global));
+    EXPECT_OK(pcp_decoupled_syncer_record_sync(&live, &tape, s, f, parts,
+                                               sel->participant_count));
+    participants_total += sel->participant_count;
+    // Ready goes to every learner; alpha 0: the fragment is overwritten.
+    EXPECT_OK(pcp_decoupled_plan_gather(&plan, f, global, global_frag));
+    for (int l = 0; l < kLearners; ++l) {
+      float frag[kFragValues];
+      EXPECT_OK(pcp_decoupled_plan_gather(&plan, f, local[l], frag));
+      EXPECT_OK(
+          pcp_decoupled_blend(0.0f, global_frag, frag, kFragValues, NULL));
+      EXPECT_OK(pcp_decoupled_plan_scatter(&plan, f, frag, local[l]));
+      assert_memory_equal(frag, global_frag, sizeof(frag));
+      EXPECT_OK(pcp_decoupled_learner_apply_fragment(&counters[l], f, s));
+      pcp_decoupled_event_t apply = {0};
+      apply.kind = PCP_DECOUPLED_EVENT_LEARNER_APPLY;
+      apply.learner_id = ids[l];
+      apply.fragment_id = f;
+      apply.syncer_step = s;
+      EXPECT_OK(pcp_decoupled_syncer_record_event(&live, &tape, &apply));
+    }
+    now = round.closed_at_ms + 1;  // the ready message leaves
+    pcp_decoupled_grace_observe_sync_send(&grace, 1.0);
+    // Learners keep training up to the next round: every finished step
+    // drifts the parameters, counts 64 tokens and feeds the step EMA.
+    for (int l = 0; l < kLearners; ++l) {
+      while (next_step_end[l] <= now) {
+        for (int j = 0; j < kN; ++j) {
+          local[l][j] += 0.001f * (float)((l + 1) * (j % 5 + 1));
+        }
+        pcp_decoupled_learner_record_step(&counters[l], 64);
+        pcp_decoupled_grace_observe_step(&grace, (double)step_ms[l]);
+        next_step_end[l] += step_ms[l];
+      }
+    }
+  }
+  assert_true(slow_learner_ever_in);  // grace let the 30 ms learner in
+  assert_int_equal(wire_bytes, participants_total * (4 + 2));
+  assert_int_equal(live.participants_total, participants_total);
+  EXPECT_OK(pcp_decoupled_syncer_state_replay(sys(), 3, &tape, &replayed));
+  assert_true(pcp_decoupled_syncer_state_equal(&live, &replayed));
+  for (int l = 0; l < kLearners; ++l) {
+    pcp_decoupled_learner_deinitialize(&counters[l]);
+  }
+  pcp_decoupled_syncer_state_deinitialize(&replayed);
+  pcp_decoupled_syncer_state_deinitialize(&live);
+  pcp_decoupled_tape_deinitialize(&tape);
+  pcp_decoupled_nesterov_deinitialize(&nesterov);
+  pcp_decoupled_plan_deinitialize(&plan);
+}
+
 // Every allocation of decode, replay, encode, the recovery plan and the
 // live recording failed in turn: a clean RESOURCE_EXHAUSTED each time, the
 // outputs left empty, nothing leaked (the ASan build checks), and the run
@@ -1257,6 +1494,7 @@ int main(void) {
       cmocka_unit_test(test_tape_seed_from_spec),
       cmocka_unit_test(test_recovery_plan),
       cmocka_unit_test(test_tape_allocation_failures),
+      cmocka_unit_test(test_simulated_syncer),
       cmocka_unit_test(test_int4_bytes_and_bound),
       cmocka_unit_test(test_int4_refusals),
   };
