@@ -7,9 +7,12 @@
 //
 // Input: byte 0 selects the decoder (0 mod 4: tape as is; 2 mod 4: tape
 // with the header and record CRCs fixed up first, so mutations reach the
-// payload parser, the replay and the recovery plan; odd: int4). int4: byte 1
-// gives the block size (1 + b % 128), bytes 2-3 the value count (LE, mod
-// 4096), the rest is the payload.
+// payload parser, the replay and the recovery plan; 1 mod 4: int4; 3 mod
+// 4: the round machine). int4: byte 1 gives the block size (1 + b % 128),
+// bytes 2-3 the value count (LE, mod 4096), the rest is the payload. Round:
+// byte 1 the expected learners (1..8), byte 2 min_quorum, byte 3 the grace
+// (ms), then (learner, time step) byte pairs: arrivals, or a poll when the
+// learner byte is 0xFF; the machine must agree with pcp_decoupled_select.
 //
 // Built two ways, as config_fuzz.c: libFuzzer under clang with
 // -DPCP_FUZZ=ON, otherwise a replay tool that ctest runs over
@@ -110,6 +113,50 @@ static void fuzz_int4(const uint8_t* data, size_t size) {
   }
 }
 
+static void fuzz_round(const uint8_t* data, size_t size) {
+  if (size < 4)
+    return;
+  uint32_t expected[8];
+  uint32_t expected_count = 1u + data[1] % 8u;
+  for (uint32_t i = 0; i < expected_count; ++i) expected[i] = 10u + i;
+  uint32_t min_quorum = 1u + data[2] % expected_count;
+  uint64_t grace = data[3];
+  static pcp_decoupled_round_t round;
+  PCP_CHECK_OK(pcp_decoupled_round_open(1000, expected, expected_count,
+                                        min_quorum, grace, 500, &round));
+  uint64_t now = 1000;
+  for (size_t i = 4; i + 1 < size; i += 2) {
+    now += data[i + 1] % 16u;
+    if (data[i] == 0xFF) {
+      (void)pcp_decoupled_round_poll(&round, now);
+    } else {
+      pcp_decoupled_round_arrive(&round, 8u + data[i] % 12u, now);
+    }
+  }
+  uint64_t at = pcp_decoupled_round_next_deadline_ms(&round);
+  if (at != UINT64_MAX)
+    (void)pcp_decoupled_round_poll(&round, at);
+  PCP_ASSERT(round.state != PCP_DECOUPLED_ROUND_COLLECTING);
+  if (round.state == PCP_DECOUPLED_ROUND_TIMED_OUT) {
+    PCP_ASSERT(round.arrival_count < min_quorum);
+    return;
+  }
+  // The machine's recorded arrivals, selected from scratch, give the same
+  // participants; every participant was expected and within the deadline.
+  pcp_decoupled_selection_t again;
+  PCP_CHECK_OK(pcp_decoupled_select(round.arrivals, round.arrival_count,
+                                    expected, expected_count, min_quorum, grace,
+                                    &again));
+  PCP_ASSERT(again.participant_count == round.selection.participant_count);
+  PCP_ASSERT(round.selection.participant_count >= min_quorum);
+  PCP_ASSERT(round.selection.participant_count == round.arrival_count);
+  for (uint32_t p = 0; p < again.participant_count; ++p) {
+    PCP_ASSERT(again.participants[p] == round.selection.participants[p]);
+  }
+  PCP_ASSERT(round.closed_at_ms <= 1000 + round.selection.deadline_ms ||
+             round.arrival_count == expected_count);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0)
     return 0;
@@ -117,8 +164,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_tape(data + 1, size - 1);
   } else if (data[0] % 4 == 2) {
     fuzz_tape_fixed(data + 1, size - 1);
-  } else {
+  } else if (data[0] % 4 == 1) {
     fuzz_int4(data, size);
+  } else {
+    fuzz_round(data, size);
   }
   return 0;
 }
