@@ -38,6 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "base/base.h"
 
 #ifdef __cplusplus
@@ -259,30 +261,90 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_nesterov_step_fragment(
     uint32_t fragment_id, const float* outer_gradient, float* inout_params);
 
 //===----------------------------------------------------------------------===//
+// Vector clocks
+//===----------------------------------------------------------------------===//
+
+typedef struct pcp_decoupled_clock_entry_t {
+  uint16_t node_id;
+  uint64_t counter;
+} pcp_decoupled_clock_entry_t;
+
+// Entries sorted by node id; a missing entry reads as 0. Fixed capacity
+// (PCP_DECOUPLED_CLOCK_MAX_ENTRIES) so a clock is a plain value: copy it
+// with assignment.
+typedef struct pcp_decoupled_clock_t {
+  uint32_t count;
+  pcp_decoupled_clock_entry_t entries[PCP_DECOUPLED_CLOCK_MAX_ENTRIES];
+} pcp_decoupled_clock_t;
+
+typedef enum pcp_decoupled_clock_order_e {
+  PCP_DECOUPLED_CLOCK_EQUAL = 0,
+  PCP_DECOUPLED_CLOCK_BEFORE = 1,
+  PCP_DECOUPLED_CLOCK_AFTER = 2,
+  PCP_DECOUPLED_CLOCK_CONCURRENT = 3,
+} pcp_decoupled_clock_order_t;
+
+void pcp_decoupled_clock_initialize(pcp_decoupled_clock_t* out_clock);
+uint64_t pcp_decoupled_clock_get(const pcp_decoupled_clock_t* clock,
+                                 uint16_t node_id);
+// counter = counter + 1 / max(counter, value). RESOURCE_EXHAUSTED when a new
+// node would pass the capacity.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_decoupled_clock_tick(pcp_decoupled_clock_t* clock, uint16_t node_id);
+PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_clock_observe(
+    pcp_decoupled_clock_t* clock, uint16_t node_id, uint64_t value);
+// Element-wise max of |other| into |inout_clock|.
+PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_clock_merge(
+    pcp_decoupled_clock_t* inout_clock, const pcp_decoupled_clock_t* other);
+// BEFORE: a <= b everywhere and a != b; AFTER the reverse.
+pcp_decoupled_clock_order_t pcp_decoupled_clock_compare(
+    const pcp_decoupled_clock_t* a, const pcp_decoupled_clock_t* b);
+
+// The wire form (reference: `[{node_id, counter}]`, the `vector_clock`
+// field of learner metadata): a new JSON array in node order, or NULL when
+// out of memory. Counters above INT64_MAX (JSON's integer range here) are
+// written as INT64_MAX.
+json_t* pcp_decoupled_clock_to_json(const pcp_decoupled_clock_t* clock);
+// Parses the wire form into |out_clock|. INVALID_ARGUMENT naming the
+// element and the rule: not an array, more than the limit, an element that
+// is not an object, node_id not an integer in [0, 65535], counter not an
+// integer >= 0, a node listed twice. Any order is accepted (the clock
+// sorts). |out_clock| is empty on failure.
+PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_clock_from_json(
+    const json_t* json, pcp_decoupled_clock_t* out_clock);
+
+//===----------------------------------------------------------------------===//
 // Learner side: counters and alpha blending
 //===----------------------------------------------------------------------===//
 
-// Per-fragment counters since the fragment was last received, and the
-// newest syncer step observed.
+// Per-fragment counters since the fragment was last received, the newest
+// syncer step observed, and the learner's vector clock (its own entry
+// ticks once per local step; the syncer's entry, node 0, follows the
+// applied syncer steps).
 typedef struct pcp_decoupled_learner_t {
   pcp_allocator_t allocator;
+  uint16_t node_id;  // >= 1 (0 is the syncer)
   uint32_t fragment_count;
   uint64_t learner_step;
   uint64_t observed_global_step;
   uint64_t* steps_since;   // fragment_count
   uint64_t* tokens_since;  // fragment_count
+  pcp_decoupled_clock_t clock;
 } pcp_decoupled_learner_t;
 
+// INVALID_ARGUMENT for node 0 or a fragment count out of [1, limit].
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_learner_initialize(
-    pcp_allocator_t allocator, uint32_t fragment_count,
+    pcp_allocator_t allocator, uint16_t node_id, uint32_t fragment_count,
     pcp_decoupled_learner_t* out_learner);
 void pcp_decoupled_learner_deinitialize(pcp_decoupled_learner_t* learner);
-// One local step of |tokens|: learner_step += 1, and every fragment's
-// counters grow by 1 step and |tokens| (saturating).
+// One local step of |tokens|: learner_step += 1, the clock's own entry
+// ticks, and every fragment's counters grow by 1 step and |tokens|
+// (saturating).
 void pcp_decoupled_learner_record_step(pcp_decoupled_learner_t* learner,
                                        uint64_t tokens);
 // The syncer's value of |fragment_id| from |syncer_step| was applied:
-// zeroes its counters, observed_global_step = max(it, syncer_step).
+// zeroes its counters, observed_global_step = max(it, syncer_step), and
+// the clock observes node 0 = syncer_step.
 // OUT_OF_RANGE for a bad id.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_learner_apply_fragment(
     pcp_decoupled_learner_t* learner, uint32_t fragment_id,
@@ -428,46 +490,6 @@ pcp_decoupled_round_state_t pcp_decoupled_round_poll(
 // once closed.
 uint64_t pcp_decoupled_round_next_deadline_ms(
     const pcp_decoupled_round_t* round);
-
-//===----------------------------------------------------------------------===//
-// Vector clocks
-//===----------------------------------------------------------------------===//
-
-typedef struct pcp_decoupled_clock_entry_t {
-  uint16_t node_id;
-  uint64_t counter;
-} pcp_decoupled_clock_entry_t;
-
-// Entries sorted by node id; a missing entry reads as 0. Fixed capacity
-// (PCP_DECOUPLED_CLOCK_MAX_ENTRIES) so a clock is a plain value: copy it
-// with assignment.
-typedef struct pcp_decoupled_clock_t {
-  uint32_t count;
-  pcp_decoupled_clock_entry_t entries[PCP_DECOUPLED_CLOCK_MAX_ENTRIES];
-} pcp_decoupled_clock_t;
-
-typedef enum pcp_decoupled_clock_order_e {
-  PCP_DECOUPLED_CLOCK_EQUAL = 0,
-  PCP_DECOUPLED_CLOCK_BEFORE = 1,
-  PCP_DECOUPLED_CLOCK_AFTER = 2,
-  PCP_DECOUPLED_CLOCK_CONCURRENT = 3,
-} pcp_decoupled_clock_order_t;
-
-void pcp_decoupled_clock_initialize(pcp_decoupled_clock_t* out_clock);
-uint64_t pcp_decoupled_clock_get(const pcp_decoupled_clock_t* clock,
-                                 uint16_t node_id);
-// counter = counter + 1 / max(counter, value). RESOURCE_EXHAUSTED when a new
-// node would pass the capacity.
-PCP_MUST_USE_RESULT pcp_status_t
-pcp_decoupled_clock_tick(pcp_decoupled_clock_t* clock, uint16_t node_id);
-PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_clock_observe(
-    pcp_decoupled_clock_t* clock, uint16_t node_id, uint64_t value);
-// Element-wise max of |other| into |inout_clock|.
-PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_clock_merge(
-    pcp_decoupled_clock_t* inout_clock, const pcp_decoupled_clock_t* other);
-// BEFORE: a <= b everywhere and a != b; AFTER the reverse.
-pcp_decoupled_clock_order_t pcp_decoupled_clock_compare(
-    const pcp_decoupled_clock_t* a, const pcp_decoupled_clock_t* b);
 
 //===----------------------------------------------------------------------===//
 // Event tape

@@ -295,9 +295,13 @@ pcp_status_t pcp_decoupled_nesterov_step_fragment(
 //===----------------------------------------------------------------------===//
 
 pcp_status_t pcp_decoupled_learner_initialize(
-    pcp_allocator_t allocator, uint32_t fragment_count,
+    pcp_allocator_t allocator, uint16_t node_id, uint32_t fragment_count,
     pcp_decoupled_learner_t* out_learner) {
   memset(out_learner, 0, sizeof(*out_learner));
+  if (node_id == 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "learner node id 0: that is the syncer's");
+  }
   if (fragment_count == 0 || fragment_count > PCP_DECOUPLED_MAX_FRAGMENTS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "learner: %u fragments, want [1, %u]",
@@ -314,7 +318,9 @@ pcp_status_t pcp_decoupled_learner_initialize(
     return pcp_status_annotate_f(status, "learner counters");
   }
   out_learner->allocator = allocator;
+  out_learner->node_id = node_id;
   out_learner->fragment_count = fragment_count;
+  pcp_decoupled_clock_initialize(&out_learner->clock);
   out_learner->steps_since = steps;
   out_learner->tokens_since = tokens;
   return pcp_ok_status();
@@ -336,6 +342,8 @@ static uint64_t add_saturating(uint64_t a, uint64_t b) {
 void pcp_decoupled_learner_record_step(pcp_decoupled_learner_t* learner,
                                        uint64_t tokens) {
   learner->learner_step = add_saturating(learner->learner_step, 1);
+  // Two entries at most (its own and the syncer's): never full.
+  PCP_CHECK_OK(pcp_decoupled_clock_tick(&learner->clock, learner->node_id));
   for (uint32_t f = 0; f < learner->fragment_count; ++f) {
     learner->steps_since[f] = add_saturating(learner->steps_since[f], 1);
     learner->tokens_since[f] = add_saturating(learner->tokens_since[f], tokens);
@@ -354,7 +362,7 @@ pcp_status_t pcp_decoupled_learner_apply_fragment(
   if (syncer_step > learner->observed_global_step) {
     learner->observed_global_step = syncer_step;
   }
-  return pcp_ok_status();
+  return pcp_decoupled_clock_observe(&learner->clock, 0, syncer_step);
 }
 
 bool pcp_decoupled_learner_should_continue(

@@ -120,6 +120,76 @@ pcp_decoupled_clock_order_t pcp_decoupled_clock_compare(
   return PCP_DECOUPLED_CLOCK_EQUAL;
 }
 
+json_t* pcp_decoupled_clock_to_json(const pcp_decoupled_clock_t* clock) {
+  json_t* array = json_array();
+  if (array == NULL)
+    return NULL;
+  for (uint32_t i = 0; i < clock->count; ++i) {
+    uint64_t counter = clock->entries[i].counter;
+    json_t* entry = json_pack(
+        "{s:I, s:I}", "node_id", (json_int_t)clock->entries[i].node_id,
+        "counter",
+        (json_int_t)(counter > (uint64_t)INT64_MAX ? INT64_MAX : counter));
+    if (entry == NULL || json_array_append_new(array, entry) != 0) {
+      json_decref(array);
+      return NULL;
+    }
+  }
+  return array;
+}
+
+pcp_status_t pcp_decoupled_clock_from_json(const json_t* json,
+                                           pcp_decoupled_clock_t* out_clock) {
+  pcp_decoupled_clock_initialize(out_clock);
+  if (!json_is_array(json)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "vector_clock: want an array of {node_id, counter}");
+  }
+  size_t n = json_array_size(json);
+  if (n > PCP_DECOUPLED_CLOCK_MAX_ENTRIES) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "vector_clock: %zu entries, limit %u", n,
+                           PCP_DECOUPLED_CLOCK_MAX_ENTRIES);
+  }
+  pcp_status_t status = pcp_ok_status();
+  for (size_t i = 0; i < n && status == NULL; ++i) {
+    const json_t* e = json_array_get(json, i);
+    const json_t* node = json_object_get(e, "node_id");
+    const json_t* counter = json_object_get(e, "counter");
+    if (!json_is_object(e)) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "vector_clock[%zu]: want an object", i);
+    } else if (!json_is_integer(node) || json_integer_value(node) < 0 ||
+               json_integer_value(node) > UINT16_MAX) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "vector_clock[%zu].node_id: want an integer in "
+                               "[0, 65535]",
+                               i);
+    } else if (!json_is_integer(counter) || json_integer_value(counter) < 0) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "vector_clock[%zu].counter: want an integer "
+                               ">= 0",
+                               i);
+    } else {
+      uint16_t id = (uint16_t)json_integer_value(node);
+      bool found = false;
+      (void)clock_find(out_clock, id, &found);
+      if (found) {
+        status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "vector_clock[%zu].node_id: node %u listed "
+                                 "twice",
+                                 i, id);
+      } else {
+        status = pcp_decoupled_clock_observe(
+            out_clock, id, (uint64_t)json_integer_value(counter));
+      }
+    }
+  }
+  if (status != NULL)
+    pcp_decoupled_clock_initialize(out_clock);
+  return status;
+}
+
 //===----------------------------------------------------------------------===//
 // Event tape
 //===----------------------------------------------------------------------===//

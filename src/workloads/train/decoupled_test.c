@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "proto/proto.h"
 #include "workloads/workloads.h"
@@ -477,7 +478,9 @@ static void test_nesterov_fragment(void** state) {
 static void test_learner_counters_and_blend(void** state) {
   (void)state;
   pcp_decoupled_learner_t learner;
-  EXPECT_OK(pcp_decoupled_learner_initialize(sys(), 3, &learner));
+  EXPECT_CODE(pcp_decoupled_learner_initialize(sys(), 0, 3, &learner),
+              PCP_STATUS_INVALID_ARGUMENT);
+  EXPECT_OK(pcp_decoupled_learner_initialize(sys(), 4, 3, &learner));
   pcp_decoupled_learner_record_step(&learner, 128);
   pcp_decoupled_learner_record_step(&learner, 128);
   pcp_decoupled_learner_record_step(&learner, 64);
@@ -497,6 +500,9 @@ static void test_learner_counters_and_blend(void** state) {
   assert_int_equal(learner.observed_global_step, 7);
   EXPECT_OK(pcp_decoupled_learner_apply_fragment(&learner, 0, 5));
   assert_int_equal(learner.observed_global_step, 7);  // max
+  // Its clock: own entry = 3 local steps, the syncer's = newest step seen.
+  assert_int_equal(pcp_decoupled_clock_get(&learner.clock, 4), 3);
+  assert_int_equal(pcp_decoupled_clock_get(&learner.clock, 0), 7);
   assert_true(pcp_decoupled_learner_should_continue(&learner, 0));
   assert_true(pcp_decoupled_learner_should_continue(&learner, 8));
   assert_false(pcp_decoupled_learner_should_continue(&learner, 7));
@@ -727,6 +733,50 @@ static void test_vector_clock(void** state) {
   pcp_decoupled_clock_initialize(&a);
   assert_int_equal(pcp_decoupled_clock_compare(&a, &c),
                    PCP_DECOUPLED_CLOCK_EQUAL);
+  // The wire form, both ways, and its rules.
+  json_t* json = pcp_decoupled_clock_to_json(&b);
+  assert_non_null(json);
+  char* text = json_dumps(json, JSON_COMPACT);
+  assert_string_equal(text,
+                      "[{\"node_id\":0,\"counter\":1},"
+                      "{\"node_id\":3,\"counter\":2},"
+                      "{\"node_id\":5,\"counter\":1}]");
+  pcp_libc_free(text);
+  static pcp_decoupled_clock_t parsed;
+  EXPECT_OK(pcp_decoupled_clock_from_json(json, &parsed));
+  assert_int_equal(pcp_decoupled_clock_compare(&parsed, &b),
+                   PCP_DECOUPLED_CLOCK_EQUAL);
+  json_decref(json);
+  static const struct {
+    const char* text;
+    const char* error;
+  } kBad[] = {
+      {"{}", "want an array"},
+      {"[1]", "vector_clock[0]: want an object"},
+      {"[{\"node_id\":70000,\"counter\":1}]", "[0].node_id"},
+      {"[{\"node_id\":1,\"counter\":-1}]", "[0].counter"},
+      {"[{\"node_id\":1}]", "[0].counter"},
+      {"[{\"node_id\":2,\"counter\":1},{\"node_id\":2,\"counter\":3}]",
+       "node 2 listed twice"},
+  };
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kBad); ++i) {
+    json_t* bad_json = json_loads(kBad[i].text, 0, NULL);
+    assert_non_null(bad_json);
+    EXPECT_ERROR(pcp_decoupled_clock_from_json(bad_json, &parsed),
+                 PCP_STATUS_INVALID_ARGUMENT, kBad[i].error);
+    assert_int_equal(parsed.count, 0);
+    json_decref(bad_json);
+  }
+  // Any order is accepted and sorted.
+  json_t* unsorted = json_loads(
+      "[{\"node_id\":9,\"counter\":4},{\"node_id\":1,"
+      "\"counter\":2}]",
+      0, NULL);
+  EXPECT_OK(pcp_decoupled_clock_from_json(unsorted, &parsed));
+  assert_int_equal(parsed.entries[0].node_id, 1);
+  assert_int_equal(parsed.entries[1].counter, 4);
+  json_decref(unsorted);
+
   // Capacity.
   pcp_decoupled_clock_initialize(&a);
   for (uint32_t n = 0; n < PCP_DECOUPLED_CLOCK_MAX_ENTRIES; ++n) {
@@ -1092,7 +1142,8 @@ static void test_simulated_syncer(void** state) {
   for (int j = 0; j < kN; ++j) global[j] = 0.01f * (float)j;
   for (int l = 0; l < kLearners; ++l) {
     memcpy(local[l], global, sizeof(global));
-    EXPECT_OK(pcp_decoupled_learner_initialize(sys(), 3, &counters[l]));
+    EXPECT_OK(pcp_decoupled_learner_initialize(sys(), (uint16_t)ids[l], 3,
+                                               &counters[l]));
     next_step_end[l] = step_ms[l];
   }
   static pcp_decoupled_round_t round;

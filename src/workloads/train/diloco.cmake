@@ -97,7 +97,7 @@ set_source_files_properties(
 # decode/corruption/replay, recovery plan, int4 bytes and bound.
 pcp_cmocka_test(workloads_decoupled_test
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_test.c
-  DEPS pcp_workloads LABELS workloads)
+  DEPS pcp_workloads PkgConfig::JANSSON LABELS workloads)
 target_compile_definitions(workloads_decoupled_test PRIVATE
   PCP_DECOUPLED_SEED_DIR="${CMAKE_SOURCE_DIR}/tests/fuzz/decoupled")
 # Merges, Nesterov, blending and the int4 codec on seeded random data
