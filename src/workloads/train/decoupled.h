@@ -388,8 +388,9 @@ typedef struct pcp_decoupled_selection_t {
 // |min_quorum| distinct learners -> FAILED_PRECONDITION ("quorum not met").
 // Then sort by (arrival, id), quorum_wait = arrival[min_quorum - 1],
 // deadline = quorum_wait + grace_ms; keep every update with arrival <=
-// deadline. INVALID_ARGUMENT for min_quorum 0 or more arrivals than the
-// limit.
+// deadline. INVALID_ARGUMENT for min_quorum 0, more than
+// 4 x PCP_DECOUPLED_MAX_LEARNERS arrivals or more distinct learners than
+// PCP_DECOUPLED_MAX_LEARNERS.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_select(
     const pcp_decoupled_arrival_t* arrivals, uint32_t arrival_count,
     const uint32_t* active_ids, uint32_t active_count, uint32_t min_quorum,
