@@ -41,6 +41,7 @@
 #include <jansson.h>
 
 #include "base/base.h"
+#include "config/config.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -785,6 +786,54 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_int4_decode(const uint8_t* data,
                                                            size_t count,
                                                            uint32_t block_size,
                                                            float* out_values);
+
+//===----------------------------------------------------------------------===//
+// Experiment keys (the decoupled_diloco block)
+//===----------------------------------------------------------------------===//
+
+// The keys of reference s.1.6 with the syncer's defaults of s.1.3, plus
+// int4_block_size (ours). |present| first, so the struct can later sit in
+// the DiLoCo config as an OBJECT field ("decoupled_diloco").
+// embedding_tensor_indices is not a key here yet (the config tables have
+// no integer list type): the caller passes the indices to the plan.
+typedef struct pcp_decoupled_config_t {
+  bool present;
+  int64_t num_fragments;    // P, default 24
+  int64_t sync_interval_h;  // H; 0: the experiment's tau
+  int64_t overlap_tau;      // default 2
+  int64_t min_quorum;       // default 1
+  int64_t grace_window_ms;  // default 0
+  double grace_gamma;       // default 1.0
+  int64_t max_grace_steps;  // default 1
+  bool adaptive_grace_enabled;
+  double timing_ema_alpha;             // default 0.125
+  int32_t merge_strategy;              // pcp_decoupled_merge_strategy_t
+  int32_t fragment_strategy;           // pcp_decoupled_fragment_strategy_t
+  double learner_alpha;                // default 0
+  double outer_learning_rate;          // default 0.7 (upstream null -> 0.7)
+  int32_t outer_gradient_compression;  // 0 none, 1 int4
+  int64_t int4_block_size;             // default 64
+  int64_t max_recovery_syncer_steps;   // default 24
+} pcp_decoupled_config_t;
+
+// The table (defaults, bounds, help). Cross-field rules: timing_ema_alpha
+// in (0, 1], grace_gamma finite, num_fragments <= sync_interval_h when H
+// is given.
+const pcp_config_table_t* pcp_decoupled_config_table(void);
+// Defaults, then the JSON object |text|, then validation; |present| set.
+// Unknown keys go to |out_unknown_keys| (optional). INVALID_ARGUMENT names
+// the key; the config is left deinitialized on failure.
+PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_config_parse_json(
+    const char* text, size_t byte_length, pcp_decoupled_config_t* out_config,
+    pcp_string_list_t* out_unknown_keys);
+void pcp_decoupled_config_deinitialize(pcp_decoupled_config_t* config);
+// The rules that need the run: H = sync_interval_h or |tau|, P <= H,
+// 1 <= min_quorum <= |workers|; fills the schedule and the grace config
+// (both optional). INVALID_ARGUMENT naming the key.
+PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_config_resolve(
+    const pcp_decoupled_config_t* config, uint32_t workers, uint64_t tau,
+    pcp_decoupled_schedule_t* out_schedule,
+    pcp_decoupled_grace_config_t* out_grace);
 
 #ifdef __cplusplus
 }

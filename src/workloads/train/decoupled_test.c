@@ -1521,6 +1521,80 @@ static void test_int4_refusals(void** state) {
                PCP_STATUS_DATA_LOSS, "element 2 has code 0");
 }
 
+//===----------------------------------------------------------------------===//
+// Experiment keys
+//===----------------------------------------------------------------------===//
+
+static pcp_status_t parse_config(const char* json,
+                                 pcp_decoupled_config_t* config) {
+  return pcp_decoupled_config_parse_json(json, strlen(json), config, NULL);
+}
+
+static void test_config(void** state) {
+  (void)state;
+  pcp_decoupled_config_t c;
+  // Defaults: the syncer's (reference s.1.3), outer lr 0.7.
+  EXPECT_OK(parse_config("{}", &c));
+  assert_true(c.present);
+  assert_int_equal(c.num_fragments, 24);
+  assert_int_equal(c.sync_interval_h, 0);
+  assert_int_equal(c.overlap_tau, 2);
+  assert_int_equal(c.min_quorum, 1);
+  assert_int_equal(c.merge_strategy,
+                   PCP_DECOUPLED_MERGE_AVG_EMBEDDING_RDA_MODEL);
+  assert_int_equal(c.fragment_strategy,
+                   PCP_DECOUPLED_FRAGMENTS_BALANCED_TENSOR);
+  assert_true(c.outer_learning_rate == 0.7);
+  assert_true(c.timing_ema_alpha == 0.125);
+  assert_int_equal(c.max_recovery_syncer_steps, 24);
+  assert_int_equal(c.int4_block_size, 64);
+  // H from tau (24 here), the paper profile's P = H = 24.
+  pcp_decoupled_schedule_t schedule;
+  pcp_decoupled_grace_config_t grace;
+  EXPECT_OK(pcp_decoupled_config_resolve(&c, 2, 24, &schedule, &grace));
+  assert_int_equal(schedule.sync_interval_h, 24);
+  assert_int_equal(grace.overlap_tau, 2);
+  EXPECT_ERROR(pcp_decoupled_config_resolve(&c, 2, 10, &schedule, &grace),
+               PCP_STATUS_INVALID_ARGUMENT, "P <= H");
+  pcp_decoupled_config_deinitialize(&c);
+
+  EXPECT_OK(parse_config(
+      "{\"num_fragments\": 2, \"sync_interval_h\": 2, \"min_quorum\": 2,"
+      " \"grace_window_ms\": 250, \"merge_strategy\": \"rda\","
+      " \"fragment_strategy\": \"strided\", \"adaptive_grace_enabled\":"
+      " true, \"outer_gradient_compression\": \"int4\"}",
+      &c));
+  assert_int_equal(c.merge_strategy, PCP_DECOUPLED_MERGE_RDA);
+  assert_int_equal(c.outer_gradient_compression, 1);
+  EXPECT_OK(pcp_decoupled_config_resolve(&c, 2, 100, &schedule, &grace));
+  assert_int_equal(schedule.sync_interval_h, 2);  // the key wins over tau
+  assert_int_equal(grace.grace_window_ms, 250);
+  assert_true(grace.adaptive);
+  EXPECT_ERROR(pcp_decoupled_config_resolve(&c, 1, 100, &schedule, &grace),
+               PCP_STATUS_INVALID_ARGUMENT, "min_quorum");
+  pcp_decoupled_config_deinitialize(&c);
+
+  static const struct {
+    const char* json;
+    const char* error;
+  } kBad[] = {
+      {"{\"num_fragments\": 0}", "num_fragments"},
+      {"{\"num_fragments\": 4, \"sync_interval_h\": 3}", "P <= H"},
+      {"{\"learner_alpha\": 1.5}", "learner_alpha"},
+      {"{\"timing_ema_alpha\": 0}", "timing_ema_alpha"},
+      {"{\"grace_gamma\": -1}", "grace_gamma"},
+      {"{\"max_grace_steps\": 0}", "max_grace_steps"},
+      {"{\"overlap_tau\": 0}", "overlap_tau"},
+      {"{\"merge_strategy\": \"mean\"}", "merge_strategy"},
+      {"{\"outer_gradient_compression\": \"int8\"}",
+       "outer_gradient_compression"},
+  };
+  for (size_t i = 0; i < PCP_ARRAYSIZE(kBad); ++i) {
+    EXPECT_ERROR(parse_config(kBad[i].json, &c), PCP_STATUS_INVALID_ARGUMENT,
+                 kBad[i].error);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plan_strided),
@@ -1548,6 +1622,7 @@ int main(void) {
       cmocka_unit_test(test_simulated_syncer),
       cmocka_unit_test(test_int4_bytes_and_bound),
       cmocka_unit_test(test_int4_refusals),
+      cmocka_unit_test(test_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,7 +85,8 @@ target_sources(pcp_workloads PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_merge.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_quorum.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_tape.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_int4.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_int4.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_config.c)
 # Compared with NumPy float32 element by element: no FMA contraction.
 set_source_files_properties(
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_merge.c
