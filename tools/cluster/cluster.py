@@ -561,12 +561,27 @@ class Cluster:
         """|argv| wrapped to run in host i's namespace."""
         return ["ip", "netns", "exec", self.ns(i)] + list(argv)
 
+    def host_env(self, i, env=None):
+        """|env| (default: this process's) plus PCP_CLUSTER_TAG,
+        PCP_CLUSTER_HOST, PCP_CLUSTER_ADDR and NODE_NAME=<namespace>: the
+        hosts share the machine's hostname, and a worker's id is made from
+        NODE_NAME (docs/cluster.md), so two hosts' workers would collide.
+        A NODE_NAME in an explicit |env| wins."""
+        out = dict(os.environ if env is None else env)
+        out.update(PCP_CLUSTER_TAG=self.tag, PCP_CLUSTER_HOST=str(i),
+                   PCP_CLUSTER_ADDR=self.addr(i))
+        if env is None or "NODE_NAME" not in env:
+            out["NODE_NAME"] = self.ns(i)
+        return out
+
     def spawn(self, i, argv, **popen_kw):
         """Starts |argv| in host i (own process group; SIGTERM when the
-        spawning thread dies); down() ends it. Popen keywords pass through.
+        spawning thread dies; environment from host_env); down() ends it.
+        Popen keywords pass through.
         """
         if not self._is_up:
             raise ClusterError("cluster %s is not up" % self.tag)
+        popen_kw["env"] = self.host_env(i, popen_kw.get("env"))
         popen_kw.setdefault("start_new_session", True)
         popen_kw.setdefault("preexec_fn", _pdeathsig)
         p = subprocess.Popen(self.command(i, argv), **popen_kw)
@@ -577,6 +592,7 @@ class Cluster:
         """subprocess.run of |argv| in host i (bounded by run_kw's timeout,
         default 60 s)."""
         run_kw.setdefault("timeout", 60)
+        run_kw["env"] = self.host_env(i, run_kw.get("env"))
         return subprocess.run(self.command(i, argv), **run_kw)
 
     @contextlib.contextmanager
