@@ -191,6 +191,7 @@ def run(c, work):
 
 def main():
     cluster.require_or_exit("cluster_pcp_test")
+    cluster.cleanup_stale(log=print)
     if not os.path.exists(DATA):
         check(False, "no %s" % DATA)
         return 1

@@ -171,17 +171,19 @@ def start_run(tag, on, extra=()):
         return p, None
 
 
-def cluster_pids(tag, n=2):
-    """The processes in the cluster's hosts, once the commands started."""
-    pids = wait_for(lambda: [p for i in range(n)
-                             for p in ns_pids("pcp-%s-h%d" % (tag, i))], 10,
-                    "processes in %s" % tag) or []
-    return pids
+def cluster_pids(tag, n=2, per_host=2):
+    """The processes in the cluster's n hosts once each has |per_host| (the
+    `sh -c` of a host command and its sleep)."""
+    def all_started():
+        per = [ns_pids("pcp-%s-h%d" % (tag, i)) for i in range(n)]
+        if all(len(p) >= per_host for p in per):
+            return [x for p in per for x in p]
+        return None
+    return wait_for(all_started, 10, "processes in %s" % tag) or []
 
 
 def test_teardown():
     before = root_links()
-    cluster.cleanup_stale(log=print)
     tags = []
 
     # 1. The context manager: normal exit, then an exception inside.
@@ -238,7 +240,7 @@ def test_teardown():
                      (signal.SIGINT, "tint%d" % os.getpid())):
         p, desc = start_run(tag, "0,1:sleep 120")
         pids = cluster_pids(tag)
-        check(desc and len(pids) >= 2, "run %s: sleeps in h0 and h1: %s" % (
+        check(desc and len(pids) >= 4, "run %s: sleeps in h0 and h1: %s" % (
             tag, pids))
         p.send_signal(sig)
         try:
@@ -358,6 +360,9 @@ def main():
         print("usage: cluster_test.py rate|teardown|all", file=sys.stderr)
         return 2
     cluster.require_or_exit("cluster_test")
+    # Leftovers of a killed earlier run (ctest's timeout) go first; live
+    # runs of other tests are not stale and stay.
+    cluster.cleanup_stale(log=print)
     t0 = time.time()
     if what in ("rate", "all"):
         test_rate()
