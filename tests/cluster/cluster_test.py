@@ -158,16 +158,19 @@ def test_rate():
 def start_run(tag, on, extra=()):
     """`cluster.py run` in the background; returns (proc, description)
     once it printed its JSON line (the cluster is up, commands started)."""
+    # stderr to a file: the host commands inherit it, and a pipe would
+    # block a read until they are gone.
+    err = tempfile.TemporaryFile(mode="w+")
     p = subprocess.Popen(CLI + ["run", "--hosts", "2", "--rate", "100mbit",
                                 "--tag", tag, "--on", on] + list(extra),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         stdout=subprocess.PIPE, stderr=err, text=True)
+    p.err_text = lambda: (err.seek(0), err.read())[1]
     line = p.stdout.readline()
     try:
         return p, json.loads(line)
     except ValueError:
         p.kill()
-        check(False, "run %s came up: %r %r" % (tag, line, p.stderr.read()))
+        check(False, "run %s came up: %r %r" % (tag, line, p.err_text()))
         return p, None
 
 
@@ -235,21 +238,29 @@ def test_teardown():
         cluster._sh = real_sh
     gone(c.tag, what="a failure while building")
 
-    # 3. `run` ended by SIGTERM, then by SIGINT: exit 130, all gone.
-    for sig, tag in ((signal.SIGTERM, "tterm%d" % os.getpid()),
-                     (signal.SIGINT, "tint%d" % os.getpid())):
-        p, desc = start_run(tag, "0,1:sleep 120")
+    # 3. `run` ended by SIGTERM, then by SIGINT: exit 130, all gone. The
+    # SIGTERM run's commands ignore SIGTERM (the teardown waits its 10 s
+    # grace, then SIGKILLs them) and a SIGINT comes 1 s into the teardown:
+    # it is held until the teardown is over.
+    for sig, tag, cmd in (
+            (signal.SIGTERM, "tterm%d" % os.getpid(),
+             "0,1:trap '' TERM; sleep 120"),
+            (signal.SIGINT, "tint%d" % os.getpid(), "0,1:sleep 120")):
+        p, desc = start_run(tag, cmd)
         pids = cluster_pids(tag)
         check(desc and len(pids) >= 4, "run %s: sleeps in h0 and h1: %s" % (
             tag, pids))
         p.send_signal(sig)
+        if sig == signal.SIGTERM:
+            time.sleep(1)
+            p.send_signal(signal.SIGINT)
         try:
             rc = p.wait(30)
         except subprocess.TimeoutExpired:
             p.kill()
             rc = None
         check(rc == 130, "run ended by %s exits 130 after teardown: %s %s" %
-              (sig.name, rc, p.stderr.read().strip()[-300:]))
+              (sig.name, rc, p.err_text().strip()[-300:]))
         gone(tag, pids, "run ended by " + sig.name)
 
     # 4. `run --main`: its exit code is the run's, then all gone.
@@ -368,6 +379,9 @@ def main():
         test_rate()
     if what in ("teardown", "all"):
         test_teardown()
+    # A failed check may have left a sub-run's cluster behind: its owner
+    # (the `run` process) is gone, so it is stale.
+    cluster.cleanup_stale(log=print)
     print("cluster_test %s: %.1f s, %d failures" % (
         what, time.time() - t0, len(FAILURES)))
     if FAILURES:

@@ -69,6 +69,8 @@ RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9,
 MIN_RATE, MAX_RATE = 8 * 10**3, 100 * 10**9
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
+# Held back while a cluster is torn down.
+HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 class Unsupported(Exception):
@@ -506,11 +508,20 @@ class Cluster:
     def down(self, grace_s=10.0):
         """Idempotent: SIGTERM to every spawned process group, SIGKILL after
         |grace_s|, then remove_tag (anything else left in the namespaces,
-        the namespaces, the record)."""
+        the namespaces, the record). SIGINT/SIGTERM/SIGHUP are held back
+        while it runs (a second Ctrl-C must not cut the teardown short) and
+        delivered after it."""
         with self._lock:
             if not self._is_up:
                 return
             self._is_up = False
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+        try:
+            self._teardown(grace_s)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def _teardown(self, grace_s):
         live = [p for p in self.procs if p.poll() is None]
         for p in live:
             with contextlib.suppress(ProcessLookupError):
@@ -545,10 +556,14 @@ class Cluster:
             raise
 
     def __exit__(self, *exc):
+        # The caller's handlers come back before the teardown, with the
+        # signals held: one that arrives meanwhile reaches them after it.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
         try:
+            self._restore_handlers()
             self.down()
         finally:
-            self._restore_handlers()
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return False
 
     def _restore_handlers(self):
