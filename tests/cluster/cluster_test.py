@@ -273,6 +273,15 @@ def test_teardown():
     check(r.returncode == 7, "run --main: h1 pinged h0, exit code 7 "
           "passed on: %d %s" % (r.returncode, r.stderr.strip()[-300:]))
     gone(tag, what="run --main")
+    tag = "ttime%d" % os.getpid()
+    t0 = time.time()
+    r = subprocess.run(CLI + ["run", "--hosts", "2", "--tag", tag, "--on",
+                              "0,1:sleep 120", "--timeout", "2"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == cluster.EXIT_TIMEOUT and time.time() - t0 < 20,
+          "run --timeout 2 ends the run with exit 124 (%.1f s): %d" % (
+              time.time() - t0, r.returncode))
+    gone(tag, what="run --timeout")
 
     # 5. SIGKILL of the tool: the namespaces and processes that ignore
     # SIGTERM stay, the run is listed as stale, cleanup --all-stale removes

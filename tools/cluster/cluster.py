@@ -53,6 +53,7 @@ import time
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_UNSUPPORTED = 3
+EXIT_TIMEOUT = 124
 
 # Where each run records its owner (pid + start time) before it creates
 # anything, so `cleanup --all-stale` can tell a dead run's leftovers from a
@@ -700,17 +701,24 @@ def _cmd_run(a):
                 p = c.spawn(i, argv)
                 print("h%d pid %d: %s" % (i, p.pid, argv[2]), file=sys.stderr)
         print(json.dumps(c.describe()), flush=True)
+        deadline = time.time() + a.timeout if a.timeout else None
+        main_proc = None
         if a.main is not None:
             hosts, _, cmd = a.main.partition(":")
             i = _hosts_list(hosts, a.hosts)[0]
-            p = c.spawn(i, ["sh", "-c", _fill(cmd, c, i)])
-            code = p.wait()
+            main_proc = c.spawn(i, ["sh", "-c", _fill(cmd, c, i)])
+        # Until --main exits (its code), or without it until every host
+        # command has exited (the largest code), or a signal, or --timeout.
+        waited = [main_proc] if main_proc else c.procs
+        while any(p.poll() is None for p in waited):
+            if deadline and time.time() > deadline:
+                print("cluster.py: --timeout %g s reached; tearing down" %
+                      a.timeout, file=sys.stderr)
+                return EXIT_TIMEOUT
+            time.sleep(0.1)
+        code = max([p.returncode for p in waited] or [0])
+        if main_proc:
             print("main command exited %d" % code, file=sys.stderr)
-        else:
-            # Until a signal, or until every host command has exited.
-            while any(p.poll() is None for p in c.procs):
-                time.sleep(0.2)
-            code = max([p.returncode for p in c.procs] or [0])
     return code
 
 
@@ -718,7 +726,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="cluster.py", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="exit codes: 0 ok, 1 failure, 2 usage, 3 unsupported host")
+        epilog="exit codes: 0 ok, 1 failure, 2 usage, 3 unsupported host, "
+        "124 run --timeout reached, 130 interrupted")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def shape_args(p):
@@ -757,6 +766,9 @@ def main(argv=None):
     p.add_argument("--main", metavar="HOST:CMD",
                    help="run this in the foreground; its exit ends the run "
                    "and is the exit code")
+    p.add_argument("--timeout", type=float, default=0,
+                   help="tear down and exit 124 after this many seconds "
+                   "(0: no limit)")
     p = sub.add_parser("cleanup", help="remove leftovers")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--tag")
@@ -776,6 +788,8 @@ def main(argv=None):
             return 0
         if a.cmd in ("up", "run") and not 1 <= a.hosts <= MAX_HOSTS:
             raise ValueError("--hosts %d: want 1..%d" % (a.hosts, MAX_HOSTS))
+        if a.cmd == "run" and not 0 <= a.timeout <= 86400:
+            raise ValueError("--timeout %g: want 0..86400 s" % a.timeout)
         if a.cmd in ("up", "run") and a.rate and len(a.rate) not in (
                 1, a.hosts):
             raise ValueError("--rate: give it once or %d times" % a.hosts)
