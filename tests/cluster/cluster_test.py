@@ -217,6 +217,41 @@ def test_teardown():
         pass
     gone(tags[-1], pids, "an exception inside the block")
 
+    # Two clusters at once on the same subnet: each has its own hub, so
+    # both work.
+    with cluster.Cluster(hosts=2) as a, cluster.Cluster(hosts=2) as b:
+        ok = [x.run(1, [sys.executable, NETPROBE, "reach", x.addr(0)],
+                    capture_output=True).returncode == 0 for x in (a, b)]
+        check(ok == [True, True] and a.addr(0) == b.addr(0),
+              "two clusters on one subnet at once both work: %s" % ok)
+        tags.append(a.tag)
+        tags.append(b.tag)
+    gone(tags[-2], what="parallel cluster a")
+    gone(tags[-1], what="parallel cluster b")
+
+    # Bad input: a ValueError naming it, before anything is built.
+    for kw, word in (({"rates": "100 furlongs"}, "furlongs"),
+                     ({"rates": "1bit"}, "outside"),
+                     ({"hosts": 0}, "hosts"),
+                     ({"hosts": 2, "rates": ["1mbit"]}, "rates"),
+                     ({"subnet": "8.8.8.0/24"}, "private"),
+                     ({"subnet": "10.0.0.0/16"}, "/24"),
+                     ({"tag": "Bad-Tag"}, "tag"),
+                     ({"latency": "forever"}, "latency"),
+                     ({"rates": "1mbit", "burst": 10}, "burst")):
+        try:
+            cluster.Cluster(**kw)
+            check(False, "Cluster(%s) is refused" % kw)
+        except ValueError as e:
+            check(word in str(e), "Cluster(%s) refused naming %s: %s" % (
+                kw, word, e))
+    r = subprocess.run(CLI + ["run", "--hosts", "3", "--rate", "1mbit",
+                              "--rate", "2mbit", "--on", "0:true"],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == cluster.EXIT_USAGE and "--rate" in r.stderr,
+          "run with 2 rates for 3 hosts exits 2: %d %s" % (
+              r.returncode, r.stderr.strip()))
+
     # 2. A failure in the middle of building (the third tc call fails).
     real_sh, calls = cluster._sh, []
 

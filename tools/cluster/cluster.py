@@ -146,6 +146,9 @@ class Link:
     which sets the queue's length)."""
 
     def __init__(self, rate=None, burst=None, latency="50ms"):
+        if isinstance(rate, str) and rate.strip().lower() in ("none",
+                                                              "unshaped"):
+            rate = None
         self.rate = None if rate is None else parse_rate(rate)
         if burst is None:
             self.burst = default_burst(self.rate) if self.rate else None
