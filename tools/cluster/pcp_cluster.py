@@ -40,10 +40,14 @@ class PcpCluster:
     PCP_CACHE_DIR under |work|, as separate machines have separate disks:
     every worker then fetches its programs over its own link instead of
     finding the first worker's copy (the gateway keeps the caller's
-    PCP_CACHE_DIR, so its compiled artifacts stay cached across runs)."""
+    PCP_CACHE_DIR, so its compiled artifacts stay cached across runs).
+    |heartbeat_ms| is 5000, not the tests' usual 1000: a worker drops its
+    connection after 3 heartbeats without a frame from the gateway, and a
+    big task input on a slow link takes longer than that (docs/cluster.md
+    "Known problem": at 10 Mbit/s with 1000 ms no outer step completes)."""
 
     def __init__(self, pcp, work, worker_hosts=2, rate="100mbit",
-                 gateway_rate=None, scale=1, heartbeat_ms=1000,
+                 gateway_rate=None, scale=1, heartbeat_ms=5000,
                  config_extra=None, node_manager_args=(), join_timeout_s=90,
                  token="cluster-api-token", join_token="cluster-join-token",
                  per_host_cache=True, log=print, **cluster_kw):
