@@ -105,6 +105,11 @@ typedef struct pcp_workloads_rl_experiment_t {
   int64_t warmup_steps;  // iterations of linear warmup
   double min_lr;
   int64_t seed;
+  // Worker classes (a worker's --worker-class; NULL: every worker): where
+  // the served policy decodes rollouts (its model.json's "worker_class")
+  // and where the trainer's tasks run (trainer.h's worker_class).
+  char* rollout_worker_class;
+  char* trainer_worker_class;
 } pcp_workloads_rl_experiment_t;
 
 // Parses and validates experiment JSON |text| (at most
