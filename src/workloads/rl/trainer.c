@@ -701,9 +701,21 @@ static pcp_status_t tasks_wait(pcp_workloads_rl_trainer_t* t,
           "%s: a task on worker %s did not finish in %lld ms", what,
           b->slots[next]->worker_id, (long long)timeout_ms);
     } else {
+      // Each worker once per poll (a phase may hold thousands of tasks).
+      worker_slot_t* seen[MAX_WORKERS];
+      uint32_t seen_count = 0;
       for (size_t i = next; i < b->count && !status; ++i) {
-        if (!pcp_fabric_task_is_done(b->tasks[i]) &&
-            !worker_connected(t, b->slots[i])) {
+        bool checked = false;
+        for (uint32_t k = 0; k < seen_count && !checked; ++k) {
+          checked = seen[k] == b->slots[i];
+        }
+        if (checked || pcp_fabric_task_is_done(b->tasks[i])) {
+          continue;
+        }
+        if (seen_count < MAX_WORKERS) {
+          seen[seen_count++] = b->slots[i];
+        }
+        if (!worker_connected(t, b->slots[i])) {
           status =
               pcp_make_status(PCP_STATUS_UNAVAILABLE, "%s: worker %s was lost",
                               what, b->slots[i]->worker_id);
