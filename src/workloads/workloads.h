@@ -27,6 +27,9 @@
 //===--- DiLoCo / streaming DiLoCo (src/workloads/train/) ---===//
 // Config, outer step, streaming schedule, checkpoints, wire accounting.
 #include "workloads/train/diloco.h"  // IWYU pragma: export
+//===--- Decoupled DiLoCo (src/workloads/train/decoupled_*.c, issue 17) ---===//
+// Fragment plans, schedule, merges, quorum, clocks, tape, recovery, int4.
+#include "workloads/train/decoupled.h"  // IWYU pragma: export
 //===--- DiLoCo training service (src/workloads/train/service.c) ---===//
 // The outer loop of a training job over the worker fabric.
 #include "workloads/train/service.h"  // IWYU pragma: export
