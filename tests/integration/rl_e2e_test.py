@@ -25,7 +25,10 @@ A real `pcp --gateway` and two real `pcp --worker`s (CPU, IREE) on
      GET /v1/events streams them; the
      pcp_rl_* metrics; the final policy is served under its name (listed by
      /v1/models with outer_step = the last version, chat answers);
-  5. a second, long job is cancelled mid-run: cancelled within 3 s.
+  5. a second, long job is cancelled mid-run: cancelled within 3 s;
+  6. the other base model forms: the training job's served directory and
+     its safetensors file run one iteration each; a safetensors file with no
+     model.json beside it is a 400.
 The reward curve is printed.
 
 usage: rl_e2e_test.py PCP
@@ -221,6 +224,7 @@ def main():
               "chat with the final policy: %s" % status)
         degenerate_check(c)
         cancel_check(c, train_job, prompts, eval_prompts)
+        base_forms_check(c, train_job, prompts, eval_prompts)
         ok = True
         print("wall time: %.0f s (training %.0f s, rl %.0f s)" %
               (time.time() - t0, t_trained - t0, t_rl - t_trained))
@@ -278,6 +282,42 @@ def sse_sees_iteration(c, job_id):
     except OSError:
         return False
     return False
+
+
+def base_forms_check(c, train_job, prompts, eval_prompts):
+    """The other two base model forms: the training job's served directory
+    and its safetensors file (model.json beside it), one iteration each;
+    and a safetensors file without a model.json beside it refused."""
+    export = os.path.join(c.state, "models", train_job)
+    lone = os.path.join(c.state, "models", "lone")
+    os.makedirs(lone, exist_ok=True)
+    with open(os.path.join(export, "model.safetensors"), "rb") as f:
+        weights = f.read()
+    with open(os.path.join(lone, "model.safetensors"), "wb") as f:
+        f.write(weights)
+    status, answer = c.request("POST", "/v1/rl/jobs", experiment(
+        train_job, prompts, eval_prompts,
+        base_model={"safetensors": os.path.join(lone, "model.safetensors")}))
+    check(status == 400 and "no model.json" in error_message(answer),
+          "a safetensors base without model.json beside it: 400: %s %s" %
+          (status, error_message(answer)))
+    for name, base in (("dir", {"served_model_dir": export}),
+                       ("st", {"safetensors": os.path.join(
+                           export, "model.safetensors")})):
+        status, job = c.request("POST", "/v1/rl/jobs", experiment(
+            train_job, prompts, eval_prompts, num_iterations=1,
+            eval_prompts_path=None, eval_every=None, base_model=base,
+            served_model_name="rl-form-" + name))
+        job_id = job.get("job_id")
+        done = job_id and rc.wait_for(
+            lambda: c.request("GET", "/v1/rl/jobs/%s" % job_id)[1].get(
+                "state") in ("succeeded", "failed", "cancelled"), 300,
+            "the %s job" % name, interval=0.2)
+        _, body = c.request("GET", "/v1/rl/jobs/%s" % (job_id or "x"))
+        check(status == 202 and done and body.get("state") == "succeeded" and
+              (body.get("rl") or {}).get("policy_version") == 1,
+              "base_model %s: one iteration succeeded: %s %s" %
+              (list(base)[0], body.get("state"), body.get("error")))
 
 
 def fmt(v):
