@@ -28,7 +28,10 @@ A real `pcp --gateway` and two real `pcp --worker`s (CPU, IREE) on
   5. a second, long job is cancelled mid-run: cancelled within 3 s;
   6. the other base model forms: the training job's served directory and
      its safetensors file run one iteration each; a safetensors file with no
-     model.json beside it is a 400.
+     model.json beside it is a 400;
+  7. an external verifier (http.server on 127.0.0.1) scores a job's
+     rollouts; one answering 500 fails its job with that message; a prompt
+     too long for the block fails its job naming the prompt.
 The reward curve is printed.
 
 usage: rl_e2e_test.py PCP
@@ -225,6 +228,8 @@ def main():
         degenerate_check(c)
         cancel_check(c, train_job, prompts, eval_prompts)
         base_forms_check(c, train_job, prompts, eval_prompts)
+        verifier_check(c, train_job, prompts, eval_prompts)
+        length_check(c, train_job, eval_prompts)
         ok = True
         print("wall time: %.0f s (training %.0f s, rl %.0f s)" %
               (time.time() - t0, t_trained - t0, t_rl - t_trained))
@@ -318,6 +323,84 @@ def base_forms_check(c, train_job, prompts, eval_prompts):
               (body.get("rl") or {}).get("policy_version") == 1,
               "base_model %s: one iteration succeeded: %s %s" %
               (list(base)[0], body.get("state"), body.get("error")))
+
+
+def job_end(c, job_id, what):
+    rc.wait_for(lambda: c.request("GET", "/v1/rl/jobs/%s" % job_id)[1].get(
+        "state") in ("succeeded", "failed", "cancelled"), 300, what,
+        interval=0.2)
+    return c.request("GET", "/v1/rl/jobs/%s" % job_id)[1]
+
+
+def verifier_check(c, train_job, prompts, eval_prompts):
+    """An external verifier (a real HTTP server on 127.0.0.1) scores the
+    rollouts of a job; one that answers 500 fails its job with the
+    verifier's message, never a silent zero."""
+    import http.server
+    import threading
+    seen = {"items": 0}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(
+                int(self.headers["Content-Length"])))
+            if self.path == "/fail":
+                data = b'{"error": "scripted failure"}'
+                self.send_response(500)
+            else:
+                items = body["items"]
+                seen["items"] += len(items)
+                data = json.dumps({"rewards": [
+                    1.0 if "!" in i["completion"] else 0.0
+                    for i in items]}).encode()
+                self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = "http://127.0.0.1:%d" % server.server_address[1]
+    try:
+        for path, want in (("/score", "succeeded"), ("/fail", "failed")):
+            status, job = c.request("POST", "/v1/rl/jobs", experiment(
+                train_job, prompts, eval_prompts, num_iterations=1,
+                eval_prompts_path=None, eval_every=None,
+                served_model_name="rl-verifier",
+                reward={"type": "verifier", "url": url + path,
+                        "max_retries": 0, "timeout_ms": 10000}))
+            body = job_end(c, job.get("job_id", "x"), "the verifier job")
+            error = body.get("error") or ""
+            check(status == 202 and body.get("state") == want and
+                  (want == "succeeded" or "HTTP 500" in error),
+                  "external verifier %s: job %s (%s)" %
+                  (path, body.get("state"), error[:160]))
+        check(seen["items"] == 64, "the verifier scored the iteration's 64 "
+              "rollouts: %d" % seen["items"])
+    finally:
+        server.shutdown()
+
+
+def length_check(c, train_job, eval_prompts):
+    """A prompt that with rollout_max_tokens does not fit the block fails
+    the job with a message naming it."""
+    path = os.path.join(c.data, "long.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps({"prompt": "A short one:\n"}) + "\n")
+        f.write(json.dumps({"prompt": "x" * 40}) + "\n")
+    status, job = c.request("POST", "/v1/rl/jobs", experiment(
+        train_job, path, eval_prompts, num_iterations=1,
+        eval_prompts_path=None, eval_every=None, served_model_name="rl-long"))
+    body = job_end(c, job.get("job_id", "x"), "the long-prompt job")
+    error = body.get("error") or ""
+    check(status == 202 and body.get("state") == "failed" and
+          "prompt[1] is 40 tokens" in error and "block_size 64" in error,
+          "a prompt of 40 tokens + 32 new > block 64 fails the job: %s" %
+          error[:200])
 
 
 def fmt(v):
