@@ -140,7 +140,7 @@ class Fake:
         if name == "bad":
             return 400, {"error": {"code": "INVALID_ARGUMENT",
                                    "message": "group_size: must be in "
-                                              "[2, 64], got 1"}}
+                                              "[2, 1024]"}}
         if name == "ok":
             steps = [job("rl-ok", "queued"),
                      job("rl-ok", "running"),
@@ -243,7 +243,7 @@ def main():
         path = write(os.path.join(work, "bad.json"), {"name": "bad"})
         rc, out, err = run(["rl", path] + common)
         check(rc == 1, "a 400 exits 1 (rc %d)" % rc)
-        check("HTTP 400: group_size: must be in [2, 64], got 1" in err and
+        check("HTTP 400: group_size: must be in [2, 1024]" in err and
               err.startswith("pcp submit: "),
               "the server's message: %r" % err)
         check(len(fake.take()) == 1, "a refused post is not followed")
