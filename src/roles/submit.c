@@ -312,7 +312,7 @@ static void rl_summary_print(json_t* job) {
     }
     printf("\n");
   }
-  if (served) {
+  if (served && served[0]) {
     printf("policy served as model %s\n", served);
   }
 }

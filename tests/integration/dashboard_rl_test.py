@@ -91,7 +91,11 @@ class Fake:
              "from": "queued", "to": "running", "payload": {},
              "created_at_ms": job["created_at_ms"]},
             {"event_id": 2, "job_id": "rl-sample", "type": "rl.iteration",
-             "payload": {"iteration": 1, "reward_mean": 0.15},
+             "payload": {"iteration": 1, "num_iterations": 20,
+                         "reward_mean": 0.15, "reward_std": 0.04,
+                         "kl": 0.001, "clip_fraction": 0.2,
+                         "tokens_per_second": 1200.0,
+                         "eval_reward_mean": None, "policy_version": 1},
              "created_at_ms": job["created_at_ms"] + 1000}], "more": False}
         files = {"/": ("dashboard.html", "text/html"),
                  "/dashboard.js": ("dashboard.js", "text/javascript"),
@@ -230,6 +234,13 @@ def main():
         config = page.evaluate("document.getElementById('job-config')"
                                ".textContent")
         check("group_size" in config, "the experiment is shown")
+        timeline = page.wait("(() => { const l = [...document.querySelectorAll("
+                             "'#timeline li.event')].map(l => l.textContent);"
+                             " return l.length === 2 ? l : null; })()", 20,
+                             "the timeline")
+        check("iteration 1/20  reward 0.150 \u00b1 0.040  KL 0.0010  clip "
+              "0.200  1200 tok/s  policy v1" in timeline[1],
+              "an rl.iteration event reads as a line: %r" % timeline[1])
         check(page.screenshot(os.path.join(ARTIFACTS, "rl-job.png")) > 10000,
               "RL job page screenshot")
         page.pump(0.3)

@@ -659,6 +659,15 @@ function eventText(ev) {
       "  " + fmtBytes(p.step_wire_bytes) + " on the wire" +
       (p.seconds !== undefined ? "  in " + fmtDuration(p.seconds) : "");
   }
+  if (ev.type === "rl.iteration") {
+    return "iteration " + p.iteration + (p.num_iterations ? "/" + p.num_iterations : "") +
+      "  reward " + fmtNumber(p.reward_mean, 3) + " \u00b1 " + fmtNumber(p.reward_std, 3) +
+      "  KL " + fmtNumber(p.kl, 4) + "  clip " + fmtNumber(p.clip_fraction, 3) +
+      "  " + fmtNumber(p.tokens_per_second, 0) + " tok/s" +
+      (p.eval_reward_mean !== null && p.eval_reward_mean !== undefined
+        ? "  eval " + fmtNumber(p.eval_reward_mean, 3) : "") +
+      (p.policy_version !== undefined ? "  policy v" + p.policy_version : "");
+  }
   if (ev.type === "training.accepted") {
     return "accepted: " + p.outer_loop_steps + " outer steps of tau " + p.tau +
       ", " + fmtNumber(p.parameter_count, 0) + " parameters";
@@ -678,7 +687,8 @@ const TIMELINE_STEPS = 40;
 
 function timeline(events, startMs) {
   const list = el("ol", { class: "timeline", id: "timeline" });
-  const steps = events.filter((e) => e.type === "training.step");
+  // Training's outer steps and RL's iterations: the newest ones listed.
+  const steps = events.filter((e) => e.type === "training.step" || e.type === "rl.iteration");
   const hidden = Math.max(0, steps.length - TIMELINE_STEPS);
   const hide = new Set(steps.slice(0, hidden));
   let prev = startMs, noted = false;
@@ -686,8 +696,9 @@ function timeline(events, startMs) {
     if (hide.has(ev)) {
       if (!noted) {
         list.append(el("li", { class: "muted" }, el("span", {}), el("span", {}),
-          el("span", {}), el("span", { text: hidden + " earlier outer steps " +
-            "(all of them are in the charts above)" })));
+          el("span", {}), el("span", { text: hidden + (ev.type === "rl.iteration"
+            ? " earlier iterations" : " earlier outer steps") +
+            " (all of them are in the charts above)" })));
         noted = true;
       }
       prev = ev.created_at_ms;
