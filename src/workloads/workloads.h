@@ -230,5 +230,9 @@ pcp_stop_state_flush(pcp_stop_state_t* state, pcp_string_builder_t* out_text);
 //===--- Compile queue (src/workloads/runtime/compile_queue.c) ---===//
 // Bounded slots of child `pcp compile`s, one artifact key, kill on cancel.
 #include "workloads/runtime/compile_queue.h"  // IWYU pragma: export
+//===--- RL rollouts (src/workloads/rl/rollout.c, issue 16) ---===//
+// Groups of sampled completions tagged with their policy version, their
+// rewards, and the @grpo batch they pack into (after the service above).
+#include "workloads/rl/rollout.h"  // IWYU pragma: export
 
 #endif  // PCP_WORKLOADS_WORKLOADS_H_

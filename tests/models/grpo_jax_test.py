@@ -7,13 +7,14 @@ usage: grpo_jax_test.py PCP_BINARY RL_TOOL
 
 For a tiny GPT and a tiny Qwen3: `rl_tool objective` writes the module
 (pcp_workloads_rl_objective_module_emit) and the gradient module the C API derives
-from it; `pcp compile --program grad --function grpo --data-args 10
+from it; `pcp compile --program grad --function grpo --data-args 11
 --emit-mlir` must derive the same text from the CLI. Both modules are
 compiled once for IREE's CPU backend and run by `pcp run` per case.
 
 The reference is jax.value_and_grad of the objective written here from
 the formulas of docs/rl.md over jax_reference.py's forward (nanoGPT / HF
-Qwen3, not the MLIR), in the PPO "where" form: per token
+Qwen3, not the MLIR), logp = log_softmax(logits / temperature)[target],
+in the PPO "where" form: per token
     A >= 0: min(ratio, 1 + clip_high) A      A < 0: max(ratio, 1 - clip_low) A
 which equals min(ratio A, clip(ratio) A) without using either min or clip
 the way the module does, minus beta times the k3 KL, masked sum divided by
@@ -26,7 +27,14 @@ the clip binds on both sides (the reference's clip fractions must both be
 > 0); beta 0.1 with a distant reference policy; every token unmasked; an
 all-equal reward group (A = 0) with beta 0 (loss and every gradient
 exactly 0) and with beta 0.1 (the KL term alone); a given
-token_normalizer. Each case masks prompt
+token_normalizer. All of these run at temperature 1 (the results are those
+from before the temperature argument existed: x / 1 is exact). Three more
+run at temperature 0.7 and 1.3, drawn from their own generator so the
+cases above keep their inputs: on-policy at T = 0.7 with old_logp from
+the reference's logp at 0.7 (mean ratio must be 1 within 1e-5: a learner
+at T = 1 would not give that), ratio != 1 with clipping on both sides at
+T = 1.3, and beta 0.1 with a distant reference at T = 0.7. Each case masks
+prompt
 tokens (the first P_b of row b) and padding (the last tokens of some rows).
 Ratios within 1e-3 of a clip bound are moved off it, so the two
 implementations agree on which side each token is (their log-probs differ
@@ -105,14 +113,14 @@ def make_parameters(table, rng):
 
 def objective(table):
     """The reference objective and its metrics (independent of the MLIR)."""
-    def token_logp(params, ids, targets):
-        logits = ref.logits(table, params, ids)
+    def token_logp(params, ids, targets, temperature=1.0):
+        logits = ref.logits(table, params, ids) / temperature
         logp = jax.nn.log_softmax(logits, axis=-1)
         return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
 
     def terms(params, ids, targets, mask, old_logp, ref_logp, adv, lo, hi,
-              beta, normalizer):
-        logp = token_logp(params, ids, targets)
+              beta, normalizer, temperature):
+        logp = token_logp(params, ids, targets, temperature)
         ratio = jnp.exp(logp - old_logp)
         a = adv[:, None]
         surrogate = jnp.where(a >= 0, jnp.minimum(ratio, 1.0 + hi) * a,
@@ -161,7 +169,8 @@ def away_from_bounds(logp, old):
 
 def cases(tmp, rng, logp):
     """(name, mask, old_logp, ref_logp, advantages, beta, normalizer,
-    expect); normalizer 0 = the batch's token count."""
+    expect, temperature); normalizer 0 = the batch's token count. All at
+    temperature 1, drawn as before the temperature argument existed."""
     rewards = rng.standard_normal(B)
     noise = lambda s: (s * rng.standard_normal((B, T))).astype(np.float32)
     out = []
@@ -189,6 +198,25 @@ def cases(tmp, rng, logp):
     out.append(("token_normalizer 50 beta=0.04", mask_for(rng),
                 away_from_bounds(logp, logp + noise(0.3)), logp + noise(0.2),
                 advantages(tmp, rng.standard_normal(B)), 0.04, 50.0, None))
+    return [c + (1.0,) for c in out]
+
+
+def temperature_cases(tmp, rng, logp_at):
+    """Cases at temperature != 1; logp_at(T) is the reference's logp of the
+    targets at T (what a rollout sampled at T records as old_logp)."""
+    noise = lambda s: (s * rng.standard_normal((B, T))).astype(np.float32)
+    out = []
+    cold, hot = logp_at(0.7), logp_at(1.3)
+    out.append(("on-policy T=0.7 beta=0.04", mask_for(rng), cold.copy(),
+                cold + noise(0.2), advantages(tmp, rng.standard_normal(B)),
+                0.04, 0.0, "ratio-one", 0.7))
+    out.append(("clip both sides T=1.3 beta=0.02", mask_for(rng),
+                away_from_bounds(hot, hot + noise(0.6)), hot + noise(0.2),
+                advantages(tmp, [1.0, 0.0, 2.0, -1.5]), 0.02, 0.0, "clips",
+                1.3))
+    out.append(("far reference T=0.7 beta=0.1", mask_for(rng),
+                away_from_bounds(cold, cold + noise(0.1)), cold + noise(1.0),
+                advantages(tmp, rng.standard_normal(B)), 0.1, 0.0, None, 0.7))
     return out
 
 
@@ -226,7 +254,7 @@ def check_model(tmp, name, arch, sizes, flags, accumulate, seed):
                                              derived])
     cli = os.path.join(tmp, name + ".cli.mlir")
     run([PCP, "compile", "--program", "grad", mlir, "--function", "grpo",
-         "--data-args", "10", "--emit-mlir", cli])
+         "--data-args", "11", "--emit-mlir", cli])
     results = []
     with open(derived) as f, open(cli) as g:
         same = f.read() == g.read()
@@ -254,11 +282,14 @@ def check_model(tmp, name, arch, sizes, flags, accumulate, seed):
     logp = np.asarray(token_logp(jparams, ids, targets), np.float32)
     runner = Runner(tmp)
     scalars = [np.float32(CLIP_LOW), np.float32(CLIP_HIGH)]
-    for case, mask, old, reflp, adv, beta, norm, expect in cases(tmp, rng,
-                                                                  logp):
+    logp_at = lambda temp: np.asarray(token_logp(jparams, ids, targets, temp),
+                                      np.float32)
+    all_cases = cases(tmp, rng, logp) + temperature_cases(
+        tmp, np.random.default_rng(seed + 1000), logp_at)
+    for case, mask, old, reflp, adv, beta, norm, expect, temp in all_cases:
         data = [ids, targets, mask, old.astype(np.float32),
                 reflp.astype(np.float32), adv.astype(np.float32)] + scalars + [
-                    np.float32(beta), np.float32(norm)]
+                    np.float32(beta), np.float32(norm), np.float32(temp)]
         (loss, (metrics, ref_logp_out)), grads = value_and_grad(
             jparams, *[jnp.asarray(x) for x in data])
         got = runner.call(grad_vmfb, "compute_gradients",
@@ -295,6 +326,8 @@ def check_model(tmp, name, arch, sizes, flags, accumulate, seed):
                                                                 rel, scale))
         if expect == "zero" and float(got[0]) != 0.0:
             problems.append("loss %.3g, want exactly 0" % got[0])
+        if expect == "ratio-one" and not (abs(float(got_m[4]) - 1.0) <= 1e-5):
+            problems.append("on-policy mean ratio %.7g, want 1" % got_m[4])
         if expect == "clips" and not (metrics[1] > 0 and metrics[2] > 0):
             problems.append("case does not clip both sides (%.3f, %.3f)" % (
                 metrics[1], metrics[2]))
@@ -318,7 +351,7 @@ def check_accumulation(tmp, name, mlir, table, params, value_and_grad,
     the token mean of the 2B-row batch."""
     acc_vmfb = os.path.join(tmp, name + ".acc.vmfb")
     run([PCP, "compile", "--program", "grad", "--accumulate", "2", mlir,
-         "--function", "grpo", "--data-args", "10", "-o", acc_vmfb])
+         "--function", "grpo", "--data-args", "11", "-o", acc_vmfb])
     ids = rng.integers(0, V, size=(2 * B, T), dtype=np.int32)
     targets = np.roll(ids, -1, axis=1)
     jparams = [jnp.asarray(p) for p in params]
@@ -338,12 +371,13 @@ def check_accumulation(tmp, name, mlir, table, params, value_and_grad,
     (loss, _), grads = value_and_grad(
         jparams, *[jnp.asarray(x) for x in (ids, targets, mask, old, reflp,
                                             adv, lo, hi, beta,
-                                            np.float32(0.0))])
+                                            np.float32(0.0),
+                                            np.float32(1.0))])
     split = lambda x: np.asarray(x).reshape((2, B) + np.asarray(x).shape[1:])
     stack = lambda x: np.full((2,), x, np.float32)
     data = [split(ids), split(targets), split(mask), split(old),
             split(reflp), split(adv), stack(lo), stack(hi), stack(beta),
-            stack(total / 2.0)]
+            stack(total / 2.0), stack(1.0)]
     got = Runner(tmp).call(acc_vmfb, "compute_gradients_accumulated",
                            [np.asarray(p) for p in params] + data,
                            1 + len(params))

@@ -259,6 +259,15 @@ typedef struct pcp_infer_result_t {
   // asked to stop or the service stops; UNAVAILABLE when the worker was
   // lost). Borrowed for the callback.
   pcp_status_t status;
+  // The served version that ran the request (pcp_infer_model_info_t's
+  // version and outer_step): the weights its tokens came from. A rollout
+  // is tagged with it (an RL job writes its policy version as outer_step).
+  // outer_step -1 when that model.json has none.
+  int64_t outer_step;
+  uint32_t version;
+  // The prompt's |prompt_tokens| ids as that version's tokenizer encoded
+  // them (what was prefilled); borrowed for the callback.
+  const int32_t* prompt_ids;
 } pcp_infer_result_t;
 
 // Called with text that may be shown now (never empty). Returning false

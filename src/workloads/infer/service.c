@@ -528,6 +528,9 @@ static void req_finish(runner_t* runner, req_t* r, pcp_status_t status,
       .completion_tokens = r->count - r->prompt_count,
       .cached_tokens = r->cached,
       .status = status,
+      .outer_step = runner->version->model->outer_step,
+      .version = runner->version->number,
+      .prompt_ids = r->ids,
   };
   r->on_done(r->user_data, &result);
   pcp_status_ignore(status);

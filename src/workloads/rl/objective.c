@@ -11,7 +11,8 @@
 // divide, negate.
 //
 // Formulas (docs/rl.md):
-//   logp    = log_softmax(logits)[targets]          (row max subtracted)
+//   logp    = log_softmax(logits / temperature)[targets]
+//             (row max subtracted; temperature > 0, 1 = the model's own)
 //   ratio   = exp(logp - old_logp)
 //   surr    = min(ratio A, clamp(ratio, 1 - clip_low, 1 + clip_high) A)
 //   kl      = exp(ref_logp - logp) - (ref_logp - logp) - 1     (k3)
@@ -67,7 +68,7 @@ static void parameter_type(const pcp_models_parameter_t* p, char out[96]) {
 }
 
 // "  func.func @NAME(%p0: ..., %input_ids: ..., ..., %beta: tensor<f32>,
-//    %token_normalizer: tensor<f32>)"
+//    %token_normalizer: tensor<f32>, %temperature: tensor<f32>)"
 static void emit_signature(objective_emitter_t* s, const char* name) {
   if (!s->status) {
     s->status =
@@ -85,7 +86,7 @@ static void emit_signature(objective_emitter_t* s, const char* name) {
         "%%input_ids: %s, %%targets: %s, %%mask: %s, %%old_logp: %s, "
         "%%ref_logp: %s, %%advantages: %s, %%clip_low: tensor<f32>, "
         "%%clip_high: tensor<f32>, %%beta: tensor<f32>, "
-        "%%token_normalizer: tensor<f32>)",
+        "%%token_normalizer: tensor<f32>, %%temperature: tensor<f32>)",
         s->bti, s->bti, s->bt, s->bt, s->bt, s->vb);
   }
 }
@@ -107,7 +108,7 @@ static void emit_body(objective_emitter_t* s) {
   // The call to the model's forward.
   if (!s->status) {
     s->status = pcp_string_builder_append_cstring(
-        s->builder, "    %logits = func.call @logits(");
+        s->builder, "    %model_logits = func.call @logits(");
   }
   for (size_t i = 0; i < s->table->count && !s->status; ++i) {
     s->status = pcp_string_builder_append_f(s->builder, "%%p%zu, ", i);
@@ -126,6 +127,15 @@ static void emit_body(objective_emitter_t* s) {
        "%neg_inf = stablehlo.constant dense<0xFF800000> : tensor<f32>");
   LINE(s, "%s", "%zero = stablehlo.constant dense<0.0> : tensor<f32>");
   LINE(s, "%s", "%one = stablehlo.constant dense<1.0> : tensor<f32>");
+  // The rollouts sampled from softmax(logits / T): the policy's logp must
+  // be of the same distribution for the ratio to be 1 on-policy. x / 1 is
+  // exact, so T = 1 gives the unscaled objective bit for bit.
+  LINE(s,
+       "%%temperature_btv = stablehlo.broadcast_in_dim %%temperature, dims = "
+       "[] : (tensor<f32>) -> %s",
+       s->btv);
+  LINE(s, "%%logits = stablehlo.divide %%model_logits, %%temperature_btv : %s",
+       s->btv);
   LINE(s,
        "%%zeros_bt = stablehlo.broadcast_in_dim %%zero, dims = [] : "
        "(tensor<f32>) -> %s",

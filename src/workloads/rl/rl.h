@@ -91,11 +91,13 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_rl_advantages_compute(
 //   @grpo(params..., input_ids: BxT i32, targets: BxT i32, mask: BxT f32,
 //         old_logp: BxT f32, ref_logp: BxT f32, advantages: B f32,
 //         clip_low: f32, clip_high: f32, beta: f32,
-//         token_normalizer: f32) -> loss: f32
+//         token_normalizer: f32, temperature: f32) -> loss: f32
 // (scalars are rank-0 tensors). targets[b, t] is the token that follows
 // input_ids[b, t]; mask is 1 on completion tokens and 0 on prompt and
 // padding; old_logp and ref_logp are the log-probabilities of targets under
-// the policy that sampled them and under the reference policy. The loss is
+// the policy that sampled them and under the reference policy. The policy's
+// logp is log_softmax(logits / temperature)[target]: the distribution the
+// rollouts sampled from (temperature > 0; 1 is the model's own). The loss is
 // -sum(mask * objective) / N: N = token_normalizer when it is > 0 (the
 // completion tokens of a whole accumulated step divided by the number of
 // micro-batches, since accumulation averages them; or a constant, as Dr.
@@ -107,8 +109,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_rl_advantages_compute(
 // for the progress metrics.
 #define PCP_RL_OBJECTIVE_METRICS_FUNCTION "grpo_metrics"
 // The trailing arguments of @grpo that are data (no gradient): input_ids
-// through token_normalizer.
-#define PCP_RL_OBJECTIVE_DATA_ARGUMENT_COUNT 10
+// through temperature.
+#define PCP_RL_OBJECTIVE_DATA_ARGUMENT_COUNT 11
 
 // Appends a module holding the model's @main and @logits (exactly
 // pcp_models_module_emit's functions) plus @grpo and @grpo_metrics for

@@ -183,7 +183,8 @@ static void objective_module_text(void** state) {
                          "%advantages: tensor<2xf32>, %clip_low: "
                          "tensor<f32>, %clip_high: tensor<f32>, "
                          "%beta: tensor<f32>, %token_normalizer: "
-                         "tensor<f32>) -> tensor<f32> {"));
+                         "tensor<f32>, %temperature: tensor<f32>) -> "
+                         "tensor<f32> {"));
   assert_non_null(strstr(text, "= func.call @logits(%p0, "));
   assert_int_equal(text[strlen(text) - 2], '}');
 
@@ -191,7 +192,7 @@ static void objective_module_text(void** state) {
   pcp_compile_training_options_t options;
   pcp_workloads_rl_objective_training_options_initialize(&options);
   assert_string_equal(options.function_name, "grpo");
-  assert_int_equal(options.data_argument_count, 10);
+  assert_int_equal(options.data_argument_count, 11);
   char* derived = NULL;
   size_t length = 0;
   EXPECT_OK(pcp_compile_training_module_build(text, strlen(text), "grpo.mlir",
