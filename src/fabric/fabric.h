@@ -293,6 +293,22 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_workers_wait(
     uint32_t count, int64_t deadline_ns, pcp_fabric_stop_fn_t stop,
     void* stop_user_data, uint32_t* out_count);
 
+// pcp_fabric_workers_wait restricted to workers that joined with the worker
+// class |class_name| (NULL or "": any class, exactly as
+// pcp_fabric_workers_wait). INVALID_ARGUMENT for a malformed class name.
+// Thread-safe; not from a task callback.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_workers_wait_class(
+    pcp_fabric_endpoint_t* endpoint, const char* backend, const char* target,
+    const char* class_name, uint32_t count, int64_t deadline_ns,
+    pcp_fabric_stop_fn_t stop, void* stop_user_data, uint32_t* out_count);
+
+// Connected (not draining) workers of |backend| ("" or NULL: any), |target|
+// (NULL: any) and worker class |class_name| (NULL or "": any): what the
+// waits above count, now. Thread-safe.
+uint32_t pcp_fabric_workers_count(pcp_fabric_endpoint_t* endpoint,
+                                  const char* backend, const char* target,
+                                  const char* class_name);
+
 // Wakes every pcp_fabric_workers_wait (and pcp_fabric_task_wait) of the
 // endpoint so it looks at its stop request now. Thread-safe.
 void pcp_fabric_endpoint_wake(pcp_fabric_endpoint_t* endpoint);
@@ -350,12 +366,21 @@ typedef struct pcp_fabric_task_params_t {
   uint32_t keep_resident_count;
   bool return_resident;
   // Placement: class (ANY or a backend), target ("" any), minimum device
-  // memory; or one named worker (|worker_id|, then the rest is ignored).
-  // A worker count is pcp_fabric_task_submit_group (one copy per worker).
+  // memory; or one named worker (|worker_id|, then the rest is ignored,
+  // except |worker_class_name|). A worker count is
+  // pcp_fabric_task_submit_group (one copy per worker).
   pcp_sched_worker_class_t worker_class;
   const char* target;
   uint64_t min_device_memory_bytes;
   const char* worker_id;
+  // The operator's worker class (copied; NULL or "": any): the task runs
+  // only on a worker that joined with exactly this --worker-class (1..63
+  // bytes of [A-Za-z0-9._-], pcp_sched_class_name_is_valid), and waits
+  // queued until one is free, also as a gang, a session's first task and a
+  // re-run after a loss. A named worker or a session's worker of another
+  // class fails the task with FAILED_PRECONDITION (at submit when the
+  // named worker is known then, else when it connects).
+  const char* worker_class_name;
   // Session on the worker ("" or NULL: none). The first task of a session is
   // placed by the constraint; later ones go to the same worker.
   const char* session_id;

@@ -99,9 +99,23 @@ bool pcp_fabric_join_sched_enter(pcp_sched_t* sched,
       .device_memory_bytes = join->device_memory_bytes,
       .node_manager_id = join->node_manager_id,
   };
-  pcp_status_t status = pcp_sched_worker_join(sched, &info, now_ns);
-  if (!status)
+  pcp_status_t status = pcp_ok_status();
+  if (join->worker_class && join->worker_class[0] &&
+      !pcp_sched_class_name_is_valid(join->worker_class)) {
+    // Checked before the join so that a rejected worker leaves no trace.
+    status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "worker '%s': worker class must be 1..%d bytes "
+                             "of [A-Za-z0-9._-]",
+                             join->worker_id, PCP_SCHED_CLASS_NAME_MAX_LENGTH);
+  } else {
+    status = pcp_sched_worker_join(sched, &info, now_ns);
+  }
+  if (!status) {
+    // Just joined (JOINING, holds nothing) with a valid name: cannot fail.
+    PCP_CHECK_OK(pcp_sched_worker_class_name_set(sched, join->worker_id,
+                                                 join->worker_class));
     return true;
+  }
   decision->verdict = PCP_FABRIC_JOIN_REJECT;
   decision->reject_reason =
       pcp_status_code(status) == PCP_STATUS_RESOURCE_EXHAUSTED

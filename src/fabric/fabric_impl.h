@@ -67,6 +67,7 @@ struct pcp_fabric_task_t {
   char* target;
   uint64_t min_device_memory_bytes;
   char* pin_worker_id;  // named worker; NULL for constraint placement
+  char* class_name;     // the worker class it must run on; NULL: any
   char* session_id;     // NULL: none
   uint64_t group_id;    // gang-submitted copies share it; 0: none
   bool group_unplaced;  // the gang has not been placed yet
@@ -395,6 +396,12 @@ void pcp_fabric_task_result_receive(fabric_conn_t* conn,
 void pcp_fabric_worker_task_answered(fabric_worker_t* w,
                                      const pcp_fabric_task_t* task,
                                      bool failed);
+
+// OK when |task| may run on |w| by worker class (it names none, or |w|
+// joined with that name), else FAILED_PRECONDITION naming both: a named
+// worker or a session's worker of another class never runs it. ep->mu held.
+PCP_MUST_USE_RESULT pcp_status_t pcp_fabric_task_class_check(
+    const pcp_fabric_task_t* task, const fabric_worker_t* w);
 
 void pcp_fabric_task_assign(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* task);
 

@@ -21,6 +21,19 @@ void pcp_fabric_worker_task_answered(fabric_worker_t* w,
   }
 }
 
+pcp_status_t pcp_fabric_task_class_check(const pcp_fabric_task_t* task,
+                                         const fabric_worker_t* w) {
+  if (!task->class_name || strcmp(task->class_name, w->info.worker_class) == 0)
+    return pcp_ok_status();
+  return pcp_make_status(
+      PCP_STATUS_FAILED_PRECONDITION,
+      "task %llu: worker '%s' is of class '%s', the task runs only on class "
+      "'%s'",
+      (unsigned long long)task->id, w->info.worker_id,
+      w->info.worker_class[0] ? w->info.worker_class : "(none)",
+      task->class_name);
+}
+
 void pcp_fabric_task_assign(pcp_fabric_endpoint_t* ep,
                             pcp_fabric_task_t* task) {
   fabric_worker_t* w = task->worker;
@@ -157,6 +170,14 @@ static void task_place(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* task) {
     fabric_worker_t* w = pcp_fabric_worker_find(ep, pin);
     if (w && pcp_fabric_worker_connected(w) &&
         w->info.state == PCP_FABRIC_WORKER_CONNECTED) {
+      // A named (or session) worker that joined with another class: the
+      // task would never run anywhere else, so it fails now, not at the
+      // end of a resume window.
+      pcp_status_t mismatch = pcp_fabric_task_class_check(task, w);
+      if (mismatch) {
+        pcp_fabric_task_finish(ep, task, mismatch);
+        return;
+      }
       task->pin_deadline_ns = 0;
       task_dispatch(ep, task, w);
       return;
@@ -183,8 +204,9 @@ static void task_place(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* task) {
       .worker_count = 1,
   };
   uint64_t lease_id = 0;
-  pcp_status_t status = pcp_sched_lease_acquire(
-      ep->sched, PCP_SCHED_OWNER_JOBS, &constraint, task->id, &lease_id, 1);
+  pcp_status_t status = pcp_sched_lease_acquire_class(
+      ep->sched, PCP_SCHED_OWNER_JOBS, &constraint, task->class_name, task->id,
+      &lease_id, 1);
   if (status) {
     pcp_status_code_t code = pcp_status_code(status);
     if (code == PCP_STATUS_UNAVAILABLE ||
@@ -303,8 +325,9 @@ static void group_place(pcp_fabric_endpoint_t* ep, pcp_fabric_task_t* first) {
       .min_device_memory_bytes = first->min_device_memory_bytes,
       .worker_count = count,
   };
-  status = pcp_sched_lease_acquire(ep->sched, PCP_SCHED_OWNER_JOBS, &constraint,
-                                   first->group_id, lease_ids, count);
+  status = pcp_sched_lease_acquire_class(ep->sched, PCP_SCHED_OWNER_JOBS,
+                                         &constraint, first->class_name,
+                                         first->group_id, lease_ids, count);
   pcp_status_code_t code = pcp_status_code(status);
   if (code == PCP_STATUS_UNAVAILABLE || code == PCP_STATUS_RESOURCE_EXHAUSTED) {
     pcp_status_ignore(status);  // not enough free workers yet

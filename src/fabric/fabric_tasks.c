@@ -23,6 +23,7 @@ static void task_free(pcp_fabric_task_t* task) {
   pcp_allocator_free(a, task->keep);
   pcp_allocator_free(a, task->target);
   pcp_allocator_free(a, task->pin_worker_id);
+  pcp_allocator_free(a, task->class_name);
   pcp_allocator_free(a, task->session_id);
   pcp_allocator_free(a, task->outputs);
   for (size_t i = 0; i < task->blob_count; ++i) {
@@ -304,6 +305,10 @@ static pcp_status_t task_copy_params(pcp_fabric_task_t* task,
     PCP_RETURN_IF_ERROR_BARE(
         dup_string(a, params->session_id, &task->session_id));
   }
+  if (params->worker_class_name && params->worker_class_name[0]) {
+    PCP_RETURN_IF_ERROR_BARE(
+        dup_string(a, params->worker_class_name, &task->class_name));
+  }
   task->callback = params->callback;
   task->user_data = params->user_data;
   return pcp_ok_status();
@@ -326,6 +331,13 @@ static pcp_status_t task_params_validate(
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "fabric task: missing function, or a count, "
                            "string or class out of range");
+  }
+  if (params->worker_class_name && params->worker_class_name[0] &&
+      !pcp_sched_class_name_is_valid(params->worker_class_name)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "fabric task: worker class name must be 1..%d "
+                           "bytes of [A-Za-z0-9._-]",
+                           PCP_SCHED_CLASS_NAME_MAX_LENGTH);
   }
   for (uint32_t i = 0; params->input_refs && i < params->input_ref_count; ++i) {
     const pcp_proto_tensor_ref_t* ref = &params->input_refs[i];
@@ -403,6 +415,11 @@ pcp_status_t pcp_fabric_task_submit(pcp_fabric_endpoint_t* ep,
   PCP_RETURN_IF_ERROR_BARE(task_create(ep, params, &task));
   pthread_mutex_lock(&ep->mu);
   pcp_status_t status = submit_check_locked(ep, params->program);
+  if (!status && task->pin_worker_id) {
+    fabric_worker_t* w = pcp_fabric_worker_find(ep, task->pin_worker_id);
+    if (w)
+      status = pcp_fabric_task_class_check(task, w);
+  }
   if (status) {
     pthread_mutex_unlock(&ep->mu);
     task_free(task);

@@ -1525,6 +1525,195 @@ static void test_workers_wait_is_an_event(void** state) {
   fixture_stop(f);
 }
 
+//===----------------------------------------------------------------------===//
+// Worker classes
+//===----------------------------------------------------------------------===//
+
+static fake_worker_t* join_worker_class(fixture_t* f, const char* id,
+                                        const char* worker_class) {
+  fake_worker_t* fw = malloc(sizeof(fake_worker_t));
+  PCP_ASSERT(fw);
+  assert_true(fake_worker_connect(f->port, &f->options.limits, fw));
+  pcp_proto_join_t join;
+  fake_default_join(id, &join);
+  join.worker_class = worker_class;
+  assert_true(fake_handshake(fw, &join, TOKEN));
+  return fw;
+}
+
+static void test_task_runs_only_on_its_worker_class(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  fake_worker_t* workers[3] = {join_worker_class(f, "train-0", "train"), NULL,
+                               NULL};
+  uint8_t x[4] = {1, 2, 3, 4};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_U8,
+                               .rank = 1,
+                               .shape = {4},
+                               .data = x};
+  pcp_fabric_task_params_t params = {.function = "decode",
+                                     .inputs = &input,
+                                     .input_count = 1,
+                                     .worker_class_name = "gen"};
+  memcpy(params.program, f->program, sizeof(params.program));
+  assert_int_equal(pcp_fabric_workers_count(f->endpoint, NULL, NULL, "gen"), 0);
+  assert_int_equal(pcp_fabric_workers_count(f->endpoint, NULL, NULL, "train"),
+                   1);
+  assert_int_equal(pcp_fabric_workers_count(f->endpoint, "cpu", NULL, NULL), 1);
+  // A "gen" task with only a "train" worker free: never offered there.
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  int runs[3] = {0};
+  assert_int_equal(pump_assigns(workers, 1, 1, 4 * H_MS, runs), 0);
+  assert_false(pcp_fabric_task_is_done(task));
+  // A class wait counts only "gen" workers: none yet, so the deadline.
+  uint32_t seen = 99;
+  pcp_status_t status = pcp_fabric_workers_wait_class(
+      f->endpoint, NULL, NULL, "gen", 1,
+      pcp_fabric_endpoint_now_ns(f->endpoint) + INT64_C(100) * 1000000, NULL,
+      NULL, &seen);
+  assert_int_equal(pcp_status_consume_code(status),
+                   PCP_STATUS_DEADLINE_EXCEEDED);
+  assert_int_equal(seen, 0);
+  // The "gen" worker joins: the task runs there.
+  workers[1] = join_worker_class(f, "gen-0", "gen");
+  PCP_CHECK_OK(pcp_fabric_workers_wait_class(
+      f->endpoint, "cpu", "host", "gen", 1,
+      pcp_fabric_endpoint_now_ns(f->endpoint) + INT64_C(5000) * 1000000, NULL,
+      NULL, &seen));
+  assert_int_equal(seen, 1);
+  assert_int_equal(pump_assigns(workers, 2, 1, 3000, runs), 1);
+  assert_int_equal(runs[0], 0);
+  assert_int_equal(runs[1], 1);
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  assert_null(pcp_fabric_task_status(task));
+  pcp_fabric_task_info_t info;
+  pcp_fabric_task_info_query(task, &info);
+  assert_string_equal(info.worker_id.value, "gen-0");
+  pcp_fabric_task_release(task);
+
+  // A gang of 2 over "gen" with one "gen" worker waits whole (the "train"
+  // worker is free and does not count); a second "gen" worker places it.
+  pcp_fabric_task_t* tasks[2] = {0};
+  PCP_CHECK_OK(pcp_fabric_task_submit_group(f->endpoint, &params, 2, tasks));
+  memset(runs, 0, sizeof(runs));
+  assert_int_equal(pump_assigns(workers, 2, 1, 4 * H_MS, runs), 0);
+  workers[2] = join_worker_class(f, "gen-1", "gen");
+  assert_int_equal(pump_assigns(workers, 3, 2, 3000, runs), 2);
+  assert_int_equal(runs[0], 0);
+  assert_int_equal(runs[1], 1);
+  assert_int_equal(runs[2], 1);
+  for (int i = 0; i < 2; ++i) {
+    assert_true(pcp_fabric_task_wait(tasks[i], 3000));
+    assert_null(pcp_fabric_task_status(tasks[i]));
+    pcp_fabric_task_release(tasks[i]);
+  }
+
+  // Any-class tasks go anywhere: three at once fill all three workers.
+  params.worker_class_name = NULL;
+  pcp_fabric_task_t* any[3] = {0};
+  for (int i = 0; i < 3; ++i) {
+    PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &any[i]));
+  }
+  memset(runs, 0, sizeof(runs));
+  assert_int_equal(pump_assigns(workers, 3, 3, 3000, runs), 3);
+  assert_int_equal(runs[0] + runs[1] + runs[2], 3);
+  assert_true(runs[0] >= 1);  // the "train" worker took one
+  for (int i = 0; i < 3; ++i) {
+    assert_true(pcp_fabric_task_wait(any[i], 3000));
+    pcp_fabric_task_release(any[i]);
+  }
+
+  // A named worker of another class: FAILED_PRECONDITION at submit.
+  params.worker_class_name = "gen";
+  params.worker_id = "train-0";
+  status = pcp_fabric_task_submit(f->endpoint, &params, &task);
+  assert_int_equal(pcp_status_consume_code(status),
+                   PCP_STATUS_FAILED_PRECONDITION);
+  assert_null(task);
+  // The same class by name runs there.
+  params.worker_id = "gen-1";
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  memset(runs, 0, sizeof(runs));
+  assert_int_equal(pump_assigns(workers, 3, 1, 3000, runs), 1);
+  assert_int_equal(runs[2], 1);
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  pcp_fabric_task_release(task);
+  // Malformed class names: INVALID_ARGUMENT.
+  params.worker_id = NULL;
+  const char* bad[] = {"has space", "slash/",
+                       "a2345678901234567890123456789"
+                       "01234567890123456789012345678901234"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(bad); ++i) {
+    params.worker_class_name = bad[i];
+    status = pcp_fabric_task_submit(f->endpoint, &params, &task);
+    assert_int_equal(pcp_status_consume_code(status),
+                     PCP_STATUS_INVALID_ARGUMENT);
+    status = pcp_fabric_workers_wait_class(f->endpoint, NULL, NULL, bad[i], 1,
+                                           0, NULL, NULL, NULL);
+    assert_int_equal(pcp_status_consume_code(status),
+                     PCP_STATUS_INVALID_ARGUMENT);
+  }
+  for (int i = 0; i < 3; ++i) drop_worker(workers[i]);
+  fixture_stop(f);
+}
+
+static void test_worker_class_survives_loss_and_bad_join(void** state) {
+  (void)state;
+  fixture_t* f = fixture_start(0);
+  // A worker whose class name is malformed is rejected at JOIN.
+  fake_worker_t* odd = malloc(sizeof(fake_worker_t));
+  PCP_ASSERT(odd);
+  assert_true(fake_worker_connect(f->port, &f->options.limits, odd));
+  pcp_proto_join_t join;
+  fake_default_join("odd-0", &join);
+  join.worker_class = "no spaces";
+  assert_false(fake_handshake(odd, &join, TOKEN));
+  drop_worker(odd);
+  // A "gen" task whose worker is lost re-runs on another "gen" worker,
+  // never on the free "train" one.
+  fake_worker_t* workers[3] = {join_worker_class(f, "train-0", "train"),
+                               join_worker_class(f, "gen-0", "gen"), NULL};
+  uint8_t x[4] = {1, 2, 3, 4};
+  pcp_proto_section_t input = {.name = "x",
+                               .element_type = PCP_ELEMENT_TYPE_U8,
+                               .rank = 1,
+                               .shape = {4},
+                               .data = x};
+  pcp_fabric_task_params_t params = {.function = "decode",
+                                     .inputs = &input,
+                                     .input_count = 1,
+                                     .worker_class_name = "gen"};
+  memcpy(params.program, f->program, sizeof(params.program));
+  pcp_fabric_task_t* task = NULL;
+  PCP_CHECK_OK(pcp_fabric_task_submit(f->endpoint, &params, &task));
+  pcp_proto_frame_t assign;
+  accept_offer_and_assign(workers[1], &assign);
+  pcp_proto_frame_deinitialize(&assign);
+  drop_worker(workers[1]);
+  workers[1] = NULL;
+  assert_true(
+      wait_worker_state(f, "gen-0", PCP_FABRIC_WORKER_LOST, 3000, workers[0]));
+  int runs[3] = {0};
+  fake_worker_t* train_only[1] = {workers[0]};
+  assert_int_equal(pump_assigns(train_only, 1, 1, 4 * H_MS, runs), 0);
+  workers[2] = join_worker_class(f, "gen-1", "gen");
+  fake_worker_t* live[2] = {workers[0], workers[2]};
+  assert_int_equal(pump_assigns(live, 2, 1, 3000, runs), 1);
+  assert_int_equal(runs[0], 0);
+  assert_int_equal(runs[1], 1);
+  assert_true(pcp_fabric_task_wait(task, 3000));
+  assert_null(pcp_fabric_task_status(task));
+  pcp_fabric_task_info_t info;
+  pcp_fabric_task_info_query(task, &info);
+  assert_string_equal(info.worker_id.value, "gen-1");
+  pcp_fabric_task_release(task);
+  drop_worker(workers[0]);
+  drop_worker(workers[2]);
+  fixture_stop(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_table_and_bad_options),
@@ -1547,6 +1736,8 @@ int main(void) {
       cmocka_unit_test(test_registry_recycles_long_lost_workers),
       cmocka_unit_test(test_worker_list_snapshot),
       cmocka_unit_test(test_workers_wait_is_an_event),
+      cmocka_unit_test(test_task_runs_only_on_its_worker_class),
+      cmocka_unit_test(test_worker_class_survives_loss_and_bad_join),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

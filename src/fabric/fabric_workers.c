@@ -415,18 +415,30 @@ pcp_status_t pcp_fabric_worker_drain(pcp_fabric_endpoint_t* ep,
 // Waiting for workers (public)
 //===----------------------------------------------------------------------===//
 
-// Connected (not draining) workers of (|backend|, |target|). ep->mu held.
+// Connected (not draining) workers of (|backend|, |target|, |class_name|).
+// ep->mu held.
 static uint32_t workers_matching(pcp_fabric_endpoint_t* ep, const char* backend,
-                                 const char* target) {
+                                 const char* target, const char* class_name) {
   uint32_t count = 0;
   for (uint32_t i = 0; i < ep->worker_count; ++i) {
     const pcp_fabric_worker_info_t* info = &ep->workers[i]->info;
     if (info->state == PCP_FABRIC_WORKER_CONNECTED &&
         (!backend || !backend[0] || strcmp(info->backend, backend) == 0) &&
-        (!target || strcmp(info->target, target) == 0)) {
+        (!target || strcmp(info->target, target) == 0) &&
+        (!class_name || !class_name[0] ||
+         strcmp(info->worker_class, class_name) == 0)) {
       ++count;
     }
   }
+  return count;
+}
+
+uint32_t pcp_fabric_workers_count(pcp_fabric_endpoint_t* ep,
+                                  const char* backend, const char* target,
+                                  const char* class_name) {
+  pthread_mutex_lock(&ep->mu);
+  uint32_t count = workers_matching(ep, backend, target, class_name);
+  pthread_mutex_unlock(&ep->mu);
   return count;
 }
 
@@ -436,11 +448,29 @@ pcp_status_t pcp_fabric_workers_wait(pcp_fabric_endpoint_t* ep,
                                      pcp_fabric_stop_fn_t stop,
                                      void* stop_user_data,
                                      uint32_t* out_count) {
+  return pcp_fabric_workers_wait_class(ep, backend, target, NULL, count,
+                                       deadline_ns, stop, stop_user_data,
+                                       out_count);
+}
+
+pcp_status_t pcp_fabric_workers_wait_class(
+    pcp_fabric_endpoint_t* ep, const char* backend, const char* target,
+    const char* class_name, uint32_t count, int64_t deadline_ns,
+    pcp_fabric_stop_fn_t stop, void* stop_user_data, uint32_t* out_count) {
+  if (out_count)
+    *out_count = 0;
+  if (class_name && class_name[0] &&
+      !pcp_sched_class_name_is_valid(class_name)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "worker class name must be 1..%d bytes of "
+                           "[A-Za-z0-9._-]",
+                           PCP_SCHED_CLASS_NAME_MAX_LENGTH);
+  }
   uint32_t matching = 0;
   pcp_status_t status = pcp_ok_status();
   pthread_mutex_lock(&ep->mu);
   for (;;) {
-    matching = workers_matching(ep, backend, target);
+    matching = workers_matching(ep, backend, target, class_name);
     if (matching >= count)
       break;
     if (ep->stopping) {
@@ -463,16 +493,17 @@ pcp_status_t pcp_fabric_workers_wait(pcp_fabric_endpoint_t* ep,
       // A wake while the lock was dropped: look at the request again.
       if (ep->wake_count != wakes)
         continue;
-      if (workers_matching(ep, backend, target) >= count)
+      if (workers_matching(ep, backend, target, class_name) >= count)
         continue;
     }
     int64_t left_ns = deadline_ns - now_ns(ep);
     if (left_ns <= 0) {
-      status = pcp_make_status(PCP_STATUS_DEADLINE_EXCEEDED,
-                               "%u of %u workers of backend '%s' target '%s' "
-                               "connected",
-                               matching, count, backend ? backend : "",
-                               target ? target : "(any)");
+      status = pcp_make_status(
+          PCP_STATUS_DEADLINE_EXCEEDED,
+          "%u of %u workers of backend '%s' target '%s' "
+          "worker class '%s' connected",
+          matching, count, backend ? backend : "", target ? target : "(any)",
+          class_name && class_name[0] ? class_name : "(any)");
       break;
     }
     // Woken by joins, losses, drains, pcp_fabric_endpoint_wake and the

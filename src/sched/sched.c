@@ -128,6 +128,7 @@ typedef struct filter_t {
   pcp_sched_worker_class_t worker_class;
   char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];  // "" = any
   uint64_t min_device_memory_bytes;
+  char class_name[PCP_SCHED_CLASS_NAME_MAX_LENGTH + 1];  // "" = any
 } filter_t;
 
 typedef struct worker_t {
@@ -138,6 +139,7 @@ typedef struct worker_t {
   int32_t device_id;
   uint64_t device_memory_bytes;
   char node_manager_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  char class_name[PCP_SCHED_CLASS_NAME_MAX_LENGTH + 1];  // "" = none
   pcp_sched_worker_state_t state;
   int64_t last_heartbeat_ns;
   int64_t lost_at_ns;
@@ -255,6 +257,10 @@ static bool name_is_valid(const char* value, size_t max_length,
   return true;
 }
 
+bool pcp_sched_class_name_is_valid(const char* name) {
+  return name_is_valid(name, PCP_SCHED_CLASS_NAME_MAX_LENGTH, false);
+}
+
 static void copy_name(char* dst, size_t capacity, const char* src) {
   size_t length = src ? strnlen(src, capacity - 1) : 0;
   if (length) {
@@ -280,8 +286,11 @@ static bool target_matches(const char* want, const char* have) {
 }
 
 static bool worker_matches_filter(const worker_t* w, const filter_t* f) {
+  // An empty class name in the filter admits every worker; a named one only
+  // workers that joined with exactly that name (target_matches' rule).
   return class_matches(f->worker_class, w->backend) &&
          target_matches(f->target, w->target) &&
+         target_matches(f->class_name, w->class_name) &&
          w->device_memory_bytes >= f->min_device_memory_bytes;
 }
 
@@ -1001,6 +1010,7 @@ pcp_status_t pcp_sched_worker_join(pcp_sched_t* sched,
     // Rejoin: identity, history and lost_at_ns stay; what it can do may have
     // changed (a driver update, a different target).
     apply_info(w, info);
+    w->class_name[0] = 0;  // the joiner sets it again
     w->state = PCP_SCHED_WORKER_STATE_JOINING;
     w->last_heartbeat_ns = now_ns;
     w->load_permille = 0;
@@ -1114,6 +1124,33 @@ pcp_status_t pcp_sched_worker_ready(pcp_sched_t* sched, const char* worker_id,
   if (w->state == PCP_SCHED_WORKER_STATE_READY) {
     try_resume(sched, index, now_ns, event);
   }
+  return pcp_ok_status();
+}
+
+pcp_status_t pcp_sched_worker_class_name_set(pcp_sched_t* sched,
+                                             const char* worker_id,
+                                             const char* class_name) {
+  if (class_name && class_name[0] &&
+      !pcp_sched_class_name_is_valid(class_name)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "worker '%s': class name must be 1..%d bytes of "
+                           "[A-Za-z0-9._-]",
+                           worker_id ? worker_id : "",
+                           PCP_SCHED_CLASS_NAME_MAX_LENGTH);
+  }
+  int32_t index = find_worker(sched, worker_id);
+  if (index < 0) {
+    return worker_not_found(worker_id);
+  }
+  worker_t* w = &sched->workers[index];
+  if (worker_holds(w) || w->state == PCP_SCHED_WORKER_STATE_LOST) {
+    // A held worker's class is what its lease was matched on.
+    return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                           "worker '%s' holds a lease or reservation slot, or "
+                           "is lost: its class cannot change now",
+                           w->id);
+  }
+  copy_name(w->class_name, sizeof(w->class_name), class_name);
   return pcp_ok_status();
 }
 
@@ -1233,6 +1270,8 @@ pcp_status_t pcp_sched_worker_query(const pcp_sched_t* sched,
   out_status->device_id = w->device_id;
   out_status->device_memory_bytes = w->device_memory_bytes;
   set_worker_id(&out_status->node_manager_id, w->node_manager_id);
+  copy_name(out_status->class_name, sizeof(out_status->class_name),
+            w->class_name);
   out_status->state = w->state;
   out_status->last_heartbeat_ns = w->last_heartbeat_ns;
   out_status->lost_at_ns = w->lost_at_ns;
@@ -1322,11 +1361,12 @@ static pcp_status_t not_enough_workers(const pcp_sched_t* s,
                                        uint32_t found) {
   return pcp_make_status(
       PCP_STATUS_UNAVAILABLE,
-      "owner %s needs %u workers (class %s, target %s, memory >= %llu); %u "
-      "eligible (%u ready in the registry)",
+      "owner %s needs %u workers (class %s, target %s, worker class %s, "
+      "memory >= %llu); %u eligible (%u ready in the registry)",
       pcp_sched_owner_name(owner), want,
       pcp_sched_worker_class_name(f->worker_class),
       f->target[0] ? f->target : "any",
+      f->class_name[0] ? f->class_name : "any",
       (unsigned long long)f->min_device_memory_bytes, found,
       pcp_sched_worker_count(s, PCP_SCHED_WORKER_STATE_READY));
 }
@@ -1336,8 +1376,24 @@ pcp_status_t pcp_sched_lease_acquire(pcp_sched_t* sched,
                                      const pcp_sched_constraint_t* constraint,
                                      uint64_t tag, uint64_t* out_lease_ids,
                                      size_t capacity) {
+  return pcp_sched_lease_acquire_class(sched, owner, constraint, NULL, tag,
+                                       out_lease_ids, capacity);
+}
+
+pcp_status_t pcp_sched_lease_acquire_class(
+    pcp_sched_t* sched, pcp_sched_owner_t owner,
+    const pcp_sched_constraint_t* constraint, const char* class_name,
+    uint64_t tag, uint64_t* out_lease_ids, size_t capacity) {
+  if (class_name && class_name[0] &&
+      !pcp_sched_class_name_is_valid(class_name)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "worker class name must be 1..%d bytes of "
+                           "[A-Za-z0-9._-]",
+                           PCP_SCHED_CLASS_NAME_MAX_LENGTH);
+  }
   filter_t filter;
   PCP_RETURN_IF_ERROR_BARE(check_request(sched, owner, constraint, &filter));
+  copy_name(filter.class_name, sizeof(filter.class_name), class_name);
   uint32_t want = constraint->worker_count;
   if (!out_lease_ids || capacity < want) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,

@@ -71,6 +71,10 @@ extern "C" {
 #define PCP_SCHED_WORKER_ID_MAX_LENGTH 127
 // Longest target name ("sm_80", "gfx942", "host").
 #define PCP_SCHED_TARGET_MAX_LENGTH 31
+// Longest worker class name ("gen", "train"): the operator's label a worker
+// joins with (--worker-class) and a task, job or served model names to run
+// only there. 1..63 bytes of [A-Za-z0-9._-]; "" or NULL means any class.
+#define PCP_SCHED_CLASS_NAME_MAX_LENGTH 63
 // Most workers one acquire or reservation may ask for (upstream
 // worker_count_max, s.5.8).
 #define PCP_SCHED_REQUEST_WORKER_COUNT_MAX 1024u
@@ -142,6 +146,12 @@ bool pcp_sched_owner_parse(pcp_string_view_t name,
 // The class a worker with |backend| reports (never ANY).
 pcp_sched_worker_class_t pcp_sched_worker_class_from_backend(
     pcp_sched_backend_t backend);
+
+// True when |name| is a worker class name: 1..PCP_SCHED_CLASS_NAME_MAX_LENGTH
+// bytes of [A-Za-z0-9._-]. NULL and "" are not names (they mean "any class"
+// where a field allows that). Every place a class name enters (the worker's
+// flag, model.json, experiments) checks it with this one function.
+bool pcp_sched_class_name_is_valid(const char* name);
 
 // A worker id held by value, so that results never borrow scheduler memory.
 typedef struct pcp_sched_worker_id_t {
@@ -313,6 +323,17 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_sched_worker_ready(pcp_sched_t* sched, const char* worker_id,
                        int64_t now_ns, pcp_sched_event_t* out_event);
 
+// Sets the worker class name a worker joined with (fabric JOIN's
+// worker_class; NULL or "": none), which pcp_sched_lease_acquire_class
+// matches. A join (and a rejoin) clears it, so the caller sets it after
+// every join; pcp_sched_worker_update keeps it. Kept out of
+// pcp_sched_worker_info_t so that the struct's positional initializers
+// elsewhere stay valid. NOT_FOUND; INVALID_ARGUMENT for a malformed name
+// (pcp_sched_class_name_is_valid); FAILED_PRECONDITION while it holds a
+// lease or reservation slot, or is LOST.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_worker_class_name_set(
+    pcp_sched_t* sched, const char* worker_id, const char* class_name);
+
 // Replaces the capabilities of a worker that holds nothing (the id in |info|
 // names it). NOT_FOUND; INVALID_ARGUMENT for a malformed |info|;
 // FAILED_PRECONDITION while it holds a lease or reservation slot, or is LOST.
@@ -356,7 +377,8 @@ typedef struct pcp_sched_worker_status_t {
   char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];  // "" when none
   int32_t device_id;
   uint64_t device_memory_bytes;
-  pcp_sched_worker_id_t node_manager_id;  // "" when none
+  pcp_sched_worker_id_t node_manager_id;                 // "" when none
+  char class_name[PCP_SCHED_CLASS_NAME_MAX_LENGTH + 1];  // "" when none
   pcp_sched_worker_state_t state;
   int64_t last_heartbeat_ns;
   int64_t lost_at_ns;  // when last marked lost; 0 if never
@@ -415,6 +437,16 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_sched_lease_acquire(pcp_sched_t* sched, pcp_sched_owner_t owner,
                         const pcp_sched_constraint_t* constraint, uint64_t tag,
                         uint64_t* out_lease_ids, size_t capacity);
+
+// pcp_sched_lease_acquire restricted to workers whose class name
+// (pcp_sched_worker_class_name_set) equals |class_name|; NULL or "" is
+// exactly pcp_sched_lease_acquire. The name stays with each lease, so a
+// reassignment after a loss (and a resume) only picks a worker of the same
+// class. INVALID_ARGUMENT also for a malformed name.
+PCP_MUST_USE_RESULT pcp_status_t pcp_sched_lease_acquire_class(
+    pcp_sched_t* sched, pcp_sched_owner_t owner,
+    const pcp_sched_constraint_t* constraint, const char* class_name,
+    uint64_t tag, uint64_t* out_lease_ids, size_t capacity);
 
 // Ends a lease; its worker (if any) becomes READY (or stays DRAINING).
 // NOT_FOUND for an id that is not live (never issued, released, expired);

@@ -850,6 +850,81 @@ static void lost_lease_moves_to_a_free_worker(void** state) {
   pcp_sched_release(s);
 }
 
+static void class_name_filters_leases_and_reassignment(void** state) {
+  (void)state;
+  pcp_sched_t* s = make_sched(8);
+  const char* classes[4] = {"gen", "train", "gen", NULL};
+  const char* ids[4] = {"g0", "t0", "g1", "none"};
+  for (int i = 0; i < 4; ++i) {
+    pcp_sched_worker_info_t info =
+        info_of(ids[i], PCP_SCHED_BACKEND_CPU, NULL, 1);
+    EXPECT_OK(pcp_sched_worker_join(s, &info, 0));
+    EXPECT_OK(pcp_sched_worker_class_name_set(s, ids[i], classes[i]));
+    EXPECT_OK(pcp_sched_worker_ready(s, ids[i], 0, NULL));
+  }
+  pcp_sched_worker_status_t ws;
+  EXPECT_OK(pcp_sched_worker_query(s, "t0", &ws));
+  assert_string_equal(ws.class_name, "train");
+  EXPECT_OK(pcp_sched_worker_query(s, "none", &ws));
+  assert_string_equal(ws.class_name, "");
+  // Three "gen" workers are not there: nothing leased.
+  pcp_sched_constraint_t c = want(PCP_SCHED_WORKER_CLASS_ANY, NULL, 3);
+  uint64_t leases[4] = {0};
+  EXPECT_CODE(pcp_sched_lease_acquire_class(s, PCP_SCHED_OWNER_JOBS, &c, "gen",
+                                            1, leases, 3),
+              PCP_STATUS_UNAVAILABLE);
+  EXPECT_CODE(pcp_sched_lease_acquire_class(s, PCP_SCHED_OWNER_JOBS, &c,
+                                            "absent", 1, leases, 3),
+              PCP_STATUS_UNAVAILABLE);
+  // One lease on "gen"; its worker's loss moves it to the other "gen"
+  // worker, never to the free "train" or unclassed one; losing that one
+  // too detaches it.
+  c.worker_count = 1;
+  EXPECT_OK(pcp_sched_lease_acquire_class(s, PCP_SCHED_OWNER_JOBS, &c, "gen", 2,
+                                          leases, 1));
+  pcp_sched_lease_status_t ls;
+  EXPECT_OK(pcp_sched_lease_query(s, leases[0], &ls));
+  const char* first = ls.worker_id.value[1] == '0' ? "g0" : "g1";
+  const char* second = strcmp(first, "g0") == 0 ? "g1" : "g0";
+  pcp_sched_event_t event;
+  EXPECT_OK(pcp_sched_worker_mark_lost(s, first, 5, &event));
+  assert_int_equal(event.kind, PCP_SCHED_EVENT_LEASE_REASSIGNED);
+  assert_string_equal(event.new_worker_id.value, second);
+  EXPECT_OK(pcp_sched_worker_mark_lost(s, second, 6, &event));
+  assert_int_equal(event.kind, PCP_SCHED_EVENT_LEASE_DETACHED);
+  // No class name: any worker, the unclassed and "train" ones included.
+  c.worker_count = 2;
+  EXPECT_OK(pcp_sched_lease_acquire_class(s, PCP_SCHED_OWNER_JOBS, &c, "", 3,
+                                          leases + 1, 2));
+  // A held worker's class cannot change; a rejoin clears it.
+  EXPECT_CODE(pcp_sched_worker_class_name_set(s, "t0", "gen"),
+              PCP_STATUS_FAILED_PRECONDITION);
+  pcp_sched_worker_info_t again =
+      info_of(first, PCP_SCHED_BACKEND_CPU, NULL, 1);
+  EXPECT_OK(pcp_sched_worker_join(s, &again, 8));
+  EXPECT_OK(pcp_sched_worker_query(s, first, &ws));
+  assert_string_equal(ws.class_name, "");
+  check(s);
+  // Malformed names: INVALID_ARGUMENT.
+  EXPECT_CODE(pcp_sched_worker_class_name_set(s, first, "two words"),
+              PCP_STATUS_INVALID_ARGUMENT);
+  c.worker_count = 1;
+  EXPECT_CODE(pcp_sched_lease_acquire_class(s, PCP_SCHED_OWNER_JOBS, &c, "x/y",
+                                            4, leases, 1),
+              PCP_STATUS_INVALID_ARGUMENT);
+  assert_true(pcp_sched_class_name_is_valid("gen.v2_A-1"));
+  assert_false(pcp_sched_class_name_is_valid(""));
+  assert_false(pcp_sched_class_name_is_valid(NULL));
+  char long_name[65];
+  memset(long_name, 'a', 64);
+  long_name[64] = 0;
+  assert_false(pcp_sched_class_name_is_valid(long_name));
+  long_name[63] = 0;
+  assert_true(pcp_sched_class_name_is_valid(long_name));
+  check(s);
+  pcp_sched_release(s);
+}
+
 static void detached_lease_resumes_on_rejoin(void** state) {
   (void)state;
   pcp_sched_t* s = make_sched(4);  // grace 500
@@ -1107,6 +1182,7 @@ int main(void) {
       cmocka_unit_test(reservation_expires_on_tick),
       cmocka_unit_test(reservation_table_is_bounded),
       cmocka_unit_test(lost_lease_moves_to_a_free_worker),
+      cmocka_unit_test(class_name_filters_leases_and_reassignment),
       cmocka_unit_test(detached_lease_resumes_on_rejoin),
       cmocka_unit_test(detached_lease_expires_after_grace),
       cmocka_unit_test(detached_lease_does_not_resume_on_changed_worker),

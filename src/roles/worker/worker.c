@@ -7,6 +7,7 @@
 
 #include "net/net.h"
 #include "roles/worker/worker_impl.h"
+#include "sched/sched.h"
 
 #define T pcp_roles_worker_config_t
 
@@ -202,6 +203,15 @@ static pcp_status_t prepare(void* opaque) {
   if (config->target && !config->target[0]) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "flag '--target': value is empty");
+  }
+  if (config->worker_class && config->worker_class[0] &&
+      !pcp_sched_class_name_is_valid(config->worker_class)) {
+    // The gateway would reject the JOIN; say why before connecting.
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "flag '--worker-class': '%s' is not 1..%d bytes "
+                           "of [A-Za-z0-9._-]",
+                           config->worker_class,
+                           PCP_SCHED_CLASS_NAME_MAX_LENGTH);
   }
   if (config->metrics_listen) {
     // A usage error at start, not a failed worker later.

@@ -95,8 +95,10 @@ typedef struct pcp_workloads_rl_rollout_request_t {
 // it is, not through a chat template) to |service| and waits for all of
 // them. A request that fails (worker lost, ...) fails the call with its
 // status (nothing is silently dropped); UNAVAILABLE while no worker serves
-// |model|. INVALID_ARGUMENT naming the field for a bad request. On failure
-// |out_set| is left deinitialized.
+// |model| (with a timeout_ms the call waits for one until the deadline,
+// then DEADLINE_EXCEEDED; without, it fails at once). INVALID_ARGUMENT
+// naming the field for a bad request. On failure |out_set| is left
+// deinitialized, and no callback of its requests runs after the return.
 PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_rl_rollouts_generate(
     pcp_infer_service_t* service,
     const pcp_workloads_rl_rollout_request_t* request,

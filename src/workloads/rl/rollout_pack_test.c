@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "workloads/workloads.h"
 
@@ -564,6 +565,62 @@ static void test_generate_refusals(void** state) {
   pcp_fabric_endpoint_release(fabric);
 }
 
+// A model that no worker serves (its weights are missing, and there is no
+// worker anyway): UNAVAILABLE is waited out until timeout_ms, then
+// DEADLINE_EXCEEDED quoting the service's refusal.
+static void test_generate_waits_for_a_worker_until_the_deadline(void** state) {
+  (void)state;
+  char dir[] = "/tmp/pcp-rollout-test-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[256];
+  snprintf(path, sizeof(path), "%s/model.json", dir);
+  const char* json =
+      "{\"name\": \"m\", \"architecture\": \"gpt\", \"layers\": 1, "
+      "\"heads\": 2, \"width\": 16, \"vocab\": 256, \"block_size\": 64, "
+      "\"tokenizer\": {\"kind\": \"byte\"}}";
+  assert_null(pcp_file_write_atomic(path, json, strlen(json)));
+  setenv("PCP_ROLLOUT_TEST_JOIN", "join", 1);
+  pcp_fabric_options_t fabric_options;
+  pcp_fabric_options_initialize(&fabric_options);
+  fabric_options.join_token_env = "PCP_ROLLOUT_TEST_JOIN";
+  pcp_fabric_endpoint_t* fabric = NULL;
+  PCP_CHECK_OK(pcp_fabric_endpoint_create(&fabric_options,
+                                          pcp_allocator_system(), &fabric));
+  const char* dirs[] = {dir};
+  pcp_infer_service_options_t options = {
+      .fabric = fabric, .model_dirs = dirs, .model_dir_count = 1};
+  pcp_infer_service_t* service = NULL;
+  PCP_CHECK_OK(
+      pcp_infer_service_create(&options, pcp_allocator_system(), &service));
+  pcp_workloads_rl_prompts_t prompts;
+  make_prompts(&prompts);
+  const uint32_t indices[] = {0};
+  pcp_workloads_rl_rollout_request_t rq = {
+      .model = "m",
+      .prompts = &prompts,
+      .prompt_indices = indices,
+      .prompt_count = 1,
+      .group_size = 2,
+      .temperature = 1.0,
+      .top_p = 1.0,
+      .max_tokens = 4,
+  };
+  // No timeout: at once.
+  expect_generate_error(service, &rq, PCP_STATUS_UNAVAILABLE, "m");
+  rq.timeout_ms = 300;
+  pcp_clock_t clock = pcp_clock_system();
+  int64_t start = pcp_clock_now_ns(clock);
+  expect_generate_error(service, &rq, PCP_STATUS_DEADLINE_EXCEEDED,
+                        "last refusal: ");
+  int64_t took_ms = (pcp_clock_now_ns(clock) - start) / 1000000;
+  assert_true(took_ms >= 300 && took_ms < 5000);
+  pcp_workloads_rl_prompts_deinitialize(&prompts);
+  pcp_infer_service_release(service);
+  pcp_fabric_endpoint_release(fabric);
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pack_layout_and_padding),
@@ -573,6 +630,7 @@ int main(void) {
       cmocka_unit_test(test_score_slices_and_fields),
       cmocka_unit_test(test_score_builtin_and_broken),
       cmocka_unit_test(test_generate_refusals),
+      cmocka_unit_test(test_generate_waits_for_a_worker_until_the_deadline),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
