@@ -20,8 +20,9 @@ One gateway and `pcp --node-manager --scale 2` (two CPU workers) on
      top_p and max_tokens, distinct seeds; tokens = the sum of
      usage.completion_tokens, seconds = first request sent to last answer;
      one warm-up round, then the median of ROUNDS rounds.
-  b. RL: a GRPO job of --iterations (default 8) iterations on the same model (POST
-     /v1/rl/jobs, followed through GET /v1/jobs/{id}); rollout tokens/s =
+  b. RL: a GRPO job of --iterations (default 8) iterations on the same
+     model (POST /v1/rl/jobs, followed through GET /v1/jobs/{id}); rollout
+     tokens/s =
      job.rl.tokens_per_second (rollout completion tokens / rollout
      seconds) of each iteration; the median over the iterations after the
      first (the first loads and compiles the policy).

@@ -234,10 +234,10 @@ def main():
         config = page.evaluate("document.getElementById('job-config')"
                                ".textContent")
         check("group_size" in config, "the experiment is shown")
-        timeline = page.wait("(() => { const l = [...document.querySelectorAll("
-                             "'#timeline li.event')].map(l => l.textContent);"
-                             " return l.length === 2 ? l : null; })()", 20,
-                             "the timeline")
+        timeline = page.wait(
+            "(() => { const l = [...document.querySelectorAll("
+            "'#timeline li.event')].map(l => l.textContent);"
+            " return l.length === 2 ? l : null; })()", 20, "the timeline")
         check("iteration 1/20  reward 0.150 \u00b1 0.040  KL 0.0010  clip "
               "0.200  1200 tok/s  policy v1" in timeline[1],
               "an rl.iteration event reads as a line: %r" % timeline[1])

@@ -197,7 +197,8 @@ def main():
         rc, out, err = run(["rl", path] + common)
         lines = out.splitlines()
         check(rc == 0, "success exits 0 (rc %d, stderr %r)" % (rc, err))
-        check(lines and lines[0] == "job rl-ok", "prints the id: %r" % lines[:1])
+        check(lines and lines[0] == "job rl-ok",
+              "prints the id: %r" % lines[:1])
         progress = [l for l in lines if l.startswith("[")]
         check(any("iter 1/3 reward 0.100 +- 0.050 kl 0.0010 clip 0.010 "
                   "tok/s 1001 running" in l for l in progress),
@@ -224,7 +225,8 @@ def main():
         with open(path, "rb") as f:
             sent = f.read()
         check(len(posts) == 1 and posts[0][1] == "/v1/rl/jobs" and
-              posts[0][3] == sent, "one POST /v1/rl/jobs with the file's bytes")
+              posts[0][3] == sent,
+              "one POST /v1/rl/jobs with the file's bytes")
         check(posts and posts[0][2].get("Authorization") == "Bearer " + TOKEN,
               "bearer token from --api-token-env")
         check(gets and all(g[1] == "/v1/jobs/rl-ok" for g in gets),
