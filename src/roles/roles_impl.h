@@ -156,6 +156,7 @@ typedef struct pcp_roles_nodemgr_config_t {
   int64_t http_header_timeout_ms;
   int64_t http_max_connections_per_client;
   int64_t worker_metrics_port;  // slot i: --metrics-listen api_host:P+i; 0
+  char* worker_class;           // --worker-class of every child; NULL: none
 } pcp_roles_nodemgr_config_t;
 extern const pcp_config_table_t pcp_roles_nodemgr_table;
 

@@ -189,6 +189,12 @@ static json_t* model_json(const pcp_infer_model_info_t* info) {
     if (info->reload_error[0]) {
       json_object_set_new(m, "reload_error", json_string(info->reload_error));
     }
+    // Where it runs: the workers serving it now, and the worker class
+    // model.json names (null: every worker).
+    json_object_set_new(m, "workers", json_integer(info->workers));
+    json_object_set_new(
+        m, "worker_class",
+        info->worker_class[0] ? json_string(info->worker_class) : json_null());
     // Served since the gateway started (the dashboard's models page):
     // means over the requests, null before the first one.
     const pcp_infer_model_stats_t* st = &info->stats;

@@ -27,6 +27,9 @@
 //===--- DiLoCo / streaming DiLoCo (src/workloads/train/) ---===//
 // Config, outer step, streaming schedule, checkpoints, wire accounting.
 #include "workloads/train/diloco.h"  // IWYU pragma: export
+//===--- Decoupled DiLoCo (src/workloads/train/decoupled_*.c, issue 17) ---===//
+// Fragment plans, schedule, merges, quorum, clocks, tape, recovery, int4.
+#include "workloads/train/decoupled.h"  // IWYU pragma: export
 //===--- DiLoCo training service (src/workloads/train/service.c) ---===//
 // The outer loop of a training job over the worker fabric.
 #include "workloads/train/service.h"  // IWYU pragma: export
@@ -234,5 +237,8 @@ pcp_stop_state_flush(pcp_stop_state_t* state, pcp_string_builder_t* out_text);
 // Groups of sampled completions tagged with their policy version, their
 // rewards, and the @grpo batch they pack into (after the service above).
 #include "workloads/rl/rollout.h"  // IWYU pragma: export
+//===--- RL job kind (src/workloads/rl/job.c, issue 16) ---===//
+// The GRPO job on the runner: kind "rl", POST /v1/rl/jobs's spec check.
+#include "workloads/rl/job.h"  // IWYU pragma: export
 
 #endif  // PCP_WORKLOADS_WORKLOADS_H_

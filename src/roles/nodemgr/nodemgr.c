@@ -21,6 +21,7 @@
 #include "obs/obs.h"
 #include "roles/nodemgr/supervision_impl.h"
 #include "roles/roles_impl.h"
+#include "sched/sched.h"
 
 #define T pcp_roles_nodemgr_config_t
 
@@ -96,6 +97,12 @@ static const pcp_config_field_t kFields[] = {
      .offset = offsetof(T, target),
      .value_name = "ARCH",
      .help = "GPU target architecture of the workers"},
+    {.name = "worker-class",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, worker_class),
+     .value_name = "CLASS",
+     .help = "scheduling class every worker reports at join "
+             "(--worker-class of each child)"},
     {.name = "start-stagger-ms",
      .type = PCP_CONFIG_TYPE_INT64,
      .offset = offsetof(T, start_stagger_ms),
@@ -401,7 +408,8 @@ static void slot_args_deinitialize(pcp_allocator_t allocator, slot_args_t* sa,
 enum { MAX_WORKER_ARGS = 20 };
 
 // `EXE --worker --connect H:P --backend B --device-id I [--target T]
-//  --supervisor-id ID --drain-timeout-ms D`, as upstream's node manager
+//  [--worker-class C] --supervisor-id ID --drain-timeout-ms D`, as upstream's
+//  node manager
 // builds for its supervisors' children, plus a drain that ends within our
 // stop grace period.
 static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
@@ -439,6 +447,10 @@ static pcp_status_t slot_args_build(const nodemgr_t* nm, const char* exe,
       argv[n++] = "--target";
       argv[n++] = config->target;
     }
+    if (config->worker_class && config->worker_class[0]) {
+      argv[n++] = "--worker-class";
+      argv[n++] = config->worker_class;
+    }
     argv[n++] = "--supervisor-id";
     argv[n++] = id;
     argv[n++] = "--drain-timeout-ms";
@@ -475,6 +487,15 @@ static pcp_status_t prepare(void* opaque) {
   if (config->target && !config->target[0]) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "flag '--target': value is empty");
+  }
+  if (config->worker_class && config->worker_class[0] &&
+      !pcp_sched_class_name_is_valid(config->worker_class)) {
+    // Every child would exit with the same usage error, in a restart loop.
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "flag '--worker-class': '%s' is not 1..%d bytes "
+                           "of [A-Za-z0-9._-]",
+                           config->worker_class,
+                           PCP_SCHED_CLASS_NAME_MAX_LENGTH);
   }
   if (config->worker_metrics_port > 0 &&
       config->worker_metrics_port + config->scale - 1 > 65535) {

@@ -212,6 +212,9 @@ typedef struct pcp_infer_model_info_t {
   uint32_t version;
   char job_id[64];
   int64_t outer_step;
+  // model.json's "worker_class": the class of the workers serving it ("":
+  // every worker).
+  char worker_class[PCP_SCHED_CLASS_NAME_MAX_LENGTH + 1];
   // A newer export being prepared (0: none), and why the last newer one
   // was not served ("" if none).
   uint32_t pending_version;

@@ -41,6 +41,9 @@ typedef struct pcp_infer_model_t {
   // when given, the weights file must match them or the load fails.
   char job_id[64];
   int64_t outer_step;
+  // model.json's "worker_class": only workers that joined with this
+  // --worker-class get a runner (and the probe); "" = every worker.
+  char worker_class[PCP_SCHED_CLASS_NAME_MAX_LENGTH + 1];
   bool has_weights_sha256;
   pcp_sha256_t weights_sha256;
   int64_t weights_bytes;  // -1 when absent

@@ -264,6 +264,19 @@ pcp_status_t pcp_infer_model_json_load(const char* dir, pcp_infer_model_t* m) {
     }
   }
   if (!status) {
+    // The worker class that serves the model (docs/api.md): decode steps
+    // then never queue behind another class's tasks (a training job's).
+    json_t* wc = json_object_get(root, "worker_class");
+    if (wc && (!json_is_string(wc) ||
+               !pcp_sched_class_name_is_valid(json_string_value(wc)))) {
+      status = field_error(dir, "worker_class",
+                           "must be 1..63 bytes of [A-Za-z0-9._-]");
+    } else if (wc) {
+      snprintf(m->worker_class, sizeof(m->worker_class), "%s",
+               json_string_value(wc));
+    }
+  }
+  if (!status) {
     json_t* hash = json_object_get(root, "weights_sha256");
     if (hash) {
       const char* hex = json_string_value(hash);

@@ -770,6 +770,8 @@ static pcp_status_t call(runner_t* runner, pcp_fabric_task_params_t* params,
   memcpy(params->program, runner->program, sizeof(params->program));
   params->worker_id = runner->worker_id;
   params->session_id = runner->session_id;
+  // The fabric refuses it on a worker that rejoined as another class.
+  params->worker_class_name = runner->version->model->worker_class;
   params->max_attempts = 1;
   pcp_fabric_task_t* task = NULL;
   PCP_RETURN_IF_ERROR_BARE(
@@ -2163,7 +2165,11 @@ static void manage_workers(pcp_infer_service_t* s) {
       }
       model_entry_t* e = &s->models[j / 2];
       version_t* v = entry_version(e, j % 2);
-      bool has = !v || v->state != MODEL_LOADED || v->cancelled;
+      // A model that names a worker class runs only there: other workers
+      // count as already served (no compile, no runner, no probe).
+      bool has = !v || v->state != MODEL_LOADED || v->cancelled ||
+                 (v->model->worker_class[0] &&
+                  strcmp(v->model->worker_class, infos[w].worker_class) != 0);
       for (runner_t* r = s->runners; r && !has; r = r->next) {
         has = r->version == v && strcmp(r->worker_id, infos[w].worker_id) == 0;
       }
@@ -2880,6 +2886,8 @@ size_t pcp_infer_service_model_list(pcp_infer_service_t* s,
     info->version = v->number;
     snprintf(info->job_id, sizeof(info->job_id), "%s", m->job_id);
     info->outer_step = m->outer_step;
+    snprintf(info->worker_class, sizeof(info->worker_class), "%s",
+             m->worker_class);
     info->pending_version = e->next ? e->next->number : 0;
     snprintf(info->reload_error, sizeof(info->reload_error), "%s",
              e->reload_error);

@@ -129,6 +129,20 @@ static pcp_status_t string_dup(pcp_allocator_t allocator, const char* text,
   return pcp_ok_status();
 }
 
+// An optional worker class name (a worker's --worker-class): absent or null
+// leaves *out NULL (every worker).
+static pcp_status_t class_get(const json_t* root, pcp_allocator_t allocator,
+                              const char* key, char** out) {
+  const json_t* value = json_object_get(root, key);
+  if (!value || json_is_null(value))
+    return pcp_ok_status();
+  if (!json_is_string(value) ||
+      !pcp_sched_class_name_is_valid(json_string_value(value))) {
+    return bad(key, "must be a worker class: 1..63 bytes of [A-Za-z0-9._-]");
+  }
+  return string_dup(allocator, json_string_value(value), out);
+}
+
 //===----------------------------------------------------------------------===//
 // Paths
 //===----------------------------------------------------------------------===//
@@ -360,6 +374,9 @@ static const char* const kKeys[] = {"num_iterations",
                                     "warmup_steps",
                                     "min_lr",
                                     "seed",
+                                    "rollout_worker_class",
+                                    "trainer_worker_class",
+                                    "served_model_name",
                                     NULL};
 
 // clip_eps: a number (both sides) or {low, high}; each in (0, 10].
@@ -455,6 +472,31 @@ static pcp_status_t reward_parse(const json_t* root,
                                         &e->reward);
 }
 
+// served_model_name: 1..64 of [A-Za-z0-9._-] (a directory name under
+// <state_dir>/models and the name /v1/models lists); NULL: the job's
+// default ("rl-" + the first 8 characters of its id).
+static pcp_status_t served_name_parse(const json_t* root,
+                                      pcp_workloads_rl_experiment_t* e) {
+  json_t* value = json_object_get(root, "served_model_name");
+  if (!value || json_is_null(value))
+    return pcp_ok_status();
+  const char* what = "must be a string of 1..64 characters of [A-Za-z0-9._-]";
+  if (!json_is_string(value))
+    return bad("served_model_name", what);
+  const char* name = json_string_value(value);
+  size_t length = json_string_length(value);
+  bool ok = length >= 1 && length <= PCP_WORKLOADS_RL_MAX_SERVED_NAME_BYTES &&
+            strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+  for (size_t i = 0; ok && i < length; ++i) {
+    char c = name[i];
+    ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  }
+  if (!ok)
+    return bad("served_model_name", what);
+  return pcp_allocator_strdup(e->allocator, name, &e->served_model_name);
+}
+
 static pcp_status_t cross_check(const pcp_workloads_rl_experiment_t* e,
                                 const json_t* root) {
   if (e->num_prompts * e->group_size >
@@ -546,6 +588,11 @@ static pcp_status_t experiment_fill(const pcp_workloads_train_policy_t* policy,
       double_get(root, NULL, "min_lr", 0, 0, false, 1, &e->min_lr));
   PCP_RETURN_IF_ERROR_BARE(
       int_get(root, NULL, "seed", 0, 0, (int64_t)1e15, &e->seed));
+  PCP_RETURN_IF_ERROR_BARE(class_get(root, e->allocator, "rollout_worker_class",
+                                     &e->rollout_worker_class));
+  PCP_RETURN_IF_ERROR_BARE(class_get(root, e->allocator, "trainer_worker_class",
+                                     &e->trainer_worker_class));
+  PCP_RETURN_IF_ERROR_BARE(served_name_parse(root, e));
   return cross_check(e, root);
 }
 
@@ -583,6 +630,9 @@ void pcp_workloads_rl_experiment_deinitialize(
   pcp_allocator_t allocator = experiment->allocator;
   pcp_allocator_free(allocator, experiment->prompts_path);
   pcp_allocator_free(allocator, experiment->eval_prompts_path);
+  pcp_allocator_free(allocator, experiment->rollout_worker_class);
+  pcp_allocator_free(allocator, experiment->trainer_worker_class);
+  pcp_allocator_free(allocator, experiment->served_model_name);
   json_decref(experiment->reward_config);
   pcp_workloads_rl_reward_release(experiment->reward);
   model_release(allocator, &experiment->base_model);

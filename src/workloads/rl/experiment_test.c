@@ -701,6 +701,38 @@ static void test_prompts_select(void** state) {
                    PCP_STATUS_INVALID_ARGUMENT);
 }
 
+static void test_worker_classes(void** state) {
+  (void)state;
+  pcp_workloads_rl_experiment_t e;
+  PCP_CHECK_OK(parse_text("{" BASE "}", &e));
+  assert_null(e.rollout_worker_class);  // every worker
+  assert_null(e.trainer_worker_class);
+  pcp_workloads_rl_experiment_deinitialize(&e);
+  PCP_CHECK_OK(parse_text("{" BASE ",\"rollout_worker_class\":\"gen\","
+                          "\"trainer_worker_class\":\"train.h100-1\"}",
+                          &e));
+  assert_string_equal(e.rollout_worker_class, "gen");
+  assert_string_equal(e.trainer_worker_class, "train.h100-1");
+  pcp_workloads_rl_experiment_deinitialize(&e);
+  OK(",\"rollout_worker_class\":null,\"trainer_worker_class\":null");
+  // One class for both is allowed (a pool of one kind of worker).
+  OK(",\"rollout_worker_class\":\"a\",\"trainer_worker_class\":\"a\"");
+  const char* kRule = "must be a worker class: 1..63 bytes of [A-Za-z0-9._-]";
+  char want[128];
+  snprintf(want, sizeof(want), "rollout_worker_class: %s", kRule);
+  BAD(",\"rollout_worker_class\":\"\"", want);
+  BAD(",\"rollout_worker_class\":\"gen pool\"", want);
+  BAD(",\"rollout_worker_class\":7", want);
+  snprintf(want, sizeof(want), "trainer_worker_class: %s", kRule);
+  BAD(",\"trainer_worker_class\":\"a/b\"", want);
+  BAD(",\"trainer_worker_class\":[\"x\"]", want);
+  BAD(",\"trainer_worker_class\":"
+      "\"0123456789012345678901234567890123456789012345678901234567890123\"",
+      want);
+  OK(",\"trainer_worker_class\":"
+     "\"012345678901234567890123456789012345678901234567890123456789012\"");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
@@ -718,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_prompts_limits),
       cmocka_unit_test(test_prompts_load),
       cmocka_unit_test(test_prompts_select),
+      cmocka_unit_test(test_worker_classes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

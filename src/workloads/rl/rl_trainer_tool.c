@@ -16,7 +16,10 @@
 // params_out.f32, m_out.f32, v_out.f32 and result.json (the metrics, or
 // the update's status with "stop_after_ms" set: the stop hook turns true
 // that long after the update starts, and the update's wall time is
-// reported).
+// reported; or with "capture_status"). "updates": 2 runs a second update
+// (step + 1, same batch) and writes params_out2.f32, m_out2.f32,
+// v_out2.f32; "report_update" prints "update" just before the first;
+// "capture_ref_logp_status" writes ref_logp's failure to result.json.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,8 +220,33 @@ static pcp_status_t run(tool_t* tool) {
       .beta = number(c, "beta", 0.04),
       .temperature = number(c, "temperature", 1.0),
   };
+  int64_t ref_started = pcp_clock_now_ns(pcp_clock_system());
   pcp_status_t status = pcp_workloads_rl_trainer_ref_logp(
       tool->trainer, step.temperature, &batch);
+  if (status && number(c, "capture_ref_logp_status", 0) != 0) {
+    // The caller checks how ref_logp failed (a task past its timeout).
+    json_t* failed = json_object();
+    json_object_set_new(
+        failed, "status",
+        json_string(pcp_status_code_string(pcp_status_code(status))));
+    json_object_set_new(failed, "message",
+                        json_string(pcp_status_message(status)));
+    json_object_set_new(
+        failed, "ref_logp_wall_s",
+        json_real((double)(pcp_clock_now_ns(pcp_clock_system()) - ref_started) /
+                  1e9));
+    pcp_status_ignore(status);
+    // The batch's ref_logp as the failed call left it (zeros: untouched).
+    status = write_file(tool->dir, "ref_logp_after_failure.f32", ref_logp, bt);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/result.json", tool->dir);
+    if (!status && json_dump_file(failed, path, 0) != 0) {
+      status = pcp_make_status(PCP_STATUS_INTERNAL, "writing %s", path);
+    }
+    json_decref(failed);
+    pcp_allocator_free(pcp_allocator_system(), ref_logp);
+    return status;
+  }
   if (!status) {
     status = write_file(tool->dir, "ref_logp.f32", ref_logp, bt);
   }
@@ -231,6 +259,13 @@ static pcp_status_t run(tool_t* tool) {
   memset(&metrics, 0, sizeof(metrics));
   json_t* result = json_object();
   int64_t stop_after_ms = (int64_t)number(c, "stop_after_ms", -1);
+  // With a stop or "capture_status" the update's status is the result (the
+  // caller checks the code and that nothing was written).
+  bool capture = stop_after_ms >= 0 || number(c, "capture_status", 0) != 0;
+  if (!status && number(c, "report_update", 0) != 0) {
+    printf("update\n");  // the test acts on the workers now
+    fflush(stdout);
+  }
   if (!status) {
     int64_t started = pcp_clock_now_ns(pcp_clock_system());
     if (stop_after_ms >= 0) {
@@ -240,8 +275,7 @@ static pcp_status_t run(tool_t* tool) {
         tool->trainer, &step, &batch, params, m, v, &metrics);
     double wall =
         (double)(pcp_clock_now_ns(pcp_clock_system()) - started) / 1e9;
-    if (stop_after_ms >= 0) {
-      // The caller checks the code and that nothing was written.
+    if (capture) {
       json_object_set_new(
           result, "status",
           json_string(pcp_status_code_string(pcp_status_code(updated))));
@@ -253,15 +287,28 @@ static pcp_status_t run(tool_t* tool) {
       status = updated;
     }
   }
-  if (!status) {
-    status =
-        write_file(tool->dir, "params_out.f32", tool->files[0], params_bytes);
-  }
-  if (!status) {
-    status = write_file(tool->dir, "m_out.f32", tool->files[2], params_bytes);
-  }
-  if (!status) {
-    status = write_file(tool->dir, "v_out.f32", tool->files[3], params_bytes);
+  static const char* const kOut[2][3] = {
+      {"params_out.f32", "m_out.f32", "v_out.f32"},
+      {"params_out2.f32", "m_out2.f32", "v_out2.f32"}};
+  int updates = capture ? 1 : (int)number(c, "updates", 1);
+  for (int u = 0; u < updates && u < 2 && !status; ++u) {
+    if (u == 1) {
+      // The next step from the first one's results, on the same batch:
+      // the sessions' resident tensors are overwritten, not reused stale.
+      ++step.step;
+      pcp_workloads_rl_update_metrics_t second;
+      status = pcp_workloads_rl_trainer_update(tool->trainer, &step, &batch,
+                                               params, m, v, &second);
+      if (!status) {
+        json_object_set_new(result, "second_loss", json_real(second.loss));
+        json_object_set_new(result, "second_grad_norm",
+                            json_real(second.grad_norm));
+      }
+    }
+    for (int k = 0; k < 3 && !status; ++k) {
+      status = write_file(tool->dir, kOut[u][k], tool->files[k ? k + 1 : 0],
+                          params_bytes);
+    }
   }
   if (!status) {
     json_object_set_new(result, "loss", json_real(metrics.loss));

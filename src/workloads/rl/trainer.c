@@ -18,9 +18,10 @@
 // Placement is by worker id: the trainer lists the connected workers whose
 // JOIN named its worker class (pcp_fabric_worker_info_t.worker_class; ""
 // takes every worker), in worker id order, and pins each task to one of
-// them. That gives the data-parallel split the update needs (whole
-// micro-batches per task) without a gang: a step never waits for W workers
-// to be free at once, and the same split is reproducible.
+// them (naming the class too, which the fabric checks). That gives the
+// data-parallel split the update needs (whole micro-batches per task) without a
+// gang: a step never waits for W workers to be free at once, and the same split
+// is reproducible.
 //
 // Every worker taking part holds one session "<prefix>:<k>" (k a counter,
 // fresh after the worker was lost or failed, since a lost worker's sessions
@@ -57,8 +58,10 @@
 // session_prefix and worker_class lengths.
 #define MAX_PREFIX_LENGTH 128u
 #define MAX_CLASS_LENGTH 63u
-// Rows of one call (R x T per tensor; the gateway holds a few copies).
+// Rows of one call (R x T per tensor; the gateway holds a few copies), and
+// micro-batches of one call (a task each).
 #define MAX_ROWS ((int64_t)1 << 20)
+#define MAX_MICRO_BATCHES ((int64_t)1 << 16)
 #define DEFAULT_TASK_TIMEOUT_MS 600000
 #define MAX_TASK_TIMEOUT_MS ((int64_t)7 * 24 * 3600 * 1000)
 // Tensors moved by one @load<g> task: a frame carries at most
@@ -90,6 +93,24 @@ typedef struct worker_slot_t {
   uint64_t reference_generation;
   bool live;
 } worker_slot_t;
+
+// What the tasks of one API call borrow: the memory their inputs point
+// into (copies of the caller's tensors, scalars, the gradient to upload)
+// and the handles of tasks not known to have ended. A call that ends early
+// (stop, a failure, a lost worker) cancels its tasks and returns at once;
+// when some have not ended yet, the call becomes an orphan of the trainer,
+// freed once they have (looked at by the next call) or at release (which
+// waits for them). So a stop returns within a poll, not after the running
+// task, and the caller may free its tensors as soon as a call returns.
+typedef struct call_t {
+  struct call_t* next;
+  pcp_fabric_task_t** pending;
+  size_t pending_count;
+  size_t pending_capacity;
+  void** blocks;
+  size_t block_count;
+  size_t block_capacity;
+} call_t;
 
 // A worker chosen for one call: its slot and programs.
 typedef struct chosen_t {
@@ -123,6 +144,8 @@ struct pcp_workloads_rl_trainer_t {
   worker_slot_t slots[MAX_WORKERS];
   uint32_t slot_count;
   uint64_t session_counter;
+  call_t* call;     // the running call (between call_begin and call_end)
+  call_t* orphans;  // ended calls whose tasks have not all ended
 };
 
 //===----------------------------------------------------------------------===//
@@ -178,9 +201,10 @@ static pcp_status_t options_validate(
         PCP_STATUS_INVALID_ARGUMENT, "accumulation_steps: %lld not in [1, %d]",
         (long long)o->accumulation_steps, PCP_COMPILE_MAX_ACCUMULATION_STEPS);
   }
-  if (o->worker_class && strlen(o->worker_class) > MAX_CLASS_LENGTH) {
+  if (o->worker_class && o->worker_class[0] &&
+      !pcp_sched_class_name_is_valid(o->worker_class)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "worker_class: longer than %u bytes",
+                           "worker_class: not 1..%u bytes of [A-Za-z0-9._-]",
                            MAX_CLASS_LENGTH);
   }
   if (o->max_workers < 1 || o->max_workers > MAX_WORKERS) {
@@ -225,6 +249,8 @@ static pcp_status_t options_validate(
 static void copy_text(char* out, size_t capacity, const char* text) {
   snprintf(out, capacity, "%s", text ? text : "");
 }
+
+static void orphans_reap(pcp_workloads_rl_trainer_t* t, bool wait);
 
 static void dir_remove(pcp_workloads_rl_trainer_t* t) {
   if (!t->dir[0]) {
@@ -321,6 +347,8 @@ void pcp_workloads_rl_trainer_release(pcp_workloads_rl_trainer_t* trainer) {
   // The workers' sessions: the fabric has no call that drops one, so they
   // stay until the worker's session store evicts them (least recently used
   // under its memory limit) or the worker leaves. Nothing is sent here.
+  // Tasks of calls that ended early still read the trainer's memory.
+  orphans_reap(trainer, true);
   dir_remove(trainer);
   pcp_allocator_t a = trainer->allocator;
   pcp_allocator_free(a, trainer->reference);
@@ -343,6 +371,108 @@ static bool should_stop(const pcp_workloads_rl_trainer_t* t) {
 
 static int64_t now_ns(const pcp_workloads_rl_trainer_t* t) {
   return pcp_fabric_endpoint_now_ns(t->options.fabric);
+}
+
+//===----------------------------------------------------------------------===//
+// Calls and their orphans
+//===----------------------------------------------------------------------===//
+
+static void call_free(pcp_workloads_rl_trainer_t* t, call_t* call) {
+  for (size_t i = 0; i < call->pending_count; ++i) {
+    pcp_fabric_task_release(call->pending[i]);
+  }
+  for (size_t i = 0; i < call->block_count; ++i) {
+    pcp_allocator_free(t->allocator, call->blocks[i]);
+  }
+  pcp_allocator_free(t->allocator, call->pending);
+  pcp_allocator_free(t->allocator, call->blocks);
+  pcp_allocator_free(t->allocator, call);
+}
+
+// Frees the orphans whose tasks have all ended; with |wait|, cancels and
+// waits for every one first (their inputs are borrowed until they end;
+// the fabric bounds a cancelled task's wait).
+static void orphans_reap(pcp_workloads_rl_trainer_t* t, bool wait) {
+  call_t** link = &t->orphans;
+  while (*link) {
+    call_t* call = *link;
+    bool ended = true;
+    for (size_t i = 0; i < call->pending_count; ++i) {
+      if (wait) {
+        pcp_fabric_task_cancel(call->pending[i]);
+        pcp_fabric_task_wait(call->pending[i], -1);
+      }
+      ended = ended && pcp_fabric_task_is_done(call->pending[i]);
+    }
+    if (ended) {
+      *link = call->next;
+      call_free(t, call);
+    } else {
+      link = &call->next;
+    }
+  }
+}
+
+static pcp_status_t call_begin(pcp_workloads_rl_trainer_t* t) {
+  orphans_reap(t, false);
+  PCP_ASSERT(!t->call);
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_calloc(t->allocator, sizeof(*t->call), (void**)&t->call),
+      "trainer call");
+  return pcp_ok_status();
+}
+
+static void call_end(pcp_workloads_rl_trainer_t* t) {
+  call_t* call = t->call;
+  t->call = NULL;
+  if (call && call->pending_count) {
+    call->next = t->orphans;
+    t->orphans = call;
+  } else if (call) {
+    call_free(t, call);
+  }
+}
+
+// |bytes| of memory the call's tasks may borrow (freed with the call).
+static pcp_status_t call_alloc(pcp_workloads_rl_trainer_t* t, size_t bytes,
+                               void** out) {
+  call_t* call = t->call;
+  if (call->block_count == call->block_capacity) {
+    size_t capacity = call->block_capacity ? 2 * call->block_capacity : 16;
+    void* blocks = call->blocks;
+    PCP_RETURN_IF_ERROR(
+        pcp_allocator_realloc(t->allocator, capacity * sizeof(void*), &blocks),
+        "trainer call");
+    call->blocks = blocks;
+    call->block_capacity = capacity;
+  }
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_malloc(t->allocator, bytes ? bytes : 1, out),
+      "trainer call: %zu bytes", bytes);
+  call->blocks[call->block_count++] = *out;
+  return pcp_ok_status();
+}
+
+// Keeps the handle of a task that has not ended with the call. Out of
+// memory, it waits for the task instead (its inputs are the call's).
+static void call_keep(pcp_workloads_rl_trainer_t* t, pcp_fabric_task_t* task) {
+  call_t* call = t->call;
+  if (call->pending_count == call->pending_capacity) {
+    size_t capacity = call->pending_capacity ? 2 * call->pending_capacity : 16;
+    void* pending = call->pending;
+    pcp_status_t status = pcp_allocator_realloc(
+        t->allocator, capacity * sizeof(*call->pending), &pending);
+    if (status) {
+      pcp_status_ignore(status);
+      pcp_fabric_task_cancel(task);
+      pcp_fabric_task_wait(task, -1);
+      pcp_fabric_task_release(task);
+      return;
+    }
+    call->pending = pending;
+    call->pending_capacity = capacity;
+  }
+  call->pending[call->pending_count++] = task;
 }
 
 //===----------------------------------------------------------------------===//
@@ -404,9 +534,9 @@ static worker_slot_t* slot_get(pcp_workloads_rl_trainer_t* t,
   return slot;
 }
 
-// The connected workers of the class (worker id order). With |prepared|
-// only those whose (backend, target) has programs, at most |max| of them,
-// each with its slot.
+// The connected workers of the class whose (backend, target) has programs
+// (worker id order), at most |max| of them, each with its slot.
+// UNAVAILABLE when there is none.
 static pcp_status_t workers_choose(pcp_workloads_rl_trainer_t* t, uint32_t max,
                                    chosen_t* out, uint32_t* out_count) {
   *out_count = 0;
@@ -486,10 +616,18 @@ static pcp_status_t tasks_initialize(pcp_workloads_rl_trainer_t* t,
   return status;
 }
 
+// Releases the handles of ended tasks; one still running stays with the
+// call (its worker's session is not trusted again: the cancelled task may
+// still write to it).
 static void tasks_deinitialize(pcp_workloads_rl_trainer_t* t,
                                batch_of_tasks_t* b) {
   for (size_t i = 0; i < b->count; ++i) {
-    pcp_fabric_task_release(b->tasks[i]);
+    if (pcp_fabric_task_is_done(b->tasks[i])) {
+      pcp_fabric_task_release(b->tasks[i]);
+    } else {
+      b->slots[i]->live = false;
+      call_keep(t, b->tasks[i]);
+    }
   }
   pcp_allocator_free(t->allocator, b->tasks);
   pcp_allocator_free(t->allocator, b->slots);
@@ -503,6 +641,9 @@ static pcp_status_t task_submit(pcp_workloads_rl_trainer_t* t,
                                 pcp_fabric_task_params_t* params) {
   PCP_ASSERT(b->count < b->capacity);
   params->worker_id = slot->worker_id;
+  // The fabric checks the class too: a worker that joined again with
+  // another class fails the task instead of running it.
+  params->worker_class_name = t->worker_class[0] ? t->worker_class : NULL;
   params->session_id = slot->session;
   params->max_attempts = 1;
   pcp_fabric_task_t* task = NULL;
@@ -520,30 +661,37 @@ static void tasks_cancel(batch_of_tasks_t* b) {
   }
 }
 
-// Waits for every task of |b|. The first failure (in task order), a lost
-// worker, a task past its deadline or stop() cancels the rest, waits for
-// them to end (their inputs are borrowed until then) and is returned; the
-// workers of failed tasks lose their sessions. |per_worker| is the most
-// tasks one worker runs in the phase: the deadline is that many task
-// timeouts, since a worker runs its tasks one after another. A failed
-// |status| (a submit that failed half-way) cancels the submitted tasks
-// first and is returned.
+// Waits for every task of |b|. A failed task, a lost worker, a task past
+// its deadline or stop() cancels them all and is returned at once (tasks
+// still running stay with the call: tasks_deinitialize); the workers of
+// failed tasks lose their sessions. |per_worker| is the most tasks one
+// worker runs in the phase: the deadline is that many task timeouts, since
+// a worker runs its tasks one after another. A failed |status| (a submit
+// that failed half-way) cancels the submitted tasks and is returned.
 static pcp_status_t tasks_wait(pcp_workloads_rl_trainer_t* t,
                                batch_of_tasks_t* b, size_t per_worker,
                                const char* what, pcp_status_t status) {
   int64_t timeout_ms = t->options.task_timeout_ms * (int64_t)per_worker;
   int64_t deadline = now_ns(t) + timeout_ms * 1000000;
-  if (status) {
-    tasks_cancel(b);
-  }
   size_t next = 0;  // tasks before it are done
-  while (next < b->count) {
+  while (!status && next < b->count) {
     if (pcp_fabric_task_wait(b->tasks[next], POLL_MS)) {
       ++next;
       continue;
     }
+    for (size_t i = next + 1; i < b->count && !status; ++i) {
+      pcp_status_t failed = pcp_fabric_task_is_done(b->tasks[i])
+                                ? pcp_fabric_task_status(b->tasks[i])
+                                : pcp_ok_status();
+      if (failed) {
+        b->slots[i]->live = false;
+        status =
+            pcp_status_annotate_f(pcp_status_clone(failed), "%s on worker %s",
+                                  what, b->slots[i]->worker_id);
+      }
+    }
     if (status) {
-      continue;  // cancelled: wait for the rest to end
+      break;
     }
     if (should_stop(t)) {
       status = pcp_make_status(PCP_STATUS_CANCELLED, "%s: stopped", what);
@@ -553,9 +701,21 @@ static pcp_status_t tasks_wait(pcp_workloads_rl_trainer_t* t,
           "%s: a task on worker %s did not finish in %lld ms", what,
           b->slots[next]->worker_id, (long long)timeout_ms);
     } else {
+      // Each worker once per poll (a phase may hold thousands of tasks).
+      worker_slot_t* seen[MAX_WORKERS];
+      uint32_t seen_count = 0;
       for (size_t i = next; i < b->count && !status; ++i) {
-        if (!pcp_fabric_task_is_done(b->tasks[i]) &&
-            !worker_connected(t, b->slots[i])) {
+        bool checked = false;
+        for (uint32_t k = 0; k < seen_count && !checked; ++k) {
+          checked = seen[k] == b->slots[i];
+        }
+        if (checked || pcp_fabric_task_is_done(b->tasks[i])) {
+          continue;
+        }
+        if (seen_count < MAX_WORKERS) {
+          seen[seen_count++] = b->slots[i];
+        }
+        if (!worker_connected(t, b->slots[i])) {
           status =
               pcp_make_status(PCP_STATUS_UNAVAILABLE, "%s: worker %s was lost",
                               what, b->slots[i]->worker_id);
@@ -563,9 +723,9 @@ static pcp_status_t tasks_wait(pcp_workloads_rl_trainer_t* t,
         }
       }
     }
-    if (status) {
-      tasks_cancel(b);
-    }
+  }
+  if (status) {
+    tasks_cancel(b);
   }
   for (size_t i = 0; i < b->count; ++i) {
     pcp_status_t task_status = pcp_fabric_task_status(b->tasks[i]);
@@ -984,6 +1144,8 @@ pcp_status_t pcp_workloads_rl_trainer_reference_set(
                              t->table.parameters[i].name);
     }
   }
+  // An orphaned upload may still read the old reference.
+  orphans_reap(t, true);
   if (!t->reference) {
     PCP_RETURN_IF_ERROR(
         pcp_allocator_malloc(t->allocator,
@@ -1012,6 +1174,13 @@ static pcp_status_t batch_validate(const pcp_workloads_rl_trainer_t* t,
                            "%lld (at most %lld)",
                            (long long)batch->rows, (long long)rows_multiple,
                            (long long)MAX_ROWS);
+  }
+  if (batch->rows / t->options.spec.batch > MAX_MICRO_BATCHES) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "batch.rows: %lld rows are more than %lld "
+                           "micro-batches of %lld",
+                           (long long)batch->rows, (long long)MAX_MICRO_BATCHES,
+                           (long long)t->options.spec.batch);
   }
   if (batch->length != t->options.spec.block_size) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
@@ -1125,6 +1294,50 @@ static pcp_status_t reference_load(pcp_workloads_rl_trainer_t* t,
   return status;
 }
 
+// A copy of |batch|'s tensors in the call's memory (the tasks read them
+// after a stopped call has returned and its caller has freed the batch).
+static pcp_status_t batch_copy(pcp_workloads_rl_trainer_t* t,
+                               const pcp_workloads_rl_batch_t* batch,
+                               pcp_workloads_rl_batch_t* out) {
+  *out = *batch;
+  size_t all = (size_t)(batch->rows * batch->length);
+  void* p = NULL;
+  PCP_RETURN_IF_ERROR_BARE(call_alloc(t, all * 4, &p));
+  memcpy(p, batch->input_ids, all * 4);
+  out->input_ids = p;
+  PCP_RETURN_IF_ERROR_BARE(call_alloc(t, all * 4, &p));
+  memcpy(p, batch->targets, all * 4);
+  out->targets = p;
+  PCP_RETURN_IF_ERROR_BARE(call_alloc(t, all * 4, &p));
+  memcpy(p, batch->mask, all * 4);
+  out->mask = p;
+  PCP_RETURN_IF_ERROR_BARE(call_alloc(t, all * 4, &p));
+  memcpy(p, batch->old_logp, all * 4);
+  out->old_logp = p;
+  PCP_RETURN_IF_ERROR_BARE(call_alloc(t, all * 4, &p));
+  memcpy(p, batch->ref_logp, all * 4);
+  out->ref_logp = p;
+  PCP_RETURN_IF_ERROR_BARE(call_alloc(t, (size_t)batch->rows * 4, &p));
+  memcpy(p, batch->advantages, (size_t)batch->rows * 4);
+  out->advantages = p;
+  return pcp_ok_status();
+}
+
+// Copies |count| tensors (table order) into one block of the call's memory
+// and points |out| (n entries) at them.
+static pcp_status_t tensors_copy(pcp_workloads_rl_trainer_t* t,
+                                 float* const* tensors, float** out) {
+  float* block = NULL;
+  PCP_RETURN_IF_ERROR_BARE(
+      call_alloc(t, t->parameter_count * sizeof(float), (void**)&block));
+  for (size_t i = 0; i < t->n; ++i) {
+    out[i] = block + t->offsets[i];
+    memcpy(out[i], tensors[i],
+           (size_t)t->table.parameters[i].element_count * sizeof(float));
+  }
+  return pcp_ok_status();
+}
+
 // Scalars of @grpo / @grpo_metrics for |micro| micro-batches (0: rank 0):
 // 5 arrays of max(micro, 1) floats in one allocation.
 static pcp_status_t scalars_make(pcp_workloads_rl_trainer_t* t, int64_t micro,
@@ -1132,8 +1345,7 @@ static pcp_status_t scalars_make(pcp_workloads_rl_trainer_t* t, int64_t micro,
                                  double normalizer, double temperature,
                                  float** out_storage, float* out_arrays[5]) {
   size_t m = micro ? (size_t)micro : 1;
-  PCP_RETURN_IF_ERROR(pcp_allocator_malloc(t->allocator, 5 * m * sizeof(float),
-                                           (void**)out_storage),
+  PCP_RETURN_IF_ERROR(call_alloc(t, 5 * m * sizeof(float), (void**)out_storage),
                       "scalars");
   double values[5] = {clip_low, clip_high, beta, normalizer, temperature};
   for (int k = 0; k < 5; ++k) {
@@ -1167,6 +1379,11 @@ static pcp_status_t metrics_submit(
   return task_submit(t, b, c->slot, &params);
 }
 
+static pcp_status_t ref_logp_run(pcp_workloads_rl_trainer_t* t,
+                                 double temperature,
+                                 const pcp_workloads_rl_batch_t* caller,
+                                 float* out_ref_logp);
+
 pcp_status_t pcp_workloads_rl_trainer_ref_logp(
     pcp_workloads_rl_trainer_t* trainer, double temperature,
     pcp_workloads_rl_batch_t* batch) {
@@ -1179,11 +1396,24 @@ pcp_status_t pcp_workloads_rl_trainer_ref_logp(
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "temperature: %g must be > 0", temperature);
   }
-  int64_t B = t->options.spec.batch;
-  PCP_RETURN_IF_ERROR_BARE(batch_validate(t, batch, B));
+  PCP_RETURN_IF_ERROR_BARE(batch_validate(t, batch, t->options.spec.batch));
   if (should_stop(t)) {
     return pcp_make_status(PCP_STATUS_CANCELLED, "ref_logp: stopped");
   }
+  PCP_RETURN_IF_ERROR_BARE(call_begin(t));
+  pcp_status_t status = ref_logp_run(t, temperature, batch, batch->ref_logp);
+  call_end(t);
+  return status;
+}
+
+static pcp_status_t ref_logp_run(pcp_workloads_rl_trainer_t* t,
+                                 double temperature,
+                                 const pcp_workloads_rl_batch_t* caller,
+                                 float* out_ref_logp) {
+  int64_t B = t->options.spec.batch;
+  pcp_workloads_rl_batch_t copy;
+  PCP_RETURN_IF_ERROR_BARE(batch_copy(t, caller, &copy));
+  const pcp_workloads_rl_batch_t* batch = &copy;
   int64_t micro = batch->rows / B;
   chosen_t chosen[MAX_WORKERS];
   uint32_t w = 0;
@@ -1207,20 +1437,21 @@ pcp_status_t pcp_workloads_rl_trainer_ref_logp(
     status =
         scalars_make(t, 0, 0.2, 0.2, 0.0, 0.0, temperature, &storage, scalars);
   }
+  // One task's arrays, reused: the fabric copies them at submit (only the
+  // data they point to is borrowed).
   if (!status) {
-    status = pcp_allocator_calloc(t->allocator,
-                                  (size_t)micro * 11 * sizeof(*sections),
+    status = pcp_allocator_calloc(t->allocator, 11 * sizeof(*sections),
                                   (void**)&sections);
   }
   if (!status) {
-    status = pcp_allocator_calloc(
-        t->allocator, (size_t)micro * (n + 11) * sizeof(*refs), (void**)&refs);
+    status = pcp_allocator_calloc(t->allocator, (n + 11) * sizeof(*refs),
+                                  (void**)&refs);
   }
   for (int64_t j = 0; j < micro && !status; ++j) {
     // ref_logp is the output here (not read for logp): old_logp stands in.
-    status = metrics_submit(t, &b, &chosen[j % w], batch, j,
-                            t->names + NAME_REF * n, NULL, scalars,
-                            sections + j * 11, refs + (size_t)j * (n + 11));
+    status =
+        metrics_submit(t, &b, &chosen[j % w], batch, j, t->names + NAME_REF * n,
+                       NULL, scalars, sections, refs);
   }
   size_t per_worker = (size_t)((micro + w - 1) / w);
   status = tasks_wait(t, &b, per_worker, "ref_logp", status);
@@ -1233,10 +1464,9 @@ pcp_status_t pcp_workloads_rl_trainer_ref_logp(
   for (size_t j = 0; j < b.count && !status; ++j) {
     pcp_status_ignore(
         task_outputs(b.tasks[j], "@grpo_metrics", 6, sizes, &outputs));
-    memcpy(batch->ref_logp + j * bt, outputs[5].data, bt * sizeof(float));
+    memcpy(out_ref_logp + j * bt, outputs[5].data, bt * sizeof(float));
   }
   tasks_deinitialize(t, &b);
-  pcp_allocator_free(t->allocator, storage);
   pcp_allocator_free(t->allocator, sections);
   pcp_allocator_free(t->allocator, refs);
   return status;
@@ -1285,37 +1515,48 @@ typedef struct update_scratch_t {
   float* metric_scalars;  // 5
   pcp_proto_section_t* sections;
   pcp_proto_tensor_ref_t* refs;
-  char (*task_grads)[48];  // K x n: gradient k's resident names
+  char (*task_grads)[48];  // n: one gradient task's resident names
   double* sum;             // parameter_count: the summed gradient
-  float* staging;          // 4 x parameter_count: a gradient, then p', m', v'
-  float** views;           // 4 x n: tensor pointers into staging
-  float step_lr[2];
+  float* staging;  // 4 x parameter_count (the call's): a gradient, p', m', v'
+  float** views;   // 4 x n: tensor pointers into staging
+  float* step_lr;  // 2 (the call's)
+  // The caller's tensors copied into the call's memory, table order.
+  float** inputs;  // 3 x n: parameters, m, v
 } update_scratch_t;
 
 static void scratch_free(pcp_workloads_rl_trainer_t* t, update_scratch_t* s) {
-  pcp_allocator_free(t->allocator, s->grad_scalars);
-  pcp_allocator_free(t->allocator, s->metric_scalars);
   pcp_allocator_free(t->allocator, s->sections);
   pcp_allocator_free(t->allocator, s->refs);
   pcp_allocator_free(t->allocator, s->task_grads);
   pcp_allocator_free(t->allocator, s->sum);
-  pcp_allocator_free(t->allocator, s->staging);
   pcp_allocator_free(t->allocator, s->views);
+  pcp_allocator_free(t->allocator, s->inputs);
 }
 
-static pcp_status_t scratch_make(pcp_workloads_rl_trainer_t* t, int64_t tasks,
-                                 int64_t micro, update_scratch_t* s) {
+// Gradient task k's resident names, "q<k>_<i>", into s->task_grads.
+static void task_grads_name(const pcp_workloads_rl_trainer_t* t, int64_t k,
+                            update_scratch_t* s) {
+  for (size_t i = 0; i < t->n; ++i) {
+    snprintf(s->task_grads[i], sizeof(s->task_grads[0]), "q%lld_%zu",
+             (long long)k, i);
+  }
+}
+
+static pcp_status_t scratch_make(pcp_workloads_rl_trainer_t* t,
+                                 float* const* parameters, float* const* m,
+                                 float* const* v, update_scratch_t* s) {
   size_t n = t->n;
-  size_t calls = (size_t)(tasks + micro);
   pcp_allocator_t a = t->allocator;
-  pcp_status_t status = pcp_allocator_calloc(
-      a, calls * 11 * sizeof(*s->sections), (void**)&s->sections);
+  // One task's arrays, reused: the fabric copies them (and the names) at
+  // submit; only the data they point to is borrowed.
+  pcp_status_t status =
+      pcp_allocator_calloc(a, 11 * sizeof(*s->sections), (void**)&s->sections);
   if (!status) {
-    status = pcp_allocator_calloc(a, calls * (n + 11) * sizeof(*s->refs),
-                                  (void**)&s->refs);
+    status =
+        pcp_allocator_calloc(a, (n + 11) * sizeof(*s->refs), (void**)&s->refs);
   }
   if (!status) {
-    status = pcp_allocator_calloc(a, (size_t)tasks * n * sizeof(*s->task_grads),
+    status = pcp_allocator_calloc(a, (n + 1) * sizeof(*s->task_grads),
                                   (void**)&s->task_grads);
   }
   if (!status) {
@@ -1323,25 +1564,35 @@ static pcp_status_t scratch_make(pcp_workloads_rl_trainer_t* t, int64_t tasks,
                                   (void**)&s->sum);
   }
   if (!status) {
-    status = pcp_allocator_malloc(
-        a, (4 * t->parameter_count + 1) * sizeof(float), (void**)&s->staging);
+    status = call_alloc(t, (4 * t->parameter_count + 1) * sizeof(float),
+                        (void**)&s->staging);
+  }
+  if (!status) {
+    status = call_alloc(t, 2 * sizeof(float), (void**)&s->step_lr);
   }
   if (!status) {
     status = pcp_allocator_calloc(a, (4 * n + 1) * sizeof(*s->views),
                                   (void**)&s->views);
   }
+  if (!status) {
+    status = pcp_allocator_calloc(a, (3 * n + 1) * sizeof(*s->inputs),
+                                  (void**)&s->inputs);
+  }
+  if (!status) {
+    status = tensors_copy(t, parameters, s->inputs);
+  }
+  if (!status) {
+    status = tensors_copy(t, m, s->inputs + n);
+  }
+  if (!status) {
+    status = tensors_copy(t, v, s->inputs + 2 * n);
+  }
   if (status) {
     return pcp_status_annotate_f(status, "update scratch");
   }
-  for (int64_t k = 0; k < tasks; ++k) {
+  for (size_t k = 0; k < 4; ++k) {
     for (size_t i = 0; i < n; ++i) {
-      snprintf(s->task_grads[(size_t)k * n + i], sizeof(s->task_grads[0]),
-               "q%lld_%zu", (long long)k, i);
-    }
-  }
-  for (size_t v = 0; v < 4; ++v) {
-    for (size_t i = 0; i < n; ++i) {
-      s->views[v * n + i] = s->staging + v * t->parameter_count + t->offsets[i];
+      s->views[k * n + i] = s->staging + k * t->parameter_count + t->offsets[i];
     }
   }
   return pcp_ok_status();
@@ -1366,15 +1617,16 @@ static pcp_status_t gradients_submit(
       t->allocator, (n + 1) * sizeof(*keep), (void**)&keep);
   for (int64_t k = 0; k < tasks && !status; ++k) {
     const chosen_t* c = &chosen[k % w];
-    pcp_proto_section_t* sections = s->sections + k * 11;
-    pcp_proto_tensor_ref_t* refs = s->refs + (size_t)k * (n + 11);
+    pcp_proto_section_t* sections = s->sections;
+    pcp_proto_tensor_ref_t* refs = s->refs;
+    task_grads_name(t, k, s);
     // A = 1 derives no accumulated function: @compute_gradients on [B, T].
     sections_batch(t, batch, k * A * B, A > 1 ? A : 0, batch->ref_logp,
                    grad_scalars, sections);
     refs_fill(policy, n, 11, refs);
     for (size_t i = 0; i < n; ++i) {
-      keep[i] = (pcp_proto_keep_resident_t){
-          .output = (uint32_t)(1 + i), .as = s->task_grads[(size_t)k * n + i]};
+      keep[i] = (pcp_proto_keep_resident_t){.output = (uint32_t)(1 + i),
+                                            .as = s->task_grads[i]};
     }
     pcp_fabric_task_params_t params = {
         .function =
@@ -1391,10 +1643,9 @@ static pcp_status_t gradients_submit(
   }
   pcp_allocator_free(t->allocator, keep);
   for (int64_t j = 0; j < micro && !status; ++j) {
-    size_t at = (size_t)(tasks + j);
-    status = metrics_submit(t, b, &chosen[(j / A) % w], batch, j, policy,
-                            batch->ref_logp, metric_scalars,
-                            s->sections + at * 11, s->refs + at * (n + 11));
+    status =
+        metrics_submit(t, b, &chosen[(j / A) % w], batch, j, policy,
+                       batch->ref_logp, metric_scalars, s->sections, s->refs);
   }
   return status;
 }
@@ -1455,12 +1706,11 @@ static pcp_status_t metrics_combine(pcp_workloads_rl_trainer_t* t,
 static pcp_status_t gradients_gather(pcp_workloads_rl_trainer_t* t,
                                      const chosen_t* chosen, uint32_t w,
                                      int64_t tasks, update_scratch_t* s) {
-  size_t n = t->n;
   batch_of_tasks_t b;
   pcp_status_t status = tasks_initialize(t, (size_t)tasks * t->groups, &b);
   for (int64_t k = 0; k < tasks && !status; ++k) {
-    status = transfer_submit(t, &b, &chosen[k % w],
-                             s->task_grads + (size_t)k * n, NULL);
+    task_grads_name(t, k, s);
+    status = transfer_submit(t, &b, &chosen[k % w], s->task_grads, NULL);
   }
   status = tasks_wait(t, &b, (size_t)((tasks + w - 1) / w) * t->groups,
                       "gradient download", status);
@@ -1481,9 +1731,10 @@ static pcp_status_t gradients_gather(pcp_workloads_rl_trainer_t* t,
 static pcp_status_t optimizer_run(pcp_workloads_rl_trainer_t* t,
                                   const chosen_t* c,
                                   const pcp_workloads_rl_step_params_t* p,
-                                  float* const* m, float* const* v,
                                   update_scratch_t* s) {
   size_t n = t->n;
+  float* const* m = s->inputs + n;
+  float* const* v = s->inputs + 2 * n;
   for (size_t e = 0; e < t->parameter_count; ++e) {
     s->staging[e] = (float)s->sum[e];
   }
@@ -1577,6 +1828,13 @@ static pcp_status_t optimizer_run(pcp_workloads_rl_trainer_t* t,
   return status;
 }
 
+static pcp_status_t update_run(pcp_workloads_rl_trainer_t* t,
+                               const pcp_workloads_rl_step_params_t* p,
+                               const pcp_workloads_rl_batch_t* caller,
+                               float* const* parameters, float* const* m,
+                               float* const* v,
+                               pcp_workloads_rl_update_metrics_t* out_metrics);
+
 pcp_status_t pcp_workloads_rl_trainer_update(
     pcp_workloads_rl_trainer_t* trainer,
     const pcp_workloads_rl_step_params_t* step_params,
@@ -1603,7 +1861,26 @@ pcp_status_t pcp_workloads_rl_trainer_update(
   if (should_stop(t)) {
     return pcp_make_status(PCP_STATUS_CANCELLED, "update: stopped");
   }
+  PCP_RETURN_IF_ERROR_BARE(call_begin(t));
+  pcp_status_t status =
+      update_run(t, step_params, batch, parameters, m, v, out_metrics);
+  call_end(t);
+  return status;
+}
+
+static pcp_status_t update_run(pcp_workloads_rl_trainer_t* t,
+                               const pcp_workloads_rl_step_params_t* p,
+                               const pcp_workloads_rl_batch_t* caller,
+                               float* const* parameters, float* const* m,
+                               float* const* v,
+                               pcp_workloads_rl_update_metrics_t* out_metrics) {
+  int64_t A = t->options.accumulation_steps;
+  int64_t B = t->options.spec.batch;
+  size_t n = t->n;
   int64_t started = now_ns(t);
+  pcp_workloads_rl_batch_t copy;
+  PCP_RETURN_IF_ERROR_BARE(batch_copy(t, caller, &copy));
+  const pcp_workloads_rl_batch_t* batch = &copy;
   int64_t micro = batch->rows / B;
   int64_t tasks = micro / A;
   chosen_t chosen[MAX_WORKERS];
@@ -1623,7 +1900,6 @@ pcp_status_t pcp_workloads_rl_trainer_update(
   for (size_t e = 0; e < all; ++e) {
     tokens += batch->mask[e];
   }
-  const pcp_workloads_rl_step_params_t* p = step_params;
   update_scratch_t s;
   memset(&s, 0, sizeof(s));
   float* grad_scalars[5];
@@ -1640,7 +1916,7 @@ pcp_status_t pcp_workloads_rl_trainer_update(
                           p->temperature, &s.metric_scalars, metric_scalars);
   }
   if (!status) {
-    status = scratch_make(t, tasks, micro, &s);
+    status = scratch_make(t, parameters, m, v, &s);
   }
   if (!status) {
     status = tasks_initialize(t, (size_t)w * t->groups, &policy);
@@ -1651,7 +1927,7 @@ pcp_status_t pcp_workloads_rl_trainer_update(
   // Phase 1: the policy into every chosen worker's session.
   for (uint32_t k = 0; k < w && !status; ++k) {
     status = transfer_submit(t, &policy, &chosen[k], t->names + NAME_POLICY * n,
-                             (const float* const*)parameters);
+                             (const float* const*)s.inputs);
   }
   if (policy.tasks) {
     status = tasks_wait(t, &policy, t->groups, "policy upload", status);
@@ -1684,7 +1960,7 @@ pcp_status_t pcp_workloads_rl_trainer_update(
       norm += s.sum[e] * s.sum[e];
     }
     result.grad_norm = sqrt(norm);
-    status = optimizer_run(t, &chosen[0], p, m, v, &s);
+    status = optimizer_run(t, &chosen[0], p, &s);
   }
   if (!status) {
     // Everything arrived: only now are the caller's tensors overwritten.

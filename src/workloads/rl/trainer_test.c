@@ -115,6 +115,8 @@ static void create_validates_every_option(void** state) {
   long_class[sizeof(long_class) - 1] = '\0';
   o.worker_class = long_class;
   create_refuses(o, "worker_class");
+  o.worker_class = "rl trainers";  // not a class name
+  create_refuses(o, "worker_class");
   o = valid_options();
   o.beta1 = 1.0;
   create_refuses(o, "beta1");
@@ -276,6 +278,9 @@ static void calls_refused_before_any_worker(void** state) {
   batch.rows = 0;
   EXPECT_CODE(pcp_workloads_rl_trainer_ref_logp(trainer, 1.0, &batch),
               PCP_STATUS_INVALID_ARGUMENT, "batch.rows");
+  batch.rows = 4 * 32769;  // 65538 micro-batches of 2: over the cap
+  EXPECT_CODE(pcp_workloads_rl_trainer_ref_logp(trainer, 1.0, &batch),
+              PCP_STATUS_INVALID_ARGUMENT, "micro-batches");
   batch = batch_of(&s, 4, 7);
   EXPECT_CODE(pcp_workloads_rl_trainer_ref_logp(trainer, 1.0, &batch),
               PCP_STATUS_INVALID_ARGUMENT, "batch.length");

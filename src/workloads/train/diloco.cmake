@@ -77,3 +77,59 @@ foreach(element f32 bf16)
   set_tests_properties(workloads_inner_state_${element}_test PROPERTIES
     TIMEOUT 300 ENVIRONMENT "${PCP_TEST_ENV}" LABELS "python;compute")
 endforeach()
+# Decoupled DiLoCo, sans-I/O core (issue 17): fragment plans, schedule,
+# merges, quorum/grace, outer Nesterov per fragment, clocks, event tape,
+# recovery plan, int4 codec.
+target_sources(pcp_workloads PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_plan.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_merge.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_quorum.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_tape.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_int4.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_config.c)
+# Compared with NumPy float32 element by element: no FMA contraction.
+set_source_files_properties(
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_merge.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_int4.c
+  PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
+# The reference's worked examples number for number, plus hand-computed
+# cases: plans and their rules, schedule, merges, quorum/grace/adaptive
+# grace and the round machine, Nesterov, blending, clocks, tape encode/
+# decode/corruption/replay, recovery plan, int4 bytes and bound.
+pcp_cmocka_test(workloads_decoupled_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_test.c
+  DEPS pcp_workloads PkgConfig::JANSSON LABELS workloads)
+target_compile_definitions(workloads_decoupled_test PRIVATE
+  PCP_DECOUPLED_SEED_DIR="${CMAKE_SOURCE_DIR}/tests/fuzz/decoupled")
+# Merges, Nesterov, blending and the int4 codec on seeded random data
+# against an independent NumPy implementation.
+add_executable(decoupled_npy_driver
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_npy_driver.c)
+target_link_libraries(decoupled_npy_driver PRIVATE pcp_workloads pcp_compute)
+add_test(NAME workloads_decoupled_numpy_test
+  COMMAND ${PCP_VENV}/bin/python
+          ${CMAKE_SOURCE_DIR}/tests/workloads/decoupled_numpy_test.py
+          $<TARGET_FILE:decoupled_npy_driver>)
+set_tests_properties(workloads_decoupled_numpy_test PROPERTIES
+  TIMEOUT 120 ENVIRONMENT "${PCP_TEST_ENV}" LABELS "unit;python")
+# Fuzz target for the decoupled decoders (train/decoupled_fuzz.c: the
+# event tape, replayed and planned; int4 payloads, re-encoded under the
+# bound): libFuzzer under clang with -DPCP_FUZZ=ON, otherwise a replay tool
+# that ctest runs over tests/fuzz/decoupled.
+add_executable(decoupled_fuzz
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_fuzz.c)
+target_link_libraries(decoupled_fuzz PRIVATE pcp_workloads)
+if(PCP_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang")
+  target_compile_definitions(decoupled_fuzz PRIVATE PCP_FUZZ_LIBFUZZER)
+  target_compile_options(decoupled_fuzz PRIVATE
+    -fsanitize=fuzzer,address,undefined)
+  target_link_options(decoupled_fuzz PRIVATE
+    -fsanitize=fuzzer,address,undefined)
+else()
+  file(GLOB PCP_DECOUPLED_FUZZ_SEEDS
+    ${CMAKE_SOURCE_DIR}/tests/fuzz/decoupled/*)
+  add_test(NAME workloads_decoupled_fuzz_replay
+    COMMAND decoupled_fuzz ${PCP_DECOUPLED_FUZZ_SEEDS})
+  set_tests_properties(workloads_decoupled_fuzz_replay PROPERTIES
+    ENVIRONMENT "${PCP_TEST_ENV}" TIMEOUT 120 LABELS "unit;fuzz;workloads")
+endif()

@@ -145,6 +145,14 @@ typedef struct pcp_diloco_config_t {
   // the held-out set).
   char* name;
   int64_t seed;
+  // The worker class the job runs on (NULL: every worker): its rounds,
+  // evaluations and worker waits use only workers started with that
+  // --worker-class (pcp_sched_class_name_is_valid).
+  char* worker_class;
+  // The worker class that serves the job's exports (their model.json's
+  // "worker_class"; NULL: every worker), so a checkpoint being served does
+  // not put decode steps on the training workers.
+  char* serve_worker_class;
 } pcp_diloco_config_t;
 
 // The table (defaults, bounds, help). Cross-field rules: exactly one of

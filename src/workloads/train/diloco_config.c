@@ -304,6 +304,18 @@ static const pcp_config_field_t kFields[] = {
      .max = 1e15,
      .flags = PCP_CONFIG_FLAG_JSON_ONLY,
      .help = "seed of the initialization, the batches and the held-out set"},
+    {.name = "worker_class",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, worker_class),
+     .flags = PCP_CONFIG_FLAG_JSON_ONLY,
+     .help = "run only on workers started with this --worker-class (1..63 "
+             "bytes of [A-Za-z0-9._-]; default: every worker)"},
+    {.name = "serve_worker_class",
+     .type = PCP_CONFIG_TYPE_STRING,
+     .offset = offsetof(T, serve_worker_class),
+     .flags = PCP_CONFIG_FLAG_JSON_ONLY,
+     .help = "the worker class that serves the job's exports (their "
+             "model.json's worker_class; default: every worker)"},
 };
 #undef T
 
@@ -330,6 +342,20 @@ static pcp_status_t validate_config(const void* config) {
                              "without control characters (it names the "
                              "served model)");
     }
+  }
+  if (c->worker_class && !pcp_sched_class_name_is_valid(c->worker_class)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "diloco config: key 'worker_class': 1..%d bytes of "
+                           "[A-Za-z0-9._-] (a worker's --worker-class)",
+                           PCP_SCHED_CLASS_NAME_MAX_LENGTH);
+  }
+  if (c->serve_worker_class &&
+      !pcp_sched_class_name_is_valid(c->serve_worker_class)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "diloco config: key 'serve_worker_class': 1..%d "
+                           "bytes of [A-Za-z0-9._-] (a worker's "
+                           "--worker-class)",
+                           PCP_SCHED_CLASS_NAME_MAX_LENGTH);
   }
   if (c->iree_flags.count > PCP_COMPILE_MAX_EXTRA_FLAGS) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,

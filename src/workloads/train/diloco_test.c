@@ -456,10 +456,51 @@ static void test_wire_accounting(void** state) {
   assert_int_equal(pcp_diloco_ring_allreduce_wire_bytes(1000, 1, 10), 0);
 }
 
+static void test_config_worker_class(void** state) {
+  (void)state;
+  pcp_diloco_config_t c;
+  EXPECT_CODE(parse("{\"model_path\":\"m\",\"data_path\":\"d\","
+                    "\"worker_class\":\"train.v2\"}",
+                    &c, NULL),
+              PCP_STATUS_OK);
+  assert_string_equal(c.worker_class, "train.v2");
+  pcp_diloco_config_deinitialize(&c);
+  EXPECT_CODE(parse("{\"model_path\":\"m\",\"data_path\":\"d\"}", &c, NULL),
+              PCP_STATUS_OK);
+  assert_null(c.worker_class);  // every worker
+  pcp_diloco_config_deinitialize(&c);
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\",\"worker_class\":\"\"}",
+      "worker_class");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\","
+      "\"worker_class\":\"a b\"}",
+      "worker_class");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\",\"worker_class\":3}",
+      "worker_class");
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\","
+      "\"serve_worker_class\":\"x y\"}",
+      "serve_worker_class");
+  EXPECT_CODE(parse("{\"model_path\":\"m\",\"data_path\":\"d\","
+                    "\"serve_worker_class\":\"gen\"}",
+                    &c, NULL),
+              PCP_STATUS_OK);
+  assert_string_equal(c.serve_worker_class, "gen");
+  assert_null(c.worker_class);
+  pcp_diloco_config_deinitialize(&c);
+  expect_error_naming(
+      "{\"model_path\":\"m\",\"data_path\":\"d\",\"worker_class\":"
+      "\"0123456789012345678901234567890123456789012345678901234567890123\"}",
+      "worker_class");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_defaults_and_keys),
       cmocka_unit_test(test_config_errors_name_the_key),
+      cmocka_unit_test(test_config_worker_class),
       cmocka_unit_test(test_bf16_round_to_nearest_even),
       cmocka_unit_test(test_average_with_lost_worker),
       cmocka_unit_test(test_nesterov_by_hand),

@@ -910,6 +910,11 @@ pcp_status_t pcp_diloco_job_model_export(job_t* job) {
     json_object_set_new(model, "weights_sha256", json_string(digest_hex));
     json_object_set_new(model, "val_loss",
                         pcp_diloco_json_number_or_null(job->last_val_loss));
+    if (job->config.serve_worker_class) {
+      // Served only there (docs/api.md), away from the training workers.
+      json_object_set_new(model, "worker_class",
+                          json_string(job->config.serve_worker_class));
+    }
   }
   char* text = model ? json_dumps(model, JSON_INDENT(2)) : NULL;
   json_decref(model);
@@ -1313,7 +1318,9 @@ static pcp_status_t round_workers(job_t* job, round_t* round) {
   for (uint32_t i = 0; i < count && !status; ++i) {
     const pcp_fabric_worker_info_t* w = &infos[i];
     if (w->state != PCP_FABRIC_WORKER_CONNECTED ||
-        round->count >= MAX_ROUND_WORKERS) {
+        round->count >= MAX_ROUND_WORKERS ||
+        (job->config.worker_class &&
+         strcmp(w->worker_class, job->config.worker_class) != 0)) {
       continue;
     }
     program_t* program = program_find(job, w->backend, w->target);
@@ -2194,11 +2201,14 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
     // NOBODY_WAIT_MS. With a waker the stop ends the wait too (the training
     // kind's cancel wakes the fabric's waits); without one the stop hook is
     // polled only by the loop, as its fake in service_test counts.
+    const char* worker_class = job->config.worker_class;
     uint32_t connected =
-        pcp_fabric_worker_count(o->fabric, PCP_FABRIC_WORKER_CONNECTED);
+        worker_class
+            ? pcp_fabric_workers_count(o->fabric, NULL, NULL, worker_class)
+            : pcp_fabric_worker_count(o->fabric, PCP_FABRIC_WORKER_CONNECTED);
     pcp_fabric_endpoint_t* fabric = o->fabric;
-    pcp_status_t waited = pcp_fabric_workers_wait(
-        fabric, NULL, NULL, connected + 1,
+    pcp_status_t waited = pcp_fabric_workers_wait_class(
+        fabric, NULL, NULL, worker_class, connected + 1,
         pcp_fabric_endpoint_now_ns(fabric) + (int64_t)NOBODY_WAIT_MS * 1000000,
         job->waker ? pcp_diloco_job_stop_fn : NULL, job->waker ? job : NULL,
         NULL);

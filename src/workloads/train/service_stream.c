@@ -1228,8 +1228,11 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
                                                     MAX_ROUND_WORKERS, NULL)
                            : 0;
     uint32_t matching = 0;
+    // Only the job's worker class (every worker when it names none).
+    const char* worker_class = job->config.worker_class;
     for (uint32_t i = 0; i < count; ++i) {
-      if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED) {
+      if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED ||
+          (worker_class && strcmp(infos[i].worker_class, worker_class))) {
         continue;
       }
       if (!st.backend[0]) {
@@ -1251,7 +1254,8 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
     for (uint32_t i = 0; i < count && st.worker_count < matching; ++i) {
       if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED ||
           strcmp(infos[i].backend, st.backend) ||
-          strcmp(infos[i].target, st.target)) {
+          strcmp(infos[i].target, st.target) ||
+          (worker_class && strcmp(infos[i].worker_class, worker_class))) {
         continue;
       }
       stream_worker_t* w = &st.workers[st.worker_count++];
@@ -1267,13 +1271,13 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       // pass, as before). With a waker a stop ends the wait at once (the
       // training kind's cancel wakes the fabric's waits).
       pcp_fabric_endpoint_t* fabric = o->fabric;
-      pcp_status_t waited =
-          pcp_fabric_workers_wait(fabric, st.backend[0] ? st.backend : NULL,
-                                  st.backend[0] ? st.target : NULL, seen + 1,
-                                  pcp_fabric_endpoint_now_ns(fabric) +
-                                      (int64_t)NOBODY_WAIT_MS * 1000000,
-                                  job->waker ? pcp_diloco_job_stop_fn : NULL,
-                                  job->waker ? job : NULL, NULL);
+      pcp_status_t waited = pcp_fabric_workers_wait_class(
+          fabric, st.backend[0] ? st.backend : NULL,
+          st.backend[0] ? st.target : NULL, worker_class, seen + 1,
+          pcp_fabric_endpoint_now_ns(fabric) +
+              (int64_t)NOBODY_WAIT_MS * 1000000,
+          job->waker ? pcp_diloco_job_stop_fn : NULL, job->waker ? job : NULL,
+          NULL);
       if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
         status = waited;  // the fabric is going away
       } else {

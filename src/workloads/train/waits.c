@@ -90,6 +90,9 @@ pcp_status_t pcp_diloco_job_task_submit(job_t* job,
     params->user_data = waker;
     atomic_fetch_add(&waker->references, 1);
   }
+  // Every task of the job runs in its worker class (the fabric refuses a
+  // worker of another one).
+  params->worker_class_name = job->config.worker_class;
   pcp_status_t status =
       pcp_fabric_task_submit(job->options->fabric, params, out_task);
   if (status) {
@@ -208,6 +211,7 @@ pcp_status_t pcp_diloco_job_workers_wait(job_t* job, uint32_t count,
                                          int64_t timeout_ms) {
   pcp_fabric_endpoint_t* fabric = job->options->fabric;
   int64_t deadline = pcp_fabric_endpoint_now_ns(fabric) + timeout_ms * 1000000;
-  return pcp_fabric_workers_wait(fabric, NULL, NULL, count, deadline,
-                                 pcp_diloco_job_stop_fn, job, NULL);
+  return pcp_fabric_workers_wait_class(
+      fabric, NULL, NULL, job->config.worker_class, count, deadline,
+      pcp_diloco_job_stop_fn, job, NULL);
 }
