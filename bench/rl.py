@@ -19,7 +19,8 @@ One gateway and `pcp --node-manager --scale 2` (two CPU workers) on
      slots: the engine's full batch), the RL job's prompts, temperature,
      top_p and max_tokens, distinct seeds; tokens = the sum of
      usage.completion_tokens, seconds = first request sent to last answer;
-     one warm-up round, then the median of ROUNDS rounds.
+     one warm-up round, then the median of ROUNDS rounds before the RL
+     job and ROUNDS after it (the load of a shared machine drifts).
   b. RL: a GRPO job of --iterations (default 8) iterations on the same
      model (POST /v1/rl/jobs, followed through GET /v1/jobs/{id}); rollout
      tokens/s =
@@ -270,7 +271,6 @@ def main():
             rates.append(tokens / seconds)
             log("decode round %d: %d tokens in %.2f s, %.1f tok/s" %
                 (r + 1, tokens, seconds, tokens / seconds))
-        decode_rate = statistics.median(rates)
 
         # b. The RL job.
         experiment = {
@@ -316,6 +316,15 @@ def main():
                 rl_id, last["state"], last.get("error"), work))
         log("rl job %s: %d iterations in %.0f s" % (rl_id, args.iterations,
                                                      time.time() - t0))
+        # The baseline again after the job (the base model is still
+        # served): the machine's load drifts, so both sides are bracketed.
+        for r in range(ROUNDS):
+            tokens, seconds = decode_round(base, name, batch, 5000 + 100 * r)
+            rates.append(tokens / seconds)
+            log("decode round %d (after the job): %d tokens in %.2f s, "
+                "%.1f tok/s" % (ROUNDS + r + 1, tokens, seconds,
+                                tokens / seconds))
+        decode_rate = statistics.median(rates)
         rl = last.get("rl") or {}
         if not per_iteration and rl.get("tokens_per_second") is not None:
             per_iteration[rl.get("iteration") or 1] = dict(rl)
@@ -350,15 +359,18 @@ def main():
             print("rl: logs in %s" % work, file=sys.stderr)
 
     print("decode (inference engine, same model, 2 workers, %d requests at "
-          "once, %d tokens each): %.1f tok/s (median of %d: %s)" % (
+          "once, %d tokens each): %.1f tok/s (median of %d rounds before "
+          "and %d after the job: %s)" % (
               NUM_PROMPTS * GROUP_SIZE, MAX_TOKENS, decode_rate, ROUNDS,
+              ROUNDS,
               ", ".join("%.1f" % r for r in rates)))
     print("rl rollouts (%d prompts x %d, %d tokens max): %.1f tok/s (median "
-          "of iterations %s: %s)" % (
+          "of iterations %s; per iteration: %s)" % (
               NUM_PROMPTS, GROUP_SIZE, MAX_TOKENS, rollout_rate,
               ",".join(str(k) for k in sorted(per_iteration) if k > 1) or
-              "all", ", ".join("%.1f" % per_iteration[k]["tokens_per_second"]
-                               for k in sorted(per_iteration))))
+              "all", ", ".join("%d: %.1f" % (
+                  k, per_iteration[k]["tokens_per_second"])
+                  for k in sorted(per_iteration))))
     if refreshes:
         secs = statistics.median(s for s, _ in refreshes)
         nbytes = max(b or 0 for _, b in refreshes)
