@@ -7,10 +7,12 @@ API routes the pages read with one scripted RL job (the "rl" progress
 object of docs/rl.md, "Running an RL job"), so the drawing is checked
 without workers (the real job's page is exercised by the RL e2e's runs):
 
-  1. the job page draws the reward curve: one reward_mean point per history
-     entry, a +-std band around it (symmetric about the line, its half-width
-     proportional to reward_std), eval_reward_mean only where present (as
-     points), KL and clip fraction charts with one point per iteration;
+  1. the job page draws the reward curve: one reward_mean point per
+     iteration, a +-std band around it (symmetric about the line, its
+     half-width proportional to reward_std), eval_reward_mean only where
+     present (as points, the base's at iteration 0 included), KL and clip
+     fraction charts with one point per iteration (iteration 0's nulls
+     skipped);
   2. the facts show iteration/num_iterations, reward mean +- std, eval
      reward, KL, clip fraction, tokens/s, the served model;
   3. the overview lists the job with its iteration progress;
@@ -37,6 +39,7 @@ ARTIFACTS = os.environ.get(
 FAILURES = []
 POINTS = 12
 EVAL_AT = (4, 8, 12)
+EVAL_BASE = 0.02
 
 
 def check(ok, what):
@@ -46,7 +49,11 @@ def check(ok, what):
 
 
 def sample_job():
-    history = []
+    # Iteration 0 is the base model's evaluation (no rollouts yet: the
+    # trainer's numbers are null), as the job publishes it.
+    history = [{"iteration": 0, "reward_mean": None, "reward_std": None,
+                "kl": None, "clip_fraction": None,
+                "eval_reward_mean": EVAL_BASE}]
     for i in range(1, POINTS + 1):
         p = {"iteration": i, "reward_mean": 0.1 + 0.05 * i,
              "reward_std": 0.02 * (1 + i % 3), "kl": 0.001 * i,
@@ -175,7 +182,7 @@ def main():
     os.makedirs(ARTIFACTS, exist_ok=True)
     page = None
     job = sample_job()
-    history = job["rl"]["history"]
+    history = [p for p in job["rl"]["history"] if p["iteration"] > 0]
     try:
         page = browser.page()
         page.navigate(fake.base + "/#/jobs/rl-sample")
@@ -206,12 +213,14 @@ def main():
                   % [round(r, 1) for r in ratios])
             # Higher reward is higher on the screen (SVG y grows down).
             check(line[-1][1] < line[0][1], "the rising reward rises")
-        check(evals is not None and len(evals) == len(EVAL_AT),
-              "eval_reward_mean: %s points for %d evaluations"
-              % (evals and len(evals), len(EVAL_AT)))
+        check(evals is not None and len(evals) == len(EVAL_AT) + 1,
+              "eval_reward_mean: %s points for %d evaluations (the base's "
+              "at iteration 0 included)"
+              % (evals and len(evals), len(EVAL_AT) + 1))
         dots = page.evaluate("document.querySelectorAll('#chart-reward "
                              "circle').length")
-        check(dots == len(EVAL_AT), "eval points drawn as dots: %s" % dots)
+        check(dots == len(EVAL_AT) + 1, "eval points drawn as dots: %s"
+              % dots)
         for chart in ("chart-kl", "chart-clip"):
             n = page.evaluate("document.querySelector('#%s polyline')"
                               ".points.numberOfItems" % chart)
