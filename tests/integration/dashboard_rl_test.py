@@ -56,7 +56,7 @@ def sample_job():
                 "eval_reward_mean": EVAL_BASE}]
     for i in range(1, POINTS + 1):
         p = {"iteration": i, "reward_mean": 0.1 + 0.05 * i,
-             "reward_std": 0.02 * (1 + i % 3), "kl": 0.001 * i,
+             "reward_std": 0.02 * (1 + i % 3), "kl": 0.0002 * i,
              "clip_fraction": 0.2 / i}
         if i in EVAL_AT:
             p["eval_reward_mean"] = 0.05 * i
@@ -225,6 +225,11 @@ def main():
             n = page.evaluate("document.querySelector('#%s polyline')"
                               ".points.numberOfItems" % chart)
             check(n == POINTS, "%s draws %s points" % (chart, n))
+        # KL is small (here 2e-4 .. 2.4e-3): its tick labels stay distinct.
+        kl_ticks = page.evaluate("[...document.querySelectorAll('#chart-kl "
+                                 ".tick.y')].map(t => t.textContent)")
+        check(len(kl_ticks) >= 3 and len(set(kl_ticks)) == len(kl_ticks),
+              "KL tick labels are distinct: %s" % kl_ticks)
         head = page.evaluate("document.querySelector('#charts-section h2')"
                              ".textContent")
         check(head == "RL curves", "section title: %r" % head)
@@ -232,7 +237,7 @@ def main():
         facts = page.evaluate("document.getElementById('job-facts')"
                               ".textContent")
         for want in ("12 / 20 iterations (60%)", "0.7000 \u00b1 0.0200",
-                     "eval reward mean0.6000", "KL0.01200",
+                     "eval reward mean0.6000", "KL0.00240",
                      "clip fraction0.0167", "rollout tokens/s1235",
                      "rl-sample-policy", "stale rollouts dropped3",
                      "250 ms for 4.00 MiB"):

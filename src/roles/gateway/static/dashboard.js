@@ -758,7 +758,9 @@ function rlCharts() {
   const reward = new Chart({ id: "chart-reward", title: "Reward",
     xLabel: "iteration", yLabel: "reward" });
   const kl = new Chart({ id: "chart-kl", title: "KL to the reference",
-    xLabel: "iteration", yLabel: "KL", yFormat: (v) => fmtNumber(v) });
+    xLabel: "iteration", yLabel: "KL",
+    // KL is often 1e-4..1e-2: three decimals would print equal ticks.
+    yFormat: (v) => (v === 0 ? "0" : Math.abs(v) < 0.01 ? v.toExponential(1) : fmtNumber(v)) });
   const clip = new Chart({ id: "chart-clip", title: "Clip fraction",
     xLabel: "iteration", yLabel: "fraction clipped" });
   return {
