@@ -14,8 +14,8 @@ Two real `pcp --worker` processes (IREE on CPU) under rl_trainer_tool:
   - worker1 sleeps 3 s in every task (--test-task-delay-ms).
 Workers are taken in worker id order, so worker0's upload is the first
 task of the phase, the one the wait looks at. The update must fail with
-worker0's status within 2 s (measured: 0.00 s) (not after worker1's 3 s upload), and write
-nothing. Before the fix, the wait only looked for failures among the
+worker0's status within 2 s (measured: 0.00 s; not after worker1's 3 s
+upload), and write nothing. Before the fix, the wait only looked for failures among the
 tasks after the one it waited on, so it noticed worker0's failure only
 once worker1's task had ended (3 s).
 
