@@ -74,6 +74,8 @@ typedef struct pcp_diloco_metrics_t {
   pcp_obs_family_t* lost_tasks;          // counter
   pcp_obs_family_t* val_loss;            // gauge {job}
   pcp_obs_family_t* learning_rate;       // gauge {job}
+  // counter {job}
+  pcp_obs_family_t* param_hash_mismatches;
 } pcp_diloco_metrics_t;
 
 // Registers the families in |registry|. Errors as pcp_obs_registry_register
