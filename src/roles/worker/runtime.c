@@ -205,12 +205,14 @@ struct worker_t {
   uint64_t program_tick;
   pcp_roles_worker_session_store_t sessions;
   // Tasks run that asked for "hash_inputs", and the debug hook
-  // PCP_WORKER_TEST_CORRUPT_PARAM=<n> (read at start; 0: off): the n-th
-  // such task flips one bit of its first hashed input before hashing and
-  // running, so tests can prove the gateway catches a worker whose copy
-  // of the global parameters differs (docs/training.md).
+  // PCP_WORKER_TEST_CORRUPT_PARAM=<n>[,<n>...] (read at start; at most 8
+  // numbers; unset: off): the n-th such task flips one bit of its last
+  // hashed input before hashing and running, so tests can prove the
+  // gateway catches a worker whose copy of the global parameters differs
+  // (docs/training.md).
   uint64_t hashed_tasks;
-  uint64_t test_corrupt_hashed_task;
+  uint64_t test_corrupt[8];
+  uint32_t test_corrupt_count;
 
   // Series updated from both threads (lock-free).
   pcp_roles_worker_metrics_t metrics;
@@ -1033,7 +1035,10 @@ static pcp_status_t inputs_hash(worker_t* w,
                            assign->input_count);
   }
   ++w->hashed_tasks;
-  bool corrupt = w->test_corrupt_hashed_task == w->hashed_tasks;
+  bool corrupt = false;
+  for (uint32_t c = 0; c < w->test_corrupt_count; ++c) {
+    corrupt = corrupt || w->test_corrupt[c] == w->hashed_tasks;
+  }
   pcp_sha256_stream_t* stream = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_sha256_stream_create(&stream));
   pcp_status_t status = pcp_ok_status();
@@ -1520,8 +1525,10 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
   // not crash-loop it and the log says exactly what to set.
   const char* token = getenv(config->join_token_env);
   const char* corrupt = getenv("PCP_WORKER_TEST_CORRUPT_PARAM");
-  if (corrupt && corrupt[0]) {
-    w->test_corrupt_hashed_task = strtoull(corrupt, NULL, 10);
+  while (corrupt && *corrupt && w->test_corrupt_count < 8) {
+    char* end = NULL;
+    w->test_corrupt[w->test_corrupt_count++] = strtoull(corrupt, &end, 10);
+    corrupt = end && *end == ',' ? end + 1 : NULL;
   }
   if (token && token[0]) {
     w->token_length = strlen(token);

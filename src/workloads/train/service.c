@@ -111,7 +111,8 @@ void pcp_diloco_metrics_job_remove(const pcp_diloco_metrics_t* metrics,
   }
   const char* labels[] = {job_id};
   pcp_obs_family_t* per_job[] = {metrics->loss, metrics->tokens_per_second,
-                                 metrics->val_loss, metrics->learning_rate};
+                                 metrics->val_loss, metrics->learning_rate,
+                                 metrics->param_hash_mismatches};
   for (size_t i = 0; i < PCP_ARRAYSIZE(per_job); ++i) {
     if (per_job[i]) {
       pcp_obs_family_series_remove(per_job[i], labels);

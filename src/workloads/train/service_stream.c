@@ -592,8 +592,11 @@ static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
 
 // Checks every live worker's hash of a @mix's inputs (the last output)
 // against |want|. on_param_mismatch "fail": the job fails; "resync": the
-// mismatching workers run the @mix again on the gateway's copy (hashed
-// again); one that still differs is dropped for the rest of the run.
+// mismatching workers run the @mix again with alpha 0 on the gateway's
+// copy, so their local parameters and snapshot become the global ones
+// (their own progress on the fragment is dropped: it was blended with the
+// wrong copy), hashed again; one that still differs is dropped for the
+// rest of the run.
 static pcp_status_t mix_hashes_check(stream_t* st, uint32_t fragment,
                                      const uint8_t want[PCP_SHA256_BYTE_LENGTH],
                                      const pcp_proto_section_t* sections,
@@ -603,7 +606,20 @@ static pcp_status_t mix_hashes_check(stream_t* st, uint32_t fragment,
                                      const pcp_proto_keep_resident_t* keep,
                                      uint32_t keep_count, bool* out_stopped) {
   job_t* job = st->job;
-  for (int attempt = 0; attempt < 2 && !*out_stopped; ++attempt) {
+  // The resync's inputs: alpha 0, the same masters.
+  static const float kZero = 0.0f;
+  pcp_proto_section_t* resync =
+      pcp_diloco_job_calloc(job, section_count, sizeof(*resync));
+  if (!resync) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "resync inputs");
+  }
+  memcpy(resync, sections, section_count * sizeof(*resync));
+  resync[0].data = &kZero;
+  uint8_t resync_want[PCP_SHA256_BYTE_LENGTH];
+  pcp_diloco_param_hash(resync, section_count, resync_want);
+  pcp_status_t status = pcp_ok_status();
+  bool resynced[MAX_ROUND_WORKERS] = {false};
+  for (int attempt = 0; attempt < 2 && !*out_stopped && !status; ++attempt) {
     bool redo[MAX_ROUND_WORKERS] = {false};
     bool any = false;
     for (uint32_t k = 0; k < st->worker_count; ++k) {
@@ -613,18 +629,23 @@ static pcp_status_t mix_hashes_check(stream_t* st, uint32_t fragment,
       }
       const pcp_proto_section_t* outputs = NULL;
       size_t n_out = 0;
-      pcp_status_t status = pcp_fabric_task_outputs(w->task, &outputs, &n_out);
+      status = pcp_fabric_task_outputs(w->task, &outputs, &n_out);
       if (!status && (n_out == 0 || outputs[n_out - 1].byte_length !=
                                         PCP_SHA256_BYTE_LENGTH)) {
         status = pcp_make_status(PCP_STATUS_INTERNAL,
                                  "worker %s: @mix returned no parameter hash",
                                  w->worker_id);
       }
-      PCP_RETURN_IF_ERROR_BARE(status);
       bool match = true;
-      PCP_RETURN_IF_ERROR_BARE(
-          pcp_diloco_param_hash_check(job, w->worker_id, st->syncs + 1, want,
-                                      outputs[n_out - 1].data, &match));
+      if (!status) {
+        status = pcp_diloco_param_hash_check(
+            job, w->worker_id, st->syncs + 1,
+            attempt > 0 && resynced[k] ? resync_want : want,
+            outputs[n_out - 1].data, &match);
+      }
+      if (status) {
+        break;
+      }
       if (!match && attempt == 0) {
         redo[k] = any = true;
       } else if (!match) {
@@ -635,23 +656,24 @@ static pcp_status_t mix_hashes_check(stream_t* st, uint32_t fragment,
         w->alive = false;
       }
     }
-    if (!any) {
+    if (status || !any) {
       break;
     }
     // resync: the @mix again, on the mismatching workers only (the others
     // keep their finished task: waited on at once, checked again).
     for (uint32_t k = 0; k < st->worker_count; ++k) {
       if (redo[k]) {
+        resynced[k] = true;
         pcp_fabric_task_release(st->workers[k].task);
         st->workers[k].task = NULL;
         stream_submit(st, &st->workers[k], st->fragment_hash[fragment], "mix",
-                      sections, section_count, refs, ref_count, keep,
-                      keep_count);
+                      resync, section_count, refs, ref_count, keep, keep_count);
       }
     }
     *out_stopped = stream_wait(st);
   }
-  return pcp_ok_status();
+  pcp_diloco_job_free(job, resync);
+  return status;
 }
 
 // A fragment's send (@delta) or receive (@mix) on every live worker.
