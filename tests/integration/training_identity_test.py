@@ -17,7 +17,8 @@ their inputs flip one bit of their copy of the global parameters.
      Worker A never mismatches.
   2. measured bytes: every step's "bytes" has both workers, non-zero in
      and out; the workers' sums equal the gateway link's within framing
-     (1%); the totals add up; a wider model moves more bytes per worker.
+     (1%); the totals add up; the history has them as columns; a wider
+     model moves more bytes per worker.
   3. classic, "fail" (B's 7th hashed task = step 3): the job fails and its
      error names B and both hashes.
   4. streaming ("resync"; B's 9th = the job's 2nd sync): the mismatch event
@@ -204,6 +205,12 @@ def main():
         check_bytes(steps, "classic")
         small = sum(p["bytes"]["per_worker_mean"]["out"]
                     for p in steps.values()) / len(steps)
+        s, hist = request("GET", "/v1/training/jobs/%s/history" % a)
+        check(s == 200 and hist.get("gateway_out") == [
+            steps[k]["bytes"]["gateway_out"] for k in sorted(steps)] and
+            all(x > 0 for x in hist.get("per_worker_in", [0])),
+            "the history carries the measured bytes per step: %s" %
+            {k: hist.get(k) for k in ("gateway_out", "per_worker_in")})
 
         # 3. classic, fail (B's 7th hashed task: this job's step 3).
         f, r = run(experiment("identity-fail", on_param_mismatch="fail"))
