@@ -295,12 +295,12 @@ def run_mode(mode, work, nm_err, gw_err_path):
         check(False, "%s job accepted: %s %s" % (mode, s, r))
         return None
     job = r["job_id"]
+    t_submit = time.time()
     lost0 = lost_tasks()
     if mode == "decoupled" and not decoupled_served(job):
         return None
     # The schedule starts with training (after the programs compiled and
     # the first step event), so compile time does not eat the chaos.
-    t_submit = time.time()
     wait_for(lambda: steps_of(job) or te.state_of(job) in
              ("succeeded", "failed", "cancelled"), 300,
              "%s: first step" % mode)
