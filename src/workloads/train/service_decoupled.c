@@ -130,6 +130,7 @@ typedef struct dec_t {
   uint64_t scheduled;       // scheduled rounds in 1..S
   uint64_t syncs;
   uint64_t skipped_rounds;
+  uint64_t dropped_pulls;  // pulls answered after their round closed
   uint64_t tokens_computed;
   double tokens_merged;
   uint64_t up_bytes_total;
@@ -943,6 +944,10 @@ static json_t* dec_totals_json(const dec_t* d) {
       (json_int_t)d->syncs, "skipped_rounds", (json_int_t)d->skipped_rounds,
       "compression", d->int4 ? "int4" : "none", "int4_verified",
       (json_int_t)d->int4_verified);
+  if (o) {
+    json_object_set_new(o, "dropped_pulls",
+                        json_integer((json_int_t)d->dropped_pulls));
+  }
   if (o && d->int4_verified) {
     json_object_set_new(o, "int4_max_error", json_real(d->int4_max_error));
     json_object_set_new(o, "int4_error_over_bound",
@@ -1151,6 +1156,8 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
     dec_round_t* r = dec_round_find(d, l->task_step, false);
     if (r && !r->final) {
       status = dec_delta_arrived(d, li, r, outputs, n_out, now_ns);
+    } else {
+      ++d->dropped_pulls;  // its round closed while the delta was out
     }
   } else if (!status && kind == TASK_VERIFY) {
     status = dec_verify(d, l, l->task_fragment, outputs, n_out);
@@ -1176,6 +1183,9 @@ static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
   if (l->init_next < d->plan.fragment_count) {
     return dec_fragment_submit(d, l, l->init_next, TASK_INIT, 0);
   }
+  if (now_ns < l->ready_ns) {
+    return pcp_ok_status();  // the test delay: still "computing"
+  }
   if (l->verify_pending) {
     l->verify_pending = false;
     return dec_fragment_submit(d, l, l->verify_fragment, TASK_VERIFY,
@@ -1198,6 +1208,7 @@ static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
     if (step < d->next_final) {
       // Its round closed before this learner got there: the contribution
       // is dropped (not merged; it still receives the merged fragment).
+      ++d->dropped_pulls;
       continue;
     }
     dec_round_t* r = dec_round_find(d, step, true);
@@ -1217,8 +1228,7 @@ static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
   // The overlap budget: step t waits until every round s with
   // s + overlap_tau < t has closed.
   uint64_t t = l->step + 1;
-  if (t <= d->total_steps && t <= d->next_final + d->schedule.overlap_tau &&
-      now_ns >= l->ready_ns) {
+  if (t <= d->total_steps && t <= d->next_final + d->schedule.overlap_tau) {
     dec_step_submit(d, l);
   }
   return pcp_ok_status();
