@@ -33,7 +33,8 @@ import training_e2e_test as te  # noqa: E402
 from gateway_test import check, request, wait_for  # noqa: E402
 
 STEPS = 40
-MODEL = {"kind": "gpt", "layers": 1, "heads": 2, "width": 64, "vocab": 65,
+MODEL = {"kind": "gpt", "layers": 1, "heads": 2, "kv_heads": 2,
+         "width": 64, "vocab": 65,
          "block_size": 32, "batch": 8}
 DECOUPLED = {"num_fragments": 2, "sync_interval_h": 4, "overlap_tau": 1,
              "min_quorum": 2, "grace_window_ms": 5000,
@@ -67,6 +68,8 @@ def start_cluster(work):
 
 def run(body, seconds=900):
     job = te.submit(body)
+    if not job:
+        raise RuntimeError("submit refused")
     t0 = time.time()
     te.wait_done(job, seconds)
     wall = time.time() - t0

@@ -216,29 +216,29 @@ static pcp_status_t dec_int4_append(pcp_string_builder_t* b,
   dec_type(p, "f32", t, sizeof(t));
 #define L(...) \
   PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(b, __VA_ARGS__))
-  L("    %%qf%u = stablehlo.reshape %%d%u : (%s) -> tensor<%" PRIu64 "xf32>\n",
+  L("    %%qf_%u = stablehlo.reshape %%d%u : (%s) -> tensor<%" PRIu64 "xf32>\n",
     i, i, t, n);
   if (np != n) {
-    L("    %%qz%u = stablehlo.constant dense<0.000000e+00> : tensor<%" PRIu64
+    L("    %%qz_%u = stablehlo.constant dense<0.000000e+00> : tensor<%" PRIu64
       "xf32>\n",
       i, np - n);
-    L("    %%qp%u = stablehlo.concatenate %%qf%u, %%qz%u, dim = 0 : "
+    L("    %%qp_%u = stablehlo.concatenate %%qf_%u, %%qz_%u, dim = 0 : "
       "(tensor<%" PRIu64 "xf32>, tensor<%" PRIu64 "xf32>) -> tensor<%" PRIu64
       "xf32>\n",
       i, i, i, n, np - n, np);
   } else {
-    L("    %%qp%u = stablehlo.reshape %%qf%u : (tensor<%" PRIu64
+    L("    %%qp_%u = stablehlo.reshape %%qf_%u : (tensor<%" PRIu64
       "xf32>) -> tensor<%" PRIu64 "xf32>\n",
       i, i, n, np);
   }
-  L("    %%qb%u = stablehlo.reshape %%qp%u : (tensor<%" PRIu64
+  L("    %%qb_%u = stablehlo.reshape %%qp_%u : (tensor<%" PRIu64
     "xf32>) -> tensor<%" PRIu64 "x%uxf32>\n",
     i, i, np, nb, bs);
-  L("    %%qa%u = stablehlo.abs %%qb%u : tensor<%" PRIu64 "x%uxf32>\n", i, i,
+  L("    %%qa_%u = stablehlo.abs %%qb_%u : tensor<%" PRIu64 "x%uxf32>\n", i, i,
     nb, bs);
-  L("    %%qzero%u = stablehlo.constant dense<0.000000e+00> : tensor<f32>\n",
+  L("    %%qzero_%u = stablehlo.constant dense<0.000000e+00> : tensor<f32>\n",
     i);
-  L("    %%qm%u = stablehlo.reduce(%%qa%u init: %%qzero%u) applies "
+  L("    %%qm_%u = stablehlo.reduce(%%qa_%u init: %%qzero_%u) applies "
     "stablehlo.maximum across dimensions = [1] : (tensor<%" PRIu64
     "x%uxf32>, tensor<f32>) -> tensor<%" PRIu64 "xf32>\n",
     i, i, i, nb, bs, nb);
@@ -248,48 +248,49 @@ static pcp_status_t dec_int4_append(pcp_string_builder_t* b,
   snprintf(vi, sizeof(vi), "tensor<%" PRIu64 "xi32>", nb);
   char vb[64];
   snprintf(vb, sizeof(vb), "tensor<%" PRIu64 "xi1>", nb);
-  L("    %%qseven%u = stablehlo.constant dense<7.000000e+00> : %s\n", i, v);
-  L("    %%qs0%u = stablehlo.divide %%qm%u, %%qseven%u : %s\n", i, i, i, v);
-  L("    %%qbits%u = stablehlo.bitcast_convert %%qs0%u : (%s) -> %s\n", i, i, v,
-    vi);
+  L("    %%qseven_%u = stablehlo.constant dense<7.000000e+00> : %s\n", i, v);
+  L("    %%qs0_%u = stablehlo.divide %%qm_%u, %%qseven_%u : %s\n", i, i, i, v);
+  L("    %%qbits_%u = stablehlo.bitcast_convert %%qs0_%u : (%s) -> %s\n", i, i,
+    v, vi);
   // +8 then clear the low 3 bits: a multiple of 8 strictly above the
   // rounded quotient's pattern, so s >= m/7 however m/7 was rounded.
-  L("    %%qeight%u = stablehlo.constant dense<8> : %s\n", i, vi);
-  L("    %%qmask%u = stablehlo.constant dense<-8> : %s\n", i, vi);
-  L("    %%qb1%u = stablehlo.add %%qbits%u, %%qeight%u : %s\n", i, i, i, vi);
-  L("    %%qb2%u = stablehlo.and %%qb1%u, %%qmask%u : %s\n", i, i, i, vi);
-  L("    %%qsu%u = stablehlo.bitcast_convert %%qb2%u : (%s) -> %s\n", i, i, vi,
-    v);
-  L("    %%qzv%u = stablehlo.constant dense<0.000000e+00> : %s\n", i, v);
-  L("    %%qone%u = stablehlo.constant dense<1.000000e+00> : %s\n", i, v);
-  L("    %%qpos%u = stablehlo.compare GT, %%qm%u, %%qzv%u : (%s, %s) -> %s\n",
+  L("    %%qeight_%u = stablehlo.constant dense<8> : %s\n", i, vi);
+  L("    %%qmask_%u = stablehlo.constant dense<-8> : %s\n", i, vi);
+  L("    %%qb1_%u = stablehlo.add %%qbits_%u, %%qeight_%u : %s\n", i, i, i, vi);
+  L("    %%qb2_%u = stablehlo.and %%qb1_%u, %%qmask_%u : %s\n", i, i, i, vi);
+  L("    %%qsu_%u = stablehlo.bitcast_convert %%qb2_%u : (%s) -> %s\n", i, i,
+    vi, v);
+  L("    %%qzv_%u = stablehlo.constant dense<0.000000e+00> : %s\n", i, v);
+  L("    %%qone_%u = stablehlo.constant dense<1.000000e+00> : %s\n", i, v);
+  L("    %%qpos_%u = stablehlo.compare GT, %%qm_%u, %%qzv_%u : (%s, %s) -> "
+    "%s\n",
     i, i, i, v, v, vb);
-  L("    %%qsc%u = stablehlo.select %%qpos%u, %%qsu%u, %%qzv%u : %s, %s\n", i,
-    i, i, i, vb, v);
-  L("    %%qdv%u = stablehlo.select %%qpos%u, %%qsu%u, %%qone%u : %s, %s\n", i,
-    i, i, i, vb, v);
+  L("    %%qsc_%u = stablehlo.select %%qpos_%u, %%qsu_%u, %%qzv_%u : %s, %s\n",
+    i, i, i, i, vb, v);
+  L("    %%qdv_%u = stablehlo.select %%qpos_%u, %%qsu_%u, %%qone_%u : %s, %s\n",
+    i, i, i, i, vb, v);
   char m2[64];
   snprintf(m2, sizeof(m2), "tensor<%" PRIu64 "x%uxf32>", nb, bs);
   char m2i[64];
   snprintf(m2i, sizeof(m2i), "tensor<%" PRIu64 "x%uxi32>", nb, bs);
-  L("    %%qdb%u = stablehlo.broadcast_in_dim %%qdv%u, dims = [0] : (%s) -> "
+  L("    %%qdb_%u = stablehlo.broadcast_in_dim %%qdv_%u, dims = [0] : (%s) -> "
     "%s\n",
     i, i, v, m2);
-  L("    %%qx%u = stablehlo.divide %%qb%u, %%qdb%u : %s\n", i, i, i, m2);
-  L("    %%qr%u = stablehlo.round_nearest_even %%qx%u : %s\n", i, i, m2);
-  L("    %%qlo%u = stablehlo.constant dense<-7.000000e+00> : %s\n", i, m2);
-  L("    %%qhi%u = stablehlo.constant dense<7.000000e+00> : %s\n", i, m2);
-  L("    %%qc%u = stablehlo.clamp %%qlo%u, %%qr%u, %%qhi%u : %s\n", i, i, i, i,
-    m2);
-  L("    %%qi%u = stablehlo.convert %%qc%u : (%s) -> %s\n", i, i, m2, m2i);
-  L("    %%qe8%u = stablehlo.constant dense<8> : %s\n", i, m2i);
-  L("    %%qn%u = stablehlo.add %%qi%u, %%qe8%u : %s\n", i, i, i, m2i);
+  L("    %%qx_%u = stablehlo.divide %%qb_%u, %%qdb_%u : %s\n", i, i, i, m2);
+  L("    %%qr_%u = stablehlo.round_nearest_even %%qx_%u : %s\n", i, i, m2);
+  L("    %%qlo_%u = stablehlo.constant dense<-7.000000e+00> : %s\n", i, m2);
+  L("    %%qhi_%u = stablehlo.constant dense<7.000000e+00> : %s\n", i, m2);
+  L("    %%qc_%u = stablehlo.clamp %%qlo_%u, %%qr_%u, %%qhi_%u : %s\n", i, i, i,
+    i, m2);
+  L("    %%qi_%u = stablehlo.convert %%qc_%u : (%s) -> %s\n", i, i, m2, m2i);
+  L("    %%qe8_%u = stablehlo.constant dense<8> : %s\n", i, m2i);
+  L("    %%qn_%u = stablehlo.add %%qi_%u, %%qe8_%u : %s\n", i, i, i, m2i);
   uint64_t half = np / 2;
-  L("    %%qpair%u = stablehlo.reshape %%qn%u : (%s) -> tensor<%" PRIu64
+  L("    %%qpair_%u = stablehlo.reshape %%qn_%u : (%s) -> tensor<%" PRIu64
     "x2xi32>\n",
     i, i, m2i, half);
   for (int h = 0; h < 2; ++h) {
-    L("    %%qh%d_%u = \"stablehlo.slice\"(%%qpair%u) {start_indices = "
+    L("    %%qh%d_%u = \"stablehlo.slice\"(%%qpair_%u) {start_indices = "
       "array<i64: 0, %d>, limit_indices = array<i64: %" PRIu64
       ", %d>, strides = array<i64: 1, 1>} : (tensor<%" PRIu64
       "x2xi32>) -> tensor<%" PRIu64 "x1xi32>\n",
@@ -298,53 +299,54 @@ static pcp_status_t dec_int4_append(pcp_string_builder_t* b,
       "x1xi32>) -> tensor<%" PRIu64 "xi32>\n",
       h, i, h, i, half, half);
   }
-  L("    %%qfour%u = stablehlo.constant dense<4> : tensor<%" PRIu64 "xi32>\n",
+  L("    %%qfour_%u = stablehlo.constant dense<4> : tensor<%" PRIu64 "xi32>\n",
     i, half);
-  L("    %%qhs%u = stablehlo.shift_left %%qhr1_%u, %%qfour%u : tensor<%" PRIu64
+  L("    %%qhs_%u = stablehlo.shift_left %%qhr1_%u, %%qfour_%u : "
+    "tensor<%" PRIu64 "xi32>\n",
+    i, i, i, half);
+  L("    %%qby_%u = stablehlo.or %%qhr0_%u, %%qhs_%u : tensor<%" PRIu64
     "xi32>\n",
     i, i, i, half);
-  L("    %%qby%u = stablehlo.or %%qhr0_%u, %%qhs%u : tensor<%" PRIu64 "xi32>\n",
-    i, i, i, half);
   if (nc != half) {
-    L("    %%qbc%u = \"stablehlo.slice\"(%%qby%u) {start_indices = "
+    L("    %%qbc_%u = \"stablehlo.slice\"(%%qby_%u) {start_indices = "
       "array<i64: 0>, limit_indices = array<i64: %" PRIu64
       ">, strides = array<i64: 1>} : (tensor<%" PRIu64
       "xi32>) -> tensor<%" PRIu64 "xi32>\n",
       i, i, nc, half, nc);
   } else {
-    L("    %%qbc%u = stablehlo.reshape %%qby%u : (tensor<%" PRIu64
+    L("    %%qbc_%u = stablehlo.reshape %%qby_%u : (tensor<%" PRIu64
       "xi32>) -> tensor<%" PRIu64 "xi32>\n",
       i, i, half, nc);
   }
   // The scales' bytes, little-endian: byte k of the pattern is
   // (bits >> 8k) & 255.
-  L("    %%qsb%u = stablehlo.bitcast_convert %%qsc%u : (%s) -> %s\n", i, i, v,
+  L("    %%qsb_%u = stablehlo.bitcast_convert %%qsc_%u : (%s) -> %s\n", i, i, v,
     vi);
-  L("    %%q255%u = stablehlo.constant dense<255> : %s\n", i, vi);
+  L("    %%q255_%u = stablehlo.constant dense<255> : %s\n", i, vi);
   for (int k = 0; k < 4; ++k) {
     L("    %%qk%d_%u = stablehlo.constant dense<%d> : %s\n", k, i, 8 * k, vi);
-    L("    %%qsr%d_%u = stablehlo.shift_right_logical %%qsb%u, %%qk%d_%u : "
+    L("    %%qsr%d_%u = stablehlo.shift_right_logical %%qsb_%u, %%qk%d_%u : "
       "%s\n",
       k, i, i, k, i, vi);
-    L("    %%qsa%d_%u = stablehlo.and %%qsr%d_%u, %%q255%u : %s\n", k, i, k, i,
+    L("    %%qsa%d_%u = stablehlo.and %%qsr%d_%u, %%q255_%u : %s\n", k, i, k, i,
       i, vi);
     L("    %%qsx%d_%u = stablehlo.reshape %%qsa%d_%u : (%s) -> tensor<%" PRIu64
       "x1xi32>\n",
       k, i, k, i, vi, nb);
   }
-  L("    %%qs4%u = stablehlo.concatenate %%qsx0_%u, %%qsx1_%u, %%qsx2_%u, "
+  L("    %%qs4_%u = stablehlo.concatenate %%qsx0_%u, %%qsx1_%u, %%qsx2_%u, "
     "%%qsx3_%u, dim = 1 : (tensor<%" PRIu64 "x1xi32>, tensor<%" PRIu64
     "x1xi32>, tensor<%" PRIu64 "x1xi32>, tensor<%" PRIu64
     "x1xi32>) -> tensor<%" PRIu64 "x4xi32>\n",
     i, i, i, i, i, nb, nb, nb, nb, nb);
-  L("    %%qsf%u = stablehlo.reshape %%qs4%u : (tensor<%" PRIu64
+  L("    %%qsf_%u = stablehlo.reshape %%qs4_%u : (tensor<%" PRIu64
     "x4xi32>) -> tensor<%" PRIu64 "xi32>\n",
     i, i, nb, 4 * nb);
-  L("    %%qall%u = stablehlo.concatenate %%qsf%u, %%qbc%u, dim = 0 : "
+  L("    %%qall_%u = stablehlo.concatenate %%qsf_%u, %%qbc_%u, dim = 0 : "
     "(tensor<%" PRIu64 "xi32>, tensor<%" PRIu64 "xi32>) -> tensor<%" PRIu64
     "xi32>\n",
     i, i, i, 4 * nb, nc, 4 * nb + nc);
-  L("    %%q%u = stablehlo.convert %%qall%u : (tensor<%" PRIu64
+  L("    %%q%u = stablehlo.convert %%qall_%u : (tensor<%" PRIu64
     "xi32>) -> tensor<%" PRIu64 "xui8>\n",
     i, i, 4 * nb + nc, 4 * nb + nc);
 #undef L
@@ -1662,6 +1664,10 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     status = dec_loop(d);
   }
   bool replayed = false;
+  if (!status) {
+    // The applies after the last round are on the tape too.
+    status = dec_tape_write(d);
+  }
   if (!status) {
     status = dec_tape_check(d, &replayed);
     if (!status && !replayed) {
