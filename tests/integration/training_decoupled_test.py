@@ -202,10 +202,11 @@ def main():
               "decoupled loss comparable to streaming's (%.3f vs %.3f)" % (
                   f_tail, s_tail))
 
-        # Run L: learner 3 slowed for its first 3 steps (gateway hook).
+        # Run L: learner 3 busy for 3 s before each of its first 3 steps
+        # (gateway hook).
         gw.proc.terminate()
         gw.proc.wait()
-        os.environ["PCP_DECOUPLED_TEST_DELAY"] = "2:8000:3"
+        os.environ["PCP_DECOUPLED_TEST_DELAY"] = "2:3000:3"
         gw.start()
         del os.environ["PCP_DECOUPLED_TEST_DELAY"]
         wait_for(lambda: request("GET", "/v1/workers")[1]["counts"][

@@ -1124,6 +1124,10 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   pcp_status_t status = pcp_fabric_task_outputs(task, &outputs, &n_out);
   if (!status && kind == TASK_INIT) {
     ++l->init_next;
+    if (li == d->delay_learner && l->init_next == d->plan.fragment_count &&
+        d->delay_until > 0) {
+      l->ready_ns = now_ns + d->delay_ms * 1000000;  // slow from the start
+    }
   } else if (!status && kind == TASK_STEP) {
     ++l->step;
     if (n_out >= 1 && outputs[n_out - 1].byte_length == 4) {
@@ -1628,8 +1632,9 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     }
     snprintf(d->tape_path, sizeof(d->tape_path), "%s/decoupled.tape", job->dir);
     // Test hook: PCP_DECOUPLED_TEST_DELAY="<learner>:<ms>:<until step>"
-    // holds that learner's steps back by <ms> each until its local step
-    // <until>, a slow learner without a slow machine.
+    // keeps that learner busy for <ms> before each of its local steps up
+    // to <until> (no task at all then, pulls included): a slow learner
+    // without a slow machine.
     d->delay_learner = UINT32_MAX;
     const char* delay = getenv("PCP_DECOUPLED_TEST_DELAY");
     unsigned learner = 0, until = 0;
