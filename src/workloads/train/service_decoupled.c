@@ -77,6 +77,7 @@ typedef struct dec_learner_t {
   uint64_t apply_step[DEC_MAX_OPEN];
   uint32_t apply_count;
   int64_t ready_ns;  // test delay hook: no step before this time
+  int64_t task_started_ns;
   // int4 verification: the decoded int4 delta awaiting the f32 one.
   float* verify_values;
   bool verify_pending;
@@ -525,6 +526,10 @@ static pcp_status_t dec_programs(dec_t* d) {
 // Tasks
 //===----------------------------------------------------------------------===//
 
+static int64_t dec_now_ns(dec_t* d) {
+  return pcp_clock_now_ns(d->job->options->clock);
+}
+
 static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
                        const char* function,
                        const pcp_proto_section_t* sections,
@@ -555,6 +560,7 @@ static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
     return;
   }
   l->task_kind = kind;
+  l->task_started_ns = dec_now_ns(d);
 }
 
 static void dec_section_of(const pcp_models_parameter_t* p, const char* name,
@@ -757,10 +763,6 @@ static dec_round_t* dec_round_find(dec_t* d, uint64_t step, bool create) {
     }
   }
   return NULL;
-}
-
-static int64_t dec_now_ns(dec_t* d) {
-  return pcp_clock_now_ns(d->job->options->clock);
 }
 
 static uint64_t dec_ms(dec_t* d, int64_t ns) {
@@ -1136,6 +1138,9 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
     uint64_t tokens = (uint64_t)job->accumulation * (uint64_t)job->spec.batch *
                       (uint64_t)job->spec.block_size;
     pcp_decoupled_learner_record_step(&l->counters, tokens);
+    // Adaptive grace's step EMA: the step task's round trip.
+    pcp_decoupled_grace_observe_step(
+        &d->grace, (double)(now_ns - l->task_started_ns) / 1e6);
     d->tokens_computed += tokens;
     // The fastest learner's clock drives the syncer: reaching local step t
     // opens the scheduled syncer steps up to t, and the pull of each goes
