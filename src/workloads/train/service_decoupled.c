@@ -33,6 +33,8 @@
 #include "workloads/train/service_impl.h"
 
 #define DEC_MAX_OPEN 32
+// Fragments of a decoupled job (one compiled module each).
+#define DEC_MAX_FRAGMENTS 64
 // Tensors of one fragment: a task frame carries at most 64 sections (the
 // fabric's max_sections); @mix carries alpha and the fragment.
 #define DEC_MAX_FRAGMENT_TENSORS 60
@@ -73,8 +75,10 @@ typedef struct dec_learner_t {
   float* mix_buf;  // the fragment a @mix task carries (borrowed by it)
   uint64_t sends[DEC_MAX_OPEN];  // syncer steps whose delta is due
   uint32_t send_count;
-  uint32_t apply_fragment[DEC_MAX_OPEN];
-  uint64_t apply_step[DEC_MAX_OPEN];
+  // Fragments to blend in, one entry per fragment (a newer sync of a
+  // pending one replaces its step: @mix sends the current values anyway).
+  uint32_t apply_fragment[DEC_MAX_FRAGMENTS];
+  uint64_t apply_step[DEC_MAX_FRAGMENTS];
   uint32_t apply_count;
   int64_t ready_ns;  // test delay hook: no step before this time
   int64_t task_started_ns;
@@ -1015,10 +1019,16 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
         merged_tokens * (double)f->value_count / (double)job->parameter_count;
     for (uint32_t k = 0; k < d->learner_count; ++k) {
       dec_learner_t* l = &d->learners[k];
-      if (l->alive && l->apply_count < DEC_MAX_OPEN) {
-        l->apply_fragment[l->apply_count] = fragment;
-        l->apply_step[l->apply_count++] = r->step;
+      if (!l->alive) {
+        continue;
       }
+      uint32_t a = 0;
+      while (a < l->apply_count && l->apply_fragment[a] != fragment) {
+        ++a;
+      }
+      l->apply_fragment[a] = fragment;
+      l->apply_step[a] = r->step;
+      l->apply_count += a == l->apply_count;
     }
     pcp_decoupled_grace_observe_quorum_wait(
         &d->grace, (double)(sel->quorum_wait_ms - r->machine.opened_at_ms));
@@ -1157,6 +1167,8 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
         dec_learner_t* other = &d->learners[k];
         if (other->alive && other->send_count < DEC_MAX_OPEN) {
           other->sends[other->send_count++] = s;
+        } else if (other->alive) {
+          ++d->dropped_pulls;  // too far behind to queue another pull
         }
       }
     }
@@ -1588,6 +1600,15 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     status = pcp_decoupled_config_resolve(&d->config, d->learner_count,
                                           (uint64_t)job->config.tau,
                                           &d->schedule, &grace);
+  }
+  if (!status && (d->schedule.fragment_count > DEC_MAX_FRAGMENTS ||
+                  d->schedule.overlap_tau > DEC_MAX_OPEN - 2)) {
+    status = pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "decoupled_diloco in the service: num_fragments at most %d and "
+        "overlap_tau at most %d (got %u and %u)",
+        DEC_MAX_FRAGMENTS, DEC_MAX_OPEN - 2, d->schedule.fragment_count,
+        d->schedule.overlap_tau);
   }
   if (!status) {
     d->grace.config = grace;
