@@ -439,6 +439,43 @@ static void test_policy_export(void** unused) {
   fixture_deinitialize(&g);
 }
 
+// A weights file whose save a SIGKILL cut short stays as
+// model-<v>.safetensors.tmp.<pid> (pcp_safetensors_write's temp name), a
+// whole weights file's size that no model.json names: the next export
+// removes it.
+static void test_policy_export_temp_leftover(void** unused) {
+  (void)unused;
+  fixture_t f;
+  fixture_initialize(&f);
+  json_t* base = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i}", "name",
+                           "base", "architecture", "gpt", "layers", 1, "heads",
+                           2, "width", 8, "vocab", 11, "block_size", 16);
+  assert_true(!pcp_file_make_directories("models/rl-t"));
+  const char* leftovers[] = {"models/rl-t/model-3.safetensors.tmp.4242",
+                             "models/rl-t/model-9.safetensors.tmp.7"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(leftovers); ++i) {
+    assert_true(!pcp_file_write_atomic(leftovers[i], "partial", 7));
+  }
+  // Not this job's temp files' pattern: kept.
+  assert_true(!pcp_file_write_atomic("models/rl-t/notes.tmp.1", "x", 1));
+  pcp_workloads_rl_export_t e = {.dir = "models/rl-t",
+                                 .name = "rl-t",
+                                 .job_id = "rl-job",
+                                 .base_model_json = base,
+                                 .max_length = 16,
+                                 .version = 3};
+  assert_true(!pcp_workloads_rl_policy_export(
+      &e, &f.table, (const float* const*)f.sets[0], NULL));
+  struct stat st;
+  for (size_t i = 0; i < PCP_ARRAYSIZE(leftovers); ++i) {
+    assert_int_not_equal(stat(leftovers[i], &st), 0);
+  }
+  assert_int_equal(stat("models/rl-t/notes.tmp.1", &st), 0);
+  assert_int_equal(stat("models/rl-t/model-3.safetensors", &st), 0);
+  json_decref(base);
+  fixture_deinitialize(&f);
+}
+
 // served_model_name (experiment.c): absent NULL, kept, refused naming it.
 static void test_served_model_name_key(void** unused) {
   (void)unused;
@@ -583,6 +620,7 @@ int main(void) {
       cmocka_unit_test(test_batch_rows_and_lengths),
       cmocka_unit_test(test_checkpoint_round_trip),
       cmocka_unit_test(test_policy_export),
+      cmocka_unit_test(test_policy_export_temp_leftover),
       cmocka_unit_test(test_served_model_name_key),
       cmocka_unit_test(test_served_model_name_collisions),
   };
