@@ -9,13 +9,13 @@ outer step's task inputs for a worker take longer than that to cross a
 connection. Before liveness counted bytes (not only whole frames) each
 worker dropped every 3 s, rejoined, and the job repeated outer step 1
 forever. This runs cluster_pcp_training's job (the char GPT, 3 outer steps
-of tau 10) with two workers behind 10 Mbit/s tbf links and the gateway's
+of tau 10; no held-out evaluation) with two workers behind 10 Mbit/s tbf links and the gateway's
 heartbeat_ms 1000, and checks that:
 - the job succeeds with outer steps 1..3 reported;
 - each worker joined once and was never evicted (no reconnect loop);
-- one outer step's bytes to a worker took longer than 3 heartbeats on its
-  link (the test exercises the problem, it does not dodge it), and they
-  crossed the tbf qdiscs.
+- the bytes to each worker took more than 3 heartbeats of link time per
+  outer step on average (the test exercises the problem, it does not dodge
+  it), and they crossed the tbf qdiscs.
 
 It gives up early when a worker has joined 4 times (the reconnect loop).
 Usage: cluster_slow_link_test.py PCP_BINARY. Needs root (see
@@ -40,7 +40,7 @@ DATA = os.path.join(ROOT, "data", "tiny_shakespeare.txt")
 STEPS = 3
 RATE_BITS = 10_000_000
 HEARTBEAT_MS = 1000
-WAIT_S = 130
+WAIT_S = 165
 FAILURES = []
 
 
@@ -52,9 +52,11 @@ def check(cond, what):
 
 
 def experiment():
-    # cluster_pcp_training's job (its compiled round program is likely in
-    # the shared test artifact cache).
-    return {"name": "cluster-slow-link",
+    # cluster_pcp_training's job without the held-out evaluation at the end
+    # (eval_fraction 0): that one sends one worker its program and the
+    # parameters over the same 10 Mbit/s link again, which costs a minute
+    # on a loaded machine and exercises nothing the outer steps do not.
+    return {"name": "cluster-slow-link", "eval_fraction": 0,
             "model": {"kind": "gpt", "layers": 2, "heads": 4, "width": 192,
                       "vocab": 65, "block_size": 64, "batch": 16},
             "data_path": DATA, "tokenizer": "char", "sampling": "random",
@@ -116,8 +118,8 @@ def run(pc):
         # parameters (plus programs once): more than 3H of link time.
         per_step_s = wk["bytes_to_worker"] / STEPS / link_bytes_per_s
         check(per_step_s > 3 * HEARTBEAT_MS / 1000,
-              "worker %s: an outer step's bytes to it take %.1f s on its "
-              "link, more than 3 heartbeats (%.1f s)" % (
+              "worker %s: its bytes take %.1f s of link time per outer "
+              "step on average, more than 3 heartbeats (%.1f s)" % (
                   wk["worker_id"], per_step_s, 3 * HEARTBEAT_MS / 1000))
     links = [pc.link_bytes(i) for i in (1, 2)]
     down = sum(x[1] for x in links)
