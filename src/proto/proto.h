@@ -554,6 +554,12 @@ typedef struct pcp_proto_task_assign_t {
   const pcp_proto_keep_resident_t* keep_resident;
   uint32_t keep_resident_count;
   bool return_resident;
+  // "hash_inputs" (omitted when 0): the worker returns, after the
+  // function's outputs, one more output section "inputs_sha256" (u8[32]):
+  // the SHA-256 of the raw bytes of inputs 0..hash_inputs-1 in order, as it
+  // holds them when the function runs (docs/protocol.md). Lets the gateway
+  // check that every worker holds the same tensors without a round trip.
+  uint32_t hash_inputs;
 } pcp_proto_task_assign_t;
 
 typedef enum pcp_proto_task_state_e {

@@ -74,6 +74,9 @@ static json_t* ms_or_null(int64_t ns) {
 }
 
 static const char* service_id_of(const pcp_services_t* g, const char* kind) {
+  if (strcmp(kind, "rl") == 0) {
+    return g->config.rl_service_id ? g->config.rl_service_id : "rl-main";
+  }
   return strcmp(kind, "training") == 0 ? g->config.training_service_id
                                        : g->config.inference_service_id;
 }
@@ -219,6 +222,20 @@ static json_t* services_json(pcp_services_t* g, const char* base_url,
     json_array_append_new(
         services, advertisement_json(g, base_url, "training", &groups[i],
                                      training_capabilities()));
+  }
+  // The embedded RL service (GRPO jobs, POST /v1/internal/federation/rl/
+  // jobs): the same workers as training, so the same records (at most
+  // half the groups', so training, inference and registered services
+  // stay under FEDERATION_MAX_SERVICES).
+  if (group_count == 0) {
+    json_array_append_new(services,
+                          advertisement_json(g, base_url, "rl", NULL,
+                                             json_pack("[s]", "rl.grpo")));
+  }
+  for (uint32_t i = 0; i < group_count && i < FEDERATION_MAX_GROUPS / 2; ++i) {
+    json_array_append_new(services,
+                          advertisement_json(g, base_url, "rl", &groups[i],
+                                             json_pack("[s]", "rl.grpo")));
   }
   if (g->infer) {
     pcp_infer_readiness_t r;
@@ -900,6 +917,8 @@ static const capability_t kCapabilities[] = {
     {"federation.replication.inspect", NULL},  // GET /v1/federation/replication
     {"federation.connect", federation_on},     // the connect loop runs
     {"federation.training.jobs", federation_jobs_on},  // internal routes
+    {"rl.grpo", NULL},                                 // POST /v1/rl/jobs
+    {"federation.rl.jobs", federation_jobs_on},        // the internal rl route
 };
 
 pcp_status_t pcp_services_capabilities_get(void* user_data,

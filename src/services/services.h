@@ -121,6 +121,9 @@ typedef struct pcp_services_config_t {
   // services (controllers.<kind>.service_id or the defaults).
   const char* training_service_id;
   const char* inference_service_id;
+  // The embedded RL service's id (controllers.rl.service_id; NULL:
+  // "rl-main"): advertised beside training, one record per worker group.
+  const char* rl_service_id;
 } pcp_services_config_t;
 
 // One structured event line (the gateway's "federation connected").

@@ -237,5 +237,8 @@ pcp_stop_state_flush(pcp_stop_state_t* state, pcp_string_builder_t* out_text);
 // Groups of sampled completions tagged with their policy version, their
 // rewards, and the @grpo batch they pack into (after the service above).
 #include "workloads/rl/rollout.h"  // IWYU pragma: export
+//===--- RL job kind (src/workloads/rl/job.c, issue 16) ---===//
+// The GRPO job on the runner: kind "rl", POST /v1/rl/jobs's spec check.
+#include "workloads/rl/job.h"  // IWYU pragma: export
 
 #endif  // PCP_WORKLOADS_WORKLOADS_H_

@@ -18,8 +18,8 @@ in for the hub's /v1/federation/connect.
   4. internal routes: no token 401, the API token 403 (another scope), the
      federation token: a training job accepted (202, job_id) with the hub's
      placement keys stripped, looked up and cancelled through the internal
-     routes; 400 naming the key for a bad experiment; rl 501 with a JSON
-     error; unknown job 404;
+     routes; 400 naming the key for a bad experiment; rl 400 naming the
+     key (issue 16: the gateway runs RL jobs); unknown job 404;
   5. a gateway with no federation token configured answers 401 on every
      internal route even with a bearer, and federation disabled never
      connects (status "disabled");
@@ -302,9 +302,11 @@ def internal_routes(gw):
     check(s == 404 and "error" in body, "unknown job: 404: %s" % s)
     s, body = fc.call(gw.base, "POST", "/v1/internal/federation/rl/jobs",
                       {"job": {}}, token=fc.FED_TOKEN)
-    check(s == 501 and "rl is not available" in
+    # The gateway runs RL jobs (issue 16): an empty experiment is a 400
+    # naming the first required key.
+    check(s == 400 and "prompts_path" in
           body.get("error", {}).get("message", ""),
-          "rl: 501 with a clear JSON error: %s %s" % (s, body))
+          "rl: 400 naming the missing key: %s %s" % (s, body))
 
 
 def no_token_gateway(cluster, hub):

@@ -40,6 +40,7 @@ docs/autodiff.md's formulas. Checks:
     AdamW again: the sessions' resident tensors are replaced, not stale;
   - a worker SIGKILLed during the update fails the call (its status),
     nothing written;
+  - a task past task_timeout_ms fails ref_logp DEADLINE_EXCEEDED;
   - a stop hook that turns true during the update ends it CANCELLED with
     nothing written, within 300 ms of the stop, although the worker's
     running task goes on for 1.5 s (workers delayed 1500 ms per task): the
@@ -447,6 +448,25 @@ def main():
                       "unchanged" if same else "CHANGED"))
         except Exception as exc:
             check("worker killed during the update", False, str(exc))
+
+        # A task past task_timeout_ms (300 ms; the worker takes 1.5 s per
+        # task): ref_logp fails DEADLINE_EXCEEDED soon after, nothing written.
+        cfg = dict(config, workers=1, max_workers=1, task_timeout_ms=300,
+                   capture_ref_logp_status=1)
+        try:
+            d = run_tool(work, "timeout", cfg, arrays, 1, delay_ms=1500)
+            with open(os.path.join(d, "result.json")) as f:
+                r = json.load(f)
+            wall = r.get("ref_logp_wall_s", -1)
+            check("a task past task_timeout_ms: DEADLINE_EXCEEDED, nothing "
+                  "written",
+                  r.get("status") == "DEADLINE_EXCEEDED" and 0.3 <= wall < 1.0
+                  and not np.any(load(d, "ref_logp_after_failure.f32",
+                                      ROWS * T)),
+                  "%s after %.2f s (%s)" % (r.get("status"), wall,
+                                            r.get("message", "")[:100]))
+        except Exception as exc:
+            check("task timeout", False, str(exc))
 
         # Stop during the update: CANCELLED, nothing written.
         cfg = dict(config, workers=1, max_workers=1, stop_after_ms=200)

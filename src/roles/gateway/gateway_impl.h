@@ -119,6 +119,8 @@ typedef struct pcp_roles_gateway_state_t {
   pcp_infer_kind_t infer_kind;
   pcp_diloco_metrics_t training_metrics;
   pcp_workloads_train_policy_t training_policy;
+  // The RL kind's state (rl.c fills its options at _workloads_start).
+  pcp_workloads_rl_t rl_kind;
 
   pthread_t housekeeping_thread;
   pthread_t pump_thread;
@@ -241,6 +243,23 @@ void pcp_roles_gateway_workloads_stop(pcp_roles_gateway_state_t* gateway);
 // the live progress of a training job this process ran. Thread-safe.
 void pcp_roles_gateway_training_json_merge(pcp_roles_gateway_state_t* gateway,
                                            json_t* job_json);
+
+// rl.c: the GRPO API (POST /v1/rl/jobs, GET /v1/rl/jobs/{id}; the check
+// is the RL kind's: pcp_workloads_rl_spec_build).
+pcp_status_t pcp_roles_gateway_rl_submit(void* user_data,
+                                         const pcp_http_request_t* request,
+                                         pcp_http_response_t* response);
+// The submit of experiment JSON |text| (POST /v1/rl/jobs's body; the
+// federation's internal route passes its own): 202 with the job.
+pcp_status_t pcp_roles_gateway_rl_text_submit(
+    pcp_roles_gateway_state_t* gateway, const char* text, size_t byte_length,
+    pcp_http_response_t* response);
+pcp_status_t pcp_roles_gateway_rl_get(void* user_data,
+                                      const pcp_http_request_t* request,
+                                      pcp_http_response_t* response);
+// Fills the RL kind's options (fabric, inference service, compile queue,
+// policy, metrics, the verifier builder); before the runner starts.
+void pcp_roles_gateway_rl_configure(pcp_roles_gateway_state_t* gateway);
 
 // events.c
 void* pcp_roles_gateway_events_pump_main(void* opaque);

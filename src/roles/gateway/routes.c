@@ -45,28 +45,32 @@ static const char* const kPlacementKeys[] = {
     "model_type",
 };
 
-static pcp_status_t internal_training_submit(void* user_data,
-                                             const pcp_http_request_t* request,
-                                             pcp_http_response_t* response) {
-  pcp_roles_gateway_state_t* g = user_data;
+// The experiment of a hub job body ({"job": {...}}, the hub's wrapped
+// form, or the experiment itself) as JSON text without the hub's
+// placement keys; |global_copy| (128 bytes) gets its global_job_id.
+static pcp_status_t internal_experiment_text(const pcp_http_request_t* request,
+                                             const char* route_hint,
+                                             char** out_text,
+                                             char* global_copy) {
+  *out_text = NULL;
+  global_copy[0] = 0;
   json_t* body = NULL;
   PCP_RETURN_IF_ERROR_BARE(pcp_http_request_json_parse(request, &body));
   if (!json_is_object(body)) {
     json_decref(body);
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "the body must be a JSON object (an experiment, "
-                           "as for POST /v1/training/jobs)");
+                           "as for %s)",
+                           route_hint);
   }
-  // {"job": {...}} (the hub's wrapped form) or the experiment itself.
   json_t* job = json_object_get(body, "job");
   json_t* experiment =
       json_is_object(job) ? json_deep_copy(job) : json_deep_copy(body);
   json_t* global_job_id = json_object_get(body, "global_job_id");
   const char* global_id =
       json_is_string(global_job_id) ? json_string_value(global_job_id) : NULL;
-  char global_copy[128] = {0};
   if (global_id) {
-    snprintf(global_copy, sizeof(global_copy), "%s", global_id);
+    snprintf(global_copy, 128, "%s", global_id);
   }
   json_decref(body);
   if (!experiment) {
@@ -80,28 +84,50 @@ static pcp_status_t internal_training_submit(void* user_data,
   if (!text) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "job body");
   }
+  *out_text = text;
+  return pcp_ok_status();
+}
+
+static void internal_accepted_log(const char* global_copy) {
+  const char* pairs[] = {"global_job_id",
+                         global_copy[0] ? global_copy : "(none)"};
+  pcp_roles_log_event("gateway", "federation job accepted", pairs, 1);
+}
+
+static pcp_status_t internal_training_submit(void* user_data,
+                                             const pcp_http_request_t* request,
+                                             pcp_http_response_t* response) {
+  pcp_roles_gateway_state_t* g = user_data;
+  char global_copy[128];
+  char* text = NULL;
+  PCP_RETURN_IF_ERROR_BARE(internal_experiment_text(
+      request, "POST /v1/training/jobs", &text, global_copy));
   pcp_status_t status =
       pcp_roles_gateway_training_text_submit(g, text, strlen(text), response);
   pcp_libc_free(text);
   if (!status) {
-    const char* pairs[] = {"global_job_id",
-                           global_copy[0] ? global_copy : "(none)"};
-    pcp_roles_log_event("gateway", "federation job accepted", pairs, 1);
+    internal_accepted_log(global_copy);
   }
   return status;
 }
 
+// The hub places RL jobs here since this gateway advertises an "rl"
+// service (services/federation.c): the experiment as for POST /v1/rl/jobs.
 static pcp_status_t internal_rl_submit(void* user_data,
                                        const pcp_http_request_t* request,
                                        pcp_http_response_t* response) {
-  (void)user_data;
-  (void)request;
-  (void)response;
-  // No RL service exists on a gateway yet (docs/federation.md); the hub
-  // should never place here, since no "rl" service is advertised.
-  return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
-                         "rl is not available on this gateway (no rl "
-                         "service; none is advertised to the hub)");
+  pcp_roles_gateway_state_t* g = user_data;
+  char global_copy[128];
+  char* text = NULL;
+  PCP_RETURN_IF_ERROR_BARE(internal_experiment_text(request, "POST /v1/rl/jobs",
+                                                    &text, global_copy));
+  pcp_status_t status =
+      pcp_roles_gateway_rl_text_submit(g, text, strlen(text), response);
+  pcp_libc_free(text);
+  if (!status) {
+    internal_accepted_log(global_copy);
+  }
+  return status;
 }
 
 // Every /v1/internal/federation/* route when no federation token is set.
@@ -183,6 +209,10 @@ static const route_t kRoutes[] = {
      GW, 0},
     {"GET", "/v1/training/jobs/{id}", ROUTE_API, pcp_roles_gateway_training_get,
      GW, 0},
+    // RL (rl.c; the GRPO job kind, workloads/rl/job.c).
+    {"POST", "/v1/rl/jobs", ROUTE_API, pcp_roles_gateway_rl_submit, GW,
+     GATEWAY_FEDERATION_MAX_JOB_BODY_BYTES},
+    {"GET", "/v1/rl/jobs/{id}", ROUTE_API, pcp_roles_gateway_rl_get, GW, 0},
     // Event stream (events.c).
     {"GET", "/v1/events", ROUTE_API, pcp_roles_gateway_events_stream, GW, 0},
     // Knowledge graph (services/graph.c).

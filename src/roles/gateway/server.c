@@ -358,6 +358,11 @@ static void services_config_fill(const pcp_roles_gateway_config_t* c,
           training_id ? training->service_id : "training-main",
       .inference_service_id =
           inference_id ? inference->service_id : "inference-main",
+      .rl_service_id = controllers->present && controllers->rl.present &&
+                               controllers->rl.service_id &&
+                               controllers->rl.service_id[0]
+                           ? controllers->rl.service_id
+                           : "rl-main",
   };
 }
 

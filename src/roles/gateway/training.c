@@ -180,6 +180,7 @@ pcp_status_t pcp_roles_gateway_workloads_start(pcp_roles_gateway_state_t* g) {
       .exported = model_exported,
       .user_data = g,
   };
+  pcp_roles_gateway_rl_configure(g);
   return pcp_workloads_runner_start(g->runner);
 }
 

@@ -58,6 +58,7 @@ pcp_status_t pcp_roles_gateway_jobs_recover(pcp_roles_gateway_state_t* g) {
       pcp_workloads_jobs_kind(g->jobs),
       pcp_workloads_train_kind(&g->train_kind),
       pcp_infer_kind(&g->infer_kind),
+      pcp_workloads_rl_kind(&g->rl_kind),
   };
   pcp_workloads_runner_options_t options = {
       .store = g->store,

@@ -376,6 +376,7 @@ static const char* const kKeys[] = {"num_iterations",
                                     "seed",
                                     "rollout_worker_class",
                                     "trainer_worker_class",
+                                    "served_model_name",
                                     NULL};
 
 // clip_eps: a number (both sides) or {low, high}; each in (0, 10].
@@ -469,6 +470,31 @@ static pcp_status_t reward_parse(const json_t* root,
   }
   return pcp_workloads_rl_reward_create(value, "reward", e->allocator,
                                         &e->reward);
+}
+
+// served_model_name: 1..64 of [A-Za-z0-9._-] (a directory name under
+// <state_dir>/models and the name /v1/models lists); NULL: the job's
+// default ("rl-" + the first 8 characters of its id).
+static pcp_status_t served_name_parse(const json_t* root,
+                                      pcp_workloads_rl_experiment_t* e) {
+  json_t* value = json_object_get(root, "served_model_name");
+  if (!value || json_is_null(value))
+    return pcp_ok_status();
+  const char* what = "must be a string of 1..64 characters of [A-Za-z0-9._-]";
+  if (!json_is_string(value))
+    return bad("served_model_name", what);
+  const char* name = json_string_value(value);
+  size_t length = json_string_length(value);
+  bool ok = length >= 1 && length <= PCP_WORKLOADS_RL_MAX_SERVED_NAME_BYTES &&
+            strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+  for (size_t i = 0; ok && i < length; ++i) {
+    char c = name[i];
+    ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  }
+  if (!ok)
+    return bad("served_model_name", what);
+  return pcp_allocator_strdup(e->allocator, name, &e->served_model_name);
 }
 
 static pcp_status_t cross_check(const pcp_workloads_rl_experiment_t* e,
@@ -566,6 +592,7 @@ static pcp_status_t experiment_fill(const pcp_workloads_train_policy_t* policy,
                                      &e->rollout_worker_class));
   PCP_RETURN_IF_ERROR_BARE(class_get(root, e->allocator, "trainer_worker_class",
                                      &e->trainer_worker_class));
+  PCP_RETURN_IF_ERROR_BARE(served_name_parse(root, e));
   return cross_check(e, root);
 }
 
@@ -605,6 +632,7 @@ void pcp_workloads_rl_experiment_deinitialize(
   pcp_allocator_free(allocator, experiment->eval_prompts_path);
   pcp_allocator_free(allocator, experiment->rollout_worker_class);
   pcp_allocator_free(allocator, experiment->trainer_worker_class);
+  pcp_allocator_free(allocator, experiment->served_model_name);
   json_decref(experiment->reward_config);
   pcp_workloads_rl_reward_release(experiment->reward);
   model_release(allocator, &experiment->base_model);

@@ -44,6 +44,8 @@ extern "C" {
 #define PCP_WORKLOADS_RL_MAX_ROLLOUTS_PER_ITERATION ((int64_t)1 << 20)
 // Bytes of a training job id (base_model.train_job).
 #define PCP_WORKLOADS_RL_MAX_JOB_ID_BYTES 128
+// Bytes of served_model_name.
+#define PCP_WORKLOADS_RL_MAX_SERVED_NAME_BYTES 64
 
 // Where a model's weights come from (exactly one per model object).
 typedef enum pcp_workloads_rl_model_source_e {
@@ -110,6 +112,9 @@ typedef struct pcp_workloads_rl_experiment_t {
   // and where the trainer's tasks run (trainer.h's worker_class).
   char* rollout_worker_class;
   char* trainer_worker_class;
+  // The policy's served model name (1..64 of [A-Za-z0-9._-]); NULL: the
+  // job's default, "rl-" + the first 8 characters of its id.
+  char* served_model_name;
 } pcp_workloads_rl_experiment_t;
 
 // Parses and validates experiment JSON |text| (at most

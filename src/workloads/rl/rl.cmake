@@ -33,3 +33,15 @@ add_test(NAME models_grpo_jax_test
           $<TARGET_FILE:pcp> $<TARGET_FILE:rl_tool>)
 set_tests_properties(models_grpo_jax_test PROPERTIES
   ENVIRONMENT "${PCP_TEST_ENV}" TIMEOUT 900 LABELS "models;e2e;noasan")
+# The RL job kind (rl/job.c: the GRPO loop on the runner; rl/job_state.c:
+# its state, checkpoints and served directory, docs/rl.md "The job").
+target_sources(pcp_workloads PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/rl/job.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/rl/job_state.c)
+# The job's parts that need no worker: checkpoint round trip (and pruning,
+# a half-written one ignored), state.json, the progress JSON's keys, stale
+# groups, batch rows, the block-size check, the served directory, the
+# served_model_name key.
+pcp_cmocka_test(workloads_rl_job_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/rl/job_test.c
+  DEPS pcp_workloads PkgConfig::JANSSON LABELS workloads)

@@ -18,7 +18,8 @@
 // that long after the update starts, and the update's wall time is
 // reported; or with "capture_status"). "updates": 2 runs a second update
 // (step + 1, same batch) and writes params_out2.f32, m_out2.f32,
-// v_out2.f32; "report_update" prints "update" just before the first.
+// v_out2.f32; "report_update" prints "update" just before the first;
+// "capture_ref_logp_status" writes ref_logp's failure to result.json.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,8 +220,33 @@ static pcp_status_t run(tool_t* tool) {
       .beta = number(c, "beta", 0.04),
       .temperature = number(c, "temperature", 1.0),
   };
+  int64_t ref_started = pcp_clock_now_ns(pcp_clock_system());
   pcp_status_t status = pcp_workloads_rl_trainer_ref_logp(
       tool->trainer, step.temperature, &batch);
+  if (status && number(c, "capture_ref_logp_status", 0) != 0) {
+    // The caller checks how ref_logp failed (a task past its timeout).
+    json_t* failed = json_object();
+    json_object_set_new(
+        failed, "status",
+        json_string(pcp_status_code_string(pcp_status_code(status))));
+    json_object_set_new(failed, "message",
+                        json_string(pcp_status_message(status)));
+    json_object_set_new(
+        failed, "ref_logp_wall_s",
+        json_real((double)(pcp_clock_now_ns(pcp_clock_system()) - ref_started) /
+                  1e9));
+    pcp_status_ignore(status);
+    // The batch's ref_logp as the failed call left it (zeros: untouched).
+    status = write_file(tool->dir, "ref_logp_after_failure.f32", ref_logp, bt);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/result.json", tool->dir);
+    if (!status && json_dump_file(failed, path, 0) != 0) {
+      status = pcp_make_status(PCP_STATUS_INTERNAL, "writing %s", path);
+    }
+    json_decref(failed);
+    pcp_allocator_free(pcp_allocator_system(), ref_logp);
+    return status;
+  }
   if (!status) {
     status = write_file(tool->dir, "ref_logp.f32", ref_logp, bt);
   }

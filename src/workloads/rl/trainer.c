@@ -58,8 +58,10 @@
 // session_prefix and worker_class lengths.
 #define MAX_PREFIX_LENGTH 128u
 #define MAX_CLASS_LENGTH 63u
-// Rows of one call (R x T per tensor; the gateway holds a few copies).
+// Rows of one call (R x T per tensor; the gateway holds a few copies), and
+// micro-batches of one call (a task each).
 #define MAX_ROWS ((int64_t)1 << 20)
+#define MAX_MICRO_BATCHES ((int64_t)1 << 16)
 #define DEFAULT_TASK_TIMEOUT_MS 600000
 #define MAX_TASK_TIMEOUT_MS ((int64_t)7 * 24 * 3600 * 1000)
 // Tensors moved by one @load<g> task: a frame carries at most
@@ -674,6 +676,16 @@ static pcp_status_t tasks_wait(pcp_workloads_rl_trainer_t* t,
   size_t next = 0;  // tasks before it are done
   while (!status && next < b->count) {
     if (pcp_fabric_task_wait(b->tasks[next], POLL_MS)) {
+      // The task waited on may be the one that failed: the call ends now,
+      // not once the other workers' tasks have ended too.
+      pcp_status_t failed = pcp_fabric_task_status(b->tasks[next]);
+      if (failed) {
+        b->slots[next]->live = false;
+        status =
+            pcp_status_annotate_f(pcp_status_clone(failed), "%s on worker %s",
+                                  what, b->slots[next]->worker_id);
+        break;
+      }
       ++next;
       continue;
     }
@@ -699,9 +711,21 @@ static pcp_status_t tasks_wait(pcp_workloads_rl_trainer_t* t,
           "%s: a task on worker %s did not finish in %lld ms", what,
           b->slots[next]->worker_id, (long long)timeout_ms);
     } else {
+      // Each worker once per poll (a phase may hold thousands of tasks).
+      worker_slot_t* seen[MAX_WORKERS];
+      uint32_t seen_count = 0;
       for (size_t i = next; i < b->count && !status; ++i) {
-        if (!pcp_fabric_task_is_done(b->tasks[i]) &&
-            !worker_connected(t, b->slots[i])) {
+        bool checked = false;
+        for (uint32_t k = 0; k < seen_count && !checked; ++k) {
+          checked = seen[k] == b->slots[i];
+        }
+        if (checked || pcp_fabric_task_is_done(b->tasks[i])) {
+          continue;
+        }
+        if (seen_count < MAX_WORKERS) {
+          seen[seen_count++] = b->slots[i];
+        }
+        if (!worker_connected(t, b->slots[i])) {
           status =
               pcp_make_status(PCP_STATUS_UNAVAILABLE, "%s: worker %s was lost",
                               what, b->slots[i]->worker_id);
@@ -1161,6 +1185,13 @@ static pcp_status_t batch_validate(const pcp_workloads_rl_trainer_t* t,
                            (long long)batch->rows, (long long)rows_multiple,
                            (long long)MAX_ROWS);
   }
+  if (batch->rows / t->options.spec.batch > MAX_MICRO_BATCHES) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "batch.rows: %lld rows are more than %lld "
+                           "micro-batches of %lld",
+                           (long long)batch->rows, (long long)MAX_MICRO_BATCHES,
+                           (long long)t->options.spec.batch);
+  }
   if (batch->length != t->options.spec.block_size) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "batch.length: %lld, the model's block size is "
@@ -1416,20 +1447,21 @@ static pcp_status_t ref_logp_run(pcp_workloads_rl_trainer_t* t,
     status =
         scalars_make(t, 0, 0.2, 0.2, 0.0, 0.0, temperature, &storage, scalars);
   }
+  // One task's arrays, reused: the fabric copies them at submit (only the
+  // data they point to is borrowed).
   if (!status) {
-    status = pcp_allocator_calloc(t->allocator,
-                                  (size_t)micro * 11 * sizeof(*sections),
+    status = pcp_allocator_calloc(t->allocator, 11 * sizeof(*sections),
                                   (void**)&sections);
   }
   if (!status) {
-    status = pcp_allocator_calloc(
-        t->allocator, (size_t)micro * (n + 11) * sizeof(*refs), (void**)&refs);
+    status = pcp_allocator_calloc(t->allocator, (n + 11) * sizeof(*refs),
+                                  (void**)&refs);
   }
   for (int64_t j = 0; j < micro && !status; ++j) {
     // ref_logp is the output here (not read for logp): old_logp stands in.
-    status = metrics_submit(t, &b, &chosen[j % w], batch, j,
-                            t->names + NAME_REF * n, NULL, scalars,
-                            sections + j * 11, refs + (size_t)j * (n + 11));
+    status =
+        metrics_submit(t, &b, &chosen[j % w], batch, j, t->names + NAME_REF * n,
+                       NULL, scalars, sections, refs);
   }
   size_t per_worker = (size_t)((micro + w - 1) / w);
   status = tasks_wait(t, &b, per_worker, "ref_logp", status);
@@ -1493,7 +1525,7 @@ typedef struct update_scratch_t {
   float* metric_scalars;  // 5
   pcp_proto_section_t* sections;
   pcp_proto_tensor_ref_t* refs;
-  char (*task_grads)[48];  // K x n: gradient k's resident names
+  char (*task_grads)[48];  // n: one gradient task's resident names
   double* sum;             // parameter_count: the summed gradient
   float* staging;  // 4 x parameter_count (the call's): a gradient, p', m', v'
   float** views;   // 4 x n: tensor pointers into staging
@@ -1511,21 +1543,30 @@ static void scratch_free(pcp_workloads_rl_trainer_t* t, update_scratch_t* s) {
   pcp_allocator_free(t->allocator, s->inputs);
 }
 
-static pcp_status_t scratch_make(pcp_workloads_rl_trainer_t* t, int64_t tasks,
-                                 int64_t micro, float* const* parameters,
-                                 float* const* m, float* const* v,
-                                 update_scratch_t* s) {
+// Gradient task k's resident names, "q<k>_<i>", into s->task_grads.
+static void task_grads_name(const pcp_workloads_rl_trainer_t* t, int64_t k,
+                            update_scratch_t* s) {
+  for (size_t i = 0; i < t->n; ++i) {
+    snprintf(s->task_grads[i], sizeof(s->task_grads[0]), "q%lld_%zu",
+             (long long)k, i);
+  }
+}
+
+static pcp_status_t scratch_make(pcp_workloads_rl_trainer_t* t,
+                                 float* const* parameters, float* const* m,
+                                 float* const* v, update_scratch_t* s) {
   size_t n = t->n;
-  size_t calls = (size_t)(tasks + micro);
   pcp_allocator_t a = t->allocator;
-  pcp_status_t status = pcp_allocator_calloc(
-      a, calls * 11 * sizeof(*s->sections), (void**)&s->sections);
+  // One task's arrays, reused: the fabric copies them (and the names) at
+  // submit; only the data they point to is borrowed.
+  pcp_status_t status =
+      pcp_allocator_calloc(a, 11 * sizeof(*s->sections), (void**)&s->sections);
   if (!status) {
-    status = pcp_allocator_calloc(a, calls * (n + 11) * sizeof(*s->refs),
-                                  (void**)&s->refs);
+    status =
+        pcp_allocator_calloc(a, (n + 11) * sizeof(*s->refs), (void**)&s->refs);
   }
   if (!status) {
-    status = pcp_allocator_calloc(a, (size_t)tasks * n * sizeof(*s->task_grads),
+    status = pcp_allocator_calloc(a, (n + 1) * sizeof(*s->task_grads),
                                   (void**)&s->task_grads);
   }
   if (!status) {
@@ -1559,12 +1600,6 @@ static pcp_status_t scratch_make(pcp_workloads_rl_trainer_t* t, int64_t tasks,
   if (status) {
     return pcp_status_annotate_f(status, "update scratch");
   }
-  for (int64_t k = 0; k < tasks; ++k) {
-    for (size_t i = 0; i < n; ++i) {
-      snprintf(s->task_grads[(size_t)k * n + i], sizeof(s->task_grads[0]),
-               "q%lld_%zu", (long long)k, i);
-    }
-  }
   for (size_t k = 0; k < 4; ++k) {
     for (size_t i = 0; i < n; ++i) {
       s->views[k * n + i] = s->staging + k * t->parameter_count + t->offsets[i];
@@ -1592,15 +1627,16 @@ static pcp_status_t gradients_submit(
       t->allocator, (n + 1) * sizeof(*keep), (void**)&keep);
   for (int64_t k = 0; k < tasks && !status; ++k) {
     const chosen_t* c = &chosen[k % w];
-    pcp_proto_section_t* sections = s->sections + k * 11;
-    pcp_proto_tensor_ref_t* refs = s->refs + (size_t)k * (n + 11);
+    pcp_proto_section_t* sections = s->sections;
+    pcp_proto_tensor_ref_t* refs = s->refs;
+    task_grads_name(t, k, s);
     // A = 1 derives no accumulated function: @compute_gradients on [B, T].
     sections_batch(t, batch, k * A * B, A > 1 ? A : 0, batch->ref_logp,
                    grad_scalars, sections);
     refs_fill(policy, n, 11, refs);
     for (size_t i = 0; i < n; ++i) {
-      keep[i] = (pcp_proto_keep_resident_t){
-          .output = (uint32_t)(1 + i), .as = s->task_grads[(size_t)k * n + i]};
+      keep[i] = (pcp_proto_keep_resident_t){.output = (uint32_t)(1 + i),
+                                            .as = s->task_grads[i]};
     }
     pcp_fabric_task_params_t params = {
         .function =
@@ -1617,10 +1653,9 @@ static pcp_status_t gradients_submit(
   }
   pcp_allocator_free(t->allocator, keep);
   for (int64_t j = 0; j < micro && !status; ++j) {
-    size_t at = (size_t)(tasks + j);
-    status = metrics_submit(t, b, &chosen[(j / A) % w], batch, j, policy,
-                            batch->ref_logp, metric_scalars,
-                            s->sections + at * 11, s->refs + at * (n + 11));
+    status =
+        metrics_submit(t, b, &chosen[(j / A) % w], batch, j, policy,
+                       batch->ref_logp, metric_scalars, s->sections, s->refs);
   }
   return status;
 }
@@ -1681,12 +1716,11 @@ static pcp_status_t metrics_combine(pcp_workloads_rl_trainer_t* t,
 static pcp_status_t gradients_gather(pcp_workloads_rl_trainer_t* t,
                                      const chosen_t* chosen, uint32_t w,
                                      int64_t tasks, update_scratch_t* s) {
-  size_t n = t->n;
   batch_of_tasks_t b;
   pcp_status_t status = tasks_initialize(t, (size_t)tasks * t->groups, &b);
   for (int64_t k = 0; k < tasks && !status; ++k) {
-    status = transfer_submit(t, &b, &chosen[k % w],
-                             s->task_grads + (size_t)k * n, NULL);
+    task_grads_name(t, k, s);
+    status = transfer_submit(t, &b, &chosen[k % w], s->task_grads, NULL);
   }
   status = tasks_wait(t, &b, (size_t)((tasks + w - 1) / w) * t->groups,
                       "gradient download", status);
@@ -1892,7 +1926,7 @@ static pcp_status_t update_run(pcp_workloads_rl_trainer_t* t,
                           p->temperature, &s.metric_scalars, metric_scalars);
   }
   if (!status) {
-    status = scratch_make(t, tasks, micro, parameters, m, v, &s);
+    status = scratch_make(t, parameters, m, v, &s);
   }
   if (!status) {
     status = tasks_initialize(t, (size_t)w * t->groups, &policy);

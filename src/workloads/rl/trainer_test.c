@@ -278,6 +278,9 @@ static void calls_refused_before_any_worker(void** state) {
   batch.rows = 0;
   EXPECT_CODE(pcp_workloads_rl_trainer_ref_logp(trainer, 1.0, &batch),
               PCP_STATUS_INVALID_ARGUMENT, "batch.rows");
+  batch.rows = 4 * 32769;  // 65538 micro-batches of 2: over the cap
+  EXPECT_CODE(pcp_workloads_rl_trainer_ref_logp(trainer, 1.0, &batch),
+              PCP_STATUS_INVALID_ARGUMENT, "micro-batches");
   batch = batch_of(&s, 4, 7);
   EXPECT_CODE(pcp_workloads_rl_trainer_ref_logp(trainer, 1.0, &batch),
               PCP_STATUS_INVALID_ARGUMENT, "batch.length");
