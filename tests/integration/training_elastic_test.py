@@ -39,7 +39,7 @@ STREAMING = {"num_fragments": 2, "inner_steps": 10, "overlap_tau": 1,
              "alpha": 0.0}
 # The smallest model of the training tests: a sync is a few local steps of
 # tiny tasks, so the run is paced by the fabric, not the compute.
-MODEL = {"kind": "gpt", "layers": 1, "heads": 2, "width": 32, "vocab": 65,
+MODEL = {"kind": "gpt", "layers": 1, "heads": 4, "width": 32, "vocab": 65,
          "block_size": 32, "batch": 4}
 THIRD = "elastic-third"
 
