@@ -47,9 +47,12 @@ int pcp_roles_main(int argc, char** argv);
 
 // `pcp submit train EXP.json [--gateway URL] [--no-follow] ...`: posts a
 // DiLoCo experiment to POST /v1/training/jobs and follows the job with a
-// progress bar and a loss readout (src/roles/submit.c). Exit code 0 when the
+// progress bar and a loss readout (src/roles/submit.c); `pcp submit rl
+// EXP.json` posts a GRPO experiment to POST /v1/rl/jobs and follows it with
+// iteration, reward, KL, clip fraction and tokens/s. Exit code 0 when the
 // job succeeded (or was submitted, with --no-follow), 1 when it failed, was
-// cancelled, the follow timed out or the gateway refused it, 2 for usage.
+// cancelled, the follow timed out or the gateway refused it, 2 for usage,
+// 130 after Ctrl-C (the job is not cancelled).
 int pcp_roles_submit_cli_main(int argc, char** argv);
 
 // `pcp chat [flags] [PROMPT...]`: a terminal client for an OpenAI-compatible

@@ -29,6 +29,9 @@
 #define MAX_ROLLOUTS ((size_t)1 << 20)
 #define MAX_NEW_TOKENS ((int64_t)1 << 20)
 #define DEFAULT_MAX_IN_FLIGHT 64u
+// The whole call's timeout: a week is far past any iteration, and keeps the
+// deadline (start + timeout_ms x 10^6 ns) inside int64.
+#define MAX_TIMEOUT_MS ((int64_t)7 * 24 * 3600 * 1000)
 // The longest wait between two looks at stop() and the deadline.
 #define POLL_MS 100
 // batch_pack: one side of the [rows, length] tensors, and their area (five
@@ -257,10 +260,10 @@ static pcp_status_t request_validate(
         PCP_STATUS_INVALID_ARGUMENT, "max_tokens: %lld is not in [1, %lld]",
         (long long)request->max_tokens, (long long)MAX_NEW_TOKENS);
   }
-  if (request->timeout_ms < 0) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "timeout_ms: %lld is negative",
-                           (long long)request->timeout_ms);
+  if (request->timeout_ms < 0 || request->timeout_ms > MAX_TIMEOUT_MS) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT, "timeout_ms: %lld is not in [0, %lld]",
+        (long long)request->timeout_ms, (long long)MAX_TIMEOUT_MS);
   }
   return pcp_ok_status();
 }

@@ -87,7 +87,7 @@ typedef struct pcp_workloads_rl_rollout_request_t {
   // (requests in flight are stopped).
   bool (*stop)(void* user_data);
   void* stop_user_data;
-  // The whole call (0: none). DEADLINE_EXCEEDED past it.
+  // The whole call (0: none; at most 7 days). DEADLINE_EXCEEDED past it.
   int64_t timeout_ms;
 } pcp_workloads_rl_rollout_request_t;
 

@@ -552,6 +552,11 @@ static void test_generate_refusals(void** state) {
   rq.timeout_ms = -1;
   expect_generate_error(service, &rq, PCP_STATUS_INVALID_ARGUMENT,
                         "timeout_ms: ");
+  // Past the limit: the deadline in ns (start + timeout_ms x 10^6) would
+  // overflow and end the call at once with DEADLINE_EXCEEDED.
+  rq.timeout_ms = INT64_MAX / 1000;
+  expect_generate_error(service, &rq, PCP_STATUS_INVALID_ARGUMENT,
+                        "timeout_ms: ");
   // An unknown model fails the call with the service's NOT_FOUND, naming
   // the rollout.
   expect_generate_error(service, &good, PCP_STATUS_NOT_FOUND,

@@ -676,6 +676,16 @@ static pcp_status_t tasks_wait(pcp_workloads_rl_trainer_t* t,
   size_t next = 0;  // tasks before it are done
   while (!status && next < b->count) {
     if (pcp_fabric_task_wait(b->tasks[next], POLL_MS)) {
+      // The task waited on may be the one that failed: the call ends now,
+      // not once the other workers' tasks have ended too.
+      pcp_status_t failed = pcp_fabric_task_status(b->tasks[next]);
+      if (failed) {
+        b->slots[next]->live = false;
+        status =
+            pcp_status_annotate_f(pcp_status_clone(failed), "%s on worker %s",
+                                  what, b->slots[next]->worker_id);
+        break;
+      }
       ++next;
       continue;
     }

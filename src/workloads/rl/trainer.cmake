@@ -21,6 +21,14 @@ add_test(NAME workloads_rl_trainer_e2e
           $<TARGET_FILE:pcp> $<TARGET_FILE:rl_trainer_tool>)
 set_tests_properties(workloads_rl_trainer_e2e PROPERTIES
   ENVIRONMENT "${PCP_TEST_ENV}" TIMEOUT 900 LABELS "workloads;e2e;noasan")
+# A task failing on a connected worker (a resident-memory cap) while the
+# other worker's task runs 3 s: the update fails at once, nothing written.
+add_test(NAME workloads_rl_trainer_fail_e2e
+  COMMAND ${PCP_VENV}/bin/python
+          ${CMAKE_SOURCE_DIR}/tests/workloads/rl_trainer_fail_test.py
+          $<TARGET_FILE:pcp> $<TARGET_FILE:rl_trainer_tool>)
+set_tests_properties(workloads_rl_trainer_fail_e2e PROPERTIES
+  ENVIRONMENT "${PCP_TEST_ENV}" TIMEOUT 600 LABELS "workloads;e2e;noasan")
 # create's validation of every option, the copies, reference_set, the
 # refusals of ref_logp and update before any worker is asked, and an
 # out-of-memory sweep over create.

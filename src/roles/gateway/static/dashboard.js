@@ -148,6 +148,10 @@ function jobProgress(j) {
   if (t && t.outer_loop_steps > 0) {
     return Math.min(1, (t.outer_step || 0) / t.outer_loop_steps);
   }
+  const r = j.rl;
+  if (r && r.num_iterations > 0) {
+    return Math.min(1, (r.iteration || 0) / r.num_iterations);
+  }
   return null;
 }
 
@@ -199,6 +203,8 @@ function logTicks(lo, hi) {
 
 class Chart {
   // opts: title, xLabel, yLabel, xFormat, yFormat, logToggle, id
+  // A series is {name, xs, ys, dots?, band?}; band {name, lo, hi} (arrays
+  // like ys) is drawn as a shaded area under the line (a mean +- std).
   constructor(opts) {
     this.opts = opts;
     this.series = [];
@@ -260,6 +266,9 @@ class Chart {
         const y = s.ys[i];
         if (y === null || y === undefined || s.xs[i] < x0 || s.xs[i] > x1) continue;
         y0 = Math.min(y0, y); y1 = Math.max(y1, y);
+        if (s.band && s.band.lo[i] !== null && s.band.hi[i] !== null) {
+          y0 = Math.min(y0, s.band.lo[i]); y1 = Math.max(y1, s.band.hi[i]);
+        }
       }
     }
     if (!(y0 <= y1)) { y0 = 0; y1 = 1; }
@@ -317,6 +326,19 @@ class Chart {
     const plot = svg("g", { "clip-path": "url(#" + clipId + ")" });
     let lx = L + 8;
     this.series.forEach((s, k) => {
+      if (s.band) {
+        const up = [], down = [];
+        for (let i = 0; i < s.xs.length; ++i) {
+          const lo = s.band.lo[i], hi = s.band.hi[i];
+          if (lo === null || lo === undefined || hi === null || hi === undefined ||
+              s.xs[i] < x0 || s.xs[i] > x1) continue;
+          up.push(px(s.xs[i]).toFixed(1) + "," + py(hi).toFixed(1));
+          down.unshift(px(s.xs[i]).toFixed(1) + "," + py(lo).toFixed(1));
+        }
+        plot.append(svg("polygon", { class: "band s" + k,
+          points: up.concat(down).join(" "), "data-series": s.band.name,
+          "data-points": up.length }));
+      }
       const pts = [];
       for (let i = 0; i < s.xs.length; ++i) {
         const y = s.ys[i];
@@ -489,11 +511,14 @@ function jobsTable(jobs) {
   const rows = jobs.map((j) => {
     const p = jobProgress(j);
     const t = j.training || (j.spec && j.spec.training);
+    const r = j.rl;
     const progress = p === null ? el("span", { class: "muted", text: "-" })
       : el("span", {}, el("span", { class: "bar" }, el("span", { style: "width:" +
         (100 * p).toFixed(1) + "%" })), t && t.outer_loop_steps
         ? (j.state === "succeeded" && !t.outer_step ? t.outer_loop_steps : t.outer_step || 0) +
-          "/" + t.outer_loop_steps : (100 * p).toFixed(0) + "%");
+          "/" + t.outer_loop_steps
+        : r && r.num_iterations ? (r.iteration || 0) + "/" + r.num_iterations
+        : (100 * p).toFixed(0) + "%");
     const name = el("a", { href: "#/jobs/" + encodeURIComponent(j.job_id),
       text: jobName(j), title: j.job_id });
     return el("tr", { "data-job": j.job_id }, td(name), td(j.kind),
@@ -634,6 +659,15 @@ function eventText(ev) {
       "  " + fmtBytes(p.step_wire_bytes) + " on the wire" +
       (p.seconds !== undefined ? "  in " + fmtDuration(p.seconds) : "");
   }
+  if (ev.type === "rl.iteration") {
+    return "iteration " + p.iteration + (p.num_iterations ? "/" + p.num_iterations : "") +
+      "  reward " + fmtNumber(p.reward_mean, 3) + " \u00b1 " + fmtNumber(p.reward_std, 3) +
+      "  KL " + fmtNumber(p.kl, 4) + "  clip " + fmtNumber(p.clip_fraction, 3) +
+      "  " + fmtNumber(p.tokens_per_second, 0) + " tok/s" +
+      (p.eval_reward_mean !== null && p.eval_reward_mean !== undefined
+        ? "  eval " + fmtNumber(p.eval_reward_mean, 3) : "") +
+      (p.policy_version !== undefined ? "  policy v" + p.policy_version : "");
+  }
   if (ev.type === "training.accepted") {
     return "accepted: " + p.outer_loop_steps + " outer steps of tau " + p.tau +
       ", " + fmtNumber(p.parameter_count, 0) + " parameters";
@@ -653,7 +687,8 @@ const TIMELINE_STEPS = 40;
 
 function timeline(events, startMs) {
   const list = el("ol", { class: "timeline", id: "timeline" });
-  const steps = events.filter((e) => e.type === "training.step");
+  // Training's outer steps and RL's iterations: the newest ones listed.
+  const steps = events.filter((e) => e.type === "training.step" || e.type === "rl.iteration");
   const hidden = Math.max(0, steps.length - TIMELINE_STEPS);
   const hide = new Set(steps.slice(0, hidden));
   let prev = startMs, noted = false;
@@ -661,8 +696,9 @@ function timeline(events, startMs) {
     if (hide.has(ev)) {
       if (!noted) {
         list.append(el("li", { class: "muted" }, el("span", {}), el("span", {}),
-          el("span", {}), el("span", { text: hidden + " earlier outer steps " +
-            "(all of them are in the charts above)" })));
+          el("span", {}), el("span", { text: hidden + (ev.type === "rl.iteration"
+            ? " earlier iterations" : " earlier outer steps") +
+            " (all of them are in the charts above)" })));
         noted = true;
       }
       prev = ev.created_at_ms;
@@ -695,6 +731,59 @@ async function jobEvents(id, after) {
   return all;
 }
 
+// An RL job's facts (job.rl: docs/rl.md, "Running an RL job"): the last
+// iteration's reward, KL and clip fraction as small readouts.
+function rlFacts(r, state) {
+  const n = r.num_iterations || 0, i = r.iteration || 0;
+  const pct = n ? " (" + (100 * Math.min(1, (state === "succeeded" ? n : i) / n)).toFixed(0) + "%)" : "";
+  const rows = [["progress", i + " / " + (n || "?") + " iterations" + pct],
+    ["reward mean", r.reward_mean === undefined || r.reward_mean === null ? "" :
+      fmtNumber(r.reward_mean, 4) + " \u00b1 " + fmtNumber(r.reward_std, 4)],
+    ["eval reward mean", fmtNumber(r.eval_reward_mean, 4)],
+    ["KL", fmtNumber(r.kl, 5)], ["clip fraction", fmtNumber(r.clip_fraction, 4)],
+    ["rollout tokens/s", fmtNumber(r.tokens_per_second, 0)],
+    ["policy version", r.policy_version === undefined ? "" : r.policy_version]];
+  if (r.served_model) rows.push(["served model", r.served_model]);
+  rows.push(["stale rollouts dropped", r.stale_dropped === undefined ? "" : r.stale_dropped]);
+  if (r.weight_refresh_seconds !== undefined && r.weight_refresh_seconds !== null) {
+    rows.push(["weight refresh", fmtDuration(r.weight_refresh_seconds) + " for " +
+      fmtBytes(r.weight_refresh_bytes)]);
+  }
+  return rows;
+}
+
+// The RL curves from job.rl.history: reward mean with a +-std band and the
+// held-out eval reward as points; KL and clip fraction per iteration.
+function rlCharts() {
+  const reward = new Chart({ id: "chart-reward", title: "Reward",
+    xLabel: "iteration", yLabel: "reward" });
+  const kl = new Chart({ id: "chart-kl", title: "KL to the reference",
+    xLabel: "iteration", yLabel: "KL",
+    // KL is often 1e-4..1e-2: three decimals would print equal ticks.
+    yFormat: (v) => (v === 0 ? "0" : Math.abs(v) < 0.01 ? v.toExponential(1) : fmtNumber(v)) });
+  const clip = new Chart({ id: "chart-clip", title: "Clip fraction",
+    xLabel: "iteration", yLabel: "fraction clipped" });
+  return {
+    roots: [reward.root, kl.root, clip.root],
+    draw(history) {
+      const h = Array.isArray(history) ? history : [];
+      const num = (v) => (typeof v === "number" && isFinite(v) ? v : null);
+      const xs = h.map((p) => p.iteration);
+      const mean = h.map((p) => num(p.reward_mean));
+      const std = h.map((p) => num(p.reward_std));
+      reward.setSeries([
+        { name: "reward_mean", xs, ys: mean, band: { name: "reward_std",
+          lo: mean.map((m, i) => (m === null || std[i] === null ? null : m - std[i])),
+          hi: mean.map((m, i) => (m === null || std[i] === null ? null : m + std[i])) } },
+        { name: "eval_reward_mean", xs, ys: h.map((p) => num(p.eval_reward_mean)),
+          dots: true }]);
+      kl.setSeries([{ name: "kl", xs, ys: h.map((p) => num(p.kl)) }]);
+      clip.setSeries([{ name: "clip_fraction", xs, ys: h.map((p) => num(p.clip_fraction)) }]);
+      return h.length;
+    },
+  };
+}
+
 async function jobView(root, id) {
   const facts = el("dl", { class: "facts", id: "job-facts" });
   const charts = el("div", { class: "charts" });
@@ -719,6 +808,7 @@ async function jobView(root, id) {
     el("section", {}, el("h2", { text: "Events" }), events),
     el("section", {}, el("h2", { text: "Configuration" }), config));
   let drawnConfig = false;
+  let rlView = null;  // the RL charts, made when the job turns out to be one
   // Events seen so far: a refresh asks only for newer ones.
   let seen = [];
   let terminal = false;
@@ -748,12 +838,20 @@ async function jobView(root, id) {
           ["parameters", fmtNumber(t.parameter_count, 0)],
           ["bytes on the wire", fmtBytes(t.wire_bytes)]);
       }
+      if (detail.kind === "rl") rows.push(...rlFacts(detail.rl || {}, detail.state));
       if (detail.error) rows.push(["error", detail.error]);
       facts.replaceChildren(...rows.flatMap(([k, v]) =>
         [el("dt", { text: k }), el("dd", { class: k === "state" ? String(v) : "", text: v })]));
       actions.replaceChildren(TERMINAL.has(detail.state) || detail.state === "cancelling"
         ? "" : cancelButton(detail));
-      if (history) {
+      if (detail.kind === "rl") {
+        if (!rlView) {
+          rlView = rlCharts();
+          charts.replaceChildren(...rlView.roots);
+          document.querySelector("#charts-section h2").textContent = "RL curves";
+        }
+        charts.setAttribute("data-points", rlView.draw(detail.rl && detail.rl.history));
+      } else if (history) {
         const t0 = history.time_ms.length ? history.time_ms[0] : 0;
         const secs = history.time_ms.map((m) => (m - t0) / 1000);
         loss.setSeries([{ name: "loss", xs: history.outer_step, ys: history.loss },
@@ -782,7 +880,8 @@ async function jobView(root, id) {
       terminal = TERMINAL.has(detail.state);
       if (!drawnConfig) {
         const exp = detail.spec && (detail.spec.experiment || detail.spec);
-        const shown = training ? exp : { kind: detail.kind, placement: JSON.stringify(detail.placement) };
+        const shown = training || detail.kind === "rl" ? exp
+          : { kind: detail.kind, placement: JSON.stringify(detail.placement) };
         config.replaceChildren(el("table", { class: "config" },
           el("tbody", {}, ...configRows(shown, "", []))));
         drawnConfig = true;
