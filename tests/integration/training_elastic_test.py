@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Elastic streaming DiLoCo (issue 17 Deliver 2): a real gateway, a node
 manager with two CPU workers and a third worker started by the test under a
-fixed id (PCP_WORKER_ID), a small char GPT, P=2 fragments, H=10, tau=1 and
+fixed id (PCP_WORKER_ID) and another target ("host": a second (backend,
+target) kind, its programs compiled when it joins), a small char GPT, P=2 fragments, H=10, tau=1 and
 alpha=0, so a fragment's receive makes every worker's snapshot of it equal
 to the masters, bit for bit.
 
@@ -20,6 +21,7 @@ to the masters, bit for bit.
 Every wait is bounded.
 """
 import json
+import re
 import os
 import shutil
 import signal
@@ -34,7 +36,7 @@ import training_e2e_test as te  # noqa: E402
 
 from gateway_test import check, request, wait_for  # noqa: E402
 
-ROUNDS = int(os.environ.get("PCP_ELASTIC_ROUNDS", "14"))
+ROUNDS = int(os.environ.get("PCP_ELASTIC_ROUNDS", "20"))
 STREAMING = {"num_fragments": 2, "inner_steps": 10, "overlap_tau": 1,
              "alpha": 0.0}
 # The smallest model of the training tests: a sync is a few local steps of
@@ -49,7 +51,7 @@ def start_third(work, fabric_port):
                PCP_WORKER_ID=THIRD)
     return subprocess.Popen(
         [gt.PCP, "--worker", "--connect", "127.0.0.1:%d" % fabric_port,
-         "--backend", "cpu", "--cache-dir", os.path.join(work, "third-cache")],
+         "--backend", "cpu", "--target", "host", "--cache-dir", os.path.join(work, "third-cache")],
         env=env, stderr=open(os.path.join(work, "third.err"), "a"))
 
 
@@ -81,9 +83,14 @@ def main():
         wait_for(lambda: 2 in te.steps_of(job), 300, "sync 2 reported")
         third = start_third(work, gw.fabric_port)
         joined = wait_for(lambda: first_sync(
-            job, lambda p: THIRD in p.get("workers_joined", [])), 120,
+            job, lambda p: THIRD in p.get("workers_joined", [])), 300,
             "a sync event names %s joined" % THIRD)
         j = first_sync(job, lambda p: THIRD in p.get("workers_joined", []))
+        with open(os.path.join(work, "gw%d.err" % gw.starts)) as f:
+            log = f.read()
+        check(re.search(r'compiling label=%s program=train backend=cpu '
+                        r'target=host ' % job, log) is not None,
+              "the train module compiled for the joiner's kind (cpu, host)")
         check(j is not None and len(j["participants"]) == 3 and
               THIRD in j["participants"] and j["workers_received"] == 3,
               "joined: participants 3 at sync %s: %s" % (
