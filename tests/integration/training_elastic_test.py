@@ -20,7 +20,6 @@ to the masters, bit for bit.
      job succeeds with every sync reported.
 Every wait is bounded.
 """
-import json
 import re
 import os
 import shutil
