@@ -365,6 +365,10 @@ typedef struct pcp_fabric_task_params_t {
   const pcp_proto_keep_resident_t* keep_resident;
   uint32_t keep_resident_count;
   bool return_resident;
+  // Inputs 0..hash_inputs-1 (argument order) whose SHA-256 the worker
+  // returns as one extra last output, u8[32] (TASK_ASSIGN "hash_inputs",
+  // docs/protocol.md); 0: none.
+  uint32_t hash_inputs;
   // Placement: class (ANY or a backend), target ("" any), minimum device
   // memory; or one named worker (|worker_id|, then the rest is ignored,
   // except |worker_class_name|). A worker count is

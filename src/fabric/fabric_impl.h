@@ -63,6 +63,7 @@ struct pcp_fabric_task_t {
   pcp_proto_keep_resident_t* keep;
   uint32_t keep_count;
   bool return_resident;
+  uint32_t hash_inputs;
   pcp_sched_worker_class_t worker_class;
   char* target;
   uint64_t min_device_memory_bytes;

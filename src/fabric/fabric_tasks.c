@@ -292,6 +292,7 @@ static pcp_status_t task_copy_params(pcp_fabric_task_t* task,
     }
   }
   task->return_resident = params->return_resident;
+  task->hash_inputs = params->hash_inputs;
   task->worker_class = params->worker_class;
   if (params->target && params->target[0]) {
     PCP_RETURN_IF_ERROR_BARE(dup_string(a, params->target, &task->target));
@@ -350,6 +351,13 @@ static pcp_status_t task_params_validate(
                              "section or resident reference",
                              i);
     }
+  }
+  uint32_t arguments =
+      params->input_refs ? params->input_ref_count : params->input_count;
+  if (params->hash_inputs > arguments) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "fabric task: hash_inputs %u of %u inputs",
+                           params->hash_inputs, arguments);
   }
   return pcp_ok_status();
 }

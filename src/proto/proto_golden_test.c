@@ -414,6 +414,70 @@ static void check_task_cancel(pcp_proto_frame_t* f) {
   assert_int_equal(m.task_id, 42);
 }
 
+// "hash_inputs" (added with the bit-identity check of training, issue 17):
+// the task_assign vector's task asking for the SHA-256 of its first input,
+// and the answer carrying it as one more output after the function's.
+static void encode_task_assign_hash(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_section_t s = {.name = "x",
+                           .element_type = PCP_ELEMENT_TYPE_F32,
+                           .rank = 2,
+                           .shape = {2, 3},
+                           .data = kTaskInput};
+  pcp_proto_tensor_ref_t inputs[1] = {
+      {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 0},
+  };
+  pcp_proto_task_assign_t m = {.task_id = 43,
+                               .function = "main",
+                               .inputs = inputs,
+                               .input_count = 1,
+                               .hash_inputs = 1};
+  program_hash(m.program);
+  ASSERT_OK(pcp_proto_task_assign_encode(1, 3, &m, &s, 1, &l,
+                                         pcp_allocator_system(), out));
+}
+static void check_task_assign_hash(pcp_proto_frame_t* f) {
+  pcp_proto_task_assign_t m;
+  ASSERT_OK(pcp_proto_task_assign_parse(f, &m));
+  assert_int_equal(m.task_id, 43);
+  assert_int_equal(m.hash_inputs, 1);
+  assert_int_equal(m.input_count, 1);
+}
+
+static uint8_t* task_input_sha256(void) {
+  static pcp_sha256_t h;
+  pcp_sha256_compute(kTaskInput, sizeof(kTaskInput), &h);
+  return h.bytes;
+}
+static void encode_task_result_hash(pcp_proto_encoded_frame_t* out) {
+  pcp_proto_limits_t l = limits();
+  pcp_proto_section_t s[2] = {{.name = "output0",
+                               .element_type = PCP_ELEMENT_TYPE_I32,
+                               .rank = 1,
+                               .shape = {4},
+                               .data = kTaskOutput},
+                              {.name = "inputs_sha256",
+                               .element_type = PCP_ELEMENT_TYPE_U8,
+                               .rank = 1,
+                               .shape = {32},
+                               .data = task_input_sha256()}};
+  pcp_proto_tensor_ref_t outputs[2] = {
+      {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 0},
+      {.kind = PCP_PROTO_TENSOR_REF_SECTION, .section = 1},
+  };
+  pcp_proto_task_result_t m = {
+      .task_id = 43, .outputs = outputs, .output_count = 2, .elapsed_us = 99};
+  ASSERT_OK(pcp_proto_task_result_encode(1, 3, &m, s, 2, &l,
+                                         pcp_allocator_system(), out));
+}
+static void check_task_result_hash(pcp_proto_frame_t* f) {
+  pcp_proto_task_result_t m;
+  ASSERT_OK(pcp_proto_task_result_parse(f, &m));
+  assert_int_equal(m.output_count, 2);
+  assert_int_equal(f->sections[1].byte_length, 32);
+  assert_memory_equal(f->sections[1].data, task_input_sha256(), 32);
+}
+
 static const vector_t kVectors[] = {
     {"hello", "HELLO worker -> gateway, versions 1..1 (frozen layout)",
      encode_hello, check_hello},
@@ -455,6 +519,13 @@ static const vector_t kVectors[] = {
      encode_task_result, check_task_result},
     {"task_cancel", "TASK_CANCEL task 42", encode_task_cancel,
      check_task_cancel},
+    {"task_assign_hash",
+     "TASK_ASSIGN request 3, task 43, one f32[2,3] section, hash_inputs 1",
+     encode_task_assign_hash, check_task_assign_hash},
+    {"task_result_hash",
+     "TASK_RESULT task 43, one i32[4] output and the u8[32] SHA-256 of the "
+     "hashed input",
+     encode_task_result_hash, check_task_result_hash},
 };
 
 //===----------------------------------------------------------------------===//

@@ -86,6 +86,8 @@ typedef struct job_t {
   pcp_proto_section_t* sections;
   size_t section_count;
   char (*section_names)[32];
+  // TASK_ASSIGN "hash_inputs": the digest sent as the last output.
+  uint8_t inputs_sha256[PCP_SHA256_BYTE_LENGTH];
 } job_t;
 
 static void job_free(job_t* job) {
@@ -202,6 +204,15 @@ struct worker_t {
   size_t program_count;
   uint64_t program_tick;
   pcp_roles_worker_session_store_t sessions;
+  // Tasks run that asked for "hash_inputs", and the debug hook
+  // PCP_WORKER_TEST_CORRUPT_PARAM=<n>[,<n>...] (read at start; at most 8
+  // numbers; unset: off): the n-th such task flips one bit of its last
+  // hashed input before hashing and running, so tests can prove the
+  // gateway catches a worker whose copy of the global parameters differs
+  // (docs/training.md).
+  uint64_t hashed_tasks;
+  uint64_t test_corrupt[8];
+  uint32_t test_corrupt_count;
 
   // Series updated from both threads (lock-free).
   pcp_roles_worker_metrics_t metrics;
@@ -1009,6 +1020,54 @@ static pcp_status_t input_value(worker_t* w, job_t* job,
                          "unknown tensor reference kind %d", (int)ref->kind);
 }
 
+// SHA-256 over the raw bytes of inputs 0..hash_inputs-1 in order (a
+// resident one is downloaded for it). The test hook flips bit 0 of the
+// last hashed input's first byte in the worker's own copy (the task then
+// runs on it) when this is the n-th hashed task and that input came with
+// the task (a resident one is left alone).
+static pcp_status_t inputs_hash(worker_t* w,
+                                const pcp_proto_task_assign_t* assign,
+                                pcp_host_tensor_t* hosts, pcp_value_t* values,
+                                uint8_t out[PCP_SHA256_BYTE_LENGTH]) {
+  if (assign->hash_inputs > assign->input_count) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "hash_inputs %u of %u inputs", assign->hash_inputs,
+                           assign->input_count);
+  }
+  ++w->hashed_tasks;
+  bool corrupt = false;
+  for (uint32_t c = 0; c < w->test_corrupt_count; ++c) {
+    corrupt = corrupt || w->test_corrupt[c] == w->hashed_tasks;
+  }
+  pcp_sha256_stream_t* stream = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_sha256_stream_create(&stream));
+  pcp_status_t status = pcp_ok_status();
+  for (uint32_t i = 0; i < assign->hash_inputs && !status; ++i) {
+    if (assign->inputs[i].kind == PCP_PROTO_TENSOR_REF_RESIDENT) {
+      pcp_host_tensor_t copy;
+      memset(&copy, 0, sizeof(copy));
+      status = pcp_tensor_download_host(values[i].resident, &copy);
+      if (!status) {
+        pcp_sha256_stream_update(stream, copy.data, copy.byte_length);
+      }
+      pcp_host_tensor_deinitialize(&copy);
+      continue;
+    }
+    if (corrupt && i + 1 == assign->hash_inputs && hosts[i].byte_length > 0) {
+      ((uint8_t*)hosts[i].data)[0] ^= 1u;
+    }
+    pcp_sha256_stream_update(stream, hosts[i].data, hosts[i].byte_length);
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_stream_finish(stream, &digest);
+  memcpy(out, digest.bytes, PCP_SHA256_BYTE_LENGTH);
+  if (corrupt) {
+    log_event_at(w, PCP_LOG_WARN,
+                 "test hook: flipped one bit of a hashed input", NULL, 0);
+  }
+  return status;
+}
+
 static pcp_status_t run_task(worker_t* w, job_t* job) {
   if (job_cancelled(job)) {
     return cancelled_status(job);
@@ -1066,6 +1125,9 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
       status = pcp_status_annotate_f(status, "input %zu", i);
     }
   }
+  if (!status && assign.hash_inputs > 0) {
+    status = inputs_hash(w, &assign, hosts, values, job->inputs_sha256);
+  }
   // Cancellation is honoured up to here: an IREE call cannot be
   // interrupted, so a cancel that arrives during it is reported after it.
   if (!status && job_cancelled(job)) {
@@ -1110,7 +1172,8 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     }
   }
   if (!status) {
-    size_t count = result_count ? result_count : 1;
+    size_t count = result_count + (assign.hash_inputs > 0 ? 1 : 0);
+    count = count ? count : 1;
     status =
         pcp_allocator_calloc(job->allocator, count * sizeof(pcp_host_tensor_t),
                              (void**)&job->outputs);
@@ -1167,6 +1230,24 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     section->byte_length = host->byte_length;
     ref->kind = PCP_PROTO_TENSOR_REF_SECTION;
     ref->section = (uint32_t)job->section_count;
+    job->section_count++;
+  }
+  if (allocated && !status && assign.hash_inputs > 0) {
+    // The digest of the inputs as this worker held them, after the outputs.
+    size_t k = result_count;
+    job->output_count = (uint32_t)(k + 1);
+    pcp_proto_section_t* section = &job->sections[job->section_count];
+    snprintf(job->section_names[job->section_count],
+             sizeof(job->section_names[0]), "inputs_sha256");
+    section->name = job->section_names[job->section_count];
+    section->element_type = PCP_ELEMENT_TYPE_U8;
+    section->rank = 1;
+    section->shape[0] = PCP_SHA256_BYTE_LENGTH;
+    section->data = job->inputs_sha256;
+    section->byte_length = PCP_SHA256_BYTE_LENGTH;
+    job->refs[k] =
+        (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_SECTION,
+                                 .section = (uint32_t)job->section_count};
     job->section_count++;
   }
   for (size_t k = 0; k < result_count; ++k) {
@@ -1443,6 +1524,12 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
   // and idles with an error line instead of exiting, so a supervisor does
   // not crash-loop it and the log says exactly what to set.
   const char* token = getenv(config->join_token_env);
+  const char* corrupt = getenv("PCP_WORKER_TEST_CORRUPT_PARAM");
+  while (corrupt && *corrupt && w->test_corrupt_count < 8) {
+    char* end = NULL;
+    w->test_corrupt[w->test_corrupt_count++] = strtoull(corrupt, &end, 10);
+    corrupt = end && *end == ',' ? end + 1 : NULL;
+  }
   if (token && token[0]) {
     w->token_length = strlen(token);
     char* copy = NULL;

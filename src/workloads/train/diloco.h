@@ -78,6 +78,15 @@ typedef enum pcp_diloco_inner_state_e {
   PCP_DILOCO_INNER_STATE_RESET = 1,  // fresh moments every round
 } pcp_diloco_inner_state_t;
 
+// What a worker whose hash of the global parameters differs from the
+// gateway's costs (experiment key on_param_mismatch).
+typedef enum pcp_diloco_on_param_mismatch_e {
+  // Its work on the wrong copy is dropped and it gets the gateway's copy
+  // again; the mismatch is counted.
+  PCP_DILOCO_ON_PARAM_MISMATCH_RESYNC = 0,
+  PCP_DILOCO_ON_PARAM_MISMATCH_FAIL = 1,  // the job fails naming both hashes
+} pcp_diloco_on_param_mismatch_t;
+
 typedef enum pcp_diloco_model_kind_e {
   PCP_DILOCO_MODEL_NONE = 0,  // not a built-in (invalid in a spec)
   PCP_DILOCO_MODEL_GPT = 1,
@@ -140,6 +149,8 @@ typedef struct pcp_diloco_config_t {
   double eval_fraction;  // held-out tail of the data (0: no validation)
   int64_t eval_every;    // outer steps (streaming: syncs) between evals
   int64_t eval_batches;  // fixed held-out batches per evaluation
+  // pcp_diloco_on_param_mismatch_t
+  int32_t on_param_mismatch;
   // Ours beside upstream's keys: the job's display and served-model name
   // (NULL: the job id) and the seed of every random draw (init, batches,
   // the held-out set).

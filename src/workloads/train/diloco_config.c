@@ -17,6 +17,7 @@ static const char* const kWireDtypes[] = {"f32", "bf16", NULL};
 static const char* const kSchedules[] = {"constant", "cosine",
                                          "warmup_constant", NULL};
 static const char* const kInnerStates[] = {"keep", "reset", NULL};
+static const char* const kOnParamMismatch[] = {"resync", "fail", NULL};
 static const char* const kModelKinds[] = {"none", "gpt", "nanochat", "qwen3",
                                           NULL};
 
@@ -267,6 +268,14 @@ static const pcp_config_field_t kFields[] = {
      .enum_values = kInnerStates,
      .help = "classic rounds: keep each worker's AdamW moments across rounds "
              "(keep) or start fresh ones every round (reset)"},
+    {.name = "on_param_mismatch",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = offsetof(T, on_param_mismatch),
+     .default_value = "resync",
+     .enum_values = kOnParamMismatch,
+     .help = "a worker's SHA-256 of the global parameters differs from the "
+             "gateway's: drop its work and send it the gateway's copy "
+             "again (resync) or fail the job naming both hashes (fail)"},
     {.name = "eval_fraction",
      .type = PCP_CONFIG_TYPE_DOUBLE,
      .offset = offsetof(T, eval_fraction),

@@ -36,12 +36,21 @@ enum {
   COLUMN_STEP_WIRE_BYTES,
   COLUMN_SECONDS,
   COLUMN_LR,
+  // Measured bytes of the step (the progress's "bytes", from the fabric's
+  // counters): the gateway link in and out, the per-worker means.
+  COLUMN_GATEWAY_IN,
+  COLUMN_GATEWAY_OUT,
+  COLUMN_PER_WORKER_IN,
+  COLUMN_PER_WORKER_OUT,
   COLUMN_COUNT_,
 };
 
 static const char* const kColumnNames[COLUMN_COUNT_] = {
-    "outer_step", "time_ms",         "loss",    "val_loss", "tokens_per_second",
-    "wire_bytes", "step_wire_bytes", "seconds", "lr",
+    "outer_step",      "time_ms",           "loss",
+    "val_loss",        "tokens_per_second", "wire_bytes",
+    "step_wire_bytes", "seconds",           "lr",
+    "gateway_in",      "gateway_out",       "per_worker_in",
+    "per_worker_out",
 };
 
 // The number at |key| of |payload| as JSON (a copy), or null when absent or
@@ -95,6 +104,16 @@ static void columns_append(json_t* const* columns,
                         number_or_null(p, "step_wire_bytes"));
   json_array_append_new(columns[COLUMN_SECONDS], number_or_null(p, "seconds"));
   json_array_append_new(columns[COLUMN_LR], number_or_null(p, "lr"));
+  json_t* bytes = json_object_get(p, "bytes");
+  json_t* mean = json_object_get(bytes, "per_worker_mean");
+  json_array_append_new(columns[COLUMN_GATEWAY_IN],
+                        number_or_null(bytes, "gateway_in"));
+  json_array_append_new(columns[COLUMN_GATEWAY_OUT],
+                        number_or_null(bytes, "gateway_out"));
+  json_array_append_new(columns[COLUMN_PER_WORKER_IN],
+                        number_or_null(mean, "in"));
+  json_array_append_new(columns[COLUMN_PER_WORKER_OUT],
+                        number_or_null(mean, "out"));
 }
 
 pcp_status_t pcp_workloads_train_history_json(pcp_store_t* store,

@@ -78,6 +78,11 @@ static const pcp_obs_metric_def_t kMetrics[] = {
      .type = PCP_OBS_METRIC_TYPE_GAUGE,
      .help = "Inner learning rate of the last inner step (the schedule)",
      .label_names = kJobLabels},
+    {.name = "pcp_training_param_hash_mismatch_total",
+     .type = PCP_OBS_METRIC_TYPE_COUNTER,
+     .help = "Workers whose SHA-256 of the global parameters differed from "
+             "the gateway's",
+     .label_names = kJobLabels},
 };
 
 pcp_status_t pcp_diloco_metrics_register(pcp_obs_registry_t* registry,
@@ -95,6 +100,7 @@ pcp_status_t pcp_diloco_metrics_register(pcp_obs_registry_t* registry,
   out_metrics->lost_tasks = families[6];
   out_metrics->val_loss = families[7];
   out_metrics->learning_rate = families[8];
+  out_metrics->param_hash_mismatches = families[9];
   return pcp_ok_status();
 }
 
@@ -105,7 +111,8 @@ void pcp_diloco_metrics_job_remove(const pcp_diloco_metrics_t* metrics,
   }
   const char* labels[] = {job_id};
   pcp_obs_family_t* per_job[] = {metrics->loss, metrics->tokens_per_second,
-                                 metrics->val_loss, metrics->learning_rate};
+                                 metrics->val_loss, metrics->learning_rate,
+                                 metrics->param_hash_mismatches};
   for (size_t i = 0; i < PCP_ARRAYSIZE(per_job); ++i) {
     if (per_job[i]) {
       pcp_obs_family_series_remove(per_job[i], labels);
@@ -1296,6 +1303,9 @@ typedef struct round_t {
   uint32_t count;
   pcp_proto_section_t* sections;  // shared parameter sections + per-task
   float* lr;  // tau rates, the schedule at this round's inner steps
+  // The gateway's SHA-256 of the parameters every task carries (the global
+  // parameters after outer step |outer_step|), each worker's to match.
+  uint8_t param_sha256[PCP_SHA256_BYTE_LENGTH];
 } round_t;
 
 static int compare_ids(const void* a, const void* b) {
@@ -1756,6 +1766,7 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
   for (size_t i = 0; i < n; ++i) {
     pcp_diloco_job_master_section(job, i, &round->sections[i]);
   }
+  pcp_diloco_param_hash(round->sections, n, round->param_sha256);
   size_t tau = batches_per_round(job);
   size_t per_step = (size_t)(job->spec.batch * job->spec.block_size);
   char(*names)[24] =
@@ -1837,6 +1848,9 @@ static pcp_status_t round_submit(job_t* job, round_t* round) {
     params.input_count = (uint32_t)(n + per_task);
     params.worker_id = t->worker_id;
     params.max_attempts = 1;
+    // The worker returns its SHA-256 of the parameters it received (the
+    // global parameters): bit-identity checked with no extra round trip.
+    params.hash_inputs = (uint32_t)n;
     if (keep) {
       // params (sections 0..n-1), m and v (resident), then the sections
       // step, lr, ids, targets; the new m and v stay resident.
@@ -1916,10 +1930,12 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
     } else {
       status = pcp_fabric_task_outputs(t->task, &outputs, &count);
     }
-    // Outputs: deltas, [m, v (resident), step,] losses.
+    // Outputs: deltas, [m, v (resident), step,] losses, the worker's
+    // SHA-256 of the parameters it received.
     bool keep = keeps_state(job);
-    size_t want_count = keep ? 3 * n + 2 : n + 1;
-    size_t losses_at = want_count - 1;
+    size_t want_count = keep ? 3 * n + 3 : n + 2;
+    size_t losses_at = want_count - 2;
+    size_t hash_at = want_count - 1;
     if (!task_status && !status && count != want_count) {
       status = pcp_make_status(PCP_STATUS_INTERNAL,
                                "worker %s returned %zu outputs, expected %zu",
@@ -1947,6 +1963,32 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
       status = pcp_make_status(PCP_STATUS_INTERNAL,
                                "worker %s: losses of %" PRIu64 " bytes",
                                t->worker_id, outputs[losses_at].byte_length);
+    }
+    if (!task_status && !status &&
+        outputs[hash_at].byte_length != PCP_SHA256_BYTE_LENGTH) {
+      status = pcp_make_status(PCP_STATUS_INTERNAL,
+                               "worker %s: parameter hash of %" PRIu64 " bytes",
+                               t->worker_id, outputs[hash_at].byte_length);
+    }
+    bool hash_match = true;
+    if (!task_status && !status) {
+      // A failure (on_param_mismatch fail) fails the job.
+      PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
+          job, t->worker_id, job->outer_step, round->param_sha256,
+          outputs[hash_at].data, &hash_match));
+    }
+    if (!hash_match) {
+      // resync: its delta was computed from a copy that is not the global
+      // parameters, so it stays out of the average; its resident state is
+      // dropped too (fresh next round), and its next task carries the
+      // gateway's copy again as every round's does.
+      if (t->slot) {
+        t->slot->live = false;
+      }
+      snprintf(out->last_error, sizeof(out->last_error),
+               "worker %s: parameter hash mismatch", t->worker_id);
+      ++out->param_mismatches;
+      continue;
     }
     if ((status || task_status) && t->slot) {
       // Its resident state is not known to be the round's: fresh next time.
@@ -2044,6 +2086,171 @@ void pcp_diloco_job_progress_report(job_t* job, json_t* progress) {
   const pcp_diloco_job_hooks_t* hooks = &job->options->hooks;
   if (progress && hooks->progress) {
     hooks->progress(hooks->user_data, progress);
+  }
+}
+
+static void bytes_snapshot(job_t* job, pcp_diloco_bytes_meter_t* m) {
+  memset(m, 0, sizeof(*m));
+  pcp_fabric_endpoint_stats_t stats;
+  pcp_fabric_endpoint_stats_query(job->options->fabric, &stats);
+  m->gateway_in = stats.bytes_in;
+  m->gateway_out = stats.bytes_out;
+  pcp_fabric_worker_info_t* infos =
+      pcp_diloco_job_calloc(job, BYTES_METER_WORKERS, sizeof(*infos));
+  if (!infos) {
+    return;  // no per-worker figures this step (the gateway's stay)
+  }
+  uint32_t count = pcp_fabric_worker_list(job->options->fabric, infos,
+                                          BYTES_METER_WORKERS, NULL);
+  for (uint32_t i = 0; i < count; ++i) {
+    snprintf(m->workers[i].worker_id, sizeof(m->workers[i].worker_id), "%s",
+             infos[i].worker_id);
+    m->workers[i].in = infos[i].bytes_in;
+    m->workers[i].out = infos[i].bytes_out;
+  }
+  m->count = count;
+  pcp_diloco_job_free(job, infos);
+}
+
+void pcp_diloco_job_bytes_mark(job_t* job) {
+  bytes_snapshot(job, &job->bytes_start);
+}
+
+void pcp_diloco_job_bytes_stop(job_t* job) {
+  bytes_snapshot(job, &job->bytes_end);
+}
+
+json_t* pcp_diloco_job_bytes_json(job_t* job) {
+  const pcp_diloco_bytes_meter_t* now = &job->bytes_end;
+  const pcp_diloco_bytes_meter_t* start = &job->bytes_start;
+  json_t* per_worker = json_object();
+  uint64_t sum_in = 0;
+  uint64_t sum_out = 0;
+  uint32_t counted = 0;
+  // Workers in both snapshots (one that joined during the step is
+  // measured from the next); the counters only grow per worker id.
+  for (uint32_t i = 0; per_worker && i < now->count; ++i) {
+    for (uint32_t j = 0; j < start->count; ++j) {
+      if (strcmp(now->workers[i].worker_id, start->workers[j].worker_id)) {
+        continue;
+      }
+      uint64_t in = now->workers[i].in - start->workers[j].in;
+      uint64_t out = now->workers[i].out - start->workers[j].out;
+      if (in || out) {
+        json_object_set_new(per_worker, now->workers[i].worker_id,
+                            json_pack("{s:I, s:I}", "in", (json_int_t)in, "out",
+                                      (json_int_t)out));
+        sum_in += in;
+        sum_out += out;
+        ++counted;
+      }
+      break;
+    }
+  }
+  uint64_t gateway_in = now->gateway_in - start->gateway_in;
+  uint64_t gateway_out = now->gateway_out - start->gateway_out;
+  job->measured_gateway_in += gateway_in;
+  job->measured_gateway_out += gateway_out;
+  job->measured_workers_in += sum_in;
+  job->measured_workers_out += sum_out;
+  if (!per_worker) {
+    return NULL;
+  }
+  return json_pack("{s:o, s:I, s:I, s:{s:f, s:f}}", "per_worker", per_worker,
+                   "gateway_in", (json_int_t)gateway_in, "gateway_out",
+                   (json_int_t)gateway_out, "per_worker_mean", "in",
+                   counted ? (double)sum_in / counted : 0.0, "out",
+                   counted ? (double)sum_out / counted : 0.0);
+}
+
+json_t* pcp_diloco_job_bytes_total_json(const job_t* job) {
+  return json_pack("{s:I, s:I, s:I, s:I}", "gateway_in",
+                   (json_int_t)job->measured_gateway_in, "gateway_out",
+                   (json_int_t)job->measured_gateway_out, "workers_in",
+                   (json_int_t)job->measured_workers_in, "workers_out",
+                   (json_int_t)job->measured_workers_out);
+}
+
+void pcp_diloco_param_hash(const pcp_proto_section_t* sections, size_t count,
+                           uint8_t out[PCP_SHA256_BYTE_LENGTH]) {
+  pcp_sha256_stream_t* stream = NULL;
+  pcp_status_t status = pcp_sha256_stream_create(&stream);
+  if (status) {
+    // Cannot happen short of memory: an all-zero hash then fails every
+    // comparison loudly rather than passing one.
+    pcp_status_ignore(status);
+    memset(out, 0, PCP_SHA256_BYTE_LENGTH);
+    return;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    pcp_sha256_stream_update(stream, sections[i].data,
+                             (size_t)sections[i].byte_length);
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_stream_finish(stream, &digest);
+  memcpy(out, digest.bytes, PCP_SHA256_BYTE_LENGTH);
+}
+
+pcp_status_t pcp_diloco_param_hash_check(
+    job_t* job, const char* worker_id, uint64_t step,
+    const uint8_t want[PCP_SHA256_BYTE_LENGTH],
+    const uint8_t got[PCP_SHA256_BYTE_LENGTH], bool* out_match) {
+  pcp_sha256_t w;
+  pcp_sha256_t g;
+  memcpy(w.bytes, want, PCP_SHA256_BYTE_LENGTH);
+  memcpy(g.bytes, got, PCP_SHA256_BYTE_LENGTH);
+  char want_hex[PCP_SHA256_HEX_LENGTH + 1];
+  char got_hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&w, want_hex);
+  pcp_sha256_to_hex(&g, got_hex);
+  *out_match = memcmp(want, got, PCP_SHA256_BYTE_LENGTH) == 0;
+  if (*out_match) {
+    job->param_hash_verified = true;
+    job->param_hash_step = step;
+    memcpy(job->param_hash_hex, want_hex, sizeof(want_hex));
+    return pcp_ok_status();
+  }
+  const pcp_diloco_job_options_t* o = job->options;
+  ++job->param_hash_mismatches;
+  bool fail =
+      job->config.on_param_mismatch == PCP_DILOCO_ON_PARAM_MISMATCH_FAIL;
+  PCP_LOG(PCP_LOG_WARN, &job->log,
+          "parameter hash mismatch step=%" PRIu64
+          " worker=%s worker_sha256=%s gateway_sha256=%s policy=%s",
+          step, worker_id, got_hex, want_hex, fail ? "fail" : "resync");
+  if (o->metrics && o->metrics->param_hash_mismatches) {
+    const char* job_label[] = {o->job_id};
+    pcp_obs_family_add(o->metrics->param_hash_mismatches, job_label, 1);
+  }
+  json_t* event =
+      json_pack("{s:I, s:s, s:s, s:s, s:s}", "step", (json_int_t)step,
+                "worker_id", worker_id, "worker_sha256", got_hex,
+                "gateway_sha256", want_hex, "policy", fail ? "fail" : "resync");
+  if (event) {
+    pcp_status_ignore(pcp_store_job_event_append(
+        o->store, o->job_id, "training.param_hash_mismatch", event, NULL));
+    json_decref(event);
+  }
+  if (fail) {
+    return pcp_make_status(PCP_STATUS_DATA_LOSS,
+                           "worker %s holds global parameters of step %" PRIu64
+                           " with SHA-256 %s, the gateway's are %s "
+                           "(on_param_mismatch: fail)",
+                           worker_id, step, got_hex, want_hex);
+  }
+  return pcp_ok_status();
+}
+
+void pcp_diloco_param_hash_json(const job_t* job, json_t* progress) {
+  json_t* o = json_pack(
+      "{s:o, s:o, s:I}", "verified_step",
+      job->param_hash_verified ? json_integer((json_int_t)job->param_hash_step)
+                               : json_null(),
+      "sha256",
+      job->param_hash_verified ? json_string(job->param_hash_hex) : json_null(),
+      "mismatches", (json_int_t)job->param_hash_mismatches);
+  if (o) {
+    json_object_set_new(progress, "param_hash", o);
   }
 }
 
@@ -2191,6 +2398,9 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
     pcp_status_ignore(pcp_diloco_job_workers_wait(job, job->expected_workers,
                                                   WORKER_GRACE_MS));
   }
+  // Measured bytes: the fabric's counters from here to the deltas'
+  // arrival (the evaluation after the step is not part of it).
+  pcp_diloco_job_bytes_mark(job);
   round_t round;
   memset(&round, 0, sizeof(round));
   pcp_status_t status = round_workers(job, &round);
@@ -2242,6 +2452,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   *out_stopped = round_wait(job, &round);
   round_outcome_t outcome;
   status = round_collect(job, &round, &outcome);
+  pcp_diloco_job_bytes_stop(job);
   uint32_t submitted = round.count;
   // The evaluator: the first worker (by id) whose round succeeded.
   char eval_worker[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1] = "";
@@ -2340,6 +2551,17 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
                         : "keep"));
     json_object_set_new(progress, "fresh_inner_state",
                         json_integer(outcome.fresh_inner_state));
+    json_object_set_new(progress, "param_mismatches",
+                        json_integer(outcome.param_mismatches));
+    json_t* bytes = pcp_diloco_job_bytes_json(job);
+    if (bytes) {
+      json_object_set_new(progress, "bytes", bytes);
+    }
+    json_t* totals = pcp_diloco_job_bytes_total_json(job);
+    if (totals) {
+      json_object_set_new(progress, "bytes_total", totals);
+    }
+    pcp_diloco_param_hash_json(job, progress);
     pcp_status_ignore(pcp_store_job_event_append(
         o->store, o->job_id, "training.step", progress, NULL));
   }

@@ -74,6 +74,8 @@ typedef struct pcp_diloco_metrics_t {
   pcp_obs_family_t* lost_tasks;          // counter
   pcp_obs_family_t* val_loss;            // gauge {job}
   pcp_obs_family_t* learning_rate;       // gauge {job}
+  // counter {job}
+  pcp_obs_family_t* param_hash_mismatches;
 } pcp_diloco_metrics_t;
 
 // Registers the families in |registry|. Errors as pcp_obs_registry_register
@@ -82,8 +84,8 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_metrics_register(
     pcp_obs_registry_t* registry, pcp_diloco_metrics_t* out_metrics);
 
 // Removes |job_id|'s {job} series (loss, tokens/s, val loss, learning
-// rate); pcp_diloco_job_run calls it when the job ends. NULL |metrics|: a
-// no-op. Thread-safe.
+// rate, parameter hash mismatches); pcp_diloco_job_run calls it when the job
+// ends. NULL |metrics|: a no-op. Thread-safe.
 void pcp_diloco_metrics_job_remove(const pcp_diloco_metrics_t* metrics,
                                    const char* job_id);
 

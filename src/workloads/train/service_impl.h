@@ -77,6 +77,21 @@ typedef struct eval_program_t {
   uint8_t hash[PCP_SHA256_BYTE_LENGTH];
 } eval_program_t;
 
+// Measured bytes: the fabric's byte counters of the workers (their links
+// to the gateway, framing included) and of the whole endpoint at one
+// moment; a step's figures are the differences between two of these.
+#define BYTES_METER_WORKERS MAX_ROUND_WORKERS
+typedef struct pcp_diloco_bytes_meter_t {
+  uint32_t count;
+  struct {
+    char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+    uint64_t in;
+    uint64_t out;
+  } workers[BYTES_METER_WORKERS];
+  uint64_t gateway_in;
+  uint64_t gateway_out;
+} pcp_diloco_bytes_meter_t;
+
 // What wakes a job's task waits when one of its fabric tasks ends: each
 // task submitted through pcp_diloco_job_task_submit holds a reference and
 // signals the hooks' waiter from its DONE callback (the fabric's loop
@@ -193,6 +208,21 @@ typedef struct job_t {
   json_t* stream_cursor;
   json_t* stream_resume;
   char stream_resume_dir[1300];
+  // Bit-identity (docs/training.md): the last outer step (streaming: sync)
+  // whose global parameters every hashing worker held bit for bit, their
+  // SHA-256 (hex), and the mismatches seen in this run.
+  bool param_hash_verified;
+  uint64_t param_hash_step;
+  char param_hash_hex[PCP_SHA256_HEX_LENGTH + 1];
+  uint64_t param_hash_mismatches;
+  // Measured bytes: the counters at the start of the step being measured,
+  // and the run's totals of the measured steps.
+  pcp_diloco_bytes_meter_t bytes_start;
+  pcp_diloco_bytes_meter_t bytes_end;
+  uint64_t measured_gateway_in;
+  uint64_t measured_gateway_out;
+  uint64_t measured_workers_in;
+  uint64_t measured_workers_out;
 } job_t;
 
 // What one classic outer step (or one streaming sync) reports.
@@ -207,6 +237,8 @@ typedef struct round_outcome_t {
   // joined or returned; always 0 with inner_state reset, where every
   // round starts fresh by definition).
   uint32_t fresh_inner_state;
+  // Workers whose parameter hash differed (resync: dropped this step).
+  uint32_t param_mismatches;
   char last_error[256];
 } round_outcome_t;
 
@@ -314,6 +346,40 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_evaluate(job_t* job,
 // Whether outer step |step| (just completed) is due an evaluation: every
 // eval_every steps and at |last|.
 bool pcp_diloco_job_eval_due(const job_t* job, uint64_t step, bool last);
+
+// Snapshots the fabric's byte counters into job->bytes_start (the step's
+// start) or job->bytes_end (its end).
+void pcp_diloco_job_bytes_mark(job_t* job);
+void pcp_diloco_job_bytes_stop(job_t* job);
+// The bytes on the wire from mark to stop, from the fabric's counters
+// (not arithmetic): {"per_worker": {id: {"in", "out"}}, "gateway_in",
+// "gateway_out", "per_worker_mean": {"in", "out"}}, "in" being what the
+// gateway read from the worker; adds them to the run's totals. New
+// reference or NULL.
+json_t* pcp_diloco_job_bytes_json(job_t* job);
+// The run's measured totals: {"gateway_in", "gateway_out", "workers_in",
+// "workers_out"}. New reference or NULL.
+json_t* pcp_diloco_job_bytes_total_json(const job_t* job);
+
+// The gateway's SHA-256 of the global parameters as the workers receive
+// them: |sections|' raw bytes in order.
+void pcp_diloco_param_hash(const pcp_proto_section_t* sections, size_t count,
+                           uint8_t out[PCP_SHA256_BYTE_LENGTH]);
+// Compares worker |worker_id|'s hash |got| of the global parameters after
+// step |step| with the gateway's |want|. A match records the step as
+// verified. A mismatch is logged, appended to the job's events
+// ("training.param_hash_mismatch") and counted
+// (pcp_training_param_hash_mismatch_total{job}); *out_match false. With
+// on_param_mismatch "fail" it returns DATA_LOSS naming the worker and both
+// hashes (the job fails with it); "resync" returns OK (the caller drops
+// the worker's work and sends it the gateway's copy again).
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_param_hash_check(
+    job_t* job, const char* worker_id, uint64_t step,
+    const uint8_t want[PCP_SHA256_BYTE_LENGTH],
+    const uint8_t got[PCP_SHA256_BYTE_LENGTH], bool* out_match);
+// Sets progress's "param_hash": {"verified_step", "sha256", "mismatches"}
+// (verified_step and sha256 null before the first check).
+void pcp_diloco_param_hash_json(const job_t* job, json_t* progress);
 
 // Hands |progress| (may be NULL) to the progress hook.
 void pcp_diloco_job_progress_report(job_t* job, json_t* progress);

@@ -97,6 +97,9 @@ typedef struct stream_t {
   uint64_t sync_total;
   bool bf16;         // deltas on the wire in bf16 (deltas_dtype)
   bool bf16_params;  // the model's parameters (p, s, masters down) are bf16
+  // The inputs whose SHA-256 the tasks stream_submit sends return (0: none):
+  // set around a @mix, whose first inputs are alpha and the masters.
+  uint32_t hash_inputs;
 } stream_t;
 
 static const char* resident_name(stream_t* st, char kind, size_t tensor) {
@@ -482,6 +485,7 @@ static void stream_submit(
   params.worker_id = w->worker_id;
   params.session_id = w->session;
   params.max_attempts = 1;
+  params.hash_inputs = st->hash_inputs;
   pcp_status_t status = pcp_diloco_job_task_submit(st->job, &params, &w->task);
   if (status) {
     w->task = NULL;
@@ -659,6 +663,95 @@ static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
   return pcp_ok_status();
 }
 
+// Checks every live worker's hash of a @mix's inputs (the last output)
+// against |want|. on_param_mismatch "fail": the job fails; "resync": the
+// mismatching workers run the @mix again with alpha 0 on the gateway's
+// copy, so their local parameters and snapshot become the global ones
+// (their own progress on the fragment is dropped: it was blended with the
+// wrong copy), hashed again; one that still differs is dropped for the
+// rest of the run.
+static pcp_status_t mix_hashes_check(stream_t* st, uint32_t fragment,
+                                     const uint8_t want[PCP_SHA256_BYTE_LENGTH],
+                                     const pcp_proto_section_t* sections,
+                                     uint32_t section_count,
+                                     const pcp_proto_tensor_ref_t* refs,
+                                     uint32_t ref_count,
+                                     const pcp_proto_keep_resident_t* keep,
+                                     uint32_t keep_count, bool* out_stopped) {
+  job_t* job = st->job;
+  // The resync's inputs: alpha 0, the same masters.
+  static const float kZero = 0.0f;
+  pcp_proto_section_t* resync =
+      pcp_diloco_job_calloc(job, section_count, sizeof(*resync));
+  if (!resync) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "resync inputs");
+  }
+  memcpy(resync, sections, section_count * sizeof(*resync));
+  resync[0].data = &kZero;
+  uint8_t resync_want[PCP_SHA256_BYTE_LENGTH];
+  pcp_diloco_param_hash(resync, section_count, resync_want);
+  pcp_status_t status = pcp_ok_status();
+  bool resynced[MAX_ROUND_WORKERS] = {false};
+  for (int attempt = 0; attempt < 2 && !*out_stopped && !status; ++attempt) {
+    bool redo[MAX_ROUND_WORKERS] = {false};
+    bool any = false;
+    for (uint32_t k = 0; k < st->worker_count; ++k) {
+      stream_worker_t* w = &st->workers[k];
+      if (!w->alive || !w->task) {
+        continue;
+      }
+      const pcp_proto_section_t* outputs = NULL;
+      size_t n_out = 0;
+      status = pcp_fabric_task_outputs(w->task, &outputs, &n_out);
+      if (!status && (n_out == 0 || outputs[n_out - 1].byte_length !=
+                                        PCP_SHA256_BYTE_LENGTH)) {
+        status = pcp_make_status(PCP_STATUS_INTERNAL,
+                                 "worker %s: @mix returned no parameter hash",
+                                 w->worker_id);
+      }
+      bool match = true;
+      if (!status) {
+        status = pcp_diloco_param_hash_check(
+            job, w->worker_id, st->syncs + 1,
+            attempt > 0 && resynced[k] ? resync_want : want,
+            outputs[n_out - 1].data, &match);
+      }
+      if (status) {
+        break;
+      }
+      if (!match && attempt == 0) {
+        redo[k] = any = true;
+      } else if (!match) {
+        PCP_LOG(PCP_LOG_WARN, &job->log,
+                "streaming worker %s: parameters differ again after a "
+                "resync; dropped for the rest of the run",
+                w->worker_id);
+        // Not admitted again on this connection (stream_join).
+        stream_worker_lost(st, w, "parameters differ after a resync");
+      }
+    }
+    if (status || !any) {
+      break;
+    }
+    // resync: the @mix again, on the mismatching workers only (the others
+    // keep their finished task: waited on at once, checked again).
+    for (uint32_t k = 0; k < st->worker_count; ++k) {
+      if (redo[k]) {
+        resynced[k] = true;
+        pcp_fabric_task_release(st->workers[k].task);
+        st->workers[k].task = NULL;
+        stream_submit(st, &st->workers[k],
+                      st->kinds[st->workers[k].kind].fragment_hash[fragment],
+                      "mix", resync, section_count, refs, ref_count, keep,
+                      keep_count);
+      }
+    }
+    *out_stopped = stream_wait(st);
+  }
+  pcp_diloco_job_free(job, resync);
+  return status;
+}
+
 // A fragment's send (@delta) or receive (@mix) on every live worker.
 static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
                                          bool mix, bool init, bool* out_stopped,
@@ -728,6 +821,13 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
   }
   uint64_t up_bytes = 0;
   uint32_t reporters = 0;
+  // A @mix hashes what it received (alpha, then the fragment's masters):
+  // every worker must hold the gateway's global parameters bit for bit.
+  uint8_t param_sha256[PCP_SHA256_BYTE_LENGTH];
+  if (mix) {
+    pcp_diloco_param_hash(sections, section_count, param_sha256);
+    st->hash_inputs = section_count;
+  }
   for (uint32_t k = 0; k < st->worker_count && !*out_stopped; ++k) {
     stream_worker_t* w = &st->workers[k];
     if (!w->alive) {
@@ -738,9 +838,13 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
                   ref_count, keep, keep_count);
   }
   *out_stopped = stream_wait(st);
-  bool* stopped = out_stopped;
-  (void)stopped;
   pcp_status_t status = pcp_ok_status();
+  if (mix && !*out_stopped) {
+    status =
+        mix_hashes_check(st, fragment, param_sha256, sections, section_count,
+                         refs, ref_count, keep, keep_count, out_stopped);
+  }
+  st->hash_inputs = 0;
   if (!mix && !init && !*out_stopped) {
     // Sum the deltas of the fragment's tensors over the reporters.
     float* sum = job->accumulator.sum;
@@ -1711,6 +1815,9 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
   // tokens_per_second: local steps and wall time since the previous event.
   int64_t last_event_ns = pcp_clock_now_ns(o->clock);
   uint64_t checkpointed = st.syncs;  // syncs at the last checkpoint
+  // Measured bytes per sync: the fabric's counters from one sync's event
+  // to the next (local steps, sends and the receive between them).
+  pcp_diloco_job_bytes_mark(job);
   uint64_t every = job->config.checkpoint_every > 0
                        ? (uint64_t)job->config.checkpoint_every
                        : 0;
@@ -1813,6 +1920,17 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
         json_object_set_new(progress, "streaming", json_true());
         json_object_set_new(progress, "evaluated", json_boolean(evaluated));
         stream_progress_elastic(&st, p, progress);
+        pcp_diloco_job_bytes_stop(job);
+        json_t* bytes = pcp_diloco_job_bytes_json(job);
+        if (bytes) {
+          json_object_set_new(progress, "bytes", bytes);
+        }
+        json_t* totals = pcp_diloco_job_bytes_total_json(job);
+        if (totals) {
+          json_object_set_new(progress, "bytes_total", totals);
+        }
+        pcp_diloco_job_bytes_mark(job);
+        pcp_diloco_param_hash_json(job, progress);
         pcp_status_ignore(pcp_store_job_event_append(
             o->store, o->job_id, "training.step", progress, NULL));
       }
