@@ -6,7 +6,8 @@
 // 400 and 429, a wrong-length array, garbage JSON, non-numbers and an
 // oversized body; plus slicing into max_batch, the bearer token from the
 // environment, invalid UTF-8 in completions, concurrent callers, and config
-// refusals naming the key.
+// refusals naming the key; and the caller's stop ending a call to a
+// verifier that never answers, or one in its backoff, within 1 s.
 
 #include <arpa/inet.h>
 #include <math.h>
