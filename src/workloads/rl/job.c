@@ -891,8 +891,11 @@ static pcp_status_t evaluate(rl_run_t* run, double* out_mean) {
       run->rl->options.infer, &request, run->allocator, &set);
   pcp_allocator_free(run->allocator, indices);
   if (!status) {
-    status = pcp_workloads_rl_rollouts_score(&run->verifier, &run->eval_prompts,
-                                             0, &set);
+    // The job's stop reaches an external verifier's waits (timeouts,
+    // retries, backoff), so a cancel does not wait them out.
+    pcp_workloads_rl_stop_t stop = {run_stop, run};
+    status = pcp_workloads_rl_rollouts_score_until(
+        &run->verifier, &run->eval_prompts, 0, &stop, &set);
   }
   if (!status && set.count > 0) {
     double sum = 0;
@@ -1049,8 +1052,9 @@ static pcp_status_t iteration_run(rl_run_t* run, int64_t i) {
     dropped = pcp_workloads_rl_stale_groups_mark(set.items, set.count,
                                                  e->group_size, s->version,
                                                  e->max_off_policy_steps, keep);
-    status =
-        pcp_workloads_rl_rollouts_score(&run->verifier, &run->prompts, 0, &set);
+    pcp_workloads_rl_stop_t stop = {run_stop, run};
+    status = pcp_workloads_rl_rollouts_score_until(
+        &run->verifier, &run->prompts, 0, &stop, &set);
   }
   if (!status) {
     for (size_t g = 0; g < groups; ++g) {
