@@ -19,6 +19,9 @@
 struct pcp_http_client_t {
   pcp_allocator_t allocator;
   CURL* curl;
+  // Runs the requests that have a should_stop (perform_stoppable); NULL
+  // until the first.
+  CURLM* multi;
   char* ca_path;
   int64_t timeout_ms;
   size_t max_response_bytes;
@@ -41,7 +44,14 @@ struct pcp_http_client_t {
   X(easy_perform)           \
   X(easy_getinfo)           \
   X(slist_append)           \
-  X(slist_free_all)
+  X(slist_free_all)         \
+  X(multi_init)             \
+  X(multi_cleanup)          \
+  X(multi_add_handle)       \
+  X(multi_remove_handle)    \
+  X(multi_perform)          \
+  X(multi_poll)             \
+  X(multi_info_read)
 
 typedef struct curl_api_t {
 #define CURL_API_FIELD(name) __typeof__(curl_##name)* name;
@@ -115,6 +125,9 @@ pcp_status_t pcp_http_client_create(const pcp_http_client_options_t* options,
 void pcp_http_client_release(pcp_http_client_t* client) {
   if (!client) {
     return;
+  }
+  if (client->multi) {
+    g_curl.multi_cleanup(client->multi);
   }
   if (client->curl) {
     g_curl.easy_cleanup(client->curl);
@@ -250,6 +263,62 @@ static pcp_status_t request_prepare(pcp_http_client_t* client,
   return pcp_ok_status();
 }
 
+// easy_perform with a stop check: libcurl's own loop calls the progress
+// callback only about once a second while it waits for an answer, too late
+// for a job's cancel, so a stoppable request runs on the client's multi
+// handle, waking every PCP_HTTP_CLIENT_STOP_POLL_MS. The multi handle keeps
+// its own connection cache (keep-alive between stoppable requests).
+// *out_stopped: should_stop turned true (the transfer was dropped, which
+// closes its connection).
+static CURLcode perform_stoppable(pcp_http_client_t* client,
+                                  const pcp_http_client_request_t* request,
+                                  bool* out_stopped) {
+  *out_stopped = false;
+  if (!client->multi) {
+    client->multi = g_curl.multi_init();
+    if (!client->multi) {
+      return CURLE_OUT_OF_MEMORY;
+    }
+  }
+  CURLM* multi = client->multi;
+  CURL* curl = client->curl;
+  if (g_curl.multi_add_handle(multi, curl) != CURLM_OK) {
+    return CURLE_FAILED_INIT;
+  }
+  CURLcode result = CURLE_OK;
+  for (;;) {
+    if (request->should_stop(request->stop_user_data)) {
+      *out_stopped = true;
+      result = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    int running = 0;
+    if (g_curl.multi_perform(multi, &running) != CURLM_OK) {
+      result = CURLE_FAILED_INIT;
+      break;
+    }
+    bool done = false;
+    int queued = 0;
+    for (CURLMsg* message = g_curl.multi_info_read(multi, &queued); message;
+         message = g_curl.multi_info_read(multi, &queued)) {
+      if (message->msg == CURLMSG_DONE && message->easy_handle == curl) {
+        result = message->data.result;
+        done = true;
+      }
+    }
+    if (done) {
+      break;
+    }
+    if (g_curl.multi_poll(multi, NULL, 0, PCP_HTTP_CLIENT_STOP_POLL_MS, NULL) !=
+        CURLM_OK) {
+      result = CURLE_FAILED_INIT;
+      break;
+    }
+  }
+  g_curl.multi_remove_handle(multi, curl);
+  return result;
+}
+
 static pcp_status_code_t code_of_curl_result(CURLcode result) {
   return result == CURLE_OPERATION_TIMEDOUT ? PCP_STATUS_DEADLINE_EXCEEDED
                                             : PCP_STATUS_UNAVAILABLE;
@@ -276,10 +345,15 @@ pcp_status_t pcp_http_client_send(pcp_http_client_t* client,
   g_curl.easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
   g_curl.easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
   CURLcode result = CURLE_OK;
+  bool stopped = false;
   if (!status) {
-    result = g_curl.easy_perform(curl);
+    result = request->should_stop ? perform_stoppable(client, request, &stopped)
+                                  : g_curl.easy_perform(curl);
   }
-  if (!status && result != CURLE_OK) {
+  if (!status && stopped) {
+    status = pcp_make_status(PCP_STATUS_CANCELLED, "%s %s: stopped", method,
+                             request->url);
+  } else if (!status && result != CURLE_OK) {
     pcp_status_code_t code = code_of_curl_result(result);
     if (transfer.too_large) {
       code = PCP_STATUS_RESOURCE_EXHAUSTED;

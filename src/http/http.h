@@ -509,7 +509,16 @@ typedef struct pcp_http_client_request_t {
   size_t body_length;
   // Sends the body with Transfer-Encoding: chunked (no Content-Length).
   bool chunked;
+  // pcp_http_client_send only: polled at least every
+  // PCP_HTTP_CLIENT_STOP_POLL_MS while the request runs; true abandons it
+  // (the connection is closed) with CANCELLED. NULL: the request runs to
+  // its answer or timeout. The streaming API has its own should_stop.
+  bool (*should_stop)(void* user_data);
+  void* stop_user_data;
 } pcp_http_client_request_t;
+
+// Longest wait between two polls of a request's should_stop.
+#define PCP_HTTP_CLIENT_STOP_POLL_MS 50
 
 typedef struct pcp_http_client_response_t {
   int http_status;
@@ -534,7 +543,8 @@ void pcp_http_client_release(pcp_http_client_t* client);
 
 // Performs |request|. Any HTTP status is OK (read it from the response);
 // UNAVAILABLE for connection failures, DEADLINE_EXCEEDED on timeout,
-// RESOURCE_EXHAUSTED past max_response_bytes. |out_response| is cleared
+// RESOURCE_EXHAUSTED past max_response_bytes, CANCELLED when the request's
+// should_stop turned true. |out_response| is cleared
 // first; release it with pcp_http_client_response_deinitialize.
 PCP_MUST_USE_RESULT pcp_status_t pcp_http_client_send(
     pcp_http_client_t* client, const pcp_http_client_request_t* request,

@@ -562,6 +562,12 @@ pcp_status_t pcp_proto_gateway_conn_on_bytes(pcp_proto_gateway_conn_t* c,
                                              const void* data,
                                              size_t byte_length,
                                              int64_t now_ns) {
+  // Liveness is progress (s.4): any byte proves the peer alive, not only a
+  // complete frame. On a slow link one frame (a task's result) can take
+  // longer than 3H to arrive, and the worker's heartbeats wait behind it on
+  // the same stream; a stalled peer still goes silent and is evicted.
+  if (byte_length > 0 && c->state != PCP_PROTO_GATEWAY_CLOSED)
+    c->last_rx_ns = now_ns;
   const uint8_t* p = data;
   while (byte_length > 0 && c->state != PCP_PROTO_GATEWAY_CLOSED) {
     size_t consumed = 0;
@@ -577,8 +583,6 @@ pcp_status_t pcp_proto_gateway_conn_on_bytes(pcp_proto_gateway_conn_t* c,
       break;
     pcp_proto_frame_t frame;
     pcp_proto_frame_decoder_take(&c->decoder, &frame);
-    // Any valid frame proves the peer alive (s.3.5).
-    c->last_rx_ns = now_ns;
     status = handle_frame(c, &frame);
     pcp_proto_frame_deinitialize(&frame);
     PCP_RETURN_IF_ERROR_BARE(status);

@@ -860,6 +860,9 @@ void pcp_proto_gateway_conn_release(pcp_proto_gateway_conn_t* conn);
 // Events. Protocol errors from the peer do not fail these calls: they turn
 // into ERROR/REJECT + CLOSE actions. A status means this side failed
 // (RESOURCE_EXHAUSTED when an action could not be queued).
+// |byte_length| bytes arrived at |now_ns|: any byte, a part of a frame too,
+// proves the peer alive and restarts the silence timer (s.4), so call it as
+// bytes arrive, not once a frame is complete.
 PCP_MUST_USE_RESULT pcp_status_t pcp_proto_gateway_conn_on_bytes(
     pcp_proto_gateway_conn_t* conn, const void* data, size_t byte_length,
     int64_t now_ns);
@@ -921,7 +924,7 @@ const pcp_proto_join_t* pcp_proto_gateway_conn_join(
     const pcp_proto_gateway_conn_t* conn);
 size_t pcp_proto_gateway_conn_in_flight_count(
     const pcp_proto_gateway_conn_t* conn);
-// Deadline after which the peer is evicted (last frame + 3H).
+// Deadline after which the peer is evicted (last byte received + 3H).
 int64_t pcp_proto_gateway_conn_deadline_ns(
     const pcp_proto_gateway_conn_t* conn);
 // Frames dropped as duplicates or stale (results of unknown tasks, old
@@ -981,6 +984,8 @@ pcp_proto_worker_on_connected(pcp_proto_worker_t* worker, int64_t now_ns);
 // schedules the next CONNECT with backoff (none after SHUTDOWN).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_proto_worker_on_closed(pcp_proto_worker_t* worker, int64_t now_ns);
+// |byte_length| bytes arrived at |now_ns|; as on the gateway side, any byte
+// restarts the silence timer (s.4).
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_proto_worker_on_bytes(pcp_proto_worker_t* worker, const void* data,
                           size_t byte_length, int64_t now_ns);
@@ -1033,6 +1038,9 @@ int64_t pcp_proto_worker_reconnect_at_ns(const pcp_proto_worker_t* worker);
 uint32_t pcp_proto_worker_attempt_count(const pcp_proto_worker_t* worker);
 size_t pcp_proto_worker_in_flight_count(const pcp_proto_worker_t* worker);
 uint64_t pcp_proto_worker_lease_epoch(const pcp_proto_worker_t* worker);
+// Connected: the time after which the worker leaves a silent gateway (last
+// byte received + 3H).
+int64_t pcp_proto_worker_deadline_ns(const pcp_proto_worker_t* worker);
 
 #ifdef __cplusplus
 }

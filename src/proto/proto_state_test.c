@@ -47,6 +47,13 @@ typedef struct harness_t {
   size_t wk_sent_count;
   bool drop_to_gateway;  // a partition: worker -> gateway bytes lost
   bool link_up;
+  // A slow link: SENDs queue on |wire| (0: to the worker, 1: to the
+  // gateway) and trickle() delivers a few bytes per call, in order.
+  bool slow;
+  uint8_t* wire[2];
+  size_t wire_length[2];
+  size_t wire_offset[2];
+  bool stalled[2];  // nothing of that direction arrives any more
   int64_t now;
   uint8_t nonce_seed;
   pcp_proto_limits_t limits;
@@ -95,6 +102,8 @@ static void harness_init(harness_t* h, const pcp_proto_limits_t* limits) {
 }
 
 static void harness_free(harness_t* h) {
+  free(h->wire[0]);
+  free(h->wire[1]);
   recorded_clear(&h->gw);
   recorded_clear(&h->wk);
   pcp_proto_gateway_conn_release(h->gateway);
@@ -105,6 +114,15 @@ static void send_bytes(harness_t* h, bool to_gateway,
                        pcp_proto_encoded_frame_t* frame) {
   size_t n;
   uint8_t* bytes = test_flatten(frame, &n);
+  if (h->slow) {
+    int d = to_gateway ? 1 : 0;
+    h->wire[d] = realloc(h->wire[d], h->wire_length[d] + n);
+    assert_non_null(h->wire[d]);
+    memcpy(h->wire[d] + h->wire_length[d], bytes, n);
+    h->wire_length[d] += n;
+    free(bytes);
+    return;
+  }
   if (to_gateway) {
     if (!h->drop_to_gateway && h->gateway) {
       ASSERT_OK(pcp_proto_gateway_conn_on_bytes(h->gateway, bytes, n, h->now));
@@ -167,6 +185,34 @@ static void tick(harness_t* h, int64_t advance_ns) {
     ASSERT_OK(pcp_proto_gateway_conn_on_tick(h->gateway, h->now));
   ASSERT_OK(pcp_proto_worker_on_tick(h->worker, h->now));
   pump(h);
+}
+
+// Slow link: delivers at most |budget| queued bytes each way (none on a
+// stalled direction), in one on_bytes call per direction, then pumps. A
+// link that went down loses what was on it. Returns the bytes delivered.
+static size_t trickle(harness_t* h, size_t budget) {
+  size_t delivered = 0;
+  for (int d = 0; d < 2; ++d) {
+    if (!h->link_up) {
+      h->wire_length[d] = h->wire_offset[d] = 0;
+      continue;
+    }
+    size_t n = h->wire_length[d] - h->wire_offset[d];
+    if (n > budget)
+      n = budget;
+    if (n == 0 || h->stalled[d])
+      continue;
+    const uint8_t* p = h->wire[d] + h->wire_offset[d];
+    h->wire_offset[d] += n;
+    delivered += n;
+    if (d == 1) {
+      ASSERT_OK(pcp_proto_gateway_conn_on_bytes(h->gateway, p, n, h->now));
+    } else {
+      ASSERT_OK(pcp_proto_worker_on_bytes(h->worker, p, n, h->now));
+    }
+  }
+  pump(h);
+  return delivered;
 }
 
 // Runs the handshake up to JOIN_VERIFIED and accepts with |params|.
@@ -1252,6 +1298,193 @@ static void orphan_tensor_blobs_do_not_block(void** state) {
   harness_free(&h);
 }
 
+//===----------------------------------------------------------------------===//
+// Liveness is progress (docs/protocol.md s.4): on a slow link one frame takes
+// longer than 3H and the heartbeats wait behind it on the same stream; bytes
+// of the frame arriving keep the connection, silence still ends it.
+
+// 200 000 bytes of f32 inline in one frame (the default chunk is 16 MiB).
+#define SLOW_FLOATS 50000
+// 5 000 bytes per 250 ms tick (20 kB/s): the frame takes 10 s = 10 H.
+#define SLOW_BUDGET 5000
+
+static void slow_link_join(harness_t* h, float* data) {
+  harness_init(h, NULL);
+  new_gateway(h, kToken, sizeof(kToken) - 1);
+  ASSERT_OK(pcp_proto_worker_start(h->worker, h->now));
+  pcp_proto_gateway_accept_params_t p = lease(1, 1);
+  join(h, &p);
+  h->slow = true;
+  for (size_t i = 0; i < SLOW_FLOATS; ++i) data[i] = (float)i * 0.5f;
+}
+
+static pcp_proto_section_t slow_section(const float* data) {
+  pcp_proto_section_t s = {.name = "x",
+                           .element_type = PCP_ELEMENT_TYPE_F32,
+                           .rank = 1,
+                           .shape = {SLOW_FLOATS},
+                           .data = data};
+  return s;
+}
+
+static void slow_link_assign(harness_t* h, const float* data) {
+  pcp_proto_section_t s = slow_section(data);
+  pcp_proto_tensor_ref_t in = {.kind = PCP_PROTO_TENSOR_REF_SECTION};
+  pcp_proto_task_assign_t task = {
+      .task_id = 9, .function = "main", .inputs = &in, .input_count = 1};
+  uint64_t request_id = 0;
+  ASSERT_OK(pcp_proto_gateway_conn_assign_task(h->gateway, &task, &s, 1, h->now,
+                                               &request_id));
+  pump(h);
+}
+
+static void slow_link_complete(harness_t* h, const float* data) {
+  pcp_proto_section_t s = slow_section(data);
+  pcp_proto_tensor_ref_t out = {.kind = PCP_PROTO_TENSOR_REF_SECTION};
+  pcp_proto_task_result_t result = {
+      .task_id = 9, .outputs = &out, .output_count = 1};
+  ASSERT_OK(pcp_proto_worker_task_complete(h->worker, &result, &s, 1, h->now));
+  pump(h);
+}
+
+static void slow_bytes_keep_the_connection(void** state) {
+  (void)state;
+  harness_t h;
+  float* data = malloc(SLOW_FLOATS * sizeof(float));
+  slow_link_join(&h, data);
+  // The task's inputs cross the link in about 10 s, one frame; the
+  // gateway's heartbeats queue behind it. The worker stays.
+  slow_link_assign(&h, data);
+  int64_t start = h.now;
+  while (!recorded_find(&h.wk, PCP_PROTO_ACTION_RUN_TASK)) {
+    assert_true(h.now - start < 15000 * MS);
+    tick(&h, 250 * MS);
+    trickle(&h, SLOW_BUDGET);
+    assert_int_equal(pcp_proto_worker_state(h.worker), PCP_PROTO_WORKER_READY);
+  }
+  assert_true(h.now - start >= 9750 * MS);
+  assert_null(recorded_find(&h.wk, PCP_PROTO_ACTION_CLOSE));
+  pcp_proto_action_t* run = recorded_find(&h.wk, PCP_PROTO_ACTION_RUN_TASK);
+  assert_memory_equal(run->received.sections[0].data, data,
+                      SLOW_FLOATS * sizeof(float));
+  // The result goes back as slowly; the worker's heartbeats queue behind
+  // it. The gateway keeps the worker.
+  slow_link_complete(&h, data);
+  start = h.now;
+  while (!recorded_find(&h.gw, PCP_PROTO_ACTION_TASK_RESULT)) {
+    assert_true(h.now - start < 15000 * MS);
+    tick(&h, 250 * MS);
+    trickle(&h, SLOW_BUDGET);
+  }
+  assert_true(h.now - start >= 9750 * MS);
+  assert_int_equal(recorded_count(&h.gw, PCP_PROTO_ACTION_EVICT), 0);
+  assert_null(recorded_find(&h.gw, PCP_PROTO_ACTION_CLOSE));
+  assert_int_equal(pcp_proto_gateway_conn_state(h.gateway),
+                   PCP_PROTO_GATEWAY_ACCEPTED);
+  assert_int_equal(pcp_proto_worker_state(h.worker), PCP_PROTO_WORKER_READY);
+  // The queued heartbeats arrive after the frames and count as usual.
+  for (int i = 0; i < 8; ++i) {
+    tick(&h, 250 * MS);
+    trickle(&h, SLOW_BUDGET);
+  }
+  assert_null(recorded_find(&h.wk, PCP_PROTO_ACTION_CLOSE));
+  assert_int_equal(recorded_count(&h.gw, PCP_PROTO_ACTION_EVICT), 0);
+  free(data);
+  harness_free(&h);
+}
+
+static void silence_without_bytes_evicts(void** state) {
+  (void)state;
+  harness_t h;
+  float* data = malloc(SLOW_FLOATS * sizeof(float));
+  slow_link_join(&h, data);
+  // Nothing arrives either way from now on, not even heartbeats.
+  h.stalled[0] = h.stalled[1] = true;
+  int64_t last = h.now;
+  assert_int_equal(pcp_proto_gateway_conn_deadline_ns(h.gateway),
+                   last + 3000 * MS);
+  assert_int_equal(pcp_proto_worker_deadline_ns(h.worker), last + 3000 * MS);
+  while (!recorded_find(&h.gw, PCP_PROTO_ACTION_EVICT)) {
+    assert_true(h.now - last < 4000 * MS);
+    tick(&h, 250 * MS);
+    trickle(&h, SLOW_BUDGET);
+  }
+  assert_true(h.now - last >= 3000 * MS && h.now - last < 3250 * MS);
+  assert_int_equal(pcp_proto_gateway_conn_state(h.gateway),
+                   PCP_PROTO_GATEWAY_CLOSED);
+  // The worker's own silence check fired at the same tick or its close
+  // reached it: either way it left, DEADLINE_EXCEEDED or closed.
+  assert_int_equal(pcp_proto_worker_state(h.worker), PCP_PROTO_WORKER_BACKOFF);
+  free(data);
+  harness_free(&h);
+}
+
+static void partial_frame_then_silence_evicts(void** state) {
+  (void)state;
+  harness_t h;
+  float* data = malloc(SLOW_FLOATS * sizeof(float));
+  // Worker side: a quarter of the inputs' frame arrives, then the gateway
+  // stalls mid-frame (its heartbeats would come after the frame): the
+  // worker leaves 3H after the last byte, not 3H after the last frame.
+  slow_link_join(&h, data);
+  slow_link_assign(&h, data);
+  int64_t last = h.now;
+  for (int i = 0; i < 10; ++i) {
+    tick(&h, 250 * MS);
+    if (trickle(&h, SLOW_BUDGET) > 0)
+      last = h.now;
+  }
+  // Part of the frame arrived, not all of it.
+  assert_true(h.wire_offset[0] > 0 && h.wire_offset[0] < h.wire_length[0]);
+  h.stalled[0] = true;
+  assert_int_equal(pcp_proto_worker_deadline_ns(h.worker), last + 3000 * MS);
+  while (!recorded_find(&h.wk, PCP_PROTO_ACTION_CLOSE)) {
+    assert_true(h.now - last < 4000 * MS);
+    tick(&h, 250 * MS);
+    trickle(&h, SLOW_BUDGET);
+  }
+  assert_true(h.now - last >= 3000 * MS && h.now - last < 3250 * MS);
+  assert_null(recorded_find(&h.wk, PCP_PROTO_ACTION_RUN_TASK));
+  pcp_proto_action_t* close = recorded_find(&h.wk, PCP_PROTO_ACTION_CLOSE);
+  assert_int_equal(pcp_status_code(close->status),
+                   PCP_STATUS_DEADLINE_EXCEEDED);
+  harness_free(&h);
+
+  // Gateway side: the inputs arrive, the worker starts sending its result
+  // and stalls mid-frame (SIGSTOP): evicted 3H after its last byte, while
+  // the gateway's own bytes still reach the worker.
+  slow_link_join(&h, data);
+  slow_link_assign(&h, data);
+  while (!recorded_find(&h.wk, PCP_PROTO_ACTION_RUN_TASK)) {
+    tick(&h, 250 * MS);
+    trickle(&h, SLOW_BUDGET);
+  }
+  slow_link_complete(&h, data);
+  size_t queued = h.wire_length[1] - h.wire_offset[1];
+  for (int i = 0; i < 10; ++i) {
+    tick(&h, 250 * MS);
+    if (trickle(&h, SLOW_BUDGET) > 0)
+      last = h.now;
+  }
+  assert_true(h.wire_length[1] - h.wire_offset[1] > queued / 2);
+  h.stalled[1] = true;
+  assert_int_equal(pcp_proto_gateway_conn_deadline_ns(h.gateway),
+                   last + 3000 * MS);
+  while (!recorded_find(&h.gw, PCP_PROTO_ACTION_EVICT)) {
+    assert_true(h.now - last < 4000 * MS);
+    assert_null(recorded_find(&h.wk, PCP_PROTO_ACTION_CLOSE));
+    tick(&h, 250 * MS);
+    trickle(&h, SLOW_BUDGET);
+  }
+  assert_true(h.now - last >= 3000 * MS && h.now - last < 3250 * MS);
+  assert_null(recorded_find(&h.gw, PCP_PROTO_ACTION_TASK_RESULT));
+  pcp_proto_action_t* lost = recorded_find(&h.gw, PCP_PROTO_ACTION_TASK_LOST);
+  assert_non_null(lost);
+  assert_int_equal(lost->task_id, 9);
+  free(data);
+  harness_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(handshake_and_heartbeats),
@@ -1268,6 +1501,9 @@ int main(void) {
       cmocka_unit_test(oom_sweep_whole_session),
       cmocka_unit_test(seeded_random_sessions),
       cmocka_unit_test(orphan_tensor_blobs_do_not_block),
+      cmocka_unit_test(slow_bytes_keep_the_connection),
+      cmocka_unit_test(silence_without_bytes_evicts),
+      cmocka_unit_test(partial_frame_then_silence_evicts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

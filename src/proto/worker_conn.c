@@ -731,6 +731,12 @@ pcp_status_t pcp_proto_worker_on_closed(pcp_proto_worker_t* w, int64_t now_ns) {
 
 pcp_status_t pcp_proto_worker_on_bytes(pcp_proto_worker_t* w, const void* data,
                                        size_t byte_length, int64_t now_ns) {
+  // Liveness is progress (s.4): any byte proves the gateway alive. On a slow
+  // link one frame (a task's inputs) can take longer than 3H to arrive, and
+  // the gateway's heartbeats wait behind it on the same stream; a gateway
+  // that stops mid-frame still goes silent and is left.
+  if (byte_length > 0 && connected(w))
+    w->last_rx_ns = now_ns;
   const uint8_t* p = data;
   while (byte_length > 0 && connected(w)) {
     size_t consumed = 0;
@@ -745,7 +751,6 @@ pcp_status_t pcp_proto_worker_on_bytes(pcp_proto_worker_t* w, const void* data,
       break;
     pcp_proto_frame_t frame;
     pcp_proto_frame_decoder_take(&w->decoder, &frame);
-    w->last_rx_ns = now_ns;
     status = handle_frame(w, &frame, now_ns);
     pcp_proto_frame_deinitialize(&frame);
     PCP_RETURN_IF_ERROR_BARE(status);
@@ -771,6 +776,8 @@ pcp_status_t pcp_proto_worker_read_commit(pcp_proto_worker_t* w,
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "fabric worker: not connected");
   }
+  if (byte_length > 0)
+    w->last_rx_ns = now_ns;  // progress is life, as in on_bytes
   pcp_proto_parse_result_t result = PCP_PROTO_PARSE_NEED_MORE;
   pcp_status_t status =
       pcp_proto_frame_decoder_commit(&w->decoder, byte_length, &result);
@@ -780,7 +787,6 @@ pcp_status_t pcp_proto_worker_read_commit(pcp_proto_worker_t* w,
     return pcp_ok_status();
   pcp_proto_frame_t frame;
   pcp_proto_frame_decoder_take(&w->decoder, &frame);
-  w->last_rx_ns = now_ns;
   status = handle_frame(w, &frame, now_ns);
   pcp_proto_frame_deinitialize(&frame);
   return status;
@@ -997,4 +1003,8 @@ size_t pcp_proto_worker_in_flight_count(const pcp_proto_worker_t* w) {
 
 uint64_t pcp_proto_worker_lease_epoch(const pcp_proto_worker_t* w) {
   return w->lease_epoch;
+}
+
+int64_t pcp_proto_worker_deadline_ns(const pcp_proto_worker_t* w) {
+  return w->last_rx_ns + w->timeouts.silence_timeout_ns;
 }

@@ -499,6 +499,10 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_services_graph_query_read(
 // DEADLINE_EXCEEDED after the last retry; FAILED_PRECONDITION for a 4xx;
 // DATA_LOSS for a body that is not the expected JSON; RESOURCE_EXHAUSTED past
 // max_response_bytes. Messages quote the first 200 bytes of a bad body.
+// Its score_batch_stoppable (pcp_workloads_rl_verifier_score_batch_until)
+// also watches the caller's stop before each slice and attempt, during the
+// backoff (50 ms pieces) and while a request waits (polled every 50 ms):
+// CANCELLED "<key_path>: scoring cancelled" within about 100 ms of it.
 PCP_MUST_USE_RESULT pcp_status_t pcp_services_verifier_create(
     const json_t* config, const char* key_path, pcp_allocator_t allocator,
     pcp_workloads_rl_verifier_t* out_verifier);

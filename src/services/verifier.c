@@ -28,6 +28,8 @@
 #define BODY_QUOTE_BYTES 200
 // Longest backoff between two attempts.
 #define MAX_BACKOFF_MS 60000
+// A backoff sleeps in pieces of this many ms, checking the caller's stop.
+#define STOP_SLEEP_MS 50
 
 typedef struct verifier_t {
   pcp_allocator_t allocator;
@@ -472,10 +474,45 @@ static pcp_status_t response_parse(verifier_t* v,
   return status;
 }
 
-// One slice, with retries. Called with the mutex held.
+static bool stop_requested(const pcp_workloads_rl_stop_t* stop) {
+  return stop && stop->should_stop && stop->should_stop(stop->user_data);
+}
+
+static bool request_should_stop(void* user_data) {
+  return stop_requested(user_data);
+}
+
+static pcp_status_t cancelled(const verifier_t* v) {
+  return pcp_make_status(PCP_STATUS_CANCELLED, "%s: scoring cancelled",
+                         v->key_path);
+}
+
+// Sleeps |ms| in pieces of STOP_SLEEP_MS; false when |stop| turned true.
+static bool sleep_unless_stopped(int64_t ms,
+                                 const pcp_workloads_rl_stop_t* stop) {
+  if (!stop || !stop->should_stop) {
+    pcp_sleep_ms(ms);
+    return true;
+  }
+  while (ms > 0) {
+    if (stop_requested(stop))
+      return false;
+    int64_t piece = ms < STOP_SLEEP_MS ? ms : STOP_SLEEP_MS;
+    pcp_sleep_ms(piece);
+    ms -= piece;
+  }
+  return !stop_requested(stop);
+}
+
+// One slice, with retries; |stop| (may be NULL) is checked before each
+// attempt, during the backoff and while a request waits (a verifier may
+// take timeout_ms x (max_retries + 1), over an hour, and a job's cancel
+// must not wait for it). Called with the mutex held.
 static pcp_status_t slice_score(verifier_t* v,
                                 const pcp_workloads_rl_sample_t* items,
-                                size_t count, double* out_rewards) {
+                                size_t count,
+                                const pcp_workloads_rl_stop_t* stop,
+                                double* out_rewards) {
   char* body = NULL;
   size_t body_length = 0;
   PCP_RETURN_IF_ERROR_BARE(request_body(v, items, count, &body, &body_length));
@@ -488,15 +525,26 @@ static pcp_status_t slice_score(verifier_t* v,
       .bearer_token = v->token,
       .body = body,
       .body_length = body_length,
+      .should_stop = stop && stop->should_stop ? request_should_stop : NULL,
+      .stop_user_data = (void*)stop,
   };
   pcp_status_t last = NULL;
   int64_t backoff_ms = v->backoff_ms;
   uint32_t attempt = 0;
   for (; attempt <= v->max_retries; ++attempt) {
+    if (attempt > 0 && !sleep_unless_stopped(backoff_ms, stop)) {
+      pcp_status_ignore(last);
+      last = cancelled(v);
+      break;
+    }
     if (attempt > 0) {
-      pcp_sleep_ms(backoff_ms);
       backoff_ms =
           backoff_ms * 2 > MAX_BACKOFF_MS ? MAX_BACKOFF_MS : backoff_ms * 2;
+    }
+    if (stop_requested(stop)) {
+      pcp_status_ignore(last);
+      last = cancelled(v);
+      break;
     }
     pcp_http_client_response_t response;
     pcp_status_t status = pcp_http_client_send(v->client, &request, &response);
@@ -504,6 +552,11 @@ static pcp_status_t slice_score(verifier_t* v,
     last = NULL;
     if (status) {
       pcp_status_code_t code = pcp_status_code(status);
+      if (code == PCP_STATUS_CANCELLED) {
+        pcp_status_ignore(status);
+        last = cancelled(v);
+        break;
+      }
       if (code == PCP_STATUS_RESOURCE_EXHAUSTED) {
         pcp_status_ignore(status);
         last = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
@@ -542,16 +595,20 @@ static pcp_status_t slice_score(verifier_t* v,
   return last;
 }
 
-static pcp_status_t verifier_score_batch(void* self,
-                                         const pcp_workloads_rl_sample_t* items,
-                                         size_t count, double* out_rewards) {
+static pcp_status_t verifier_score_batch_stoppable(
+    void* self, const pcp_workloads_rl_sample_t* items, size_t count,
+    const pcp_workloads_rl_stop_t* stop, double* out_rewards) {
   verifier_t* v = self;
   pcp_status_t status = NULL;
   pthread_mutex_lock(&v->mutex);
   for (size_t offset = 0; offset < count && !status; offset += v->max_batch) {
+    if (stop_requested(stop)) {
+      status = cancelled(v);
+      break;
+    }
     size_t slice =
         count - offset < v->max_batch ? count - offset : v->max_batch;
-    status = slice_score(v, items + offset, slice, out_rewards + offset);
+    status = slice_score(v, items + offset, slice, stop, out_rewards + offset);
     if (status && count > slice) {
       status = pcp_status_annotate_f(status, "items %zu..%zu of %zu", offset,
                                      offset + slice - 1, count);
@@ -559,6 +616,12 @@ static pcp_status_t verifier_score_batch(void* self,
   }
   pthread_mutex_unlock(&v->mutex);
   return status;
+}
+
+static pcp_status_t verifier_score_batch(void* self,
+                                         const pcp_workloads_rl_sample_t* items,
+                                         size_t count, double* out_rewards) {
+  return verifier_score_batch_stoppable(self, items, count, NULL, out_rewards);
 }
 
 pcp_status_t pcp_services_verifier_create(
@@ -598,5 +661,6 @@ pcp_status_t pcp_services_verifier_create(
   out_verifier->self = v;
   out_verifier->score_batch = verifier_score_batch;
   out_verifier->release = verifier_release;
+  out_verifier->score_batch_stoppable = verifier_score_batch_stoppable;
   return NULL;
 }

@@ -6,9 +6,12 @@
 // 400 and 429, a wrong-length array, garbage JSON, non-numbers and an
 // oversized body; plus slicing into max_batch, the bearer token from the
 // environment, invalid UTF-8 in completions, concurrent callers, and config
-// refusals naming the key.
+// refusals naming the key; and the caller's stop ending a call to a
+// verifier that never answers, or one in its backoff, within 1 s.
 
+#include <arpa/inet.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -566,6 +571,117 @@ static void test_url_user_info_not_in_messages(void** state) {
   pcp_workloads_rl_verifier_release(&v);
 }
 
+// Cancel (review of issue 16): a verifier may take timeout_ms (up to 600 s)
+// x (max_retries + 1) plus backoff; a job's stop must end the wait within
+// about 200 ms of turning true.
+typedef struct timed_stop_t {
+  pcp_clock_t clock;
+  int64_t stop_at_ns;  // INT64_MAX: never
+  atomic_int polls;
+} timed_stop_t;
+
+static bool timed_stop_check(void* user_data) {
+  timed_stop_t* t = user_data;
+  atomic_fetch_add(&t->polls, 1);
+  return pcp_clock_now_ns(t->clock) >= t->stop_at_ns;
+}
+
+// Scores |items| with a stop that turns true |after_ms| from now (<0:
+// never); the call's duration in ms into |*out_ms|.
+static pcp_status_t score_with_stop(pcp_workloads_rl_verifier_t* v,
+                                    const pcp_workloads_rl_sample_t* items,
+                                    size_t count, int64_t after_ms,
+                                    double* rewards, int64_t* out_ms,
+                                    int* out_polls) {
+  timed_stop_t t = {.clock = pcp_clock_system()};
+  int64_t start = pcp_clock_now_ns(t.clock);
+  t.stop_at_ns = after_ms < 0 ? INT64_MAX : start + after_ms * 1000000;
+  atomic_init(&t.polls, 0);
+  pcp_workloads_rl_stop_t stop = {timed_stop_check, &t};
+  pcp_status_t status = pcp_workloads_rl_verifier_score_batch_until(
+      v, items, count, &stop, rewards);
+  *out_ms = (pcp_clock_now_ns(t.clock) - start) / 1000000;
+  *out_polls = atomic_load(&t.polls);
+  return status;
+}
+
+static void test_stop_cancels(void** state) {
+  (void)state;
+  // A verifier that never answers: a socket that listens (the kernel
+  // completes the handshake and takes the request) but never accepts.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in address = {.sin_family = AF_INET};
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(fd, (struct sockaddr*)&address, sizeof(address)), 0);
+  assert_int_equal(listen(fd, 8), 0);
+  socklen_t length = sizeof(address);
+  assert_int_equal(getsockname(fd, (struct sockaddr*)&address, &length), 0);
+  char text[512];
+  snprintf(text, sizeof(text),
+           "{\"type\":\"verifier\",\"url\":\"http://127.0.0.1:%u/score\","
+           "\"timeout_ms\":600000,\"max_retries\":10,\"backoff_ms\":60000}",
+           (unsigned)ntohs(address.sin_port));
+  json_t* config = json_loads(text, 0, NULL);
+  assert_non_null(config);
+  pcp_workloads_rl_verifier_t silent;
+  EXPECT_OK(pcp_services_verifier_create(config, "exp.reward",
+                                         pcp_allocator_system(), &silent));
+  json_decref(config);
+  pcp_workloads_rl_sample_t items[2] = {item("a", NULL), item("bb", "bb")};
+  double rewards[2];
+  int64_t ms = 0;
+  int polls = 0;
+  EXPECT_CODE(score_with_stop(&silent, items, 2, 300, rewards, &ms, &polls),
+              PCP_STATUS_CANCELLED, "exp.reward: scoring cancelled");
+  print_message("silent verifier: cancelled after %lld ms\n", (long long)ms);
+  assert_true(ms >= 290);
+  assert_true(ms < 1000);
+  // Stopped before it starts: no request at all.
+  int before = requests(MODE_OK);
+  pcp_workloads_rl_verifier_t ok = make("ok", NULL);
+  assert_non_null(ok.score_batch_stoppable);
+  EXPECT_CODE(score_with_stop(&ok, items, 2, 0, rewards, &ms, &polls),
+              PCP_STATUS_CANCELLED, "scoring cancelled");
+  assert_int_equal(requests(MODE_OK), before);
+  // The verifier still works after a cancelled call (new connection).
+  EXPECT_CODE(score_with_stop(&silent, items, 2, 100, rewards, &ms, &polls),
+              PCP_STATUS_CANCELLED, "scoring cancelled");
+  pcp_workloads_rl_verifier_release(&silent);
+  close(fd);
+
+  // During a backoff: the first attempt answers 500, the retry would wait
+  // 60 s.
+  pcp_workloads_rl_verifier_t failing =
+      make("e500", "\"max_retries\":10,\"backoff_ms\":60000");
+  // make() puts backoff_ms 10 first; the later key wins in jansson.
+  before = requests(MODE_E500);
+  EXPECT_CODE(score_with_stop(&failing, items, 2, 300, rewards, &ms, &polls),
+              PCP_STATUS_CANCELLED, "scoring cancelled");
+  print_message("backoff: cancelled after %lld ms\n", (long long)ms);
+  assert_true(ms >= 290);
+  assert_true(ms < 1000);
+  assert_int_equal(requests(MODE_E500) - before, 1);
+  pcp_workloads_rl_verifier_release(&failing);
+
+  // A stop that stays false changes nothing: same rewards as without one,
+  // and the stop was polled.
+  double plain[2];
+  EXPECT_OK(pcp_workloads_rl_verifier_score_batch(&ok, items, 2, plain));
+  EXPECT_OK(score_with_stop(&ok, items, 2, -1, rewards, &ms, &polls));
+  assert_true(polls > 0);
+  assert_true(rewards[0] == plain[0] && rewards[1] == plain[1]);
+  assert_true(rewards[1] == 102);
+  // Slow once: the first attempt times out (timeout 300 ms, slow 700 ms),
+  // the retry answers; a false stop does not turn that into a cancel.
+  pcp_workloads_rl_verifier_t slow = make("slow_once", "\"timeout_ms\":300");
+  atomic_store(&g_state.requests[MODE_SLOW_ONCE], 0);
+  EXPECT_OK(score_with_stop(&slow, items, 2, -1, rewards, &ms, &polls));
+  assert_true(rewards[1] == 102);
+  pcp_workloads_rl_verifier_release(&slow);
+  pcp_workloads_rl_verifier_release(&ok);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scores_and_slices),
@@ -576,6 +692,7 @@ int main(void) {
       cmocka_unit_test(test_config_refusals),
       cmocka_unit_test(test_http_host_after_query_or_fragment),
       cmocka_unit_test(test_url_user_info_not_in_messages),
+      cmocka_unit_test(test_stop_cancels),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -39,6 +39,7 @@ usage: rl_e2e_test.py PCP
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -230,6 +231,7 @@ def main():
         base_forms_check(c, train_job, prompts, eval_prompts)
         verifier_check(c, train_job, prompts, eval_prompts)
         length_check(c, train_job, eval_prompts)
+        submit_cli_check(c, train_job, prompts, eval_prompts)
         ok = True
         print("wall time: %.0f s (training %.0f s, rl %.0f s)" %
               (time.time() - t0, t_trained - t0, t_rl - t_trained))
@@ -241,6 +243,24 @@ def main():
         else:
             rc.remove(work)
     return ok and not rc.FAILURES
+
+
+def submit_cli_check(c, train_job, prompts, eval_prompts):
+    # `pcp submit rl` follows a real job to its end (its control flow against
+    # a scripted server is integration_submit_rl; this is the real gateway).
+    path = os.path.join(c.work, "exp_cli.json")
+    with open(path, "w") as f:
+        json.dump(experiment(train_job, prompts, eval_prompts,
+                             num_iterations=2, eval_every=1,
+                             checkpoint_every=2, served_model_name="rl-cli"),
+                  f)
+    r = subprocess.run([PCP, "submit", "rl", path, "--gateway", c.base,
+                        "--poll-ms", "200"],
+                       capture_output=True, text=True, timeout=600)
+    check(r.returncode == 0 and "iter 2/2" in r.stdout and
+          " succeeded" in r.stdout,
+          "pcp submit rl follows a real job: rc %d: %s %s" %
+          (r.returncode, r.stdout[-400:], r.stderr[-400:]))
 
 
 def cancel_check(c, train_job, prompts, eval_prompts):

@@ -41,13 +41,13 @@ class PcpCluster:
     every worker then fetches its programs over its own link instead of
     finding the first worker's copy (the gateway keeps the caller's
     PCP_CACHE_DIR, so its compiled artifacts stay cached across runs).
-    |heartbeat_ms| is 5000, not the tests' usual 1000: a worker drops its
-    connection after 3 heartbeats without a frame from the gateway, and a
-    big task input on a slow link takes longer than that (docs/cluster.md
-    "Known problem": at 10 Mbit/s with 1000 ms no outer step completes)."""
+    |heartbeat_ms| is the gateway's heartbeat (1000, the fabric's default:
+    bytes of a frame still crossing a slow link count as life, so a big
+    task input no longer needs a longer one; docs/cluster.md "Slow links
+    and the fabric's heartbeat")."""
 
     def __init__(self, pcp, work, worker_hosts=2, rate="100mbit",
-                 gateway_rate=None, scale=1, heartbeat_ms=5000,
+                 gateway_rate=None, scale=1, heartbeat_ms=1000,
                  config_extra=None, node_manager_args=(), join_timeout_s=90,
                  token="cluster-api-token", join_token="cluster-join-token",
                  per_host_cache=True, log=print, **cluster_kw):

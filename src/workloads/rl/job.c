@@ -288,6 +288,106 @@ static pcp_status_t model_source_resolve(const pcp_workloads_rl_t* rl,
   return pcp_ok_status();
 }
 
+// The directory <state_dir>/models/<name> the job exports to may hold only
+// this job's policy or a finished RL job's: anything else there would be
+// replaced (model.json rewritten, model-<n> files pruned). A training job
+// exports to models/<its id> (now or once it ends), a model placed by hand
+// has no RL job, a running RL job's policy is that job's, and the base's or
+// the reference's own directory holds the weights a resumed run loads
+// again as its base and reference. |job_id|: NULL at submit (no id yet);
+// |model_dirs|: the base's and the reference's (NULL or "": none).
+// FAILED_PRECONDITION naming the name otherwise.
+static pcp_status_t served_name_check(const pcp_workloads_rl_t* rl,
+                                      const char* job_id, const char* name,
+                                      const char* const model_dirs[2]) {
+  const pcp_workloads_rl_options_t* o = &rl->options;
+  static const char* const kWhat[] = {"base_model", "reference_model"};
+  char dir[4200], resolved[4200], model_resolved[4200];
+  snprintf(dir, sizeof(dir), "%s/models/%s", o->state_dir, name);
+  pcp_status_t status = pcp_file_path_resolve(dir, resolved, sizeof(resolved));
+  if (status) {
+    pcp_status_ignore(status);
+    snprintf(resolved, sizeof(resolved), "%s", dir);
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    if (!model_dirs[i] || !model_dirs[i][0]) {
+      continue;
+    }
+    status = pcp_file_path_resolve(model_dirs[i], model_resolved,
+                                   sizeof(model_resolved));
+    if (status) {
+      pcp_status_ignore(status);
+      continue;
+    }
+    if (strcmp(resolved, model_resolved) == 0) {
+      return pcp_make_status(
+          PCP_STATUS_FAILED_PRECONDITION,
+          "served_model_name: '%s' is the directory of the %s; the job's "
+          "exports would replace the weights it loads (choose another name)",
+          name, kWhat[i]);
+    }
+  }
+  pcp_store_job_t job;
+  status = pcp_store_job_get(o->store, name, &job);
+  if (!status) {
+    bool rl_job = strcmp(job.kind, PCP_WORKLOADS_RL_KIND_NAME) == 0;
+    char kind[sizeof(job.kind)];
+    snprintf(kind, sizeof(kind), "%s", job.kind);
+    pcp_store_job_deinitialize(&job);
+    if (!rl_job) {
+      return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                             "served_model_name: '%s' is the id of a %s job, "
+                             "whose model is served under that name (choose "
+                             "another name)",
+                             name, kind);
+    }
+  } else {
+    pcp_status_ignore(status);
+  }
+  char path[4300];
+  snprintf(path, sizeof(path), "%s/model.json", dir);
+  if (!pcp_file_exists(path)) {
+    return pcp_ok_status();  // nothing served there (yet)
+  }
+  json_t* model = NULL;
+  status = model_json_read("served_model_name", dir, &model);
+  if (status) {
+    pcp_status_ignore(status);
+  }
+  char owner[256] = "";
+  const char* value = json_string_value(json_object_get(model, "job_id"));
+  if (value) {
+    snprintf(owner, sizeof(owner), "%s", value);
+  }
+  json_decref(model);
+  if (owner[0] && job_id && strcmp(owner, job_id) == 0) {
+    return pcp_ok_status();  // this job's own export (a resumed run)
+  }
+  const char* why = "a model no RL job made";
+  if (owner[0]) {
+    status = pcp_store_job_get(o->store, owner, &job);
+    if (!status) {
+      bool free_to_take = strcmp(job.kind, PCP_WORKLOADS_RL_KIND_NAME) == 0 &&
+                          pcp_store_job_state_is_terminal(job.state);
+      why = strcmp(job.kind, PCP_WORKLOADS_RL_KIND_NAME) != 0
+                ? "the model of another kind of job"
+                : "the policy of an RL job that has not ended";
+      pcp_store_job_deinitialize(&job);
+      if (free_to_take) {
+        return pcp_ok_status();
+      }
+    } else {
+      pcp_status_ignore(status);
+      why = "the model of a job the store does not know";
+    }
+  }
+  return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                         "served_model_name: '%s' already serves %s%s%s%s "
+                         "from %s (choose another name)",
+                         name, why, owner[0] ? " ('" : "", owner,
+                         owner[0] ? "')" : "", dir);
+}
+
 // Loads |path| into |buffers| (f32, |table| order).
 static pcp_status_t weights_load(const char* key, const char* path,
                                  const pcp_models_parameter_table_t* table,
@@ -353,6 +453,7 @@ static pcp_status_t experiment_service_check(
   const pcp_workloads_rl_model_t* models[] = {&e->base_model,
                                               &e->reference_model};
   const char* keys[] = {"base_model", "reference_model"};
+  char dirs[2][4096] = {"", ""};
   for (size_t i = 0; i < 2; ++i) {
     if (models[i]->source == PCP_WORKLOADS_RL_MODEL_NONE) {
       continue;
@@ -362,8 +463,15 @@ static pcp_status_t experiment_service_check(
     if (!status && i == 0) {
       status = size_check(rl->options.policy, &source.spec);
     }
+    snprintf(dirs[i], sizeof(dirs[i]), "%s", source.dir);
     model_source_deinitialize(&source);
     PCP_RETURN_IF_ERROR_BARE(status);
+  }
+  if (e->served_model_name) {
+    // The default name comes with the job's id: checked when it runs.
+    const char* const model_dirs[2] = {dirs[0], dirs[1]};
+    PCP_RETURN_IF_ERROR_BARE(
+        served_name_check(rl, NULL, e->served_model_name, model_dirs));
   }
   if (!e->reward && !rl->options.verifier_create) {
     return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
@@ -783,8 +891,11 @@ static pcp_status_t evaluate(rl_run_t* run, double* out_mean) {
       run->rl->options.infer, &request, run->allocator, &set);
   pcp_allocator_free(run->allocator, indices);
   if (!status) {
-    status = pcp_workloads_rl_rollouts_score(&run->verifier, &run->eval_prompts,
-                                             0, &set);
+    // The job's stop reaches an external verifier's waits (timeouts,
+    // retries, backoff), so a cancel does not wait them out.
+    pcp_workloads_rl_stop_t stop = {run_stop, run};
+    status = pcp_workloads_rl_rollouts_score_until(
+        &run->verifier, &run->eval_prompts, 0, &stop, &set);
   }
   if (!status && set.count > 0) {
     double sum = 0;
@@ -941,8 +1052,9 @@ static pcp_status_t iteration_run(rl_run_t* run, int64_t i) {
     dropped = pcp_workloads_rl_stale_groups_mark(set.items, set.count,
                                                  e->group_size, s->version,
                                                  e->max_off_policy_steps, keep);
-    status =
-        pcp_workloads_rl_rollouts_score(&run->verifier, &run->prompts, 0, &set);
+    pcp_workloads_rl_stop_t stop = {run_stop, run};
+    status = pcp_workloads_rl_rollouts_score_until(
+        &run->verifier, &run->prompts, 0, &stop, &set);
   }
   if (!status) {
     for (size_t g = 0; g < groups; ++g) {
@@ -1082,10 +1194,12 @@ static pcp_status_t run_prepare(rl_run_t* run, const char* text) {
   PCP_RETURN_IF_ERROR_BARE(
       weights_load("base_model", run->base.weights, &run->table,
                    run->base.spec.tie_embeddings, run->params));
+  char reference_dir[4096] = "";
   if (e->reference_model.source != PCP_WORKLOADS_RL_MODEL_NONE) {
     model_source_t reference;
     pcp_status_t status = model_source_resolve(rl, "reference_model",
                                                &e->reference_model, &reference);
+    snprintf(reference_dir, sizeof(reference_dir), "%s", reference.dir);
     if (!status) {
       // The reference shares the policy's table: same sizes, or the load
       // names the tensor that differs.
@@ -1112,6 +1226,12 @@ static pcp_status_t run_prepare(rl_run_t* run, const char* text) {
            rl->options.state_dir, run->served_name);
   snprintf(run->checkpoint_root, sizeof(run->checkpoint_root), "%s/rl/%s",
            rl->options.state_dir, run->id);
+  {
+    // Before anything is written there (the tokenizer, the exports).
+    const char* const model_dirs[2] = {run->base.dir, reference_dir};
+    PCP_RETURN_IF_ERROR_BARE(
+        served_name_check(rl, run->id, run->served_name, model_dirs));
+  }
   PCP_RETURN_IF_ERROR_BARE(pcp_allocator_malloc(
       run->allocator, sizeof(*run->state), (void**)&run->state));
   pcp_workloads_rl_state_initialize(e->seed, run->state);

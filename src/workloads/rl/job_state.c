@@ -648,12 +648,24 @@ pcp_status_t pcp_workloads_rl_policy_export(
   if (out_bytes) {
     *out_bytes = (int64_t)bytes;
   }
-  // Older weight files: no model.json names them any more.
+  // Older weight files: no model.json names them any more. So are the
+  // temp files of saves a SIGKILL cut short (pcp_safetensors_write's
+  // "<name>.tmp.<pid>"; only this job writes here): each a weights file's
+  // size, left for good otherwise.
   DIR* dir = opendir(e->dir);
   if (dir) {
     struct dirent* entry;
     while ((entry = readdir(dir)) != NULL) {
       int64_t version = weights_name_parse(entry->d_name);
+      if (version < 0) {
+        const char* temp = strstr(entry->d_name, ".safetensors.tmp.");
+        char name[256];
+        if (temp && (size_t)(temp - entry->d_name) + 12 < sizeof(name)) {
+          snprintf(name, sizeof(name), "%.*s", (int)(temp - entry->d_name) + 12,
+                   entry->d_name);
+          version = weights_name_parse(name) >= 0 ? INT64_MAX : -1;
+        }
+      }
       if (version >= 0 &&
           (version <= e->version - PCP_WORKLOADS_RL_SERVED_WEIGHTS_KEPT ||
            version > e->version)) {

@@ -439,6 +439,43 @@ static void test_policy_export(void** unused) {
   fixture_deinitialize(&g);
 }
 
+// A weights file whose save a SIGKILL cut short stays as
+// model-<v>.safetensors.tmp.<pid> (pcp_safetensors_write's temp name), a
+// whole weights file's size that no model.json names: the next export
+// removes it.
+static void test_policy_export_temp_leftover(void** unused) {
+  (void)unused;
+  fixture_t f;
+  fixture_initialize(&f);
+  json_t* base = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i}", "name",
+                           "base", "architecture", "gpt", "layers", 1, "heads",
+                           2, "width", 8, "vocab", 11, "block_size", 16);
+  assert_true(!pcp_file_make_directories("models/rl-t"));
+  const char* leftovers[] = {"models/rl-t/model-3.safetensors.tmp.4242",
+                             "models/rl-t/model-9.safetensors.tmp.7"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(leftovers); ++i) {
+    assert_true(!pcp_file_write_atomic(leftovers[i], "partial", 7));
+  }
+  // Not this job's temp files' pattern: kept.
+  assert_true(!pcp_file_write_atomic("models/rl-t/notes.tmp.1", "x", 1));
+  pcp_workloads_rl_export_t e = {.dir = "models/rl-t",
+                                 .name = "rl-t",
+                                 .job_id = "rl-job",
+                                 .base_model_json = base,
+                                 .max_length = 16,
+                                 .version = 3};
+  assert_true(!pcp_workloads_rl_policy_export(
+      &e, &f.table, (const float* const*)f.sets[0], NULL));
+  struct stat st;
+  for (size_t i = 0; i < PCP_ARRAYSIZE(leftovers); ++i) {
+    assert_int_not_equal(stat(leftovers[i], &st), 0);
+  }
+  assert_int_equal(stat("models/rl-t/notes.tmp.1", &st), 0);
+  assert_int_equal(stat("models/rl-t/model-3.safetensors", &st), 0);
+  json_decref(base);
+  fixture_deinitialize(&f);
+}
+
 // served_model_name (experiment.c): absent NULL, kept, refused naming it.
 static void test_served_model_name_key(void** unused) {
   (void)unused;
@@ -488,6 +525,92 @@ static void test_served_model_name_key(void** unused) {
   pcp_workloads_train_policy_deinitialize(&policy);
 }
 
+// served_model_name may not replace a model that is not the job's: a
+// training job's export (or a training job's future one: a store job of
+// that id), the base model's own directory (the job would replace the
+// weights a resumed run loads as its base and reference), or the policy of
+// an RL job that has not ended. A finished RL job's name may be reused.
+static void served_dir_write(const char* name, const char* job_id) {
+  char dir[PATH_MAX + 64], path[PATH_MAX + 96], text[512];
+  snprintf(dir, sizeof(dir), "%s/models/%s", g_dir, name);
+  assert_true(!pcp_file_make_directories(dir));
+  snprintf(path, sizeof(path), "%s/model.json", dir);
+  int n = snprintf(text, sizeof(text),
+                   "{\"architecture\": \"gpt\", \"layers\": 1, \"heads\": 1, "
+                   "\"width\": 8, \"vocab\": 16, \"block_size\": 8, "
+                   "\"name\": \"%s\"%s%s%s}",
+                   name, job_id ? ", \"job_id\": \"" : "", job_id ? job_id : "",
+                   job_id ? "\"" : "");
+  assert_true(!pcp_file_write_atomic(path, text, (size_t)n));
+}
+
+static pcp_status_code_t spec_build_named(pcp_workloads_rl_t* rl,
+                                          const char* name, char* message,
+                                          size_t capacity) {
+  char text[PATH_MAX + 512];
+  snprintf(text, sizeof(text),
+           "{\"prompts_path\": \"data/p2.jsonl\", \"reward\": {\"type\": "
+           "\"contains\", \"text\": \"a\"}, \"base_model\": "
+           "{\"served_model_dir\": \"%s/models/base-m\"}, "
+           "\"served_model_name\": \"%s\"}",
+           g_dir, name);
+  json_t* spec = NULL;
+  pcp_status_t status =
+      pcp_workloads_rl_spec_build(rl, text, strlen(text), &spec);
+  json_decref(spec);
+  pcp_status_format(status, message, capacity);
+  return pcp_status_consume_code(status);
+}
+
+static void test_served_model_name_collisions(void** unused) {
+  (void)unused;
+  assert_true(!pcp_file_make_directories("data"));
+  assert_true(
+      !pcp_file_write_atomic("data/p2.jsonl", "{\"prompt\":\"a\"}\n", 15));
+  pcp_store_options_t store_options;
+  pcp_store_options_initialize(&store_options);
+  store_options.state_dir = g_dir;
+  pcp_store_t* store = NULL;
+  assert_true(
+      !pcp_store_create(&store_options, pcp_allocator_system(), &store));
+  pcp_workloads_train_policy_config_t config = {.state_dir = g_dir};
+  pcp_workloads_train_policy_t policy;
+  assert_true(!pcp_workloads_train_policy_initialize(
+      &config, "/nonexistent", (int64_t)1 << 34, &policy));
+  pcp_workloads_rl_t rl = {
+      .options = {.store = store, .state_dir = g_dir, .policy = &policy}};
+  json_t* spec = json_object();
+  served_dir_write("base-m", NULL);
+  served_dir_write("trained", "trained");
+  assert_true(!pcp_store_job_create(store, "trained", "training", spec, NULL));
+  assert_true(!pcp_store_job_create(store, "later", "training", spec, NULL));
+  served_dir_write("rl-aaaaaaaa", "rl-aaaaaaaa00000000");
+  assert_true(
+      !pcp_store_job_create(store, "rl-aaaaaaaa00000000", "rl", spec, NULL));
+  served_dir_write("by-hand", NULL);
+  char message[512];
+  assert_int_equal(spec_build_named(&rl, "fresh", message, sizeof(message)),
+                   PCP_STATUS_OK);
+  const char* refused[] = {"trained", "later", "base-m", "rl-aaaaaaaa",
+                           "by-hand"};
+  for (size_t i = 0; i < PCP_ARRAYSIZE(refused); ++i) {
+    assert_int_equal(
+        spec_build_named(&rl, refused[i], message, sizeof(message)),
+        PCP_STATUS_FAILED_PRECONDITION);
+    assert_non_null(strstr(message, "served_model_name"));
+    assert_non_null(strstr(message, refused[i]));
+  }
+  // The RL job ended: its name may be taken over.
+  assert_true(!pcp_store_job_transition(
+      store, "rl-aaaaaaaa00000000", PCP_STORE_JOB_STATE_CANCELLED, NULL, NULL));
+  assert_int_equal(
+      spec_build_named(&rl, "rl-aaaaaaaa", message, sizeof(message)),
+      PCP_STATUS_OK);
+  json_decref(spec);
+  pcp_workloads_train_policy_deinitialize(&policy);
+  pcp_store_release(store);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_state_json_round_trip),
@@ -497,7 +620,9 @@ int main(void) {
       cmocka_unit_test(test_batch_rows_and_lengths),
       cmocka_unit_test(test_checkpoint_round_trip),
       cmocka_unit_test(test_policy_export),
+      cmocka_unit_test(test_policy_export_temp_leftover),
       cmocka_unit_test(test_served_model_name_key),
+      cmocka_unit_test(test_served_model_name_collisions),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -944,13 +944,26 @@ pcp_status_t pcp_workloads_rl_reward_score(
 pcp_status_t pcp_workloads_rl_verifier_score_batch(
     const pcp_workloads_rl_verifier_t* verifier,
     const pcp_workloads_rl_sample_t* items, size_t count, double* out_rewards) {
+  return pcp_workloads_rl_verifier_score_batch_until(verifier, items, count,
+                                                     NULL, out_rewards);
+}
+
+pcp_status_t pcp_workloads_rl_verifier_score_batch_until(
+    const pcp_workloads_rl_verifier_t* verifier,
+    const pcp_workloads_rl_sample_t* items, size_t count,
+    const pcp_workloads_rl_stop_t* stop, double* out_rewards) {
   if (!verifier || !verifier->score_batch) {
     return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
                            "no reward verifier configured");
   }
   for (size_t i = 0; i < count; ++i) out_rewards[i] = NAN;
-  PCP_RETURN_IF_ERROR_BARE(
-      verifier->score_batch(verifier->self, items, count, out_rewards));
+  if (verifier->score_batch_stoppable && stop && stop->should_stop) {
+    PCP_RETURN_IF_ERROR_BARE(verifier->score_batch_stoppable(
+        verifier->self, items, count, stop, out_rewards));
+  } else {
+    PCP_RETURN_IF_ERROR_BARE(
+        verifier->score_batch(verifier->self, items, count, out_rewards));
+  }
   for (size_t i = 0; i < count; ++i) {
     if (!isfinite(out_rewards[i])) {
       return pcp_make_status(PCP_STATUS_INTERNAL,

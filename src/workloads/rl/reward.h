@@ -139,6 +139,15 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_rl_reward_score(
 // Batch verifier interface
 //===----------------------------------------------------------------------===//
 
+// A caller's cancel check for scoring: |should_stop| (NULL: never) is
+// polled with |user_data|; once it returns true a stoppable verifier gives
+// up within about 200 ms with CANCELLED ("scoring cancelled"). Thread-safe
+// as the caller makes it (a job's stop flag is atomic).
+typedef struct pcp_workloads_rl_stop_t {
+  bool (*should_stop)(void* user_data);
+  void* user_data;
+} pcp_workloads_rl_stop_t;
+
 // What the RL workload scores a batch with. |score_batch| writes one finite
 // reward per item into |out_rewards| (|count| doubles) or returns an error
 // that fails the job (never zeros in place of rewards it did not get).
@@ -149,6 +158,15 @@ typedef struct pcp_workloads_rl_verifier_t {
                               const pcp_workloads_rl_sample_t* items,
                               size_t count, double* out_rewards);
   void (*release)(void* self);
+  // Same as |score_batch| but abandons the batch when |stop| (may be NULL)
+  // turns true. NULL: the verifier is fast and never blocks (the built-in
+  // rewards), and score_batch serves. The external verifier sets it, so a
+  // job's cancel does not wait out its timeouts and retries.
+  pcp_status_t (*score_batch_stoppable)(void* self,
+                                        const pcp_workloads_rl_sample_t* items,
+                                        size_t count,
+                                        const pcp_workloads_rl_stop_t* stop,
+                                        double* out_rewards);
 } pcp_workloads_rl_verifier_t;
 
 // Calls |verifier|'s score_batch and checks its contract (every reward
@@ -156,6 +174,13 @@ typedef struct pcp_workloads_rl_verifier_t {
 PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_rl_verifier_score_batch(
     const pcp_workloads_rl_verifier_t* verifier,
     const pcp_workloads_rl_sample_t* items, size_t count, double* out_rewards);
+
+// Same, passing |stop| (may be NULL) to a verifier with
+// score_batch_stoppable; CANCELLED when it stopped. Thread-safe.
+PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_rl_verifier_score_batch_until(
+    const pcp_workloads_rl_verifier_t* verifier,
+    const pcp_workloads_rl_sample_t* items, size_t count,
+    const pcp_workloads_rl_stop_t* stop, double* out_rewards);
 
 // Releases |verifier|'s self (when it has a release) and clears it.
 void pcp_workloads_rl_verifier_release(pcp_workloads_rl_verifier_t* verifier);

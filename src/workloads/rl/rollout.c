@@ -514,6 +514,14 @@ pcp_status_t pcp_workloads_rl_rollouts_score(
     const pcp_workloads_rl_verifier_t* verifier,
     const pcp_workloads_rl_prompts_t* prompts, size_t max_batch,
     pcp_workloads_rl_rollout_set_t* set) {
+  return pcp_workloads_rl_rollouts_score_until(verifier, prompts, max_batch,
+                                               NULL, set);
+}
+
+pcp_status_t pcp_workloads_rl_rollouts_score_until(
+    const pcp_workloads_rl_verifier_t* verifier,
+    const pcp_workloads_rl_prompts_t* prompts, size_t max_batch,
+    const pcp_workloads_rl_stop_t* stop, pcp_workloads_rl_rollout_set_t* set) {
   if (!verifier || !verifier->score_batch) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "verifier: required");
   }
@@ -558,8 +566,8 @@ pcp_status_t pcp_workloads_rl_rollouts_score(
           .metadata = p->metadata,
       };
     }
-    status = pcp_workloads_rl_verifier_score_batch(verifier, samples, n,
-                                                   rewards + begin);
+    status = pcp_workloads_rl_verifier_score_batch_until(verifier, samples, n,
+                                                         stop, rewards + begin);
     if (status) {
       status = pcp_status_annotate_f(status, "scoring rollouts [%zu, %zu)",
                                      begin, begin + n);

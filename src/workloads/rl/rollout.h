@@ -117,6 +117,13 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_rl_rollouts_score(
     const pcp_workloads_rl_prompts_t* prompts, size_t max_batch,
     pcp_workloads_rl_rollout_set_t* set);
 
+// Same, passing |stop| (may be NULL) to the verifier: CANCELLED ("scoring
+// cancelled") soon after it turns true, with |set| left as it was.
+PCP_MUST_USE_RESULT pcp_status_t pcp_workloads_rl_rollouts_score_until(
+    const pcp_workloads_rl_verifier_t* verifier,
+    const pcp_workloads_rl_prompts_t* prompts, size_t max_batch,
+    const pcp_workloads_rl_stop_t* stop, pcp_workloads_rl_rollout_set_t* set);
+
 // The [rows, length] tensors of @grpo for scored rollouts (rl.h):
 //   sequence s  = prompt_ids ++ completion_ids
 //   input_ids[r, t] = s[t], targets[r, t] = s[t + 1]  (t < |s| - 1)

@@ -626,6 +626,77 @@ static void test_generate_waits_for_a_worker_until_the_deadline(void** state) {
   rmdir(dir);
 }
 
+// The stop reaches a stoppable verifier (the external one) on every slice;
+// a stop that turns true fails the call with the verifier's CANCELLED and
+// leaves the rewards as they were. Built-in rewards (no stoppable hook)
+// ignore it.
+typedef struct stop_counter_t {
+  int checks;
+  int stop_after;  // the check that first answers true
+} stop_counter_t;
+
+static bool counting_stop(void* user_data) {
+  stop_counter_t* c = user_data;
+  return ++c->checks >= c->stop_after;
+}
+
+static pcp_status_t fake_score_stoppable(void* self,
+                                         const pcp_workloads_rl_sample_t* items,
+                                         size_t count,
+                                         const pcp_workloads_rl_stop_t* stop,
+                                         double* out_rewards) {
+  if (stop->should_stop(stop->user_data)) {
+    return pcp_make_status(PCP_STATUS_CANCELLED, "scoring cancelled");
+  }
+  return fake_score(self, items, count, out_rewards);
+}
+
+static void test_score_stop(void** state) {
+  (void)state;
+  pcp_workloads_rl_prompts_t prompts;
+  make_prompts(&prompts);
+  pcp_workloads_rl_rollout_set_t set;
+  make_set(7, &set);
+  fake_verifier_t fake = {0};
+  pcp_workloads_rl_verifier_t verifier = {
+      .self = &fake,
+      .score_batch = fake_score,
+      .score_batch_stoppable = fake_score_stoppable};
+  stop_counter_t never = {.stop_after = 1000};
+  pcp_workloads_rl_stop_t stop = {counting_stop, &never};
+  PCP_CHECK_OK(pcp_workloads_rl_rollouts_score_until(&verifier, &prompts, 3,
+                                                     &stop, &set));
+  assert_int_equal(never.checks, 3);
+  assert_int_equal(fake.calls, 3);
+  for (size_t i = 0; i < set.count; ++i) {
+    assert_true(set.items[i].reward == (float)i + 0.5f);
+    set.items[i].reward = -7.0f;
+  }
+  fake = (fake_verifier_t){0};
+  stop_counter_t second = {.stop_after = 2};
+  stop.user_data = &second;
+  pcp_status_t status = pcp_workloads_rl_rollouts_score_until(
+      &verifier, &prompts, 3, &stop, &set);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_CANCELLED);
+  assert_non_null(strstr(pcp_status_message(status), "scoring cancelled"));
+  pcp_status_ignore(status);
+  assert_int_equal(fake.calls, 1);
+  for (size_t i = 0; i < set.count; ++i) {
+    assert_true(set.items[i].reward == -7.0f);
+  }
+  // Without the hook the stop is not consulted (built-in rewards).
+  verifier.score_batch_stoppable = NULL;
+  fake = (fake_verifier_t){0};
+  stop_counter_t at_once = {.stop_after = 1};
+  stop.user_data = &at_once;
+  PCP_CHECK_OK(pcp_workloads_rl_rollouts_score_until(&verifier, &prompts, 0,
+                                                     &stop, &set));
+  assert_int_equal(at_once.checks, 0);
+  assert_int_equal(fake.calls, 1);
+  pcp_workloads_rl_rollout_set_deinitialize(&set);
+  pcp_workloads_rl_prompts_deinitialize(&prompts);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pack_layout_and_padding),
@@ -633,6 +704,7 @@ int main(void) {
       cmocka_unit_test(test_pack_refusals),
       cmocka_unit_test(test_pack_out_of_memory),
       cmocka_unit_test(test_score_slices_and_fields),
+      cmocka_unit_test(test_score_stop),
       cmocka_unit_test(test_score_builtin_and_broken),
       cmocka_unit_test(test_generate_refusals),
       cmocka_unit_test(test_generate_waits_for_a_worker_until_the_deadline),

@@ -396,6 +396,17 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_state_program_build(
 // (OK), a stop (CANCELLED) or a failure; resumes from job->stream_resume.
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_stream_run(job_t* job);
 
+// Decoupled DiLoCo (service_decoupled.c): whether the experiment selects it
+// (`"aggregation_strategy": "decoupled_diloco"`), and the run of the set-up
+// job to its end (OK), a stop (CANCELLED) or a failure.
+bool pcp_diloco_decoupled_selected(const job_t* job);
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_decoupled_run(job_t* job);
+// The fragment module of decoupled DiLoCo (@init, @delta, @delta_int4 when
+// |int4|, @mix) for |fragment| of |plan| over |table|, as StableHLO text.
+PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_fragment_module_emit(
+    const pcp_models_parameter_table_t* table, const pcp_decoupled_plan_t* plan,
+    uint32_t fragment, bool int4, uint32_t block, pcp_string_builder_t* b);
+
 // Memory of a job from job->allocator, NULL when it fails, like malloc and
 // calloc (the callers check for NULL and say RESOURCE_EXHAUSTED with what
 // they were allocating). calloc zeroes and refuses a product that overflows.

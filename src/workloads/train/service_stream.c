@@ -32,10 +32,22 @@
 //       (1-alpha)*g becomes both the local values and the snapshot.
 // The master parameters and the outer Nesterov state stay on the gateway,
 // updated per fragment when its deltas are in. The schedule is diloco.h's.
-// A worker lost mid-run is dropped for the rest of the run (its state was on
-// it). Checkpoints and resume: "Streaming checkpoints" below.
+// Elastic: a lost worker is dropped (its state was on it) and its
+// contributions to the rounds in flight are counted as dropped; a worker
+// that joins mid-run (or a lost one back on a new connection) is admitted
+// at the next step boundary: "Joins" below. Checkpoints and resume:
+// "Streaming checkpoints" below.
 
 #define MAX_FRAGMENTS 64
+// (backend, target) kinds of one run: programs compiled per kind.
+#define MAX_STREAM_KINDS 8
+
+typedef struct stream_kind_t {
+  char backend[16];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
+  uint8_t train_hash[PCP_SHA256_BYTE_LENGTH];
+  uint8_t fragment_hash[MAX_FRAGMENTS][PCP_SHA256_BYTE_LENGTH];
+} stream_kind_t;
 
 typedef struct stream_worker_t {
   char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
@@ -47,16 +59,33 @@ typedef struct stream_worker_t {
   pcp_fabric_task_t* task;
   float last_loss;
   uint32_t shard;  // its sampler's shard of the plan (kept by a resume)
+  uint32_t kind;   // its stream_t.kinds entry
+  // The fabric's join_count of the connection admitted: a lost worker is
+  // admitted again only on a new connection.
+  uint32_t join_count;
+  // Fragments whose current round it is in and has not sent its delta for
+  // yet (bit p): lost, each counts as a dropped contribution of p's round.
+  uint64_t in_round;
+  bool fresh;  // admitted, its state not made yet (@init pending)
 } stream_worker_t;
 
 typedef struct stream_t {
   job_t* job;
   pcp_streaming_diloco_schedule_t schedule;
-  uint8_t train_hash[PCP_SHA256_BYTE_LENGTH];
-  uint8_t fragment_hash[MAX_FRAGMENTS][PCP_SHA256_BYTE_LENGTH];
+  stream_kind_t kinds[MAX_STREAM_KINDS];
+  uint32_t kind_count;
   stream_worker_t workers[MAX_ROUND_WORKERS];
   uint32_t worker_count;
-  uint32_t shard_count;  // workers of the first start: the plan's shards
+  uint32_t shard_count;  // the plan's shards: workers of the first start
+  uint64_t plan_step;    // the plan's step: 0, or the step of a re-shard
+  uint32_t joins;        // admissions so far (session ids)
+  uint64_t nonce;        // this run's session id suffix
+  pcp_fabric_worker_info_t* infos;  // MAX_ROUND_WORKERS, for join checks
+  // Since the last sync event: ids joined and lost; per fragment, the
+  // contributions dropped from its round in flight.
+  json_t* joined;
+  json_t* left;
+  uint32_t dropped[MAX_FRAGMENTS];
   char backend[16];
   char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
   char (*names)[24];  // "p0", "m0", "v0", "s0" ... per tensor: 4 each
@@ -288,14 +317,15 @@ pcp_status_t pcp_diloco_fragment_module_emit(
   return pcp_string_builder_append_cstring(b, "}\n");
 }
 
-static pcp_status_t stream_programs(stream_t* st, const char* backend,
-                                    const char* target) {
+static pcp_status_t stream_programs(stream_t* st, stream_kind_t* kind) {
   job_t* job = st->job;
+  const char* backend = kind->backend;
+  const char* target = kind->target;
   char model[1200];
   snprintf(model, sizeof(model), "%s/model.mlir", job->dir);
   PCP_RETURN_IF_ERROR_BARE(
       pcp_diloco_job_child_compile(job, model, job->model_hash, "train", 1,
-                                   backend, target, st->train_hash));
+                                   backend, target, kind->train_hash));
   for (uint32_t p = 0; p < st->schedule.fragments; ++p) {
     pcp_string_builder_t b;
     pcp_string_builder_initialize(pcp_allocator_system(), (size_t)16 << 20, &b);
@@ -313,8 +343,35 @@ static pcp_status_t stream_programs(stream_t* st, const char* backend,
     pcp_string_builder_deinitialize(&b);
     PCP_RETURN_IF_ERROR_BARE(status);
     PCP_RETURN_IF_ERROR_BARE(pcp_diloco_job_child_compile(
-        job, path, hex, NULL, 0, backend, target, st->fragment_hash[p]));
+        job, path, hex, NULL, 0, backend, target, kind->fragment_hash[p]));
   }
+  return pcp_ok_status();
+}
+
+// The index of the (backend, target) kind in st->kinds, its programs
+// compiled when it is new. Mixed kinds train together as in classic
+// rounds: each runs the same modules compiled for its target.
+static pcp_status_t stream_kind_find(stream_t* st, const char* backend,
+                                     const char* target, uint32_t* out_index) {
+  for (uint32_t i = 0; i < st->kind_count; ++i) {
+    if (!strcmp(st->kinds[i].backend, backend) &&
+        !strcmp(st->kinds[i].target, target)) {
+      *out_index = i;
+      return pcp_ok_status();
+    }
+  }
+  if (st->kind_count >= MAX_STREAM_KINDS) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                           "more than %d (backend, target) kinds of streaming "
+                           "workers",
+                           MAX_STREAM_KINDS);
+  }
+  stream_kind_t* kind = &st->kinds[st->kind_count];
+  memset(kind, 0, sizeof(*kind));
+  snprintf(kind->backend, sizeof(kind->backend), "%s", backend);
+  snprintf(kind->target, sizeof(kind->target), "%s", target);
+  PCP_RETURN_IF_ERROR_BARE(stream_programs(st, kind));
+  *out_index = st->kind_count++;
   return pcp_ok_status();
 }
 
@@ -359,6 +416,28 @@ static void masters_round(stream_t* st, uint32_t fragment) {
   }
 }
 
+// Marks |w| lost: it leaves the run (its state was on it); each fragment
+// round it was in and had not sent its delta for yet closes without it,
+// counted in st->dropped, and goes on with the others as the schedule says.
+static void stream_worker_lost(stream_t* st, stream_worker_t* w,
+                               const char* why) {
+  PCP_LOG(PCP_LOG_WARN, &st->job->log,
+          "streaming worker %s lost: %s; its contributions to %d fragment "
+          "rounds in flight dropped",
+          w->worker_id, why, __builtin_popcountll(w->in_round));
+  w->alive = false;
+  for (uint32_t p = 0; p < MAX_FRAGMENTS; ++p) {
+    st->dropped[p] += (uint32_t)((w->in_round >> p) & 1u);
+  }
+  w->in_round = 0;
+  if (st->left) {
+    json_array_append_new(st->left, json_string(w->worker_id));
+  }
+  if (st->job->options->metrics) {
+    pcp_obs_family_add(st->job->options->metrics->lost_tasks, NULL, 1);
+  }
+}
+
 // Waits for the current task of every live worker; a failed one marks its
 // worker lost. Returns true when the stop hook fired (tasks cancelled).
 static bool stream_wait(stream_t* st) {
@@ -372,15 +451,9 @@ static bool stream_wait(stream_t* st) {
       "streaming tasks");
   for (uint32_t k = 0; k < st->worker_count; ++k) {
     stream_worker_t* w = &st->workers[k];
-    if (w->task && pcp_fabric_task_status(w->task)) {
-      PCP_LOG(PCP_LOG_WARN, &st->job->log,
-              "streaming worker %s lost: %s; dropped for the rest of the run",
-              w->worker_id,
-              pcp_status_message(pcp_fabric_task_status(w->task)));
-      w->alive = false;
-      if (st->job->options->metrics) {
-        pcp_obs_family_add(st->job->options->metrics->lost_tasks, NULL, 1);
-      }
+    if (w->alive && w->task && pcp_fabric_task_status(w->task)) {
+      stream_worker_lost(st, w,
+                         pcp_status_message(pcp_fabric_task_status(w->task)));
     }
   }
   return stopped;
@@ -415,11 +488,9 @@ static void stream_submit(
   params.hash_inputs = st->hash_inputs;
   pcp_status_t status = pcp_diloco_job_task_submit(st->job, &params, &w->task);
   if (status) {
-    PCP_LOG(PCP_LOG_WARN, &st->job->log, "streaming task for %s: %s",
-            w->worker_id, pcp_status_message(status));
-    pcp_status_ignore(status);
     w->task = NULL;
-    w->alive = false;
+    stream_worker_lost(st, w, pcp_status_message(status));
+    pcp_status_ignore(status);
   }
 }
 
@@ -519,7 +590,7 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
           .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count + j};
     }
     job->token_bytes += 2ull * rows * id_size;
-    stream_submit(st, w, st->train_hash, "train_steps", sections,
+    stream_submit(st, w, st->kinds[w->kind].train_hash, "train_steps", sections,
                   section_count + 4, refs, (uint32_t)(3 * n + 4), keep,
                   (uint32_t)(3 * n));
     // The struct arrays were copied by the submit; the data (the shared
@@ -547,7 +618,8 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
 }
 
 // The workers' state at start: @init(masters of the fragment) kept as the
-// local parameters p<i>, zero moments m<i>/v<i> and the snapshot s<i>.
+// local parameters p<i>, zero moments m<i>/v<i> and the snapshot s<i>;
+// only the fresh workers' (all at start, the admitted ones at a join).
 static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
                                      bool* out_stopped) {
   job_t* job = st->job;
@@ -578,9 +650,10 @@ static pcp_status_t stream_init_call(stream_t* st, uint32_t fragment,
   }
   for (uint32_t k = 0; k < st->worker_count; ++k) {
     stream_worker_t* w = &st->workers[k];
-    if (w->alive) {
-      stream_submit(st, w, st->fragment_hash[fragment], "init", sections,
-                    (uint32_t)count, NULL, 0, keep, (uint32_t)(4 * count));
+    if (w->alive && w->fresh) {
+      stream_submit(st, w, st->kinds[w->kind].fragment_hash[fragment], "init",
+                    sections, (uint32_t)count, NULL, 0, keep,
+                    (uint32_t)(4 * count));
     }
   }
   *out_stopped = stream_wait(st);
@@ -653,7 +726,8 @@ static pcp_status_t mix_hashes_check(stream_t* st, uint32_t fragment,
                 "streaming worker %s: parameters differ again after a "
                 "resync; dropped for the rest of the run",
                 w->worker_id);
-        w->alive = false;
+        // Not admitted again on this connection (stream_join).
+        stream_worker_lost(st, w, "parameters differ after a resync");
       }
     }
     if (status || !any) {
@@ -666,8 +740,10 @@ static pcp_status_t mix_hashes_check(stream_t* st, uint32_t fragment,
         resynced[k] = true;
         pcp_fabric_task_release(st->workers[k].task);
         st->workers[k].task = NULL;
-        stream_submit(st, &st->workers[k], st->fragment_hash[fragment], "mix",
-                      resync, section_count, refs, ref_count, keep, keep_count);
+        stream_submit(st, &st->workers[k],
+                      st->kinds[st->workers[k].kind].fragment_hash[fragment],
+                      "mix", resync, section_count, refs, ref_count, keep,
+                      keep_count);
       }
     }
     *out_stopped = stream_wait(st);
@@ -757,8 +833,9 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
     if (!w->alive) {
       continue;
     }
-    stream_submit(st, w, st->fragment_hash[fragment], mix ? "mix" : "delta",
-                  sections, section_count, refs, ref_count, keep, keep_count);
+    stream_submit(st, w, st->kinds[w->kind].fragment_hash[fragment],
+                  mix ? "mix" : "delta", sections, section_count, refs,
+                  ref_count, keep, keep_count);
   }
   *out_stopped = stream_wait(st);
   pcp_status_t status = pcp_ok_status();
@@ -810,6 +887,7 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
         up_bytes += outputs[j].byte_length;
       }
       ++reporters;
+      w->in_round &= ~((uint64_t)1 << fragment);
     }
     for (size_t i = fragment; i < job->table.count && !status && reporters;
          i += P) {
@@ -827,6 +905,8 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
     for (uint32_t k = 0; k < st->worker_count; ++k) {
       if (st->workers[k].alive && st->workers[k].task) {
         ++reporters;
+        // The fragment's next round starts: the worker is in it.
+        st->workers[k].in_round |= (uint64_t)1 << fragment;
       }
     }
     up_bytes = master_bytes * reporters;
@@ -941,11 +1021,12 @@ static pcp_status_t stream_copy_call(stream_t* st, uint32_t fragment, int kind,
     // The struct arrays are copied by the submit; the data stays borrowed
     // until stream_wait.
     if (upload) {
-      stream_submit(st, worker, st->fragment_hash[fragment], function, sections,
-                    (uint32_t)count, NULL, 0, keep, (uint32_t)count);
+      stream_submit(st, worker, st->kinds[worker->kind].fragment_hash[fragment],
+                    function, sections, (uint32_t)count, NULL, 0, keep,
+                    (uint32_t)count);
     } else {
-      stream_submit(st, worker, st->fragment_hash[fragment], function, NULL, 0,
-                    refs, (uint32_t)count, NULL, 0);
+      stream_submit(st, worker, st->kinds[worker->kind].fragment_hash[fragment],
+                    function, NULL, 0, refs, (uint32_t)count, NULL, 0);
     }
   }
   *out_stopped = stream_wait(st);
@@ -1102,6 +1183,11 @@ static pcp_status_t stream_checkpoint(stream_t* st, const stream_loop_t* loop,
   }
   json_object_set_new(job->stream_cursor, "dtype",
                       json_string(st->bf16_params ? "bf16" : "f32"));
+  if (st->plan_step) {
+    // A join re-sharded the data: the plan is the one of that step.
+    json_object_set_new(job->stream_cursor, "plan_step",
+                        json_integer((json_int_t)st->plan_step));
+  }
   status = pcp_diloco_job_checkpoint_write(job);
   json_decref(job->stream_cursor);
   job->stream_cursor = NULL;
@@ -1200,6 +1286,9 @@ static pcp_status_t stream_resume_load(stream_t* st, stream_loop_t* loop,
   snprintf(st->backend, sizeof(st->backend), "%s", backend);
   snprintf(st->target, sizeof(st->target), "%s", target);
   st->shard_count = (uint32_t)shards;
+  // Absent before elastic runs (and when no join re-sharded): step 0.
+  json_int_t plan_step = json_integer_value(json_object_get(c, "plan_step"));
+  st->plan_step = plan_step > 0 ? (uint64_t)plan_step : 0;
   loop->step = (uint64_t)json_integer_value(json_object_get(c, "step"));
   loop->last_event_step =
       (uint64_t)json_integer_value(json_object_get(c, "last_event_step"));
@@ -1252,6 +1341,253 @@ static pcp_status_t stream_resume_load(stream_t* st, stream_loop_t* loop,
   *out_state = data;
   *out_workers = (uint32_t)count;
   return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// Data shards and joins
+//===----------------------------------------------------------------------===//
+//
+// The plan splits the train split into shard_count disjoint pieces
+// (pcp_data_shard_plan over "shard-0000".. at plan_step), one per worker.
+// A joining worker takes the slot of a lost one when its shard is still
+// unheld: the lost worker's sampler goes on where it stopped, so no batch
+// is drawn twice and no piece is sampled by two live workers. With no such
+// slot every live worker is re-sharded: a new plan over the live workers at
+// the join's step, each with a fresh sampler on its piece (the documented
+// way to re-shard, data.h). Checkpoints keep shard_count and plan_step.
+
+// The plan of shard_count shards at plan_step (caller frees).
+static pcp_status_t stream_plan(stream_t* st, pcp_data_assignment_t** out) {
+  job_t* job = st->job;
+  const char* names[MAX_ROUND_WORKERS];
+  char storage[MAX_ROUND_WORKERS][24];
+  for (uint32_t k = 0; k < st->shard_count; ++k) {
+    snprintf(storage[k], sizeof(storage[k]), "shard-%04u", k);
+    names[k] = storage[k];
+  }
+  *out = pcp_diloco_job_calloc(job, st->shard_count + 1, sizeof(**out));
+  if (!*out) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "plan");
+  }
+  pcp_status_t status = pcp_data_shard_plan(
+      job->dataset, job->train_range, (uint32_t)job->spec.block_size, names,
+      st->shard_count, st->plan_step, job->seed, *out);
+  if (status) {
+    pcp_diloco_job_free(job, *out);
+    *out = NULL;
+  }
+  return status;
+}
+
+// A sampler on plan[w->shard] (restored to |cursor_text| when given) and
+// the worker's token buffers, made once.
+static pcp_status_t stream_worker_data(stream_t* st,
+                                       const pcp_data_assignment_t* plan,
+                                       stream_worker_t* w,
+                                       const char* cursor_text) {
+  job_t* job = st->job;
+  pcp_data_sampler_release(w->sampler);
+  w->sampler = NULL;
+  pcp_data_sampler_options_t so = {
+      .sampling = job->config.sampling == PCP_DILOCO_SAMPLING_FIFO
+                      ? PCP_DATA_SAMPLING_SEQUENTIAL
+                      : PCP_DATA_SAMPLING_RANDOM,
+      .batch_size = (uint32_t)job->spec.batch,
+      .block_size = (uint32_t)job->spec.block_size,
+      .seed = plan[w->shard].seed};
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_data_sampler_create(job->dataset, plan[w->shard].range, &so,
+                              pcp_allocator_system(), &w->sampler));
+  if (cursor_text) {
+    pcp_data_cursor_t cursor;
+    PCP_RETURN_IF_ERROR_BARE(pcp_data_cursor_parse(
+        pcp_make_string_view(cursor_text, strlen(cursor_text)), &cursor));
+    PCP_RETURN_IF_ERROR_BARE(pcp_data_sampler_restore(w->sampler, &cursor));
+  }
+  size_t rows = (size_t)job->accumulation *
+                (size_t)(job->spec.batch * job->spec.block_size);
+  if (!w->tokens) {
+    w->tokens = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int32_t));
+  }
+  if (w->tokens && !w->tokens64 && job->data_type == PCP_ELEMENT_TYPE_I64) {
+    w->tokens64 = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int64_t));
+  }
+  if (!w->tokens || (job->data_type == PCP_ELEMENT_TYPE_I64 && !w->tokens64)) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "tokens");
+  }
+  return pcp_ok_status();
+}
+
+// Re-shards every live worker over a new plan at |step|; the lost
+// workers' samplers go (their pieces belong to the old plan).
+static pcp_status_t stream_reshard(stream_t* st, uint64_t step) {
+  st->shard_count = stream_alive(st);
+  st->plan_step = step;
+  pcp_data_assignment_t* plan = NULL;
+  PCP_RETURN_IF_ERROR_BARE(stream_plan(st, &plan));
+  pcp_status_t status = pcp_ok_status();
+  uint32_t shard = 0;
+  for (uint32_t k = 0; k < st->worker_count && !status; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    if (!w->alive) {
+      pcp_data_sampler_release(w->sampler);
+      w->sampler = NULL;
+      continue;
+    }
+    w->shard = shard++;
+    status = stream_worker_data(st, plan, w, NULL);
+  }
+  pcp_diloco_job_free(st->job, plan);
+  PCP_LOG(PCP_LOG_INFO, &st->job->log,
+          "streaming data re-sharded over %u workers at step %" PRIu64,
+          st->shard_count, step);
+  return status;
+}
+
+// Was worker |id| lost on connection |join_count| (a task failed without
+// the connection ending: not admitted again until it joins anew)?
+static bool stream_lost_on(const stream_t* st, const char* id,
+                           uint32_t join_count) {
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    const stream_worker_t* w = &st->workers[k];
+    if (!strcmp(w->worker_id, id) && w->join_count == join_count) {
+      return !w->alive;
+    }
+  }
+  return false;
+}
+
+// Before step |step|: admits every connected worker of the job's class not
+// in the run (a new one, or a lost one on a new connection), up to
+// MAX_ROUND_WORKERS live. Each gets the masters of every fragment as its
+// parameters and snapshot and zero moments (@init: a reset inner
+// optimizer), a data shard (above), and takes part from this step on: the
+// step's receives, its local step, its sends.
+static pcp_status_t stream_join(stream_t* st, uint64_t step,
+                                bool* out_stopped) {
+  job_t* job = st->job;
+  uint32_t count = pcp_fabric_worker_list(job->options->fabric, st->infos,
+                                          MAX_ROUND_WORKERS, NULL);
+  const char* worker_class = job->config.worker_class;
+  pcp_status_t status = pcp_ok_status();
+  uint32_t admitted = 0;
+  bool reshard = false;
+  for (uint32_t i = 0; i < count && !status; ++i) {
+    const pcp_fabric_worker_info_t* info = &st->infos[i];
+    if (info->state != PCP_FABRIC_WORKER_CONNECTED ||
+        (worker_class && strcmp(info->worker_class, worker_class))) {
+      continue;
+    }
+    bool live = false;
+    for (uint32_t k = 0; k < st->worker_count && !live; ++k) {
+      live = st->workers[k].alive &&
+             !strcmp(st->workers[k].worker_id, info->worker_id);
+    }
+    if (live || stream_lost_on(st, info->worker_id, info->join_count) ||
+        stream_alive(st) >= MAX_ROUND_WORKERS) {
+      continue;
+    }
+    // A lost worker's slot whose shard is still unheld; its own first.
+    stream_worker_t* w = NULL;
+    for (uint32_t k = 0; k < st->worker_count && !w; ++k) {
+      stream_worker_t* c = &st->workers[k];
+      w = !c->alive && c->sampler && !strcmp(c->worker_id, info->worker_id)
+              ? c
+              : NULL;
+    }
+    for (uint32_t k = 0; k < st->worker_count && !w; ++k) {
+      stream_worker_t* c = &st->workers[k];
+      // Not one still connected on the connection it was lost on: its
+      // slot remembers not to admit it again on that connection.
+      bool connected = false;
+      for (uint32_t j = 0; j < count && !connected; ++j) {
+        connected = st->infos[j].state == PCP_FABRIC_WORKER_CONNECTED &&
+                    st->infos[j].join_count == c->join_count &&
+                    !strcmp(st->infos[j].worker_id, c->worker_id);
+      }
+      w = !c->alive && c->sampler && !connected ? c : NULL;
+    }
+    if (!w && st->worker_count >= MAX_ROUND_WORKERS) {
+      continue;
+    }
+    uint32_t kind = 0;
+    status = stream_kind_find(st, info->backend, info->target, &kind);
+    if (status) {
+      break;
+    }
+    if (!w) {
+      w = &st->workers[st->worker_count++];
+      memset(w, 0, sizeof(*w));
+      reshard = true;
+    }
+    snprintf(w->worker_id, sizeof(w->worker_id), "%s", info->worker_id);
+    snprintf(w->session, sizeof(w->session), "%s-stream-%u-%" PRIx64,
+             job->options->job_id, st->joins++, st->nonce);
+    w->kind = kind;
+    w->join_count = info->join_count;
+    w->alive = true;
+    w->fresh = true;
+    w->in_round = 0;
+    w->last_loss = NAN;
+    ++admitted;
+    if (st->joined) {
+      json_array_append_new(st->joined, json_string(w->worker_id));
+    }
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "streaming worker %s (%s %s) joins at step %" PRIu64 "%s",
+            w->worker_id, info->backend, info->target, step,
+            w->sampler ? ": a lost worker's shard" : "");
+  }
+  if (!status && reshard) {
+    status = stream_reshard(st, step);
+  }
+  for (uint32_t p = 0;
+       p < st->schedule.fragments && admitted && !status && !*out_stopped;
+       ++p) {
+    status = stream_init_call(st, p, out_stopped);
+  }
+  for (uint32_t k = 0; k < st->worker_count; ++k) {
+    stream_worker_t* w = &st->workers[k];
+    if (w->fresh && w->alive) {
+      // In every fragment's current round from now on.
+      w->in_round = st->schedule.fragments >= 64
+                        ? ~(uint64_t)0
+                        : ((uint64_t)1 << st->schedule.fragments) - 1;
+    }
+    w->fresh = false;
+  }
+  return status;
+}
+
+// A sync event's elastic fields: the live workers after it
+// ("participants", each one's last local loss in "worker_losses"), the
+// workers joined and lost since the previous sync event, and the
+// contributions dropped from this fragment's round by workers lost before
+// their delta was in ("fragment_replanned": its next round goes on with
+// the live workers at the schedule's next send).
+static void stream_progress_elastic(const stream_t* st, uint32_t fragment,
+                                    json_t* progress) {
+  json_t* ids = json_array();
+  json_t* losses = json_object();
+  for (uint32_t k = 0; k < st->worker_count && ids && losses; ++k) {
+    const stream_worker_t* w = &st->workers[k];
+    if (w->alive) {
+      json_array_append_new(ids, json_string(w->worker_id));
+      json_object_set_new(losses, w->worker_id,
+                          pcp_diloco_json_number_or_null(w->last_loss));
+    }
+  }
+  json_object_set_new(progress, "participants", ids ? ids : json_array());
+  json_object_set_new(progress, "worker_losses",
+                      losses ? losses : json_object());
+  json_object_set_new(progress, "workers_joined",
+                      st->joined ? json_copy(st->joined) : json_array());
+  json_object_set_new(progress, "workers_left",
+                      st->left ? json_copy(st->left) : json_array());
+  json_object_set_new(progress, "contributions_dropped",
+                      json_integer(st->dropped[fragment]));
+  json_object_set_new(progress, "fragment_replanned",
+                      json_boolean(st->dropped[fragment] > 0));
 }
 
 pcp_status_t pcp_diloco_stream_run(job_t* job) {
@@ -1318,6 +1654,13 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
   // Session ids of this run only: a restarted gateway's must not meet what
   // a worker may still hold of the dead one's.
   uint64_t nonce = (uint64_t)pcp_clock_now_ns(o->clock) & 0xffffffffffull;
+  st.nonce = nonce;
+  st.infos = infos;
+  st.joined = json_array();
+  st.left = json_array();
+  if (!infos || !st.joined || !st.left) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "worker list");
+  }
   while (!status && !st.worker_count) {
     if (pcp_diloco_job_should_stop(job)) {
       status = pcp_make_status(PCP_STATUS_CANCELLED,
@@ -1340,8 +1683,10 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
         snprintf(st.backend, sizeof(st.backend), "%s", infos[i].backend);
         snprintf(st.target, sizeof(st.target), "%s", infos[i].target);
       }
-      matching += !strcmp(infos[i].backend, st.backend) &&
-                  !strcmp(infos[i].target, st.target);
+      // A fresh start takes every kind (programs per kind); a resume the
+      // checkpoint's.
+      matching += !resume_workers || (!strcmp(infos[i].backend, st.backend) &&
+                                      !strcmp(infos[i].target, st.target));
     }
     uint32_t seen = matching;
     bool graced =
@@ -1354,17 +1699,26 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
     }
     for (uint32_t i = 0; i < count && st.worker_count < matching; ++i) {
       if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED ||
-          strcmp(infos[i].backend, st.backend) ||
-          strcmp(infos[i].target, st.target) ||
+          (resume_workers && (strcmp(infos[i].backend, st.backend) ||
+                              strcmp(infos[i].target, st.target))) ||
           (worker_class && strcmp(infos[i].worker_class, worker_class))) {
         continue;
+      }
+      uint32_t kind = 0;
+      status = stream_kind_find(&st, infos[i].backend, infos[i].target, &kind);
+      if (status) {
+        break;
       }
       stream_worker_t* w = &st.workers[st.worker_count++];
       snprintf(w->worker_id, sizeof(w->worker_id), "%s", infos[i].worker_id);
       snprintf(w->session, sizeof(w->session), "%s-stream-%u-%" PRIx64,
                o->job_id, st.worker_count - 1, nonce);
       w->shard = st.worker_count - 1;
+      w->kind = kind;
+      w->join_count = infos[i].join_count;
       w->alive = true;
+      w->fresh = true;
+      st.joins = st.worker_count;
     }
     if (!st.worker_count) {
       // Until one more worker of the kind joins (a fabric event), for at
@@ -1386,7 +1740,6 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       }
     }
   }
-  pcp_diloco_job_free(job, infos);
   if (!status && resume_workers && st.worker_count < resume_workers) {
     PCP_LOG(PCP_LOG_WARN, &job->log,
             "resuming with %u of the checkpoint's %u streaming workers",
@@ -1395,24 +1748,12 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
   if (!status && !resume_workers) {
     st.shard_count = st.worker_count;
   }
+  // Samplers: shard k of the plan over the train split (at plan_step: 0, or
+  // the re-shard's step); a resume rebuilds the checkpoint's plan and
+  // continues each worker's cursor.
   if (!status) {
-    status = stream_programs(&st, st.backend, st.target);
-  }
-  // Samplers: shard k of the plan over the train split (step 0); a resume
-  // rebuilds the first start's plan and continues each worker's cursor.
-  if (!status) {
-    const char* names[MAX_ROUND_WORKERS];
-    char storage[MAX_ROUND_WORKERS][24];
-    for (uint32_t k = 0; k < st.shard_count; ++k) {
-      snprintf(storage[k], sizeof(storage[k]), "shard-%04u", k);
-      names[k] = storage[k];
-    }
-    pcp_data_assignment_t* plan =
-        pcp_diloco_job_calloc(job, st.shard_count, sizeof(*plan));
-    status = plan ? pcp_data_shard_plan(job->dataset, job->train_range,
-                                        (uint32_t)job->spec.block_size, names,
-                                        st.shard_count, 0, job->seed, plan)
-                  : pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "plan");
+    pcp_data_assignment_t* plan = NULL;
+    status = stream_plan(&st, &plan);
     for (uint32_t k = 0; k < st.worker_count && !status; ++k) {
       stream_worker_t* w = &st.workers[k];
       json_t* saved =
@@ -1427,39 +1768,9 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
         w->last_loss =
             json_is_number(loss) ? (float)json_number_value(loss) : NAN;
       }
-      pcp_data_sampler_options_t so = {
-          .sampling = job->config.sampling == PCP_DILOCO_SAMPLING_FIFO
-                          ? PCP_DATA_SAMPLING_SEQUENTIAL
-                          : PCP_DATA_SAMPLING_RANDOM,
-          .batch_size = (uint32_t)job->spec.batch,
-          .block_size = (uint32_t)job->spec.block_size,
-          .seed = plan[w->shard].seed};
-      status = pcp_data_sampler_create(job->dataset, plan[w->shard].range, &so,
-                                       pcp_allocator_system(), &w->sampler);
-      if (!status && saved) {
-        const char* text = json_string_value(json_object_get(saved, "sampler"));
-        pcp_data_cursor_t cursor;
-        status = pcp_data_cursor_parse(pcp_make_string_view(text, strlen(text)),
-                                       &cursor);
-        if (!status) {
-          status = pcp_data_sampler_restore(w->sampler, &cursor);
-        }
-      }
-      size_t rows = (size_t)job->accumulation *
-                    (size_t)(job->spec.batch * job->spec.block_size);
-      w->tokens = status
-                      ? NULL
-                      : pcp_diloco_job_malloc(job, 2 * rows * sizeof(int32_t));
-      if (!status && job->data_type == PCP_ELEMENT_TYPE_I64) {
-        w->tokens64 = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int64_t));
-        if (!w->tokens64) {
-          pcp_diloco_job_free(job, w->tokens);
-          w->tokens = NULL;
-        }
-      }
-      if (!status && !w->tokens) {
-        status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "tokens");
-      }
+      status = stream_worker_data(
+          &st, plan, w,
+          saved ? json_string_value(json_object_get(saved, "sampler")) : NULL);
     }
     pcp_diloco_job_free(job, plan);
   }
@@ -1478,6 +1789,15 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
     }
   }
   pcp_allocator_free(pcp_allocator_system(), resume_state);
+  for (uint32_t k = 0; k < st.worker_count; ++k) {
+    stream_worker_t* w = &st.workers[k];
+    if (w->alive) {
+      w->in_round = st.schedule.fragments >= 64
+                        ? ~(uint64_t)0
+                        : ((uint64_t)1 << st.schedule.fragments) - 1;
+    }
+    w->fresh = false;
+  }
   if (!status && resume_workers) {
     PCP_LOG(PCP_LOG_INFO, &job->log,
             "streaming resumed at step %" PRIu64 " sync %" PRIu64
@@ -1502,6 +1822,11 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
                        ? (uint64_t)job->config.checkpoint_every
                        : 0;
   for (uint64_t t = loop.step + 1; t <= max_steps && !status && !stopped; ++t) {
+    // Joins (new workers, lost ones back) take part from this step on.
+    status = stream_join(&st, t, &stopped);
+    if (status || stopped) {
+      break;
+    }
     if (!stream_alive(&st)) {
       status = pcp_make_status(
           PCP_STATUS_ABORTED,
@@ -1558,12 +1883,14 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       // live worker.
       bool evaluated = false;
       if (pcp_diloco_job_eval_due(job, st.syncs, st.syncs >= st.sync_total)) {
-        const char* evaluator = NULL;
+        const stream_worker_t* evaluator = NULL;
         for (uint32_t k = 0; k < st.worker_count && !evaluator; ++k) {
-          evaluator = st.workers[k].alive ? st.workers[k].worker_id : NULL;
+          evaluator = st.workers[k].alive ? &st.workers[k] : NULL;
         }
-        status = evaluator ? pcp_diloco_job_evaluate(job, evaluator, st.backend,
-                                                     st.target)
+        status = evaluator ? pcp_diloco_job_evaluate(
+                                 job, evaluator->worker_id,
+                                 st.kinds[evaluator->kind].backend,
+                                 st.kinds[evaluator->kind].target)
                            : pcp_ok_status();
         if (status && pcp_status_code(status) == PCP_STATUS_CANCELLED) {
           pcp_status_ignore(status);
@@ -1592,6 +1919,7 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
         json_object_set_new(progress, "workers_received", json_integer(alive));
         json_object_set_new(progress, "streaming", json_true());
         json_object_set_new(progress, "evaluated", json_boolean(evaluated));
+        stream_progress_elastic(&st, p, progress);
         pcp_diloco_job_bytes_stop(job);
         json_t* bytes = pcp_diloco_job_bytes_json(job);
         if (bytes) {
@@ -1617,9 +1945,12 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       PCP_LOG(PCP_LOG_INFO, &job->log,
               "streaming sync=%" PRIu64 "/%" PRIu64
               " fragment=%u round=%u step=%" PRIu64
-              " loss=%.4f workers=%u wire_bytes=%" PRIu64,
+              " loss=%.4f workers=%u wire_bytes=%" PRIu64 " dropped=%u",
               st.syncs, st.sync_total, p, round, t, job->last_loss, alive,
-              sync_bytes);
+              sync_bytes, st.dropped[p]);
+      st.dropped[p] = 0;
+      json_array_clear(st.joined);
+      json_array_clear(st.left);
     }
     if (!status && !stopped) {
       status = stream_compute(&st, t, &stopped);
@@ -1667,5 +1998,8 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
   }
   pcp_diloco_job_free(job, st.names);
   pcp_diloco_job_free(job, st.zeros);
+  pcp_diloco_job_free(job, st.infos);
+  json_decref(st.joined);
+  json_decref(st.left);
   return status;
 }

@@ -1,0 +1,1780 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Decoupled DiLoCo in the training service (issue 17 Deliver 1; reference
+// s.1.3), selected by `"aggregation_strategy": "decoupled_diloco"` with an
+// optional `"decoupled_diloco": {...}` block (decoupled.h's keys). The
+// protocol's decisions are decoupled.h's (plan, schedule, round machine,
+// merges, outer Nesterov, learner counters, clocks, tape); this file is the
+// I/O around them:
+//   * learners are the connected workers, each with resident state in one
+//     fabric session (p<i>, m<i>, v<i> and s<i>, the global values it last
+//     received), driven by a per-learner loop: each learner's next task is
+//     submitted as soon as its previous one ends, so a slow learner does not
+//     stall the others;
+//   * the fastest learner's local step is the syncer's clock: when one
+//     reaches step t, the fragment scheduled at syncer step t is pulled from
+//     every live learner, each answering at its next task boundary (@delta:
+//     s - p, f32 or int4 on the wire) and training on; a learner may start
+//     step t only once every round s with s + overlap_tau < t has closed
+//     (the overlap budget);
+//   * the gateway is the syncer: one round machine per syncer step (quorum,
+//     grace or adaptive grace), the merge over the selected learners, outer
+//     Nesterov on the fragment, the sync on the tape; every live learner
+//     then blends the merged fragment in before its next step (@mix).
+// Single-threaded: the job's thread polls its learners' tasks.
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "workloads/train/service_impl.h"
+
+#define DEC_MAX_OPEN 32
+// Fragments of a decoupled job (one compiled module each).
+#define DEC_MAX_FRAGMENTS 64
+// Tensors of one fragment: a task frame carries at most 64 sections (the
+// fabric's max_sections); @mix carries alpha and the fragment.
+#define DEC_MAX_FRAGMENT_TENSORS 60
+#define DEC_POLL_NS 2000000
+// A round that reaches no quorum in this time is skipped (upstream's
+// collection limit).
+#define DEC_COLLECTION_TIMEOUT_MS 30000
+
+enum {
+  TASK_NONE = 0,
+  TASK_INIT = 1,
+  TASK_STEP = 2,
+  TASK_DELTA = 3,
+  TASK_MIX = 4,
+  TASK_VERIFY = 5,
+};
+
+typedef struct dec_learner_t {
+  char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
+  char session[PCP_STORE_ID_MAX_LENGTH + 48];
+  bool alive;
+  pcp_data_sampler_t* sampler;
+  int32_t* tokens;
+  int64_t* tokens64;
+  pcp_fabric_task_t* task;
+  int task_kind;
+  uint32_t task_fragment;
+  uint64_t task_step;  // syncer step of a delta / mix task
+  uint32_t init_next;  // fragments initialized so far
+  uint64_t step;       // completed local steps
+  float step_value;    // borrowed by the step task
+  float lr;
+  float alpha;
+  float last_loss;
+  pcp_decoupled_learner_t counters;
+  bool counters_ready;
+  float* base;     // parameter vector: the global values it last received
+  float* mix_buf;  // the fragment a @mix task carries (borrowed by it)
+  uint64_t sends[DEC_MAX_OPEN];  // syncer steps whose delta is due
+  uint32_t send_count;
+  // Fragments to blend in, one entry per fragment (a newer sync of a
+  // pending one replaces its step: @mix sends the current values anyway).
+  uint32_t apply_fragment[DEC_MAX_FRAGMENTS];
+  uint64_t apply_step[DEC_MAX_FRAGMENTS];
+  uint32_t apply_count;
+  int64_t ready_ns;  // test delay hook: no step before this time
+  int64_t task_started_ns;
+  // int4 verification: the decoded int4 delta awaiting the f32 one.
+  float* verify_values;
+  bool verify_pending;
+  bool verify_done;  // one verification per learner
+  uint32_t verify_fragment;
+  uint64_t verify_step;
+} dec_learner_t;
+
+typedef struct dec_round_t {
+  bool used;
+  bool opened;
+  bool final;
+  uint64_t step;
+  uint32_t fragment;
+  uint64_t grace_ms;
+  int64_t opened_ns;
+  pcp_decoupled_round_t machine;
+  float* values;  // per learner: its fragment values (base - delta)
+  bool has[MAX_ROUND_WORKERS];
+  uint64_t tokens_since[MAX_ROUND_WORKERS];
+  uint64_t steps_since[MAX_ROUND_WORKERS];
+  uint64_t learner_step[MAX_ROUND_WORKERS];
+  uint64_t up_bytes;
+} dec_round_t;
+
+typedef struct dec_t {
+  job_t* job;
+  pcp_decoupled_config_t config;
+  pcp_decoupled_schedule_t schedule;
+  pcp_decoupled_grace_t grace;
+  pcp_decoupled_plan_t plan;
+  bool plan_ready;
+  pcp_decoupled_nesterov_t nesterov;
+  bool nesterov_ready;
+  pcp_decoupled_syncer_state_t* state;
+  pcp_decoupled_tape_t tape;
+  bool int4;
+  bool verify_int4;
+  uint32_t block;
+  uint8_t train_hash[PCP_SHA256_BYTE_LENGTH];
+  uint8_t (*fragment_hash)[PCP_SHA256_BYTE_LENGTH];
+  dec_learner_t learners[MAX_ROUND_WORKERS];
+  uint32_t learner_count;
+  char backend[16];
+  char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
+  char (*names)[24];
+  dec_round_t* rounds;      // DEC_MAX_OPEN slots
+  uint64_t total_steps;     // S: syncer steps = local steps per learner
+  uint64_t next_final;      // the next syncer step to finalize
+  uint64_t opened_through;  // syncer steps pulled so far
+  uint64_t scheduled;       // scheduled rounds in 1..S
+  uint64_t syncs;
+  uint64_t skipped_rounds;
+  uint64_t dropped_pulls;  // pulls answered after their round closed
+  uint64_t tokens_computed;
+  double tokens_merged;
+  uint64_t up_bytes_total;
+  uint64_t down_bytes_total;
+  double int4_max_error;
+  double int4_max_ratio;  // max |err| / (scale / 2) over verified deltas
+  uint64_t int4_verified;
+  size_t frag_max;  // values of the largest fragment
+  float* grad;      // fragment buffer: merged outer gradient
+  float* before;    // fragment buffer: global before the merge
+  int64_t delay_ms;
+  uint32_t delay_learner;
+  uint64_t delay_until;
+  char tape_path[1200];
+  int64_t last_event_ns;
+  uint64_t last_event_tokens;
+} dec_t;
+
+static const char* dec_name(dec_t* d, char kind, size_t tensor) {
+  size_t slot = kind == 'p' ? 0 : kind == 'm' ? 1 : kind == 'v' ? 2 : 3;
+  return d->names[4 * tensor + slot];
+}
+
+//===----------------------------------------------------------------------===//
+// The fragment module (StableHLO text)
+//===----------------------------------------------------------------------===//
+
+static void dec_type(const pcp_models_parameter_t* p, const char* element,
+                     char* out, size_t capacity) {
+  int used = snprintf(out, capacity, "tensor<");
+  for (int32_t d = 0; d < p->rank; ++d) {
+    used += snprintf(out + used, capacity - (size_t)used, "%lldx",
+                     (long long)p->dims[d]);
+  }
+  snprintf(out + used, capacity - (size_t)used, "%s>", element);
+}
+
+// Appends "PREFIX<i>: TYPE, ..." (args) or "TYPE, ..." (types) for every
+// tensor of |fragment|, |groups| times with prefixes |prefix|.
+static pcp_status_t dec_list(pcp_string_builder_t* b,
+                             const pcp_models_parameter_table_t* table,
+                             const pcp_decoupled_fragment_t* f, bool args,
+                             bool names_only, const char* const* prefix,
+                             const char* const* element, int groups,
+                             bool* first) {
+  char t[128];
+  for (int g = 0; g < groups; ++g) {
+    for (uint32_t k = 0; k < f->tensor_count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      dec_type(&table->parameters[i], element[g], t, sizeof(t));
+      const char* sep = *first ? "" : ", ";
+      *first = false;
+      pcp_status_t status;
+      if (names_only) {
+        status = pcp_string_builder_append_f(b, "%s%%%s%u", sep, prefix[g], i);
+      } else if (args) {
+        status = pcp_string_builder_append_f(b, "%s%%%s%u: %s", sep, prefix[g],
+                                             i, t);
+      } else {
+        status = pcp_string_builder_append_f(b, "%s%s", sep, t);
+      }
+      PCP_RETURN_IF_ERROR_BARE(status);
+    }
+  }
+  return pcp_ok_status();
+}
+
+// The int4 packing of one tensor's delta %d<i> (|n| f32 values) into
+// %q<i>: tensor<(4*nb + ceil(n/2)) x ui8>, decoupled.h's layout exactly
+// (nb f32 LE scales, then two codes per byte, element j in byte j/2, low
+// nibble when j is even). Per block of |bs|: m = max|x|, s = m/7 rounded
+// up to a multiple of 8 in its bit pattern (the low 3 mantissa bits clear,
+// so q*s is exact and s >= m/7), 0 for a zero block; q = round(x/s) (ties
+// to even) clamped to [-7, 7], stored as q + 8.
+static pcp_status_t dec_int4_append(pcp_string_builder_t* b,
+                                    const pcp_models_parameter_t* p, uint32_t i,
+                                    uint32_t bs) {
+  uint64_t n = (uint64_t)p->element_count;
+  uint64_t nb = (n + bs - 1) / bs;
+  uint64_t np = nb * bs;
+  uint64_t nc = (n + 1) / 2;
+  char t[128];
+  dec_type(p, "f32", t, sizeof(t));
+#define L(...) \
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(b, __VA_ARGS__))
+  L("    %%qf_%u = stablehlo.reshape %%d%u : (%s) -> tensor<%" PRIu64 "xf32>\n",
+    i, i, t, n);
+  if (np != n) {
+    L("    %%qz_%u = stablehlo.constant dense<0.000000e+00> : tensor<%" PRIu64
+      "xf32>\n",
+      i, np - n);
+    L("    %%qp_%u = stablehlo.concatenate %%qf_%u, %%qz_%u, dim = 0 : "
+      "(tensor<%" PRIu64 "xf32>, tensor<%" PRIu64 "xf32>) -> tensor<%" PRIu64
+      "xf32>\n",
+      i, i, i, n, np - n, np);
+  } else {
+    L("    %%qp_%u = stablehlo.reshape %%qf_%u : (tensor<%" PRIu64
+      "xf32>) -> tensor<%" PRIu64 "xf32>\n",
+      i, i, n, np);
+  }
+  L("    %%qb_%u = stablehlo.reshape %%qp_%u : (tensor<%" PRIu64
+    "xf32>) -> tensor<%" PRIu64 "x%uxf32>\n",
+    i, i, np, nb, bs);
+  L("    %%qa_%u = stablehlo.abs %%qb_%u : tensor<%" PRIu64 "x%uxf32>\n", i, i,
+    nb, bs);
+  L("    %%qzero_%u = stablehlo.constant dense<0.000000e+00> : tensor<f32>\n",
+    i);
+  L("    %%qm_%u = stablehlo.reduce(%%qa_%u init: %%qzero_%u) applies "
+    "stablehlo.maximum across dimensions = [1] : (tensor<%" PRIu64
+    "x%uxf32>, tensor<f32>) -> tensor<%" PRIu64 "xf32>\n",
+    i, i, i, nb, bs, nb);
+  char v[64];
+  snprintf(v, sizeof(v), "tensor<%" PRIu64 "xf32>", nb);
+  char vi[64];
+  snprintf(vi, sizeof(vi), "tensor<%" PRIu64 "xi32>", nb);
+  char vb[64];
+  snprintf(vb, sizeof(vb), "tensor<%" PRIu64 "xi1>", nb);
+  L("    %%qseven_%u = stablehlo.constant dense<7.000000e+00> : %s\n", i, v);
+  L("    %%qs0_%u = stablehlo.divide %%qm_%u, %%qseven_%u : %s\n", i, i, i, v);
+  L("    %%qbits_%u = stablehlo.bitcast_convert %%qs0_%u : (%s) -> %s\n", i, i,
+    v, vi);
+  // +8 then clear the low 3 bits: a multiple of 8 strictly above the
+  // rounded quotient's pattern, so s >= m/7 however m/7 was rounded.
+  L("    %%qeight_%u = stablehlo.constant dense<8> : %s\n", i, vi);
+  L("    %%qmask_%u = stablehlo.constant dense<-8> : %s\n", i, vi);
+  L("    %%qb1_%u = stablehlo.add %%qbits_%u, %%qeight_%u : %s\n", i, i, i, vi);
+  L("    %%qb2_%u = stablehlo.and %%qb1_%u, %%qmask_%u : %s\n", i, i, i, vi);
+  L("    %%qsu_%u = stablehlo.bitcast_convert %%qb2_%u : (%s) -> %s\n", i, i,
+    vi, v);
+  L("    %%qzv_%u = stablehlo.constant dense<0.000000e+00> : %s\n", i, v);
+  L("    %%qone_%u = stablehlo.constant dense<1.000000e+00> : %s\n", i, v);
+  L("    %%qpos_%u = stablehlo.compare GT, %%qm_%u, %%qzv_%u : (%s, %s) -> "
+    "%s\n",
+    i, i, i, v, v, vb);
+  L("    %%qsc_%u = stablehlo.select %%qpos_%u, %%qsu_%u, %%qzv_%u : %s, %s\n",
+    i, i, i, i, vb, v);
+  L("    %%qdv_%u = stablehlo.select %%qpos_%u, %%qsu_%u, %%qone_%u : %s, %s\n",
+    i, i, i, i, vb, v);
+  char m2[64];
+  snprintf(m2, sizeof(m2), "tensor<%" PRIu64 "x%uxf32>", nb, bs);
+  char m2i[64];
+  snprintf(m2i, sizeof(m2i), "tensor<%" PRIu64 "x%uxi32>", nb, bs);
+  L("    %%qdb_%u = stablehlo.broadcast_in_dim %%qdv_%u, dims = [0] : (%s) -> "
+    "%s\n",
+    i, i, v, m2);
+  L("    %%qx_%u = stablehlo.divide %%qb_%u, %%qdb_%u : %s\n", i, i, i, m2);
+  L("    %%qr_%u = stablehlo.round_nearest_even %%qx_%u : %s\n", i, i, m2);
+  L("    %%qlo_%u = stablehlo.constant dense<-7.000000e+00> : %s\n", i, m2);
+  L("    %%qhi_%u = stablehlo.constant dense<7.000000e+00> : %s\n", i, m2);
+  L("    %%qc_%u = stablehlo.clamp %%qlo_%u, %%qr_%u, %%qhi_%u : %s\n", i, i, i,
+    i, m2);
+  L("    %%qi_%u = stablehlo.convert %%qc_%u : (%s) -> %s\n", i, i, m2, m2i);
+  L("    %%qe8_%u = stablehlo.constant dense<8> : %s\n", i, m2i);
+  L("    %%qn_%u = stablehlo.add %%qi_%u, %%qe8_%u : %s\n", i, i, i, m2i);
+  uint64_t half = np / 2;
+  L("    %%qpair_%u = stablehlo.reshape %%qn_%u : (%s) -> tensor<%" PRIu64
+    "x2xi32>\n",
+    i, i, m2i, half);
+  for (int h = 0; h < 2; ++h) {
+    L("    %%qh%d_%u = \"stablehlo.slice\"(%%qpair_%u) {start_indices = "
+      "array<i64: 0, %d>, limit_indices = array<i64: %" PRIu64
+      ", %d>, strides = array<i64: 1, 1>} : (tensor<%" PRIu64
+      "x2xi32>) -> tensor<%" PRIu64 "x1xi32>\n",
+      h, i, i, h, half, h + 1, half, half);
+    L("    %%qhr%d_%u = stablehlo.reshape %%qh%d_%u : (tensor<%" PRIu64
+      "x1xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      h, i, h, i, half, half);
+  }
+  L("    %%qfour_%u = stablehlo.constant dense<4> : tensor<%" PRIu64 "xi32>\n",
+    i, half);
+  L("    %%qhs_%u = stablehlo.shift_left %%qhr1_%u, %%qfour_%u : "
+    "tensor<%" PRIu64 "xi32>\n",
+    i, i, i, half);
+  L("    %%qby_%u = stablehlo.or %%qhr0_%u, %%qhs_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, half);
+  if (nc != half) {
+    L("    %%qbc_%u = \"stablehlo.slice\"(%%qby_%u) {start_indices = "
+      "array<i64: 0>, limit_indices = array<i64: %" PRIu64
+      ">, strides = array<i64: 1>} : (tensor<%" PRIu64
+      "xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      i, i, nc, half, nc);
+  } else {
+    L("    %%qbc_%u = stablehlo.reshape %%qby_%u : (tensor<%" PRIu64
+      "xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      i, i, half, nc);
+  }
+  // The scales' bytes, little-endian: byte k of the pattern is
+  // (bits >> 8k) & 255.
+  L("    %%qsb_%u = stablehlo.bitcast_convert %%qsc_%u : (%s) -> %s\n", i, i, v,
+    vi);
+  L("    %%q255_%u = stablehlo.constant dense<255> : %s\n", i, vi);
+  for (int k = 0; k < 4; ++k) {
+    L("    %%qk%d_%u = stablehlo.constant dense<%d> : %s\n", k, i, 8 * k, vi);
+    L("    %%qsr%d_%u = stablehlo.shift_right_logical %%qsb_%u, %%qk%d_%u : "
+      "%s\n",
+      k, i, i, k, i, vi);
+    L("    %%qsa%d_%u = stablehlo.and %%qsr%d_%u, %%q255_%u : %s\n", k, i, k, i,
+      i, vi);
+    L("    %%qsx%d_%u = stablehlo.reshape %%qsa%d_%u : (%s) -> tensor<%" PRIu64
+      "x1xi32>\n",
+      k, i, k, i, vi, nb);
+  }
+  L("    %%qs4_%u = stablehlo.concatenate %%qsx0_%u, %%qsx1_%u, %%qsx2_%u, "
+    "%%qsx3_%u, dim = 1 : (tensor<%" PRIu64 "x1xi32>, tensor<%" PRIu64
+    "x1xi32>, tensor<%" PRIu64 "x1xi32>, tensor<%" PRIu64
+    "x1xi32>) -> tensor<%" PRIu64 "x4xi32>\n",
+    i, i, i, i, i, nb, nb, nb, nb, nb);
+  L("    %%qsf_%u = stablehlo.reshape %%qs4_%u : (tensor<%" PRIu64
+    "x4xi32>) -> tensor<%" PRIu64 "xi32>\n",
+    i, i, nb, 4 * nb);
+  L("    %%qall_%u = stablehlo.concatenate %%qsf_%u, %%qbc_%u, dim = 0 : "
+    "(tensor<%" PRIu64 "xi32>, tensor<%" PRIu64 "xi32>) -> tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, 4 * nb, nc, 4 * nb + nc);
+  L("    %%q%u = stablehlo.convert %%qall_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "xui8>\n",
+    i, i, 4 * nb + nc, 4 * nb + nc);
+#undef L
+  return pcp_ok_status();
+}
+
+// @init(p...) -> (p..., 0..., 0..., p...); @delta(s..., c...) -> (s - c...)
+// in f32; with int4 also @delta_int4(s..., c...) -> (packed bytes...);
+// @mix(alpha, g..., l...) -> (alpha*l + (1-alpha)*g..., g...): the blend
+// becomes the local values and the global values the new base s.
+pcp_status_t pcp_decoupled_fragment_module_emit(
+    const pcp_models_parameter_table_t* table, const pcp_decoupled_plan_t* plan,
+    uint32_t fragment, bool int4, uint32_t block, pcp_string_builder_t* b) {
+  if (fragment >= plan->fragment_count) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "fragment %u of %u",
+                           fragment, plan->fragment_count);
+  }
+  const pcp_decoupled_fragment_t* f = &plan->fragments[fragment];
+  const char* const f32[] = {"f32", "f32", "f32", "f32"};
+  char t[128];
+  bool first;
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "module {\n"));
+  // @init
+  const char* const p1[] = {"p"};
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_string_builder_append_cstring(b, "  func.func @init("));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(
+      dec_list(b, table, f, true, false, p1, f32, 1, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(
+      dec_list(b, table, f, false, false, p1, f32, 4, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") {\n"));
+  for (uint32_t k = 0; k < f->tensor_count; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    dec_type(&table->parameters[i], "f32", t, sizeof(t));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+        b, "    %%z%u = stablehlo.constant dense<0.000000e+00> : %s\n", i, t));
+  }
+  const char* const init_out[] = {"p", "z", "z", "p"};
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "    return "));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(
+      dec_list(b, table, f, false, true, init_out, f32, 4, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, " : "));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(
+      dec_list(b, table, f, false, false, init_out, f32, 4, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n  }\n"));
+  // @delta and @delta_int4
+  const char* const sc[] = {"s", "c"};
+  for (int variant = 0; variant < (int4 ? 2 : 1); ++variant) {
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+        b, "  func.func @%s(", variant ? "delta_int4" : "delta"));
+    first = true;
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, true, false, sc, f32, 2, &first));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
+    for (uint32_t k = 0; k < f->tensor_count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      const pcp_models_parameter_t* p = &table->parameters[i];
+      uint64_t n = (uint64_t)p->element_count;
+      if (variant) {
+        uint64_t bytes = 4 * ((n + block - 1) / block) + (n + 1) / 2;
+        snprintf(t, sizeof(t), "tensor<%" PRIu64 "xui8>", bytes);
+      } else {
+        dec_type(p, "f32", t, sizeof(t));
+      }
+      PCP_RETURN_IF_ERROR_BARE(
+          pcp_string_builder_append_f(b, "%s%s", k ? ", " : "", t));
+    }
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") {\n"));
+    for (uint32_t k = 0; k < f->tensor_count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      const pcp_models_parameter_t* p = &table->parameters[i];
+      dec_type(p, "f32", t, sizeof(t));
+      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+          b, "    %%d%u = stablehlo.subtract %%s%u, %%c%u : %s\n", i, i, i, t));
+      if (variant) {
+        PCP_RETURN_IF_ERROR_BARE(dec_int4_append(b, p, i, block));
+      }
+    }
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_cstring(b, "    return "));
+    for (uint32_t k = 0; k < f->tensor_count; ++k) {
+      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+          b, "%s%%%s%u", k ? ", " : "", variant ? "q" : "d",
+          f->tensor_indices[k]));
+    }
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, " : "));
+    for (uint32_t k = 0; k < f->tensor_count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      const pcp_models_parameter_t* p = &table->parameters[i];
+      uint64_t n = (uint64_t)p->element_count;
+      if (variant) {
+        uint64_t bytes = 4 * ((n + block - 1) / block) + (n + 1) / 2;
+        snprintf(t, sizeof(t), "tensor<%" PRIu64 "xui8>", bytes);
+      } else {
+        dec_type(p, "f32", t, sizeof(t));
+      }
+      PCP_RETURN_IF_ERROR_BARE(
+          pcp_string_builder_append_f(b, "%s%s", k ? ", " : "", t));
+    }
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n  }\n"));
+  }
+  // @mix
+  const char* const gl[] = {"g", "l"};
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(
+      b, "  func.func @mix(%alpha: tensor<f32>, "));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(
+      dec_list(b, table, f, true, false, gl, f32, 2, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(
+      dec_list(b, table, f, false, false, gl, f32, 2, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") {\n"));
+  for (uint32_t k = 0; k < f->tensor_count; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    dec_type(&table->parameters[i], "f32", t, sizeof(t));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+        b,
+        "    %%a%u = stablehlo.broadcast_in_dim %%alpha, dims = [] : "
+        "(tensor<f32>) -> %s\n"
+        "    %%one%u = stablehlo.constant dense<1.000000e+00> : %s\n"
+        "    %%r%u = stablehlo.subtract %%one%u, %%a%u : %s\n"
+        "    %%x%u = stablehlo.multiply %%a%u, %%l%u : %s\n"
+        "    %%y%u = stablehlo.multiply %%r%u, %%g%u : %s\n"
+        "    %%b%u = stablehlo.add %%x%u, %%y%u : %s\n",
+        i, t, i, t, i, i, i, t, i, i, i, t, i, i, i, t, i, i, i, t));
+  }
+  const char* const mix_out[] = {"b", "g"};
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "    return "));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(
+      dec_list(b, table, f, false, true, mix_out, f32, 2, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, " : "));
+  first = true;
+  PCP_RETURN_IF_ERROR_BARE(
+      dec_list(b, table, f, false, false, mix_out, f32, 2, &first));
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n  }\n"));
+  return pcp_string_builder_append_cstring(b, "}\n");
+}
+
+static pcp_status_t dec_programs(dec_t* d) {
+  job_t* job = d->job;
+  char model[1200];
+  snprintf(model, sizeof(model), "%s/model.mlir", job->dir);
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_diloco_job_child_compile(job, model, job->model_hash, "train", 1,
+                                   d->backend, d->target, d->train_hash));
+  for (uint32_t f = 0; f < d->plan.fragment_count; ++f) {
+    pcp_string_builder_t b;
+    pcp_string_builder_initialize(pcp_allocator_system(), (size_t)64 << 20, &b);
+    pcp_status_t status = pcp_decoupled_fragment_module_emit(
+        &job->table, &d->plan, f, d->int4, d->block, &b);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/decoupled-fragment-%u.mlir", job->dir, f);
+    char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
+    if (!status) {
+      pcp_sha256_t digest;
+      pcp_sha256_compute(b.data, b.size, &digest);
+      pcp_sha256_to_hex(&digest, hex);
+      status = pcp_file_write_atomic(path, b.data, b.size);
+    }
+    pcp_string_builder_deinitialize(&b);
+    PCP_RETURN_IF_ERROR_BARE(status);
+    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_job_child_compile(
+        job, path, hex, NULL, 0, d->backend, d->target, d->fragment_hash[f]));
+  }
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// Tasks
+//===----------------------------------------------------------------------===//
+
+static int64_t dec_now_ns(dec_t* d) {
+  return pcp_clock_now_ns(d->job->options->clock);
+}
+
+static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
+                       const char* function,
+                       const pcp_proto_section_t* sections,
+                       uint32_t section_count,
+                       const pcp_proto_tensor_ref_t* refs, uint32_t ref_count,
+                       const pcp_proto_keep_resident_t* keep,
+                       uint32_t keep_count, int kind) {
+  pcp_fabric_task_params_t params;
+  memset(&params, 0, sizeof(params));
+  memcpy(params.program, program, sizeof(params.program));
+  params.function = function;
+  params.inputs = sections;
+  params.input_count = section_count;
+  params.input_refs = refs;
+  params.input_ref_count = ref_count;
+  params.keep_resident = keep;
+  params.keep_resident_count = keep_count;
+  params.worker_id = l->worker_id;
+  params.session_id = l->session;
+  params.max_attempts = 1;
+  pcp_status_t status = pcp_diloco_job_task_submit(d->job, &params, &l->task);
+  if (status) {
+    PCP_LOG(PCP_LOG_WARN, &d->job->log, "decoupled task for %s: %s",
+            l->worker_id, pcp_status_message(status));
+    pcp_status_ignore(status);
+    l->task = NULL;
+    l->alive = false;
+    return;
+  }
+  l->task_kind = kind;
+  l->task_started_ns = dec_now_ns(d);
+}
+
+static void dec_section_of(const pcp_models_parameter_t* p, const char* name,
+                           const float* data, pcp_proto_section_t* s) {
+  memset(s, 0, sizeof(*s));
+  s->name = name;
+  s->element_type = PCP_ELEMENT_TYPE_F32;
+  s->rank = (uint32_t)p->rank;
+  for (int32_t r = 0; r < p->rank; ++r) {
+    s->shape[r] = p->dims[r];
+  }
+  s->byte_length = (uint64_t)p->element_count * sizeof(float);
+  s->data = data;
+}
+
+// Submits one fragment task (init, delta, delta_int4 or mix) for |l|.
+static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
+                                        uint32_t fragment, int kind,
+                                        uint64_t syncer_step) {
+  job_t* job = d->job;
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
+  uint32_t count = f->tensor_count;
+  pcp_proto_tensor_ref_t refs[2 * DEC_MAX_FRAGMENT_TENSORS + 2];
+  pcp_proto_section_t sections[DEC_MAX_FRAGMENT_TENSORS + 2];
+  pcp_proto_keep_resident_t keep[4 * DEC_MAX_FRAGMENT_TENSORS];
+  uint32_t ref_count = 0, section_count = 0, keep_count = 0;
+  const char* function = "init";
+  if (kind == TASK_INIT) {
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      dec_section_of(&job->table.parameters[i], job->table.parameters[i].name,
+                     job->parameters + d->plan.tensor_value_offset[i],
+                     &sections[section_count++]);
+      for (int g = 0; g < 4; ++g) {
+        keep[keep_count++] =
+            (pcp_proto_keep_resident_t){.output = (uint32_t)(g * count + k),
+                                        .as = dec_name(d, "pmvs"[g], i)};
+      }
+    }
+  } else if (kind == TASK_DELTA || kind == TASK_VERIFY) {
+    function = (kind == TASK_DELTA && d->int4) ? "delta_int4" : "delta";
+    for (int g = 0; g < 2; ++g) {
+      for (uint32_t k = 0; k < count; ++k) {
+        refs[ref_count++] = (pcp_proto_tensor_ref_t){
+            .kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+            .name = dec_name(d, g ? 'p' : 's', f->tensor_indices[k])};
+      }
+    }
+  } else {
+    function = "mix";
+    sections[section_count] =
+        (pcp_proto_section_t){.name = "alpha",
+                              .element_type = PCP_ELEMENT_TYPE_F32,
+                              .byte_length = sizeof(float),
+                              .data = &l->alpha};
+    refs[ref_count++] = (pcp_proto_tensor_ref_t){
+        .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
+    // The fragment's global values, copied: the masters may change while
+    // the task is out (the section data is borrowed until it ends).
+    PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
+        &d->plan, fragment, job->parameters, l->mix_buf));
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      dec_section_of(&job->table.parameters[i], job->table.parameters[i].name,
+                     l->mix_buf + f->offset_bytes[k] / 4,
+                     &sections[section_count]);
+      refs[ref_count++] = (pcp_proto_tensor_ref_t){
+          .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
+    }
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      refs[ref_count++] = (pcp_proto_tensor_ref_t){
+          .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = dec_name(d, 'p', i)};
+      keep[keep_count++] =
+          (pcp_proto_keep_resident_t){.output = k, .as = dec_name(d, 'p', i)};
+      keep[keep_count++] = (pcp_proto_keep_resident_t){
+          .output = count + k, .as = dec_name(d, 's', i)};
+    }
+    d->down_bytes_total += f->byte_count;
+  }
+  l->task_fragment = fragment;
+  l->task_step = syncer_step;
+  dec_submit(d, l, d->fragment_hash[fragment], function,
+             section_count ? sections : NULL, section_count,
+             ref_count ? refs : NULL, ref_count, keep_count ? keep : NULL,
+             keep_count, kind);
+  return pcp_ok_status();
+}
+
+// One local step on |l| (all state resident; only the batch goes down).
+static void dec_step_submit(dec_t* d, dec_learner_t* l) {
+  job_t* job = d->job;
+  size_t n = job->table.count;
+  uint32_t B = (uint32_t)job->spec.batch, T = (uint32_t)job->spec.block_size;
+  pcp_proto_tensor_ref_t* refs =
+      pcp_diloco_job_calloc(job, 3 * n + 4, sizeof(*refs));
+  pcp_proto_keep_resident_t* keep =
+      pcp_diloco_job_calloc(job, 3 * n, sizeof(*keep));
+  pcp_proto_section_t sections[4];
+  if (!refs || !keep) {
+    pcp_diloco_job_free(job, refs);
+    pcp_diloco_job_free(job, keep);
+    l->alive = false;
+    return;
+  }
+  uint64_t step = l->step + 1;
+  l->step_value = (float)step;
+  l->lr = pcp_diloco_lr_schedule_at(&job->schedule, step - 1);
+  job->last_lr = l->lr;
+  size_t A = (size_t)job->accumulation;
+  size_t rows = A * B * T;
+  for (size_t a = 0; a < A; ++a) {
+    pcp_data_sampler_next(l->sampler, l->tokens + a * B * T,
+                          l->tokens + rows + a * B * T, NULL);
+  }
+  bool wide = job->data_type == PCP_ELEMENT_TYPE_I64;
+  if (wide) {
+    for (size_t e = 0; e < 2 * rows; ++e) {
+      l->tokens64[e] = l->tokens[e];
+    }
+  }
+  for (int g = 0; g < 3; ++g) {
+    for (size_t i = 0; i < n; ++i) {
+      keep[g * n + i] = (pcp_proto_keep_resident_t){
+          .output = (uint32_t)(g * n + i), .as = dec_name(d, "pmv"[g], i)};
+      refs[g * n + i] =
+          (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+                                   .name = dec_name(d, "pmv"[g], i)};
+    }
+  }
+  sections[0] = (pcp_proto_section_t){.name = "step",
+                                      .element_type = PCP_ELEMENT_TYPE_F32,
+                                      .byte_length = sizeof(float),
+                                      .data = &l->step_value};
+  sections[1] = (pcp_proto_section_t){.name = "lr",
+                                      .element_type = PCP_ELEMENT_TYPE_F32,
+                                      .rank = 1,
+                                      .shape = {1},
+                                      .byte_length = sizeof(float),
+                                      .data = &l->lr};
+  size_t id_size = pcp_element_type_byte_size(job->data_type);
+  for (int j = 0; j < 2; ++j) {
+    pcp_proto_section_t* s = &sections[2 + j];
+    *s = (pcp_proto_section_t){
+        .name = j ? "targets" : "input_ids",
+        .element_type = job->data_type,
+        .byte_length = (uint64_t)(rows * id_size),
+        .data = wide ? (const void*)(l->tokens64 + (size_t)j * rows)
+                     : (const void*)(l->tokens + (size_t)j * rows)};
+    uint32_t r = 0;
+    s->shape[r++] = 1;
+    if (A > 1) {
+      s->shape[r++] = (int64_t)A;
+    }
+    s->shape[r++] = B;
+    s->shape[r++] = T;
+    s->rank = r;
+  }
+  for (int j = 0; j < 4; ++j) {
+    refs[3 * n + j] = (pcp_proto_tensor_ref_t){
+        .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (uint32_t)j};
+  }
+  job->token_bytes += 2ull * rows * id_size;
+  dec_submit(d, l, d->train_hash, "train_steps", sections, 4, refs,
+             (uint32_t)(3 * n + 4), keep, (uint32_t)(3 * n), TASK_STEP);
+  pcp_diloco_job_free(job, refs);
+  pcp_diloco_job_free(job, keep);
+}
+
+//===----------------------------------------------------------------------===//
+// Rounds
+//===----------------------------------------------------------------------===//
+
+static dec_round_t* dec_round_find(dec_t* d, uint64_t step, bool create) {
+  for (uint32_t k = 0; k < DEC_MAX_OPEN; ++k) {
+    if (d->rounds[k].used && d->rounds[k].step == step) {
+      return &d->rounds[k];
+    }
+  }
+  if (!create) {
+    return NULL;
+  }
+  for (uint32_t k = 0; k < DEC_MAX_OPEN; ++k) {
+    dec_round_t* r = &d->rounds[k];
+    if (!r->used) {
+      float* values = r->values;
+      if (!values) {
+        // Allocated on first use and kept for the slot's later rounds.
+        values = pcp_diloco_job_malloc(
+            d->job, (size_t)d->learner_count * d->frag_max * sizeof(float));
+        if (!values) {
+          return NULL;
+        }
+      }
+      memset(r, 0, sizeof(*r));
+      r->values = values;
+      r->used = true;
+      r->step = step;
+      return r;
+    }
+  }
+  return NULL;
+}
+
+static uint64_t dec_ms(dec_t* d, int64_t ns) {
+  (void)d;
+  return ns > 0 ? (uint64_t)(ns / 1000000) : 0;
+}
+
+// Appends the tape's bytes to disk (the whole tape rewritten atomically: a
+// small job's tape is a few KiB; a crash leaves the previous one whole).
+static pcp_status_t dec_tape_write(dec_t* d) {
+  uint8_t* data = NULL;
+  size_t length = 0;
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_tape_encode(&d->tape, &data, &length));
+  pcp_status_t status = pcp_file_write_atomic(d->tape_path, data, length);
+  pcp_allocator_free(d->tape.allocator, data);
+  return status;
+}
+
+static pcp_status_t dec_record(dec_t* d, int32_t kind, uint32_t learner,
+                               uint32_t fragment, uint64_t step) {
+  pcp_decoupled_event_t e;
+  memset(&e, 0, sizeof(e));
+  e.kind = kind;
+  e.learner_id = learner;
+  e.fragment_id = fragment;
+  e.syncer_step = step;
+  return pcp_decoupled_syncer_record_event(d->state, &d->tape, &e);
+}
+
+static void dec_learner_lost(dec_t* d, uint32_t li, const char* why) {
+  dec_learner_t* l = &d->learners[li];
+  if (!l->alive) {
+    return;
+  }
+  PCP_LOG(PCP_LOG_WARN, &d->job->log,
+          "decoupled learner %u (%s) lost: %s; left out of later rounds", li,
+          l->worker_id, why);
+  l->alive = false;
+  pcp_status_ignore(dec_record(d, PCP_DECOUPLED_EVENT_LEARNER_FAILURE, li + 1,
+                               0, d->state->global_step));
+  if (d->job->options->metrics) {
+    pcp_obs_family_add(d->job->options->metrics->lost_tasks, NULL, 1);
+  }
+}
+
+// A learner's delta for round |r| came back: its fragment values (base -
+// delta, decoded from int4 when compressed) go into the round and the
+// round machine hears the arrival.
+static pcp_status_t dec_delta_arrived(dec_t* d, uint32_t li, dec_round_t* r,
+                                      const pcp_proto_section_t* outputs,
+                                      size_t n_out, int64_t now_ns) {
+  dec_learner_t* l = &d->learners[li];
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[r->fragment];
+  if (n_out != f->tensor_count) {
+    return pcp_make_status(PCP_STATUS_INTERNAL,
+                           "@delta returned %zu tensors, not %u", n_out,
+                           f->tensor_count);
+  }
+  float* values = r->values + (size_t)li * d->frag_max;
+  for (uint32_t k = 0; k < f->tensor_count; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    size_t n = (size_t)d->plan.tensor_values[i];
+    float* out = values + f->offset_bytes[k] / 4;
+    if (d->int4) {
+      PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_int4_decode(
+          outputs[k].data, outputs[k].byte_length, n, d->block, out));
+    } else if (outputs[k].byte_length != n * sizeof(float)) {
+      return pcp_make_status(PCP_STATUS_INTERNAL,
+                             "@delta returned %" PRIu64 " bytes, not %zu",
+                             outputs[k].byte_length, n * sizeof(float));
+    } else {
+      memcpy(out, outputs[k].data, n * sizeof(float));
+    }
+    r->up_bytes += outputs[k].byte_length;
+    d->up_bytes_total += outputs[k].byte_length;
+  }
+  if (d->verify_int4 && d->int4 && !l->verify_done) {
+    // Kept for the f32 @delta that follows on the same, unchanged state.
+    memcpy(l->verify_values, values, f->value_count * sizeof(float));
+    l->verify_pending = true;
+    l->verify_done = true;
+    l->verify_step = r->step;
+    l->verify_fragment = r->fragment;
+  }
+  // values = base - delta: the learner's current fragment.
+  const float* base = l->base;
+  for (uint32_t k = 0; k < f->tensor_count; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    size_t n = (size_t)d->plan.tensor_values[i];
+    const float* b = base + d->plan.tensor_value_offset[i];
+    float* out = values + f->offset_bytes[k] / 4;
+    for (size_t e = 0; e < n; ++e) {
+      out[e] = b[e] - out[e];
+    }
+  }
+  r->has[li] = true;
+  if (!r->opened) {
+    uint32_t expected[MAX_ROUND_WORKERS];
+    uint32_t count = 0;
+    for (uint32_t k = 0; k < d->learner_count; ++k) {
+      if (d->learners[k].alive || k == li) {
+        expected[count++] = k;
+      }
+    }
+    uint32_t quorum = (uint32_t)d->config.min_quorum;
+    r->grace_ms = pcp_decoupled_grace_ms(&d->grace);
+    PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_round_open(
+        dec_ms(d, now_ns), expected, count, quorum < count ? quorum : count,
+        r->grace_ms, DEC_COLLECTION_TIMEOUT_MS, &r->machine));
+    r->opened = true;
+    r->opened_ns = now_ns;
+  }
+  pcp_decoupled_round_arrive(&r->machine, li, dec_ms(d, now_ns));
+  return pcp_ok_status();
+}
+
+// The f32 @delta of the state whose int4 delta was just decoded: every
+// element within F's bound, scale / 2 of its block (plus the f32 quotient's
+// rounding: the worker divides in f32 where the host codec divides in
+// double, which can move a code at an exact half by one ulp of x/s).
+static pcp_status_t dec_verify(dec_t* d, dec_learner_t* l, uint32_t fragment,
+                               const pcp_proto_section_t* outputs,
+                               size_t n_out) {
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
+  if (n_out != f->tensor_count) {
+    return pcp_make_status(PCP_STATUS_INTERNAL, "verify: %zu tensors", n_out);
+  }
+  for (uint32_t k = 0; k < f->tensor_count; ++k) {
+    size_t n = (size_t)d->plan.tensor_values[f->tensor_indices[k]];
+    const float* exact = outputs[k].data;
+    const float* decoded = l->verify_values + f->offset_bytes[k] / 4;
+    for (size_t b0 = 0; b0 < n; b0 += d->block) {
+      size_t b1 = b0 + d->block < n ? b0 + d->block : n;
+      float max_abs = 0;
+      for (size_t e = b0; e < b1; ++e) {
+        max_abs = fmaxf(max_abs, fabsf(exact[e]));
+      }
+      // s < max/7 * (1 + 2^-19) (the pattern rounded up to a multiple of 8
+      // moves it by at most 8 ulps plus the quotient's half ulp).
+      double s = (double)max_abs / 7.0 * (1.0 + 0x1p-19);
+      for (size_t e = b0; e < b1; ++e) {
+        double err = fabs((double)exact[e] - (double)decoded[e]);
+        if (err > d->int4_max_error) {
+          d->int4_max_error = err;
+        }
+        double ratio = s > 0 ? err / (s / 2) : (err > 0 ? INFINITY : 0);
+        if (ratio > d->int4_max_ratio) {
+          d->int4_max_ratio = ratio;
+        }
+      }
+    }
+  }
+  ++d->int4_verified;
+  if (d->int4_max_ratio > 1.0 + 1e-6) {
+    return pcp_make_status(PCP_STATUS_INTERNAL,
+                           "int4 delta off the f32 one by %g of the bound",
+                           d->int4_max_ratio);
+  }
+  return pcp_ok_status();
+}
+
+static double dec_mean_loss(const dec_t* d) {
+  double loss = 0;
+  uint32_t alive = 0;
+  for (uint32_t k = 0; k < d->learner_count; ++k) {
+    if (d->learners[k].alive && isfinite(d->learners[k].last_loss)) {
+      loss += d->learners[k].last_loss;
+      ++alive;
+    }
+  }
+  return alive ? loss / alive : NAN;
+}
+
+static json_t* dec_totals_json(const dec_t* d) {
+  double goodput =
+      d->tokens_computed ? d->tokens_merged / (double)d->tokens_computed : 0.0;
+  json_t* o = json_pack(
+      "{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:s, s:I}", "tokens_computed",
+      (json_int_t)d->tokens_computed, "tokens_merged",
+      (json_int_t)llround(d->tokens_merged), "goodput", goodput,
+      "delta_bytes_total", (json_int_t)d->up_bytes_total,
+      "fragment_bytes_down_total", (json_int_t)d->down_bytes_total, "syncs",
+      (json_int_t)d->syncs, "skipped_rounds", (json_int_t)d->skipped_rounds,
+      "compression", d->int4 ? "int4" : "none", "int4_verified",
+      (json_int_t)d->int4_verified);
+  if (o) {
+    json_object_set_new(o, "dropped_pulls",
+                        json_integer((json_int_t)d->dropped_pulls));
+  }
+  if (o && d->int4_verified) {
+    json_object_set_new(o, "int4_max_error", json_real(d->int4_max_error));
+    json_object_set_new(o, "int4_error_over_bound",
+                        json_real(d->int4_max_ratio));
+  }
+  return o;
+}
+
+// Closes round |r| (its machine CLOSED or TIMED_OUT): merge, outer
+// Nesterov, tape, applies queued for every live learner, the progress
+// event.
+static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
+  job_t* job = d->job;
+  const pcp_diloco_job_options_t* o = job->options;
+  uint32_t fragment = r->fragment;
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
+  r->final = true;
+  const pcp_decoupled_selection_t* sel = &r->machine.selection;
+  bool merged = r->opened && r->machine.state == PCP_DECOUPLED_ROUND_CLOSED &&
+                sel->participant_count > 0;
+  pcp_decoupled_participant_t parts[MAX_ROUND_WORKERS];
+  const float* values[MAX_ROUND_WORKERS];
+  double weights[MAX_ROUND_WORKERS];
+  uint32_t count = 0;
+  double merged_tokens = 0;
+  pcp_decoupled_merge_stats_t stats;
+  memset(&stats, 0, sizeof(stats));
+  if (merged) {
+    for (uint32_t p = 0; p < sel->participant_count; ++p) {
+      uint32_t li = sel->participants[p];
+      if (li >= d->learner_count || !r->has[li]) {
+        continue;
+      }
+      double w =
+          pcp_decoupled_merge_weight(r->tokens_since[li], r->steps_since[li]);
+      parts[count] =
+          (pcp_decoupled_participant_t){.learner_id = li + 1,
+                                        .learner_step = r->learner_step[li],
+                                        .steps_since = r->steps_since[li],
+                                        .tokens_since = r->tokens_since[li],
+                                        .merge_weight = w};
+      values[count] = r->values + (size_t)li * d->frag_max;
+      weights[count] = w;
+      merged_tokens += (double)r->tokens_since[li];
+      ++count;
+    }
+    PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
+        &d->plan, fragment, job->parameters, d->before));
+    PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_merge_fragment(
+        &d->plan, fragment,
+        (pcp_decoupled_merge_strategy_t)d->config.merge_strategy, d->before,
+        values, weights, count, d->grad, &stats));
+    PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_nesterov_step_fragment(
+        &d->nesterov, &d->plan, fragment, d->grad, job->parameters));
+    PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_syncer_record_sync(
+        d->state, &d->tape, r->step, fragment, parts, count));
+    ++d->syncs;
+    // A token trained every fragment; the share of it merged here is the
+    // fragment's share of the parameters.
+    d->tokens_merged +=
+        merged_tokens * (double)f->value_count / (double)job->parameter_count;
+    for (uint32_t k = 0; k < d->learner_count; ++k) {
+      dec_learner_t* l = &d->learners[k];
+      if (!l->alive) {
+        continue;
+      }
+      uint32_t a = 0;
+      while (a < l->apply_count && l->apply_fragment[a] != fragment) {
+        ++a;
+      }
+      l->apply_fragment[a] = fragment;
+      l->apply_step[a] = r->step;
+      l->apply_count += a == l->apply_count;
+    }
+    pcp_decoupled_grace_observe_quorum_wait(
+        &d->grace, (double)(sel->quorum_wait_ms - r->machine.opened_at_ms));
+  } else {
+    ++d->skipped_rounds;
+  }
+  PCP_RETURN_IF_ERROR_BARE(dec_tape_write(d));
+  job->outer_step = d->syncs + d->skipped_rounds;
+  job->last_loss = dec_mean_loss(d);
+  job->last_loss_mean = job->last_loss;
+  job->wire_bytes = d->up_bytes_total + d->down_bytes_total;
+  uint32_t alive = 0;
+  for (uint32_t k = 0; k < d->learner_count; ++k) {
+    alive += d->learners[k].alive;
+  }
+  uint64_t down = merged ? (uint64_t)alive * f->byte_count : 0;
+  round_outcome_t outcome = {.reporters = count,
+                             .parameter_bytes = r->up_bytes + down};
+  double seconds = r->opened ? (double)(now_ns - r->opened_ns) / 1e9 : 0;
+  double window = (double)(now_ns - d->last_event_ns) / 1e9;
+  double tokens_per_second =
+      window > 0 ? (double)(d->tokens_computed - d->last_event_tokens) / window
+                 : 0;
+  d->last_event_ns = now_ns;
+  d->last_event_tokens = d->tokens_computed;
+  json_t* progress =
+      pcp_diloco_job_progress_json(job, &outcome, seconds, tokens_per_second);
+  if (progress) {
+    json_t* ids = json_array();
+    for (uint32_t p = 0; p < count && ids; ++p) {
+      json_array_append_new(ids, json_integer(parts[p].learner_id));
+    }
+    json_object_set_new(progress, "decoupled", json_true());
+    json_object_set_new(progress, "syncer_step",
+                        json_integer((json_int_t)r->step));
+    json_object_set_new(progress, "fragment", json_integer(fragment));
+    json_object_set_new(progress, "participants", ids ? ids : json_array());
+    json_object_set_new(progress, "skipped", json_boolean(!merged));
+    json_object_set_new(progress, "late",
+                        json_integer(r->opened ? r->machine.late_count : 0));
+    json_object_set_new(
+        progress, "skipped_learners",
+        json_integer(merged ? (json_int_t)(alive > count ? alive - count : 0)
+                            : (json_int_t)alive));
+    json_object_set_new(progress, "grace_inclusions",
+                        json_integer(merged ? sel->grace_inclusion_count : 0));
+    json_object_set_new(progress, "grace_ms",
+                        json_integer((json_int_t)r->grace_ms));
+    json_object_set_new(progress, "delta_bytes",
+                        json_integer((json_int_t)r->up_bytes));
+    json_object_set_new(progress, "fragment_bytes_down",
+                        json_integer((json_int_t)down));
+    json_object_set_new(progress, "fragment_values",
+                        json_integer((json_int_t)f->value_count));
+    json_object_set_new(progress, "merge_sanitized",
+                        json_integer((json_int_t)stats.sanitized_count));
+    json_object_set_new(progress, "workers_alive", json_integer(alive));
+    json_object_set_new(progress, "outer_loop_steps",
+                        json_integer((json_int_t)d->scheduled));
+    json_t* clock = pcp_decoupled_clock_to_json(&d->state->clock);
+    if (clock) {
+      json_object_set_new(progress, "clock", clock);
+    }
+    json_t* totals = dec_totals_json(d);
+    if (totals) {
+      json_object_update(progress, totals);
+      json_decref(totals);
+    }
+    pcp_status_ignore(pcp_store_job_event_append(
+        o->store, o->job_id, "training.step", progress, NULL));
+  }
+  pcp_diloco_job_progress_report(job, progress);
+  json_decref(progress);
+  if (o->metrics) {
+    const char* job_label[] = {o->job_id};
+    pcp_obs_family_set(o->metrics->loss, job_label, job->last_loss);
+    pcp_obs_family_add(o->metrics->outer_steps, NULL, 1);
+  }
+  PCP_LOG(PCP_LOG_INFO, &job->log,
+          "decoupled step=%" PRIu64
+          " fragment=%u %s participants=%u late=%u "
+          "grace_ms=%" PRIu64 " loss=%.4f delta_bytes=%" PRIu64,
+          r->step, fragment, merged ? "merged" : "skipped", count,
+          r->opened ? r->machine.late_count : 0, r->grace_ms, job->last_loss,
+          r->up_bytes);
+  return pcp_ok_status();
+}
+
+// A finished task of learner |li|.
+static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
+  dec_learner_t* l = &d->learners[li];
+  job_t* job = d->job;
+  pcp_fabric_task_t* task = l->task;
+  int kind = l->task_kind;
+  l->task = NULL;
+  l->task_kind = TASK_NONE;
+  pcp_status_t task_status = pcp_fabric_task_status(task);
+  if (task_status) {
+    dec_learner_lost(d, li, pcp_status_message(task_status));
+    pcp_fabric_task_release(task);
+    return pcp_ok_status();
+  }
+  const pcp_proto_section_t* outputs = NULL;
+  size_t n_out = 0;
+  pcp_status_t status = pcp_fabric_task_outputs(task, &outputs, &n_out);
+  if (!status && kind == TASK_INIT) {
+    ++l->init_next;
+    if (li == d->delay_learner && l->init_next == d->plan.fragment_count &&
+        d->delay_until > 0) {
+      l->ready_ns = now_ns + d->delay_ms * 1000000;  // slow from the start
+    }
+  } else if (!status && kind == TASK_STEP) {
+    ++l->step;
+    if (n_out >= 1 && outputs[n_out - 1].byte_length == 4) {
+      l->last_loss = *(const float*)outputs[n_out - 1].data;
+    }
+    uint64_t tokens = (uint64_t)job->accumulation * (uint64_t)job->spec.batch *
+                      (uint64_t)job->spec.block_size;
+    pcp_decoupled_learner_record_step(&l->counters, tokens);
+    // Adaptive grace's step EMA: the step task's round trip.
+    pcp_decoupled_grace_observe_step(
+        &d->grace, (double)(now_ns - l->task_started_ns) / 1e6);
+    d->tokens_computed += tokens;
+    // The fastest learner's clock drives the syncer: reaching local step t
+    // opens the scheduled syncer steps up to t, and the pull of each goes
+    // to every live learner, which answers with its current fragment at
+    // its next task boundary (a lagging learner too: smaller weight).
+    for (uint64_t s = d->opened_through + 1;
+         s <= l->step && s <= d->total_steps; ++s) {
+      uint32_t fragment = 0;
+      d->opened_through = s;
+      if (!pcp_decoupled_schedule_fragment_at(&d->schedule, s, &fragment)) {
+        continue;
+      }
+      for (uint32_t k = 0; k < d->learner_count; ++k) {
+        dec_learner_t* other = &d->learners[k];
+        if (other->alive && other->send_count < DEC_MAX_OPEN) {
+          other->sends[other->send_count++] = s;
+        } else if (other->alive) {
+          ++d->dropped_pulls;  // too far behind to queue another pull
+        }
+      }
+    }
+    if (li == d->delay_learner && l->step < d->delay_until) {
+      l->ready_ns = now_ns + d->delay_ms * 1000000;
+    }
+  } else if (!status && kind == TASK_DELTA) {
+    dec_round_t* r = dec_round_find(d, l->task_step, false);
+    if (r && !r->final) {
+      status = dec_delta_arrived(d, li, r, outputs, n_out, now_ns);
+    } else {
+      ++d->dropped_pulls;  // its round closed while the delta was out
+    }
+  } else if (!status && kind == TASK_VERIFY) {
+    status = dec_verify(d, l, l->task_fragment, outputs, n_out);
+  } else if (!status && kind == TASK_MIX) {
+    status = pcp_decoupled_plan_scatter(&d->plan, l->task_fragment, l->mix_buf,
+                                        l->base);
+    if (!status) {
+      status = pcp_decoupled_learner_apply_fragment(
+          &l->counters, l->task_fragment, l->task_step);
+    }
+    if (!status) {
+      status = dec_record(d, PCP_DECOUPLED_EVENT_LEARNER_APPLY, li + 1,
+                          l->task_fragment, l->task_step);
+    }
+  }
+  pcp_fabric_task_release(task);
+  return status;
+}
+
+// The next task of an idle learner, if any is due.
+static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
+  dec_learner_t* l = &d->learners[li];
+  if (l->init_next < d->plan.fragment_count) {
+    return dec_fragment_submit(d, l, l->init_next, TASK_INIT, 0);
+  }
+  if (now_ns < l->ready_ns) {
+    return pcp_ok_status();  // the test delay: still "computing"
+  }
+  if (l->verify_pending) {
+    l->verify_pending = false;
+    return dec_fragment_submit(d, l, l->verify_fragment, TASK_VERIFY,
+                               l->verify_step);
+  }
+  if (l->apply_count) {
+    uint32_t fragment = l->apply_fragment[0];
+    uint64_t step = l->apply_step[0];
+    memmove(l->apply_fragment, l->apply_fragment + 1,
+            (l->apply_count - 1) * sizeof(l->apply_fragment[0]));
+    memmove(l->apply_step, l->apply_step + 1,
+            (l->apply_count - 1) * sizeof(l->apply_step[0]));
+    --l->apply_count;
+    return dec_fragment_submit(d, l, fragment, TASK_MIX, step);
+  }
+  while (l->send_count) {
+    uint64_t step = l->sends[0];
+    memmove(l->sends, l->sends + 1, (l->send_count - 1) * sizeof(l->sends[0]));
+    --l->send_count;
+    if (step < d->next_final) {
+      // Its round closed before this learner got there: the contribution
+      // is dropped (not merged; it still receives the merged fragment).
+      ++d->dropped_pulls;
+      continue;
+    }
+    dec_round_t* r = dec_round_find(d, step, true);
+    if (!r) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "more than %d decoupled rounds open",
+                             DEC_MAX_OPEN);
+    }
+    uint32_t fragment = 0;
+    pcp_decoupled_schedule_fragment_at(&d->schedule, step, &fragment);
+    r->fragment = fragment;
+    r->tokens_since[li] = l->counters.tokens_since[fragment];
+    r->steps_since[li] = l->counters.steps_since[fragment];
+    r->learner_step[li] = l->counters.learner_step;
+    return dec_fragment_submit(d, l, fragment, TASK_DELTA, step);
+  }
+  // The overlap budget: step t waits until every round s with
+  // s + overlap_tau < t has closed.
+  uint64_t t = l->step + 1;
+  if (t <= d->total_steps && t <= d->next_final + d->schedule.overlap_tau) {
+    dec_step_submit(d, l);
+  }
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// The run
+//===----------------------------------------------------------------------===//
+
+bool pcp_diloco_decoupled_selected(const job_t* job) {
+  const char* strategy = json_string_value(
+      json_object_get(job->experiment, "aggregation_strategy"));
+  return strategy && strcmp(strategy, "decoupled_diloco") == 0;
+}
+
+// The experiment's decoupled_diloco block (decoupled.h's keys).
+static pcp_status_t dec_config_parse(dec_t* d) {
+  job_t* job = d->job;
+  json_t* block = json_object_get(job->experiment, "decoupled_diloco");
+  if (block && !json_is_object(block)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'decoupled_diloco': must be an object");
+  }
+  char text[8192] = "{}";
+  size_t length = 2;
+  if (block) {
+    length = json_dumpb(block, text, sizeof(text), JSON_COMPACT);
+    if (length == 0 || length >= sizeof(text)) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "key 'decoupled_diloco': over %zu bytes",
+                             sizeof(text) - 1);
+    }
+  }
+  pcp_string_list_t unknown;
+  memset(&unknown, 0, sizeof(unknown));
+  pcp_status_t status =
+      pcp_decoupled_config_parse_json(text, length, &d->config, &unknown);
+  if (!status && unknown.count) {
+    status =
+        pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                        "key 'decoupled_diloco.%s': unknown", unknown.items[0]);
+    pcp_decoupled_config_deinitialize(&d->config);
+  }
+  pcp_string_list_deinitialize(&unknown);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  if (job->param_type != PCP_ELEMENT_TYPE_F32) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "decoupled_diloco trains f32 models only (key "
+                           "'dtype')");
+  }
+  if (job->config.streaming.present) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "aggregation_strategy 'decoupled_diloco' and a "
+                           "'streaming' block exclude each other");
+  }
+  d->int4 = d->config.outer_gradient_compression == 1;
+  d->block = (uint32_t)d->config.int4_block_size;
+  if (d->int4 && (d->block % 2 != 0)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'decoupled_diloco.int4_block_size': must be "
+                           "even on the wire (two codes per byte), got %u",
+                           d->block);
+  }
+  json_t* verify = json_object_get(job->experiment, "decoupled_verify_int4");
+  d->verify_int4 = json_is_true(verify);
+  return pcp_ok_status();
+}
+
+// The learners: the connected workers of the first worker's kind and the
+// job's class (waits for one).
+static pcp_status_t dec_learners_gather(dec_t* d) {
+  job_t* job = d->job;
+  const pcp_diloco_job_options_t* o = job->options;
+  pcp_fabric_worker_info_t* infos =
+      pcp_diloco_job_calloc(job, MAX_ROUND_WORKERS, sizeof(*infos));
+  if (!infos) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "worker list");
+  }
+  uint64_t nonce = (uint64_t)pcp_clock_now_ns(o->clock) & 0xffffffffffull;
+  pcp_status_t status = pcp_ok_status();
+  const char* worker_class = job->config.worker_class;
+  while (!status && !d->learner_count) {
+    if (pcp_diloco_job_should_stop(job)) {
+      status = pcp_make_status(PCP_STATUS_CANCELLED, "training stopped");
+      break;
+    }
+    uint32_t count =
+        pcp_fabric_worker_list(o->fabric, infos, MAX_ROUND_WORKERS, NULL);
+    for (uint32_t i = 0; i < count; ++i) {
+      if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED ||
+          (worker_class && strcmp(infos[i].worker_class, worker_class))) {
+        continue;
+      }
+      if (!d->backend[0]) {
+        snprintf(d->backend, sizeof(d->backend), "%s", infos[i].backend);
+        snprintf(d->target, sizeof(d->target), "%s", infos[i].target);
+      }
+      if (strcmp(infos[i].backend, d->backend) ||
+          strcmp(infos[i].target, d->target)) {
+        continue;
+      }
+      dec_learner_t* l = &d->learners[d->learner_count++];
+      snprintf(l->worker_id, sizeof(l->worker_id), "%s", infos[i].worker_id);
+      snprintf(l->session, sizeof(l->session), "%s-decoupled-%u-%" PRIx64,
+               o->job_id, d->learner_count - 1, nonce);
+      l->alive = true;
+    }
+    if (!d->learner_count) {
+      pcp_status_t waited = pcp_fabric_workers_wait_class(
+          o->fabric, NULL, NULL, worker_class, 1,
+          pcp_fabric_endpoint_now_ns(o->fabric) +
+              (int64_t)NOBODY_WAIT_MS * 1000000,
+          job->waker ? pcp_diloco_job_stop_fn : NULL, job->waker ? job : NULL,
+          NULL);
+      if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
+        status = waited;
+      } else {
+        pcp_status_ignore(waited);
+      }
+    }
+  }
+  pcp_diloco_job_free(job, infos);
+  return status;
+}
+
+// Per learner: sampler (shard k of the train split), token buffers,
+// counters, its base (the masters at start) and fragment buffers.
+static pcp_status_t dec_learners_setup(dec_t* d) {
+  job_t* job = d->job;
+  const char* names[MAX_ROUND_WORKERS];
+  char storage[MAX_ROUND_WORKERS][24];
+  for (uint32_t k = 0; k < d->learner_count; ++k) {
+    snprintf(storage[k], sizeof(storage[k]), "shard-%04u", k);
+    names[k] = storage[k];
+  }
+  pcp_data_assignment_t* plan =
+      pcp_diloco_job_calloc(job, d->learner_count, sizeof(*plan));
+  if (!plan) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "shard plan");
+  }
+  pcp_status_t status = pcp_data_shard_plan(
+      job->dataset, job->train_range, (uint32_t)job->spec.block_size, names,
+      d->learner_count, 0, job->seed, plan);
+  size_t rows = (size_t)job->accumulation *
+                (size_t)(job->spec.batch * job->spec.block_size);
+  for (uint32_t k = 0; k < d->learner_count && !status; ++k) {
+    dec_learner_t* l = &d->learners[k];
+    pcp_data_sampler_options_t so = {
+        .sampling = job->config.sampling == PCP_DILOCO_SAMPLING_FIFO
+                        ? PCP_DATA_SAMPLING_SEQUENTIAL
+                        : PCP_DATA_SAMPLING_RANDOM,
+        .batch_size = (uint32_t)job->spec.batch,
+        .block_size = (uint32_t)job->spec.block_size,
+        .seed = plan[k].seed};
+    status = pcp_data_sampler_create(job->dataset, plan[k].range, &so,
+                                     pcp_allocator_system(), &l->sampler);
+    if (status) {
+      break;
+    }
+    l->tokens = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int32_t));
+    l->tokens64 = job->data_type == PCP_ELEMENT_TYPE_I64
+                      ? pcp_diloco_job_malloc(job, 2 * rows * sizeof(int64_t))
+                      : NULL;
+    l->base = pcp_diloco_job_malloc(job, job->parameter_count * sizeof(float));
+    l->mix_buf = pcp_diloco_job_malloc(job, d->frag_max * sizeof(float));
+    l->verify_values = pcp_diloco_job_malloc(job, d->frag_max * sizeof(float));
+    if (!l->tokens || !l->base || !l->mix_buf || !l->verify_values ||
+        (job->data_type == PCP_ELEMENT_TYPE_I64 && !l->tokens64)) {
+      status =
+          pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "learner buffers");
+      break;
+    }
+    memcpy(l->base, job->parameters, job->parameter_count * sizeof(float));
+    l->alpha = (float)d->config.learner_alpha;
+    l->last_loss = NAN;
+    status = pcp_decoupled_learner_initialize(
+        pcp_allocator_system(), (uint16_t)(k + 1), d->plan.fragment_count,
+        &l->counters);
+    l->counters_ready = !status;
+  }
+  pcp_diloco_job_free(job, plan);
+  return status;
+}
+
+// The plan over the job's parameter table. Tensors whose name says
+// embedding (wte, wpe, embed) get role EMBEDDING, for the mixed merges.
+static pcp_status_t dec_plan_build(dec_t* d) {
+  job_t* job = d->job;
+  size_t n = job->table.count;
+  pcp_decoupled_tensor_spec_t* specs =
+      pcp_diloco_job_calloc(job, n + 1, sizeof(*specs));
+  uint32_t* embedding = pcp_diloco_job_calloc(job, n + 1, sizeof(*embedding));
+  if (!specs || !embedding) {
+    pcp_diloco_job_free(job, specs);
+    pcp_diloco_job_free(job, embedding);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "plan specs");
+  }
+  uint32_t embedding_count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const pcp_models_parameter_t* p = &job->table.parameters[i];
+    specs[i] =
+        (pcp_decoupled_tensor_spec_t){.name = p->name,
+                                      .value_count = (uint64_t)p->element_count,
+                                      .role = PCP_DECOUPLED_ROLE_UNKNOWN};
+    if (strstr(p->name, "wte") || strstr(p->name, "wpe") ||
+        strstr(p->name, "embed")) {
+      embedding[embedding_count++] = (uint32_t)i;
+    }
+  }
+  pcp_status_t status = pcp_decoupled_plan_initialize(
+      pcp_allocator_system(),
+      (pcp_decoupled_fragment_strategy_t)d->config.fragment_strategy, specs,
+      (uint32_t)n, embedding, embedding_count, d->schedule.fragment_count,
+      d->schedule.sync_interval_h, &d->plan);
+  pcp_diloco_job_free(job, specs);
+  pcp_diloco_job_free(job, embedding);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  d->plan_ready = true;
+  for (uint32_t f = 0; f < d->plan.fragment_count; ++f) {
+    if (d->plan.fragments[f].tensor_count > DEC_MAX_FRAGMENT_TENSORS) {
+      return pcp_make_status(
+          PCP_STATUS_FAILED_PRECONDITION,
+          "decoupled fragment %u has %u tensors; a task frame carries at most "
+          "%d (key 'decoupled_diloco.num_fragments': use more fragments)",
+          f, d->plan.fragments[f].tensor_count, DEC_MAX_FRAGMENT_TENSORS);
+    }
+    if (d->plan.fragments[f].value_count > d->frag_max) {
+      d->frag_max = (size_t)d->plan.fragments[f].value_count;
+    }
+  }
+  return pcp_ok_status();
+}
+
+// The tape on disk replays to the live syncer state.
+static pcp_status_t dec_tape_check(dec_t* d, bool* out_equal) {
+  void* data = NULL;
+  size_t length = 0;
+  PCP_RETURN_IF_ERROR_BARE(pcp_file_read_all(
+      d->tape_path, PCP_DECOUPLED_TAPE_MAX_BYTES, &data, &length));
+  pcp_decoupled_tape_t tape;
+  pcp_decoupled_tape_initialize(pcp_allocator_system(), &tape);
+  pcp_status_t status = pcp_decoupled_tape_decode(data, length, &tape);
+  pcp_allocator_free(pcp_allocator_system(), data);
+  pcp_decoupled_syncer_state_t* replayed =
+      pcp_diloco_job_calloc(d->job, 1, sizeof(*replayed));
+  if (!status && !replayed) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "replay state");
+  }
+  if (!status) {
+    status = pcp_decoupled_syncer_state_replay(
+        pcp_allocator_system(), d->plan.fragment_count, &tape, replayed);
+    if (!status) {
+      *out_equal = pcp_decoupled_syncer_state_equal(replayed, d->state);
+      pcp_decoupled_syncer_state_deinitialize(replayed);
+    }
+  }
+  pcp_diloco_job_free(d->job, replayed);
+  pcp_decoupled_tape_deinitialize(&tape);
+  return status;
+}
+
+static pcp_status_t dec_loop(dec_t* d) {
+  job_t* job = d->job;
+  pcp_status_t status = pcp_ok_status();
+  d->next_final = 1;
+  d->last_event_ns = dec_now_ns(d);
+  for (;;) {
+    if (pcp_diloco_job_should_stop(job)) {
+      return pcp_make_status(PCP_STATUS_CANCELLED,
+                             "training stopped at syncer step %" PRIu64,
+                             d->next_final);
+    }
+    int64_t now = dec_now_ns(d);
+    for (uint32_t k = 0; k < d->learner_count && !status; ++k) {
+      dec_learner_t* l = &d->learners[k];
+      if (l->task && pcp_fabric_task_is_done(l->task)) {
+        status = dec_task_done(d, k, now);
+      }
+    }
+    // Rounds close in syncer-step order.
+    while (!status && d->next_final <= d->total_steps) {
+      uint32_t fragment = 0;
+      if (!pcp_decoupled_schedule_fragment_at(&d->schedule, d->next_final,
+                                              &fragment)) {
+        ++d->next_final;
+        continue;
+      }
+      dec_round_t* r = dec_round_find(d, d->next_final, false);
+      if (!r || !r->opened) {
+        break;
+      }
+      if (pcp_decoupled_round_poll(&r->machine, dec_ms(d, now)) ==
+          PCP_DECOUPLED_ROUND_COLLECTING) {
+        break;
+      }
+      status = dec_finalize(d, r, now);
+      r->used = false;
+      ++d->next_final;
+    }
+    uint32_t alive = 0;
+    bool busy = false;
+    for (uint32_t k = 0; k < d->learner_count && !status; ++k) {
+      dec_learner_t* l = &d->learners[k];
+      if (!l->alive) {
+        continue;
+      }
+      ++alive;
+      if (!l->task) {
+        status = dec_learner_next(d, k, now);
+      }
+      busy |= l->task != NULL || l->apply_count || l->send_count ||
+              l->step < d->total_steps;
+    }
+    PCP_RETURN_IF_ERROR_BARE(status);
+    if (!alive) {
+      return pcp_make_status(PCP_STATUS_ABORTED,
+                             "every decoupled learner was lost by syncer step "
+                             "%" PRIu64,
+                             d->next_final);
+    }
+    if (!busy && d->next_final > d->total_steps) {
+      return pcp_ok_status();
+    }
+    // A round whose learners all reported (or a lost learner's) may be
+    // waiting on the last ones forever: a quorum round times out, and a
+    // learner that ran its steps but was never heard from is lost already.
+    struct timespec nap = {0, DEC_POLL_NS};
+    nanosleep(&nap, NULL);
+  }
+}
+
+pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
+  const pcp_diloco_job_options_t* o = job->options;
+  dec_t* d = pcp_diloco_job_calloc(job, 1, sizeof(*d));
+  if (!d) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "decoupled state");
+  }
+  d->job = job;
+  pcp_status_t status = dec_config_parse(d);
+  bool config_ready = !status;
+  if (!status) {
+    status = dec_learners_gather(d);
+  }
+  pcp_decoupled_grace_config_t grace;
+  if (!status) {
+    status = pcp_decoupled_config_resolve(&d->config, d->learner_count,
+                                          (uint64_t)job->config.tau,
+                                          &d->schedule, &grace);
+  }
+  if (!status && (d->schedule.fragment_count > DEC_MAX_FRAGMENTS ||
+                  d->schedule.overlap_tau > DEC_MAX_OPEN - 2)) {
+    status = pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "decoupled_diloco in the service: num_fragments at most %d and "
+        "overlap_tau at most %d (got %u and %u)",
+        DEC_MAX_FRAGMENTS, DEC_MAX_OPEN - 2, d->schedule.fragment_count,
+        d->schedule.overlap_tau);
+  }
+  if (!status) {
+    d->grace.config = grace;
+    d->total_steps = (uint64_t)job->config.outer_loop_steps;
+    for (uint64_t s = 1; s <= d->total_steps; ++s) {
+      uint32_t f;
+      d->scheduled += pcp_decoupled_schedule_fragment_at(&d->schedule, s, &f);
+    }
+    status = dec_plan_build(d);
+  }
+  if (!status) {
+    status = pcp_decoupled_nesterov_initialize(
+        pcp_allocator_system(), job->parameter_count,
+        (float)d->config.outer_learning_rate,
+        (float)job->config.nesterov_momentum, &d->nesterov);
+    d->nesterov_ready = !status;
+  }
+  d->state = pcp_diloco_job_calloc(job, 1, sizeof(*d->state));
+  d->rounds = pcp_diloco_job_calloc(job, DEC_MAX_OPEN, sizeof(*d->rounds));
+  d->names =
+      pcp_diloco_job_calloc(job, 4 * job->table.count + 1, sizeof(*d->names));
+  d->fragment_hash = pcp_diloco_job_calloc(
+      job, (size_t)d->schedule.fragment_count + 1, sizeof(*d->fragment_hash));
+  pcp_decoupled_tape_initialize(pcp_allocator_system(), &d->tape);
+  bool state_ready = false;
+  if (!status && (!d->state || !d->rounds || !d->names || !d->fragment_hash)) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "decoupled state");
+  }
+  if (!status) {
+    status = pcp_decoupled_syncer_state_initialize(
+        pcp_allocator_system(), d->plan.fragment_count, d->state);
+    state_ready = !status;
+  }
+  if (!status) {
+    d->grad = pcp_diloco_job_malloc(job, d->frag_max * sizeof(float));
+    d->before = pcp_diloco_job_malloc(job, d->frag_max * sizeof(float));
+    if (!d->grad || !d->before) {
+      status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "round buffers");
+    }
+  }
+  if (!status) {
+    for (size_t i = 0; i < job->table.count; ++i) {
+      snprintf(d->names[4 * i + 0], 24, "p%u", (unsigned)i);
+      snprintf(d->names[4 * i + 1], 24, "m%u", (unsigned)i);
+      snprintf(d->names[4 * i + 2], 24, "v%u", (unsigned)i);
+      snprintf(d->names[4 * i + 3], 24, "s%u", (unsigned)i);
+    }
+    snprintf(d->tape_path, sizeof(d->tape_path), "%s/decoupled.tape", job->dir);
+    // Test hook: PCP_DECOUPLED_TEST_DELAY="<learner>:<ms>:<until step>"
+    // keeps that learner busy for <ms> before each of its local steps up
+    // to <until> (no task at all then, pulls included): a slow learner
+    // without a slow machine.
+    d->delay_learner = UINT32_MAX;
+    const char* delay = getenv("PCP_DECOUPLED_TEST_DELAY");
+    unsigned learner = 0, until = 0;
+    long ms = 0;
+    if (delay && sscanf(delay, "%u:%ld:%u", &learner, &ms, &until) == 3 &&
+        ms > 0 && ms <= 60000) {
+      d->delay_learner = learner;
+      d->delay_ms = ms;
+      d->delay_until = until;
+      PCP_LOG(PCP_LOG_WARN, &job->log,
+              "test hook: decoupled learner %u slowed by %ld ms per step "
+              "until step %u",
+              learner, ms, until);
+    }
+    status = dec_learners_setup(d);
+  }
+  if (!status) {
+    status = dec_programs(d);
+  }
+  if (!status && o->hooks.phase) {
+    status = o->hooks.phase(o->hooks.user_data, PCP_DILOCO_JOB_PHASE_RUNNING);
+  }
+  if (!status) {
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "decoupled DiLoCo: %u learners, P=%u H=%u overlap_tau=%u "
+            "min_quorum=%" PRId64 " merge=%d compression=%s, %" PRIu64
+            " syncer steps (%" PRIu64 " scheduled)",
+            d->learner_count, d->schedule.fragment_count,
+            d->schedule.sync_interval_h, d->schedule.overlap_tau,
+            d->config.min_quorum, (int)d->config.merge_strategy,
+            d->int4 ? "int4" : "none", d->total_steps, d->scheduled);
+    status = dec_loop(d);
+  }
+  bool replayed = false;
+  if (!status) {
+    // The applies after the last round are on the tape too.
+    status = dec_tape_write(d);
+  }
+  if (!status) {
+    status = dec_tape_check(d, &replayed);
+    if (!status && !replayed) {
+      status = pcp_make_status(PCP_STATUS_DATA_LOSS,
+                               "the decoupled tape %s does not replay to the "
+                               "syncer's state",
+                               d->tape_path);
+    }
+  }
+  if (!status) {
+    json_t* summary = dec_totals_json(d);
+    if (summary) {
+      json_object_set_new(summary, "tape_replayed", json_boolean(replayed));
+      json_object_set_new(summary, "tape", json_string(d->tape_path));
+      json_object_set_new(summary, "loss",
+                          pcp_diloco_json_number_or_null(job->last_loss));
+      pcp_status_ignore(pcp_store_job_event_append(
+          o->store, o->job_id, "training.decoupled", summary, NULL));
+      PCP_LOG(PCP_LOG_INFO, &job->log,
+              "decoupled done: %" PRIu64 " syncs, %" PRIu64
+              " skipped, tokens computed %" PRIu64
+              " merged %.0f, delta bytes %" PRIu64 ", tape replayed",
+              d->syncs, d->skipped_rounds, d->tokens_computed, d->tokens_merged,
+              d->up_bytes_total);
+      json_decref(summary);
+    }
+    status = pcp_diloco_job_model_export(job);
+  }
+  // Tasks still out (a failure or a stop mid-step) are cancelled and
+  // waited for: they borrow this run's buffers.
+  pcp_fabric_task_t* tasks[MAX_ROUND_WORKERS];
+  for (uint32_t k = 0; k < d->learner_count; ++k) {
+    tasks[k] = d->learners[k].task;
+    if (tasks[k]) {
+      pcp_fabric_task_cancel(tasks[k]);
+    }
+  }
+  if (d->learner_count) {
+    (void)pcp_diloco_job_tasks_wait(job, tasks, d->learner_count,
+                                    SHORT_WAIT_MIN_MS, "decoupled tasks");
+  }
+  for (uint32_t k = 0; k < d->learner_count; ++k) {
+    dec_learner_t* l = &d->learners[k];
+    pcp_fabric_task_release(l->task);
+    pcp_data_sampler_release(l->sampler);
+    pcp_diloco_job_free(job, l->tokens);
+    pcp_diloco_job_free(job, l->tokens64);
+    pcp_diloco_job_free(job, l->base);
+    pcp_diloco_job_free(job, l->mix_buf);
+    pcp_diloco_job_free(job, l->verify_values);
+    if (l->counters_ready) {
+      pcp_decoupled_learner_deinitialize(&l->counters);
+    }
+  }
+  for (uint32_t k = 0; d->rounds && k < DEC_MAX_OPEN; ++k) {
+    pcp_diloco_job_free(job, d->rounds[k].values);
+  }
+  pcp_diloco_job_free(job, d->rounds);
+  pcp_diloco_job_free(job, d->grad);
+  pcp_diloco_job_free(job, d->before);
+  pcp_diloco_job_free(job, d->names);
+  pcp_diloco_job_free(job, d->fragment_hash);
+  if (state_ready) {
+    pcp_decoupled_syncer_state_deinitialize(d->state);
+  }
+  pcp_diloco_job_free(job, d->state);
+  pcp_decoupled_tape_deinitialize(&d->tape);
+  if (d->nesterov_ready) {
+    pcp_decoupled_nesterov_deinitialize(&d->nesterov);
+  }
+  if (d->plan_ready) {
+    pcp_decoupled_plan_deinitialize(&d->plan);
+  }
+  if (config_ready) {
+    pcp_decoupled_config_deinitialize(&d->config);
+  }
+  pcp_diloco_job_free(job, d);
+  return status;
+}

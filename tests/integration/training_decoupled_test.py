@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Decoupled DiLoCo end to end (issue 17 Deliver 1): a real gateway and a
+node manager with three CPU workers on 127.0.0.1, the smallest char GPT.
+
+- Run F (f32 deltas) and run Q (int4 on the wire, `decoupled_verify_int4`:
+  each learner's first int4 delta is checked against the f32 @delta of the
+  same state, within the codec's bound) complete, every scheduled syncer
+  step is a fragment sync with all three learners, and their losses fall
+  comparably to a streaming DiLoCo run (run S) over about the same tokens.
+- Per sync, Q's delta bytes are about 7x smaller than F's (measured: the
+  sizes of the tasks' outputs), and the tokens counters add up.
+- The event tape in the job's directory decodes (Python, from the documented
+  layout) to one fragment_sync per sync, and the gateway replayed it to its
+  syncer state at the end (`tape_replayed`).
+- Run L (gateway restarted with PCP_DECOUPLED_TEST_DELAY): learner 3 is held
+  back for its first steps; rounds close on grace without it, and it takes
+  part in later rounds again.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gateway_test as gt  # noqa: E402
+import training_e2e_test as te  # noqa: E402
+
+from gateway_test import check, request, wait_for  # noqa: E402
+
+STEPS = 40
+MODEL = {"kind": "gpt", "layers": 1, "heads": 2, "kv_heads": 2,
+         "width": 64, "vocab": 65,
+         "block_size": 32, "batch": 8}
+DECOUPLED = {"num_fragments": 2, "sync_interval_h": 4, "overlap_tau": 1,
+             "min_quorum": 2, "grace_window_ms": 5000,
+             "merge_strategy": "weighted_average",
+             "fragment_strategy": "balanced_tensor", "learner_alpha": 0.0,
+             "outer_learning_rate": 1.0}
+
+
+def experiment(**extra):
+    return te.experiment(model=MODEL, learning_rate=0.003,
+                         nesterov_momentum=0.0, outer_learning_rate=1.0,
+                         **extra)
+
+
+def start_cluster(work):
+    api_port, fabric_port = gt.free_port(), gt.free_port()
+    gt.BASE = "http://127.0.0.1:%d" % api_port
+    gw = gt.Gateway(work, api_port, fabric_port)
+    te.relax_heartbeat(gw)
+    gw.start()
+    env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN)
+    nm = subprocess.Popen(
+        [gt.PCP, "--node-manager", "--scale", "3", "--host", "127.0.0.1",
+         "--port", str(fabric_port), "--backend", "cpu", "--api-port", "0",
+         "--start-stagger-ms", "100"],
+        env=env, stderr=open(os.path.join(work, "nm.err"), "w"))
+    wait_for(lambda: request("GET", "/v1/workers")[1]["counts"][
+        "connected"] == 3, 90, "three workers joined")
+    return gw, nm
+
+
+def run(body, seconds=900):
+    job = te.submit(body)
+    if not job:
+        raise RuntimeError("submit refused")
+    t0 = time.time()
+    te.wait_done(job, seconds)
+    wall = time.time() - t0
+    s, r = request("GET", "/v1/training/jobs/%s" % job)
+    check(r.get("state") == "succeeded", "job %s succeeded: %s" % (
+        job, r.get("error", r.get("state"))))
+    return job, te.steps_of(job), wall
+
+
+def summary_of(job):
+    for e in te.events(job):
+        if e["type"] == "training.decoupled":
+            return e["payload"]
+    return {}
+
+
+def tape_syncs(path):
+    """Fragment syncs of a tape file, decoded from decoupled.h's layout
+    (CRCs not rechecked here: the gateway's replay does that)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    check(data[:8] == b"PCPTAPE1" and
+          struct.unpack_from("<I", data, 8)[0] == 1, "tape header")
+    at, syncs, ids = 16, [], []
+    while at < len(data):
+        length, _crc = struct.unpack_from("<II", data, at)
+        payload = data[at + 8:at + 8 + length]
+        at += 8 + length
+        rid, kind, step, frag = struct.unpack_from("<QBQI", payload, 0)
+        ids.append(rid)
+        if kind == 1:
+            count = struct.unpack_from("<I", payload, 8 + 1 + 8 + 4 + 4 + 8)[0]
+            base = 8 + 1 + 8 + 4 + 4 + 8 + 4
+            learners = [struct.unpack_from("<I", payload, base + 36 * k)[0]
+                        for k in range(count)]
+            syncs.append((step, frag, learners))
+    check(ids == list(range(1, len(ids) + 1)), "tape ids 1..n")
+    return syncs
+
+
+def loss_tail(steps, n=4):
+    losses = [steps[k]["loss"] for k in sorted(steps)
+              if steps[k].get("loss") is not None]
+    return losses, sum(losses[-n:]) / min(n, len(losses))
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="pcp-decoupled-")
+    gw = nm = None
+    try:
+        gw, nm = start_cluster(work)
+        if gt.FAILURES:
+            return 1
+        # Run F: f32 deltas.
+        f_job, f_steps, f_wall = run(experiment(
+            outer_loop_steps=STEPS, aggregation_strategy="decoupled_diloco",
+            decoupled_diloco=DECOUPLED))
+        f_losses, f_tail = loss_tail(f_steps)
+        f_sum = summary_of(f_job)
+        print("decoupled f32: %d syncs, %.1f s, losses %s" % (
+            len(f_steps), f_wall, " ".join("%.3f" % x for x in f_losses)))
+        print("  summary %s" % f_sum)
+        want = [s for s in range(1, STEPS + 1) if s % 4 in (0, 1)]
+        syncer = sorted(p["syncer_step"] for p in f_steps.values())
+        check(syncer == want, "a sync per scheduled syncer step: %s" % syncer)
+        check(all(sorted(p["participants"]) == [1, 2, 3] and
+                  not p["skipped"] for p in f_steps.values()),
+              "every round merged all three learners")
+        check(f_losses[0] > 3.5 and f_tail < f_losses[0] - 0.5,
+              "the loss falls (first %.3f, last four %.3f)" % (
+                  f_losses[0], f_tail))
+        tokens = 3 * STEPS * MODEL["batch"] * MODEL["block_size"]
+        check(f_sum.get("tokens_computed") == tokens and
+              0 < f_sum.get("tokens_merged", 0) <= tokens,
+              "tokens computed %s = 3 x %d x B x T = %d, merged %s" % (
+                  f_sum.get("tokens_computed"), STEPS, tokens,
+                  f_sum.get("tokens_merged")))
+        check(f_sum.get("tape_replayed") is True,
+              "the gateway replayed the tape to its state")
+        tape = os.path.join(work, "state", "training", f_job,
+                            "decoupled.tape")
+        syncs = tape_syncs(tape)
+        check([(s, f) for s, f, _ in syncs] ==
+              [(p["syncer_step"], p["fragment"])
+               for _, p in sorted(f_steps.items())] and
+              all(sorted(ls) == [1, 2, 3] for _, _, ls in syncs),
+              "the tape holds one fragment_sync per sync with its learners")
+
+        # Run Q: int4 on the wire, the first delta of each learner checked
+        # against the f32 one.
+        q_job, q_steps, q_wall = run(experiment(
+            outer_loop_steps=STEPS, aggregation_strategy="decoupled_diloco",
+            decoupled_verify_int4=True,
+            decoupled_diloco=dict(DECOUPLED,
+                                  outer_gradient_compression="int4")))
+        q_losses, q_tail = loss_tail(q_steps)
+        q_sum = summary_of(q_job)
+        print("decoupled int4: %d syncs, %.1f s, losses %s" % (
+            len(q_steps), q_wall, " ".join("%.3f" % x for x in q_losses)))
+        print("  summary %s" % q_sum)
+        check(q_sum.get("int4_verified") == 3 and
+              q_sum.get("int4_error_over_bound", 9) <= 1.0,
+              "int4 deltas within the bound of the f32 ones (3 checked, "
+              "max error / bound %s)" % q_sum.get("int4_error_over_bound"))
+        ratios = []
+        for k, p in q_steps.items():
+            fp = next((x for x in f_steps.values()
+                       if x["syncer_step"] == p["syncer_step"]), None)
+            if fp and fp["participants"] == p["participants"] and p[
+                    "delta_bytes"]:
+                ratios.append(fp["delta_bytes"] / p["delta_bytes"])
+        print("  f32 / int4 delta bytes per sync: %s" % sorted(
+            set(round(r, 3) for r in ratios)))
+        check(ratios and all(6.5 < r < 8.0 for r in ratios),
+              "int4 deltas ~7x smaller than f32 on the wire")
+        check(abs(q_tail - f_tail) < 0.3,
+              "int4 loss close to f32's (%.3f vs %.3f)" % (q_tail, f_tail))
+
+        # Run S: streaming DiLoCo on about the same tokens (P=2, H=4,
+        # overlap 1, 9 rounds: 4*9 + 2 + 1 = 39 local steps per worker).
+        s_job, s_steps, s_wall = run(experiment(
+            max_epochs=9, streaming={"num_fragments": 2, "inner_steps": 4,
+                                     "overlap_tau": 1, "alpha": 0.0}))
+        s_losses, s_tail = loss_tail(s_steps)
+        print("streaming: %d syncs, %.1f s, losses %s" % (
+            len(s_steps), s_wall, " ".join("%.3f" % x for x in s_losses)))
+        print("LOSSES decoupled f32 %.3f, decoupled int4 %.3f, streaming "
+              "%.3f (mean of the last four syncs)" % (f_tail, q_tail, s_tail))
+        check(abs(f_tail - s_tail) < 0.3,
+              "decoupled loss comparable to streaming's (%.3f vs %.3f)" % (
+                  f_tail, s_tail))
+
+        # Run L: learner 3 busy for 3 s before each of its first 3 steps
+        # (gateway hook).
+        gw.proc.terminate()
+        gw.proc.wait()
+        os.environ["PCP_DECOUPLED_TEST_DELAY"] = "2:3000:3"
+        gw.start()
+        del os.environ["PCP_DECOUPLED_TEST_DELAY"]
+        wait_for(lambda: request("GET", "/v1/workers")[1]["counts"][
+            "connected"] == 3, 90, "three workers back")
+        l_job, l_steps, l_wall = run(experiment(
+            outer_loop_steps=STEPS, aggregation_strategy="decoupled_diloco",
+            decoupled_diloco=dict(DECOUPLED, grace_window_ms=1500,
+                                  outer_gradient_compression="int4")))
+        l_sum = summary_of(l_job)
+        order = [l_steps[k] for k in sorted(l_steps)]
+        print("slow learner: %.1f s, participants %s" % (
+            l_wall, [p["participants"] for p in order]))
+        print("  late %s" % [p["late"] for p in order])
+        print("  summary %s" % l_sum)
+        without = [p for p in order if 3 not in p["participants"]]
+        first_back = next((i for i, p in enumerate(order)
+                           if 3 in p["participants"]), None)
+        check(len(without) >= 2 and 3 not in order[0]["participants"] and
+              all(p["skipped_learners"] >= 1 for p in without),
+              "the first rounds close on grace without learner 3")
+        check(first_back is not None and
+              all(3 in p["participants"] for p in order[-3:]),
+              "learner 3 takes part in later rounds again (from sync %s)" %
+              first_back)
+        # Goodput itself varies from run to run (0.59-0.76 without a slow
+        # learner: when the blend lands decides how much is overwritten),
+        # so it is printed, not compared.
+        check(sum(p["late"] for p in order) +
+              l_sum.get("dropped_pulls", 0) >= 1 and
+              l_sum.get("tokens_merged", 0) < l_sum.get("tokens_computed", 0),
+              "late or dropped contributions counted (goodput %.3f; %.3f "
+              "without the slow learner)" % (
+                  l_sum.get("goodput", 0), f_sum.get("goodput", 0)))
+    finally:
+        te.stop_all(nm, gw)
+    if gt.FAILURES:
+        print("training_decoupled_test: %d failures (logs in %s)" % (
+            len(gt.FAILURES), work))
+        return 1
+    print("training_decoupled_test: all passed")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
