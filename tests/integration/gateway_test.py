@@ -194,6 +194,33 @@ def job_state(job_id):
     return j.get("state") if s == 200 else None
 
 
+def _sse_body(buf):
+    """The event-stream bytes of a raw HTTP/1.1 response read so far: the
+    headers dropped and a chunked body decoded (a 16 KiB chunk of the
+    server's may end inside an event, so the chunk-size lines must not be
+    read as part of it). An incomplete last chunk gives what has arrived."""
+    head, sep, body = buf.partition(b"\r\n\r\n")
+    if not sep:
+        return b""
+    if b"transfer-encoding: chunked" not in head.lower():
+        return body
+    out = b""
+    while True:
+        line, sep, rest = body.partition(b"\r\n")
+        if not sep:
+            return out
+        try:
+            size = int(line.split(b";")[0], 16)
+        except ValueError:
+            return out
+        if size == 0:
+            return out
+        out += rest[:size]
+        if len(rest) < size + 2:
+            return out
+        body = rest[size + 2:]
+
+
 def sse_read(path, last_event_id=None, seconds=3.0, want=None, started=None):
     """Reads SSE events for up to |seconds| (or until |want| ids seen).
     |started| (a threading.Event) is set once the response headers came:
@@ -219,9 +246,11 @@ def sse_read(path, last_event_id=None, seconds=3.0, want=None, started=None):
             pass
         if started is not None and b"\r\n\r\n" in buf:
             started.set()
-        text = buf.decode(errors="replace")
+        text = _sse_body(buf).decode(errors="replace")
         events = []
-        for block in text.split("\n\n"):
+        # Only blocks a blank line has ended are whole events: the last one
+        # may still be arriving.
+        for block in text.split("\n\n")[:-1]:
             ev = {}
             for line in block.split("\n"):
                 line = line.rstrip("\r")
