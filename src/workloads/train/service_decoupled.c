@@ -203,6 +203,35 @@ static pcp_status_t dec_list(pcp_string_builder_t* b,
   return pcp_ok_status();
 }
 
+// The result types of @delta (f32, the parameter's shape) or @delta_int4
+// (the codec's bytes as ui8: pcp_decoupled_int4_encoded_size, so the program
+// and the gateway's decoder agree on the layout), comma-separated.
+static pcp_status_t dec_delta_types(pcp_string_builder_t* b,
+                                    const pcp_models_parameter_table_t* table,
+                                    const pcp_decoupled_fragment_t* f,
+                                    bool int4, uint32_t block) {
+  char t[256];
+  for (uint32_t k = 0; k < f->tensor_count; ++k) {
+    const pcp_models_parameter_t* p = &table->parameters[f->tensor_indices[k]];
+    if (int4) {
+      size_t bytes =
+          pcp_decoupled_int4_encoded_size((size_t)p->element_count, block);
+      if (bytes == 0) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "%s: %lld values do not fit the int4 codec "
+                               "(block %u)",
+                               p->name, (long long)p->element_count, block);
+      }
+      snprintf(t, sizeof(t), "tensor<%zuxui8>", bytes);
+    } else {
+      dec_type(p, "f32", t, sizeof(t));
+    }
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_f(b, "%s%s", k ? ", " : "", t));
+  }
+  return pcp_ok_status();
+}
+
 // The int4 packing of one tensor's delta %d<i> (|n| f32 values) into
 // %q<i>: tensor<(4*nb + ceil(n/2)) x ui8>, decoupled.h's layout exactly
 // (nb f32 LE scales, then two codes per byte, element j in byte j/2, low
@@ -411,19 +440,7 @@ pcp_status_t pcp_decoupled_fragment_module_emit(
     PCP_RETURN_IF_ERROR_BARE(
         dec_list(b, table, f, true, false, sc, f32, 2, &first));
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
-    for (uint32_t k = 0; k < f->tensor_count; ++k) {
-      uint32_t i = f->tensor_indices[k];
-      const pcp_models_parameter_t* p = &table->parameters[i];
-      uint64_t n = (uint64_t)p->element_count;
-      if (variant) {
-        uint64_t bytes = 4 * ((n + block - 1) / block) + (n + 1) / 2;
-        snprintf(t, sizeof(t), "tensor<%" PRIu64 "xui8>", bytes);
-      } else {
-        dec_type(p, "f32", t, sizeof(t));
-      }
-      PCP_RETURN_IF_ERROR_BARE(
-          pcp_string_builder_append_f(b, "%s%s", k ? ", " : "", t));
-    }
+    PCP_RETURN_IF_ERROR_BARE(dec_delta_types(b, table, f, variant, block));
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") {\n"));
     for (uint32_t k = 0; k < f->tensor_count; ++k) {
       uint32_t i = f->tensor_indices[k];
@@ -443,19 +460,7 @@ pcp_status_t pcp_decoupled_fragment_module_emit(
           f->tensor_indices[k]));
     }
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, " : "));
-    for (uint32_t k = 0; k < f->tensor_count; ++k) {
-      uint32_t i = f->tensor_indices[k];
-      const pcp_models_parameter_t* p = &table->parameters[i];
-      uint64_t n = (uint64_t)p->element_count;
-      if (variant) {
-        uint64_t bytes = 4 * ((n + block - 1) / block) + (n + 1) / 2;
-        snprintf(t, sizeof(t), "tensor<%" PRIu64 "xui8>", bytes);
-      } else {
-        dec_type(p, "f32", t, sizeof(t));
-      }
-      PCP_RETURN_IF_ERROR_BARE(
-          pcp_string_builder_append_f(b, "%s%s", k ? ", " : "", t));
-    }
+    PCP_RETURN_IF_ERROR_BARE(dec_delta_types(b, table, f, variant, block));
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n  }\n"));
   }
   // @mix
