@@ -112,7 +112,6 @@ def main():
     page = None
     try:
         gw, nm = start_cluster(work)
-        job = submit(experiment(STEPS))
         page = browser.page()
 
         # 1. No token: a clear 401 on the page (the failed loads are the
@@ -137,7 +136,11 @@ def main():
         no_errors(page, "overview")
 
         # 2. While training: a worker shows its current task; the fabric
-        # counts its in-flight work.
+        # counts its in-flight work. The job starts only now (a job started
+        # before the page loads can finish, programs cached, before the
+        # first poll), and tau 40 makes a round last long enough (~0.1 s)
+        # to be seen at a 50 ms poll.
+        job = submit(experiment(STEPS, tau=40))
         saw_task = saw_in_flight = False
         deadline = time.time() + 90
         while time.time() < deadline and not (saw_task and saw_in_flight):
