@@ -402,10 +402,12 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_stream_run(job_t* job);
 bool pcp_diloco_decoupled_selected(const job_t* job);
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_decoupled_run(job_t* job);
 // The fragment module of decoupled DiLoCo (@init, @delta, @delta_int4 when
-// |int4|, @mix) for |fragment| of |plan| over |table|, as StableHLO text.
+// |int4|, @mix, @mix_int4 when |int4_down|) for |fragment| of |plan| over
+// |table|, as StableHLO text.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_fragment_module_emit(
     const pcp_models_parameter_table_t* table, const pcp_decoupled_plan_t* plan,
-    uint32_t fragment, bool int4, uint32_t block, pcp_string_builder_t* b);
+    uint32_t fragment, bool int4, bool int4_down, uint32_t block,
+    pcp_string_builder_t* b);
 
 // Memory of a job from job->allocator, NULL when it fails, like malloc and
 // calloc (the callers check for NULL and say RESOURCE_EXHAUSTED with what
