@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "workloads/workloads.h"
+#include "workloads/train/decoupled.h"
 
 static const char* const kMerges[] = {"weighted_average", "rda",
                                       "avg_embedding_rda_model",
