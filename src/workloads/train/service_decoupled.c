@@ -53,6 +53,9 @@ enum {
   TASK_DELTA = 3,
   TASK_MIX = 4,
   TASK_VERIFY = 5,
+  // A @mix again with alpha 0 and the f32 values, after a hash mismatch
+  // (on_param_mismatch "resync").
+  TASK_RESYNC = 6,
 };
 
 typedef struct dec_learner_t {
@@ -99,6 +102,20 @@ typedef struct dec_learner_t {
   bool has_cursor;      // sampler cursor restored from a checkpoint
   bool was_alive;       // alive in the checkpoint a resume started from
   pcp_data_cursor_t cursor;
+  // Bit-identity (issue 17 Deliver 3). The next task submitted hashes its
+  // first |hash_inputs| inputs (0: none); |hash_want| is the gateway's
+  // SHA-256 of the same bytes, compared when the task ends.
+  uint32_t hash_inputs;
+  uint8_t hash_want[PCP_SHA256_BYTE_LENGTH];
+  bool resync_pending;
+  uint32_t resync_fragment;
+  uint64_t resync_step;
+  // int4 down path: per fragment, the version of the broadcast copy B it
+  // holds (0: not known to be any, it gets B in f32 next); the version its
+  // @mix out sets; the int4 payload that task carries (borrowed by it).
+  uint64_t* bcast_version;
+  uint64_t task_bcast_version;
+  uint8_t* mix_q;
 } dec_learner_t;
 
 typedef struct dec_round_t {
@@ -176,6 +193,25 @@ typedef struct dec_t {
   bool resumed;                     // started from a decoupled checkpoint
   uint64_t resumed_at;              // its syncer step
   bool resume_replay_ok;            // its tape replayed to its state
+  // Bit-identity: @mix tasks re-sent after a mismatch.
+  uint64_t resyncs;
+  // int4 down path: the broadcast copy B (a parameter vector; every live
+  // learner holds its fragments exactly), per fragment its version (1 at
+  // start, +1 per sync) and the latest payload q = int4(G - B) that moved
+  // B from the previous version (at down_q_offset[f], down_q_size[f]
+  // bytes); G - B stays on the gateway and goes into the next sync of the
+  // fragment (error feedback).
+  bool int4_down;
+  float* bcast;
+  uint64_t* bcast_version;
+  uint8_t* down_q;
+  size_t* down_q_offset;
+  size_t* down_q_size;
+  size_t down_q_max;    // bytes of the largest fragment's payload
+  float* down_scratch;  // fragment buffer: G - B, then decode(q)
+  uint64_t down_int4_sends;
+  uint64_t down_f32_sends;
+  double int4_down_max_ratio;  // max |G - B| / (scale / 2) after a sync
 } dec_t;
 
 // Whether learner |l| is pulled for syncer step |step|: alive, and for a
@@ -419,13 +455,165 @@ static pcp_status_t dec_int4_append(pcp_string_builder_t* b,
   return pcp_ok_status();
 }
 
+// The int4 decoding of %q<i> (decoupled.h's layout, |bs| values per
+// block) into %ud<i>, the parameter's shape: scale bytes reassembled
+// little-endian and bitcast, codes unpacked (low nibble first), value =
+// f32(code - 8) * scale. The product is exact in f32 (the scale's low 3
+// mantissa bits are zero), so this equals pcp_decoupled_int4_decode bit for
+// bit; the validity checks stay on the gateway, which wrote the payload.
+static pcp_status_t dec_int4_decode_append(pcp_string_builder_t* b,
+                                           const pcp_models_parameter_t* p,
+                                           uint32_t i, uint32_t bs) {
+  uint64_t n = (uint64_t)p->element_count;
+  uint64_t nb = (n + bs - 1) / bs;
+  uint64_t np = nb * bs;
+  uint64_t nc = (n + 1) / 2;
+  uint64_t total = 4 * nb + nc;
+  char t[128];
+  dec_type(p, "f32", t, sizeof(t));
+#define L(...) \
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(b, __VA_ARGS__))
+  L("    %%ui_%u = stablehlo.convert %%q%u : (tensor<%" PRIu64
+    "xui8>) -> tensor<%" PRIu64 "xi32>\n",
+    i, i, total, total);
+  L("    %%usb_%u = \"stablehlo.slice\"(%%ui_%u) {start_indices = "
+    "array<i64: 0>, limit_indices = array<i64: %" PRIu64
+    ">, strides = array<i64: 1>} : (tensor<%" PRIu64 "xi32>) -> tensor<%" PRIu64
+    "xi32>\n",
+    i, i, 4 * nb, total, 4 * nb);
+  L("    %%us4_%u = stablehlo.reshape %%usb_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "x4xi32>\n",
+    i, i, 4 * nb, nb);
+  for (int k = 0; k < 4; ++k) {
+    L("    %%uc%d_%u = \"stablehlo.slice\"(%%us4_%u) {start_indices = "
+      "array<i64: 0, %d>, limit_indices = array<i64: %" PRIu64
+      ", %d>, strides = array<i64: 1, 1>} : (tensor<%" PRIu64
+      "x4xi32>) -> tensor<%" PRIu64 "x1xi32>\n",
+      k, i, i, k, nb, k + 1, nb, nb);
+    L("    %%ucr%d_%u = stablehlo.reshape %%uc%d_%u : (tensor<%" PRIu64
+      "x1xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      k, i, k, i, nb, nb);
+    L("    %%uk%d_%u = stablehlo.constant dense<%d> : tensor<%" PRIu64
+      "xi32>\n",
+      k, i, 8 * k, nb);
+    L("    %%ush%d_%u = stablehlo.shift_left %%ucr%d_%u, %%uk%d_%u : "
+      "tensor<%" PRIu64 "xi32>\n",
+      k, i, k, i, k, i, nb);
+  }
+  L("    %%uo1_%u = stablehlo.or %%ush0_%u, %%ush1_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, nb);
+  L("    %%uo2_%u = stablehlo.or %%uo1_%u, %%ush2_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, nb);
+  L("    %%uo3_%u = stablehlo.or %%uo2_%u, %%ush3_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, nb);
+  L("    %%uscale_%u = stablehlo.bitcast_convert %%uo3_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "xf32>\n",
+    i, i, nb, nb);
+  L("    %%ucd_%u = \"stablehlo.slice\"(%%ui_%u) {start_indices = "
+    "array<i64: %" PRIu64 ">, limit_indices = array<i64: %" PRIu64
+    ">, strides = array<i64: 1>} : (tensor<%" PRIu64 "xi32>) -> tensor<%" PRIu64
+    "xi32>\n",
+    i, i, 4 * nb, total, total, nc);
+  L("    %%u15_%u = stablehlo.constant dense<15> : tensor<%" PRIu64 "xi32>\n",
+    i, nc);
+  L("    %%ufour_%u = stablehlo.constant dense<4> : tensor<%" PRIu64 "xi32>\n",
+    i, nc);
+  L("    %%ulo_%u = stablehlo.and %%ucd_%u, %%u15_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, nc);
+  L("    %%uhs_%u = stablehlo.shift_right_logical %%ucd_%u, %%ufour_%u : "
+    "tensor<%" PRIu64 "xi32>\n",
+    i, i, i, nc);
+  L("    %%uhi_%u = stablehlo.and %%uhs_%u, %%u15_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, nc);
+  L("    %%ulo2_%u = stablehlo.reshape %%ulo_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "x1xi32>\n",
+    i, i, nc, nc);
+  L("    %%uhi2_%u = stablehlo.reshape %%uhi_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "x1xi32>\n",
+    i, i, nc, nc);
+  L("    %%upair_%u = stablehlo.concatenate %%ulo2_%u, %%uhi2_%u, dim = 1 : "
+    "(tensor<%" PRIu64 "x1xi32>, tensor<%" PRIu64 "x1xi32>) -> tensor<%" PRIu64
+    "x2xi32>\n",
+    i, i, i, nc, nc, nc);
+  L("    %%uall_%u = stablehlo.reshape %%upair_%u : (tensor<%" PRIu64
+    "x2xi32>) -> tensor<%" PRIu64 "xi32>\n",
+    i, i, nc, 2 * nc);
+  // Exactly n codes, then code 8 (value 0) up to whole blocks.
+  if (2 * nc != n) {
+    L("    %%un_%u = \"stablehlo.slice\"(%%uall_%u) {start_indices = "
+      "array<i64: 0>, limit_indices = array<i64: %" PRIu64
+      ">, strides = array<i64: 1>} : (tensor<%" PRIu64
+      "xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      i, i, n, 2 * nc, n);
+  } else {
+    L("    %%un_%u = stablehlo.reshape %%uall_%u : (tensor<%" PRIu64
+      "xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      i, i, n, n);
+  }
+  if (np != n) {
+    L("    %%upz_%u = stablehlo.constant dense<8> : tensor<%" PRIu64 "xi32>\n",
+      i, np - n);
+    L("    %%unp_%u = stablehlo.concatenate %%un_%u, %%upz_%u, dim = 0 : "
+      "(tensor<%" PRIu64 "xi32>, tensor<%" PRIu64 "xi32>) -> tensor<%" PRIu64
+      "xi32>\n",
+      i, i, i, n, np - n, np);
+  } else {
+    L("    %%unp_%u = stablehlo.reshape %%un_%u : (tensor<%" PRIu64
+      "xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      i, i, n, np);
+  }
+  L("    %%ue8_%u = stablehlo.constant dense<8> : tensor<%" PRIu64 "xi32>\n", i,
+    np);
+  L("    %%uq_%u = stablehlo.subtract %%unp_%u, %%ue8_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, np);
+  L("    %%uqf_%u = stablehlo.convert %%uq_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "xf32>\n",
+    i, i, np, np);
+  L("    %%uqb_%u = stablehlo.reshape %%uqf_%u : (tensor<%" PRIu64
+    "xf32>) -> tensor<%" PRIu64 "x%uxf32>\n",
+    i, i, np, nb, bs);
+  L("    %%usbc_%u = stablehlo.broadcast_in_dim %%uscale_%u, dims = [0] : "
+    "(tensor<%" PRIu64 "xf32>) -> tensor<%" PRIu64 "x%uxf32>\n",
+    i, i, nb, nb, bs);
+  L("    %%uv_%u = stablehlo.multiply %%uqb_%u, %%usbc_%u : tensor<%" PRIu64
+    "x%uxf32>\n",
+    i, i, i, nb, bs);
+  L("    %%uvf_%u = stablehlo.reshape %%uv_%u : (tensor<%" PRIu64
+    "x%uxf32>) -> tensor<%" PRIu64 "xf32>\n",
+    i, i, nb, bs, np);
+  if (np != n) {
+    L("    %%uvn_%u = \"stablehlo.slice\"(%%uvf_%u) {start_indices = "
+      "array<i64: 0>, limit_indices = array<i64: %" PRIu64
+      ">, strides = array<i64: 1>} : (tensor<%" PRIu64
+      "xf32>) -> tensor<%" PRIu64 "xf32>\n",
+      i, i, n, np, n);
+  } else {
+    L("    %%uvn_%u = stablehlo.reshape %%uvf_%u : (tensor<%" PRIu64
+      "xf32>) -> tensor<%" PRIu64 "xf32>\n",
+      i, i, np, n);
+  }
+  L("    %%ud%u = stablehlo.reshape %%uvn_%u : (tensor<%" PRIu64
+    "xf32>) -> %s\n",
+    i, i, n, t);
+#undef L
+  return pcp_ok_status();
+}
+
 // @init(p...) -> (p..., 0..., 0..., p...); @delta(s..., c...) -> (s - c...)
 // in f32; with int4 also @delta_int4(s..., c...) -> (packed bytes...);
-// @mix(alpha, g..., l...) -> (alpha*l + (1-alpha)*g..., g...): the blend
-// becomes the local values and the global values the new base s.
+// @mix(g..., alpha, l...) -> (alpha*l + (1-alpha)*g..., g...): the blend
+// becomes the local values and the global values the new base s; with
+// int4_down also @mix_int4(s..., q..., alpha, l...), g = s + decode(q).
 pcp_status_t pcp_decoupled_fragment_module_emit(
     const pcp_models_parameter_table_t* table, const pcp_decoupled_plan_t* plan,
-    uint32_t fragment, bool int4, uint32_t block, pcp_string_builder_t* b) {
+    uint32_t fragment, bool int4, bool int4_down, uint32_t block,
+    pcp_string_builder_t* b) {
   if (fragment >= plan->fragment_count) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "fragment %u of %u",
                            fragment, plan->fragment_count);
@@ -495,42 +683,78 @@ pcp_status_t pcp_decoupled_fragment_module_emit(
     PCP_RETURN_IF_ERROR_BARE(dec_delta_types(b, table, f, variant, block));
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n  }\n"));
   }
-  // @mix
-  const char* const gl[] = {"g", "l"};
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(
-      b, "  func.func @mix(%alpha: tensor<f32>, "));
-  first = true;
-  PCP_RETURN_IF_ERROR_BARE(
-      dec_list(b, table, f, true, false, gl, f32, 2, &first));
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
-  first = true;
-  PCP_RETURN_IF_ERROR_BARE(
-      dec_list(b, table, f, false, false, gl, f32, 2, &first));
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") {\n"));
-  for (uint32_t k = 0; k < f->tensor_count; ++k) {
-    uint32_t i = f->tensor_indices[k];
-    dec_type(&table->parameters[i], "f32", t, sizeof(t));
+  // @mix and @mix_int4. The global values come first so that the worker's
+  // hash of the task's first inputs (TASK_ASSIGN hash_inputs) covers what
+  // it holds afterwards: g for @mix; for @mix_int4 its resident s (the
+  // broadcast copy it held) and the int4 change q it received.
+  for (int variant = 0; variant < (int4_down ? 2 : 1); ++variant) {
+    const char* const head[] = {variant ? "s" : "g"};
+    const char* const local[] = {"l"};
+    const char* const gl[] = {"g", "l"};
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-        b,
-        "    %%a%u = stablehlo.broadcast_in_dim %%alpha, dims = [] : "
-        "(tensor<f32>) -> %s\n"
-        "    %%one%u = stablehlo.constant dense<1.000000e+00> : %s\n"
-        "    %%r%u = stablehlo.subtract %%one%u, %%a%u : %s\n"
-        "    %%x%u = stablehlo.multiply %%a%u, %%l%u : %s\n"
-        "    %%y%u = stablehlo.multiply %%r%u, %%g%u : %s\n"
-        "    %%b%u = stablehlo.add %%x%u, %%y%u : %s\n",
-        i, t, i, t, i, i, i, t, i, i, i, t, i, i, i, t, i, i, i, t));
+        b, "  func.func @%s(", variant ? "mix_int4" : "mix"));
+    first = true;
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, true, false, head, f32, 1, &first));
+    if (variant) {
+      for (uint32_t k = 0; k < f->tensor_count; ++k) {
+        const pcp_models_parameter_t* p =
+            &table->parameters[f->tensor_indices[k]];
+        size_t bytes =
+            pcp_decoupled_int4_encoded_size((size_t)p->element_count, block);
+        if (bytes == 0) {
+          return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "%s: %lld values do not fit the int4 codec "
+                                 "(block %u)",
+                                 p->name, (long long)p->element_count, block);
+        }
+        PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+            b, ", %%q%u: tensor<%zuxui8>", f->tensor_indices[k], bytes));
+      }
+    }
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_cstring(b, ", %alpha: tensor<f32>"));
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, true, false, local, f32, 1, &first));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
+    first = true;
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, false, false, gl, f32, 2, &first));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") {\n"));
+    for (uint32_t k = 0; k < f->tensor_count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      const pcp_models_parameter_t* p = &table->parameters[i];
+      dec_type(p, "f32", t, sizeof(t));
+      if (variant) {
+        // g = s + decode(q): the same f32 arithmetic as the gateway's
+        // pcp_decoupled_int4_decode and add (q*scale is exact).
+        PCP_RETURN_IF_ERROR_BARE(dec_int4_decode_append(b, p, i, block));
+        PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+            b, "    %%g%u = stablehlo.add %%s%u, %%ud%u : %s\n", i, i, i, t));
+      }
+      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+          b,
+          "    %%a%u = stablehlo.broadcast_in_dim %%alpha, dims = [] : "
+          "(tensor<f32>) -> %s\n"
+          "    %%one%u = stablehlo.constant dense<1.000000e+00> : %s\n"
+          "    %%r%u = stablehlo.subtract %%one%u, %%a%u : %s\n"
+          "    %%x%u = stablehlo.multiply %%a%u, %%l%u : %s\n"
+          "    %%y%u = stablehlo.multiply %%r%u, %%g%u : %s\n"
+          "    %%b%u = stablehlo.add %%x%u, %%y%u : %s\n",
+          i, t, i, t, i, i, i, t, i, i, i, t, i, i, i, t, i, i, i, t));
+    }
+    const char* const mix_out[] = {"b", "g"};
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_cstring(b, "    return "));
+    first = true;
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, false, true, mix_out, f32, 2, &first));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, " : "));
+    first = true;
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, false, false, mix_out, f32, 2, &first));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n  }\n"));
   }
-  const char* const mix_out[] = {"b", "g"};
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "    return "));
-  first = true;
-  PCP_RETURN_IF_ERROR_BARE(
-      dec_list(b, table, f, false, true, mix_out, f32, 2, &first));
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, " : "));
-  first = true;
-  PCP_RETURN_IF_ERROR_BARE(
-      dec_list(b, table, f, false, false, mix_out, f32, 2, &first));
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n  }\n"));
   return pcp_string_builder_append_cstring(b, "}\n");
 }
 
@@ -545,7 +769,7 @@ static pcp_status_t dec_programs(dec_t* d) {
     pcp_string_builder_t b;
     pcp_string_builder_initialize(pcp_allocator_system(), (size_t)64 << 20, &b);
     pcp_status_t status = pcp_decoupled_fragment_module_emit(
-        &job->table, &d->plan, f, d->int4, d->block, &b);
+        &job->table, &d->plan, f, d->int4, d->int4_down, d->block, &b);
     char path[1200];
     snprintf(path, sizeof(path), "%s/decoupled-fragment-%u.mlir", job->dir, f);
     char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
@@ -591,6 +815,8 @@ static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
   params.worker_id = l->worker_id;
   params.session_id = l->session;
   params.max_attempts = 1;
+  params.hash_inputs = l->hash_inputs;
+  l->hash_inputs = 0;
   pcp_status_t status = pcp_diloco_job_task_submit(d->job, &params, &l->task);
   if (status) {
     PCP_LOG(PCP_LOG_WARN, &d->job->log, "decoupled task for %s: %s",
@@ -617,6 +843,99 @@ static void dec_section_of(const pcp_models_parameter_t* p, const char* name,
   s->data = data;
 }
 
+// The @mix (or @mix_int4) of |fragment| for |l| (TASK_MIX, or TASK_RESYNC:
+// alpha 0, f32 values). Fills the task's sections, refs and keeps, the
+// values the learner holds afterwards (l->mix_buf, copied: the masters may
+// change while the task is out) and the hash it must return of its first
+// inputs (l->hash_want): the f32 global values g it received, or for
+// @mix_int4 the broadcast copy it held (s, resident) and the payload q.
+static pcp_status_t dec_mix_prepare(
+    dec_t* d, dec_learner_t* l, uint32_t fragment, int kind,
+    pcp_proto_section_t* sections, uint32_t* section_count,
+    pcp_proto_tensor_ref_t* refs, uint32_t* ref_count,
+    pcp_proto_keep_resident_t* keep, uint32_t* keep_count,
+    const char** function) {
+  static const float kZero = 0.0f;
+  job_t* job = d->job;
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
+  uint32_t count = f->tensor_count;
+  // int4 only when the learner holds the version the latest payload moves
+  // from; otherwise (a skipped sync, a join, a resync) B in f32.
+  bool int4 = d->int4_down && kind == TASK_MIX &&
+              l->bcast_version[fragment] != 0 &&
+              l->bcast_version[fragment] + 1 == d->bcast_version[fragment];
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
+      &d->plan, fragment, d->int4_down ? d->bcast : job->parameters,
+      l->mix_buf));
+  l->task_bcast_version = d->int4_down ? d->bcast_version[fragment] : 0;
+  pcp_proto_section_t hashed[2 * DEC_MAX_FRAGMENT_TENSORS];
+  uint32_t hashed_count = 0;
+  *function = int4 ? "mix_int4" : "mix";
+  if (int4) {
+    // s (resident), then q: the worker hashes both in this order.
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
+          .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = dec_name(d, 's', i)};
+      dec_section_of(&job->table.parameters[i], "s",
+                     l->base + d->plan.tensor_value_offset[i],
+                     &hashed[hashed_count++]);
+    }
+    memcpy(l->mix_q, d->down_q + d->down_q_offset[fragment],
+           d->down_q_size[fragment]);
+    size_t at = 0;
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      size_t bytes = pcp_decoupled_int4_encoded_size(
+          (size_t)d->plan.tensor_values[i], d->block);
+      pcp_proto_section_t* q = &sections[*section_count];
+      *q = (pcp_proto_section_t){.name = job->table.parameters[i].name,
+                                 .element_type = PCP_ELEMENT_TYPE_U8,
+                                 .rank = 1,
+                                 .shape = {(int64_t)bytes},
+                                 .byte_length = bytes,
+                                 .data = l->mix_q + at};
+      hashed[hashed_count++] = *q;
+      refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
+          .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (*section_count)++};
+      at += bytes;
+    }
+    d->down_bytes_total += at;
+    ++d->down_int4_sends;
+  } else {
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      dec_section_of(&job->table.parameters[i], job->table.parameters[i].name,
+                     l->mix_buf + f->offset_bytes[k] / 4,
+                     &sections[*section_count]);
+      hashed[hashed_count++] = sections[*section_count];
+      refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
+          .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (*section_count)++};
+    }
+    d->down_bytes_total += f->byte_count;
+    d->down_f32_sends += d->int4_down;
+  }
+  l->hash_inputs = hashed_count;
+  pcp_diloco_param_hash(hashed, hashed_count, l->hash_want);
+  sections[*section_count] =
+      (pcp_proto_section_t){.name = "alpha",
+                            .element_type = PCP_ELEMENT_TYPE_F32,
+                            .byte_length = sizeof(float),
+                            .data = kind == TASK_RESYNC ? &kZero : &l->alpha};
+  refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
+      .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (*section_count)++};
+  for (uint32_t k = 0; k < count; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
+        .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = dec_name(d, 'p', i)};
+    keep[(*keep_count)++] =
+        (pcp_proto_keep_resident_t){.output = k, .as = dec_name(d, 'p', i)};
+    keep[(*keep_count)++] = (pcp_proto_keep_resident_t){
+        .output = count + k, .as = dec_name(d, 's', i)};
+  }
+  return pcp_ok_status();
+}
+
 // Submits one fragment task (init, delta, delta_int4 or mix) for |l|.
 static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
                                         uint32_t fragment, int kind,
@@ -624,7 +943,8 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
   job_t* job = d->job;
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
   uint32_t count = f->tensor_count;
-  pcp_proto_tensor_ref_t refs[2 * DEC_MAX_FRAGMENT_TENSORS + 2];
+  // @mix_int4 refs: s, q, alpha and l per tensor.
+  pcp_proto_tensor_ref_t refs[3 * DEC_MAX_FRAGMENT_TENSORS + 2];
   pcp_proto_section_t sections[DEC_MAX_FRAGMENT_TENSORS + 2];
   pcp_proto_keep_resident_t keep[4 * DEC_MAX_FRAGMENT_TENSORS];
   uint32_t ref_count = 0, section_count = 0, keep_count = 0;
@@ -658,36 +978,9 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
       }
     }
   } else {
-    function = "mix";
-    sections[section_count] =
-        (pcp_proto_section_t){.name = "alpha",
-                              .element_type = PCP_ELEMENT_TYPE_F32,
-                              .byte_length = sizeof(float),
-                              .data = &l->alpha};
-    refs[ref_count++] = (pcp_proto_tensor_ref_t){
-        .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
-    // The fragment's global values, copied: the masters may change while
-    // the task is out (the section data is borrowed until it ends).
-    PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
-        &d->plan, fragment, job->parameters, l->mix_buf));
-    for (uint32_t k = 0; k < count; ++k) {
-      uint32_t i = f->tensor_indices[k];
-      dec_section_of(&job->table.parameters[i], job->table.parameters[i].name,
-                     l->mix_buf + f->offset_bytes[k] / 4,
-                     &sections[section_count]);
-      refs[ref_count++] = (pcp_proto_tensor_ref_t){
-          .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
-    }
-    for (uint32_t k = 0; k < count; ++k) {
-      uint32_t i = f->tensor_indices[k];
-      refs[ref_count++] = (pcp_proto_tensor_ref_t){
-          .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = dec_name(d, 'p', i)};
-      keep[keep_count++] =
-          (pcp_proto_keep_resident_t){.output = k, .as = dec_name(d, 'p', i)};
-      keep[keep_count++] = (pcp_proto_keep_resident_t){
-          .output = count + k, .as = dec_name(d, 's', i)};
-    }
-    d->down_bytes_total += f->byte_count;
+    PCP_RETURN_IF_ERROR_BARE(dec_mix_prepare(d, l, fragment, kind, sections,
+                                             &section_count, refs, &ref_count,
+                                             keep, &keep_count, &function));
   }
   l->task_fragment = fragment;
   l->task_step = syncer_step;
@@ -1018,12 +1311,136 @@ static json_t* dec_totals_json(const dec_t* d) {
     json_object_set_new(o, "resume_tape_replayed",
                         json_boolean(d->resume_replay_ok));
   }
+  if (o) {
+    json_object_set_new(o, "resyncs", json_integer((json_int_t)d->resyncs));
+    json_object_set_new(o, "down_compression",
+                        json_string(d->int4_down ? "int4" : "none"));
+  }
+  if (o && d->int4_down) {
+    json_object_set_new(o, "down_int4_sends",
+                        json_integer((json_int_t)d->down_int4_sends));
+    json_object_set_new(o, "down_f32_sends",
+                        json_integer((json_int_t)d->down_f32_sends));
+    json_object_set_new(o, "int4_down_error_over_bound",
+                        json_real(d->int4_down_max_ratio));
+  }
   if (o && d->int4_verified) {
     json_object_set_new(o, "int4_max_error", json_real(d->int4_max_error));
     json_object_set_new(o, "int4_error_over_bound",
                         json_real(d->int4_max_ratio));
   }
   return o;
+}
+
+// The int4 down path after a merge of |fragment| into the masters G: per
+// tensor q = int4(G - B), then B += decode(q) in f32, the arithmetic
+// @mix_int4 runs on every learner (so both hold the same bits, which the
+// hashes check). What int4 leaves out of G - B stays there and is sent
+// with the next sync of the fragment (error feedback). The codec's bound
+// is asserted: |(G - B) - decode(q)| <= scale / 2 per element.
+static pcp_status_t dec_down_encode(dec_t* d, uint32_t fragment) {
+  job_t* job = d->job;
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
+  uint8_t* q = d->down_q + d->down_q_offset[fragment];
+  size_t at = 0;
+  for (uint32_t k = 0; k < f->tensor_count; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    size_t n = (size_t)d->plan.tensor_values[i];
+    size_t offset = (size_t)d->plan.tensor_value_offset[i];
+    const float* g = job->parameters + offset;
+    float* bcast = d->bcast + offset;
+    // down_scratch: the residual G - B, then its decoding.
+    float* residual = d->down_scratch;
+    float* decoded = d->down_scratch + d->frag_max;
+    for (size_t e = 0; e < n; ++e) {
+      residual[e] = g[e] - bcast[e];
+    }
+    size_t bytes = pcp_decoupled_int4_encoded_size(n, d->block);
+    pcp_status_t status =
+        pcp_decoupled_int4_encode(residual, n, d->block, q + at, bytes);
+    if (!status) {
+      status = pcp_decoupled_int4_decode(q + at, bytes, n, d->block, decoded);
+    }
+    if (status) {
+      return pcp_status_annotate_f(status, "int4 down path, tensor %s",
+                                   job->table.parameters[i].name);
+    }
+    for (size_t b0 = 0, block = 0; b0 < n; b0 += d->block, ++block) {
+      // The block's scale as the payload holds it (little-endian f32).
+      uint32_t bits = 0;
+      for (int byte = 0; byte < 4; ++byte) {
+        bits |= (uint32_t)q[at + 4 * block + (size_t)byte] << (8 * byte);
+      }
+      float scale;
+      memcpy(&scale, &bits, sizeof(scale));
+      size_t b1 = b0 + d->block < n ? b0 + d->block : n;
+      for (size_t e = b0; e < b1; ++e) {
+        double err = fabs((double)residual[e] - (double)decoded[e]);
+        double ratio =
+            scale > 0 ? err / ((double)scale / 2) : (err > 0 ? INFINITY : 0);
+        if (ratio > d->int4_down_max_ratio) {
+          d->int4_down_max_ratio = ratio;
+        }
+        bcast[e] = bcast[e] + decoded[e];
+      }
+    }
+    at += bytes;
+  }
+  if (d->int4_down_max_ratio > 1.0) {
+    return pcp_make_status(PCP_STATUS_INTERNAL,
+                           "int4 down path: an element off by %g of the "
+                           "codec's bound",
+                           d->int4_down_max_ratio);
+  }
+  ++d->bcast_version[fragment];
+  return pcp_ok_status();
+}
+
+// The hash a @mix returned (its last output) against l->hash_want. A
+// mismatch is the job's event and metric (pcp_diloco_param_hash_check);
+// with on_param_mismatch "fail" the job fails, with "resync" the learner
+// gets the fragment again in f32 (alpha 0: its local copy of the fragment
+// becomes the global values) before anything else.
+static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li,
+                                       const pcp_proto_section_t* outputs,
+                                       size_t n_out) {
+  dec_learner_t* l = &d->learners[li];
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[l->task_fragment];
+  if (n_out != 2 * (size_t)f->tensor_count + 1 ||
+      outputs[n_out - 1].byte_length != PCP_SHA256_BYTE_LENGTH) {
+    return pcp_make_status(PCP_STATUS_INTERNAL,
+                           "@mix of %s returned %zu outputs without its input "
+                           "hash",
+                           l->worker_id, n_out);
+  }
+  bool match = false;
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
+      d->job, l->worker_id, l->task_step, l->hash_want, outputs[n_out - 1].data,
+      &match));
+  if (!match) {
+    l->resync_pending = true;
+    l->resync_fragment = l->task_fragment;
+    l->resync_step = l->task_step;
+  }
+  return pcp_ok_status();
+}
+
+// The progress's measured figures: "bytes" (the fabric's counters since
+// the previous sync's event), "bytes_total" and "param_hash" (the last
+// verified @mix and the mismatches), as classic and streaming report them.
+static void dec_progress_measured(dec_t* d, json_t* progress) {
+  job_t* job = d->job;
+  pcp_diloco_job_bytes_stop(job);
+  json_t* bytes = pcp_diloco_job_bytes_json(job);
+  if (bytes) {
+    json_object_set_new(progress, "bytes", bytes);
+  }
+  json_t* totals = pcp_diloco_job_bytes_total_json(job);
+  if (totals) {
+    json_object_set_new(progress, "bytes_total", totals);
+  }
+  pcp_diloco_job_bytes_mark(job);
+  pcp_diloco_param_hash_json(job, progress);
 }
 
 // Closes round |r| (its machine CLOSED or TIMED_OUT): merge, outer
@@ -1072,6 +1489,9 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
         values, weights, count, d->grad, &stats));
     PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_nesterov_step_fragment(
         &d->nesterov, &d->plan, fragment, d->grad, job->parameters));
+    if (d->int4_down) {
+      PCP_RETURN_IF_ERROR_BARE(dec_down_encode(d, fragment));
+    }
     PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_syncer_record_sync(
         d->state, &d->tape, r->step, fragment, parts, count));
     ++d->syncs;
@@ -1106,7 +1526,12 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
   for (uint32_t k = 0; k < d->learner_count; ++k) {
     alive += d->learners[k].alive;
   }
-  uint64_t down = merged ? (uint64_t)alive * f->byte_count : 0;
+  // What the @mix tasks of this sync will send: int4 payloads with
+  // int4_down (a learner that needs B in f32 gets more, counted in the
+  // totals when sent).
+  uint64_t down_each =
+      d->int4_down ? (uint64_t)d->down_q_size[fragment] : f->byte_count;
+  uint64_t down = merged ? (uint64_t)alive * down_each : 0;
   round_outcome_t outcome = {.reporters = count,
                              .parameter_bytes = r->up_bytes + down};
   double seconds = r->opened ? (double)(now_ns - r->opened_ns) / 1e9 : 0;
@@ -1159,6 +1584,7 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
       json_object_update(progress, totals);
       json_decref(totals);
     }
+    dec_progress_measured(d, progress);
     pcp_status_ignore(pcp_store_job_event_append(
         o->store, o->job_id, "training.step", progress, NULL));
   }
@@ -1197,6 +1623,11 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   size_t n_out = 0;
   pcp_status_t status = pcp_fabric_task_outputs(task, &outputs, &n_out);
   if (!status && kind == TASK_INIT) {
+    // @init sent the masters: B's version 1 while the fragment has not
+    // synced (then G = B), unknown after.
+    if (d->int4_down && d->bcast_version[l->task_fragment] == 1) {
+      l->bcast_version[l->task_fragment] = 1;
+    }
     ++l->init_next;
     if (l->joining && l->init_next == d->plan.fragment_count) {
       dec_join_ready(d, li);
@@ -1252,10 +1683,18 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
     }
   } else if (!status && kind == TASK_VERIFY) {
     status = dec_verify(d, l, l->task_fragment, outputs, n_out);
-  } else if (!status && kind == TASK_MIX) {
-    status = pcp_decoupled_plan_scatter(&d->plan, l->task_fragment, l->mix_buf,
-                                        l->base);
+  } else if (!status && (kind == TASK_MIX || kind == TASK_RESYNC)) {
+    status = dec_mix_hash_check(d, li, outputs, n_out);
+    // The gateway's view of the learner: the values it was sent (after a
+    // mismatch too: the resync that follows makes them true).
     if (!status) {
+      status = pcp_decoupled_plan_scatter(&d->plan, l->task_fragment,
+                                          l->mix_buf, l->base);
+    }
+    if (!status && d->int4_down) {
+      l->bcast_version[l->task_fragment] = l->task_bcast_version;
+    }
+    if (!status && kind == TASK_MIX) {
       status = pcp_decoupled_learner_apply_fragment(
           &l->counters, l->task_fragment, l->task_step);
     }
@@ -1276,6 +1715,12 @@ static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
   }
   if (now_ns < l->ready_ns) {
     return pcp_ok_status();  // the test delay: still "computing"
+  }
+  if (l->resync_pending) {
+    l->resync_pending = false;
+    ++d->resyncs;
+    return dec_fragment_submit(d, l, l->resync_fragment, TASK_RESYNC,
+                               l->resync_step);
   }
   if (l->verify_pending) {
     l->verify_pending = false;
@@ -1384,6 +1829,15 @@ static pcp_status_t dec_config_parse(dec_t* d) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key 'decoupled_diloco.int4_block_size': must be "
                            "even on the wire (two codes per byte), got %u",
+                           d->block);
+  }
+  // int4_down: auto (0) follows the up path's compression.
+  d->int4_down =
+      d->config.int4_down == 1 || (d->config.int4_down == 0 && d->int4);
+  if (d->int4_down && d->block % 2 != 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'decoupled_diloco.int4_block_size': must be "
+                           "even for int4_down (two codes per byte), got %u",
                            d->block);
   }
   json_t* verify = json_object_get(job->experiment, "decoupled_verify_int4");
@@ -1538,6 +1992,15 @@ static pcp_status_t dec_learner_alloc(dec_t* d, uint32_t k,
       (job->data_type == PCP_ELEMENT_TYPE_I64 && !l->tokens64)) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "learner buffers");
   }
+  if (d->int4_down) {
+    l->bcast_version = pcp_diloco_job_calloc(job, d->plan.fragment_count,
+                                             sizeof(*l->bcast_version));
+    l->mix_q = pcp_diloco_job_malloc(job, d->down_q_max);
+    if (!l->bcast_version || !l->mix_q) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "learner int4 down buffers");
+    }
+  }
   memcpy(l->base, job->parameters, job->parameter_count * sizeof(float));
   l->alpha = (float)d->config.learner_alpha;
   l->last_loss = NAN;
@@ -1649,6 +2112,52 @@ static pcp_status_t dec_plan_build(dec_t* d) {
   return pcp_ok_status();
 }
 
+// The int4 down path's state: B = the masters at start (what @init sends;
+// version 1 of every fragment), the payload buffer of every fragment and
+// the scratch.
+static pcp_status_t dec_down_setup(dec_t* d) {
+  job_t* job = d->job;
+  uint32_t count = d->plan.fragment_count;
+  d->bcast = pcp_diloco_job_malloc(job, job->parameter_count * sizeof(float));
+  d->bcast_version = pcp_diloco_job_calloc(job, count, sizeof(uint64_t));
+  d->down_q_offset = pcp_diloco_job_calloc(job, count, sizeof(size_t));
+  d->down_q_size = pcp_diloco_job_calloc(job, count, sizeof(size_t));
+  d->down_scratch = pcp_diloco_job_malloc(job, 2 * d->frag_max * sizeof(float));
+  if (!d->bcast || !d->bcast_version || !d->down_q_offset || !d->down_q_size ||
+      !d->down_scratch) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "int4 down state");
+  }
+  memcpy(d->bcast, job->parameters, job->parameter_count * sizeof(float));
+  size_t total = 0;
+  for (uint32_t f = 0; f < count; ++f) {
+    const pcp_decoupled_fragment_t* fr = &d->plan.fragments[f];
+    size_t bytes = 0;
+    for (uint32_t k = 0; k < fr->tensor_count; ++k) {
+      size_t n = (size_t)d->plan.tensor_values[fr->tensor_indices[k]];
+      size_t one = pcp_decoupled_int4_encoded_size(n, d->block);
+      if (one == 0) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "int4 down path: a tensor of %zu values does "
+                               "not fit the codec (block %u)",
+                               n, d->block);
+      }
+      bytes += one;
+    }
+    d->bcast_version[f] = 1;
+    d->down_q_offset[f] = total;
+    d->down_q_size[f] = bytes;
+    total += bytes;
+    if (bytes > d->down_q_max) {
+      d->down_q_max = bytes;
+    }
+  }
+  d->down_q = pcp_diloco_job_malloc(job, total ? total : 1);
+  if (!d->down_q) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "int4 down payloads");
+  }
+  return pcp_ok_status();
+}
+
 // The tape on disk replays to the live syncer state.
 static pcp_status_t dec_tape_check(dec_t* d, bool* out_equal) {
   void* data = NULL;
@@ -1698,11 +2207,12 @@ static void dec_join_ready(dec_t* d, uint32_t li) {
   l->first_pull = d->opened_through + 1;
   uint64_t closed = d->next_final > 0 ? d->next_final - 1 : 0;
   l->step = closed > l->step ? closed : l->step;
-  PCP_LOG(
-      PCP_LOG_INFO, &d->job->log,
-      "decoupled learner %u (%s) synced: %u fragments from the masters, "
-      "trains from local step %" PRIu64 ", pulled from syncer step %" PRIu64,
-      li + 1, l->worker_id, d->plan.fragment_count, l->step + 1, l->first_pull);
+  PCP_LOG(PCP_LOG_INFO, &d->job->log,
+          "decoupled learner %u (id %u, %s) synced: %u fragments from the "
+          "masters, trains from local step %" PRIu64
+          ", pulled from syncer step %" PRIu64,
+          li, li + 1, l->worker_id, d->plan.fragment_count, l->step + 1,
+          l->first_pull);
 }
 
 // Admits |info| as learner slot |k| (allocated). |mid_run|: a join (synced
@@ -1728,6 +2238,14 @@ static pcp_status_t dec_learner_admit(dec_t* d, uint32_t k,
   l->verify_pending = false;
   l->ready_ns = 0;
   l->last_loss = NAN;
+  // Nothing of the old session is held: no resync due, and the broadcast
+  // copy's versions unknown (its first @mix of each fragment is f32).
+  l->resync_pending = false;
+  l->hash_inputs = 0;
+  if (l->bcast_version) {
+    memset(l->bcast_version, 0,
+           d->plan.fragment_count * sizeof(*l->bcast_version));
+  }
   if (l->counters_ready) {
     pcp_decoupled_learner_deinitialize(&l->counters);
     l->counters_ready = false;
@@ -1739,9 +2257,10 @@ static pcp_status_t dec_learner_admit(dec_t* d, uint32_t k,
   if (mid_run) {
     ++d->joins;
     PCP_LOG(PCP_LOG_INFO, &d->job->log,
-            "decoupled learner %u (%s) joins at syncer step %" PRIu64
+            "decoupled learner %u (id %u, %s) joins at syncer step %" PRIu64
             ": full resync of %u fragments, fresh AdamW state",
-            k + 1, l->worker_id, d->state->global_step, d->plan.fragment_count);
+            k, k + 1, l->worker_id, d->state->global_step,
+            d->plan.fragment_count);
   }
   return dec_record(d, PCP_DECOUPLED_EVENT_LEARNER_RECOVERY, k + 1, 0,
                     d->state->global_step);
@@ -2199,6 +2718,7 @@ static pcp_status_t dec_loop(dec_t* d) {
     d->next_final = 1;  // a resume starts after its checkpoint's step
   }
   d->last_event_ns = dec_now_ns(d);
+  pcp_diloco_job_bytes_mark(job);
   for (;;) {
     if (pcp_diloco_job_should_stop(job)) {
       return pcp_make_status(PCP_STATUS_CANCELLED,
@@ -2252,7 +2772,7 @@ static pcp_status_t dec_loop(dec_t* d) {
         status = dec_learner_next(d, k, now);
       }
       busy |= l->task != NULL || l->apply_count || l->send_count ||
-              l->step < d->total_steps;
+              l->resync_pending || l->step < d->total_steps;
     }
     PCP_RETURN_IF_ERROR_BARE(status);
     if (!alive) {
@@ -2382,6 +2902,11 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
               "until step %u",
               learner, ms, until);
     }
+    if (d->int4_down) {
+      status = dec_down_setup(d);
+    }
+  }
+  if (!status) {
     status = dec_learners_setup(d);
   }
   if (!status) {
@@ -2422,6 +2947,8 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     json_t* summary = dec_totals_json(d);
     if (summary) {
       json_object_set_new(summary, "tape_replayed", json_boolean(replayed));
+      // After the last @mix: every hash the run asked for was compared.
+      dec_progress_measured(d, summary);
       json_object_set_new(summary, "tape", json_string(d->tape_path));
       json_object_set_new(summary, "loss",
                           pcp_diloco_json_number_or_null(job->last_loss));
@@ -2463,6 +2990,8 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     pcp_diloco_job_free(job, l->base);
     pcp_diloco_job_free(job, l->mix_buf);
     pcp_diloco_job_free(job, l->verify_values);
+    pcp_diloco_job_free(job, l->bcast_version);
+    pcp_diloco_job_free(job, l->mix_q);
     if (l->counters_ready) {
       pcp_decoupled_learner_deinitialize(&l->counters);
     }
@@ -2476,6 +3005,12 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
   pcp_diloco_job_free(job, d->names);
   pcp_diloco_job_free(job, d->fragment_hash);
   pcp_diloco_job_free(job, d->infos);
+  pcp_diloco_job_free(job, d->bcast);
+  pcp_diloco_job_free(job, d->bcast_version);
+  pcp_diloco_job_free(job, d->down_q);
+  pcp_diloco_job_free(job, d->down_q_offset);
+  pcp_diloco_job_free(job, d->down_q_size);
+  pcp_diloco_job_free(job, d->down_scratch);
   if (state_ready) {
     pcp_decoupled_syncer_state_deinitialize(d->state);
   }
