@@ -260,8 +260,11 @@ def main():
               0.03 * (d_late - q_late),
               "the measured gateway_out shrinks by what the gateway counted "
               "(within 3%%): %d vs %d" % (d_out - q_out, d_late - q_late))
-        check(abs(q_tail - d_tail) < 0.2,
-              "int4 down loss within 0.2 of f32 down's (%.3f vs %.3f)" % (
+        # 0.3: the spread of this tail over runs of one configuration
+        # (2.87-3.09 for F, the timing of blends varies); measured Q - D:
+        # -0.15, -0.07.
+        check(abs(q_tail - d_tail) < 0.3,
+              "int4 down loss within 0.3 of f32 down's (%.3f vs %.3f)" % (
                   q_tail, d_tail))
 
         # Run S: streaming DiLoCo on about the same tokens (P=2, H=4,
