@@ -829,8 +829,10 @@ static pcp_status_t dec_mix_prepare(
   uint32_t count = f->tensor_count;
   // int4 only when the learner holds the version the latest payload moves
   // from; otherwise (a skipped sync, a join, a resync) B in f32.
-  bool int4 = d->int4_down && kind == TASK_MIX &&
-              l->bcast_version[fragment] != 0 &&
+  // (A learner without the int4 buffers, set up by another path, is
+  // always sent f32.)
+  bool int4 = d->int4_down && kind == TASK_MIX && l->bcast_version &&
+              l->mix_q && l->bcast_version[fragment] != 0 &&
               l->bcast_version[fragment] + 1 == d->bcast_version[fragment];
   PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
       &d->plan, fragment, d->int4_down ? d->bcast : job->parameters,
@@ -1568,7 +1570,8 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   if (!status && kind == TASK_INIT) {
     // @init sent the masters: B's version 1 while the fragment has not
     // synced (then G = B), unknown after.
-    if (d->int4_down && d->bcast_version[l->task_fragment] == 1) {
+    if (d->int4_down && l->bcast_version &&
+        d->bcast_version[l->task_fragment] == 1) {
       l->bcast_version[l->task_fragment] = 1;
     }
     ++l->init_next;
@@ -1628,7 +1631,7 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
       status = pcp_decoupled_plan_scatter(&d->plan, l->task_fragment,
                                           l->mix_buf, l->base);
     }
-    if (!status && d->int4_down) {
+    if (!status && d->int4_down && l->bcast_version) {
       l->bcast_version[l->task_fragment] = l->task_bcast_version;
     }
     if (!status && kind == TASK_MIX) {
