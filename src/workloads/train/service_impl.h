@@ -44,6 +44,9 @@
 // Cursor kinds of the checkpoint image (its opaque cursor is JSON).
 #define CURSOR_KIND_CLASSIC "pcp.diloco.stateless.v1"
 #define CURSOR_KIND_STREAMING "pcp.diloco.streaming.v1"
+// Decoupled DiLoCo: the cursor's "decoupled" object (service_decoupled.c)
+// holds the syncer's counters, the learners and the tape's side file.
+#define CURSOR_KIND_DECOUPLED "pcp.diloco.decoupled.v1"
 
 typedef struct program_t {
   char backend[16];
@@ -205,7 +208,8 @@ typedef struct job_t {
   // Streaming: the cursor's "streaming" object the next checkpoint_write
   // stores (set by the streaming loop), and the one job_resume loaded with
   // the directory of its checkpoint file (the workers' state file is beside
-  // it).
+  // it). Decoupled DiLoCo uses the same two fields for its "decoupled"
+  // object (the tape's side file is beside the checkpoint).
   json_t* stream_cursor;
   json_t* stream_resume;
   char stream_resume_dir[1300];
