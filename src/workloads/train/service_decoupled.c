@@ -1514,8 +1514,11 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
       l->apply_step[a] = r->step;
       l->apply_count += a == l->apply_count;
     }
-    pcp_decoupled_grace_observe_quorum_wait(
-        &d->grace, (double)(sel->quorum_wait_ms - r->machine.opened_at_ms));
+    // Arrivals (and so quorum_wait_ms) are already measured from the
+    // round's opening; subtracting the absolute open time wrapped the
+    // unsigned difference and fed adaptive grace garbage.
+    pcp_decoupled_grace_observe_quorum_wait(&d->grace,
+                                            (double)sel->quorum_wait_ms);
   } else {
     ++d->skipped_rounds;
   }
