@@ -559,6 +559,43 @@ void pcp_topology_decoupled_resume(pcp_topology_decoupled_t* d, uint32_t worker,
 }
 
 //===----------------------------------------------------------------------===//
+// The RDA merge the model publishes: the library's
+//===----------------------------------------------------------------------===//
+
+bool pcp_topology_rda_merge_real(const pcp_topology_rda_update_t* updates,
+                                 size_t update_count, size_t dimension,
+                                 double* out) {
+  if (dimension > PCP_TOPOLOGY_RDA_MAX_DIMENSION ||
+      update_count > PCP_TOPOLOGY_MERGE_MAX_UPDATES) {
+    return false;
+  }
+  float zero[PCP_TOPOLOGY_RDA_MAX_DIMENSION] = {0};
+  float values[PCP_TOPOLOGY_MERGE_MAX_UPDATES][PCP_TOPOLOGY_RDA_MAX_DIMENSION];
+  const float* rows[PCP_TOPOLOGY_MERGE_MAX_UPDATES];
+  double weights[PCP_TOPOLOGY_MERGE_MAX_UPDATES];
+  for (size_t k = 0; k < update_count; ++k) {
+    // The learner sends parameters; global - learner is its outer gradient.
+    for (size_t i = 0; i < dimension; ++i) {
+      values[k][i] = -(float)updates[k].values[i];
+    }
+    rows[k] = values[k];
+    weights[k] =
+        pcp_decoupled_merge_weight(updates[k].tokens, updates[k].steps);
+  }
+  float merged[PCP_TOPOLOGY_RDA_MAX_DIMENSION] = {0};
+  pcp_decoupled_merge_stats_t stats;
+  pcp_status_t status = pcp_decoupled_merge_tensor(
+      PCP_DECOUPLED_MERGE_RDA, zero, rows, weights, (uint32_t)update_count,
+      dimension, merged, &stats);
+  if (status != NULL) {
+    pcp_status_ignore(status);
+    return false;
+  }
+  for (size_t i = 0; i < dimension; ++i) out[i] = (double)merged[i];
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
 // Oracles over the real state
 //===----------------------------------------------------------------------===//
 

@@ -1429,6 +1429,17 @@ double pcp_topology_token_step_weight(uint64_t tokens, uint64_t steps);
 // False when |dimension| exceeds PCP_TOPOLOGY_RDA_MAX_DIMENSION.
 bool pcp_topology_rda_merge(const pcp_topology_rda_update_t* updates,
                             size_t update_count, size_t dimension, double* out);
+// The RDA merge of the library (pcp_decoupled_merge_tensor, strategy RDA,
+// weights pcp_decoupled_merge_weight) on the same updates: each update is a
+// learner at -values from a global of zeros, so its outer gradient is
+// |values| rounded to f32; the f32 result comes back widened. What the RDA
+// model publishes (models.c); pcp_topology_rda_merge above stays the
+// referee's independent double formula (oracles.c). False for a dimension
+// above PCP_TOPOLOGY_RDA_MAX_DIMENSION, more than
+// PCP_TOPOLOGY_MERGE_MAX_UPDATES updates, or a library refusal.
+bool pcp_topology_rda_merge_real(const pcp_topology_rda_update_t* updates,
+                                 size_t update_count, size_t dimension,
+                                 double* out);
 // The plain coordinate-wise average (what RDA replaces).
 void pcp_topology_direct_average(const pcp_topology_rda_update_t* updates,
                                  size_t update_count, size_t dimension,
