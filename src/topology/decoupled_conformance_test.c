@@ -35,7 +35,11 @@ typedef struct config_t {
   uint32_t workers;
   uint32_t quorum;
   uint32_t fragments;
-  uint64_t grace_ms;
+  uint64_t grace_ms;  // fixed grace, unless adaptive
+  bool adaptive;
+  double gamma;
+  uint32_t max_grace_steps;
+  uint32_t overlap_tau;
 } config_t;
 
 // The library driver: the same scenario from the contract of decoupled.h.
@@ -46,6 +50,8 @@ typedef struct driver_t {
   uint32_t fragment;
   bool online[MAX_W];
   pcp_decoupled_schedule_t schedule;
+  pcp_decoupled_grace_t grace;
+  uint64_t last_step[MAX_W];
   pcp_decoupled_round_t round;
   pcp_decoupled_clock_t view;
   pcp_decoupled_learner_t learners[MAX_W];
@@ -61,8 +67,9 @@ static void driver_open(driver_t* r) {
   uint32_t expected[MAX_W];
   for (uint32_t w = 0; w < r->config.workers; ++w) expected[w] = w;
   PCP_CHECK_OK(pcp_decoupled_round_open(
-      r->now, expected, r->config.workers, r->config.quorum, r->config.grace_ms,
-      PCP_TOPOLOGY_DECOUPLED_WINDOW_MS, &r->round));
+      r->now, expected, r->config.workers, r->config.quorum,
+      pcp_decoupled_grace_ms(&r->grace), PCP_TOPOLOGY_DECOUPLED_WINDOW_MS,
+      &r->round));
 }
 
 static void driver_initialize(const config_t* c, driver_t* r) {
@@ -70,6 +77,15 @@ static void driver_initialize(const config_t* c, driver_t* r) {
   r->config = *c;
   r->schedule = (pcp_decoupled_schedule_t){c->fragments, c->fragments, 1};
   PCP_CHECK_OK(pcp_decoupled_schedule_check(&r->schedule));
+  r->grace.config = (pcp_decoupled_grace_config_t){
+      .grace_window_ms =
+          c->adaptive ? PCP_TOPOLOGY_DECOUPLED_WINDOW_MS : c->grace_ms,
+      .adaptive = c->adaptive,
+      .gamma = c->adaptive ? c->gamma : 1.0,
+      .max_grace_steps = c->adaptive ? c->max_grace_steps : 1,
+      .overlap_tau = c->adaptive ? c->overlap_tau : 1,
+      .ema_alpha = 0.125};
+  PCP_CHECK_OK(pcp_decoupled_grace_config_check(&r->grace.config));
   pcp_decoupled_clock_initialize(&r->view);
   for (uint32_t w = 0; w < c->workers; ++w) {
     r->online[w] = true;
@@ -133,6 +149,9 @@ static outcome_t driver_apply(driver_t* r,
       if (!r->online[w])
         return reject(PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_WORKER);
       pcp_decoupled_learner_record_step(&r->learners[w], 8);
+      pcp_decoupled_grace_observe_step(&r->grace,
+                                       (double)(r->now - r->last_step[w]));
+      r->last_step[w] = r->now;
       PCP_CHECK_OK(pcp_decoupled_clock_observe(
           &r->view, node,
           pcp_decoupled_clock_get(&r->learners[w].clock, node)));
@@ -172,6 +191,8 @@ static outcome_t driver_apply(driver_t* r,
         return out;
       }
       const pcp_decoupled_selection_t* sel = &r->round.selection;
+      pcp_decoupled_grace_observe_quorum_wait(&r->grace,
+                                              (double)sel->quorum_wait_ms);
       pcp_decoupled_participant_t parts[MAX_W];
       for (uint32_t p = 0; p < sel->participant_count; ++p) {
         const pcp_decoupled_learner_t* l = &r->learners[sel->participants[p]];
@@ -248,6 +269,7 @@ typedef struct run_result_t {
   uint32_t commits;
   uint32_t deferrals;
   uint32_t late;
+  uint32_t adaptive_grace;  // commits whose next round got adaptive grace
 } run_result_t;
 
 // One seeded schedule of |length| actions through both; with |bug| the
@@ -264,9 +286,21 @@ static run_result_t run_one(uint64_t seed, uint32_t length, bool bug,
   c.fragments = 1 + (uint32_t)pcp_rng_next_below(&rng, 3);
   static const uint64_t kGrace[4] = {0, 2, 5, PCP_TOPOLOGY_DECOUPLED_WINDOW_MS};
   c.grace_ms = kGrace[pcp_rng_next_below(&rng, 4)];
+  // A third adaptive: grace from the library's EMAs of the step and the
+  // quorum wait.
+  c.adaptive = pcp_rng_next_below(&rng, 3) == 0;
+  static const double kGamma[3] = {0.5, 1.0, 2.0};
+  c.gamma = kGamma[pcp_rng_next_below(&rng, 3)];
+  c.max_grace_steps = 1 + (uint32_t)pcp_rng_next_below(&rng, 2);
+  c.overlap_tau = 1 + (uint32_t)pcp_rng_next_below(&rng, 3);
 
   pcp_topology_decoupled_initialize(11, c.workers, c.quorum, c.fragments, d);
-  pcp_topology_decoupled_set_grace(d, c.grace_ms);
+  if (c.adaptive) {
+    PCP_CHECK_OK(pcp_topology_decoupled_set_adaptive_grace(
+        d, c.gamma, c.max_grace_steps, c.overlap_tau));
+  } else {
+    pcp_topology_decoupled_set_grace(d, c.grace_ms);
+  }
   pcp_topology_decoupled_set_bug_quorum_off_by_one(d, bug);
   driver_initialize(&c, r);
   run_result_t result = {0};
@@ -276,6 +310,7 @@ static run_result_t run_one(uint64_t seed, uint32_t length, bool bug,
                                          .worker = w};
     pcp_topology_decoupled_apply(d, &a);
     r->now += PCP_TOPOLOGY_DECOUPLED_TICK_MS;
+    r->last_step[w] = r->now;
   }
   for (uint32_t i = 0; i < length; ++i) {
     static const pcp_topology_decoupled_action_kind_t kKinds[8] = {
@@ -314,6 +349,9 @@ static run_result_t run_one(uint64_t seed, uint32_t length, bool bug,
       break;
     }
     result.commits += d->decision == PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED;
+    result.adaptive_grace +=
+        c.adaptive && d->decision == PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED &&
+        d->round.grace_ms > 0;
     result.deferrals += d->decision == PCP_TOPOLOGY_DECOUPLED_MERGE_DEFERRED;
   }
   result.late = d->late_updates;
@@ -340,7 +378,7 @@ static void test_model_conforms_to_library(void** state) {
   (void)state;
   pcp_topology_decoupled_t* d = take(sizeof(*d));
   driver_t* r = take(sizeof(*r));
-  uint32_t commits = 0, deferrals = 0, late = 0;
+  uint32_t commits = 0, deferrals = 0, late = 0, adaptive = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     run_result_t got = run_one(seed, 40, false, d, r);
     if (got.diverged || got.oracle != PCP_TOPOLOGY_DECOUPLED_ORACLE_OK) {
@@ -352,14 +390,16 @@ static void test_model_conforms_to_library(void** state) {
     commits += got.commits;
     deferrals += got.deferrals;
     late += got.late;
+    adaptive += got.adaptive_grace;
   }
   print_message(
       "conformance: 300 schedules, %u commits, %u skipped rounds, "
-      "%u late updates\n",
-      commits, deferrals, late);
+      "%u late updates, %u adaptive grace windows\n",
+      commits, deferrals, late, adaptive);
   assert_true(commits > 300);
   assert_true(deferrals > 100);
   assert_true(late > 0);
+  assert_true(adaptive > 0);
   release(r);
   release(d);
 }

@@ -337,6 +337,23 @@ void pcp_topology_decoupled_set_grace(pcp_topology_decoupled_t* d,
   }
 }
 
+pcp_status_t pcp_topology_decoupled_set_adaptive_grace(
+    pcp_topology_decoupled_t* d, double gamma, uint32_t max_grace_steps,
+    uint32_t overlap_tau) {
+  pcp_decoupled_grace_config_t config = d->grace.config;
+  config.adaptive = true;
+  config.gamma = gamma;
+  config.max_grace_steps = max_grace_steps;
+  config.overlap_tau = overlap_tau;
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_grace_config_check(&config));
+  d->grace.config = config;
+  if (d->round.state == PCP_DECOUPLED_ROUND_COLLECTING &&
+      d->round.arrival_count == 0) {
+    round_reopen(d);
+  }
+  return pcp_ok_status();
+}
+
 void pcp_topology_decoupled_set_bug_quorum_off_by_one(
     pcp_topology_decoupled_t* d, bool inject) {
   d->bug_quorum_off_by_one = inject;
@@ -445,6 +462,11 @@ static void timeout_window(pcp_topology_decoupled_t* d) {
   pcp_decoupled_round_state_t state =
       pcp_decoupled_round_poll(round, d->now_ms);
   if (state == PCP_DECOUPLED_ROUND_CLOSED) {
+    // The quorum wait as the library measures it: from the round's open
+    // (selection times are relative to it), before the next round opens
+    // with the grace it gives.
+    pcp_decoupled_grace_observe_quorum_wait(
+        &d->grace, (double)round->selection.quorum_wait_ms);
     commit(d, round->selection.participants,
            round->selection.participant_count);
     return;
@@ -464,6 +486,7 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
       if (!valid_worker)
         break;
       d->assigned[w] = true;
+      d->last_step_ms[w] = d->now_ms;
       d->decision = PCP_TOPOLOGY_DECOUPLED_ASSIGNED;
       project(d);
       return;
@@ -472,6 +495,9 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
         break;
       pcp_decoupled_learner_record_step(&d->learners[w], 8);
       d->tokens[w] += 8;
+      pcp_decoupled_grace_observe_step(
+          &d->grace, (double)(d->now_ms - d->last_step_ms[w]));
+      d->last_step_ms[w] = d->now_ms;
       // The learner reports each completed local step with its clock
       // (DecoupledLearnerMetadata) and the syncer observes it, so an update
       // that carries an older clock afterwards is stale.

@@ -1330,6 +1330,9 @@ typedef struct pcp_topology_decoupled_t {
   pcp_decoupled_syncer_state_t syncer;
   pcp_decoupled_tape_t real_tape;
   uint64_t canceled_at_sync;  // tape_entries when canceled
+  // Adaptive grace's step samples: when each learner last stepped (or was
+  // assigned), model ms.
+  uint64_t last_step_ms[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
   size_t arena_used;
   _Alignas(16) uint8_t arena[PCP_TOPOLOGY_DECOUPLED_ARENA_BYTES];
 } pcp_topology_decoupled_t;
@@ -1362,6 +1365,15 @@ uint64_t pcp_topology_decoupled_real_step(const pcp_topology_decoupled_t* model,
 // update has come yet): the explorers' way to reach late arrivals.
 void pcp_topology_decoupled_set_grace(pcp_topology_decoupled_t* model,
                                       uint64_t grace_ms);
+// Adaptive grace (pcp_decoupled_grace_ms over the library's EMAs) instead
+// of the fixed window: a local step samples the time since the learner's
+// previous step (or its assignment), a commit samples the round's quorum
+// wait; no send time is modelled (the library counts a missing EMA as 0).
+// INVALID_ARGUMENT from pcp_decoupled_grace_config_check leaves the model
+// unchanged. The open round is reopened when no update has come yet.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_set_adaptive_grace(
+    pcp_topology_decoupled_t* model, double gamma, uint32_t max_grace_steps,
+    uint32_t overlap_tau);
 // The test-only seeded bug (bug_quorum_off_by_one): the round of the
 // current step is reopened with it when no update has come yet, the next
 // rounds open with it.
