@@ -57,6 +57,7 @@ typedef struct driver_t {
   pcp_decoupled_learner_t learners[MAX_W];
   pcp_decoupled_syncer_state_t syncer;
   pcp_decoupled_tape_t tape;
+  uint32_t rejoins;  // full resyncs sent to a learner coming back
 } driver_t;
 
 static uint64_t real_step(const driver_t* r) {
@@ -231,6 +232,34 @@ static outcome_t driver_apply(driver_t* r,
       return out;
     case PCP_TOPOLOGY_DECOUPLED_RESTART:
       if (!r->online[w]) {
+        // It rejoins with what the recovery plan sends it: the newest
+        // version of each listed fragment that was ever synced.
+        pcp_decoupled_live_learner_t live = {
+            .learner_id = node,
+            .observed_global_step = r->learners[w].observed_global_step};
+        pcp_decoupled_recovery_plan_t plan;
+        PCP_CHECK_OK(pcp_decoupled_recovery_plan_initialize(
+            pcp_allocator_system(), &r->syncer, &r->tape, &live, 1,
+            PCP_TOPOLOGY_DECOUPLED_RECOVERY_STEPS, &plan));
+        for (uint32_t k = 0; k < plan.action_count; ++k) {
+          const pcp_decoupled_recovery_action_t* p = &plan.actions[k];
+          if (p->learner_id != node ||
+              (p->kind != PCP_DECOUPLED_RECOVERY_CATCH_UP &&
+               p->kind != PCP_DECOUPLED_RECOVERY_FULL_RESYNC)) {
+            continue;
+          }
+          r->rejoins += p->kind == PCP_DECOUPLED_RECOVERY_FULL_RESYNC;
+          for (uint32_t f = 0; f < p->fragment_count; ++f) {
+            uint64_t s = r->syncer.fragment_last_step[p->fragments[f]];
+            if (s == 0)
+              continue;
+            PCP_CHECK_OK(pcp_decoupled_learner_apply_fragment(
+                &r->learners[w], p->fragments[f], s));
+            driver_record(r, PCP_DECOUPLED_EVENT_LEARNER_APPLY, w,
+                          p->fragments[f], s);
+          }
+        }
+        pcp_decoupled_recovery_plan_deinitialize(&plan);
         driver_record(r, PCP_DECOUPLED_EVENT_LEARNER_RECOVERY, w, 0,
                       r->syncer.global_step);
       }
@@ -270,6 +299,7 @@ typedef struct run_result_t {
   uint32_t deferrals;
   uint32_t late;
   uint32_t adaptive_grace;  // commits whose next round got adaptive grace
+  uint32_t rejoins;         // full resyncs to a learner coming back
 } run_result_t;
 
 // One seeded schedule of |length| actions through both; with |bug| the
@@ -355,6 +385,7 @@ static run_result_t run_one(uint64_t seed, uint32_t length, bool bug,
     result.deferrals += d->decision == PCP_TOPOLOGY_DECOUPLED_MERGE_DEFERRED;
   }
   result.late = d->late_updates;
+  result.rejoins = r->rejoins;
   if (!result.diverged) {
     size_t model_length = 0, driver_length = 0;
     uint8_t* model_bytes = encode(&d->real_tape, &model_length);
@@ -378,7 +409,7 @@ static void test_model_conforms_to_library(void** state) {
   (void)state;
   pcp_topology_decoupled_t* d = take(sizeof(*d));
   driver_t* r = take(sizeof(*r));
-  uint32_t commits = 0, deferrals = 0, late = 0, adaptive = 0;
+  uint32_t commits = 0, deferrals = 0, late = 0, adaptive = 0, rejoins = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     run_result_t got = run_one(seed, 40, false, d, r);
     if (got.diverged || got.oracle != PCP_TOPOLOGY_DECOUPLED_ORACLE_OK) {
@@ -391,15 +422,18 @@ static void test_model_conforms_to_library(void** state) {
     deferrals += got.deferrals;
     late += got.late;
     adaptive += got.adaptive_grace;
+    rejoins += got.rejoins;
   }
   print_message(
       "conformance: 300 schedules, %u commits, %u skipped rounds, "
-      "%u late updates, %u adaptive grace windows\n",
-      commits, deferrals, late, adaptive);
+      "%u late updates, %u adaptive grace windows, %u rejoins with a full "
+      "resync\n",
+      commits, deferrals, late, adaptive, rejoins);
   assert_true(commits > 300);
   assert_true(deferrals > 100);
   assert_true(late > 0);
   assert_true(adaptive > 0);
+  assert_true(rejoins > 0);
   release(r);
   release(d);
 }
@@ -476,6 +510,49 @@ static void test_oracles_on_explorers_and_tampering(void** state) {
                    PCP_TOPOLOGY_DECOUPLED_VIOLATION_BELOW_QUORUM_COMMIT);
   assert_int_equal(pcp_topology_decoupled_check(d, pcp_allocator_system()),
                    PCP_TOPOLOGY_DECOUPLED_ORACLE_BELOW_QUORUM);
+
+  // The recovery oracle: worker 1 takes part in fragment 0's sync, is down
+  // while fragment 1 syncs, and is back for fragment 0's next sync. Through
+  // the model (crash, restart) the rejoin sends it fragment 1 and the tape
+  // says so. Tampered (down and back behind the syncer's back: no failure,
+  // no recovery, nothing sent), its observed step is the newest, a restarted
+  // syncer's plan resumes it, and it never got fragment 1.
+  for (int honest = 0; honest < 2; ++honest) {
+    pcp_topology_decoupled_initialize(9, 2, 1, 2, d);
+    for (uint32_t w = 0; w < 2; ++w) {
+      a = (pcp_topology_decoupled_action_t){
+          .kind = PCP_TOPOLOGY_DECOUPLED_ASSIGN, .worker = w};
+      pcp_topology_decoupled_apply(d, &a);
+    }
+    for (uint32_t round = 0; round < 3; ++round) {
+      for (uint32_t w = 0; w < (round == 0 ? 2u : 1u); ++w) {
+        a = (pcp_topology_decoupled_action_t){
+            .kind = PCP_TOPOLOGY_DECOUPLED_SUBMIT,
+            .worker = w,
+            .session = 9,
+            .fragment = d->fragment,
+            .step = d->step};
+        pcp_topology_decoupled_apply(d, &a);
+      }
+      a = (pcp_topology_decoupled_action_t){
+          .kind = PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW};
+      pcp_topology_decoupled_apply(d, &a);
+      assert_int_equal(d->decision, PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED);
+      if (round < 2 && honest) {
+        a = (pcp_topology_decoupled_action_t){
+            .kind = round == 0 ? PCP_TOPOLOGY_DECOUPLED_CRASH
+                               : PCP_TOPOLOGY_DECOUPLED_RESTART,
+            .worker = 1};
+        pcp_topology_decoupled_apply(d, &a);
+      } else if (round < 2) {
+        d->online[1] = round == 1;  // the tampering
+      }
+    }
+    assert_int_equal(
+        pcp_topology_decoupled_check(d, pcp_allocator_system()),
+        honest ? PCP_TOPOLOGY_DECOUPLED_ORACLE_OK
+               : PCP_TOPOLOGY_DECOUPLED_ORACLE_RECOVERY_MISSES_FRAGMENT);
+  }
   release(d);
 }
 

@@ -1256,6 +1256,9 @@ typedef enum pcp_topology_decoupled_violation_e {
 // syncs with their applies; past it the real calls fail and |real_error|
 // says so.
 #define PCP_TOPOLOGY_DECOUPLED_ARENA_BYTES (96u * 1024u)
+// The recovery oracle's catch-up window (syncer steps): small, so that both
+// CATCH_UP and FULL_RESYNC come up in short schedules.
+#define PCP_TOPOLOGY_DECOUPLED_RECOVERY_STEPS 2u
 
 // Oracle outcomes over the real state (pcp_topology_decoupled_check).
 typedef enum pcp_topology_decoupled_oracle_e {
@@ -1275,6 +1278,11 @@ typedef enum pcp_topology_decoupled_oracle_e {
   // A real call failed (the arena is exhausted): the model stopped
   // following the machine.
   PCP_TOPOLOGY_DECOUPLED_ORACLE_REAL_ERROR = 6,
+  // A syncer restarted from the tape (pcp_decoupled_recovery_plan_initialize
+  // over the replayed state and the online learners) would resume a learner
+  // without a fragment it missed (a sync of it the learner never applied),
+  // or mark a live learner failed.
+  PCP_TOPOLOGY_DECOUPLED_ORACLE_RECOVERY_MISSES_FRAGMENT = 7,
 } pcp_topology_decoupled_oracle_t;
 
 // The decoupled window, derived from the real state machine of
@@ -1385,8 +1393,12 @@ void pcp_topology_decoupled_observe_metadata(pcp_topology_decoupled_t* model,
                                              uint32_t worker, uint64_t clock);
 // The oracles over the real state: quorum safety and no duplicate merge on
 // every sync record, the syncer clock one up per sync, no sync after a
-// cancel, and the tape replayed by pcp_decoupled_syncer_state_replay equal
-// to the live state. |allocator| holds the replayed state while it checks.
+// cancel, the tape replayed by pcp_decoupled_syncer_state_replay equal to
+// the live state, and the recovery plan a syncer restarted from that replay
+// would make (max_recovery_syncer_steps
+// PCP_TOPOLOGY_DECOUPLED_RECOVERY_STEPS) sending every online learner the
+// fragments it missed. |allocator| holds the replayed state and the plan
+// while it checks.
 pcp_topology_decoupled_oracle_t pcp_topology_decoupled_check(
     const pcp_topology_decoupled_t* model, pcp_allocator_t allocator);
 const char* pcp_topology_decoupled_oracle_name(
