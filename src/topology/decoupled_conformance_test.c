@@ -553,6 +553,41 @@ static void test_oracles_on_explorers_and_tampering(void** state) {
         honest ? PCP_TOPOLOGY_DECOUPLED_ORACLE_OK
                : PCP_TOPOLOGY_DECOUPLED_ORACLE_RECOVERY_MISSES_FRAGMENT);
   }
+
+  // The arena's bound: the densest schedule (a sync with 4 applies, a
+  // failure and a rejoin every 4 actions) fits in 128 actions and is a
+  // clear REAL_ERROR, not a crash, at 256.
+  for (uint32_t length = 128; length <= 256; length *= 2) {
+    pcp_topology_decoupled_initialize(1, 4, 1, 3, d);
+    for (uint32_t w = 0; w < 4; ++w) {
+      a = (pcp_topology_decoupled_action_t){
+          .kind = PCP_TOPOLOGY_DECOUPLED_ASSIGN, .worker = w};
+      pcp_topology_decoupled_apply(d, &a);
+    }
+    for (uint32_t i = 0; i < length; ++i) {
+      static const pcp_topology_decoupled_action_kind_t kDense[4] = {
+          PCP_TOPOLOGY_DECOUPLED_SUBMIT, PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW,
+          PCP_TOPOLOGY_DECOUPLED_CRASH, PCP_TOPOLOGY_DECOUPLED_RESTART};
+      a = (pcp_topology_decoupled_action_t){
+          .kind = kDense[i % 4],
+          // Worker 0 submits; each group of 4 crashes and restarts one of
+          // the others in turn.
+          .worker = i % 4 == 0 ? 0 : 1 + (i / 4) % 3,
+          .session = 1,
+          .fragment = d->fragment,
+          .step = d->step};
+      pcp_topology_decoupled_apply(d, &a);
+    }
+    pcp_topology_decoupled_oracle_t oracle =
+        pcp_topology_decoupled_check(d, pcp_allocator_system());
+    if (length == 128) {
+      assert_int_equal(oracle, PCP_TOPOLOGY_DECOUPLED_ORACLE_OK);
+      assert_true(d->tape_entries >= 30);
+    } else {
+      assert_int_equal(oracle, PCP_TOPOLOGY_DECOUPLED_ORACLE_REAL_ERROR);
+      assert_non_null(strstr(d->real_error_message, "arena"));
+    }
+  }
   release(d);
 }
 

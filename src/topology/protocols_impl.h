@@ -1252,9 +1252,11 @@ typedef enum pcp_topology_decoupled_violation_e {
 #define PCP_TOPOLOGY_DECOUPLED_WINDOW_MS 1000000u
 // The inline arena the real learners, syncer state and tape allocate from
 // (the model is a plain stack value with no _deinitialize, so nothing it
-// holds may live on the heap). Enough for PCP_TOPOLOGY_TAPE_MAX_ENTRIES
-// syncs with their applies; past it the real calls fail and |real_error|
-// says so.
+// holds may live on the heap). The densest schedule (4 workers, 3
+// fragments, a sync with 4 applies, a failure and a rejoin every 4 actions)
+// uses 38 KiB in 64 actions (the explorers' longest) and 75 KiB in 128;
+// past the arena the real calls fail, |real_error| says so and the oracle
+// reports REAL_ERROR (decoupled_conformance_test runs both).
 #define PCP_TOPOLOGY_DECOUPLED_ARENA_BYTES (96u * 1024u)
 // The recovery oracle's catch-up window (syncer steps): small, so that both
 // CATCH_UP and FULL_RESYNC come up in short schedules.
