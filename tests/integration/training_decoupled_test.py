@@ -260,8 +260,11 @@ def main():
               0.03 * (d_late - q_late),
               "the measured gateway_out shrinks by what the gateway counted "
               "(within 3%%): %d vs %d" % (d_out - q_out, d_late - q_late))
-        check(abs(q_tail - d_tail) < 0.2,
-              "int4 down loss within 0.2 of f32 down's (%.3f vs %.3f)" % (
+        # 0.3: the spread of this tail over runs of one configuration
+        # (2.87-3.09 for F, the timing of blends varies); measured Q - D:
+        # -0.15, -0.07, +0.13.
+        check(abs(q_tail - d_tail) < 0.3,
+              "int4 down loss within 0.3 of f32 down's (%.3f vs %.3f)" % (
                   q_tail, d_tail))
 
         # Run S: streaming DiLoCo on about the same tokens (P=2, H=4,
@@ -317,26 +320,28 @@ def main():
               "without the slow learner)" % (
                   l_sum.get("goodput", 0), f_sum.get("goodput", 0)))
 
-        # A fourth worker whose 2nd and 4th hashed tasks flip a bit of what
-        # they received (the 2nd: the fail job's; the 4th: the resync
-        # job's 2nd @mix).
+        # A fourth worker whose 2nd, 4th, 11th and 12th hashed tasks flip a
+        # bit of what they received (the 2nd: the fail job's; the 4th: the
+        # resync job's 2nd @mix; that job hashes 6 @mix and 1 resync, so
+        # the 11th and 12th are the third job's 2nd @mix and its resync).
         corrupt = subprocess.Popen(
             [gt.PCP, "--node-manager", "--scale", "1", "--host", "127.0.0.1",
              "--port", str(gw.fabric_port), "--backend", "cpu",
              "--api-port", "0"],
             env=dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN,
                      POD_NAME="nm-corrupt",
-                     PCP_WORKER_TEST_CORRUPT_PARAM="2,4"),
+                     PCP_WORKER_TEST_CORRUPT_PARAM="2,4,11,12"),
             stderr=open(os.path.join(work, "nm-corrupt.err"), "w"))
         extra.append(corrupt)
         before = set(connected())
         wait_for(lambda: len(connected()) == 4, 90, "a fourth worker")
         bad = sorted(set(connected()) - before)
         bad = bad[0] if bad else None
-        short = dict(DECOUPLED, outer_gradient_compression="int4")
+        # fail: f32 down; resync: int4 down (the corrupted payload, then B
+        # in f32 to that learner, then int4 again).
         x_job = te.submit(experiment(
             outer_loop_steps=12, aggregation_strategy="decoupled_diloco",
-            on_param_mismatch="fail", decoupled_diloco=short))
+            on_param_mismatch="fail", decoupled_diloco=dict(DECOUPLED)))
         te.wait_done(x_job, 600)
         s, r = request("GET", "/v1/training/jobs/%s" % x_job)
         found = [e["payload"] for e in te.events(x_job)
@@ -352,7 +357,8 @@ def main():
               "%s and both hashes" % bad)
         y_job, y_steps, _ = run(experiment(
             outer_loop_steps=12, aggregation_strategy="decoupled_diloco",
-            decoupled_diloco=dict(DECOUPLED)))
+            decoupled_diloco=dict(DECOUPLED,
+                                  outer_gradient_compression="int4")))
         y_sum = summary_of(y_job)
         found = [e["payload"] for e in te.events(y_job)
                  if e["type"] == "training.param_hash_mismatch"]
@@ -363,10 +369,31 @@ def main():
               found[0]["worker_sha256"] != found[0]["gateway_sha256"],
               "on_param_mismatch resync: one mismatch event naming %s" % bad)
         check(ph.get("mismatches") == 1 and y_sum.get("resyncs") == 1 and
+              y_sum.get("down_f32_sends", 0) >= 1 and
+              y_sum.get("down_int4_sends", 0) > 0 and
               ph.get("verified_step") == max(
                   p["syncer_step"] for p in y_steps.values()),
-              "the learner got the fragment again and the last sync's @mix "
-              "verified: %s, resyncs %s" % (ph, y_sum.get("resyncs")))
+              "the learner got the fragment again (B in f32, then int4 "
+              "again) and the last sync's @mix verified: %s, resyncs %s, "
+              "f32 sends %s" % (ph, y_sum.get("resyncs"),
+                                y_sum.get("down_f32_sends")))
+        hashed = y_sum.get("syncs", 0) + 1
+        z_job, z_steps, _ = run(experiment(
+            outer_loop_steps=12, aggregation_strategy="decoupled_diloco",
+            decoupled_diloco=dict(DECOUPLED)))
+        z_sum = summary_of(z_job)
+        found = [e["payload"] for e in te.events(z_job)
+                 if e["type"] == "training.param_hash_mismatch"]
+        last = z_steps[max(z_steps)] if z_steps else {}
+        print("corrupted twice: %d mismatches, workers alive at the end %s "
+              "(the resync job hashed %d tasks on it)" % (
+                  len(found), last.get("workers_alive"), hashed))
+        check(hashed == 7 and len(found) == 2 and
+              all(f["worker_id"] == bad for f in found) and
+              last.get("workers_alive") == 3 and
+              (z_sum.get("param_hash") or {}).get("mismatches") == 2,
+              "a learner whose resync mismatches too is dropped; the job "
+              "finishes with the other three")
     finally:
         for proc in extra:
             proc.terminate()

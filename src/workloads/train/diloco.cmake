@@ -111,6 +111,13 @@ pcp_cmocka_test(workloads_decoupled_test
   DEPS pcp_workloads PkgConfig::JANSSON LABELS workloads)
 target_compile_definitions(workloads_decoupled_test PRIVATE
   PCP_DECOUPLED_SEED_DIR="${CMAKE_SOURCE_DIR}/tests/fuzz/decoupled")
+# The int4 down path's @mix_int4 (emitted, compiled by IREE, run on the CPU
+# backend) sets g = s + decode(q) bit for bit as the gateway does in C, on
+# every packing edge and on zero, subnormal and huge blocks.
+pcp_cmocka_test(workloads_decoupled_down_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_down_test.c
+  DEPS pcp_workloads PkgConfig::JANSSON LABELS "workloads;compute"
+  TIMEOUT 300)
 # Merges, Nesterov, blending and the int4 codec on seeded random data
 # against an independent NumPy implementation.
 add_executable(decoupled_npy_driver

@@ -861,8 +861,10 @@ static pcp_status_t dec_mix_prepare(
   uint32_t count = f->tensor_count;
   // int4 only when the learner holds the version the latest payload moves
   // from; otherwise (a skipped sync, a join, a resync) B in f32.
-  bool int4 = d->int4_down && kind == TASK_MIX &&
-              l->bcast_version[fragment] != 0 &&
+  // (A learner without the int4 buffers, set up by another path, is
+  // always sent f32.)
+  bool int4 = d->int4_down && kind == TASK_MIX && l->bcast_version &&
+              l->mix_q && l->bcast_version[fragment] != 0 &&
               l->bcast_version[fragment] + 1 == d->bcast_version[fragment];
   PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
       &d->plan, fragment, d->int4_down ? d->bcast : job->parameters,
@@ -1400,8 +1402,9 @@ static pcp_status_t dec_down_encode(dec_t* d, uint32_t fragment) {
 // mismatch is the job's event and metric (pcp_diloco_param_hash_check);
 // with on_param_mismatch "fail" the job fails, with "resync" the learner
 // gets the fragment again in f32 (alpha 0: its local copy of the fragment
-// becomes the global values) before anything else.
-static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li,
+// becomes the global values) before anything else; a learner whose resync
+// mismatches too is lost.
+static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li, int kind,
                                        const pcp_proto_section_t* outputs,
                                        size_t n_out) {
   dec_learner_t* l = &d->learners[li];
@@ -1417,7 +1420,11 @@ static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li,
   PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
       d->job, l->worker_id, l->task_step, l->hash_want, outputs[n_out - 1].data,
       &match));
-  if (!match) {
+  if (!match && kind == TASK_RESYNC) {
+    // Its copy still differs after the gateway's values were sent again:
+    // out of later rounds, as streaming does.
+    dec_learner_lost(d, li, "parameter hash mismatch after a resync");
+  } else if (!match) {
     l->resync_pending = true;
     l->resync_fragment = l->task_fragment;
     l->resync_step = l->task_step;
@@ -1512,8 +1519,11 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
       l->apply_step[a] = r->step;
       l->apply_count += a == l->apply_count;
     }
-    pcp_decoupled_grace_observe_quorum_wait(
-        &d->grace, (double)(sel->quorum_wait_ms - r->machine.opened_at_ms));
+    // Arrivals (and so quorum_wait_ms) are already measured from the
+    // round's opening; subtracting the absolute open time wrapped the
+    // unsigned difference and fed adaptive grace garbage.
+    pcp_decoupled_grace_observe_quorum_wait(&d->grace,
+                                            (double)sel->quorum_wait_ms);
   } else {
     ++d->skipped_rounds;
   }
@@ -1625,7 +1635,8 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   if (!status && kind == TASK_INIT) {
     // @init sent the masters: B's version 1 while the fragment has not
     // synced (then G = B), unknown after.
-    if (d->int4_down && d->bcast_version[l->task_fragment] == 1) {
+    if (d->int4_down && l->bcast_version &&
+        d->bcast_version[l->task_fragment] == 1) {
       l->bcast_version[l->task_fragment] = 1;
     }
     ++l->init_next;
@@ -1686,14 +1697,14 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   } else if (!status && kind == TASK_VERIFY) {
     status = dec_verify(d, l, l->task_fragment, outputs, n_out);
   } else if (!status && (kind == TASK_MIX || kind == TASK_RESYNC)) {
-    status = dec_mix_hash_check(d, li, outputs, n_out);
+    status = dec_mix_hash_check(d, li, kind, outputs, n_out);
     // The gateway's view of the learner: the values it was sent (after a
     // mismatch too: the resync that follows makes them true).
     if (!status) {
       status = pcp_decoupled_plan_scatter(&d->plan, l->task_fragment,
                                           l->mix_buf, l->base);
     }
-    if (!status && d->int4_down) {
+    if (!status && d->int4_down && l->bcast_version) {
       l->bcast_version[l->task_fragment] = l->task_bcast_version;
     }
     if (!status && kind == TASK_MIX) {
