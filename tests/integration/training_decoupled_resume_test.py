@@ -20,6 +20,9 @@ smallest char GPT of training_decoupled_test.py.
   a full resync of every learner), succeeds, its history (the last event
   per outer step) and its tape hold every scheduled sync exactly once, and
   its final loss is within LOSS_TOLERANCE of run A's.
+- Run E: "resume": true on run B's checkpoint_dir continues after B's last
+  sync. A classic job on that checkpoint, a decoupled job with another H and
+  a corrupted tape file fail with a clear error.
 """
 import os
 import shutil
@@ -173,7 +176,9 @@ def main():
 
         # Run B: the gateway SIGKILLed mid-run and restarted.
         t0 = time.time()
-        b = te.submit(experiment(checkpoint_every=CKPT_EVERY))
+        ckpt_b = os.path.join(work, "state", "ckpt-b")
+        b = te.submit(experiment(checkpoint_every=CKPT_EVERY,
+                                 checkpoint_dir=ckpt_b))
         wait_for(lambda: len(te.steps_of(b)) >= KILL_AFTER, 300,
                  "run B reached sync %d" % KILL_AFTER)
         killed_at = max(te.steps_of(b))
@@ -220,6 +225,53 @@ def main():
         check(ckpts == list(range(CKPT_EVERY, len(WANT) + 1, CKPT_EVERY)),
               "checkpoints every %d outer steps and at the end: %s" % (
                   CKPT_EVERY, ckpts))
+
+        # Run E: "resume": true on B's checkpoint_dir, 8 more syncer steps:
+        # it continues after B's last sync and its tape holds every sync of
+        # both once.
+        e = te.submit(experiment(STEPS + 8, resume=True,
+                                 checkpoint_dir=ckpt_b))
+        te.wait_done(e, 300)
+        check(te.state_of(e) == "succeeded",
+              "run E (resume: true) succeeded: %s" % te.state_of(e))
+        e_steps = te.steps_of(e)
+        check(sorted(e_steps) == list(range(len(WANT) + 1,
+                                            len(scheduled(STEPS + 8)) + 1)),
+              "run E continues at outer step %d: %s" % (
+                  len(WANT) + 1, sorted(e_steps)))
+        tape = os.path.join(work, "state", "training", e, "decoupled.tape")
+        synced = [r[1] for r in tape_records(tape) if r[0] == 1]
+        check(synced == scheduled(STEPS + 8),
+              "run E's tape holds B's syncs and its own, each once")
+
+        # Wrong kind, wrong schedule, a corrupted tape: clear failures.
+        def fails(exp, words, what):
+            job = te.submit(exp)
+            te.wait_done(job, 120)
+            _, r = request("GET", "/v1/training/jobs/%s" % job)
+            err = r.get("error", "")
+            check(r.get("state") == "failed" and all(w in err for w in words),
+                  "%s fails naming %s: %s" % (what, words, err))
+        fails(dt.experiment(outer_loop_steps=8, resume=True,
+                            checkpoint_dir=ckpt_b),
+              ["decoupled DiLoCo run", "classic"],
+              "a classic job on a decoupled checkpoint")
+        fails(dt.experiment(outer_loop_steps=STEPS + 8, resume=True,
+                            checkpoint_dir=ckpt_b,
+                            aggregation_strategy="decoupled_diloco",
+                            decoupled_diloco=dict(DECOUPLED,
+                                                  sync_interval_h=8)),
+              ["H=4", "H=8"], "a decoupled job with another H")
+        bad = os.path.join(work, "state", "ckpt-bad")
+        shutil.copytree(ckpt_b, bad)
+        for name in os.listdir(bad):
+            if name.startswith("decoupled-tape-"):
+                with open(os.path.join(bad, name), "r+b") as f:
+                    f.seek(40)
+                    f.write(b"\x7f\x7f\x7f\x7f")
+        fails(experiment(STEPS + 8, resume=True, checkpoint_dir=bad),
+              ["does not match its checkpoint", "SHA-256"],
+              "a corrupted tape file")
     finally:
         if third:
             third.kill()

@@ -1687,7 +1687,9 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
     }
   } else if (!status && kind == TASK_DELTA) {
     dec_round_t* r = dec_round_find(d, l->task_step, false);
-    if (r && !r->final) {
+    // A round made before a join has no room for the joiner's values; a
+    // joiner is never pulled for one (dec_join_ready), this is the guard.
+    if (r && !r->final && li < r->values_slots) {
       status = dec_delta_arrived(d, li, r, outputs, n_out, now_ns);
     } else {
       ++d->dropped_pulls;  // its round closed while the delta was out
