@@ -415,6 +415,40 @@ static void ddp_gradients_submit(ddp_t* d) {
   }
 }
 
+// <job dir>/ddp_first_batches.npy: the batches of a fresh run's first inner
+// step, int32 [W, 2, A x B, T] (per worker in id order: ids, then targets),
+// so the first averaged step can be recomputed outside PCP (tests/
+// integration/training_ddp_test.py). Written once; a failure is logged.
+static void ddp_first_batches_save(ddp_t* d) {
+  job_t* job = d->job;
+  uint32_t live = ddp_alive(d);
+  size_t per_worker = 2 * d->rows;
+  int32_t* all = pcp_diloco_job_calloc(job, (size_t)live * per_worker + 1,
+                                       sizeof(int32_t));
+  pcp_status_t status = pcp_ok_status();
+  if (!all) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "first batches");
+  } else {
+    uint32_t at = 0;
+    for (uint32_t k = 0; k < d->count; ++k) {
+      if (d->workers[k].alive) {
+        memcpy(all + (size_t)at++ * per_worker, d->workers[k].tokens,
+               per_worker * sizeof(int32_t));
+      }
+    }
+    int64_t shape[4] = {live, 2, job->accumulation * job->spec.batch,
+                        job->spec.block_size};
+    status = pcp_diloco_job_npy_i32_write(job, "ddp_first_batches.npy", shape,
+                                          4, all);
+  }
+  pcp_diloco_job_free(job, all);
+  if (status) {
+    PCP_LOG(PCP_LOG_WARN, &job->log, "ddp: first batches not saved: %s",
+            pcp_status_message(status));
+    pcp_status_ignore(status);
+  }
+}
+
 // Averages the gradients of the workers whose task succeeded into d->grad
 // (in worker order); their mean loss out. Drops the others.
 static pcp_status_t ddp_gradients_average(ddp_t* d, uint32_t* out_reporters,
@@ -520,6 +554,9 @@ static pcp_status_t ddp_inner_step(ddp_t* d, uint32_t* out_reporters,
   uint64_t global_step = job->outer_step * (uint64_t)job->config.tau +
                          (d->adam_step % (uint64_t)job->config.tau);
   ddp_gradients_submit(d);
+  if (job->outer_step == 0 && d->adam_step == 0) {
+    ddp_first_batches_save(d);
+  }
   *out_stopped = ddp_wait(d, "ddp gradients");
   pcp_status_t status = pcp_ok_status();
   if (!*out_stopped) {
