@@ -26,6 +26,14 @@ every tau = 10.
   --init-dir`), and its exported parameters are NumPy's AdamW step (global
   norm clip 1, betas 0.9/0.999, eps 1e-8, weight decay 0.01) with the mean
   of the two JAX gradients, not with either worker's own.
+- Bit identity enforced: a third worker C (its own node manager, with the
+  worker's debug hook PCP_WORKER_TEST_CORRUPT_PARAM=2,5: its 2nd and 5th
+  hashed tasks flip a bit of the parameters they hash) joins; C's id sorts
+  first.
+  With resync, the 3-worker job reports a training.param_hash_mismatch
+  naming C at step 2, the reference is the hash the other two hold, C is
+  dropped and the job succeeds on two verified workers. With fail, C's
+  5th hashed task (the next job's step 3) fails the job naming C.
 """
 import json
 import math
@@ -206,6 +214,64 @@ def first_step(work):
           "the exported step is AdamW with the mean gradient")
 
 
+def mismatch(work, fabric_port):
+    env = dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN, POD_NAME="corrupt",
+               PCP_WORKER_TEST_CORRUPT_PARAM="2,5")
+    nm = subprocess.Popen(
+        [gt.PCP, "--node-manager", "--scale", "1", "--host", "127.0.0.1",
+         "--port", str(fabric_port), "--backend", "cpu", "--api-port", "0"],
+        env=env, stderr=open(os.path.join(work, "nm-corrupt.err"), "w"))
+    try:
+        def ids():
+            s, r = request("GET", "/v1/workers")
+            return sorted(w["worker_id"] for w in r.get("workers", [])
+                          if w.get("state") == "connected") if s == 200 else []
+        gt.wait_for(lambda: len(ids()) == 3 and "corrupt" in ids()[0], 90,
+                    "three workers, the corrupting one first by id")
+        bad = ids()[0] if ids() else "?"
+        job = te.submit(experiment(name="ddp-resync", outer_loop_steps=4,
+                                   eval_every=100, checkpoint_every=100))
+        if not job:
+            return
+        te.wait_done(job, 120)
+        s, r = request("GET", "/v1/training/jobs/%s" % job)
+        check(r.get("state") == "succeeded", "resync job succeeded: %s" % (
+            r.get("error", r.get("state"))))
+        steps = te.steps_of(job)
+        events = [e["payload"] for e in te.events(job)
+                  if e["type"] == "training.param_hash_mismatch"]
+        workers = [steps[k]["workers"] for k in sorted(steps)]
+        print("resync: workers per step %s, mismatch events %s" % (
+            workers, [(e["step"], e["worker_id"]) for e in events]))
+        check(len(events) == 1 and events[0]["worker_id"] == bad and
+              events[0]["step"] == 2 and events[0]["policy"] == "resync" and
+              events[0]["worker_sha256"] != events[0]["gateway_sha256"],
+              "one mismatch event naming the corrupting worker at step 2")
+        check(workers == [3, 2, 2, 2] and
+              steps[4]["param_hash"]["verified_step"] == 4 and
+              steps[4]["param_hash"]["mismatches"] == 1,
+              "the corrupting worker was dropped, the others verified: %s" %
+              [steps[k]["param_hash"] for k in sorted(steps)])
+        job = te.submit(experiment(name="ddp-fail", outer_loop_steps=4,
+                                   eval_every=100, checkpoint_every=100,
+                                   on_param_mismatch="fail"))
+        if not job:
+            return
+        te.wait_done(job, 120)
+        s, r = request("GET", "/v1/training/jobs/%s" % job)
+        error = r.get("error", "")
+        print("fail: %s: %s" % (r.get("state"), error))
+        check(r.get("state") == "failed" and bad in error and
+              "on_param_mismatch: fail" in error,
+              "the fail job failed naming the corrupting worker")
+    finally:
+        nm.terminate()
+        try:
+            nm.wait(30)
+        except subprocess.TimeoutExpired:
+            nm.kill()
+
+
 def main():
     work = tempfile.mkdtemp(prefix="pcp-ddp-")
     gw = nm = None
@@ -280,7 +346,7 @@ def main():
             if s != 200:
                 time.sleep(0.5)
             return s == 200
-        gt.wait_for(completion, 60, "the exported model is served")
+        gt.wait_for(completion, 300, "the exported model is served")
         s, r = answer.get("last", (0, None))
         text = (r.get("choices") or [{}])[0].get("text") \
             if isinstance(r, dict) else None
@@ -289,6 +355,7 @@ def main():
         print("completion: %r" % text)
         first_step(work)
         lost_worker(work)
+        mismatch(work, gw.fabric_port)
     finally:
         te.stop_all(nm, gw)
     if gt.FAILURES:

@@ -336,12 +336,14 @@ pcp_status_t pcp_diloco_job_npy_i32_write(job_t* job, const char* file_name,
   size_t elements = 1;
   for (size_t r = 0; r < rank && used > 0 && (size_t)used < sizeof(header);
        ++r) {
-    used += snprintf(header + used, sizeof(header) - (size_t)used, "%lld, ",
-                     (long long)shape[r]);
+    used += snprintf(header + used, sizeof(header) - (size_t)used, "%s%lld",
+                     r ? ", " : "", (long long)shape[r]);
     elements *= (size_t)shape[r];
   }
   if (used > 0 && (size_t)used < sizeof(header)) {
-    used += snprintf(header + used, sizeof(header) - (size_t)used, "), }");
+    // A Python tuple of one needs its comma.
+    used += snprintf(header + used, sizeof(header) - (size_t)used, "%s), }",
+                     rank == 1 ? "," : "");
   }
   if (rank == 0 || rank > 8 || used <= 0 || (size_t)used >= sizeof(header)) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,

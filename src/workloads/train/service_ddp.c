@@ -28,7 +28,7 @@
 // repeat AdamW on the host and match IREE's compiled arithmetic bit for bit,
 // and keep m and v too (12 P bytes, and 3 P reads and writes per step).
 // Instead the masters (job->parameters) are pulled from the reference
-// worker (the first live one by id) with @read only when something needs
+// worker (ddp_hash_check's) with @read only when something needs
 // them: an evaluation, a checkpoint, the export. That costs 4 P bytes from
 // one worker every eval_every or checkpoint_every outer steps and is left
 // out of the measured step (as classic's evaluation is); the pulled bytes
@@ -583,8 +583,9 @@ static pcp_status_t ddp_inner_step(ddp_t* d, uint32_t* out_reporters,
 }
 
 // Every live worker's SHA-256 of its resident parameters (@hash with
-// hash_inputs), compared with the reference worker's (the first live one by
-// id): on_param_mismatch fail fails the job, resync drops the worker.
+// hash_inputs), compared with the reference worker's (the first by id of
+// those holding the most common hash): on_param_mismatch fail fails the
+// job, resync drops the worker.
 // *out_reference: the reference worker's index (UINT32_MAX: none).
 static pcp_status_t ddp_hash_check(ddp_t* d, uint32_t* out_mismatches,
                                    uint32_t* out_reference, bool* out_stopped) {
@@ -621,15 +622,30 @@ static pcp_status_t ddp_hash_check(ddp_t* d, uint32_t* out_mismatches,
   if (*out_stopped) {
     return pcp_ok_status();
   }
-  const uint8_t* want = NULL;
+  // The reference: the hash most workers hold (the first by id on a tie),
+  // so with resync one corrupted worker is dropped, not the others.
+  uint32_t best = 0;
   for (uint32_t k = 0; k < d->count; ++k) {
+    if (!d->workers[k].alive || !d->workers[k].hashed) {
+      continue;
+    }
+    uint32_t same = 0;
+    for (uint32_t j = 0; j < d->count; ++j) {
+      same += d->workers[j].alive && d->workers[j].hashed &&
+              memcmp(d->workers[j].hash, d->workers[k].hash,
+                     PCP_SHA256_BYTE_LENGTH) == 0;
+    }
+    if (same > best) {
+      best = same;
+      *out_reference = k;
+    }
+  }
+  const uint8_t* want =
+      best ? d->workers[*out_reference].hash : (const uint8_t*)NULL;
+  for (uint32_t k = 0; want && k < d->count; ++k) {
     ddp_worker_t* w = &d->workers[k];
     if (!w->alive || !w->hashed) {
       continue;
-    }
-    if (!want) {
-      want = w->hash;
-      *out_reference = k;
     }
     bool match = true;
     // The parameters after the step being completed (outer_step + 1).
