@@ -1021,6 +1021,13 @@ pcp_status_t pcp_diloco_ddp_run(job_t* job) {
   }
   d->job = job;
   pcp_status_t status = ddp_buffers(d);
+  if (!status && job->expected_workers > 1) {
+    // A resumed job: wait (bounded, woken by joins) for as many workers as
+    // its checkpoint's step had, so a restarted gateway does not run on
+    // whichever worker reconnected first (the rest would be ignored).
+    pcp_status_ignore(pcp_diloco_job_workers_wait(job, job->expected_workers,
+                                                  WORKER_GRACE_MS));
+  }
   if (!status) {
     status = ddp_workers_gather(d);
   }
