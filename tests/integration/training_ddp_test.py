@@ -324,6 +324,14 @@ def main():
         check(ratios and all(1.0 <= x <= 1.15 for x in ratios),
               "bytes per worker per inner step within [1.0, 1.15] x "
               "(8 P + tokens) = %d" % fair)
+        # The arithmetic figures: 8 P per worker and inner step.
+        training = r.get("training", {})
+        check(training.get("wire_bytes_per_worker_outer_step") ==
+              8 * P * TAU and
+              training.get("wire_bytes") == 2 * OUTER * TAU * 8 * P,
+              "analytic wire bytes 8 P per worker and inner step: %s" % {
+                  k: training.get(k) for k in
+                  ("wire_bytes", "wire_bytes_per_worker_outer_step")})
         check(all(p["param_hash"]["verified_step"] == k and
                   p["param_hash"]["mismatches"] == 0 and
                   p["param_mismatches"] == 0 for k, p in steps.items()),
