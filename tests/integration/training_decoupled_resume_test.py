@@ -7,10 +7,12 @@ smallest char GPT of training_decoupled_test.py.
 
 - Run J (join): the job starts with two learners; once a few syncs are in,
   the third worker connects and becomes learner 3 (full resync from the
-  masters, LEARNER_RECOVERY on the tape), takes part in the later syncs
-  (participants 3, three workers alive), the job counts the join and more
-  tokens than two learners compute, and its tape replays and holds each
-  scheduled sync exactly once.
+  masters, LEARNER_RECOVERY on the tape) and takes part in syncs; it is
+  SIGKILLed (LEARNER_FAILURE, syncs go on without it) and restarted under
+  the same id, and comes back as learner 3 again, in every sync to the
+  end (three workers alive). The job counts two joins and more tokens than
+  two learners compute, and its tape replays and holds each scheduled sync
+  exactly once.
 - Run A: the same experiment with three learners from the start, no
   interruption (checkpoints every CKPT_EVERY outer steps).
 - Run B: run A's experiment, the gateway SIGKILLed once KILL_AFTER syncs are
@@ -39,9 +41,10 @@ import training_decoupled_test as dt  # noqa: E402
 
 from gateway_test import check, request, wait_for  # noqa: E402
 
-# Run J is long enough (about 10 s of training here) for the third worker
-# to start, connect and sync while it runs; runs A and B are shorter.
-J_STEPS = 160
+# Run J is long enough (about 20 s of training here) for the third worker
+# to start, connect, sync, be killed and come back while it runs; runs A
+# and B are shorter.
+J_STEPS = 320
 STEPS = 48
 DECOUPLED = dict(dt.DECOUPLED)
 
@@ -136,6 +139,21 @@ def main():
         wait_for(lambda: len(te.steps_of(j)) >= 3, 300,
                  "run J: three syncs with two learners")
         third = start_third(work, fabric_port)
+
+        def with3(on):
+            return [p for p in te.steps_of(j).values()
+                    if (3 in p["participants"]) == on]
+        wait_for(lambda: with3(True) or te.state_of(j) != "running", 300,
+                 "run J: learner 3 in a sync")
+        # Lost and back: SIGKILLed, then restarted under the same id.
+        third.kill()
+        third.wait()
+        killed_after = max(te.steps_of(j))
+        wait_for(lambda: any(k > killed_after and not (3 in p[
+            "participants"]) for k, p in te.steps_of(j).items()) or
+            te.state_of(j) != "running", 300,
+            "run J: a sync without learner 3 after its kill")
+        third = start_third(work, fabric_port)
         te.wait_done(j, 600)
         check(te.state_of(j) == "succeeded",
               "run J succeeded with a learner joining: %s" % te.state_of(j))
@@ -150,20 +168,29 @@ def main():
               "the first syncs have the two learners of the start")
         first3 = next((i for i, p in enumerate(order)
                        if 3 in p["participants"]), None)
-        check(first3 is not None and first3 >= 3 and
-              all(3 in p["participants"] for p in order[first3:]) and
+        gone = next((i for i in range(killed_after, len(order))
+                     if 3 not in order[i]["participants"]), None)
+        back = next((i for i in range(gone or len(order), len(order))
+                     if 3 in order[i]["participants"]), None)
+        check(first3 is not None and first3 >= 3 and gone is not None and
+              back is not None and
+              all(3 in p["participants"] for p in order[back:]) and
               order[-1]["workers_alive"] == 3,
-              "learner 3 takes part from sync %s on, 3 learners alive at the "
-              "end" % first3)
-        check(summary.get("learners_joined") == 1 and
+              "learner 3 takes part from sync %s, leaves at sync %s when "
+              "killed, is back from sync %s to the end, 3 learners alive at "
+              "the end" % (first3, gone, back))
+        check(summary.get("learners_joined") == 2 and
               summary.get("tape_replayed") is True,
-              "the job counts one join and its tape replayed")
+              "the job counts two joins (one a rejoin) and its tape "
+              "replayed: %s" % summary.get("learners_joined"))
+        check([k for k, _, _, learner in j_recs
+               if learner == 3 and k in (3, 4)] == [4, 3, 4],
+              "on the tape, learner 3 (the same id): recovery, failure, "
+              "recovery")
         two = 2 * J_STEPS * dt.MODEL["batch"] * dt.MODEL["block_size"]
         check(summary.get("tokens_computed", 0) > two,
               "tokens from the joiner: %s computed > %d for two learners" % (
                   summary.get("tokens_computed"), two))
-        check(any(k == 4 and learner == 3 for k, _, _, learner in j_recs),
-              "LEARNER_RECOVERY of learner 3 on the tape")
 
         # Run A: three learners, uninterrupted.
         t0 = time.time()
