@@ -58,6 +58,21 @@ enum {
   TASK_RESYNC = 6,
 };
 
+// A learner's sampler cursor before it drew the batches of local step
+// |step| + 1 (finding 5: a checkpoint stores the one of the syncer step it
+// resumes at, not the one the learner ran ahead to).
+typedef struct dec_cursor_at_t {
+  uint64_t step;
+  bool used;
+  pcp_data_cursor_t cursor;
+} dec_cursor_at_t;
+
+// At most this many cursors per learner: overlap_tau + 3 is enough (a
+// learner runs at most overlap_tau steps past the last closed round, plus
+// the step in flight); a larger overlap_tau falls back to the current
+// cursor for the ones out of reach (logged).
+#define DEC_CURSOR_RING_MAX 4096
+
 typedef struct dec_learner_t {
   char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
   char session[PCP_STORE_ID_MAX_LENGTH + 48];
@@ -71,7 +86,12 @@ typedef struct dec_learner_t {
   uint64_t task_step;  // syncer step of a delta / mix task
   uint32_t init_next;  // fragments initialized so far
   uint64_t step;       // completed local steps
-  float step_value;    // borrowed by the step task
+  // AdamW's t (bias corrections) is the steps since its moments were last
+  // reset, not the global step: @init zeroes m and v (joins, rejoins,
+  // resume), dec_learner_admit resets this to 0 with them. |step| drives
+  // the lr schedule and the overlap budget only.
+  uint64_t adam_step;
+  float step_value;  // borrowed by the step task
   float lr;
   float alpha;
   float last_loss;
@@ -102,6 +122,8 @@ typedef struct dec_learner_t {
   bool has_cursor;      // sampler cursor restored from a checkpoint
   bool was_alive;       // alive in the checkpoint a resume started from
   pcp_data_cursor_t cursor;
+  dec_cursor_at_t* cursor_ring;  // cursor_ring_size entries, by step
+  uint32_t cursor_ring_size;
   // Bit-identity (issue 17 Deliver 3). The next task submitted hashes its
   // first |hash_inputs| inputs (0: none); |hash_want| is the gateway's
   // SHA-256 of the same bytes, compared when the task ends.
@@ -178,6 +200,7 @@ typedef struct dec_t {
   int64_t delay_ms;
   uint32_t delay_learner;
   uint64_t delay_until;
+  uint64_t lose_pull_step;  // test hook (PCP_DECOUPLED_TEST_LOSE_PULL)
   char tape_path[1200];
   int64_t last_event_ns;
   uint64_t last_event_tokens;
@@ -221,6 +244,29 @@ static bool dec_pulled(const dec_learner_t* l, uint64_t step) {
 }
 
 static void dec_join_ready(dec_t* d, uint32_t li);
+
+// Whether a live learner still owes syncer step |step| its delta: the pull
+// queued, or its @delta in flight. A round opens at its first delta, so a
+// scheduled step that nobody owes any more (every learner pulled for it
+// lost, joiners and rejoiners pulled only from later steps) would never
+// open and never close: the finalize loop skips it instead (finding 2).
+static bool dec_step_awaited(const dec_t* d, uint64_t step) {
+  for (uint32_t k = 0; k < d->learner_count; ++k) {
+    const dec_learner_t* l = &d->learners[k];
+    if (!l->alive) {
+      continue;
+    }
+    if (l->task && l->task_kind == TASK_DELTA && l->task_step == step) {
+      return true;
+    }
+    for (uint32_t i = 0; i < l->send_count; ++i) {
+      if (l->sends[i] == step) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 static const char* dec_name(dec_t* d, char kind, size_t tensor) {
   size_t slot = kind == 'p' ? 0 : kind == 'm' ? 1 : kind == 'v' ? 2 : 3;
@@ -795,6 +841,8 @@ static int64_t dec_now_ns(dec_t* d) {
   return pcp_clock_now_ns(d->job->options->clock);
 }
 
+static void dec_learner_lost(dec_t* d, uint32_t li, const char* why);
+
 static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
                        const char* function,
                        const pcp_proto_section_t* sections,
@@ -819,11 +867,12 @@ static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
   l->hash_inputs = 0;
   pcp_status_t status = pcp_diloco_job_task_submit(d->job, &params, &l->task);
   if (status) {
-    PCP_LOG(PCP_LOG_WARN, &d->job->log, "decoupled task for %s: %s",
-            l->worker_id, pcp_status_message(status));
-    pcp_status_ignore(status);
+    // Through dec_learner_lost like every other drop: the tape's
+    // LEARNER_FAILURE record, the lost-task metric and the log.
     l->task = NULL;
-    l->alive = false;
+    dec_learner_lost(d, (uint32_t)(l - d->learners),
+                     pcp_status_message(status));
+    pcp_status_ignore(status);
     return;
   }
   l->task_kind = kind;
@@ -1003,14 +1052,28 @@ static void dec_step_submit(dec_t* d, dec_learner_t* l) {
   pcp_proto_keep_resident_t* keep =
       pcp_diloco_job_calloc(job, 3 * n, sizeof(*keep));
   pcp_proto_section_t sections[4];
-  if (!refs || !keep) {
+  if (!l->cursor_ring) {
+    uint64_t size = (uint64_t)d->schedule.overlap_tau + 3;
+    l->cursor_ring_size =
+        (uint32_t)(size < DEC_CURSOR_RING_MAX ? size : DEC_CURSOR_RING_MAX);
+    l->cursor_ring = pcp_diloco_job_calloc(job, l->cursor_ring_size,
+                                           sizeof(*l->cursor_ring));
+  }
+  if (!refs || !keep || !l->cursor_ring) {
     pcp_diloco_job_free(job, refs);
     pcp_diloco_job_free(job, keep);
-    l->alive = false;
+    dec_learner_lost(d, (uint32_t)(l - d->learners),
+                     "out of memory for its step task");
     return;
   }
   uint64_t step = l->step + 1;
-  l->step_value = (float)step;
+  // The cursor before this step's batches: the one a checkpoint taken at
+  // syncer step l->step stores.
+  dec_cursor_at_t* at = &l->cursor_ring[l->step % l->cursor_ring_size];
+  at->step = l->step;
+  at->used = true;
+  pcp_data_sampler_cursor(l->sampler, &at->cursor);
+  l->step_value = (float)(l->adam_step + 1);
   l->lr = pcp_diloco_lr_schedule_at(&job->schedule, step - 1);
   job->last_lr = l->lr;
   size_t A = (size_t)job->accumulation;
@@ -1312,6 +1375,19 @@ static json_t* dec_totals_json(const dec_t* d) {
                         json_integer((json_int_t)d->resumed_at));
     json_object_set_new(o, "resume_tape_replayed",
                         json_boolean(d->resume_replay_ok));
+  }
+  json_t* steps = o ? json_array() : NULL;
+  for (uint32_t k = 0; k < d->learner_count && steps; ++k) {
+    // Per learner: its local step and AdamW's t (steps since its last
+    // @init reset the moments: a join, a rejoin or a resume).
+    const dec_learner_t* l = &d->learners[k];
+    json_array_append_new(
+        steps,
+        json_pack("{s:I, s:I, s:I}", "learner", (json_int_t)(k + 1), "step",
+                  (json_int_t)l->step, "adam_step", (json_int_t)l->adam_step));
+  }
+  if (steps) {
+    json_object_set_new(o, "learner_steps", steps);
   }
   if (o) {
     json_object_set_new(o, "resyncs", json_integer((json_int_t)d->resyncs));
@@ -1649,6 +1725,7 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
     }
   } else if (!status && kind == TASK_STEP) {
     ++l->step;
+    ++l->adam_step;
     if (n_out >= 1 && outputs[n_out - 1].byte_length == 4) {
       l->last_loss = *(const float*)outputs[n_out - 1].data;
     }
@@ -1672,6 +1749,9 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
       }
       for (uint32_t k = 0; k < d->learner_count; ++k) {
         dec_learner_t* other = &d->learners[k];
+        if (s == d->lose_pull_step) {
+          break;  // test hook: as if each pulled learner were lost
+        }
         if (!dec_pulled(other, s)) {
           continue;  // lost, or a joiner not synced yet
         }
@@ -1796,7 +1876,11 @@ bool pcp_diloco_decoupled_selected(const job_t* job) {
   return strategy && strcmp(strategy, "decoupled_diloco") == 0;
 }
 
-// The experiment's decoupled_diloco block (decoupled.h's keys).
+static pcp_status_t dec_config_check(dec_t* d);
+
+// The experiment's decoupled_diloco block (decoupled.h's keys). On an
+// error nothing stays allocated (the caller deinitializes the config only
+// after a success).
 static pcp_status_t dec_config_parse(dec_t* d) {
   job_t* job = d->job;
   json_t* block = json_object_get(job->experiment, "decoupled_diloco");
@@ -1826,6 +1910,16 @@ static pcp_status_t dec_config_parse(dec_t* d) {
   }
   pcp_string_list_deinitialize(&unknown);
   PCP_RETURN_IF_ERROR_BARE(status);
+  status = dec_config_check(d);
+  if (status) {
+    pcp_decoupled_config_deinitialize(&d->config);
+  }
+  return status;
+}
+
+// The parsed config against the job (dtype, streaming) and the wire.
+static pcp_status_t dec_config_check(dec_t* d) {
+  job_t* job = d->job;
   if (job->param_type != PCP_ELEMENT_TYPE_F32) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "decoupled_diloco trains f32 models only (key "
@@ -2246,6 +2340,7 @@ static pcp_status_t dec_learner_admit(dec_t* d, uint32_t k,
   l->joining = mid_run;
   l->first_pull = 0;
   l->init_next = 0;
+  l->adam_step = 0;  // @init sends fresh moments: AdamW restarts at t = 1
   l->send_count = 0;
   l->apply_count = 0;
   l->verify_pending = false;
@@ -2387,6 +2482,36 @@ static json_t* dec_state_json(const dec_t* d,
                    "learners", learners ? learners : json_array());
 }
 
+// Learner |k|'s sampler cursor as it was after local step
+// min(next_final - 1, its last completed step): a resume puts every
+// learner at syncer step next_final - 1, and a learner runs up to
+// overlap_tau steps past it (plus the step in flight) whose batches were
+// never merged, so the resume must draw them again (finding 5). The
+// cursor before step c + 1 was kept when that step was submitted.
+static void dec_checkpoint_cursor(dec_t* d, uint32_t k,
+                                  pcp_data_cursor_t* out_cursor) {
+  const dec_learner_t* l = &d->learners[k];
+  uint64_t at = d->next_final > 0 ? d->next_final - 1 : 0;
+  uint64_t c = l->step < at ? l->step : at;
+  pcp_data_sampler_cursor(l->sampler, out_cursor);
+  bool drawn_past = l->step > c || (l->task && l->task_kind == TASK_STEP);
+  if (!drawn_past) {
+    return;  // the current cursor is the one after step c
+  }
+  const dec_cursor_at_t* e =
+      l->cursor_ring ? &l->cursor_ring[c % l->cursor_ring_size] : NULL;
+  if (e && e->used && e->step == c) {
+    *out_cursor = e->cursor;
+    return;
+  }
+  PCP_LOG(PCP_LOG_WARN, &d->job->log,
+          "decoupled learner %u: no sampler cursor kept for step %" PRIu64
+          " (at local step %" PRIu64
+          "); its checkpoint keeps the current one, a resume skips the "
+          "batches in between",
+          k, c, l->step);
+}
+
 static pcp_status_t dec_checkpoint(dec_t* d) {
   job_t* job = d->job;
   const pcp_diloco_job_options_t* o = job->options;
@@ -2417,21 +2542,26 @@ static pcp_status_t dec_checkpoint(dec_t* d) {
   for (uint32_t k = 0; k < d->learner_count && learners; ++k) {
     const dec_learner_t* l = &d->learners[k];
     pcp_data_cursor_t cursor;
-    pcp_data_sampler_cursor(l->sampler, &cursor);
+    dec_checkpoint_cursor(d, k, &cursor);
     pcp_data_cursor_format(&cursor, text, sizeof(text));
-    json_array_append_new(
-        learners,
-        json_pack(
-            "{s:s, s:b, s:b, s:I, s:o, s:s, s:I, s:I, s:o, s:o}", "worker_id",
-            l->worker_id, "alive", l->alive && !l->joining, "joined", l->joined,
-            "step", (json_int_t)l->step, "loss",
-            pcp_diloco_json_number_or_null(l->last_loss), "sampler", text,
-            "learner_step", (json_int_t)l->counters.learner_step,
-            "observed_global_step",
-            (json_int_t)l->counters.observed_global_step, "steps_since",
-            dec_u64_array(l->counters.steps_since, d->plan.fragment_count),
-            "tokens_since",
-            dec_u64_array(l->counters.tokens_since, d->plan.fragment_count)));
+    json_t* slot = json_pack(
+        "{s:s, s:b, s:b, s:I, s:o, s:s, s:I, s:I, s:o, s:o}", "worker_id",
+        l->worker_id, "alive", l->alive && !l->joining, "joined", l->joined,
+        "step", (json_int_t)l->step, "loss",
+        pcp_diloco_json_number_or_null(l->last_loss), "sampler", text,
+        "learner_step", (json_int_t)l->counters.learner_step,
+        "observed_global_step", (json_int_t)l->counters.observed_global_step,
+        "steps_since",
+        dec_u64_array(l->counters.steps_since, d->plan.fragment_count),
+        "tokens_since",
+        dec_u64_array(l->counters.tokens_since, d->plan.fragment_count));
+    if (slot) {
+      // Informational (not read back: a resume resets it with the
+      // moments): AdamW's t, steps since its last @init.
+      json_object_set_new(slot, "adam_step",
+                          json_integer((json_int_t)l->adam_step));
+    }
+    json_array_append_new(learners, slot);
   }
   json_t* c = json_pack(
       "{s:I, s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
@@ -2454,6 +2584,14 @@ static pcp_status_t dec_checkpoint(dec_t* d) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "decoupled cursor");
   }
   json_object_set_new(c, "learners", learners);
+  // What the tape's fragment ids and the merges depend on, checked at a
+  // resume (dec_resume_keys_check).
+  json_object_set_new(c, "fragment_strategy",
+                      json_integer(d->config.fragment_strategy));
+  json_object_set_new(c, "merge_strategy",
+                      json_integer(d->config.merge_strategy));
+  json_object_set_new(c, "int4_block_size",
+                      json_integer((json_int_t)d->config.int4_block_size));
   json_object_set_new(c, "tape_file", json_string(name));
   json_object_set_new(c, "tape_sha256", json_string(hex));
   json_object_set_new(c, "tape_events",
@@ -2529,6 +2667,38 @@ static pcp_status_t dec_resume_slots(dec_t* d) {
   return pcp_ok_status();
 }
 
+// The decoupled_diloco keys a resume must not change besides P, H,
+// overlap_tau and compression: the tape's per-fragment versions and REPULL
+// fragment ids refer to the fragmentation, and the merge and the int4
+// blocks to the rest. A checkpoint without a key (older) is not checked
+// for it.
+static pcp_status_t dec_resume_keys_check(dec_t* d, json_t* c) {
+  struct {
+    const char* key;
+    json_int_t value;
+  } keys[] = {
+      {"fragment_strategy", d->config.fragment_strategy},
+      {"merge_strategy", d->config.merge_strategy},
+      {"int4_block_size", (json_int_t)d->config.int4_block_size},
+  };
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); ++i) {
+    json_t* v = json_object_get(c, keys[i].key);
+    if (!v) {
+      continue;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) != keys[i].value) {
+      return pcp_make_status(
+          PCP_STATUS_FAILED_PRECONDITION,
+          "decoupled checkpoint of another key 'decoupled_diloco.%s' (%lld "
+          "there, %lld in this job; for the enums: the index of the value "
+          "in decoupled.h): a resume must keep it",
+          keys[i].key, (long long)json_integer_value(v),
+          (long long)keys[i].value);
+    }
+  }
+  return pcp_ok_status();
+}
+
 // Reads the resumed cursor (job->stream_resume): checks it against this
 // job's schedule, restores the counters and the learners' slots, and loads
 // the tape side file (SHA-256 checked) into d->tape. The plan must be
@@ -2554,6 +2724,7 @@ static pcp_status_t dec_resume_load(dec_t* d) {
         d->schedule.sync_interval_h, d->schedule.overlap_tau,
         d->int4 ? "int4" : "none");
   }
+  PCP_RETURN_IF_ERROR_BARE(dec_resume_keys_check(d, c));
   json_int_t next_final = json_integer_value(json_object_get(c, "next_final"));
   json_int_t syncs = json_integer_value(json_object_get(c, "syncs"));
   json_int_t skipped = json_integer_value(json_object_get(c, "skipped_rounds"));
@@ -2755,10 +2926,26 @@ static pcp_status_t dec_loop(dec_t* d) {
       }
       dec_round_t* r = dec_round_find(d, d->next_final, false);
       if (!r || !r->opened) {
-        break;
-      }
-      if (pcp_decoupled_round_poll(&r->machine, dec_ms(d, now)) ==
-          PCP_DECOUPLED_ROUND_COLLECTING) {
+        if (d->next_final > d->opened_through ||
+            dec_step_awaited(d, d->next_final)) {
+          break;
+        }
+        // Pulled, and nobody left to answer: skipped (not opened, so
+        // dec_finalize merges nothing).
+        if (!r) {
+          r = dec_round_find(d, d->next_final, true);
+          if (!r) {
+            break;  // every round slot busy: again at the next poll
+          }
+          r->fragment = fragment;
+        }
+        PCP_LOG(PCP_LOG_WARN, &job->log,
+                "decoupled syncer step %" PRIu64
+                ": every learner pulled for it was lost before its delta; "
+                "skipped",
+                d->next_final);
+      } else if (pcp_decoupled_round_poll(&r->machine, dec_ms(d, now)) ==
+                 PCP_DECOUPLED_ROUND_COLLECTING) {
         break;
       }
       status = dec_finalize(d, r, now);
@@ -2915,6 +3102,18 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
               "until step %u",
               learner, ms, until);
     }
+    // Test hook: PCP_DECOUPLED_TEST_LOSE_PULL="<syncer step>" queues no
+    // pull for that step, as if every learner pulled for it were lost
+    // before answering (and back on a new connection, so pulled only from
+    // later steps): the round never opens, and the finalize loop must skip
+    // it rather than wait forever.
+    const char* lose = getenv("PCP_DECOUPLED_TEST_LOSE_PULL");
+    unsigned lose_step = 0;
+    if (lose && sscanf(lose, "%u", &lose_step) == 1 && lose_step > 0) {
+      d->lose_pull_step = lose_step;
+      PCP_LOG(PCP_LOG_WARN, &job->log,
+              "test hook: no learner answers syncer step %u's pull", lose_step);
+    }
     if (d->int4_down) {
       status = dec_down_setup(d);
     }
@@ -3005,6 +3204,7 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     pcp_diloco_job_free(job, l->verify_values);
     pcp_diloco_job_free(job, l->bcast_version);
     pcp_diloco_job_free(job, l->mix_q);
+    pcp_diloco_job_free(job, l->cursor_ring);
     if (l->counters_ready) {
       pcp_decoupled_learner_deinitialize(&l->counters);
     }
