@@ -28,6 +28,8 @@ node manager with three CPU workers on 127.0.0.1, the smallest char GPT.
   "fail" the job fails with DATA_LOSS naming it and both hashes; with
   "resync" the job succeeds, the mismatch is an event and counted, the
   learner got the fragment again and later @mix tasks verify.
+- A worker with PCP_WORKER_TEST_OMIT_HASH=3 answers its first @mix without
+  the hash section: that learner is lost, the job succeeds with three.
 """
 import json
 import os
@@ -396,6 +398,33 @@ def main():
               last.get("workers_alive") == 3 and
               (z_sum.get("param_hash") or {}).get("mismatches") == 2,
               "a learner whose resync mismatches too is dropped; the job "
+              "finishes with the other three")
+
+        # A worker whose 3rd hashed task (the next job's first @mix after
+        # its two @init) answers without the hash section, as a build that
+        # ignores hash_inputs would: that learner is lost, the job goes on
+        # (it failed with INTERNAL before).
+        corrupt.terminate()
+        corrupt.wait(30)
+        wait_for(lambda: len(connected()) == 3, 90, "the corrupt worker gone")
+        omit = subprocess.Popen(
+            [gt.PCP, "--node-manager", "--scale", "1", "--host", "127.0.0.1",
+             "--port", str(gw.fabric_port), "--backend", "cpu",
+             "--api-port", "0"],
+            env=dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN,
+                     POD_NAME="nm-omit", PCP_WORKER_TEST_OMIT_HASH="3"),
+            stderr=open(os.path.join(work, "nm-omit.err"), "w"))
+        extra.append(omit)
+        wait_for(lambda: len(connected()) == 4, 90, "a worker omitting a hash")
+        o_job, o_steps, _ = run(experiment(
+            outer_loop_steps=8, aggregation_strategy="decoupled_diloco",
+            decoupled_diloco=dict(DECOUPLED)))
+        last = o_steps[max(o_steps)] if o_steps else {}
+        first = o_steps[min(o_steps)] if o_steps else {}
+        print("a @mix without its hash: workers alive first %s, last %s" % (
+            first.get("workers_alive"), last.get("workers_alive")))
+        check(last.get("workers_alive") == 3,
+              "a @mix answered without its hash loses that learner; the job "
               "finishes with the other three")
     finally:
         for proc in extra:
