@@ -130,6 +130,7 @@ typedef struct dec_learner_t {
   uint32_t hash_inputs;
   uint8_t hash_want[PCP_SHA256_BYTE_LENGTH];
   bool resync_pending;
+  bool init_mismatch;  // its last @init's hash mismatched (sent again)
   uint32_t resync_fragment;
   uint64_t resync_step;
   // int4 down path: per fragment, the version of the broadcast copy B it
@@ -202,6 +203,7 @@ typedef struct dec_t {
   uint64_t delay_until;
   uint64_t lose_pull_step;  // test hook (PCP_DECOUPLED_TEST_LOSE_PULL)
   char tape_path[1200];
+  uint64_t tape_written;  // records of d->tape in tape_path (0: none yet)
   int64_t last_event_ns;
   uint64_t last_event_tokens;
   // Joins and resume.
@@ -1003,9 +1005,13 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
   if (kind == TASK_INIT) {
     // The fragment's current global values (a full resync for a learner
     // joining or resumed mid-run), copied: the masters may change while the
-    // task is out, and they become the learner's base s.
+    // task is out, and they become the learner's base s. With int4_down
+    // that is the broadcast copy B, not the masters G, so that a joiner
+    // holds what every other learner holds (and gets int4 payloads next).
     PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
-        &d->plan, fragment, job->parameters, l->mix_buf));
+        &d->plan, fragment, d->int4_down ? d->bcast : job->parameters,
+        l->mix_buf));
+    l->task_bcast_version = d->int4_down ? d->bcast_version[fragment] : 0;
     PCP_RETURN_IF_ERROR_BARE(
         pcp_decoupled_plan_scatter(&d->plan, fragment, l->mix_buf, l->base));
     for (uint32_t k = 0; k < count; ++k) {
@@ -1019,6 +1025,10 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
                                         .as = dec_name(d, "pmvs"[g], i)};
       }
     }
+    // Hashed like a @mix: a corrupted full resync is caught here, before
+    // any delta is computed against it (dec_init_hash_check).
+    l->hash_inputs = section_count;
+    pcp_diloco_param_hash(sections, section_count, l->hash_want);
   } else if (kind == TASK_DELTA || kind == TASK_VERIFY) {
     function = (kind == TASK_DELTA && d->int4) ? "delta_int4" : "delta";
     for (int g = 0; g < 2; ++g) {
@@ -1186,14 +1196,32 @@ static uint64_t dec_ms(dec_t* d, int64_t ns) {
   return ns > 0 ? (uint64_t)(ns / 1000000) : 0;
 }
 
-// Appends the tape's bytes to disk (the whole tape rewritten atomically: a
-// small job's tape is a few KiB; a crash leaves the previous one whole).
-static pcp_status_t dec_tape_write(dec_t* d) {
+// Puts the tape's new records on disk. Each round appends only the records
+// recorded since the last write (records are self-delimiting, with a CRC
+// each), no fsync: rewriting and fsyncing the whole tape every round was
+// quadratic in the run's length on the job thread. |full| (checkpoints, the
+// end, the first write, a resumed tape) rewrites it atomically and fsynced:
+// the compaction point, after which a crash leaves it whole; a crash of the
+// machine between two can cut the last appended record, which decoding
+// reports. (Resume reads the checkpoint's own copy of the tape, not this
+// file.)
+static pcp_status_t dec_tape_write(dec_t* d, bool full) {
+  bool append =
+      !full && d->tape_written > 0 && d->tape_written <= d->tape.count;
+  if (append && d->tape_written == d->tape.count) {
+    return pcp_ok_status();  // nothing new
+  }
+  uint64_t first = append ? d->tape_written : 0;
   uint8_t* data = NULL;
   size_t length = 0;
-  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_tape_encode(&d->tape, &data, &length));
-  pcp_status_t status = pcp_file_write_atomic(d->tape_path, data, length);
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_tape_encode_records(
+      &d->tape, first, !append, &data, &length));
+  pcp_status_t status = append
+                            ? pcp_file_append(d->tape_path, data, length)
+                            : pcp_file_write_atomic(d->tape_path, data, length);
   pcp_allocator_free(d->tape.allocator, data);
+  // After a failed append the file's end is unknown: rewrite it next time.
+  d->tape_written = status ? 0 : d->tape.count;
   return status;
 }
 
@@ -1232,29 +1260,44 @@ static pcp_status_t dec_delta_arrived(dec_t* d, uint32_t li, dec_round_t* r,
                                       size_t n_out, int64_t now_ns) {
   dec_learner_t* l = &d->learners[li];
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[r->fragment];
+  // The outputs are the worker's: a malformed result loses that learner
+  // (its values stay out of the round), not the job.
+  char why[160];
   if (n_out != f->tensor_count) {
-    return pcp_make_status(PCP_STATUS_INTERNAL,
-                           "@delta returned %zu tensors, not %u", n_out,
-                           f->tensor_count);
+    snprintf(why, sizeof(why), "@delta returned %zu tensors, not %u", n_out,
+             f->tensor_count);
+    dec_learner_lost(d, li, why);
+    return pcp_ok_status();
   }
   float* values = r->values + (size_t)li * d->frag_max;
+  uint64_t up_bytes = 0;
   for (uint32_t k = 0; k < f->tensor_count; ++k) {
     uint32_t i = f->tensor_indices[k];
     size_t n = (size_t)d->plan.tensor_values[i];
     float* out = values + f->offset_bytes[k] / 4;
     if (d->int4) {
-      PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_int4_decode(
-          outputs[k].data, outputs[k].byte_length, n, d->block, out));
+      pcp_status_t status = pcp_decoupled_int4_decode(
+          outputs[k].data, outputs[k].byte_length, n, d->block, out);
+      if (status) {
+        snprintf(why, sizeof(why),
+                 "@delta_int4 payload of %" PRIu64 " bytes rejected: %s",
+                 outputs[k].byte_length, pcp_status_message(status));
+        pcp_status_ignore(status);
+        dec_learner_lost(d, li, why);
+        return pcp_ok_status();
+      }
     } else if (outputs[k].byte_length != n * sizeof(float)) {
-      return pcp_make_status(PCP_STATUS_INTERNAL,
-                             "@delta returned %" PRIu64 " bytes, not %zu",
-                             outputs[k].byte_length, n * sizeof(float));
+      snprintf(why, sizeof(why), "@delta returned %" PRIu64 " bytes, not %zu",
+               outputs[k].byte_length, n * sizeof(float));
+      dec_learner_lost(d, li, why);
+      return pcp_ok_status();
     } else {
       memcpy(out, outputs[k].data, n * sizeof(float));
     }
-    r->up_bytes += outputs[k].byte_length;
-    d->up_bytes_total += outputs[k].byte_length;
+    up_bytes += outputs[k].byte_length;
   }
+  r->up_bytes += up_bytes;
+  d->up_bytes_total += up_bytes;
   if (d->verify_int4 && d->int4 && !l->verify_done) {
     // Kept for the f32 @delta that follows on the same, unchanged state.
     memcpy(l->verify_values, values, f->value_count * sizeof(float));
@@ -1299,12 +1342,25 @@ static pcp_status_t dec_delta_arrived(dec_t* d, uint32_t li, dec_round_t* r,
 // element within F's bound, scale / 2 of its block (plus the f32 quotient's
 // rounding: the worker divides in f32 where the host codec divides in
 // double, which can move a code at an exact half by one ulp of x/s).
-static pcp_status_t dec_verify(dec_t* d, dec_learner_t* l, uint32_t fragment,
+static pcp_status_t dec_verify(dec_t* d, uint32_t li, uint32_t fragment,
                                const pcp_proto_section_t* outputs,
                                size_t n_out) {
+  dec_learner_t* l = &d->learners[li];
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
-  if (n_out != f->tensor_count) {
-    return pcp_make_status(PCP_STATUS_INTERNAL, "verify: %zu tensors", n_out);
+  // A malformed result (the worker's input) loses the learner, not the job.
+  bool ok = n_out == f->tensor_count;
+  for (uint32_t k = 0; ok && k < f->tensor_count; ++k) {
+    size_t n = (size_t)d->plan.tensor_values[f->tensor_indices[k]];
+    ok = outputs[k].byte_length == n * sizeof(float);
+  }
+  if (!ok) {
+    char why[96];
+    snprintf(why, sizeof(why),
+             "the f32 @delta to verify returned %zu "
+             "outputs of the wrong count or size",
+             n_out);
+    dec_learner_lost(d, li, why);
+    return pcp_ok_status();
   }
   for (uint32_t k = 0; k < f->tensor_count; ++k) {
     size_t n = (size_t)d->plan.tensor_values[f->tensor_indices[k]];
@@ -1487,10 +1543,15 @@ static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li, int kind,
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[l->task_fragment];
   if (n_out != 2 * (size_t)f->tensor_count + 1 ||
       outputs[n_out - 1].byte_length != PCP_SHA256_BYTE_LENGTH) {
-    return pcp_make_status(PCP_STATUS_INTERNAL,
-                           "@mix of %s returned %zu outputs without its input "
-                           "hash",
-                           l->worker_id, n_out);
+    // The worker's result (an older build that ignores hash_inputs, a
+    // truncated section): that learner is lost, the job goes on.
+    char why[96];
+    snprintf(why, sizeof(why),
+             "@mix returned %zu outputs without its input "
+             "hash",
+             n_out);
+    dec_learner_lost(d, li, why);
+    return pcp_ok_status();
   }
   bool match = false;
   PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
@@ -1504,6 +1565,42 @@ static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li, int kind,
     l->resync_pending = true;
     l->resync_fragment = l->task_fragment;
     l->resync_step = l->task_step;
+  }
+  return pcp_ok_status();
+}
+
+// The hash an @init returned (its last output, after the 4 per tensor)
+// against l->hash_want, as dec_mix_hash_check does for a @mix: a malformed
+// result loses the learner; a mismatch is the job's event (and its failure
+// with on_param_mismatch "fail"); with "resync" the @init of the fragment
+// is sent again (init_next stays), and a second mismatch loses the
+// learner. *out_match true when the learner holds the values it was sent.
+static pcp_status_t dec_init_hash_check(dec_t* d, uint32_t li,
+                                        const pcp_proto_section_t* outputs,
+                                        size_t n_out, bool* out_match) {
+  dec_learner_t* l = &d->learners[li];
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[l->task_fragment];
+  *out_match = false;
+  if (n_out != 4 * (size_t)f->tensor_count + 1 ||
+      outputs[n_out - 1].byte_length != PCP_SHA256_BYTE_LENGTH) {
+    char why[96];
+    snprintf(why, sizeof(why),
+             "@init returned %zu outputs without its input "
+             "hash",
+             n_out);
+    dec_learner_lost(d, li, why);
+    return pcp_ok_status();
+  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
+      d->job, l->worker_id, d->state->global_step, l->hash_want,
+      outputs[n_out - 1].data, out_match));
+  if (*out_match) {
+    l->init_mismatch = false;
+  } else if (l->init_mismatch) {
+    dec_learner_lost(d, li, "parameter hash mismatch on its @init sent again");
+  } else {
+    l->init_mismatch = true;
+    ++d->resyncs;
   }
   return pcp_ok_status();
 }
@@ -1603,7 +1700,7 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
   } else {
     ++d->skipped_rounds;
   }
-  PCP_RETURN_IF_ERROR_BARE(dec_tape_write(d));
+  PCP_RETURN_IF_ERROR_BARE(dec_tape_write(d, false));
   job->outer_step = d->syncs + d->skipped_rounds;
   job->last_loss = dec_mean_loss(d);
   job->last_loss_mean = job->last_loss;
@@ -1709,11 +1806,15 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   size_t n_out = 0;
   pcp_status_t status = pcp_fabric_task_outputs(task, &outputs, &n_out);
   if (!status && kind == TASK_INIT) {
-    // @init sent the masters: B's version 1 while the fragment has not
-    // synced (then G = B), unknown after.
-    if (d->int4_down && l->bcast_version &&
-        d->bcast_version[l->task_fragment] == 1) {
-      l->bcast_version[l->task_fragment] = 1;
+    bool match = false;
+    status = dec_init_hash_check(d, li, outputs, n_out, &match);
+    if (status || !match) {
+      pcp_fabric_task_release(task);
+      return status;  // lost, or its @init of this fragment is sent again
+    }
+    // @init sent B (int4_down) at the version captured when it was sent.
+    if (d->int4_down && l->bcast_version) {
+      l->bcast_version[l->task_fragment] = l->task_bcast_version;
     }
     ++l->init_next;
     if (l->joining && l->init_next == d->plan.fragment_count) {
@@ -1775,11 +1876,16 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
       ++d->dropped_pulls;  // its round closed while the delta was out
     }
   } else if (!status && kind == TASK_VERIFY) {
-    status = dec_verify(d, l, l->task_fragment, outputs, n_out);
+    status = dec_verify(d, li, l->task_fragment, outputs, n_out);
   } else if (!status && (kind == TASK_MIX || kind == TASK_RESYNC)) {
     status = dec_mix_hash_check(d, li, kind, outputs, n_out);
     // The gateway's view of the learner: the values it was sent (after a
-    // mismatch too: the resync that follows makes them true).
+    // mismatch too: the resync that follows makes them true). Nothing more
+    // for a learner the check lost.
+    if (!status && !l->alive) {
+      pcp_fabric_task_release(task);
+      return pcp_ok_status();
+    }
     if (!status) {
       status = pcp_decoupled_plan_scatter(&d->plan, l->task_fragment,
                                           l->mix_buf, l->base);
@@ -2349,6 +2455,7 @@ static pcp_status_t dec_learner_admit(dec_t* d, uint32_t k,
   // Nothing of the old session is held: no resync due, and the broadcast
   // copy's versions unknown (its first @mix of each fragment is f32).
   l->resync_pending = false;
+  l->init_mismatch = false;
   l->hash_inputs = 0;
   if (l->bcast_version) {
     memset(l->bcast_version, 0,
@@ -2535,6 +2642,12 @@ static pcp_status_t dec_checkpoint(dec_t* d) {
   char hex[PCP_SHA256_HEX_LENGTH + 1];
   status = pcp_diloco_job_state_file_write(job, "decoupled-tape", data, length,
                                            name, hex);
+  if (!status) {
+    // The compaction point of the job's own tape file (dec_tape_write): the
+    // same bytes, rewritten whole and fsynced.
+    status = pcp_file_write_atomic(d->tape_path, data, length);
+    d->tape_written = status ? 0 : d->tape.count;
+  }
   pcp_allocator_free(d->tape.allocator, data);
   PCP_RETURN_IF_ERROR_BARE(status);
   json_t* learners = json_array();
@@ -2892,7 +3005,7 @@ static pcp_status_t dec_recover(dec_t* d) {
           " records replayed to the checkpoint's state, "
           "%u learners back",
           d->resumed_at, job->outer_step, d->tape.count, live_count);
-  return dec_tape_write(d);
+  return dec_tape_write(d, true);
 }
 
 static pcp_status_t dec_loop(dec_t* d) {
@@ -3143,8 +3256,9 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
   }
   bool replayed = false;
   if (!status) {
-    // The applies after the last round are on the tape too.
-    status = dec_tape_write(d);
+    // The applies after the last round are on the tape too (rewritten
+    // whole and fsynced: the end of the run).
+    status = dec_tape_write(d, true);
   }
   if (!status) {
     status = dec_tape_check(d, &replayed);
