@@ -8,6 +8,7 @@ target_sources(pcp_workloads PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/train/model_path.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/service.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/service_stream.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/service_ddp.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/service_decoupled.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/waits.c)
 target_link_libraries(pcp_workloads PUBLIC pcp_config pcp_store pcp_fabric

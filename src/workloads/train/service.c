@@ -2617,6 +2617,12 @@ static pcp_status_t job_run(const pcp_diloco_job_options_t* options) {
     // A checkpoint written when the data ran out ends the job again.
     job.epochs_done = epochs_trained(&job) >= (double)job.config.max_epochs;
   }
+  if (!status && pcp_diloco_ddp_selected(&job)) {
+    status = pcp_diloco_ddp_run(&job);
+    pcp_diloco_job_waker_detach(&job);
+    job_deinitialize(&job);
+    return status;
+  }
   if (!status && pcp_diloco_decoupled_selected(&job)) {
     status = pcp_diloco_decoupled_run(&job);
     pcp_diloco_job_waker_detach(&job);

@@ -2,8 +2,9 @@
 //
 // Internal to the training service (service.c: the job, set-up,
 // checkpoints, programs and classic DiLoCo rounds; service_stream.c:
-// streaming DiLoCo). Not part of the workloads module's public surface:
-// only those two files include it. Thread-compatible like the job itself
+// streaming DiLoCo; service_decoupled.c and service_ddp.c, the other
+// modes). Not part of the workloads module's public surface: only those
+// files include it. Thread-compatible like the job itself
 // (one thread runs a job).
 
 #ifndef PCP_WORKLOADS_TRAIN_SERVICE_IMPL_H_
@@ -401,6 +402,11 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_stream_run(job_t* job);
 // job to its end (OK), a stop (CANCELLED) or a failure.
 bool pcp_diloco_decoupled_selected(const job_t* job);
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_decoupled_run(job_t* job);
+// The synchronous data-parallel baseline (service_ddp.c): whether the
+// experiment selects it (`"aggregation_strategy": "ddp"`), and the run of
+// the set-up job to its end (OK), a stop (CANCELLED) or a failure.
+bool pcp_diloco_ddp_selected(const job_t* job);
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_ddp_run(job_t* job);
 // The fragment module of decoupled DiLoCo (@init, @delta, @delta_int4 when
 // |int4|, @mix) for |fragment| of |plan| over |table|, as StableHLO text.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_fragment_module_emit(
