@@ -424,6 +424,9 @@ def main():
             print("diloco_comm: ddp not available (%s); no ratio" % missing)
             return 1
         ddp, dec = results["ddp"], results["decoupled_int4"]
+        for mode, r in results.items():
+            print("%-15s loss at inner step: %s" % (mode, " ".join(
+                "%d:%.3f" % (at, loss) for at, loss in r["curve"][-8:])))
         print()
         print("%-15s %14s %12s %14s %12s %10s" % (
             "mode", "bytes/worker", "B/token", "sync/worker", "vs ddp",
@@ -446,13 +449,16 @@ def main():
         n = dec["n"] or 1
         frags = 2
         per_full_sync = dec["sync"] / args.workers / syncs * frags
-        other_per_step = (dec["net"] - dec["sync"] / args.workers) / \
-            dec["steps"]
+        # The initial parameters (4N down, once: @init builds the rest of
+        # the state on the worker) are one-off, not per step.
+        other_per_step = (dec["net"] - dec["sync"] / args.workers -
+                          4 * (dec["n"] or 0)) / dec["steps"]
         ddp_per_step = ddp["net"] / ddp["steps"]
         print("decoupled+int4 measured: %.0f bytes per worker per sync of "
               "the whole model (%d fragment syncs, %.2f B/parameter), "
               "%.0f bytes per worker per local step besides the syncs "
-              "(tokens, losses, task framing, heartbeats, initial state); "
+              "(tokens, losses, task frames, heartbeats; the initial 4N "
+              "parameters excluded); "
               "ddp %.0f bytes per worker per step (%.2f B/parameter)" % (
                   per_full_sync, syncs, per_full_sync / n, other_per_step,
                   ddp_per_step, ddp_per_step / n))
