@@ -10,7 +10,8 @@ the programs are compiled and every worker has fetched them over its link:
 one-off costs, printed, not in the timing), then the measured job: the
 clock starts at its submit and stops at the first progress report whose
 smoothed training loss (the mean of the last 3 reports: every `tau` = 10
-steps for ddp, every fragment sync = every 10 syncer steps for decoupled)
+steps for ddp; for decoupled every fragment sync: with sync_interval_h 20
+and 2 fragments at offsets 0 and 1, syncer steps 20k and 20k + 1)
 is at or under the target; the job is then cancelled. A job that does not
 reach the target within its steps or its time budget gives its time to
 budget and the loss it reached (every wait is bounded).
@@ -19,8 +20,8 @@ Model: the char GPT of the end-to-end test (2 layers, width 192, block 64,
 batch 16: ~0.91M parameters; --quick: 1 layer, ~0.47M, target 2.9). ddp moves 8 bytes per parameter per worker
 per step (gradients up, the average down): ~7.3 MB, 0.58 s of a 100 Mbit/s
 link, against ~0.2-0.4 s of compute per step on this machine. Decoupled
-syncs one of 2 fragments every 10 steps (sync_interval_h 20): int4 deltas
-up and the merged fragment down in f32.
+syncs each of its 2 fragments once per 20 steps (sync_interval_h 20,
+offsets 0 and 1): int4 deltas up and the merged fragment down in f32.
 
 Last line: `slow_link ratio=<x>`, x = ddp's seconds to the target /
 decoupled's (when ddp misses the target: its time to budget, a lower bound
@@ -49,19 +50,24 @@ SMOOTH = 3
 
 def run_to_target(pc, body, mode, target, budget):
     """Submits |body| and polls its step events: (seconds to the target or
-    None, seconds run, last smoothed loss, reports, state)."""
+    None, seconds run, last smoothed loss, reports, job id, inner step of
+    the last report)."""
     t0 = time.time()
     s, r = pc.request("POST", "/v1/training/jobs", body)
     if s != 202:
         raise RuntimeError("%s job not accepted: %s %s" % (mode, s, r))
     job = r["job_id"]
     reached, smoothed, reports, state = None, float("nan"), 0, "running"
+    at = 0
     while time.time() - t0 < budget:
         s, ev = pc.request("GET", "/v1/jobs/%s/events" % job)
-        losses = [e["payload"]["loss"] for e in (ev or {}).get("events", [])
-                  if e["type"] == "training.step" and
-                  isinstance(e["payload"].get("loss"), (int, float))]
+        steps = [e["payload"] for e in (ev or {}).get("events", [])
+                 if e["type"] == "training.step" and
+                 isinstance(e["payload"].get("loss"), (int, float))]
+        losses = [p["loss"] for p in steps]
         reports = len(losses)
+        if steps:
+            at = dc.inner_steps_of(mode, body, steps[-1])
         if losses:
             tail = losses[-SMOOTH:]
             smoothed = sum(tail) / len(tail)
@@ -82,7 +88,7 @@ def run_to_target(pc, body, mode, target, budget):
     if state == "failed":
         raise RuntimeError("%s job %s failed: %s" % (
             mode, job, pc.request("GET", "/v1/training/jobs/" + job)[1]))
-    return reached, wall, smoothed, reports, job
+    return reached, wall, smoothed, reports, job, at
 
 
 def main():
@@ -140,8 +146,8 @@ def main():
                       args.rate, time.time() - t_up, model["layers"], target,
                       steps, budget), flush=True)
             for mode in ("ddp", "decoupled_int4"):
-                # H 20 with 2 fragments: one fragment sync every 10 steps,
-                # the ddp report cadence (tau 10).
+                # H 20 with 2 fragments: the whole model every 20 steps
+                # (ddp reports every tau = 10).
                 warm = dc.experiment(mode, model, 20, 20 if mode !=
                                      "ddp" else tau, data)
                 if mode == "ddp":
@@ -174,7 +180,7 @@ def main():
                 before = [pc.link_bytes(i) for i in range(1, 5)]
                 body = dc.experiment(mode, model, steps, 20 if mode != "ddp"
                                      else tau, data)
-                reached, wall, loss, reports, job_id = run_to_target(
+                reached, wall, loss, reports, job_id, at = run_to_target(
                     pc, body, mode, target, budget)
                 after = [pc.link_bytes(i) for i in range(1, 5)]
                 link = [(a[0] - b[0], a[1] - b[1])
@@ -183,13 +189,14 @@ def main():
                 results[mode] = {"reached": reached, "wall": wall,
                                  "loss": loss, "n": n}
                 print("%-15s N=%d warm-up %.1f s; %s after %.1f s "
-                      "(%d reports, smoothed loss %.4f); tbf bytes per "
+                      "(%d reports, inner step %d, %.2f s per step, "
+                      "smoothed loss %.4f); tbf bytes per "
                       "worker link up/down %s; busiest link direction "
                       "%.1f s of %s" % (
                           mode, n, warm_s,
                           "target reached" if reached else
                           "target NOT reached, stopped", reached or wall,
-                          reports, loss,
+                          reports, at, (reached or wall) / max(1, at), loss,
                           " ".join("%d/%d" % x for x in link), busy,
                           args.rate), flush=True)
                 if mode == "ddp" and reports:
@@ -197,7 +204,7 @@ def main():
                     print("ddp: 8 x N = %d bytes per worker per step, "
                           "%.2f s of link time; %.2f s per step measured" % (
                               8 * n, per_step,
-                              (reached or wall) / (reports * tau)),
+                              (reached or wall) / max(1, at)),
                           flush=True)
     except pcp_cluster.PcpClusterError as e:
         print("slow_link: the cluster did not come up: %s" % e,
