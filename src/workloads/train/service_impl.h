@@ -44,6 +44,9 @@
 // Cursor kinds of the checkpoint image (its opaque cursor is JSON).
 #define CURSOR_KIND_CLASSIC "pcp.diloco.stateless.v1"
 #define CURSOR_KIND_STREAMING "pcp.diloco.streaming.v1"
+// Decoupled DiLoCo: the cursor's "decoupled" object (service_decoupled.c)
+// holds the syncer's counters, the learners and the tape's side file.
+#define CURSOR_KIND_DECOUPLED "pcp.diloco.decoupled.v1"
 
 typedef struct program_t {
   char backend[16];
@@ -205,7 +208,8 @@ typedef struct job_t {
   // Streaming: the cursor's "streaming" object the next checkpoint_write
   // stores (set by the streaming loop), and the one job_resume loaded with
   // the directory of its checkpoint file (the workers' state file is beside
-  // it).
+  // it). Decoupled DiLoCo uses the same two fields for its "decoupled"
+  // object (the tape's side file is beside the checkpoint).
   json_t* stream_cursor;
   json_t* stream_resume;
   char stream_resume_dir[1300];
@@ -408,10 +412,19 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_decoupled_run(job_t* job);
 bool pcp_diloco_ddp_selected(const job_t* job);
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_ddp_run(job_t* job);
 // The fragment module of decoupled DiLoCo (@init, @delta, @delta_int4 when
-// |int4|, @mix) for |fragment| of |plan| over |table|, as StableHLO text.
+// |int4|, @mix, @mix_int4 when |int4_down|) for |fragment| of |plan| over
+// |table|, as StableHLO text.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_fragment_module_emit(
     const pcp_models_parameter_table_t* table, const pcp_decoupled_plan_t* plan,
-    uint32_t fragment, bool int4, uint32_t block, pcp_string_builder_t* b);
+    uint32_t fragment, bool int4, bool int4_down, uint32_t block,
+    pcp_string_builder_t* b);
+
+// Writes <job dir>/|file_name|: |data| as an int32 NPY 1.0 array of
+// |shape| (rank 1..8), atomically: token batches a test recomputes outside
+// PCP (eval_batches.npy, ddp_first_batches.npy).
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_npy_i32_write(
+    job_t* job, const char* file_name, const int64_t* shape, size_t rank,
+    const int32_t* data);
 
 // Memory of a job from job->allocator, NULL when it fails, like malloc and
 // calloc (the callers check for NULL and say RESOURCE_EXHAUSTED with what
