@@ -152,8 +152,10 @@ def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
                  "fragment_strategy": "balanced_tensor",
                  "learner_alpha": 0.0, "outer_learning_rate": 1.0}
         if mode == "decoupled_int4":
+            # int4 both ways: deltas up, and the merged fragment down as
+            # the int4 change of the broadcast copy (int4_down).
             block.update(outer_gradient_compression="int4",
-                         int4_block_size=64)
+                         int4_block_size=64, int4_down=True)
         e.update(aggregation_strategy="decoupled_diloco", tau=tau,
                  outer_loop_steps=steps, decoupled_diloco=block)
     else:
