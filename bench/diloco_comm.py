@@ -155,7 +155,7 @@ def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
             # int4 both ways: deltas up, and the merged fragment down as
             # the int4 change of the broadcast copy (int4_down).
             block.update(outer_gradient_compression="int4",
-                         int4_block_size=64, int4_down=True)
+                         int4_block_size=64, int4_down="on")
         e.update(aggregation_strategy="decoupled_diloco", tau=tau,
                  outer_loop_steps=steps, decoupled_diloco=block)
     else:
@@ -285,8 +285,10 @@ def run_job(req, body, seconds):
     wait_for("job %s (%s)" % (job_id, body["name"]), finished, seconds,
              period=0.5)
     if finished.last.get("state") != "succeeded":
-        raise RuntimeError("job %s: %s" % (job_id, json.dumps(
-            finished.last)[:600]))
+        raise RuntimeError("job %s (%s) %s: %s" % (
+            job_id, body["name"], finished.last.get("state"),
+            json.dumps(finished.last.get("error",
+                                         finished.last))[:600]))
     return job_id, finished.last, time.time() - t0
 
 
