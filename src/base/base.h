@@ -433,6 +433,13 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_file_write_atomic(const char* path,
                                                        const void* data,
                                                        size_t byte_length);
 
+// Appends |data| to the existing file |path| (not created: NOT_FOUND when
+// absent) without fsync: it survives the process, not the machine. A
+// failed append may leave part of |data| written.
+PCP_MUST_USE_RESULT pcp_status_t pcp_file_append(const char* path,
+                                                 const void* data,
+                                                 size_t byte_length);
+
 // Creates |path| and its parents (mode 0755). Existing directories are fine.
 PCP_MUST_USE_RESULT pcp_status_t pcp_file_make_directories(const char* path);
 

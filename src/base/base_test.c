@@ -293,9 +293,19 @@ static void file_write_atomic_and_bounded_read(void** state) {
   free(data);
   pcp_status_t s = pcp_file_read_all(path, 4, &data, &n);
   assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_RESOURCE_EXHAUSTED);
+  // Appends land after what is there; no file, no append.
+  assert_null(pcp_file_append(path, " world", 6));
+  assert_null(pcp_file_append(path, "", 0));
+  assert_null(pcp_file_read_all(path, 100, &data, &n));
+  assert_int_equal(n, 11);
+  assert_string_equal(data, "hello world");
+  free(data);
   unlink(path);
   s = pcp_file_read_all(path, 100, &data, &n);
   assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_NOT_FOUND);
+  s = pcp_file_append(path, "x", 1);
+  assert_int_equal(pcp_status_consume_code(s), PCP_STATUS_NOT_FOUND);
+  assert_false(pcp_file_exists(path));
 }
 
 // A file's hash over more than one 1 MiB piece equals the one-shot hash of

@@ -68,6 +68,31 @@ pcp_status_t pcp_file_read_all(const char* path, size_t max_byte_length,
   return pcp_ok_status();
 }
 
+pcp_status_t pcp_file_append(const char* path, const void* data,
+                             size_t byte_length) {
+  // No O_CREAT: appending to a file that is gone (or was never written
+  // whole) would make a file without its head.
+  int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0)
+    return pcp_status_from_errno(errno, "opening '%s' to append", path);
+  const uint8_t* bytes = data;
+  size_t done = 0;
+  while (done < byte_length) {
+    ssize_t w = write(fd, bytes + done, byte_length - done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0) {
+      int err = errno;
+      close(fd);
+      return pcp_status_from_errno(err, "appending to '%s'", path);
+    }
+    done += (size_t)w;
+  }
+  if (close(fd) != 0)
+    return pcp_status_from_errno(errno, "closing '%s'", path);
+  return pcp_ok_status();
+}
+
 pcp_status_t pcp_file_write_atomic(const char* path, const void* data,
                                    size_t byte_length) {
   char temp[PATH_MAX];

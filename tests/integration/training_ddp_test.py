@@ -31,9 +31,11 @@ every tau = 10.
   hashed tasks flip a bit of the parameters they hash) joins; C's id sorts
   first.
   With resync, the 3-worker job reports a training.param_hash_mismatch
-  naming C at step 2, the reference is the hash the other two hold, C is
+  naming C at step 2, the reference is the hash the other two hold (the
+  event's reference_worker is one of them, its policy "drop"), C is
   dropped and the job succeeds on two verified workers. With fail, C's
-  5th hashed task (the next job's step 3) fails the job naming C.
+  5th hashed task (the next job's step 3) fails the job naming C against
+  a reference worker (no "gateway's" hash: ddp keeps none).
 """
 import json
 import math
@@ -243,10 +245,15 @@ def mismatch(work, fabric_port):
         workers = [steps[k]["workers"] for k in sorted(steps)]
         print("resync: workers per step %s, mismatch events %s" % (
             workers, [(e["step"], e["worker_id"]) for e in events]))
+        # ddp holds no gateway copy: the event names the reference worker
+        # (the majority's, not the corrupting one although it is first by
+        # id) and says the worker was dropped.
         check(len(events) == 1 and events[0]["worker_id"] == bad and
-              events[0]["step"] == 2 and events[0]["policy"] == "resync" and
-              events[0]["worker_sha256"] != events[0]["gateway_sha256"],
-              "one mismatch event naming the corrupting worker at step 2")
+              events[0]["step"] == 2 and events[0]["policy"] == "drop" and
+              events[0].get("reference_worker") not in (None, bad) and
+              events[0]["worker_sha256"] != events[0]["reference_sha256"],
+              "one mismatch event naming the corrupting worker at step 2 "
+              "and a healthy reference worker: %s" % events)
         check(workers == [3, 2, 2, 2] and
               steps[4]["param_hash"]["verified_step"] == 4 and
               steps[4]["param_hash"]["mismatches"] == 1,
@@ -261,9 +268,12 @@ def mismatch(work, fabric_port):
         s, r = request("GET", "/v1/training/jobs/%s" % job)
         error = r.get("error", "")
         print("fail: %s: %s" % (r.get("state"), error))
-        check(r.get("state") == "failed" and bad in error and
+        check(r.get("state") == "failed" and
+              ("worker %s holds" % bad) in error and
+              "reference worker" in error and "gateway" not in error and
               "on_param_mismatch: fail" in error,
-              "the fail job failed naming the corrupting worker")
+              "the fail job failed naming the corrupting worker against a "
+              "reference worker")
     finally:
         nm.terminate()
         try:

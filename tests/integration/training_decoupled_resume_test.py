@@ -26,6 +26,7 @@ smallest char GPT of training_decoupled_test.py.
   sync. A classic job on that checkpoint, a decoupled job with another H and
   a corrupted tape file fail with a clear error.
 """
+import json
 import os
 import shutil
 import struct
@@ -90,6 +91,62 @@ def tape_records(path):
             "<QBQII", payload, 0)
         out.append((kind, step, frag, learner))
     return out
+
+
+def checkpoint_cursor(path):
+    """The cursor JSON of a DiLoCo checkpoint image (diloco_checkpoint.c:
+    its length at byte 56, the text just before the SHA-256 trailer)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    length = struct.unpack_from("<Q", data, 56)[0]
+    return json.loads(data[len(data) - 32 - length:len(data) - 32])
+
+
+def checkpoints(job):
+    """The cursors of the job's checkpoints (a relative path is under the
+    state dir)."""
+    paths = sorted(set(os.path.join(WORK, "state", e["payload"]["path"])
+                       for e in te.events(job) if e["type"] == "checkpoint"))
+    return [checkpoint_cursor(p) for p in paths if os.path.exists(p)]
+
+
+def sampler_check(job, name, exact):
+    """Every checkpoint's sampler cursors are those after local step
+    min(its step, next_final - 1), where a resume restarts it: a learner
+    that ran ahead of the last closed round must draw those batches again.
+    Each local step draws one window of batch * block_size tokens (random
+    sampling: position counts them, modulo the shard, epoch 0 here). Not
+    |exact|: a learner's step may be ahead of its draws (a resume puts a
+    laggard at the resume step, a rejoin at the closed steps), so the
+    draws are at most that."""
+    window = dt.MODEL["batch"] * dt.MODEL["block_size"]
+    bad, seen, ahead = [], 0, 0
+    for c in checkpoints(job):
+        dec = c.get("decoupled", {})
+        at = dec.get("next_final", 0) - 1
+        for k, x in enumerate(dec.get("learners", [])):
+            cur = json.loads(x["sampler"])
+            want = min(x["step"], at)
+            seen += 1
+            ahead += x["step"] > at
+            draws = cur["position"] // window
+            if (cur["epoch"] != 0 or cur["position"] % window or
+                    draws > want or (exact and draws != want)):
+                bad.append((at, k, x["step"], draws))
+    check(seen >= 3 and not bad,
+          "%s: %d learner cursors in its checkpoints (%d ahead of the "
+          "resume step) are those of min(step, next_final - 1); off "
+          "(syncer step, learner, step, draws): %s" % (name, seen, ahead, bad))
+
+
+def adam_steps_check(summary, name, since):
+    """AdamW's t restarts with the moments: every learner's adam_step is
+    its local steps since |since| (its @init), not its global step."""
+    got = [(x["step"], x["adam_step"]) for x in summary.get(
+        "learner_steps", [])]
+    check(got and all(a == s - since for s, a in got),
+          "%s: AdamW's t counts from the resume's full resync at syncer step "
+          "%s (step, adam_step): %s" % (name, since, got))
 
 
 def experiment(steps=STEPS, **extra):
@@ -191,6 +248,16 @@ def main():
         check(summary.get("tokens_computed", 0) > two,
               "tokens from the joiner: %s computed > %d for two learners" % (
                   summary.get("tokens_computed"), two))
+        # Its @init reset AdamW's moments: its t starts at 1 there, not at
+        # the global step it (re)joined at (bias corrections of a fresh run).
+        got = {x["learner"]: (x["step"], x["adam_step"])
+               for x in summary.get("learner_steps", [])}
+        check(got.get(1) == (J_STEPS, J_STEPS) and
+              got.get(2) == (J_STEPS, J_STEPS) and
+              got.get(3, (0, 0))[0] == J_STEPS and
+              0 < got[3][1] < J_STEPS,
+              "the joiner's AdamW t counts its own steps, the others' the "
+              "run's (step, adam_step): %s" % got)
 
         # Run A: three learners, uninterrupted.
         t0 = time.time()
@@ -198,6 +265,7 @@ def main():
         a_losses, a_tail = dt.loss_tail(a_steps)
         print("run A: %.1f s, losses %s" % (
             a_wall, " ".join("%.3f" % x for x in a_losses)))
+        sampler_check(a, "run A", True)
         check(sorted(a_steps[1]["participants"]) == [1, 2, 3],
               "run A starts with three learners")
 
@@ -236,6 +304,11 @@ def main():
         check(sorted(x["learner"] for x in acts
                      if x["done"] == "full_resync") == [1, 2, 3],
               "every learner resynced in full: %s" % acts)
+        adam_steps_check(summary, "run B",
+                         summary.get("resumed_at_syncer_step"))
+        # Across the resume too: the restored cursor is the one of the
+        # step it restarts at.
+        sampler_check(b, "run B", False)
         check(summary.get("syncs") == len(WANT) and
               summary.get("tape_replayed") is True and
               summary.get("resume_tape_replayed") is True,
@@ -266,6 +339,7 @@ def main():
                                             len(scheduled(STEPS + 8)) + 1)),
               "run E continues at outer step %d: %s" % (
                   len(WANT) + 1, sorted(e_steps)))
+        adam_steps_check(dt.summary_of(e), "run E", STEPS)
         tape = os.path.join(work, "state", "training", e, "decoupled.tape")
         synced = [r[1] for r in tape_records(tape) if r[0] == 1]
         check(synced == scheduled(STEPS + 8),
@@ -289,6 +363,13 @@ def main():
                             decoupled_diloco=dict(DECOUPLED,
                                                   sync_interval_h=8)),
               ["H=4", "H=8"], "a decoupled job with another H")
+        fails(dt.experiment(outer_loop_steps=STEPS + 8, resume=True,
+                            checkpoint_dir=ckpt_b,
+                            aggregation_strategy="decoupled_diloco",
+                            decoupled_diloco=dict(
+                                DECOUPLED, fragment_strategy="strided")),
+              ["decoupled_diloco.fragment_strategy", "must keep it"],
+              "a decoupled job with another fragment_strategy")
         bad = os.path.join(work, "state", "ckpt-bad")
         shutil.copytree(ckpt_b, bad)
         for name in os.listdir(bad):
@@ -299,6 +380,30 @@ def main():
         fails(experiment(STEPS + 8, resume=True, checkpoint_dir=bad),
               ["does not match its checkpoint", "SHA-256"],
               "a corrupted tape file")
+
+        # Run X: no learner answers syncer step 5's pull (gateway hook: as
+        # if every learner pulled for it were lost before its delta and
+        # came back later, pulled only from later steps). The round never
+        # opens; it is skipped, where the job used to wait forever.
+        gw.proc.terminate()
+        gw.proc.wait()
+        os.environ["PCP_DECOUPLED_TEST_LOSE_PULL"] = "5"
+        gw.start()
+        del os.environ["PCP_DECOUPLED_TEST_LOSE_PULL"]
+        wait_for(lambda: request("GET", "/v1/workers")[1]["counts"][
+            "connected"] == 3, 90, "three workers back")
+        x = te.submit(experiment(16))
+        te.wait_done(x, 90)
+        x_steps = te.steps_of(x)
+        skipped = sorted(p["syncer_step"] for p in x_steps.values()
+                         if p.get("skipped"))
+        x_sum = dt.summary_of(x)
+        check(te.state_of(x) == "succeeded" and skipped == [5] and
+              x_sum.get("skipped_rounds") == 1 and
+              x_sum.get("syncs") == len(scheduled(16)) - 1,
+              "run X: a pulled step nobody answers is skipped, the job "
+              "completes (%s, skipped %s, summary syncs %s)" % (
+                  te.state_of(x), skipped, x_sum.get("syncs")))
     finally:
         if third:
             third.kill()

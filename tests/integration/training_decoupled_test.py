@@ -22,11 +22,14 @@ node manager with three CPU workers on 127.0.0.1, the smallest char GPT.
 - int4 on the down path: Q (int4_down auto: on) against D (the same with
   int4_down off): the fragments sent down are ~7x fewer bytes, the measured
   gateway_out differs by what the gateway counted, the losses are close.
-- A fourth worker with PCP_WORKER_TEST_CORRUPT_PARAM=2,4 (its 2nd and 4th
-  hashed tasks flip a bit of what they received): with on_param_mismatch
+- A fourth worker with PCP_WORKER_TEST_CORRUPT_PARAM=4,8,... (its 4th and
+  8th hashed tasks, each job's 2nd @mix after its two hashed @init, flip a
+  bit of what they received): with on_param_mismatch
   "fail" the job fails with DATA_LOSS naming it and both hashes; with
   "resync" the job succeeds, the mismatch is an event and counted, the
   learner got the fragment again and later @mix tasks verify.
+- A worker with PCP_WORKER_TEST_OMIT_HASH=3 answers its first @mix without
+  the hash section: that learner is lost, the job succeeds with three.
 """
 import json
 import os
@@ -320,17 +323,19 @@ def main():
               "without the slow learner)" % (
                   l_sum.get("goodput", 0), f_sum.get("goodput", 0)))
 
-        # A fourth worker whose 2nd, 4th, 11th and 12th hashed tasks flip a
-        # bit of what they received (the 2nd: the fail job's; the 4th: the
-        # resync job's 2nd @mix; that job hashes 6 @mix and 1 resync, so
-        # the 11th and 12th are the third job's 2nd @mix and its resync).
+        # A fourth worker whose 4th, 8th, 17th and 18th hashed tasks flip a
+        # bit of what they received. Each job hashes its two @init (full
+        # resyncs of the 2 fragments) first, so the 4th is the fail job's
+        # 2nd @mix; the 8th the resync job's 2nd @mix; that job hashes 2
+        # @init, 6 @mix and 1 resync, so the 17th and 18th are the third
+        # job's 2nd @mix and its resync.
         corrupt = subprocess.Popen(
             [gt.PCP, "--node-manager", "--scale", "1", "--host", "127.0.0.1",
              "--port", str(gw.fabric_port), "--backend", "cpu",
              "--api-port", "0"],
             env=dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN,
                      POD_NAME="nm-corrupt",
-                     PCP_WORKER_TEST_CORRUPT_PARAM="2,4,11,12"),
+                     PCP_WORKER_TEST_CORRUPT_PARAM="4,8,17,18"),
             stderr=open(os.path.join(work, "nm-corrupt.err"), "w"))
         extra.append(corrupt)
         before = set(connected())
@@ -377,7 +382,7 @@ def main():
               "again) and the last sync's @mix verified: %s, resyncs %s, "
               "f32 sends %s" % (ph, y_sum.get("resyncs"),
                                 y_sum.get("down_f32_sends")))
-        hashed = y_sum.get("syncs", 0) + 1
+        hashed = 2 + y_sum.get("syncs", 0) + 1
         z_job, z_steps, _ = run(experiment(
             outer_loop_steps=12, aggregation_strategy="decoupled_diloco",
             decoupled_diloco=dict(DECOUPLED)))
@@ -388,11 +393,38 @@ def main():
         print("corrupted twice: %d mismatches, workers alive at the end %s "
               "(the resync job hashed %d tasks on it)" % (
                   len(found), last.get("workers_alive"), hashed))
-        check(hashed == 7 and len(found) == 2 and
+        check(hashed == 9 and len(found) == 2 and
               all(f["worker_id"] == bad for f in found) and
               last.get("workers_alive") == 3 and
               (z_sum.get("param_hash") or {}).get("mismatches") == 2,
               "a learner whose resync mismatches too is dropped; the job "
+              "finishes with the other three")
+
+        # A worker whose 3rd hashed task (the next job's first @mix after
+        # its two @init) answers without the hash section, as a build that
+        # ignores hash_inputs would: that learner is lost, the job goes on
+        # (it failed with INTERNAL before).
+        corrupt.terminate()
+        corrupt.wait(30)
+        wait_for(lambda: len(connected()) == 3, 90, "the corrupt worker gone")
+        omit = subprocess.Popen(
+            [gt.PCP, "--node-manager", "--scale", "1", "--host", "127.0.0.1",
+             "--port", str(gw.fabric_port), "--backend", "cpu",
+             "--api-port", "0"],
+            env=dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN,
+                     POD_NAME="nm-omit", PCP_WORKER_TEST_OMIT_HASH="3"),
+            stderr=open(os.path.join(work, "nm-omit.err"), "w"))
+        extra.append(omit)
+        wait_for(lambda: len(connected()) == 4, 90, "a worker omitting a hash")
+        o_job, o_steps, _ = run(experiment(
+            outer_loop_steps=8, aggregation_strategy="decoupled_diloco",
+            decoupled_diloco=dict(DECOUPLED)))
+        last = o_steps[max(o_steps)] if o_steps else {}
+        first = o_steps[min(o_steps)] if o_steps else {}
+        print("a @mix without its hash: workers alive first %s, last %s" % (
+            first.get("workers_alive"), last.get("workers_alive")))
+        check(last.get("workers_alive") == 3,
+              "a @mix answered without its hash loses that learner; the job "
               "finishes with the other three")
     finally:
         for proc in extra:

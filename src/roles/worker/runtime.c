@@ -214,6 +214,10 @@ struct worker_t {
   uint64_t hashed_tasks;
   uint64_t test_corrupt[8];
   uint32_t test_corrupt_count;
+  // PCP_WORKER_TEST_OMIT_HASH=<n> (0/unset: off): the n-th hashed task
+  // answers without its "inputs_sha256" section, as a build that ignores
+  // hash_inputs would, so tests can prove the gateway survives it.
+  uint64_t test_omit_hash;
 
   // Series updated from both threads (lock-free).
   pcp_roles_worker_metrics_t metrics;
@@ -1132,8 +1136,14 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
       status = pcp_status_annotate_f(status, "input %zu", i);
     }
   }
+  bool send_hash = false;
   if (!status && assign.hash_inputs > 0) {
     status = inputs_hash(w, &assign, hosts, values, job->inputs_sha256);
+    send_hash = w->test_omit_hash == 0 || w->hashed_tasks != w->test_omit_hash;
+    if (!send_hash) {
+      log_event_at(w, PCP_LOG_WARN, "test hook: answering without the hash",
+                   NULL, 0);
+    }
   }
   // Cancellation is honoured up to here: an IREE call cannot be
   // interrupted, so a cancel that arrives during it is reported after it.
@@ -1179,7 +1189,7 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     }
   }
   if (!status) {
-    size_t count = result_count + (assign.hash_inputs > 0 ? 1 : 0);
+    size_t count = result_count + (send_hash ? 1 : 0);
     count = count ? count : 1;
     status =
         pcp_allocator_calloc(job->allocator, count * sizeof(pcp_host_tensor_t),
@@ -1239,7 +1249,7 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     ref->section = (uint32_t)job->section_count;
     job->section_count++;
   }
-  if (allocated && !status && assign.hash_inputs > 0) {
+  if (allocated && !status && send_hash) {
     // The digest of the inputs as this worker held them, after the outputs.
     size_t k = result_count;
     job->output_count = (uint32_t)(k + 1);
@@ -1532,6 +1542,10 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
   // not crash-loop it and the log says exactly what to set.
   const char* token = getenv(config->join_token_env);
   const char* corrupt = getenv("PCP_WORKER_TEST_CORRUPT_PARAM");
+  const char* omit_hash = getenv("PCP_WORKER_TEST_OMIT_HASH");
+  if (omit_hash && *omit_hash) {
+    w->test_omit_hash = strtoull(omit_hash, NULL, 10);
+  }
   while (corrupt && *corrupt && w->test_corrupt_count < 8) {
     char* end = NULL;
     w->test_corrupt[w->test_corrupt_count++] = strtoull(corrupt, &end, 10);

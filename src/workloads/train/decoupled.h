@@ -580,6 +580,15 @@ pcp_decoupled_tape_append(pcp_decoupled_tape_t* tape,
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_decoupled_tape_encode(const pcp_decoupled_tape_t* tape, uint8_t** out_data,
                           size_t* out_byte_length);
+// Serializes records |first|..count-1, after the file header when |header|
+// (the whole tape: first 0 with the header). Records are self-delimiting,
+// so a file holding the header and records 0..first-1 followed by these
+// bytes decodes as the whole tape: the writer appends each round's new
+// records instead of rewriting the file. OUT_OF_RANGE for |first| past
+// count; otherwise as _encode.
+PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_tape_encode_records(
+    const pcp_decoupled_tape_t* tape, uint64_t first, bool header,
+    uint8_t** out_data, size_t* out_byte_length);
 // Parses |data| into an empty, initialized |inout_tape|. DATA_LOSS naming
 // the byte offset and record for a bad magic/header CRC, a truncated
 // record, a CRC mismatch, ids out of sequence or an unknown kind;

@@ -349,10 +349,23 @@ static size_t record_payload_bytes(const pcp_decoupled_event_t* e) {
 pcp_status_t pcp_decoupled_tape_encode(const pcp_decoupled_tape_t* tape,
                                        uint8_t** out_data,
                                        size_t* out_byte_length) {
+  return pcp_decoupled_tape_encode_records(tape, 0, true, out_data,
+                                           out_byte_length);
+}
+
+pcp_status_t pcp_decoupled_tape_encode_records(const pcp_decoupled_tape_t* tape,
+                                               uint64_t first, bool header,
+                                               uint8_t** out_data,
+                                               size_t* out_byte_length) {
   *out_data = NULL;
   *out_byte_length = 0;
-  size_t total = TAPE_HEADER_BYTES;
-  for (uint64_t i = 0; i < tape->count; ++i) {
+  if (first > tape->count) {
+    return pcp_make_status(
+        PCP_STATUS_OUT_OF_RANGE, "event tape records from %llu of %llu",
+        (unsigned long long)first, (unsigned long long)tape->count);
+  }
+  size_t total = header ? TAPE_HEADER_BYTES : 0;
+  for (uint64_t i = first; i < tape->count; ++i) {
     total += 8u + record_payload_bytes(&tape->events[i]);
     if (total > PCP_DECOUPLED_TAPE_MAX_BYTES) {
       return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
@@ -361,14 +374,19 @@ pcp_status_t pcp_decoupled_tape_encode(const pcp_decoupled_tape_t* tape,
     }
   }
   void* data = NULL;
-  PCP_RETURN_IF_ERROR(pcp_allocator_malloc(tape->allocator, total, &data),
-                      "event tape encoding (%zu bytes)", total);
+  // At least one byte: no records after |first| and no header is an empty
+  // encoding the caller still frees.
+  PCP_RETURN_IF_ERROR(
+      pcp_allocator_malloc(tape->allocator, total ? total : 1, &data),
+      "event tape encoding (%zu bytes)", total);
   writer_t w = {data, 0};
-  memcpy(w.data, TAPE_MAGIC, 8);
-  w.at = 8;
-  put_u32(&w, PCP_DECOUPLED_TAPE_VERSION);
-  put_u32(&w, pcp_proto_crc32c(w.data, 12));
-  for (uint64_t i = 0; i < tape->count; ++i) {
+  if (header) {
+    memcpy(w.data, TAPE_MAGIC, 8);
+    w.at = 8;
+    put_u32(&w, PCP_DECOUPLED_TAPE_VERSION);
+    put_u32(&w, pcp_proto_crc32c(w.data, 12));
+  }
+  for (uint64_t i = first; i < tape->count; ++i) {
     const pcp_decoupled_event_t* e = &tape->events[i];
     size_t payload = record_payload_bytes(e);
     put_u32(&w, (uint32_t)payload);

@@ -14,7 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -899,6 +901,69 @@ static void test_tape_replay_matches_live(void** state) {
   pcp_decoupled_syncer_state_deinitialize(&replayed);
 }
 
+// The writer's append path (finding 9): the header and the first records,
+// then the later records appended round by round through a real file,
+// decode as the whole tape, byte for byte what a full rewrite gives.
+static void test_tape_append_matches_rewrite(void** state) {
+  (void)state;
+  static pcp_decoupled_syncer_state_t live;
+  pcp_decoupled_tape_t tape;
+  run_live(&live, &tape);
+  uint8_t* whole = NULL;
+  size_t whole_length = 0;
+  EXPECT_OK(pcp_decoupled_tape_encode(&tape, &whole, &whole_length));
+  char path[] = "/tmp/pcp_tape_append_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  // Three writes: records 0..3 with the header, 4..8, then 9..end.
+  const uint64_t cuts[] = {0, 4, 9, tape.count};
+  for (int c = 0; c + 1 < 4; ++c) {
+    pcp_decoupled_tape_t part;
+    pcp_decoupled_tape_initialize(sys(), &part);
+    for (uint64_t i = 0; i < cuts[c + 1]; ++i) {
+      EXPECT_OK(pcp_decoupled_tape_append(&part, &tape.events[i], NULL));
+    }
+    uint8_t* bytes = NULL;
+    size_t length = 0;
+    EXPECT_OK(pcp_decoupled_tape_encode_records(&part, cuts[c], c == 0, &bytes,
+                                                &length));
+    if (c == 0) {
+      EXPECT_OK(pcp_file_write_atomic(path, bytes, length));
+    } else {
+      EXPECT_OK(pcp_file_append(path, bytes, length));
+    }
+    pcp_allocator_free(sys(), bytes);
+    pcp_decoupled_tape_deinitialize(&part);
+  }
+  void* data = NULL;
+  size_t length = 0;
+  EXPECT_OK(
+      pcp_file_read_all(path, PCP_DECOUPLED_TAPE_MAX_BYTES, &data, &length));
+  unlink(path);
+  assert_int_equal(length, whole_length);
+  assert_memory_equal(data, whole, length);
+  pcp_decoupled_tape_t decoded;
+  pcp_decoupled_tape_initialize(sys(), &decoded);
+  EXPECT_OK(pcp_decoupled_tape_decode(data, length, &decoded));
+  assert_int_equal(decoded.count, tape.count);
+  free(data);
+  // Nothing new: an empty encoding, no header. Past the end: refused.
+  uint8_t* none = NULL;
+  EXPECT_OK(pcp_decoupled_tape_encode_records(&tape, tape.count, false, &none,
+                                              &length));
+  assert_int_equal(length, 0);
+  pcp_allocator_free(sys(), none);
+  EXPECT_CODE(pcp_decoupled_tape_encode_records(&tape, tape.count + 1, false,
+                                                &none, &length),
+              PCP_STATUS_OUT_OF_RANGE);
+  assert_null(none);
+  pcp_allocator_free(sys(), whole);
+  pcp_decoupled_tape_deinitialize(&decoded);
+  pcp_decoupled_tape_deinitialize(&tape);
+  pcp_decoupled_syncer_state_deinitialize(&live);
+}
+
 static void test_tape_corruption(void** state) {
   (void)state;
   static pcp_decoupled_syncer_state_t live;
@@ -1615,6 +1680,7 @@ int main(void) {
       cmocka_unit_test(test_round_machine),
       cmocka_unit_test(test_vector_clock),
       cmocka_unit_test(test_tape_replay_matches_live),
+      cmocka_unit_test(test_tape_append_matches_rewrite),
       cmocka_unit_test(test_tape_corruption),
       cmocka_unit_test(test_tape_seed_from_spec),
       cmocka_unit_test(test_recovery_plan),

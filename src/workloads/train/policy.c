@@ -410,13 +410,25 @@ static pcp_status_t experiment_path_set(json_t* experiment, const char* key,
 // "decoupled_diloco" decoupled DiLoCo, "ddp" the per-step synchronous
 // baseline. Anything else used to run classic DiLoCo silently, so a typo
 // trained the wrong mode; now it is a 400 naming the key and the values.
+// For the same reason a "decoupled_diloco" block needs the strategy that
+// reads it: absent or "diloco", the block would be ignored and classic
+// DiLoCo trained.
 static pcp_status_t aggregation_strategy_check(
     const json_t* experiment, const pcp_diloco_config_t* config) {
   const json_t* value = json_object_get(experiment, "aggregation_strategy");
+  const char* strategy = json_string_value(value);
+  bool block = json_object_get(experiment, "decoupled_diloco") != NULL;
+  if (block && (!value || (strategy && strcmp(strategy, "diloco") == 0))) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'aggregation_strategy': a 'decoupled_diloco' "
+                           "block needs aggregation_strategy "
+                           "'decoupled_diloco' (%s would train classic "
+                           "DiLoCo and ignore the block)",
+                           value ? "'diloco'" : "its absence");
+  }
   if (!value) {
     return pcp_ok_status();
   }
-  const char* strategy = json_string_value(value);
   static const char kAllowed[] = "'diloco', 'decoupled_diloco' or 'ddp'";
   if (!strategy) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,

@@ -143,6 +143,14 @@ static void test_aggregation_strategy(void** state) {
        "'ddp' and a 'decoupled_diloco' block"},
       {",\"aggregation_strategy\":\"ddp\",\"dtype\":\"bf16\"}",
        "'ddp' trains f32 models only"},
+      // A decoupled_diloco block without the strategy that reads it would
+      // train classic DiLoCo and ignore the block.
+      {",\"decoupled_diloco\":{}}",
+       "a 'decoupled_diloco' block needs aggregation_strategy "
+       "'decoupled_diloco'"},
+      {",\"aggregation_strategy\":\"diloco\",\"decoupled_diloco\":{}}",
+       "a 'decoupled_diloco' block needs aggregation_strategy "
+       "'decoupled_diloco'"},
   };
   for (size_t k = 0; k < sizeof(kCases) / sizeof(kCases[0]); ++k) {
     char text[1024];

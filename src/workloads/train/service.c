@@ -628,7 +628,8 @@ static char* cursor_json(const job_t* job) {
   bool decoupled = pcp_diloco_decoupled_selected(job);
   json_t* cursor = json_pack(
       "{s:s, s:I, s:I, s:I, s:I, s:o, s:o}", "kind",
-      decoupled                       ? CURSOR_KIND_DECOUPLED
+      pcp_diloco_ddp_selected(job)    ? CURSOR_KIND_DDP
+      : decoupled                     ? CURSOR_KIND_DECOUPLED
       : job->config.streaming.present ? CURSOR_KIND_STREAMING
                                       : CURSOR_KIND_CLASSIC,
       "seed", (json_int_t)job->seed, "workers",
@@ -743,17 +744,23 @@ static pcp_status_t checkpoint_restore(job_t* job,
   bool decoupled = kind && strcmp(kind, CURSOR_KIND_DECOUPLED) == 0;
   bool job_decoupled = pcp_diloco_decoupled_selected(job);
   bool streaming = kind && strcmp(kind, CURSOR_KIND_STREAMING) == 0;
+  // ddp's hold parameters only; a classic one's inner state would be
+  // silently ignored by a ddp job, and a ddp one is no classic run's.
+  bool ddp = kind && strcmp(kind, CURSOR_KIND_DDP) == 0;
+  bool job_ddp = pcp_diloco_ddp_selected(job);
   json_t* stream = json_object_get(cursor, "streaming");
   if (decoupled) {
     stream = json_object_get(cursor, "decoupled");
   }
-  const char* have = decoupled   ? "decoupled DiLoCo"
+  const char* have = ddp         ? "ddp"
+                     : decoupled ? "decoupled DiLoCo"
                      : streaming ? "streaming DiLoCo"
                                  : "classic DiLoCo";
-  const char* want = job_decoupled                   ? "decoupled DiLoCo"
+  const char* want = job_ddp                         ? "ddp"
+                     : job_decoupled                 ? "decoupled DiLoCo"
                      : job->config.streaming.present ? "streaming DiLoCo"
                                                      : "classic DiLoCo";
-  if (decoupled != job_decoupled ||
+  if (ddp != job_ddp || decoupled != job_decoupled ||
       (!decoupled && streaming != job->config.streaming.present) ||
       ((streaming || decoupled) && !json_is_object(stream))) {
     json_decref(cursor);
@@ -2233,6 +2240,14 @@ pcp_status_t pcp_diloco_param_hash_check(
     job_t* job, const char* worker_id, uint64_t step,
     const uint8_t want[PCP_SHA256_BYTE_LENGTH],
     const uint8_t got[PCP_SHA256_BYTE_LENGTH], bool* out_match) {
+  return pcp_diloco_param_hash_check_against(job, worker_id, step, NULL, want,
+                                             got, out_match);
+}
+
+pcp_status_t pcp_diloco_param_hash_check_against(
+    job_t* job, const char* worker_id, uint64_t step,
+    const char* reference_worker, const uint8_t want[PCP_SHA256_BYTE_LENGTH],
+    const uint8_t got[PCP_SHA256_BYTE_LENGTH], bool* out_match) {
   pcp_sha256_t w;
   pcp_sha256_t g;
   memcpy(w.bytes, want, PCP_SHA256_BYTE_LENGTH);
@@ -2252,22 +2267,47 @@ pcp_status_t pcp_diloco_param_hash_check(
   ++job->param_hash_mismatches;
   bool fail =
       job->config.on_param_mismatch == PCP_DILOCO_ON_PARAM_MISMATCH_FAIL;
-  PCP_LOG(PCP_LOG_WARN, &job->log,
-          "parameter hash mismatch step=%" PRIu64
-          " worker=%s worker_sha256=%s gateway_sha256=%s policy=%s",
-          step, worker_id, got_hex, want_hex, fail ? "fail" : "resync");
+  // Against a worker (ddp) "resync" drops the mismatching worker: nothing
+  // is sent again, so the words say so.
+  const char* policy = fail ? "fail" : reference_worker ? "drop" : "resync";
+  if (reference_worker) {
+    PCP_LOG(PCP_LOG_WARN, &job->log,
+            "parameter hash mismatch step=%" PRIu64
+            " worker=%s worker_sha256=%s reference_worker=%s "
+            "reference_sha256=%s policy=%s",
+            step, worker_id, got_hex, reference_worker, want_hex, policy);
+  } else {
+    PCP_LOG(PCP_LOG_WARN, &job->log,
+            "parameter hash mismatch step=%" PRIu64
+            " worker=%s worker_sha256=%s gateway_sha256=%s policy=%s",
+            step, worker_id, got_hex, want_hex, policy);
+  }
   if (o->metrics && o->metrics->param_hash_mismatches) {
     const char* job_label[] = {o->job_id};
     pcp_obs_family_add(o->metrics->param_hash_mismatches, job_label, 1);
   }
   json_t* event =
-      json_pack("{s:I, s:s, s:s, s:s, s:s}", "step", (json_int_t)step,
-                "worker_id", worker_id, "worker_sha256", got_hex,
-                "gateway_sha256", want_hex, "policy", fail ? "fail" : "resync");
+      reference_worker
+          ? json_pack("{s:I, s:s, s:s, s:s, s:s, s:s}", "step",
+                      (json_int_t)step, "worker_id", worker_id, "worker_sha256",
+                      got_hex, "reference_worker", reference_worker,
+                      "reference_sha256", want_hex, "policy", policy)
+          : json_pack("{s:I, s:s, s:s, s:s, s:s}", "step", (json_int_t)step,
+                      "worker_id", worker_id, "worker_sha256", got_hex,
+                      "gateway_sha256", want_hex, "policy", policy);
   if (event) {
     pcp_status_ignore(pcp_store_job_event_append(
         o->store, o->job_id, "training.param_hash_mismatch", event, NULL));
     json_decref(event);
+  }
+  if (fail && reference_worker) {
+    return pcp_make_status(PCP_STATUS_DATA_LOSS,
+                           "worker %s holds global parameters of step %" PRIu64
+                           " with SHA-256 %s, reference worker %s's (the "
+                           "workers' majority) are %s "
+                           "(on_param_mismatch: fail)",
+                           worker_id, step, got_hex, reference_worker,
+                           want_hex);
   }
   if (fail) {
     return pcp_make_status(PCP_STATUS_DATA_LOSS,

@@ -81,7 +81,10 @@ typedef struct ddp_t {
   float step_value;      // AdamW's step (1-based), borrowed by tasks
   float lr;
   uint64_t adam_step;  // completed AdamW steps in this run
-  size_t rows;         // token ids per batch (A x B x T)
+  // The last inner step's duration (0: none yet); the phases' waits scale
+  // with it, not with the reported step of tau inner steps.
+  int64_t inner_step_ns;
+  size_t rows;  // token ids per batch (A x B x T)
 } ddp_t;
 
 static const char* ddp_name(const ddp_t* d, char kind, size_t tensor) {
@@ -252,8 +255,18 @@ static void ddp_submit(ddp_t* d, ddp_worker_t* w, const uint8_t* program,
   }
 }
 
+int64_t pcp_diloco_ddp_phase_timeout_ms(int64_t inner_step_ns) {
+  if (inner_step_ns <= 0) {
+    return SHORT_WAIT_MIN_MS;
+  }
+  int64_t scaled = inner_step_ns / 1000000 * WAIT_STEP_MULTIPLE;
+  return scaled > DDP_PHASE_WAIT_MIN_MS ? scaled : DDP_PHASE_WAIT_MIN_MS;
+}
+
 // Waits for every worker's task; true when stopped. Tasks stay held (their
-// outputs are read after) until ddp_release.
+// outputs are read after) until ddp_release. A worker hung behind a link
+// the fabric has not declared lost yet holds a phase up for
+// pcp_diloco_ddp_phase_timeout_ms, then is dropped.
 static bool ddp_wait(ddp_t* d, const char* what) {
   pcp_fabric_task_t* tasks[MAX_ROUND_WORKERS];
   for (uint32_t k = 0; k < d->count; ++k) {
@@ -261,7 +274,7 @@ static bool ddp_wait(ddp_t* d, const char* what) {
   }
   return pcp_diloco_job_tasks_wait(
       d->job, tasks, d->count,
-      pcp_diloco_job_wait_timeout_ms(d->job, SHORT_WAIT_MIN_MS), what);
+      pcp_diloco_ddp_phase_timeout_ms(d->inner_step_ns), what);
 }
 
 static void ddp_release(ddp_t* d) {
@@ -553,6 +566,7 @@ static pcp_status_t ddp_inner_step(ddp_t* d, uint32_t* out_reporters,
   size_t n = job->table.count;
   uint64_t global_step = job->outer_step * (uint64_t)job->config.tau +
                          (d->adam_step % (uint64_t)job->config.tau);
+  int64_t start = pcp_clock_now_ns(job->options->clock);
   ddp_gradients_submit(d);
   if (job->outer_step == 0 && d->adam_step == 0) {
     ddp_first_batches_save(d);
@@ -579,13 +593,109 @@ static pcp_status_t ddp_inner_step(ddp_t* d, uint32_t* out_reporters,
     return pcp_ok_status();
   }
   ++d->adam_step;
+  d->inner_step_ns = pcp_clock_now_ns(job->options->clock) - start;
   return ddp_alive(d) ? pcp_ok_status() : ddp_none_left(job, "optimizer");
+}
+
+uint32_t pcp_diloco_ddp_hash_vote(const uint8_t* hashes, const bool* present,
+                                  uint32_t count, bool* out_tied) {
+  uint32_t reference = UINT32_MAX;
+  uint32_t best = 0;
+  *out_tied = false;
+  for (uint32_t k = 0; k < count; ++k) {
+    if (!present[k]) {
+      continue;
+    }
+    uint32_t same = 0;
+    bool seen = false;  // an earlier worker holds it: counted already
+    for (uint32_t j = 0; j < count; ++j) {
+      bool equal =
+          present[j] && memcmp(hashes + (size_t)j * PCP_SHA256_BYTE_LENGTH,
+                               hashes + (size_t)k * PCP_SHA256_BYTE_LENGTH,
+                               PCP_SHA256_BYTE_LENGTH) == 0;
+      same += equal;
+      seen = seen || (equal && j < k);
+    }
+    if (seen) {
+      continue;
+    }
+    if (same > best) {
+      best = same;
+      reference = k;
+      *out_tied = false;
+    } else if (same == best) {
+      *out_tied = true;
+    }
+  }
+  return reference;
+}
+
+uint32_t pcp_diloco_ddp_read_order(const uint8_t* hashes, const bool* present,
+                                   uint32_t count, uint32_t reference,
+                                   uint32_t* out_order) {
+  if (reference >= count || !present[reference]) {
+    return 0;
+  }
+  uint32_t used = 0;
+  out_order[used++] = reference;
+  for (uint32_t k = 0; k < count; ++k) {
+    if (k != reference && present[k] &&
+        memcmp(hashes + (size_t)k * PCP_SHA256_BYTE_LENGTH,
+               hashes + (size_t)reference * PCP_SHA256_BYTE_LENGTH,
+               PCP_SHA256_BYTE_LENGTH) == 0) {
+      out_order[used++] = k;
+    }
+  }
+  return used;
+}
+
+// The live workers' last reported hashes, for the two functions above.
+static void ddp_hash_table(const ddp_t* d,
+                           uint8_t (*hashes)[PCP_SHA256_BYTE_LENGTH],
+                           bool* present) {
+  for (uint32_t k = 0; k < d->count; ++k) {
+    present[k] = d->workers[k].alive && d->workers[k].hashed;
+    memcpy(hashes[k], d->workers[k].hash, PCP_SHA256_BYTE_LENGTH);
+  }
+}
+
+// DATA_LOSS naming every live worker's hash: no hash is held by more
+// workers than every other one.
+static pcp_status_t ddp_no_majority(ddp_t* d) {
+  job_t* job = d->job;
+  char list[512] = "";
+  size_t used = 0;
+  for (uint32_t k = 0; k < d->count && used < sizeof(list); ++k) {
+    const ddp_worker_t* w = &d->workers[k];
+    if (!w->alive || !w->hashed) {
+      continue;
+    }
+    pcp_sha256_t h;
+    memcpy(h.bytes, w->hash, PCP_SHA256_BYTE_LENGTH);
+    char hex[PCP_SHA256_HEX_LENGTH + 1];
+    pcp_sha256_to_hex(&h, hex);
+    int wrote = snprintf(list + used, sizeof(list) - used, "%s%s %.16s",
+                         used ? ", " : "", w->worker_id, hex);
+    if (wrote < 0) {
+      break;
+    }
+    used += (size_t)wrote;
+  }
+  ++job->param_hash_mismatches;
+  PCP_LOG(PCP_LOG_WARN, &job->log,
+          "ddp: no majority among the parameter hashes at step %" PRIu64 ": %s",
+          job->outer_step + 1, list);
+  return pcp_make_status(
+      PCP_STATUS_DATA_LOSS,
+      "ddp: the workers' parameters differ with no majority at step %" PRIu64
+      " (%s); on_param_mismatch cannot tell which worker is wrong",
+      job->outer_step + 1, list);
 }
 
 // Every live worker's SHA-256 of its resident parameters (@hash with
 // hash_inputs), compared with the reference worker's (the first by id of
-// those holding the most common hash): on_param_mismatch fail fails the
-// job, resync drops the worker.
+// those holding the most common hash; no majority fails the job):
+// on_param_mismatch fail fails the job, resync drops the worker.
 // *out_reference: the reference worker's index (UINT32_MAX: none).
 static pcp_status_t ddp_hash_check(ddp_t* d, uint32_t* out_mismatches,
                                    uint32_t* out_reference, bool* out_stopped) {
@@ -622,91 +732,130 @@ static pcp_status_t ddp_hash_check(ddp_t* d, uint32_t* out_mismatches,
   if (*out_stopped) {
     return pcp_ok_status();
   }
-  // The reference: the hash most workers hold (the first by id on a tie),
-  // so with resync one corrupted worker is dropped, not the others.
-  uint32_t best = 0;
-  for (uint32_t k = 0; k < d->count; ++k) {
-    if (!d->workers[k].alive || !d->workers[k].hashed) {
-      continue;
-    }
-    uint32_t same = 0;
-    for (uint32_t j = 0; j < d->count; ++j) {
-      same += d->workers[j].alive && d->workers[j].hashed &&
-              memcmp(d->workers[j].hash, d->workers[k].hash,
-                     PCP_SHA256_BYTE_LENGTH) == 0;
-    }
-    if (same > best) {
-      best = same;
-      *out_reference = k;
-    }
+  // The reference: the hash most workers hold, so with resync one
+  // corrupted worker is dropped, not the others (whatever its id). No
+  // majority (2 workers that differ) fails the job under either policy:
+  // nothing tells which one is wrong.
+  uint8_t hashes[MAX_ROUND_WORKERS][PCP_SHA256_BYTE_LENGTH];
+  bool present[MAX_ROUND_WORKERS];
+  ddp_hash_table(d, hashes, present);
+  bool tied = false;
+  *out_reference =
+      pcp_diloco_ddp_hash_vote(&hashes[0][0], present, d->count, &tied);
+  if (*out_reference == UINT32_MAX) {
+    return ddp_none_left(job, "parameter hashes");
   }
-  const uint8_t* want =
-      best ? d->workers[*out_reference].hash : (const uint8_t*)NULL;
-  for (uint32_t k = 0; want && k < d->count; ++k) {
+  if (tied) {
+    return ddp_no_majority(d);
+  }
+  const ddp_worker_t* reference = &d->workers[*out_reference];
+  for (uint32_t k = 0; k < d->count; ++k) {
     ddp_worker_t* w = &d->workers[k];
     if (!w->alive || !w->hashed) {
       continue;
     }
     bool match = true;
     // The parameters after the step being completed (outer_step + 1).
-    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
-        job, w->worker_id, job->outer_step + 1, want, w->hash, &match));
+    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check_against(
+        job, w->worker_id, job->outer_step + 1, reference->worker_id,
+        reference->hash, w->hash, &match));
     if (!match) {
       ++*out_mismatches;
-      ddp_drop(d, w, "hash", "its parameters differ from the reference's");
+      char why[PCP_SCHED_WORKER_ID_MAX_LENGTH + 64];
+      snprintf(why, sizeof(why),
+               "its parameters differ from reference worker %s's",
+               reference->worker_id);
+      ddp_drop(d, w, "hash", why);
     }
   }
-  return want ? pcp_ok_status() : ddp_none_left(job, "parameter hashes");
+  return pcp_ok_status();
 }
 
-// The masters (job->parameters) from worker |reference| (@read), checked
-// against the hash it reported for them.
-static pcp_status_t ddp_pull(ddp_t* d, uint32_t reference, bool* out_stopped) {
+// The masters (job->parameters) from worker |w| (@read), checked against
+// the hash it reported for them. A failed read or bytes that do not match
+// drop |w| (*out_read false; the caller tries another holder).
+static pcp_status_t ddp_pull_from(ddp_t* d, ddp_worker_t* w, bool* out_read,
+                                  bool* out_stopped) {
   job_t* job = d->job;
   size_t n = job->table.count;
-  ddp_worker_t* w = &d->workers[reference];
+  *out_read = false;
   for (size_t i = 0; i < n; ++i) {
     d->refs[i] = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
                                           .name = ddp_name(d, 'p', i)};
   }
   ddp_submit(d, w, d->state_hash, "read", NULL, 0, (uint32_t)n, 0, 0);
   *out_stopped = ddp_wait(d, "ddp parameter read");
-  pcp_status_t status = pcp_ok_status();
   const pcp_proto_section_t* o =
       *out_stopped ? NULL : ddp_outputs(d, w, "read", n);
-  if (!*out_stopped && !o) {
-    status = pcp_make_status(PCP_STATUS_UNAVAILABLE,
-                             "ddp: reading the parameters from worker %s "
-                             "failed",
-                             w->worker_id);
-  }
-  for (size_t i = 0; o && !status && i < n; ++i) {
+  bool sizes_ok = o != NULL;
+  for (size_t i = 0; o && i < n; ++i) {
     const pcp_models_parameter_t* p = &job->table.parameters[i];
     if (o[i].byte_length != (uint64_t)p->element_count * sizeof(float)) {
-      status =
-          pcp_make_status(PCP_STATUS_INTERNAL,
-                          "ddp: worker %s returned %" PRIu64 " bytes for %s",
-                          w->worker_id, o[i].byte_length, p->name);
+      char why[160];
+      snprintf(why, sizeof(why), "%" PRIu64 " bytes for %s", o[i].byte_length,
+               p->name);
+      ddp_drop(d, w, "read", why);
+      sizes_ok = false;
       break;
     }
+  }
+  for (size_t i = 0; sizes_ok && i < n; ++i) {
     memcpy(job->parameters + pcp_diloco_job_tensor_offset(job, i), o[i].data,
            (size_t)o[i].byte_length);
   }
   ddp_release(d);
-  if (o && !status) {
-    for (size_t i = 0; i < n; ++i) {
-      pcp_diloco_job_master_section(job, i, &d->sections[i]);
+  if (!sizes_ok) {
+    return pcp_ok_status();
+  }
+  for (size_t i = 0; i < n; ++i) {
+    pcp_diloco_job_master_section(job, i, &d->sections[i]);
+  }
+  uint8_t got[PCP_SHA256_BYTE_LENGTH];
+  pcp_diloco_param_hash(d->sections, n, got);
+  if (memcmp(got, w->hash, sizeof(got)) != 0) {
+    ddp_drop(d, w, "read",
+             "the parameters it returned do not hash to what it reported");
+    return pcp_ok_status();
+  }
+  *out_read = true;
+  return pcp_ok_status();
+}
+
+// The masters from the reference worker (*reference) or, when that read
+// fails (the worker lost mid-@read, say), from the next live worker that
+// reported the same hash; *reference becomes the one read. Fails only when
+// none is left.
+static pcp_status_t ddp_pull(ddp_t* d, uint32_t* reference, bool* out_stopped) {
+  job_t* job = d->job;
+  uint8_t hashes[MAX_ROUND_WORKERS][PCP_SHA256_BYTE_LENGTH];
+  bool present[MAX_ROUND_WORKERS];
+  uint32_t order[MAX_ROUND_WORKERS];
+  ddp_hash_table(d, hashes, present);
+  uint32_t count = pcp_diloco_ddp_read_order(&hashes[0][0], present, d->count,
+                                             *reference, order);
+  *out_stopped = false;
+  for (uint32_t c = 0; c < count; ++c) {
+    bool read = false;
+    PCP_RETURN_IF_ERROR_BARE(
+        ddp_pull_from(d, &d->workers[order[c]], &read, out_stopped));
+    if (*out_stopped) {
+      return pcp_ok_status();
     }
-    uint8_t got[PCP_SHA256_BYTE_LENGTH];
-    pcp_diloco_param_hash(d->sections, n, got);
-    if (memcmp(got, w->hash, sizeof(got)) != 0) {
-      status = pcp_make_status(PCP_STATUS_DATA_LOSS,
-                               "ddp: the parameters read from worker %s do "
-                               "not hash to what it reported",
-                               w->worker_id);
+    if (read) {
+      if (c > 0) {
+        PCP_LOG(PCP_LOG_INFO, &job->log,
+                "ddp: parameters read from worker %s (same hash as the "
+                "reference, which failed)",
+                d->workers[order[c]].worker_id);
+      }
+      *reference = order[c];
+      return pcp_ok_status();
     }
   }
-  return status;
+  return pcp_make_status(PCP_STATUS_UNAVAILABLE,
+                         "ddp: reading the parameters failed on every worker "
+                         "holding them (%u tried, inner step %" PRIu64 ")",
+                         count, job->outer_step * (uint64_t)job->config.tau);
 }
 
 //===----------------------------------------------------------------------===//
@@ -953,7 +1102,7 @@ static pcp_status_t ddp_outer_step(ddp_t* d, bool* out_stopped) {
       last || (job->config.checkpoint_every > 0 &&
                job->outer_step % (uint64_t)job->config.checkpoint_every == 0);
   if (eval_due || checkpoint_due) {
-    PCP_RETURN_IF_ERROR_BARE(ddp_pull(d, reference, out_stopped));
+    PCP_RETURN_IF_ERROR_BARE(ddp_pull(d, &reference, out_stopped));
     if (*out_stopped) {
       return pcp_ok_status();
     }

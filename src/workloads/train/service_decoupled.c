@@ -58,6 +58,21 @@ enum {
   TASK_RESYNC = 6,
 };
 
+// A learner's sampler cursor before it drew the batches of local step
+// |step| + 1 (finding 5: a checkpoint stores the one of the syncer step it
+// resumes at, not the one the learner ran ahead to).
+typedef struct dec_cursor_at_t {
+  uint64_t step;
+  bool used;
+  pcp_data_cursor_t cursor;
+} dec_cursor_at_t;
+
+// At most this many cursors per learner: overlap_tau + 3 is enough (a
+// learner runs at most overlap_tau steps past the last closed round, plus
+// the step in flight); a larger overlap_tau falls back to the current
+// cursor for the ones out of reach (logged).
+#define DEC_CURSOR_RING_MAX 4096
+
 typedef struct dec_learner_t {
   char worker_id[PCP_SCHED_WORKER_ID_MAX_LENGTH + 1];
   char session[PCP_STORE_ID_MAX_LENGTH + 48];
@@ -71,7 +86,12 @@ typedef struct dec_learner_t {
   uint64_t task_step;  // syncer step of a delta / mix task
   uint32_t init_next;  // fragments initialized so far
   uint64_t step;       // completed local steps
-  float step_value;    // borrowed by the step task
+  // AdamW's t (bias corrections) is the steps since its moments were last
+  // reset, not the global step: @init zeroes m and v (joins, rejoins,
+  // resume), dec_learner_admit resets this to 0 with them. |step| drives
+  // the lr schedule and the overlap budget only.
+  uint64_t adam_step;
+  float step_value;  // borrowed by the step task
   float lr;
   float alpha;
   float last_loss;
@@ -102,12 +122,15 @@ typedef struct dec_learner_t {
   bool has_cursor;      // sampler cursor restored from a checkpoint
   bool was_alive;       // alive in the checkpoint a resume started from
   pcp_data_cursor_t cursor;
+  dec_cursor_at_t* cursor_ring;  // cursor_ring_size entries, by step
+  uint32_t cursor_ring_size;
   // Bit-identity (issue 17 Deliver 3). The next task submitted hashes its
   // first |hash_inputs| inputs (0: none); |hash_want| is the gateway's
   // SHA-256 of the same bytes, compared when the task ends.
   uint32_t hash_inputs;
   uint8_t hash_want[PCP_SHA256_BYTE_LENGTH];
   bool resync_pending;
+  bool init_mismatch;  // its last @init's hash mismatched (sent again)
   uint32_t resync_fragment;
   uint64_t resync_step;
   // int4 down path: per fragment, the version of the broadcast copy B it
@@ -178,7 +201,9 @@ typedef struct dec_t {
   int64_t delay_ms;
   uint32_t delay_learner;
   uint64_t delay_until;
+  uint64_t lose_pull_step;  // test hook (PCP_DECOUPLED_TEST_LOSE_PULL)
   char tape_path[1200];
+  uint64_t tape_written;  // records of d->tape in tape_path (0: none yet)
   int64_t last_event_ns;
   uint64_t last_event_tokens;
   // Joins and resume.
@@ -221,6 +246,29 @@ static bool dec_pulled(const dec_learner_t* l, uint64_t step) {
 }
 
 static void dec_join_ready(dec_t* d, uint32_t li);
+
+// Whether a live learner still owes syncer step |step| its delta: the pull
+// queued, or its @delta in flight. A round opens at its first delta, so a
+// scheduled step that nobody owes any more (every learner pulled for it
+// lost, joiners and rejoiners pulled only from later steps) would never
+// open and never close: the finalize loop skips it instead (finding 2).
+static bool dec_step_awaited(const dec_t* d, uint64_t step) {
+  for (uint32_t k = 0; k < d->learner_count; ++k) {
+    const dec_learner_t* l = &d->learners[k];
+    if (!l->alive) {
+      continue;
+    }
+    if (l->task && l->task_kind == TASK_DELTA && l->task_step == step) {
+      return true;
+    }
+    for (uint32_t i = 0; i < l->send_count; ++i) {
+      if (l->sends[i] == step) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 static const char* dec_name(dec_t* d, char kind, size_t tensor) {
   size_t slot = kind == 'p' ? 0 : kind == 'm' ? 1 : kind == 'v' ? 2 : 3;
@@ -795,6 +843,8 @@ static int64_t dec_now_ns(dec_t* d) {
   return pcp_clock_now_ns(d->job->options->clock);
 }
 
+static void dec_learner_lost(dec_t* d, uint32_t li, const char* why);
+
 static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
                        const char* function,
                        const pcp_proto_section_t* sections,
@@ -819,11 +869,12 @@ static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
   l->hash_inputs = 0;
   pcp_status_t status = pcp_diloco_job_task_submit(d->job, &params, &l->task);
   if (status) {
-    PCP_LOG(PCP_LOG_WARN, &d->job->log, "decoupled task for %s: %s",
-            l->worker_id, pcp_status_message(status));
-    pcp_status_ignore(status);
+    // Through dec_learner_lost like every other drop: the tape's
+    // LEARNER_FAILURE record, the lost-task metric and the log.
     l->task = NULL;
-    l->alive = false;
+    dec_learner_lost(d, (uint32_t)(l - d->learners),
+                     pcp_status_message(status));
+    pcp_status_ignore(status);
     return;
   }
   l->task_kind = kind;
@@ -954,9 +1005,13 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
   if (kind == TASK_INIT) {
     // The fragment's current global values (a full resync for a learner
     // joining or resumed mid-run), copied: the masters may change while the
-    // task is out, and they become the learner's base s.
+    // task is out, and they become the learner's base s. With int4_down
+    // that is the broadcast copy B, not the masters G, so that a joiner
+    // holds what every other learner holds (and gets int4 payloads next).
     PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
-        &d->plan, fragment, job->parameters, l->mix_buf));
+        &d->plan, fragment, d->int4_down ? d->bcast : job->parameters,
+        l->mix_buf));
+    l->task_bcast_version = d->int4_down ? d->bcast_version[fragment] : 0;
     PCP_RETURN_IF_ERROR_BARE(
         pcp_decoupled_plan_scatter(&d->plan, fragment, l->mix_buf, l->base));
     for (uint32_t k = 0; k < count; ++k) {
@@ -970,6 +1025,10 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
                                         .as = dec_name(d, "pmvs"[g], i)};
       }
     }
+    // Hashed like a @mix: a corrupted full resync is caught here, before
+    // any delta is computed against it (dec_init_hash_check).
+    l->hash_inputs = section_count;
+    pcp_diloco_param_hash(sections, section_count, l->hash_want);
   } else if (kind == TASK_DELTA || kind == TASK_VERIFY) {
     function = (kind == TASK_DELTA && d->int4) ? "delta_int4" : "delta";
     for (int g = 0; g < 2; ++g) {
@@ -1003,14 +1062,28 @@ static void dec_step_submit(dec_t* d, dec_learner_t* l) {
   pcp_proto_keep_resident_t* keep =
       pcp_diloco_job_calloc(job, 3 * n, sizeof(*keep));
   pcp_proto_section_t sections[4];
-  if (!refs || !keep) {
+  if (!l->cursor_ring) {
+    uint64_t size = (uint64_t)d->schedule.overlap_tau + 3;
+    l->cursor_ring_size =
+        (uint32_t)(size < DEC_CURSOR_RING_MAX ? size : DEC_CURSOR_RING_MAX);
+    l->cursor_ring = pcp_diloco_job_calloc(job, l->cursor_ring_size,
+                                           sizeof(*l->cursor_ring));
+  }
+  if (!refs || !keep || !l->cursor_ring) {
     pcp_diloco_job_free(job, refs);
     pcp_diloco_job_free(job, keep);
-    l->alive = false;
+    dec_learner_lost(d, (uint32_t)(l - d->learners),
+                     "out of memory for its step task");
     return;
   }
   uint64_t step = l->step + 1;
-  l->step_value = (float)step;
+  // The cursor before this step's batches: the one a checkpoint taken at
+  // syncer step l->step stores.
+  dec_cursor_at_t* at = &l->cursor_ring[l->step % l->cursor_ring_size];
+  at->step = l->step;
+  at->used = true;
+  pcp_data_sampler_cursor(l->sampler, &at->cursor);
+  l->step_value = (float)(l->adam_step + 1);
   l->lr = pcp_diloco_lr_schedule_at(&job->schedule, step - 1);
   job->last_lr = l->lr;
   size_t A = (size_t)job->accumulation;
@@ -1123,14 +1196,32 @@ static uint64_t dec_ms(dec_t* d, int64_t ns) {
   return ns > 0 ? (uint64_t)(ns / 1000000) : 0;
 }
 
-// Appends the tape's bytes to disk (the whole tape rewritten atomically: a
-// small job's tape is a few KiB; a crash leaves the previous one whole).
-static pcp_status_t dec_tape_write(dec_t* d) {
+// Puts the tape's new records on disk. Each round appends only the records
+// recorded since the last write (records are self-delimiting, with a CRC
+// each), no fsync: rewriting and fsyncing the whole tape every round was
+// quadratic in the run's length on the job thread. |full| (checkpoints, the
+// end, the first write, a resumed tape) rewrites it atomically and fsynced:
+// the compaction point, after which a crash leaves it whole; a crash of the
+// machine between two can cut the last appended record, which decoding
+// reports. (Resume reads the checkpoint's own copy of the tape, not this
+// file.)
+static pcp_status_t dec_tape_write(dec_t* d, bool full) {
+  bool append =
+      !full && d->tape_written > 0 && d->tape_written <= d->tape.count;
+  if (append && d->tape_written == d->tape.count) {
+    return pcp_ok_status();  // nothing new
+  }
+  uint64_t first = append ? d->tape_written : 0;
   uint8_t* data = NULL;
   size_t length = 0;
-  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_tape_encode(&d->tape, &data, &length));
-  pcp_status_t status = pcp_file_write_atomic(d->tape_path, data, length);
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_tape_encode_records(
+      &d->tape, first, !append, &data, &length));
+  pcp_status_t status = append
+                            ? pcp_file_append(d->tape_path, data, length)
+                            : pcp_file_write_atomic(d->tape_path, data, length);
   pcp_allocator_free(d->tape.allocator, data);
+  // After a failed append the file's end is unknown: rewrite it next time.
+  d->tape_written = status ? 0 : d->tape.count;
   return status;
 }
 
@@ -1169,29 +1260,44 @@ static pcp_status_t dec_delta_arrived(dec_t* d, uint32_t li, dec_round_t* r,
                                       size_t n_out, int64_t now_ns) {
   dec_learner_t* l = &d->learners[li];
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[r->fragment];
+  // The outputs are the worker's: a malformed result loses that learner
+  // (its values stay out of the round), not the job.
+  char why[160];
   if (n_out != f->tensor_count) {
-    return pcp_make_status(PCP_STATUS_INTERNAL,
-                           "@delta returned %zu tensors, not %u", n_out,
-                           f->tensor_count);
+    snprintf(why, sizeof(why), "@delta returned %zu tensors, not %u", n_out,
+             f->tensor_count);
+    dec_learner_lost(d, li, why);
+    return pcp_ok_status();
   }
   float* values = r->values + (size_t)li * d->frag_max;
+  uint64_t up_bytes = 0;
   for (uint32_t k = 0; k < f->tensor_count; ++k) {
     uint32_t i = f->tensor_indices[k];
     size_t n = (size_t)d->plan.tensor_values[i];
     float* out = values + f->offset_bytes[k] / 4;
     if (d->int4) {
-      PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_int4_decode(
-          outputs[k].data, outputs[k].byte_length, n, d->block, out));
+      pcp_status_t status = pcp_decoupled_int4_decode(
+          outputs[k].data, outputs[k].byte_length, n, d->block, out);
+      if (status) {
+        snprintf(why, sizeof(why),
+                 "@delta_int4 payload of %" PRIu64 " bytes rejected: %s",
+                 outputs[k].byte_length, pcp_status_message(status));
+        pcp_status_ignore(status);
+        dec_learner_lost(d, li, why);
+        return pcp_ok_status();
+      }
     } else if (outputs[k].byte_length != n * sizeof(float)) {
-      return pcp_make_status(PCP_STATUS_INTERNAL,
-                             "@delta returned %" PRIu64 " bytes, not %zu",
-                             outputs[k].byte_length, n * sizeof(float));
+      snprintf(why, sizeof(why), "@delta returned %" PRIu64 " bytes, not %zu",
+               outputs[k].byte_length, n * sizeof(float));
+      dec_learner_lost(d, li, why);
+      return pcp_ok_status();
     } else {
       memcpy(out, outputs[k].data, n * sizeof(float));
     }
-    r->up_bytes += outputs[k].byte_length;
-    d->up_bytes_total += outputs[k].byte_length;
+    up_bytes += outputs[k].byte_length;
   }
+  r->up_bytes += up_bytes;
+  d->up_bytes_total += up_bytes;
   if (d->verify_int4 && d->int4 && !l->verify_done) {
     // Kept for the f32 @delta that follows on the same, unchanged state.
     memcpy(l->verify_values, values, f->value_count * sizeof(float));
@@ -1236,12 +1342,25 @@ static pcp_status_t dec_delta_arrived(dec_t* d, uint32_t li, dec_round_t* r,
 // element within F's bound, scale / 2 of its block (plus the f32 quotient's
 // rounding: the worker divides in f32 where the host codec divides in
 // double, which can move a code at an exact half by one ulp of x/s).
-static pcp_status_t dec_verify(dec_t* d, dec_learner_t* l, uint32_t fragment,
+static pcp_status_t dec_verify(dec_t* d, uint32_t li, uint32_t fragment,
                                const pcp_proto_section_t* outputs,
                                size_t n_out) {
+  dec_learner_t* l = &d->learners[li];
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
-  if (n_out != f->tensor_count) {
-    return pcp_make_status(PCP_STATUS_INTERNAL, "verify: %zu tensors", n_out);
+  // A malformed result (the worker's input) loses the learner, not the job.
+  bool ok = n_out == f->tensor_count;
+  for (uint32_t k = 0; ok && k < f->tensor_count; ++k) {
+    size_t n = (size_t)d->plan.tensor_values[f->tensor_indices[k]];
+    ok = outputs[k].byte_length == n * sizeof(float);
+  }
+  if (!ok) {
+    char why[96];
+    snprintf(why, sizeof(why),
+             "the f32 @delta to verify returned %zu "
+             "outputs of the wrong count or size",
+             n_out);
+    dec_learner_lost(d, li, why);
+    return pcp_ok_status();
   }
   for (uint32_t k = 0; k < f->tensor_count; ++k) {
     size_t n = (size_t)d->plan.tensor_values[f->tensor_indices[k]];
@@ -1312,6 +1431,19 @@ static json_t* dec_totals_json(const dec_t* d) {
                         json_integer((json_int_t)d->resumed_at));
     json_object_set_new(o, "resume_tape_replayed",
                         json_boolean(d->resume_replay_ok));
+  }
+  json_t* steps = o ? json_array() : NULL;
+  for (uint32_t k = 0; k < d->learner_count && steps; ++k) {
+    // Per learner: its local step and AdamW's t (steps since its last
+    // @init reset the moments: a join, a rejoin or a resume).
+    const dec_learner_t* l = &d->learners[k];
+    json_array_append_new(
+        steps,
+        json_pack("{s:I, s:I, s:I}", "learner", (json_int_t)(k + 1), "step",
+                  (json_int_t)l->step, "adam_step", (json_int_t)l->adam_step));
+  }
+  if (steps) {
+    json_object_set_new(o, "learner_steps", steps);
   }
   if (o) {
     json_object_set_new(o, "resyncs", json_integer((json_int_t)d->resyncs));
@@ -1411,10 +1543,15 @@ static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li, int kind,
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[l->task_fragment];
   if (n_out != 2 * (size_t)f->tensor_count + 1 ||
       outputs[n_out - 1].byte_length != PCP_SHA256_BYTE_LENGTH) {
-    return pcp_make_status(PCP_STATUS_INTERNAL,
-                           "@mix of %s returned %zu outputs without its input "
-                           "hash",
-                           l->worker_id, n_out);
+    // The worker's result (an older build that ignores hash_inputs, a
+    // truncated section): that learner is lost, the job goes on.
+    char why[96];
+    snprintf(why, sizeof(why),
+             "@mix returned %zu outputs without its input "
+             "hash",
+             n_out);
+    dec_learner_lost(d, li, why);
+    return pcp_ok_status();
   }
   bool match = false;
   PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
@@ -1428,6 +1565,42 @@ static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li, int kind,
     l->resync_pending = true;
     l->resync_fragment = l->task_fragment;
     l->resync_step = l->task_step;
+  }
+  return pcp_ok_status();
+}
+
+// The hash an @init returned (its last output, after the 4 per tensor)
+// against l->hash_want, as dec_mix_hash_check does for a @mix: a malformed
+// result loses the learner; a mismatch is the job's event (and its failure
+// with on_param_mismatch "fail"); with "resync" the @init of the fragment
+// is sent again (init_next stays), and a second mismatch loses the
+// learner. *out_match true when the learner holds the values it was sent.
+static pcp_status_t dec_init_hash_check(dec_t* d, uint32_t li,
+                                        const pcp_proto_section_t* outputs,
+                                        size_t n_out, bool* out_match) {
+  dec_learner_t* l = &d->learners[li];
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[l->task_fragment];
+  *out_match = false;
+  if (n_out != 4 * (size_t)f->tensor_count + 1 ||
+      outputs[n_out - 1].byte_length != PCP_SHA256_BYTE_LENGTH) {
+    char why[96];
+    snprintf(why, sizeof(why),
+             "@init returned %zu outputs without its input "
+             "hash",
+             n_out);
+    dec_learner_lost(d, li, why);
+    return pcp_ok_status();
+  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
+      d->job, l->worker_id, d->state->global_step, l->hash_want,
+      outputs[n_out - 1].data, out_match));
+  if (*out_match) {
+    l->init_mismatch = false;
+  } else if (l->init_mismatch) {
+    dec_learner_lost(d, li, "parameter hash mismatch on its @init sent again");
+  } else {
+    l->init_mismatch = true;
+    ++d->resyncs;
   }
   return pcp_ok_status();
 }
@@ -1527,7 +1700,7 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
   } else {
     ++d->skipped_rounds;
   }
-  PCP_RETURN_IF_ERROR_BARE(dec_tape_write(d));
+  PCP_RETURN_IF_ERROR_BARE(dec_tape_write(d, false));
   job->outer_step = d->syncs + d->skipped_rounds;
   job->last_loss = dec_mean_loss(d);
   job->last_loss_mean = job->last_loss;
@@ -1633,11 +1806,15 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   size_t n_out = 0;
   pcp_status_t status = pcp_fabric_task_outputs(task, &outputs, &n_out);
   if (!status && kind == TASK_INIT) {
-    // @init sent the masters: B's version 1 while the fragment has not
-    // synced (then G = B), unknown after.
-    if (d->int4_down && l->bcast_version &&
-        d->bcast_version[l->task_fragment] == 1) {
-      l->bcast_version[l->task_fragment] = 1;
+    bool match = false;
+    status = dec_init_hash_check(d, li, outputs, n_out, &match);
+    if (status || !match) {
+      pcp_fabric_task_release(task);
+      return status;  // lost, or its @init of this fragment is sent again
+    }
+    // @init sent B (int4_down) at the version captured when it was sent.
+    if (d->int4_down && l->bcast_version) {
+      l->bcast_version[l->task_fragment] = l->task_bcast_version;
     }
     ++l->init_next;
     if (l->joining && l->init_next == d->plan.fragment_count) {
@@ -1649,6 +1826,7 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
     }
   } else if (!status && kind == TASK_STEP) {
     ++l->step;
+    ++l->adam_step;
     if (n_out >= 1 && outputs[n_out - 1].byte_length == 4) {
       l->last_loss = *(const float*)outputs[n_out - 1].data;
     }
@@ -1672,6 +1850,9 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
       }
       for (uint32_t k = 0; k < d->learner_count; ++k) {
         dec_learner_t* other = &d->learners[k];
+        if (s == d->lose_pull_step) {
+          break;  // test hook: as if each pulled learner were lost
+        }
         if (!dec_pulled(other, s)) {
           continue;  // lost, or a joiner not synced yet
         }
@@ -1695,11 +1876,16 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
       ++d->dropped_pulls;  // its round closed while the delta was out
     }
   } else if (!status && kind == TASK_VERIFY) {
-    status = dec_verify(d, l, l->task_fragment, outputs, n_out);
+    status = dec_verify(d, li, l->task_fragment, outputs, n_out);
   } else if (!status && (kind == TASK_MIX || kind == TASK_RESYNC)) {
     status = dec_mix_hash_check(d, li, kind, outputs, n_out);
     // The gateway's view of the learner: the values it was sent (after a
-    // mismatch too: the resync that follows makes them true).
+    // mismatch too: the resync that follows makes them true). Nothing more
+    // for a learner the check lost.
+    if (!status && !l->alive) {
+      pcp_fabric_task_release(task);
+      return pcp_ok_status();
+    }
     if (!status) {
       status = pcp_decoupled_plan_scatter(&d->plan, l->task_fragment,
                                           l->mix_buf, l->base);
@@ -1796,7 +1982,11 @@ bool pcp_diloco_decoupled_selected(const job_t* job) {
   return strategy && strcmp(strategy, "decoupled_diloco") == 0;
 }
 
-// The experiment's decoupled_diloco block (decoupled.h's keys).
+static pcp_status_t dec_config_check(dec_t* d);
+
+// The experiment's decoupled_diloco block (decoupled.h's keys). On an
+// error nothing stays allocated (the caller deinitializes the config only
+// after a success).
 static pcp_status_t dec_config_parse(dec_t* d) {
   job_t* job = d->job;
   json_t* block = json_object_get(job->experiment, "decoupled_diloco");
@@ -1826,6 +2016,16 @@ static pcp_status_t dec_config_parse(dec_t* d) {
   }
   pcp_string_list_deinitialize(&unknown);
   PCP_RETURN_IF_ERROR_BARE(status);
+  status = dec_config_check(d);
+  if (status) {
+    pcp_decoupled_config_deinitialize(&d->config);
+  }
+  return status;
+}
+
+// The parsed config against the job (dtype, streaming) and the wire.
+static pcp_status_t dec_config_check(dec_t* d) {
+  job_t* job = d->job;
   if (job->param_type != PCP_ELEMENT_TYPE_F32) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "decoupled_diloco trains f32 models only (key "
@@ -2246,6 +2446,7 @@ static pcp_status_t dec_learner_admit(dec_t* d, uint32_t k,
   l->joining = mid_run;
   l->first_pull = 0;
   l->init_next = 0;
+  l->adam_step = 0;  // @init sends fresh moments: AdamW restarts at t = 1
   l->send_count = 0;
   l->apply_count = 0;
   l->verify_pending = false;
@@ -2254,6 +2455,7 @@ static pcp_status_t dec_learner_admit(dec_t* d, uint32_t k,
   // Nothing of the old session is held: no resync due, and the broadcast
   // copy's versions unknown (its first @mix of each fragment is f32).
   l->resync_pending = false;
+  l->init_mismatch = false;
   l->hash_inputs = 0;
   if (l->bcast_version) {
     memset(l->bcast_version, 0,
@@ -2387,6 +2589,36 @@ static json_t* dec_state_json(const dec_t* d,
                    "learners", learners ? learners : json_array());
 }
 
+// Learner |k|'s sampler cursor as it was after local step
+// min(next_final - 1, its last completed step): a resume puts every
+// learner at syncer step next_final - 1, and a learner runs up to
+// overlap_tau steps past it (plus the step in flight) whose batches were
+// never merged, so the resume must draw them again (finding 5). The
+// cursor before step c + 1 was kept when that step was submitted.
+static void dec_checkpoint_cursor(dec_t* d, uint32_t k,
+                                  pcp_data_cursor_t* out_cursor) {
+  const dec_learner_t* l = &d->learners[k];
+  uint64_t at = d->next_final > 0 ? d->next_final - 1 : 0;
+  uint64_t c = l->step < at ? l->step : at;
+  pcp_data_sampler_cursor(l->sampler, out_cursor);
+  bool drawn_past = l->step > c || (l->task && l->task_kind == TASK_STEP);
+  if (!drawn_past) {
+    return;  // the current cursor is the one after step c
+  }
+  const dec_cursor_at_t* e =
+      l->cursor_ring ? &l->cursor_ring[c % l->cursor_ring_size] : NULL;
+  if (e && e->used && e->step == c) {
+    *out_cursor = e->cursor;
+    return;
+  }
+  PCP_LOG(PCP_LOG_WARN, &d->job->log,
+          "decoupled learner %u: no sampler cursor kept for step %" PRIu64
+          " (at local step %" PRIu64
+          "); its checkpoint keeps the current one, a resume skips the "
+          "batches in between",
+          k, c, l->step);
+}
+
 static pcp_status_t dec_checkpoint(dec_t* d) {
   job_t* job = d->job;
   const pcp_diloco_job_options_t* o = job->options;
@@ -2410,6 +2642,12 @@ static pcp_status_t dec_checkpoint(dec_t* d) {
   char hex[PCP_SHA256_HEX_LENGTH + 1];
   status = pcp_diloco_job_state_file_write(job, "decoupled-tape", data, length,
                                            name, hex);
+  if (!status) {
+    // The compaction point of the job's own tape file (dec_tape_write): the
+    // same bytes, rewritten whole and fsynced.
+    status = pcp_file_write_atomic(d->tape_path, data, length);
+    d->tape_written = status ? 0 : d->tape.count;
+  }
   pcp_allocator_free(d->tape.allocator, data);
   PCP_RETURN_IF_ERROR_BARE(status);
   json_t* learners = json_array();
@@ -2417,21 +2655,26 @@ static pcp_status_t dec_checkpoint(dec_t* d) {
   for (uint32_t k = 0; k < d->learner_count && learners; ++k) {
     const dec_learner_t* l = &d->learners[k];
     pcp_data_cursor_t cursor;
-    pcp_data_sampler_cursor(l->sampler, &cursor);
+    dec_checkpoint_cursor(d, k, &cursor);
     pcp_data_cursor_format(&cursor, text, sizeof(text));
-    json_array_append_new(
-        learners,
-        json_pack(
-            "{s:s, s:b, s:b, s:I, s:o, s:s, s:I, s:I, s:o, s:o}", "worker_id",
-            l->worker_id, "alive", l->alive && !l->joining, "joined", l->joined,
-            "step", (json_int_t)l->step, "loss",
-            pcp_diloco_json_number_or_null(l->last_loss), "sampler", text,
-            "learner_step", (json_int_t)l->counters.learner_step,
-            "observed_global_step",
-            (json_int_t)l->counters.observed_global_step, "steps_since",
-            dec_u64_array(l->counters.steps_since, d->plan.fragment_count),
-            "tokens_since",
-            dec_u64_array(l->counters.tokens_since, d->plan.fragment_count)));
+    json_t* slot = json_pack(
+        "{s:s, s:b, s:b, s:I, s:o, s:s, s:I, s:I, s:o, s:o}", "worker_id",
+        l->worker_id, "alive", l->alive && !l->joining, "joined", l->joined,
+        "step", (json_int_t)l->step, "loss",
+        pcp_diloco_json_number_or_null(l->last_loss), "sampler", text,
+        "learner_step", (json_int_t)l->counters.learner_step,
+        "observed_global_step", (json_int_t)l->counters.observed_global_step,
+        "steps_since",
+        dec_u64_array(l->counters.steps_since, d->plan.fragment_count),
+        "tokens_since",
+        dec_u64_array(l->counters.tokens_since, d->plan.fragment_count));
+    if (slot) {
+      // Informational (not read back: a resume resets it with the
+      // moments): AdamW's t, steps since its last @init.
+      json_object_set_new(slot, "adam_step",
+                          json_integer((json_int_t)l->adam_step));
+    }
+    json_array_append_new(learners, slot);
   }
   json_t* c = json_pack(
       "{s:I, s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
@@ -2454,6 +2697,14 @@ static pcp_status_t dec_checkpoint(dec_t* d) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "decoupled cursor");
   }
   json_object_set_new(c, "learners", learners);
+  // What the tape's fragment ids and the merges depend on, checked at a
+  // resume (dec_resume_keys_check).
+  json_object_set_new(c, "fragment_strategy",
+                      json_integer(d->config.fragment_strategy));
+  json_object_set_new(c, "merge_strategy",
+                      json_integer(d->config.merge_strategy));
+  json_object_set_new(c, "int4_block_size",
+                      json_integer((json_int_t)d->config.int4_block_size));
   json_object_set_new(c, "tape_file", json_string(name));
   json_object_set_new(c, "tape_sha256", json_string(hex));
   json_object_set_new(c, "tape_events",
@@ -2529,6 +2780,38 @@ static pcp_status_t dec_resume_slots(dec_t* d) {
   return pcp_ok_status();
 }
 
+// The decoupled_diloco keys a resume must not change besides P, H,
+// overlap_tau and compression: the tape's per-fragment versions and REPULL
+// fragment ids refer to the fragmentation, and the merge and the int4
+// blocks to the rest. A checkpoint without a key (older) is not checked
+// for it.
+static pcp_status_t dec_resume_keys_check(dec_t* d, json_t* c) {
+  struct {
+    const char* key;
+    json_int_t value;
+  } keys[] = {
+      {"fragment_strategy", d->config.fragment_strategy},
+      {"merge_strategy", d->config.merge_strategy},
+      {"int4_block_size", (json_int_t)d->config.int4_block_size},
+  };
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); ++i) {
+    json_t* v = json_object_get(c, keys[i].key);
+    if (!v) {
+      continue;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) != keys[i].value) {
+      return pcp_make_status(
+          PCP_STATUS_FAILED_PRECONDITION,
+          "decoupled checkpoint of another key 'decoupled_diloco.%s' (%lld "
+          "there, %lld in this job; for the enums: the index of the value "
+          "in decoupled.h): a resume must keep it",
+          keys[i].key, (long long)json_integer_value(v),
+          (long long)keys[i].value);
+    }
+  }
+  return pcp_ok_status();
+}
+
 // Reads the resumed cursor (job->stream_resume): checks it against this
 // job's schedule, restores the counters and the learners' slots, and loads
 // the tape side file (SHA-256 checked) into d->tape. The plan must be
@@ -2554,6 +2837,7 @@ static pcp_status_t dec_resume_load(dec_t* d) {
         d->schedule.sync_interval_h, d->schedule.overlap_tau,
         d->int4 ? "int4" : "none");
   }
+  PCP_RETURN_IF_ERROR_BARE(dec_resume_keys_check(d, c));
   json_int_t next_final = json_integer_value(json_object_get(c, "next_final"));
   json_int_t syncs = json_integer_value(json_object_get(c, "syncs"));
   json_int_t skipped = json_integer_value(json_object_get(c, "skipped_rounds"));
@@ -2721,7 +3005,7 @@ static pcp_status_t dec_recover(dec_t* d) {
           " records replayed to the checkpoint's state, "
           "%u learners back",
           d->resumed_at, job->outer_step, d->tape.count, live_count);
-  return dec_tape_write(d);
+  return dec_tape_write(d, true);
 }
 
 static pcp_status_t dec_loop(dec_t* d) {
@@ -2755,10 +3039,26 @@ static pcp_status_t dec_loop(dec_t* d) {
       }
       dec_round_t* r = dec_round_find(d, d->next_final, false);
       if (!r || !r->opened) {
-        break;
-      }
-      if (pcp_decoupled_round_poll(&r->machine, dec_ms(d, now)) ==
-          PCP_DECOUPLED_ROUND_COLLECTING) {
+        if (d->next_final > d->opened_through ||
+            dec_step_awaited(d, d->next_final)) {
+          break;
+        }
+        // Pulled, and nobody left to answer: skipped (not opened, so
+        // dec_finalize merges nothing).
+        if (!r) {
+          r = dec_round_find(d, d->next_final, true);
+          if (!r) {
+            break;  // every round slot busy: again at the next poll
+          }
+          r->fragment = fragment;
+        }
+        PCP_LOG(PCP_LOG_WARN, &job->log,
+                "decoupled syncer step %" PRIu64
+                ": every learner pulled for it was lost before its delta; "
+                "skipped",
+                d->next_final);
+      } else if (pcp_decoupled_round_poll(&r->machine, dec_ms(d, now)) ==
+                 PCP_DECOUPLED_ROUND_COLLECTING) {
         break;
       }
       status = dec_finalize(d, r, now);
@@ -2915,6 +3215,18 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
               "until step %u",
               learner, ms, until);
     }
+    // Test hook: PCP_DECOUPLED_TEST_LOSE_PULL="<syncer step>" queues no
+    // pull for that step, as if every learner pulled for it were lost
+    // before answering (and back on a new connection, so pulled only from
+    // later steps): the round never opens, and the finalize loop must skip
+    // it rather than wait forever.
+    const char* lose = getenv("PCP_DECOUPLED_TEST_LOSE_PULL");
+    unsigned lose_step = 0;
+    if (lose && sscanf(lose, "%u", &lose_step) == 1 && lose_step > 0) {
+      d->lose_pull_step = lose_step;
+      PCP_LOG(PCP_LOG_WARN, &job->log,
+              "test hook: no learner answers syncer step %u's pull", lose_step);
+    }
     if (d->int4_down) {
       status = dec_down_setup(d);
     }
@@ -2944,8 +3256,9 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
   }
   bool replayed = false;
   if (!status) {
-    // The applies after the last round are on the tape too.
-    status = dec_tape_write(d);
+    // The applies after the last round are on the tape too (rewritten
+    // whole and fsynced: the end of the run).
+    status = dec_tape_write(d, true);
   }
   if (!status) {
     status = dec_tape_check(d, &replayed);
@@ -3005,6 +3318,7 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     pcp_diloco_job_free(job, l->verify_values);
     pcp_diloco_job_free(job, l->bcast_version);
     pcp_diloco_job_free(job, l->mix_q);
+    pcp_diloco_job_free(job, l->cursor_ring);
     if (l->counters_ready) {
       pcp_decoupled_learner_deinitialize(&l->counters);
     }

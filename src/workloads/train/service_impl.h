@@ -47,6 +47,10 @@
 // Decoupled DiLoCo: the cursor's "decoupled" object (service_decoupled.c)
 // holds the syncer's counters, the learners and the tape's side file.
 #define CURSOR_KIND_DECOUPLED "pcp.diloco.decoupled.v1"
+// ddp: parameters only (no velocity use, no inner state; the workers'
+// moments start fresh), so neither a classic checkpoint (its inner state
+// would be ignored) nor the reverse resumes across modes.
+#define CURSOR_KIND_DDP "pcp.diloco.ddp.v1"
 
 typedef struct program_t {
   char backend[16];
@@ -382,6 +386,15 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_param_hash_check(
     job_t* job, const char* worker_id, uint64_t step,
     const uint8_t want[PCP_SHA256_BYTE_LENGTH],
     const uint8_t got[PCP_SHA256_BYTE_LENGTH], bool* out_match);
+// The same against another worker's hash instead of the gateway's (ddp,
+// where the gateway keeps no copy): |reference_worker| holds |want| (the
+// workers' majority). The log, the event ("reference_worker",
+// "reference_sha256", "policy": "fail" or "drop") and the DATA_LOSS
+// message name that worker; with "resync" the caller drops the worker.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_param_hash_check_against(
+    job_t* job, const char* worker_id, uint64_t step,
+    const char* reference_worker, const uint8_t want[PCP_SHA256_BYTE_LENGTH],
+    const uint8_t got[PCP_SHA256_BYTE_LENGTH], bool* out_match);
 // Sets progress's "param_hash": {"verified_step", "sha256", "mismatches"}
 // (verified_step and sha256 null before the first check).
 void pcp_diloco_param_hash_json(const job_t* job, json_t* progress);
@@ -410,6 +423,27 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_decoupled_run(job_t* job);
 // experiment selects it (`"aggregation_strategy": "ddp"`), and the run of
 // the set-up job to its end (OK), a stop (CANCELLED) or a failure.
 bool pcp_diloco_ddp_selected(const job_t* job);
+// ddp's decisions, split out so unit tests reach them (service_test.c).
+// The reference among |count| workers' parameter hashes (|hashes|: 32
+// bytes each, in worker order; present[k]: worker k reported one): the first by
+// id of the largest group of equal hashes; UINT32_MAX when none is present.
+// *out_tied: another hash has as many holders (no majority: 2 workers that
+// differ, 2 against 2), where picking one would drop or blame a healthy worker
+// at random.
+uint32_t pcp_diloco_ddp_hash_vote(const uint8_t* hashes, const bool* present,
+                                  uint32_t count, bool* out_tied);
+// The workers to @read the masters from, in order, into |out_order|
+// (|count| entries): |reference| first, then every other present worker
+// holding the same hash, by id. Returns how many.
+uint32_t pcp_diloco_ddp_read_order(const uint8_t* hashes, const bool* present,
+                                   uint32_t count, uint32_t reference,
+                                   uint32_t* out_order);
+// The wait for one phase of an inner step (gradients, optimizer, hash,
+// read) given the last inner step's duration (0: none yet, when workers
+// still load programs): SHORT_WAIT_MIN_MS until then, after it
+// WAIT_STEP_MULTIPLE inner steps with a floor of DDP_PHASE_WAIT_MIN_MS.
+#define DDP_PHASE_WAIT_MIN_MS (60 * 1000)
+int64_t pcp_diloco_ddp_phase_timeout_ms(int64_t inner_step_ns);
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_ddp_run(job_t* job);
 // The fragment module of decoupled DiLoCo (@init, @delta, @delta_int4 when
 // |int4|, @mix, @mix_int4 when |int4_down|) for |fragment| of |plan| over

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "workloads/train/service_impl.h"
 #include "workloads/workloads.h"
 
 #ifndef PCP_TEST_DATA
@@ -479,6 +480,115 @@ static void streaming_resume_checks(void** state) {
   free(data);
 }
 
+// ddp's reference: the largest group of equal hashes wins whatever the
+// ids (a corrupted lowest-id worker does not become the reference); no
+// majority is reported as a tie, never settled by id.
+static void ddp_hash_vote(void** state) {
+  (void)state;
+  uint8_t hashes[5][PCP_SHA256_BYTE_LENGTH];
+  bool present[5] = {true, true, true, true, true};
+  bool tied = true;
+  // a (corrupted, first by id) against b, c, d.
+  memset(hashes, 0xAB, sizeof(hashes));
+  hashes[0][0] = 0x01;
+  assert_int_equal(pcp_diloco_ddp_hash_vote(&hashes[0][0], present, 4, &tied),
+                   1);
+  assert_false(tied);
+  // Two workers that differ: no majority.
+  assert_int_equal(pcp_diloco_ddp_hash_vote(&hashes[0][0], present, 2, &tied),
+                   0);
+  assert_true(tied);
+  // Two against two, and three that all differ: no majority.
+  hashes[1][0] = 0x01;
+  assert_int_equal(pcp_diloco_ddp_hash_vote(&hashes[0][0], present, 4, &tied),
+                   0);
+  assert_true(tied);
+  hashes[1][0] = 0x02;
+  assert_int_equal(pcp_diloco_ddp_hash_vote(&hashes[0][0], present, 3, &tied),
+                   0);
+  assert_true(tied);
+  // A lost worker does not vote: a and b differ, c is lost, d and e agree.
+  present[2] = false;
+  assert_int_equal(pcp_diloco_ddp_hash_vote(&hashes[0][0], present, 5, &tied),
+                   3);
+  assert_false(tied);
+  // A tie below the top does not count: a and b differ; c, d, e agree.
+  present[2] = true;
+  assert_int_equal(pcp_diloco_ddp_hash_vote(&hashes[0][0], present, 5, &tied),
+                   2);
+  assert_false(tied);
+  // One worker: its own reference. None: UINT32_MAX.
+  assert_int_equal(pcp_diloco_ddp_hash_vote(&hashes[0][0], present, 1, &tied),
+                   0);
+  assert_false(tied);
+  bool none[5] = {false};
+  assert_int_equal(pcp_diloco_ddp_hash_vote(&hashes[0][0], none, 5, &tied),
+                   UINT32_MAX);
+}
+
+// ddp_pull's candidates: the reference, then the other live workers with
+// its hash in id order (a reference lost during @read is replaced, not
+// the job failed); a worker with another hash or lost is never read.
+static void ddp_read_order(void** state) {
+  (void)state;
+  uint8_t hashes[5][PCP_SHA256_BYTE_LENGTH];
+  memset(hashes, 0xAB, sizeof(hashes));
+  hashes[1][0] = 0x01;                                // b differs
+  bool present[5] = {true, true, false, true, true};  // c lost
+  uint32_t order[5] = {0};
+  assert_int_equal(
+      pcp_diloco_ddp_read_order(&hashes[0][0], present, 5, 3, order), 3);
+  assert_int_equal(order[0], 3);
+  assert_int_equal(order[1], 0);
+  assert_int_equal(order[2], 4);
+  assert_int_equal(
+      pcp_diloco_ddp_read_order(&hashes[0][0], present, 5, 1, order), 1);
+  assert_int_equal(order[0], 1);
+  assert_int_equal(
+      pcp_diloco_ddp_read_order(&hashes[0][0], present, 5, 2, order), 0);
+  assert_int_equal(
+      pcp_diloco_ddp_read_order(&hashes[0][0], present, 5, UINT32_MAX, order),
+      0);
+}
+
+// ddp's per-phase wait scales with one inner step, not a reported step of
+// tau of them: tau = 100 inner steps of 1 s waited 10 x 100 s (about 17
+// minutes) for a hung worker; now 10 x 1 s with a 60 s floor.
+static void ddp_phase_timeout(void** state) {
+  (void)state;
+  assert_int_equal(pcp_diloco_ddp_phase_timeout_ms(0), 5 * 60 * 1000);
+  assert_int_equal(pcp_diloco_ddp_phase_timeout_ms(1000000000), 60 * 1000);
+  assert_int_equal(pcp_diloco_ddp_phase_timeout_ms(20000000000LL), 200 * 1000);
+  assert_int_equal(pcp_diloco_ddp_phase_timeout_ms(-5), 5 * 60 * 1000);
+}
+
+#define RESUME ", \"resume\": true, \"checkpoint_dir\": \"ckpt\""
+
+// ddp checkpoints have their own cursor kind: a ddp job refuses a classic
+// checkpoint (its inner state would be ignored) and a classic job a ddp
+// one, each naming both modes; a ddp job takes its own and gets as far as
+// waiting for a worker.
+static void ddp_resume_checks(void** state) {
+  harness_t* h = *state;
+  // A run that resumed waits for a worker until the stop hook (CANCELLED).
+  h->stop_after_polls = 3;
+  write_checkpoint(h, 2,
+                   "{\"kind\": \"pcp.diloco.stateless.v1\", \"workers\": 1}");
+  EXPECT_CODE(run(h, "job-ddp-classic-ckpt",
+                  experiment(RESUME ", \"aggregation_strategy\": \"ddp\"")),
+              PCP_STATUS_FAILED_PRECONDITION,
+              "is from a classic DiLoCo run; this job is a ddp one");
+  write_checkpoint(h, 2, "{\"kind\": \"pcp.diloco.ddp.v1\", \"workers\": 1}");
+  h->polls = 0;
+  EXPECT_CODE(run(h, "job-classic-ddp-ckpt", experiment(RESUME)),
+              PCP_STATUS_FAILED_PRECONDITION,
+              "is from a ddp run; this job is a classic DiLoCo one");
+  h->polls = 0;
+  EXPECT_CODE(run(h, "job-ddp-ddp-ckpt",
+                  experiment(RESUME ", \"aggregation_strategy\": \"ddp\"")),
+              PCP_STATUS_CANCELLED, "outer step 2");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(spec_resolve),
@@ -491,6 +601,11 @@ int main(void) {
                                       harness_teardown),
       cmocka_unit_test_setup_teardown(streaming_resume_checks, harness_setup,
                                       harness_teardown),
+      cmocka_unit_test_setup_teardown(ddp_resume_checks, harness_setup,
+                                      harness_teardown),
+      cmocka_unit_test(ddp_hash_vote),
+      cmocka_unit_test(ddp_read_order),
+      cmocka_unit_test(ddp_phase_timeout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
