@@ -1,36 +1,41 @@
 # SPDX-License-Identifier: Apache-2.0
-"""bench/diloco_comm measured: bytes on the fabric per worker and at the
-gateway link for a real DiLoCo job over loopback, W = 1, 2, 4 CPU workers,
-against the arithmetic prediction of the same run.
+"""bench/diloco_comm: bytes on the wire per worker of DDP, classic DiLoCo,
+streaming DiLoCo and decoupled DiLoCo with int4 deltas, measured on real
+training jobs with the same model and the same tokens per worker.
 
-Run by build/bench/diloco_comm (argv: pcp binary, then options). For each W:
-a fresh `pcp --gateway` on a fresh state dir (the compiled programs copied
-from the previous W, so the round program compiles once) and W
-`pcp --worker` processes with empty program caches; one training job (a small built-in GPT, inner_state reset so no worker state crosses the
-wire, no validation); when it has succeeded, GET /v1/workers gives the
-fabric's own byte counters of each worker's link (what the gateway read from
-and handed to that socket, handshake, heartbeats and framing included).
+Run by build/bench/diloco_comm (argv: pcp binary, then options). For each
+mode: a fresh `pcp --gateway` on a fresh state dir (the compiled programs
+copied from the previous run: the artifact cache is content-keyed) and W
+`pcp --worker` processes with their own empty program caches, one training
+job, and when it has succeeded:
 
-Prediction per worker (the payload, docs/training.md "Wire accounting"):
-  steps x (N x 4 params down + N x 4 deltas up
-           + tau x B x T x 4 x 2 token ids and targets down
-           + tau x 4 learning rates down + tau x 4 losses up)
-  + every program the worker fetched, once (the sizes of the files it
-    cached: the round program, and the inference service's)
-  + N x 4 for the inference service's load of the final weights (the job's
-    export is served at its end: the bench waits until the model is ready
-    and the links are quiet, so that traffic is always counted whole).
-The gateway link carries the sum over the workers. The job's own
-`wire_bytes` must equal W x steps x N x 8 (checked).
+- the fabric's own byte counters of each worker's link (GET /v1/workers
+  bytes_to_worker + bytes_from_worker: what the gateway handed to and read
+  from that socket, framing, task headers, tokens, losses and heartbeats
+  included), minus the programs the worker fetched (the sizes of the VMFBs
+  in its cache: one-off, reported separately). The trained model is not
+  served on these workers (`serve_worker_class` names a class none has), so
+  no inference traffic is counted;
+- the job's own sync payload counters: `wire_bytes` of the training.step
+  events (classic, streaming, ddp: parameters/gradients down and up), and
+  for decoupled the `delta_bytes_total` (measured: the answers' output
+  bytes) + `fragment_bytes_down_total` of its training.decoupled summary;
+- the training loss: the mean of the losses the job reported over its last
+  quarter of inner steps (decoupled DiLoCo has no held-out evaluation in
+  the service yet, so all modes are compared on the same training-loss
+  figure, with eval_fraction 0; its noise is printed: the spread of those
+  losses).
 
-Prints, per W, measured / predicted bytes per worker and at the gateway link,
-and the data-parallel ring all-reduce the same inner steps would move per
-worker (2 (W-1)/W x 4N per inner step, arithmetic: there is no DP runtime to
-measure). Goal: at every W, predicted / measured in [0.9, 1.0] for every
-worker (the counters see at least the payload, and framing, handshake and
-heartbeats add under 10 %). Last line: `diloco_comm ratio=<x>`, x = the
-smallest predicted / measured over every worker of every W (higher is
-better, 1 = nothing but payload on the wire).
+The comparison is per token (tokens per worker differ a little: streaming
+runs max_epochs x H + the last fragment's phase local steps), steady state
+except for the one-off initial state each mode sends (parameters down at
+the start), which stays in the figures.
+
+Last line: `diloco_comm ratio=<x>`, x = ddp's fabric bytes per worker per
+token / decoupled+int4's (programs excluded). Goal: x >= 500 at tau 100
+with decoupled's loss within 2% of ddp's; under PCP_BENCH_CHECK=1 a miss
+exits 1. With no ddp mode in this build the bench fails ("ddp not
+available") rather than print a ratio of something else.
 """
 
 import argparse
@@ -48,9 +53,17 @@ import urllib.request
 TOKEN = "bench-diloco-token"
 JOIN = "bench-diloco-join"
 HERE = os.path.dirname(os.path.abspath(__file__))
-# BENCH_DILOCO_DEBUG=1: info logs, the cached programs listed, and the work
-# directory kept (printed).
+DATA = os.path.join(HERE, "..", "data", "tiny_shakespeare.txt")
+# BENCH_DILOCO_DEBUG=1: info logs and the work directory kept (printed).
 DEBUG = os.environ.get("BENCH_DILOCO_DEBUG", "") not in ("", "0")
+MODES = ("ddp", "classic", "streaming", "decoupled_int4", "decoupled_f32")
+# A worker class no worker has: the job's export is not loaded onto the
+# measured workers, so their counters hold training traffic only.
+NO_SERVE_CLASS = "bench-no-serve"
+
+
+class NotAvailable(Exception):
+    """A mode this build does not have (its job is refused)."""
 
 
 def free_port():
@@ -77,7 +90,7 @@ def request(base, method, path, body=None, timeout=30):
             return e.code, payload
 
 
-def wait_for(what, predicate, seconds):
+def wait_for(what, predicate, seconds, period=0.2):
     deadline = time.time() + seconds
     while time.time() < deadline:
         try:
@@ -85,7 +98,7 @@ def wait_for(what, predicate, seconds):
                 return
         except OSError:
             pass
-        time.sleep(0.1)
+        time.sleep(period)
     raise RuntimeError("timed out after %d s waiting for %s" % (seconds, what))
 
 
@@ -99,209 +112,383 @@ def stop(proc):
             proc.wait()
 
 
-def programs(path):
-    """Sizes of the programs (VMFBs) a worker fetched into its cache."""
-    sizes = []
+def program_bytes(path):
+    """Bytes of the programs (VMFBs) a worker fetched into its cache."""
+    total = 0
     for root, _, files in os.walk(path):
         for name in files:
             full = os.path.join(root, name)
             if name.endswith(".vmfb") and not os.path.islink(full):
-                sizes.append(os.path.getsize(full))
-    return sizes
+                total += os.path.getsize(full)
+    return total
 
 
-def run_one(pcp, work, workers, experiment, seconds):
-    """One job on a fresh state dir (a second job in the same one moves
-    more: the gateway finds the first job's state) that reuses the compiled
-    programs of the previous run (the artifact cache is content-keyed)."""
-    previous = getattr(run_one, "previous", None)
-    run_one.count = getattr(run_one, "count", 0) + 1
-    state = os.path.join(work, "state-%d-w%d" % (run_one.count, workers))
-    os.makedirs(os.path.join(state, "data"))
-    if previous and os.path.isdir(os.path.join(previous, "artifacts")):
-        shutil.copytree(os.path.join(previous, "artifacts"),
-                        os.path.join(state, "artifacts"))
-    run_one.previous = state
-    experiment = dict(experiment, data_path=os.path.join(state, "data",
-                                                         "text.txt"))
-    shutil.copyfile(os.path.join(work, "text.txt"), experiment["data_path"])
-    api, fabric = free_port(), free_port()
-    base = "http://127.0.0.1:%d" % api
-    config = os.path.join(work, "g.json")
-    with open(config, "w") as f:
-        json.dump({"gateway_id": "bench", "lab_id": "bench",
-                   "state_dir": state,
-                   "api": {"token_env": "BENCH_DILOCO_TOKEN"},
-                   "worker_fabric": {"host": "127.0.0.1", "port": fabric,
-                                     "join_token_env": "BENCH_DILOCO_JOIN",
-                                     "heartbeat_ms": 1000}}, f)
-    env = dict(os.environ, BENCH_DILOCO_TOKEN=TOKEN, BENCH_DILOCO_JOIN=JOIN,
-               PCP_WORKER_JOIN_TOKEN=JOIN,
-               PCP_LOG_LEVEL="info" if DEBUG else "warn")
-    logs = open(state + ".log", "w")
-    procs = []
-    # A worker id names its host and device: one device id per worker.
-    try:
-        gateway = subprocess.Popen(
-            [pcp, "--gateway", "--gateway-config", config, "--api-port",
-             str(api)], env=env, stderr=logs)
-        procs.append(gateway)
-        wait_for("the gateway", lambda: request(base, "GET", "/healthz")[0]
-                 == 200, 60)
-        caches = []
-        for i in range(workers):
-            cache = "%s-cache-%d" % (state, i)
-            shutil.rmtree(cache, ignore_errors=True)
-            caches.append(cache)
-            procs.append(subprocess.Popen(
-                [pcp, "--worker", "--connect", "127.0.0.1:%d" % fabric,
-                 "--device-id", str(i), "--cache-dir", cache], env=env,
-                stderr=logs))
-        wait_for("%d workers" % workers, lambda: request(
-            base, "GET", "/v1/workers")[1]["counts"]["connected"] == workers,
-            120)
-        status, job = request(base, "POST", "/v1/training/jobs", experiment)
-        if status != 202:
-            raise RuntimeError("job not accepted: %s %s" % (status, job))
-        job_id = job["job_id"]
+def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
+               lr=0.003):
+    """The job of |mode| over |steps| inner steps per worker with sync
+    interval |tau| (classic tau, streaming H, decoupled sync_interval_h,
+    ddp: tau inner steps per reported step)."""
+    e = {"name": "bench-" + mode, "model": model, "data_path": data_path,
+         "tokenizer": "char", "sampling": "random", "learning_rate": lr,
+         "nesterov_momentum": 0.0, "outer_learning_rate": 1.0,
+         "eval_fraction": 0.0, "checkpoint_every": 100000, "seed": seed,
+         "serve_worker_class": NO_SERVE_CLASS}
+    if mode == "ddp":
+        e.update(aggregation_strategy="ddp", tau=tau,
+                 outer_loop_steps=max(1, steps // tau))
+    elif mode == "classic":
+        e.update(tau=tau, outer_loop_steps=max(1, steps // tau),
+                 inner_state="keep")
+    elif mode == "streaming":
+        # Local steps: max_epochs x H + the last fragment's phase.
+        e.update(tau=tau, max_epochs=max(1, steps // tau),
+                 streaming={"num_fragments": fragments, "inner_steps": tau,
+                            "overlap_tau": 1, "alpha": 0.0})
+    elif mode.startswith("decoupled"):
+        block = {"num_fragments": fragments, "sync_interval_h": tau,
+                 "overlap_tau": 1, "min_quorum": 1,
+                 "grace_window_ms": 2000,
+                 "merge_strategy": "weighted_average",
+                 "fragment_strategy": "balanced_tensor",
+                 "learner_alpha": 0.0, "outer_learning_rate": 1.0}
+        if mode == "decoupled_int4":
+            # int4 both ways: deltas up, and the merged fragment down as
+            # the int4 change of the broadcast copy (int4_down).
+            block.update(outer_gradient_compression="int4",
+                         int4_block_size=64, int4_down="on")
+        e.update(aggregation_strategy="decoupled_diloco", tau=tau,
+                 outer_loop_steps=steps, decoupled_diloco=block)
+    else:
+        raise ValueError("mode %r: want one of %s" % (mode, ", ".join(MODES)))
+    return e
 
-        def finished():
-            s, r = request(base, "GET", "/v1/training/jobs/" + job_id)
-            finished.last = r
-            return s == 200 and r.get("state") in ("succeeded", "failed",
-                                                   "cancelled")
-        wait_for("job %s" % job_id, finished, seconds)
-        if finished.last.get("state") != "succeeded":
-            raise RuntimeError("job %s: %s" % (job_id, finished.last))
-        # The job's final export is then served: the inference service
-        # compiles its program and loads the weights onto the workers. Wait
-        # until the model is ready and the links are quiet (heartbeats
-        # only), so that traffic is counted whole, every time.
-        def served():
-            models = request(base, "GET", "/v1/models")[1].get("data", [])
-            return any(m.get("job_id") == job_id and
-                       m.get("status") in ("ready", "failed") and
-                       not m.get("pending_version") for m in models)
-        wait_for("the trained model served", served, seconds)
 
-        def quiet():
-            now = [w["bytes_to_worker"] + w["bytes_from_worker"] for w in
-                   request(base, "GET", "/v1/workers")[1]["workers"]]
-            before, quiet.last = getattr(quiet, "last", None), now
-            if before is None or len(before) != len(now):
-                return False
-            time.sleep(1.5)
-            return all(b - a < 1024 for a, b in zip(before, now))
-        wait_for("quiet links", quiet, 60)
-        listing = request(base, "GET", "/v1/workers")[1]["workers"]
-        links = [(w["bytes_to_worker"], w["bytes_from_worker"],
-                  w["eviction_count"]) for w in listing
-                 if w["state"] == "connected"]
-        if len(links) != workers:
-            raise RuntimeError("%d workers connected at the end, want %d"
-                               % (len(links), workers))
-        fetched = [programs(c) for c in caches]
-        if DEBUG:
-            for c in caches:
-                for root, _, files in os.walk(c):
-                    for name in files:
-                        full = os.path.join(root, name)
-                        print("  cache", full, os.path.getsize(full))
-        return finished.last["training"], links, fetched
-    finally:
-        for p in reversed(procs):
+def job_events(base, job_id):
+    s, r = request(base, "GET", "/v1/jobs/%s/events" % job_id)
+    return (r or {}).get("events", []) if s == 200 else []
+
+
+def inner_steps_of(mode, experiment_, payload):
+    """Inner (local) steps per worker covered up to a training.step event."""
+    if mode in ("ddp", "classic"):
+        return payload["outer_step"] * experiment_["tau"]
+    if mode == "streaming":
+        return payload.get("local_step", 0)
+    return payload.get("syncer_step", 0)
+
+
+def summarize(mode, experiment_, events, total_steps):
+    """(sync payload bytes of the job, tail losses, loss per event) from
+    the job's events."""
+    steps = [e["payload"] for e in events if e["type"] == "training.step"]
+    summary = {}
+    for e in events:
+        if e["type"] == "training.decoupled":
+            summary = e["payload"]
+    if mode.startswith("decoupled"):
+        sync = (summary.get("delta_bytes_total", 0) +
+                summary.get("fragment_bytes_down_total", 0))
+    else:
+        sync = max([p.get("wire_bytes", 0) for p in steps] or [0])
+    curve = [(inner_steps_of(mode, experiment_, p), p["loss"]) for p in steps
+             if isinstance(p.get("loss"), (int, float))]
+    cut = total_steps - max(1, total_steps // 4)
+    tail = [loss for at, loss in curve if at > cut] or \
+        [loss for _, loss in curve[-1:]]
+    return sync, tail, curve, summary
+
+
+class LocalCluster:
+    """`pcp --gateway` and W `pcp --worker` on loopback, each worker with
+    its own program cache."""
+
+    def __init__(self, pcp, work, workers, name, previous=None):
+        self.pcp, self.workers, self.procs = pcp, workers, []
+        self.state = os.path.join(work, "state-" + name)
+        os.makedirs(os.path.join(self.state, "data"))
+        if previous and os.path.isdir(os.path.join(previous, "artifacts")):
+            shutil.copytree(os.path.join(previous, "artifacts"),
+                            os.path.join(self.state, "artifacts"))
+        self.data = os.path.join(self.state, "data", "text.txt")
+        shutil.copyfile(os.path.join(work, "text.txt"), self.data)
+        api, self.fabric = free_port(), free_port()
+        self.base = "http://127.0.0.1:%d" % api
+        self.config = os.path.join(work, "g-%s.json" % name)
+        with open(self.config, "w") as f:
+            json.dump({"gateway_id": "bench", "lab_id": "bench",
+                       "state_dir": self.state,
+                       "api": {"token_env": "BENCH_DILOCO_TOKEN"},
+                       "worker_fabric": {"host": "127.0.0.1",
+                                         "port": self.fabric,
+                                         "join_token_env":
+                                             "BENCH_DILOCO_JOIN",
+                                         "heartbeat_ms": 1000}}, f)
+        self.env = dict(os.environ, BENCH_DILOCO_TOKEN=TOKEN,
+                        BENCH_DILOCO_JOIN=JOIN, PCP_WORKER_JOIN_TOKEN=JOIN,
+                        PCP_LOG_LEVEL="info" if DEBUG else "warn")
+        self.log = open(self.state + ".log", "w")
+        self.caches = ["%s-cache-%d" % (self.state, i)
+                       for i in range(workers)]
+        self.api = api
+
+    def __enter__(self):
+        try:
+            self.procs.append(subprocess.Popen(
+                [self.pcp, "--gateway", "--gateway-config", self.config,
+                 "--api-port", str(self.api)], env=self.env,
+                stderr=self.log))
+            wait_for("the gateway", lambda: request(
+                self.base, "GET", "/healthz")[0] == 200, 60)
+            for i, cache in enumerate(self.caches):
+                self.procs.append(subprocess.Popen(
+                    [self.pcp, "--worker", "--connect",
+                     "127.0.0.1:%d" % self.fabric, "--device-id", str(i),
+                     "--cache-dir", cache], env=self.env, stderr=self.log))
+            wait_for("%d workers" % self.workers, lambda: request(
+                self.base, "GET", "/v1/workers")[1]["counts"]["connected"]
+                == self.workers, 120)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for p in reversed(self.procs):
             stop(p)
-        logs.close()
+        self.log.close()
+
+    def links(self):
+        listing = request(self.base, "GET", "/v1/workers")[1]["workers"]
+        return {w["worker_id"]: w for w in listing}
+
+
+def run_job(req, body, seconds):
+    """Submits |body| through |req|(method, path, body) -> (status, JSON);
+    returns (job id, final job object, seconds from
+    submit to the end). Raises NotAvailable when the mode is refused as an
+    unknown aggregation strategy."""
+    t0 = time.time()
+    status, job = req("POST", "/v1/training/jobs", body)
+    if status != 202:
+        text = json.dumps(job)
+        if status == 400 and "aggregation_strategy" in text:
+            raise NotAvailable(text)
+        raise RuntimeError("job not accepted: %s %s" % (status, text))
+    job_id = job["job_id"]
+
+    def finished():
+        s, r = req("GET", "/v1/training/jobs/" + job_id, None)
+        finished.last = r
+        return s == 200 and r.get("state") in ("succeeded", "failed",
+                                               "cancelled")
+    finished.last = None
+    wait_for("job %s (%s)" % (job_id, body["name"]), finished, seconds,
+             period=0.5)
+    if finished.last.get("state") != "succeeded":
+        raise RuntimeError("job %s (%s) %s: %s" % (
+            job_id, body["name"], finished.last.get("state"),
+            json.dumps(finished.last.get("error",
+                                         finished.last))[:600]))
+    return job_id, finished.last, time.time() - t0
+
+
+def measure(pcp, work, mode, workers, model, steps, tau, seconds, previous):
+    with LocalCluster(pcp, work, workers, mode, previous) as lc:
+        before = lc.links()
+        body = experiment(mode, model, steps, tau, lc.data)
+        job_id, job, wall = run_job(
+            lambda m, p, b: request(lc.base, m, p, b), body, seconds)
+        # The last task answers are in; a heartbeat or two may follow.
+        time.sleep(1.0)
+        after = lc.links()
+        events = job_events(lc.base, job_id)
+    per_worker = []
+    for wid, w in after.items():
+        b = before.get(wid, {"bytes_to_worker": 0, "bytes_from_worker": 0})
+        per_worker.append((w["bytes_to_worker"] - b["bytes_to_worker"],
+                           w["bytes_from_worker"] - b["bytes_from_worker"],
+                           w.get("eviction_count", 0)))
+    programs = [program_bytes(c) for c in lc.caches]
+    training = job.get("training", {})
+    tokens_per_worker = 0
+    step_events = [e["payload"] for e in events if e["type"] ==
+                   "training.step"]
+    total_steps = max([inner_steps_of(mode, body, p) for p in step_events]
+                      or [steps])
+    if mode.startswith("decoupled") or mode == "streaming":
+        total_steps = max(total_steps, steps)
+    b, t = model["batch"], model["block_size"]
+    tokens_per_worker = total_steps * b * t
+    sync, tail, curve, summary = summarize(mode, body, events, total_steps)
+    return {"mode": mode, "job": job_id, "wall": wall, "state": lc.state,
+            "n": training.get("parameter_count"), "links": per_worker,
+            "programs": programs, "sync": sync, "tail": tail, "curve": curve,
+            "steps": total_steps, "tokens": tokens_per_worker,
+            "summary": summary, "training": training}
+
+
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("pcp")
-    parser.add_argument("--workers", default="1,2,4")
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--tau", type=int, default=2)
-    parser.add_argument("--budget-s", type=int, default=240,
-                        help="per job")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smaller model and 2 syncs per mode")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=0,
+                        help="inner steps per worker (default 400, quick "
+                        "200)")
+    parser.add_argument("--tau", type=int, default=100)
+    parser.add_argument("--modes", default="ddp,classic,streaming,"
+                        "decoupled_int4")
+    parser.add_argument("--budget-s", type=int, default=0,
+                        help="per job (default 600, quick 300)")
     args = parser.parse_args()
-    counts = [int(w) for w in args.workers.split(",")]
-    if not counts or min(counts) < 1 or max(counts) > 8:
-        parser.error("--workers: 1..8 each")
-    if not 1 <= args.steps <= 100 or not 1 <= args.tau <= 100:
-        parser.error("--steps and --tau: 1..100")
-    model = {"kind": "gpt", "layers": 2, "heads": 4, "kv_heads": 4,
-             "width": 64, "vocab": 65, "block_size": 32, "batch": 4}
+    modes = [m for m in args.modes.split(",") if m]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        parser.error("--modes: one or more of %s" % ", ".join(MODES))
+    if "ddp" not in modes or "decoupled_int4" not in modes:
+        parser.error("--modes must hold ddp and decoupled_int4 (the ratio)")
+    if not 1 <= args.workers <= 8:
+        parser.error("--workers: 1..8")
+    steps = args.steps or (200 if args.quick else 400)
+    if not 1 <= args.tau <= 1000 or not args.tau <= steps <= 100000:
+        parser.error("--tau 1..1000 and --steps tau..100000")
+    budget = args.budget_s or (300 if args.quick else 600)
+    if not 10 <= budget <= 3600:
+        parser.error("--budget-s: 10..3600")
+    # ~0.8M parameters (quick: ~0.2M): big enough that the tokens and
+    # per-task framing (B x T x 8 + a few hundred bytes per step) are a
+    # small share of even the decoupled syncs, small enough that 4 CPU
+    # workers run 400 steps in a few minutes on 2 cores.
+    width = 128 if args.quick else 256
+    model = {"kind": "gpt", "layers": 1, "heads": 4, "kv_heads": 4,
+             "width": width, "vocab": 65, "block_size": 32, "batch": 8}
     work = tempfile.mkdtemp(prefix="pcp-bench-diloco-")
+    check = os.environ.get("PCP_BENCH_CHECK", "") not in ("", "0")
     try:
-        data = os.path.join(work, "text.txt")
-        with open(os.path.join(HERE, "..", "data", "tiny_shakespeare.txt"),
-                  "rb") as src, open(data, "wb") as dst:
-            dst.write(src.read(200000))
-        experiment = {
-            "name": "bench-diloco-comm", "model": model, "data_path": data,
-            "tokenizer": "char", "sampling": "fifo", "learning_rate": 0.003,
-            "tau": args.tau, "outer_loop_steps": args.steps,
-            "nesterov_momentum": 0.0, "outer_learning_rate": 1.0,
-            "inner_state": "reset", "eval_fraction": 0.0,
-            "checkpoint_every": 1000, "seed": 3}
-        b, t, tau, steps = model["batch"], model["block_size"], args.tau, \
-            args.steps
-        worst = None
-        per_worker_measured = {}
-        ok = True
-        print("model gpt 2 layers width 64 block 32 batch 4, tau %d, %d outer "
-              "steps, inner_state reset, f32 deltas" % (tau, steps))
-        for w in counts:
-            t0 = time.time()
-            training, links, fetched = run_one(args.pcp, work, w, experiment,
-                                               args.budget_s)
-            n = training["parameter_count"]
-            payload = steps * (n * 4 + n * 4 + tau * b * t * 4 * 2
-                               + tau * 4 * 2)
-            evictions = sum(link[2] for link in links)
-            measured = [link[0] + link[1] for link in links]
-            vmfb = [sum(f) for f in fetched]
-            # Each program past the round program is the inference
-            # service's, and came with one load of the f32 weights.
-            serving = [n * 4 * max(0, len(f) - 1) for f in fetched]
-            predicted = [payload + v + s for v, s in zip(vmfb, serving)]
-            shares = [p / m for p, m in zip(predicted, measured)]
-            ring = steps * tau * 2 * (w - 1) * 4 * n / w
-            link_measured, link_predicted = sum(measured), sum(predicted)
-            per_worker_measured[w] = sum(measured) / w
-            print("W=%d (%.0f s): N=%d, job wire_bytes=%d; per worker "
-                  "measured %s bytes (down+up), predicted %s (training "
-                  "payload %d + programs %s + served weights %s), "
-                  "predicted/measured %s; evictions %d"
-                  % (w, time.time() - t0, n, training["wire_bytes"],
-                     "/".join(str(m) for m in measured),
-                     "/".join(str(p) for p in predicted), payload,
-                     "/".join(str(v) for v in vmfb),
-                     "/".join(str(s) for s in serving),
-                     "/".join("%.3f" % s for s in shares), evictions))
-            print("W=%d gateway link: measured %d bytes, predicted %d, "
-                  "%.3f; a DP ring all-reduce of the same %d inner steps "
-                  "would move %.0f bytes per worker, %.2fx DiLoCo's "
-                  "training payload per worker, and has no central link"
-                  % (w, link_measured, link_predicted,
-                     link_predicted / link_measured, steps * tau, ring,
-                     ring / payload))
-            for s in shares:
-                ok &= 0.9 <= s <= 1.0
-                worst = s if worst is None else min(worst, s)
-            ok &= evictions == 0 and min(vmfb) > 0 and \
-                training["wire_bytes"] == w * steps * n * 8
-        first = counts[0]
-        print("growth with W (vs W=%d): per worker %s; gateway link %s"
-              % (first, ", ".join("W=%d %.2fx" % (w, per_worker_measured[w]
-                                                  / per_worker_measured[first])
-                                  for w in counts),
-                 ", ".join("W=%d %.2fx" % (w, per_worker_measured[w] * w /
-                                           per_worker_measured[first] / first)
-                           for w in counts)))
-        print("diloco_comm goal predicted/measured in [0.9, 1.0] for every "
-              "worker, no eviction: %s" % ("met" if ok else "MISSED"))
-        print("diloco_comm ratio=%.3f" % worst)
-        check = os.environ.get("PCP_BENCH_CHECK", "") not in ("", "0")
+        with open(DATA, "rb") as src, \
+                open(os.path.join(work, "text.txt"), "wb") as dst:
+            dst.write(src.read(400000))
+        print("diloco_comm: W=%d CPU workers on loopback, model gpt 1 layer "
+              "width %d block 32 batch 8, %d inner steps per worker, sync "
+              "every %d steps (classic tau, streaming H with P=2, "
+              "decoupled sync_interval_h with P=2), lr 0.003, "
+              "eval_fraction 0" % (args.workers, width, steps, args.tau),
+              flush=True)
+        results, previous, missing = {}, None, None
+        for mode in modes:
+            try:
+                r = measure(args.pcp, work, mode, args.workers, model, steps,
+                            args.tau, budget, previous)
+            except NotAvailable as e:
+                if mode != "ddp":
+                    raise
+                missing = "the job was refused: %s" % str(e)[:300]
+                print("ddp: not available in this build (%s)" % missing,
+                      flush=True)
+                continue
+            moved = mean([x[0] + x[1] for x in r["links"]])
+            if mode == "ddp" and moved < 0.5 * 8 * (r["n"] or 0) * r["steps"]:
+                # A build without ddp ran the job as classic DiLoCo (an
+                # unknown aggregation_strategy was not refused before).
+                missing = ("the job moved %.0f bytes per worker: not a "
+                           "per-step gradient exchange (%d parameters, %d "
+                           "steps)" % (moved, r["n"] or 0, r["steps"]))
+                print("ddp: not available in this build (%s)" % missing,
+                      flush=True)
+                continue
+            previous = r["state"]
+            results[mode] = r
+            n = r["n"] or 0
+            down = [x[0] for x in r["links"]]
+            up = [x[1] for x in r["links"]]
+            net = [d + u - p for d, u, p in zip(down, up, r["programs"])]
+            r["net"] = mean(net)
+            r["evictions"] = sum(x[2] for x in r["links"])
+            r["per_token"] = r["net"] / r["tokens"]
+            r["sync_per_worker"] = r["sync"] / args.workers
+            print("%-15s N=%d %5.0f s  steps/worker %d  fabric bytes per "
+                  "worker down %s up %s, programs %s; net (programs "
+                  "excluded) %.0f = %.1f B/token; job sync payload %.0f "
+                  "per worker; gateway link %d; evictions %d; tail loss "
+                  "%.4f (%d reports, %.4f..%.4f)" % (
+                      mode, n, r["wall"], r["steps"],
+                      "/".join(str(x) for x in down),
+                      "/".join(str(x) for x in up),
+                      "/".join(str(x) for x in r["programs"]), r["net"],
+                      r["per_token"], r["sync_per_worker"],
+                      sum(down) + sum(up), r["evictions"], mean(r["tail"]),
+                      len(r["tail"]), min(r["tail"] or [0]),
+                      max(r["tail"] or [0])), flush=True)
+        if "ddp" not in results:
+            print("diloco_comm: ddp not available (%s); no ratio" % missing)
+            return 1
+        ddp, dec = results["ddp"], results["decoupled_int4"]
+        for mode, r in results.items():
+            print("%-15s loss at inner step: %s" % (mode, " ".join(
+                "%d:%.3f" % (at, loss) for at, loss in r["curve"][-8:])))
+        print()
+        print("%-15s %14s %12s %14s %12s %10s" % (
+            "mode", "bytes/worker", "B/token", "sync/worker", "vs ddp",
+            "tail loss"))
+        for mode, r in results.items():
+            print("%-15s %14.0f %12.2f %14.0f %11.1fx %10.4f" % (
+                mode, r["net"], r["per_token"], r["sync_per_worker"],
+                ddp["per_token"] / r["per_token"], mean(r["tail"])))
+        ratio = ddp["per_token"] / dec["per_token"]
+        sync_ratio = (ddp["sync"] / ddp["tokens"]) / max(
+            1e-12, dec["sync"] / dec["tokens"])
+        loss_ddp, loss_dec = mean(ddp["tail"]), mean(dec["tail"])
+        loss_ok = loss_dec <= loss_ddp * 1.02
+        print("ratio of the job's sync payloads alone (ddp / decoupled+int4, "
+              "per token): %.1f" % sync_ratio)
+        # What it takes to reach 2000: decoupled's bytes per token at sync
+        # interval H are (initial + syncs x per_sync) / tokens + other per
+        # token; ddp's per token do not depend on H.
+        syncs = max(1, dec["summary"].get("syncs", 0))
+        n = dec["n"] or 1
+        frags = 2
+        per_full_sync = dec["sync"] / args.workers / syncs * frags
+        # The initial parameters (4N down, once: @init builds the rest of
+        # the state on the worker) are one-off, not per step.
+        other_per_step = (dec["net"] - dec["sync"] / args.workers -
+                          4 * (dec["n"] or 0)) / dec["steps"]
+        ddp_per_step = ddp["net"] / ddp["steps"]
+        print("decoupled+int4 measured: %.0f bytes per worker per sync of "
+              "the whole model (%d fragment syncs, %.2f B/parameter), "
+              "%.0f bytes per worker per local step besides the syncs "
+              "(tokens, losses, task frames, heartbeats; the initial 4N "
+              "parameters excluded); "
+              "ddp %.0f bytes per worker per step (%.2f B/parameter)" % (
+                  per_full_sync, syncs, per_full_sync / n, other_per_step,
+                  ddp_per_step, ddp_per_step / n))
+        for goal in (500, 2000):
+            if other_per_step > 0 and ddp_per_step / other_per_step <= goal:
+                print("to reach %d: not reachable at any H with this "
+                      "model: the per-step traffic besides the syncs alone "
+                      "is 1/%.0f of ddp's (a larger model or batch "
+                      "compression of the tokens is needed); the sync "
+                      "payloads alone need H >= %.0f" % (
+                          goal, ddp_per_step / other_per_step,
+                          goal * per_full_sync / ddp_per_step))
+            else:
+                h = goal * per_full_sync / (ddp_per_step - goal *
+                                            max(0.0, other_per_step))
+                print("to reach %d: H (tau) >= %.0f at these measured "
+                      "per-sync and per-step bytes" % (goal, h))
+        print("loss: ddp %.4f, decoupled+int4 %.4f (%+.2f%%): within 2%%: "
+              "%s" % (loss_ddp, loss_dec, 100 * (loss_dec / loss_ddp - 1),
+                      "yes" if loss_ok else "NO"))
+        ok = ratio >= 500 and loss_ok and \
+            all(r["evictions"] == 0 for r in results.values())
+        print("diloco_comm goal ratio >= 500 at tau %d with decoupled's loss "
+              "within 2%% of ddp's: %s" % (args.tau, "met" if ok else
+                                            "MISSED"))
+        print("diloco_comm ratio=%.1f" % ratio)
         return 1 if (check and not ok) else 0
     finally:
         if DEBUG:
