@@ -369,6 +369,9 @@ typedef struct pcp_fabric_task_params_t {
   // returns as one extra last output, u8[32] (TASK_ASSIGN "hash_inputs",
   // docs/protocol.md); 0: none.
   uint32_t hash_inputs;
+  // Outputs 0..hash_outputs-1 whose SHA-256 the worker returns as one more
+  // output after that, u8[32] (TASK_ASSIGN "hash_outputs"); 0: none.
+  uint32_t hash_outputs;
   // Placement: class (ANY or a backend), target ("" any), minimum device
   // memory; or one named worker (|worker_id|, then the rest is ignored,
   // except |worker_class_name|). A worker count is

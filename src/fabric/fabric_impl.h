@@ -64,6 +64,7 @@ struct pcp_fabric_task_t {
   uint32_t keep_count;
   bool return_resident;
   uint32_t hash_inputs;
+  uint32_t hash_outputs;
   pcp_sched_worker_class_t worker_class;
   char* target;
   uint64_t min_device_memory_bytes;

@@ -47,6 +47,7 @@ void pcp_fabric_task_assign(pcp_fabric_endpoint_t* ep,
       .keep_resident_count = task->keep_count,
       .return_resident = task->return_resident,
       .hash_inputs = task->hash_inputs,
+      .hash_outputs = task->hash_outputs,
   };
   memcpy(assign.program, task->program, sizeof(assign.program));
   uint64_t request_id = 0;

@@ -293,6 +293,7 @@ static pcp_status_t task_copy_params(pcp_fabric_task_t* task,
   }
   task->return_resident = params->return_resident;
   task->hash_inputs = params->hash_inputs;
+  task->hash_outputs = params->hash_outputs;
   task->worker_class = params->worker_class;
   if (params->target && params->target[0]) {
     PCP_RETURN_IF_ERROR_BARE(dup_string(a, params->target, &task->target));
@@ -358,6 +359,11 @@ static pcp_status_t task_params_validate(
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "fabric task: hash_inputs %u of %u inputs",
                            params->hash_inputs, arguments);
+  }
+  if (params->hash_outputs > PCP_PROTO_MAX_TASK_TENSORS) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "fabric task: hash_outputs %u over %u",
+                           params->hash_outputs, PCP_PROTO_MAX_TASK_TENSORS);
   }
   return pcp_ok_status();
 }

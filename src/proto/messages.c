@@ -481,6 +481,8 @@ static const pcp_proto_field_t task_assign_fields[] = {
     BOOL_(pcp_proto_task_assign_t, return_resident, "return_resident"),
     UINT_(pcp_proto_task_assign_t, hash_inputs, "hash_inputs",
           PCP_PROTO_FIELD_FLAG_OMIT_ZERO, 0, PCP_PROTO_MAX_TASK_TENSORS),
+    UINT_(pcp_proto_task_assign_t, hash_outputs, "hash_outputs",
+          PCP_PROTO_FIELD_FLAG_OMIT_ZERO, 0, PCP_PROTO_MAX_TASK_TENSORS),
 };
 static const pcp_proto_message_table_t task_assign_table =
     TABLE_(PCP_PROTO_MESSAGE_TASK_ASSIGN, pcp_proto_task_assign_t,

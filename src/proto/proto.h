@@ -560,6 +560,12 @@ typedef struct pcp_proto_task_assign_t {
   // holds them when the function runs (docs/protocol.md). Lets the gateway
   // check that every worker holds the same tensors without a round trip.
   uint32_t hash_inputs;
+  // "hash_outputs" (omitted when 0): one more output section after those
+  // (and after "inputs_sha256" if any), "outputs_sha256" (u8[32]): the
+  // SHA-256 of the raw bytes of the function's outputs 0..hash_outputs-1
+  // in order, as it produced them (a kept output is read back for it). Lets
+  // the gateway check what a worker keeps, not only what it received.
+  uint32_t hash_outputs;
 } pcp_proto_task_assign_t;
 
 typedef enum pcp_proto_task_state_e {

@@ -433,7 +433,9 @@ static void task_assign_and_result_round_trip(void** state) {
                                 .input_count = 3,
                                 .keep_resident = keep,
                                 .keep_resident_count = 1,
-                                .return_resident = true};
+                                .return_resident = true,
+                                .hash_inputs = 2,
+                                .hash_outputs = 1};
   memset(in.program, 0x77, 32);
   pcp_proto_encoded_frame_t e;
   ASSERT_OK(pcp_proto_task_assign_encode(1, 3, &in, sections, 2, &l, a, &e));
@@ -467,6 +469,8 @@ static void task_assign_and_result_round_trip(void** state) {
   assert_int_equal(out.keep_resident_count, 1);
   assert_string_equal(out.keep_resident[0].as, "w");
   assert_true(out.return_resident);
+  assert_int_equal(out.hash_inputs, 2);
+  assert_int_equal(out.hash_outputs, 1);
   pcp_proto_frame_deinitialize(&f);
   free(b);
 

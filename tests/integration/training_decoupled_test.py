@@ -29,7 +29,11 @@ node manager with three CPU workers on 127.0.0.1, the smallest char GPT.
   "resync" the job succeeds, the mismatch is an event and counted, the
   learner got the fragment again and later @mix tasks verify.
 - A worker with PCP_WORKER_TEST_OMIT_HASH=3 answers its first @mix without
-  the hash section: that learner is lost, the job succeeds with three.
+  the hash section: that learner is lost, the job succeeds with three. With
+  PCP_WORKER_TEST_CORRUPT_PARAM=4 its next job's first @init (a full
+  resync) is corrupted: a mismatch, the @init is sent again; with
+  PCP_WORKER_TEST_CORRUPT_OUTPUT=1 its first @mix_int4's output hash (of
+  the g it keeps) differs from the gateway's B: a mismatch, a resync.
 """
 import json
 import os
@@ -412,7 +416,9 @@ def main():
              "--port", str(gw.fabric_port), "--backend", "cpu",
              "--api-port", "0"],
             env=dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN,
-                     POD_NAME="nm-omit", PCP_WORKER_TEST_OMIT_HASH="3"),
+                     POD_NAME="nm-omit", PCP_WORKER_TEST_OMIT_HASH="3",
+                     PCP_WORKER_TEST_CORRUPT_OUTPUT="1",
+                     PCP_WORKER_TEST_CORRUPT_PARAM="4"),
             stderr=open(os.path.join(work, "nm-omit.err"), "w"))
         extra.append(omit)
         wait_for(lambda: len(connected()) == 4, 90, "a worker omitting a hash")
@@ -426,6 +432,35 @@ def main():
         check(last.get("workers_alive") == 3,
               "a @mix answered without its hash loses that learner; the job "
               "finishes with the other three")
+        # The same worker's 4th hashed task (the next job's first @init, a
+        # full resync) flips a bit of the fragment it received: a mismatch,
+        # and that @init is sent again. Its first @mix_int4 (its first task
+        # that hashes its outputs) reports a g it keeps that differs from
+        # B, though s and q arrived intact: caught by the output hash at
+        # that sync (the input hash alone would see it only at the
+        # fragment's next @mix).
+        omit_id = sorted(set(connected()) - before - {bad})
+        k_job, k_steps, _ = run(experiment(
+            outer_loop_steps=8, aggregation_strategy="decoupled_diloco",
+            decoupled_diloco=dict(DECOUPLED,
+                                  outer_gradient_compression="int4")))
+        k_sum = summary_of(k_job)
+        found = [e["payload"] for e in te.events(k_job)
+                 if e["type"] == "training.param_hash_mismatch"]
+        last = k_steps[max(k_steps)] if k_steps else {}
+        print("a corrupted @init, a kept g off B: %s; resyncs %s, int4 sends "
+              "%s, alive %s" % (
+            found, k_sum.get("resyncs"), k_sum.get("down_int4_sends"),
+            last.get("workers_alive")))
+        check(len(found) == 2 and
+              all([f["worker_id"]] == omit_id for f in found) and
+              found[0]["step"] == 0 and found[1]["step"] >= 1 and
+              k_sum.get("resyncs") == 2 and
+              k_sum.get("down_int4_sends", 0) > 0 and
+              last.get("workers_alive") == 4,
+              "a corrupted @init is caught and sent again; @mix_int4's output "
+              "hash catches a kept g that differs from B (two mismatches "
+              "naming %s, two resyncs, all four alive)" % omit_id)
     finally:
         for proc in extra:
             proc.terminate()

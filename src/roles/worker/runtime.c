@@ -88,6 +88,8 @@ typedef struct job_t {
   char (*section_names)[32];
   // TASK_ASSIGN "hash_inputs": the digest sent as the last output.
   uint8_t inputs_sha256[PCP_SHA256_BYTE_LENGTH];
+  // TASK_ASSIGN "hash_outputs": the digest sent after it.
+  uint8_t outputs_sha256[PCP_SHA256_BYTE_LENGTH];
 } job_t;
 
 static void job_free(job_t* job) {
@@ -218,6 +220,12 @@ struct worker_t {
   // answers without its "inputs_sha256" section, as a build that ignores
   // hash_inputs would, so tests can prove the gateway survives it.
   uint64_t test_omit_hash;
+  // PCP_WORKER_TEST_CORRUPT_OUTPUT=<n> (0/unset: off): the n-th task that
+  // asks for "hash_outputs" flips bit 0 of its first hashed output's first
+  // byte in the copy it hashes, as a worker whose arithmetic differs would
+  // (the kept tensor unchanged).
+  uint64_t output_hashed_tasks;
+  uint64_t test_corrupt_output;
 
   // Series updated from both threads (lock-free).
   pcp_roles_worker_metrics_t metrics;
@@ -1025,6 +1033,45 @@ static pcp_status_t input_value(worker_t* w, job_t* job,
                          "unknown tensor reference kind %d", (int)ref->kind);
 }
 
+// SHA-256 over the raw bytes of outputs 0..hash_outputs-1 in order, each
+// read back from the device (kept outputs included: what the session
+// holds is what the gateway checks).
+static pcp_status_t outputs_hash(worker_t* w, pcp_tensor_t* const* results,
+                                 size_t result_count, uint32_t hash_outputs,
+                                 uint8_t out[PCP_SHA256_BYTE_LENGTH]) {
+  if (hash_outputs > result_count) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "hash_outputs %u of %zu outputs", hash_outputs,
+                           result_count);
+  }
+  ++w->output_hashed_tasks;
+  bool corrupt = w->test_corrupt_output != 0 &&
+                 w->test_corrupt_output == w->output_hashed_tasks;
+  pcp_sha256_stream_t* stream = NULL;
+  PCP_RETURN_IF_ERROR_BARE(pcp_sha256_stream_create(&stream));
+  pcp_status_t status = pcp_ok_status();
+  for (uint32_t k = 0; k < hash_outputs && !status; ++k) {
+    pcp_host_tensor_t copy;
+    memset(&copy, 0, sizeof(copy));
+    status = pcp_tensor_download_host(results[k], &copy);
+    if (!status && corrupt && k == 0 && copy.byte_length > 0) {
+      ((uint8_t*)copy.data)[0] ^= 1u;
+    }
+    if (!status) {
+      pcp_sha256_stream_update(stream, copy.data, copy.byte_length);
+    }
+    pcp_host_tensor_deinitialize(&copy);
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_stream_finish(stream, &digest);
+  memcpy(out, digest.bytes, PCP_SHA256_BYTE_LENGTH);
+  if (corrupt) {
+    log_event_at(w, PCP_LOG_WARN,
+                 "test hook: flipped one bit of a hashed output", NULL, 0);
+  }
+  return status;
+}
+
 // SHA-256 over the raw bytes of inputs 0..hash_inputs-1 in order (a
 // resident one is downloaded for it). The test hook flips bit 0 of the
 // last hashed input's first byte in the worker's own copy (the task then
@@ -1159,6 +1206,10 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
   if (!status && job_cancelled(job)) {
     status = cancelled_status(job);
   }
+  if (!status && assign.hash_outputs > 0) {
+    status = outputs_hash(w, results, result_count, assign.hash_outputs,
+                          job->outputs_sha256);
+  }
   for (uint32_t k = 0; k < assign.keep_resident_count && !status; ++k) {
     const pcp_proto_keep_resident_t* keep = &assign.keep_resident[k];
     if (!assign.session_id || !assign.session_id[0]) {
@@ -1189,7 +1240,8 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     }
   }
   if (!status) {
-    size_t count = result_count + (send_hash ? 1 : 0);
+    size_t count =
+        result_count + (send_hash ? 1 : 0) + (assign.hash_outputs ? 1 : 0);
     count = count ? count : 1;
     status =
         pcp_allocator_calloc(job->allocator, count * sizeof(pcp_host_tensor_t),
@@ -1261,6 +1313,24 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     section->rank = 1;
     section->shape[0] = PCP_SHA256_BYTE_LENGTH;
     section->data = job->inputs_sha256;
+    section->byte_length = PCP_SHA256_BYTE_LENGTH;
+    job->refs[k] =
+        (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_SECTION,
+                                 .section = (uint32_t)job->section_count};
+    job->section_count++;
+  }
+  if (allocated && !status && assign.hash_outputs > 0) {
+    // The digest of the outputs as this worker produced them, last.
+    size_t k = job->output_count;
+    job->output_count = (uint32_t)(k + 1);
+    pcp_proto_section_t* section = &job->sections[job->section_count];
+    snprintf(job->section_names[job->section_count],
+             sizeof(job->section_names[0]), "outputs_sha256");
+    section->name = job->section_names[job->section_count];
+    section->element_type = PCP_ELEMENT_TYPE_U8;
+    section->rank = 1;
+    section->shape[0] = PCP_SHA256_BYTE_LENGTH;
+    section->data = job->outputs_sha256;
     section->byte_length = PCP_SHA256_BYTE_LENGTH;
     job->refs[k] =
         (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_SECTION,
@@ -1545,6 +1615,10 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
   const char* omit_hash = getenv("PCP_WORKER_TEST_OMIT_HASH");
   if (omit_hash && *omit_hash) {
     w->test_omit_hash = strtoull(omit_hash, NULL, 10);
+  }
+  const char* corrupt_output = getenv("PCP_WORKER_TEST_CORRUPT_OUTPUT");
+  if (corrupt_output && *corrupt_output) {
+    w->test_corrupt_output = strtoull(corrupt_output, NULL, 10);
   }
   while (corrupt && *corrupt && w->test_corrupt_count < 8) {
     char* end = NULL;

@@ -186,9 +186,10 @@ static void mix_int4_matches_the_gateway(void** state) {
     float* b = malloc(n * sizeof(float));
     assert_non_null(g);
     assert_non_null(b);
-    fail_status(pcp_tensor_download(results[TENSORS + t], g, n * sizeof(float)),
+    // Outputs (g..., b...): g first, the outputs hash_outputs covers.
+    fail_status(pcp_tensor_download(results[t], g, n * sizeof(float)),
                 "download g");
-    fail_status(pcp_tensor_download(results[t], b, n * sizeof(float)),
+    fail_status(pcp_tensor_download(results[TENSORS + t], b, n * sizeof(float)),
                 "download b");
     for (size_t e = 0; e < n; ++e) {
       if (memcmp(&g[e], &want[t][e], sizeof(float)) != 0) {

@@ -129,6 +129,12 @@ typedef struct dec_learner_t {
   // SHA-256 of the same bytes, compared when the task ends.
   uint32_t hash_inputs;
   uint8_t hash_want[PCP_SHA256_BYTE_LENGTH];
+  // @mix_int4 also hashes its first |hash_outputs| outputs, the g it keeps
+  // as s (TASK_ASSIGN hash_outputs); |hash_out_want| is the gateway's B.
+  // |task_hash_outputs|: the task out asked for it.
+  uint32_t hash_outputs;
+  bool task_hash_outputs;
+  uint8_t hash_out_want[PCP_SHA256_BYTE_LENGTH];
   bool resync_pending;
   bool init_mismatch;  // its last @init's hash mismatched (sent again)
   uint32_t resync_fragment;
@@ -791,7 +797,9 @@ pcp_status_t pcp_decoupled_fragment_module_emit(
           "    %%b%u = stablehlo.add %%x%u, %%y%u : %s\n",
           i, t, i, t, i, i, i, t, i, i, i, t, i, i, i, t, i, i, i, t));
     }
-    const char* const mix_out[] = {"b", "g"};
+    // g first: @mix_int4's hash_outputs covers outputs 0..count-1, the
+    // g = s + decode(q) the learner keeps as s.
+    const char* const mix_out[] = {"g", "b"};
     PCP_RETURN_IF_ERROR_BARE(
         pcp_string_builder_append_cstring(b, "    return "));
     first = true;
@@ -866,7 +874,10 @@ static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
   params.session_id = l->session;
   params.max_attempts = 1;
   params.hash_inputs = l->hash_inputs;
+  params.hash_outputs = l->hash_outputs;
   l->hash_inputs = 0;
+  l->task_hash_outputs = l->hash_outputs > 0;
+  l->hash_outputs = 0;
   pcp_status_t status = pcp_diloco_job_task_submit(d->job, &params, &l->task);
   if (status) {
     // Through dec_learner_lost like every other drop: the tape's
@@ -970,6 +981,19 @@ static pcp_status_t dec_mix_prepare(
   }
   l->hash_inputs = hashed_count;
   pcp_diloco_param_hash(hashed, hashed_count, l->hash_want);
+  if (int4) {
+    // What it keeps, g, must be B bit for bit (l->mix_buf): a worker whose
+    // s + decode(q) differs (flush-to-zero, contraction, a miscompile)
+    // is caught now, not at the fragment's next sync.
+    pcp_proto_section_t kept[DEC_MAX_FRAGMENT_TENSORS];
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      dec_section_of(&job->table.parameters[i], "g",
+                     l->mix_buf + f->offset_bytes[k] / 4, &kept[k]);
+    }
+    l->hash_outputs = count;
+    pcp_diloco_param_hash(kept, count, l->hash_out_want);
+  }
   sections[*section_count] =
       (pcp_proto_section_t){.name = "alpha",
                             .element_type = PCP_ELEMENT_TYPE_F32,
@@ -982,9 +1006,9 @@ static pcp_status_t dec_mix_prepare(
     refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
         .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = dec_name(d, 'p', i)};
     keep[(*keep_count)++] =
-        (pcp_proto_keep_resident_t){.output = k, .as = dec_name(d, 'p', i)};
+        (pcp_proto_keep_resident_t){.output = k, .as = dec_name(d, 's', i)};
     keep[(*keep_count)++] = (pcp_proto_keep_resident_t){
-        .output = count + k, .as = dec_name(d, 's', i)};
+        .output = count + k, .as = dec_name(d, 'p', i)};
   }
   return pcp_ok_status();
 }
@@ -1541,8 +1565,10 @@ static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li, int kind,
                                        size_t n_out) {
   dec_learner_t* l = &d->learners[li];
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[l->task_fragment];
-  if (n_out != 2 * (size_t)f->tensor_count + 1 ||
-      outputs[n_out - 1].byte_length != PCP_SHA256_BYTE_LENGTH) {
+  size_t hashes = l->task_hash_outputs ? 2 : 1;
+  if (n_out != 2 * (size_t)f->tensor_count + hashes ||
+      outputs[n_out - 1].byte_length != PCP_SHA256_BYTE_LENGTH ||
+      outputs[n_out - hashes].byte_length != PCP_SHA256_BYTE_LENGTH) {
     // The worker's result (an older build that ignores hash_inputs, a
     // truncated section): that learner is lost, the job goes on.
     char why[96];
@@ -1555,8 +1581,14 @@ static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li, int kind,
   }
   bool match = false;
   PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
-      d->job, l->worker_id, l->task_step, l->hash_want, outputs[n_out - 1].data,
-      &match));
+      d->job, l->worker_id, l->task_step, l->hash_want,
+      outputs[n_out - hashes].data, &match));
+  if (match && l->task_hash_outputs) {
+    // It received the right s and q; does it keep B?
+    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
+        d->job, l->worker_id, l->task_step, l->hash_out_want,
+        outputs[n_out - 1].data, &match));
+  }
   if (!match && kind == TASK_RESYNC) {
     // Its copy still differs after the gateway's values were sent again:
     // out of later rounds, as streaming does.
@@ -2457,6 +2489,7 @@ static pcp_status_t dec_learner_admit(dec_t* d, uint32_t k,
   l->resync_pending = false;
   l->init_mismatch = false;
   l->hash_inputs = 0;
+  l->hash_outputs = 0;
   if (l->bcast_version) {
     memset(l->bcast_version, 0,
            d->plan.fragment_count * sizeof(*l->bcast_version));
