@@ -384,9 +384,12 @@ static void decoupled_action(const pcp_topology_decoupled_t* d, uint32_t index,
 static void decoupled_run(const uint32_t* actions, uint32_t count,
                           pcp_topology_exploration_stats_t* stats,
                           pcp_topology_hasher_t* hasher) {
+  // About 250 KiB (the real round, learners, syncer state and the model's
+  // arena) of stack, one model at a time.
   pcp_topology_decoupled_t d;
   pcp_topology_decoupled_initialize(7, 2, 2, 1, &d);
   bool failed = false;
+  bool flagged_commit = false;  // the model flagged a forced commit
   for (uint32_t i = 0; i < count; ++i) {
     pcp_topology_decoupled_action_t a;
     decoupled_action(&d, actions[i], i + 1, &a);
@@ -395,9 +398,23 @@ static void decoupled_run(const uint32_t* actions, uint32_t count,
     if (d.violation != PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE) {
       stats->violations_seen |= 1ull << d.violation;
       failed = true;
+      flagged_commit |= a.kind == PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT;
     }
     pcp_topology_hasher_update_le(hasher, d.decision, 1);
     pcp_topology_hasher_update_le(hasher, d.violation, 1);
+  }
+  // The oracles over the real state (quorum, duplicates, clock, replay equal
+  // to live, no sync after a cancel): a failure the model did not flag as a
+  // violation of its own is an invariant failure. A forced commit (the
+  // injected bug in the alphabet) is flagged, so its below-quorum or
+  // post-cancel record is not one; everything else must always hold.
+  pcp_topology_decoupled_oracle_t oracle =
+      pcp_topology_decoupled_check(&d, pcp_allocator_system());
+  bool excused = flagged_commit &&
+                 (oracle == PCP_TOPOLOGY_DECOUPLED_ORACLE_BELOW_QUORUM ||
+                  oracle == PCP_TOPOLOGY_DECOUPLED_ORACLE_POST_CANCEL_SYNC);
+  if (oracle != PCP_TOPOLOGY_DECOUPLED_ORACLE_OK && !excused) {
+    stats->invariant_failures++;
   }
   stats->checked++;
   stats->failed += failed;
@@ -477,7 +494,7 @@ bool pcp_topology_decoupled_bug_exposed(pcp_topology_decoupled_bug_t bug,
                                         bool inject,
                                         const pcp_topology_action_t* actions,
                                         size_t action_count) {
-  pcp_topology_decoupled_t d;
+  pcp_topology_decoupled_t d;  // large: see decoupled_run
   pcp_topology_decoupled_initialize(7, 2, 2, 1, &d);
   d.bug_accept_stale_clock =
       inject && bug == PCP_TOPOLOGY_DECOUPLED_BUG_STALE_VECTOR_CLOCK_ACCEPTANCE;

@@ -557,7 +557,8 @@ static void extract_decoupled(bool bug, runs_t* runs) {
         break;
       case 4:  // vector clock goes backwards
         decoupled_do(&d, run, A, 0, 0, false, &rejected);
-        d.known_clock[0] = 2;  // observed from the worker's metadata
+        // Observed from the worker's metadata (the real clock's max).
+        pcp_topology_decoupled_observe_metadata(&d, 0, 2);
         decoupled_do(&d, run, S, 0, 1, false, &rejected);
         break;
       default:  // update after cancellation

@@ -18,9 +18,12 @@
 //     model is the task reference s.6 pins;
 //   - stub: the federation hub's gateway registry and placement ranking (no
 //     hub registry in this tree yet);
-//   - stub: the decoupled DiLoCo fragment window (quorum, duplicates, vector
-//     clocks, cancellation), its vector clock and event tape, and the RDA
-//     weighted outer-gradient merge; the training request kind parser.
+//   - real: the decoupled DiLoCo fragment window runs the library's state
+//     machine (decoupled_model.c over workloads/train/decoupled.h: round,
+//     learners, clocks, tape, schedule); here stay its envelope collectors,
+//     the configuration invariants, the projection tape and vector clock the
+//     tests read, and the RDA merge (over the library's merge_tensor); the
+//     training request kind parser is a stub.
 // The stubs stay in this one file so that each block can be replaced by a
 // call into its module when one exists; until then a change to the
 // protocol must be mirrored here by hand. docs/topology.md has the table.
@@ -1193,19 +1196,6 @@ const pcp_topology_tape_entry_t* pcp_topology_event_tape_replay_fragment_sync(
   return NULL;
 }
 
-void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
-                                       uint32_t quorum, uint32_t fragments,
-                                       pcp_topology_decoupled_t* out) {
-  memset(out, 0, sizeof(*out));
-  out->session = session;
-  out->worker_count = worker_count > PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS
-                          ? PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS
-                          : worker_count;
-  out->quorum = quorum;
-  out->fragment_count = fragments ? fragments : 1;
-  for (uint32_t i = 0; i < out->worker_count; ++i) out->online[i] = true;
-}
-
 pcp_status_t pcp_topology_decoupled_quorum_validate(uint32_t quorum,
                                                     uint32_t worker_count) {
   // The worker count is checked first: no quorum is meaningful without
@@ -1236,172 +1226,8 @@ pcp_status_t pcp_topology_decoupled_fragment_validate(uint32_t fragment_index,
   return pcp_ok_status();
 }
 
-static uint32_t popcount64(uint64_t x) {
-  uint32_t count = 0;
-  while (x) {
-    x &= x - 1;
-    count++;
-  }
-  return count;
-}
-
-static void decoupled_commit(pcp_topology_decoupled_t* d) {
-  // The sync goes on the tape with the merge weight of what was accepted;
-  // a full tape (a bounded model) only stops recording, never the merge.
-  uint64_t tokens = 0;
-  for (uint32_t w = 0; w < d->worker_count; ++w) {
-    if ((d->accepted_mask >> w) & 1u)
-      tokens += d->tokens[w];
-  }
-  pcp_topology_tape_entry_t entry;
-  memset(&entry, 0, sizeof(entry));
-  entry.kind = PCP_TOPOLOGY_TAPE_FRAGMENT_SYNC;
-  entry.step = d->step;
-  entry.fragment = d->fragment;
-  entry.merge_weight = tokens ? tokens : 1;
-  entry.participants = popcount64(d->accepted_mask) + d->extra_accepted;
-  pcp_status_ignore(pcp_topology_event_tape_append(&d->tape, &entry));
-  pcp_topology_vector_clock_tick(&d->vector_clock,
-                                 PCP_TOPOLOGY_VECTOR_CLOCK_SYNCER);
-  d->syncer_clock++;
-  d->tape_entries++;
-  d->accepted_mask = 0;
-  d->step++;
-  d->fragment = (d->fragment + 1) % d->fragment_count;
-  d->decision = PCP_TOPOLOGY_DECOUPLED_MERGE_COMMITTED;
-}
-
-void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
-                                  const pcp_topology_decoupled_action_t* a) {
-  d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE;
-  uint32_t w = a->worker;
-  bool valid_worker = w < d->worker_count;
-  switch (a->kind) {
-    case PCP_TOPOLOGY_DECOUPLED_ASSIGN:
-      if (!valid_worker)
-        break;
-      d->assigned[w] = true;
-      d->decision = PCP_TOPOLOGY_DECOUPLED_ASSIGNED;
-      return;
-    case PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP_COMPLETE:
-      if (!valid_worker || !d->assigned[w] || !d->online[w])
-        break;
-      d->clock[w]++;
-      d->tokens[w] += 8;
-      // The learner reports each completed local step with its clock
-      // (DecoupledLearnerMetadata) and the syncer observes it, so an update
-      // that carries an older clock afterwards is stale.
-      if (d->clock[w] > d->known_clock[w]) {
-        d->known_clock[w] = d->clock[w];
-      }
-      if (w < PCP_TOPOLOGY_VECTOR_CLOCK_SYNCER &&
-          d->clock[w] > d->vector_clock.counters[w]) {
-        d->vector_clock.counters[w] = d->clock[w];
-      }
-      d->decision = PCP_TOPOLOGY_DECOUPLED_LOCAL_STEP;
-      return;
-    case PCP_TOPOLOGY_DECOUPLED_SUBMIT: {
-      pcp_topology_decoupled_violation_t v =
-          PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE;
-      if (d->canceled) {
-        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_POST_CANCEL_UPDATE;
-      } else if (!valid_worker) {
-        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_WORKER;
-      } else if (!d->online[w]) {
-        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNAVAILABLE_WORKER;
-      } else if (!d->assigned[w]) {
-        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_UNASSIGNED_WORKER;
-      } else if (a->session != d->session) {
-        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_SESSION;
-      } else if (a->payload_mismatch) {
-        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_CONTEXT_PAYLOAD_MISMATCH;
-      } else if (a->fragment != d->fragment || a->step != d->step) {
-        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_UPDATE;
-      } else if (a->clock < d->known_clock[w] && !d->bug_accept_stale_clock) {
-        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_STALE_VECTOR_CLOCK;
-      } else if ((d->accepted_mask >> w) & 1u) {
-        v = PCP_TOPOLOGY_DECOUPLED_VIOLATION_DUPLICATE_UPDATE;
-      }
-      if (v == PCP_TOPOLOGY_DECOUPLED_VIOLATION_DUPLICATE_UPDATE &&
-          d->bug_count_duplicates) {
-        // The duplicate-quorum bug: a repeated sender counts again.
-        d->extra_accepted++;
-        d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED;
-        return;
-      }
-      if (v != PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE) {
-        d->violation = v;
-        d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED;
-        return;
-      }
-      d->accepted_mask |= 1ull << w;
-      d->known_clock[w] = a->clock;
-      // The syncer observes the learner's clock with its update.
-      if (w < PCP_TOPOLOGY_VECTOR_CLOCK_SYNCER &&
-          a->clock > d->vector_clock.counters[w]) {
-        d->vector_clock.counters[w] = a->clock;
-      }
-      d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_ACCEPTED;
-      return;
-    }
-    case PCP_TOPOLOGY_DECOUPLED_TIMEOUT_WINDOW: {
-      if (d->canceled) {
-        d->decision = PCP_TOPOLOGY_DECOUPLED_CANCELED;
-        return;
-      }
-      uint32_t accepted = popcount64(d->accepted_mask) + d->extra_accepted;
-      d->extra_accepted = 0;
-      if (accepted < d->quorum) {
-        d->decision = PCP_TOPOLOGY_DECOUPLED_MERGE_DEFERRED;
-        return;
-      }
-      decoupled_commit(d);
-      return;
-    }
-    case PCP_TOPOLOGY_DECOUPLED_CANCEL_SESSION:
-      d->canceled = true;
-      d->decision = PCP_TOPOLOGY_DECOUPLED_CANCELED;
-      return;
-    case PCP_TOPOLOGY_DECOUPLED_CRASH:
-      if (!valid_worker)
-        break;
-      d->online[w] = false;
-      d->decision = PCP_TOPOLOGY_DECOUPLED_WORKER_LOST;
-      return;
-    case PCP_TOPOLOGY_DECOUPLED_RESTART:
-      if (!valid_worker)
-        break;
-      d->online[w] = true;
-      d->decision = PCP_TOPOLOGY_DECOUPLED_RESUMABLE;
-      return;
-    case PCP_TOPOLOGY_DECOUPLED_FORCE_COMMIT:
-      if (popcount64(d->accepted_mask) < d->quorum) {
-        d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_BELOW_QUORUM_COMMIT;
-      }
-      decoupled_commit(d);
-      return;
-  }
-  d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_WORKER;
-  d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED;
-}
-
-void pcp_topology_decoupled_resume(pcp_topology_decoupled_t* d, uint32_t worker,
-                                   uint32_t session) {
-  d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_NONE;
-  if (worker >= d->worker_count) {
-    d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INVALID_WORKER;
-    return;
-  }
-  if (session != d->session) {
-    // A restarted worker that comes back with another session's state must
-    // not rejoin this window.
-    d->violation = PCP_TOPOLOGY_DECOUPLED_VIOLATION_INCOMPATIBLE_RESUME;
-    d->decision = PCP_TOPOLOGY_DECOUPLED_UPDATE_REJECTED;
-    return;
-  }
-  d->online[worker] = true;
-  d->decision = PCP_TOPOLOGY_DECOUPLED_RESUMABLE;
-}
+// The window itself (initialize, apply, resume) runs the real state machine:
+// decoupled_model.c.
 
 void pcp_topology_decoupled_collect(
     const pcp_topology_decoupled_t* d, bool fragments,

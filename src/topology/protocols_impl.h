@@ -16,6 +16,7 @@
 
 #include "base/base.h"
 #include "topology/complex_impl.h"
+#include "workloads/train/decoupled.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -1243,29 +1244,94 @@ typedef enum pcp_topology_decoupled_violation_e {
   PCP_TOPOLOGY_DECOUPLED_VIOLATION_INCOMPATIBLE_RESUME = 11,
 } pcp_topology_decoupled_violation_t;
 
+// The model's time: every action is one tick of this many ms, and the window
+// (fixed grace and collection timeout of the real round) is long enough that
+// only a TIMEOUT_WINDOW action, which jumps to the round's deadline, ends it
+// unless every worker came (the real round's early close).
+#define PCP_TOPOLOGY_DECOUPLED_TICK_MS 1u
+#define PCP_TOPOLOGY_DECOUPLED_WINDOW_MS 1000000u
+// The inline arena the real learners, syncer state and tape allocate from
+// (the model is a plain stack value with no _deinitialize, so nothing it
+// holds may live on the heap). Enough for PCP_TOPOLOGY_TAPE_MAX_ENTRIES
+// syncs with their applies; past it the real calls fail and |real_error|
+// says so.
+#define PCP_TOPOLOGY_DECOUPLED_ARENA_BYTES (96u * 1024u)
+
+// Oracle outcomes over the real state (pcp_topology_decoupled_check).
+typedef enum pcp_topology_decoupled_oracle_e {
+  PCP_TOPOLOGY_DECOUPLED_ORACLE_OK = 0,
+  // A FRAGMENT_SYNC record with fewer distinct participants than quorum.
+  PCP_TOPOLOGY_DECOUPLED_ORACLE_BELOW_QUORUM = 1,
+  // A learner listed twice in one sync (a duplicate merged twice).
+  PCP_TOPOLOGY_DECOUPLED_ORACLE_DUPLICATE_MERGE = 2,
+  // pcp_decoupled_syncer_state_replay of the tape differs from the live
+  // state (or fails).
+  PCP_TOPOLOGY_DECOUPLED_ORACLE_REPLAY_MISMATCH = 3,
+  // A sync record whose clock does not follow the previous one's (the
+  // syncer's entry must grow by one per sync).
+  PCP_TOPOLOGY_DECOUPLED_ORACLE_CLOCK_REGRESSION = 4,
+  // A sync recorded after the session was canceled.
+  PCP_TOPOLOGY_DECOUPLED_ORACLE_POST_CANCEL_SYNC = 5,
+  // A real call failed (the arena is exhausted): the model stopped
+  // following the machine.
+  PCP_TOPOLOGY_DECOUPLED_ORACLE_REAL_ERROR = 6,
+} pcp_topology_decoupled_oracle_t;
+
+// The decoupled window, derived from the real state machine of
+// src/workloads/train/decoupled.h (decoupled_model.c): the window is a real
+// pcp_decoupled_round_t, the learners real pcp_decoupled_learner_t (clock,
+// counters, merge weights), a commit goes through
+// pcp_decoupled_syncer_record_sync onto a real pcp_decoupled_tape_t, the
+// fragment of each step comes from pcp_decoupled_schedule_fragment_at.
+// What stays the model's own is the envelope a real gateway checks before an
+// update reaches the round (session, assignment, availability, payload,
+// stale step, stale vector clock) and cancellation. The fields above
+// |now_ms| are projections of the real state kept for the explorers and
+// tests (updated after every action). Self-referencing (the arena): never
+// copy a model by value.
 typedef struct pcp_topology_decoupled_t {
   uint32_t session;
   uint32_t worker_count;
   uint32_t quorum;
   uint32_t fragment_count;
   uint32_t fragment;
-  uint32_t step;
-  uint64_t syncer_clock;
-  uint32_t tape_entries;  // fragment-sync entries appended to the tape
-  pcp_topology_vector_clock_t vector_clock;  // the syncer's view
-  pcp_topology_event_tape_t tape;
+  uint32_t step;          // the model's step; the real syncer step is step + P
+  uint64_t syncer_clock;  // the real syncer clock's own entry (node 0)
+  uint32_t tape_entries;  // FRAGMENT_SYNC records on the real tape
+  pcp_topology_vector_clock_t vector_clock;  // projection of |view|
+  pcp_topology_event_tape_t tape;            // projection of |real_tape|
   bool canceled;
   bool assigned[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
   bool online[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
-  uint64_t clock[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
-  uint64_t known_clock[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
+  uint64_t clock[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];  // learner's own entry
+  uint64_t known_clock[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];  // in |view|
   uint64_t tokens[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
-  uint64_t accepted_mask;  // senders accepted in this window (once each)
+  uint64_t accepted_mask;  // the round's arrivals
   uint32_t extra_accepted;
   pcp_topology_decoupled_decision_t decision;
   pcp_topology_decoupled_violation_t violation;  // of the last action
   bool bug_count_duplicates;    // injected bug: duplicates count to quorum
   bool bug_accept_stale_clock;  // injected bug: no vector-clock check
+  // Test-only hook (the conformance test's seeded bug): the round opens with
+  // min_quorum - 1 (at least 1), a quorum off by one inside the machine.
+  bool bug_quorum_off_by_one;
+
+  // The real machine.
+  uint64_t now_ms;
+  pcp_decoupled_schedule_t schedule;  // P = H = fragment_count, tau 1
+  pcp_decoupled_grace_t grace;        // fixed window unless set otherwise
+  pcp_decoupled_round_t round;
+  uint32_t round_quorum;  // the min_quorum the round was opened with
+  uint32_t late_updates;  // arrivals after the round closed
+  bool real_error;        // a real call failed (see the oracle)
+  char real_error_message[96];
+  pcp_decoupled_clock_t view;  // the syncer's view: node 0 + learners w+1
+  pcp_decoupled_learner_t learners[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
+  pcp_decoupled_syncer_state_t syncer;
+  pcp_decoupled_tape_t real_tape;
+  uint64_t canceled_at_sync;  // tape_entries when canceled
+  size_t arena_used;
+  _Alignas(16) uint8_t arena[PCP_TOPOLOGY_DECOUPLED_ARENA_BYTES];
 } pcp_topology_decoupled_t;
 
 // The decoupled protocol's configuration invariants (upstream
@@ -1286,6 +1352,33 @@ void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
 void pcp_topology_decoupled_apply(
     pcp_topology_decoupled_t* model,
     const pcp_topology_decoupled_action_t* action);
+
+// The real syncer step of model step |step| (step + P: the first step at
+// which the real schedule syncs fragment 0, so model step 0 syncs fragment
+// 0 as before).
+uint64_t pcp_topology_decoupled_real_step(const pcp_topology_decoupled_t* model,
+                                          uint32_t step);
+// Sets the fixed grace of the next rounds (and of the open round when no
+// update has come yet): the explorers' way to reach late arrivals.
+void pcp_topology_decoupled_set_grace(pcp_topology_decoupled_t* model,
+                                      uint64_t grace_ms);
+// The test-only seeded bug (bug_quorum_off_by_one): the round of the
+// current step is reopened with it when no update has come yet, the next
+// rounds open with it.
+void pcp_topology_decoupled_set_bug_quorum_off_by_one(
+    pcp_topology_decoupled_t* model, bool inject);
+// A learner's metadata (DecoupledLearnerMetadata) reached the syncer with
+// its clock: the syncer's view observes it (the real clock's max).
+void pcp_topology_decoupled_observe_metadata(pcp_topology_decoupled_t* model,
+                                             uint32_t worker, uint64_t clock);
+// The oracles over the real state: quorum safety and no duplicate merge on
+// every sync record, the syncer clock one up per sync, no sync after a
+// cancel, and the tape replayed by pcp_decoupled_syncer_state_replay equal
+// to the live state. |allocator| holds the replayed state while it checks.
+pcp_topology_decoupled_oracle_t pcp_topology_decoupled_check(
+    const pcp_topology_decoupled_t* model, pcp_allocator_t allocator);
+const char* pcp_topology_decoupled_oracle_name(
+    pcp_topology_decoupled_oracle_t oracle);
 
 // Resuming a worker after a restart: the session must be the one the
 // window runs (else INCOMPATIBLE_RESUME); the worker comes back online.

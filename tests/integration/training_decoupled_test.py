@@ -16,6 +16,17 @@ node manager with three CPU workers on 127.0.0.1, the smallest char GPT.
 - Run L (gateway restarted with PCP_DECOUPLED_TEST_DELAY): learner 3 is held
   back for its first steps; rounds close on grace without it, and it takes
   part in later rounds again.
+- Bit-identity (issue 17 Deliver 3): every @mix returns the SHA-256 of the
+  global values it received (f32) or of the broadcast copy it held plus the
+  int4 change (int4_down); runs F and Q verify them all with no mismatch.
+- int4 on the down path: Q (int4_down auto: on) against D (the same with
+  int4_down off): the fragments sent down are ~7x fewer bytes, the measured
+  gateway_out differs by what the gateway counted, the losses are close.
+- A fourth worker with PCP_WORKER_TEST_CORRUPT_PARAM=2,4 (its 2nd and 4th
+  hashed tasks flip a bit of what they received): with on_param_mismatch
+  "fail" the job fails with DATA_LOSS naming it and both hashes; with
+  "resync" the job succeeds, the mismatch is an event and counted, the
+  learner got the fragment again and later @mix tasks verify.
 """
 import json
 import os
@@ -66,6 +77,12 @@ def start_cluster(work):
     return gw, nm
 
 
+def connected():
+    s, r = request("GET", "/v1/workers")
+    return [w["worker_id"] for w in r.get("workers", [])
+            if w.get("state") == "connected"] if s == 200 else []
+
+
 def run(body, seconds=900):
     job = te.submit(body)
     if not job:
@@ -110,6 +127,13 @@ def tape_syncs(path):
     return syncs
 
 
+def check_hashes(summary, what):
+    ph = summary.get("param_hash") or {}
+    check(ph.get("mismatches") == 0 and ph.get("verified_step") and
+          len(ph.get("sha256") or "") == 64 and summary.get("resyncs") == 0,
+          "%s: every @mix hash verified, no mismatch: %s" % (what, ph))
+
+
 def loss_tail(steps, n=4):
     losses = [steps[k]["loss"] for k in sorted(steps)
               if steps[k].get("loss") is not None]
@@ -119,6 +143,7 @@ def loss_tail(steps, n=4):
 def main():
     work = tempfile.mkdtemp(prefix="pcp-decoupled-")
     gw = nm = None
+    extra = []
     try:
         gw, nm = start_cluster(work)
         if gt.FAILURES:
@@ -149,6 +174,7 @@ def main():
                   f_sum.get("tokens_merged")))
         check(f_sum.get("tape_replayed") is True,
               "the gateway replayed the tape to its state")
+        check_hashes(f_sum, "f32")
         tape = os.path.join(work, "state", "training", f_job,
                             "decoupled.tape")
         syncs = tape_syncs(tape)
@@ -187,6 +213,59 @@ def main():
               "int4 deltas ~7x smaller than f32 on the wire")
         check(abs(q_tail - f_tail) < 0.3,
               "int4 loss close to f32's (%.3f vs %.3f)" % (q_tail, f_tail))
+        check_hashes(q_sum, "int4 both ways")
+        check(q_sum.get("down_compression") == "int4" and
+              q_sum.get("down_int4_sends", 0) > 0 and
+              q_sum.get("int4_down_error_over_bound", 9) <= 1.0,
+              "int4_down on by default with int4: %s int4 / %s f32 sends, "
+              "error / bound %s" % (q_sum.get("down_int4_sends"),
+                                    q_sum.get("down_f32_sends"),
+                                    q_sum.get("int4_down_error_over_bound")))
+
+        # Run D: int4 up, f32 down (int4_down off): the down path alone
+        # differs from Q.
+        d_job, d_steps, d_wall = run(experiment(
+            outer_loop_steps=STEPS, aggregation_strategy="decoupled_diloco",
+            decoupled_diloco=dict(DECOUPLED, outer_gradient_compression="int4",
+                                  int4_down="off")))
+        d_losses, d_tail = loss_tail(d_steps)
+        d_sum = summary_of(d_job)
+        print("decoupled int4 up, f32 down: %d syncs, %.1f s, losses %s" % (
+            len(d_steps), d_wall, " ".join("%.3f" % x for x in d_losses)))
+        print("  summary %s" % d_sum)
+        check_hashes(d_sum, "int4 up, f32 down")
+        q_down = q_sum.get("fragment_bytes_down_total", 0)
+        d_down = d_sum.get("fragment_bytes_down_total", 0)
+        # Measured after the first sync's event (the programs were fetched
+        # before it: Q's are larger by @mix_int4) to the end of the run.
+        def after_first(summary, steps, key):
+            first = steps[min(steps)]
+            if key == "gateway_out":
+                return ((summary.get("bytes_total") or {}).get(key, 0) -
+                        (first.get("bytes_total") or {}).get(key, 0))
+            return summary.get(key, 0) - first.get(key, 0)
+        q_out = after_first(q_sum, q_steps, "gateway_out")
+        d_out = after_first(d_sum, d_steps, "gateway_out")
+        q_late = after_first(q_sum, q_steps, "fragment_bytes_down_total")
+        d_late = after_first(d_sum, d_steps, "fragment_bytes_down_total")
+        print("DOWN f32 %d bytes, int4 %d bytes (%.2fx); measured gateway_out "
+              "after the first sync %d vs %d, difference %d against %d "
+              "counted" % (d_down, q_down, d_down / max(q_down, 1), d_out,
+                           q_out, d_out - q_out, d_late - q_late))
+        check(q_down > 0 and 6.5 < d_down / q_down < 7.3,
+              "the fragments sent down are ~7x fewer bytes with int4_down "
+              "(%.2fx)" % (d_down / max(q_down, 1)))
+        check(d_out > q_out > 0 and
+              abs((d_out - q_out) - (d_late - q_late)) <=
+              0.03 * (d_late - q_late),
+              "the measured gateway_out shrinks by what the gateway counted "
+              "(within 3%%): %d vs %d" % (d_out - q_out, d_late - q_late))
+        # 0.3: the spread of this tail over runs of one configuration
+        # (2.87-3.09 for F, the timing of blends varies); measured Q - D:
+        # -0.15, -0.07, +0.13.
+        check(abs(q_tail - d_tail) < 0.3,
+              "int4 down loss within 0.3 of f32 down's (%.3f vs %.3f)" % (
+                  q_tail, d_tail))
 
         # Run S: streaming DiLoCo on about the same tokens (P=2, H=4,
         # overlap 1, 9 rounds: 4*9 + 2 + 1 = 39 local steps per worker).
@@ -240,7 +319,70 @@ def main():
               "late or dropped contributions counted (goodput %.3f; %.3f "
               "without the slow learner)" % (
                   l_sum.get("goodput", 0), f_sum.get("goodput", 0)))
+
+        # A fourth worker whose 2nd and 4th hashed tasks flip a bit of what
+        # they received (the 2nd: the fail job's; the 4th: the resync
+        # job's 2nd @mix).
+        corrupt = subprocess.Popen(
+            [gt.PCP, "--node-manager", "--scale", "1", "--host", "127.0.0.1",
+             "--port", str(gw.fabric_port), "--backend", "cpu",
+             "--api-port", "0"],
+            env=dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN,
+                     POD_NAME="nm-corrupt",
+                     PCP_WORKER_TEST_CORRUPT_PARAM="2,4"),
+            stderr=open(os.path.join(work, "nm-corrupt.err"), "w"))
+        extra.append(corrupt)
+        before = set(connected())
+        wait_for(lambda: len(connected()) == 4, 90, "a fourth worker")
+        bad = sorted(set(connected()) - before)
+        bad = bad[0] if bad else None
+        # fail: f32 down; resync: int4 down (the corrupted payload, then B
+        # in f32 to that learner, then int4 again).
+        x_job = te.submit(experiment(
+            outer_loop_steps=12, aggregation_strategy="decoupled_diloco",
+            on_param_mismatch="fail", decoupled_diloco=dict(DECOUPLED)))
+        te.wait_done(x_job, 600)
+        s, r = request("GET", "/v1/training/jobs/%s" % x_job)
+        found = [e["payload"] for e in te.events(x_job)
+                 if e["type"] == "training.param_hash_mismatch"]
+        error = str(r.get("error", ""))
+        print("corrupted, fail: %s; %s" % (r.get("state"), error))
+        check(r.get("state") == "failed" and len(found) == 1 and
+              found[0]["worker_id"] == bad and bad in error and
+              "DATA_LOSS" in error.upper().replace(" ", "_") and
+              found[0]["worker_sha256"] in error and
+              found[0]["gateway_sha256"] in error,
+              "on_param_mismatch fail: the job fails with DATA_LOSS naming "
+              "%s and both hashes" % bad)
+        y_job, y_steps, _ = run(experiment(
+            outer_loop_steps=12, aggregation_strategy="decoupled_diloco",
+            decoupled_diloco=dict(DECOUPLED,
+                                  outer_gradient_compression="int4")))
+        y_sum = summary_of(y_job)
+        found = [e["payload"] for e in te.events(y_job)
+                 if e["type"] == "training.param_hash_mismatch"]
+        ph = y_sum.get("param_hash") or {}
+        print("corrupted, resync: %s; summary %s" % (found, y_sum))
+        check(len(found) == 1 and found[0]["worker_id"] == bad and
+              found[0]["policy"] == "resync" and
+              found[0]["worker_sha256"] != found[0]["gateway_sha256"],
+              "on_param_mismatch resync: one mismatch event naming %s" % bad)
+        check(ph.get("mismatches") == 1 and y_sum.get("resyncs") == 1 and
+              y_sum.get("down_f32_sends", 0) >= 1 and
+              y_sum.get("down_int4_sends", 0) > 0 and
+              ph.get("verified_step") == max(
+                  p["syncer_step"] for p in y_steps.values()),
+              "the learner got the fragment again (B in f32, then int4 "
+              "again) and the last sync's @mix verified: %s, resyncs %s, "
+              "f32 sends %s" % (ph, y_sum.get("resyncs"),
+                                y_sum.get("down_f32_sends")))
     finally:
+        for proc in extra:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         te.stop_all(nm, gw)
     if gt.FAILURES:
         print("training_decoupled_test: %d failures (logs in %s)" % (

@@ -111,6 +111,31 @@ def check_includes():
            rc == 1 and "not on an earlier line" in out, out)
     shutil.rmtree(root)
 
+    # A header granted by name: that include passes, another header of the
+    # same module still fails, and a grant of a private header is refused.
+    granted = LAYERS.replace("workloads: base compute models",
+                             "workloads: base compute models/pure.h")
+    alone = {"src/workloads/workloads.h": '#include "compute/compute.h"\n'}
+    root = tree(dict(alone, **{"src/models/pure.h": '#include "base/base.h"\n',
+                               "src/workloads/w.c": '#include "models/pure.h"\n'}),
+                layers=granted)
+    rc, out = includes(root)
+    expect("a header granted by name passes", rc == 0, out)
+    shutil.rmtree(root)
+    root = tree(dict(alone, **{"src/workloads/w.c":
+                               '#include "models/models.h"\n'}),
+                layers=granted)
+    rc, out = includes(root)
+    expect("a grant of one header is not the module",
+           rc == 1 and "module 'workloads' includes 'models'" in out, out)
+    shutil.rmtree(root)
+    root = tree({}, layers=LAYERS.replace("workloads: base compute models",
+                                          "workloads: base models/models_impl.h"))
+    rc, out = includes(root)
+    expect("a grant of a private header fails",
+           rc == 1 and "public .h only" in out, out)
+    shutil.rmtree(root)
+
     root = tree({"src/base/b.c": '#include "models/models.h"\n'})
     rc, out = includes(root)
     expect("base includes nothing of ours",

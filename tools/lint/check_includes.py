@@ -9,7 +9,9 @@
 2. A module includes only the modules the layer graph in tools/lint/layers.txt
    allows it (each module on one line, top layer first, listing the modules
    it may include; a module may list only modules on earlier lines, so the
-   graph has no cycle). Every folder under src/ must have a line.
+   graph has no cycle). Every folder under src/ must have a line. An entry
+   "module/path.h" grants that one header (not the module): exactly that
+   include passes, any other header of the module still fails.
 3. Python.h appears only under src/compute/backends/iree/.
 
 Prints one line per violation and 'N passed, M failed' (files checked).
@@ -50,7 +52,15 @@ def read_layers(path):
                                  % (path, number, name))
             deps = deps.split()
             for dep in deps:
-                if dep not in allowed:
+                # A dep "module/path.h" grants that one header of an earlier
+                # module, not the module: a sans-I/O header whose code links
+                # without the rest of its module (layers.txt says which).
+                head = dep.split("/", 1)[0]
+                if "/" in dep and (not dep.endswith(".h")
+                                   or dep.endswith("_impl.h")):
+                    raise ValueError("%s:%d: '%s' may name a public .h only, "
+                                     "not '%s'" % (path, number, name, dep))
+                if head not in allowed:
                     raise ValueError(
                         "%s:%d: '%s' may include '%s', which is not on an "
                         "earlier line (layers point up only)"
@@ -85,6 +95,8 @@ def check_file(root, rel, modules, allowed):
                 problems.append("%s: includes %s, a private header of '%s'"
                                 % (rel, inc, head))
             continue
+        if inc in allowed.get(mod, ()):
+            continue  # a header layers.txt grants by name
         if inc != "%s/%s.h" % (head, head):
             problems.append("%s: includes %s, not the public header %s/%s.h"
                             % (rel, inc, head, head))
@@ -114,7 +126,8 @@ def main(argv):
     if "--graph" in argv:
         for name in order:
             print("%s: %s" % (name, " ".join(
-                m for m in order if m in allowed[name])))
+                [m for m in order if m in allowed[name]] +
+                sorted(d for d in allowed[name] if "/" in d))))
         return 0
     src = os.path.join(root, "src")
     folders = sorted(d for d in os.listdir(src)

@@ -814,6 +814,10 @@ typedef struct pcp_decoupled_config_t {
   int32_t outer_gradient_compression;  // 0 none, 1 int4
   int64_t int4_block_size;             // default 64
   int64_t max_recovery_syncer_steps;   // default 24
+  // int4 on the down path (@mix_int4: the merged fragment's change against
+  // the broadcast copy every learner holds, error feedback on the gateway):
+  // 0 auto (on when outer_gradient_compression is int4), 1 on, 2 off.
+  int32_t int4_down;
 } pcp_decoupled_config_t;
 
 // The table (defaults, bounds, help). Cross-field rules: timing_ema_alpha

@@ -7,13 +7,14 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "workloads/workloads.h"
+#include "workloads/train/decoupled.h"
 
 static const char* const kMerges[] = {"weighted_average", "rda",
                                       "avg_embedding_rda_model",
                                       "rda_embedding_avg_model", NULL};
 static const char* const kFragments[] = {"strided", "balanced_tensor", NULL};
 static const char* const kCompressions[] = {"none", "int4", NULL};
+static const char* const kInt4Down[] = {"auto", "on", "off", NULL};
 
 #define T pcp_decoupled_config_t
 static const pcp_config_field_t kFields[] = {
@@ -124,6 +125,13 @@ static const pcp_config_field_t kFields[] = {
      .min = 0,
      .max = PCP_DECOUPLED_MAX_SYNCER_STEPS,
      .help = "steps a restarted syncer may take to catch up"},
+    {.name = "int4_down",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = offsetof(T, int4_down),
+     .default_value = "auto",
+     .enum_values = kInt4Down,
+     .help = "int4 on the down path (merged fragments to the learners, "
+             "error feedback): auto follows outer_gradient_compression"},
 };
 #undef T
 

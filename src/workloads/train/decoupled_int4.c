@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "workloads/workloads.h"
+#include "workloads/train/decoupled.h"
 
 size_t pcp_decoupled_int4_encoded_size(size_t count, uint32_t block_size) {
   if (block_size == 0 || count > PCP_DECOUPLED_INT4_MAX_VALUES)

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "workloads/workloads.h"
+#include "workloads/train/decoupled.h"
 
 //===----------------------------------------------------------------------===//
 // Merges

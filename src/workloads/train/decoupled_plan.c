@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "workloads/workloads.h"
+#include "workloads/train/decoupled.h"
 
 //===----------------------------------------------------------------------===//
 // Fragment plans

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "workloads/workloads.h"
+#include "workloads/train/decoupled.h"
 
 static int arrival_compare(const void* pa, const void* pb) {
   const pcp_decoupled_arrival_t* a = pa;

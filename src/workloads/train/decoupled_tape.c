@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "proto/proto.h"
-#include "workloads/workloads.h"
+#include "workloads/train/decoupled.h"
 
 //===----------------------------------------------------------------------===//
 // Vector clocks

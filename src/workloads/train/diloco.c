@@ -138,6 +138,40 @@ pcp_status_t pcp_diloco_accumulator_average(
   return pcp_ok_status();
 }
 
+pcp_status_t pcp_diloco_gradient_average(const float* const* inputs,
+                                         uint32_t count, size_t length,
+                                         float* out) {
+  if (count == 0 || !inputs) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "gradient average of no worker");
+  }
+  float n = (float)count;
+  for (size_t e = 0; e < length; ++e) {
+    float sum = inputs[0][e];
+    for (uint32_t k = 1; k < count; ++k) {
+      sum += inputs[k][e];
+    }
+    if (!isfinite(sum)) {
+      // Name the input that holds the first non-finite value (the sum of
+      // finite values can overflow too: then none does).
+      for (uint32_t k = 0; k < count; ++k) {
+        if (!isfinite(inputs[k][e])) {
+          return pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
+                                 "gradient element %zu of worker %u is %f: "
+                                 "training diverged",
+                                 e, k, (double)inputs[k][e]);
+        }
+      }
+      return pcp_make_status(PCP_STATUS_OUT_OF_RANGE,
+                             "gradient element %zu overflows f32 when "
+                             "summed over %u workers: training diverged",
+                             e, count);
+    }
+    out[e] = sum / n;
+  }
+  return pcp_ok_status();
+}
+
 //===----------------------------------------------------------------------===//
 // Nesterov
 //===----------------------------------------------------------------------===//

@@ -8,6 +8,7 @@ target_sources(pcp_workloads PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/train/model_path.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/service.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/service_stream.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/train/service_ddp.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/service_decoupled.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/waits.c)
 target_link_libraries(pcp_workloads PUBLIC pcp_config pcp_store pcp_fabric
@@ -80,14 +81,22 @@ foreach(element f32 bf16)
 endforeach()
 # Decoupled DiLoCo, sans-I/O core (issue 17): fragment plans, schedule,
 # merges, quorum/grace, outer Nesterov per fragment, clocks, event tape,
-# recovery plan, int4 codec.
-target_sources(pcp_workloads PRIVATE
+# recovery plan, int4 codec. A library of its own under pcp_workloads so that
+# the topology simulator explores this very code (src/topology/
+# decoupled_model.c) without linking the rest of workloads (fabric, IREE):
+# it needs only base, config (the key table), proto (CRC32C) and jansson
+# (the clock's wire form). docs/decisions.md, "decoupled core library".
+add_library(pcp_decoupled_core STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_plan.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_merge.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_quorum.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_tape.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_int4.c
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_config.c)
+target_include_directories(pcp_decoupled_core PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(pcp_decoupled_core PUBLIC pcp_base pcp_config pcp_proto
+  PkgConfig::JANSSON m)
+target_link_libraries(pcp_workloads PUBLIC pcp_decoupled_core)
 # Compared with NumPy float32 element by element: no FMA contraction.
 set_source_files_properties(
   ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_merge.c
@@ -102,6 +111,13 @@ pcp_cmocka_test(workloads_decoupled_test
   DEPS pcp_workloads PkgConfig::JANSSON LABELS workloads)
 target_compile_definitions(workloads_decoupled_test PRIVATE
   PCP_DECOUPLED_SEED_DIR="${CMAKE_SOURCE_DIR}/tests/fuzz/decoupled")
+# The int4 down path's @mix_int4 (emitted, compiled by IREE, run on the CPU
+# backend) sets g = s + decode(q) bit for bit as the gateway does in C, on
+# every packing edge and on zero, subnormal and huge blocks.
+pcp_cmocka_test(workloads_decoupled_down_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train/decoupled_down_test.c
+  DEPS pcp_workloads PkgConfig::JANSSON LABELS "workloads;compute"
+  TIMEOUT 300)
 # Merges, Nesterov, blending and the int4 codec on seeded random data
 # against an independent NumPy implementation.
 add_executable(decoupled_npy_driver

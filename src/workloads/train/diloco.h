@@ -259,6 +259,18 @@ PCP_MUST_USE_RESULT pcp_status_t
 pcp_diloco_accumulator_average(const pcp_diloco_accumulator_t* accumulator,
                                float* out_average, size_t* out_nonfinite_count);
 
+// DDP's gradient average (aggregation_strategy "ddp"): out[e] = (in[0][e]
+// + ... + in[count-1][e]) / count, summed in f32 in the order given (the
+// workers' id order, so NumPy repeats it bit for bit) and divided, not
+// multiplied by 1/count. |out| may not alias an input. Unlike the DiLoCo
+// accumulator a non-finite element is not zeroed: a NaN or Inf gradient
+// means training diverged, and every worker applying a silently zeroed
+// step would hide it; OUT_OF_RANGE names the first such element and the
+// input holding it (|out| is then partly written). INVALID_ARGUMENT for
+// no inputs.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_gradient_average(
+    const float* const* inputs, uint32_t count, size_t length, float* out);
+
 // Host Nesterov outer optimizer (reference s.1.1), velocity starts at zero:
 //   v <- mu*v + g ;  theta <- theta - lr*(g + mu*v)
 typedef struct pcp_diloco_nesterov_t {

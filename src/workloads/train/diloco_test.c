@@ -34,6 +34,46 @@ static void expect_code_at(pcp_status_t status, pcp_status_code_t code,
   expect_code_at((expr), (code), #expr, __FILE__, __LINE__)
 #define EXPECT_OK(expr) EXPECT_CODE((expr), PCP_STATUS_OK)
 
+// DDP's average: f32 sum in input order then one division (odd counts
+// included, where 1/count is inexact), no aliasing of a NaN or Inf into a
+// zero, and no inputs refused.
+static void test_gradient_average(void** state) {
+  (void)state;
+  const float a[4] = {1.0f, -2.0f, 0.1f, 3.0e38f};
+  const float b[4] = {2.0f, 2.0f, 0.2f, -3.0e38f};
+  const float c[4] = {4.0f, 0.5f, 0.3f, 1.0f};
+  const float* three[3] = {a, b, c};
+  float out[4] = {0};
+  EXPECT_OK(pcp_diloco_gradient_average(three, 3, 4, out));
+  // (1 + 2 + 4) / 3 rounded once, not 7 * (1/3).
+  float sum0 = 1.0f + 2.0f;
+  sum0 += 4.0f;
+  assert_true(out[0] == sum0 / 3.0f);
+  assert_true(out[1] == 0.5f / 3.0f);
+  float sum2 = 0.1f + 0.2f;
+  sum2 += 0.3f;
+  assert_true(out[2] == sum2 / 3.0f);
+  // 3e38 - 3e38 + 1: finite in this order.
+  assert_true(out[3] == 1.0f / 3.0f);
+  // One worker: the average is its gradient.
+  EXPECT_OK(pcp_diloco_gradient_average(three, 1, 4, out));
+  assert_memory_equal(out, a, sizeof(a));
+  // A NaN from one worker is refused, naming the element and worker.
+  const float bad[4] = {1.0f, NAN, 0.0f, 0.0f};
+  const float* with_nan[3] = {a, bad, c};
+  pcp_status_t status = pcp_diloco_gradient_average(with_nan, 3, 4, out);
+  assert_int_equal(pcp_status_code(status), PCP_STATUS_OUT_OF_RANGE);
+  assert_non_null(strstr(pcp_status_message(status), "element 1 of worker 1"));
+  pcp_status_ignore(status);
+  // Finite inputs whose sum overflows are refused too.
+  const float big[1] = {3.0e38f};
+  const float* overflow[2] = {big, big};
+  EXPECT_CODE(pcp_diloco_gradient_average(overflow, 2, 1, out),
+              PCP_STATUS_OUT_OF_RANGE);
+  EXPECT_CODE(pcp_diloco_gradient_average(three, 0, 4, out),
+              PCP_STATUS_INVALID_ARGUMENT);
+}
+
 static pcp_status_t parse(const char* json, pcp_diloco_config_t* config,
                           pcp_string_list_t* unknown) {
   return pcp_diloco_config_parse_json(json, strlen(json), config, unknown);
@@ -508,6 +548,7 @@ int main(void) {
       cmocka_unit_test(test_checkpoint_round_trip_and_corruption),
       cmocka_unit_test(test_checkpoint_store_index),
       cmocka_unit_test(test_wire_accounting),
+      cmocka_unit_test(test_gradient_average),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -405,6 +405,52 @@ static pcp_status_t experiment_path_set(json_t* experiment, const char* key,
   return pcp_ok_status();
 }
 
+// "aggregation_strategy" (read by the service, not the config table): absent
+// or "diloco" runs classic DiLoCo (streaming with a "streaming" block),
+// "decoupled_diloco" decoupled DiLoCo, "ddp" the per-step synchronous
+// baseline. Anything else used to run classic DiLoCo silently, so a typo
+// trained the wrong mode; now it is a 400 naming the key and the values.
+static pcp_status_t aggregation_strategy_check(
+    const json_t* experiment, const pcp_diloco_config_t* config) {
+  const json_t* value = json_object_get(experiment, "aggregation_strategy");
+  if (!value) {
+    return pcp_ok_status();
+  }
+  const char* strategy = json_string_value(value);
+  static const char kAllowed[] = "'diloco', 'decoupled_diloco' or 'ddp'";
+  if (!strategy) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'aggregation_strategy': must be a string, "
+                           "one of %s",
+                           kAllowed);
+  }
+  bool ddp = strcmp(strategy, "ddp") == 0;
+  bool decoupled = strcmp(strategy, "decoupled_diloco") == 0;
+  if (!ddp && !decoupled && strcmp(strategy, "diloco") != 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'aggregation_strategy': '%.64s' is not one "
+                           "of %s",
+                           strategy, kAllowed);
+  }
+  if ((ddp || decoupled) && config->streaming.present) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'aggregation_strategy': '%s' and a "
+                           "'streaming' block exclude each other",
+                           strategy);
+  }
+  if (ddp && json_object_get(experiment, "decoupled_diloco")) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'aggregation_strategy': 'ddp' and a "
+                           "'decoupled_diloco' block exclude each other");
+  }
+  if (ddp && config->dtype != PCP_DILOCO_DTYPE_F32) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'dtype': aggregation_strategy 'ddp' trains "
+                           "f32 models only");
+  }
+  return pcp_ok_status();
+}
+
 pcp_status_t pcp_workloads_train_spec_build(
     const pcp_workloads_train_policy_t* policy, const char* text,
     size_t byte_length, json_t** out_spec) {
@@ -461,6 +507,9 @@ pcp_status_t pcp_workloads_train_spec_build(
     // OOM), not the client's fault.
     status = pcp_make_status(PCP_STATUS_INTERNAL,
                              "experiment re-parse failed: %s", error.text);
+  }
+  if (!status) {
+    status = aggregation_strategy_check(experiment, &config);
   }
   if (!status) {
     status = experiment_path_set(experiment, "data_path", config.data_path);

@@ -111,6 +111,63 @@ static void test_valid_experiment(void** state) {
   json_decref(spec);
 }
 
+// aggregation_strategy: the three modes' names pass, anything else (or a
+// mode with a block of another) is a 400 naming the key.
+static void test_aggregation_strategy(void** state) {
+  (void)state;
+  static const char kHead[] =
+      "{\"model\":{\"kind\":\"gpt\",\"layers\":1,\"batch\":4},"
+      "\"data_path\":\"data/tiny_shakespeare.txt\",\"tau\":3,"
+      "\"outer_loop_steps\":5";
+  static const struct {
+    const char* tail;
+    const char* message;  // NULL: accepted
+  } kCases[] = {
+      {"}", NULL},
+      {",\"aggregation_strategy\":\"diloco\"}", NULL},
+      {",\"aggregation_strategy\":\"ddp\"}", NULL},
+      {",\"aggregation_strategy\":\"decoupled_diloco\","
+       "\"decoupled_diloco\":{}}",
+       NULL},
+      {",\"aggregation_strategy\":\"dpp\"}",
+       "key 'aggregation_strategy': 'dpp' is not one of 'diloco', "
+       "'decoupled_diloco' or 'ddp'"},
+      {",\"aggregation_strategy\":3}", "must be a string"},
+      {",\"aggregation_strategy\":\"ddp\",\"streaming\":{"
+       "\"num_fragments\":1,\"inner_steps\":3}}",
+       "'ddp' and a 'streaming' block"},
+      {",\"aggregation_strategy\":\"decoupled_diloco\",\"streaming\":{"
+       "\"num_fragments\":1,\"inner_steps\":3}}",
+       "'decoupled_diloco' and a 'streaming' block"},
+      {",\"aggregation_strategy\":\"ddp\",\"decoupled_diloco\":{}}",
+       "'ddp' and a 'decoupled_diloco' block"},
+      {",\"aggregation_strategy\":\"ddp\",\"dtype\":\"bf16\"}",
+       "'ddp' trains f32 models only"},
+  };
+  for (size_t k = 0; k < sizeof(kCases) / sizeof(kCases[0]); ++k) {
+    char text[1024];
+    snprintf(text, sizeof(text), "%s%s", kHead, kCases[k].tail);
+    json_t* spec = NULL;
+    pcp_status_t status = build(text, &spec);
+    if (!kCases[k].message) {
+      if (!pcp_status_is_ok(status)) {
+        print_error("case %zu: %s\n", k, pcp_status_message(status));
+      }
+      assert_int_equal(pcp_status_code(status), PCP_STATUS_OK);
+      json_decref(spec);
+      continue;
+    }
+    assert_int_equal(pcp_status_code(status), PCP_STATUS_INVALID_ARGUMENT);
+    const char* message = pcp_status_message(status);
+    if (!strstr(message, kCases[k].message)) {
+      print_error("case %zu: %s\n", k, message);
+    }
+    assert_non_null(strstr(message, kCases[k].message));
+    assert_null(spec);
+    pcp_status_ignore(status);
+  }
+}
+
 // The example of docs/api.md ("Training jobs"), kept valid here.
 static void test_documented_example(void** state) {
   (void)state;
@@ -349,6 +406,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_experiment),
       cmocka_unit_test(test_documented_example),
+      cmocka_unit_test(test_aggregation_strategy),
       cmocka_unit_test(test_model_path_is_read_at_submit),
       cmocka_unit_test(test_errors_name_the_key),
       cmocka_unit_test(test_paths_are_confined),

@@ -606,17 +606,20 @@ static pcp_status_t job_setup(job_t* job) {
 // cursor is the seed plus the running totals. A streaming job's adds its
 // "streaming" object (stream_cursor_json).
 static char* cursor_json(const job_t* job) {
+  bool decoupled = pcp_diloco_decoupled_selected(job);
   json_t* cursor = json_pack(
       "{s:s, s:I, s:I, s:I, s:I, s:o, s:o}", "kind",
-      job->config.streaming.present ? CURSOR_KIND_STREAMING
-                                    : CURSOR_KIND_CLASSIC,
+      decoupled                       ? CURSOR_KIND_DECOUPLED
+      : job->config.streaming.present ? CURSOR_KIND_STREAMING
+                                      : CURSOR_KIND_CLASSIC,
       "seed", (json_int_t)job->seed, "workers",
       (json_int_t)job->expected_workers, "wire_bytes",
       (json_int_t)job->wire_bytes, "token_bytes", (json_int_t)job->token_bytes,
       "loss", pcp_diloco_json_number_or_null(job->last_loss), "loss_mean",
       pcp_diloco_json_number_or_null(job->last_loss_mean));
   if (cursor && job->stream_cursor) {
-    json_object_set(cursor, "streaming", job->stream_cursor);
+    json_object_set(cursor, decoupled ? "decoupled" : "streaming",
+                    job->stream_cursor);
   }
   if (cursor && job->inner_cursor) {
     json_object_set(cursor, "inner", job->inner_cursor);
@@ -722,17 +725,33 @@ static pcp_status_t checkpoint_restore(job_t* job,
   // A streaming checkpoint holds worker state a classic job has no use for
   // (and a classic one lacks it): each kind resumes only its own.
   const char* kind = json_string_value(json_object_get(cursor, "kind"));
+  // Decoupled checkpoints hold the syncer's state and tape (its own
+  // object), which neither other mode can use, and the reverse.
+  bool decoupled = kind && strcmp(kind, CURSOR_KIND_DECOUPLED) == 0;
+  bool job_decoupled = pcp_diloco_decoupled_selected(job);
   bool streaming = kind && strcmp(kind, CURSOR_KIND_STREAMING) == 0;
   json_t* stream = json_object_get(cursor, "streaming");
-  if (streaming != job->config.streaming.present ||
-      (streaming && !json_is_object(stream))) {
+  if (decoupled) {
+    stream = json_object_get(cursor, "decoupled");
+  }
+  const char* have = decoupled   ? "decoupled DiLoCo"
+                     : streaming ? "streaming DiLoCo"
+                                 : "classic DiLoCo";
+  const char* want = job_decoupled                   ? "decoupled DiLoCo"
+                     : job->config.streaming.present ? "streaming DiLoCo"
+                                                     : "classic DiLoCo";
+  if (decoupled != job_decoupled ||
+      (!decoupled && streaming != job->config.streaming.present) ||
+      ((streaming || decoupled) && !json_is_object(stream))) {
     json_decref(cursor);
     return pcp_make_status(
         PCP_STATUS_FAILED_PRECONDITION,
-        "checkpoint %s is from a %s run; this job is a %s one", from,
-        streaming ? "streaming DiLoCo" : "classic DiLoCo",
-        job->config.streaming.present ? "streaming DiLoCo" : "classic DiLoCo");
+        "checkpoint %s is from a %s run; this job is a %s one", from, have,
+        want);
   }
+  // The resumed object is handed on as the streaming one is (a decoupled
+  // one is read by service_decoupled.c); neither holds classic inner state.
+  streaming = streaming || decoupled;
   if (streaming) {
     json_decref(job->stream_resume);
     job->stream_resume = json_incref(stream);
@@ -2658,6 +2677,12 @@ static pcp_status_t job_run(const pcp_diloco_job_options_t* options) {
     status = job_resume(&job);
     // A checkpoint written when the data ran out ends the job again.
     job.epochs_done = epochs_trained(&job) >= (double)job.config.max_epochs;
+  }
+  if (!status && pcp_diloco_ddp_selected(&job)) {
+    status = pcp_diloco_ddp_run(&job);
+    pcp_diloco_job_waker_detach(&job);
+    job_deinitialize(&job);
+    return status;
   }
   if (!status && pcp_diloco_decoupled_selected(&job)) {
     status = pcp_diloco_decoupled_run(&job);

@@ -42,6 +42,9 @@
 // A round that reaches no quorum in this time is skipped (upstream's
 // collection limit).
 #define DEC_COLLECTION_TIMEOUT_MS 30000
+// A resumed job waits this long for the checkpoint's live learners to
+// reconnect before it starts with those back (later ones join).
+#define DEC_RESUME_WAIT_MS 20000
 
 enum {
   TASK_NONE = 0,
@@ -50,6 +53,9 @@ enum {
   TASK_DELTA = 3,
   TASK_MIX = 4,
   TASK_VERIFY = 5,
+  // A @mix again with alpha 0 and the f32 values, after a hash mismatch
+  // (on_param_mismatch "resync").
+  TASK_RESYNC = 6,
 };
 
 typedef struct dec_learner_t {
@@ -88,6 +94,28 @@ typedef struct dec_learner_t {
   bool verify_done;  // one verification per learner
   uint32_t verify_fragment;
   uint64_t verify_step;
+  // Joins and resume ("Joins" and "Checkpoints and resume" below).
+  uint32_t join_count;  // the fabric's join_count of the admitted connection
+  bool joining;         // admitted mid-run, its @init (full resync) not done
+  bool joined;          // a slot a join made: samples the whole train split
+  uint64_t first_pull;  // first syncer step it is pulled for (0: any)
+  bool has_cursor;      // sampler cursor restored from a checkpoint
+  bool was_alive;       // alive in the checkpoint a resume started from
+  pcp_data_cursor_t cursor;
+  // Bit-identity (issue 17 Deliver 3). The next task submitted hashes its
+  // first |hash_inputs| inputs (0: none); |hash_want| is the gateway's
+  // SHA-256 of the same bytes, compared when the task ends.
+  uint32_t hash_inputs;
+  uint8_t hash_want[PCP_SHA256_BYTE_LENGTH];
+  bool resync_pending;
+  uint32_t resync_fragment;
+  uint64_t resync_step;
+  // int4 down path: per fragment, the version of the broadcast copy B it
+  // holds (0: not known to be any, it gets B in f32 next); the version its
+  // @mix out sets; the int4 payload that task carries (borrowed by it).
+  uint64_t* bcast_version;
+  uint64_t task_bcast_version;
+  uint8_t* mix_q;
 } dec_learner_t;
 
 typedef struct dec_round_t {
@@ -105,6 +133,7 @@ typedef struct dec_round_t {
   uint64_t steps_since[MAX_ROUND_WORKERS];
   uint64_t learner_step[MAX_ROUND_WORKERS];
   uint64_t up_bytes;
+  uint32_t values_slots;  // learners |values| has room for
 } dec_round_t;
 
 typedef struct dec_t {
@@ -152,7 +181,46 @@ typedef struct dec_t {
   char tape_path[1200];
   int64_t last_event_ns;
   uint64_t last_event_tokens;
+  // Joins and resume.
+  uint64_t nonce;        // session names of this gateway run
+  uint64_t admissions;   // sessions opened (unique session names)
+  uint32_t shard_count;  // learners at the start: the shard plan's size
+  uint64_t joins;        // learners admitted mid-run
+  bool full_logged;      // "no learner slot left" said once
+  int64_t last_join_poll_ns;
+  pcp_fabric_worker_info_t* infos;  // MAX_ROUND_WORKERS, for join polls
+  uint64_t last_checkpoint_step;    // outer step of the newest checkpoint
+  bool resumed;                     // started from a decoupled checkpoint
+  uint64_t resumed_at;              // its syncer step
+  bool resume_replay_ok;            // its tape replayed to its state
+  // Bit-identity: @mix tasks re-sent after a mismatch.
+  uint64_t resyncs;
+  // int4 down path: the broadcast copy B (a parameter vector; every live
+  // learner holds its fragments exactly), per fragment its version (1 at
+  // start, +1 per sync) and the latest payload q = int4(G - B) that moved
+  // B from the previous version (at down_q_offset[f], down_q_size[f]
+  // bytes); G - B stays on the gateway and goes into the next sync of the
+  // fragment (error feedback).
+  bool int4_down;
+  float* bcast;
+  uint64_t* bcast_version;
+  uint8_t* down_q;
+  size_t* down_q_offset;
+  size_t* down_q_size;
+  size_t down_q_max;    // bytes of the largest fragment's payload
+  float* down_scratch;  // fragment buffer: G - B, then decode(q)
+  uint64_t down_int4_sends;
+  uint64_t down_f32_sends;
+  double int4_down_max_ratio;  // max |G - B| / (scale / 2) after a sync
 } dec_t;
+
+// Whether learner |l| is pulled for syncer step |step|: alive, and for a
+// learner that joined mid-run, synced and admitted before that step opened.
+static bool dec_pulled(const dec_learner_t* l, uint64_t step) {
+  return l->alive && !l->joining && step >= l->first_pull;
+}
+
+static void dec_join_ready(dec_t* d, uint32_t li);
 
 static const char* dec_name(dec_t* d, char kind, size_t tensor) {
   size_t slot = kind == 'p' ? 0 : kind == 'm' ? 1 : kind == 'v' ? 2 : 3;
@@ -387,13 +455,165 @@ static pcp_status_t dec_int4_append(pcp_string_builder_t* b,
   return pcp_ok_status();
 }
 
+// The int4 decoding of %q<i> (decoupled.h's layout, |bs| values per
+// block) into %ud<i>, the parameter's shape: scale bytes reassembled
+// little-endian and bitcast, codes unpacked (low nibble first), value =
+// f32(code - 8) * scale. The product is exact in f32 (the scale's low 3
+// mantissa bits are zero), so this equals pcp_decoupled_int4_decode bit for
+// bit; the validity checks stay on the gateway, which wrote the payload.
+static pcp_status_t dec_int4_decode_append(pcp_string_builder_t* b,
+                                           const pcp_models_parameter_t* p,
+                                           uint32_t i, uint32_t bs) {
+  uint64_t n = (uint64_t)p->element_count;
+  uint64_t nb = (n + bs - 1) / bs;
+  uint64_t np = nb * bs;
+  uint64_t nc = (n + 1) / 2;
+  uint64_t total = 4 * nb + nc;
+  char t[128];
+  dec_type(p, "f32", t, sizeof(t));
+#define L(...) \
+  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(b, __VA_ARGS__))
+  L("    %%ui_%u = stablehlo.convert %%q%u : (tensor<%" PRIu64
+    "xui8>) -> tensor<%" PRIu64 "xi32>\n",
+    i, i, total, total);
+  L("    %%usb_%u = \"stablehlo.slice\"(%%ui_%u) {start_indices = "
+    "array<i64: 0>, limit_indices = array<i64: %" PRIu64
+    ">, strides = array<i64: 1>} : (tensor<%" PRIu64 "xi32>) -> tensor<%" PRIu64
+    "xi32>\n",
+    i, i, 4 * nb, total, 4 * nb);
+  L("    %%us4_%u = stablehlo.reshape %%usb_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "x4xi32>\n",
+    i, i, 4 * nb, nb);
+  for (int k = 0; k < 4; ++k) {
+    L("    %%uc%d_%u = \"stablehlo.slice\"(%%us4_%u) {start_indices = "
+      "array<i64: 0, %d>, limit_indices = array<i64: %" PRIu64
+      ", %d>, strides = array<i64: 1, 1>} : (tensor<%" PRIu64
+      "x4xi32>) -> tensor<%" PRIu64 "x1xi32>\n",
+      k, i, i, k, nb, k + 1, nb, nb);
+    L("    %%ucr%d_%u = stablehlo.reshape %%uc%d_%u : (tensor<%" PRIu64
+      "x1xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      k, i, k, i, nb, nb);
+    L("    %%uk%d_%u = stablehlo.constant dense<%d> : tensor<%" PRIu64
+      "xi32>\n",
+      k, i, 8 * k, nb);
+    L("    %%ush%d_%u = stablehlo.shift_left %%ucr%d_%u, %%uk%d_%u : "
+      "tensor<%" PRIu64 "xi32>\n",
+      k, i, k, i, k, i, nb);
+  }
+  L("    %%uo1_%u = stablehlo.or %%ush0_%u, %%ush1_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, nb);
+  L("    %%uo2_%u = stablehlo.or %%uo1_%u, %%ush2_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, nb);
+  L("    %%uo3_%u = stablehlo.or %%uo2_%u, %%ush3_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, nb);
+  L("    %%uscale_%u = stablehlo.bitcast_convert %%uo3_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "xf32>\n",
+    i, i, nb, nb);
+  L("    %%ucd_%u = \"stablehlo.slice\"(%%ui_%u) {start_indices = "
+    "array<i64: %" PRIu64 ">, limit_indices = array<i64: %" PRIu64
+    ">, strides = array<i64: 1>} : (tensor<%" PRIu64 "xi32>) -> tensor<%" PRIu64
+    "xi32>\n",
+    i, i, 4 * nb, total, total, nc);
+  L("    %%u15_%u = stablehlo.constant dense<15> : tensor<%" PRIu64 "xi32>\n",
+    i, nc);
+  L("    %%ufour_%u = stablehlo.constant dense<4> : tensor<%" PRIu64 "xi32>\n",
+    i, nc);
+  L("    %%ulo_%u = stablehlo.and %%ucd_%u, %%u15_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, nc);
+  L("    %%uhs_%u = stablehlo.shift_right_logical %%ucd_%u, %%ufour_%u : "
+    "tensor<%" PRIu64 "xi32>\n",
+    i, i, i, nc);
+  L("    %%uhi_%u = stablehlo.and %%uhs_%u, %%u15_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, nc);
+  L("    %%ulo2_%u = stablehlo.reshape %%ulo_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "x1xi32>\n",
+    i, i, nc, nc);
+  L("    %%uhi2_%u = stablehlo.reshape %%uhi_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "x1xi32>\n",
+    i, i, nc, nc);
+  L("    %%upair_%u = stablehlo.concatenate %%ulo2_%u, %%uhi2_%u, dim = 1 : "
+    "(tensor<%" PRIu64 "x1xi32>, tensor<%" PRIu64 "x1xi32>) -> tensor<%" PRIu64
+    "x2xi32>\n",
+    i, i, i, nc, nc, nc);
+  L("    %%uall_%u = stablehlo.reshape %%upair_%u : (tensor<%" PRIu64
+    "x2xi32>) -> tensor<%" PRIu64 "xi32>\n",
+    i, i, nc, 2 * nc);
+  // Exactly n codes, then code 8 (value 0) up to whole blocks.
+  if (2 * nc != n) {
+    L("    %%un_%u = \"stablehlo.slice\"(%%uall_%u) {start_indices = "
+      "array<i64: 0>, limit_indices = array<i64: %" PRIu64
+      ">, strides = array<i64: 1>} : (tensor<%" PRIu64
+      "xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      i, i, n, 2 * nc, n);
+  } else {
+    L("    %%un_%u = stablehlo.reshape %%uall_%u : (tensor<%" PRIu64
+      "xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      i, i, n, n);
+  }
+  if (np != n) {
+    L("    %%upz_%u = stablehlo.constant dense<8> : tensor<%" PRIu64 "xi32>\n",
+      i, np - n);
+    L("    %%unp_%u = stablehlo.concatenate %%un_%u, %%upz_%u, dim = 0 : "
+      "(tensor<%" PRIu64 "xi32>, tensor<%" PRIu64 "xi32>) -> tensor<%" PRIu64
+      "xi32>\n",
+      i, i, i, n, np - n, np);
+  } else {
+    L("    %%unp_%u = stablehlo.reshape %%un_%u : (tensor<%" PRIu64
+      "xi32>) -> tensor<%" PRIu64 "xi32>\n",
+      i, i, n, np);
+  }
+  L("    %%ue8_%u = stablehlo.constant dense<8> : tensor<%" PRIu64 "xi32>\n", i,
+    np);
+  L("    %%uq_%u = stablehlo.subtract %%unp_%u, %%ue8_%u : tensor<%" PRIu64
+    "xi32>\n",
+    i, i, i, np);
+  L("    %%uqf_%u = stablehlo.convert %%uq_%u : (tensor<%" PRIu64
+    "xi32>) -> tensor<%" PRIu64 "xf32>\n",
+    i, i, np, np);
+  L("    %%uqb_%u = stablehlo.reshape %%uqf_%u : (tensor<%" PRIu64
+    "xf32>) -> tensor<%" PRIu64 "x%uxf32>\n",
+    i, i, np, nb, bs);
+  L("    %%usbc_%u = stablehlo.broadcast_in_dim %%uscale_%u, dims = [0] : "
+    "(tensor<%" PRIu64 "xf32>) -> tensor<%" PRIu64 "x%uxf32>\n",
+    i, i, nb, nb, bs);
+  L("    %%uv_%u = stablehlo.multiply %%uqb_%u, %%usbc_%u : tensor<%" PRIu64
+    "x%uxf32>\n",
+    i, i, i, nb, bs);
+  L("    %%uvf_%u = stablehlo.reshape %%uv_%u : (tensor<%" PRIu64
+    "x%uxf32>) -> tensor<%" PRIu64 "xf32>\n",
+    i, i, nb, bs, np);
+  if (np != n) {
+    L("    %%uvn_%u = \"stablehlo.slice\"(%%uvf_%u) {start_indices = "
+      "array<i64: 0>, limit_indices = array<i64: %" PRIu64
+      ">, strides = array<i64: 1>} : (tensor<%" PRIu64
+      "xf32>) -> tensor<%" PRIu64 "xf32>\n",
+      i, i, n, np, n);
+  } else {
+    L("    %%uvn_%u = stablehlo.reshape %%uvf_%u : (tensor<%" PRIu64
+      "xf32>) -> tensor<%" PRIu64 "xf32>\n",
+      i, i, np, n);
+  }
+  L("    %%ud%u = stablehlo.reshape %%uvn_%u : (tensor<%" PRIu64
+    "xf32>) -> %s\n",
+    i, i, n, t);
+#undef L
+  return pcp_ok_status();
+}
+
 // @init(p...) -> (p..., 0..., 0..., p...); @delta(s..., c...) -> (s - c...)
 // in f32; with int4 also @delta_int4(s..., c...) -> (packed bytes...);
-// @mix(alpha, g..., l...) -> (alpha*l + (1-alpha)*g..., g...): the blend
-// becomes the local values and the global values the new base s.
+// @mix(g..., alpha, l...) -> (alpha*l + (1-alpha)*g..., g...): the blend
+// becomes the local values and the global values the new base s; with
+// int4_down also @mix_int4(s..., q..., alpha, l...), g = s + decode(q).
 pcp_status_t pcp_decoupled_fragment_module_emit(
     const pcp_models_parameter_table_t* table, const pcp_decoupled_plan_t* plan,
-    uint32_t fragment, bool int4, uint32_t block, pcp_string_builder_t* b) {
+    uint32_t fragment, bool int4, bool int4_down, uint32_t block,
+    pcp_string_builder_t* b) {
   if (fragment >= plan->fragment_count) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "fragment %u of %u",
                            fragment, plan->fragment_count);
@@ -463,42 +683,78 @@ pcp_status_t pcp_decoupled_fragment_module_emit(
     PCP_RETURN_IF_ERROR_BARE(dec_delta_types(b, table, f, variant, block));
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n  }\n"));
   }
-  // @mix
-  const char* const gl[] = {"g", "l"};
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(
-      b, "  func.func @mix(%alpha: tensor<f32>, "));
-  first = true;
-  PCP_RETURN_IF_ERROR_BARE(
-      dec_list(b, table, f, true, false, gl, f32, 2, &first));
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
-  first = true;
-  PCP_RETURN_IF_ERROR_BARE(
-      dec_list(b, table, f, false, false, gl, f32, 2, &first));
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") {\n"));
-  for (uint32_t k = 0; k < f->tensor_count; ++k) {
-    uint32_t i = f->tensor_indices[k];
-    dec_type(&table->parameters[i], "f32", t, sizeof(t));
+  // @mix and @mix_int4. The global values come first so that the worker's
+  // hash of the task's first inputs (TASK_ASSIGN hash_inputs) covers what
+  // it holds afterwards: g for @mix; for @mix_int4 its resident s (the
+  // broadcast copy it held) and the int4 change q it received.
+  for (int variant = 0; variant < (int4_down ? 2 : 1); ++variant) {
+    const char* const head[] = {variant ? "s" : "g"};
+    const char* const local[] = {"l"};
+    const char* const gl[] = {"g", "l"};
     PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
-        b,
-        "    %%a%u = stablehlo.broadcast_in_dim %%alpha, dims = [] : "
-        "(tensor<f32>) -> %s\n"
-        "    %%one%u = stablehlo.constant dense<1.000000e+00> : %s\n"
-        "    %%r%u = stablehlo.subtract %%one%u, %%a%u : %s\n"
-        "    %%x%u = stablehlo.multiply %%a%u, %%l%u : %s\n"
-        "    %%y%u = stablehlo.multiply %%r%u, %%g%u : %s\n"
-        "    %%b%u = stablehlo.add %%x%u, %%y%u : %s\n",
-        i, t, i, t, i, i, i, t, i, i, i, t, i, i, i, t, i, i, i, t));
+        b, "  func.func @%s(", variant ? "mix_int4" : "mix"));
+    first = true;
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, true, false, head, f32, 1, &first));
+    if (variant) {
+      for (uint32_t k = 0; k < f->tensor_count; ++k) {
+        const pcp_models_parameter_t* p =
+            &table->parameters[f->tensor_indices[k]];
+        size_t bytes =
+            pcp_decoupled_int4_encoded_size((size_t)p->element_count, block);
+        if (bytes == 0) {
+          return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "%s: %lld values do not fit the int4 codec "
+                                 "(block %u)",
+                                 p->name, (long long)p->element_count, block);
+        }
+        PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+            b, ", %%q%u: tensor<%zuxui8>", f->tensor_indices[k], bytes));
+      }
+    }
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_cstring(b, ", %alpha: tensor<f32>"));
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, true, false, local, f32, 1, &first));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") -> ("));
+    first = true;
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, false, false, gl, f32, 2, &first));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, ") {\n"));
+    for (uint32_t k = 0; k < f->tensor_count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      const pcp_models_parameter_t* p = &table->parameters[i];
+      dec_type(p, "f32", t, sizeof(t));
+      if (variant) {
+        // g = s + decode(q): the same f32 arithmetic as the gateway's
+        // pcp_decoupled_int4_decode and add (q*scale is exact).
+        PCP_RETURN_IF_ERROR_BARE(dec_int4_decode_append(b, p, i, block));
+        PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+            b, "    %%g%u = stablehlo.add %%s%u, %%ud%u : %s\n", i, i, i, t));
+      }
+      PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_f(
+          b,
+          "    %%a%u = stablehlo.broadcast_in_dim %%alpha, dims = [] : "
+          "(tensor<f32>) -> %s\n"
+          "    %%one%u = stablehlo.constant dense<1.000000e+00> : %s\n"
+          "    %%r%u = stablehlo.subtract %%one%u, %%a%u : %s\n"
+          "    %%x%u = stablehlo.multiply %%a%u, %%l%u : %s\n"
+          "    %%y%u = stablehlo.multiply %%r%u, %%g%u : %s\n"
+          "    %%b%u = stablehlo.add %%x%u, %%y%u : %s\n",
+          i, t, i, t, i, i, i, t, i, i, i, t, i, i, i, t, i, i, i, t));
+    }
+    const char* const mix_out[] = {"b", "g"};
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_string_builder_append_cstring(b, "    return "));
+    first = true;
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, false, true, mix_out, f32, 2, &first));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, " : "));
+    first = true;
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_list(b, table, f, false, false, mix_out, f32, 2, &first));
+    PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n  }\n"));
   }
-  const char* const mix_out[] = {"b", "g"};
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "    return "));
-  first = true;
-  PCP_RETURN_IF_ERROR_BARE(
-      dec_list(b, table, f, false, true, mix_out, f32, 2, &first));
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, " : "));
-  first = true;
-  PCP_RETURN_IF_ERROR_BARE(
-      dec_list(b, table, f, false, false, mix_out, f32, 2, &first));
-  PCP_RETURN_IF_ERROR_BARE(pcp_string_builder_append_cstring(b, "\n  }\n"));
   return pcp_string_builder_append_cstring(b, "}\n");
 }
 
@@ -513,7 +769,7 @@ static pcp_status_t dec_programs(dec_t* d) {
     pcp_string_builder_t b;
     pcp_string_builder_initialize(pcp_allocator_system(), (size_t)64 << 20, &b);
     pcp_status_t status = pcp_decoupled_fragment_module_emit(
-        &job->table, &d->plan, f, d->int4, d->block, &b);
+        &job->table, &d->plan, f, d->int4, d->int4_down, d->block, &b);
     char path[1200];
     snprintf(path, sizeof(path), "%s/decoupled-fragment-%u.mlir", job->dir, f);
     char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
@@ -559,6 +815,8 @@ static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
   params.worker_id = l->worker_id;
   params.session_id = l->session;
   params.max_attempts = 1;
+  params.hash_inputs = l->hash_inputs;
+  l->hash_inputs = 0;
   pcp_status_t status = pcp_diloco_job_task_submit(d->job, &params, &l->task);
   if (status) {
     PCP_LOG(PCP_LOG_WARN, &d->job->log, "decoupled task for %s: %s",
@@ -585,6 +843,101 @@ static void dec_section_of(const pcp_models_parameter_t* p, const char* name,
   s->data = data;
 }
 
+// The @mix (or @mix_int4) of |fragment| for |l| (TASK_MIX, or TASK_RESYNC:
+// alpha 0, f32 values). Fills the task's sections, refs and keeps, the
+// values the learner holds afterwards (l->mix_buf, copied: the masters may
+// change while the task is out) and the hash it must return of its first
+// inputs (l->hash_want): the f32 global values g it received, or for
+// @mix_int4 the broadcast copy it held (s, resident) and the payload q.
+static pcp_status_t dec_mix_prepare(
+    dec_t* d, dec_learner_t* l, uint32_t fragment, int kind,
+    pcp_proto_section_t* sections, uint32_t* section_count,
+    pcp_proto_tensor_ref_t* refs, uint32_t* ref_count,
+    pcp_proto_keep_resident_t* keep, uint32_t* keep_count,
+    const char** function) {
+  static const float kZero = 0.0f;
+  job_t* job = d->job;
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
+  uint32_t count = f->tensor_count;
+  // int4 only when the learner holds the version the latest payload moves
+  // from; otherwise (a skipped sync, a join, a resync) B in f32.
+  // (A learner without the int4 buffers, set up by another path, is
+  // always sent f32.)
+  bool int4 = d->int4_down && kind == TASK_MIX && l->bcast_version &&
+              l->mix_q && l->bcast_version[fragment] != 0 &&
+              l->bcast_version[fragment] + 1 == d->bcast_version[fragment];
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
+      &d->plan, fragment, d->int4_down ? d->bcast : job->parameters,
+      l->mix_buf));
+  l->task_bcast_version = d->int4_down ? d->bcast_version[fragment] : 0;
+  pcp_proto_section_t hashed[2 * DEC_MAX_FRAGMENT_TENSORS];
+  uint32_t hashed_count = 0;
+  *function = int4 ? "mix_int4" : "mix";
+  if (int4) {
+    // s (resident), then q: the worker hashes both in this order.
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
+          .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = dec_name(d, 's', i)};
+      dec_section_of(&job->table.parameters[i], "s",
+                     l->base + d->plan.tensor_value_offset[i],
+                     &hashed[hashed_count++]);
+    }
+    memcpy(l->mix_q, d->down_q + d->down_q_offset[fragment],
+           d->down_q_size[fragment]);
+    size_t at = 0;
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      size_t bytes = pcp_decoupled_int4_encoded_size(
+          (size_t)d->plan.tensor_values[i], d->block);
+      pcp_proto_section_t* q = &sections[*section_count];
+      *q = (pcp_proto_section_t){.name = job->table.parameters[i].name,
+                                 .element_type = PCP_ELEMENT_TYPE_U8,
+                                 .rank = 1,
+                                 .shape = {(int64_t)bytes},
+                                 .byte_length = bytes,
+                                 .data = l->mix_q + at};
+      hashed[hashed_count++] = *q;
+      refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
+          .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (*section_count)++};
+      at += bytes;
+    }
+    d->down_bytes_total += at;
+    ++d->down_int4_sends;
+  } else {
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t i = f->tensor_indices[k];
+      dec_section_of(&job->table.parameters[i], job->table.parameters[i].name,
+                     l->mix_buf + f->offset_bytes[k] / 4,
+                     &sections[*section_count]);
+      hashed[hashed_count++] = sections[*section_count];
+      refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
+          .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (*section_count)++};
+    }
+    d->down_bytes_total += f->byte_count;
+    d->down_f32_sends += d->int4_down;
+  }
+  l->hash_inputs = hashed_count;
+  pcp_diloco_param_hash(hashed, hashed_count, l->hash_want);
+  sections[*section_count] =
+      (pcp_proto_section_t){.name = "alpha",
+                            .element_type = PCP_ELEMENT_TYPE_F32,
+                            .byte_length = sizeof(float),
+                            .data = kind == TASK_RESYNC ? &kZero : &l->alpha};
+  refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
+      .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (*section_count)++};
+  for (uint32_t k = 0; k < count; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    refs[(*ref_count)++] = (pcp_proto_tensor_ref_t){
+        .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = dec_name(d, 'p', i)};
+    keep[(*keep_count)++] =
+        (pcp_proto_keep_resident_t){.output = k, .as = dec_name(d, 'p', i)};
+    keep[(*keep_count)++] = (pcp_proto_keep_resident_t){
+        .output = count + k, .as = dec_name(d, 's', i)};
+  }
+  return pcp_ok_status();
+}
+
 // Submits one fragment task (init, delta, delta_int4 or mix) for |l|.
 static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
                                         uint32_t fragment, int kind,
@@ -592,16 +945,24 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
   job_t* job = d->job;
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
   uint32_t count = f->tensor_count;
-  pcp_proto_tensor_ref_t refs[2 * DEC_MAX_FRAGMENT_TENSORS + 2];
+  // @mix_int4 refs: s, q, alpha and l per tensor.
+  pcp_proto_tensor_ref_t refs[3 * DEC_MAX_FRAGMENT_TENSORS + 2];
   pcp_proto_section_t sections[DEC_MAX_FRAGMENT_TENSORS + 2];
   pcp_proto_keep_resident_t keep[4 * DEC_MAX_FRAGMENT_TENSORS];
   uint32_t ref_count = 0, section_count = 0, keep_count = 0;
   const char* function = "init";
   if (kind == TASK_INIT) {
+    // The fragment's current global values (a full resync for a learner
+    // joining or resumed mid-run), copied: the masters may change while the
+    // task is out, and they become the learner's base s.
+    PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
+        &d->plan, fragment, job->parameters, l->mix_buf));
+    PCP_RETURN_IF_ERROR_BARE(
+        pcp_decoupled_plan_scatter(&d->plan, fragment, l->mix_buf, l->base));
     for (uint32_t k = 0; k < count; ++k) {
       uint32_t i = f->tensor_indices[k];
       dec_section_of(&job->table.parameters[i], job->table.parameters[i].name,
-                     job->parameters + d->plan.tensor_value_offset[i],
+                     l->mix_buf + f->offset_bytes[k] / 4,
                      &sections[section_count++]);
       for (int g = 0; g < 4; ++g) {
         keep[keep_count++] =
@@ -619,36 +980,9 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
       }
     }
   } else {
-    function = "mix";
-    sections[section_count] =
-        (pcp_proto_section_t){.name = "alpha",
-                              .element_type = PCP_ELEMENT_TYPE_F32,
-                              .byte_length = sizeof(float),
-                              .data = &l->alpha};
-    refs[ref_count++] = (pcp_proto_tensor_ref_t){
-        .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
-    // The fragment's global values, copied: the masters may change while
-    // the task is out (the section data is borrowed until it ends).
-    PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
-        &d->plan, fragment, job->parameters, l->mix_buf));
-    for (uint32_t k = 0; k < count; ++k) {
-      uint32_t i = f->tensor_indices[k];
-      dec_section_of(&job->table.parameters[i], job->table.parameters[i].name,
-                     l->mix_buf + f->offset_bytes[k] / 4,
-                     &sections[section_count]);
-      refs[ref_count++] = (pcp_proto_tensor_ref_t){
-          .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = section_count++};
-    }
-    for (uint32_t k = 0; k < count; ++k) {
-      uint32_t i = f->tensor_indices[k];
-      refs[ref_count++] = (pcp_proto_tensor_ref_t){
-          .kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = dec_name(d, 'p', i)};
-      keep[keep_count++] =
-          (pcp_proto_keep_resident_t){.output = k, .as = dec_name(d, 'p', i)};
-      keep[keep_count++] = (pcp_proto_keep_resident_t){
-          .output = count + k, .as = dec_name(d, 's', i)};
-    }
-    d->down_bytes_total += f->byte_count;
+    PCP_RETURN_IF_ERROR_BARE(dec_mix_prepare(d, l, fragment, kind, sections,
+                                             &section_count, refs, &ref_count,
+                                             keep, &keep_count, &function));
   }
   l->task_fragment = fragment;
   l->task_step = syncer_step;
@@ -756,16 +1090,26 @@ static dec_round_t* dec_round_find(dec_t* d, uint64_t step, bool create) {
     dec_round_t* r = &d->rounds[k];
     if (!r->used) {
       float* values = r->values;
+      uint32_t slots = r->values_slots;
+      if (values && slots < d->learner_count) {
+        // A join added learners since: a free slot holds no data to keep.
+        pcp_diloco_job_free(d->job, values);
+        values = NULL;
+      }
       if (!values) {
         // Allocated on first use and kept for the slot's later rounds.
+        slots = d->learner_count;
         values = pcp_diloco_job_malloc(
-            d->job, (size_t)d->learner_count * d->frag_max * sizeof(float));
+            d->job, (size_t)slots * d->frag_max * sizeof(float));
         if (!values) {
+          r->values = NULL;
+          r->values_slots = 0;
           return NULL;
         }
       }
       memset(r, 0, sizeof(*r));
       r->values = values;
+      r->values_slots = slots;
       r->used = true;
       r->step = step;
       return r;
@@ -872,7 +1216,7 @@ static pcp_status_t dec_delta_arrived(dec_t* d, uint32_t li, dec_round_t* r,
     uint32_t expected[MAX_ROUND_WORKERS];
     uint32_t count = 0;
     for (uint32_t k = 0; k < d->learner_count; ++k) {
-      if (d->learners[k].alive || k == li) {
+      if (dec_pulled(&d->learners[k], r->step) || k == li) {
         expected[count++] = k;
       }
     }
@@ -960,6 +1304,27 @@ static json_t* dec_totals_json(const dec_t* d) {
   if (o) {
     json_object_set_new(o, "dropped_pulls",
                         json_integer((json_int_t)d->dropped_pulls));
+    json_object_set_new(o, "learners_joined",
+                        json_integer((json_int_t)d->joins));
+  }
+  if (o && d->resumed) {
+    json_object_set_new(o, "resumed_at_syncer_step",
+                        json_integer((json_int_t)d->resumed_at));
+    json_object_set_new(o, "resume_tape_replayed",
+                        json_boolean(d->resume_replay_ok));
+  }
+  if (o) {
+    json_object_set_new(o, "resyncs", json_integer((json_int_t)d->resyncs));
+    json_object_set_new(o, "down_compression",
+                        json_string(d->int4_down ? "int4" : "none"));
+  }
+  if (o && d->int4_down) {
+    json_object_set_new(o, "down_int4_sends",
+                        json_integer((json_int_t)d->down_int4_sends));
+    json_object_set_new(o, "down_f32_sends",
+                        json_integer((json_int_t)d->down_f32_sends));
+    json_object_set_new(o, "int4_down_error_over_bound",
+                        json_real(d->int4_down_max_ratio));
   }
   if (o && d->int4_verified) {
     json_object_set_new(o, "int4_max_error", json_real(d->int4_max_error));
@@ -967,6 +1332,117 @@ static json_t* dec_totals_json(const dec_t* d) {
                         json_real(d->int4_max_ratio));
   }
   return o;
+}
+
+// The int4 down path after a merge of |fragment| into the masters G: per
+// tensor q = int4(G - B), then B += decode(q) in f32, the arithmetic
+// @mix_int4 runs on every learner (so both hold the same bits, which the
+// hashes check). What int4 leaves out of G - B stays there and is sent
+// with the next sync of the fragment (error feedback). The codec's bound
+// is asserted: |(G - B) - decode(q)| <= scale / 2 per element.
+static pcp_status_t dec_down_encode(dec_t* d, uint32_t fragment) {
+  job_t* job = d->job;
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
+  uint8_t* q = d->down_q + d->down_q_offset[fragment];
+  size_t at = 0;
+  for (uint32_t k = 0; k < f->tensor_count; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    size_t n = (size_t)d->plan.tensor_values[i];
+    size_t offset = (size_t)d->plan.tensor_value_offset[i];
+    const float* g = job->parameters + offset;
+    float* bcast = d->bcast + offset;
+    // down_scratch: the residual G - B, then its decoding.
+    float* residual = d->down_scratch;
+    float* decoded = d->down_scratch + d->frag_max;
+    for (size_t e = 0; e < n; ++e) {
+      residual[e] = g[e] - bcast[e];
+    }
+    size_t bytes = pcp_decoupled_int4_encoded_size(n, d->block);
+    pcp_status_t status =
+        pcp_decoupled_int4_encode(residual, n, d->block, q + at, bytes);
+    if (!status) {
+      status = pcp_decoupled_int4_decode(q + at, bytes, n, d->block, decoded);
+    }
+    if (status) {
+      return pcp_status_annotate_f(status, "int4 down path, tensor %s",
+                                   job->table.parameters[i].name);
+    }
+    for (size_t b0 = 0, block = 0; b0 < n; b0 += d->block, ++block) {
+      // The block's scale as the payload holds it (little-endian f32).
+      uint32_t bits = 0;
+      for (int byte = 0; byte < 4; ++byte) {
+        bits |= (uint32_t)q[at + 4 * block + (size_t)byte] << (8 * byte);
+      }
+      float scale;
+      memcpy(&scale, &bits, sizeof(scale));
+      size_t b1 = b0 + d->block < n ? b0 + d->block : n;
+      for (size_t e = b0; e < b1; ++e) {
+        double err = fabs((double)residual[e] - (double)decoded[e]);
+        double ratio =
+            scale > 0 ? err / ((double)scale / 2) : (err > 0 ? INFINITY : 0);
+        if (ratio > d->int4_down_max_ratio) {
+          d->int4_down_max_ratio = ratio;
+        }
+        bcast[e] = bcast[e] + decoded[e];
+      }
+    }
+    at += bytes;
+  }
+  if (d->int4_down_max_ratio > 1.0) {
+    return pcp_make_status(PCP_STATUS_INTERNAL,
+                           "int4 down path: an element off by %g of the "
+                           "codec's bound",
+                           d->int4_down_max_ratio);
+  }
+  ++d->bcast_version[fragment];
+  return pcp_ok_status();
+}
+
+// The hash a @mix returned (its last output) against l->hash_want. A
+// mismatch is the job's event and metric (pcp_diloco_param_hash_check);
+// with on_param_mismatch "fail" the job fails, with "resync" the learner
+// gets the fragment again in f32 (alpha 0: its local copy of the fragment
+// becomes the global values) before anything else.
+static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li,
+                                       const pcp_proto_section_t* outputs,
+                                       size_t n_out) {
+  dec_learner_t* l = &d->learners[li];
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[l->task_fragment];
+  if (n_out != 2 * (size_t)f->tensor_count + 1 ||
+      outputs[n_out - 1].byte_length != PCP_SHA256_BYTE_LENGTH) {
+    return pcp_make_status(PCP_STATUS_INTERNAL,
+                           "@mix of %s returned %zu outputs without its input "
+                           "hash",
+                           l->worker_id, n_out);
+  }
+  bool match = false;
+  PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
+      d->job, l->worker_id, l->task_step, l->hash_want, outputs[n_out - 1].data,
+      &match));
+  if (!match) {
+    l->resync_pending = true;
+    l->resync_fragment = l->task_fragment;
+    l->resync_step = l->task_step;
+  }
+  return pcp_ok_status();
+}
+
+// The progress's measured figures: "bytes" (the fabric's counters since
+// the previous sync's event), "bytes_total" and "param_hash" (the last
+// verified @mix and the mismatches), as classic and streaming report them.
+static void dec_progress_measured(dec_t* d, json_t* progress) {
+  job_t* job = d->job;
+  pcp_diloco_job_bytes_stop(job);
+  json_t* bytes = pcp_diloco_job_bytes_json(job);
+  if (bytes) {
+    json_object_set_new(progress, "bytes", bytes);
+  }
+  json_t* totals = pcp_diloco_job_bytes_total_json(job);
+  if (totals) {
+    json_object_set_new(progress, "bytes_total", totals);
+  }
+  pcp_diloco_job_bytes_mark(job);
+  pcp_diloco_param_hash_json(job, progress);
 }
 
 // Closes round |r| (its machine CLOSED or TIMED_OUT): merge, outer
@@ -1015,6 +1491,9 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
         values, weights, count, d->grad, &stats));
     PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_nesterov_step_fragment(
         &d->nesterov, &d->plan, fragment, d->grad, job->parameters));
+    if (d->int4_down) {
+      PCP_RETURN_IF_ERROR_BARE(dec_down_encode(d, fragment));
+    }
     PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_syncer_record_sync(
         d->state, &d->tape, r->step, fragment, parts, count));
     ++d->syncs;
@@ -1049,7 +1528,12 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
   for (uint32_t k = 0; k < d->learner_count; ++k) {
     alive += d->learners[k].alive;
   }
-  uint64_t down = merged ? (uint64_t)alive * f->byte_count : 0;
+  // What the @mix tasks of this sync will send: int4 payloads with
+  // int4_down (a learner that needs B in f32 gets more, counted in the
+  // totals when sent).
+  uint64_t down_each =
+      d->int4_down ? (uint64_t)d->down_q_size[fragment] : f->byte_count;
+  uint64_t down = merged ? (uint64_t)alive * down_each : 0;
   round_outcome_t outcome = {.reporters = count,
                              .parameter_bytes = r->up_bytes + down};
   double seconds = r->opened ? (double)(now_ns - r->opened_ns) / 1e9 : 0;
@@ -1102,6 +1586,7 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
       json_object_update(progress, totals);
       json_decref(totals);
     }
+    dec_progress_measured(d, progress);
     pcp_status_ignore(pcp_store_job_event_append(
         o->store, o->job_id, "training.step", progress, NULL));
   }
@@ -1140,7 +1625,16 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   size_t n_out = 0;
   pcp_status_t status = pcp_fabric_task_outputs(task, &outputs, &n_out);
   if (!status && kind == TASK_INIT) {
+    // @init sent the masters: B's version 1 while the fragment has not
+    // synced (then G = B), unknown after.
+    if (d->int4_down && l->bcast_version &&
+        d->bcast_version[l->task_fragment] == 1) {
+      l->bcast_version[l->task_fragment] = 1;
+    }
     ++l->init_next;
+    if (l->joining && l->init_next == d->plan.fragment_count) {
+      dec_join_ready(d, li);
+    }
     if (li == d->delay_learner && l->init_next == d->plan.fragment_count &&
         d->delay_until > 0) {
       l->ready_ns = now_ns + d->delay_ms * 1000000;  // slow from the start
@@ -1170,9 +1664,12 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
       }
       for (uint32_t k = 0; k < d->learner_count; ++k) {
         dec_learner_t* other = &d->learners[k];
-        if (other->alive && other->send_count < DEC_MAX_OPEN) {
+        if (!dec_pulled(other, s)) {
+          continue;  // lost, or a joiner not synced yet
+        }
+        if (other->send_count < DEC_MAX_OPEN) {
           other->sends[other->send_count++] = s;
-        } else if (other->alive) {
+        } else {
           ++d->dropped_pulls;  // too far behind to queue another pull
         }
       }
@@ -1189,10 +1686,18 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
     }
   } else if (!status && kind == TASK_VERIFY) {
     status = dec_verify(d, l, l->task_fragment, outputs, n_out);
-  } else if (!status && kind == TASK_MIX) {
-    status = pcp_decoupled_plan_scatter(&d->plan, l->task_fragment, l->mix_buf,
-                                        l->base);
+  } else if (!status && (kind == TASK_MIX || kind == TASK_RESYNC)) {
+    status = dec_mix_hash_check(d, li, outputs, n_out);
+    // The gateway's view of the learner: the values it was sent (after a
+    // mismatch too: the resync that follows makes them true).
     if (!status) {
+      status = pcp_decoupled_plan_scatter(&d->plan, l->task_fragment,
+                                          l->mix_buf, l->base);
+    }
+    if (!status && d->int4_down && l->bcast_version) {
+      l->bcast_version[l->task_fragment] = l->task_bcast_version;
+    }
+    if (!status && kind == TASK_MIX) {
       status = pcp_decoupled_learner_apply_fragment(
           &l->counters, l->task_fragment, l->task_step);
     }
@@ -1239,6 +1744,12 @@ static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
   if (now_ns < l->ready_ns) {
     return pcp_ok_status();  // the test delay: still "computing"
   }
+  if (l->resync_pending) {
+    l->resync_pending = false;
+    ++d->resyncs;
+    return dec_fragment_submit(d, l, l->resync_fragment, TASK_RESYNC,
+                               l->resync_step);
+  }
   if (l->verify_pending) {
     l->verify_pending = false;
     return dec_fragment_submit(d, l, l->verify_fragment, TASK_VERIFY,
@@ -1276,6 +1787,9 @@ static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
     r->tokens_since[li] = l->counters.tokens_since[fragment];
     r->steps_since[li] = l->counters.steps_since[fragment];
     r->learner_step[li] = l->counters.learner_step;
+    // On the tape: a restart finding no sync after it pulls again (REPULL).
+    PCP_RETURN_IF_ERROR_BARE(dec_record(
+        d, PCP_DECOUPLED_EVENT_IN_FLIGHT_MESSAGE, li + 1, fragment, step));
     return dec_fragment_submit(d, l, fragment, TASK_DELTA, step);
   }
   // The overlap budget: step t waits until every round s with
@@ -1347,13 +1861,52 @@ static pcp_status_t dec_config_parse(dec_t* d) {
                            "even on the wire (two codes per byte), got %u",
                            d->block);
   }
+  // int4_down: auto (0) follows the up path's compression.
+  d->int4_down =
+      d->config.int4_down == 1 || (d->config.int4_down == 0 && d->int4);
+  if (d->int4_down && d->block % 2 != 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'decoupled_diloco.int4_block_size': must be "
+                           "even for int4_down (two codes per byte), got %u",
+                           d->block);
+  }
   json_t* verify = json_object_get(job->experiment, "decoupled_verify_int4");
   d->verify_int4 = json_is_true(verify);
   return pcp_ok_status();
 }
 
+// Whether |info| can be a learner of this job: connected, of the job's
+// class and of the learners' (backend, target) (the first one's when none
+// is set yet).
+static bool dec_worker_fits(dec_t* d, const pcp_fabric_worker_info_t* info) {
+  const char* worker_class = d->job->config.worker_class;
+  if (info->state != PCP_FABRIC_WORKER_CONNECTED ||
+      (worker_class && strcmp(info->worker_class, worker_class))) {
+    return false;
+  }
+  if (!d->backend[0]) {
+    snprintf(d->backend, sizeof(d->backend), "%s", info->backend);
+    snprintf(d->target, sizeof(d->target), "%s", info->target);
+  }
+  return !strcmp(info->backend, d->backend) && !strcmp(info->target, d->target);
+}
+
+// The slot of worker |id|: its own (a resume or a rejoin keeps its learner
+// id), else learner_count (a new one; the caller checks the bound).
+static uint32_t dec_slot_of(const dec_t* d, const char* id) {
+  for (uint32_t k = 0; k < d->learner_count; ++k) {
+    if (!strcmp(d->learners[k].worker_id, id)) {
+      return k;
+    }
+  }
+  return d->learner_count;
+}
+
 // The learners: the connected workers of the first worker's kind and the
-// job's class (waits for one).
+// job's class (waits for one). A resumed job gives each worker of the
+// checkpoint its slot back (its learner id and sampler) and waits up to
+// DEC_RESUME_WAIT_MS for the ones alive then to reconnect; a worker not in
+// it takes a new slot.
 static pcp_status_t dec_learners_gather(dec_t* d) {
   job_t* job = d->job;
   const pcp_diloco_job_options_t* o = job->options;
@@ -1362,10 +1915,16 @@ static pcp_status_t dec_learners_gather(dec_t* d) {
   if (!infos) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "worker list");
   }
-  uint64_t nonce = (uint64_t)pcp_clock_now_ns(o->clock) & 0xffffffffffull;
+  uint32_t want = 0;
+  for (uint32_t k = 0; d->resumed && k < d->learner_count; ++k) {
+    want += d->learners[k].was_alive;
+  }
+  want = want ? want : 1;
+  int64_t deadline = pcp_clock_now_ns(o->clock) +
+                     (d->resumed ? (int64_t)DEC_RESUME_WAIT_MS * 1000000 : 0);
   pcp_status_t status = pcp_ok_status();
   const char* worker_class = job->config.worker_class;
-  while (!status && !d->learner_count) {
+  for (;;) {
     if (pcp_diloco_job_should_stop(job)) {
       status = pcp_make_status(PCP_STATUS_CANCELLED, "training stopped");
       break;
@@ -1373,96 +1932,162 @@ static pcp_status_t dec_learners_gather(dec_t* d) {
     uint32_t count =
         pcp_fabric_worker_list(o->fabric, infos, MAX_ROUND_WORKERS, NULL);
     for (uint32_t i = 0; i < count; ++i) {
-      if (infos[i].state != PCP_FABRIC_WORKER_CONNECTED ||
-          (worker_class && strcmp(infos[i].worker_class, worker_class))) {
+      if (!dec_worker_fits(d, &infos[i])) {
         continue;
       }
-      if (!d->backend[0]) {
-        snprintf(d->backend, sizeof(d->backend), "%s", infos[i].backend);
-        snprintf(d->target, sizeof(d->target), "%s", infos[i].target);
-      }
-      if (strcmp(infos[i].backend, d->backend) ||
-          strcmp(infos[i].target, d->target)) {
+      uint32_t k = dec_slot_of(d, infos[i].worker_id);
+      if (k < d->learner_count && d->learners[k].alive) {
         continue;
       }
-      dec_learner_t* l = &d->learners[d->learner_count++];
+      if (k == d->learner_count) {
+        if (k >= MAX_ROUND_WORKERS) {
+          continue;
+        }
+        ++d->learner_count;
+        d->learners[k].joined = d->resumed;  // not one of the start's shards
+      }
+      dec_learner_t* l = &d->learners[k];
       snprintf(l->worker_id, sizeof(l->worker_id), "%s", infos[i].worker_id);
       snprintf(l->session, sizeof(l->session), "%s-decoupled-%u-%" PRIx64,
-               o->job_id, d->learner_count - 1, nonce);
+               o->job_id, k, d->nonce);
       l->alive = true;
+      l->join_count = infos[i].join_count;
     }
-    if (!d->learner_count) {
-      pcp_status_t waited = pcp_fabric_workers_wait_class(
-          o->fabric, NULL, NULL, worker_class, 1,
-          pcp_fabric_endpoint_now_ns(o->fabric) +
-              (int64_t)NOBODY_WAIT_MS * 1000000,
-          job->waker ? pcp_diloco_job_stop_fn : NULL, job->waker ? job : NULL,
-          NULL);
-      if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
-        status = waited;
-      } else {
-        pcp_status_ignore(waited);
-      }
+    uint32_t alive = 0;
+    for (uint32_t k = 0; k < d->learner_count; ++k) {
+      alive += d->learners[k].alive;
     }
+    if (alive >= want || (alive && pcp_clock_now_ns(o->clock) >= deadline)) {
+      break;
+    }
+    if (alive) {
+      struct timespec nap = {0, 100000000};
+      nanosleep(&nap, NULL);
+      continue;
+    }
+    pcp_status_t waited = pcp_fabric_workers_wait_class(
+        o->fabric, NULL, NULL, worker_class, 1,
+        pcp_fabric_endpoint_now_ns(o->fabric) +
+            (int64_t)NOBODY_WAIT_MS * 1000000,
+        job->waker ? pcp_diloco_job_stop_fn : NULL, job->waker ? job : NULL,
+        NULL);
+    if (pcp_status_code(waited) == PCP_STATUS_FAILED_PRECONDITION) {
+      status = waited;
+      break;
+    }
+    pcp_status_ignore(waited);
   }
   pcp_diloco_job_free(job, infos);
   return status;
 }
 
-// Per learner: sampler (shard k of the train split), token buffers,
+// Slot |k|'s sampler on |a|'s range and seed, its token and fragment
+// buffers, its base (the masters now) and fresh counters; a restored
+// sampler cursor (a resume) continues where the checkpoint left it.
+static pcp_status_t dec_learner_alloc(dec_t* d, uint32_t k,
+                                      const pcp_data_assignment_t* a) {
+  job_t* job = d->job;
+  dec_learner_t* l = &d->learners[k];
+  size_t rows = (size_t)job->accumulation *
+                (size_t)(job->spec.batch * job->spec.block_size);
+  pcp_data_sampler_options_t so = {
+      .sampling = job->config.sampling == PCP_DILOCO_SAMPLING_FIFO
+                      ? PCP_DATA_SAMPLING_SEQUENTIAL
+                      : PCP_DATA_SAMPLING_RANDOM,
+      .batch_size = (uint32_t)job->spec.batch,
+      .block_size = (uint32_t)job->spec.block_size,
+      .seed = a->seed};
+  PCP_RETURN_IF_ERROR_BARE(pcp_data_sampler_create(
+      job->dataset, a->range, &so, pcp_allocator_system(), &l->sampler));
+  if (l->has_cursor) {
+    pcp_status_t restored = pcp_data_sampler_restore(l->sampler, &l->cursor);
+    if (restored) {
+      pcp_status_t wrapped = pcp_make_status(
+          PCP_STATUS_FAILED_PRECONDITION,
+          "decoupled checkpoint: learner %u's sampler cursor does not fit its "
+          "shard: %s",
+          k + 1, pcp_status_message(restored));
+      pcp_status_ignore(restored);
+      return wrapped;
+    }
+  }
+  l->tokens = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int32_t));
+  l->tokens64 = job->data_type == PCP_ELEMENT_TYPE_I64
+                    ? pcp_diloco_job_malloc(job, 2 * rows * sizeof(int64_t))
+                    : NULL;
+  l->base = pcp_diloco_job_malloc(job, job->parameter_count * sizeof(float));
+  l->mix_buf = pcp_diloco_job_malloc(job, d->frag_max * sizeof(float));
+  l->verify_values = pcp_diloco_job_malloc(job, d->frag_max * sizeof(float));
+  if (!l->tokens || !l->base || !l->mix_buf || !l->verify_values ||
+      (job->data_type == PCP_ELEMENT_TYPE_I64 && !l->tokens64)) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "learner buffers");
+  }
+  if (d->int4_down) {
+    l->bcast_version = pcp_diloco_job_calloc(job, d->plan.fragment_count,
+                                             sizeof(*l->bcast_version));
+    l->mix_q = pcp_diloco_job_malloc(job, d->down_q_max);
+    if (!l->bcast_version || !l->mix_q) {
+      return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED,
+                             "learner int4 down buffers");
+    }
+  }
+  memcpy(l->base, job->parameters, job->parameter_count * sizeof(float));
+  l->alpha = (float)d->config.learner_alpha;
+  l->last_loss = NAN;
+  pcp_status_t status = pcp_decoupled_learner_initialize(
+      pcp_allocator_system(), (uint16_t)(k + 1), d->plan.fragment_count,
+      &l->counters);
+  l->counters_ready = !status;
+  return status;
+}
+
+// The whole train split under slot |k|'s own seed: the sampler of a slot a
+// join made (the start's shards are spoken for; random sampling overlaps
+// them anyway, a sequential one starts at its own offset).
+static pcp_status_t dec_join_assignment(dec_t* d, uint32_t k,
+                                        pcp_data_assignment_t* out) {
+  job_t* job = d->job;
+  char name[32];
+  snprintf(name, sizeof(name), "join-%04u", k);
+  const char* names[1] = {name};
+  return pcp_data_shard_plan(job->dataset, job->train_range,
+                             (uint32_t)job->spec.block_size, names, 1, 0,
+                             job->seed, out);
+}
+
+// Per learner: sampler (shard k of the train split over the learners at
+// the start; a joined slot's: dec_join_assignment), token buffers,
 // counters, its base (the masters at start) and fragment buffers.
 static pcp_status_t dec_learners_setup(dec_t* d) {
   job_t* job = d->job;
+  if (!d->shard_count) {
+    d->shard_count = d->learner_count;
+  }
   const char* names[MAX_ROUND_WORKERS];
   char storage[MAX_ROUND_WORKERS][24];
-  for (uint32_t k = 0; k < d->learner_count; ++k) {
+  for (uint32_t k = 0; k < d->shard_count; ++k) {
     snprintf(storage[k], sizeof(storage[k]), "shard-%04u", k);
     names[k] = storage[k];
   }
   pcp_data_assignment_t* plan =
-      pcp_diloco_job_calloc(job, d->learner_count, sizeof(*plan));
+      pcp_diloco_job_calloc(job, d->shard_count + 1, sizeof(*plan));
   if (!plan) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "shard plan");
   }
   pcp_status_t status = pcp_data_shard_plan(
       job->dataset, job->train_range, (uint32_t)job->spec.block_size, names,
-      d->learner_count, 0, job->seed, plan);
-  size_t rows = (size_t)job->accumulation *
-                (size_t)(job->spec.batch * job->spec.block_size);
+      d->shard_count, 0, job->seed, plan);
   for (uint32_t k = 0; k < d->learner_count && !status; ++k) {
-    dec_learner_t* l = &d->learners[k];
-    pcp_data_sampler_options_t so = {
-        .sampling = job->config.sampling == PCP_DILOCO_SAMPLING_FIFO
-                        ? PCP_DATA_SAMPLING_SEQUENTIAL
-                        : PCP_DATA_SAMPLING_RANDOM,
-        .batch_size = (uint32_t)job->spec.batch,
-        .block_size = (uint32_t)job->spec.block_size,
-        .seed = plan[k].seed};
-    status = pcp_data_sampler_create(job->dataset, plan[k].range, &so,
-                                     pcp_allocator_system(), &l->sampler);
-    if (status) {
-      break;
+    pcp_data_assignment_t own;
+    const pcp_data_assignment_t* a = &plan[k < d->shard_count ? k : 0];
+    if (d->learners[k].joined || k >= d->shard_count) {
+      d->learners[k].joined = true;
+      status = dec_join_assignment(d, k, &own);
+      a = &own;
     }
-    l->tokens = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int32_t));
-    l->tokens64 = job->data_type == PCP_ELEMENT_TYPE_I64
-                      ? pcp_diloco_job_malloc(job, 2 * rows * sizeof(int64_t))
-                      : NULL;
-    l->base = pcp_diloco_job_malloc(job, job->parameter_count * sizeof(float));
-    l->mix_buf = pcp_diloco_job_malloc(job, d->frag_max * sizeof(float));
-    l->verify_values = pcp_diloco_job_malloc(job, d->frag_max * sizeof(float));
-    if (!l->tokens || !l->base || !l->mix_buf || !l->verify_values ||
-        (job->data_type == PCP_ELEMENT_TYPE_I64 && !l->tokens64)) {
-      status =
-          pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "learner buffers");
-      break;
+    if (!status) {
+      status = dec_learner_alloc(d, k, a);
     }
-    memcpy(l->base, job->parameters, job->parameter_count * sizeof(float));
-    l->alpha = (float)d->config.learner_alpha;
-    l->last_loss = NAN;
-    status = pcp_decoupled_learner_initialize(
-        pcp_allocator_system(), (uint16_t)(k + 1), d->plan.fragment_count,
-        &l->counters);
-    l->counters_ready = !status;
   }
   pcp_diloco_job_free(job, plan);
   return status;
@@ -1517,6 +2142,52 @@ static pcp_status_t dec_plan_build(dec_t* d) {
   return pcp_ok_status();
 }
 
+// The int4 down path's state: B = the masters at start (what @init sends;
+// version 1 of every fragment), the payload buffer of every fragment and
+// the scratch.
+static pcp_status_t dec_down_setup(dec_t* d) {
+  job_t* job = d->job;
+  uint32_t count = d->plan.fragment_count;
+  d->bcast = pcp_diloco_job_malloc(job, job->parameter_count * sizeof(float));
+  d->bcast_version = pcp_diloco_job_calloc(job, count, sizeof(uint64_t));
+  d->down_q_offset = pcp_diloco_job_calloc(job, count, sizeof(size_t));
+  d->down_q_size = pcp_diloco_job_calloc(job, count, sizeof(size_t));
+  d->down_scratch = pcp_diloco_job_malloc(job, 2 * d->frag_max * sizeof(float));
+  if (!d->bcast || !d->bcast_version || !d->down_q_offset || !d->down_q_size ||
+      !d->down_scratch) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "int4 down state");
+  }
+  memcpy(d->bcast, job->parameters, job->parameter_count * sizeof(float));
+  size_t total = 0;
+  for (uint32_t f = 0; f < count; ++f) {
+    const pcp_decoupled_fragment_t* fr = &d->plan.fragments[f];
+    size_t bytes = 0;
+    for (uint32_t k = 0; k < fr->tensor_count; ++k) {
+      size_t n = (size_t)d->plan.tensor_values[fr->tensor_indices[k]];
+      size_t one = pcp_decoupled_int4_encoded_size(n, d->block);
+      if (one == 0) {
+        return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "int4 down path: a tensor of %zu values does "
+                               "not fit the codec (block %u)",
+                               n, d->block);
+      }
+      bytes += one;
+    }
+    d->bcast_version[f] = 1;
+    d->down_q_offset[f] = total;
+    d->down_q_size[f] = bytes;
+    total += bytes;
+    if (bytes > d->down_q_max) {
+      d->down_q_max = bytes;
+    }
+  }
+  d->down_q = pcp_diloco_job_malloc(job, total ? total : 1);
+  if (!d->down_q) {
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "int4 down payloads");
+  }
+  return pcp_ok_status();
+}
+
 // The tape on disk replays to the live syncer state.
 static pcp_status_t dec_tape_check(dec_t* d, bool* out_equal) {
   void* data = NULL;
@@ -1545,11 +2216,539 @@ static pcp_status_t dec_tape_check(dec_t* d, bool* out_equal) {
   return status;
 }
 
+//===----------------------------------------------------------------------===//
+// Joins
+//===----------------------------------------------------------------------===//
+//
+// A worker that connects mid-run (of the job's class and the learners'
+// backend and target) becomes a learner, and so does a lost learner's
+// worker back on a new connection (a node manager restart; the fabric's
+// join_count tells a new connection from the one it was lost on). It keeps
+// its slot (learner id, sampler) when it had one; otherwise it takes a new
+// slot, at most MAX_ROUND_WORKERS in all (logged once when full). It gets a
+// fresh session: @init of every fragment from the masters (FULL_RESYNC:
+// the current global values, fresh AdamW moments), LEARNER_RECOVERY on the
+// tape, and once synced it is pulled from the next syncer step opened (its
+// local step count starts at the syncer steps closed so far).
+
+static void dec_join_ready(dec_t* d, uint32_t li) {
+  dec_learner_t* l = &d->learners[li];
+  l->joining = false;
+  l->first_pull = d->opened_through + 1;
+  uint64_t closed = d->next_final > 0 ? d->next_final - 1 : 0;
+  l->step = closed > l->step ? closed : l->step;
+  PCP_LOG(PCP_LOG_INFO, &d->job->log,
+          "decoupled learner %u (id %u, %s) synced: %u fragments from the "
+          "masters, trains from local step %" PRIu64
+          ", pulled from syncer step %" PRIu64,
+          li, li + 1, l->worker_id, d->plan.fragment_count, l->step + 1,
+          l->first_pull);
+}
+
+// Admits |info| as learner slot |k| (allocated). |mid_run|: a join (synced
+// before it is pulled); otherwise a resumed learner (pulled as at a start).
+static pcp_status_t dec_learner_admit(dec_t* d, uint32_t k,
+                                      const char* worker_id,
+                                      uint32_t join_count, bool mid_run) {
+  dec_learner_t* l = &d->learners[k];
+  const pcp_diloco_job_options_t* o = d->job->options;
+  if (worker_id != l->worker_id) {
+    snprintf(l->worker_id, sizeof(l->worker_id), "%s", worker_id);
+  }
+  snprintf(l->session, sizeof(l->session),
+           "%s-decoupled-%u-%" PRIx64 "-a%" PRIu64, o->job_id, k, d->nonce,
+           ++d->admissions);
+  l->join_count = join_count;
+  l->alive = true;
+  l->joining = mid_run;
+  l->first_pull = 0;
+  l->init_next = 0;
+  l->send_count = 0;
+  l->apply_count = 0;
+  l->verify_pending = false;
+  l->ready_ns = 0;
+  l->last_loss = NAN;
+  // Nothing of the old session is held: no resync due, and the broadcast
+  // copy's versions unknown (its first @mix of each fragment is f32).
+  l->resync_pending = false;
+  l->hash_inputs = 0;
+  if (l->bcast_version) {
+    memset(l->bcast_version, 0,
+           d->plan.fragment_count * sizeof(*l->bcast_version));
+  }
+  if (l->counters_ready) {
+    pcp_decoupled_learner_deinitialize(&l->counters);
+    l->counters_ready = false;
+  }
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_learner_initialize(
+      pcp_allocator_system(), (uint16_t)(k + 1), d->plan.fragment_count,
+      &l->counters));
+  l->counters_ready = true;
+  if (mid_run) {
+    ++d->joins;
+    PCP_LOG(PCP_LOG_INFO, &d->job->log,
+            "decoupled learner %u (id %u, %s) joins at syncer step %" PRIu64
+            ": full resync of %u fragments, fresh AdamW state",
+            k, k + 1, l->worker_id, d->state->global_step,
+            d->plan.fragment_count);
+  }
+  return dec_record(d, PCP_DECOUPLED_EVENT_LEARNER_RECOVERY, k + 1, 0,
+                    d->state->global_step);
+}
+
+#define DEC_JOIN_POLL_NS 250000000
+
+// Admits the workers that fit and are not live learners (see above).
+static pcp_status_t dec_joins_poll(dec_t* d, int64_t now_ns) {
+  if (now_ns - d->last_join_poll_ns < DEC_JOIN_POLL_NS) {
+    return pcp_ok_status();
+  }
+  d->last_join_poll_ns = now_ns;
+  const pcp_diloco_job_options_t* o = d->job->options;
+  uint32_t count =
+      pcp_fabric_worker_list(o->fabric, d->infos, MAX_ROUND_WORKERS, NULL);
+  for (uint32_t i = 0; i < count; ++i) {
+    const pcp_fabric_worker_info_t* info = &d->infos[i];
+    if (!dec_worker_fits(d, info)) {
+      continue;
+    }
+    uint32_t k = dec_slot_of(d, info->worker_id);
+    if (k < d->learner_count) {
+      dec_learner_t* l = &d->learners[k];
+      if (l->join_count == info->join_count) {
+        continue;  // live, or lost on this connection: a new one rejoins
+      }
+      if (l->alive) {
+        if (l->task) {
+          continue;  // its task ends (fails) first; then it rejoins
+        }
+        // Reconnected while idle: the session it trained in is gone.
+        dec_learner_lost(d, k, "reconnected (its session state is gone)");
+      }
+    } else if (k >= MAX_ROUND_WORKERS) {
+      if (!d->full_logged) {
+        PCP_LOG(PCP_LOG_WARN, &d->job->log,
+                "decoupled: worker %s not admitted: all %d learner slots are "
+                "taken",
+                info->worker_id, MAX_ROUND_WORKERS);
+        d->full_logged = true;
+      }
+      continue;
+    } else {
+      pcp_data_assignment_t a;
+      d->learners[k].joined = true;
+      d->learner_count = k + 1;
+      PCP_RETURN_IF_ERROR_BARE(dec_join_assignment(d, k, &a));
+      PCP_RETURN_IF_ERROR_BARE(dec_learner_alloc(d, k, &a));
+    }
+    PCP_RETURN_IF_ERROR_BARE(
+        dec_learner_admit(d, k, info->worker_id, info->join_count, true));
+  }
+  return pcp_ok_status();
+}
+
+//===----------------------------------------------------------------------===//
+// Checkpoints and resume
+//===----------------------------------------------------------------------===//
+//
+// At checkpoint_every outer steps (syncs + skipped rounds; the round just
+// closed) and at the end, a checkpoint of cursor kind CURSOR_KIND_DECOUPLED:
+// the masters and the per-fragment outer Nesterov velocity in the image,
+// and in the cursor's "decoupled" object the schedule, the syncer's
+// counters (and the replayed state's fields a restart compares), every
+// learner's slot (worker id, step, counters, sampler cursor) and the tape
+// as a side file decoupled-tape-<step>.workers (written atomically, named
+// with its SHA-256). A restarted gateway reads it back (job_resume hands
+// the object over), replays the tape (it must give the checkpoint's
+// state), gives the workers back their slots, and carries out the recovery
+// plan (pcp_decoupled_recovery_*): every learner's worker state is gone
+// with the old sessions, so each live one is resynced in full whatever the
+// plan's kind for it (logged beside it), MARK_FAILED learners are recorded
+// failed, REPULL fragments are pulled again as their rounds reopen: the
+// learners restart at the checkpoint's syncer step, and the rounds after it
+// run again (their earlier events are superseded).
+
+static json_t* dec_u64_array(const uint64_t* values, uint32_t count) {
+  json_t* a = json_array();
+  for (uint32_t k = 0; k < count && a; ++k) {
+    json_array_append_new(a, json_integer((json_int_t)values[k]));
+  }
+  return a;
+}
+
+// The fields of the syncer state a resume compares with its replay.
+static json_t* dec_state_json(const dec_t* d,
+                              const pcp_decoupled_syncer_state_t* s) {
+  // The learners the tape names (the rest are all zero): [id, status,
+  // last applied step, last learner step].
+  (void)d;
+  json_t* learners = json_array();
+  for (uint32_t k = 0; k < PCP_DECOUPLED_MAX_LEARNERS && learners; ++k) {
+    const pcp_decoupled_syncer_learner_t* l = &s->learners[k];
+    if (l->status || l->last_applied_step || l->last_learner_step) {
+      json_array_append_new(learners,
+                            json_pack("[i, i, I, I]", (int)k, (int)l->status,
+                                      (json_int_t)l->last_applied_step,
+                                      (json_int_t)l->last_learner_step));
+    }
+  }
+  return json_pack("{s:I, s:I, s:I, s:I, s:o, s:o, s:o}", "global_step",
+                   (json_int_t)s->global_step, "participants_total",
+                   (json_int_t)s->participants_total, "in_flight_count",
+                   (json_int_t)s->in_flight_count, "syncer_clock",
+                   (json_int_t)pcp_decoupled_clock_get(&s->clock, 0),
+                   "fragment_versions",
+                   dec_u64_array(s->fragment_versions, s->fragment_count),
+                   "fragment_last_step",
+                   dec_u64_array(s->fragment_last_step, s->fragment_count),
+                   "learners", learners ? learners : json_array());
+}
+
+static pcp_status_t dec_checkpoint(dec_t* d) {
+  job_t* job = d->job;
+  const pcp_diloco_job_options_t* o = job->options;
+  d->last_checkpoint_step = job->outer_step;
+  pcp_store_checkpoint_t row;
+  pcp_status_t status = pcp_store_checkpoint_get(
+      o->store, o->job_id, (int64_t)job->outer_step, &row);
+  if (!status) {
+    // Indexed before a restart: that one is kept (its tape file too), this
+    // run's state of the same step only exported.
+    return pcp_diloco_job_model_export(job);
+  }
+  if (pcp_status_code(status) != PCP_STATUS_NOT_FOUND) {
+    return status;
+  }
+  pcp_status_ignore(status);
+  uint8_t* data = NULL;
+  size_t length = 0;
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_tape_encode(&d->tape, &data, &length));
+  char name[64];
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  status = pcp_diloco_job_state_file_write(job, "decoupled-tape", data, length,
+                                           name, hex);
+  pcp_allocator_free(d->tape.allocator, data);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  json_t* learners = json_array();
+  char text[PCP_DATA_MAX_CURSOR_JSON_LENGTH + 1];
+  for (uint32_t k = 0; k < d->learner_count && learners; ++k) {
+    const dec_learner_t* l = &d->learners[k];
+    pcp_data_cursor_t cursor;
+    pcp_data_sampler_cursor(l->sampler, &cursor);
+    pcp_data_cursor_format(&cursor, text, sizeof(text));
+    json_array_append_new(
+        learners,
+        json_pack(
+            "{s:s, s:b, s:b, s:I, s:o, s:s, s:I, s:I, s:o, s:o}", "worker_id",
+            l->worker_id, "alive", l->alive && !l->joining, "joined", l->joined,
+            "step", (json_int_t)l->step, "loss",
+            pcp_diloco_json_number_or_null(l->last_loss), "sampler", text,
+            "learner_step", (json_int_t)l->counters.learner_step,
+            "observed_global_step",
+            (json_int_t)l->counters.observed_global_step, "steps_since",
+            dec_u64_array(l->counters.steps_since, d->plan.fragment_count),
+            "tokens_since",
+            dec_u64_array(l->counters.tokens_since, d->plan.fragment_count)));
+  }
+  json_t* c = json_pack(
+      "{s:I, s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
+      "s:I, s:I, s:I, s:I}",
+      "fragments", (json_int_t)d->schedule.fragment_count, "sync_interval_h",
+      (json_int_t)d->schedule.sync_interval_h, "overlap_tau",
+      (json_int_t)d->schedule.overlap_tau, "compression",
+      d->int4 ? "int4" : "none", "backend", d->backend, "target", d->target,
+      "next_final", (json_int_t)d->next_final, "syncs", (json_int_t)d->syncs,
+      "skipped_rounds", (json_int_t)d->skipped_rounds, "dropped_pulls",
+      (json_int_t)d->dropped_pulls, "tokens_computed",
+      (json_int_t)d->tokens_computed, "joins", (json_int_t)d->joins,
+      "tokens_merged", d->tokens_merged, "delta_bytes_total",
+      (json_int_t)d->up_bytes_total, "fragment_bytes_down_total",
+      (json_int_t)d->down_bytes_total, "shards", (json_int_t)d->shard_count,
+      "tape_bytes", (json_int_t)length);
+  if (!c || !learners) {
+    json_decref(c);
+    json_decref(learners);
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "decoupled cursor");
+  }
+  json_object_set_new(c, "learners", learners);
+  json_object_set_new(c, "tape_file", json_string(name));
+  json_object_set_new(c, "tape_sha256", json_string(hex));
+  json_object_set_new(c, "tape_events",
+                      json_integer((json_int_t)d->tape.count));
+  json_t* state = dec_state_json(d, d->state);
+  if (state) {
+    json_object_set_new(c, "syncer", state);
+  }
+  job->stream_cursor = c;
+  // The image's velocity is the syncer's (per fragment, parameter order).
+  memcpy(job->nesterov.velocity, d->nesterov.velocity,
+         job->parameter_count * sizeof(float));
+  status = pcp_diloco_job_checkpoint_write(job);
+  json_decref(job->stream_cursor);
+  job->stream_cursor = NULL;
+  if (!status) {
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "decoupled checkpoint at syncer step %" PRIu64
+            " (outer step %" PRIu64 "): %u learners, tape of %" PRIu64
+            " records (%zu bytes, %s)",
+            d->next_final - 1, job->outer_step, d->learner_count, d->tape.count,
+            length, name);
+  }
+  return status;
+}
+
+static pcp_status_t dec_resume_error(const char* what) {
+  return pcp_make_status(PCP_STATUS_FAILED_PRECONDITION,
+                         "decoupled checkpoint: %s", what);
+}
+
+// The learners' slots of the resumed cursor (before the workers are
+// gathered: each gets its slot back): worker ids, sampler cursors, the
+// backend and target, the start's shard count.
+static pcp_status_t dec_resume_slots(dec_t* d) {
+  json_t* c = d->job->stream_resume;
+  const char* backend = json_string_value(json_object_get(c, "backend"));
+  const char* target = json_string_value(json_object_get(c, "target"));
+  json_t* learners = json_object_get(c, "learners");
+  size_t count = json_array_size(learners);
+  json_int_t shards = json_integer_value(json_object_get(c, "shards"));
+  if (!backend || !target || strlen(backend) >= sizeof(d->backend) ||
+      strlen(target) >= sizeof(d->target) || count < 1 ||
+      count > MAX_ROUND_WORKERS || shards < 1 || shards > (json_int_t)count ||
+      !json_is_object(json_object_get(c, "syncer"))) {
+    return dec_resume_error("malformed cursor (backend, learners, shards)");
+  }
+  snprintf(d->backend, sizeof(d->backend), "%s", backend);
+  snprintf(d->target, sizeof(d->target), "%s", target);
+  d->shard_count = (uint32_t)shards;
+  for (size_t k = 0; k < count; ++k) {
+    json_t* w = json_array_get(learners, k);
+    dec_learner_t* l = &d->learners[k];
+    const char* id = json_string_value(json_object_get(w, "worker_id"));
+    const char* sampler = json_string_value(json_object_get(w, "sampler"));
+    if (!id || !id[0] || strlen(id) >= sizeof(l->worker_id) || !sampler) {
+      return dec_resume_error("malformed learner entry");
+    }
+    pcp_status_t parsed =
+        pcp_data_cursor_parse(pcp_make_cstring_view(sampler), &l->cursor);
+    if (parsed) {
+      pcp_status_ignore(parsed);
+      return dec_resume_error("malformed learner sampler cursor");
+    }
+    snprintf(l->worker_id, sizeof(l->worker_id), "%s", id);
+    l->has_cursor = true;
+    l->joined = json_is_true(json_object_get(w, "joined"));
+    l->was_alive = json_is_true(json_object_get(w, "alive"));
+    l->join_count = UINT32_MAX;  // any connection of the new gateway
+  }
+  d->learner_count = (uint32_t)count;
+  d->resumed = true;
+  return pcp_ok_status();
+}
+
+// Reads the resumed cursor (job->stream_resume): checks it against this
+// job's schedule, restores the counters and the learners' slots, and loads
+// the tape side file (SHA-256 checked) into d->tape. The plan must be
+// built (fragment count).
+static pcp_status_t dec_resume_load(dec_t* d) {
+  job_t* job = d->job;
+  json_t* c = job->stream_resume;
+  json_int_t fragments = json_integer_value(json_object_get(c, "fragments"));
+  json_int_t h = json_integer_value(json_object_get(c, "sync_interval_h"));
+  json_int_t tau = json_integer_value(json_object_get(c, "overlap_tau"));
+  const char* compression =
+      json_string_value(json_object_get(c, "compression"));
+  if (fragments != (json_int_t)d->schedule.fragment_count ||
+      h != (json_int_t)d->schedule.sync_interval_h ||
+      tau != (json_int_t)d->schedule.overlap_tau || !compression ||
+      strcmp(compression, d->int4 ? "int4" : "none") != 0) {
+    return pcp_make_status(
+        PCP_STATUS_FAILED_PRECONDITION,
+        "decoupled checkpoint of P=%lld H=%lld overlap_tau=%lld compression=%s;"
+        " this job has P=%u H=%u overlap_tau=%u compression=%s",
+        (long long)fragments, (long long)h, (long long)tau,
+        compression ? compression : "?", d->schedule.fragment_count,
+        d->schedule.sync_interval_h, d->schedule.overlap_tau,
+        d->int4 ? "int4" : "none");
+  }
+  json_int_t next_final = json_integer_value(json_object_get(c, "next_final"));
+  json_int_t syncs = json_integer_value(json_object_get(c, "syncs"));
+  json_int_t skipped = json_integer_value(json_object_get(c, "skipped_rounds"));
+  const char* name = json_string_value(json_object_get(c, "tape_file"));
+  const char* hex = json_string_value(json_object_get(c, "tape_sha256"));
+  if (next_final < 2 || (uint64_t)next_final > d->total_steps + 1 ||
+      syncs < 0 || skipped < 0 ||
+      (uint64_t)(syncs + skipped) != job->outer_step || !hex ||
+      strlen(hex) != PCP_SHA256_HEX_LENGTH) {
+    return dec_resume_error(
+        "malformed cursor (syncer step, or syncs and skipped rounds against "
+        "the outer step)");
+  }
+  // A plain file name beside the checkpoint, nothing else.
+  if (!name || !name[0] || name[0] == '.' || strchr(name, '/') ||
+      strlen(name) > 128) {
+    return dec_resume_error("bad tape file name");
+  }
+  d->next_final = (uint64_t)next_final;
+  d->opened_through = d->next_final - 1;
+  d->syncs = (uint64_t)syncs;
+  d->skipped_rounds = (uint64_t)skipped;
+  d->dropped_pulls =
+      (uint64_t)json_integer_value(json_object_get(c, "dropped_pulls"));
+  d->tokens_computed =
+      (uint64_t)json_integer_value(json_object_get(c, "tokens_computed"));
+  d->tokens_merged = json_number_value(json_object_get(c, "tokens_merged"));
+  d->up_bytes_total =
+      (uint64_t)json_integer_value(json_object_get(c, "delta_bytes_total"));
+  d->down_bytes_total = (uint64_t)json_integer_value(
+      json_object_get(c, "fragment_bytes_down_total"));
+  d->joins = (uint64_t)json_integer_value(json_object_get(c, "joins"));
+  for (uint32_t k = 0; k < d->learner_count; ++k) {
+    // Every learner restarts at the checkpoint's syncer step.
+    d->learners[k].step = d->next_final - 1;
+  }
+  char path[1500];
+  snprintf(path, sizeof(path), "%s/%s", job->stream_resume_dir, name);
+  void* data = NULL;
+  size_t length = 0;
+  pcp_status_t status =
+      pcp_file_read_all(path, PCP_DECOUPLED_TAPE_MAX_BYTES, &data, &length);
+  if (status) {
+    pcp_status_t wrapped = pcp_make_status(PCP_STATUS_DATA_LOSS,
+                                           "decoupled checkpoint's tape %s: %s",
+                                           path, pcp_status_message(status));
+    pcp_status_ignore(status);
+    return wrapped;
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_compute(data, length, &digest);
+  char got[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, got);
+  if (strcmp(got, hex) != 0) {
+    pcp_allocator_free(pcp_allocator_system(), data);
+    return pcp_make_status(PCP_STATUS_DATA_LOSS,
+                           "decoupled checkpoint's tape %s does not match its "
+                           "checkpoint (SHA-256 %s, expected %s)",
+                           path, got, hex);
+  }
+  status = pcp_decoupled_tape_decode(data, length, &d->tape);
+  pcp_allocator_free(pcp_allocator_system(), data);
+  d->resumed = true;
+  d->resumed_at = d->next_final - 1;
+  return status;
+}
+
+// Replays the resumed tape into d->state (initialized here) and compares
+// it with the state the checkpoint recorded: DATA_LOSS when they differ.
+static pcp_status_t dec_resume_replay(dec_t* d) {
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_syncer_state_replay(
+      pcp_allocator_system(), d->plan.fragment_count, &d->tape, d->state));
+  json_t* replayed = dec_state_json(d, d->state);
+  json_t* recorded = json_object_get(d->job->stream_resume, "syncer");
+  d->resume_replay_ok = replayed && recorded && json_equal(replayed, recorded);
+  json_decref(replayed);
+  if (!d->resume_replay_ok) {
+    return pcp_make_status(PCP_STATUS_DATA_LOSS,
+                           "decoupled checkpoint: its tape (%" PRIu64
+                           " records) does not replay to the syncer state it "
+                           "recorded",
+                           d->tape.count);
+  }
+  return pcp_ok_status();
+}
+
+static const char* dec_action_name(int32_t kind) {
+  switch (kind) {
+    case PCP_DECOUPLED_RECOVERY_RESUME:
+      return "resume";
+    case PCP_DECOUPLED_RECOVERY_CATCH_UP:
+      return "catch_up";
+    case PCP_DECOUPLED_RECOVERY_FULL_RESYNC:
+      return "full_resync";
+    case PCP_DECOUPLED_RECOVERY_MARK_FAILED:
+      return "mark_failed";
+    case PCP_DECOUPLED_RECOVERY_REPULL:
+      return "repull";
+    default:
+      return "?";
+  }
+}
+
+// The recovery plan of the resumed syncer over the learners back now, and
+// its execution (see above); a training.decoupled.resumed event lists it.
+static pcp_status_t dec_recover(dec_t* d) {
+  job_t* job = d->job;
+  pcp_decoupled_live_learner_t live[MAX_ROUND_WORKERS];
+  uint32_t live_count = 0;
+  for (uint32_t k = 0; k < d->learner_count; ++k) {
+    if (d->learners[k].alive) {
+      // Its worker's copy went with the old sessions: nothing observed.
+      live[live_count++] = (pcp_decoupled_live_learner_t){
+          .learner_id = k + 1, .observed_global_step = 0};
+    }
+  }
+  pcp_decoupled_recovery_plan_t plan;
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_recovery_plan_initialize(
+      pcp_allocator_system(), d->state, &d->tape, live, live_count,
+      (uint64_t)d->config.max_recovery_syncer_steps, &plan));
+  json_t* actions = json_array();
+  pcp_status_t status = pcp_ok_status();
+  for (uint32_t a = 0; a < plan.action_count && !status; ++a) {
+    const pcp_decoupled_recovery_action_t* action = &plan.actions[a];
+    const char* kind = dec_action_name(action->kind);
+    const char* done = kind;
+    if (action->kind == PCP_DECOUPLED_RECOVERY_MARK_FAILED) {
+      status = dec_record(d, PCP_DECOUPLED_EVENT_LEARNER_FAILURE,
+                          action->learner_id, 0, d->state->global_step);
+    } else if (action->kind != PCP_DECOUPLED_RECOVERY_REPULL) {
+      uint32_t k = action->learner_id - 1;
+      done = "full_resync";
+      status = dec_learner_admit(d, k, d->learners[k].worker_id,
+                                 d->learners[k].join_count, false);
+    }
+    PCP_LOG(PCP_LOG_INFO, &job->log,
+            "decoupled recovery at syncer step %" PRIu64
+            ": %s learner %u fragment %u (%u fragments listed), carried out "
+            "as %s",
+            d->state->global_step, kind, action->learner_id,
+            action->fragment_id, action->fragment_count, done);
+    json_array_append_new(
+        actions, json_pack("{s:s, s:s, s:i, s:i, s:i}", "planned", kind, "done",
+                           done, "learner", (int)action->learner_id, "fragment",
+                           (int)action->fragment_id, "fragments",
+                           (int)action->fragment_count));
+  }
+  pcp_decoupled_recovery_plan_deinitialize(&plan);
+  PCP_RETURN_IF_ERROR_BARE(status);
+  json_t* event = json_pack(
+      "{s:I, s:I, s:I, s:b, s:I, s:o}", "syncer_step",
+      (json_int_t)d->resumed_at, "outer_step", (json_int_t)job->outer_step,
+      "tape_records", (json_int_t)d->tape.count, "tape_replayed",
+      d->resume_replay_ok, "learners", (json_int_t)live_count, "actions",
+      actions ? actions : json_array());
+  if (event) {
+    pcp_status_ignore(
+        pcp_store_job_event_append(job->options->store, job->options->job_id,
+                                   "training.decoupled.resumed", event, NULL));
+    json_decref(event);
+  }
+  PCP_LOG(PCP_LOG_INFO, &job->log,
+          "decoupled resumed at syncer step %" PRIu64 " (outer step %" PRIu64
+          "): tape of %" PRIu64
+          " records replayed to the checkpoint's state, "
+          "%u learners back",
+          d->resumed_at, job->outer_step, d->tape.count, live_count);
+  return dec_tape_write(d);
+}
+
 static pcp_status_t dec_loop(dec_t* d) {
   job_t* job = d->job;
   pcp_status_t status = pcp_ok_status();
-  d->next_final = 1;
+  if (!d->next_final) {
+    d->next_final = 1;  // a resume starts after its checkpoint's step
+  }
   d->last_event_ns = dec_now_ns(d);
+  pcp_diloco_job_bytes_mark(job);
   for (;;) {
     if (pcp_diloco_job_should_stop(job)) {
       return pcp_make_status(PCP_STATUS_CANCELLED,
@@ -1582,6 +2781,14 @@ static pcp_status_t dec_loop(dec_t* d) {
       status = dec_finalize(d, r, now);
       r->used = false;
       ++d->next_final;
+      int64_t every = job->config.checkpoint_every;
+      if (!status && every > 0 && job->outer_step % (uint64_t)every == 0 &&
+          job->outer_step != d->last_checkpoint_step) {
+        status = dec_checkpoint(d);
+      }
+    }
+    if (!status) {
+      status = dec_joins_poll(d, now);
     }
     uint32_t alive = 0;
     bool busy = false;
@@ -1595,7 +2802,7 @@ static pcp_status_t dec_loop(dec_t* d) {
         status = dec_learner_next(d, k, now);
       }
       busy |= l->task != NULL || l->apply_count || l->send_count ||
-              l->step < d->total_steps;
+              l->resync_pending || l->step < d->total_steps;
     }
     PCP_RETURN_IF_ERROR_BARE(status);
     if (!alive) {
@@ -1622,8 +2829,14 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "decoupled state");
   }
   d->job = job;
+  // First: a resume loads its checkpoint's tape before the rest is set up.
+  pcp_decoupled_tape_initialize(pcp_allocator_system(), &d->tape);
   pcp_status_t status = dec_config_parse(d);
   bool config_ready = !status;
+  d->nonce = (uint64_t)pcp_clock_now_ns(o->clock) & 0xffffffffffull;
+  if (!status && job->stream_resume) {
+    status = dec_resume_slots(d);
+  }
   if (!status) {
     status = dec_learners_gather(d);
   }
@@ -1658,18 +2871,30 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
         (float)job->config.nesterov_momentum, &d->nesterov);
     d->nesterov_ready = !status;
   }
+  if (!status && job->stream_resume) {
+    // The checkpoint's velocity (job_resume restored the image).
+    memcpy(d->nesterov.velocity, job->nesterov.velocity,
+           job->parameter_count * sizeof(float));
+    status = dec_resume_load(d);
+  }
   d->state = pcp_diloco_job_calloc(job, 1, sizeof(*d->state));
   d->rounds = pcp_diloco_job_calloc(job, DEC_MAX_OPEN, sizeof(*d->rounds));
   d->names =
       pcp_diloco_job_calloc(job, 4 * job->table.count + 1, sizeof(*d->names));
   d->fragment_hash = pcp_diloco_job_calloc(
       job, (size_t)d->schedule.fragment_count + 1, sizeof(*d->fragment_hash));
-  pcp_decoupled_tape_initialize(pcp_allocator_system(), &d->tape);
   bool state_ready = false;
   if (!status && (!d->state || !d->rounds || !d->names || !d->fragment_hash)) {
     status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "decoupled state");
   }
-  if (!status) {
+  d->infos = pcp_diloco_job_calloc(job, MAX_ROUND_WORKERS, sizeof(*d->infos));
+  if (!status && !d->infos) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "worker list");
+  }
+  if (!status && d->resumed) {
+    status = dec_resume_replay(d);
+    state_ready = !status;
+  } else if (!status) {
     status = pcp_decoupled_syncer_state_initialize(
         pcp_allocator_system(), d->plan.fragment_count, d->state);
     state_ready = !status;
@@ -1707,10 +2932,18 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
               "until step %u",
               learner, ms, until);
     }
+    if (d->int4_down) {
+      status = dec_down_setup(d);
+    }
+  }
+  if (!status) {
     status = dec_learners_setup(d);
   }
   if (!status) {
     status = dec_programs(d);
+  }
+  if (!status && d->resumed) {
+    status = dec_recover(d);
   }
   if (!status && o->hooks.phase) {
     status = o->hooks.phase(o->hooks.user_data, PCP_DILOCO_JOB_PHASE_RUNNING);
@@ -1744,6 +2977,8 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     json_t* summary = dec_totals_json(d);
     if (summary) {
       json_object_set_new(summary, "tape_replayed", json_boolean(replayed));
+      // After the last @mix: every hash the run asked for was compared.
+      dec_progress_measured(d, summary);
       json_object_set_new(summary, "tape", json_string(d->tape_path));
       json_object_set_new(summary, "loss",
                           pcp_diloco_json_number_or_null(job->last_loss));
@@ -1757,7 +2992,11 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
               d->up_bytes_total);
       json_decref(summary);
     }
-    status = pcp_diloco_job_model_export(job);
+    // The final checkpoint (the tape with the last applies), unless the
+    // last round's was written already; it exports the model too.
+    status = d->last_checkpoint_step == job->outer_step
+                 ? pcp_diloco_job_model_export(job)
+                 : dec_checkpoint(d);
   }
   // Tasks still out (a failure or a stop mid-step) are cancelled and
   // waited for: they borrow this run's buffers.
@@ -1781,6 +3020,8 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     pcp_diloco_job_free(job, l->base);
     pcp_diloco_job_free(job, l->mix_buf);
     pcp_diloco_job_free(job, l->verify_values);
+    pcp_diloco_job_free(job, l->bcast_version);
+    pcp_diloco_job_free(job, l->mix_q);
     if (l->counters_ready) {
       pcp_decoupled_learner_deinitialize(&l->counters);
     }
@@ -1793,6 +3034,13 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
   pcp_diloco_job_free(job, d->before);
   pcp_diloco_job_free(job, d->names);
   pcp_diloco_job_free(job, d->fragment_hash);
+  pcp_diloco_job_free(job, d->infos);
+  pcp_diloco_job_free(job, d->bcast);
+  pcp_diloco_job_free(job, d->bcast_version);
+  pcp_diloco_job_free(job, d->down_q);
+  pcp_diloco_job_free(job, d->down_q_offset);
+  pcp_diloco_job_free(job, d->down_q_size);
+  pcp_diloco_job_free(job, d->down_scratch);
   if (state_ready) {
     pcp_decoupled_syncer_state_deinitialize(d->state);
   }

@@ -2,8 +2,9 @@
 //
 // Internal to the training service (service.c: the job, set-up,
 // checkpoints, programs and classic DiLoCo rounds; service_stream.c:
-// streaming DiLoCo). Not part of the workloads module's public surface:
-// only those two files include it. Thread-compatible like the job itself
+// streaming DiLoCo; service_decoupled.c and service_ddp.c, the other
+// modes). Not part of the workloads module's public surface: only those
+// files include it. Thread-compatible like the job itself
 // (one thread runs a job).
 
 #ifndef PCP_WORKLOADS_TRAIN_SERVICE_IMPL_H_
@@ -43,6 +44,9 @@
 // Cursor kinds of the checkpoint image (its opaque cursor is JSON).
 #define CURSOR_KIND_CLASSIC "pcp.diloco.stateless.v1"
 #define CURSOR_KIND_STREAMING "pcp.diloco.streaming.v1"
+// Decoupled DiLoCo: the cursor's "decoupled" object (service_decoupled.c)
+// holds the syncer's counters, the learners and the tape's side file.
+#define CURSOR_KIND_DECOUPLED "pcp.diloco.decoupled.v1"
 
 typedef struct program_t {
   char backend[16];
@@ -204,7 +208,8 @@ typedef struct job_t {
   // Streaming: the cursor's "streaming" object the next checkpoint_write
   // stores (set by the streaming loop), and the one job_resume loaded with
   // the directory of its checkpoint file (the workers' state file is beside
-  // it).
+  // it). Decoupled DiLoCo uses the same two fields for its "decoupled"
+  // object (the tape's side file is beside the checkpoint).
   json_t* stream_cursor;
   json_t* stream_resume;
   char stream_resume_dir[1300];
@@ -418,11 +423,18 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_stream_run(job_t* job);
 // job to its end (OK), a stop (CANCELLED) or a failure.
 bool pcp_diloco_decoupled_selected(const job_t* job);
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_decoupled_run(job_t* job);
+// The synchronous data-parallel baseline (service_ddp.c): whether the
+// experiment selects it (`"aggregation_strategy": "ddp"`), and the run of
+// the set-up job to its end (OK), a stop (CANCELLED) or a failure.
+bool pcp_diloco_ddp_selected(const job_t* job);
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_ddp_run(job_t* job);
 // The fragment module of decoupled DiLoCo (@init, @delta, @delta_int4 when
-// |int4|, @mix) for |fragment| of |plan| over |table|, as StableHLO text.
+// |int4|, @mix, @mix_int4 when |int4_down|) for |fragment| of |plan| over
+// |table|, as StableHLO text.
 PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_fragment_module_emit(
     const pcp_models_parameter_table_t* table, const pcp_decoupled_plan_t* plan,
-    uint32_t fragment, bool int4, uint32_t block, pcp_string_builder_t* b);
+    uint32_t fragment, bool int4, bool int4_down, uint32_t block,
+    pcp_string_builder_t* b);
 
 // Memory of a job from job->allocator, NULL when it fails, like malloc and
 // calloc (the callers check for NULL and say RESOURCE_EXHAUSTED with what
