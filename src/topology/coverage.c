@@ -11,6 +11,8 @@
 #include "topology/protocols_impl.h"
 
 #define STUBS "src/topology/protocol_stubs.c"
+// The decoupled window runs the library state machine there.
+#define DECOUPLED "src/topology/decoupled_model.c"
 #define T(x) PCP_TOPOLOGY_TASK_##x
 #define NO_TASK (-1)
 
@@ -56,16 +58,16 @@ static const pcp_topology_coverage_path_t kDefaultPaths[] = {
     {"federation.placement_violation", T(FEDERATION_PLACEMENT),
      STUBS "#federation_place", false},
     {"decoupled.worker_status", T(DECOUPLED_FRAGMENT),
-     STUBS "#decoupled_window", false},
-    {"decoupled.action_tag", T(DECOUPLED_FRAGMENT), STUBS "#decoupled_apply",
+     DECOUPLED "#decoupled_window", false},
+    {"decoupled.action_tag", T(DECOUPLED_FRAGMENT),
+     DECOUPLED "#decoupled_apply", false},
+    {"decoupled.decision", T(DECOUPLED_FRAGMENT), DECOUPLED "#decoupled_apply",
      false},
-    {"decoupled.decision", T(DECOUPLED_FRAGMENT), STUBS "#decoupled_apply",
-     false},
-    {"decoupled.violation", T(DECOUPLED_FRAGMENT), STUBS "#decoupled_apply",
+    {"decoupled.violation", T(DECOUPLED_FRAGMENT), DECOUPLED "#decoupled_apply",
      false},
     {"decoupled.crash_restart_resume", T(DECOUPLED_FRAGMENT),
-     STUBS "#decoupled_apply", false},
-    {"rda.merge_kind", T(RDA_MERGE), STUBS "#rda_merge", false},
+     DECOUPLED "#decoupled_apply", false},
+    {"rda.merge_kind", T(RDA_MERGE), DECOUPLED "#rda_merge_real", false},
     {"rda.violation", T(RDA_MERGE), STUBS "#rda_merge", false},
     {"rda.local_view_compatibility", T(RDA_MERGE),
      "src/topology/maps.c#shared_view_check", false},

@@ -18,6 +18,7 @@
 // create thousands on the stack), so the real structs allocate from an arena
 // inside it (arena_ctl): nothing reaches the heap and nothing leaks.
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -202,8 +203,51 @@ static void record(pcp_topology_decoupled_t* d, pcp_decoupled_event_kind_t kind,
             pcp_decoupled_syncer_record_event(&d->syncer, &d->real_tape, &e));
 }
 
+// A learner coming back gets what the library's recovery plan gives it
+// (pcp_decoupled_recovery_plan_initialize with it as the one live learner,
+// over the live syncer state): the newest version of each listed fragment,
+// applied and recorded. A learner the tape marked FAILED gets a full
+// resync. Without this a learner that missed a sync while down and then
+// applied a later one would look up to date to a restarted syncer (its
+// observed step is the newest it applied), which the recovery oracle
+// catches.
+static void rejoin(pcp_topology_decoupled_t* d, uint32_t worker) {
+  pcp_decoupled_live_learner_t live = {
+      .learner_id = node_of(worker),
+      .observed_global_step = d->learners[worker].observed_global_step};
+  pcp_decoupled_recovery_plan_t plan;
+  pcp_status_t status = pcp_decoupled_recovery_plan_initialize(
+      pcp_allocator_system(), &d->syncer, &d->real_tape, &live, 1,
+      PCP_TOPOLOGY_DECOUPLED_RECOVERY_STEPS, &plan);
+  if (status != NULL) {
+    real_fail(d, status);
+    return;
+  }
+  for (uint32_t k = 0; k < plan.action_count; ++k) {
+    const pcp_decoupled_recovery_action_t* a = &plan.actions[k];
+    if (a->learner_id != live.learner_id ||
+        (a->kind != PCP_DECOUPLED_RECOVERY_CATCH_UP &&
+         a->kind != PCP_DECOUPLED_RECOVERY_FULL_RESYNC)) {
+      continue;
+    }
+    for (uint32_t f = 0; f < a->fragment_count; ++f) {
+      uint32_t fragment = a->fragments[f];
+      uint64_t step = fragment < d->syncer.fragment_count
+                          ? d->syncer.fragment_last_step[fragment]
+                          : 0;
+      if (step == 0)
+        continue;  // never synced: the learner's copy is the start value
+      real_fail(d, pcp_decoupled_learner_apply_fragment(&d->learners[worker],
+                                                        fragment, step));
+      record(d, PCP_DECOUPLED_EVENT_LEARNER_APPLY, worker, fragment, step);
+    }
+  }
+  pcp_decoupled_recovery_plan_deinitialize(&plan);
+}
+
 static void mark_online(pcp_topology_decoupled_t* d, uint32_t worker) {
   if (!d->online[worker]) {
+    rejoin(d, worker);
     record(d, PCP_DECOUPLED_EVENT_LEARNER_RECOVERY, worker, 0,
            d->syncer.global_step);
   }
@@ -285,7 +329,9 @@ static void commit(pcp_topology_decoupled_t* d, const uint32_t* ids,
 void pcp_topology_decoupled_initialize(uint32_t session, uint32_t worker_count,
                                        uint32_t quorum, uint32_t fragments,
                                        pcp_topology_decoupled_t* out) {
-  memset(out, 0, sizeof(*out));
+  // Everything but the arena's bytes (a third of the model; arena_ctl
+  // zeroes what it hands out), since explorers build thousands of models.
+  memset(out, 0, offsetof(pcp_topology_decoupled_t, arena));
   out->session = session;
   out->worker_count = worker_count > PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS
                           ? PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS
@@ -335,6 +381,23 @@ void pcp_topology_decoupled_set_grace(pcp_topology_decoupled_t* d,
       d->round.arrival_count == 0) {
     round_reopen(d);
   }
+}
+
+pcp_status_t pcp_topology_decoupled_set_adaptive_grace(
+    pcp_topology_decoupled_t* d, double gamma, uint32_t max_grace_steps,
+    uint32_t overlap_tau) {
+  pcp_decoupled_grace_config_t config = d->grace.config;
+  config.adaptive = true;
+  config.gamma = gamma;
+  config.max_grace_steps = max_grace_steps;
+  config.overlap_tau = overlap_tau;
+  PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_grace_config_check(&config));
+  d->grace.config = config;
+  if (d->round.state == PCP_DECOUPLED_ROUND_COLLECTING &&
+      d->round.arrival_count == 0) {
+    round_reopen(d);
+  }
+  return pcp_ok_status();
 }
 
 void pcp_topology_decoupled_set_bug_quorum_off_by_one(
@@ -445,6 +508,11 @@ static void timeout_window(pcp_topology_decoupled_t* d) {
   pcp_decoupled_round_state_t state =
       pcp_decoupled_round_poll(round, d->now_ms);
   if (state == PCP_DECOUPLED_ROUND_CLOSED) {
+    // The quorum wait as the library measures it: from the round's open
+    // (selection times are relative to it), before the next round opens
+    // with the grace it gives.
+    pcp_decoupled_grace_observe_quorum_wait(
+        &d->grace, (double)round->selection.quorum_wait_ms);
     commit(d, round->selection.participants,
            round->selection.participant_count);
     return;
@@ -464,6 +532,7 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
       if (!valid_worker)
         break;
       d->assigned[w] = true;
+      d->last_step_ms[w] = d->now_ms;
       d->decision = PCP_TOPOLOGY_DECOUPLED_ASSIGNED;
       project(d);
       return;
@@ -472,6 +541,9 @@ void pcp_topology_decoupled_apply(pcp_topology_decoupled_t* d,
         break;
       pcp_decoupled_learner_record_step(&d->learners[w], 8);
       d->tokens[w] += 8;
+      pcp_decoupled_grace_observe_step(
+          &d->grace, (double)(d->now_ms - d->last_step_ms[w]));
+      d->last_step_ms[w] = d->now_ms;
       // The learner reports each completed local step with its clock
       // (DecoupledLearnerMetadata) and the syncer observes it, so an update
       // that carries an older clock afterwards is stale.
@@ -559,6 +631,43 @@ void pcp_topology_decoupled_resume(pcp_topology_decoupled_t* d, uint32_t worker,
 }
 
 //===----------------------------------------------------------------------===//
+// The RDA merge the model publishes: the library's
+//===----------------------------------------------------------------------===//
+
+bool pcp_topology_rda_merge_real(const pcp_topology_rda_update_t* updates,
+                                 size_t update_count, size_t dimension,
+                                 double* out) {
+  if (dimension > PCP_TOPOLOGY_RDA_MAX_DIMENSION ||
+      update_count > PCP_TOPOLOGY_MERGE_MAX_UPDATES) {
+    return false;
+  }
+  float zero[PCP_TOPOLOGY_RDA_MAX_DIMENSION] = {0};
+  float values[PCP_TOPOLOGY_MERGE_MAX_UPDATES][PCP_TOPOLOGY_RDA_MAX_DIMENSION];
+  const float* rows[PCP_TOPOLOGY_MERGE_MAX_UPDATES];
+  double weights[PCP_TOPOLOGY_MERGE_MAX_UPDATES];
+  for (size_t k = 0; k < update_count; ++k) {
+    // The learner sends parameters; global - learner is its outer gradient.
+    for (size_t i = 0; i < dimension; ++i) {
+      values[k][i] = -(float)updates[k].values[i];
+    }
+    rows[k] = values[k];
+    weights[k] =
+        pcp_decoupled_merge_weight(updates[k].tokens, updates[k].steps);
+  }
+  float merged[PCP_TOPOLOGY_RDA_MAX_DIMENSION] = {0};
+  pcp_decoupled_merge_stats_t stats;
+  pcp_status_t status = pcp_decoupled_merge_tensor(
+      PCP_DECOUPLED_MERGE_RDA, zero, rows, weights, (uint32_t)update_count,
+      dimension, merged, &stats);
+  if (status != NULL) {
+    pcp_status_ignore(status);
+    return false;
+  }
+  for (size_t i = 0; i < dimension; ++i) out[i] = (double)merged[i];
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
 // Oracles over the real state
 //===----------------------------------------------------------------------===//
 
@@ -579,6 +688,8 @@ const char* pcp_topology_decoupled_oracle_name(
       return "post_cancel_sync";
     case PCP_TOPOLOGY_DECOUPLED_ORACLE_REAL_ERROR:
       return "real_error";
+    case PCP_TOPOLOGY_DECOUPLED_ORACLE_RECOVERY_MISSES_FRAGMENT:
+      return "recovery_misses_fragment";
   }
   return "?";
 }
@@ -589,6 +700,89 @@ static uint64_t event_syncer_counter(const pcp_decoupled_event_t* e) {
       return e->clock_entries[i].counter;
   }
   return 0;
+}
+
+// Whether learner node |node| applied |fragment| from |step| (a
+// LEARNER_APPLY record), read from the tape, not from the learner.
+static bool applied(const pcp_decoupled_tape_t* tape, uint32_t node,
+                    uint32_t fragment, uint64_t step) {
+  for (uint64_t i = 0; i < tape->count; ++i) {
+    const pcp_decoupled_event_t* e = &tape->events[i];
+    if (e->kind == PCP_DECOUPLED_EVENT_LEARNER_APPLY && e->learner_id == node &&
+        e->fragment_id == fragment && e->syncer_step == step) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether learner |node| missed the sync |e| for good: it never applied it
+// nor a later sync of the same fragment.
+static bool missed(const pcp_decoupled_tape_t* tape, uint32_t node,
+                   uint64_t index) {
+  const pcp_decoupled_event_t* e = &tape->events[index];
+  for (uint64_t j = index; j < tape->count; ++j) {
+    const pcp_decoupled_event_t* s = &tape->events[j];
+    if (s->kind == PCP_DECOUPLED_EVENT_FRAGMENT_SYNC &&
+        s->fragment_id == e->fragment_id &&
+        applied(tape, node, s->fragment_id, s->syncer_step)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The recovery oracle on a syncer restarted from |replayed|: each online
+// learner's action must cover every fragment it missed (what the tape's
+// sync and apply records say, not the plan's own reasoning), and no live
+// learner may be marked failed.
+static bool recovery_covers(const pcp_topology_decoupled_t* d,
+                            const pcp_decoupled_syncer_state_t* replayed,
+                            pcp_allocator_t allocator) {
+  pcp_decoupled_live_learner_t live[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
+  uint32_t live_count = 0;
+  for (uint32_t w = 0; w < d->worker_count; ++w) {
+    if (d->online[w]) {
+      live[live_count++] = (pcp_decoupled_live_learner_t){
+          .learner_id = node_of(w),
+          .observed_global_step = d->learners[w].observed_global_step};
+    }
+  }
+  pcp_decoupled_recovery_plan_t plan;
+  pcp_status_t status = pcp_decoupled_recovery_plan_initialize(
+      allocator, replayed, &d->real_tape, live, live_count,
+      PCP_TOPOLOGY_DECOUPLED_RECOVERY_STEPS, &plan);
+  if (status != NULL) {
+    pcp_status_ignore(status);
+    return false;
+  }
+  bool ok = true;
+  for (uint32_t k = 0; k < plan.action_count && ok; ++k) {
+    const pcp_decoupled_recovery_action_t* a = &plan.actions[k];
+    if (a->kind == PCP_DECOUPLED_RECOVERY_MARK_FAILED) {
+      uint32_t w = a->learner_id - 1u;
+      ok = a->learner_id == 0 || w >= d->worker_count || !d->online[w];
+      continue;
+    }
+    if (a->kind != PCP_DECOUPLED_RECOVERY_RESUME &&
+        a->kind != PCP_DECOUPLED_RECOVERY_CATCH_UP) {
+      continue;  // a full resync or a re-pull sends everything again
+    }
+    for (uint64_t i = 0; i < d->real_tape.count && ok; ++i) {
+      const pcp_decoupled_event_t* e = &d->real_tape.events[i];
+      if (e->kind != PCP_DECOUPLED_EVENT_FRAGMENT_SYNC ||
+          !missed(&d->real_tape, a->learner_id, i)) {
+        continue;
+      }
+      bool sent = false;
+      for (uint32_t f = 0; f < a->fragment_count; ++f) {
+        sent |= a->fragments[f] == e->fragment_id;
+      }
+      ok = sent;
+    }
+  }
+  pcp_decoupled_recovery_plan_deinitialize(&plan);
+  return ok;
 }
 
 pcp_topology_decoupled_oracle_t pcp_topology_decoupled_check(
@@ -631,8 +825,11 @@ pcp_topology_decoupled_oracle_t pcp_topology_decoupled_check(
   bool equal =
       status == NULL && pcp_decoupled_syncer_state_equal(replayed, &d->syncer);
   pcp_status_ignore(status);
+  bool covered = equal && recovery_covers(d, replayed, allocator);
   pcp_decoupled_syncer_state_deinitialize(replayed);
   pcp_allocator_free(allocator, replayed);
-  return equal ? PCP_TOPOLOGY_DECOUPLED_ORACLE_OK
-               : PCP_TOPOLOGY_DECOUPLED_ORACLE_REPLAY_MISMATCH;
+  if (!equal)
+    return PCP_TOPOLOGY_DECOUPLED_ORACLE_REPLAY_MISMATCH;
+  return covered ? PCP_TOPOLOGY_DECOUPLED_ORACLE_OK
+                 : PCP_TOPOLOGY_DECOUPLED_ORACLE_RECOVERY_MISSES_FRAGMENT;
 }

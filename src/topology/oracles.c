@@ -3,8 +3,10 @@
 // The merge oracle (reference s.3.3 oracles, decoupled_merge): given the
 // fragment updates a window received, which of them take part, what a
 // correct merge outputs, and whether a claimed output is acceptable. It is
-// the referee the decoupled and RDA models are checked against; it shares
-// the RDA formula with protocol_stubs.c but none of the window logic, so a
+// the referee the decoupled and RDA models are checked against. Its RDA
+// formula (pcp_topology_rda_merge, protocol_stubs.c, in double) is written
+// apart from the library merge the models publish (decoupled_model.c runs
+// pcp_decoupled_merge_tensor), and it shares none of the window logic, so a
 // bug in one is not silently repeated in the other.
 
 #include <math.h>

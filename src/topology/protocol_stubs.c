@@ -22,7 +22,8 @@
 //     machine (decoupled_model.c over workloads/train/decoupled.h: round,
 //     learners, clocks, tape, schedule); here stay its envelope collectors,
 //     the configuration invariants, the projection tape and vector clock the
-//     tests read, and the RDA merge (over the library's merge_tensor); the
+//     tests read, and the referee's own double RDA formula (the model
+//     publishes the library's merge: pcp_topology_rda_merge_real); the
 //     training request kind parser is a stub.
 // The stubs stay in this one file so that each block can be replaced by a
 // call into its module when one exists; until then a change to the
@@ -1262,7 +1263,8 @@ void pcp_topology_decoupled_collect(
 }
 
 //===----------------------------------------------------------------------===//
-// RDA merge
+// RDA merge: the referee's formula, in double and written apart from the
+// library's (decoupled_conformance_test compares the two)
 //===----------------------------------------------------------------------===//
 
 double pcp_topology_token_step_weight(uint64_t tokens, uint64_t steps) {

@@ -1252,10 +1252,15 @@ typedef enum pcp_topology_decoupled_violation_e {
 #define PCP_TOPOLOGY_DECOUPLED_WINDOW_MS 1000000u
 // The inline arena the real learners, syncer state and tape allocate from
 // (the model is a plain stack value with no _deinitialize, so nothing it
-// holds may live on the heap). Enough for PCP_TOPOLOGY_TAPE_MAX_ENTRIES
-// syncs with their applies; past it the real calls fail and |real_error|
-// says so.
+// holds may live on the heap). The densest schedule (4 workers, 3
+// fragments, a sync with 4 applies, a failure and a rejoin every 4 actions)
+// uses 38 KiB in 64 actions (the explorers' longest) and 75 KiB in 128;
+// past the arena the real calls fail, |real_error| says so and the oracle
+// reports REAL_ERROR (decoupled_conformance_test runs both).
 #define PCP_TOPOLOGY_DECOUPLED_ARENA_BYTES (96u * 1024u)
+// The recovery oracle's catch-up window (syncer steps): small, so that both
+// CATCH_UP and FULL_RESYNC come up in short schedules.
+#define PCP_TOPOLOGY_DECOUPLED_RECOVERY_STEPS 2u
 
 // Oracle outcomes over the real state (pcp_topology_decoupled_check).
 typedef enum pcp_topology_decoupled_oracle_e {
@@ -1275,6 +1280,11 @@ typedef enum pcp_topology_decoupled_oracle_e {
   // A real call failed (the arena is exhausted): the model stopped
   // following the machine.
   PCP_TOPOLOGY_DECOUPLED_ORACLE_REAL_ERROR = 6,
+  // A syncer restarted from the tape (pcp_decoupled_recovery_plan_initialize
+  // over the replayed state and the online learners) would resume a learner
+  // without a fragment it missed (a sync of it the learner never applied),
+  // or mark a live learner failed.
+  PCP_TOPOLOGY_DECOUPLED_ORACLE_RECOVERY_MISSES_FRAGMENT = 7,
 } pcp_topology_decoupled_oracle_t;
 
 // The decoupled window, derived from the real state machine of
@@ -1330,6 +1340,9 @@ typedef struct pcp_topology_decoupled_t {
   pcp_decoupled_syncer_state_t syncer;
   pcp_decoupled_tape_t real_tape;
   uint64_t canceled_at_sync;  // tape_entries when canceled
+  // Adaptive grace's step samples: when each learner last stepped (or was
+  // assigned), model ms.
+  uint64_t last_step_ms[PCP_TOPOLOGY_DECOUPLED_MAX_WORKERS];
   size_t arena_used;
   _Alignas(16) uint8_t arena[PCP_TOPOLOGY_DECOUPLED_ARENA_BYTES];
 } pcp_topology_decoupled_t;
@@ -1362,6 +1375,15 @@ uint64_t pcp_topology_decoupled_real_step(const pcp_topology_decoupled_t* model,
 // update has come yet): the explorers' way to reach late arrivals.
 void pcp_topology_decoupled_set_grace(pcp_topology_decoupled_t* model,
                                       uint64_t grace_ms);
+// Adaptive grace (pcp_decoupled_grace_ms over the library's EMAs) instead
+// of the fixed window: a local step samples the time since the learner's
+// previous step (or its assignment), a commit samples the round's quorum
+// wait; no send time is modelled (the library counts a missing EMA as 0).
+// INVALID_ARGUMENT from pcp_decoupled_grace_config_check leaves the model
+// unchanged. The open round is reopened when no update has come yet.
+PCP_MUST_USE_RESULT pcp_status_t pcp_topology_decoupled_set_adaptive_grace(
+    pcp_topology_decoupled_t* model, double gamma, uint32_t max_grace_steps,
+    uint32_t overlap_tau);
 // The test-only seeded bug (bug_quorum_off_by_one): the round of the
 // current step is reopened with it when no update has come yet, the next
 // rounds open with it.
@@ -1373,8 +1395,12 @@ void pcp_topology_decoupled_observe_metadata(pcp_topology_decoupled_t* model,
                                              uint32_t worker, uint64_t clock);
 // The oracles over the real state: quorum safety and no duplicate merge on
 // every sync record, the syncer clock one up per sync, no sync after a
-// cancel, and the tape replayed by pcp_decoupled_syncer_state_replay equal
-// to the live state. |allocator| holds the replayed state while it checks.
+// cancel, the tape replayed by pcp_decoupled_syncer_state_replay equal to
+// the live state, and the recovery plan a syncer restarted from that replay
+// would make (max_recovery_syncer_steps
+// PCP_TOPOLOGY_DECOUPLED_RECOVERY_STEPS) sending every online learner the
+// fragments it missed. |allocator| holds the replayed state and the plan
+// while it checks.
 pcp_topology_decoupled_oracle_t pcp_topology_decoupled_check(
     const pcp_topology_decoupled_t* model, pcp_allocator_t allocator);
 const char* pcp_topology_decoupled_oracle_name(
@@ -1429,6 +1455,17 @@ double pcp_topology_token_step_weight(uint64_t tokens, uint64_t steps);
 // False when |dimension| exceeds PCP_TOPOLOGY_RDA_MAX_DIMENSION.
 bool pcp_topology_rda_merge(const pcp_topology_rda_update_t* updates,
                             size_t update_count, size_t dimension, double* out);
+// The RDA merge of the library (pcp_decoupled_merge_tensor, strategy RDA,
+// weights pcp_decoupled_merge_weight) on the same updates: each update is a
+// learner at -values from a global of zeros, so its outer gradient is
+// |values| rounded to f32; the f32 result comes back widened. What the RDA
+// model publishes (models.c); pcp_topology_rda_merge above stays the
+// referee's independent double formula (oracles.c). False for a dimension
+// above PCP_TOPOLOGY_RDA_MAX_DIMENSION, more than
+// PCP_TOPOLOGY_MERGE_MAX_UPDATES updates, or a library refusal.
+bool pcp_topology_rda_merge_real(const pcp_topology_rda_update_t* updates,
+                                 size_t update_count, size_t dimension,
+                                 double* out);
 // The plain coordinate-wise average (what RDA replaces).
 void pcp_topology_direct_average(const pcp_topology_rda_update_t* updates,
                                  size_t update_count, size_t dimension,

@@ -7,10 +7,12 @@ smallest char GPT of training_decoupled_test.py.
 
 - Run J (join): the job starts with two learners; once a few syncs are in,
   the third worker connects and becomes learner 3 (full resync from the
-  masters, LEARNER_RECOVERY on the tape), takes part in the later syncs
-  (participants 3, three workers alive), the job counts the join and more
-  tokens than two learners compute, and its tape replays and holds each
-  scheduled sync exactly once.
+  masters, LEARNER_RECOVERY on the tape) and takes part in syncs; it is
+  SIGKILLed (LEARNER_FAILURE, syncs go on without it) and restarted under
+  the same id, and comes back as learner 3 again, in every sync to the
+  end (three workers alive). The job counts two joins and more tokens than
+  two learners compute, and its tape replays and holds each scheduled sync
+  exactly once.
 - Run A: the same experiment with three learners from the start, no
   interruption (checkpoints every CKPT_EVERY outer steps).
 - Run B: run A's experiment, the gateway SIGKILLed once KILL_AFTER syncs are
@@ -20,6 +22,9 @@ smallest char GPT of training_decoupled_test.py.
   a full resync of every learner), succeeds, its history (the last event
   per outer step) and its tape hold every scheduled sync exactly once, and
   its final loss is within LOSS_TOLERANCE of run A's.
+- Run E: "resume": true on run B's checkpoint_dir continues after B's last
+  sync. A classic job on that checkpoint, a decoupled job with another H and
+  a corrupted tape file fail with a clear error.
 """
 import os
 import shutil
@@ -36,9 +41,10 @@ import training_decoupled_test as dt  # noqa: E402
 
 from gateway_test import check, request, wait_for  # noqa: E402
 
-# Run J is long enough (about 10 s of training here) for the third worker
-# to start, connect and sync while it runs; runs A and B are shorter.
-J_STEPS = 160
+# Run J is long enough (about 20 s of training here) for the third worker
+# to start, connect, sync, be killed and come back while it runs; runs A
+# and B are shorter.
+J_STEPS = 320
 STEPS = 48
 DECOUPLED = dict(dt.DECOUPLED)
 
@@ -133,6 +139,21 @@ def main():
         wait_for(lambda: len(te.steps_of(j)) >= 3, 300,
                  "run J: three syncs with two learners")
         third = start_third(work, fabric_port)
+
+        def with3(on):
+            return [p for p in te.steps_of(j).values()
+                    if (3 in p["participants"]) == on]
+        wait_for(lambda: with3(True) or te.state_of(j) != "running", 300,
+                 "run J: learner 3 in a sync")
+        # Lost and back: SIGKILLed, then restarted under the same id.
+        third.kill()
+        third.wait()
+        killed_after = max(te.steps_of(j))
+        wait_for(lambda: any(k > killed_after and not (3 in p[
+            "participants"]) for k, p in te.steps_of(j).items()) or
+            te.state_of(j) != "running", 300,
+            "run J: a sync without learner 3 after its kill")
+        third = start_third(work, fabric_port)
         te.wait_done(j, 600)
         check(te.state_of(j) == "succeeded",
               "run J succeeded with a learner joining: %s" % te.state_of(j))
@@ -147,20 +168,29 @@ def main():
               "the first syncs have the two learners of the start")
         first3 = next((i for i, p in enumerate(order)
                        if 3 in p["participants"]), None)
-        check(first3 is not None and first3 >= 3 and
-              all(3 in p["participants"] for p in order[first3:]) and
+        gone = next((i for i in range(killed_after, len(order))
+                     if 3 not in order[i]["participants"]), None)
+        back = next((i for i in range(gone or len(order), len(order))
+                     if 3 in order[i]["participants"]), None)
+        check(first3 is not None and first3 >= 3 and gone is not None and
+              back is not None and
+              all(3 in p["participants"] for p in order[back:]) and
               order[-1]["workers_alive"] == 3,
-              "learner 3 takes part from sync %s on, 3 learners alive at the "
-              "end" % first3)
-        check(summary.get("learners_joined") == 1 and
+              "learner 3 takes part from sync %s, leaves at sync %s when "
+              "killed, is back from sync %s to the end, 3 learners alive at "
+              "the end" % (first3, gone, back))
+        check(summary.get("learners_joined") == 2 and
               summary.get("tape_replayed") is True,
-              "the job counts one join and its tape replayed")
+              "the job counts two joins (one a rejoin) and its tape "
+              "replayed: %s" % summary.get("learners_joined"))
+        check([k for k, _, _, learner in j_recs
+               if learner == 3 and k in (3, 4)] == [4, 3, 4],
+              "on the tape, learner 3 (the same id): recovery, failure, "
+              "recovery")
         two = 2 * J_STEPS * dt.MODEL["batch"] * dt.MODEL["block_size"]
         check(summary.get("tokens_computed", 0) > two,
               "tokens from the joiner: %s computed > %d for two learners" % (
                   summary.get("tokens_computed"), two))
-        check(any(k == 4 and learner == 3 for k, _, _, learner in j_recs),
-              "LEARNER_RECOVERY of learner 3 on the tape")
 
         # Run A: three learners, uninterrupted.
         t0 = time.time()
@@ -173,7 +203,9 @@ def main():
 
         # Run B: the gateway SIGKILLed mid-run and restarted.
         t0 = time.time()
-        b = te.submit(experiment(checkpoint_every=CKPT_EVERY))
+        ckpt_b = os.path.join(work, "state", "ckpt-b")
+        b = te.submit(experiment(checkpoint_every=CKPT_EVERY,
+                                 checkpoint_dir=ckpt_b))
         wait_for(lambda: len(te.steps_of(b)) >= KILL_AFTER, 300,
                  "run B reached sync %d" % KILL_AFTER)
         killed_at = max(te.steps_of(b))
@@ -220,6 +252,53 @@ def main():
         check(ckpts == list(range(CKPT_EVERY, len(WANT) + 1, CKPT_EVERY)),
               "checkpoints every %d outer steps and at the end: %s" % (
                   CKPT_EVERY, ckpts))
+
+        # Run E: "resume": true on B's checkpoint_dir, 8 more syncer steps:
+        # it continues after B's last sync and its tape holds every sync of
+        # both once.
+        e = te.submit(experiment(STEPS + 8, resume=True,
+                                 checkpoint_dir=ckpt_b))
+        te.wait_done(e, 300)
+        check(te.state_of(e) == "succeeded",
+              "run E (resume: true) succeeded: %s" % te.state_of(e))
+        e_steps = te.steps_of(e)
+        check(sorted(e_steps) == list(range(len(WANT) + 1,
+                                            len(scheduled(STEPS + 8)) + 1)),
+              "run E continues at outer step %d: %s" % (
+                  len(WANT) + 1, sorted(e_steps)))
+        tape = os.path.join(work, "state", "training", e, "decoupled.tape")
+        synced = [r[1] for r in tape_records(tape) if r[0] == 1]
+        check(synced == scheduled(STEPS + 8),
+              "run E's tape holds B's syncs and its own, each once")
+
+        # Wrong kind, wrong schedule, a corrupted tape: clear failures.
+        def fails(exp, words, what):
+            job = te.submit(exp)
+            te.wait_done(job, 120)
+            _, r = request("GET", "/v1/training/jobs/%s" % job)
+            err = r.get("error", "")
+            check(r.get("state") == "failed" and all(w in err for w in words),
+                  "%s fails naming %s: %s" % (what, words, err))
+        fails(dt.experiment(outer_loop_steps=8, resume=True,
+                            checkpoint_dir=ckpt_b),
+              ["decoupled DiLoCo run", "classic"],
+              "a classic job on a decoupled checkpoint")
+        fails(dt.experiment(outer_loop_steps=STEPS + 8, resume=True,
+                            checkpoint_dir=ckpt_b,
+                            aggregation_strategy="decoupled_diloco",
+                            decoupled_diloco=dict(DECOUPLED,
+                                                  sync_interval_h=8)),
+              ["H=4", "H=8"], "a decoupled job with another H")
+        bad = os.path.join(work, "state", "ckpt-bad")
+        shutil.copytree(ckpt_b, bad)
+        for name in os.listdir(bad):
+            if name.startswith("decoupled-tape-"):
+                with open(os.path.join(bad, name), "r+b") as f:
+                    f.seek(40)
+                    f.write(b"\x7f\x7f\x7f\x7f")
+        fails(experiment(STEPS + 8, resume=True, checkpoint_dir=bad),
+              ["does not match its checkpoint", "SHA-256"],
+              "a corrupted tape file")
     finally:
         if third:
             third.kill()

@@ -320,16 +320,17 @@ def main():
               "without the slow learner)" % (
                   l_sum.get("goodput", 0), f_sum.get("goodput", 0)))
 
-        # A fourth worker whose 2nd and 4th hashed tasks flip a bit of what
-        # they received (the 2nd: the fail job's; the 4th: the resync
-        # job's 2nd @mix).
+        # A fourth worker whose 2nd, 4th, 11th and 12th hashed tasks flip a
+        # bit of what they received (the 2nd: the fail job's; the 4th: the
+        # resync job's 2nd @mix; that job hashes 6 @mix and 1 resync, so
+        # the 11th and 12th are the third job's 2nd @mix and its resync).
         corrupt = subprocess.Popen(
             [gt.PCP, "--node-manager", "--scale", "1", "--host", "127.0.0.1",
              "--port", str(gw.fabric_port), "--backend", "cpu",
              "--api-port", "0"],
             env=dict(os.environ, PCP_WORKER_JOIN_TOKEN=gt.JOIN,
                      POD_NAME="nm-corrupt",
-                     PCP_WORKER_TEST_CORRUPT_PARAM="2,4"),
+                     PCP_WORKER_TEST_CORRUPT_PARAM="2,4,11,12"),
             stderr=open(os.path.join(work, "nm-corrupt.err"), "w"))
         extra.append(corrupt)
         before = set(connected())
@@ -376,6 +377,23 @@ def main():
               "again) and the last sync's @mix verified: %s, resyncs %s, "
               "f32 sends %s" % (ph, y_sum.get("resyncs"),
                                 y_sum.get("down_f32_sends")))
+        hashed = y_sum.get("syncs", 0) + 1
+        z_job, z_steps, _ = run(experiment(
+            outer_loop_steps=12, aggregation_strategy="decoupled_diloco",
+            decoupled_diloco=dict(DECOUPLED)))
+        z_sum = summary_of(z_job)
+        found = [e["payload"] for e in te.events(z_job)
+                 if e["type"] == "training.param_hash_mismatch"]
+        last = z_steps[max(z_steps)] if z_steps else {}
+        print("corrupted twice: %d mismatches, workers alive at the end %s "
+              "(the resync job hashed %d tasks on it)" % (
+                  len(found), last.get("workers_alive"), hashed))
+        check(hashed == 7 and len(found) == 2 and
+              all(f["worker_id"] == bad for f in found) and
+              last.get("workers_alive") == 3 and
+              (z_sum.get("param_hash") or {}).get("mismatches") == 2,
+              "a learner whose resync mismatches too is dropped; the job "
+              "finishes with the other three")
     finally:
         for proc in extra:
             proc.terminate()

@@ -207,7 +207,8 @@ struct worker_t {
   // Tasks run that asked for "hash_inputs", and the debug hook
   // PCP_WORKER_TEST_CORRUPT_PARAM=<n>[,<n>...] (read at start; at most 8
   // numbers; unset: off): the n-th such task flips one bit of its last
-  // hashed input before hashing and running, so tests can prove the
+  // hashed input before hashing and running (a resident one: of the copy it
+  // hashes), so tests can prove the
   // gateway catches a worker whose copy of the global parameters differs
   // (docs/training.md).
   uint64_t hashed_tasks;
@@ -1047,6 +1048,12 @@ static pcp_status_t inputs_hash(worker_t* w,
       pcp_host_tensor_t copy;
       memset(&copy, 0, sizeof(copy));
       status = pcp_tensor_download_host(values[i].resident, &copy);
+      if (!status && corrupt && i + 1 == assign->hash_inputs &&
+          copy.byte_length > 0) {
+        // A resident input: the bit flips in the hashed copy only (the
+        // session's tensor stays), which is what the gateway can see.
+        ((uint8_t*)copy.data)[0] ^= 1u;
+      }
       if (!status) {
         pcp_sha256_stream_update(stream, copy.data, copy.byte_length);
       }

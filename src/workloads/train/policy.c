@@ -511,6 +511,15 @@ pcp_status_t pcp_workloads_train_spec_build(
   if (!status) {
     status = aggregation_strategy_check(experiment, &config);
   }
+  if (!status &&
+      json_string_value(json_object_get(experiment, "aggregation_strategy")) &&
+      strcmp(json_string_value(
+                 json_object_get(experiment, "aggregation_strategy")),
+             "ddp") == 0) {
+    // ddp: the f32 gradient up and the averaged gradient down at each of
+    // the tau inner steps one reported step covers.
+    worker_step_bytes = 8 * (uint64_t)parameter_count * (uint64_t)config.tau;
+  }
   if (!status) {
     status = experiment_path_set(experiment, "data_path", config.data_path);
   }

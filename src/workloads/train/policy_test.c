@@ -154,6 +154,14 @@ static void test_aggregation_strategy(void** state) {
         print_error("case %zu: %s\n", k, pcp_status_message(status));
       }
       assert_int_equal(pcp_status_code(status), PCP_STATUS_OK);
+      json_t* training = json_object_get(spec, "training");
+      json_int_t parameters =
+          json_integer_value(json_object_get(training, "parameter_count"));
+      // Analytic bytes per worker and reported step: ddp moves 8 P per
+      // inner step (tau 3), DiLoCo 8 P per outer step (f32).
+      assert_int_equal(json_integer_value(json_object_get(
+                           training, "wire_bytes_per_worker_outer_step")),
+                       parameters * (strstr(kCases[k].tail, "ddp") ? 24 : 8));
       json_decref(spec);
       continue;
     }

@@ -327,30 +327,36 @@ static size_t batches_per_round(const job_t* job) {
 // Set-up
 //===----------------------------------------------------------------------===//
 
-// <job dir>/eval_batches.npy: the held-out batches every evaluation uses,
-// int32 [2, eval_batches, B, T] (input ids, then targets), so val_loss can
-// be recomputed outside PCP (tests/integration/training_schedule_test.py).
-static pcp_status_t eval_batches_save(job_t* job) {
-  if (!job->eval_enabled) {
-    return pcp_ok_status();
+pcp_status_t pcp_diloco_job_npy_i32_write(job_t* job, const char* file_name,
+                                          const int64_t* shape, size_t rank,
+                                          const int32_t* data) {
+  char header[256];
+  int used = snprintf(header, sizeof(header),
+                      "{'descr': '<i4', 'fortran_order': False, 'shape': (");
+  size_t elements = 1;
+  for (size_t r = 0; r < rank && used > 0 && (size_t)used < sizeof(header);
+       ++r) {
+    used += snprintf(header + used, sizeof(header) - (size_t)used, "%s%lld",
+                     r ? ", " : "", (long long)shape[r]);
+    elements *= (size_t)shape[r];
   }
-  char header[128];
-  int used =
-      snprintf(header, sizeof(header),
-               "{'descr': '<i4', 'fortran_order': False, 'shape': "
-               "(2, %lld, %lld, %lld), }",
-               (long long)job->config.eval_batches, (long long)job->spec.batch,
-               (long long)job->spec.block_size);
+  if (used > 0 && (size_t)used < sizeof(header)) {
+    // A Python tuple of one needs its comma.
+    used += snprintf(header + used, sizeof(header) - (size_t)used, "%s), }",
+                     rank == 1 ? "," : "");
+  }
+  if (rank == 0 || rank > 8 || used <= 0 || (size_t)used >= sizeof(header)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "%s: an npy shape of rank %zu", file_name, rank);
+  }
   // NPY 1.0: magic, version, u16 header length; the header padded with
   // spaces and ended by a newline so the data starts at a multiple of 64.
   size_t total = (size_t)used + 1 + 10;
   size_t padded = (total + 63) / 64 * 64;
-  size_t rows = (size_t)job->config.eval_batches *
-                (size_t)(job->spec.batch * job->spec.block_size);
-  size_t bytes = padded + 2 * rows * sizeof(int32_t);
+  size_t bytes = padded + elements * sizeof(int32_t);
   uint8_t* out = pcp_diloco_job_malloc(job, bytes);
   if (!out) {
-    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "eval batches");
+    return pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "%s", file_name);
   }
   memcpy(out, "\x93NUMPY\x01\x00", 8);
   uint16_t header_length = (uint16_t)(padded - 10);
@@ -359,12 +365,25 @@ static pcp_status_t eval_batches_save(job_t* job) {
   memset(out + 10, ' ', padded - 10);
   memcpy(out + 10, header, (size_t)used);
   out[padded - 1] = '\n';
-  memcpy(out + padded, job->eval_tokens, 2 * rows * sizeof(int32_t));
-  char path[1200];
-  snprintf(path, sizeof(path), "%s/eval_batches.npy", job->dir);
+  memcpy(out + padded, data, elements * sizeof(int32_t));
+  char path[1400];
+  snprintf(path, sizeof(path), "%s/%s", job->dir, file_name);
   pcp_status_t status = pcp_file_write_atomic(path, out, bytes);
   pcp_diloco_job_free(job, out);
   return status;
+}
+
+// <job dir>/eval_batches.npy: the held-out batches every evaluation uses,
+// int32 [2, eval_batches, B, T] (input ids, then targets), so val_loss can
+// be recomputed outside PCP (tests/integration/training_schedule_test.py).
+static pcp_status_t eval_batches_save(job_t* job) {
+  if (!job->eval_enabled) {
+    return pcp_ok_status();
+  }
+  int64_t shape[4] = {2, job->config.eval_batches, job->spec.batch,
+                      job->spec.block_size};
+  return pcp_diloco_job_npy_i32_write(job, "eval_batches.npy", shape, 4,
+                                      job->eval_tokens);
 }
 
 // The fixed held-out batches: a random sampler over the validation tail

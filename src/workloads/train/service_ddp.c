@@ -28,7 +28,7 @@
 // repeat AdamW on the host and match IREE's compiled arithmetic bit for bit,
 // and keep m and v too (12 P bytes, and 3 P reads and writes per step).
 // Instead the masters (job->parameters) are pulled from the reference
-// worker (the first live one by id) with @read only when something needs
+// worker (ddp_hash_check's) with @read only when something needs
 // them: an evaluation, a checkpoint, the export. That costs 4 P bytes from
 // one worker every eval_every or checkpoint_every outer steps and is left
 // out of the measured step (as classic's evaluation is); the pulled bytes
@@ -415,6 +415,40 @@ static void ddp_gradients_submit(ddp_t* d) {
   }
 }
 
+// <job dir>/ddp_first_batches.npy: the batches of a fresh run's first inner
+// step, int32 [W, 2, A x B, T] (per worker in id order: ids, then targets),
+// so the first averaged step can be recomputed outside PCP (tests/
+// integration/training_ddp_test.py). Written once; a failure is logged.
+static void ddp_first_batches_save(ddp_t* d) {
+  job_t* job = d->job;
+  uint32_t live = ddp_alive(d);
+  size_t per_worker = 2 * d->rows;
+  int32_t* all = pcp_diloco_job_calloc(job, (size_t)live * per_worker + 1,
+                                       sizeof(int32_t));
+  pcp_status_t status = pcp_ok_status();
+  if (!all) {
+    status = pcp_make_status(PCP_STATUS_RESOURCE_EXHAUSTED, "first batches");
+  } else {
+    uint32_t at = 0;
+    for (uint32_t k = 0; k < d->count; ++k) {
+      if (d->workers[k].alive) {
+        memcpy(all + (size_t)at++ * per_worker, d->workers[k].tokens,
+               per_worker * sizeof(int32_t));
+      }
+    }
+    int64_t shape[4] = {live, 2, job->accumulation * job->spec.batch,
+                        job->spec.block_size};
+    status = pcp_diloco_job_npy_i32_write(job, "ddp_first_batches.npy", shape,
+                                          4, all);
+  }
+  pcp_diloco_job_free(job, all);
+  if (status) {
+    PCP_LOG(PCP_LOG_WARN, &job->log, "ddp: first batches not saved: %s",
+            pcp_status_message(status));
+    pcp_status_ignore(status);
+  }
+}
+
 // Averages the gradients of the workers whose task succeeded into d->grad
 // (in worker order); their mean loss out. Drops the others.
 static pcp_status_t ddp_gradients_average(ddp_t* d, uint32_t* out_reporters,
@@ -520,6 +554,9 @@ static pcp_status_t ddp_inner_step(ddp_t* d, uint32_t* out_reporters,
   uint64_t global_step = job->outer_step * (uint64_t)job->config.tau +
                          (d->adam_step % (uint64_t)job->config.tau);
   ddp_gradients_submit(d);
+  if (job->outer_step == 0 && d->adam_step == 0) {
+    ddp_first_batches_save(d);
+  }
   *out_stopped = ddp_wait(d, "ddp gradients");
   pcp_status_t status = pcp_ok_status();
   if (!*out_stopped) {
@@ -546,8 +583,9 @@ static pcp_status_t ddp_inner_step(ddp_t* d, uint32_t* out_reporters,
 }
 
 // Every live worker's SHA-256 of its resident parameters (@hash with
-// hash_inputs), compared with the reference worker's (the first live one by
-// id): on_param_mismatch fail fails the job, resync drops the worker.
+// hash_inputs), compared with the reference worker's (the first by id of
+// those holding the most common hash): on_param_mismatch fail fails the
+// job, resync drops the worker.
 // *out_reference: the reference worker's index (UINT32_MAX: none).
 static pcp_status_t ddp_hash_check(ddp_t* d, uint32_t* out_mismatches,
                                    uint32_t* out_reference, bool* out_stopped) {
@@ -584,15 +622,30 @@ static pcp_status_t ddp_hash_check(ddp_t* d, uint32_t* out_mismatches,
   if (*out_stopped) {
     return pcp_ok_status();
   }
-  const uint8_t* want = NULL;
+  // The reference: the hash most workers hold (the first by id on a tie),
+  // so with resync one corrupted worker is dropped, not the others.
+  uint32_t best = 0;
   for (uint32_t k = 0; k < d->count; ++k) {
+    if (!d->workers[k].alive || !d->workers[k].hashed) {
+      continue;
+    }
+    uint32_t same = 0;
+    for (uint32_t j = 0; j < d->count; ++j) {
+      same += d->workers[j].alive && d->workers[j].hashed &&
+              memcmp(d->workers[j].hash, d->workers[k].hash,
+                     PCP_SHA256_BYTE_LENGTH) == 0;
+    }
+    if (same > best) {
+      best = same;
+      *out_reference = k;
+    }
+  }
+  const uint8_t* want =
+      best ? d->workers[*out_reference].hash : (const uint8_t*)NULL;
+  for (uint32_t k = 0; want && k < d->count; ++k) {
     ddp_worker_t* w = &d->workers[k];
     if (!w->alive || !w->hashed) {
       continue;
-    }
-    if (!want) {
-      want = w->hash;
-      *out_reference = k;
     }
     bool match = true;
     // The parameters after the step being completed (outer_step + 1).
@@ -968,6 +1021,13 @@ pcp_status_t pcp_diloco_ddp_run(job_t* job) {
   }
   d->job = job;
   pcp_status_t status = ddp_buffers(d);
+  if (!status && job->expected_workers > 1) {
+    // A resumed job: wait (bounded, woken by joins) for as many workers as
+    // its checkpoint's step had, so a restarted gateway does not run on
+    // whichever worker reconnected first (the rest would be ignored).
+    pcp_status_ignore(pcp_diloco_job_workers_wait(job, job->expected_workers,
+                                                  WORKER_GRACE_MS));
+  }
   if (!status) {
     status = ddp_workers_gather(d);
   }

@@ -1402,8 +1402,9 @@ static pcp_status_t dec_down_encode(dec_t* d, uint32_t fragment) {
 // mismatch is the job's event and metric (pcp_diloco_param_hash_check);
 // with on_param_mismatch "fail" the job fails, with "resync" the learner
 // gets the fragment again in f32 (alpha 0: its local copy of the fragment
-// becomes the global values) before anything else.
-static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li,
+// becomes the global values) before anything else; a learner whose resync
+// mismatches too is lost.
+static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li, int kind,
                                        const pcp_proto_section_t* outputs,
                                        size_t n_out) {
   dec_learner_t* l = &d->learners[li];
@@ -1419,7 +1420,11 @@ static pcp_status_t dec_mix_hash_check(dec_t* d, uint32_t li,
   PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
       d->job, l->worker_id, l->task_step, l->hash_want, outputs[n_out - 1].data,
       &match));
-  if (!match) {
+  if (!match && kind == TASK_RESYNC) {
+    // Its copy still differs after the gateway's values were sent again:
+    // out of later rounds, as streaming does.
+    dec_learner_lost(d, li, "parameter hash mismatch after a resync");
+  } else if (!match) {
     l->resync_pending = true;
     l->resync_fragment = l->task_fragment;
     l->resync_step = l->task_step;
@@ -1514,8 +1519,11 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
       l->apply_step[a] = r->step;
       l->apply_count += a == l->apply_count;
     }
-    pcp_decoupled_grace_observe_quorum_wait(
-        &d->grace, (double)(sel->quorum_wait_ms - r->machine.opened_at_ms));
+    // Arrivals (and so quorum_wait_ms) are already measured from the
+    // round's opening; subtracting the absolute open time wrapped the
+    // unsigned difference and fed adaptive grace garbage.
+    pcp_decoupled_grace_observe_quorum_wait(&d->grace,
+                                            (double)sel->quorum_wait_ms);
   } else {
     ++d->skipped_rounds;
   }
@@ -1679,7 +1687,9 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
     }
   } else if (!status && kind == TASK_DELTA) {
     dec_round_t* r = dec_round_find(d, l->task_step, false);
-    if (r && !r->final) {
+    // A round made before a join has no room for the joiner's values; a
+    // joiner is never pulled for one (dec_join_ready), this is the guard.
+    if (r && !r->final && li < r->values_slots) {
       status = dec_delta_arrived(d, li, r, outputs, n_out, now_ns);
     } else {
       ++d->dropped_pulls;  // its round closed while the delta was out
@@ -1687,7 +1697,7 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   } else if (!status && kind == TASK_VERIFY) {
     status = dec_verify(d, l, l->task_fragment, outputs, n_out);
   } else if (!status && (kind == TASK_MIX || kind == TASK_RESYNC)) {
-    status = dec_mix_hash_check(d, li, outputs, n_out);
+    status = dec_mix_hash_check(d, li, kind, outputs, n_out);
     // The gateway's view of the learner: the values it was sent (after a
     // mismatch too: the resync that follows makes them true).
     if (!status) {

@@ -436,6 +436,13 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_decoupled_fragment_module_emit(
     uint32_t fragment, bool int4, bool int4_down, uint32_t block,
     pcp_string_builder_t* b);
 
+// Writes <job dir>/|file_name|: |data| as an int32 NPY 1.0 array of
+// |shape| (rank 1..8), atomically: token batches a test recomputes outside
+// PCP (eval_batches.npy, ddp_first_batches.npy).
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_npy_i32_write(
+    job_t* job, const char* file_name, const int64_t* shape, size_t rank,
+    const int32_t* data);
+
 // Memory of a job from job->allocator, NULL when it fails, like malloc and
 // calloc (the callers check for NULL and say RESOURCE_EXHAUSTED with what
 // they were allocating). calloc zeroes and refuses a product that overflows.
