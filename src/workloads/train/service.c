@@ -812,8 +812,9 @@ static pcp_status_t checkpoint_restore(job_t* job,
     json_int_t computed =
         json_integer_value(json_object_get(cursor, "tokens_computed"));
     double merged = json_number_value(json_object_get(cursor, "tokens_merged"));
+    // (A fragment-weighted sum may pass computed by a rounding error.)
     bool sane = computed > 0 && isfinite(merged) && merged >= 0 &&
-                merged <= (double)computed;
+                merged <= (double)computed * (1 + 1e-9);
     job->tokens_computed = sane ? (uint64_t)computed : 0;
     job->tokens_merged = sane ? merged : 0;
     json_t* loss = json_object_get(cursor, "loss");
