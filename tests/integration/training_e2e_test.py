@@ -182,6 +182,41 @@ def bad_experiments():
           "vocabulary too small fails naming model.vocab: %s" % r)
 
 
+def goodput_check(what, job_id, job, steps, exact=False):
+    """Classic goodput counters (docs/training.md "Goodput"): every
+    averaged task merged tau x B x T tokens, every submitted one computed
+    as much; |exact|: no task lost, so goodput is 1.0 exactly. The
+    history's columns end with the job's totals."""
+    m = experiment()["model"]
+    task = experiment()["tau"] * m["batch"] * m["block_size"]
+    t = job.get("training", {})
+    merged = sum(p["workers"] for p in steps.values()) * task
+    submitted = sum(p.get("workers_submitted", p["workers"])
+                    for p in steps.values()) * task
+    print("%s goodput: %s (tokens merged %s, computed %s)" % (
+        what, t.get("goodput"), t.get("tokens_merged"),
+        t.get("tokens_computed")))
+    # (A task whose submit failed is in workers_submitted, not computed.)
+    computed = t.get("tokens_computed") or 0
+    check(t.get("tokens_merged") == merged and
+          merged <= computed <= submitted and
+          t.get("goodput") == merged / computed and
+          (not exact or (t.get("goodput") == 1.0 and merged ==
+                         len(steps) * 2 * task)),
+          "%s: tokens_merged %s == sum(workers) x tau x B x T = %d <= "
+          "tokens_computed %s <= sum(workers_submitted) x tau x B x T = %d%s"
+          % (what, t.get("tokens_merged"), merged, t.get("tokens_computed"),
+             submitted, ", goodput 1.0 (steps x 2 workers)" if exact else ""))
+    s, h = request("GET", "/v1/training/jobs/%s/history" % job_id)
+    check(s == 200 and h["tokens_merged"][-1:] == [merged] and
+          h["tokens_computed"][-1:] == [computed] and
+          len(h["goodput"]) == len(h["outer_step"]),
+          "%s: history columns tokens_merged / tokens_computed / goodput "
+          "end with the job's totals: %s" % (
+              what, {k: h.get(k, [])[-1:] for k in
+                     ("tokens_merged", "tokens_computed", "goodput")}))
+
+
 def main():
     if not os.path.exists(DATA):
         print("no %s" % DATA)
@@ -257,6 +292,7 @@ def main():
         mid = [k for k, p in steps.items()
                if p["workers"] < p.get("workers_submitted", 0)]
         print("rounds that lost a task in flight: %s" % mid)
+        goodput_check("run A", a, job, steps)
         model_dir = os.path.join(work, "state", "models", a)
         with open(os.path.join(model_dir, "model.json")) as f:
             meta = json.load(f)
@@ -325,6 +361,10 @@ def main():
                 for k in range(1, b_steps + 1)]
         check(all(x[1] == x[2] for x in same),
               "run B (resumed) repeats run A bit for bit: %s" % same)
+        # The goodput totals come back with the checkpoint (the dead
+        # gateway's round after it is not counted: it never reported).
+        goodput_check("run B", b, request("GET", "/v1/training/jobs/%s" %
+                                          b)[1], bs, exact=True)
 
         # 4. Run C: resume from B's checkpoint_dir.
         c = submit(experiment(outer_loop_steps=b_steps + 1, resume=True,

@@ -155,6 +155,47 @@ def resume_runs(work, gw, a_steps, n):
           "a corrupted worker state file")
 
 
+def goodput_check(job, steps, elements, n):
+    """Streaming goodput counters (docs/training.md "Goodput") against the
+    schedule, two workers and no loss: a worker's delta of fragment p sent
+    at step t holds its steps since p's last receive (before that step's
+    compute; step 1 before any), each token's share of it p's share of the
+    parameters (|elements| per fragment, of |n|); the steps between a send
+    and its receive are blended away. The last event is the last receive,
+    at max_steps before its compute."""
+    P, H = STREAMING["num_fragments"], STREAMING["inner_steps"]
+    tau, R = STREAMING["overlap_tau"], ROUNDS
+    m = te.experiment()["model"]
+    bt = m["batch"] * m["block_size"]
+    phase = [p * H // P for p in range(P)]
+    max_steps = R * H + phase[P - 1] + tau
+    first = [1] * P
+    merged = 0.0
+    for t in range(1, max_steps + 1):
+        for p in range(P):
+            k = t - phase[p] - tau
+            if k > 0 and k % H == 0 and k // H - 1 < R:
+                first[p] = t
+        for p in range(P):
+            k = t - phase[p]
+            if k > 0 and k % H == 0 and k // H - 1 < R:
+                merged += 2 * (t - first[p] + 1) * bt * elements[p] / n
+    computed = 2 * (max_steps - 1) * bt
+    t = job.get("training", {})
+    last = steps[max(steps)]
+    print("streaming goodput: %s (tokens merged %s, computed %s; schedule: "
+          "%.0f / %d)" % (t.get("goodput"), t.get("tokens_merged"),
+                          t.get("tokens_computed"), merged, computed))
+    check(t.get("tokens_computed") == computed == last.get("tokens_computed")
+          and abs(t.get("tokens_merged", 0) - merged) <= 1 and
+          t.get("tokens_merged") == last.get("tokens_merged") and
+          abs(t.get("goodput", 0) - merged / computed) < 1e-9,
+          "streaming tokens computed %s == 2 x %d steps x B x T = %d, "
+          "merged %s == %.1f by the schedule" % (
+              t.get("tokens_computed"), max_steps - 1, computed,
+              t.get("tokens_merged"), merged))
+
+
 def main():
     work = tempfile.mkdtemp(prefix="pcp-stream-")
     gw = nm = None
@@ -199,6 +240,8 @@ def main():
         check(len(frag) == 2 and sum(frag.values()) == n * 8,
               "per-sync bytes: fragment elements x (4 + 4), fragments "
               "summing to all %d parameters: %s" % (n, sizes))
+        if len(frag) == 2:
+            goodput_check(r, steps, {f: b // 8 for f, b in frag.items()}, n)
         meta_path = os.path.join(work, "state", "models", job, "model.json")
         with open(meta_path) as f:
             meta = json.load(f)

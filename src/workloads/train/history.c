@@ -42,6 +42,11 @@ enum {
   COLUMN_GATEWAY_OUT,
   COLUMN_PER_WORKER_IN,
   COLUMN_PER_WORKER_OUT,
+  // Goodput's running totals at the step (every mode reports them with
+  // these names): tokens computed, tokens merged, their ratio.
+  COLUMN_TOKENS_COMPUTED,
+  COLUMN_TOKENS_MERGED,
+  COLUMN_GOODPUT,
   COLUMN_COUNT_,
 };
 
@@ -50,7 +55,8 @@ static const char* const kColumnNames[COLUMN_COUNT_] = {
     "val_loss",        "tokens_per_second", "wire_bytes",
     "step_wire_bytes", "seconds",           "lr",
     "gateway_in",      "gateway_out",       "per_worker_in",
-    "per_worker_out",
+    "per_worker_out",  "tokens_computed",   "tokens_merged",
+    "goodput",
 };
 
 // The number at |key| of |payload| as JSON (a copy), or null when absent or
@@ -114,6 +120,11 @@ static void columns_append(json_t* const* columns,
                         number_or_null(mean, "in"));
   json_array_append_new(columns[COLUMN_PER_WORKER_OUT],
                         number_or_null(mean, "out"));
+  json_array_append_new(columns[COLUMN_TOKENS_COMPUTED],
+                        number_or_null(p, "tokens_computed"));
+  json_array_append_new(columns[COLUMN_TOKENS_MERGED],
+                        number_or_null(p, "tokens_merged"));
+  json_array_append_new(columns[COLUMN_GOODPUT], number_or_null(p, "goodput"));
 }
 
 pcp_status_t pcp_workloads_train_history_json(pcp_store_t* store,

@@ -644,6 +644,12 @@ static char* cursor_json(const job_t* job) {
   if (cursor && job->inner_cursor) {
     json_object_set(cursor, "inner", job->inner_cursor);
   }
+  if (cursor) {
+    // Goodput's totals (a checkpoint without them resumes from 0).
+    json_object_set_new(cursor, "tokens_computed",
+                        json_integer((json_int_t)job->tokens_computed));
+    json_object_set_new(cursor, "tokens_merged", json_real(job->tokens_merged));
+  }
   if (cursor && isfinite(job->last_val_loss)) {
     json_object_set_new(cursor, "val_loss", json_real(job->last_val_loss));
     json_object_set_new(cursor, "val_loss_step",
@@ -809,6 +815,15 @@ static pcp_status_t checkpoint_restore(job_t* job,
         (uint64_t)json_integer_value(json_object_get(cursor, "token_bytes"));
     job->expected_workers =
         (uint32_t)json_integer_value(json_object_get(cursor, "workers"));
+    // Goodput's totals; absent (an older checkpoint) or not sane: from 0.
+    json_int_t computed =
+        json_integer_value(json_object_get(cursor, "tokens_computed"));
+    double merged = json_number_value(json_object_get(cursor, "tokens_merged"));
+    // (A fragment-weighted sum may pass computed by a rounding error.)
+    bool sane = computed > 0 && isfinite(merged) && merged >= 0 &&
+                merged <= (double)computed * (1 + 1e-9);
+    job->tokens_computed = sane ? (uint64_t)computed : 0;
+    job->tokens_merged = sane ? merged : 0;
     json_t* loss = json_object_get(cursor, "loss");
     json_t* loss_mean = json_object_get(cursor, "loss_mean");
     job->last_loss = json_is_number(loss) ? json_number_value(loss) : NAN;
@@ -1960,11 +1975,18 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
   size_t tau = (size_t)job->config.tau;
   bool bf16 = job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16;
   size_t element_size = bf16 ? 2 : 4;
+  // Goodput: a submitted task counts what it was assigned (a round is one
+  // task, answered at its end: how far a lost one got is not known), an
+  // averaged one counts as merged too.
+  uint64_t task_tokens = (uint64_t)batches_per_round(job) *
+                         (uint64_t)job->spec.batch *
+                         (uint64_t)job->spec.block_size;
   for (uint32_t k = 0; k < round->count; ++k) {
     round_task_t* t = &round->tasks[k];
     if (!t->task) {
       continue;
     }
+    out->tokens_computed += task_tokens;
     pcp_status_t task_status = pcp_fabric_task_status(t->task);
     const pcp_proto_section_t* outputs = NULL;
     size_t count = 0;
@@ -2084,6 +2106,7 @@ static pcp_status_t round_collect(job_t* job, round_t* round,
     out->token_bytes += 2 * batches_per_round(job) * (size_t)job->spec.batch *
                         (size_t)job->spec.block_size *
                         pcp_element_type_byte_size(job->data_type);
+    out->tokens_merged += task_tokens;
     ++out->reporters;
   }
   if (out->reporters) {
@@ -2214,6 +2237,21 @@ json_t* pcp_diloco_job_bytes_total_json(const job_t* job) {
                    (json_int_t)job->measured_gateway_out, "workers_in",
                    (json_int_t)job->measured_workers_in, "workers_out",
                    (json_int_t)job->measured_workers_out);
+}
+
+void pcp_diloco_job_goodput_json(const job_t* job, json_t* progress) {
+  if (!progress) {
+    return;
+  }
+  json_object_set_new(progress, "tokens_computed",
+                      json_integer((json_int_t)job->tokens_computed));
+  json_object_set_new(progress, "tokens_merged",
+                      json_integer((json_int_t)llround(job->tokens_merged)));
+  json_object_set_new(
+      progress, "goodput",
+      json_real(job->tokens_computed
+                    ? job->tokens_merged / (double)job->tokens_computed
+                    : 0.0));
 }
 
 void pcp_diloco_param_hash(const pcp_proto_section_t* sections, size_t count,
@@ -2544,6 +2582,10 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   }
   round_release(job, &round);
   PCP_RETURN_IF_ERROR_BARE(status);
+  // Before the returns below: a round that is repeated (no reporter) or
+  // stopped still computed its tasks' tokens.
+  job->tokens_computed += outcome.tokens_computed;
+  job->tokens_merged += (double)outcome.tokens_merged;
   if (*out_stopped) {
     return pcp_ok_status();
   }
@@ -2631,6 +2673,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
                         json_integer(outcome.fresh_inner_state));
     json_object_set_new(progress, "param_mismatches",
                         json_integer(outcome.param_mismatches));
+    pcp_diloco_job_goodput_json(job, progress);
     json_t* bytes = pcp_diloco_job_bytes_json(job);
     if (bytes) {
       json_object_set_new(progress, "bytes", bytes);

@@ -1938,6 +1938,57 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   return status;
 }
 
+// Whether learner |li|'s next step would be thrown away whole: every
+// fragment has a pull it answered whose blend it has not run yet (its
+// answer is in an open round, or the merged fragment is queued). The @mix
+// then overwrites (alpha 0) or blends away each fragment's share of the
+// step and zeroes its counters, so no token of the step could reach the
+// global model: the learner waits for the blend instead (docs/training.md
+// "Goodput"). Typical when a round waits out its grace for a stopped
+// learner, or with fragments scheduled on consecutive syncer steps.
+//
+// A fragment with no round left for this learner (no pull queued and none
+// scheduled after the syncer steps opened) cannot merge the step either:
+// once every fragment's last round is pulled, the learner stops (as
+// upstream's learners stop at the last syncer step) instead of running
+// out its local steps, which under load made a round's grace wait a
+// window of unmergeable catch-up steps.
+static bool dec_step_wasted(const dec_t* d, uint32_t li) {
+  const dec_learner_t* l = &d->learners[li];
+  uint64_t pending = 0;  // fragments awaiting their blend (bit f)
+  for (uint32_t a = 0; a < l->apply_count; ++a) {
+    pending |= (uint64_t)1 << l->apply_fragment[a];
+  }
+  // Fragments with a round still ahead: a pull queued, or scheduled in the
+  // next H syncer steps not opened yet (each fragment once per H).
+  uint64_t ahead = 0;
+  for (uint32_t k = 0; k < l->send_count; ++k) {
+    uint32_t f = 0;
+    if (pcp_decoupled_schedule_fragment_at(&d->schedule, l->sends[k], &f)) {
+      ahead |= (uint64_t)1 << f;
+    }
+  }
+  for (uint64_t s = d->opened_through + 1;
+       s <= d->total_steps &&
+       s <= d->opened_through + d->schedule.sync_interval_h;
+       ++s) {
+    uint32_t f = 0;
+    if (pcp_decoupled_schedule_fragment_at(&d->schedule, s, &f)) {
+      ahead |= (uint64_t)1 << f;
+    }
+  }
+  pending |= ~ahead;
+  for (uint32_t k = 0; k < DEC_MAX_OPEN; ++k) {
+    const dec_round_t* r = &d->rounds[k];
+    if (r->used && !r->final && r->has[li]) {
+      pending |= (uint64_t)1 << r->fragment;
+    }
+  }
+  uint32_t count = d->plan.fragment_count;
+  uint64_t all = count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << count) - 1;
+  return count > 0 && (pending & all) == all;
+}
+
 // The next task of an idle learner, if any is due.
 static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
   dec_learner_t* l = &d->learners[li];
@@ -1996,9 +2047,11 @@ static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
     return dec_fragment_submit(d, l, fragment, TASK_DELTA, step);
   }
   // The overlap budget: step t waits until every round s with
-  // s + overlap_tau < t has closed.
+  // s + overlap_tau < t has closed; and no step whose work every pending
+  // blend would throw away.
   uint64_t t = l->step + 1;
-  if (t <= d->total_steps && t <= d->next_final + d->schedule.overlap_tau) {
+  if (t <= d->total_steps && t <= d->next_final + d->schedule.overlap_tau &&
+      !dec_step_wasted(d, li)) {
     dec_step_submit(d, l);
   }
   return pcp_ok_status();
@@ -3118,7 +3171,8 @@ static pcp_status_t dec_loop(dec_t* d) {
         status = dec_learner_next(d, k, now);
       }
       busy |= l->task != NULL || l->apply_count || l->send_count ||
-              l->resync_pending || l->step < d->total_steps;
+              l->resync_pending ||
+              (l->step < d->total_steps && !dec_step_wasted(d, k));
     }
     PCP_RETURN_IF_ERROR_BARE(status);
     if (!alive) {

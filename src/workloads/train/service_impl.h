@@ -232,6 +232,15 @@ typedef struct job_t {
   uint64_t measured_gateway_out;
   uint64_t measured_workers_in;
   uint64_t measured_workers_out;
+  // Goodput (docs/training.md "Goodput"), classic and streaming (decoupled
+  // keeps its own in service_decoupled.c): every token a worker was given
+  // to train on, discarded work included (a lost task or step counts what
+  // was assigned: the gateway cannot know how far it got), and the tokens
+  // whose delta entered the masters (streaming: weighted by the synced
+  // fragment's share of the parameters, hence a double). In the
+  // checkpoint's cursor, so a resume continues them.
+  uint64_t tokens_computed;
+  double tokens_merged;
 } job_t;
 
 // What one classic outer step (or one streaming sync) reports.
@@ -248,6 +257,9 @@ typedef struct round_outcome_t {
   uint32_t fresh_inner_state;
   // Workers whose parameter hash differed (resync: dropped this step).
   uint32_t param_mismatches;
+  // Classic: tokens of the step's tasks (assigned) and of those averaged.
+  uint64_t tokens_computed;
+  uint64_t tokens_merged;
   char last_error[256];
 } round_outcome_t;
 
@@ -369,6 +381,11 @@ json_t* pcp_diloco_job_bytes_json(job_t* job);
 // The run's measured totals: {"gateway_in", "gateway_out", "workers_in",
 // "workers_out"}. New reference or NULL.
 json_t* pcp_diloco_job_bytes_total_json(const job_t* job);
+
+// Sets progress's "tokens_computed", "tokens_merged" (rounded) and
+// "goodput" (merged / computed; 0 before any token) from the job's totals:
+// the field names decoupled DiLoCo reports.
+void pcp_diloco_job_goodput_json(const job_t* job, json_t* progress);
 
 // The gateway's SHA-256 of the global parameters as the workers receive
 // them: |sections|' raw bytes in order.

@@ -67,6 +67,9 @@ typedef struct stream_worker_t {
   // yet (bit p): lost, each counts as a dropped contribution of p's round.
   uint64_t in_round;
   bool fresh;  // admitted, its state not made yet (@init pending)
+  // Goodput: the step its state was made at (@init before that step's
+  // compute; 1 for a state resumed from a checkpoint).
+  uint64_t joined_step;
 } stream_worker_t;
 
 typedef struct stream_t {
@@ -100,6 +103,13 @@ typedef struct stream_t {
   // The inputs whose SHA-256 the tasks stream_submit sends return (0: none):
   // set around a @mix, whose first inputs are alpha and the masters.
   uint32_t hash_inputs;
+  // Goodput (stream_merged_add): the local step the loop is at, and per
+  // fragment the step whose compute came right after its last @mix (1
+  // before any): a worker's delta of fragment p holds its steps from the
+  // later of that and its joined_step on. The steps between a send and its
+  // @mix are blended away (alpha) and in no delta.
+  uint64_t step;
+  uint64_t mixed_step[MAX_FRAGMENTS];
 } stream_t;
 
 static const char* resident_name(stream_t* st, char kind, size_t tensor) {
@@ -593,6 +603,11 @@ static pcp_status_t stream_compute(stream_t* st, uint64_t step,
     stream_submit(st, w, st->kinds[w->kind].train_hash, "train_steps", sections,
                   section_count + 4, refs, (uint32_t)(3 * n + 4), keep,
                   (uint32_t)(3 * n));
+    if (w->task) {
+      // Goodput: the step as assigned (a worker lost with it in flight may
+      // or may not have run it; the gateway cannot tell).
+      job->tokens_computed += (uint64_t)rows;
+    }
     // The struct arrays were copied by the submit; the data (the shared
     // parameters, zeros and scalars, this worker's tokens) stays borrowed
     // until stream_wait below.
@@ -752,6 +767,28 @@ static pcp_status_t mix_hashes_check(stream_t* st, uint32_t fragment,
   return status;
 }
 
+// Goodput: worker |w|'s delta of |fragment|, sent at step st->step, went
+// into the masters: the tokens of its steps since the fragment's last @mix
+// (or its @init), times the fragment's share of the parameters (a token
+// trained every fragment; this delta carries one fragment's part of it).
+static void stream_merged_add(stream_t* st, const stream_worker_t* w,
+                              uint32_t fragment) {
+  job_t* job = st->job;
+  uint64_t first = st->mixed_step[fragment] > w->joined_step
+                       ? st->mixed_step[fragment]
+                       : w->joined_step;
+  if (st->step < first || !job->parameter_count) {
+    return;
+  }
+  uint64_t values = 0;
+  for (size_t i = fragment; i < job->table.count; i += st->schedule.fragments) {
+    values += (uint64_t)job->table.parameters[i].element_count;
+  }
+  double tokens = (double)(st->step - first + 1) * (double)job->accumulation *
+                  (double)job->spec.batch * (double)job->spec.block_size;
+  job->tokens_merged += tokens * (double)values / (double)job->parameter_count;
+}
+
 // A fragment's send (@delta) or receive (@mix) on every live worker.
 static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
                                          bool mix, bool init, bool* out_stopped,
@@ -888,6 +925,7 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
       }
       ++reporters;
       w->in_round &= ~((uint64_t)1 << fragment);
+      stream_merged_add(st, w, fragment);
     }
     for (size_t i = fragment; i < job->table.count && !status && reporters;
          i += P) {
@@ -902,6 +940,9 @@ static pcp_status_t stream_fragment_call(stream_t* st, uint32_t fragment,
     }
   }
   if (mix && !*out_stopped) {
+    // Every live worker's fragment is the blend now: its next delta starts
+    // with this step's compute.
+    st->mixed_step[fragment] = st->step;
     for (uint32_t k = 0; k < st->worker_count; ++k) {
       if (st->workers[k].alive && st->workers[k].task) {
         ++reporters;
@@ -1527,6 +1568,7 @@ static pcp_status_t stream_join(stream_t* st, uint64_t step,
     w->join_count = info->join_count;
     w->alive = true;
     w->fresh = true;
+    w->joined_step = step;
     w->in_round = 0;
     w->last_loss = NAN;
     ++admitted;
@@ -1788,6 +1830,22 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
       status = stream_copy_call(&st, p, kind, true, resume_state, &stopped);
     }
   }
+  // Goodput: a fresh state is made before step loop.step + 1; a resumed
+  // one holds every step since its fragments' last @mix before the
+  // checkpoint (the schedule's last receive at or before it).
+  for (uint32_t p = 0; p < st.schedule.fragments; ++p) {
+    st.mixed_step[p] = 1;
+    for (uint64_t t = loop.step; resume_state && t >= 1; --t) {
+      uint32_t round = 0;
+      if (pcp_streaming_diloco_receives_at(&st.schedule, p, t, &round)) {
+        st.mixed_step[p] = t;
+        break;
+      }
+    }
+  }
+  for (uint32_t k = 0; k < st.worker_count; ++k) {
+    st.workers[k].joined_step = resume_state ? 1 : loop.step + 1;
+  }
   pcp_allocator_free(pcp_allocator_system(), resume_state);
   for (uint32_t k = 0; k < st.worker_count; ++k) {
     stream_worker_t* w = &st.workers[k];
@@ -1822,6 +1880,7 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
                        ? (uint64_t)job->config.checkpoint_every
                        : 0;
   for (uint64_t t = loop.step + 1; t <= max_steps && !status && !stopped; ++t) {
+    st.step = t;
     // Joins (new workers, lost ones back) take part from this step on.
     status = stream_join(&st, t, &stopped);
     if (status || stopped) {
@@ -1931,6 +1990,7 @@ pcp_status_t pcp_diloco_stream_run(job_t* job) {
         }
         pcp_diloco_job_bytes_mark(job);
         pcp_diloco_param_hash_json(job, progress);
+        pcp_diloco_job_goodput_json(job, progress);
         pcp_status_ignore(pcp_store_job_event_append(
             o->store, o->job_id, "training.step", progress, NULL));
       }
