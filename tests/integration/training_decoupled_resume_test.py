@@ -260,10 +260,12 @@ def main():
         # the global step it (re)joined at (bias corrections of a fresh run).
         got = {x["learner"]: (x["step"], x["adam_step"])
                for x in summary.get("learner_steps", [])}
-        check(got.get(1) == (J_STEPS, J_STEPS) and
-              got.get(2) == (J_STEPS, J_STEPS) and
-              got.get(3, (0, 0))[0] == J_STEPS and
-              0 < got[3][1] < J_STEPS,
+        # (A learner stops once no round is left for it to answer, so the
+        # steps reached differ; what must hold is t = steps for the two
+        # learners of the start and t < steps for the (re)joined one.)
+        check(len(got) == 3 and
+              all(got[k][0] == got[k][1] > 0 for k in (1, 2)) and
+              0 < got[3][1] < got[3][0] <= J_STEPS,
               "the joiner's AdamW t counts its own steps, the others' the "
               "run's (step, adam_step): %s" % got)
 
