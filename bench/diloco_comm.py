@@ -128,6 +128,13 @@ def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
     """The job of |mode| over |steps| inner steps per worker with sync
     interval |tau| (classic tau, streaming H, decoupled sync_interval_h,
     ddp: tau inner steps per reported step)."""
+    # Plain averaging (outer lr 1, momentum 0) for every DiLoCo mode: the
+    # tuning runs of 2026-12-05 (docs/performance.md "diloco_comm", run 3)
+    # found no decoupled setting better at tau 100 (4 syncs per fragment):
+    # the DiLoCo paper's outer Nesterov (lr 0.7 or 1.0, momentum 0.9), outer
+    # lr 0.7, 1.5 or 2.0 and the avg_embedding_rda_model merge ended at tail
+    # losses 2.560-2.635, against 2.509-2.581 (mean 2.540) for plain
+    # averaging over four runs.
     e = {"name": "bench-" + mode, "model": model, "data_path": data_path,
          "tokenizer": "char", "sampling": "random", "learning_rate": lr,
          "nesterov_momentum": 0.0, "outer_learning_rate": 1.0,
