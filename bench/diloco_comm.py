@@ -133,8 +133,8 @@ def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
     # found no decoupled setting better at tau 100 (4 syncs per fragment):
     # the DiLoCo paper's outer Nesterov (lr 0.7 or 1.0, momentum 0.9), outer
     # lr 0.7, 1.5 or 2.0 and the avg_embedding_rda_model merge ended at tail
-    # losses 2.560-2.635, against 2.509-2.581 (mean 2.540) for plain
-    # averaging over four runs.
+    # losses 2.560-2.635, inside or just above plain averaging's own spread
+    # (2.509-2.615, mean 2.555, over five runs).
     e = {"name": "bench-" + mode, "model": model, "data_path": data_path,
          "tokenizer": "char", "sampling": "random", "learning_rate": lr,
          "nesterov_momentum": 0.0, "outer_learning_rate": 1.0,
