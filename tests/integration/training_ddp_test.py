@@ -117,6 +117,12 @@ def lost_worker(work):
     check(all(p["param_hash"]["verified_step"] == k and
               p["param_hash"]["mismatches"] == 0 for k, p in steps.items()),
           "the survivor's hashes verified")
+    last = steps[max(steps)] if steps else {}
+    check(0 < last.get("tokens_merged", 0) <= last.get("tokens_computed", 0)
+          and 0.9 < last.get("goodput", 0) <= 1.0,
+          "goodput with a lost worker: merged %s <= computed %s, goodput %s" % (
+              last.get("tokens_merged"), last.get("tokens_computed"),
+              last.get("goodput")))
 
 
 def exported(work, job):
@@ -312,6 +318,15 @@ def main():
                   and p.get("inner_steps") == k * TAU
                   for k, p in steps.items()),
               "both workers in every step")
+        # Goodput: with no worker lost every batch's gradient is averaged
+        # and applied, so merged = computed = steps x workers x B x T.
+        rows = MODEL["batch"] * MODEL["block_size"]
+        check(all(p.get("tokens_computed") == p.get("tokens_merged") ==
+                  k * TAU * 2 * rows and p.get("goodput") == 1.0
+                  for k, p in steps.items()),
+              "goodput counters: %s" % [
+                  (p.get("tokens_computed"), p.get("tokens_merged"),
+                   p.get("goodput")) for p in steps.values()])
         vals = [(k, p["val_loss"]) for k, p in steps.items()
                 if p.get("evaluated")]
         check([k for k, _ in vals] == [3, 6] and

@@ -567,11 +567,18 @@ static pcp_status_t ddp_inner_step(ddp_t* d, uint32_t* out_reporters,
   uint64_t global_step = job->outer_step * (uint64_t)job->config.tau +
                          (d->adam_step % (uint64_t)job->config.tau);
   int64_t start = pcp_clock_now_ns(job->options->clock);
+  // Goodput (docs/training.md "Goodput"): every worker given a batch
+  // computes its tokens (counted as assigned, as classic counts a lost
+  // task); the tokens of the gradients averaged and applied are merged.
+  uint64_t submitted = ddp_alive(d);
   ddp_gradients_submit(d);
   if (job->outer_step == 0 && d->adam_step == 0) {
     ddp_first_batches_save(d);
   }
   *out_stopped = ddp_wait(d, "ddp gradients");
+  if (!*out_stopped) {
+    job->tokens_computed += submitted * d->rows;
+  }
   pcp_status_t status = pcp_ok_status();
   if (!*out_stopped) {
     status = ddp_gradients_average(d, out_reporters, out_loss);
@@ -593,6 +600,7 @@ static pcp_status_t ddp_inner_step(ddp_t* d, uint32_t* out_reporters,
     return pcp_ok_status();
   }
   ++d->adam_step;
+  job->tokens_merged += (double)*out_reporters * (double)d->rows;
   d->inner_step_ns = pcp_clock_now_ns(job->options->clock) - start;
   return ddp_alive(d) ? pcp_ok_status() : ddp_none_left(job, "optimizer");
 }
@@ -1129,6 +1137,7 @@ static pcp_status_t ddp_outer_step(ddp_t* d, bool* out_stopped) {
     json_object_set_new(progress, "evaluated", json_boolean(evaluated));
     json_object_set_new(progress, "param_mismatches",
                         json_integer(outcome.param_mismatches));
+    pcp_diloco_job_goodput_json(job, progress);
     json_t* bytes = pcp_diloco_job_bytes_json(job);
     if (bytes) {
       json_object_set_new(progress, "bytes", bytes);
