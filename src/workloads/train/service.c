@@ -305,11 +305,32 @@ size_t pcp_diloco_job_tensor_offset(const job_t* job, size_t index) {
 
 // Passes over the train split so far: the tokens sent (token_bytes counts
 // ids and targets) over the split's tokens.
-static double epochs_trained(const job_t* job) {
+double pcp_diloco_job_epochs_trained(const job_t* job) {
   uint64_t per_token = 2 * (uint64_t)pcp_element_type_byte_size(job->data_type);
   return job->train_tokens ? (double)(job->token_bytes / per_token) /
                                  (double)job->train_tokens
                            : 0;
+}
+
+void pcp_diloco_job_step_metrics(const job_t* job,
+                                 const round_outcome_t* outcome, double seconds,
+                                 double tokens_per_second) {
+  const pcp_diloco_job_options_t* o = job->options;
+  if (!o->metrics) {
+    return;
+  }
+  const char* job_label[] = {o->job_id};
+  pcp_obs_family_observe(o->metrics->outer_step_seconds, NULL, seconds);
+  pcp_obs_family_set(o->metrics->loss, job_label, job->last_loss);
+  pcp_obs_family_set(o->metrics->tokens_per_second, job_label,
+                     tokens_per_second);
+  pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"parameters"},
+                     (double)outcome->parameter_bytes);
+  pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"deltas"},
+                     (double)outcome->delta_bytes);
+  pcp_obs_family_add(o->metrics->token_bytes, NULL,
+                     (double)outcome->token_bytes);
+  pcp_obs_family_add(o->metrics->outer_steps, NULL, 1);
 }
 
 // Classic rounds keep each worker's inner AdamW state (inner_state keep).
@@ -1158,6 +1179,25 @@ pcp_status_t pcp_diloco_job_child_compile(
                                        target, out_hash);
   pcp_allocator_free(pcp_allocator_system(), bytes);
   return status;
+}
+
+pcp_status_t pcp_diloco_job_module_compile(
+    job_t* job, const char* file_name, const char* text, size_t length,
+    const char* backend, const char* target,
+    uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]) {
+  char path[1200];
+  int n = snprintf(path, sizeof(path), "%s/%s", job->dir, file_name);
+  if (n < 0 || (size_t)n >= sizeof(path)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "module path %s/%s too long", job->dir, file_name);
+  }
+  pcp_sha256_t digest;
+  pcp_sha256_compute(text, length, &digest);
+  char hex[PCP_SHA256_HEX_LENGTH + 1];
+  pcp_sha256_to_hex(&digest, hex);
+  PCP_RETURN_IF_ERROR_BARE(pcp_file_write_atomic(path, text, length));
+  return pcp_diloco_job_child_compile(job, path, hex, NULL, 0, backend, target,
+                                      out_hash);
 }
 
 static pcp_status_t program_build(job_t* job, program_t* program) {
@@ -2616,20 +2656,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
   double tokens = (double)outcome.reporters * (double)batches_per_round(job) *
                   (double)(job->spec.batch * job->spec.block_size);
   double tokens_per_second = seconds > 0 ? tokens / seconds : 0;
-  if (o->metrics) {
-    const char* job_label[] = {o->job_id};
-    pcp_obs_family_observe(o->metrics->outer_step_seconds, NULL, seconds);
-    pcp_obs_family_set(o->metrics->loss, job_label, job->last_loss);
-    pcp_obs_family_set(o->metrics->tokens_per_second, job_label,
-                       tokens_per_second);
-    pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"parameters"},
-                       (double)outcome.parameter_bytes);
-    pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"deltas"},
-                       (double)outcome.delta_bytes);
-    pcp_obs_family_add(o->metrics->token_bytes, NULL,
-                       (double)outcome.token_bytes);
-    pcp_obs_family_add(o->metrics->outer_steps, NULL, 1);
-  }
+  pcp_diloco_job_step_metrics(job, &outcome, seconds, tokens_per_second);
   PCP_LOG(PCP_LOG_INFO, &job->log,
           "outer_step=%" PRIu64 "/%" PRId64
           " loss=%.4f loss_mean=%.4f workers=%u/%u seconds=%.2f "
@@ -2638,7 +2665,7 @@ static pcp_status_t outer_step_run(job_t* job, bool* out_stopped,
           job->last_loss_mean, outcome.reporters, submitted, seconds,
           tokens_per_second, outcome.parameter_bytes + outcome.delta_bytes,
           nonfinite);
-  double epoch = epochs_trained(job);
+  double epoch = pcp_diloco_job_epochs_trained(job);
   job->epochs_done = epoch >= (double)job->config.max_epochs;
   bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps ||
               job->epochs_done;
@@ -2736,7 +2763,8 @@ static pcp_status_t job_run(const pcp_diloco_job_options_t* options) {
     pcp_sha256_to_hex(&digest, job.model_hash);
     status = job_resume(&job);
     // A checkpoint written when the data ran out ends the job again.
-    job.epochs_done = epochs_trained(&job) >= (double)job.config.max_epochs;
+    job.epochs_done =
+        pcp_diloco_job_epochs_trained(&job) >= (double)job.config.max_epochs;
   }
   if (!status && pcp_diloco_ddp_selected(&job)) {
     status = pcp_diloco_ddp_run(&job);

@@ -208,19 +208,13 @@ static pcp_status_t ddp_programs(ddp_t* d) {
   pcp_string_builder_t b;
   pcp_string_builder_initialize(pcp_allocator_system(), (size_t)16 << 20, &b);
   pcp_status_t status = ddp_state_module_emit(&job->table, &b);
-  char path[1200];
-  snprintf(path, sizeof(path), "%s/ddp-state.mlir", job->dir);
-  char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
   if (!status) {
-    pcp_sha256_t digest;
-    pcp_sha256_compute(b.data, b.size, &digest);
-    pcp_sha256_to_hex(&digest, hex);
-    status = pcp_file_write_atomic(path, b.data, b.size);
+    status =
+        pcp_diloco_job_module_compile(job, "ddp-state.mlir", b.data, b.size,
+                                      d->backend, d->target, d->state_hash);
   }
   pcp_string_builder_deinitialize(&b);
-  PCP_RETURN_IF_ERROR_BARE(status);
-  return pcp_diloco_job_child_compile(job, path, hex, NULL, 0, d->backend,
-                                      d->target, d->state_hash);
+  return status;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1072,22 +1066,10 @@ static pcp_status_t ddp_outer_step(ddp_t* d, bool* out_stopped) {
   double seconds = (double)job->last_step_ns / 1e9;
   double tokens = (double)worker_steps * (double)d->rows;
   double tokens_per_second = seconds > 0 ? tokens / seconds : 0;
-  if (o->metrics) {
+  pcp_diloco_job_step_metrics(job, &outcome, seconds, tokens_per_second);
+  if (o->metrics && o->metrics->learning_rate) {
     const char* job_label[] = {o->job_id};
-    pcp_obs_family_observe(o->metrics->outer_step_seconds, NULL, seconds);
-    pcp_obs_family_set(o->metrics->loss, job_label, job->last_loss);
-    pcp_obs_family_set(o->metrics->tokens_per_second, job_label,
-                       tokens_per_second);
-    pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"parameters"},
-                       (double)outcome.parameter_bytes);
-    pcp_obs_family_add(o->metrics->wire_bytes, (const char*[]){"deltas"},
-                       (double)outcome.delta_bytes);
-    pcp_obs_family_add(o->metrics->token_bytes, NULL,
-                       (double)outcome.token_bytes);
-    pcp_obs_family_add(o->metrics->outer_steps, NULL, 1);
-    if (o->metrics->learning_rate) {
-      pcp_obs_family_set(o->metrics->learning_rate, job_label, job->last_lr);
-    }
+    pcp_obs_family_set(o->metrics->learning_rate, job_label, job->last_lr);
   }
   PCP_LOG(PCP_LOG_INFO, &job->log,
           "ddp outer_step=%" PRIu64 "/%" PRId64 " (inner %" PRIu64
@@ -1097,10 +1079,7 @@ static pcp_status_t ddp_outer_step(ddp_t* d, bool* out_stopped) {
           job->last_loss, job->last_loss_mean, outcome.reporters, seconds,
           tokens_per_second);
   // Passes over the train split, as classic counts them.
-  double epoch = job->train_tokens
-                     ? (double)(job->token_bytes / (2 * id_size)) /
-                           (double)job->train_tokens
-                     : 0.0;
+  double epoch = pcp_diloco_job_epochs_trained(job);
   job->epochs_done = epoch >= (double)job->config.max_epochs;
   bool last = (int64_t)job->outer_step >= job->config.outer_loop_steps ||
               job->epochs_done;

@@ -826,19 +826,15 @@ static pcp_status_t dec_programs(dec_t* d) {
     pcp_string_builder_initialize(pcp_allocator_system(), (size_t)64 << 20, &b);
     pcp_status_t status = pcp_decoupled_fragment_module_emit(
         &job->table, &d->plan, f, d->int4, d->int4_down, d->block, &b);
-    char path[1200];
-    snprintf(path, sizeof(path), "%s/decoupled-fragment-%u.mlir", job->dir, f);
-    char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
+    char name[64];
+    snprintf(name, sizeof(name), "decoupled-fragment-%u.mlir", f);
     if (!status) {
-      pcp_sha256_t digest;
-      pcp_sha256_compute(b.data, b.size, &digest);
-      pcp_sha256_to_hex(&digest, hex);
-      status = pcp_file_write_atomic(path, b.data, b.size);
+      status =
+          pcp_diloco_job_module_compile(job, name, b.data, b.size, d->backend,
+                                        d->target, d->fragment_hash[f]);
     }
     pcp_string_builder_deinitialize(&b);
     PCP_RETURN_IF_ERROR_BARE(status);
-    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_job_child_compile(
-        job, path, hex, NULL, 0, d->backend, d->target, d->fragment_hash[f]));
   }
   return pcp_ok_status();
 }

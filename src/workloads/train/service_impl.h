@@ -263,6 +263,16 @@ typedef struct round_outcome_t {
   char last_error[256];
 } round_outcome_t;
 
+// Passes over the train split so far (the token bytes sent / the split's
+// tokens): what max_epochs bounds.
+double pcp_diloco_job_epochs_trained(const job_t* job);
+
+// One reported step's metrics (step seconds, loss, tokens/s, wire and
+// token bytes, outer steps) when the job has a metrics registry.
+void pcp_diloco_job_step_metrics(const job_t* job,
+                                 const round_outcome_t* outcome, double seconds,
+                                 double tokens_per_second);
+
 // JSON has no NaN: a loss not known yet (or diverged) is null.
 json_t* pcp_diloco_json_number_or_null(double value);
 
@@ -334,6 +344,14 @@ void pcp_diloco_job_master_section(job_t* job, size_t i,
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_state_file_write(
     job_t* job, const char* prefix, const void* state, size_t bytes,
     char* out_name, char out_hex[PCP_SHA256_HEX_LENGTH + 1]);
+
+// Writes an emitted module's |text| to <job dir>/|file_name| atomically
+// (kept for inspection) and compiles it as it is, keyed by the text's
+// SHA-256, through pcp_diloco_job_child_compile.
+PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_module_compile(
+    job_t* job, const char* file_name, const char* text, size_t length,
+    const char* backend, const char* target,
+    uint8_t out_hash[PCP_SHA256_BYTE_LENGTH]);
 
 PCP_MUST_USE_RESULT pcp_status_t pcp_diloco_job_child_compile(
     job_t* job, const char* mlir_path, const char* content_hash,

@@ -341,19 +341,14 @@ static pcp_status_t stream_programs(stream_t* st, stream_kind_t* kind) {
     pcp_string_builder_initialize(pcp_allocator_system(), (size_t)16 << 20, &b);
     pcp_status_t status = pcp_diloco_fragment_module_emit(
         &job->table, p, st->schedule.fragments, st->bf16_params, st->bf16, &b);
-    char path[1200];
-    snprintf(path, sizeof(path), "%s/fragment-%u.mlir", job->dir, p);
-    char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
+    char name[64];
+    snprintf(name, sizeof(name), "fragment-%u.mlir", p);
     if (!status) {
-      pcp_sha256_t digest;
-      pcp_sha256_compute(b.data, b.size, &digest);
-      pcp_sha256_to_hex(&digest, hex);
-      status = pcp_file_write_atomic(path, b.data, b.size);
+      status = pcp_diloco_job_module_compile(job, name, b.data, b.size, backend,
+                                             target, kind->fragment_hash[p]);
     }
     pcp_string_builder_deinitialize(&b);
     PCP_RETURN_IF_ERROR_BARE(status);
-    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_job_child_compile(
-        job, path, hex, NULL, 0, backend, target, kind->fragment_hash[p]));
   }
   return pcp_ok_status();
 }
@@ -397,19 +392,12 @@ pcp_status_t pcp_diloco_state_program_build(
   pcp_status_t status = pcp_diloco_fragment_module_emit(
       &job->table, 0, 1, job->param_type == PCP_ELEMENT_TYPE_BF16,
       job->config.deltas_dtype == PCP_DILOCO_WIRE_BF16, &b);
-  char path[1200];
-  snprintf(path, sizeof(path), "%s/inner-state.mlir", job->dir);
-  char hex[PCP_SHA256_HEX_LENGTH + 1] = "";
   if (!status) {
-    pcp_sha256_t digest;
-    pcp_sha256_compute(b.data, b.size, &digest);
-    pcp_sha256_to_hex(&digest, hex);
-    status = pcp_file_write_atomic(path, b.data, b.size);
+    status = pcp_diloco_job_module_compile(job, "inner-state.mlir", b.data,
+                                           b.size, backend, target, out_hash);
   }
   pcp_string_builder_deinitialize(&b);
-  PCP_RETURN_IF_ERROR_BARE(status);
-  return pcp_diloco_job_child_compile(job, path, hex, NULL, 0, backend, target,
-                                      out_hash);
+  return status;
 }
 
 // Rounds fragment |fragment|'s masters into wire_parameters (bf16 models).
