@@ -23,15 +23,11 @@ cluster_test.py; PCP_CLUSTER_OPTIONAL=1: exit 3 where namespaces are not
 allowed).
 """
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "cluster"))
-import cluster  # noqa: E402
 import pcp_cluster  # noqa: E402
 
 PCP = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
@@ -131,38 +127,10 @@ def run(pc):
 
 
 def main():
-    cluster.require_or_exit("cluster_slow_link_test")
-    cluster.cleanup_stale(log=print)
-    if not os.path.exists(DATA):
-        check(False, "no %s" % DATA)
-        return 1
-    work = tempfile.mkdtemp(prefix="pcp-cluster-slow-")
-    t0 = time.time()
-    tag = None
-    try:
-        with pcp_cluster.PcpCluster(PCP, work, worker_hosts=2,
-                                    rate="10mbit",
-                                    heartbeat_ms=HEARTBEAT_MS) as pc:
-            tag = pc.cluster.tag
-            run(pc)
-    except pcp_cluster.PcpClusterError as e:
-        check(False, str(e))
-    if tag:
-        left = subprocess.run(["ip", "netns", "list"], capture_output=True,
-                              text=True).stdout
-        check("pcp-%s-" % tag not in left, "no namespace of %s left" % tag)
-    print("cluster_slow_link_test: %.1f s, %d failures" % (
-        time.time() - t0, len(FAILURES)))
-    if FAILURES:
-        print("logs in %s" % work, file=sys.stderr)
-        for name in sorted(os.listdir(work)):
-            if name.endswith(".err"):
-                with open(os.path.join(work, name)) as f:
-                    print("--- %s (tail)\n%s" % (name, f.read()[-1500:]),
-                          file=sys.stderr)
-        return 1
-    shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return pcp_cluster.run_test(
+        "cluster_slow_link_test", PCP, DATA, run, check, FAILURES,
+        worker_hosts=2, rate="10mbit",
+        heartbeat_ms=HEARTBEAT_MS)
 
 
 if __name__ == "__main__":

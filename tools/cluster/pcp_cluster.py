@@ -202,3 +202,44 @@ def tc_sent(args):
                        timeout=30)
     m = re.search(r"qdisc tbf .*?Sent (\d+) bytes", r.stdout, re.S)
     return int(m.group(1)) if m else 0
+
+
+def run_test(name, pcp, data, run, check, failures, **cluster_kwargs):
+    """The frame of a test on a PcpCluster (tests/cluster): needs root and
+    network namespaces (cluster.require_or_exit fails clearly without
+    them), clears stale clusters, builds one with |cluster_kwargs| under a
+    fresh work dir, calls run(pc), checks that no namespace is left, prints
+    the time and the failures (with the .err logs' tails). Returns the
+    process exit code: 0, or 1 when |failures| is not empty."""
+    import shutil
+    import sys
+    import tempfile
+    cluster.require_or_exit(name)
+    cluster.cleanup_stale(log=print)
+    if not os.path.exists(data):
+        check(False, "no %s" % data)
+        return 1
+    work = tempfile.mkdtemp(prefix="pcp-%s-" % name)
+    t0 = time.time()
+    tag = None
+    try:
+        with PcpCluster(pcp, work, **cluster_kwargs) as pc:
+            tag = pc.cluster.tag
+            run(pc)
+    except PcpClusterError as e:
+        check(False, str(e))
+    if tag:
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True,
+                              text=True).stdout
+        check("pcp-%s-" % tag not in left, "no namespace of %s left" % tag)
+    print("%s: %.1f s, %d failures" % (name, time.time() - t0, len(failures)))
+    if failures:
+        print("logs in %s" % work, file=sys.stderr)
+        for entry in sorted(os.listdir(work)):
+            if entry.endswith(".err"):
+                with open(os.path.join(work, entry)) as f:
+                    print("--- %s (tail)\n%s" % (entry, f.read()[-1500:]),
+                          file=sys.stderr)
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
