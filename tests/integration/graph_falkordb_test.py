@@ -70,6 +70,11 @@ def wait_ready(base, proc, timeout_s=60):
 class Gateway:
     def __init__(self, work, name, config):
         self.port = falkordb_server.free_port()
+        # Two unbound probes can return the same port: the gateway refuses
+        # an API and a fabric port that are equal, so draw until they differ.
+        control = falkordb_server.free_port()
+        while control == self.port:
+            control = falkordb_server.free_port()
         self.base = "http://127.0.0.1:%d" % self.port
         path = os.path.join(work, name + ".json")
         with open(path, "w") as f:
@@ -77,8 +82,7 @@ class Gateway:
         self.err = os.path.join(work, name + ".err")
         self.proc = subprocess.Popen(
             [PCP, "--gateway", "--gateway-config", path, "--api-port",
-             str(self.port), "--control-port",
-             str(falkordb_server.free_port())],
+             str(self.port), "--control-port", str(control)],
             stderr=open(self.err, "w"),
             env=dict(os.environ, PCP_WORKER_JOIN_TOKEN="graph-join"))
 
