@@ -455,6 +455,17 @@ static pcp_status_t aggregation_strategy_check(
                            "key 'aggregation_strategy': 'ddp' and a "
                            "'decoupled_diloco' block exclude each other");
   }
+  if (decoupled && config->warmup_steps > config->outer_loop_steps) {
+    // Decoupled learners run outer_loop_steps local steps (one per syncer
+    // step), not outer_loop_steps x tau: the general check allowed a warmup
+    // that never ends.
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'warmup_steps': %lld warmup steps; a "
+                           "decoupled_diloco learner runs outer_loop_steps = "
+                           "%lld local steps",
+                           (long long)config->warmup_steps,
+                           (long long)config->outer_loop_steps);
+  }
   if (ddp && config->dtype != PCP_DILOCO_DTYPE_F32) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key 'dtype': aggregation_strategy 'ddp' trains "

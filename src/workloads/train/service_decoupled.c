@@ -3224,6 +3224,12 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
   if (!status) {
     d->grace.config = grace;
     d->total_steps = (uint64_t)job->config.outer_loop_steps;
+    // The inner rate schedule runs over a learner's local steps, which are
+    // the syncer steps here (outer_loop_steps), not outer_loop_steps x tau
+    // as the job set it up for classic rounds: a cosine over that length
+    // barely decayed in a decoupled run.
+    pcp_diloco_lr_schedule_initialize(&job->config, d->total_steps,
+                                      &job->schedule);
     for (uint64_t s = 1; s <= d->total_steps; ++s) {
       uint32_t f;
       d->scheduled += pcp_decoupled_schedule_fragment_at(&d->schedule, s, &f);
