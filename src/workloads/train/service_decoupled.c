@@ -2037,8 +2037,10 @@ static bool dec_step_wasted(const dec_t* d, uint32_t li) {
 // - the test delay (delay_learner waits after each step below delay_until).
 // The caller's dec_step_wasted check holds for the whole task: it turns
 // true only when a scheduled step opens (a round closing moves its
-// fragment from pending to a queued blend, still pending), and none opens
-// inside the task.
+// fragment from pending to a queued blend, still pending), and the task
+// opens none. Another learner may open one meanwhile: this learner then
+// answers its pull up to K - 1 steps later than at K=1, the timing
+// freedom several learners have anyway (a one-learner run is exact).
 static uint32_t dec_task_steps(const dec_t* d, uint32_t li) {
   const dec_learner_t* l = &d->learners[li];
   uint64_t K = d->steps_per_task, t = l->step + 1,
