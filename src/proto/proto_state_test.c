@@ -477,7 +477,9 @@ static void duplicate_and_out_of_order_frames(void** state) {
 
   // A duplicate heartbeat (same seq) is dropped but counts as life.
   pcp_proto_heartbeat_t hb = {.seq = 100, .ack = 0};
-  ASSERT_OK(pcp_proto_heartbeat_encode(1, 0, &hb, &l, alloc, &e));
+  // At the version the two ends negotiated (the highest both speak).
+  ASSERT_OK(
+      pcp_proto_heartbeat_encode(PCP_PROTO_VERSION_MAX, 0, &hb, &l, alloc, &e));
   size_t n;
   uint8_t* bytes = test_flatten(&e, &n);
   ASSERT_OK(pcp_proto_gateway_conn_on_bytes(h.gateway, bytes, n, h.now));
@@ -594,11 +596,14 @@ static void handshake_out_of_order_and_garbage(void** state) {
   assert_int_equal(pcp_status_code(close->status), PCP_STATUS_INVALID_ARGUMENT);
   recorded_clear(&h.gw);
 
-  // A worker that only speaks versions 2..3: HELLO(selected 0), REJECT 2.
+  // A worker that only speaks versions after ours: HELLO(selected 0),
+  // REJECT 2.
   new_gateway(&h, kToken, sizeof(kToken) - 1);
-  pcp_proto_hello_t future = {
-      .min_version = 2, .max_version = 3, .role = "worker"};
-  ASSERT_OK(pcp_proto_hello_encode(3, 0, &future, &l, alloc, &e));
+  pcp_proto_hello_t future = {.min_version = PCP_PROTO_VERSION_MAX + 1,
+                              .max_version = PCP_PROTO_VERSION_MAX + 2,
+                              .role = "worker"};
+  ASSERT_OK(pcp_proto_hello_encode(PCP_PROTO_VERSION_MAX + 2, 0, &future, &l,
+                                   alloc, &e));
   bytes = test_flatten(&e, &n);
   size_t sent_before = h.gw_sent_count;
   ASSERT_OK(pcp_proto_gateway_conn_on_bytes(h.gateway, bytes, n, h.now));
@@ -1274,8 +1279,8 @@ static void orphan_tensor_blobs_do_not_block(void** state) {
   // A complete tensor blob whose TASK_ASSIGN never comes.
   uint8_t junk[100] = {7};
   ASSERT_OK(pcp_proto_blob_encode_chunks(
-      1, 999, "t9.s0", PCP_PROTO_BLOB_TENSOR, junk, sizeof(junk), &l,
-      pcp_allocator_system(), deliver_to_worker, &h));
+      PCP_PROTO_VERSION_MAX, 999, "t9.s0", PCP_PROTO_BLOB_TENSOR, junk,
+      sizeof(junk), &l, pcp_allocator_system(), deliver_to_worker, &h));
   // A real chunked task still gets through with room for one blob.
   uint8_t big[3000];
   for (size_t i = 0; i < sizeof(big); ++i) big[i] = (uint8_t)i;
