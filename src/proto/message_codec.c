@@ -244,13 +244,31 @@ static const char* run_name(const run_t* run, uint32_t k, char** cursor) {
   return name;
 }
 
-// Sets |key| of |e| to the first |prefix_length| bytes of |name|.
-static pcp_status_t set_prefix(json_t* e, const char* key, const char* name,
-                               size_t prefix_length) {
+// Appends to |array| the run entry {|key|: the first |prefix_length| bytes
+// of |name|, "first", "count"} (keep runs: |output| too).
+static pcp_status_t run_to_json(const char* key, const char* name,
+                                size_t prefix_length, uint32_t first,
+                                uint32_t count, const uint32_t* output,
+                                json_t* array) {
   char prefix[STR_MAX_ + 1];
   memcpy(prefix, name, prefix_length);
   prefix[prefix_length] = '\0';
-  return pcp_proto_json_set_string(e, key, prefix, STR_MAX_);
+  json_t* e = json_object();
+  if (!e) {
+    return oom();
+  }
+  pcp_status_t status = pcp_proto_json_set_string(e, key, prefix, STR_MAX_);
+  if (output) {
+    TRY_(pcp_proto_json_set(e, "output", json_integer(*output)));
+  }
+  TRY_(pcp_proto_json_set(e, "first", json_integer(first)));
+  TRY_(pcp_proto_json_set(e, "count", json_integer(count)));
+  if (!status && json_array_append_new(array, e) != 0) {
+    status = oom();
+  } else if (status) {
+    json_decref(e);
+  }
+  return status;
 }
 
 // The expanded length of the list |array| of field |f| (TENSOR_REFS, or an
@@ -351,11 +369,6 @@ static pcp_status_t refs_to_json(const char* key,
   pcp_status_t status = array ? pcp_ok_status() : oom();
   for (uint32_t i = 0; i < count && !status; ++i) {
     const pcp_proto_tensor_ref_t* r = &refs[i];
-    json_t* e = json_object();
-    if (!e) {
-      status = oom();
-      break;
-    }
     size_t prefix_length = 0;
     uint32_t first = 0;
     uint32_t run =
@@ -364,49 +377,53 @@ static pcp_status_t refs_to_json(const char* key,
             : 1;
     if (run >= 2) {
       // One entry instead of |run|: a decoupled step names 3n of them.
-      TRY_(set_prefix(e, "resident_run", r->name, prefix_length));
-      TRY_(pcp_proto_json_set(e, "first", json_integer(first)));
-      TRY_(pcp_proto_json_set(e, "count", json_integer(run)));
+      status = run_to_json("resident_run", r->name, prefix_length, first, run,
+                           NULL, array);
       i += run - 1;
-    } else {
-      switch (r->kind) {
-        case PCP_PROTO_TENSOR_REF_SECTION:
-          if (r->section >= section_count) {
-            status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                                     "key '%s'[%u]: section %u of %zu", key, i,
-                                     r->section, section_count);
-          }
-          TRY_(pcp_proto_json_set(e, "section", json_integer(r->section)));
-          break;
-        case PCP_PROTO_TENSOR_REF_RESIDENT:
-          TRY_(pcp_proto_json_set_string(e, "resident", r->name, STR_MAX_));
-          break;
-        case PCP_PROTO_TENSOR_REF_BLOB: {
-          TRY_(pcp_proto_json_set_string(e, "blob", r->name, STR_MAX_));
-          TRY_(pcp_proto_json_set(e, "dtype", json_integer(r->element_type)));
-          // Every dimension or an error: a dimension dropped for want of
-          // memory would send a different shape.
-          json_t* shape = status ? NULL : json_array();
-          if (!status && !shape) {
+      continue;
+    }
+    json_t* e = json_object();
+    if (!e) {
+      status = oom();
+      break;
+    }
+    switch (r->kind) {
+      case PCP_PROTO_TENSOR_REF_SECTION:
+        if (r->section >= section_count) {
+          status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                   "key '%s'[%u]: section %u of %zu", key, i,
+                                   r->section, section_count);
+        }
+        TRY_(pcp_proto_json_set(e, "section", json_integer(r->section)));
+        break;
+      case PCP_PROTO_TENSOR_REF_RESIDENT:
+        TRY_(pcp_proto_json_set_string(e, "resident", r->name, STR_MAX_));
+        break;
+      case PCP_PROTO_TENSOR_REF_BLOB: {
+        TRY_(pcp_proto_json_set_string(e, "blob", r->name, STR_MAX_));
+        TRY_(pcp_proto_json_set(e, "dtype", json_integer(r->element_type)));
+        // Every dimension or an error: a dimension dropped for want of
+        // memory would send a different shape.
+        json_t* shape = status ? NULL : json_array();
+        if (!status && !shape) {
+          status = oom();
+        }
+        for (uint32_t d = 0; !status && d < r->rank && d < PCP_MAX_TENSOR_RANK;
+             ++d) {
+          if (json_array_append_new(shape, json_integer(r->shape[d])) != 0) {
             status = oom();
           }
-          for (uint32_t d = 0;
-               !status && d < r->rank && d < PCP_MAX_TENSOR_RANK; ++d) {
-            if (json_array_append_new(shape, json_integer(r->shape[d])) != 0) {
-              status = oom();
-            }
-          }
-          if (status) {
-            json_decref(shape);
-          } else {
-            status = pcp_proto_json_set(e, "shape", shape);
-          }
-          break;
         }
-        default:
-          status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                                   "key '%s'[%u]: bad kind", key, i);
+        if (status) {
+          json_decref(shape);
+        } else {
+          status = pcp_proto_json_set(e, "shape", shape);
+        }
+        break;
       }
+      default:
+        status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                 "key '%s'[%u]: bad kind", key, i);
     }
     if (!status && json_array_append_new(array, e) != 0) {
       status = oom();
@@ -540,19 +557,8 @@ static pcp_status_t keep_to_json(const pcp_proto_field_t* f,
                              section_count, version, NULL, array);
       continue;
     }
-    json_t* e = json_object();
-    if (!e) {
-      return oom();
-    }
-    TRY_(set_prefix(e, "keep_run", keep[i].as, prefix_length));
-    TRY_(pcp_proto_json_set(e, "output", json_integer(keep[i].output)));
-    TRY_(pcp_proto_json_set(e, "first", json_integer(first)));
-    TRY_(pcp_proto_json_set(e, "count", json_integer(run)));
-    if (!status && json_array_append_new(array, e) != 0) {
-      status = oom();
-    } else if (status) {
-      json_decref(e);
-    }
+    status = run_to_json("keep_run", keep[i].as, prefix_length, first, run,
+                         &keep[i].output, array);
     i += run - 1;
   }
   return status;
