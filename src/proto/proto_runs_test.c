@@ -132,6 +132,21 @@ static uint8_t* step_result_bytes(step_t* s, uint16_t version, size_t* n) {
   return test_flatten(&e, n);
 }
 
+// With PCP_RUNS_SEED_DIR set, writes |bytes| there as |name| (the v2 seeds
+// of tests/fuzz/corpus/frame_decoder were made so).
+static void maybe_write_seed(const char* name, const uint8_t* bytes, size_t n) {
+  const char* dir = getenv("PCP_RUNS_SEED_DIR");
+  if (!dir) {
+    return;
+  }
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE* f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(bytes, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+}
+
 // Both versions decode to the same message the caller built; v2 is the
 // smaller frame, and its lists are one run per state kind.
 static void decoupled_step_round_trip_and_sizes(void** state) {
@@ -145,6 +160,9 @@ static void decoupled_step_round_trip_and_sizes(void** state) {
   for (uint16_t v = 1; v <= 2; ++v) {
     size_t n = 0;
     uint8_t* b = step_assign_bytes(&s, v, &n);
+    if (v == 2) {
+      maybe_write_seed("task_assign_runs.bin", b, n);
+    }
     pcp_proto_frame_t f;
     decode_ok(b, n, v, &f);
     assign_bytes[v] = n;
@@ -173,6 +191,9 @@ static void decoupled_step_round_trip_and_sizes(void** state) {
     free(b);
 
     b = step_result_bytes(&s, v, &n);
+    if (v == 2) {
+      maybe_write_seed("task_result_runs.bin", b, n);
+    }
     decode_ok(b, n, v, &f);
     result_bytes[v] = n;
     result_json[v] = json_length(b);
