@@ -827,6 +827,10 @@ typedef struct pcp_decoupled_config_t {
   // the broadcast copy every learner holds, error feedback on the gateway):
   // 0 auto (on when outer_gradient_compression is int4), 1 on, 2 off.
   int32_t int4_down;
+  // A fresh start's @init of a fragment that holds the seeded initial
+  // values goes as seeded-init tensor refs (the learners fill them):
+  // 0 auto (on), 1 off.
+  int32_t seeded_init;
 } pcp_decoupled_config_t;
 
 // The table (defaults, bounds, help). Cross-field rules: timing_ema_alpha

@@ -15,6 +15,7 @@ static const char* const kMerges[] = {"weighted_average", "rda",
 static const char* const kFragments[] = {"strided", "balanced_tensor", NULL};
 static const char* const kCompressions[] = {"none", "int4", NULL};
 static const char* const kInt4Down[] = {"auto", "on", "off", NULL};
+static const char* const kSeededInit[] = {"auto", "off", NULL};
 
 #define T pcp_decoupled_config_t
 static const pcp_config_field_t kFields[] = {
@@ -132,6 +133,13 @@ static const pcp_config_field_t kFields[] = {
      .enum_values = kInt4Down,
      .help = "int4 on the down path (merged fragments to the learners, "
              "error feedback): auto follows outer_gradient_compression"},
+    {.name = "seeded_init",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = offsetof(T, seeded_init),
+     .default_value = "auto",
+     .enum_values = kSeededInit,
+     .help = "a fresh start's learners draw the seeded initial parameters "
+             "themselves instead of receiving them (off: always values)"},
 };
 #undef T
 
