@@ -15,6 +15,7 @@ masters bit for bit.
   fallback and sent again with the values; the resent @init verifies, it
   stays a learner and the job succeeds with every later @mix verified (so
   it then held the masters bit for bit).
+- seeded_init other than "auto" or "off" is refused (400 naming the key).
 - Runs A (seeded_init auto, the default) and B (seeded_init "off") on the
   same three warm workers (the first job uploaded the programs): A's
   seeded @init count is 2 fragments x 3 learners, B's 0; no mismatch on
@@ -86,6 +87,13 @@ def main():
         skewed = sorted(set(connected()) - set(normal))
         check(len(normal) == 2 and len(skewed) == 1,
               "two normal workers %s and a skewed one %s" % (normal, skewed))
+
+        for bad in ("on", True, 1):
+            s, r = request("POST", "/v1/training/jobs",
+                           job_body(seeded_init=bad))
+            check(s == 400 and "seeded_init" in str(r),
+                  "seeded_init %r refused with 400 naming the key: %s %s" % (
+                      bad, s, r))
 
         # Job K: the skewed worker's two seeded @init mismatch and are sent
         # again with values; it stays a learner to the end.
