@@ -1018,34 +1018,33 @@ static pcp_status_t dec_mix_prepare(
   return pcp_ok_status();
 }
 
-// Whether the @init of |fragment| for |l| may go as seeded-init refs
-// (*out_seeded): the key allows it, this is a fresh start (not a resume,
-// not a joiner, not an @init sent again after a mismatch), the job's seed
-// fits the ref, every tensor of the fragment is whole in it, and the
-// values it would send (l->mix_buf, just gathered) are bit for bit what
-// pcp_models_parameter_fill gives. The last check is what makes it exact
-// whatever set the masters (a checkpoint, a merge): only seeded values
-// qualify. It costs one fill of the fragment on the gateway.
-static pcp_status_t dec_init_seeded(dec_t* d, const dec_learner_t* l,
-                                    uint32_t fragment, bool* out_seeded) {
+// Whether the @init of |fragment| for |l| may go as seeded-init refs: the
+// key allows it, this is a fresh start (not a resume, not a joiner, not an
+// @init sent again after a mismatch), every tensor of the fragment is
+// whole in it, and the values it would send (l->mix_buf, just gathered)
+// are bit for bit what pcp_models_parameter_fill gives. The last check is
+// what makes it exact whatever set the masters (a checkpoint, a merge):
+// only seeded values qualify. It costs one fill of the fragment on the
+// gateway.
+static bool dec_init_seeded(dec_t* d, const dec_learner_t* l,
+                            uint32_t fragment) {
   job_t* job = d->job;
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
-  *out_seeded = false;
   if (!d->seeded_init || d->resumed || l->joining || l->init_mismatch ||
       job->param_type != PCP_ELEMENT_TYPE_F32 || f->tensor_count == 0) {
-    return pcp_ok_status();
+    return false;
   }
   for (uint32_t k = 0; k < f->tensor_count; ++k) {
     uint32_t i = f->tensor_indices[k];
     if (d->plan.tensor_values[i] !=
         (uint64_t)job->table.parameters[i].element_count) {
-      return pcp_ok_status();  // part of a tensor: values
+      return false;  // part of a tensor: values
     }
   }
   float* fill = pcp_diloco_job_calloc(job, f->value_count ? f->value_count : 1,
                                       sizeof(float));
   if (!fill) {
-    return pcp_ok_status();  // no scratch: the values go, as without the key
+    return false;  // no scratch: the values go, as without the key
   }
   bool same = true;
   for (uint32_t k = 0; k < f->tensor_count && same; ++k) {
@@ -1058,8 +1057,7 @@ static pcp_status_t dec_init_seeded(dec_t* d, const dec_learner_t* l,
                   (size_t)p->element_count * sizeof(float)) == 0;
   }
   pcp_diloco_job_free(job, fill);
-  *out_seeded = same;
-  return pcp_ok_status();
+  return same;
 }
 
 // Submits one fragment task (init, delta, delta_int4 or mix) for |l|.
@@ -1102,8 +1100,7 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
     // any delta is computed against it (dec_init_hash_check).
     l->hash_inputs = section_count;
     pcp_diloco_param_hash(sections, section_count, l->hash_want);
-    bool seeded = false;
-    PCP_RETURN_IF_ERROR_BARE(dec_init_seeded(d, l, fragment, &seeded));
+    bool seeded = dec_init_seeded(d, l, fragment);
     l->task_seeded = seeded;
     if (seeded) {
       // The same inputs as refs the worker fills; the hash it returns is
