@@ -465,18 +465,24 @@ def main():
         frags = 2
         per_full_sync = dec["sync"] / args.workers / syncs * frags
         # The initial parameters (4N down, once: @init builds the rest of
-        # the state on the worker) are one-off, not per step.
+        # the state on the worker) are one-off, not per step; with seeded
+        # init (the default) an @init that stayed seeded sent none of them.
+        summary = dec["summary"]
+        inits = frags * args.workers
+        seeded = max(0, summary.get("seeded_inits", 0) -
+                     summary.get("seeded_init_fallbacks", 0))
+        initial = 4 * (dec["n"] or 0) * max(0.0, 1.0 - seeded / inits)
         other_per_step = (dec["net"] - dec["sync"] / args.workers -
-                          4 * (dec["n"] or 0)) / dec["steps"]
+                          initial) / dec["steps"]
         ddp_per_step = ddp["net"] / ddp["steps"]
         print("decoupled+int4 measured: %.0f bytes per worker per sync of "
               "the whole model (%d fragment syncs, %.2f B/parameter), "
               "%.0f bytes per worker per local step besides the syncs "
-              "(tokens, losses, task frames, heartbeats; the initial 4N "
-              "parameters excluded); "
+              "(tokens, losses, task frames, heartbeats; the initial "
+              "parameters excluded: %.0f bytes, %d of %d @init seeded); "
               "ddp %.0f bytes per worker per step (%.2f B/parameter)" % (
                   per_full_sync, syncs, per_full_sync / n, other_per_step,
-                  ddp_per_step, ddp_per_step / n))
+                  initial, seeded, inits, ddp_per_step, ddp_per_step / n))
         for goal in (500, 2000):
             if other_per_step > 0 and ddp_per_step / other_per_step <= goal:
                 print("to reach %d: not reachable at any H with this "

@@ -423,28 +423,36 @@ uint16_t pcp_models_f32_to_bf16(float value) {
   return (uint16_t)(bits >> 16);
 }
 
+void pcp_models_parameter_fill(pcp_models_init_t init, uint64_t seed,
+                               uint64_t index, pcp_element_type_t element_type,
+                               int64_t element_count, void* buffer) {
+  // One generator per parameter: (seed, index) through splitmix64 inside
+  // pcp_rng_initialize. The odd multiplier spreads neighbouring indices.
+  pcp_rng_t rng;
+  pcp_rng_initialize(seed ^ ((index + 1) * 0x9E3779B97F4A7C15ull), &rng);
+  for (int64_t j = 0; j < element_count; ++j) {
+    float value = 0.0f;
+    if (init == PCP_MODELS_INIT_NORMAL) {
+      value = (float)(PCP_MODELS_INIT_STDDEV * pcp_rng_next_normal(&rng));
+    } else if (init == PCP_MODELS_INIT_ONES) {
+      value = 1.0f;
+    }
+    if (element_type == PCP_ELEMENT_TYPE_BF16) {
+      ((uint16_t*)buffer)[j] = pcp_models_f32_to_bf16(value);
+    } else {
+      ((float*)buffer)[j] = value;
+    }
+  }
+}
+
 void pcp_models_parameters_initialize(const pcp_models_parameter_table_t* table,
                                       uint64_t seed, void* const* buffers) {
+  // One code path with the workers' seeded @init inputs (a tensor ref
+  // "init"): both call pcp_models_parameter_fill, so they cannot drift.
   for (size_t i = 0; i < table->count; ++i) {
     const pcp_models_parameter_t* p = &table->parameters[i];
-    // One generator per parameter: (seed, index) through splitmix64 inside
-    // pcp_rng_initialize. The odd multiplier spreads neighbouring indices.
-    pcp_rng_t rng;
-    pcp_rng_initialize(seed ^ ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull),
-                       &rng);
-    for (int64_t j = 0; j < p->element_count; ++j) {
-      float value = 0.0f;
-      if (p->init == PCP_MODELS_INIT_NORMAL) {
-        value = (float)(PCP_MODELS_INIT_STDDEV * pcp_rng_next_normal(&rng));
-      } else if (p->init == PCP_MODELS_INIT_ONES) {
-        value = 1.0f;
-      }
-      if (p->element_type == PCP_ELEMENT_TYPE_BF16) {
-        ((uint16_t*)buffers[i])[j] = pcp_models_f32_to_bf16(value);
-      } else {
-        ((float*)buffers[i])[j] = value;
-      }
-    }
+    pcp_models_parameter_fill(p->init, seed, (uint64_t)i, p->element_type,
+                              p->element_count, buffers[i]);
   }
 }
 

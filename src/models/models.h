@@ -190,6 +190,15 @@ PCP_MUST_USE_RESULT pcp_status_t pcp_models_parameter_table_format_json(
 void pcp_models_parameters_initialize(const pcp_models_parameter_table_t* table,
                                       uint64_t seed, void* const* buffers);
 
+// Fills |buffer| (|element_count| elements of |element_type|: bf16, else
+// f32) with the initial values of parameter |index| under |seed| and
+// |init|, exactly as pcp_models_parameters_initialize does for that
+// parameter (it calls this). A worker materializes a seeded @init input
+// with it (tensor ref "init", docs/protocol.md). Thread-safe.
+void pcp_models_parameter_fill(pcp_models_init_t init, uint64_t seed,
+                               uint64_t index, pcp_element_type_t element_type,
+                               int64_t element_count, void* buffer);
+
 //===----------------------------------------------------------------------===//
 // Emitting
 //===----------------------------------------------------------------------===//

@@ -273,6 +273,52 @@ static void init_is_deterministic(void** state) {
   pcp_models_parameter_table_deinitialize(&table);
 }
 
+// A worker materializes a seeded @init input with pcp_models_parameter_fill
+// from (init, seed, index, dtype, count) alone: it must give the bytes the
+// gateway's table-wide initializer gives its masters, in f32 and bf16.
+static void parameter_fill_matches_table(void** state) {
+  (void)state;
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    pcp_models_spec_t spec =
+        tiny(PCP_MODELS_ARCHITECTURE_QWEN3,
+             bf16 ? PCP_ELEMENT_TYPE_BF16 : PCP_ELEMENT_TYPE_F32);
+    pcp_models_parameter_table_t table;
+    assert_null(pcp_models_parameter_table_initialize(
+        &spec, pcp_allocator_system(), &table));
+    void* all[64];
+    assert_true(table.count <= 64);
+    for (size_t i = 0; i < table.count; ++i) {
+      all[i] = malloc(table.parameters[i].byte_length);
+    }
+    pcp_models_parameters_initialize(&table, 0x1234abcdull, all);
+    bool kinds[3] = {false, false, false};
+    for (size_t i = 0; i < table.count; ++i) {
+      const pcp_models_parameter_t* p = &table.parameters[i];
+      void* one = malloc(p->byte_length);
+      memset(one, 0xA5, p->byte_length);
+      pcp_models_parameter_fill(p->init, 0x1234abcdull, i, p->element_type,
+                                p->element_count, one);
+      assert_memory_equal(one, all[i], p->byte_length);
+      kinds[p->init] = true;
+      if (p->init == PCP_MODELS_INIT_NORMAL) {
+        // Another index or seed draws other values.
+        pcp_models_parameter_fill(p->init, 0x1234abcdull, i + 1,
+                                  p->element_type, p->element_count, one);
+        assert_memory_not_equal(one, all[i], p->byte_length);
+        pcp_models_parameter_fill(p->init, 0x1234abcdeull, i, p->element_type,
+                                  p->element_count, one);
+        assert_memory_not_equal(one, all[i], p->byte_length);
+      }
+      free(one);
+    }
+    assert_true(kinds[PCP_MODELS_INIT_NORMAL] && kinds[PCP_MODELS_INIT_ONES]);
+    for (size_t i = 0; i < table.count; ++i) {
+      free(all[i]);
+    }
+    pcp_models_parameter_table_deinitialize(&table);
+  }
+}
+
 static char* emit(const pcp_models_spec_t* spec, size_t* out_length) {
   pcp_string_builder_t b;
   pcp_string_builder_initialize(pcp_allocator_system(), 0, &b);
@@ -430,6 +476,7 @@ int main(void) {
       cmocka_unit_test(qwen3_8b_table),
       cmocka_unit_test(gpt_table),
       cmocka_unit_test(init_is_deterministic),
+      cmocka_unit_test(parameter_fill_matches_table),
       cmocka_unit_test(emit_is_deterministic_and_refuses_bad_specs),
       cmocka_unit_test(every_module_parses_verifies_and_compiles),
   };

@@ -356,6 +356,116 @@ static uint32_t keep_run_length(const pcp_proto_keep_resident_t* keep,
 // Tensor references (s.3.9)
 //===----------------------------------------------------------------------===//
 
+// "init" refs (seeded initial parameters): names of pcp_proto_init_kind_t.
+static const char* const kInitNames[] = {"normal", "ones", "zeros", NULL};
+
+pcp_status_t pcp_proto_init_ref_validate(const pcp_proto_tensor_ref_t* ref) {
+  if ((unsigned)ref->init > PCP_PROTO_INIT_ZEROS) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "init ref: unknown init kind %d", (int)ref->init);
+  }
+  if (ref->element_type != PCP_ELEMENT_TYPE_F32 &&
+      ref->element_type != PCP_ELEMENT_TYPE_BF16) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "init ref: dtype %d is not f32 or bf16",
+                           (int)ref->element_type);
+  }
+  if (ref->rank < 1 || ref->rank > PCP_MAX_TENSOR_RANK) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "init ref: rank %u not in 1..%d", ref->rank,
+                           PCP_MAX_TENSOR_RANK);
+  }
+  for (uint32_t d = 0; d < ref->rank; ++d) {
+    if (ref->shape[d] < 1) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "init ref: dim %u is %lld, must be >= 1", d,
+                             (long long)ref->shape[d]);
+    }
+  }
+  uint64_t bytes = 0;
+  if (!pcp_proto_tensor_byte_length(ref->element_type, ref->rank, ref->shape,
+                                    &bytes) ||
+      bytes > PCP_PROTO_CEILING_INIT_REF_BYTES) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT,
+        "init ref: the tensor would exceed %llu bytes",
+        (unsigned long long)PCP_PROTO_CEILING_INIT_REF_BYTES);
+  }
+  return pcp_ok_status();
+}
+
+// {"init", "seed" (16 hex digits: JSON numbers lose bits past 2^53),
+// "index", "dtype", "shape"} of a valid INIT ref.
+static pcp_status_t init_ref_to_json(const pcp_proto_tensor_ref_t* r,
+                                     json_t* e) {
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_init_ref_validate(r));
+  char seed[17];
+  snprintf(seed, sizeof(seed), "%016llx", (unsigned long long)r->seed);
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_proto_json_set(e, "init", json_string(kInitNames[r->init])));
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_json_set(e, "seed", json_string(seed)));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_proto_json_set(e, "index", json_integer((json_int_t)r->index)));
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_proto_json_set(e, "dtype", json_integer(r->element_type)));
+  json_t* shape = json_array();
+  if (!shape) {
+    return oom();
+  }
+  for (uint32_t d = 0; d < r->rank; ++d) {
+    if (json_array_append_new(shape, json_integer(r->shape[d])) != 0) {
+      json_decref(shape);
+      return oom();
+    }
+  }
+  return pcp_proto_json_set(e, "shape", shape);
+}
+
+static pcp_status_t init_ref_from_json(const json_t* e, const char* what,
+                                       pcp_proto_tensor_ref_t* r) {
+  const char* init = NULL;
+  const char* seed = NULL;
+  uint64_t index = 0, dtype = 0;
+  r->kind = PCP_PROTO_TENSOR_REF_INIT;
+  PCP_RETURN_IF_ERROR(pcp_proto_json_string(e, "init", 1, 16, &init), "%s",
+                      what);
+  size_t k = 0;
+  while (kInitNames[k] && strcmp(kInitNames[k], init) != 0) {
+    ++k;
+  }
+  if (!kInitNames[k]) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "%s: init must be normal, ones or zeros", what);
+  }
+  r->init = (pcp_proto_init_kind_t)k;
+  PCP_RETURN_IF_ERROR(pcp_proto_json_string(e, "seed", 16, 16, &seed), "%s",
+                      what);
+  r->seed = 0;
+  for (size_t i = 0; i < 16; ++i) {
+    char c = seed[i];
+    int v = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                   : -1;
+    if (v < 0) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "%s: seed must be 16 lowercase hex digits", what);
+    }
+    r->seed = (r->seed << 4) | (uint64_t)v;
+  }
+  PCP_RETURN_IF_ERROR(pcp_proto_json_u64(e, "index", UINT32_MAX, &index), "%s",
+                      what);
+  r->index = (uint32_t)index;
+  PCP_RETURN_IF_ERROR(
+      pcp_proto_json_u64(e, "dtype", PCP_ELEMENT_TYPE_COUNT_ - 1, &dtype), "%s",
+      what);
+  r->element_type = (pcp_element_type_t)dtype;
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_json_shape(json_object_get(e, "shape"),
+                                                what, PCP_MAX_TENSOR_RANK,
+                                                &r->rank, r->shape));
+  PCP_RETURN_IF_ERROR(pcp_proto_init_ref_validate(r), "%s", what);
+  return pcp_ok_status();
+}
+
 static pcp_status_t refs_to_json(const char* key,
                                  const pcp_proto_tensor_ref_t* refs,
                                  uint32_t count, uint64_t max,
@@ -421,6 +531,15 @@ static pcp_status_t refs_to_json(const char* key,
         }
         break;
       }
+      case PCP_PROTO_TENSOR_REF_INIT:
+        status = strcmp(key, "inputs") == 0
+                     ? init_ref_to_json(r, e)
+                     : pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                                       "an init ref is a task input only");
+        if (status) {
+          status = pcp_status_annotate_f(status, "key '%s'[%u]", key, i);
+        }
+        break;
       default:
         status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                                  "key '%s'[%u]: bad kind", key, i);
@@ -505,6 +624,9 @@ static pcp_status_t refs_from_json(const pcp_proto_frame_t* frame,
       PCP_RETURN_IF_ERROR_BARE(pcp_proto_json_shape(json_object_get(e, "shape"),
                                                     what, PCP_MAX_TENSOR_RANK,
                                                     &r->rank, r->shape));
+    } else if (json_object_get(e, "init") && strcmp(key, "inputs") == 0) {
+      // Task inputs only: a result's outputs are always bytes.
+      PCP_RETURN_IF_ERROR_BARE(init_ref_from_json(e, what, r));
     } else {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "%s: needs 'section', 'resident' or 'blob'", what);

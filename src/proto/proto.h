@@ -532,7 +532,25 @@ typedef enum pcp_proto_tensor_ref_kind_e {
   PCP_PROTO_TENSOR_REF_SECTION = 0,   // {"section": i}
   PCP_PROTO_TENSOR_REF_RESIDENT = 1,  // {"resident": name}
   PCP_PROTO_TENSOR_REF_BLOB = 2,      // {"blob": id, "dtype", "shape"}
+  // Task inputs only: {"init": "normal"|"ones"|"zeros", "seed": "<16 hex>",
+  // "index": i, "dtype", "shape"}: the worker fills the tensor itself with
+  // pcp_models_parameter_fill (a seeded initial parameter: no bytes on the
+  // wire). dtype f32 or bf16; at most PCP_PROTO_CEILING_INIT_REF_BYTES.
+  PCP_PROTO_TENSOR_REF_INIT = 3,
 } pcp_proto_tensor_ref_kind_t;
+
+// An "init" ref's fill, numbered as pcp_models_init_t (proto does not
+// depend on models; the worker casts).
+typedef enum pcp_proto_init_kind_e {
+  PCP_PROTO_INIT_NORMAL = 0,
+  PCP_PROTO_INIT_ONES = 1,
+  PCP_PROTO_INIT_ZEROS = 2,
+} pcp_proto_init_kind_t;
+
+// The largest tensor an "init" ref may make a worker allocate: what one
+// frame could carry as a section, so a seeded input can never cost a
+// worker more memory than the same input sent as values.
+#define PCP_PROTO_CEILING_INIT_REF_BYTES PCP_PROTO_CEILING_FRAME_BYTES
 
 typedef struct pcp_proto_tensor_ref_t {
   pcp_proto_tensor_ref_kind_t kind;
@@ -541,7 +559,17 @@ typedef struct pcp_proto_tensor_ref_t {
   pcp_element_type_t element_type;  // BLOB
   uint32_t rank;                    // BLOB
   int64_t shape[PCP_MAX_TENSOR_RANK];
+  pcp_proto_init_kind_t init;  // INIT (element_type, rank, shape too)
+  uint64_t seed;               // INIT
+  uint32_t index;              // INIT: the parameter's index in its table
 } pcp_proto_tensor_ref_t;
+
+// Checks an INIT ref's fields (known init, dtype f32 or bf16, rank and
+// dims positive and at most PCP_PROTO_CEILING_INIT_REF_BYTES in all);
+// INVALID_ARGUMENT naming the rule. The decoder, the fabric and the worker
+// call it, so a bad ref is refused before anything is allocated.
+PCP_MUST_USE_RESULT pcp_status_t
+pcp_proto_init_ref_validate(const pcp_proto_tensor_ref_t* ref);
 
 typedef struct pcp_proto_keep_resident_t {
   uint32_t output;

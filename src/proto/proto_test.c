@@ -496,6 +496,155 @@ static void task_assign_and_result_round_trip(void** state) {
               PCP_STATUS_INVALID_ARGUMENT);
 }
 
+// Seeded-init refs: the worker fills the tensor itself, so every field is
+// checked before it allocates anything.
+static void init_refs_round_trip_and_hostile(void** state) {
+  (void)state;
+  pcp_proto_limits_t l = limits();
+  pcp_allocator_t a = pcp_allocator_system();
+  pcp_proto_tensor_ref_t inputs[2] = {
+      {.kind = PCP_PROTO_TENSOR_REF_INIT,
+       .init = PCP_PROTO_INIT_NORMAL,
+       .seed = 0xfedcba9876543210ull,
+       .index = UINT32_MAX,
+       .element_type = PCP_ELEMENT_TYPE_F32,
+       .rank = 2,
+       .shape = {3, 5}},
+      {.kind = PCP_PROTO_TENSOR_REF_INIT,
+       .init = PCP_PROTO_INIT_ONES,
+       .seed = 7,
+       .index = 2,
+       .element_type = PCP_ELEMENT_TYPE_BF16,
+       .rank = 1,
+       .shape = {64}},
+  };
+  pcp_proto_task_assign_t in = {.task_id = 9,
+                                .function = "init",
+                                .inputs = inputs,
+                                .input_count = 2,
+                                .hash_inputs = 2};
+  pcp_proto_encoded_frame_t e;
+  ASSERT_OK(pcp_proto_task_assign_encode(1, 3, &in, NULL, 0, &l, a, &e));
+  size_t n;
+  uint8_t* b = test_flatten(&e, &n);
+  pcp_proto_frame_t f;
+  decode_ok(b, n, 1, &f);
+  assert_non_null(strstr((const char*)b + 40, "\"seed\":\"fedcba9876543210\""));
+  pcp_proto_task_assign_t out;
+  ASSERT_OK(pcp_proto_task_assign_parse(&f, &out));
+  assert_int_equal(out.input_count, 2);
+  assert_int_equal(out.inputs[0].kind, PCP_PROTO_TENSOR_REF_INIT);
+  assert_int_equal(out.inputs[0].init, PCP_PROTO_INIT_NORMAL);
+  assert_true(out.inputs[0].seed == 0xfedcba9876543210ull);
+  assert_true(out.inputs[0].index == UINT32_MAX);
+  assert_int_equal(out.inputs[0].element_type, PCP_ELEMENT_TYPE_F32);
+  assert_int_equal(out.inputs[0].rank, 2);
+  assert_int_equal(out.inputs[0].shape[0], 3);
+  assert_int_equal(out.inputs[0].shape[1], 5);
+  assert_int_equal(out.inputs[1].init, PCP_PROTO_INIT_ONES);
+  assert_true(out.inputs[1].seed == 7);
+  assert_int_equal(out.inputs[1].element_type, PCP_ELEMENT_TYPE_BF16);
+  assert_int_equal(out.inputs[1].shape[0], 64);
+  pcp_proto_frame_deinitialize(&f);
+  free(b);
+
+  // The encoder refuses what the decoder would.
+  inputs[1].element_type = PCP_ELEMENT_TYPE_I32;
+  ASSERT_CODE(pcp_proto_task_assign_encode(1, 3, &in, NULL, 0, &l, a, &e),
+              PCP_STATUS_INVALID_ARGUMENT);
+  inputs[1].element_type = PCP_ELEMENT_TYPE_BF16;
+  inputs[1].shape[0] = (int64_t)1 << 40;  // 2 TiB of bf16
+  ASSERT_CODE(pcp_proto_task_assign_encode(1, 3, &in, NULL, 0, &l, a, &e),
+              PCP_STATUS_INVALID_ARGUMENT);
+  // Only task inputs may be init refs.
+  pcp_proto_task_result_t r = {
+      .task_id = 9, .outputs = inputs, .output_count = 1};
+  ASSERT_CODE(pcp_proto_task_result_encode(1, 3, &r, NULL, 0, &l, a, &e),
+              PCP_STATUS_INVALID_ARGUMENT);
+
+  // Hostile decodes: each is one bad field of an otherwise good ref.
+  static const char* const kBad[] = {
+      "\"init\":\"uniform\",\"seed\":\"0000000000000001\",\"index\":0,"
+      "\"dtype\":1,\"shape\":[4]",
+      "\"init\":7,\"seed\":\"0000000000000001\",\"index\":0,"
+      "\"dtype\":1,\"shape\":[4]",
+      "\"init\":\"normal\",\"seed\":\"1\",\"index\":0,\"dtype\":1,"
+      "\"shape\":[4]",
+      "\"init\":\"normal\",\"seed\":\"000000000000000G\",\"index\":0,"
+      "\"dtype\":1,\"shape\":[4]",
+      "\"init\":\"normal\",\"seed\":\"00000000000000001\",\"index\":0,"
+      "\"dtype\":1,\"shape\":[4]",
+      "\"init\":\"normal\",\"seed\":1,\"index\":0,\"dtype\":1,"
+      "\"shape\":[4]",
+      "\"init\":\"normal\",\"seed\":\"0000000000000001\","
+      "\"index\":4294967296,\"dtype\":1,\"shape\":[4]",
+      "\"init\":\"normal\",\"seed\":\"0000000000000001\",\"index\":-1,"
+      "\"dtype\":1,\"shape\":[4]",
+      "\"init\":\"normal\",\"seed\":\"0000000000000001\",\"index\":0,"
+      "\"dtype\":1,\"shape\":[]",
+      "\"init\":\"normal\",\"seed\":\"0000000000000001\",\"index\":0,"
+      "\"dtype\":1,\"shape\":[4,0]",
+      "\"init\":\"normal\",\"seed\":\"0000000000000001\",\"index\":0,"
+      "\"dtype\":1,\"shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]",
+      "\"init\":\"normal\",\"seed\":\"0000000000000001\",\"index\":0,"
+      "\"dtype\":1,\"shape\":[65536,65536]",
+      "\"init\":\"normal\",\"seed\":\"0000000000000001\",\"index\":0,"
+      "\"dtype\":1,\"shape\":[4611686018427387904,4]",
+      "\"init\":\"normal\",\"seed\":\"0000000000000001\",\"index\":0,"
+      "\"shape\":[4]",
+  };
+  for (size_t k = 0; k < sizeof(kBad) / sizeof(kBad[0]); ++k) {
+    const char* ref = kBad[k];
+    char json[512];
+    snprintf(json, sizeof(json),
+             "{\"task_id\":1,\"program\":\"%064d\",\"function\":\"f\","
+             "\"inputs\":[{%s}]}",
+             0, ref);
+    size_t len;
+    b = build_raw((raw_opts_t){.type = PCP_PROTO_MESSAGE_TASK_ASSIGN}, json,
+                  NULL, 0, &len);
+    decode_ok(b, len, 1, &f);
+    pcp_proto_task_assign_t m;
+    pcp_status_t st = pcp_proto_task_assign_parse(&f, &m);
+    if (!st) {
+      fail_msg("accepted: %s", ref);
+    }
+    assert_int_equal(pcp_status_consume_code(st), PCP_STATUS_INVALID_ARGUMENT);
+    pcp_proto_frame_deinitialize(&f);
+    free(b);
+  }
+  // Wrong dtypes: i32 and 0.
+  for (int dtype = 0; dtype < 2; ++dtype) {
+    char json[512];
+    snprintf(json, sizeof(json),
+             "{\"task_id\":1,\"program\":\"%064d\",\"function\":\"f\","
+             "\"inputs\":[{\"init\":\"zeros\",\"seed\":\"0000000000000001\","
+             "\"index\":0,\"dtype\":%d,\"shape\":[4]}]}",
+             0, dtype ? (int)PCP_ELEMENT_TYPE_I32 : 0);
+    size_t len;
+    b = build_raw((raw_opts_t){.type = PCP_PROTO_MESSAGE_TASK_ASSIGN}, json,
+                  NULL, 0, &len);
+    decode_ok(b, len, 1, &f);
+    pcp_proto_task_assign_t m;
+    ASSERT_CODE(pcp_proto_task_assign_parse(&f, &m),
+                PCP_STATUS_INVALID_ARGUMENT);
+    pcp_proto_frame_deinitialize(&f);
+    free(b);
+  }
+  // A result output that claims to be an init ref is refused.
+  size_t len;
+  b = build_raw((raw_opts_t){.type = PCP_PROTO_MESSAGE_TASK_RESULT},
+                "{\"task_id\":1,\"outputs\":[{\"init\":\"zeros\",\"seed\":"
+                "\"0000000000000001\",\"index\":0,\"dtype\":3,\"shape\":[4]}]}",
+                NULL, 0, &len);
+  decode_ok(b, len, 1, &f);
+  pcp_proto_task_result_t rr;
+  ASSERT_CODE(pcp_proto_task_result_parse(&f, &rr),
+              PCP_STATUS_INVALID_ARGUMENT);
+  pcp_proto_frame_deinitialize(&f);
+  free(b);
+}
+
 static void error_frame_maps_status(void** state) {
   (void)state;
   pcp_proto_limits_t l = limits();
@@ -1429,6 +1578,7 @@ int main(void) {
       cmocka_unit_test(join_round_trip),
       cmocka_unit_test(control_messages_round_trip),
       cmocka_unit_test(task_assign_and_result_round_trip),
+      cmocka_unit_test(init_refs_round_trip_and_hostile),
       cmocka_unit_test(error_frame_maps_status),
       cmocka_unit_test(byte_at_a_time_stream),
       cmocka_unit_test(decoder_window_commit),

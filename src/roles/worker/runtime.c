@@ -23,6 +23,7 @@
 
 #include "compile/compile.h"
 #include "compute/compute.h"
+#include "models/models.h"
 #include "net/net.h"
 #include "proto/proto.h"
 #include "roles/worker/worker_impl.h"
@@ -226,6 +227,11 @@ struct worker_t {
   // (the kept tensor unchanged).
   uint64_t output_hashed_tasks;
   uint64_t test_corrupt_output;
+  // PCP_WORKER_TEST_INIT_SKEW=1 (0/unset: off): every tensor this worker
+  // fills from a seeded-init ref gets bit 0 of its first byte flipped, as a
+  // worker whose libm draws other bits would; tests prove the gateway then
+  // re-sends that @init with values (docs/training.md).
+  bool test_init_skew;
 
   // Series updated from both threads (lock-free).
   pcp_roles_worker_metrics_t metrics;
@@ -977,6 +983,36 @@ static pcp_status_t get_program(worker_t* w, const uint8_t hash[32],
   return pcp_ok_status();
 }
 
+// A seeded initial parameter (tensor ref "init"): filled here by the
+// models' own initializer, into storage the host tensor owns (run_task
+// deinitializes every input's host tensor after the call). The decoder
+// bounded its size; it is checked again since the ref is the one thing
+// that makes the worker allocate what the gateway did not send.
+static pcp_status_t init_input_value(worker_t* w,
+                                     const pcp_proto_tensor_ref_t* ref,
+                                     pcp_host_tensor_t* host,
+                                     pcp_value_t* out) {
+  PCP_RETURN_IF_ERROR_BARE(pcp_proto_init_ref_validate(ref));
+  pcp_tensor_shape_t shape = {.element_type = ref->element_type,
+                              .rank = (int32_t)ref->rank};
+  int64_t count = 1;
+  for (uint32_t d = 0; d < ref->rank; ++d) {
+    shape.dims[d] = ref->shape[d];
+    count *= ref->shape[d];
+  }
+  PCP_RETURN_IF_ERROR_BARE(
+      pcp_host_tensor_allocate_with_allocator(&shape, w->allocator, host));
+  pcp_models_parameter_fill((pcp_models_init_t)ref->init, ref->seed, ref->index,
+                            ref->element_type, count, host->data);
+  if (w->test_init_skew && host->byte_length > 0) {
+    ((uint8_t*)host->data)[0] ^= 1u;
+    log_event_at(w, PCP_LOG_WARN,
+                 "test hook: flipped one bit of a seeded-init input", NULL, 0);
+  }
+  *out = pcp_value_host(host);
+  return pcp_ok_status();
+}
+
 static pcp_status_t input_value(worker_t* w, job_t* job,
                                 const pcp_proto_task_assign_t* assign,
                                 const pcp_proto_tensor_ref_t* ref,
@@ -1028,6 +1064,8 @@ static pcp_status_t input_value(worker_t* w, job_t* job,
       *out = pcp_value_host(host);
       return pcp_ok_status();
     }
+    case PCP_PROTO_TENSOR_REF_INIT:
+      return init_input_value(w, ref, host, out);
   }
   return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                          "unknown tensor reference kind %d", (int)ref->kind);
@@ -1616,6 +1654,8 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
   if (omit_hash && *omit_hash) {
     w->test_omit_hash = strtoull(omit_hash, NULL, 10);
   }
+  const char* init_skew = getenv("PCP_WORKER_TEST_INIT_SKEW");
+  w->test_init_skew = init_skew && strcmp(init_skew, "1") == 0;
   const char* corrupt_output = getenv("PCP_WORKER_TEST_CORRUPT_OUTPUT");
   if (corrupt_output && *corrupt_output) {
     w->test_corrupt_output = strtoull(corrupt_output, NULL, 10);

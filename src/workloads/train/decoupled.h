@@ -835,6 +835,10 @@ typedef struct pcp_decoupled_config_t {
   // K-step @train_steps as well and runs K steps per task wherever none of
   // them but the last is followed by something due (docs/training.md).
   int64_t steps_per_task;
+  // A fresh start's @init of a fragment that holds the seeded initial
+  // values goes as seeded-init tensor refs (the learners fill them):
+  // 0 auto (on), 1 off.
+  int32_t seeded_init;
 } pcp_decoupled_config_t;
 
 // The table (defaults, bounds, help). Cross-field rules: timing_ema_alpha

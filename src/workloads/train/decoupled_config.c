@@ -15,6 +15,7 @@ static const char* const kMerges[] = {"weighted_average", "rda",
 static const char* const kFragments[] = {"strided", "balanced_tensor", NULL};
 static const char* const kCompressions[] = {"none", "int4", NULL};
 static const char* const kInt4Down[] = {"auto", "on", "off", NULL};
+static const char* const kSeededInit[] = {"auto", "off", NULL};
 
 #define T pcp_decoupled_config_t
 static const pcp_config_field_t kFields[] = {
@@ -140,6 +141,13 @@ static const pcp_config_field_t kFields[] = {
      .max = PCP_DECOUPLED_MAX_STEPS_PER_TASK,
      .help = "local steps a learner runs per task (fewer tasks and bytes; "
              "one more program to compile)"},
+    {.name = "seeded_init",
+     .type = PCP_CONFIG_TYPE_ENUM,
+     .offset = offsetof(T, seeded_init),
+     .default_value = "auto",
+     .enum_values = kSeededInit,
+     .help = "a fresh start's learners draw the seeded initial parameters "
+             "themselves instead of receiving them (off: always values)"},
 };
 #undef T
 

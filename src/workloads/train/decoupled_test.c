@@ -1614,6 +1614,7 @@ static void test_config(void** state) {
   assert_int_equal(c.max_recovery_syncer_steps, 24);
   assert_int_equal(c.int4_block_size, 64);
   assert_int_equal(c.steps_per_task, 1);
+  assert_int_equal(c.seeded_init, 0);  // auto
   // H from tau (24 here), the paper profile's P = H = 24.
   pcp_decoupled_schedule_t schedule;
   pcp_decoupled_grace_config_t grace;
@@ -1641,6 +1642,8 @@ static void test_config(void** state) {
   pcp_decoupled_config_deinitialize(&c);
   EXPECT_OK(parse_config("{\"steps_per_task\": 64}", &c));
   assert_int_equal(c.steps_per_task, 64);
+  EXPECT_OK(parse_config("{\"seeded_init\": \"off\"}", &c));
+  assert_int_equal(c.seeded_init, 1);
   pcp_decoupled_config_deinitialize(&c);
 
   static const struct {
@@ -1660,6 +1663,8 @@ static void test_config(void** state) {
       {"{\"steps_per_task\": 0}", "steps_per_task"},
       {"{\"steps_per_task\": 65}", "steps_per_task"},
       {"{\"steps_per_task\": 2.5}", "steps_per_task"},
+      {"{\"seeded_init\": \"on\"}", "seeded_init"},
+      {"{\"seeded_init\": true}", "seeded_init"},
   };
   for (size_t i = 0; i < PCP_ARRAYSIZE(kBad); ++i) {
     EXPECT_ERROR(parse_config(kBad[i].json, &c), PCP_STATUS_INVALID_ARGUMENT,

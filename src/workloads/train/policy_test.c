@@ -141,6 +141,19 @@ static void test_aggregation_strategy(void** state) {
        "'decoupled_diloco' and a 'streaming' block"},
       {",\"aggregation_strategy\":\"ddp\",\"decoupled_diloco\":{}}",
        "'ddp' and a 'decoupled_diloco' block"},
+      // The block's keys are checked at submit too.
+      {",\"aggregation_strategy\":\"decoupled_diloco\","
+       "\"decoupled_diloco\":{\"seeded_init\":\"on\"}}",
+       "seeded_init"},
+      {",\"aggregation_strategy\":\"decoupled_diloco\","
+       "\"decoupled_diloco\":{\"seeded_init\":\"off\"}}",
+       NULL},
+      {",\"aggregation_strategy\":\"decoupled_diloco\","
+       "\"decoupled_diloco\":{\"num_fragments\":0}}",
+       "num_fragments"},
+      {",\"aggregation_strategy\":\"decoupled_diloco\","
+       "\"decoupled_diloco\":3}",
+       "must be an object"},
       {",\"aggregation_strategy\":\"ddp\",\"dtype\":\"bf16\"}",
        "'ddp' trains f32 models only"},
       // A decoupled_diloco block without the strategy that reads it would

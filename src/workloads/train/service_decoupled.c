@@ -140,6 +140,7 @@ typedef struct dec_learner_t {
   uint8_t hash_out_want[PCP_SHA256_BYTE_LENGTH];
   bool resync_pending;
   bool init_mismatch;  // its last @init's hash mismatched (sent again)
+  bool task_seeded;    // the @init out carries seeded-init refs, no values
   uint32_t resync_fragment;
   uint64_t resync_step;
   // int4 down path: per fragment, the version of the broadcast copy B it
@@ -233,6 +234,14 @@ typedef struct dec_t {
   bool resume_replay_ok;            // its tape replayed to its state
   // Bit-identity: @mix tasks re-sent after a mismatch.
   uint64_t resyncs;
+  // Seeded init (key seeded_init): an @init whose fragment still holds
+  // exactly pcp_models_parameters_initialize(job seed) goes down as "init"
+  // refs (the worker fills the values itself) instead of 4 bytes a value.
+  // |seeded_inits|: fragments sent so; |seeded_fallbacks|: of those, the
+  // ones whose hash mismatched and were sent again with values.
+  bool seeded_init;
+  uint64_t seeded_inits;
+  uint64_t seeded_fallbacks;
   // int4 down path: the broadcast copy B (a parameter vector; every live
   // learner holds its fragments exactly), per fragment its version (1 at
   // start, +1 per sync) and the latest payload q = int4(G - B) that moved
@@ -1023,6 +1032,48 @@ static pcp_status_t dec_mix_prepare(
   return pcp_ok_status();
 }
 
+// Whether the @init of |fragment| for |l| may go as seeded-init refs: the
+// key allows it, this is a fresh start (not a resume, not a joiner, not an
+// @init sent again after a mismatch), every tensor of the fragment is
+// whole in it, and the values it would send (l->mix_buf, just gathered)
+// are bit for bit what pcp_models_parameter_fill gives. The last check is
+// what makes it exact whatever set the masters (a checkpoint, a merge):
+// only seeded values qualify. It costs one fill of the fragment on the
+// gateway.
+static bool dec_init_seeded(dec_t* d, const dec_learner_t* l,
+                            uint32_t fragment) {
+  job_t* job = d->job;
+  const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
+  if (!d->seeded_init || d->resumed || l->joining || l->init_mismatch ||
+      job->param_type != PCP_ELEMENT_TYPE_F32 || f->tensor_count == 0) {
+    return false;
+  }
+  for (uint32_t k = 0; k < f->tensor_count; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    if (d->plan.tensor_values[i] !=
+        (uint64_t)job->table.parameters[i].element_count) {
+      return false;  // part of a tensor: values
+    }
+  }
+  float* fill = pcp_diloco_job_calloc(job, f->value_count ? f->value_count : 1,
+                                      sizeof(float));
+  if (!fill) {
+    return false;  // no scratch: the values go, as without the key
+  }
+  bool same = true;
+  for (uint32_t k = 0; k < f->tensor_count && same; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    const pcp_models_parameter_t* p = &job->table.parameters[i];
+    float* at = fill + f->offset_bytes[k] / 4;
+    pcp_models_parameter_fill(p->init, job->seed, i, PCP_ELEMENT_TYPE_F32,
+                              p->element_count, at);
+    same = memcmp(at, l->mix_buf + f->offset_bytes[k] / 4,
+                  (size_t)p->element_count * sizeof(float)) == 0;
+  }
+  pcp_diloco_job_free(job, fill);
+  return same;
+}
+
 // Submits one fragment task (init, delta, delta_int4 or mix) for |l|.
 static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
                                         uint32_t fragment, int kind,
@@ -1063,6 +1114,29 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
     // any delta is computed against it (dec_init_hash_check).
     l->hash_inputs = section_count;
     pcp_diloco_param_hash(sections, section_count, l->hash_want);
+    bool seeded = dec_init_seeded(d, l, fragment);
+    l->task_seeded = seeded;
+    if (seeded) {
+      // The same inputs as refs the worker fills; the hash it returns is
+      // still checked against these values (a worker whose libm draws
+      // other bits gets the values next: dec_init_hash_check).
+      for (uint32_t k = 0; k < count; ++k) {
+        uint32_t i = f->tensor_indices[k];
+        const pcp_models_parameter_t* p = &job->table.parameters[i];
+        pcp_proto_tensor_ref_t* r = &refs[ref_count++];
+        *r = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_INIT,
+                                      .init = (pcp_proto_init_kind_t)p->init,
+                                      .seed = job->seed,
+                                      .index = i,
+                                      .element_type = PCP_ELEMENT_TYPE_F32,
+                                      .rank = (uint32_t)p->rank};
+        for (int32_t g = 0; g < p->rank; ++g) {
+          r->shape[g] = p->dims[g];
+        }
+      }
+      section_count = 0;
+      ++d->seeded_inits;
+    }
   } else if (kind == TASK_DELTA || kind == TASK_VERIFY) {
     function = (kind == TASK_DELTA && d->int4) ? "delta_int4" : "delta";
     for (int g = 0; g < 2; ++g) {
@@ -1495,6 +1569,10 @@ static json_t* dec_totals_json(const dec_t* d) {
                         json_integer((json_int_t)d->steps_per_task));
     json_object_set_new(o, "step_tasks",
                         json_integer((json_int_t)d->step_tasks));
+    json_object_set_new(o, "seeded_inits",
+                        json_integer((json_int_t)d->seeded_inits));
+    json_object_set_new(o, "seeded_init_fallbacks",
+                        json_integer((json_int_t)d->seeded_fallbacks));
     json_object_set_new(o, "down_compression",
                         json_string(d->int4_down ? "int4" : "none"));
   }
@@ -1657,6 +1735,15 @@ static pcp_status_t dec_init_hash_check(dec_t* d, uint32_t li,
   } else {
     l->init_mismatch = true;
     ++d->resyncs;
+    if (l->task_seeded) {
+      // init_mismatch makes the next @init of the fragment carry values
+      // (dec_init_seeded): a worker whose fill differs still joins.
+      ++d->seeded_fallbacks;
+      PCP_LOG(PCP_LOG_WARN, &d->job->log,
+              "learner %u: its seeded @init of fragment %u hashed "
+              "differently; sending the values",
+              li + 1, l->task_fragment);
+    }
   }
   return pcp_ok_status();
 }
@@ -2210,6 +2297,7 @@ static pcp_status_t dec_config_check(dec_t* d) {
                            "even for int4_down (two codes per byte), got %u",
                            d->block);
   }
+  d->seeded_init = d->config.seeded_init == 0;  // auto
   json_t* verify = json_object_get(job->experiment, "decoupled_verify_int4");
   d->verify_int4 = json_is_true(verify);
   d->steps_per_task = (uint32_t)d->config.steps_per_task;  // 1..64, parsed
