@@ -448,36 +448,6 @@ static pcp_status_t decoupled_block_check(const json_t* block) {
 // For the same reason a "decoupled_diloco" block needs the strategy that
 // reads it: absent or "diloco", the block would be ignored and classic
 // DiLoCo trained.
-// The "decoupled_diloco" block's keys (decoupled.h's table: ranges, enums,
-// cross-field rules), checked at submit so a bad value is a 400 naming the
-// key rather than a job that fails when it starts. The service parses the
-// block again at start (unknown keys are refused there).
-static pcp_status_t decoupled_block_check(const json_t* experiment) {
-  const json_t* block = json_object_get(experiment, "decoupled_diloco");
-  if (!block) {
-    return pcp_ok_status();
-  }
-  if (!json_is_object(block)) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "key 'decoupled_diloco': must be an object");
-  }
-  // The service's own bound on the block (dec_config_parse).
-  char text[8192];
-  size_t length = json_dumpb(block, text, sizeof(text), JSON_COMPACT);
-  if (length == 0 || length >= sizeof(text)) {
-    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
-                           "key 'decoupled_diloco': over %zu bytes",
-                           sizeof(text) - 1);
-  }
-  pcp_decoupled_config_t config;
-  pcp_status_t status =
-      pcp_decoupled_config_parse_json(text, length, &config, NULL);
-  if (!status) {
-    pcp_decoupled_config_deinitialize(&config);
-  }
-  return status;
-}
-
 static pcp_status_t aggregation_strategy_check(
     const json_t* experiment, const pcp_diloco_config_t* config) {
   const json_t* value = json_object_get(experiment, "aggregation_strategy");
@@ -540,7 +510,7 @@ static pcp_status_t aggregation_strategy_check(
                            "key 'dtype': aggregation_strategy 'ddp' trains "
                            "f32 models only");
   }
-  return decoupled ? decoupled_block_check(experiment) : pcp_ok_status();
+  return pcp_ok_status();
 }
 
 pcp_status_t pcp_workloads_train_spec_build(
