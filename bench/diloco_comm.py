@@ -352,7 +352,7 @@ def measure(pcp, work, mode, workers, model, steps, tau, seconds, previous,
             "n": training.get("parameter_count"), "links": per_worker,
             "programs": programs, "sync": sync, "tail": tail, "curve": curve,
             "steps": total_steps, "tokens": tokens_per_worker,
-            "summary": summary, "training": training}
+            "summary": summary, "training": training, "body": body}
 
 
 def mean(xs):
@@ -550,6 +550,20 @@ class Evaluator:
             r["val_error"] = str(e)[:300]
 
 
+def last_merges(body, steps):
+    """Syncer step of each decoupled fragment's last merge within |steps|
+    (fragment r syncs at the steps = r mod H, src/workloads/train/
+    decoupled_plan.c; 0: never): the exported global model holds each
+    fragment as of that merge, not the learners' steps after it."""
+    block = body.get("decoupled_diloco", {})
+    h, p = block.get("sync_interval_h", 1), block.get("num_fragments", 1)
+    out = []
+    for r in range(p):
+        last = steps - (steps - r) % h if steps >= r else 0
+        out.append(last if last >= 1 else 0)
+    return out
+
+
 def json_object_arg(parser, name, text):
     """The JSON object |text| of option |name| ({} when empty)."""
     if not text:
@@ -711,6 +725,12 @@ def main():
                       "at outer step %s)" % (
                           mode, r["val"], r["val_dropped"],
                           r["train_jax"], r.get("export_step")), flush=True)
+            if mode.startswith("decoupled"):
+                print("%-15s the final model holds each fragment as of its "
+                      "last merge, at syncer steps %s of %d" % (
+                          mode, "/".join(str(x) for x in
+                                         last_merges(r["body"], r["steps"])),
+                          r["steps"]), flush=True)
         if "ddp" not in results:
             print("diloco_comm: ddp not available (%s); no ratio" % missing)
             return 1

@@ -12,6 +12,7 @@ parameters of `pcp model gpt --init-dir`:
 - a bf16 export scores within bf16 rounding of the f32 one;
 - characters outside the exported vocabulary drop exactly the windows that
   hold them (over half dropped is an error);
+- decoupled's last merge step per fragment is the schedule's;
 - a missing export, weights that do not match model.json's SHA-256, a
   model.json of another model and a truncated tensor give an error, not a
   figure.
@@ -188,6 +189,17 @@ def run(pcp, work):
     check(math.isnan(bad["val"]) and "outside the vocabulary" in
           bad.get("val_error", ""), "'e' outside the vocabulary: %s" %
           bad.get("val_error"))
+
+    # Decoupled's last merge per fragment: fragment r syncs at steps = r
+    # mod H (decoupled_plan.c), counted here by brute force.
+    for steps, frags in ((200, 2), (201, 2), (400, 4), (50, 2)):
+        body = dc.experiment("decoupled_int4", MODEL, steps, 100, "x",
+                             decoupled_extra={"num_fragments": frags})
+        want = [max([s for s in range(1, steps + 1) if s % 100 == f] or [0])
+                for f in range(frags)]
+        check(dc.last_merges(body, steps) == want,
+              "last merges at %d steps, P %d: %s" % (
+                  steps, frags, dc.last_merges(body, steps)))
 
     # Errors, not figures.
     bad = {"state": state, "job": "absent"}
