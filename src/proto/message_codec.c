@@ -109,13 +109,258 @@ static pcp_status_t oom(void) {
 }
 
 //===----------------------------------------------------------------------===//
+// Runs of indexed names (s.3.9, from PCP_PROTO_VERSION_RUNS)
+//===----------------------------------------------------------------------===//
+
+// The largest index a run may name: nine decimal digits, so that first +
+// count - 1 and every expanded index fit a uint32_t with room to spare.
+#define RUN_INDEX_MAX_ 999999999u
+
+// Splits |name| into a prefix and the decimal index its trailing digits
+// spell ("layer1.w12" -> "layer1.w", 12). False without such an index, with
+// a leading zero ("p01": the expansion "p1" would be another name) or with
+// more than nine digits.
+static bool name_split(const char* name, size_t* out_prefix_length,
+                       uint32_t* out_index) {
+  if (!name) {
+    return false;
+  }
+  size_t length = strnlen(name, STR_MAX_ + 1);
+  if (length > STR_MAX_) {
+    return false;
+  }
+  size_t start = length;
+  while (start > 0 && name[start - 1] >= '0' && name[start - 1] <= '9') {
+    --start;
+  }
+  size_t digits = length - start;
+  if (digits == 0 || digits > 9 || (digits > 1 && name[start] == '0')) {
+    return false;
+  }
+  uint32_t index = 0;
+  for (size_t i = start; i < length; ++i) {
+    index = index * 10 + (uint32_t)(name[i] - '0');
+  }
+  *out_prefix_length = start;
+  *out_index = index;
+  return true;
+}
+
+// Whether |name| is the |prefix_length| bytes of |prefix| then |index|.
+static bool name_continues(const char* name, const char* prefix,
+                           size_t prefix_length, uint64_t index) {
+  size_t length = 0;
+  uint32_t k = 0;
+  return name_split(name, &length, &k) && length == prefix_length &&
+         k == index && memcmp(name, prefix, length) == 0;
+}
+
+static size_t digit_count(uint64_t value) {
+  size_t n = 1;
+  while (value >= 10) {
+    value /= 10;
+    ++n;
+  }
+  return n;
+}
+
+// A run entry as read from the wire, checked: |count| names |prefix| +
+// first, first + 1, ... (keep runs: for outputs output, output + 1, ...).
+typedef struct run_t {
+  const char* prefix;
+  size_t prefix_length;
+  uint32_t first;
+  uint32_t count;
+  uint32_t output;
+} run_t;
+
+// Reads the run entry |e| whose prefix is under |key| ("resident_run" or
+// "keep_run"; the latter also has "output"), at most |max_count| names.
+static pcp_status_t run_read(const json_t* e, const char* key,
+                             uint64_t max_count, const char* what,
+                             run_t* out_run) {
+  const char* prefix = NULL;
+  uint64_t first = 0;
+  uint64_t count = 0;
+  PCP_RETURN_IF_ERROR(pcp_proto_json_string(e, key, 0, STR_MAX_, &prefix), "%s",
+                      what);
+  PCP_RETURN_IF_ERROR(pcp_proto_json_u64(e, "first", RUN_INDEX_MAX_, &first),
+                      "%s", what);
+  PCP_RETURN_IF_ERROR(pcp_proto_json_u64(e, "count", max_count, &count), "%s",
+                      what);
+  if (count == 0) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: a run of 0 names",
+                           what);
+  }
+  uint64_t last = first + count - 1;  // both bounded: no overflow
+  if (last > RUN_INDEX_MAX_) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "%s: index %llu past %u", what,
+                           (unsigned long long)last, RUN_INDEX_MAX_);
+  }
+  size_t prefix_length = strlen(prefix);
+  if (prefix_length + digit_count(last) > STR_MAX_) {
+    return pcp_make_status(
+        PCP_STATUS_INVALID_ARGUMENT, "%s: names of %zu bytes, at most %u", what,
+        prefix_length + digit_count(last), (unsigned)STR_MAX_);
+  }
+  uint64_t output = 0;
+  if (strcmp(key, "keep_run") == 0) {
+    PCP_RETURN_IF_ERROR(
+        pcp_proto_json_u64(e, "output", PCP_PROTO_MAX_TASK_TENSORS, &output),
+        "%s", what);
+    if (output + count - 1 > PCP_PROTO_MAX_TASK_TENSORS) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "%s: output %llu past %u", what,
+                             (unsigned long long)(output + count - 1),
+                             (unsigned)PCP_PROTO_MAX_TASK_TENSORS);
+    }
+  }
+  *out_run = (run_t){.prefix = prefix,
+                     .prefix_length = prefix_length,
+                     .first = (uint32_t)first,
+                     .count = (uint32_t)count,
+                     .output = (uint32_t)output};
+  return pcp_ok_status();
+}
+
+// Bytes the names of |run| take expanded, terminators included (each
+// counted with the widest index: an upper bound, cheap to check).
+static size_t run_name_bytes(const run_t* run) {
+  return (size_t)run->count *
+         (run->prefix_length +
+          digit_count((uint64_t)run->first + run->count - 1) + 1);
+}
+
+// Writes name |k| of |run| at |*cursor| (room counted by run_name_bytes)
+// and moves the cursor past it.
+static const char* run_name(const run_t* run, uint32_t k, char** cursor) {
+  char* name = *cursor;
+  size_t room = run->prefix_length +
+                digit_count((uint64_t)run->first + run->count - 1) + 1;
+  int n = snprintf(name, room, "%.*s%u", (int)run->prefix_length, run->prefix,
+                   run->first + k);
+  *cursor += (size_t)n + 1;
+  return name;
+}
+
+// Appends to |array| the run entry {|key|: the first |prefix_length| bytes
+// of |name|, "first", "count"} (keep runs: |output| too).
+static pcp_status_t run_to_json(const char* key, const char* name,
+                                size_t prefix_length, uint32_t first,
+                                uint32_t count, const uint32_t* output,
+                                json_t* array) {
+  char prefix[STR_MAX_ + 1];
+  memcpy(prefix, name, prefix_length);
+  prefix[prefix_length] = '\0';
+  json_t* e = json_object();
+  if (!e) {
+    return oom();
+  }
+  pcp_status_t status = pcp_proto_json_set_string(e, key, prefix, STR_MAX_);
+  if (output) {
+    TRY_(pcp_proto_json_set(e, "output", json_integer(*output)));
+  }
+  TRY_(pcp_proto_json_set(e, "first", json_integer(first)));
+  TRY_(pcp_proto_json_set(e, "count", json_integer(count)));
+  if (!status && json_array_append_new(array, e) != 0) {
+    status = oom();
+  } else if (status) {
+    json_decref(e);
+  }
+  return status;
+}
+
+// The expanded length of the list |array| of field |f| (TENSOR_REFS, or an
+// ARRAY with FLAG_KEEP_RUNS) and the bytes its runs' names take, checked
+// against |f->max| before anything is allocated. Runs in a frame older
+// than PCP_PROTO_VERSION_RUNS are an error: a v1 peer never sends them.
+static pcp_status_t list_extent(const pcp_proto_field_t* f, const json_t* array,
+                                uint16_t version, uint32_t* out_count,
+                                size_t* out_name_bytes) {
+  const char* run_key =
+      f->kind == PCP_PROTO_FIELD_TENSOR_REFS ? "resident_run" : "keep_run";
+  uint64_t count = 0;
+  size_t name_bytes = 0;
+  for (size_t i = 0; i < json_array_size(array); ++i) {
+    const json_t* e = json_array_get(array, i);
+    if (!json_object_get(e, run_key)) {
+      ++count;
+      continue;
+    }
+    char what[64];
+    snprintf(what, sizeof(what), "key '%s'[%zu]", f->key, i);
+    if (version < PCP_PROTO_VERSION_RUNS) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                             "%s: '%s' needs protocol version %u, the frame "
+                             "is version %u",
+                             what, run_key, PCP_PROTO_VERSION_RUNS, version);
+    }
+    run_t run;
+    PCP_RETURN_IF_ERROR_BARE(run_read(e, run_key, f->max, what, &run));
+    count += run.count;
+    if (count > f->max) {
+      break;
+    }
+    name_bytes += run_name_bytes(&run);
+  }
+  if (count > f->max) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key '%s': more than %u entries once its runs are "
+                           "expanded",
+                           f->key, (unsigned)f->max);
+  }
+  *out_count = (uint32_t)count;
+  *out_name_bytes = name_bytes;
+  return pcp_ok_status();
+}
+
+// The length of the run of RESIDENT refs "<prefix><k>", "<prefix><k+1>",
+// ... that starts at refs[i]; 1 when refs[i] starts none.
+static uint32_t resident_run_length(const pcp_proto_tensor_ref_t* refs,
+                                    uint32_t i, uint32_t count,
+                                    size_t* out_prefix_length,
+                                    uint32_t* out_first) {
+  if (refs[i].kind != PCP_PROTO_TENSOR_REF_RESIDENT ||
+      !name_split(refs[i].name, out_prefix_length, out_first)) {
+    return 1;
+  }
+  uint32_t n = 1;
+  while (i + n < count && refs[i + n].kind == PCP_PROTO_TENSOR_REF_RESIDENT &&
+         name_continues(refs[i + n].name, refs[i].name, *out_prefix_length,
+                        (uint64_t)*out_first + n)) {
+    ++n;
+  }
+  return n;
+}
+
+// The same for keep entries, whose outputs must be consecutive too.
+static uint32_t keep_run_length(const pcp_proto_keep_resident_t* keep,
+                                uint32_t i, uint32_t count,
+                                size_t* out_prefix_length,
+                                uint32_t* out_first) {
+  if (!name_split(keep[i].as, out_prefix_length, out_first)) {
+    return 1;
+  }
+  uint32_t n = 1;
+  while (i + n < count &&
+         (uint64_t)keep[i + n].output == (uint64_t)keep[i].output + n &&
+         name_continues(keep[i + n].as, keep[i].as, *out_prefix_length,
+                        (uint64_t)*out_first + n)) {
+    ++n;
+  }
+  return n;
+}
+
+//===----------------------------------------------------------------------===//
 // Tensor references (s.3.9)
 //===----------------------------------------------------------------------===//
 
 static pcp_status_t refs_to_json(const char* key,
                                  const pcp_proto_tensor_ref_t* refs,
                                  uint32_t count, uint64_t max,
-                                 size_t section_count, json_t* object) {
+                                 size_t section_count, uint16_t version,
+                                 json_t* object) {
   if (count > max) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key '%s': at most %u tensors", key, (unsigned)max);
@@ -124,6 +369,19 @@ static pcp_status_t refs_to_json(const char* key,
   pcp_status_t status = array ? pcp_ok_status() : oom();
   for (uint32_t i = 0; i < count && !status; ++i) {
     const pcp_proto_tensor_ref_t* r = &refs[i];
+    size_t prefix_length = 0;
+    uint32_t first = 0;
+    uint32_t run =
+        version >= PCP_PROTO_VERSION_RUNS
+            ? resident_run_length(refs, i, count, &prefix_length, &first)
+            : 1;
+    if (run >= 2) {
+      // One entry instead of |run|: a decoupled step names 3n of them.
+      status = run_to_json("resident_run", r->name, prefix_length, first, run,
+                           NULL, array);
+      i += run - 1;
+      continue;
+    }
     json_t* e = json_object();
     if (!e) {
       status = oom();
@@ -180,19 +438,39 @@ static pcp_status_t refs_to_json(const char* key,
   return pcp_proto_json_set(object, key, array);
 }
 
+// |count| refs (list_extent's, runs expanded) from |array|; the names of
+// runs are written at |*names| (room counted by list_extent).
 static pcp_status_t refs_from_json(const pcp_proto_frame_t* frame,
                                    const json_t* array, const char* key,
-                                   pcp_proto_tensor_ref_t* refs,
-                                   uint32_t count) {
-  for (uint32_t i = 0; i < count; ++i) {
-    json_t* e = json_array_get(array, i);
-    pcp_proto_tensor_ref_t* r = &refs[i];
+                                   pcp_proto_tensor_ref_t* refs, uint32_t count,
+                                   char** names) {
+  uint32_t i = 0;
+  for (size_t j = 0; j < json_array_size(array); ++j) {
+    json_t* e = json_array_get(array, j);
     char what[64];
-    snprintf(what, sizeof(what), "key '%s'[%u]", key, i);
+    snprintf(what, sizeof(what), "key '%s'[%zu]", key, j);
     if (!json_is_object(e)) {
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: not an object",
                              what);
     }
+    if (json_object_get(e, "resident_run")) {
+      run_t run;
+      PCP_RETURN_IF_ERROR_BARE(run_read(e, "resident_run", count, what, &run));
+      if (run.count > count - i) {
+        return pcp_make_status(PCP_STATUS_INTERNAL, "%s: past the extent",
+                               what);
+      }
+      for (uint32_t k = 0; k < run.count; ++k, ++i) {
+        refs[i] =
+            (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+                                     .name = run_name(&run, k, names)};
+      }
+      continue;
+    }
+    if (i >= count) {
+      return pcp_make_status(PCP_STATUS_INTERNAL, "%s: past the extent", what);
+    }
+    pcp_proto_tensor_ref_t* r = &refs[i++];
     if (json_object_get(e, "section")) {
       uint64_t section = 0;
       PCP_RETURN_IF_ERROR(
@@ -241,17 +519,18 @@ static pcp_status_t refs_from_json(const pcp_proto_frame_t* frame,
 
 static pcp_status_t encode_fields(const pcp_proto_message_table_t* table,
                                   const uint8_t* base, size_t section_count,
-                                  json_t* object);
+                                  uint16_t version, json_t* object);
 
 // A JSON object of |table|'s fields read from |base|, set as |key|.
 static pcp_status_t encode_object(const char* key,
                                   const pcp_proto_message_table_t* table,
                                   const uint8_t* base, size_t section_count,
-                                  json_t* parent, json_t* array) {
+                                  uint16_t version, json_t* parent,
+                                  json_t* array) {
   json_t* e = json_object();
   if (!e)
     return oom();
-  pcp_status_t status = encode_fields(table, base, section_count, e);
+  pcp_status_t status = encode_fields(table, base, section_count, version, e);
   if (status) {
     json_decref(e);
     return status;
@@ -262,9 +541,32 @@ static pcp_status_t encode_object(const char* key,
   return pcp_proto_json_set(parent, key, e);
 }
 
+// keep_resident entries (FLAG_KEEP_RUNS) from PCP_PROTO_VERSION_RUNS:
+// runs become one "keep_run" entry, the rest encode as usual.
+static pcp_status_t keep_to_json(const pcp_proto_field_t* f,
+                                 const pcp_proto_keep_resident_t* keep,
+                                 uint32_t count, size_t section_count,
+                                 uint16_t version, json_t* array) {
+  pcp_status_t status = pcp_ok_status();
+  for (uint32_t i = 0; i < count && !status; ++i) {
+    size_t prefix_length = 0;
+    uint32_t first = 0;
+    uint32_t run = keep_run_length(keep, i, count, &prefix_length, &first);
+    if (run < 2) {
+      status = encode_object(f->key, f->table, (const uint8_t*)&keep[i],
+                             section_count, version, NULL, array);
+      continue;
+    }
+    status = run_to_json("keep_run", keep[i].as, prefix_length, first, run,
+                         &keep[i].output, array);
+    i += run - 1;
+  }
+  return status;
+}
+
 static pcp_status_t encode_field(const pcp_proto_field_t* f,
                                  const uint8_t* base, size_t section_count,
-                                 json_t* o) {
+                                 uint16_t version, json_t* o) {
   if ((f->flags & PCP_PROTO_FIELD_FLAG_PRESENCE) && !*PRESENT_(base, f)) {
     return pcp_ok_status();
   }
@@ -338,8 +640,8 @@ static pcp_status_t encode_field(const pcp_proto_field_t* f,
       return pcp_proto_json_set(o, f->key, array);
     }
     case PCP_PROTO_FIELD_OBJECT:
-      return encode_object(f->key, f->table, base + f->offset, section_count, o,
-                           NULL);
+      return encode_object(f->key, f->table, base + f->offset, section_count,
+                           version, o, NULL);
     case PCP_PROTO_FIELD_ARRAY: {
       uint32_t count = *COUNT_(base, f);
       if (count > f->max) {
@@ -350,9 +652,15 @@ static pcp_status_t encode_field(const pcp_proto_field_t* f,
       const uint8_t* items = *MEMBER_(base, f, const uint8_t* const);
       json_t* array = json_array();
       pcp_status_t status = array ? pcp_ok_status() : oom();
-      for (uint32_t i = 0; i < count && !status; ++i) {
-        status = encode_object(f->key, f->table, items + (size_t)i * f->size,
-                               section_count, NULL, array);
+      if (!status && (f->flags & PCP_PROTO_FIELD_FLAG_KEEP_RUNS) &&
+          version >= PCP_PROTO_VERSION_RUNS) {
+        status = keep_to_json(f, (const pcp_proto_keep_resident_t*)items, count,
+                              section_count, version, array);
+      } else {
+        for (uint32_t i = 0; i < count && !status; ++i) {
+          status = encode_object(f->key, f->table, items + (size_t)i * f->size,
+                                 section_count, version, NULL, array);
+        }
       }
       if (status) {
         json_decref(array);
@@ -363,7 +671,7 @@ static pcp_status_t encode_field(const pcp_proto_field_t* f,
     case PCP_PROTO_FIELD_TENSOR_REFS:
       return refs_to_json(
           f->key, *MEMBER_(base, f, const pcp_proto_tensor_ref_t* const),
-          *COUNT_(base, f), f->max, section_count, o);
+          *COUNT_(base, f), f->max, section_count, version, o);
   }
   return pcp_make_status(PCP_STATUS_INTERNAL, "key '%s': bad field kind",
                          f->key);
@@ -371,10 +679,11 @@ static pcp_status_t encode_field(const pcp_proto_field_t* f,
 
 static pcp_status_t encode_fields(const pcp_proto_message_table_t* table,
                                   const uint8_t* base, size_t section_count,
-                                  json_t* object) {
+                                  uint16_t version, json_t* object) {
   pcp_status_t status = pcp_ok_status();
   for (size_t i = 0; i < table->field_count && !status; ++i) {
-    status = encode_field(&table->fields[i], base, section_count, object);
+    status =
+        encode_field(&table->fields[i], base, section_count, version, object);
   }
   return status;
 }
@@ -395,7 +704,7 @@ pcp_status_t pcp_proto_message_encode(const pcp_proto_message_table_t* table,
   if (table->encode_check) {
     status = table->encode_check(message, limits, section_count);
   }
-  TRY_(encode_fields(table, message, section_count, object));
+  TRY_(encode_fields(table, message, section_count, version, object));
   TRY_(pcp_proto_frame_encode(version, table->type, request_id, object,
                               sections, section_count, limits, allocator,
                               out_frame));
@@ -588,12 +897,59 @@ static size_t align8(size_t n) {
   return (n + 7) & ~(size_t)7;
 }
 
+static bool has_runs(const pcp_proto_field_t* f) {
+  return f->kind == PCP_PROTO_FIELD_TENSOR_REFS ||
+         (f->kind == PCP_PROTO_FIELD_ARRAY &&
+          (f->flags & PCP_PROTO_FIELD_FLAG_KEEP_RUNS));
+}
+
+// keep_resident entries (FLAG_KEEP_RUNS) into |keep| (|count|, runs
+// expanded); run names are written at |*names|.
+static pcp_status_t keep_from_json(const pcp_proto_field_t* f,
+                                   const json_t* array,
+                                   pcp_proto_keep_resident_t* keep,
+                                   uint32_t count, char** names) {
+  uint32_t i = 0;
+  for (size_t j = 0; j < json_array_size(array); ++j) {
+    json_t* e = json_array_get(array, j);
+    char what[64];
+    snprintf(what, sizeof(what), "key '%s'[%zu]", f->key, j);
+    if (!json_is_object(e)) {
+      return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT, "%s: not an object",
+                             what);
+    }
+    if (json_object_get(e, "keep_run")) {
+      run_t run;
+      PCP_RETURN_IF_ERROR_BARE(run_read(e, "keep_run", count, what, &run));
+      if (run.count > count - i) {
+        return pcp_make_status(PCP_STATUS_INTERNAL, "%s: past the extent",
+                               what);
+      }
+      for (uint32_t k = 0; k < run.count; ++k, ++i) {
+        keep[i] = (pcp_proto_keep_resident_t){.output = run.output + k,
+                                              .as = run_name(&run, k, names)};
+      }
+      continue;
+    }
+    if (i >= count) {
+      return pcp_make_status(PCP_STATUS_INTERNAL, "%s: past the extent", what);
+    }
+    PCP_RETURN_IF_ERROR_BARE(
+        parse_fields(f->table, e, (uint8_t*)(void*)&keep[i++]));
+  }
+  return pcp_ok_status();
+}
+
 // Second pass: the elements of every ARRAY and TENSOR_REFS field (their
-// counts were bounded by the first pass) in one scratch block of the frame.
+// counts were bounded by the first pass; lists that may hold runs are
+// measured again with the runs expanded) in one scratch block of the
+// frame, the names the runs expand to at its end.
 static pcp_status_t parse_arrays(const pcp_proto_message_table_t* table,
                                  pcp_proto_frame_t* frame, uint8_t* base) {
   size_t total = 0;
+  size_t name_bytes = 0;
   bool any = false;
+  const json_t* o = frame->control;
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_proto_field_t* f = &table->fields[i];
     if (f->kind != PCP_PROTO_FIELD_ARRAY &&
@@ -601,14 +957,21 @@ static pcp_status_t parse_arrays(const pcp_proto_message_table_t* table,
       continue;
     }
     any = true;
+    if (has_runs(f)) {
+      size_t bytes = 0;
+      PCP_RETURN_IF_ERROR_BARE(list_extent(f, json_object_get(o, f->key),
+                                           frame->header.version,
+                                           COUNT_(base, f), &bytes));
+      name_bytes += bytes;
+    }
     total += align8((size_t)*COUNT_(base, f) * element_size(f));
   }
   if (!any)
     return pcp_ok_status();
   uint8_t* scratch = NULL;
   PCP_RETURN_IF_ERROR_BARE(
-      pcp_proto_frame_scratch(frame, total, (void**)&scratch));
-  const json_t* o = frame->control;
+      pcp_proto_frame_scratch(frame, total + name_bytes, (void**)&scratch));
+  char* names = (char*)scratch + total;
   for (size_t i = 0; i < table->field_count; ++i) {
     const pcp_proto_field_t* f = &table->fields[i];
     if (f->kind != PCP_PROTO_FIELD_ARRAY &&
@@ -618,9 +981,12 @@ static pcp_status_t parse_arrays(const pcp_proto_message_table_t* table,
     uint32_t count = *COUNT_(base, f);
     const json_t* array = json_object_get(o, f->key);
     if (f->kind == PCP_PROTO_FIELD_TENSOR_REFS) {
-      PCP_RETURN_IF_ERROR_BARE(
-          refs_from_json(frame, array, f->key,
-                         (pcp_proto_tensor_ref_t*)(void*)scratch, count));
+      PCP_RETURN_IF_ERROR_BARE(refs_from_json(
+          frame, array, f->key, (pcp_proto_tensor_ref_t*)(void*)scratch, count,
+          &names));
+    } else if (has_runs(f)) {
+      PCP_RETURN_IF_ERROR_BARE(keep_from_json(
+          f, array, (pcp_proto_keep_resident_t*)(void*)scratch, count, &names));
     } else {
       for (uint32_t k = 0; k < count; ++k) {
         json_t* e = json_array_get(array, k);

@@ -61,8 +61,12 @@ extern "C" {
 #define PCP_PROTO_SECTION_ALIGNMENT 64u
 
 // Versions this build speaks. HELLO negotiates within [MIN, MAX].
+// Version 2 adds runs of resident names to TASK_ASSIGN / TASK_RESULT
+// (docs/protocol.md s.3.9): a v1 peer still gets plain lists.
 #define PCP_PROTO_VERSION_MIN 1u
-#define PCP_PROTO_VERSION_MAX 1u
+#define PCP_PROTO_VERSION_MAX 2u
+// The first version whose tensor-ref and keep_resident lists may hold runs.
+#define PCP_PROTO_VERSION_RUNS 2u
 
 #define PCP_PROTO_NONCE_BYTE_LENGTH 32u
 #define PCP_PROTO_MAC_BYTE_LENGTH 32u

@@ -264,6 +264,10 @@ enum pcp_proto_field_flag_bits_e {
   // ENUM encoding: a value without a name encodes as the last name instead
   // of failing (TASK_PROGRESS "state": anything but queued was "running").
   PCP_PROTO_FIELD_FLAG_ENUM_LAST_DEFAULT = 1u << 3,
+  // ARRAY of pcp_proto_keep_resident_t only: from PCP_PROTO_VERSION_RUNS,
+  // consecutive entries "<prefix><k>" with consecutive outputs travel as
+  // one "keep_run" entry (s.3.9); the parser expands them back.
+  PCP_PROTO_FIELD_FLAG_KEEP_RUNS = 1u << 4,
 };
 
 struct pcp_proto_message_table_t;

@@ -477,7 +477,9 @@ static void duplicate_and_out_of_order_frames(void** state) {
 
   // A duplicate heartbeat (same seq) is dropped but counts as life.
   pcp_proto_heartbeat_t hb = {.seq = 100, .ack = 0};
-  ASSERT_OK(pcp_proto_heartbeat_encode(1, 0, &hb, &l, alloc, &e));
+  // At the version the two ends negotiated (the highest both speak).
+  ASSERT_OK(
+      pcp_proto_heartbeat_encode(PCP_PROTO_VERSION_MAX, 0, &hb, &l, alloc, &e));
   size_t n;
   uint8_t* bytes = test_flatten(&e, &n);
   ASSERT_OK(pcp_proto_gateway_conn_on_bytes(h.gateway, bytes, n, h.now));
@@ -561,6 +563,65 @@ static void duplicate_and_out_of_order_frames(void** state) {
   harness_free(&h);
 }
 
+// Two peers of this build negotiate the newest version, so a task's
+// resident names travel as a run (s.3.9.1) and the worker sees them back
+// one by one.
+static void negotiated_task_frames_carry_runs(void** state) {
+  (void)state;
+  harness_t h;
+  harness_init(&h, NULL);
+  new_gateway(&h, kToken, sizeof(kToken) - 1);
+  ASSERT_OK(pcp_proto_worker_start(h.worker, h.now));
+  pcp_proto_gateway_accept_params_t p = lease(1, 1);
+  join(&h, &p);
+  pcp_proto_tensor_ref_t in[3] = {
+      {.kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = "p0"},
+      {.kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = "p1"},
+      {.kind = PCP_PROTO_TENSOR_REF_RESIDENT, .name = "p2"}};
+  pcp_proto_keep_resident_t keep[2] = {{.output = 0, .as = "p0"},
+                                       {.output = 1, .as = "p1"}};
+  pcp_proto_task_assign_t task = {.task_id = 8,
+                                  .session_id = "s",
+                                  .function = "main",
+                                  .inputs = in,
+                                  .input_count = 3,
+                                  .keep_resident = keep,
+                                  .keep_resident_count = 2};
+  memset(task.program, 0x42, 32);
+  uint64_t request_id = 0;
+  ASSERT_OK(pcp_proto_gateway_conn_assign_task(h.gateway, &task, NULL, 0, h.now,
+                                               &request_id));
+  pcp_proto_action_t send;
+  assert_true(pcp_proto_gateway_conn_next_action(h.gateway, &send));
+  size_t n;
+  uint8_t* bytes = test_flatten(&send.frame, &n);
+  pcp_proto_action_deinitialize(&send);
+  pcp_proto_limits_t l = h.limits;
+  pcp_proto_frame_t f;
+  ASSERT_OK(pcp_proto_frame_decode(bytes, n, &l, PCP_PROTO_VERSION_MAX,
+                                   pcp_allocator_system(), &f));
+  assert_int_equal(f.header.version, PCP_PROTO_VERSION_MAX);
+  const json_t* inputs = json_object_get(f.control, "inputs");
+  assert_int_equal(json_array_size(inputs), 1);
+  assert_string_equal(json_string_value(json_object_get(
+                          json_array_get(inputs, 0), "resident_run")),
+                      "p");
+  pcp_proto_frame_deinitialize(&f);
+  ASSERT_OK(pcp_proto_worker_on_bytes(h.worker, bytes, n, h.now));
+  free(bytes);
+  pump(&h);
+  pcp_proto_action_t* run = recorded_find(&h.wk, PCP_PROTO_ACTION_RUN_TASK);
+  assert_non_null(run);
+  pcp_proto_task_assign_t parsed;
+  ASSERT_OK(pcp_proto_task_assign_parse(&run->received, &parsed));
+  assert_int_equal(parsed.input_count, 3);
+  assert_string_equal(parsed.inputs[2].name, "p2");
+  assert_int_equal(parsed.keep_resident_count, 2);
+  assert_int_equal(parsed.keep_resident[1].output, 1);
+  assert_string_equal(parsed.keep_resident[1].as, "p1");
+  harness_free(&h);
+}
+
 static void handshake_out_of_order_and_garbage(void** state) {
   (void)state;
   pcp_proto_limits_t l = pcp_proto_limits_default();
@@ -594,11 +655,14 @@ static void handshake_out_of_order_and_garbage(void** state) {
   assert_int_equal(pcp_status_code(close->status), PCP_STATUS_INVALID_ARGUMENT);
   recorded_clear(&h.gw);
 
-  // A worker that only speaks versions 2..3: HELLO(selected 0), REJECT 2.
+  // A worker that only speaks versions after ours: HELLO(selected 0),
+  // REJECT 2.
   new_gateway(&h, kToken, sizeof(kToken) - 1);
-  pcp_proto_hello_t future = {
-      .min_version = 2, .max_version = 3, .role = "worker"};
-  ASSERT_OK(pcp_proto_hello_encode(3, 0, &future, &l, alloc, &e));
+  pcp_proto_hello_t future = {.min_version = PCP_PROTO_VERSION_MAX + 1,
+                              .max_version = PCP_PROTO_VERSION_MAX + 2,
+                              .role = "worker"};
+  ASSERT_OK(pcp_proto_hello_encode(PCP_PROTO_VERSION_MAX + 2, 0, &future, &l,
+                                   alloc, &e));
   bytes = test_flatten(&e, &n);
   size_t sent_before = h.gw_sent_count;
   ASSERT_OK(pcp_proto_gateway_conn_on_bytes(h.gateway, bytes, n, h.now));
@@ -1274,8 +1338,8 @@ static void orphan_tensor_blobs_do_not_block(void** state) {
   // A complete tensor blob whose TASK_ASSIGN never comes.
   uint8_t junk[100] = {7};
   ASSERT_OK(pcp_proto_blob_encode_chunks(
-      1, 999, "t9.s0", PCP_PROTO_BLOB_TENSOR, junk, sizeof(junk), &l,
-      pcp_allocator_system(), deliver_to_worker, &h));
+      PCP_PROTO_VERSION_MAX, 999, "t9.s0", PCP_PROTO_BLOB_TENSOR, junk,
+      sizeof(junk), &l, pcp_allocator_system(), deliver_to_worker, &h));
   // A real chunked task still gets through with room for one blob.
   uint8_t big[3000];
   for (size_t i = 0; i < sizeof(big); ++i) big[i] = (uint8_t)i;
@@ -1495,6 +1559,7 @@ int main(void) {
       cmocka_unit_test(backoff_grows_with_jitter_and_cap),
       cmocka_unit_test(duplicate_and_out_of_order_frames),
       cmocka_unit_test(handshake_out_of_order_and_garbage),
+      cmocka_unit_test(negotiated_task_frames_carry_runs),
       cmocka_unit_test(program_offer_cached_and_fetched),
       cmocka_unit_test(in_flight_limit_cancel_and_task_errors),
       cmocka_unit_test(large_tensors_travel_as_blobs),

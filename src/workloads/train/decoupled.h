@@ -51,6 +51,10 @@ extern "C" {
 // tensors 1e6, syncer steps 1e6.
 #define PCP_DECOUPLED_MAX_LEARNERS 1024u
 #define PCP_DECOUPLED_MAX_FRAGMENTS 8192u
+// Local steps one learner task may fuse (key steps_per_task): the derived
+// @train_steps unrolls its data's leading dimension, so this bounds the
+// program and the task's token payload.
+#define PCP_DECOUPLED_MAX_STEPS_PER_TASK 64u
 #define PCP_DECOUPLED_MAX_TENSORS 1000000u
 #define PCP_DECOUPLED_MAX_SYNCER_STEPS 1000000u
 // Vector clock entries: the syncer (node 0) plus every learner.
@@ -827,6 +831,10 @@ typedef struct pcp_decoupled_config_t {
   // the broadcast copy every learner holds, error feedback on the gateway):
   // 0 auto (on when outer_gradient_compression is int4), 1 on, 2 off.
   int32_t int4_down;
+  // Local steps per learner task (ours, default 1): K > 1 compiles the
+  // K-step @train_steps as well and runs K steps per task wherever none of
+  // them but the last is followed by something due (docs/training.md).
+  int64_t steps_per_task;
 } pcp_decoupled_config_t;
 
 // The table (defaults, bounds, help). Cross-field rules: timing_ema_alpha

@@ -132,6 +132,14 @@ static const pcp_config_field_t kFields[] = {
      .enum_values = kInt4Down,
      .help = "int4 on the down path (merged fragments to the learners, "
              "error feedback): auto follows outer_gradient_compression"},
+    {.name = "steps_per_task",
+     .type = PCP_CONFIG_TYPE_INT64,
+     .offset = offsetof(T, steps_per_task),
+     .default_value = "1",
+     .min = 1,
+     .max = PCP_DECOUPLED_MAX_STEPS_PER_TASK,
+     .help = "local steps a learner runs per task (fewer tasks and bytes; "
+             "one more program to compile)"},
 };
 #undef T
 

@@ -1613,6 +1613,7 @@ static void test_config(void** state) {
   assert_true(c.timing_ema_alpha == 0.125);
   assert_int_equal(c.max_recovery_syncer_steps, 24);
   assert_int_equal(c.int4_block_size, 64);
+  assert_int_equal(c.steps_per_task, 1);
   // H from tau (24 here), the paper profile's P = H = 24.
   pcp_decoupled_schedule_t schedule;
   pcp_decoupled_grace_config_t grace;
@@ -1638,6 +1639,9 @@ static void test_config(void** state) {
   EXPECT_ERROR(pcp_decoupled_config_resolve(&c, 1, 100, &schedule, &grace),
                PCP_STATUS_INVALID_ARGUMENT, "min_quorum");
   pcp_decoupled_config_deinitialize(&c);
+  EXPECT_OK(parse_config("{\"steps_per_task\": 64}", &c));
+  assert_int_equal(c.steps_per_task, 64);
+  pcp_decoupled_config_deinitialize(&c);
 
   static const struct {
     const char* json;
@@ -1653,6 +1657,9 @@ static void test_config(void** state) {
       {"{\"merge_strategy\": \"mean\"}", "merge_strategy"},
       {"{\"outer_gradient_compression\": \"int8\"}",
        "outer_gradient_compression"},
+      {"{\"steps_per_task\": 0}", "steps_per_task"},
+      {"{\"steps_per_task\": 65}", "steps_per_task"},
+      {"{\"steps_per_task\": 2.5}", "steps_per_task"},
   };
   for (size_t i = 0; i < PCP_ARRAYSIZE(kBad); ++i) {
     EXPECT_ERROR(parse_config(kBad[i].json, &c), PCP_STATUS_INVALID_ARGUMENT,

@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include "models/models.h"
+#include "workloads/train/decoupled.h"
 #include "workloads/workloads.h"
 
 static const char* wire_dtype_name(int32_t dtype) {
@@ -405,6 +406,40 @@ static pcp_status_t experiment_path_set(json_t* experiment, const char* key,
   return pcp_ok_status();
 }
 
+// The "decoupled_diloco" block against its key table (decoupled_config.c),
+// as the service parses it when the job starts: a bad value or an unknown
+// key is a 400 naming it at submit rather than a job failing later. The
+// rules that need the run (P <= H from tau, min_quorum against the
+// workers, int4 block parity) stay with the service.
+static pcp_status_t decoupled_block_check(const json_t* block) {
+  if (!json_is_object(block)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'decoupled_diloco': must be an object");
+  }
+  char text[8192];
+  size_t length = json_dumpb(block, text, sizeof(text), JSON_COMPACT);
+  if (length == 0 || length >= sizeof(text)) {
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'decoupled_diloco': over %zu bytes",
+                           sizeof(text) - 1);
+  }
+  pcp_decoupled_config_t config;
+  pcp_string_list_t unknown;
+  memset(&unknown, 0, sizeof(unknown));
+  pcp_status_t status =
+      pcp_decoupled_config_parse_json(text, length, &config, &unknown);
+  if (!status) {
+    if (unknown.count) {
+      status = pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                               "key 'decoupled_diloco.%s': unknown",
+                               unknown.items[0]);
+    }
+    pcp_decoupled_config_deinitialize(&config);
+  }
+  pcp_string_list_deinitialize(&unknown);
+  return status;
+}
+
 // "aggregation_strategy" (read by the service, not the config table): absent
 // or "diloco" runs classic DiLoCo (streaming with a "streaming" block),
 // "decoupled_diloco" decoupled DiLoCo, "ddp" the per-step synchronous
@@ -450,10 +485,25 @@ static pcp_status_t aggregation_strategy_check(
                            "'streaming' block exclude each other",
                            strategy);
   }
+  if (decoupled && block) {
+    PCP_RETURN_IF_ERROR_BARE(
+        decoupled_block_check(json_object_get(experiment, "decoupled_diloco")));
+  }
   if (ddp && json_object_get(experiment, "decoupled_diloco")) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key 'aggregation_strategy': 'ddp' and a "
                            "'decoupled_diloco' block exclude each other");
+  }
+  if (decoupled && config->warmup_steps > config->outer_loop_steps) {
+    // Decoupled learners run outer_loop_steps local steps (one per syncer
+    // step), not outer_loop_steps x tau: the general check allowed a warmup
+    // that never ends.
+    return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
+                           "key 'warmup_steps': %lld warmup steps; a "
+                           "decoupled_diloco learner runs outer_loop_steps = "
+                           "%lld local steps",
+                           (long long)config->warmup_steps,
+                           (long long)config->outer_loop_steps);
   }
   if (ddp && config->dtype != PCP_DILOCO_DTYPE_F32) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,

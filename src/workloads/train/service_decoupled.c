@@ -67,10 +67,10 @@ typedef struct dec_cursor_at_t {
   pcp_data_cursor_t cursor;
 } dec_cursor_at_t;
 
-// At most this many cursors per learner: overlap_tau + 3 is enough (a
-// learner runs at most overlap_tau steps past the last closed round, plus
-// the step in flight); a larger overlap_tau falls back to the current
-// cursor for the ones out of reach (logged).
+// At most this many cursors per learner: overlap_tau + steps_per_task + 3
+// is enough (a learner runs at most overlap_tau steps past the last closed
+// round, plus the steps of the task in flight); a larger overlap_tau falls
+// back to the current cursor for the ones out of reach (logged).
 #define DEC_CURSOR_RING_MAX 4096
 
 typedef struct dec_learner_t {
@@ -92,7 +92,10 @@ typedef struct dec_learner_t {
   // the lr schedule and the overlap budget only.
   uint64_t adam_step;
   float step_value;  // borrowed by the step task
-  float lr;
+  // The step task's local steps (1 or steps_per_task) and one learning
+  // rate per step (borrowed by it).
+  uint32_t task_steps;
+  float lr[PCP_DECOUPLED_MAX_STEPS_PER_TASK];
   float alpha;
   float last_loss;
   pcp_decoupled_learner_t counters;
@@ -180,6 +183,10 @@ typedef struct dec_t {
   bool verify_int4;
   uint32_t block;
   uint8_t train_hash[PCP_SHA256_BYTE_LENGTH];
+  // steps_per_task > 1: the K-step @train_steps (train_hash runs 1 step).
+  uint32_t steps_per_task;
+  uint8_t train_fused_hash[PCP_SHA256_BYTE_LENGTH];
+  uint64_t step_tasks;  // @train_steps tasks submitted (this gateway run)
   uint8_t (*fragment_hash)[PCP_SHA256_BYTE_LENGTH];
   dec_learner_t learners[MAX_ROUND_WORKERS];
   uint32_t learner_count;
@@ -821,6 +828,13 @@ static pcp_status_t dec_programs(dec_t* d) {
   PCP_RETURN_IF_ERROR_BARE(
       pcp_diloco_job_child_compile(job, model, job->model_hash, "train", 1,
                                    d->backend, d->target, d->train_hash));
+  if (d->steps_per_task > 1) {
+    // Another program (the compile key holds inner_steps): the 1-step one
+    // stays for the steps next to a boundary (dec_task_steps).
+    PCP_RETURN_IF_ERROR_BARE(pcp_diloco_job_child_compile(
+        job, model, job->model_hash, "train", d->steps_per_task, d->backend,
+        d->target, d->train_fused_hash));
+  }
   for (uint32_t f = 0; f < d->plan.fragment_count; ++f) {
     pcp_string_builder_t b;
     pcp_string_builder_initialize(pcp_allocator_system(), (size_t)64 << 20, &b);
@@ -1072,8 +1086,9 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
   return pcp_ok_status();
 }
 
-// One local step on |l| (all state resident; only the batch goes down).
-static void dec_step_submit(dec_t* d, dec_learner_t* l) {
+// |k| local steps on |l| (all state resident; only the batches go down):
+// @train_steps of 1 step, or of steps_per_task steps when |k| is that.
+static void dec_step_submit(dec_t* d, dec_learner_t* l, uint32_t k) {
   job_t* job = d->job;
   size_t n = job->table.count;
   uint32_t B = (uint32_t)job->spec.batch, T = (uint32_t)job->spec.block_size;
@@ -1083,7 +1098,7 @@ static void dec_step_submit(dec_t* d, dec_learner_t* l) {
       pcp_diloco_job_calloc(job, 3 * n, sizeof(*keep));
   pcp_proto_section_t sections[4];
   if (!l->cursor_ring) {
-    uint64_t size = (uint64_t)d->schedule.overlap_tau + 3;
+    uint64_t size = (uint64_t)d->schedule.overlap_tau + d->steps_per_task + 3;
     l->cursor_ring_size =
         (uint32_t)(size < DEC_CURSOR_RING_MAX ? size : DEC_CURSOR_RING_MAX);
     l->cursor_ring = pcp_diloco_job_calloc(job, l->cursor_ring_size,
@@ -1096,22 +1111,29 @@ static void dec_step_submit(dec_t* d, dec_learner_t* l) {
                      "out of memory for its step task");
     return;
   }
-  uint64_t step = l->step + 1;
-  // The cursor before this step's batches: the one a checkpoint taken at
-  // syncer step l->step stores.
-  dec_cursor_at_t* at = &l->cursor_ring[l->step % l->cursor_ring_size];
-  at->step = l->step;
-  at->used = true;
-  pcp_data_sampler_cursor(l->sampler, &at->cursor);
+  // Fused step i uses step + i and lr[i] (compile.h): AdamW's t from
+  // adam_step + 1, each step's rate from the schedule at its local step.
+  l->task_steps = k;
   l->step_value = (float)(l->adam_step + 1);
-  l->lr = pcp_diloco_lr_schedule_at(&job->schedule, step - 1);
-  job->last_lr = l->lr;
   size_t A = (size_t)job->accumulation;
-  size_t rows = A * B * T;
-  for (size_t a = 0; a < A; ++a) {
-    pcp_data_sampler_next(l->sampler, l->tokens + a * B * T,
-                          l->tokens + rows + a * B * T, NULL);
+  size_t per_step = A * B * T;
+  size_t rows = (size_t)k * per_step;  // ids (then as many targets)
+  for (uint32_t i = 0; i < k; ++i) {
+    // The cursor before step l->step + i + 1's batches: the one a
+    // checkpoint taken at syncer step l->step + i stores.
+    uint64_t before = l->step + i;
+    dec_cursor_at_t* at = &l->cursor_ring[before % l->cursor_ring_size];
+    at->step = before;
+    at->used = true;
+    pcp_data_sampler_cursor(l->sampler, &at->cursor);
+    l->lr[i] = pcp_diloco_lr_schedule_at(&job->schedule, before);
+    for (size_t a = 0; a < A; ++a) {
+      size_t row = (i * A + a) * B * T;
+      pcp_data_sampler_next(l->sampler, l->tokens + row, l->tokens + rows + row,
+                            NULL);
+    }
   }
+  job->last_lr = l->lr[k - 1];
   bool wide = job->data_type == PCP_ELEMENT_TYPE_I64;
   if (wide) {
     for (size_t e = 0; e < 2 * rows; ++e) {
@@ -1134,9 +1156,9 @@ static void dec_step_submit(dec_t* d, dec_learner_t* l) {
   sections[1] = (pcp_proto_section_t){.name = "lr",
                                       .element_type = PCP_ELEMENT_TYPE_F32,
                                       .rank = 1,
-                                      .shape = {1},
-                                      .byte_length = sizeof(float),
-                                      .data = &l->lr};
+                                      .shape = {k},
+                                      .byte_length = k * sizeof(float),
+                                      .data = l->lr};
   size_t id_size = pcp_element_type_byte_size(job->data_type);
   for (int j = 0; j < 2; ++j) {
     pcp_proto_section_t* s = &sections[2 + j];
@@ -1147,7 +1169,7 @@ static void dec_step_submit(dec_t* d, dec_learner_t* l) {
         .data = wide ? (const void*)(l->tokens64 + (size_t)j * rows)
                      : (const void*)(l->tokens + (size_t)j * rows)};
     uint32_t r = 0;
-    s->shape[r++] = 1;
+    s->shape[r++] = k;
     if (A > 1) {
       s->shape[r++] = (int64_t)A;
     }
@@ -1160,8 +1182,10 @@ static void dec_step_submit(dec_t* d, dec_learner_t* l) {
         .kind = PCP_PROTO_TENSOR_REF_SECTION, .section = (uint32_t)j};
   }
   job->token_bytes += 2ull * rows * id_size;
-  dec_submit(d, l, d->train_hash, "train_steps", sections, 4, refs,
-             (uint32_t)(3 * n + 4), keep, (uint32_t)(3 * n), TASK_STEP);
+  ++d->step_tasks;
+  dec_submit(d, l, k > 1 ? d->train_fused_hash : d->train_hash, "train_steps",
+             sections, 4, refs, (uint32_t)(3 * n + 4), keep, (uint32_t)(3 * n),
+             TASK_STEP);
   pcp_diloco_job_free(job, refs);
   pcp_diloco_job_free(job, keep);
 }
@@ -1467,6 +1491,10 @@ static json_t* dec_totals_json(const dec_t* d) {
   }
   if (o) {
     json_object_set_new(o, "resyncs", json_integer((json_int_t)d->resyncs));
+    json_object_set_new(o, "steps_per_task",
+                        json_integer((json_int_t)d->steps_per_task));
+    json_object_set_new(o, "step_tasks",
+                        json_integer((json_int_t)d->step_tasks));
     json_object_set_new(o, "down_compression",
                         json_string(d->int4_down ? "int4" : "none"));
   }
@@ -1853,18 +1881,26 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
       l->ready_ns = now_ns + d->delay_ms * 1000000;  // slow from the start
     }
   } else if (!status && kind == TASK_STEP) {
-    ++l->step;
-    ++l->adam_step;
-    if (n_out >= 1 && outputs[n_out - 1].byte_length == 4) {
-      l->last_loss = *(const float*)outputs[n_out - 1].data;
+    uint32_t fused = l->task_steps ? l->task_steps : 1;
+    l->step += fused;
+    l->adam_step += fused;
+    // losses[k]: last_loss is the loss of the learner's latest local step,
+    // whatever the fusion (the rounds report the mean over learners).
+    if (n_out >= 1 && outputs[n_out - 1].byte_length == 4ull * fused) {
+      memcpy(&l->last_loss,
+             (const uint8_t*)outputs[n_out - 1].data + 4ull * (fused - 1),
+             sizeof(float));
     }
     uint64_t tokens = (uint64_t)job->accumulation * (uint64_t)job->spec.batch *
                       (uint64_t)job->spec.block_size;
-    pcp_decoupled_learner_record_step(&l->counters, tokens);
-    // Adaptive grace's step EMA: the step task's round trip.
-    pcp_decoupled_grace_observe_step(
-        &d->grace, (double)(now_ns - l->task_started_ns) / 1e6);
-    d->tokens_computed += tokens;
+    // Adaptive grace's step EMA: the step task's round trip per step, once
+    // per step, so that the EMA's memory stays in steps at any fusion.
+    double step_ms = (double)(now_ns - l->task_started_ns) / 1e6 / fused;
+    for (uint32_t i = 0; i < fused; ++i) {
+      pcp_decoupled_learner_record_step(&l->counters, tokens);
+      pcp_decoupled_grace_observe_step(&d->grace, step_ms);
+    }
+    d->tokens_computed += fused * tokens;
     // The fastest learner's clock drives the syncer: reaching local step t
     // opens the scheduled syncer steps up to t, and the pull of each goes
     // to every live learner, which answers with its current fragment at
@@ -1985,6 +2021,46 @@ static bool dec_step_wasted(const dec_t* d, uint32_t li) {
   return count > 0 && (pending & all) == all;
 }
 
+// How many local steps learner |li|'s next step task runs (step t =
+// l->step + 1 may run, the caller checked): steps_per_task when nothing is
+// due after any of the steps t .. t + K - 2, else 1 (two programs: any k
+// would be a compile per k). Whatever happens between two tasks of a
+// learner must happen at the same local step as with one step per task,
+// so that the fused run computes what single steps would:
+// - a scheduled syncer step s: reaching it opens the pull, which the
+//   learner answers at its next task boundary with its state after s;
+// - s + overlap_tau: the merged fragment of s is blended before step
+//   s + overlap_tau + 1 at the latest;
+// - the overlap budget: every step t' of the task must satisfy
+//   t' <= next_final + overlap_tau (the last one is the largest), and
+//   total_steps;
+// - the test delay (delay_learner waits after each step below delay_until).
+// The caller's dec_step_wasted check holds for the whole task: it turns
+// true only when a scheduled step opens (a round closing moves its
+// fragment from pending to a queued blend, still pending), and the task
+// opens none. Another learner may open one meanwhile: this learner then
+// answers its pull up to K - 1 steps later than at K=1, the timing
+// freedom several learners have anyway (a one-learner run is exact).
+static uint32_t dec_task_steps(const dec_t* d, uint32_t li) {
+  const dec_learner_t* l = &d->learners[li];
+  uint64_t K = d->steps_per_task, t = l->step + 1,
+           tau = d->schedule.overlap_tau;
+  uint64_t last = t + K - 1;
+  if (K <= 1 || last > d->total_steps || last > d->next_final + tau ||
+      (li == d->delay_learner && t <= d->delay_until)) {
+    return 1;
+  }
+  for (uint64_t s = t; s < last; ++s) {
+    uint32_t f = 0;
+    if (pcp_decoupled_schedule_fragment_at(&d->schedule, s, &f) ||
+        (s > tau &&
+         pcp_decoupled_schedule_fragment_at(&d->schedule, s - tau, &f))) {
+      return 1;
+    }
+  }
+  return (uint32_t)K;
+}
+
 // The next task of an idle learner, if any is due.
 static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
   dec_learner_t* l = &d->learners[li];
@@ -2048,7 +2124,7 @@ static pcp_status_t dec_learner_next(dec_t* d, uint32_t li, int64_t now_ns) {
   uint64_t t = l->step + 1;
   if (t <= d->total_steps && t <= d->next_final + d->schedule.overlap_tau &&
       !dec_step_wasted(d, li)) {
-    dec_step_submit(d, l);
+    dec_step_submit(d, l, dec_task_steps(d, li));
   }
   return pcp_ok_status();
 }
@@ -2136,6 +2212,7 @@ static pcp_status_t dec_config_check(dec_t* d) {
   }
   json_t* verify = json_object_get(job->experiment, "decoupled_verify_int4");
   d->verify_int4 = json_is_true(verify);
+  d->steps_per_task = (uint32_t)d->config.steps_per_task;  // 1..64, parsed
   return pcp_ok_status();
 }
 
@@ -2275,10 +2352,13 @@ static pcp_status_t dec_learner_alloc(dec_t* d, uint32_t k,
       return wrapped;
     }
   }
-  l->tokens = pcp_diloco_job_malloc(job, 2 * rows * sizeof(int32_t));
-  l->tokens64 = job->data_type == PCP_ELEMENT_TYPE_I64
-                    ? pcp_diloco_job_malloc(job, 2 * rows * sizeof(int64_t))
-                    : NULL;
+  // Ids and targets of up to steps_per_task steps (dec_step_submit).
+  size_t task_rows = rows * d->steps_per_task;
+  l->tokens = pcp_diloco_job_malloc(job, 2 * task_rows * sizeof(int32_t));
+  l->tokens64 =
+      job->data_type == PCP_ELEMENT_TYPE_I64
+          ? pcp_diloco_job_malloc(job, 2 * task_rows * sizeof(int64_t))
+          : NULL;
   l->base = pcp_diloco_job_malloc(job, job->parameter_count * sizeof(float));
   l->mix_buf = pcp_diloco_job_malloc(job, d->frag_max * sizeof(float));
   l->verify_values = pcp_diloco_job_malloc(job, d->frag_max * sizeof(float));
@@ -3224,6 +3304,12 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
   if (!status) {
     d->grace.config = grace;
     d->total_steps = (uint64_t)job->config.outer_loop_steps;
+    // The inner rate schedule runs over a learner's local steps, which are
+    // the syncer steps here (outer_loop_steps), not outer_loop_steps x tau
+    // as the job set it up for classic rounds: a cosine over that length
+    // barely decayed in a decoupled run.
+    pcp_diloco_lr_schedule_initialize(&job->config, d->total_steps,
+                                      &job->schedule);
     for (uint64_t s = 1; s <= d->total_steps; ++s) {
       uint32_t f;
       d->scheduled += pcp_decoupled_schedule_fragment_at(&d->schedule, s, &f);
