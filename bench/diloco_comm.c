@@ -3,14 +3,16 @@
 // streaming DiLoCo and decoupled DiLoCo with int4 deltas, measured on real
 // training jobs (a `pcp --gateway` and 4 `pcp --worker` on loopback, the
 // same model and tokens per worker), from the fabric's own per-worker byte
-// counters and the jobs' sync payload counters, with the training loss each
-// reaches. The orchestration is Python (bench/diloco_comm.py), which this
-// binary runs with the project's venv and the pcp binary, passing its own
-// arguments on (--quick, --steps, --tau, --modes, --workers, --budget-s).
+// counters and the jobs' sync payload counters, with the loss of each final
+// model on held-out text (scored by the JAX reference). The orchestration is
+// Python (bench/diloco_comm.py), which this binary runs with the project's
+// venv and the pcp binary, passing its own arguments on (--quick, --steps,
+// --tau, --modes, --workers, --budget-s, --experiment-json,
+// --decoupled-json, --eval-windows).
 //
 // Last line (the Python's): `diloco_comm ratio=<x>`, x = ddp's bytes per
 // worker per token / decoupled+int4's (programs excluded); goal x >= 500
-// at tau 100 with decoupled's loss within 2% of ddp's.
+// at tau 100 with decoupled's held-out loss within 2% of ddp's.
 
 #include <stdio.h>
 #include <unistd.h>

@@ -20,11 +20,21 @@ job, and when it has succeeded:
   events (classic, streaming, ddp: parameters/gradients down and up), and
   for decoupled the `delta_bytes_total` (measured: the answers' output
   bytes) + `fragment_bytes_down_total` of its training.decoupled summary;
-- the training loss: the mean of the losses the job reported over its last
-  quarter of inner steps (decoupled DiLoCo has no held-out evaluation in
-  the service yet, so all modes are compared on the same training-loss
-  figure, with eval_fraction 0; its noise is printed: the spread of those
-  losses).
+- the val loss: every mode trains on the first 90% of tiny_shakespeare
+  (cut at a line end; eval_fraction 0: the services' own evaluation would
+  add bytes to the counters) and its exported final model
+  (state/models/<job>/model.safetensors, checked against model.json's
+  SHA-256) is scored on the last 10% by an independent implementation,
+  tests/models/jax_reference.py: the mean cross-entropy over fixed windows
+  (seeded, the same for every mode) of block_size tokens, tokenized with
+  the char vocabulary the job exported in model.json (windows holding a
+  character outside it are dropped and counted; none in this text). The
+  same model is also scored on windows of its training text: for ddp that
+  must agree with the losses the job reported at its end (a mapping check);
+- the tail loss, kept for reference: the mean of the training losses the
+  job reported over its last quarter of inner steps (for decoupled, the
+  learners' local losses on 256-token batches at 2 syncs: noisy, and not
+  the global model's).
 
 The comparison is per token (tokens per worker differ a little: streaming
 runs max_epochs x H + the last fragment's phase local steps), steady state
@@ -33,16 +43,21 @@ the start), which stays in the figures.
 
 Last line: `diloco_comm ratio=<x>`, x = ddp's fabric bytes per worker per
 token / decoupled+int4's (programs excluded). Goal: x >= 500 at tau 100
-with decoupled's loss within 2% of ddp's; under PCP_BENCH_CHECK=1 a miss
-exits 1. With no ddp mode in this build the bench fails ("ddp not
-available") rather than print a ratio of something else.
+with decoupled's val loss within 2% of ddp's; under PCP_BENCH_CHECK=1 a
+miss (or a failed mapping check) exits 1. With no ddp mode in this build
+the bench fails ("ddp not available") rather than print a ratio of
+something else. --experiment-json and --decoupled-json merge keys into
+every job and into the decoupled block, for tuning runs without code
+edits.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -124,10 +139,12 @@ def program_bytes(path):
 
 
 def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
-               lr=0.003):
+               lr=0.003, extra=None, decoupled_extra=None):
     """The job of |mode| over |steps| inner steps per worker with sync
     interval |tau| (classic tau, streaming H, decoupled sync_interval_h,
-    ddp: tau inner steps per reported step)."""
+    ddp: tau inner steps per reported step); |extra| (--experiment-json)
+    merged into the job last, |decoupled_extra| (--decoupled-json) into the
+    decoupled_diloco block."""
     # Plain averaging (outer lr 1, momentum 0) for every DiLoCo mode: the
     # tuning runs of 2026-12-05 (docs/performance.md "diloco_comm", run 3)
     # found no decoupled setting better at tau 100 (4 syncs per fragment):
@@ -164,13 +181,16 @@ def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
             block.update(outer_gradient_compression="int4",
                          int4_block_size=64, int4_down="on")
         # Exploration hook: PCP_BENCH_DECOUPLED_EXTRA='{"steps_per_task":
-        # 8}' adds keys to the decoupled block (checked by the gateway).
+        # 8}' adds keys to the decoupled block (checked by the gateway);
+        # --decoupled-json (decoupled_extra) is merged after it.
         block.update(json.loads(
             os.environ.get("PCP_BENCH_DECOUPLED_EXTRA", "{}")))
+        block.update(decoupled_extra or {})
         e.update(aggregation_strategy="decoupled_diloco", tau=tau,
                  outer_loop_steps=steps, decoupled_diloco=block)
     else:
         raise ValueError("mode %r: want one of %s" % (mode, ", ".join(MODES)))
+    e.update(extra or {})
     return e
 
 
@@ -303,10 +323,12 @@ def run_job(req, body, seconds):
     return job_id, finished.last, time.time() - t0
 
 
-def measure(pcp, work, mode, workers, model, steps, tau, seconds, previous):
+def measure(pcp, work, mode, workers, model, steps, tau, seconds, previous,
+            extra=None, decoupled_extra=None):
     with LocalCluster(pcp, work, workers, mode, previous) as lc:
         before = lc.links()
-        body = experiment(mode, model, steps, tau, lc.data)
+        body = experiment(mode, model, steps, tau, lc.data, extra=extra,
+                          decoupled_extra=decoupled_extra)
         job_id, job, wall = run_job(
             lambda m, p, b: request(lc.base, m, p, b), body, seconds)
         # The last task answers are in; a heartbeat or two may follow.
@@ -335,11 +357,232 @@ def measure(pcp, work, mode, workers, model, steps, tau, seconds, previous):
             "n": training.get("parameter_count"), "links": per_worker,
             "programs": programs, "sync": sync, "tail": tail, "curve": curve,
             "steps": total_steps, "tokens": tokens_per_worker,
-            "summary": summary, "training": training}
+            "summary": summary, "training": training, "body": body}
 
 
 def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
+
+
+# Held-out evaluation: every mode's final global model scored the same way
+# by an independent implementation, on text none of them trained on.
+
+TRAIN_FRACTION = 0.9
+MAX_TEXT_BYTES = 64 << 20
+# The windows are drawn once with this seed: the same for every mode and run.
+EVAL_SEED = 20261205
+MAX_WEIGHTS_BYTES = 1 << 30
+MAX_HEADER_BYTES = 16 << 20
+
+
+def split_text(path):
+    """(train bytes, held-out bytes): the first 90% of |path|, cut after the
+    last line end before that point (so no UTF-8 character is split), and
+    the rest."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_TEXT_BYTES + 1)
+    if len(data) > MAX_TEXT_BYTES:
+        raise RuntimeError("%s: over %d bytes" % (path, MAX_TEXT_BYTES))
+    cut = data.rfind(b"\n", 0, int(len(data) * TRAIN_FRACTION)) + 1
+    if cut <= 0 or cut >= len(data):
+        raise RuntimeError("%s: no line end to split train and held-out "
+                           "text at" % path)
+    return data[:cut], data[cut:]
+
+
+def read_safetensors(path):
+    """{name: float32 array} of a safetensors file (F32 or BF16)."""
+    import numpy as np
+    size = os.path.getsize(path)
+    if size < 8 or size > MAX_WEIGHTS_BYTES:
+        raise RuntimeError("%s: %d bytes (8..%d)" % (path, size,
+                                                    MAX_WEIGHTS_BYTES))
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n > MAX_HEADER_BYTES or 8 + n > len(raw):
+        raise RuntimeError("%s: header of %d bytes" % (path, n))
+    header = json.loads(raw[8:8 + n])
+    body = memoryview(raw)[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = info["data_offsets"]
+        count = 1
+        for d in info["shape"]:
+            count *= d
+        width = {"F32": 4, "BF16": 2}.get(info["dtype"])
+        if width is None or not 0 <= lo <= hi <= len(body) or \
+                hi - lo != count * width:
+            raise RuntimeError("%s: tensor %s: dtype %s, bytes %d..%d of %d "
+                               "for shape %s" % (path, name, info["dtype"],
+                                                 lo, hi, len(body),
+                                                 info["shape"]))
+        if width == 4:
+            a = np.frombuffer(body[lo:hi], "<f4")
+        else:
+            # bf16 is the high half of an f32.
+            a = (np.frombuffer(body[lo:hi], "<u2").astype(np.uint32)
+                 << 16).view(np.float32)
+        out[name] = a.reshape(info["shape"])
+    return out
+
+
+class Evaluator:
+    """Mean cross-entropy of a job's exported model (state/models/<job>:
+    model.json, model.safetensors) over fixed windows of the held-out text,
+    computed by tests/models/jax_reference.py (jax.numpy written from the
+    architecture descriptions, not from the emitted MLIR) with the parameter
+    table `pcp model gpt ... --params-json` gives for the bench's model."""
+
+    def __init__(self, pcp, work, model, held_out, train, windows):
+        import numpy as np
+        self.np, self.model, self.windows = np, model, windows
+        params = os.path.join(work, "params.json")
+        subprocess.run(
+            [pcp, "model", "gpt", "--layers", str(model["layers"]),
+             "--heads", str(model["heads"]), "--kv-heads",
+             str(model["kv_heads"]), "--width", str(model["width"]),
+             "--vocab", str(model["vocab"]), "--block-size",
+             str(model["block_size"]), "--batch", str(model["batch"]),
+             "-o", os.path.join(work, "eval.mlir"), "--params-json", params],
+            check=True, capture_output=True, timeout=300)
+        with open(params) as f:
+            self.table = json.load(f)
+        # The char tokenizer works on code points (src/data/dataset.c).
+        self.texts = {"held-out": held_out.decode("utf-8"),
+                      "train": train.decode("utf-8")}
+        t = model["block_size"]
+        rng = np.random.default_rng(EVAL_SEED)
+        self.starts = {}
+        for which, text in sorted(self.texts.items()):
+            if len(text) < t + 2:
+                raise RuntimeError("%s text: %d characters, under a window"
+                                   % (which, len(text)))
+            self.starts[which] = rng.integers(0, len(text) - t,
+                                              size=windows)
+        self.fn = None
+        self.cache = {}
+
+    def windows_of(self, which, vocab):
+        """(ids [n, T], targets [n, T], windows dropped) of the fixed
+        windows of |which| text, tokenized with |vocab| (the job's exported
+        char vocabulary, id order). A window holding a character outside
+        the vocabulary is dropped (none in tiny_shakespeare: its held-out
+        tenth uses 61 of the 65 symbols of the first 90%)."""
+        np = self.np
+        key = (which, vocab)
+        if key not in self.cache:
+            index = {c: i for i, c in enumerate(vocab)}
+            ids = np.array([index.get(c, -1) for c in self.texts[which]],
+                           np.int32)
+            t = self.model["block_size"]
+            rows = ids[self.starts[which][:, None] +
+                       np.arange(t + 1)[None, :]]
+            keep = (rows >= 0).all(axis=1)
+            rows = rows[keep]
+            self.cache[key] = (rows[:, :t], rows[:, 1:],
+                               int(len(keep) - keep.sum()))
+        return self.cache[key]
+
+    def load(self, state, job):
+        """(parameters by name, vocabulary, model.json) of |job|'s export;
+        raises when it is missing or does not match the bench's model."""
+        d = os.path.join(state, "models", job)
+        meta_path = os.path.join(d, "model.json")
+        if not os.path.exists(meta_path):
+            raise RuntimeError("no exported model (%s missing)" % meta_path)
+        with open(meta_path) as f:
+            meta = json.load(f)
+        path = os.path.join(d, meta.get("weights", "model.safetensors"))
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        if digest != meta.get("weights_sha256"):
+            raise RuntimeError("%s: SHA-256 %s, model.json says %s" % (
+                path, digest, meta.get("weights_sha256")))
+        for key in ("layers", "heads", "width", "vocab", "block_size"):
+            if meta.get(key) != self.model[key]:
+                raise RuntimeError("model.json %s %r, the bench's model %r"
+                                   % (key, meta.get(key), self.model[key]))
+        tok = meta.get("tokenizer") or {}
+        vocab = tok.get("vocab")
+        if meta.get("architecture") != "gpt" or tok.get("kind") != "char" \
+                or not isinstance(vocab, str) or \
+                not 0 < len(vocab) <= self.model["vocab"]:
+            raise RuntimeError("model.json: architecture %r, tokenizer %r" % (
+                meta.get("architecture"), json.dumps(tok)[:200]))
+        weights = read_safetensors(path)
+        want = {e["name"]: list(e["shape"]) for e in self.table["parameters"]}
+        got = {k: list(v.shape) for k, v in weights.items()}
+        if want != got:
+            raise RuntimeError("%s: tensors %s, the table wants %s" % (
+                path, sorted(got.items())[:4], sorted(want.items())[:4]))
+        return weights, vocab, meta
+
+    def loss(self, weights, vocab, which):
+        """Mean cross-entropy over the fixed windows of |which| text."""
+        if self.fn is None:
+            os.environ.setdefault("JAX_PLATFORMS", "cpu")
+            import jax
+            sys.path.insert(0, os.path.join(HERE, "..", "tests", "models"))
+            import jax_reference as ref
+            self.fn = jax.jit(ref.loss_fn(self.table))
+        ids, targets, dropped = self.windows_of(which, vocab)
+        if len(ids) < self.windows // 2:
+            raise RuntimeError("%d of %d %s windows hold characters outside "
+                               "the vocabulary" % (dropped, self.windows,
+                                                   which))
+        total, chunk = 0.0, 256
+        for i in range(0, len(ids), chunk):
+            part = slice(i, i + chunk)
+            total += float(self.fn(weights, ids[part], targets[part])) * \
+                len(ids[part])
+        return total / len(ids), dropped
+
+    def evaluate(self, r):
+        """Adds val (held-out) and train-text losses to result |r|, or the
+        reason there are none."""
+        try:
+            weights, vocab, meta = self.load(r["state"], r["job"])
+            r["val"], r["val_dropped"] = self.loss(weights, vocab,
+                                                   "held-out")
+            r["train_jax"], _ = self.loss(weights, vocab, "train")
+            r["export_step"] = meta.get("outer_step")
+        except (OSError, ValueError, KeyError, RuntimeError,
+                subprocess.SubprocessError) as e:
+            r["val"] = r["train_jax"] = float("nan")
+            r["val_error"] = str(e)[:300]
+
+
+def last_merges(body, steps):
+    """Syncer step of each decoupled fragment's last merge within |steps|
+    (fragment r syncs at the steps = r mod H, src/workloads/train/
+    decoupled_plan.c; 0: never): the exported global model holds each
+    fragment as of that merge, not the learners' steps after it."""
+    block = body.get("decoupled_diloco", {})
+    h, p = block.get("sync_interval_h", 1), block.get("num_fragments", 1)
+    out = []
+    for r in range(p):
+        last = steps - (steps - r) % h if steps >= r else 0
+        out.append(last if last >= 1 else 0)
+    return out
+
+
+def json_object_arg(parser, name, text):
+    """The JSON object |text| of option |name| ({} when empty)."""
+    if not text:
+        return {}
+    if len(text) > 65536:
+        parser.error("%s: over 65536 characters" % name)
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        parser.error("%s: not JSON: %s" % (name, e))
+    if not isinstance(value, dict):
+        parser.error("%s: want a JSON object, got %s" % (
+            name, type(value).__name__))
+    return value
 
 
 def main():
@@ -356,7 +599,30 @@ def main():
                         "decoupled_int4")
     parser.add_argument("--budget-s", type=int, default=0,
                         help="per job (default 600, quick 300)")
+    parser.add_argument("--experiment-json", default="",
+                        help="a JSON object merged into every mode's job "
+                        "last (e.g. '{\"learning_rate\": 0.004}')")
+    parser.add_argument("--decoupled-json", default="",
+                        help="a JSON object merged into the decoupled modes' "
+                        "decoupled_diloco block (e.g. "
+                        "'{\"steps_per_task\": 8}')")
+    parser.add_argument("--eval-windows", type=int, default=1024,
+                        help="held-out windows of block_size tokens scored "
+                        "per model (default 1024)")
     args = parser.parse_args()
+    extra = json_object_arg(parser, "--experiment-json", args.experiment_json)
+    # The bench owns these: the split train file, the names it looks the
+    # jobs up by, and the counters' premise (no held-out evaluation bytes,
+    # no serving on the measured workers).
+    owned = sorted(set(extra) & {"name", "data_path", "eval_fraction",
+                                 "serve_worker_class"})
+    if owned:
+        parser.error("--experiment-json: the bench sets %s itself" %
+                     ", ".join(owned))
+    decoupled_extra = json_object_arg(parser, "--decoupled-json",
+                                      args.decoupled_json)
+    if not 16 <= args.eval_windows <= 16384:
+        parser.error("--eval-windows: 16..16384")
     modes = [m for m in args.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
@@ -381,20 +647,37 @@ def main():
     work = tempfile.mkdtemp(prefix="pcp-bench-diloco-")
     check = os.environ.get("PCP_BENCH_CHECK", "") not in ("", "0")
     try:
-        with open(DATA, "rb") as src, \
-                open(os.path.join(work, "text.txt"), "wb") as dst:
-            dst.write(src.read(400000))
+        # Every mode trains on the first 90% of the text; the last 10% is
+        # the held-out text its final model is scored on.
+        train, held_out = split_text(DATA)
+        with open(os.path.join(work, "text.txt"), "wb") as dst:
+            dst.write(train)
+        with open(os.path.join(work, "held_out.txt"), "wb") as dst:
+            dst.write(held_out)
+        evaluator = Evaluator(args.pcp, work, model, held_out, train,
+                              args.eval_windows)
         print("diloco_comm: W=%d CPU workers on loopback, model gpt 1 layer "
               "width %d block 32 batch 8, %d inner steps per worker, sync "
               "every %d steps (classic tau, streaming H with P=2, "
               "decoupled sync_interval_h with P=2), lr 0.003, "
-              "eval_fraction 0" % (args.workers, width, steps, args.tau),
-              flush=True)
+              "eval_fraction 0; trained on the first %d bytes of %s, val "
+              "loss: the exported final model's mean cross-entropy (JAX, "
+              "tests/models/jax_reference.py) on %d fixed windows of %d "
+              "tokens of the last %d bytes" % (
+                  args.workers, width, steps, args.tau, len(train),
+                  os.path.basename(DATA), args.eval_windows,
+                  model["block_size"], len(held_out)), flush=True)
+        if extra or decoupled_extra:
+            print("diloco_comm: merged into every job: %s; into the "
+                  "decoupled block: %s" % (json.dumps(extra),
+                                           json.dumps(decoupled_extra)),
+                  flush=True)
         results, previous, missing = {}, None, None
         for mode in modes:
             try:
                 r = measure(args.pcp, work, mode, args.workers, model, steps,
-                            args.tau, budget, previous)
+                            args.tau, budget, previous, extra,
+                            decoupled_extra)
             except NotAvailable as e:
                 if mode != "ddp":
                     raise
@@ -435,6 +718,24 @@ def main():
                       sum(down) + sum(up), r["evictions"], mean(r["tail"]),
                       len(r["tail"]), min(r["tail"] or [0]),
                       max(r["tail"] or [0])), flush=True)
+            # Scored after the cluster is down: the evaluation takes no CPU
+            # from the measured workers.
+            evaluator.evaluate(r)
+            if "val_error" in r:
+                print("%-15s val loss: none: %s" % (mode, r["val_error"]),
+                      flush=True)
+            else:
+                print("%-15s val loss %.4f (held-out, %d windows dropped), "
+                      "%.4f on the training text (JAX, the exported model "
+                      "at outer step %s)" % (
+                          mode, r["val"], r["val_dropped"],
+                          r["train_jax"], r.get("export_step")), flush=True)
+            if mode.startswith("decoupled"):
+                print("%-15s the final model holds each fragment as of its "
+                      "last merge, at syncer steps %s of %d" % (
+                          mode, "/".join(str(x) for x in
+                                         last_merges(r["body"], r["steps"])),
+                          r["steps"]), flush=True)
         if "ddp" not in results:
             print("diloco_comm: ddp not available (%s); no ratio" % missing)
             return 1
@@ -443,18 +744,32 @@ def main():
             print("%-15s loss at inner step: %s" % (mode, " ".join(
                 "%d:%.3f" % (at, loss) for at, loss in r["curve"][-8:])))
         print()
-        print("%-15s %14s %12s %14s %12s %10s" % (
+        print("%-15s %14s %12s %14s %12s %10s %10s %10s" % (
             "mode", "bytes/worker", "B/token", "sync/worker", "vs ddp",
-            "tail loss"))
+            "tail loss", "val loss", "val gap"))
         for mode, r in results.items():
-            print("%-15s %14.0f %12.2f %14.0f %11.1fx %10.4f" % (
-                mode, r["net"], r["per_token"], r["sync_per_worker"],
-                ddp["per_token"] / r["per_token"], mean(r["tail"])))
+            print("%-15s %14.0f %12.2f %14.0f %11.1fx %10.4f %10.4f %+9.2f%%"
+                  % (mode, r["net"], r["per_token"], r["sync_per_worker"],
+                     ddp["per_token"] / r["per_token"], mean(r["tail"]),
+                     r["val"], 100 * (r["val"] / ddp["val"] - 1)))
         ratio = ddp["per_token"] / dec["per_token"]
         sync_ratio = (ddp["sync"] / ddp["tokens"]) / max(
             1e-12, dec["sync"] / dec["tokens"])
-        loss_ddp, loss_dec = mean(ddp["tail"]), mean(dec["tail"])
+        # The loss goal is judged on the held-out loss of the final models
+        # (NaN, so NO, when a model was not exported).
+        loss_ddp, loss_dec = ddp["val"], dec["val"]
         loss_ok = loss_dec <= loss_ddp * 1.02
+        # A mapping check: ddp's final model scored by JAX on its own
+        # training text must agree with the losses the job reported at its
+        # end (a wrong vocabulary or tensor layout lands far off).
+        last = ddp["curve"][-1][1] if ddp["curve"] else float("nan")
+        sane = abs(ddp["train_jax"] / last - 1) <= 0.1
+        print("sanity: ddp's final model on its training text (JAX) %.4f, "
+              "its last reported training loss %.4f (tail mean %.4f): "
+              "%+.2f%%: %s" % (ddp["train_jax"], last, mean(ddp["tail"]),
+                               100 * (ddp["train_jax"] / last - 1),
+                               "agree" if sane else
+                               "DISAGREE (over 10%: a mapping bug?)"))
         print("ratio of the job's sync payloads alone (ddp / decoupled+int4, "
               "per token): %.1f" % sync_ratio)
         # What it takes to reach 2000: decoupled's bytes per token at sync
@@ -497,10 +812,15 @@ def main():
                                             max(0.0, other_per_step))
                 print("to reach %d: H (tau) >= %.0f at these measured "
                       "per-sync and per-step bytes" % (goal, h))
-        print("loss: ddp %.4f, decoupled+int4 %.4f (%+.2f%%): within 2%%: "
-              "%s" % (loss_ddp, loss_dec, 100 * (loss_dec / loss_ddp - 1),
-                      "yes" if loss_ok else "NO"))
-        ok = ratio >= 500 and loss_ok and \
+        print("tail loss (training reports): ddp %.4f, decoupled+int4 %.4f "
+              "(%+.2f%%)" % (mean(ddp["tail"]), mean(dec["tail"]),
+                             100 * (mean(dec["tail"]) /
+                                    mean(ddp["tail"]) - 1)))
+        print("val loss: ddp %.4f, decoupled+int4 %.4f (%+.2f%%): within "
+              "2%%: %s" % (loss_ddp, loss_dec,
+                           100 * (loss_dec / loss_ddp - 1),
+                           "yes" if loss_ok else "NO"))
+        ok = ratio >= 500 and loss_ok and sane and \
             all(r["evictions"] == 0 for r in results.values())
         print("diloco_comm goal ratio >= 500 at tau %d with decoupled's loss "
               "within 2%% of ddp's: %s" % (args.tau, "met" if ok else
