@@ -140,6 +140,12 @@ static const pcp_config_field_t kFields[] = {
      .max = PCP_DECOUPLED_MAX_STEPS_PER_TASK,
      .help = "local steps a learner runs per task (fewer tasks and bytes; "
              "one more program to compile)"},
+    {.name = "final_sync",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = offsetof(T, final_sync),
+     .default_value = "true",
+     .help = "after the last local step, one more round for every fragment "
+             "synced last before it (the exported model holds every step)"},
 };
 #undef T
 
