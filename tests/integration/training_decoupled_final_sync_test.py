@@ -116,7 +116,9 @@ def held_out_loss(work, jobs):
 
 def one_learner(work):
     off = ft.run(experiment(False))
-    on = ft.run(experiment(None))  # the default
+    # The default; a checkpoint per round for the resume below.
+    on = ft.run(dict(experiment(None), checkpoint_every=1,
+                     checkpoint_dir=os.path.join(work, "state", "ckpt-on")))
     if not off or not on:
         return
     so, sn = off["summary"], on["summary"]
@@ -170,6 +172,49 @@ def one_learner(work):
           abs(sn.get("goodput", 0) - 1.0) < 1e-9,
           "goodput rises to 1 with the final sync: %s -> %s" % (
               so.get("goodput"), sn.get("goodput")))
+    resume_in_final_rounds(work, on, off)
+
+
+def resume_in_final_rounds(work, on, off):
+    """Resumes the final_sync run from its checkpoint after round 32
+    (outer step 4: every local step run, the final round at 33 not yet):
+    the learners come back at local step 32 with no step to run, and the
+    final round must open and close by itself."""
+    src = os.path.join(work, "state", "checkpoints", on["job"])
+    dst = os.path.join(work, "state", "ckpt-final")
+    os.makedirs(dst)
+    shutil.copy(os.path.join(src, "step-%020d.bin" % 4),
+                os.path.join(dst, "latest.ckpt"))
+    tape = "decoupled-tape-%020d.workers" % 4
+    shutil.copy(os.path.join(src, tape), os.path.join(dst, tape))
+    r = ft.run(dict(experiment(None), resume=True, checkpoint_dir=dst))
+    if not r:
+        return
+    s = r["summary"]
+    print("resumed after round 32: rounds %s, summary resumed_at %s, "
+          "tokens computed %s (the run's %s), step tasks %s" % (
+              rounds(r), s.get("resumed_at_syncer_step"),
+              s.get("tokens_computed"), on["summary"].get("tokens_computed"),
+              s.get("step_tasks")))
+    check(rounds(r) == [(33, 1, False)] and sorted(r["steps"]) == [5] and
+          s.get("resumed_at_syncer_step") == 32 and
+          s.get("tape_replayed") is True and s.get("step_tasks") == 0 and
+          [x["step"] for x in s.get("learner_steps", [])] == [STEPS] and
+          s.get("tokens_computed") == on["summary"].get("tokens_computed"),
+          "a resume in the final rounds runs the final round (outer step "
+          "5, syncer step 33) and no local step")
+    ph = s.get("param_hash") or {}
+    check(ph.get("mismatches") == 0 and ph.get("verified_step"),
+          "the resumed final round's @mix hash verified: %s" % ph)
+    # As any resume, it loses the learner's steps no round merged before
+    # the checkpoint (fragment 1's 18..32): back from the masters, its
+    # fragment 1 is theirs, and the final round leaves it there (outer lr
+    # 1, no momentum): the final_sync false model.
+    w_res, w_off = arrays(work, r["job"]), arrays(work, off["job"])
+    worst = max(float(np.max(np.abs(w_res[k] - w_off[k]))) for k in w_off)
+    check(sorted(w_res) == sorted(w_off) and worst <= 1e-6,
+          "the resumed model is the masters of the checkpoint: max diff "
+          "%g against final_sync false" % worst)
 
 
 def three_learners(work, port, extra):
