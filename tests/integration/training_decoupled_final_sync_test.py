@@ -13,7 +13,15 @@ fragment 1 is last scheduled at syncer step 17.
   merged (summary final_sync_rounds 1, 0 for false); the exported models'
   fragment-0 tensors are bit-identical (both synced at 32) and every
   fragment-1 tensor changed (17 -> 32 steps), their value counts adding up
-  to the two fragments' sizes from the round events; goodput rises to 1.
+  to the two fragments' sizes from the round events; on the job's
+  held-out batches (eval_batches.npy, the independent JAX model of
+  tests/models) the final sync's export has the lower loss; goodput rises
+  to 1.
+- A resume of the final_sync run from its checkpoint after round 32 (all
+  local steps run, the final round not yet): the learner comes back at
+  step 32, runs no step, the final round (outer step 5) closes with its
+  hash verified, and the export is the checkpoint's masters (the
+  final_sync false model: a resume loses the unmerged steps).
 - Three learners, quorum 3, final_sync true and false: both complete, the
   final round merges all three, every @mix hash verifies (the final
   round's broadcast included), and goodput with the final sync is at least
