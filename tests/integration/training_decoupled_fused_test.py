@@ -39,7 +39,10 @@ DECOUPLED = {"num_fragments": 2, "sync_interval_h": 16, "overlap_tau": 1,
              "min_quorum": 1, "grace_window_ms": 0,
              "merge_strategy": "weighted_average",
              "fragment_strategy": "balanced_tensor", "learner_alpha": 0.0,
-             "outer_learning_rate": 1.0}
+             "outer_learning_rate": 1.0,
+             # Rounds at 1, 16, 17, 32 only (the task counts below): the
+             # final round at 33 is training_decoupled_final_sync_test's.
+             "final_sync": False}
 # Same math, another compile (the K-step program unrolls K steps): IREE
 # may fuse or order the f32 reductions differently, so allow a few ulps of
 # drift through 32 AdamW steps, far below any real difference (one step's

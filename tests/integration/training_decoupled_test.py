@@ -58,7 +58,11 @@ DECOUPLED = {"num_fragments": 2, "sync_interval_h": 4, "overlap_tau": 1,
              "min_quorum": 2, "grace_window_ms": 5000,
              "merge_strategy": "weighted_average",
              "fragment_strategy": "balanced_tensor", "learner_alpha": 0.0,
-             "outer_learning_rate": 1.0}
+             "outer_learning_rate": 1.0,
+             # The runs here count the scheduled rounds 1..STEPS (and the
+             # resume test, which copies this block, its tapes): the final
+             # rounds past STEPS are training_decoupled_final_sync_test's.
+             "final_sync": False}
 
 
 def experiment(**extra):

@@ -175,6 +175,20 @@ bool pcp_decoupled_schedule_fragment_at(
 // blended back: syncer_step + overlap_tau.
 uint64_t pcp_decoupled_schedule_apply_deadline(
     const pcp_decoupled_schedule_t* schedule, uint64_t syncer_step);
+// The final sync. A run of |local_steps| = S local steps per learner syncs
+// fragment f last at the largest s <= S with s mod H == f: only the
+// fragment at S mod H holds all S steps, the others lose up to H - 1 steps
+// of every learner (fragment 1 of H 100, P 2, S 400 last syncs at 301).
+// With |final_sync| the syncer runs on past S through the virtual steps
+// S+1 .. S+H-1 with the same schedule (no local step: learners stop at S),
+// which names every fragment but the one at S mod H exactly once, in the
+// schedule's own order: the fragments whose last round is before S (or
+// none) get one more round that merges every step up to S. Returns the
+// syncer's last step (S when |final_sync| is false or no fragment needs
+// one) and the rounds past S in |out_final_rounds| (optional).
+uint64_t pcp_decoupled_schedule_last_step(
+    const pcp_decoupled_schedule_t* schedule, uint64_t local_steps,
+    bool final_sync, uint32_t* out_final_rounds);
 
 //===----------------------------------------------------------------------===//
 // Merges
@@ -839,6 +853,10 @@ typedef struct pcp_decoupled_config_t {
   // values goes as seeded-init tensor refs (the learners fill them):
   // 0 auto (on), 1 off.
   int32_t seeded_init;
+  // One more round after the last local step for every fragment whose last
+  // scheduled round is before it (pcp_decoupled_schedule_last_step), so
+  // the masters the job exports hold all S steps (default true).
+  bool final_sync;
 } pcp_decoupled_config_t;
 
 // The table (defaults, bounds, help). Cross-field rules: timing_ema_alpha

@@ -148,6 +148,12 @@ static const pcp_config_field_t kFields[] = {
      .enum_values = kSeededInit,
      .help = "a fresh start's learners draw the seeded initial parameters "
              "themselves instead of receiving them (off: always values)"},
+    {.name = "final_sync",
+     .type = PCP_CONFIG_TYPE_BOOL,
+     .offset = offsetof(T, final_sync),
+     .default_value = "true",
+     .help = "after the last local step, one more round for every fragment "
+             "synced last before it (the exported model holds every step)"},
 };
 #undef T
 

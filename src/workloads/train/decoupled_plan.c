@@ -428,3 +428,30 @@ uint64_t pcp_decoupled_schedule_apply_deadline(
     const pcp_decoupled_schedule_t* schedule, uint64_t syncer_step) {
   return syncer_step + schedule->overlap_tau;
 }
+
+uint64_t pcp_decoupled_schedule_last_step(
+    const pcp_decoupled_schedule_t* schedule, uint64_t local_steps,
+    bool final_sync, uint32_t* out_final_rounds) {
+  uint32_t rounds = 0;
+  uint64_t last = local_steps;
+  uint64_t h = schedule->sync_interval_h;
+  if (final_sync && h > 0) {
+    // Fragment f (offset f, P <= H) is next scheduled at S + j with
+    // j = (f - S) mod H in [0, H); j = 0 is the fragment synced at S.
+    uint64_t residue = local_steps % h;
+    for (uint32_t f = 0; f < schedule->fragment_count && f < h; ++f) {
+      uint64_t j = ((uint64_t)f + h - residue) % h;
+      if (j == 0) {
+        continue;
+      }
+      ++rounds;
+      if (local_steps + j > last) {
+        last = local_steps + j;
+      }
+    }
+  }
+  if (out_final_rounds) {
+    *out_final_rounds = rounds;
+  }
+  return last;
+}

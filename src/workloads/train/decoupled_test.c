@@ -299,6 +299,65 @@ static void test_schedule_table(void** state) {
                "overlap_tau 0");
 }
 
+// The final sync against its definition, by brute force over small
+// schedules: a fragment gets a final round iff its last scheduled step in
+// 1..S is before S (or it has none), and the virtual steps S+1..last name
+// exactly those fragments, once each.
+static void test_schedule_final_sync(void** state) {
+  (void)state;
+  pcp_decoupled_schedule_t brief = {2, 16, 1};
+  uint32_t rounds = 99;
+  // H 16, P 2, S 32: fragment 1 last at 17, one final round at 33.
+  assert_int_equal(pcp_decoupled_schedule_last_step(&brief, 32, true, &rounds),
+                   33);
+  assert_int_equal(rounds, 1);
+  assert_int_equal(pcp_decoupled_schedule_last_step(&brief, 32, false, &rounds),
+                   32);
+  assert_int_equal(rounds, 0);
+  // H 100, P 2, S 400 (fragment 1 last at 301): 401.
+  pcp_decoupled_schedule_t bench = {2, 100, 2};
+  assert_int_equal(pcp_decoupled_schedule_last_step(&bench, 400, true, &rounds),
+                   401);
+  assert_int_equal(rounds, 1);
+  for (uint32_t h = 1; h <= 7; ++h) {
+    for (uint32_t p = 1; p <= h; ++p) {
+      pcp_decoupled_schedule_t sc = {p, h, 1};
+      for (uint64_t steps = 1; steps <= 3 * h + 2; ++steps) {
+        uint64_t last_sync[8] = {0};
+        for (uint64_t s = 1; s <= steps; ++s) {
+          uint32_t f = 0;
+          if (pcp_decoupled_schedule_fragment_at(&sc, s, &f))
+            last_sync[f] = s;
+        }
+        uint64_t end =
+            pcp_decoupled_schedule_last_step(&sc, steps, true, &rounds);
+        assert_true(end >= steps && end < steps + h);
+        uint32_t seen[8] = {0};
+        uint32_t count = 0;
+        for (uint64_t s = steps + 1; s <= end; ++s) {
+          uint32_t f = 0;
+          if (pcp_decoupled_schedule_fragment_at(&sc, s, &f)) {
+            ++seen[f];
+            ++count;
+          }
+        }
+        uint32_t want = 0;
+        for (uint32_t f = 0; f < p; ++f) {
+          bool behind = last_sync[f] < steps;
+          want += behind;
+          assert_int_equal(seen[f], behind ? 1 : 0);
+        }
+        assert_int_equal(rounds, want);
+        assert_int_equal(count, want);
+        // The last virtual step is a round (none wasted past it).
+        uint32_t f = 0;
+        assert_true(end == steps ||
+                    pcp_decoupled_schedule_fragment_at(&sc, end, &f));
+      }
+    }
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Merges
 //===----------------------------------------------------------------------===//
@@ -1615,6 +1674,7 @@ static void test_config(void** state) {
   assert_int_equal(c.int4_block_size, 64);
   assert_int_equal(c.steps_per_task, 1);
   assert_int_equal(c.seeded_init, 0);  // auto
+  assert_true(c.final_sync);
   // H from tau (24 here), the paper profile's P = H = 24.
   pcp_decoupled_schedule_t schedule;
   pcp_decoupled_grace_config_t grace;
@@ -1645,6 +1705,9 @@ static void test_config(void** state) {
   EXPECT_OK(parse_config("{\"seeded_init\": \"off\"}", &c));
   assert_int_equal(c.seeded_init, 1);
   pcp_decoupled_config_deinitialize(&c);
+  EXPECT_OK(parse_config("{\"final_sync\": false}", &c));
+  assert_false(c.final_sync);
+  pcp_decoupled_config_deinitialize(&c);
 
   static const struct {
     const char* json;
@@ -1665,6 +1728,8 @@ static void test_config(void** state) {
       {"{\"steps_per_task\": 2.5}", "steps_per_task"},
       {"{\"seeded_init\": \"on\"}", "seeded_init"},
       {"{\"seeded_init\": true}", "seeded_init"},
+      {"{\"final_sync\": 1}", "final_sync"},
+      {"{\"final_sync\": \"no\"}", "final_sync"},
   };
   for (size_t i = 0; i < PCP_ARRAYSIZE(kBad); ++i) {
     EXPECT_ERROR(parse_config(kBad[i].json, &c), PCP_STATUS_INVALID_ARGUMENT,
@@ -1681,6 +1746,7 @@ int main(void) {
       cmocka_unit_test(test_plan_check_rules),
       cmocka_unit_test(test_plan_allocation_failures),
       cmocka_unit_test(test_schedule_table),
+      cmocka_unit_test(test_schedule_final_sync),
       cmocka_unit_test(test_merge_weight),
       cmocka_unit_test(test_merge_weighted_average),
       cmocka_unit_test(test_merge_rda_examples),

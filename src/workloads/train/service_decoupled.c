@@ -194,11 +194,16 @@ typedef struct dec_t {
   char backend[16];
   char target[PCP_SCHED_TARGET_MAX_LENGTH + 1];
   char (*names)[24];
-  dec_round_t* rounds;      // DEC_MAX_OPEN slots
-  uint64_t total_steps;     // S: syncer steps = local steps per learner
+  dec_round_t* rounds;   // DEC_MAX_OPEN slots
+  uint64_t total_steps;  // S: local steps per learner
+  // The syncer's last step: S, or with final_sync the last virtual step
+  // past S that gives a fragment its final round (decoupled.h
+  // pcp_decoupled_schedule_last_step); they open once a learner reached S.
+  uint64_t sync_end;
+  uint32_t final_rounds;    // scheduled rounds in S+1..sync_end
   uint64_t next_final;      // the next syncer step to finalize
   uint64_t opened_through;  // syncer steps pulled so far
-  uint64_t scheduled;       // scheduled rounds in 1..S
+  uint64_t scheduled;       // scheduled rounds in 1..sync_end
   uint64_t syncs;
   uint64_t skipped_rounds;
   uint64_t dropped_pulls;  // pulls answered after their round closed
@@ -1565,6 +1570,9 @@ static json_t* dec_totals_json(const dec_t* d) {
   }
   if (o) {
     json_object_set_new(o, "resyncs", json_integer((json_int_t)d->resyncs));
+    json_object_set_new(o, "final_sync", json_boolean(d->config.final_sync));
+    json_object_set_new(o, "final_sync_rounds",
+                        json_integer((json_int_t)d->final_rounds));
     json_object_set_new(o, "steps_per_task",
                         json_integer((json_int_t)d->steps_per_task));
     json_object_set_new(o, "step_tasks",
@@ -1931,6 +1939,45 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
   return pcp_ok_status();
 }
 
+// The fastest learner's clock drives the syncer: a learner reaching local
+// step t opens the scheduled syncer steps up to t, and the pull of each goes
+// to every live learner, which answers with its current fragment at its
+// next task boundary (a lagging learner too: smaller weight). Past the
+// last local step S the final rounds' virtual steps S+1..sync_end open as
+// if the learner kept stepping at its overlap budget (up to next_final +
+// overlap_tau, dec_loop calls again as rounds close): they pull the
+// learners' state after S, no local step follows, and at most
+// overlap_tau + 1 rounds are open at once, as before S (DEC_MAX_OPEN).
+static void dec_open(dec_t* d, uint64_t learner_step) {
+  uint64_t through = learner_step;
+  if (learner_step >= d->total_steps) {
+    uint64_t budget = d->next_final + d->schedule.overlap_tau;
+    through = budget > d->total_steps ? budget : d->total_steps;
+    through = through < d->sync_end ? through : d->sync_end;
+  }
+  for (uint64_t s = d->opened_through + 1; s <= through; ++s) {
+    uint32_t fragment = 0;
+    d->opened_through = s;
+    if (!pcp_decoupled_schedule_fragment_at(&d->schedule, s, &fragment)) {
+      continue;
+    }
+    for (uint32_t k = 0; k < d->learner_count; ++k) {
+      dec_learner_t* other = &d->learners[k];
+      if (s == d->lose_pull_step) {
+        break;  // test hook: as if each pulled learner were lost
+      }
+      if (!dec_pulled(other, s)) {
+        continue;  // lost, or a joiner not synced yet
+      }
+      if (other->send_count < DEC_MAX_OPEN) {
+        other->sends[other->send_count++] = s;
+      } else {
+        ++d->dropped_pulls;  // too far behind to queue another pull
+      }
+    }
+  }
+}
+
 // A finished task of learner |li|.
 static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   dec_learner_t* l = &d->learners[li];
@@ -1988,32 +2035,7 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
       pcp_decoupled_grace_observe_step(&d->grace, step_ms);
     }
     d->tokens_computed += fused * tokens;
-    // The fastest learner's clock drives the syncer: reaching local step t
-    // opens the scheduled syncer steps up to t, and the pull of each goes
-    // to every live learner, which answers with its current fragment at
-    // its next task boundary (a lagging learner too: smaller weight).
-    for (uint64_t s = d->opened_through + 1;
-         s <= l->step && s <= d->total_steps; ++s) {
-      uint32_t fragment = 0;
-      d->opened_through = s;
-      if (!pcp_decoupled_schedule_fragment_at(&d->schedule, s, &fragment)) {
-        continue;
-      }
-      for (uint32_t k = 0; k < d->learner_count; ++k) {
-        dec_learner_t* other = &d->learners[k];
-        if (s == d->lose_pull_step) {
-          break;  // test hook: as if each pulled learner were lost
-        }
-        if (!dec_pulled(other, s)) {
-          continue;  // lost, or a joiner not synced yet
-        }
-        if (other->send_count < DEC_MAX_OPEN) {
-          other->sends[other->send_count++] = s;
-        } else {
-          ++d->dropped_pulls;  // too far behind to queue another pull
-        }
-      }
-    }
+    dec_open(d, l->step);
     if (li == d->delay_learner && l->step < d->delay_until) {
       l->ready_ns = now_ns + d->delay_ms * 1000000;
     }
@@ -2087,9 +2109,10 @@ static bool dec_step_wasted(const dec_t* d, uint32_t li) {
       ahead |= (uint64_t)1 << f;
     }
   }
+  // Up to the syncer's last step: a final round (past S) merges the
+  // steps after the fragment's last scheduled one.
   for (uint64_t s = d->opened_through + 1;
-       s <= d->total_steps &&
-       s <= d->opened_through + d->schedule.sync_interval_h;
+       s <= d->sync_end && s <= d->opened_through + d->schedule.sync_interval_h;
        ++s) {
     uint32_t f = 0;
     if (pcp_decoupled_schedule_fragment_at(&d->schedule, s, &f)) {
@@ -2668,6 +2691,9 @@ static void dec_join_ready(dec_t* d, uint32_t li) {
   l->joining = false;
   l->first_pull = d->opened_through + 1;
   uint64_t closed = d->next_final > 0 ? d->next_final - 1 : 0;
+  if (closed > d->total_steps) {
+    closed = d->total_steps;  // in the final rounds: no local step left
+  }
   l->step = closed > l->step ? closed : l->step;
   PCP_LOG(PCP_LOG_INFO, &d->job->log,
           "decoupled learner %u (id %u, %s) synced: %u fragments from the "
@@ -3093,9 +3119,8 @@ static pcp_status_t dec_resume_load(dec_t* d) {
   json_int_t skipped = json_integer_value(json_object_get(c, "skipped_rounds"));
   const char* name = json_string_value(json_object_get(c, "tape_file"));
   const char* hex = json_string_value(json_object_get(c, "tape_sha256"));
-  if (next_final < 2 || (uint64_t)next_final > d->total_steps + 1 ||
-      syncs < 0 || skipped < 0 ||
-      (uint64_t)(syncs + skipped) != job->outer_step || !hex ||
+  if (next_final < 2 || (uint64_t)next_final > d->sync_end + 1 || syncs < 0 ||
+      skipped < 0 || (uint64_t)(syncs + skipped) != job->outer_step || !hex ||
       strlen(hex) != PCP_SHA256_HEX_LENGTH) {
     return dec_resume_error(
         "malformed cursor (syncer step, or syncs and skipped rounds against "
@@ -3121,8 +3146,10 @@ static pcp_status_t dec_resume_load(dec_t* d) {
       json_object_get(c, "fragment_bytes_down_total"));
   d->joins = (uint64_t)json_integer_value(json_object_get(c, "joins"));
   for (uint32_t k = 0; k < d->learner_count; ++k) {
-    // Every learner restarts at the checkpoint's syncer step.
-    d->learners[k].step = d->next_final - 1;
+    // Every learner restarts at the checkpoint's syncer step (at S in the
+    // final rounds, which run no local step).
+    d->learners[k].step =
+        d->next_final - 1 < d->total_steps ? d->next_final - 1 : d->total_steps;
   }
   char path[1500];
   snprintf(path, sizeof(path), "%s/%s", job->stream_resume_dir, name);
@@ -3279,8 +3306,17 @@ static pcp_status_t dec_loop(dec_t* d) {
         status = dec_task_done(d, k, now);
       }
     }
+    // The final rounds' virtual steps open as rounds close (dec_open);
+    // after a resume in them too (learners back at S, no step to run).
+    for (uint32_t k = 0;
+         k < d->learner_count && d->opened_through < d->sync_end; ++k) {
+      const dec_learner_t* l = &d->learners[k];
+      if (l->alive && !l->joining && l->step >= d->total_steps) {
+        dec_open(d, l->step);
+      }
+    }
     // Rounds close in syncer-step order.
-    while (!status && d->next_final <= d->total_steps) {
+    while (!status && d->next_final <= d->sync_end) {
       uint32_t fragment = 0;
       if (!pcp_decoupled_schedule_fragment_at(&d->schedule, d->next_final,
                                               &fragment)) {
@@ -3345,7 +3381,7 @@ static pcp_status_t dec_loop(dec_t* d) {
                              "%" PRIu64,
                              d->next_final);
     }
-    if (!busy && d->next_final > d->total_steps) {
+    if (!busy && d->next_final > d->sync_end) {
       return pcp_ok_status();
     }
     // A round whose learners all reported (or a lost learner's) may be
@@ -3398,7 +3434,9 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     // barely decayed in a decoupled run.
     pcp_diloco_lr_schedule_initialize(&job->config, d->total_steps,
                                       &job->schedule);
-    for (uint64_t s = 1; s <= d->total_steps; ++s) {
+    d->sync_end = pcp_decoupled_schedule_last_step(
+        &d->schedule, d->total_steps, d->config.final_sync, &d->final_rounds);
+    for (uint64_t s = 1; s <= d->sync_end; ++s) {
       uint32_t f;
       d->scheduled += pcp_decoupled_schedule_fragment_at(&d->schedule, s, &f);
     }
@@ -3504,11 +3542,13 @@ pcp_status_t pcp_diloco_decoupled_run(job_t* job) {
     PCP_LOG(PCP_LOG_INFO, &job->log,
             "decoupled DiLoCo: %u learners, P=%u H=%u overlap_tau=%u "
             "min_quorum=%" PRId64 " merge=%d compression=%s, %" PRIu64
-            " syncer steps (%" PRIu64 " scheduled)",
+            " local steps, %" PRIu64 " syncer steps (%" PRIu64
+            " scheduled, %u of them final rounds)",
             d->learner_count, d->schedule.fragment_count,
             d->schedule.sync_interval_h, d->schedule.overlap_tau,
             d->config.min_quorum, (int)d->config.merge_strategy,
-            d->int4 ? "int4" : "none", d->total_steps, d->scheduled);
+            d->int4 ? "int4" : "none", d->total_steps, d->sync_end,
+            d->scheduled, d->final_rounds);
     status = dec_loop(d);
   }
   bool replayed = false;
