@@ -359,6 +359,12 @@ static pcp_status_t task_params_validate(
                           "fabric task: input ref %u", i);
     }
   }
+  if (params->input_refs) {
+    // Each init ref is bounded; so is what they ask a worker for in all.
+    PCP_RETURN_IF_ERROR(pcp_proto_init_refs_validate(params->input_refs,
+                                                     params->input_ref_count),
+                        "fabric task");
+  }
   uint32_t arguments =
       params->input_refs ? params->input_ref_count : params->input_count;
   if (params->hash_inputs > arguments) {

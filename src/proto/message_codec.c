@@ -394,6 +394,32 @@ pcp_status_t pcp_proto_init_ref_validate(const pcp_proto_tensor_ref_t* ref) {
   return pcp_ok_status();
 }
 
+pcp_status_t pcp_proto_init_refs_validate(const pcp_proto_tensor_ref_t* refs,
+                                          uint32_t count) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    const pcp_proto_tensor_ref_t* r = &refs[i];
+    if (r->kind != PCP_PROTO_TENSOR_REF_INIT) {
+      continue;
+    }
+    PCP_RETURN_IF_ERROR(pcp_proto_init_ref_validate(r), "input %u", i);
+    uint64_t bytes = 0;
+    // Validated: the length is known and at most the per-ref ceiling, so
+    // the sum of at most 2^32 of them cannot wrap.
+    (void)pcp_proto_tensor_byte_length(r->element_type, r->rank, r->shape,
+                                       &bytes);
+    total += bytes;
+    if (total > PCP_PROTO_CEILING_INIT_REFS_TOTAL_BYTES) {
+      return pcp_make_status(
+          PCP_STATUS_INVALID_ARGUMENT,
+          "init refs: inputs 0..%u would make the worker allocate more "
+          "than %llu bytes in all",
+          i, (unsigned long long)PCP_PROTO_CEILING_INIT_REFS_TOTAL_BYTES);
+    }
+  }
+  return pcp_ok_status();
+}
+
 // {"init", "seed" (16 hex digits: JSON numbers lose bits past 2^53),
 // "index", "dtype", "shape"} of a valid INIT ref.
 static pcp_status_t init_ref_to_json(const pcp_proto_tensor_ref_t* r,
@@ -474,6 +500,11 @@ static pcp_status_t refs_to_json(const char* key,
   if (count > max) {
     return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                            "key '%s': at most %u tensors", key, (unsigned)max);
+  }
+  // The encoder refuses what the decoder would (refs_from_json).
+  if (strcmp(key, "inputs") == 0) {
+    PCP_RETURN_IF_ERROR(pcp_proto_init_refs_validate(refs, count), "key '%s'",
+                        key);
   }
   json_t* array = json_array();
   pcp_status_t status = array ? pcp_ok_status() : oom();
@@ -631,6 +662,11 @@ static pcp_status_t refs_from_json(const pcp_proto_frame_t* frame,
       return pcp_make_status(PCP_STATUS_INVALID_ARGUMENT,
                              "%s: needs 'section', 'resident' or 'blob'", what);
     }
+  }
+  // Each init ref is bounded above; their sum is too, before a worker
+  // allocates any of them.
+  if (strcmp(key, "inputs") == 0) {
+    PCP_RETURN_IF_ERROR(pcp_proto_init_refs_validate(refs, i), "key '%s'", key);
   }
   return pcp_ok_status();
 }

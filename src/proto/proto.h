@@ -552,6 +552,13 @@ typedef enum pcp_proto_init_kind_e {
 // worker more memory than the same input sent as values.
 #define PCP_PROTO_CEILING_INIT_REF_BYTES PCP_PROTO_CEILING_FRAME_BYTES
 
+// The most all "init" refs of one task may make a worker allocate
+// together. Each ref alone is bounded above, but a ~200 KB frame of 1024
+// such refs would otherwise ask for 1 TiB; bounding the sum by the same
+// frame ceiling keeps a seeded task's inputs no larger than one frame of
+// the same inputs sent as values.
+#define PCP_PROTO_CEILING_INIT_REFS_TOTAL_BYTES PCP_PROTO_CEILING_FRAME_BYTES
+
 typedef struct pcp_proto_tensor_ref_t {
   pcp_proto_tensor_ref_kind_t kind;
   uint32_t section;                 // SECTION
@@ -570,6 +577,13 @@ typedef struct pcp_proto_tensor_ref_t {
 // call it, so a bad ref is refused before anything is allocated.
 PCP_MUST_USE_RESULT pcp_status_t
 pcp_proto_init_ref_validate(const pcp_proto_tensor_ref_t* ref);
+
+// pcp_proto_init_ref_validate of every INIT ref of |refs| (other kinds are
+// skipped) and their bytes summed: INVALID_ARGUMENT past
+// PCP_PROTO_CEILING_INIT_REFS_TOTAL_BYTES. The decoder (task inputs), the
+// fabric and the worker call it on a task's whole input list.
+PCP_MUST_USE_RESULT pcp_status_t pcp_proto_init_refs_validate(
+    const pcp_proto_tensor_ref_t* refs, uint32_t count);
 
 typedef struct pcp_proto_keep_resident_t {
   uint32_t output;

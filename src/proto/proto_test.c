@@ -645,6 +645,81 @@ static void init_refs_round_trip_and_hostile(void** state) {
   free(b);
 }
 
+// Each init ref is at most 1 GiB, and so are all of one task's together:
+// a small frame of many 1 GiB refs would otherwise make a worker allocate
+// (and fill) a TiB. The encoder, the decoder and the shared check refuse
+// the sum with a message that says so.
+static void init_refs_total_is_bounded(void** state) {
+  (void)state;
+  pcp_proto_limits_t l = limits();
+  pcp_allocator_t a = pcp_allocator_system();
+  // 16384 x 16384 f32: exactly the per-ref ceiling.
+  pcp_proto_tensor_ref_t inputs[3];
+  for (int k = 0; k < 3; ++k) {
+    inputs[k] = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_INIT,
+                                         .init = PCP_PROTO_INIT_ZEROS,
+                                         .seed = 1,
+                                         .index = (uint32_t)k,
+                                         .element_type = PCP_ELEMENT_TYPE_F32,
+                                         .rank = 2,
+                                         .shape = {16384, 16384}};
+  }
+  ASSERT_OK(pcp_proto_init_refs_validate(inputs, 1));
+  // A resident ref between them costs nothing and is skipped.
+  inputs[1] = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_RESIDENT,
+                                       .name = "p.0"};
+  ASSERT_OK(pcp_proto_init_refs_validate(inputs, 2));
+  pcp_status_t st = pcp_proto_init_refs_validate(inputs, 3);
+  assert_true(st != NULL);
+  assert_non_null(strstr(pcp_status_message(st), "in all"));
+  assert_int_equal(pcp_status_consume_code(st), PCP_STATUS_INVALID_ARGUMENT);
+  // Half a ceiling each: two fit, three do not.
+  inputs[1] = inputs[0];
+  for (int k = 0; k < 3; ++k) {
+    inputs[k].shape[0] = 8192;
+  }
+  ASSERT_OK(pcp_proto_init_refs_validate(inputs, 2));
+  pcp_proto_task_assign_t in = {
+      .task_id = 9, .function = "init", .inputs = inputs, .input_count = 2};
+  pcp_proto_encoded_frame_t e;
+  ASSERT_OK(pcp_proto_task_assign_encode(1, 3, &in, NULL, 0, &l, a, &e));
+  pcp_proto_encoded_frame_deinitialize(&e);
+  in.input_count = 3;
+  ASSERT_CODE(pcp_proto_task_assign_encode(1, 3, &in, NULL, 0, &l, a, &e),
+              PCP_STATUS_INVALID_ARGUMENT);
+
+  // The hostile frame: 1024 refs of 1 GiB each, a few tens of KB of JSON.
+  size_t cap = 1024 * 160 + 256, used = 0;
+  char* json = malloc(cap);
+  assert_non_null(json);
+  used += (size_t)snprintf(json + used, cap - used,
+                           "{\"task_id\":1,\"program\":\"%064d\","
+                           "\"function\":\"f\",\"inputs\":[",
+                           0);
+  for (int k = 0; k < 1024; ++k) {
+    used += (size_t)snprintf(json + used, cap - used,
+                             "%s{\"init\":\"zeros\",\"seed\":"
+                             "\"0000000000000001\",\"index\":%d,\"dtype\":%d,"
+                             "\"shape\":[16384,16384]}",
+                             k ? "," : "", k, (int)PCP_ELEMENT_TYPE_F32);
+  }
+  used += (size_t)snprintf(json + used, cap - used, "]}");
+  assert_true(used < cap);
+  size_t len;
+  uint8_t* b = build_raw((raw_opts_t){.type = PCP_PROTO_MESSAGE_TASK_ASSIGN},
+                         json, NULL, 0, &len);
+  free(json);
+  pcp_proto_frame_t f;
+  decode_ok(b, len, 1, &f);
+  pcp_proto_task_assign_t m;
+  st = pcp_proto_task_assign_parse(&f, &m);
+  assert_true(st != NULL);
+  assert_non_null(strstr(pcp_status_message(st), "in all"));
+  assert_int_equal(pcp_status_consume_code(st), PCP_STATUS_INVALID_ARGUMENT);
+  pcp_proto_frame_deinitialize(&f);
+  free(b);
+}
+
 static void error_frame_maps_status(void** state) {
   (void)state;
   pcp_proto_limits_t l = limits();
@@ -1579,6 +1654,7 @@ int main(void) {
       cmocka_unit_test(control_messages_round_trip),
       cmocka_unit_test(task_assign_and_result_round_trip),
       cmocka_unit_test(init_refs_round_trip_and_hostile),
+      cmocka_unit_test(init_refs_total_is_bounded),
       cmocka_unit_test(error_frame_maps_status),
       cmocka_unit_test(byte_at_a_time_stream),
       cmocka_unit_test(decoder_window_commit),

@@ -447,11 +447,15 @@ def main():
         # B, though s and q arrived intact: caught by the output hash at
         # that sync (the input hash alone would see it only at the
         # fragment's next @mix).
+        # seeded_init off: that @init carries values, so the flipped bit is
+        # a bit-identity mismatch (a seeded @init's differing hash is only
+        # a fallback to values, training_decoupled_seeded_test).
         omit_id = sorted(set(connected()) - before - {bad})
         k_job, k_steps, _ = run(experiment(
             outer_loop_steps=8, aggregation_strategy="decoupled_diloco",
             decoupled_diloco=dict(DECOUPLED,
-                                  outer_gradient_compression="int4")))
+                                  outer_gradient_compression="int4",
+                                  seeded_init="off")))
         k_sum = summary_of(k_job)
         found = [e["payload"] for e in te.events(k_job)
                  if e["type"] == "training.param_hash_mismatch"]

@@ -232,6 +232,10 @@ struct worker_t {
   // worker whose libm draws other bits would; tests prove the gateway then
   // re-sends that @init with values (docs/training.md).
   bool test_init_skew;
+  // PCP_WORKER_TEST_INIT_SKEW=fail: every seeded-init input fails its task
+  // (UNIMPLEMENTED, as a worker built before the ref kind would refuse
+  // it); tests prove the gateway then sends the values, the learner kept.
+  bool test_init_fail;
 
   // Series updated from both threads (lock-free).
   pcp_roles_worker_metrics_t metrics;
@@ -993,6 +997,10 @@ static pcp_status_t init_input_value(worker_t* w,
                                      pcp_host_tensor_t* host,
                                      pcp_value_t* out) {
   PCP_RETURN_IF_ERROR_BARE(pcp_proto_init_ref_validate(ref));
+  if (w->test_init_fail) {
+    return pcp_make_status(PCP_STATUS_UNIMPLEMENTED,
+                           "test hook: seeded-init inputs refused");
+  }
   pcp_tensor_shape_t shape = {.element_type = ref->element_type,
                               .rank = (int32_t)ref->rank};
   int64_t count = 1;
@@ -1207,6 +1215,11 @@ static pcp_status_t run_task(worker_t* w, job_t* job) {
     status = pcp_allocator_calloc(w->allocator,
                                   PCP_PROTO_MAX_TASK_TENSORS * sizeof(void*),
                                   (void**)&results);
+  }
+  if (!status) {
+    // The decoder bounded the init refs' total; checked again before any
+    // is filled, as init_input_value checks each one.
+    status = pcp_proto_init_refs_validate(assign.inputs, (uint32_t)n);
   }
   if (status) {
     pcp_allocator_free(w->allocator, results);
@@ -1656,6 +1669,7 @@ int pcp_roles_worker_runtime_run(const pcp_roles_worker_config_t* config) {
   }
   const char* init_skew = getenv("PCP_WORKER_TEST_INIT_SKEW");
   w->test_init_skew = init_skew && strcmp(init_skew, "1") == 0;
+  w->test_init_fail = init_skew && strcmp(init_skew, "fail") == 0;
   const char* corrupt_output = getenv("PCP_WORKER_TEST_CORRUPT_OUTPUT");
   if (corrupt_output && *corrupt_output) {
     w->test_corrupt_output = strtoull(corrupt_output, NULL, 10);

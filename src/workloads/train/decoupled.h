@@ -217,6 +217,13 @@ pcp_decoupled_merge_strategy_t pcp_decoupled_merge_strategy_for_role(
 // FLT_MAX (upstream keeps it in f32).
 double pcp_decoupled_merge_weight(uint64_t tokens_since, uint64_t steps_since);
 
+// How many of |weights| a merge uses (finite and > 0). None: the merge's
+// outer gradient is 0, and a round closed so must be skipped rather than
+// take an outer step (with momentum, a step on a zero gradient still
+// moves the masters by lr * mu^2 * v with no data).
+uint32_t pcp_decoupled_merge_usable_count(const double* weights,
+                                          uint32_t count);
+
 typedef struct pcp_decoupled_merge_stats_t {
   uint64_t sanitized_count;  // non-finite delta elements treated as 0
   uint32_t used_learners;    // learners with a finite weight > 0

@@ -62,6 +62,15 @@ static bool weight_usable(double w) {
   return isfinite(w) && w > 0.0;
 }
 
+uint32_t pcp_decoupled_merge_usable_count(const double* weights,
+                                          uint32_t count) {
+  uint32_t usable = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    usable += weight_usable(weights[i]);
+  }
+  return usable;
+}
+
 // delta_i[j] = global[j] - learner_i[j]; a non-finite one reads as 0.
 static inline double delta_at(const float* global, const float* learner,
                               size_t j, uint64_t* inout_sanitized) {

@@ -370,6 +370,20 @@ static void test_merge_weight(void** state) {
   assert_true(pcp_decoupled_merge_weight(UINT64_MAX, 1) == (double)FLT_MAX);
 }
 
+// A round whose participants all trained nothing since their last receipt
+// (resumed learners in a final sync, joiners) has no usable weight: the
+// service skips it (dec_finalize). Why it must: the merge's gradient is 0,
+// yet an outer Nesterov step with momentum still moves the masters.
+static void test_merge_no_usable_weight_is_skipped(void** state) {
+  (void)state;
+  double none[4] = {pcp_decoupled_merge_weight(0, 0),
+                    pcp_decoupled_merge_weight(0, 9), NAN, -1.0};
+  assert_int_equal(pcp_decoupled_merge_usable_count(none, 4), 0);
+  assert_int_equal(pcp_decoupled_merge_usable_count(none, 0), 0);
+  double some[3] = {0.0, pcp_decoupled_merge_weight(4, 2), INFINITY};
+  assert_int_equal(pcp_decoupled_merge_usable_count(some, 3), 1);
+}
+
 static void test_merge_weighted_average(void** state) {
   (void)state;
   // Digest: 2.6667. Outer gradients 2 and 4 weighted 2:1 -> 8/3 (the digest
@@ -1748,6 +1762,7 @@ int main(void) {
       cmocka_unit_test(test_schedule_table),
       cmocka_unit_test(test_schedule_final_sync),
       cmocka_unit_test(test_merge_weight),
+      cmocka_unit_test(test_merge_no_usable_weight_is_skipped),
       cmocka_unit_test(test_merge_weighted_average),
       cmocka_unit_test(test_merge_rda_examples),
       cmocka_unit_test(test_merge_fragment_roles),

@@ -141,6 +141,9 @@ typedef struct dec_learner_t {
   bool resync_pending;
   bool init_mismatch;  // its last @init's hash mismatched (sent again)
   bool task_seeded;    // the @init out carries seeded-init refs, no values
+  // A seeded @init of it was refused, failed or hashed differently: its
+  // remaining @init tasks carry values (dec_seeded_fallback).
+  bool seeded_off;
   uint32_t resync_fragment;
   uint64_t resync_step;
   // int4 down path: per fragment, the version of the broadcast copy B it
@@ -877,13 +880,12 @@ static int64_t dec_now_ns(dec_t* d) {
 
 static void dec_learner_lost(dec_t* d, uint32_t li, const char* why);
 
-static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
-                       const char* function,
-                       const pcp_proto_section_t* sections,
-                       uint32_t section_count,
-                       const pcp_proto_tensor_ref_t* refs, uint32_t ref_count,
-                       const pcp_proto_keep_resident_t* keep,
-                       uint32_t keep_count, int kind) {
+// Submits a task for |l|; a refusal is returned (the learner stays).
+static pcp_status_t dec_submit_try(
+    dec_t* d, dec_learner_t* l, const uint8_t* program, const char* function,
+    const pcp_proto_section_t* sections, uint32_t section_count,
+    const pcp_proto_tensor_ref_t* refs, uint32_t ref_count,
+    const pcp_proto_keep_resident_t* keep, uint32_t keep_count, int kind) {
   pcp_fabric_task_params_t params;
   memset(&params, 0, sizeof(params));
   memcpy(params.program, program, sizeof(params.program));
@@ -904,16 +906,31 @@ static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
   l->hash_outputs = 0;
   pcp_status_t status = pcp_diloco_job_task_submit(d->job, &params, &l->task);
   if (status) {
-    // Through dec_learner_lost like every other drop: the tape's
-    // LEARNER_FAILURE record, the lost-task metric and the log.
     l->task = NULL;
-    dec_learner_lost(d, (uint32_t)(l - d->learners),
-                     pcp_status_message(status));
-    pcp_status_ignore(status);
-    return;
+    return status;
   }
   l->task_kind = kind;
   l->task_started_ns = dec_now_ns(d);
+  return pcp_ok_status();
+}
+
+static void dec_submit(dec_t* d, dec_learner_t* l, const uint8_t* program,
+                       const char* function,
+                       const pcp_proto_section_t* sections,
+                       uint32_t section_count,
+                       const pcp_proto_tensor_ref_t* refs, uint32_t ref_count,
+                       const pcp_proto_keep_resident_t* keep,
+                       uint32_t keep_count, int kind) {
+  pcp_status_t status =
+      dec_submit_try(d, l, program, function, sections, section_count, refs,
+                     ref_count, keep, keep_count, kind);
+  if (status) {
+    // Through dec_learner_lost like every other drop: the tape's
+    // LEARNER_FAILURE record, the lost-task metric and the log.
+    dec_learner_lost(d, (uint32_t)(l - d->learners),
+                     pcp_status_message(status));
+    pcp_status_ignore(status);
+  }
 }
 
 static void dec_section_of(const pcp_models_parameter_t* p, const char* name,
@@ -1040,17 +1057,20 @@ static pcp_status_t dec_mix_prepare(
 // Whether the @init of |fragment| for |l| may go as seeded-init refs: the
 // key allows it, this is a fresh start (not a resume, not a joiner, not an
 // @init sent again after a mismatch), every tensor of the fragment is
-// whole in it, and the values it would send (l->mix_buf, just gathered)
+// whole in it, no seeded @init of the learner fell back before
+// (dec_seeded_fallback), the refs pass the ceilings the fabric checks,
+// and the values it would send (l->mix_buf, just gathered)
 // are bit for bit what pcp_models_parameter_fill gives. The last check is
 // what makes it exact whatever set the masters (a checkpoint, a merge):
 // only seeded values qualify. It costs one fill of the fragment on the
 // gateway.
-static bool dec_init_seeded(dec_t* d, const dec_learner_t* l,
-                            uint32_t fragment) {
+static bool dec_init_seeded(dec_t* d, const dec_learner_t* l, uint32_t fragment,
+                            pcp_proto_tensor_ref_t* refs, uint32_t* ref_count) {
   job_t* job = d->job;
   const pcp_decoupled_fragment_t* f = &d->plan.fragments[fragment];
   if (!d->seeded_init || d->resumed || l->joining || l->init_mismatch ||
-      job->param_type != PCP_ELEMENT_TYPE_F32 || f->tensor_count == 0) {
+      l->seeded_off || job->param_type != PCP_ELEMENT_TYPE_F32 ||
+      f->tensor_count == 0) {
     return false;
   }
   for (uint32_t k = 0; k < f->tensor_count; ++k) {
@@ -1059,6 +1079,28 @@ static bool dec_init_seeded(dec_t* d, const dec_learner_t* l,
         (uint64_t)job->table.parameters[i].element_count) {
       return false;  // part of a tensor: values
     }
+  }
+  // The same inputs as refs the worker fills. Refs the fabric would refuse
+  // at submit (a tensor over the per-ref ceiling, a fragment over the
+  // total) go as values instead: a refused submit would lose the learner.
+  for (uint32_t k = 0; k < f->tensor_count; ++k) {
+    uint32_t i = f->tensor_indices[k];
+    const pcp_models_parameter_t* p = &job->table.parameters[i];
+    pcp_proto_tensor_ref_t* r = &refs[k];
+    *r = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_INIT,
+                                  .init = (pcp_proto_init_kind_t)p->init,
+                                  .seed = job->seed,
+                                  .index = i,
+                                  .element_type = PCP_ELEMENT_TYPE_F32,
+                                  .rank = (uint32_t)p->rank};
+    for (int32_t g = 0; g < p->rank; ++g) {
+      r->shape[g] = p->dims[g];
+    }
+  }
+  pcp_status_t valid = pcp_proto_init_refs_validate(refs, f->tensor_count);
+  if (valid) {
+    pcp_status_ignore(valid);
+    return false;
   }
   float* fill = pcp_diloco_job_calloc(job, f->value_count ? f->value_count : 1,
                                       sizeof(float));
@@ -1076,7 +1118,26 @@ static bool dec_init_seeded(dec_t* d, const dec_learner_t* l,
                   (size_t)p->element_count * sizeof(float)) == 0;
   }
   pcp_diloco_job_free(job, fill);
+  if (same) {
+    *ref_count = f->tensor_count;
+  }
   return same;
+}
+
+// A seeded @init of |fragment| for |l| that will not do (refused at
+// submit, failed on the worker, or hashed other than the values): an
+// expected fallback, not a failure. The fragment goes again with values,
+// as do the learner's remaining fragments: one that failed seeded is
+// likely to fail so again (an older worker build, a libm that draws other
+// bits).
+static void dec_seeded_fallback(dec_t* d, dec_learner_t* l, uint32_t fragment,
+                                const char* why) {
+  ++d->seeded_fallbacks;
+  l->seeded_off = true;
+  l->task_seeded = false;
+  PCP_LOG(PCP_LOG_WARN, &d->job->log,
+          "learner %u: seeded @init of fragment %u: %s; sending the values",
+          (uint32_t)(l - d->learners) + 1, fragment, why);
 }
 
 // Submits one fragment task (init, delta, delta_int4 or mix) for |l|.
@@ -1119,28 +1180,28 @@ static pcp_status_t dec_fragment_submit(dec_t* d, dec_learner_t* l,
     // any delta is computed against it (dec_init_hash_check).
     l->hash_inputs = section_count;
     pcp_diloco_param_hash(sections, section_count, l->hash_want);
-    bool seeded = dec_init_seeded(d, l, fragment);
+    bool seeded = dec_init_seeded(d, l, fragment, refs, &ref_count);
     l->task_seeded = seeded;
     if (seeded) {
-      // The same inputs as refs the worker fills; the hash it returns is
+      // The refs in place of the values; the hash the worker returns is
       // still checked against these values (a worker whose libm draws
       // other bits gets the values next: dec_init_hash_check).
-      for (uint32_t k = 0; k < count; ++k) {
-        uint32_t i = f->tensor_indices[k];
-        const pcp_models_parameter_t* p = &job->table.parameters[i];
-        pcp_proto_tensor_ref_t* r = &refs[ref_count++];
-        *r = (pcp_proto_tensor_ref_t){.kind = PCP_PROTO_TENSOR_REF_INIT,
-                                      .init = (pcp_proto_init_kind_t)p->init,
-                                      .seed = job->seed,
-                                      .index = i,
-                                      .element_type = PCP_ELEMENT_TYPE_F32,
-                                      .rank = (uint32_t)p->rank};
-        for (int32_t g = 0; g < p->rank; ++g) {
-          r->shape[g] = p->dims[g];
-        }
-      }
-      section_count = 0;
       ++d->seeded_inits;
+      l->task_fragment = fragment;
+      l->task_step = syncer_step;
+      uint32_t hash_inputs = l->hash_inputs;
+      pcp_status_t status =
+          dec_submit_try(d, l, d->fragment_hash[fragment], function, NULL, 0,
+                         refs, ref_count, keep, keep_count, kind);
+      if (!status) {
+        return pcp_ok_status();
+      }
+      // Refused (a worker or fabric that cannot take the refs): the values
+      // go now, in the same call, so the learner is not lost for it.
+      dec_seeded_fallback(d, l, fragment, pcp_status_message(status));
+      pcp_status_ignore(status);
+      l->hash_inputs = hash_inputs;
+      ref_count = 0;
     }
   } else if (kind == TASK_DELTA || kind == TASK_VERIFY) {
     function = (kind == TASK_DELTA && d->int4) ? "delta_int4" : "delta";
@@ -1733,6 +1794,17 @@ static pcp_status_t dec_init_hash_check(dec_t* d, uint32_t li,
     dec_learner_lost(d, li, why);
     return pcp_ok_status();
   }
+  if (l->task_seeded && memcmp(l->hash_want, outputs[n_out - 1].data,
+                               PCP_SHA256_BYTE_LENGTH) != 0) {
+    // The worker's fill differs from the gateway's (its libm draws other
+    // bits): the expected fallback of a seeded @init, not a bit-identity
+    // failure. It is not recorded as a mismatch or a resync (nor fails the
+    // job under on_param_mismatch "fail"); the values go next and their
+    // @init is checked as any other.
+    dec_seeded_fallback(d, l, l->task_fragment,
+                        "the worker's fill hashed differently");
+    return pcp_ok_status();
+  }
   PCP_RETURN_IF_ERROR_BARE(pcp_diloco_param_hash_check(
       d->job, l->worker_id, d->state->global_step, l->hash_want,
       outputs[n_out - 1].data, out_match));
@@ -1743,15 +1815,6 @@ static pcp_status_t dec_init_hash_check(dec_t* d, uint32_t li,
   } else {
     l->init_mismatch = true;
     ++d->resyncs;
-    if (l->task_seeded) {
-      // init_mismatch makes the next @init of the fragment carry values
-      // (dec_init_seeded): a worker whose fill differs still joins.
-      ++d->seeded_fallbacks;
-      PCP_LOG(PCP_LOG_WARN, &d->job->log,
-              "learner %u: its seeded @init of fragment %u hashed "
-              "differently; sending the values",
-              li + 1, l->task_fragment);
-    }
   }
   return pcp_ok_status();
 }
@@ -1791,6 +1854,7 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
   double weights[MAX_ROUND_WORKERS];
   uint32_t count = 0;
   double merged_tokens = 0;
+  bool no_weight = false;  // participants, none with a usable merge weight
   pcp_decoupled_merge_stats_t stats;
   memset(&stats, 0, sizeof(stats));
   if (merged) {
@@ -1812,6 +1876,18 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
       merged_tokens += (double)r->tokens_since[li];
       ++count;
     }
+    if (pcp_decoupled_merge_usable_count(weights, count) == 0) {
+      // Participants but no data since their last receipt (resumed
+      // learners in a final sync, joiners): the merged gradient would be
+      // 0, and an outer step with momentum would still move the masters.
+      // Skipped, as a round nobody reported to.
+      merged = false;
+      no_weight = true;
+      count = 0;
+      merged_tokens = 0;
+    }
+  }
+  if (merged) {
     PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_plan_gather(
         &d->plan, fragment, job->parameters, d->before));
     PCP_RETURN_IF_ERROR_BARE(pcp_decoupled_merge_fragment(
@@ -1888,6 +1964,11 @@ static pcp_status_t dec_finalize(dec_t* d, dec_round_t* r, int64_t now_ns) {
     json_object_set_new(progress, "fragment", json_integer(fragment));
     json_object_set_new(progress, "participants", ids ? ids : json_array());
     json_object_set_new(progress, "skipped", json_boolean(!merged));
+    if (no_weight) {
+      json_object_set_new(progress, "skipped_reason",
+                          json_string("no participant trained since its "
+                                      "last receipt (merge weight 0)"));
+    }
     json_object_set_new(progress, "late",
                         json_integer(r->opened ? r->machine.late_count : 0));
     json_object_set_new(
@@ -1987,6 +2068,16 @@ static pcp_status_t dec_task_done(dec_t* d, uint32_t li, int64_t now_ns) {
   l->task = NULL;
   l->task_kind = TASK_NONE;
   pcp_status_t task_status = pcp_fabric_task_status(task);
+  if (task_status && kind == TASK_INIT && l->task_seeded) {
+    // A seeded @init the worker could not run (an older build, out of
+    // memory for the fill): init_next stays, and dec_learner_next sends
+    // the fragment again with values. A worker that is gone fails that
+    // submit, and only then is the learner lost.
+    dec_seeded_fallback(d, l, l->task_fragment,
+                        pcp_status_message(task_status));
+    pcp_fabric_task_release(task);
+    return pcp_ok_status();
+  }
   if (task_status) {
     dec_learner_lost(d, li, pcp_status_message(task_status));
     pcp_fabric_task_release(task);
@@ -2721,7 +2812,8 @@ static pcp_status_t dec_learner_admit(dec_t* d, uint32_t k,
   l->joining = mid_run;
   l->first_pull = 0;
   l->init_next = 0;
-  l->adam_step = 0;  // @init sends fresh moments: AdamW restarts at t = 1
+  l->seeded_off = false;  // another worker: seeded may work there
+  l->adam_step = 0;       // @init sends fresh moments: AdamW restarts at t = 1
   l->send_count = 0;
   l->apply_count = 0;
   l->verify_pending = false;
