@@ -71,6 +71,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data", "tiny_shakespeare.txt")
 # BENCH_DILOCO_DEBUG=1: info logs and the work directory kept (printed).
 DEBUG = os.environ.get("BENCH_DILOCO_DEBUG", "") not in ("", "0")
+# The peak inner rate of every mode (the schedule: experiment()).
+LEARNING_RATE = 0.001
+
 MODES = ("ddp", "classic", "streaming", "decoupled_int4", "decoupled_f32")
 # A worker class no worker has: the job's export is not loaded onto the
 # measured workers, so their counters hold training traffic only.
@@ -139,22 +142,25 @@ def program_bytes(path):
 
 
 def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
-               lr=0.003, extra=None, decoupled_extra=None):
+               lr=LEARNING_RATE, extra=None, decoupled_extra=None):
     """The job of |mode| over |steps| inner steps per worker with sync
     interval |tau| (classic tau, streaming H, decoupled sync_interval_h,
     ddp: tau inner steps per reported step); |extra| (--experiment-json)
     merged into the job last, |decoupled_extra| (--decoupled-json) into the
     decoupled_diloco block."""
-    # Plain averaging (outer lr 1, momentum 0) for every DiLoCo mode: the
-    # tuning runs of 2026-12-05 (docs/performance.md "diloco_comm", run 3)
-    # found no decoupled setting better at tau 100 (4 syncs per fragment):
-    # the DiLoCo paper's outer Nesterov (lr 0.7 or 1.0, momentum 0.9), outer
-    # lr 0.7, 1.5 or 2.0 and the avg_embedding_rda_model merge ended at tail
-    # losses 2.560-2.635, inside or just above plain averaging's own spread
-    # (2.509-2.615, mean 2.555, over five runs).
+    # Every mode: the same inner AdamW rate schedule, a cosine from |lr|
+    # (after a linear warmup of steps/16) down to lr/10 at the last step,
+    # and the same peak rate, the best of the sweep in docs/performance.md
+    # "diloco_comm" (run 5: ddp and decoupled both at their best at 0.001;
+    # 0.003 with a constant rate left ddp and every DiLoCo mode on a noise
+    # floor). Plain averaging (outer lr 1, momentum 0) for every DiLoCo
+    # mode: outer Nesterov and other outer rates were no better (runs 3 and
+    # 5).
     e = {"name": "bench-" + mode, "model": model, "data_path": data_path,
          "tokenizer": "char", "sampling": "random", "learning_rate": lr,
          "nesterov_momentum": 0.0, "outer_learning_rate": 1.0,
+         "lr_schedule": "cosine", "warmup_steps": max(1, steps // 16),
+         "min_lr": lr / 10,
          "eval_fraction": 0.0, "checkpoint_every": 100000, "seed": seed,
          "serve_worker_class": NO_SERVE_CLASS}
     if mode == "ddp":
@@ -174,7 +180,11 @@ def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
                  "grace_window_ms": 2000,
                  "merge_strategy": "weighted_average",
                  "fragment_strategy": "balanced_tensor",
-                 "learner_alpha": 0.0, "outer_learning_rate": 1.0}
+                 "learner_alpha": 0.0, "outer_learning_rate": 1.0,
+                 # 8 local steps per task where no sync falls between
+                 # them (docs/training.md "Steps per task"): the task frame
+                 # and the loss back once per 8 steps.
+                 "steps_per_task": 8}
         if mode == "decoupled_int4":
             # int4 both ways: deltas up, and the merged fragment down as
             # the int4 change of the broadcast copy (int4_down).
@@ -592,13 +602,13 @@ def main():
                         help="a smaller model and 2 syncs per mode")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--steps", type=int, default=0,
-                        help="inner steps per worker (default 400, quick "
+                        help="inner steps per worker (default 1600, quick "
                         "200)")
     parser.add_argument("--tau", type=int, default=100)
     parser.add_argument("--modes", default="ddp,classic,streaming,"
                         "decoupled_int4")
     parser.add_argument("--budget-s", type=int, default=0,
-                        help="per job (default 600, quick 300)")
+                        help="per job (default 1500, quick 300)")
     parser.add_argument("--experiment-json", default="",
                         help="a JSON object merged into every mode's job "
                         "last (e.g. '{\"learning_rate\": 0.004}')")
@@ -631,10 +641,10 @@ def main():
         parser.error("--modes must hold ddp and decoupled_int4 (the ratio)")
     if not 1 <= args.workers <= 8:
         parser.error("--workers: 1..8")
-    steps = args.steps or (200 if args.quick else 400)
+    steps = args.steps or (200 if args.quick else 1600)
     if not 1 <= args.tau <= 1000 or not args.tau <= steps <= 100000:
         parser.error("--tau 1..1000 and --steps tau..100000")
-    budget = args.budget_s or (300 if args.quick else 600)
+    budget = args.budget_s or (300 if args.quick else 1500)
     if not 10 <= budget <= 3600:
         parser.error("--budget-s: 10..3600")
     # ~0.8M parameters (quick: ~0.2M): big enough that the tokens and
@@ -659,12 +669,14 @@ def main():
         print("diloco_comm: W=%d CPU workers on loopback, model gpt 1 layer "
               "width %d block 32 batch 8, %d inner steps per worker, sync "
               "every %d steps (classic tau, streaming H with P=2, "
-              "decoupled sync_interval_h with P=2), lr 0.003, "
+              "decoupled sync_interval_h with P=2), lr %g cosine to %g "
+              "after %d warmup steps, "
               "eval_fraction 0; trained on the first %d bytes of %s, val "
               "loss: the exported final model's mean cross-entropy (JAX, "
               "tests/models/jax_reference.py) on %d fixed windows of %d "
               "tokens of the last %d bytes" % (
-                  args.workers, width, steps, args.tau, len(train),
+                  args.workers, width, steps, args.tau, LEARNING_RATE,
+                  LEARNING_RATE / 10, max(1, steps // 16), len(train),
                   os.path.basename(DATA), args.eval_windows,
                   model["block_size"], len(held_out)), flush=True)
         if extra or decoupled_extra:
