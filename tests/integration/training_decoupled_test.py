@@ -54,6 +54,11 @@ STEPS = 40
 MODEL = {"kind": "gpt", "layers": 1, "heads": 2, "kv_heads": 2,
          "width": 64, "vocab": 65,
          "block_size": 32, "batch": 8}
+# A bound on one @train_steps TASK_ASSIGN frame and its answer on the
+# gateway's out path (~4,400 bytes measured in docs/performance.md
+# "diloco_comm": every resident tensor listed twice in JSON).
+TASK_FRAME_MAX = 8192
+
 DECOUPLED = {"num_fragments": 2, "sync_interval_h": 4, "overlap_tau": 1,
              "min_quorum": 2, "grace_window_ms": 5000,
              "merge_strategy": "weighted_average",
@@ -251,30 +256,50 @@ def main():
         check_hashes(d_sum, "int4 up, f32 down")
         q_down = q_sum.get("fragment_bytes_down_total", 0)
         d_down = d_sum.get("fragment_bytes_down_total", 0)
-        # Measured after the first sync's event (the programs were fetched
-        # before it: Q's are larger by @mix_int4) to the end of the run.
-        def after_first(summary, steps, key):
-            first = steps[min(steps)]
-            if key == "gateway_out":
-                return ((summary.get("bytes_total") or {}).get(key, 0) -
-                        (first.get("bytes_total") or {}).get(key, 0))
-            return summary.get(key, 0) - first.get(key, 0)
-        q_out = after_first(q_sum, q_steps, "gateway_out")
-        d_out = after_first(d_sum, d_steps, "gateway_out")
-        q_late = after_first(q_sum, q_steps, "fragment_bytes_down_total")
-        d_late = after_first(d_sum, d_steps, "fragment_bytes_down_total")
-        print("DOWN f32 %d bytes, int4 %d bytes (%.2fx); measured gateway_out "
-              "after the first sync %d vs %d, difference %d against %d "
-              "counted" % (d_down, q_down, d_down / max(q_down, 1), d_out,
-                           q_out, d_out - q_out, d_late - q_late))
+        # Like with like: both runs measured between their first and last
+        # sync events (the programs were fetched before the first; after
+        # the last come the final fragments, the step-40 hash check and the
+        # end of the job, whose share in the summary's window depends on
+        # timing: the 0.7 MB misses seen under load). In that window the
+        # two runs differ by their down path and by how many local steps
+        # they ran (timing): each step task sends its token ids and
+        # targets (counted: token_bytes) and a TASK_ASSIGN frame (not
+        # counted). So the measured difference less the counted down and
+        # token differences must be within the task count difference x
+        # TASK_FRAME_MAX plus 3%: it still fails if Q sent f32 fragments
+        # down while counting int4 (5.8 MB off).
+        def window(steps):
+            first, last = steps[min(steps)], steps[max(steps)]
+            def delta(key):
+                if key == "gateway_out":
+                    return ((last.get("bytes_total") or {}).get(key, 0) -
+                            (first.get("bytes_total") or {}).get(key, 0))
+                return last.get(key, 0) - first.get(key, 0)
+            return {k: delta(k) for k in (
+                "gateway_out", "fragment_bytes_down_total", "token_bytes",
+                "step_tasks")}
+        qw, dw = window(q_steps), window(d_steps)
+        q_out, d_out = qw["gateway_out"], dw["gateway_out"]
+        counted = (dw["fragment_bytes_down_total"] -
+                   qw["fragment_bytes_down_total"])
+        tokens = dw["token_bytes"] - qw["token_bytes"]
+        tasks = dw["step_tasks"] - qw["step_tasks"]
+        rest = (d_out - q_out) - counted - tokens
+        print("DOWN f32 %d bytes, int4 %d bytes (%.2fx); between the first "
+              "and last syncs: measured gateway_out %d vs %d, difference %d; "
+              "counted down %d, token bytes %d, step tasks %d vs %d (%+d), "
+              "unexplained %d (%.0f per task of the difference)" % (
+                  d_down, q_down, d_down / max(q_down, 1), d_out, q_out,
+                  d_out - q_out, counted, tokens, dw["step_tasks"],
+                  qw["step_tasks"], tasks, rest, rest / tasks if tasks else 0))
         check(q_down > 0 and 6.5 < d_down / q_down < 7.3,
               "the fragments sent down are ~7x fewer bytes with int4_down "
               "(%.2fx)" % (d_down / max(q_down, 1)))
-        check(d_out > q_out > 0 and
-              abs((d_out - q_out) - (d_late - q_late)) <=
-              0.03 * (d_late - q_late),
+        check(d_out > q_out > 0 and counted > 0.8 * (d_down - q_down) and
+              abs(rest) <= abs(tasks) * TASK_FRAME_MAX + 0.03 * counted,
               "the measured gateway_out shrinks by what the gateway counted "
-              "(within 3%%): %d vs %d" % (d_out - q_out, d_late - q_late))
+              "(down %d + tokens %d, the rest %d within %d step tasks x %d "
+              "+ 3%%)" % (counted, tokens, rest, tasks, TASK_FRAME_MAX))
         # 0.3: the spread of this tail over runs of one configuration
         # (2.87-3.09 for F, the timing of blends varies); measured Q - D:
         # -0.15, -0.07, +0.13.
