@@ -190,11 +190,7 @@ def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
             # the int4 change of the broadcast copy (int4_down).
             block.update(outer_gradient_compression="int4",
                          int4_block_size=64, int4_down="on")
-        # Exploration hook: PCP_BENCH_DECOUPLED_EXTRA='{"steps_per_task":
-        # 8}' adds keys to the decoupled block (checked by the gateway);
-        # --decoupled-json (decoupled_extra) is merged after it.
-        block.update(json.loads(
-            os.environ.get("PCP_BENCH_DECOUPLED_EXTRA", "{}")))
+        # --decoupled-json (checked by the gateway) last.
         block.update(decoupled_extra or {})
         e.update(aggregation_strategy="decoupled_diloco", tau=tau,
                  outer_loop_steps=steps, decoupled_diloco=block)

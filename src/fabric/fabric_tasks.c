@@ -352,15 +352,11 @@ static pcp_status_t task_params_validate(
                              "section or resident reference",
                              i);
     }
-    // A seeded-init ref carries no bytes (no blob, no section): it passes
-    // through as its fields, checked here so a bad one fails at submit.
-    if (ref->kind == PCP_PROTO_TENSOR_REF_INIT) {
-      PCP_RETURN_IF_ERROR(pcp_proto_init_ref_validate(ref),
-                          "fabric task: input ref %u", i);
-    }
   }
   if (params->input_refs) {
-    // Each init ref is bounded; so is what they ask a worker for in all.
+    // A seeded-init ref carries no bytes (no blob, no section): it passes
+    // through as its fields, checked here (each one, and what they ask a
+    // worker to allocate in all) so a bad one fails at submit.
     PCP_RETURN_IF_ERROR(pcp_proto_init_refs_validate(params->input_refs,
                                                      params->input_ref_count),
                         "fabric task");

@@ -41,10 +41,22 @@ JOIN = "gw-join-token"
 FAILURES = []
 
 
+_ISSUED_PORTS = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and not handed out before by this process:
+    two unbound probes in a row can return the same port (callers take an
+    API and a fabric port this way, and a gateway rightly refuses the same
+    port twice)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _ISSUED_PORTS:
+            _ISSUED_PORTS.add(port)
+            return port
+    raise RuntimeError("free_port: no new loopback port in 100 probes")
 
 
 def check(cond, what):

@@ -250,6 +250,11 @@ typedef struct dec_t {
   bool seeded_init;
   uint64_t seeded_inits;
   uint64_t seeded_fallbacks;
+  // Per fragment, whether its values equal the seeded fill (0 not known
+  // yet, 1 yes, 2 no), kept while no round has merged (syncs == 0): the
+  // values every starting learner is sent are the same then, so the
+  // gateway fills each fragment once, not once per learner.
+  uint8_t seeded_verdict[DEC_MAX_FRAGMENTS];
   // int4 down path: the broadcast copy B (a parameter vector; every live
   // learner holds its fragments exactly), per fragment its version (1 at
   // start, +1 per sync) and the latest payload q = int4(G - B) that moved
@@ -1102,6 +1107,13 @@ static bool dec_init_seeded(dec_t* d, const dec_learner_t* l, uint32_t fragment,
     pcp_status_ignore(valid);
     return false;
   }
+  bool cached = d->syncs == 0 && fragment < DEC_MAX_FRAGMENTS;
+  if (cached && d->seeded_verdict[fragment] != 0) {
+    if (d->seeded_verdict[fragment] == 1) {
+      *ref_count = f->tensor_count;
+    }
+    return d->seeded_verdict[fragment] == 1;
+  }
   float* fill = pcp_diloco_job_calloc(job, f->value_count ? f->value_count : 1,
                                       sizeof(float));
   if (!fill) {
@@ -1118,6 +1130,9 @@ static bool dec_init_seeded(dec_t* d, const dec_learner_t* l, uint32_t fragment,
                   (size_t)p->element_count * sizeof(float)) == 0;
   }
   pcp_diloco_job_free(job, fill);
+  if (cached) {
+    d->seeded_verdict[fragment] = same ? 1 : 2;
+  }
   if (same) {
     *ref_count = f->tensor_count;
   }
