@@ -21,7 +21,9 @@ fragment 1 is last scheduled at syncer step 17.
   local steps run, the final round not yet): the learner comes back at
   step 32, runs no step, the final round (outer step 5) closes with its
   hash verified, and the export is the checkpoint's masters (the
-  final_sync false model: a resume loses the unmerged steps).
+  final_sync false model: a resume loses the unmerged steps). The
+  checkpoint after the final round, resumed with final_sync false, fails
+  naming the key.
 - Three learners, quorum 3, final_sync true and false: both complete, the
   final round merges all three, every @mix hash verifies (the final
   round's broadcast included), and goodput with the final sync is at least
@@ -181,6 +183,7 @@ def one_learner(work):
           "goodput rises to 1 with the final sync: %s -> %s" % (
               so.get("goodput"), sn.get("goodput")))
     resume_in_final_rounds(work, on, off)
+    resume_final_checkpoint_without_final_sync(work, on)
 
 
 def resume_in_final_rounds(work, on, off):
@@ -229,6 +232,34 @@ def resume_in_final_rounds(work, on, off):
     check(sorted(w_res) == sorted(w_off) and worst <= 1e-6,
           "the resumed model is the masters of the checkpoint: max diff "
           "%g against final_sync false" % worst)
+
+
+def resume_final_checkpoint_without_final_sync(work, on):
+    """The checkpoint after the final round (outer step 5, syncer step 33,
+    past S) resumed by a job with final_sync false: refused, naming the
+    key (its schedule ends at 32, so the cursor is not "malformed")."""
+    src = os.path.join(work, "state", "checkpoints", on["job"])
+    dst = os.path.join(work, "state", "ckpt-final-off")
+    os.makedirs(dst)
+    ckpt = os.path.join(src, "step-%020d.bin" % 5)
+    tape = "decoupled-tape-%020d.workers" % 5
+    have = os.path.exists(ckpt) and os.path.exists(os.path.join(src, tape))
+    check(have, "the final round's checkpoint and tape exist: %s" %
+          sorted(os.listdir(src)))
+    if not have:
+        return
+    shutil.copy(ckpt, os.path.join(dst, "latest.ckpt"))
+    shutil.copy(os.path.join(src, tape), os.path.join(dst, tape))
+    job = te.submit(dict(experiment(False), resume=True, checkpoint_dir=dst))
+    if not job:
+        return
+    te.wait_done(job, 300)
+    s, r = request("GET", "/v1/training/jobs/%s" % job)
+    message = json.dumps(r.get("error", r))
+    check(r.get("state") == "failed" and "final sync rounds" in message and
+          "'decoupled_diloco.final_sync' false" in message,
+          "a final-round checkpoint resumed with final_sync false fails "
+          "naming the key: %s %s" % (r.get("state"), message[:300]))
 
 
 def three_learners(work, port, extra):

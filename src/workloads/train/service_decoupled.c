@@ -3222,6 +3222,18 @@ static pcp_status_t dec_resume_load(dec_t* d) {
   }
   PCP_RETURN_IF_ERROR_BARE(dec_resume_keys_check(d, c));
   json_int_t next_final = json_integer_value(json_object_get(c, "next_final"));
+  // A checkpoint taken in the final sync rounds (syncer steps past S) has
+  // merges this job's schedule would not have without final_sync: name the
+  // key rather than call the cursor malformed.
+  if (!d->config.final_sync && next_final > (json_int_t)d->total_steps + 1) {
+    return pcp_make_status(
+        PCP_STATUS_FAILED_PRECONDITION,
+        "decoupled checkpoint taken in the final sync rounds (syncer step "
+        "%lld, after the last local step %" PRIu64
+        "); this job has 'decoupled_diloco.final_sync' false: resume it "
+        "with final_sync true",
+        (long long)(next_final - 1), d->total_steps);
+  }
   json_int_t syncs = json_integer_value(json_object_get(c, "syncs"));
   json_int_t skipped = json_integer_value(json_object_get(c, "skipped_rounds"));
   const char* name = json_string_value(json_object_get(c, "tape_file"));
