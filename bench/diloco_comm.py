@@ -163,12 +163,16 @@ def experiment(mode, model, steps, tau, data_path, fragments=2, seed=3,
          "min_lr": lr / 10,
          "eval_fraction": 0.0, "checkpoint_every": 100000, "seed": seed,
          "serve_worker_class": NO_SERVE_CLASS}
+    # ddp and classic also stop at max_epochs passes over a worker's shard
+    # (default 10: about 9,800 steps of 4 workers on this text), which
+    # would end a long --steps run early with its rate schedule unfinished:
+    # the step count decides the length here (measure() checks it).
     if mode == "ddp":
         e.update(aggregation_strategy="ddp", tau=tau,
-                 outer_loop_steps=max(1, steps // tau))
+                 outer_loop_steps=max(1, steps // tau), max_epochs=1000000)
     elif mode == "classic":
         e.update(tau=tau, outer_loop_steps=max(1, steps // tau),
-                 inner_state="keep")
+                 inner_state="keep", max_epochs=1000000)
     elif mode == "streaming":
         # Local steps: max_epochs x H + the last fragment's phase.
         e.update(tau=tau, max_epochs=max(1, steps // tau),
@@ -214,14 +218,20 @@ def inner_steps_of(mode, experiment_, payload):
     return payload.get("syncer_step", 0)
 
 
-def summarize(mode, experiment_, events, total_steps):
-    """(sync payload bytes of the job, tail losses, loss per event) from
-    the job's events."""
-    steps = [e["payload"] for e in events if e["type"] == "training.step"]
+def summary_of_events(events):
+    """The payload of the job's training.decoupled event ({} if none)."""
     summary = {}
     for e in events:
         if e["type"] == "training.decoupled":
             summary = e["payload"]
+    return summary
+
+
+def summarize(mode, experiment_, events, total_steps):
+    """(sync payload bytes of the job, tail losses, loss per event) from
+    the job's events."""
+    steps = [e["payload"] for e in events if e["type"] == "training.step"]
+    summary = summary_of_events(events)
     if mode.startswith("decoupled"):
         sync = (summary.get("delta_bytes_total", 0) +
                 summary.get("fragment_bytes_down_total", 0))
@@ -356,8 +366,23 @@ def measure(pcp, work, mode, workers, model, steps, tau, seconds, previous,
                       or [steps])
     if mode.startswith("decoupled") or mode == "streaming":
         total_steps = max(total_steps, steps)
+    # A run that stopped short (an epoch cap, a job key from
+    # --experiment-json) compares other tokens and another rate schedule:
+    # an error, not a figure.
+    wanted = (max(1, steps // tau) * tau if mode in ("ddp", "classic")
+              else steps)
+    if total_steps < wanted:
+        raise RuntimeError("%s: the job ended at inner step %d of %d "
+                           "(max_epochs or another stop): no figure" % (
+                               mode, total_steps, wanted))
     b, t = model["batch"], model["block_size"]
     tokens_per_worker = total_steps * b * t
+    computed = summary_of_events(events).get("tokens_computed")
+    if mode.startswith("decoupled") and computed:
+        # A learner with no round left to merge its steps stops (the
+        # no-wasted-step rule) a few steps before S: count what the
+        # learners computed, not S steps each.
+        tokens_per_worker = computed / workers
     sync, tail, curve, summary = summarize(mode, body, events, total_steps)
     return {"mode": mode, "job": job_id, "wall": wall, "state": lc.state,
             "n": training.get("parameter_count"), "links": per_worker,
