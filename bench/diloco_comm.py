@@ -377,13 +377,13 @@ def measure(pcp, work, mode, workers, model, steps, tau, seconds, previous,
                                mode, total_steps, wanted))
     b, t = model["batch"], model["block_size"]
     tokens_per_worker = total_steps * b * t
-    computed = summary_of_events(events).get("tokens_computed")
+    sync, tail, curve, summary = summarize(mode, body, events, total_steps)
+    computed = summary.get("tokens_computed")
     if mode.startswith("decoupled") and computed:
         # A learner with no round left to merge its steps stops (the
         # no-wasted-step rule) a few steps before S: count what the
         # learners computed, not S steps each.
         tokens_per_worker = computed / workers
-    sync, tail, curve, summary = summarize(mode, body, events, total_steps)
     return {"mode": mode, "job": job_id, "wall": wall, "state": lc.state,
             "n": training.get("parameter_count"), "links": per_worker,
             "programs": programs, "sync": sync, "tail": tail, "curve": curve,
@@ -623,11 +623,12 @@ def main():
                         help="a smaller model and 2 syncs per mode")
     # The defaults are the goal's run: 2 learners (the replica count of the
     # Streaming DiLoCo paper's main results) for 6,400 inner steps (3.3 M
-    # tokens, ~4 per parameter; the four modes take ~15 min on 2 cores). DiLoCo's loss cost grows with the learners and shrinks
-    # with the tokens: --workers 4 and --steps 1600 show it (docs/
-    # performance.md, diloco_comm: +6-7% at 4 x 1,600, +3.2% at 4 x 6,400,
-    # +1.6% at 2 x 6,400); the bytes ratio is per worker and does not
-    # depend on either.
+    # tokens, ~4 per parameter; the four modes take ~15 min on 2 cores).
+    # DiLoCo's loss cost grows with the learners and shrinks with the
+    # tokens: --workers 4 and --steps show it (docs/performance.md,
+    # diloco_comm: 4 learners +6-7% at 1,600 steps, +3.2% at 6,400, +0.4%
+    # at 16,000; 2 learners +1.6-1.8% at 6,400); the bytes ratio is per
+    # worker and does not depend on either.
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=0,
                         help="inner steps per worker (default 6400, quick "
